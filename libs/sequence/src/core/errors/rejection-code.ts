@@ -1,0 +1,40 @@
+/**
+ * Why a fragment or a whole sequence was refused. These codes travel in the `x-death-reason`
+ * header of dead-lettered messages (as `<code>: <detail>`), so they are part of the public contract.
+ */
+export type RejectionCode =
+  /** A wire-contract header is missing, has the wrong type, or is out of range. */
+  | 'malformed-header'
+  /** `x-sequence-version` names a version this library does not speak. */
+  | 'unsupported-version'
+  /** The fragment body does not match its `x-fragment-crc32`. */
+  | 'crc-mismatch'
+  /** The fragment body is larger than the consumer accepts for one fragment. */
+  | 'fragment-too-large'
+  /** The position is beyond the size this sequence declared. */
+  | 'position-out-of-range'
+  /** `x-sequence-size` differs from the size an earlier fragment declared. */
+  | 'size-changed'
+  /** A second fragment claims to be the last one, at another position. */
+  | 'duplicate-last'
+  /** Same (id, position) as a stored fragment, but a different body. */
+  | 'conflicting-duplicate'
+  /** `x-sequence-bytes` or `x-sequence-sha256` differs from what an earlier fragment declared. */
+  | 'declaration-changed'
+  /** The sequence exceeds `maxSequenceBytes`. */
+  | 'sequence-too-large'
+  /** The sequence exceeds `maxFragments`. */
+  | 'too-many-fragments'
+  /** The reassembled payload does not match `x-sequence-sha256` or `x-sequence-bytes`. */
+  | 'integrity-mismatch'
+  /** A fragment arrived for a sequence that was rejected earlier. */
+  | 'sequence-rejected'
+  /** A fragment arrived for a sequence that expired earlier, or the expiry record itself. */
+  | 'sequence-expired'
+  /** The handler kept failing after its retries. */
+  | 'handler-failed';
+
+/** Formats the `x-death-reason` header value for a rejection. */
+export function deathReason(code: RejectionCode, detail: string): string {
+  return `${code}: ${detail}`;
+}

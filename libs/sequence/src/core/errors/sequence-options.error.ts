@@ -1,0 +1,13 @@
+import { SequenceError } from './sequence.error';
+
+/** Module or decorator options are invalid; `problems` lists each one and how to fix it. */
+export class SequenceOptionsError extends SequenceError {
+  readonly code = 'invalid-options' as const;
+
+  constructor(
+    readonly where: string,
+    readonly problems: readonly string[],
+  ) {
+    super(`invalid ${where}:\n  - ${problems.join('\n  - ')}`);
+  }
+}

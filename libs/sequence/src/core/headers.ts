@@ -1,0 +1,252 @@
+import { MalformedFragmentError } from './errors/malformed-fragment.error';
+
+/** Header names of the wire contract, version 1 (see docs/message-sequence.md). */
+export const SequenceHeader = {
+  id: 'x-sequence-id',
+  position: 'x-sequence-position',
+  size: 'x-sequence-size',
+  last: 'x-sequence-last',
+  crc32: 'x-fragment-crc32',
+  sha256: 'x-sequence-sha256',
+  bytes: 'x-sequence-bytes',
+  version: 'x-sequence-version',
+  contentType: 'content-type',
+  contentEncoding: 'content-encoding',
+  deathReason: 'x-death-reason',
+} as const;
+
+export const WIRE_VERSION = 1;
+
+/** `x-sequence-id`: 1–128 characters of `[A-Za-z0-9._:-]`. */
+export const SEQUENCE_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Header values as transports carry them. */
+export type HeaderValue = string | number | boolean;
+export type HeaderMap = Record<string, HeaderValue>;
+
+/** The contract headers of one fragment, parsed and validated. */
+export interface FragmentHeaders {
+  readonly sequenceId: string;
+  /** 1-based. */
+  readonly position: number;
+  /** Number of fragments; absent on the non-last fragments of a streamed sequence. */
+  readonly size?: number;
+  readonly last: boolean;
+  readonly crc32: number;
+  /** SHA-256 (lowercase hex) of the whole payload; always present on the last fragment. */
+  readonly sha256?: string;
+  /** Total payload bytes, when the producer knew them. */
+  readonly bytes?: number;
+  readonly contentType?: string;
+  readonly contentEncoding?: string;
+  /** Every header that is not part of the contract: the producer's own, passed to the handler. */
+  readonly userHeaders: HeaderMap;
+}
+
+const CONTRACT_HEADERS: ReadonlySet<string> = new Set([
+  SequenceHeader.id,
+  SequenceHeader.position,
+  SequenceHeader.size,
+  SequenceHeader.last,
+  SequenceHeader.crc32,
+  SequenceHeader.sha256,
+  SequenceHeader.bytes,
+  SequenceHeader.version,
+]);
+
+/** True for the header names the wire contract owns (users may not set them). */
+export function isContractHeader(name: string): boolean {
+  return CONTRACT_HEADERS.has(name.toLowerCase());
+}
+
+/**
+ * Parses and validates a fragment's headers against the wire contract. Numbers may arrive as
+ * JSON numbers or as canonical decimal strings (producers in other languages, AMQP field tables);
+ * booleans as booleans or `"true"`/`"false"`. Throws {@link MalformedFragmentError} naming the
+ * header at fault.
+ */
+export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>): FragmentHeaders {
+  const rawId = headers[SequenceHeader.id];
+  const sequenceId = readString(rawId);
+  if (sequenceId === undefined) {
+    throw new MalformedFragmentError('malformed-header', SequenceHeader.id, 'missing');
+  }
+  if (!SEQUENCE_ID_PATTERN.test(sequenceId)) {
+    throw new MalformedFragmentError(
+      'malformed-header',
+      SequenceHeader.id,
+      'must be 1-128 characters of [A-Za-z0-9._:-]',
+    );
+  }
+  const fail = (header: string, detail: string): never => {
+    throw new MalformedFragmentError('malformed-header', header, detail, sequenceId);
+  };
+
+  const version = readInteger(headers[SequenceHeader.version]);
+  if (version === undefined) {
+    if (headers[SequenceHeader.version] === undefined) fail(SequenceHeader.version, 'missing');
+    fail(SequenceHeader.version, 'must be an integer');
+  }
+  if (version !== WIRE_VERSION) {
+    throw new MalformedFragmentError(
+      'unsupported-version',
+      SequenceHeader.version,
+      `version ${version} is not supported (this consumer speaks ${WIRE_VERSION})`,
+      sequenceId,
+    );
+  }
+
+  const position = requireInteger(headers, SequenceHeader.position, 1, fail);
+  const size = optionalInteger(headers, SequenceHeader.size, 1, fail);
+  const bytes = optionalInteger(headers, SequenceHeader.bytes, 0, fail);
+  const crc32 = requireInteger(headers, SequenceHeader.crc32, 0, fail);
+  if (crc32 > 0xffffffff) fail(SequenceHeader.crc32, 'must be an unsigned 32-bit integer');
+
+  const rawLast = headers[SequenceHeader.last];
+  const last = rawLast === undefined ? false : readBoolean(rawLast);
+  if (last === undefined) fail(SequenceHeader.last, 'must be a boolean');
+
+  const rawSha = headers[SequenceHeader.sha256];
+  const sha256 = rawSha === undefined ? undefined : readString(rawSha)?.toLowerCase();
+  if (rawSha !== undefined && (sha256 === undefined || !/^[0-9a-f]{64}$/.test(sha256))) {
+    fail(SequenceHeader.sha256, 'must be 64 hexadecimal characters');
+  }
+
+  if (size !== undefined && position > size) {
+    fail(SequenceHeader.position, `position ${position} is beyond size ${size}`);
+  }
+  if (last) {
+    if (size === undefined) fail(SequenceHeader.size, 'the last fragment must carry the size');
+    if (position !== size) {
+      fail(SequenceHeader.last, `the last fragment is at position ${position}, size is ${size}`);
+    }
+    if (sha256 === undefined) fail(SequenceHeader.sha256, 'the last fragment must carry it');
+  }
+
+  const userHeaders: HeaderMap = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (isContractHeader(name) || value === undefined || value === null) continue;
+    if (name === SequenceHeader.contentType || name === SequenceHeader.contentEncoding) continue;
+    const normalized = toHeaderValue(value);
+    if (normalized !== undefined) userHeaders[name] = normalized;
+  }
+
+  return {
+    sequenceId,
+    position,
+    size,
+    last: last === true,
+    crc32,
+    sha256,
+    bytes,
+    contentType: readString(headers[SequenceHeader.contentType]),
+    contentEncoding: readString(headers[SequenceHeader.contentEncoding]),
+    userHeaders,
+  };
+}
+
+/** What the splitter knows about one fragment when it builds its headers. */
+export interface FragmentHeaderInput {
+  readonly sequenceId: string;
+  readonly position: number;
+  readonly size?: number;
+  readonly last: boolean;
+  readonly crc32: number;
+  readonly sha256?: string;
+  readonly bytes?: number;
+  readonly contentType?: string;
+  readonly contentEncoding?: string;
+  readonly userHeaders?: HeaderMap;
+}
+
+/** Builds the headers of one fragment: user headers first, contract headers on top. */
+export function buildFragmentHeaders(input: FragmentHeaderInput): HeaderMap {
+  const headers: HeaderMap = { ...(input.userHeaders ?? {}) };
+  headers[SequenceHeader.version] = WIRE_VERSION;
+  headers[SequenceHeader.id] = input.sequenceId;
+  headers[SequenceHeader.position] = input.position;
+  if (input.size !== undefined) headers[SequenceHeader.size] = input.size;
+  if (input.last) headers[SequenceHeader.last] = true;
+  headers[SequenceHeader.crc32] = input.crc32;
+  if (input.sha256 !== undefined) headers[SequenceHeader.sha256] = input.sha256;
+  if (input.bytes !== undefined) headers[SequenceHeader.bytes] = input.bytes;
+  if (input.contentType !== undefined) headers[SequenceHeader.contentType] = input.contentType;
+  if (input.contentEncoding !== undefined) {
+    headers[SequenceHeader.contentEncoding] = input.contentEncoding;
+  }
+  return headers;
+}
+
+function requireInteger(
+  headers: Readonly<Record<string, unknown>>,
+  name: string,
+  min: number,
+  fail: (header: string, detail: string) => never,
+): number {
+  const raw = headers[name];
+  if (raw === undefined || raw === null) return fail(name, 'missing');
+  return checkInteger(raw, name, min, fail);
+}
+
+function optionalInteger(
+  headers: Readonly<Record<string, unknown>>,
+  name: string,
+  min: number,
+  fail: (header: string, detail: string) => never,
+): number | undefined {
+  const raw = headers[name];
+  if (raw === undefined || raw === null) return undefined;
+  return checkInteger(raw, name, min, fail);
+}
+
+function checkInteger(
+  raw: unknown,
+  name: string,
+  min: number,
+  fail: (header: string, detail: string) => never,
+): number {
+  const value = readInteger(raw);
+  if (value === undefined) return fail(name, `must be an integer, got ${describe(raw)}`);
+  if (value < min) return fail(name, `must be >= ${min}, got ${value}`);
+  return value;
+}
+
+/** An integer from a number or a canonical decimal string; undefined for anything else. */
+function readInteger(raw: unknown): number | undefined {
+  if (typeof raw === 'number') return Number.isSafeInteger(raw) ? raw : undefined;
+  if (typeof raw === 'bigint') {
+    return raw <= BigInt(Number.MAX_SAFE_INTEGER) && raw >= BigInt(Number.MIN_SAFE_INTEGER)
+      ? Number(raw)
+      : undefined;
+  }
+  const text = readString(raw);
+  if (text === undefined || !/^-?(0|[1-9][0-9]{0,15})$/.test(text)) return undefined;
+  const value = Number(text);
+  return Number.isSafeInteger(value) ? value : undefined;
+}
+
+function readBoolean(raw: unknown): boolean | undefined {
+  if (typeof raw === 'boolean') return raw;
+  const text = readString(raw);
+  if (text === 'true') return true;
+  if (text === 'false') return false;
+  return undefined;
+}
+
+function readString(raw: unknown): string | undefined {
+  if (typeof raw === 'string') return raw;
+  if (Buffer.isBuffer(raw)) return raw.toString('utf8');
+  return undefined;
+}
+
+function toHeaderValue(raw: unknown): HeaderValue | undefined {
+  if (typeof raw === 'string' || typeof raw === 'number' || typeof raw === 'boolean') return raw;
+  if (typeof raw === 'bigint') return raw.toString();
+  if (Buffer.isBuffer(raw)) return raw.toString('utf8');
+  return undefined;
+}
+
+function describe(raw: unknown): string {
+  if (typeof raw === 'string') return JSON.stringify(raw.length > 40 ? `${raw.slice(0, 40)}…` : raw);
+  return typeof raw === 'object' ? Object.prototype.toString.call(raw) : String(raw);
+}

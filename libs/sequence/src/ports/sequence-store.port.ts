@@ -1,0 +1,173 @@
+import type { Readable } from 'node:stream';
+import type { HeaderMap } from '../core/headers';
+import type { RejectionCode } from '../core/errors/rejection-code';
+
+/**
+ * One validated fragment, as the aggregator hands it to a store. Sequences are isolated per
+ * `scope` (the consuming channel): two services consuming copies of the same sequence from
+ * their own queues never see each other's state.
+ */
+export interface FragmentRecord {
+  readonly scope: string;
+  readonly sequenceId: string;
+  readonly position: number;
+  readonly size?: number;
+  readonly last: boolean;
+  readonly crc32: number;
+  readonly sha256?: string;
+  readonly bytes?: number;
+  readonly contentType?: string;
+  readonly contentEncoding?: string;
+  readonly userHeaders: HeaderMap;
+  readonly body: Buffer;
+}
+
+export interface SequenceLimits {
+  /** Largest payload one sequence may reassemble to. */
+  readonly maxSequenceBytes: number;
+  /** Most fragments one sequence may have. */
+  readonly maxFragments: number;
+  /** Store-wide: bytes held (or reserved) for open sequences. */
+  readonly maxBufferedBytes: number;
+  /** Store-wide: sequences open at once. */
+  readonly maxOpenSequences: number;
+}
+
+export interface ExpiryPolicy {
+  readonly ms: number;
+  /** `fixed`: deadline from the first fragment; `sliding`: from the latest fragment. */
+  readonly strategy: 'fixed' | 'sliding';
+}
+
+/** Everything `accept` needs besides the fragment; `now` is passed in so tests control time. */
+export interface AcceptContext {
+  readonly now: number;
+  /** Identifies this consumer instance in completion leases. */
+  readonly consumerId: string;
+  /** How long the completion lease lasts before another instance may take over. */
+  readonly leaseMs: number;
+  readonly expiry: ExpiryPolicy;
+  readonly limits: SequenceLimits;
+  /** How long a finished sequence's marker lives (late duplicates are recognised meanwhile). */
+  readonly retentionMs: number;
+}
+
+/** What is known of a sequence whose every fragment is stored. */
+export interface CompleteSequence {
+  readonly scope: string;
+  readonly sequenceId: string;
+  readonly fragments: number;
+  readonly bytes: number;
+  readonly sha256?: string;
+  /** `x-sequence-bytes` as declared, to check against `bytes`. */
+  readonly declaredBytes?: number;
+  readonly contentType?: string;
+  readonly contentEncoding?: string;
+  /** The producer's headers, from the first fragment stored. */
+  readonly userHeaders: HeaderMap;
+  readonly firstFragmentAt: number;
+  readonly lastFragmentAt: number;
+}
+
+export type FinishedOutcome = 'completed' | 'failed' | 'rejected' | 'expired';
+
+/**
+ * The result of `accept`:
+ * - `stored`: new fragment kept; `opened` when it started the sequence.
+ * - `duplicate`: this (id, position) was already stored with the same CRC; nothing changed.
+ * - `complete`: every fragment is stored and the caller now holds the completion lease: it must
+ *   reassemble, deliver and `finish` (or let the lease lapse for another instance to take over).
+ *   Returned to the caller whose fragment completed the sequence, and again to a later caller
+ *   once a previous holder's lease has lapsed (crash recovery).
+ * - `in-progress`: complete, and another consumer holds a live lease: retry later.
+ * - `finished`: the sequence ended earlier (marker still retained); `outcome` says how.
+ * - `rejected`: the fragment breaks the contract or a limit. When `sequenceRejected` is true the
+ *   whole sequence was dropped (limit exceeded) and marked `rejected`.
+ * - `backpressure`: a store-wide limit is reached; nothing was stored; retry later.
+ */
+export type AcceptResult =
+  | { readonly status: 'stored'; readonly opened: boolean }
+  | { readonly status: 'duplicate' }
+  | { readonly status: 'complete'; readonly opened: boolean; readonly sequence: CompleteSequence }
+  | { readonly status: 'in-progress' }
+  | { readonly status: 'finished'; readonly outcome: FinishedOutcome; readonly reason?: string }
+  | {
+      readonly status: 'rejected';
+      readonly code: RejectionCode;
+      readonly detail: string;
+      readonly sequenceRejected: boolean;
+    }
+  | {
+      readonly status: 'backpressure';
+      readonly limit: 'maxBufferedBytes' | 'maxOpenSequences';
+    };
+
+/** A sequence that expired with fragments missing, as the sweeper reports it. */
+export interface ExpiredSequence {
+  readonly scope: string;
+  readonly sequenceId: string;
+  /** Positions that were stored, ascending. */
+  readonly receivedPositions: number[];
+  /** Positions known to be missing: up to the size when known, else up to the highest seen. */
+  readonly missingPositions: number[];
+  readonly size?: number;
+  readonly bufferedBytes: number;
+  readonly firstFragmentAt: number;
+  readonly lastFragmentAt: number;
+  /** ms from the first fragment to the expiry. */
+  readonly ageMs: number;
+}
+
+export interface SequenceStoreStats {
+  readonly openSequences: number;
+  readonly bufferedBytes: number;
+  /** Arrival time of the oldest open sequence's first fragment, if any is open. */
+  readonly oldestOpenAt?: number;
+}
+
+export interface SequenceRef {
+  readonly scope: string;
+  readonly sequenceId: string;
+}
+
+/**
+ * Port: where fragments wait until their sequence is complete.
+ *
+ * Contract, checked by the sequence-store conformance suite:
+ * - `accept` is atomic per sequence: of concurrent callers storing the last missing fragments,
+ *   exactly one receives `complete`. Duplicates by (scope, id, position) change nothing.
+ * - Contradictions with what earlier fragments declared (size, last position, bytes, sha256, a
+ *   different body at a stored position) are `rejected` and leave the sequence as it was.
+ * - Limits: `maxSequenceBytes` / `maxFragments` reject and drop the whole sequence (marker
+ *   `rejected`). `maxOpenSequences` and `maxBufferedBytes` answer `backpressure` without storing;
+ *   a sequence that declares `bytes` reserves them when it opens, so sequences already admitted
+ *   can always complete.
+ * - `read` streams a complete sequence's bodies in position order, without concatenating them.
+ * - `finish` ends a sequence: `completed` drops its fragments; `failed` keeps them for
+ *   inspection until `retentionMs`; both leave a marker for `retentionMs` so late duplicates
+ *   get `finished`.
+ * - `listExpired` returns open sequences whose deadline passed; `expire` atomically claims one
+ *   (null when another sweeper already did, or it completed meanwhile), drops its fragments and
+ *   marks it `expired`. Safe to call from several instances at once.
+ * - Every piece of state is bounded in time (markers, failed fragments, open sequences).
+ */
+export interface SequenceStore {
+  /** Short name for logs and health checks (`memory`, `redis`). */
+  readonly name: string;
+  accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult>;
+  /** Extends the completion lease; false when the caller no longer holds it. */
+  renewLease(ref: SequenceRef, consumerId: string, leaseMs: number, now: number): Promise<boolean>;
+  /** The bodies of a complete sequence, in position order. */
+  read(ref: SequenceRef): Readable;
+  finish(
+    ref: SequenceRef,
+    outcome: Exclude<FinishedOutcome, 'expired'>,
+    context: { readonly now: number; readonly retentionMs: number; readonly reason?: string },
+  ): Promise<void>;
+  listExpired(now: number, limit: number): Promise<SequenceRef[]>;
+  expire(ref: SequenceRef, now: number, retentionMs: number): Promise<ExpiredSequence | null>;
+  stats(now: number): Promise<SequenceStoreStats>;
+  /** Answers when the store is reachable (for health checks). */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
