@@ -1,6 +1,6 @@
 /** Jest: unit and conformance specs next to the library, end-to-end specs in test/. */
 const common = {
-  transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json', isolatedModules: true }] },
+  transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json' }] },
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: { '^nest-sequence(|/.*)$': '<rootDir>/libs/sequence/src$1' },
   testEnvironment: 'node',

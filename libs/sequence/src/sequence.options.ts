@@ -2,7 +2,12 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Registry } from 'prom-client';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
-import type { ExpiryPolicy, SequenceLimits, SequenceStore, ExpiredSequence } from './ports/sequence-store.port';
+import type {
+  ExpiryPolicy,
+  SequenceLimits,
+  SequenceStore,
+  ExpiredSequence,
+} from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
 
 const KiB = 1024;
@@ -97,6 +102,7 @@ export interface ResolvedConsumerOptions {
 /** Module options with every default applied; what the services read. */
 export interface ResolvedSequenceOptions extends ResolvedConsumerOptions {
   readonly fragmentBytes: number;
+  readonly headerAllowanceBytes: number;
   readonly publish: Required<PublishRetryOptions>;
   readonly maxBufferedBytes: number;
   readonly maxOpenSequences: number;
@@ -116,7 +122,13 @@ export const SEQUENCE_DEFAULTS = {
   maxFragments: 100_000,
   handlerRetry: { attempts: 3, baseDelayMs: 200 },
   prefetch: 16,
-  publish: { confirmTimeoutMs: 10_000, attempts: 5, baseDelayMs: 100, maxDelayMs: 5_000, inFlight: 2 },
+  publish: {
+    confirmTimeoutMs: 10_000,
+    attempts: 5,
+    baseDelayMs: 100,
+    maxDelayMs: 5_000,
+    inFlight: 2,
+  },
   maxBufferedBytes: 1024 * MiB,
   maxOpenSequences: 10_000,
   backpressureDelayMs: 500,
@@ -148,12 +160,7 @@ export function resolveSequenceOptions(
     }
   }
 
-  const publish = { ...SEQUENCE_DEFAULTS.publish, ...definedOnly(options.publish ?? {}) };
-  checkInteger(problems, 'publish.confirmTimeoutMs', publish.confirmTimeoutMs, 1);
-  checkInteger(problems, 'publish.attempts', publish.attempts, 1);
-  checkInteger(problems, 'publish.baseDelayMs', publish.baseDelayMs, 0);
-  checkInteger(problems, 'publish.maxDelayMs', publish.maxDelayMs, 0);
-  checkInteger(problems, 'publish.inFlight', publish.inFlight, 1);
+  const publish = resolvePublishPolicyInto(problems, SEQUENCE_DEFAULTS.publish, options.publish);
 
   const consumer = resolveConsumerOptionsInto(problems, 'options', options, {
     ...SEQUENCE_DEFAULTS,
@@ -163,6 +170,7 @@ export function resolveSequenceOptions(
   const resolved: ResolvedSequenceOptions = {
     ...consumer,
     fragmentBytes,
+    headerAllowanceBytes: headerAllowance,
     publish,
     maxBufferedBytes: options.maxBufferedBytes ?? SEQUENCE_DEFAULTS.maxBufferedBytes,
     maxOpenSequences: options.maxOpenSequences ?? SEQUENCE_DEFAULTS.maxOpenSequences,
@@ -178,7 +186,8 @@ export function resolveSequenceOptions(
             registry: options.metrics?.registry,
             prefix: options.metrics?.prefix ?? SEQUENCE_DEFAULTS.metricsPrefix,
           },
-    consumerId: options.consumerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+    consumerId:
+      options.consumerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
   };
   checkInteger(problems, 'maxBufferedBytes', resolved.maxBufferedBytes, 1);
   checkInteger(problems, 'maxOpenSequences', resolved.maxOpenSequences, 1);
@@ -267,6 +276,21 @@ function resolveConsumerOptionsInto(
   return resolved;
 }
 
+/** A publish policy: `overrides` on top of `base`, each field validated. */
+export function resolvePublishPolicyInto(
+  problems: string[],
+  base: Required<PublishRetryOptions>,
+  overrides: PublishRetryOptions | undefined,
+): Required<PublishRetryOptions> {
+  const publish = { ...base, ...definedOnly(overrides ?? {}) };
+  checkInteger(problems, 'publish.confirmTimeoutMs', publish.confirmTimeoutMs, 1);
+  checkInteger(problems, 'publish.attempts', publish.attempts, 1);
+  checkInteger(problems, 'publish.baseDelayMs', publish.baseDelayMs, 0);
+  checkInteger(problems, 'publish.maxDelayMs', publish.maxDelayMs, 0);
+  checkInteger(problems, 'publish.inFlight', publish.inFlight, 1);
+  return publish;
+}
+
 function checkInteger(problems: string[], name: string, value: unknown, min: number): boolean {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
     problems.push(`${name} must be an integer >= ${min}, got ${String(value)}`);
@@ -276,9 +300,7 @@ function checkInteger(problems: string[], name: string, value: unknown, min: num
 }
 
 function definedOnly<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(
-    Object.entries(value).filter(([, v]) => v !== undefined),
-  ) as Partial<T>;
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 /** The store-wide and per-handler limits, as the store port takes them. */

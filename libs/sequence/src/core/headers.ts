@@ -54,9 +54,12 @@ const CONTRACT_HEADERS: ReadonlySet<string> = new Set([
   SequenceHeader.version,
 ]);
 
-/** True for the header names the wire contract owns (users may not set them). */
+/**
+ * True for the header names the wire contract owns (users may not set them). Names are matched
+ * exactly: AMQP header names are case-sensitive, and the contract's are lowercase.
+ */
 export function isContractHeader(name: string): boolean {
-  return CONTRACT_HEADERS.has(name.toLowerCase());
+  return CONTRACT_HEADERS.has(name);
 }
 
 /**
@@ -159,9 +162,15 @@ export interface FragmentHeaderInput {
   readonly userHeaders?: HeaderMap;
 }
 
-/** Builds the headers of one fragment: user headers first, contract headers on top. */
+/**
+ * Builds the headers of one fragment: the user's headers, minus any contract name (so a stray
+ * `x-sequence-last` can never survive on a non-last fragment), then the contract's.
+ */
 export function buildFragmentHeaders(input: FragmentHeaderInput): HeaderMap {
-  const headers: HeaderMap = { ...(input.userHeaders ?? {}) };
+  const headers: HeaderMap = {};
+  for (const [name, value] of Object.entries(input.userHeaders ?? {})) {
+    if (!isContractHeader(name)) headers[name] = value;
+  }
   headers[SequenceHeader.version] = WIRE_VERSION;
   headers[SequenceHeader.id] = input.sequenceId;
   headers[SequenceHeader.position] = input.position;
@@ -247,6 +256,12 @@ function toHeaderValue(raw: unknown): HeaderValue | undefined {
 }
 
 function describe(raw: unknown): string {
-  if (typeof raw === 'string') return JSON.stringify(raw.length > 40 ? `${raw.slice(0, 40)}…` : raw);
-  return typeof raw === 'object' ? Object.prototype.toString.call(raw) : String(raw);
+  const text = readString(raw);
+  if (text !== undefined) {
+    return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text);
+  }
+  if (typeof raw === 'number' || typeof raw === 'boolean' || typeof raw === 'bigint') {
+    return String(raw);
+  }
+  return Object.prototype.toString.call(raw);
 }

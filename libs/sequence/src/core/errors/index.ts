@@ -1,7 +1,6 @@
 export * from './sequence.error';
 export * from './rejection-code';
 export * from './malformed-fragment.error';
-export * from './fragment-rejected.error';
 export * from './sequence-integrity.error';
 export * from './sequence-publish.error';
 export * from './publish-timeout.error';

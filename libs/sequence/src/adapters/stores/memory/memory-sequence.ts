@@ -1,0 +1,89 @@
+import { Readable } from 'node:stream';
+import type { SequenceState } from '../../../core/completeness';
+import type { HeaderMap } from '../../../core/headers';
+import type {
+  CompleteSequence,
+  FinishedOutcome,
+  SequenceRef,
+} from '../../../ports/sequence-store.port';
+
+/** A sequence the memory store holds: open, or complete and awaiting `finish`. */
+export interface HeldSequence {
+  readonly ref: SequenceRef;
+  readonly state: SequenceState;
+  readonly bodies: Map<number, Buffer>;
+  /** When it expires if still incomplete (fixed or sliding). */
+  deadline: number;
+  contentType?: string;
+  contentEncoding?: string;
+  /** The producer's headers, from the first fragment stored. */
+  readonly userHeaders: HeaderMap;
+  /** Set once complete: who reassembles it, and until when. */
+  lease?: { consumerId: string; until: number };
+}
+
+/** What remains of a finished sequence until `until`, so that late fragments get `finished`. */
+export interface FinishedMarker {
+  readonly outcome: FinishedOutcome;
+  readonly reason?: string;
+  readonly until: number;
+}
+
+/** A failed sequence's fragments, kept for inspection until `until`. */
+export interface RetainedFragments {
+  readonly bodies: Map<number, Buffer>;
+  readonly bytes: number;
+  readonly until: number;
+}
+
+/** Map key of a sequence: the same id in two scopes is two sequences. */
+export function sequenceKey(ref: SequenceRef): string {
+  return JSON.stringify([ref.scope, ref.sequenceId]);
+}
+
+export function describeComplete(held: HeldSequence): CompleteSequence {
+  const { state } = held;
+  return {
+    scope: held.ref.scope,
+    sequenceId: held.ref.sequenceId,
+    fragments: state.crcByPosition.size,
+    bytes: state.storedBytes,
+    sha256: state.sha256,
+    declaredBytes: state.declaredBytes,
+    contentType: held.contentType,
+    contentEncoding: held.contentEncoding,
+    userHeaders: { ...held.userHeaders },
+    firstFragmentAt: state.firstFragmentAt,
+    lastFragmentAt: state.lastFragmentAt,
+  };
+}
+
+/** The bodies in position order, one chunk each (never concatenated). */
+export function bodiesInOrder(bodies: ReadonlyMap<number, Buffer>): Buffer[] {
+  return [...bodies.entries()].sort(([a], [b]) => a - b).map(([, body]) => body);
+}
+
+/**
+ * A byte stream over the given bodies, one chunk per body. A one-byte high-water mark keeps at
+ * most one body in the stream's buffer, so `read()` never hands out several bodies joined.
+ */
+export function streamOf(bodies: readonly Buffer[]): Readable {
+  let next = 0;
+  return new Readable({
+    highWaterMark: 1,
+    read() {
+      // An empty chunk would end nothing and push nothing: skip empty bodies.
+      while (next < bodies.length && bodies[next].length === 0) next++;
+      this.push(next < bodies.length ? bodies[next++] : null);
+    },
+  });
+}
+
+/** A stream that fails at the first read, for `read` of a sequence that cannot be read. */
+export function failingStream(error: Error): Readable {
+  return new Readable({
+    read() {
+      this.destroy(error);
+    },
+  });
+}

@@ -1,0 +1,114 @@
+import {
+  readAll,
+  sequenceFixture,
+  sequenceStoreConformance,
+} from '../../../../test/conformance/sequence-store.conformance';
+import type { AcceptContext } from '../../../ports/sequence-store.port';
+import { MemorySequenceStore } from './memory.sequence-store';
+
+sequenceStoreConformance('memory', { create: async () => new MemorySequenceStore() });
+
+describe('MemorySequenceStore', () => {
+  const t0 = 1_000_000;
+  let store: MemorySequenceStore;
+
+  beforeEach(() => {
+    store = new MemorySequenceStore();
+  });
+
+  function context(now: number, overrides: Partial<AcceptContext> = {}): AcceptContext {
+    return {
+      now,
+      consumerId: 'consumer-a',
+      leaseMs: 30_000,
+      expiry: { ms: 60_000, strategy: 'fixed' },
+      retentionMs: 1_000,
+      limits: {
+        maxSequenceBytes: 1_000,
+        maxFragments: 100,
+        maxBufferedBytes: 1_000,
+        maxOpenSequences: 100,
+      },
+      ...overrides,
+    };
+  }
+
+  it('is named memory and answers ping', async () => {
+    expect(store.name).toBe('memory');
+    await expect(store.ping()).resolves.toBeUndefined();
+  });
+
+  it('forgets a finished marker after retentionMs: the id then opens a new sequence', async () => {
+    const { fragments, ref } = sequenceFixture('scope', ['a', 'b']);
+    for (const fragment of fragments) await store.accept(fragment, context(t0));
+    await store.finish(ref, 'completed', { now: t0, retentionMs: 1_000 });
+
+    expect(await store.accept(fragments[0], context(t0 + 999))).toMatchObject({
+      status: 'finished',
+    });
+    expect(await store.accept(fragments[0], context(t0 + 1_000))).toEqual({
+      status: 'stored',
+      opened: true,
+    });
+  });
+
+  it('keeps its own copy of a body: the caller may reuse its buffer', async () => {
+    const { fragments, ref } = sequenceFixture('scope', ['abc']);
+    const body = Buffer.from('abc');
+    await store.accept({ ...fragments[0], body }, context(t0));
+    body.write('xyz');
+
+    expect(Buffer.concat(await readAll(store.read(ref))).toString()).toBe('abc');
+  });
+
+  it('fails the stream when asked to read a sequence that is not complete', async () => {
+    const { fragments, ref } = sequenceFixture('scope', ['a', 'b']);
+    await store.accept(fragments[0], context(t0));
+
+    await expect(readAll(store.read(ref))).rejects.toThrow(/not complete/);
+    await expect(readAll(store.read({ scope: 'scope', sequenceId: 'unknown' }))).rejects.toThrow(
+      /not complete/,
+    );
+  });
+
+  it("evicts failed sequences' retained fragments before back-pressuring for them", async () => {
+    const failed = sequenceFixture('scope', ['f'.repeat(600)]);
+    await store.accept(failed.fragments[0], context(t0));
+    await store.finish(failed.ref, 'failed', { now: t0, retentionMs: 60_000 });
+    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 600 });
+
+    const next = sequenceFixture('scope', ['n'.repeat(500), 'm']);
+    expect(await store.accept(next.fragments[0], context(t0))).toEqual({
+      status: 'stored',
+      opened: true,
+    });
+    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 500 });
+    expect(await store.accept(failed.fragments[0], context(t0))).toMatchObject({
+      status: 'finished',
+      outcome: 'failed',
+    });
+  });
+
+  it('purges expired markers in listExpired', async () => {
+    const { fragments, ref } = sequenceFixture('scope', ['a']);
+    await store.accept(fragments[0], context(t0));
+    await store.finish(ref, 'rejected', { now: t0, retentionMs: 1_000 });
+
+    await store.listExpired(t0 + 1_000, 10);
+    expect(await store.accept(fragments[0], context(t0 + 500))).toMatchObject({
+      status: 'complete',
+    });
+  });
+
+  it('close forgets everything', async () => {
+    const { fragments } = sequenceFixture('scope', ['a', 'b']);
+    await store.accept(fragments[0], context(t0));
+    await store.close();
+
+    expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    expect(await store.accept(fragments[0], context(t0))).toEqual({
+      status: 'stored',
+      opened: true,
+    });
+  });
+});

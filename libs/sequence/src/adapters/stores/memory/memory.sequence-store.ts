@@ -1,0 +1,285 @@
+import type { Readable } from 'node:stream';
+import {
+  accountedBytes,
+  admitFragment,
+  budgetIncrease,
+  emptySequenceState,
+  isComplete,
+  missingPositions,
+  recordFragment,
+  type FragmentFacts,
+} from '../../../core/completeness';
+import { deathReason } from '../../../core/errors/rejection-code';
+import type {
+  AcceptContext,
+  AcceptResult,
+  ExpiredSequence,
+  FinishedOutcome,
+  FragmentRecord,
+  SequenceRef,
+  SequenceStore,
+  SequenceStoreStats,
+} from '../../../ports/sequence-store.port';
+import {
+  bodiesInOrder,
+  describeComplete,
+  failingStream,
+  sequenceKey,
+  streamOf,
+  type FinishedMarker,
+  type HeldSequence,
+  type RetainedFragments,
+} from './memory-sequence';
+
+/**
+ * The default {@link SequenceStore}: fragments in this process's memory, for one consumer
+ * instance (state is lost on restart, and other instances do not see it).
+ *
+ * Every method runs synchronously to its end once called, so concurrent `accept`s of one
+ * sequence are serialized by the event loop: exactly one of them can see it complete.
+ *
+ * Budget: an open sequence counts its declared bytes (reserved as soon as a fragment declares
+ * them) or its stored bytes, whichever is more; a failed sequence's retained fragments count
+ * too, but are evicted, oldest first, before anything is back-pressured for their sake.
+ */
+export class MemorySequenceStore implements SequenceStore {
+  readonly name = 'memory';
+
+  /** Open sequences, and complete ones not finished yet. */
+  private readonly held = new Map<string, HeldSequence>();
+  private readonly markers = new Map<string, FinishedMarker>();
+  /** Failed sequences' fragments, in the order they failed (the eviction order). */
+  private readonly retained = new Map<string, RetainedFragments>();
+  /** Budget bytes of the held sequences. */
+  private heldBytes = 0;
+  private retainedBytes = 0;
+
+  async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
+    const { now, limits } = context;
+    const key = sequenceKey(fragment);
+    const marker = this.liveMarker(key, now);
+    if (marker) return { status: 'finished', outcome: marker.outcome, reason: marker.reason };
+
+    const held = this.held.get(key);
+    const facts: FragmentFacts = { ...fragment, bodyBytes: fragment.body.length };
+    const admission = admitFragment(held?.state ?? emptySequenceState(now), facts, limits);
+    switch (admission.kind) {
+      case 'contradiction':
+        return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: false };
+      case 'limit':
+        this.drop(key);
+        this.mark(
+          key,
+          'rejected',
+          now + context.retentionMs,
+          deathReason(admission.code, admission.detail),
+        );
+        return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: true };
+      case 'duplicate':
+        return held && isComplete(held.state)
+          ? this.claimCompletion(held, context)
+          : { status: 'duplicate' };
+      case 'new':
+        break;
+    }
+
+    if (!held && this.held.size >= limits.maxOpenSequences) {
+      return { status: 'backpressure', limit: 'maxOpenSequences' };
+    }
+    const increase = budgetIncrease(held?.state, facts);
+    if (increase > 0 && !this.makeRoom(increase, limits.maxBufferedBytes)) {
+      return { status: 'backpressure', limit: 'maxBufferedBytes' };
+    }
+
+    const sequence = held ?? this.open(fragment, context);
+    const before = accountedBytes(sequence.state);
+    recordFragment(sequence.state, facts, now);
+    this.heldBytes += accountedBytes(sequence.state) - before;
+    // A copy: the caller may reuse its buffer, and a slice would pin a larger one.
+    sequence.bodies.set(fragment.position, Buffer.from(fragment.body));
+    sequence.contentType ??= fragment.contentType;
+    sequence.contentEncoding ??= fragment.contentEncoding;
+    if (context.expiry.strategy === 'sliding') sequence.deadline = now + context.expiry.ms;
+
+    const opened = held === undefined;
+    if (!isComplete(sequence.state)) return { status: 'stored', opened };
+    sequence.lease = { consumerId: context.consumerId, until: now + context.leaseMs };
+    return { status: 'complete', opened, sequence: describeComplete(sequence) };
+  }
+
+  async renewLease(
+    ref: SequenceRef,
+    consumerId: string,
+    leaseMs: number,
+    now: number,
+  ): Promise<boolean> {
+    const lease = this.held.get(sequenceKey(ref))?.lease;
+    if (!lease || lease.consumerId !== consumerId || lease.until <= now) return false;
+    lease.until = now + leaseMs;
+    return true;
+  }
+
+  read(ref: SequenceRef): Readable {
+    const key = sequenceKey(ref);
+    const held = this.held.get(key);
+    const bodies = held && isComplete(held.state) ? held.bodies : this.retained.get(key)?.bodies;
+    if (!bodies) {
+      return failingStream(
+        new Error(
+          `sequence ${ref.sequenceId} (scope ${ref.scope}) is not complete or no longer held; ` +
+            'read it between a complete accept and finish',
+        ),
+      );
+    }
+    return streamOf(bodiesInOrder(bodies));
+  }
+
+  async finish(
+    ref: SequenceRef,
+    outcome: Exclude<FinishedOutcome, 'expired'>,
+    context: { readonly now: number; readonly retentionMs: number; readonly reason?: string },
+  ): Promise<void> {
+    const key = sequenceKey(ref);
+    const held = this.held.get(key);
+    const until = context.now + context.retentionMs;
+    this.drop(key);
+    this.dropRetained(key);
+    if (outcome === 'failed' && held) {
+      this.retained.set(key, { bodies: held.bodies, bytes: held.state.storedBytes, until });
+      this.retainedBytes += held.state.storedBytes;
+    }
+    this.mark(key, outcome, until, context.reason);
+  }
+
+  async listExpired(now: number, limit: number): Promise<SequenceRef[]> {
+    this.purge(now);
+    const due: HeldSequence[] = [];
+    for (const sequence of this.held.values()) {
+      if (sequence.deadline <= now && !isComplete(sequence.state)) due.push(sequence);
+    }
+    return due
+      .sort((a, b) => a.deadline - b.deadline)
+      .slice(0, Math.max(0, limit))
+      .map((sequence) => ({ ...sequence.ref }));
+  }
+
+  async expire(
+    ref: SequenceRef,
+    now: number,
+    retentionMs: number,
+  ): Promise<ExpiredSequence | null> {
+    const key = sequenceKey(ref);
+    const sequence = this.held.get(key);
+    if (!sequence || sequence.deadline > now || isComplete(sequence.state)) return null;
+    const { state } = sequence;
+    const receivedPositions = [...state.crcByPosition.keys()].sort((a, b) => a - b);
+    const missing = missingPositions(receivedPositions, state.size);
+    const ageMs = now - state.firstFragmentAt;
+    this.drop(key);
+    this.mark(
+      key,
+      'expired',
+      now + retentionMs,
+      `${missing.length} fragment(s) missing after ${ageMs} ms`,
+    );
+    return {
+      scope: ref.scope,
+      sequenceId: ref.sequenceId,
+      receivedPositions,
+      missingPositions: missing,
+      size: state.size,
+      bufferedBytes: state.storedBytes,
+      firstFragmentAt: state.firstFragmentAt,
+      lastFragmentAt: state.lastFragmentAt,
+      ageMs,
+    };
+  }
+
+  async stats(now: number): Promise<SequenceStoreStats> {
+    let bufferedBytes = 0;
+    let oldestOpenAt: number | undefined;
+    for (const { state } of this.held.values()) {
+      bufferedBytes += state.storedBytes;
+      oldestOpenAt = Math.min(oldestOpenAt ?? Infinity, state.firstFragmentAt);
+    }
+    for (const retained of this.retained.values()) {
+      if (retained.until > now) bufferedBytes += retained.bytes;
+    }
+    return { openSequences: this.held.size, bufferedBytes, oldestOpenAt };
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {
+    this.held.clear();
+    this.markers.clear();
+    this.retained.clear();
+    this.heldBytes = 0;
+    this.retainedBytes = 0;
+  }
+
+  private open(fragment: FragmentRecord, context: AcceptContext): HeldSequence {
+    const sequence: HeldSequence = {
+      ref: { scope: fragment.scope, sequenceId: fragment.sequenceId },
+      state: emptySequenceState(context.now),
+      bodies: new Map(),
+      deadline: context.now + context.expiry.ms,
+      userHeaders: { ...fragment.userHeaders },
+    };
+    this.held.set(sequenceKey(fragment), sequence);
+    return sequence;
+  }
+
+  /** `complete` for a caller taking over a lapsed (or never taken) lease, else `in-progress`. */
+  private claimCompletion(sequence: HeldSequence, context: AcceptContext): AcceptResult {
+    if (sequence.lease && sequence.lease.until > context.now) return { status: 'in-progress' };
+    sequence.lease = { consumerId: context.consumerId, until: context.now + context.leaseMs };
+    return { status: 'complete', opened: false, sequence: describeComplete(sequence) };
+  }
+
+  /** Evicts failed sequences' fragments until `increase` more bytes fit; false if they cannot. */
+  private makeRoom(increase: number, maxBufferedBytes: number): boolean {
+    for (const key of this.retained.keys()) {
+      if (this.heldBytes + this.retainedBytes + increase <= maxBufferedBytes) break;
+      this.dropRetained(key);
+    }
+    return this.heldBytes + this.retainedBytes + increase <= maxBufferedBytes;
+  }
+
+  private liveMarker(key: string, now: number): FinishedMarker | undefined {
+    const marker = this.markers.get(key);
+    if (!marker || marker.until > now) return marker;
+    this.markers.delete(key);
+    this.dropRetained(key);
+    return undefined;
+  }
+
+  private purge(now: number): void {
+    for (const [key, marker] of this.markers) if (marker.until <= now) this.markers.delete(key);
+    for (const [key, retained] of this.retained) if (retained.until <= now) this.dropRetained(key);
+  }
+
+  private mark(key: string, outcome: FinishedOutcome, until: number, reason?: string): void {
+    this.markers.set(key, { outcome, reason, until });
+  }
+
+  private drop(key: string): void {
+    const sequence = this.held.get(key);
+    if (!sequence) return;
+    this.heldBytes -= accountedBytes(sequence.state);
+    this.held.delete(key);
+  }
+
+  private dropRetained(key: string): void {
+    const retained = this.retained.get(key);
+    if (!retained) return;
+    this.retainedBytes -= retained.bytes;
+    this.retained.delete(key);
+  }
+}
+
+function codeAndDetail<T extends { code: unknown; detail: string }>(
+  admission: T,
+): { code: T['code']; detail: string } {
+  return { code: admission.code, detail: admission.detail };
+}

@@ -1,0 +1,166 @@
+import {
+  eventually,
+  transportConformance,
+} from '../../../../test/conformance/transport.conformance';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import type { Disposition, InboundMessage } from '../../../ports/transport.port';
+import { InMemoryTransport } from './in-memory.transport';
+
+transportConformance('in-memory', {
+  create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
+});
+
+describe('InMemoryTransport', () => {
+  let transport: InMemoryTransport;
+
+  beforeEach(() => {
+    transport = new InMemoryTransport();
+  });
+
+  afterEach(async () => {
+    await transport.close();
+  });
+
+  it('defaults maxMessageBytes to 16 MiB', async () => {
+    expect(transport.name).toBe('in-memory');
+    expect(transport.maxMessageBytes).toBe(16 * 1024 * 1024);
+    await expect(
+      transport.publish('big', Buffer.alloc(16 * 1024 * 1024 + 1), {}),
+    ).rejects.toBeInstanceOf(MessageTooLargeError);
+  });
+
+  it('never runs a handler inside publish', async () => {
+    const received: InboundMessage[] = [];
+    await transport.subscribe('orders', async (message) => {
+      received.push(message);
+      return { action: 'ack' };
+    });
+    const published = transport.publish('orders', Buffer.from('a'), {});
+    expect(received).toHaveLength(0);
+    await published;
+    expect(received).toHaveLength(0);
+
+    await transport.whenIdle();
+    expect(received).toHaveLength(1);
+  });
+
+  it('delivers one channel in publish order to a single subscriber', async () => {
+    const bodies: string[] = [];
+    for (let index = 0; index < 50; index++) {
+      await transport.publish('fifo', Buffer.from(String(index)), {});
+    }
+    await transport.subscribe('fifo', async (message) => {
+      bodies.push(message.body.toString());
+      return { action: 'ack' };
+    });
+
+    await transport.whenIdle();
+    expect(bodies).toEqual(Array.from({ length: 50 }, (_, index) => String(index)));
+  });
+
+  it('depth, peek and take show what waits in a channel nobody consumes', async () => {
+    await transport.publish('parked', Buffer.from('one'), { 'x-n': 1 });
+    await transport.publish('parked', Buffer.from('two'), { 'x-n': 2 });
+
+    expect(transport.depth('parked')).toBe(2);
+    const peeked = transport.peek('parked');
+    expect(peeked.map((m) => [m.body.toString(), m.headers['x-n'], m.redelivered])).toEqual([
+      ['one', 1, false],
+      ['two', 2, false],
+    ]);
+    peeked[0].body.write('XXX');
+    expect(transport.peek('parked')[0].body.toString()).toBe('one');
+    expect(transport.depth('parked')).toBe(2);
+
+    expect(transport.take('parked').map((m) => m.body.toString())).toEqual(['one', 'two']);
+    expect(transport.depth('parked')).toBe(0);
+    expect(transport.take('unknown')).toEqual([]);
+  });
+
+  it('counts unsettled messages, and whenIdle waits for them to settle', async () => {
+    const release: Array<(disposition: Disposition) => void> = [];
+    await transport.subscribe('held', () => new Promise((resolve) => release.push(resolve)));
+    await transport.publish('held', Buffer.from('a'), {});
+    await transport.publish('held', Buffer.from('b'), {});
+    await eventually(() => release.length === 2, 'two deliveries');
+    expect(transport.unsettled('held')).toBe(2);
+    expect(transport.depth('held')).toBe(0);
+
+    let idle = false;
+    const whenIdle = transport.whenIdle().then(() => (idle = true));
+    release[0]({ action: 'ack' });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(idle).toBe(false);
+    expect(transport.unsettled('held')).toBe(1);
+
+    release[1]({ action: 'ack' });
+    await whenIdle;
+    expect(transport.unsettled('held')).toBe(0);
+  });
+
+  it('whenIdle waits for a delayed requeue and its redelivery', async () => {
+    const deliveries: boolean[] = [];
+    await transport.subscribe('delayed', async (message) => {
+      deliveries.push(message.redelivered);
+      return deliveries.length === 1 ? { action: 'requeue', delayMs: 50 } : { action: 'ack' };
+    });
+    await transport.publish('delayed', Buffer.from('x'), {});
+
+    await transport.whenIdle();
+    expect(deliveries).toEqual([false, true]);
+  });
+
+  it('whenIdle ignores messages in channels nobody consumes (such as dead letters)', async () => {
+    await transport.subscribe('work', async () => ({ action: 'dead-letter', reason: 'bad: test' }));
+    await transport.publish('work', Buffer.from('x'), { 'x-n': 1 });
+
+    await transport.whenIdle();
+    expect(transport.peek('work.dlq').map((m) => m.headers)).toEqual([
+      { 'x-n': 1, 'x-death-reason': 'bad: test' },
+    ]);
+  });
+
+  it('treats a handler result that is not a disposition as a requeue', async () => {
+    const deliveries: boolean[] = [];
+    await transport.subscribe('odd', (async (message: InboundMessage) => {
+      deliveries.push(message.redelivered);
+      return deliveries.length === 1 ? undefined : { action: 'ack' };
+    }) as () => Promise<Disposition>);
+    await transport.publish('odd', Buffer.from('x'), {});
+
+    await transport.whenIdle();
+    expect(deliveries).toEqual([false, true]);
+  });
+
+  it('rejects publish and subscribe after close, and closes twice without error', async () => {
+    await transport.close();
+    await transport.close();
+
+    await expect(transport.publish('late', Buffer.from('x'), {})).rejects.toThrow(/closed/);
+    await expect(transport.subscribe('late', async () => ({ action: 'ack' }))).rejects.toThrow(
+      /closed/,
+    );
+  });
+
+  it('close hands unsettled and delayed messages back to their queue and stops delivery', async () => {
+    let calls = 0;
+    await transport.subscribe('stop', async () => {
+      calls++;
+      return { action: 'requeue', delayMs: 60_000 };
+    });
+    await transport.publish('stop', Buffer.from('x'), {});
+    await eventually(() => calls === 1, 'the delivery');
+    await eventually(() => transport.unsettled('stop') === 0, 'the settlement');
+
+    await transport.close();
+    await transport.whenIdle();
+    expect(transport.peek('stop').map((m) => m.redelivered)).toEqual([true]);
+    expect(calls).toBe(1);
+  });
+
+  it('rejects prefetch below 1', async () => {
+    await expect(
+      transport.subscribe('x', async () => ({ action: 'ack' }), { prefetch: 0 }),
+    ).rejects.toThrow(RangeError);
+  });
+});

@@ -1,0 +1,301 @@
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { SequenceHeader, type HeaderMap } from '../../../core/headers';
+import {
+  defaultDeadLetterChannel,
+  headerBytes,
+  type Disposition,
+  type InboundMessage,
+  type MessageHandler,
+  type PublishOptions,
+  type SubscribeOptions,
+  type Subscription,
+  type Transport,
+} from '../../../ports/transport.port';
+
+export interface InMemoryTransportOptions {
+  /** Largest message (body plus {@link headerBytes}) `publish` accepts. @default 16777216 (16 MiB) */
+  readonly maxMessageBytes?: number;
+}
+
+const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+const DEFAULT_PREFETCH = 16;
+
+interface QueuedMessage {
+  readonly body: Buffer;
+  readonly headers: HeaderMap;
+  redelivered: boolean;
+}
+
+interface Subscriber {
+  readonly channel: string;
+  readonly handler: MessageHandler;
+  readonly prefetch: number;
+  readonly deadLetterChannel: string;
+  readonly unsettled: Set<QueuedMessage>;
+  closed: boolean;
+}
+
+interface Channel {
+  readonly ready: QueuedMessage[];
+  readonly subscribers: Subscriber[];
+  /** Where the round-robin resumes. */
+  next: number;
+  pumpScheduled: boolean;
+}
+
+/**
+ * The default {@link Transport}: queues in this process's memory, with the broker semantics the
+ * port states (settlement by disposition, redelivery, dead-lettering, prefetch, competing
+ * subscribers). Handlers always run asynchronously, never inside `publish`. Messages do not
+ * survive the process.
+ */
+export class InMemoryTransport implements Transport {
+  readonly name = 'in-memory';
+  readonly maxMessageBytes: number;
+
+  private readonly channels = new Map<string, Channel>();
+  /** Requeue delays, each with the message it will put back. */
+  private readonly delayed = new Map<NodeJS.Timeout, { channel: string; message: QueuedMessage }>();
+  private readonly idleWaiters: Array<() => void> = [];
+  private closed = false;
+
+  constructor(options: InMemoryTransportOptions = {}) {
+    const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    if (!Number.isSafeInteger(max) || max < 1) {
+      throw new RangeError(`maxMessageBytes must be a positive integer, got ${String(max)}`);
+    }
+    this.maxMessageBytes = max;
+  }
+
+  async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    _options?: PublishOptions,
+  ): Promise<void> {
+    // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
+    if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
+    const bytes = body.length + headerBytes(headers);
+    if (bytes > this.maxMessageBytes) {
+      throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);
+    }
+    this.enqueue(channel, { body: Buffer.from(body), headers: { ...headers }, redelivered: false });
+  }
+
+  async subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options: SubscribeOptions = {},
+  ): Promise<Subscription> {
+    if (this.closed)
+      throw new Error(`in-memory transport is closed: cannot subscribe to ${channel}`);
+    const prefetch = options.prefetch ?? DEFAULT_PREFETCH;
+    if (!Number.isSafeInteger(prefetch) || prefetch < 1) {
+      throw new RangeError(`prefetch must be a positive integer, got ${String(prefetch)}`);
+    }
+    const subscriber: Subscriber = {
+      channel,
+      handler,
+      prefetch,
+      deadLetterChannel: options.deadLetterChannel ?? defaultDeadLetterChannel(channel),
+      unsettled: new Set(),
+      closed: false,
+    };
+    this.channel(channel).subscribers.push(subscriber);
+    this.schedulePump(channel);
+    return { channel, close: async () => this.unsubscribe(subscriber) };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const channel of this.channels.values()) {
+      for (const subscriber of [...channel.subscribers]) this.unsubscribe(subscriber);
+    }
+    // Pending requeues go back to their queue, where `peek` and `take` can still see them.
+    for (const [timer, { channel, message }] of this.delayed) {
+      clearTimeout(timer);
+      this.channel(channel).ready.push(message);
+    }
+    this.delayed.clear();
+    this.notifyIfIdle();
+  }
+
+  /** Messages waiting in `channel`, not delivered to anyone. */
+  depth(channel: string): number {
+    return this.channels.get(channel)?.ready.length ?? 0;
+  }
+
+  /** Copies of the messages waiting in `channel`, oldest first; they stay queued. */
+  peek(channel: string): InboundMessage[] {
+    return (this.channels.get(channel)?.ready ?? []).map((message) => inbound(channel, message));
+  }
+
+  /** Removes and returns the messages waiting in `channel`, oldest first. */
+  take(channel: string): InboundMessage[] {
+    const ready = this.channels.get(channel)?.ready ?? [];
+    return ready.splice(0, ready.length).map((message) => inbound(channel, message));
+  }
+
+  /** Messages of `channel` delivered to a subscriber and not settled yet. */
+  unsettled(channel: string): number {
+    let count = 0;
+    for (const subscriber of this.channels.get(channel)?.subscribers ?? []) {
+      count += subscriber.unsettled.size;
+    }
+    return count;
+  }
+
+  /**
+   * Resolves once nothing is left to do: no message waits in a channel that has subscribers, none
+   * is in a handler, none awaits a requeue delay. Messages in channels nobody subscribes to (such
+   * as dead-letter channels) do not count.
+   */
+  whenIdle(): Promise<void> {
+    if (this.isIdle()) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private channel(name: string): Channel {
+    let channel = this.channels.get(name);
+    if (!channel) {
+      channel = { ready: [], subscribers: [], next: 0, pumpScheduled: false };
+      this.channels.set(name, channel);
+    }
+    return channel;
+  }
+
+  private enqueue(channel: string, message: QueuedMessage): void {
+    this.channel(channel).ready.push(message);
+    this.schedulePump(channel);
+  }
+
+  /** Delivers on a later turn of the event loop: never inside `publish`, never recursively. */
+  private schedulePump(name: string): void {
+    const channel = this.channel(name);
+    if (channel.pumpScheduled || this.closed) return;
+    channel.pumpScheduled = true;
+    setImmediate(() => {
+      channel.pumpScheduled = false;
+      this.pump(name, channel);
+      this.notifyIfIdle();
+    });
+  }
+
+  /** Hands waiting messages round-robin to subscribers with room under their prefetch. */
+  private pump(name: string, channel: Channel): void {
+    while (channel.ready.length > 0 && !this.closed) {
+      const subscriber = this.nextWithRoom(channel);
+      if (!subscriber) return;
+      const message = channel.ready.shift()!;
+      subscriber.unsettled.add(message);
+      void Promise.resolve()
+        .then(() => (subscriber.closed ? undefined : subscriber.handler(inbound(name, message))))
+        .then(
+          (disposition) => this.settle(subscriber, message, disposition),
+          () => this.settle(subscriber, message, { action: 'requeue' }),
+        );
+    }
+  }
+
+  private nextWithRoom(channel: Channel): Subscriber | undefined {
+    const count = channel.subscribers.length;
+    for (let offset = 0; offset < count; offset++) {
+      const index = (channel.next + offset) % count;
+      const subscriber = channel.subscribers[index];
+      if (subscriber.unsettled.size < subscriber.prefetch) {
+        channel.next = (index + 1) % count;
+        return subscriber;
+      }
+    }
+    return undefined;
+  }
+
+  private settle(subscriber: Subscriber, message: QueuedMessage, outcome: unknown): void {
+    // A closed subscriber's messages were already handed back: its late verdict is ignored.
+    if (subscriber.closed || !subscriber.unsettled.delete(message)) return;
+    const disposition = asDisposition(outcome);
+    if (disposition.action === 'dead-letter') {
+      const headers = { ...message.headers, [SequenceHeader.deathReason]: disposition.reason };
+      this.enqueue(subscriber.deadLetterChannel, {
+        body: message.body,
+        headers,
+        redelivered: false,
+      });
+    } else if (disposition.action === 'requeue') {
+      this.requeue(subscriber.channel, message, disposition.delayMs ?? 0);
+    }
+    this.schedulePump(subscriber.channel);
+    this.notifyIfIdle();
+  }
+
+  private requeue(channel: string, message: QueuedMessage, delayMs: number): void {
+    message.redelivered = true;
+    if (delayMs <= 0) {
+      this.enqueue(channel, message);
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.delayed.delete(timer);
+      this.enqueue(channel, message);
+      this.notifyIfIdle();
+    }, delayMs);
+    // A pending redelivery alone should not keep the process alive.
+    timer.unref();
+    this.delayed.set(timer, { channel, message });
+  }
+
+  private unsubscribe(subscriber: Subscriber): void {
+    if (subscriber.closed) return;
+    subscriber.closed = true;
+    const channel = this.channel(subscriber.channel);
+    const index = channel.subscribers.indexOf(subscriber);
+    if (index >= 0) channel.subscribers.splice(index, 1);
+    if (channel.next >= channel.subscribers.length) channel.next = 0;
+    // Handed back at the head of the queue, as a broker does for a lost consumer's messages.
+    const returned = [...subscriber.unsettled];
+    subscriber.unsettled.clear();
+    for (const message of returned) message.redelivered = true;
+    channel.ready.unshift(...returned);
+    this.schedulePump(subscriber.channel);
+    this.notifyIfIdle();
+  }
+
+  private isIdle(): boolean {
+    if (this.delayed.size > 0) return false;
+    for (const channel of this.channels.values()) {
+      if (channel.subscribers.some((subscriber) => subscriber.unsettled.size > 0)) return false;
+      if (channel.ready.length > 0 && channel.subscribers.length > 0 && !this.closed) return false;
+    }
+    return true;
+  }
+
+  private notifyIfIdle(): void {
+    if (this.idleWaiters.length === 0 || !this.isIdle()) return;
+    for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+}
+
+/** A handler's verdict; anything that is not a disposition counts as a plain `requeue`. */
+function asDisposition(outcome: unknown): Disposition {
+  const action = (outcome as { action?: unknown } | null | undefined)?.action;
+  if (action === 'ack') return { action };
+  if (action === 'dead-letter') {
+    const reason = (outcome as { reason?: unknown }).reason;
+    return { action, reason: typeof reason === 'string' ? reason : 'dead-lettered by the handler' };
+  }
+  if (action === 'requeue') {
+    const delayMs = (outcome as { delayMs?: unknown }).delayMs;
+    return { action, delayMs: typeof delayMs === 'number' ? delayMs : undefined };
+  }
+  return { action: 'requeue' };
+}
+
+function inbound(channel: string, message: QueuedMessage): InboundMessage {
+  return {
+    channel,
+    body: Buffer.from(message.body),
+    headers: { ...message.headers },
+    redelivered: message.redelivered,
+  };
+}

@@ -1,0 +1,241 @@
+import type { RejectionCode } from './errors/rejection-code';
+
+/**
+ * Admission rules of one sequence: which fragment is new, a duplicate, a contradiction of what
+ * earlier fragments declared, or over a per-sequence limit. Pure: stores keep the state; the
+ * Redis store's Lua script mirrors these rules, so change both together.
+ */
+
+/** What the admission rules read of one fragment. */
+export interface FragmentFacts {
+  /** 1-based. */
+  readonly position: number;
+  readonly size?: number;
+  readonly last: boolean;
+  readonly crc32: number;
+  readonly sha256?: string;
+  /** `x-sequence-bytes`, when declared. */
+  readonly bytes?: number;
+  /** Length of this fragment's body. */
+  readonly bodyBytes: number;
+}
+
+/** The per-sequence limits admission enforces. */
+export interface AdmissionLimits {
+  readonly maxSequenceBytes: number;
+  readonly maxFragments: number;
+}
+
+/** What a store remembers of an open sequence, besides the bodies. */
+export interface SequenceState {
+  /** Number of fragments, once any fragment declared it. */
+  size?: number;
+  /** Position of the fragment flagged last, once it is stored. */
+  lastPosition?: number;
+  /** `x-sequence-bytes`, once declared; also the bytes this sequence reserves in the store. */
+  declaredBytes?: number;
+  sha256?: string;
+  /** CRC-32 of each stored position. */
+  readonly crcByPosition: Map<number, number>;
+  /** Highest stored position (0 when none). */
+  highestPosition: number;
+  /** Sum of stored body lengths. */
+  storedBytes: number;
+  firstFragmentAt: number;
+  lastFragmentAt: number;
+}
+
+export type Admission =
+  | { readonly kind: 'new' }
+  | { readonly kind: 'duplicate' }
+  | {
+      readonly kind: 'contradiction';
+      readonly code: Extract<
+        RejectionCode,
+        | 'conflicting-duplicate'
+        | 'size-changed'
+        | 'position-out-of-range'
+        | 'duplicate-last'
+        | 'declaration-changed'
+      >;
+      readonly detail: string;
+    }
+  | {
+      readonly kind: 'limit';
+      readonly code: Extract<RejectionCode, 'sequence-too-large' | 'too-many-fragments'>;
+      readonly detail: string;
+    };
+
+/** The state of a sequence that has no fragment yet. */
+export function emptySequenceState(now: number): SequenceState {
+  return {
+    crcByPosition: new Map(),
+    highestPosition: 0,
+    storedBytes: 0,
+    firstFragmentAt: now,
+    lastFragmentAt: now,
+  };
+}
+
+/**
+ * Decides what a fragment is to its sequence, without changing the state. Contradictions are
+ * checked first (they reject the fragment only), then duplicates, then limits (which reject the
+ * whole sequence).
+ */
+export function admitFragment(
+  state: SequenceState,
+  fragment: FragmentFacts,
+  limits: AdmissionLimits,
+): Admission {
+  const contradiction = findContradiction(state, fragment);
+  if (contradiction) return contradiction;
+
+  const storedCrc = state.crcByPosition.get(fragment.position);
+  if (storedCrc !== undefined) {
+    if (storedCrc === fragment.crc32) return { kind: 'duplicate' };
+    return {
+      kind: 'contradiction',
+      code: 'conflicting-duplicate',
+      detail:
+        `position ${fragment.position} is stored with crc32 ${storedCrc}, ` +
+        `this copy has crc32 ${fragment.crc32}`,
+    };
+  }
+
+  const fragments = Math.max(fragment.size ?? 0, fragment.position);
+  if (fragments > limits.maxFragments) {
+    return {
+      kind: 'limit',
+      code: 'too-many-fragments',
+      detail: `${fragment.size !== undefined ? `size ${fragment.size}` : `position ${fragment.position}`} exceeds maxFragments (${limits.maxFragments})`,
+    };
+  }
+  if (fragment.bytes !== undefined && fragment.bytes > limits.maxSequenceBytes) {
+    return {
+      kind: 'limit',
+      code: 'sequence-too-large',
+      detail: `declared ${fragment.bytes} bytes exceed maxSequenceBytes (${limits.maxSequenceBytes})`,
+    };
+  }
+  if (state.storedBytes + fragment.bodyBytes > limits.maxSequenceBytes) {
+    return {
+      kind: 'limit',
+      code: 'sequence-too-large',
+      detail:
+        `${state.storedBytes + fragment.bodyBytes} bytes received exceed maxSequenceBytes ` +
+        `(${limits.maxSequenceBytes})`,
+    };
+  }
+  return { kind: 'new' };
+}
+
+function findContradiction(
+  state: SequenceState,
+  fragment: FragmentFacts,
+): Extract<Admission, { kind: 'contradiction' }> | undefined {
+  const reject = (
+    code: Extract<Admission, { kind: 'contradiction' }>['code'],
+    detail: string,
+  ): Extract<Admission, { kind: 'contradiction' }> => ({ kind: 'contradiction', code, detail });
+  const { position, size } = fragment;
+
+  if (fragment.last && state.lastPosition !== undefined && position !== state.lastPosition) {
+    return reject(
+      'duplicate-last',
+      `position ${position} claims to be last, position ${state.lastPosition} already is`,
+    );
+  }
+  if (size !== undefined && state.size !== undefined && size !== state.size) {
+    return reject('size-changed', `size ${size} differs from the declared size ${state.size}`);
+  }
+  const knownSize = state.size ?? size;
+  if (knownSize !== undefined && position > knownSize) {
+    return reject('position-out-of-range', `position ${position} is beyond size ${knownSize}`);
+  }
+  if (state.lastPosition !== undefined && position > state.lastPosition) {
+    return reject(
+      'position-out-of-range',
+      `position ${position} is beyond the last position ${state.lastPosition}`,
+    );
+  }
+  if (size !== undefined && state.highestPosition > size) {
+    return reject(
+      'position-out-of-range',
+      `size ${size} is below the stored position ${state.highestPosition}`,
+    );
+  }
+  if (
+    fragment.bytes !== undefined &&
+    state.declaredBytes !== undefined &&
+    fragment.bytes !== state.declaredBytes
+  ) {
+    return reject(
+      'declaration-changed',
+      `x-sequence-bytes ${fragment.bytes} differs from the declared ${state.declaredBytes}`,
+    );
+  }
+  if (
+    fragment.sha256 !== undefined &&
+    state.sha256 !== undefined &&
+    fragment.sha256 !== state.sha256
+  ) {
+    return reject(
+      'declaration-changed',
+      `x-sequence-sha256 ${fragment.sha256} differs from the declared ${state.sha256}`,
+    );
+  }
+  return undefined;
+}
+
+/** Records a fragment that {@link admitFragment} found `new`. Mutates `state`. */
+export function recordFragment(state: SequenceState, fragment: FragmentFacts, now: number): void {
+  state.crcByPosition.set(fragment.position, fragment.crc32);
+  state.highestPosition = Math.max(state.highestPosition, fragment.position);
+  state.storedBytes += fragment.bodyBytes;
+  state.lastFragmentAt = now;
+  if (fragment.size !== undefined) state.size = fragment.size;
+  if (fragment.last) state.lastPosition = fragment.position;
+  if (fragment.bytes !== undefined) state.declaredBytes = fragment.bytes;
+  if (fragment.sha256 !== undefined) state.sha256 = fragment.sha256;
+}
+
+/** True when the size is known and every position from 1 to it is stored. */
+export function isComplete(state: SequenceState): boolean {
+  return (
+    state.size !== undefined &&
+    state.highestPosition <= state.size &&
+    state.crcByPosition.size === state.size
+  );
+}
+
+/** Positions not received: up to `size` when known, else up to the highest received. */
+export function missingPositions(received: Iterable<number>, size?: number): number[] {
+  const have = new Set(received);
+  let upTo = size ?? 0;
+  if (size === undefined) for (const position of have) upTo = Math.max(upTo, position);
+  const missing: number[] = [];
+  for (let position = 1; position <= upTo; position++) {
+    if (!have.has(position)) missing.push(position);
+  }
+  return missing;
+}
+
+/**
+ * Bytes a sequence holds against the store-wide budget: its declared bytes (reserved from the
+ * moment they are known, so an admitted sequence can always complete) or what it stores,
+ * whichever is more.
+ */
+export function accountedBytes(state: SequenceState | undefined): number {
+  if (state === undefined) return 0;
+  return Math.max(state.declaredBytes ?? 0, state.storedBytes);
+}
+
+/**
+ * How many more budget bytes admitting this fragment needs. Zero for a sequence that already
+ * reserved its declared bytes: it never needs more, so it is never back-pressured.
+ */
+export function budgetIncrease(state: SequenceState | undefined, fragment: FragmentFacts): number {
+  if (state?.declaredBytes !== undefined) return 0;
+  const stored = state?.storedBytes ?? 0;
+  return Math.max(fragment.bytes ?? 0, stored + fragment.bodyBytes) - stored;
+}

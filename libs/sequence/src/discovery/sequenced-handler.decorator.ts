@@ -1,0 +1,21 @@
+import { SetMetadata } from '@nestjs/common';
+import type { SequenceConsumerOptions } from '../sequence.options';
+
+export const SEQUENCED_HANDLER_METADATA = 'nest-sequence:sequenced-handler';
+
+export interface SequencedHandlerOptions extends SequenceConsumerOptions {
+  /** The channel (queue) whose fragments this method reassembles. */
+  channel: string;
+}
+
+/**
+ * Marks a provider method as the handler of a channel's sequences. It is called once per
+ * complete, verified sequence with a {@link ReassembledPayload}; if it throws it is retried
+ * (`handlerRetry`), then the sequence is dead-lettered.
+ *
+ * @example
+ * @SequencedHandler({ channel: 'imaging.ai.intake', timeout: { ms: 60_000 } })
+ * async analyse(study: ReassembledPayload) { ... }
+ */
+export const SequencedHandler = (options: SequencedHandlerOptions): MethodDecorator =>
+  SetMetadata(SEQUENCED_HANDLER_METADATA, options);

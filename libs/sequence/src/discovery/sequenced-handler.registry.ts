@@ -1,0 +1,31 @@
+import { Injectable } from '@nestjs/common';
+import type { SequenceConsumer } from '../sequence/aggregator.service';
+import { duplicateChannelMessage } from './discovery.messages';
+
+/** A discovered `@SequencedHandler`: where it lives and the consumer bound to it. */
+export interface RegisteredSequenceHandler {
+  /** `ClassName.methodName`, for messages. */
+  readonly name: string;
+  readonly consumer: SequenceConsumer;
+}
+
+/** The sequence handlers of this application, by channel. */
+@Injectable()
+export class SequencedHandlerRegistry {
+  private readonly handlers = new Map<string, RegisteredSequenceHandler>();
+
+  add(handler: RegisteredSequenceHandler): void {
+    const channel = handler.consumer.channel;
+    const existing = this.handlers.get(channel);
+    if (existing) throw new Error(duplicateChannelMessage(channel, existing.name, handler.name));
+    this.handlers.set(channel, handler);
+  }
+
+  get(channel: string): RegisteredSequenceHandler | undefined {
+    return this.handlers.get(channel);
+  }
+
+  all(): RegisteredSequenceHandler[] {
+    return [...this.handlers.values()];
+  }
+}

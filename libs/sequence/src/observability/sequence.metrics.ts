@@ -1,0 +1,152 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import type { SequenceStore } from '../ports/sequence-store.port';
+
+/**
+ * prom-client metrics of Message Sequence. Counters are per instance; the gauges read the store's
+ * stats when scraped, so with a shared store they describe the shared state.
+ */
+@Injectable()
+export class SequenceMetrics {
+  /** The registry holding these metrics (the one passed in options, or the module's own). */
+  readonly registry: Registry;
+  private readonly enabled: boolean;
+  private readonly started: Counter<'channel'>;
+  private readonly completed: Counter<'channel'>;
+  private readonly expired: Counter<'channel'>;
+  private readonly rejected: Counter<'channel' | 'reason'>;
+  private readonly fragmentsRejected: Counter<'channel' | 'reason'>;
+  private readonly duplicates: Counter<'channel'>;
+  private readonly fragments: Counter<'channel'>;
+  private readonly bytes: Counter<'channel'>;
+  private readonly handlerFailures: Counter<'channel'>;
+  private readonly backpressure: Counter<'channel' | 'limit'>;
+  private readonly latency: Histogram<'channel'>;
+
+  constructor(
+    @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
+    @Inject(SEQUENCE_STORE) store: SequenceStore,
+  ) {
+    this.enabled = options.metrics !== false;
+    const prefix = options.metrics === false ? 'nest_sequence_' : options.metrics.prefix;
+    this.registry = (options.metrics !== false && options.metrics.registry) || new Registry();
+    const registers = this.enabled ? [this.registry] : [];
+    const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
+      new Counter<L>({ name: prefix + name, help, labelNames, registers });
+
+    this.started = counter('sequences_started_total', 'Sequences whose first fragment was stored', [
+      'channel',
+    ]);
+    this.completed = counter('sequences_completed_total', 'Sequences delivered to their handler', [
+      'channel',
+    ]);
+    this.expired = counter(
+      'sequences_expired_total',
+      'Incomplete sequences expired by the sweeper',
+      ['channel'],
+    );
+    this.rejected = counter(
+      'sequences_rejected_total',
+      'Sequences rejected whole (limits, integrity, handler failure)',
+      ['channel', 'reason'],
+    );
+    this.fragmentsRejected = counter('fragments_rejected_total', 'Fragments dead-lettered', [
+      'channel',
+      'reason',
+    ]);
+    this.duplicates = counter('duplicate_fragments_total', 'Fragments dropped as duplicates', [
+      'channel',
+    ]);
+    this.fragments = counter('fragments_received_total', 'Fragments received', ['channel']);
+    this.bytes = counter('bytes_received_total', 'Fragment body bytes received', ['channel']);
+    this.handlerFailures = counter('handler_failures_total', 'Handler calls that threw', [
+      'channel',
+    ]);
+    this.backpressure = counter(
+      'backpressure_total',
+      'Fragments requeued because a store-wide limit was reached',
+      ['channel', 'limit'],
+    );
+    this.latency = new Histogram({
+      name: prefix + 'reassembly_latency_seconds',
+      help: 'From a sequence first fragment to its handler having succeeded',
+      labelNames: ['channel'],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+
+    let lastStats: Promise<Awaited<ReturnType<SequenceStore['stats']>>> | undefined;
+    // One store round trip per scrape, shared by the three gauges.
+    const stats = () => {
+      lastStats ??= store
+        .stats(Date.now())
+        .finally(() => setImmediate(() => (lastStats = undefined)));
+      return lastStats;
+    };
+    new Gauge({
+      name: prefix + 'open_sequences',
+      help: 'Sequences with fragments buffered and not yet complete',
+      registers,
+      async collect() {
+        this.set((await stats()).openSequences);
+      },
+    });
+    new Gauge({
+      name: prefix + 'buffered_bytes',
+      help: 'Fragment bytes held by the store',
+      registers,
+      async collect() {
+        this.set((await stats()).bufferedBytes);
+      },
+    });
+    new Gauge({
+      name: prefix + 'oldest_open_age_seconds',
+      help: 'Age of the oldest open sequence',
+      registers,
+      async collect() {
+        const { oldestOpenAt } = await stats();
+        this.set(oldestOpenAt === undefined ? 0 : (Date.now() - oldestOpenAt) / 1000);
+      },
+    });
+  }
+
+  fragmentReceived(channel: string, bytes: number): void {
+    this.fragments.inc({ channel });
+    this.bytes.inc({ channel }, bytes);
+  }
+
+  sequenceStarted(channel: string): void {
+    this.started.inc({ channel });
+  }
+
+  sequenceCompleted(channel: string, firstFragmentAt: number): void {
+    this.completed.inc({ channel });
+    this.latency.observe({ channel }, Math.max(0, Date.now() - firstFragmentAt) / 1000);
+  }
+
+  sequenceExpired(channel: string): void {
+    this.expired.inc({ channel });
+  }
+
+  sequenceRejected(channel: string, reason: string): void {
+    this.rejected.inc({ channel, reason });
+  }
+
+  fragmentRejected(channel: string, reason: string): void {
+    this.fragmentsRejected.inc({ channel, reason });
+  }
+
+  duplicateFragment(channel: string): void {
+    this.duplicates.inc({ channel });
+  }
+
+  handlerFailed(channel: string): void {
+    this.handlerFailures.inc({ channel });
+  }
+
+  backpressured(channel: string, limit: string): void {
+    this.backpressure.inc({ channel, limit });
+  }
+}

@@ -1,0 +1,139 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { deathReason } from '../core/errors/rejection-code';
+import { SequenceHeader } from '../core/headers';
+import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
+import { SequenceMetrics } from '../observability/sequence.metrics';
+import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
+import { defaultDeadLetterChannel, type Transport } from '../ports/transport.port';
+import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+
+export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
+const SWEEP_BATCH = 100;
+
+/**
+ * Expires incomplete sequences whose deadline passed: frees their buffer, calls `onExpired`, and
+ * puts an expired-sequence record on the channel's dead-letter channel. Every instance may sweep:
+ * the store's `expire` hands each sequence to exactly one of them.
+ */
+@Injectable()
+export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('SequenceModule');
+  private running: Promise<number> | undefined;
+
+  constructor(
+    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
+    private readonly schedulerRegistry: SchedulerRegistry,
+    private readonly handlers: SequencedHandlerRegistry,
+    private readonly metrics: SequenceMetrics,
+  ) {}
+
+  onApplicationBootstrap(): void {
+    const interval = this.options.sweepIntervalMs;
+    if (interval === false) return;
+    const timer = setInterval(
+      () => void this.sweep().catch((error: unknown) => this.logFailure(error)),
+      interval,
+    );
+    this.schedulerRegistry.addInterval(EXPIRY_SWEEPER_INTERVAL, timer);
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    if (this.schedulerRegistry.doesExist('interval', EXPIRY_SWEEPER_INTERVAL)) {
+      this.schedulerRegistry.deleteInterval(EXPIRY_SWEEPER_INTERVAL);
+    }
+    await this.running?.catch(() => undefined);
+  }
+
+  /**
+   * Runs one sweep now (the scheduler calls it every `sweepIntervalMs`); resolves to the number of
+   * sequences this instance expired. Overlapping calls share one run.
+   */
+  sweep(now: number = Date.now()): Promise<number> {
+    this.running ??= this.sweepOnce(now).finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  private async sweepOnce(now: number): Promise<number> {
+    let expiredCount = 0;
+    for (;;) {
+      const due = await this.store.listExpired(now, SWEEP_BATCH);
+      let claimed = 0;
+      for (const ref of due) {
+        const expired = await this.store.expire(ref, now, this.options.retentionMs);
+        if (!expired) continue;
+        claimed++;
+        await this.report(expired);
+      }
+      expiredCount += claimed;
+      if (due.length < SWEEP_BATCH || claimed === 0) return expiredCount;
+    }
+  }
+
+  private async report(expired: ExpiredSequence): Promise<void> {
+    const channel = expired.scope;
+    this.metrics.sequenceExpired(channel);
+    const detail =
+      `sequence ${expired.sequenceId} expired after ${expired.ageMs} ms with ` +
+      `${expired.receivedPositions.length} fragment(s) received, ` +
+      `missing ${expired.size === undefined ? 'at least ' : ''}${formatPositions(expired.missingPositions)}`;
+    this.logger.warn(`${channel}: ${detail}`);
+    try {
+      await this.options.onExpired?.(expired);
+    } catch (error) {
+      this.logger.error(
+        `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
+      );
+    }
+    const deadLetterChannel =
+      this.handlers.get(channel)?.consumer.options.deadLetterChannel ??
+      defaultDeadLetterChannel(channel);
+    const record = Buffer.from(JSON.stringify({ kind: 'sequence-expired', channel, ...expired }));
+    try {
+      await this.transport.publish(
+        deadLetterChannel,
+        record,
+        {
+          [SequenceHeader.deathReason]: deathReason('sequence-expired', detail),
+          [SequenceHeader.id]: expired.sequenceId,
+          [SequenceHeader.contentType]: 'application/json',
+        },
+        { timeoutMs: this.options.publish.confirmTimeoutMs },
+      );
+    } catch (error) {
+      this.logger.error(
+        `could not publish the expiry record of sequence ${expired.sequenceId} to ${deadLetterChannel}: ${String(error)}`,
+      );
+    }
+  }
+
+  private logFailure(error: unknown): void {
+    this.logger.warn(`expiry sweep failed; will retry next interval: ${String(error)}`);
+  }
+}
+
+/** `3, 5-9, 12` — compact, and capped so a huge gap does not make a huge log line. */
+function formatPositions(positions: readonly number[]): string {
+  if (positions.length === 0) return 'none';
+  const ranges: string[] = [];
+  let start = positions[0];
+  let previous = start;
+  for (const position of [...positions.slice(1), Number.NaN]) {
+    if (position === previous + 1) {
+      previous = position;
+      continue;
+    }
+    ranges.push(start === previous ? `${start}` : `${start}-${previous}`);
+    start = previous = position;
+  }
+  return ranges.length > 20 ? `${ranges.slice(0, 20).join(', ')}, …` : ranges.join(', ');
+}

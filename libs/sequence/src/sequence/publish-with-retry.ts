@@ -1,0 +1,62 @@
+import type { HeaderMap } from '../core/headers';
+import { MessageTooLargeError } from '../core/errors/message-too-large.error';
+import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
+import type { Transport } from '../ports/transport.port';
+import type { PublishRetryOptions } from '../sequence.options';
+
+/**
+ * Publishes one message and waits for the broker's confirm, retrying with exponential backoff and
+ * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
+ * Reports the last error once `attempts` are spent; a message too large is not retried.
+ */
+export async function publishWithRetry(
+  transport: Transport,
+  channel: string,
+  body: Buffer,
+  headers: HeaderMap,
+  policy: Required<PublishRetryOptions>,
+): Promise<PublishOutcome> {
+  let attempt = 0;
+  for (;;) {
+    attempt++;
+    try {
+      await withTimeout(
+        transport.publish(channel, body, headers, { timeoutMs: policy.confirmTimeoutMs }),
+        policy.confirmTimeoutMs,
+        () => new PublishTimeoutError(channel, policy.confirmTimeoutMs),
+      );
+      return { ok: true, attempts: attempt };
+    } catch (error) {
+      if (error instanceof MessageTooLargeError || attempt >= policy.attempts) {
+        return { ok: false, attempts: attempt, error };
+      }
+      await delay(backoff(attempt, policy.baseDelayMs, policy.maxDelayMs));
+    }
+  }
+}
+
+export type PublishOutcome =
+  | { readonly ok: true; readonly attempts: number }
+  | { readonly ok: false; readonly attempts: number; readonly error: unknown };
+
+/** base × 2^(attempt-1), capped, with "equal jitter" (half fixed, half random). */
+export function backoff(attempt: number, baseDelayMs: number, maxDelayMs: number): number {
+  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
+  return ceiling / 2 + Math.random() * (ceiling / 2);
+}
+
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(onTimeout()), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

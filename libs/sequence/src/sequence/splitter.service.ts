@@ -1,0 +1,210 @@
+import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { Inject, Injectable } from '@nestjs/common';
+import { crc32, sha256Hasher } from '../core/checksum';
+import { SequencePublishError } from '../core/errors/sequence-publish.error';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
+import {
+  buildFragmentHeaders,
+  isContractHeader,
+  SEQUENCE_ID_PATTERN,
+  type HeaderMap,
+} from '../core/headers';
+import type { Transport } from '../ports/transport.port';
+import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import {
+  resolvePublishPolicyInto,
+  type PublishRetryOptions,
+  type ResolvedSequenceOptions,
+} from '../sequence.options';
+import { publishWithRetry } from './publish-with-retry';
+import type { RecordSource, SendOptions, SequenceReceipt, SplitterPayload } from './splitter.types';
+
+interface OutgoingFragment {
+  readonly body: Buffer;
+  readonly position: number;
+  readonly headers: HeaderMap;
+}
+
+/**
+ * Producer side of Message Sequence: cuts a payload into numbered, checksummed fragments that fit
+ * the broker, publishes each with a confirm, and reports a receipt.
+ *
+ * @example
+ * const receipt = await splitter.send('imaging.ai.intake', study, { headers: { study: 'CT-1' } });
+ */
+@Injectable()
+export class SplitterService {
+  constructor(
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
+  ) {}
+
+  /**
+   * Sends `payload` as one sequence. Resolves once every fragment is confirmed; rejects with
+   * {@link SequencePublishError} (naming the sequence and the fragment) when one could not be
+   * confirmed within its retry budget, or {@link SequenceOptionsError} for invalid options.
+   * Streams are read with back-pressure: at most about `publish.inFlight + 1` fragments are held.
+   */
+  async send(
+    channel: string,
+    payload: SplitterPayload,
+    options: SendOptions = {},
+  ): Promise<SequenceReceipt> {
+    const sequenceId = options.sequenceId ?? randomUUID();
+    const fragmentBytes = options.fragmentBytes ?? this.options.fragmentBytes;
+    const policy = this.validate(channel, sequenceId, fragmentBytes, options);
+    const base = {
+      sequenceId,
+      userHeaders: options.headers,
+      contentType: options.contentType,
+      contentEncoding: options.contentEncoding,
+    };
+
+    if (payload instanceof Uint8Array) {
+      const whole = Buffer.isBuffer(payload)
+        ? payload
+        : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+      const sha256 = sha256Hasher().update(whole).digest('hex');
+      const plan = planFragments(whole.length, fragmentBytes);
+      const fragments = (function* (): Generator<OutgoingFragment> {
+        for (const { position, offset, length } of plan) {
+          const body = whole.subarray(offset, offset + length);
+          const last = position === plan.length;
+          const headers = buildFragmentHeaders({
+            ...base,
+            position,
+            size: plan.length,
+            last,
+            crc32: crc32(body),
+            bytes: whole.length,
+            sha256: last ? sha256 : undefined,
+          });
+          yield { body, position, headers };
+        }
+      })();
+      await this.publishAll(channel, sequenceId, fragments, policy);
+      return { channel, sequenceId, fragments: plan.length, bytes: whole.length, sha256 };
+    }
+
+    const bodies = isRecordSource(payload)
+      ? packRecords(payload.records, fragmentBytes)
+      : chunkBytes(toAsyncIterable(payload), fragmentBytes);
+    const hash = sha256Hasher();
+    const totals = { fragments: 0, bytes: 0, sha256: '' };
+    const fragments = (async function* (): AsyncGenerator<OutgoingFragment> {
+      for await (const { value: body, last } of withLast(bodies)) {
+        const position = ++totals.fragments;
+        totals.bytes += body.length;
+        hash.update(body);
+        if (last) totals.sha256 = hash.digest('hex');
+        const headers = buildFragmentHeaders({
+          ...base,
+          position,
+          size: last ? position : undefined,
+          last,
+          crc32: crc32(body),
+          bytes: last ? totals.bytes : undefined,
+          sha256: last ? totals.sha256 : undefined,
+        });
+        yield { body, position, headers };
+      }
+    })();
+    await this.publishAll(channel, sequenceId, fragments, policy);
+    return { channel, sequenceId, ...totals };
+  }
+
+  /**
+   * Publishes fragments with up to `inFlight` awaiting their confirm. The source is pulled only
+   * when a slot frees, which is what bounds memory for streams. On the first final failure no
+   * further fragment is read; the ones in flight are allowed to settle, then the error is thrown.
+   */
+  private async publishAll(
+    channel: string,
+    sequenceId: string,
+    fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
+    policy: Required<PublishRetryOptions>,
+  ): Promise<void> {
+    const inFlight = new Set<Promise<void>>();
+    let failure: SequencePublishError | undefined;
+    const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
+      const outcome = await publishWithRetry(this.transport, channel, body, headers, policy);
+      if (!outcome.ok) {
+        failure ??= new SequencePublishError(
+          channel,
+          sequenceId,
+          position,
+          outcome.attempts,
+          outcome.error,
+        );
+      }
+    };
+    try {
+      for await (const fragment of fragments) {
+        const pending = publishOne(fragment).finally(() => inFlight.delete(pending));
+        inFlight.add(pending);
+        if (inFlight.size >= policy.inFlight) await Promise.race(inFlight);
+        if (failure) break;
+      }
+    } finally {
+      await Promise.all(inFlight);
+    }
+    if (failure) throw failure;
+  }
+
+  /** Checks a send's arguments; returns its publish policy (module policy plus overrides). */
+  private validate(
+    channel: string,
+    sequenceId: string,
+    fragmentBytes: number,
+    options: SendOptions,
+  ): Required<PublishRetryOptions> {
+    const problems: string[] = [];
+    const policy = resolvePublishPolicyInto(problems, this.options.publish, options.publish);
+    if (typeof channel !== 'string' || channel.length === 0)
+      problems.push('channel must be a non-empty string');
+    if (!SEQUENCE_ID_PATTERN.test(sequenceId)) {
+      problems.push(
+        `sequenceId ${JSON.stringify(sequenceId)} must be 1-128 characters of [A-Za-z0-9._:-]`,
+      );
+    }
+    if (!Number.isSafeInteger(fragmentBytes) || fragmentBytes < 1) {
+      problems.push(`fragmentBytes must be a positive integer, got ${String(fragmentBytes)}`);
+    } else if (fragmentBytes + this.options.headerAllowanceBytes > this.transport.maxMessageBytes) {
+      problems.push(
+        `fragmentBytes (${fragmentBytes}) plus headerAllowanceBytes ` +
+          `(${this.options.headerAllowanceBytes}) exceeds the ${this.transport.name} transport's ` +
+          `maxMessageBytes (${this.transport.maxMessageBytes}); use at most ` +
+          `${this.transport.maxMessageBytes - this.options.headerAllowanceBytes}`,
+      );
+    }
+    for (const [name, value] of Object.entries(options.headers ?? {})) {
+      if (isContractHeader(name))
+        problems.push(`header ${name} belongs to the wire contract; rename yours`);
+      if (!['string', 'number', 'boolean'].includes(typeof value)) {
+        problems.push(`header ${name} must be a string, number or boolean`);
+      }
+    }
+    if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
+    return policy;
+  }
+}
+
+function isRecordSource(payload: SplitterPayload): payload is RecordSource {
+  return (
+    typeof payload === 'object' &&
+    payload !== null &&
+    'records' in payload &&
+    !(payload instanceof Readable)
+  );
+}
+
+/** Byte chunks of a stream; a Readable with an encoding set yields strings, taken as UTF-8. */
+async function* toAsyncIterable(
+  payload: Readable | AsyncIterable<Uint8Array>,
+): AsyncGenerator<Uint8Array> {
+  for await (const chunk of payload as AsyncIterable<Uint8Array | string>) {
+    yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+  }
+}

@@ -1,0 +1,45 @@
+import type { Readable } from 'node:stream';
+import type { HeaderMap } from '../core/headers';
+import type { PublishRetryOptions } from '../sequence.options';
+
+/**
+ * Records to pack whole into fragments (record-aware mode): a record is never cut across two
+ * fragments unless it alone exceeds the fragment size. The payload is their concatenation.
+ */
+export interface RecordSource {
+  readonly records: Iterable<Uint8Array> | AsyncIterable<Uint8Array>;
+}
+
+/**
+ * What `SplitterService.send` accepts:
+ * - a `Buffer` / `Uint8Array` (size known: every fragment carries `x-sequence-size`);
+ * - a `Readable` or `AsyncIterable` of byte chunks of unknown length (streaming mode: the size
+ *   travels on the last fragment only);
+ * - a {@link RecordSource} (record-aware, streaming mode).
+ */
+export type SplitterPayload = Uint8Array | Readable | AsyncIterable<Uint8Array> | RecordSource;
+
+export interface SendOptions {
+  /** @default a random UUID */
+  sequenceId?: string;
+  /** Largest fragment body. @default the module's `fragmentBytes` */
+  fragmentBytes?: number;
+  /** Your headers, copied onto every fragment and handed to the handler. */
+  headers?: HeaderMap;
+  /** Of the whole payload. */
+  contentType?: string;
+  /** Of the whole payload. */
+  contentEncoding?: string;
+  /** Overrides the module's confirm timeout and retry policy for this send. */
+  publish?: PublishRetryOptions;
+}
+
+/** What a completed `send` reports. */
+export interface SequenceReceipt {
+  readonly channel: string;
+  readonly sequenceId: string;
+  readonly fragments: number;
+  readonly bytes: number;
+  /** SHA-256 of the whole payload, lowercase hex. */
+  readonly sha256: string;
+}

@@ -1,0 +1,729 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { crc32, sha256Hex } from '../../src/core/checksum';
+import type { HeaderMap } from '../../src/core/headers';
+import type {
+  AcceptContext,
+  AcceptResult,
+  FragmentRecord,
+  SequenceLimits,
+  SequenceRef,
+  SequenceStore,
+} from '../../src/ports/sequence-store.port';
+
+export interface SequenceStoreHarness {
+  /** A fresh, empty store (for a server-backed store: under a key prefix of its own). */
+  create(): Promise<SequenceStore>;
+  /** Closes it and cleans up; `store.close()` when absent. */
+  close?(store: SequenceStore): Promise<void>;
+}
+
+interface Fixture {
+  readonly ref: SequenceRef;
+  readonly payload: Buffer;
+  readonly sha256: string;
+  readonly fragments: FragmentRecord[];
+}
+
+interface FixtureOptions {
+  /** Only the last fragment carries the size. @default false */
+  readonly streamed?: boolean;
+  /** Every fragment carries `bytes`. @default true */
+  readonly declareBytes?: boolean;
+  /** Every fragment carries `sha256`, not only the last. @default false */
+  readonly shaOnEvery?: boolean;
+  readonly contentType?: string;
+  readonly contentEncoding?: string;
+  readonly userHeaders?: HeaderMap;
+}
+
+const GENEROUS_LIMITS: SequenceLimits = {
+  maxSequenceBytes: 64 * 1024 * 1024,
+  maxFragments: 10_000,
+  maxBufferedBytes: 256 * 1024 * 1024,
+  maxOpenSequences: 10_000,
+};
+
+/** The fragments of a payload cut into `bodies`, with headers as the splitter sets them. */
+export function sequenceFixture(
+  scope: string,
+  bodies: ReadonlyArray<Buffer | string>,
+  options: FixtureOptions = {},
+): Fixture {
+  const buffers = bodies.map((body) => (typeof body === 'string' ? Buffer.from(body) : body));
+  const payload = Buffer.concat(buffers);
+  const sha256 = sha256Hex(payload);
+  const size = buffers.length;
+  const ref = { scope, sequenceId: `seq-${randomUUID()}` };
+  const fragments = buffers.map((body, index): FragmentRecord => {
+    const last = index === size - 1;
+    return {
+      ...ref,
+      position: index + 1,
+      size: options.streamed && !last ? undefined : size,
+      last,
+      crc32: crc32(body),
+      sha256: last || options.shaOnEvery ? sha256 : undefined,
+      bytes: options.declareBytes === false ? undefined : payload.length,
+      contentType: options.contentType,
+      contentEncoding: options.contentEncoding,
+      userHeaders: options.userHeaders ?? {},
+      body,
+    };
+  });
+  return { ref, payload, sha256, fragments };
+}
+
+/** A fragment like `fragment` with another body (and the matching crc32). */
+function withBody(fragment: FragmentRecord, body: string): FragmentRecord {
+  const buffer = Buffer.from(body);
+  return { ...fragment, body: buffer, crc32: crc32(buffer) };
+}
+
+export async function readAll(stream: Readable): Promise<Buffer[]> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return chunks;
+}
+
+/**
+ * The behaviour every {@link SequenceStore} adapter must show. Time is passed in (`now`), so
+ * nothing here sleeps; each case uses a scope of its own and a fresh store.
+ */
+export function sequenceStoreConformance(adapterName: string, harness: SequenceStoreHarness): void {
+  describe(`SequenceStore conformance: ${adapterName}`, () => {
+    let store: SequenceStore;
+    let scope: string;
+    /** A base time near the real clock, for stores that also keep server-side TTLs. */
+    let t0: number;
+
+    beforeEach(async () => {
+      store = await harness.create();
+      scope = `conf.${randomUUID()}`;
+      t0 = Date.now();
+    });
+
+    afterEach(async () => {
+      await (harness.close ? harness.close(store) : store.close());
+    });
+
+    type ContextOverrides = Partial<Omit<AcceptContext, 'limits'>> & {
+      limits?: Partial<SequenceLimits>;
+    };
+
+    function context(at: number, overrides: ContextOverrides = {}): AcceptContext {
+      return {
+        now: at,
+        consumerId: 'consumer-a',
+        leaseMs: 30_000,
+        expiry: { ms: 60_000, strategy: 'fixed' },
+        retentionMs: 3_600_000,
+        ...overrides,
+        limits: { ...GENEROUS_LIMITS, ...overrides.limits },
+      };
+    }
+
+    const accept = (fragment: FragmentRecord, at = t0, overrides?: ContextOverrides) =>
+      store.accept(fragment, context(at, overrides));
+
+    async function acceptAll(
+      fragments: FragmentRecord[],
+      at = t0,
+      overrides?: ContextOverrides,
+    ): Promise<AcceptResult[]> {
+      const results: AcceptResult[] = [];
+      for (const fragment of fragments) results.push(await accept(fragment, at, overrides));
+      return results;
+    }
+
+    async function payloadOf(ref: SequenceRef): Promise<string> {
+      return Buffer.concat(await readAll(store.read(ref))).toString();
+    }
+
+    const finishCompleted = (ref: SequenceRef, at = t0) =>
+      store.finish(ref, 'completed', { now: at, retentionMs: 3_600_000 });
+
+    describe('accept', () => {
+      it('opens a sequence with its first fragment and stores the next ones', async () => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c']);
+
+        expect(await accept(fragments[0])).toEqual({ status: 'stored', opened: true });
+        expect(await accept(fragments[1])).toEqual({ status: 'stored', opened: false });
+      });
+
+      it('answers duplicate for a fragment stored again, and changes nothing', async () => {
+        const { fragments } = sequenceFixture(scope, ['aa', 'bb', 'cc']);
+        await accept(fragments[0]);
+        const before = await store.stats(t0);
+
+        expect(await accept(fragments[0], t0 + 10)).toEqual({ status: 'duplicate' });
+        expect(await store.stats(t0)).toEqual(before);
+      });
+
+      it.each([
+        ['in order', [0, 1, 2, 3, 4]],
+        ['in reverse', [4, 3, 2, 1, 0]],
+        ['shuffled', [2, 4, 0, 3, 1]],
+        ['shuffled, with duplicates', [3, 3, 0, 4, 0, 1, 4, 2, 1, 2]],
+      ])('completes exactly once, on the last missing fragment, %s', async (_name, order) => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e']);
+        const results = await acceptAll(order.map((index) => fragments[index]));
+
+        const statuses = results.map((result) => result.status);
+        expect(statuses.filter((status) => status === 'complete')).toHaveLength(1);
+        const firstSeen = order.map((index, at) => order.indexOf(index) === at);
+        const lastNew = firstSeen.lastIndexOf(true);
+        expect(statuses[lastNew]).toBe('complete');
+        expect(statuses.slice(lastNew + 1).every((status) => status === 'in-progress')).toBe(true);
+      });
+
+      it('completes a one-fragment sequence on its first fragment, opened', async () => {
+        const { fragments } = sequenceFixture(scope, ['only']);
+
+        expect(await accept(fragments[0])).toMatchObject({ status: 'complete', opened: true });
+      });
+
+      it('completes a streamed sequence once the last fragment brings the size', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['s1', 's2', 's3'], {
+          streamed: true,
+          declareBytes: false,
+        });
+        const results = await acceptAll([fragments[1], fragments[0], fragments[2]]);
+
+        expect(results.map((result) => result.status)).toEqual(['stored', 'stored', 'complete']);
+        expect(await payloadOf(ref)).toBe('s1s2s3');
+      });
+
+      it('describes the complete sequence', async () => {
+        const userHeaders = { 'x-tenant': 'acme', 'x-priority': 2, 'x-urgent': true };
+        const { fragments, payload, sha256 } = sequenceFixture(scope, ['first', 'second'], {
+          contentType: 'application/dicom',
+          contentEncoding: 'identity',
+          userHeaders,
+        });
+        await accept(fragments[1], t0 + 5);
+
+        const result = await accept(fragments[0], t0 + 20);
+        expect(result).toEqual({
+          status: 'complete',
+          opened: false,
+          sequence: {
+            scope,
+            sequenceId: fragments[0].sequenceId,
+            fragments: 2,
+            bytes: payload.length,
+            sha256,
+            declaredBytes: payload.length,
+            contentType: 'application/dicom',
+            contentEncoding: 'identity',
+            userHeaders,
+            firstFragmentAt: t0 + 5,
+            lastFragmentAt: t0 + 20,
+          },
+        });
+      });
+
+      it('gives complete to exactly one of concurrent callers storing the last fragments', async () => {
+        const { fragments } = sequenceFixture(scope, ['1', '2', '3', '4', '5', '6']);
+        await acceptAll(fragments.slice(0, 2));
+
+        const results = await Promise.all(
+          fragments
+            .slice(2)
+            .map((fragment, index) => accept(fragment, t0, { consumerId: `consumer-${index}` })),
+        );
+        expect(results.filter((result) => result.status === 'complete')).toHaveLength(1);
+        expect(results.filter((result) => result.status === 'stored')).toHaveLength(3);
+      });
+
+      it('gives complete to exactly one caller when every fragment arrives twice at once', async () => {
+        const { fragments } = sequenceFixture(scope, ['1', '2', '3', '4']);
+
+        const results = await Promise.all(
+          [...fragments, ...fragments].map((fragment, index) =>
+            accept(fragment, t0, { consumerId: `consumer-${index}` }),
+          ),
+        );
+        const statuses = results.map((result) => result.status);
+        expect(statuses.filter((status) => status === 'complete')).toHaveLength(1);
+        expect(statuses.filter((status) => status === 'stored')).toHaveLength(3);
+        expect(
+          statuses.filter((status) => status === 'stored' || status === 'complete'),
+        ).toHaveLength(4);
+      });
+    });
+
+    describe('read', () => {
+      it('streams the bodies in position order, byte-exact, never joining two', async () => {
+        const bodies = [randomBytes(70_000), randomBytes(1), randomBytes(20_000), randomBytes(5)];
+        const { fragments, ref, payload } = sequenceFixture(scope, bodies);
+        await acceptAll([fragments[2], fragments[0], fragments[3], fragments[1]]);
+
+        const chunks = await readAll(store.read(ref));
+        expect(Buffer.concat(chunks).equals(payload)).toBe(true);
+        const chunkEnds = new Set<number>();
+        let offset = 0;
+        for (const chunk of chunks) chunkEnds.add((offset += chunk.length));
+        let fragmentEnd = 0;
+        for (const body of bodies) {
+          fragmentEnd += body.length;
+          expect({ fragmentEnd, isChunkBoundary: chunkEnds.has(fragmentEnd) }).toEqual({
+            fragmentEnd,
+            isChunkBoundary: true,
+          });
+        }
+      });
+    });
+
+    describe('contradictions', () => {
+      /** Fragment 1 stored (and 3, the last, for duplicate-last); each case sends a bad one. */
+      const cases: Array<
+        [code: string, what: string, bad: (f: FragmentRecord[]) => FragmentRecord]
+      > = [
+        ['conflicting-duplicate', 'position 1 again with another body', (f) => withBody(f[0], 'X')],
+        ['size-changed', 'another size', (f) => ({ ...f[1], size: 4 })],
+        ['position-out-of-range', 'a position beyond the size', (f) => ({ ...f[1], position: 4 })],
+        [
+          'duplicate-last',
+          'a second last fragment at another position',
+          (f) => ({ ...f[1], last: true, size: 2 }),
+        ],
+        ['declaration-changed', 'other declared bytes', (f) => ({ ...f[1], bytes: 999 })],
+        ['declaration-changed', 'another sha256', (f) => ({ ...f[1], sha256: 'f'.repeat(64) })],
+      ];
+
+      it.each(cases)(
+        'rejects as %s %s, changes nothing, and the sequence still completes',
+        async (code, _what, bad) => {
+          const { fragments, ref } = sequenceFixture(scope, ['aaa', 'bbb', 'ccc'], {
+            shaOnEvery: true,
+          });
+          await accept(fragments[0]);
+          if (code === 'duplicate-last') await accept(fragments[2]);
+          const before = await store.stats(t0);
+
+          expect(await accept(bad(fragments), t0 + 1)).toEqual({
+            status: 'rejected',
+            code,
+            detail: expect.any(String),
+            sequenceRejected: false,
+          });
+          expect(await store.stats(t0 + 1)).toEqual(before);
+
+          const rest = code === 'duplicate-last' ? [fragments[1]] : fragments.slice(1);
+          const results = await acceptAll(rest, t0 + 2);
+          expect(results.at(-1)?.status).toBe('complete');
+          expect(await payloadOf(ref)).toBe('aaabbbccc');
+        },
+      );
+
+      it('rejects a size below a position already stored (streamed)', async () => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e'], { streamed: true });
+        await accept(fragments[3]);
+
+        expect(await accept({ ...fragments[4], position: 2, size: 2 })).toMatchObject({
+          status: 'rejected',
+          code: 'position-out-of-range',
+          sequenceRejected: false,
+        });
+      });
+    });
+
+    describe('per-sequence limits', () => {
+      it('rejects and marks a sequence that declares more than maxSequenceBytes', async () => {
+        const { fragments } = sequenceFixture(scope, ['x'.repeat(60), 'y'.repeat(60)]);
+        const limits = { maxSequenceBytes: 100 };
+
+        expect(await accept(fragments[0], t0, { limits })).toEqual({
+          status: 'rejected',
+          code: 'sequence-too-large',
+          detail: expect.any(String),
+          sequenceRejected: true,
+        });
+        expect(await accept(fragments[1], t0 + 1, { limits })).toMatchObject({
+          status: 'finished',
+          outcome: 'rejected',
+        });
+        expect(await store.stats(t0 + 1)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      });
+
+      it('rejects and drops a sequence whose fragments pass maxSequenceBytes', async () => {
+        const { fragments } = sequenceFixture(scope, ['x'.repeat(60), 'y'.repeat(60), 'z'], {
+          declareBytes: false,
+        });
+        const limits = { maxSequenceBytes: 100 };
+        expect(await accept(fragments[0], t0, { limits })).toMatchObject({ status: 'stored' });
+
+        expect(await accept(fragments[1], t0, { limits })).toMatchObject({
+          status: 'rejected',
+          code: 'sequence-too-large',
+          sequenceRejected: true,
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        for (const late of [fragments[2], fragments[0]]) {
+          expect(await accept(late, t0 + 1, { limits })).toMatchObject({
+            status: 'finished',
+            outcome: 'rejected',
+          });
+        }
+      });
+
+      it('rejects and marks a sequence that declares more than maxFragments', async () => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd']);
+        const limits = { maxFragments: 3 };
+
+        expect(await accept(fragments[0], t0, { limits })).toMatchObject({
+          status: 'rejected',
+          code: 'too-many-fragments',
+          sequenceRejected: true,
+        });
+        expect(await accept(fragments[1], t0, { limits })).toMatchObject({
+          status: 'finished',
+          outcome: 'rejected',
+        });
+      });
+
+      it('rejects a streamed sequence once a position passes maxFragments', async () => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e'], { streamed: true });
+        const limits = { maxFragments: 3 };
+        await acceptAll(fragments.slice(0, 3), t0, { limits });
+
+        expect(await accept(fragments[3], t0, { limits })).toMatchObject({
+          status: 'rejected',
+          code: 'too-many-fragments',
+          sequenceRejected: true,
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      });
+    });
+
+    describe('store-wide limits', () => {
+      it('answers backpressure for a new sequence at maxOpenSequences, storing nothing', async () => {
+        const limits = { maxOpenSequences: 2 };
+        const [a, b, c] = [1, 2, 3].map(() => sequenceFixture(scope, ['1', '2']));
+        await accept(a.fragments[0], t0, { limits });
+        await accept(b.fragments[0], t0, { limits });
+
+        expect(await accept(c.fragments[0], t0, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxOpenSequences',
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 2, bufferedBytes: 2 });
+        expect(await accept(a.fragments[1], t0, { limits })).toMatchObject({ status: 'complete' });
+
+        await finishCompleted(a.ref);
+        expect(await accept(c.fragments[0], t0, { limits })).toEqual({
+          status: 'stored',
+          opened: true,
+        });
+      });
+
+      it('answers backpressure at maxBufferedBytes, yet a sequence that reserved its bytes completes', async () => {
+        const limits = { maxBufferedBytes: 100 };
+        const reserved = sequenceFixture(scope, ['a'.repeat(20), 'b'.repeat(20), 'c'.repeat(40)]);
+        const other = sequenceFixture(scope, ['x'.repeat(30), 'y'], { declareBytes: false });
+        expect(await accept(reserved.fragments[0], t0, { limits })).toMatchObject({
+          status: 'stored',
+        });
+
+        expect(await accept(other.fragments[0], t0, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxBufferedBytes',
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 20 });
+        const rest = await acceptAll(reserved.fragments.slice(1), t0, { limits });
+        expect(rest.map((result) => result.status)).toEqual(['stored', 'complete']);
+        expect(await accept(other.fragments[0], t0, { limits })).toMatchObject({
+          status: 'backpressure',
+        });
+
+        await finishCompleted(reserved.ref);
+        expect(await accept(other.fragments[0], t0, { limits })).toEqual({
+          status: 'stored',
+          opened: true,
+        });
+      });
+
+      it('answers backpressure for the next fragment of an open sequence that reserved nothing', async () => {
+        const limits = { maxBufferedBytes: 100 };
+        const a = sequenceFixture(scope, ['a'.repeat(50), 'b'.repeat(20)], { declareBytes: false });
+        const b = sequenceFixture(scope, ['c'.repeat(40), 'd'], { declareBytes: false });
+        await accept(a.fragments[0], t0, { limits });
+        await accept(b.fragments[0], t0, { limits });
+
+        expect(await accept(a.fragments[1], t0, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxBufferedBytes',
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 2, bufferedBytes: 90 });
+        expect(await accept(b.fragments[1], t0, { limits })).toMatchObject({ status: 'complete' });
+      });
+
+      it('answers backpressure for a new sequence that declares more than the budget left', async () => {
+        const limits = { maxBufferedBytes: 100 };
+        const first = sequenceFixture(scope, ['a'.repeat(10), 'b'.repeat(70)]);
+        const tooBig = sequenceFixture(scope, ['c'.repeat(10), 'd'.repeat(20)]);
+        const fits = sequenceFixture(scope, ['e'.repeat(10), 'f'.repeat(10)]);
+        await accept(first.fragments[0], t0, { limits });
+
+        expect(await accept(tooBig.fragments[0], t0, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxBufferedBytes',
+        });
+        expect(await accept(fits.fragments[0], t0, { limits })).toEqual({
+          status: 'stored',
+          opened: true,
+        });
+      });
+    });
+
+    describe('completion lease', () => {
+      async function completeBy(consumerId: string, leaseMs: number) {
+        const fixture = sequenceFixture(scope, ['p', 'q']);
+        await accept(fixture.fragments[0], t0, { consumerId, leaseMs });
+        const result = await accept(fixture.fragments[1], t0, { consumerId, leaseMs });
+        expect(result).toMatchObject({ status: 'complete' });
+        return fixture;
+      }
+
+      it('answers in-progress while the lease is live, and complete again once it lapsed', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 1_000);
+        const asB = { consumerId: 'consumer-b', leaseMs: 1_000 };
+
+        expect(await accept(fragments[0], t0 + 500, asB)).toEqual({ status: 'in-progress' });
+        expect(await accept(fragments[1], t0 + 1_001, asB)).toMatchObject({
+          status: 'complete',
+          opened: false,
+          sequence: { scope, sequenceId: ref.sequenceId, fragments: 2, bytes: 2 },
+        });
+        expect(await accept(fragments[0], t0 + 1_500, { consumerId: 'consumer-a' })).toEqual({
+          status: 'in-progress',
+        });
+      });
+
+      it('renews the lease for its holder only', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 1_000);
+
+        expect(await store.renewLease(ref, 'consumer-b', 1_000, t0 + 900)).toBe(false);
+        expect(await store.renewLease(ref, 'consumer-a', 1_000, t0 + 900)).toBe(true);
+        const asB = { consumerId: 'consumer-b' };
+        expect(await accept(fragments[1], t0 + 1_500, asB)).toEqual({ status: 'in-progress' });
+        expect(await accept(fragments[1], t0 + 1_901, asB)).toMatchObject({ status: 'complete' });
+        expect(await store.renewLease(ref, 'consumer-a', 1_000, t0 + 2_000)).toBe(false);
+      });
+
+      it('does not renew a lapsed lease, nor one on an incomplete sequence', async () => {
+        const { ref } = await completeBy('consumer-a', 1_000);
+        const incomplete = sequenceFixture(scope, ['1', '2']);
+        await accept(incomplete.fragments[0]);
+
+        expect(await store.renewLease(ref, 'consumer-a', 1_000, t0 + 1_001)).toBe(false);
+        expect(await store.renewLease(incomplete.ref, 'consumer-a', 1_000, t0)).toBe(false);
+      });
+    });
+
+    describe('finish', () => {
+      it('completed: drops the fragments; late duplicates get finished completed', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+        await acceptAll(fragments);
+
+        await finishCompleted(ref, t0 + 10);
+        expect(await store.stats(t0 + 10)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(await accept(fragments[1], t0 + 20)).toMatchObject({
+          status: 'finished',
+          outcome: 'completed',
+        });
+        expect(await store.stats(t0 + 20)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      });
+
+      it('failed: keeps the fragments readable and counted until retention, with the reason', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['abc', 'def']);
+        await acceptAll(fragments);
+        const reason = 'handler-failed: database unavailable';
+
+        await store.finish(ref, 'failed', { now: t0, retentionMs: 10_000, reason });
+        expect(await accept(fragments[0], t0 + 1)).toEqual({
+          status: 'finished',
+          outcome: 'failed',
+          reason,
+        });
+        expect(await payloadOf(ref)).toBe('abcdef');
+        expect(await store.stats(t0 + 1)).toMatchObject({ openSequences: 0, bufferedBytes: 6 });
+
+        await store.listExpired(t0 + 10_001, 100);
+        expect(await store.stats(t0 + 10_001)).toMatchObject({ bufferedBytes: 0 });
+      });
+
+      it('rejected: drops the fragments; late fragments get finished rejected', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
+        await accept(fragments[0]);
+
+        await store.finish(ref, 'rejected', { now: t0, retentionMs: 10_000, reason: 'r: why' });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(await accept(fragments[1], t0 + 1)).toMatchObject({
+          status: 'finished',
+          outcome: 'rejected',
+          reason: 'r: why',
+        });
+      });
+    });
+
+    describe('expiry', () => {
+      const refs = (list: SequenceRef[]) => list.map((ref) => ref.sequenceId);
+
+      it('fixed: lists an incomplete sequence once first fragment + ms has passed', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['1', '2', '3']);
+        const fixed = { expiry: { ms: 1_000, strategy: 'fixed' as const } };
+        await accept(fragments[0], t0, fixed);
+        await accept(fragments[1], t0 + 800, fixed);
+
+        expect(refs(await store.listExpired(t0 + 900, 100))).not.toContain(ref.sequenceId);
+        expect(await store.listExpired(t0 + 1_001, 100)).toContainEqual(ref);
+      });
+
+      it('sliding: lists an incomplete sequence once latest fragment + ms has passed', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['1', '2', '3']);
+        const sliding = { expiry: { ms: 1_000, strategy: 'sliding' as const } };
+        await accept(fragments[0], t0, sliding);
+        await accept(fragments[1], t0 + 800, sliding);
+
+        expect(refs(await store.listExpired(t0 + 1_001, 100))).not.toContain(ref.sequenceId);
+        expect(await store.listExpired(t0 + 1_801, 100)).toContainEqual(ref);
+      });
+
+      it('never lists nor expires a complete sequence', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
+        await acceptAll(fragments, t0, { expiry: { ms: 1_000, strategy: 'fixed' } });
+
+        expect(refs(await store.listExpired(t0 + 5_000, 100))).not.toContain(ref.sequenceId);
+        expect(await store.expire(ref, t0 + 5_000, 10_000)).toBeNull();
+      });
+
+      it('honours the limit of listExpired', async () => {
+        const expiry = { ms: 1_000, strategy: 'fixed' as const };
+        for (let index = 0; index < 5; index++) {
+          await accept(sequenceFixture(scope, ['1', '2']).fragments[0], t0, { expiry });
+        }
+
+        expect(await store.listExpired(t0 + 2_000, 3)).toHaveLength(3);
+        expect(await store.listExpired(t0 + 2_000, 10)).toHaveLength(5);
+      });
+
+      it('expires a due sequence: reports what was received and missing, frees it, marks it', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['aa', 'bb', 'cc', 'dd', 'ee']);
+        const expiry = { ms: 1_000, strategy: 'fixed' as const };
+        await accept(fragments[2], t0, { expiry });
+        await accept(fragments[0], t0 + 300, { expiry });
+
+        expect(await store.expire(ref, t0 + 1_200, 10_000)).toEqual({
+          scope,
+          sequenceId: ref.sequenceId,
+          receivedPositions: [1, 3],
+          missingPositions: [2, 4, 5],
+          size: 5,
+          bufferedBytes: 4,
+          firstFragmentAt: t0,
+          lastFragmentAt: t0 + 300,
+          ageMs: 1_200,
+        });
+        expect(await store.stats(t0 + 1_200)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(refs(await store.listExpired(t0 + 1_300, 100))).not.toContain(ref.sequenceId);
+        expect(await accept(fragments[1], t0 + 1_300)).toMatchObject({
+          status: 'finished',
+          outcome: 'expired',
+        });
+      });
+
+      it('reports missing positions up to the highest received when the size is unknown', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e'], {
+          streamed: true,
+        });
+        await acceptAll([fragments[0], fragments[3]], t0, {
+          expiry: { ms: 1_000, strategy: 'fixed' },
+        });
+
+        const expired = await store.expire(ref, t0 + 2_000, 10_000);
+        expect(expired).toMatchObject({ receivedPositions: [1, 4], missingPositions: [2, 3] });
+        expect(expired?.size).toBeUndefined();
+      });
+
+      it('lets only one of two sweepers expire a sequence', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+        await accept(fragments[0], t0, { expiry: { ms: 1_000, strategy: 'fixed' } });
+
+        const concurrent = await Promise.all([
+          store.expire(ref, t0 + 2_000, 10_000),
+          store.expire(ref, t0 + 2_000, 10_000),
+        ]);
+        expect(concurrent.filter((expired) => expired !== null)).toHaveLength(1);
+        expect(await store.expire(ref, t0 + 2_001, 10_000)).toBeNull();
+      });
+
+      it('does not expire a sequence before its deadline', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+        await accept(fragments[0], t0, { expiry: { ms: 1_000, strategy: 'fixed' } });
+
+        expect(await store.expire(ref, t0 + 500, 10_000)).toBeNull();
+        expect(await accept(fragments[1], t0 + 600)).toMatchObject({ status: 'complete' });
+      });
+
+      it('returns null for a sequence it does not know', async () => {
+        expect(await store.expire({ scope, sequenceId: 'never-seen' }, t0, 10_000)).toBeNull();
+      });
+    });
+
+    describe('stats', () => {
+      it('counts open sequences, buffered bytes and the oldest first fragment', async () => {
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect((await store.stats(t0)).oldestOpenAt).toBeUndefined();
+        const expiry = { ms: 1_000, strategy: 'fixed' as const };
+        const a = sequenceFixture(scope, ['aaaa', 'bbbb', 'cccc']);
+        const b = sequenceFixture(scope, ['xx', 'yy']);
+        await acceptAll(a.fragments.slice(0, 2), t0 + 10, { expiry });
+        await accept(b.fragments[0], t0 + 20, { expiry });
+
+        expect(await store.stats(t0 + 30)).toEqual({
+          openSequences: 2,
+          bufferedBytes: 10,
+          oldestOpenAt: t0 + 10,
+        });
+
+        await accept(b.fragments[1], t0 + 40);
+        await finishCompleted(b.ref, t0 + 50);
+        await store.expire(a.ref, t0 + 2_000, 10_000);
+        const after = await store.stats(t0 + 2_000);
+        expect(after).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(after.oldestOpenAt).toBeUndefined();
+      });
+    });
+
+    describe('scopes', () => {
+      it('keeps the same sequence id in two scopes apart', async () => {
+        const otherScope = `${scope}.other`;
+        const here = sequenceFixture(scope, ['a', 'b']);
+        const there = sequenceFixture(otherScope, ['a', 'b', 'c', 'd']);
+        const sameId = (fragment: FragmentRecord) => ({
+          ...fragment,
+          sequenceId: here.ref.sequenceId,
+        });
+        const thereRef = { scope: otherScope, sequenceId: here.ref.sequenceId };
+
+        expect(await accept(here.fragments[0])).toEqual({ status: 'stored', opened: true });
+        expect(await accept(sameId(there.fragments[0]))).toEqual({
+          status: 'stored',
+          opened: true,
+        });
+        expect(await accept(here.fragments[1])).toMatchObject({ status: 'complete' });
+        await finishCompleted(here.ref);
+
+        const rest = await acceptAll(there.fragments.slice(1).map(sameId));
+        expect(rest.map((result) => result.status)).toEqual(['stored', 'stored', 'complete']);
+        expect(await payloadOf(thereRef)).toBe('abcd');
+      });
+    });
+
+    it('answers ping', async () => {
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+  });
+}

@@ -1,0 +1,56 @@
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
+import { AppModule } from './app.module';
+import { RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
+import { PacsRouterService } from './imaging/pacs-router.service';
+
+const MB = 1024 * 1024;
+
+/** Sends one synthetic study through Message Sequence and waits for the AI service's report. */
+async function main(): Promise<boolean> {
+  const studyBytes = Number(process.env.STUDY_BYTES ?? 180 * MB);
+  const app = await NestFactory.createApplicationContext(AppModule, {
+    logger: ['error', 'warn', 'log'],
+  });
+  try {
+    const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
+    const reports = new Map<string, StudyReport>();
+    let reportArrived = () => {};
+    await transport.subscribe(RESULTS_CHANNEL, async (message) => {
+      const report = JSON.parse(message.body.toString('utf8')) as StudyReport;
+      reports.set(report.sequenceId, report);
+      reportArrived();
+      return { action: 'ack' };
+    });
+
+    const started = Date.now();
+    const receipt = await app.get(PacsRouterService).sendStudy('1.2.840.99999.1', studyBytes);
+    while (!reports.has(receipt.sequenceId)) {
+      await new Promise<void>((resolve) => (reportArrived = resolve));
+    }
+    const report = reports.get(receipt.sequenceId)!;
+    const elapsedMs = Date.now() - started;
+    const matched = report.sha256 === receipt.sha256 && report.bytes === receipt.bytes;
+
+    console.log(
+      [
+        `study ${report.studyUid}: ${receipt.fragments} fragments, ${receipt.bytes} bytes`,
+        `  sent and reassembled in ${elapsedMs} ms (${(receipt.bytes / MB / (elapsedMs / 1000)).toFixed(1)} MB/s)`,
+        `  ${report.records} records analysed, mean intensity ${report.meanIntensity.toFixed(2)}`,
+        `  sha256 ${receipt.sha256} ${matched ? 'matched' : 'DID NOT MATCH'}`,
+      ].join('\n'),
+    );
+    return matched;
+  } finally {
+    await app.close();
+  }
+}
+
+main().then(
+  (ok) => process.exit(ok ? 0 : 1),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);
