@@ -102,6 +102,18 @@ export function admitFragment(
     };
   }
 
+  // Checked after duplicates, which add no bytes.
+  const declaredBytes = state.declaredBytes ?? fragment.bytes;
+  if (declaredBytes !== undefined && state.storedBytes + fragment.bodyBytes > declaredBytes) {
+    return {
+      kind: 'contradiction',
+      code: 'declaration-changed',
+      detail:
+        `${state.storedBytes + fragment.bodyBytes} bytes received exceed the declared ` +
+        `x-sequence-bytes ${declaredBytes}`,
+    };
+  }
+
   const fragments = Math.max(fragment.size ?? 0, fragment.position);
   if (fragments > limits.maxFragments) {
     return {
@@ -232,7 +244,8 @@ export function accountedBytes(state: SequenceState | undefined): number {
 
 /**
  * How many more budget bytes admitting this fragment needs. Zero for a sequence that already
- * reserved its declared bytes: it never needs more, so it is never back-pressured.
+ * reserved its declared bytes: admission never lets it store more than it declared, so it never
+ * needs more and is never back-pressured.
  */
 export function budgetIncrease(state: SequenceState | undefined, fragment: FragmentFacts): number {
   if (state?.declaredBytes !== undefined) return 0;

@@ -146,9 +146,11 @@ export interface SequenceRef {
  * - `finish` ends a sequence: `completed` drops its fragments; `failed` keeps them for
  *   inspection until `retentionMs`; both leave a marker for `retentionMs` so late duplicates
  *   get `finished`.
- * - `listExpired` returns open sequences whose deadline passed; `expire` atomically claims one
- *   (null when another sweeper already did, or it completed meanwhile), drops its fragments and
- *   marks it `expired`. Safe to call from several instances at once.
+ * - `listExpired` returns open sequences whose deadline passed, and complete ones abandoned for
+ *   longer than the expiry time after their lease lapsed (nobody redelivered a fragment to take
+ *   them over); `expire` atomically claims one (null when another sweeper already did, or it was
+ *   finished or taken over meanwhile), drops its fragments and marks it `expired`. Safe to call
+ *   from several instances at once.
  * - Every piece of state is bounded in time (markers, failed fragments, open sequences).
  */
 export interface SequenceStore {
@@ -157,6 +159,11 @@ export interface SequenceStore {
   accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult>;
   /** Extends the completion lease; false when the caller no longer holds it. */
   renewLease(ref: SequenceRef, consumerId: string, leaseMs: number, now: number): Promise<boolean>;
+  /**
+   * Gives up the completion lease (after a transient failure) so that a redelivered fragment can
+   * take the sequence over at once instead of waiting for the lease to lapse. No-op for others.
+   */
+  releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void>;
   /** The bodies of a complete sequence, in position order. */
   read(ref: SequenceRef): Readable;
   finish(

@@ -11,7 +11,11 @@ import type {
   SequenceRef,
   SequenceStore,
 } from '../ports/sequence-store.port';
-import type { Disposition, InboundMessage } from '../ports/transport.port';
+import {
+  defaultDeadLetterChannel,
+  type Disposition,
+  type InboundMessage,
+} from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
 import {
   resolveConsumerOptions,
@@ -47,6 +51,8 @@ const ACK: Disposition = { action: 'ack' };
 @Injectable()
 export class AggregatorService {
   private readonly logger = new Logger(AggregatorService.name);
+  /** Dead-letter channel of every consumer created here, for records published on its behalf. */
+  private readonly deadLetterChannels = new Map<string, string>();
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -61,7 +67,14 @@ export class AggregatorService {
     overrides: SequenceConsumerOptions = {},
   ): SequenceConsumer {
     const where = `sequence consumer of ${channel}`;
-    return { channel, handler, options: resolveConsumerOptions(where, overrides, this.options) };
+    const options = resolveConsumerOptions(where, overrides, this.options);
+    if (options.deadLetterChannel) this.deadLetterChannels.set(channel, options.deadLetterChannel);
+    return { channel, handler, options };
+  }
+
+  /** Where dead-letters of `channel` go: its consumer's `deadLetterChannel`, else `<channel>.dlq`. */
+  deadLetterChannelOf(channel: string): string {
+    return this.deadLetterChannels.get(channel) ?? defaultDeadLetterChannel(channel);
   }
 
   /**
@@ -175,7 +188,7 @@ export class AggregatorService {
         this.logger.warn(
           `could not read sequence ${ref.sequenceId} back from the store; requeued: ${describe(error)}`,
         );
-        return this.requeue('store unavailable');
+        return this.handBack(ref);
       }
       const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
       if (
@@ -285,6 +298,12 @@ export class AggregatorService {
     );
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /** After a transient failure: let the lease go so the redelivered fragment can retry at once. */
+  private async handBack(ref: SequenceRef): Promise<Disposition> {
+    await this.store.releaseLease(ref, this.options.consumerId, Date.now()).catch(() => undefined); // the lease then lapses by itself
+    return this.requeue('store unavailable');
   }
 
   private rejectFragment(channel: string, code: RejectionCode, detail: string): Disposition {

@@ -8,12 +8,12 @@ import {
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
-import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
 import { SequenceMetrics } from '../observability/sequence.metrics';
 import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
-import { defaultDeadLetterChannel, type Transport } from '../ports/transport.port';
+import type { Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
+import { AggregatorService } from './aggregator.service';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 const SWEEP_BATCH = 100;
@@ -33,7 +33,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
     private readonly schedulerRegistry: SchedulerRegistry,
-    private readonly handlers: SequencedHandlerRegistry,
+    private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
   ) {}
 
@@ -94,9 +94,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
         `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
       );
     }
-    const deadLetterChannel =
-      this.handlers.get(channel)?.consumer.options.deadLetterChannel ??
-      defaultDeadLetterChannel(channel);
+    const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
     const record = Buffer.from(JSON.stringify({ kind: 'sequence-expired', channel, ...expired }));
     try {
       await this.transport.publish(

@@ -14,6 +14,8 @@ export interface HeldSequence {
   readonly bodies: Map<number, Buffer>;
   /** When it expires if still incomplete (fixed or sliding). */
   deadline: number;
+  /** The expiry time it opened with; also how long a complete one may sit with no lease. */
+  readonly expiryMs: number;
   contentType?: string;
   contentEncoding?: string;
   /** The producer's headers, from the first fragment stored. */
@@ -34,6 +36,15 @@ export interface RetainedFragments {
   readonly bodies: Map<number, Buffer>;
   readonly bytes: number;
   readonly until: number;
+}
+
+/**
+ * Due for expiry: incomplete past its deadline, or complete with its lease lapsed for longer
+ * than its expiry time (abandoned: no redelivery came to take it over).
+ */
+export function isDue(held: HeldSequence, complete: boolean, now: number): boolean {
+  if (!complete) return held.deadline <= now;
+  return (held.lease?.until ?? held.state.lastFragmentAt) + held.expiryMs <= now;
 }
 
 /** Map key of a sequence: the same id in two scopes is two sequences. */

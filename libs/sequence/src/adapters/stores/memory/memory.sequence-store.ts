@@ -24,6 +24,7 @@ import {
   bodiesInOrder,
   describeComplete,
   failingStream,
+  isDue,
   sequenceKey,
   streamOf,
   type FinishedMarker,
@@ -119,6 +120,11 @@ export class MemorySequenceStore implements SequenceStore {
     return true;
   }
 
+  async releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void> {
+    const lease = this.held.get(sequenceKey(ref))?.lease;
+    if (lease?.consumerId === consumerId) lease.until = Math.min(lease.until, now);
+  }
+
   read(ref: SequenceRef): Readable {
     const key = sequenceKey(ref);
     const held = this.held.get(key);
@@ -155,7 +161,7 @@ export class MemorySequenceStore implements SequenceStore {
     this.purge(now);
     const due: HeldSequence[] = [];
     for (const sequence of this.held.values()) {
-      if (sequence.deadline <= now && !isComplete(sequence.state)) due.push(sequence);
+      if (isDue(sequence, isComplete(sequence.state), now)) due.push(sequence);
     }
     return due
       .sort((a, b) => a.deadline - b.deadline)
@@ -170,7 +176,7 @@ export class MemorySequenceStore implements SequenceStore {
   ): Promise<ExpiredSequence | null> {
     const key = sequenceKey(ref);
     const sequence = this.held.get(key);
-    if (!sequence || sequence.deadline > now || isComplete(sequence.state)) return null;
+    if (!sequence || !isDue(sequence, isComplete(sequence.state), now)) return null;
     const { state } = sequence;
     const receivedPositions = [...state.crcByPosition.keys()].sort((a, b) => a - b);
     const missing = missingPositions(receivedPositions, state.size);
@@ -224,6 +230,7 @@ export class MemorySequenceStore implements SequenceStore {
       state: emptySequenceState(context.now),
       bodies: new Map(),
       deadline: context.now + context.expiry.ms,
+      expiryMs: context.expiry.ms,
       userHeaders: { ...fragment.userHeaders },
     };
     this.held.set(sequenceKey(fragment), sequence);
