@@ -100,6 +100,24 @@ describe('admitFragment', () => {
         stateWith(facts(1, { sha256: SHA_A })),
         lastOf(3, { sha256: SHA_B }),
       ],
+      [
+        'a body that takes the stored bytes past the declared bytes',
+        'declaration-changed',
+        stateWith(facts(1, { bytes: 25 })),
+        facts(2, { bytes: 25, bodyBytes: 16 }),
+      ],
+      [
+        'a first body larger than the bytes it declares',
+        'declaration-changed',
+        emptySequenceState(0),
+        facts(1, { bytes: 9 }),
+      ],
+      [
+        'declared bytes below what is already stored',
+        'declaration-changed',
+        stateWith(facts(1), facts(2)),
+        facts(3, { bytes: 25 }),
+      ],
     ];
 
     it.each(cases)(
@@ -112,6 +130,21 @@ describe('admitFragment', () => {
         expect(snapshot(state)).toEqual(before);
       },
     );
+
+    it('admits a body that brings the stored bytes to exactly the declared bytes', () => {
+      const state = stateWith(facts(1, { bytes: 25 }));
+      expect(admitFragment(state, facts(2, { bytes: 25, bodyBytes: 15 }), limits)).toEqual({
+        kind: 'new',
+      });
+    });
+
+    it('calls a stored fragment a duplicate before counting its body against the declared bytes', () => {
+      const state = stateWith(facts(1, { bytes: 20 }), facts(2, { bytes: 20 }));
+      expect(admitFragment(state, facts(2, { bytes: 20 }), limits)).toEqual({ kind: 'duplicate' });
+      expect(admitFragment(state, facts(2, { bytes: 20, crc32: 999 }), limits)).toMatchObject({
+        code: 'conflicting-duplicate',
+      });
+    });
 
     it('prefers a contradiction over a duplicate at a stored position', () => {
       const state = stateWith(facts(1, { size: 3 }));

@@ -290,6 +290,11 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         ],
         ['declaration-changed', 'other declared bytes', (f) => ({ ...f[1], bytes: 999 })],
         ['declaration-changed', 'another sha256', (f) => ({ ...f[1], sha256: 'f'.repeat(64) })],
+        [
+          'declaration-changed',
+          'a body that takes the stored bytes past the declared bytes',
+          (f) => withBody(f[1], 'bbbbbbb'),
+        ],
       ];
 
       it.each(cases)(
@@ -316,6 +321,33 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
           expect(await payloadOf(ref)).toBe('aaabbbccc');
         },
       );
+
+      it('rejects a first fragment whose body alone passes the bytes it declares, opening nothing', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['aaa', 'bbb']);
+
+        expect(await accept(withBody(fragments[0], 'aaaaaaa'))).toEqual({
+          status: 'rejected',
+          code: 'declaration-changed',
+          detail: expect.any(String),
+          sequenceRejected: false,
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+
+        const results = await acceptAll(fragments, t0 + 1);
+        expect(results.map((result) => result.status)).toEqual(['stored', 'complete']);
+        expect(await payloadOf(ref)).toBe('aaabbb');
+      });
+
+      it('answers duplicate for a stored fragment whose body, counted again, would pass the declared bytes', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b'.repeat(8), 'c']);
+        await acceptAll([fragments[1], fragments[0]]);
+        const before = await store.stats(t0);
+
+        expect(await accept(fragments[1], t0 + 1)).toEqual({ status: 'duplicate' });
+        expect(await store.stats(t0 + 1)).toEqual(before);
+        expect(await accept(fragments[2], t0 + 2)).toMatchObject({ status: 'complete' });
+        expect(await payloadOf(ref)).toBe(`a${'b'.repeat(8)}c`);
+      });
 
       it('rejects a size below a position already stored (streamed)', async () => {
         const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e'], { streamed: true });
@@ -520,6 +552,43 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         expect(await store.renewLease(ref, 'consumer-a', 1_000, t0 + 1_001)).toBe(false);
         expect(await store.renewLease(incomplete.ref, 'consumer-a', 1_000, t0)).toBe(false);
       });
+
+      it('lets a redelivered fragment take over at once after the holder released the lease', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 30_000);
+
+        await store.releaseLease(ref, 'consumer-a', t0 + 100);
+        expect(await accept(fragments[0], t0 + 100, { consumerId: 'consumer-b' })).toMatchObject({
+          status: 'complete',
+          opened: false,
+          sequence: { scope, sequenceId: ref.sequenceId, fragments: 2, bytes: 2 },
+        });
+      });
+
+      it('ignores a release by a consumer that does not hold the lease', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 30_000);
+
+        await store.releaseLease(ref, 'consumer-b', t0 + 100);
+        expect(await accept(fragments[0], t0 + 100, { consumerId: 'consumer-b' })).toEqual({
+          status: 'in-progress',
+        });
+        expect(await store.renewLease(ref, 'consumer-a', 30_000, t0 + 200)).toBe(true);
+      });
+
+      it('resolves and changes nothing when releasing an unknown or incomplete sequence', async () => {
+        const incomplete = sequenceFixture(scope, ['1', '2']);
+        await accept(incomplete.fragments[0]);
+        const before = await store.stats(t0);
+
+        await expect(
+          store.releaseLease({ scope, sequenceId: 'never-seen' }, 'consumer-a', t0),
+        ).resolves.toBeUndefined();
+        await expect(store.releaseLease(incomplete.ref, 'consumer-a', t0)).resolves.toBeUndefined();
+        expect(await store.stats(t0)).toEqual(before);
+        expect(await accept(incomplete.fragments[1], t0 + 1)).toMatchObject({
+          status: 'complete',
+          opened: false,
+        });
+      });
     });
 
     describe('finish', () => {
@@ -591,12 +660,75 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         expect(await store.listExpired(t0 + 1_801, 100)).toContainEqual(ref);
       });
 
-      it('never lists nor expires a complete sequence', async () => {
-        const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
-        await acceptAll(fragments, t0, { expiry: { ms: 1_000, strategy: 'fixed' } });
+      describe('of an abandoned complete sequence', () => {
+        /** Lease and expiry of 1 s each: abandoned from lease-until (t0 + 1 s) + 1 s. */
+        const short = { leaseMs: 1_000, expiry: { ms: 1_000, strategy: 'fixed' as const } };
 
-        expect(refs(await store.listExpired(t0 + 5_000, 100))).not.toContain(ref.sequenceId);
-        expect(await store.expire(ref, t0 + 5_000, 10_000)).toBeNull();
+        it('lists it once expiry ms have passed since its lease lapsed, and no sooner', async () => {
+          const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
+          await acceptAll(fragments, t0, short);
+
+          expect(refs(await store.listExpired(t0 + 1_900, 100))).not.toContain(ref.sequenceId);
+          expect(await store.expire(ref, t0 + 1_900, 10_000)).toBeNull();
+          expect(await store.listExpired(t0 + 2_001, 100)).toContainEqual(ref);
+        });
+
+        it('expires it with every position received and none missing, then marks it expired', async () => {
+          const { fragments, ref } = sequenceFixture(scope, ['aa', 'bb', 'cc']);
+          await acceptAll(fragments.slice(0, 2), t0, short);
+          await accept(fragments[2], t0 + 10, short);
+
+          expect(await store.expire(ref, t0 + 2_100, 10_000)).toEqual({
+            scope,
+            sequenceId: ref.sequenceId,
+            receivedPositions: [1, 2, 3],
+            missingPositions: [],
+            size: 3,
+            bufferedBytes: 6,
+            firstFragmentAt: t0,
+            lastFragmentAt: t0 + 10,
+            ageMs: 2_100,
+          });
+          expect(await store.stats(t0 + 2_100)).toMatchObject({
+            openSequences: 0,
+            bufferedBytes: 0,
+          });
+          expect(refs(await store.listExpired(t0 + 2_200, 100))).not.toContain(ref.sequenceId);
+          expect(await accept(fragments[0], t0 + 2_200, short)).toMatchObject({
+            status: 'finished',
+            outcome: 'expired',
+          });
+        });
+
+        it('never lists nor expires it while its holder keeps renewing the lease', async () => {
+          const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
+          await acceptAll(fragments, t0, short);
+
+          for (let at = t0 + 900; at <= t0 + 9_000; at += 900) {
+            expect(await store.renewLease(ref, 'consumer-a', 1_000, at)).toBe(true);
+            expect(refs(await store.listExpired(at, 100))).not.toContain(ref.sequenceId);
+            expect(await store.expire(ref, at, 10_000)).toBeNull();
+          }
+        });
+
+        it('starts the abandonment clock when the holder releases the lease', async () => {
+          const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
+          await acceptAll(fragments, t0, { ...short, leaseMs: 30_000 });
+
+          await store.releaseLease(ref, 'consumer-a', t0 + 5_000);
+          expect(refs(await store.listExpired(t0 + 5_900, 100))).not.toContain(ref.sequenceId);
+          expect(await store.listExpired(t0 + 6_001, 100)).toContainEqual(ref);
+        });
+
+        it('does not expire it once a redelivered fragment took it over', async () => {
+          const { fragments, ref } = sequenceFixture(scope, ['1', '2']);
+          await acceptAll(fragments, t0, short);
+          expect(await store.listExpired(t0 + 2_001, 100)).toContainEqual(ref);
+
+          const asB = { ...short, consumerId: 'consumer-b' };
+          expect(await accept(fragments[0], t0 + 2_001, asB)).toMatchObject({ status: 'complete' });
+          expect(await store.expire(ref, t0 + 2_002, 10_000)).toBeNull();
+        });
       });
 
       it('honours the limit of listExpired', async () => {
