@@ -6,6 +6,7 @@ import { RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
 const MB = 1024 * 1024;
+const REPORT_TIMEOUT_MS = 300_000;
 
 /** Sends one synthetic study through Message Sequence and waits for the AI service's report. */
 async function main(): Promise<boolean> {
@@ -26,8 +27,14 @@ async function main(): Promise<boolean> {
 
     const started = Date.now();
     const receipt = await app.get(PacsRouterService).sendStudy('1.2.840.99999.1', studyBytes);
+    const deadline = Date.now() + REPORT_TIMEOUT_MS;
     while (!reports.has(receipt.sequenceId)) {
-      await new Promise<void>((resolve) => (reportArrived = resolve));
+      if (Date.now() > deadline)
+        throw new Error(`no report for ${receipt.sequenceId} within ${REPORT_TIMEOUT_MS} ms`);
+      await new Promise<void>((resolve) => {
+        reportArrived = resolve;
+        setTimeout(resolve, 1_000);
+      });
     }
     const report = reports.get(receipt.sequenceId)!;
     const elapsedMs = Date.now() - started;

@@ -52,6 +52,8 @@ export * from './core/errors';
 export * from './ports/transport.port';
 export * from './ports/sequence-store.port';
 export { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
+export { RabbitMqTransport } from './adapters/transports/rabbitmq/rabbitmq.transport';
+export type { RabbitMqTransportOptions } from './adapters/transports/rabbitmq/rabbitmq.options';
 export { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 
 // Observability

@@ -197,6 +197,13 @@ export function resolveSequenceOptions(
   if (resolved.sweepIntervalMs !== false) {
     checkInteger(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
   }
+  if (Number.isSafeInteger(fragmentBytes) && resolved.maxFragmentBytes < fragmentBytes) {
+    problems.push(
+      `maxFragmentBytes (${resolved.maxFragmentBytes}) is below fragmentBytes (${fragmentBytes}): ` +
+        `this module's consumers would dead-letter what its splitter sends; ` +
+        `raise maxFragmentBytes or lower fragmentBytes`,
+    );
+  }
   if (resolved.maxSequenceBytes > resolved.maxBufferedBytes) {
     problems.push(
       `maxSequenceBytes (${resolved.maxSequenceBytes}) exceeds maxBufferedBytes ` +
@@ -293,7 +300,10 @@ export function resolvePublishPolicyInto(
 
 function checkInteger(problems: string[], name: string, value: unknown, min: number): boolean {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
-    problems.push(`${name} must be an integer >= ${min}, got ${String(value)}`);
+    const got = typeof value === 'string' ? `the string ${JSON.stringify(value)}` : String(value);
+    const hint =
+      typeof value === 'string' ? ' (convert values read from the environment with Number())' : '';
+    problems.push(`${name} must be an integer >= ${min}, got ${got}${hint}`);
     return false;
   }
   return true;

@@ -71,6 +71,15 @@ export interface CompleteSequence {
 
 export type FinishedOutcome = 'completed' | 'failed' | 'rejected' | 'expired';
 
+export interface FinishContext {
+  readonly now: number;
+  readonly retentionMs: number;
+  /** The caller; it must hold the completion lease, if the sequence has one. */
+  readonly consumerId: string;
+  /** Why it failed or was rejected (an `x-death-reason` value). */
+  readonly reason?: string;
+}
+
 /**
  * The result of `accept`:
  * - `stored`: new fragment kept; `opened` when it started the sequence.
@@ -143,7 +152,9 @@ export interface SequenceRef {
  *   a sequence that declares `bytes` reserves them when it opens, so sequences already admitted
  *   can always complete.
  * - `read` streams a complete sequence's bodies in position order, without concatenating them.
- * - `finish` ends a sequence: `completed` drops its fragments; `failed` keeps them for
+ * - `finish` ends a sequence unless it already finished or another consumer holds its lease (it
+ *   took over after this caller's lease lapsed): then it resolves `false` and changes nothing, so
+ *   a stale holder can never overwrite the outcome. `completed` drops its fragments; `failed` keeps them for
  *   inspection until `retentionMs`; both leave a marker for `retentionMs` so late duplicates
  *   get `finished`.
  * - `listExpired` returns open sequences whose deadline passed, and complete ones abandoned for
@@ -166,11 +177,12 @@ export interface SequenceStore {
   releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void>;
   /** The bodies of a complete sequence, in position order. */
   read(ref: SequenceRef): Readable;
+  /** Resolves `true` when this caller finished the sequence (see the contract above). */
   finish(
     ref: SequenceRef,
     outcome: Exclude<FinishedOutcome, 'expired'>,
-    context: { readonly now: number; readonly retentionMs: number; readonly reason?: string },
-  ): Promise<void>;
+    context: FinishContext,
+  ): Promise<boolean>;
   listExpired(now: number, limit: number): Promise<SequenceRef[]>;
   expire(ref: SequenceRef, now: number, retentionMs: number): Promise<ExpiredSequence | null>;
   stats(now: number): Promise<SequenceStoreStats>;

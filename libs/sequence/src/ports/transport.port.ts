@@ -81,6 +81,22 @@ export interface Transport {
   close(): Promise<void>;
 }
 
+/**
+ * A handler's verdict as adapters settle it: anything that is not a well-formed disposition
+ * (a handler returning nothing, say) counts as a plain `requeue`, never as an ack.
+ */
+export function toDisposition(outcome: unknown): Disposition {
+  const candidate = (outcome ?? {}) as { action?: unknown; reason?: unknown; delayMs?: unknown };
+  if (candidate.action === 'ack') return { action: 'ack' };
+  if (candidate.action === 'dead-letter') {
+    const reason =
+      typeof candidate.reason === 'string' ? candidate.reason : 'dead-lettered by the handler';
+    return { action: 'dead-letter', reason };
+  }
+  const delayMs = typeof candidate.delayMs === 'number' ? candidate.delayMs : undefined;
+  return { action: 'requeue', delayMs: candidate.action === 'requeue' ? delayMs : undefined };
+}
+
 /** The default dead-letter channel of a channel. */
 export function defaultDeadLetterChannel(channel: string): string {
   return `${channel}.dlq`;

@@ -8,6 +8,7 @@ import { SequenceMetrics } from '../observability/sequence.metrics';
 import type {
   AcceptResult,
   CompleteSequence,
+  FinishContext,
   SequenceRef,
   SequenceStore,
 } from '../ports/sequence-store.port';
@@ -212,7 +213,14 @@ export class AggregatorService {
         );
       }
       try {
-        await this.store.finish(ref, 'completed', this.finishContext());
+        const finished = await this.store.finish(ref, 'completed', this.finishContext());
+        if (!finished) {
+          this.logger.warn(
+            `sequence ${ref.sequenceId} was handled here after this instance lost its lease; ` +
+              `another instance took it over (the handler may have run twice)`,
+          );
+          return ACK;
+        }
       } catch (error) {
         // The handler ran; if the marker cannot be written the sequence may be delivered again
         // after the lease lapses: at-least-once, never lost.
@@ -257,10 +265,19 @@ export class AggregatorService {
     detail: string,
   ): Promise<Disposition> {
     try {
-      await this.store.finish(ref, 'failed', {
+      const finished = await this.store.finish(ref, 'failed', {
         ...this.finishContext(),
         reason: deathReason(code, detail),
       });
+      if (!finished) {
+        // Another instance took the sequence over after this one's lease lapsed: its verdict
+        // stands, and this failure is not the sequence's.
+        this.logger.warn(
+          `${channel}: not dead-lettering sequence ${ref.sequenceId} (${code}): another instance ` +
+            `took it over after this one lost its lease`,
+        );
+        return ACK;
+      }
     } catch (error) {
       this.logger.warn(
         `could not mark sequence ${ref.sequenceId} failed; requeued: ${describe(error)}`,
@@ -316,8 +333,12 @@ export class AggregatorService {
     return { action: 'requeue', delayMs: this.options.backpressureDelayMs, reason };
   }
 
-  private finishContext() {
-    return { now: Date.now(), retentionMs: this.options.retentionMs };
+  private finishContext(): FinishContext {
+    return {
+      now: Date.now(),
+      retentionMs: this.options.retentionMs,
+      consumerId: this.options.consumerId,
+    };
   }
 }
 

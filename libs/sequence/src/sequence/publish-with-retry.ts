@@ -41,7 +41,8 @@ export type PublishOutcome =
 
 /** base × 2^(attempt-1), capped, with "equal jitter" (half fixed, half random). */
 export function backoff(attempt: number, baseDelayMs: number, maxDelayMs: number): number {
-  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
+  // The exponent is capped so that huge attempt counts stay finite (0 × Infinity is NaN).
+  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** Math.min(attempt - 1, 52));
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
 

@@ -142,10 +142,11 @@ export class SplitterService {
     };
     try {
       for await (const fragment of fragments) {
+        // A publish may have failed for good while this fragment was being read: send no more.
+        if (failure) break;
         const pending = publishOne(fragment).finally(() => inFlight.delete(pending));
         inFlight.add(pending);
         if (inFlight.size >= policy.inFlight) await Promise.race(inFlight);
-        if (failure) break;
       }
     } finally {
       await Promise.all(inFlight);

@@ -90,6 +90,9 @@ export async function readAll(stream: Readable): Promise<Buffer[]> {
  * The behaviour every {@link SequenceStore} adapter must show. Time is passed in (`now`), so
  * nothing here sleeps; each case uses a scope of its own and a fresh store.
  */
+/** The consumer id the suite's accepts use unless a test says otherwise. */
+const CONSUMER = 'consumer-a';
+
 export function sequenceStoreConformance(adapterName: string, harness: SequenceStoreHarness): void {
   describe(`SequenceStore conformance: ${adapterName}`, () => {
     let store: SequenceStore;
@@ -114,7 +117,7 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
     function context(at: number, overrides: ContextOverrides = {}): AcceptContext {
       return {
         now: at,
-        consumerId: 'consumer-a',
+        consumerId: CONSUMER,
         leaseMs: 30_000,
         expiry: { ms: 60_000, strategy: 'fixed' },
         retentionMs: 3_600_000,
@@ -141,7 +144,7 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
     }
 
     const finishCompleted = (ref: SequenceRef, at = t0) =>
-      store.finish(ref, 'completed', { now: at, retentionMs: 3_600_000 });
+      store.finish(ref, 'completed', { now: at, retentionMs: 3_600_000, consumerId: CONSUMER });
 
     describe('accept', () => {
       it('opens a sequence with its first fragment and stores the next ones', async () => {
@@ -533,6 +536,46 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         });
       });
 
+      it('lets only the lease holder finish: a stale holder cannot overwrite the outcome', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 1_000);
+        const asB = { consumerId: 'consumer-b', leaseMs: 1_000 };
+        const finishAs = (consumerId: string, outcome: 'completed' | 'failed', at: number) =>
+          store.finish(ref, outcome, { now: at, retentionMs: 60_000, consumerId, reason: 'x: y' });
+
+        expect(await finishAs('consumer-b', 'failed', t0 + 10)).toBe(false);
+        expect(await accept(fragments[0], t0 + 20, asB)).toEqual({ status: 'in-progress' });
+
+        // consumer-a's lease lapses; consumer-b takes over and completes it.
+        expect(await accept(fragments[0], t0 + 1_001, asB)).toMatchObject({ status: 'complete' });
+        expect(await finishAs('consumer-a', 'failed', t0 + 1_002)).toBe(false);
+        expect(await payloadOf(ref)).toBe('pq');
+        expect(await finishAs('consumer-b', 'completed', t0 + 1_003)).toBe(true);
+
+        // Once finished, nobody finishes it again, whatever they claim.
+        expect(await finishAs('consumer-a', 'failed', t0 + 1_004)).toBe(false);
+        expect(await finishAs('consumer-b', 'failed', t0 + 1_005)).toBe(false);
+        expect(await accept(fragments[1], t0 + 1_006)).toMatchObject({
+          status: 'finished',
+          outcome: 'completed',
+        });
+      });
+
+      it('lets the holder finish after its lease lapsed when nobody took over', async () => {
+        const { fragments, ref } = await completeBy('consumer-a', 1_000);
+
+        expect(
+          await store.finish(ref, 'completed', {
+            now: t0 + 5_000,
+            retentionMs: 60_000,
+            consumerId: 'consumer-a',
+          }),
+        ).toBe(true);
+        expect(await accept(fragments[0], t0 + 5_001)).toMatchObject({
+          status: 'finished',
+          outcome: 'completed',
+        });
+      });
+
       it('renews the lease for its holder only', async () => {
         const { fragments, ref } = await completeBy('consumer-a', 1_000);
 
@@ -610,7 +653,12 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         await acceptAll(fragments);
         const reason = 'handler-failed: database unavailable';
 
-        await store.finish(ref, 'failed', { now: t0, retentionMs: 10_000, reason });
+        await store.finish(ref, 'failed', {
+          now: t0,
+          retentionMs: 10_000,
+          consumerId: CONSUMER,
+          reason,
+        });
         expect(await accept(fragments[0], t0 + 1)).toEqual({
           status: 'finished',
           outcome: 'failed',
@@ -627,7 +675,12 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
         await accept(fragments[0]);
 
-        await store.finish(ref, 'rejected', { now: t0, retentionMs: 10_000, reason: 'r: why' });
+        await store.finish(ref, 'rejected', {
+          now: t0,
+          retentionMs: 10_000,
+          consumerId: CONSUMER,
+          reason: 'r: why',
+        });
         expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
         expect(await accept(fragments[1], t0 + 1)).toMatchObject({
           status: 'finished',

@@ -1,5 +1,6 @@
 import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import type { Registry } from 'prom-client';
 import {
   ExpirySweeper,
   InMemoryTransport,
@@ -12,9 +13,13 @@ import {
   buildFragmentHeaders,
   type HeaderMap,
   type InboundMessage,
+  type MessageHandler,
+  type PublishOptions,
   type SequenceModuleOptions,
   type SequenceStore,
   type SequencedHandlerOptions,
+  type Subscription,
+  type SubscribeOptions,
   type Transport,
 } from 'nest-sequence';
 import { crc32, sha256Hex } from '../../src/core/checksum';
@@ -45,9 +50,12 @@ export class RecordingHandler {
   calls = 0;
   /** Number of upcoming calls that throw. */
   failNext = 0;
+  /** Awaited at the start of every call (after counting it), e.g. to hold the handler mid-call. */
+  onCall?: (payload: ReassembledPayload) => Promise<void>;
 
   async handle(payload: ReassembledPayload): Promise<void> {
     this.calls++;
+    await this.onCall?.(payload);
     if (this.failNext > 0) {
       this.failNext--;
       throw new Error(`handler failure #${this.calls}`);
@@ -190,4 +198,145 @@ export function bytes(length: number, seed = 7): Buffer {
     out[i] = state & 0xff;
   }
   return out;
+}
+
+/** One publish attempt seen by a {@link FaultInjectingTransport}. */
+export interface PublishAttempt {
+  readonly channel: string;
+  /** `x-sequence-position` of the message, or 0 when it has none. */
+  readonly position: number;
+  /** 1 for the first attempt at this channel and position, 2 for its first retry, … */
+  readonly attempt: number;
+  /** `Date.now()` when the attempt started. */
+  readonly at: number;
+  readonly options?: PublishOptions;
+}
+
+/**
+ * A {@link Transport} around a real one that injects publish faults. `beforePublish` runs before
+ * each attempt reaches the inner transport and may throw (a nack), never settle (a lost confirm)
+ * or await a gate (a slow broker). Faults strike before delegating, so a failed attempt leaves no
+ * message behind and a retry cannot duplicate one. Subscriptions go straight to the inner transport.
+ */
+export class FaultInjectingTransport implements Transport {
+  readonly name = 'fault-injecting';
+  readonly maxMessageBytes: number;
+  /** Every publish attempt, in the order they started. */
+  readonly attempts: PublishAttempt[] = [];
+  /** Publishes started and not settled yet, and the most there ever were at once. */
+  pending = 0;
+  maxPending = 0;
+  beforePublish: (attempt: PublishAttempt) => void | Promise<void> = () => undefined;
+
+  constructor(readonly inner: Transport) {
+    this.maxMessageBytes = inner.maxMessageBytes;
+  }
+
+  /** The attempts at one position of one channel. */
+  attemptsAt(channel: string, position: number): PublishAttempt[] {
+    return this.attempts.filter((a) => a.channel === channel && a.position === position);
+  }
+
+  async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    options?: PublishOptions,
+  ): Promise<void> {
+    const position = Number(headers['x-sequence-position'] ?? 0);
+    const attempt: PublishAttempt = {
+      channel,
+      position,
+      attempt: this.attemptsAt(channel, position).length + 1,
+      at: Date.now(),
+      options,
+    };
+    this.attempts.push(attempt);
+    this.pending++;
+    this.maxPending = Math.max(this.maxPending, this.pending);
+    try {
+      await this.beforePublish(attempt);
+      await this.inner.publish(channel, body, headers, options);
+    } finally {
+      this.pending--;
+    }
+  }
+
+  subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options?: SubscribeOptions,
+  ): Promise<Subscription> {
+    return this.inner.subscribe(channel, handler, options);
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/**
+ * Like {@link makeFragments}, but in streaming mode: only the last fragment carries the size and
+ * the byte count, as the splitter does for a stream of unknown length.
+ */
+export function makeStreamingFragments(
+  sequenceId: string,
+  payload: Buffer,
+  fragmentBytes: number,
+  userHeaders: HeaderMap = {},
+): TestFragment[] {
+  return makeFragments(sequenceId, payload, fragmentBytes, userHeaders).map(({ body, headers }) => {
+    if (headers['x-sequence-last'] === true) return { body, headers };
+    const { ['x-sequence-size']: _size, ['x-sequence-bytes']: _bytes, ...rest } = headers;
+    return { body, headers: rest };
+  });
+}
+
+/** A deterministic shuffle (Fisher-Yates over a xorshift generator): a new array. */
+export function shuffled<T>(items: readonly T[], seed = 11): T[] {
+  const out = [...items];
+  let state = seed >>> 0 || 1;
+  for (let i = out.length - 1; i > 0; i--) {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    const j = (state >>> 0) % (i + 1);
+    [out[i], out[j]] = [out[j], out[i]];
+  }
+  return out;
+}
+
+/**
+ * The value of one sample in `registry`: a counter or gauge by its name, a histogram's
+ * `<name>_count` / `<name>_sum`, summed over the series whose labels include `labels`. Throws if
+ * no registered metric has that name, so a misspelt name cannot pass as 0.
+ */
+export async function metricValue(
+  registry: Registry,
+  sampleName: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
+  const metrics = await registry.getMetricsAsJSON();
+  const samples = metrics.flatMap((metric) =>
+    // Histogram samples name themselves (`<name>_count`, …); prom-client's type omits it here.
+    metric.values.map((value: { value: number; labels: object; metricName?: string }) => ({
+      value: value.value,
+      labels: value.labels as Record<string, string | number | undefined>,
+      name: value.metricName ?? metric.name,
+    })),
+  );
+  if (
+    !metrics.some(
+      (metric) => sampleName === metric.name || sampleName.startsWith(`${metric.name}_`),
+    )
+  ) {
+    throw new Error(`no metric ${sampleName} in the registry`);
+  }
+  return samples
+    .filter(
+      (sample) =>
+        sample.name === sampleName &&
+        Object.entries(labels).every(([name, value]) => sample.labels[name] === value),
+    )
+    .reduce((sum, sample) => sum + sample.value, 0);
 }

@@ -6,6 +6,8 @@ import {
 import type { AcceptContext } from '../../../ports/sequence-store.port';
 import { MemorySequenceStore } from './memory.sequence-store';
 
+const CONSUMER = 'consumer-a';
+
 sequenceStoreConformance('memory', { create: async () => new MemorySequenceStore() });
 
 describe('MemorySequenceStore', () => {
@@ -19,7 +21,7 @@ describe('MemorySequenceStore', () => {
   function context(now: number, overrides: Partial<AcceptContext> = {}): AcceptContext {
     return {
       now,
-      consumerId: 'consumer-a',
+      consumerId: CONSUMER,
       leaseMs: 30_000,
       expiry: { ms: 60_000, strategy: 'fixed' },
       retentionMs: 1_000,
@@ -41,7 +43,7 @@ describe('MemorySequenceStore', () => {
   it('forgets a finished marker after retentionMs: the id then opens a new sequence', async () => {
     const { fragments, ref } = sequenceFixture('scope', ['a', 'b']);
     for (const fragment of fragments) await store.accept(fragment, context(t0));
-    await store.finish(ref, 'completed', { now: t0, retentionMs: 1_000 });
+    await store.finish(ref, 'completed', { now: t0, retentionMs: 1_000, consumerId: CONSUMER });
 
     expect(await store.accept(fragments[0], context(t0 + 999))).toMatchObject({
       status: 'finished',
@@ -74,7 +76,11 @@ describe('MemorySequenceStore', () => {
   it("evicts failed sequences' retained fragments before back-pressuring for them", async () => {
     const failed = sequenceFixture('scope', ['f'.repeat(600)]);
     await store.accept(failed.fragments[0], context(t0));
-    await store.finish(failed.ref, 'failed', { now: t0, retentionMs: 60_000 });
+    await store.finish(failed.ref, 'failed', {
+      now: t0,
+      retentionMs: 60_000,
+      consumerId: CONSUMER,
+    });
     expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 600 });
 
     const next = sequenceFixture('scope', ['n'.repeat(500), 'm']);
@@ -92,7 +98,7 @@ describe('MemorySequenceStore', () => {
   it('purges expired markers in listExpired', async () => {
     const { fragments, ref } = sequenceFixture('scope', ['a']);
     await store.accept(fragments[0], context(t0));
-    await store.finish(ref, 'rejected', { now: t0, retentionMs: 1_000 });
+    await store.finish(ref, 'rejected', { now: t0, retentionMs: 1_000, consumerId: CONSUMER });
 
     await store.listExpired(t0 + 1_000, 10);
     expect(await store.accept(fragments[0], context(t0 + 500))).toMatchObject({

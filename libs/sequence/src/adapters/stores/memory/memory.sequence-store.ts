@@ -14,6 +14,7 @@ import type {
   AcceptContext,
   AcceptResult,
   ExpiredSequence,
+  FinishContext,
   FinishedOutcome,
   FragmentRecord,
   SequenceRef,
@@ -143,10 +144,12 @@ export class MemorySequenceStore implements SequenceStore {
   async finish(
     ref: SequenceRef,
     outcome: Exclude<FinishedOutcome, 'expired'>,
-    context: { readonly now: number; readonly retentionMs: number; readonly reason?: string },
-  ): Promise<void> {
+    context: FinishContext,
+  ): Promise<boolean> {
     const key = sequenceKey(ref);
+    if (this.liveMarker(key, context.now)) return false;
     const held = this.held.get(key);
+    if (held?.lease && held.lease.consumerId !== context.consumerId) return false;
     const until = context.now + context.retentionMs;
     this.drop(key);
     this.dropRetained(key);
@@ -155,6 +158,7 @@ export class MemorySequenceStore implements SequenceStore {
       this.retainedBytes += held.state.storedBytes;
     }
     this.mark(key, outcome, until, context.reason);
+    return true;
   }
 
   async listExpired(now: number, limit: number): Promise<SequenceRef[]> {

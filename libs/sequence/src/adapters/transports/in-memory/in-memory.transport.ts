@@ -3,7 +3,7 @@ import { SequenceHeader, type HeaderMap } from '../../../core/headers';
 import {
   defaultDeadLetterChannel,
   headerBytes,
-  type Disposition,
+  toDisposition,
   type InboundMessage,
   type MessageHandler,
   type PublishOptions,
@@ -214,7 +214,7 @@ export class InMemoryTransport implements Transport {
   private settle(subscriber: Subscriber, message: QueuedMessage, outcome: unknown): void {
     // A closed subscriber's messages were already handed back: its late verdict is ignored.
     if (subscriber.closed || !subscriber.unsettled.delete(message)) return;
-    const disposition = asDisposition(outcome);
+    const disposition = toDisposition(outcome);
     if (disposition.action === 'dead-letter') {
       const headers = { ...message.headers, [SequenceHeader.deathReason]: disposition.reason };
       this.enqueue(subscriber.deadLetterChannel, {
@@ -274,21 +274,6 @@ export class InMemoryTransport implements Transport {
     if (this.idleWaiters.length === 0 || !this.isIdle()) return;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
-}
-
-/** A handler's verdict; anything that is not a disposition counts as a plain `requeue`. */
-function asDisposition(outcome: unknown): Disposition {
-  const action = (outcome as { action?: unknown } | null | undefined)?.action;
-  if (action === 'ack') return { action };
-  if (action === 'dead-letter') {
-    const reason = (outcome as { reason?: unknown }).reason;
-    return { action, reason: typeof reason === 'string' ? reason : 'dead-lettered by the handler' };
-  }
-  if (action === 'requeue') {
-    const delayMs = (outcome as { delayMs?: unknown }).delayMs;
-    return { action, delayMs: typeof delayMs === 'number' ? delayMs : undefined };
-  }
-  return { action: 'requeue' };
 }
 
 function inbound(channel: string, message: QueuedMessage): InboundMessage {

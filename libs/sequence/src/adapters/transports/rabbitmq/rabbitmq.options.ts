@@ -1,0 +1,95 @@
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+
+/** Queue types the transport can declare; both are durable. */
+export type RabbitMqQueueType = 'classic' | 'quorum';
+
+export interface RabbitMqTransportOptions {
+  /**
+   * Type of every queue the transport declares (`x-queue-type`): a channel's queue and its
+   * dead-letter queue. Quorum queues are replicated and suit clusters; an existing queue keeps
+   * its type, so switching needs the queues deleted first.
+   * @default 'classic'
+   */
+  readonly queueType?: RabbitMqQueueType;
+  /**
+   * Largest message (body plus the port's `headerBytes`) `publish` accepts; larger ones are
+   * refused with `MessageTooLargeError` before anything is sent. Keep it at or below the
+   * broker's `max_message_size` (RabbitMQ 3.10 default: 134217728): a message over the broker's
+   * limit closes the publishing channel instead of failing cleanly.
+   * @default 16777216 (16 MiB)
+   */
+  readonly maxMessageBytes?: number;
+  /**
+   * How long `publish` waits for the broker's confirm when the caller gives no `timeoutMs`,
+   * including time spent waiting for a lost connection to come back.
+   * @default 10000
+   */
+  readonly publishTimeoutMs?: number;
+  /**
+   * Suffix of each channel's dead-letter queue: where `dead-letter` dispositions go when the
+   * subscriber names no `deadLetterChannel`, and where the broker itself dead-letters (messages
+   * rejected without requeue, expired, or over a quorum queue's delivery limit).
+   * @default '.dlq'
+   */
+  readonly deadLetterSuffix?: string;
+  /** Unsettled messages per subscription when `subscribe` is given no `prefetch`. @default 16 */
+  readonly prefetch?: number;
+}
+
+export type ResolvedRabbitMqTransportOptions = Required<RabbitMqTransportOptions>;
+
+export const RABBITMQ_TRANSPORT_DEFAULTS: ResolvedRabbitMqTransportOptions = {
+  queueType: 'classic',
+  maxMessageBytes: 16 * 1024 * 1024,
+  publishTimeoutMs: 10_000,
+  deadLetterSuffix: '.dlq',
+  prefetch: 16,
+};
+
+/** RabbitMQ's `basic.qos` prefetch count is an unsigned 16-bit number; 0 would mean unlimited. */
+export const MAX_PREFETCH = 65_535;
+
+/** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
+export function resolveRabbitMqTransportOptions(
+  options: RabbitMqTransportOptions = {},
+): ResolvedRabbitMqTransportOptions {
+  const resolved = { ...RABBITMQ_TRANSPORT_DEFAULTS, ...definedOnly(options) };
+  const problems: string[] = [];
+  if (resolved.queueType !== 'classic' && resolved.queueType !== 'quorum') {
+    problems.push(`queueType must be 'classic' or 'quorum', got ${String(resolved.queueType)}`);
+  }
+  if (!isPositiveInteger(resolved.maxMessageBytes)) {
+    problems.push(
+      `maxMessageBytes must be a positive integer (at most the broker's max_message_size), got ${String(resolved.maxMessageBytes)}`,
+    );
+  }
+  if (!isPositiveInteger(resolved.publishTimeoutMs)) {
+    problems.push(
+      `publishTimeoutMs must be a positive integer of milliseconds, got ${String(resolved.publishTimeoutMs)}`,
+    );
+  }
+  if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {
+    problems.push(`deadLetterSuffix must be a non-empty string such as '.dlq'`);
+  }
+  const prefetchProblem = checkPrefetch(resolved.prefetch);
+  if (prefetchProblem) problems.push(prefetchProblem);
+  if (problems.length > 0) throw new SequenceOptionsError('RabbitMqTransport options', problems);
+  return resolved;
+}
+
+/** Why `prefetch` is unusable, or undefined when it is fine. */
+export function checkPrefetch(prefetch: unknown): string | undefined {
+  if (isPositiveInteger(prefetch) && prefetch <= MAX_PREFETCH) return undefined;
+  return `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(prefetch)}`;
+}
+
+function isPositiveInteger(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 1;
+}
+
+/** `{ prefetch: undefined }` means "the default", as if the key were absent. */
+function definedOnly<T extends object>(options: T): Partial<T> {
+  return Object.fromEntries(
+    Object.entries(options).filter(([, value]) => value !== undefined),
+  ) as Partial<T>;
+}

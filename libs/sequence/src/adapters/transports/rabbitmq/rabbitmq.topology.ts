@@ -1,0 +1,139 @@
+import type { Channel, Options } from 'amqplib';
+import type { BrokerConnection, ConnectionManager } from './amqp.types';
+import type { RabbitMqQueueType } from './rabbitmq.options';
+import { RabbitMqTopologyError } from '../../../core/errors/rabbitmq-topology.error';
+
+/** AMQP reply codes by which the broker refuses a declaration (a soft error, not a lost link). */
+const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
+
+/**
+ * The queues behind a channel: a durable queue `<channel>` and its dead-letter queue
+ * `<channel><suffix>`, both of the configured type. Every queue is declared the same way, with
+ * the default exchange as its dead-letter exchange and its own dead-letter queue as routing key,
+ * so the broker's own dead-lettering (reject without requeue, expiry, delivery limit) lands in
+ * `<channel><suffix>`, and a dead-letter queue can itself be subscribed to as a channel without
+ * an inequivalent redeclaration.
+ */
+export class RabbitMqTopology {
+  /** Channels declared on the current connection, or being declared. */
+  private readonly declared = new Map<string, Promise<void>>();
+  private readonly connectionWaiters = new Set<(error?: Error) => void>();
+  private disposed = false;
+
+  constructor(
+    private readonly queueType: RabbitMqQueueType,
+    private readonly deadLetterSuffix: string,
+    private readonly manager: () => ConnectionManager,
+  ) {}
+
+  deadLetterQueue(channel: string): string {
+    return `${channel}${this.deadLetterSuffix}`;
+  }
+
+  /** Declares `channel`'s queue and its dead-letter queue on an open amqplib channel. */
+  async declareOn(amqp: Channel, channel: string): Promise<void> {
+    for (const queue of [channel, this.deadLetterQueue(channel)]) {
+      try {
+        await amqp.assertQueue(queue, this.queueOptions(queue));
+      } catch (error) {
+        const code = replyCode(error);
+        if (code !== undefined && REFUSAL_CODES.has(code)) {
+          throw new RabbitMqTopologyError(queue, code, error as Error);
+        }
+        throw error;
+      }
+    }
+  }
+
+  /**
+   * Declares `channel`'s queues once per connection, on a short-lived channel of its own so that a
+   * refused declaration cannot close a channel that publishes or consumes. Waits for a connection
+   * when there is none; the caller bounds the wait.
+   */
+  ensure(channel: string): Promise<void> {
+    let pending = this.declared.get(channel);
+    if (!pending) {
+      pending = this.declareWhenConnected(channel);
+      this.declared.set(channel, pending);
+      const settled = pending;
+      settled.catch(() => {
+        if (this.declared.get(channel) === settled) this.declared.delete(channel);
+      });
+    }
+    return pending;
+  }
+
+  /**
+   * Forgets what was declared. Called on disconnect: the broker may have been reset while we were
+   * away, and publishing to a queue that no longer exists would be confirmed and lost.
+   */
+  forget(): void {
+    this.declared.clear();
+  }
+
+  /** Stops waiting for connections; pending `ensure` calls reject. */
+  dispose(): void {
+    this.disposed = true;
+    this.declared.clear();
+    for (const wake of [...this.connectionWaiters]) wake(new Error('the transport is closed'));
+  }
+
+  private queueOptions(queue: string): Options.AssertQueue {
+    return {
+      durable: true,
+      arguments: {
+        'x-queue-type': this.queueType,
+        'x-dead-letter-exchange': '',
+        'x-dead-letter-routing-key': this.deadLetterQueue(queue),
+      },
+    };
+  }
+
+  private async declareWhenConnected(channel: string): Promise<void> {
+    for (;;) {
+      const connection = await this.connection();
+      try {
+        const amqp = await connection.createChannel();
+        // Without a listener, a channel closed by the broker throws; the failed call reports it.
+        amqp.on('error', () => undefined);
+        try {
+          await this.declareOn(amqp, channel);
+        } finally {
+          await amqp.close().catch(() => undefined);
+        }
+        return;
+      } catch (error) {
+        // The connection dropped under us: declare again on the next one. Anything else is real.
+        if (error instanceof RabbitMqTopologyError || this.manager().connection === connection) {
+          throw error;
+        }
+      }
+    }
+  }
+
+  /** The current connection, or the next one. */
+  private connection(): Promise<BrokerConnection> {
+    if (this.disposed) return Promise.reject(new Error('the transport is closed'));
+    const manager = this.manager();
+    const current = manager.connection;
+    if (current) return Promise.resolve(current);
+    return new Promise<BrokerConnection>((resolve, reject) => {
+      const onConnect = (): void => wake();
+      const wake = (error?: Error): void => {
+        this.connectionWaiters.delete(wake);
+        manager.removeListener('connect', onConnect);
+        const connection = manager.connection;
+        if (error) reject(error);
+        else if (connection) resolve(connection);
+        else resolve(this.connection());
+      };
+      this.connectionWaiters.add(wake);
+      manager.on('connect', onConnect);
+    });
+  }
+}
+
+function replyCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}

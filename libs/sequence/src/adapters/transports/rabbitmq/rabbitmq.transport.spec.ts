@@ -1,0 +1,406 @@
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
+import { promisify } from 'node:util';
+import { Logger, type LoggerService } from '@nestjs/common';
+import { AmqpConnection, type RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
+import * as amqplib from 'amqplib';
+import {
+  eventually,
+  transportConformance,
+} from '../../../../test/conformance/transport.conformance';
+import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import type { Disposition, InboundMessage, Transport } from '../../../ports/transport.port';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import type { RabbitMqQueueType } from './rabbitmq.options';
+import { RabbitMqTopologyError } from '../../../core/errors/rabbitmq-topology.error';
+import { RabbitMqTransport } from './rabbitmq.transport';
+
+const URL = SERVERS.rabbitmq.url;
+const ACK: Disposition = { action: 'ack' };
+const run = promisify(execFile);
+
+const silent: LoggerService = {
+  log: () => undefined,
+  error: () => undefined,
+  warn: () => undefined,
+};
+/** golevelup settings for tests: quiet, and quick to reconnect after a drop. */
+const connectionConfig = (reconnectSeconds = 0.2): Omit<RabbitMQConfig, 'uri'> => ({
+  logger: silent,
+  enableDirectReplyTo: false,
+  registerHandlers: false,
+  connectionManagerOptions: { reconnectTimeInSeconds: reconnectSeconds },
+});
+
+describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
+  /** Every queue a test may have created; deleted after each test. */
+  const queues = new Set<string>();
+  let admin: amqplib.ChannelModel;
+
+  beforeAll(async () => {
+    admin = await amqplib.connect(URL);
+  });
+
+  afterAll(async () => {
+    await deleteQueues();
+    await admin.close();
+  });
+
+  async function deleteQueues(): Promise<void> {
+    const channel = await admin.createChannel();
+    for (const queue of queues) await channel.deleteQueue(queue);
+    queues.clear();
+    await channel.close();
+  }
+
+  /** A channel name of the test's own, with its dead-letter queues registered for cleanup. */
+  function newChannel(): string {
+    const channel = `rmq.${randomUUID()}`;
+    for (const queue of [channel, `${channel}.dlq`, `${channel}.dlq.dlq`]) queues.add(queue);
+    return channel;
+  }
+
+  /** Records every channel the suite touches, so that its queues can be deleted. */
+  function tracked(transport: Transport): Transport {
+    const track = (channel: string) => queues.add(channel).add(`${channel}.dlq`);
+    return {
+      name: transport.name,
+      maxMessageBytes: transport.maxMessageBytes,
+      publish: (channel, body, headers, options) => {
+        track(channel);
+        return transport.publish(channel, body, headers, options);
+      },
+      subscribe: (channel, handler, options) => {
+        track(channel);
+        if (options?.deadLetterChannel) track(options.deadLetterChannel);
+        return transport.subscribe(channel, handler, options);
+      },
+      close: () => transport.close(),
+    };
+  }
+
+  for (const queueType of ['classic', 'quorum'] as const) {
+    transportConformance(`rabbitmq (${queueType} queues)`, {
+      create: async () =>
+        tracked(
+          await RabbitMqTransport.connect(
+            URL,
+            { queueType, maxMessageBytes: 4 * 1024 * 1024 },
+            connectionConfig(),
+          ),
+        ),
+      close: async (transport) => {
+        await transport.close();
+        await deleteQueues();
+      },
+    });
+  }
+
+  describe('on a connection the application owns', () => {
+    let amqp: AmqpConnection;
+    let transport: RabbitMqTransport;
+
+    beforeEach(async () => {
+      amqp = new AmqpConnection({ uri: URL, ...connectionConfig() });
+      await amqp.init();
+    });
+
+    afterEach(async () => {
+      await transport.close();
+      await amqp.close();
+      await deleteQueues();
+    });
+
+    /** Has the broker close this connection (only ours), as an operator or a failover would. */
+    async function dropConnection(): Promise<void> {
+      const { connection } = amqp.managedConnection.connection as unknown as {
+        connection: { stream: Socket };
+      };
+      const { localAddress, localPort, remoteAddress, remotePort } = connection.stream;
+      const name = `${localAddress}:${localPort} -> ${remoteAddress}:${remotePort}`;
+      const { stdout } = await run('rabbitmqctl', [
+        'list_connections',
+        'pid',
+        'name',
+        '-q',
+        '--no-table-headers',
+      ]);
+      const ours = stdout
+        .split('\n')
+        .map((line) => line.split('\t'))
+        .find(([, listed]) => listed === name);
+      expect(ours).toBeDefined();
+      const disconnected = new Promise((resolve) =>
+        amqp.managedConnection.once('disconnect', resolve),
+      );
+      await run('rabbitmqctl', ['close_connection', ours![0], 'test']);
+      await disconnected;
+    }
+
+    it.each<RabbitMqQueueType>(['classic', 'quorum'])(
+      'declares the channel and its .dlq as durable %s queues that dead-letter into the .dlq',
+      async (queueType) => {
+        transport = new RabbitMqTransport(amqp, { queueType });
+        const channel = newChannel();
+        await transport.publish(channel, Buffer.from('x'), {});
+
+        const { stdout } = await run('rabbitmqctl', [
+          'list_queues',
+          'name',
+          'type',
+          'durable',
+          'arguments',
+          '--formatter',
+          'json',
+          '-q',
+        ]);
+        const declared = (JSON.parse(stdout) as Array<Record<string, unknown>>)
+          .filter((queue) => String(queue.name).startsWith(channel))
+          .sort((a, b) => String(a.name).localeCompare(String(b.name)));
+        expect(declared.map(({ name, type, durable }) => ({ name, type, durable }))).toEqual([
+          { name: channel, type: queueType, durable: true },
+          { name: `${channel}.dlq`, type: queueType, durable: true },
+        ]);
+        // rabbitmqctl lists arguments as [name, type, value].
+        expect(declared[0].arguments).toEqual(
+          expect.arrayContaining([
+            ['x-dead-letter-exchange', 'longstr', ''],
+            ['x-dead-letter-routing-key', 'longstr', `${channel}.dlq`],
+          ]),
+        );
+      },
+    );
+
+    it.each<RabbitMqQueueType>(['classic', 'quorum'])(
+      'a message the broker dead-letters (rejected without requeue) lands in .dlq, on %s queues',
+      async (queueType) => {
+        transport = new RabbitMqTransport(amqp, { queueType });
+        const channel = newChannel();
+        await transport.publish(channel, Buffer.from([0, 1, 2, 255]), { 'x-n': 7 });
+
+        // A plain AMQP client rejects it; the queue's dead-letter settings do the rest.
+        const raw = await admin.createChannel();
+        const message = await raw.get(channel);
+        expect(message).not.toBe(false);
+        raw.nack(message as amqplib.GetMessage, false, false);
+        await raw.close();
+
+        const dead: InboundMessage[] = [];
+        await transport.subscribe(`${channel}.dlq`, async (letter) => {
+          dead.push(letter);
+          return ACK;
+        });
+        await eventually(() => dead.length === 1, 'the dead letter');
+        expect(dead[0].body).toEqual(Buffer.from([0, 1, 2, 255]));
+        expect(dead[0].headers).toMatchObject({
+          'x-n': 7,
+          'x-first-death-reason': 'rejected',
+          'x-first-death-queue': channel,
+        });
+      },
+    );
+
+    it('resumes consuming after the broker drops the connection, and redelivers what was unsettled', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const deliveries: InboundMessage[] = [];
+      const held: Array<(disposition: Disposition) => void> = [];
+      await transport.subscribe(channel, (message) => {
+        deliveries.push(message);
+        if (deliveries.length > 1) return Promise.resolve(ACK);
+        return new Promise<Disposition>((resolve) => held.push(resolve));
+      });
+      await transport.publish(channel, Buffer.from('before'), {});
+      await eventually(() => held.length === 1, 'the first delivery');
+
+      await dropConnection();
+      // Published while the connection is down: publish waits for it within its timeout.
+      await transport.publish(channel, Buffer.from('after'), {}, { timeoutMs: 10_000 });
+
+      const bodies = () => deliveries.map((m) => `${m.body.toString()}:${m.redelivered}`).sort();
+      await eventually(() => deliveries.length === 3, 'the redelivery and the new message');
+      expect(bodies()).toEqual(['after:false', 'before:false', 'before:true']);
+
+      // The verdict on the lost channel's delivery is ignored, and the subscription still works.
+      held[0](ACK);
+      await transport.publish(channel, Buffer.from('later'), {});
+      await eventually(() => deliveries.length === 4, 'the next message');
+      expect(deliveries[3].body.toString()).toBe('later');
+    });
+
+    it('while disconnected, publish rejects with PublishTimeoutError and subscribe waits; both work once reconnected', async () => {
+      await amqp.close();
+      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(2) }); // a slow reconnect
+      await amqp.init();
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const received: string[] = [];
+      const collect = async (message: InboundMessage): Promise<Disposition> => {
+        received.push(`${message.channel}:${message.body.toString()}`);
+        return ACK;
+      };
+      await transport.subscribe(channel, collect);
+
+      await dropConnection();
+      const startedAt = Date.now();
+      const lost = transport.publish(channel, Buffer.from('lost'), {}, { timeoutMs: 300 });
+      await expect(lost).rejects.toBeInstanceOf(PublishTimeoutError);
+      await expect(lost).rejects.toMatchObject({ channel, timeoutMs: 300 });
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(290);
+      expect(Date.now() - startedAt).toBeLessThan(1_000);
+      // Resolves at once and starts consuming when the connection is back.
+      const late = newChannel();
+      await transport.subscribe(late, collect);
+      expect(amqp.connected).toBe(false);
+
+      await transport.publish(channel, Buffer.from('after'), {}, { timeoutMs: 10_000 });
+      await transport.publish(late, Buffer.from('late'), {}, { timeoutMs: 10_000 });
+      await eventually(() => received.length >= 2, 'the messages after reconnecting');
+      await new Promise((resolve) => setTimeout(resolve, 200)); // room for 'lost' to show up
+      expect(received.sort()).toEqual([`${channel}:after`, `${late}:late`].sort());
+    });
+
+    it('rejects with PublishRejectedError when the broker nacks the message', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares the queue'), {});
+      const policy = `nseq-test-${randomUUID()}`;
+      const pattern = `^${channel.replace(/[.]/g, '\\.')}$`;
+      const definition = JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' });
+      await run('rabbitmqctl', ['set_policy', '--apply-to', 'queues', policy, pattern, definition]);
+      try {
+        let outcome: unknown;
+        // The policy reaches the queue asynchronously: publish until the broker refuses.
+        const deadline = Date.now() + 5_000;
+        while (!(outcome instanceof PublishRejectedError) && Date.now() < deadline) {
+          outcome = await transport
+            .publish(channel, Buffer.from('refused'), {})
+            .catch((error: unknown) => error);
+        }
+        expect(outcome).toBeInstanceOf(PublishRejectedError);
+        expect(outcome).toMatchObject({ channel, code: 'publish-rejected' });
+      } finally {
+        await run('rabbitmqctl', ['clear_policy', policy]);
+      }
+    });
+
+    it('refuses a message over maxMessageBytes before it reaches the broker', async () => {
+      transport = new RabbitMqTransport(amqp, { maxMessageBytes: 1024 });
+      const channel = newChannel();
+
+      await expect(
+        transport.publish(channel, Buffer.alloc(2048), { 'x-n': 1 }),
+      ).rejects.toBeInstanceOf(MessageTooLargeError);
+      // Nothing was sent: not even the channel's queue was declared.
+      const raw = await admin.createChannel();
+      raw.on('error', () => undefined);
+      await expect(raw.checkQueue(channel)).rejects.toMatchObject({ code: 404 });
+    });
+
+    it('requeues instead of losing a message whose dead letter cannot be published', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const unusable = `${channel}.plain`;
+      queues.add(unusable);
+      const raw = await admin.createChannel();
+      await raw.assertQueue(unusable, { durable: true }); // no dead-letter settings: inequivalent
+      await raw.close();
+
+      const deliveries: InboundMessage[] = [];
+      await transport.subscribe(
+        channel,
+        async (message) => {
+          deliveries.push(message);
+          return deliveries.length === 1 ? { action: 'dead-letter', reason: 'bad: test' } : ACK;
+        },
+        { deadLetterChannel: unusable },
+      );
+      await transport.publish(channel, Buffer.from('keep me'), {});
+
+      await eventually(() => deliveries.length === 2, 'the redelivery');
+      expect(deliveries.map((m) => m.redelivered)).toEqual([false, true]);
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining(`to ${unusable} (bad: test)`));
+      warn.mockRestore();
+    });
+
+    it('refuses a channel whose queue exists with another type, saying what to do', async () => {
+      transport = new RabbitMqTransport(amqp, { queueType: 'classic' });
+      const channel = newChannel();
+      await new RabbitMqTransport(amqp, { queueType: 'quorum' }).publish(
+        channel,
+        Buffer.from('q'),
+        {},
+      );
+
+      const subscribing = transport.subscribe(channel, async () => ACK);
+      await expect(subscribing).rejects.toBeInstanceOf(RabbitMqTopologyError);
+      await expect(subscribing).rejects.toMatchObject({ queue: channel, replyCode: 406 });
+      await expect(transport.publish(channel, Buffer.from('c'), {})).rejects.toThrow(/queueType/);
+    });
+
+    it('close() cancels its subscriptions but leaves the AmqpConnection open', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      let calls = 0;
+      await transport.subscribe(channel, async () => {
+        calls++;
+        return ACK;
+      });
+      await transport.close();
+      await transport.close();
+
+      expect(amqp.connected).toBe(true);
+      await expect(transport.publish(channel, Buffer.from('x'), {})).rejects.toThrow(/closed/);
+      await expect(transport.subscribe(channel, async () => ACK)).rejects.toThrow(/closed/);
+      // Published by the application on its connection: nobody consumes it any more.
+      await amqp.managedChannel.publish('', channel, Buffer.from('x'), { timeout: 5_000 });
+      const raw = await admin.createChannel();
+      expect((await raw.checkQueue(channel)).messageCount).toBe(1);
+      await raw.close();
+      expect(calls).toBe(0);
+    });
+  });
+
+  it('connect() opens its own connection and close() closes it', async () => {
+    const transport = await RabbitMqTransport.connect(URL, {}, connectionConfig());
+    const own = (transport as unknown as { connection: AmqpConnection }).connection;
+    expect(own.connected).toBe(true);
+    await transport.close();
+    expect(own.connected).toBe(false);
+  });
+
+  it('connect() rejects when no broker answers, without retrying forever', async () => {
+    const startedAt = Date.now();
+    await expect(
+      RabbitMqTransport.connect(
+        'amqp://guest:guest@127.0.0.1:1',
+        {},
+        {
+          ...connectionConfig(),
+          connectionInitOptions: { timeout: 300 },
+        },
+      ),
+    ).rejects.toThrow(/within a timeout of 300ms/);
+    expect(Date.now() - startedAt).toBeLessThan(2_000);
+  });
+
+  it('has defaults, and refuses bad options with what to fix', async () => {
+    const amqp = new AmqpConnection({ uri: URL });
+    const transport = new RabbitMqTransport(amqp);
+    expect(transport.name).toBe('rabbitmq');
+    expect(transport.maxMessageBytes).toBe(16 * 1024 * 1024);
+    expect(
+      () => new RabbitMqTransport(amqp, { queueType: 'stream' as RabbitMqQueueType, prefetch: 0 }),
+    ).toThrow(SequenceOptionsError);
+    expect(() => new RabbitMqTransport(amqp, { maxMessageBytes: 0 })).toThrow(/maxMessageBytes/);
+    await expect(transport.subscribe('x', async () => ACK, { prefetch: 70_000 })).rejects.toThrow(
+      RangeError,
+    );
+    await expect(transport.publish('x', Buffer.from('x'), {})).rejects.toThrow(/not initialized/);
+  });
+});

@@ -1,0 +1,264 @@
+import { Logger } from '@nestjs/common';
+import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
+import type { ConfirmChannel } from 'amqplib';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import type { HeaderMap } from '../../../core/headers';
+import {
+  headerBytes,
+  type MessageHandler,
+  type PublishOptions,
+  type SubscribeOptions,
+  type Subscription,
+  type Transport,
+} from '../../../ports/transport.port';
+import type { ConnectionManager, ManagedChannel } from './amqp.types';
+import { beforeDeadline, sleep } from './deadline';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import {
+  checkPrefetch,
+  resolveRabbitMqTransportOptions,
+  type RabbitMqTransportOptions,
+  type ResolvedRabbitMqTransportOptions,
+} from './rabbitmq.options';
+import { RabbitMqSubscription } from './rabbitmq.subscription';
+import { RabbitMqTopology } from './rabbitmq.topology';
+
+/** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
+const CONFIRM_TIMEOUT = 'timeout';
+const NEGATIVE_CONFIRM = 'message nacked';
+
+/**
+ * {@link Transport} over RabbitMQ, through golevelup's `AmqpConnection`.
+ *
+ * - Each channel is a durable queue (`classic` or `quorum`) with a dead-letter queue
+ *   `<channel>.dlq`; the broker's own dead-lettering goes there too. Queues are declared before
+ *   the first publish or subscribe, so messages published before anyone subscribes are kept.
+ * - `publish` sends a persistent message through the default exchange on a confirm channel of the
+ *   transport's own, and resolves on the broker's confirm. Bodies are raw bytes; header values keep
+ *   their AMQP types (strings, integers of any size up to 2^53, booleans).
+ * - Each subscription consumes on a channel of its own with `basic.qos` = `prefetch` and manual
+ *   acknowledgement; it resumes by itself after the connection is lost and re-established.
+ *
+ * The transport never closes an `AmqpConnection` it was given: its owner (usually golevelup's
+ * `RabbitMQModule`) does. Only a transport made by {@link RabbitMqTransport.connect} closes its
+ * connection on `close()`.
+ *
+ * @example
+ * ```ts
+ * SequenceModule.forRootAsync({
+ *   imports: [RabbitMQModule.forRoot({ uri: process.env.AMQP_URL })],
+ *   inject: [AmqpConnection],
+ *   useFactory: (amqp: AmqpConnection) => ({ transport: new RabbitMqTransport(amqp) }),
+ * });
+ * ```
+ */
+export class RabbitMqTransport implements Transport {
+  readonly name = 'rabbitmq';
+  readonly maxMessageBytes: number;
+
+  private readonly settings: ResolvedRabbitMqTransportOptions;
+  private readonly logger = new Logger(RabbitMqTransport.name);
+  private readonly topology: RabbitMqTopology;
+  private readonly subscriptions = new Set<RabbitMqSubscription>();
+  private publisherChannel?: ManagedChannel;
+  private listening?: ConnectionManager;
+  private ownsConnection = false;
+  private closed = false;
+  private closing?: Promise<void>;
+
+  /**
+   * @param connection an `AmqpConnection` that is initialized (as `RabbitMQModule` provides it)
+   *   or will be before the first publish or subscribe. It stays the caller's to close.
+   */
+  constructor(
+    private readonly connection: AmqpConnection,
+    options: RabbitMqTransportOptions = {},
+  ) {
+    this.settings = resolveRabbitMqTransportOptions(options);
+    this.maxMessageBytes = this.settings.maxMessageBytes;
+    this.topology = new RabbitMqTopology(
+      this.settings.queueType,
+      this.settings.deadLetterSuffix,
+      () => this.manager(),
+    );
+  }
+
+  /**
+   * For applications that do not use golevelup's module: opens an `AmqpConnection` of its own
+   * (reconnecting automatically), waits until it is up, and returns a transport whose `close()`
+   * also closes that connection.
+   *
+   * @param uri an AMQP URL such as `amqp://guest:guest@localhost:5672`, or several for failover.
+   * @param connectionConfig further golevelup `RabbitMQConfig` settings, e.g.
+   *   `connectionInitOptions.timeout` (how long to wait for the first connection, default 5000 ms)
+   *   or `connectionManagerOptions.reconnectTimeInSeconds`.
+   */
+  static async connect(
+    uri: RabbitMQConfig['uri'],
+    options: RabbitMqTransportOptions = {},
+    connectionConfig: Omit<RabbitMQConfig, 'uri'> = {},
+  ): Promise<RabbitMqTransport> {
+    resolveRabbitMqTransportOptions(options); // fail on bad options before connecting
+    // Loaded here so that importing this library does not require golevelup's package.
+    const { AmqpConnection: Connection } = await import('@golevelup/nestjs-rabbitmq');
+    const connection = new Connection({
+      enableDirectReplyTo: false,
+      registerHandlers: false,
+      ...connectionConfig,
+      uri,
+    });
+    try {
+      await connection.init();
+    } catch (error) {
+      // Otherwise it keeps retrying in the background.
+      await connection.managedConnection?.close().catch(() => undefined);
+      throw error;
+    }
+    const transport = new RabbitMqTransport(connection, options);
+    transport.ownsConnection = true;
+    return transport;
+  }
+
+  async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    options: PublishOptions = {},
+  ): Promise<void> {
+    this.assertOpen('publish to', channel);
+    const bytes = body.length + headerBytes(headers);
+    if (bytes > this.maxMessageBytes) {
+      throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);
+    }
+    await this.send(channel, body, headers, options.timeoutMs ?? this.settings.publishTimeoutMs);
+  }
+
+  async subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options: SubscribeOptions = {},
+  ): Promise<Subscription> {
+    this.assertOpen('subscribe to', channel);
+    const prefetch = options.prefetch ?? this.settings.prefetch;
+    const problem = checkPrefetch(prefetch);
+    if (problem) throw new RangeError(problem);
+    const subscription = new RabbitMqSubscription({
+      channel,
+      handler,
+      prefetch,
+      deadLetterChannel: options.deadLetterChannel ?? this.topology.deadLetterQueue(channel),
+      topology: this.topology,
+      // Not size-checked: the broker already holds this message, and refusing its dead letter
+      // would requeue it forever.
+      deadLetter: (target, body, headers) =>
+        this.send(target, body, headers, this.settings.publishTimeoutMs),
+      logger: this.logger,
+      onClosed: (closed) => this.subscriptions.delete(closed),
+    });
+    this.subscriptions.add(subscription);
+    await subscription.start(this.manager());
+    return subscription;
+  }
+
+  /**
+   * Closes every subscription (their unsettled messages return to the broker) and the transport's
+   * publishing channel; pending publishes reject. Closes the `AmqpConnection` only when
+   * {@link RabbitMqTransport.connect} made it. Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
+    this.topology.dispose();
+    this.listening?.removeListener('disconnect', this.onDisconnect);
+    await this.publisherChannel?.close().catch(() => undefined);
+    this.publisherChannel = undefined;
+    if (this.ownsConnection) await this.connection.close();
+  }
+
+  /**
+   * Publishes and waits for the confirm, all within `timeoutMs`: a lost connection is waited for,
+   * and a message in flight when it dropped is sent again on the next one (at least once).
+   */
+  private async send(
+    channel: string,
+    body: Buffer,
+    headers: Record<string, unknown>,
+    timeoutMs: number,
+  ): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    const timedOut = () => new PublishTimeoutError(channel, timeoutMs);
+    for (;;) {
+      await beforeDeadline(this.topology.ensure(channel), deadline, timedOut);
+      try {
+        const confirmed = this.publisher().publish('', channel, body, {
+          persistent: true,
+          headers,
+          // Also drops the message from the channel's queue, so it is not sent after we gave up.
+          timeout: Math.max(1, deadline - Date.now()),
+        });
+        await beforeDeadline(confirmed, deadline, timedOut);
+        return;
+      } catch (error) {
+        if (error instanceof PublishTimeoutError) throw error;
+        const message = (error as Error | undefined)?.message;
+        if (message === CONFIRM_TIMEOUT) throw timedOut();
+        if (message === NEGATIVE_CONFIRM) throw new PublishRejectedError(channel, error as Error);
+        if (this.closed) throw error;
+        if (Date.now() >= deadline) throw timedOut();
+        await sleep(10); // the channel closed before the confirm: send again
+      }
+    }
+  }
+
+  /** The transport's confirm channel for publishing, created on first use. */
+  private publisher(): ManagedChannel {
+    if (this.publisherChannel) return this.publisherChannel;
+    const wrapper = this.manager().createChannel({
+      name: 'nest-sequence publisher',
+      confirm: true,
+      setup: async (amqp: ConfirmChannel) => {
+        amqp.on('error', (error: Error) => {
+          // The broker closed this channel (not the connection), e.g. for a message over its
+          // max_message_size. The wrapper would only reopen it after a reconnect: replace it.
+          this.logger.warn(`publishing channel closed by the broker: ${error.message}`);
+          if (this.publisherChannel === wrapper) this.publisherChannel = undefined;
+          void wrapper.close().catch(() => undefined);
+        });
+      },
+    });
+    wrapper.on('error', (error: Error) =>
+      this.logger.error(`publishing channel could not be opened: ${error.message}`),
+    );
+    this.publisherChannel = wrapper;
+    return wrapper;
+  }
+
+  /** golevelup's connection manager (amqp-connection-manager), which reconnects on its own. */
+  private manager(): ConnectionManager {
+    const manager = this.connection.managedConnection as ConnectionManager | undefined;
+    if (!manager) {
+      throw new Error(
+        'RabbitMqTransport: the AmqpConnection is not initialized; call its init() first ' +
+          '(RabbitMQModule does) or use RabbitMqTransport.connect(url)',
+      );
+    }
+    if (this.listening !== manager) {
+      this.listening?.removeListener('disconnect', this.onDisconnect);
+      manager.on('disconnect', this.onDisconnect);
+      this.listening = manager;
+    }
+    return manager;
+  }
+
+  private readonly onDisconnect = (): void => this.topology.forget();
+
+  private assertOpen(action: string, channel: string): void {
+    if (this.closed) throw new Error(`rabbitmq transport is closed: cannot ${action} ${channel}`);
+  }
+}

@@ -1,0 +1,439 @@
+import {
+  Inject,
+  Injectable,
+  Module,
+  Scope,
+  type INestApplicationContext,
+  type LoggerService,
+  type ModuleMetadata,
+} from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  InMemoryTransport,
+  MemorySequenceStore,
+  ReassembledPayload,
+  SEQUENCE_OPTIONS,
+  SEQUENCE_STORE,
+  SEQUENCE_TRANSPORT,
+  SequenceModule,
+  SequenceOptionsError,
+  SequencedHandler,
+  SequencedHandlerRegistry,
+  SplitterService,
+  type ResolvedSequenceOptions,
+  type SequenceModuleOptions,
+  type SequenceStore,
+  type Transport,
+} from 'nest-sequence';
+import {
+  bytes,
+  eventually,
+  makeFragments,
+  publishAll,
+  recordingHandler,
+  type RecordingHandler,
+} from '../test/support/sequence-test-app';
+
+const KiB = 1024;
+
+const apps: INestApplicationContext[] = [];
+
+/** Compiles and initialises an application (bootstrap included), silencing Nest's own logs. */
+async function boot(
+  metadata: ModuleMetadata,
+  logger: LoggerService | false = false,
+): Promise<INestApplicationContext> {
+  const moduleRef = await Test.createTestingModule(metadata).compile();
+  moduleRef.useLogger(logger);
+  const app = await moduleRef.init();
+  apps.push(app);
+  return app;
+}
+
+/** The error a bootstrap fails with. */
+async function bootError(metadata: ModuleMetadata, logger: LoggerService | false = false) {
+  return boot(metadata, logger).then(
+    () => {
+      throw new Error('expected the bootstrap to fail');
+    },
+    (error: unknown) => error,
+  );
+}
+
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.close()));
+});
+
+/** Sends `payload` with the app's splitter and waits for the recording handler to receive it. */
+async function roundTrip(
+  app: INestApplicationContext,
+  Handler: new (...args: never[]) => RecordingHandler,
+  channel: string,
+  payload: Buffer,
+) {
+  const receipt = await app.get(SplitterService).send(channel, payload);
+  const handler = app.get(Handler);
+  await eventually(() => handler.of(receipt.sequenceId).length === 1, `delivery on ${channel}`);
+  return { receipt, delivery: handler.of(receipt.sequenceId)[0] };
+}
+
+class CapturingLogger implements LoggerService {
+  readonly warnings: string[] = [];
+  log(): void {}
+  error(): void {}
+  warn(message: unknown): void {
+    this.warnings.push(String(message));
+  }
+}
+
+describe('SequenceModule', () => {
+  describe('forRoot', () => {
+    it('boots with no options and delivers a payload end to end', async () => {
+      const Handler = recordingHandler({ channel: 'round-trip' });
+      const app = await boot({ imports: [SequenceModule.forRoot()], providers: [Handler] });
+
+      const payload = bytes(100 * KiB);
+      const receipt = await app
+        .get(SplitterService)
+        .send('round-trip', payload, { fragmentBytes: 8 * KiB, headers: { tenant: 'acme' } });
+
+      const handler = app.get(Handler);
+      await eventually(() => handler.deliveries.length === 1, 'the delivery');
+      const [delivery] = handler.deliveries;
+      expect(delivery.bytes.equals(payload)).toBe(true);
+      expect(delivery.payload).toMatchObject({
+        channel: 'round-trip',
+        sequenceId: receipt.sequenceId,
+        fragments: 13,
+        bytes: payload.length,
+        sha256: receipt.sha256,
+        headers: { tenant: 'acme' },
+      });
+    });
+
+    it('defaults to an in-memory transport of 16 MiB messages and fragments that fit it', async () => {
+      const app = await boot({ imports: [SequenceModule.forRoot()] });
+
+      expect(app.get(SEQUENCE_TRANSPORT)).toBeInstanceOf(InMemoryTransport);
+      expect(app.get<Transport>(SEQUENCE_TRANSPORT).maxMessageBytes).toBe(16 * 1024 * KiB);
+      expect(app.get(SEQUENCE_STORE)).toBeInstanceOf(MemorySequenceStore);
+      expect(app.get<ResolvedSequenceOptions>(SEQUENCE_OPTIONS).fragmentBytes).toBe(16_760_832);
+    });
+  });
+
+  describe('forRootAsync', () => {
+    const SEQUENCE_CONFIG = Symbol('SEQUENCE_CONFIG');
+
+    interface SequenceConfig {
+      fragmentBytes: number;
+    }
+
+    @Module({
+      providers: [{ provide: SEQUENCE_CONFIG, useValue: { fragmentBytes: 1_000 } }],
+      exports: [SEQUENCE_CONFIG],
+    })
+    class SequenceConfigModule {}
+
+    it('takes its options from an async useFactory with imports and inject', async () => {
+      const Handler = recordingHandler({ channel: 'async-factory' });
+      const factory = jest.fn(async (config: SequenceConfig): Promise<SequenceModuleOptions> => ({
+        fragmentBytes: config.fragmentBytes,
+        sweepIntervalMs: false,
+      }));
+      const app = await boot({
+        imports: [
+          SequenceModule.forRootAsync({
+            imports: [SequenceConfigModule],
+            inject: [SEQUENCE_CONFIG],
+            useFactory: factory,
+          }),
+        ],
+        providers: [Handler],
+      });
+
+      const payload = bytes(2_500);
+      const { receipt, delivery } = await roundTrip(app, Handler, 'async-factory', payload);
+
+      expect(factory).toHaveBeenCalledWith({ fragmentBytes: 1_000 });
+      expect(receipt.fragments).toBe(3);
+      expect(delivery.bytes.equals(payload)).toBe(true);
+    });
+
+    it('takes its options from a useClass factory', async () => {
+      class SequenceOptionsFromClass {
+        createSequenceOptions(): SequenceModuleOptions {
+          return { fragmentBytes: 700, sweepIntervalMs: false };
+        }
+      }
+      const Handler = recordingHandler({ channel: 'use-class' });
+      const app = await boot({
+        imports: [SequenceModule.forRootAsync({ useClass: SequenceOptionsFromClass })],
+        providers: [Handler],
+      });
+
+      const payload = bytes(2_500);
+      const { receipt, delivery } = await roundTrip(app, Handler, 'use-class', payload);
+
+      expect(receipt.fragments).toBe(4);
+      expect(delivery.bytes.equals(payload)).toBe(true);
+    });
+
+    it('takes its options from an existing provider with useExisting', async () => {
+      @Injectable()
+      class SequenceSettings {
+        constructor(@Inject(SEQUENCE_CONFIG) private readonly config: SequenceConfig) {}
+
+        createSequenceOptions(): SequenceModuleOptions {
+          return { fragmentBytes: this.config.fragmentBytes / 2, sweepIntervalMs: false };
+        }
+      }
+      @Module({
+        imports: [SequenceConfigModule],
+        providers: [SequenceSettings],
+        exports: [SequenceSettings],
+      })
+      class SettingsModule {}
+      const Handler = recordingHandler({ channel: 'use-existing' });
+      const app = await boot({
+        imports: [
+          SequenceModule.forRootAsync({ imports: [SettingsModule], useExisting: SequenceSettings }),
+        ],
+        providers: [Handler],
+      });
+
+      const payload = bytes(2_500);
+      const { receipt, delivery } = await roundTrip(app, Handler, 'use-existing', payload);
+
+      expect(receipt.fragments).toBe(5);
+      expect(delivery.bytes.equals(payload)).toBe(true);
+    });
+
+    it('fails the bootstrap when the factory returns invalid options', async () => {
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRootAsync({
+            useFactory: () => ({ publish: { attempts: 0 } }),
+          }),
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'publish.attempts must be an integer >= 1, got 0',
+      ]);
+    });
+  });
+
+  describe('isGlobal', () => {
+    @Injectable()
+    class Archive {
+      constructor(readonly splitter: SplitterService) {}
+    }
+
+    @Module({ providers: [Archive], exports: [Archive] })
+    class ArchiveModule {}
+
+    it('makes SplitterService injectable in a module that does not import SequenceModule', async () => {
+      const app = await boot({
+        imports: [
+          SequenceModule.forRoot({ isGlobal: true, sweepIntervalMs: false }),
+          ArchiveModule,
+        ],
+      });
+
+      const archive = app.get(Archive);
+      expect(archive.splitter).toBe(app.get(SplitterService));
+      await expect(archive.splitter.send('archive', bytes(10))).resolves.toMatchObject({
+        fragments: 1,
+        bytes: 10,
+      });
+    });
+
+    it('works with forRootAsync too', async () => {
+      const app = await boot({
+        imports: [
+          SequenceModule.forRootAsync({
+            isGlobal: true,
+            useFactory: () => ({ sweepIntervalMs: false }),
+          }),
+          ArchiveModule,
+        ],
+      });
+
+      expect(app.get(Archive).splitter).toBe(app.get(SplitterService));
+    });
+
+    it('is off by default: a module that does not import SequenceModule cannot inject it', async () => {
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false }), ArchiveModule],
+      });
+
+      expect(String(error)).toMatch(/can't resolve dependencies of the Archive/);
+      expect(String(error)).toContain('SplitterService');
+    });
+  });
+
+  describe('option validation at bootstrap', () => {
+    it('refuses a fragmentBytes too big for the transport, saying the largest that fits', async () => {
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            transport: new InMemoryTransport({ maxMessageBytes: 64 * KiB }),
+            fragmentBytes: 60_000,
+          }),
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as Error).message).toContain(
+        'fragmentBytes (60000) plus headerAllowanceBytes (16384) exceeds the in-memory ' +
+          "transport's maxMessageBytes (65536); set fragmentBytes to at most 49152",
+      );
+    });
+
+    it('refuses a maxSequenceBytes larger than maxBufferedBytes, saying which to change', async () => {
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ maxBufferedBytes: 1_000, maxSequenceBytes: 2_000 })],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as Error).message).toContain(
+        'maxSequenceBytes (2000) exceeds maxBufferedBytes (1000)',
+      );
+      expect((error as Error).message).toContain(
+        'raise maxBufferedBytes or lower maxSequenceBytes',
+      );
+    });
+
+    it('refuses a timeout.strategy other than fixed or sliding', async () => {
+      const strategy = 'eventually' as 'fixed';
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ timeout: { ms: 1_000, strategy } })],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as Error).message).toContain(
+        "timeout.strategy must be 'fixed' or 'sliding', got eventually",
+      );
+    });
+
+    it("refuses a handler's invalid options, naming its channel", async () => {
+      const Handler = recordingHandler({ channel: 'strict', timeout: { ms: 0 } });
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        providers: [Handler],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).where).toBe('sequence consumer of strict');
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'timeout.ms must be an integer >= 1, got 0',
+      ]);
+    });
+  });
+
+  describe('handler discovery', () => {
+    it('ignores a @SequencedHandler on a request-scoped provider and warns about it', async () => {
+      @Injectable({ scope: Scope.REQUEST })
+      class PerRequestAnalyser {
+        @SequencedHandler({ channel: 'per-request' })
+        async analyse(_payload: ReassembledPayload): Promise<void> {}
+      }
+      const transport = new InMemoryTransport();
+      const logger = new CapturingLogger();
+      const app = await boot(
+        {
+          imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false })],
+          providers: [PerRequestAnalyser],
+        },
+        logger,
+      );
+
+      expect(app.get(SequencedHandlerRegistry).get('per-request')).toBeUndefined();
+      expect(logger.warnings).toEqual([
+        expect.stringContaining(
+          '@SequencedHandler on PerRequestAnalyser.analyse is ignored: PerRequestAnalyser is ' +
+            'request-scoped',
+        ),
+      ]);
+      await publishAll(transport, 'per-request', makeFragments('s-1', bytes(10), 10));
+      await transport.whenIdle();
+      expect(transport.depth('per-request')).toBe(1);
+    });
+
+    it('fails the bootstrap when two @SequencedHandler methods share a channel, naming both', async () => {
+      @Injectable()
+      class CtAnalyser {
+        @SequencedHandler({ channel: 'scans' })
+        async analyse(_payload: ReassembledPayload): Promise<void> {}
+      }
+      @Injectable()
+      class MrAnalyser {
+        @SequencedHandler({ channel: 'scans' })
+        async review(_payload: ReassembledPayload): Promise<void> {}
+      }
+
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        providers: [CtAnalyser, MrAnalyser],
+      });
+
+      expect((error as Error).message).toContain(
+        'channel scans has two @SequencedHandler methods (CtAnalyser.analyse and MrAnalyser.review)',
+      );
+    });
+  });
+
+  describe('shutdown', () => {
+    /** Stores half of a two-fragment sequence on `channel`, so the store has something open. */
+    async function openOneSequence(transport: Transport, store: SequenceStore, channel: string) {
+      const [first] = makeFragments('half', bytes(2_000), 1_000);
+      await publishAll(transport, channel, [first]);
+      await eventually(
+        async () => (await store.stats(Date.now())).openSequences === 1,
+        'one open sequence',
+      );
+    }
+
+    it('closes the transport and store it created itself when the application closes', async () => {
+      const Handler = recordingHandler({ channel: 'owned' });
+      const moduleRef = await Test.createTestingModule({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        providers: [Handler],
+      }).compile();
+      moduleRef.useLogger(false);
+      const app = await moduleRef.init();
+      const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
+      const store = app.get<SequenceStore>(SEQUENCE_STORE);
+      await openOneSequence(transport, store, 'owned');
+
+      await app.close();
+
+      await expect(transport.publish('owned', Buffer.from('late'), {})).rejects.toThrow(
+        'in-memory transport is closed',
+      );
+      expect((await store.stats(Date.now())).openSequences).toBe(0);
+    });
+
+    it('leaves a transport and store passed in by the user open', async () => {
+      const transport = new InMemoryTransport();
+      const store = new MemorySequenceStore();
+      const Handler = recordingHandler({ channel: 'yours' });
+      const moduleRef = await Test.createTestingModule({
+        imports: [SequenceModule.forRoot({ transport, store, sweepIntervalMs: false })],
+        providers: [Handler],
+      }).compile();
+      moduleRef.useLogger(false);
+      const app = await moduleRef.init();
+      await openOneSequence(transport, store, 'yours');
+
+      await app.close();
+
+      await expect(transport.publish('yours', Buffer.from('later'), {})).resolves.toBeUndefined();
+      expect(transport.depth('yours')).toBe(1);
+      expect((await store.stats(Date.now())).openSequences).toBe(1);
+      await transport.close();
+      await store.close();
+    });
+  });
+});

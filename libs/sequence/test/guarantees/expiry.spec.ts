@@ -1,0 +1,260 @@
+import { SchedulerRegistry } from '@nestjs/schedule';
+import {
+  InMemoryTransport,
+  MemorySequenceStore,
+  type ExpiredSequence,
+  type ExpiryPolicy,
+} from 'nest-sequence';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  deathReasonOf,
+  eventually,
+  makeFragments,
+  makeStreamingFragments,
+  metricValue,
+  publishAll,
+  type SequenceTestApp,
+  type TestFragment,
+} from '../support/sequence-test-app';
+import { InstrumentedStore } from './instrumented.sequence-store';
+
+/**
+ * Guarantees table, row "missing fragment": expiry by the sweeper, fixed and sliding, on the
+ * embedded defaults. Time is driven through `sweeper.sweep(now)`; the store's own clock readings
+ * (the `now` each accept was given) are read through an instrumented wrapper.
+ */
+describe('guarantees: expiry of incomplete sequences', () => {
+  const running = new Set<SequenceTestApp>();
+  afterEach(async () => {
+    for (const app of running) await app.close();
+    running.clear();
+  });
+  const start = async (...args: Parameters<typeof createSequenceTestApp>) => {
+    const app = await createSequenceTestApp(...args);
+    running.add(app);
+    return app;
+  };
+
+  const TIMEOUT_MS = 1_000;
+
+  /**
+   * A 3-fragment sequence with position 2 missing: position 1 arrives at `firstAt`, position 3 at
+   * `lastAt`, strictly later.
+   */
+  async function partialSequence(
+    channel: string,
+    strategy: ExpiryPolicy['strategy'],
+    makeThem: (
+      id: string,
+      payload: Buffer,
+      fragmentBytes: number,
+    ) => TestFragment[] = makeFragments,
+  ) {
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    const onExpired = jest.fn<void, [ExpiredSequence]>();
+    const t = await start(channel, {
+      store,
+      onExpired,
+      handler: { timeout: { ms: TIMEOUT_MS, strategy } },
+    });
+    const fragments = makeThem('gap', bytes(3_000, 71), 1_000);
+    await publishAll(t.transport, channel, [fragments[0]]);
+    await t.transport.whenIdle();
+    const firstAt = store.accepts[0].now;
+    await eventually(() => Date.now() > firstAt, 'the clock to move on');
+    await publishAll(t.transport, channel, [fragments[2]]);
+    await t.transport.whenIdle();
+    const lastAt = store.accepts[1].now;
+    expect(lastAt).toBeGreaterThan(firstAt);
+    return { t, store, onExpired, fragments, firstAt, lastAt };
+  }
+
+  it('expires a sequence with a missing fragment timeout.ms after its first fragment (fixed), not before', async () => {
+    const { t, firstAt } = await partialSequence('guarantees.expiry.fixed', 'fixed');
+
+    expect(await t.sweeper.sweep(firstAt + TIMEOUT_MS - 1)).toBe(0);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 1 });
+    expect(await t.sweeper.sweep(firstAt + TIMEOUT_MS)).toBe(1);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
+  });
+
+  it('expires a sequence with a missing fragment timeout.ms after its latest fragment (sliding), not before', async () => {
+    const { t, firstAt, lastAt } = await partialSequence('guarantees.expiry.sliding', 'sliding');
+
+    expect(await t.sweeper.sweep(firstAt + TIMEOUT_MS)).toBe(0);
+    expect(await t.sweeper.sweep(lastAt + TIMEOUT_MS - 1)).toBe(0);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 1 });
+    expect(await t.sweeper.sweep(lastAt + TIMEOUT_MS)).toBe(1);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
+  });
+
+  it('calls onExpired once with the received and missing positions', async () => {
+    const { t, onExpired, firstAt, lastAt } = await partialSequence(
+      'guarantees.expiry.hook',
+      'fixed',
+    );
+    const now = firstAt + TIMEOUT_MS + 5;
+
+    await t.sweeper.sweep(now);
+    await t.sweeper.sweep(now + 60_000);
+
+    expect(onExpired).toHaveBeenCalledTimes(1);
+    expect(onExpired.mock.calls[0][0]).toEqual({
+      scope: 'guarantees.expiry.hook',
+      sequenceId: 'gap',
+      receivedPositions: [1, 3],
+      missingPositions: [2],
+      size: 3,
+      bufferedBytes: 2_000,
+      firstFragmentAt: firstAt,
+      lastFragmentAt: lastAt,
+      ageMs: TIMEOUT_MS + 5,
+    });
+  });
+
+  it('puts an expired-sequence JSON record on <channel>.dlq', async () => {
+    const channel = 'guarantees.expiry.record';
+    const { t, firstAt } = await partialSequence(channel, 'fixed');
+
+    await t.sweeper.sweep(firstAt + TIMEOUT_MS);
+
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(/^sequence-expired: sequence gap expired after 1000 ms/);
+    expect(dead[0].headers['x-sequence-id']).toBe('gap');
+    expect(dead[0].headers['content-type']).toBe('application/json');
+    expect(JSON.parse(dead[0].body.toString('utf8'))).toMatchObject({
+      kind: 'sequence-expired',
+      channel,
+      sequenceId: 'gap',
+      receivedPositions: [1, 3],
+      missingPositions: [2],
+      size: 3,
+      ageMs: TIMEOUT_MS,
+    });
+  });
+
+  it('frees the buffer of the expired sequence and counts it in sequences_expired_total', async () => {
+    const channel = 'guarantees.expiry.freed';
+    const { t, firstAt } = await partialSequence(channel, 'fixed');
+    expect(await t.store.stats(Date.now())).toMatchObject({
+      openSequences: 1,
+      bufferedBytes: 2_000,
+    });
+
+    await t.sweeper.sweep(firstAt + TIMEOUT_MS);
+
+    expect(await t.store.stats(Date.now())).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    expect(
+      await metricValue(t.metrics.registry, 'nest_sequence_sequences_expired_total', { channel }),
+    ).toBe(1);
+  });
+
+  it('dead-letters a fragment that arrives after its sequence expired (sequence-expired)', async () => {
+    const channel = 'guarantees.expiry.late';
+    const { t, firstAt, fragments } = await partialSequence(channel, 'fixed');
+    await t.sweeper.sweep(firstAt + TIMEOUT_MS);
+
+    await publishAll(t.transport, channel, [fragments[1]]);
+    await t.transport.whenIdle();
+
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(2); // the expiry record, then the late fragment
+    expect(deathReasonOf(dead[1])).toMatch(/^sequence-expired: sequence gap fragment 2 arrived/);
+    expect(dead[1].headers['x-sequence-position']).toBe(2);
+    expect(dead[1].body.equals(fragments[1].body)).toBe(true);
+    expect(t.handler.calls).toBe(0);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
+  });
+
+  it('reports missing positions up to the highest received, and no size, for a streamed sequence', async () => {
+    const { onExpired, t, firstAt } = await partialSequence(
+      'guarantees.expiry.streamed',
+      'fixed',
+      // Position 3 of a streamed 4-fragment sequence is not the last: no size is known.
+      (id, payload, fragmentBytes) =>
+        makeStreamingFragments(id, Buffer.concat([payload, bytes(1_000, 72)]), fragmentBytes),
+    );
+
+    await t.sweeper.sweep(firstAt + TIMEOUT_MS);
+
+    expect(onExpired).toHaveBeenCalledTimes(1);
+    const [expired] = onExpired.mock.calls[0];
+    expect(expired.receivedPositions).toEqual([1, 3]);
+    expect(expired.missingPositions).toEqual([2]);
+    expect(expired.size).toBeUndefined();
+  });
+
+  it('does not expire a complete sequence whose handler is still running', async () => {
+    const channel = 'guarantees.expiry.complete';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    const t = await start(channel, { store, handler: { timeout: { ms: TIMEOUT_MS } } });
+    let release: () => void = () => undefined;
+    t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
+    const payload = bytes(2_000, 73);
+
+    await publishAll(t.transport, channel, makeFragments('slow', payload, 1_000));
+    await eventually(() => t.handler.calls === 1, 'the handler to be called');
+    expect(await t.sweeper.sweep(store.accepts[0].now + TIMEOUT_MS)).toBe(0);
+    release();
+    await t.transport.whenIdle();
+
+    expect(t.handler.of('slow')[0].bytes.equals(payload)).toBe(true);
+    expect(deadLetters(t.transport, channel)).toHaveLength(0);
+  });
+
+  it('expires a sequence once when two instances sweep at the same time', async () => {
+    const channel = 'guarantees.expiry.two-sweepers';
+    const transport = new InMemoryTransport();
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    const hooks = [jest.fn(), jest.fn()];
+    const [one, two] = [
+      await start(channel, { transport, store, onExpired: hooks[0] }),
+      await start(channel, { transport, store, onExpired: hooks[1] }),
+    ];
+    await publishAll(
+      transport,
+      channel,
+      makeFragments('contended', bytes(3_000, 74), 1_000).slice(0, 2),
+    );
+    await transport.whenIdle();
+    const now = store.accepts[0].now + 300_000; // the default timeout
+
+    const expired = await Promise.all([one.sweeper.sweep(now), two.sweeper.sweep(now)]);
+
+    expect(expired[0] + expired[1]).toBe(1);
+    expect(hooks[0].mock.calls.length + hooks[1].mock.calls.length).toBe(1);
+    expect(deadLetters(transport, channel)).toHaveLength(1);
+    const counted = await Promise.all(
+      [one, two].map((app) =>
+        metricValue(app.metrics.registry, 'nest_sequence_sequences_expired_total', { channel }),
+      ),
+    );
+    expect(counted[0] + counted[1]).toBe(1);
+  });
+
+  it('is run by the scheduler every sweepIntervalMs', async () => {
+    const channel = 'guarantees.expiry.scheduled';
+    const onExpired = jest.fn<void, [ExpiredSequence]>();
+    const t = await start(channel, {
+      sweepIntervalMs: 20,
+      onExpired,
+      handler: { timeout: { ms: 50 } },
+    });
+    expect(t.app.get(SchedulerRegistry).getIntervals()).toContain('nest-sequence:expiry-sweeper');
+
+    await publishAll(
+      t.transport,
+      channel,
+      makeFragments('scheduled', bytes(2_000, 75), 1_000).slice(0, 1),
+    );
+    await eventually(() => deadLetters(t.transport, channel).length === 1, 'the expiry record');
+
+    expect(onExpired).toHaveBeenCalledTimes(1);
+    expect(onExpired.mock.calls[0][0].ageMs).toBeGreaterThanOrEqual(50);
+    expect(deathReasonOf(deadLetters(t.transport, channel)[0])).toMatch(/^sequence-expired: /);
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
+  });
+});

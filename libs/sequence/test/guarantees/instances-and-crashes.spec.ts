@@ -1,0 +1,257 @@
+import { InMemoryTransport, MemorySequenceStore } from 'nest-sequence';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  deathReasonOf,
+  eventually,
+  makeFragments,
+  metricValue,
+  publishAll,
+  shuffled,
+  type SequenceTestApp,
+} from '../support/sequence-test-app';
+import { InstrumentedStore } from './instrumented.sequence-store';
+
+/**
+ * Guarantees table, rows "store unreachable", "consumer crash" and "several consumer instances",
+ * on the embedded defaults: instances are several Nest applications in this process sharing one
+ * in-memory transport and one memory store.
+ */
+describe('guarantees: store outages, crashes and several instances', () => {
+  const running = new Set<SequenceTestApp>();
+  afterEach(async () => {
+    for (const app of running) await stop(app);
+  });
+  const start = async (...args: Parameters<typeof createSequenceTestApp>) => {
+    const app = await createSequenceTestApp(...args);
+    running.add(app);
+    return app;
+  };
+  const stop = async (app: SequenceTestApp) => {
+    running.delete(app);
+    await app.close();
+  };
+  const fragmentsReceived = (app: SequenceTestApp, channel: string) =>
+    metricValue(app.metrics.registry, 'nest_sequence_fragments_received_total', { channel });
+
+  describe('store unreachable', () => {
+    it('requeues every fragment it cannot store, acks none, and completes the sequence once the store is back', async () => {
+      const channel = 'guarantees.outage.accept';
+      const store = new InstrumentedStore(new MemorySequenceStore());
+      // No requeue delay: a requeued message is back in the queue at once, so at any moment each
+      // fragment is either queued or in the consumer's hands.
+      const t = await start(channel, { store, backpressureDelayMs: 0 });
+      const payload = bytes(4_000, 51);
+      store.unreachable = true;
+
+      await publishAll(t.transport, channel, makeFragments('outage', payload, 1_000));
+      await eventually(() => store.refusedAccepts >= 4 * 3, 'every fragment refused three times');
+      for (let turn = 0; turn < 20; turn++) {
+        expect(t.transport.depth(channel) + t.transport.unsettled(channel)).toBe(4);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(deadLetters(t.transport, channel)).toHaveLength(0);
+      expect(t.handler.calls).toBe(0);
+      expect(await store.stats(Date.now())).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+
+      store.unreachable = false;
+      await t.transport.whenIdle();
+
+      expect(t.handler.calls).toBe(1);
+      expect(t.handler.of('outage')[0].bytes.equals(payload)).toBe(true);
+      expect(deadLetters(t.transport, channel)).toHaveLength(0);
+      expect(t.transport.depth(channel) + t.transport.unsettled(channel)).toBe(0);
+    });
+
+    it('requeues the completing fragment when the read-back fails, and delivers the sequence once on redelivery', async () => {
+      const channel = 'guarantees.outage.read';
+      const store = new InstrumentedStore(new MemorySequenceStore());
+      const t = await start(channel, { store });
+      const payload = bytes(3_000, 52);
+      store.failNextReads = 1;
+
+      await publishAll(t.transport, channel, makeFragments('read-fails', payload, 1_000));
+      await t.transport.whenIdle();
+
+      expect(store.failNextReads).toBe(0);
+      expect(store.accepts.filter((a) => a.status === 'complete')).toHaveLength(2);
+      expect(t.handler.calls).toBe(1);
+      expect(t.handler.of('read-fails')[0].bytes.equals(payload)).toBe(true);
+      expect(deadLetters(t.transport, channel)).toHaveLength(0);
+    });
+  });
+
+  describe('consumer crash', () => {
+    it('redelivers the fragments a consumer held when it went away; a restarted consumer completes the sequence from them and the stored ones', async () => {
+      const channel = 'guarantees.crash.mid-sequence';
+      const transport = new InMemoryTransport();
+      const shared = new MemorySequenceStore();
+      const crashing = new InstrumentedStore(shared);
+      const first = await start(channel, { transport, store: crashing });
+      const payload = bytes(5_000, 53);
+      const fragments = makeFragments('crash-mid', payload, 1_000);
+      await publishAll(transport, channel, fragments.slice(0, 2));
+      await transport.whenIdle();
+      expect(await shared.stats(Date.now())).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: 2_000,
+      });
+
+      crashing.holdAccepts();
+      await publishAll(transport, channel, fragments.slice(2));
+      await eventually(() => transport.unsettled(channel) === 3, '3 fragments in hand, unsettled');
+      await stop(first);
+      crashing.crash();
+
+      const returned = transport.peek(channel);
+      expect(returned.map((m) => m.headers['x-sequence-position']).sort()).toEqual([3, 4, 5]);
+      expect(returned.every((m) => m.redelivered)).toBe(true);
+
+      const second = await start(channel, { transport, store: shared });
+      await transport.whenIdle();
+
+      expect(first.handler.calls).toBe(0);
+      expect(second.handler.calls).toBe(1);
+      expect(second.handler.of('crash-mid')[0].bytes.equals(payload)).toBe(true);
+      expect(await fragmentsReceived(second, channel)).toBe(3);
+      expect(await shared.stats(Date.now())).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      expect(deadLetters(transport, channel)).toHaveLength(0);
+    });
+
+    it('redelivers the completing fragment of a consumer that died in its handler; another delivers the sequence once the lease lapses', async () => {
+      const channel = 'guarantees.crash.in-handler';
+      const transport = new InMemoryTransport();
+      const shared = new MemorySequenceStore();
+      const dying = new InstrumentedStore(shared);
+      const first = await start(channel, {
+        transport,
+        store: dying,
+        leaseMs: 100,
+        handler: { handlerRetry: { attempts: 1 } },
+      });
+      let endHeldCall: (error: Error) => void = () => undefined;
+      first.handler.onCall = () => new Promise((_resolve, reject) => (endHeldCall = reject));
+      const payload = bytes(3_000, 54);
+      const fragments = makeFragments('crash-in-handler', payload, 1_000);
+
+      await publishAll(transport, channel, fragments);
+      await eventually(() => first.handler.calls === 1, 'the first consumer in its handler');
+      // Not acked while the handler runs.
+      expect(transport.unsettled(channel)).toBe(1);
+      dying.crash();
+      await stop(first);
+      expect(transport.peek(channel).map((m) => m.headers['x-sequence-position'])).toEqual([3]);
+
+      const second = await start(channel, { transport, store: shared, leaseMs: 100 });
+      await transport.whenIdle();
+
+      expect(second.handler.calls).toBe(1);
+      expect(second.handler.of('crash-in-handler')[0].bytes.equals(payload)).toBe(true);
+
+      // The dead consumer's call ends (its process is gone: nothing it does reaches the store).
+      endHeldCall(new Error('process gone'));
+      await eventually(() => dying.refusedAfterCrash.includes('finish'), 'the dead call to end');
+      await publishAll(transport, channel, [fragments[0]]);
+      await transport.whenIdle();
+
+      expect(first.handler.deliveries).toHaveLength(0);
+      expect(second.handler.calls).toBe(1);
+      expect(deadLetters(transport, channel)).toHaveLength(0);
+    });
+  });
+
+  describe('several consumer instances', () => {
+    it('deliver each of 20 sequences exactly once across three instances, storing fragments of one sequence on several of them', async () => {
+      const channel = 'guarantees.instances.three';
+      const transport = new InMemoryTransport();
+      const shared = new MemorySequenceStore();
+      const stores = [0, 1, 2].map(() => new InstrumentedStore(shared));
+      const instances: SequenceTestApp[] = [];
+      for (const store of stores) instances.push(await start(channel, { transport, store }));
+      const sequences = Array.from({ length: 20 }, (_, i) => ({
+        id: `multi-${i}`,
+        payload: bytes(1_000 + i * 250, 60 + i),
+      }));
+
+      await publishAll(
+        transport,
+        channel,
+        shuffled(
+          sequences.flatMap(({ id, payload }) => makeFragments(id, payload, 500)),
+          61,
+        ),
+      );
+      await transport.whenIdle();
+
+      for (const { id, payload } of sequences) {
+        const deliveries = instances.flatMap((instance) => instance.handler.of(id));
+        expect(deliveries).toHaveLength(1);
+        expect(deliveries[0].bytes.equals(payload)).toBe(true);
+      }
+      const completed = await Promise.all(
+        instances.map((instance) =>
+          metricValue(instance.metrics.registry, 'nest_sequence_sequences_completed_total', {
+            channel,
+          }),
+        ),
+      );
+      expect(completed.reduce((sum, n) => sum + n, 0)).toBe(20);
+      for (const instance of instances) {
+        expect(await fragmentsReceived(instance, channel)).toBeGreaterThan(0);
+      }
+      const spread = sequences.filter(
+        ({ id }) => stores.filter((store) => store.storedPositions(id).length > 0).length > 1,
+      );
+      expect(spread.length).toBeGreaterThanOrEqual(10);
+      // Every fragment was stored exactly once, by one instance or another.
+      for (const { id, payload } of sequences) {
+        const positions = stores
+          .flatMap((store) => store.storedPositions(id))
+          .sort((a, b) => a - b);
+        expect(positions).toEqual(
+          Array.from({ length: Math.ceil(payload.length / 500) }, (_, i) => i + 1),
+        );
+      }
+      expect(deadLetters(transport, channel)).toHaveLength(0);
+    });
+
+    // Regression: an instance that lost its lease mid-handler must not overwrite the verdict of
+    // the instance that took over (finish is conditional on holding the lease).
+    it('leaves a sequence delivered by the instance that took over alone when the first one loses its lease mid-handler', async () => {
+      const channel = 'guarantees.instances.lapsed-lease';
+      const transport = new InMemoryTransport();
+      const shared = new MemorySequenceStore();
+      const blipping = new InstrumentedStore(shared);
+      // prefetch 1: while the first instance holds the completing fragment, others go elsewhere.
+      const first = await start(channel, {
+        transport,
+        store: blipping,
+        leaseMs: 100,
+        handler: { handlerRetry: { attempts: 1 }, prefetch: 1 },
+      });
+      let releaseFirstCall: () => void = () => undefined;
+      first.handler.onCall = () => new Promise<void>((resolve) => (releaseFirstCall = resolve));
+      const payload = bytes(3_000, 55);
+      const fragments = makeFragments('lapsed', payload, 1_000);
+      await publishAll(transport, channel, fragments);
+      await eventually(() => first.handler.calls === 1, 'the first instance in its handler');
+
+      blipping.failRenewals = true;
+      const second = await start(channel, { transport, store: shared, leaseMs: 100 });
+      await publishAll(transport, channel, [fragments[0]]); // the producer resends one
+      await eventually(() => second.handler.deliveries.length === 1, 'the takeover');
+      expect(second.handler.of('lapsed')[0].bytes.equals(payload)).toBe(true);
+
+      releaseFirstCall();
+      await transport.whenIdle();
+
+      expect(deadLetters(transport, channel).map(deathReasonOf)).toEqual([]);
+      expect(
+        await metricValue(first.metrics.registry, 'nest_sequence_sequences_rejected_total', {
+          channel,
+        }),
+      ).toBe(0);
+    });
+  });
+});

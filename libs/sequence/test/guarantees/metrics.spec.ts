@@ -1,0 +1,174 @@
+import { Registry } from 'prom-client';
+import { sha256Hex } from '../../src/core/checksum';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  eventually,
+  makeFragments,
+  metricValue,
+  publishAll,
+  type SequenceTestApp,
+} from '../support/sequence-test-app';
+
+/**
+ * The metrics the guarantees table promises ("counted", "metric"), after one mixed run on the
+ * embedded defaults, read from a prom-client Registry the user passed in.
+ */
+describe('guarantees: metrics', () => {
+  describe('after a mixed run', () => {
+    const channel = 'guarantees.metrics.mixed';
+    const registry = new Registry();
+    let t: SequenceTestApp;
+    /** Bounds of the arrival time of the one sequence left open. */
+    let openSince: { earliest: number; latest: number };
+
+    /**
+     * - `done`: 3 fragments, the first one twice, then a late duplicate: completed, 2 duplicates;
+     * - `too-big`: declares 8,000 bytes over a 5,000-byte limit: rejected, its second fragment
+     *   dead-lettered sequence-rejected; never started;
+     * - `forged`: 2 fragments with a wrong SHA-256: started, rejected (integrity-mismatch), its
+     *   2,000 bytes retained for inspection;
+     * - `gone`: 1 of 3 fragments, then expired by a sweep;
+     * - `open`: 1 of 2 fragments, left open.
+     * Every fragment body is 1,000 bytes: 11 fragments, 11,000 bytes.
+     */
+    beforeAll(async () => {
+      t = await createSequenceTestApp(channel, {
+        metrics: { registry },
+        handler: { maxSequenceBytes: 5_000, timeout: { ms: 1_000 } },
+      });
+      const done = makeFragments('done', bytes(3_000, 91), 1_000);
+      const tooBig = makeFragments('too-big', bytes(8_000, 92), 1_000);
+      const forged = makeFragments('forged', bytes(2_000, 93), 1_000);
+      forged[1] = {
+        body: forged[1].body,
+        headers: { ...forged[1].headers, 'x-sequence-sha256': sha256Hex(bytes(2_000, 94)) },
+      };
+      const gone = makeFragments('gone', bytes(3_000, 95), 1_000);
+      const open = makeFragments('open', bytes(2_000, 96), 1_000);
+
+      await publishAll(t.transport, channel, [done[0], done[0], done[1], done[2]]);
+      await publishAll(t.transport, channel, [tooBig[0], tooBig[1], ...forged]);
+      await t.transport.whenIdle();
+      await publishAll(t.transport, channel, [done[1], gone[0]]);
+      await t.transport.whenIdle();
+      const goneAt = (await t.store.stats(Date.now())).oldestOpenAt!;
+      expect(await t.sweeper.sweep(goneAt + 1_000)).toBe(1);
+
+      const earliest = Date.now();
+      await publishAll(t.transport, channel, [open[0]]);
+      await t.transport.whenIdle();
+      openSince = { earliest, latest: Date.now() };
+      await eventually(() => Date.now() >= openSince.latest + 25, 'the open sequence to age');
+
+      expect(t.handler.calls).toBe(1);
+      expect(deadLetters(t.transport, channel)).toHaveLength(4); // too-big ×2, forged, gone's record
+    });
+    afterAll(() => t.close());
+
+    const value = (name: string, labels: Record<string, string> = {}) =>
+      metricValue(registry, `nest_sequence_${name}`, labels);
+
+    it('is registered in the registry the user passed', () => {
+      expect(t.metrics.registry).toBe(registry);
+    });
+
+    it('counts sequences started, completed, rejected (by reason) and expired', async () => {
+      expect(await value('sequences_started_total', { channel })).toBe(4);
+      expect(await value('sequences_completed_total', { channel })).toBe(1);
+      expect(
+        await value('sequences_rejected_total', { channel, reason: 'sequence-too-large' }),
+      ).toBe(1);
+      expect(
+        await value('sequences_rejected_total', { channel, reason: 'integrity-mismatch' }),
+      ).toBe(1);
+      expect(await value('sequences_rejected_total', { channel })).toBe(2);
+      expect(await value('sequences_expired_total', { channel })).toBe(1);
+    });
+
+    it('counts duplicate fragments, including late ones', async () => {
+      expect(await value('duplicate_fragments_total', { channel })).toBe(2);
+    });
+
+    it('counts every fragment received and its body bytes', async () => {
+      expect(await value('fragments_received_total', { channel })).toBe(11);
+      expect(await value('bytes_received_total', { channel })).toBe(11_000);
+    });
+
+    it('counts fragments dead-lettered on their own account, by reason', async () => {
+      expect(
+        await value('fragments_rejected_total', { channel, reason: 'sequence-too-large' }),
+      ).toBe(1);
+      expect(
+        await value('fragments_rejected_total', { channel, reason: 'sequence-rejected' }),
+      ).toBe(1);
+      expect(await value('fragments_rejected_total', { channel })).toBe(2);
+    });
+
+    it('reports open sequences and buffered bytes from the store (retained failed fragments included)', async () => {
+      expect(await value('open_sequences')).toBe(1);
+      expect(await value('buffered_bytes')).toBe(1_000 + 2_000);
+    });
+
+    it('reports the age of the oldest open sequence in seconds', async () => {
+      const before = Date.now();
+      const age = await value('oldest_open_age_seconds');
+      const after = Date.now();
+
+      expect(age).toBeGreaterThanOrEqual((before - openSince.latest) / 1_000);
+      expect(age).toBeLessThanOrEqual((after - openSince.earliest) / 1_000);
+      expect(age).toBeGreaterThanOrEqual(0.025);
+    });
+
+    it('observes one reassembly latency per delivered sequence', async () => {
+      expect(await value('reassembly_latency_seconds_count', { channel })).toBe(1);
+      const seconds = await value('reassembly_latency_seconds_sum', { channel });
+      expect(seconds).toBeGreaterThanOrEqual(0);
+      expect(seconds).toBeLessThan(5);
+    });
+  });
+
+  it('reports no open sequence, no buffered byte and an oldest open age of 0 when the store is empty', async () => {
+    const t = await createSequenceTestApp('guarantees.metrics.empty');
+    try {
+      const registry = t.metrics.registry;
+      expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);
+      expect(await metricValue(registry, 'nest_sequence_buffered_bytes')).toBe(0);
+      expect(await metricValue(registry, 'nest_sequence_oldest_open_age_seconds')).toBe(0);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('names the metrics with the prefix the user chose', async () => {
+    const channel = 'guarantees.metrics.prefix';
+    const registry = new Registry();
+    const t = await createSequenceTestApp(channel, { metrics: { registry, prefix: 'imaging_' } });
+    try {
+      await publishAll(t.transport, channel, makeFragments('prefixed', bytes(1_500, 97), 1_000));
+      await t.transport.whenIdle();
+
+      expect(await registry.getSingleMetricAsString('imaging_sequences_completed_total')).toContain(
+        `imaging_sequences_completed_total{channel="${channel}"} 1`,
+      );
+      expect(registry.getSingleMetric('nest_sequence_sequences_completed_total')).toBeUndefined();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('registers nothing when metrics are disabled', async () => {
+    const channel = 'guarantees.metrics.off';
+    const t = await createSequenceTestApp(channel, { metrics: false });
+    try {
+      await publishAll(t.transport, channel, makeFragments('unmetered', bytes(1_500, 98), 1_000));
+      await t.transport.whenIdle();
+
+      expect(t.handler.calls).toBe(1);
+      expect(await t.metrics.registry.getMetricsAsJSON()).toEqual([]);
+    } finally {
+      await t.close();
+    }
+  });
+});

@@ -1,0 +1,111 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { resolve } from 'node:path';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
+import { AppModule } from '../src/app.module';
+import { readRecords, syntheticStudy } from '../src/imaging/dicom-like.records';
+import { RESULTS_CHANNEL, type StudyReport } from '../src/imaging/imaging.channels';
+import { PacsRouterService } from '../src/imaging/pacs-router.service';
+
+const MiB = 1024 * 1024;
+const ROOT = resolve(__dirname, '..');
+
+/** What the demo's synthetic study of `totalBytes` is, computed without the library. */
+async function expectedStudy(totalBytes: number): Promise<{ sha256: string; records: number }> {
+  const hash = createHash('sha256');
+  for (const record of syntheticStudy(totalBytes)) hash.update(record);
+  let records = 0;
+  for await (const _record of readRecords(toAsync(syntheticStudy(totalBytes)))) records++;
+  return { sha256: hash.digest('hex'), records };
+}
+
+async function* toAsync(records: Iterable<Buffer>): AsyncGenerator<Buffer> {
+  yield* records;
+}
+
+interface Exit {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to completion, collecting its output. */
+function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
+  return new Promise((done, fail) => {
+    const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', fail);
+    child.on('close', (code) => done({ code, stdout, stderr }));
+  });
+}
+
+describe('imaging demo', () => {
+  it('runs as a user starts it, and reports fragments, bytes, elapsed time and a matching SHA-256', async () => {
+    const studyBytes = 20 * MiB;
+
+    const exit = await run(
+      'npx',
+      ['ts-node', '-r', 'tsconfig-paths/register', '--transpile-only', 'src/main.ts'],
+      { STUDY_BYTES: String(studyBytes) },
+    );
+
+    // stderr rides along so that a failure shows why the demo exited.
+    expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
+    const expected = await expectedStudy(studyBytes);
+    // 40 records of 512 KiB, packed whole into fragments of at most 8 MiB: 16 + 16 + 8 records.
+    expect(exit.stdout).toContain(`study 1.2.840.99999.1: 3 fragments, ${studyBytes} bytes`);
+    expect(exit.stdout).toMatch(/sent and reassembled in \d+ ms \(\d+(\.\d+)? MB\/s\)/);
+    expect(exit.stdout).toContain(`${expected.records} records analysed`);
+    expect(exit.stdout).toContain(`sha256 ${expected.sha256} matched`);
+  });
+
+  describe('in process', () => {
+    let app: INestApplicationContext;
+
+    beforeEach(async () => {
+      const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+      moduleRef.useLogger(false);
+      app = await moduleRef.init();
+    });
+
+    afterEach(async () => {
+      await app.close();
+    });
+
+    it("reports as many records, and the same SHA-256, as the PACS router's receipt", async () => {
+      // Not a whole number of records: the last one is short.
+      const studyBytes = 10 * MiB + 1_000;
+      const reports: StudyReport[] = [];
+      await app.get<Transport>(SEQUENCE_TRANSPORT).subscribe(RESULTS_CHANNEL, async (message) => {
+        reports.push(JSON.parse(message.body.toString('utf8')) as StudyReport);
+        return { action: 'ack' };
+      });
+
+      const receipt = await app.get(PacsRouterService).sendStudy('1.2.840.99999.7', studyBytes);
+      const deadline = Date.now() + 30_000;
+      while (reports.length === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+
+      const expected = await expectedStudy(studyBytes);
+      expect(reports).toHaveLength(1);
+      expect(reports[0]).toEqual({
+        sequenceId: receipt.sequenceId,
+        studyUid: '1.2.840.99999.7',
+        fragments: receipt.fragments,
+        bytes: receipt.bytes,
+        sha256: receipt.sha256,
+        records: expected.records,
+        meanIntensity: expect.any(Number),
+        status: 'ok',
+      });
+      expect(receipt).toMatchObject({ bytes: studyBytes, sha256: expected.sha256 });
+      expect(expected.records).toBe(21);
+    });
+  });
+});
