@@ -77,6 +77,8 @@ export interface Transport {
     handler: MessageHandler,
     options?: SubscribeOptions,
   ): Promise<Subscription>;
+  /** Resolves when the broker is reachable now; rejects saying why not (for health checks). */
+  ping(): Promise<void>;
   /** Closes every subscription and the connection; idempotent. */
   close(): Promise<void>;
 }

@@ -80,6 +80,13 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       return received.filter((m) => m.headers[SENTINEL] !== true);
     }
 
+    it('answers ping while open, and refuses it once closed', async () => {
+      await expect(transport.ping()).resolves.toBeUndefined();
+      const other = await harness.create();
+      await other.close();
+      await expect(other.ping()).rejects.toThrow();
+    });
+
     it('delivers the body byte-exact and header values with their types', async () => {
       const channel = newChannel();
       const body = Buffer.concat([Buffer.from([0, 255, 128, 1, 0]), Buffer.from('héllo ✓')]);

@@ -270,6 +270,10 @@ export class FaultInjectingTransport implements Transport {
     return this.inner.subscribe(channel, handler, options);
   }
 
+  ping(): Promise<void> {
+    return this.inner.ping();
+  }
+
   close(): Promise<void> {
     return this.inner.close();
   }

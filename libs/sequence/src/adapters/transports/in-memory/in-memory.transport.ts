@@ -106,6 +106,10 @@ export class InMemoryTransport implements Transport {
     return { channel, close: async () => this.unsubscribe(subscriber) };
   }
 
+  async ping(): Promise<void> {
+    if (this.closed) throw new Error('in-memory transport is closed');
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

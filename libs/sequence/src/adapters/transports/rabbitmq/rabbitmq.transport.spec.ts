@@ -70,6 +70,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     return {
       name: transport.name,
       maxMessageBytes: transport.maxMessageBytes,
+      ping: () => transport.ping(),
       publish: (channel, body, headers, options) => {
         track(channel);
         return transport.publish(channel, body, headers, options);

@@ -239,6 +239,13 @@ export class RabbitMqTransport implements Transport {
     return wrapper;
   }
 
+  async ping(): Promise<void> {
+    if (this.closed) throw new Error('rabbitmq transport is closed');
+    if (!this.manager().isConnected()) {
+      throw new Error('not connected to RabbitMQ (reconnecting)');
+    }
+  }
+
   /** golevelup's connection manager (amqp-connection-manager), which reconnects on its own. */
   private manager(): ConnectionManager {
     const manager = this.connection.managedConnection as ConnectionManager | undefined;
