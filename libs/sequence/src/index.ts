@@ -54,7 +54,13 @@ export * from './ports/sequence-store.port';
 export { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
 export { RabbitMqTransport } from './adapters/transports/rabbitmq/rabbitmq.transport';
 export type { RabbitMqTransportOptions } from './adapters/transports/rabbitmq/rabbitmq.options';
+export { RabbitMqTopologyError } from './adapters/transports/rabbitmq/errors/rabbitmq-topology.error';
 export { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
+export {
+  RedisSequenceStore,
+  type RedisSequenceStoreOptions,
+} from './adapters/stores/redis/redis.sequence-store';
+export { RedisSequenceStoreError } from './adapters/stores/redis/redis-store.error';
 
 // Observability
 export { SequenceMetrics } from './observability/sequence.metrics';

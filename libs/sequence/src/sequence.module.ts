@@ -6,7 +6,6 @@ import {
   type Provider,
 } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { ScheduleModule } from '@nestjs/schedule';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
 import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
@@ -81,7 +80,9 @@ const providers: Provider[] = [
  * SequenceModule.forRoot({ fragmentBytes: 8 * 1024 * 1024, timeout: { ms: 120_000 } })
  */
 @Module({
-  imports: [DiscoveryModule, ScheduleModule.forRoot()],
+  // Not ScheduleModule.forRoot(): a second forRoot in the app would run the app's own
+  // @Interval/@Cron jobs twice. The sweeper joins the app's SchedulerRegistry when there is one.
+  imports: [DiscoveryModule],
   providers,
   exports: [
     SplitterService,

@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Registry } from 'prom-client';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import { SEQUENCE_ID_PATTERN } from './core/headers';
+import { definedOnly } from './core/objects';
 import type {
   ExpiryPolicy,
   SequenceLimits,
@@ -78,6 +80,11 @@ export interface SequenceModuleOptions extends SequenceConsumerOptions {
   leaseMs?: number;
   /** How long finished-sequence markers (and failed sequences' fragments) are kept. @default 3600000 */
   retentionMs?: number;
+  /**
+   * At shutdown, how long deliveries in progress may take to finish before subscriptions close
+   * (their fragments are then redelivered). @default 10000
+   */
+  shutdownTimeoutMs?: number;
   /** How often the expiry sweeper runs; `false` disables it on this instance. @default 1000 */
   sweepIntervalMs?: number | false;
   /** Called once per expired sequence, by the instance that expired it. */
@@ -110,6 +117,7 @@ export interface ResolvedSequenceOptions extends ResolvedConsumerOptions {
   readonly leaseMs: number;
   readonly retentionMs: number;
   readonly sweepIntervalMs: number | false;
+  readonly shutdownTimeoutMs: number;
   readonly onExpired?: (expired: ExpiredSequence) => void | Promise<void>;
   readonly metrics: false | { registry?: Registry; prefix: string };
   readonly consumerId: string;
@@ -135,6 +143,7 @@ export const SEQUENCE_DEFAULTS = {
   leaseMs: 30_000,
   retentionMs: 3_600_000,
   sweepIntervalMs: 1_000,
+  shutdownTimeoutMs: 10_000,
   metricsPrefix: 'nest_sequence_',
 } as const;
 
@@ -178,6 +187,7 @@ export function resolveSequenceOptions(
     leaseMs: options.leaseMs ?? SEQUENCE_DEFAULTS.leaseMs,
     retentionMs: options.retentionMs ?? SEQUENCE_DEFAULTS.retentionMs,
     sweepIntervalMs: options.sweepIntervalMs ?? SEQUENCE_DEFAULTS.sweepIntervalMs,
+    shutdownTimeoutMs: options.shutdownTimeoutMs ?? SEQUENCE_DEFAULTS.shutdownTimeoutMs,
     onExpired: options.onExpired,
     metrics:
       options.metrics === false
@@ -194,6 +204,7 @@ export function resolveSequenceOptions(
   checkInteger(problems, 'backpressureDelayMs', resolved.backpressureDelayMs, 0);
   checkInteger(problems, 'leaseMs', resolved.leaseMs, 100);
   checkInteger(problems, 'retentionMs', resolved.retentionMs, 1);
+  checkInteger(problems, 'shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0);
   if (resolved.sweepIntervalMs !== false) {
     checkInteger(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
   }
@@ -214,7 +225,7 @@ export function resolveSequenceOptions(
   if (options.onExpired !== undefined && typeof options.onExpired !== 'function') {
     problems.push('onExpired must be a function');
   }
-  if (options.consumerId !== undefined && !/^[A-Za-z0-9._:-]{1,128}$/.test(options.consumerId)) {
+  if (options.consumerId !== undefined && !SEQUENCE_ID_PATTERN.test(options.consumerId)) {
     problems.push('consumerId must be 1-128 characters of [A-Za-z0-9._:-]');
   }
   if (problems.length > 0) throw new SequenceOptionsError('SequenceModule options', problems);
@@ -307,10 +318,6 @@ function checkInteger(problems: string[], name: string, value: unknown, min: num
     return false;
   }
   return true;
-}
-
-function definedOnly<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 /** The store-wide and per-handler limits, as the store port takes them. */

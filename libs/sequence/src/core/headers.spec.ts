@@ -292,4 +292,35 @@ describe('parseFragmentHeaders rejects', () => {
     expect(error.message).toContain(SequenceHeader.size);
     expect(error.message).toContain('order-42');
   });
+
+  it('rejects the fragment at position = size without x-sequence-last (the contract sets it there)', () => {
+    const headers = buildFragmentHeaders({
+      sequenceId: 'no-last',
+      position: 3,
+      size: 3,
+      last: false,
+      crc32: 1,
+      sha256: 'a'.repeat(64),
+    });
+    let thrown: unknown;
+    try {
+      parseFragmentHeaders(headers);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(MalformedFragmentError);
+    expect(thrown).toMatchObject({ code: 'malformed-header', header: 'x-sequence-last' });
+  });
+
+  it('keeps transport metadata (dead-lettering, delivery and requeue counts) out of user headers', () => {
+    const headers = {
+      ...buildFragmentHeaders({ sequenceId: 't', position: 1, size: 2, last: false, crc32: 1 }),
+      'x-requeue-count': 2,
+      'x-delivery-count': 1,
+      'x-first-death-reason': 'rejected',
+      'x-death-reason': 'crc-mismatch: …',
+      tenant: 'acme',
+    };
+    expect(parseFragmentHeaders(headers).userHeaders).toEqual({ tenant: 'acme' });
+  });
 });

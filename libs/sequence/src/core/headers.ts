@@ -63,6 +63,18 @@ export function isContractHeader(name: string): boolean {
 }
 
 /**
+ * Headers brokers and transports add on their own (RabbitMQ's dead-lettering and quorum delivery
+ * count, the requeue counter, a death reason): metadata of one delivery, not the producer's, so
+ * they are not handed to the handler as user headers.
+ */
+const TRANSPORT_HEADER = /^x-(death|first-death-|last-death-|delivery-count$|requeue-count$)/;
+
+/** True for headers a transport adds to a delivery (see {@link TRANSPORT_HEADER}). */
+export function isTransportHeader(name: string): boolean {
+  return TRANSPORT_HEADER.test(name);
+}
+
+/**
  * Parses and validates a fragment's headers against the wire contract. Numbers may arrive as
  * JSON numbers or as canonical decimal strings (producers in other languages, AMQP field tables);
  * booleans as booleans or `"true"`/`"false"`. Throws {@link MalformedFragmentError} naming the
@@ -118,6 +130,9 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
   if (size !== undefined && position > size) {
     fail(SequenceHeader.position, `position ${position} is beyond size ${size}`);
   }
+  if (size !== undefined && position === size && !last) {
+    fail(SequenceHeader.last, `the fragment at position ${position} = size must carry it (true)`);
+  }
   if (last) {
     if (size === undefined) fail(SequenceHeader.size, 'the last fragment must carry the size');
     if (position !== size) {
@@ -128,7 +143,8 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
 
   const userHeaders: HeaderMap = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (isContractHeader(name) || value === undefined || value === null) continue;
+    if (isContractHeader(name) || isTransportHeader(name)) continue;
+    if (value === undefined || value === null) continue;
     if (name === SequenceHeader.contentType || name === SequenceHeader.contentEncoding) continue;
     const normalized = toHeaderValue(value);
     if (normalized !== undefined) userHeaders[name] = normalized;

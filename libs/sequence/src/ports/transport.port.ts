@@ -7,15 +7,22 @@ export interface InboundMessage {
   readonly body: Buffer;
   /** Headers as the transport delivered them; values are not trusted (parse them). */
   readonly headers: Readonly<Record<string, unknown>>;
-  /** True when the transport delivered this message before (after a nack or a consumer loss). */
+  /**
+   * True when the transport delivered this message before: after a `requeue` (with or without
+   * `delayMs`), a thrown handler, or a lost or closed consumer.
+   */
   readonly redelivered: boolean;
 }
 
 /**
  * What a handler decided about a message:
  * - `ack`: done, remove it;
- * - `requeue`: put it back for redelivery, after `delayMs` if given (back-pressure);
- * - `dead-letter`: move it to the channel's dead-letter channel with `x-death-reason: reason`.
+ * - `requeue` without `delayMs`: "try again now": it goes back at (or near) the head of the
+ *   channel, so it may well be the next message delivered. Never use it for back-pressure: a
+ *   message that is always requeued this way keeps coming back first.
+ * - `requeue` with `delayMs`: "retry later, behind what is queued" (back-pressure): after the
+ *   delay it goes to the tail of the channel, so messages published after it are delivered first;
+ * - `dead-letter`: move it to the dead-letter channel with `x-death-reason: reason`.
  */
 export type Disposition =
   | { readonly action: 'ack' }
@@ -33,7 +40,7 @@ export interface PublishOptions {
 export interface SubscribeOptions {
   /** Most unsettled messages delivered to this subscriber at once. @default 16 */
   readonly prefetch?: number;
-  /** Where `dead-letter` dispositions go. @default `<channel>.dlq` */
+  /** Where `dead-letter` dispositions go. @default `transport.deadLetterChannel(channel)` */
   readonly deadLetterChannel?: string;
 }
 
@@ -48,16 +55,25 @@ export interface Subscription {
  *
  * Contract, checked by the transport conformance suite:
  * - `publish` resolves only once the broker has taken responsibility for the message (publisher
- *   confirm); it rejects on a nack, on `MessageTooLargeError` when body plus headers exceed
- *   `maxMessageBytes`, and on `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
+ *   confirm). It rejects with `PublishRejectedError` when the broker refuses the message (a
+ *   negative confirm), with `MessageTooLargeError` when body plus headers exceed
+ *   `maxMessageBytes`, and with `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
  *   header values (string, number, boolean) keep their type and value.
  * - A channel holds messages until a subscriber settles them; messages published before anyone
  *   subscribed are delivered once someone does. Subscribers of one channel compete: each message
  *   goes to one of them at a time.
- * - The handler's {@link Disposition} settles the message. A thrown error means `requeue`.
- *   Requeued messages are delivered again, with `redelivered: true`, to any subscriber.
+ * - The handler's {@link Disposition} settles the message. A requeued message is delivered again,
+ *   to any subscriber, with its body and headers and `redelivered: true`:
+ *   - a plain `requeue` (no `delayMs`), or a handler that throws, puts it back at once, at or near
+ *     the head of the channel: it may be the very next delivery. Its order relative to other
+ *     messages is not part of the contract.
+ *   - a `requeue` with `delayMs` puts it back no sooner than `delayMs` later, at the tail of the
+ *     channel, with {@link REQUEUE_COUNT_HEADER} incremented. A message that is always requeued
+ *     this way does not starve the messages behind it. Whether it keeps one of the subscriber's
+ *     `prefetch` slots during the delay is the adapter's choice (see each adapter).
  * - `dead-letter` publishes the message to the dead-letter channel with its body and headers
- *   preserved, plus `x-death-reason`, before the original is removed.
+ *   preserved, plus `x-death-reason`, before the original is removed. Without a
+ *   `deadLetterChannel` at subscribe, that is {@link Transport.deadLetterChannel}.
  * - Closing a subscription (or losing the consumer) redelivers its unsettled messages.
  * - At most `prefetch` unsettled messages are in a subscriber's hands at once.
  */
@@ -77,6 +93,11 @@ export interface Transport {
     handler: MessageHandler,
     options?: SubscribeOptions,
   ): Promise<Subscription>;
+  /**
+   * Where this transport dead-letters messages of `channel` when the subscriber named no
+   * `deadLetterChannel`: the channel a sweeper or an operator should use for the same purpose.
+   */
+  deadLetterChannel(channel: string): string;
   /** Resolves when the broker is reachable now; rejects saying why not (for health checks). */
   ping(): Promise<void>;
   /** Closes every subscription and the connection; idempotent. */
@@ -99,9 +120,31 @@ export function toDisposition(outcome: unknown): Disposition {
   return { action: 'requeue', delayMs: candidate.action === 'requeue' ? delayMs : undefined };
 }
 
-/** The default dead-letter channel of a channel. */
+/**
+ * The conventional dead-letter channel of a channel, `<channel>.dlq`: what the in-memory transport
+ * uses. Prefer {@link Transport.deadLetterChannel}, which knows the transport's own naming.
+ */
 export function defaultDeadLetterChannel(channel: string): string {
   return `${channel}.dlq`;
+}
+
+/**
+ * Header a transport sets on a message it put back behind the queued ones (a `requeue` with
+ * `delayMs`): how many times that has happened to it so far.
+ */
+export const REQUEUE_COUNT_HEADER = 'x-requeue-count';
+
+/** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */
+export function requeueCount(headers: Readonly<Record<string, unknown>>): number {
+  const value = Number(headers[REQUEUE_COUNT_HEADER] ?? 0);
+  return Number.isSafeInteger(value) && value > 0 ? value : 0;
+}
+
+/** A copy of `headers` for one more delayed requeue. */
+export function withRequeueCount<T extends Readonly<Record<string, unknown>>>(
+  headers: T,
+): T & { [REQUEUE_COUNT_HEADER]: number } {
+  return { ...headers, [REQUEUE_COUNT_HEADER]: requeueCount(headers) + 1 };
 }
 
 /** Rough size of a header map on the wire: what `maxMessageBytes` must also hold. */

@@ -2,6 +2,7 @@ import {
   Inject,
   Injectable,
   Logger,
+  Optional,
   type BeforeApplicationShutdown,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
@@ -27,30 +28,34 @@ const SWEEP_BATCH = 100;
 export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('SequenceModule');
   private running: Promise<number> | undefined;
+  private timer: NodeJS.Timeout | undefined;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
-    private readonly schedulerRegistry: SchedulerRegistry,
     private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
+    @Optional() private readonly schedulerRegistry?: SchedulerRegistry,
   ) {}
 
   onApplicationBootstrap(): void {
     const interval = this.options.sweepIntervalMs;
     if (interval === false) return;
-    const timer = setInterval(
+    this.timer = setInterval(
       () => void this.sweep().catch((error: unknown) => this.logFailure(error)),
       interval,
     );
-    this.schedulerRegistry.addInterval(EXPIRY_SWEEPER_INTERVAL, timer);
+    // Registered with @nestjs/schedule when the app imports ScheduleModule.forRoot(), so it is
+    // listed (and can be stopped) through SchedulerRegistry like the app's own intervals.
+    this.schedulerRegistry?.addInterval(EXPIRY_SWEEPER_INTERVAL, this.timer);
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    if (this.schedulerRegistry.doesExist('interval', EXPIRY_SWEEPER_INTERVAL)) {
+    if (this.schedulerRegistry?.doesExist('interval', EXPIRY_SWEEPER_INTERVAL)) {
       this.schedulerRegistry.deleteInterval(EXPIRY_SWEEPER_INTERVAL);
     }
+    clearInterval(this.timer);
     await this.running?.catch(() => undefined);
   }
 

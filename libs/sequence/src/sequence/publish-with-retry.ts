@@ -1,6 +1,7 @@
 import type { HeaderMap } from '../core/headers';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
+import { delay, withTimeout } from '../core/async';
 import type { Transport } from '../ports/transport.port';
 import type { PublishRetryOptions } from '../sequence.options';
 
@@ -46,18 +47,4 @@ export function backoff(attempt: number, baseDelayMs: number, maxDelayMs: number
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
 
-export function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(onTimeout()), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+export { delay } from '../core/async';

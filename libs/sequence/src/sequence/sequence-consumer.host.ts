@@ -6,18 +6,26 @@ import {
   type OnApplicationBootstrap,
 } from '@nestjs/common';
 import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
-import type { Subscription, Transport } from '../ports/transport.port';
-import { SEQUENCE_TRANSPORT } from '../sequence.constants';
-import { AggregatorService } from './aggregator.service';
+import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
+import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import { AggregatorService, type SequenceConsumer } from './aggregator.service';
 
-/** Owns the subscriptions of the discovered sequence handlers: opens them at bootstrap, closes them at shutdown. */
+/**
+ * Owns the subscriptions of the discovered sequence handlers: opens them at bootstrap; at
+ * shutdown stops taking fragments, lets deliveries in progress finish (up to
+ * `shutdownTimeoutMs`), then closes them, so a graceful stop does not look like a crash.
+ */
 @Injectable()
 export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('SequenceModule');
   private readonly subscriptions: Subscription[] = [];
+  private readonly inFlight = new Set<Promise<Disposition>>();
+  private draining = false;
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
     private readonly registry: SequencedHandlerRegistry,
     private readonly aggregator: AggregatorService,
   ) {}
@@ -26,7 +34,7 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
     for (const { name, consumer } of this.registry.all()) {
       const subscription = await this.transport.subscribe(
         consumer.channel,
-        (message) => this.aggregator.receive(message, consumer),
+        (message) => this.receive(message, consumer),
         {
           prefetch: consumer.options.prefetch,
           deadLetterChannel: consumer.options.deadLetterChannel,
@@ -40,7 +48,32 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
   }
 
   async beforeApplicationShutdown(): Promise<void> {
+    this.draining = true;
+    if (this.inFlight.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), this.options.shutdownTimeoutMs);
+      });
+      const outcome = await Promise.race([Promise.allSettled([...this.inFlight]), timedOut]);
+      clearTimeout(timer);
+      if (outcome === 'timeout') {
+        this.logger.warn(
+          `${this.inFlight.size} delivery(ies) still running after shutdownTimeoutMs ` +
+            `(${this.options.shutdownTimeoutMs} ms); their fragments will be redelivered`,
+        );
+      }
+    }
     const subscriptions = this.subscriptions.splice(0);
     await Promise.all(subscriptions.map((subscription) => subscription.close()));
+  }
+
+  private receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+    if (this.draining) {
+      return Promise.resolve({ action: 'requeue', reason: 'shutting down' });
+    }
+    const pending = this.aggregator.receive(message, consumer);
+    this.inFlight.add(pending);
+    void pending.finally(() => this.inFlight.delete(pending));
+    return pending;
   }
 }

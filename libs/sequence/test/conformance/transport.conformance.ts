@@ -3,6 +3,7 @@ import { MessageTooLargeError } from '../../src/core/errors/message-too-large.er
 import type { HeaderMap } from '../../src/core/headers';
 import {
   headerBytes,
+  REQUEUE_COUNT_HEADER,
   type Disposition,
   type InboundMessage,
   type MessageHandler,
@@ -165,6 +166,52 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       expect(deliveredAt[1] - deliveredAt[0]).toBeGreaterThanOrEqual(delayMs - 15);
     });
 
+    it('redelivers a message requeued with delayMs flagged redelivered, counting in x-requeue-count', async () => {
+      const channel = newChannel();
+      const body = randomBytes(64);
+      const deliveries: InboundMessage[] = [];
+      await subscribe(channel, async (message) => {
+        deliveries.push(message);
+        return deliveries.length < 3 ? { action: 'requeue', delayMs: 20 } : ACK;
+      });
+      await transport.publish(channel, body, { 'x-text': 'kept', 'x-n': 4 });
+
+      await eventually(() => deliveries.length === 3, 'two delayed redeliveries');
+      expect(deliveries.map((m) => m.redelivered)).toEqual([false, true, true]);
+      expect(deliveries.map((m) => m.headers[REQUEUE_COUNT_HEADER])).toEqual([undefined, 1, 2]);
+      for (const message of deliveries) {
+        expect(message.body.equals(body)).toBe(true);
+        expect(message.headers).toMatchObject({ 'x-text': 'kept', 'x-n': 4 });
+      }
+    });
+
+    it('does not let a message always requeued with delayMs starve the one behind it', async () => {
+      const channel = newChannel();
+      let requeues = 0;
+      const behind: InboundMessage[] = [];
+      await transport.publish(channel, Buffer.from('back-pressured'), { 'x-role': 'stuck' });
+      await transport.publish(channel, Buffer.from('behind'), { 'x-role': 'behind' });
+      // One slot: while the first message is held for its delay, nothing else can be delivered.
+      await subscribe(
+        channel,
+        async (message) => {
+          if (message.headers['x-role'] !== 'stuck') {
+            behind.push(message);
+            return ACK;
+          }
+          requeues++;
+          return { action: 'requeue', delayMs: 30 };
+        },
+        { prefetch: 1 },
+      );
+
+      await eventually(() => behind.length === 1, 'the message behind the back-pressured one');
+      const requeuesThen = requeues;
+      await eventually(() => requeues >= requeuesThen + 3, 'more requeues of the first message');
+      // It was acked: the first message keeps coming back, the second never does.
+      expect(behind.map((m) => [m.body.toString(), m.redelivered])).toEqual([['behind', false]]);
+    });
+
     it('redelivers a message whose handler rejected', async () => {
       const channel = newChannel();
       const deliveries: InboundMessage[] = [];
@@ -194,12 +241,14 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       expect(deliveries[1].redelivered).toBe(true);
     });
 
-    it('dead-letters to <channel>.dlq with body and headers kept, plus x-death-reason', async () => {
+    it('dead-letters to transport.deadLetterChannel(channel) by default, with body and headers kept, plus x-death-reason', async () => {
       const channel = newChannel();
       const body = randomBytes(1024);
       const headers: HeaderMap = { 'x-text': 'kept', 'x-count': 3, 'x-flag': true };
       const reason = 'crc-mismatch: fragment 3 of sequence s-1';
-      const dead = await collect(`${channel}.dlq`);
+      const deadLetterChannel = transport.deadLetterChannel(channel);
+      expect(deadLetterChannel).not.toBe(channel);
+      const dead = await collect(deadLetterChannel);
       const original = await subscribe(channel, async () => ({ action: 'dead-letter', reason }));
       await transport.publish(channel, body, headers);
 
@@ -224,7 +273,7 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       await eventually(() => dead.received.length === 1, 'the dead letter');
       expect(dead.received[0].body.toString()).toBe('to custom');
       expect(dead.received[0].headers).toMatchObject({ 'x-n': 5, 'x-death-reason': reason });
-      expect(await leftoversIn(`${channel}.dlq`)).toEqual([]);
+      expect(await leftoversIn(transport.deadLetterChannel(channel))).toEqual([]);
     });
 
     it("hands a closed subscriber's unsettled message to another subscriber", async () => {

@@ -1,4 +1,5 @@
-import { SchedulerRegistry } from '@nestjs/schedule';
+import { Injectable } from '@nestjs/common';
+import { Interval, ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
 import {
   InMemoryTransport,
   MemorySequenceStore,
@@ -242,6 +243,7 @@ describe('guarantees: expiry of incomplete sequences', () => {
       sweepIntervalMs: 20,
       onExpired,
       handler: { timeout: { ms: 50 } },
+      imports: [ScheduleModule.forRoot()],
     });
     expect(t.app.get(SchedulerRegistry).getIntervals()).toContain('nest-sequence:expiry-sweeper');
 
@@ -256,5 +258,40 @@ describe('guarantees: expiry of incomplete sequences', () => {
     expect(onExpired.mock.calls[0][0].ageMs).toBeGreaterThanOrEqual(50);
     expect(deathReasonOf(deadLetters(t.transport, channel)[0])).toMatch(/^sequence-expired: /);
     expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
+  });
+
+  it('sweeps on its own timer when the app has no ScheduleModule', async () => {
+    const channel = 'guarantees.expiry.no-schedule-module';
+    const t = await start(channel, { sweepIntervalMs: 20, handler: { timeout: { ms: 50 } } });
+    expect(() => t.app.get(SchedulerRegistry)).toThrow();
+
+    await publishAll(
+      t.transport,
+      channel,
+      makeFragments('unscheduled', bytes(2_000, 76), 1_000).slice(0, 1),
+    );
+    await eventually(() => deadLetters(t.transport, channel).length === 1, 'the expiry record');
+    expect(deathReasonOf(deadLetters(t.transport, channel)[0])).toMatch(/^sequence-expired: /);
+  });
+
+  it("does not run the app's own scheduled jobs twice", async () => {
+    let ticks = 0;
+    @Injectable()
+    class Ticker {
+      @Interval(40)
+      tick(): void {
+        ticks++;
+      }
+    }
+    const t = await start('guarantees.expiry.app-jobs', {
+      imports: [ScheduleModule.forRoot()],
+      providers: [Ticker],
+    });
+    await new Promise((resolve) => setTimeout(resolve, 430));
+    await t.close();
+    // 430 ms / 40 ms: at most 10 ticks (fewer on a busy machine); a second
+    // ScheduleModule.forRoot() inside the library made it about 20.
+    expect(ticks).toBeGreaterThanOrEqual(1);
+    expect(ticks).toBeLessThanOrEqual(11);
   });
 });

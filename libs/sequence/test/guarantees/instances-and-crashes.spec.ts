@@ -1,3 +1,4 @@
+import { parseFragmentHeaders } from 'nest-sequence';
 import { InMemoryTransport, MemorySequenceStore } from 'nest-sequence';
 import {
   bytes,
@@ -252,6 +253,67 @@ describe('guarantees: store outages, crashes and several instances', () => {
           channel,
         }),
       ).toBe(0);
+    });
+
+    // Regression: within ONE instance (prefetch > 1) two deliveries of a sequence are two lease
+    // holders; the one that lost its lease cannot overwrite the verdict of the one that took over.
+    it('keeps the verdict of a takeover by a second delivery in the same instance', async () => {
+      const channel = 'guarantees.instances.same-process-takeover';
+      const transport = new InMemoryTransport();
+      const blipping = new InstrumentedStore(new MemorySequenceStore());
+      const t = await start(channel, {
+        transport,
+        store: blipping,
+        leaseMs: 100,
+        handler: { handlerRetry: { attempts: 1 }, prefetch: 4 },
+      });
+      // Call 1 is held, then throws; call 2 (the takeover) is held until call 1 has failed.
+      const release: Array<() => void> = [];
+      t.handler.onCall = () => new Promise<void>((resolve) => release.push(resolve));
+      const payload = bytes(3_000, 56);
+      const fragments = makeFragments('same-process', payload, 1_000);
+      await publishAll(transport, channel, fragments);
+      await eventually(() => t.handler.calls === 1, 'the first delivery in its handler');
+
+      blipping.failRenewals = true;
+      await publishAll(transport, channel, [fragments[0]]); // the producer resends one
+      await eventually(() => t.handler.calls === 2, 'the takeover in the same instance');
+
+      t.handler.failNext = 1;
+      release[0](); // the stale delivery fails while the takeover is still running
+      await eventually(() => transport.unsettled(channel) === 1, 'the stale delivery settled');
+      release[1]();
+      await transport.whenIdle();
+
+      expect(t.handler.of('same-process')).toHaveLength(1);
+      expect(t.handler.of('same-process')[0].bytes.equals(payload)).toBe(true);
+      expect(deadLetters(transport, channel).map(deathReasonOf)).toEqual([]);
+      expect(
+        await metricValue(t.metrics.registry, 'nest_sequence_sequences_rejected_total', {
+          channel,
+        }),
+      ).toBe(0);
+      // The store's verdict is the takeover's: a late copy meets a `completed` marker.
+      const late = {
+        ...parseFragmentHeaders(fragments[1].headers),
+        scope: channel,
+        body: fragments[1].body,
+      };
+      expect(
+        await blipping.accept(late, {
+          now: Date.now(),
+          consumerId: 'late-copy',
+          leaseMs: 100,
+          expiry: { ms: 60_000, strategy: 'fixed' },
+          retentionMs: 60_000,
+          limits: {
+            maxSequenceBytes: 1e6,
+            maxFragments: 10,
+            maxBufferedBytes: 1e7,
+            maxOpenSequences: 10,
+          },
+        }),
+      ).toMatchObject({ status: 'finished', outcome: 'completed' });
     });
   });
 });

@@ -1,4 +1,10 @@
-import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
+import {
+  Injectable,
+  type INestApplicationContext,
+  type ModuleMetadata,
+  type Provider,
+  type Type,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import type { Registry } from 'prom-client';
 import {
@@ -88,11 +94,17 @@ export interface SequenceTestApp {
  */
 export async function createSequenceTestApp(
   channel: string,
-  options: SequenceModuleOptions & { handler?: Omit<SequencedHandlerOptions, 'channel'> } = {},
+  options: SequenceModuleOptions & {
+    handler?: Omit<SequencedHandlerOptions, 'channel'>;
+    /** More modules for the app (e.g. ScheduleModule.forRoot()). */
+    imports?: NonNullable<ModuleMetadata['imports']>;
+    /** More providers for the app. */
+    providers?: Provider[];
+  } = {},
 ): Promise<SequenceTestApp> {
   const transport = (options.transport as InMemoryTransport | undefined) ?? new InMemoryTransport();
   const store = options.store ?? new MemorySequenceStore();
-  const { handler: handlerOptions, ...moduleOptions } = options;
+  const { handler: handlerOptions, imports = [], providers = [], ...moduleOptions } = options;
   const Handler = recordingHandler({ channel, ...handlerOptions });
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -103,8 +115,9 @@ export async function createSequenceTestApp(
         transport,
         store,
       }),
+      ...imports,
     ],
-    providers: [Handler],
+    providers: [Handler, ...providers],
   }).compile();
   moduleRef.useLogger(false);
   const app = await moduleRef.init();
@@ -268,6 +281,10 @@ export class FaultInjectingTransport implements Transport {
     options?: SubscribeOptions,
   ): Promise<Subscription> {
     return this.inner.subscribe(channel, handler, options);
+  }
+
+  deadLetterChannel(channel: string): string {
+    return this.inner.deadLetterChannel(channel);
   }
 
   ping(): Promise<void> {

@@ -7,4 +7,3 @@ export * from './publish-timeout.error';
 export * from './message-too-large.error';
 export * from './sequence-options.error';
 export * from './publish-rejected.error';
-export * from './rabbitmq-topology.error';

@@ -117,4 +117,40 @@ describe('MemorySequenceStore', () => {
       opened: true,
     });
   });
+
+  it('forgets markers past retention without any sweep (an instance with sweepIntervalMs: false)', async () => {
+    const store = new MemorySequenceStore();
+    const scope = 'memory.no-sweeper';
+    const context = (now: number, consumerId = CONSUMER) => ({
+      now,
+      consumerId,
+      leaseMs: 1_000,
+      expiry: { ms: 60_000, strategy: 'fixed' as const },
+      retentionMs: 1_000,
+      limits: {
+        maxSequenceBytes: 1e6,
+        maxFragments: 10,
+        maxBufferedBytes: 1e7,
+        maxOpenSequences: 1e6,
+      },
+    });
+    const t0 = 1_000_000;
+    for (let i = 0; i < 200; i++) {
+      const { fragments, ref } = sequenceFixture(scope, ['x']);
+      await store.accept(fragments[0], context(t0));
+      await store.finish(ref, 'completed', {
+        now: t0,
+        retentionMs: 1_000,
+        consumerId: CONSUMER,
+      });
+    }
+    const markers = (store as unknown as { markers: Map<string, unknown> }).markers;
+    expect(markers.size).toBe(200);
+
+    // Traffic after retention (never listExpired) wears the old markers down.
+    for (let i = 0; i < 30; i++) {
+      await store.accept(sequenceFixture(scope, ['y', 'z']).fragments[0], context(t0 + 5_000));
+    }
+    expect(markers.size).toBe(0);
+  });
 });

@@ -58,6 +58,7 @@ export class MemorySequenceStore implements SequenceStore {
 
   async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
     const { now, limits } = context;
+    this.purgeOldest(now);
     const key = sequenceKey(fragment);
     const marker = this.liveMarker(key, now);
     if (marker) return { status: 'finished', outcome: marker.outcome, reason: marker.reason };
@@ -147,6 +148,7 @@ export class MemorySequenceStore implements SequenceStore {
     context: FinishContext,
   ): Promise<boolean> {
     const key = sequenceKey(ref);
+    this.purgeOldest(context.now);
     if (this.liveMarker(key, context.now)) return false;
     const held = this.held.get(key);
     if (held?.lease && held.lease.consumerId !== context.consumerId) return false;
@@ -263,6 +265,22 @@ export class MemorySequenceStore implements SequenceStore {
     this.markers.delete(key);
     this.dropRetained(key);
     return undefined;
+  }
+
+  /**
+   * Forgets the oldest markers and retained fragments that are past retention, a few at a time,
+   * so the store stays bounded even on an instance that never sweeps. Maps keep insertion order,
+   * which follows `until` as long as retention does not change, so the head is where they expire.
+   */
+  private purgeOldest(now: number, budget = 8): void {
+    for (const [key, marker] of this.markers) {
+      if (marker.until > now || budget-- <= 0) break;
+      this.markers.delete(key);
+    }
+    for (const [key, retained] of this.retained) {
+      if (retained.until > now || budget-- <= 0) break;
+      this.dropRetained(key);
+    }
   }
 
   private purge(now: number): void {

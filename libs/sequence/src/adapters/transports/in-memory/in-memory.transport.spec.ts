@@ -98,6 +98,65 @@ describe('InMemoryTransport', () => {
     expect(transport.unsettled('held')).toBe(0);
   });
 
+  it('dead-letters to <channel>.dlq by default', () => {
+    expect(transport.deadLetterChannel('orders')).toBe('orders.dlq');
+  });
+
+  /**
+   * Publishes `a` then `b`, subscribes with one slot, and returns the deliveries in order (`*`
+   * marks a redelivery).
+   */
+  async function deliveryOrder(answer: (count: number) => Promise<Disposition>): Promise<string[]> {
+    const order: string[] = [];
+    await transport.publish('order', Buffer.from('a'), {});
+    await transport.publish('order', Buffer.from('b'), {});
+    await transport.subscribe(
+      'order',
+      async (message) => {
+        order.push(`${message.body.toString()}${message.redelivered ? '*' : ''}`);
+        return answer(order.length);
+      },
+      { prefetch: 1 },
+    );
+    await transport.whenIdle();
+    return order;
+  }
+
+  it('puts a plain requeue back at the head, as a broker does: it is delivered next', async () => {
+    const order = await deliveryOrder(async (count) =>
+      count === 1 ? { action: 'requeue' } : { action: 'ack' },
+    );
+    expect(order).toEqual(['a', 'a*', 'b']);
+  });
+
+  it('puts a message whose handler threw back at the head', async () => {
+    const order = await deliveryOrder(async (count) => {
+      if (count === 1) throw new Error('handler failure (expected by the test)');
+      return { action: 'ack' };
+    });
+    expect(order).toEqual(['a', 'a*', 'b']);
+  });
+
+  it('puts a message requeued with delayMs at the tail, behind the messages queued meanwhile', async () => {
+    const order: string[] = [];
+    for (const text of ['a', 'b', 'c']) await transport.publish('tail', Buffer.from(text), {});
+    await transport.subscribe(
+      'tail',
+      async (message) => {
+        const text = message.body.toString();
+        order.push(`${text}${message.redelivered ? '*' : ''}`);
+        if (text === 'a' && !message.redelivered) return { action: 'requeue', delayMs: 10 };
+        // 'b' is still in the handler when the delay ends: 'c' is queued, 'a' must go behind it.
+        if (text === 'b') await new Promise((resolve) => setTimeout(resolve, 60));
+        return { action: 'ack' };
+      },
+      { prefetch: 1 },
+    );
+
+    await transport.whenIdle();
+    expect(order).toEqual(['a', 'b', 'c', 'a*']);
+  });
+
   it('whenIdle waits for a delayed requeue and its redelivery', async () => {
     const deliveries: boolean[] = [];
     await transport.subscribe('delayed', async (message) => {
@@ -154,7 +213,9 @@ describe('InMemoryTransport', () => {
 
     await transport.close();
     await transport.whenIdle();
-    expect(transport.peek('stop').map((m) => m.redelivered)).toEqual([true]);
+    expect(
+      transport.peek('stop').map((m) => [m.redelivered, m.headers['x-requeue-count']]),
+    ).toEqual([[true, 1]]);
     expect(calls).toBe(1);
   });
 

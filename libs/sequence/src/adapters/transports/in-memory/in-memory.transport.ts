@@ -4,6 +4,7 @@ import {
   defaultDeadLetterChannel,
   headerBytes,
   toDisposition,
+  withRequeueCount,
   type InboundMessage,
   type MessageHandler,
   type PublishOptions,
@@ -48,6 +49,12 @@ interface Channel {
  * port states (settlement by disposition, redelivery, dead-lettering, prefetch, competing
  * subscribers). Handlers always run asynchronously, never inside `publish`. Messages do not
  * survive the process.
+ *
+ * Requeues, as a broker does them: a plain `requeue` (or a handler that throws) puts the message
+ * back at the head of its channel, so it is the next one delivered; a `requeue` with `delayMs`
+ * frees the subscriber's prefetch slot at once, and after the delay puts the message at the tail
+ * with `x-requeue-count` incremented. Both are redelivered with `redelivered: true`. Dead letters
+ * go to `<channel>.dlq` unless the subscriber names another channel.
  */
 export class InMemoryTransport implements Transport {
   readonly name = 'in-memory';
@@ -97,13 +104,17 @@ export class InMemoryTransport implements Transport {
       channel,
       handler,
       prefetch,
-      deadLetterChannel: options.deadLetterChannel ?? defaultDeadLetterChannel(channel),
+      deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       unsettled: new Set(),
       closed: false,
     };
     this.channel(channel).subscribers.push(subscriber);
     this.schedulePump(channel);
     return { channel, close: async () => this.unsubscribe(subscriber) };
+  }
+
+  deadLetterChannel(channel: string): string {
+    return defaultDeadLetterChannel(channel);
   }
 
   async ping(): Promise<void> {
@@ -116,7 +127,8 @@ export class InMemoryTransport implements Transport {
     for (const channel of this.channels.values()) {
       for (const subscriber of [...channel.subscribers]) this.unsubscribe(subscriber);
     }
-    // Pending requeues go back to their queue, where `peek` and `take` can still see them.
+    // Pending delayed requeues go to the tail of their queue now, where `peek` and `take` can still
+    // see them.
     for (const [timer, { channel, message }] of this.delayed) {
       clearTimeout(timer);
       this.channel(channel).ready.push(message);
@@ -233,20 +245,30 @@ export class InMemoryTransport implements Transport {
     this.notifyIfIdle();
   }
 
+  /**
+   * "Try again now" goes back to the head, as a broker returns a nacked message; "retry later"
+   * goes to the tail once the delay has passed, so that it cannot starve the messages behind it.
+   */
   private requeue(channel: string, message: QueuedMessage, delayMs: number): void {
-    message.redelivered = true;
     if (delayMs <= 0) {
-      this.enqueue(channel, message);
+      message.redelivered = true;
+      this.channel(channel).ready.unshift(message);
+      this.schedulePump(channel);
       return;
     }
+    const behind: QueuedMessage = {
+      body: message.body,
+      headers: withRequeueCount(message.headers),
+      redelivered: true,
+    };
     const timer = setTimeout(() => {
       this.delayed.delete(timer);
-      this.enqueue(channel, message);
+      this.enqueue(channel, behind);
       this.notifyIfIdle();
     }, delayMs);
     // A pending redelivery alone should not keep the process alive.
     timer.unref();
-    this.delayed.set(timer, { channel, message });
+    this.delayed.set(timer, { channel, message: behind });
   }
 
   private unsubscribe(subscriber: Subscriber): void {

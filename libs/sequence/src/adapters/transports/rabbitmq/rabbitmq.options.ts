@@ -1,4 +1,5 @@
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { definedOnly } from '../../../core/objects';
 
 /** Queue types the transport can declare; both are durable. */
 export type RabbitMqQueueType = 'classic' | 'quorum';
@@ -85,11 +86,4 @@ export function checkPrefetch(prefetch: unknown): string | undefined {
 
 function isPositiveInteger(value: unknown): value is number {
   return typeof value === 'number' && Number.isSafeInteger(value) && value >= 1;
-}
-
-/** `{ prefetch: undefined }` means "the default", as if the key were absent. */
-function definedOnly<T extends object>(options: T): Partial<T> {
-  return Object.fromEntries(
-    Object.entries(options).filter(([, value]) => value !== undefined),
-  ) as Partial<T>;
 }

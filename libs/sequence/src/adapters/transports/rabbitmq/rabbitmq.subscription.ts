@@ -2,7 +2,9 @@ import type { Logger } from '@nestjs/common';
 import type { Channel, ConsumeMessage } from 'amqplib';
 import { SequenceHeader } from '../../../core/headers';
 import {
+  requeueCount,
   toDisposition,
+  withRequeueCount,
   type Disposition,
   type InboundMessage,
   type MessageHandler,
@@ -17,8 +19,11 @@ export interface RabbitMqSubscriptionSettings {
   readonly prefetch: number;
   readonly deadLetterChannel: string;
   readonly topology: RabbitMqTopology;
-  /** Publishes a dead letter and resolves on the broker's confirm. */
-  readonly deadLetter: (
+  /**
+   * Publishes a message to a queue and resolves on the broker's confirm: dead letters, and the
+   * copies that delayed requeues put at the tail of the queue.
+   */
+  readonly publish: (
     channel: string,
     body: Buffer,
     headers: Record<string, unknown>,
@@ -34,6 +39,10 @@ interface Delivery {
   readonly message: ConsumeMessage;
 }
 
+/** Waits before reopening a channel the broker closed: doubling from the first, up to the last. */
+const REOPEN_FIRST_DELAY_MS = 100;
+const REOPEN_MAX_DELAY_MS = 30_000;
+
 /**
  * One consumer on a channel of its own (so that `prefetch` and `close` concern it alone), with
  * manual acknowledgement. The channel's setup function declares the queues, sets the prefetch and
@@ -41,17 +50,38 @@ interface Delivery {
  * subscription survives a dropped connection. Deliveries are settled on the amqplib channel that
  * delivered them and only while it is open: an ack on a later channel would be an unknown
  * delivery tag, which the broker punishes by closing that channel.
+ *
+ * The broker may also close the channel alone, leaving the connection up: for an unknown delivery
+ * tag, a refused declaration (404, 406), or RabbitMQ's `consumer_timeout`. That last one closes
+ * the channel (406 PRECONDITION_FAILED, "delivery acknowledgement on channel N timed out") when a
+ * delivery stays unacknowledged longer than the broker's `consumer_timeout` (30 minutes by default
+ * since RabbitMQ 3.8.15). Here a delivery stays unacknowledged for as long as its handler runs,
+ * plus `delayMs` for a delayed requeue (the message is held during the delay): both together must
+ * stay well below `consumer_timeout`. amqp-connection-manager reopens channels only on reconnect,
+ * so this subscription replaces its channel itself, after a backoff; the closed channel's
+ * unsettled messages are redelivered, and its handlers' late verdicts are ignored.
+ *
+ * A `requeue` with `delayMs` holds the delivery (and its prefetch slot) for the delay, then
+ * publishes a copy (body and headers, with `x-requeue-count` incremented; other AMQP properties are
+ * not carried) to the tail of the queue with a publisher confirm and acks the original. A plain
+ * `basic.nack` with requeue would put it back at the head, where a message that is always
+ * back-pressured would be delivered first forever and starve the ones behind it. The copy arrives
+ * with the broker's `redelivered` flag unset: `x-requeue-count` is what marks it redelivered.
  */
 export class RabbitMqSubscription implements Subscription {
   readonly channel: string;
 
+  private manager?: ConnectionManager;
   private wrapper?: ManagedChannel;
   private consumer?: { readonly amqp: Channel; readonly consumerTag: string };
   /** amqplib channels of this subscription that are still open. */
   private readonly openChannels = new WeakSet<Channel>();
   private readonly unsettled = new Set<Delivery>();
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
-  private readonly deadLettering = new Set<Promise<void>>();
+  /** Dead letters and requeued copies being published; their originals are acked after. */
+  private readonly forwarding = new Set<Promise<void>>();
+  private reopenTimer?: NodeJS.Timeout;
+  private reopenAttempts = 0;
   private callerAwaitsStart = false;
   private closed = false;
   private closing?: Promise<void>;
@@ -65,33 +95,12 @@ export class RabbitMqSubscription implements Subscription {
    * when there is no connection (it starts when one comes); rejects when the first setup fails.
    */
   async start(manager: ConnectionManager): Promise<void> {
-    let firstSetup!: { resolve: () => void; reject: (error: unknown) => void };
-    const started = new Promise<void>((resolve, reject) => (firstSetup = { resolve, reject }));
+    this.manager = manager;
     // When connected, the caller waits for the first setup and hears of its failure; otherwise
-    // (and on every reconnect) a failure goes to the log.
+    // (and on every reconnect or reopening) a failure goes to the log.
     const connected = manager.isConnected();
     this.callerAwaitsStart = connected;
-    this.wrapper = manager.createChannel({
-      name: `nest-sequence consumer of ${this.channel}`,
-      confirm: false,
-      setup: async (amqp: Channel) => {
-        try {
-          await this.setup(amqp);
-          firstSetup.resolve();
-        } catch (error) {
-          if (!this.callerAwaitsStart) throw error; // reported through the 'error' event
-          firstSetup.reject(error);
-        } finally {
-          this.callerAwaitsStart = false;
-        }
-      },
-    });
-    this.wrapper.on('error', (error: Error) =>
-      this.settings.logger.error(
-        `subscription to ${this.channel} could not start consuming: ${error.message}; ` +
-          `it tries again after the next reconnect`,
-      ),
-    );
+    const started = this.open(manager);
     if (!connected) return;
     try {
       await started;
@@ -109,10 +118,11 @@ export class RabbitMqSubscription implements Subscription {
 
   private async shutdown(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.reopenTimer);
     for (const timer of this.requeueTimers) clearTimeout(timer);
     this.requeueTimers.clear();
-    // A dead letter already on its way gets its ack, so it is not dead-lettered twice.
-    await Promise.allSettled([...this.deadLettering]);
+    // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
+    await Promise.allSettled([...this.forwarding]);
     this.unsettled.clear();
     const consumer = this.consumer;
     if (consumer && this.openChannels.has(consumer.amqp)) {
@@ -122,19 +132,61 @@ export class RabbitMqSubscription implements Subscription {
     this.settings.onClosed(this);
   }
 
-  private async setup(amqp: Channel): Promise<void> {
+  /** A channel wrapper whose setup consumes; resolves once its first setup has succeeded. */
+  private open(manager: ConnectionManager): Promise<void> {
+    let firstSetup!: { resolve: () => void; reject: (error: unknown) => void };
+    const started = new Promise<void>((resolve, reject) => (firstSetup = { resolve, reject }));
+    const wrapper: ManagedChannel = manager.createChannel({
+      name: `nest-sequence consumer of ${this.channel}`,
+      confirm: false,
+      setup: async (amqp: Channel) => {
+        try {
+          await this.setup(wrapper, amqp);
+          this.reopenAttempts = 0;
+          firstSetup.resolve();
+        } catch (error) {
+          if (!this.callerAwaitsStart) throw error; // reported through the 'error' event
+          firstSetup.reject(error);
+        } finally {
+          this.callerAwaitsStart = false;
+        }
+      },
+    });
+    wrapper.on('error', (error: Error) =>
+      this.settings.logger.error(
+        `subscription to ${this.channel} could not start consuming: ${error.message}; ` +
+          `it tries again after the next reconnect or reopening`,
+      ),
+    );
+    this.wrapper = wrapper;
+    return started;
+  }
+
+  private async setup(wrapper: ManagedChannel, amqp: Channel): Promise<void> {
     this.openChannels.add(amqp);
     amqp.once('close', () => this.openChannels.delete(amqp));
-    // Without a listener, a channel closed by the broker would throw. The connection manager only
-    // opens a new channel on reconnect, so consuming stops until then: worth an error in the log.
-    amqp.on('error', (error: Error) => {
-      if (this.callerAwaitsStart) return; // the caller of subscribe() gets this error
-      this.settings.logger.error(
-        `the broker closed the channel of the subscription to ${this.channel}: ` +
-          `${error.message}; consuming resumes after the next reconnect`,
-      );
-    });
+    // Emitted when the broker closes this channel alone (a lost connection only emits 'close').
+    // Without a listener, amqplib would throw it.
+    amqp.on('error', (error: Error) => this.onChannelError(wrapper, error));
     await this.consumeOn(amqp);
+  }
+
+  private onChannelError(wrapper: ManagedChannel, error: Error): void {
+    // During the first setup, the caller of subscribe() gets this error and closes.
+    if (this.callerAwaitsStart || this.closed || wrapper !== this.wrapper) return;
+    const delayMs = Math.min(REOPEN_FIRST_DELAY_MS * 2 ** this.reopenAttempts, REOPEN_MAX_DELAY_MS);
+    this.reopenAttempts++;
+    this.settings.logger.warn(
+      `the broker closed the channel of the subscription to ${this.channel}: ${error.message}; ` +
+        `its unsettled messages will be redelivered, and a new channel opens in ${delayMs} ms`,
+    );
+    // The wrapper would only open a new channel after a reconnect: replace it.
+    this.wrapper = undefined;
+    void wrapper.close().catch(() => undefined);
+    this.reopenTimer = setTimeout(() => {
+      this.reopenTimer = undefined;
+      if (!this.closed && this.manager) void this.open(this.manager);
+    }, delayMs);
   }
 
   private async consumeOn(amqp: Channel): Promise<void> {
@@ -167,11 +219,13 @@ export class RabbitMqSubscription implements Subscription {
 
   private async handle(delivery: Delivery): Promise<void> {
     const { message } = delivery;
+    const headers = { ...(message.properties.headers ?? {}) };
     const inbound: InboundMessage = {
       channel: this.channel,
       body: message.content,
-      headers: { ...(message.properties.headers ?? {}) },
-      redelivered: message.fields.redelivered,
+      headers,
+      // A copy put at the tail by a delayed requeue is a new message to the broker.
+      redelivered: message.fields.redelivered || requeueCount(headers) > 0,
     };
     let outcome: unknown;
     try {
@@ -196,13 +250,41 @@ export class RabbitMqSubscription implements Subscription {
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
       const timer = setTimeout(() => {
         this.requeueTimers.delete(timer);
-        this.finish(delivery, 'requeue');
+        this.forward(this.requeueAtTail(delivery));
       }, delayMs);
       this.requeueTimers.add(timer);
     } else {
-      const pending = this.deadLetterThenAck(delivery, disposition.reason);
-      this.deadLettering.add(pending);
-      void pending.finally(() => this.deadLettering.delete(pending));
+      this.forward(this.deadLetterThenAck(delivery, disposition.reason));
+    }
+  }
+
+  private forward(pending: Promise<void>): void {
+    this.forwarding.add(pending);
+    void pending.finally(() => this.forwarding.delete(pending));
+  }
+
+  /**
+   * The original is acked only once its copy at the tail is confirmed; if that fails, it goes back
+   * to the head as a plain requeue would, rather than being lost.
+   */
+  private async requeueAtTail(delivery: Delivery): Promise<void> {
+    const { amqp, message } = delivery;
+    // Its channel closed during the delay: the broker has already put it back; a copy would be a
+    // duplicate.
+    if (!this.openChannels.has(amqp)) {
+      this.unsettled.delete(delivery);
+      return;
+    }
+    const headers = withRequeueCount(message.properties.headers ?? {});
+    try {
+      await this.settings.publish(this.channel, message.content, headers);
+      this.finish(delivery, 'ack');
+    } catch (error) {
+      this.settings.logger.warn(
+        `could not requeue a message of ${this.channel} behind the queued ones: ` +
+          `${(error as Error).message}; returned it to the head of the queue instead`,
+      );
+      this.finish(delivery, 'requeue');
     }
   }
 
@@ -211,7 +293,7 @@ export class RabbitMqSubscription implements Subscription {
     const { message } = delivery;
     const headers = { ...(message.properties.headers ?? {}), [SequenceHeader.deathReason]: reason };
     try {
-      await this.settings.deadLetter(this.settings.deadLetterChannel, message.content, headers);
+      await this.settings.publish(this.settings.deadLetterChannel, message.content, headers);
       this.finish(delivery, 'ack');
     } catch (error) {
       this.settings.logger.warn(

@@ -1,7 +1,7 @@
 import type { Channel, Options } from 'amqplib';
 import type { BrokerConnection, ConnectionManager } from './amqp.types';
+import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import type { RabbitMqQueueType } from './rabbitmq.options';
-import { RabbitMqTopologyError } from '../../../core/errors/rabbitmq-topology.error';
 
 /** AMQP reply codes by which the broker refuses a declaration (a soft error, not a lost link). */
 const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);

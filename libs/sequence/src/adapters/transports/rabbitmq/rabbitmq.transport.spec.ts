@@ -11,12 +11,17 @@ import {
 } from '../../../../test/conformance/transport.conformance';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import type { Disposition, InboundMessage, Transport } from '../../../ports/transport.port';
-import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import type {
+  Disposition,
+  InboundMessage,
+  Subscription,
+  Transport,
+} from '../../../ports/transport.port';
+import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import type { RabbitMqQueueType } from './rabbitmq.options';
-import { RabbitMqTopologyError } from '../../../core/errors/rabbitmq-topology.error';
 import { RabbitMqTransport } from './rabbitmq.transport';
 
 const URL = SERVERS.rabbitmq.url;
@@ -66,10 +71,12 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
   /** Records every channel the suite touches, so that its queues can be deleted. */
   function tracked(transport: Transport): Transport {
-    const track = (channel: string) => queues.add(channel).add(`${channel}.dlq`);
+    const track = (channel: string) =>
+      queues.add(channel).add(transport.deadLetterChannel(channel));
     return {
       name: transport.name,
       maxMessageBytes: transport.maxMessageBytes,
+      deadLetterChannel: (channel) => transport.deadLetterChannel(channel),
       ping: () => transport.ping(),
       publish: (channel, body, headers, options) => {
         track(channel);
@@ -84,13 +91,18 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     };
   }
 
-  for (const queueType of ['classic', 'quorum'] as const) {
-    transportConformance(`rabbitmq (${queueType} queues)`, {
+  // The quorum run also names dead-letter queues its own way: the suite must follow the transport.
+  for (const [queueType, deadLetterSuffix] of [
+    ['classic', undefined],
+    ['quorum', '.dead'],
+  ] as const) {
+    const name = `rabbitmq (${queueType} queues, deadLetterSuffix ${deadLetterSuffix ?? 'default'})`;
+    transportConformance(name, {
       create: async () =>
         tracked(
           await RabbitMqTransport.connect(
             URL,
-            { queueType, maxMessageBytes: 4 * 1024 * 1024 },
+            { queueType, deadLetterSuffix, maxMessageBytes: 4 * 1024 * 1024 },
             connectionConfig(),
           ),
         ),
@@ -117,6 +129,20 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     });
 
     /** Has the broker close this connection (only ours), as an operator or a failover would. */
+    /**
+     * Has the broker close one subscription's channel, leaving the connection up, as it does on a
+     * `consumer_timeout`: acking a delivery tag it never issued is a channel error (406
+     * PRECONDITION_FAILED). The test reaches into the subscription for its amqplib channel.
+     */
+    async function breakChannelOf(subscription: Subscription): Promise<void> {
+      const { amqp: consumerChannel } = (
+        subscription as unknown as { consumer: { amqp: amqplib.Channel } }
+      ).consumer;
+      const closed = new Promise((resolve) => consumerChannel.once('close', resolve));
+      consumerChannel.ack({ fields: { deliveryTag: 999_999 } } as amqplib.Message);
+      await closed;
+    }
+
     async function dropConnection(): Promise<void> {
       const { connection } = amqp.managedConnection.connection as unknown as {
         connection: { stream: Socket };
@@ -231,6 +257,96 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await transport.publish(channel, Buffer.from('later'), {});
       await eventually(() => deliveries.length === 4, 'the next message');
       expect(deliveries[3].body.toString()).toBe('later');
+    });
+
+    it('resumes consuming on a new channel after the broker closes its channel alone', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const received: string[] = [];
+      const subscription = await transport.subscribe(channel, async (message) => {
+        received.push(message.body.toString());
+        return ACK;
+      });
+      await transport.publish(channel, Buffer.from('before'), {});
+      await eventually(() => received.length === 1, 'the first message');
+      const connection = amqp.managedConnection.connection;
+
+      await breakChannelOf(subscription);
+      await transport.publish(channel, Buffer.from('after'), {});
+
+      await eventually(() => received.length === 2, 'the message published after the close');
+      expect(received).toEqual(['before', 'after']);
+      // Not a reconnect: the same connection carries the new channel.
+      expect(amqp.managedConnection.connection).toBe(connection);
+      expect(warn).toHaveBeenCalledWith(expect.stringMatching(/unknown delivery tag.*opens in/));
+      warn.mockRestore();
+    });
+
+    it('redelivers on the new channel what was unsettled when the broker closed the old one', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const deliveries: InboundMessage[] = [];
+      const held: Array<(disposition: Disposition) => void> = [];
+      const subscription = await transport.subscribe(channel, (message) => {
+        deliveries.push(message);
+        if (deliveries.length > 1) return Promise.resolve(ACK);
+        return new Promise<Disposition>((resolve) => held.push(resolve));
+      });
+      await transport.publish(channel, Buffer.from('unsettled'), {});
+      await eventually(() => held.length === 1, 'the first delivery');
+
+      await breakChannelOf(subscription);
+      await eventually(() => deliveries.length === 2, 'the redelivery');
+      expect(deliveries.map((m) => [m.body.toString(), m.redelivered])).toEqual([
+        ['unsettled', false],
+        ['unsettled', true],
+      ]);
+
+      // The verdict on the closed channel's delivery is ignored, and the new channel works.
+      held[0]({ action: 'requeue' });
+      await transport.publish(channel, Buffer.from('next'), {});
+      await eventually(() => deliveries.length === 3, 'the next message');
+      expect(deliveries[2].body.toString()).toBe('next');
+      warn.mockRestore();
+    });
+
+    it('returns a message to the head when its requeued copy is refused, rather than losing it', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const deliveries: InboundMessage[] = [];
+      let release!: () => void;
+      const policyApplied = new Promise<void>((resolve) => (release = resolve));
+      await transport.subscribe(channel, async (message) => {
+        deliveries.push(message);
+        if (deliveries.length > 1) return ACK;
+        await policyApplied; // the copy will be published into a queue that refuses it
+        return { action: 'requeue', delayMs: 10 };
+      });
+      await transport.publish(channel, Buffer.from('keep me'), { 'x-n': 1 });
+      await eventually(() => deliveries.length === 1, 'the first delivery');
+
+      const policy = `nseq-test-${randomUUID()}`;
+      const pattern = `^${channel.replace(/[.]/g, '\\.')}$`;
+      const definition = JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' });
+      await run('rabbitmqctl', ['set_policy', '--apply-to', 'queues', policy, pattern, definition]);
+      try {
+        await waitForPolicy(channel, policy);
+        release();
+
+        await eventually(() => deliveries.length === 2, 'the redelivery of the original');
+        // The broker's own redelivery, not a copy: no x-requeue-count.
+        expect(deliveries[1].redelivered).toBe(true);
+        expect(deliveries[1].headers).toEqual({ 'x-n': 1 });
+        expect(warn).toHaveBeenCalledWith(
+          expect.stringContaining(`could not requeue a message of ${channel} behind`),
+        );
+      } finally {
+        await run('rabbitmqctl', ['clear_policy', policy]);
+        warn.mockRestore();
+      }
     });
 
     it('while disconnected, publish rejects with PublishTimeoutError and subscribe waits; both work once reconnected', async () => {
@@ -365,6 +481,31 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await raw.close();
       expect(calls).toBe(0);
     });
+  });
+
+  /** Waits until rabbitmqctl shows `policy` applied to `queue`. */
+  async function waitForPolicy(queue: string, policy: string): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const { stdout } = await run('rabbitmqctl', [
+        'list_queues',
+        'name',
+        'policy',
+        '-q',
+        '--no-table-headers',
+      ]);
+      if (stdout.split('\n').some((line) => line === `${queue}\t${policy}`)) return;
+      if (Date.now() > deadline) throw new Error(`policy ${policy} never reached ${queue}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  it('names dead-letter queues <channel><deadLetterSuffix>', () => {
+    const amqp = new AmqpConnection({ uri: URL });
+    expect(new RabbitMqTransport(amqp).deadLetterChannel('orders')).toBe('orders.dlq');
+    expect(new RabbitMqTransport(amqp, { deadLetterSuffix: '.dead' }).deadLetterChannel('a')).toBe(
+      'a.dead',
+    );
   });
 
   it('connect() opens its own connection and close() closes it', async () => {

@@ -1,7 +1,9 @@
 import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
+import { delay, withTimeout } from '../../../core/async';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import type { HeaderMap } from '../../../core/headers';
 import {
@@ -13,8 +15,6 @@ import {
   type Transport,
 } from '../../../ports/transport.port';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
-import { beforeDeadline, sleep } from './deadline';
-import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import {
   checkPrefetch,
   resolveRabbitMqTransportOptions,
@@ -32,13 +32,19 @@ const NEGATIVE_CONFIRM = 'message nacked';
  * {@link Transport} over RabbitMQ, through golevelup's `AmqpConnection`.
  *
  * - Each channel is a durable queue (`classic` or `quorum`) with a dead-letter queue
- *   `<channel>.dlq`; the broker's own dead-lettering goes there too. Queues are declared before
+ *   `<channel><deadLetterSuffix>` ({@link RabbitMqTransport.deadLetterChannel}, `<channel>.dlq` by
+ *   default); the broker's own dead-lettering goes there too. Queues are declared before
  *   the first publish or subscribe, so messages published before anyone subscribes are kept.
  * - `publish` sends a persistent message through the default exchange on a confirm channel of the
  *   transport's own, and resolves on the broker's confirm. Bodies are raw bytes; header values keep
  *   their AMQP types (strings, integers of any size up to 2^53, booleans).
  * - Each subscription consumes on a channel of its own with `basic.qos` = `prefetch` and manual
- *   acknowledgement; it resumes by itself after the connection is lost and re-established.
+ *   acknowledgement; it resumes by itself after the connection is lost and re-established, and
+ *   after the broker closes its channel alone (e.g. on `consumer_timeout`).
+ * - A `requeue` without delay (or a handler that throws) is a `basic.nack` with requeue: the
+ *   message goes back to its place near the head. A `requeue` with `delayMs` holds the delivery
+ *   (and its prefetch slot) for the delay, then puts a copy at the tail of the queue, with
+ *   `x-requeue-count` incremented, and acks the original.
  *
  * The transport never closes an `AmqpConnection` it was given: its owner (usually golevelup's
  * `RabbitMQModule`) does. Only a transport made by {@link RabbitMqTransport.connect} closes its
@@ -147,11 +153,11 @@ export class RabbitMqTransport implements Transport {
       channel,
       handler,
       prefetch,
-      deadLetterChannel: options.deadLetterChannel ?? this.topology.deadLetterQueue(channel),
+      deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       topology: this.topology,
-      // Not size-checked: the broker already holds this message, and refusing its dead letter
-      // would requeue it forever.
-      deadLetter: (target, body, headers) =>
+      // Not size-checked: the broker already holds this message, and refusing to forward it (as a
+      // dead letter or a requeued copy) would requeue it forever.
+      publish: (target, body, headers) =>
         this.send(target, body, headers, this.settings.publishTimeoutMs),
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
@@ -159,6 +165,11 @@ export class RabbitMqTransport implements Transport {
     this.subscriptions.add(subscription);
     await subscription.start(this.manager());
     return subscription;
+  }
+
+  /** `<channel><deadLetterSuffix>`: `<channel>.dlq` unless the `deadLetterSuffix` option says. */
+  deadLetterChannel(channel: string): string {
+    return this.topology.deadLetterQueue(channel);
   }
 
   /**
@@ -194,7 +205,7 @@ export class RabbitMqTransport implements Transport {
     const deadline = Date.now() + timeoutMs;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs);
     for (;;) {
-      await beforeDeadline(this.topology.ensure(channel), deadline, timedOut);
+      await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
       try {
         const confirmed = this.publisher().publish('', channel, body, {
           persistent: true,
@@ -202,7 +213,7 @@ export class RabbitMqTransport implements Transport {
           // Also drops the message from the channel's queue, so it is not sent after we gave up.
           timeout: Math.max(1, deadline - Date.now()),
         });
-        await beforeDeadline(confirmed, deadline, timedOut);
+        await withTimeout(confirmed, deadline - Date.now(), timedOut);
         return;
       } catch (error) {
         if (error instanceof PublishTimeoutError) throw error;
@@ -211,7 +222,7 @@ export class RabbitMqTransport implements Transport {
         if (message === NEGATIVE_CONFIRM) throw new PublishRejectedError(channel, error as Error);
         if (this.closed) throw error;
         if (Date.now() >= deadline) throw timedOut();
-        await sleep(10); // the channel closed before the confirm: send again
+        await delay(10); // the channel closed before the confirm: send again
       }
     }
   }

@@ -1,4 +1,4 @@
-import { SequenceError } from './sequence.error';
+import { SequenceError } from '../../../../core/errors/sequence.error';
 
 /**
  * The broker refused to declare a channel's queue: usually it already exists with other

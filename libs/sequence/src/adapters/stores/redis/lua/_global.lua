@@ -1,0 +1,66 @@
+--[[
+  Helpers shared by the global-slot scripts (textually included by the script loader). These
+  keys share the hash tag {idx}, one slot for the whole store:
+    KEYS[1] open       hash  member -> budget record "epoch:claim:ver:storedBytes"
+    KEYS[2] due        zset  member -> when the sweeper may take it (logical ms)
+    KEYS[3] first      zset  member -> first fragment time (oldestOpenAt)
+    KEYS[4] retention  zset  member -> until when a failed sequence's fragments are kept
+    KEYS[5] retained   hash  member -> "retainUntil:bytes"
+    KEYS[6] totals     hash  claimed, stored, retained (sums of the above), epoch (counter)
+]]
+local rcall = redis.call
+local openKey, dueKey, firstKey = KEYS[1], KEYS[2], KEYS[3]
+local retentionKey, retainedKey, totalsKey = KEYS[4], KEYS[5], KEYS[6]
+
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function readRecord(member)
+  local raw = rcall('HGET', openKey, member)
+  if not raw then
+    return nil
+  end
+  local epoch, claim, ver, stored = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  return {epoch = tonumber(epoch), claim = tonumber(claim), ver = tonumber(ver),
+    stored = tonumber(stored)}
+end
+
+local function writeRecord(member, r)
+  rcall('HSET', openKey, member,
+    int(r.epoch) .. ':' .. int(r.claim) .. ':' .. int(r.ver) .. ':' .. int(r.stored))
+end
+
+local function total(field)
+  return tonumber(rcall('HGET', totalsKey, field)) or 0
+end
+
+local function addTotal(field, delta)
+  if delta ~= 0 then
+    rcall('HINCRBY', totalsKey, field, int(delta))
+  end
+end
+
+-- Removes a record and its index entries, and takes its bytes off the totals.
+local function dropRecord(member, r)
+  rcall('HDEL', openKey, member)
+  rcall('ZREM', dueKey, member)
+  rcall('ZREM', firstKey, member)
+  addTotal('claimed', -r.claim)
+  addTotal('stored', -r.stored)
+end
+
+local function parseRetained(raw)
+  local untilAt, bytes = string.match(raw, '^(%d+):(%d+)$')
+  return tonumber(untilAt), tonumber(bytes)
+end
+
+-- Every global key lives at least as long as the sequence keys it accounts for.
+local function extendAll(ttl)
+  for i = 1, 6 do
+    local current = rcall('PTTL', KEYS[i])
+    if current ~= -2 and current < ttl then
+      rcall('PEXPIRE', KEYS[i], ttl)
+    end
+  end
+end

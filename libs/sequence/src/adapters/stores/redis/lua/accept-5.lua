@@ -1,0 +1,259 @@
+--[[
+  accept: admits one fragment into its sequence, atomically (the per-sequence step of accept).
+  Mirrors core/completeness.ts exactly: contradictions first, then duplicate / conflicting
+  duplicate, then bytes beyond the declared total, then the per-sequence limits.
+
+  KEYS[1] meta, KEYS[2] crc, KEYS[3] body, KEYS[4] done, KEYS[5] fence
+
+  ARGV[1]  now (ms)                ARGV[2]  consumer id            ARGV[3]  lease ms
+  ARGV[4]  expiry ms               ARGV[5]  '1' when sliding       ARGV[6]  retention ms
+  ARGV[7]  key TTL margin ms       ARGV[8]  maxSequenceBytes       ARGV[9]  maxFragments
+  ARGV[10] position                ARGV[11] size, or ''            ARGV[12] '1' when last
+  ARGV[13] crc32                   ARGV[14] sha256, or ''          ARGV[15] bytes, or ''
+  ARGV[16] body length             ARGV[17] content-type, or ''    ARGV[18] content-encoding, or ''
+  ARGV[19] user headers (JSON)     ARGV[20] grant epoch (0: none)  ARGV[21] grant bytes
+  ARGV[22] grant id (unique)       ARGV[23] body; when absent the fragment is only admitted
+                                   ('go' instead of storing it)
+
+  Returns {code, settlement, forgetEpoch, ...}:
+    settlement   {} or {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl} for the index
+    forgetEpoch  0, or a budget epoch fenced here that the caller must forget in the index
+    'finished', outcome, reason | false        the marker is live
+    'rejected', code, detail                   a contradiction; nothing changed
+    'dropped', code, detail                    over a per-sequence limit: dropped, marked rejected
+    'duplicate' | 'in-progress'
+    'stored', opened
+    'complete', opened, fragments, bytes, sha256 | false, declaredBytes | false,
+                contentType | false, contentEncoding | false, userHeaders, firstAt, lastAt
+    'need', bytes                              reserve that many more bytes (opening: any grant)
+    'go'                                       admissible with the budget held: send the body
+    'void'                                     the grant's epoch is dead (fenced): forget, retry
+]]
+--- @include "_sequence"
+
+local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = tonumber(ARGV[1])
+local consumerId = ARGV[2]
+local leaseMs = tonumber(ARGV[3])
+local expiryMs = tonumber(ARGV[4])
+local sliding = ARGV[5] == '1'
+local retentionMs = tonumber(ARGV[6])
+local margin = tonumber(ARGV[7])
+local maxSequenceBytes = tonumber(ARGV[8])
+local maxFragments = tonumber(ARGV[9])
+local position = tonumber(ARGV[10])
+local size = tonumber(ARGV[11])
+local last = ARGV[12] == '1'
+local crc = tonumber(ARGV[13])
+local sha256 = ARGV[14] ~= '' and ARGV[14] or nil
+local bytes = tonumber(ARGV[15])
+local bodyBytes = tonumber(ARGV[16])
+local grantEpoch = tonumber(ARGV[20])
+local grantBytes = tonumber(ARGV[21])
+local grantField = 'g:' .. ARGV[22]
+local hasBody = #ARGV >= 23
+
+local marker = rcall('HMGET', doneKey, 'outcome', 'reason', 'until')
+local s = readSequence(metaKey, crcKey)
+
+-- A grant the sequence consumed already: this is the client resending a call after a reconnect.
+if grantEpoch > 0 and s.state == 'open' and rcall('HEXISTS', metaKey, grantField) == 1 then
+  grantEpoch, grantBytes = 0, 0
+end
+
+-- A grant this call does not use: refunded when it is the sequence's, else fenced and forgotten.
+local function unused(code, a, b)
+  if grantEpoch == 0 then
+    return {code, {}, 0, a, b}
+  end
+  if s.state == 'open' and grantEpoch == s.epoch then
+    s.ver = s.ver + 1
+    rcall('HSET', metaKey, 'ver', int(s.ver), grantField, '1')
+    return {code, settlement(s, grantBytes, sequenceTtl(s, now, leaseMs, margin)), 0, a, b}
+  end
+  raiseFence(doneKey, fenceKey, grantEpoch, margin)
+  return {code, {}, grantEpoch, a, b}
+end
+
+local function describe(code, opened, refund)
+  return {code, settlement(s, refund, sequenceTtl(s, now, leaseMs, margin)), 0, opened and 1 or 0,
+    s.count, s.storedBytes, s.sha256 or false, s.declaredBytes and int(s.declaredBytes) or false,
+    s.contentType or false, s.contentEncoding or false, s.userHeaders, s.firstAt, s.lastAt}
+end
+
+if marker[1] then
+  if tonumber(marker[3]) > now then
+    return unused('finished', marker[1], marker[2] or false)
+  end
+  -- Past its retention: forget the marker (and a failed sequence's fragments), keep the fence.
+  local fence = fenceOf(doneKey, fenceKey)
+  rcall('DEL', doneKey)
+  if fence > 0 then
+    rcall('SET', fenceKey, int(fence), 'PX', margin)
+  end
+end
+if s.state ~= 'open' then
+  rcall('DEL', metaKey, crcKey, bodyKey)
+  s = readSequence(metaKey, crcKey)
+end
+local exists = s.state == 'open'
+
+-- core/completeness.ts findContradiction
+local function contradiction()
+  if last and s.lastPosition and position ~= s.lastPosition then
+    return 'duplicate-last', 'position ' .. int(position) .. ' claims to be last, position ' ..
+      int(s.lastPosition) .. ' already is'
+  end
+  if size and s.size and size ~= s.size then
+    return 'size-changed', 'size ' .. int(size) .. ' differs from the declared size ' .. int(s.size)
+  end
+  local knownSize = s.size or size
+  if knownSize and position > knownSize then
+    return 'position-out-of-range', 'position ' .. int(position) .. ' is beyond size ' ..
+      int(knownSize)
+  end
+  if s.lastPosition and position > s.lastPosition then
+    return 'position-out-of-range', 'position ' .. int(position) ..
+      ' is beyond the last position ' .. int(s.lastPosition)
+  end
+  if size and s.highestPosition > size then
+    return 'position-out-of-range', 'size ' .. int(size) .. ' is below the stored position ' ..
+      int(s.highestPosition)
+  end
+  if bytes and s.declaredBytes and bytes ~= s.declaredBytes then
+    return 'declaration-changed', 'x-sequence-bytes ' .. int(bytes) ..
+      ' differs from the declared ' .. int(s.declaredBytes)
+  end
+  if sha256 and s.sha256 and sha256 ~= s.sha256 then
+    return 'declaration-changed', 'x-sequence-sha256 ' .. sha256 .. ' differs from the declared ' ..
+      s.sha256
+  end
+  return nil
+end
+
+local rejection, detail = contradiction()
+if rejection then
+  return unused('rejected', rejection, detail)
+end
+
+local storedCrc = exists and rcall('HGET', crcKey, int(position))
+if storedCrc then
+  if tonumber(storedCrc) ~= crc then
+    return unused('rejected', 'conflicting-duplicate', 'position ' .. int(position) ..
+      ' is stored with crc32 ' .. storedCrc .. ', this copy has crc32 ' .. int(crc))
+  end
+  if not isComplete(s) then
+    return unused('duplicate')
+  end
+  if s.leaseUntil and s.leaseUntil > now then
+    return unused('in-progress')
+  end
+  -- Complete and nobody holds it: this caller takes the completion over.
+  s.leaseOwner, s.leaseUntil, s.ver = consumerId, now + leaseMs, s.ver + 1
+  local refund = (grantEpoch > 0 and grantEpoch == s.epoch) and grantBytes or 0
+  if grantEpoch > 0 and grantEpoch ~= s.epoch then
+    raiseFence(doneKey, fenceKey, grantEpoch, margin)
+  end
+  saveSequence(metaKey, s)
+  if refund > 0 then
+    rcall('HSET', metaKey, grantField, '1')
+  end
+  extendSequenceTtl(metaKey, crcKey, bodyKey, sequenceTtl(s, now, leaseMs, margin))
+  local reply = describe('complete', false, refund)
+  reply[3] = (grantEpoch > 0 and grantEpoch ~= s.epoch) and grantEpoch or 0
+  return reply
+end
+
+-- Checked after duplicates, which add no bytes.
+local declaredBytes = s.declaredBytes or bytes
+if declaredBytes and s.storedBytes + bodyBytes > declaredBytes then
+  return unused('rejected', 'declaration-changed', int(s.storedBytes + bodyBytes) ..
+    ' bytes received exceed the declared x-sequence-bytes ' .. int(declaredBytes))
+end
+
+local limit, limitDetail
+if math.max(size or 0, position) > maxFragments then
+  limit = 'too-many-fragments'
+  limitDetail = (size and ('size ' .. int(size)) or ('position ' .. int(position))) ..
+    ' exceeds maxFragments (' .. int(maxFragments) .. ')'
+elseif bytes and bytes > maxSequenceBytes then
+  limit = 'sequence-too-large'
+  limitDetail = 'declared ' .. int(bytes) .. ' bytes exceed maxSequenceBytes (' ..
+    int(maxSequenceBytes) .. ')'
+elseif s.storedBytes + bodyBytes > maxSequenceBytes then
+  limit = 'sequence-too-large'
+  limitDetail = int(s.storedBytes + bodyBytes) .. ' bytes received exceed maxSequenceBytes (' ..
+    int(maxSequenceBytes) .. ')'
+end
+if limit then
+  -- The whole sequence goes; its budget record (or the grant's) is forgotten by the caller.
+  local forget = math.max(exists and s.epoch or 0, grantEpoch)
+  rcall('DEL', metaKey, crcKey, bodyKey)
+  writeMarker(doneKey, fenceKey, 'rejected', limit .. ': ' .. limitDetail, now + retentionMs, forget,
+    now, margin)
+  return {'dropped', {}, forget, limit, limitDetail}
+end
+
+-- A new fragment: it needs a grant that covers the budget it adds (and, to open, a live epoch).
+local opening = not exists
+if grantEpoch > 0 then
+  local valid
+  if opening then
+    valid = grantEpoch > fenceOf(doneKey, fenceKey)
+  else
+    valid = grantEpoch == s.epoch
+  end
+  if not valid then
+    raiseFence(doneKey, fenceKey, grantEpoch, margin)
+    return {'void', {}, grantEpoch}
+  end
+end
+local accounted = math.max(declaredBytes or 0, s.storedBytes + bodyBytes)
+local available = s.claim + grantBytes
+if opening and grantEpoch == 0 then
+  return {'need', {}, 0, int(accounted)}
+end
+if accounted > available then
+  return {'need', {}, 0, int(accounted - available)}
+end
+if not hasBody then
+  return {'go', {}, 0}
+end
+
+-- core/completeness.ts recordFragment
+if opening then
+  rcall('DEL', metaKey, crcKey, bodyKey)
+  s = readSequence(metaKey, crcKey)
+  s.state, s.epoch, s.firstAt = 'open', grantEpoch, now
+  s.expiryMs, s.deadline, s.userHeaders = expiryMs, now + expiryMs, ARGV[19]
+end
+rcall('HSET', crcKey, int(position), int(crc))
+rcall('HSET', bodyKey, int(position), ARGV[23])
+s.count = s.count + 1
+s.highestPosition = math.max(s.highestPosition, position)
+s.storedBytes = s.storedBytes + bodyBytes
+s.lastAt = now
+if size then s.size = size end
+if last then s.lastPosition = position end
+if bytes then s.declaredBytes = bytes end
+if sha256 then s.sha256 = sha256 end
+if not s.contentType and ARGV[17] ~= '' then s.contentType = ARGV[17] end
+if not s.contentEncoding and ARGV[18] ~= '' then s.contentEncoding = ARGV[18] end
+if sliding then s.deadline = now + expiryMs end
+s.claim = accounted
+s.ver = s.ver + 1
+local complete = isComplete(s)
+if complete then
+  s.leaseOwner, s.leaseUntil = consumerId, now + leaseMs
+end
+saveSequence(metaKey, s)
+if grantEpoch > 0 then
+  rcall('HSET', metaKey, grantField, '1')
+end
+extendSequenceTtl(metaKey, crcKey, bodyKey, sequenceTtl(s, now, leaseMs, margin))
+
+if complete then
+  return describe('complete', opening, available - accounted)
+end
+return {'stored', settlement(s, available - accounted, sequenceTtl(s, now, leaseMs, margin)), 0,
+  opening and 1 or 0}

@@ -1,0 +1,42 @@
+--[[
+  expire: the sweeper's claim on one sequence, by the budget epoch the global index holds for it.
+  Due: incomplete past its deadline, or complete and abandoned for expiryMs after its lease.
+
+  KEYS[1] meta, KEYS[2] crc, KEYS[3] body, KEYS[4] done, KEYS[5] fence
+  ARGV[1] now (ms), ARGV[2] retention ms, ARGV[3] epoch of the index's record, ARGV[4] key TTL
+  margin ms
+
+  Returns:
+    {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}}
+        dropped and marked 'expired'; the caller forgets the record
+    {'not-due', settlement}   the index's due time was stale; the caller reschedules
+    {'stale'}                 no open sequence: the epoch is fenced; the caller forgets the record
+    {'other'}                 an open sequence under another epoch: leave everything as it is
+]]
+--- @include "_sequence"
+
+local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now, retentionMs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local epoch, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local s = readSequence(metaKey, crcKey)
+if s.state ~= 'open' then
+  raiseFence(doneKey, fenceKey, epoch, margin)
+  return {'stale'}
+end
+if s.epoch ~= epoch then
+  return {'other'}
+end
+local due = dueAt(s)
+if due > now then
+  return {'not-due', settlement(s, 0, sequenceTtl(s, now, 0, margin))}
+end
+
+local positions = rcall('HKEYS', crcKey)
+local missing = (s.size or s.highestPosition) - s.count
+local ageMs = now - s.firstAt
+rcall('DEL', metaKey, crcKey, bodyKey)
+local markerTtl = writeMarker(doneKey, fenceKey, 'expired', int(missing) ..
+  ' fragment(s) missing after ' .. int(ageMs) .. ' ms', now + retentionMs, s.epoch, now, margin)
+return {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),
+  int(s.firstAt), int(s.lastAt), positions}

@@ -1,0 +1,54 @@
+--[[
+  reserve: the global step that precedes storing a fragment. Grants `increase` more budget bytes
+  to the sequence's record, creating the record (a new epoch, counted as an open sequence, with
+  a provisional due time) when there is none; or answers back-pressure.
+
+  KEYS: see _global (open, due, first, retention, retained, totals)
+  ARGV[1] member, ARGV[2] increase, ARGV[3] now (ms), ARGV[4] provisional due time (ms),
+  ARGV[5] maxOpenSequences, ARGV[6] maxBufferedBytes, ARGV[7] TTL (ms), ARGV[8] eviction batch
+
+  Returns:
+    {'granted', epoch, increase, grantId}   grantId: unique, lets the sequence ignore a resent call
+    {'backpressure', 'maxOpenSequences' | 'maxBufferedBytes'}
+    {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest first
+]]
+--- @include "_global"
+
+local member, increase, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local provisionalDue, maxOpen, maxBytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ttl, evictBatch = tonumber(ARGV[7]), tonumber(ARGV[8])
+
+local record = readRecord(member)
+if not record and rcall('HLEN', openKey) >= maxOpen then
+  return {'backpressure', 'maxOpenSequences'}
+end
+if increase > 0 and total('claimed') + total('retained') + increase > maxBytes then
+  if total('retained') > 0 then
+    return {'evict', rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')}
+  end
+  return {'backpressure', 'maxBufferedBytes'}
+end
+
+-- Epochs and grant ids never repeat, even if these keys expired meanwhile: the counter never
+-- falls below the server clock (microseconds).
+local function nextId()
+  local id = tonumber(rcall('HINCRBY', totalsKey, 'epoch', 1))
+  local time = rcall('TIME')
+  local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if id < floor then
+    id = floor
+    rcall('HSET', totalsKey, 'epoch', int(id))
+  end
+  return id
+end
+
+if not record then
+  record = {epoch = nextId(), claim = 0, ver = 0, stored = 0}
+  rcall('ZADD', dueKey, int(provisionalDue), member)
+  rcall('ZADD', firstKey, int(now), member)
+end
+record.claim = record.claim + increase
+writeRecord(member, record)
+addTotal('claimed', increase)
+extendAll(ttl)
+return {'granted', int(record.epoch), int(increase), int(nextId())}

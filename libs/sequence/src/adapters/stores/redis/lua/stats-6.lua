@@ -1,0 +1,23 @@
+--[[
+  stats: a consistent snapshot of the store-wide figures. Read-only.
+
+  KEYS: see _global (open, due, first, retention, retained, totals)
+  ARGV[1] now (ms)
+
+  Returns {openSequences, bufferedBytes, oldestOpenAt | false}. Kept fragments of failed
+  sequences count until their retention ends (listExpired then releases them).
+]]
+--- @include "_global"
+
+local now = tonumber(ARGV[1])
+local retained = total('retained')
+local over = rcall('ZRANGEBYSCORE', retentionKey, '-inf', int(now), 'LIMIT', 0, 1000)
+for _, member in ipairs(over) do
+  local raw = rcall('HGET', retainedKey, member)
+  if raw then
+    local _, bytes = parseRetained(raw)
+    retained = retained - bytes
+  end
+end
+local oldest = rcall('ZRANGE', firstKey, 0, 0, 'WITHSCORES')
+return {rcall('HLEN', openKey), int(total('stored') + retained), oldest[2] or false}

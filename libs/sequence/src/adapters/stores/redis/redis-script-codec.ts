@@ -1,0 +1,196 @@
+import type { RejectionCode } from '../../../core/errors/rejection-code';
+import type { HeaderMap } from '../../../core/headers';
+import type {
+  AcceptContext,
+  AcceptResult,
+  CompleteSequence,
+  ExpiredSequence,
+  FinishedOutcome,
+  FragmentRecord,
+  SequenceRef,
+} from '../../../ports/sequence-store.port';
+import { missingPositions } from '../../../core/completeness';
+import type { Grant, Settlement } from './redis-budget';
+import type { ScriptArgument } from './redis-scripts';
+import { RedisSequenceStoreError } from './redis-store.error';
+
+/** Raw settlement as the scripts send it: {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl}. */
+type RawSettlement = [] | [string, string, string, string, string, string, string];
+
+/*
+ * Arguments for the store's scripts and the meaning of their answers: the TypeScript side of the
+ * KEYS/ARGV/Returns headers of lua/*.lua.
+ */
+
+/** ARGV of lua/accept-5.lua; without the body, the script only admits the fragment. */
+export function acceptArguments(
+  fragment: FragmentRecord,
+  context: AcceptContext,
+  grant: Grant,
+  marginMs: number,
+  withBody: boolean,
+): ScriptArgument[] {
+  const args: ScriptArgument[] = [
+    context.now,
+    context.consumerId,
+    context.leaseMs,
+    context.expiry.ms,
+    context.expiry.strategy === 'sliding' ? '1' : '0',
+    context.retentionMs,
+    marginMs,
+    context.limits.maxSequenceBytes,
+    context.limits.maxFragments,
+    fragment.position,
+    fragment.size ?? '',
+    fragment.last ? '1' : '0',
+    fragment.crc32,
+    fragment.sha256 ?? '',
+    fragment.bytes ?? '',
+    fragment.body.length,
+    fragment.contentType ?? '',
+    fragment.contentEncoding ?? '',
+    JSON.stringify(fragment.userHeaders),
+    grant.epoch,
+    grant.bytes,
+    grant.id,
+  ];
+  if (withBody) args.push(fragment.body);
+  return args;
+}
+
+/** What the accept script's answer means for the caller's next move. */
+export type AcceptStep =
+  | {
+      readonly kind: 'result';
+      readonly result: AcceptResult;
+      /** For the global index, when the sequence changed (or a grant is refunded). */
+      readonly settlement?: Settlement;
+      /** A budget epoch fenced by the script, to forget in the global index (0: none). */
+      readonly forgetEpoch: number;
+    }
+  | { readonly kind: 'need'; readonly bytes: number }
+  | { readonly kind: 'go' }
+  | { readonly kind: 'void'; readonly forgetEpoch: number };
+
+/**
+ * The one place where the accept script's codes become {@link AcceptResult}s (or errors): see
+ * the Returns section of lua/accept-5.lua for the layout.
+ */
+export function interpretAccept(reply: unknown, ref: SequenceRef): AcceptStep {
+  const [code, rawSettlement, rawForget, ...rest] = reply as [
+    string,
+    RawSettlement,
+    number,
+    ...unknown[],
+  ];
+  const settlement = toSettlement(rawSettlement);
+  const forgetEpoch = Number(rawForget);
+  const result = (value: AcceptResult): AcceptStep => ({
+    kind: 'result',
+    result: value,
+    settlement,
+    forgetEpoch,
+  });
+  switch (code) {
+    case 'stored':
+      return result({ status: 'stored', opened: rest[0] === 1 });
+    case 'duplicate':
+      return result({ status: 'duplicate' });
+    case 'in-progress':
+      return result({ status: 'in-progress' });
+    case 'complete':
+      return result({ status: 'complete', opened: rest[0] === 1, sequence: completeOf(ref, rest) });
+    case 'finished': {
+      const outcome = rest[0] as FinishedOutcome;
+      const reason = optional(rest[1]);
+      return result(
+        reason === undefined
+          ? { status: 'finished', outcome }
+          : { status: 'finished', outcome, reason },
+      );
+    }
+    case 'rejected':
+    case 'dropped': {
+      const [rejection, detail] = rest as [RejectionCode, string];
+      return result({
+        status: 'rejected',
+        code: rejection,
+        detail,
+        sequenceRejected: code === 'dropped',
+      });
+    }
+    case 'need':
+      return { kind: 'need', bytes: Number(rest[0]) };
+    case 'go':
+      return { kind: 'go' };
+    case 'void':
+      return { kind: 'void', forgetEpoch };
+    default:
+      throw new RedisSequenceStoreError(
+        'accept',
+        ref.sequenceId,
+        `the accept script answered an unknown code ${String(code)}; ` +
+          'are the Lua files of another version of nest-sequence?',
+      );
+  }
+}
+
+function completeOf(ref: SequenceRef, fields: unknown[]): CompleteSequence {
+  const [, fragments, bytes, sha256, declaredBytes, contentType, contentEncoding, headers] = fields;
+  const [first, last] = fields.slice(8);
+  const declared = optional(declaredBytes);
+  const complete: CompleteSequence = {
+    scope: ref.scope,
+    sequenceId: ref.sequenceId,
+    fragments: Number(fragments),
+    bytes: Number(bytes),
+    sha256: optional(sha256),
+    declaredBytes: declared === undefined ? undefined : Number(declared),
+    contentType: optional(contentType),
+    contentEncoding: optional(contentEncoding),
+    userHeaders: JSON.parse(String(headers)) as HeaderMap,
+    firstFragmentAt: Number(first),
+    lastFragmentAt: Number(last),
+  };
+  return withoutUndefined(complete);
+}
+
+/** A script's "absent" (Lua false: null over RESP2, false over RESP3) as undefined. */
+function optional(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  return typeof value === 'number' ? String(value) : undefined;
+}
+
+function withoutUndefined<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, field]) => field !== undefined)) as T;
+}
+
+export function toSettlement(raw: RawSettlement | undefined): Settlement | undefined {
+  if (!raw || raw.length === 0) return undefined;
+  const [epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl] = raw.map(Number);
+  return { epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl };
+}
+
+/** The expire script's answer for an expired sequence, as the sweeper reports it. */
+export function expiredOf(ref: SequenceRef, now: number, fields: unknown[]): ExpiredSequence {
+  const [size, storedBytes, firstAt, lastAt, positions] = fields as [
+    unknown,
+    string,
+    string,
+    string,
+    string[],
+  ];
+  const receivedPositions = positions.map(Number).sort((a, b) => a - b);
+  const knownSize = optional(size) === undefined ? undefined : Number(size);
+  return {
+    scope: ref.scope,
+    sequenceId: ref.sequenceId,
+    receivedPositions,
+    missingPositions: missingPositions(receivedPositions, knownSize),
+    ...(knownSize !== undefined && { size: knownSize }),
+    bufferedBytes: Number(storedBytes),
+    firstFragmentAt: Number(firstAt),
+    lastFragmentAt: Number(lastAt),
+    ageMs: now - Number(firstAt),
+  };
+}

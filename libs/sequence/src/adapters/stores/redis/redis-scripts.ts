@@ -1,0 +1,89 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Cluster, Redis } from 'ioredis';
+
+export type RedisClient = Redis | Cluster;
+
+/** The Lua scripts of the store, one per atomic step (files `lua/<name>-<numberOfKeys>.lua`). */
+export type ScriptName =
+  | 'accept'
+  | 'renew-lease'
+  | 'release-lease'
+  | 'finish'
+  | 'expire'
+  | 'drop-retained'
+  | 'reserve'
+  | 'settle'
+  | 'forget'
+  | 'release-retained'
+  | 'stats';
+
+export type ScriptArgument = string | number | Buffer;
+
+/** Runs one script: keys first (as many as its file name says), then arguments. */
+export type Script = (keys: readonly string[], args: readonly ScriptArgument[]) => Promise<unknown>;
+
+export type Scripts = Readonly<Record<ScriptName, Script>>;
+
+/** Next to this file in the sources (ts-jest) and in the build (nest-cli assets). */
+const LUA_DIRECTORY = join(__dirname, 'lua');
+const SCRIPT_FILE = /^([a-z-]+)-(\d+)\.lua$/;
+const INCLUDE = /^--- @include "(_[a-z-]+)"$/gm;
+
+type CustomCommand = (...keysAndArgs: ScriptArgument[]) => Promise<unknown>;
+
+const loaded = new WeakMap<RedisClient, Scripts>();
+
+/**
+ * Defines the store's scripts on `client` (once per client: `defineCommand` keeps each script's
+ * SHA and falls back to EVAL when the server does not have it yet, on every cluster node).
+ * Lines `--- @include "_name"` are replaced by `lua/_name.lua`.
+ */
+export function loadScripts(client: RedisClient): Scripts {
+  const known = loaded.get(client);
+  if (known) return known;
+
+  const scripts: Partial<Record<ScriptName, Script>> = {};
+  for (const file of readdirSync(LUA_DIRECTORY)) {
+    const match = SCRIPT_FILE.exec(file);
+    if (!match) continue;
+    const [, name, keys] = match;
+    const numberOfKeys = Number(keys);
+    const command = `nseq_${name.replace(/-/g, '_')}`;
+    client.defineCommand(command, { lua: readLua(file), numberOfKeys });
+    const run = (client as unknown as Record<string, CustomCommand>)[command].bind(client);
+    scripts[name as ScriptName] = (keyList, args) => {
+      if (keyList.length !== numberOfKeys) {
+        throw new Error(`script ${name} takes ${numberOfKeys} keys, was given ${keyList.length}`);
+      }
+      return run(...keyList, ...args);
+    };
+  }
+  const missing = SCRIPT_NAMES.filter((name) => !scripts[name]);
+  if (missing.length > 0) {
+    throw new Error(`Lua scripts missing from ${LUA_DIRECTORY}: ${missing.join(', ')}`);
+  }
+  loaded.set(client, scripts as Scripts);
+  return scripts as Scripts;
+}
+
+const SCRIPT_NAMES: readonly ScriptName[] = [
+  'accept',
+  'renew-lease',
+  'release-lease',
+  'finish',
+  'expire',
+  'drop-retained',
+  'reserve',
+  'settle',
+  'forget',
+  'release-retained',
+  'stats',
+];
+
+function readLua(file: string): string {
+  return readFileSync(join(LUA_DIRECTORY, file), 'utf8').replace(
+    INCLUDE,
+    (_line, include: string) => readFileSync(join(LUA_DIRECTORY, `${include}.lua`), 'utf8'),
+  );
+}

@@ -1,0 +1,406 @@
+import calculateSlot from 'cluster-key-slot';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Redis } from 'ioredis';
+import {
+  readAll,
+  sequenceFixture,
+  sequenceStoreConformance,
+} from '../../../../test/conformance/sequence-store.conformance';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { crc32 } from '../../../core/checksum';
+import type { AcceptContext, SequenceStore } from '../../../ports/sequence-store.port';
+import { NO_GRANT, RedisBudget } from './redis-budget';
+import { RedisKeys, sequenceKeyList } from './redis-keys';
+import { loadScripts } from './redis-scripts';
+import { acceptArguments, interpretAccept } from './redis-script-codec';
+import { RedisSequenceStore } from './redis.sequence-store';
+
+const MiB = 1024 * 1024;
+
+/** Every key under `prefix`, on one node. */
+async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== '0');
+  return keys;
+}
+
+async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
+  const keys = await keysUnder(redis, prefix);
+  if (keys.length > 0) await redis.del(...keys);
+}
+
+const isGlobal = (key: string) => key.includes(':{idx}:');
+
+describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
+  let redis: Redis;
+
+  beforeAll(() => {
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  describe('conformance', () => {
+    const prefixes = new Map<SequenceStore, string>();
+
+    sequenceStoreConformance('redis', {
+      create: async () => {
+        const prefix = `nseq-test:${randomUUID()}`;
+        const store = new RedisSequenceStore(redis, { prefix });
+        prefixes.set(store, prefix);
+        return store;
+      },
+      close: async (store) => {
+        await store.close();
+        const prefix = prefixes.get(store)!;
+        prefixes.delete(store);
+        await deleteUnder(redis, prefix);
+        expect(await keysUnder(redis, prefix)).toEqual([]);
+      },
+    });
+  });
+
+  describe('RedisSequenceStore', () => {
+    let prefix: string;
+    let store: RedisSequenceStore;
+    let scope: string;
+    let t0: number;
+
+    beforeEach(() => {
+      prefix = `nseq-test:${randomUUID()}`;
+      store = new RedisSequenceStore(redis, { prefix });
+      scope = `spec.${randomUUID()}`;
+      t0 = Date.now();
+    });
+
+    afterEach(async () => {
+      await store.close();
+      await deleteUnder(redis, prefix);
+      expect(await keysUnder(redis, prefix)).toEqual([]);
+    });
+
+    function context(now: number, overrides: Partial<AcceptContext> = {}): AcceptContext {
+      return {
+        now,
+        consumerId: 'consumer-a',
+        leaseMs: 30_000,
+        expiry: { ms: 60_000, strategy: 'fixed' },
+        retentionMs: 3_600_000,
+        limits: {
+          maxSequenceBytes: 128 * MiB,
+          maxFragments: 1_000,
+          maxBufferedBytes: 256 * MiB,
+          maxOpenSequences: 1_000,
+        },
+        ...overrides,
+      };
+    }
+
+    async function ttlsUnder(): Promise<Record<string, number>> {
+      const ttls: Record<string, number> = {};
+      for (const key of await keysUnder(redis, prefix)) ttls[key] = await redis.pttl(key);
+      return ttls;
+    }
+
+    const sequenceKeysUnder = async () =>
+      (await keysUnder(redis, prefix)).filter((key) => !isGlobal(key)).sort();
+
+    it('is named redis and answers ping', async () => {
+      expect(store.name).toBe('redis');
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    it('refuses a prefix with braces, which would break the hash tags', () => {
+      expect(() => new RedisSequenceStore(redis, { prefix: 'app{1}' })).toThrow(/braces/);
+    });
+
+    it('sets a TTL on every key it writes', async () => {
+      const { fragments } = sequenceFixture(scope, ['a', 'b', 'c']);
+      await store.accept(fragments[0], context(t0));
+      await store.accept(fragments[2], context(t0));
+
+      const ttls = await ttlsUnder();
+      expect(Object.keys(ttls).filter((key) => !isGlobal(key))).toHaveLength(3);
+      expect(Object.keys(ttls).filter(isGlobal).length).toBeGreaterThanOrEqual(4);
+      for (const [key, ttl] of Object.entries(ttls)) {
+        expect({ key, hasTtl: ttl > 0 }).toEqual({ key, hasTtl: true });
+      }
+    });
+
+    it.each([
+      ['finish completed', 'completed'],
+      ['finish rejected', 'rejected'],
+      ['expire', 'expired'],
+    ] as const)(
+      'leaves only the marker, with a TTL, after %s; the budget totals return to zero',
+      async (_how, outcome) => {
+        const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
+        const short = { expiry: { ms: 1_000, strategy: 'fixed' as const } };
+        await store.accept(fragments[0], context(t0, short));
+        await store.accept(fragments[1], context(t0, short));
+
+        if (outcome === 'expired') {
+          expect(await store.expire(ref, t0 + 1_000, 5_000)).not.toBeNull();
+        } else {
+          await store.finish(ref, outcome, {
+            now: t0,
+            retentionMs: 5_000,
+            consumerId: 'consumer-a',
+          });
+        }
+        const keys = await sequenceKeysUnder();
+        expect(keys).toHaveLength(1);
+        expect(keys[0]).toMatch(/:done$/);
+        const ttl = await redis.pttl(keys[0]);
+        expect(ttl).toBeGreaterThan(5_000);
+        expect(ttl).toBeLessThanOrEqual(5_000 + 300_000);
+        const totals = await redis.hgetall(new RedisKeys(prefix).global.totals);
+        expect(totals).toMatchObject({ claimed: '0', stored: '0' });
+        expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      },
+    );
+
+    it('keeps every key of a sequence in one hash slot, and the global keys in another, whatever the scope', async () => {
+      const scopes = ['orders', 'a{b}c', '{', '}x{', 'x:y:z', 'per%cent %7B', 'ümlaut ✓', ''];
+      const expiry = { ms: 1_000, strategy: 'fixed' as const };
+      const refs = [];
+      for (const odd of scopes) {
+        const { fragments, ref } = sequenceFixture(odd, ['1', '2']);
+        await store.accept(fragments[0], context(t0, { expiry }));
+        refs.push(ref);
+      }
+
+      const keys = await keysUnder(redis, prefix);
+      const bySequence = new Map<string, string[]>();
+      for (const key of keys.filter((name) => !isGlobal(name))) {
+        const sequence = key.slice(0, key.lastIndexOf(':'));
+        bySequence.set(sequence, [...(bySequence.get(sequence) ?? []), key]);
+      }
+      expect(bySequence.size).toBe(scopes.length);
+      for (const [sequence, sequenceKeys] of bySequence) {
+        expect({ sequence, slot: calculateSlot.generateMulti(sequenceKeys) }).not.toMatchObject({
+          slot: -1,
+        });
+      }
+      expect(calculateSlot.generateMulti(keys.filter(isGlobal))).not.toBe(-1);
+      expect(new Set(keys.map((key) => calculateSlot(key))).size).toBeGreaterThan(2);
+
+      const listed = await store.listExpired(t0 + 1_000, 100);
+      expect(listed).toHaveLength(scopes.length);
+      expect(listed).toEqual(expect.arrayContaining(refs));
+      for (const ref of refs) {
+        await store.finish(ref, 'rejected', { now: t0, retentionMs: 1, consumerId: 'consumer-a' });
+      }
+    });
+
+    it('streams a 64 MiB sequence of 8 MiB bodies byte-exact, a bounded number of bodies at a time', async () => {
+      const reader = new RedisSequenceStore(redis, { prefix, readAheadFragments: 1 });
+      const ref = { scope, sequenceId: `seq-${randomUUID()}` };
+      const written = createHash('sha256');
+      for (let position = 1; position <= 8; position++) {
+        const body = randomBytes(8 * MiB);
+        written.update(body);
+        const result = await reader.accept(
+          {
+            ...ref,
+            position,
+            size: 8,
+            last: position === 8,
+            crc32: crc32(body),
+            bytes: 64 * MiB,
+            userHeaders: {},
+            body,
+          },
+          context(t0),
+        );
+        expect(result.status).toBe(position === 8 ? 'complete' : 'stored');
+      }
+
+      // Counts the bodies the reader holds (fetching, or fetched and not yet handed out): a plain
+      // wrapper, since a jest spy would keep every body it returned.
+      let fetching = 0;
+      let fetched = 0;
+      let consumed = 0;
+      let mostFetching = 0;
+      let mostHeldBodies = 0;
+      const hgetBuffer = redis.hgetBuffer.bind(redis);
+      const counting = async (key: string, field: string) => {
+        mostFetching = Math.max(mostFetching, ++fetching);
+        try {
+          return await hgetBuffer(key, field);
+        } finally {
+          fetching--;
+          fetched++;
+        }
+      };
+      Object.assign(redis, { hgetBuffer: counting });
+      setFlagsFromString('--expose-gc');
+      const gc = runInNewContext('gc') as () => void;
+      /** ArrayBuffer memory in use, once dead buffers are swept (which V8 finishes lazily). */
+      const arrayBuffersInUse = async () => {
+        gc();
+        await new Promise((resolve) => setImmediate(resolve));
+        gc();
+        return process.memoryUsage().arrayBuffers;
+      };
+      const baseline = await arrayBuffersInUse();
+      let mostGrowth = 0;
+      const read = createHash('sha256');
+      const chunkSizes: number[] = [];
+      try {
+        for await (const chunk of reader.read(ref)) {
+          consumed++;
+          mostHeldBodies = Math.max(mostHeldBodies, fetching + fetched - consumed);
+          read.update(chunk as Buffer);
+          chunkSizes.push((chunk as Buffer).length);
+          mostGrowth = Math.max(mostGrowth, (await arrayBuffersInUse()) - baseline);
+        }
+      } finally {
+        Reflect.deleteProperty(redis, 'hgetBuffer');
+      }
+
+      expect(chunkSizes).toEqual(Array.from({ length: 8 }, () => 8 * MiB));
+      expect(read.digest('hex')).toBe(written.digest('hex'));
+      // Besides the chunk in the consumer's hands: readAhead (1) fetching + 1 in the stream buffer.
+      expect(mostFetching).toBe(1);
+      expect(mostHeldBodies).toBeLessThanOrEqual(2);
+      expect(mostGrowth).toBeLessThan(32 * MiB);
+    });
+
+    it('lists a budget record whose consumer died before storing, and expire then frees it', async () => {
+      const keys = new RedisKeys(prefix);
+      const budget = new RedisBudget(redis, loadScripts(redis), keys, 300_000);
+      const { ref } = sequenceFixture(scope, ['a', 'b']);
+      await budget.reserve(keys.member(ref), 2, {
+        now: t0,
+        provisionalDue: t0 + 1_000,
+        limits: context(t0).limits,
+        ttl: 60_000,
+      });
+      expect(await store.stats(t0)).toMatchObject({ openSequences: 1 });
+
+      expect(await store.listExpired(t0 + 1_000, 10)).toEqual([ref]);
+      expect(await store.expire(ref, t0 + 1_000, 5_000)).toBeNull();
+      expect(await store.listExpired(t0 + 1_000, 10)).toEqual([]);
+      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    });
+
+    it('never lets a sequence open on a reservation whose epoch the sweeper fenced', async () => {
+      const keys = new RedisKeys(prefix);
+      const scripts = loadScripts(redis);
+      const budget = new RedisBudget(redis, scripts, keys, 300_000);
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+      const stalled = await budget.reserve(keys.member(ref), 2, {
+        now: t0,
+        provisionalDue: t0 + 1_000,
+        limits: context(t0).limits,
+        ttl: 60_000,
+      });
+      expect(stalled.kind).toBe('granted');
+      expect(await store.expire(ref, t0 + 1_000, 5_000)).toBeNull();
+
+      const args = acceptArguments(
+        fragments[0],
+        context(t0),
+        stalled.kind === 'granted' ? stalled.grant : NO_GRANT,
+        300_000,
+        true,
+      );
+      const reply = (await scripts.accept(sequenceKeyList(keys.sequence(ref)), args)) as unknown[];
+      expect(reply[0]).toBe('void');
+      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+
+      expect(await store.accept(fragments[0], context(t0))).toEqual({
+        status: 'stored',
+        opened: true,
+      });
+      expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 1 });
+    });
+
+    it('neither stores twice nor refunds twice when the client resends an accept after a reconnect', async () => {
+      const keys = new RedisKeys(prefix);
+      const scripts = loadScripts(redis);
+      const budget = new RedisBudget(redis, scripts, keys, 300_000);
+      const { fragments, ref } = sequenceFixture(scope, ['aaaa', 'bb'], { declareBytes: false });
+      const member = keys.member(ref);
+      const reservation = await budget.reserve(member, 10, {
+        now: t0,
+        provisionalDue: t0 + 60_000,
+        limits: context(t0).limits,
+        ttl: 60_000,
+      });
+      const grant = reservation.kind === 'granted' ? reservation.grant : NO_GRANT;
+      const call = () =>
+        scripts.accept(
+          sequenceKeyList(keys.sequence(ref)),
+          acceptArguments(fragments[0], context(t0), grant, 300_000, true),
+        );
+
+      const first = interpretAccept(await call(), ref);
+      expect(first).toMatchObject({ kind: 'result', result: { status: 'stored', opened: true } });
+      if (first.kind === 'result' && first.settlement)
+        await budget.settle(member, first.settlement);
+      const resent = interpretAccept(await call(), ref);
+      expect(resent).toMatchObject({ kind: 'result', result: { status: 'duplicate' } });
+      expect(resent.kind === 'result' && resent.settlement).toBeFalsy();
+
+      expect(await redis.hget(keys.global.totals, 'claimed')).toBe('4');
+      expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 4 });
+    });
+
+    it("evicts failed sequences' kept fragments before back-pressuring for them", async () => {
+      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      const failed = sequenceFixture(scope, ['f'.repeat(600)]);
+      await store.accept(failed.fragments[0], context(t0, { limits }));
+      await store.finish(failed.ref, 'failed', {
+        now: t0,
+        retentionMs: 60_000,
+        consumerId: 'consumer-a',
+      });
+      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 600 });
+
+      const next = sequenceFixture(scope, ['n'.repeat(500), 'm']);
+      expect(await store.accept(next.fragments[0], context(t0, { limits }))).toEqual({
+        status: 'stored',
+        opened: true,
+      });
+      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 500 });
+      await expect(readAll(store.read(failed.ref))).rejects.toThrow(/not complete/);
+      expect(await store.accept(failed.fragments[0], context(t0, { limits }))).toMatchObject({
+        status: 'finished',
+        outcome: 'failed',
+      });
+    });
+
+    it('rejects, rather than hangs, when Redis cannot be reached', async () => {
+      const unreachable = RedisSequenceStore.connect('redis://127.0.0.1:1', {
+        prefix,
+        redis: { enableOfflineQueue: false, retryStrategy: () => null, lazyConnect: true },
+      });
+      const { fragments } = sequenceFixture(scope, ['a']);
+
+      await expect(unreachable.accept(fragments[0], context(t0))).rejects.toThrow();
+      await expect(unreachable.ping()).rejects.toThrow();
+      await unreachable.close();
+    });
+
+    it('quits the client it created on close, and only that one', async () => {
+      const owned = RedisSequenceStore.connect(SERVERS.redis.url, { prefix });
+      await owned.ping();
+      await owned.close();
+      await expect(owned.ping()).rejects.toThrow();
+
+      await store.close();
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+  });
+});

@@ -1,0 +1,364 @@
+/*
+ * The Redis sequence store, and the protocol that keeps it correct on Redis Cluster.
+ *
+ * Keys (prefix `nseq` by default; `<member>` is `<scope, percent-encoded>:<sequence id>`):
+ *   <prefix>:{<member>}:meta   hash    sizes, declarations, times, deadline, lease, epoch, claim, ver
+ *   <prefix>:{<member>}:crc    hash    position -> CRC-32
+ *   <prefix>:{<member>}:body   hash    position -> body
+ *   <prefix>:{<member>}:done   hash    finished marker {outcome, reason, until, fence}
+ *   <prefix>:{<member>}:fence  string  epoch fence while there is no marker (rare, short-lived)
+ *   <prefix>:{idx}:open        hash    member -> budget record "epoch:claim:ver:storedBytes"
+ *   <prefix>:{idx}:due         zset    member -> when the sweeper may take it
+ *   <prefix>:{idx}:first       zset    member -> first fragment time (oldestOpenAt)
+ *   <prefix>:{idx}:retention   zset    member -> until when a failed sequence's fragments are kept
+ *   <prefix>:{idx}:retained    hash    member -> "until:bytes"
+ *   <prefix>:{idx}:totals      hash    claimed, stored, retained (sums), epoch (counter)
+ * Bodies share one hash per sequence: one key to expire, refresh and unlink whatever the number
+ * of fragments (a 500 MB sequence in 8 MB bodies is 63 fields; each HGET still reads one body).
+ * Every key has a TTL (its due time + lease + margin; markers: retention + margin), extended as
+ * the state moves on; the global keys always outlive the sequence keys they account for. TTLs are
+ * a safety net in real time: the logic runs on the `now` passed in.
+ *
+ * A script runs in one slot, so no script can both store a fragment (sequence slot) and count it
+ * against the store-wide budget (slot {idx}). accept therefore runs in steps:
+ *   1. accept script, without the body unless small: answers everything that needs no budget
+ *      (finished, contradiction, duplicate, lease take-over, limit drop), or 'go' (the sequence
+ *      holds enough budget: send the body), or 'need N' (a grant of N more bytes is needed; a
+ *      sequence always needs a grant to open).
+ *   2. reserve script ({idx}): checks maxOpenSequences / maxBufferedBytes and adds N to the
+ *      sequence's budget record, creating it (new epoch, counted open, provisional due time) if
+ *      absent; or answers back-pressure (after evicting failed sequences' kept fragments).
+ *   3. accept script again, with the body and the grant {epoch, N}: re-checks everything, stores,
+ *      and reports a settlement {epoch, ver, storedBytes, firstAt, dueAt, refund}.
+ *   4. settle script ({idx}): applies the settlement if its ver is newer than the record's, and
+ *      gives back the unused part of the grant.
+ * Budget is thus reserved before bytes are stored and released only after they are gone: it
+ * may be briefly over-reserved, never under-counted. Records are removed only by forget (after
+ * finish, expire, a limit drop, or a stale record found by the sweeper), and only if they still
+ * have the epoch the per-sequence step saw. The per-sequence side fences an epoch before its
+ * record is forgotten (marker or fence key: no sequence can open on a grant of a fenced epoch,
+ * and an open sequence only absorbs grants of its own epoch), so a grant can never be absorbed
+ * into a record that is being removed. A consumer that dies between steps leaves at worst an
+ * over-count or a record with no sequence; the record has a due time, so the sweeper lists it,
+ * `expire` finds no sequence, fences the epoch and forgets the record. Over-counts inside a live
+ * record (a refund overtaken by a newer settlement, a grant abandoned on back-pressure) go when
+ * the sequence ends. On a single node the same steps run; the answers are identical.
+ *
+ * Redis unavailable: every method rejects with the client's error (after the ioredis client's
+ * own retries: `maxRetriesPerRequest`, `enableOfflineQueue`, `commandTimeout` are the caller's
+ * settings). The aggregator then requeues the fragment, acknowledging nothing unstored; a step
+ * that failed after its fragment was stored is repaired by the redelivery (a duplicate) and by
+ * the next settlement or the sweeper (which re-reads the sequence's own keys).
+ */
+import type { RedisOptions } from 'ioredis';
+import type { Readable } from 'node:stream';
+import type {
+  AcceptContext,
+  AcceptResult,
+  ExpiredSequence,
+  FinishContext,
+  FinishedOutcome,
+  FragmentRecord,
+  SequenceRef,
+  SequenceStore,
+  SequenceStoreStats,
+} from '../../../ports/sequence-store.port';
+import { NO_GRANT, RedisBudget, type Grant, type Reservation } from './redis-budget';
+import { RedisBodyReader } from './redis-body.reader';
+import { RedisKeys, sequenceKeyList, type SequenceKeys } from './redis-keys';
+import { acceptArguments, expiredOf, interpretAccept, toSettlement } from './redis-script-codec';
+import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
+import { RedisSequenceStoreError } from './redis-store.error';
+
+export interface RedisSequenceStoreOptions {
+  /**
+   * Prepended to every key; without `{` or `}`.
+   * @default 'nseq'
+   */
+  readonly prefix?: string;
+  /**
+   * How much longer than the logic needs them every key lives, so that state left by a crashed
+   * consumer or sweeper still expires. Keep it above `leaseMs`.
+   * @default 300_000
+   */
+  readonly keyTtlMarginMs?: number;
+  /**
+   * Bodies `read` fetches ahead of the stream (at least 1): a read holds at most this many plus
+   * two (the one in the stream's buffer, the one its consumer is handling).
+   * @default 2
+   */
+  readonly readAheadFragments?: number;
+}
+
+/** Bodies up to this size go with the first accept round: resending one costs little. */
+const INLINE_BODY_BYTES = 64 * 1024;
+/** Rounds of accept before giving up on a sequence that other instances keep changing. */
+const MAX_ACCEPT_ROUNDS = 8;
+const MAX_EVICTION_ROUNDS = 8;
+const RETENTION_PURGE_BATCH = 100;
+
+/**
+ * {@link SequenceStore} on Redis (single node or Cluster), shared by any number of consumer
+ * instances. See the top of this file for the key layout and the budget protocol.
+ *
+ * @example
+ * const store = new RedisSequenceStore(new Redis(process.env.REDIS_URL), { prefix: 'imaging' });
+ */
+export class RedisSequenceStore implements SequenceStore {
+  readonly name = 'redis';
+
+  private readonly keys: RedisKeys;
+  private readonly scripts: Scripts;
+  private readonly budget: RedisBudget;
+  private readonly marginMs: number;
+  private readonly readAhead: number;
+  private ownsClient = false;
+
+  constructor(
+    private readonly redis: RedisClient,
+    options: RedisSequenceStoreOptions = {},
+  ) {
+    this.keys = new RedisKeys(options.prefix ?? 'nseq');
+    this.marginMs = options.keyTtlMarginMs ?? 300_000;
+    this.readAhead = Math.max(1, options.readAheadFragments ?? 2);
+    this.scripts = loadScripts(redis);
+    this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
+  }
+
+  /** A store with a client of its own, which `close()` quits. */
+  static connect(
+    url: string,
+    options: RedisSequenceStoreOptions & { readonly redis?: RedisOptions } = {},
+  ): RedisSequenceStore {
+    // Loaded here, not at the top: ioredis is an optional peer of the library.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+    const store = new RedisSequenceStore(new Client(url, options.redis ?? {}), options);
+    store.ownsClient = true;
+    return store;
+  }
+
+  async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
+    const member = this.keys.member(fragment);
+    const keys = sequenceKeyList(this.keys.sequenceOf(member));
+    let grant: Grant = NO_GRANT;
+    const inline = fragment.body.length <= INLINE_BODY_BYTES;
+    let withBody = inline;
+    for (let round = 1; round <= MAX_ACCEPT_ROUNDS; round++) {
+      const reply = await this.scripts.accept(
+        keys,
+        acceptArguments(fragment, context, grant, this.marginMs, withBody),
+      );
+      const step = interpretAccept(reply, fragment);
+      switch (step.kind) {
+        case 'result':
+          if (step.settlement) await this.budget.settle(member, step.settlement);
+          if (step.forgetEpoch > 0) {
+            await this.budget.forget(member, step.forgetEpoch, context.retentionMs + this.marginMs);
+          }
+          return step.result;
+        case 'go':
+          withBody = true;
+          break;
+        case 'void':
+          await this.budget.forget(member, step.forgetEpoch, this.marginMs);
+          grant = NO_GRANT;
+          withBody = inline;
+          break;
+        case 'need': {
+          const reservation = await this.reserve(member, step.bytes, context);
+          if (reservation.kind === 'backpressure') {
+            return { status: 'backpressure', limit: reservation.limit };
+          }
+          const granted = reservation.grant;
+          // A grant the script found short is topped up (under the newest id: the sum is used once).
+          grant =
+            granted.epoch === grant.epoch
+              ? { ...granted, bytes: grant.bytes + granted.bytes }
+              : granted;
+          withBody = true;
+          break;
+        }
+      }
+    }
+    throw new RedisSequenceStoreError(
+      'accept',
+      fragment.sequenceId,
+      `fragment ${fragment.position} found no stable state after ${MAX_ACCEPT_ROUNDS} rounds ` +
+        'of concurrent changes; it will be redelivered',
+    );
+  }
+
+  async renewLease(
+    ref: SequenceRef,
+    consumerId: string,
+    leaseMs: number,
+    now: number,
+  ): Promise<boolean> {
+    const reply = (await this.scripts['renew-lease'](this.leaseKeys(ref), [
+      now,
+      consumerId,
+      leaseMs,
+      this.marginMs,
+    ])) as [number, string[]?];
+    const settlement = toSettlement(reply[1] as Parameters<typeof toSettlement>[0]);
+    if (reply[0] !== 1 || !settlement) return false;
+    await this.budget.settle(this.keys.member(ref), settlement);
+    return true;
+  }
+
+  async releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void> {
+    const reply = (await this.scripts['release-lease'](this.leaseKeys(ref), [
+      now,
+      consumerId,
+      this.marginMs,
+    ])) as [number, string[]?];
+    const settlement = toSettlement(reply[1] as Parameters<typeof toSettlement>[0]);
+    if (reply[0] === 1 && settlement) await this.budget.settle(this.keys.member(ref), settlement);
+  }
+
+  read(ref: SequenceRef): Readable {
+    const keys = this.keys.sequence(ref);
+    return new RedisBodyReader(
+      () => this.readablePositions(ref, keys),
+      (position) => this.redis.hgetBuffer(keys.body, String(position)),
+      this.readAhead,
+    );
+  }
+
+  async finish(
+    ref: SequenceRef,
+    outcome: Exclude<FinishedOutcome, 'expired'>,
+    context: FinishContext,
+  ): Promise<boolean> {
+    const member = this.keys.member(ref);
+    const reply = (await this.scripts.finish(sequenceKeyList(this.keys.sequenceOf(member)), [
+      outcome,
+      context.now,
+      context.retentionMs,
+      context.reason ?? '',
+      this.marginMs,
+      context.consumerId,
+    ])) as Array<number | string>;
+    const [finished, forgetEpoch, retainedBytes, retainUntil, releasedUntil, markerTtl] =
+      reply.map(Number);
+    if (finished !== 1) return false;
+    if (forgetEpoch > 0 || retainUntil > 0) {
+      const retained = retainUntil > 0 ? { until: retainUntil, bytes: retainedBytes } : undefined;
+      await this.budget.forget(member, forgetEpoch, markerTtl, retained);
+    }
+    if (releasedUntil > 0) await this.budget.releaseRetained(member, releasedUntil);
+    return true;
+  }
+
+  async listExpired(now: number, limit: number): Promise<SequenceRef[]> {
+    for (const { member, until } of await this.budget.retentionsOver(now, RETENTION_PURGE_BATCH)) {
+      await this.dropRetained(member, until);
+    }
+    const due = await this.budget.due(now, limit);
+    return due.map((member) => this.keys.ref(member));
+  }
+
+  async expire(
+    ref: SequenceRef,
+    now: number,
+    retentionMs: number,
+  ): Promise<ExpiredSequence | null> {
+    const member = this.keys.member(ref);
+    const epoch = await this.budget.epochOf(member);
+    if (epoch === undefined) return null;
+    const [code, ...rest] = (await this.scripts.expire(
+      sequenceKeyList(this.keys.sequenceOf(member)),
+      [now, retentionMs, epoch, this.marginMs],
+    )) as [string, ...unknown[]];
+    switch (code) {
+      case 'expired':
+        await this.budget.forget(member, epoch, Number(rest[0]));
+        return expiredOf(ref, now, rest.slice(1));
+      case 'not-due': {
+        const settlement = toSettlement(rest[0] as Parameters<typeof toSettlement>[0]);
+        if (settlement) await this.budget.settle(member, settlement);
+        return null;
+      }
+      case 'stale':
+        await this.budget.forget(member, epoch, this.marginMs);
+        return null;
+      case 'other':
+        return null;
+      default:
+        throw new RedisSequenceStoreError(
+          'expire',
+          ref.sequenceId,
+          `the expire script answered an unknown code ${code}`,
+        );
+    }
+  }
+
+  async stats(now: number): Promise<SequenceStoreStats> {
+    return this.budget.stats(now);
+  }
+
+  async ping(): Promise<void> {
+    await this.redis.ping();
+  }
+
+  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  async close(): Promise<void> {
+    if (!this.ownsClient) return;
+    try {
+      await this.redis.quit();
+    } catch {
+      // Not connected (QUIT cannot be sent): just drop the connection attempts.
+      this.redis.disconnect();
+    }
+  }
+
+  /** Reserves budget, first evicting failed sequences' kept fragments when they are in the way. */
+  private async reserve(
+    member: string,
+    increase: number,
+    context: AcceptContext,
+  ): Promise<Exclude<Reservation, { kind: 'evict' }>> {
+    for (let round = 0; round < MAX_EVICTION_ROUNDS; round++) {
+      const reservation = await this.budget.reserve(member, increase, {
+        now: context.now,
+        provisionalDue: context.now + context.expiry.ms,
+        limits: context.limits,
+        ttl: context.expiry.ms + context.leaseMs + this.marginMs,
+      });
+      if (reservation.kind !== 'evict') return reservation;
+      for (const victim of reservation.victims)
+        await this.dropRetained(victim.member, victim.until);
+    }
+    return { kind: 'backpressure', limit: 'maxBufferedBytes' };
+  }
+
+  private async dropRetained(member: string, until: number): Promise<void> {
+    const keys = this.keys.sequenceOf(member);
+    await this.scripts['drop-retained']([keys.meta, keys.crc, keys.body], [until]);
+    await this.budget.releaseRetained(member, until);
+  }
+
+  /** Positions `read` streams: all of a complete sequence, or what a failed one kept. */
+  private async readablePositions(ref: SequenceRef, keys: SequenceKeys): Promise<number[]> {
+    const [[state, size], count] = await Promise.all([
+      this.redis.hmget(keys.meta, 'state', 'size'),
+      this.redis.hlen(keys.crc),
+    ]);
+    if (state === 'open' && size !== null && count === Number(size)) {
+      return Array.from({ length: count }, (_, index) => index + 1);
+    }
+    if (state === 'failed') {
+      return (await this.redis.hkeys(keys.crc)).map(Number).sort((a, b) => a - b);
+    }
+    throw new Error(
+      `sequence ${ref.sequenceId} (scope ${ref.scope}) is not complete or no longer held; ` +
+        'read it between a complete accept and finish',
+    );
+  }
+
+  private leaseKeys(ref: SequenceRef): string[] {
+    const keys = this.keys.sequence(ref);
+    return [keys.meta, keys.crc, keys.body];
+  }
+}

@@ -1,0 +1,44 @@
+import { delay, withTimeout } from './async';
+
+describe('delay', () => {
+  it('resolves after the given time, not before', async () => {
+    const startedAt = performance.now();
+    await delay(30);
+    expect(performance.now() - startedAt).toBeGreaterThanOrEqual(25);
+  });
+});
+
+describe('withTimeout', () => {
+  const timedOut = () => new Error('timed out (expected by the test)');
+
+  it('settles as the promise does when it settles in time', async () => {
+    await expect(withTimeout(Promise.resolve(7), 1_000, timedOut)).resolves.toBe(7);
+    const failure = new Error('failed (expected by the test)');
+    await expect(withTimeout(Promise.reject(failure), 1_000, timedOut)).rejects.toBe(failure);
+  });
+
+  it('rejects with onTimeout() when the promise is too slow', async () => {
+    const startedAt = performance.now();
+    const never = new Promise<number>(() => undefined);
+    await expect(withTimeout(never, 30, timedOut)).rejects.toThrow('timed out');
+    expect(performance.now() - startedAt).toBeGreaterThanOrEqual(25);
+  });
+
+  it('treats a deadline already past as an immediate timeout', async () => {
+    const never = new Promise<number>(() => undefined);
+    await expect(withTimeout(never, -5, timedOut)).rejects.toThrow('timed out');
+  });
+
+  it('observes a promise that rejects after the timeout, so nothing is left unhandled', async () => {
+    const unhandled = jest.fn();
+    process.on('unhandledRejection', unhandled);
+    try {
+      const late = delay(20).then(() => Promise.reject(new Error('late (expected by the test)')));
+      await expect(withTimeout(late, 5, timedOut)).rejects.toThrow('timed out');
+      await delay(40);
+      expect(unhandled).not.toHaveBeenCalled();
+    } finally {
+      process.off('unhandledRejection', unhandled);
+    }
+  });
+});

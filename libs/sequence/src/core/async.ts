@@ -1,0 +1,29 @@
+/**
+ * Timing helpers shared by the library and its adapters. Timers only: no I/O.
+ */
+
+/** Resolves after `ms` milliseconds. */
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Settles as `promise` does, unless `ms` milliseconds pass first: then rejects with `onTimeout()`.
+ * `promise` stays observed after the timeout, so its late rejection is not reported as unhandled.
+ * The timer is cleared as soon as `promise` settles.
+ */
+export async function withTimeout<T>(
+  promise: Promise<T>,
+  ms: number,
+  onTimeout: () => Error,
+): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(onTimeout()), Math.max(0, ms));
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,12 @@
+import type { ResolvedConsumerOptions } from '../sequence.options';
+import type { ReassembledPayload } from './reassembled-payload';
+
+/** A function that receives reassembled sequences. */
+export type SequenceHandlerFn = (payload: ReassembledPayload) => unknown;
+
+/** A handler bound to a channel with its resolved options; made by `AggregatorService.createConsumer`. */
+export interface SequenceConsumer {
+  readonly channel: string;
+  readonly options: ResolvedConsumerOptions;
+  readonly handler: SequenceHandlerFn;
+}

@@ -1,0 +1,214 @@
+import type { Logger } from '@nestjs/common';
+import { sha256Hasher } from '../core/checksum';
+import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
+import type { SequenceMetrics } from '../observability/sequence.metrics';
+import type {
+  CompleteSequence,
+  FinishContext,
+  SequenceRef,
+  SequenceStore,
+} from '../ports/sequence-store.port';
+import type { Disposition } from '../ports/transport.port';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import { backoff, delay } from './publish-with-retry';
+import { ReassembledPayload } from './reassembled-payload';
+import type { SequenceConsumer } from './sequence-consumer';
+
+const ACK: Disposition = { action: 'ack' };
+
+/**
+ * Delivers one complete sequence: verifies it, runs the handler (with retries) and records the
+ * outcome, all under the completion lease identified by `leaseToken`. The token is unique to this
+ * delivery, so even a second delivery of the same sequence in the same process (prefetch > 1,
+ * after this one's lease lapsed) is a different holder: only the current holder may finish.
+ */
+export class SequenceDelivery {
+  constructor(
+    private readonly store: SequenceStore,
+    private readonly options: ResolvedSequenceOptions,
+    private readonly metrics: SequenceMetrics,
+    private readonly logger: Logger,
+  ) {}
+
+  async deliver(
+    sequence: CompleteSequence,
+    consumer: SequenceConsumer,
+    leaseToken: string,
+  ): Promise<Disposition> {
+    const ref: SequenceRef = { scope: sequence.scope, sequenceId: sequence.sequenceId };
+    const stopRenewing = this.keepLease(ref, leaseToken);
+    try {
+      let digest: { sha256: string; bytes: number };
+      try {
+        digest = await this.digest(ref);
+      } catch (error) {
+        this.logger.warn(
+          `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
+        );
+        return await this.handBack(ref, leaseToken);
+      }
+      const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
+      if (
+        digest.sha256 !== declared.sha256 ||
+        (declared.bytes !== undefined && digest.bytes !== declared.bytes)
+      ) {
+        const error = new SequenceIntegrityError(ref.sequenceId, declared, digest);
+        return await this.fail(
+          ref,
+          leaseToken,
+          consumer.channel,
+          'integrity-mismatch',
+          error.message,
+        );
+      }
+
+      const payload = new ReassembledPayload({ ...sequence, sha256: digest.sha256 }, () =>
+        this.store.read(ref),
+      );
+      const outcome = await this.runHandler(payload, consumer);
+      if (!outcome.ok) {
+        return await this.fail(
+          ref,
+          leaseToken,
+          consumer.channel,
+          'handler-failed',
+          `sequence ${ref.sequenceId}: handler failed ${outcome.attempts} time(s); last error: ${errorMessage(outcome.error)}`,
+        );
+      }
+      return await this.complete(ref, leaseToken, consumer.channel, sequence.firstFragmentAt);
+    } finally {
+      stopRenewing();
+    }
+  }
+
+  private async complete(
+    ref: SequenceRef,
+    leaseToken: string,
+    channel: string,
+    firstFragmentAt: number,
+  ): Promise<Disposition> {
+    try {
+      const finished = await this.store.finish(ref, 'completed', this.finishContext(leaseToken));
+      if (!finished) {
+        this.logger.warn(
+          `sequence ${ref.sequenceId} was handled after this delivery lost its lease; another ` +
+            `delivery took it over (the handler may have run twice)`,
+        );
+        return ACK;
+      }
+    } catch (error) {
+      // The handler ran; if the marker cannot be written the sequence may be delivered again
+      // after the lease lapses: at-least-once, never lost.
+      this.logger.error(
+        `sequence ${ref.sequenceId} was handled but not marked completed: ${errorMessage(error)}`,
+      );
+      return this.handBack(ref, leaseToken);
+    }
+    this.metrics.sequenceCompleted(channel, firstFragmentAt);
+    return ACK;
+  }
+
+  private async runHandler(
+    payload: ReassembledPayload,
+    consumer: SequenceConsumer,
+  ): Promise<{ ok: true } | { ok: false; attempts: number; error: unknown }> {
+    const { attempts, baseDelayMs } = consumer.options.handlerRetry;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await consumer.handler(payload);
+        return { ok: true };
+      } catch (error) {
+        this.metrics.handlerFailed(consumer.channel);
+        this.logger.warn(
+          `handler of ${consumer.channel} failed on sequence ${payload.sequenceId} ` +
+            `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
+        );
+        if (attempt >= attempts) return { ok: false, attempts: attempt, error };
+        await delay(backoff(attempt, baseDelayMs, baseDelayMs * 2 ** attempts));
+      }
+    }
+  }
+
+  /** Marks the sequence failed (its fragments stay for inspection) and dead-letters the message. */
+  private async fail(
+    ref: SequenceRef,
+    leaseToken: string,
+    channel: string,
+    code: RejectionCode,
+    detail: string,
+  ): Promise<Disposition> {
+    const reason = deathReason(code, detail);
+    try {
+      const finished = await this.store.finish(ref, 'failed', {
+        ...this.finishContext(leaseToken),
+        reason,
+      });
+      if (!finished) {
+        // Another delivery took the sequence over after this one's lease lapsed: its verdict
+        // stands, and this failure is not the sequence's.
+        this.logger.warn(
+          `${channel}: not dead-lettering sequence ${ref.sequenceId} (${code}): another delivery ` +
+            `took it over after this one lost its lease`,
+        );
+        return ACK;
+      }
+    } catch (error) {
+      this.logger.warn(
+        `could not mark sequence ${ref.sequenceId} failed; requeued: ${errorMessage(error)}`,
+      );
+      return this.handBack(ref, leaseToken);
+    }
+    this.metrics.sequenceRejected(channel, code);
+    this.logger.error(`${channel}: ${reason}`);
+    return { action: 'dead-letter', reason };
+  }
+
+  private async digest(ref: SequenceRef): Promise<{ sha256: string; bytes: number }> {
+    const hash = sha256Hasher();
+    let bytes = 0;
+    for await (const chunk of this.store.read(ref)) {
+      hash.update(chunk as Buffer);
+      bytes += (chunk as Buffer).length;
+    }
+    return { sha256: hash.digest('hex'), bytes };
+  }
+
+  private keepLease(ref: SequenceRef, leaseToken: string): () => void {
+    const { leaseMs } = this.options;
+    const timer = setInterval(
+      () => {
+        this.store.renewLease(ref, leaseToken, leaseMs, Date.now()).then(
+          (held) => {
+            if (!held) this.logger.warn(`lost the completion lease of sequence ${ref.sequenceId}`);
+          },
+          (error: unknown) =>
+            this.logger.warn(
+              `could not renew the lease of ${ref.sequenceId}: ${errorMessage(error)}`,
+            ),
+        );
+      },
+      Math.max(50, Math.floor(leaseMs / 3)),
+    );
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  /** After a transient failure: let the lease go so the redelivered fragment can retry at once. */
+  private async handBack(ref: SequenceRef, leaseToken: string): Promise<Disposition> {
+    await this.store.releaseLease(ref, leaseToken, Date.now()).catch(() => undefined); // the lease then lapses by itself
+    return {
+      action: 'requeue',
+      delayMs: this.options.backpressureDelayMs,
+      reason: 'store unavailable',
+    };
+  }
+
+  private finishContext(leaseToken: string): FinishContext {
+    return { now: Date.now(), retentionMs: this.options.retentionMs, consumerId: leaseToken };
+  }
+}
+
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,45 @@
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  eventually,
+  makeFragments,
+  publishAll,
+} from '../support/sequence-test-app';
+
+describe('guarantees: graceful shutdown', () => {
+  it('lets a delivery in progress finish before closing, so its sequence is not redelivered', async () => {
+    const channel = 'guarantees.shutdown.in-flight';
+    const t = await createSequenceTestApp(channel, { retentionMs: 60_000 });
+    let release: () => void = () => undefined;
+    t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
+    const payload = bytes(2_500, 91);
+    await publishAll(t.transport, channel, makeFragments('in-flight', payload, 1_000));
+    await eventually(() => t.handler.calls === 1, 'the handler running');
+
+    let closed = false;
+    const closing = t.close().then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(closed).toBe(false); // shutdown waits for the delivery
+    release();
+    await closing;
+
+    expect(t.handler.of('in-flight')).toHaveLength(1);
+    expect(t.handler.of('in-flight')[0].bytes.equals(payload)).toBe(true);
+    expect(t.transport.depth(channel)).toBe(0); // acked, not handed back
+    expect(deadLetters(t.transport, channel)).toHaveLength(0);
+  });
+
+  it('stops waiting after shutdownTimeoutMs and hands the fragment back', async () => {
+    const channel = 'guarantees.shutdown.timeout';
+    const transport = (await createSequenceTestApp('unused')).transport;
+    const t = await createSequenceTestApp(channel, { transport, shutdownTimeoutMs: 50 });
+    t.handler.onCall = () => new Promise<void>(() => undefined); // never finishes
+    await publishAll(t.transport, channel, makeFragments('stuck', bytes(1_500, 92), 1_000));
+    await eventually(() => t.handler.calls === 1, 'the handler running');
+
+    await t.close();
+
+    expect(t.transport.depth(channel)).toBe(1); // the completing fragment is back in the queue
+  });
+});
