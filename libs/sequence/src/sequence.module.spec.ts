@@ -16,6 +16,7 @@ import {
   SEQUENCE_STORE,
   SEQUENCE_TRANSPORT,
   SequenceModule,
+  SequenceHandlerConflictError,
   SequenceOptionsError,
   SequencedHandler,
   SequencedHandlerRegistry,
@@ -378,6 +379,12 @@ describe('SequenceModule', () => {
         providers: [CtAnalyser, MrAnalyser],
       });
 
+      expect(error).toBeInstanceOf(SequenceHandlerConflictError);
+      expect(error).toMatchObject({
+        channel: 'scans',
+        first: 'CtAnalyser.analyse',
+        second: 'MrAnalyser.review',
+      });
       expect((error as Error).message).toContain(
         'channel scans has two @SequencedHandler methods (CtAnalyser.analyse and MrAnalyser.review)',
       );

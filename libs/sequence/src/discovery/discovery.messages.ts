@@ -3,9 +3,5 @@ export const requestScopedHandlerMessage = (className: string, methodName: strin
   `(or depends on a request-scoped provider). Sequence handlers run outside any request; ` +
   `move the method to a singleton provider.`;
 
-export const duplicateChannelMessage = (channel: string, first: string, second: string): string =>
-  `channel ${channel} has two @SequencedHandler methods (${first} and ${second}); ` +
-  `one channel is consumed by one handler — give them different channels.`;
-
 export const missingChannelMessage = (className: string, methodName: string): string =>
   `@SequencedHandler on ${className}.${methodName} needs a non-empty channel.`;

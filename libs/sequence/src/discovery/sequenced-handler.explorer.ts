@@ -2,6 +2,7 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { AggregatorService } from '../sequence/aggregator.service';
 import type { ReassembledPayload } from '../sequence/reassembled-payload';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { missingChannelMessage, requestScopedHandlerMessage } from './discovery.messages';
 import {
   SEQUENCED_HANDLER_METADATA,
@@ -42,7 +43,9 @@ export class SequencedHandlerExplorer implements OnModuleInit {
           continue;
         }
         if (typeof options.channel !== 'string' || options.channel.length === 0) {
-          throw new Error(missingChannelMessage(className, methodName));
+          throw new SequenceOptionsError(`@SequencedHandler on ${className}.${methodName}`, [
+            missingChannelMessage(className, methodName),
+          ]);
         }
         const { channel, ...overrides } = options;
         const handler = (payload: ReassembledPayload): unknown =>

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { SequenceConsumer } from '../sequence/aggregator.service';
-import { duplicateChannelMessage } from './discovery.messages';
+import { SequenceHandlerConflictError } from '../core/errors/sequence-handler-conflict.error';
 
 /** A discovered `@SequencedHandler`: where it lives and the consumer bound to it. */
 export interface RegisteredSequenceHandler {
@@ -17,7 +17,7 @@ export class SequencedHandlerRegistry {
   add(handler: RegisteredSequenceHandler): void {
     const channel = handler.consumer.channel;
     const existing = this.handlers.get(channel);
-    if (existing) throw new Error(duplicateChannelMessage(channel, existing.name, handler.name));
+    if (existing) throw new SequenceHandlerConflictError(channel, existing.name, handler.name);
     this.handlers.set(channel, handler);
   }
 

@@ -7,3 +7,4 @@ export * from './publish-timeout.error';
 export * from './message-too-large.error';
 export * from './sequence-options.error';
 export * from './publish-rejected.error';
+export * from './sequence-handler-conflict.error';
