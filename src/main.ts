@@ -1,19 +1,19 @@
-import 'reflect-metadata';
-import { NestFactory } from '@nestjs/core';
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { AppModule } from './app.module';
+import { createDemoApp, runToCompletion } from './demo.command';
 import { RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
 const MB = 1024 * 1024;
 const REPORT_TIMEOUT_MS = 300_000;
 
-/** Sends one synthetic study through Message Sequence and waits for the AI service's report. */
-async function main(): Promise<boolean> {
+/**
+ * `npm start`: both roles in one process. Sends one synthetic study through Message Sequence and
+ * waits for the AI service's report; on RabbitMQ and Redis when AMQP_URL and REDIS_URL are set.
+ */
+async function main(): Promise<number> {
   const studyBytes = Number(process.env.STUDY_BYTES ?? 180 * MB);
-  const app = await NestFactory.createApplicationContext(AppModule, {
-    logger: ['error', 'warn', 'log'],
-  });
+  const app = await createDemoApp(AppModule);
   try {
     const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
     const reports = new Map<string, StudyReport>();
@@ -48,16 +48,10 @@ async function main(): Promise<boolean> {
         `  sha256 ${receipt.sha256} ${matched ? 'matched' : 'DID NOT MATCH'}`,
       ].join('\n'),
     );
-    return matched;
+    return matched ? 0 : 1;
   } finally {
     await app.close();
   }
 }
 
-main().then(
-  (ok) => process.exit(ok ? 0 : 1),
-  (error: unknown) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runToCompletion(main);

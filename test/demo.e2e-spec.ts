@@ -1,6 +1,4 @@
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { resolve } from 'node:path';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
@@ -8,9 +6,12 @@ import { AppModule } from '../src/app.module';
 import { readRecords, syntheticStudy } from '../src/imaging/dicom-like.records';
 import { RESULTS_CHANNEL, type StudyReport } from '../src/imaging/imaging.channels';
 import { PacsRouterService } from '../src/imaging/pacs-router.service';
+import { DEMO_ADAPTERS } from '../src/infrastructure';
+import { npmScript, run } from './support/demo-process';
 
 const MiB = 1024 * 1024;
-const ROOT = resolve(__dirname, '..');
+/** The embedded defaults, whatever the environment of the test run says. */
+const NO_SERVERS = { AMQP_URL: undefined, REDIS_URL: undefined };
 
 /** What the demo's synthetic study of `totalBytes` is, computed without the library. */
 async function expectedStudy(totalBytes: number): Promise<{ sha256: string; records: number }> {
@@ -25,33 +26,14 @@ async function* toAsync(records: Iterable<Buffer>): AsyncGenerator<Buffer> {
   yield* records;
 }
 
-interface Exit {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs a command to completion, collecting its output. */
-function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
-  return new Promise((done, fail) => {
-    const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', fail);
-    child.on('close', (code) => done({ code, stdout, stderr }));
-  });
-}
-
-describe('imaging demo', () => {
+describe('imaging demo on the embedded defaults', () => {
   it('runs as a user starts it, and reports fragments, bytes, elapsed time and a matching SHA-256', async () => {
     const studyBytes = 20 * MiB;
 
     const exit = await run(
       'npx',
       ['ts-node', '-r', 'tsconfig-paths/register', '--transpile-only', 'src/main.ts'],
-      { STUDY_BYTES: String(studyBytes) },
+      { ...NO_SERVERS, STUDY_BYTES: String(studyBytes) },
     );
 
     // stderr rides along so that a failure shows why the demo exited.
@@ -64,11 +46,22 @@ describe('imaging demo', () => {
     expect(exit.stdout).toContain(`sha256 ${expected.sha256} matched`);
   });
 
+  it('demo:producer refuses a --bytes that is not a whole number, with its usage', async () => {
+    const exit = await run(...npmScript('demo:producer', '--bytes', '3e7'), NO_SERVERS);
+
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toContain('--bytes must be a whole number of bytes, got "3e7"');
+    expect(exit.stderr).toContain('usage: npm run demo:producer -- --bytes N');
+  });
+
   describe('in process', () => {
     let app: INestApplicationContext;
 
     beforeEach(async () => {
-      const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+      const moduleRef = await Test.createTestingModule({ imports: [AppModule] })
+        .overrideProvider(DEMO_ADAPTERS)
+        .useValue({})
+        .compile();
       moduleRef.useLogger(false);
       app = await moduleRef.init();
     });

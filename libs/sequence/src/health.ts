@@ -1,0 +1,9 @@
+// `nest-sequence/health`: the @nestjs/terminus integration, apart from the main entry so that
+// only applications that import it need @nestjs/terminus installed.
+export {
+  SequenceHealthIndicator,
+  type SequenceDependencyHealth,
+  type SequenceHealthCheckOptions,
+  type SequenceHealthDetails,
+} from './observability/sequence-health.indicator';
+export { SequenceHealthModule } from './observability/sequence-health.module';

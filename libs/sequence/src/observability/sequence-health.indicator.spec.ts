@@ -1,0 +1,168 @@
+import {
+  Controller,
+  Get,
+  type INestApplicationContext,
+  type LoggerService,
+  type Type,
+} from '@nestjs/common';
+import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
+import { Test } from '@nestjs/testing';
+import {
+  MemorySequenceStore,
+  RabbitMqTransport,
+  SEQUENCE_TRANSPORT,
+  SequenceModule,
+  type SequenceModuleOptions,
+  type SequenceStore,
+  type Transport,
+} from 'nest-sequence';
+import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
+import { describeWithServer, SERVERS } from '../../test/support/servers';
+
+const silent: LoggerService = {
+  log: () => undefined,
+  error: () => undefined,
+  warn: () => undefined,
+};
+
+/** A memory store whose ping behaves as `ping` says: everything else is the real store. */
+function storeWithPing(ping: () => Promise<void>): SequenceStore {
+  return new Proxy(new MemorySequenceStore(), {
+    get: (target, property, receiver): unknown =>
+      property === 'ping' ? ping : Reflect.get(target, property, receiver),
+  });
+}
+
+describe('SequenceHealthIndicator', () => {
+  const apps: INestApplicationContext[] = [];
+
+  async function start(
+    options: SequenceModuleOptions = {},
+    controllers: Type[] = [],
+  ): Promise<INestApplicationContext> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ ...options, isGlobal: true }), SequenceHealthModule],
+      controllers,
+    }).compile();
+    moduleRef.useLogger(false);
+    const app = await moduleRef.init();
+    apps.push(app);
+    return app;
+  }
+
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+  });
+
+  it('is up on the embedded defaults, naming both adapters', async () => {
+    const app = await start();
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
+
+    expect(result).toEqual({
+      sequence: {
+        status: 'up',
+        transport: { name: 'in-memory', status: 'up' },
+        store: { name: 'memory', status: 'up' },
+      },
+    });
+  });
+
+  it("is down, with the store's error, when the store does not answer its ping", async () => {
+    const store = storeWithPing(() => Promise.reject(new Error('ECONNREFUSED 127.0.0.1:6379')));
+    const app = await start({ store });
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
+
+    expect(result).toEqual({
+      sequence: {
+        status: 'down',
+        transport: { name: 'in-memory', status: 'up' },
+        store: { name: 'memory', status: 'down', message: 'ECONNREFUSED 127.0.0.1:6379' },
+      },
+    });
+  });
+
+  it('is down when a ping hangs past the timeout', async () => {
+    const store = storeWithPing(() => new Promise<void>(() => undefined));
+    const app = await start({ store });
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence', { timeoutMs: 50 });
+
+    expect(result.sequence.status).toBe('down');
+    expect(result.sequence.store).toEqual({
+      name: 'memory',
+      status: 'down',
+      message: 'no answer to ping within 50 ms',
+    });
+  });
+
+  it('is down when the transport is closed', async () => {
+    const app = await start();
+    await app.get<Transport>(SEQUENCE_TRANSPORT).close();
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
+
+    expect(result.sequence).toEqual({
+      status: 'down',
+      transport: { name: 'in-memory', status: 'down', message: 'in-memory transport is closed' },
+      store: { name: 'memory', status: 'up' },
+    });
+  });
+
+  it("fails terminus' health check when down, and passes it when up (as documented)", async () => {
+    @Controller('health')
+    class HealthController {
+      constructor(
+        private readonly health: HealthCheckService,
+        private readonly sequence: SequenceHealthIndicator,
+      ) {}
+
+      @Get()
+      @HealthCheck()
+      check() {
+        return this.health.check([() => this.sequence.isHealthy('sequence')]);
+      }
+    }
+    const healthy = await start({}, [HealthController]);
+    const failing = await start({ store: storeWithPing(() => Promise.reject(new Error('gone'))) }, [
+      HealthController,
+    ]);
+
+    await expect(healthy.get(HealthController).check()).resolves.toMatchObject({ status: 'ok' });
+    await expect(failing.get(HealthController).check()).rejects.toMatchObject({
+      status: 503,
+      response: { status: 'error', error: { sequence: { status: 'down' } } },
+    });
+  });
+
+  describeWithServer('rabbitmq', 'on RabbitMQ', () => {
+    it('is up while connected, and down once the transport is closed', async () => {
+      const transport = await RabbitMqTransport.connect(
+        SERVERS.rabbitmq.url,
+        {},
+        { logger: silent },
+      );
+      try {
+        const app = await start({ transport });
+        const indicator = app.get(SequenceHealthIndicator);
+
+        const connected = await indicator.isHealthy('sequence');
+        await transport.close();
+        const closed = await indicator.isHealthy('sequence');
+
+        expect(connected.sequence).toEqual({
+          status: 'up',
+          transport: { name: 'rabbitmq', status: 'up' },
+          store: { name: 'memory', status: 'up' },
+        });
+        expect(closed.sequence).toMatchObject({
+          status: 'down',
+          transport: { name: 'rabbitmq', status: 'down', message: 'rabbitmq transport is closed' },
+        });
+      } finally {
+        await transport.close();
+      }
+    });
+  });
+});

@@ -1,0 +1,16 @@
+import { Module } from '@nestjs/common';
+import { TerminusModule } from '@nestjs/terminus';
+import { SequenceHealthIndicator } from './sequence-health.indicator';
+
+/**
+ * Provides {@link SequenceHealthIndicator}, and re-exports `TerminusModule` (its
+ * `HealthCheckService`). The indicator injects the transport and store of a `SequenceModule`
+ * registered with `isGlobal: true`; otherwise add it to the providers of the module that imports
+ * `SequenceModule` and `TerminusModule`.
+ */
+@Module({
+  imports: [TerminusModule],
+  providers: [SequenceHealthIndicator],
+  exports: [SequenceHealthIndicator, TerminusModule],
+})
+export class SequenceHealthModule {}

@@ -1,0 +1,47 @@
+import { parseArgs } from 'node:util';
+import { ProducerAppModule } from './app.module';
+import { createDemoApp, requireBroker, runToCompletion, USAGE_ERROR } from './demo.command';
+import { PacsRouterService } from './imaging/pacs-router.service';
+
+const USAGE = 'usage: npm run demo:producer -- --bytes N   (N: study size in bytes, e.g. 30000000)';
+
+/**
+ * `npm run demo:producer -- --bytes N`: sends one synthetic study of N bytes to
+ * `imaging.ai.intake` in fragments of at most 8 MiB, prints the receipt as JSON and exits.
+ */
+async function main(): Promise<number> {
+  const studyBytes = parseStudyBytes(process.argv.slice(2));
+  if (typeof studyBytes === 'string') {
+    console.error(`demo:producer: ${studyBytes}\n${USAGE}`);
+    return USAGE_ERROR;
+  }
+  requireBroker('demo:producer');
+  // Warnings and errors only: stdout carries the receipt alone, for scripts to read.
+  const app = await createDemoApp(ProducerAppModule, ['error', 'warn']);
+  try {
+    const studyUid = `1.2.840.99999.${Date.now()}`;
+    const receipt = await app.get(PacsRouterService).sendStudy(studyUid, studyBytes);
+    console.log(JSON.stringify({ studyUid, ...receipt }));
+    return 0;
+  } finally {
+    await app.close();
+  }
+}
+
+/** The study size from `--bytes N` (or `--bytes=N`), N a plain whole number; else what is wrong. */
+function parseStudyBytes(args: string[]): number | string {
+  let bytes: string | undefined;
+  try {
+    ({ bytes } = parseArgs({ args, options: { bytes: { type: 'string' } }, strict: true }).values);
+  } catch (error) {
+    return (error as Error).message; // an unknown option, a stray argument, a missing value
+  }
+  if (bytes === undefined) return '--bytes is required';
+  const value = Number(bytes);
+  if (!/^\d+$/.test(bytes) || !Number.isSafeInteger(value)) {
+    return `--bytes must be a whole number of bytes, got ${JSON.stringify(bytes)}`;
+  }
+  return value;
+}
+
+runToCompletion(main);
