@@ -11,8 +11,9 @@ const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
  * `<channel><suffix>`, both of the configured type. Every queue is declared the same way, with
  * the default exchange as its dead-letter exchange and its own dead-letter queue as routing key,
  * so the broker's own dead-lettering (reject without requeue, expiry, delivery limit) lands in
- * `<channel><suffix>`, and a dead-letter queue can itself be subscribed to as a channel without
- * an inequivalent redeclaration.
+ * `<channel><suffix>`. A dead-letter queue (a name ending in the suffix) is the end of the line:
+ * declared without a dead-letter exchange, and it gets no dead-letter queue of its own, so
+ * dead-lettering never creates `x.dlq.dlq`; subscribing to it declares it the same way.
  */
 export class RabbitMqTopology {
   /** Channels declared on the current connection, or being declared. */
@@ -30,9 +31,17 @@ export class RabbitMqTopology {
     return `${channel}${this.deadLetterSuffix}`;
   }
 
-  /** Declares `channel`'s queue and its dead-letter queue on an open amqplib channel. */
+  /** True for a dead-letter queue: the end of the line, with no dead-letter queue of its own. */
+  isDeadLetterQueue(queue: string): boolean {
+    return this.deadLetterSuffix.length > 0 && queue.endsWith(this.deadLetterSuffix);
+  }
+
+  /** Declares `channel`'s queue and (unless it is one) its dead-letter queue on an open channel. */
   async declareOn(amqp: Channel, channel: string): Promise<void> {
-    for (const queue of [channel, this.deadLetterQueue(channel)]) {
+    const queues = this.isDeadLetterQueue(channel)
+      ? [channel]
+      : [channel, this.deadLetterQueue(channel)];
+    for (const queue of queues) {
       try {
         await amqp.assertQueue(queue, this.queueOptions(queue));
       } catch (error) {
@@ -79,6 +88,9 @@ export class RabbitMqTopology {
   }
 
   private queueOptions(queue: string): Options.AssertQueue {
+    if (this.isDeadLetterQueue(queue)) {
+      return { durable: true, arguments: { 'x-queue-type': this.queueType } };
+    }
     return {
       durable: true,
       arguments: {

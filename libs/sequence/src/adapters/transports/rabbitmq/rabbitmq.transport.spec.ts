@@ -199,8 +199,33 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
             ['x-dead-letter-routing-key', 'longstr', `${channel}.dlq`],
           ]),
         );
+        // The dead-letter queue is the end of the line: no dead-letter settings of its own.
+        expect(JSON.stringify(declared[1].arguments)).not.toContain('x-dead-letter');
       },
     );
+
+    it('dead-lettering and subscribing to a dead-letter queue create no queue behind it', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const subscription = await transport.subscribe(channel, async () => ({
+        action: 'dead-letter',
+        reason: 'test: poison',
+      }));
+      await transport.publish(channel, Buffer.from('poison'), {});
+      const dead: InboundMessage[] = [];
+      const dlq = await transport.subscribe(`${channel}.dlq`, async (message) => {
+        dead.push(message);
+        return { action: 'ack' };
+      });
+      await eventually(() => dead.length === 1, 'the dead letter');
+      await subscription.close();
+      await dlq.close();
+
+      const { stdout } = await run('rabbitmqctl', ['list_queues', 'name', '-q']);
+      const names = stdout.split('\n').map((line) => line.trim());
+      expect(names).toContain(`${channel}.dlq`);
+      expect(names).not.toContain(`${channel}.dlq.dlq`);
+    });
 
     it.each<RabbitMqQueueType>(['classic', 'quorum'])(
       'a message the broker dead-letters (rejected without requeue) lands in .dlq, on %s queues',
