@@ -1,4 +1,5 @@
 import type { RejectionCode } from './errors/rejection-code';
+import type { FragmentHeaders } from './headers';
 
 /**
  * Admission rules of one sequence: which fragment is new, a duplicate, a contradiction of what
@@ -7,18 +8,13 @@ import type { RejectionCode } from './errors/rejection-code';
  */
 
 /** What the admission rules read of one fragment. */
-export interface FragmentFacts {
-  /** 1-based. */
-  readonly position: number;
-  readonly size?: number;
-  readonly last: boolean;
-  readonly crc32: number;
-  readonly sha256?: string;
-  /** `x-sequence-bytes`, when declared. */
-  readonly bytes?: number;
+export type FragmentFacts = Pick<
+  FragmentHeaders,
+  'position' | 'size' | 'last' | 'crc32' | 'sha256' | 'bytes'
+> & {
   /** Length of this fragment's body. */
   readonly bodyBytes: number;
-}
+};
 
 /** The per-sequence limits admission enforces. */
 export interface AdmissionLimits {

@@ -165,18 +165,9 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
 }
 
 /** What the splitter knows about one fragment when it builds its headers. */
-export interface FragmentHeaderInput {
-  readonly sequenceId: string;
-  readonly position: number;
-  readonly size?: number;
-  readonly last: boolean;
-  readonly crc32: number;
-  readonly sha256?: string;
-  readonly bytes?: number;
-  readonly contentType?: string;
-  readonly contentEncoding?: string;
+export type FragmentHeaderInput = Omit<FragmentHeaders, 'userHeaders'> & {
   readonly userHeaders?: HeaderMap;
-}
+};
 
 /**
  * Builds the headers of one fragment: the user's headers, minus any contract name (so a stray

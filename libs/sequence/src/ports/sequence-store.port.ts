@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { HeaderMap } from '../core/headers';
+import type { FragmentHeaders, HeaderMap } from '../core/headers';
 import type { RejectionCode } from '../core/errors/rejection-code';
 
 /**
@@ -7,18 +7,8 @@ import type { RejectionCode } from '../core/errors/rejection-code';
  * `scope` (the consuming channel): two services consuming copies of the same sequence from
  * their own queues never see each other's state.
  */
-export interface FragmentRecord {
+export interface FragmentRecord extends FragmentHeaders {
   readonly scope: string;
-  readonly sequenceId: string;
-  readonly position: number;
-  readonly size?: number;
-  readonly last: boolean;
-  readonly crc32: number;
-  readonly sha256?: string;
-  readonly bytes?: number;
-  readonly contentType?: string;
-  readonly contentEncoding?: string;
-  readonly userHeaders: HeaderMap;
   readonly body: Buffer;
 }
 
