@@ -1,0 +1,92 @@
+/**
+ * Transpiles the library and the benchmark sources to plain JavaScript in a temporary directory,
+ * so that a measured process runs without ts-node: the TypeScript compiler that ts-node keeps
+ * loaded would otherwise count in that process's RSS (tens of MiB that are not the library's).
+ * Same transform as `ts-node --transpile-only` (isolated modules, decorator metadata), from the
+ * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader.
+ */
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative } from 'node:path';
+import * as ts from 'typescript';
+
+export interface PlainJsBuild {
+  /** Root of the output; remove it when done. */
+  readonly dir: string;
+  /** Path of `file` (a .ts file under `root`) in the output, as .js. */
+  jsOf(file: string): string;
+  /** Node options that resolve `nest-sequence` (and the project's node_modules) from the output. */
+  readonly execArgv: string[];
+  readonly env: Record<string, string>;
+}
+
+const SOURCE_DIRECTORIES = ['libs/sequence/src', 'bench'];
+
+export function buildPlainJs(root: string): PlainJsBuild {
+  const dir = mkdtempSync(join(tmpdir(), 'nseq-bench-js-'));
+  const config = ts.readConfigFile(join(root, 'tsconfig.json'), (path) => ts.sys.readFile(path));
+  if (config.error)
+    throw new Error(ts.flattenDiagnosticMessageText(config.error.messageText, '\n'));
+  const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
+  const compilerOptions: ts.CompilerOptions = {
+    ...options,
+    module: ts.ModuleKind.CommonJS,
+    sourceMap: false,
+    inlineSourceMap: false,
+    declaration: false,
+    noEmit: false,
+  };
+
+  for (const sourceDirectory of SOURCE_DIRECTORIES) {
+    for (const file of walk(join(root, sourceDirectory))) {
+      const target = join(dir, relative(root, file));
+      mkdirSync(dirname(target), { recursive: true });
+      if (file.endsWith('.lua')) {
+        copyFileSync(file, target);
+      } else if (file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.includes('.spec.')) {
+        const { outputText } = ts.transpileModule(readFileSync(file, 'utf8'), {
+          compilerOptions,
+          fileName: file,
+        });
+        writeFileSync(target.replace(/\.ts$/, '.js'), outputText);
+      }
+    }
+  }
+
+  const hook = join(dir, 'resolve-nest-sequence.js');
+  writeFileSync(
+    hook,
+    `'use strict';
+const Module = require('module');
+const path = require('path');
+const library = path.join(__dirname, 'libs/sequence/src');
+const resolve = Module._resolveFilename;
+Module._resolveFilename = function (request, ...rest) {
+  if (request === 'nest-sequence') request = library;
+  else if (request.startsWith('nest-sequence/')) request = path.join(library, request.slice(14));
+  return resolve.call(this, request, ...rest);
+};
+`,
+  );
+  return {
+    dir,
+    jsOf: (file) => join(dir, relative(root, file)).replace(/\.ts$/, '.js'),
+    execArgv: ['-r', hook],
+    env: { NODE_PATH: join(root, 'node_modules') },
+  };
+}
+
+function* walk(directory: string): Generator<string> {
+  for (const entry of readdirSync(directory, { withFileTypes: true })) {
+    const path = join(directory, entry.name);
+    if (entry.isDirectory()) yield* walk(path);
+    else yield path;
+  }
+}
