@@ -6,7 +6,8 @@
  *
  * (a) raw: publish every fragment with the transport, consume and ack them, concatenate nothing.
  * (b) module: SplitterService.send → @SequencedHandler reading payload.stream() to the end.
- * Prints one JSON line per fragment size with MB/s of each, the median ratio b/a and peak RSS.
+ * Prints one JSON line per fragment size with MB/s of each and the median ratio b/a. (No memory
+ * figure: both paths share this process and the payload itself; see bench:sequence for RSS.)
  */
 import 'reflect-metadata';
 import { Injectable } from '@nestjs/common';
@@ -19,7 +20,7 @@ import {
   SequencedHandler,
   SplitterService,
 } from 'nest-sequence';
-import { MiB, mbPerSecond, median, report, timed, trackPeakRss } from './bench.util';
+import { MiB, mbPerSecond, median, report, timed } from './bench.util';
 
 const totalBytes = Number(process.env.BENCH_MB ?? 180) * MiB;
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -66,7 +67,6 @@ async function main(): Promise<void> {
   const payload = Buffer.alloc(totalBytes, 7);
 
   for (const fragmentBytes of [8 * MiB, 1 * MiB]) {
-    const rss = trackPeakRss();
     const a: number[] = [];
     const b: number[] = [];
     for (let round = 0; round <= rounds; round++) {
@@ -89,7 +89,6 @@ async function main(): Promise<void> {
       rawMBps: median(a),
       moduleMBps: median(b),
       ratio: Math.round(median(ratios) * 100) / 100,
-      peakRssMiB: rss.stop(),
     });
   }
   await app.close();
