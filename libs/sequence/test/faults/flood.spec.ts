@@ -1,0 +1,300 @@
+import { Redis } from 'ioredis';
+import { SERVERS } from '../support/servers';
+import { bytes, eventually, makeFragments, type TestFragment } from '../support/sequence-test-app';
+import { retainedMemory } from './support/memory';
+import { singleMetricValue } from './support/metrics';
+import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { describeOnRealServers } from './support/real-servers';
+import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+
+jest.setTimeout(60_000);
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** Keys of one prefix, by kind, and what the buffered bodies cost Redis. */
+interface KeySample {
+  /** When the scan started. */
+  readonly at: number;
+  readonly total: number;
+  /** meta, crc and body hashes: the keys of open sequences. */
+  readonly meta: number;
+  readonly crc: number;
+  readonly body: number;
+  /** Finished-sequence markers (`done`) and epoch fences. */
+  readonly markers: number;
+  /** The store-wide keys, `{idx}`. */
+  readonly global: number;
+  /** MEMORY USAGE of every body hash. */
+  readonly bodyBytes: number;
+  /** sequences_expired_total read right after the scan. */
+  readonly expiredAfter: number;
+}
+
+async function sampleKeys(
+  redis: Redis,
+  prefix: string,
+  expired: () => Promise<number>,
+): Promise<KeySample> {
+  const at = Date.now();
+  const keys = await keysUnder(redis, prefix);
+  const count = (suffix: string) => keys.filter((key) => key.endsWith(suffix)).length;
+  const bodies = keys.filter((key) => key.endsWith(':body'));
+  const pipeline = redis.pipeline();
+  for (const key of bodies) pipeline.memory('USAGE', key);
+  const usage = ((await pipeline.exec()) ?? []).map(([, value]) => Number(value ?? 0));
+  return {
+    at,
+    total: keys.length,
+    meta: count(':meta'),
+    crc: count(':crc'),
+    body: bodies.length,
+    markers: count(':done') + count(':fence'),
+    global: keys.filter((key) => key.includes(':{idx}:')).length,
+    bodyBytes: usage.reduce((sum, bytes) => sum + bytes, 0),
+    expiredAfter: await expired(),
+  };
+}
+
+/** Every sequence's first fragment of 3 (the rest never comes): narrow and wide ones alternate. */
+function firstFragments(count: number, narrowBytes: number, wideBytes: number): TestFragment[] {
+  return Array.from({ length: count }, (_, i) => {
+    const fragmentBytes = i % 2 === 0 ? narrowBytes : wideBytes;
+    return makeFragments(`flood-${i}`, bytes(3 * fragmentBytes, i + 1), fragmentBytes)[0];
+  });
+}
+
+/**
+ * Guarantees table, rows "buffer full" and "missing fragment", under a flood of sequences that
+ * never complete, on the real servers.
+ */
+describeOnRealServers('faults: a flood of never-completing sequences', () => {
+  let admin: RabbitMqAdmin;
+  let redis: Redis;
+  let prefix: string;
+  let consumer: RealServersApp | undefined;
+
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  afterEach(async () => {
+    await consumer?.close();
+    consumer = undefined;
+    await admin.cleanup();
+    await deleteUnder(redis, prefix);
+  });
+
+  afterAll(async () => {
+    await admin.close();
+    await redis.quit();
+  });
+
+  async function publishRaw(channel: string, fragments: TestFragment[]): Promise<void> {
+    const publisher = await admin.confirmChannel();
+    try {
+      for (const { body, headers } of fragments) {
+        publisher.sendToQueue(channel, body, { headers, persistent: true });
+      }
+      await publisher.waitForConfirms();
+    } finally {
+      await publisher.close();
+    }
+  }
+
+  // 300 sequences against 50 open sequences and 8 MiB: narrow ones declare 3 × 4 KiB, wide ones
+  // 3 × 128 KiB (21 of them fill the byte budget), so both limits push back.
+  it('keeps Redis keys, buffered bytes and consumer memory bounded, back-pressures the surplus, expires every sequence with a record and leaves no key behind', async () => {
+    const limits = { maxOpenSequences: 50, maxBufferedBytes: 8 * MiB };
+    const prefetch = 16;
+    const timeoutMs = 1_000;
+    const retentionMs = 1;
+    const keyTtlMarginMs = 4_000;
+    const channel = admin.newChannel();
+    prefix = newPrefix();
+    consumer = await createRealServersApp(channel, {
+      prefix,
+      keyTtlMarginMs,
+      ...limits,
+      maxSequenceBytes: 3 * 128 * KiB,
+      retentionMs,
+      leaseMs: 100,
+      sweepIntervalMs: 100,
+      backpressureDelayMs: 250,
+      handler: { timeout: { ms: timeoutMs, strategy: 'fixed' }, prefetch },
+    });
+    const firsts = firstFragments(300, 4 * KiB, 128 * KiB);
+    const floodBytes = firsts.reduce((sum, { body }) => sum + body.length, 0);
+    const registry = consumer.metrics.registry;
+    const expired = () =>
+      singleMetricValue(registry, 'nest_sequence_sequences_expired_total', { channel });
+    const memory = retainedMemory();
+    const baseline = await memory();
+
+    const keySamples: KeySample[] = [];
+    const memorySamples: number[] = [];
+    const peaks = { openSequences: 0, bufferedBytes: 0, sweeperLagMs: 0 };
+    let flooding = true;
+    let published = false;
+    const sampling = (async () => {
+      for (let turn = 0; flooding; turn++) {
+        keySamples.push(await sampleKeys(redis, prefix, expired));
+        const now = Date.now();
+        const stats = await consumer.store.stats(now);
+        peaks.openSequences = Math.max(peaks.openSequences, stats.openSequences);
+        peaks.bufferedBytes = Math.max(peaks.bufferedBytes, stats.bufferedBytes);
+        // How long past its deadline the oldest open sequence waits for the sweeper.
+        const lag = stats.oldestOpenAt === undefined ? 0 : now - stats.oldestOpenAt - timeoutMs;
+        peaks.sweeperLagMs = Math.max(peaks.sweeperLagMs, lag);
+        // Only once published: until then the publisher (this process too) buffers the flood.
+        if (published && turn % 10 === 0) memorySamples.push((await memory()) - baseline);
+        await new Promise((resolve) => setTimeout(resolve, 150));
+      }
+    })();
+    try {
+      await publishRaw(channel, firsts);
+      published = true;
+      await eventually(async () => (await expired()) === firsts.length, 'all expired', 45_000);
+    } catch (error) {
+      // A sequence whose keys expire before the sweeper reaches it is never reported (see the
+      // last test): say whether that is what happened.
+      throw new Error(
+        `${(error as Error).message}: ${await expired()} expired; the sweeper lagged up to ` +
+          `${peaks.sweeperLagMs} ms behind deadlines, keys live ${100 + keyTtlMarginMs} ms past them`,
+      );
+    } finally {
+      flooding = false;
+      await sampling;
+    }
+
+    // Bounded while it lasted. Open sequences: at most maxOpenSequences, 3 keys each. Markers: a
+    // finished sequence's marker lives retentionMs + keyTtlMarginMs after its expiry, and the
+    // expiry is counted after the marker is written, so the markers a scan sees belong to
+    // sequences counted since that long before the scan (plus one being reported).
+    const countedBy = (time: number) =>
+      Math.max(0, ...keySamples.filter((s) => s.at <= time).map((s) => s.expiredAfter));
+    const markerWindow = retentionMs + keyTtlMarginMs + 250;
+    const overBound = keySamples.filter((s) => {
+      const markerBound = s.expiredAfter + 1 - countedBy(s.at - markerWindow);
+      return (
+        s.meta > limits.maxOpenSequences ||
+        s.crc > limits.maxOpenSequences ||
+        s.body > limits.maxOpenSequences ||
+        s.global > 6 ||
+        s.markers > markerBound ||
+        s.total > 3 * limits.maxOpenSequences + markerBound + 6
+      );
+    });
+    expect(keySamples.length).toBeGreaterThan(20);
+    expect(overBound).toEqual([]);
+    expect(Math.max(...keySamples.map((s) => s.meta))).toBeGreaterThan(0);
+    expect(peaks.openSequences).toBeLessThanOrEqual(limits.maxOpenSequences);
+    expect(peaks.bufferedBytes).toBeLessThanOrEqual(limits.maxBufferedBytes);
+    expect(Math.max(...keySamples.map((s) => s.bodyBytes))).toBeLessThanOrEqual(
+      limits.maxBufferedBytes,
+    );
+    // The consumer holds at most `prefetch` messages (plus what a full collection cannot tell
+    // from noise); had it kept the flood, it would be over the bound.
+    const retainedBound = prefetch * 128 * KiB + 8 * MiB;
+    expect(floodBytes).toBeGreaterThan(retainedBound * 1.5);
+    expect(Math.max(...memorySamples)).toBeLessThan(retainedBound);
+
+    // Held back, not refused: both limits pushed back; nothing was dead-lettered but the expiry
+    // records, one per sequence.
+    for (const limit of ['maxOpenSequences', 'maxBufferedBytes']) {
+      const backpressure = await singleMetricValue(registry, 'nest_sequence_backpressure_total', {
+        channel,
+        limit,
+      });
+      expect({ limit, pushedBack: backpressure > 0 }).toEqual({ limit, pushedBack: true });
+    }
+    await eventually(
+      async () => (await admin.readyCount(`${channel}.dlq`)) === firsts.length,
+      'the expiry records',
+    );
+    const expiredIds = new Set<string>();
+    for (const record of await admin.drain(`${channel}.dlq`)) {
+      const body = JSON.parse(record.body.toString()) as Record<string, unknown>;
+      expect(body).toMatchObject({
+        kind: 'sequence-expired',
+        receivedPositions: [1],
+        missingPositions: [2, 3],
+        size: 3,
+      });
+      expiredIds.add(String(body.sequenceId));
+    }
+    expect(expiredIds.size).toBe(firsts.length);
+    expect(await admin.readyCount(channel)).toBe(0);
+
+    // And then gone. First every key of a sequence (markers live retentionMs + keyTtlMarginMs);
+    // then the store-wide keys, which outlive them by design: their TTL, set by the last
+    // reservation, is at most timeout + lease + 2 × keyTtlMarginMs.
+    await eventually(
+      async () => (await keysUnder(redis, prefix)).every((key) => key.includes(':{idx}:')),
+      'no key of any sequence left',
+      retentionMs + keyTtlMarginMs + 2_000,
+    );
+    const globalTtlBound = timeoutMs + 100 + 2 * keyTtlMarginMs;
+    for (const key of await keysUnder(redis, prefix)) {
+      const ttl = await redis.pttl(key); // -1: no TTL at all; -2: gone meanwhile
+      if (ttl === -2) continue;
+      expect({ key, expiresInTime: ttl > 0 && ttl <= globalTtlBound }).toEqual({
+        key,
+        expiresInTime: true,
+      });
+    }
+    await eventually(
+      async () => (await keysUnder(redis, prefix)).length === 0,
+      'no key left under the prefix',
+      globalTtlBound + 1_000,
+    );
+  });
+
+  // KNOWN BUG, pinned as it behaves today; when fixed, expect all 300 expired and reported.
+  // A sequence's keys expire leaseMs + keyTtlMarginMs after its deadline. ExpirySweeper expires
+  // due sequences one at a time, awaiting each expiry record's publish confirm before it claims
+  // the next, so with many sequences due at once it falls behind. When it reaches a sequence
+  // whose keys have expired meanwhile, RedisSequenceStore.expire finds no open sequence, fences
+  // the epoch and returns null ('stale'), or the index entry is gone too: either way no onExpired
+  // call, no expiry record, no sequences_expired_total. Here keyTtlMarginMs is above leaseMs, as
+  // its documentation asks; a run reported 3 of the 300.
+  it('KNOWN BUG: sequences whose keys expire before the sweeper reaches them vanish without an expiry record', async () => {
+    const channel = admin.newChannel();
+    prefix = newPrefix();
+    const onExpired = jest.fn();
+    consumer = await createRealServersApp(channel, {
+      prefix,
+      keyTtlMarginMs: 101,
+      leaseMs: 100,
+      retentionMs: 1,
+      sweepIntervalMs: 100,
+      onExpired,
+      handler: { timeout: { ms: 300, strategy: 'fixed' } },
+    });
+    const registry = consumer.metrics.registry;
+    const counter = (name: string) => singleMetricValue(registry, name, { channel });
+    const firsts = firstFragments(300, 1 * KiB, 1 * KiB);
+    await publishRaw(channel, firsts);
+    await eventually(
+      async () => (await counter('nest_sequence_sequences_started_total')) === firsts.length,
+      'every sequence opened',
+      10_000,
+    );
+    await eventually(
+      async () => (await keysUnder(redis, prefix)).length === 0,
+      'every key gone',
+      10_000,
+    );
+
+    await consumer.sweeper.sweep(); // joins a sweep in progress, so its reports are all out
+
+    // All 300 opened and are gone from Redis, but only some were reported.
+    const expired = await counter('nest_sequence_sequences_expired_total');
+    expect(expired).toBeLessThan(firsts.length);
+    expect(onExpired).toHaveBeenCalledTimes(expired);
+    expect(await admin.readyCount(`${channel}.dlq`)).toBe(expired);
+    expect(consumer.handler.calls).toBe(0);
+  });
+});

@@ -1,0 +1,110 @@
+import { Redis } from 'ioredis';
+import { SERVERS } from '../support/servers';
+import { bytes, eventually, metricValue } from '../support/sequence-test-app';
+import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
+import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { describeOnRealServers } from './support/real-servers';
+import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+
+jest.setTimeout(30_000);
+
+/**
+ * Guarantees table, row "several consumer instances", on the real servers: two Nest applications
+ * in this process, each with its own RabbitMQ connection and its own Redis client, consume one
+ * queue and share one Redis key prefix.
+ */
+describeOnRealServers('faults: two consumer instances on one queue and one Redis', () => {
+  let admin: RabbitMqAdmin;
+  let redis: Redis;
+  let prefix: string;
+  const apps: RealServersApp[] = [];
+
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  afterEach(async () => {
+    for (const app of apps.splice(0)) await app.close();
+    await admin.cleanup();
+    await deleteUnder(redis, prefix);
+  });
+
+  afterAll(async () => {
+    await admin.close();
+    await redis.quit();
+  });
+
+  it('store fragments of every sequence on both instances, complete each sequence exactly once, byte-exact, and dead-letter nothing', async () => {
+    const channel = admin.newChannel();
+    prefix = newPrefix();
+    const stores: InstrumentedStore[] = [];
+    for (let i = 0; i < 2; i++) {
+      apps.push(
+        await createRealServersApp(channel, {
+          prefix,
+          wrapStore: (store) => {
+            const counted = new InstrumentedStore(store);
+            stores.push(counted);
+            return counted;
+          },
+        }),
+      );
+    }
+    const [first, second] = apps;
+    const sequences = Array.from({ length: 8 }, (_, i) => ({
+      id: `two-instances-${i}`,
+      payload: bytes(121_000 + i * 1_000, 70 + i),
+    }));
+
+    // Sent at once by one producer: the queue interleaves the sequences' fragments, and the broker
+    // hands them out to both consumers in turn.
+    const receipts = await Promise.all(
+      sequences.map(({ id, payload }) =>
+        first.splitter.send(channel, payload, { sequenceId: id, fragmentBytes: 8_000 }),
+      ),
+    );
+    expect(receipts.map((r) => r.fragments)).toEqual(sequences.map(() => 16));
+
+    const deliveriesOf = (id: string) => apps.flatMap((app) => app.handler.of(id));
+    await eventually(
+      () => sequences.every(({ id }) => deliveriesOf(id).length > 0),
+      'every sequence delivered',
+      20_000,
+    );
+    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+
+    for (const { id, payload } of sequences) {
+      const deliveries = deliveriesOf(id);
+      expect(deliveries).toHaveLength(1);
+      expect(deliveries[0].bytes.equals(payload)).toBe(true);
+      // Both instances stored fragments of it; together they stored each position exactly once.
+      for (const store of stores) expect(store.storedPositions(id).length).toBeGreaterThan(0);
+      const positions = stores.flatMap((store) => store.storedPositions(id)).sort((a, b) => a - b);
+      expect(positions).toEqual(Array.from({ length: 16 }, (_, i) => i + 1));
+    }
+    for (const app of [first, second]) {
+      expect(
+        await metricValue(app.metrics.registry, 'nest_sequence_fragments_received_total', {
+          channel,
+        }),
+      ).toBeGreaterThan(0);
+    }
+    const completed = await Promise.all(
+      apps.map((app) =>
+        metricValue(app.metrics.registry, 'nest_sequence_sequences_completed_total', { channel }),
+      ),
+    );
+    expect(completed[0] + completed[1]).toBe(sequences.length);
+    expect(first.handler.calls + second.handler.calls).toBe(sequences.length);
+    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+
+    // What is left in Redis: one completion marker per sequence and the store-wide index.
+    const left = await keysUnder(redis, prefix);
+    expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
+    expect(left.filter((key) => key.endsWith(':done')).sort()).toEqual(
+      sequences.map(({ id }) => `${prefix}:{${channel}:${id}}:done`).sort(),
+    );
+  });
+});

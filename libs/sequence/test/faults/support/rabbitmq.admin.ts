@@ -1,0 +1,162 @@
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
+import type { LoggerService } from '@nestjs/common';
+import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
+import * as amqplib from 'amqplib';
+import { SERVERS } from '../../support/servers';
+
+const run = promisify(execFile);
+
+export const AMQP_URL = SERVERS.rabbitmq.url;
+
+export const silentLogger: LoggerService = {
+  log: () => undefined,
+  error: () => undefined,
+  warn: () => undefined,
+};
+
+/**
+ * golevelup settings for a connection the broker lists under `name` (the AMQP client property
+ * `connection_name`), quiet, reconnecting after `reconnectSeconds`.
+ */
+export function namedConnection(name: string, reconnectSeconds = 0.2): Omit<RabbitMQConfig, 'uri'> {
+  return {
+    logger: silentLogger,
+    connectionInitOptions: { timeout: 5_000 },
+    connectionManagerOptions: {
+      reconnectTimeInSeconds: reconnectSeconds,
+      connectionOptions: { clientProperties: { connection_name: name } },
+    },
+  };
+}
+
+/** A message read back from a queue with plain amqplib. */
+export interface QueuedMessage {
+  readonly body: Buffer;
+  readonly headers: Record<string, unknown>;
+}
+
+/**
+ * The broker as an operator sees it, through a plain amqplib connection of its own: queue depths,
+ * dead letters, and the queues each test created (deleted by `cleanup`, dead-letter queues too).
+ */
+export class RabbitMqAdmin {
+  private readonly queues = new Set<string>();
+
+  private constructor(private readonly connection: amqplib.ChannelModel) {}
+
+  static async connect(): Promise<RabbitMqAdmin> {
+    return new RabbitMqAdmin(await amqplib.connect(AMQP_URL));
+  }
+
+  /** A channel name of the test's own, `fault.<uuid>`, registered with its `.dlq` for cleanup. */
+  newChannel(): string {
+    const channel = `fault.${randomUUID()}`;
+    this.queues.add(channel).add(`${channel}.dlq`).add(`${channel}.dlq.dlq`);
+    return channel;
+  }
+
+  /** Ready messages of `queue` (not those delivered and unacknowledged). */
+  async readyCount(queue: string): Promise<number> {
+    return this.withChannel(async (channel) => (await channel.checkQueue(queue)).messageCount);
+  }
+
+  /**
+   * Ready plus unacknowledged messages of `queue`, as `rabbitmqctl list_queues` reports them
+   * (about a second per call: it starts an Erlang node).
+   */
+  async totalCount(queue: string): Promise<{ ready: number; unacked: number }> {
+    const { stdout } = await run('rabbitmqctl', [
+      'list_queues',
+      'name',
+      'messages_ready',
+      'messages_unacknowledged',
+      '-q',
+      '--no-table-headers',
+    ]);
+    const row = stdout
+      .split('\n')
+      .map((line) => line.trim().split(/\s+/))
+      .find(([name]) => name === queue);
+    if (!row) throw new Error(`rabbitmqctl does not list queue ${queue}`);
+    return { ready: Number(row[1]), unacked: Number(row[2]) };
+  }
+
+  /** Takes every ready message off `queue` (acknowledged: they are gone afterwards). */
+  async drain(queue: string): Promise<QueuedMessage[]> {
+    return this.withChannel(async (channel) => {
+      const messages: QueuedMessage[] = [];
+      for (;;) {
+        const message = await channel.get(queue, { noAck: true });
+        if (message === false) return messages;
+        messages.push({
+          body: message.content,
+          headers: { ...(message.properties.headers ?? {}) },
+        });
+      }
+    });
+  }
+
+  /** A confirm channel for publishing raw messages; the caller closes it. */
+  async confirmChannel(): Promise<amqplib.ConfirmChannel> {
+    const channel = await this.connection.createConfirmChannel();
+    channel.on('error', () => undefined);
+    return channel;
+  }
+
+  /**
+   * Has the broker close the one connection named `name` (as an operator or a failover would),
+   * leaving every other connection alone. Resolves once rabbitmqctl has closed it.
+   */
+  async closeConnection(name: string): Promise<void> {
+    const pid = await this.connectionPid(name);
+    await run('rabbitmqctl', ['close_connection', pid, 'closed by a fault test']);
+  }
+
+  /** The broker's pid of the connection named `name`; fails when there is not exactly one. */
+  async connectionPid(name: string): Promise<string> {
+    // Not --formatter json: its pids (`#PID<…>`) are not the form close_connection parses.
+    const { stdout } = await run('rabbitmqctl', [
+      'list_connections',
+      'pid',
+      'client_properties',
+      '-q',
+      '--no-table-headers',
+    ]);
+    const property = `{"connection_name",${JSON.stringify(name)}}`;
+    const pids = stdout
+      .split('\n')
+      .map((line) => line.split('\t'))
+      .filter(([, properties]) => properties?.includes(property))
+      .map(([pid]) => pid);
+    if (pids.length !== 1) {
+      throw new Error(`expected one connection named ${name}, found ${pids.length}`);
+    }
+    return pids[0];
+  }
+
+  /** Deletes every queue handed out by `newChannel` (and forgets them); safe to call twice. */
+  async cleanup(): Promise<void> {
+    await this.withChannel(async (channel) => {
+      for (const queue of this.queues) await channel.deleteQueue(queue);
+    });
+    this.queues.clear();
+  }
+
+  async close(): Promise<void> {
+    await this.cleanup();
+    await this.connection.close();
+  }
+
+  /** Runs `work` on a fresh channel: a failed call (404) closes only that channel. */
+  private async withChannel<T>(work: (channel: amqplib.Channel) => Promise<T>): Promise<T> {
+    const channel = await this.connection.createChannel();
+    channel.on('error', () => undefined);
+    try {
+      return await work(channel);
+    } finally {
+      await channel.close().catch(() => undefined);
+    }
+  }
+}

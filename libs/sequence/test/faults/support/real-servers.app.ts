@@ -1,0 +1,79 @@
+import { randomUUID } from 'node:crypto';
+import {
+  RabbitMqTransport,
+  RedisSequenceStore,
+  type RabbitMqTransportOptions,
+  type SequenceStore,
+} from 'nest-sequence';
+import type { RedisOptions } from 'ioredis';
+import { SERVERS } from '../../support/servers';
+import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';
+import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+
+export interface RealServersApp extends Omit<SequenceTestApp, 'transport'> {
+  readonly transport: RabbitMqTransport;
+  /** The name the broker lists this instance's connection under (client property `connection_name`). */
+  readonly connectionName: string;
+}
+
+type TestAppOptions = NonNullable<Parameters<typeof createSequenceTestApp>[1]>;
+
+/**
+ * {@link createSequenceTestApp} on the real servers: a Nest application with its own RabbitMQ
+ * connection (named, so that a test can have the broker drop exactly this one) and its own Redis
+ * client under `prefix` (or the `store` given). `close()` closes the application, then the
+ * transport and store it made.
+ */
+export async function createRealServersApp(
+  channel: string,
+  options: Omit<TestAppOptions, 'transport' | 'store'> & {
+    prefix: string;
+    store?: SequenceStore;
+    /** Wraps the Redis store this app makes (e.g. to count what this instance stored). */
+    wrapStore?: (store: RedisSequenceStore) => SequenceStore;
+    redisUrl?: string;
+    redis?: RedisOptions;
+    keyTtlMarginMs?: number;
+    rabbitmq?: RabbitMqTransportOptions;
+    reconnectSeconds?: number;
+  },
+): Promise<RealServersApp> {
+  const {
+    prefix,
+    store: givenStore,
+    wrapStore = (store: RedisSequenceStore): SequenceStore => store,
+    redisUrl = SERVERS.redis.url,
+    redis,
+    keyTtlMarginMs,
+    rabbitmq,
+    reconnectSeconds,
+    ...appOptions
+  } = options;
+  const connectionName = `nseq-fault-${randomUUID()}`;
+  const transport = await RabbitMqTransport.connect(
+    AMQP_URL,
+    rabbitmq,
+    namedConnection(connectionName, reconnectSeconds),
+  );
+  const store =
+    givenStore ??
+    wrapStore(RedisSequenceStore.connect(redisUrl, { prefix, keyTtlMarginMs, redis }));
+  let app: SequenceTestApp;
+  try {
+    app = await createSequenceTestApp(channel, { ...appOptions, transport, store });
+  } catch (error) {
+    await transport.close();
+    if (!givenStore) await store.close();
+    throw error;
+  }
+  return {
+    ...app,
+    transport,
+    connectionName,
+    close: async () => {
+      await app.close();
+      await transport.close();
+      if (!givenStore) await store.close();
+    },
+  };
+}
