@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
-import type { SequenceStore } from '../ports/sequence-store.port';
+import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.port';
 
 /**
  * prom-client metrics of Message Sequence. Counters are per instance; the gauges read the store's
@@ -24,6 +24,7 @@ export class SequenceMetrics {
   private readonly handlerFailures: Counter<'channel'>;
   private readonly backpressure: Counter<'channel' | 'limit'>;
   private readonly latency: Histogram<'channel'>;
+  private readonly statsFailures: Counter;
 
   constructor(
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
@@ -69,6 +70,11 @@ export class SequenceMetrics {
       'Fragments requeued because a store-wide limit was reached',
       ['channel', 'limit'],
     );
+    this.statsFailures = new Counter({
+      name: prefix + 'store_stats_failures_total',
+      help: 'Scrapes at which the store could not report its stats (gauges kept their last value)',
+      registers,
+    });
     this.latency = new Histogram({
       name: prefix + 'reassembly_latency_seconds',
       help: 'From a sequence first fragment to its handler having succeeded',
@@ -77,11 +83,17 @@ export class SequenceMetrics {
       registers,
     });
 
-    let lastStats: Promise<Awaited<ReturnType<SequenceStore['stats']>>> | undefined;
-    // One store round trip per scrape, shared by the three gauges.
+    let lastStats: Promise<SequenceStoreStats | undefined> | undefined;
+    // One store round trip per scrape, shared by the three gauges. When the store cannot answer,
+    // the gauges keep their last value and the scrape still succeeds: the counters that show an
+    // outage must stay readable during one. `store_stats_failures_total` counts those scrapes.
     const stats = () => {
       lastStats ??= store
         .stats(Date.now())
+        .catch(() => {
+          this.statsFailures.inc();
+          return undefined;
+        })
         .finally(() => setImmediate(() => (lastStats = undefined)));
       return lastStats;
     };
@@ -90,7 +102,8 @@ export class SequenceMetrics {
       help: 'Sequences with fragments buffered and not yet complete',
       registers,
       async collect() {
-        this.set((await stats()).openSequences);
+        const current = await stats();
+        if (current) this.set(current.openSequences);
       },
     });
     new Gauge({
@@ -98,7 +111,8 @@ export class SequenceMetrics {
       help: 'Fragment bytes held by the store',
       registers,
       async collect() {
-        this.set((await stats()).bufferedBytes);
+        const current = await stats();
+        if (current) this.set(current.bufferedBytes);
       },
     });
     new Gauge({
@@ -106,7 +120,9 @@ export class SequenceMetrics {
       help: 'Age of the oldest open sequence',
       registers,
       async collect() {
-        const { oldestOpenAt } = await stats();
+        const current = await stats();
+        if (!current) return;
+        const { oldestOpenAt } = current;
         this.set(oldestOpenAt === undefined ? 0 : (Date.now() - oldestOpenAt) / 1000);
       },
     });

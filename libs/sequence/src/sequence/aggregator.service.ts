@@ -139,6 +139,12 @@ export class AggregatorService {
         `${this.store.name} store could not take sequence ${sequenceId} fragment ${position} ` +
           `on ${channel}; requeued: ${errorMessage(error)}`,
       );
+      // A timed-out accept may still run in the store later (a hung server resuming) and grant
+      // the completion lease to this delivery, which is gone: give that lease back, behind it on
+      // the same connection, so the redelivered fragment need not wait for it to lapse.
+      void this.store
+        .releaseLease({ scope: channel, sequenceId }, leaseToken, Date.now())
+        .catch(() => undefined);
       return this.requeue('store unavailable');
     }
 

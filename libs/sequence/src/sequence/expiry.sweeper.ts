@@ -68,19 +68,21 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     return this.running;
   }
 
+  /**
+   * Claims every due sequence of a batch at once, then reports them at once: a sweeper that
+   * awaited one record's publish confirm before claiming the next fell behind a flood of due
+   * sequences, and one whose keys outlived their TTL meanwhile vanished unreported.
+   */
   private async sweepOnce(now: number): Promise<number> {
     let expiredCount = 0;
     for (;;) {
       const due = await this.store.listExpired(now, SWEEP_BATCH);
-      let claimed = 0;
-      for (const ref of due) {
-        const expired = await this.store.expire(ref, now, this.options.retentionMs);
-        if (!expired) continue;
-        claimed++;
-        await this.report(expired);
-      }
-      expiredCount += claimed;
-      if (due.length < SWEEP_BATCH || claimed === 0) return expiredCount;
+      const claimed = (
+        await Promise.all(due.map((ref) => this.store.expire(ref, now, this.options.retentionMs)))
+      ).filter((expired): expired is ExpiredSequence => expired !== null);
+      await Promise.all(claimed.map((expired) => this.report(expired)));
+      expiredCount += claimed.length;
+      if (due.length < SWEEP_BATCH || claimed.length === 0) return expiredCount;
     }
   }
 
