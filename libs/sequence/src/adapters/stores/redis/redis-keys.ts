@@ -87,6 +87,16 @@ export class RedisKeys {
   }
 }
 
+/** The string key of a body staged by the client and renamed into place (see accept-5.lua). */
+export function bodyKeyAt(keys: SequenceKeys, position: number): string {
+  return `${keys.body}:${position}`;
+}
+
+/** A key in the sequence's slot for one body on its way to accept (short TTL). */
+export function stagedBodyKey(keys: SequenceKeys, id: string): string {
+  return `${keys.body.slice(0, -':body'.length)}:staged:${id}`;
+}
+
 export function sequenceKeyList(keys: SequenceKeys): string[] {
   return [keys.meta, keys.crc, keys.body, keys.done, keys.fence];
 }

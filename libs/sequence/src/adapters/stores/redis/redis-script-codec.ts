@@ -22,14 +22,23 @@ type RawSettlement = [] | [string, string, string, string, string, string, strin
  * KEYS/ARGV/Returns headers of lua/*.lua.
  */
 
-/** ARGV of lua/accept-5.lua; without the body, the script only admits the fragment. */
+/** How accept gets the body: in its arguments, or in a key the client set just before. */
+export type BodyArgument =
+  { readonly kind: 'inline' } | { readonly kind: 'staged'; readonly key: string };
+
+/**
+ * ARGV of lua/accept-5.lua; without the body (`false`), the script only admits the fragment.
+ * `true` sends it inline.
+ */
 export function acceptArguments(
   fragment: FragmentRecord,
   context: AcceptContext,
   grant: Grant,
   marginMs: number,
-  withBody: boolean,
+  withBody: BodyArgument | boolean,
 ): ScriptArgument[] {
+  const body: BodyArgument | undefined =
+    withBody === true ? { kind: 'inline' } : withBody === false ? undefined : withBody;
   const args: ScriptArgument[] = [
     context.now,
     context.consumerId,
@@ -54,7 +63,8 @@ export function acceptArguments(
     grant.bytes,
     grant.id,
   ];
-  if (withBody) args.push(fragment.body);
+  if (body?.kind === 'inline') args.push('inline', fragment.body);
+  if (body?.kind === 'staged') args.push('staged', body.key);
   return args;
 }
 

@@ -169,6 +169,50 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       },
     );
 
+    describe('with bodies over the inline limit (a key per body, staged outside Lua)', () => {
+      const big = (fill: string) => Buffer.alloc(100 * 1024, fill);
+
+      it('sets a TTL on every key, body keys included, and leaves no staged key', async () => {
+        const { fragments, ref } = sequenceFixture(scope, [big('a'), big('b'), big('c')]);
+        await store.accept(fragments[0], context(t0));
+        await store.accept(fragments[2], context(t0));
+        await store.accept(fragments[2], context(t0)); // a duplicate stages, then drops, its body
+
+        const ttls = await ttlsUnder();
+        const sequenceKeys = Object.keys(ttls).filter((key) => !isGlobal(key));
+        expect(sequenceKeys.filter((key) => /:body:\d+$/.test(key))).toHaveLength(2);
+        expect(sequenceKeys.filter((key) => key.includes(':staged:'))).toEqual([]);
+        for (const [key, ttl] of Object.entries(ttls)) {
+          expect({ key, hasTtl: ttl > 0 }).toEqual({ key, hasTtl: true });
+        }
+        await store.accept(fragments[1], context(t0));
+        const read = Buffer.concat(await readAll(store.read(ref)));
+        expect(read.equals(Buffer.concat([big('a'), big('b'), big('c')]))).toBe(true);
+      });
+
+      it.each([
+        ['finish completed', 'completed'],
+        ['expire', 'expired'],
+      ] as const)('leaves only the marker after %s', async (_how, outcome) => {
+        const { fragments, ref } = sequenceFixture(scope, [big('x'), big('y'), big('z')]);
+        const short = { expiry: { ms: 1_000, strategy: 'fixed' as const } };
+        await store.accept(fragments[0], context(t0, short));
+        await store.accept(fragments[1], context(t0, short));
+        if (outcome === 'expired') {
+          expect(await store.expire(ref, t0 + 1_000, 5_000)).not.toBeNull();
+        } else {
+          await store.finish(ref, outcome, {
+            now: t0,
+            retentionMs: 5_000,
+            consumerId: 'consumer-a',
+          });
+        }
+        const keys = await sequenceKeysUnder();
+        expect(keys).toHaveLength(1);
+        expect(keys[0]).toMatch(/:done$/);
+      });
+    });
+
     it('keeps every key of a sequence in one hash slot, and the global keys in another, whatever the scope', async () => {
       const scopes = ['orders', 'a{b}c', '{', '}x{', 'x:y:z', 'per%cent %7B', 'ümlaut ✓', ''];
       const expiry = { ms: 1_000, strategy: 'fixed' as const };
@@ -232,17 +276,23 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       let consumed = 0;
       let mostFetching = 0;
       let mostHeldBodies = 0;
-      const hgetBuffer = redis.hgetBuffer.bind(redis);
-      const counting = async (key: string, field: string) => {
-        mostFetching = Math.max(mostFetching, ++fetching);
-        try {
-          return await hgetBuffer(key, field);
-        } finally {
-          fetching--;
-          fetched++;
-        }
-      };
-      Object.assign(redis, { hgetBuffer: counting });
+      // Bodies are read with HGET (small ones, in the body hash) or GET (large ones, a key each):
+      // count both.
+      const countFetch =
+        <A extends unknown[]>(fetch: (...args: A) => Promise<Buffer | null>) =>
+        async (...args: A) => {
+          mostFetching = Math.max(mostFetching, ++fetching);
+          try {
+            return await fetch(...args);
+          } finally {
+            fetching--;
+            fetched++;
+          }
+        };
+      Object.assign(redis, {
+        hgetBuffer: countFetch(redis.hgetBuffer.bind(redis)),
+        getBuffer: countFetch(redis.getBuffer.bind(redis)),
+      });
       setFlagsFromString('--expose-gc');
       const gc = runInNewContext('gc') as () => void;
       /** ArrayBuffer memory in use, once dead buffers are swept (which V8 finishes lazily). */
@@ -266,6 +316,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         }
       } finally {
         Reflect.deleteProperty(redis, 'hgetBuffer');
+        Reflect.deleteProperty(redis, 'getBuffer');
       }
 
       expect(chunkSizes).toEqual(Array.from({ length: 8 }, () => 8 * MiB));

@@ -3,7 +3,8 @@
   Every per-sequence script works on the keys of ONE sequence, which share a hash tag:
     meta   hash    the sequence's state (see readSequence)
     crc    hash    position -> CRC-32
-    body   hash    position -> body (binary)
+    body   hash    position -> body (binary), for bodies sent inline (small ones)
+    body:<position>  string  a body staged by the client (large ones), renamed into place
     done   hash    the finished marker {outcome, reason, until, fence}
     fence  string  budget epoch fence while there is no marker
 ]]
@@ -128,10 +129,42 @@ local function sequenceTtl(s, now, leaseMs, margin)
   return math.max(dueAt(s) - now, 0) + leaseMs + margin
 end
 
+-- The string key of the body at a position, when it was staged rather than sent inline.
+local function bodyKeyAt(bodyKey, position)
+  return bodyKey .. ':' .. position
+end
+
+-- Extends the sequence's keys to ttl. The per-position body keys are visited only when meta
+-- needs it: each is created with at least meta's TTL and extended with it, so it outlives meta.
 local function extendSequenceTtl(metaKey, crcKey, bodyKey, ttl)
+  local current = rcall('PTTL', metaKey)
   extendTtl(metaKey, ttl)
   extendTtl(crcKey, ttl)
   extendTtl(bodyKey, ttl)
+  if current ~= -2 and current >= ttl then
+    return
+  end
+  for _, position in ipairs(rcall('HKEYS', crcKey)) do
+    extendTtl(bodyKeyAt(bodyKey, position), ttl)
+  end
+end
+
+-- Sets the sequence's keys' TTL to ttl (retention of a failed sequence).
+local function setSequenceTtl(metaKey, crcKey, bodyKey, ttl)
+  rcall('PEXPIRE', metaKey, ttl)
+  rcall('PEXPIRE', crcKey, ttl)
+  rcall('PEXPIRE', bodyKey, ttl)
+  for _, position in ipairs(rcall('HKEYS', crcKey)) do
+    rcall('PEXPIRE', bodyKeyAt(bodyKey, position), ttl)
+  end
+end
+
+-- Removes everything the sequence holds but its marker and fence.
+local function dropSequence(metaKey, crcKey, bodyKey)
+  for _, position in ipairs(rcall('HKEYS', crcKey)) do
+    rcall('UNLINK', bodyKeyAt(bodyKey, position))
+  end
+  rcall('DEL', metaKey, crcKey, bodyKey)
 end
 
 -- What the global index learns after a change: {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl}.

@@ -12,8 +12,12 @@
   ARGV[13] crc32                   ARGV[14] sha256, or ''          ARGV[15] bytes, or ''
   ARGV[16] body length             ARGV[17] content-type, or ''    ARGV[18] content-encoding, or ''
   ARGV[19] user headers (JSON)     ARGV[20] grant epoch (0: none)  ARGV[21] grant bytes
-  ARGV[22] grant id (unique)       ARGV[23] body; when absent the fragment is only admitted
-                                   ('go' instead of storing it)
+  ARGV[22] grant id (unique)       ARGV[23] 'inline' or 'staged'; when absent the fragment is
+                                   only admitted ('go' instead of storing it)
+  ARGV[24] inline: the body, stored in the body hash; staged: the name of a string key in this
+           slot holding the body (set by the client just before, with a short TTL), renamed to
+           body:<position> when stored and deleted otherwise: a large body never goes through
+           Lua, which copies an argument into a Lua string and again into the hash
 
   Returns {code, settlement, forgetEpoch, ...}:
     settlement   {} or {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl} for the index
@@ -51,7 +55,10 @@ local bodyBytes = tonumber(ARGV[16])
 local grantEpoch = tonumber(ARGV[20])
 local grantBytes = tonumber(ARGV[21])
 local grantField = 'g:' .. ARGV[22]
-local hasBody = #ARGV >= 23
+local hasBody = #ARGV >= 24
+local stagedKey = ARGV[23] == 'staged' and ARGV[24] or nil
+
+local function run()
 
 local marker = rcall('HMGET', doneKey, 'outcome', 'reason', 'until')
 local s = readSequence(metaKey, crcKey)
@@ -93,7 +100,7 @@ if marker[1] then
   end
 end
 if s.state ~= 'open' then
-  rcall('DEL', metaKey, crcKey, bodyKey)
+  dropSequence(metaKey, crcKey, bodyKey)
   s = readSequence(metaKey, crcKey)
 end
 local exists = s.state == 'open'
@@ -188,7 +195,7 @@ end
 if limit then
   -- The whole sequence goes; its budget record (or the grant's) is forgotten by the caller.
   local forget = math.max(exists and s.epoch or 0, grantEpoch)
-  rcall('DEL', metaKey, crcKey, bodyKey)
+  dropSequence(metaKey, crcKey, bodyKey)
   writeMarker(doneKey, fenceKey, 'rejected', limit .. ': ' .. limitDetail, now + retentionMs, forget,
     now, margin)
   return {'dropped', {}, forget, limit, limitDetail}
@@ -216,19 +223,27 @@ end
 if accounted > available then
   return {'need', {}, 0, int(accounted - available)}
 end
-if not hasBody then
+-- A staged body gone (its TTL ran out before this call): as if it had not been sent.
+if not hasBody or (stagedKey and rcall('EXISTS', stagedKey) == 0) then
   return {'go', {}, 0}
 end
 
 -- core/completeness.ts recordFragment
 if opening then
-  rcall('DEL', metaKey, crcKey, bodyKey)
+  dropSequence(metaKey, crcKey, bodyKey)
   s = readSequence(metaKey, crcKey)
   s.state, s.epoch, s.firstAt = 'open', grantEpoch, now
   s.expiryMs, s.deadline, s.userHeaders = expiryMs, now + expiryMs, ARGV[19]
 end
 rcall('HSET', crcKey, int(position), int(crc))
-rcall('HSET', bodyKey, int(position), ARGV[23])
+if stagedKey then
+  local target = bodyKeyAt(bodyKey, int(position))
+  rcall('RENAME', stagedKey, target)
+  stagedKey = nil
+  rcall('PEXPIRE', target, math.max(sequenceTtl(s, now, leaseMs, margin), rcall('PTTL', metaKey)))
+else
+  rcall('HSET', bodyKey, int(position), ARGV[24])
+end
 s.count = s.count + 1
 s.highestPosition = math.max(s.highestPosition, position)
 s.storedBytes = s.storedBytes + bodyBytes
@@ -257,3 +272,11 @@ if complete then
 end
 return {'stored', settlement(s, available - accounted, sequenceTtl(s, now, leaseMs, margin)), 0,
   opening and 1 or 0}
+end
+
+local reply = run()
+-- A staged body that was not stored goes now: nothing is left for its TTL to collect.
+if stagedKey then
+  rcall('DEL', stagedKey)
+end
+return reply

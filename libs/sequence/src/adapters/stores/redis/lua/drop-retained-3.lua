@@ -8,10 +8,12 @@
 
   Returns 1 when fragments were dropped, 0 otherwise.
 ]]
+--- @include "_sequence"
+
 local metaKey, crcKey, bodyKey = KEYS[1], KEYS[2], KEYS[3]
 local meta = redis.call('HMGET', metaKey, 'state', 'retainUntil')
 if meta[1] ~= 'failed' or meta[2] ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', metaKey, crcKey, bodyKey)
+dropSequence(metaKey, crcKey, bodyKey)
 return 1

@@ -35,7 +35,7 @@ end
 local positions = rcall('HKEYS', crcKey)
 local missing = (s.size or s.highestPosition) - s.count
 local ageMs = now - s.firstAt
-rcall('DEL', metaKey, crcKey, bodyKey)
+dropSequence(metaKey, crcKey, bodyKey)
 local markerTtl = writeMarker(doneKey, fenceKey, 'expired', int(missing) ..
   ' fragment(s) missing after ' .. int(ageMs) .. ' ms', now + retentionMs, s.epoch, now, margin)
 return {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),

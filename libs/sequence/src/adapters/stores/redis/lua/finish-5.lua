@@ -34,18 +34,16 @@ end
 local forgetEpoch, retainedBytes, releasedUntil = 0, 0, 0
 if s.state == 'failed' then
   releasedUntil = s.retainUntil or 0
-  rcall('DEL', metaKey, crcKey, bodyKey)
+  dropSequence(metaKey, crcKey, bodyKey)
 elseif s.state == 'open' then
   forgetEpoch = s.epoch
   if outcome == 'failed' then
     retainedBytes = s.storedBytes
     rcall('HSET', metaKey, 'state', 'failed', 'retainUntil', int(untilAt))
     local ttl = math.max(untilAt - now, 0) + margin
-    rcall('PEXPIRE', metaKey, ttl)
-    rcall('PEXPIRE', crcKey, ttl)
-    rcall('PEXPIRE', bodyKey, ttl)
+    setSequenceTtl(metaKey, crcKey, bodyKey, ttl)
   else
-    rcall('DEL', metaKey, crcKey, bodyKey)
+    dropSequence(metaKey, crcKey, bodyKey)
   end
 end
 local markerTtl = writeMarker(doneKey, fenceKey, outcome, reason, untilAt, s.epoch, now, margin)
