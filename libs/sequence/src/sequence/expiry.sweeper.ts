@@ -77,12 +77,24 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     let expiredCount = 0;
     for (;;) {
       const due = await this.store.listExpired(now, SWEEP_BATCH);
-      const claimed = (
-        await Promise.all(due.map((ref) => this.store.expire(ref, now, this.options.retentionMs)))
-      ).filter((expired): expired is ExpiredSequence => expired !== null);
+      // allSettled: a claim that failed must not cost the others their report (a claimed
+      // sequence is no longer due, so no later sweep would report it).
+      const outcomes = await Promise.allSettled(
+        due.map((ref) => this.store.expire(ref, now, this.options.retentionMs)),
+      );
+      const claimed: ExpiredSequence[] = [];
+      let failed = 0;
+      for (const outcome of outcomes) {
+        if (outcome.status === 'rejected') {
+          failed++;
+          this.logFailure(outcome.reason);
+        } else if (outcome.value) {
+          claimed.push(outcome.value);
+        }
+      }
       await Promise.all(claimed.map((expired) => this.report(expired)));
       expiredCount += claimed.length;
-      if (due.length < SWEEP_BATCH || claimed.length === 0) return expiredCount;
+      if (failed > 0 || due.length < SWEEP_BATCH || claimed.length === 0) return expiredCount;
     }
   }
 

@@ -21,7 +21,8 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
   private readonly logger = new Logger('SequenceModule');
   private readonly subscriptions: Subscription[] = [];
   private readonly inFlight = new Set<Promise<Disposition>>();
-  private draining = false;
+  /** Set at shutdown; resolves when deliveries in progress are done (or the wait timed out). */
+  private drained: Promise<void> | undefined;
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -48,7 +49,13 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    this.draining = true;
+    this.drained = this.drain();
+    await this.drained;
+    const subscriptions = this.subscriptions.splice(0);
+    await Promise.all(subscriptions.map((subscription) => subscription.close()));
+  }
+
+  private async drain(): Promise<void> {
     if (this.inFlight.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       const timedOut = new Promise<'timeout'>((resolve) => {
@@ -63,13 +70,13 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
         );
       }
     }
-    const subscriptions = this.subscriptions.splice(0);
-    await Promise.all(subscriptions.map((subscription) => subscription.close()));
   }
 
   private receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
-    if (this.draining) {
-      return Promise.resolve({ action: 'requeue', reason: 'shutting down' });
+    if (this.drained) {
+      // Held, not settled, until the subscriptions close: they hand unsettled messages back to
+      // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
+      return this.drained.then(() => ({ action: 'requeue', reason: 'shutting down' }));
     }
     const pending = this.aggregator.receive(message, consumer);
     this.inFlight.add(pending);

@@ -5,6 +5,7 @@ import {
   MemorySequenceStore,
   type ExpiredSequence,
   type ExpiryPolicy,
+  type SequenceRef,
 } from 'nest-sequence';
 import {
   bytes,
@@ -293,5 +294,41 @@ describe('guarantees: expiry of incomplete sequences', () => {
     // ScheduleModule.forRoot() inside the library made it about 20.
     expect(ticks).toBeGreaterThanOrEqual(1);
     expect(ticks).toBeLessThanOrEqual(11);
+  });
+
+  it('reports every sequence it claimed even when claiming another one of the batch fails', async () => {
+    const channel = 'guarantees.expiry.partial-claim-failure';
+    class FlakyExpireStore extends MemorySequenceStore {
+      override async expire(ref: SequenceRef, now: number, retentionMs: number) {
+        if (ref.sequenceId === 'flaky') throw new Error('injected fault: expire timed out');
+        return super.expire(ref, now, retentionMs);
+      }
+    }
+    const onExpired = jest.fn<void, [ExpiredSequence]>();
+    const t = await start(channel, {
+      store: new FlakyExpireStore(),
+      onExpired,
+      handler: { timeout: { ms: 1_000 } },
+    });
+    for (const id of ['steady-1', 'flaky', 'steady-2']) {
+      await publishAll(
+        t.transport,
+        channel,
+        makeFragments(id, bytes(2_000, 80), 1_000).slice(0, 1),
+      );
+    }
+    await t.transport.whenIdle();
+
+    expect(await t.sweeper.sweep(Date.now() + 5_000)).toBe(2);
+
+    expect(onExpired.mock.calls.map(([expired]) => expired.sequenceId).sort()).toEqual([
+      'steady-1',
+      'steady-2',
+    ]);
+    expect(deadLetters(t.transport, channel)).toHaveLength(2);
+    // The one whose claim failed is still due: the next sweep reports it.
+    expect(await t.store.listExpired(Date.now() + 5_000, 10)).toEqual([
+      { scope: channel, sequenceId: 'flaky' },
+    ]);
   });
 });

@@ -1,3 +1,4 @@
+import { InMemoryTransport } from 'nest-sequence';
 import {
   bytes,
   createSequenceTestApp,
@@ -41,5 +42,40 @@ describe('guarantees: graceful shutdown', () => {
     await t.close();
 
     expect(t.transport.depth(channel)).toBe(1); // the completing fragment is back in the queue
+  });
+
+  it('holds a fragment that arrives during the drain instead of redelivering it in a loop', async () => {
+    const channel = 'guarantees.shutdown.arrival-during-drain';
+    const transport = new InMemoryTransport();
+    let deliveries = 0;
+    const subscribe = transport.subscribe.bind(transport);
+    transport.subscribe = (name, handler, options) =>
+      subscribe(
+        name,
+        (message) => {
+          if (name === channel && message.headers['x-sequence-id'] === 'late') deliveries++;
+          return handler(message);
+        },
+        options,
+      );
+    const t = await createSequenceTestApp(channel, { transport });
+    let release: () => void = () => undefined;
+    t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
+    await publishAll(transport, channel, makeFragments('running', bytes(1_500, 93), 1_000));
+    await eventually(() => t.handler.calls === 1, 'the handler running');
+
+    const closing = t.close();
+    await publishAll(
+      transport,
+      channel,
+      makeFragments('late', bytes(2_500, 94), 1_000).slice(0, 1),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    release();
+    await closing;
+
+    expect(deliveries).toBe(1); // delivered once, held until the subscription closed
+    expect(transport.depth(channel)).toBe(1); // and handed back to the queue
+    expect(deadLetters(transport, channel)).toHaveLength(0);
   });
 });
