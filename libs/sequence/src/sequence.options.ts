@@ -171,7 +171,7 @@ export function resolveSequenceOptions(
 
   const publish = resolvePublishPolicyInto(problems, SEQUENCE_DEFAULTS.publish, options.publish);
 
-  const consumer = resolveConsumerOptionsInto(problems, 'options', options, {
+  const consumer = resolveConsumerOptionsInto(problems, options, {
     ...SEQUENCE_DEFAULTS,
     maxFragmentBytes: transport.maxMessageBytes,
   });
@@ -242,7 +242,7 @@ export function resolveConsumerOptions(
   base: ResolvedSequenceOptions,
 ): ResolvedConsumerOptions {
   const problems: string[] = [];
-  const resolved = resolveConsumerOptionsInto(problems, where, overrides, base);
+  const resolved = resolveConsumerOptionsInto(problems, overrides, base);
   if (resolved.maxSequenceBytes > base.maxBufferedBytes) {
     problems.push(
       `maxSequenceBytes (${resolved.maxSequenceBytes}) exceeds the module's maxBufferedBytes ` +
@@ -255,7 +255,6 @@ export function resolveConsumerOptions(
 
 function resolveConsumerOptionsInto(
   problems: string[],
-  _where: string,
   options: SequenceConsumerOptions,
   base: {
     timeout: ExpiryPolicy;

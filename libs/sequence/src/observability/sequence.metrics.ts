@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
+import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
 import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.port';
 
 /**
@@ -12,7 +12,6 @@ import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.
 export class SequenceMetrics {
   /** The registry holding these metrics (the one passed in options, or the module's own). */
   readonly registry: Registry;
-  private readonly enabled: boolean;
   private readonly started: Counter<'channel'>;
   private readonly completed: Counter<'channel'>;
   private readonly expired: Counter<'channel'>;
@@ -30,10 +29,10 @@ export class SequenceMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     @Inject(SEQUENCE_STORE) store: SequenceStore,
   ) {
-    this.enabled = options.metrics !== false;
-    const prefix = options.metrics === false ? 'nest_sequence_' : options.metrics.prefix;
+    const prefix =
+      options.metrics === false ? SEQUENCE_DEFAULTS.metricsPrefix : options.metrics.prefix;
     this.registry = (options.metrics !== false && options.metrics.registry) || new Registry();
-    const registers = this.enabled ? [this.registry] : [];
+    const registers = options.metrics === false ? [] : [this.registry];
     const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
       new Counter<L>({ name: prefix + name, help, labelNames, registers });
 

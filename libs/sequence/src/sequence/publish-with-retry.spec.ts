@@ -4,7 +4,8 @@ import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import type { PublishRetryOptions } from '../sequence.options';
 import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
-import { backoff, delay, publishWithRetry } from './publish-with-retry';
+import { delay } from '../core/async';
+import { backoff, publishWithRetry } from './publish-with-retry';
 
 const policy = (overrides: PublishRetryOptions = {}): Required<PublishRetryOptions> => ({
   confirmTimeoutMs: 1_000,

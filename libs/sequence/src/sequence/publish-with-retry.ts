@@ -46,5 +46,3 @@ export function backoff(attempt: number, baseDelayMs: number, maxDelayMs: number
   const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** Math.min(attempt - 1, 52));
   return ceiling / 2 + Math.random() * (ceiling / 2);
 }
-
-export { delay } from '../core/async';

@@ -11,7 +11,8 @@ import type {
 } from '../ports/sequence-store.port';
 import type { Disposition } from '../ports/transport.port';
 import type { ResolvedSequenceOptions } from '../sequence.options';
-import { backoff, delay } from './publish-with-retry';
+import { delay } from '../core/async';
+import { backoff } from './publish-with-retry';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
 
