@@ -401,6 +401,7 @@ function phasesOf(figures: RunFigures): Record<string, number> | undefined {
     publishedAt: Math.round(figures.publishSeconds * 1000),
     firstAcceptAt: since(trace.firstAcceptAt),
     storedAt: since(trace.completeAt),
+    readPasses: trace.reads,
     verifyMs: span(trace.verifyStartAt, trace.verifyEndAt),
     handlerMs: span(trace.handlerStartAt, trace.handlerEndAt),
     finishMs: span(trace.handlerEndAt, trace.finishEndAt),

@@ -3,8 +3,9 @@
  * RedisSequenceStore, a @SequencedHandler reading payload.stream() to the end. Loaded by
  * sequence-rabbitmq.consumer.ts in module mode only.
  *
- * The store is wrapped to time accept, the two reads of a complete sequence (SequenceDelivery's
- * SHA-256 check, then the handler's stream) and finish; the Redis client to count commands.
+ * The store is wrapped to time accept, the reads of a complete sequence (SequenceDelivery's
+ * SHA-256 check, when it was not verified at intake, then the handler's stream) and finish; the
+ * Redis client to count commands.
  * Neither wrapper changes what the store or the client does.
  */
 import 'reflect-metadata';
@@ -47,6 +48,7 @@ type MutableTrace = { -readonly [K in keyof ModuleTrace]: ModuleTrace[K] } & {
   redis: Record<string, RedisCommandTally>;
   concurrentAccepts: number;
   reads: number;
+  inHandler: boolean;
 };
 
 function emptyTrace(): MutableTrace {
@@ -56,6 +58,7 @@ function emptyTrace(): MutableTrace {
     maxConcurrentAccepts: 0,
     concurrentAccepts: 0,
     reads: 0,
+    inHandler: false,
     redis: {},
   };
 }
@@ -90,7 +93,10 @@ class TracedStore implements SequenceStore {
 
   read(ref: SequenceRef): Readable {
     const stream = this.inner.read(ref);
-    const verify = ++trace.reads === 1;
+    trace.reads++;
+    // A read before the handler started is the verification pass (absent when the sequence was
+    // verified at intake).
+    const verify = !trace.inHandler;
     const started = epochMs();
     if (verify) trace.verifyStartAt = started;
     else trace.handlerStartAt = started;
@@ -183,6 +189,7 @@ export async function startModuleConsumer(
   class Drain {
     @SequencedHandler({ channel: config.queue })
     async consume(payload: ReassembledPayload): Promise<void> {
+      trace.inHandler = true;
       let bytes = 0;
       for await (const chunk of payload.stream()) bytes += (chunk as Buffer).length;
       const run = currentRun();

@@ -37,14 +37,19 @@ export interface ModuleTrace {
   readonly firstAcceptAt?: EpochMs;
   /** When the accept that completed the sequence resolved. */
   readonly completeAt?: EpochMs;
-  /** The first read of the sequence: SequenceDelivery's SHA-256 check. */
+  /**
+   * The read before the handler: SequenceDelivery's SHA-256 check (absent when the sequence
+   * was verified as it arrived, in order, on one consumer).
+   */
   readonly verifyStartAt?: EpochMs;
   readonly verifyEndAt?: EpochMs;
-  /** The second read: the handler's payload.stream(). */
+  /** The handler's payload.stream(). */
   readonly handlerStartAt?: EpochMs;
   readonly handlerEndAt?: EpochMs;
   readonly finishEndAt?: EpochMs;
   readonly accepts: number;
+  /** Passes over the sequence's bytes in the store (1 when verified at intake, else 2). */
+  readonly reads: number;
   /** Sum of the durations of every accept call (they overlap up to `prefetch` at a time). */
   readonly acceptMs: number;
   readonly maxConcurrentAccepts: number;

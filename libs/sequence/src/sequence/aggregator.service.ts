@@ -15,11 +15,15 @@ import {
   type SequenceConsumerOptions,
 } from '../sequence.options';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
+import { IntakeDigests } from './intake-digests';
 import { errorMessage, SequenceDelivery } from './sequence-delivery';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
+
+/** Sequences at once whose in-order arrivals are hashed as they come (see IntakeDigests). */
+const INTAKE_DIGEST_CAPACITY = 1024;
 
 /**
  * Consumer side of Message Sequence: validates each fragment, stores it, and when a sequence is
@@ -36,6 +40,7 @@ export class AggregatorService {
   /** Dead-letter channel of every consumer created here, for records published on its behalf. */
   private readonly deadLetterChannels = new Map<string, string>();
   private readonly delivery: SequenceDelivery;
+  private readonly digests = new IntakeDigests(INTAKE_DIGEST_CAPACITY);
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -123,7 +128,7 @@ export class AggregatorService {
     const leaseToken = `${this.options.consumerId}:${randomUUID()}`;
     let result: AcceptResult;
     try {
-      result = await this.store.accept(
+      const accepting = this.store.accept(
         { ...fragment, scope: channel, body },
         {
           now: Date.now(),
@@ -134,6 +139,17 @@ export class AggregatorService {
           retentionMs: this.options.retentionMs,
         },
       );
+      this.digests.follow(
+        channel,
+        sequenceId,
+        position,
+        body,
+        accepting.then(
+          (accepted) => accepted.status === 'stored' || accepted.status === 'complete',
+          () => false,
+        ),
+      );
+      result = await accepting;
     } catch (error) {
       this.logger.warn(
         `${this.store.name} store could not take sequence ${sequenceId} fragment ${position} ` +
@@ -180,7 +196,12 @@ export class AggregatorService {
         );
       case 'complete':
         if (result.opened) this.metrics.sequenceStarted(channel);
-        return this.delivery.deliver(result.sequence, consumer, leaseToken);
+        return this.delivery.deliver(
+          result.sequence,
+          consumer,
+          leaseToken,
+          await this.digests.take(channel, sequenceId, result.sequence.fragments),
+        );
     }
   }
 

@@ -1,6 +1,9 @@
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import { sha256Hasher } from '../core/checksum';
+import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import type { HeaderMap } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
+import type { PayloadDigest } from './intake-digests';
 
 /**
  * A complete, verified sequence as its handler receives it. The bytes stay in the store until the
@@ -12,7 +15,10 @@ export class ReassembledPayload {
   readonly sequenceId: string;
   readonly fragments: number;
   readonly bytes: number;
-  /** SHA-256 of the payload, lowercase hex; verified before the handler was called. */
+  /**
+   * SHA-256 of the payload, lowercase hex; verified before the handler was called, on the bytes
+   * as the producer sent them.
+   */
   readonly sha256: string;
   readonly contentType?: string;
   readonly contentEncoding?: string;
@@ -20,10 +26,17 @@ export class ReassembledPayload {
   readonly headers: Readonly<HeaderMap>;
   readonly firstFragmentAt: Date;
   readonly lastFragmentAt: Date;
+  private mismatch?: SequenceIntegrityError;
+  private readError?: Error;
 
+  /**
+   * @param verifyWhileReading when set, every `stream()` checks the bytes read from the store
+   * against this digest and fails at its end, instead of ending, if they differ.
+   */
   constructor(
     sequence: CompleteSequence & { readonly sha256: string },
     private readonly open: () => Readable,
+    private readonly verifyWhileReading?: PayloadDigest,
   ) {
     this.channel = sequence.scope;
     this.sequenceId = sequence.sequenceId;
@@ -37,9 +50,37 @@ export class ReassembledPayload {
     this.lastFragmentAt = new Date(sequence.lastFragmentAt);
   }
 
-  /** The payload's bytes in order, read from the store as you consume them. Each call starts over. */
+  /**
+   * The payload's bytes in order, read from the store as you consume them. Each call starts over.
+   * A stream that errors instead of ending means the store could not give the bytes back (or
+   * gave back others): do not keep what you read from it.
+   */
   stream(): Readable {
-    return this.open();
+    const source = this.open();
+    // Recorded so a failed read is told apart from a failing handler (and never left unhandled).
+    source.once('error', (error) => {
+      this.readError ??= error;
+    });
+    const expected = this.verifyWhileReading;
+    if (!expected) return source;
+    const onMismatch = (error: SequenceIntegrityError): void => {
+      this.mismatch ??= error;
+    };
+    const { sequenceId } = this;
+    return Readable.from(verifying(source, expected, sequenceId, onMismatch), {
+      objectMode: false,
+      highWaterMark: 1,
+    });
+  }
+
+  /** Set when a `stream()` found bytes other than those verified at intake. */
+  get integrityFailure(): SequenceIntegrityError | undefined {
+    return this.mismatch;
+  }
+
+  /** Set when a `stream()` could not read the bytes from the store. */
+  get readFailure(): Error | undefined {
+    return this.readError;
   }
 
   /** The whole payload in one Buffer. */
@@ -47,5 +88,27 @@ export class ReassembledPayload {
     const chunks: Buffer[] = [];
     for await (const chunk of this.stream()) chunks.push(chunk as Buffer);
     return Buffer.concat(chunks, this.bytes);
+  }
+}
+
+async function* verifying(
+  source: Readable,
+  expected: PayloadDigest,
+  sequenceId: string,
+  onMismatch: (error: SequenceIntegrityError) => void,
+): AsyncGenerator<Buffer> {
+  const hash = sha256Hasher();
+  let bytes = 0;
+  for await (const chunk of source) {
+    const buffer = chunk as Buffer;
+    hash.update(buffer);
+    bytes += buffer.length;
+    yield buffer;
+  }
+  const actual = { sha256: hash.digest('hex'), bytes };
+  if (actual.sha256 !== expected.sha256 || actual.bytes !== expected.bytes) {
+    const error = new SequenceIntegrityError(sequenceId, expected, actual);
+    onMismatch(error);
+    throw error;
   }
 }

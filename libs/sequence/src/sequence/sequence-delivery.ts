@@ -12,6 +12,7 @@ import type {
 import type { Disposition } from '../ports/transport.port';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { delay } from '../core/async';
+import type { PayloadDigest } from './intake-digests';
 import { backoff } from './publish-with-retry';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
@@ -32,28 +33,37 @@ export class SequenceDelivery {
     private readonly logger: Logger,
   ) {}
 
+  /**
+   * `intakeDigest`, when this instance hashed every fragment in order as it stored them, spares
+   * the read pass that otherwise verifies the payload before the handler: the handler's stream is
+   * then verified as it flows instead (a store that returned other bytes than it took would make
+   * that stream fail at its end, and the sequence is dead-lettered as an integrity mismatch).
+   */
   async deliver(
     sequence: CompleteSequence,
     consumer: SequenceConsumer,
     leaseToken: string,
+    intakeDigest?: PayloadDigest,
   ): Promise<Disposition> {
     const ref: SequenceRef = { scope: sequence.scope, sequenceId: sequence.sequenceId };
+    const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
     const stopRenewing = this.keepLease(ref, leaseToken);
     try {
-      let digest: { sha256: string; bytes: number };
-      try {
-        digest = await this.digest(ref);
-      } catch (error) {
-        this.logger.warn(
-          `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
-        );
-        return await this.handBack(ref, leaseToken);
+      const verifiedAtIntake = intakeDigest !== undefined && matches(intakeDigest, declared);
+      let digest: PayloadDigest;
+      if (verifiedAtIntake) {
+        digest = intakeDigest;
+      } else {
+        try {
+          digest = await this.digest(ref);
+        } catch (error) {
+          this.logger.warn(
+            `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
+          );
+          return await this.handBack(ref, leaseToken);
+        }
       }
-      const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
-      if (
-        digest.sha256 !== declared.sha256 ||
-        (declared.bytes !== undefined && digest.bytes !== declared.bytes)
-      ) {
+      if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(ref.sequenceId, declared, digest);
         return await this.fail(
           ref,
@@ -64,10 +74,28 @@ export class SequenceDelivery {
         );
       }
 
-      const payload = new ReassembledPayload({ ...sequence, sha256: digest.sha256 }, () =>
-        this.store.read(ref),
+      const payload = new ReassembledPayload(
+        { ...sequence, sha256: digest.sha256 },
+        () => this.store.read(ref),
+        verifiedAtIntake ? digest : undefined,
       );
       const outcome = await this.runHandler(payload, consumer);
+      if (payload.integrityFailure) {
+        return await this.fail(
+          ref,
+          leaseToken,
+          consumer.channel,
+          'integrity-mismatch',
+          `${payload.integrityFailure.message} (read back from the ${this.store.name} store)`,
+        );
+      }
+      if (!outcome.ok && payload.readFailure) {
+        this.logger.warn(
+          `the handler of ${consumer.channel} could not read sequence ${ref.sequenceId} from the ` +
+            `store; requeued: ${payload.readFailure.message}`,
+        );
+        return await this.handBack(ref, leaseToken);
+      }
       if (!outcome.ok) {
         return await this.fail(
           ref,
@@ -125,7 +153,10 @@ export class SequenceDelivery {
           `handler of ${consumer.channel} failed on sequence ${payload.sequenceId} ` +
             `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
         );
-        if (attempt >= attempts) return { ok: false, attempts: attempt, error };
+        // The store's bytes are wrong, or it failed: retrying the handler now cannot help.
+        if (attempt >= attempts || payload.integrityFailure || payload.readFailure) {
+          return { ok: false, attempts: attempt, error };
+        }
         await delay(backoff(attempt, baseDelayMs, baseDelayMs * 2 ** attempts));
       }
     }
@@ -165,7 +196,7 @@ export class SequenceDelivery {
     return { action: 'dead-letter', reason };
   }
 
-  private async digest(ref: SequenceRef): Promise<{ sha256: string; bytes: number }> {
+  private async digest(ref: SequenceRef): Promise<PayloadDigest> {
     const hash = sha256Hasher();
     let bytes = 0;
     for await (const chunk of this.store.read(ref)) {
@@ -208,6 +239,14 @@ export class SequenceDelivery {
   private finishContext(leaseToken: string): FinishContext {
     return { now: Date.now(), retentionMs: this.options.retentionMs, consumerId: leaseToken };
   }
+}
+
+/** Whether a digest is what the producer declared (the SHA-256 is always declared, on the last fragment). */
+function matches(digest: PayloadDigest, declared: { sha256?: string; bytes?: number }): boolean {
+  return (
+    digest.sha256 === declared.sha256 &&
+    (declared.bytes === undefined || digest.bytes === declared.bytes)
+  );
 }
 
 export function errorMessage(error: unknown): string {

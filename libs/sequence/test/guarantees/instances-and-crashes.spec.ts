@@ -65,20 +65,40 @@ describe('guarantees: store outages, crashes and several instances', () => {
       expect(t.transport.depth(channel) + t.transport.unsettled(channel)).toBe(0);
     });
 
-    it('requeues the completing fragment when the read-back fails, and delivers the sequence once on redelivery', async () => {
+    it('requeues the completing fragment when the verifying read-back fails, and delivers the sequence once on redelivery', async () => {
       const channel = 'guarantees.outage.read';
       const store = new InstrumentedStore(new MemorySequenceStore());
       const t = await start(channel, { store });
       const payload = bytes(3_000, 52);
       store.failNextReads = 1;
 
-      await publishAll(t.transport, channel, makeFragments('read-fails', payload, 1_000));
+      // Out of order, so the payload is verified by reading it back before the handler.
+      const fragments = makeFragments('read-fails', payload, 1_000).reverse();
+      await publishAll(t.transport, channel, fragments);
       await t.transport.whenIdle();
 
       expect(store.failNextReads).toBe(0);
       expect(store.accepts.filter((a) => a.status === 'complete')).toHaveLength(2);
       expect(t.handler.calls).toBe(1);
       expect(t.handler.of('read-fails')[0].bytes.equals(payload)).toBe(true);
+      expect(deadLetters(t.transport, channel)).toHaveLength(0);
+    });
+    it("requeues the completing fragment when the handler's read fails, instead of retrying the handler or dead-lettering; delivers once on redelivery", async () => {
+      const channel = 'guarantees.outage.handler-read';
+      const store = new InstrumentedStore(new MemorySequenceStore());
+      const t = await start(channel, { store });
+      const payload = bytes(3_000, 54);
+      store.failNextReads = 1;
+
+      // In order on one instance: verified at intake, so the handler's read is the first one.
+      await publishAll(t.transport, channel, makeFragments('handler-read-fails', payload, 1_000));
+      await t.transport.whenIdle();
+
+      expect(store.failNextReads).toBe(0);
+      expect(store.accepts.filter((a) => a.status === 'complete')).toHaveLength(2);
+      expect(t.handler.calls).toBe(2);
+      expect(t.handler.of('handler-read-fails')).toHaveLength(1);
+      expect(t.handler.of('handler-read-fails')[0].bytes.equals(payload)).toBe(true);
       expect(deadLetters(t.transport, channel)).toHaveLength(0);
     });
   });

@@ -26,6 +26,7 @@ export interface AcceptRecord {
  * - `unreachable`: `accept` throws (the store cannot be reached);
  * - `failRenewals`: `renewLease` throws, so a held completion lease lapses;
  * - `failNextReads`: that many `read` streams fail;
+ * - `corruptNextReads`: that many `read` streams return the bytes with the first one flipped;
  * - `holdAccepts()`: `accept` waits before reaching the store, so fragments stay in the consumer's
  *   hands (unsettled), until `crash()`;
  * - `crash()`: from now on every call fails, as for a consumer process that died.
@@ -42,6 +43,9 @@ export class InstrumentedStore implements SequenceStore {
   /** `renewLease` throws (the store is unreachable for lease renewals only). */
   failRenewals = false;
   failNextReads = 0;
+  corruptNextReads = 0;
+  /** `read` calls, in order (each one is a pass over a sequence's bytes). */
+  reads = 0;
   private gate?: Promise<void>;
   private rejectGate?: (error: Error) => void;
   private crashed = false;
@@ -105,6 +109,18 @@ export class InstrumentedStore implements SequenceStore {
   }
 
   read(ref: SequenceRef): Readable {
+    this.reads++;
+    if (this.corruptNextReads > 0 && !this.crashed) {
+      this.corruptNextReads--;
+      let first = true;
+      return this.inner.read(ref).map((chunk: Buffer) => {
+        if (!first || chunk.length === 0) return chunk;
+        first = false;
+        const changed = Buffer.from(chunk);
+        changed[0] ^= 0xff;
+        return changed;
+      });
+    }
     if (this.crashed || this.failNextReads > 0) {
       if (this.crashed) this.refusedAfterCrash.push('read');
       else this.failNextReads--;

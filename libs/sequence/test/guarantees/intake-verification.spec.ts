@@ -1,0 +1,122 @@
+import { MemorySequenceStore, SequenceIntegrityError } from 'nest-sequence';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  deathReasonOf,
+  makeFragments,
+  publishAll,
+  shuffled,
+  type SequenceTestApp,
+} from '../support/sequence-test-app';
+import { InstrumentedStore } from './instrumented.sequence-store';
+
+/**
+ * Guarantees row "reassembled SHA-256 mismatch", and how it is checked: a sequence whose
+ * fragments one instance stored in order was hashed as it arrived, so it is not read back just
+ * to be verified; the handler's stream is then checked as it flows. Any other sequence is read
+ * back and verified before the handler.
+ */
+describe('guarantees: verifying a sequence at intake', () => {
+  let t: SequenceTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  it('reads a sequence stored in order once: for the handler, not for verification', async () => {
+    const channel = 'guarantees.intake.in-order';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, { store });
+    const payload = bytes(10_000, 61);
+
+    await publishAll(t.transport, channel, makeFragments('in-order', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(store.reads).toBe(1);
+    expect(t.handler.of('in-order')).toHaveLength(1);
+    expect(t.handler.of('in-order')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('reads a sequence that arrived out of order twice: verified before the handler, then for it', async () => {
+    const channel = 'guarantees.intake.shuffled';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, { store });
+    const payload = bytes(10_000, 62);
+
+    await publishAll(t.transport, channel, shuffled(makeFragments('shuffled', payload, 1_000), 3));
+    await t.transport.whenIdle();
+
+    expect(store.reads).toBe(2);
+    expect(t.handler.of('shuffled')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('reads a sequence with a duplicated fragment twice, and delivers it once', async () => {
+    const channel = 'guarantees.intake.duplicate';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, { store });
+    const payload = bytes(5_000, 63);
+    const fragments = makeFragments('duplicated', payload, 1_000);
+
+    await publishAll(t.transport, channel, [
+      ...fragments.slice(0, 3),
+      fragments[1],
+      ...fragments.slice(3),
+    ]);
+    await t.transport.whenIdle();
+
+    expect(store.reads).toBe(2);
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.of('duplicated')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('does not call the handler when the bytes stored in order do not match x-sequence-sha256', async () => {
+    const channel = 'guarantees.intake.forged';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, { store });
+    const fragments = makeFragments('forged-in-order', bytes(3_000, 64), 1_000);
+    const last = fragments[2];
+    fragments[2] = {
+      ...last,
+      headers: { ...last.headers, 'x-sequence-sha256': 'ab'.repeat(32) },
+    };
+
+    await publishAll(t.transport, channel, fragments);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(/^integrity-mismatch: sequence forged-in-order/);
+  });
+
+  it('fails the handler stream at its end, without retrying the handler, and dead-letters the sequence when the store gives back other bytes than it took', async () => {
+    const channel = 'guarantees.intake.corrupt-store';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, {
+      store,
+      handlerRetry: { attempts: 3, baseDelayMs: 1 },
+    });
+    const payload = bytes(4_000, 65);
+    store.corruptNextReads = 1;
+    let streamError: unknown;
+    t.handler.onCall = async (delivered) => {
+      await delivered.toBuffer().catch((error: unknown) => {
+        streamError = error;
+        throw error;
+      });
+    };
+
+    await publishAll(t.transport, channel, makeFragments('corrupt-store', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(streamError).toBeInstanceOf(SequenceIntegrityError);
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(
+      /^integrity-mismatch: sequence corrupt-store: .*read back from the memory store/,
+    );
+  });
+});
