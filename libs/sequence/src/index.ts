@@ -35,6 +35,42 @@ export {
   type RegisteredSequenceHandler,
 } from './discovery/sequenced-handler.registry';
 
+// Claim Check
+export { ClaimCheckService } from './claim-check/claim-check.service';
+export type {
+  CheckInOptions,
+  ClaimPublishOptions,
+  ClaimPublishReceipt,
+} from './claim-check/claim-check.service';
+export { ClaimedPayload, type ClaimDelivery } from './claim-check/claimed-payload';
+export {
+  CLAIM_CHECK_DEFAULTS,
+  type ClaimCheckOptions,
+  type ClaimRetention,
+  type ResolvedClaimCheckOptions,
+} from './claim-check/claim-check.options';
+export { CLAIM_CHECK_OPTIONS } from './claim-check/claim-check.constants';
+export { ClaimCheckHeader } from './claim-check/claim-check.headers';
+export type {
+  ClaimCheckConsumerOptions,
+  ClaimCheckHandlerFn,
+} from './claim-check/claim-check-consumer';
+export { ClaimCheckReceiver } from './claim-check/claim-check.receiver';
+export { OrphanSweeper, type OrphanSweepReport } from './claim-check/orphan.sweeper';
+export { ClaimCheck, type ClaimCheckHandlerOptions } from './discovery/claim-check.decorator';
+export {
+  ClaimCheckRegistry,
+  type RegisteredClaimCheckHandler,
+} from './discovery/claim-check.registry';
+export {
+  signTicket,
+  verifyTicket,
+  parseTicketBody,
+  type ClaimTicket,
+  type ClaimTicketFields,
+} from './core/claim-ticket';
+export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
+
 // Wire contract and errors
 export {
   SequenceHeader,
@@ -61,6 +97,35 @@ export {
   type RedisSequenceStoreOptions,
 } from './adapters/stores/redis/redis.sequence-store';
 export { RedisSequenceStoreError } from './adapters/stores/redis/redis-store.error';
+export * from './ports/payload-store.port';
+export * from './ports/claim-ledger.port';
+export { FilesystemPayloadStore } from './adapters/payload/filesystem/filesystem.payload-store';
+export type { FilesystemPayloadStoreOptions } from './adapters/payload/filesystem/filesystem.payload-store.options';
+export { RedisPayloadStore } from './adapters/payload/redis/redis.payload-store';
+export type { RedisPayloadStoreOptions } from './adapters/payload/redis/redis-payload.options';
+export { RedisPayloadStoreError } from './adapters/payload/redis/redis-payload-store.error';
+export { S3PayloadStore } from './adapters/payload/s3/s3.payload-store';
+export type {
+  S3PayloadStoreOptions,
+  S3ConnectOptions,
+} from './adapters/payload/s3/s3.payload-store.options';
+export { S3PayloadTooLargeError } from './adapters/payload/s3/s3-payload-too-large.error';
+export {
+  EncryptingPayloadStore,
+  type EncryptingPayloadStoreOptions,
+} from './adapters/payload/encrypting/encrypting.payload-store';
+export type { PayloadEncryptionKey } from './adapters/payload/encrypting/payload-encryption.keys';
+export { PayloadDecryptionError } from './adapters/payload/encrypting/payload-decryption.error';
+export {
+  MemoryClaimLedger,
+  type MemoryClaimLedgerOptions,
+} from './adapters/stores/memory/memory.claim-ledger';
+export {
+  RedisClaimLedger,
+  type RedisClaimLedgerOptions,
+} from './adapters/stores/redis/redis.claim-ledger';
+export { RedisClaimLedgerError } from './adapters/stores/redis/redis-claim-ledger.error';
 
 // Observability
 export { SequenceMetrics } from './observability/sequence.metrics';
+export { ClaimCheckMetrics } from './observability/claim-check.metrics';

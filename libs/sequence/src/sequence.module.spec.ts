@@ -386,7 +386,7 @@ describe('SequenceModule', () => {
         second: 'MrAnalyser.review',
       });
       expect((error as Error).message).toContain(
-        'channel scans has two @SequencedHandler methods (CtAnalyser.analyse and MrAnalyser.review)',
+        'channel scans has two handler methods (CtAnalyser.analyse and MrAnalyser.review)',
       );
     });
   });

@@ -8,8 +8,19 @@ import {
 import { DiscoveryModule } from '@nestjs/core';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
+import { CLAIM_CHECK_OPTIONS } from './claim-check/claim-check.constants';
+import {
+  resolveClaimCheckOptions,
+  type ResolvedClaimCheckOptions,
+} from './claim-check/claim-check.options';
+import { ClaimCheckReceiver } from './claim-check/claim-check.receiver';
+import { ClaimCheckService } from './claim-check/claim-check.service';
+import { OrphanSweeper } from './claim-check/orphan.sweeper';
+import { ClaimCheckExplorer } from './discovery/claim-check.explorer';
+import { ClaimCheckRegistry } from './discovery/claim-check.registry';
 import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
 import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
+import { ClaimCheckMetrics } from './observability/claim-check.metrics';
 import { SequenceMetrics } from './observability/sequence.metrics';
 import type { SequenceStore } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
@@ -62,19 +73,34 @@ const providers: Provider[] = [
     useFactory: (options: SequenceModuleOptions | undefined, transport: Transport) =>
       resolveSequenceOptions(options ?? {}, transport),
   },
+  {
+    provide: CLAIM_CHECK_OPTIONS,
+    inject: [SEQUENCE_MODULE_OPTIONS],
+    useFactory: (options: SequenceModuleOptions | undefined) =>
+      resolveClaimCheckOptions(options?.claimCheck),
+  },
   SequenceMetrics,
+  ClaimCheckMetrics,
   SplitterService,
   AggregatorService,
   SequencedHandlerRegistry,
   SequencedHandlerExplorer,
+  ClaimCheckService,
+  ClaimCheckReceiver,
+  ClaimCheckRegistry,
+  // After SequencedHandlerExplorer: it refuses channels a sequence handler already took.
+  ClaimCheckExplorer,
   SequenceConsumerHost,
   ExpirySweeper,
+  OrphanSweeper,
 ];
 
 /**
- * Message Sequence for Nest: `SplitterService` on the producer side, `@SequencedHandler` (or
- * `AggregatorService`) on the consumer side. With no options everything runs in one process
- * (in-memory transport, memory store); pass `transport` and `store` for real servers.
+ * Message Sequence and Claim Check for Nest: `SplitterService` / `ClaimCheckService` on the
+ * producer side, `@SequencedHandler` / `@ClaimCheck` (or `AggregatorService`) on the consumer
+ * side. With no options everything runs in one process (in-memory transport, memory store,
+ * filesystem payload store in the OS temp directory); pass `transport`, `store` and
+ * `claimCheck` adapters for real servers.
  *
  * @example
  * SequenceModule.forRoot({ fragmentBytes: 8 * 1024 * 1024, timeout: { ms: 120_000 } })
@@ -90,13 +116,21 @@ const providers: Provider[] = [
     SequenceMetrics,
     SequencedHandlerRegistry,
     ExpirySweeper,
+    ClaimCheckService,
+    ClaimCheckMetrics,
+    ClaimCheckRegistry,
+    OrphanSweeper,
+    CLAIM_CHECK_OPTIONS,
     SEQUENCE_TRANSPORT,
     SEQUENCE_STORE,
     SEQUENCE_OPTIONS,
   ],
 })
 export class SequenceModule extends ConfigurableSequenceModule implements OnApplicationShutdown {
-  constructor(@Inject(OWNED_ADAPTERS) private readonly owned: OwnedAdapters) {
+  constructor(
+    @Inject(OWNED_ADAPTERS) private readonly owned: OwnedAdapters,
+    @Inject(CLAIM_CHECK_OPTIONS) private readonly claimCheck: ResolvedClaimCheckOptions,
+  ) {
     super();
   }
 
@@ -111,5 +145,6 @@ export class SequenceModule extends ConfigurableSequenceModule implements OnAppl
   async onApplicationShutdown(): Promise<void> {
     await this.owned.transport?.close();
     await this.owned.store?.close();
+    for (const adapter of this.claimCheck.owned) await adapter.close();
   }
 }

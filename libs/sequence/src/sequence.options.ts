@@ -11,6 +11,7 @@ import type {
   ExpiredSequence,
 } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
+import type { ClaimCheckOptions } from './claim-check/claim-check.options';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -93,6 +94,8 @@ export interface SequenceModuleOptions extends SequenceConsumerOptions {
   metrics?: false | { registry?: Registry; prefix?: string };
   /** Identifies this instance in completion leases. @default `<hostname>-<pid>-<random>` */
   consumerId?: string;
+  /** Claim Check: payload store, claim ledger, ticket keys, threshold, retention. */
+  claimCheck?: ClaimCheckOptions;
 }
 
 /** Consumer options with every default applied. */

@@ -3,12 +3,15 @@ import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { AggregatorService } from '../sequence/aggregator.service';
 import type { ReassembledPayload } from '../sequence/reassembled-payload';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { missingChannelMessage, requestScopedHandlerMessage } from './discovery.messages';
+import { decoratedMethods } from './decorated-methods';
+import { missingChannelMessage } from './discovery.messages';
 import {
   SEQUENCED_HANDLER_METADATA,
   type SequencedHandlerOptions,
 } from './sequenced-handler.decorator';
 import { SequencedHandlerRegistry } from './sequenced-handler.registry';
+
+const DECORATOR = '@SequencedHandler';
 
 /** Finds `@SequencedHandler` methods on singleton providers and registers them. */
 @Injectable()
@@ -24,37 +27,26 @@ export class SequencedHandlerExplorer implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    for (const wrapper of this.discovery.getProviders()) {
-      const instance: unknown = wrapper.instance;
-      if (!instance || typeof instance !== 'object') continue;
-      const prototype = Object.getPrototypeOf(instance) as object | null;
-      if (!prototype) continue;
-      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
-        const method = (instance as Record<string, unknown>)[methodName];
-        if (typeof method !== 'function') continue;
-        const options = this.reflector.get<SequencedHandlerOptions | undefined>(
-          SEQUENCED_HANDLER_METADATA,
-          method,
-        );
-        if (!options) continue;
-        const className = (instance.constructor as { name: string }).name;
-        if (!wrapper.isDependencyTreeStatic()) {
-          this.logger.warn(requestScopedHandlerMessage(className, methodName));
-          continue;
-        }
-        if (typeof options.channel !== 'string' || options.channel.length === 0) {
-          throw new SequenceOptionsError(`@SequencedHandler on ${className}.${methodName}`, [
-            missingChannelMessage(className, methodName),
-          ]);
-        }
-        const { channel, ...overrides } = options;
-        const handler = (payload: ReassembledPayload): unknown =>
-          (method as (p: ReassembledPayload) => unknown).call(instance, payload);
-        this.registry.add({
-          name: `${className}.${methodName}`,
-          consumer: this.aggregator.createConsumer(channel, handler, overrides),
-        });
+    const methods = decoratedMethods<SequencedHandlerOptions>(
+      this.discovery,
+      this.scanner,
+      this.reflector,
+      SEQUENCED_HANDLER_METADATA,
+      DECORATOR,
+      this.logger,
+    );
+    for (const { className, methodName, options, call } of methods) {
+      if (typeof options.channel !== 'string' || options.channel.length === 0) {
+        throw new SequenceOptionsError(`${DECORATOR} on ${className}.${methodName}`, [
+          missingChannelMessage(DECORATOR, className, methodName),
+        ]);
       }
+      const { channel, ...overrides } = options;
+      const handler = (payload: ReassembledPayload): unknown => call(payload);
+      this.registry.add({
+        name: `${className}.${methodName}`,
+        consumer: this.aggregator.createConsumer(channel, handler, overrides),
+      });
     }
   }
 }

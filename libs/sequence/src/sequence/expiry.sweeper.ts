@@ -14,6 +14,7 @@ import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.por
 import type { Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
+import { IntervalJob } from '../scheduling/interval-job';
 import { AggregatorService } from './aggregator.service';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
@@ -28,7 +29,7 @@ const SWEEP_BATCH = 100;
 export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('SequenceModule');
   private running: Promise<number> | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly job: IntervalJob;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -36,26 +37,21 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
     private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
-    @Optional() private readonly schedulerRegistry?: SchedulerRegistry,
-  ) {}
+    @Optional() schedulerRegistry?: SchedulerRegistry,
+  ) {
+    this.job = new IntervalJob(EXPIRY_SWEEPER_INTERVAL, schedulerRegistry);
+  }
 
   onApplicationBootstrap(): void {
-    const interval = this.options.sweepIntervalMs;
-    if (interval === false) return;
-    this.timer = setInterval(
-      () => void this.sweep().catch((error: unknown) => this.logFailure(error)),
-      interval,
+    this.job.start(
+      this.options.sweepIntervalMs,
+      () => this.sweep(),
+      (error) => this.logFailure(error),
     );
-    // Registered with @nestjs/schedule when the app imports ScheduleModule.forRoot(), so it is
-    // listed (and can be stopped) through SchedulerRegistry like the app's own intervals.
-    this.schedulerRegistry?.addInterval(EXPIRY_SWEEPER_INTERVAL, this.timer);
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    if (this.schedulerRegistry?.doesExist('interval', EXPIRY_SWEEPER_INTERVAL)) {
-      this.schedulerRegistry.deleteInterval(EXPIRY_SWEEPER_INTERVAL);
-    }
-    clearInterval(this.timer);
+    this.job.stop();
     await this.running?.catch(() => undefined);
   }
 

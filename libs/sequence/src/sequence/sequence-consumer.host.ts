@@ -5,14 +5,17 @@ import {
   type BeforeApplicationShutdown,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
+import { ClaimCheckReceiver } from '../claim-check/claim-check.receiver';
+import { ClaimCheckRegistry } from '../discovery/claim-check.registry';
 import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
 import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
-import { AggregatorService, type SequenceConsumer } from './aggregator.service';
+import { AggregatorService } from './aggregator.service';
 
 /**
- * Owns the subscriptions of the discovered sequence handlers: opens them at bootstrap; at
+ * Owns the subscriptions of the discovered handlers (`@SequencedHandler`, `@ClaimCheck`): opens
+ * them at bootstrap; at
  * shutdown stops taking fragments, lets deliveries in progress finish (up to
  * `shutdownTimeoutMs`), then closes them, so a graceful stop does not look like a crash.
  */
@@ -29,23 +32,44 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
     private readonly registry: SequencedHandlerRegistry,
     private readonly aggregator: AggregatorService,
+    private readonly claimCheckRegistry: ClaimCheckRegistry,
+    private readonly claimCheck: ClaimCheckReceiver,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
     for (const { name, consumer } of this.registry.all()) {
-      const subscription = await this.transport.subscribe(
+      await this.open(
         consumer.channel,
-        (message) => this.receive(message, consumer),
-        {
-          prefetch: consumer.options.prefetch,
-          deadLetterChannel: consumer.options.deadLetterChannel,
-        },
+        (message) => this.aggregator.receive(message, consumer),
+        consumer.options,
       );
-      this.subscriptions.push(subscription);
       this.logger.log(
         `${name} consumes sequences from ${consumer.channel} (${this.transport.name})`,
       );
     }
+    for (const { name, consumer } of this.claimCheckRegistry.all()) {
+      await this.open(
+        consumer.channel,
+        (message) => this.claimCheck.receive(message, consumer),
+        consumer,
+      );
+      this.logger.log(
+        `${name} consumes claim checks from ${consumer.channel} (${this.transport.name})`,
+      );
+    }
+  }
+
+  private async open(
+    channel: string,
+    receive: (message: InboundMessage) => Promise<Disposition>,
+    options: { prefetch: number; deadLetterChannel?: string },
+  ): Promise<void> {
+    const subscription = await this.transport.subscribe(
+      channel,
+      (message) => this.track(() => receive(message)),
+      { prefetch: options.prefetch, deadLetterChannel: options.deadLetterChannel },
+    );
+    this.subscriptions.push(subscription);
   }
 
   async beforeApplicationShutdown(): Promise<void> {
@@ -72,13 +96,13 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
     }
   }
 
-  private receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+  private track(receive: () => Promise<Disposition>): Promise<Disposition> {
     if (this.drained) {
       // Held, not settled, until the subscriptions close: they hand unsettled messages back to
       // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
       return this.drained.then(() => ({ action: 'requeue', reason: 'shutting down' }));
     }
-    const pending = this.aggregator.receive(message, consumer);
+    const pending = receive();
     this.inFlight.add(pending);
     void pending.finally(() => this.inFlight.delete(pending));
     return pending;

@@ -32,7 +32,13 @@ export type RejectionCode =
   /** A fragment arrived for a sequence that expired earlier, or the expiry record itself. */
   | 'sequence-expired'
   /** The handler kept failing after its retries. */
-  | 'handler-failed';
+  | 'handler-failed'
+  /** Claim Check: the ticket is malformed, unsigned, badly signed, under an unknown key, or expired. */
+  | 'claim-ticket-invalid'
+  /** Claim Check: the ticket names a payload store this consumer is not configured with. */
+  | 'unknown-payload-store'
+  /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */
+  | 'claim-check-not-found';
 
 /** Formats the `x-death-reason` header value for a rejection. */
 export function deathReason(code: RejectionCode, detail: string): string {

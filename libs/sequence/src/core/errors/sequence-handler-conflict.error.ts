@@ -1,6 +1,9 @@
 import { SequenceError } from './sequence.error';
 
-/** Two `@SequencedHandler` methods claim one channel; the application does not start. */
+/**
+ * Two handler methods (`@SequencedHandler`, `@ClaimCheck`) claim one channel; the application
+ * does not start.
+ */
 export class SequenceHandlerConflictError extends SequenceError {
   readonly code = 'handler-conflict' as const;
 
@@ -11,7 +14,7 @@ export class SequenceHandlerConflictError extends SequenceError {
     readonly second: string,
   ) {
     super(
-      `channel ${channel} has two @SequencedHandler methods (${first} and ${second}); ` +
+      `channel ${channel} has two handler methods (${first} and ${second}); ` +
         `one channel is consumed by one handler — give them different channels.`,
     );
   }

@@ -16,7 +16,10 @@ export type ScriptName =
   | 'settle'
   | 'forget'
   | 'release-retained'
-  | 'stats';
+  | 'stats'
+  | 'claim-acquire'
+  | 'claim-complete'
+  | 'claim-release';
 
 export type ScriptArgument = string | number | Buffer;
 
@@ -79,6 +82,9 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'forget',
   'release-retained',
   'stats',
+  'claim-acquire',
+  'claim-complete',
+  'claim-release',
 ];
 
 function readLua(file: string): string {

@@ -1,0 +1,156 @@
+import { constants, type Stats } from 'node:fs';
+import { type FileHandle, open, realpath, stat } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { InvalidPayloadRefError } from '../../../core/errors';
+
+export const FILESYSTEM_STORE_NAME = 'filesystem';
+
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+
+/** `<yyyy>/<mm>/<dd>/<uuid>`, the day being the payload's expiry day (UTC). Nothing else passes. */
+const REF_PATTERN = new RegExp(`^(\\d{4})/(0[1-9]|1[0-2])/(0[1-9]|[12]\\d|3[01])/(${UUID})$`);
+
+export const ID_PATTERN = new RegExp(`^${UUID}$`);
+export const YEAR_PATTERN = /^\d{4}$/;
+export const MONTH_PATTERN = /^(0[1-9]|1[0-2])$/;
+export const DAY_PATTERN = /^(0[1-9]|[12]\d|3[01])$/;
+
+/** The latest expiry a ref can name: the year must fit four digits. */
+export const LATEST_EXPIRY = Date.UTC(10_000, 0, 1) - 1;
+
+export const DAY_MS = 86_400_000;
+
+/** Payloads may hold anything: only the process's own user reads them, even under /tmp. */
+export const DIRECTORY_MODE = 0o700;
+export const FILE_MODE = 0o600;
+
+/** Where one payload's files live. The payload exists exactly when its `data` file does. */
+export interface PayloadFiles {
+  readonly ref: string;
+  readonly id: string;
+  readonly directory: string;
+  /** The bytes; renamed into place last, so its presence means the put completed. */
+  readonly data: string;
+  /** {@link Sidecar} JSON. */
+  readonly sidecar: string;
+  /** Present while the payload is unpublished: lets sweeps find orphans without reading all. */
+  readonly marker: string;
+}
+
+export const sidecarName = (id: string): string => `${id}.json`;
+export const markerName = (id: string): string => `${id}.unpublished`;
+
+/** Temporary files start with a dot and end in `.tmp`; nothing else in a day does. */
+export const temporaryName = (name: string, unique: string): string => `.${name}.${unique}.tmp`;
+export const isTemporaryName = (name: string): boolean =>
+  name.startsWith('.') && name.endsWith('.tmp');
+
+/** Start (epoch ms) of a UTC day; `Date.UTC` would read years below 100 as 19xx. */
+export function startOfDay(year: number, month: number, day: number): number {
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  return date.getTime();
+}
+
+/** The UTC day a payload expiring at `expiresAt` is filed under, as path segments. */
+export function daySegments(expiresAt: number): [string, string, string] {
+  const date = new Date(expiresAt);
+  return [
+    String(date.getUTCFullYear()).padStart(4, '0'),
+    String(date.getUTCMonth() + 1).padStart(2, '0'),
+    String(date.getUTCDate()).padStart(2, '0'),
+  ];
+}
+
+/**
+ * Turns refs into paths under a root whose real path is known, and opens files only when nothing
+ * on the way is a symbolic link: refs come from messages, and a link planted in the root must not
+ * become a way out of it.
+ */
+export class FilesystemPayloadLayout {
+  /** @param root the real path (`fs.realpath`) of the store's root directory */
+  constructor(readonly root: string) {}
+
+  filesFor(ref: string): PayloadFiles {
+    const match = REF_PATTERN.exec(ref);
+    if (!match) {
+      throw this.refused(ref, 'it is not a ref this store generates (<yyyy>/<mm>/<dd>/<uuid>)');
+    }
+    const [, year, month, day, id] = match;
+    const directory = resolve(this.root, year, month, day);
+    const data = join(directory, id);
+    // The pattern already rules out climbing; this is the second lock on the same door.
+    if (!data.startsWith(this.root.endsWith(sep) ? this.root : this.root + sep)) {
+      throw this.refused(ref, 'it resolves outside the root');
+    }
+    return {
+      ref,
+      id,
+      directory,
+      data,
+      sidecar: join(directory, sidecarName(id)),
+      marker: join(directory, markerName(id)),
+    };
+  }
+
+  /**
+   * Whether a directory under the root exists and is reached without symbolic links (its real
+   * path is itself). Throws {@link InvalidPayloadRefError} when a link leads elsewhere.
+   */
+  async directoryExists(ref: string, directory: string): Promise<boolean> {
+    let real: string;
+    try {
+      real = await realpath(directory);
+    } catch (error) {
+      if (isMissing(error)) return false;
+      throw error;
+    }
+    if (real !== directory) throw this.refused(ref, 'its path goes through a symbolic link');
+    return true;
+  }
+
+  /**
+   * Opens a regular file of the store for reading, or resolves `undefined` when it is not there.
+   * `O_NOFOLLOW` refuses a link as the last component; comparing the opened file with the one at
+   * the link-free real path refuses links on the way (and a swap between the check and the open).
+   */
+  async openFile(ref: string, path: string): Promise<FileHandle | undefined> {
+    if (!(await this.directoryExists(ref, dirname(path)))) return undefined;
+    let handle: FileHandle;
+    try {
+      handle = await open(path, constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0));
+    } catch (error) {
+      if (isMissing(error)) return undefined;
+      if (hasCode(error, 'ELOOP')) throw this.refused(ref, 'it names a symbolic link');
+      throw error;
+    }
+    try {
+      const opened = await handle.stat();
+      if (!opened.isFile()) throw this.refused(ref, 'it does not name a regular file');
+      if ((await realpath(path)) !== path || !sameFile(opened, await stat(path))) {
+        throw this.refused(ref, 'its path changed while it was opened');
+      }
+      return handle;
+    } catch (error) {
+      await handle.close();
+      if (isMissing(error)) return undefined;
+      throw error;
+    }
+  }
+
+  refused(ref: string, why: string): InvalidPayloadRefError {
+    return new InvalidPayloadRefError(FILESYSTEM_STORE_NAME, ref, why);
+  }
+}
+
+function sameFile(a: Stats, b: Stats): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
+}
+
+/** By shape, not `instanceof Error`: errors from Node's internals may come from another realm. */
+export function hasCode(error: unknown, code: string): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === code;
+}
+
+export const isMissing = (error: unknown): boolean =>
+  hasCode(error, 'ENOENT') || hasCode(error, 'ENOTDIR');

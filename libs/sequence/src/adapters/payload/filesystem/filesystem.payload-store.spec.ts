@@ -1,0 +1,331 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import {
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  symlink,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { Readable } from 'node:stream';
+import {
+  describePayloadStoreConformance,
+  digestOf,
+  digestOfBuffer,
+} from '../../../../test/conformance/payload-store.conformance';
+import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../../core/errors';
+import type { PutOptions } from '../../../ports/payload-store.port';
+import { FilesystemPayloadStore } from './filesystem.payload-store';
+
+/** One directory per run; each store gets a root inside it, removed with it after the run. */
+let workspace: string;
+
+beforeAll(async () => {
+  workspace = await mkdtemp(join(tmpdir(), 'nseq-fs-payloads-'));
+});
+
+afterAll(async () => {
+  await rm(workspace, { recursive: true, force: true });
+});
+
+const freshRoot = () => join(workspace, randomUUID());
+
+describePayloadStoreConformance('filesystem', {
+  create: async () => new FilesystemPayloadStore({ root: freshRoot() }),
+});
+
+describePayloadStoreConformance('filesystem with fsync', {
+  create: async () => new FilesystemPayloadStore({ root: freshRoot(), fsync: true }),
+});
+
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+const HOUR = 3_600_000;
+
+/** Every file under `directory`, as paths relative to it. */
+async function filesUnder(directory: string): Promise<string[]> {
+  const entries = await readdir(directory, { recursive: true, withFileTypes: true }).catch(
+    (error: NodeJS.ErrnoException) => (error.code === 'ENOENT' ? [] : Promise.reject(error)),
+  );
+  return entries
+    .filter((entry) => !entry.isDirectory())
+    .map((entry) => relative(directory, join(entry.parentPath, entry.name)))
+    .sort();
+}
+
+async function eventually(condition: () => Promise<boolean>): Promise<void> {
+  for (const deadline = Date.now() + 5_000; Date.now() < deadline;) {
+    if (await condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('the condition did not hold within 5 s');
+}
+
+describe('FilesystemPayloadStore', () => {
+  let root: string;
+  let store: FilesystemPayloadStore;
+  let t0: number;
+  const options = (overrides: Partial<PutOptions> = {}): PutOptions => ({
+    now: t0,
+    expiresAt: t0 + HOUR,
+    published: false,
+    ...overrides,
+  });
+  const everything = () => ({ now: t0 + 1e12, unpublishedBefore: t0 + 1e12, limit: 1_000 });
+
+  beforeEach(() => {
+    root = freshRoot();
+    store = new FilesystemPayloadStore({ root });
+    t0 = Date.now();
+  });
+
+  it('is named filesystem', () => {
+    expect(store.name).toBe('filesystem');
+  });
+
+  describe('its root', () => {
+    it('is created, with its parents and private to the user, on first use', async () => {
+      const nested = join(root, 'a', 'b');
+      const lazy = new FilesystemPayloadStore({ root: nested });
+      await expect(stat(root)).rejects.toMatchObject({ code: 'ENOENT' });
+
+      await lazy.put(Buffer.from('first'), options());
+
+      expect((await stat(nested)).mode & 0o777).toBe(0o700);
+    });
+
+    it('may be reached through a symbolic link configured as the root', async () => {
+      await mkdir(root);
+      const link = `${root}-link`;
+      await symlink(root, link);
+      const linked = new FilesystemPayloadStore({ root: link });
+
+      const { ref } = await linked.put(Buffer.from('via link'), options());
+
+      expect((await digestOf(await linked.get(ref))).bytes).toBe(8);
+    });
+
+    it('makes ping reject when it cannot be created', async () => {
+      await writeFile(root, 'a file where the root should be');
+
+      await expect(store.ping()).rejects.toMatchObject({ code: 'EEXIST' });
+    });
+  });
+
+  describe('refs and files', () => {
+    it('generates <yyyy>/<mm>/<dd>/<uuid> refs, the day being the UTC expiry day', async () => {
+      const expiresAt = Date.UTC(2031, 1, 3, 23, 59, 59, 999);
+
+      const { ref } = await store.put(Buffer.from('x'), options({ expiresAt }));
+
+      expect(ref).toMatch(new RegExp(`^2031/02/03/${UUID}$`));
+    });
+
+    it('keeps the bytes, a sidecar and an unpublished marker, all private to the user', async () => {
+      const payload = randomBytes(1_234);
+
+      const { ref } = await store.put(payload, options({ contentType: 'image/png' }));
+
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`].sort());
+      expect(await readFile(join(root, ref))).toEqual(payload);
+      expect((await stat(join(root, ref))).mode & 0o777).toBe(0o600);
+      expect((await stat(join(root, `${ref}.json`))).mode & 0o777).toBe(0o600);
+    });
+
+    it('rewrites the sidecar on markPublished and drops the marker, leaving no temporary file', async () => {
+      const { ref } = await store.put(Buffer.from('x'), options());
+
+      await store.markPublished(ref);
+
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`]);
+      const sidecar = JSON.parse(await readFile(join(root, `${ref}.json`), 'utf8'));
+      expect(sidecar).toMatchObject({ published: true });
+    });
+
+    it('refuses an expiry it cannot file, before writing anything', async () => {
+      await expect(
+        store.put(Buffer.from('x'), options({ expiresAt: Date.UTC(10_000, 0, 1) })),
+      ).rejects.toBeInstanceOf(RangeError);
+
+      expect(await filesUnder(root)).toEqual([]);
+    });
+
+    it('lets another store on the same root read what one stored', async () => {
+      const payload = randomBytes(10_000);
+      const { ref } = await store.put(payload, options());
+
+      const other = new FilesystemPayloadStore({ root });
+
+      expect(await digestOf(await other.get(ref))).toEqual(digestOfBuffer(payload));
+    });
+  });
+
+  describe('writes', () => {
+    it('streams into a temporary file that no reader sees until the source ended', async () => {
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      async function* source(): AsyncGenerator<Buffer> {
+        yield randomBytes(256 * 1024);
+        await gate;
+        yield randomBytes(1_000);
+      }
+      const putting = store.put(Readable.from(source()), options());
+
+      await eventually(async () => {
+        const files = await filesUnder(root);
+        const [only] = files;
+        return files.length === 1 && (await stat(join(root, only))).size === 256 * 1024;
+      });
+      expect((await filesUnder(root))[0]).toMatch(/(^|\/)\.[^/]*\.tmp$/);
+      expect(await store.sweepCandidates(everything())).toEqual([]);
+
+      release();
+      const { ref, bytes } = await putting;
+      expect(bytes).toBe(256 * 1024 + 1_000);
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`].sort());
+    });
+
+    it('leaves no file behind when the source fails', async () => {
+      async function* source(): AsyncGenerator<Buffer> {
+        yield randomBytes(300_000);
+        throw new Error('the upload was cut');
+      }
+
+      await expect(store.put(Readable.from(source()), options())).rejects.toThrow('was cut');
+
+      expect(await filesUnder(root)).toEqual([]);
+    });
+  });
+
+  describe('traversal', () => {
+    let outside: string;
+    const secret = 'outside the root';
+
+    beforeEach(async () => {
+      outside = join(workspace, `outside-${randomUUID()}`);
+      await mkdir(join(outside, '01', '01'), { recursive: true });
+      await writeFile(join(outside, 'secret'), secret);
+      await store.ping();
+    });
+
+    it.each([
+      ['climbing out of the root', () => relative(root, join(outside, 'secret'))],
+      ['an absolute path', () => join(outside, 'secret')],
+    ])('refuses %s, for reads and for deletes', async (_label, target) => {
+      const ref = target();
+
+      await expect(store.get(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      await expect(store.head(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      await expect(store.delete(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      expect(await readFile(join(outside, 'secret'), 'utf8')).toBe(secret);
+    });
+
+    it('does not read through a symbolic link planted as a payload file', async () => {
+      const ref = `2030/01/01/${randomUUID()}`;
+      await mkdir(join(root, '2030', '01', '01'), { recursive: true });
+      await symlink(join(outside, 'secret'), join(root, ref));
+      await symlink(join(outside, 'secret'), join(root, `${ref}.json`));
+
+      await expect(store.get(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      await expect(store.head(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      await expect(store.markPublished(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+    });
+
+    describe('through a directory linked out of the root', () => {
+      const id = randomUUID();
+      const ref = `2032/01/01/${id}`;
+
+      beforeEach(async () => {
+        // A complete payload, but outside: the link is the only way the ref reaches it.
+        await writeFile(join(outside, '01', '01', id), secret);
+        const sidecar = { version: 1, bytes: 16, createdAt: 0, expiresAt: 0, published: false };
+        await writeFile(join(outside, '01', '01', `${id}.json`), JSON.stringify(sidecar));
+        await symlink(outside, join(root, '2032'));
+      });
+
+      it('refuses get, head and markPublished', async () => {
+        await expect(store.get(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+        await expect(store.head(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+        await expect(store.markPublished(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+      });
+
+      it('refuses delete, and the file outside stays', async () => {
+        await expect(store.delete(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
+
+        expect(await readFile(join(outside, '01', '01', id), 'utf8')).toBe(secret);
+      });
+
+      it('is not walked by sweeps', async () => {
+        expect(await store.sweepCandidates(everything())).toEqual([]);
+      });
+    });
+  });
+
+  describe('sweepCandidates', () => {
+    const dayOf = (ref: string) => join(root, ref, '..');
+    /** A sweep for which nothing this block stores is due: it only walks (and tidies). */
+    const nothingDue = () => ({ now: t0, unpublishedBefore: t0 - 1, limit: 100 });
+
+    it('lists payloads of a day that ended as expired without reading their sidecars', async () => {
+      const { ref } = await store.put(Buffer.from('x'), options({ published: true }));
+      await writeFile(join(root, `${ref}.json`), 'not json');
+
+      const candidates = await store.sweepCandidates({ ...everything(), now: t0 + 2 * 86_400_000 });
+
+      expect(candidates).toEqual([{ ref, reason: 'expired' }]);
+    });
+
+    it('goes past a corrupt sidecar to the payloads after it', async () => {
+      const broken = await store.put(Buffer.from('a'), options());
+      const orphan = await store.put(Buffer.from('b'), options());
+      await writeFile(join(root, `${broken.ref}.json`), '{"version":1}');
+
+      const candidates = await store.sweepCandidates({
+        now: t0,
+        unpublishedBefore: t0,
+        limit: 10,
+      });
+
+      expect(candidates).toEqual([{ ref: orphan.ref, reason: 'orphaned' }]);
+    });
+
+    it('removes temporary files and sidecars without bytes left by a crash, once stale', async () => {
+      const { ref } = await store.put(Buffer.from('kept'), options({ published: true }));
+      const day = dayOf(ref);
+      const crashed = randomUUID();
+      const leftovers = [`.${crashed}.1.tmp`, `${crashed}.json`, `${crashed}.unpublished`];
+      for (const name of [...leftovers, '.fresh.2.tmp']) await writeFile(join(day, name), 'x');
+      const twoHoursAgo = new Date(Date.now() - 2 * HOUR);
+      for (const name of leftovers) await utimes(join(day, name), twoHoursAgo, twoHoursAgo);
+
+      expect(await store.sweepCandidates(nothingDue())).toEqual([]);
+
+      const id = ref.split('/')[3];
+      expect((await readdir(day)).sort()).toEqual(['.fresh.2.tmp', id, `${id}.json`].sort());
+    });
+
+    it('drops a marker that outlived the sidecar it annotated', async () => {
+      const { ref } = await store.put(Buffer.from('x'), options());
+      await store.markPublished(ref);
+      await writeFile(join(root, `${ref}.unpublished`), '');
+
+      expect(await store.sweepCandidates(nothingDue())).toEqual([]);
+
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`]);
+    });
+  });
+
+  describe('a ref not held', () => {
+    it('is not found when its day directory does not exist', async () => {
+      const ref = `2040/05/06/${randomUUID()}`;
+
+      await expect(store.get(ref)).rejects.toBeInstanceOf(ClaimCheckNotFoundError);
+      expect(await store.head(ref)).toBeUndefined();
+      expect(await store.delete(ref)).toBe(false);
+    });
+  });
+});

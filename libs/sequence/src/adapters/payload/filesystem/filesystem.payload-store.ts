@@ -1,0 +1,238 @@
+import { randomUUID } from 'node:crypto';
+import { constants, createWriteStream } from 'node:fs';
+import { access, lstat, mkdir, open, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ClaimCheckNotFoundError } from '../../../core/errors';
+import type {
+  PayloadInfo,
+  PayloadStore,
+  PutOptions,
+  StoredPayload,
+  SweepCandidate,
+  SweepQuery,
+} from '../../../ports/payload-store.port';
+import {
+  daySegments,
+  DIRECTORY_MODE,
+  FILE_MODE,
+  FILESYSTEM_STORE_NAME,
+  FilesystemPayloadLayout,
+  isMissing,
+  LATEST_EXPIRY,
+  temporaryName,
+} from './filesystem.payload-layout';
+import {
+  DEFAULT_FILESYSTEM_PAYLOAD_ROOT,
+  DEFAULT_STALE_TEMPORARY_MS,
+  type FilesystemPayloadStoreOptions,
+} from './filesystem.payload-store.options';
+import {
+  encodeSidecar,
+  readSidecar,
+  type Sidecar,
+  unlinkIfPresent,
+  writeFileAtomically,
+} from './filesystem.payload-sidecar';
+import { findSweepCandidates } from './filesystem.payload-sweep';
+
+/**
+ * The embedded default payload store: files under a root directory.
+ *
+ * A payload is three files in `<root>/<yyyy>/<mm>/<dd>/` (its expiry day, UTC): `<uuid>` with the
+ * bytes, `<uuid>.json` with its metadata, and `<uuid>.unpublished` while no ticket was published.
+ * The bytes are streamed to a temporary file and renamed into place last, after the metadata, so a
+ * payload is readable only once complete. Refs are `<yyyy>/<mm>/<dd>/<uuid>`; anything else is
+ * refused before it reaches the filesystem, and no file is read through a symbolic link.
+ *
+ * @example
+ * new FilesystemPayloadStore({ root: '/var/lib/my-app/payloads', fsync: true })
+ */
+export class FilesystemPayloadStore implements PayloadStore {
+  readonly name = FILESYSTEM_STORE_NAME;
+  private readonly root: string;
+  private readonly fsync: boolean;
+  private readonly staleTemporaryMs: number;
+  private layout?: Promise<FilesystemPayloadLayout>;
+
+  constructor(options: FilesystemPayloadStoreOptions = {}) {
+    this.root = resolve(options.root ?? DEFAULT_FILESYSTEM_PAYLOAD_ROOT);
+    this.fsync = options.fsync ?? false;
+    this.staleTemporaryMs = options.staleTemporaryMs ?? DEFAULT_STALE_TEMPORARY_MS;
+  }
+
+  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    assertPutOptions(options);
+    const layout = await this.ready();
+    const id = randomUUID();
+    const ref = [...daySegments(options.expiresAt), id].join('/');
+    const files = layout.filesFor(ref);
+    await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
+    await layout.directoryExists(ref, files.directory);
+    const temporary = join(files.directory, temporaryName(id, randomUUID()));
+    try {
+      const bytes = await this.writeBytes(payload, temporary);
+      const sidecar: Sidecar = {
+        version: 1,
+        bytes,
+        createdAt: options.now,
+        expiresAt: options.expiresAt,
+        published: options.published,
+        contentType: options.contentType,
+        metadata: options.metadata,
+      };
+      if (!options.published) await writeFile(files.marker, '', { flag: 'wx', mode: FILE_MODE });
+      await writeFileAtomically(files.sidecar, encodeSidecar(sidecar), this.fsync);
+      await rename(temporary, files.data);
+      if (this.fsync) await syncDirectory(files.directory);
+      return { ref, bytes };
+    } catch (error) {
+      // The id is fresh, so every one of these files is this call's own.
+      await Promise.allSettled(
+        [temporary, files.data, files.sidecar, files.marker].map(unlinkIfPresent),
+      );
+      throw error;
+    }
+  }
+
+  async get(ref: string): Promise<Readable> {
+    const layout = await this.ready();
+    const handle = await layout.openFile(ref, layout.filesFor(ref).data);
+    if (!handle) throw new ClaimCheckNotFoundError(this.name, ref);
+    return handle.createReadStream();
+  }
+
+  async head(ref: string): Promise<PayloadInfo | undefined> {
+    const layout = await this.ready();
+    const files = layout.filesFor(ref);
+    const sidecar = await this.readSidecar(layout, ref, files.sidecar);
+    if (!sidecar || !(await isRegularFile(files.data))) return undefined;
+    return {
+      ref,
+      bytes: sidecar.bytes,
+      createdAt: sidecar.createdAt,
+      expiresAt: sidecar.expiresAt,
+      published: sidecar.published,
+      contentType: sidecar.contentType,
+      metadata: sidecar.metadata,
+    };
+  }
+
+  async delete(ref: string): Promise<boolean> {
+    const layout = await this.ready();
+    const files = layout.filesFor(ref);
+    if (!(await layout.directoryExists(ref, files.directory))) return false;
+    // The bytes first: once they are gone the payload is, whatever happens to the rest.
+    const removed = await unlinkIfPresent(files.data);
+    await unlinkIfPresent(files.marker);
+    await unlinkIfPresent(files.sidecar);
+    return removed;
+  }
+
+  async markPublished(ref: string): Promise<boolean> {
+    const layout = await this.ready();
+    const files = layout.filesFor(ref);
+    const sidecar = await this.readSidecar(layout, ref, files.sidecar);
+    if (!sidecar || !(await isRegularFile(files.data))) return false;
+    if (!sidecar.published) {
+      await writeFileAtomically(
+        files.sidecar,
+        encodeSidecar({ ...sidecar, published: true }),
+        this.fsync,
+      );
+    }
+    // Marker after sidecar: a crash between the two leaves a stale marker, which sweeps remove.
+    await unlinkIfPresent(files.marker);
+    if (await isRegularFile(files.data)) return true;
+    // A delete ran meanwhile; do not leave the sidecar we rewrote behind it.
+    await unlinkIfPresent(files.sidecar);
+    return false;
+  }
+
+  /** See {@link findSweepCandidates} for what a sweep costs. */
+  async sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]> {
+    const layout = await this.ready();
+    if (query.limit <= 0) return [];
+    return findSweepCandidates(layout, query, Date.now() - this.staleTemporaryMs);
+  }
+
+  async ping(): Promise<void> {
+    const layout = await this.ready();
+    await access(layout.root, constants.R_OK | constants.W_OK | constants.X_OK);
+  }
+
+  async close(): Promise<void> {
+    // Owns no connection; every file handle is closed by the operation (or stream) that opened it.
+  }
+
+  private ready(): Promise<FilesystemPayloadLayout> {
+    this.layout ??= this.prepare().catch((error: unknown) => {
+      this.layout = undefined;
+      throw error;
+    });
+    return this.layout;
+  }
+
+  private async prepare(): Promise<FilesystemPayloadLayout> {
+    await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
+    const real = await realpath(this.root);
+    const owner = (await stat(real)).uid;
+    const self = process.getuid?.();
+    if (self !== undefined && owner !== self && this.root === DEFAULT_FILESYSTEM_PAYLOAD_ROOT) {
+      // In a shared temporary directory another user could have created the root first.
+      throw new Error(
+        `the filesystem payload store's default root ${real} belongs to user ${owner}, not to ` +
+          `this process (user ${self}); remove it or configure a root of your own`,
+      );
+    }
+    return new FilesystemPayloadLayout(real);
+  }
+
+  private async writeBytes(payload: Buffer | Readable, temporary: string): Promise<number> {
+    // `wx`: a file or link already at the temporary name makes the put fail, never followed.
+    const sink = createWriteStream(temporary, { flags: 'wx', mode: FILE_MODE, flush: this.fsync });
+    const source = Buffer.isBuffer(payload) ? Readable.from([payload]) : payload;
+    await pipeline(source, sink);
+    return sink.bytesWritten;
+  }
+
+  private async readSidecar(
+    layout: FilesystemPayloadLayout,
+    ref: string,
+    path: string,
+  ): Promise<Sidecar | undefined> {
+    const handle = await layout.openFile(ref, path);
+    return handle && readSidecar(handle, path);
+  }
+}
+
+function assertPutOptions(options: PutOptions): void {
+  if (!Number.isFinite(options.now)) {
+    throw new RangeError(`put needs a finite now (epoch ms), got ${options.now}`);
+  }
+  if (!Number.isFinite(options.expiresAt) || options.expiresAt < 0) {
+    throw new RangeError(`put needs expiresAt as epoch ms, got ${options.expiresAt}`);
+  }
+  if (options.expiresAt > LATEST_EXPIRY) {
+    throw new RangeError(`expiresAt ${options.expiresAt} is past the year 9999`);
+  }
+}
+
+async function isRegularFile(path: string): Promise<boolean> {
+  try {
+    return (await lstat(path)).isFile();
+  } catch (error) {
+    if (isMissing(error)) return false;
+    throw error;
+  }
+}
+
+async function syncDirectory(directory: string): Promise<void> {
+  const handle = await open(directory, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}

@@ -1,0 +1,155 @@
+import { lstat, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { SweepCandidate, SweepQuery } from '../../../ports/payload-store.port';
+import {
+  DAY_MS,
+  DAY_PATTERN,
+  type FilesystemPayloadLayout,
+  ID_PATTERN,
+  isMissing,
+  isTemporaryName,
+  markerName,
+  MONTH_PATTERN,
+  sidecarName,
+  startOfDay,
+  YEAR_PATTERN,
+} from './filesystem.payload-layout';
+import { readSidecar, type Sidecar, unlinkIfPresent } from './filesystem.payload-sidecar';
+
+interface DayDirectory {
+  readonly directory: string;
+  /** `<yyyy>/<mm>/<dd>`, the start of every ref in it. */
+  readonly prefix: string;
+  /** Start of the UTC day (epoch ms): every payload in it expires in [start, start + 1 day). */
+  readonly start: number;
+}
+
+/**
+ * Walks the day directories oldest first and collects up to `query.limit` candidates.
+ *
+ * Cost: one `readdir` per year, month and day directory walked (the walk stops once the limit is
+ * reached). Payloads are filed under their expiry day, so a day that ended before `query.now` is
+ * listed as expired from its directory entries alone; a sidecar is read only for payloads
+ * expiring on the day of `query.now` and for unpublished ones (found by their marker file). A
+ * store with millions of published, unexpired payloads therefore costs a directory listing per
+ * day, not a file read per payload.
+ *
+ * On the way it removes leftovers of crashed processes older than `staleBefore` (epoch ms, file
+ * mtime): temporary files, and sidecars or markers whose payload never got renamed into place.
+ */
+export async function findSweepCandidates(
+  layout: FilesystemPayloadLayout,
+  query: SweepQuery,
+  staleBefore: number,
+): Promise<SweepCandidate[]> {
+  const candidates: SweepCandidate[] = [];
+  for await (const day of dayDirectories(layout.root)) {
+    if (candidates.length >= query.limit) break;
+    await sweepDay(layout, day, query, staleBefore, candidates);
+  }
+  return candidates;
+}
+
+async function* dayDirectories(root: string): AsyncGenerator<DayDirectory> {
+  for (const year of await subdirectories(root, YEAR_PATTERN)) {
+    for (const month of await subdirectories(join(root, year), MONTH_PATTERN)) {
+      for (const day of await subdirectories(join(root, year, month), DAY_PATTERN)) {
+        yield {
+          directory: join(root, year, month, day),
+          prefix: `${year}/${month}/${day}`,
+          start: startOfDay(Number(year), Number(month), Number(day)),
+        };
+      }
+    }
+  }
+}
+
+/** Names of real subdirectories (links are not directories here) that match, sorted. */
+async function subdirectories(directory: string, pattern: RegExp): Promise<string[]> {
+  const entries = await readdirOrEmpty(directory);
+  return entries
+    .filter((entry) => entry.isDirectory() && pattern.test(entry.name))
+    .map((entry) => entry.name)
+    .sort();
+}
+
+async function readdirOrEmpty(directory: string) {
+  try {
+    return await readdir(directory, { withFileTypes: true });
+  } catch (error) {
+    if (isMissing(error)) return [];
+    throw error;
+  }
+}
+
+async function sweepDay(
+  layout: FilesystemPayloadLayout,
+  day: DayDirectory,
+  query: SweepQuery,
+  staleBefore: number,
+  candidates: SweepCandidate[],
+): Promise<void> {
+  const names = new Set(
+    (await readdirOrEmpty(day.directory))
+      .filter((entry) => entry.isFile())
+      .map((entry) => entry.name),
+  );
+  await removeStaleLeftovers(day.directory, names, staleBefore);
+
+  const wholeDayExpired = day.start + DAY_MS - 1 <= query.now;
+  const dayMayHaveExpired = day.start <= query.now;
+  for (const id of [...names].filter((name) => ID_PATTERN.test(name)).sort()) {
+    if (candidates.length >= query.limit) return;
+    const ref = `${day.prefix}/${id}`;
+    if (wholeDayExpired) {
+      candidates.push({ ref, reason: 'expired' });
+      continue;
+    }
+    const hasMarker = names.has(markerName(id));
+    if (!dayMayHaveExpired && !hasMarker) continue;
+
+    const sidecar = await sidecarOf(layout, ref, join(day.directory, sidecarName(id)));
+    if (!sidecar) continue;
+    if (sidecar.expiresAt <= query.now) {
+      candidates.push({ ref, reason: 'expired' });
+    } else if (!sidecar.published && sidecar.createdAt <= query.unpublishedBefore) {
+      candidates.push({ ref, reason: 'orphaned' });
+    } else if (sidecar.published && hasMarker) {
+      // markPublished crashed between its two steps: the sidecar is the truth.
+      await unlinkIfPresent(join(day.directory, markerName(id)));
+    }
+  }
+}
+
+/** The sidecar, or `undefined` when it vanished (a concurrent delete) or cannot be parsed. */
+async function sidecarOf(
+  layout: FilesystemPayloadLayout,
+  ref: string,
+  path: string,
+): Promise<Sidecar | undefined> {
+  try {
+    const handle = await layout.openFile(ref, path);
+    return handle && (await readSidecar(handle, path));
+  } catch {
+    // A corrupt or replaced sidecar must not stop the sweep of everything after it.
+    return undefined;
+  }
+}
+
+async function removeStaleLeftovers(
+  directory: string,
+  names: ReadonlySet<string>,
+  staleBefore: number,
+): Promise<void> {
+  for (const name of names) {
+    const owner = name.replace(/\.(json|unpublished)$/, '');
+    const orphanedPart = owner !== name && ID_PATTERN.test(owner) && !names.has(owner);
+    if (!isTemporaryName(name) && !orphanedPart) continue;
+    const path = join(directory, name);
+    try {
+      if ((await lstat(path)).mtimeMs < staleBefore) await unlinkIfPresent(path);
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+    }
+  }
+}

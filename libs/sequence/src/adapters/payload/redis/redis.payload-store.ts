@@ -1,0 +1,236 @@
+/*
+ * The Redis payload store: Claim Check payloads cut into chunk keys, so that a 1 GB payload never
+ * needs a 1 GB string (Redis caps strings at 512 MiB, and a huge value blocks the server while it
+ * is copied).
+ *
+ * Keys (see redis-payload-keys.ts): per payload a meta hash and chunk strings sharing the hash tag
+ * `{payload:<ref>}`; two store-wide sorted sets in `{payload-idx}` for the sweeper. Every command
+ * batch (MULTI or pipeline) touches one slot only, so the store runs unchanged on Redis Cluster;
+ * no Lua is needed.
+ *
+ * put: the meta is written first with state=writing (get and head treat it as absent), the
+ * chunks follow one by one (one in flight while the next is cut), then the meta is committed to
+ * state=ready in one MULTI (HSET of every field + PEXPIRE), and only then is the ref added to the
+ * indexes. Nobody but the writer knows the ref before put resolves, so nothing (no sweeper, no
+ * delete) can race the writing; a writer that dies leaves keys that are not indexed but carry a
+ * TTL. Before the commit, the chunks' TTLs are reset to the meta's, which also proves they all
+ * still exist (a PEXPIRE on a missing key answers 0).
+ *
+ * TTLs: every key lives until `expiresAt + keyTtlMarginMs`, computed from `now` as a duration (a
+ * safety net in real time; the sweeper works on the `now` it is given). The index sets get the
+ * longest TTL of the payloads they list (PEXPIRE NX, then GT), so a sweeper that never runs
+ * leaks nothing either.
+ */
+import type { RedisOptions } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
+import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
+import type {
+  PayloadInfo,
+  PayloadStore,
+  PutOptions,
+  StoredPayload,
+  SweepCandidate,
+  SweepQuery,
+} from '../../../ports/payload-store.port';
+import { execBatch, unindexPayload, unlinkPayload } from './redis-payload.commands';
+import {
+  isStoreRef,
+  RedisPayloadKeys,
+  type MetaField,
+  type PayloadKeys,
+} from './redis-payload-keys';
+import {
+  resolveRedisPayloadStoreOptions,
+  type RedisPayloadClient,
+  type RedisPayloadStoreOptions,
+  type ResolvedRedisPayloadStoreOptions,
+} from './redis-payload.options';
+import { RedisChunkReader } from './redis-chunk.reader';
+import { writePayload } from './redis-payload.writer';
+
+/**
+ * TTL given to a meta hash that markPublished may have recreated for a payload deleted
+ * meanwhile; it is deleted right after, the TTL covers a crash in between.
+ */
+const STRAY_META_TTL_MS = 60_000;
+
+/**
+ * {@link PayloadStore} on Redis (single node or Cluster). See the top of this file for the
+ * protocol.
+ *
+ * @example
+ * const payloads = new RedisPayloadStore(new Redis(process.env.REDIS_URL), { prefix: 'imaging' });
+ */
+export class RedisPayloadStore implements PayloadStore {
+  readonly name = 'redis';
+
+  private readonly options: ResolvedRedisPayloadStoreOptions;
+  private readonly keys: RedisPayloadKeys;
+  private ownsClient = false;
+
+  constructor(
+    private readonly redis: RedisPayloadClient,
+    options: RedisPayloadStoreOptions = {},
+  ) {
+    this.options = resolveRedisPayloadStoreOptions(options);
+    this.keys = new RedisPayloadKeys(this.options.prefix);
+  }
+
+  /** A store with a client of its own, which `close()` quits. */
+  static connect(
+    url: string,
+    options: RedisPayloadStoreOptions & { readonly redis?: RedisOptions } = {},
+  ): RedisPayloadStore {
+    // Loaded here, not at the top: ioredis is an optional peer of the library.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+    const { redis, ...storeOptions } = options;
+    const store = new RedisPayloadStore(new Client(url, redis ?? {}), storeOptions);
+    store.ownsClient = true;
+    return store;
+  }
+
+  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    const ref = randomUUID();
+    const bytes = await writePayload(this.redis, payload, {
+      ...options,
+      ref,
+      keys: this.keys.payload(ref),
+      index: this.keys.index,
+      chunkBytes: this.options.chunkBytes,
+      ttlMs: this.ttlOf(options),
+    });
+    return { ref, bytes };
+  }
+
+  async get(ref: string): Promise<Readable> {
+    const keys = this.keysOf(ref);
+    const [state, chunks] = await this.redis.hmget(keys.meta, 'state', 'chunks');
+    if (state !== 'ready') throw new ClaimCheckNotFoundError(this.name, ref);
+    return new RedisChunkReader(
+      Number(chunks),
+      (index) => this.redis.getBuffer(keys.chunk(index)),
+      this.options.readAheadChunks,
+      () => new ClaimCheckNotFoundError(this.name, ref),
+    );
+  }
+
+  async head(ref: string): Promise<PayloadInfo | undefined> {
+    const meta = (await this.redis.hgetall(this.keysOf(ref).meta)) as Partial<
+      Record<MetaField, string>
+    >;
+    if (meta.state !== 'ready') return undefined;
+    return {
+      ref,
+      bytes: Number(meta.bytes),
+      createdAt: Number(meta.createdAt),
+      expiresAt: Number(meta.expiresAt),
+      published: meta.published === '1',
+      ...(meta.contentType !== undefined && { contentType: meta.contentType }),
+      ...(meta.metadata !== undefined && {
+        metadata: JSON.parse(meta.metadata) as Record<string, string>,
+      }),
+    };
+  }
+
+  async delete(ref: string): Promise<boolean> {
+    const keys = this.keysOf(ref);
+    const chunks = Number((await this.redis.hget(keys.meta, 'chunks')) ?? 0);
+    const removed = await unlinkPayload(this.redis, keys, chunks);
+    await unindexPayload(this.redis, this.keys.index, ref);
+    return removed;
+  }
+
+  async markPublished(ref: string): Promise<boolean> {
+    const keys = this.keysOf(ref);
+    // Index first: should the next step fail, the payload is at worst kept until it expires,
+    // never swept as an orphan although its ticket is out.
+    await this.redis.zrem(this.keys.index.unpublished, ref);
+    // HSET alone would create a meta for a payload deleted meanwhile: the same MULTI reads the
+    // state (absent = there was nothing) and gives such a stray hash a TTL, never a live one.
+    const replies = await execBatch(
+      this.redis
+        .multi()
+        .hget(keys.meta, 'state')
+        .hset(keys.meta, 'published', '1')
+        .pexpire(keys.meta, STRAY_META_TTL_MS, 'NX'),
+      'markPublished',
+      ref,
+    );
+    const state = replies[0] as string | null;
+    if (state === null) await this.redis.unlink(keys.meta);
+    return state === 'ready';
+  }
+
+  async sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]> {
+    if (query.limit <= 0) return [];
+    const { expiry, unpublished } = this.keys.index;
+    const [expired, orphaned] = await Promise.all([
+      this.redis.zrangebyscore(expiry, '-inf', query.now, 'WITHSCORES', 'LIMIT', 0, query.limit),
+      this.redis.zrangebyscore(
+        unpublished,
+        '-inf',
+        query.unpublishedBefore,
+        'WITHSCORES',
+        'LIMIT',
+        0,
+        query.limit,
+      ),
+    ]);
+    const found = new Map<string, SweepCandidate & { readonly since: number }>();
+    for (const [reason, list] of [
+      ['expired', expired],
+      ['orphaned', orphaned],
+    ] as const) {
+      for (let at = 0; at < list.length; at += 2) {
+        const ref = list[at];
+        if (!found.has(ref)) found.set(ref, { ref, reason, since: Number(list[at + 1]) });
+      }
+    }
+    // Oldest first: by the instant each became a candidate's reason (expiry or creation).
+    return [...found.values()]
+      .sort((a, b) => a.since - b.since)
+      .slice(0, query.limit)
+      .map(({ ref, reason }) => ({ ref, reason }));
+  }
+
+  async ping(): Promise<void> {
+    await this.redis.ping();
+  }
+
+  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  async close(): Promise<void> {
+    if (!this.ownsClient) return;
+    try {
+      await this.redis.quit();
+    } catch {
+      // Not connected (QUIT cannot be sent): just drop the connection attempts.
+      this.redis.disconnect();
+    }
+  }
+
+  /** The payload's keys; a ref the store could not have generated never reaches a key name. */
+  private keysOf(ref: string): PayloadKeys {
+    if (!isStoreRef(ref)) {
+      throw new InvalidPayloadRefError(
+        this.name,
+        String(ref).slice(0, 200),
+        'refs of this store are lowercase UUIDs it generated; this one came from elsewhere',
+      );
+    }
+    return this.keys.payload(ref);
+  }
+
+  /** Redis TTL of every key of a payload: until `expiresAt` plus the margin, at least 1 ms. */
+  private ttlOf(options: PutOptions): number {
+    if (!Number.isFinite(options.now) || !Number.isFinite(options.expiresAt)) {
+      throw new RangeError(
+        `put needs finite now and expiresAt (epoch ms), got now=${options.now} and ` +
+          `expiresAt=${options.expiresAt}`,
+      );
+    }
+    return Math.ceil(Math.max(0, options.expiresAt - options.now) + this.options.keyTtlMarginMs);
+  }
+}

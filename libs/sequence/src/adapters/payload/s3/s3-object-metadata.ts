@@ -1,0 +1,59 @@
+import type { PutOptions } from '../../../ports/payload-store.port';
+
+/**
+ * How a payload's metadata travels as S3 user metadata (`x-amz-meta-*`). S3 keeps those headers
+ * ASCII and lowercases their names, so free text is encoded: the content type with
+ * `encodeURIComponent`, the caller's pairs as base64url JSON (any keys, any case, any Unicode).
+ * S3 allows 2 KB of user metadata per object; a larger `metadata` makes `put` fail with S3's
+ * `MetadataTooLarge`.
+ */
+const CREATED_AT = 'nseq-created-at';
+const EXPIRES_AT = 'nseq-expires-at';
+const CONTENT_TYPE = 'nseq-content-type';
+const USER_METADATA = 'nseq-metadata';
+
+export interface DecodedMetadata {
+  readonly createdAt: number;
+  readonly expiresAt: number;
+  readonly contentType?: string;
+  readonly metadata?: Readonly<Record<string, string>>;
+}
+
+export function encodeObjectMetadata(options: PutOptions): Record<string, string> {
+  const encoded: Record<string, string> = {
+    [CREATED_AT]: String(options.now),
+    [EXPIRES_AT]: String(options.expiresAt),
+  };
+  if (options.contentType !== undefined) {
+    encoded[CONTENT_TYPE] = encodeURIComponent(options.contentType);
+  }
+  if (options.metadata && Object.keys(options.metadata).length > 0) {
+    encoded[USER_METADATA] = Buffer.from(JSON.stringify(options.metadata)).toString('base64url');
+  }
+  return encoded;
+}
+
+/**
+ * The metadata `encodeObjectMetadata` wrote. `fallback` (the instants in the ref) stands in for
+ * instants that are missing, which happens only to objects written under the prefix by others.
+ */
+export function decodeObjectMetadata(
+  stored: Readonly<Record<string, string>> | undefined,
+  fallback: { readonly createdAt: number; readonly expiresAt: number },
+): DecodedMetadata {
+  const createdAt = Number(stored?.[CREATED_AT] ?? NaN);
+  const expiresAt = Number(stored?.[EXPIRES_AT] ?? NaN);
+  const contentType = stored?.[CONTENT_TYPE];
+  const metadata = stored?.[USER_METADATA];
+  return {
+    createdAt: Number.isFinite(createdAt) ? createdAt : fallback.createdAt,
+    expiresAt: Number.isNaN(expiresAt) ? fallback.expiresAt : expiresAt,
+    ...(contentType !== undefined && { contentType: decodeURIComponent(contentType) }),
+    ...(metadata !== undefined && {
+      metadata: JSON.parse(Buffer.from(metadata, 'base64url').toString('utf8')) as Record<
+        string,
+        string
+      >,
+    }),
+  };
+}

@@ -1,0 +1,491 @@
+import {
+  CreateBucketCommand,
+  DeleteObjectCommand,
+  ListObjectsV2Command,
+  S3Client,
+} from '@aws-sdk/client-s3';
+import { type ChildProcessByStdio, spawn } from 'node:child_process';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable, type Writable } from 'node:stream';
+import {
+  describePayloadStoreConformance,
+  digestOf,
+  digestOfBuffer,
+  generatedSource,
+} from '../../../../test/conformance/payload-store.conformance';
+import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import type { PutOptions } from '../../../ports/payload-store.port';
+import { S3PayloadStore } from './s3.payload-store';
+import type { S3PayloadStoreOptions } from './s3.payload-store.options';
+
+const MIB = 1024 * 1024;
+const MINUTE = 60_000;
+const BUCKET = 'nseq-payloads';
+/** A bucket where the server keeps s3rver's own answer to AbortMultipartUpload: 405. */
+const NO_ABORT_BUCKET = 'nseq-no-abort';
+const CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
+
+/**
+ * s3rver 3.7.1, run in a child process. Two gaps of s3rver on Node 20 are dealt with here:
+ * - it pages ListObjectsV2 with DES-encrypted continuation tokens, a cipher OpenSSL 3 keeps in
+ *   its legacy provider: without `--openssl-legacy-provider` every truncated listing is a 500;
+ * - it does not implement AbortMultipartUpload (it answers 405). The server below does what S3
+ *   does, on s3rver's own layout: it removes the upload's folder of parts
+ *   (`<bucket>/._S3rver_uploads/<uploadId>`), except in NO_ABORT_BUCKET.
+ * Everything else is s3rver's. The child exits when its stdin closes, so it dies with the test.
+ */
+const SERVER_SCRIPT = `
+const http = require('node:http');
+const fs = require('node:fs');
+const path = require('node:path');
+const S3rver = require(process.env.S3RVER_MODULE);
+const directory = process.env.S3RVER_DIRECTORY;
+const s3rver = new S3rver({ silent: true, directory });
+const handle = s3rver.callback();
+const server = http.createServer((request, response) => {
+  const url = new URL(request.url, 'http://s3rver');
+  const uploadId = url.searchParams.get('uploadId');
+  const bucket = url.pathname.split('/')[1];
+  if (request.method !== 'DELETE' || uploadId === null || bucket === process.env.NO_ABORT_BUCKET) {
+    handle(request, response);
+    return;
+  }
+  const parts = path.join(directory, bucket, '._S3rver_uploads', uploadId);
+  if (!/^[0-9a-f]{32}$/.test(uploadId) || !/^[a-z0-9.-]{3,63}$/.test(bucket) || !fs.existsSync(parts)) {
+    response.writeHead(404, { 'content-type': 'application/xml' });
+    response.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchUpload</Code>' +
+      '<Message>The specified upload does not exist.</Message></Error>');
+    return;
+  }
+  fs.rmSync(parts, { recursive: true, force: true });
+  response.writeHead(204).end();
+});
+server.listen(0, '127.0.0.1', () => process.stdout.write(JSON.stringify(server.address()) + '\\n'));
+process.stdin.on('end', () => process.exit(0)).resume();
+`;
+
+interface S3rverProcess {
+  readonly endpoint: string;
+  readonly directory: string;
+  stop(): Promise<void>;
+}
+
+async function startS3rver(): Promise<S3rverProcess> {
+  const directory = await mkdtemp(join(tmpdir(), 'nseq-s3rver-'));
+  const child: ChildProcessByStdio<Writable, Readable, Readable> = spawn(
+    process.execPath,
+    ['--openssl-legacy-provider', '-e', SERVER_SCRIPT],
+    {
+      env: {
+        ...process.env,
+        S3RVER_MODULE: require.resolve('s3rver'),
+        S3RVER_DIRECTORY: directory,
+        NO_ABORT_BUCKET,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    },
+  );
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`s3rver did not start: ${stderr}`)), 15_000);
+    child.once('exit', (code) => reject(new Error(`s3rver exited (${code}): ${stderr}`)));
+    child.stdout.once('data', (line: Buffer) => {
+      clearTimeout(timer);
+      resolve((JSON.parse(line.toString()) as { port: number }).port);
+    });
+  });
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    directory,
+    async stop() {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.stdin.end();
+      await exited;
+      await rm(directory, { recursive: true, force: true });
+    },
+  };
+}
+
+/** What the client sent, seen by a middleware: commands, keys, and UploadParts at once. */
+class Traffic {
+  sent: { readonly command: string; readonly key?: string }[] = [];
+  partsUploading = 0;
+  mostPartsUploading = 0;
+  /** Bytes of the UploadParts that S3 acknowledged. */
+  partBytesDone = 0;
+  /** Runs as each UploadPart starts. */
+  onUploadPart: () => Promise<void> | void = () => undefined;
+
+  observe(client: S3Client): void {
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const command = context.commandName ?? 'unknown';
+        this.sent.push({ command, key: (args.input as { Key?: string }).Key });
+        if (command !== 'UploadPartCommand') return next(args);
+        this.mostPartsUploading = Math.max(this.mostPartsUploading, ++this.partsUploading);
+        try {
+          await this.onUploadPart();
+          const output = await next(args);
+          this.partBytesDone += (args.input as { ContentLength: number }).ContentLength;
+          return output;
+        } finally {
+          this.partsUploading -= 1;
+        }
+      },
+      { step: 'initialize', name: 'observeTraffic' },
+    );
+  }
+
+  reset(): void {
+    this.sent = [];
+    this.partsUploading = 0;
+    this.mostPartsUploading = 0;
+    this.partBytesDone = 0;
+    this.onUploadPart = () => undefined;
+  }
+
+  count(command: string): number {
+    return this.sent.filter((request) => request.command === `${command}Command`).length;
+  }
+}
+
+describe('S3PayloadStore', () => {
+  let server: S3rverProcess;
+  let client: S3Client;
+  const traffic = new Traffic();
+  /** Where each store of the tests writes, to empty it afterwards. */
+  const places = new WeakMap<
+    S3PayloadStore,
+    { readonly bucket: string; readonly prefix: string }
+  >();
+
+  beforeAll(async () => {
+    server = await startS3rver();
+    client = new S3Client({
+      endpoint: server.endpoint,
+      region: 'us-east-1',
+      forcePathStyle: true,
+      credentials: CREDENTIALS,
+    });
+    traffic.observe(client);
+    await client.send(new CreateBucketCommand({ Bucket: BUCKET }));
+    await client.send(new CreateBucketCommand({ Bucket: NO_ABORT_BUCKET }));
+  });
+
+  afterAll(async () => {
+    client?.destroy();
+    await server?.stop();
+  });
+
+  function storeOf(options: Partial<S3PayloadStoreOptions> = {}): S3PayloadStore {
+    const place = { bucket: options.bucket ?? BUCKET, prefix: `spec/${randomUUID()}/` };
+    const store = new S3PayloadStore(client, { ...options, ...place });
+    places.set(store, place);
+    return store;
+  }
+
+  const prefixOf = (store: S3PayloadStore): string => places.get(store)!.prefix;
+
+  async function keysUnder(prefix: string, bucket = BUCKET): Promise<string[]> {
+    const listed = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix }));
+    return (listed.Contents ?? []).map((object) => object.Key!);
+  }
+
+  async function dispose(store: S3PayloadStore): Promise<void> {
+    const { bucket, prefix } = places.get(store)!;
+    for (const key of await keysUnder(prefix, bucket)) {
+      await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: key }));
+    }
+    await store.close();
+  }
+
+  /** Multipart uploads s3rver holds open in a bucket: one folder of parts each. */
+  async function pendingUploads(bucket = BUCKET): Promise<string[]> {
+    return readdir(join(server.directory, bucket, '._S3rver_uploads')).catch(() => []);
+  }
+
+  describePayloadStoreConformance('S3PayloadStore on s3rver', {
+    create: async () => storeOf(),
+    close: (store) => dispose(store as S3PayloadStore),
+  });
+
+  describe('on s3rver', () => {
+    const t0 = Date.UTC(2026, 10, 1);
+    const options = (overrides: Partial<PutOptions> = {}): PutOptions => ({
+      now: t0,
+      expiresAt: t0 + 30 * MINUTE,
+      published: false,
+      ...overrides,
+    });
+    let store: S3PayloadStore;
+
+    beforeEach(() => traffic.reset());
+    afterEach(() => dispose(store));
+
+    it('uploads a stream larger than partBytes in parts, and reads it back whole', async () => {
+      store = storeOf({ partBytes: 5 * MIB });
+      const source = generatedSource(12 * MIB + 3);
+
+      const { ref, bytes } = await store.put(source.stream, options());
+
+      expect(bytes).toBe(12 * MIB + 3);
+      expect(traffic.count('CreateMultipartUpload')).toBe(1);
+      expect(traffic.count('UploadPart')).toBe(3);
+      expect(traffic.count('CompleteMultipartUpload')).toBe(1);
+      expect(traffic.count('PutObject')).toBe(0);
+      expect(await digestOf(await store.get(ref))).toEqual(source.digest());
+    });
+
+    it('uploads a Buffer larger than partBytes in parts as well', async () => {
+      store = storeOf({ partBytes: 5 * MIB });
+      const payload = randomBytes(11 * MIB);
+
+      const { ref } = await store.put(payload, options());
+
+      expect(traffic.count('UploadPart')).toBe(3);
+      expect(await digestOf(await store.get(ref))).toEqual(digestOfBuffer(payload));
+    });
+
+    it('sends a payload of exactly partBytes as one PutObject', async () => {
+      store = storeOf({ partBytes: 5 * MIB });
+
+      await store.put(generatedSource(5 * MIB).stream, options());
+
+      expect(traffic.count('PutObject')).toBe(1);
+      expect(traffic.count('CreateMultipartUpload')).toBe(0);
+    });
+
+    it('uploads at most partsInFlight parts at once and reads the source no further ahead', async () => {
+      store = storeOf({ partBytes: 5 * MIB, partsInFlight: 2 });
+      const chunkBytes = 64 * 1024;
+      let produced = 0;
+      let furthestAhead = 0;
+      const hash = createHash('sha256');
+      const source = Readable.from(
+        (function* () {
+          while (produced < 40 * MIB) {
+            const chunk = randomBytes(chunkBytes);
+            hash.update(chunk);
+            produced += chunk.length;
+            yield chunk;
+          }
+        })(),
+      );
+      // A slow server: each part takes 100 ms, so an unbounded reader would race ahead.
+      traffic.onUploadPart = async () => {
+        furthestAhead = Math.max(furthestAhead, produced - traffic.partBytesDone);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      };
+
+      const { ref } = await store.put(source, options());
+
+      expect(traffic.mostPartsUploading).toBe(2);
+      // Two parts uploading, one filling, and what Readable.from buffers (16 chunks) plus one.
+      expect(furthestAhead).toBeLessThanOrEqual(3 * 5 * MIB + 17 * chunkBytes);
+      expect(await digestOf(await store.get(ref))).toEqual({
+        bytes: 40 * MIB,
+        sha256: hash.digest('hex'),
+      });
+    });
+
+    it('aborts the multipart upload when the source fails after parts were sent', async () => {
+      store = storeOf({ partBytes: 5 * MIB });
+      const cause = new Error('camera disconnected');
+      const source = generatedSource(20 * MIB, { failAfter: 11 * MIB, failWith: cause });
+
+      await expect(store.put(source.stream, options())).rejects.toBe(cause);
+
+      expect(traffic.count('UploadPart')).toBeGreaterThanOrEqual(2);
+      expect(traffic.count('AbortMultipartUpload')).toBe(1);
+      expect(await keysUnder(prefixOf(store))).toEqual([]);
+      expect(await pendingUploads()).toEqual([]);
+    });
+
+    it("rejects with the source's error, not the abort's, when the server refuses the abort", async () => {
+      store = storeOf({ bucket: NO_ABORT_BUCKET, partBytes: 5 * MIB });
+      const cause = new Error('source failed');
+      const source = generatedSource(12 * MIB, { failAfter: 6 * MIB, failWith: cause });
+
+      await expect(store.put(source.stream, options())).rejects.toBe(cause);
+
+      expect(traffic.count('AbortMultipartUpload')).toBe(1);
+      expect(await keysUnder(prefixOf(store), NO_ABORT_BUCKET)).toEqual([]);
+      expect(await pendingUploads(NO_ABORT_BUCKET)).toHaveLength(1); // s3rver kept the parts
+    });
+
+    it.each([
+      ['a climb out of the prefix', '../x'],
+      ['an absolute path', '/etc/passwd'],
+      [
+        'a key of another prefix',
+        'other/payloads/0190c2b7a000-0190c2b7a000-1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed',
+      ],
+      ['an uppercase ref', '0190C2B7A000-0190C2B7A000-1B9D6BCD-BBFD-4B2D-9B5D-AB8DFBBD4BED'],
+      [
+        'a ref with a query string',
+        '0190c2b7a000-0190c2b7a000-1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed?uploads',
+      ],
+    ])(
+      'refuses %s in get, head, delete and markPublished without sending a request',
+      async (_label, ref) => {
+        store = storeOf();
+
+        for (const call of [
+          () => store.get(ref),
+          () => store.head(ref),
+          () => store.delete(ref),
+          () => store.markPublished(ref),
+        ]) {
+          await expect(call()).rejects.toBeInstanceOf(InvalidPayloadRefError);
+        }
+
+        expect(traffic.sent).toEqual([]);
+      },
+    );
+
+    it('records publication as an empty marker beside the payload; delete removes both', async () => {
+      store = storeOf();
+      const prefix = prefixOf(store);
+      const { ref } = await store.put(Buffer.from('study'), options());
+
+      await store.markPublished(ref);
+      expect((await keysUnder(prefix)).sort()).toEqual([
+        `${prefix}payloads/${ref}`,
+        `${prefix}published/${ref}`,
+      ]);
+
+      await store.delete(ref);
+      expect(await keysUnder(prefix)).toEqual([]);
+    });
+
+    it('leaves no marker when markPublished finds the payload gone', async () => {
+      store = storeOf();
+      const { ref } = await store.put(Buffer.from('study'), options());
+      await store.delete(ref);
+
+      expect(await store.markPublished(ref)).toBe(false);
+
+      expect(await keysUnder(prefixOf(store))).toEqual([]);
+    });
+
+    it('sweeps across listing pages, oldest first, with listings only', async () => {
+      store = storeOf({ listPageSize: 2 });
+      const put = (overrides: Partial<PutOptions>) =>
+        store.put(Buffer.from('x'), options(overrides)).then((stored) => stored.ref);
+      const published = await put({ now: t0 - 5 * MINUTE, published: true });
+      const orphan = await put({ now: t0 - 4 * MINUTE });
+      const expired = await put({ now: t0 - 3 * MINUTE, expiresAt: t0, published: true });
+      await put({ now: t0 - 2 * MINUTE, published: true });
+      const secondOrphan = await put({ now: t0 - MINUTE });
+      await put({ now: t0 + MINUTE }); // unpublished, but within the grace period
+      traffic.reset();
+
+      const candidates = await store.sweepCandidates({
+        now: t0,
+        unpublishedBefore: t0 - MINUTE,
+        limit: 10,
+      });
+
+      expect(candidates).toEqual([
+        { ref: orphan, reason: 'orphaned' },
+        { ref: expired, reason: 'expired' },
+        { ref: secondOrphan, reason: 'orphaned' },
+      ]);
+      expect(candidates.map((candidate) => candidate.ref)).not.toContain(published);
+      expect(new Set(traffic.sent.map((request) => request.command))).toEqual(
+        new Set(['ListObjectsV2Command']),
+      );
+      // 6 payloads in pages of 2, and the 3 markers (from the first payload past the grace
+      // instant on) in pages of 2.
+      expect(traffic.sent).toHaveLength(3 + 2);
+    });
+
+    it('stops listing once limit candidates were found', async () => {
+      store = storeOf({ listPageSize: 2 });
+      for (let index = 0; index < 6; index += 1) {
+        await store.put(Buffer.from('x'), options({ now: t0 + index, expiresAt: t0 }));
+      }
+      traffic.reset();
+
+      const candidates = await store.sweepCandidates({ now: t0, unpublishedBefore: 0, limit: 2 });
+
+      expect(candidates).toHaveLength(2);
+      expect(traffic.sent).toHaveLength(1);
+    });
+
+    it('answers ping, and rejects it when the bucket does not exist', async () => {
+      store = storeOf();
+      const missing = new S3PayloadStore(client, { bucket: 'nseq-no-such-bucket' });
+
+      await expect(store.ping()).resolves.toBeUndefined();
+      await expect(missing.ping()).rejects.toThrow();
+    });
+
+    it('leaves a client passed in usable after close', async () => {
+      store = storeOf();
+      await store.close();
+
+      await expect(storeOf().ping()).resolves.toBeUndefined();
+    });
+
+    it('connects with a client of its own, and closes it (twice harmlessly)', async () => {
+      store = storeOf();
+      const own = S3PayloadStore.connect({
+        endpoint: server.endpoint,
+        region: 'us-east-1',
+        forcePathStyle: true,
+        credentials: CREDENTIALS,
+        bucket: BUCKET,
+        prefix: prefixOf(store),
+      });
+      const payload = randomBytes(1_000);
+
+      const { ref } = await own.put(payload, options());
+
+      expect(await digestOf(await own.get(ref))).toEqual(digestOfBuffer(payload));
+      await own.close();
+      await expect(own.close()).resolves.toBeUndefined();
+    });
+  });
+
+  describe('options', () => {
+    it.each([
+      ['a part under 5 MiB', { partBytes: 5 * MIB - 1 }, /partBytes/],
+      ['a part over 5 GiB', { partBytes: 5 * 1024 * MIB + 1 }, /partBytes/],
+      ['no parts in flight', { partsInFlight: 0 }, /partsInFlight/],
+      ['a page over 1000 keys', { listPageSize: 1_001 }, /listPageSize/],
+      ['a prefix that climbs', { prefix: '../' }, /prefix/],
+      ['a prefix from the root', { prefix: '/payloads/' }, /prefix/],
+      ['a prefix with a dot segment', { prefix: 'a/./' }, /prefix/],
+      ['a prefix without a trailing /', { prefix: 'nseq' }, /prefix/],
+      ['an empty bucket name', { bucket: '' }, /bucket/],
+    ])('refuses %s with SequenceOptionsError', (_label, overrides, mentions) => {
+      const make = () =>
+        new S3PayloadStore(new S3Client({ region: 'us-east-1' }), {
+          bucket: BUCKET,
+          ...overrides,
+        });
+
+      expect(make).toThrow(SequenceOptionsError);
+      expect(make).toThrow(mentions);
+    });
+
+    it('lists every problem at once', () => {
+      const error = (() => {
+        try {
+          S3PayloadStore.connect({ bucket: '', partBytes: 1, prefix: '..' });
+        } catch (caught) {
+          return caught;
+        }
+      })();
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toHaveLength(3);
+    });
+  });
+});

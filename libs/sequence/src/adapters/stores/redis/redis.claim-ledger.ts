@@ -1,0 +1,128 @@
+import type { RedisOptions } from 'ioredis';
+import {
+  assertClaimArguments,
+  type ClaimKey,
+  type ClaimLedger,
+  type ClaimOutcome,
+  type Completion,
+} from '../../../ports/claim-ledger.port';
+import { RedisClaimKeys } from './redis-claim-keys';
+import { RedisClaimLedgerError } from './redis-claim-ledger.error';
+import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
+
+export interface RedisClaimLedgerOptions {
+  /**
+   * Prepended to every key; without `{` or `}`.
+   * @default 'nseq'
+   */
+  readonly prefix?: string;
+  /**
+   * How much longer than the ledger's logic needs them its keys live in real time: a lease key
+   * `leaseMs` plus this, a completion key until its latest `retainUntil` plus this. It keeps a
+   * caller whose clock runs behind the server's from seeing a record vanish early; records past
+   * their time are already ignored by the logic, which runs on the `now` passed in.
+   * @default 60_000
+   */
+  readonly keyTtlMarginMs?: number;
+}
+
+const CLAIM_OUTCOMES: ReadonlySet<unknown> = new Set<ClaimOutcome>(['claimed', 'done', 'busy']);
+
+/**
+ * {@link ClaimLedger} on Redis (single node or Cluster), shared by any number of consumer
+ * instances. Each call is one Lua script over the keys of one ticket, which share a hash tag
+ * (see {@link RedisClaimKeys} for the layout): atomic, single-slot, and every key it writes has
+ * a TTL.
+ *
+ * Redis unavailable: every method rejects with the client's error (after the ioredis client's
+ * own retries); the consumer then requeues the message, having run nothing.
+ *
+ * @example
+ * const ledger = new RedisClaimLedger(new Redis(process.env.REDIS_URL), { prefix: 'imaging' });
+ */
+export class RedisClaimLedger implements ClaimLedger {
+  readonly name = 'redis';
+
+  private readonly keys: RedisClaimKeys;
+  private readonly scripts: Scripts;
+  private readonly marginMs: number;
+  private ownsClient = false;
+
+  constructor(
+    private readonly redis: RedisClient,
+    options: RedisClaimLedgerOptions = {},
+  ) {
+    this.keys = new RedisClaimKeys(options.prefix ?? 'nseq');
+    this.marginMs = options.keyTtlMarginMs ?? 60_000;
+    if (!Number.isSafeInteger(this.marginMs) || this.marginMs < 0) {
+      throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${this.marginMs}`);
+    }
+    this.scripts = loadScripts(redis);
+  }
+
+  /** A ledger with a client of its own, which `close()` quits. */
+  static connect(
+    url: string,
+    options: RedisClaimLedgerOptions & { readonly redis?: RedisOptions } = {},
+  ): RedisClaimLedger {
+    // Loaded here, not at the top: ioredis is an optional peer of the library.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+    const ledger = new RedisClaimLedger(new Client(url, options.redis ?? {}), options);
+    ledger.ownsClient = true;
+    return ledger;
+  }
+
+  async claim(key: ClaimKey, holder: string, leaseMs: number, now: number): Promise<ClaimOutcome> {
+    assertClaimArguments(key, holder, { leaseMs, now });
+    const keys = this.keys.of(key);
+    const reply = await this.scripts['claim-acquire'](
+      [keys.done, keys.lease],
+      [key.group, holder, now, leaseMs, this.marginMs],
+    );
+    if (!CLAIM_OUTCOMES.has(reply)) throw new RedisClaimLedgerError('claim', key.ticket, reply);
+    return reply as ClaimOutcome;
+  }
+
+  async complete(
+    key: ClaimKey,
+    holder: string,
+    retainUntil: number,
+    now: number,
+  ): Promise<Completion> {
+    assertClaimArguments(key, holder, { retainUntil, now });
+    const keys = this.keys.of(key);
+    const reply = await this.scripts['claim-complete'](
+      [keys.done, keys.lease],
+      [key.group, retainUntil, now, this.marginMs],
+    );
+    if (
+      !Array.isArray(reply) ||
+      typeof reply[0] !== 'number' ||
+      (reply[1] !== 0 && reply[1] !== 1)
+    ) {
+      throw new RedisClaimLedgerError('complete', key.ticket, reply);
+    }
+    return { groups: reply[0], first: reply[1] === 1 };
+  }
+
+  async release(key: ClaimKey, holder: string): Promise<void> {
+    assertClaimArguments(key, holder);
+    await this.scripts['claim-release']([this.keys.of(key).lease], [holder]);
+  }
+
+  async ping(): Promise<void> {
+    await this.redis.ping();
+  }
+
+  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  async close(): Promise<void> {
+    if (!this.ownsClient) return;
+    try {
+      await this.redis.quit();
+    } catch {
+      // Not connected (QUIT cannot be sent): just drop the connection attempts.
+      this.redis.disconnect();
+    }
+  }
+}

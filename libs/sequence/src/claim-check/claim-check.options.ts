@@ -1,0 +1,180 @@
+import { randomBytes } from 'node:crypto';
+import { EncryptingPayloadStore } from '../adapters/payload/encrypting/encrypting.payload-store';
+import type { PayloadEncryptionKey } from '../adapters/payload/encrypting/payload-encryption.keys';
+import { FilesystemPayloadStore } from '../adapters/payload/filesystem/filesystem.payload-store';
+import { MemoryClaimLedger } from '../adapters/stores/memory/memory.claim-ledger';
+import { ClaimTicketKeyring, type ClaimTicketKey } from '../core/claim-ticket-keyring';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import type { ClaimLedger } from '../ports/claim-ledger.port';
+import type { PayloadStore } from '../ports/payload-store.port';
+
+const KiB = 1024;
+const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
+
+/**
+ * When a claimed payload is deleted, per consuming channel:
+ * - `'ack'`: one consumer group; deleted once its handler succeeded (then the message is acked).
+ * - `'ttl'`: fan-out to groups the sender does not count; deleted by the sweeper at expiry.
+ * - `{ consumers: N }`: fan-out to N known groups; deleted once N distinct groups succeeded.
+ */
+export type ClaimRetention = 'ack' | 'ttl' | { readonly consumers: number };
+
+/** Options of the Claim Check pattern (`SequenceModule.forRoot({ claimCheck })`). */
+export interface ClaimCheckOptions {
+  /** Where payloads are parked. @default a FilesystemPayloadStore under `<os tmpdir>/nest-sequence-payloads` */
+  store?: PayloadStore;
+  /** More stores tickets may name (read, release and sweep only), e.g. while migrating. */
+  readStores?: PayloadStore[];
+  /**
+   * Records which consumer groups handled which ticket: makes a ticket delivered twice run its
+   * handler once, and counts groups for `deleteAfter: { consumers }`. Must be shared by every
+   * instance (Redis) when several consume one channel. @default a MemoryClaimLedger
+   */
+  ledger?: ClaimLedger;
+  /**
+   * HMAC keys for tickets: the first signs, all verify (rotation). Required as soon as tickets
+   * cross processes. @default one random key per process (tickets only verify in that process)
+   */
+  signingKeys?: ClaimTicketKey[];
+  /** AES-256-GCM encryption at rest: the first key encrypts, all decrypt. @default none */
+  encryption?: { keys: PayloadEncryptionKey[] };
+  /** `publish()` sends payloads up to this many bytes inline. @default 262144 (256 KiB) */
+  threshold?: number;
+  /** How long a checked-in payload (and its ticket) stays valid. @default 86400000 (24 h) */
+  ttlMs?: number;
+  /** How long a payload stored for `publish()` may wait for its ticket's confirm before it is an orphan. @default 3600000 (1 h) */
+  orphanGraceMs?: number;
+  /** How often the orphan sweeper runs; `false` disables it on this instance. @default 60000 */
+  sweepIntervalMs?: number | false;
+  /** Payloads the sweeper deletes per run at most. @default 500 */
+  sweepBatch?: number;
+  /** Default retention of consuming channels. @default 'ack' */
+  deleteAfter?: ClaimRetention;
+}
+
+/** Claim Check options with every default applied and the keys validated. */
+export interface ResolvedClaimCheckOptions {
+  readonly store: PayloadStore;
+  /** Every store tickets may name, by name (the write store first). */
+  readonly stores: ReadonlyMap<string, PayloadStore>;
+  readonly ledger: ClaimLedger;
+  readonly keyring: ClaimTicketKeyring;
+  /** The signing keys were generated at boot (not given). */
+  readonly ephemeralKeys: boolean;
+  readonly threshold: number;
+  readonly ttlMs: number;
+  readonly orphanGraceMs: number;
+  readonly sweepIntervalMs: number | false;
+  readonly sweepBatch: number;
+  readonly deleteAfter: ClaimRetention;
+  /** Adapters built here (defaults), which the module closes at shutdown. */
+  readonly owned: ReadonlyArray<{ close(): Promise<void> }>;
+}
+
+export const CLAIM_CHECK_DEFAULTS = {
+  threshold: 256 * KiB,
+  ttlMs: 24 * HOUR,
+  orphanGraceMs: HOUR,
+  sweepIntervalMs: MINUTE,
+  sweepBatch: 500,
+  deleteAfter: 'ack',
+} as const;
+
+/** Applies defaults and validates; every problem is reported at once. */
+export function resolveClaimCheckOptions(
+  options: ClaimCheckOptions = {},
+): ResolvedClaimCheckOptions {
+  const problems: string[] = [];
+  const positive = (name: string, value: number) => {
+    if (!Number.isSafeInteger(value) || value < 0) {
+      problems.push(`${name} must be a non-negative integer, got ${String(value)}`);
+    }
+  };
+  const threshold = options.threshold ?? CLAIM_CHECK_DEFAULTS.threshold;
+  const ttlMs = options.ttlMs ?? CLAIM_CHECK_DEFAULTS.ttlMs;
+  const orphanGraceMs = options.orphanGraceMs ?? CLAIM_CHECK_DEFAULTS.orphanGraceMs;
+  const sweepBatch = options.sweepBatch ?? CLAIM_CHECK_DEFAULTS.sweepBatch;
+  const sweepIntervalMs = options.sweepIntervalMs ?? CLAIM_CHECK_DEFAULTS.sweepIntervalMs;
+  positive('claimCheck.threshold', threshold);
+  positive('claimCheck.ttlMs', ttlMs);
+  positive('claimCheck.orphanGraceMs', orphanGraceMs);
+  positive('claimCheck.sweepBatch', sweepBatch);
+  if (ttlMs === 0) problems.push('claimCheck.ttlMs must be above 0');
+  if (sweepBatch === 0) problems.push('claimCheck.sweepBatch must be above 0');
+  if (sweepIntervalMs !== false) positive('claimCheck.sweepIntervalMs', sweepIntervalMs);
+  const deleteAfter = options.deleteAfter ?? CLAIM_CHECK_DEFAULTS.deleteAfter;
+  const retentionProblem = claimRetentionProblem(deleteAfter);
+  if (retentionProblem) problems.push(`claimCheck.deleteAfter ${retentionProblem}`);
+
+  let keyring: ClaimTicketKeyring | undefined;
+  const ephemeralKeys = options.signingKeys === undefined;
+  try {
+    keyring = new ClaimTicketKeyring(
+      options.signingKeys ?? [
+        { id: `ephemeral-${randomBytes(4).toString('hex')}`, secret: randomBytes(32) },
+      ],
+    );
+  } catch (error) {
+    if (!(error instanceof SequenceOptionsError)) throw error;
+    problems.push(...error.problems.map((problem) => `claimCheck.signingKeys: ${problem}`));
+  }
+
+  const owned: Array<{ close(): Promise<void> }> = [];
+  let store = options.store;
+  if (!store) {
+    store = new FilesystemPayloadStore();
+    owned.push(store);
+  }
+  const ledger = options.ledger ?? new MemoryClaimLedger();
+  if (!options.ledger) owned.push(ledger);
+  const wrap = (inner: PayloadStore): PayloadStore =>
+    options.encryption ? new EncryptingPayloadStore(inner, options.encryption) : inner;
+  const stores = new Map<string, PayloadStore>();
+  for (const candidate of [store, ...(options.readStores ?? [])]) {
+    if (stores.has(candidate.name)) {
+      problems.push(
+        `claimCheck: two payload stores are named ${JSON.stringify(candidate.name)}; tickets ` +
+          'name their store, so names must differ',
+      );
+      continue;
+    }
+    try {
+      stores.set(candidate.name, wrap(candidate));
+    } catch (error) {
+      if (!(error instanceof SequenceOptionsError)) throw error;
+      problems.push(...error.problems.map((problem) => `claimCheck.encryption: ${problem}`));
+      break;
+    }
+  }
+
+  if (problems.length > 0 || !keyring) {
+    throw new SequenceOptionsError('SequenceModule claimCheck options', problems);
+  }
+  return {
+    store: stores.get(store.name) ?? store,
+    stores,
+    ledger,
+    keyring,
+    ephemeralKeys,
+    threshold,
+    ttlMs,
+    orphanGraceMs,
+    sweepIntervalMs,
+    sweepBatch,
+    deleteAfter,
+    owned,
+  };
+}
+
+/** What is wrong with a retention setting, or undefined. */
+export function claimRetentionProblem(retention: unknown): string | undefined {
+  if (retention === 'ack' || retention === 'ttl') return undefined;
+  if (typeof retention === 'object' && retention !== null) {
+    const consumers = (retention as { consumers?: unknown }).consumers;
+    if (typeof consumers === 'number' && Number.isSafeInteger(consumers) && consumers >= 1) {
+      return undefined;
+    }
+  }
+  return `must be 'ack', 'ttl' or { consumers: N } with N ≥ 1, got ${JSON.stringify(retention)}`;
+}

@@ -1,0 +1,284 @@
+import { randomUUID } from 'node:crypto';
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { delay } from '../core/async';
+import { parseTicketBody, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
+import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
+import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
+import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
+import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
+import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import type { ClaimKey } from '../ports/claim-ledger.port';
+import type { PayloadStore } from '../ports/payload-store.port';
+import type { Disposition, InboundMessage } from '../ports/transport.port';
+import { backoff } from '../sequence/publish-with-retry';
+import { SEQUENCE_OPTIONS } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
+import { carriesTicket, ClaimCheckHeader, userHeadersOf } from './claim-check.headers';
+import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import { ClaimCheckService } from './claim-check.service';
+import type { ClaimCheckConsumer } from './claim-check-consumer';
+import { ClaimedPayload } from './claimed-payload';
+
+const ACK: Disposition = { action: 'ack' };
+
+type HandlerOutcome = { ok: true } | { ok: false; attempts: number; error: unknown };
+
+/**
+ * Consumer side of Claim Check: takes one message (a payload inline, or a ticket), and says what
+ * to do with it. A ticket is verified (signature, expiry, known store), claimed in the ledger
+ * for this channel's consumer group (a duplicate is acked without running the handler), and its
+ * payload handed to the handler, verified as it streams. Never throws: a refused message becomes
+ * a `dead-letter` with a reason, an unreachable store or ledger a delayed `requeue`.
+ */
+@Injectable()
+export class ClaimCheckReceiver {
+  private readonly logger = new Logger('ClaimCheck');
+
+  constructor(
+    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
+    private readonly claimCheck: ClaimCheckService,
+    private readonly metrics: ClaimCheckMetrics,
+  ) {}
+
+  async receive(message: InboundMessage, consumer: ClaimCheckConsumer): Promise<Disposition> {
+    try {
+      return await this.intake(message, consumer);
+    } catch (error) {
+      // Only a bug can get here (every expected failure has its disposition): keep the message.
+      this.logger.error(
+        `${consumer.channel}: unexpected error taking a message; requeued: ${messageOf(error)}`,
+      );
+      return this.requeue('unexpected error');
+    }
+  }
+
+  private async intake(
+    message: InboundMessage,
+    consumer: ClaimCheckConsumer,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
+    const body: unknown = message.body;
+    const viaTicket = carriesTicket(headers);
+    this.metrics.received(channel, viaTicket ? 'ticket' : 'inline');
+    if (!Buffer.isBuffer(body)) {
+      return this.reject(channel, 'claim-ticket-invalid', 'the message body is not binary');
+    }
+    if (!viaTicket) {
+      const contentType = headers[ClaimCheckHeader.contentType];
+      const payload = ClaimedPayload.inline(
+        body,
+        userHeadersOf(headers),
+        typeof contentType === 'string' ? contentType : undefined,
+      );
+      const outcome = await this.runHandler(payload, consumer);
+      if (outcome.ok) return ACK;
+      return this.reject(channel, 'handler-failed', handlerFailure('an inline payload', outcome));
+    }
+
+    let ticket: ClaimTicket;
+    let store: PayloadStore;
+    try {
+      ticket = verifyTicket(parseTicketBody(body), this.options.keyring, Date.now());
+      store = this.claimCheck.storeNamed(ticket.store);
+    } catch (error) {
+      if (error instanceof ClaimTicketInvalidError) {
+        return this.reject(channel, 'claim-ticket-invalid', error.message);
+      }
+      if (error instanceof UnknownPayloadStoreError) {
+        return this.reject(channel, 'unknown-payload-store', error.message);
+      }
+      throw error;
+    }
+    return this.deliverTicket(ticket, store, headers, consumer);
+  }
+
+  private async deliverTicket(
+    ticket: ClaimTicket,
+    store: PayloadStore,
+    headers: Readonly<Record<string, unknown>>,
+    consumer: ClaimCheckConsumer,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    const { ledger } = this.options;
+    const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
+    const holder = `${this.sequenceOptions.consumerId}:${randomUUID()}`;
+    const { leaseMs } = this.sequenceOptions;
+    try {
+      const claim = await ledger.claim(key, holder, leaseMs, Date.now());
+      if (claim === 'done') {
+        this.metrics.duplicate(channel);
+        return ACK;
+      }
+      if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
+    } catch (error) {
+      this.logger.warn(
+        `${channel}: the ${ledger.name} claim ledger failed; requeued: ${messageOf(error)}`,
+      );
+      return this.requeue('claim ledger unavailable');
+    }
+
+    const release = () => ledger.release(key, holder).catch(() => undefined); // lapses anyway
+    let metadata: Readonly<Record<string, string>> | undefined;
+    try {
+      const info = await store.head(ticket.ref);
+      if (!info) throw new ClaimCheckNotFoundError(store.name, ticket.ref);
+      metadata = info.metadata;
+    } catch (error) {
+      await release();
+      if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
+        return this.reject(channel, 'claim-check-not-found', error.message);
+      }
+      this.logger.warn(
+        `${channel}: the ${store.name} payload store failed; requeued: ${messageOf(error)}`,
+      );
+      return this.requeue('payload store unavailable');
+    }
+
+    this.metrics.checkedOut(store.name);
+    const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, () =>
+      store.get(ticket.ref),
+    );
+    const stopRenewing = this.keepLease(key, holder);
+    let outcome: HandlerOutcome;
+    try {
+      outcome = await this.runHandler(payload, consumer);
+    } finally {
+      stopRenewing();
+    }
+    if (payload.integrityFailure) {
+      await release();
+      return this.reject(channel, 'integrity-mismatch', payload.integrityFailure.message);
+    }
+    if (!outcome.ok) {
+      await release();
+      const readFailure = payload.readFailure;
+      if (readFailure instanceof ClaimCheckNotFoundError) {
+        return this.reject(channel, 'claim-check-not-found', readFailure.message);
+      }
+      // Stored bytes that fail decryption cannot get better: final, like a hash mismatch.
+      if (readFailure instanceof PayloadDecryptionError) {
+        return this.reject(channel, 'integrity-mismatch', readFailure.message);
+      }
+      if (readFailure) {
+        this.logger.warn(
+          `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,
+        );
+        return this.requeue('payload store unavailable');
+      }
+      return this.reject(
+        channel,
+        'handler-failed',
+        handlerFailure(`ticket ${key.ticket}`, outcome),
+      );
+    }
+    return this.completed(ticket, store, key, holder, consumer);
+  }
+
+  /** Records the group's completion, then applies the channel's retention. */
+  private async completed(
+    ticket: ClaimTicket,
+    store: PayloadStore,
+    key: ClaimKey,
+    holder: string,
+    consumer: ClaimCheckConsumer,
+  ): Promise<Disposition> {
+    const now = Date.now();
+    let groups: number;
+    try {
+      // Kept while a duplicate could still pass the ticket's expiry check.
+      const retainUntil = Math.max(ticket.expiresAt, now + 1);
+      ({ groups } = await this.options.ledger.complete(key, holder, retainUntil, now));
+    } catch (error) {
+      // The handler ran; unrecorded, the ticket may be handled again: at-least-once, never lost.
+      this.logger.error(
+        `${consumer.channel}: ${key.ticket} was handled but not recorded; requeued: ${messageOf(error)}`,
+      );
+      return this.requeue('claim ledger unavailable');
+    }
+    const retention = consumer.deleteAfter;
+    const deleteNow =
+      retention === 'ack' || (typeof retention === 'object' && groups >= retention.consumers);
+    if (deleteNow) {
+      // Before the ack: safe, since a redelivery now finds the group done in the ledger.
+      await store.delete(ticket.ref).then(
+        (deleted) => {
+          if (deleted) this.metrics.payloadDeleted(store.name, 'consumed');
+        },
+        (error: unknown) =>
+          this.logger.warn(
+            `${consumer.channel}: could not delete ${key.ticket} after its consumers; the ` +
+              `sweeper will at its expiry: ${messageOf(error)}`,
+          ),
+      );
+    }
+    return ACK;
+  }
+
+  private async runHandler(
+    payload: ClaimedPayload,
+    consumer: ClaimCheckConsumer,
+  ): Promise<HandlerOutcome> {
+    const { attempts, baseDelayMs } = consumer.handlerRetry;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await consumer.handler(payload);
+        // A handler that swallowed its stream's error did not get the payload.
+        if (payload.integrityFailure)
+          return { ok: false, attempts: attempt, error: payload.integrityFailure };
+        return { ok: true };
+      } catch (error) {
+        this.metrics.handlerFailed(consumer.channel);
+        this.logger.warn(
+          `handler of ${consumer.channel} failed (attempt ${attempt} of ${attempts}): ${messageOf(error)}`,
+        );
+        // Wrong bytes, or a store that cannot be read: retrying the handler now cannot help.
+        if (attempt >= attempts || payload.integrityFailure || payload.readFailure) {
+          return { ok: false, attempts: attempt, error };
+        }
+        await delay(backoff(attempt, baseDelayMs, baseDelayMs * 2 ** attempts));
+      }
+    }
+  }
+
+  private keepLease(key: ClaimKey, holder: string): () => void {
+    const { leaseMs } = this.sequenceOptions;
+    const timer = setInterval(
+      () => {
+        this.options.ledger.claim(key, holder, leaseMs, Date.now()).then(
+          (outcome) => {
+            if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
+          },
+          (error: unknown) =>
+            this.logger.warn(`could not renew the claim on ${key.ticket}: ${messageOf(error)}`),
+        );
+      },
+      Math.max(50, Math.floor(leaseMs / 3)),
+    );
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  private reject(channel: string, code: RejectionCode, detail: string): Disposition {
+    this.metrics.rejectedMessage(channel, code);
+    const reason = deathReason(code, detail);
+    this.logger.warn(`${channel}: dead-lettered a message: ${reason}`);
+    return { action: 'dead-letter', reason };
+  }
+
+  private requeue(reason: string): Disposition {
+    return { action: 'requeue', delayMs: this.sequenceOptions.backpressureDelayMs, reason };
+  }
+}
+
+function handlerFailure(what: string, outcome: { attempts: number; error: unknown }): string {
+  return `${what}: handler failed ${outcome.attempts} time(s); last error: ${messageOf(outcome.error)}`;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

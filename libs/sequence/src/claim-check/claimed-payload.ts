@@ -1,0 +1,148 @@
+import { Readable } from 'node:stream';
+import type { ClaimTicket } from '../core/claim-ticket';
+import { sha256Hasher } from '../core/checksum';
+import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import type { HeaderMap } from '../core/headers';
+
+/** How a payload travelled: in the message itself, or parked in a payload store behind a ticket. */
+export type ClaimDelivery = 'inline' | 'ticket';
+
+interface ClaimedPayloadInit {
+  readonly via: ClaimDelivery;
+  readonly bytes: number;
+  readonly contentType?: string;
+  readonly headers: HeaderMap;
+  readonly metadata?: Readonly<Record<string, string>>;
+  readonly ticket?: ClaimTicket;
+}
+
+/**
+ * A payload as a `@ClaimCheck` handler (or `checkOut`) receives it, whichever way it travelled.
+ * For a ticket the bytes stay in the payload store until you read them, and are checked against
+ * the ticket's SHA-256 and byte count as they stream: `stream()` errors at its end, instead of
+ * ending, on a mismatch, and `toBuffer()` rejects. Treat what you read as untrusted until the
+ * stream ended.
+ */
+export class ClaimedPayload {
+  readonly via: ClaimDelivery;
+  readonly bytes: number;
+  readonly contentType?: string;
+  /** The message's own headers (those given to `publish()`). */
+  readonly headers: Readonly<HeaderMap>;
+  /** What the sender stored with the payload (`checkIn(..., { metadata })`); empty inline. */
+  readonly metadata: Readonly<Record<string, string>>;
+  /** The verified ticket, when the payload travelled behind one. */
+  readonly ticket?: ClaimTicket;
+  private mismatch?: ClaimCheckIntegrityError;
+  private readError?: Error;
+
+  private constructor(
+    init: ClaimedPayloadInit,
+    private readonly open: () => Promise<Readable>,
+  ) {
+    this.via = init.via;
+    this.bytes = init.bytes;
+    this.contentType = init.contentType;
+    this.headers = Object.freeze({ ...init.headers });
+    this.metadata = Object.freeze({ ...init.metadata });
+    this.ticket = init.ticket;
+  }
+
+  /** A payload that came in the message body. */
+  static inline(body: Buffer, headers: HeaderMap, contentType?: string): ClaimedPayload {
+    return new ClaimedPayload({ via: 'inline', bytes: body.length, contentType, headers }, () =>
+      Promise.resolve(Readable.from([body], { objectMode: false })),
+    );
+  }
+
+  /** A payload behind a verified ticket; `open` reads it from its store. */
+  static resolved(
+    ticket: ClaimTicket,
+    headers: HeaderMap,
+    metadata: Readonly<Record<string, string>> | undefined,
+    open: () => Promise<Readable>,
+  ): ClaimedPayload {
+    return new ClaimedPayload(
+      {
+        via: 'ticket',
+        bytes: ticket.bytes,
+        contentType: ticket.contentType,
+        headers,
+        metadata,
+        ticket,
+      },
+      open,
+    );
+  }
+
+  /** The bytes, in order; for a ticket, read from the store and verified as they flow. */
+  stream(): Readable {
+    const ticket = this.ticket;
+    const record = (error: Error) => {
+      this.readError ??= error;
+    };
+    const onMismatch = (error: ClaimCheckIntegrityError) => {
+      this.mismatch ??= error;
+    };
+    return Readable.from(verifying(this.open, ticket, record, onMismatch), {
+      objectMode: false,
+      highWaterMark: 1,
+    });
+  }
+
+  /** The whole payload in one Buffer; rejects when the bytes do not match the ticket. */
+  async toBuffer(): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of this.stream()) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  }
+
+  /** Set when a read found other bytes than the ticket names. */
+  get integrityFailure(): ClaimCheckIntegrityError | undefined {
+    return this.mismatch;
+  }
+
+  /** Set when the store could not be read (missing payload, outage). */
+  get readFailure(): Error | undefined {
+    return this.readError;
+  }
+}
+
+async function* verifying(
+  open: () => Promise<Readable>,
+  ticket: ClaimTicket | undefined,
+  onReadError: (error: Error) => void,
+  onMismatch: (error: ClaimCheckIntegrityError) => void,
+): AsyncGenerator<Buffer> {
+  const hash = ticket ? sha256Hasher() : undefined;
+  let bytes = 0;
+  let source: Readable;
+  try {
+    source = await open();
+  } catch (error) {
+    onReadError(asError(error));
+    throw error;
+  }
+  try {
+    for await (const chunk of source) {
+      const buffer = chunk as Buffer;
+      hash?.update(buffer);
+      bytes += buffer.length;
+      yield buffer;
+    }
+  } catch (error) {
+    onReadError(asError(error));
+    throw error;
+  }
+  if (!ticket || !hash) return;
+  const sha256 = hash.digest('hex');
+  if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) {
+    const error = new ClaimCheckIntegrityError(ticket.store, ticket.ref, ticket, { sha256, bytes });
+    onMismatch(error);
+    throw error;
+  }
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}

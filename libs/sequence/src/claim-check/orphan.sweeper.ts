@@ -1,0 +1,104 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  Optional,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import type { PayloadStore } from '../ports/payload-store.port';
+import { IntervalJob } from '../scheduling/interval-job';
+import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
+import type { ResolvedClaimCheckOptions } from './claim-check.options';
+
+export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
+
+/** What one sweep deleted, per reason. */
+export interface OrphanSweepReport {
+  readonly expired: number;
+  readonly orphaned: number;
+}
+
+/**
+ * Deletes parked payloads nobody will claim: those past their expiry (their tickets are refused
+ * from then on), and those stored for a `publish()` whose ticket was never confirmed, once
+ * `orphanGraceMs` has passed. Safe on every instance at once: a payload deleted twice is deleted
+ * once (`delete` is idempotent).
+ */
+@Injectable()
+export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('ClaimCheck');
+  private readonly job: IntervalJob;
+  private running: Promise<OrphanSweepReport> | undefined;
+
+  constructor(
+    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    private readonly metrics: ClaimCheckMetrics,
+    @Optional() schedulerRegistry?: SchedulerRegistry,
+  ) {
+    this.job = new IntervalJob(ORPHAN_SWEEPER_INTERVAL, schedulerRegistry);
+  }
+
+  onApplicationBootstrap(): void {
+    this.job.start(
+      this.options.sweepIntervalMs,
+      () => this.sweep(),
+      (error) =>
+        this.logger.warn(`orphan sweep failed; will retry next interval: ${String(error)}`),
+    );
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.job.stop();
+    await this.running?.catch(() => undefined);
+  }
+
+  /** Runs one sweep over every configured store now. Overlapping calls share one run. */
+  sweep(now: number = Date.now()): Promise<OrphanSweepReport> {
+    this.running ??= this.sweepAll(now).finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  private async sweepAll(now: number): Promise<OrphanSweepReport> {
+    const totals = { expired: 0, orphaned: 0 };
+    for (const store of this.options.stores.values()) {
+      const swept = await this.sweepStore(store, now);
+      totals.expired += swept.expired;
+      totals.orphaned += swept.orphaned;
+    }
+    return totals;
+  }
+
+  private async sweepStore(store: PayloadStore, now: number): Promise<OrphanSweepReport> {
+    const totals = { expired: 0, orphaned: 0 };
+    const batch = this.options.sweepBatch;
+    // One batch per run: a large backlog is worked off over several intervals, so that one run
+    // never holds the store (or this instance) for long.
+    const candidates = await store.sweepCandidates({
+      now,
+      unpublishedBefore: now - this.options.orphanGraceMs,
+      limit: batch,
+    });
+    const outcomes = await Promise.allSettled(candidates.map(({ ref }) => store.delete(ref)));
+    outcomes.forEach((outcome, index) => {
+      const { ref, reason } = candidates[index];
+      if (outcome.status === 'rejected') {
+        this.logger.warn(
+          `could not delete ${reason} payload ${store.name}:${ref}: ${String(outcome.reason)}`,
+        );
+        return;
+      }
+      if (!outcome.value) return; // another instance was first
+      totals[reason]++;
+      this.metrics.payloadDeleted(store.name, reason);
+    });
+    if (totals.expired + totals.orphaned > 0) {
+      this.logger.log(
+        `swept ${totals.expired} expired and ${totals.orphaned} orphaned payload(s) from ${store.name}`,
+      );
+    }
+    return totals;
+  }
+}

@@ -1,0 +1,253 @@
+import { timingSafeEqual } from 'node:crypto';
+import { ClaimTicketInvalidError } from './errors/claim-ticket-invalid.error';
+import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-keyring';
+
+/**
+ * The claim ticket: what travels on the broker in place of a parked payload. DESIGN.md names the
+ * fields `{ store, ref, bytes, sha256, contentType, expiresAt, sig }`; two are added:
+ *
+ * - `v`, the format version, so that a later format can be told apart instead of half-parsed.
+ * - `kid`, the id of the key that signed it. Keys rotate (the first configured key signs, all of
+ *   them verify), so a receiver holds several; `kid` lets it pick the one key to check against
+ *   instead of trying each. A `kid` the receiver does not hold is refused as `unknown-key`
+ *   without trying the other keys: `kid` is itself signed, so a ticket whose `kid` names no key
+ *   cannot have been written by any honest holder of one, and the distinct reason tells an
+ *   operator exactly what went wrong (a key retired before its tickets expired, or a key never
+ *   shared with this side) where "bad signature" would send them looking for tampering. It also
+ *   bounds the work an attacker can cause per message to one HMAC.
+ *
+ * A ticket holds no credentials: `ref` names a payload inside a store this side is configured
+ * with, nothing more.
+ */
+export interface ClaimTicket {
+  readonly v: 1;
+  /** Name of the payload store holding the payload (see {@link STORE_NAME_PATTERN}). */
+  readonly store: string;
+  /** The store's ref for the payload: opaque, 1–512 characters, untrusted until signed. */
+  readonly ref: string;
+  /** Payload size in bytes, as the sender wrote it (before any encryption at rest). */
+  readonly bytes: number;
+  /** SHA-256 of the payload, 64 lowercase hex digits. */
+  readonly sha256: string;
+  readonly contentType?: string;
+  /** After this instant (epoch ms) the ticket is refused and the payload may be swept. */
+  readonly expiresAt: number;
+  /** Id of the key whose secret made `sig`. */
+  readonly kid: string;
+  /** HMAC-SHA256 over {@link ticketSigningInput}, base64url without padding (43 characters). */
+  readonly sig: string;
+}
+
+/** What the sender decides; `v`, `kid` and `sig` are added by {@link signTicket}. */
+export type ClaimTicketFields = Omit<ClaimTicket, 'v' | 'kid' | 'sig'>;
+
+export const CLAIM_TICKET_VERSION = 1;
+/** Ticket bodies larger than this are refused before they are parsed. */
+export const MAX_TICKET_BODY_BYTES = 8 * 1024;
+/** A payload store's name as tickets carry it: `filesystem`, `redis`, `s3`, `archive-eu.1`. */
+export const STORE_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+export const MAX_TICKET_REF_LENGTH = 512;
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** base64url of the 32 bytes of an HMAC-SHA256, without padding. */
+const SIGNATURE = /^[A-Za-z0-9_-]{43}$/;
+/** Printable ASCII, not starting with a space: what a media type header value looks like. */
+const CONTENT_TYPE = /^[\x21-\x7e][\x20-\x7e]{0,254}$/;
+const TICKET_FIELDS: ReadonlySet<string> = new Set([
+  'v',
+  'store',
+  'ref',
+  'bytes',
+  'sha256',
+  'contentType',
+  'expiresAt',
+  'kid',
+  'sig',
+]);
+/** Separates ticket signatures from any other HMAC made with the same secret. */
+const SIGNING_DOMAIN = 'nest-sequence/claim-ticket';
+
+/**
+ * The exact string a ticket's `sig` is the HMAC-SHA256 of: a JSON array of a domain tag and the
+ * fields in a fixed order, `contentType` as `null` when absent. An array leaves no room for
+ * ambiguity (field order, duplicate keys, separators inside values), and producers in other
+ * languages can rebuild it byte for byte: every value is a string, `null` or a safe integer.
+ */
+export function ticketSigningInput(ticket: Omit<ClaimTicket, 'sig'>): string {
+  return JSON.stringify([
+    SIGNING_DOMAIN,
+    ticket.v,
+    ticket.kid,
+    ticket.store,
+    ticket.ref,
+    ticket.bytes,
+    ticket.sha256,
+    ticket.contentType ?? null,
+    ticket.expiresAt,
+  ]);
+}
+
+/**
+ * Signs a ticket with the keyring's first key.
+ * @throws ClaimTicketInvalidError (`malformed`) when a field breaks the ticket format, so that a
+ * sender never publishes a ticket its receivers would refuse.
+ */
+export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring): ClaimTicket {
+  const problem = fieldProblem(fields);
+  if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
+  const unsigned = {
+    v: CLAIM_TICKET_VERSION,
+    store: fields.store,
+    ref: fields.ref,
+    bytes: fields.bytes,
+    sha256: fields.sha256,
+    ...(fields.contentType === undefined ? {} : { contentType: fields.contentType }),
+    expiresAt: fields.expiresAt,
+    kid: keys.signingKeyId,
+  } as const;
+  return Object.freeze({ ...unsigned, sig: hmac(keys, unsigned).toString('base64url') });
+}
+
+/**
+ * Checks that `candidate` (an untrusted value, e.g. from {@link parseTicketBody}) is a ticket of
+ * this format, signed by one of `keys`, and not expired at `now` (epoch ms). Checks run in this
+ * order: a signature is present, the shape, the key is known, the signature matches, expiry.
+ * Nothing about a ticket is trusted, its expiry included, before its signature matched.
+ * @returns a frozen copy holding the ticket fields only.
+ * @throws ClaimTicketInvalidError naming the first check that failed.
+ */
+export function verifyTicket(
+  candidate: unknown,
+  keys: ClaimTicketKeyring,
+  now: number,
+): ClaimTicket {
+  // A NaN `now` would make every ticket look unexpired.
+  if (!Number.isFinite(now)) throw new RangeError(`now must be a finite epoch ms, got ${now}`);
+  if (typeof candidate !== 'object' || candidate === null || Array.isArray(candidate)) {
+    throw new ClaimTicketInvalidError('malformed', 'a ticket is a JSON object');
+  }
+  const fields = candidate as Record<string, unknown>;
+  // Before the shape: a peer that does not sign sends none of v, kid or sig, and "unsigned"
+  // tells its operator more than "v is missing" would.
+  if (fields.sig === undefined || fields.sig === null || fields.sig === '') {
+    throw new ClaimTicketInvalidError('unsigned', 'the ticket has no sig');
+  }
+  const unknownField = Object.keys(fields).find((name) => !TICKET_FIELDS.has(name));
+  if (unknownField !== undefined) {
+    // Unsigned extra fields would ride along unverified; a later format bumps `v` instead.
+    throw new ClaimTicketInvalidError('malformed', `unknown field ${JSON.stringify(unknownField)}`);
+  }
+  if (fields.v !== CLAIM_TICKET_VERSION) {
+    throw new ClaimTicketInvalidError(
+      'malformed',
+      `v must be ${CLAIM_TICKET_VERSION}, got ${JSON.stringify(fields.v) ?? 'nothing'}`,
+    );
+  }
+  const problem = fieldProblem(fields);
+  if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
+  const { kid, sig } = fields;
+  if (typeof kid !== 'string' || !TICKET_KEY_ID_PATTERN.test(kid)) {
+    throw new ClaimTicketInvalidError(
+      'malformed',
+      'kid must be 1-64 characters of [A-Za-z0-9._:-]',
+    );
+  }
+  if (typeof sig !== 'string') {
+    throw new ClaimTicketInvalidError('malformed', 'sig must be a string', kid);
+  }
+  const ticket: ClaimTicket = Object.freeze({
+    v: CLAIM_TICKET_VERSION,
+    store: fields.store as string,
+    ref: fields.ref as string,
+    bytes: fields.bytes as number,
+    sha256: fields.sha256 as string,
+    ...(fields.contentType === undefined ? {} : { contentType: fields.contentType as string }),
+    expiresAt: fields.expiresAt as number,
+    kid,
+    sig,
+  });
+
+  if (!keys.has(kid)) {
+    throw new ClaimTicketInvalidError('unknown-key', 'no configured key has this id', kid);
+  }
+  // A sig of another shape cannot be an HMAC-SHA256 (and Buffer.from(…, 'base64url') would
+  // silently skip stray characters); refusing it also gives timingSafeEqual equal lengths.
+  const given = SIGNATURE.test(sig) ? Buffer.from(sig, 'base64url') : undefined;
+  if (given === undefined || !timingSafeEqual(given, hmac(keys, ticket))) {
+    throw new ClaimTicketInvalidError('bad-signature', 'sig does not match the fields', kid);
+  }
+  if (ticket.expiresAt <= now) {
+    throw new ClaimTicketInvalidError(
+      'expired',
+      `expired at ${new Date(ticket.expiresAt).toISOString()}, ${now - ticket.expiresAt} ms ago`,
+      kid,
+    );
+  }
+  return ticket;
+}
+
+/**
+ * Parses a message body as a ticket candidate for {@link verifyTicket}: strict UTF-8 JSON of at
+ * most {@link MAX_TICKET_BODY_BYTES}, refused by size before any parsing.
+ * @throws ClaimTicketInvalidError (`malformed`).
+ */
+export function parseTicketBody(body: Uint8Array): unknown {
+  if (body.byteLength > MAX_TICKET_BODY_BYTES) {
+    throw new ClaimTicketInvalidError(
+      'malformed',
+      `the body is ${body.byteLength} bytes, over the ${MAX_TICKET_BODY_BYTES}-byte limit for tickets`,
+    );
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+  } catch {
+    throw new ClaimTicketInvalidError('malformed', 'the body is not valid UTF-8');
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new ClaimTicketInvalidError('malformed', 'the body is not valid JSON');
+  }
+}
+
+/** A ticket as a message body (UTF-8 JSON), for {@link parseTicketBody} on the other side. */
+export function serializeTicket(ticket: ClaimTicket): Buffer {
+  return Buffer.from(JSON.stringify(ticket), 'utf8');
+}
+
+/** The first field that breaks the format, described; `undefined` when all are well. */
+function fieldProblem(fields: Record<string, unknown>): string | undefined {
+  const { store, ref, bytes, sha256, contentType, expiresAt } = fields;
+  if (typeof store !== 'string' || !STORE_NAME_PATTERN.test(store)) {
+    return 'store must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit';
+  }
+  if (typeof ref !== 'string' || ref.length < 1 || ref.length > MAX_TICKET_REF_LENGTH) {
+    return `ref must be a string of 1-${MAX_TICKET_REF_LENGTH} characters`;
+  }
+  if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 0) {
+    return 'bytes must be a non-negative safe integer';
+  }
+  if (typeof sha256 !== 'string' || !SHA256_HEX.test(sha256)) {
+    return 'sha256 must be 64 lowercase hex digits';
+  }
+  if (
+    contentType !== undefined &&
+    (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))
+  ) {
+    return 'contentType, when present, must be 1-255 printable ASCII characters';
+  }
+  // An integer, not merely finite: fractions and exponents are where JSON number formatting
+  // differs between languages, and the signing input must be rebuilt byte for byte.
+  if (typeof expiresAt !== 'number' || !Number.isSafeInteger(expiresAt) || expiresAt < 0) {
+    return 'expiresAt must be a non-negative safe integer (epoch ms)';
+  }
+  return undefined;
+}
+
+function hmac(keys: ClaimTicketKeyring, ticket: Omit<ClaimTicket, 'sig'>): Buffer {
+  const mac = keys.hmac(ticket.kid, ticketSigningInput(ticket));
+  if (mac === undefined)
+    throw new ClaimTicketInvalidError('unknown-key', 'no such key', ticket.kid);
+  return mac;
+}

@@ -1,0 +1,23 @@
+import { SetMetadata } from '@nestjs/common';
+import type { ClaimCheckConsumerOptions } from '../claim-check/claim-check-consumer';
+
+export const CLAIM_CHECK_METADATA = 'nest-sequence:claim-check';
+
+export interface ClaimCheckHandlerOptions extends ClaimCheckConsumerOptions {
+  /** The channel (queue) this method consumes: payloads inline or behind tickets. */
+  channel: string;
+}
+
+/**
+ * Marks a provider method as the consumer of a Claim Check channel. It receives every message's
+ * payload as a {@link ClaimedPayload}, whether it came inline or behind a ticket (resolved from
+ * the payload store and verified as it streams); it never handles a ticket itself. A ticket
+ * delivered twice runs it once per channel. If it throws it is retried (`handlerRetry`), then
+ * the message is dead-lettered.
+ *
+ * @example
+ * @ClaimCheck({ channel: 'imaging.archive', deleteAfter: 'ack' })
+ * async archive(study: ClaimedPayload) { await pipeline(study.stream(), createWriteStream(path)); }
+ */
+export const ClaimCheck = (options: ClaimCheckHandlerOptions): MethodDecorator =>
+  SetMetadata(CLAIM_CHECK_METADATA, options);
