@@ -6,4 +6,8 @@ export {
   type SequenceHealthCheckOptions,
   type SequenceHealthDetails,
 } from './observability/sequence-health.indicator';
+export {
+  ClaimCheckHealthIndicator,
+  type ClaimCheckHealthDetails,
+} from './observability/claim-check-health.indicator';
 export { SequenceHealthModule } from './observability/sequence-health.module';

@@ -16,6 +16,7 @@ import {
 import { ClaimCheckReceiver } from './claim-check/claim-check.receiver';
 import { ClaimCheckService } from './claim-check/claim-check.service';
 import { OrphanSweeper } from './claim-check/orphan.sweeper';
+import { PayloadParking } from './claim-check/payload-parking';
 import { ClaimCheckExplorer } from './discovery/claim-check.explorer';
 import { ClaimCheckRegistry } from './discovery/claim-check.registry';
 import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
@@ -85,6 +86,7 @@ const providers: Provider[] = [
   AggregatorService,
   SequencedHandlerRegistry,
   SequencedHandlerExplorer,
+  PayloadParking,
   ClaimCheckService,
   ClaimCheckReceiver,
   ClaimCheckRegistry,

@@ -1,4 +1,4 @@
-import type { HandlerRetryOptions } from '../sequence.options';
+import type { HandlerRetryOptions, SequenceConsumerOptions } from '../sequence.options';
 import type { ClaimRetention } from './claim-check.options';
 import type { ClaimedPayload } from './claimed-payload';
 
@@ -15,6 +15,11 @@ export interface ClaimCheckConsumerOptions {
   prefetch?: number;
   /** Where refused messages go. @default `<channel>.dlq` */
   deadLetterChannel?: string;
+  /**
+   * For payloads that arrive as a Message Sequence (`mode: 'auto'`): expiry and limits of their
+   * reassembly, as `@SequencedHandler` takes them. @default the module's
+   */
+  sequence?: Omit<SequenceConsumerOptions, 'handlerRetry' | 'prefetch' | 'deadLetterChannel'>;
 }
 
 /** A handler bound to a channel with its resolved options. */
@@ -25,4 +30,5 @@ export interface ClaimCheckConsumer {
   readonly handlerRetry: Required<HandlerRetryOptions>;
   readonly prefetch: number;
   readonly deadLetterChannel?: string;
+  readonly sequence?: ClaimCheckConsumerOptions['sequence'];
 }

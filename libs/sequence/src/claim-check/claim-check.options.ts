@@ -41,6 +41,8 @@ export interface ClaimCheckOptions {
   encryption?: { keys: PayloadEncryptionKey[] };
   /** `publish()` sends payloads up to this many bytes inline. @default 262144 (256 KiB) */
   threshold?: number;
+  /** `publish(..., { mode: 'auto' })` sends payloads up to this size as a Message Sequence. @default 67108864 (64 MiB) */
+  sequenceMaxBytes?: number;
   /** How long a checked-in payload (and its ticket) stays valid. @default 86400000 (24 h) */
   ttlMs?: number;
   /** How long a payload stored for `publish()` may wait for its ticket's confirm before it is an orphan. @default 3600000 (1 h) */
@@ -63,6 +65,7 @@ export interface ResolvedClaimCheckOptions {
   /** The signing keys were generated at boot (not given). */
   readonly ephemeralKeys: boolean;
   readonly threshold: number;
+  readonly sequenceMaxBytes: number;
   readonly ttlMs: number;
   readonly orphanGraceMs: number;
   readonly sweepIntervalMs: number | false;
@@ -74,6 +77,7 @@ export interface ResolvedClaimCheckOptions {
 
 export const CLAIM_CHECK_DEFAULTS = {
   threshold: 256 * KiB,
+  sequenceMaxBytes: 64 * KiB * KiB,
   ttlMs: 24 * HOUR,
   orphanGraceMs: HOUR,
   sweepIntervalMs: MINUTE,
@@ -93,6 +97,8 @@ export function resolveClaimCheckOptions(
   };
   const threshold = options.threshold ?? CLAIM_CHECK_DEFAULTS.threshold;
   const ttlMs = options.ttlMs ?? CLAIM_CHECK_DEFAULTS.ttlMs;
+  const sequenceMaxBytes = options.sequenceMaxBytes ?? CLAIM_CHECK_DEFAULTS.sequenceMaxBytes;
+  positive('claimCheck.sequenceMaxBytes', sequenceMaxBytes);
   const orphanGraceMs = options.orphanGraceMs ?? CLAIM_CHECK_DEFAULTS.orphanGraceMs;
   const sweepBatch = options.sweepBatch ?? CLAIM_CHECK_DEFAULTS.sweepBatch;
   const sweepIntervalMs = options.sweepIntervalMs ?? CLAIM_CHECK_DEFAULTS.sweepIntervalMs;
@@ -103,6 +109,10 @@ export function resolveClaimCheckOptions(
   if (ttlMs === 0) problems.push('claimCheck.ttlMs must be above 0');
   if (sweepBatch === 0) problems.push('claimCheck.sweepBatch must be above 0');
   if (sweepIntervalMs !== false) positive('claimCheck.sweepIntervalMs', sweepIntervalMs);
+  // setInterval(…, 0) would sweep the stores back to back, forever.
+  if (sweepIntervalMs === 0) {
+    problems.push('claimCheck.sweepIntervalMs must be above 0 (or false to turn the sweeper off)');
+  }
   const deleteAfter = options.deleteAfter ?? CLAIM_CHECK_DEFAULTS.deleteAfter;
   const retentionProblem = claimRetentionProblem(deleteAfter);
   if (retentionProblem) problems.push(`claimCheck.deleteAfter ${retentionProblem}`);
@@ -158,6 +168,7 @@ export function resolveClaimCheckOptions(
     keyring,
     ephemeralKeys,
     threshold,
+    sequenceMaxBytes,
     ttlMs,
     orphanGraceMs,
     sweepIntervalMs,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { delay } from '../core/async';
-import { parseTicketBody, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
+import type { ClaimTicket } from '../core/claim-ticket';
 import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
@@ -18,7 +18,9 @@ import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import { carriesTicket, ClaimCheckHeader, userHeadersOf } from './claim-check.headers';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
-import { ClaimCheckService } from './claim-check.service';
+import { PayloadParking } from './payload-parking';
+import { AggregatorService, type SequenceConsumer } from '../sequence/aggregator.service';
+import { SequenceHeader } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
 
@@ -36,11 +38,13 @@ type HandlerOutcome = { ok: true } | { ok: false; attempts: number; error: unkno
 @Injectable()
 export class ClaimCheckReceiver {
   private readonly logger = new Logger('ClaimCheck');
+  private readonly sequenceConsumers = new WeakMap<ClaimCheckConsumer, SequenceConsumer>();
 
   constructor(
     @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
     @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
-    private readonly claimCheck: ClaimCheckService,
+    private readonly parking: PayloadParking,
+    private readonly aggregator: AggregatorService,
     private readonly metrics: ClaimCheckMetrics,
   ) {}
 
@@ -63,6 +67,11 @@ export class ClaimCheckReceiver {
     const { channel } = consumer;
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     const body: unknown = message.body;
+    if (typeof headers[SequenceHeader.id] === 'string') {
+      // A Message Sequence fragment (`mode: 'auto'`): reassembled first, then handed over.
+      this.metrics.received(channel, 'sequence');
+      return this.aggregator.receive(message, this.sequenceConsumerOf(consumer));
+    }
     const viaTicket = carriesTicket(headers);
     this.metrics.received(channel, viaTicket ? 'ticket' : 'inline');
     if (!Buffer.isBuffer(body)) {
@@ -83,8 +92,7 @@ export class ClaimCheckReceiver {
     let ticket: ClaimTicket;
     let store: PayloadStore;
     try {
-      ticket = verifyTicket(parseTicketBody(body), this.options.keyring, Date.now());
-      store = this.claimCheck.storeNamed(ticket.store);
+      ({ ticket, store } = this.parking.resolve(body));
     } catch (error) {
       if (error instanceof ClaimTicketInvalidError) {
         return this.reject(channel, 'claim-ticket-invalid', error.message);
@@ -95,6 +103,25 @@ export class ClaimCheckReceiver {
       throw error;
     }
     return this.deliverTicket(ticket, store, headers, consumer);
+  }
+
+  /** The aggregator's consumer for a claim-check channel's sequences (made once per channel). */
+  private sequenceConsumerOf(consumer: ClaimCheckConsumer): SequenceConsumer {
+    let sequenceConsumer = this.sequenceConsumers.get(consumer);
+    if (!sequenceConsumer) {
+      sequenceConsumer = this.aggregator.createConsumer(
+        consumer.channel,
+        (payload) => consumer.handler(ClaimedPayload.sequence(payload)),
+        {
+          ...consumer.sequence,
+          handlerRetry: consumer.handlerRetry,
+          prefetch: consumer.prefetch,
+          deadLetterChannel: consumer.deadLetterChannel,
+        },
+      );
+      this.sequenceConsumers.set(consumer, sequenceConsumer);
+    }
+    return sequenceConsumer;
   }
 
   private async deliverTicket(

@@ -1,34 +1,40 @@
-import { Readable, Transform, pipeline, type TransformCallback } from 'node:stream';
+import { Readable } from 'node:stream';
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { sha256Hasher, sha256Hex } from '../core/checksum';
-import { serializeTicket, signTicket, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
+import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
-import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import type { HeaderMap } from '../core/headers';
-import { delay } from '../core/async';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
-import type { PayloadStore } from '../ports/payload-store.port';
 import type { Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../sequence/publish-with-retry';
+import { SplitterService } from '../sequence/splitter.service';
+import { isRecordSource } from '../sequence/splitter.types';
+import type { RecordSource, SplitterPayload } from '../sequence/splitter.types';
+import { sha256Hex } from '../core/checksum';
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import { ClaimCheckHeader } from './claim-check.headers';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
 import { ClaimedPayload } from './claimed-payload';
+import { PayloadParking, type ParkOptions } from './payload-parking';
 
-export interface CheckInOptions {
-  contentType?: string;
-  /** How long the payload and its ticket stay valid. @default claimCheck.ttlMs */
-  ttlMs?: number;
-  /** Small string pairs stored with the payload and handed to the receiver. */
-  metadata?: Record<string, string>;
-}
+export type CheckInOptions = ParkOptions;
 
 export interface ClaimPublishOptions extends CheckInOptions {
   /** Payloads up to this many bytes go inline. @default claimCheck.threshold */
   threshold?: number;
+  /**
+   * `'claim-check'`: inline up to `threshold`, a ticket above. `'auto'`: inline up to
+   * `threshold`, a Message Sequence up to `sequenceMaxBytes`, a ticket above; a stream goes as a
+   * sequence only when `bytes` says its size (otherwise a ticket: its size is unknown). The
+   * receiving `@ClaimCheck` handler takes all three. @default 'claim-check'
+   */
+  mode?: 'claim-check' | 'auto';
+  /** With `mode: 'auto'`: the largest payload sent as a sequence. @default claimCheck.sequenceMaxBytes */
+  sequenceMaxBytes?: number;
+  /** The size of a streamed payload, when known (lets `mode: 'auto'` choose a sequence). */
+  bytes?: number;
   /** Headers for the message (either way); they reach the handler as `payload.headers`. */
   headers?: HeaderMap;
 }
@@ -36,10 +42,16 @@ export interface ClaimPublishOptions extends CheckInOptions {
 /** What `publish()` sent. */
 export interface ClaimPublishReceipt {
   readonly channel: string;
-  readonly via: 'inline' | 'ticket';
+  readonly via: 'inline' | 'ticket' | 'sequence';
   readonly bytes: number;
+  /** SHA-256 of the payload, lowercase hex. */
+  readonly sha256: string;
+  /** Messages it took: a sequence's fragments, else 1. */
+  readonly fragments: number;
   /** The ticket that was published, for `via: 'ticket'`. */
   readonly ticket?: ClaimTicket;
+  /** The sequence's id, for `via: 'sequence'`. */
+  readonly sequenceId?: string;
 }
 
 /**
@@ -61,6 +73,8 @@ export class ClaimCheckService {
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
     private readonly metrics: ClaimCheckMetrics,
+    private readonly parking: PayloadParking,
+    private readonly splitter: SplitterService,
   ) {}
 
   /**
@@ -68,7 +82,7 @@ export class ClaimCheckService {
    * its signed ticket. The caller owns the ticket: publish it, or `release` it.
    */
   checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
-    return this.park(payload, options, true);
+    return this.parking.park(payload, options, true);
   }
 
   /**
@@ -77,8 +91,7 @@ export class ClaimCheckService {
    * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, ClaimCheckNotFoundError
    */
   async checkOut(ticket: unknown, headers: HeaderMap = {}): Promise<ClaimedPayload> {
-    const verified = verifyTicket(ticket, this.options.keyring, Date.now());
-    const store = this.storeNamed(verified.store);
+    const { ticket: verified, store } = this.parking.resolve(ticket);
     const info = await store.head(verified.ref);
     if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
     this.metrics.checkedOut(store.name);
@@ -91,8 +104,8 @@ export class ClaimCheckService {
    */
   async release(ticket: unknown): Promise<boolean> {
     // Expiry is no reason to keep a payload: check the ticket as of the epoch.
-    const verified = verifyTicket(ticket, this.options.keyring, 0);
-    return this.storeNamed(verified.store).delete(verified.ref);
+    const { ticket: verified, store } = this.parking.resolve(ticket, 0);
+    return store.delete(verified.ref);
   }
 
   /**
@@ -103,10 +116,24 @@ export class ClaimCheckService {
    */
   async publish(
     channel: string,
-    payload: Buffer | Readable,
+    payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.threshold ?? this.options.threshold;
+    const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
+    if (isRecordSource(payload)) {
+      const { bytes } = options;
+      if (
+        options.mode === 'auto' &&
+        bytes !== undefined &&
+        bytes > threshold &&
+        bytes <= sequenceMaxBytes
+      ) {
+        // Record-aware: no record is cut across two fragments.
+        return this.sendSequence(channel, payload, options);
+      }
+      payload = Readable.from(payload.records, { objectMode: false });
+    }
     const sized = await fitsInline(payload, threshold);
     if (sized.inline) {
       const headers: HeaderMap = {
@@ -115,67 +142,56 @@ export class ClaimCheckService {
         ...(options.contentType ? { [ClaimCheckHeader.contentType]: options.contentType } : {}),
       };
       await this.send(channel, sized.inline, headers, 'inline');
-      return { channel, via: 'inline', bytes: sized.inline.length };
+      return {
+        channel,
+        via: 'inline',
+        bytes: sized.inline.length,
+        sha256: sha256Hex(sized.inline),
+        fragments: 1,
+      };
     }
 
-    const ticket = await this.park(sized.stream, options, false);
-    const store = this.options.store;
+    const knownBytes = Buffer.isBuffer(sized.stream) ? sized.stream.length : options.bytes;
+    if (options.mode === 'auto' && knownBytes !== undefined && knownBytes <= sequenceMaxBytes) {
+      return this.sendSequence(channel, sized.stream, options);
+    }
+
+    const ticket = await this.parking.park(sized.stream, options, false);
     const headers: HeaderMap = { ...options.headers, [ClaimCheckHeader.claimCheck]: 1 };
     try {
       await this.send(channel, serializeTicket(ticket), headers, 'ticket', ticket);
     } catch (error) {
-      await store
-        .delete(ticket.ref)
-        .catch((cause: unknown) =>
-          this.logger.warn(
-            `could not delete payload ${store.name}:${ticket.ref} after its ticket failed to ` +
-              `publish; the orphan sweeper will: ${String(cause)}`,
-          ),
-        );
+      await this.parking.settle(ticket, false);
       throw error;
     }
-    await this.markPublished(store, ticket.ref);
-    return { channel, via: 'ticket', bytes: ticket.bytes, ticket };
-  }
-
-  /** The store a ticket names. @throws UnknownPayloadStoreError */
-  storeNamed(name: string): PayloadStore {
-    const store = this.options.stores.get(name);
-    if (!store) throw new UnknownPayloadStoreError(name, [...this.options.stores.keys()]);
-    return store;
-  }
-
-  private async park(
-    payload: Buffer | Readable,
-    options: CheckInOptions,
-    published: boolean,
-  ): Promise<ClaimTicket> {
-    const store = this.options.store;
-    const now = Date.now();
-    const expiresAt = now + (options.ttlMs ?? this.options.ttlMs);
-    const putOptions = {
-      now,
-      expiresAt,
-      published,
-      contentType: options.contentType,
-      metadata: options.metadata,
+    await this.parking.settle(ticket, true);
+    return {
+      channel,
+      via: 'ticket',
+      bytes: ticket.bytes,
+      sha256: ticket.sha256,
+      fragments: 1,
+      ticket,
     };
-    let digest: { sha256: string; bytes: number };
-    let ref: string;
-    if (Buffer.isBuffer(payload)) {
-      ({ ref } = await store.put(payload, putOptions));
-      digest = { sha256: sha256Hex(payload), bytes: payload.length };
-    } else {
-      const meter = new DigestingStream();
-      pipeline(payload, meter, () => undefined); // errors reach put through `meter`
-      ({ ref } = await store.put(meter, putOptions));
-      digest = meter.digest();
-    }
-    this.metrics.checkedIn(store.name, digest.bytes);
-    return signTicket(
-      { store: store.name, ref, ...digest, contentType: options.contentType, expiresAt },
-      this.options.keyring,
-    );
+  }
+
+  private async sendSequence(
+    channel: string,
+    payload: SplitterPayload,
+    options: ClaimPublishOptions,
+  ): Promise<ClaimPublishReceipt> {
+    const receipt = await this.splitter.send(channel, payload, {
+      headers: options.headers,
+      contentType: options.contentType,
+    });
+    return {
+      channel,
+      via: 'sequence',
+      bytes: receipt.bytes,
+      sha256: receipt.sha256,
+      fragments: receipt.fragments,
+      sequenceId: receipt.sequenceId,
+    };
   }
 
   private async send(
@@ -201,42 +217,6 @@ export class ClaimCheckService {
         ticket && `${ticket.store}:${ticket.ref}`,
       );
     }
-  }
-
-  /** A few tries: an unmarked payload would be swept as an orphan after `orphanGraceMs`. */
-  private async markPublished(store: PayloadStore, ref: string): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await store.markPublished(ref);
-        return;
-      } catch (error) {
-        if (attempt >= 3) {
-          this.logger.error(
-            `the ticket for ${store.name}:${ref} was published but the payload could not be ` +
-              `marked published; it will be swept as an orphan after orphanGraceMs ` +
-              `(${this.options.orphanGraceMs} ms) unless consumed first: ${String(error)}`,
-          );
-          return;
-        }
-        await delay(100 * attempt);
-      }
-    }
-  }
-}
-
-/** Hashes and counts the bytes passing through. */
-class DigestingStream extends Transform {
-  private readonly hash = sha256Hasher();
-  private bytes = 0;
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    this.hash.update(chunk);
-    this.bytes += chunk.length;
-    done(null, chunk);
-  }
-
-  digest(): { sha256: string; bytes: number } {
-    return { sha256: this.hash.digest('hex'), bytes: this.bytes };
   }
 }
 

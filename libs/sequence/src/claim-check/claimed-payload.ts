@@ -1,19 +1,26 @@
 import { Readable } from 'node:stream';
 import type { ClaimTicket } from '../core/claim-ticket';
-import { sha256Hasher } from '../core/checksum';
+import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import type { HeaderMap } from '../core/headers';
+import type { ReassembledPayload } from '../sequence/reassembled-payload';
 
-/** How a payload travelled: in the message itself, or parked in a payload store behind a ticket. */
-export type ClaimDelivery = 'inline' | 'ticket';
+/**
+ * How a payload travelled: in the message itself, parked in a payload store behind a ticket, or
+ * as a Message Sequence (`mode: 'auto'` sends mid-sized payloads that way).
+ */
+export type ClaimDelivery = 'inline' | 'ticket' | 'sequence';
 
 interface ClaimedPayloadInit {
   readonly via: ClaimDelivery;
   readonly bytes: number;
+  readonly sha256: string;
+  readonly fragments: number;
   readonly contentType?: string;
   readonly headers: HeaderMap;
   readonly metadata?: Readonly<Record<string, string>>;
   readonly ticket?: ClaimTicket;
+  readonly sequenceId?: string;
 }
 
 /**
@@ -26,6 +33,13 @@ interface ClaimedPayloadInit {
 export class ClaimedPayload {
   readonly via: ClaimDelivery;
   readonly bytes: number;
+  /**
+   * SHA-256 of the payload, lowercase hex: of the body inline, the verified declaration of a
+   * sequence, the ticket's for a ticket (which `stream()` checks the bytes against).
+   */
+  readonly sha256: string;
+  /** Messages the payload travelled in: a sequence's fragment count, else 1. */
+  readonly fragments: number;
   readonly contentType?: string;
   /** The message's own headers (those given to `publish()`). */
   readonly headers: Readonly<HeaderMap>;
@@ -33,6 +47,8 @@ export class ClaimedPayload {
   readonly metadata: Readonly<Record<string, string>>;
   /** The verified ticket, when the payload travelled behind one. */
   readonly ticket?: ClaimTicket;
+  /** The sequence id, when the payload travelled as a Message Sequence. */
+  readonly sequenceId?: string;
   private mismatch?: ClaimCheckIntegrityError;
   private readError?: Error;
 
@@ -42,16 +58,43 @@ export class ClaimedPayload {
   ) {
     this.via = init.via;
     this.bytes = init.bytes;
+    this.sha256 = init.sha256;
+    this.fragments = init.fragments;
     this.contentType = init.contentType;
     this.headers = Object.freeze({ ...init.headers });
     this.metadata = Object.freeze({ ...init.metadata });
     this.ticket = init.ticket;
+    this.sequenceId = init.sequenceId;
+  }
+
+  /** A payload that came as a Message Sequence, reassembled and verified by the aggregator. */
+  static sequence(reassembled: ReassembledPayload): ClaimedPayload {
+    return new ClaimedPayload(
+      {
+        via: 'sequence',
+        bytes: reassembled.bytes,
+        sha256: reassembled.sha256,
+        fragments: reassembled.fragments,
+        contentType: reassembled.contentType,
+        headers: reassembled.headers,
+        sequenceId: reassembled.sequenceId,
+      },
+      () => Promise.resolve(reassembled.stream()),
+    );
   }
 
   /** A payload that came in the message body. */
   static inline(body: Buffer, headers: HeaderMap, contentType?: string): ClaimedPayload {
-    return new ClaimedPayload({ via: 'inline', bytes: body.length, contentType, headers }, () =>
-      Promise.resolve(Readable.from([body], { objectMode: false })),
+    return new ClaimedPayload(
+      {
+        via: 'inline',
+        bytes: body.length,
+        sha256: sha256Hex(body),
+        fragments: 1,
+        contentType,
+        headers,
+      },
+      () => Promise.resolve(Readable.from([body], { objectMode: false })),
     );
   }
 
@@ -66,6 +109,8 @@ export class ClaimedPayload {
       {
         via: 'ticket',
         bytes: ticket.bytes,
+        sha256: ticket.sha256,
+        fragments: 1,
         contentType: ticket.contentType,
         headers,
         metadata,
@@ -84,7 +129,12 @@ export class ClaimedPayload {
     const onMismatch = (error: ClaimCheckIntegrityError) => {
       this.mismatch ??= error;
     };
-    return Readable.from(verifying(this.open, ticket, record, onMismatch), {
+    // A read that went through to a verified end got the payload: an earlier failed read (a
+    // store that was briefly unreachable) no longer says anything about it.
+    const onVerified = () => {
+      this.readError = undefined;
+    };
+    return Readable.from(verifying(this.open, ticket, record, onMismatch, onVerified), {
       objectMode: false,
       highWaterMark: 1,
     });
@@ -102,7 +152,7 @@ export class ClaimedPayload {
     return this.mismatch;
   }
 
-  /** Set when the store could not be read (missing payload, outage). */
+  /** Set when the store could not be read (missing payload, outage), until a read succeeds. */
   get readFailure(): Error | undefined {
     return this.readError;
   }
@@ -113,6 +163,7 @@ async function* verifying(
   ticket: ClaimTicket | undefined,
   onReadError: (error: Error) => void,
   onMismatch: (error: ClaimCheckIntegrityError) => void,
+  onVerified: () => void,
 ): AsyncGenerator<Buffer> {
   const hash = ticket ? sha256Hasher() : undefined;
   let bytes = 0;
@@ -134,13 +185,19 @@ async function* verifying(
     onReadError(asError(error));
     throw error;
   }
-  if (!ticket || !hash) return;
+  if (!ticket || !hash) return onVerified();
   const sha256 = hash.digest('hex');
   if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) {
-    const error = new ClaimCheckIntegrityError(ticket.store, ticket.ref, ticket, { sha256, bytes });
+    // The expectation alone, not the ticket: the error's typed field says what it holds.
+    const expected = { sha256: ticket.sha256, bytes: ticket.bytes };
+    const error = new ClaimCheckIntegrityError(ticket.store, ticket.ref, expected, {
+      sha256,
+      bytes,
+    });
     onMismatch(error);
     throw error;
   }
+  onVerified();
 }
 
 function asError(error: unknown): Error {

@@ -64,7 +64,17 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
   private async sweepAll(now: number): Promise<OrphanSweepReport> {
     const totals = { expired: 0, orphaned: 0 };
     for (const store of this.options.stores.values()) {
-      const swept = await this.sweepStore(store, now);
+      let swept: OrphanSweepReport;
+      try {
+        swept = await this.sweepStore(store, now);
+      } catch (error) {
+        // One unreachable store (say, a read store being retired) must not leave the others
+        // unswept; it is tried again next run, like a payload whose delete failed.
+        this.logger.warn(
+          `could not sweep payload store ${store.name}; will retry next run: ${String(error)}`,
+        );
+        continue;
+      }
       totals.expired += swept.expired;
       totals.orphaned += swept.orphaned;
     }

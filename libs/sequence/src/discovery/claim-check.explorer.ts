@@ -45,7 +45,7 @@ export class ClaimCheckExplorer implements OnModuleInit {
     for (const { className, methodName, options, call } of methods) {
       const name = `${className}.${methodName}`;
       const where = `${DECORATOR} on ${name}`;
-      const { channel, deleteAfter, handlerRetry, prefetch, deadLetterChannel } = options;
+      const { channel, deleteAfter, handlerRetry, prefetch, deadLetterChannel, sequence } = options;
       const problems: string[] = [];
       if (typeof channel !== 'string' || channel.length === 0) {
         problems.push(missingChannelMessage(DECORATOR, className, methodName));
@@ -58,9 +58,10 @@ export class ClaimCheckExplorer implements OnModuleInit {
       if (sequenceHandler)
         throw new SequenceHandlerConflictError(channel, sequenceHandler.name, name);
 
+      // Validates the sequence options too (they reach the aggregator unchanged).
       const resolved = resolveConsumerOptions(
         where,
-        { handlerRetry, prefetch, deadLetterChannel },
+        { ...sequence, handlerRetry, prefetch, deadLetterChannel },
         this.sequenceOptions,
       );
       const consumer: ClaimCheckConsumer = {
@@ -70,6 +71,7 @@ export class ClaimCheckExplorer implements OnModuleInit {
         handlerRetry: resolved.handlerRetry,
         prefetch: resolved.prefetch,
         deadLetterChannel: resolved.deadLetterChannel,
+        sequence,
       };
       this.registry.add({ name, consumer });
     }

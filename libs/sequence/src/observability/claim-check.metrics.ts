@@ -72,7 +72,7 @@ export class ClaimCheckMetrics {
     this.checkOuts.inc({ store });
   }
 
-  received(channel: string, via: 'inline' | 'ticket'): void {
+  received(channel: string, via: 'inline' | 'ticket' | 'sequence'): void {
     this.messages.inc({ channel, via });
   }
 

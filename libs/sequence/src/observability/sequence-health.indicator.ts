@@ -71,7 +71,8 @@ export class SequenceHealthIndicator {
   }
 }
 
-async function probe(
+/** Pings `dependency` within `timeoutMs`: up, or down with why. */
+export async function probe(
   dependency: { readonly name: string; ping(): Promise<void> },
   timeoutMs: number,
 ): Promise<SequenceDependencyHealth> {

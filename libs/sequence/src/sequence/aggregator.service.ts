@@ -15,6 +15,14 @@ import {
   type SequenceConsumerOptions,
 } from '../sequence.options';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
+import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
+import { carriesTicket } from '../claim-check/claim-check.headers';
+import { PayloadParking, type ResolvedTicket } from '../claim-check/payload-parking';
+import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
+import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
+import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage, SequenceDelivery } from './sequence-delivery';
 
@@ -47,6 +55,7 @@ export class AggregatorService {
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
     private readonly metrics: SequenceMetrics,
+    private readonly parking: PayloadParking,
   ) {
     this.delivery = new SequenceDelivery(store, options, metrics, this.logger);
   }
@@ -91,9 +100,16 @@ export class AggregatorService {
 
   private async intake(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
     const { channel, options } = consumer;
-    const body: unknown = message.body;
-    if (!Buffer.isBuffer(body)) {
+    const received: unknown = message.body;
+    if (!Buffer.isBuffer(received)) {
       return this.rejectFragment(channel, 'malformed-header', 'the message body is not binary');
+    }
+    let body = received;
+    let parked: ResolvedTicket | undefined;
+    if (carriesTicket(toHeaderRecord(message.headers))) {
+      const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
+      if ('action' in resolved) return resolved;
+      ({ body, parked } = resolved);
     }
     this.metrics.fragmentReceived(channel, body.length);
     if (body.length > options.maxFragmentBytes) {
@@ -150,6 +166,10 @@ export class AggregatorService {
         ),
       );
       result = await accepting;
+      // Its bytes are in the sequence store now: the parked copy has served its purpose.
+      if (parked && result.status !== 'backpressure' && result.status !== 'in-progress') {
+        void this.parking.releaseParked(parked);
+      }
     } catch (error) {
       this.logger.warn(
         `${this.store.name} store could not take sequence ${sequenceId} fragment ${position} ` +
@@ -205,6 +225,36 @@ export class AggregatorService {
     }
   }
 
+  /**
+   * The body of a fragment sent `via: 'claim-check'`: its ticket verified and its parked bytes
+   * read (and checked against the ticket). A refused ticket is dead-lettered like a bad fragment;
+   * an unreachable payload store requeues it.
+   */
+  private async resolveParkedBody(
+    channel: string,
+    ticketBody: Buffer,
+    maxFragmentBytes: number,
+  ): Promise<{ body: Buffer; parked: ResolvedTicket } | Disposition> {
+    try {
+      const parked = this.parking.resolve(ticketBody);
+      if (parked.ticket.bytes > maxFragmentBytes) {
+        return this.rejectFragment(
+          channel,
+          'fragment-too-large',
+          `${parked.ticket.bytes}-byte parked body exceeds maxFragmentBytes (${maxFragmentBytes})`,
+        );
+      }
+      return { body: await this.parking.readWhole(parked), parked };
+    } catch (error) {
+      const code = parkedBodyRejection(error);
+      if (code) return this.rejectFragment(channel, code, errorMessage(error));
+      this.logger.warn(
+        `${channel}: could not read a parked fragment body; requeued: ${errorMessage(error)}`,
+      );
+      return this.requeue('payload store unavailable');
+    }
+  }
+
   private rejectFragment(channel: string, code: RejectionCode, detail: string): Disposition {
     this.metrics.fragmentRejected(channel, code);
     this.logger.warn(`${channel}: dead-lettered a fragment: ${deathReason(code, detail)}`);
@@ -214,6 +264,19 @@ export class AggregatorService {
   private requeue(reason: string): Disposition {
     return { action: 'requeue', delayMs: this.options.backpressureDelayMs, reason };
   }
+}
+
+/** Why a parked fragment body is refused for good; undefined for a transient failure. */
+function parkedBodyRejection(error: unknown): RejectionCode | undefined {
+  if (error instanceof ClaimTicketInvalidError) return 'claim-ticket-invalid';
+  if (error instanceof UnknownPayloadStoreError) return 'unknown-payload-store';
+  if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
+    return 'claim-check-not-found';
+  }
+  if (error instanceof ClaimCheckIntegrityError || error instanceof PayloadDecryptionError) {
+    return 'integrity-mismatch';
+  }
+  return undefined;
 }
 
 /** Headers as an object, whatever the subscriber handed over (amqplib gives undefined for none). */

@@ -18,8 +18,16 @@ import {
   type PublishRetryOptions,
   type ResolvedSequenceOptions,
 } from '../sequence.options';
+import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
+import { ClaimCheckHeader } from '../claim-check/claim-check.headers';
+import { PayloadParking } from '../claim-check/payload-parking';
 import { publishWithRetry } from './publish-with-retry';
-import type { RecordSource, SendOptions, SequenceReceipt, SplitterPayload } from './splitter.types';
+import {
+  isRecordSource,
+  type SendOptions,
+  type SequenceReceipt,
+  type SplitterPayload,
+} from './splitter.types';
 
 interface OutgoingFragment {
   readonly body: Buffer;
@@ -39,6 +47,7 @@ export class SplitterService {
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
+    private readonly parking: PayloadParking,
   ) {}
 
   /**
@@ -84,7 +93,7 @@ export class SplitterService {
           yield { body, position, headers };
         }
       })();
-      await this.publishAll(channel, sequenceId, fragments, policy);
+      await this.publishAll(channel, sequenceId, fragments, policy, options.via);
       return { channel, sequenceId, fragments: plan.length, bytes: whole.length, sha256 };
     }
 
@@ -111,7 +120,7 @@ export class SplitterService {
         yield { body, position, headers };
       }
     })();
-    await this.publishAll(channel, sequenceId, fragments, policy);
+    await this.publishAll(channel, sequenceId, fragments, policy, options.via);
     return { channel, sequenceId, ...totals };
   }
 
@@ -125,11 +134,29 @@ export class SplitterService {
     sequenceId: string,
     fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
     policy: Required<PublishRetryOptions>,
+    via: SendOptions['via'] = 'broker',
   ): Promise<void> {
     const inFlight = new Set<Promise<void>>();
     let failure: SequencePublishError | undefined;
     const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
-      const outcome = await publishWithRetry(this.transport, channel, body, headers, policy);
+      let parked: ClaimTicket | undefined;
+      if (via === 'claim-check') {
+        try {
+          parked = await this.parking.park(body, {}, false);
+        } catch (error) {
+          failure ??= new SequencePublishError(channel, sequenceId, position, 0, error);
+          return;
+        }
+      }
+      const outcome = parked
+        ? await publishWithRetry(
+            this.transport,
+            channel,
+            serializeTicket(parked),
+            { ...headers, [ClaimCheckHeader.claimCheck]: 1 },
+            policy,
+          )
+        : await publishWithRetry(this.transport, channel, body, headers, policy);
       if (!outcome.ok) {
         failure ??= new SequencePublishError(
           channel,
@@ -139,6 +166,7 @@ export class SplitterService {
           outcome.error,
         );
       }
+      if (parked) await this.parking.settle(parked, outcome.ok);
     };
     try {
       for await (const fragment of fragments) {
@@ -190,15 +218,6 @@ export class SplitterService {
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }
-}
-
-function isRecordSource(payload: SplitterPayload): payload is RecordSource {
-  return (
-    typeof payload === 'object' &&
-    payload !== null &&
-    'records' in payload &&
-    !(payload instanceof Readable)
-  );
 }
 
 /** Byte chunks of a stream; a Readable with an encoding set yields strings, taken as UTF-8. */

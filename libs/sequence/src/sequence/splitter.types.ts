@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { HeaderMap } from '../core/headers';
 import type { PublishRetryOptions } from '../sequence.options';
 
@@ -32,6 +32,13 @@ export interface SendOptions {
   contentEncoding?: string;
   /** Overrides the module's confirm timeout and retry policy for this send. */
   publish?: PublishRetryOptions;
+  /**
+   * `'claim-check'`: each fragment body is parked in the Claim Check payload store and its
+   * message carries only a signed ticket (`x-claim-check: 1`) with the usual fragment headers,
+   * so the broker moves small messages only. The consumer resolves each ticket before storing
+   * the fragment, then deletes the parked body (claimCheck.deleteAfter). @default 'broker'
+   */
+  via?: 'broker' | 'claim-check';
 }
 
 /** What a completed `send` reports. */
@@ -42,4 +49,14 @@ export interface SequenceReceipt {
   readonly bytes: number;
   /** SHA-256 of the whole payload, lowercase hex. */
   readonly sha256: string;
+}
+
+/** Whether a payload is a {@link RecordSource}. */
+export function isRecordSource(payload: unknown): payload is RecordSource {
+  return (
+    typeof payload === 'object' &&
+    payload !== null &&
+    'records' in payload &&
+    !(payload instanceof Readable)
+  );
 }

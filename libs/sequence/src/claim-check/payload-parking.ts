@@ -1,0 +1,185 @@
+import { Readable, Transform, pipeline, type TransformCallback } from 'node:stream';
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { delay } from '../core/async';
+import { sha256Hasher, sha256Hex } from '../core/checksum';
+import { parseTicketBody, signTicket, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
+import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
+import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import type { PayloadStore } from '../ports/payload-store.port';
+import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
+import type { ResolvedClaimCheckOptions } from './claim-check.options';
+
+/** How a payload is parked. */
+export interface ParkOptions {
+  contentType?: string;
+  /** How long the payload and its ticket stay valid. @default claimCheck.ttlMs */
+  ttlMs?: number;
+  /** Small string pairs stored with the payload and handed to the receiver. */
+  metadata?: Record<string, string>;
+}
+
+/** A verified ticket and the store holding its payload. */
+export interface ResolvedTicket {
+  readonly ticket: ClaimTicket;
+  readonly store: PayloadStore;
+}
+
+/**
+ * The two halves of Claim Check that everything else is built on: parking a payload (streamed
+ * into the payload store, hashed on the way, then a signed ticket) and resolving a ticket
+ * (signature, expiry, known store). `ClaimCheckService`, the receiver and the splitter's
+ * `via: 'claim-check'` mode share them.
+ */
+@Injectable()
+export class PayloadParking {
+  private readonly logger = new Logger('ClaimCheck');
+  constructor(
+    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    private readonly metrics: ClaimCheckMetrics,
+  ) {}
+
+  /** Where new payloads go. */
+  get store(): PayloadStore {
+    return this.options.store;
+  }
+
+  /**
+   * Streams `payload` into the store (never buffering a Readable whole) and signs its ticket.
+   * `published: false` marks it an orphan-to-be until `markPublished` (see OrphanSweeper).
+   */
+  async park(
+    payload: Buffer | Readable,
+    options: ParkOptions,
+    published: boolean,
+  ): Promise<ClaimTicket> {
+    const store = this.options.store;
+    const now = Date.now();
+    const expiresAt = now + (options.ttlMs ?? this.options.ttlMs);
+    const putOptions = {
+      now,
+      expiresAt,
+      published,
+      contentType: options.contentType,
+      metadata: options.metadata,
+    };
+    let digest: { sha256: string; bytes: number };
+    let ref: string;
+    if (Buffer.isBuffer(payload)) {
+      ({ ref } = await store.put(payload, putOptions));
+      digest = { sha256: sha256Hex(payload), bytes: payload.length };
+    } else {
+      const meter = new DigestingStream();
+      pipeline(payload, meter, () => undefined); // errors reach put through `meter`
+      ({ ref } = await store.put(meter, putOptions));
+      digest = meter.digest();
+    }
+    this.metrics.checkedIn(store.name, digest.bytes);
+    return signTicket(
+      { store: store.name, ref, ...digest, contentType: options.contentType, expiresAt },
+      this.options.keyring,
+    );
+  }
+
+  /**
+   * Parses and verifies a ticket message body (or an already parsed ticket).
+   * @throws ClaimTicketInvalidError, UnknownPayloadStoreError
+   */
+  resolve(ticket: unknown, now: number = Date.now()): ResolvedTicket {
+    const candidate = Buffer.isBuffer(ticket) ? parseTicketBody(ticket) : ticket;
+    const verified = verifyTicket(candidate, this.options.keyring, now);
+    return { ticket: verified, store: this.storeNamed(verified.store) };
+  }
+
+  /**
+   * A small payload (a fragment body) read whole, checked against its ticket.
+   * @throws ClaimCheckNotFoundError, ClaimCheckIntegrityError
+   */
+  async readWhole({ ticket, store }: ResolvedTicket): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of await store.get(ticket.ref)) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks);
+    const actual = { sha256: sha256Hex(body), bytes: body.length };
+    if (actual.bytes !== ticket.bytes || actual.sha256 !== ticket.sha256) {
+      throw new ClaimCheckIntegrityError(store.name, ticket.ref, ticket, actual);
+    }
+    this.metrics.checkedOut(store.name);
+    return body;
+  }
+
+  /**
+   * After the ticket's publish: marks the payload published (a few tries: unmarked, it would be
+   * swept as an orphan after `orphanGraceMs`), or deletes it when the publish failed (else the
+   * orphan sweeper will). Never throws; failures are logged.
+   */
+  async settle(ticket: ClaimTicket, published: boolean): Promise<void> {
+    const store = this.storeNamed(ticket.store);
+    const what = `${store.name}:${ticket.ref}`;
+    if (!published) {
+      await store
+        .delete(ticket.ref)
+        .catch((error: unknown) =>
+          this.logger.warn(
+            `could not delete payload ${what} after its ticket failed to publish; the orphan ` +
+              `sweeper will: ${String(error)}`,
+          ),
+        );
+      return;
+    }
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await store.markPublished(ticket.ref);
+        return;
+      } catch (error) {
+        if (attempt >= 3) {
+          this.logger.error(
+            `the ticket for ${what} was published but the payload could not be marked ` +
+              `published; it will be swept as an orphan after orphanGraceMs ` +
+              `(${this.options.orphanGraceMs} ms) unless consumed first: ${String(error)}`,
+          );
+          return;
+        }
+        await delay(100 * attempt);
+      }
+    }
+  }
+
+  /**
+   * A parked payload whose bytes were taken elsewhere (a fragment now in the sequence store):
+   * deleted when the retention is `'ack'`, else left to expire. Never throws.
+   */
+  async releaseParked({ ticket, store }: ResolvedTicket): Promise<void> {
+    if (this.options.deleteAfter !== 'ack') return;
+    try {
+      if (await store.delete(ticket.ref)) this.metrics.payloadDeleted(store.name, 'consumed');
+    } catch (error) {
+      this.logger.warn(
+        `could not delete parked ${store.name}:${ticket.ref}; it expires at ` +
+          `${new Date(ticket.expiresAt).toISOString()}: ${String(error)}`,
+      );
+    }
+  }
+
+  /** The store a ticket names. @throws UnknownPayloadStoreError */
+  storeNamed(name: string): PayloadStore {
+    const store = this.options.stores.get(name);
+    if (!store) throw new UnknownPayloadStoreError(name, [...this.options.stores.keys()]);
+    return store;
+  }
+}
+
+/** Hashes and counts the bytes passing through. */
+class DigestingStream extends Transform {
+  private readonly hash = sha256Hasher();
+  private bytes = 0;
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.hash.update(chunk);
+    this.bytes += chunk.length;
+    done(null, chunk);
+  }
+
+  digest(): { sha256: string; bytes: number } {
+    return { sha256: this.hash.digest('hex'), bytes: this.bytes };
+  }
+}

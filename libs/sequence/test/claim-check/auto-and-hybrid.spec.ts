@@ -1,0 +1,174 @@
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import {
+  ClaimCheck,
+  ClaimCheckService,
+  ClaimedPayload,
+  FilesystemPayloadStore,
+  InMemoryTransport,
+  SequenceModule,
+  SequencedHandler,
+  SplitterService,
+  type HeaderMap,
+  type ReassembledPayload,
+} from 'nest-sequence';
+import { deadLetters, deathReasonOf } from '../support/sequence-test-app';
+
+/** An in-memory transport that remembers the size of every message published to it. */
+class MeasuringTransport extends InMemoryTransport {
+  readonly published: Array<{ channel: string; bytes: number; headers: HeaderMap }> = [];
+
+  override publish(channel: string, body: Buffer, headers: HeaderMap, options?: object) {
+    this.published.push({ channel, bytes: body.length, headers });
+    return super.publish(channel, body, headers, options);
+  }
+}
+
+const AUTO = 'cc.auto';
+const HYBRID = 'cc.hybrid';
+
+@Injectable()
+class Receivers {
+  readonly claimed: Array<{ via: string; bytes: Buffer; headers: HeaderMap }> = [];
+  readonly reassembled: Buffer[] = [];
+
+  @ClaimCheck({ channel: AUTO })
+  async onAuto(payload: ClaimedPayload): Promise<void> {
+    this.claimed.push({
+      via: payload.via,
+      bytes: await payload.toBuffer(),
+      headers: payload.headers,
+    });
+  }
+
+  @SequencedHandler({ channel: HYBRID })
+  async onHybrid(payload: ReassembledPayload): Promise<void> {
+    this.reassembled.push(await payload.toBuffer());
+  }
+}
+
+/**
+ * `mode: 'auto'` (inline, a sequence or a ticket by size, one @ClaimCheck handler for all three)
+ * and `send(..., { via: 'claim-check' })` (fragments parked, tickets on the broker).
+ */
+describe('claim check: mode auto and fragments via claim check', () => {
+  let app: INestApplicationContext;
+  let root: string;
+  let transport: MeasuringTransport;
+  let receivers: Receivers;
+
+  beforeEach(async () => {
+    root = await mkdtemp(join(tmpdir(), 'cc-auto-'));
+    transport = new MeasuringTransport();
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          sweepIntervalMs: false,
+          fragmentBytes: 64 * 1024,
+          claimCheck: {
+            store: new FilesystemPayloadStore({ root }),
+            threshold: 16 * 1024,
+            sequenceMaxBytes: 1024 * 1024,
+            sweepIntervalMs: false,
+          },
+        }),
+      ],
+      providers: [Receivers],
+    }).compile();
+    moduleRef.useLogger(false);
+    app = await moduleRef.init();
+    receivers = app.get(Receivers);
+  });
+
+  afterEach(async () => {
+    await app.close();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  const payloadFiles = async () =>
+    (await readdir(root, { recursive: true, withFileTypes: true })).filter((entry) =>
+      entry.isFile(),
+    );
+
+  it('sends small payloads inline, mid-sized ones as a sequence and large ones as a ticket; one handler gets all three', async () => {
+    const claimCheck = app.get(ClaimCheckService);
+    const small = randomBytes(16 * 1024);
+    const mid = randomBytes(300 * 1024);
+    const large = randomBytes(1024 * 1024 + 1);
+
+    const receipts = [
+      await claimCheck.publish(AUTO, small, { mode: 'auto', headers: { study: 's' } }),
+      await claimCheck.publish(AUTO, mid, { mode: 'auto', headers: { study: 'm' } }),
+      await claimCheck.publish(AUTO, large, { mode: 'auto', headers: { study: 'l' } }),
+    ];
+    await transport.whenIdle();
+
+    expect(receipts.map((r) => r.via)).toEqual(['inline', 'sequence', 'ticket']);
+    const byStudy = (study: string) => receivers.claimed.find((c) => c.headers.study === study);
+    expect(byStudy('s')).toMatchObject({ via: 'inline' });
+    expect(byStudy('m')).toMatchObject({ via: 'sequence' });
+    expect(byStudy('l')).toMatchObject({ via: 'ticket' });
+    expect(byStudy('s')?.bytes.equals(small)).toBe(true);
+    expect(byStudy('m')?.bytes.equals(mid)).toBe(true);
+    expect(byStudy('l')?.bytes.equals(large)).toBe(true);
+    // The sequence went as 5 fragments of at most 64 KiB; the large payload as one small ticket.
+    const onAuto = transport.published.filter((m) => m.channel === AUTO);
+    expect(onAuto.filter((m) => m.headers['x-sequence-id'] !== undefined)).toHaveLength(5);
+    expect(Math.max(...onAuto.map((m) => m.bytes))).toBeLessThanOrEqual(64 * 1024);
+    expect(await payloadFiles()).toHaveLength(0); // the ticket's payload was deleted after the ack
+    expect(deadLetters(transport, AUTO)).toHaveLength(0);
+  });
+
+  it('sends a stream of unknown size above the threshold as a ticket, and as a sequence when told its size', async () => {
+    const claimCheck = app.get(ClaimCheckService);
+    const bytes = randomBytes(200 * 1024);
+    const chunks = () => Readable.from([bytes.subarray(0, 70_000), bytes.subarray(70_000)]);
+
+    const unknown = await claimCheck.publish(AUTO, chunks(), { mode: 'auto' });
+    const told = await claimCheck.publish(AUTO, chunks(), { mode: 'auto', bytes: bytes.length });
+    await transport.whenIdle();
+
+    expect([unknown.via, told.via]).toEqual(['ticket', 'sequence']);
+    expect(receivers.claimed.map((c) => c.bytes.equals(bytes))).toEqual([true, true]);
+  });
+
+  it('parks every fragment sent via claim check and puts only small tickets on the broker; the handler gets the payload and the parked bodies are deleted', async () => {
+    const payload = randomBytes(600 * 1024);
+
+    const receipt = await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+    await transport.whenIdle();
+
+    expect(receipt.fragments).toBe(10);
+    const messages = transport.published.filter((m) => m.channel === HYBRID);
+    expect(messages).toHaveLength(10);
+    expect(messages.every((m) => m.bytes < 1024 && m.headers['x-claim-check'] === 1)).toBe(true);
+    expect(receivers.reassembled).toHaveLength(1);
+    expect(receivers.reassembled[0].equals(payload)).toBe(true);
+    expect(await payloadFiles()).toHaveLength(0);
+  });
+
+  it('dead-letters a fragment whose ticket was tampered with, and delivers nothing of it', async () => {
+    const payload = randomBytes(100 * 1024);
+    const original = transport.publish.bind(transport);
+    transport.publish = (channel, body, headers, options) => {
+      if (headers['x-sequence-position'] !== 1) return original(channel, body, headers, options);
+      const ticket = JSON.parse(body.toString()) as { bytes: number };
+      const forged = Buffer.from(JSON.stringify({ ...ticket, bytes: ticket.bytes + 1 }));
+      return original(channel, forged, headers, options);
+    };
+
+    await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+    await transport.whenIdle();
+
+    const dead = deadLetters(transport, HYBRID);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(/^claim-ticket-invalid: .*bad-signature/);
+    expect(receivers.reassembled).toHaveLength(0);
+  });
+});
