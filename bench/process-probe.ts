@@ -42,6 +42,7 @@ export class PeakMemory {
     hwmRssMiB?: number;
     peakAt?: number;
     peakHeapMiB?: number;
+    peakHeapTotalMiB?: number;
     peakBuffersMiB?: number;
   } {
     this.sample();
@@ -51,6 +52,7 @@ export class PeakMemory {
       hwmRssMiB: hwm === undefined ? undefined : round1(hwm / 1024),
       peakAt: this.atPeak?.at,
       peakHeapMiB: this.atPeak && round1(this.atPeak.heapUsed / MiB),
+      peakHeapTotalMiB: this.atPeak && round1(this.atPeak.heapTotal / MiB),
       peakBuffersMiB: this.atPeak && round1(this.atPeak.arrayBuffers / MiB),
     };
   }
@@ -64,12 +66,18 @@ export class PeakMemory {
     if (rss <= this.sampled) return;
     this.sampled = rss;
     // What the peak is made of (rare: only on a new peak).
-    const { heapUsed, external, arrayBuffers } = process.memoryUsage();
-    this.atPeak = { at: Date.now(), heapUsed, external, arrayBuffers };
+    const { heapUsed, heapTotal, external, arrayBuffers } = process.memoryUsage();
+    this.atPeak = { at: Date.now(), heapUsed, heapTotal, external, arrayBuffers };
   }
 
   /** When the sampled peak was seen, and the V8 heap and Buffer memory then. */
-  atPeak?: { at: number; heapUsed: number; external: number; arrayBuffers: number };
+  atPeak?: {
+    at: number;
+    heapUsed: number;
+    heapTotal: number;
+    external: number;
+    arrayBuffers: number;
+  };
 }
 
 function statusKiB(field: string): number | undefined {

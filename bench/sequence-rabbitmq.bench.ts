@@ -296,7 +296,7 @@ interface RunFigures {
   peakRssMiB: number;
   hwmRssMiB?: number;
   /** At the sampled peak: ms since t0, V8 heap used, Buffer (ArrayBuffer) memory. */
-  peak: { atMs?: number; heapMiB?: number; buffersMiB?: number };
+  peak: { atMs?: number; heapMiB?: number; heapTotalMiB?: number; buffersMiB?: number };
   /** CPU seconds each process used during the run. */
   cpu: { producer: number; consumer: number; rabbitmq?: number; redis: number };
   /** Cores busy on the whole machine during the run, other tenants included (2 = saturated). */
@@ -364,6 +364,7 @@ class Bench {
       peak: {
         atMs: settled.peakAt === undefined ? undefined : Math.round(settled.peakAt - t0),
         heapMiB: settled.peakHeapMiB,
+        heapTotalMiB: settled.peakHeapTotalMiB,
         buffersMiB: settled.peakBuffersMiB,
       },
       cpu: {

@@ -83,6 +83,8 @@ export type FromConsumer =
       /** When the sampled peak was seen (epoch ms), and the V8 heap and Buffer memory then. */
       readonly peakAt?: number;
       readonly peakHeapMiB?: number;
+      /** V8 heap reserved (young and old generations), used or not. */
+      readonly peakHeapTotalMiB?: number;
       readonly peakBuffersMiB?: number;
       readonly cpuSeconds: number;
       readonly trace?: ModuleTrace;
