@@ -66,6 +66,7 @@ export {
   signTicket,
   verifyTicket,
   parseTicketBody,
+  serializeTicket,
   type ClaimTicket,
   type ClaimTicketFields,
 } from './core/claim-ticket';

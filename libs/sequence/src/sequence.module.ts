@@ -36,7 +36,11 @@ import {
   SEQUENCE_MODULE_OPTIONS,
   SEQUENCE_OPTIONS_TYPE,
 } from './sequence.module-definition';
-import { resolveSequenceOptions, type SequenceModuleOptions } from './sequence.options';
+import {
+  resolveSequenceOptions,
+  type ResolvedSequenceOptions,
+  type SequenceModuleOptions,
+} from './sequence.options';
 
 /** Adapters the module created itself (the embedded defaults) are closed with the application. */
 const OWNED_ADAPTERS = Symbol('nest-sequence:owned-adapters');
@@ -76,9 +80,12 @@ const providers: Provider[] = [
   },
   {
     provide: CLAIM_CHECK_OPTIONS,
-    inject: [SEQUENCE_MODULE_OPTIONS],
-    useFactory: (options: SequenceModuleOptions | undefined) =>
-      resolveClaimCheckOptions(options?.claimCheck),
+    inject: [SEQUENCE_MODULE_OPTIONS, SEQUENCE_OPTIONS],
+    useFactory: (options: SequenceModuleOptions | undefined, resolved: ResolvedSequenceOptions) =>
+      resolveClaimCheckOptions(
+        options?.claimCheck,
+        resolved.maxFragmentBytes - resolved.headerAllowanceBytes,
+      ),
   },
   SequenceMetrics,
   ClaimCheckMetrics,

@@ -88,6 +88,8 @@ export const CLAIM_CHECK_DEFAULTS = {
 /** Applies defaults and validates; every problem is reported at once. */
 export function resolveClaimCheckOptions(
   options: ClaimCheckOptions = {},
+  /** Largest payload a message of the transport carries inline (headers left room). */
+  maxInlineBytes = Number.MAX_SAFE_INTEGER,
 ): ResolvedClaimCheckOptions {
   const problems: string[] = [];
   const positive = (name: string, value: number) => {
@@ -103,6 +105,12 @@ export function resolveClaimCheckOptions(
   const sweepBatch = options.sweepBatch ?? CLAIM_CHECK_DEFAULTS.sweepBatch;
   const sweepIntervalMs = options.sweepIntervalMs ?? CLAIM_CHECK_DEFAULTS.sweepIntervalMs;
   positive('claimCheck.threshold', threshold);
+  if (Number.isSafeInteger(threshold) && threshold > maxInlineBytes) {
+    problems.push(
+      `claimCheck.threshold (${threshold}) exceeds what one message of the transport carries ` +
+        `(${maxInlineBytes} bytes besides headers); use at most ${maxInlineBytes}`,
+    );
+  }
   positive('claimCheck.ttlMs', ttlMs);
   positive('claimCheck.orphanGraceMs', orphanGraceMs);
   positive('claimCheck.sweepBatch', sweepBatch);

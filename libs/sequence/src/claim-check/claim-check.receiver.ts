@@ -257,6 +257,10 @@ export class ClaimCheckReceiver {
         // A handler that swallowed its stream's error did not get the payload.
         if (payload.integrityFailure)
           return { ok: false, attempts: attempt, error: payload.integrityFailure };
+        // Nor did one that swallowed a read error (store outage, payload gone).
+        if (payload.readFailure) {
+          return { ok: false, attempts: attempt, error: payload.readFailure };
+        }
         return { ok: true };
       } catch (error) {
         this.metrics.handlerFailed(consumer.channel);

@@ -1,9 +1,10 @@
 import { Readable } from 'node:stream';
-import { Inject, Injectable, Logger } from '@nestjs/common';
-import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
-import type { HeaderMap } from '../core/headers';
+import { isContractHeader, type HeaderMap } from '../core/headers';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../sequence/publish-with-retry';
@@ -65,7 +66,7 @@ export interface ClaimPublishReceipt {
  * });
  */
 @Injectable()
-export class ClaimCheckService {
+export class ClaimCheckService implements OnModuleInit {
   private readonly logger = new Logger(ClaimCheckService.name);
 
   constructor(
@@ -77,11 +78,22 @@ export class ClaimCheckService {
     private readonly splitter: SplitterService,
   ) {}
 
+  onModuleInit(): void {
+    if (this.options.ephemeralKeys && this.transport.name !== 'in-memory') {
+      this.logger.warn(
+        `claimCheck.signingKeys is not set: tickets are signed with a key made for this process ` +
+          `only, and other processes on the ${this.transport.name} transport will refuse them ` +
+          `(unknown-key); configure the same keys on every sender and receiver`,
+      );
+    }
+  }
+
   /**
    * Streams `payload` into the payload store (a Readable is never buffered whole) and returns
    * its signed ticket. The caller owns the ticket: publish it, or `release` it.
    */
-  checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
+  async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
+    checkCallOptions('checkIn()', options);
     return this.parking.park(payload, options, true);
   }
 
@@ -119,6 +131,7 @@ export class ClaimCheckService {
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
   ): Promise<ClaimPublishReceipt> {
+    checkCallOptions(`publish() to ${channel}`, options);
     const threshold = options.threshold ?? this.options.threshold;
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
     if (isRecordSource(payload)) {
@@ -218,6 +231,32 @@ export class ClaimCheckService {
       );
     }
   }
+}
+
+/** Refuses per-call options the module would have refused at boot, and reserved headers. */
+function checkCallOptions(where: string, options: ClaimPublishOptions): void {
+  const problems: string[] = [];
+  const integer = (name: string, value: number | undefined, min: number) => {
+    if (value !== undefined && (!Number.isSafeInteger(value) || value < min)) {
+      problems.push(`${name} must be an integer ≥ ${min}, got ${String(value)}`);
+    }
+  };
+  integer('ttlMs', options.ttlMs, 1);
+  integer('threshold', options.threshold, 0);
+  integer('sequenceMaxBytes', options.sequenceMaxBytes, 0);
+  integer('bytes', options.bytes, 0);
+  if (options.contentType !== undefined && !CONTENT_TYPE_PATTERN.test(options.contentType)) {
+    problems.push('contentType must be 1-255 printable ASCII characters (a media type)');
+  }
+  for (const [name, value] of Object.entries(options.headers ?? {})) {
+    if (isContractHeader(name) || name === ClaimCheckHeader.claimCheck) {
+      problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    }
+    if (!['string', 'number', 'boolean'].includes(typeof value)) {
+      problems.push(`header ${name} must be a string, number or boolean`);
+    }
+  }
+  if (problems.length > 0) throw new SequenceOptionsError(where, problems);
 }
 
 /**

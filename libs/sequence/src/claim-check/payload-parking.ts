@@ -101,7 +101,12 @@ export class PayloadParking {
     const body = Buffer.concat(chunks);
     const actual = { sha256: sha256Hex(body), bytes: body.length };
     if (actual.bytes !== ticket.bytes || actual.sha256 !== ticket.sha256) {
-      throw new ClaimCheckIntegrityError(store.name, ticket.ref, ticket, actual);
+      throw new ClaimCheckIntegrityError(
+        store.name,
+        ticket.ref,
+        { sha256: ticket.sha256, bytes: ticket.bytes },
+        actual,
+      );
     }
     this.metrics.checkedOut(store.name);
     return body;

@@ -127,6 +127,16 @@ describe('claim tickets', () => {
       expect(reasonFor({ ...signed, [field]: value })).toBe('bad-signature');
     });
 
+    it('refuses another spelling of the same signature (the unused bits of its last character)', () => {
+      const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+      const sig = String(signed.sig);
+      const last = alphabet[alphabet.indexOf(sig[42]) ^ 1];
+      const respelled = sig.slice(0, 42) + last;
+      expect(Buffer.from(respelled, 'base64url').equals(Buffer.from(sig, 'base64url'))).toBe(true);
+
+      expect(reasonFor({ ...signed, sig: respelled })).toBe('bad-signature');
+    });
+
     it('refuses a ticket whose contentType was removed after signing', () => {
       const { contentType: _removed, ...rest } = signed;
 

@@ -52,7 +52,7 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
 /** base64url of the 32 bytes of an HMAC-SHA256, without padding. */
 const SIGNATURE = /^[A-Za-z0-9_-]{43}$/;
 /** Printable ASCII, not starting with a space: what a media type header value looks like. */
-const CONTENT_TYPE = /^[\x21-\x7e][\x20-\x7e]{0,254}$/;
+export const CONTENT_TYPE_PATTERN = /^[\x21-\x7e][\x20-\x7e]{0,254}$/;
 const TICKET_FIELDS: ReadonlySet<string> = new Set([
   'v',
   'store',
@@ -172,7 +172,10 @@ export function verifyTicket(
   }
   // A sig of another shape cannot be an HMAC-SHA256 (and Buffer.from(…, 'base64url') would
   // silently skip stray characters); refusing it also gives timingSafeEqual equal lengths.
-  const given = SIGNATURE.test(sig) ? Buffer.from(sig, 'base64url') : undefined;
+  // Canonical spelling only: the last base64url character has two unused bits, so several
+  // spellings decode to one HMAC; accepting only the one we write keeps tickets unmalleable.
+  const decoded = SIGNATURE.test(sig) ? Buffer.from(sig, 'base64url') : undefined;
+  const given = decoded?.toString('base64url') === sig ? decoded : undefined;
   if (given === undefined || !timingSafeEqual(given, hmac(keys, ticket))) {
     throw new ClaimTicketInvalidError('bad-signature', 'sig does not match the fields', kid);
   }
@@ -233,7 +236,7 @@ function fieldProblem(fields: Record<string, unknown>): string | undefined {
   }
   if (
     contentType !== undefined &&
-    (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))
+    (typeof contentType !== 'string' || !CONTENT_TYPE_PATTERN.test(contentType))
   ) {
     return 'contentType, when present, must be 1-255 printable ASCII characters';
   }

@@ -30,6 +30,12 @@ export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
 
+/** What `intake` learnt of a fragment, for `receive` to act on once the disposition is known. */
+interface TakenFragment {
+  /** Its body was parked in the payload store (sent `via: 'claim-check'`). */
+  parked?: ResolvedTicket;
+}
+
 /** Sequences at once whose in-order arrivals are hashed as they come (see IntakeDigests). */
 const INTAKE_DIGEST_CAPACITY = 1024;
 
@@ -87,8 +93,16 @@ export class AggregatorService {
    * only after the handler succeeded.
    */
   async receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+    const taken: TakenFragment = {};
     try {
-      return await this.intake(message, consumer);
+      const disposition = await this.intake(message, consumer, taken);
+      // A fragment sent via claim check: its bytes are in the sequence store and its message is
+      // about to be acked, so the parked copy has served its purpose. Not earlier: a message
+      // redelivered before its ack (a crash mid-handler) still needs its body.
+      if (taken.parked && disposition.action === 'ack') {
+        void this.parking.releaseParked(taken.parked);
+      }
+      return disposition;
     } catch (error) {
       // Only a bug can get here (every expected failure has its disposition): keep the message.
       this.logger.error(
@@ -98,18 +112,21 @@ export class AggregatorService {
     }
   }
 
-  private async intake(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+  private async intake(
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+    taken: TakenFragment,
+  ): Promise<Disposition> {
     const { channel, options } = consumer;
     const received: unknown = message.body;
     if (!Buffer.isBuffer(received)) {
       return this.rejectFragment(channel, 'malformed-header', 'the message body is not binary');
     }
     let body = received;
-    let parked: ResolvedTicket | undefined;
     if (carriesTicket(toHeaderRecord(message.headers))) {
       const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
       if ('action' in resolved) return resolved;
-      ({ body, parked } = resolved);
+      ({ body, parked: taken.parked } = resolved);
     }
     this.metrics.fragmentReceived(channel, body.length);
     if (body.length > options.maxFragmentBytes) {
@@ -166,10 +183,6 @@ export class AggregatorService {
         ),
       );
       result = await accepting;
-      // Its bytes are in the sequence store now: the parked copy has served its purpose.
-      if (parked && result.status !== 'backpressure' && result.status !== 'in-progress') {
-        void this.parking.releaseParked(parked);
-      }
     } catch (error) {
       this.logger.warn(
         `${this.store.name} store could not take sequence ${sequenceId} fragment ${position} ` +

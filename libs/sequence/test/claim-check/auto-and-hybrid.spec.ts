@@ -11,12 +11,14 @@ import {
   ClaimedPayload,
   FilesystemPayloadStore,
   InMemoryTransport,
+  MemorySequenceStore,
   SequenceModule,
   SequencedHandler,
   SplitterService,
   type HeaderMap,
   type ReassembledPayload,
 } from 'nest-sequence';
+import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
 import { deadLetters, deathReasonOf } from '../support/sequence-test-app';
 
 /** An in-memory transport that remembers the size of every message published to it. */
@@ -62,13 +64,18 @@ describe('claim check: mode auto and fragments via claim check', () => {
   let transport: MeasuringTransport;
   let receivers: Receivers;
 
+  let sequenceStore: InstrumentedStore;
+
   beforeEach(async () => {
     root = await mkdtemp(join(tmpdir(), 'cc-auto-'));
     transport = new MeasuringTransport();
+    sequenceStore = new InstrumentedStore(new MemorySequenceStore());
     const moduleRef = await Test.createTestingModule({
       imports: [
         SequenceModule.forRoot({
           transport,
+          store: sequenceStore,
+          backpressureDelayMs: 10,
           sweepIntervalMs: false,
           fragmentBytes: 64 * 1024,
           claimCheck: {
@@ -150,6 +157,21 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(messages.every((m) => m.bytes < 1024 && m.headers['x-claim-check'] === 1)).toBe(true);
     expect(receivers.reassembled).toHaveLength(1);
     expect(receivers.reassembled[0].equals(payload)).toBe(true);
+    expect(await payloadFiles()).toHaveLength(0);
+  });
+
+  it('keeps a parked body until its message is acked: a completing fragment requeued after the handler could not read is resolved again and delivered once', async () => {
+    const payload = randomBytes(200 * 1024);
+    sequenceStore.failNextReads = 1;
+
+    await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+    await transport.whenIdle();
+
+    expect(sequenceStore.failNextReads).toBe(0);
+    expect(sequenceStore.accepts.filter((a) => a.status === 'complete')).toHaveLength(2);
+    expect(receivers.reassembled).toHaveLength(1);
+    expect(receivers.reassembled[0].equals(payload)).toBe(true);
+    expect(deadLetters(transport, HYBRID)).toHaveLength(0);
     expect(await payloadFiles()).toHaveLength(0);
   });
 

@@ -1,0 +1,183 @@
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import {
+  ClaimCheckNotFoundError,
+  ClaimTicketInvalidError,
+  UnknownPayloadStoreError,
+  type ClaimTicket,
+} from 'nest-sequence';
+import { bytes } from '../support/sequence-test-app';
+import {
+  claimMetric,
+  createClaimCheckTestApp,
+  fieldsOf,
+  signedByApp,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+
+/** Claim Check by hand: `checkIn` a payload, `checkOut` its ticket, `release` it. */
+describe('claim check: checkIn, checkOut and release by hand', () => {
+  const payload = bytes(10_000, 1);
+  const sha256 = createHash('sha256').update(payload).digest('hex');
+  let t: ClaimCheckTestApp;
+  beforeEach(async () => {
+    t = await createClaimCheckTestApp();
+  });
+  afterEach(() => t.close());
+
+  describe('checkIn', () => {
+    it('returns a signed ticket describing the payload', async () => {
+      const before = Date.now();
+      const ticket = await t.claimCheck.checkIn(payload, { contentType: 'image/png' });
+      const after = Date.now();
+
+      expect(ticket).toMatchObject({
+        v: 1,
+        store: 'filesystem',
+        bytes: payload.length,
+        sha256,
+        contentType: 'image/png',
+        kid: t.options.keyring.signingKeyId,
+      });
+      expect(ticket.expiresAt).toBeGreaterThanOrEqual(before + t.options.ttlMs);
+      expect(ticket.expiresAt).toBeLessThanOrEqual(after + t.options.ttlMs);
+      expect(ticket.sig).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(await t.store.head(ticket.ref)).toMatchObject({
+        bytes: payload.length,
+        contentType: 'image/png',
+        expiresAt: ticket.expiresAt,
+      });
+    });
+
+    it('honours a ttl of its own', async () => {
+      const before = Date.now();
+      const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 5_000 });
+      expect(ticket.expiresAt - before).toBeGreaterThanOrEqual(5_000);
+      expect(ticket.expiresAt - before).toBeLessThan(6_000);
+    });
+
+    it('streams a Readable into the store and describes what flowed', async () => {
+      const ticket = await t.claimCheck.checkIn(
+        Readable.from([payload.subarray(0, 3_000), payload.subarray(3_000)]),
+      );
+      expect(ticket).toMatchObject({ bytes: payload.length, sha256 });
+      expect((await (await t.claimCheck.checkOut(ticket)).toBuffer()).equals(payload)).toBe(true);
+    });
+
+    it('hands the payload to the caller: never swept as an orphan', async () => {
+      const ticket = await t.claimCheck.checkIn(payload);
+      const report = await t.sweeper.sweep(Date.now() + t.options.orphanGraceMs + 1);
+      expect(report).toEqual({ expired: 0, orphaned: 0 });
+      expect(await t.store.head(ticket.ref)).toMatchObject({ published: true });
+    });
+
+    it('counts payloads and bytes checked in', async () => {
+      await t.claimCheck.checkIn(payload);
+      await t.claimCheck.checkIn(Buffer.alloc(5));
+      const labels = { store: 'filesystem' };
+      expect(await claimMetric(t, 'payloads_checked_in_total', labels)).toBe(2);
+      expect(await claimMetric(t, 'bytes_stored_total', labels)).toBe(payload.length + 5);
+    });
+  });
+
+  describe('checkOut', () => {
+    let ticket: ClaimTicket;
+    beforeEach(async () => {
+      ticket = await t.claimCheck.checkIn(payload, {
+        contentType: 'image/png',
+        metadata: { study: 'S-1' },
+      });
+    });
+
+    it('returns the payload, its description and metadata', async () => {
+      const claimed = await t.claimCheck.checkOut(ticket, { 'x-from': 'test' });
+      expect(claimed).toMatchObject({
+        via: 'ticket',
+        bytes: payload.length,
+        contentType: 'image/png',
+        metadata: { study: 'S-1' },
+        headers: { 'x-from': 'test' },
+      });
+      expect((await claimed.toBuffer()).equals(payload)).toBe(true);
+      expect(await claimMetric(t, 'payloads_checked_out_total', { store: 'filesystem' })).toBe(1);
+    });
+
+    it('reads the bytes again on each stream()', async () => {
+      const claimed = await t.claimCheck.checkOut(ticket);
+      expect((await claimed.toBuffer()).equals(payload)).toBe(true);
+      expect((await claimed.toBuffer()).equals(payload)).toBe(true);
+    });
+
+    it('leaves the payload in the store', async () => {
+      await (await t.claimCheck.checkOut(ticket)).toBuffer();
+      expect(await t.store.head(ticket.ref)).toBeDefined();
+    });
+
+    it.each<[string, (fields: Record<string, unknown>) => void, string]>([
+      [
+        'a tampered ref',
+        (f) => (f.ref = String(f.ref).replace(/.$/, (c) => (c === '0' ? '1' : '0'))),
+        'bad-signature',
+      ],
+      ['a tampered size', (f) => (f.bytes = 1), 'bad-signature'],
+      ['no signature', (f) => delete f.sig, 'unsigned'],
+      ['an unknown key id', (f) => (f.kid = 'nobody'), 'unknown-key'],
+    ])('throws ClaimTicketInvalidError for %s', async (_what, change, reason) => {
+      const forged: Record<string, unknown> = { ...ticket };
+      change(forged);
+      const error: unknown = await t.claimCheck.checkOut(forged).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ClaimTicketInvalidError);
+      expect((error as ClaimTicketInvalidError).reason).toBe(reason);
+    });
+
+    it('throws ClaimTicketInvalidError for an expired ticket', async () => {
+      const short = await t.claimCheck.checkIn(payload, { ttlMs: 1 });
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      await expect(t.claimCheck.checkOut(short)).rejects.toMatchObject({
+        name: 'ClaimTicketInvalidError',
+        reason: 'expired',
+      });
+    });
+
+    it('throws UnknownPayloadStoreError for a store this side does not have', async () => {
+      const elsewhere = signedByApp(t, { ...fieldsOf(ticket), store: 'archive' });
+      await expect(t.claimCheck.checkOut(elsewhere)).rejects.toBeInstanceOf(
+        UnknownPayloadStoreError,
+      );
+    });
+  });
+
+  describe('release', () => {
+    it('deletes the payload: true, then false', async () => {
+      const ticket = await t.claimCheck.checkIn(payload);
+      expect(await t.claimCheck.release(ticket)).toBe(true);
+      expect(await t.store.head(ticket.ref)).toBeUndefined();
+      expect(await t.claimCheck.release(ticket)).toBe(false);
+    });
+
+    it('after release, checkOut throws ClaimCheckNotFoundError', async () => {
+      const ticket = await t.claimCheck.checkIn(payload);
+      await t.claimCheck.release(ticket);
+      const error: unknown = await t.claimCheck.checkOut(ticket).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ClaimCheckNotFoundError);
+      expect(error).toMatchObject({ store: 'filesystem', ref: ticket.ref });
+    });
+
+    it('accepts an expired ticket: expiry is no reason to keep a payload', async () => {
+      const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 1 });
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(await t.claimCheck.release(ticket)).toBe(true);
+    });
+
+    it('refuses a tampered ticket and deletes nothing', async () => {
+      const ticket = await t.claimCheck.checkIn(payload);
+      const other = await t.claimCheck.checkIn(Buffer.from('other'));
+      // The other payload's ref under this ticket's signature: a forged delete.
+      await expect(t.claimCheck.release({ ...ticket, ref: other.ref })).rejects.toBeInstanceOf(
+        ClaimTicketInvalidError,
+      );
+      expect(await t.store.head(other.ref)).toBeDefined();
+      expect(await t.store.head(ticket.ref)).toBeDefined();
+    });
+  });
+});

@@ -1,0 +1,90 @@
+import { bytes } from '../support/sequence-test-app';
+import {
+  claimMetric,
+  createClaimCheckTestApp,
+  deathReasons,
+  publishTicket,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+
+/** Claim Check: the same ticket delivered twice runs the handler once (per channel). */
+describe('claim check: a ticket delivered twice', () => {
+  let t: ClaimCheckTestApp;
+  afterEach(() => t.close());
+
+  const duplicates = () => claimMetric(t, 'duplicates_total', { channel: t.channel });
+
+  it('after it was handled: the copy is acked without running the handler', async () => {
+    t = await createClaimCheckTestApp();
+    const payload = bytes(5_000, 1);
+    const ticket = await t.claimCheck.checkIn(payload);
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+    // deleteAfter 'ack' removed the payload: the copy must be told apart from a missing payload.
+    expect(await t.store.head(ticket.ref)).toBeUndefined();
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['ack', 'ack']);
+    expect(deathReasons(t.transport, t.channel)).toEqual([]);
+    expect(await duplicates()).toBe(1);
+  });
+
+  it('two copies queued at once: one handler call, both acked, nothing dead-lettered', async () => {
+    t = await createClaimCheckTestApp({ claimCheck: { deleteAfter: 'ttl' } });
+    const payload = bytes(5_000, 2);
+    const ticket = await t.claimCheck.checkIn(payload);
+    // Hold the first call so that the copy arrives while the ticket is being handled.
+    let releaseFirst!: () => void;
+    const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
+    t.handler.read = async (claimed) => {
+      await firstHeld;
+      return claimed.toBuffer();
+    };
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await publishTicket(t.transport, t.channel, ticket);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(t.handler.calls).toBe(1);
+    releaseFirst();
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.deliveries).toHaveLength(1);
+    const actions = t.transport.actionsOn(t.channel);
+    expect(actions.filter((action) => action === 'ack')).toHaveLength(2);
+    expect(actions).not.toContain('dead-letter');
+    expect(t.transport.depth(t.channel)).toBe(0);
+    expect(t.transport.unsettled(t.channel)).toBe(0);
+    expect(await duplicates()).toBe(1);
+  });
+
+  it('publish() once, then the same ticket body again: the handler still runs once', async () => {
+    t = await createClaimCheckTestApp({ claimCheck: { threshold: 100 } });
+    const payload = bytes(1_000, 3);
+    const receipt = await t.claimCheck.publish(t.channel, payload);
+    await t.transport.whenIdle();
+    const [original] = t.transport.settlements;
+    expect(original.disposition).toEqual({ action: 'ack' });
+
+    await publishTicket(t.transport, t.channel, receipt.ticket ?? {});
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['ack', 'ack']);
+    expect(await duplicates()).toBe(1);
+  });
+
+  it('an inline payload is not deduplicated: two messages, two calls', async () => {
+    // Inline messages carry no ticket to recognise; the guarantee is for tickets only.
+    t = await createClaimCheckTestApp();
+    await t.claimCheck.publish(t.channel, Buffer.from('same'));
+    await t.claimCheck.publish(t.channel, Buffer.from('same'));
+    await t.transport.whenIdle();
+    expect(t.handler.calls).toBe(2);
+    expect(await duplicates()).toBe(0);
+  });
+});

@@ -1,0 +1,90 @@
+import type { Readable } from 'node:stream';
+import type {
+  PayloadInfo,
+  PayloadStore,
+  PutOptions,
+  StoredPayload,
+  SweepCandidate,
+  SweepQuery,
+} from 'nest-sequence';
+
+/**
+ * A {@link PayloadStore} around a real one that fails on command, as an unreachable store does:
+ * a plain `Error` (not a typed "not found"), before the call reaches the inner store. Counts are
+ * of upcoming calls; each failure uses one up.
+ */
+export class FaultInjectingPayloadStore implements PayloadStore {
+  readonly name: string;
+  /** Upcoming `head` and `get` calls that fail (reads share one budget). */
+  failReads = 0;
+  /** Upcoming `get` calls that fail, `head` unaffected. */
+  failGets = 0;
+  failDeletes = 0;
+  /** Upcoming `sweepCandidates` calls that fail. */
+  failSweeps = 0;
+  readonly calls = { head: 0, get: 0, delete: 0 };
+
+  /** @param name another name than the inner store's, e.g. to list two stores of one kind */
+  constructor(
+    readonly inner: PayloadStore,
+    name: string = inner.name,
+  ) {
+    this.name = name;
+  }
+
+  put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    return this.inner.put(payload, options);
+  }
+
+  async get(ref: string): Promise<Readable> {
+    this.calls.get++;
+    if (this.failGets > 0) {
+      this.failGets--;
+      throw new Error('payload store unreachable (get, injected by the test)');
+    }
+    this.failRead('get');
+    return this.inner.get(ref);
+  }
+
+  async head(ref: string): Promise<PayloadInfo | undefined> {
+    this.calls.head++;
+    this.failRead('head');
+    return this.inner.head(ref);
+  }
+
+  async delete(ref: string): Promise<boolean> {
+    this.calls.delete++;
+    if (this.failDeletes > 0) {
+      this.failDeletes--;
+      throw new Error('payload store unreachable (delete, injected by the test)');
+    }
+    return this.inner.delete(ref);
+  }
+
+  markPublished(ref: string): Promise<boolean> {
+    return this.inner.markPublished(ref);
+  }
+
+  async sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]> {
+    if (this.failSweeps > 0) {
+      this.failSweeps--;
+      throw new Error('payload store unreachable (sweepCandidates, injected by the test)');
+    }
+    return this.inner.sweepCandidates(query);
+  }
+
+  ping(): Promise<void> {
+    return this.inner.ping();
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+
+  private failRead(operation: string): void {
+    if (this.failReads > 0) {
+      this.failReads--;
+      throw new Error(`payload store unreachable (${operation}, injected by the test)`);
+    }
+  }
+}

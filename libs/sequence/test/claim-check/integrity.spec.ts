@@ -1,0 +1,145 @@
+import { createHash } from 'node:crypto';
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  ClaimCheckIntegrityError,
+  SequenceError,
+  type ClaimedPayload,
+  type ClaimTicket,
+} from 'nest-sequence';
+import { bytes } from '../support/sequence-test-app';
+import {
+  claimMetric,
+  createClaimCheckTestApp,
+  deathReasons,
+  fieldsOf,
+  publishTicket,
+  signedByApp,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+
+/**
+ * Claim Check: the bytes a handler reads are checked against the SHA-256 and size the ticket was
+ * signed with, as they stream. On a mismatch the stream errors at its end (instead of ending),
+ * `toBuffer()` rejects, the handler is not retried (the bytes would not change), the message is
+ * dead-lettered `integrity-mismatch`, and the payload is kept for inspection.
+ */
+describe('claim check: payload bytes that do not match the ticket', () => {
+  const payload = bytes(20_000, 1);
+  const otherSha256 = createHash('sha256').update('something else').digest('hex');
+  let t: ClaimCheckTestApp;
+  let genuine: ClaimTicket;
+  beforeEach(async () => {
+    t = await createClaimCheckTestApp({
+      module: { handlerRetry: { attempts: 3, baseDelayMs: 1 } },
+    });
+    genuine = await t.claimCheck.checkIn(payload);
+  });
+  afterEach(() => t.close());
+
+  /** A validly signed ticket for the genuine payload, with a wrong digest or size. */
+  const lyingTicket = (change: Partial<ClaimTicket>) =>
+    signedByApp(t, { ...fieldsOf(genuine), ...change });
+
+  async function expectDeadLetteredAsMismatch(): Promise<void> {
+    const reasons = deathReasons(t.transport, t.channel);
+    expect(reasons).toHaveLength(1);
+    expect(reasons[0].startsWith('integrity-mismatch: ')).toBe(true);
+    expect(t.transport.actionsOn(t.channel)).not.toContain('requeue');
+    expect(t.transport.depth(t.channel)).toBe(0);
+    expect(t.transport.unsettled(t.channel)).toBe(0);
+    expect(await claimMetric(t, 'integrity_failures_total', { channel: t.channel })).toBe(1);
+    // Kept for inspection: retention deletes only what was handled successfully.
+    expect(await t.store.head(genuine.ref)).toBeDefined();
+  }
+
+  it('stream(): every byte flows, then the stream errors with ClaimCheckIntegrityError', async () => {
+    const streamed: Buffer[] = [];
+    t.handler.read = async (claimed: ClaimedPayload) => {
+      for await (const chunk of claimed.stream()) streamed.push(chunk as Buffer);
+      return Buffer.concat(streamed);
+    };
+
+    await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
+    await t.transport.whenIdle();
+
+    expect(Buffer.concat(streamed).equals(payload)).toBe(true);
+    expect(t.handler.readErrors).toHaveLength(1);
+    const error = t.handler.readErrors[0] as ClaimCheckIntegrityError;
+    expect(error).toBeInstanceOf(ClaimCheckIntegrityError);
+    expect(error).toBeInstanceOf(SequenceError);
+    expect(error.code).toBe('integrity-mismatch');
+    expect(error.expected).toEqual({ sha256: otherSha256, bytes: payload.length });
+    expect(error.actual).toEqual({ sha256: genuine.sha256, bytes: payload.length });
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.deliveries).toHaveLength(0);
+    await expectDeadLetteredAsMismatch();
+  });
+
+  it('toBuffer(): rejects with ClaimCheckIntegrityError; the handler is not retried', async () => {
+    await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.readErrors.map((e) => e instanceof ClaimCheckIntegrityError)).toEqual([true]);
+    await expectDeadLetteredAsMismatch();
+    expect(await claimMetric(t, 'handler_failures_total', { channel: t.channel })).toBe(1);
+  });
+
+  it('a wrong byte count with the true SHA-256: the same', async () => {
+    await publishTicket(t.transport, t.channel, lyingTicket({ bytes: payload.length + 1 }));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    const [error] = t.handler.readErrors as ClaimCheckIntegrityError[];
+    expect(error).toBeInstanceOf(ClaimCheckIntegrityError);
+    expect(error.actual.bytes).toBe(payload.length);
+    await expectDeadLetteredAsMismatch();
+  });
+
+  it('bytes altered in the store behind a genuine ticket: the same', async () => {
+    const file = await open(join(t.root, ...genuine.ref.split('/')), 'r+');
+    await file.write(Buffer.from([payload[12_345] ^ 0x01]), 0, 1, 12_345);
+    await file.close();
+
+    await publishTicket(t.transport, t.channel, genuine);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.readErrors[0]).toBeInstanceOf(ClaimCheckIntegrityError);
+    await expectDeadLetteredAsMismatch();
+  });
+
+  it('a handler that swallows the stream error is still dead-lettered, not acked', async () => {
+    t.handler.read = async (claimed) => {
+      await claimed.toBuffer().catch(() => undefined);
+      return Buffer.alloc(0);
+    };
+    await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['dead-letter']);
+    await expectDeadLetteredAsMismatch();
+  });
+
+  it('the messages behind it are still delivered', async () => {
+    const bystander = bytes(3_000, 2);
+    await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
+    await publishTicket(t.transport, t.channel, await t.claimCheck.checkIn(bystander));
+    await t.transport.whenIdle();
+
+    expect(t.handler.deliveries.map((d) => d.bytes.equals(bystander))).toEqual([true]);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['dead-letter', 'ack']);
+  });
+
+  it('checkOut by hand: toBuffer rejects and integrityFailure tells why', async () => {
+    const claimed = await t.claimCheck.checkOut(lyingTicket({ sha256: otherSha256 }));
+    await expect(claimed.toBuffer()).rejects.toBeInstanceOf(ClaimCheckIntegrityError);
+    expect(claimed.integrityFailure).toBeInstanceOf(ClaimCheckIntegrityError);
+    // The genuine ticket reads the same bytes cleanly: the mismatch was the ticket's.
+    const honest = await t.claimCheck.checkOut(genuine);
+    expect((await honest.toBuffer()).equals(payload)).toBe(true);
+    expect(honest.integrityFailure).toBeUndefined();
+  });
+});

@@ -1,0 +1,186 @@
+import { Injectable } from '@nestjs/common';
+import {
+  ClaimCheck,
+  FilesystemPayloadStore,
+  SequenceHandlerConflictError,
+  SequenceOptionsError,
+  type ClaimCheckOptions,
+  type ClaimedPayload,
+  type ClaimRetention,
+} from 'nest-sequence';
+import { recordingHandler } from '../support/sequence-test-app';
+import { createClaimCheckTestApp, DEFAULT_CHANNEL, filesUnder } from './claim-check-test-app';
+
+/**
+ * Claim Check options are validated while the module builds: a bad option stops the application
+ * from starting, with every problem listed and named by its option path. So does a channel that
+ * two handlers claim.
+ */
+describe('claim check: options validation at boot', () => {
+  /** Boots an app with `claimCheck` options and returns why it did not start. */
+  async function bootFailure(claimCheck: ClaimCheckOptions): Promise<SequenceOptionsError> {
+    const error: unknown = await createClaimCheckTestApp({ claimCheck }).then(
+      async (t) => {
+        await t.close();
+        return undefined;
+      },
+      (rejection: unknown) => rejection,
+    );
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    return error as SequenceOptionsError;
+  }
+
+  it.each([
+    [-1, 'claimCheck.threshold must be a non-negative integer, got -1'],
+    [1.5, 'claimCheck.threshold must be a non-negative integer, got 1.5'],
+    [Number.NaN, 'claimCheck.threshold must be a non-negative integer, got NaN'],
+  ])('threshold %p: refused', async (threshold, problem) => {
+    const error = await bootFailure({ threshold });
+    expect(error.problems).toEqual([problem]);
+    expect(error.message).toContain(problem);
+  });
+
+  it.each<[string, unknown]>([
+    ['an unknown word', 'never'],
+    ['zero consumers', { consumers: 0 }],
+    ['a fractional count', { consumers: 1.5 }],
+    ['no count', {}],
+  ])('deleteAfter of %s: refused', async (_what, deleteAfter) => {
+    const error = await bootFailure({ deleteAfter: deleteAfter as ClaimRetention });
+    expect(error.problems).toHaveLength(1);
+    expect(error.problems[0]).toMatch(
+      /^claimCheck\.deleteAfter must be 'ack', 'ttl' or \{ consumers: N \} with N ≥ 1/,
+    );
+  });
+
+  it("a threshold above what one of the transport's messages carries: refused", async () => {
+    // The in-memory transport carries 16 MiB; 16 KiB of it are left to headers.
+    const error = await bootFailure({ threshold: 16 * 1024 * 1024 });
+    expect(error.problems).toEqual([
+      'claimCheck.threshold (16777216) exceeds what one message of the transport carries ' +
+        '(16760832 bytes besides headers); use at most 16760832',
+    ]);
+  });
+
+  it('per call: a fractional ttl, a negative threshold and a header of the wire contract are refused before anything is stored', async () => {
+    const t = await createClaimCheckTestApp({});
+    try {
+      const refusal = await t.claimCheck
+        .publish(DEFAULT_CHANNEL, Buffer.alloc(10), {
+          ttlMs: 1.5,
+          threshold: -1,
+          contentType: 'text/plain\n',
+          headers: { 'x-sequence-id': 'mine', 'x-claim-check': 1 },
+        })
+        .catch((error: unknown) => error);
+
+      expect(refusal).toBeInstanceOf(SequenceOptionsError);
+      expect((refusal as SequenceOptionsError).problems).toEqual([
+        'ttlMs must be an integer ≥ 1, got 1.5',
+        'threshold must be an integer ≥ 0, got -1',
+        'contentType must be 1-255 printable ASCII characters (a media type)',
+        'header x-sequence-id belongs to the wire contract; rename yours',
+        'header x-claim-check belongs to the wire contract; rename yours',
+      ]);
+      await expect(t.claimCheck.checkIn(Buffer.alloc(10), { ttlMs: 0 })).rejects.toBeInstanceOf(
+        SequenceOptionsError,
+      );
+      expect(await filesUnder(t.root)).toEqual([]);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('a signing secret under 32 bytes: refused, naming the key', async () => {
+    const error = await bootFailure({ signingKeys: [{ id: 'k-2026', secret: 'too-short' }] });
+    expect(error.problems).toEqual([
+      expect.stringMatching(
+        /^claimCheck\.signingKeys: key "k-2026": secret is 9 bytes; use at least 32/,
+      ),
+    ]);
+  });
+
+  it('an empty key list: refused', async () => {
+    const error = await bootFailure({ signingKeys: [] });
+    expect(error.problems[0]).toMatch(/^claimCheck\.signingKeys: give at least one key/);
+  });
+
+  it('a ttl of 0: refused', async () => {
+    const error = await bootFailure({ ttlMs: 0 });
+    expect(error.problems).toContain('claimCheck.ttlMs must be above 0');
+  });
+
+  it('a sweep interval of 0: refused (the sweeper would run in a hot loop)', async () => {
+    const error = await bootFailure({ sweepIntervalMs: 0 });
+    expect(error.problems).toEqual([
+      expect.stringMatching(/^claimCheck\.sweepIntervalMs must be above 0/),
+    ]);
+  });
+
+  it('an encryption key that is not 32 bytes: refused', async () => {
+    const error = await bootFailure({ encryption: { keys: [{ id: 'k', key: Buffer.alloc(16) }] } });
+    expect(error.problems[0]).toMatch(/^claimCheck\.encryption: key "k": key must be 32 bytes/);
+  });
+
+  it('two stores of one name: refused, since tickets name their store', async () => {
+    const error = await bootFailure({
+      readStores: [new FilesystemPayloadStore({ root: '/nonexistent/never-used' })],
+    });
+    expect(error.problems[0]).toMatch(/two payload stores are named "filesystem"/);
+  });
+
+  it('every problem at once', async () => {
+    const error = await bootFailure({
+      threshold: -5,
+      deleteAfter: { consumers: 0 },
+      signingKeys: [{ id: 'short', secret: Buffer.alloc(8) }],
+    });
+    expect(error.problems).toHaveLength(3);
+    expect(error.problems.join('\n')).toMatch(/threshold[\s\S]*deleteAfter[\s\S]*signingKeys/);
+  });
+
+  it('good options boot (the failures above are about the options, not the harness)', async () => {
+    const t = await createClaimCheckTestApp({
+      claimCheck: {
+        threshold: 0,
+        deleteAfter: { consumers: 2 },
+        signingKeys: [{ id: 'k-2026', secret: Buffer.alloc(32, 1) }],
+      },
+    });
+    expect(t.options.threshold).toBe(0);
+    expect(t.options.keyring.signingKeyId).toBe('k-2026');
+    await t.close();
+  });
+
+  describe('handlers', () => {
+    it('a @ClaimCheck with a bad deleteAfter: the app does not start', async () => {
+      const error: unknown = await createClaimCheckTestApp({
+        handlers: [{ channel: 'cc.bad', deleteAfter: { consumers: -1 } }],
+      }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).where).toMatch(/^@ClaimCheck on \w+\.handle$/);
+      expect((error as SequenceOptionsError).problems[0]).toMatch(/^deleteAfter must be/);
+    });
+
+    it('a @ClaimCheck and a @SequencedHandler on one channel: the app does not start', async () => {
+      const error: unknown = await createClaimCheckTestApp({
+        providers: [recordingHandler({ channel: DEFAULT_CHANNEL })],
+      }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(SequenceHandlerConflictError);
+      expect(error).toMatchObject({ channel: DEFAULT_CHANNEL });
+    });
+
+    it('two @ClaimCheck methods on one channel: the app does not start', async () => {
+      @Injectable()
+      class SecondHandler {
+        @ClaimCheck({ channel: DEFAULT_CHANNEL })
+        async handle(_payload: ClaimedPayload): Promise<void> {}
+      }
+      const error: unknown = await createClaimCheckTestApp({
+        providers: [SecondHandler],
+      }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(SequenceHandlerConflictError);
+      expect((error as SequenceHandlerConflictError).second).toMatch(/\.handle$/);
+    });
+  });
+});

@@ -1,0 +1,128 @@
+import { Readable } from 'node:stream';
+import { ClaimCheckPublishError, SequenceError } from 'nest-sequence';
+import { bytes, FaultInjectingTransport } from '../support/sequence-test-app';
+import {
+  claimMetric,
+  createClaimCheckTestApp,
+  filesUnder,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
+
+/**
+ * Claim Check: the payload is stored before its ticket is published. When the broker never
+ * confirms the ticket, `publish()` throws ClaimCheckPublishError and deletes the payload again;
+ * when that delete fails too, the payload is an orphan that the sweeper deletes once
+ * `orphanGraceMs` has passed, and it deletes nothing that was published.
+ */
+describe('claim check: publishing fails after the payload was stored', () => {
+  const REFUSED = 'cc.refused';
+  const ACCEPTED = 'cc.accepted';
+  const PUBLISH_ATTEMPTS = 2;
+  let t: ClaimCheckTestApp;
+  let store: FaultInjectingPayloadStore;
+  let transport: FaultInjectingTransport;
+  beforeEach(async () => {
+    t = await createClaimCheckTestApp({
+      claimCheck: { threshold: 100 },
+      module: { publish: { attempts: PUBLISH_ATTEMPTS, baseDelayMs: 1, maxDelayMs: 2 } },
+      wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
+      wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
+    });
+    transport.beforePublish = ({ channel }) => {
+      if (channel === REFUSED) throw new Error('the broker refused the message (injected)');
+    };
+  });
+  afterEach(() => t.close());
+
+  async function publishRefused(payload: Buffer | Readable): Promise<ClaimCheckPublishError> {
+    const error: unknown = await t.claimCheck.publish(REFUSED, payload).then(
+      () => undefined,
+      (rejection: unknown) => rejection,
+    );
+    expect(error).toBeInstanceOf(ClaimCheckPublishError);
+    return error as ClaimCheckPublishError;
+  }
+
+  it('throws ClaimCheckPublishError naming the payload, after the configured attempts', async () => {
+    const error = await publishRefused(bytes(1_000, 1));
+
+    expect(error).toBeInstanceOf(SequenceError);
+    expect(error.code).toBe('publish-failed');
+    expect(error.channel).toBe(REFUSED);
+    expect(error.via).toBe('ticket');
+    expect(error.attempts).toBe(PUBLISH_ATTEMPTS);
+    expect(error.payload).toMatch(/^filesystem:\d{4}\/\d{2}\/\d{2}\/[0-9a-f-]{36}$/);
+    expect(transport.attempts.filter((a) => a.channel === REFUSED)).toHaveLength(PUBLISH_ATTEMPTS);
+    expect(t.transport.depth(REFUSED)).toBe(0);
+  });
+
+  it('deletes the stored payload again: the store is empty', async () => {
+    await publishRefused(bytes(1_000, 2));
+    expect(await filesUnder(t.root)).toEqual([]);
+    expect(store.calls.delete).toBe(1);
+  });
+
+  it('deletes a streamed payload again too', async () => {
+    await publishRefused(Readable.from([bytes(600, 3), bytes(600, 4)]));
+    expect(await filesUnder(t.root)).toEqual([]);
+  });
+
+  it('an inline payload: ClaimCheckPublishError via inline, nothing stored', async () => {
+    const error = await publishRefused(Buffer.from('small'));
+    expect(error.via).toBe('inline');
+    expect(error.payload).toBeUndefined();
+    expect(await filesUnder(t.root)).toEqual([]);
+  });
+
+  it('a source stream that fails part-way: publish rejects with its error, nothing is left', async () => {
+    async function* failing(): AsyncGenerator<Buffer> {
+      yield bytes(600, 9);
+      yield bytes(600, 10); // past the threshold: this payload is being stored
+      throw new Error('the source disk failed (injected)');
+    }
+    await expect(t.claimCheck.publish(ACCEPTED, Readable.from(failing()))).rejects.toThrow(
+      'the source disk failed (injected)',
+    );
+    expect(await filesUnder(t.root)).toEqual([]);
+    expect(t.transport.depth(ACCEPTED)).toBe(0);
+  });
+
+  describe('when the delete fails too', () => {
+    it('the payload is left as an orphan, and the sweeper deletes it after orphanGraceMs', async () => {
+      const published = await t.claimCheck.publish(ACCEPTED, bytes(1_000, 5));
+      const checkedIn = await t.claimCheck.checkIn(bytes(1_000, 6));
+      store.failDeletes = 1;
+      const error = await publishRefused(bytes(1_000, 7));
+      const orphanRef = (error.payload ?? '').replace(/^filesystem:/, '');
+      const now = Date.now();
+      expect(await t.store.head(orphanRef)).toMatchObject({ published: false });
+
+      // Within the grace period nothing goes: its ticket might still be confirmed.
+      expect(await t.sweeper.sweep(now)).toEqual({ expired: 0, orphaned: 0 });
+      expect(await t.store.head(orphanRef)).toBeDefined();
+
+      const report = await t.sweeper.sweep(now + t.options.orphanGraceMs + 1);
+      expect(report).toEqual({ expired: 0, orphaned: 1 });
+      expect(await t.store.head(orphanRef)).toBeUndefined();
+      expect(await t.store.head(published.ticket?.ref ?? '')).toMatchObject({ published: true });
+      expect(await t.store.head(checkedIn.ref)).toMatchObject({ published: true });
+      expect(
+        await claimMetric(t, 'payloads_deleted_total', { store: 'filesystem', reason: 'orphaned' }),
+      ).toBe(1);
+    });
+
+    it('a sweep whose delete fails keeps the orphan for the next sweep', async () => {
+      store.failDeletes = 1;
+      const error = await publishRefused(bytes(1_000, 8));
+      const orphanRef = (error.payload ?? '').replace(/^filesystem:/, '');
+      const later = Date.now() + t.options.orphanGraceMs + 1;
+
+      store.failDeletes = 1;
+      expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 0 });
+      expect(await t.store.head(orphanRef)).toBeDefined();
+      expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 1 });
+      expect(await filesUnder(t.root)).toEqual([]);
+    });
+  });
+});
