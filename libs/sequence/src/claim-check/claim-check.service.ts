@@ -123,7 +123,8 @@ export class ClaimCheckService implements OnModuleInit {
   /**
    * Publishes `payload` on `channel`: inline when it is at most `threshold` bytes, otherwise as
    * a ticket (`x-claim-check: 1`) to a payload stored first. If the ticket is not confirmed, the
-   * stored payload is deleted again (or, failing that, left to the orphan sweeper) and
+   * stored payload is deleted again (or, failing that, left to the orphan sweeper; kept when
+   * the confirm timed out, since the ticket may still arrive) and
    * {@link ClaimCheckPublishError} is thrown.
    */
   async publish(
@@ -174,7 +175,10 @@ export class ClaimCheckService implements OnModuleInit {
     try {
       await this.send(channel, serializeTicket(ticket), headers, 'ticket', ticket);
     } catch (error) {
-      await this.parking.settle(ticket, false);
+      // A ticket that may have reached the queue (its confirm timed out) must find its payload:
+      // kept as published, until a consumer deletes it or it expires.
+      const maybeDelivered = error instanceof ClaimCheckPublishError && error.maybeDelivered;
+      await this.parking.settle(ticket, maybeDelivered);
       throw error;
     }
     await this.parking.settle(ticket, true);
@@ -228,6 +232,7 @@ export class ClaimCheckService implements OnModuleInit {
         outcome.attempts,
         outcome.error,
         ticket && `${ticket.store}:${ticket.ref}`,
+        outcome.maybeDelivered,
       );
     }
   }

@@ -122,6 +122,25 @@ describe('publishWithRetry', () => {
     expect(inner.depth('q')).toBe(1);
   });
 
+  it('says a message may have been delivered when an attempt timed out waiting for its confirm', async () => {
+    let attempt = 0;
+    transport.beforePublish = () => {
+      attempt++;
+      if (attempt === 1) return new Promise<void>(() => undefined); // sent, never confirmed
+      throw new Error('nack');
+    };
+
+    const outcome = await publishWithRetry(
+      transport,
+      'q',
+      Buffer.from('a'),
+      {},
+      policy({ attempts: 2, confirmTimeoutMs: 20 }),
+    );
+
+    expect(outcome).toMatchObject({ ok: false, attempts: 2, maybeDelivered: true });
+  });
+
   it('reports the last error once every attempt has failed', async () => {
     const errors: Error[] = [];
     transport.beforePublish = ({ attempt }) => {
@@ -137,7 +156,7 @@ describe('publishWithRetry', () => {
       policy({ attempts: 4 }),
     );
 
-    expect(outcome).toEqual({ ok: false, attempts: 4, error: errors[3] });
+    expect(outcome).toEqual({ ok: false, attempts: 4, error: errors[3], maybeDelivered: false });
     expect(transport.attempts).toHaveLength(4);
     expect(inner.depth('q')).toBe(0);
   });

@@ -18,6 +18,7 @@ export async function publishWithRetry(
   policy: Required<PublishRetryOptions>,
 ): Promise<PublishOutcome> {
   let attempt = 0;
+  let maybeDelivered = false;
   for (;;) {
     attempt++;
     try {
@@ -28,8 +29,9 @@ export async function publishWithRetry(
       );
       return { ok: true, attempts: attempt };
     } catch (error) {
+      maybeDelivered ||= mayHaveReachedTheBroker(error);
       if (error instanceof MessageTooLargeError || attempt >= policy.attempts) {
-        return { ok: false, attempts: attempt, error };
+        return { ok: false, attempts: attempt, error, maybeDelivered };
       }
       await delay(backoff(attempt, policy.baseDelayMs, policy.maxDelayMs));
     }
@@ -38,7 +40,22 @@ export async function publishWithRetry(
 
 export type PublishOutcome =
   | { readonly ok: true; readonly attempts: number }
-  | { readonly ok: false; readonly attempts: number; readonly error: unknown };
+  | {
+      readonly ok: false;
+      readonly attempts: number;
+      readonly error: unknown;
+      /** Some attempt may have reached the broker although unconfirmed (e.g. a confirm timeout). */
+      readonly maybeDelivered: boolean;
+    };
+
+/**
+ * A confirm that did not come in time says nothing about whether the broker has the message;
+ * any other failure (a refusal before sending, the broker's nack, a transport error) says it
+ * does not.
+ */
+function mayHaveReachedTheBroker(error: unknown): boolean {
+  return error instanceof PublishTimeoutError && error.maybeSent;
+}
 
 /** base × 2^(attempt-1), capped, with "equal jitter" (half fixed, half random). */
 export function backoff(attempt: number, baseDelayMs: number, maxDelayMs: number): number {

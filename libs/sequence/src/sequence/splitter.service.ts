@@ -166,7 +166,8 @@ export class SplitterService {
           outcome.error,
         );
       }
-      if (parked) await this.parking.settle(parked, outcome.ok);
+      // A fragment whose confirm timed out may still arrive: keep its body (until expiry).
+      if (parked) await this.parking.settle(parked, outcome.ok || outcome.maybeDelivered);
     };
     try {
       for await (const fragment of fragments) {

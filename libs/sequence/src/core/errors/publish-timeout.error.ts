@@ -7,6 +7,12 @@ export class PublishTimeoutError extends SequenceError {
   constructor(
     readonly channel: string,
     readonly timeoutMs: number,
+    /**
+     * `false` when the time ran out before the message was handed to the broker connection
+     * (waiting for a connection or for the queue's declaration): the broker cannot have it.
+     * `true` otherwise: it may have reached the broker, only its confirm is missing.
+     */
+    readonly maybeSent: boolean = true,
   ) {
     super(`publish to ${channel} was not confirmed within ${timeoutMs} ms`);
   }

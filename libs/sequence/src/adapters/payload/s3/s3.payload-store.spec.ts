@@ -4,18 +4,21 @@ import {
   ListObjectsV2Command,
   S3Client,
 } from '@aws-sdk/client-s3';
-import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Readable, type Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import {
   describePayloadStoreConformance,
   digestOf,
   digestOfBuffer,
   generatedSource,
 } from '../../../../test/conformance/payload-store.conformance';
+import {
+  S3RVER_CREDENTIALS as CREDENTIALS,
+  startS3rver,
+  type S3rverProcess,
+} from '../../../../test/support/s3rver';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import type { PutOptions } from '../../../ports/payload-store.port';
@@ -27,89 +30,6 @@ const MINUTE = 60_000;
 const BUCKET = 'nseq-payloads';
 /** A bucket where the server keeps s3rver's own answer to AbortMultipartUpload: 405. */
 const NO_ABORT_BUCKET = 'nseq-no-abort';
-const CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' };
-
-/**
- * s3rver 3.7.1, run in a child process. Two gaps of s3rver on Node 20 are dealt with here:
- * - it pages ListObjectsV2 with DES-encrypted continuation tokens, a cipher OpenSSL 3 keeps in
- *   its legacy provider: without `--openssl-legacy-provider` every truncated listing is a 500;
- * - it does not implement AbortMultipartUpload (it answers 405). The server below does what S3
- *   does, on s3rver's own layout: it removes the upload's folder of parts
- *   (`<bucket>/._S3rver_uploads/<uploadId>`), except in NO_ABORT_BUCKET.
- * Everything else is s3rver's. The child exits when its stdin closes, so it dies with the test.
- */
-const SERVER_SCRIPT = `
-const http = require('node:http');
-const fs = require('node:fs');
-const path = require('node:path');
-const S3rver = require(process.env.S3RVER_MODULE);
-const directory = process.env.S3RVER_DIRECTORY;
-const s3rver = new S3rver({ silent: true, directory });
-const handle = s3rver.callback();
-const server = http.createServer((request, response) => {
-  const url = new URL(request.url, 'http://s3rver');
-  const uploadId = url.searchParams.get('uploadId');
-  const bucket = url.pathname.split('/')[1];
-  if (request.method !== 'DELETE' || uploadId === null || bucket === process.env.NO_ABORT_BUCKET) {
-    handle(request, response);
-    return;
-  }
-  const parts = path.join(directory, bucket, '._S3rver_uploads', uploadId);
-  if (!/^[0-9a-f]{32}$/.test(uploadId) || !/^[a-z0-9.-]{3,63}$/.test(bucket) || !fs.existsSync(parts)) {
-    response.writeHead(404, { 'content-type': 'application/xml' });
-    response.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchUpload</Code>' +
-      '<Message>The specified upload does not exist.</Message></Error>');
-    return;
-  }
-  fs.rmSync(parts, { recursive: true, force: true });
-  response.writeHead(204).end();
-});
-server.listen(0, '127.0.0.1', () => process.stdout.write(JSON.stringify(server.address()) + '\\n'));
-process.stdin.on('end', () => process.exit(0)).resume();
-`;
-
-interface S3rverProcess {
-  readonly endpoint: string;
-  readonly directory: string;
-  stop(): Promise<void>;
-}
-
-async function startS3rver(): Promise<S3rverProcess> {
-  const directory = await mkdtemp(join(tmpdir(), 'nseq-s3rver-'));
-  const child: ChildProcessByStdio<Writable, Readable, Readable> = spawn(
-    process.execPath,
-    ['--openssl-legacy-provider', '-e', SERVER_SCRIPT],
-    {
-      env: {
-        ...process.env,
-        S3RVER_MODULE: require.resolve('s3rver'),
-        S3RVER_DIRECTORY: directory,
-        NO_ABORT_BUCKET,
-      },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    },
-  );
-  let stderr = '';
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`s3rver did not start: ${stderr}`)), 15_000);
-    child.once('exit', (code) => reject(new Error(`s3rver exited (${code}): ${stderr}`)));
-    child.stdout.once('data', (line: Buffer) => {
-      clearTimeout(timer);
-      resolve((JSON.parse(line.toString()) as { port: number }).port);
-    });
-  });
-  return {
-    endpoint: `http://127.0.0.1:${port}`,
-    directory,
-    async stop() {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.stdin.end();
-      await exited;
-      await rm(directory, { recursive: true, force: true });
-    },
-  };
-}
 
 /** What the client sent, seen by a middleware: commands, keys, and UploadParts at once. */
 class Traffic {
@@ -165,7 +85,7 @@ describe('S3PayloadStore', () => {
   >();
 
   beforeAll(async () => {
-    server = await startS3rver();
+    server = await startS3rver({ noAbortBucket: NO_ABORT_BUCKET });
     client = new S3Client({
       endpoint: server.endpoint,
       region: 'us-east-1',

@@ -203,10 +203,12 @@ export class RabbitMqTransport implements Transport {
     timeoutMs: number,
   ): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    const timedOut = () => new PublishTimeoutError(channel, timeoutMs);
+    let handedOver = false;
+    const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
       await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
       try {
+        handedOver = true;
         const confirmed = this.publisher().publish('', channel, body, {
           persistent: true,
           headers,

@@ -1,0 +1,122 @@
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { SERVERS } from '../support/servers';
+import { bytes, eventually } from '../support/sequence-test-app';
+import {
+  createClaimCheckApp,
+  generatedPayload,
+  redisClaimCheckAdapters,
+  type ClaimCheckApp,
+} from './support/claim-check.app';
+import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { describeOnRealServers } from './support/real-servers';
+import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+
+jest.setTimeout(30_000);
+
+const MIB = 1024 * 1024;
+
+/**
+ * Claim Check end to end on the real servers: `ClaimCheckService.publish` in one Nest application
+ * (RabbitMQ, Redis payload store, Redis claim ledger), a `@ClaimCheck` handler with the default
+ * retention (`deleteAfter: 'ack'`) in another.
+ */
+describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis', () => {
+  let admin: RabbitMqAdmin;
+  let redis: Redis;
+  let prefix: string;
+  let channel: string;
+  const apps: ClaimCheckApp[] = [];
+
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  beforeEach(async () => {
+    channel = admin.newChannel();
+    prefix = newPrefix();
+    // Consumer first: it declares the queue, and receives in another application than the sender.
+    apps.push(
+      await createClaimCheckApp({ ...redisClaimCheckAdapters(prefix), consume: { channel } }),
+      await createClaimCheckApp(redisClaimCheckAdapters(prefix)),
+    );
+  });
+
+  afterEach(async () => {
+    for (const app of apps.splice(0)) await app.close();
+    await admin.cleanup();
+    await deleteUnder(redis, prefix);
+  });
+
+  afterAll(async () => {
+    await admin.close();
+    await redis.quit();
+  });
+
+  const payloadKeys = async () =>
+    (await keysUnder(redis, prefix)).filter((key) => key.includes(':{payload:'));
+
+  it('sends a payload under the threshold inline: the handler gets its exact bytes once, and nothing is parked in Redis', async () => {
+    const [consumer, producer] = apps;
+    const payload = bytes(10_000, 3);
+
+    const receipt = await producer.claimCheck.publish(channel, payload, {
+      contentType: 'application/octet-stream',
+      headers: { 'x-study': 'inline-1' },
+    });
+
+    expect(receipt).toMatchObject({ channel, via: 'inline', bytes: payload.length });
+    await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery');
+    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    expect(consumer.handler.deliveries).toEqual([
+      {
+        via: 'inline',
+        bytes: payload.length,
+        sha256: createHash('sha256').update(payload).digest('hex'),
+        headers: { 'x-study': 'inline-1' },
+        ticket: undefined,
+      },
+    ]);
+    expect(await payloadKeys()).toEqual([]);
+    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+  });
+
+  it('parks a 20 MiB stream in Redis behind a ticket: the handler reads the exact bytes once, and the payload keys are gone once it is acked', async () => {
+    const [consumer, producer] = apps;
+    const payload = generatedPayload(20 * MIB, 4);
+    let parkedKeys: string[] = [];
+    // Seen while the handler runs: the payload is in Redis, chunked, until the handler succeeded.
+    consumer.handler.onCall = async () => {
+      parkedKeys = await payloadKeys();
+    };
+
+    const receipt = await producer.claimCheck.publish(channel, payload.stream(), {
+      headers: { 'x-study': 'streamed-1' },
+    });
+
+    expect(receipt).toMatchObject({ channel, via: 'ticket', bytes: payload.bytes });
+    expect(receipt.ticket).toMatchObject({ store: 'redis', bytes: payload.bytes });
+    expect(receipt.ticket?.sha256).toBe(payload.sha256);
+    await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery', 20_000);
+    await eventually(async () => (await payloadKeys()).length === 0, 'the payload deleted');
+    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    // Closed, the consumer returns whatever it had not acked to the queue: there is nothing.
+    await consumer.close();
+    apps.splice(apps.indexOf(consumer), 1);
+
+    expect(consumer.handler.calls).toBe(1);
+    expect(consumer.handler.deliveries[0]).toMatchObject({
+      via: 'ticket',
+      bytes: payload.bytes,
+      sha256: payload.sha256,
+      headers: { 'x-study': 'streamed-1' },
+      ticket: receipt.ticket,
+    });
+    // A meta hash and 20 chunks of 1 MiB (the store's default chunk size).
+    expect(parkedKeys).toHaveLength(21);
+    expect(parkedKeys.every((key) => key.includes(`{payload:${receipt.ticket!.ref}}`))).toBe(true);
+    expect(await admin.readyCount(channel)).toBe(0);
+    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+  });
+});

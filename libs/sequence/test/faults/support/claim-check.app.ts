@@ -1,0 +1,237 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import type { Registry } from 'prom-client';
+import {
+  ClaimCheck,
+  ClaimCheckService,
+  ClaimedPayload,
+  OrphanSweeper,
+  RabbitMqTransport,
+  RedisClaimLedger,
+  RedisPayloadStore,
+  SequenceMetrics,
+  SequenceModule,
+  type ClaimCheckHandlerOptions,
+  type ClaimDelivery,
+  type ClaimLedger,
+  type ClaimTicket,
+  type ClaimTicketKey,
+  type HeaderMap,
+  type PayloadStore,
+  type PublishRetryOptions,
+} from 'nest-sequence';
+import { SERVERS } from '../../support/servers';
+import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+
+/**
+ * The ticket keys of every app a spec file makes: producers and consumers must share them, as
+ * separate processes would through their configuration.
+ */
+export const SIGNING_KEYS: ClaimTicketKey[] = [{ id: 'fault-tests', secret: randomBytes(32) }];
+
+/** What a recording `@ClaimCheck` handler saw of one delivery it read to the end. */
+export interface ClaimRecord {
+  readonly via: ClaimDelivery;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly headers: Readonly<HeaderMap>;
+  readonly ticket?: ClaimTicket;
+}
+
+/**
+ * A `@ClaimCheck` handler for tests: streams every payload through a SHA-256 (never holding a
+ * large one whole) and records it once the stream ended cleanly, i.e. once the library verified
+ * it. A call whose read failed is counted in `calls`, not in `deliveries`.
+ */
+export class RecordingClaimHandler {
+  readonly deliveries: ClaimRecord[] = [];
+  calls = 0;
+  /** Awaited at the start of every call (after counting it), e.g. to hold the handler. */
+  onCall?: (payload: ClaimedPayload) => Promise<void>;
+  /** Awaited after each chunk read, with the bytes read so far in this call. */
+  onChunk?: (bytesRead: number) => Promise<void> | void;
+
+  async handle(payload: ClaimedPayload): Promise<void> {
+    this.calls++;
+    await this.onCall?.(payload);
+    const hash = createHash('sha256');
+    let bytes = 0;
+    for await (const chunk of payload.stream()) {
+      hash.update(chunk as Buffer);
+      bytes += (chunk as Buffer).length;
+      await this.onChunk?.(bytes);
+    }
+    this.deliveries.push({
+      via: payload.via,
+      bytes,
+      sha256: hash.digest('hex'),
+      headers: payload.headers,
+      ticket: payload.ticket,
+    });
+  }
+}
+
+function recordingClaimHandler(options: ClaimCheckHandlerOptions): Type<RecordingClaimHandler> {
+  @Injectable()
+  class Handler extends RecordingClaimHandler {
+    @ClaimCheck(options)
+    override async handle(payload: ClaimedPayload): Promise<void> {
+      await super.handle(payload);
+    }
+  }
+  return Handler;
+}
+
+export interface ClaimCheckApp {
+  readonly app: INestApplicationContext;
+  readonly transport: RabbitMqTransport;
+  /** The name the broker lists this app's connection under (client property `connection_name`). */
+  readonly connectionName: string;
+  readonly claimCheck: ClaimCheckService;
+  readonly sweeper: OrphanSweeper;
+  readonly registry: Registry;
+  /** The recording handler of the `consume` channel (without one: a handler nothing calls). */
+  readonly handler: RecordingClaimHandler;
+  close(): Promise<void>;
+}
+
+export interface ClaimCheckAppOptions {
+  /** The payload store: handed over, `close()` closes it (a no-op for a client passed in). */
+  readonly store: PayloadStore;
+  /** The claim ledger: handed over like the store. */
+  readonly ledger: ClaimLedger;
+  /** A recording `@ClaimCheck` handler on this channel (with these options); none if absent. */
+  readonly consume?: ClaimCheckHandlerOptions;
+  readonly threshold?: number;
+  readonly publish?: PublishRetryOptions;
+  /** @default 100 */
+  readonly backpressureDelayMs?: number;
+  readonly leaseMs?: number;
+  /** @default 0.2 */
+  readonly reconnectSeconds?: number;
+}
+
+/**
+ * A Nest application with SequenceModule on the real RabbitMQ (a connection of its own, named
+ * for the broker) and Claim Check on the given store and ledger, signing with
+ * {@link SIGNING_KEYS}. Timers are off: tests call `sweeper.sweep(now)` themselves. `close()`
+ * closes the application, then its transport, store and ledger.
+ */
+export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promise<ClaimCheckApp> {
+  const connectionName = `nseq-fault-cc-${randomUUID()}`;
+  const closeAdapters = async () => {
+    await options.store.close();
+    await options.ledger.close();
+  };
+  let transport: RabbitMqTransport;
+  try {
+    transport = await RabbitMqTransport.connect(
+      AMQP_URL,
+      {},
+      namedConnection(connectionName, options.reconnectSeconds),
+    );
+  } catch (error) {
+    await closeAdapters();
+    throw error;
+  }
+  const Handler = options.consume ? recordingClaimHandler(options.consume) : undefined;
+  let app: INestApplicationContext;
+  try {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          sweepIntervalMs: false,
+          backpressureDelayMs: options.backpressureDelayMs ?? 100,
+          leaseMs: options.leaseMs,
+          publish: options.publish,
+          claimCheck: {
+            store: options.store,
+            ledger: options.ledger,
+            signingKeys: SIGNING_KEYS,
+            threshold: options.threshold,
+            sweepIntervalMs: false,
+          },
+        }),
+      ],
+      providers: Handler ? [Handler] : [],
+    }).compile();
+    moduleRef.useLogger(process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false);
+    app = await moduleRef.init();
+  } catch (error) {
+    await transport.close();
+    await closeAdapters();
+    throw error;
+  }
+  return {
+    app,
+    transport,
+    connectionName,
+    claimCheck: app.get(ClaimCheckService),
+    sweeper: app.get(OrphanSweeper),
+    registry: app.get(SequenceMetrics).registry,
+    handler: Handler ? app.get(Handler) : new RecordingClaimHandler(),
+    close: async () => {
+      await app.close();
+      await transport.close();
+      await closeAdapters();
+    },
+  };
+}
+
+/** A Redis payload store and a Redis claim ledger under `prefix`, each with a client of its own. */
+export function redisClaimCheckAdapters(
+  prefix: string,
+  redisUrl: string = SERVERS.redis.url,
+): { store: RedisPayloadStore; ledger: RedisClaimLedger } {
+  return {
+    store: RedisPayloadStore.connect(redisUrl, { prefix }),
+    ledger: RedisClaimLedger.connect(redisUrl, { prefix }),
+  };
+}
+
+/** The keys of one Redis payload (meta hash and chunks), as RedisPayloadStore names them. */
+export function payloadKeyPattern(prefix: string, ref: string): string {
+  return `${prefix}:{payload:${ref}}:*`;
+}
+
+/**
+ * `bytes` deterministic pseudo-random bytes as a stream of `chunkBytes` chunks, generated as
+ * they are read (never held whole), with the SHA-256 they will have.
+ */
+export function generatedPayload(
+  bytes: number,
+  seed: number,
+  chunkBytes = 64 * 1024,
+): { stream: () => Readable; sha256: string; bytes: number } {
+  const chunkAt = (offset: number) => {
+    const length = Math.min(chunkBytes, bytes - offset);
+    const chunk = Buffer.allocUnsafe(length);
+    // xorshift32 from the seed and the offset: cheap, and unlike a repeated pattern it makes any
+    // chunk swap or misplaced chunk visible in the digest.
+    let state = (seed * 2654435761 + offset) >>> 0 || 1;
+    for (let i = 0; i < length; i++) {
+      state ^= state << 13;
+      state ^= state >>> 17;
+      state ^= state << 5;
+      state >>>= 0;
+      chunk[i] = state & 0xff;
+    }
+    return chunk;
+  };
+  const hash = createHash('sha256');
+  for (let offset = 0; offset < bytes; offset += chunkBytes) hash.update(chunkAt(offset));
+  return {
+    bytes,
+    sha256: hash.digest('hex'),
+    stream: () =>
+      Readable.from(
+        (function* () {
+          for (let offset = 0; offset < bytes; offset += chunkBytes) yield chunkAt(offset);
+        })(),
+        { objectMode: false },
+      ),
+  };
+}
