@@ -39,7 +39,10 @@ export interface ClaimCheckOptions {
   signingKeys?: ClaimTicketKey[];
   /** AES-256-GCM encryption at rest: the first key encrypts, all decrypt. @default none */
   encryption?: { keys: PayloadEncryptionKey[] };
-  /** `publish()` sends payloads up to this many bytes inline. @default 262144 (256 KiB) */
+  /**
+   * `publish()` sends payloads up to this many bytes inline.
+   * @default 262144 (256 KiB), or less when one message of the transport carries less
+   */
   threshold?: number;
   /** `publish(..., { mode: 'auto' })` sends payloads up to this size as a Message Sequence. @default 67108864 (64 MiB) */
   sequenceMaxBytes?: number;
@@ -53,6 +56,12 @@ export interface ClaimCheckOptions {
   sweepBatch?: number;
   /** Default retention of consuming channels. @default 'ack' */
   deleteAfter?: ClaimRetention;
+  /**
+   * Deliveries in a row a message may be requeued because the payload store or the claim
+   * ledger failed, before it is dead-lettered `store-unavailable` (at the default
+   * backpressureDelayMs of 500 ms, 1200 is about 10 minutes of outage). @default 1200
+   */
+  maxStoreRequeues?: number;
 }
 
 /** Claim Check options with every default applied and the keys validated. */
@@ -71,6 +80,7 @@ export interface ResolvedClaimCheckOptions {
   readonly sweepIntervalMs: number | false;
   readonly sweepBatch: number;
   readonly deleteAfter: ClaimRetention;
+  readonly maxStoreRequeues: number;
   /** Adapters built here (defaults), which the module closes at shutdown. */
   readonly owned: ReadonlyArray<{ close(): Promise<void> }>;
 }
@@ -82,6 +92,7 @@ export const CLAIM_CHECK_DEFAULTS = {
   orphanGraceMs: HOUR,
   sweepIntervalMs: MINUTE,
   sweepBatch: 500,
+  maxStoreRequeues: 1200,
   deleteAfter: 'ack',
 } as const;
 
@@ -97,12 +108,16 @@ export function resolveClaimCheckOptions(
       problems.push(`${name} must be a non-negative integer, got ${String(value)}`);
     }
   };
-  const threshold = options.threshold ?? CLAIM_CHECK_DEFAULTS.threshold;
+  // The default shrinks to fit a transport with small messages; a given threshold must fit.
+  const threshold =
+    options.threshold ?? Math.max(0, Math.min(CLAIM_CHECK_DEFAULTS.threshold, maxInlineBytes));
   const ttlMs = options.ttlMs ?? CLAIM_CHECK_DEFAULTS.ttlMs;
   const sequenceMaxBytes = options.sequenceMaxBytes ?? CLAIM_CHECK_DEFAULTS.sequenceMaxBytes;
   positive('claimCheck.sequenceMaxBytes', sequenceMaxBytes);
   const orphanGraceMs = options.orphanGraceMs ?? CLAIM_CHECK_DEFAULTS.orphanGraceMs;
   const sweepBatch = options.sweepBatch ?? CLAIM_CHECK_DEFAULTS.sweepBatch;
+  const maxStoreRequeues = options.maxStoreRequeues ?? CLAIM_CHECK_DEFAULTS.maxStoreRequeues;
+  positive('claimCheck.maxStoreRequeues', maxStoreRequeues);
   const sweepIntervalMs = options.sweepIntervalMs ?? CLAIM_CHECK_DEFAULTS.sweepIntervalMs;
   positive('claimCheck.threshold', threshold);
   if (Number.isSafeInteger(threshold) && threshold > maxInlineBytes) {
@@ -182,6 +197,7 @@ export function resolveClaimCheckOptions(
     sweepIntervalMs,
     sweepBatch,
     deleteAfter,
+    maxStoreRequeues,
     owned,
   };
 }

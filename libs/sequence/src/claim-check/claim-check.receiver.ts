@@ -11,7 +11,7 @@ import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.e
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
-import type { Disposition, InboundMessage } from '../ports/transport.port';
+import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
 import { backoff } from '../sequence/publish-with-retry';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
@@ -25,6 +25,10 @@ import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
 
 const ACK: Disposition = { action: 'ack' };
+const UNAVAILABLE: ReadonlySet<string> = new Set([
+  'payload store unavailable',
+  'claim ledger unavailable',
+]);
 
 type HandlerOutcome = { ok: true } | { ok: false; attempts: number; error: unknown };
 
@@ -50,7 +54,8 @@ export class ClaimCheckReceiver {
 
   async receive(message: InboundMessage, consumer: ClaimCheckConsumer): Promise<Disposition> {
     try {
-      return await this.intake(message, consumer);
+      const disposition = await this.intake(message, consumer);
+      return this.boundedRequeue(disposition, message, consumer.channel);
     } catch (error) {
       // Only a bug can get here (every expected failure has its disposition): keep the message.
       this.logger.error(
@@ -176,6 +181,7 @@ export class ClaimCheckReceiver {
       outcome = await this.runHandler(payload, consumer);
     } finally {
       stopRenewing();
+      payload.close();
     }
     if (payload.integrityFailure) {
       await release();
@@ -299,6 +305,30 @@ export class ClaimCheckReceiver {
     const reason = deathReason(code, detail);
     this.logger.warn(`${channel}: dead-lettered a message: ${reason}`);
     return { action: 'dead-letter', reason };
+  }
+
+  /**
+   * A store or ledger failure is requeued, but not forever: an error that is not an outage
+   * (corrupt metadata, a permission refused) would otherwise come back until the ticket expires.
+   * After `maxStoreRequeues` deliveries the message is dead-lettered `store-unavailable`.
+   */
+  private boundedRequeue(
+    disposition: Disposition,
+    message: InboundMessage,
+    channel: string,
+  ): Disposition {
+    if (disposition.action !== 'requeue' || !UNAVAILABLE.has(disposition.reason ?? '')) {
+      return disposition;
+    }
+    const requeues = requeueCount(message.headers ?? {});
+    if (requeues < this.options.maxStoreRequeues) return disposition;
+    return this.reject(
+      channel,
+      'store-unavailable',
+      `${disposition.reason ?? 'unavailable'} on ${requeues + 1} deliveries in a row ` +
+        `(claimCheck.maxStoreRequeues is ${this.options.maxStoreRequeues}); publish the message ` +
+        'again from the dead-letter channel once the store answers',
+    );
   }
 
   private requeue(reason: string): Disposition {

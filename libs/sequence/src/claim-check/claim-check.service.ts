@@ -79,6 +79,13 @@ export class ClaimCheckService implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
+    if (this.options.ledger.name === 'memory' && this.transport.name !== 'in-memory') {
+      this.logger.warn(
+        `claimCheck.ledger is the in-process memory ledger: several instances on the ` +
+          `${this.transport.name} transport do not see each other's claims, so a ticket delivered ` +
+          `to two of them may run its handler twice; use a RedisClaimLedger shared by all`,
+      );
+    }
     if (this.options.ephemeralKeys && this.transport.name !== 'in-memory') {
       this.logger.warn(
         `claimCheck.signingKeys is not set: tickets are signed with a key made for this process ` +

@@ -51,6 +51,8 @@ export class ClaimedPayload {
   readonly sequenceId?: string;
   private mismatch?: ClaimCheckIntegrityError;
   private readError?: Error;
+  /** Streams handed out by `stream()`, so that what a handler left half-read is closed. */
+  private readonly streams = new Set<Readable>();
 
   private constructor(
     init: ClaimedPayloadInit,
@@ -134,10 +136,27 @@ export class ClaimedPayload {
     const onVerified = () => {
       this.readError = undefined;
     };
-    return Readable.from(verifying(this.open, ticket, record, onMismatch, onVerified), {
+    const stream = Readable.from(verifying(this.open, ticket, record, onMismatch, onVerified), {
       objectMode: false,
       highWaterMark: 1,
     });
+    this.streams.add(stream);
+    stream.once('close', () => this.streams.delete(stream));
+    return stream;
+  }
+
+  /**
+   * Closes what `stream()` opened and was not read to its end (a handler that read part of the
+   * payload), so store connections and file handles are not held. Called after the handler.
+   */
+  close(): void {
+    for (const stream of this.streams) {
+      // Nobody listens any more: an error now (e.g. "premature close") must not go unhandled.
+      stream.on('error', () => undefined);
+      // Ends the generator, whose for-await then destroys the store's stream.
+      stream.destroy();
+    }
+    this.streams.clear();
   }
 
   /** The whole payload in one Buffer; rejects when the bytes do not match the ticket. */

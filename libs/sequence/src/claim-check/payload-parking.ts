@@ -71,7 +71,13 @@ export class PayloadParking {
     } else {
       const meter = new DigestingStream();
       pipeline(payload, meter, () => undefined); // errors reach put through `meter`
-      ({ ref } = await store.put(meter, putOptions));
+      try {
+        ({ ref } = await store.put(meter, putOptions));
+      } catch (error) {
+        // A store that refused before reading would leave the caller's stream (a file) open.
+        meter.destroy(error instanceof Error ? error : new Error(String(error)));
+        throw error;
+      }
       digest = meter.digest();
     }
     this.metrics.checkedIn(store.name, digest.bytes);
@@ -97,7 +103,17 @@ export class PayloadParking {
    */
   async readWhole({ ticket, store }: ResolvedTicket): Promise<Buffer> {
     const chunks: Buffer[] = [];
-    for await (const chunk of await store.get(ticket.ref)) chunks.push(chunk as Buffer);
+    let read = 0;
+    const source = await store.get(ticket.ref);
+    for await (const chunk of source) {
+      chunks.push(chunk as Buffer);
+      read += (chunk as Buffer).length;
+      // More than the ticket says: wrong bytes, and no reason to hold them all.
+      if (read > ticket.bytes) {
+        source.destroy();
+        break;
+      }
+    }
     const body = Buffer.concat(chunks);
     const actual = { sha256: sha256Hex(body), bytes: body.length };
     if (actual.bytes !== ticket.bytes || actual.sha256 !== ticket.sha256) {
@@ -131,22 +147,37 @@ export class PayloadParking {
         );
       return;
     }
-    for (let attempt = 1; ; attempt++) {
+    // Unmarked, it would be swept as an orphan after `orphanGraceMs` while its ticket may still
+    // be queued: a few quick tries, then keep trying in the background for half the grace.
+    if (await this.tryMarkPublished(store, ticket.ref)) return;
+    const giveUpAt = Date.now() + this.options.orphanGraceMs / 2;
+    void (async () => {
+      for (let attempt = 1; Date.now() < giveUpAt; attempt++) {
+        await delay(Math.min(30_000, 1_000 * attempt));
+        if (await this.tryMarkPublished(store, ticket.ref)) return;
+      }
+      this.logger.error(
+        `the ticket for ${what} was published but the payload could not be marked published; ` +
+          `it will be swept as an orphan after orphanGraceMs (${this.options.orphanGraceMs} ms) ` +
+          'unless consumed first',
+      );
+    })();
+  }
+
+  private async tryMarkPublished(store: PayloadStore, ref: string): Promise<boolean> {
+    for (let attempt = 1; attempt <= 3; attempt++) {
       try {
-        await store.markPublished(ticket.ref);
-        return;
+        await store.markPublished(ref);
+        return true;
       } catch (error) {
-        if (attempt >= 3) {
-          this.logger.error(
-            `the ticket for ${what} was published but the payload could not be marked ` +
-              `published; it will be swept as an orphan after orphanGraceMs ` +
-              `(${this.options.orphanGraceMs} ms) unless consumed first: ${String(error)}`,
-          );
-          return;
+        if (attempt === 3) {
+          this.logger.warn(`could not mark ${store.name}:${ref} published: ${String(error)}`);
+        } else {
+          await delay(100 * attempt);
         }
-        await delay(100 * attempt);
       }
     }
+    return false;
   }
 
   /**

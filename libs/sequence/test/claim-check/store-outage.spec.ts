@@ -10,8 +10,10 @@ import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 
 /**
  * Claim Check: an unreachable payload store is not a verdict on the message. While `head` or
- * `get` fail with a plain error, the ticket is requeued with a delay (never dead-lettered, however
- * long it lasts); once the store answers, it is delivered, once.
+ * `get` fail with a plain error, the ticket is requeued with a delay; once the store answers, it
+ * is delivered, once. Not forever: after `maxStoreRequeues` deliveries in a row it is
+ * dead-lettered `store-unavailable` (an error that is no outage would otherwise loop until the
+ * ticket expires).
  */
 describe('claim check: payload store outage', () => {
   const BACKPRESSURE_DELAY_MS = 10;
@@ -130,5 +132,31 @@ describe('claim check: payload store outage', () => {
     store.failReads = 0;
     await t.transport.whenIdle();
     expect(t.handler.deliveries.map((d) => d.payload.via)).toEqual(['inline', 'ticket']);
+  });
+
+  it('a store that keeps failing: dead-lettered store-unavailable after maxStoreRequeues deliveries, payload kept', async () => {
+    await t.close();
+    t = await createClaimCheckTestApp({
+      module: { backpressureDelayMs: BACKPRESSURE_DELAY_MS },
+      claimCheck: { maxStoreRequeues: 3 },
+      wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
+    });
+    ticket = await t.claimCheck.checkIn(payload);
+    store.failReads = 1_000;
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+
+    const settlements = t.transport.settlements.map((s) => s.disposition);
+    expect(settlements).toHaveLength(4);
+    for (const disposition of settlements.slice(0, 3)) expect(disposition).toMatchObject(requeue);
+    expect(deathReasons(t.transport, t.channel)).toEqual([
+      expect.stringMatching(
+        /^store-unavailable: payload store unavailable on 4 deliveries in a row/,
+      ),
+    ]);
+    expect(t.handler.calls).toBe(0);
+    store.failReads = 0;
+    expect(await t.store.head(ticket.ref)).toBeDefined();
   });
 });

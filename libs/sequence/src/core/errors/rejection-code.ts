@@ -38,7 +38,9 @@ export type RejectionCode =
   /** Claim Check: the ticket names a payload store this consumer is not configured with. */
   | 'unknown-payload-store'
   /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */
-  | 'claim-check-not-found';
+  | 'claim-check-not-found'
+  /** Claim Check: the payload store or claim ledger failed on `maxStoreRequeues` deliveries in a row. */
+  | 'store-unavailable';
 
 /** Formats the `x-death-reason` header value for a rejection. */
 export function deathReason(code: RejectionCode, detail: string): string {

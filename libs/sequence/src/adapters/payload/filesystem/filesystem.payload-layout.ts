@@ -1,5 +1,5 @@
 import { constants, type Stats } from 'node:fs';
-import { type FileHandle, open, realpath, stat } from 'node:fs/promises';
+import { type FileHandle, lstat, open, realpath } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { InvalidPayloadRefError } from '../../../core/errors';
 
@@ -19,6 +19,11 @@ export const DAY_PATTERN = /^(0[1-9]|[12]\d|3[01])$/;
 export const LATEST_EXPIRY = Date.UTC(10_000, 0, 1) - 1;
 
 export const DAY_MS = 86_400_000;
+
+/** What `openOnce` says when another regular file was renamed over the one it opened. */
+const REPLACED = Symbol('replaced');
+/** Opens of a file that keeps being replaced while it is opened, before it is refused. */
+const REPLACED_OPEN_ATTEMPTS = 3;
 
 /** Payloads may hold anything: only the process's own user reads them, even under /tmp. */
 export const DIRECTORY_MODE = 0o700;
@@ -113,8 +118,23 @@ export class FilesystemPayloadLayout {
    * Opens a regular file of the store for reading, or resolves `undefined` when it is not there.
    * `O_NOFOLLOW` refuses a link as the last component; comparing the opened file with the one at
    * the link-free real path refuses links on the way (and a swap between the check and the open).
+   * A regular file renamed over the one being opened (`markPublished` rewrites the metadata that
+   * way) is no link and no way out: it is opened again, a few times at most.
    */
   async openFile(ref: string, path: string): Promise<FileHandle | undefined> {
+    for (let attempt = 1; ; attempt++) {
+      const opened = await this.openOnce(ref, path);
+      if (opened !== REPLACED) return opened;
+      if (attempt >= REPLACED_OPEN_ATTEMPTS) {
+        throw this.refused(ref, 'its path changed while it was opened');
+      }
+    }
+  }
+
+  private async openOnce(
+    ref: string,
+    path: string,
+  ): Promise<FileHandle | undefined | typeof REPLACED> {
     if (!(await this.directoryExists(ref, dirname(path)))) return undefined;
     let handle: FileHandle;
     try {
@@ -124,17 +144,25 @@ export class FilesystemPayloadLayout {
       if (hasCode(error, 'ELOOP')) throw this.refused(ref, 'it names a symbolic link');
       throw error;
     }
+    let keep = false;
     try {
       const opened = await handle.stat();
       if (!opened.isFile()) throw this.refused(ref, 'it does not name a regular file');
-      if ((await realpath(path)) !== path || !sameFile(opened, await stat(path))) {
+      if ((await realpath(path)) !== path) {
         throw this.refused(ref, 'its path changed while it was opened');
       }
+      const current = await lstat(path);
+      if (!sameFile(opened, current)) {
+        if (current.isFile()) return REPLACED;
+        throw this.refused(ref, 'its path changed while it was opened');
+      }
+      keep = true;
       return handle;
     } catch (error) {
-      await handle.close();
       if (isMissing(error)) return undefined;
       throw error;
+    } finally {
+      if (!keep) await handle.close();
     }
   }
 

@@ -328,4 +328,22 @@ describe('FilesystemPayloadStore', () => {
       expect(await store.delete(ref)).toBe(false);
     });
   });
+
+  describe('a reader while markPublished rewrites the metadata', () => {
+    it('reads the payload, and never refuses its ref as a path that changed', async () => {
+      const failures: unknown[] = [];
+      for (let round = 0; round < 40; round++) {
+        const { ref } = await store.put(Buffer.alloc(1_000, 1), options());
+        let marked = false;
+        const marking = store.markPublished(ref).finally(() => (marked = true));
+        while (!marked) {
+          await store.head(ref).catch((error: unknown) => failures.push(error));
+        }
+        await marking;
+        expect(await store.head(ref)).toMatchObject({ published: true });
+      }
+
+      expect(failures).toEqual([]);
+    });
+  });
 });

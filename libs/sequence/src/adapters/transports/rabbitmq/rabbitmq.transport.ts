@@ -222,7 +222,8 @@ export class RabbitMqTransport implements Transport {
         const message = (error as Error | undefined)?.message;
         if (message === CONFIRM_TIMEOUT) throw timedOut();
         if (message === NEGATIVE_CONFIRM) throw new PublishRejectedError(channel, error as Error);
-        if (this.closed) throw error;
+        // Closed while a message was handed over: it may have reached the broker.
+        if (this.closed) throw handedOver ? timedOut() : error;
         if (Date.now() >= deadline) throw timedOut();
         await delay(10); // the channel closed before the confirm: send again
       }

@@ -1,0 +1,48 @@
+/**
+ * What the Claim Check benchmark's sender and receiver processes share: the same SequenceModule
+ * configuration (RabbitMqTransport, a FilesystemPayloadStore on the shared root, the same ticket
+ * signing key, no sweepers), each process's store wrapped to note when the library calls it.
+ */
+import { ConsoleLogger, type DynamicModule, Logger } from '@nestjs/common';
+import {
+  FilesystemPayloadStore,
+  RabbitMqTransport,
+  SequenceModule,
+  type ClaimCheckOptions,
+} from 'nest-sequence';
+import { SIGNING_SECRET_ENV, type ChildConfig } from './claim-check.protocol';
+import { TracedPayloadStore, type MarkFn } from './claim-check.traced-store';
+
+/** Nest and library logs go to stderr (the parent's stdout carries only JSON lines). */
+export class StderrLogger extends ConsoleLogger {
+  protected override printMessages(...args: Parameters<ConsoleLogger['printMessages']>): void {
+    super.printMessages(args[0], args[1], args[2], 'stderr', args[4]);
+  }
+}
+
+export const logger = (context: string) =>
+  new StderrLogger(context, { logLevels: ['error', 'warn'] });
+
+export interface ModuleParts {
+  readonly transport: RabbitMqTransport;
+  readonly module: DynamicModule;
+}
+
+/** Connects the transport and builds `SequenceModule.forRoot` for a sender or a receiver. */
+export async function claimCheckModule(config: ChildConfig, mark: MarkFn): Promise<ModuleParts> {
+  Logger.overrideLogger(logger(config.role));
+  const secret = process.env[SIGNING_SECRET_ENV];
+  if (!secret) throw new Error(`${SIGNING_SECRET_ENV} is not set`);
+  const transport = await RabbitMqTransport.connect(config.amqpUrl);
+  const claimCheck: ClaimCheckOptions = {
+    store: new TracedPayloadStore(new FilesystemPayloadStore({ root: config.storeRoot }), mark),
+    signingKeys: [{ id: config.signingKeyId, secret: Buffer.from(secret, 'hex') }],
+    deleteAfter: 'ack',
+    // The benchmark cleans up after itself; a sweep mid-run would only add noise.
+    sweepIntervalMs: false,
+  };
+  return {
+    transport,
+    module: SequenceModule.forRoot({ transport, sweepIntervalMs: false, claimCheck }),
+  };
+}

@@ -1,0 +1,52 @@
+import type { Readable } from 'node:stream';
+import type { PayloadStore } from 'nest-sequence';
+import { bytes } from '../support/sequence-test-app';
+import {
+  createClaimCheckTestApp,
+  publishTicket,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+
+/**
+ * A handler may read only part of its payload (sniffing a header, say). What it left open in the
+ * payload store (a file handle, a pooled S3 socket) is closed once the handler returned.
+ */
+describe('claim check: a handler that reads part of its payload', () => {
+  let t: ClaimCheckTestApp;
+  const opened: Readable[] = [];
+
+  afterEach(() => t.close());
+
+  it('has the store stream it left half-read closed after it returned', async () => {
+    t = await createClaimCheckTestApp({
+      wrapStore: (inner): PayloadStore =>
+        new Proxy(inner, {
+          get: (target, property, receiver): unknown =>
+            property === 'get'
+              ? async (ref: string) => {
+                  const stream = await target.get(ref);
+                  opened.push(stream);
+                  return stream;
+                }
+              : Reflect.get(target, property, receiver),
+        }),
+    });
+    // Several MiB: the filesystem stream reads it in many chunks, so one chunk is a partial read.
+    const ticket = await t.claimCheck.checkIn(bytes(4 * 1024 * 1024, 3));
+    // Takes the first chunk and walks away, leaving the stream paused (not destroyed).
+    t.handler.read = async (payload) => {
+      const stream = payload.stream();
+      const first = await new Promise<Buffer>((resolve) => stream.once('data', resolve));
+      stream.pause();
+      return first;
+    };
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].bytes.length).toBeLessThan(4 * 1024 * 1024);
+    expect(opened).toHaveLength(1);
+    expect(opened[0].destroyed).toBe(true);
+  });
+});
