@@ -1,14 +1,40 @@
 import { Module } from '@nestjs/common';
-import { SequenceModule } from 'nest-sequence';
+import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
+import { readDemoEnvironment } from './demo.environment';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
 import { DEMO_ADAPTERS, InfrastructureModule, type DemoAdapters } from './infrastructure';
 
-/** Message Sequence on the adapters the environment chooses (see infrastructure.ts). */
+/**
+ * Largest fragment of a study sent as a sequence: half the RabbitMQ transport's default message
+ * limit (16 MiB), so that a fragment never comes near it.
+ */
+const FRAGMENT_BYTES = 8 * 1024 * 1024;
+
+/** The module's options: the adapters the environment chooses, and the demo's settings. */
+function demoSequenceOptions(
+  adapters: DemoAdapters,
+  env: NodeJS.ProcessEnv = process.env,
+): SequenceModuleOptions {
+  const { claimCheckAboveBytes, signingKeys } = readDemoEnvironment(env);
+  return {
+    transport: adapters.transport,
+    store: adapters.store,
+    fragmentBytes: FRAGMENT_BYTES,
+    claimCheck: {
+      store: adapters.payloadStore,
+      ledger: adapters.claimLedger,
+      sequenceMaxBytes: claimCheckAboveBytes,
+      signingKeys,
+    },
+  };
+}
+
+/** Message Sequence and Claim Check on the adapters the environment chooses (see infrastructure.ts). */
 const Sequence = SequenceModule.forRootAsync({
   imports: [InfrastructureModule],
   inject: [DEMO_ADAPTERS],
-  useFactory: (adapters: DemoAdapters) => adapters,
+  useFactory: (adapters: DemoAdapters) => demoSequenceOptions(adapters),
   isGlobal: true,
 });
 

@@ -1,15 +1,22 @@
 import 'reflect-metadata';
 import type { INestApplicationContext, LogLevel, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { DemoEnvironmentError } from './demo-environment.error';
+import { readDemoEnvironment } from './demo.environment';
 
 /** Exit code of a command used wrongly (bad arguments or environment). */
 export const USAGE_ERROR = 2;
 
-/** The application context of one demo command, on the adapters the environment chooses. */
-export function createDemoApp(
+/**
+ * The application context of one demo command, on the adapters the environment chooses. The
+ * environment is checked first, so that a bad setting ends the command with a line saying what to
+ * fix instead of a stack trace from inside Nest's bootstrap.
+ */
+export async function createDemoApp(
   module: Type,
   logger: LogLevel[] = ['error', 'warn', 'log'],
 ): Promise<INestApplicationContext> {
+  readDemoEnvironment(process.env);
   return NestFactory.createApplicationContext(module, { logger });
 }
 
@@ -21,7 +28,12 @@ export function runToCompletion(command: () => Promise<number>): void {
   command().then((code) => process.exit(code), exitOnError);
 }
 
+/** Ends the command: a usage error (exit 2) for a bad environment, else 1 with the error. */
 export function exitOnError(error: unknown): never {
+  if (error instanceof DemoEnvironmentError) {
+    console.error(error.message);
+    process.exit(USAGE_ERROR);
+  }
   console.error(error);
   process.exit(1);
 }
@@ -33,6 +45,22 @@ export function requireBroker(command: string): void {
     `${command} talks to the other side through RabbitMQ: set AMQP_URL ` +
       `(e.g. AMQP_URL=amqp://guest:guest@localhost:5672), and REDIS_URL for a shared store. ` +
       `To run both sides in one process without servers, use npm start.`,
+  );
+  process.exit(USAGE_ERROR);
+}
+
+/**
+ * Producer and consumer run as separate processes: a ticket signed by one must verify in the
+ * other, so both need the same key. Without one each process would sign with a random key of its
+ * own, and every study sent through the claim check would be dead-lettered as signed by an
+ * unknown key; refusing to start says so before any study is lost.
+ */
+export function requireSharedKey(command: string): void {
+  if (process.env.CLAIM_CHECK_KEY) return;
+  console.error(
+    `${command} signs or verifies claim tickets with a key the other side must share: set ` +
+      `CLAIM_CHECK_KEY to the same secret of at least 32 bytes for demo:producer and ` +
+      `demo:consumer (e.g. export CLAIM_CHECK_KEY=$(openssl rand -base64 32)).`,
   );
   process.exit(USAGE_ERROR);
 }

@@ -1,7 +1,12 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import {
+  FilesystemPayloadStore,
   RabbitMqTransport,
+  RedisClaimLedger,
+  RedisPayloadStore,
   RedisSequenceStore,
+  type ClaimLedger,
+  type PayloadStore,
   type SequenceStore,
   type Transport,
 } from 'nest-sequence';
@@ -10,25 +15,39 @@ import {
 export interface DemoAdapters {
   transport?: Transport;
   store?: SequenceStore;
+  /** Where studies above CLAIM_CHECK_ABOVE_BYTES are parked. */
+  payloadStore?: PayloadStore;
+  /** Which tickets the AI service has handled: shared, so that several instances handle each once. */
+  claimLedger?: ClaimLedger;
 }
 
 export const DEMO_ADAPTERS = Symbol('demo:adapters');
 
 /**
- * `AMQP_URL` set: RabbitMQ transport. `REDIS_URL` set: Redis sequence store, under the key prefix
- * `SEQUENCE_REDIS_PREFIX` (default `nseq`). Unset: the in-memory defaults, no server needed.
+ * - `AMQP_URL` set: RabbitMQ transport.
+ * - `REDIS_URL` set: Redis sequence store and claim ledger, and the Redis payload store unless
+ *   `PAYLOAD_DIR` is set, all under the key prefix `SEQUENCE_REDIS_PREFIX` (default `nseq`), so
+ *   that several consumer instances share them.
+ * - `PAYLOAD_DIR` set: the filesystem payload store rooted there (with several processes, a
+ *   directory they all see).
+ * Unset: the embedded defaults, no server needed (payloads under `<os tmpdir>/nest-sequence-payloads`).
  */
 export async function adaptersFromEnvironment(env = process.env): Promise<DemoAdapters> {
+  const prefix = env.SEQUENCE_REDIS_PREFIX || undefined;
+  const redisUrl = env.REDIS_URL || undefined;
   const transport = env.AMQP_URL ? await RabbitMqTransport.connect(env.AMQP_URL) : undefined;
-  const store = env.REDIS_URL
-    ? RedisSequenceStore.connect(env.REDIS_URL, { prefix: env.SEQUENCE_REDIS_PREFIX || undefined })
-    : undefined;
-  return { transport, store };
+  const store = redisUrl ? RedisSequenceStore.connect(redisUrl, { prefix }) : undefined;
+  let payloadStore: PayloadStore | undefined;
+  if (env.PAYLOAD_DIR) payloadStore = new FilesystemPayloadStore({ root: env.PAYLOAD_DIR });
+  else if (redisUrl) payloadStore = RedisPayloadStore.connect(redisUrl, { prefix });
+  const claimLedger = redisUrl ? RedisClaimLedger.connect(redisUrl, { prefix }) : undefined;
+  return { transport, store, payloadStore, claimLedger };
 }
 
 /**
  * Creates the adapters and closes them with the application: `SequenceModule` closes only the
- * defaults it made itself. Its consumers stop before shutdown hooks run, so nothing is mid-use.
+ * defaults it made itself. Its consumers and sweepers stop before shutdown hooks run, so nothing
+ * is mid-use.
  */
 @Module({
   providers: [{ provide: DEMO_ADAPTERS, useFactory: () => adaptersFromEnvironment() }],
@@ -38,7 +57,8 @@ export class InfrastructureModule implements OnApplicationShutdown {
   constructor(@Inject(DEMO_ADAPTERS) private readonly adapters: DemoAdapters) {}
 
   async onApplicationShutdown(): Promise<void> {
-    await this.adapters.transport?.close();
-    await this.adapters.store?.close();
+    const { transport, store, payloadStore, claimLedger } = this.adapters;
+    await transport?.close();
+    await Promise.all([store?.close(), payloadStore?.close(), claimLedger?.close()]);
   }
 }

@@ -1,15 +1,19 @@
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { AppModule } from './app.module';
 import { createDemoApp, runToCompletion } from './demo.command';
-import { RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
+import { deliveryIdOf, RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
 const MB = 1024 * 1024;
 const REPORT_TIMEOUT_MS = 300_000;
 
+/** What the receiving side did with the study, by the way it travelled. */
+const RECEIVED = { sequence: 'reassembled', ticket: 'claimed', inline: 'received' } as const;
+
 /**
- * `npm start`: both roles in one process. Sends one synthetic study through Message Sequence and
- * waits for the AI service's report; on RabbitMQ and Redis when AMQP_URL and REDIS_URL are set.
+ * `npm start`: both roles in one process. Sends one synthetic study (as a Message Sequence, or
+ * through the claim check above CLAIM_CHECK_ABOVE_BYTES) and waits for the AI service's report; on
+ * RabbitMQ and Redis when AMQP_URL and REDIS_URL are set.
  */
 async function main(): Promise<number> {
   const studyBytes = Number(process.env.STUDY_BYTES ?? 180 * MB);
@@ -27,23 +31,28 @@ async function main(): Promise<number> {
 
     const started = Date.now();
     const receipt = await app.get(PacsRouterService).sendStudy('1.2.840.99999.1', studyBytes);
+    const id = deliveryIdOf(receipt);
     const deadline = Date.now() + REPORT_TIMEOUT_MS;
-    while (!reports.has(receipt.sequenceId)) {
+    while (!reports.has(id)) {
       if (Date.now() > deadline)
-        throw new Error(`no report for ${receipt.sequenceId} within ${REPORT_TIMEOUT_MS} ms`);
+        throw new Error(`no report for ${id} within ${REPORT_TIMEOUT_MS} ms`);
       await new Promise<void>((resolve) => {
         reportArrived = resolve;
         setTimeout(resolve, 1_000);
       });
     }
-    const report = reports.get(receipt.sequenceId)!;
+    const report = reports.get(id)!;
     const elapsedMs = Date.now() - started;
-    const matched = report.sha256 === receipt.sha256 && report.bytes === receipt.bytes;
+    const matched =
+      report.sha256 === receipt.sha256 &&
+      report.bytes === receipt.bytes &&
+      report.via === receipt.via;
+    const fragments = `${receipt.fragments} fragment${receipt.fragments === 1 ? '' : 's'}`;
 
     console.log(
       [
-        `study ${report.studyUid}: ${receipt.fragments} fragments, ${receipt.bytes} bytes`,
-        `  sent and reassembled in ${elapsedMs} ms (${(receipt.bytes / MB / (elapsedMs / 1000)).toFixed(1)} MB/s)`,
+        `study ${report.studyUid}: ${fragments}, ${receipt.bytes} bytes, via ${receipt.via}`,
+        `  sent and ${RECEIVED[receipt.via]} in ${elapsedMs} ms (${(receipt.bytes / MB / (elapsedMs / 1000)).toFixed(1)} MB/s)`,
         `  ${report.records} records analysed, mean intensity ${report.meanIntensity.toFixed(2)}`,
         `  sha256 ${receipt.sha256} ${matched ? 'matched' : 'DID NOT MATCH'}`,
       ].join('\n'),

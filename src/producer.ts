@@ -1,13 +1,20 @@
 import { parseArgs } from 'node:util';
 import { ProducerAppModule } from './app.module';
-import { createDemoApp, requireBroker, runToCompletion, USAGE_ERROR } from './demo.command';
+import {
+  createDemoApp,
+  requireBroker,
+  requireSharedKey,
+  runToCompletion,
+  USAGE_ERROR,
+} from './demo.command';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
 const USAGE = 'usage: npm run demo:producer -- --bytes N   (N: study size in bytes, e.g. 30000000)';
 
 /**
  * `npm run demo:producer -- --bytes N`: sends one synthetic study of N bytes to
- * `imaging.ai.intake` in fragments of at most 8 MiB, prints the receipt as JSON and exits.
+ * `imaging.ai.intake` (in fragments of at most 8 MiB, or above CLAIM_CHECK_ABOVE_BYTES parked in
+ * the payload store behind a signed ticket), prints the receipt as JSON and exits.
  */
 async function main(): Promise<number> {
   const studyBytes = parseStudyBytes(process.argv.slice(2));
@@ -16,12 +23,15 @@ async function main(): Promise<number> {
     return USAGE_ERROR;
   }
   requireBroker('demo:producer');
+  requireSharedKey('demo:producer');
   // Warnings and errors only: stdout carries the receipt alone, for scripts to read.
   const app = await createDemoApp(ProducerAppModule, ['error', 'warn']);
   try {
     const studyUid = `1.2.840.99999.${Date.now()}`;
-    const receipt = await app.get(PacsRouterService).sendStudy(studyUid, studyBytes);
-    console.log(JSON.stringify({ studyUid, ...receipt }));
+    const { ticket, ...receipt } = await app.get(PacsRouterService).sendStudy(studyUid, studyBytes);
+    // Where the study was parked, not the ticket itself: a signed ticket is for the consumer.
+    const parked = ticket && { store: ticket.store, ref: ticket.ref, expiresAt: ticket.expiresAt };
+    console.log(JSON.stringify({ studyUid, ...receipt, ...(parked && { ticket: parked }) }));
     return 0;
   } finally {
     await app.close();

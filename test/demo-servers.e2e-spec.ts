@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
@@ -59,6 +59,10 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
       AMQP_URL: SERVERS.rabbitmq.url,
       REDIS_URL: SERVERS.redis.url,
       SEQUENCE_REDIS_PREFIX: prefix,
+      // demo:producer and demo:consumer sign and verify claim tickets with it.
+      CLAIM_CHECK_KEY: randomBytes(32).toString('base64'),
+      PAYLOAD_DIR: undefined,
+      CLAIM_CHECK_ABOVE_BYTES: undefined,
     };
     let connection: amqplib.ChannelModel;
     let channel: amqplib.Channel;
@@ -84,11 +88,15 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
 
     beforeEach(cleanUp);
 
-    afterAll(async () => {
-      if (consumer && consumer.child.exitCode === null) {
+    afterEach(async () => {
+      if (consumer && consumer.child.exitCode === null && consumer.child.signalCode === null) {
         consumer.child.kill('SIGKILL');
         await consumer.exited;
       }
+      consumer = undefined;
+    });
+
+    afterAll(async () => {
       await cleanUp();
       await connection.close();
       redis.disconnect();
@@ -104,7 +112,7 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
       expect(await channel.checkQueue('imaging.ai.intake')).toMatchObject({ messageCount: 0 });
     });
 
-    it('demo:consumer reports what demo:producer sent, dead-letters a corrupt fragment, and stops on SIGTERM', async () => {
+    it('demo:consumer reports what demo:producer sent and what another program sent by the wire contract, dead-letters a corrupt fragment, and stops on SIGTERM', async () => {
       consumer = start(...npmScript('demo:consumer'), env);
       await consumer.waitForOutput('consuming imaging.ai.intake', 20_000);
 
@@ -129,6 +137,36 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
         fragments: receipt.fragments,
         bytes: receipt.bytes,
         sha256: receipt.sha256,
+        status: 'ok',
+      });
+
+      // A study from "another program", by the wire contract alone: one fragment of two records.
+      const study = Buffer.concat([...syntheticStudy(600_000)]);
+      const foreignId = `foreign-${randomUUID()}`;
+      channel.sendToQueue('imaging.ai.intake', study, {
+        headers: {
+          'x-sequence-version': 1,
+          'x-sequence-id': foreignId,
+          'x-sequence-position': 1,
+          'x-sequence-size': 1,
+          'x-sequence-last': true,
+          'x-fragment-crc32': crc32(study),
+          'x-sequence-bytes': study.length,
+          'x-sequence-sha256': sha256Of(600_000),
+          'study-uid': '1.2.840.99999.42',
+        },
+      });
+      const foreignReport = JSON.parse(
+        (await nextMessage(connection, 'imaging.ai.results', 20_000)).content.toString(),
+      );
+      expect(foreignReport).toMatchObject({
+        sequenceId: foreignId,
+        studyUid: '1.2.840.99999.42',
+        via: 'sequence',
+        fragments: 1,
+        bytes: 600_000,
+        sha256: sha256Of(600_000),
+        records: 2,
         status: 'ok',
       });
 
@@ -160,6 +198,58 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
         code: 0,
         signal: null,
       });
+    });
+
+    it('demo:consumer takes a study above CLAIM_CHECK_ABOVE_BYTES from the Redis payload store behind a ticket, and deletes it', async () => {
+      const studyBytes = 5_000_000;
+      // Sent before any consumer runs: the ticket waits on the queue, the study in Redis.
+      const produced = await run(
+        'npm',
+        ['run', '--silent', 'demo:producer', '--', '--bytes', String(studyBytes)],
+        { ...env, CLAIM_CHECK_ABOVE_BYTES: String(MiB) },
+      );
+      expect({ code: produced.code, stderr: produced.stderr }).toMatchObject({ code: 0 });
+      const receipt = JSON.parse(produced.stdout.trim().split('\n').pop()!);
+      expect(receipt).toMatchObject({
+        via: 'ticket',
+        fragments: 1,
+        bytes: studyBytes,
+        sha256: sha256Of(studyBytes),
+        ticket: { store: 'redis', ref: expect.any(String) },
+      });
+      const payloadKeys = () => redis.keys(`${prefix}:{payload*`);
+      // One small message on the broker, the study's bytes in the shared store.
+      expect(await channel.checkQueue('imaging.ai.intake')).toMatchObject({ messageCount: 1 });
+      expect(await payloadKeys()).toContain(`${prefix}:{payload:${receipt.ticket.ref}}:meta`);
+
+      consumer = start(...npmScript('demo:consumer'), env);
+      const report = JSON.parse(
+        (await nextMessage(connection, 'imaging.ai.results', 20_000)).content.toString(),
+      );
+      expect(report).toMatchObject({
+        sequenceId: receipt.ticket.ref,
+        via: 'ticket',
+        fragments: 1,
+        bytes: studyBytes,
+        sha256: sha256Of(studyBytes),
+        status: 'ok',
+      });
+
+      // The report is published from the handler; the payload goes right after, before the ack.
+      const deadline = Date.now() + 10_000;
+      while ((await payloadKeys()).length > 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(await payloadKeys()).toEqual([]);
+
+      consumer.child.kill('SIGTERM');
+      const stopped = await consumer.exited;
+      expect({ code: stopped.code, signal: stopped.signal, stderr: stopped.stderr }).toMatchObject({
+        code: 0,
+        signal: null,
+      });
+      expect(await channel.checkQueue('imaging.ai.intake')).toMatchObject({ messageCount: 0 });
+      expect(await channel.checkQueue('imaging.ai.intake.dlq')).toMatchObject({ messageCount: 0 });
     });
   });
 });

@@ -1,4 +1,7 @@
 import { createHash } from 'node:crypto';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
@@ -11,7 +14,13 @@ import { npmScript, run } from './support/demo-process';
 
 const MiB = 1024 * 1024;
 /** The embedded defaults, whatever the environment of the test run says. */
-const NO_SERVERS = { AMQP_URL: undefined, REDIS_URL: undefined };
+const NO_SERVERS = {
+  AMQP_URL: undefined,
+  REDIS_URL: undefined,
+  PAYLOAD_DIR: undefined,
+  CLAIM_CHECK_ABOVE_BYTES: undefined,
+  CLAIM_CHECK_KEY: undefined,
+};
 
 /** What the demo's synthetic study of `totalBytes` is, computed without the library. */
 async function expectedStudy(totalBytes: number): Promise<{ sha256: string; records: number }> {
@@ -24,6 +33,14 @@ async function expectedStudy(totalBytes: number): Promise<{ sha256: string; reco
 
 async function* toAsync(records: Iterable<Buffer>): AsyncGenerator<Buffer> {
   yield* records;
+}
+
+/** Every file (not directory) under `root`, as paths relative to it. */
+async function filesUnder(root: string): Promise<string[]> {
+  const entries = await readdir(root, { recursive: true, withFileTypes: true });
+  return entries
+    .filter((entry) => !entry.isDirectory())
+    .map((entry) => join(entry.parentPath, entry.name));
 }
 
 describe('imaging demo on the embedded defaults', () => {
@@ -40,11 +57,104 @@ describe('imaging demo on the embedded defaults', () => {
     expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
     const expected = await expectedStudy(studyBytes);
     // 40 records of 512 KiB, packed whole into fragments of at most 8 MiB: 16 + 16 + 8 records.
-    expect(exit.stdout).toContain(`study 1.2.840.99999.1: 3 fragments, ${studyBytes} bytes`);
+    expect(exit.stdout).toContain(
+      `study 1.2.840.99999.1: 3 fragments, ${studyBytes} bytes, via sequence`,
+    );
     expect(exit.stdout).toMatch(/sent and reassembled in \d+ ms \(\d+(\.\d+)? MB\/s\)/);
     expect(exit.stdout).toContain(`${expected.records} records analysed`);
     expect(exit.stdout).toContain(`sha256 ${expected.sha256} matched`);
   });
+
+  describe('with a study above CLAIM_CHECK_ABOVE_BYTES', () => {
+    let payloadDir: string;
+
+    beforeEach(async () => {
+      payloadDir = await mkdtemp(join(tmpdir(), 'demo-e2e-payloads-'));
+    });
+
+    afterEach(async () => {
+      await rm(payloadDir, { recursive: true, force: true });
+    });
+
+    it('npm start parks it in PAYLOAD_DIR, sends a ticket, and the report matches its SHA-256', async () => {
+      const studyBytes = 5 * MiB;
+
+      const exit = await run('npm', ['start'], {
+        ...NO_SERVERS,
+        STUDY_BYTES: String(studyBytes),
+        CLAIM_CHECK_ABOVE_BYTES: String(1 * MiB),
+        PAYLOAD_DIR: payloadDir,
+      });
+
+      expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
+      const expected = await expectedStudy(studyBytes);
+      expect(exit.stdout).toContain(
+        `study 1.2.840.99999.1: 1 fragment, ${studyBytes} bytes, via ticket`,
+      );
+      expect(exit.stdout).toMatch(/sent and claimed in \d+ ms/);
+      expect(exit.stdout).toContain(`${expected.records} records analysed`);
+      expect(exit.stdout).toContain(`sha256 ${expected.sha256} matched`);
+    });
+
+    it('npm start deletes the parked study once the AI service handled it', async () => {
+      const exit = await run('npm', ['start'], {
+        ...NO_SERVERS,
+        STUDY_BYTES: String(5 * MiB),
+        CLAIM_CHECK_ABOVE_BYTES: String(1 * MiB),
+        PAYLOAD_DIR: payloadDir,
+      });
+
+      expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
+      expect(exit.stdout).toContain('via ticket');
+      // The store made its day directories under the root (it was used), and no file is left.
+      expect((await readdir(payloadDir)).length).toBeGreaterThan(0);
+      expect(await filesUnder(payloadDir)).toEqual([]);
+    });
+  });
+
+  it('npm start sends a study up to CLAIM_CHECK_ABOVE_BYTES as a sequence', async () => {
+    const studyBytes = 5 * MiB;
+
+    const exit = await run('npm', ['start'], {
+      ...NO_SERVERS,
+      STUDY_BYTES: String(studyBytes),
+      CLAIM_CHECK_ABOVE_BYTES: String(studyBytes),
+    });
+
+    expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
+    expect(exit.stdout).toContain(`1 fragment, ${studyBytes} bytes, via sequence`);
+    expect(exit.stdout).toContain(`sha256 ${(await expectedStudy(studyBytes)).sha256} matched`);
+  });
+
+  it('npm start refuses a CLAIM_CHECK_ABOVE_BYTES or CLAIM_CHECK_KEY it cannot use, naming both', async () => {
+    const exit = await run('npm', ['start'], {
+      ...NO_SERVERS,
+      CLAIM_CHECK_ABOVE_BYTES: '1e6',
+      CLAIM_CHECK_KEY: 'too short',
+    });
+
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toContain(
+      'CLAIM_CHECK_ABOVE_BYTES must be a whole number of bytes, got "1e6"',
+    );
+    expect(exit.stderr).toContain('CLAIM_CHECK_KEY is 9 bytes; use a secret of at least 32 bytes');
+  });
+
+  it.each(['demo:producer', 'demo:consumer'])(
+    '%s refuses to start over RabbitMQ without CLAIM_CHECK_KEY, naming it',
+    async (script) => {
+      // Checked before connecting: nothing listens on port 1.
+      const args = script === 'demo:producer' ? ['--bytes', '1000'] : [];
+      const exit = await run(...npmScript(script, ...args), {
+        ...NO_SERVERS,
+        AMQP_URL: 'amqp://guest:guest@127.0.0.1:1',
+      });
+
+      expect(exit.code).toBe(2);
+      expect(exit.stderr).toContain(`${script} signs or verifies claim tickets`);
+      expect(exit.stderr).toContain('set CLAIM_CHECK_KEY to the same secret');
+    },
+  );
 
   it('demo:producer refuses a --bytes that is not a whole number, with its usage', async () => {
     const exit = await run(...npmScript('demo:producer', '--bytes', '3e7'), NO_SERVERS);
@@ -90,6 +200,7 @@ describe('imaging demo on the embedded defaults', () => {
       expect(reports[0]).toEqual({
         sequenceId: receipt.sequenceId,
         studyUid: '1.2.840.99999.7',
+        via: 'sequence',
         fragments: receipt.fragments,
         bytes: receipt.bytes,
         sha256: receipt.sha256,
@@ -97,7 +208,11 @@ describe('imaging demo on the embedded defaults', () => {
         meanIntensity: expect.any(Number),
         status: 'ok',
       });
-      expect(receipt).toMatchObject({ bytes: studyBytes, sha256: expected.sha256 });
+      expect(receipt).toMatchObject({
+        via: 'sequence',
+        bytes: studyBytes,
+        sha256: expected.sha256,
+      });
       expect(expected.records).toBe(21);
     });
   });

@@ -1,12 +1,12 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import {
-  ReassembledPayload,
-  SEQUENCE_TRANSPORT,
-  SequencedHandler,
-  type Transport,
-} from 'nest-sequence';
+import { ClaimCheck, ClaimedPayload, SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { readRecords } from './dicom-like.records';
-import { INTAKE_CHANNEL, RESULTS_CHANNEL, type StudyReport } from './imaging.channels';
+import {
+  deliveryIdOf,
+  INTAKE_CHANNEL,
+  RESULTS_CHANNEL,
+  type StudyReport,
+} from './imaging.channels';
 
 /** The receiving side: an AI service that analyses every record of a complete, verified study. */
 @Injectable()
@@ -15,18 +15,28 @@ export class AiService {
 
   constructor(@Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport) {}
 
-  @SequencedHandler({ channel: INTAKE_CHANNEL, timeout: { ms: 120_000, strategy: 'sliding' } })
-  async analyse(study: ReassembledPayload): Promise<void> {
+  /**
+   * Takes a study whichever way it came: inline, reassembled from a Message Sequence (its
+   * fragments may arrive up to 120 s apart), or from the payload store behind a ticket.
+   */
+  @ClaimCheck({
+    channel: INTAKE_CHANNEL,
+    sequence: { timeout: { ms: 120_000, strategy: 'sliding' } },
+  })
+  async analyse(study: ClaimedPayload): Promise<void> {
     let records = 0;
     let intensity = 0;
-    // stream() reads the study from the store fragment by fragment: never one 180 MB buffer.
+    // stream() reads the study piece by piece (fragment by fragment from the sequence store, or
+    // chunk by chunk from the payload store, verifying the ticket's SHA-256): never one 180 MB
+    // buffer. A parked study whose bytes do not match makes it throw at its end.
     for await (const record of readRecords(study.stream())) {
       records++;
       intensity += meanByte(record.value);
     }
     const report: StudyReport = {
-      sequenceId: study.sequenceId,
+      sequenceId: deliveryIdOf(study),
       studyUid: String(study.headers['study-uid']),
+      via: study.via,
       fragments: study.fragments,
       bytes: study.bytes,
       sha256: study.sha256,
@@ -34,7 +44,7 @@ export class AiService {
       meanIntensity: records === 0 ? 0 : intensity / records,
       status: 'ok',
     };
-    this.logger.log(`study ${report.studyUid}: ${records} records analysed`);
+    this.logger.log(`study ${report.studyUid}: ${records} records analysed (via ${study.via})`);
     await this.transport.publish(RESULTS_CHANNEL, Buffer.from(JSON.stringify(report)), {
       'content-type': 'application/json',
     });

@@ -1,22 +1,26 @@
 import { Injectable } from '@nestjs/common';
-import { SplitterService, type SequenceReceipt } from 'nest-sequence';
+import { ClaimCheckService, type ClaimPublishReceipt } from 'nest-sequence';
 import { syntheticStudy } from './dicom-like.records';
 import { INTAKE_CHANNEL } from './imaging.channels';
-
-const FRAGMENT_BYTES = 8 * 1024 * 1024;
 
 /** The sending side: a PACS router forwarding a study to the AI service. */
 @Injectable()
 export class PacsRouterService {
-  constructor(private readonly splitter: SplitterService) {}
+  constructor(private readonly claimCheck: ClaimCheckService) {}
 
-  /** Sends one study record-aware: no record is cut across two fragments. */
-  sendStudy(studyUid: string, totalBytes: number): Promise<SequenceReceipt> {
-    return this.splitter.send(
+  /**
+   * Sends one study, choosing the way by its size (`mode: 'auto'`): inline up to 256 KiB; a
+   * Message Sequence, record-aware (no record cut across two fragments), up to the module's
+   * `claimCheck.sequenceMaxBytes` (CLAIM_CHECK_ABOVE_BYTES); above it, parked in the payload
+   * store as it is generated and sent as a signed ticket.
+   */
+  sendStudy(studyUid: string, totalBytes: number): Promise<ClaimPublishReceipt> {
+    return this.claimCheck.publish(
       INTAKE_CHANNEL,
       { records: syntheticStudy(totalBytes) },
       {
-        fragmentBytes: FRAGMENT_BYTES,
+        mode: 'auto',
+        bytes: totalBytes,
         contentType: 'application/x-dicom-like',
         headers: { 'study-uid': studyUid, modality: 'CT' },
       },

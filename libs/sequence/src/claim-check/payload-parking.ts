@@ -1,5 +1,5 @@
 import { Readable, Transform, pipeline, type TransformCallback } from 'node:stream';
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { delay } from '../core/async';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { parseTicketBody, signTicket, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
@@ -32,12 +32,17 @@ export interface ResolvedTicket {
  * `via: 'claim-check'` mode share them.
  */
 @Injectable()
-export class PayloadParking {
+export class PayloadParking implements OnApplicationShutdown {
   private readonly logger = new Logger('ClaimCheck');
+  private stopped = false;
   constructor(
     @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
     private readonly metrics: ClaimCheckMetrics,
   ) {}
+
+  onApplicationShutdown(): void {
+    this.stopped = true;
+  }
 
   /** Where new payloads go. */
   get store(): PayloadStore {
@@ -153,7 +158,11 @@ export class PayloadParking {
     const giveUpAt = Date.now() + this.options.orphanGraceMs / 2;
     void (async () => {
       for (let attempt = 1; Date.now() < giveUpAt; attempt++) {
-        await delay(Math.min(30_000, 1_000 * attempt));
+        // Unref'd, and over at shutdown: a retry must not keep the process alive.
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.min(30_000, 1_000 * attempt)).unref(),
+        );
+        if (this.stopped) return;
         if (await this.tryMarkPublished(store, ticket.ref)) return;
       }
       this.logger.error(

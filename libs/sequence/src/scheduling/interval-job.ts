@@ -22,6 +22,9 @@ export class IntervalJob {
   ): void {
     if (intervalMs === false) return;
     this.timer = setInterval(() => void tick().catch(onError), intervalMs);
+    // A sweeper alone is no reason to keep a process alive (an app whose bootstrap failed half-way
+    // is never closed; its sweepers must not hold the process forever).
+    this.timer.unref();
     this.schedulerRegistry?.addInterval(this.name, this.timer);
   }
 

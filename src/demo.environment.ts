@@ -1,0 +1,87 @@
+import { createHash } from 'node:crypto';
+import { SEQUENCE_DEFAULTS, type ClaimTicketKey } from 'nest-sequence';
+import { DemoEnvironmentError } from './demo-environment.error';
+
+const MiB = 1024 * 1024;
+
+/** Ticket secrets shorter than an HMAC-SHA256 output are refused (as the library does). */
+const MIN_KEY_BYTES = 32;
+
+/** What the demo reads from the environment besides its adapters (see infrastructure.ts). */
+export interface DemoEnvironment {
+  /**
+   * `CLAIM_CHECK_ABOVE_BYTES`: studies above this size are parked in the payload store and travel
+   * as a signed ticket; up to it, as a Message Sequence (or inline, up to 256 KiB).
+   * @default 268435456 (256 MiB: the default 180 MB study still travels as a sequence)
+   */
+  readonly claimCheckAboveBytes: number;
+  /**
+   * `CLAIM_CHECK_KEY`: the secret tickets are signed with, shared by the producer and every
+   * consumer. Unset: one random key per process, which only works when one process both sends
+   * and receives (`npm start`).
+   */
+  readonly signingKeys?: ClaimTicketKey[];
+}
+
+export const DEFAULT_CLAIM_CHECK_ABOVE_BYTES = 256 * MiB;
+
+/**
+ * Reads and checks the demo's settings; every problem is reported at once.
+ * @throws DemoEnvironmentError naming each variable that is wrong and how to fix it
+ */
+export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoEnvironment {
+  const variables: string[] = [];
+  const problems: string[] = [];
+  const problem = (variable: string, text: string) => {
+    variables.push(variable);
+    problems.push(`${variable} ${text}`);
+  };
+
+  let claimCheckAboveBytes = DEFAULT_CLAIM_CHECK_ABOVE_BYTES;
+  const above = env.CLAIM_CHECK_ABOVE_BYTES;
+  if (above !== undefined && above !== '') {
+    // The AI service refuses sequences above the module's maxSequenceBytes: a threshold above it
+    // would send studies as sequences that can never be reassembled.
+    const ceiling = SEQUENCE_DEFAULTS.maxSequenceBytes;
+    claimCheckAboveBytes = Number(above);
+    if (!/^\d+$/.test(above) || !Number.isSafeInteger(claimCheckAboveBytes)) {
+      problem(
+        'CLAIM_CHECK_ABOVE_BYTES',
+        `must be a whole number of bytes, got ${JSON.stringify(above)}`,
+      );
+    } else if (claimCheckAboveBytes > ceiling) {
+      problem(
+        'CLAIM_CHECK_ABOVE_BYTES',
+        `must be at most ${ceiling} (the largest study the AI service reassembles from a ` +
+          `sequence), got ${above}`,
+      );
+    }
+  }
+
+  let signingKeys: ClaimTicketKey[] | undefined;
+  const secret = env.CLAIM_CHECK_KEY;
+  if (secret !== undefined && secret !== '') {
+    const bytes = Buffer.byteLength(secret, 'utf8');
+    if (bytes < MIN_KEY_BYTES) {
+      problem(
+        'CLAIM_CHECK_KEY',
+        `is ${bytes} bytes; use a secret of at least ${MIN_KEY_BYTES} bytes, ` +
+          'e.g. CLAIM_CHECK_KEY=$(openssl rand -base64 32)',
+      );
+    } else {
+      signingKeys = [{ id: keyIdOf(secret), secret }];
+    }
+  }
+
+  if (problems.length > 0) throw new DemoEnvironmentError(variables, problems);
+  return { claimCheckAboveBytes, signingKeys };
+}
+
+/**
+ * The key's id, which travels in every ticket: a fingerprint of the secret (never the secret), so
+ * that a consumer holding another key dead-letters tickets as signed by an unknown key, naming it,
+ * rather than as a bad signature that would suggest tampering.
+ */
+function keyIdOf(secret: string): string {
+  return `env-${createHash('sha256').update(secret, 'utf8').digest('hex').slice(0, 12)}`;
+}
