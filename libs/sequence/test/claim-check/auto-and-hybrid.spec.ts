@@ -19,7 +19,7 @@ import {
   type ReassembledPayload,
 } from 'nest-sequence';
 import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
-import { deadLetters, deathReasonOf } from '../support/sequence-test-app';
+import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 
 /** An in-memory transport that remembers the size of every message published to it. */
 class MeasuringTransport extends InMemoryTransport {
@@ -128,7 +128,8 @@ describe('claim check: mode auto and fragments via claim check', () => {
     const onAuto = transport.published.filter((m) => m.channel === AUTO);
     expect(onAuto.filter((m) => m.headers['x-sequence-id'] !== undefined)).toHaveLength(5);
     expect(Math.max(...onAuto.map((m) => m.bytes))).toBeLessThanOrEqual(64 * 1024);
-    expect(await payloadFiles()).toHaveLength(0); // the ticket's payload was deleted after the ack
+    // The ticket's payload is deleted after the ack (in the background: the ack does not wait).
+    await eventually(async () => (await payloadFiles()).length === 0, 'the payload deleted');
     expect(deadLetters(transport, AUTO)).toHaveLength(0);
   });
 
@@ -157,7 +158,8 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(messages.every((m) => m.bytes < 1024 && m.headers['x-claim-check'] === 1)).toBe(true);
     expect(receivers.reassembled).toHaveLength(1);
     expect(receivers.reassembled[0].equals(payload)).toBe(true);
-    expect(await payloadFiles()).toHaveLength(0);
+    // Parked bodies are deleted after each ack, in the background: the ack does not wait.
+    await eventually(async () => (await payloadFiles()).length === 0, 'the parked bodies deleted');
   });
 
   it('keeps a parked body until its message is acked: a completing fragment requeued after the handler could not read is resolved again and delivered once', async () => {
@@ -172,7 +174,8 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(receivers.reassembled).toHaveLength(1);
     expect(receivers.reassembled[0].equals(payload)).toBe(true);
     expect(deadLetters(transport, HYBRID)).toHaveLength(0);
-    expect(await payloadFiles()).toHaveLength(0);
+    // Parked bodies are deleted after each ack, in the background: the ack does not wait.
+    await eventually(async () => (await payloadFiles()).length === 0, 'the parked bodies deleted');
   });
 
   it('dead-letters a fragment whose ticket was tampered with, and delivers nothing of it', async () => {
