@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { delay } from '../core/async';
 import type { ClaimTicket } from '../core/claim-ticket';
 import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
@@ -12,7 +11,8 @@ import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
-import { backoff } from '../sequence/publish-with-retry';
+import { callHandlerWithRetry, type HandlerOutcome } from '../sequence/handler-retry';
+import { errorMessage } from '../sequence/sequence-delivery';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
@@ -29,8 +29,6 @@ const UNAVAILABLE: ReadonlySet<string> = new Set([
   'payload store unavailable',
   'claim ledger unavailable',
 ]);
-
-type HandlerOutcome = { ok: true } | { ok: false; attempts: number; error: unknown };
 
 /**
  * Consumer side of Claim Check: takes one message (a payload inline, or a ticket), and says what
@@ -59,7 +57,7 @@ export class ClaimCheckReceiver {
     } catch (error) {
       // Only a bug can get here (every expected failure has its disposition): keep the message.
       this.logger.error(
-        `${consumer.channel}: unexpected error taking a message; requeued: ${messageOf(error)}`,
+        `${consumer.channel}: unexpected error taking a message; requeued: ${errorMessage(error)}`,
       );
       return this.requeue('unexpected error');
     }
@@ -149,7 +147,7 @@ export class ClaimCheckReceiver {
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
     } catch (error) {
       this.logger.warn(
-        `${channel}: the ${ledger.name} claim ledger failed; requeued: ${messageOf(error)}`,
+        `${channel}: the ${ledger.name} claim ledger failed; requeued: ${errorMessage(error)}`,
       );
       return this.requeue('claim ledger unavailable');
     }
@@ -166,7 +164,7 @@ export class ClaimCheckReceiver {
         return this.reject(channel, 'claim-check-not-found', error.message);
       }
       this.logger.warn(
-        `${channel}: the ${store.name} payload store failed; requeued: ${messageOf(error)}`,
+        `${channel}: the ${store.name} payload store failed; requeued: ${errorMessage(error)}`,
       );
       return this.requeue('payload store unavailable');
     }
@@ -229,7 +227,7 @@ export class ClaimCheckReceiver {
     } catch (error) {
       // The handler ran; unrecorded, the ticket may be handled again: at-least-once, never lost.
       this.logger.error(
-        `${consumer.channel}: ${key.ticket} was handled but not recorded; requeued: ${messageOf(error)}`,
+        `${consumer.channel}: ${key.ticket} was handled but not recorded; requeued: ${errorMessage(error)}`,
       );
       return this.requeue('claim ledger unavailable');
     }
@@ -245,7 +243,7 @@ export class ClaimCheckReceiver {
         (error: unknown) =>
           this.logger.warn(
             `${consumer.channel}: could not delete ${key.ticket} after its consumers; the ` +
-              `sweeper will at its expiry: ${messageOf(error)}`,
+              `sweeper will at its expiry: ${errorMessage(error)}`,
           ),
       );
     }
@@ -256,30 +254,26 @@ export class ClaimCheckReceiver {
     payload: ClaimedPayload,
     consumer: ClaimCheckConsumer,
   ): Promise<HandlerOutcome> {
-    const { attempts, baseDelayMs } = consumer.handlerRetry;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await consumer.handler(payload);
-        // A handler that swallowed its stream's error did not get the payload.
-        if (payload.integrityFailure)
-          return { ok: false, attempts: attempt, error: payload.integrityFailure };
-        // Nor did one that swallowed a read error (store outage, payload gone).
-        if (payload.readFailure) {
-          return { ok: false, attempts: attempt, error: payload.readFailure };
-        }
-        return { ok: true };
-      } catch (error) {
-        this.metrics.handlerFailed(consumer.channel);
-        this.logger.warn(
-          `handler of ${consumer.channel} failed (attempt ${attempt} of ${attempts}): ${messageOf(error)}`,
-        );
+    const { attempts } = consumer.handlerRetry;
+    const outcome = await callHandlerWithRetry(
+      () => consumer.handler(payload),
+      consumer.handlerRetry,
+      {
+        onFailure: (error, attempt) => {
+          this.metrics.handlerFailed(consumer.channel);
+          this.logger.warn(
+            `handler of ${consumer.channel} failed (attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
+          );
+        },
         // Wrong bytes, or a store that cannot be read: retrying the handler now cannot help.
-        if (attempt >= attempts || payload.integrityFailure || payload.readFailure) {
-          return { ok: false, attempts: attempt, error };
-        }
-        await delay(backoff(attempt, baseDelayMs, baseDelayMs * 2 ** attempts));
-      }
-    }
+        isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+      },
+    );
+    if (!outcome.ok) return outcome;
+    // A handler that swallowed its stream's error did not get the payload; nor did one that
+    // swallowed a read error (store outage, payload gone).
+    const swallowed = payload.integrityFailure ?? payload.readFailure;
+    return swallowed ? { ok: false, attempts: outcome.attempts, error: swallowed } : outcome;
   }
 
   private keepLease(key: ClaimKey, holder: string): () => void {
@@ -291,7 +285,7 @@ export class ClaimCheckReceiver {
             if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
           },
           (error: unknown) =>
-            this.logger.warn(`could not renew the claim on ${key.ticket}: ${messageOf(error)}`),
+            this.logger.warn(`could not renew the claim on ${key.ticket}: ${errorMessage(error)}`),
         );
       },
       Math.max(50, Math.floor(leaseMs / 3)),
@@ -337,9 +331,5 @@ export class ClaimCheckReceiver {
 }
 
 function handlerFailure(what: string, outcome: { attempts: number; error: unknown }): string {
-  return `${what}: handler failed ${outcome.attempts} time(s); last error: ${messageOf(outcome.error)}`;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+  return `${what}: handler failed ${outcome.attempts} time(s); last error: ${errorMessage(outcome.error)}`;
 }

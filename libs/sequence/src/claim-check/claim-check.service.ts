@@ -3,7 +3,7 @@ import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
-import { isContractHeader, type HeaderMap } from '../core/headers';
+import { isContractHeader, userHeaderProblems, type HeaderMap } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
@@ -260,14 +260,12 @@ function checkCallOptions(where: string, options: ClaimPublishOptions): void {
   if (options.contentType !== undefined && !CONTENT_TYPE_PATTERN.test(options.contentType)) {
     problems.push('contentType must be 1-255 printable ASCII characters (a media type)');
   }
-  for (const [name, value] of Object.entries(options.headers ?? {})) {
-    if (isContractHeader(name) || name === ClaimCheckHeader.claimCheck) {
-      problems.push(`header ${name} belongs to the wire contract; rename yours`);
-    }
-    if (!['string', 'number', 'boolean'].includes(typeof value)) {
-      problems.push(`header ${name} must be a string, number or boolean`);
-    }
-  }
+  problems.push(
+    ...userHeaderProblems(
+      options.headers ?? {},
+      (name) => isContractHeader(name) || name === ClaimCheckHeader.claimCheck,
+    ),
+  );
   if (problems.length > 0) throw new SequenceOptionsError(where, problems);
 }
 

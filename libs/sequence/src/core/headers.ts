@@ -63,6 +63,24 @@ export function isContractHeader(name: string): boolean {
 }
 
 /**
+ * What is wrong with headers a user gives to `send()` or `publish()`: names that `reserved`
+ * claims (by default those of the wire contract) and values that are not header values.
+ */
+export function userHeaderProblems(
+  headers: Readonly<Record<string, unknown>>,
+  reserved: (name: string) => boolean = isContractHeader,
+): string[] {
+  const problems: string[] = [];
+  for (const [name, value] of Object.entries(headers)) {
+    if (reserved(name)) problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    if (!['string', 'number', 'boolean'].includes(typeof value)) {
+      problems.push(`header ${name} must be a string, number or boolean`);
+    }
+  }
+  return problems;
+}
+
+/**
  * Headers brokers and transports add on their own (RabbitMQ's dead-lettering and quorum delivery
  * count, the requeue counter, a death reason): metadata of one delivery, not the producer's, so
  * they are not handed to the handler as user headers.

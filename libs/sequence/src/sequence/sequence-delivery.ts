@@ -11,9 +11,8 @@ import type {
 } from '../ports/sequence-store.port';
 import type { Disposition } from '../ports/transport.port';
 import type { ResolvedSequenceOptions } from '../sequence.options';
-import { delay } from '../core/async';
 import type { PayloadDigest } from './intake-digests';
-import { backoff } from './publish-with-retry';
+import { callHandlerWithRetry, type HandlerOutcome } from './handler-retry';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
 
@@ -138,28 +137,22 @@ export class SequenceDelivery {
     return ACK;
   }
 
-  private async runHandler(
+  private runHandler(
     payload: ReassembledPayload,
     consumer: SequenceConsumer,
-  ): Promise<{ ok: true } | { ok: false; attempts: number; error: unknown }> {
-    const { attempts, baseDelayMs } = consumer.options.handlerRetry;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await consumer.handler(payload);
-        return { ok: true };
-      } catch (error) {
+  ): Promise<HandlerOutcome> {
+    const { attempts } = consumer.options.handlerRetry;
+    return callHandlerWithRetry(() => consumer.handler(payload), consumer.options.handlerRetry, {
+      onFailure: (error, attempt) => {
         this.metrics.handlerFailed(consumer.channel);
         this.logger.warn(
           `handler of ${consumer.channel} failed on sequence ${payload.sequenceId} ` +
             `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
         );
-        // The store's bytes are wrong, or it failed: retrying the handler now cannot help.
-        if (attempt >= attempts || payload.integrityFailure || payload.readFailure) {
-          return { ok: false, attempts: attempt, error };
-        }
-        await delay(backoff(attempt, baseDelayMs, baseDelayMs * 2 ** attempts));
-      }
-    }
+      },
+      // The store's bytes are wrong, or it failed: retrying the handler now cannot help.
+      isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+    });
   }
 
   /** Marks the sequence failed (its fragments stay for inspection) and dead-letters the message. */

@@ -7,7 +7,7 @@ import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
 import {
   buildFragmentHeaders,
-  isContractHeader,
+  userHeaderProblems,
   SEQUENCE_ID_PATTERN,
   type HeaderMap,
 } from '../core/headers';
@@ -209,13 +209,7 @@ export class SplitterService {
           `${this.transport.maxMessageBytes - this.options.headerAllowanceBytes}`,
       );
     }
-    for (const [name, value] of Object.entries(options.headers ?? {})) {
-      if (isContractHeader(name))
-        problems.push(`header ${name} belongs to the wire contract; rename yours`);
-      if (!['string', 'number', 'boolean'].includes(typeof value)) {
-        problems.push(`header ${name} must be a string, number or boolean`);
-      }
-    }
+    problems.push(...userHeaderProblems(options.headers ?? {}));
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }
