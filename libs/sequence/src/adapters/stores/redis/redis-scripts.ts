@@ -19,7 +19,15 @@ export type ScriptName =
   | 'stats'
   | 'claim-acquire'
   | 'claim-complete'
-  | 'claim-release';
+  | 'claim-release'
+  | 'rsq-accept'
+  | 'rsq-claim'
+  | 'rsq-settle'
+  | 'rsq-release'
+  | 'rsq-resolve'
+  | 'rsq-inspect'
+  | 'rsq-gaps'
+  | 'rsq-index';
 
 export type ScriptArgument = string | number | Buffer;
 
@@ -85,6 +93,14 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'claim-acquire',
   'claim-complete',
   'claim-release',
+  'rsq-accept',
+  'rsq-claim',
+  'rsq-settle',
+  'rsq-release',
+  'rsq-resolve',
+  'rsq-inspect',
+  'rsq-gaps',
+  'rsq-index',
 ];
 
 function readLua(file: string): string {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { describeClaimLedgerConformance } from '../../../../test/conformance/claim-ledger.conformance';
 import { describePayloadStoreConformance } from '../../../../test/conformance/payload-store.conformance';
+import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
 import {
   sequenceFixture,
   sequenceStoreConformance,
@@ -13,12 +14,14 @@ import {
 } from '../../../../test/support/redis-cluster';
 import type { ClaimLedger } from '../../../ports/claim-ledger.port';
 import type { PayloadStore } from '../../../ports/payload-store.port';
+import type { ResequencerStore } from '../../../ports/resequencer-store.port';
 import type { SequenceStore } from '../../../ports/sequence-store.port';
 import { RedisPayloadKeys } from '../../payload/redis/redis-payload-keys';
 import { RedisPayloadStore } from '../../payload/redis/redis.payload-store';
 import { RedisClaimKeys } from './redis-claim-keys';
 import { RedisKeys } from './redis-keys';
 import { RedisClaimLedger } from './redis.claim-ledger';
+import { RedisResequencerStore } from './redis.resequencer-store';
 import { RedisSequenceStore } from './redis.sequence-store';
 
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
@@ -222,6 +225,41 @@ suite('Redis adapters on a 3-master Redis Cluster', () => {
       } finally {
         await close(ledger);
       }
+    });
+  });
+
+  describe('RedisResequencerStore', () => {
+    /** Prefix of each store the harness created; peers are not in it (they own a client). */
+    const prefixes = new Map<ResequencerStore, string>();
+    /** The client of each peer, which its close quits. */
+    const peerClients = new Map<ResequencerStore, Cluster>();
+
+    describeResequencerStoreConformance('redis on Redis Cluster', {
+      create: async () => {
+        const prefix = uniquePrefix();
+        const store = new RedisResequencerStore(cluster, { prefix });
+        prefixes.set(store, prefix);
+        return store;
+      },
+      // A second consumer instance: a cluster client of its own, the same keys.
+      peer: async (store) => {
+        const client = connect();
+        const other = new RedisResequencerStore(client, { prefix: prefixes.get(store)! });
+        peerClients.set(other, client);
+        return other;
+      },
+      close: async (store) => {
+        await store.close();
+        const client = peerClients.get(store);
+        if (client) {
+          peerClients.delete(store);
+          await client.quit().catch(() => client.disconnect());
+          return;
+        }
+        const prefix = prefixes.get(store)!;
+        prefixes.delete(store);
+        await removeKeysUnder(prefix);
+      },
     });
   });
 });

@@ -1,0 +1,108 @@
+import type { ResequencerKey } from '../../../ports/resequencer-store.port';
+import { assertTime } from '../../../ports/resequencer-store.arguments';
+import type { ResequencerKeyRecord } from './memory-resequencer-record';
+
+/** The keys of one scope, and how many events they buffer (what `maxBufferedTotal` bounds). */
+interface ScopeState {
+  /** In order of last write: the head is what expires first. */
+  readonly keys: Map<string, ResequencerKeyRecord>;
+  buffered: number;
+}
+
+/** Expired keys dropped from the head of a scope on each write, so that no sweep is needed. */
+const PRUNE_PER_WRITE = 8;
+
+/**
+ * Where the memory resequencer store keeps its key records: by scope, each scope with its
+ * buffered total, every record expiring `retentionMs` after its last write. Time is the latest
+ * `now` any caller passed (the store has no clock of its own): records expire lazily when
+ * looked up, a few at a time from the head of a scope on every write, and all at once when a
+ * scope is scanned.
+ */
+export class MemoryResequencerKeys {
+  private readonly scopes = new Map<string, ScopeState>();
+  /** The latest `now` seen: what calls that pass no time judge expiry by. */
+  private clock = Number.NEGATIVE_INFINITY;
+
+  constructor(private readonly retentionMs: number) {}
+
+  /** The key's record, unless it expired by `now` (or by a later time seen already). */
+  find(key: ResequencerKey, now?: number): ResequencerKeyRecord | undefined {
+    if (now !== undefined) {
+      assertTime('now', now);
+      this.clock = Math.max(this.clock, now);
+    }
+    const scope = this.scopes.get(key.scope);
+    const record = scope?.keys.get(key.key);
+    if (!scope || !record || !this.isExpired(record)) return record;
+    this.drop(key.scope, scope, key.key, record);
+    return undefined;
+  }
+
+  /**
+   * Records a write of `record` (stored under `key` if it is new): `buffered` more events in
+   * its buffer (negative when released), its retention restarted, it moved to the tail of its
+   * scope (the last to expire), and a few expired keys pruned.
+   */
+  wrote(key: ResequencerKey, record: ResequencerKeyRecord, now: number, buffered: number): void {
+    let scope = this.scopes.get(key.scope);
+    if (!scope) this.scopes.set(key.scope, (scope = { keys: new Map(), buffered: 0 }));
+    record.lastWriteAt = now;
+    scope.keys.delete(key.key);
+    scope.keys.set(key.key, record);
+    scope.buffered += buffered;
+    this.pruneHead(key.scope);
+  }
+
+  /**
+   * Events buffered in the scope. Expired keys are pruned first when the total reaches
+   * `atLeast` (by default always), so that abandoned keys never refuse an event.
+   */
+  bufferedIn(scope: string, atLeast = 0): number {
+    if ((this.scopes.get(scope)?.buffered ?? 0) >= atLeast) this.pruneAll(scope);
+    return this.scopes.get(scope)?.buffered ?? 0;
+  }
+
+  /** The scope's live records, by key (a view: do not keep it across calls). */
+  live(scope: string): ReadonlyMap<string, ResequencerKeyRecord> {
+    this.pruneAll(scope);
+    return this.scopes.get(scope)?.keys ?? new Map<string, ResequencerKeyRecord>();
+  }
+
+  clear(): void {
+    this.scopes.clear();
+  }
+
+  /**
+   * Drops expired keys from the head of the scope (the least recently written): at most a few,
+   * stopping at the first live one. Callers' clocks may disagree a little, so a key behind the
+   * head may expire first: the next lookup or scan of it drops it.
+   */
+  private pruneHead(scopeName: string): void {
+    const scope = this.scopes.get(scopeName);
+    if (!scope) return;
+    let budget = PRUNE_PER_WRITE;
+    for (const [key, record] of scope.keys) {
+      if (budget-- <= 0 || !this.isExpired(record)) break;
+      this.drop(scopeName, scope, key, record);
+    }
+  }
+
+  private pruneAll(scopeName: string): void {
+    const scope = this.scopes.get(scopeName);
+    if (!scope) return;
+    for (const [key, record] of scope.keys) {
+      if (this.isExpired(record)) this.drop(scopeName, scope, key, record);
+    }
+  }
+
+  private drop(scopeName: string, scope: ScopeState, key: string, record: ResequencerKeyRecord) {
+    scope.keys.delete(key);
+    scope.buffered -= record.buffer.size;
+    if (scope.keys.size === 0) this.scopes.delete(scopeName);
+  }
+
+  private isExpired(record: ResequencerKeyRecord): boolean {
+    return record.lastWriteAt + this.retentionMs <= this.clock;
+  }
+}

@@ -1,0 +1,238 @@
+import {
+  assertResequencerArguments,
+  type AcceptContext,
+  type AcceptOutcome,
+  type DrainClaim,
+  type DrainContext,
+  type DrainSettlement,
+  type GapPolicy,
+  type GapResolution,
+  type OpenGap,
+  type ResequencedEntry,
+  type ResequencerKey,
+  type ResequencerKeyState,
+  type ResequencerStore,
+} from '../../../ports/resequencer-store.port';
+import {
+  assertDrainArguments,
+  assertGapPolicy,
+  assertHolder,
+  assertPositiveInteger,
+  assertScope,
+  assertStart,
+  assertTime,
+} from '../../../ports/resequencer-store.arguments';
+import { MemoryResequencerKeys } from './memory-resequencer-keys';
+import {
+  applyPolicy,
+  bufferedSeqs,
+  copyEntry,
+  head,
+  lowestBuffered,
+  newKeyRecord,
+  releaseRun,
+  reopenGap,
+  type ResequencerKeyRecord,
+} from './memory-resequencer-record';
+
+export interface MemoryResequencerStoreOptions {
+  /**
+   * How long a key's state is kept after its last write; a key accepted again after that
+   * starts from `start`. Bounds the memory of abandoned keys.
+   * @default 604_800_000 (7 days)
+   */
+  readonly retentionMs?: number;
+}
+
+/**
+ * The default {@link ResequencerStore}: state in this process's memory, shared by every
+ * resequencer of the process (another process does not see it, and it is lost on restart).
+ *
+ * Every method runs synchronously to its end once called, so each is one atomic step. Records
+ * expire `retentionMs` after their last write, judged against the latest `now` any caller
+ * passed: lazily when touched, a few at a time on every write, and in the scans of
+ * `listGaps`, `listStalledHandOffs` and `bufferedTotal`.
+ */
+export class MemoryResequencerStore implements ResequencerStore {
+  readonly name = 'memory';
+
+  private readonly keys: MemoryResequencerKeys;
+
+  constructor(options: MemoryResequencerStoreOptions = {}) {
+    const retentionMs = options.retentionMs ?? 604_800_000;
+    assertPositiveInteger('retentionMs', retentionMs);
+    this.keys = new MemoryResequencerKeys(retentionMs);
+  }
+
+  async accept(
+    key: ResequencerKey,
+    entry: ResequencedEntry,
+    context: AcceptContext,
+  ): Promise<AcceptOutcome> {
+    assertResequencerArguments(key, entry.seq);
+    assertStart(context.start);
+    assertPositiveInteger('maxBufferedPerKey', context.limits.maxBufferedPerKey);
+    assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
+    const { now, limits } = context;
+    const existing = this.keys.find(key, now);
+    const next = existing?.next ?? context.start;
+    if (entry.seq < next) {
+      return { kind: 'late', next, pending: (existing?.handOff.length ?? 0) > 0 };
+    }
+    if (existing?.buffer.has(entry.seq)) return { kind: 'duplicate', next };
+    if (entry.seq > next) {
+      // Only what would be buffered is refused: the event that fills the gap always fits.
+      if ((existing?.buffer.size ?? 0) >= limits.maxBufferedPerKey) {
+        return { kind: 'full', next, limit: 'maxBufferedPerKey' };
+      }
+      if (this.keys.bufferedIn(key.scope, limits.maxBufferedTotal) >= limits.maxBufferedTotal) {
+        return { kind: 'full', next, limit: 'maxBufferedTotal' };
+      }
+    }
+
+    const record = existing ?? newKeyRecord(context.start, now);
+    const wasEmpty = record.buffer.size === 0;
+    record.buffer.set(entry.seq, copyEntry(entry));
+    if (entry.seq === next) {
+      const count = releaseRun(record, now);
+      this.keys.wrote(key, record, now, 1 - count);
+      return { kind: 'released', next: record.next, count };
+    }
+    if (wasEmpty) reopenGap(record, now);
+    this.keys.wrote(key, record, now, 1);
+    return { kind: 'buffered', next, buffered: record.buffer.size };
+  }
+
+  async claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim> {
+    assertDrainArguments(key, context);
+    const { holder, now } = context;
+    const record = this.keys.find(key, now);
+    if (!record || record.handOff.length === 0) {
+      if (record?.lease?.holder === holder) {
+        record.lease = undefined;
+        this.keys.wrote(key, record, now, 0);
+      }
+      return { kind: 'empty' };
+    }
+    const { lease } = record;
+    if (lease && lease.holder !== holder && lease.until > now) return { kind: 'busy' };
+    record.lease = { holder, until: now + context.leaseMs };
+    this.keys.wrote(key, record, now, 0);
+    return { kind: 'claimed', items: head(record, context.limit) };
+  }
+
+  async settleDrain(
+    key: ResequencerKey,
+    count: number,
+    context: DrainContext,
+  ): Promise<DrainSettlement> {
+    assertDrainArguments(key, context);
+    assertPositiveInteger('count', count);
+    const { now } = context;
+    const record = this.keys.find(key, now);
+    // An expired lease nobody took over is still the caller's: only a new holder ends it.
+    if (!record?.lease || record.lease.holder !== context.holder) return { kind: 'lost' };
+    record.handOff.splice(0, count);
+    this.keys.wrote(key, record, now, 0);
+    if (record.handOff.length === 0) {
+      record.lease = undefined;
+      record.handOffAt = undefined;
+      return { kind: 'empty' };
+    }
+    record.handOffAt = now;
+    record.lease.until = now + context.leaseMs;
+    return { kind: 'claimed', items: head(record, context.limit) };
+  }
+
+  async releaseDrain(key: ResequencerKey, holder: string): Promise<void> {
+    assertResequencerArguments(key);
+    assertHolder(holder);
+    const record = this.keys.find(key);
+    if (record?.lease?.holder === holder) record.lease = undefined;
+  }
+
+  async listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+    assertScope(scope);
+    assertTime('openedBefore', openedBefore);
+    assertPositiveInteger('limit', limit);
+    return [...this.keys.live(scope)]
+      .filter(
+        ([, record]) =>
+          record.gapSince !== undefined && !record.alerted && record.gapSince <= openedBefore,
+      )
+      .sort(byTimeThenKey((record) => record.gapSince!))
+      .slice(0, limit)
+      .map(([key, record]) => ({
+        key,
+        expected: record.next,
+        buffered: record.buffer.size,
+        lowest: lowestBuffered(record),
+        gapSince: record.gapSince!,
+        alerted: false,
+      }));
+  }
+
+  async resolveGap(
+    key: ResequencerKey,
+    policy: GapPolicy,
+    context: { readonly openedBefore: number; readonly now: number },
+  ): Promise<GapResolution> {
+    assertResequencerArguments(key);
+    assertGapPolicy(policy);
+    assertTime('openedBefore', context.openedBefore);
+    const { now } = context;
+    const record = this.keys.find(key, now);
+    if (record?.gapSince === undefined || record.gapSince > context.openedBefore) {
+      return { kind: 'none' };
+    }
+    const before = record.buffer.size;
+    const appended = applyPolicy(record, policy, now);
+    if (appended === 0) return { kind: 'none' };
+    this.keys.wrote(key, record, now, record.buffer.size - before);
+    return { kind: 'resolved', policy, appended };
+  }
+
+  async listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]> {
+    assertScope(scope);
+    assertTime('idleSince', idleSince);
+    assertPositiveInteger('limit', limit);
+    return [...this.keys.live(scope)]
+      .filter(([, record]) => record.handOffAt !== undefined && record.handOffAt <= idleSince)
+      .sort(byTimeThenKey((record) => record.handOffAt!))
+      .slice(0, limit)
+      .map(([key]) => key);
+  }
+
+  async inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState> {
+    assertResequencerArguments(key);
+    assertStart(start);
+    const record = this.keys.find(key);
+    if (!record) return { next: start, buffered: [], handOff: 0 };
+    const state = {
+      next: record.next,
+      buffered: bufferedSeqs(record),
+      handOff: record.handOff.length,
+    };
+    return record.gapSince === undefined ? state : { ...state, gapSince: record.gapSince };
+  }
+
+  async bufferedTotal(scope: string): Promise<number> {
+    assertScope(scope);
+    return this.keys.bufferedIn(scope);
+  }
+
+  async ping(): Promise<void> {}
+
+  /** Forgets every key (the state lives only as long as this process uses it). */
+  async close(): Promise<void> {
+    this.keys.clear();
+  }
+}
+
+/** Oldest first; keys break ties, so that listings are stable. */
+function byTimeThenKey(time: (record: ResequencerKeyRecord) => number) {
+  return (
+    [keyA, a]: [string, ResequencerKeyRecord],
+    [keyB, b]: [string, ResequencerKeyRecord],
+  ): number => time(a) - time(b) || (keyA < keyB ? -1 : keyA > keyB ? 1 : 0);
+}

@@ -1,0 +1,132 @@
+--[[
+  Helpers shared by the per-key resequencer scripts (textually included by the script loader).
+  Every per-key script works on the keys of ONE resequencer key, which share a hash tag:
+    KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until
+    KEYS[2] buffer   zset   score = sequence, member = the entry as the client encoded it
+    KEYS[3] handoff  list   hand-off items, head first, each a one-character kind tag and fields:
+                              'e' .. entry                                        event
+                              'd' .. expected .. ':' .. entry                     dead-letter
+                              'a' .. expected .. ':' .. buffered .. ':' .. gapSince   gap-alert
+                              's' .. from .. ':' .. to                            gap-skipped
+  Times are the callers' `now` (ms). `ver` grows with every change the scope index must see
+  (max(ver + 1, now): it also grows across a key that expired and came back); `at` is the time
+  of the last such change. A key expires retentionMs after `at`: logically (a script that finds
+  it expired deletes it and starts afresh) and in real time (PEXPIRE retentionMs on each change:
+  the safety net for keys nobody comes back to).
+
+  The index record a script returns for the scope index (see rsq-index-5.lua), or {} when the
+  key has no state: {ver, buffered, next, lowest | -1, gapSince | -1, alerted (1 | 0),
+  handOffAt | -1, at}.
+]]
+local rcall = redis.call
+local stateKey, bufferKey, handOffKey = KEYS[1], KEYS[2], KEYS[3]
+
+-- Decimal digits of an integral number (tostring switches to exponent form past 1e14).
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function present(value)
+  if value == false then
+    return nil
+  end
+  return value
+end
+
+-- The key's state; `next` is nil when the key has none. A key past its retention is deleted
+-- first, keeping only its ver (so that the index takes the new key's records as newer).
+local function loadState(now, retentionMs)
+  local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
+    'holder', 'until')
+  local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
+    at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
+    alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
+    leaseUntil = tonumber(present(raw[8]))}
+  if s.next and s.at + retentionMs <= now then
+    rcall('DEL', stateKey, bufferKey, handOffKey)
+    return {ver = s.ver, at = 0, alerted = false}
+  end
+  return s
+end
+
+local function setOrDelete(fields, name, value)
+  if value == nil then
+    rcall('HDEL', stateKey, name)
+  else
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
+  end
+end
+
+-- Writes the state (a change the index must see) and gives every key of the key its TTL.
+local function saveState(s, now, retentionMs)
+  s.ver = math.max(s.ver + 1, now)
+  s.at = math.max(s.at, now)
+  local fields = {'next', int(s.next), 'ver', int(s.ver), 'at', int(s.at), 'alerted',
+    s.alerted and '1' or '0'}
+  setOrDelete(fields, 'gapSince', s.gapSince and int(s.gapSince))
+  setOrDelete(fields, 'handOffAt', s.handOffAt and int(s.handOffAt))
+  setOrDelete(fields, 'holder', s.holder)
+  setOrDelete(fields, 'until', s.leaseUntil and int(s.leaseUntil))
+  rcall('HSET', stateKey, unpack(fields))
+  rcall('PEXPIRE', stateKey, retentionMs)
+  rcall('PEXPIRE', bufferKey, retentionMs)
+  rcall('PEXPIRE', handOffKey, retentionMs)
+end
+
+local function lowestBuffered()
+  local head = rcall('ZRANGE', bufferKey, 0, 0, 'WITHSCORES')
+  return tonumber(head[2])
+end
+
+local function indexRecord(s)
+  if not s.next then
+    return {}
+  end
+  return {s.ver, rcall('ZCARD', bufferKey), s.next, lowestBuffered() or -1, s.gapSince or -1,
+    s.alerted and 1 or 0, s.handOffAt or -1, s.at}
+end
+
+-- Call before appending to the hand-off list: an empty list starts its stall clock now.
+local function beforeAppend(s, now)
+  if rcall('LLEN', handOffKey) == 0 then
+    s.handOffAt = now
+  end
+end
+
+local BATCH = 100
+
+-- Moves the contiguous run at the head of the buffer that starts at s.next to the hand-off
+-- list (as events) and advances s.next past it. Returns how many events moved.
+local function releaseRun(s)
+  local moved = 0
+  while true do
+    local head = rcall('ZRANGE', bufferKey, 0, BATCH - 1, 'WITHSCORES')
+    local items = {}
+    for i = 1, #head, 2 do
+      if tonumber(head[i + 1]) ~= s.next then
+        break
+      end
+      items[#items + 1] = 'e' .. head[i]
+      s.next = s.next + 1
+    end
+    if #items > 0 then
+      rcall('RPUSH', handOffKey, unpack(items))
+      rcall('ZREMRANGEBYRANK', bufferKey, 0, #items - 1)
+      moved = moved + #items
+    end
+    if #items < BATCH then
+      return moved
+    end
+  end
+end
+
+-- After a release: what is left in the buffer waits behind a new gap, opened now.
+local function afterRelease(s, now)
+  if rcall('ZCARD', bufferKey) > 0 then
+    s.gapSince = now
+  else
+    s.gapSince = nil
+  end
+  s.alerted = false
+end

@@ -1,0 +1,40 @@
+--[[
+  rsq-claim: takes the drain lease of a key and the head of its hand-off list (the resequencer
+  store's `claimDrain`). Only the lease changes: nothing the scope index records, so no record
+  is returned and the key's TTL is left as its last change set it.
+
+  KEYS: see _resequencer (state, buffer, handoff)
+
+  ARGV[1] now (ms)      ARGV[2] holder      ARGV[3] lease ms
+  ARGV[4] limit (most items returned)       ARGV[5] retention ms
+
+  Returns {code, {}, ...}:
+    'empty', {}      nothing waits (the holder's own lease, if any, is released)
+    'busy', {}       another holder's lease is live (until > now)
+    'claimed', {}, items...   the lease is the holder's until now + lease ms
+]]
+--- @include "_resequencer"
+
+local now, holder = tonumber(ARGV[1]), ARGV[2]
+local leaseMs, limit, retentionMs = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local s = loadState(now, retentionMs)
+if rcall('LLEN', handOffKey) == 0 then
+  if s.holder == holder then
+    rcall('HDEL', stateKey, 'holder', 'until')
+  end
+  return {'empty', {}}
+end
+if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
+  return {'busy', {}}
+end
+
+rcall('HSET', stateKey, 'holder', holder, 'until', int(now + leaseMs))
+-- A state key always has its TTL already (set with the change that filled the list).
+if rcall('PTTL', stateKey) == -1 then
+  rcall('PEXPIRE', stateKey, retentionMs)
+end
+local reply = rcall('LRANGE', handOffKey, 0, limit - 1)
+table.insert(reply, 1, {})
+table.insert(reply, 1, 'claimed')
+return reply

@@ -1,0 +1,76 @@
+import type { OpenGap } from '../../../ports/resequencer-store.port';
+import { indexKeyList, type RedisResequencerKeys } from './redis-resequencer-keys';
+import { interpretGaps, type IndexRecord } from './redis-resequencer-replies';
+import type { RedisClient, Scripts } from './redis-scripts';
+
+/** How old a scope total may be when `accept` checks `maxBufferedTotal` against it. */
+export const TOTAL_MAX_AGE_MS = 100;
+/** Records of expired keys one index step removes (the rest go with the following steps). */
+const PRUNE_BATCH = 100;
+
+/**
+ * The scope-wide half of the Redis resequencer store: per scope, the index of gaps, stalled
+ * hand-offs and buffered events, in a slot of its own (see redis.resequencer-store.ts for the
+ * protocol that ties it to the per-key keys). Remembers the last total it saw of each scope, so
+ * that `accept` rarely needs a round trip to read it.
+ */
+export class RedisResequencerIndex {
+  private readonly totals = new Map<string, { readonly value: number; readonly seenAt: number }>();
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly scripts: Scripts,
+    private readonly names: RedisResequencerKeys,
+    private readonly retentionMs: number,
+    /** Added to the index keys' TTL: the index outlives the keys it indexes. */
+    private readonly marginMs: number,
+  ) {}
+
+  /** Applies a key's record unless a newer one was applied already; prunes expired keys. */
+  async apply(scope: string, key: string, record: IndexRecord, now: number): Promise<void> {
+    const total = await this.scripts['rsq-index'](indexKeyList(this.names.index(scope)), [
+      key,
+      record.ver,
+      record.buffered,
+      record.next,
+      record.lowest,
+      record.gapSince,
+      record.alerted ? 1 : 0,
+      record.handOffAt,
+      record.at,
+      now,
+      this.retentionMs,
+      this.retentionMs + this.marginMs,
+      PRUNE_BATCH,
+    ]);
+    this.remember(scope, Number(total));
+  }
+
+  /** The scope's total as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
+  async recentTotal(scope: string): Promise<number> {
+    const seen = this.totals.get(scope);
+    if (seen && Date.now() - seen.seenAt <= TOTAL_MAX_AGE_MS) return seen.value;
+    return this.total(scope);
+  }
+
+  async total(scope: string): Promise<number> {
+    const value = Number((await this.redis.get(this.names.index(scope).total)) ?? 0);
+    this.remember(scope, value);
+    return value;
+  }
+
+  async gaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+    const keys = this.names.index(scope);
+    const reply = await this.scripts['rsq-gaps']([keys.gaps, keys.records], [openedBefore, limit]);
+    return interpretGaps(reply, { operation: 'listGaps', scope });
+  }
+
+  async stalled(scope: string, idleSince: number, limit: number): Promise<string[]> {
+    const keys = this.names.index(scope);
+    return this.redis.zrangebyscore(keys.stalled, '-inf', idleSince, 'LIMIT', 0, limit);
+  }
+
+  private remember(scope: string, value: number): void {
+    this.totals.set(scope, { value, seenAt: Date.now() });
+  }
+}

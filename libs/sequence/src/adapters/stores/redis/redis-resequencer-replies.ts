@@ -1,0 +1,253 @@
+import type {
+  AcceptOutcome,
+  DrainClaim,
+  DrainSettlement,
+  GapPolicy,
+  GapResolution,
+  HandOffItem,
+  OpenGap,
+  ResequencerKeyState,
+} from '../../../ports/resequencer-store.port';
+import { CorruptRecord, decodeItem } from './redis-resequencer.codec';
+import { RedisResequencerStoreError } from './redis-resequencer-store.error';
+
+/*
+ * The meaning of the resequencer scripts' answers: the TypeScript side of the Returns sections
+ * of lua/rsq-*.lua. Every answer goes through one function here; anything else raises a
+ * RedisResequencerStoreError naming the operation and the key.
+ */
+
+/**
+ * A key's entry in its scope's index, as a per-key script reports it after a change (see
+ * lua/_resequencer.lua); -1 stands for "none".
+ */
+export interface IndexRecord {
+  readonly ver: number;
+  readonly buffered: number;
+  readonly next: number;
+  readonly lowest: number;
+  readonly gapSince: number;
+  readonly alerted: boolean;
+  readonly handOffAt: number;
+  /** Time of the key's last indexed change: retention counts from it. */
+  readonly at: number;
+}
+
+/** What a reply is about, for the error a reply this version does not understand raises. */
+export interface ReplySource {
+  readonly operation: string;
+  readonly scope: string;
+  readonly key?: string;
+}
+
+/** A port result and the index record that came with it (none: the key has no state). */
+export interface WithRecord<T> {
+  readonly result: T;
+  readonly record?: IndexRecord;
+}
+
+/** Reads one `{code, record, ...}` reply; every accessor throws on a field of the wrong shape. */
+class ScriptReply {
+  readonly code: string;
+  private readonly fields: readonly unknown[];
+
+  constructor(
+    readonly raw: unknown,
+    private readonly source: ReplySource,
+  ) {
+    if (!Array.isArray(raw) || typeof raw[0] !== 'string' || !Array.isArray(raw[1])) {
+      throw this.error();
+    }
+    this.fields = raw;
+    this.code = raw[0];
+  }
+
+  integer(index: number): number {
+    const value = this.fields[index];
+    if (typeof value !== 'number' || !Number.isSafeInteger(value)) throw this.error();
+    return value;
+  }
+
+  flag(index: number): boolean {
+    const value = this.integer(index);
+    if (value !== 0 && value !== 1) throw this.error();
+    return value === 1;
+  }
+
+  oneOf<T extends string>(index: number, allowed: readonly T[]): T {
+    const value = this.fields[index];
+    if (!allowed.includes(value as T)) throw this.error();
+    return value as T;
+  }
+
+  record(): IndexRecord | undefined {
+    const raw = this.fields[1] as unknown[];
+    if (raw.length === 0) return undefined;
+    if (raw.length !== 8 || !raw.every((value) => Number.isSafeInteger(value))) {
+      throw this.error();
+    }
+    const [ver, buffered, next, lowest, gapSince, alerted, handOffAt, at] = raw as number[];
+    return { ver, buffered, next, lowest, gapSince, alerted: alerted === 1, handOffAt, at };
+  }
+
+  items(from: number): HandOffItem[] {
+    return this.fields.slice(from).map((text) => {
+      if (typeof text !== 'string') throw this.error();
+      return decodeStored(text, this.source);
+    });
+  }
+
+  with<T>(result: T): WithRecord<T> {
+    const record = this.record();
+    return record ? { result, record } : { result };
+  }
+
+  error(): RedisResequencerStoreError {
+    return unexpected(this.source, this.raw);
+  }
+}
+
+export function interpretAccept(raw: unknown, source: ReplySource): WithRecord<AcceptOutcome> {
+  const reply = new ScriptReply(raw, source);
+  const next = reply.integer(2);
+  switch (reply.code) {
+    case 'late':
+      return reply.with({ kind: 'late', next, pending: reply.flag(3) });
+    case 'released':
+      return reply.with({ kind: 'released', next, count: reply.integer(3) });
+    case 'duplicate':
+      return reply.with({ kind: 'duplicate', next });
+    case 'full': {
+      const limit = reply.oneOf(3, ['maxBufferedPerKey', 'maxBufferedTotal'] as const);
+      return reply.with({ kind: 'full', next, limit });
+    }
+    case 'buffered':
+      return reply.with({ kind: 'buffered', next, buffered: reply.integer(3) });
+    default:
+      throw reply.error();
+  }
+}
+
+export function interpretClaim(raw: unknown, source: ReplySource): DrainClaim {
+  const reply = new ScriptReply(raw, source);
+  switch (reply.code) {
+    case 'empty':
+      return { kind: 'empty' };
+    case 'busy':
+      return { kind: 'busy' };
+    case 'claimed':
+      return { kind: 'claimed', items: reply.items(2) };
+    default:
+      throw reply.error();
+  }
+}
+
+export function interpretSettle(raw: unknown, source: ReplySource): WithRecord<DrainSettlement> {
+  const reply = new ScriptReply(raw, source);
+  switch (reply.code) {
+    case 'lost':
+      return reply.with({ kind: 'lost' });
+    case 'empty':
+      return reply.with({ kind: 'empty' });
+    case 'claimed':
+      return reply.with({ kind: 'claimed', items: reply.items(2) });
+    default:
+      throw reply.error();
+  }
+}
+
+export function interpretResolve(
+  raw: unknown,
+  source: ReplySource,
+  policy: GapPolicy,
+): WithRecord<GapResolution> {
+  const reply = new ScriptReply(raw, source);
+  switch (reply.code) {
+    case 'none':
+      return reply.with({ kind: 'none' });
+    case 'resolved':
+      return reply.with({ kind: 'resolved', policy, appended: reply.integer(2) });
+    default:
+      throw reply.error();
+  }
+}
+
+/** rsq-inspect's {next | nil, gapSince | nil, hand-off length, sequences}. */
+export function interpretInspect(
+  raw: unknown,
+  source: ReplySource,
+  start: number,
+): ResequencerKeyState {
+  if (!Array.isArray(raw) || raw.length !== 4 || !Array.isArray(raw[3])) {
+    throw unexpected(source, raw);
+  }
+  const [rawNext, rawGapSince, handOff, buffered] = raw as [unknown, unknown, unknown, unknown[]];
+  const next = optionalNumber(rawNext);
+  const gapSince = optionalNumber(rawGapSince);
+  const optional = [next, gapSince].every((value) => value === undefined || isInteger(value));
+  if (!optional || !isInteger(handOff) || !buffered.every(isInteger)) {
+    throw unexpected(source, raw);
+  }
+  const state = { next: next ?? start, buffered, handOff };
+  return gapSince === undefined ? state : { ...state, gapSince };
+}
+
+/** rsq-gaps' flat {key, gapSince, record | nil, ...}: a key whose record is missing is skipped. */
+export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
+  if (!Array.isArray(raw) || raw.length % 3 !== 0) throw unexpected(source, raw);
+  const gaps: OpenGap[] = [];
+  for (let i = 0; i < raw.length; i += 3) {
+    const [key, gapSince, record] = raw.slice(i, i + 3) as unknown[];
+    if (record === null) continue;
+    const fields = typeof record === 'string' ? record.split(':').map(Number) : [];
+    const since = Number(gapSince);
+    if (
+      typeof key !== 'string' ||
+      !Number.isSafeInteger(since) ||
+      fields.length !== 4 ||
+      !fields.every(Number.isSafeInteger)
+    ) {
+      throw unexpected(source, raw);
+    }
+    const [, buffered, expected, lowest] = fields;
+    gaps.push({ key, expected, buffered, lowest, gapSince: since, alerted: false });
+  }
+  return gaps;
+}
+
+/** A stored item, decoded; a corrupt one raises the store's error (and stays in Redis). */
+function decodeStored(text: string, source: ReplySource): HandOffItem {
+  try {
+    return decodeItem(text);
+  } catch (error) {
+    if (!(error instanceof CorruptRecord)) throw error;
+    throw new RedisResequencerStoreError(
+      source.operation,
+      source.scope,
+      source.key,
+      `the hand-off list holds ${error.message}; remove or repair that item`,
+      { cause: error },
+    );
+  }
+}
+
+/** A Lua nil (null over RESP2, false over RESP3) as undefined; a string as its number. */
+function optionalNumber(value: unknown): number | undefined {
+  if (value === null || value === false) return undefined;
+  return typeof value === 'string' ? Number(value) : (value as number);
+}
+
+function isInteger(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value);
+}
+
+function unexpected(source: ReplySource, reply: unknown): RedisResequencerStoreError {
+  const text = JSON.stringify(reply) ?? String(reply);
+  return new RedisResequencerStoreError(
+    source.operation,
+    source.scope,
+    source.key,
+    `the script answered ${text.length > 200 ? `${text.slice(0, 200)}…` : text}; ` +
+      "deploy the library's lua/ files with its code",
+  );
+}

@@ -1,0 +1,368 @@
+import calculateSlot from 'cluster-key-slot';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import type {
+  AcceptContext,
+  ResequencedEntry,
+  ResequencerKey,
+  ResequencerStore,
+} from '../../../ports/resequencer-store.port';
+import { encodeEntry } from './redis-resequencer.codec';
+import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
+import { RedisResequencerStoreError } from './redis-resequencer-store.error';
+import { loadScripts } from './redis-scripts';
+import { RedisResequencerStore } from './redis.resequencer-store';
+
+const RETENTION_MS = 3_600_000;
+const MARGIN_MS = 60_000;
+const DRAIN = { holder: 'drainer', leaseMs: 30_000, limit: 100 };
+
+/** Every key under `prefix`, on one node. */
+async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
+    keys.push(...batch);
+    cursor = next;
+  } while (cursor !== '0');
+  return keys;
+}
+
+async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
+  const keys = await keysUnder(redis, prefix);
+  if (keys.length > 0) await redis.del(...keys);
+}
+
+const entry = (seq: number): ResequencedEntry => ({
+  seq,
+  body: Buffer.from([seq & 0xff, 0xff, 0x00, 0xfe]),
+  headers: { 'x-resequence-seq': seq },
+});
+
+describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => {
+  let redis: Redis;
+
+  beforeAll(() => {
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  describe('conformance', () => {
+    /** Prefix of each store the harness created (peers are not in it: they own a client). */
+    const prefixes = new Map<ResequencerStore, string>();
+
+    describeResequencerStoreConformance('redis', {
+      create: async () => {
+        const prefix = `nseq-test:${randomUUID()}`;
+        const store = new RedisResequencerStore(redis, { prefix });
+        prefixes.set(store, prefix);
+        return store;
+      },
+      // A second consumer instance: its own connection, the same keys.
+      peer: async (store) =>
+        RedisResequencerStore.connect(SERVERS.redis.url, { prefix: prefixes.get(store)! }),
+      close: async (store) => {
+        await store.close();
+        const prefix = prefixes.get(store);
+        if (prefix === undefined) return;
+        prefixes.delete(store);
+        await deleteUnder(redis, prefix);
+        expect(await keysUnder(redis, prefix)).toEqual([]);
+      },
+    });
+  });
+
+  describe('RedisResequencerStore', () => {
+    let prefix: string;
+    let store: RedisResequencerStore;
+    let names: RedisResequencerKeys;
+    let key: ResequencerKey;
+    let t0: number;
+    let at: (now: number, limits?: Partial<AcceptContext['limits']>) => AcceptContext;
+
+    beforeEach(() => {
+      prefix = `nseq-test:${randomUUID()}`;
+      store = new RedisResequencerStore(redis, {
+        prefix,
+        retentionMs: RETENTION_MS,
+        keyTtlMarginMs: MARGIN_MS,
+      });
+      names = new RedisResequencerKeys(prefix);
+      key = { scope: `orders.${randomUUID()}`, key: 'order-1' };
+      t0 = Date.now();
+      at = (now, limits = {}) => ({
+        start: 1,
+        now,
+        limits: { maxBufferedPerKey: 100, maxBufferedTotal: 1_000, ...limits },
+      });
+    });
+
+    afterEach(async () => {
+      await store.close();
+      await deleteUnder(redis, prefix);
+    });
+
+    it('gives every key it writes a TTL: retentionMs, plus the margin for the index', async () => {
+      await store.accept(key, entry(3), at(t0));
+      await store.accept(key, entry(1), at(t0));
+      await store.resolveGap(key, 'alert', { openedBefore: t0, now: t0 });
+      await store.claimDrain(key, { ...DRAIN, now: t0 });
+      await store.settleDrain(key, 1, { ...DRAIN, now: t0 });
+      const waiting = { ...key, key: 'order-2' };
+      await store.accept(waiting, entry(2), at(t0));
+
+      const perKey = [
+        ...keyKeyList(names.of(key)),
+        names.of(waiting).state,
+        names.of(waiting).buffer,
+      ];
+      const index = indexKeyList(names.index(key.scope));
+      const written = await keysUnder(redis, prefix);
+      expect(written.sort()).toEqual([...perKey, ...index].sort());
+      for (const name of perKey) {
+        const ttl = await redis.pttl(name);
+        expect(ttl).toBeLessThanOrEqual(RETENTION_MS);
+        expect(ttl).toBeGreaterThan(RETENTION_MS - 5_000);
+      }
+      for (const name of index) {
+        const ttl = await redis.pttl(name);
+        expect(ttl).toBeLessThanOrEqual(RETENTION_MS + MARGIN_MS);
+        expect(ttl).toBeGreaterThan(RETENTION_MS);
+      }
+    });
+
+    it('lets Redis drop every key in real time once retention and margin have passed', async () => {
+      const short = new RedisResequencerStore(redis, {
+        prefix,
+        retentionMs: 100,
+        keyTtlMarginMs: 0,
+      });
+      await short.accept(key, entry(2), at(Date.now()));
+      await short.accept(key, entry(1), at(Date.now()));
+      expect((await keysUnder(redis, prefix)).length).toBeGreaterThan(0);
+
+      await sleep(300);
+
+      expect(await keysUnder(redis, prefix)).toEqual([]);
+    });
+
+    it('forgets a key whose last change is retentionMs old by the callers’ clock', async () => {
+      await store.accept(key, entry(5), at(t0));
+      const later = t0 + RETENTION_MS;
+
+      await expect(store.accept(key, entry(1), at(later))).resolves.toEqual({
+        kind: 'released',
+        next: 2,
+        count: 1,
+      });
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({ next: 2, buffered: [] });
+      await expect(store.bufferedTotal(key.scope)).resolves.toBe(0);
+      await expect(store.listGaps(key.scope, later, 10)).resolves.toEqual([]);
+    });
+
+    it('prunes expired keys from the index when another key of the scope changes', async () => {
+      await store.accept(key, entry(5), at(t0));
+      const other = { ...key, key: 'order-2' };
+
+      await store.accept(other, entry(3), at(t0 + RETENTION_MS));
+
+      await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+      const gaps = await store.listGaps(key.scope, t0 + RETENTION_MS, 10);
+      expect(gaps.map((gap) => gap.key)).toEqual(['order-2']);
+    });
+
+    describe('the two-step index', () => {
+      it('heals after a crash between the per-key step and the index step', async () => {
+        // The per-key step alone, as an instance that died before the index step leaves it.
+        await loadScripts(redis)['rsq-accept'](keyKeyList(names.of(key)), [
+          t0,
+          1,
+          4,
+          encodeEntry(entry(4)),
+          100,
+          1_000,
+          0,
+          RETENTION_MS,
+        ]);
+        await expect(store.listGaps(key.scope, t0, 10)).resolves.toEqual([]);
+        await expect(store.bufferedTotal(key.scope)).resolves.toBe(0);
+
+        // The redelivered message is a duplicate now, and repairs the index.
+        await expect(store.accept(key, entry(4), at(t0 + 1))).resolves.toEqual({
+          kind: 'duplicate',
+          next: 1,
+        });
+
+        await expect(store.listGaps(key.scope, t0, 10)).resolves.toEqual([
+          { key: key.key, expected: 1, buffered: 1, lowest: 4, gapSince: t0, alerted: false },
+        ]);
+        await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+      });
+
+      it('ignores a record older than the one it applied (instances finishing out of order)', async () => {
+        const accept = (seq: number) =>
+          loadScripts(redis)['rsq-accept'](keyKeyList(names.of(key)), [
+            t0,
+            1,
+            seq,
+            encodeEntry(entry(seq)),
+            100,
+            1_000,
+            0,
+            RETENTION_MS,
+          ]);
+        const older = (await accept(3)) as unknown[];
+        const newer = (await accept(1)) as unknown[];
+        const index = (record: unknown) => {
+          const [ver, buffered, next, lowest, gapSince, alerted, handOffAt, at] =
+            record as number[];
+          return loadScripts(redis)['rsq-index'](indexKeyList(names.index(key.scope)), [
+            ...[key.key, ver, buffered, next, lowest, gapSince, alerted, handOffAt, at],
+            ...[t0, RETENTION_MS, RETENTION_MS + MARGIN_MS, 100],
+          ]);
+        };
+
+        await index(newer[1]);
+        await index(older[1]);
+
+        await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+        await expect(store.listStalledHandOffs(key.scope, t0, 10)).resolves.toEqual([key.key]);
+        const [gap] = await store.listGaps(key.scope, t0, 10);
+        expect(gap).toMatchObject({ expected: 2, lowest: 3, buffered: 1 });
+      });
+    });
+
+    it('checks maxBufferedTotal against what other instances buffered', async () => {
+      const peer = RedisResequencerStore.connect(SERVERS.redis.url, { prefix });
+      try {
+        await store.accept(key, entry(3), at(t0, { maxBufferedTotal: 2 }));
+        await store.accept({ ...key, key: 'order-2' }, entry(3), at(t0, { maxBufferedTotal: 2 }));
+
+        await expect(
+          peer.accept({ ...key, key: 'order-3' }, entry(3), at(t0, { maxBufferedTotal: 2 })),
+        ).resolves.toEqual({ kind: 'full', next: 1, limit: 'maxBufferedTotal' });
+      } finally {
+        await peer.close();
+      }
+    });
+
+    describe('hostile scopes and keys', () => {
+      const scopes = ['a', 'a:b', '{a}', '}{', 'a%3Ab', '%', 'rsq-idx:a'];
+      const keys = ['b', 'b:c', '{b}', '}', 'x{y}z', '%7B'];
+
+      it('keeps the keys of one resequencer key in one cluster slot, and each scope index in one', async () => {
+        for (const scope of scopes) {
+          for (const name of keys) await store.accept({ scope, key: name }, entry(2), at(t0));
+        }
+
+        for (const scope of scopes) {
+          const index = indexKeyList(names.index(scope));
+          expect(calculateSlot.generateMulti(index)).toBeGreaterThanOrEqual(0);
+          for (const name of keys) {
+            const own = keyKeyList(names.of({ scope, key: name }));
+            expect(calculateSlot.generateMulti(own)).toBe(
+              calculateSlot(names.tagOf({ scope, key: name })),
+            );
+          }
+        }
+      });
+
+      it('keeps keys apart whose names differ only in escaped characters', async () => {
+        for (const scope of scopes) {
+          for (const name of keys) await store.accept({ scope, key: name }, entry(2), at(t0));
+        }
+
+        const stored = (await keysUnder(redis, prefix)).filter((name) => name.endsWith(':state'));
+        expect(stored).toHaveLength(scopes.length * keys.length);
+        for (const scope of scopes) {
+          await expect(store.bufferedTotal(scope)).resolves.toBe(keys.length);
+          const gaps = await store.listGaps(scope, t0, 100);
+          expect(gaps.map((gap) => gap.key).sort()).toEqual([...keys].sort());
+        }
+      });
+    });
+
+    describe('typed errors', () => {
+      it('raises RedisResequencerStoreError for a corrupt hand-off item, and leaves it in place', async () => {
+        await store.accept(key, entry(1), at(t0));
+        await redis.rpush(names.of(key).handOff, 'e{"s":2,"h":{},"b":"not base64!"}');
+
+        const claim = store.claimDrain(key, { ...DRAIN, now: t0 });
+
+        await expect(claim).rejects.toThrow(RedisResequencerStoreError);
+        await expect(claim).rejects.toThrow(/hand-off list holds an entry without a base64 body/);
+        await expect(redis.llen(names.of(key).handOff)).resolves.toBe(2);
+      });
+
+      it('raises RedisResequencerStoreError for a script reply it does not understand', async () => {
+        const client = new Redis(SERVERS.redis.url);
+        try {
+          jest.spyOn(loadScripts(client), 'rsq-accept').mockResolvedValue(['queued', [], 1]);
+          const confused = new RedisResequencerStore(client, { prefix });
+
+          const accepted = confused.accept(key, entry(1), at(t0));
+
+          await expect(accepted).rejects.toThrow(RedisResequencerStoreError);
+          await expect(accepted).rejects.toMatchObject({
+            code: 'redis-resequencer-store',
+            operation: 'accept',
+            scope: key.scope,
+            key: key.key,
+          });
+        } finally {
+          await client.quit();
+        }
+      });
+
+      it('refuses a header value that could not come back with its type', async () => {
+        const bad = { ...entry(1), headers: { weight: Number.NaN } };
+
+        await expect(store.accept(key, bad, at(t0))).rejects.toThrow(RangeError);
+        await expect(keysUnder(redis, prefix)).resolves.toEqual([]);
+      });
+    });
+
+    it('rejects a prefix with braces and a negative keyTtlMarginMs', () => {
+      expect(() => new RedisResequencerStore(redis, { prefix: 'nseq{x}' })).toThrow(/\{ or \}/);
+      expect(() => new RedisResequencerStore(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(
+        RangeError,
+      );
+    });
+
+    it('connects a client of its own and quits it on close; a client passed in stays open', async () => {
+      const own = RedisResequencerStore.connect(SERVERS.redis.url, { prefix });
+      await expect(own.accept(key, entry(2), at(t0))).resolves.toMatchObject({ kind: 'buffered' });
+
+      await own.close();
+      await store.close();
+
+      await expect(own.ping()).rejects.toThrow();
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({ buffered: [2] });
+    });
+
+    it('rejects ping when Redis cannot be reached', async () => {
+      const unreachable = RedisResequencerStore.connect('redis://127.0.0.1:1', {
+        prefix,
+        // No retries, and no 2 s wait to destroy the refused socket (which would hold jest open).
+        redis: {
+          lazyConnect: true,
+          maxRetriesPerRequest: 0,
+          retryStrategy: () => null,
+          disconnectTimeout: 10,
+        },
+      });
+      try {
+        await expect(unreachable.ping()).rejects.toThrow();
+      } finally {
+        await unreachable.close();
+      }
+    });
+  });
+});

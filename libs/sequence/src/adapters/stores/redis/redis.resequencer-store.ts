@@ -1,0 +1,280 @@
+/*
+ * The Redis resequencer store, and the protocol that keeps it correct on Redis Cluster.
+ *
+ * Keys (see RedisResequencerKeys): per resequencer key, a state hash, a buffer (sorted set,
+ * score = sequence, member = the encoded entry) and a hand-off list, under one hash tag
+ * `{rsq:<scope>:<key>}`; per scope, an index under `{rsq-idx:<scope>}`: a record per key
+ * ("ver:buffered:next:lowest"), the open gaps not alerted yet (key -> gapSince), the non-empty
+ * hand-off lists (key -> handOffAt), the keys' last activity, and the scope's buffered total.
+ *
+ * Every port method on a key is ONE Lua script over that key's keys (atomic, single-slot). No
+ * script can also update the scope index, which lives in another slot, so a change runs in two
+ * steps:
+ *   1. the per-key script changes the key, raises its `ver` (to max(ver + 1, now): it keeps
+ *      growing across a key that expired and came back) and returns the key's index record;
+ *   2. the index script applies the record unless the index holds a newer ver (idempotent, and
+ *      order-safe when two instances' steps interleave), updating gaps, stalled hand-offs and
+ *      the total, and returns the total. The port method resolves once both are done.
+ * An instance that dies between the steps leaves the index stale for that key (a gap not
+ * listed, a total off) until the key's next script: `accept` returns the record on every
+ * outcome, duplicate and late included, so the redelivery of the message whose ack was lost
+ * repairs it. listGaps and listStalledHandOffs may thus name a key whose state moved on; the
+ * per-key scripts re-check everything (resolveGap answers 'none', claimDrain 'empty').
+ *
+ * maxBufferedTotal: the accept script cannot read the scope total (another slot). The caller
+ * passes the total it last saw (from the last index step of this instance, or a read at most
+ * TOTAL_MAX_AGE_MS old) and the script refuses to buffer when it is >= the limit. Events
+ * accepted by other instances within that window are not seen: the bound may be overshot by
+ * as many events as the instances buffer in ~100 ms.
+ *
+ * Retention: a key expires retentionMs after its last change, by the `now` the callers pass
+ * (a script that finds it expired deletes it and starts afresh; the index step prunes expired
+ * records, taking their events off the total) and in real time (every change PEXPIREs the
+ * key's keys to retentionMs, the index keys to retentionMs + keyTtlMarginMs), the safety net
+ * for keys and scopes nobody comes back to.
+ *
+ * Redis unavailable: every method rejects with the client's error (after the ioredis client's
+ * own retries); the resequencer requeues the message, having acked nothing.
+ */
+import type { RedisOptions } from 'ioredis';
+import {
+  assertResequencerArguments,
+  type AcceptContext,
+  type AcceptOutcome,
+  type DrainClaim,
+  type DrainContext,
+  type DrainSettlement,
+  type GapPolicy,
+  type GapResolution,
+  type OpenGap,
+  type ResequencedEntry,
+  type ResequencerKey,
+  type ResequencerKeyState,
+  type ResequencerStore,
+} from '../../../ports/resequencer-store.port';
+import {
+  assertDrainArguments,
+  assertGapPolicy,
+  assertHolder,
+  assertPositiveInteger,
+  assertScope,
+  assertStart,
+  assertTime,
+} from '../../../ports/resequencer-store.arguments';
+import { encodeEntry } from './redis-resequencer.codec';
+import { RedisResequencerIndex } from './redis-resequencer-index';
+import { keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
+import {
+  interpretAccept,
+  interpretClaim,
+  interpretInspect,
+  interpretResolve,
+  interpretSettle,
+  type WithRecord,
+} from './redis-resequencer-replies';
+import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
+
+export interface RedisResequencerStoreOptions {
+  /**
+   * Prepended to every key; without `{` or `}`.
+   * @default 'nseq'
+   */
+  readonly prefix?: string;
+  /**
+   * How long a key's records live after its last change (and a scope's index after the last
+   * change of any of its keys): an abandoned key cannot leak memory; a key accepted again after
+   * that starts from `start`.
+   * @default 604_800_000 (7 days)
+   */
+  readonly retentionMs?: number;
+  /**
+   * How much longer than the keys they index the scope index keys live in real time, so that
+   * an index never vanishes before the keys it accounts for.
+   * @default 60_000
+   */
+  readonly keyTtlMarginMs?: number;
+}
+
+/**
+ * {@link ResequencerStore} on Redis (single node or Cluster), shared by any number of consumer
+ * instances. See the top of this file for the key layout and the two-step index protocol.
+ *
+ * @example
+ * const store = new RedisResequencerStore(new Redis(process.env.REDIS_URL), { prefix: 'orders' });
+ */
+export class RedisResequencerStore implements ResequencerStore {
+  readonly name = 'redis';
+
+  private readonly keys: RedisResequencerKeys;
+  private readonly scripts: Scripts;
+  private readonly index: RedisResequencerIndex;
+  private readonly retentionMs: number;
+  private ownsClient = false;
+
+  constructor(
+    private readonly redis: RedisClient,
+    options: RedisResequencerStoreOptions = {},
+  ) {
+    this.keys = new RedisResequencerKeys(options.prefix ?? 'nseq');
+    this.retentionMs = options.retentionMs ?? 604_800_000;
+    const marginMs = options.keyTtlMarginMs ?? 60_000;
+    assertPositiveInteger('retentionMs', this.retentionMs);
+    if (!Number.isSafeInteger(marginMs) || marginMs < 0) {
+      throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${marginMs}`);
+    }
+    this.scripts = loadScripts(redis);
+    this.index = new RedisResequencerIndex(
+      redis,
+      this.scripts,
+      this.keys,
+      this.retentionMs,
+      marginMs,
+    );
+  }
+
+  /** A store with a client of its own, which `close()` quits. */
+  static connect(
+    url: string,
+    options: RedisResequencerStoreOptions & { readonly redis?: RedisOptions } = {},
+  ): RedisResequencerStore {
+    // Loaded here, not at the top: ioredis is an optional peer of the library.
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+    const store = new RedisResequencerStore(new Client(url, options.redis ?? {}), options);
+    store.ownsClient = true;
+    return store;
+  }
+
+  async accept(
+    key: ResequencerKey,
+    entry: ResequencedEntry,
+    context: AcceptContext,
+  ): Promise<AcceptOutcome> {
+    assertResequencerArguments(key, entry.seq);
+    assertStart(context.start);
+    assertPositiveInteger('maxBufferedPerKey', context.limits.maxBufferedPerKey);
+    assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
+    const encoded = encodeEntry(entry);
+    const seenTotal = await this.index.recentTotal(key.scope);
+    const reply = await this.scripts['rsq-accept'](keyKeyList(this.keys.of(key)), [
+      context.now,
+      context.start,
+      entry.seq,
+      encoded,
+      context.limits.maxBufferedPerKey,
+      context.limits.maxBufferedTotal,
+      seenTotal,
+      this.retentionMs,
+    ]);
+    return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
+  }
+
+  async claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim> {
+    assertDrainArguments(key, context);
+    const reply = await this.scripts['rsq-claim'](keyKeyList(this.keys.of(key)), [
+      context.now,
+      context.holder,
+      context.leaseMs,
+      context.limit,
+      this.retentionMs,
+    ]);
+    return interpretClaim(reply, source('claimDrain', key));
+  }
+
+  async settleDrain(
+    key: ResequencerKey,
+    count: number,
+    context: DrainContext,
+  ): Promise<DrainSettlement> {
+    assertDrainArguments(key, context);
+    assertPositiveInteger('count', count);
+    const reply = await this.scripts['rsq-settle'](keyKeyList(this.keys.of(key)), [
+      context.now,
+      context.holder,
+      count,
+      context.leaseMs,
+      context.limit,
+      this.retentionMs,
+    ]);
+    return this.indexed(key, interpretSettle(reply, source('settleDrain', key)), context.now);
+  }
+
+  async releaseDrain(key: ResequencerKey, holder: string): Promise<void> {
+    assertResequencerArguments(key);
+    assertHolder(holder);
+    await this.scripts['rsq-release']([this.keys.of(key).state], [holder]);
+  }
+
+  async listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+    assertScope(scope);
+    assertTime('openedBefore', openedBefore);
+    assertPositiveInteger('limit', limit);
+    return this.index.gaps(scope, openedBefore, limit);
+  }
+
+  async resolveGap(
+    key: ResequencerKey,
+    policy: GapPolicy,
+    context: { readonly openedBefore: number; readonly now: number },
+  ): Promise<GapResolution> {
+    assertResequencerArguments(key);
+    assertGapPolicy(policy);
+    assertTime('openedBefore', context.openedBefore);
+    const reply = await this.scripts['rsq-resolve'](keyKeyList(this.keys.of(key)), [
+      context.now,
+      policy,
+      context.openedBefore,
+      this.retentionMs,
+    ]);
+    return this.indexed(
+      key,
+      interpretResolve(reply, source('resolveGap', key), policy),
+      context.now,
+    );
+  }
+
+  async listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]> {
+    assertScope(scope);
+    assertTime('idleSince', idleSince);
+    assertPositiveInteger('limit', limit);
+    return this.index.stalled(scope, idleSince, limit);
+  }
+
+  async inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState> {
+    assertResequencerArguments(key);
+    assertStart(start);
+    const reply = await this.scripts['rsq-inspect'](keyKeyList(this.keys.of(key)), []);
+    return interpretInspect(reply, source('inspect', key), start);
+  }
+
+  async bufferedTotal(scope: string): Promise<number> {
+    assertScope(scope);
+    return this.index.total(scope);
+  }
+
+  async ping(): Promise<void> {
+    await this.redis.ping();
+  }
+
+  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  async close(): Promise<void> {
+    if (!this.ownsClient) return;
+    this.ownsClient = false;
+    try {
+      await this.redis.quit();
+    } catch {
+      // Not connected (QUIT cannot be sent): just drop the connection attempts.
+      this.redis.disconnect();
+    }
+  }
+
+  /** Step 2 of every change: the key's record into its scope's index (see the top of the file). */
+  private async indexed<T>(key: ResequencerKey, step: WithRecord<T>, now: number): Promise<T> {
+    if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
+    return step.result;
+  }
+}
+
+function source(operation: string, key: ResequencerKey) {
+  return { operation, scope: key.scope, key: key.key };
+}

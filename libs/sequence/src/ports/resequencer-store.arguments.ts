@@ -1,0 +1,59 @@
+/** Argument checks every ResequencerStore adapter applies the same way (RangeError, naming the argument). */
+import {
+  assertResequencerArguments,
+  isSequenceNumber,
+  type DrainContext,
+  type GapPolicy,
+  type ResequencerKey,
+} from './resequencer-store.port';
+
+/** Throws a `RangeError` unless `value` is an integer >= 1 (a limit, a lease, a count). */
+export function assertPositiveInteger(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new RangeError(`resequencer store: ${name} must be a positive integer, got ${value}`);
+  }
+}
+
+/** Throws a `RangeError` unless `value` is an integer time in ms. */
+export function assertTime(name: string, value: number): void {
+  if (!Number.isSafeInteger(value)) {
+    throw new RangeError(`resequencer store: ${name} must be an integer time (ms), got ${value}`);
+  }
+}
+
+export function assertStart(start: number): void {
+  if (!isSequenceNumber(start)) {
+    throw new RangeError(`resequencer store: start ${String(start)} must be a safe integer >= 0`);
+  }
+}
+
+export function assertHolder(holder: string): void {
+  if (typeof holder !== 'string' || holder.length === 0) {
+    throw new RangeError(
+      `resequencer store: a drain holder must be a non-empty string, got ${JSON.stringify(holder)}`,
+    );
+  }
+}
+
+export function assertDrainArguments(key: ResequencerKey, context: DrainContext): void {
+  assertResequencerArguments(key);
+  assertHolder(context.holder);
+  assertPositiveInteger('leaseMs', context.leaseMs);
+  assertPositiveInteger('limit', context.limit);
+}
+
+export function assertScope(scope: string): void {
+  if (typeof scope !== 'string' || scope.length === 0) {
+    throw new RangeError('a resequencer scope must be a non-empty string');
+  }
+}
+
+const GAP_POLICIES: readonly GapPolicy[] = ['alert', 'skip', 'dead-letter'];
+
+export function assertGapPolicy(policy: GapPolicy): void {
+  if (!GAP_POLICIES.includes(policy)) {
+    throw new RangeError(
+      `resequencer store: gap policy ${JSON.stringify(policy)} must be one of ${GAP_POLICIES.join(', ')}`,
+    );
+  }
+}

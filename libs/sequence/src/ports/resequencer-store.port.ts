@@ -1,0 +1,232 @@
+import type { HeaderValue } from '../core/headers';
+
+/** One resequencer key: `scope` names the resequencer (its channel), `key` the ordered stream. */
+export interface ResequencerKey {
+  /** The resequencer: keys of different scopes never share state. Any non-empty string. */
+  readonly scope: string;
+  /** The key (a transfer id, an order id): 1–256 characters, no control characters. */
+  readonly key: string;
+}
+
+/** An event as the store keeps it: opaque bytes plus the headers it arrived with. */
+export interface ResequencedEntry {
+  /** Its sequence number: a safe integer >= 0. */
+  readonly seq: number;
+  readonly body: Buffer;
+  readonly headers: Readonly<Record<string, HeaderValue>>;
+}
+
+/** The per-key and store-wide bounds `accept` checks before it buffers an event. */
+export interface ResequencerLimits {
+  /** Most events buffered for one key. */
+  readonly maxBufferedPerKey: number;
+  /** Most events buffered for the whole scope (the store may check it against a total a few ms old). */
+  readonly maxBufferedTotal: number;
+}
+
+export interface AcceptContext {
+  /** The key's first sequence number, used while the key has no state. */
+  readonly start: number;
+  readonly limits: ResequencerLimits;
+  readonly now: number;
+}
+
+/**
+ * What `accept` did with an event:
+ * - `released`: it was the next expected: it and the contiguous run after it from the buffer
+ *   (`count` events in all) went to the hand-off list, and `next` advanced past them;
+ * - `buffered`: it is ahead of `next`: kept until the gap before it fills (`buffered` is the
+ *   key's buffer size now);
+ * - `duplicate`: the same sequence is already buffered: dropped;
+ * - `late`: the sequence is below `next`: a late event or a duplicate of one released already:
+ *   dropped. `pending` is true while the key's hand-off list is not empty (the event may not be
+ *   delivered yet): whoever holds its input message should drain before acking;
+ * - `full`: buffering it would pass `limit`: nothing stored.
+ */
+export type AcceptOutcome =
+  | { readonly kind: 'released'; readonly next: number; readonly count: number }
+  | { readonly kind: 'buffered'; readonly next: number; readonly buffered: number }
+  | { readonly kind: 'duplicate'; readonly next: number }
+  | { readonly kind: 'late'; readonly next: number; readonly pending: boolean }
+  | {
+      readonly kind: 'full';
+      readonly next: number;
+      readonly limit: keyof ResequencerLimits;
+    };
+
+/**
+ * An item of a key's hand-off list, in the order it must be delivered:
+ * - `event`: released in sequence: deliver it (handler, output channel);
+ * - `dead-letter`: a buffered event moved out by the `'dead-letter'` gap policy;
+ * - `gap-alert`: the gap before `expected` stayed open past the timeout (`'alert'` policy);
+ * - `gap-skipped`: the sequences `from`..`to` were given up (`'skip'` policy).
+ */
+export type HandOffItem =
+  | { readonly kind: 'event'; readonly entry: ResequencedEntry }
+  | { readonly kind: 'dead-letter'; readonly entry: ResequencedEntry; readonly expected: number }
+  | {
+      readonly kind: 'gap-alert';
+      readonly expected: number;
+      readonly buffered: number;
+      readonly gapSince: number;
+    }
+  | { readonly kind: 'gap-skipped'; readonly from: number; readonly to: number };
+
+export interface DrainContext {
+  /** Identifies the drainer (unique per drain attempt). */
+  readonly holder: string;
+  readonly leaseMs: number;
+  /** Most items returned at once. */
+  readonly limit: number;
+  readonly now: number;
+}
+
+/**
+ * `claimDrain`'s answer: `items` is the head of the hand-off list, now the caller's to deliver
+ * under a lease until `now + leaseMs`; `empty` means nothing is waiting (no lease taken);
+ * `busy` that another holder's lease is live.
+ */
+export type DrainClaim =
+  | { readonly kind: 'claimed'; readonly items: readonly HandOffItem[] }
+  | { readonly kind: 'empty' }
+  | { readonly kind: 'busy' };
+
+/**
+ * `settleDrain`'s answer: `lost` when the caller no longer held the lease (nothing trimmed);
+ * otherwise the next items (the lease renewed) or `empty` (the lease released).
+ */
+export type DrainSettlement = DrainClaim | { readonly kind: 'lost' };
+
+/** A key whose buffer is waiting for a gap to fill. */
+export interface OpenGap {
+  readonly key: string;
+  /** The sequence the key waits for. */
+  readonly expected: number;
+  /** Events buffered behind the gap. */
+  readonly buffered: number;
+  /** The lowest buffered sequence. */
+  readonly lowest: number;
+  /** When the gap opened (ms): the time the buffer last went from empty to not, or a release left it not empty. */
+  readonly gapSince: number;
+  /** True once the `'alert'` policy reported it (it is not listed as due again). */
+  readonly alerted: boolean;
+}
+
+export type GapPolicy = 'alert' | 'skip' | 'dead-letter';
+
+/**
+ * What `resolveGap` did: `none` when the key no longer had a gap opened at or before
+ * `openedBefore` (another instance resolved it, or it filled); otherwise the hand-off items it
+ * appended (drain them).
+ */
+export type GapResolution =
+  | { readonly kind: 'none' }
+  | { readonly kind: 'resolved'; readonly policy: GapPolicy; readonly appended: number };
+
+/** A key's state, for inspection. */
+export interface ResequencerKeyState {
+  /** The next sequence to release (`start` when the key has no state). */
+  readonly next: number;
+  /** Buffered sequences, ascending. */
+  readonly buffered: readonly number[];
+  /** Items in the hand-off list, not yet delivered. */
+  readonly handOff: number;
+  /** When the current gap opened, if the buffer is not empty. */
+  readonly gapSince?: number;
+}
+
+/**
+ * Port: the state of resequencers: per key, the next expected sequence, a buffer of early events
+ * (ordered by sequence) and a durable hand-off list of what is ready to deliver, with a drain
+ * lease. Shared by every consumer instance; every method is one atomic step per key.
+ *
+ * Contract, checked by the resequencer-store conformance suite:
+ * - `accept` compares the event's sequence to the key's `next` (absent: `context.start`) and
+ *   answers per {@link AcceptOutcome}. Releasing and advancing `next` happen in one atomic step:
+ *   two instances accepting events of one key never release a sequence twice or out of order.
+ *   The limits only refuse events that would be buffered: the event that fills a gap is always
+ *   taken, so a full buffer can always drain.
+ * - The hand-off list keeps items in release order until a drainer settles them. `claimDrain`
+ *   gives its head to one holder at a time (a lease; an expired lease may be taken over);
+ *   `settleDrain(count)` removes the first `count` items only if the caller still holds the
+ *   lease, then returns the next batch (lease renewed) or releases the lease when the list is
+ *   empty. A drainer that dies leaves its items in place for the next holder: nothing is lost or
+ *   reordered (items delivered but not settled are delivered again: at-least-once).
+ * - Gaps: every key with a non-empty buffer is listed by `listGaps` with the time its gap opened.
+ *   `resolveGap` applies a policy atomically, only if the key still has a gap opened at or before
+ *   `openedBefore` (so instances sweeping at once resolve each gap once):
+ *   - `alert`: appends a `gap-alert` item and marks the gap alerted (listed as not due until a
+ *     new gap opens); the buffer stays;
+ *   - `skip`: appends `gap-skipped` for `next`..`lowest − 1`, moves `next` to the lowest buffered
+ *     sequence and releases the contiguous run from there;
+ *   - `dead-letter`: appends every buffered event as a `dead-letter` item, empties the buffer and
+ *     moves `next` past the highest of them.
+ * - Every record expires after `retentionMs` without activity (the adapter's option), so
+ *   abandoned keys cannot leak memory; a key accepted again after that starts from `start`.
+ */
+export interface ResequencerStore {
+  /** Short name for logs and health checks (`memory`, `redis`). */
+  readonly name: string;
+  accept(
+    key: ResequencerKey,
+    entry: ResequencedEntry,
+    context: AcceptContext,
+  ): Promise<AcceptOutcome>;
+  claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim>;
+  settleDrain(key: ResequencerKey, count: number, context: DrainContext): Promise<DrainSettlement>;
+  /** Lets the lease go early (a drainer that gives up); a no-op unless `holder` holds it. */
+  releaseDrain(key: ResequencerKey, holder: string): Promise<void>;
+  /**
+   * Up to `limit` gaps of `scope`: those not alerted whose gap opened at or before
+   * `openedBefore`, oldest first.
+   */
+  listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]>;
+  resolveGap(
+    key: ResequencerKey,
+    policy: GapPolicy,
+    context: { readonly openedBefore: number; readonly now: number },
+  ): Promise<GapResolution>;
+  /**
+   * Up to `limit` keys of `scope` whose hand-off list is not empty and has not been settled
+   * since `idleSince` (its drainer died, or its input was acked before a drain finished): the
+   * sweeper drains them.
+   */
+  listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]>;
+  /** A key's state, for inspection. */
+  inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState>;
+  /** Events buffered in `scope` now (what `maxBufferedTotal` bounds). */
+  bufferedTotal(scope: string): Promise<number>;
+  /** Resolves when the store is reachable now; rejects saying why not. */
+  ping(): Promise<void>;
+  /** Releases the store's resources (a client it created); idempotent. */
+  close(): Promise<void>;
+}
+
+/** Throws a `RangeError` naming the first argument that breaks the port's rules. */
+export function assertResequencerArguments(key: ResequencerKey, seq?: number): void {
+  if (typeof key.scope !== 'string' || key.scope.length === 0) {
+    throw new RangeError('a resequencer scope must be a non-empty string');
+  }
+  if (!isResequencerKey(key.key)) {
+    throw new RangeError(
+      `resequencer key ${JSON.stringify(key.key)} must be 1-256 characters without control characters`,
+    );
+  }
+  if (seq !== undefined && !isSequenceNumber(seq)) {
+    throw new RangeError(`sequence ${String(seq)} must be a safe integer >= 0`);
+  }
+}
+
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+/** 1–256 characters, none of them control characters. */
+export function isResequencerKey(value: unknown): value is string {
+  return (
+    typeof value === 'string' && value.length > 0 && value.length <= 256 && !CONTROL.test(value)
+  );
+}
+
+export function isSequenceNumber(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+}

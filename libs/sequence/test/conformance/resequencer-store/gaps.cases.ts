@@ -1,0 +1,212 @@
+import type { HandOffItem } from '../../../src/ports/resequencer-store.port';
+import {
+  acceptAll,
+  acceptAt,
+  drainAll,
+  event,
+  eventSeqs,
+  type ResequencerSuiteContext,
+} from './resequencer-suite.context';
+
+/** `listGaps` and the three `resolveGap` policies. */
+export function describeGapCases(c: ResequencerSuiteContext): void {
+  describe('gaps', () => {
+    it('lists a key with a buffer as a gap opened when its buffer went from empty to not', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [3], c.t0);
+      await acceptAll(c.store, key, [5], c.t0 + 10);
+      await expect(c.store.listGaps(c.scope, c.t0 + 100, 10)).resolves.toEqual([
+        { key: key.key, expected: 1, buffered: 2, lowest: 3, gapSince: c.t0, alerted: false },
+      ]);
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ gapSince: c.t0 });
+    });
+
+    it('does not list a gap opened after openedBefore', async () => {
+      await acceptAll(c.store, c.key(), [3], c.t0);
+      await expect(c.store.listGaps(c.scope, c.t0 - 1, 10)).resolves.toEqual([]);
+    });
+
+    it('reopens the gap at the time of a release that leaves the buffer not empty', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [2, 4], c.t0);
+      await acceptAll(c.store, key, [1], c.t0 + 50);
+      await expect(c.store.listGaps(c.scope, c.t0 + 49, 10)).resolves.toEqual([]);
+      await expect(c.store.listGaps(c.scope, c.t0 + 50, 10)).resolves.toEqual([
+        { key: key.key, expected: 3, buffered: 1, lowest: 4, gapSince: c.t0 + 50, alerted: false },
+      ]);
+    });
+
+    it('forgets a gap once it fills', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [2, 3, 1], c.t0);
+      await expect(c.store.listGaps(c.scope, c.t0 + 100, 10)).resolves.toEqual([]);
+      const state = await c.store.inspect(key, 1);
+      expect(state.gapSince).toBeUndefined();
+      await expect(c.store.resolveGap(key, 'skip', at(c.t0 + 100))).resolves.toEqual({
+        kind: 'none',
+      });
+    });
+
+    it('lists gaps oldest first, up to limit, within the scope only', async () => {
+      const names = ['g-late', 'g-early', 'g-middle'];
+      const times = [c.t0 + 30, c.t0 + 10, c.t0 + 20];
+      for (const [index, name] of names.entries()) {
+        await acceptAll(c.store, c.key(name), [2], times[index]);
+      }
+      await acceptAll(c.store, { scope: `${c.scope}.other`, key: 'g-other' }, [2], c.t0);
+      const all = await c.store.listGaps(c.scope, c.t0 + 100, 10);
+      expect(all.map((gap) => gap.key)).toEqual(['g-early', 'g-middle', 'g-late']);
+      const two = await c.store.listGaps(c.scope, c.t0 + 100, 2);
+      expect(two.map((gap) => gap.key)).toEqual(['g-early', 'g-middle']);
+    });
+
+    it('resolves nothing for a key without a buffer, or whose gap opened after openedBefore', async () => {
+      const key = c.key();
+      await expect(c.store.resolveGap(key, 'alert', at(c.t0))).resolves.toEqual({ kind: 'none' });
+      await acceptAll(c.store, key, [2], c.t0);
+      for (const policy of ['alert', 'skip', 'dead-letter'] as const) {
+        await expect(
+          c.store.resolveGap(key, policy, { openedBefore: c.t0 - 1, now: c.t0 + 100 }),
+        ).resolves.toEqual({
+          kind: 'none',
+        });
+      }
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ next: 1, buffered: [2] });
+    });
+
+    describe("policy 'alert'", () => {
+      it('appends a gap-alert, keeps the buffer, and stops listing the gap', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [3, 4], c.t0);
+        await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 100))).resolves.toEqual({
+          kind: 'resolved',
+          policy: 'alert',
+          appended: 1,
+        });
+        await expect(c.store.listGaps(c.scope, c.t0 + 100, 10)).resolves.toEqual([]);
+        await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ buffered: [3, 4] });
+        expect(await drainAll(c.store, key, c.t0 + 101)).toEqual<HandOffItem[]>([
+          { kind: 'gap-alert', expected: 1, buffered: 2, gapSince: c.t0 },
+        ]);
+      });
+
+      it('alerts a gap once, until a new gap opens', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [2, 4], c.t0);
+        await c.store.resolveGap(key, 'alert', at(c.t0 + 100));
+        await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 200))).resolves.toEqual({
+          kind: 'none',
+        });
+
+        await acceptAll(c.store, key, [1], c.t0 + 300);
+        await expect(c.store.listGaps(c.scope, c.t0 + 300, 10)).resolves.toMatchObject([
+          { key: key.key, expected: 3, gapSince: c.t0 + 300, alerted: false },
+        ]);
+        await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 400))).resolves.toMatchObject({
+          kind: 'resolved',
+        });
+      });
+
+      it('still lets an alerted gap be skipped or dead-lettered', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [3], c.t0);
+        await c.store.resolveGap(key, 'alert', at(c.t0 + 100));
+        await expect(c.store.resolveGap(key, 'skip', at(c.t0 + 200))).resolves.toEqual({
+          kind: 'resolved',
+          policy: 'skip',
+          appended: 2,
+        });
+      });
+    });
+
+    describe("policy 'skip'", () => {
+      it('gives up next..lowest-1 and releases the contiguous run from the lowest', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [4, 5, 7], c.t0);
+        await expect(c.store.resolveGap(key, 'skip', at(c.t0 + 100))).resolves.toEqual({
+          kind: 'resolved',
+          policy: 'skip',
+          appended: 3,
+        });
+        const items = await drainAll(c.store, key, c.t0 + 101);
+        expect(items[0]).toEqual({ kind: 'gap-skipped', from: 1, to: 3 });
+        expect(eventSeqs(items)).toEqual([4, 5]);
+        await expect(c.store.inspect(key, 1)).resolves.toEqual({
+          next: 6,
+          buffered: [7],
+          handOff: 0,
+          gapSince: c.t0 + 100,
+        });
+      });
+
+      it('opens a new, unalerted gap when events stay buffered', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [2, 4], c.t0);
+        await c.store.resolveGap(key, 'alert', at(c.t0 + 50));
+        await c.store.resolveGap(key, 'skip', at(c.t0 + 100));
+        await expect(c.store.listGaps(c.scope, c.t0 + 100, 10)).resolves.toEqual([
+          {
+            key: key.key,
+            expected: 3,
+            buffered: 1,
+            lowest: 4,
+            gapSince: c.t0 + 100,
+            alerted: false,
+          },
+        ]);
+      });
+
+      it('answers late to a skipped sequence arriving afterwards', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [3], c.t0);
+        await c.store.resolveGap(key, 'skip', at(c.t0 + 100));
+        await expect(c.store.accept(key, event(2), acceptAt(c.t0 + 200))).resolves.toEqual({
+          kind: 'late',
+          next: 4,
+          pending: true,
+        });
+        await expect(c.store.bufferedTotal(c.scope)).resolves.toBe(0);
+      });
+    });
+
+    describe("policy 'dead-letter'", () => {
+      it('moves every buffered event out in order, and next past the highest', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [6, 3, 4], c.t0);
+        await expect(c.store.resolveGap(key, 'dead-letter', at(c.t0 + 100))).resolves.toEqual({
+          kind: 'resolved',
+          policy: 'dead-letter',
+          appended: 3,
+        });
+        expect(await drainAll(c.store, key, c.t0 + 101)).toEqual<HandOffItem[]>(
+          [3, 4, 6].map((seq) => ({ kind: 'dead-letter', entry: event(seq), expected: 1 })),
+        );
+        await expect(c.store.inspect(key, 1)).resolves.toEqual({
+          next: 7,
+          buffered: [],
+          handOff: 0,
+        });
+        await expect(c.store.listGaps(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
+        await expect(c.store.bufferedTotal(c.scope)).resolves.toBe(0);
+        await expect(c.store.accept(key, event(7), acceptAt(c.t0 + 200))).resolves.toEqual({
+          kind: 'released',
+          next: 8,
+          count: 1,
+        });
+      });
+    });
+
+    it('appends gap items after the events released before them', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1, 3], c.t0);
+      await c.store.resolveGap(key, 'skip', at(c.t0 + 100));
+      const items = await drainAll(c.store, key, c.t0 + 101);
+      expect(items.map((item) => item.kind)).toEqual(['event', 'gap-skipped', 'event']);
+      expect(eventSeqs(items)).toEqual([1, 3]);
+    });
+  });
+}
+
+function at(now: number): { openedBefore: number; now: number } {
+  return { openedBefore: now, now };
+}
