@@ -30,35 +30,31 @@ export interface OrphanSweepReport {
 @Injectable()
 export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('ClaimCheck');
-  private readonly job: IntervalJob;
-  private running: Promise<OrphanSweepReport> | undefined;
+  private readonly job: IntervalJob<OrphanSweepReport>;
 
   constructor(
     @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
     private readonly metrics: ClaimCheckMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.job = new IntervalJob(ORPHAN_SWEEPER_INTERVAL, schedulerRegistry);
+    this.job = new IntervalJob(ORPHAN_SWEEPER_INTERVAL, schedulerRegistry, () =>
+      this.sweepAll(Date.now()),
+    );
   }
 
   onApplicationBootstrap(): void {
-    this.job.start(
-      this.options.sweepIntervalMs,
-      () => this.sweep(),
-      (error) =>
-        this.logger.warn(`orphan sweep failed; will retry next interval: ${String(error)}`),
+    this.job.start(this.options.sweepIntervalMs, (error) =>
+      this.logger.warn(`orphan sweep failed; will retry next interval: ${String(error)}`),
     );
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    this.job.stop();
-    await this.running?.catch(() => undefined);
+    await this.job.stop();
   }
 
   /** Runs one sweep over every configured store now. Overlapping calls share one run. */
   sweep(now: number = Date.now()): Promise<OrphanSweepReport> {
-    this.running ??= this.sweepAll(now).finally(() => (this.running = undefined));
-    return this.running;
+    return this.job.run(() => this.sweepAll(now));
   }
 
   private async sweepAll(now: number): Promise<OrphanSweepReport> {

@@ -1,7 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { Counter } from 'prom-client';
+import type { Counter } from 'prom-client';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
-import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import { metricFactory } from './metric-factory';
 import type { SweepReason } from '../ports/payload-store.port';
 import { SequenceMetrics } from './sequence.metrics';
 
@@ -22,11 +23,7 @@ export class ClaimCheckMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     sequenceMetrics: SequenceMetrics,
   ) {
-    const prefix =
-      options.metrics === false ? SEQUENCE_DEFAULTS.metricsPrefix : options.metrics.prefix;
-    const registers = options.metrics === false ? [] : [sequenceMetrics.registry];
-    const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
-      new Counter<L>({ name: prefix + name, help, labelNames, registers });
+    const { counter } = metricFactory(options, sequenceMetrics.registry);
 
     this.checkIns = counter('claim_check_payloads_checked_in_total', 'Payloads parked', ['store']);
     this.bytesStored = counter('claim_check_bytes_stored_total', 'Payload bytes parked', ['store']);

@@ -5,34 +5,42 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
  * imports `ScheduleModule.forRoot()`, so it is listed (and can be stopped) there like the app's
  * own intervals; without it, it is a plain interval. The module never imports
  * `ScheduleModule.forRoot()` itself: a second one would run the app's own jobs twice.
+ *
+ * Runs never overlap: a tick (or a caller of {@link run}) while a run is in progress shares it.
  */
-export class IntervalJob {
+export class IntervalJob<T> {
   private timer: NodeJS.Timeout | undefined;
+  private running: Promise<T> | undefined;
 
   constructor(
     private readonly name: string,
     private readonly schedulerRegistry: SchedulerRegistry | undefined,
+    private readonly work: () => Promise<T>,
   ) {}
 
-  /** Runs `tick` every `intervalMs` (nothing when `false`); its failures go to `onError`. */
-  start(
-    intervalMs: number | false,
-    tick: () => Promise<unknown>,
-    onError: (error: unknown) => void,
-  ): void {
+  /** Runs the work every `intervalMs` (nothing when `false`); its failures go to `onError`. */
+  start(intervalMs: number | false, onError: (error: unknown) => void): void {
     if (intervalMs === false) return;
-    this.timer = setInterval(() => void tick().catch(onError), intervalMs);
+    this.timer = setInterval(() => void this.run().catch(onError), intervalMs);
     // A sweeper alone is no reason to keep a process alive (an app whose bootstrap failed half-way
     // is never closed; its sweepers must not hold the process forever).
     this.timer.unref();
     this.schedulerRegistry?.addInterval(this.name, this.timer);
   }
 
-  stop(): void {
+  /** Runs the work now, or joins the run in progress. */
+  run(work: () => Promise<T> = this.work): Promise<T> {
+    this.running ??= work().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  /** Stops the timer; resolves once the run in progress, if any, has settled. */
+  async stop(): Promise<void> {
     if (this.schedulerRegistry?.doesExist('interval', this.name)) {
       this.schedulerRegistry.deleteInterval(this.name);
     }
     clearInterval(this.timer);
     this.timer = undefined;
+    await this.running?.catch(() => undefined);
   }
 }

@@ -28,8 +28,7 @@ const SWEEP_BATCH = 100;
 @Injectable()
 export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('SequenceModule');
-  private running: Promise<number> | undefined;
-  private readonly job: IntervalJob;
+  private readonly job: IntervalJob<number>;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -39,20 +38,17 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     private readonly metrics: SequenceMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.job = new IntervalJob(EXPIRY_SWEEPER_INTERVAL, schedulerRegistry);
-  }
-
-  onApplicationBootstrap(): void {
-    this.job.start(
-      this.options.sweepIntervalMs,
-      () => this.sweep(),
-      (error) => this.logFailure(error),
+    this.job = new IntervalJob(EXPIRY_SWEEPER_INTERVAL, schedulerRegistry, () =>
+      this.sweepOnce(Date.now()),
     );
   }
 
+  onApplicationBootstrap(): void {
+    this.job.start(this.options.sweepIntervalMs, (error) => this.logFailure(error));
+  }
+
   async beforeApplicationShutdown(): Promise<void> {
-    this.job.stop();
-    await this.running?.catch(() => undefined);
+    await this.job.stop();
   }
 
   /**
@@ -60,8 +56,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
    * sequences this instance expired. Overlapping calls share one run.
    */
   sweep(now: number = Date.now()): Promise<number> {
-    this.running ??= this.sweepOnce(now).finally(() => (this.running = undefined));
-    return this.running;
+    return this.job.run(() => this.sweepOnce(now));
   }
 
   /**

@@ -1,0 +1,21 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
+
+/** Makes the module's metrics: its prefix, in its registry (or in none when metrics are off). */
+export interface MetricFactory {
+  counter<L extends string>(name: string, help: string, labelNames: L[]): Counter<L>;
+  gauge<L extends string>(name: string, help: string, labelNames: L[]): Gauge<L>;
+}
+
+export function metricFactory(options: ResolvedSequenceOptions, registry: Registry): MetricFactory {
+  const prefix =
+    options.metrics === false ? SEQUENCE_DEFAULTS.metricsPrefix : options.metrics.prefix;
+  // Metrics off: still counted (callers need not care), registered nowhere.
+  const registers = options.metrics === false ? [] : [registry];
+  return {
+    counter: (name, help, labelNames) =>
+      new Counter({ name: prefix + name, help, labelNames, registers }),
+    gauge: (name, help, labelNames) =>
+      new Gauge({ name: prefix + name, help, labelNames, registers }),
+  };
+}
