@@ -72,6 +72,36 @@ export {
 } from './core/claim-ticket';
 export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
 
+export { StreamedFragment } from './sequence/streamed-fragment';
+export type { FragmentHandlerFn } from './sequence/fragment-stream';
+
+// Resequencer
+export { ResequencerService } from './resequencer/resequencer.service';
+export {
+  Resequencer,
+  type DrainResult,
+  type ResequencerSweepReport,
+} from './resequencer/resequencer';
+export { Resequenced } from './discovery/resequenced.decorator';
+export { ResequencerRegistry, type RegisteredResequencer } from './discovery/resequencer.registry';
+export {
+  ResequencedEvent,
+  ResequenceHeader,
+  type ResequencerInput,
+} from './resequencer/resequenced-event';
+export type { GapEvent } from './resequencer/gap-event';
+export type { GapListener } from './resequencer/gap.reporter';
+export { GapSweeper, type GapSweepReport } from './resequencer/gap.sweeper';
+export {
+  RESEQUENCER_DEFAULTS,
+  type OverflowPolicy,
+  type ResequencerDefinition,
+  type ResequencerField,
+  type ResequencerModuleOptions,
+  type ResolvedResequencer,
+} from './resequencer/resequencer.options';
+export { RESEQUENCER_STORE } from './resequencer/resequencer.constants';
+
 // Wire contract and errors
 export {
   SequenceHeader,
@@ -100,6 +130,29 @@ export {
 export { RedisSequenceStoreError } from './adapters/stores/redis/redis-store.error';
 export * from './ports/payload-store.port';
 export * from './ports/claim-ledger.port';
+export {
+  assertResequencerArguments,
+  isResequencerKey,
+  isSequenceNumber,
+  type AcceptContext as ResequencerAcceptContext,
+  type AcceptOutcome as ResequencerAcceptOutcome,
+  type DrainClaim,
+  type DrainContext,
+  type DrainSettlement,
+  type GapPolicy,
+  type GapResolution,
+  type HandOffItem,
+  type OpenGap,
+  type ResequencedEntry,
+  type ResequencerKey,
+  type ResequencerKeyState,
+  type ResequencerLimits,
+  type ResequencerStore,
+} from './ports/resequencer-store.port';
+export {
+  MemoryResequencerStore,
+  type MemoryResequencerStoreOptions,
+} from './adapters/stores/memory/memory.resequencer-store';
 export { FilesystemPayloadStore } from './adapters/payload/filesystem/filesystem.payload-store';
 export type { FilesystemPayloadStoreOptions } from './adapters/payload/filesystem/filesystem.payload-store.options';
 export { RedisPayloadStore } from './adapters/payload/redis/redis.payload-store';
@@ -126,7 +179,13 @@ export {
   type RedisClaimLedgerOptions,
 } from './adapters/stores/redis/redis.claim-ledger';
 export { RedisClaimLedgerError } from './adapters/stores/redis/redis-claim-ledger.error';
+export {
+  RedisResequencerStore,
+  type RedisResequencerStoreOptions,
+} from './adapters/stores/redis/redis.resequencer-store';
+export { RedisResequencerStoreError } from './adapters/stores/redis/redis-resequencer-store.error';
 
 // Observability
 export { SequenceMetrics } from './observability/sequence.metrics';
 export { ClaimCheckMetrics } from './observability/claim-check.metrics';
+export { ResequencerMetrics, type ResequencerIntake } from './observability/resequencer.metrics';

@@ -6,6 +6,7 @@ import {
   type Provider,
 } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
 import { CLAIM_CHECK_OPTIONS } from './claim-check/claim-check.constants';
@@ -19,9 +20,18 @@ import { OrphanSweeper } from './claim-check/orphan.sweeper';
 import { PayloadParking } from './claim-check/payload-parking';
 import { ClaimCheckExplorer } from './discovery/claim-check.explorer';
 import { ClaimCheckRegistry } from './discovery/claim-check.registry';
+import { ResequencedExplorer } from './discovery/resequenced.explorer';
+import { ResequencerRegistry } from './discovery/resequencer.registry';
 import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
 import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
 import { ClaimCheckMetrics } from './observability/claim-check.metrics';
+import { ResequencerMetrics } from './observability/resequencer.metrics';
+import type { ResequencerStore } from './ports/resequencer-store.port';
+import { GapReporter } from './resequencer/gap.reporter';
+import { GapSweeper } from './resequencer/gap.sweeper';
+import { RESEQUENCER_OPTIONS, RESEQUENCER_STORE } from './resequencer/resequencer.constants';
+import { resolveResequencerModuleOptions } from './resequencer/resequencer.options';
+import { ResequencerService } from './resequencer/resequencer.service';
 import { SequenceMetrics } from './observability/sequence.metrics';
 import type { SequenceStore } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
@@ -48,6 +58,7 @@ const OWNED_ADAPTERS = Symbol('nest-sequence:owned-adapters');
 interface OwnedAdapters {
   transport?: Transport;
   store?: SequenceStore;
+  resequencerStore?: ResequencerStore;
 }
 
 const providers: Provider[] = [
@@ -57,6 +68,7 @@ const providers: Provider[] = [
     useFactory: (options: SequenceModuleOptions = {}): OwnedAdapters => ({
       transport: options.transport ? undefined : new InMemoryTransport(),
       store: options.store ? undefined : new MemorySequenceStore(),
+      resequencerStore: options.resequencer?.store ? undefined : new MemoryResequencerStore(),
     }),
   },
   {
@@ -87,8 +99,21 @@ const providers: Provider[] = [
         resolved.maxFragmentBytes - resolved.headerAllowanceBytes,
       ),
   },
+  {
+    provide: RESEQUENCER_OPTIONS,
+    inject: [SEQUENCE_MODULE_OPTIONS],
+    useFactory: (options: SequenceModuleOptions | undefined) =>
+      resolveResequencerModuleOptions(options?.resequencer),
+  },
+  {
+    provide: RESEQUENCER_STORE,
+    inject: [SEQUENCE_MODULE_OPTIONS, OWNED_ADAPTERS],
+    useFactory: (options: SequenceModuleOptions = {}, owned: OwnedAdapters) =>
+      options.resequencer?.store ?? owned.resequencerStore,
+  },
   SequenceMetrics,
   ClaimCheckMetrics,
+  ResequencerMetrics,
   SplitterService,
   AggregatorService,
   SequencedHandlerRegistry,
@@ -99,15 +124,21 @@ const providers: Provider[] = [
   ClaimCheckRegistry,
   // After SequencedHandlerExplorer: it refuses channels a sequence handler already took.
   ClaimCheckExplorer,
+  GapReporter,
+  ResequencerRegistry,
+  ResequencerService,
+  // Last: it refuses channels that sequence and claim-check handlers already took.
+  ResequencedExplorer,
   SequenceConsumerHost,
   ExpirySweeper,
   OrphanSweeper,
+  GapSweeper,
 ];
 
 /**
- * Message Sequence and Claim Check for Nest: `SplitterService` / `ClaimCheckService` on the
- * producer side, `@SequencedHandler` / `@ClaimCheck` (or `AggregatorService`) on the consumer
- * side. With no options everything runs in one process (in-memory transport, memory store,
+ * Message Sequence, Claim Check and Resequencer for Nest: `SplitterService` /
+ * `ClaimCheckService` on the producer side, `@SequencedHandler` / `@ClaimCheck` /
+ * `@Resequenced` (or `AggregatorService` / `ResequencerService`) on the consumer side. With no options everything runs in one process (in-memory transport, memory store,
  * filesystem payload store in the OS temp directory); pass `transport`, `store` and
  * `claimCheck` adapters for real servers.
  *
@@ -129,7 +160,11 @@ const providers: Provider[] = [
     ClaimCheckMetrics,
     ClaimCheckRegistry,
     OrphanSweeper,
+    ResequencerService,
+    ResequencerMetrics,
+    GapSweeper,
     CLAIM_CHECK_OPTIONS,
+    RESEQUENCER_STORE,
     SEQUENCE_TRANSPORT,
     SEQUENCE_STORE,
     SEQUENCE_OPTIONS,
@@ -154,6 +189,7 @@ export class SequenceModule extends ConfigurableSequenceModule implements OnAppl
   async onApplicationShutdown(): Promise<void> {
     await this.owned.transport?.close();
     await this.owned.store?.close();
+    await this.owned.resequencerStore?.close();
     for (const adapter of this.claimCheck.owned) await adapter.close();
   }
 }

@@ -12,6 +12,7 @@ import type {
 } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
 import type { ClaimCheckOptions } from './claim-check/claim-check.options';
+import type { ResequencerModuleOptions } from './resequencer/resequencer.options';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -96,6 +97,8 @@ export interface SequenceModuleOptions extends SequenceConsumerOptions {
   consumerId?: string;
   /** Claim Check: payload store, claim ledger, ticket keys, threshold, retention. */
   claimCheck?: ClaimCheckOptions;
+  /** Resequencer: the store shared by instances, buffer bounds, gap sweeping. */
+  resequencer?: ResequencerModuleOptions;
 }
 
 /** Consumer options with every default applied. */
@@ -311,7 +314,13 @@ export function resolvePublishPolicyInto(
   return publish;
 }
 
-function checkInteger(problems: string[], name: string, value: unknown, min: number): boolean {
+/** Adds a problem unless `value` is a safe integer >= `min`; says whether it was. */
+export function checkInteger(
+  problems: string[],
+  name: string,
+  value: unknown,
+  min: number,
+): boolean {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
     const got = typeof value === 'string' ? `the string ${JSON.stringify(value)}` : String(value);
     const hint =

@@ -273,7 +273,8 @@ function readString(raw: unknown): string | undefined {
   return undefined;
 }
 
-function toHeaderValue(raw: unknown): HeaderValue | undefined {
+/** A header value as the wire contract carries it; `undefined` for anything else (tables, arrays). */
+export function toHeaderValue(raw: unknown): HeaderValue | undefined {
   if (typeof raw === 'string' || typeof raw === 'number' || typeof raw === 'boolean') return raw;
   if (typeof raw === 'bigint') return raw.toString();
   if (Buffer.isBuffer(raw)) return raw.toString('utf8');

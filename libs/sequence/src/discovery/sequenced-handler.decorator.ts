@@ -6,12 +6,21 @@ export const SEQUENCED_HANDLER_METADATA = 'nest-sequence:sequenced-handler';
 export interface SequencedHandlerOptions extends SequenceConsumerOptions {
   /** The channel (queue) whose fragments this method reassembles. */
   channel: string;
+  /**
+   * `'reassemble'`: the method is called once per complete, verified sequence with a
+   * {@link ReassembledPayload}. `'stream'`: it is called once per fragment with a
+   * {@link StreamedFragment}, in position order, as soon as each is contiguous (built on the
+   * Resequencer: see docs/message-sequence.md#stream-mode).
+   * @default 'reassemble'
+   */
+  mode?: 'reassemble' | 'stream';
 }
 
 /**
  * Marks a provider method as the handler of a channel's sequences. It is called once per
  * complete, verified sequence with a {@link ReassembledPayload}; if it throws it is retried
- * (`handlerRetry`), then the sequence is dead-lettered.
+ * (`handlerRetry`), then the sequence is dead-lettered. With `mode: 'stream'` it is called once
+ * per fragment instead, in order, with a {@link StreamedFragment}.
  *
  * @example
  * @SequencedHandler({ channel: 'imaging.ai.intake', timeout: { ms: 60_000 } })

@@ -1,6 +1,10 @@
 import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { SequenceMetrics } from '../observability/sequence.metrics';
+import { ResequencerService } from '../resequencer/resequencer.service';
 import { AggregatorService } from '../sequence/aggregator.service';
+import { FragmentStream } from '../sequence/fragment-stream';
+import type { StreamedFragment } from '../sequence/streamed-fragment';
 import type { ReassembledPayload } from '../sequence/reassembled-payload';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { decoratedMethods } from './decorated-methods';
@@ -24,6 +28,8 @@ export class SequencedHandlerExplorer implements OnModuleInit {
     private readonly reflector: Reflector,
     private readonly aggregator: AggregatorService,
     private readonly registry: SequencedHandlerRegistry,
+    private readonly resequencers: ResequencerService,
+    private readonly metrics: SequenceMetrics,
   ) {}
 
   onModuleInit(): void {
@@ -41,12 +47,27 @@ export class SequencedHandlerExplorer implements OnModuleInit {
           missingChannelMessage(DECORATOR, className, methodName),
         ]);
       }
-      const { channel, ...overrides } = options;
+      const { channel, mode, ...overrides } = options;
+      const name = `${className}.${methodName}`;
+      if (mode !== undefined && mode !== 'reassemble' && mode !== 'stream') {
+        throw new SequenceOptionsError(`${DECORATOR} on ${name}`, [
+          `mode must be 'reassemble' or 'stream', got ${String(mode)}`,
+        ]);
+      }
       const handler = (payload: ReassembledPayload): unknown => call(payload);
-      this.registry.add({
-        name: `${className}.${methodName}`,
-        consumer: this.aggregator.createConsumer(channel, handler, overrides),
-      });
+      const consumer = this.aggregator.createConsumer(channel, handler, overrides);
+      const stream =
+        mode === 'stream'
+          ? new FragmentStream(
+              channel,
+              consumer.options,
+              (fragment: StreamedFragment) => call(fragment),
+              this.metrics,
+              this.resequencers,
+              `${DECORATOR} on ${name}`,
+            )
+          : undefined;
+      this.registry.add({ name, consumer, stream });
     }
   }
 }

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { SequenceConsumer } from '../sequence/aggregator.service';
+import type { FragmentStream } from '../sequence/fragment-stream';
 import { SequenceHandlerConflictError } from '../core/errors/sequence-handler-conflict.error';
 
 /** A discovered `@SequencedHandler`: where it lives and the consumer bound to it. */
@@ -7,6 +8,8 @@ export interface RegisteredSequenceHandler {
   /** `ClassName.methodName`, for messages. */
   readonly name: string;
   readonly consumer: SequenceConsumer;
+  /** Set for `mode: 'stream'`: fragments go to it instead of the aggregator. */
+  readonly stream?: FragmentStream;
 }
 
 /** The sequence handlers of this application, by channel. */

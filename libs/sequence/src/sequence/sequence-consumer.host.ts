@@ -7,6 +7,7 @@ import {
 } from '@nestjs/common';
 import { ClaimCheckReceiver } from '../claim-check/claim-check.receiver';
 import { ClaimCheckRegistry } from '../discovery/claim-check.registry';
+import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
 import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
@@ -14,7 +15,8 @@ import type { ResolvedSequenceOptions } from '../sequence.options';
 import { AggregatorService } from './aggregator.service';
 
 /**
- * Owns the subscriptions of the discovered handlers (`@SequencedHandler`, `@ClaimCheck`): opens
+ * Owns the subscriptions of the discovered handlers (`@SequencedHandler`, `@ClaimCheck`,
+ * `@Resequenced`): opens
  * them at bootstrap; at
  * shutdown stops taking fragments, lets deliveries in progress finish (up to
  * `shutdownTimeoutMs`), then closes them, so a graceful stop does not look like a crash.
@@ -34,17 +36,20 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
     private readonly aggregator: AggregatorService,
     private readonly claimCheckRegistry: ClaimCheckRegistry,
     private readonly claimCheck: ClaimCheckReceiver,
+    private readonly resequencers: ResequencerRegistry,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
-    for (const { name, consumer } of this.registry.all()) {
+    for (const { name, consumer, stream } of this.registry.all()) {
       await this.open(
         consumer.channel,
-        (message) => this.aggregator.receive(message, consumer),
+        (message) =>
+          stream ? stream.receive(message) : this.aggregator.receive(message, consumer),
         consumer.options,
       );
       this.logger.log(
-        `${name} consumes sequences from ${consumer.channel} (${this.transport.name})`,
+        `${name} consumes ${stream ? 'streamed ' : ''}sequences from ${consumer.channel} ` +
+          `(${this.transport.name})`,
       );
     }
     for (const { name, consumer } of this.claimCheckRegistry.all()) {
@@ -56,6 +61,15 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
       this.logger.log(
         `${name} consumes claim checks from ${consumer.channel} (${this.transport.name})`,
       );
+    }
+    for (const { definedBy, resequencer, subscribed } of this.resequencers.all()) {
+      if (!subscribed) continue;
+      const { channel, prefetch, deadLetterChannel } = resequencer.definition;
+      await this.open(channel, (message) => resequencer.receive(message), {
+        prefetch,
+        deadLetterChannel,
+      });
+      this.logger.log(`${definedBy} resequences ${channel} (${this.transport.name})`);
     }
   }
 

@@ -40,7 +40,17 @@ export type RejectionCode =
   /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */
   | 'claim-check-not-found'
   /** Claim Check: the payload store or claim ledger failed on `maxStoreRequeues` deliveries in a row. */
-  | 'store-unavailable';
+  | 'store-unavailable'
+  /** Resequencer: the event's key or sequence number is missing or invalid. */
+  | 'invalid-resequence-event'
+  /** Resequencer: buffering the event would pass a bound (`overflow: 'dead-letter'`). */
+  | 'resequencer-buffer-full'
+  /** Resequencer: a gap stayed open past its timeout (policy `'alert'`): a record, not an event. */
+  | 'resequencer-gap-alert'
+  /** Resequencer: sequences were given up (policy `'skip'`): a record, not an event. */
+  | 'resequencer-gap-skipped'
+  /** Resequencer: a buffered event was moved out, unreleased (policy `'dead-letter'`). */
+  | 'resequencer-gap-dead-letter';
 
 /** Formats the `x-death-reason` header value for a rejection. */
 export function deathReason(code: RejectionCode, detail: string): string {

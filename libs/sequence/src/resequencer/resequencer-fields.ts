@@ -1,0 +1,64 @@
+import { isResequencerKey, isSequenceNumber } from '../ports/resequencer-store.port';
+import type { ResequencerField } from './resequencer.options';
+import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
+
+/** An event's key and sequence number, or why they could not be read. */
+export type EventPosition =
+  | { readonly ok: true; readonly key: string; readonly seq: number }
+  | { readonly ok: false; readonly problem: string };
+
+const DECIMAL = /^(0|[1-9][0-9]{0,15})$/;
+
+/** Reads key and seq as a resequencer's definition says (header names or functions). */
+export function positionOf(
+  message: ResequencerInput,
+  key: ResequencerField<string> = ResequenceHeader.key,
+  seq: ResequencerField<number> = ResequenceHeader.seq,
+): EventPosition {
+  let keyValue: unknown;
+  let seqValue: unknown;
+  try {
+    keyValue = typeof key === 'function' ? key(message) : message.headers[key];
+  } catch (error) {
+    return { ok: false, problem: `the key function threw: ${describe(error)}` };
+  }
+  try {
+    seqValue = typeof seq === 'function' ? seq(message) : message.headers[seq];
+  } catch (error) {
+    return { ok: false, problem: `the seq function threw: ${describe(error)}` };
+  }
+  // AMQP headers written by other clients may carry numbers as numbers or strings.
+  if (typeof keyValue === 'number' && Number.isSafeInteger(keyValue)) keyValue = String(keyValue);
+  if (typeof seqValue === 'string' && DECIMAL.test(seqValue)) seqValue = Number(seqValue);
+  if (typeof seqValue === 'bigint') seqValue = Number(seqValue);
+  const where = (field: ResequencerField<unknown>, name: string) =>
+    typeof field === 'function' ? `the ${name} function's result` : `header ${field}`;
+  if (!isResequencerKey(keyValue)) {
+    return {
+      ok: false,
+      problem: `${where(key, 'key')} must be 1-256 characters without control characters, got ${show(keyValue)}`,
+    };
+  }
+  if (!isSequenceNumber(seqValue)) {
+    return {
+      ok: false,
+      problem: `${where(seq, 'seq')} must be an integer >= 0, got ${show(seqValue)}`,
+    };
+  }
+  return { ok: true, key: keyValue, seq: seqValue };
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  let text: string;
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
+    text = String(value);
+  } else {
+    text = JSON.stringify(value) ?? typeof value; // functions and symbols have no JSON
+  }
+  return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,154 @@
+import { Logger } from '@nestjs/common';
+import { crc32 } from '../core/checksum';
+import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
+import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
+import { parseFragmentHeaders, SequenceHeader, type FragmentHeaders } from '../core/headers';
+import type { SequenceMetrics } from '../observability/sequence.metrics';
+import type { Disposition, InboundMessage } from '../ports/transport.port';
+import type { Resequencer } from '../resequencer/resequencer';
+import type { ResequencerService } from '../resequencer/resequencer.service';
+import type { ResequencedEvent } from '../resequencer/resequenced-event';
+import type { ResolvedConsumerOptions } from '../sequence.options';
+import { carriesTicket } from '../claim-check/claim-check.headers';
+import { errorMessage } from './sequence-delivery';
+import { StreamDigests } from './stream-digests';
+import { StreamedFragment } from './streamed-fragment';
+
+/** A function that receives a streamed sequence's fragments, in order. */
+export type FragmentHandlerFn = (fragment: StreamedFragment) => unknown;
+
+/** Sequences whose SHA-256 one consumer follows at once (each holds a hash state, ~200 bytes). */
+const FOLLOWED_SEQUENCES = 4096;
+
+/**
+ * `@SequencedHandler({ mode: 'stream' })`: a Message Sequence consumer built on the Resequencer.
+ * Each fragment is checked (wire contract, CRC-32) and handed to a resequencer whose key is the
+ * sequence id and whose sequence is the position: the handler receives each sequence's fragments
+ * in position order as soon as they are contiguous, once, whichever instance took them — with
+ * the Resequencer's guarantees (atomic release, one drainer per sequence, durable hand-off).
+ *
+ * Differences from reassembly: nothing waits for the whole payload, so the SHA-256 can only be
+ * checked as the fragments go by; the instance that delivers the last fragment checks it when it
+ * delivered every fragment itself (else `verified: false`), and never hands over a last fragment
+ * that fails it. A fragment missing past `timeout.ms` lets the gap policy `'dead-letter'` move the
+ * fragments buffered behind it to the dead-letter channel; the handler never sees `last`.
+ */
+export class FragmentStream {
+  private readonly logger = new Logger('SequenceModule');
+  private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
+  private readonly resequencer: Resequencer;
+
+  constructor(
+    readonly channel: string,
+    private readonly options: ResolvedConsumerOptions,
+    private readonly handler: FragmentHandlerFn,
+    private readonly metrics: SequenceMetrics,
+    resequencers: ResequencerService,
+    definedBy: string,
+  ) {
+    this.resequencer = resequencers.define(
+      definedBy,
+      {
+        channel,
+        name: `sequence-stream:${channel}`,
+        key: SequenceHeader.id,
+        seq: SequenceHeader.position,
+        gap: { timeoutMs: options.timeout.ms, policy: 'dead-letter' },
+        handlerRetry: options.handlerRetry,
+        prefetch: options.prefetch,
+        deadLetterChannel: options.deadLetterChannel,
+        maxBufferedPerKey: options.maxFragments,
+      },
+      (event) => this.deliver(event),
+      false, // the consumer host subscribes for the @SequencedHandler, through `receive`
+    );
+  }
+
+  /** Takes one fragment message; never throws. */
+  async receive(message: InboundMessage): Promise<Disposition> {
+    const body: unknown = message.body;
+    const headers = message.headers ?? {};
+    if (!Buffer.isBuffer(body))
+      return this.reject('malformed-header', 'the message body is not binary');
+    if (carriesTicket(headers)) {
+      return this.reject(
+        'malformed-header',
+        "a fragment sent via claim check reached a mode: 'stream' handler, which takes fragments inline only",
+      );
+    }
+    this.metrics.fragmentReceived(this.channel, body.length);
+    if (body.length > this.options.maxFragmentBytes) {
+      return this.reject(
+        'fragment-too-large',
+        `${body.length}-byte body exceeds maxFragmentBytes (${this.options.maxFragmentBytes})`,
+      );
+    }
+    let fragment: FragmentHeaders;
+    try {
+      fragment = parseFragmentHeaders(headers);
+    } catch (error) {
+      const code = error instanceof MalformedFragmentError ? error.code : 'malformed-header';
+      return this.reject(code, errorMessage(error));
+    }
+    if (fragment.position > this.options.maxFragments) {
+      return this.reject(
+        'too-many-fragments',
+        `sequence ${fragment.sequenceId} fragment ${fragment.position} is beyond maxFragments (${this.options.maxFragments})`,
+      );
+    }
+    const bodyCrc = crc32(body);
+    if (bodyCrc !== fragment.crc32) {
+      return this.reject(
+        'crc-mismatch',
+        `sequence ${fragment.sequenceId} fragment ${fragment.position}: body CRC-32 is ${bodyCrc}, header says ${fragment.crc32}`,
+      );
+    }
+    return this.resequencer.receive(message);
+  }
+
+  /** Hands one released fragment to the handler; a last fragment only if the payload checks. */
+  private async deliver(event: ResequencedEvent): Promise<void> {
+    const fragment = parseFragmentHeaders(event.headers);
+    const { sequenceId, position } = fragment;
+    this.digests.feed(sequenceId, position, event.body);
+    let verified: boolean | undefined;
+    if (fragment.last) {
+      const check = this.digests.check(sequenceId, position, fragment);
+      if (check.kind === 'mismatch') {
+        this.digests.forget(sequenceId);
+        this.metrics.sequenceRejected(this.channel, 'integrity-mismatch');
+        // Final: the deliverer dead-letters this fragment without retrying the handler.
+        throw new SequenceIntegrityError(sequenceId, fragment, check);
+      }
+      verified = check.kind === 'matched';
+      if (!verified) {
+        this.logger.warn(
+          `${this.channel}: sequence ${sequenceId} streamed through several instances; its ` +
+            'SHA-256 could not be checked here (delivered with verified: false)',
+        );
+      }
+    }
+    await this.handler(
+      new StreamedFragment(
+        sequenceId,
+        position,
+        fragment.last,
+        event.body,
+        fragment.userHeaders,
+        fragment.size,
+        fragment.bytes,
+        fragment.contentType,
+        verified,
+      ),
+    );
+    if (fragment.last) this.digests.forget(sequenceId);
+  }
+
+  private reject(code: RejectionCode, detail: string): Disposition {
+    this.metrics.fragmentRejected(this.channel, code);
+    const reason = deathReason(code, detail);
+    this.logger.warn(`${this.channel}: dead-lettered a fragment: ${reason}`);
+    return { action: 'dead-letter', reason };
+  }
+}

@@ -1,0 +1,132 @@
+import { eventually } from '../support/sequence-test-app';
+import {
+  createResequencerTestApp,
+  publishEvent,
+  type ResequencerTestApp,
+} from './resequencer-test-app';
+
+const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
+const channel = 'transfers.status';
+const dlq = `${channel}.dlq`;
+
+describe('Resequencer: bad input and failures (embedded defaults)', () => {
+  let t: ResequencerTestApp;
+
+  afterEach(async () => {
+    await t?.close();
+  });
+
+  const deathReasons = () =>
+    t.transport.peek(dlq).map((message) => String(message.headers['x-death-reason']));
+
+  it('dead-letters events without a usable key or sequence, saying which and why', async () => {
+    t = await createResequencerTestApp({ channel, gap: GAP });
+    const cases: Array<Record<string, string | number>> = [
+      { 'x-resequence-seq': 1 },
+      { 'x-resequence-key': 'T1' },
+      { 'x-resequence-key': 'T1', 'x-resequence-seq': -1 },
+      { 'x-resequence-key': 'T1', 'x-resequence-seq': 1.5 },
+      { 'x-resequence-key': 'T1', 'x-resequence-seq': 'one' },
+      { 'x-resequence-key': '', 'x-resequence-seq': 1 },
+      { 'x-resequence-key': 'bad\nkey', 'x-resequence-seq': 1 },
+    ];
+    for (const headers of cases) await t.transport.publish(channel, Buffer.from('x'), headers);
+    await eventually(() => t.transport.peek(dlq).length === cases.length, 'every bad event');
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(
+        /^invalid-resequence-event: header x-resequence-key must be .*got nothing/,
+      ),
+      expect.stringMatching(
+        /^invalid-resequence-event: header x-resequence-seq must be .*got nothing/,
+      ),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got -1$/),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got 1.5$/),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got "one"$/),
+      expect.stringMatching(/x-resequence-key must be 1-256 characters/),
+      expect.stringMatching(/x-resequence-key must be 1-256 characters/),
+    ]);
+    expect(t.handler.received).toEqual([]);
+  });
+
+  it('accepts a sequence sent as a decimal string (AMQP clients of other languages)', async () => {
+    t = await createResequencerTestApp({ channel, gap: GAP });
+    await t.transport.publish(channel, Buffer.from('a'), {
+      'x-resequence-key': 'T1',
+      'x-resequence-seq': '1',
+    });
+    await eventually(() => t.handler.received.length === 1, 'one event');
+    expect(t.handler.of('T1')).toEqual([1]);
+  });
+
+  it('dead-letters an event whose key function throws, naming the error', async () => {
+    t = await createResequencerTestApp({
+      channel,
+      key: (message) => (JSON.parse(message.body.toString()) as { id: string }).id,
+      seq: () => 1,
+      gap: GAP,
+    });
+    await t.transport.publish(channel, Buffer.from('not json'), {});
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the bad event');
+    expect(deathReasons()[0]).toMatch(/^invalid-resequence-event: the key function threw: /);
+  });
+
+  it('applies back-pressure past maxBufferedPerKey, and still takes the event that fills the gap', async () => {
+    t = await createResequencerTestApp(
+      { channel, gap: GAP, maxBufferedPerKey: 2 },
+      { backpressureDelayMs: 20 },
+    );
+    for (const seq of [2, 3, 4]) await publishEvent(t.transport, channel, 'T1', seq);
+    await eventually(
+      async () => (await t.service.buffered(channel, 'T1')).length === 2,
+      'two buffered',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100)); // 4 keeps coming back meanwhile
+    expect(await t.service.buffered(channel, 'T1')).toEqual([2, 3]);
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => t.handler.received.length === 4, 'all four');
+    expect(t.handler.of('T1')).toEqual([1, 2, 3, 4]);
+    expect(t.transport.peek(dlq)).toEqual([]);
+  });
+
+  it("with overflow 'dead-letter', dead-letters the event that would pass the bound", async () => {
+    t = await createResequencerTestApp({
+      channel,
+      gap: GAP,
+      maxBufferedPerKey: 1,
+      overflow: 'dead-letter',
+    });
+    for (const seq of [2, 3]) await publishEvent(t.transport, channel, 'T1', seq);
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the refused event');
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(
+        /^resequencer-buffer-full: key T1, event 3: maxBufferedPerKey reached while waiting for 1$/,
+      ),
+    ]);
+  });
+
+  it('bounds all keys together with maxBufferedTotal', async () => {
+    t = await createResequencerTestApp(
+      { channel, gap: GAP, overflow: 'dead-letter' },
+      { resequencer: { maxBufferedTotal: 2 } },
+    );
+    for (const key of ['A', 'B', 'C']) await publishEvent(t.transport, channel, key, 2);
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the third key refused');
+    expect(deathReasons()[0]).toMatch(/maxBufferedTotal reached/);
+  });
+
+  it('dead-letters an event whose handler keeps failing, and the key moves on', async () => {
+    t = await createResequencerTestApp({
+      channel,
+      gap: GAP,
+      handlerRetry: { attempts: 2, baseDelayMs: 1 },
+    });
+    t.handler.failing.add('T1:2');
+    for (const seq of [1, 2, 3]) await publishEvent(t.transport, channel, 'T1', seq);
+    await eventually(() => t.handler.received.length === 2, 'events 1 and 3');
+    expect(t.handler.of('T1')).toEqual([1, 3]);
+    expect(t.transport.peek(dlq).map((message) => message.body.toString())).toEqual(['T1#2']);
+    expect(deathReasons()[0]).toMatch(
+      /^handler-failed: key T1, event 2: handler failed 2 time\(s\); last error: handler failure/,
+    );
+  });
+});

@@ -1,0 +1,153 @@
+import type { InboundMessage } from 'nest-sequence';
+import { eventually } from '../support/sequence-test-app';
+import {
+  createResequencerTestApp,
+  publishEvent,
+  type ResequencerTestApp,
+} from './resequencer-test-app';
+
+const TIMEOUT_MS = 10_000;
+const channel = 'transfers.status';
+const dlq = `${channel}.dlq`;
+
+/** A sweep as it would run once the gap timeout has passed. */
+const afterTimeout = () => Date.now() + TIMEOUT_MS + 1;
+
+function reasons(messages: InboundMessage[]): string[] {
+  return messages.map((message) => String(message.headers['x-death-reason']));
+}
+
+describe('Resequencer gap policies (embedded defaults, sweeps run by the test)', () => {
+  let t: ResequencerTestApp;
+
+  afterEach(async () => {
+    await t?.close();
+  });
+
+  async function bufferBehindGap(key: string, seqs: number[]): Promise<void> {
+    for (const seq of seqs) await publishEvent(t.transport, channel, key, seq);
+    await eventually(
+      async () => (await t.service.buffered(channel, key)).length === seqs.length,
+      `${seqs.length} buffered events of ${key}`,
+    );
+  }
+
+  describe("'alert'", () => {
+    beforeEach(async () => {
+      t = await createResequencerTestApp({
+        channel,
+        gap: { timeoutMs: TIMEOUT_MS, policy: 'alert' },
+      });
+    });
+
+    it('leaves a gap alone before its timeout', async () => {
+      await bufferBehindGap('T1', [2, 3]);
+      await expect(t.sweeper.sweep(Date.now() + TIMEOUT_MS - 1_000)).resolves.toMatchObject({
+        gapsResolved: 0,
+      });
+      expect(t.transport.peek(dlq)).toEqual([]);
+      expect(t.gaps).toEqual([]);
+    });
+
+    it('reports the gap once (record, event, metric) and keeps waiting; the late event then releases all', async () => {
+      await bufferBehindGap('T1', [2, 3]);
+      await t.sweeper.sweep(afterTimeout());
+      await t.sweeper.sweep(afterTimeout());
+
+      expect(t.gaps).toEqual([
+        expect.objectContaining({
+          type: 'alert',
+          resequencer: channel,
+          key: 'T1',
+          expected: 1,
+          buffered: 2,
+        }),
+      ]);
+      const records = t.transport.peek(dlq);
+      expect(reasons(records)).toEqual([expect.stringMatching(/^resequencer-gap-alert: key T1 /)]);
+      expect(JSON.parse(records[0].body.toString())).toMatchObject({
+        kind: 'resequencer-gap-alert',
+        key: 'T1',
+        expected: 1,
+        buffered: 2,
+      });
+      expect(t.handler.received).toEqual([]);
+      expect(await t.service.buffered(channel, 'T1')).toEqual([2, 3]);
+
+      await publishEvent(t.transport, channel, 'T1', 1);
+      await eventually(() => t.handler.received.length === 3, 'the released run');
+      expect(t.handler.of('T1')).toEqual([1, 2, 3]);
+    });
+  });
+
+  describe("'skip'", () => {
+    beforeEach(async () => {
+      t = await createResequencerTestApp({
+        channel,
+        gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' },
+      });
+    });
+
+    it('gives up the missing range, records it, and releases what follows; a late event is dropped', async () => {
+      await bufferBehindGap('T1', [3, 4, 6]);
+      await t.sweeper.sweep(afterTimeout());
+
+      expect(t.handler.of('T1')).toEqual([3, 4]);
+      expect(t.gaps).toEqual([
+        expect.objectContaining({ type: 'skipped', key: 'T1', from: 1, to: 2 }),
+      ]);
+      expect(reasons(t.transport.peek(dlq))).toEqual([
+        expect.stringMatching(/^resequencer-gap-skipped: key T1: gave up waiting for 1-2/),
+      ]);
+      expect(await t.service.inspect(channel, 'T1')).toMatchObject({ next: 5, buffered: [6] });
+
+      await publishEvent(t.transport, channel, 'T1', 1); // late now
+      await publishEvent(t.transport, channel, 'T1', 5);
+      await eventually(() => t.handler.received.length === 4, 'the rest');
+      expect(t.handler.of('T1')).toEqual([3, 4, 5, 6]);
+    });
+  });
+
+  describe("'dead-letter'", () => {
+    beforeEach(async () => {
+      t = await createResequencerTestApp({
+        channel,
+        gap: { timeoutMs: TIMEOUT_MS, policy: 'dead-letter' },
+      });
+    });
+
+    it('moves the buffered events to the dead-letter channel, byte-exact, and moves the key past them', async () => {
+      await bufferBehindGap('T1', [2, 3]);
+      await t.sweeper.sweep(afterTimeout());
+
+      const moved = t.transport.peek(dlq);
+      expect(moved.map((message) => message.body.toString())).toEqual(['T1#2', 'T1#3']);
+      expect(reasons(moved)).toEqual([
+        expect.stringMatching(/^resequencer-gap-dead-letter: key T1: event 2 was buffered while 1/),
+        expect.stringMatching(/^resequencer-gap-dead-letter: key T1: event 3 /),
+      ]);
+      expect(t.gaps.map((gap) => gap.type)).toEqual(['dead-lettered', 'dead-lettered']);
+      expect(await t.service.inspect(channel, 'T1')).toMatchObject({ next: 4, buffered: [] });
+      expect(t.handler.received).toEqual([]);
+
+      await publishEvent(t.transport, channel, 'T1', 1); // late: the key moved on
+      await publishEvent(t.transport, channel, 'T1', 4);
+      await eventually(() => t.handler.received.length === 1, 'event 4');
+      expect(t.handler.of('T1')).toEqual([4]);
+    });
+  });
+
+  it('every instance may sweep at once: each gap is resolved once', async () => {
+    t = await createResequencerTestApp({ channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' } });
+    await bufferBehindGap('T1', [2]);
+    await bufferBehindGap('T2', [5]);
+    const now = afterTimeout();
+    // The sweeper shares one run between overlapping calls; resequencers sweep independently.
+    const resequencer = t.service.named(channel);
+    const reports = await Promise.all([resequencer.sweep(now), resequencer.sweep(now)]);
+    expect(reports.reduce((sum, report) => sum + report.gapsResolved, 0)).toBe(2);
+    expect(t.gaps.filter((gap) => gap.type === 'skipped')).toHaveLength(2);
+    expect(t.handler.of('T1')).toEqual([2]);
+    expect(t.handler.of('T2')).toEqual([5]);
+  });
+});

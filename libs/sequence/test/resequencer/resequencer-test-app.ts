@@ -1,0 +1,125 @@
+import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  GapSweeper,
+  InMemoryTransport,
+  Resequenced,
+  ResequencerService,
+  SequenceMetrics,
+  SequenceModule,
+  type GapEvent,
+  type HeaderMap,
+  type ResequencedEvent,
+  type ResequencerDefinition,
+  type SequenceModuleOptions,
+  type Transport,
+} from 'nest-sequence';
+
+/** What a test handler received, in call order. */
+export interface Received {
+  readonly key: string;
+  readonly seq: number;
+  readonly body: string;
+  readonly headers: Readonly<Record<string, unknown>>;
+}
+
+/** A `@Resequenced` handler for tests: records every call; can be told to fail. */
+export class RecordingResequencedHandler {
+  readonly received: Received[] = [];
+  /** Events (`key:seq`) whose calls throw, every time. */
+  readonly failing = new Set<string>();
+
+  handle(event: ResequencedEvent): void {
+    if (this.failing.has(`${event.key}:${event.seq}`)) {
+      throw new Error(`handler failure on ${event.key}:${event.seq} (expected by the test)`);
+    }
+    this.received.push({
+      key: event.key,
+      seq: event.seq,
+      body: event.text(),
+      headers: event.headers,
+    });
+  }
+
+  /** The sequences received for `key`, in call order. */
+  of(key: string): number[] {
+    return this.received.filter((each) => each.key === key).map((each) => each.seq);
+  }
+}
+
+/** A provider class whose `handle` method carries `@Resequenced(definition)`. */
+export function resequencedHandler(
+  definition: ResequencerDefinition,
+): Type<RecordingResequencedHandler> {
+  @Injectable()
+  class Handler extends RecordingResequencedHandler {
+    @Resequenced(definition)
+    override handle(event: ResequencedEvent): void {
+      super.handle(event);
+    }
+  }
+  return Handler;
+}
+
+export interface ResequencerTestApp {
+  readonly app: INestApplicationContext;
+  readonly transport: InMemoryTransport;
+  readonly handler: RecordingResequencedHandler;
+  readonly service: ResequencerService;
+  readonly sweeper: GapSweeper;
+  readonly gaps: GapEvent[];
+  readonly metrics: SequenceMetrics;
+  close(): Promise<void>;
+}
+
+/** An application with one `@Resequenced` handler on the embedded defaults (or given adapters). */
+export async function createResequencerTestApp(
+  definition: ResequencerDefinition,
+  options: SequenceModuleOptions = {},
+): Promise<ResequencerTestApp> {
+  const transport = (options.transport as InMemoryTransport | undefined) ?? new InMemoryTransport();
+  const Handler = resequencedHandler(definition);
+  const gaps: GapEvent[] = [];
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      SequenceModule.forRoot({
+        ...options,
+        transport,
+        resequencer: { sweepIntervalMs: false, ...options.resequencer },
+      }),
+    ],
+    providers: [Handler],
+  }).compile();
+  const app = await moduleRef.init();
+  const service = app.get(ResequencerService);
+  service.onGap((event) => void gaps.push(event));
+  return {
+    app,
+    transport,
+    handler: app.get(Handler),
+    service,
+    sweeper: app.get(GapSweeper),
+    gaps,
+    metrics: app.get(SequenceMetrics),
+    close: async () => {
+      await app.close();
+      if (!options.transport) await transport.close();
+    },
+  };
+}
+
+/** Publishes one event with the default key and sequence headers. */
+export function publishEvent(
+  transport: Transport,
+  channel: string,
+  key: string,
+  seq: number,
+  body = `${key}#${seq}`,
+  headers: HeaderMap = {},
+): Promise<void> {
+  return transport.publish(channel, Buffer.from(body), {
+    ...headers,
+    'x-resequence-key': key,
+    'x-resequence-seq': seq,
+  });
+}

@@ -1,0 +1,143 @@
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  GapSweeper,
+  InMemoryTransport,
+  SequencedHandler,
+  SequenceModule,
+  SplitterService,
+  StreamedFragment,
+  type SequencedHandlerOptions,
+} from 'nest-sequence';
+import {
+  bytes,
+  eventually,
+  makeFragments,
+  publishAll,
+  shuffled,
+  type TestFragment,
+} from '../support/sequence-test-app';
+
+const channel = 'imaging.stream';
+const dlq = `${channel}.dlq`;
+
+/** `@SequencedHandler({ mode: 'stream' })` on embedded defaults: fragments in order, as they come. */
+describe("@SequencedHandler({ mode: 'stream' })", () => {
+  let app: INestApplicationContext;
+  let transport: InMemoryTransport;
+  let received: StreamedFragment[];
+
+  async function start(options: Partial<SequencedHandlerOptions> = {}) {
+    received = [];
+    transport = new InMemoryTransport();
+    @Injectable()
+    class StreamingReader {
+      @SequencedHandler({ channel, mode: 'stream', ...options })
+      read(fragment: StreamedFragment): void {
+        received.push(fragment);
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ transport, resequencer: { sweepIntervalMs: false } })],
+      providers: [StreamingReader],
+    }).compile();
+    app = await moduleRef.init();
+  }
+
+  afterEach(async () => {
+    await app?.close();
+    await transport?.close();
+  });
+
+  const positions = (sequenceId: string) =>
+    received.filter((each) => each.sequenceId === sequenceId).map((each) => each.position);
+
+  it('hands each fragment over in position order as soon as it is contiguous, then the verified last', async () => {
+    await start();
+    const payload = bytes(10_000, 3);
+    const fragments = makeFragments('study-1', payload, 1_000, { modality: 'CT' });
+    // 2..4 wait for 1; once 1 arrives, 1..4 go at once, before the rest has even been sent.
+    await publishAll(transport, channel, [fragments[1], fragments[3], fragments[2]]);
+    await eventually(() => transport.peek(channel).length === 0, 'three fragments taken');
+    expect(received).toEqual([]);
+    await publishAll(transport, channel, [fragments[0]]);
+    await eventually(() => received.length === 4, 'fragments 1-4');
+    expect(positions('study-1')).toEqual([1, 2, 3, 4]);
+
+    await publishAll(transport, channel, shuffled(fragments.slice(4), 9));
+    await eventually(() => received.length === 10, 'every fragment');
+    expect(positions('study-1')).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(Buffer.concat(received.map((each) => each.body))).toEqual(payload);
+    const last = received[9];
+    expect(last).toMatchObject({ last: true, verified: true, size: 10, totalBytes: 10_000 });
+    expect(last.headers).toEqual({ modality: 'CT' });
+    expect(received.slice(0, 9).every((each) => !each.last && each.verified === undefined)).toBe(
+      true,
+    );
+  });
+
+  it('delivers each fragment once, whatever the duplicates, and keeps sequences apart', async () => {
+    await start();
+    const a = makeFragments('a', bytes(3_000, 1), 1_000);
+    const b = makeFragments('b', bytes(3_000, 2), 1_000);
+    const all: TestFragment[] = [...a, ...b, a[0], b[2], a[1]];
+    await publishAll(transport, channel, shuffled(all, 4));
+    await eventually(() => received.length === 6, 'six fragments');
+    await eventually(() => transport.peek(channel).length === 0, 'the channel drained');
+    expect(positions('a')).toEqual([1, 2, 3]);
+    expect(positions('b')).toEqual([1, 2, 3]);
+  });
+
+  it('streams what SplitterService sends', async () => {
+    await start();
+    const payload = bytes(50_000, 5);
+    const receipt = await app.get(SplitterService).send(channel, payload, { fragmentBytes: 4_096 });
+    await eventually(() => received.some((each) => each.last), 'the last fragment');
+    expect(positions(receipt.sequenceId)).toEqual(
+      Array.from({ length: receipt.fragments }, (_, i) => i + 1),
+    );
+    expect(Buffer.concat(received.map((each) => each.body))).toEqual(payload);
+  });
+
+  it('dead-letters a fragment whose body fails its CRC-32; the stream waits for a good copy', async () => {
+    await start();
+    const fragments = makeFragments('s', bytes(2_000, 6), 1_000);
+    const corrupt = { body: Buffer.from(fragments[0].body), headers: fragments[0].headers };
+    corrupt.body[0] ^= 0xff;
+    await publishAll(transport, channel, [corrupt, fragments[1]]);
+    await eventually(() => transport.peek(dlq).length === 1, 'the corrupt fragment refused');
+    expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(/^crc-mismatch: /);
+    expect(received).toEqual([]);
+    await publishAll(transport, channel, [fragments[0]]);
+    await eventually(() => received.length === 2, 'both fragments');
+    expect(positions('s')).toEqual([1, 2]);
+  });
+
+  it('never hands over a last fragment whose payload fails its SHA-256: it is dead-lettered', async () => {
+    await start();
+    const fragments = makeFragments('tampered', bytes(3_000, 7), 1_000);
+    const last = fragments[2];
+    last.headers = { ...last.headers, 'x-sequence-sha256': '0'.repeat(64) };
+    await publishAll(transport, channel, fragments);
+    await eventually(() => transport.peek(dlq).length === 1, 'the last fragment refused');
+    expect(positions('tampered')).toEqual([1, 2]);
+    expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(
+      /^integrity-mismatch: sequence tampered: reassembled 3000 bytes/,
+    );
+  });
+
+  it('after timeout.ms, moves the fragments waiting behind a missing one to the dead-letter channel', async () => {
+    await start({ timeout: { ms: 5_000 } });
+    const fragments = makeFragments('lost', bytes(4_000, 8), 1_000);
+    await publishAll(transport, channel, [fragments[0], fragments[2], fragments[3]]);
+    await eventually(() => received.length === 1, 'fragment 1');
+    await eventually(() => transport.peek(channel).length === 0, 'the others buffered');
+    await app.get(GapSweeper).sweep(Date.now() + 5_001);
+    const moved = transport.peek(dlq);
+    expect(moved.map((message) => message.headers['x-sequence-position'])).toEqual([3, 4]);
+    expect(String(moved[0].headers['x-death-reason'])).toMatch(
+      /^resequencer-gap-dead-letter: key lost: event 3 was buffered while 2 stayed missing/,
+    );
+    expect(received.some((each) => each.last)).toBe(false);
+  });
+});
