@@ -1,9 +1,11 @@
-import { Module } from '@nestjs/common';
+import { Module, type DynamicModule } from '@nestjs/common';
 import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
 import { readDemoEnvironment } from './demo.environment';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
 import { DEMO_ADAPTERS, InfrastructureModule, type DemoAdapters } from './infrastructure';
+import type { TransfersSettings } from './transfers/transfers.environment';
+import { TransfersModule } from './transfers/transfers.module';
 
 /**
  * Largest fragment of a study sent as a sequence: half the RabbitMQ transport's default message
@@ -27,10 +29,11 @@ function demoSequenceOptions(
       sequenceMaxBytes: claimCheckAboveBytes,
       signingKeys,
     },
+    resequencer: { store: adapters.resequencerStore },
   };
 }
 
-/** Message Sequence and Claim Check on the adapters the environment chooses (see infrastructure.ts). */
+/** Message Sequence, Claim Check and Resequencer on the adapters the environment chooses (see infrastructure.ts). */
 const Sequence = SequenceModule.forRootAsync({
   imports: [InfrastructureModule],
   inject: [DEMO_ADAPTERS],
@@ -49,3 +52,11 @@ export class ConsumerAppModule {}
 /** The PACS router alone: `npm run demo:producer`. */
 @Module({ imports: [Sequence, PacsRouterModule] })
 export class ProducerAppModule {}
+
+/** The instant-payment transfers demo, with its HTTP API: `npm run demo:transfers`. */
+@Module({})
+export class TransfersAppModule {
+  static register(settings: TransfersSettings): DynamicModule {
+    return { module: TransfersAppModule, imports: [Sequence, TransfersModule.register(settings)] };
+  }
+}

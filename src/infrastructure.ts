@@ -4,9 +4,11 @@ import {
   RabbitMqTransport,
   RedisClaimLedger,
   RedisPayloadStore,
+  RedisResequencerStore,
   RedisSequenceStore,
   type ClaimLedger,
   type PayloadStore,
+  type ResequencerStore,
   type SequenceStore,
   type Transport,
 } from 'nest-sequence';
@@ -19,15 +21,17 @@ export interface DemoAdapters {
   payloadStore?: PayloadStore;
   /** Which tickets the AI service has handled: shared, so that several instances handle each once. */
   claimLedger?: ClaimLedger;
+  /** Each transfer's resequencing state: shared, so that any instance may take any status. */
+  resequencerStore?: ResequencerStore;
 }
 
 export const DEMO_ADAPTERS = Symbol('demo:adapters');
 
 /**
  * - `AMQP_URL` set: RabbitMQ transport.
- * - `REDIS_URL` set: Redis sequence store and claim ledger, and the Redis payload store unless
- *   `PAYLOAD_DIR` is set, all under the key prefix `SEQUENCE_REDIS_PREFIX` (default `nseq`), so
- *   that several consumer instances share them.
+ * - `REDIS_URL` set: Redis sequence store, claim ledger and resequencer store, and the Redis
+ *   payload store unless `PAYLOAD_DIR` is set, all under the key prefix `SEQUENCE_REDIS_PREFIX`
+ *   (default `nseq`), so that several consumer instances share them.
  * - `PAYLOAD_DIR` set: the filesystem payload store rooted there (with several processes, a
  *   directory they all see).
  * Unset: the embedded defaults, no server needed (payloads under `<os tmpdir>/nest-sequence-payloads`).
@@ -41,7 +45,10 @@ export async function adaptersFromEnvironment(env = process.env): Promise<DemoAd
   if (env.PAYLOAD_DIR) payloadStore = new FilesystemPayloadStore({ root: env.PAYLOAD_DIR });
   else if (redisUrl) payloadStore = RedisPayloadStore.connect(redisUrl, { prefix });
   const claimLedger = redisUrl ? RedisClaimLedger.connect(redisUrl, { prefix }) : undefined;
-  return { transport, store, payloadStore, claimLedger };
+  const resequencerStore = redisUrl
+    ? RedisResequencerStore.connect(redisUrl, { prefix })
+    : undefined;
+  return { transport, store, payloadStore, claimLedger, resequencerStore };
 }
 
 /**
@@ -57,8 +64,13 @@ export class InfrastructureModule implements OnApplicationShutdown {
   constructor(@Inject(DEMO_ADAPTERS) private readonly adapters: DemoAdapters) {}
 
   async onApplicationShutdown(): Promise<void> {
-    const { transport, store, payloadStore, claimLedger } = this.adapters;
+    const { transport, store, payloadStore, claimLedger, resequencerStore } = this.adapters;
     await transport?.close();
-    await Promise.all([store?.close(), payloadStore?.close(), claimLedger?.close()]);
+    await Promise.all([
+      store?.close(),
+      payloadStore?.close(),
+      claimLedger?.close(),
+      resequencerStore?.close(),
+    ]);
   }
 }

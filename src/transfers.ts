@@ -1,0 +1,121 @@
+import 'reflect-metadata';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  RESEQUENCER_STORE,
+  ResequencerService,
+  SEQUENCE_TRANSPORT,
+  SequenceMetrics,
+  type ResequencerStore,
+  type Transport,
+} from 'nest-sequence';
+import { TransfersAppModule } from './app.module';
+import { exitOnError } from './demo.command';
+import { readDemoEnvironment } from './demo.environment';
+import { TransferStatusProjection } from './transfers/transfer-status.projection';
+import { TransferStatusResequencer } from './transfers/transfer-status.resequencer';
+import {
+  describeRun,
+  failedChecks,
+  type HttpAnswer,
+  type TransfersRun,
+} from './transfers/transfers-run.report';
+import { readTransfersEnvironment } from './transfers/transfers.environment';
+import { UpstreamSimulator } from './transfers/upstream.simulator';
+
+/** Beyond the gap timeout: how long the statuses may take to go through the broker and store. */
+const SETTLE_MARGIN_MS = 60_000;
+
+/**
+ * `npm run demo:transfers`: instant-payment transfers. Three upstream services publish the
+ * statuses of TRANSFERS transfers shuffled; the resequencer releases each transfer's in order;
+ * the projection serves them on GET /transfers/:id/status. One transfer never gets its
+ * `processing` status and raises a gap alert. Prints a summary, checks it, queries its own HTTP
+ * API, then exits (0 when every check passed), or keeps serving with SERVE=1.
+ */
+async function main(): Promise<'serving' | number> {
+  const environment = readTransfersEnvironment(process.env);
+  readDemoEnvironment(process.env); // the shared module reads it too: a usage error, not a trace
+  const app = await NestFactory.create(TransfersAppModule.register(environment), {
+    logger: ['error', 'warn'],
+  });
+  // On a signal: stop consuming, close, exit 0.
+  app.enableShutdownHooks(['SIGINT', 'SIGTERM'], { useProcessExit: true });
+  let serving = false;
+  try {
+    await app.listen(environment.port);
+    const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
+    const base = `http://127.0.0.1:${port}`;
+    console.log(`transfers API on http://localhost:${port}/transfers`);
+
+    const started = Date.now();
+    const simulation = await app.get(UpstreamSimulator).run(environment.transfers);
+    await app
+      .get(TransferStatusProjection)
+      .whenFinal(simulation.transferIds, environment.gapTimeoutMs + SETTLE_MARGIN_MS);
+    const elapsedMs = Date.now() - started;
+
+    const resequencer = app.get(TransferStatusResequencer).name;
+    const good = simulation.transferIds.find((id) => id !== simulation.brokenTransferId)!;
+    const run: TransfersRun = {
+      adapters: {
+        transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
+        store: app.get<ResequencerStore>(RESEQUENCER_STORE).name,
+      },
+      channels: environment.channels,
+      gapTimeoutMs: environment.gapTimeoutMs,
+      simulation,
+      summary: app.get(TransferStatusProjection).summary(),
+      heldBack: await heldBack(app, resequencer),
+      brokenInStore: await app
+        .get(ResequencerService)
+        .inspect(resequencer, simulation.brokenTransferId),
+      elapsedMs,
+      broken: await getStatus(base, simulation.brokenTransferId),
+      good: await getStatus(base, good),
+    };
+    console.log(describeRun(run).join('\n'));
+
+    const problems = failedChecks(run);
+    if (problems.length > 0) {
+      for (const problem of problems) console.error(`check failed: ${problem}`);
+      return 1;
+    }
+    console.log('all checks passed');
+    if (!environment.serve) return 0;
+    console.log(`serving http://localhost:${port}/transfers until Ctrl-C (SERVE=1)`);
+    serving = true;
+    return 'serving';
+  } finally {
+    if (!serving) await closeQuietly(app);
+  }
+}
+
+async function getStatus(base: string, id: string): Promise<HttpAnswer> {
+  const path = `/transfers/${encodeURIComponent(id)}/status`;
+  const response = await fetch(base + path);
+  return { path, status: response.status, body: await response.json() };
+}
+
+/**
+ * How many statuses arrived before the one they follow and waited in the store: the resequencer's
+ * `buffered` intake count, read from the module's metrics.
+ */
+async function heldBack(app: INestApplication, resequencer: string): Promise<number> {
+  const metrics = await app.get(SequenceMetrics).registry.getMetricsAsJSON();
+  const events = metrics.find((metric) => metric.name.endsWith('resequencer_events_total'));
+  return (events?.values ?? [])
+    .filter(({ labels }) => labels.resequencer === resequencer && labels.outcome === 'buffered')
+    .reduce((sum, { value }) => sum + value, 0);
+}
+
+/** Closing must not hide why the run failed. */
+async function closeQuietly(app: INestApplication): Promise<void> {
+  await app.close().catch((error: unknown) => console.error('closing the app failed:', error));
+}
+
+main().then((outcome) => {
+  if (outcome !== 'serving') process.exit(outcome);
+}, exitOnError);
