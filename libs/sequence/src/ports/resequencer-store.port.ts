@@ -150,8 +150,9 @@ export interface ResequencerKeyState {
  *   gives its head to one holder at a time (a lease; an expired lease may be taken over);
  *   `settleDrain(count)` removes the first `count` items only if the caller still holds the
  *   lease, then returns the next batch (lease renewed) or releases the lease when the list is
- *   empty. A drainer that dies leaves its items in place for the next holder: nothing is lost or
- *   reordered (items delivered but not settled are delivered again: at-least-once).
+ *   empty. `renewDrain` extends a lease its holder still has, and never takes one. A drainer that
+ *   dies leaves its items in place for the next holder: nothing is lost or reordered (items
+ *   delivered but not settled are delivered again: at-least-once).
  * - Gaps: every key with a non-empty buffer is listed by `listGaps` with the time its gap opened.
  *   `resolveGap` applies a policy atomically, only if the key still has a gap opened at or before
  *   `openedBefore` (so instances sweeping at once resolve each gap once):
@@ -174,6 +175,12 @@ export interface ResequencerStore {
   ): Promise<AcceptOutcome>;
   claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim>;
   settleDrain(key: ResequencerKey, count: number, context: DrainContext): Promise<DrainSettlement>;
+  /**
+   * Extends the lease to `now + leaseMs` if `holder` still holds it (expired or not, as long as
+   * nobody took it over); true when it did. Never takes a lease: a drainer that lost its lease
+   * must stop, not take back a free one over items someone else has settled meanwhile.
+   */
+  renewDrain(key: ResequencerKey, holder: string, leaseMs: number, now: number): Promise<boolean>;
   /** Lets the lease go early (a drainer that gives up); a no-op unless `holder` holds it. */
   releaseDrain(key: ResequencerKey, holder: string): Promise<void>;
   /**

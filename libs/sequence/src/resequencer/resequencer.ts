@@ -144,7 +144,7 @@ export class Resequencer {
     });
     let claim: DrainSettlement = await store.claimDrain(ref, context());
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
-    const renewal = this.keepLease(ref, context);
+    const renewal = this.keepLease(ref, holder);
     try {
       while (claim.kind === 'claimed') {
         const { items } = claim;
@@ -154,7 +154,7 @@ export class Resequencer {
           delivered++;
         }
         await renewal.pause();
-        if (delivered < items.length) {
+        if (delivered < items.length || renewal.lost()) {
           // Stopped early (broker unreachable, or the lease was lost): settle what went out.
           if (delivered > 0 && !renewal.lost()) await store.settleDrain(ref, delivered, context());
           await store.releaseDrain(ref, holder);
@@ -240,28 +240,30 @@ export class Resequencer {
   }
 
   /**
-   * Renews the drain lease every third of `leaseMs` while a drain delivers. Renewal is a
-   * re-claim, which would also take a lease that is free: so it pauses (and lets an in-flight
-   * renewal land) around every settle, after which the lease may have been released.
+   * Renews the drain lease every third of `leaseMs` while a drain delivers. A renewal that finds
+   * the lease gone (another instance took it over after it lapsed: this one was stalled) marks it
+   * lost, and the drain stops before its next item. Renewal pauses around each settle, so that
+   * an in-flight renewal never races the settle that releases the lease.
    */
-  private keepLease(ref: ResequencerKey, context: () => DrainContext): LeaseRenewal {
+  private keepLease(ref: ResequencerKey, holder: string): LeaseRenewal {
+    const { store, sequence, logger } = this.deps;
     let lost = false;
     let paused = false;
     let inFlight: Promise<void> = Promise.resolve();
     const timer = setInterval(
       () => {
-        if (paused) return;
-        inFlight = this.deps.store.claimDrain(ref, { ...context(), limit: 1 }).then(
-          (claim) => {
-            if (claim.kind === 'busy') lost = true;
+        if (paused || lost) return;
+        inFlight = store.renewDrain(ref, holder, sequence.leaseMs, Date.now()).then(
+          (renewed) => {
+            if (!renewed) lost = true;
           },
           (error: unknown) =>
-            this.deps.logger.warn(
+            logger.warn(
               `${this.name}: could not renew the drain lease of ${ref.key}: ${errorMessage(error)}`,
             ),
         );
       },
-      Math.max(50, Math.floor(this.deps.sequence.leaseMs / 3)),
+      Math.max(50, Math.floor(sequence.leaseMs / 3)),
     );
     timer.unref();
     return {

@@ -148,6 +148,55 @@ export function describeDrainCases(c: ResequencerSuiteContext): void {
       });
     });
 
+    it('renews the lease of its holder, so that nobody takes it over meanwhile', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      await c.store.claimDrain(key, drainAt(c.t0, 'a'));
+      await expect(c.store.renewDrain(key, 'a', LEASE_MS, c.t0 + LEASE_MS - 1)).resolves.toBe(true);
+      await expect(c.store.claimDrain(key, drainAt(c.t0 + LEASE_MS + 1, 'b'))).resolves.toEqual({
+        kind: 'busy',
+      });
+    });
+
+    it('renews an expired lease nobody took over', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      await c.store.claimDrain(key, drainAt(c.t0, 'a'));
+      await expect(c.store.renewDrain(key, 'a', LEASE_MS, c.t0 + LEASE_MS + 5)).resolves.toBe(true);
+      await expect(c.store.claimDrain(key, drainAt(c.t0 + LEASE_MS + 6, 'b'))).resolves.toEqual({
+        kind: 'busy',
+      });
+    });
+
+    it("never takes a lease by renewing: not a free one, not another holder's", async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      await expect(c.store.renewDrain(key, 'a', LEASE_MS, c.t0)).resolves.toBe(false);
+      await c.store.claimDrain(key, drainAt(c.t0 + 1, 'b'));
+      await expect(c.store.renewDrain(key, 'a', LEASE_MS, c.t0 + 2)).resolves.toBe(false);
+      await expect(c.store.claimDrain(key, drainAt(c.t0 + 3, 'a'))).resolves.toEqual({
+        kind: 'busy',
+      });
+    });
+
+    it('tells a lapsed drainer it lost the lease once another took over, settled and let go', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      await c.store.claimDrain(key, drainAt(c.t0, 'a'));
+      const later = c.t0 + LEASE_MS + 1;
+      await c.store.claimDrain(key, drainAt(later, 'b'));
+      await expect(c.store.settleDrain(key, 1, drainAt(later, 'b'))).resolves.toEqual({
+        kind: 'empty',
+      });
+      await acceptAll(c.store, key, [2], later + 1);
+      await expect(c.store.renewDrain(key, 'a', LEASE_MS, later + 2)).resolves.toBe(false);
+      await expect(c.store.settleDrain(key, 1, drainAt(later + 3, 'a'))).resolves.toEqual({
+        kind: 'lost',
+      });
+      const rest = await drainAll(c.store, key, later + 4, 'c');
+      expect(eventSeqs(rest)).toEqual([2]);
+    });
+
     it('ignores a release by someone who does not hold the lease', async () => {
       const key = c.key();
       await acceptAll(c.store, key, [1], c.t0);

@@ -144,6 +144,22 @@ export class MemoryResequencerStore implements ResequencerStore {
     return { kind: 'claimed', items: head(record, context.limit) };
   }
 
+  async renewDrain(
+    key: ResequencerKey,
+    holder: string,
+    leaseMs: number,
+    now: number,
+  ): Promise<boolean> {
+    assertResequencerArguments(key);
+    assertHolder(holder);
+    assertPositiveInteger('leaseMs', leaseMs);
+    assertTime('now', now);
+    const lease = this.keys.find(key)?.lease;
+    if (lease?.holder !== holder) return false;
+    lease.until = now + leaseMs;
+    return true;
+  }
+
   async releaseDrain(key: ResequencerKey, holder: string): Promise<void> {
     assertResequencerArguments(key);
     assertHolder(holder);

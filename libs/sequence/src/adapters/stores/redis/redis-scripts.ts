@@ -24,6 +24,7 @@ export type ScriptName =
   | 'rsq-claim'
   | 'rsq-settle'
   | 'rsq-release'
+  | 'rsq-renew'
   | 'rsq-resolve'
   | 'rsq-inspect'
   | 'rsq-gaps'
@@ -97,6 +98,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-claim',
   'rsq-settle',
   'rsq-release',
+  'rsq-renew',
   'rsq-resolve',
   'rsq-inspect',
   'rsq-gaps',

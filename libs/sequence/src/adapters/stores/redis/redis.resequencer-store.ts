@@ -199,6 +199,23 @@ export class RedisResequencerStore implements ResequencerStore {
     return this.indexed(key, interpretSettle(reply, source('settleDrain', key)), context.now);
   }
 
+  async renewDrain(
+    key: ResequencerKey,
+    holder: string,
+    leaseMs: number,
+    now: number,
+  ): Promise<boolean> {
+    assertResequencerArguments(key);
+    assertHolder(holder);
+    assertPositiveInteger('leaseMs', leaseMs);
+    assertTime('now', now);
+    const reply = await this.scripts['rsq-renew'](
+      [this.keys.of(key).state],
+      [holder, now, leaseMs],
+    );
+    return reply === 1;
+  }
+
   async releaseDrain(key: ResequencerKey, holder: string): Promise<void> {
     assertResequencerArguments(key);
     assertHolder(holder);

@@ -1,0 +1,143 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { RabbitMqTransport, RedisResequencerStore } from 'nest-sequence';
+import { SERVERS } from '../support/servers';
+import { eventually, shuffled } from '../support/sequence-test-app';
+import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { describeOnRealServers } from './support/real-servers';
+import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { publishKeyedEvent } from './support/resequencer-app';
+import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
+import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
+
+jest.setTimeout(60_000);
+
+const KEYS = 1_000;
+const EVENTS_PER_KEY = 5;
+const INSTANCES = 3;
+/** Every 20th event is published a second time, at another random place in the stream. */
+const DUPLICATE_EVERY = 20;
+/** Publishes in flight at once (each waits for its confirm). */
+const PUBLISH_CONCURRENCY = 200;
+
+/**
+ * Guarantees table, row "several consumer instances", for the Resequencer: three consumers, each
+ * a process of its own (real parallelism: its own event loop, AMQP connection and Redis client),
+ * take events of 1,000 keys from one queue in whatever order the broker hands them out, and share
+ * one Redis store. Whichever instance accepts an event, each key's events must come out of the
+ * output channel strictly in order, each exactly once.
+ */
+describeOnRealServers('faults: three Resequencer processes race on one queue', () => {
+  let admin: RabbitMqAdmin;
+  let redis: Redis;
+  let producer: RabbitMqTransport;
+  let prefix: string;
+  let dir: string;
+  const consumers: ResequencerConsumerProcess[] = [];
+
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+    redis = new Redis(SERVERS.redis.url);
+    producer = await RabbitMqTransport.connect(
+      AMQP_URL,
+      {},
+      namedConnection(`nseq-fault-producer-${randomUUID()}`),
+    );
+    prefix = newPrefix();
+    dir = mkdtempSync(join(tmpdir(), 'nseq-fault-rsq-race-'));
+  });
+
+  afterAll(async () => {
+    for (const consumer of consumers.splice(0)) await consumer.kill();
+    await producer.close();
+    await admin.close();
+    await deleteUnder(redis, prefix);
+    await redis.quit();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('delivers each of 1,000 keys strictly in order 1..5 to the output, nothing lost, nothing twice', async () => {
+    const channel = admin.newChannel();
+    const output = admin.newChannel();
+    consumers.push(
+      ...(await Promise.all(
+        Array.from({ length: INSTANCES }, () =>
+          ResequencerConsumerProcess.start({
+            amqpUrl: AMQP_URL,
+            redisUrl: SERVERS.redis.url,
+            channel,
+            output,
+            prefix,
+            dir,
+            prefetch: 32,
+            sweepIntervalMs: 200,
+          }),
+        ),
+      )),
+    );
+
+    const events = Array.from({ length: KEYS }, (_, key) =>
+      Array.from({ length: EVENTS_PER_KEY }, (__, i) => ({ key: `K${key}`, seq: i + 1 })),
+    ).flat();
+    const copies = events.filter((_, i) => i % DUPLICATE_EVERY === 0);
+    const stream = shuffled([...events, ...copies], 29);
+    for (let i = 0; i < stream.length; i += PUBLISH_CONCURRENCY) {
+      await Promise.all(
+        stream
+          .slice(i, i + PUBLISH_CONCURRENCY)
+          .map((event) => publishKeyedEvent(producer, channel, event)),
+      );
+    }
+
+    const reader = new QueueCollector(admin, output);
+    await reader.atLeast(events.length, 'every event on the output', 40_000);
+    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the input drained');
+    const stats = await Promise.all(consumers.splice(0).map((consumer) => consumer.stop()));
+    await reader.collect(); // anything published late would show up now
+
+    expect(reader.messages.length).toBe(events.length);
+    const byKey = reader.seqsByKey();
+    expect(byKey.size).toBe(KEYS);
+    const strictlyInOrder = Array.from({ length: EVENTS_PER_KEY }, (_, i) => i + 1);
+    const outOfOrder = [...byKey].filter(([, seqs]) => !sameSeqs(seqs, strictlyInOrder));
+    expect(outOfOrder).toEqual([]);
+    // Byte-exact bodies, and no header but the key and sequence (no transport header of a
+    // requeued copy leaked through).
+    const altered = reader.messages.filter(
+      (message) =>
+        message.body.toString() !== defaultBodyOf(message) ||
+        Object.keys(message.headers).sort().join() !== 'x-resequence-key,x-resequence-seq',
+    );
+    expect(altered).toEqual([]);
+
+    // Every instance took part in the race, and together they delivered each event exactly once.
+    for (const { outcomes, delivered } of stats) {
+      expect(outcomes?.released ?? 0).toBeGreaterThan(0);
+      expect(delivered).toBeGreaterThan(0);
+    }
+    expect(stats.reduce((sum, { delivered = 0 }) => sum + delivered, 0)).toBe(events.length);
+    const dropped = stats.reduce(
+      (sum, { outcomes = {} }) => sum + (outcomes.duplicate ?? 0) + (outcomes.late ?? 0),
+      0,
+    );
+    expect(dropped).toBeGreaterThanOrEqual(copies.length);
+    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+
+    // Nothing left behind in Redis: every key at 6, no buffer, no hand-off list.
+    const store = new RedisResequencerStore(redis, { prefix });
+    const states = await Promise.all(
+      [...byKey.keys()].map((key) => store.inspect({ scope: channel, key }, 1)),
+    );
+    expect(states.filter((state) => state.next !== 6 || state.handOff !== 0)).toEqual([]);
+    expect(await store.bufferedTotal(channel)).toBe(0);
+    const left = await keysUnder(redis, prefix);
+    expect(left.filter((key) => /:(buffer|handoff)$/.test(key))).toEqual([]);
+  });
+});
+
+function sameSeqs(actual: readonly number[], expected: readonly number[]): boolean {
+  return actual.length === expected.length && actual.every((seq, i) => seq === expected[i]);
+}

@@ -1,0 +1,131 @@
+import { randomUUID } from 'node:crypto';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import type { Registry } from 'prom-client';
+import {
+  GapSweeper,
+  RabbitMqTransport,
+  RedisResequencerStore,
+  ResequencerService,
+  SequenceMetrics,
+  SequenceModule,
+  type GapEvent,
+  type HeaderMap,
+  type ResequencerDefinition,
+  type ResequencerModuleOptions,
+  type ResequencerStore,
+} from 'nest-sequence';
+import {
+  RecordingResequencedHandler,
+  resequencedHandler,
+} from '../../resequencer/resequencer-test-app';
+import { SERVERS } from '../../support/servers';
+import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+
+export interface ResequencerApp {
+  readonly app: INestApplicationContext;
+  readonly transport: RabbitMqTransport;
+  /** The Redis store this instance uses (its own client), e.g. to inspect a key. */
+  readonly store: RedisResequencerStore;
+  /** The recording `@Resequenced` handler (without a definition: a handler nothing calls). */
+  readonly handler: RecordingResequencedHandler;
+  readonly service: ResequencerService;
+  readonly sweeper: GapSweeper;
+  /** Every gap outcome this instance reported, in order. */
+  readonly gaps: GapEvent[];
+  readonly registry: Registry;
+  close(): Promise<void>;
+}
+
+export interface ResequencerAppOptions {
+  /** The Redis key prefix, shared by every instance of one test. */
+  readonly prefix: string;
+  /** Module-wide resequencer options (`store` is this app's Redis store). */
+  readonly resequencer?: Omit<ResequencerModuleOptions, 'store'>;
+  /** The drain lease (the module's `leaseMs`). */
+  readonly leaseMs?: number;
+  /** @default 50 */
+  readonly backpressureDelayMs?: number;
+  /** Wraps the Redis store the module gets (e.g. to inject faults into this instance's calls). */
+  readonly wrapStore?: (store: RedisResequencerStore) => ResequencerStore;
+}
+
+/**
+ * A Nest application on the real servers with one `@Resequenced` handler (or none, for tests of
+ * resequencers made with `service.create`): its own RabbitMQ connection (named for the broker)
+ * and its own Redis client, under `prefix`, in a `RedisResequencerStore`. The gap sweeper is off
+ * unless `resequencer.sweepIntervalMs` says. `close()` closes the application, then the
+ * transport and the Redis client.
+ */
+export async function createResequencerApp(
+  definition: ResequencerDefinition | undefined,
+  options: ResequencerAppOptions,
+): Promise<ResequencerApp> {
+  const transport = await RabbitMqTransport.connect(
+    AMQP_URL,
+    {},
+    namedConnection(`nseq-fault-rsq-${randomUUID()}`),
+  );
+  const redis = new Redis(SERVERS.redis.url);
+  const store = new RedisResequencerStore(redis, { prefix: options.prefix });
+  const closeClients = async () => {
+    await transport.close();
+    await redis.quit();
+  };
+  const Handler = definition && resequencedHandler(definition);
+  let app: INestApplicationContext;
+  try {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          sweepIntervalMs: false,
+          leaseMs: options.leaseMs,
+          backpressureDelayMs: options.backpressureDelayMs ?? 50,
+          resequencer: {
+            sweepIntervalMs: false,
+            ...options.resequencer,
+            store: options.wrapStore?.(store) ?? store,
+          },
+        }),
+      ],
+      providers: Handler ? [Handler] : [],
+    }).compile();
+    moduleRef.useLogger(process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false);
+    app = await moduleRef.init();
+  } catch (error) {
+    await closeClients();
+    throw error;
+  }
+  const service = app.get(ResequencerService);
+  const gaps: GapEvent[] = [];
+  service.onGap((event) => void gaps.push(event));
+  return {
+    app,
+    transport,
+    store,
+    handler: Handler ? app.get(Handler) : new RecordingResequencedHandler(),
+    service,
+    sweeper: app.get(GapSweeper),
+    gaps,
+    registry: app.get(SequenceMetrics).registry,
+    close: async () => {
+      await app.close();
+      await closeClients();
+    },
+  };
+}
+
+/** Publishes one event with the default key and sequence headers, waiting for the confirm. */
+export function publishKeyedEvent(
+  transport: RabbitMqTransport,
+  channel: string,
+  event: { key: string; seq: number; body?: Buffer; headers?: HeaderMap },
+): Promise<void> {
+  return transport.publish(channel, event.body ?? Buffer.from(`${event.key}#${event.seq}`), {
+    ...event.headers,
+    'x-resequence-key': event.key,
+    'x-resequence-seq': event.seq,
+  });
+}
