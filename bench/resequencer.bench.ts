@@ -19,10 +19,12 @@
  * every 20 ms in both paths). After each module round the output is read back and checked: per key
  * exactly 1..n, in order. One JSON line: events/s of each path (median of `BENCH_RSQ_ROUNDS`
  * rounds, alternating a b / b a), the median of the per-round ratios b/a, and the largest number
- * of events the resequencer held buffered at once (sampled every 20 ms).
+ * of events the resequencer held buffered at once (sampled every 20 ms), and the CPU milliseconds
+ * per 1,000 events this process, RabbitMQ and Redis spent during the timed part of each path.
  *
  * Environment: AMQP_URL, REDIS_URL, BENCH_RSQ_EVENTS, BENCH_RSQ_KEYS, BENCH_RSQ_WINDOW,
- * BENCH_RSQ_PREFETCH [64], BENCH_RSQ_ROUNDS [3]. Queues and Redis keys are unique to the run and
+ * BENCH_RSQ_PREFETCH [64], BENCH_RSQ_ROUNDS [3], BENCH_RSQ_ONLY [unset; `a` or `b` runs one path,
+ * for profiling]. Queues and Redis keys are unique to the run and
  * removed at the end.
  */
 import { randomUUID } from 'node:crypto';
@@ -36,6 +38,7 @@ import {
   SequenceModule,
 } from 'nest-sequence';
 import { median, report } from './bench.util';
+import { busiestProcessNamed, cpuSecondsOf, ownCpuSeconds } from './process-probe';
 
 function positive(name: string, fallback: number): number {
   const value = Number(process.env[name] ?? fallback);
@@ -55,6 +58,33 @@ const settings = {
 const perKey = Math.ceil(settings.events / settings.keys);
 const runId = randomUUID().slice(0, 8);
 const progress = (line: string) => process.stderr.write(`${line}\n`);
+
+const servers = {
+  rabbitmq: busiestProcessNamed('beam.smp'),
+  redis: busiestProcessNamed('redis-server'),
+};
+
+/** CPU seconds used so far by this process, RabbitMQ and Redis (undefined where unknown). */
+function cpuNow() {
+  return {
+    node: ownCpuSeconds(),
+    rabbitmq: cpuSecondsOf(servers.rabbitmq),
+    redis: cpuSecondsOf(servers.redis),
+  };
+}
+
+type CpuReading = ReturnType<typeof cpuNow>;
+
+/** CPU milliseconds per 1,000 events between two readings, per process. */
+function cpuPerThousand(from: CpuReading, to: CpuReading, events: number) {
+  const per = (a?: number, b?: number) =>
+    a === undefined || b === undefined ? undefined : Math.round(((b - a) * 1e6) / events);
+  return {
+    node: per(from.node, to.node),
+    rabbitmq: per(from.rabbitmq, to.rabbitmq),
+    redis: per(from.redis, to.redis),
+  };
+}
 
 interface BenchEvent {
   readonly key: string;
@@ -131,6 +161,7 @@ async function baselineRound(connection: amqp.ChannelModel, events: BenchEvent[]
   const consumer = await connection.createChannel();
   const publisher = await connection.createConfirmChannel();
   await consumer.prefetch(settings.prefetch);
+  const cpuBefore = cpuNow();
   const started = process.hrtime.bigint();
   await consumer.consume(input, (message) => {
     if (!message) return;
@@ -143,12 +174,13 @@ async function baselineRound(connection: amqp.ChannelModel, events: BenchEvent[]
   });
   await waitForCount(connection, output, events.length);
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
   await consumer.close();
   await publisher.close();
   await admin.deleteQueue(input);
   await admin.deleteQueue(output);
   await admin.close();
-  return { seconds };
+  return { seconds, cpu };
 }
 
 async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: BenchEvent[]) {
@@ -186,12 +218,14 @@ async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: 
   const sampler = setInterval(() => {
     void store.bufferedTotal(input).then((count) => (maxBuffered = Math.max(maxBuffered, count)));
   }, 20);
+  const cpuBefore = cpuNow();
   const started = process.hrtime.bigint();
   const subscription = await transport.subscribe(input, (message) => resequencer.receive(message), {
     prefetch: settings.prefetch,
   });
   await waitForCount(connection, output, events.length);
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
   clearInterval(sampler);
   await subscription.close();
 
@@ -205,7 +239,7 @@ async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: 
   await app.close();
   await transport.close();
   await deleteUnder(redis, prefix);
-  return { seconds, maxBuffered };
+  return { seconds, maxBuffered, cpu };
 }
 
 /** Reads the output back: per key exactly 1..n, in order. */
@@ -232,6 +266,16 @@ async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
   } while (cursor !== '0');
 }
 
+type CpuPerThousand = ReturnType<typeof cpuPerThousand>;
+
+function medianCpu(readings: CpuPerThousand[]) {
+  const of = (name: keyof CpuPerThousand) => {
+    const values = readings.map((reading) => reading[name]).filter((v) => v !== undefined);
+    return values.length > 0 ? median(values) : undefined;
+  };
+  return { node: of('node'), rabbitmq: of('rabbitmq'), redis: of('redis') };
+}
+
 async function main(): Promise<void> {
   const events = makeEvents();
   const connection = await amqp.connect(settings.amqpUrl);
@@ -240,22 +284,30 @@ async function main(): Promise<void> {
   const module: number[] = [];
   const ratios: number[] = [];
   let maxBuffered = 0;
+  const cpu = { baseline: [] as CpuPerThousand[], module: [] as CpuPerThousand[] };
   try {
     for (let round = 1; round <= settings.rounds; round++) {
       const order = round % 2 === 1 ? ['a', 'b'] : ['b', 'a'];
       let a = 0;
       let b = 0;
       for (const path of order) {
+        if (process.env.BENCH_RSQ_ONLY && process.env.BENCH_RSQ_ONLY !== path) continue;
         if (path === 'a') {
-          a = (await baselineRound(connection, events)).seconds;
-          progress(`round ${round} baseline: ${(events.length / a).toFixed(0)} events/s`);
+          const result = await baselineRound(connection, events);
+          a = result.seconds;
+          cpu.baseline.push(result.cpu);
+          progress(
+            `round ${round} baseline: ${(events.length / a).toFixed(0)} events/s, ` +
+              `CPU ms per 1,000 events ${JSON.stringify(result.cpu)}`,
+          );
         } else {
           const result = await moduleRound(connection, redis, events);
           b = result.seconds;
           maxBuffered = Math.max(maxBuffered, result.maxBuffered);
+          cpu.module.push(result.cpu);
           progress(
             `round ${round} module: ${(events.length / b).toFixed(0)} events/s, ` +
-              `max buffered ${result.maxBuffered}`,
+              `max buffered ${result.maxBuffered}, CPU ms per 1,000 events ${JSON.stringify(result.cpu)}`,
           );
         }
       }
@@ -279,6 +331,7 @@ async function main(): Promise<void> {
     ratio: Math.round(median(ratios) * 100) / 100,
     ratios: ratios.map((ratio) => Math.round(ratio * 100) / 100),
     maxBuffered,
+    cpuMsPerThousandEvents: { baseline: medianCpu(cpu.baseline), module: medianCpu(cpu.module) },
   });
 }
 

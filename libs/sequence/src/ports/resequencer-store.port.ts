@@ -29,6 +29,12 @@ export interface AcceptContext {
   readonly start: number;
   readonly limits: ResequencerLimits;
   readonly now: number;
+  /**
+   * When set, an event `released` (or `late` with `pending`) also claims the drain lease for
+   * `holder` in the same atomic step, as `claimDrain` would at `now`: the outcome's `drain` says
+   * how (one round trip fewer for the usual case, where the releasing instance drains).
+   */
+  readonly drain?: Omit<DrainContext, 'now'>;
 }
 
 /**
@@ -44,10 +50,22 @@ export interface AcceptContext {
  * - `full`: buffering it would pass `limit`: nothing stored.
  */
 export type AcceptOutcome =
-  | { readonly kind: 'released'; readonly next: number; readonly count: number }
+  | {
+      readonly kind: 'released';
+      readonly next: number;
+      readonly count: number;
+      /** The drain claim, when `context.drain` asked for one. */
+      readonly drain?: DrainClaim;
+    }
   | { readonly kind: 'buffered'; readonly next: number; readonly buffered: number }
   | { readonly kind: 'duplicate'; readonly next: number }
-  | { readonly kind: 'late'; readonly next: number; readonly pending: boolean }
+  | {
+      readonly kind: 'late';
+      readonly next: number;
+      readonly pending: boolean;
+      /** The drain claim, when `context.drain` asked for one and `pending` is true. */
+      readonly drain?: DrainClaim;
+    }
   | {
       readonly kind: 'full';
       readonly next: number;

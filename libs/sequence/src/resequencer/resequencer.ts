@@ -5,6 +5,7 @@ import { deathReason } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type {
+  DrainClaim,
   DrainContext,
   DrainSettlement,
   OpenGap,
@@ -22,6 +23,12 @@ import type { ResequencerInput } from './resequenced-event';
 
 /** How a drain ended: the list emptied, another holder drains it, or delivery must wait. */
 export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
+
+/** A drain whose first claim was already made (by the accept that released the events). */
+interface StartedDrain {
+  readonly holder: string;
+  readonly claim: DrainClaim;
+}
 
 interface LeaseRenewal {
   lost(): boolean;
@@ -89,6 +96,8 @@ export class Resequencer {
       return this.reject('invalid-resequence-event', position.problem);
     }
     const { key, seq } = position;
+    // Whoever releases drains: the lease comes with the release, in the same store step.
+    const holder = this.newHolder();
     let outcome;
     try {
       outcome = await deps.store.accept(
@@ -101,6 +110,7 @@ export class Resequencer {
             maxBufferedTotal: deps.module.maxBufferedTotal,
           },
           now: Date.now(),
+          drain: { holder, leaseMs: deps.sequence.leaseMs, limit: deps.module.drainBatch },
         },
       );
     } catch (error) {
@@ -115,9 +125,9 @@ export class Resequencer {
       case 'duplicate':
         return ACK;
       case 'late':
-        return outcome.pending ? this.drainFor(key) : ACK;
+        return outcome.pending ? this.drainFor(key, { holder, claim: outcome.drain }) : ACK;
       case 'released':
-        return this.drainFor(key);
+        return this.drainFor(key, { holder, claim: outcome.drain });
       case 'full': {
         const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
@@ -132,17 +142,17 @@ export class Resequencer {
    * Delivers what waits in `key`'s hand-off list, in order, until it is empty. Answers `busy`
    * without delivering when another holder's lease is live.
    */
-  async drain(key: string): Promise<DrainResult> {
+  async drain(key: string, started?: StartedDrain): Promise<DrainResult> {
     const { store, sequence, module, logger } = this.deps;
     const ref = this.ref(key);
-    const holder = `${sequence.consumerId}:${randomUUID()}`;
+    const holder = started?.holder ?? this.newHolder();
     const context = (): DrainContext => ({
       holder,
       leaseMs: sequence.leaseMs,
       limit: module.drainBatch,
       now: Date.now(),
     });
-    let claim: DrainSettlement = await store.claimDrain(ref, context());
+    let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
     const renewal = this.keepLease(ref, holder);
     try {
@@ -218,13 +228,19 @@ export class Resequencer {
     }
   }
 
-  /** Drains for an input message whose event was released (or may still be waiting to be). */
-  private async drainFor(key: string): Promise<Disposition> {
+  /**
+   * Drains for an input message whose event was released (or may still be waiting to be),
+   * starting from the claim its accept made, if any.
+   */
+  private async drainFor(key: string, first: Partial<StartedDrain>): Promise<Disposition> {
     const deadline = Date.now() + this.deps.module.drainWaitMs;
+    let started: StartedDrain | undefined =
+      first.claim && first.holder ? { holder: first.holder, claim: first.claim } : undefined;
     for (;;) {
       let result: DrainResult;
       try {
-        result = await this.drain(key);
+        result = await this.drain(key, started);
+        started = undefined;
       } catch (error) {
         this.deps.logger.warn(
           `${this.name}: draining key ${key} failed; requeued: ${errorMessage(error)}`,
@@ -277,6 +293,10 @@ export class Resequencer {
       },
       stop: () => clearInterval(timer),
     };
+  }
+
+  private newHolder(): string {
+    return `${this.deps.sequence.consumerId}:${randomUUID()}`;
   }
 
   private ref(key: string): ResequencerKey {

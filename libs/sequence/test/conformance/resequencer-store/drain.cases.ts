@@ -148,6 +148,51 @@ export function describeDrainCases(c: ResequencerSuiteContext): void {
       });
     });
 
+    it('claims the lease with the release when accept is given a drain holder', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [2, 3], c.t0);
+      const drain = { holder: 'a', leaseMs: LEASE_MS, limit: 2 };
+      const outcome = await c.store.accept(key, event(1), { ...acceptAt(c.t0 + 1), drain });
+      expect(outcome).toMatchObject({ kind: 'released', next: 4, count: 3 });
+      const claim = outcome.kind === 'released' ? outcome.drain : undefined;
+      expect(claim?.kind === 'claimed' && eventSeqs(claim.items)).toEqual([1, 2]);
+      await expect(c.store.claimDrain(key, drainAt(c.t0 + 2, 'b'))).resolves.toEqual({
+        kind: 'busy',
+      });
+      const next = await c.store.settleDrain(key, 2, drainAt(c.t0 + 3, 'a', 2));
+      expect(next.kind === 'claimed' && eventSeqs(next.items)).toEqual([3]);
+    });
+
+    it('answers busy with the release when another holder drains the key', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      await c.store.claimDrain(key, drainAt(c.t0 + 1, 'a'));
+      const drain = { holder: 'b', leaseMs: LEASE_MS, limit: 10 };
+      await expect(
+        c.store.accept(key, event(2), { ...acceptAt(c.t0 + 2), drain }),
+      ).resolves.toEqual({ kind: 'released', next: 3, count: 1, drain: { kind: 'busy' } });
+      expect(eventSeqs(await drainAll(c.store, key, c.t0 + 3, 'a'))).toEqual([1, 2]);
+    });
+
+    it('claims for a late event only while something is pending, and never without a holder', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1], c.t0);
+      const drain = { holder: 'a', leaseMs: LEASE_MS, limit: 10 };
+      const pending = await c.store.accept(key, event(1), { ...acceptAt(c.t0 + 1), drain });
+      expect(pending).toMatchObject({ kind: 'late', pending: true });
+      const claim = pending.kind === 'late' ? pending.drain : undefined;
+      expect(claim?.kind === 'claimed' && eventSeqs(claim.items)).toEqual([1]);
+      await c.store.settleDrain(key, 1, drainAt(c.t0 + 2, 'a'));
+      await expect(
+        c.store.accept(key, event(1), { ...acceptAt(c.t0 + 3), drain }),
+      ).resolves.toEqual({ kind: 'late', next: 2, pending: false });
+      await expect(c.store.accept(key, event(2), acceptAt(c.t0 + 4))).resolves.toEqual({
+        kind: 'released',
+        next: 3,
+        count: 1,
+      });
+    });
+
     it('renews the lease of its holder, so that nobody takes it over meanwhile', async () => {
       const key = c.key();
       await acceptAll(c.store, key, [1], c.t0);

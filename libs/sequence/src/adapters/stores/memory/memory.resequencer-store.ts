@@ -77,7 +77,9 @@ export class MemoryResequencerStore implements ResequencerStore {
     const existing = this.keys.find(key, now);
     const next = existing?.next ?? context.start;
     if (entry.seq < next) {
-      return { kind: 'late', next, pending: (existing?.handOff.length ?? 0) > 0 };
+      const pending = (existing?.handOff.length ?? 0) > 0;
+      if (!pending || !context.drain) return { kind: 'late', next, pending };
+      return { kind: 'late', next, pending, drain: await this.claimDrain(key, drainAt(context)) };
     }
     if (existing?.buffer.has(entry.seq)) return { kind: 'duplicate', next };
     if (entry.seq > next) {
@@ -96,7 +98,9 @@ export class MemoryResequencerStore implements ResequencerStore {
     if (entry.seq === next) {
       const count = releaseRun(record, now);
       this.keys.wrote(key, record, now, 1 - count);
-      return { kind: 'released', next: record.next, count };
+      if (!context.drain) return { kind: 'released', next: record.next, count };
+      const drain = await this.claimDrain(key, drainAt(context));
+      return { kind: 'released', next: record.next, count, drain };
     }
     if (wasEmpty) reopenGap(record, now);
     this.keys.wrote(key, record, now, 1);
@@ -251,4 +255,9 @@ function byTimeThenKey(time: (record: ResequencerKeyRecord) => number) {
     [keyA, a]: [string, ResequencerKeyRecord],
     [keyB, b]: [string, ResequencerKeyRecord],
   ): number => time(a) - time(b) || (keyA < keyB ? -1 : keyA > keyB ? 1 : 0);
+}
+
+/** The drain context an accept that also claims the lease uses. */
+function drainAt(context: AcceptContext): DrainContext {
+  return { ...context.drain!, now: context.now };
 }

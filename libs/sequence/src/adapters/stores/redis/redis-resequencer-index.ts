@@ -46,6 +46,11 @@ export class RedisResequencerIndex {
     this.remember(scope, Number(total));
   }
 
+  /** What a single-node "-ix" script appends to its arguments to apply the index inline. */
+  inlineArguments(key: string, now: number): Array<string | number> {
+    return [key, now, this.retentionMs, this.retentionMs + this.marginMs, PRUNE_BATCH];
+  }
+
   /** The scope's total as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
   async recentTotal(scope: string): Promise<number> {
     const seen = this.totals.get(scope);
@@ -70,7 +75,7 @@ export class RedisResequencerIndex {
     return this.redis.zrangebyscore(keys.stalled, '-inf', idleSince, 'LIMIT', 0, limit);
   }
 
-  private remember(scope: string, value: number): void {
+  remember(scope: string, value: number): void {
     this.totals.set(scope, { value, seenAt: Date.now() });
   }
 }

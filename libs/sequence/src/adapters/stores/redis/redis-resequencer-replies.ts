@@ -40,10 +40,14 @@ export interface ReplySource {
   readonly key?: string;
 }
 
-/** A port result and the index record that came with it (none: the key has no state). */
+/**
+ * A port result and the index record that came with it (none: the key has no state), or, from a
+ * single-node "-ix" script that applied the record inline, the scope's total after it.
+ */
 export interface WithRecord<T> {
   readonly result: T;
   readonly record?: IndexRecord;
+  readonly total?: number;
 }
 
 /** Reads one `{code, record, ...}` reply; every accessor throws on a field of the wrong shape. */
@@ -80,14 +84,29 @@ class ScriptReply {
     return value as T;
   }
 
+  /** The scope's total when the script applied its record inline ({total}); else undefined. */
+  appliedTotal(): number | undefined {
+    const raw = this.fields[1] as unknown[];
+    if (raw.length !== 1) return undefined;
+    if (!Number.isSafeInteger(raw[0])) throw this.error();
+    return raw[0] as number;
+  }
+
   record(): IndexRecord | undefined {
     const raw = this.fields[1] as unknown[];
-    if (raw.length === 0) return undefined;
+    if (raw.length === 0 || raw.length === 1) return undefined;
     if (raw.length !== 8 || !raw.every((value) => Number.isSafeInteger(value))) {
       throw this.error();
     }
     const [ver, buffered, next, lowest, gapSince, alerted, handOffAt, at] = raw as number[];
     return { ver, buffered, next, lowest, gapSince, alerted: alerted === 1, handOffAt, at };
+  }
+
+  /** The drain claim appended at `index` by an accept with a holder, if any. */
+  drainFrom(index: number): DrainClaim | undefined {
+    if (this.fields.length <= index) return undefined;
+    const code = this.oneOf(index, ['busy', 'claimed'] as const);
+    return code === 'busy' ? { kind: 'busy' } : { kind: 'claimed', items: this.items(index + 1) };
   }
 
   items(from: number): HandOffItem[] {
@@ -98,6 +117,8 @@ class ScriptReply {
   }
 
   with<T>(result: T): WithRecord<T> {
+    const total = this.appliedTotal();
+    if (total !== undefined) return { result, total };
     const record = this.record();
     return record ? { result, record } : { result };
   }
@@ -111,10 +132,20 @@ export function interpretAccept(raw: unknown, source: ReplySource): WithRecord<A
   const reply = new ScriptReply(raw, source);
   const next = reply.integer(2);
   switch (reply.code) {
-    case 'late':
-      return reply.with({ kind: 'late', next, pending: reply.flag(3) });
-    case 'released':
-      return reply.with({ kind: 'released', next, count: reply.integer(3) });
+    case 'late': {
+      const pending = reply.flag(3);
+      const drain = reply.drainFrom(4);
+      return reply.with(
+        drain ? { kind: 'late', next, pending, drain } : { kind: 'late', next, pending },
+      );
+    }
+    case 'released': {
+      const count = reply.integer(3);
+      const drain = reply.drainFrom(4);
+      return reply.with(
+        drain ? { kind: 'released', next, count, drain } : { kind: 'released', next, count },
+      );
+    }
     case 'duplicate':
       return reply.with({ kind: 'duplicate', next });
     case 'full': {

@@ -21,11 +21,14 @@ export type ScriptName =
   | 'claim-complete'
   | 'claim-release'
   | 'rsq-accept'
+  | 'rsq-accept-ix'
   | 'rsq-claim'
   | 'rsq-settle'
+  | 'rsq-settle-ix'
   | 'rsq-release'
   | 'rsq-renew'
   | 'rsq-resolve'
+  | 'rsq-resolve-ix'
   | 'rsq-inspect'
   | 'rsq-gaps'
   | 'rsq-index';
@@ -95,11 +98,14 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'claim-complete',
   'claim-release',
   'rsq-accept',
+  'rsq-accept-ix',
   'rsq-claim',
   'rsq-settle',
+  'rsq-settle-ix',
   'rsq-release',
   'rsq-renew',
   'rsq-resolve',
+  'rsq-resolve-ix',
   'rsq-inspect',
   'rsq-gaps',
   'rsq-index',

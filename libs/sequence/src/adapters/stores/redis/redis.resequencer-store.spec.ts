@@ -304,7 +304,7 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       it('raises RedisResequencerStoreError for a script reply it does not understand', async () => {
         const client = new Redis(SERVERS.redis.url);
         try {
-          jest.spyOn(loadScripts(client), 'rsq-accept').mockResolvedValue(['queued', [], 1]);
+          jest.spyOn(loadScripts(client), 'rsq-accept-ix').mockResolvedValue(['queued', [], 1]);
           const confused = new RedisResequencerStore(client, { prefix });
 
           const accepted = confused.accept(key, entry(1), at(t0));

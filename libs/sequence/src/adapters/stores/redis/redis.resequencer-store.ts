@@ -63,7 +63,7 @@ import {
 } from '../../../ports/resequencer-store.arguments';
 import { encodeEntry } from './redis-resequencer.codec';
 import { RedisResequencerIndex } from './redis-resequencer-index';
-import { keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
+import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
 import {
   interpretAccept,
   interpretClaim,
@@ -72,7 +72,7 @@ import {
   interpretSettle,
   type WithRecord,
 } from './redis-resequencer-replies';
-import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
+import { loadScripts, type RedisClient, type ScriptArgument, type Scripts } from './redis-scripts';
 
 export interface RedisResequencerStoreOptions {
   /**
@@ -109,6 +109,8 @@ export class RedisResequencerStore implements ResequencerStore {
   private readonly scripts: Scripts;
   private readonly index: RedisResequencerIndex;
   private readonly retentionMs: number;
+  /** On Redis Cluster the index step is a second script (another slot); on one node, inline. */
+  private readonly isCluster: boolean;
   private ownsClient = false;
 
   constructor(
@@ -123,6 +125,7 @@ export class RedisResequencerStore implements ResequencerStore {
       throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${marginMs}`);
     }
     this.scripts = loadScripts(redis);
+    this.isCluster = (redis as { isCluster?: boolean }).isCluster === true;
     this.index = new RedisResequencerIndex(
       redis,
       this.scripts,
@@ -154,9 +157,10 @@ export class RedisResequencerStore implements ResequencerStore {
     assertStart(context.start);
     assertPositiveInteger('maxBufferedPerKey', context.limits.maxBufferedPerKey);
     assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
+    if (context.drain) assertDrainArguments(key, { ...context.drain, now: context.now });
     const encoded = encodeEntry(entry);
     const seenTotal = await this.index.recentTotal(key.scope);
-    const reply = await this.scripts['rsq-accept'](keyKeyList(this.keys.of(key)), [
+    const reply = await this.perKey('rsq-accept', key, context.now, [
       context.now,
       context.start,
       entry.seq,
@@ -165,6 +169,9 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limits.maxBufferedTotal,
       seenTotal,
       this.retentionMs,
+      context.drain?.holder ?? '',
+      context.drain?.leaseMs ?? 0,
+      context.drain?.limit ?? 0,
     ]);
     return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
   }
@@ -188,7 +195,7 @@ export class RedisResequencerStore implements ResequencerStore {
   ): Promise<DrainSettlement> {
     assertDrainArguments(key, context);
     assertPositiveInteger('count', count);
-    const reply = await this.scripts['rsq-settle'](keyKeyList(this.keys.of(key)), [
+    const reply = await this.perKey('rsq-settle', key, context.now, [
       context.now,
       context.holder,
       count,
@@ -237,7 +244,7 @@ export class RedisResequencerStore implements ResequencerStore {
     assertResequencerArguments(key);
     assertGapPolicy(policy);
     assertTime('openedBefore', context.openedBefore);
-    const reply = await this.scripts['rsq-resolve'](keyKeyList(this.keys.of(key)), [
+    const reply = await this.perKey('rsq-resolve', key, context.now, [
       context.now,
       policy,
       context.openedBefore,
@@ -285,9 +292,29 @@ export class RedisResequencerStore implements ResequencerStore {
     }
   }
 
+  /**
+   * Runs a per-key script that changes the key: on a single node its "-ix" variant, which applies
+   * the index record inline (one round trip); on Redis Cluster the plain one, whose record
+   * {@link indexed} then applies in a second step.
+   */
+  private perKey(
+    script: 'rsq-accept' | 'rsq-settle' | 'rsq-resolve',
+    key: ResequencerKey,
+    now: number,
+    args: readonly ScriptArgument[],
+  ): Promise<unknown> {
+    const keys = keyKeyList(this.keys.of(key));
+    if (this.isCluster) return this.scripts[script](keys, args);
+    return this.scripts[`${script}-ix`](
+      [...keys, ...indexKeyList(this.keys.index(key.scope))],
+      [...args, ...this.index.inlineArguments(key.key, now)],
+    );
+  }
+
   /** Step 2 of every change: the key's record into its scope's index (see the top of the file). */
   private async indexed<T>(key: ResequencerKey, step: WithRecord<T>, now: number): Promise<T> {
-    if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
+    if (step.total !== undefined) this.index.remember(key.scope, step.total);
+    else if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
     return step.result;
   }
 }

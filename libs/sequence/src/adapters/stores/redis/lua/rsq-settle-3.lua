@@ -14,25 +14,6 @@
     'claimed', record, items... the lease renewed until now + lease ms, and the next items
 ]]
 --- @include "_resequencer"
+--- @include "_rsq-settle"
 
-local now, holder, count = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local leaseMs, limit, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-
-local s = loadState(now, retentionMs)
-if not s.next or s.holder ~= holder then
-  return {'lost', indexRecord(s)}
-end
-
-rcall('LTRIM', handOffKey, count, -1)
-if rcall('LLEN', handOffKey) == 0 then
-  s.holder, s.leaseUntil, s.handOffAt = nil, nil, nil
-  saveState(s, now, retentionMs)
-  return {'empty', indexRecord(s)}
-end
--- Progress: the stall clock restarts.
-s.handOffAt, s.leaseUntil = now, now + leaseMs
-saveState(s, now, retentionMs)
-local reply = rcall('LRANGE', handOffKey, 0, limit - 1)
-table.insert(reply, 1, indexRecord(s))
-table.insert(reply, 1, 'claimed')
-return reply
+return settleStep()

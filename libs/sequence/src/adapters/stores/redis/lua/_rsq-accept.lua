@@ -1,0 +1,75 @@
+-- The body of rsq-accept (see rsq-accept-3.lua for KEYS, ARGV and returns), as a function, so that
+-- the single-node variant rsq-accept-ix-8 can apply the scope index inline after it.
+local function acceptStep()
+  local now, start, seq = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  local entry = ARGV[4]
+  local maxPerKey, maxTotal, seenTotal = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local retentionMs = tonumber(ARGV[8])
+  local holder, leaseMs, limit = ARGV[9] or '', tonumber(ARGV[10]), tonumber(ARGV[11])
+
+  -- With a holder, a release also claims the drain lease (as rsq-claim): appended to the reply
+  -- as 'claimed' and the head items, or 'busy'. The state is saved by the caller when changed.
+  local function claimFor(s, reply)
+    if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
+      reply[#reply + 1] = 'busy'
+      return reply
+    end
+    s.holder, s.leaseUntil = holder, now + leaseMs
+    reply[#reply + 1] = 'claimed'
+    for _, item in ipairs(rcall('LRANGE', handOffKey, 0, limit - 1)) do
+      reply[#reply + 1] = item
+    end
+    return reply
+  end
+
+  local s = loadState(now, retentionMs)
+  local expected = s.next or start
+
+  if seq < expected then
+    local pending = rcall('LLEN', handOffKey) > 0 and 1 or 0
+    local reply = {'late', indexRecord(s), expected, pending}
+    if pending == 0 or holder == '' then
+      return reply
+    end
+    claimFor(s, reply)
+    if reply[5] == 'claimed' then
+      rcall('HSET', stateKey, 'holder', holder, 'until', int(s.leaseUntil))
+    end
+    return reply
+  end
+
+  if seq == expected then
+    beforeAppend(s, now)
+    rcall('RPUSH', handOffKey, 'e' .. entry)
+    s.next = seq + 1
+    local count = 1 + releaseRun(s)
+    afterRelease(s, now)
+    local reply = {'released', {}, s.next, count}
+    if holder ~= '' then
+      claimFor(s, reply)
+    end
+    saveState(s, now, retentionMs)
+    reply[2] = indexRecord(s)
+    return reply
+  end
+
+  -- The buffer's scores are its sequences: one of them equal to seq is the same event.
+  if rcall('ZCOUNT', bufferKey, ARGV[3], ARGV[3]) > 0 then
+    return {'duplicate', indexRecord(s), expected}
+  end
+  local size = rcall('ZCARD', bufferKey)
+  if size >= maxPerKey then
+    return {'full', indexRecord(s), expected, 'maxBufferedPerKey'}
+  end
+  if seenTotal >= maxTotal then
+    return {'full', indexRecord(s), expected, 'maxBufferedTotal'}
+  end
+
+  s.next = expected
+  rcall('ZADD', bufferKey, ARGV[3], entry)
+  if size == 0 then
+    s.gapSince, s.alerted = now, false
+  end
+  saveState(s, now, retentionMs)
+  return {'buffered', indexRecord(s), expected, size + 1}
+end

@@ -1,0 +1,70 @@
+--[[
+  The scope-index step as a function, shared by rsq-index-5 (the second step, on Redis Cluster)
+  and the single-node "-ix" variants of the per-key scripts, which apply it inline. See
+  rsq-index-5.lua for what it does.
+
+  ik: the index keys {records, gaps, stalled, activity, total}; member: the key's name;
+  r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at}.
+  Returns the scope's buffered total after the call.
+]]
+local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
+  local recordsKey, gapsKey, stalledKey, activityKey, totalKey = ik[1], ik[2], ik[3], ik[4], ik[5]
+  local ver, buffered = r[1], r[2]
+  local gapSince, alerted, handOffAt, at = r[5], r[6] == 1, r[7], r[8]
+  local cutoff = now - retentionMs
+  local function parse(raw)
+    local storedVer, storedBuffered = string.match(raw, '^(%d+):(%d+):')
+    return tonumber(storedVer), tonumber(storedBuffered)
+  end
+
+  local function drop(name)
+    local raw = redis.call('HGET', recordsKey, name)
+    if raw then
+      local _, storedBuffered = parse(raw)
+      if storedBuffered > 0 then
+        redis.call('DECRBY', totalKey, storedBuffered)
+      end
+      redis.call('HDEL', recordsKey, name)
+    end
+    redis.call('ZREM', gapsKey, name)
+    redis.call('ZREM', stalledKey, name)
+    redis.call('ZREM', activityKey, name)
+  end
+
+  -- A key whose last change is retentionMs old is gone (the per-key scripts treat it as absent).
+  for _, name in ipairs(redis.call('ZRANGEBYSCORE', activityKey, '-inf', cutoff, 'LIMIT', 0, pruneBatch)) do
+    drop(name)
+  end
+  local lastSeen = tonumber(redis.call('ZSCORE', activityKey, member))
+  if lastSeen and lastSeen <= cutoff then
+    drop(member)
+  end
+
+  local raw = redis.call('HGET', recordsKey, member)
+  local storedVer, storedBuffered = 0, 0
+  if raw then
+    storedVer, storedBuffered = parse(raw)
+  end
+  if at > cutoff and (not raw or ver >= storedVer) then
+    if buffered ~= storedBuffered then
+      redis.call('INCRBY', totalKey, buffered - storedBuffered)
+    end
+    redis.call('HSET', recordsKey, member, string.format('%d:%d:%d:%d', r[1], r[2], r[3], r[4]))
+    if gapSince >= 0 and not alerted then
+      redis.call('ZADD', gapsKey, gapSince, member)
+    else
+      redis.call('ZREM', gapsKey, member)
+    end
+    if handOffAt >= 0 then
+      redis.call('ZADD', stalledKey, handOffAt, member)
+    else
+      redis.call('ZREM', stalledKey, member)
+    end
+    redis.call('ZADD', activityKey, at, member)
+  end
+
+  for i = 1, 5 do
+    redis.call('PEXPIRE', ik[i], ttl)
+  end
+  return tonumber(redis.call('GET', totalKey)) or 0
+end

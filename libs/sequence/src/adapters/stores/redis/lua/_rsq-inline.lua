@@ -1,0 +1,13 @@
+-- Applies a per-key script's index record (reply field 2) to the scope index inline, on a single
+-- Redis node (see the rsq-*-ix-8 scripts): KEYS[4..8] are the index keys, and the last five
+-- ARGV the member, now, retention ms, index TTL ms and the prune batch.
+local function withIndex(reply)
+  local record = reply[2]
+  if #record == 8 then
+    local n = #ARGV
+    local total = applyIndex({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, ARGV[n - 4], record,
+      tonumber(ARGV[n - 3]), tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
+    reply[2] = {total}
+  end
+  return reply
+end

@@ -1,0 +1,25 @@
+-- The body of rsq-settle (see rsq-settle-3.lua for KEYS, ARGV and returns), as a function, so that
+-- the single-node variant rsq-settle-ix-8 can apply the scope index inline after it.
+local function settleStep()
+  local now, holder, count = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+  local leaseMs, limit, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+
+  local s = loadState(now, retentionMs)
+  if not s.next or s.holder ~= holder then
+    return {'lost', indexRecord(s)}
+  end
+
+  rcall('LTRIM', handOffKey, count, -1)
+  if rcall('LLEN', handOffKey) == 0 then
+    s.holder, s.leaseUntil, s.handOffAt = nil, nil, nil
+    saveState(s, now, retentionMs)
+    return {'empty', indexRecord(s)}
+  end
+  -- Progress: the stall clock restarts.
+  s.handOffAt, s.leaseUntil = now, now + leaseMs
+  saveState(s, now, retentionMs)
+  local reply = rcall('LRANGE', handOffKey, 0, limit - 1)
+  table.insert(reply, 1, indexRecord(s))
+  table.insert(reply, 1, 'claimed')
+  return reply
+end
