@@ -212,9 +212,11 @@ export interface ResequencerStore {
     context: { readonly openedBefore: number; readonly now: number },
   ): Promise<GapResolution>;
   /**
-   * Up to `limit` keys of `scope` whose hand-off list is not empty and has not been settled
-   * since `idleSince` (its drainer died, or its input was acked before a drain finished): the
-   * sweeper drains them.
+   * Up to `limit` keys of `scope` whose hand-off list holds items a gap resolution appended and
+   * has not been settled since `idleSince`, oldest first: the sweeper drains them, since no
+   * input message covers them (its drainer died). Lists filled by `accept` are not listed: the
+   * input message that released them stays unacked until they are delivered, and its
+   * redelivery drains them.
    */
   listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]>;
   /** A key's state, for inspection. */

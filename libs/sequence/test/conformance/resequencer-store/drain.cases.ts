@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { HeaderValue } from '../../../src/core/headers';
+import type { ResequencerKey } from '../../../src/ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,
@@ -307,38 +308,54 @@ export function describeDrainCases(c: ResequencerSuiteContext): void {
   });
 
   describe('listStalledHandOffs', () => {
-    it('lists a key whose hand-off list has waited since idleSince, not one younger', async () => {
+    /** A hand-off list filled by a gap resolution at `at`: gap-skipped 1, then event 2. */
+    async function skippedAt(key: ResequencerKey, at: number): Promise<void> {
+      await acceptAll(c.store, key, [2], at - 1);
+      await expect(
+        c.store.resolveGap(key, 'skip', { openedBefore: at, now: at }),
+      ).resolves.toMatchObject({ kind: 'resolved' });
+    }
+
+    it('lists a key whose gap resolution is waiting since idleSince, not one younger', async () => {
       const key = c.key();
-      await acceptAll(c.store, key, [1], c.t0);
+      await skippedAt(key, c.t0);
       await expect(c.store.listStalledHandOffs(c.scope, c.t0 - 1, 10)).resolves.toEqual([]);
       await expect(c.store.listStalledHandOffs(c.scope, c.t0, 10)).resolves.toEqual([key.key]);
     });
 
+    it('does not list what accept released: its input message covers it until delivered', async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1, 3], c.t0);
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ handOff: 1 });
+      await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
+    });
+
     it('does not restart the wait on appends to a list that is not empty', async () => {
       const key = c.key();
-      await acceptAll(c.store, key, [1], c.t0);
-      await acceptAll(c.store, key, [2], c.t0 + 100);
+      await skippedAt(key, c.t0);
+      await acceptAll(c.store, key, [3], c.t0 + 100);
       await expect(c.store.listStalledHandOffs(c.scope, c.t0, 10)).resolves.toEqual([key.key]);
     });
 
     it('restarts the wait on each settle that leaves items, and forgets a drained key', async () => {
       const key = c.key();
-      await acceptAll(c.store, key, [1, 2], c.t0);
+      await skippedAt(key, c.t0);
       await c.store.claimDrain(key, drainAt(c.t0 + 10, 'a', 1));
       await c.store.settleDrain(key, 1, drainAt(c.t0 + 20, 'a', 1));
       await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 19, 10)).resolves.toEqual([]);
       await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 20, 10)).resolves.toEqual([key.key]);
       await c.store.settleDrain(key, 1, drainAt(c.t0 + 30, 'a', 1));
       await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
+      // Drained: what accept releases afterwards is not listed again.
+      await acceptAll(c.store, key, [3], c.t0 + 40);
+      await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
     });
 
     it('lists the oldest first, up to limit, within the scope only', async () => {
       const names = ['k-late', 'k-early', 'k-middle'];
       const times = [c.t0 + 30, c.t0 + 10, c.t0 + 20];
-      for (const [index, name] of names.entries()) {
-        await acceptAll(c.store, c.key(name), [1], times[index]);
-      }
-      await acceptAll(c.store, { scope: `${c.scope}.other`, key: 'k-other' }, [1], c.t0);
+      for (const [index, name] of names.entries()) await skippedAt(c.key(name), times[index]);
+      await skippedAt({ scope: `${c.scope}.other`, key: 'k-other' }, c.t0);
       await expect(c.store.listStalledHandOffs(c.scope, c.t0 + 100, 10)).resolves.toEqual([
         'k-early',
         'k-middle',

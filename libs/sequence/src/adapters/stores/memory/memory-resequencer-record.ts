@@ -19,6 +19,8 @@ export interface ResequencerKeyRecord {
   alerted: boolean;
   /** When the hand-off list last became non-empty or was last settled; set while it is not empty. */
   handOffAt?: number;
+  /** Set while the hand-off list holds items a gap resolution appended (listed when stalled). */
+  tracked?: boolean;
   /** The last write: the record expires `retentionMs` after it. */
   lastWriteAt: number;
 }

@@ -141,6 +141,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     if (record.handOff.length === 0) {
       record.lease = undefined;
       record.handOffAt = undefined;
+      record.tracked = false;
       return { kind: 'empty' };
     }
     record.handOffAt = now;
@@ -207,6 +208,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     }
     const before = record.buffer.size;
     const appended = applyPolicy(record, policy, now);
+    if (appended > 0) record.tracked = true;
     if (appended === 0) return { kind: 'none' };
     this.keys.wrote(key, record, now, record.buffer.size - before);
     return { kind: 'resolved', policy, appended };
@@ -217,7 +219,12 @@ export class MemoryResequencerStore implements ResequencerStore {
     assertTime('idleSince', idleSince);
     assertPositiveInteger('limit', limit);
     return [...this.keys.live(scope)]
-      .filter(([, record]) => record.handOffAt !== undefined && record.handOffAt <= idleSince)
+      .filter(
+        ([, record]) =>
+          record.tracked === true &&
+          record.handOffAt !== undefined &&
+          record.handOffAt <= idleSince,
+      )
       .sort(byTimeThenKey((record) => record.handOffAt!))
       .slice(0, limit)
       .map(([key]) => key);

@@ -126,10 +126,12 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       const index = indexKeyList(names.index(key.scope));
       const written = await keysUnder(redis, prefix);
       expect(written.sort()).toEqual([...perKey, ...index].sort());
+      // Set for retentionMs * 1.1 and renewed once retentionMs / 10 has passed: a key's keys
+      // always outlive its last change by retentionMs.
       for (const name of perKey) {
         const ttl = await redis.pttl(name);
-        expect(ttl).toBeLessThanOrEqual(RETENTION_MS);
-        expect(ttl).toBeGreaterThan(RETENTION_MS - 5_000);
+        expect(ttl).toBeLessThanOrEqual(RETENTION_MS * 1.1);
+        expect(ttl).toBeGreaterThan(RETENTION_MS);
       }
       for (const name of index) {
         const ttl = await redis.pttl(name);
@@ -233,7 +235,6 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
         await index(older[1]);
 
         await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
-        await expect(store.listStalledHandOffs(key.scope, t0, 10)).resolves.toEqual([key.key]);
         const [gap] = await store.listGaps(key.scope, t0, 10);
         expect(gap).toMatchObject({ expected: 2, lowest: 3, buffered: 1 });
       });

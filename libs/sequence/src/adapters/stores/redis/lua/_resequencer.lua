@@ -1,22 +1,24 @@
 --[[
   Helpers shared by the per-key resequencer scripts (textually included by the script loader).
   Every per-key script works on the keys of ONE resequencer key, which share a hash tag:
-    KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until
+    KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until,
+                            ttlAt
     KEYS[2] buffer   zset   score = sequence, member = the entry as the client encoded it
     KEYS[3] handoff  list   hand-off items, head first, each a one-character kind tag and fields:
                               'e' .. entry                                        event
                               'd' .. expected .. ':' .. entry                     dead-letter
                               'a' .. expected .. ':' .. buffered .. ':' .. gapSince   gap-alert
                               's' .. from .. ':' .. to                            gap-skipped
-  Times are the callers' `now` (ms). `ver` grows with every change the scope index must see
+  `ttlAt` is when the keys' TTLs were last set (see saveState). Times are the callers' `now` (ms). `ver` grows with every change the scope index must see
   (max(ver + 1, now): it also grows across a key that expired and came back); `at` is the time
   of the last such change. A key expires retentionMs after `at`: logically (a script that finds
   it expired deletes it and starts afresh) and in real time (PEXPIRE retentionMs on each change:
   the safety net for keys nobody comes back to).
 
   The index record a script returns for the scope index (see rsq-index-5.lua), or {} when the
-  key has no state: {ver, buffered, next, lowest | -1, gapSince | -1, alerted (1 | 0),
-  handOffAt | -1, at}.
+  key has no state or needs no index step (see indexRecordIf): {ver, buffered, next,
+  lowest | -1, gapSince | -1, alerted (1 | 0), handOffAt of a tracked hand-off | -1, at}.
+  `track` ('1' | '0') is set while the hand-off list holds items a gap resolution appended.
 ]]
 local rcall = redis.call
 local stateKey, bufferKey, handOffKey = KEYS[1], KEYS[2], KEYS[3]
@@ -37,41 +39,62 @@ end
 -- first, keeping only its ver (so that the index takes the new key's records as newer).
 local function loadState(now, retentionMs)
   local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
-    'holder', 'until')
+    'holder', 'until', 'ttlAt', 'track')
   local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
     at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
     alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
-    leaseUntil = tonumber(present(raw[8]))}
+    leaseUntil = tonumber(present(raw[8])), ttlAt = tonumber(present(raw[9])),
+    track = raw[10] == '1'}
+  -- Optional fields stored now: saveState deletes those that became nil, in one HDEL.
+  s.stored = {gapSince = raw[4] ~= false, handOffAt = raw[6] ~= false, holder = raw[7] ~= false,
+    ['until'] = raw[8] ~= false}
   if s.next and s.at + retentionMs <= now then
     rcall('DEL', stateKey, bufferKey, handOffKey)
-    return {ver = s.ver, at = 0, alerted = false}
+    -- reset: the index may still count the expired key's events; the next record must reach it.
+    return {ver = s.ver, at = 0, alerted = false, stored = {}, reset = true}
   end
   return s
 end
 
-local function setOrDelete(fields, name, value)
+local function setOrDelete(s, fields, deleted, name, value)
   if value == nil then
-    rcall('HDEL', stateKey, name)
+    if s.stored[name] then
+      deleted[#deleted + 1] = name
+    end
   else
     fields[#fields + 1] = name
     fields[#fields + 1] = value
   end
 end
 
--- Writes the state (a change the index must see) and gives every key of the key its TTL.
+-- Writes the state (a change the index must see). TTLs: every key of the key lives at least
+-- retentionMs after its last change. Setting three TTLs on every change cost as much as the
+-- change, so they are set for retentionMs * 1.1 and renewed once retentionMs / 10 has passed
+-- (or when this change created a key, s.created): real expiry stays >= at + retentionMs.
 local function saveState(s, now, retentionMs)
   s.ver = math.max(s.ver + 1, now)
   s.at = math.max(s.at, now)
+  local renew = s.created or not s.ttlAt or now - s.ttlAt >= retentionMs / 10
+  if renew then
+    s.ttlAt = now
+  end
   local fields = {'next', int(s.next), 'ver', int(s.ver), 'at', int(s.at), 'alerted',
-    s.alerted and '1' or '0'}
-  setOrDelete(fields, 'gapSince', s.gapSince and int(s.gapSince))
-  setOrDelete(fields, 'handOffAt', s.handOffAt and int(s.handOffAt))
-  setOrDelete(fields, 'holder', s.holder)
-  setOrDelete(fields, 'until', s.leaseUntil and int(s.leaseUntil))
+    s.alerted and '1' or '0', 'ttlAt', int(s.ttlAt), 'track', s.track and '1' or '0'}
+  local deleted = {}
+  setOrDelete(s, fields, deleted, 'gapSince', s.gapSince and int(s.gapSince))
+  setOrDelete(s, fields, deleted, 'handOffAt', s.handOffAt and int(s.handOffAt))
+  setOrDelete(s, fields, deleted, 'holder', s.holder)
+  setOrDelete(s, fields, deleted, 'until', s.leaseUntil and int(s.leaseUntil))
+  if #deleted > 0 then
+    rcall('HDEL', stateKey, unpack(deleted))
+  end
   rcall('HSET', stateKey, unpack(fields))
-  rcall('PEXPIRE', stateKey, retentionMs)
-  rcall('PEXPIRE', bufferKey, retentionMs)
-  rcall('PEXPIRE', handOffKey, retentionMs)
+  if renew then
+    local ttl = retentionMs + math.floor(retentionMs / 10)
+    rcall('PEXPIRE', stateKey, ttl)
+    rcall('PEXPIRE', bufferKey, ttl)
+    rcall('PEXPIRE', handOffKey, ttl)
+  end
 end
 
 local function lowestBuffered()
@@ -79,18 +102,32 @@ local function lowestBuffered()
   return tonumber(head[2])
 end
 
-local function indexRecord(s)
+-- The key's index record. The scope index needs a key while it has buffered events (gaps,
+-- total) or a tracked hand-off (items a gap resolution appended, which no unacked input message
+-- covers: the sweeper drains them if their drainer dies). Unless `force`, a key that needs none
+-- gets {} (no index step): a key whose events come in order costs no index work.
+local function indexRecordIf(s, force)
   if not s.next then
     return {}
   end
-  return {s.ver, rcall('ZCARD', bufferKey), s.next, lowestBuffered() or -1, s.gapSince or -1,
-    s.alerted and 1 or 0, s.handOffAt or -1, s.at}
+  local buffered = rcall('ZCARD', bufferKey)
+  if not force and not s.reset and buffered == 0 and not s.track then
+    return {}
+  end
+  return {s.ver, buffered, s.next, lowestBuffered() or -1, s.gapSince or -1,
+    s.alerted and 1 or 0, s.track and s.handOffAt or -1, s.at}
 end
 
--- Call before appending to the hand-off list: an empty list starts its stall clock now.
+local function indexRecord(s)
+  return indexRecordIf(s, true)
+end
+
+-- Call before appending to the hand-off list: an empty list starts its stall clock now (and is
+-- created by the append: it needs its TTL).
 local function beforeAppend(s, now)
   if rcall('LLEN', handOffKey) == 0 then
     s.handOffAt = now
+    s.created = true
   end
 end
 

@@ -27,7 +27,7 @@ local function acceptStep()
 
   if seq < expected then
     local pending = rcall('LLEN', handOffKey) > 0 and 1 or 0
-    local reply = {'late', indexRecord(s), expected, pending}
+    local reply = {'late', indexRecordIf(s, false), expected, pending}
     if pending == 0 or holder == '' then
       return reply
     end
@@ -42,33 +42,36 @@ local function acceptStep()
     beforeAppend(s, now)
     rcall('RPUSH', handOffKey, 'e' .. entry)
     s.next = seq + 1
-    local count = 1 + releaseRun(s)
+    local moved = releaseRun(s)
     afterRelease(s, now)
-    local reply = {'released', {}, s.next, count}
+    local reply = {'released', {}, s.next, 1 + moved}
     if holder ~= '' then
       claimFor(s, reply)
     end
     saveState(s, now, retentionMs)
-    reply[2] = indexRecord(s)
+    -- Events moved out of the buffer change the index; an event in order past an empty buffer
+    -- (the usual case) does not.
+    reply[2] = indexRecordIf(s, moved > 0)
     return reply
   end
 
   -- The buffer's scores are its sequences: one of them equal to seq is the same event.
   if rcall('ZCOUNT', bufferKey, ARGV[3], ARGV[3]) > 0 then
-    return {'duplicate', indexRecord(s), expected}
+    return {'duplicate', indexRecordIf(s, false), expected}
   end
   local size = rcall('ZCARD', bufferKey)
   if size >= maxPerKey then
-    return {'full', indexRecord(s), expected, 'maxBufferedPerKey'}
+    return {'full', indexRecordIf(s, false), expected, 'maxBufferedPerKey'}
   end
   if seenTotal >= maxTotal then
-    return {'full', indexRecord(s), expected, 'maxBufferedTotal'}
+    return {'full', indexRecordIf(s, false), expected, 'maxBufferedTotal'}
   end
 
   s.next = expected
   rcall('ZADD', bufferKey, ARGV[3], entry)
   if size == 0 then
     s.gapSince, s.alerted = now, false
+    s.created = true
   end
   saveState(s, now, retentionMs)
   return {'buffered', indexRecord(s), expected, size + 1}

@@ -44,6 +44,7 @@ local function resolveStep()
   else
     return redis.error_reply('unknown gap policy ' .. policy)
   end
+  s.track = true -- appended items no input message covers: the index lists them when stalled
   saveState(s, now, retentionMs)
   return {'resolved', indexRecord(s), appended}
 end

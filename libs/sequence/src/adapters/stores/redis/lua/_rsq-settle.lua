@@ -6,20 +6,22 @@ local function settleStep()
 
   local s = loadState(now, retentionMs)
   if not s.next or s.holder ~= holder then
-    return {'lost', indexRecord(s)}
+    return {'lost', {}}
   end
+  -- Only a tracked hand-off (see indexRecordIf) is in the index: only its progress is news.
+  local wasTracked = s.track
 
   rcall('LTRIM', handOffKey, count, -1)
   if rcall('LLEN', handOffKey) == 0 then
-    s.holder, s.leaseUntil, s.handOffAt = nil, nil, nil
+    s.holder, s.leaseUntil, s.handOffAt, s.track = nil, nil, nil, false
     saveState(s, now, retentionMs)
-    return {'empty', indexRecord(s)}
+    return {'empty', wasTracked and indexRecord(s) or {}}
   end
   -- Progress: the stall clock restarts.
   s.handOffAt, s.leaseUntil = now, now + leaseMs
   saveState(s, now, retentionMs)
   local reply = rcall('LRANGE', handOffKey, 0, limit - 1)
-  table.insert(reply, 1, indexRecord(s))
+  table.insert(reply, 1, wasTracked and indexRecord(s) or {})
   table.insert(reply, 1, 'claimed')
   return reply
 end
