@@ -69,12 +69,13 @@ end
 
 -- Writes the state (a change the index must see). TTLs: every key of the key lives at least
 -- retentionMs after its last change. Setting three TTLs on every change cost as much as the
--- change, so they are set for retentionMs * 1.1 and renewed once retentionMs / 10 has passed
--- (or when this change created a key, s.created): real expiry stays >= at + retentionMs.
+-- change, so they are set for retentionMs * 1.1 and renewed once retentionMs / 10 has passed;
+-- a key this change created (s.createdBuffer, s.createdHandOff) gets its TTL at once. Real
+-- expiry thus stays >= at + retentionMs.
 local function saveState(s, now, retentionMs)
   s.ver = math.max(s.ver + 1, now)
   s.at = math.max(s.at, now)
-  local renew = s.created or not s.ttlAt or now - s.ttlAt >= retentionMs / 10
+  local renew = not s.ttlAt or now - s.ttlAt >= retentionMs / 10
   if renew then
     s.ttlAt = now
   end
@@ -89,10 +90,14 @@ local function saveState(s, now, retentionMs)
     rcall('HDEL', stateKey, unpack(deleted))
   end
   rcall('HSET', stateKey, unpack(fields))
+  local ttl = retentionMs + math.floor(retentionMs / 10)
   if renew then
-    local ttl = retentionMs + math.floor(retentionMs / 10)
     rcall('PEXPIRE', stateKey, ttl)
+  end
+  if renew or s.createdBuffer then
     rcall('PEXPIRE', bufferKey, ttl)
+  end
+  if renew or s.createdHandOff then
     rcall('PEXPIRE', handOffKey, ttl)
   end
 end
@@ -127,7 +132,7 @@ end
 local function beforeAppend(s, now)
   if rcall('LLEN', handOffKey) == 0 then
     s.handOffAt = now
-    s.created = true
+    s.createdHandOff = true
   end
 end
 

@@ -71,7 +71,7 @@ local function acceptStep()
   rcall('ZADD', bufferKey, ARGV[3], entry)
   if size == 0 then
     s.gapSince, s.alerted = now, false
-    s.created = true
+    s.createdBuffer = true
   end
   saveState(s, now, retentionMs)
   return {'buffered', indexRecord(s), expected, size + 1}
