@@ -42,16 +42,27 @@ local function acceptStep()
     beforeAppend(s, now)
     rcall('RPUSH', handOffKey, 'e' .. entry)
     s.next = seq + 1
-    local moved = releaseRun(s)
-    afterRelease(s, now)
+    -- The usual case, an event in order past an empty buffer, needs neither the buffer scan nor
+    -- the index.
+    local bufferEmpty = rcall('ZCARD', bufferKey) == 0
+    local moved = 0
+    if bufferEmpty then
+      s.gapSince, s.alerted = nil, false
+    else
+      moved = releaseRun(s)
+      afterRelease(s, now)
+    end
     local reply = {'released', {}, s.next, 1 + moved}
     if holder ~= '' then
       claimFor(s, reply)
     end
     saveState(s, now, retentionMs)
-    -- Events moved out of the buffer change the index; an event in order past an empty buffer
-    -- (the usual case) does not.
-    reply[2] = indexRecordIf(s, moved > 0)
+    if bufferEmpty then
+      reply[2] = (s.track or s.reset) and indexRecord(s) or {}
+    else
+      -- Events moved out of the buffer, or a new gap behind it: the index must know.
+      reply[2] = indexRecord(s)
+    end
     return reply
   end
 
