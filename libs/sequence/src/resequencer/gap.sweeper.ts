@@ -30,6 +30,8 @@ export interface GapSweepReport {
 export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('Resequencer');
   private readonly job: IntervalJob<GapSweepReport>;
+  /** Set at shutdown: a sweep in progress stops at the next key. */
+  private stopping = false;
 
   constructor(
     @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,
@@ -48,6 +50,7 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
   }
 
   async beforeApplicationShutdown(): Promise<void> {
+    this.stopping = true;
     await this.job.stop();
   }
 
@@ -60,7 +63,8 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
     const totals = { gapsResolved: 0, stalledDrained: 0 };
     for (const { resequencer } of this.registry.all()) {
       try {
-        const report = await resequencer.sweep(now);
+        if (this.stopping) break;
+        const report = await resequencer.sweep(now, () => this.stopping);
         totals.gapsResolved += report.gapsResolved;
         totals.stalledDrained += report.stalledDrained;
       } catch (error) {

@@ -16,6 +16,7 @@ import type {
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../sequence/sequence-delivery';
 import type { ResolvedSequenceOptions } from '../sequence.options';
+import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import type { ResolvedResequencer, ResolvedResequencerModuleOptions } from './resequencer.options';
 import { positionOf } from './resequencer-fields';
@@ -28,13 +29,8 @@ export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
 interface StartedDrain {
   readonly holder: string;
   readonly claim: DrainClaim;
-}
-
-interface LeaseRenewal {
-  lost(): boolean;
-  pause(): Promise<void>;
-  resume(): void;
-  stop(): void;
+  /** When the call that made the claim was sent. */
+  readonly claimedAt: number;
 }
 
 /** What one sweep of one resequencer did. */
@@ -98,6 +94,7 @@ export class Resequencer {
     const { key, seq } = position;
     // Whoever releases drains: the lease comes with the release, in the same store step.
     const holder = this.newHolder();
+    const claimedAt = Date.now();
     let outcome;
     try {
       outcome = await deps.store.accept(
@@ -117,6 +114,9 @@ export class Resequencer {
       deps.logger.warn(
         `${this.name}: the ${deps.store.name} store failed on key ${key}; requeued: ${errorMessage(error)}`,
       );
+      // The step may have run and claimed the lease before failing (an index step on Redis
+      // Cluster): give it back, so the redelivery does not wait leaseMs for it.
+      void deps.store.releaseDrain(this.ref(key), holder).catch(() => undefined);
       return this.requeue('resequencer store unavailable');
     }
     deps.metrics.received(this.name, outcome.kind);
@@ -125,9 +125,11 @@ export class Resequencer {
       case 'duplicate':
         return ACK;
       case 'late':
-        return outcome.pending ? this.drainFor(key, { holder, claim: outcome.drain }) : ACK;
+        return outcome.pending
+          ? this.drainFor(key, { holder, claim: outcome.drain, claimedAt })
+          : ACK;
       case 'released':
-        return this.drainFor(key, { holder, claim: outcome.drain });
+        return this.drainFor(key, { holder, claim: outcome.drain, claimedAt });
       case 'full': {
         const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
@@ -152,29 +154,41 @@ export class Resequencer {
       limit: module.drainBatch,
       now: Date.now(),
     });
+    const claimedAt = started?.claimedAt ?? Date.now();
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
-    const renewal = this.keepLease(ref, holder);
+    const lease = new DrainLease(store, ref, holder, sequence.leaseMs, claimedAt, logger);
     try {
       while (claim.kind === 'claimed') {
         const { items } = claim;
         let delivered = 0;
-        while (delivered < items.length && !renewal.lost()) {
+        while (delivered < items.length && !lease.lost()) {
           if (!(await this.deliverer.deliver(key, items[delivered]))) break;
           delivered++;
         }
-        await renewal.pause();
-        if (delivered < items.length || renewal.lost()) {
-          // Stopped early (broker unreachable, or the lease was lost): settle what went out.
-          if (delivered > 0 && !renewal.lost()) await store.settleDrain(ref, delivered, context());
+        await lease.pause();
+        if (delivered < items.length || lease.lost()) {
+          // Stopped early (broker unreachable, or the lease may be gone): settle what went out
+          // (the store refuses if another holder has the lease now), and let the lease go.
+          if (delivered > 0) await store.settleDrain(ref, delivered, context());
           await store.releaseDrain(ref, holder);
-          return renewal.lost() ? 'lost' : 'failed';
+          if (lease.lost()) {
+            logger.warn(`${this.name}: stopped draining key ${key}: its lease ran out (leaseMs)`);
+          }
+          return lease.lost() ? 'lost' : 'failed';
         }
+        const sentAt = Date.now();
         claim = await store.settleDrain(ref, items.length, context());
-        renewal.resume();
+        if (claim.kind === 'claimed') lease.confirmed(sentAt);
+        lease.resume();
       }
+    } catch (error) {
+      // A store or decode failure mid-drain: let the lease go now rather than block the key
+      // for leaseMs; the items stay for the next drain.
+      await store.releaseDrain(ref, holder).catch(() => undefined);
+      throw error;
     } finally {
-      renewal.stop();
+      lease.stop();
     }
     if (claim.kind === 'lost') {
       logger.warn(`${this.name}: lost the drain lease of key ${key} (slower than leaseMs?)`);
@@ -182,13 +196,20 @@ export class Resequencer {
     return claim.kind === 'empty' ? 'drained' : claim.kind;
   }
 
-  /** One gap sweep: applies the policy to due gaps, then drains stalled hand-off lists. */
-  async sweep(now: number = Date.now()): Promise<ResequencerSweepReport> {
+  /**
+   * One gap sweep: applies the policy to due gaps, then drains stalled hand-off lists.
+   * `stopping` is asked between keys (a shutdown does not wait for a whole batch).
+   */
+  async sweep(
+    now: number = Date.now(),
+    stopping: () => boolean = () => false,
+  ): Promise<ResequencerSweepReport> {
     const { store, module, sequence, metrics, logger } = this.deps;
     const { policy, timeoutMs } = this.definition.gap;
     const openedBefore = now - timeoutMs;
     let gapsResolved = 0;
     for (const gap of await store.listGaps(this.name, openedBefore, module.sweepBatch)) {
+      if (stopping()) return { gapsResolved, stalledDrained: 0 };
       const resolution = await store.resolveGap(this.ref(gap.key), policy, { openedBefore, now });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
       gapsResolved++;
@@ -199,13 +220,18 @@ export class Resequencer {
       now - sequence.leaseMs,
       module.sweepBatch,
     );
-    for (const key of stalled) await this.drainQuietly(key);
+    let stalledDrained = 0;
+    for (const key of stalled) {
+      if (stopping()) break;
+      await this.drainQuietly(key);
+      stalledDrained++;
+    }
     try {
       metrics.bufferedNow(this.name, await store.bufferedTotal(this.name));
     } catch (error) {
       logger.warn(`${this.name}: could not read the buffered total: ${errorMessage(error)}`);
     }
-    return { gapsResolved, stalledDrained: stalled.length };
+    return { gapsResolved, stalledDrained };
   }
 
   /** The key's next expected sequence, buffered sequences and hand-off backlog. */
@@ -235,7 +261,9 @@ export class Resequencer {
   private async drainFor(key: string, first: Partial<StartedDrain>): Promise<Disposition> {
     const deadline = Date.now() + this.deps.module.drainWaitMs;
     let started: StartedDrain | undefined =
-      first.claim && first.holder ? { holder: first.holder, claim: first.claim } : undefined;
+      first.claim && first.holder && first.claimedAt !== undefined
+        ? { holder: first.holder, claim: first.claim, claimedAt: first.claimedAt }
+        : undefined;
     for (;;) {
       let result: DrainResult;
       try {
@@ -253,46 +281,6 @@ export class Resequencer {
       if (Date.now() >= deadline) return this.requeue(`key ${key} is being drained elsewhere`);
       await delay(BUSY_POLL_MS);
     }
-  }
-
-  /**
-   * Renews the drain lease every third of `leaseMs` while a drain delivers. A renewal that finds
-   * the lease gone (another instance took it over after it lapsed: this one was stalled) marks it
-   * lost, and the drain stops before its next item. Renewal pauses around each settle, so that
-   * an in-flight renewal never races the settle that releases the lease.
-   */
-  private keepLease(ref: ResequencerKey, holder: string): LeaseRenewal {
-    const { store, sequence, logger } = this.deps;
-    let lost = false;
-    let paused = false;
-    let inFlight: Promise<void> = Promise.resolve();
-    const timer = setInterval(
-      () => {
-        if (paused || lost) return;
-        inFlight = store.renewDrain(ref, holder, sequence.leaseMs, Date.now()).then(
-          (renewed) => {
-            if (!renewed) lost = true;
-          },
-          (error: unknown) =>
-            logger.warn(
-              `${this.name}: could not renew the drain lease of ${ref.key}: ${errorMessage(error)}`,
-            ),
-        );
-      },
-      Math.max(50, Math.floor(sequence.leaseMs / 3)),
-    );
-    timer.unref();
-    return {
-      lost: () => lost,
-      pause: async () => {
-        paused = true;
-        await inFlight;
-      },
-      resume: () => {
-        paused = false;
-      },
-      stop: () => clearInterval(timer),
-    };
   }
 
   private newHolder(): string {
@@ -321,7 +309,9 @@ function entryHeaders(headers: Readonly<Record<string, unknown>>): HeaderMap {
   for (const [name, raw] of Object.entries(headers ?? {})) {
     if (isTransportHeader(name) || name === SequenceHeader.deathReason) continue;
     const value = toHeaderValue(raw);
-    if (value !== undefined) kept[name] = value;
+    // NaN and the infinities cannot travel (JSON in the Redis store, AMQP field tables).
+    if (value === undefined || (typeof value === 'number' && !Number.isFinite(value))) continue;
+    kept[name] = value;
   }
   return kept;
 }

@@ -159,15 +159,15 @@ export function interpretAccept(raw: unknown, source: ReplySource): WithRecord<A
   }
 }
 
-export function interpretClaim(raw: unknown, source: ReplySource): DrainClaim {
+export function interpretClaim(raw: unknown, source: ReplySource): WithRecord<DrainClaim> {
   const reply = new ScriptReply(raw, source);
   switch (reply.code) {
     case 'empty':
-      return { kind: 'empty' };
+      return reply.with({ kind: 'empty' });
     case 'busy':
-      return { kind: 'busy' };
+      return { result: { kind: 'busy' } };
     case 'claimed':
-      return { kind: 'claimed', items: reply.items(2) };
+      return { result: { kind: 'claimed', items: reply.items(2) } };
     default:
       throw reply.error();
   }

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type {
+  DrainSettlement,
   AcceptContext,
   ResequencedEntry,
   ResequencerKey,
@@ -180,6 +181,19 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       expect(gaps.map((gap) => gap.key)).toEqual(['order-2']);
     });
 
+    it('does not reuse a buffer or hand-off list left from a previous life of the key', async () => {
+      // Left behind when the state expired first (their TTLs were set when they were created).
+      await redis.zadd(names.of(key).buffer, 2, encodeEntry(entry(2)));
+      await redis.rpush(names.of(key).handOff, `e${encodeEntry(entry(9))}`);
+
+      await expect(store.accept(key, entry(1), at(t0))).resolves.toMatchObject({
+        kind: 'released',
+        next: 2,
+        count: 1,
+      });
+      await expect(store.inspect(key, 1)).resolves.toEqual({ next: 2, buffered: [], handOff: 1 });
+    });
+
     describe('the two-step index', () => {
       it('heals after a crash between the per-key step and the index step', async () => {
         // The per-key step alone, as an instance that died before the index step leaves it.
@@ -206,6 +220,23 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
           { key: key.key, expected: 1, buffered: 1, lowest: 4, gapSince: t0, alerted: false },
         ]);
         await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+      });
+
+      it('repairs a stale stalled entry when a claim finds the hand-off list empty', async () => {
+        // A record saying the key has a tracked hand-off, whose emptying step was lost.
+        await loadScripts(redis)['rsq-index'](indexKeyList(names.index(key.scope)), [
+          ...[key.key, t0, 0, 2, -1, -1, 0, t0, t0],
+          ...[t0, RETENTION_MS, RETENTION_MS + MARGIN_MS, 100],
+        ]);
+        await store.accept(key, entry(1), at(t0));
+        await drainAllOf(store, key, t0 + 1);
+        await expect(store.listStalledHandOffs(key.scope, t0 + 5, 10)).resolves.toEqual([key.key]);
+
+        await expect(store.claimDrain(key, { ...DRAIN, now: t0 + 10 })).resolves.toEqual({
+          kind: 'empty',
+        });
+
+        await expect(store.listStalledHandOffs(key.scope, t0 + 5, 10)).resolves.toEqual([]);
       });
 
       it('ignores a record older than the one it applied (instances finishing out of order)', async () => {
@@ -367,3 +398,11 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
     });
   });
 });
+
+/** Claims and settles everything in the key's hand-off list. */
+async function drainAllOf(store: RedisResequencerStore, key: ResequencerKey, now: number) {
+  const context = { holder: 'drain-all', leaseMs: 30_000, limit: 100, now };
+  let claim: DrainSettlement = await store.claimDrain(key, context);
+  while (claim.kind === 'claimed')
+    claim = await store.settleDrain(key, claim.items.length, context);
+}

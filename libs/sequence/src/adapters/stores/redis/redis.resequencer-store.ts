@@ -17,9 +17,13 @@
  *      the total, and returns the total. The port method resolves once both are done.
  * An instance that dies between the steps leaves the index stale for that key (a gap not
  * listed, a total off) until the key's next script: `accept` returns the record on every
- * outcome, duplicate and late included, so the redelivery of the message whose ack was lost
- * repairs it. listGaps and listStalledHandOffs may thus name a key whose state moved on; the
- * per-key scripts re-check everything (resolveGap answers 'none', claimDrain 'empty').
+ * outcome that changes the index, and on duplicate and late outcomes of a key the index holds,
+ * so the redelivery of the message whose ack was lost repairs it; a claim that finds an empty
+ * hand-off list (the sweeper's, a waiter's) returns the key's record too, which repairs an entry
+ * left by a lost step after the list emptied. listGaps and listStalledHandOffs may thus name a
+ * key whose state moved on; the per-key scripts re-check everything (resolveGap answers 'none',
+ * claimDrain 'empty'). On a single node (no Cluster) the changing scripts run as their '-ix'
+ * variants, which apply step 2 inline: one round trip, and no window between the steps.
  *
  * maxBufferedTotal: the accept script cannot read the scope total (another slot). The caller
  * passes the total it last saw (from the last index step of this instance, or a read at most
@@ -185,7 +189,8 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limit,
       this.retentionMs,
     ]);
-    return interpretClaim(reply, source('claimDrain', key));
+    // 'empty' brings the key's record: it repairs an index entry a crash left stale.
+    return this.indexed(key, interpretClaim(reply, source('claimDrain', key)), context.now);
   }
 
   async settleDrain(

@@ -53,6 +53,11 @@ local function loadState(now, retentionMs)
     -- reset: the index may still count the expired key's events; the next record must reach it.
     return {ver = s.ver, at = 0, alerted = false, stored = {}, reset = true}
   end
+  if not s.next then
+    -- No state: a buffer or hand-off list left from the key's previous life (its TTL, set when
+    -- it was created, can outlast the state's by up to retentionMs / 10) must not be reused.
+    rcall('DEL', bufferKey, handOffKey)
+  end
   return s
 end
 

@@ -9,7 +9,8 @@
   ARGV[4] limit (most items returned)       ARGV[5] retention ms
 
   Returns {code, {}, ...}:
-    'empty', {}      nothing waits (the holder's own lease, if any, is released)
+    'empty', record  nothing waits (the holder's own lease, if any, is released); the key's
+                     index record (see _resequencer), to repair a stale index entry
     'busy', {}       another holder's lease is live (until > now)
     'claimed', {}, items...   the lease is the holder's until now + lease ms
 ]]
@@ -23,7 +24,9 @@ if rcall('LLEN', handOffKey) == 0 then
   if s.holder == holder then
     rcall('HDEL', stateKey, 'holder', 'until')
   end
-  return {'empty', {}}
+  -- The key's record, forced: the sweeper's and waiters' claims that find nothing repair an
+  -- index entry (a stalled hand-off, a gap) whose update a crash lost (rare: not a hot path).
+  return {'empty', indexRecord(s)}
 end
 if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
   return {'busy', {}}

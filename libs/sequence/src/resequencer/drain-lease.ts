@@ -1,0 +1,77 @@
+import type { Logger } from '@nestjs/common';
+import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
+import { errorMessage } from '../sequence/sequence-delivery';
+
+/**
+ * A key's drain lease as its holder keeps it while it delivers: renewed every third of
+ * `leaseMs`, and counted as lost as soon as it may have passed to another holder — when a
+ * renewal finds it gone, or when no claim, settle or renewal has confirmed it for most of
+ * `leaseMs` (renewals failing, an event loop stalled): the holder must then stop before its next
+ * delivery, or two instances would deliver one key at once.
+ *
+ * Renewal never takes a lease (`renewDrain`), and pauses around each settle, so that a renewal
+ * in flight never races the settle that releases the lease.
+ */
+export class DrainLease {
+  private validUntil: number;
+  private renewedAway = false;
+  private paused = false;
+  private inFlight: Promise<void> = Promise.resolve();
+  private readonly timer: NodeJS.Timeout;
+  /** Stop this long before the lease could lapse: time for the delivery that has begun. */
+  private readonly marginMs: number;
+
+  constructor(
+    private readonly store: ResequencerStore,
+    private readonly ref: ResequencerKey,
+    private readonly holder: string,
+    private readonly leaseMs: number,
+    /** When the claim that granted the lease was sent (the lease runs from the store's `now`). */
+    claimedAt: number,
+    private readonly logger: Logger,
+  ) {
+    this.validUntil = claimedAt + leaseMs;
+    this.marginMs = Math.floor(leaseMs / 5);
+    this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(leaseMs / 3)));
+    this.timer.unref();
+  }
+
+  /** True once the lease may belong to someone else: deliver nothing more. */
+  lost(): boolean {
+    return this.renewedAway || Date.now() >= this.validUntil - this.marginMs;
+  }
+
+  /** A settle sent at `sentAt` renewed the lease (it answered with the next batch). */
+  confirmed(sentAt: number): void {
+    this.validUntil = Math.max(this.validUntil, sentAt + this.leaseMs);
+  }
+
+  async pause(): Promise<void> {
+    this.paused = true;
+    await this.inFlight;
+  }
+
+  resume(): void {
+    this.paused = false;
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  private renew(): void {
+    if (this.paused || this.renewedAway) return;
+    const sentAt = Date.now();
+    this.inFlight = this.store.renewDrain(this.ref, this.holder, this.leaseMs, sentAt).then(
+      (renewed) => {
+        if (renewed) this.confirmed(sentAt);
+        else this.renewedAway = true;
+      },
+      // Unconfirmed, the lease runs out on its own: lost() says so in time.
+      (error: unknown) =>
+        this.logger.warn(
+          `could not renew the drain lease of ${this.ref.scope}/${this.ref.key}: ${errorMessage(error)}`,
+        ),
+    );
+  }
+}
