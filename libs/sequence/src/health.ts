@@ -10,4 +10,8 @@ export {
   ClaimCheckHealthIndicator,
   type ClaimCheckHealthDetails,
 } from './observability/claim-check-health.indicator';
+export {
+  ResequencerHealthIndicator,
+  type ResequencerHealthDetails,
+} from './observability/resequencer-health.indicator';
 export { SequenceHealthModule } from './observability/sequence-health.module';

@@ -1,17 +1,24 @@
 import { Module } from '@nestjs/common';
 import { TerminusModule } from '@nestjs/terminus';
 import { ClaimCheckHealthIndicator } from './claim-check-health.indicator';
+import { ResequencerHealthIndicator } from './resequencer-health.indicator';
 import { SequenceHealthIndicator } from './sequence-health.indicator';
 
 /**
- * Provides {@link SequenceHealthIndicator} and {@link ClaimCheckHealthIndicator}, and re-exports `TerminusModule` (its
+ * Provides {@link SequenceHealthIndicator}, {@link ClaimCheckHealthIndicator} and
+ * {@link ResequencerHealthIndicator}, and re-exports `TerminusModule` (its
  * `HealthCheckService`). The indicator injects the transport and store of a `SequenceModule`
  * registered with `isGlobal: true`; otherwise add it to the providers of the module that imports
  * `SequenceModule` and `TerminusModule`.
  */
 @Module({
   imports: [TerminusModule],
-  providers: [SequenceHealthIndicator, ClaimCheckHealthIndicator],
-  exports: [SequenceHealthIndicator, ClaimCheckHealthIndicator, TerminusModule],
+  providers: [SequenceHealthIndicator, ClaimCheckHealthIndicator, ResequencerHealthIndicator],
+  exports: [
+    SequenceHealthIndicator,
+    ClaimCheckHealthIndicator,
+    ResequencerHealthIndicator,
+    TerminusModule,
+  ],
 })
 export class SequenceHealthModule {}
