@@ -1,14 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { RabbitMqTransport, RedisResequencerStore } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
+import { AMQP_URL } from './support/rabbitmq.admin';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, newPrefix } from './support/redis.admin';
 import { publishKeyedEvent } from './support/resequencer-app';
 import {
   ResequencerConsumerProcess,
@@ -43,43 +41,25 @@ const EVENTS = [
  * which repeats are allowed.
  */
 describeOnRealServers('faults: a Resequencer process killed between release and delivery', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let producer: RabbitMqTransport;
   let channel: string;
   let output: string;
-  let prefix: string;
   let dir: string;
   const consumers: ResequencerConsumerProcess[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-    producer = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-producer-${randomUUID()}`),
-    );
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      for (const consumer of consumers.splice(0)) await consumer.kill();
+    },
   });
 
   beforeEach(() => {
-    channel = admin.newChannel();
-    output = admin.newChannel();
-    prefix = newPrefix();
+    channel = servers.admin.newChannel();
+    output = servers.admin.newChannel();
     dir = mkdtempSync(join(tmpdir(), 'nseq-fault-rsq-crash-'));
   });
 
-  afterEach(async () => {
-    for (const consumer of consumers.splice(0)) await consumer.kill();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
+  afterEach(() => {
     rmSync(dir, { recursive: true, force: true });
-  });
-
-  afterAll(async () => {
-    await producer.close();
-    await admin.close();
-    await redis.quit();
   });
 
   async function startConsumer(settings: Partial<ResequencerConsumerSettings> = {}) {
@@ -88,7 +68,7 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
       redisUrl: SERVERS.redis.url,
       channel,
       output,
-      prefix,
+      prefix: servers.prefix,
       dir,
       leaseMs: LEASE_MS,
       sweepIntervalMs: 100,
@@ -127,9 +107,10 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
    */
   async function crashMidDelivery(drainBatch?: number): Promise<Crash> {
     const both = await startTwo({ drainBatch, blockOn: 'K:3' });
-    for (const [key, seq] of EVENTS) await publishKeyedEvent(producer, channel, { key, seq });
+    for (const [key, seq] of EVENTS)
+      await publishKeyedEvent(servers.producer, channel, { key, seq });
     const { killed, survivor } = await hungAndOther(both);
-    const reader = new QueueCollector(admin, output);
+    const reader = new QueueCollector(servers.admin, output);
     // K:3 went out before the handler hung on it; key L is not held back by K's stuck drain.
     await reader.atLeast(6, 'K:1-3 and L:1-3 on the output');
     expect(Object.fromEntries(reader.seqsByKey())).toEqual({ K: [1, 2, 3], L: [1, 2, 3] });
@@ -140,7 +121,10 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
       (events) => handledOf(events, 'K').some((e) => e.seq === 5),
       'the survivor delivering K:5',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the input drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the input drained',
+    );
     await reader.collect();
     return { killed, survivor, killedAt, reader };
   }
@@ -151,7 +135,7 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
     for (const message of reader.messages) {
       expect(message.body.toString()).toBe(defaultBodyOf(message));
     }
-    const store = new RedisResequencerStore(redis, { prefix });
+    const store = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
     for (const [key, next] of [
       ['K', 6],
       ['L', 4],
@@ -162,7 +146,7 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
         handOff: 0,
       });
     }
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   }
 
   it('with drainBatch 1, delivers the in-flight event again as an immediate repeat once the lease lapses, then the rest in order', async () => {
@@ -213,9 +197,9 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
       gapPolicy: 'skip',
       gapTimeoutMs: 300,
     });
-    for (const seq of [2, 3]) await publishKeyedEvent(producer, channel, { key: 'K', seq });
+    for (const seq of [2, 3]) await publishKeyedEvent(servers.producer, channel, { key: 'K', seq });
     const { killed, survivor } = await hungAndOther(both);
-    expect(await admin.totalCount(channel)).toEqual({ ready: 0, unacked: 0 });
+    expect(await servers.admin.totalCount(channel)).toEqual({ ready: 0, unacked: 0 });
     await killed.kill();
     const killedAt = Date.now();
 
@@ -223,18 +207,21 @@ describeOnRealServers('faults: a Resequencer process killed between release and 
       (events) => handledOf(events, 'K').some((e) => e.seq === 3),
       'the survivor delivering K:3',
     );
-    const reader = new QueueCollector(admin, output);
+    const reader = new QueueCollector(servers.admin, output);
     await reader.atLeast(3, 'K:2, K:2 again and K:3');
     expect(reader.seqsByKey().get('K')).toEqual([2, 2, 3]);
     const takenOver = handledOf(survivor.events(), 'K').filter((e) => e.pid === survivor.pid);
     expect(takenOver.map((e) => e.seq)).toEqual([2, 3]);
     expect(takenOver[0].at - killedAt).toBeGreaterThanOrEqual((LEASE_MS * 2) / 3 - 100);
     // The skip record was settled before K:2 went out: it is not repeated.
-    const dlq = await new QueueCollector(admin, `${channel}.dlq`).atLeast(1, 'the skip record');
+    const dlq = await new QueueCollector(servers.admin, `${channel}.dlq`).atLeast(
+      1,
+      'the skip record',
+    );
     expect(dlq.map((record) => String(record.headers['x-death-reason']))).toEqual([
       expect.stringMatching(/^resequencer-gap-skipped: key K: gave up waiting for 1;/),
     ]);
-    const store = new RedisResequencerStore(redis, { prefix });
+    const store = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
     expect(await store.inspect({ scope: channel, key: 'K' }, 1)).toEqual({
       next: 4,
       buffered: [],

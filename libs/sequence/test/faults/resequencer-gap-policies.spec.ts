@@ -1,16 +1,8 @@
-import { randomBytes, randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import {
-  RabbitMqTransport,
-  RedisResequencerStore,
-  type GapPolicy,
-  type HeaderMap,
-} from 'nest-sequence';
-import { SERVERS } from '../support/servers';
+import { randomBytes } from 'node:crypto';
+import { RedisResequencerStore, type GapPolicy, type HeaderMap } from 'nest-sequence';
 import { eventually, metricValue } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, newPrefix } from './support/redis.admin';
 import {
   createResequencerApp,
   publishKeyedEvent,
@@ -30,55 +22,35 @@ const SWEEP_INTERVAL_MS = 100;
  * go to the resequencer's dead-letter queue on RabbitMQ.
  */
 describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let producer: RabbitMqTransport;
   let inspector: RedisResequencerStore;
   let channel: string;
-  let prefix: string;
   let dlq: QueueCollector;
   const apps: ResequencerApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-    producer = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-producer-${randomUUID()}`),
-    );
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   beforeEach(() => {
-    channel = admin.newChannel();
-    prefix = newPrefix();
-    inspector = new RedisResequencerStore(redis, { prefix });
-    dlq = new QueueCollector(admin, `${channel}.dlq`);
-  });
-
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await producer.close();
-    await admin.close();
-    await redis.quit();
+    channel = servers.admin.newChannel();
+    inspector = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
+    dlq = new QueueCollector(servers.admin, `${channel}.dlq`);
   });
 
   async function start(policy: GapPolicy): Promise<ResequencerApp> {
     const app = await createResequencerApp(
       { channel, gap: { timeoutMs: TIMEOUT_MS, policy } },
-      { prefix, resequencer: { sweepIntervalMs: SWEEP_INTERVAL_MS } },
+      { prefix: servers.prefix, resequencer: { sweepIntervalMs: SWEEP_INTERVAL_MS } },
     );
     apps.push(app);
     return app;
   }
 
   const publish = async (key: string, seqs: number[], headers: HeaderMap = {}) => {
-    for (const seq of seqs) await publishKeyedEvent(producer, channel, { key, seq, headers });
+    for (const seq of seqs)
+      await publishKeyedEvent(servers.producer, channel, { key, seq, headers });
   };
   const stateOf = (key: string) => inspector.inspect({ scope: channel, key }, 1);
   const reasons = () => dlq.messages.map((message) => String(message.headers['x-death-reason']));
@@ -162,7 +134,10 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
 
     await publish('T1', [1, 5, 7]); // 1 and 5 are late now; 7 is next
     await eventually(() => t.handler.of('T1').length === 4, 'event 7');
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the input drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the input drained',
+    );
     expect(t.handler.of('T1')).toEqual([3, 4, 6, 7]);
     expect(await dlq.collect()).toHaveLength(2);
   });
@@ -171,7 +146,7 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
     const t = await start('dead-letter');
     const bodies = [2, 3].map(() => Buffer.concat([Buffer.from([0x00, 0xfe]), randomBytes(100)]));
     for (const [i, seq] of [2, 3].entries()) {
-      await publishKeyedEvent(producer, channel, {
+      await publishKeyedEvent(servers.producer, channel, {
         key: 'T1',
         seq,
         body: bodies[i],
@@ -214,7 +189,10 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
 
     await publish('T1', [1, 4]); // 1 is late now; 4 is next
     await eventually(() => t.handler.received.length === 1, 'event 4');
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the input drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the input drained',
+    );
     expect(t.handler.of('T1')).toEqual([4]);
     expect(await dlq.collect()).toHaveLength(2);
   });

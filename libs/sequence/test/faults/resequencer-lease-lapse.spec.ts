@@ -1,4 +1,3 @@
-import { Redis } from 'ioredis';
 import {
   RedisResequencerStore,
   type DrainClaim,
@@ -7,11 +6,9 @@ import {
   type ResequencerKey,
   type ResequencerStore,
 } from 'nest-sequence';
-import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, newPrefix } from './support/redis.admin';
 import { createResequencerApp, type ResequencerApp } from './support/resequencer-app';
 
 jest.setTimeout(30_000);
@@ -65,34 +62,19 @@ class FailingClaims {
  * longer its batch.
  */
 describeOnRealServers('faults: a Resequencer drainer whose lease lapsed while it was alive', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   let t: ResequencerApp | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    await t?.close();
-    t = undefined;
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      await t?.close();
+      t = undefined;
+    },
   });
 
   it('never settles (trims) events another instance released after taking its lease over', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     const claims = new FailingClaims();
     t = await createResequencerApp(undefined, {
-      prefix,
+      prefix: servers.prefix,
       leaseMs: LEASE_MS,
       wrapStore: (store) => claims.wrap(store),
     });
@@ -109,7 +91,7 @@ describeOnRealServers('faults: a Resequencer drainer whose lease lapsed while it
     });
     const ref = { scope: channel, key: 'K' };
     // What the other instance uses: the same Redis, its own client.
-    const other = new RedisResequencerStore(redis, { prefix });
+    const other = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
 
     await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
     await expect(resequencer.receive(event(3))).resolves.toEqual({ action: 'ack' });

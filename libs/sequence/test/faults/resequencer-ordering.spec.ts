@@ -1,11 +1,9 @@
-import { randomBytes, randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { RabbitMqTransport, RedisResequencerStore, type HeaderMap } from 'nest-sequence';
-import { SERVERS } from '../support/servers';
+import { randomBytes } from 'node:crypto';
+import { RedisResequencerStore, type HeaderMap } from 'nest-sequence';
 import { eventually, metricValue } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 import {
   createResequencerApp,
   publishKeyedEvent,
@@ -35,51 +33,30 @@ const USER_HEADERS: HeaderMap = {
  * reach the handler, or the output channel, where a plain amqplib client reads them.
  */
 describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in strict order', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let producer: RabbitMqTransport;
   let inspector: RedisResequencerStore;
   let channel: string;
-  let prefix: string;
   let t: ResequencerApp | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-    producer = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-producer-${randomUUID()}`),
-    );
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      await t?.close();
+      t = undefined;
+    },
   });
 
   beforeEach(() => {
-    channel = admin.newChannel();
-    prefix = newPrefix();
+    channel = servers.admin.newChannel();
     // A store of the test's own on the same prefix: what any other instance would see.
-    inspector = new RedisResequencerStore(redis, { prefix });
-  });
-
-  afterEach(async () => {
-    await t?.close();
-    t = undefined;
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await producer.close();
-    await admin.close();
-    await redis.quit();
+    inspector = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
   });
 
   const publish = (key: string, seqs: number[], headers: HeaderMap = {}) =>
     seqs.reduce(
       (previous, seq) =>
-        previous.then(() => publishKeyedEvent(producer, channel, { key, seq, headers })),
+        previous.then(() => publishKeyedEvent(servers.producer, channel, { key, seq, headers })),
       Promise.resolve(),
     );
-  const drained = async () => (await admin.readyCount(channel)) === 0;
+  const drained = async () => (await servers.admin.readyCount(channel)) === 0;
   const droppedCount = async () =>
     (await metricValue(t!.registry, 'nest_sequence_resequencer_events_total', {
       outcome: 'duplicate',
@@ -89,7 +66,7 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
     }));
 
   it('hands events that arrive in order on, each once, with every header typed as sent', async () => {
-    t = await createResequencerApp({ channel, gap: GAP }, { prefix });
+    t = await createResequencerApp({ channel, gap: GAP }, { prefix: servers.prefix });
     await publish('T1', [1, 2, 3, 4, 5], USER_HEADERS);
 
     await eventually(() => t!.handler.received.length === 5, 'five events');
@@ -108,11 +85,11 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
       handOff: 0,
     });
     await eventually(drained, 'every input acked');
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 
   it('holds early events in Redis (input acked) until the gap fills, then releases the run in order', async () => {
-    t = await createResequencerApp({ channel, gap: GAP }, { prefix });
+    t = await createResequencerApp({ channel, gap: GAP }, { prefix: servers.prefix });
     await publish('T1', [4, 2, 5, 3]);
 
     await eventually(
@@ -142,7 +119,7 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
   });
 
   it('drops duplicates, buffered or already delivered (also copies published long after delivery)', async () => {
-    t = await createResequencerApp({ channel, gap: GAP }, { prefix });
+    t = await createResequencerApp({ channel, gap: GAP }, { prefix: servers.prefix });
     await publish('T1', [3, 3, 2, 1, 1, 2, 3]);
     await eventually(() => t!.handler.received.length >= 3, 'three events');
     await eventually(async () => (await droppedCount()) === 4, 'four copies dropped');
@@ -162,11 +139,11 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
         resequencer: channel,
       }),
     ).toBe(3);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 
   it('keeps keys apart: a gap in one key never holds another back', async () => {
-    t = await createResequencerApp({ channel, gap: GAP }, { prefix });
+    t = await createResequencerApp({ channel, gap: GAP }, { prefix: servers.prefix });
     await publish('A', [2, 3]);
     await publish('B', [1, 2, 3]);
     await publish('C', [2, 1]);
@@ -187,8 +164,8 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
   });
 
   it('publishes to the output channel in order, byte-exact bodies and headers, and calls no handler', async () => {
-    const output = admin.newChannel();
-    t = await createResequencerApp({ channel, output, gap: GAP }, { prefix });
+    const output = servers.admin.newChannel();
+    t = await createResequencerApp({ channel, output, gap: GAP }, { prefix: servers.prefix });
     // Binary bodies that are not valid UTF-8: any text round trip would change them.
     const bodies = new Map<string, Buffer>();
     const events = [
@@ -204,7 +181,7 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
       const id = `${key}:${seq}`;
       if (!bodies.has(id))
         bodies.set(id, Buffer.concat([Buffer.from([0xff, 0x00, 0xc3]), randomBytes(64)]));
-      await publishKeyedEvent(producer, channel, {
+      await publishKeyedEvent(servers.producer, channel, {
         key,
         seq,
         body: bodies.get(id),
@@ -212,7 +189,7 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
       });
     }
 
-    const reader = new QueueCollector(admin, output);
+    const reader = new QueueCollector(servers.admin, output);
     await reader.atLeast(6, 'six outputs');
     await eventually(drained, 'every input acked');
     await reader.collect(); // nothing more (the duplicate among them)
@@ -229,18 +206,18 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
       });
     }
     expect(t.handler.received).toEqual([]);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
     // What stays in Redis after delivery: per key, the state hash (next, for late duplicates), and
     // the scope's index; no buffer, no hand-off list.
-    const left = await keysUnder(redis, prefix);
+    const left = await keysUnder(servers.redis, servers.prefix);
     expect(left.filter((key) => /:(buffer|handoff)$/.test(key))).toEqual([]);
   });
 
   it('past maxBufferedPerKey, requeues the refused event through the queue; once the gap fills it goes out in order, without transport headers', async () => {
-    const output = admin.newChannel();
+    const output = servers.admin.newChannel();
     t = await createResequencerApp(
       { channel, output, gap: GAP, maxBufferedPerKey: 2 },
-      { prefix, backpressureDelayMs: 50 },
+      { prefix: servers.prefix, backpressureDelayMs: 50 },
     );
     await publish('P1', [2, 3, 4], USER_HEADERS);
     const refusals = () =>
@@ -253,7 +230,7 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
     });
 
     await publish('P1', [1], USER_HEADERS);
-    const reader = new QueueCollector(admin, output);
+    const reader = new QueueCollector(servers.admin, output);
     await reader.atLeast(4, 'four outputs');
     expect(reader.seqsByKey().get('P1')).toEqual([1, 2, 3, 4]);
     expect(reader.messages[3].headers).toEqual({
@@ -263,6 +240,6 @@ describeOnRealServers('faults: Resequencer on RabbitMQ and Redis, each key in st
     });
     await eventually(drained, 'every input acked');
     expect(await reader.collect()).toHaveLength(4);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 });

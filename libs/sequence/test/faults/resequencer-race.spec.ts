@@ -1,14 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { RabbitMqTransport, RedisResequencerStore } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence';
 import { SERVERS } from '../support/servers';
 import { eventually, shuffled } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
+import { AMQP_URL } from './support/rabbitmq.admin';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 import { publishKeyedEvent } from './support/resequencer-app';
 import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
@@ -31,37 +30,26 @@ const PUBLISH_CONCURRENCY = 200;
  * output channel strictly in order, each exactly once.
  */
 describeOnRealServers('faults: three Resequencer processes race on one queue', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let producer: RabbitMqTransport;
-  let prefix: string;
   let dir: string;
   const consumers: ResequencerConsumerProcess[] = [];
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      for (const consumer of consumers.splice(0)) await consumer.kill();
+    },
+  });
 
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-    producer = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-producer-${randomUUID()}`),
-    );
-    prefix = newPrefix();
+  beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'nseq-fault-rsq-race-'));
   });
 
-  afterAll(async () => {
-    for (const consumer of consumers.splice(0)) await consumer.kill();
-    await producer.close();
-    await admin.close();
-    await deleteUnder(redis, prefix);
-    await redis.quit();
+  afterAll(() => {
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('delivers each of 1,000 keys strictly in order 1..5 to the output, nothing lost, nothing twice', async () => {
-    const channel = admin.newChannel();
-    const output = admin.newChannel();
+    const channel = servers.admin.newChannel();
+    const output = servers.admin.newChannel();
     consumers.push(
       ...(await Promise.all(
         Array.from({ length: INSTANCES }, () =>
@@ -70,7 +58,7 @@ describeOnRealServers('faults: three Resequencer processes race on one queue', (
             redisUrl: SERVERS.redis.url,
             channel,
             output,
-            prefix,
+            prefix: servers.prefix,
             dir,
             prefetch: 32,
             sweepIntervalMs: 200,
@@ -88,13 +76,16 @@ describeOnRealServers('faults: three Resequencer processes race on one queue', (
       await Promise.all(
         stream
           .slice(i, i + PUBLISH_CONCURRENCY)
-          .map((event) => publishKeyedEvent(producer, channel, event)),
+          .map((event) => publishKeyedEvent(servers.producer, channel, event)),
       );
     }
 
-    const reader = new QueueCollector(admin, output);
+    const reader = new QueueCollector(servers.admin, output);
     await reader.atLeast(events.length, 'every event on the output', 40_000);
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the input drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the input drained',
+    );
     const stats = await Promise.all(consumers.splice(0).map((consumer) => consumer.stop()));
     await reader.collect(); // anything published late would show up now
 
@@ -124,16 +115,16 @@ describeOnRealServers('faults: three Resequencer processes race on one queue', (
       0,
     );
     expect(dropped).toBeGreaterThanOrEqual(copies.length);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
 
     // Nothing left behind in Redis: every key at 6, no buffer, no hand-off list.
-    const store = new RedisResequencerStore(redis, { prefix });
+    const store = new RedisResequencerStore(servers.redis, { prefix: servers.prefix });
     const states = await Promise.all(
       [...byKey.keys()].map((key) => store.inspect({ scope: channel, key }, 1)),
     );
     expect(states.filter((state) => state.next !== 6 || state.handOff !== 0)).toEqual([]);
     expect(await store.bufferedTotal(channel)).toBe(0);
-    const left = await keysUnder(redis, prefix);
+    const left = await keysUnder(servers.redis, servers.prefix);
     expect(left.filter((key) => /:(buffer|handoff)$/.test(key))).toEqual([]);
   });
 });

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
+import { deleteUnder, keysUnder } from '../../../../test/faults/support/redis.admin';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type {
   DrainSettlement,
@@ -20,23 +21,6 @@ import { RedisResequencerStore } from './redis.resequencer-store';
 const RETENTION_MS = 3_600_000;
 const MARGIN_MS = 60_000;
 const DRAIN = { holder: 'drainer', leaseMs: 30_000, limit: 100 };
-
-/** Every key under `prefix`, on one node. */
-async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
-  const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    keys.push(...batch);
-    cursor = next;
-  } while (cursor !== '0');
-  return keys;
-}
-
-async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
-  const keys = await keysUnder(redis, prefix);
-  if (keys.length > 0) await redis.del(...keys);
-}
 
 const entry = (seq: number): ResequencedEntry => ({
   seq,
