@@ -47,6 +47,8 @@ describe('ResequencerHealthIndicator', () => {
       lazyConnect: true,
       retryStrategy: () => null,
       maxRetriesPerRequest: 0,
+      // Refused at once, without a connection attempt that would keep the process alive ~2 s.
+      enableOfflineQueue: false,
     });
     const health = await indicator(new RedisResequencerStore(client));
     const result = await health.isHealthy('resequencer', { timeoutMs: 500 });
