@@ -22,6 +22,7 @@
  * leaks nothing either.
  */
 import type { RedisOptions } from 'ioredis';
+import { newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
@@ -83,11 +84,8 @@ export class RedisPayloadStore implements PayloadStore {
     url: string,
     options: RedisPayloadStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisPayloadStore {
-    // Loaded here, not at the top: ioredis is an optional peer of the library.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
     const { redis, ...storeOptions } = options;
-    const store = new RedisPayloadStore(new Client(url, redis ?? {}), storeOptions);
+    const store = new RedisPayloadStore(newRedisClient(url, redis), storeOptions);
     store.ownsClient = true;
     return store;
   }
@@ -203,12 +201,7 @@ export class RedisPayloadStore implements PayloadStore {
   /** Quits the client when `connect` created it; a client passed in stays the caller's. */
   async close(): Promise<void> {
     if (!this.ownsClient) return;
-    try {
-      await this.redis.quit();
-    } catch {
-      // Not connected (QUIT cannot be sent): just drop the connection attempts.
-      this.redis.disconnect();
-    }
+    await quitRedisClient(this.redis);
   }
 
   /** The payload's keys; a ref the store could not have generated never reaches a key name. */

@@ -1,4 +1,5 @@
 import type { RedisOptions } from 'ioredis';
+import { newRedisClient, quitRedisClient } from './redis-client';
 import {
   assertClaimArguments,
   type ClaimKey,
@@ -65,10 +66,7 @@ export class RedisClaimLedger implements ClaimLedger {
     url: string,
     options: RedisClaimLedgerOptions & { readonly redis?: RedisOptions } = {},
   ): RedisClaimLedger {
-    // Loaded here, not at the top: ioredis is an optional peer of the library.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-    const ledger = new RedisClaimLedger(new Client(url, options.redis ?? {}), options);
+    const ledger = new RedisClaimLedger(newRedisClient(url, options.redis), options);
     ledger.ownsClient = true;
     return ledger;
   }
@@ -118,11 +116,6 @@ export class RedisClaimLedger implements ClaimLedger {
   /** Quits the client when `connect` created it; a client passed in stays the caller's. */
   async close(): Promise<void> {
     if (!this.ownsClient) return;
-    try {
-      await this.redis.quit();
-    } catch {
-      // Not connected (QUIT cannot be sent): just drop the connection attempts.
-      this.redis.disconnect();
-    }
+    await quitRedisClient(this.redis);
   }
 }

@@ -41,6 +41,7 @@
  * own retries); the resequencer requeues the message, having acked nothing.
  */
 import type { RedisOptions } from 'ioredis';
+import { newRedisClient, quitRedisClient } from './redis-client';
 import {
   assertResequencerArguments,
   type AcceptContext,
@@ -144,10 +145,7 @@ export class RedisResequencerStore implements ResequencerStore {
     url: string,
     options: RedisResequencerStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisResequencerStore {
-    // Loaded here, not at the top: ioredis is an optional peer of the library.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-    const store = new RedisResequencerStore(new Client(url, options.redis ?? {}), options);
+    const store = new RedisResequencerStore(newRedisClient(url, options.redis), options);
     store.ownsClient = true;
     return store;
   }
@@ -289,12 +287,7 @@ export class RedisResequencerStore implements ResequencerStore {
   async close(): Promise<void> {
     if (!this.ownsClient) return;
     this.ownsClient = false;
-    try {
-      await this.redis.quit();
-    } catch {
-      // Not connected (QUIT cannot be sent): just drop the connection attempts.
-      this.redis.disconnect();
-    }
+    await quitRedisClient(this.redis);
   }
 
   /**

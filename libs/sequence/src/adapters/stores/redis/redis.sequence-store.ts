@@ -56,6 +56,7 @@
  * the next settlement or the sweeper (which re-reads the sequence's own keys).
  */
 import type { RedisOptions } from 'ioredis';
+import { newRedisClient, quitRedisClient } from './redis-client';
 import type { Readable } from 'node:stream';
 import type {
   AcceptContext,
@@ -153,10 +154,7 @@ export class RedisSequenceStore implements SequenceStore {
     url: string,
     options: RedisSequenceStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisSequenceStore {
-    // Loaded here, not at the top: ioredis is an optional peer of the library.
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    const { Redis: Client } = require('ioredis') as typeof import('ioredis');
-    const store = new RedisSequenceStore(new Client(url, options.redis ?? {}), options);
+    const store = new RedisSequenceStore(newRedisClient(url, options.redis), options);
     store.ownsClient = true;
     return store;
   }
@@ -338,12 +336,7 @@ export class RedisSequenceStore implements SequenceStore {
   /** Quits the client when `connect` created it; a client passed in stays the caller's. */
   async close(): Promise<void> {
     if (!this.ownsClient) return;
-    try {
-      await this.redis.quit();
-    } catch {
-      // Not connected (QUIT cannot be sent): just drop the connection attempts.
-      this.redis.disconnect();
-    }
+    await quitRedisClient(this.redis);
   }
 
   /** Reserves budget, first evicting failed sequences' kept fragments when they are in the way. */

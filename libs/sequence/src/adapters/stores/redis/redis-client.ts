@@ -1,0 +1,24 @@
+import type { Redis, RedisOptions } from 'ioredis';
+import type { RedisClient } from './redis-scripts';
+
+/**
+ * A new ioredis client for `url`, for an adapter's `connect()` (which then owns it). ioredis is
+ * loaded here, not at the top of a module: it is an optional peer of the library.
+ */
+export function newRedisClient(url: string, options: RedisOptions = {}): Redis {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { Redis: Client } = require('ioredis') as typeof import('ioredis');
+  return new Client(url, options);
+}
+
+/** Quits a client an adapter owns; one that is not connected just drops its connection attempts. */
+export async function quitRedisClient(
+  client: Pick<RedisClient, 'quit' | 'disconnect'>,
+): Promise<void> {
+  try {
+    await client.quit();
+  } catch {
+    // Not connected (QUIT cannot be sent).
+    client.disconnect();
+  }
+}
