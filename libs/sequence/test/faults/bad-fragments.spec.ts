@@ -1,6 +1,4 @@
 import type { ConfirmChannel } from 'amqplib';
-import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import {
   bytes,
   eventually,
@@ -9,10 +7,11 @@ import {
   shuffled,
   type TestFragment,
 } from '../support/sequence-test-app';
-import { RabbitMqAdmin, type QueuedMessage } from './support/rabbitmq.admin';
+import { type QueuedMessage } from './support/rabbitmq.admin';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -94,34 +93,19 @@ async function publishRaw(channel: ConfirmChannel, queue: string, messages: RawM
  * to the consumer's queue.
  */
 describeOnRealServers('faults: bad fragments published straight to the queue', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   let consumer: RealServersApp | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    await consumer?.close();
-    consumer = undefined;
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      await consumer?.close();
+      consumer = undefined;
+    },
   });
 
   it('dead-letters each bad message with its reason and its headers, while 3 interleaved good sequences complete byte-exact', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     // Declares the queue (and its .dlq) before anything is published to it.
     consumer = await createRealServersApp(channel, {
-      prefix,
+      prefix: servers.prefix,
       handler: { maxFragmentBytes: MAX_FRAGMENT_BYTES },
     });
     const good = [40_000, 24_000, 56_000].map((length, i) => ({
@@ -129,7 +113,7 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
       payload: bytes(length, 110 + i),
     }));
     const bad = badCases();
-    const publisher = await admin.confirmChannel();
+    const publisher = await servers.admin.confirmChannel();
     try {
       await publishRaw(
         publisher,
@@ -149,10 +133,13 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
       10_000,
     );
     await eventually(
-      async () => (await admin.readyCount(`${channel}.dlq`)) >= bad.length,
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) >= bad.length,
       'every bad message dead-lettered',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
 
     for (const { id, payload } of good) {
       expect(consumer.handler.of(id)).toHaveLength(1);
@@ -160,7 +147,7 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
     }
     expect(consumer.handler.calls).toBe(good.length);
 
-    const deadLetters = await admin.drain(`${channel}.dlq`);
+    const deadLetters = await servers.admin.drain(`${channel}.dlq`);
     expect(deadLetters).toHaveLength(bad.length);
     for (const expected of bad) {
       const matching = deadLetters.filter((message) => message.body.equals(expected.body));
@@ -194,6 +181,8 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
       'fragment-too-large': 1,
     });
     // Refused before the store: none of the bad sequences left a key in Redis.
-    expect((await keysUnder(redis, prefix)).filter((key) => key.includes(':bad-'))).toEqual([]);
+    expect(
+      (await keysUnder(servers.redis, servers.prefix)).filter((key) => key.includes(':bad-')),
+    ).toEqual([]);
   });
 });

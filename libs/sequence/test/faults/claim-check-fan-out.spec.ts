@@ -1,6 +1,4 @@
-import { Redis } from 'ioredis';
 import { ClaimCheckNotFoundError } from 'nest-sequence';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { sha256Hex } from '../../src/core/checksum';
 import { serializeTicket } from '../../src/core/claim-ticket';
@@ -9,9 +7,9 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -21,41 +19,28 @@ jest.setTimeout(30_000);
  * Redis claim ledger.
  */
 describeOnRealServers('faults: claim check fan-out to two queues with reference counting', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   const apps: ClaimCheckApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   it('keeps the payload after the first of 2 groups handled it, and deletes it after the second', async () => {
-    const [billing, archive] = [admin.newChannel(), admin.newChannel()];
-    prefix = newPrefix();
+    const [billing, archive] = [servers.admin.newChannel(), servers.admin.newChannel()];
     const retention = { deleteAfter: { consumers: 2 } } as const;
     const billingApp = await createClaimCheckApp({
-      ...redisClaimCheckAdapters(prefix),
+      ...redisClaimCheckAdapters(servers.prefix),
       consume: { channel: billing, ...retention },
     });
     apps.push(billingApp);
-    const producer = await createClaimCheckApp(redisClaimCheckAdapters(prefix));
+    const producer = await createClaimCheckApp(redisClaimCheckAdapters(servers.prefix));
     apps.push(producer);
     const payload = bytes(400_000, 31);
     const payloadKeys = async (ref: string) =>
-      (await keysUnder(redis, prefix)).filter((key) => key.includes(`{payload:${ref}}`));
+      (await keysUnder(servers.redis, servers.prefix)).filter((key) =>
+        key.includes(`{payload:${ref}}`),
+      );
 
     // The archive group is not running yet: its queue (declared by the publish) keeps the ticket.
     const { ticket } = await producer.claimCheck.publish(billing, payload);
@@ -65,15 +50,18 @@ describeOnRealServers('faults: claim check fan-out to two queues with reference 
       () => billingApp.handler.deliveries.length === 1,
       'the first group handled it',
     );
-    await eventually(async () => (await admin.readyCount(billing)) === 0, 'its queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(billing)) === 0,
+      'its queue drained',
+    );
     expect(billingApp.handler.deliveries[0].sha256).toBe(sha256Hex(payload));
     expect(await payloadKeys(ticket!.ref)).not.toEqual([]);
     const stillThere = await producer.claimCheck.checkOut(ticket);
     expect(sha256Hex(await stillThere.toBuffer())).toBe(sha256Hex(payload));
-    expect(await admin.readyCount(archive)).toBe(1);
+    expect(await servers.admin.readyCount(archive)).toBe(1);
 
     const archiveApp = await createClaimCheckApp({
-      ...redisClaimCheckAdapters(prefix),
+      ...redisClaimCheckAdapters(servers.prefix),
       consume: { channel: archive, ...retention },
     });
     apps.push(archiveApp);
@@ -87,7 +75,7 @@ describeOnRealServers('faults: claim check fan-out to two queues with reference 
     expect(billingApp.handler.calls).toBe(1);
     expect(archiveApp.handler.calls).toBe(1);
     for (const queue of [billing, archive]) {
-      expect(await admin.readyCount(`${queue}.dlq`)).toBe(0);
+      expect(await servers.admin.readyCount(`${queue}.dlq`)).toBe(0);
     }
   });
 });

@@ -1,6 +1,4 @@
 import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
 import {
   createClaimCheckApp,
@@ -8,9 +6,9 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -22,40 +20,28 @@ const MIB = 1024 * 1024;
  * retention (`deleteAfter: 'ack'`) in another.
  */
 describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   let channel: string;
   const apps: ClaimCheckApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   beforeEach(async () => {
-    channel = admin.newChannel();
-    prefix = newPrefix();
+    channel = servers.admin.newChannel();
     // Consumer first: it declares the queue, and receives in another application than the sender.
     apps.push(
-      await createClaimCheckApp({ ...redisClaimCheckAdapters(prefix), consume: { channel } }),
-      await createClaimCheckApp(redisClaimCheckAdapters(prefix)),
+      await createClaimCheckApp({
+        ...redisClaimCheckAdapters(servers.prefix),
+        consume: { channel },
+      }),
+      await createClaimCheckApp(redisClaimCheckAdapters(servers.prefix)),
     );
   });
 
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
-  });
-
   const payloadKeys = async () =>
-    (await keysUnder(redis, prefix)).filter((key) => key.includes(':{payload:'));
+    (await keysUnder(servers.redis, servers.prefix)).filter((key) => key.includes(':{payload:'));
 
   it('sends a payload under the threshold inline: the handler gets its exact bytes once, and nothing is parked in Redis', async () => {
     const [consumer, producer] = apps;
@@ -68,7 +54,10 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
 
     expect(receipt).toMatchObject({ channel, via: 'inline', bytes: payload.length });
     await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery');
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     expect(consumer.handler.deliveries).toEqual([
       {
         via: 'inline',
@@ -79,7 +68,7 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
       },
     ]);
     expect(await payloadKeys()).toEqual([]);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 
   it('parks a 20 MiB stream in Redis behind a ticket: the handler reads the exact bytes once, and the payload keys are gone once it is acked', async () => {
@@ -100,7 +89,10 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
     expect(receipt.ticket?.sha256).toBe(payload.sha256);
     await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery', 20_000);
     await eventually(async () => (await payloadKeys()).length === 0, 'the payload deleted');
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     // Closed, the consumer returns whatever it had not acked to the queue: there is nothing.
     await consumer.close();
     apps.splice(apps.indexOf(consumer), 1);
@@ -116,7 +108,7 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
     // A meta hash and 20 chunks of 1 MiB (the store's default chunk size).
     expect(parkedKeys).toHaveLength(21);
     expect(parkedKeys.every((key) => key.includes(`{payload:${receipt.ticket!.ref}}`))).toBe(true);
-    expect(await admin.readyCount(channel)).toBe(0);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(channel)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 });

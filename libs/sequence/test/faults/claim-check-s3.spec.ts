@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { CreateBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
-import { Redis } from 'ioredis';
 import { RedisClaimLedger, S3PayloadStore } from 'nest-sequence';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
@@ -10,9 +9,8 @@ import {
   generatedPayload,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, newPrefix } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -25,16 +23,16 @@ const BUCKET = 'nseq-claim-check';
  * ledger.
  */
 describeOnRealServers('faults: claim check round trip with the S3 payload store', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
   let s3rver: S3rverProcess;
   let client: S3Client;
-  let prefix: string;
   const apps: ClaimCheckApp[] = [];
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
+  });
 
   beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
     s3rver = await startS3rver();
     client = new S3Client({
       endpoint: s3rver.endpoint,
@@ -45,22 +43,13 @@ describeOnRealServers('faults: claim check round trip with the S3 payload store'
     await client.send(new CreateBucketCommand({ Bucket: BUCKET }));
   });
 
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
   afterAll(async () => {
     client?.destroy();
     await s3rver?.stop();
-    await admin.close();
-    await redis.quit();
   });
 
   it('parks a 12 MiB stream in S3 (a multipart upload), delivers its exact bytes once through RabbitMQ, and deletes the object once acked', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     const s3Prefix = `faults/${randomUUID()}/`;
     const adapters = () => ({
       store: S3PayloadStore.connect({
@@ -72,7 +61,7 @@ describeOnRealServers('faults: claim check round trip with the S3 payload store'
         prefix: s3Prefix,
         partBytes: 5 * MIB,
       }),
-      ledger: RedisClaimLedger.connect(SERVERS.redis.url, { prefix }),
+      ledger: RedisClaimLedger.connect(SERVERS.redis.url, { prefix: servers.prefix }),
     });
     const consumer = await createClaimCheckApp({ ...adapters(), consume: { channel } });
     apps.push(consumer);
@@ -97,7 +86,10 @@ describeOnRealServers('faults: claim check round trip with the S3 payload store'
     expect(receipt.ticket).toMatchObject({ store: 's3', sha256: payload.sha256 });
     await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery', 20_000);
     await eventually(async () => (await objects()).length === 0, 'the object deleted');
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     await new Promise((resolve) => setTimeout(resolve, 200));
 
     // (Next to it, maybe, the empty marker saying that its ticket was published: the producer
@@ -112,6 +104,6 @@ describeOnRealServers('faults: claim check round trip with the S3 payload store'
       sha256: payload.sha256,
       ticket: receipt.ticket,
     });
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 });

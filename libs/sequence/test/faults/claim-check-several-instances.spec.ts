@@ -1,5 +1,3 @@
-import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { sha256Hex } from '../../src/core/checksum';
 import { serializeTicket } from '../../src/core/claim-ticket';
@@ -9,9 +7,9 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -21,41 +19,26 @@ jest.setTimeout(30_000);
  * queue and share one Redis claim ledger.
  */
 describeOnRealServers('faults: claim check with two consumer instances on one queue', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   const apps: ClaimCheckApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   it('runs the handler once in total for a ticket published 3 times, and acks all 3 messages', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     const consumers: ClaimCheckApp[] = [];
     for (let i = 0; i < 2; i++) {
       consumers.push(
         await createClaimCheckApp({
-          ...redisClaimCheckAdapters(prefix),
+          ...redisClaimCheckAdapters(servers.prefix),
           consume: { channel },
           backpressureDelayMs: 50,
         }),
       );
     }
-    const producer = await createClaimCheckApp(redisClaimCheckAdapters(prefix));
+    const producer = await createClaimCheckApp(redisClaimCheckAdapters(servers.prefix));
     apps.push(...consumers, producer);
     // A slow handler: the copies reach the other instance while the first is still running, so
     // the ledger's lease (not only its completion record) is what keeps them out.
@@ -96,11 +79,13 @@ describeOnRealServers('faults: claim check with two consumer instances on one qu
     // Both instances took copies: the broker handed the 3 messages out in turn.
     for (const consumer of consumers) expect(await received(consumer)).toBeGreaterThan(0);
     expect(await duplicates()).toBe(2);
-    expect(await admin.readyCount(channel)).toBe(0);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(channel)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
     // deleteAfter 'ack': the one completion deleted the payload.
     expect(
-      (await keysUnder(redis, prefix)).filter((key) => key.includes(`{payload:${ticket.ref}}`)),
+      (await keysUnder(servers.redis, servers.prefix)).filter((key) =>
+        key.includes(`{payload:${ticket.ref}}`),
+      ),
     ).toEqual([]);
   });
 });

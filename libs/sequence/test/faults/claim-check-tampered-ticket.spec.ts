@@ -1,5 +1,3 @@
-import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { sha256Hex } from '../../src/core/checksum';
 import {
@@ -7,9 +5,9 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -19,36 +17,21 @@ jest.setTimeout(30_000);
  * never able to reach or delete the payload it was altered to name.
  */
 describeOnRealServers('faults: a tampered claim ticket published straight to the queue', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   const apps: ClaimCheckApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   it('dead-letters the tampered ticket with claim-ticket-invalid and its headers, leaves the payload it names alone, and delivers the valid ticket behind it', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     // Declares the queue (and its .dlq) before anything is published to it.
     const consumer = await createClaimCheckApp({
-      ...redisClaimCheckAdapters(prefix),
+      ...redisClaimCheckAdapters(servers.prefix),
       consume: { channel },
     });
-    const producer = await createClaimCheckApp(redisClaimCheckAdapters(prefix));
+    const producer = await createClaimCheckApp(redisClaimCheckAdapters(servers.prefix));
     apps.push(consumer, producer);
     const mine = bytes(300_000, 41);
     const theirs = bytes(300_000, 42);
@@ -62,7 +45,7 @@ describeOnRealServers('faults: a tampered claim ticket published straight to the
     const valid = Buffer.from(JSON.stringify(theirTicket));
     const headers = { 'x-claim-check': 1, 'x-sender': 'amqplib' };
 
-    const publisher = await admin.confirmChannel();
+    const publisher = await servers.admin.confirmChannel();
     try {
       publisher.sendToQueue(channel, tampered, { headers, persistent: true });
       publisher.sendToQueue(channel, valid, { headers, persistent: true });
@@ -73,10 +56,13 @@ describeOnRealServers('faults: a tampered claim ticket published straight to the
 
     await eventually(() => consumer.handler.deliveries.length === 1, 'the valid ticket delivered');
     await eventually(
-      async () => (await admin.readyCount(`${channel}.dlq`)) === 1,
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) === 1,
       'the tampered ticket dead-lettered',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
 
     expect(consumer.handler.calls).toBe(1);
     expect(consumer.handler.deliveries[0]).toMatchObject({
@@ -84,7 +70,7 @@ describeOnRealServers('faults: a tampered claim ticket published straight to the
       sha256: sha256Hex(theirs),
       headers: { 'x-sender': 'amqplib' },
     });
-    const [dead] = await admin.drain(`${channel}.dlq`);
+    const [dead] = await servers.admin.drain(`${channel}.dlq`);
     expect(dead.body.equals(tampered)).toBe(true);
     expect(dead.headers).toEqual({
       ...headers,
@@ -94,7 +80,7 @@ describeOnRealServers('faults: a tampered claim ticket published straight to the
     });
     // The payload the tampered ticket named was not deleted by it: the valid ticket read it
     // (and only then, deleteAfter 'ack', deleted it); the tamperer's own payload is untouched.
-    const left = await keysUnder(redis, prefix);
+    const left = await keysUnder(servers.redis, servers.prefix);
     expect(left.filter((key) => key.includes(`{payload:${myTicket.ref}}`))).not.toEqual([]);
     expect(left.filter((key) => key.includes(`{payload:${theirTicket.ref}}`))).toEqual([]);
   });

@@ -1,16 +1,14 @@
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { RabbitMqTransport } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
 import { ConsumerProcess, type ConsumerEvent } from './support/consumer-process';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { AMQP_URL } from './support/rabbitmq.admin';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { crcKey, deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { crcKey, keysUnder } from './support/redis.admin';
 
 jest.setTimeout(40_000);
 
@@ -20,41 +18,23 @@ jest.setTimeout(40_000);
  * to settle, close or clean up, then starts again.
  */
 describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequence', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let producer: RabbitMqTransport;
   let channel: string;
-  let prefix: string;
   let dir: string;
   const consumers: ConsumerProcess[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-    producer = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-producer-${randomUUID()}`),
-    );
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      for (const consumer of consumers.splice(0)) await consumer.kill();
+    },
   });
 
   beforeEach(() => {
-    channel = admin.newChannel();
-    prefix = newPrefix();
+    channel = servers.admin.newChannel();
     dir = mkdtempSync(join(tmpdir(), 'nseq-fault-consumer-'));
   });
 
   afterEach(async () => {
-    for (const consumer of consumers.splice(0)) await consumer.kill();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
     rmSync(dir, { recursive: true, force: true });
-  });
-
-  afterAll(async () => {
-    await producer.close();
-    await admin.close();
-    await redis.quit();
   });
 
   async function startConsumer(settings: { leaseMs?: number; handlerSleepMs?: number } = {}) {
@@ -62,7 +42,7 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
       amqpUrl: AMQP_URL,
       redisUrl: SERVERS.redis.url,
       channel,
-      prefix,
+      prefix: servers.prefix,
       dir,
       ...settings,
     });
@@ -79,29 +59,42 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
     expect(fragments).toHaveLength(16);
     const killed = await startConsumer();
 
-    await publishAll(producer, channel, fragments.slice(0, 8));
+    await publishAll(servers.producer, channel, fragments.slice(0, 8));
     await eventually(
-      async () => (await redis.hlen(crcKey(prefix, channel, 'killed-between-fragments'))) === 8,
+      async () =>
+        (await servers.redis.hlen(crcKey(servers.prefix, channel, 'killed-between-fragments'))) ===
+        8,
       'the first 8 fragments stored in Redis',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     await killed.kill();
 
-    await publishAll(producer, channel, fragments.slice(8));
+    await publishAll(servers.producer, channel, fragments.slice(8));
     // Nobody consumes now: the rest waits in the queue (plus any stored fragment whose ack the
     // killed process had not sent yet).
-    expect(await admin.readyCount(channel)).toBeGreaterThanOrEqual(8);
-    expect(await redis.hlen(crcKey(prefix, channel, 'killed-between-fragments'))).toBe(8);
+    expect(await servers.admin.readyCount(channel)).toBeGreaterThanOrEqual(8);
+    expect(
+      await servers.redis.hlen(crcKey(servers.prefix, channel, 'killed-between-fragments')),
+    ).toBe(8);
 
     const restarted = await startConsumer();
     await restarted.waitFor(
       (events) => eventsOf(events, 'delivered', 'killed-between-fragments').length > 0,
       'the sequence delivered after the restart',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     // Late duplicates are recognised by the completion marker, not delivered again.
-    await publishAll(producer, channel, fragments.slice(0, 2));
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the duplicates taken');
+    await publishAll(servers.producer, channel, fragments.slice(0, 2));
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the duplicates taken',
+    );
     await new Promise((resolve) => setTimeout(resolve, 200));
 
     const events = restarted.events();
@@ -120,11 +113,14 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
     expect(eventsOf(events, 'started', 'killed-between-fragments')).toHaveLength(1);
     const written = readFileSync(join(dir, `killed-between-fragments.${restarted.pid}.bin`));
     expect(written.equals(payload)).toBe(true);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
-    const left = await keysUnder(redis, prefix);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+    const left = await keysUnder(servers.redis, servers.prefix);
     expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
     expect(
-      await redis.hget(`${prefix}:{${channel}:killed-between-fragments}:done`, 'outcome'),
+      await servers.redis.hget(
+        `${servers.prefix}:{${channel}:killed-between-fragments}:done`,
+        'outcome',
+      ),
     ).toBe('completed');
   });
 
@@ -135,7 +131,7 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
     const leaseMs = 6_000;
     const killed = await startConsumer({ leaseMs, handlerSleepMs: 60_000 });
 
-    await publishAll(producer, channel, fragments);
+    await publishAll(servers.producer, channel, fragments);
     await killed.waitFor(
       (events) => eventsOf(events, 'started', 'killed-in-handler').length === 1,
       'the handler running in the first process',
@@ -148,7 +144,10 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
       (events) => eventsOf(events, 'delivered', 'killed-in-handler').length > 0,
       'the sequence delivered after the restart',
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     await new Promise((resolve) => setTimeout(resolve, 200));
 
     const events = restarted.events();
@@ -166,6 +165,6 @@ describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequen
     // Taken over only once the dead holder's lease lapsed: it was renewed every leaseMs / 3 until
     // the kill, so it ran at least 2/3 of leaseMs beyond it.
     expect(starts[1].at - killedAt).toBeGreaterThanOrEqual((leaseMs * 2) / 3 - 100);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 });

@@ -1,12 +1,11 @@
 import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, type TestFragment } from '../support/sequence-test-app';
 import { retainedMemory } from './support/memory';
 import { singleMetricValue } from './support/metrics';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(60_000);
 
@@ -70,30 +69,16 @@ function firstFragments(count: number, narrowBytes: number, wideBytes: number): 
  * never complete, on the real servers.
  */
 describeOnRealServers('faults: a flood of never-completing sequences', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   let consumer: RealServersApp | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    await consumer?.close();
-    consumer = undefined;
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      await consumer?.close();
+      consumer = undefined;
+    },
   });
 
   async function publishRaw(channel: string, fragments: TestFragment[]): Promise<void> {
-    const publisher = await admin.confirmChannel();
+    const publisher = await servers.admin.confirmChannel();
     try {
       for (const { body, headers } of fragments) {
         publisher.sendToQueue(channel, body, { headers, persistent: true });
@@ -112,10 +97,9 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
     const timeoutMs = 1_000;
     const retentionMs = 1;
     const keyTtlMarginMs = 4_000;
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     consumer = await createRealServersApp(channel, {
-      prefix,
+      prefix: servers.prefix,
       keyTtlMarginMs,
       ...limits,
       maxSequenceBytes: 3 * 128 * KiB,
@@ -140,7 +124,7 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
     let published = false;
     const sampling = (async () => {
       for (let turn = 0; flooding; turn++) {
-        keySamples.push(await sampleKeys(redis, prefix, expired));
+        keySamples.push(await sampleKeys(servers.redis, servers.prefix, expired));
         const now = Date.now();
         const stats = await consumer.store.stats(now);
         peaks.openSequences = Math.max(peaks.openSequences, stats.openSequences);
@@ -213,11 +197,11 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
       expect({ limit, pushedBack: backpressure > 0 }).toEqual({ limit, pushedBack: true });
     }
     await eventually(
-      async () => (await admin.readyCount(`${channel}.dlq`)) === firsts.length,
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) === firsts.length,
       'the expiry records',
     );
     const expiredIds = new Set<string>();
-    for (const record of await admin.drain(`${channel}.dlq`)) {
+    for (const record of await servers.admin.drain(`${channel}.dlq`)) {
       const body = JSON.parse(record.body.toString()) as Record<string, unknown>;
       expect(body).toMatchObject({
         kind: 'sequence-expired',
@@ -228,19 +212,20 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
       expiredIds.add(String(body.sequenceId));
     }
     expect(expiredIds.size).toBe(firsts.length);
-    expect(await admin.readyCount(channel)).toBe(0);
+    expect(await servers.admin.readyCount(channel)).toBe(0);
 
     // And then gone. First every key of a sequence (markers live retentionMs + keyTtlMarginMs);
     // then the store-wide keys, which outlive them by design: their TTL, set by the last
     // reservation, is at most timeout + lease + 2 × keyTtlMarginMs.
     await eventually(
-      async () => (await keysUnder(redis, prefix)).every((key) => key.includes(':{idx}:')),
+      async () =>
+        (await keysUnder(servers.redis, servers.prefix)).every((key) => key.includes(':{idx}:')),
       'no key of any sequence left',
       retentionMs + keyTtlMarginMs + 2_000,
     );
     const globalTtlBound = timeoutMs + 100 + 2 * keyTtlMarginMs;
-    for (const key of await keysUnder(redis, prefix)) {
-      const ttl = await redis.pttl(key); // -1: no TTL at all; -2: gone meanwhile
+    for (const key of await keysUnder(servers.redis, servers.prefix)) {
+      const ttl = await servers.redis.pttl(key); // -1: no TTL at all; -2: gone meanwhile
       if (ttl === -2) continue;
       expect({ key, expiresInTime: ttl > 0 && ttl <= globalTtlBound }).toEqual({
         key,
@@ -248,7 +233,7 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
       });
     }
     await eventually(
-      async () => (await keysUnder(redis, prefix)).length === 0,
+      async () => (await keysUnder(servers.redis, servers.prefix)).length === 0,
       'no key left under the prefix',
       globalTtlBound + 1_000,
     );
@@ -260,11 +245,10 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
   // awaiting each record's confirm, fell ~3.4 s behind this flood and let most of it vanish
   // unreported (3 of 300 in one run).
   it('reports every one of a flood of expiring sequences before their keys lapse', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     const onExpired = jest.fn();
     consumer = await createRealServersApp(channel, {
-      prefix,
+      prefix: servers.prefix,
       keyTtlMarginMs: 1_500,
       leaseMs: 100,
       retentionMs: 1,
@@ -282,7 +266,7 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
       10_000,
     );
     await eventually(
-      async () => (await keysUnder(redis, prefix)).length === 0,
+      async () => (await keysUnder(servers.redis, servers.prefix)).length === 0,
       'every key gone',
       10_000,
     );
@@ -292,7 +276,7 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
     // All 300 opened, are gone from Redis, and were reported, once each.
     expect(await counter('nest_sequence_sequences_expired_total')).toBe(firsts.length);
     expect(onExpired).toHaveBeenCalledTimes(firsts.length);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(firsts.length);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(firsts.length);
     expect(consumer.handler.calls).toBe(0);
   });
 });

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import {
   PublishTimeoutError,
   RabbitMqTransport,
@@ -11,12 +10,11 @@ import {
   type PublishRetryOptions,
 } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './support/rabbitmq.admin';
+import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, newPrefix } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -75,45 +73,30 @@ async function* slowStream(payload: Buffer, drop: () => Promise<void>): AsyncGen
  * resolves and the sequence completes, or rejects with a typed error, never a silent partial.
  */
 describeOnRealServers('faults: the producer connection dropped mid-sequence', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   let channel: string;
   let consumer: RealServersApp | undefined;
   let producer: Producer | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      await producer?.close();
+      await consumer?.close();
+      producer = consumer = undefined;
+    },
   });
 
   beforeEach(() => {
-    channel = admin.newChannel();
-    prefix = newPrefix();
+    channel = servers.admin.newChannel();
   });
 
   /** The consumer, expiring incomplete sequences `timeoutMs` after their first fragment. */
   async function startConsumer(timeoutMs: number): Promise<RealServersApp> {
     consumer = await createRealServersApp(channel, {
-      prefix,
+      prefix: servers.prefix,
       sweepIntervalMs: 100,
       handler: { timeout: { ms: timeoutMs } },
     });
     return consumer;
   }
-
-  afterEach(async () => {
-    await producer?.close();
-    await consumer?.close();
-    producer = consumer = undefined;
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
-  });
 
   it('resolves once the connection is back, within the retry budget, and the consumer delivers the sequence once, byte-exact', async () => {
     const consumer = await startConsumer(30_000);
@@ -122,16 +105,16 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
       0.2,
     );
     const payload = bytes(CHUNKS * FRAGMENT_BYTES, 101);
-    const droppedPid = await admin.connectionPid(producer.connectionName);
+    const droppedPid = await servers.admin.connectionPid(producer.connectionName);
 
     const receipt = await producer.splitter.send(
       channel,
-      slowStream(payload, () => admin.closeConnection(producer!.connectionName)),
+      slowStream(payload, () => servers.admin.closeConnection(producer!.connectionName)),
       { sequenceId: 'survives-the-drop', fragmentBytes: FRAGMENT_BYTES },
     );
 
     // It really was cut off: the broker now lists a new connection under the same name.
-    expect(await admin.connectionPid(producer.connectionName)).not.toBe(droppedPid);
+    expect(await servers.admin.connectionPid(producer.connectionName)).not.toBe(droppedPid);
     expect(receipt).toEqual({
       channel,
       sequenceId: 'survives-the-drop',
@@ -140,11 +123,14 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
       sha256: sha256Hex(payload),
     });
     await eventually(() => consumer.handler.calls > 0, 'the sequence delivered', 10_000);
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(consumer.handler.calls).toBe(1);
     expect(consumer.handler.of('survives-the-drop')[0].bytes.equals(payload)).toBe(true);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
   });
 
   it('rejects with SequencePublishError naming the sequence and the fragment when the budget runs out first; the consumer expires the partial sequence with an expiry record', async () => {
@@ -160,7 +146,7 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
     const error: unknown = await producer.splitter
       .send(
         channel,
-        slowStream(payload, () => admin.closeConnection(producer!.connectionName)),
+        slowStream(payload, () => servers.admin.closeConnection(producer!.connectionName)),
         { sequenceId: 'cut-short', fragmentBytes: FRAGMENT_BYTES },
       )
       .then(
@@ -180,11 +166,11 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
     expect((error as SequencePublishError).cause).toBeInstanceOf(PublishTimeoutError);
 
     await eventually(
-      async () => (await admin.readyCount(`${channel}.dlq`)) === 1,
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) === 1,
       'the expiry record',
       10_000,
     );
-    const [record] = await admin.drain(`${channel}.dlq`);
+    const [record] = await servers.admin.drain(`${channel}.dlq`);
     expect(String(record.headers['x-death-reason'])).toMatch(
       /^sequence-expired: sequence cut-short expired after \d+ ms with 9 fragment\(s\) received/,
     );
@@ -201,6 +187,6 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
     });
     expect(expiry).not.toHaveProperty('size');
     expect(consumer.handler.calls).toBe(0);
-    expect(await admin.readyCount(channel)).toBe(0);
+    expect(await servers.admin.readyCount(channel)).toBe(0);
   });
 });

@@ -1,11 +1,9 @@
-import { Redis } from 'ioredis';
-import { SERVERS } from '../support/servers';
 import { bytes, eventually, metricValue } from '../support/sequence-test-app';
 import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
+import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { keysUnder } from './support/redis.admin';
 
 jest.setTimeout(30_000);
 
@@ -15,35 +13,20 @@ jest.setTimeout(30_000);
  * queue and share one Redis key prefix.
  */
 describeOnRealServers('faults: two consumer instances on one queue and one Redis', () => {
-  let admin: RabbitMqAdmin;
-  let redis: Redis;
-  let prefix: string;
   const apps: RealServersApp[] = [];
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
-  });
-
-  afterEach(async () => {
-    for (const app of apps.splice(0)) await app.close();
-    await admin.cleanup();
-    await deleteUnder(redis, prefix);
-  });
-
-  afterAll(async () => {
-    await admin.close();
-    await redis.quit();
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      for (const app of apps.splice(0)) await app.close();
+    },
   });
 
   it('store fragments of every sequence on both instances, complete each sequence exactly once, byte-exact, and dead-letter nothing', async () => {
-    const channel = admin.newChannel();
-    prefix = newPrefix();
+    const channel = servers.admin.newChannel();
     const stores: InstrumentedStore[] = [];
     for (let i = 0; i < 2; i++) {
       apps.push(
         await createRealServersApp(channel, {
-          prefix,
+          prefix: servers.prefix,
           wrapStore: (store) => {
             const counted = new InstrumentedStore(store);
             stores.push(counted);
@@ -73,7 +56,10 @@ describeOnRealServers('faults: two consumer instances on one queue and one Redis
       'every sequence delivered',
       20_000,
     );
-    await eventually(async () => (await admin.readyCount(channel)) === 0, 'the queue drained');
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained',
+    );
 
     for (const { id, payload } of sequences) {
       const deliveries = deliveriesOf(id);
@@ -98,13 +84,13 @@ describeOnRealServers('faults: two consumer instances on one queue and one Redis
     );
     expect(completed[0] + completed[1]).toBe(sequences.length);
     expect(first.handler.calls + second.handler.calls).toBe(sequences.length);
-    expect(await admin.readyCount(`${channel}.dlq`)).toBe(0);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
 
     // What is left in Redis: one completion marker per sequence and the store-wide index.
-    const left = await keysUnder(redis, prefix);
+    const left = await keysUnder(servers.redis, servers.prefix);
     expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
     expect(left.filter((key) => key.endsWith(':done')).sort()).toEqual(
-      sequences.map(({ id }) => `${prefix}:{${channel}:${id}}:done`).sort(),
+      sequences.map(({ id }) => `${servers.prefix}:{${channel}:${id}}:done`).sort(),
     );
   });
 });
