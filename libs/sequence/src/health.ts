@@ -14,4 +14,8 @@ export {
   ResequencerHealthIndicator,
   type ResequencerHealthDetails,
 } from './observability/resequencer-health.indicator';
+export {
+  OutboxHealthIndicator,
+  type OutboxHealthDetails,
+} from './observability/outbox-health.indicator';
 export { SequenceHealthModule } from './observability/sequence-health.module';

@@ -102,6 +102,53 @@ export {
 } from './resequencer/resequencer.options';
 export { RESEQUENCER_STORE } from './resequencer/resequencer.constants';
 
+// Outbox / Inbox
+export { OutboxService, type JoinOptions } from './outbox/outbox.service';
+export { OutboxTransaction, type MessageHeaders } from './outbox/outbox-transaction';
+export {
+  OutboxEvent,
+  OutboxCommand,
+  type EventInput,
+  type CommandInput,
+} from './outbox/outbox-message';
+export {
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  MESSAGE_TYPE_HEADER,
+  parseMessage,
+} from './outbox/outbox-message.codec';
+export {
+  OUTBOX_DEFAULTS,
+  type BoxOptions,
+  type OutboxModuleOptions,
+} from './outbox/outbox.options';
+export { OutboxRuntime } from './outbox/outbox.runtime';
+export { InboxHandler } from './discovery/inbox-handler.decorator';
+export {
+  InboxHandlerRegistry,
+  type RegisteredInboxHandler,
+} from './discovery/inbox-handler.registry';
+export type {
+  InboxContext,
+  InboxHandlerOptions,
+  InboxHandlerFunction,
+} from './outbox/inbox-handler.options';
+export * from './ports/outbox-store.port';
+export {
+  SqliteOutboxStore,
+  type SqliteOutboxOpenOptions,
+  type SqliteOutboxStoreOptions,
+} from './adapters/stores/sqlite/sqlite.outbox-store';
+export { PostgresOutboxStore } from './adapters/stores/postgres/postgres.outbox-store';
+export type {
+  PostgresOutboxStoreOptions,
+  PostgresOutboxConnectOptions,
+} from './adapters/stores/postgres/postgres-outbox.options';
+export {
+  migrateOutbox,
+  type MigrateOutboxOptions,
+} from './adapters/stores/postgres/postgres-migrations';
+
 // Wire contract and errors
 export {
   SequenceHeader,
@@ -189,3 +236,4 @@ export { RedisResequencerStoreError } from './adapters/stores/redis/redis-resequ
 export { SequenceMetrics } from './observability/sequence.metrics';
 export { ClaimCheckMetrics } from './observability/claim-check.metrics';
 export { ResequencerMetrics, type ResequencerIntake } from './observability/resequencer.metrics';
+export { OutboxMetrics, type InboxIntake } from './observability/outbox.metrics';

@@ -25,6 +25,13 @@ import { ResequencerRegistry } from './discovery/resequencer.registry';
 import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
 import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
 import { ClaimCheckMetrics } from './observability/claim-check.metrics';
+import { InboxHandlerExplorer } from './discovery/inbox-handler.explorer';
+import { InboxHandlerRegistry } from './discovery/inbox-handler.registry';
+import { OutboxMetrics } from './observability/outbox.metrics';
+import { OUTBOX_OPTIONS } from './outbox/outbox.constants';
+import { resolveOutboxOptions } from './outbox/outbox.options';
+import { OutboxRuntime } from './outbox/outbox.runtime';
+import { OutboxService } from './outbox/outbox.service';
 import { ResequencerMetrics } from './observability/resequencer.metrics';
 import type { ResequencerStore } from './ports/resequencer-store.port';
 import { GapReporter } from './resequencer/gap.reporter';
@@ -106,6 +113,12 @@ const providers: Provider[] = [
       resolveResequencerModuleOptions(options?.resequencer),
   },
   {
+    provide: OUTBOX_OPTIONS,
+    inject: [SEQUENCE_MODULE_OPTIONS],
+    useFactory: (options: SequenceModuleOptions | undefined) =>
+      resolveOutboxOptions(options?.outbox),
+  },
+  {
     provide: RESEQUENCER_STORE,
     inject: [SEQUENCE_MODULE_OPTIONS, OWNED_ADAPTERS],
     useFactory: (options: SequenceModuleOptions = {}, owned: OwnedAdapters) =>
@@ -124,11 +137,17 @@ const providers: Provider[] = [
   ClaimCheckRegistry,
   // After SequencedHandlerExplorer: it refuses channels a sequence handler already took.
   ClaimCheckExplorer,
+  OutboxMetrics,
+  InboxHandlerRegistry,
+  OutboxRuntime,
+  OutboxService,
   GapReporter,
   ResequencerRegistry,
   ResequencerService,
-  // Last: it refuses channels that sequence and claim-check handlers already took.
+  // After the handler explorers above: it refuses channels that they already took.
   ResequencedExplorer,
+  // Last: it refuses channels that every other kind of handler already took.
+  InboxHandlerExplorer,
   SequenceConsumerHost,
   ExpirySweeper,
   OrphanSweeper,
@@ -136,11 +155,13 @@ const providers: Provider[] = [
 ];
 
 /**
- * Message Sequence, Claim Check and Resequencer for Nest: `SplitterService` /
- * `ClaimCheckService` on the producer side, `@SequencedHandler` / `@ClaimCheck` /
- * `@Resequenced` (or `AggregatorService` / `ResequencerService`) on the consumer side. With no options everything runs in one process (in-memory transport, memory store,
- * filesystem payload store in the OS temp directory); pass `transport`, `store` and
- * `claimCheck` adapters for real servers.
+ * Message Sequence, Claim Check, Resequencer and Outbox / Inbox for Nest: `SplitterService` /
+ * `ClaimCheckService` / `OutboxService` on the producer side, `@SequencedHandler` /
+ * `@ClaimCheck` / `@Resequenced` / `@InboxHandler` (or `AggregatorService` /
+ * `ResequencerService`) on the consumer side. With no options everything runs in one process
+ * (in-memory transport, memory stores, filesystem payload store in the OS temp directory, an
+ * in-memory SQLite outbox); pass `transport`, `store`, `claimCheck`, `resequencer` and `outbox`
+ * adapters for real servers.
  *
  * @example
  * SequenceModule.forRoot({ fragmentBytes: 8 * 1024 * 1024, timeout: { ms: 120_000 } })
@@ -163,6 +184,10 @@ const providers: Provider[] = [
     ResequencerService,
     ResequencerMetrics,
     GapSweeper,
+    OutboxService,
+    OutboxMetrics,
+    OutboxRuntime,
+    InboxHandlerRegistry,
     CLAIM_CHECK_OPTIONS,
     RESEQUENCER_STORE,
     SEQUENCE_TRANSPORT,

@@ -13,6 +13,7 @@ import type {
 import type { Transport } from './ports/transport.port';
 import type { ClaimCheckOptions } from './claim-check/claim-check.options';
 import type { ResequencerModuleOptions } from './resequencer/resequencer.options';
+import type { OutboxModuleOptions } from './outbox/outbox.options';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -99,6 +100,11 @@ export interface SequenceModuleOptions extends SequenceConsumerOptions {
   claimCheck?: ClaimCheckOptions;
   /** Resequencer: the store shared by instances, buffer bounds, gap sweeping. */
   resequencer?: ResequencerModuleOptions;
+  /**
+   * Transactional Outbox / Inbox: the database (SQLite embedded by default, PostgreSQL for
+   * production), relays, inbox processors. Giving it (even `{}`) starts them at bootstrap.
+   */
+  outbox?: OutboxModuleOptions;
 }
 
 /** Consumer options with every default applied. */

@@ -8,7 +8,7 @@ export interface DecoratedMethod<Options> {
   readonly methodName: string;
   readonly options: Options;
   /** Calls the method on its instance. */
-  readonly call: (argument: unknown) => unknown;
+  readonly call: (...args: unknown[]) => unknown;
 }
 
 /**
@@ -40,8 +40,8 @@ export function decoratedMethods<Options>(
         logger.warn(requestScopedHandlerMessage(decorator, className, methodName));
         continue;
       }
-      const call = (argument: unknown): unknown =>
-        (method as (argument: unknown) => unknown).call(instance, argument);
+      const call = (...args: unknown[]): unknown =>
+        (method as (...args: unknown[]) => unknown).apply(instance, args);
       found.push({ className, methodName, options, call });
     }
   }

@@ -50,7 +50,11 @@ export type RejectionCode =
   /** Resequencer: sequences were given up (policy `'skip'`): a record, not an event. */
   | 'resequencer-gap-skipped'
   /** Resequencer: a buffered event was moved out, unreleased (policy `'dead-letter'`). */
-  | 'resequencer-gap-dead-letter';
+  | 'resequencer-gap-dead-letter'
+  /** Inbox: the message is not a valid event or command (body, headers or fields). */
+  | 'invalid-inbox-message'
+  /** Inbox: no `@InboxHandler` of this application handles the message's type. */
+  | 'no-inbox-handler';
 
 /** Formats the `x-death-reason` header value for a rejection. */
 export function deathReason(code: RejectionCode, detail: string): string {

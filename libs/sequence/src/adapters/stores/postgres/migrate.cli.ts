@@ -1,0 +1,116 @@
+#!/usr/bin/env node
+/*
+ * Creates or upgrades the outbox tables, for deployments that migrate before the application
+ * starts (rather than calling store.migrate() at boot):
+ *
+ *   nest-sequence-outbox-migrate --database-url postgres://user@host/db [--table-prefix app_]
+ *
+ * The URL may come from DATABASE_URL instead. Prints each migration it applied; exits 1, saying
+ * why, when it could not connect or a migration failed (which then left nothing of itself).
+ */
+import { newClient } from './postgres-client';
+import { migrateOutbox } from './postgres-migrations';
+import { assertTablePrefix, outboxMigrations } from './postgres-outbox.sql';
+
+const USAGE =
+  'usage: nest-sequence-outbox-migrate --database-url <postgres://...> [--table-prefix <prefix>]\n' +
+  '       (the URL may also come from DATABASE_URL)';
+
+interface CliArguments {
+  readonly databaseUrl: string;
+  readonly tablePrefix: string;
+}
+
+/** What the command line asks for, or a message saying what is wrong with it. */
+export function parseArguments(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): CliArguments | { readonly error: string } {
+  const values: Record<string, string> = {};
+  for (let index = 0; index < argv.length; index++) {
+    const argument = argv[index];
+    if (argument === '--help' || argument === '-h') return { error: USAGE };
+    const match = /^--(database-url|table-prefix)(?:=(.*))?$/.exec(argument);
+    if (!match) return { error: `unknown argument ${JSON.stringify(argument)}\n${USAGE}` };
+    const value = match[2] ?? argv[++index];
+    if (value === undefined) return { error: `--${match[1]} needs a value\n${USAGE}` };
+    values[match[1]] = value;
+  }
+  const databaseUrl = values['database-url'] ?? env.DATABASE_URL;
+  if (!databaseUrl)
+    return { error: `no database: give --database-url or set DATABASE_URL\n${USAGE}` };
+  const tablePrefix = values['table-prefix'] ?? '';
+  try {
+    assertTablePrefix(tablePrefix, '--table-prefix');
+  } catch (error) {
+    return { error: (error as Error).message };
+  }
+  return { databaseUrl, tablePrefix };
+}
+
+/** Runs the command; resolves with the exit code. */
+export async function runMigrateCli(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+  out: (line: string) => void,
+  err: (line: string) => void,
+): Promise<number> {
+  const parsed = parseArguments(argv, env);
+  if ('error' in parsed) {
+    err(parsed.error);
+    return 1;
+  }
+  const { databaseUrl, tablePrefix } = parsed;
+  const client = newClient({
+    connectionString: databaseUrl,
+    application_name: 'nest-sequence migrate',
+  });
+  // A connection dropped between statements surfaces as the failing query's error.
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    const applied = await migrateOutbox(client, { tablePrefix });
+    const prefix = JSON.stringify(tablePrefix);
+    for (const name of applied) out(`applied ${name} (table prefix ${prefix})`);
+    if (applied.length === 0) {
+      const latest = outboxMigrations().at(-1)?.name;
+      out(`outbox tables up to date (table prefix ${prefix}, at ${latest}): nothing to apply`);
+    }
+    return 0;
+  } catch (error) {
+    err(`nest-sequence-outbox-migrate: ${describe(error)} (database ${redact(databaseUrl)})`);
+    return 1;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+function describe(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  // Node reports a refused connection as an AggregateError with an empty message (IPv4 + IPv6).
+  if (error.message) return error.message;
+  const code = (error as { code?: string }).code;
+  return code ? `could not connect (${code})` : error.name;
+}
+
+/** The URL without its password, for messages. */
+function redact(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(an unparsable URL)';
+  }
+}
+
+if (require.main === module) {
+  void runMigrateCli(
+    process.argv.slice(2),
+    process.env,
+    (line) => console.log(line),
+    (line) => console.error(line),
+  ).then((code) => {
+    process.exitCode = code;
+  });
+}

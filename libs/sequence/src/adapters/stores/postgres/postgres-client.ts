@@ -1,0 +1,47 @@
+import type { Client, ClientConfig, Pool, PoolConfig } from 'pg';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+
+/**
+ * `pg`, loaded here rather than at the top of a module: it is an optional peer of the library,
+ * which must load without it when PostgreSQL is not used.
+ */
+export function loadPg(): typeof import('pg') {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    return require('pg') as typeof import('pg');
+  } catch (error) {
+    throw new PostgresOutboxError(
+      'load',
+      'the PostgreSQL outbox store needs the `pg` package: install it (npm install pg)',
+      { cause: error },
+    );
+  }
+}
+
+/** A new pool for `connectionString`, for `PostgresOutboxStore.connect` (which then owns it). */
+export function newPool(connectionString: string, config: PoolConfig = {}): Pool {
+  const { Pool: PoolClass } = loadPg();
+  return new PoolClass({ ...config, connectionString });
+}
+
+/** A new, not yet connected, client (the store's LISTEN connection, the migrate CLI). */
+export function newClient(config: ClientConfig): Client {
+  const { Client: ClientClass } = loadPg();
+  return new ClientClass(config);
+}
+
+/**
+ * Whether `error` means the connection is gone (rather than a statement failing on a working
+ * connection): the client is then destroyed instead of going back to a pool.
+ */
+export function isConnectionError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string') {
+    // Class 08: connection exception; 57P01-57P03: terminated by the administrator, crash
+    // shutdown, cannot connect now; Node socket errors.
+    if (/^08/.test(code) || /^57P0[1-3]$/.test(code)) return true;
+    if (/^E[A-Z]+$/.test(code)) return true;
+  }
+  return /Connection terminated|not queryable|Client was closed/i.test(error.message);
+}

@@ -1,0 +1,179 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { Client, Pool } from 'pg';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { BOX_NAMES } from '../../../ports/outbox-store.port';
+import { migrateOutbox } from './postgres-migrations';
+import { outboxMigrations } from './postgres-outbox.sql';
+
+const URL = SERVERS.postgres.url;
+const REPOSITORY = join(__dirname, '../../../../../..');
+const CLI = join(__dirname, 'migrate.cli.ts');
+
+function uniquePrefix(): string {
+  return `m${randomBytes(5).toString('hex')}_`;
+}
+
+interface CliRun {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** The CLI as a user runs it, in a process of its own (from the sources, through ts-node). */
+function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      ['-r', 'ts-node/register/transpile-only', '-r', 'tsconfig-paths/register', CLI, ...args],
+      { cwd: REPOSITORY, env: { PATH: process.env.PATH, ...env } },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describeWithServer('postgres', 'migrateOutbox', () => {
+  let pool: Pool;
+  let tablePrefix: string;
+
+  beforeEach(() => {
+    pool = new Pool({ connectionString: URL, max: 6 });
+    tablePrefix = uniquePrefix();
+  });
+
+  afterEach(async () => {
+    const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`);
+    await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    await pool.end();
+  });
+
+  async function recorded(): Promise<string[]> {
+    const { rows } = await pool.query<{ name: string }>(
+      `SELECT name FROM ${tablePrefix}outbox_migrations ORDER BY name`,
+    );
+    return rows.map((row) => row.name);
+  }
+
+  async function tablesOfPrefix(): Promise<string[]> {
+    const { rows } = await pool.query<{ tablename: string }>(
+      'SELECT tablename FROM pg_tables WHERE starts_with(tablename, $1) ORDER BY tablename',
+      [tablePrefix],
+    );
+    return rows.map((row) => row.tablename);
+  }
+
+  it('applies every migration once, recording each in the migrations table', async () => {
+    const all = outboxMigrations().map((migration) => migration.name);
+    expect(all[0]).toBe('001_outbox_boxes');
+
+    await expect(migrateOutbox(pool, { tablePrefix })).resolves.toEqual(all);
+    await expect(recorded()).resolves.toEqual(all);
+    expect(await tablesOfPrefix()).toEqual(
+      [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`).sort(),
+    );
+  });
+
+  it('is idempotent: a second run applies nothing and keeps the rows', async () => {
+    await migrateOutbox(pool, { tablePrefix });
+    await pool.query(
+      `INSERT INTO ${tablePrefix}outbox_events (id, kind, type, body, created_at)
+       VALUES ('kept', 'event', 'T', '{}', now())`,
+    );
+    await expect(migrateOutbox(pool, { tablePrefix })).resolves.toEqual([]);
+    const { rows } = await pool.query(`SELECT id FROM ${tablePrefix}outbox_events`);
+    expect(rows).toEqual([{ id: 'kept' }]);
+  });
+
+  it('lets five concurrent runs apply each migration exactly once', async () => {
+    const runs = await Promise.all(
+      Array.from({ length: 5 }, () => migrateOutbox(pool, { tablePrefix })),
+    );
+    const names = outboxMigrations().map((migration) => migration.name);
+    expect(runs.flat().sort()).toEqual(names);
+    expect(runs.filter((applied) => applied.length > 0)).toHaveLength(1);
+    await expect(recorded()).resolves.toEqual(names);
+  });
+
+  it('runs on a connected client as well as on a pool', async () => {
+    const client = new Client({ connectionString: URL });
+    await client.connect();
+    try {
+      await expect(migrateOutbox(client, { tablePrefix })).resolves.toContain('001_outbox_boxes');
+      await expect(migrateOutbox(client, { tablePrefix })).resolves.toEqual([]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('keeps prefixes apart', async () => {
+    const other = uniquePrefix();
+    try {
+      await migrateOutbox(pool, { tablePrefix });
+      await expect(migrateOutbox(pool, { tablePrefix: other })).resolves.toContain(
+        '001_outbox_boxes',
+      );
+    } finally {
+      const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${other}${name}`);
+      await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    }
+  });
+
+  it('refuses a prefix that is not a plain identifier, before touching the database', async () => {
+    await expect(migrateOutbox(pool, { tablePrefix: 'x; DROP TABLE y' })).rejects.toBeInstanceOf(
+      SequenceOptionsError,
+    );
+    expect(pool.totalCount).toBe(0);
+  });
+
+  it('rolls a failing migration back whole, naming it', async () => {
+    // A table in the way of the first box table: the migration fails on it.
+    await pool.query(`CREATE TABLE ${tablePrefix}outbox_commands (unrelated INT)`);
+    const failure = migrateOutbox(pool, { tablePrefix });
+    await expect(failure).rejects.toBeInstanceOf(PostgresOutboxError);
+    await expect(failure).rejects.toThrow(/001_outbox_boxes.*rolled back/);
+    // outbox_events, created before the failing statement, and the migrations table (created
+    // in the same transaction) were rolled back with it.
+    expect(await tablesOfPrefix()).toEqual([`${tablePrefix}outbox_commands`]);
+  });
+
+  describe('the migrate CLI', () => {
+    it('applies the migrations, then finds nothing new to apply', async () => {
+      const first = await runCli(['--database-url', URL, '--table-prefix', tablePrefix]);
+      expect(first).toMatchObject({ code: 0, stderr: '' });
+      expect(first.stdout).toContain('applied 001_outbox_boxes');
+      await expect(recorded()).resolves.toContain('001_outbox_boxes');
+
+      const second = await runCli([`--database-url=${URL}`, `--table-prefix=${tablePrefix}`]);
+      expect(second).toMatchObject({ code: 0, stderr: '' });
+      expect(second.stdout).not.toContain('applied');
+      expect(second.stdout).toContain('up to date');
+    });
+
+    it('reads the database URL from DATABASE_URL', async () => {
+      const run = await runCli(['--table-prefix', tablePrefix], { DATABASE_URL: URL });
+      expect(run.code).toBe(0);
+      await expect(recorded()).resolves.toContain('001_outbox_boxes');
+    });
+
+    it('exits 1 saying why when it cannot connect, without printing the password', async () => {
+      const run = await runCli(['--database-url', 'postgres://someone:secret@127.0.0.1:1/none']);
+      expect(run.code).toBe(1);
+      expect(run.stderr).toMatch(/ECONNREFUSED|could not connect/);
+      expect(run.stderr).not.toContain('secret');
+    });
+
+    it('exits 1 with the usage when no database is given', async () => {
+      const run = await runCli([]);
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain('--database-url');
+    });
+  });
+});

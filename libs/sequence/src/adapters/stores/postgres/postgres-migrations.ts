@@ -1,0 +1,85 @@
+import type { Client, Pool, PoolClient, QueryResult } from 'pg';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { isConnectionError } from './postgres-client';
+import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
+
+export interface MigrateOutboxOptions {
+  /** The prefix of the tables to create or upgrade (see `PostgresOutboxStoreOptions`). @default '' */
+  readonly tablePrefix?: string;
+}
+
+/**
+ * Creates or upgrades the outbox tables of `tablePrefix`: applies, in name order, each file of
+ * `sql/migrations` that `<tablePrefix>outbox_migrations` does not list yet, each in a transaction
+ * of its own that also records it. Every step holds a transaction-level advisory lock of the
+ * prefix, so several processes may migrate at once: one applies, the others wait and then find
+ * nothing left to do. Idempotent.
+ *
+ * `clientOrPool`: a `pg` pool (a client is checked out for the duration) or a connected client
+ * that is not inside a transaction.
+ *
+ * @returns the names of the migrations this call applied (`[]` when the schema was up to date)
+ */
+export async function migrateOutbox(
+  clientOrPool: Pool | Client | PoolClient,
+  options: MigrateOutboxOptions = {},
+): Promise<string[]> {
+  const tablePrefix = options.tablePrefix ?? '';
+  assertTablePrefix(tablePrefix, 'migrateOutbox options');
+  if (!isPool(clientOrPool)) return applyMigrations(clientOrPool, tablePrefix);
+
+  const client = await clientOrPool.connect();
+  let broken: Error | undefined;
+  const onError = (error: Error): void => {
+    broken ??= error;
+  };
+  client.on('error', onError);
+  try {
+    return await applyMigrations(client, tablePrefix);
+  } catch (error) {
+    if (isConnectionError(error) || isConnectionError((error as Error).cause)) {
+      broken ??= error as Error;
+    }
+    throw error;
+  } finally {
+    client.removeListener('error', onError);
+    client.release(broken ?? false);
+  }
+}
+
+async function applyMigrations(
+  client: Client | PoolClient,
+  tablePrefix: string,
+): Promise<string[]> {
+  const statements = migrationStatements(tablePrefix);
+  const applied: string[] = [];
+  for (const migration of outboxMigrations()) {
+    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+    try {
+      // A multi-statement query resolves to one result per statement; the last lists the names.
+      const results = (await client.query(statements.start)) as unknown as QueryResult[];
+      const done = new Set(
+        results[results.length - 1].rows.map((row: { name: string }) => row.name),
+      );
+      if (!done.has(migration.name)) {
+        await client.query(migration.render(tablePrefix));
+        await client.query(statements.record, [migration.name]);
+        applied.push(migration.name);
+      }
+      await client.query('COMMIT');
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw new PostgresOutboxError(
+        'migrate',
+        `migration ${migration.name} (table prefix ${JSON.stringify(tablePrefix)}) failed and ` +
+          `was rolled back: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
+  return applied;
+}
+
+function isPool(candidate: Pool | Client | PoolClient): candidate is Pool {
+  return 'idleCount' in candidate && 'totalCount' in candidate;
+}

@@ -1,0 +1,98 @@
+import type { ClientConfig, PoolConfig } from 'pg';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { assertTablePrefix } from './postgres-outbox.sql';
+
+/** Options of a {@link PostgresOutboxStore} over a pool, whoever created it. */
+export interface PostgresOutboxStoreOptions {
+  /**
+   * Put before every table name (`<tablePrefix>outbox_events`, ...): a letter or underscore,
+   * then up to 40 letters, digits or underscores.
+   * @default ''
+   */
+  readonly tablePrefix?: string;
+  /**
+   * The LISTEN/NOTIFY channel that appends wake watchers on (a PostgreSQL identifier, at most
+   * 63 characters). Stores that share tables must share it.
+   * @default `${tablePrefix}nest_sequence_outbox`
+   */
+  readonly notifyChannel?: string;
+  /**
+   * Where the LISTEN connection of `watch()` connects (a URL or `pg` client settings).
+   * @default the pool's own settings
+   */
+  readonly listenConnection?: string | ClientConfig;
+  /**
+   * Delay before reconnecting a dropped LISTEN connection; it doubles after each failed
+   * attempt, up to `listenMaxBackoffMs`.
+   * @default 100
+   */
+  readonly listenBackoffMs?: number;
+  /** @default 10000 */
+  readonly listenMaxBackoffMs?: number;
+}
+
+/** Options of {@link PostgresOutboxStore.connect}, whose pool the store creates and owns. */
+export interface PostgresOutboxConnectOptions extends PostgresOutboxStoreOptions {
+  /**
+   * Settings of the pool (`max`, timeouts, `ssl`, ...), except the URL.
+   * @default { max: 10, application_name: 'nest-sequence' }
+   */
+  readonly pool?: Omit<PoolConfig, 'connectionString'>;
+}
+
+export interface ResolvedPostgresOutboxOptions {
+  readonly tablePrefix: string;
+  readonly notifyChannel: string;
+  readonly listenConnection: ClientConfig | undefined;
+  readonly listenBackoffMs: number;
+  readonly listenMaxBackoffMs: number;
+}
+
+export const POSTGRES_OUTBOX_DEFAULTS = {
+  tablePrefix: '',
+  channelSuffix: 'nest_sequence_outbox',
+  listenBackoffMs: 100,
+  listenMaxBackoffMs: 10_000,
+  pool: { max: 10, application_name: 'nest-sequence' },
+} as const;
+
+const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+const WHERE = 'PostgresOutboxStore options';
+
+/** Defaults applied and every option checked; throws a {@link SequenceOptionsError}. */
+export function resolvePostgresOutboxOptions(
+  options: PostgresOutboxStoreOptions,
+): ResolvedPostgresOutboxOptions {
+  const tablePrefix = options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix;
+  assertTablePrefix(tablePrefix, WHERE);
+  const notifyChannel =
+    options.notifyChannel ?? `${tablePrefix}${POSTGRES_OUTBOX_DEFAULTS.channelSuffix}`;
+  const listenBackoffMs = options.listenBackoffMs ?? POSTGRES_OUTBOX_DEFAULTS.listenBackoffMs;
+  const listenMaxBackoffMs =
+    options.listenMaxBackoffMs ?? POSTGRES_OUTBOX_DEFAULTS.listenMaxBackoffMs;
+
+  const problems: string[] = [];
+  if (!CHANNEL.test(notifyChannel)) {
+    problems.push(
+      `notifyChannel ${JSON.stringify(notifyChannel)} must match ${CHANNEL.source} ` +
+        '(an unquoted PostgreSQL identifier of at most 63 characters)',
+    );
+  }
+  if (!(listenBackoffMs > 0)) problems.push('listenBackoffMs must be a positive number of ms');
+  if (!(listenMaxBackoffMs >= listenBackoffMs)) {
+    problems.push('listenMaxBackoffMs must be at least listenBackoffMs');
+  }
+  if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
+
+  const { listenConnection } = options;
+  return {
+    tablePrefix,
+    notifyChannel,
+    listenConnection:
+      typeof listenConnection === 'string'
+        ? { connectionString: listenConnection }
+        : listenConnection,
+    listenBackoffMs,
+    listenMaxBackoffMs,
+  };
+}

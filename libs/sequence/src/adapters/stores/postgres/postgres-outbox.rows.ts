@@ -1,0 +1,79 @@
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import type {
+  MessageKind,
+  NewBoxRecord,
+  RecordStatus,
+  StoredRecord,
+} from '../../../ports/outbox-store.port';
+
+/** A row as `_record-columns.sql` selects it (`pg` turns bigint into text, float8 into number). */
+export interface RecordRow {
+  seq: string;
+  id: string;
+  kind: string;
+  type: string;
+  partition_key: string | null;
+  body: string;
+  headers: Record<string, string>;
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  last_error: string | null;
+  created_at: number;
+  completed_at: number | null;
+}
+
+/** A stored record from its row. */
+export function toStoredRecord(row: RecordRow): StoredRecord {
+  return {
+    seq: Number(row.seq),
+    id: row.id,
+    kind: row.kind as MessageKind,
+    type: row.type,
+    partitionKey: row.partition_key,
+    body: row.body,
+    headers: row.headers,
+    status: row.status as RecordStatus,
+    attempts: row.attempts,
+    nextAttemptAt: row.next_attempt_at,
+    lastError: row.last_error,
+    createdAt: row.created_at,
+    completedAt: row.completed_at,
+  };
+}
+
+/** The parameters $1–$6 of `append.sql`: one array per column. */
+export function appendColumns(records: readonly NewBoxRecord[]): unknown[] {
+  return [
+    records.map((record) => record.id),
+    records.map((record) => record.kind),
+    records.map((record) => record.type),
+    records.map((record) => record.partitionKey),
+    records.map((record) => record.body),
+    records.map((record) => JSON.stringify(record.headers)),
+  ];
+}
+
+/**
+ * The ids `append.sql` reported added, in the order they were given. `result` is what the
+ * executor's `query` resolved to: `pg` (and Knex) give `{ rows }`, TypeORM and Prisma the rows.
+ */
+export function addedIds(result: unknown, records: readonly NewBoxRecord[]): string[] {
+  const rows = Array.isArray(result)
+    ? (result as unknown[])
+    : (result as { rows?: unknown } | null | undefined)?.rows;
+  const row = Array.isArray(rows) ? (rows[0] as { added?: unknown } | undefined) : undefined;
+  if (!row || !('added' in row)) {
+    throw new PostgresOutboxError(
+      'append',
+      'the executor answered neither { rows } (pg, Knex) nor an array of rows (TypeORM, Prisma); ' +
+        'wrap it so that query(text, values) resolves to one of them',
+    );
+  }
+  const added = new Set((row.added as string[] | null) ?? []);
+  const ids: string[] = [];
+  for (const record of records) {
+    if (added.delete(record.id)) ids.push(record.id);
+  }
+  return ids;
+}

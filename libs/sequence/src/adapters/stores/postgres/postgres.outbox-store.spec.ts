@@ -1,0 +1,281 @@
+import { randomBytes } from 'node:crypto';
+import { Client, Pool } from 'pg';
+import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
+import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import {
+  BOX_NAMES,
+  type ClaimedBatch,
+  type NewBoxRecord,
+  type OutboxStore,
+  type RecordOutcome,
+  type StoreTransaction,
+} from '../../../ports/outbox-store.port';
+import { PostgresOutboxStore } from './postgres.outbox-store';
+
+const URL = SERVERS.postgres.url;
+const BOX = 'outbox_events';
+
+function uniquePrefix(): string {
+  return `t${randomBytes(5).toString('hex')}_`;
+}
+
+async function dropTables(tablePrefix: string): Promise<void> {
+  const client = new Client({ connectionString: URL });
+  await client.connect();
+  try {
+    const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`);
+    await client.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+  } finally {
+    await client.end();
+  }
+}
+
+function record(id: string, overrides: Partial<NewBoxRecord> = {}): NewBoxRecord {
+  return {
+    id,
+    kind: 'event',
+    type: 'OrderPlaced',
+    partitionKey: null,
+    body: '{}',
+    headers: {},
+    ...overrides,
+  };
+}
+
+/** Runs `sql` on a connection of its own (as an operator would). */
+async function admin<Row>(sql: string, params: unknown[] = []): Promise<Row[]> {
+  const client = new Client({ connectionString: URL });
+  await client.connect();
+  try {
+    return (await client.query(sql, params)).rows as Row[];
+  } finally {
+    await client.end();
+  }
+}
+
+describeWithServer('postgres', 'PostgresOutboxStore', () => {
+  const owners = new Set<OutboxStore>();
+
+  describeOutboxStoreConformance('postgres', {
+    async create() {
+      const store = PostgresOutboxStore.connect(URL, { tablePrefix: uniquePrefix() });
+      await store.migrate();
+      owners.add(store);
+      return store;
+    },
+    async peer(store) {
+      return PostgresOutboxStore.connect(URL, {
+        tablePrefix: (store as PostgresOutboxStore).tablePrefix,
+      });
+    },
+    async close(store) {
+      await store.close();
+      if (owners.delete(store)) await dropTables((store as PostgresOutboxStore).tablePrefix);
+    },
+    async externalConnection() {
+      const client = new Client({ connectionString: URL });
+      await client.connect();
+      return { executor: client, release: () => client.end() };
+    },
+  });
+
+  describe('adapter', () => {
+    let tablePrefix: string;
+    let store: PostgresOutboxStore;
+
+    beforeEach(async () => {
+      tablePrefix = uniquePrefix();
+      store = PostgresOutboxStore.connect(URL, { tablePrefix, pool: { max: 3 } });
+      await store.migrate();
+    });
+
+    afterEach(async () => {
+      await store.close();
+      await dropTables(tablePrefix);
+    });
+
+    async function appendCommitted(ids: string[]): Promise<void> {
+      await store.transaction((tx) =>
+        store.append(
+          BOX,
+          ids.map((id) => record(id)),
+          tx,
+        ),
+      );
+    }
+
+    it('refuses a table prefix that is not a plain identifier, saying what it must be', () => {
+      expect(() => PostgresOutboxStore.connect(URL, { tablePrefix: 'bad-prefix; DROP' })).toThrow(
+        SequenceOptionsError,
+      );
+      expect(() => PostgresOutboxStore.connect(URL, { tablePrefix: 'x'.repeat(42) })).toThrow(
+        /tablePrefix/,
+      );
+    });
+
+    it('names its tables and channel after the prefix', async () => {
+      expect(store.notifyChannel).toBe(`${tablePrefix}nest_sequence_outbox`);
+      const tables = await admin<{ tablename: string }>(
+        `SELECT tablename FROM pg_tables WHERE tablename LIKE $1 ORDER BY tablename`,
+        [`${tablePrefix}%`],
+      );
+      expect(tables.map((row) => row.tablename)).toEqual(
+        [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`).sort(),
+      );
+    });
+
+    it('hands out no follower past a row of its partition that someone else holds', async () => {
+      await store.transaction((tx) =>
+        store.append(
+          BOX,
+          ['A1', 'A2', 'A3'].map((id) => record(id, { partitionKey: 'A' })),
+          tx,
+        ),
+      );
+      // An operator's transaction locks A2 (PENDING): the claim skips it, and must then not
+      // hand out A3 ahead of it.
+      const holder = new Client({ connectionString: URL });
+      await holder.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(`SELECT 1 FROM ${tablePrefix}${BOX} WHERE id = 'A2' FOR UPDATE`);
+        const handed: string[] = [];
+        await store.claim(BOX, { limit: 10, now: Date.now(), ordered: true }, async (batch) => {
+          handed.push(...batch.records.map((each) => each.id));
+          return [];
+        });
+        expect(handed).toEqual(['A1']);
+      } finally {
+        await holder.query('ROLLBACK');
+        await holder.end();
+      }
+    });
+
+    it('refuses to append through a transaction that has settled', async () => {
+      let settled: StoreTransaction | undefined;
+      await store.transaction(async (tx) => {
+        settled = tx;
+      });
+      await expect(store.append(BOX, [record('late')], settled!)).rejects.toBeInstanceOf(
+        OutboxForeignTransactionError,
+      );
+    });
+
+    it('refuses records it could not store, naming the record', async () => {
+      await expect(
+        store.transaction((tx) => store.append(BOX, [record('x'.repeat(201))], tx)),
+      ).rejects.toThrow(/1 to 200 characters/);
+      await expect(store.receive('inbox_events', record(''))).rejects.toBeInstanceOf(
+        PostgresOutboxError,
+      );
+    });
+    it('rejects an outcome for a record the claim did not hand out, writing nothing', async () => {
+      await appendCommitted(['a']);
+      await expect(
+        store.claim(BOX, { limit: 1, now: Date.now() }, async () => [
+          { id: 'a', status: 'completed' },
+          { id: 'stranger', status: 'completed' },
+        ]),
+      ).rejects.toThrow(/stranger/);
+      await expect(store.get(BOX, 'a')).resolves.toMatchObject({ status: 'PENDING', attempts: 0 });
+    });
+
+    it('refuses to run after close, saying so', async () => {
+      await store.close();
+      await expect(store.get(BOX, 'a')).rejects.toBeInstanceOf(OutboxStoreClosedError);
+      await expect(store.transaction(async () => 1)).rejects.toBeInstanceOf(OutboxStoreClosedError);
+    });
+  });
+
+  describe('over a pool of the caller', () => {
+    let tablePrefix: string;
+    let pool: Pool;
+    let store: PostgresOutboxStore;
+
+    beforeEach(async () => {
+      tablePrefix = uniquePrefix();
+      // One connection, and no waiting for it: a client leaked or handed back broken shows at
+      // once as a failing next call.
+      pool = new Pool({ connectionString: URL, max: 1, connectionTimeoutMillis: 2_000 });
+      store = new PostgresOutboxStore(pool, { tablePrefix });
+      await store.migrate();
+      await store.transaction((tx) => store.append(BOX, [record('a'), record('b')], tx));
+    });
+
+    afterEach(async () => {
+      await store.close();
+      await pool.end();
+      await dropTables(tablePrefix);
+    });
+
+    const completeAll = async (batch: ClaimedBatch): Promise<RecordOutcome[]> =>
+      batch.records.map((each) => ({ id: each.id, status: 'completed' }));
+
+    it('rejects a claim whose connection is killed mid-handle, leaving its records PENDING', async () => {
+      let pid = 0;
+      const claim = store.claim(BOX, { limit: 10, now: Date.now() }, async (batch) => {
+        const { rows } = await batch.transaction.query<{ pid: number }>(
+          'SELECT pg_backend_pid() AS pid',
+        );
+        pid = rows[0].pid;
+        await admin('SELECT pg_terminate_backend($1)', [pid]);
+        return completeAll(batch);
+      });
+
+      await expect(claim).rejects.toThrow();
+      for (const id of ['a', 'b']) {
+        await expect(store.get(BOX, id)).resolves.toMatchObject({ status: 'PENDING', attempts: 0 });
+      }
+      // The killed connection is gone from the server and from the pool (destroyed, not
+      // returned): the next claim runs on a new connection.
+      const alive = await admin('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
+      expect(alive).toEqual([]);
+      await expect(
+        store.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
+      ).resolves.toMatchObject({ claimed: 2, completed: 2 });
+      expect(pool.totalCount).toBe(1);
+    });
+
+    it('rejects a transaction whose connection is killed, and goes on with a new connection', async () => {
+      await expect(
+        store.transaction(async (tx) => {
+          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          await admin('SELECT pg_terminate_backend($1)', [rows[0].pid]);
+          await store.append(BOX, [record('lost')], tx);
+        }),
+      ).rejects.toThrow();
+      await expect(store.get(BOX, 'lost')).resolves.toBeUndefined();
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    it('does not exhaust its pool however many claims fail', async () => {
+      for (let attempt = 0; attempt < 20; attempt++) {
+        await expect(
+          store.claim(BOX, { limit: 1, now: Date.now() }, async () => {
+            throw new Error(`handler fails, attempt ${attempt}`);
+          }),
+        ).rejects.toThrow('handler fails');
+        await expect(
+          store.claim(BOX, { limit: 1, now: Date.now() }, async (batch) => [
+            { id: batch.records[0].id, status: 'unknown' } as never,
+          ]),
+        ).rejects.toThrow(/unknown outcome/);
+      }
+      await expect(
+        store.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
+      ).resolves.toMatchObject({ completed: 2 });
+      expect(pool.waitingCount).toBe(0);
+    });
+
+    it('uses the pool and leaves it open on close', async () => {
+      await store.close();
+      const { rows } = await pool.query(`SELECT id FROM ${tablePrefix}${BOX} ORDER BY seq`);
+      expect(rows).toEqual([{ id: 'a' }, { id: 'b' }]);
+      expect(pool.ended).toBe(false);
+    });
+  });
+});

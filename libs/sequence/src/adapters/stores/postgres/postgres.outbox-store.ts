@@ -1,0 +1,311 @@
+import type { ClientConfig, Pool } from 'pg';
+import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
+import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import {
+  BOX_NAMES,
+  type BoxName,
+  type BoxStats,
+  type ClaimedBatch,
+  type ClaimOptions,
+  type ClaimResult,
+  type NewBoxRecord,
+  type OutboxStore,
+  type PurgeOptions,
+  type RecordOutcome,
+  type SqlExecutor,
+  type StoredRecord,
+  type StoreTransaction,
+} from '../../../ports/outbox-store.port';
+import { TransactionScope } from '../sql/transaction-scope';
+import { newPool } from './postgres-client';
+import { migrateOutbox } from './postgres-migrations';
+import { lockBatch, settleOutcomes } from './postgres-outbox.claim';
+import { PostgresOutboxListener } from './postgres-outbox.listener';
+import {
+  POSTGRES_OUTBOX_DEFAULTS,
+  resolvePostgresOutboxOptions,
+  type PostgresOutboxConnectOptions,
+  type PostgresOutboxStoreOptions,
+  type ResolvedPostgresOutboxOptions,
+} from './postgres-outbox.options';
+import { assertCount, assertNewRecords, assertTime } from './postgres-outbox.arguments';
+import { addedIds, appendColumns, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
+import { outboxStatements, type BoxStatements } from './postgres-outbox.sql';
+import { inTransaction, PostgresStoreTransaction } from './postgres.store-transaction';
+
+const NOTHING_CLAIMED: ClaimResult = { claimed: 0, completed: 0, retried: 0, failed: 0 };
+
+/**
+ * The outbox store on PostgreSQL: one table per box (`<tablePrefix><box>`, see
+ * `sql/migrations`), claims as `SELECT ... FOR UPDATE SKIP LOCKED` inside a transaction that
+ * lasts as long as the handler, wake-ups through `LISTEN/NOTIFY`.
+ *
+ * @example
+ * const store = PostgresOutboxStore.connect(process.env.DATABASE_URL!, { tablePrefix: 'app_' });
+ * await store.migrate();
+ */
+export class PostgresOutboxStore implements OutboxStore {
+  readonly dialect = 'postgres' as const;
+  readonly name = 'postgres';
+  readonly tablePrefix: string;
+  readonly notifyChannel: string;
+
+  private readonly options: ResolvedPostgresOutboxOptions;
+  private readonly statements: Readonly<Record<BoxName, BoxStatements>>;
+  private readonly scope = new TransactionScope();
+  private readonly watchers = new Set<{ listener: (box: BoxName) => void }>();
+  private listener: PostgresOutboxListener | undefined;
+  private listening: Promise<void> | undefined;
+  private ownsPool = false;
+  private closing: Promise<void> | undefined;
+
+  /** A store over `pool`, which stays the caller's: `close()` does not end it. */
+  constructor(
+    private readonly pool: Pool,
+    options: PostgresOutboxStoreOptions = {},
+  ) {
+    this.options = resolvePostgresOutboxOptions(options);
+    this.tablePrefix = this.options.tablePrefix;
+    this.notifyChannel = this.options.notifyChannel;
+    this.statements = outboxStatements(this.tablePrefix);
+  }
+
+  /** A store with a pool of its own, which `close()` ends. */
+  static connect(url: string, options: PostgresOutboxConnectOptions = {}): PostgresOutboxStore {
+    const pool = newPool(url, { ...POSTGRES_OUTBOX_DEFAULTS.pool, ...options.pool });
+    // An idle client whose connection drops makes the pool emit 'error'; unheard, that would
+    // end the process. The next checkout simply opens a new connection.
+    pool.on('error', () => undefined);
+    const store = new PostgresOutboxStore(pool, options);
+    store.ownsPool = true;
+    return store;
+  }
+
+  /** Creates or upgrades the tables (see {@link migrateOutbox}). */
+  async migrate(): Promise<void> {
+    this.assertOpen('migrate');
+    await migrateOutbox(this.pool, { tablePrefix: this.tablePrefix });
+  }
+
+  async transaction<T>(work: (transaction: StoreTransaction) => Promise<T>): Promise<T> {
+    this.assertOpen('transaction');
+    return this.scope.join((inner) => inTransaction(this.pool, inner), work);
+  }
+
+  async append(
+    box: BoxName,
+    records: readonly NewBoxRecord[],
+    within: StoreTransaction | SqlExecutor,
+  ): Promise<string[]> {
+    const statements = this.statementsOf(box, 'append');
+    assertNewRecords('append', records);
+    if (within instanceof PostgresStoreTransaction && within.isSettled) {
+      throw new OutboxForeignTransactionError(this.name, 'settled');
+    }
+    if (isStoreTransaction(within) && within.dialect !== 'postgres') {
+      throw new OutboxForeignTransactionError(this.name, 'other-store');
+    }
+    if (records.length === 0) return [];
+    const result = await within.query(statements.append, [
+      ...appendColumns(records),
+      Date.now(),
+      this.notifyChannel,
+      box,
+    ]);
+    return addedIds(result, records);
+  }
+
+  async lockPartitions(
+    box: BoxName,
+    keys: readonly string[],
+    within: StoreTransaction | SqlExecutor,
+  ): Promise<void> {
+    const statements = this.statementsOf(box, 'lockPartitions');
+    if (keys.length > 0) await within.query(statements['lock-partitions'], [[...keys]]);
+  }
+
+  async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
+    const statements = this.statementsOf(box, 'receive');
+    assertNewRecords('receive', [record]);
+    // One statement: its own transaction, committed before this resolves.
+    const result = await this.pool.query(statements.append, [
+      ...appendColumns([record]),
+      Date.now(),
+      this.notifyChannel,
+      box,
+    ]);
+    return addedIds(result, [record]).length === 1 ? 'added' : 'duplicate';
+  }
+
+  async claim(
+    box: BoxName,
+    options: ClaimOptions,
+    handle: (batch: ClaimedBatch) => Promise<readonly RecordOutcome[]>,
+  ): Promise<ClaimResult> {
+    const statements = this.statementsOf(box, 'claim');
+    assertCount('claim', 'limit', options.limit);
+    assertTime('claim', 'now', options.now);
+    // Always a transaction of its own, even when called inside another one: the claim's locks
+    // must last exactly as long as its handler.
+    return inTransaction(this.pool, async (transaction) => {
+      const records = await lockBatch(transaction, statements, options);
+      if (records.length === 0) return NOTHING_CLAIMED;
+      const outcomes = await this.scope.run(transaction, () => handle({ records, transaction }));
+      return settleOutcomes(transaction, statements, records, outcomes, options.now);
+    });
+  }
+
+  async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
+    const { rows } = await this.pool.query<RecordRow>(this.statementsOf(box, 'get').get, [id]);
+    return rows.length > 0 ? toStoredRecord(rows[0]) : undefined;
+  }
+
+  async listFailed(box: BoxName, limit: number): Promise<StoredRecord[]> {
+    const statements = this.statementsOf(box, 'listFailed');
+    assertCount('listFailed', 'limit', limit);
+    const { rows } = await this.pool.query<RecordRow>(statements['list-failed'], [limit]);
+    return rows.map(toStoredRecord);
+  }
+
+  async retry(box: BoxName, ids: readonly string[], now: number): Promise<number> {
+    const statements = this.statementsOf(box, 'retry');
+    assertTime('retry', 'now', now);
+    if (ids.length === 0) return 0;
+    const { rows } = await this.pool.query<{ retried: string }>(statements['retry-failed'], [
+      ids,
+      now,
+      this.notifyChannel,
+      box,
+    ]);
+    return Number(rows[0].retried);
+  }
+
+  async purge(box: BoxName, options: PurgeOptions): Promise<number> {
+    const statements = this.statementsOf(box, 'purge');
+    assertTime('purge', 'completedBefore', options.completedBefore);
+    assertCount('purge', 'batchSize', options.batchSize);
+    if (options.maxBatches !== undefined) assertCount('purge', 'maxBatches', options.maxBatches);
+    let purged = 0;
+    for (let batch = 0; options.maxBatches === undefined || batch < options.maxBatches; batch++) {
+      const { rowCount } = await this.pool.query(statements.purge, [
+        options.completedBefore,
+        options.batchSize,
+      ]);
+      purged += rowCount ?? 0;
+      if ((rowCount ?? 0) < options.batchSize) break;
+    }
+    return purged;
+  }
+
+  async stats(box: BoxName): Promise<BoxStats> {
+    const { rows } = await this.pool.query<{
+      pending: string;
+      failed: string;
+      oldest_pending_at: number | null;
+    }>(this.statementsOf(box, 'stats').stats);
+    const [row] = rows;
+    return {
+      pending: Number(row.pending),
+      failed: Number(row.failed),
+      oldestPendingAt: row.oldest_pending_at,
+    };
+  }
+
+  /**
+   * Wakes `listener` when a transaction that appended to a box commits (on any store sharing
+   * the tables and the channel), and with every box after the LISTEN connection came back from
+   * a drop. The first subscription opens that connection and resolves once it listens; it
+   * rejects when it cannot connect.
+   */
+  async watch(listener: (box: BoxName) => void): Promise<() => Promise<void>> {
+    this.assertOpen('watch');
+    const watcher = { listener };
+    this.watchers.add(watcher);
+    if (!this.listener) {
+      const started = new PostgresOutboxListener({
+        connection: this.listenConnection(),
+        channel: this.notifyChannel,
+        wake: (box) => this.wake(box),
+        initialBackoffMs: this.options.listenBackoffMs,
+        maxBackoffMs: this.options.listenMaxBackoffMs,
+      });
+      this.listener = started;
+      this.listening = started.start().catch((error: unknown) => {
+        if (this.listener === started) this.listener = undefined;
+        throw error;
+      });
+    }
+    try {
+      await this.listening;
+    } catch (error) {
+      this.watchers.delete(watcher);
+      throw error;
+    }
+    return async () => {
+      if (!this.watchers.delete(watcher) || this.watchers.size > 0) return;
+      await this.stopListening();
+    };
+  }
+
+  /** The LISTEN connection's `application_name` (to find it in `pg_stat_activity`). */
+  get listenerApplicationName(): string | undefined {
+    return this.listener?.applicationName;
+  }
+
+  async ping(): Promise<void> {
+    this.assertOpen('ping');
+    await this.pool.query('SELECT 1');
+  }
+
+  /** Stops watching, and ends the pool when the store created it; idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.watchers.clear();
+      await this.stopListening();
+      if (this.ownsPool) await this.pool.end();
+    })();
+    return this.closing;
+  }
+
+  private async stopListening(): Promise<void> {
+    const listener = this.listener;
+    this.listener = undefined;
+    this.listening = undefined;
+    await listener?.stop();
+  }
+
+  private wake(box: BoxName): void {
+    for (const { listener } of [...this.watchers]) {
+      try {
+        listener(box);
+      } catch {
+        // A wake-up is a hint (relays poll as well): one listener's failure must not keep it
+        // from the others, nor break the LISTEN connection's event handling.
+      }
+    }
+  }
+
+  private listenConnection(): ClientConfig {
+    return this.options.listenConnection ?? { ...(this.pool.options as ClientConfig) };
+  }
+
+  private assertOpen(operation: string): void {
+    if (this.closing) throw new OutboxStoreClosedError(this.name, operation);
+  }
+
+  private statementsOf(box: BoxName, operation: string): BoxStatements {
+    this.assertOpen(operation);
+    if (!(BOX_NAMES as readonly string[]).includes(box)) {
+      throw new PostgresOutboxError(
+        operation,
+        `unknown box ${JSON.stringify(box)}; use one of ${BOX_NAMES.join(', ')}`,
+      );
+    }
+    return this.statements[box];
+  }
+}
+
+function isStoreTransaction(within: StoreTransaction | SqlExecutor): within is StoreTransaction {
+  return 'dialect' in within && typeof within.savepoint === 'function';
+}

@@ -1,0 +1,99 @@
+import type { Pool, PoolClient } from 'pg';
+import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import type { StoreTransaction } from '../../../ports/outbox-store.port';
+import { isConnectionError } from './postgres-client';
+
+/**
+ * One open transaction on a pool client. Savepoints are numbered per transaction (`sp_1`,
+ * `sp_2`, ...) so that nested ones never reuse a name. Savepoints of one transaction nest; two
+ * started side by side (not awaited one after the other) would interleave on the single
+ * connection, so nested transactions of one transaction run one at a time.
+ */
+export class PostgresStoreTransaction implements StoreTransaction {
+  readonly dialect = 'postgres' as const;
+  private savepoints = 0;
+  private settled = false;
+
+  constructor(readonly client: PoolClient) {}
+
+  async query<Row = Record<string, unknown>>(
+    sql: string,
+    params: readonly unknown[] = [],
+  ): Promise<{ rows: Row[]; rowCount: number }> {
+    if (this.settled) {
+      throw new PostgresOutboxError(
+        'transaction',
+        'this transaction has already committed or rolled back (its client is back in the pool); ' +
+          'run the statement inside the function given to transaction() and await it',
+      );
+    }
+    const result = await this.client.query(sql, params as unknown[]);
+    return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+  }
+
+  async savepoint<T>(work: () => Promise<T>): Promise<T> {
+    const name = `sp_${++this.savepoints}`;
+    await this.query(`SAVEPOINT ${name}`);
+    let result: T;
+    try {
+      result = await work();
+    } catch (error) {
+      // When the connection is gone this fails too; the work's error is the one worth seeing.
+      await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
+      throw error;
+    }
+    await this.query(`RELEASE SAVEPOINT ${name}`);
+    return result;
+  }
+
+  /** Whether the transaction has committed or rolled back. */
+  get isSettled(): boolean {
+    return this.settled;
+  }
+
+  /** After COMMIT or ROLLBACK: the client may serve someone else from now on. */
+  settle(): void {
+    this.settled = true;
+  }
+}
+
+/**
+ * Runs `work` in a new transaction on a client of `pool`: COMMIT when it resolves, ROLLBACK (and
+ * the error rethrown) when it throws. The client goes back to the pool afterwards, unless its
+ * connection failed (killed, network): then it is destroyed, so that the pool never hands out a
+ * broken client or one still inside a transaction.
+ */
+export async function inTransaction<T>(
+  pool: Pool,
+  work: (transaction: PostgresStoreTransaction) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  // A checked-out pg client has no 'error' listener: a connection dropped between two
+  // statements would otherwise be an uncaught 'error' event that ends the process.
+  const onError = (error: Error): void => {
+    broken ??= error;
+  };
+  client.on('error', onError);
+  const transaction = new PostgresStoreTransaction(client);
+  try {
+    await client.query('BEGIN');
+    const result = await work(transaction);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    if (isConnectionError(error)) broken ??= error as Error;
+    if (!broken) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (rollbackError) {
+        broken = rollbackError as Error;
+      }
+    }
+    throw error;
+  } finally {
+    transaction.settle();
+    client.removeListener('error', onError);
+    client.release(broken ?? false);
+  }
+}

@@ -1,0 +1,26 @@
+-- append: adds records to a box, in the order given, skipping ids the box already holds (also
+-- an id repeated within the same call: the first one wins), and, when it added any, wakes up
+-- watchers. pg_notify is delivered when the transaction commits, and never if it rolls back;
+-- notifications with the same channel and payload in one transaction are folded into one.
+--
+-- $1 text[]   ids                 $2 text[]   kinds ('event' | 'command')
+-- $3 text[]   types               $4 text[]   partition keys (NULL for none)
+-- $5 text[]   bodies              $6 text[]   headers, each a JSON object text
+-- $7 float8   createdAt (ms)      $8 text     notify channel       $9 text   box name
+--
+-- Returns one row: added text[] (the ids added; NULL when none).
+WITH incoming AS (
+  SELECT *
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
+    WITH ORDINALITY AS record(id, kind, type, partition_key, body, headers, position)
+), added AS (
+  INSERT INTO {{table}} (id, kind, type, partition_key, body, headers, created_at)
+  SELECT id, kind, type, partition_key, body, headers, to_timestamp($7::float8 / 1000)
+  FROM incoming
+  ORDER BY position
+  ON CONFLICT (id) DO NOTHING
+  RETURNING id
+)
+SELECT
+  (SELECT array_agg(id) FROM added) AS added,
+  (SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM added LIMIT 1) AS woken) AS woken

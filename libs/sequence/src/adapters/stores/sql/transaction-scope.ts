@@ -1,0 +1,45 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { StoreTransaction } from '../../../ports/outbox-store.port';
+
+/**
+ * The transaction of one store that the current async context runs in, if any: so that a
+ * `transaction()` inside another one's work (or inside a claim's handler) joins it as a savepoint
+ * rather than opening a second one, which on SQLite's single connection would wait forever.
+ */
+export class TransactionScope {
+  private readonly current = new AsyncLocalStorage<StoreTransaction>();
+  /**
+   * Transactions whose `run` is over. A callback that outlives its transaction (a timer, a call
+   * not awaited) still carries it in its async context; it must open a new transaction, not put
+   * a savepoint on a connection that went back to the pool (or on a committed one).
+   */
+  private readonly finished = new WeakSet<StoreTransaction>();
+
+  /** The transaction `work` is running in, when called from inside one of {@link run}. */
+  active(): StoreTransaction | undefined {
+    const transaction = this.current.getStore();
+    return transaction && !this.finished.has(transaction) ? transaction : undefined;
+  }
+
+  /** Runs `work` with `transaction` as the active one for everything it awaits, until it settles. */
+  async run<T>(transaction: StoreTransaction, work: () => Promise<T>): Promise<T> {
+    try {
+      return await this.current.run(transaction, work);
+    } finally {
+      this.finished.add(transaction);
+    }
+  }
+
+  /**
+   * `work` in the active transaction (inside a savepoint), or, when there is none, in a new one
+   * that `open` begins and settles.
+   */
+  join<T>(
+    open: (work: (transaction: StoreTransaction) => Promise<T>) => Promise<T>,
+    work: (transaction: StoreTransaction) => Promise<T>,
+  ): Promise<T> {
+    const active = this.active();
+    if (active) return active.savepoint(() => work(active));
+    return open((transaction) => this.run(transaction, () => work(transaction)));
+  }
+}

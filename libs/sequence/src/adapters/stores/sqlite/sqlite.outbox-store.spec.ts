@@ -1,0 +1,406 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
+import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
+import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import {
+  BOX_NAMES,
+  type NewBoxRecord,
+  type OutboxStore,
+  type StoreTransaction,
+} from '../../../ports/outbox-store.port';
+import { SqliteOutboxStore } from './sqlite.outbox-store';
+
+const BOX = 'outbox_events';
+
+function record(id: string, overrides: Partial<NewBoxRecord> = {}): NewBoxRecord {
+  return {
+    id,
+    kind: 'event',
+    type: 'OrderPlaced',
+    partitionKey: null,
+    body: '{}',
+    headers: {},
+    ...overrides,
+  };
+}
+
+function uniquePrefix(): string {
+  return `t${randomBytes(4).toString('hex')}_`;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A directory of its own per test, deleted (database, -wal and -shm files) after it. */
+function temporaryDirectories(): () => string {
+  const made: string[] = [];
+  afterEach(() => {
+    for (const directory of made.splice(0)) rmSync(directory, { recursive: true, force: true });
+  });
+  return () => {
+    const directory = mkdtempSync(join(tmpdir(), 'nseq-sqlite-outbox-'));
+    made.push(directory);
+    return directory;
+  };
+}
+
+describe('SqliteOutboxStore', () => {
+  describe('conformance', () => {
+    /** The file and prefix of each store the harness created (peers are not in it). */
+    const created = new Map<
+      OutboxStore,
+      { directory: string; filename: string; tablePrefix: string }
+    >();
+
+    describeOutboxStoreConformance('sqlite', {
+      create: async () => {
+        const directory = mkdtempSync(join(tmpdir(), 'nseq-sqlite-outbox-'));
+        const filename = join(directory, 'outbox.db');
+        const tablePrefix = uniquePrefix();
+        const store = await SqliteOutboxStore.open({ filename, tablePrefix });
+        await store.migrate();
+        created.set(store, { directory, filename, tablePrefix });
+        return store;
+      },
+      // Another process would open the same file: a connection of its own.
+      peer: async (store) => {
+        const { filename, tablePrefix } = created.get(store)!;
+        return SqliteOutboxStore.open({ filename, tablePrefix });
+      },
+      close: async (store) => {
+        await store.close();
+        const made = created.get(store);
+        if (!made) return;
+        created.delete(store);
+        rmSync(made.directory, { recursive: true, force: true });
+      },
+    });
+  });
+
+  describe('on a file', () => {
+    const directory = temporaryDirectories();
+    let filename: string;
+    const stores: SqliteOutboxStore[] = [];
+
+    async function open(options: { busyTimeoutMs?: number; synchronous?: 'FULL' | 'NORMAL' } = {}) {
+      const store = await SqliteOutboxStore.open({ filename, tablePrefix: 'app_', ...options });
+      stores.push(store);
+      return store;
+    }
+
+    beforeEach(() => {
+      filename = join(directory(), 'outbox.db');
+    });
+
+    afterEach(async () => {
+      for (const store of stores.splice(0)) await store.close();
+    });
+
+    it('keeps records across close and reopen, and never reuses a seq', async () => {
+      const first = await open();
+      await first.migrate();
+      await first.transaction((tx) => first.append(BOX, [record('a'), record('b')], tx));
+      await first.claim(BOX, { limit: 10, now: Date.now() }, async (batch) =>
+        batch.records.map(({ id }) => ({ id, status: 'completed' as const })),
+      );
+      await first.purge(BOX, { completedBefore: Date.now() + 1_000, batchSize: 10 });
+      await first.close();
+
+      const reopened = await open();
+      await reopened.migrate();
+      await expect(reopened.get(BOX, 'a')).resolves.toBeUndefined();
+      await reopened.transaction((tx) => reopened.append(BOX, [record('c')], tx));
+      const c = await reopened.get(BOX, 'c');
+      // a and b had seqs 1 and 2, purged: AUTOINCREMENT does not hand them out again.
+      expect(c).toMatchObject({ id: 'c', seq: 3, status: 'PENDING' });
+    });
+
+    it('records migration 1 once, with the four box tables and their indexes', async () => {
+      const store = await open();
+      await store.migrate();
+      await store.migrate();
+      const inspect = new Database(filename, { readonly: true });
+      try {
+        expect(inspect.prepare('SELECT version, name FROM app_outbox_migrations').all()).toEqual([
+          { version: 1, name: 'outbox_boxes' },
+        ]);
+        const names = (
+          inspect.prepare('SELECT name FROM sqlite_schema').all() as { name: string }[]
+        ).map(({ name }) => name);
+        for (const box of BOX_NAMES) {
+          expect(names).toEqual(
+            expect.arrayContaining([
+              `app_${box}`,
+              `app_${box}_due`,
+              `app_${box}_open_partitions`,
+              `app_${box}_completed`,
+              `app_${box}_failed`,
+            ]),
+          );
+        }
+      } finally {
+        inspect.close();
+      }
+    });
+
+    it('opens the file in WAL mode, synchronous FULL unless asked for NORMAL', async () => {
+      const full = await open();
+      const normal = await SqliteOutboxStore.open({ filename, synchronous: 'NORMAL' });
+      stores.push(normal);
+      const mode = (store: SqliteOutboxStore) =>
+        store.transaction(async (tx) => [
+          (tx.client as Database.Database).pragma('journal_mode', { simple: true }),
+          (tx.client as Database.Database).pragma('synchronous', { simple: true }),
+        ]);
+      // synchronous: 2 is FULL, 1 NORMAL.
+      await expect(mode(full)).resolves.toEqual(['wal', 2]);
+      await expect(mode(normal)).resolves.toEqual(['wal', 1]);
+    });
+
+    it('wakes the listeners of another store on the same file in this process', async () => {
+      const store = await open();
+      await store.migrate();
+      const other = await open();
+      const woken: string[] = [];
+      const unsubscribe = await store.watch((box) => woken.push(box));
+      await other.receive('inbox_commands', record('cmd-1', { kind: 'command' }));
+      const deadline = Date.now() + 2_000;
+      while (!woken.includes('inbox_commands') && Date.now() < deadline) await sleep(5);
+      expect(woken).toContain('inbox_commands');
+      await unsubscribe();
+    });
+
+    it('does not wake listeners for what a rolled-back savepoint appended', async () => {
+      const store = await open();
+      await store.migrate();
+      const woken: string[] = [];
+      const unsubscribe = await store.watch((box) => woken.push(box));
+      await store.transaction(async (tx) => {
+        await expect(
+          tx.savepoint(async () => {
+            await store.append('outbox_commands', [record('undone', { kind: 'command' })], tx);
+            throw new Error('undo');
+          }),
+        ).rejects.toThrow('undo');
+        await store.append(BOX, [record('kept')], tx);
+      });
+      const deadline = Date.now() + 2_000;
+      while (!woken.includes(BOX) && Date.now() < deadline) await sleep(5);
+      await sleep(50);
+      expect(woken).toEqual([BOX]);
+      await unsubscribe();
+    });
+  });
+
+  describe('in memory', () => {
+    it('works on a database of its own, which another store does not see', async () => {
+      const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+      const other = await SqliteOutboxStore.open({ filename: ':memory:' });
+      try {
+        await store.migrate();
+        await other.migrate();
+        await store.transaction((tx) => store.append(BOX, [record('m-1')], tx));
+        const handed: string[] = [];
+        await store.claim(BOX, { limit: 10, now: 0 }, async (batch) => {
+          handed.push(...batch.records.map(({ id }) => id));
+          return [];
+        });
+        expect(handed).toEqual(['m-1']);
+        await expect(other.get(BOX, 'm-1')).resolves.toBeUndefined();
+      } finally {
+        await store.close();
+        await other.close();
+      }
+    });
+  });
+
+  describe("over the application's Database", () => {
+    let database: Database.Database;
+
+    beforeEach(() => {
+      database = new Database(':memory:');
+    });
+
+    afterEach(() => {
+      database.close();
+    });
+
+    it('leaves the database open on close', async () => {
+      const store = new SqliteOutboxStore(database);
+      await store.migrate();
+      await store.close();
+      expect(database.open).toBe(true);
+      expect(database.prepare('SELECT count(*) AS n FROM outbox_events').get()).toEqual({ n: 0 });
+    });
+
+    it('shares one connection discipline between stores over it: overlapping transactions take turns', async () => {
+      const orders = new SqliteOutboxStore(database, { tablePrefix: 'orders_' });
+      const billing = new SqliteOutboxStore(database, { tablePrefix: 'billing_' });
+      await orders.migrate();
+      await billing.migrate();
+      await Promise.all(
+        [orders, billing, orders, billing].map((store, index) =>
+          store.transaction(async (tx) => {
+            await store.append(BOX, [record(`r-${index}-a`)], tx);
+            await sleep(2);
+            await store.append(BOX, [record(`r-${index}-b`)], tx);
+          }),
+        ),
+      );
+      await expect(orders.stats(BOX)).resolves.toMatchObject({ pending: 4 });
+      await expect(billing.stats(BOX)).resolves.toMatchObject({ pending: 4 });
+      // Same connection, same transaction: one store may append in the other's.
+      await orders.transaction((tx) => billing.append(BOX, [record('joint')], tx));
+      await expect(billing.get(BOX, 'joint')).resolves.toMatchObject({ status: 'PENDING' });
+      await orders.close();
+      await billing.close();
+    });
+  });
+
+  describe('refuses', () => {
+    let store: SqliteOutboxStore;
+
+    beforeEach(async () => {
+      store = await SqliteOutboxStore.open({ filename: ':memory:' });
+      await store.migrate();
+    });
+
+    afterEach(async () => {
+      await store.close();
+    });
+
+    it("a SqlExecutor, saying that joining the caller's transaction is PostgreSQL-only", async () => {
+      const executor = { query: async () => ({ rows: [] }) };
+      const refusal = store.append(BOX, [record('x')], executor);
+      await expect(refusal).rejects.toBeInstanceOf(OutboxForeignTransactionError);
+      await expect(refusal).rejects.toMatchObject({
+        code: 'outbox-foreign-transaction',
+        reason: 'executor',
+      });
+      await expect(refusal).rejects.toThrow(/PostgreSQL only/);
+      await expect(store.get(BOX, 'x')).resolves.toBeUndefined();
+    });
+
+    it("another store's transaction", async () => {
+      const other = await SqliteOutboxStore.open({ filename: ':memory:' });
+      await other.migrate();
+      try {
+        await expect(
+          other.transaction((tx) => store.append(BOX, [record('x')], tx)),
+        ).rejects.toMatchObject({ code: 'outbox-foreign-transaction', reason: 'other-store' });
+      } finally {
+        await other.close();
+      }
+    });
+
+    it('a transaction that has settled', async () => {
+      let kept: StoreTransaction | undefined;
+      await store.transaction(async (tx) => {
+        kept = tx;
+      });
+      await expect(store.append(BOX, [record('late')], kept!)).rejects.toMatchObject({
+        reason: 'settled',
+      });
+      await expect(kept!.query('SELECT 1')).rejects.toThrow(/already committed or rolled back/);
+    });
+
+    it('invalid options', async () => {
+      await expect(
+        SqliteOutboxStore.open({ filename: ':memory:', tablePrefix: 'no-dashes' }),
+      ).rejects.toThrow(SequenceOptionsError);
+      await expect(
+        SqliteOutboxStore.open({ filename: ':memory:', busyTimeoutMs: -1 }),
+      ).rejects.toThrow(SequenceOptionsError);
+    });
+
+    it.each([
+      ['an unknown box', () => store.get('outbox_everything' as never, 'x')],
+      ['an empty id', () => store.receive('inbox_events', record(''))],
+      ['an id of 201 characters', () => store.receive('inbox_events', record('i'.repeat(201)))],
+      ['an id of 201 emoji', () => store.receive('inbox_events', record('😀'.repeat(201)))],
+      [
+        'a header that is not a string',
+        () => store.receive('inbox_events', record('h', { headers: { n: 1 as never } })),
+      ],
+      ['a claim limit of 0', () => store.claim(BOX, { limit: 0, now: 0 }, async () => [])],
+      ['a fractional claim time', () => store.claim(BOX, { limit: 1, now: 1.5 }, async () => [])],
+      ['a purge batch of 0', () => store.purge(BOX, { completedBefore: 0, batchSize: 0 })],
+    ])('%s with a RangeError', async (_case, call) => {
+      await expect(call()).rejects.toThrow(RangeError);
+    });
+
+    it('no id of 200 characters, counted as code points (200 emoji are 400 UTF-16 units)', async () => {
+      const id = '😀'.repeat(200);
+      await expect(store.receive('inbox_events', record(id))).resolves.toBe('added');
+      await expect(store.get('inbox_events', id)).resolves.toMatchObject({ id });
+    });
+
+    it('outcomes for records the claim did not hand out, leaving the batch untouched', async () => {
+      await store.transaction((tx) => store.append(BOX, [record('mine')], tx));
+      await expect(
+        store.claim(BOX, { limit: 10, now: 0 }, async () => [
+          { id: 'mine', status: 'completed' },
+          { id: 'someone-else', status: 'completed' },
+        ]),
+      ).rejects.toThrow(/did not hand out/);
+      await expect(store.get(BOX, 'mine')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    });
+
+    it('every call after close, with OutboxStoreClosedError', async () => {
+      await store.close();
+      await expect(store.ping()).rejects.toBeInstanceOf(OutboxStoreClosedError);
+      await expect(store.transaction(async () => 1)).rejects.toBeInstanceOf(OutboxStoreClosedError);
+      await expect(store.stats(BOX)).rejects.toBeInstanceOf(OutboxStoreClosedError);
+      await expect(store.watch(() => undefined)).rejects.toBeInstanceOf(OutboxStoreClosedError);
+    });
+
+    it('to close from inside its own transaction (which it would wait for forever)', async () => {
+      await store.transaction(async () => {
+        await expect(store.close()).rejects.toThrow(/inside a transaction/);
+      });
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+  });
+
+  it('answers ping while a transaction is in progress', async () => {
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => (finish = resolve));
+    const transaction = store.transaction(() => held);
+    await sleep(5);
+    const answered = await Promise.race([store.ping().then(() => 'answered'), sleep(200)]);
+    expect(answered).toBe('answered');
+    finish();
+    await transaction;
+    await store.close();
+  });
+
+  it('closes after the transaction in progress commits', async () => {
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    await store.migrate();
+    const database = await store.transaction(async (tx) => tx.client as Database.Database);
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => (finish = resolve));
+    const transaction = store.transaction(async (tx) => {
+      await store.append(BOX, [record('in-flight')], tx);
+      await held;
+    });
+    await sleep(5);
+    let closed = false;
+    const closing = store.close().then(() => (closed = true));
+    await sleep(20);
+    expect(closed).toBe(false);
+    expect(database.open).toBe(true);
+    finish();
+    await transaction;
+    await closing;
+    expect(database.open).toBe(false);
+  });
+});

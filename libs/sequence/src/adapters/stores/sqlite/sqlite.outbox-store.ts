@@ -1,0 +1,316 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { Database, Statement } from 'better-sqlite3';
+import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
+import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import type {
+  BoxName,
+  BoxStats,
+  ClaimedBatch,
+  ClaimOptions,
+  ClaimResult,
+  NewBoxRecord,
+  OutboxStore,
+  PurgeOptions,
+  RecordOutcome,
+  SqlExecutor,
+  StoredRecord,
+  StoreTransaction,
+} from '../../../ports/outbox-store.port';
+import {
+  assertArray,
+  assertClaimOptions,
+  assertIds,
+  assertLimit,
+  assertNewRecord,
+  assertOutcomes,
+  assertPurgeOptions,
+  assertRecordId,
+  assertTime,
+} from './outbox-store.arguments';
+import { appendParameters, toStoredRecord, type BoxRow } from './sqlite-outbox.codec';
+import { SqliteOutboxConnection } from './sqlite-outbox.connection';
+import {
+  busyTimeoutOf,
+  synchronousOf,
+  type SqliteOutboxOpenOptions,
+  type SqliteOutboxStoreOptions,
+} from './sqlite-outbox.options';
+import { applyMigrations, selectClaimable, writeOutcomes } from './sqlite-outbox.records';
+import { SqliteOutboxStatements } from './sqlite-outbox.sql';
+import { SqliteOutboxWakeups, wakeupChannel } from './sqlite-outbox.wakeups';
+import { openSqliteDatabase } from './sqlite-database';
+import { SqliteStoreTransaction } from './sqlite.store-transaction';
+
+export type { SqliteOutboxOpenOptions, SqliteOutboxStoreOptions } from './sqlite-outbox.options';
+
+const NOTHING_CLAIMED: ClaimResult = { claimed: 0, completed: 0, retried: 0, failed: 0 };
+
+/** Databases opened by {@link SqliteOutboxStore.open}, whose store closes them. */
+const openedByStore = new WeakSet<Database>();
+
+/**
+ * The outbox and inbox in a SQLite database (through `better-sqlite3`): the embedded default,
+ * with nothing to run beside the application.
+ *
+ * One connection serves the whole process: its transactions take turns, first come first served,
+ * and a claim holds the connection while its handler runs, so that other transactions of the
+ * process wait for it (keep claim batches small). Other processes may open the same file: each
+ * transaction starts with `BEGIN IMMEDIATE` and waits (up to `busyTimeoutMs`) for theirs.
+ * `append` writes only within this store's own transactions: joining a transaction that the
+ * application opened elsewhere is PostgreSQL-only.
+ *
+ * @example
+ * const store = await SqliteOutboxStore.open({ filename: 'data/outbox.db' });
+ * await store.migrate();
+ */
+export class SqliteOutboxStore implements OutboxStore {
+  readonly dialect = 'sqlite' as const;
+  readonly name = 'sqlite';
+  private readonly connection: SqliteOutboxConnection;
+  private readonly statements: SqliteOutboxStatements;
+  private readonly wakeups: SqliteOutboxWakeups;
+  private readonly channel: string;
+  private readonly busyTimeoutMs: number;
+  private ping$?: Statement;
+  private closing?: Promise<void>;
+
+  /**
+   * A store over a database that the application opened and will close (`close()` leaves it
+   * open). Stores over the same `Database` object share its connection discipline. The store
+   * changes none of its settings: WAL mode is recommended, and `timeout: 0` lets the store wait
+   * for other processes' locks without blocking the event loop (SQLite's own wait blocks it).
+   */
+  constructor(database: Database, options: SqliteOutboxStoreOptions = {}) {
+    const owned = openedByStore.delete(database);
+    const tablePrefix = options.tablePrefix ?? '';
+    this.busyTimeoutMs = busyTimeoutOf(options);
+    this.statements = new SqliteOutboxStatements(database, tablePrefix);
+    this.connection = owned
+      ? SqliteOutboxConnection.owning(database)
+      : SqliteOutboxConnection.over(database);
+    this.channel = wakeupChannel(database, tablePrefix);
+    this.wakeups = new SqliteOutboxWakeups(this.channel);
+  }
+
+  /**
+   * Opens (creating it when absent) a database file that the store owns and `close()` closes,
+   * in WAL mode (readers of other processes do not block its writes).
+   */
+  static async open(options: SqliteOutboxOpenOptions): Promise<SqliteOutboxStore> {
+    const synchronous = synchronousOf(options);
+    const database = openSqliteDatabase(options.filename);
+    openedByStore.add(database);
+    try {
+      const store = new SqliteOutboxStore(database, options);
+      // Switching to WAL needs a lock that another process may hold: waited for like any other.
+      await store.read('open', () => {
+        database.pragma('journal_mode = WAL');
+        database.pragma(`synchronous = ${synchronous}`);
+      });
+      return store;
+    } catch (error) {
+      openedByStore.delete(database);
+      database.close();
+      throw error;
+    }
+  }
+
+  /** Creates the four box tables and their indexes (version 1); idempotent, in one transaction. */
+  async migrate(): Promise<void> {
+    await this.inTransaction(async () => applyMigrations(this.statements));
+  }
+
+  transaction<T>(work: (transaction: StoreTransaction) => Promise<T>): Promise<T> {
+    return this.inTransaction(work);
+  }
+
+  async append(
+    box: BoxName,
+    records: readonly NewBoxRecord[],
+    within: StoreTransaction | SqlExecutor,
+  ): Promise<string[]> {
+    this.statements.table(box);
+    assertArray('records', records);
+    records.forEach(assertNewRecord);
+    const transaction = this.ownTransaction(within);
+    const insert = this.statements.box('append', box);
+    const createdAt = Date.now();
+    const added: string[] = [];
+    for (const record of records) {
+      if (insert.run(appendParameters(record, createdAt)).changes > 0) added.push(record.id);
+    }
+    if (added.length > 0) {
+      transaction.afterCommit(`${this.channel}\u0000${box}`, () => this.wakeups.notify(box));
+    }
+    return added;
+  }
+
+  async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
+    this.statements.table(box);
+    assertNewRecord(record);
+    const added = await this.inTransaction((transaction) =>
+      this.append(box, [record], transaction),
+    );
+    return added.length > 0 ? 'added' : 'duplicate';
+  }
+
+  async claim(
+    box: BoxName,
+    options: ClaimOptions,
+    handle: (batch: ClaimedBatch) => Promise<readonly RecordOutcome[]>,
+  ): Promise<ClaimResult> {
+    this.statements.table(box);
+    assertClaimOptions(options);
+    return this.inTransaction(async (transaction) => {
+      const records = selectClaimable(this.statements, box, options);
+      if (records.length === 0) return NOTHING_CLAIMED;
+      // The handler runs inside the transaction's scope: a transaction() it opens joins this one.
+      const outcomes = await handle({ records, transaction });
+      transaction.assertOpen();
+      assertOutcomes(records, outcomes);
+      const counts = writeOutcomes(this.statements, box, outcomes, options.now);
+      return { claimed: records.length, ...counts };
+    });
+  }
+
+  async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
+    this.statements.table(box);
+    assertRecordId(id);
+    const row = await this.read(
+      'get',
+      () => this.statements.box('get', box).get({ id }) as BoxRow | undefined,
+    );
+    return row && toStoredRecord(row);
+  }
+
+  async listFailed(box: BoxName, limit: number): Promise<StoredRecord[]> {
+    this.statements.table(box);
+    assertLimit('listFailed limit', limit);
+    const rows = await this.read(
+      'listFailed',
+      () => this.statements.box('list-failed', box).all({ limit }) as BoxRow[],
+    );
+    return rows.map(toStoredRecord);
+  }
+
+  async retry(box: BoxName, ids: readonly string[], now: number): Promise<number> {
+    this.statements.table(box);
+    assertIds(ids);
+    assertTime('retry now', now);
+    if (ids.length === 0) return 0;
+    return this.inTransaction(
+      async () =>
+        this.statements.box('retry-failed', box).run({ ids: JSON.stringify(ids), now }).changes,
+    );
+  }
+
+  /** Deletes in batches, each its own transaction, letting other work in between. */
+  async purge(box: BoxName, options: PurgeOptions): Promise<number> {
+    this.statements.table(box);
+    assertPurgeOptions(options);
+    const { completedBefore: before, batchSize: limit, maxBatches = Infinity } = options;
+    let deleted = 0;
+    for (let batch = 1; batch <= maxBatches; batch += 1) {
+      const changes = await this.inTransaction(
+        async () => this.statements.box('purge-completed', box).run({ before, limit }).changes,
+      );
+      deleted += changes;
+      if (changes < limit) break;
+      await nextTurn();
+    }
+    return deleted;
+  }
+
+  async stats(box: BoxName): Promise<BoxStats> {
+    this.statements.table(box);
+    const row = await this.read(
+      'stats',
+      () =>
+        this.statements.box('stats', box).get() as {
+          pending: number;
+          failed: number;
+          oldest_pending_at: number | null;
+        },
+    );
+    return { pending: row.pending, failed: row.failed, oldestPendingAt: row.oldest_pending_at };
+  }
+
+  /** Listeners hear of commits of the stores on this database file in this process only. */
+  async watch(listener: (box: BoxName) => void): Promise<() => Promise<void>> {
+    this.assertOpen('watch');
+    const remove = this.wakeups.add(listener);
+    return async () => remove();
+  }
+
+  /**
+   * Does not wait for the transaction in progress (a claim whose handler is slow is not a
+   * database that does not answer): `SELECT 1` reads no table, so it may run in the middle of it.
+   */
+  async ping(): Promise<void> {
+    this.assertOpen('ping');
+    this.ping$ ??= this.connection.database.prepare('SELECT 1');
+    this.ping$.get();
+  }
+
+  /**
+   * Waits for the transaction in progress (and those already waiting), then closes the database
+   * when the store opened it. Later calls reject with `OutboxStoreClosedError`. Idempotent.
+   */
+  close(): Promise<void> {
+    if (!this.closing && this.connection.activeTransaction()) {
+      return Promise.reject(
+        new Error(
+          'close() was called inside a transaction of the store it closes, which it ' +
+            'would wait for forever; close the store after the transaction settles',
+        ),
+      );
+    }
+    this.closing ??= (async () => {
+      this.wakeups.removeAll();
+      await this.connection.close();
+    })();
+    return this.closing;
+  }
+
+  /**
+   * `work` in the transaction the current async context runs in (as a savepoint), or else in a
+   * new one (what TransactionScope.join does, but a transaction that already settled is not
+   * joined: a timer set inside a transaction's work may run after it).
+   */
+  private async inTransaction<T>(
+    work: (transaction: SqliteStoreTransaction) => Promise<T>,
+  ): Promise<T> {
+    const active = this.connection.activeTransaction();
+    if (active) return active.savepoint(() => work(active));
+    this.assertOpen('transaction');
+    return this.connection.transaction(this.busyTimeoutMs, work);
+  }
+
+  /** Statements outside a transaction, or inside the active one (waiting for it would never end). */
+  private async read<T>(what: string, read: () => T): Promise<T> {
+    if (this.connection.activeTransaction()) return read();
+    this.assertOpen(what);
+    return this.connection.exclusive(this.busyTimeoutMs, what, read);
+  }
+
+  private ownTransaction(within: StoreTransaction | SqlExecutor): SqliteStoreTransaction {
+    if (!(within instanceof SqliteStoreTransaction)) {
+      const isStoreTransaction =
+        typeof (within as Partial<StoreTransaction>)?.savepoint === 'function';
+      throw new OutboxForeignTransactionError(
+        this.name,
+        isStoreTransaction ? 'other-store' : 'executor',
+      );
+    }
+    if (within.owner !== this.connection) {
+      throw new OutboxForeignTransactionError(this.name, 'other-store');
+    }
+    if (!within.isOpen) throw new OutboxForeignTransactionError(this.name, 'settled');
+    within.assertOpen();
+    return within;
+  }
+
+  private assertOpen(operation: string): void {
+    if (this.closing) throw new OutboxStoreClosedError(this.name, operation);
+  }
+}

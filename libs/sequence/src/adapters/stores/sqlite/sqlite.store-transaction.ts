@@ -1,0 +1,117 @@
+import type { Database } from 'better-sqlite3';
+import type { StoreTransaction } from '../../../ports/outbox-store.port';
+import type { SqliteStatementCache } from './sqlite-statement.cache';
+
+/**
+ * One `BEGIN IMMEDIATE` transaction of the SQLite store's connection, usable until the work it
+ * was given settles. Savepoints nest (`SAVEPOINT` is a stack in SQLite): run them one after
+ * another, never concurrently, within one transaction.
+ */
+export class SqliteStoreTransaction implements StoreTransaction {
+  readonly dialect = 'sqlite' as const;
+  private open = true;
+  private readonly savepoints: string[] = [];
+  private savepointCount = 0;
+  /** Run once after the outermost COMMIT (not on rollback), keyed so that each runs once. */
+  private commitHooks = new Map<string, () => void>();
+
+  constructor(
+    /** The connection this transaction is on: `append` accepts only its own store's. */
+    readonly owner: object,
+    private readonly database: Database,
+    private readonly queries: SqliteStatementCache,
+  ) {}
+
+  /** The `better-sqlite3` `Database`, inside `BEGIN IMMEDIATE`. */
+  get client(): Database {
+    return this.database;
+  }
+
+  /** Whether the transaction still runs (its work has not settled). */
+  get isOpen(): boolean {
+    return this.open;
+  }
+
+  /**
+   * Runs one statement (`?` placeholders, values as `better-sqlite3` binds them: numbers,
+   * strings, bigints, Buffers, null). A statement that returns rows (`SELECT`, `... RETURNING`)
+   * answers them, with `rowCount` their number; any other answers `rowCount` = rows changed.
+   */
+  async query<Row = Record<string, unknown>>(
+    sql: string,
+    params: readonly unknown[] = [],
+  ): Promise<{ rows: Row[]; rowCount: number }> {
+    this.assertOpen();
+    const statement = this.queries.get(sql);
+    if (statement.reader) {
+      const rows = statement.all(...params) as Row[];
+      return { rows, rowCount: rows.length };
+    }
+    return { rows: [], rowCount: statement.run(...params).changes };
+  }
+
+  async savepoint<T>(work: () => Promise<T>): Promise<T> {
+    this.assertOpen();
+    const name = `nseq_savepoint_${++this.savepointCount}`;
+    const hooksBefore = new Map(this.commitHooks);
+    this.database.exec(`SAVEPOINT ${name}`);
+    this.savepoints.push(name);
+    let result: T;
+    try {
+      result = await work();
+    } catch (error) {
+      this.leaveSavepoint(name, 'rollback');
+      // What the rolled-back part appended will never commit: no wake-up for it.
+      this.commitHooks = hooksBefore;
+      throw error;
+    }
+    this.leaveSavepoint(name, 'release');
+    return result;
+  }
+
+  /** Throws unless statements can run in this transaction (rather than outside any). */
+  assertOpen(): void {
+    if (!this.open) {
+      throw new Error(
+        'this SQLite outbox transaction has already committed or rolled back: use a ' +
+          'transaction only inside the work function it was given to, before that settles',
+      );
+    }
+    if (!this.database.inTransaction) {
+      throw new Error(
+        'this SQLite outbox transaction was ended early (a COMMIT or ROLLBACK sent through ' +
+          'query, or SQLite rolling back after an I/O error): nothing more can run in it',
+      );
+    }
+  }
+
+  /** Runs `hook` after the outermost commit; a second hook with the same key is ignored. */
+  afterCommit(key: string, hook: () => void): void {
+    if (!this.commitHooks.has(key)) this.commitHooks.set(key, hook);
+  }
+
+  /** Called by the connection when the work settled, before COMMIT or ROLLBACK. */
+  settle(): void {
+    this.open = false;
+  }
+
+  /** Called by the connection after COMMIT. */
+  committed(): void {
+    for (const hook of this.commitHooks.values()) hook();
+    this.commitHooks.clear();
+  }
+
+  private leaveSavepoint(name: string, how: 'rollback' | 'release'): void {
+    if (this.savepoints.at(-1) !== name) {
+      throw new Error(
+        `savepoint ${name} is not the innermost one (${this.savepoints.at(-1) ?? 'none'} is): ` +
+          'savepoints of one SQLite transaction must nest; run them one after another',
+      );
+    }
+    this.savepoints.pop();
+    // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
+    if (!this.database.inTransaction) return;
+    if (how === 'rollback') this.database.exec(`ROLLBACK TO ${name}`);
+    this.database.exec(`RELEASE ${name}`);
+  }
+}

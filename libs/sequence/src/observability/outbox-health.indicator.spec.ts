@@ -1,0 +1,61 @@
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { OutboxService, SequenceModule, SqliteOutboxStore, type OutboxStore } from 'nest-sequence';
+import { OutboxHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
+
+describe('OutboxHealthIndicator', () => {
+  let app: INestApplicationContext | undefined;
+
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  async function start(store?: OutboxStore): Promise<INestApplicationContext> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          isGlobal: true,
+          sweepIntervalMs: false,
+          resequencer: { sweepIntervalMs: false },
+          outbox: { store, outboxEvents: { maxAttempts: 1, pollIntervalMs: 20 } },
+        }),
+        SequenceHealthModule,
+      ],
+    }).compile();
+    moduleRef.useLogger(false);
+    app = await moduleRef.init();
+    return app;
+  }
+
+  it('is up with the embedded SQLite store, and counts FAILED records per box', async () => {
+    const started = await start();
+    const health = started.get(OutboxHealthIndicator);
+    await expect(health.isHealthy('outbox')).resolves.toEqual({
+      outbox: {
+        status: 'up',
+        store: { name: 'sqlite', status: 'up' },
+        failed: { outbox_events: 0, outbox_commands: 0, inbox_events: 0, inbox_commands: 0 },
+      },
+    });
+    // A route that throws: the record fails at once (no retry can fix it).
+    const outbox = started.get(OutboxService);
+    await outbox.transaction(async (tx) =>
+      tx.publishEvent({ type: 'T', aggregateType: 'A', aggregateId: '1', payload: 'x'.repeat(10) }),
+    );
+    const deadline = Date.now() + 5_000;
+    while ((await outbox.stats('outbox_events')).pending > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    expect((await health.isHealthy('outbox')).outbox.status).toBe('up');
+  });
+
+  it('is down, naming why, when the store no longer answers', async () => {
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    const started = await start(store);
+    await store.close();
+    const result = await started.get(OutboxHealthIndicator).isHealthy('outbox', { timeoutMs: 500 });
+    expect(result.outbox.status).toBe('down');
+    expect(result.outbox.store).toMatchObject({ status: 'down', message: expect.any(String) });
+  });
+});

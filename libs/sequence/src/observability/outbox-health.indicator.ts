@@ -1,0 +1,65 @@
+import { Injectable } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { OutboxRuntime } from '../outbox/outbox.runtime';
+import type { BoxName } from '../ports/outbox-store.port';
+import {
+  probe,
+  type SequenceDependencyHealth,
+  type SequenceHealthCheckOptions,
+} from './sequence-health.indicator';
+
+// A type alias, not an interface: terminus takes the details as a `Record<string, unknown>`.
+export type OutboxHealthDetails = {
+  readonly store: SequenceDependencyHealth;
+  /** `FAILED` records per box (they wait for an operator; they do not make the check fail). */
+  readonly failed?: Readonly<Partial<Record<BoxName, number>>>;
+};
+
+const DEFAULT_TIMEOUT_MS = 1_000;
+
+/**
+ * `@nestjs/terminus` health indicator of the Outbox / Inbox: pings its database within a timeout
+ * (opening it first, if the outbox has not started yet), and lists the `FAILED` records per box.
+ * While the database is down nothing is lost: commits fail for their callers, relays wait, and
+ * inbox messages are requeued.
+ *
+ * @example
+ * ```ts
+ * check() {
+ *   return this.health.check([() => this.outbox.isHealthy('outbox')]);
+ * }
+ * // { "outbox": { "status": "up", "store": { "name": "postgres", "status": "up" }, "failed": { ... } } }
+ * ```
+ */
+@Injectable()
+export class OutboxHealthIndicator {
+  constructor(
+    private readonly health: HealthIndicatorService,
+    private readonly runtime: OutboxRuntime,
+  ) {}
+
+  async isHealthy<const Key extends string>(
+    key: Key,
+    options: SequenceHealthCheckOptions = {},
+  ): Promise<HealthIndicatorResult<Key, 'up' | 'down', OutboxHealthDetails>> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const indicator = this.health.check(key);
+    const opened = this.runtime.ready();
+    const store = await probe(
+      { name: 'outbox store', ping: async () => (await opened).ping() },
+      timeoutMs,
+    );
+    if (store.status === 'down') return indicator.down({ store });
+    const ready = await opened;
+    const failed: Partial<Record<BoxName, number>> = {};
+    for (const box of [
+      'outbox_events',
+      'outbox_commands',
+      'inbox_events',
+      'inbox_commands',
+    ] as const) {
+      failed[box] = (await ready.stats(box)).failed;
+    }
+    return indicator.up({ store: { ...store, name: ready.name }, failed });
+  }
+}

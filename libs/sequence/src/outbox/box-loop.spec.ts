@@ -1,0 +1,70 @@
+import { Logger } from '@nestjs/common';
+import { BoxLoop } from './box-loop';
+
+const quiet = new Logger('test');
+quiet.warn = jest.fn();
+
+describe('BoxLoop', () => {
+  it('runs one more cycle when woken during a cycle, never two at once', async () => {
+    let running = 0;
+    let overlap = false;
+    let cycles = 0;
+    let release: () => void = () => undefined;
+    const loop = new BoxLoop(
+      'test',
+      async () => {
+        overlap ||= running > 0;
+        running++;
+        cycles++;
+        if (cycles === 1) await new Promise<void>((resolve) => (release = resolve));
+        running--;
+        return false;
+      },
+      quiet,
+    );
+    loop.wake();
+    loop.wake();
+    loop.wake();
+    release();
+    await loop.idle();
+    expect(cycles).toBe(2);
+    expect(overlap).toBe(false);
+    await loop.stop();
+  });
+
+  it('keeps cycling while a cycle reports more, and stops at once when stopped', async () => {
+    let left = 5;
+    const loop = new BoxLoop('test', () => Promise.resolve(--left > 0), quiet);
+    loop.wake();
+    await loop.idle();
+    expect(left).toBe(0);
+    await loop.stop();
+    loop.wake();
+    await loop.idle();
+    expect(left).toBe(0);
+  });
+
+  it('a failing cycle is logged, and the next wake-up tries again', async () => {
+    let calls = 0;
+    const loop = new BoxLoop(
+      'test',
+      () => (++calls === 1 ? Promise.reject(new Error('db down')) : Promise.resolve(false)),
+      quiet,
+    );
+    loop.wake();
+    await loop.idle();
+    expect(quiet.warn).toHaveBeenCalledWith('test: db down');
+    loop.wake();
+    await loop.idle();
+    expect(calls).toBe(2);
+  });
+
+  it('polls every pollIntervalMs once started', async () => {
+    let calls = 0;
+    const loop = new BoxLoop('test', () => Promise.resolve(++calls < 0), quiet);
+    loop.start(10);
+    await new Promise((resolve) => setTimeout(resolve, 75));
+    await loop.stop();
+    expect(calls).toBeGreaterThanOrEqual(3);
+  });
+});

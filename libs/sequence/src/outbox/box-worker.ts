@@ -1,0 +1,50 @@
+import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type {
+  BoxName,
+  ClaimedBatch,
+  OutboxStore,
+  RecordOutcome,
+  StoredRecord,
+} from '../ports/outbox-store.port';
+import type { ResolvedBoxOptions } from './outbox.options';
+import { failedAttempt } from './retry-schedule';
+
+/**
+ * What a relay and an inbox processor share: one claim per cycle of their box, with its options,
+ * and the retry-or-fail decision (counted in the metrics) for a record whose attempt failed.
+ */
+export abstract class BoxWorker<Box extends BoxName = BoxName> {
+  protected stopping = false;
+
+  protected constructor(
+    readonly box: Box,
+    protected readonly store: OutboxStore,
+    protected readonly options: ResolvedBoxOptions,
+    protected readonly metrics: OutboxMetrics,
+  ) {}
+
+  /** One claim; true when the batch was full (there may be more due at once). */
+  async cycle(): Promise<boolean> {
+    const { batchSize, ordered } = this.options;
+    const result = await this.store.claim(
+      this.box,
+      { limit: batchSize, now: Date.now(), ordered },
+      (batch) => this.handleBatch(batch),
+    );
+    return result.claimed >= batchSize && !this.stopping;
+  }
+
+  /** Records in progress finish; no record is started after this (the rest stay `PENDING`). */
+  stop(): void {
+    this.stopping = true;
+  }
+
+  protected abstract handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]>;
+
+  /** Retry later, or `FAILED` after `maxAttempts` (at once when `final`). */
+  protected failed(record: StoredRecord, error: unknown, final = false): RecordOutcome {
+    const outcome = failedAttempt(record, error, Date.now(), this.options, final);
+    this.metrics.attemptFailed(this.box, outcome.status === 'failed' ? 'failed' : 'retry');
+    return outcome;
+  }
+}

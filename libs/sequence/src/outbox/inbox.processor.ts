@@ -1,0 +1,90 @@
+import type { InboxHandlerRegistry } from '../discovery/inbox-handler.registry';
+import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type {
+  BoxName,
+  ClaimedBatch,
+  OutboxStore,
+  RecordOutcome,
+  StoredRecord,
+} from '../ports/outbox-store.port';
+import type { InboxContext } from './inbox-handler.options';
+import { parseMessage } from './outbox-message.codec';
+import { OutboxTransaction } from './outbox-transaction';
+import type { ResolvedBoxOptions } from './outbox.options';
+import { BoxWorker } from './box-worker';
+
+/**
+ * The processor of one inbox box: claims received records and runs their handler, one record at
+ * a time, each inside a savepoint of the claim's transaction, then marks it `COMPLETED` in that
+ * transaction. So a record is handled by one instance at a time; a handler that throws is undone
+ * (what it wrote through the transaction) and retried later; and with `processInTransaction` the
+ * handler's writes commit exactly when the record is marked done. If the process dies during a
+ * handler, the claim rolls back and the record is handled again later.
+ */
+export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'> {
+  constructor(
+    box: 'inbox_events' | 'inbox_commands',
+    store: OutboxStore,
+    private readonly handlers: InboxHandlerRegistry,
+    options: ResolvedBoxOptions,
+    metrics: OutboxMetrics,
+    /** Boxes whose appends take partition locks (see `OutboxRuntime.orderedBoxes`). */
+    private readonly orderedBoxes: ReadonlySet<BoxName>,
+  ) {
+    super(box, store, options, metrics);
+  }
+
+  protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
+    const outcomes: RecordOutcome[] = [];
+    const heldBack = new Set<string>();
+    for (const record of batch.records) {
+      if (this.stopping) break;
+      if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
+      const outcome = await this.process(record, batch);
+      outcomes.push(outcome);
+      if (outcome.status !== 'completed' && record.partitionKey !== null) {
+        heldBack.add(record.partitionKey);
+      }
+    }
+    return outcomes;
+  }
+
+  private async process(record: StoredRecord, batch: ClaimedBatch): Promise<RecordOutcome> {
+    const handler = this.handlers.find(record.kind, record.type);
+    if (!handler) {
+      // Received by an instance that had a handler (another version?): retried, so that one that
+      // has it takes it, and FAILED after maxAttempts if none ever does.
+      return this.failed(
+        record,
+        new Error(`no @InboxHandler for ${record.kind} ${record.type} on this instance`),
+      );
+    }
+    let message;
+    try {
+      message = parseMessage(record.kind, record.body);
+    } catch (error) {
+      return this.failed(record, error, true);
+    }
+    const transaction = new OutboxTransaction(batch.transaction);
+    const context: InboxContext = {
+      id: record.id,
+      kind: record.kind,
+      type: record.type,
+      headers: record.headers,
+      attempt: record.attempts + 1,
+      receivedAt: new Date(record.createdAt),
+      transaction: handler.processInTransaction ? transaction : undefined,
+    };
+    try {
+      await batch.transaction.savepoint(async () => {
+        await handler.handle(message, context);
+        // Events and commands the handler recorded go out with its writes.
+        await transaction.flush(this.store, this.orderedBoxes);
+      });
+    } catch (error) {
+      return this.failed(record, error);
+    }
+    this.metrics.processedOne(this.box, record.createdAt);
+    return { id: record.id, status: 'completed' };
+  }
+}

@@ -1,0 +1,139 @@
+import type { Logger } from '@nestjs/common';
+import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import { deathReason } from '../core/errors/rejection-code';
+import { inboxOf, type InboxHandlerRegistry } from '../discovery/inbox-handler.registry';
+import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
+import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
+import {
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  parseMessage,
+  partitionOf,
+} from './outbox-message.codec';
+import type { OutboxEvent } from './outbox-message';
+
+/** How long a message waits before redelivery when the inbox table cannot be written. */
+const STORE_RETRY_DELAY_MS = 1_000;
+
+/**
+ * Takes messages off the inbox channels and records each in its inbox by id, then acks it: the
+ * broker's copy is let go only once the database has it. A message whose id the inbox already
+ * holds is acked and dropped (a duplicate). Processing happens after, in the inbox processor
+ * (woken at once). A message that is not a valid event or command, or whose type no handler of
+ * this application takes, is dead-lettered with the reason.
+ */
+export class InboxReceiver {
+  private readonly subscriptions: Subscription[] = [];
+
+  constructor(
+    private readonly store: OutboxStore,
+    private readonly transport: Transport,
+    private readonly handlers: InboxHandlerRegistry,
+    private readonly metrics: OutboxMetrics,
+    private readonly logger: Logger,
+    /** Called after a record was added to a box (to wake its processor). */
+    private readonly onAdded: (kind: MessageKind) => void,
+  ) {}
+
+  async start(prefetch: number): Promise<void> {
+    for (const channel of this.handlers.channels().keys()) {
+      this.subscriptions.push(
+        await this.transport.subscribe(channel, (message) => this.receive(message), { prefetch }),
+      );
+    }
+  }
+
+  async stop(): Promise<void> {
+    for (const subscription of this.subscriptions.splice(0)) await subscription.close();
+  }
+
+  /** Records one message; exported for users who consume with their own subscriber. */
+  async receive(message: InboundMessage): Promise<Disposition> {
+    let record: NewBoxRecord;
+    try {
+      record = this.recordOf(message);
+    } catch (error) {
+      const code =
+        error instanceof NoInboxHandler
+          ? ('no-inbox-handler' as const)
+          : ('invalid-inbox-message' as const);
+      if (code === 'invalid-inbox-message') {
+        const kind = kindOf(message) ?? 'event';
+        this.metrics.receivedOne(inboxOf(kind), 'invalid');
+      }
+      const reason = deathReason(code, (error as Error).message);
+      this.logger.warn(`dead-lettering a message from ${message.channel}: ${reason}`);
+      return { action: 'dead-letter', reason };
+    }
+    const box = inboxOf(record.kind);
+    try {
+      const result = await this.store.receive(box, record);
+      this.metrics.receivedOne(box, result);
+      if (result === 'added') this.onAdded(record.kind);
+      return { action: 'ack' };
+    } catch (error) {
+      this.logger.warn(
+        `inbox ${box} could not record ${record.id} (${(error as Error).message}); it will be redelivered`,
+      );
+      return {
+        action: 'requeue',
+        delayMs: STORE_RETRY_DELAY_MS,
+        reason: 'inbox store unavailable',
+      };
+    }
+  }
+
+  private recordOf(message: InboundMessage): NewBoxRecord {
+    const kind = kindOf(message);
+    if (!kind) {
+      throw new InvalidOutboxMessageError('event', [
+        `${MESSAGE_KIND_HEADER} must be "event" or "command" (and the body the message as JSON)`,
+      ]);
+    }
+    const body = message.body.toString('utf8');
+    const parsed = parseMessage(kind, body);
+    const headerId = message.headers[MESSAGE_ID_HEADER];
+    if (headerId !== undefined && headerId !== parsed.id) {
+      throw new InvalidOutboxMessageError(
+        kind,
+        [`${MESSAGE_ID_HEADER} ${JSON.stringify(headerId)} differs from the body's id`],
+        parsed.id,
+      );
+    }
+    if (!this.handlers.find(kind, parsed.type))
+      throw new NoInboxHandler(kind, parsed.type, message.channel);
+    return {
+      id: parsed.id,
+      kind,
+      type: parsed.type,
+      partitionKey: kind === 'event' ? partitionOf(parsed as OutboxEvent) : null,
+      body,
+      headers: stringHeaders(message.headers),
+    };
+  }
+}
+
+class NoInboxHandler extends Error {
+  constructor(kind: MessageKind, type: string, channel: string) {
+    super(
+      `no @InboxHandler for ${kind} ${type} (received on ${channel}); add one, or route it elsewhere`,
+    );
+  }
+}
+
+function kindOf(message: InboundMessage): MessageKind | undefined {
+  const kind = message.headers[MESSAGE_KIND_HEADER];
+  return kind === 'event' || kind === 'command' ? kind : undefined;
+}
+
+/** The string-valued headers (what the inbox keeps); the transport's own are left out. */
+function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value === 'string' && !name.startsWith('x-death') && name !== 'x-requeue-count') {
+      kept[name] = value;
+    }
+  }
+  return kept;
+}

@@ -1,0 +1,101 @@
+import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import {
+  commandRecord,
+  eventRecord,
+  parseMessage,
+  toCommand,
+  toEvent,
+} from './outbox-message.codec';
+
+const event = {
+  type: 'OrderPlaced',
+  aggregateType: 'Order',
+  aggregateId: 'o-1',
+  payload: { total: 42, lines: [{ sku: 'A', qty: 2 }] },
+};
+const command = { type: 'ArchiveTask', targetService: 'tasks', payload: { taskId: 't-1' } };
+
+function problemsOf(run: () => unknown): readonly string[] {
+  try {
+    run();
+  } catch (error) {
+    expect(error).toBeInstanceOf(InvalidOutboxMessageError);
+    return (error as InvalidOutboxMessageError).problems;
+  }
+  throw new Error('expected an InvalidOutboxMessageError');
+}
+
+describe('outbox messages', () => {
+  it('an event gets a UUID id and the time it occurred when not given', () => {
+    const before = Date.now();
+    const made = toEvent(event);
+    expect(made.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(Date.parse(made.occurredAt)).toBeGreaterThanOrEqual(before - 1);
+    expect(toEvent(event).id).not.toBe(made.id);
+  });
+
+  it('keeps a given id and occurredAt, and turns a numeric aggregate id into a string', () => {
+    const made = toEvent({ ...event, id: 'evt-1', aggregateId: 7, occurredAt: new Date(0) });
+    expect(made).toMatchObject({
+      id: 'evt-1',
+      aggregateId: '7',
+      occurredAt: '1970-01-01T00:00:00.000Z',
+    });
+  });
+
+  it('refuses an event without its aggregate, naming each missing field', () => {
+    const problems = problemsOf(() => toEvent({ type: 'X', payload: 1 } as never));
+    expect(problems.join('\n')).toMatch(/aggregateType/);
+    expect(problems.join('\n')).toMatch(/aggregateId/);
+  });
+
+  it('refuses a command field on an event, and an event field on a command', () => {
+    expect(problemsOf(() => toEvent({ ...event, targetService: 'x' } as never)).join()).toMatch(
+      /targetService should not exist/,
+    );
+    expect(problemsOf(() => toCommand({ ...command, aggregateId: 'x' } as never)).join()).toMatch(
+      /aggregateId should not exist/,
+    );
+  });
+
+  it('refuses a payload JSON cannot carry, and a missing one', () => {
+    expect(problemsOf(() => toEvent({ ...event, payload: { n: 10n } })).join()).toMatch(
+      /not JSON-serializable/,
+    );
+    expect(problemsOf(() => toCommand({ ...command, payload: undefined })).join()).toMatch(
+      /payload/,
+    );
+  });
+
+  it('refuses a type or a target service that cannot name a channel', () => {
+    expect(problemsOf(() => toEvent({ ...event, type: 'has space' })).join()).toMatch(/type/);
+    expect(problemsOf(() => toCommand({ ...command, targetService: 'a/b' })).join()).toMatch(
+      /targetService/,
+    );
+  });
+
+  it('an event record is partitioned by its aggregate; a command record by nothing', () => {
+    const record = eventRecord(toEvent({ ...event, id: 'e1' }), { traceparent: 't' });
+    expect(record).toMatchObject({
+      id: 'e1',
+      kind: 'event',
+      type: 'OrderPlaced',
+      partitionKey: 'Order:o-1',
+      headers: { traceparent: 't' },
+    });
+    expect(commandRecord(toCommand({ ...command, id: 'c1' })).partitionKey).toBeNull();
+  });
+
+  it('a record body parses back to the same message', () => {
+    const made = toEvent({ ...event, tenantId: 'acme' });
+    expect({ ...parseMessage('event', eventRecord(made).body) }).toEqual({ ...made });
+    const sent = toCommand({ ...command, targetTenantId: 'acme' });
+    expect({ ...parseMessage('command', commandRecord(sent).body) }).toEqual({ ...sent });
+  });
+
+  it('parsing refuses a body that is not JSON, or is the other kind', () => {
+    expect(problemsOf(() => parseMessage('event', '{oops')).join()).toMatch(/not JSON/);
+    const body = commandRecord(toCommand(command)).body;
+    expect(problemsOf(() => parseMessage('event', body)).join()).toMatch(/should not exist/);
+  });
+});

@@ -1,0 +1,130 @@
+import { randomUUID } from 'node:crypto';
+import { plainToInstance } from 'class-transformer';
+import { validateSync, type ValidationError } from 'class-validator';
+import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import type { MessageKind, NewBoxRecord } from '../ports/outbox-store.port';
+import { OutboxCommand, OutboxEvent, type CommandInput, type EventInput } from './outbox-message';
+
+/** Wire headers of a relayed message; the body is the message as JSON. */
+export const MESSAGE_ID_HEADER = 'x-message-id';
+export const MESSAGE_KIND_HEADER = 'x-message-kind';
+export const MESSAGE_TYPE_HEADER = 'x-message-type';
+
+const VALIDATION = {
+  whitelist: true,
+  forbidNonWhitelisted: true,
+  forbidUnknownValues: true,
+  validationError: { target: false, value: false },
+} as const;
+
+function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
+  return errors.flatMap((error) => {
+    const where = path + error.property;
+    const own = Object.values(error.constraints ?? {}).map((text) =>
+      text.startsWith(error.property) ? `${path}${text}` : `${where}: ${text}`,
+    );
+    return [...own, ...problemsOf(error.children ?? [], `${where}.`)];
+  });
+}
+
+/** The problems with `payload` as JSON: a value JSON cannot carry (BigInt, a cycle) is refused. */
+function jsonProblems(payload: unknown): string[] {
+  try {
+    return JSON.stringify(payload) === undefined ? ['payload must be a JSON value'] : [];
+  } catch (error) {
+    return [`payload is not JSON-serializable (${(error as Error).message})`];
+  }
+}
+
+function validated<T extends object>(kind: MessageKind, type: new () => T, plain: unknown): T {
+  if (typeof plain !== 'object' || plain === null || Array.isArray(plain)) {
+    throw new InvalidOutboxMessageError(kind, [`a ${kind} must be an object`]);
+  }
+  const instance = plainToInstance(type, plain);
+  const problems = problemsOf(validateSync(instance, VALIDATION));
+  problems.push(...jsonProblems((plain as { payload?: unknown }).payload));
+  if (problems.length > 0) {
+    const id = (plain as { id?: unknown }).id;
+    throw new InvalidOutboxMessageError(kind, problems, typeof id === 'string' ? id : undefined);
+  }
+  return instance;
+}
+
+/** The event `input` describes, with its defaults, validated. */
+export function toEvent<Payload>(input: EventInput<Payload>): OutboxEvent<Payload> {
+  const occurredAt = input.occurredAt ?? new Date();
+  return validated('event', OutboxEvent, {
+    ...input,
+    id: input.id ?? randomUUID(),
+    aggregateId:
+      typeof input.aggregateId === 'number' ? String(input.aggregateId) : input.aggregateId,
+    occurredAt:
+      occurredAt instanceof Date && !Number.isNaN(occurredAt.getTime())
+        ? occurredAt.toISOString()
+        : occurredAt,
+  }) as OutboxEvent<Payload>;
+}
+
+/** The command `input` describes, with its defaults, validated. */
+export function toCommand<Payload>(input: CommandInput<Payload>): OutboxCommand<Payload> {
+  return validated('command', OutboxCommand, {
+    ...input,
+    id: input.id ?? randomUUID(),
+  }) as OutboxCommand<Payload>;
+}
+
+/** Events of one aggregate share a partition: their relative order is kept when asked. */
+export function partitionOf(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
+  return `${event.aggregateType}:${event.aggregateId}`;
+}
+
+function plainOf(message: OutboxEvent | OutboxCommand): Record<string, unknown> {
+  // Own fields only, in a fixed order, without undefined ones: the body is what relays send.
+  return JSON.parse(JSON.stringify(message)) as Record<string, unknown>;
+}
+
+/** The box record of an event. */
+export function eventRecord(
+  event: OutboxEvent,
+  headers: Readonly<Record<string, string>> = {},
+): NewBoxRecord {
+  return {
+    id: event.id,
+    kind: 'event',
+    type: event.type,
+    partitionKey: partitionOf(event),
+    body: JSON.stringify(plainOf(event)),
+    headers,
+  };
+}
+
+/** The box record of a command. */
+export function commandRecord(
+  command: OutboxCommand,
+  headers: Readonly<Record<string, string>> = {},
+): NewBoxRecord {
+  return {
+    id: command.id,
+    kind: 'command',
+    type: command.type,
+    partitionKey: null,
+    body: JSON.stringify(plainOf(command)),
+    headers,
+  };
+}
+
+/** Parses and validates a message body of `kind` (what an inbox receives, or a stored record). */
+export function parseMessage(kind: 'event', body: string): OutboxEvent;
+export function parseMessage(kind: 'command', body: string): OutboxCommand;
+export function parseMessage(kind: MessageKind, body: string): OutboxEvent | OutboxCommand;
+export function parseMessage(kind: MessageKind, body: string): OutboxEvent | OutboxCommand {
+  let plain: unknown;
+  try {
+    plain = JSON.parse(body);
+  } catch (error) {
+    throw new InvalidOutboxMessageError(kind, [`body is not JSON (${(error as Error).message})`]);
+  }
+  return kind === 'event'
+    ? validated('event', OutboxEvent, plain)
+    : validated('command', OutboxCommand, plain);
+}

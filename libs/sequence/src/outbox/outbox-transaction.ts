@@ -1,0 +1,108 @@
+import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import type {
+  BoxName,
+  MessageKind,
+  NewBoxRecord,
+  OutboxDialect,
+  OutboxStore,
+  SqlExecutor,
+  StoreTransaction,
+} from '../ports/outbox-store.port';
+import type { CommandInput, EventInput } from './outbox-message';
+import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
+
+/** Headers given with a message: strings only (they travel as AMQP headers). */
+export type MessageHeaders = Readonly<Record<string, string>>;
+
+/**
+ * One database transaction of the outbox store, as `OutboxService.transaction` hands it to your
+ * code: write your business data through `query` (or the driver's own `client`), and record the
+ * events and commands that announce it with `publishEvent` and `sendCommand`. They are validated
+ * at once (an invalid one throws `InvalidOutboxMessageError` there) and written to the outbox
+ * tables just before the commit, in the same transaction: they are published if and only if it
+ * commits.
+ */
+export class OutboxTransaction {
+  private readonly queued = new Map<BoxName, NewBoxRecord[]>();
+
+  constructor(private readonly transaction: StoreTransaction) {}
+
+  get dialect(): OutboxDialect {
+    return this.transaction.dialect;
+  }
+
+  /** The driver's handle: a `pg` `PoolClient` inside `BEGIN`, or the `better-sqlite3` `Database`. */
+  get client(): unknown {
+    return this.transaction.client;
+  }
+
+  /** Runs one statement in this transaction (`$1` placeholders on PostgreSQL, `?` on SQLite). */
+  query<Row = Record<string, unknown>>(
+    sql: string,
+    params?: readonly unknown[],
+  ): Promise<{ rows: Row[]; rowCount: number }> {
+    return this.transaction.query<Row>(sql, params);
+  }
+
+  /** Runs `work` in a savepoint: when it throws, its writes are undone and the error rethrown. */
+  savepoint<T>(work: () => Promise<T>): Promise<T> {
+    return this.transaction.savepoint(work);
+  }
+
+  /** Records an event, published after the commit; returns its id. */
+  publishEvent<Payload>(event: EventInput<Payload>, headers: MessageHeaders = {}): string {
+    const record = eventRecord(toEvent(event), checkedHeaders('event', headers));
+    this.queue('outbox_events', record);
+    return record.id;
+  }
+
+  /** Records a command, sent after the commit; returns its id. */
+  sendCommand<Payload>(command: CommandInput<Payload>, headers: MessageHeaders = {}): string {
+    const record = commandRecord(toCommand(command), checkedHeaders('command', headers));
+    this.queue('outbox_commands', record);
+    return record.id;
+  }
+
+  /**
+   * Writes what was recorded into the outbox tables (called before the commit). Returns the boxes
+   * written to, for waking their relays.
+   */
+  async flush(store: OutboxStore, ordered: ReadonlySet<BoxName> = new Set()): Promise<BoxName[]> {
+    const boxes = [...this.queued.keys()];
+    for (const [box, records] of this.queued) {
+      this.queued.delete(box);
+      if (ordered.has(box)) await lockPartitionsOf(store, box, records, this.transaction);
+      await store.append(box, records, this.transaction);
+    }
+    return boxes;
+  }
+
+  private queue(box: BoxName, record: NewBoxRecord): void {
+    const records = this.queued.get(box) ?? [];
+    records.push(record);
+    this.queued.set(box, records);
+  }
+}
+
+/**
+ * Takes the partition locks of `records` (ordered boxes): a later transaction appending to the same
+ * aggregate waits for this one's commit, so append order is commit order.
+ */
+export async function lockPartitionsOf(
+  store: OutboxStore,
+  box: BoxName,
+  records: readonly NewBoxRecord[],
+  within: StoreTransaction | SqlExecutor,
+): Promise<void> {
+  const keys = [...new Set(records.map((r) => r.partitionKey).filter((k) => k !== null))];
+  if (keys.length > 0) await store.lockPartitions?.(box, keys, within);
+}
+
+/** Headers must be string-valued: anything else is refused at once, not at publish time. */
+export function checkedHeaders(kind: MessageKind, headers: MessageHeaders): MessageHeaders {
+  const problems = Object.entries(headers as Record<string, unknown>)
+    .filter(([, value]) => typeof value !== 'string')
+    .map(([name, value]) => `header ${name} must be a string, got ${typeof value}`);
+  if (problems.length > 0) throw new InvalidOutboxMessageError(kind, problems);
+  return { ...headers };
+}

@@ -1,0 +1,115 @@
+import { MessageTooLargeError } from '../core/errors/message-too-large.error';
+import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type {
+  ClaimedBatch,
+  OutboxStore,
+  RecordOutcome,
+  StoredRecord,
+} from '../ports/outbox-store.port';
+import type { Transport } from '../ports/transport.port';
+import type { OutboxCommand, OutboxEvent } from './outbox-message';
+import {
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  MESSAGE_TYPE_HEADER,
+} from './outbox-message.codec';
+import type { ResolvedOutboxOptions } from './outbox.options';
+import { BoxWorker } from './box-worker';
+
+/**
+ * The relay of one outbox box: claims due records, publishes each to its channel(s) with a
+ * confirm, and settles it in the same transaction as the claim: `COMPLETED`, or `PENDING` again
+ * with a backoff, or `FAILED` after `maxAttempts`. A relay that dies mid-batch leaves the records
+ * `PENDING` (the claim was only a row lock), so they are published again: at least once, and the
+ * receiving inbox drops the duplicates.
+ *
+ * Records of a batch are published concurrently; with `ordered`, records of one aggregate one
+ * after the other, and a failure holds back the rest of that aggregate only.
+ */
+export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> {
+  constructor(
+    box: 'outbox_events' | 'outbox_commands',
+    store: OutboxStore,
+    private readonly transport: Transport,
+    private readonly outbox: ResolvedOutboxOptions,
+    metrics: OutboxMetrics,
+  ) {
+    super(box, store, outbox.boxes[box], metrics);
+  }
+
+  protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
+    const outcomes: RecordOutcome[] = [];
+    const groups = this.options.ordered
+      ? byPartition(batch.records)
+      : batch.records.map((r) => [r]);
+    await Promise.all(
+      groups.map(async (group) => {
+        for (const record of group) {
+          if (this.stopping) return; // no outcome: released, untouched
+          const outcome = await this.publish(record);
+          outcomes.push(outcome);
+          if (outcome.status !== 'completed') return; // holds back the rest of its partition
+        }
+      }),
+    );
+    return outcomes;
+  }
+
+  private async publish(record: StoredRecord): Promise<RecordOutcome> {
+    let channels: readonly string[];
+    try {
+      channels = this.channelsOf(record);
+    } catch (error) {
+      // A body that is not the JSON that was appended (edited by hand?) or a throwing route:
+      // no retry will fix it.
+      return this.failed(record, error, true);
+    }
+    const headers = {
+      ...record.headers,
+      [MESSAGE_ID_HEADER]: record.id,
+      [MESSAGE_KIND_HEADER]: record.kind,
+      [MESSAGE_TYPE_HEADER]: record.type,
+      'content-type': 'application/json',
+    };
+    const body = Buffer.from(record.body);
+    try {
+      for (const channel of channels) {
+        await this.transport.publish(channel, body, headers, {
+          timeoutMs: this.outbox.publishTimeoutMs,
+        });
+      }
+    } catch (error) {
+      return this.failed(record, error, error instanceof MessageTooLargeError);
+    }
+    this.metrics.publishedOne(this.box, record.createdAt);
+    return { id: record.id, status: 'completed' };
+  }
+
+  private channelsOf(record: StoredRecord): readonly string[] {
+    const message = JSON.parse(record.body) as unknown;
+    const channels =
+      this.box === 'outbox_events'
+        ? this.outbox.routeEvent(message as OutboxEvent)
+        : [this.outbox.routeCommand(message as OutboxCommand)];
+    if (channels.length === 0 || channels.some((c) => typeof c !== 'string' || c.length === 0)) {
+      throw new Error(`route of ${record.kind} ${record.type} gave no channel`);
+    }
+    return channels;
+  }
+}
+
+/** Records grouped by partition key (in seq order within each); no key: a group of one. */
+function byPartition(records: readonly StoredRecord[]): StoredRecord[][] {
+  const groups = new Map<string, StoredRecord[]>();
+  const alone: StoredRecord[][] = [];
+  for (const record of records) {
+    if (record.partitionKey === null) {
+      alone.push([record]);
+      continue;
+    }
+    const group = groups.get(record.partitionKey) ?? [];
+    group.push(record);
+    groups.set(record.partitionKey, group);
+  }
+  return [...groups.values(), ...alone];
+}

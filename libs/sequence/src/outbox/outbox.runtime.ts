@@ -1,0 +1,162 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  Optional,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { SqliteOutboxStore } from '../adapters/stores/sqlite/sqlite.outbox-store';
+import { InboxHandlerRegistry, inboxOf } from '../discovery/inbox-handler.registry';
+import { OutboxMetrics } from '../observability/outbox.metrics';
+import { BOX_NAMES, type BoxName, type OutboxStore } from '../ports/outbox-store.port';
+import type { Transport } from '../ports/transport.port';
+import { IntervalJob } from '../scheduling/interval-job';
+import { SEQUENCE_TRANSPORT } from '../sequence.constants';
+import { errorMessage } from '../sequence/sequence-delivery';
+import { BoxLoop } from './box-loop';
+import { InboxProcessor } from './inbox.processor';
+import { InboxReceiver } from './inbox.receiver';
+import { OUTBOX_OPTIONS } from './outbox.constants';
+import type { ResolvedOutboxOptions } from './outbox.options';
+import { OutboxRelay } from './outbox.relay';
+
+export const OUTBOX_PURGE_INTERVAL = 'nest-sequence:outbox-purge';
+
+type Worker = OutboxRelay | InboxProcessor;
+
+/**
+ * The one owner of the Outbox / Inbox at run time: opens the store (the one in the options, or an
+ * embedded SQLite database), migrates it, and starts and stops the relays, the inbox processors,
+ * the inbox consumers and the purge job. It starts at bootstrap when the app configured `outbox`
+ * or has `@InboxHandler`s, and otherwise at the first use of `OutboxService`.
+ */
+@Injectable()
+export class OutboxRuntime
+  implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown
+{
+  private readonly logger = new Logger('Outbox');
+  private starting: Promise<OutboxStore> | undefined;
+  private ownedStore: OutboxStore | undefined;
+  private readonly loops = new Map<BoxName, BoxLoop>();
+  private readonly workers: Worker[] = [];
+  private receiver: InboxReceiver | undefined;
+  private unwatch: (() => Promise<void>) | undefined;
+  private readonly purgeJob: IntervalJob<number>;
+  private stopped = false;
+
+  constructor(
+    @Inject(OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    private readonly handlers: InboxHandlerRegistry,
+    private readonly metrics: OutboxMetrics,
+    @Optional() schedulerRegistry?: SchedulerRegistry,
+  ) {
+    this.purgeJob = new IntervalJob(OUTBOX_PURGE_INTERVAL, schedulerRegistry, () => this.purge());
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.options.configured || this.handlers.all().length > 0) await this.ready();
+  }
+
+  /** The store, once opened, migrated and running (started now if it was not). */
+  ready(): Promise<OutboxStore> {
+    if (this.stopped) return Promise.reject(new Error('the outbox has been shut down'));
+    this.starting ??= this.start().catch((error: unknown) => {
+      this.starting = undefined; // the next use tries again
+      throw error;
+    });
+    return this.starting;
+  }
+
+  /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
+  get orderedBoxes(): ReadonlySet<BoxName> {
+    return new Set(BOX_NAMES.filter((box) => this.options.boxes[box].ordered));
+  }
+
+  /** Asks a box's relay or processor to look for due records now. */
+  wake(box: BoxName): void {
+    this.loops.get(box)?.wake();
+  }
+
+  /** Resolves once no relay or processor cycle is running or asked for (for tests). */
+  async idle(): Promise<void> {
+    for (const loop of this.loops.values()) await loop.idle();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    await this.starting?.catch(() => undefined);
+    await this.receiver?.stop();
+    for (const worker of this.workers) worker.stop();
+    for (const loop of this.loops.values()) await loop.stop();
+    await this.purgeJob.stop();
+    await this.unwatch?.().catch(() => undefined);
+    this.metrics.readStatsFrom(undefined);
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.ownedStore?.close();
+  }
+
+  private async start(): Promise<OutboxStore> {
+    const store = this.options.store ?? (this.ownedStore ??= await this.embeddedStore());
+    if (this.options.migrate) await store.migrate();
+    this.metrics.readStatsFrom((box) => store.stats(box));
+    for (const box of BOX_NAMES) {
+      const options = this.options.boxes[box];
+      const enabled =
+        options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
+      if (!enabled) continue;
+      const worker: Worker =
+        box === 'outbox_events' || box === 'outbox_commands'
+          ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
+          : new InboxProcessor(box, store, this.handlers, options, this.metrics, this.orderedBoxes);
+      const loop = new BoxLoop(
+        `${box} ${box.startsWith('outbox') ? 'relay' : 'processor'}`,
+        () => worker.cycle(),
+        this.logger,
+      );
+      this.workers.push(worker);
+      this.loops.set(box, loop);
+      loop.start(options.pollIntervalMs);
+    }
+    this.unwatch = await store.watch((box) => this.wake(box));
+    if (this.handlers.all().length > 0) {
+      this.receiver = new InboxReceiver(
+        store,
+        this.transport,
+        this.handlers,
+        this.metrics,
+        this.logger,
+        (kind) => this.wake(inboxOf(kind)),
+      );
+      await this.receiver.start(this.options.inboxPrefetch);
+    }
+    this.purgeJob.start(this.options.purgeIntervalMs, (error) =>
+      this.logger.warn(`outbox purge failed; will retry next interval: ${errorMessage(error)}`),
+    );
+    return store;
+  }
+
+  private embeddedStore(): Promise<OutboxStore> {
+    return SqliteOutboxStore.open({ filename: ':memory:' });
+  }
+
+  /** Deletes completed records past each box's retention, in small batches. */
+  private async purge(): Promise<number> {
+    const store = await this.ready();
+    let deleted = 0;
+    for (const box of BOX_NAMES) {
+      const { retentionMs } = this.options.boxes[box];
+      if (retentionMs === false || this.stopped) continue;
+      deleted += await store.purge(box, {
+        completedBefore: Date.now() - retentionMs,
+        batchSize: this.options.purgeBatchSize,
+      });
+    }
+    return deleted;
+  }
+}

@@ -1,0 +1,111 @@
+import { Injectable } from '@nestjs/common';
+import type { BoxName, BoxStats, SqlExecutor, StoredRecord } from '../ports/outbox-store.port';
+import type { CommandInput, EventInput } from './outbox-message';
+import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
+import {
+  checkedHeaders,
+  lockPartitionsOf,
+  OutboxTransaction,
+  type MessageHeaders,
+} from './outbox-transaction';
+import { OutboxRuntime } from './outbox.runtime';
+
+/** Where `publishEvent` / `sendCommand` write when called outside `transaction`. */
+export interface JoinOptions {
+  /**
+   * The transaction to join: yours, already open (`BEGIN` sent) and committed by you — anything
+   * with `pg`'s `query(text, values)`; or an {@link OutboxTransaction}. PostgreSQL only for yours.
+   */
+  readonly client: SqlExecutor | OutboxTransaction;
+  readonly headers?: MessageHeaders;
+}
+
+/**
+ * The producer side of the Transactional Outbox: records events and commands in the same database
+ * transaction as the business change that caused them; relays publish them after the commit (at
+ * least once, ids stable across retries), and never if it rolls back.
+ *
+ * @example
+ * await outbox.transaction(async (tx) => {
+ *   await tx.query('INSERT INTO orders (id, total) VALUES ($1, $2)', [order.id, order.total]);
+ *   tx.publishEvent({ type: 'OrderPlaced', aggregateType: 'Order', aggregateId: order.id, payload: order });
+ * });
+ */
+@Injectable()
+export class OutboxService {
+  constructor(private readonly runtime: OutboxRuntime) {}
+
+  /**
+   * Runs `work` in one transaction of the outbox store: commits when it resolves (the business
+   * writes and the recorded messages together), rolls back when it throws (and rethrows). Inside
+   * another transaction of the store (or an inbox handler's), it joins it as a savepoint.
+   */
+  async transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
+    const store = await this.runtime.ready();
+    const touched: BoxName[] = [];
+    const result = await store.transaction(async (storeTransaction) => {
+      const transaction = new OutboxTransaction(storeTransaction);
+      const value = await work(transaction);
+      touched.push(...(await transaction.flush(store, this.runtime.orderedBoxes)));
+      return value;
+    });
+    for (const box of touched) this.runtime.wake(box);
+    return result;
+  }
+
+  /**
+   * Records an event in a transaction you opened (`options.client`); it is published after your
+   * commit. Resolves with its id once the row is written (not yet committed).
+   */
+  async publishEvent<Payload>(event: EventInput<Payload>, options: JoinOptions): Promise<string> {
+    if (options.client instanceof OutboxTransaction) {
+      return options.client.publishEvent(event, options.headers);
+    }
+    const record = eventRecord(toEvent(event), checkedHeaders('event', options.headers ?? {}));
+    const store = await this.runtime.ready();
+    if (this.runtime.orderedBoxes.has('outbox_events')) {
+      await lockPartitionsOf(store, 'outbox_events', [record], options.client);
+    }
+    await store.append('outbox_events', [record], options.client);
+    return record.id;
+  }
+
+  /** Records a command in a transaction you opened; see {@link publishEvent}. */
+  async sendCommand<Payload>(
+    command: CommandInput<Payload>,
+    options: JoinOptions,
+  ): Promise<string> {
+    if (options.client instanceof OutboxTransaction) {
+      return options.client.sendCommand(command, options.headers);
+    }
+    const record = commandRecord(
+      toCommand(command),
+      checkedHeaders('command', options.headers ?? {}),
+    );
+    const store = await this.runtime.ready();
+    await store.append('outbox_commands', [record], options.client);
+    return record.id;
+  }
+
+  /** One record of a box, by message id. */
+  async record(box: BoxName, id: string): Promise<StoredRecord | undefined> {
+    return (await this.runtime.ready()).get(box, id);
+  }
+
+  /** `FAILED` records of a box, oldest first: what needs an operator. */
+  async failed(box: BoxName, limit = 100): Promise<StoredRecord[]> {
+    return (await this.runtime.ready()).listFailed(box, limit);
+  }
+
+  /** Puts `FAILED` records back to `PENDING` (attempts reset), and wakes the box's worker. */
+  async retry(box: BoxName, ids: readonly string[]): Promise<number> {
+    const count = await (await this.runtime.ready()).retry(box, ids, Date.now());
+    this.runtime.wake(box);
+    return count;
+  }
+
+  /** Pending and failed counts, and the oldest pending record's time. */
+  async stats(box: BoxName): Promise<BoxStats> {
+    return (await this.runtime.ready()).stats(box);
+  }
+}

@@ -1,0 +1,39 @@
+import type { ResolvedBoxOptions } from './outbox.options';
+import { failedAttempt, retryDelay } from './retry-schedule';
+
+const options = {
+  retryBaseMs: 1_000,
+  retryMaxMs: 60_000,
+  maxAttempts: 4,
+} as ResolvedBoxOptions;
+
+describe('retry schedule', () => {
+  it('doubles per attempt, between half and all of the ceiling, up to retryMaxMs', () => {
+    expect(retryDelay(1, options, () => 0)).toBe(500);
+    expect(retryDelay(1, options, () => 1)).toBe(1_000);
+    expect(retryDelay(3, options, () => 0)).toBe(2_000);
+    expect(retryDelay(3, options, () => 1)).toBe(4_000);
+    expect(retryDelay(30, options, () => 1)).toBe(60_000);
+    expect(retryDelay(1_000, options, () => 0.5)).toBe(45_000);
+  });
+
+  it('retries until maxAttempts, then fails, keeping the error', () => {
+    const error = new Error('broker said no');
+    expect(failedAttempt({ id: 'a', attempts: 0 }, error, 10_000, options)).toMatchObject({
+      status: 'retry',
+      error: 'Error: broker said no',
+    });
+    const retry = failedAttempt({ id: 'a', attempts: 2 }, error, 10_000, options);
+    expect(retry.status === 'retry' && retry.nextAttemptAt).toBeGreaterThanOrEqual(12_000);
+    expect(failedAttempt({ id: 'a', attempts: 3 }, error, 0, options)).toEqual({
+      id: 'a',
+      status: 'failed',
+      error: 'Error: broker said no',
+    });
+    expect(failedAttempt({ id: 'a', attempts: 0 }, 'plain', 0, options, true)).toEqual({
+      id: 'a',
+      status: 'failed',
+      error: 'thrown: plain',
+    });
+  });
+});

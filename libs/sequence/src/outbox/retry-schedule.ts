@@ -1,0 +1,50 @@
+import type { RecordOutcome, StoredRecord } from '../ports/outbox-store.port';
+import type { ResolvedBoxOptions } from './outbox.options';
+
+/**
+ * The delay before attempt `attempt + 1`, after `attempt` failed ones: `retryBaseMs` doubled per
+ * attempt up to `retryMaxMs`, of which a random half ("equal jitter"), so that records that failed
+ * together (a broker outage) do not all come back at the same instant.
+ */
+export function retryDelay(
+  attempt: number,
+  options: Pick<ResolvedBoxOptions, 'retryBaseMs' | 'retryMaxMs'>,
+  random: () => number = Math.random,
+): number {
+  const ceiling = Math.min(
+    options.retryMaxMs,
+    options.retryBaseMs * 2 ** Math.min(attempt - 1, 40),
+  );
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+/** A short, single-line account of an error for `last_error`. */
+export function describeError(error: unknown): string {
+  const text =
+    error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`;
+  return text.length > 2000 ? `${text.slice(0, 1997)}...` : text;
+}
+
+/**
+ * What becomes of a record whose attempt failed with `error`: retried later, or `FAILED` once
+ * `maxAttempts` attempts were made (or at once when `final`: an error no retry can fix).
+ */
+export function failedAttempt(
+  record: Pick<StoredRecord, 'id' | 'attempts'>,
+  error: unknown,
+  now: number,
+  options: ResolvedBoxOptions,
+  final = false,
+): RecordOutcome {
+  const attempt = record.attempts + 1;
+  const reason = describeError(error);
+  if (final || attempt >= options.maxAttempts) {
+    return { id: record.id, status: 'failed', error: reason };
+  }
+  return {
+    id: record.id,
+    status: 'retry',
+    nextAttemptAt: now + retryDelay(attempt, options),
+    error: reason,
+  };
+}

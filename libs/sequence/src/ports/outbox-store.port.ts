@@ -1,0 +1,238 @@
+/**
+ * The four boxes, one table each (`<tablePrefix><box>`): what a service sends (outbox) and what
+ * it received (inbox), events and commands apart, so that each has its own relay or processor.
+ */
+export const BOX_NAMES = [
+  'outbox_events',
+  'outbox_commands',
+  'inbox_events',
+  'inbox_commands',
+] as const;
+export type BoxName = (typeof BOX_NAMES)[number];
+
+/** An event is a past fact; a command a directed intention. */
+export type MessageKind = 'event' | 'command';
+
+/** Where a record stands. There is no persisted "processing": a claim is a row lock. */
+export type RecordStatus = 'PENDING' | 'COMPLETED' | 'FAILED';
+
+/** A record as it is appended: one message, serialized. */
+export interface NewBoxRecord {
+  /** The message id: unique in its box; 1–200 characters. */
+  readonly id: string;
+  readonly kind: MessageKind;
+  /** The event or command type (`OrderPlaced`, `ArchiveTask`). */
+  readonly type: string;
+  /**
+   * Records of one partition key are handed out in append order when a claim asks for
+   * `ordered` (an event's `<aggregateType>:<aggregateId>`); `null` for none.
+   */
+  readonly partitionKey: string | null;
+  /** The message as JSON text, published (or handled) byte for byte as appended. */
+  readonly body: string;
+  /** String headers that travel with it (`traceparent`, the headers a received message had). */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** A record as stored. Times are milliseconds since the epoch. */
+export interface StoredRecord extends NewBoxRecord {
+  /** Append order within the box (strictly increasing, never reused). */
+  readonly seq: number;
+  readonly status: RecordStatus;
+  /** Claims settled so far with `completed`, `retry` or `failed`. */
+  readonly attempts: number;
+  /** A `PENDING` record is not handed out before this time. */
+  readonly nextAttemptAt: number;
+  readonly lastError: string | null;
+  readonly createdAt: number;
+  readonly completedAt: number | null;
+}
+
+/**
+ * What became of one claimed record. `completed`, `retry` and `failed` each count one attempt:
+ * - `completed`: done (published, or handled);
+ * - `retry`: stays `PENDING`, not handed out again before `nextAttemptAt`; `error` is kept;
+ * - `failed`: `FAILED` with `error`; no claim hands it out again until {@link OutboxStore.retry};
+ * - `released`: untouched (not attempted: held back behind its partition, or shutting down).
+ * A claimed record the handler gives no outcome for is `released`.
+ */
+export type RecordOutcome =
+  | { readonly id: string; readonly status: 'completed' }
+  | {
+      readonly id: string;
+      readonly status: 'retry';
+      readonly nextAttemptAt: number;
+      readonly error: string;
+    }
+  | { readonly id: string; readonly status: 'failed'; readonly error: string }
+  | { readonly id: string; readonly status: 'released' };
+
+/**
+ * A transaction of the store's database, open until the function it was given to settles. Write
+ * business data through it; whatever it holds commits or rolls back together.
+ */
+export interface StoreTransaction {
+  readonly dialect: OutboxDialect;
+  /**
+   * The driver's own handle, for code that wants it: a `pg` `PoolClient` inside `BEGIN`, or the
+   * `better-sqlite3` `Database` (inside `BEGIN IMMEDIATE`).
+   */
+  readonly client: unknown;
+  /**
+   * Runs one statement in this transaction. Placeholders are the dialect's own: `$1, $2` on
+   * PostgreSQL, `?` on SQLite.
+   */
+  query<Row = Record<string, unknown>>(
+    sql: string,
+    params?: readonly unknown[],
+  ): Promise<{ rows: Row[]; rowCount: number }>;
+  /**
+   * Runs `work` inside a savepoint: when it throws, what it wrote is rolled back (and the error
+   * rethrown) while the rest of the transaction goes on. Savepoints of one transaction share its
+   * connection: run them one after the other, not concurrently.
+   */
+  savepoint<T>(work: () => Promise<T>): Promise<T>;
+}
+
+/**
+ * A transaction that someone else opened and will commit: anything with `pg`'s
+ * `query(text, values)` (a `pg` `Client` or `PoolClient`, TypeORM's `QueryRunner` or
+ * `EntityManager`, or a two-line adapter over Prisma's or Knex's transaction), resolving with
+ * `{ rows }` or with the rows array itself. PostgreSQL only.
+ */
+export interface SqlExecutor {
+  query(text: string, values?: unknown[]): Promise<unknown>;
+}
+
+export type OutboxDialect = 'postgres' | 'sqlite';
+
+export interface ClaimOptions {
+  /** Most records handed to one `handle` call. */
+  readonly limit: number;
+  /** Records with `nextAttemptAt <= now` are due. */
+  readonly now: number;
+  /**
+   * Hand out a record only when every earlier record (lower `seq`) of its partition key is
+   * `COMPLETED` or comes before it in this same batch: a `PENDING` (even not yet due) or `FAILED`
+   * record holds back the rest of its partition, and only its partition. Records without a
+   * partition key are never held back.
+   */
+  readonly ordered?: boolean;
+}
+
+export interface ClaimedBatch {
+  /** Due `PENDING` records in `seq` order; never empty. */
+  readonly records: readonly StoredRecord[];
+  /**
+   * The transaction the claim holds: outcomes are written in it, so whatever the handler writes
+   * through it commits with them (an inbox handler's `processInTransaction`).
+   */
+  readonly transaction: StoreTransaction;
+}
+
+export interface ClaimResult {
+  /** Records handed to `handle` (0: nothing was due, and `handle` was not called). */
+  readonly claimed: number;
+  readonly completed: number;
+  readonly retried: number;
+  readonly failed: number;
+}
+
+export interface BoxStats {
+  readonly pending: number;
+  readonly failed: number;
+  /** `createdAt` of the oldest `PENDING` record, or `null` when there is none. */
+  readonly oldestPendingAt: number | null;
+}
+
+export interface PurgeOptions {
+  /** Delete `COMPLETED` records whose `completedAt` is before this time. */
+  readonly completedBefore: number;
+  /** Most records one statement deletes (each statement is its own short transaction). */
+  readonly batchSize: number;
+  /** Most statements this call runs. @default unlimited (until a batch comes back short) */
+  readonly maxBatches?: number;
+}
+
+/**
+ * Port: the database of the transactional outbox and inbox.
+ *
+ * Contract, checked by the outbox store conformance suite:
+ * - `migrate` creates (or upgrades) the four tables and their indexes; it is idempotent and safe
+ *   to run from several processes at once.
+ * - `transaction` runs `work` in one database transaction: committed when it resolves, rolled
+ *   back when it throws (rethrowing that error). Nothing appended in a rolled-back transaction is
+ *   ever claimed. Called while another transaction of this store is running in the same async
+ *   context (inside its `work`, or inside a claim's `handle`), it joins that one as a savepoint
+ *   instead of opening a second (which, on SQLite, would wait for the first forever).
+ * - `append` adds records to a box inside `within` (a transaction of this store, or, on
+ *   PostgreSQL, the caller's own open transaction). A record whose id the box already holds is
+ *   not added again (the stored one stays as it is; an id repeated within one call is added once,
+ *   the first copy); `append` returns the ids it added, in no particular order. Appended
+ *   records are `PENDING`, due at once whatever the clocks say, with 0 attempts; `createdAt` is
+ *   the appending process's clock.
+ * - `claim` hands due `PENDING` records, in `seq` order, to `handle`, and writes the outcomes it
+ *   returns in the same transaction as the claim (`completedAt` and attempts' times are
+ *   `options.now`). While one claim holds a record, no concurrent
+ *   claim (this process or another) hands it out. When `handle` throws, or the process dies, the
+ *   claim's transaction rolls back: its records stay as they were (`PENDING`, same attempts).
+ * - `receive` is the inbox's insert-if-absent: `added` or `duplicate` (by id, whatever the
+ *   status of the record already there).
+ * - `purge` deletes `COMPLETED` records older than a time, in batches that are each a short
+ *   transaction; `PENDING` and `FAILED` records are never purged.
+ * - `retry` puts `FAILED` records back to `PENDING`, due at `now`, with 0 attempts (`lastError`
+ *   is kept until the next attempt's outcome); other ids are ignored. `listFailed` is in `seq`
+ *   order.
+ * - Outcomes naming a record that is not in the batch are refused (the claim rejects, rolled
+ *   back).
+ * - After `close`, every method rejects (`ping` included).
+ * - `watch` calls `listener` with the box soon after a transaction that appended to it (or a
+ *   `receive` or `retry`) commits (PostgreSQL `LISTEN/NOTIFY`; the SQLite store in its own
+ *   process). It resolves once the subscription is live. A wake-up may be lost (during a
+ *   reconnect) or repeated: relays poll as well.
+ * - Ordered claims follow `seq`, which is append order. Appends of one partition commit in that
+ *   order when they took `lockPartitions` (PostgreSQL; SQLite's writes are serialized anyway);
+ *   without it, two transactions appending to one partition may commit out of `seq` order.
+ */
+export interface OutboxStore {
+  readonly dialect: OutboxDialect;
+  /** Short name for logs and health checks (`postgres`, `sqlite`). */
+  readonly name: string;
+  migrate(): Promise<void>;
+  transaction<T>(work: (transaction: StoreTransaction) => Promise<T>): Promise<T>;
+  append(
+    box: BoxName,
+    records: readonly NewBoxRecord[],
+    within: StoreTransaction | SqlExecutor,
+  ): Promise<string[]>;
+  /**
+   * Holds, until `within` ends, one lock per partition key, which other transactions taking the
+   * same keys wait for: appends of one partition made after it commit in append order, which is
+   * what `ordered` claims rely on. A store whose write transactions are serialized anyway (SQLite)
+   * has nothing to do.
+   */
+  lockPartitions?(
+    box: BoxName,
+    keys: readonly string[],
+    within: StoreTransaction | SqlExecutor,
+  ): Promise<void>;
+  receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'>;
+  claim(
+    box: BoxName,
+    options: ClaimOptions,
+    handle: (batch: ClaimedBatch) => Promise<readonly RecordOutcome[]>,
+  ): Promise<ClaimResult>;
+  /** The record with this id, or `undefined`. */
+  get(box: BoxName, id: string): Promise<StoredRecord | undefined>;
+  /** `FAILED` records, oldest first (at most `limit`). */
+  listFailed(box: BoxName, limit: number): Promise<StoredRecord[]>;
+  retry(box: BoxName, ids: readonly string[], now: number): Promise<number>;
+  purge(box: BoxName, options: PurgeOptions): Promise<number>;
+  stats(box: BoxName): Promise<BoxStats>;
+  /** Subscribes to wake-ups; resolves with a function that unsubscribes. */
+  watch(listener: (box: BoxName) => void): Promise<() => Promise<void>>;
+  /** Resolves when the database answers now; rejects saying why not (for health checks). */
+  ping(): Promise<void>;
+  /** Closes what the store owns (a pool it created, its database file); idempotent. */
+  close(): Promise<void>;
+}

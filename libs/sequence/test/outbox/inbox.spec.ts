@@ -1,0 +1,210 @@
+import { randomUUID } from 'node:crypto';
+import {
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  MESSAGE_TYPE_HEADER,
+  SequenceOptionsError,
+  type HeaderMap,
+} from 'nest-sequence';
+import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
+import {
+  createOutboxTestApp,
+  FAST_BOX,
+  inboxHandler,
+  type OutboxTestApp,
+  type RecordingInboxHandler,
+} from './outbox-test-app';
+
+const TaskCreated = inboxHandler({ event: 'TaskCreated' });
+const TaskCreatedInTransaction = inboxHandler({ event: 'TaskCreated', processInTransaction: true });
+const ArchiveTask = inboxHandler({ command: 'ArchiveTask' });
+
+/** A TaskCreated event as another service's relay would publish it. */
+function taskCreated(id: string = randomUUID(), taskId = 't-1'): { body: Buffer; headers: HeaderMap } {
+  const event = {
+    id,
+    type: 'TaskCreated',
+    aggregateType: 'Task',
+    aggregateId: taskId,
+    payload: { taskId, title: 'write docs' },
+    occurredAt: new Date().toISOString(),
+  };
+  return {
+    body: Buffer.from(JSON.stringify(event)),
+    headers: {
+      [MESSAGE_ID_HEADER]: id,
+      [MESSAGE_KIND_HEADER]: 'event',
+      [MESSAGE_TYPE_HEADER]: 'TaskCreated',
+      'content-type': 'application/json',
+    },
+  };
+}
+
+describe('Inbox: each message handled once per id (embedded SQLite, in-memory broker)', () => {
+  let t: OutboxTestApp;
+
+  afterEach(async () => {
+    await t?.close();
+  });
+
+  const inboxOptions = { inboxEvents: FAST_BOX, inboxCommands: FAST_BOX, outboxEvents: FAST_BOX };
+
+  async function deliver(
+    message: { body: Buffer; headers: HeaderMap },
+    channel = 'events.TaskCreated',
+  ) {
+    await t.broker.publish(channel, message.body, message.headers);
+  }
+
+  it('runs the handler once for a message delivered three times', async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreated]);
+    const handler = t.handler(TaskCreated);
+    const message = taskCreated();
+    for (let i = 0; i < 3; i++) await deliver(message);
+    await deliver(taskCreated());
+
+    await eventually(() => handler.calls.length === 2, 'both messages handled');
+    await t.broker.whenIdle();
+    await t.runtime.idle();
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    expect([...handler.callsPerId().values()]).toEqual([1, 1]);
+    expect(t.broker.peek('events.TaskCreated')).toEqual([]); // every copy acked
+    expect(handler.calls[0]).toMatchObject({ attempt: 1, inTransaction: false });
+  });
+
+  it('with processInTransaction, what the handler writes commits with the inbox mark', async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreatedInTransaction]);
+    await t.outbox.transaction((tx) => tx.query('CREATE TABLE tasks (id TEXT PRIMARY KEY)'));
+    const handler = t.handler(TaskCreatedInTransaction);
+    let failuresLeft = 2;
+    handler.onCall = async (message, { transaction }) => {
+      await transaction!.query('INSERT INTO tasks (id) VALUES (?)', [
+        (message.payload as { taskId: string }).taskId,
+      ]);
+      if (failuresLeft-- > 0) throw new Error('handler failure after its write (expected)');
+    };
+    const message = taskCreated(randomUUID(), 'task-9');
+    await deliver(message);
+
+    await eventually(() => handler.calls.length === 3, 'two failures, then a success');
+    const id = JSON.parse(message.body.toString()).id as string;
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id))?.status === 'COMPLETED',
+      'marked done',
+    );
+    expect(handler.calls.map((call) => [call.attempt, call.inTransaction])).toEqual([
+      [1, true],
+      [2, true],
+      [3, true],
+    ]);
+    // The two failed attempts' inserts were rolled back: one row, not a primary key clash.
+    const rows = await t.outbox.transaction(
+      async (tx) => (await tx.query<{ id: string }>('SELECT id FROM tasks')).rows,
+    );
+    expect(rows).toEqual([{ id: 'task-9' }]);
+  });
+
+  it('a handler that keeps failing leaves the record FAILED after maxAttempts, with the error', async () => {
+    t = await createOutboxTestApp(
+      { ...inboxOptions, inboxEvents: { ...FAST_BOX, maxAttempts: 2 } },
+      [TaskCreated],
+    );
+    const handler = t.handler(TaskCreated);
+    handler.onCall = () => {
+      throw new Error('downstream is down (expected)');
+    };
+    const message = taskCreated();
+    await deliver(message);
+    const id = JSON.parse(message.body.toString()).id as string;
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id))?.status === 'FAILED',
+      'failed',
+    );
+    expect(handler.calls).toHaveLength(2);
+    expect((await t.outbox.record('inbox_events', id))?.lastError).toMatch(/downstream is down/);
+    // A redelivery of the same id is still a duplicate: it does not run the handler again.
+    await deliver(message);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(handler.calls).toHaveLength(2);
+  });
+
+  it('dead-letters a message that is not a valid event, naming the problem', async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreated]);
+    const good = taskCreated();
+    const noAggregate = JSON.parse(good.body.toString()) as Record<string, unknown>;
+    delete noAggregate.aggregateId;
+    await deliver({ body: Buffer.from(JSON.stringify(noAggregate)), headers: good.headers });
+    await deliver({ body: Buffer.from('not json'), headers: good.headers });
+    await deliver({ body: good.body, headers: { ...good.headers, [MESSAGE_KIND_HEADER]: 'fact' } });
+
+    await eventually(
+      () => deadLetters(t.broker, 'events.TaskCreated').length === 3,
+      'three dead letters',
+    );
+    const reasons = deadLetters(t.broker, 'events.TaskCreated').map(deathReasonOf);
+    expect(reasons[0]).toMatch(/^invalid-inbox-message: .*aggregateId/);
+    expect(reasons[1]).toMatch(/^invalid-inbox-message: .*not JSON/);
+    expect(reasons[2]).toMatch(/^invalid-inbox-message: .*x-message-kind/);
+    expect(t.handler(TaskCreated).calls).toEqual([]);
+  });
+
+  it('dead-letters a message whose type no handler takes', async () => {
+    t = await createOutboxTestApp({ ...inboxOptions, serviceName: 'tasks' }, [ArchiveTask]);
+    const command = {
+      id: randomUUID(),
+      type: 'DeleteEverything',
+      targetService: 'tasks',
+      payload: {},
+    };
+    await deliver(
+      {
+        body: Buffer.from(JSON.stringify(command)),
+        headers: { [MESSAGE_KIND_HEADER]: 'command', [MESSAGE_ID_HEADER]: command.id },
+      },
+      'commands.tasks',
+    );
+    await eventually(() => deadLetters(t.broker, 'commands.tasks').length === 1, 'dead-lettered');
+    expect(deathReasonOf(deadLetters(t.broker, 'commands.tasks')[0])).toMatch(
+      /^no-inbox-handler: .*DeleteEverything/,
+    );
+  });
+
+  it('a command handler needs the service name (its channel is commands.<serviceName>)', async () => {
+    await expect(createOutboxTestApp(inboxOptions, [ArchiveTask])).rejects.toThrow(
+      SequenceOptionsError,
+    );
+    await expect(createOutboxTestApp(inboxOptions, [ArchiveTask])).rejects.toThrow(/serviceName/);
+  });
+
+  it('end to end in one app: a committed command reaches its inbox handler once', async () => {
+    t = await createOutboxTestApp({ ...inboxOptions, serviceName: 'tasks' }, [ArchiveTask]);
+    const handler: RecordingInboxHandler = t.handler(ArchiveTask);
+    const id = await t.outbox.transaction(async (tx) =>
+      tx.sendCommand({ type: 'ArchiveTask', targetService: 'tasks', payload: { taskId: 't-7' } }),
+    );
+    await eventually(() => handler.calls.length === 1, 'handled');
+    expect(handler.calls[0]).toMatchObject({ id, type: 'ArchiveTask', payload: { taskId: 't-7' } });
+    await eventually(
+      async () => (await t.outbox.record('inbox_commands', id))?.status === 'COMPLETED',
+      'inbox record completed',
+    );
+  });
+
+  it('events a handler records in its transaction are published once it completes', async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreatedInTransaction]);
+    const handler = t.handler(TaskCreatedInTransaction);
+    handler.onCall = (message, { transaction }) =>
+      transaction!.publishEvent({
+        id: `${message.id}:indexed`,
+        type: 'TaskIndexed',
+        aggregateType: 'Task',
+        aggregateId: 't-1',
+        payload: {},
+      });
+    await deliver(taskCreated('evt-42'));
+    await eventually(() => t.broker.peek('events.TaskIndexed').length === 1, 'follow-up published');
+    expect(JSON.parse(t.broker.peek('events.TaskIndexed')[0].body.toString())).toMatchObject({
+      id: 'evt-42:indexed',
+    });
+  });
+});

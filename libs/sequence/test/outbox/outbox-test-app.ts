@@ -1,0 +1,119 @@
+import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  InboxHandler,
+  InMemoryTransport,
+  OutboxRuntime,
+  OutboxService,
+  SequenceMetrics,
+  SequenceModule,
+  type InboxContext,
+  type InboxHandlerOptions,
+  type OutboxCommand,
+  type OutboxEvent,
+  type OutboxModuleOptions,
+  type SequenceModuleOptions,
+  type Transport,
+} from 'nest-sequence';
+import { FaultInjectingTransport } from '../support/sequence-test-app';
+
+/** One call of a recording inbox handler. */
+export interface InboxCall {
+  readonly id: string;
+  readonly type: string;
+  readonly payload: unknown;
+  readonly attempt: number;
+  readonly inTransaction: boolean;
+}
+
+/** An `@InboxHandler` for tests: records every call; `onCall` may write, throw or wait. */
+export class RecordingInboxHandler {
+  readonly calls: InboxCall[] = [];
+  onCall?: (message: OutboxEvent | OutboxCommand, context: InboxContext) => unknown;
+
+  async handle(message: OutboxEvent | OutboxCommand, context: InboxContext): Promise<void> {
+    this.calls.push({
+      id: message.id,
+      type: message.type,
+      payload: message.payload,
+      attempt: context.attempt,
+      inTransaction: context.transaction !== undefined,
+    });
+    await this.onCall?.(message, context);
+  }
+
+  /** How many calls each message id had. */
+  callsPerId(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const { id } of this.calls) counts.set(id, (counts.get(id) ?? 0) + 1);
+    return counts;
+  }
+}
+
+/** A provider class whose `handle` method carries `@InboxHandler(options)`. */
+export function inboxHandler(options: InboxHandlerOptions): Type<RecordingInboxHandler> {
+  @Injectable()
+  class Handler extends RecordingInboxHandler {
+    @InboxHandler(options)
+    override async handle(message: OutboxEvent | OutboxCommand, context: InboxContext) {
+      await super.handle(message, context);
+    }
+  }
+  return Handler;
+}
+
+export interface OutboxTestApp {
+  readonly app: INestApplicationContext;
+  readonly outbox: OutboxService;
+  readonly runtime: OutboxRuntime;
+  /** The in-memory broker underneath `transport`. */
+  readonly broker: InMemoryTransport;
+  /** What the module publishes through: faults can be injected with `beforePublish`. */
+  readonly transport: FaultInjectingTransport;
+  readonly metrics: SequenceMetrics;
+  handler<T extends RecordingInboxHandler>(type: Type<T>): T;
+  close(): Promise<void>;
+}
+
+/** Quick loops, short backoff: what the tests need to see retries within a second. */
+export const FAST_BOX = { pollIntervalMs: 50, retryBaseMs: 10, retryMaxMs: 40 };
+
+/**
+ * An application with SequenceModule on the in-memory transport (or `broker`) and the given
+ * outbox options (the embedded SQLite store unless `outbox.store` is set), plus `providers`.
+ */
+export async function createOutboxTestApp(
+  outbox: OutboxModuleOptions | undefined,
+  providers: Type[] = [],
+  extra: Omit<SequenceModuleOptions, 'outbox' | 'transport'> & { broker?: Transport } = {},
+): Promise<OutboxTestApp> {
+  const { broker = new InMemoryTransport(), ...moduleOptions } = extra;
+  const transport = new FaultInjectingTransport(broker);
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      SequenceModule.forRoot({
+        ...moduleOptions,
+        transport,
+        sweepIntervalMs: false,
+        resequencer: { sweepIntervalMs: false },
+        outbox,
+      }),
+    ],
+    providers,
+  }).compile();
+  moduleRef.useLogger(process.env.TEST_LOGS ? ['log', 'warn', 'error'] : false);
+  const app = await moduleRef.init();
+  return {
+    app,
+    outbox: app.get(OutboxService),
+    runtime: app.get(OutboxRuntime),
+    broker: broker as InMemoryTransport,
+    transport,
+    metrics: app.get(SequenceMetrics),
+    handler: (type) => app.get(type),
+    close: async () => {
+      await app.close();
+      await broker.close();
+    },
+  };
+}

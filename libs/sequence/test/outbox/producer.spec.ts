@@ -1,0 +1,255 @@
+import {
+  InMemoryTransport,
+  InvalidOutboxMessageError,
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  MESSAGE_TYPE_HEADER,
+  PublishRejectedError,
+  type InboundMessage,
+} from 'nest-sequence';
+import { eventually } from '../support/sequence-test-app';
+import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+
+const placed = (orderId: string, extra: Record<string, unknown> = {}) => ({
+  type: 'OrderPlaced',
+  aggregateType: 'Order',
+  aggregateId: orderId,
+  payload: { orderId, ...extra },
+});
+
+const bodies = (messages: readonly InboundMessage[]) =>
+  messages.map((message) => JSON.parse(message.body.toString()) as Record<string, unknown>);
+
+describe('Outbox: what a committed transaction publishes (embedded SQLite, in-memory broker)', () => {
+  let t: OutboxTestApp;
+
+  afterEach(async () => {
+    await t?.close();
+  });
+
+  async function start(
+    options: Parameters<typeof createOutboxTestApp>[0] = {},
+    broker = new InMemoryTransport(),
+  ) {
+    t = await createOutboxTestApp(
+      { outboxEvents: FAST_BOX, outboxCommands: FAST_BOX, ...options },
+      [],
+      { broker },
+    );
+    await t.outbox.transaction((tx) =>
+      tx.query('CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, total INTEGER)'),
+    );
+  }
+
+  const orderCount = () =>
+    t.outbox.transaction(
+      async (tx) => (await tx.query<{ n: number }>('SELECT count(*) AS n FROM orders')).rows[0].n,
+    );
+
+  it('publishes an event recorded in a committed transaction, with its id, kind and type headers', async () => {
+    await start();
+    const id = await t.outbox.transaction(async (tx) => {
+      await tx.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['o-1', 42]);
+      return tx.publishEvent(placed('o-1', { total: 42 }), { traceparent: '00-abc-def-01' });
+    });
+
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'the event published');
+    const [message] = t.broker.peek('events.OrderPlaced');
+    expect(message.headers).toMatchObject({
+      [MESSAGE_ID_HEADER]: id,
+      [MESSAGE_KIND_HEADER]: 'event',
+      [MESSAGE_TYPE_HEADER]: 'OrderPlaced',
+      'content-type': 'application/json',
+      traceparent: '00-abc-def-01',
+    });
+    expect(bodies([message])[0]).toMatchObject({
+      id,
+      type: 'OrderPlaced',
+      aggregateType: 'Order',
+      aggregateId: 'o-1',
+      payload: { orderId: 'o-1', total: 42 },
+    });
+    expect(await orderCount()).toBe(1);
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id))?.status === 'COMPLETED',
+      'the record completed',
+    );
+  });
+
+  it('publishes nothing, and keeps no business row, when the transaction throws', async () => {
+    await start();
+    const failure = new Error('business rule broken (expected by the test)');
+    await expect(
+      t.outbox.transaction(async (tx) => {
+        await tx.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['o-2', 1]);
+        tx.publishEvent(placed('o-2'));
+        tx.sendCommand({ type: 'ShipOrder', targetService: 'shipping', payload: { id: 'o-2' } });
+        throw failure;
+      }),
+    ).rejects.toBe(failure);
+
+    await t.runtime.idle();
+    await new Promise((resolve) => setTimeout(resolve, 150)); // more than two polls
+    expect(t.broker.peek('events.OrderPlaced')).toEqual([]);
+    expect(t.broker.peek('commands.shipping')).toEqual([]);
+    expect(await orderCount()).toBe(0);
+    expect(await t.outbox.stats('outbox_events')).toEqual({
+      pending: 0,
+      failed: 0,
+      oldestPendingAt: null,
+    });
+  });
+
+  it('refuses an invalid event where it is recorded, and the transaction rolls back', async () => {
+    await start();
+    const attempt = t.outbox.transaction(async (tx) => {
+      await tx.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['o-3', 1]);
+      tx.publishEvent({ type: 'OrderPlaced', aggregateType: 'Order', payload: {} } as never);
+    });
+    await expect(attempt).rejects.toBeInstanceOf(InvalidOutboxMessageError);
+    await expect(attempt).rejects.toMatchObject({ kind: 'event', code: 'invalid-outbox-message' });
+    expect(await orderCount()).toBe(0);
+  });
+
+  it('sends a command to commands.<targetService>', async () => {
+    await start();
+    const id = await t.outbox.transaction(async (tx) =>
+      tx.sendCommand({ type: 'ShipOrder', targetService: 'shipping', payload: { orderId: 'o-4' } }),
+    );
+    await eventually(() => t.broker.peek('commands.shipping').length === 1, 'the command sent');
+    const [message] = t.broker.peek('commands.shipping');
+    expect(message.headers[MESSAGE_KIND_HEADER]).toBe('command');
+    expect(bodies([message])[0]).toEqual({
+      id,
+      type: 'ShipOrder',
+      targetService: 'shipping',
+      payload: { orderId: 'o-4' },
+    });
+  });
+
+  it('an event routed to several channels reaches each of them', async () => {
+    await start({ routes: { event: (event) => [`billing.${event.type}`, `audit.${event.type}`] } });
+    await t.outbox.transaction(async (tx) => tx.publishEvent(placed('o-5')));
+    await eventually(
+      () =>
+        t.broker.peek('billing.OrderPlaced').length === 1 &&
+        t.broker.peek('audit.OrderPlaced').length === 1,
+      'both copies published',
+    );
+  });
+
+  it('a nested transaction that throws is undone alone; the outer one commits', async () => {
+    await start();
+    await t.outbox.transaction(async (tx) => {
+      await tx.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['outer', 1]);
+      tx.publishEvent(placed('outer'));
+      await t.outbox
+        .transaction(async (inner) => {
+          await inner.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['inner', 1]);
+          inner.publishEvent(placed('inner'));
+          throw new Error('inner failure (expected by the test)');
+        })
+        .catch(() => undefined);
+    });
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'one event');
+    await t.runtime.idle();
+    expect(bodies(t.broker.peek('events.OrderPlaced')).map((b) => b.aggregateId)).toEqual([
+      'outer',
+    ]);
+    expect(await orderCount()).toBe(1);
+  });
+
+  it('retries a publish the broker refused, with backoff, until it is confirmed', async () => {
+    await start();
+    let refusals = 2;
+    t.transport.beforePublish = () => {
+      if (refusals-- > 0) throw new PublishRejectedError('events.OrderPlaced', new Error('nack'));
+    };
+    const id = await t.outbox.transaction(async (tx) => tx.publishEvent(placed('o-6')));
+
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'published at last');
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id))?.status === 'COMPLETED',
+      'completed',
+    );
+    const record = await t.outbox.record('outbox_events', id);
+    expect(record?.attempts).toBe(3);
+    expect(t.transport.attempts).toHaveLength(3);
+    expect(t.transport.attempts[1].at - t.transport.attempts[0].at).toBeGreaterThanOrEqual(5);
+  });
+
+  it('a message the broker refuses every time is FAILED after maxAttempts; the others keep flowing', async () => {
+    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 3 } });
+    t.transport.beforePublish = (attempt) => {
+      if (attempt.channel === 'events.Poison') {
+        throw new PublishRejectedError(attempt.channel, new Error('nack'));
+      }
+    };
+    const poison = await t.outbox.transaction(async (tx) =>
+      tx.publishEvent({ type: 'Poison', aggregateType: 'X', aggregateId: '1', payload: {} }),
+    );
+    for (let i = 0; i < 5; i++) {
+      await t.outbox.transaction(async (tx) => tx.publishEvent(placed(`after-${i}`)));
+    }
+
+    await eventually(
+      () => t.broker.peek('events.OrderPlaced').length === 5,
+      'the others published',
+    );
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', poison))?.status === 'FAILED',
+      'the poison message failed',
+    );
+    const failed = await t.outbox.failed('outbox_events');
+    expect(failed.map((record) => [record.id, record.attempts])).toEqual([[poison, 3]]);
+    expect(failed[0].lastError).toMatch(/PublishRejectedError/);
+    expect(await t.outbox.stats('outbox_events')).toMatchObject({ pending: 0, failed: 1 });
+
+    // An operator fixes the cause and retries it.
+    t.transport.beforePublish = () => undefined;
+    expect(await t.outbox.retry('outbox_events', [poison])).toBe(1);
+    await eventually(() => t.broker.peek('events.Poison').length === 1, 'retried by hand');
+  });
+
+  it('a message too large for the broker is FAILED at once, not retried', async () => {
+    await start({}, new InMemoryTransport({ maxMessageBytes: 64 * 1024 }));
+    const id = await t.outbox.transaction(async (tx) =>
+      tx.publishEvent(placed('big', { blob: 'x'.repeat(100 * 1024) })),
+    );
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id))?.status === 'FAILED',
+      'failed',
+    );
+    const record = await t.outbox.record('outbox_events', id);
+    expect(record?.attempts).toBe(1);
+    expect(record?.lastError).toMatch(/MessageTooLargeError/);
+  });
+
+  it('with ordered events, a failing event holds back its own aggregate only, and order is kept', async () => {
+    await start({ outboxEvents: { ...FAST_BOX, ordered: true } });
+    let refuseA1 = 3;
+    t.transport.beforePublish = () => undefined;
+    const original = t.transport.publish.bind(t.transport);
+    t.transport.publish = async (channel, body, headers, options) => {
+      const event = JSON.parse(body.toString()) as { aggregateId: string; payload: { n: number } };
+      if (event.aggregateId === 'A' && event.payload.n === 1 && refuseA1-- > 0) {
+        throw new PublishRejectedError(channel, new Error('nack'));
+      }
+      return original(channel, body, headers, options);
+    };
+    for (let n = 1; n <= 3; n++) {
+      await t.outbox.transaction(async (tx) => {
+        tx.publishEvent({ type: 'Step', aggregateType: 'Agg', aggregateId: 'A', payload: { n } });
+        tx.publishEvent({ type: 'Step', aggregateType: 'Agg', aggregateId: 'B', payload: { n } });
+      });
+    }
+    await eventually(() => t.broker.peek('events.Step').length === 6, 'all six published', 10_000);
+    const order = bodies(t.broker.peek('events.Step')).map(
+      (b) => `${String(b.aggregateId)}${(b.payload as { n: number }).n}`,
+    );
+    expect(order.filter((s) => s.startsWith('A'))).toEqual(['A1', 'A2', 'A3']);
+    expect(order.filter((s) => s.startsWith('B'))).toEqual(['B1', 'B2', 'B3']);
+    // B did not wait for A: all of B went out before A's first event made it.
+    expect(order.indexOf('B3')).toBeLessThan(order.indexOf('A1'));
+  });
+});
