@@ -11,6 +11,7 @@ describe('BoxLoop', () => {
     let cycles = 0;
     let release: () => void = () => undefined;
     const loop = new BoxLoop(
+      'outbox_events',
       'test',
       async () => {
         overlap ||= running > 0;
@@ -34,7 +35,7 @@ describe('BoxLoop', () => {
 
   it('keeps cycling while a cycle reports more, and stops at once when stopped', async () => {
     let left = 5;
-    const loop = new BoxLoop('test', () => Promise.resolve(--left > 0), quiet);
+    const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(--left > 0), quiet);
     loop.wake();
     await loop.idle();
     expect(left).toBe(0);
@@ -47,6 +48,7 @@ describe('BoxLoop', () => {
   it('a failing cycle is logged, and the next wake-up tries again', async () => {
     let calls = 0;
     const loop = new BoxLoop(
+      'outbox_events',
       'test',
       () => (++calls === 1 ? Promise.reject(new Error('db down')) : Promise.resolve(false)),
       quiet,
@@ -61,7 +63,7 @@ describe('BoxLoop', () => {
 
   it('polls every pollIntervalMs once started', async () => {
     let calls = 0;
-    const loop = new BoxLoop('test', () => Promise.resolve(++calls < 0), quiet);
+    const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(++calls < 0), quiet);
     loop.start(10);
     await new Promise((resolve) => setTimeout(resolve, 75));
     await loop.stop();

@@ -1,3 +1,4 @@
+import type { BoxName } from '../ports/outbox-store.port';
 import type { Logger } from '@nestjs/common';
 
 /**
@@ -13,6 +14,7 @@ export class BoxLoop {
   private stopped = false;
 
   constructor(
+    readonly box: BoxName,
     readonly name: string,
     /** One claim; resolves true when there may be more due at once. */
     private readonly cycle: () => Promise<boolean>,

@@ -28,7 +28,10 @@ export interface InboxContext {
   readonly type: string;
   /** The string headers the message arrived with. */
   readonly headers: MessageHeaders;
-  /** 1 on the first call for this message; more after the handler threw (or the process died). */
+  /**
+   * 1 on the first call for this message; one more after each call that threw. A call cut short
+   * by the process dying is not counted (its claim rolled back): the next call has the same number.
+   */
   readonly attempt: number;
   /** When the inbox recorded it. */
   readonly receivedAt: Date;

@@ -4,7 +4,13 @@ import { deathReason } from '../core/errors/rejection-code';
 import { inboxOf, type InboxHandlerRegistry } from '../discovery/inbox-handler.registry';
 import type { OutboxMetrics } from '../observability/outbox.metrics';
 import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
-import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
+import {
+  requeueCount,
+  type Disposition,
+  type InboundMessage,
+  type Subscription,
+  type Transport,
+} from '../ports/transport.port';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
@@ -15,6 +21,8 @@ import type { OutboxEvent } from './outbox-message';
 
 /** How long a message waits before redelivery when the inbox table cannot be written. */
 const STORE_RETRY_DELAY_MS = 1_000;
+/** Delayed redeliveries of one message before it is dead-lettered (about a minute of outage). */
+const MAX_STORE_REQUEUES = 60;
 
 /**
  * Takes messages off the inbox channels and records each in its inbox by id, then acks it: the
@@ -36,10 +44,14 @@ export class InboxReceiver {
     private readonly onAdded: (kind: MessageKind) => void,
   ) {}
 
-  async start(prefetch: number): Promise<void> {
-    for (const channel of this.handlers.channels().keys()) {
+  /** Subscribes to every inbox channel; `prefetch` by the kind of the channel's handlers. */
+  async start(prefetch: (kind: MessageKind) => number): Promise<void> {
+    for (const [channel, handlers] of this.handlers.channels()) {
+      const least = Math.min(...handlers.map((handler) => prefetch(handler.kind)));
       this.subscriptions.push(
-        await this.transport.subscribe(channel, (message) => this.receive(message), { prefetch }),
+        await this.transport.subscribe(channel, (message) => this.receive(message), {
+          prefetch: least,
+        }),
       );
     }
   }
@@ -73,9 +85,18 @@ export class InboxReceiver {
       if (result === 'added') this.onAdded(record.kind);
       return { action: 'ack' };
     } catch (error) {
-      this.logger.warn(
-        `inbox ${box} could not record ${record.id} (${(error as Error).message}); it will be redelivered`,
-      );
+      const problem = (error as Error).message;
+      if (requeueCount(message.headers) >= MAX_STORE_REQUEUES) {
+        // An outage this long, or an error no retry will fix (a value the database refuses):
+        // out of the way, with the reason, rather than back every second forever.
+        const reason = deathReason(
+          'store-unavailable',
+          `inbox ${box} could not record ${record.id} after ${MAX_STORE_REQUEUES} tries: ${problem}`,
+        );
+        this.logger.error(`dead-lettering a message from ${message.channel}: ${reason}`);
+        return { action: 'dead-letter', reason };
+      }
+      this.logger.warn(`inbox ${box} could not record ${record.id} (${problem}); will retry`);
       return {
         action: 'requeue',
         delayMs: STORE_RETRY_DELAY_MS,
@@ -131,7 +152,12 @@ function kindOf(message: InboundMessage): MessageKind | undefined {
 function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<string, string> {
   const kept: Record<string, string> = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (typeof value === 'string' && !name.startsWith('x-death') && name !== 'x-requeue-count') {
+    if (
+      typeof value === 'string' &&
+      !value.includes('\u0000') && // the database could not store it
+      !name.startsWith('x-death') &&
+      name !== 'x-requeue-count'
+    ) {
       kept[name] = value;
     }
   }

@@ -1,4 +1,5 @@
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import { OutboxTransactionFinishedError } from '../core/errors/outbox-transaction-finished.error';
 import type {
   BoxName,
   MessageKind,
@@ -24,6 +25,8 @@ export type MessageHeaders = Readonly<Record<string, string>>;
  */
 export class OutboxTransaction {
   private readonly queued = new Map<BoxName, NewBoxRecord[]>();
+  /** Set once the records were written: later ones could not be, so they are refused. */
+  private flushed = false;
 
   constructor(private readonly transaction: StoreTransaction) {}
 
@@ -68,6 +71,7 @@ export class OutboxTransaction {
    * written to, for waking their relays.
    */
   async flush(store: OutboxStore, ordered: ReadonlySet<BoxName> = new Set()): Promise<BoxName[]> {
+    this.flushed = true;
     const boxes = [...this.queued.keys()];
     for (const [box, records] of this.queued) {
       this.queued.delete(box);
@@ -78,6 +82,7 @@ export class OutboxTransaction {
   }
 
   private queue(box: BoxName, record: NewBoxRecord): void {
+    if (this.flushed) throw new OutboxTransactionFinishedError(record.kind, record.type);
     const records = this.queued.get(box) ?? [];
     records.push(record);
     this.queued.set(box, records);

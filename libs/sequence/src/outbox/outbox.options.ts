@@ -26,9 +26,12 @@ export interface BoxOptions {
   /** Ceiling of the retry delay. @default 300000 (5 minutes) */
   retryMaxMs?: number;
   /**
-   * Keep each aggregate's events in commit order: a record is taken only after every earlier one
-   * of its aggregate completed (a failing record holds back only its own aggregate). For the
-   * commit order to be the append order, `OutboxService` serializes appends per aggregate.
+   * Outboxes: keep each aggregate's events in commit order: a record is taken only after every
+   * earlier one of its aggregate completed (a failing record holds back only its own aggregate);
+   * for the commit order to be the append order, appends take a lock per aggregate.
+   * Inboxes: handle each aggregate's events in the order this instance received them (its
+   * channels are then consumed one message at a time); with several instances competing on a
+   * channel, the broker's order is not kept (put a Resequencer in front).
    * @default false
    */
   ordered?: boolean;

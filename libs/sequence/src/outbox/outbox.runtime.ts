@@ -102,43 +102,75 @@ export class OutboxRuntime
   }
 
   private async start(): Promise<OutboxStore> {
+    if (!this.options.store && this.transport.name !== 'in-memory') {
+      this.logger.warn(
+        `the outbox runs on the embedded in-memory SQLite store, but the transport is ` +
+          `${this.transport.name}: rows not yet relayed, inbox records not yet handled and the ` +
+          'ids that recognise duplicates are lost at restart; give outbox.store a ' +
+          'PostgresOutboxStore (or a SqliteOutboxStore on a file)',
+      );
+    }
     const store = this.options.store ?? (this.ownedStore ??= await this.embeddedStore());
     if (this.options.migrate) await store.migrate();
+    const loops: BoxLoop[] = [];
+    try {
+      for (const box of BOX_NAMES) {
+        const loop = this.loopFor(box, store);
+        if (loop) loops.push(loop);
+      }
+      this.unwatch = await store.watch((box) => this.wake(box));
+      if (this.handlers.all().length > 0) {
+        this.receiver = new InboxReceiver(
+          store,
+          this.transport,
+          this.handlers,
+          this.metrics,
+          this.logger,
+          (kind) => this.wake(inboxOf(kind)),
+        );
+        await this.receiver.start((kind) => this.prefetchFor(kind));
+      }
+    } catch (error) {
+      // Nothing half-started may keep running: the next use of the outbox starts afresh.
+      await this.receiver?.stop().catch(() => undefined);
+      await this.unwatch?.().catch(() => undefined);
+      this.receiver = this.unwatch = undefined;
+      this.workers.length = 0;
+      this.loops.clear();
+      throw error;
+    }
+    // Last: only a fully started outbox claims anything.
+    for (const loop of loops) loop.start(this.options.boxes[loop.box].pollIntervalMs);
     this.metrics.readStatsFrom((box) => store.stats(box));
-    for (const box of BOX_NAMES) {
-      const options = this.options.boxes[box];
-      const enabled =
-        options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
-      if (!enabled) continue;
-      const worker: Worker =
-        box === 'outbox_events' || box === 'outbox_commands'
-          ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
-          : new InboxProcessor(box, store, this.handlers, options, this.metrics, this.orderedBoxes);
-      const loop = new BoxLoop(
-        `${box} ${box.startsWith('outbox') ? 'relay' : 'processor'}`,
-        () => worker.cycle(),
-        this.logger,
-      );
-      this.workers.push(worker);
-      this.loops.set(box, loop);
-      loop.start(options.pollIntervalMs);
-    }
-    this.unwatch = await store.watch((box) => this.wake(box));
-    if (this.handlers.all().length > 0) {
-      this.receiver = new InboxReceiver(
-        store,
-        this.transport,
-        this.handlers,
-        this.metrics,
-        this.logger,
-        (kind) => this.wake(inboxOf(kind)),
-      );
-      await this.receiver.start(this.options.inboxPrefetch);
-    }
     this.purgeJob.start(this.options.purgeIntervalMs, (error) =>
       this.logger.warn(`outbox purge failed; will retry next interval: ${errorMessage(error)}`),
     );
     return store;
+  }
+
+  /** The relay or processor of `box`, registered, not started; none when it is not enabled. */
+  private loopFor(box: BoxName, store: OutboxStore): BoxLoop | undefined {
+    const options = this.options.boxes[box];
+    const enabled =
+      options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
+    if (!enabled) return undefined;
+    const worker: Worker =
+      box === 'outbox_events' || box === 'outbox_commands'
+        ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
+        : new InboxProcessor(box, store, this.handlers, options, this.metrics, this.orderedBoxes);
+    const role = box.startsWith('outbox') ? 'relay' : 'processor';
+    const loop = new BoxLoop(box, `${box} ${role}`, () => worker.cycle(), this.logger);
+    this.workers.push(worker);
+    this.loops.set(box, loop);
+    return loop;
+  }
+
+  /**
+   * An ordered inbox takes one message at a time from its channels, so that its records are
+   * appended in the order this instance received them.
+   */
+  private prefetchFor(kind: 'event' | 'command'): number {
+    return this.options.boxes[inboxOf(kind)].ordered ? 1 : this.options.inboxPrefetch;
   }
 
   private embeddedStore(): Promise<OutboxStore> {

@@ -1,5 +1,5 @@
 import type { ResolvedBoxOptions } from './outbox.options';
-import { failedAttempt, retryDelay } from './retry-schedule';
+import { describeError, failedAttempt, retryDelay } from './retry-schedule';
 
 const options = {
   retryBaseMs: 1_000,
@@ -35,5 +35,12 @@ describe('retry schedule', () => {
       status: 'failed',
       error: 'thrown: plain',
     });
+  });
+});
+
+describe('describeError', () => {
+  it('drops NUL characters (PostgreSQL text cannot hold them) and caps the length', () => {
+    expect(describeError(new Error('a\u0000b'))).toBe('Error: ab');
+    expect(describeError(new Error('x'.repeat(5_000)))).toHaveLength(2_000);
   });
 });

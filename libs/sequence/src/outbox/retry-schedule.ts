@@ -20,8 +20,11 @@ export function retryDelay(
 
 /** A short, single-line account of an error for `last_error`. */
 export function describeError(error: unknown): string {
-  const text =
-    error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`;
+  const text = (
+    error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`
+  )
+    .split('\u0000') // PostgreSQL text cannot hold NUL
+    .join('');
   return text.length > 2000 ? `${text.slice(0, 1997)}...` : text;
 }
 

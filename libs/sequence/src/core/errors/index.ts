@@ -19,3 +19,4 @@ export * from './postgres-outbox.error';
 export * from './outbox-foreign-transaction.error';
 export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';
+export * from './outbox-transaction-finished.error';

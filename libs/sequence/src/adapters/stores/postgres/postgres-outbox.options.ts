@@ -35,7 +35,7 @@ export interface PostgresOutboxStoreOptions {
 export interface PostgresOutboxConnectOptions extends PostgresOutboxStoreOptions {
   /**
    * Settings of the pool (`max`, timeouts, `ssl`, ...), except the URL.
-   * @default { max: 10, application_name: 'nest-sequence' }
+   * @default { max: 10, application_name: 'nest-sequence', connectionTimeoutMillis: 30000 }
    */
   readonly pool?: Omit<PoolConfig, 'connectionString'>;
 }
@@ -53,7 +53,7 @@ export const POSTGRES_OUTBOX_DEFAULTS = {
   channelSuffix: 'nest_sequence_outbox',
   listenBackoffMs: 100,
   listenMaxBackoffMs: 10_000,
-  pool: { max: 10, application_name: 'nest-sequence' },
+  pool: { max: 10, application_name: 'nest-sequence', connectionTimeoutMillis: 30_000 },
 } as const;
 
 const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;

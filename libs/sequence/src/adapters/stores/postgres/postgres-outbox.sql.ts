@@ -149,7 +149,9 @@ export function outboxMigrations(): readonly OutboxMigration[] {
 
 function readTemplates(): Record<StatementName, string> {
   const read = {} as Record<StatementName, string>;
-  for (const name of STATEMENT_NAMES) read[name] = readStatement(name);
+  // Without their header comments: a statement may run through a caller's executor (Knex's
+  // `raw` reads `$1` in a comment as a binding too), and the server need not parse them.
+  for (const name of STATEMENT_NAMES) read[name] = withoutComments(readStatement(name));
   return read;
 }
 

@@ -157,14 +157,14 @@ export class PostgresOutboxStore implements OutboxStore {
   }
 
   async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
-    const { rows } = await this.pool.query<RecordRow>(this.statementsOf(box, 'get').get, [id]);
+    const { rows } = await this.reader().query<RecordRow>(this.statementsOf(box, 'get').get, [id]);
     return rows.length > 0 ? toStoredRecord(rows[0]) : undefined;
   }
 
   async listFailed(box: BoxName, limit: number): Promise<StoredRecord[]> {
     const statements = this.statementsOf(box, 'listFailed');
     assertCount('listFailed', 'limit', limit);
-    const { rows } = await this.pool.query<RecordRow>(statements['list-failed'], [limit]);
+    const { rows } = await this.reader().query<RecordRow>(statements['list-failed'], [limit]);
     return rows.map(toStoredRecord);
   }
 
@@ -172,7 +172,7 @@ export class PostgresOutboxStore implements OutboxStore {
     const statements = this.statementsOf(box, 'retry');
     assertTime('retry', 'now', now);
     if (ids.length === 0) return 0;
-    const { rows } = await this.pool.query<{ retried: string }>(statements['retry-failed'], [
+    const { rows } = await this.reader().query<{ retried: string }>(statements['retry-failed'], [
       ids,
       now,
       this.notifyChannel,
@@ -199,7 +199,7 @@ export class PostgresOutboxStore implements OutboxStore {
   }
 
   async stats(box: BoxName): Promise<BoxStats> {
-    const { rows } = await this.pool.query<{
+    const { rows } = await this.reader().query<{
       pending: string;
       failed: string;
       oldest_pending_at: number | null;
@@ -284,6 +284,15 @@ export class PostgresOutboxStore implements OutboxStore {
         // from the others, nor break the LISTEN connection's event handling.
       }
     }
+  }
+
+  /**
+   * Where a read (or an operator's retry) runs: in the transaction the caller is inside (an inbox
+   * handler calling `OutboxService.record`), else on the pool. A claim holds a pooled client for
+   * as long as its handler runs; waiting for a second one from a small pool could wait forever.
+   */
+  private reader(): Pick<StoreTransaction, 'query'> {
+    return this.scope.active() ?? this.pool;
   }
 
   private listenConnection(): ClientConfig {

@@ -42,7 +42,18 @@ export class PostgresStoreTransaction implements StoreTransaction {
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
       throw error;
     }
-    await this.query(`RELEASE SAVEPOINT ${name}`);
+    try {
+      await this.query(`RELEASE SAVEPOINT ${name}`);
+    } catch (error) {
+      // The work swallowed an error of its own statements: the transaction is aborted, and only
+      // rolling back to the savepoint makes it usable again. Its work is then void: say so.
+      await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
+      throw new PostgresOutboxError(
+        'savepoint',
+        `the work inside savepoint ${name} left the transaction aborted (a failed statement ` +
+          `whose error was caught), so what it wrote was rolled back: ${(error as Error).message}`,
+      );
+    }
     return result;
   }
 

@@ -31,6 +31,15 @@ export class TransactionScope {
   }
 
   /**
+   * Runs `work` outside any transaction of this scope, whatever the caller's async context: for
+   * the library's own steps (a relay's claim, an inbox insert before its ack), which must be
+   * transactions of their own and never join one that the code that woke them happens to run in.
+   */
+  outside<T>(work: () => Promise<T>): Promise<T> {
+    return this.current.exit(work);
+  }
+
+  /**
    * `work` in the active transaction (inside a savepoint), or, when there is none, in a new one
    * that `open` begins and settles.
    */

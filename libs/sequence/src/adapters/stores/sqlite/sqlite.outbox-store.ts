@@ -148,9 +148,16 @@ export class SqliteOutboxStore implements OutboxStore {
   async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
     this.statements.table(box);
     assertNewRecord(record);
-    const added = await this.inTransaction((transaction) =>
-      this.append(box, [record], transaction),
-    );
+    // Its own transaction, committed before this resolves (the caller acks the broker then).
+    // Joining one would let the caller ack a row that may still roll back; waiting for one the
+    // caller is inside would never end.
+    if (this.connection.activeTransaction()) {
+      throw new Error(
+        `receive(${box}) was called inside a transaction of the store: the inbox row must be ` +
+          'committed on its own before the message is acked; call it outside the transaction',
+      );
+    }
+    const added = await this.isolated((transaction) => this.append(box, [record], transaction));
     return added.length > 0 ? 'added' : 'duplicate';
   }
 
@@ -161,7 +168,9 @@ export class SqliteOutboxStore implements OutboxStore {
   ): Promise<ClaimResult> {
     this.statements.table(box);
     assertClaimOptions(options);
-    return this.inTransaction(async (transaction) => {
+    // A transaction of its own, taken in turn, never the one the code that woke the relay runs
+    // in: joining it would publish rows that transaction might still roll back.
+    return this.isolated(async (transaction) => {
       const records = selectClaimable(this.statements, box, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       // The handler runs inside the transaction's scope: a transaction() it opens joins this one.
@@ -198,10 +207,15 @@ export class SqliteOutboxStore implements OutboxStore {
     assertIds(ids);
     assertTime('retry now', now);
     if (ids.length === 0) return 0;
-    return this.inTransaction(
-      async () =>
-        this.statements.box('retry-failed', box).run({ ids: JSON.stringify(ids), now }).changes,
-    );
+    return this.inTransaction(async (transaction) => {
+      const changes = this.statements
+        .box('retry-failed', box)
+        .run({ ids: JSON.stringify(ids), now }).changes;
+      if (changes > 0) {
+        transaction.afterCommit(`${this.channel}\u0000${box}`, () => this.wakeups.notify(box));
+      }
+      return changes;
+    });
   }
 
   /** Deletes in batches, each its own transaction, letting other work in between. */
@@ -284,6 +298,14 @@ export class SqliteOutboxStore implements OutboxStore {
     if (active) return active.savepoint(() => work(active));
     this.assertOpen('transaction');
     return this.connection.transaction(this.busyTimeoutMs, work);
+  }
+
+  /** `work` in a new transaction, after the one in progress, whatever the async context. */
+  private isolated<T>(work: (transaction: SqliteStoreTransaction) => Promise<T>): Promise<T> {
+    this.assertOpen('transaction');
+    return this.connection.scope.outside(() =>
+      this.connection.transaction(this.busyTimeoutMs, work),
+    );
   }
 
   /** Statements outside a transaction, or inside the active one (waiting for it would never end). */

@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../../../core/headers';
 import {
@@ -100,9 +101,12 @@ export class InMemoryTransport implements Transport {
     if (!Number.isSafeInteger(prefetch) || prefetch < 1) {
       throw new RangeError(`prefetch must be a positive integer, got ${String(prefetch)}`);
     }
+    // Deliveries run in the subscriber's async context, as a broker's would: never in the
+    // publisher's (whose AsyncLocalStorage state, such as an open transaction, is not theirs).
+    const context = new AsyncResource('nest-sequence:in-memory-subscriber');
     const subscriber: Subscriber = {
       channel,
-      handler,
+      handler: (message) => context.runInAsyncScope(handler, undefined, message),
       prefetch,
       deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       unsettled: new Set(),

@@ -1,0 +1,147 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { Pool } from 'pg';
+import {
+  InboxHandler,
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  OutboxService,
+  PostgresOutboxStore,
+  type InboxContext,
+  type OutboxEvent,
+} from 'nest-sequence';
+import { describeWithServer, SERVERS } from '../support/servers';
+import { eventually } from '../support/sequence-test-app';
+import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+
+const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
+
+/** Inbox handlers that misbehave, on PostgreSQL: none of them may stall the inbox. */
+describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', () => {
+  let admin: Pool;
+  let prefix: string;
+  let t: OutboxTestApp | undefined;
+
+  beforeAll(() => {
+    admin = new Pool({ connectionString: SERVERS.postgres.url, max: 2 });
+  });
+
+  beforeEach(() => {
+    prefix = `ib${randomUUID().replace(/-/g, '').slice(0, 10)}_`;
+  });
+
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+    for (const table of [...BOXES, 'outbox_migrations', 'ledger']) {
+      await admin.query(`DROP TABLE IF EXISTS ${prefix}${table}`);
+    }
+  });
+
+  afterAll(async () => {
+    await admin.end();
+  });
+
+  async function deliver(n: number): Promise<string> {
+    const id = randomUUID();
+    const event = {
+      id,
+      type: 'PaymentSettled',
+      aggregateType: 'Payment',
+      aggregateId: `p${n}`,
+      payload: { n },
+      occurredAt: new Date().toISOString(),
+    };
+    await t!.broker.publish('events.PaymentSettled', Buffer.from(JSON.stringify(event)), {
+      [MESSAGE_ID_HEADER]: id,
+      [MESSAGE_KIND_HEADER]: 'event',
+    });
+    return id;
+  }
+
+  const statusOf = async (id: string) => (await t!.outbox.record('inbox_events', id))?.status;
+
+  it('a handler that swallows its own SQL error is FAILED after maxAttempts; the others complete', async () => {
+    @Injectable()
+    class Ledger {
+      calls = 0;
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        this.calls++;
+        if (event.payload.n === 1) {
+          // "idempotent insert": the duplicate key is caught, which leaves the transaction aborted
+          await transaction!
+            .query(`INSERT INTO ${prefix}ledger VALUES (1), (1)`)
+            .catch(() => undefined);
+          return;
+        }
+        await transaction!.query(`INSERT INTO ${prefix}ledger VALUES ($1)`, [event.payload.n]);
+      }
+    }
+    await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
+    t = await createOutboxTestApp(
+      {
+        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
+      },
+      [Ledger],
+    );
+    const [first, broken, last] = [await deliver(0), await deliver(1), await deliver(2)];
+    await eventually(async () => (await statusOf(broken)) === 'FAILED', 'the broken one failed');
+    expect(await statusOf(first)).toBe('COMPLETED');
+    expect(await statusOf(last)).toBe('COMPLETED');
+    const failed = await t.outbox.record('inbox_events', broken);
+    expect(failed?.attempts).toBe(3);
+    expect(failed?.lastError).toMatch(/aborted/);
+    const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
+    expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+  });
+
+  it('an error message with a NUL character still ends FAILED (it is stored without it)', async () => {
+    @Injectable()
+    class Broken {
+      @InboxHandler({ event: 'PaymentSettled' })
+      handle(): void {
+        throw new Error('bad\u0000byte');
+      }
+    }
+    t = await createOutboxTestApp(
+      {
+        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: { ...FAST_BOX, maxAttempts: 2 },
+      },
+      [Broken],
+    );
+    const id = await deliver(0);
+    await eventually(async () => (await statusOf(id)) === 'FAILED', 'failed');
+    expect((await t.outbox.record('inbox_events', id))?.lastError).toBe('Error: badbyte');
+  });
+
+  it('a handler that reads through OutboxService on a pool of one connection does not wait forever', async () => {
+    @Injectable()
+    class Curious {
+      seen: Array<string | undefined> = [];
+      constructor(private readonly outbox: OutboxService) {}
+      @InboxHandler({ event: 'PaymentSettled' })
+      async handle(event: OutboxEvent, context: InboxContext) {
+        this.seen.push((await this.outbox.record('inbox_events', context.id))?.status);
+        await this.outbox.stats('outbox_events');
+        void event;
+      }
+    }
+    t = await createOutboxTestApp(
+      {
+        store: PostgresOutboxStore.connect(SERVERS.postgres.url, {
+          tablePrefix: prefix,
+          pool: { max: 1 },
+        }),
+        inboxEvents: FAST_BOX,
+      },
+      [Curious],
+    );
+    const id = await deliver(0);
+    await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'completed', 10_000);
+    // It read its own record inside the claim: still PENDING there.
+    expect(t.app.get(Curious).seen).toEqual(['PENDING']);
+  });
+});
