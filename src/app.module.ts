@@ -4,6 +4,8 @@ import { readDemoEnvironment } from './demo.environment';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
 import { DEMO_ADAPTERS, InfrastructureModule, type DemoAdapters } from './infrastructure';
+import type { OrdersSettings } from './orders/orders.environment';
+import { OrdersModule, ordersOutboxOptions } from './orders/orders.module';
 import type { TransfersSettings } from './transfers/transfers.environment';
 import { TransfersModule } from './transfers/transfers.module';
 
@@ -33,13 +35,26 @@ function demoSequenceOptions(
   };
 }
 
+/**
+ * SequenceModule on the adapters the environment chooses (see infrastructure.ts), with an app's
+ * own options on top.
+ */
+function sequenceModule(
+  more: (adapters: DemoAdapters) => SequenceModuleOptions = () => ({}),
+): DynamicModule {
+  return SequenceModule.forRootAsync({
+    imports: [InfrastructureModule],
+    inject: [DEMO_ADAPTERS],
+    useFactory: (adapters: DemoAdapters) => ({
+      ...demoSequenceOptions(adapters),
+      ...more(adapters),
+    }),
+    isGlobal: true,
+  });
+}
+
 /** Message Sequence, Claim Check and Resequencer on the adapters the environment chooses (see infrastructure.ts). */
-const Sequence = SequenceModule.forRootAsync({
-  imports: [InfrastructureModule],
-  inject: [DEMO_ADAPTERS],
-  useFactory: (adapters: DemoAdapters) => demoSequenceOptions(adapters),
-  isGlobal: true,
-});
+const Sequence = sequenceModule();
 
 /** Both roles in one process: `npm start`. */
 @Module({ imports: [Sequence, PacsRouterModule, AiModule] })
@@ -58,5 +73,20 @@ export class ProducerAppModule {}
 export class TransfersAppModule {
   static register(settings: TransfersSettings): DynamicModule {
     return { module: TransfersAppModule, imports: [Sequence, TransfersModule.register(settings)] };
+  }
+}
+
+/**
+ * The orders demo (Outbox / Inbox), with its HTTP API: `npm run demo:orders`. Its own
+ * SequenceModule: only this app configures the outbox, which would otherwise start (and, on
+ * PostgreSQL, create its tables) in every demo.
+ */
+@Module({})
+export class OrdersAppModule {
+  static register(settings: OrdersSettings): DynamicModule {
+    const sequence = sequenceModule((adapters) => ({
+      outbox: ordersOutboxOptions(adapters.outboxStore, settings),
+    }));
+    return { module: OrdersAppModule, imports: [sequence, OrdersModule.register(settings)] };
   }
 }

@@ -1,12 +1,14 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import {
   FilesystemPayloadStore,
+  PostgresOutboxStore,
   RabbitMqTransport,
   RedisClaimLedger,
   RedisPayloadStore,
   RedisResequencerStore,
   RedisSequenceStore,
   type ClaimLedger,
+  type OutboxStore,
   type PayloadStore,
   type ResequencerStore,
   type SequenceStore,
@@ -23,6 +25,16 @@ export interface DemoAdapters {
   claimLedger?: ClaimLedger;
   /** Each transfer's resequencing state: shared, so that any instance may take any status. */
   resequencerStore?: ResequencerStore;
+  /** The orders demo's outbox and inbox tables, and its business tables beside them. */
+  outboxStore?: OutboxStore;
+}
+
+/** The outbox tables' prefix when `OUTBOX_TABLE_PREFIX` is unset (or empty): the orders demo's. */
+export const DEFAULT_OUTBOX_TABLE_PREFIX = 'orders_demo_';
+
+/** `OUTBOX_TABLE_PREFIX`, or its default. */
+export function outboxTablePrefix(env: NodeJS.ProcessEnv = process.env): string {
+  return env.OUTBOX_TABLE_PREFIX || DEFAULT_OUTBOX_TABLE_PREFIX;
 }
 
 export const DEMO_ADAPTERS = Symbol('demo:adapters');
@@ -34,11 +46,17 @@ export const DEMO_ADAPTERS = Symbol('demo:adapters');
  *   (default `nseq`), so that several consumer instances share them.
  * - `PAYLOAD_DIR` set: the filesystem payload store rooted there (with several processes, a
  *   directory they all see).
+ * - `DATABASE_URL` set: the PostgreSQL outbox store, its tables named `OUTBOX_TABLE_PREFIX` +
+ *   box (default `orders_demo_`). Its pool connects on first use: only the orders demo uses it.
  * Unset: the embedded defaults, no server needed (payloads under `<os tmpdir>/nest-sequence-payloads`).
  */
 export async function adaptersFromEnvironment(env = process.env): Promise<DemoAdapters> {
   const prefix = env.SEQUENCE_REDIS_PREFIX || undefined;
   const redisUrl = env.REDIS_URL || undefined;
+  // First: it checks its options, and throws before any connection is opened.
+  const outboxStore = env.DATABASE_URL
+    ? PostgresOutboxStore.connect(env.DATABASE_URL, { tablePrefix: outboxTablePrefix(env) })
+    : undefined;
   const transport = env.AMQP_URL ? await RabbitMqTransport.connect(env.AMQP_URL) : undefined;
   const store = redisUrl ? RedisSequenceStore.connect(redisUrl, { prefix }) : undefined;
   let payloadStore: PayloadStore | undefined;
@@ -48,7 +66,7 @@ export async function adaptersFromEnvironment(env = process.env): Promise<DemoAd
   const resequencerStore = redisUrl
     ? RedisResequencerStore.connect(redisUrl, { prefix })
     : undefined;
-  return { transport, store, payloadStore, claimLedger, resequencerStore };
+  return { transport, store, payloadStore, claimLedger, resequencerStore, outboxStore };
 }
 
 /**
@@ -64,13 +82,15 @@ export class InfrastructureModule implements OnApplicationShutdown {
   constructor(@Inject(DEMO_ADAPTERS) private readonly adapters: DemoAdapters) {}
 
   async onApplicationShutdown(): Promise<void> {
-    const { transport, store, payloadStore, claimLedger, resequencerStore } = this.adapters;
+    const { transport, store, payloadStore, claimLedger, resequencerStore, outboxStore } =
+      this.adapters;
     await transport?.close();
     await Promise.all([
       store?.close(),
       payloadStore?.close(),
       claimLedger?.close(),
       resequencerStore?.close(),
+      outboxStore?.close(),
     ]);
   }
 }
