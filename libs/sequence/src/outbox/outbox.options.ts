@@ -19,6 +19,12 @@ export interface BoxOptions {
   pollIntervalMs?: number;
   /** Most records one claim takes. @default 100 (outboxes), 16 (inboxes) */
   batchSize?: number;
+  /**
+   * Claims this instance runs at once for the box: with 2, the next batch is locked while the
+   * previous one is being published (claims never overlap: each takes rows the other does not
+   * hold). @default 2 (outboxes), 1 (inboxes)
+   */
+  concurrency?: number;
   /** Attempts before a record is `FAILED`, the first included. @default 10 */
   maxAttempts?: number;
   /** Delay before the first retry; doubles each attempt, with jitter. @default 1000 */
@@ -82,6 +88,7 @@ export interface ResolvedBoxOptions {
   readonly enabled: boolean | undefined;
   readonly pollIntervalMs: number;
   readonly batchSize: number;
+  readonly concurrency: number;
   readonly maxAttempts: number;
   readonly retryBaseMs: number;
   readonly retryMaxMs: number;
@@ -116,8 +123,8 @@ export const OUTBOX_DEFAULTS = {
   inboxPrefetch: 32,
   purgeIntervalMs: 60_000,
   purgeBatchSize: 500,
-  outbox: { pollIntervalMs: 5_000, batchSize: 100 },
-  inbox: { pollIntervalMs: 2_000, batchSize: 16 },
+  outbox: { pollIntervalMs: 5_000, batchSize: 100, concurrency: 2 },
+  inbox: { pollIntervalMs: 2_000, batchSize: 16, concurrency: 1 },
   maxAttempts: 10,
   retryBaseMs: 1_000,
   retryMaxMs: 300_000,
@@ -141,6 +148,7 @@ function resolveBox(
     enabled: inbox ? undefined : true,
     pollIntervalMs: defaults.pollIntervalMs,
     batchSize: defaults.batchSize,
+    concurrency: defaults.concurrency,
     maxAttempts: OUTBOX_DEFAULTS.maxAttempts,
     retryBaseMs: OUTBOX_DEFAULTS.retryBaseMs,
     retryMaxMs: OUTBOX_DEFAULTS.retryMaxMs,
@@ -153,6 +161,7 @@ function resolveBox(
   }
   checkInteger(problems, `${name}.pollIntervalMs`, resolved.pollIntervalMs, 10);
   checkInteger(problems, `${name}.batchSize`, resolved.batchSize, 1);
+  checkInteger(problems, `${name}.concurrency`, resolved.concurrency, 1);
   checkInteger(problems, `${name}.maxAttempts`, resolved.maxAttempts, 1);
   checkInteger(problems, `${name}.retryBaseMs`, resolved.retryBaseMs, 0);
   if (checkInteger(problems, `${name}.retryMaxMs`, resolved.retryMaxMs, 0)) {

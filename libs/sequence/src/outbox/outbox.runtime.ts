@@ -40,7 +40,7 @@ export class OutboxRuntime
   private readonly logger = new Logger('Outbox');
   private starting: Promise<OutboxStore> | undefined;
   private ownedStore: OutboxStore | undefined;
-  private readonly loops = new Map<BoxName, BoxLoop>();
+  private readonly loops = new Map<BoxName, BoxLoop[]>();
   private readonly workers: Worker[] = [];
   private receiver: InboxReceiver | undefined;
   private unwatch: (() => Promise<void>) | undefined;
@@ -78,12 +78,12 @@ export class OutboxRuntime
 
   /** Asks a box's relay or processor to look for due records now. */
   wake(box: BoxName): void {
-    this.loops.get(box)?.wake();
+    for (const loop of this.loops.get(box) ?? []) loop.wake();
   }
 
   /** Resolves once no relay or processor cycle is running or asked for (for tests). */
   async idle(): Promise<void> {
-    for (const loop of this.loops.values()) await loop.idle();
+    for (const loop of [...this.loops.values()].flat()) await loop.idle();
   }
 
   async beforeApplicationShutdown(): Promise<void> {
@@ -91,7 +91,7 @@ export class OutboxRuntime
     await this.starting?.catch(() => undefined);
     await this.receiver?.stop();
     for (const worker of this.workers) worker.stop();
-    for (const loop of this.loops.values()) await loop.stop();
+    for (const loop of [...this.loops.values()].flat()) await loop.stop();
     await this.purgeJob.stop();
     await this.unwatch?.().catch(() => undefined);
     this.metrics.readStatsFrom(undefined);
@@ -115,8 +115,7 @@ export class OutboxRuntime
     const loops: BoxLoop[] = [];
     try {
       for (const box of BOX_NAMES) {
-        const loop = this.loopFor(box, store);
-        if (loop) loops.push(loop);
+        loops.push(...this.loopsFor(box, store));
       }
       this.unwatch = await store.watch((box) => this.wake(box));
       if (this.handlers.all().length > 0) {
@@ -148,21 +147,27 @@ export class OutboxRuntime
     return store;
   }
 
-  /** The relay or processor of `box`, registered, not started; none when it is not enabled. */
-  private loopFor(box: BoxName, store: OutboxStore): BoxLoop | undefined {
+  /**
+   * The relay or processor of `box`, registered, not started: `concurrency` loops over one worker
+   * (their claims never overlap: each takes rows the others do not hold); none when not enabled.
+   */
+  private loopsFor(box: BoxName, store: OutboxStore): BoxLoop[] {
     const options = this.options.boxes[box];
     const enabled =
       options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
-    if (!enabled) return undefined;
+    if (!enabled) return [];
     const worker: Worker =
       box === 'outbox_events' || box === 'outbox_commands'
         ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
         : new InboxProcessor(box, store, this.handlers, options, this.metrics, this.orderedBoxes);
     const role = box.startsWith('outbox') ? 'relay' : 'processor';
-    const loop = new BoxLoop(box, `${box} ${role}`, () => worker.cycle(), this.logger);
+    const loops = Array.from(
+      { length: options.concurrency },
+      () => new BoxLoop(box, `${box} ${role}`, () => worker.cycle(), this.logger),
+    );
     this.workers.push(worker);
-    this.loops.set(box, loop);
-    return loop;
+    this.loops.set(box, loops);
+    return loops;
   }
 
   /**

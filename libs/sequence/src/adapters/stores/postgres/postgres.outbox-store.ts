@@ -18,6 +18,7 @@ import {
   type StoreTransaction,
 } from '../../../ports/outbox-store.port';
 import { TransactionScope } from '../sql/transaction-scope';
+import { PostgresOutboxAnnouncer } from './postgres-outbox.announcer';
 import { newPool } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
 import { lockBatch, settleOutcomes } from './postgres-outbox.claim';
@@ -58,6 +59,7 @@ export class PostgresOutboxStore implements OutboxStore {
   private listener: PostgresOutboxListener | undefined;
   private listening: Promise<void> | undefined;
   private ownsPool = false;
+  private readonly announcer: PostgresOutboxAnnouncer;
   private closing: Promise<void> | undefined;
 
   /** A store over `pool`, which stays the caller's: `close()` does not end it. */
@@ -69,6 +71,7 @@ export class PostgresOutboxStore implements OutboxStore {
     this.tablePrefix = this.options.tablePrefix;
     this.notifyChannel = this.options.notifyChannel;
     this.statements = outboxStatements(this.tablePrefix);
+    this.announcer = new PostgresOutboxAnnouncer(pool, this.notifyChannel, (box) => this.wake(box));
   }
 
   /** A store with a pool of its own, which `close()` ends. */
@@ -90,7 +93,18 @@ export class PostgresOutboxStore implements OutboxStore {
 
   async transaction<T>(work: (transaction: StoreTransaction) => Promise<T>): Promise<T> {
     this.assertOpen('transaction');
-    return this.scope.join((inner) => inTransaction(this.pool, inner), work);
+    let opened: PostgresStoreTransaction | undefined;
+    const result = await this.scope.join(
+      (inner) =>
+        inTransaction(this.pool, (transaction) => {
+          opened = transaction;
+          return inner(transaction);
+        }),
+      work,
+    );
+    // Only the transaction that committed announces (a joined one is part of it).
+    if (opened) this.announcer.announce(opened.appended);
+    return result;
   }
 
   async append(
@@ -107,13 +121,17 @@ export class PostgresOutboxStore implements OutboxStore {
       throw new OutboxForeignTransactionError(this.name, 'other-store');
     }
     if (records.length === 0) return [];
+    // Our own transaction is announced after its commit; a caller's carries its NOTIFY.
+    const own = within instanceof PostgresStoreTransaction;
     const result = await within.query(statements.append, [
       ...appendColumns(records),
       Date.now(),
-      this.notifyChannel,
+      own ? null : this.notifyChannel,
       box,
     ]);
-    return addedIds(result, records);
+    const added = addedIds(result, records);
+    if (own && added.length > 0) within.appended.add(box);
+    return added;
   }
 
   async lockPartitions(
@@ -132,10 +150,12 @@ export class PostgresOutboxStore implements OutboxStore {
     const result = await this.pool.query(statements.append, [
       ...appendColumns([record]),
       Date.now(),
-      this.notifyChannel,
+      null,
       box,
     ]);
-    return addedIds(result, [record]).length === 1 ? 'added' : 'duplicate';
+    const added = addedIds(result, [record]).length === 1;
+    if (added) this.announcer.announce(new Set([box]));
+    return added ? 'added' : 'duplicate';
   }
 
   async claim(
@@ -148,12 +168,17 @@ export class PostgresOutboxStore implements OutboxStore {
     assertTime('claim', 'now', options.now);
     // Always a transaction of its own, even when called inside another one: the claim's locks
     // must last exactly as long as its handler.
-    return inTransaction(this.pool, async (transaction) => {
+    let claimed: PostgresStoreTransaction | undefined;
+    const result = await inTransaction(this.pool, async (transaction) => {
+      claimed = transaction;
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       const outcomes = await this.scope.run(transaction, () => handle({ records, transaction }));
       return settleOutcomes(transaction, statements, records, outcomes, options.now);
     });
+    // What handlers recorded in the claim's transaction (an inbox handler's events).
+    if (claimed) this.announcer.announce(claimed.appended);
+    return result;
   }
 
   async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
@@ -262,6 +287,7 @@ export class PostgresOutboxStore implements OutboxStore {
   close(): Promise<void> {
     this.closing ??= (async () => {
       this.watchers.clear();
+      await this.announcer.flush();
       await this.stopListening();
       if (this.ownsPool) await this.pool.end();
     })();

@@ -1,3 +1,4 @@
+import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient } from 'pg';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
@@ -13,6 +14,8 @@ export class PostgresStoreTransaction implements StoreTransaction {
   readonly dialect = 'postgres' as const;
   private savepoints = 0;
   private settled = false;
+  /** Boxes appended to (or received into) in this transaction: announced after its commit. */
+  readonly appended = new Set<BoxName>();
 
   constructor(readonly client: PoolClient) {}
 

@@ -1,12 +1,14 @@
 -- append: adds records to a box, in the order given, skipping ids the box already holds (also
--- an id repeated within the same call: the first one wins), and, when it added any, wakes up
--- watchers. pg_notify is delivered when the transaction commits, and never if it rolls back;
--- notifications with the same channel and payload in one transaction are folded into one.
+-- an id repeated within the same call: the first one wins), and, when it added any and a notify
+-- channel is given, wakes up watchers: pg_notify is delivered when the transaction commits, and
+-- never if it rolls back. The channel is given only for a caller's own transaction (whose commit
+-- the store does not see): a NOTIFY makes PostgreSQL serialize commits, so the store's own
+-- transactions announce themselves after their commit instead (a single, debounced NOTIFY).
 --
 -- $1 text[]   ids                 $2 text[]   kinds ('event' | 'command')
 -- $3 text[]   types               $4 text[]   partition keys (NULL for none)
 -- $5 text[]   bodies              $6 text[]   headers, each a JSON object text
--- $7 float8   createdAt (ms)      $8 text     notify channel       $9 text   box name
+-- $7 float8   createdAt (ms)      $8 text     notify channel (NULL: none)   $9 text   box name
 --
 -- Returns one row: added text[] (the ids added; NULL when none).
 WITH incoming AS (
@@ -23,4 +25,6 @@ WITH incoming AS (
 )
 SELECT
   (SELECT array_agg(id) FROM added) AS added,
-  (SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM added LIMIT 1) AS woken) AS woken
+  (SELECT count(*) FROM (
+    SELECT pg_notify($8, $9) FROM added WHERE $8::text IS NOT NULL LIMIT 1
+  ) AS woken) AS woken
