@@ -1,0 +1,86 @@
+/**
+ * Commit-to-publish latency at a steady rate: one commit per event, started on a fixed schedule
+ * (`rate` per second), its commit time noted right after the commit resolved; a consumer of the
+ * output queue in this process notes when each message arrived. Latency = arrival − commit.
+ */
+import type * as amqp from 'amqplib';
+import { recordArrivals, waitForArrivals } from './outbox.broker';
+import { nowMs, percentile, round1, sleep } from './outbox.settings';
+
+export interface LatencyOptions {
+  readonly connection: amqp.ChannelModel;
+  readonly queue: string;
+  readonly count: number;
+  readonly rate: number;
+  /** Commits event `i` (its own transaction); resolves after COMMIT. */
+  commit(i: number): Promise<void>;
+  /** The message id of event `i`. */
+  idOf(i: number): string;
+  /** The message id a delivered message carries. */
+  messageIdOf(message: amqp.ConsumeMessage): string | undefined;
+}
+
+export interface LatencyResult {
+  readonly events: number;
+  readonly offeredPerSecond: number;
+  /** Commits per second achieved (first start to last commit). */
+  readonly committedPerSecond: number;
+  readonly p50Ms: number;
+  readonly p90Ms: number;
+  readonly p99Ms: number;
+  readonly maxMs: number;
+  /** Messages that arrived before their commit's promise resolved here (the clock's resolution). */
+  readonly arrivedBeforeCommitResolved: number;
+  readonly duplicates: number;
+}
+
+export async function steadyLatency(options: LatencyOptions): Promise<LatencyResult> {
+  const { count, rate } = options;
+  const recorder = await recordArrivals(options.connection, options.queue, options.messageIdOf);
+  const committedAt = new Map<string, number>();
+  const pending: Promise<void>[] = [];
+  let failure: Error | undefined;
+  const interval = 1000 / rate;
+  const started = nowMs();
+  try {
+    let next = 0;
+    while (next < count) {
+      const now = nowMs();
+      while (next < count && started + next * interval <= now) {
+        const i = next++;
+        pending.push(
+          options.commit(i).then(
+            () => void committedAt.set(options.idOf(i), nowMs()),
+            (error: unknown) =>
+              void (failure ??= error instanceof Error ? error : new Error(String(error))),
+          ),
+        );
+      }
+      if (next < count) await sleep(Math.max(0, started + next * interval - nowMs()));
+    }
+    await Promise.all(pending);
+    if (failure) throw failure;
+    const lastCommit = Math.max(...committedAt.values());
+    await waitForArrivals(recorder, count);
+
+    const latencies: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const id = options.idOf(i);
+      latencies.push((recorder.arrivals.get(id) as number) - (committedAt.get(id) as number));
+    }
+    latencies.sort((a, b) => a - b);
+    return {
+      events: count,
+      offeredPerSecond: rate,
+      committedPerSecond: Math.round(count / ((lastCommit - started) / 1000)),
+      p50Ms: round1(percentile(latencies, 50)),
+      p90Ms: round1(percentile(latencies, 90)),
+      p99Ms: round1(percentile(latencies, 99)),
+      maxMs: round1(latencies[latencies.length - 1]),
+      arrivedBeforeCommitResolved: latencies.filter((ms) => ms < 0).length,
+      duplicates: recorder.duplicates,
+    };
+  } finally {
+    await recorder.close();
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * Settings, workload and small helpers of the Outbox benchmark (`bench/outbox.bench.ts`).
+ */
+import { randomUUID } from 'node:crypto';
+
+function positive(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new Error(`${name} must be a positive integer, got ${raw}`);
+  }
+  return value;
+}
+
+/** The measurements `BENCH_OUTBOX_ONLY` can select (comma-separated); all when unset. */
+export const PATHS = ['raw', 'pg', 'module', 'relay', 'pto', 'pto-relay', 'latency'] as const;
+export type PathName = (typeof PATHS)[number];
+
+function selectedPaths(): ReadonlySet<PathName> {
+  const raw = process.env.BENCH_OUTBOX_ONLY;
+  if (!raw) return new Set(PATHS);
+  const names = raw.split(',').map((name) => name.trim());
+  const unknown = names.filter((name) => !(PATHS as readonly string[]).includes(name));
+  if (unknown.length > 0) {
+    throw new Error(`BENCH_OUTBOX_ONLY: unknown ${unknown.join(', ')}; use ${PATHS.join(', ')}`);
+  }
+  return new Set(names as PathName[]);
+}
+
+const events = positive('BENCH_OUTBOX_EVENTS', 20_000);
+
+export const settings = {
+  amqpUrl: process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+  databaseUrl: process.env.DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/test',
+  events,
+  /** The warm-up round is smaller: it only has to warm the JIT, the pools and the caches. */
+  warmupEvents: Math.min(events, positive('BENCH_OUTBOX_WARMUP_EVENTS', 1_000)),
+  /**
+   * Events of the pg-transactional-outbox paths: it relays an order of magnitude slower (and
+   * slower still with a longer backlog: its polling function sorts every unprocessed row), so
+   * 20,000 would take minutes per round. Fewer events flatter it, if anything.
+   */
+  ptoEvents: Math.min(events, positive('BENCH_OUTBOX_PTO_EVENTS', 1_000)),
+  rounds: positive('BENCH_OUTBOX_ROUNDS', 3),
+  writers: positive('BENCH_OUTBOX_WRITERS', 16),
+  /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
+  batchSize: positive('BENCH_OUTBOX_BATCH', 100),
+  /** Connections of each pool the benchmark's writers use (the module store's default). */
+  poolSize: positive('BENCH_OUTBOX_POOL', 10),
+  rate: positive('BENCH_OUTBOX_RATE', 500),
+  seconds: positive('BENCH_OUTBOX_SECONDS', 10),
+  /** pg-transactional-outbox polling: its defaults (README / generated .env). */
+  ptoBatchSize: positive('BENCH_OUTBOX_PTO_BATCH', 5),
+  ptoPollMs: positive('BENCH_OUTBOX_PTO_POLL_MS', 500),
+  /** Its latency at `rate` is run this long only: it falls behind, and the backlog must drain. */
+  ptoLatencySeconds: positive('BENCH_OUTBOX_PTO_LATENCY_SECONDS', 2),
+  /** A rate it sustains, for its latency when it keeps up (its polling interval's cost). */
+  ptoSustainedRate: positive('BENCH_OUTBOX_PTO_RATE', 50),
+  bodyBytes: positive('BENCH_OUTBOX_BODY_BYTES', 1024),
+  /** Relay phase timings through a forwarding store wrapper (a few clock reads per claim). */
+  trace: process.env.BENCH_OUTBOX_TRACE !== '0',
+  only: selectedPaths(),
+};
+
+/** Unique to this run: table prefixes, schemas and queues start with it. */
+export const runId = randomUUID().slice(0, 8);
+export const RUN_PREFIX = `nseq_bench_ob_${runId}_`;
+export const PTO_SCHEMA_PREFIX = `nseq_bench_pto_${runId}_`;
+
+let serial = 0;
+/** A fresh name part (`t1`, `t2`, ...) for one measurement's tables or queue. */
+export function nextTag(): string {
+  serial += 1;
+  return `t${serial}`;
+}
+
+export const queueName = (tag: string) => `nseq-bench-ob.${runId}.${tag}`;
+
+/** Events per transaction of the relay-only paths' backlog (committed before the clock). */
+export const BACKLOG_BATCH = 100;
+
+export const EVENT_TYPE = 'BenchEvent';
+export const AGGREGATE_TYPE = 'Bench';
+
+/** One event of the workload; the same ids and payloads go through every path. */
+export interface BenchEvent {
+  readonly id: string;
+  readonly aggregateId: string;
+  readonly payload: { readonly data: string };
+}
+
+/**
+ * `count` events whose JSON, as the module relays it (id, type, aggregateType, aggregateId,
+ * payload, occurredAt), is `bodyBytes` long: the payload is padded to that size.
+ */
+export function makeEvents(count: number): BenchEvent[] {
+  const sample = rawBody({
+    id: randomUUID(),
+    aggregateId: aggregateIdOf(0),
+    payload: { data: '' },
+  });
+  const padding = Math.max(0, settings.bodyBytes - sample.length);
+  return Array.from({ length: count }, (_, i) => ({
+    id: randomUUID(),
+    aggregateId: aggregateIdOf(i),
+    payload: { data: String(i).padStart(padding, '.') },
+  }));
+}
+
+function aggregateIdOf(i: number): string {
+  return `agg-${String(i).padStart(8, '0')}`;
+}
+
+/** The body the module's relay publishes for `event` (same fields, same order, same size). */
+export function rawBody(event: BenchEvent): Buffer {
+  return Buffer.from(
+    JSON.stringify({
+      type: EVENT_TYPE,
+      aggregateType: AGGREGATE_TYPE,
+      aggregateId: event.aggregateId,
+      payload: event.payload,
+      id: event.id,
+      occurredAt: new Date().toISOString(),
+    }),
+  );
+}
+
+/** The headers the module's relay sends with an event. */
+export function rawHeaders(event: BenchEvent): Record<string, string> {
+  return {
+    'x-message-id': event.id,
+    'x-message-kind': 'event',
+    'x-message-type': EVENT_TYPE,
+    'content-type': 'application/json',
+  };
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export const progress = (line: string) => process.stderr.write(`${line}\n`);
+
+/** Milliseconds since an arbitrary origin, monotonic (commit and receive times). */
+export const nowMs = () => performance.now();
+
+/**
+ * Runs `commit(i)` for i = 0..count-1 on `writers` concurrent loops (each takes the next index
+ * when its previous commit resolved). Resolves with the seconds from start to the last commit.
+ */
+export async function runWriters(
+  count: number,
+  writers: number,
+  commit: (i: number) => Promise<void>,
+): Promise<number> {
+  let next = 0;
+  const started = nowMs();
+  await Promise.all(
+    Array.from({ length: Math.min(writers, count) }, async () => {
+      for (let i = next++; i < count; i = next++) await commit(i);
+    }),
+  );
+  return (nowMs() - started) / 1000;
+}
+
+/** The p-th percentile (0..100) of `values`, nearest rank. */
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
+}
+
+export const round1 = (value: number) => Math.round(value * 10) / 10;
+export const round2 = (value: number) => Math.round(value * 100) / 100;
