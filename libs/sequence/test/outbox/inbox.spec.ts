@@ -20,7 +20,10 @@ const TaskCreatedInTransaction = inboxHandler({ event: 'TaskCreated', processInT
 const ArchiveTask = inboxHandler({ command: 'ArchiveTask' });
 
 /** A TaskCreated event as another service's relay would publish it. */
-function taskCreated(id: string = randomUUID(), taskId = 't-1'): { body: Buffer; headers: HeaderMap } {
+function taskCreated(
+  id: string = randomUUID(),
+  taskId = 't-1',
+): { body: Buffer; headers: HeaderMap } {
   const event = {
     id,
     type: 'TaskCreated',
