@@ -80,6 +80,14 @@ export class RabbitMqTopology {
     this.declared.clear();
   }
 
+  /**
+   * Forgets one channel's declaration: the broker returned a message published to it as
+   * unroutable (its queue was deleted while we were connected). The next `ensure` declares it again.
+   */
+  forgetChannel(channel: string): void {
+    this.declared.delete(channel);
+  }
+
   /** Stops waiting for connections; pending `ensure` calls reject. */
   dispose(): void {
     this.disposed = true;

@@ -430,6 +430,19 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       }
     });
 
+    it('declares a queue again when it was deleted while connected, rather than lose the message', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares the queue'), {});
+      const operator = await admin.createChannel();
+      await operator.deleteQueue(channel);
+      // Without `mandatory`, the broker would confirm this one and drop it: no queue takes it.
+      await transport.publish(channel, Buffer.from('after the delete'), {}, { timeoutMs: 5_000 });
+      const kept = await operator.get(channel, { noAck: true });
+      await operator.close();
+      expect(kept && kept.content.toString()).toBe('after the delete');
+    });
+
     it('refuses a message over maxMessageBytes before it reaches the broker', async () => {
       transport = new RabbitMqTransport(amqp, { maxMessageBytes: 1024 });
       const channel = newChannel();

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
@@ -68,6 +69,8 @@ export class RabbitMqTransport implements Transport {
   private readonly topology: RabbitMqTopology;
   private readonly subscriptions = new Set<RabbitMqSubscription>();
   private publisherChannel?: ManagedChannel;
+  /** Ids of publish attempts the broker returned as unroutable (see `send`). */
+  private readonly returned = new Set<string>();
   private listening?: ConnectionManager;
   private ownsConnection = false;
   private closed = false;
@@ -207,17 +210,30 @@ export class RabbitMqTransport implements Transport {
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
       await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      // Mandatory, with an id of this attempt: a message no queue takes (its queue was deleted
+      // while we were connected) comes back as a return before its confirm, instead of being
+      // confirmed and dropped. It is then declared again and sent again.
+      const attempt = randomUUID();
       try {
         handedOver = true;
         const confirmed = this.publisher().publish('', channel, body, {
           persistent: true,
           headers,
+          mandatory: true,
+          messageId: attempt,
           // Also drops the message from the channel's queue, so it is not sent after we gave up.
           timeout: Math.max(1, deadline - Date.now()),
         });
         await withTimeout(confirmed, deadline - Date.now(), timedOut);
-        return;
+        if (!this.returned.delete(attempt)) return;
+        this.logger.warn(
+          `${channel}: the broker returned a message as unroutable; declaring again`,
+        );
+        this.topology.forgetChannel(channel);
+        if (Date.now() >= deadline) throw timedOut();
+        continue;
       } catch (error) {
+        this.returned.delete(attempt);
         if (error instanceof PublishTimeoutError) throw error;
         const message = (error as Error | undefined)?.message;
         if (message === CONFIRM_TIMEOUT) throw timedOut();
@@ -237,6 +253,10 @@ export class RabbitMqTransport implements Transport {
       name: 'nest-sequence publisher',
       confirm: true,
       setup: async (amqp: ConfirmChannel) => {
+        amqp.on('return', (message: { properties: { messageId?: unknown } }) => {
+          const id = message.properties.messageId;
+          if (typeof id === 'string') this.returned.add(id);
+        });
         amqp.on('error', (error: Error) => {
           // The broker closed this channel (not the connection), e.g. for a message over its
           // max_message_size. The wrapper would only reopen it after a reconnect: replace it.
