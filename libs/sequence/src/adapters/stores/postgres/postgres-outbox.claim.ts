@@ -24,18 +24,18 @@ export async function lockBatch(
 ): Promise<StoredRecord[]> {
   const { now, limit } = options;
   if (!options.ordered) {
-    const due = await transaction.query<RecordRow>(statements['claim-due'], [now, limit]);
+    const due = await transaction.prepared<RecordRow>(statements['claim-due'], [now, limit]);
     return due.rows.map(toStoredRecord);
   }
   const heads = (
-    await transaction.query<RecordRow>(statements['claim-heads'], [now, limit])
+    await transaction.prepared<RecordRow>(statements['claim-heads'], [now, limit])
   ).rows.map(toStoredRecord);
   const partitions = [
     ...new Set(heads.flatMap((head) => (head.partitionKey === null ? [] : [head.partitionKey]))),
   ];
   if (heads.length >= limit || partitions.length === 0) return heads;
 
-  const followers = await transaction.query<RecordRow & { open_before: string }>(
+  const followers = await transaction.prepared<RecordRow & { open_before: string }>(
     statements['claim-followers'],
     [now, partitions, heads.map((head) => head.seq), limit - heads.length],
   );
@@ -112,13 +112,13 @@ export async function settleOutcomes(
   }
 
   if (completed.length > 0) {
-    await transaction.query(statements['settle-completed'], [completed, now]);
+    await transaction.prepared(statements['settle-completed'], [completed, now]);
   }
   if (retry.seqs.length > 0) {
-    await transaction.query(statements['settle-retry'], [retry.seqs, retry.times, retry.errors]);
+    await transaction.prepared(statements['settle-retry'], [retry.seqs, retry.times, retry.errors]);
   }
   if (failed.seqs.length > 0) {
-    await transaction.query(statements['settle-failed'], [failed.seqs, failed.errors]);
+    await transaction.prepared(statements['settle-failed'], [failed.seqs, failed.errors]);
   }
   return {
     claimed: records.length,

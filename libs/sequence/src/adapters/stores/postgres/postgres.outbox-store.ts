@@ -122,16 +122,15 @@ export class PostgresOutboxStore implements OutboxStore {
     }
     if (records.length === 0) return [];
     // Our own transaction is announced after its commit; a caller's carries its NOTIFY.
-    const own = within instanceof PostgresStoreTransaction;
-    const result = await within.query(statements.append, [
-      ...appendColumns(records),
-      Date.now(),
-      own ? null : this.notifyChannel,
-      box,
-    ]);
-    const added = addedIds(result, records);
-    if (own && added.length > 0) within.appended.add(box);
-    return added;
+    if (within instanceof PostgresStoreTransaction) {
+      const params = [...appendColumns(records), Date.now(), null, box];
+      const result = await within.prepared(statements.append, params);
+      const added = addedIds(result, records);
+      if (added.length > 0) within.appended.add(box);
+      return added;
+    }
+    const params = [...appendColumns(records), Date.now(), this.notifyChannel, box];
+    return addedIds(await within.query(statements.append, params), records);
   }
 
   async lockPartitions(
