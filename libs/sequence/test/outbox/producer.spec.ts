@@ -225,6 +225,28 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     expect(record?.lastError).toMatch(/MessageTooLargeError/);
   });
 
+  it('purges completed records past their retention, and keeps failed ones', async () => {
+    await start({
+      outboxEvents: { ...FAST_BOX, retentionMs: 1, maxAttempts: 1 },
+      purgeIntervalMs: 50,
+    });
+    t.transport.beforePublish = (attempt) => {
+      if (attempt.channel === 'events.Refused') {
+        throw new PublishRejectedError(attempt.channel, new Error('nack'));
+      }
+    };
+    const [done, failed] = await t.outbox.transaction(async (tx) => [
+      tx.publishEvent(placed('kept-briefly')),
+      tx.publishEvent({ type: 'Refused', aggregateType: 'X', aggregateId: '1', payload: {} }),
+    ]);
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'published');
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', done)) === undefined,
+      'the completed record purged',
+    );
+    expect((await t.outbox.record('outbox_events', failed))?.status).toBe('FAILED');
+  });
+
   it('with ordered events, a failing event holds back its own aggregate only, and order is kept', async () => {
     await start({ outboxEvents: { ...FAST_BOX, ordered: true } });
     let refuseA1 = 3;
