@@ -1,10 +1,22 @@
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
 
 /** Makes the module's metrics: its prefix, in its registry (or in none when metrics are off). */
 export interface MetricFactory {
   counter<L extends string>(name: string, help: string, labelNames: L[]): Counter<L>;
-  gauge<L extends string>(name: string, help: string, labelNames: L[]): Gauge<L>;
+  /** With `collect`: refreshed by it at every scrape (a gauge of shared state read from a store). */
+  gauge<L extends string>(
+    name: string,
+    help: string,
+    labelNames: L[],
+    collect?: () => Promise<void>,
+  ): Gauge<L>;
+  histogram<L extends string>(
+    name: string,
+    help: string,
+    labelNames: L[],
+    buckets: number[],
+  ): Histogram<L>;
 }
 
 export function metricFactory(options: ResolvedSequenceOptions, registry: Registry): MetricFactory {
@@ -15,7 +27,9 @@ export function metricFactory(options: ResolvedSequenceOptions, registry: Regist
   return {
     counter: (name, help, labelNames) =>
       new Counter({ name: prefix + name, help, labelNames, registers }),
-    gauge: (name, help, labelNames) =>
-      new Gauge({ name: prefix + name, help, labelNames, registers }),
+    gauge: (name, help, labelNames, collect) =>
+      new Gauge({ name: prefix + name, help, labelNames, registers, collect }),
+    histogram: (name, help, labelNames, buckets) =>
+      new Histogram({ name: prefix + name, help, labelNames, buckets, registers }),
   };
 }

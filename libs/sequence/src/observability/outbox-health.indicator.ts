@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
-import type { BoxName } from '../ports/outbox-store.port';
+import { BOX_NAMES, type BoxName } from '../ports/outbox-store.port';
 import {
   probe,
   type SequenceDependencyHealth,
@@ -52,12 +52,7 @@ export class OutboxHealthIndicator {
     if (store.status === 'down') return indicator.down({ store });
     const ready = await opened;
     const failed: Partial<Record<BoxName, number>> = {};
-    for (const box of [
-      'outbox_events',
-      'outbox_commands',
-      'inbox_events',
-      'inbox_commands',
-    ] as const) {
+    for (const box of BOX_NAMES) {
       failed[box] = (await ready.stats(box)).failed;
     }
     return indicator.up({ store: { ...store, name: ready.name }, failed });

@@ -1,8 +1,9 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { Counter, Gauge, Histogram } from 'prom-client';
+import type { Counter, Gauge, Histogram } from 'prom-client';
 import { BOX_NAMES, type BoxName, type BoxStats } from '../ports/outbox-store.port';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
-import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
+import type { ResolvedSequenceOptions } from '../sequence.options';
+import { metricFactory } from './metric-factory';
 import { SequenceMetrics } from './sequence.metrics';
 
 /** What an inbox did with a received message. */
@@ -26,60 +27,44 @@ export class OutboxMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     sequenceMetrics: SequenceMetrics,
   ) {
-    const prefix =
-      options.metrics === false ? SEQUENCE_DEFAULTS.metricsPrefix : options.metrics.prefix;
-    const registers = options.metrics === false ? [] : [sequenceMetrics.registry];
-    this.published = new Counter({
-      name: `${prefix}outbox_published_total`,
-      help: 'Outbox records published with a confirm (every route of the record)',
-      labelNames: ['box'],
-      registers,
-    });
-    this.attemptsFailed = new Counter({
-      name: `${prefix}outbox_attempts_failed_total`,
-      help: 'Publish (outbox) or handler (inbox) attempts that failed, by what followed: retry or failed',
-      labelNames: ['box', 'outcome'],
-      registers,
-    });
-    this.received = new Counter({
-      name: `${prefix}inbox_received_total`,
-      help: 'Messages an inbox received, by outcome: added, duplicate, invalid',
-      labelNames: ['box', 'outcome'],
-      registers,
-    });
-    this.processed = new Counter({
-      name: `${prefix}inbox_processed_total`,
-      help: 'Inbox records whose handler completed',
-      labelNames: ['box'],
-      registers,
-    });
-    this.latency = new Histogram({
-      name: `${prefix}outbox_latency_seconds`,
-      help: 'From append (commit) to publish confirmed (outbox) or handler done (inbox)',
-      labelNames: ['box'],
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-      registers,
-    });
-    const gauge = (name: string, help: string, read: (stats: BoxStats) => number) =>
-      new Gauge({
-        name: `${prefix}${name}`,
-        help,
-        labelNames: ['box'],
-        registers,
-        collect: async () => this.collect(name, read),
+    const { counter, gauge, histogram } = metricFactory(options, sequenceMetrics.registry);
+    this.published = counter(
+      'outbox_published_total',
+      'Outbox records published with a confirm (every route of the record)',
+      ['box'],
+    );
+    this.attemptsFailed = counter(
+      'outbox_attempts_failed_total',
+      'Publish (outbox) or handler (inbox) attempts that failed, by what followed: retry or failed',
+      ['box', 'outcome'],
+    );
+    this.received = counter(
+      'inbox_received_total',
+      'Messages an inbox received, by outcome: added, duplicate, invalid',
+      ['box', 'outcome'],
+    );
+    this.processed = counter('inbox_processed_total', 'Inbox records whose handler completed', [
+      'box',
+    ]);
+    this.latency = histogram(
+      'outbox_latency_seconds',
+      'From append (commit) to publish confirmed (outbox) or handler done (inbox)',
+      ['box'],
+      [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    );
+    const boxGauge = (name: string, help: string, read: (stats: BoxStats) => number): void => {
+      const made: Gauge<'box'> = gauge(name, help, ['box'], async () => {
+        for (const [box, stats] of await this.snapshot()) made.set({ box }, read(stats));
       });
-    this.pendingGauge = gauge('outbox_pending', 'PENDING records per box', (s) => s.pending);
-    this.failedGauge = gauge('outbox_failed', 'FAILED records per box', (s) => s.failed);
-    this.ageGauge = gauge(
+    };
+    boxGauge('outbox_pending', 'PENDING records per box', (s) => s.pending);
+    boxGauge('outbox_failed', 'FAILED records per box', (s) => s.failed);
+    boxGauge(
       'outbox_oldest_pending_age_seconds',
       'Age of the oldest PENDING record per box (0 when none)',
       (s) => (s.oldestPendingAt === null ? 0 : Math.max(0, Date.now() - s.oldestPendingAt) / 1000),
     );
   }
-
-  private readonly pendingGauge: Gauge<'box'>;
-  private readonly failedGauge: Gauge<'box'>;
-  private readonly ageGauge: Gauge<'box'>;
 
   /** Where the gauges read box statistics from (the runtime, once the store is open). */
   readStatsFrom(source: ((box: BoxName) => Promise<BoxStats>) | undefined): void {
@@ -103,16 +88,6 @@ export class OutboxMetrics {
   processedOne(box: BoxName, createdAt: number): void {
     this.processed.inc({ box });
     this.latency.observe({ box }, Math.max(0, Date.now() - createdAt) / 1000);
-  }
-
-  private async collect(name: string, read: (stats: BoxStats) => number): Promise<void> {
-    const gauge = {
-      outbox_pending: this.pendingGauge,
-      outbox_failed: this.failedGauge,
-      outbox_oldest_pending_age_seconds: this.ageGauge,
-    }[name];
-    if (!gauge) return;
-    for (const [box, stats] of await this.snapshot()) gauge.set({ box }, read(stats));
   }
 
   /**

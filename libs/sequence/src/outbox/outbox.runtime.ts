@@ -46,6 +46,8 @@ export class OutboxRuntime
   private unwatch: (() => Promise<void>) | undefined;
   private readonly purgeJob: IntervalJob<number>;
   private stopped = false;
+  /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
+  readonly orderedBoxes: ReadonlySet<BoxName>;
 
   constructor(
     @Inject(OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
@@ -55,6 +57,7 @@ export class OutboxRuntime
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
     this.purgeJob = new IntervalJob(OUTBOX_PURGE_INTERVAL, schedulerRegistry, () => this.purge());
+    this.orderedBoxes = new Set(BOX_NAMES.filter((box) => options.boxes[box].ordered));
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -69,11 +72,6 @@ export class OutboxRuntime
       throw error;
     });
     return this.starting;
-  }
-
-  /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
-  get orderedBoxes(): ReadonlySet<BoxName> {
-    return new Set(BOX_NAMES.filter((box) => this.options.boxes[box].ordered));
   }
 
   /** Asks a box's relay or processor to look for due records now. */
