@@ -28,6 +28,21 @@ export function runToCompletion(command: () => Promise<number>): void {
   command().then((code) => process.exit(code), exitOnError);
 }
 
+/**
+ * Runs a command that either finishes (exits with the code it resolves to) or goes on serving
+ * (`'serving'`: the process stays up until a signal); 1, printing the error, when it fails.
+ */
+export function runUntilServingOrDone(command: () => Promise<number | 'serving'>): void {
+  command().then((outcome) => {
+    if (outcome !== 'serving') process.exit(outcome);
+  }, exitOnError);
+}
+
+/** Closes an application without letting a failure to close hide why the run failed. */
+export async function closeQuietly(app: INestApplicationContext): Promise<void> {
+  await app.close().catch((error: unknown) => console.error('closing the app failed:', error));
+}
+
 /** Ends the command: a usage error (exit 2) for a bad environment, else 1 with the error. */
 export function exitOnError(error: unknown): never {
   if (error instanceof DemoEnvironmentError) {

@@ -1,10 +1,9 @@
 import 'reflect-metadata';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { OrdersAppModule } from './app.module';
-import { exitOnError } from './demo.command';
+import { closeQuietly, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
 import { runOrdersScenario } from './orders/orders-demo.scenario';
 import { describeRun, failedChecks } from './orders/orders-run.report';
@@ -56,11 +55,4 @@ async function main(): Promise<'serving' | number> {
   }
 }
 
-/** Closing must not hide why the run failed. */
-async function closeQuietly(app: INestApplication): Promise<void> {
-  await app.close().catch((error: unknown) => console.error('closing the app failed:', error));
-}
-
-main().then((outcome) => {
-  if (outcome !== 'serving') process.exit(outcome);
-}, exitOnError);
+runUntilServingOrDone(main);

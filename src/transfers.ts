@@ -12,7 +12,7 @@ import {
   type Transport,
 } from 'nest-sequence';
 import { TransfersAppModule } from './app.module';
-import { exitOnError } from './demo.command';
+import { closeQuietly, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
 import { TransferStatusProjection } from './transfers/transfer-status.projection';
 import { TransferStatusResequencer } from './transfers/transfer-status.resequencer';
@@ -111,11 +111,4 @@ async function heldBack(app: INestApplication, resequencer: string): Promise<num
     .reduce((sum, { value }) => sum + value, 0);
 }
 
-/** Closing must not hide why the run failed. */
-async function closeQuietly(app: INestApplication): Promise<void> {
-  await app.close().catch((error: unknown) => console.error('closing the app failed:', error));
-}
-
-main().then((outcome) => {
-  if (outcome !== 'serving') process.exit(outcome);
-}, exitOnError);
+runUntilServingOrDone(main);
