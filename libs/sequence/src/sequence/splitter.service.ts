@@ -75,12 +75,17 @@ export class SplitterService {
       const whole = Buffer.isBuffer(payload)
         ? payload
         : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
-      const sha256 = sha256Hasher().update(whole).digest('hex');
       const plan = planFragments(whole.length, fragmentBytes);
+      // Hashed fragment by fragment as they are published (the digest travels on the last one
+      // only), so the first fragment leaves without waiting for a pass over the whole payload.
+      const hash = sha256Hasher();
+      let sha256 = '';
       const fragments = (function* (): Generator<OutgoingFragment> {
         for (const { position, offset, length } of plan) {
           const body = whole.subarray(offset, offset + length);
           const last = position === plan.length;
+          hash.update(body);
+          if (last) sha256 = hash.digest('hex');
           const headers = buildFragmentHeaders({
             ...base,
             position,
