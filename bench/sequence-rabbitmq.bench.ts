@@ -22,7 +22,7 @@
  *   BENCH_PREFETCH [library default, 16]  BENCH_IN_FLIGHT [library default, 2]   (a and b alike)
  *   BENCH_500 [1; 0 skips]  BENCH_500_MB [500]  BENCH_500_FRAGMENT_MIB [8]
  *   BENCH_500_PREFETCH [BENCH_PREFETCH]  BENCH_RSS_SAMPLE_MS [10]  BENCH_RUN_TIMEOUT_S [300]
- *   BENCH_READ_AHEAD [store default, 2]: RedisSequenceStore readAheadFragments (b only)
+ *   BENCH_READ_AHEAD [store default, 4]: RedisSequenceStore readAhead, in pieces (b only)
  *   BENCH_CPU_PROF_DIR [unset; when set, consumers run with --cpu-prof into that directory]
  *
  * Queues (`nseq-bench.<id>.*`) and Redis keys (prefix `nseq-bench-<id>`) are unique to the run
@@ -84,8 +84,8 @@ const settings = {
   rounds: Math.max(1, Math.floor(numberFromEnv('BENCH_ROUNDS', 3))),
   prefetch: numberFromEnv('BENCH_PREFETCH', SEQUENCE_DEFAULTS.prefetch),
   inFlight: numberFromEnv('BENCH_IN_FLIGHT', SEQUENCE_DEFAULTS.publish.inFlight),
-  /** The Redis store's readAheadFragments (b only); unset keeps the store's default (2). */
-  readAhead: process.env.BENCH_READ_AHEAD ? numberFromEnv('BENCH_READ_AHEAD', 2) : undefined,
+  /** The Redis store's readAhead (b only); unset keeps the store's default (4). */
+  readAhead: process.env.BENCH_READ_AHEAD ? numberFromEnv('BENCH_READ_AHEAD', 4) : undefined,
   big: numberFromEnv('BENCH_500', 1) !== 0,
   bigBytes: numberFromEnv('BENCH_500_MB', 500) * MiB,
   bigFragmentMiB: numberFromEnv('BENCH_500_FRAGMENT_MIB', 8),
@@ -523,7 +523,7 @@ function consumerConfig(mode: ConsumerMode, queue: string, prefetch: number): Co
     prefetch,
     redisUrl: settings.redisUrl,
     redisPrefix,
-    readAheadFragments: settings.readAhead,
+    readAhead: settings.readAhead,
     rssSampleMs: settings.rssSampleMs,
   };
 }
@@ -606,7 +606,7 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
       .peak,
     prefetch: settings.prefetch,
     inFlight: settings.inFlight,
-    readAheadFragments: settings.readAhead ?? 'default (2)',
+    readAhead: settings.readAhead ?? 'default (4)',
     modulePhasesMs: medianOf(module.map(phasesOf)),
     cpuSeconds: { raw: cpuSummary(raw), module: cpuSummary(module) },
     moduleRedisCalls: medianOf(module.map((run) => redisCallsOf(run.trace))),
@@ -646,7 +646,7 @@ async function runBigCase(servers: Servers): Promise<void> {
     rssTargetMet: peak < BIG_RSS_TARGET_MIB,
     prefetch: bigPrefetch,
     inFlight: settings.inFlight,
-    readAheadFragments: settings.readAhead ?? 'default (2)',
+    readAhead: settings.readAhead ?? 'default (4)',
     modulePhasesMs: phasesOf(b),
     cpuSeconds: cpuSummary([b]),
     moduleRedisCalls: redisCallsOf(b.trace),

@@ -181,7 +181,7 @@ export async function startModuleConsumer(
   const client = new Redis(config.redisUrl);
   const store = new RedisSequenceStore(client, {
     prefix: config.redisPrefix,
-    readAheadFragments: config.readAheadFragments,
+    readAhead: config.readAhead,
   });
   traceRedisCommands(client);
 

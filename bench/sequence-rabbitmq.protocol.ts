@@ -16,8 +16,8 @@ export interface ConsumerConfig {
   readonly redisUrl: string;
   /** module mode only: the store's key prefix, unique to this run of the benchmark */
   readonly redisPrefix: string;
-  /** module mode only: the store's `readAheadFragments`; undefined keeps the store's default */
-  readonly readAheadFragments?: number;
+  /** module mode only: the store's `readAhead` (pieces); undefined keeps the store's default */
+  readonly readAhead?: number;
   /** How often the consumer samples its RSS. */
   readonly rssSampleMs: number;
 }

@@ -1,25 +1,38 @@
 import { Readable } from 'node:stream';
 
-/** Fetches the body at a position (1-based); null when it is not there. */
-export type BodyFetcher = (position: number) => Promise<Buffer | null>;
+/**
+ * One piece of a sequence's bytes: a whole body (`bytes` unknown: a small body, kept inline) or
+ * the range `[start, start + bytes)` of a large one.
+ */
+export interface BodyPiece {
+  readonly position: number;
+  readonly start: number;
+  /** The length the fetch must return; undefined when the body's length is not known. */
+  readonly bytes?: number;
+}
+
+/** Fetches a piece; null when it is not there. */
+export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | null>;
 
 /**
- * The bodies of a sequence as a byte stream, one chunk per body, in position order. At most
- * `readAhead` bodies (at least one) are being fetched or waiting to be pushed, and a one-byte
- * high-water mark keeps at most one body in the stream's buffer: a read holds at most
- * `readAhead + 2` bodies (with the one its consumer is handling), whatever the sequence's size. `open` resolves the positions to read, in order (or rejects: the stream fails).
+ * The bytes of a sequence as a stream, one chunk per piece, in order. At most `readAhead` pieces
+ * (at least one) are being fetched or waiting to be pushed, and a one-byte high-water mark keeps
+ * at most one in the stream's buffer: a read holds at most `readAhead + 2` pieces (with the one
+ * its consumer is handling), whatever the sequence's size. `open` resolves the pieces to read, in
+ * order (or rejects: the stream fails). A piece that is missing, or shorter than planned, fails
+ * the stream: the sequence was finished or expired while it was being read.
  */
 export class RedisBodyReader extends Readable {
   private readonly pending: Array<Promise<Buffer | null>> = [];
-  private positions?: readonly number[];
-  /** Index in `positions` of the next body to fetch. */
+  private pieces?: readonly BodyPiece[];
+  /** Index in `pieces` of the next one to fetch. */
   private next = 0;
   /** _read was called and no body was pushed since. */
   private wanted = false;
   private pumping = false;
 
   constructor(
-    private readonly open: () => Promise<readonly number[]>,
+    private readonly open: () => Promise<readonly BodyPiece[]>,
     private readonly fetch: BodyFetcher,
     private readonly readAhead: number,
   ) {
@@ -35,7 +48,7 @@ export class RedisBodyReader extends Readable {
   private async pump(): Promise<void> {
     this.pumping = true;
     try {
-      this.positions ??= await this.open();
+      this.pieces ??= await this.open();
       while (this.wanted && !this.destroyed) {
         this.wanted = false;
         await this.pushNext();
@@ -50,17 +63,17 @@ export class RedisBodyReader extends Readable {
   private async pushNext(): Promise<void> {
     for (;;) {
       this.fill();
-      const position = this.positions?.[this.next - this.pending.length];
+      const piece = this.pieces?.[this.next - this.pending.length];
       const body = await this.pending.shift();
       if (this.destroyed) return;
-      if (body === undefined) {
+      if (body === undefined || piece === undefined) {
         this.push(null);
         return;
       }
-      if (body === null) {
+      if (body === null || (piece.bytes !== undefined && body.length !== piece.bytes)) {
         throw new Error(
-          `the body at position ${position} is gone: the sequence was finished or expired while ` +
-            'it was being read',
+          `the body at position ${piece.position} is gone: the sequence was finished or expired ` +
+            'while it was being read',
         );
       }
       // An empty chunk would push nothing: skip empty bodies.
@@ -72,9 +85,9 @@ export class RedisBodyReader extends Readable {
   }
 
   private fill(): void {
-    const positions = this.positions ?? [];
-    while (this.pending.length < Math.max(1, this.readAhead) && this.next < positions.length) {
-      const fetching = this.fetch(positions[this.next++]);
+    const pieces = this.pieces ?? [];
+    while (this.pending.length < Math.max(1, this.readAhead) && this.next < pieces.length) {
+      const fetching = this.fetch(pieces[this.next++]);
       // Handled when awaited; until then a rejection must not count as unhandled.
       fetching.catch(() => undefined);
       this.pending.push(fetching);

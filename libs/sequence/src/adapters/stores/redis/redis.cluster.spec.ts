@@ -1,9 +1,10 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { describeClaimLedgerConformance } from '../../../../test/conformance/claim-ledger.conformance';
 import { describePayloadStoreConformance } from '../../../../test/conformance/payload-store.conformance';
 import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
 import {
+  readAll,
   sequenceFixture,
   sequenceStoreConformance,
 } from '../../../../test/conformance/sequence-store.conformance';
@@ -15,7 +16,7 @@ import {
 import type { ClaimLedger } from '../../../ports/claim-ledger.port';
 import type { PayloadStore } from '../../../ports/payload-store.port';
 import type { ResequencerStore } from '../../../ports/resequencer-store.port';
-import type { SequenceStore } from '../../../ports/sequence-store.port';
+import type { AcceptContext, SequenceStore } from '../../../ports/sequence-store.port';
 import { RedisPayloadKeys } from '../../payload/redis/redis-payload-keys';
 import { RedisPayloadStore } from '../../payload/redis/redis.payload-store';
 import { RedisClaimKeys } from './redis-claim-keys';
@@ -96,6 +97,21 @@ suite('Redis adapters on a 3-master Redis Cluster', () => {
 
     sequenceStoreConformance('redis on Redis Cluster', { create, close });
 
+    /** Limits that let every sequence of these tests (up to `maxSequenceBytes` each) in. */
+    const acceptContext = (now: number, maxSequenceBytes: number): AcceptContext => ({
+      now,
+      consumerId: 'consumer-a',
+      leaseMs: 30_000,
+      expiry: { ms: 60_000, strategy: 'fixed' },
+      retentionMs: 60_000,
+      limits: {
+        maxSequenceBytes,
+        maxFragments: 10,
+        maxBufferedBytes: 1_000 * maxSequenceBytes,
+        maxOpenSequences: 100,
+      },
+    });
+
     it('spreads sequences over the masters while each sequence stays in one slot', async () => {
       const store = await create();
       try {
@@ -105,24 +121,37 @@ suite('Redis adapters on a 3-master Redis Cluster', () => {
         const masters = new Set<string>();
         for (let index = 0; index < 12; index++) {
           const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
-          await store.accept(fragments[0], {
-            now,
-            consumerId: 'consumer-a',
-            leaseMs: 30_000,
-            expiry: { ms: 60_000, strategy: 'fixed' },
-            retentionMs: 60_000,
-            limits: {
-              maxSequenceBytes: 1_000,
-              maxFragments: 10,
-              maxBufferedBytes: 1_000_000,
-              maxOpenSequences: 100,
-            },
-          });
+          await store.accept(fragments[0], acceptContext(now, 1_000));
           const keys = names.sequence(ref);
           masters.add(await slotOwner(await slotOf([keys.meta, keys.crc, keys.body])));
         }
         expect(masters.size).toBeGreaterThan(1);
         expect(await store.stats(now)).toMatchObject({ openSequences: 12, bufferedBytes: 12 });
+      } finally {
+        await close(store);
+      }
+    });
+
+    it('stores large bodies outside Lua and reads them back in pieces, on every master', async () => {
+      const prefix = uniquePrefix();
+      const store = new RedisSequenceStore(cluster, { prefix, readPieceBytes: 64 * 1024 });
+      prefixes.set(store, prefix);
+      try {
+        const names = new RedisKeys(prefix);
+        const scope = `cluster.${randomUUID()}`;
+        const now = Date.now();
+        const masters = new Set<string>();
+        for (let index = 0; index < 6; index++) {
+          const bodies = [300 * 1024 + index, 5, 70 * 1024].map((bytes) => randomBytes(bytes));
+          const { fragments, ref } = sequenceFixture(scope, bodies);
+          for (const fragment of fragments) {
+            await store.accept(fragment, acceptContext(now, 1024 * 1024));
+          }
+          const read = Buffer.concat(await readAll(store.read(ref)));
+          expect(read.equals(Buffer.concat(bodies))).toBe(true);
+          masters.add(await slotOwner(await slotOf([names.sequence(ref).meta])));
+        }
+        expect(masters.size).toBeGreaterThan(1);
       } finally {
         await close(store);
       }

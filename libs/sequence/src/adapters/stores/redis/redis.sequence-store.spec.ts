@@ -211,6 +211,62 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(keys).toHaveLength(1);
         expect(keys[0]).toMatch(/:done$/);
       });
+
+      it('reads small bodies whole and large ones in pieces that need not divide them, in order', async () => {
+        const pieced = new RedisSequenceStore(redis, {
+          prefix,
+          readAhead: 3,
+          readPieceBytes: 64 * 1024,
+        });
+        // Inline (≤ 64 KiB), then bodies of 1, 2 and 3 pieces, the last ones short.
+        const bodies = [7, 64 * 1024 + 1, 200 * 1024 + 13, 5, 128 * 1024].map((bytes) =>
+          randomBytes(bytes),
+        );
+        const { fragments, ref } = sequenceFixture(scope, bodies);
+        for (const fragment of [...fragments].reverse()) {
+          await pieced.accept(fragment, context(t0));
+        }
+        const chunks = await readAll(pieced.read(ref));
+        expect(chunks.map((chunk) => chunk.length)).toEqual([
+          7,
+          64 * 1024,
+          1,
+          64 * 1024,
+          64 * 1024,
+          64 * 1024,
+          8 * 1024 + 13,
+          5,
+          64 * 1024,
+          64 * 1024,
+        ]);
+        expect(Buffer.concat(chunks).equals(Buffer.concat(bodies))).toBe(true);
+      });
+
+      it('fails the read, rather than ending it short, when a large body goes while it is read', async () => {
+        const pieced = new RedisSequenceStore(redis, {
+          prefix,
+          readAhead: 1,
+          readPieceBytes: 64 * 1024,
+        });
+        const { fragments, ref } = sequenceFixture(scope, [big('a'), big('b'), big('c')]);
+        for (const fragment of fragments) await pieced.accept(fragment, context(t0));
+        const reading = pieced.read(ref);
+        const received: Buffer[] = [];
+        const done = (async () => {
+          for await (const chunk of reading) {
+            received.push(chunk as Buffer);
+            // Once the read is under way, the third body disappears (as if expired meanwhile).
+            if (received.length === 1) {
+              const [bodyKey] = (await sequenceKeysUnder()).filter((key) =>
+                key.endsWith(':body:3'),
+              );
+              await redis.del(bodyKey);
+            }
+          }
+        })();
+        await expect(done).rejects.toThrow(/position 3 is gone/);
+        expect(Buffer.concat(received).length).toBeLessThan(3 * 100 * 1024);
+      });
     });
 
     it('keeps every key of a sequence in one hash slot, and the global keys in another, whatever the scope', async () => {
@@ -246,8 +302,8 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       }
     });
 
-    it('streams a 64 MiB sequence of 8 MiB bodies byte-exact, a bounded number of bodies at a time', async () => {
-      const reader = new RedisSequenceStore(redis, { prefix, readAheadFragments: 1 });
+    it('streams a 64 MiB sequence of 8 MiB bodies byte-exact, in 1 MiB pieces, a bounded number at a time', async () => {
+      const reader = new RedisSequenceStore(redis, { prefix, readAhead: 1, readPieceBytes: MiB });
       const ref = { scope, sequenceId: `seq-${randomUUID()}` };
       const written = createHash('sha256');
       for (let position = 1; position <= 8; position++) {
@@ -269,15 +325,14 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(result.status).toBe(position === 8 ? 'complete' : 'stored');
       }
 
-      // Counts the bodies the reader holds (fetching, or fetched and not yet handed out): a plain
-      // wrapper, since a jest spy would keep every body it returned.
+      // Counts the pieces the reader holds (fetching, or fetched and not yet handed out): a plain
+      // wrapper, since a jest spy would keep every piece it returned.
       let fetching = 0;
       let fetched = 0;
       let consumed = 0;
       let mostFetching = 0;
-      let mostHeldBodies = 0;
-      // Bodies are read with HGET (small ones, in the body hash) or GET (large ones, a key each):
-      // count both.
+      let mostHeldPieces = 0;
+      // Small bodies are read whole with HGET (from the body hash), large ones by range: count both.
       const countFetch =
         <A extends unknown[]>(fetch: (...args: A) => Promise<Buffer | null>) =>
         async (...args: A) => {
@@ -291,7 +346,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         };
       Object.assign(redis, {
         hgetBuffer: countFetch(redis.hgetBuffer.bind(redis)),
-        getBuffer: countFetch(redis.getBuffer.bind(redis)),
+        getrangeBuffer: countFetch(redis.getrangeBuffer.bind(redis)),
       });
       setFlagsFromString('--expose-gc');
       const gc = runInNewContext('gc') as () => void;
@@ -309,22 +364,24 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       try {
         for await (const chunk of reader.read(ref)) {
           consumed++;
-          mostHeldBodies = Math.max(mostHeldBodies, fetching + fetched - consumed);
+          mostHeldPieces = Math.max(mostHeldPieces, fetching + fetched - consumed);
           read.update(chunk as Buffer);
           chunkSizes.push((chunk as Buffer).length);
           mostGrowth = Math.max(mostGrowth, (await arrayBuffersInUse()) - baseline);
         }
       } finally {
         Reflect.deleteProperty(redis, 'hgetBuffer');
-        Reflect.deleteProperty(redis, 'getBuffer');
+        Reflect.deleteProperty(redis, 'getrangeBuffer');
       }
 
-      expect(chunkSizes).toEqual(Array.from({ length: 8 }, () => 8 * MiB));
+      expect(chunkSizes).toEqual(Array.from({ length: 64 }, () => MiB));
+      expect(fetched).toBe(64);
       expect(read.digest('hex')).toBe(written.digest('hex'));
       // Besides the chunk in the consumer's hands: readAhead (1) fetching + 1 in the stream buffer.
       expect(mostFetching).toBe(1);
-      expect(mostHeldBodies).toBeLessThanOrEqual(2);
-      expect(mostGrowth).toBeLessThan(32 * MiB);
+      expect(mostHeldPieces).toBeLessThanOrEqual(2);
+      // Never a whole 8 MiB body: a few pieces of 1 MiB, each with the socket chunks it came in.
+      expect(mostGrowth).toBeLessThan(8 * MiB);
     });
 
     it('lists a budget record whose consumer died before storing, and expire then frees it', async () => {

@@ -57,6 +57,7 @@
  */
 import type { RedisOptions } from 'ioredis';
 import { newRedisClient, quitRedisClient } from './redis-client';
+import { setBodyUncopied } from './redis-body.writer';
 import type { Readable } from 'node:stream';
 import type {
   AcceptContext,
@@ -70,7 +71,7 @@ import type {
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
 import { NO_GRANT, RedisBudget, type Grant, type Reservation } from './redis-budget';
-import { RedisBodyReader } from './redis-body.reader';
+import { RedisBodyReader, type BodyPiece } from './redis-body.reader';
 import { randomUUID } from 'node:crypto';
 import {
   bodyKeyAt,
@@ -102,11 +103,21 @@ export interface RedisSequenceStoreOptions {
    */
   readonly keyTtlMarginMs?: number;
   /**
-   * Bodies `read` fetches ahead of the stream (at least 1): a read holds at most this many plus
-   * two (the one in the stream's buffer, the one its consumer is handling).
-   * @default 2
+   * Pieces `read` fetches ahead of the stream (at least 1): a read holds at most this many plus
+   * two (the one in the stream's buffer, the one its consumer is handling). A piece is a small
+   * body, or up to `readPieceBytes` of a large one.
+   * @default 4
    */
+  readonly readAhead?: number;
+  /** @deprecated the name of `readAhead` before reads went by pieces; used when that is unset. */
   readonly readAheadFragments?: number;
+  /**
+   * The most a read fetches of a large body at once: a body larger than this is read in ranges
+   * (GETRANGE), so the memory a read holds is bounded by `(readAhead + 2) × readPieceBytes`
+   * whatever the fragment size. At least 64 KiB.
+   * @default 1 MiB
+   */
+  readonly readPieceBytes?: number;
 }
 
 /**
@@ -120,6 +131,8 @@ const STAGED_BODY_TTL_MS = 60_000;
 const MAX_ACCEPT_ROUNDS = 8;
 const MAX_EVICTION_ROUNDS = 8;
 const RETENTION_PURGE_BATCH = 100;
+/** Bodies whose length one pipeline asks for when a read plans its pieces. */
+const PIECE_PLAN_BATCH = 512;
 
 /**
  * {@link SequenceStore} on Redis (single node or Cluster), shared by any number of consumer
@@ -136,6 +149,7 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly budget: RedisBudget;
   private readonly marginMs: number;
   private readonly readAhead: number;
+  private readonly readPieceBytes: number;
   private ownsClient = false;
 
   constructor(
@@ -144,7 +158,11 @@ export class RedisSequenceStore implements SequenceStore {
   ) {
     this.keys = new RedisKeys(options.prefix ?? 'nseq');
     this.marginMs = options.keyTtlMarginMs ?? 300_000;
-    this.readAhead = Math.max(1, options.readAheadFragments ?? 2);
+    this.readAhead = Math.max(1, options.readAhead ?? options.readAheadFragments ?? 4);
+    this.readPieceBytes = Math.max(
+      INLINE_BODY_BYTES,
+      Math.floor(options.readPieceBytes ?? 1024 * 1024),
+    );
     this.scripts = loadScripts(redis);
     this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
   }
@@ -172,7 +190,7 @@ export class RedisSequenceStore implements SequenceStore {
       if (withBody && !inline) {
         // The script renames the key into place or deletes it; the TTL covers a crash between.
         body = { kind: 'staged', key: stagedBodyKey(sequenceKeys, randomUUID()) };
-        await this.redis.set(body.key, fragment.body, 'PX', STAGED_BODY_TTL_MS);
+        await setBodyUncopied(this.redis, body.key, fragment.body, STAGED_BODY_TTL_MS);
       }
       const reply = await this.scripts.accept(
         keys,
@@ -249,12 +267,45 @@ export class RedisSequenceStore implements SequenceStore {
   read(ref: SequenceRef): Readable {
     const keys = this.keys.sequence(ref);
     return new RedisBodyReader(
-      () => this.readablePositions(ref, keys),
-      async (position) =>
-        (await this.redis.getBuffer(bodyKeyAt(keys, position))) ??
-        (await this.redis.hgetBuffer(keys.body, String(position))),
+      async () => this.piecesOf(keys, await this.readablePositions(ref, keys)),
+      (piece) =>
+        piece.bytes === undefined
+          ? this.redis.hgetBuffer(keys.body, String(piece.position))
+          : this.redis.getrangeBuffer(
+              bodyKeyAt(keys, piece.position),
+              piece.start,
+              piece.start + piece.bytes - 1,
+            ),
       this.readAhead,
     );
+  }
+
+  /**
+   * The pieces `read` fetches: a small body whole, from the body hash; a large one in ranges of
+   * at most `readPieceBytes`, so that a read never holds a whole large body, whatever the
+   * fragment size. One pipelined STRLEN per body tells which is which (0: not a key of its own).
+   */
+  private async piecesOf(keys: SequenceKeys, positions: readonly number[]): Promise<BodyPiece[]> {
+    const pieces: BodyPiece[] = [];
+    for (let from = 0; from < positions.length; from += PIECE_PLAN_BATCH) {
+      const batch = positions.slice(from, from + PIECE_PLAN_BATCH);
+      const pipeline = this.redis.pipeline();
+      for (const position of batch) pipeline.strlen(bodyKeyAt(keys, position));
+      const replies = (await pipeline.exec()) ?? [];
+      batch.forEach((position, index) => {
+        const [error, length] = replies[index] ?? [new Error('no reply')];
+        if (error) throw error;
+        const bytes = Number(length);
+        if (bytes === 0) {
+          pieces.push({ position, start: 0 });
+          return;
+        }
+        for (let start = 0; start < bytes; start += this.readPieceBytes) {
+          pieces.push({ position, start, bytes: Math.min(this.readPieceBytes, bytes - start) });
+        }
+      });
+    }
+    return pieces;
   }
 
   async finish(

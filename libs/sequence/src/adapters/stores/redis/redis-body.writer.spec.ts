@@ -1,0 +1,98 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { setBodyUncopied } from './redis-body.writer';
+
+const MiB = 1024 * 1024;
+
+describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
+  let redis: Redis;
+  let prefix: string;
+
+  beforeAll(() => {
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  beforeEach(() => {
+    prefix = `nseq-test:writer:${randomUUID()}`;
+  });
+
+  afterEach(async () => {
+    const keys = await redis.keys(`${prefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+  });
+
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  it('stores the body byte-exact, with its TTL', async () => {
+    const body = randomBytes(3 * MiB + 17);
+    const key = `${prefix}:a`;
+    await expect(setBodyUncopied(redis, key, body, 60_000)).resolves.toBe('OK');
+    expect((await redis.getBuffer(key))?.equals(body)).toBe(true);
+    const ttl = await redis.pttl(key);
+    expect(ttl).toBeGreaterThan(50_000);
+    expect(ttl).toBeLessThanOrEqual(60_000);
+  });
+
+  it('keeps its place among commands sent before and after it on the connection', async () => {
+    const bodies = Array.from({ length: 6 }, (_, index) => randomBytes(MiB + index));
+    // Not awaited one by one: plain commands and uncopied ones interleave on the socket, and
+    // each reply must go to its own command.
+    const replies = await Promise.all(
+      bodies.flatMap((body, index) => [
+        redis.set(`${prefix}:small:${index}`, `v${index}`),
+        setBodyUncopied(redis, `${prefix}:big:${index}`, body, 60_000),
+        redis.get(`${prefix}:small:${index}`),
+        redis.strlen(`${prefix}:big:${index}`),
+      ]),
+    );
+    expect(replies).toEqual(
+      bodies.flatMap((body, index) => ['OK', 'OK', `v${index}`, body.length]),
+    );
+    for (const [index, body] of bodies.entries()) {
+      expect((await redis.getBuffer(`${prefix}:big:${index}`))?.equals(body)).toBe(true);
+    }
+  });
+
+  it("applies the client's keyPrefix, like any other command", async () => {
+    const prefixed = new Redis(SERVERS.redis.url, { keyPrefix: `${prefix}:p:` });
+    try {
+      const body = randomBytes(256 * 1024);
+      await setBodyUncopied(prefixed, 'body', body, 60_000);
+      expect((await redis.getBuffer(`${prefix}:p:body`))?.equals(body)).toBe(true);
+      expect(await redis.exists('body')).toBe(0);
+    } finally {
+      await prefixed.quit();
+    }
+  });
+
+  it('waits in the offline queue of a client that is not connected yet, then is sent whole', async () => {
+    const late = new Redis(SERVERS.redis.url, { lazyConnect: true });
+    try {
+      const body = randomBytes(2 * MiB);
+      const sending = setBodyUncopied(late, `${prefix}:late`, body, 60_000);
+      expect(late.status).not.toBe('ready');
+      await expect(sending).resolves.toBe('OK');
+      expect((await redis.getBuffer(`${prefix}:late`))?.equals(body)).toBe(true);
+    } finally {
+      await late.quit();
+    }
+  });
+
+  it('rejects, and stores nothing, when the server refuses the command', async () => {
+    const refused = new Redis(SERVERS.redis.url);
+    try {
+      // SET takes any key; a TTL of 0 is what the server refuses.
+      await expect(setBodyUncopied(refused, `${prefix}:bad`, randomBytes(1024), 0)).rejects.toThrow(
+        /invalid expire time/,
+      );
+      expect(await redis.exists(`${prefix}:bad`)).toBe(0);
+      // The connection is still in step: the next command gets its own reply.
+      expect(await refused.ping()).toBe('PONG');
+    } finally {
+      await refused.quit();
+    }
+  });
+});
