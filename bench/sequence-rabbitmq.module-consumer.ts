@@ -68,12 +68,14 @@ let trace = emptyTrace();
 /** The Redis store, timed; behaviour unchanged. */
 class TracedStore implements SequenceStore {
   readonly name: string;
+  readonly verifiesReads?: boolean;
 
   constructor(
     private readonly inner: SequenceStore,
     private readonly currentRun: () => Run | undefined,
   ) {
     this.name = inner.name;
+    this.verifiesReads = inner.verifiesReads;
   }
 
   async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {

@@ -6,6 +6,11 @@ export function crc32(body: Uint8Array): number {
   return zlibCrc32(body) >>> 0;
 }
 
+/** CRC-32 of a body that arrives in pieces: pass the previous piece's result as `running`. */
+export function crc32Continued(piece: Uint8Array, running: number): number {
+  return zlibCrc32(piece, running) >>> 0;
+}
+
 /** A running SHA-256 of a payload that arrives in pieces. */
 export function sha256Hasher(): Hash {
   return createHash('sha256');

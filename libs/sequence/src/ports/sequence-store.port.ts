@@ -142,6 +142,10 @@ export interface SequenceRef {
  *   a sequence that declares `bytes` reserves them when it opens, so sequences already admitted
  *   can always complete.
  * - `read` streams a complete sequence's bodies in position order, without concatenating them.
+ *   A store that sets `verifiesReads` checks every body it reads against the CRC-32 it was
+ *   accepted with, and fails the stream with a `StoredFragmentIntegrityError` (never ends
+ *   it short or with other bytes); the delivery then relies on that check instead of hashing the
+ *   payload a second time while the handler reads it.
  * - `finish` ends a sequence unless it already finished or another consumer holds its lease (it
  *   took over after this caller's lease lapsed): then it resolves `false` and changes nothing, so
  *   a stale holder can never overwrite the outcome. `completed` drops its fragments; `failed` keeps them for
@@ -167,6 +171,8 @@ export interface SequenceStore {
   releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void>;
   /** The bodies of a complete sequence, in position order. */
   read(ref: SequenceRef): Readable;
+  /** `read` checks every body against its stored CRC-32 (see the contract above). */
+  readonly verifiesReads?: boolean;
   /** Resolves `true` when this caller finished the sequence (see the contract above). */
   finish(
     ref: SequenceRef,

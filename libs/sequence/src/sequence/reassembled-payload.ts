@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { sha256Hasher } from '../core/checksum';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
+import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { HeaderMap } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
 import type { PayloadDigest } from './intake-digests';
@@ -26,12 +27,14 @@ export class ReassembledPayload {
   readonly headers: Readonly<HeaderMap>;
   readonly firstFragmentAt: Date;
   readonly lastFragmentAt: Date;
-  private mismatch?: SequenceIntegrityError;
+  private mismatch?: SequenceIntegrityError | StoredFragmentIntegrityError;
   private readError?: Error;
 
   /**
    * @param verifyWhileReading when set, every `stream()` checks the bytes read from the store
-   * against this digest and fails at its end, instead of ending, if they differ.
+   * against this digest and fails at its end, instead of ending, if they differ. Unset when the
+   * store checks every body it reads against its CRC-32 (`verifiesReads`): that failure is
+   * reported as an integrity failure too.
    */
   constructor(
     sequence: CompleteSequence & { readonly sha256: string },
@@ -59,7 +62,8 @@ export class ReassembledPayload {
     const source = this.open();
     // Recorded so a failed read is told apart from a failing handler (and never left unhandled).
     source.once('error', (error) => {
-      this.readError ??= error;
+      if (error instanceof StoredFragmentIntegrityError) this.mismatch ??= error;
+      else this.readError ??= error;
     });
     const expected = this.verifyWhileReading;
     if (!expected) return source;
@@ -74,7 +78,7 @@ export class ReassembledPayload {
   }
 
   /** Set when a `stream()` found bytes other than those verified at intake. */
-  get integrityFailure(): SequenceIntegrityError | undefined {
+  get integrityFailure(): SequenceIntegrityError | StoredFragmentIntegrityError | undefined {
     return this.mismatch;
   }
 

@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import { sha256Hasher } from '../core/checksum';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
+import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { SequenceMetrics } from '../observability/sequence.metrics';
 import type {
   CompleteSequence,
@@ -56,6 +57,9 @@ export class SequenceDelivery {
         try {
           digest = await this.digest(ref);
         } catch (error) {
+          if (error instanceof StoredFragmentIntegrityError) {
+            return await this.failIntegrity(ref, leaseToken, consumer.channel, error.message);
+          }
           this.logger.warn(
             `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
           );
@@ -64,27 +68,21 @@ export class SequenceDelivery {
       }
       if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(ref.sequenceId, declared, digest);
-        return await this.fail(
-          ref,
-          leaseToken,
-          consumer.channel,
-          'integrity-mismatch',
-          error.message,
-        );
+        return await this.failIntegrity(ref, leaseToken, consumer.channel, error.message);
       }
 
       const payload = new ReassembledPayload(
         { ...sequence, sha256: digest.sha256 },
         () => this.store.read(ref),
-        verifiedAtIntake ? digest : undefined,
+        // A store that checks each body's CRC-32 as it reads spares the second SHA-256 pass.
+        verifiedAtIntake && !this.store.verifiesReads ? digest : undefined,
       );
       const outcome = await this.runHandler(payload, consumer);
       if (payload.integrityFailure) {
-        return await this.fail(
+        return await this.failIntegrity(
           ref,
           leaseToken,
           consumer.channel,
-          'integrity-mismatch',
           `${payload.integrityFailure.message} (read back from the ${this.store.name} store)`,
         );
       }
@@ -108,6 +106,15 @@ export class SequenceDelivery {
     } finally {
       stopRenewing();
     }
+  }
+
+  private failIntegrity(
+    ref: SequenceRef,
+    leaseToken: string,
+    channel: string,
+    message: string,
+  ): Promise<Disposition> {
+    return this.fail(ref, leaseToken, channel, 'integrity-mismatch', message);
   }
 
   private async complete(

@@ -108,6 +108,14 @@ export class InstrumentedStore implements SequenceStore {
     return this.inner.releaseLease(ref, consumerId, now);
   }
 
+  /**
+   * The real store's, unless reads are being corrupted here, after its check: then the delivery
+   * must verify what it reads itself.
+   */
+  get verifiesReads(): boolean {
+    return this.inner.verifiesReads === true && this.corruptNextReads === 0;
+  }
+
   read(ref: SequenceRef): Readable {
     this.reads++;
     if (this.corruptNextReads > 0 && !this.crashed) {

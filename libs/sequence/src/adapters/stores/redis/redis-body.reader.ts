@@ -1,4 +1,6 @@
 import { Readable } from 'node:stream';
+import { crc32Continued } from '../../../core/checksum';
+import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 
 /**
  * One piece of a sequence's bytes: a whole body (`bytes` unknown: a small body, kept inline) or
@@ -9,6 +11,16 @@ export interface BodyPiece {
   readonly start: number;
   /** The length the fetch must return; undefined when the body's length is not known. */
   readonly bytes?: number;
+  /** On the last piece of a body: the CRC-32 the body was stored with. */
+  readonly crc32?: number;
+}
+
+/** The error a read fails with when a body it planned to read is no longer there. */
+export function bodyGoneError(position: number): Error {
+  return new Error(
+    `the body at position ${position} is gone: the sequence was finished or expired while it ` +
+      'was being read',
+  );
 }
 
 /** Fetches a piece; null when it is not there. */
@@ -20,13 +32,17 @@ export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | null>;
  * at most one in the stream's buffer: a read holds at most `readAhead + 2` pieces (with the one
  * its consumer is handling), whatever the sequence's size. `open` resolves the pieces to read, in
  * order (or rejects: the stream fails). A piece that is missing, or shorter than planned, fails
- * the stream: the sequence was finished or expired while it was being read.
+ * the stream: the sequence was finished or expired while it was being read. Each body's CRC-32 is
+ * computed over its pieces and checked, before its last piece is pushed, against the one it was
+ * stored with: a mismatch fails the stream with a {@link StoredFragmentIntegrityError}.
  */
 export class RedisBodyReader extends Readable {
   private readonly pending: Array<Promise<Buffer | null>> = [];
   private pieces?: readonly BodyPiece[];
   /** Index in `pieces` of the next one to fetch. */
   private next = 0;
+  /** CRC-32 of the pieces of the current body fetched so far. */
+  private running = 0;
   /** _read was called and no body was pushed since. */
   private wanted = false;
   private pumping = false;
@@ -35,6 +51,7 @@ export class RedisBodyReader extends Readable {
     private readonly open: () => Promise<readonly BodyPiece[]>,
     private readonly fetch: BodyFetcher,
     private readonly readAhead: number,
+    private readonly sequenceId: string,
   ) {
     super({ highWaterMark: 1 });
   }
@@ -71,9 +88,15 @@ export class RedisBodyReader extends Readable {
         return;
       }
       if (body === null || (piece.bytes !== undefined && body.length !== piece.bytes)) {
-        throw new Error(
-          `the body at position ${piece.position} is gone: the sequence was finished or expired ` +
-            'while it was being read',
+        throw bodyGoneError(piece.position);
+      }
+      this.running = crc32Continued(body, piece.start === 0 ? 0 : this.running);
+      if (piece.crc32 !== undefined && this.running !== piece.crc32) {
+        throw new StoredFragmentIntegrityError(
+          this.sequenceId,
+          piece.position,
+          piece.crc32,
+          this.running,
         );
       }
       // An empty chunk would push nothing: skip empty bodies.

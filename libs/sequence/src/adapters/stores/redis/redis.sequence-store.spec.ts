@@ -10,6 +10,7 @@ import {
 } from '../../../../test/conformance/sequence-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { crc32 } from '../../../core/checksum';
+import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 import type { AcceptContext, SequenceStore } from '../../../ports/sequence-store.port';
 import { NO_GRANT, RedisBudget } from './redis-budget';
 import { RedisKeys, sequenceKeyList } from './redis-keys';
@@ -240,6 +241,32 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           64 * 1024,
         ]);
         expect(Buffer.concat(chunks).equals(Buffer.concat(bodies))).toBe(true);
+      });
+
+      it('checks each large body read in pieces against its CRC-32, and fails on a changed byte', async () => {
+        const pieced = new RedisSequenceStore(redis, { prefix, readPieceBytes: 64 * 1024 });
+        expect(pieced.verifiesReads).toBe(true);
+        const { fragments, ref } = sequenceFixture(scope, [big('a'), big('b'), big('c')]);
+        for (const fragment of fragments) await pieced.accept(fragment, context(t0));
+        // One byte of the second body's second piece, same length: only the CRC-32 can tell.
+        const [bodyKey] = (await sequenceKeysUnder()).filter((key) => key.endsWith(':body:2'));
+        await redis.setrange(bodyKey, 70 * 1024, 'X');
+        const received: Buffer[] = [];
+        const reading = (async () => {
+          for await (const chunk of pieced.read(ref)) received.push(chunk as Buffer);
+        })();
+        await expect(reading).rejects.toBeInstanceOf(StoredFragmentIntegrityError);
+        await expect(reading).rejects.toMatchObject({
+          sequenceId: ref.sequenceId,
+          position: 2,
+          expectedCrc32: crc32(big('b')),
+        });
+        // The first body, and the second's first piece, but never the changed piece.
+        expect(
+          Buffer.concat(received).equals(
+            Buffer.concat([big('a'), big('b').subarray(0, 64 * 1024)]),
+          ),
+        ).toBe(true);
       });
 
       it('fails the read, rather than ending it short, when a large body goes while it is read', async () => {

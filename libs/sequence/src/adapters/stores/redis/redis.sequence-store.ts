@@ -71,7 +71,7 @@ import type {
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
 import { NO_GRANT, RedisBudget, type Grant, type Reservation } from './redis-budget';
-import { RedisBodyReader, type BodyPiece } from './redis-body.reader';
+import { RedisBodyReader, bodyGoneError, type BodyPiece } from './redis-body.reader';
 import { randomUUID } from 'node:crypto';
 import {
   bodyKeyAt,
@@ -143,6 +143,7 @@ const PIECE_PLAN_BATCH = 512;
  */
 export class RedisSequenceStore implements SequenceStore {
   readonly name = 'redis';
+  readonly verifiesReads = true;
 
   private readonly keys: RedisKeys;
   private readonly scripts: Scripts;
@@ -277,31 +278,44 @@ export class RedisSequenceStore implements SequenceStore {
               piece.start + piece.bytes - 1,
             ),
       this.readAhead,
+      ref.sequenceId,
     );
   }
 
   /**
    * The pieces `read` fetches: a small body whole, from the body hash; a large one in ranges of
    * at most `readPieceBytes`, so that a read never holds a whole large body, whatever the
-   * fragment size. One pipelined STRLEN per body tells which is which (0: not a key of its own).
+   * fragment size. One pipelined STRLEN per body tells which is which (0: not a key of its own);
+   * the CRC-32 each body was stored with comes in the same round trip, for the reader to check.
    */
   private async piecesOf(keys: SequenceKeys, positions: readonly number[]): Promise<BodyPiece[]> {
     const pieces: BodyPiece[] = [];
     for (let from = 0; from < positions.length; from += PIECE_PLAN_BATCH) {
       const batch = positions.slice(from, from + PIECE_PLAN_BATCH);
       const pipeline = this.redis.pipeline();
+      pipeline.hmget(keys.crc, ...batch.map(String));
       for (const position of batch) pipeline.strlen(bodyKeyAt(keys, position));
-      const replies = (await pipeline.exec()) ?? [];
-      batch.forEach((position, index) => {
-        const [error, length] = replies[index] ?? [new Error('no reply')];
+      const [crcs, ...lengths] = ((await pipeline.exec()) ?? []).map(([error, reply]) => {
         if (error) throw error;
-        const bytes = Number(length);
+        return reply;
+      }) as [Array<string | null>, ...number[]];
+      batch.forEach((position, index) => {
+        const stored = crcs[index];
+        if (stored === null || stored === undefined) throw bodyGoneError(position);
+        const crc32 = Number(stored);
+        const bytes = Number(lengths[index]);
         if (bytes === 0) {
-          pieces.push({ position, start: 0 });
+          pieces.push({ position, start: 0, crc32 });
           return;
         }
         for (let start = 0; start < bytes; start += this.readPieceBytes) {
-          pieces.push({ position, start, bytes: Math.min(this.readPieceBytes, bytes - start) });
+          const end = Math.min(start + this.readPieceBytes, bytes);
+          pieces.push({
+            position,
+            start,
+            bytes: end - start,
+            crc32: end === bytes ? crc32 : undefined,
+          });
         }
       });
     }

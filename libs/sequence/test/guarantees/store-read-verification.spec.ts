@@ -1,0 +1,136 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import {
+  RedisSequenceStore,
+  StoredFragmentIntegrityError,
+  type AcceptContext,
+  type FragmentRecord,
+} from 'nest-sequence';
+import { RedisKeys } from '../../src/adapters/stores/redis/redis-keys';
+import { SERVERS, describeWithServer } from '../support/servers';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  deathReasonOf,
+  makeFragments,
+  publishAll,
+  shuffled,
+  type SequenceTestApp,
+} from '../support/sequence-test-app';
+import { InstrumentedStore } from './instrumented.sequence-store';
+
+/**
+ * Guarantees row "reassembled SHA-256 mismatch" with a store that checks what it reads (the Redis
+ * store: `verifiesReads`). A sequence verified at intake is read once, for the handler, and each
+ * body is checked against the CRC-32 it was stored with instead of hashing the payload again. A
+ * body changed in Redis after intake still never reaches a handler as if it were good.
+ */
+describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)', () => {
+  let redis: Redis;
+  let prefix: string;
+  let t: SequenceTestApp | undefined;
+
+  beforeAll(() => {
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  beforeEach(() => {
+    prefix = `nseq-test:read-verification:${randomUUID()}`;
+  });
+
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length > 0) await redis.del(...keys);
+  });
+
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  /** Flips the first byte of the body stored at `position` (kept inline: fragments are small). */
+  async function alterStoredBody(channel: string, sequenceId: string, position: number) {
+    const bodyKey = new RedisKeys(prefix).sequence({ scope: channel, sequenceId }).body;
+    const stored = await redis.hgetBuffer(bodyKey, String(position));
+    if (!stored) throw new Error(`no body stored at ${bodyKey} ${position}`);
+    stored[0] ^= 0xff;
+    await redis.hset(bodyKey, String(position), stored);
+  }
+
+  it('reads a sequence stored in order once, checked by CRC-32, and hands it over byte-exact', async () => {
+    const channel = 'guarantees.read-verification.in-order';
+    const store = new InstrumentedStore(new RedisSequenceStore(redis, { prefix }));
+    t = await createSequenceTestApp(channel, { store });
+    const payload = bytes(10_000, 71);
+
+    await publishAll(t.transport, channel, makeFragments('in-order', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(store.verifiesReads).toBe(true);
+    expect(store.reads).toBe(1);
+    expect(t.handler.of('in-order')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('fails the handler stream and dead-letters the sequence when a body changed in Redis after intake', async () => {
+    const channel = 'guarantees.read-verification.altered';
+    t = await createSequenceTestApp(channel, {
+      store: new RedisSequenceStore(redis, { prefix }),
+      handlerRetry: { attempts: 3, baseDelayMs: 1 },
+    });
+    let streamError: unknown;
+    let readBytes = 0;
+    t.handler.onCall = async (delivered) => {
+      await alterStoredBody(channel, 'altered', 3);
+      try {
+        for await (const chunk of delivered.stream()) readBytes += (chunk as Buffer).length;
+      } catch (error) {
+        streamError = error;
+        throw error;
+      }
+    };
+
+    await publishAll(t.transport, channel, makeFragments('altered', bytes(5_000, 72), 1_000));
+    await t.transport.whenIdle();
+
+    expect(streamError).toBeInstanceOf(StoredFragmentIntegrityError);
+    expect(streamError).toMatchObject({ sequenceId: 'altered', position: 3 });
+    // The altered body itself was never handed over: the stream failed before pushing it.
+    expect(readBytes).toBe(2_000);
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(
+      /^integrity-mismatch: sequence altered: the body at position 3 read back from the store/,
+    );
+  });
+
+  it('dead-letters, without calling the handler, a sequence whose body changed before its verification read', async () => {
+    const channel = 'guarantees.read-verification.before-check';
+    const redisStore = new RedisSequenceStore(redis, { prefix });
+    // Stored out of order, so the sequence is read back and hashed before the handler; a body
+    // changes in Redis the moment the sequence completes.
+    const accept = redisStore.accept.bind(redisStore);
+    redisStore.accept = async (fragment: FragmentRecord, context: AcceptContext) => {
+      const result = await accept(fragment, context);
+      if (result.status === 'complete') {
+        await alterStoredBody(channel, fragment.sequenceId, 2);
+      }
+      return result;
+    };
+    t = await createSequenceTestApp(channel, { store: redisStore });
+    const fragments = shuffled(makeFragments('before-check', bytes(4_000, 73), 1_000), 5);
+
+    await publishAll(t.transport, channel, fragments);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(
+      /^integrity-mismatch: sequence before-check: the body at position 2 read back/,
+    );
+  });
+});
