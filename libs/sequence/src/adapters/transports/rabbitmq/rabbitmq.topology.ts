@@ -18,6 +18,8 @@ const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
 export class RabbitMqTopology {
   /** Channels declared on the current connection, or being declared. */
   private readonly declared = new Map<string, Promise<void>>();
+  /** The channels of `declared` whose declaration has succeeded (checked without a promise). */
+  private readonly ready = new Set<string>();
   private readonly connectionWaiters = new Set<(error?: Error) => void>();
   private disposed = false;
 
@@ -65,11 +67,21 @@ export class RabbitMqTopology {
       pending = this.declareWhenConnected(channel);
       this.declared.set(channel, pending);
       const settled = pending;
-      settled.catch(() => {
-        if (this.declared.get(channel) === settled) this.declared.delete(channel);
-      });
+      settled.then(
+        () => {
+          if (this.declared.get(channel) === settled) this.ready.add(channel);
+        },
+        () => {
+          if (this.declared.get(channel) === settled) this.declared.delete(channel);
+        },
+      );
     }
     return pending;
+  }
+
+  /** True when `channel` is declared on the current connection: `ensure` would have nothing to do. */
+  isReady(channel: string): boolean {
+    return this.ready.has(channel);
   }
 
   /**
@@ -78,6 +90,7 @@ export class RabbitMqTopology {
    */
   forget(): void {
     this.declared.clear();
+    this.ready.clear();
   }
 
   /**
@@ -86,12 +99,14 @@ export class RabbitMqTopology {
    */
   forgetChannel(channel: string): void {
     this.declared.delete(channel);
+    this.ready.delete(channel);
   }
 
   /** Stops waiting for connections; pending `ensure` calls reject. */
   dispose(): void {
     this.disposed = true;
     this.declared.clear();
+    this.ready.clear();
     for (const wake of [...this.connectionWaiters]) wake(new Error('the transport is closed'));
   }
 

@@ -209,7 +209,10 @@ export class RabbitMqTransport implements Transport {
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
-      await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      // Declared already (every publish but a channel's first): no timer, no promise to wait on.
+      if (!this.topology.isReady(channel)) {
+        await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      }
       // Mandatory, with an id of this attempt: a message no queue takes (its queue was deleted
       // while we were connected) comes back as a return before its confirm, instead of being
       // confirmed and dropped. It is then declared again and sent again.
@@ -221,10 +224,11 @@ export class RabbitMqTransport implements Transport {
           headers,
           mandatory: true,
           messageId: attempt,
-          // Also drops the message from the channel's queue, so it is not sent after we gave up.
+          // The wrapper's own timer, until the confirm: it rejects with CONFIRM_TIMEOUT (mapped
+          // below) and drops the message from its queue, so it is not sent after we gave up.
           timeout: Math.max(1, deadline - Date.now()),
         });
-        await withTimeout(confirmed, deadline - Date.now(), timedOut);
+        await confirmed;
         if (!this.returned.delete(attempt)) return;
         this.logger.warn(
           `${channel}: the broker returned a message as unroutable; declaring again`,
