@@ -191,6 +191,7 @@ async function main(): Promise<void> {
         writers: settings.writers,
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
+        relayConcurrency: settings.relayConcurrency ?? 'default (2)',
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
         ...summarize(rounds),
         target: { ratioToRaw: 0.7 },

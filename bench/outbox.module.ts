@@ -82,7 +82,11 @@ class Scene {
             store,
             migrate,
             routes: { event: () => this.queue },
-            outboxEvents: { enabled: relay, batchSize: settings.batchSize },
+            outboxEvents: {
+              enabled: relay,
+              batchSize: settings.batchSize,
+              concurrency: settings.relayConcurrency,
+            },
           },
         }),
       ],

@@ -82,7 +82,8 @@ export async function* chunkBytes(
 
 /**
  * Packs records into fragments without cutting a record across two fragments, so a consumer that
- * reads fragment by fragment (or a human reading a dead-lettered one) sees whole records. A record
+ * takes fragments one by one (a stream-mode handler, or a human reading a dead-lettered one) sees
+ * whole records; `ReassembledPayload.stream()` chunks need not follow fragments. A record
  * larger than `fragmentBytes` cannot be kept whole: it starts on a fresh fragment, is cut at
  * `fragmentBytes`, and its tail is shared with the records that follow. No records yields one
  * empty body.

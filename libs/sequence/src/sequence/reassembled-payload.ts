@@ -8,7 +8,7 @@ import type { PayloadDigest } from './intake-digests';
 
 /**
  * A complete, verified sequence as its handler receives it. The bytes stay in the store until the
- * handler asks: `stream()` reads them in order, fragment by fragment, without ever building one
+ * handler asks: `stream()` reads them in order, a piece at a time, without ever building one
  * buffer of the whole payload; `toBuffer()` is there for payloads you know are small.
  */
 export class ReassembledPayload {
@@ -32,14 +32,17 @@ export class ReassembledPayload {
 
   /**
    * @param verifyWhileReading when set, every `stream()` checks the bytes read from the store
-   * against this digest and fails at its end, instead of ending, if they differ. Unset when the
-   * store checks every body it reads against its CRC-32 (`verifiesReads`): that failure is
-   * reported as an integrity failure too.
+   * against this digest and fails at its end, instead of ending, if they differ: all of it, or
+   * only the byte count when `hash` is false (a store that checks every body it reads against its
+   * CRC-32, `verifiesReads`, and reports a mismatch as an integrity failure itself).
    */
   constructor(
     sequence: CompleteSequence & { readonly sha256: string },
     private readonly open: () => Readable,
-    private readonly verifyWhileReading?: PayloadDigest,
+    private readonly verifyWhileReading?: {
+      readonly digest: PayloadDigest;
+      readonly hash: boolean;
+    },
   ) {
     this.channel = sequence.scope;
     this.sequenceId = sequence.sequenceId;
@@ -65,13 +68,13 @@ export class ReassembledPayload {
       if (error instanceof StoredFragmentIntegrityError) this.mismatch ??= error;
       else this.readError ??= error;
     });
-    const expected = this.verifyWhileReading;
-    if (!expected) return source;
+    const verify = this.verifyWhileReading;
+    if (!verify) return source;
     const onMismatch = (error: SequenceIntegrityError): void => {
       this.mismatch ??= error;
     };
     const { sequenceId } = this;
-    return Readable.from(verifying(source, expected, sequenceId, onMismatch), {
+    return Readable.from(verifying(source, verify.digest, verify.hash, sequenceId, onMismatch), {
       objectMode: false,
       highWaterMark: 1,
     });
@@ -98,18 +101,20 @@ export class ReassembledPayload {
 async function* verifying(
   source: Readable,
   expected: PayloadDigest,
+  hashing: boolean,
   sequenceId: string,
   onMismatch: (error: SequenceIntegrityError) => void,
 ): AsyncGenerator<Buffer> {
-  const hash = sha256Hasher();
+  const hash = hashing ? sha256Hasher() : undefined;
   let bytes = 0;
   for await (const chunk of source) {
     const buffer = chunk as Buffer;
-    hash.update(buffer);
+    hash?.update(buffer);
     bytes += buffer.length;
     yield buffer;
   }
-  const actual = { sha256: hash.digest('hex'), bytes };
+  // Without hashing, the store vouched for each body's content: only the count is checked here.
+  const actual = { sha256: hash ? hash.digest('hex') : expected.sha256, bytes };
   if (actual.sha256 !== expected.sha256 || actual.bytes !== expected.bytes) {
     const error = new SequenceIntegrityError(sequenceId, expected, actual);
     onMismatch(error);

@@ -74,8 +74,9 @@ export class SequenceDelivery {
       const payload = new ReassembledPayload(
         { ...sequence, sha256: digest.sha256 },
         () => this.store.read(ref),
-        // A store that checks each body's CRC-32 as it reads spares the second SHA-256 pass.
-        verifiedAtIntake && !this.store.verifiesReads ? digest : undefined,
+        // A store that checks each body's CRC-32 as it reads spares the second SHA-256 pass; the
+        // byte count is checked all the same. Read back: checked just before, nothing to add.
+        verifiedAtIntake ? { digest, hash: this.store.verifiesReads !== true } : undefined,
       );
       const outcome = await this.runHandler(payload, consumer);
       if (payload.integrityFailure) {

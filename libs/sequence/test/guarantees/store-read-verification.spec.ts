@@ -1,12 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { Redis } from 'ioredis';
 import {
   RedisSequenceStore,
+  SequenceIntegrityError,
   StoredFragmentIntegrityError,
   type AcceptContext,
   type FragmentRecord,
 } from 'nest-sequence';
 import { RedisKeys } from '../../src/adapters/stores/redis/redis-keys';
+import * as checksum from '../../src/core/checksum';
 import { SERVERS, describeWithServer } from '../support/servers';
 import {
   bytes,
@@ -59,18 +62,72 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
     await redis.hset(bodyKey, String(position), stored);
   }
 
-  it('reads a sequence stored in order once, checked by CRC-32, and hands it over byte-exact', async () => {
-    const channel = 'guarantees.read-verification.in-order';
-    const store = new InstrumentedStore(new RedisSequenceStore(redis, { prefix }));
-    t = await createSequenceTestApp(channel, { store });
-    const payload = bytes(10_000, 71);
+  it.each([
+    ['crc32', 1],
+    ['sha256', 2],
+  ] as const)(
+    'reads a sequence stored in order once and hands it over byte-exact; readVerification %s hashes it %i time(s)',
+    async (readVerification, hashes) => {
+      const channel = `guarantees.read-verification.in-order-${readVerification}`;
+      const store = new InstrumentedStore(
+        new RedisSequenceStore(redis, { prefix, readVerification }),
+      );
+      t = await createSequenceTestApp(channel, { store });
+      const payload = bytes(10_000, 71);
+      // The fragments are made (and hashed) by the test before the count starts.
+      const fragments = makeFragments('in-order', payload, 1_000);
+      const hashers = jest.spyOn(checksum, 'sha256Hasher');
+      try {
+        await publishAll(t.transport, channel, fragments);
+        await t.transport.whenIdle();
+        // Once at intake; again while the handler reads only when the store does not vouch.
+        expect(hashers).toHaveBeenCalledTimes(hashes);
+      } finally {
+        hashers.mockRestore();
+      }
 
-    await publishAll(t.transport, channel, makeFragments('in-order', payload, 1_000));
+      expect(store.verifiesReads).toBe(readVerification === 'crc32');
+      expect(store.reads).toBe(1);
+      expect(t.handler.of('in-order')[0].bytes.equals(payload)).toBe(true);
+    },
+  );
+
+  it('still counts the bytes: a verifying store whose read ends short fails the handler stream and dead-letters the sequence', async () => {
+    const channel = 'guarantees.read-verification.short';
+    const redisStore = new RedisSequenceStore(redis, { prefix });
+    // A store that vouches for its reads yet ends one early (a bug, say): the last body is lost.
+    const read = redisStore.read.bind(redisStore);
+    redisStore.read = (ref) => {
+      const source = read(ref);
+      let chunks = 0;
+      return Readable.from(
+        (async function* () {
+          for await (const chunk of source) {
+            if (++chunks === 4) return;
+            yield chunk as Buffer;
+          }
+        })(),
+      );
+    };
+    t = await createSequenceTestApp(channel, { store: redisStore });
+    let streamError: unknown;
+    t.handler.onCall = async (delivered) => {
+      await delivered.toBuffer().catch((error: unknown) => {
+        streamError = error;
+        throw error;
+      });
+    };
+
+    await publishAll(t.transport, channel, makeFragments('short', bytes(4_000, 74), 1_000));
     await t.transport.whenIdle();
 
-    expect(store.verifiesReads).toBe(true);
-    expect(store.reads).toBe(1);
-    expect(t.handler.of('in-order')[0].bytes.equals(payload)).toBe(true);
+    expect(streamError).toBeInstanceOf(SequenceIntegrityError);
+    expect(t.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(
+      /^integrity-mismatch: sequence short: reassembled 3000 bytes/,
+    );
   });
 
   it('fails the handler stream and dead-letters the sequence when a body changed in Redis after intake', async () => {

@@ -1,9 +1,9 @@
 import { SequenceError } from './sequence.error';
 
 /**
- * A body read back from a sequence store is not the one the store accepted: its CRC-32 (or its
- * length) differs from what was recorded when the fragment was stored. The sequence is failed and
- * dead-lettered `integrity-mismatch`, like a SHA-256 mismatch.
+ * A body read back from a sequence store is not the one the store accepted: its CRC-32 differs
+ * from the one recorded when the fragment was stored. The sequence is failed and dead-lettered
+ * `integrity-mismatch`, like a SHA-256 mismatch.
  */
 export class StoredFragmentIntegrityError extends SequenceError {
   readonly code = 'integrity-mismatch' as const;

@@ -54,6 +54,9 @@ export class RedisBodyReader extends Readable {
     private readonly sequenceId: string,
   ) {
     super({ highWaterMark: 1 });
+    if (!Number.isSafeInteger(readAhead) || readAhead < 1) {
+      throw new RangeError(`readAhead must be an integer of at least 1, got ${readAhead}`);
+    }
   }
 
   override _read(): void {
@@ -80,13 +83,20 @@ export class RedisBodyReader extends Readable {
   private async pushNext(): Promise<void> {
     for (;;) {
       this.fill();
-      const piece = this.pieces?.[this.next - this.pending.length];
-      const body = await this.pending.shift();
-      if (this.destroyed) return;
-      if (body === undefined || piece === undefined) {
+      const pieces = this.pieces ?? [];
+      const piece = pieces[this.next - this.pending.length];
+      const fetching = this.pending.shift();
+      if (fetching === undefined) {
+        // Ends only once every planned piece was fetched and pushed: never short.
+        if (this.next < pieces.length) {
+          throw new Error(`read of sequence ${this.sequenceId} stopped before its end`);
+        }
         this.push(null);
         return;
       }
+      const body = await fetching;
+      if (this.destroyed) return;
+      if (piece === undefined) throw new Error('a body was fetched for no planned piece');
       if (body === null || (piece.bytes !== undefined && body.length !== piece.bytes)) {
         throw bodyGoneError(piece.position);
       }
@@ -109,7 +119,7 @@ export class RedisBodyReader extends Readable {
 
   private fill(): void {
     const pieces = this.pieces ?? [];
-    while (this.pending.length < Math.max(1, this.readAhead) && this.next < pieces.length) {
+    while (this.pending.length < this.readAhead && this.next < pieces.length) {
       const fetching = this.fetch(pieces[this.next++]);
       // Handled when awaited; until then a rejection must not count as unhandled.
       fetching.catch(() => undefined);

@@ -81,6 +81,29 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
     }
   });
 
+  it('falls back to the plain encoding inside a pipeline, and inside MULTI', async () => {
+    const bodies = [randomBytes(300 * 1024), randomBytes(200 * 1024)];
+    // The same command object the writer builds, queued in a pipeline and in a transaction.
+    const pipeline = redis.pipeline();
+    pipeline.set(`${prefix}:p:before`, 'x');
+    const sending = setBodyUncopied(
+      pipeline as unknown as Redis,
+      `${prefix}:p:0`,
+      bodies[0],
+      60_000,
+    );
+    pipeline.get(`${prefix}:p:before`);
+    const replies = await pipeline.exec();
+    await sending;
+    expect(replies?.map(([, reply]) => reply)).toEqual(['OK', 'OK', 'x']);
+    const multi = redis.multi();
+    void setBodyUncopied(multi as unknown as Redis, `${prefix}:m:1`, bodies[1], 60_000);
+    multi.strlen(`${prefix}:m:1`);
+    expect((await multi.exec())?.map(([, reply]) => reply)).toEqual(['OK', bodies[1].length]);
+    expect((await redis.getBuffer(`${prefix}:p:0`))?.equals(bodies[0])).toBe(true);
+    expect((await redis.getBuffer(`${prefix}:m:1`))?.equals(bodies[1])).toBe(true);
+  });
+
   it('rejects, and stores nothing, when the server refuses the command', async () => {
     const refused = new Redis(SERVERS.redis.url);
     try {

@@ -27,8 +27,10 @@ let uncopiedSet: UncopiedSetClass | undefined;
  * by ioredis as usual (retries, offline queue, timeouts and Cluster redirections included: each
  * (re)send writes the whole command again).
  *
- * Only for a command sent on its own with `sendCommand`: a pipeline or MULTI collects what
- * `toWritable` returns into one buffer, and would lose the parts written directly.
+ * Meant for a command sent on its own with `sendCommand`. In a pipeline or MULTI, which collect
+ * what `toWritable` returns and write it later, it falls back to ioredis's own encoding. It
+ * relies on how ioredis 5 sends a command (`toWritable(socket)`, its result written to that
+ * socket at once); the tests pin that down.
  */
 export function setBodyUncopied(
   redis: RedisClient,
@@ -53,7 +55,10 @@ function defineUncopiedSet(): UncopiedSetClass {
 
     override toWritable(socket: object): string | Buffer {
       const target = socket as Partial<SocketLike>;
-      if (typeof target.write !== 'function') return super.toWritable(socket);
+      // In a pipeline or MULTI, what this returns is collected and written later with the rest:
+      // the plain (copying) encoding is the only correct one there.
+      const queued = this.inTransaction || this.pipelineIndex !== undefined;
+      if (queued || typeof target.write !== 'function') return super.toWritable(socket);
       // After the constructor, args hold the key with the client's keyPrefix applied.
       const [key, body, px, ttl] = this.args as [string | Buffer, Buffer, string, string];
       const keyBytes = typeof key === 'string' ? Buffer.from(key) : key;

@@ -10,6 +10,7 @@ import {
 } from '../../../../test/conformance/sequence-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { crc32 } from '../../../core/checksum';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 import type { AcceptContext, SequenceStore } from '../../../ports/sequence-store.port';
 import { NO_GRANT, RedisBudget } from './redis-budget';
@@ -118,6 +119,31 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
     it('is named redis and answers ping', async () => {
       expect(store.name).toBe('redis');
       await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    it.each([
+      [{ readAhead: Number.NaN }, /readAhead must be an integer of at least 1, got NaN/],
+      [{ readAhead: 0 }, /readAhead must be an integer of at least 1, got 0/],
+      [{ readAheadFragments: 1.5 }, /readAhead must be an integer of at least 1, got 1.5/],
+      [{ readPieceBytes: Number.NaN }, /readPieceBytes must be an integer of at least 65536/],
+      [{ readPieceBytes: 1024 }, /readPieceBytes must be an integer of at least 65536, got 1024/],
+      [{ readVerification: 'md5' as 'crc32' }, /readVerification must be 'crc32' or 'sha256'/],
+    ])('refuses read options that would make reads wrong or stall: %p', (options, message) => {
+      expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(
+        SequenceOptionsError,
+      );
+      expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(message);
+    });
+
+    it('takes readAheadFragments, its former name, for readAhead', async () => {
+      const legacy = new RedisSequenceStore(redis, { prefix, readAheadFragments: 1 });
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
+      for (const fragment of fragments) await legacy.accept(fragment, context(t0));
+      expect(Buffer.concat(await readAll(legacy.read(ref))).toString()).toBe('abc');
+      expect(legacy.verifiesReads).toBe(true);
+      expect(
+        new RedisSequenceStore(redis, { prefix, readVerification: 'sha256' }).verifiesReads,
+      ).toBe(false);
     });
 
     it('refuses a prefix with braces, which would break the hash tags', () => {

@@ -89,6 +89,7 @@ import {
 } from './redis-script-codec';
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { RedisSequenceStoreError } from './redis-store.error';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface RedisSequenceStoreOptions {
   /**
@@ -118,7 +119,20 @@ export interface RedisSequenceStoreOptions {
    * @default 1 MiB
    */
   readonly readPieceBytes?: number;
+  /**
+   * How a sequence that was verified as it arrived is checked again while its handler reads it
+   * back. `'crc32'`: every body is checked against the CRC-32 it was stored with (and the stream
+   * is counted to the byte), which catches accidental corruption and truncation in Redis at less
+   * than half the CPU of a second SHA-256 pass. `'sha256'`: the payload is hashed again as the
+   * handler reads it, which also catches a deliberate change by anyone who can write to Redis (a
+   * CRC-32 can be forged). Sequences that were not verified as they arrived are always hashed
+   * before their handler is called.
+   * @default 'crc32'
+   */
+  readonly readVerification?: 'crc32' | 'sha256';
 }
+
+const READ_VERIFICATIONS: ReadonlySet<string> = new Set(['crc32', 'sha256']);
 
 /**
  * Bodies up to this size go with the first accept round, as an argument (resending one costs
@@ -143,7 +157,7 @@ const PIECE_PLAN_BATCH = 512;
  */
 export class RedisSequenceStore implements SequenceStore {
   readonly name = 'redis';
-  readonly verifiesReads = true;
+  readonly verifiesReads: boolean;
 
   private readonly keys: RedisKeys;
   private readonly scripts: Scripts;
@@ -159,11 +173,27 @@ export class RedisSequenceStore implements SequenceStore {
   ) {
     this.keys = new RedisKeys(options.prefix ?? 'nseq');
     this.marginMs = options.keyTtlMarginMs ?? 300_000;
-    this.readAhead = Math.max(1, options.readAhead ?? options.readAheadFragments ?? 4);
-    this.readPieceBytes = Math.max(
-      INLINE_BODY_BYTES,
-      Math.floor(options.readPieceBytes ?? 1024 * 1024),
-    );
+    this.readAhead = options.readAhead ?? options.readAheadFragments ?? 4;
+    this.readPieceBytes = options.readPieceBytes ?? 1024 * 1024;
+    this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
+    const problems: string[] = [];
+    if (!Number.isSafeInteger(this.readAhead) || this.readAhead < 1) {
+      problems.push(`readAhead must be an integer of at least 1, got ${this.readAhead}`);
+    }
+    if (!Number.isSafeInteger(this.readPieceBytes) || this.readPieceBytes < INLINE_BODY_BYTES) {
+      problems.push(
+        `readPieceBytes must be an integer of at least ${INLINE_BODY_BYTES}, got ${this.readPieceBytes}`,
+      );
+    }
+    if (
+      options.readVerification !== undefined &&
+      !READ_VERIFICATIONS.has(options.readVerification)
+    ) {
+      problems.push(
+        `readVerification must be 'crc32' or 'sha256', got ${String(options.readVerification)}`,
+      );
+    }
+    if (problems.length > 0) throw new SequenceOptionsError('RedisSequenceStore options', problems);
     this.scripts = loadScripts(redis);
     this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
   }
