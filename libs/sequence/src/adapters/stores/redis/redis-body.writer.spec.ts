@@ -104,6 +104,43 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
     expect((await redis.getBuffer(`${prefix}:m:1`))?.equals(bodies[1])).toBe(true);
   });
 
+  it('is sent again whole, never in part, when the connection drops while bodies are being written', async () => {
+    const name = `nseq-writer-${randomUUID()}`;
+    const writer = new Redis(SERVERS.redis.url, { connectionName: name });
+    try {
+      await writer.ping();
+      let reconnects = 0;
+      writer.on('reconnecting', () => reconnects++);
+      const bodies = Array.from({ length: 4 }, () => randomBytes(16 * MiB));
+      const sets = bodies.map((body, index) =>
+        setBodyUncopied(writer, `${prefix}:drop:${index}`, body, 60_000),
+      );
+      // Killed from the server side while the 64 MiB are on their way.
+      const clients = String(await redis.client('LIST'));
+      const id = /id=(\d+)[^\n]*name=/.exec(
+        clients.split('\n').find((line) => line.includes(`name=${name}`)) ?? '',
+      )?.[1];
+      expect(id).toBeDefined();
+      await redis.client('KILL', 'ID', id!);
+      const results = await Promise.allSettled(sets);
+
+      for (const [index, result] of results.entries()) {
+        const stored = await redis.getBuffer(`${prefix}:drop:${index}`);
+        // A SET that resolved stored its body whole; none stored a part of one.
+        if (result.status === 'fulfilled') expect(stored?.equals(bodies[index])).toBe(true);
+        else expect(stored === null || stored.equals(bodies[index])).toBe(true);
+      }
+      expect(reconnects).toBeGreaterThanOrEqual(1);
+      // ioredis resends what was not answered: here every SET got through.
+      expect(results.map((result) => result.status)).toEqual(bodies.map(() => 'fulfilled'));
+      // And the connection is in step again.
+      expect(await writer.set(`${prefix}:after`, 'ok')).toBe('OK');
+      expect(await writer.get(`${prefix}:after`)).toBe('ok');
+    } finally {
+      writer.disconnect();
+    }
+  });
+
   it('rejects, and stores nothing, when the server refuses the command', async () => {
     const refused = new Redis(SERVERS.redis.url);
     try {

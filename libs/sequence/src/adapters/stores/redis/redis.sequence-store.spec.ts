@@ -295,6 +295,17 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         ).toBe(true);
       });
 
+      it('plans the read of a sequence of more bodies than one planning round trip asks for (512)', async () => {
+        // 700 bodies, one in ten large: two planning batches, small and large bodies in each.
+        const bodies = Array.from({ length: 700 }, (_, index) =>
+          randomBytes(index % 10 === 9 ? 70 * 1024 : 1 + (index % 7)),
+        );
+        const { fragments, ref } = sequenceFixture(scope, bodies);
+        for (const fragment of fragments) await store.accept(fragment, context(t0));
+        const read = Buffer.concat(await readAll(store.read(ref)));
+        expect(read.equals(Buffer.concat(bodies))).toBe(true);
+      });
+
       it('fails the read, rather than ending it short, when a large body goes while it is read', async () => {
         const pieced = new RedisSequenceStore(redis, {
           prefix,
