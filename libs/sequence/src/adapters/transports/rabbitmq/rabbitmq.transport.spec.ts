@@ -406,6 +406,54 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       expect(received.sort()).toEqual([`${channel}:after`, `${late}:late`].sort());
     });
 
+    it('settles every publish in flight by its deadline when the connection drops and stays down past it', async () => {
+      await amqp.close();
+      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(2) }); // back after ~2 s
+      await amqp.init();
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declared'), {});
+
+      // Publishing without pause (batches of 50) until the broker has dropped the connection.
+      type Result = { ok: boolean; error?: unknown; late: number };
+      const inFlight: Array<Promise<Result>> = [];
+      let dropped = false;
+      const dropping = dropConnection().then(() => (dropped = true));
+      while (!dropped) {
+        for (let index = 0; index < 50; index++) {
+          const deadline = Date.now() + 600;
+          inFlight.push(
+            transport.publish(channel, Buffer.alloc(2_000, index), {}, { timeoutMs: 600 }).then(
+              () => ({ ok: true, late: Date.now() - deadline }),
+              (error: unknown) => ({ ok: false, error, late: Date.now() - deadline }),
+            ),
+          );
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await dropping;
+      const results = await Promise.all(inFlight);
+
+      // Confirmed, or refused with the typed error by its deadline: none waits for the reconnect.
+      const refused = results.filter((result) => !result.ok);
+      expect(refused.length).toBeGreaterThan(0); // the drop did catch publishes in flight
+      for (const result of refused) {
+        expect(result).toMatchObject({ error: expect.any(PublishTimeoutError) });
+      }
+      expect(Math.max(...results.map((result) => result.late))).toBeLessThan(500);
+      expect(amqp.connected).toBe(false);
+    });
+
+    it.each([Number.NaN, 0, -5, 2 ** 31])(
+      'refuses a publish timeoutMs of %p',
+      async (timeoutMs) => {
+        transport = new RabbitMqTransport(amqp);
+        await expect(
+          transport.publish(newChannel(), Buffer.from('x'), {}, { timeoutMs }),
+        ).rejects.toThrow(/timeoutMs must be a number of milliseconds from 1 to 2147483647/);
+      },
+    );
+
     it('rejects with PublishRejectedError when the broker nacks the message', async () => {
       transport = new RabbitMqTransport(amqp);
       const channel = newChannel();

@@ -27,6 +27,8 @@ import { RabbitMqTopology } from './rabbitmq.topology';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';
+/** The longest delay a Node timer takes (longer ones fire after 1 ms). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const NEGATIVE_CONFIRM = 'message nacked';
 
 /**
@@ -140,7 +142,14 @@ export class RabbitMqTransport implements Transport {
     if (bytes > this.maxMessageBytes) {
       throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);
     }
-    await this.send(channel, body, headers, options.timeoutMs ?? this.settings.publishTimeoutMs);
+    const timeoutMs = options.timeoutMs ?? this.settings.publishTimeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
+      throw new RangeError(
+        `publish to ${channel}: timeoutMs must be a number of milliseconds from 1 to ` +
+          `${MAX_TIMER_MS}, got ${timeoutMs}`,
+      );
+    }
+    await this.send(channel, body, headers, timeoutMs);
   }
 
   async subscribe(
@@ -301,7 +310,15 @@ export class RabbitMqTransport implements Transport {
     return manager;
   }
 
-  private readonly onDisconnect = (): void => this.topology.forget();
+  private readonly onDisconnect = (): void => {
+    this.topology.forget();
+    // The publishing channel would keep what it holds for the next connection, and a message it
+    // put back in its queue there has no timer left. Closed, it rejects them all ('Channel
+    // closed'): `send` sends each again on a fresh channel, within its own deadline.
+    const publisher = this.publisherChannel;
+    this.publisherChannel = undefined;
+    void publisher?.close().catch(() => undefined);
+  };
 
   private assertOpen(action: string, channel: string): void {
     if (this.closed) throw new Error(`rabbitmq transport is closed: cannot ${action} ${channel}`);
