@@ -19,16 +19,14 @@ import {
   buildFragmentHeaders,
   type HeaderMap,
   type InboundMessage,
-  type MessageHandler,
   type PublishOptions,
   type SequenceModuleOptions,
   type SequenceStore,
   type SequencedHandlerOptions,
-  type Subscription,
-  type SubscribeOptions,
   type Transport,
 } from 'nest-sequence';
 import { crc32, sha256Hex } from '../../src/core/checksum';
+import { ForwardingTransport } from './forwarding.transport';
 
 /** What a test handler saw of one delivery. */
 export interface Delivery {
@@ -231,9 +229,8 @@ export interface PublishAttempt {
  * or await a gate (a slow broker). Faults strike before delegating, so a failed attempt leaves no
  * message behind and a retry cannot duplicate one. Subscriptions go straight to the inner transport.
  */
-export class FaultInjectingTransport implements Transport {
+export class FaultInjectingTransport extends ForwardingTransport {
   readonly name = 'fault-injecting';
-  readonly maxMessageBytes: number;
   /** Every publish attempt, in the order they started. */
   readonly attempts: PublishAttempt[] = [];
   /** Publishes started and not settled yet, and the most there ever were at once. */
@@ -241,16 +238,12 @@ export class FaultInjectingTransport implements Transport {
   maxPending = 0;
   beforePublish: (attempt: PublishAttempt) => void | Promise<void> = () => undefined;
 
-  constructor(readonly inner: Transport) {
-    this.maxMessageBytes = inner.maxMessageBytes;
-  }
-
   /** The attempts at one position of one channel. */
   attemptsAt(channel: string, position: number): PublishAttempt[] {
     return this.attempts.filter((a) => a.channel === channel && a.position === position);
   }
 
-  async publish(
+  override async publish(
     channel: string,
     body: Buffer,
     headers: HeaderMap,
@@ -273,26 +266,6 @@ export class FaultInjectingTransport implements Transport {
     } finally {
       this.pending--;
     }
-  }
-
-  subscribe(
-    channel: string,
-    handler: MessageHandler,
-    options?: SubscribeOptions,
-  ): Promise<Subscription> {
-    return this.inner.subscribe(channel, handler, options);
-  }
-
-  deadLetterChannel(channel: string): string {
-    return this.inner.deadLetterChannel(channel);
-  }
-
-  ping(): Promise<void> {
-    return this.inner.ping();
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
   }
 }
 
