@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
+import { awaitAnswering, stopProcess } from './owned-server.process';
 
 const run = promisify(execFile);
 
@@ -102,14 +103,13 @@ export class OwnedPostgresServer {
     const killOnExit = (): void => void child.kill('SIGQUIT');
     process.once('exit', killOnExit);
     child.once('exit', () => process.removeListener('exit', killOnExit));
-    const deadline = Date.now() + 20_000;
-    while (!(await this.answers())) {
-      if (child.exitCode !== null || Date.now() > deadline) {
-        this.process = undefined;
-        child.kill('SIGKILL');
-        throw new Error(`postgres did not start on port ${this.port}:\n${this.output}`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50));
+    try {
+      await awaitAnswering(child, () => this.answers(), 20_000, 50);
+    } catch (error) {
+      this.process = undefined;
+      throw new Error(
+        `postgres did not start on port ${this.port} (${(error as Error).message}):\n${this.output}`,
+      );
     }
   }
 
@@ -121,11 +121,7 @@ export class OwnedPostgresServer {
     const child = this.process;
     if (!child) return;
     this.process = undefined;
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill(signal);
-      await exited;
-    }
+    await stopProcess(child, signal);
   }
 
   /** Stops the server (immediately) and deletes its directory; safe to call twice. */

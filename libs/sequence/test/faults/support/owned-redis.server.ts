@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { awaitAnswering, stopProcess } from './owned-server.process';
 
 /**
  * A `redis-server` the test owns, on a spare loopback port, so that it can be crashed, paused and
@@ -64,14 +65,13 @@ export class OwnedRedisServer {
     child.stdout?.on('data', (chunk: Buffer) => (this.output += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (this.output += chunk.toString()));
     this.process = child;
-    const deadline = Date.now() + 10_000;
-    while (!(await accepts(this.port))) {
-      if (child.exitCode !== null || Date.now() > deadline) {
-        this.process = undefined;
-        child.kill('SIGKILL');
-        throw new Error(`redis-server did not start on port ${this.port}:\n${this.output}`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 20));
+    try {
+      await awaitAnswering(child, () => accepts(this.port), 10_000, 20);
+    } catch (error) {
+      this.process = undefined;
+      throw new Error(
+        `redis-server did not start on port ${this.port} (${(error as Error).message}):\n${this.output}`,
+      );
     }
   }
 
@@ -80,11 +80,7 @@ export class OwnedRedisServer {
     const child = this.process;
     if (!child) return;
     this.process = undefined;
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill(signal);
-      await exited;
-    }
+    await stopProcess(child, signal);
   }
 
   /** Freezes the server (SIGSTOP): connections stay open, nothing answers. */
