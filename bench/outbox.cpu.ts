@@ -3,37 +3,15 @@
  * and PostgreSQL (every process named `postgres`: the postmaster, its background workers and one
  * backend per connection). Linux /proc only; elsewhere the parts that need it are left out.
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import {
   busiestProcessNamed,
+  cpuByPid,
   cpuSecondsOf,
   machineCpuSeconds,
   ownCpuSeconds,
 } from './process-probe';
 
 const rabbitmq = busiestProcessNamed('beam.smp');
-
-/** CPU seconds per pid of every process named `comm`. */
-function cpuByPid(comm: string): Map<number, number> {
-  const result = new Map<number, number>();
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return result;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== comm) continue;
-    } catch {
-      continue;
-    }
-    const cpu = cpuSecondsOf(Number(entry));
-    if (cpu !== undefined) result.set(Number(entry), cpu);
-  }
-  return result;
-}
 
 export interface CpuReading {
   readonly node: number;

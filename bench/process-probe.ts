@@ -115,17 +115,14 @@ export function cpuSecondsOf(pid: number | undefined): number | undefined {
   }
 }
 
-/**
- * The busiest process named `comm` (e.g. `beam.smp`, RabbitMQ's Erlang VM), by CPU used so far:
- * on a machine where short-lived tools (rabbitmqctl) start the same VM, that is the server.
- */
-export function busiestProcessNamed(comm: string): number | undefined {
-  let best: { pid: number; cpu: number } | undefined;
+/** CPU seconds so far per pid of every process named `comm` (empty without /proc). */
+export function cpuByPid(comm: string): Map<number, number> {
+  const result = new Map<number, number>();
   let entries: string[];
   try {
     entries = readdirSync('/proc');
   } catch {
-    return undefined;
+    return result;
   }
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
@@ -134,8 +131,20 @@ export function busiestProcessNamed(comm: string): number | undefined {
     } catch {
       continue;
     }
-    const cpu = cpuSecondsOf(Number(entry)) ?? 0;
-    if (!best || cpu > best.cpu) best = { pid: Number(entry), cpu };
+    const cpu = cpuSecondsOf(Number(entry));
+    if (cpu !== undefined) result.set(Number(entry), cpu);
+  }
+  return result;
+}
+
+/**
+ * The busiest process named `comm` (e.g. `beam.smp`, RabbitMQ's Erlang VM), by CPU used so far:
+ * on a machine where short-lived tools (rabbitmqctl) start the same VM, that is the server.
+ */
+export function busiestProcessNamed(comm: string): number | undefined {
+  let best: { pid: number; cpu: number } | undefined;
+  for (const [pid, cpu] of cpuByPid(comm)) {
+    if (!best || cpu > best.cpu) best = { pid, cpu };
   }
   return best?.pid;
 }
