@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import {
@@ -9,10 +6,9 @@ import {
   eachTimes,
   messageIds,
   orderPlaced,
-  type PostgresOutboxApp,
 } from './support/outbox-app';
-import { OutboxRelayProcess } from './support/outbox-relay-process';
-import { describeOnOutboxServers, useOutboxServers } from './support/outbox-servers';
+import { OutboxRelayProcess, useRelayProcesses } from './support/outbox-relay-process';
+import { describeOnOutboxServers } from './support/outbox-servers';
 import { AMQP_URL } from './support/rabbitmq.admin';
 import { QueueCollector } from './support/resequencer-output';
 
@@ -30,23 +26,7 @@ const EVENTS_PER_TRANSACTION = 10;
  * fault, exactly once.
  */
 describeOnOutboxServers('faults: three relay processes on one outbox table', () => {
-  const processes: OutboxRelayProcess[] = [];
-  const apps: PostgresOutboxApp[] = [];
-  const servers = useOutboxServers({
-    beforeCleanup: async () => {
-      for (const relay of processes.splice(0)) await relay.kill();
-      for (const app of apps.splice(0)) await app.close();
-    },
-  });
-  let dir: string;
-
-  beforeEach(() => {
-    dir = mkdtempSync(join(tmpdir(), 'nseq-fault-outbox-relays-'));
-  });
-
-  afterEach(() => {
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const { servers, processes, apps, dir } = useRelayProcesses('nseq-fault-outbox-relays-');
 
   it('publishes every committed event exactly once, the three relays sharing the work', async () => {
     const channel = servers.admin.newChannel();
@@ -56,7 +36,7 @@ describeOnOutboxServers('faults: three relay processes on one outbox table', () 
         amqpUrl: AMQP_URL,
         tablePrefix: servers.tablePrefix,
         channels: [channel],
-        dir,
+        dir: dir(),
         batchSize: 5,
       }),
     );

@@ -1,6 +1,3 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { SERVERS } from '../support/servers';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import { inboxHandler } from '../outbox/outbox-test-app';
@@ -10,10 +7,13 @@ import {
   eachTimes,
   FAST_RELAY,
   messageIds,
-  type PostgresOutboxApp,
 } from './support/outbox-app';
-import { OutboxRelayProcess, type OutboxRelaySettings } from './support/outbox-relay-process';
-import { describeOnOutboxServers, useOutboxServers } from './support/outbox-servers';
+import {
+  OutboxRelayProcess,
+  useRelayProcesses,
+  type OutboxRelaySettings,
+} from './support/outbox-relay-process';
+import { describeOnOutboxServers } from './support/outbox-servers';
 import { AMQP_URL } from './support/rabbitmq.admin';
 import { QueueCollector } from './support/resequencer-output';
 
@@ -31,23 +31,7 @@ const EVENTS = 5;
  * inbox absorbs the duplicate.
  */
 describeOnOutboxServers('faults: an outbox relay process killed in the middle of a claim', () => {
-  const processes: OutboxRelayProcess[] = [];
-  const apps: PostgresOutboxApp[] = [];
-  const servers = useOutboxServers({
-    beforeCleanup: async () => {
-      for (const relay of processes.splice(0)) await relay.kill();
-      for (const app of apps.splice(0)) await app.close();
-    },
-  });
-  let dir: string;
-
-  beforeEach(() => {
-    dir = mkdtempSync(join(tmpdir(), 'nseq-fault-outbox-crash-'));
-  });
-
-  afterEach(() => {
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const { servers, processes, apps, dir } = useRelayProcesses('nseq-fault-outbox-crash-');
 
   /**
    * The relay that will be killed, committing EVENTS events once it runs, and the one that will
@@ -61,7 +45,7 @@ describeOnOutboxServers('faults: an outbox relay process killed in the middle of
       databaseUrl: SERVERS.postgres.url,
       amqpUrl: AMQP_URL,
       tablePrefix: servers.tablePrefix,
-      dir,
+      dir: dir(),
       channels,
     };
     const starting = [
