@@ -1,5 +1,13 @@
 import 'reflect-metadata';
-import type { INestApplicationContext, LogLevel, Type } from '@nestjs/common';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type {
+  DynamicModule,
+  INestApplication,
+  INestApplicationContext,
+  LogLevel,
+  Type,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DemoEnvironmentError } from './demo-environment.error';
 import { readDemoEnvironment } from './demo.environment';
@@ -36,6 +44,54 @@ export function runUntilServingOrDone(command: () => Promise<number | 'serving'>
   command().then((outcome) => {
     if (outcome !== 'serving') process.exit(outcome);
   }, exitOnError);
+}
+
+/** What a demo scenario ran: the summary lines it prints, and the checks that failed. */
+export interface ScenarioReport {
+  readonly lines: readonly string[];
+  readonly problems: readonly string[];
+}
+
+export interface HttpScenario {
+  readonly module: DynamicModule;
+  readonly port: number;
+  /** Keep serving after the checks passed (SERVE=1). */
+  readonly serve: boolean;
+  /** The line printed once the app listens, and the one printed when it goes on serving. */
+  readonly listening: (port: number) => string;
+  readonly serving: (port: number) => string;
+  /** Runs the scenario against the app, whose API answers at `base`. */
+  readonly run: (app: INestApplication, base: string) => Promise<ScenarioReport>;
+}
+
+/**
+ * A demo with an HTTP API: starts the app (closed, and the process ended, on SIGINT or SIGTERM),
+ * runs the scenario, prints its summary and any failed check. Resolves to the exit code (0 when
+ * every check passed) after closing the app, or to `'serving'` with `serve`, leaving it up.
+ */
+export async function runHttpScenario(scenario: HttpScenario): Promise<'serving' | number> {
+  const app = await NestFactory.create(scenario.module, { logger: ['error', 'warn'] });
+  app.enableShutdownHooks(['SIGINT', 'SIGTERM'], { useProcessExit: true });
+  let serving = false;
+  try {
+    await app.listen(scenario.port);
+    const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
+    console.log(scenario.listening(port));
+
+    const report = await scenario.run(app, `http://127.0.0.1:${port}`);
+    console.log(report.lines.join('\n'));
+    if (report.problems.length > 0) {
+      for (const problem of report.problems) console.error(`check failed: ${problem}`);
+      return 1;
+    }
+    console.log('all checks passed');
+    if (!scenario.serve) return 0;
+    console.log(scenario.serving(port));
+    serving = true;
+    return 'serving';
+  } finally {
+    if (!serving) await closeQuietly(app);
+  }
 }
 
 /** Closes an application without letting a failure to close hide why the run failed. */

@@ -1,9 +1,6 @@
 import 'reflect-metadata';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { NestFactory } from '@nestjs/core';
 import { OrdersAppModule } from './app.module';
-import { closeQuietly, runUntilServingOrDone } from './demo.command';
+import { runHttpScenario, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
 import { runOrdersScenario } from './orders/orders-demo.scenario';
 import { describeRun, failedChecks } from './orders/orders-run.report';
@@ -21,38 +18,17 @@ import { readOrdersEnvironment } from './orders/orders.environment';
 async function main(): Promise<'serving' | number> {
   const environment = readOrdersEnvironment(process.env);
   readDemoEnvironment(process.env); // the shared module reads it too: a usage error, not a trace
-  const app = await NestFactory.create(OrdersAppModule.register(environment), {
-    logger: ['error', 'warn'],
+  return runHttpScenario({
+    module: OrdersAppModule.register(environment),
+    port: environment.port,
+    serve: environment.serve,
+    listening: (port) => `orders API on http://localhost:${port}/orders`,
+    serving: (port) => `serving http://localhost:${port}/orders and /stock until Ctrl-C (SERVE=1)`,
+    run: async (app, base) => {
+      const run = await runOrdersScenario(app, base, environment.orders, environment);
+      return { lines: describeRun(run), problems: failedChecks(run) };
+    },
   });
-  // On a signal: stop consuming, close, exit 0.
-  app.enableShutdownHooks(['SIGINT', 'SIGTERM'], { useProcessExit: true });
-  let serving = false;
-  try {
-    await app.listen(environment.port);
-    const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-    console.log(`orders API on http://localhost:${port}/orders`);
-
-    const run = await runOrdersScenario(
-      app,
-      `http://127.0.0.1:${port}`,
-      environment.orders,
-      environment,
-    );
-    console.log(describeRun(run).join('\n'));
-
-    const problems = failedChecks(run);
-    if (problems.length > 0) {
-      for (const problem of problems) console.error(`check failed: ${problem}`);
-      return 1;
-    }
-    console.log('all checks passed');
-    if (!environment.serve) return 0;
-    console.log(`serving http://localhost:${port}/orders and /stock until Ctrl-C (SERVE=1)`);
-    serving = true;
-    return 'serving';
-  } finally {
-    if (!serving) await closeQuietly(app);
-  }
 }
 
 runUntilServingOrDone(main);

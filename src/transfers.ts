@@ -1,8 +1,5 @@
 import 'reflect-metadata';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
 import {
   RESEQUENCER_STORE,
   ResequencerService,
@@ -12,7 +9,7 @@ import {
   type Transport,
 } from 'nest-sequence';
 import { TransfersAppModule } from './app.module';
-import { closeQuietly, runUntilServingOrDone } from './demo.command';
+import { runHttpScenario, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
 import { TransferStatusProjection } from './transfers/transfer-status.projection';
 import { TransferStatusResequencer } from './transfers/transfer-status.resequencer';
@@ -22,7 +19,10 @@ import {
   type HttpAnswer,
   type TransfersRun,
 } from './transfers/transfers-run.report';
-import { readTransfersEnvironment } from './transfers/transfers.environment';
+import {
+  readTransfersEnvironment,
+  type TransfersEnvironment,
+} from './transfers/transfers.environment';
 import { UpstreamSimulator } from './transfers/upstream.simulator';
 
 /** Beyond the gap timeout: how long the statuses may take to go through the broker and store. */
@@ -38,59 +38,51 @@ const SETTLE_MARGIN_MS = 60_000;
 async function main(): Promise<'serving' | number> {
   const environment = readTransfersEnvironment(process.env);
   readDemoEnvironment(process.env); // the shared module reads it too: a usage error, not a trace
-  const app = await NestFactory.create(TransfersAppModule.register(environment), {
-    logger: ['error', 'warn'],
+  return runHttpScenario({
+    module: TransfersAppModule.register(environment),
+    port: environment.port,
+    serve: environment.serve,
+    listening: (port) => `transfers API on http://localhost:${port}/transfers`,
+    serving: (port) => `serving http://localhost:${port}/transfers until Ctrl-C (SERVE=1)`,
+    run: async (app, base) => {
+      const run = await runTransfers(app, base, environment);
+      return { lines: describeRun(run), problems: failedChecks(run) };
+    },
   });
-  // On a signal: stop consuming, close, exit 0.
-  app.enableShutdownHooks(['SIGINT', 'SIGTERM'], { useProcessExit: true });
-  let serving = false;
-  try {
-    await app.listen(environment.port);
-    const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-    const base = `http://127.0.0.1:${port}`;
-    console.log(`transfers API on http://localhost:${port}/transfers`);
+}
 
-    const started = Date.now();
-    const simulation = await app.get(UpstreamSimulator).run(environment.transfers);
-    await app
-      .get(TransferStatusProjection)
-      .whenFinal(simulation.transferIds, environment.gapTimeoutMs + SETTLE_MARGIN_MS);
-    const elapsedMs = Date.now() - started;
+/** The simulation, then what the projection, the store and the API say of it. */
+async function runTransfers(
+  app: INestApplication,
+  base: string,
+  environment: TransfersEnvironment,
+): Promise<TransfersRun> {
+  const started = Date.now();
+  const simulation = await app.get(UpstreamSimulator).run(environment.transfers);
+  await app
+    .get(TransferStatusProjection)
+    .whenFinal(simulation.transferIds, environment.gapTimeoutMs + SETTLE_MARGIN_MS);
+  const elapsedMs = Date.now() - started;
 
-    const resequencer = app.get(TransferStatusResequencer).name;
-    const good = simulation.transferIds.find((id) => id !== simulation.brokenTransferId)!;
-    const run: TransfersRun = {
-      adapters: {
-        transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
-        store: app.get<ResequencerStore>(RESEQUENCER_STORE).name,
-      },
-      channels: environment.channels,
-      gapTimeoutMs: environment.gapTimeoutMs,
-      simulation,
-      summary: app.get(TransferStatusProjection).summary(),
-      heldBack: await heldBack(app, resequencer),
-      brokenInStore: await app
-        .get(ResequencerService)
-        .inspect(resequencer, simulation.brokenTransferId),
-      elapsedMs,
-      broken: await getStatus(base, simulation.brokenTransferId),
-      good: await getStatus(base, good),
-    };
-    console.log(describeRun(run).join('\n'));
-
-    const problems = failedChecks(run);
-    if (problems.length > 0) {
-      for (const problem of problems) console.error(`check failed: ${problem}`);
-      return 1;
-    }
-    console.log('all checks passed');
-    if (!environment.serve) return 0;
-    console.log(`serving http://localhost:${port}/transfers until Ctrl-C (SERVE=1)`);
-    serving = true;
-    return 'serving';
-  } finally {
-    if (!serving) await closeQuietly(app);
-  }
+  const resequencer = app.get(TransferStatusResequencer).name;
+  const good = simulation.transferIds.find((id) => id !== simulation.brokenTransferId)!;
+  return {
+    adapters: {
+      transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
+      store: app.get<ResequencerStore>(RESEQUENCER_STORE).name,
+    },
+    channels: environment.channels,
+    gapTimeoutMs: environment.gapTimeoutMs,
+    simulation,
+    summary: app.get(TransferStatusProjection).summary(),
+    heldBack: await heldBack(app, resequencer),
+    brokenInStore: await app
+      .get(ResequencerService)
+      .inspect(resequencer, simulation.brokenTransferId),
+    elapsedMs,
+    broken: await getStatus(base, simulation.brokenTransferId),
+    good: await getStatus(base, good),
+  };
 }
 
 async function getStatus(base: string, id: string): Promise<HttpAnswer> {
