@@ -1,7 +1,4 @@
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { INestApplication } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
@@ -14,13 +11,13 @@ import {
 } from 'nest-sequence';
 import { eventually } from '../libs/sequence/test/support/sequence-test-app';
 import { OrdersAppModule } from '../src/app.module';
-import { DEMO_ADAPTERS } from '../src/infrastructure';
 import { LIMITED_SKU } from '../src/orders/orders.catalogue';
 import type { OrdersSettings } from '../src/orders/orders.environment';
 import type { OrderView, StockView } from '../src/orders/orders.model';
 import { OrdersService } from '../src/orders/orders.service';
 import { StockReservations } from '../src/orders/stock-reservations.service';
 import { npmScript, run } from './support/demo-process';
+import { listenEmbedded } from './support/embedded-app';
 
 /** The embedded defaults, whatever the environment of the test run says. */
 const NO_SERVERS = {
@@ -116,16 +113,7 @@ describe('orders demo on the embedded defaults (SQLite in memory, in-memory tran
     const published = () => counter('outbox_published_total', { box: 'outbox_events' });
 
     beforeEach(async () => {
-      const moduleRef = await Test.createTestingModule({
-        imports: [OrdersAppModule.register(settings)],
-      })
-        .overrideProvider(DEMO_ADAPTERS)
-        .useValue({})
-        .compile();
-      app = moduleRef.createNestApplication({ logger: false });
-      await app.listen(0);
-      const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-      base = `http://127.0.0.1:${port}`;
+      ({ app, base } = await listenEmbedded(OrdersAppModule.register(settings)));
     });
 
     afterEach(async () => {

@@ -1,10 +1,6 @@
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { INestApplication } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { ResequenceHeader, SEQUENCE_TRANSPORT, type InMemoryTransport } from 'nest-sequence';
 import { TransfersAppModule } from '../src/app.module';
-import { DEMO_ADAPTERS } from '../src/infrastructure';
 import {
   transferChannels,
   type TransferStatusMessage,
@@ -16,6 +12,7 @@ import {
 import type { TransfersSettings } from '../src/transfers/transfers.environment';
 import { UpstreamSimulator, type SimulationReport } from '../src/transfers/upstream.simulator';
 import { npmScript, run } from './support/demo-process';
+import { listenEmbedded } from './support/embedded-app';
 
 /** The embedded defaults, whatever the environment of the test run says. */
 const NO_SERVERS = {
@@ -86,16 +83,7 @@ describe('transfers demo on the embedded defaults', () => {
     };
 
     beforeEach(async () => {
-      const moduleRef = await Test.createTestingModule({
-        imports: [TransfersAppModule.register(settings)],
-      })
-        .overrideProvider(DEMO_ADAPTERS)
-        .useValue({})
-        .compile();
-      app = moduleRef.createNestApplication({ logger: false });
-      await app.listen(0);
-      const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-      base = `http://127.0.0.1:${port}`;
+      ({ app, base } = await listenEmbedded(TransfersAppModule.register(settings)));
     });
 
     afterEach(async () => {
