@@ -1,10 +1,6 @@
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
-import type {
-  MessageKind,
-  NewBoxRecord,
-  RecordStatus,
-  StoredRecord,
-} from '../../../ports/outbox-store.port';
+import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
+import { storedRecordOf } from '../sql/box-record.columns';
 
 /** A row as `_record-columns.sql` selects it (`pg` turns bigint into text, float8 into number). */
 export interface RecordRow {
@@ -25,21 +21,7 @@ export interface RecordRow {
 
 /** A stored record from its row. */
 export function toStoredRecord(row: RecordRow): StoredRecord {
-  return {
-    seq: Number(row.seq),
-    id: row.id,
-    kind: row.kind as MessageKind,
-    type: row.type,
-    partitionKey: row.partition_key,
-    body: row.body,
-    headers: row.headers,
-    status: row.status as RecordStatus,
-    attempts: row.attempts,
-    nextAttemptAt: row.next_attempt_at,
-    lastError: row.last_error,
-    createdAt: row.created_at,
-    completedAt: row.completed_at,
-  };
+  return storedRecordOf(row, Number(row.seq), row.headers);
 }
 
 /** The parameters $1–$6 of `append.sql`: one array per column. */

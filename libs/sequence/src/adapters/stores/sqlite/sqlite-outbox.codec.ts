@@ -1,9 +1,5 @@
-import type {
-  MessageKind,
-  NewBoxRecord,
-  RecordStatus,
-  StoredRecord,
-} from '../../../ports/outbox-store.port';
+import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
+import { storedRecordOf } from '../sql/box-record.columns';
 
 /** A row of a box table, as the record statements select it. */
 export interface BoxRow {
@@ -39,19 +35,5 @@ export function appendParameters(
 }
 
 export function toStoredRecord(row: BoxRow): StoredRecord {
-  return {
-    seq: row.seq,
-    id: row.id,
-    kind: row.kind as MessageKind,
-    type: row.type,
-    partitionKey: row.partition_key,
-    body: row.body,
-    headers: JSON.parse(row.headers) as Record<string, string>,
-    status: row.status as RecordStatus,
-    attempts: row.attempts,
-    nextAttemptAt: row.next_attempt_at,
-    lastError: row.last_error,
-    createdAt: row.created_at,
-    completedAt: row.completed_at,
-  };
+  return storedRecordOf(row, row.seq, JSON.parse(row.headers) as Record<string, string>);
 }
