@@ -1,22 +1,11 @@
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
-import { storedRecordOf } from '../sql/box-record.columns';
+import { storedRecordOf, type BoxRecordColumns } from '../sql/box-record.columns';
 
 /** A row as `_record-columns.sql` selects it (`pg` turns bigint into text, float8 into number). */
-export interface RecordRow {
-  seq: string;
-  id: string;
-  kind: string;
-  type: string;
-  partition_key: string | null;
-  body: string;
-  headers: Record<string, string>;
-  status: string;
-  attempts: number;
-  next_attempt_at: number;
-  last_error: string | null;
-  created_at: number;
-  completed_at: number | null;
+export interface RecordRow extends BoxRecordColumns {
+  readonly seq: string;
+  readonly headers: Record<string, string>;
 }
 
 /** A stored record from its row. */

@@ -1,21 +1,11 @@
 import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
-import { storedRecordOf } from '../sql/box-record.columns';
+import { storedRecordOf, type BoxRecordColumns } from '../sql/box-record.columns';
 
 /** A row of a box table, as the record statements select it. */
-export interface BoxRow {
+export interface BoxRow extends BoxRecordColumns {
   readonly seq: number;
-  readonly id: string;
-  readonly kind: string;
-  readonly type: string;
-  readonly partition_key: string | null;
-  readonly body: string;
+  /** JSON. */
   readonly headers: string;
-  readonly status: string;
-  readonly attempts: number;
-  readonly next_attempt_at: number;
-  readonly last_error: string | null;
-  readonly created_at: number;
-  readonly completed_at: number | null;
 }
 
 /** The named parameters of `append.sql` for `record`. */
