@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
+import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
@@ -9,7 +10,6 @@ import { SequenceOptionsError } from '../../../core/errors/sequence-options.erro
 import {
   BOX_NAMES,
   type ClaimedBatch,
-  type NewBoxRecord,
   type OutboxStore,
   type RecordOutcome,
   type StoreTransaction,
@@ -32,18 +32,6 @@ async function dropTables(tablePrefix: string): Promise<void> {
   } finally {
     await client.end();
   }
-}
-
-function record(id: string, overrides: Partial<NewBoxRecord> = {}): NewBoxRecord {
-  return {
-    id,
-    kind: 'event',
-    type: 'OrderPlaced',
-    partitionKey: null,
-    body: '{}',
-    headers: {},
-    ...overrides,
-  };
 }
 
 /** Runs `sql` on a connection of its own (as an operator would). */

@@ -4,30 +4,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
+import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import {
   BOX_NAMES,
-  type NewBoxRecord,
   type OutboxStore,
   type StoreTransaction,
 } from '../../../ports/outbox-store.port';
 import { SqliteOutboxStore } from './sqlite.outbox-store';
 
 const BOX = 'outbox_events';
-
-function record(id: string, overrides: Partial<NewBoxRecord> = {}): NewBoxRecord {
-  return {
-    id,
-    kind: 'event',
-    type: 'OrderPlaced',
-    partitionKey: null,
-    body: '{}',
-    headers: {},
-    ...overrides,
-  };
-}
 
 function uniquePrefix(): string {
   return `t${randomBytes(4).toString('hex')}_`;
