@@ -4,6 +4,7 @@
  * consumer that notes when each message arrived, and cleanup.
  */
 import type * as amqp from 'amqplib';
+import { cpuNow, cpuPerThousand, type CpuPerThousand } from './outbox.cpu';
 import { nowMs, sleep } from './outbox.settings';
 
 const DLQ_SUFFIX = '.dlq';
@@ -147,4 +148,23 @@ export async function waitForArrivals(
     }
     await sleep(20);
   }
+}
+
+/**
+ * Times `work` (the writers, or a relay starting) until `queue` holds `count` messages: seconds
+ * from its start to the last message seen, the CPU per 1,000 messages meanwhile, and what `work`
+ * resolved to.
+ */
+export async function timeUntilQueued<T>(
+  connection: amqp.ChannelModel,
+  queue: string,
+  count: number,
+  work: () => Promise<T>,
+): Promise<{ seconds: number; cpu: CpuPerThousand; result: T }> {
+  const cpuBefore = cpuNow();
+  const started = nowMs();
+  const filled = waitForCount(connection, queue, count);
+  const result = await work();
+  const seconds = ((await filled) - started) / 1000;
+  return { seconds, cpu: cpuPerThousand(cpuBefore, cpuNow(), count), result };
 }

@@ -14,8 +14,7 @@ import {
   SequenceModule,
   type OutboxStore,
 } from 'nest-sequence';
-import { cpuNow, cpuPerThousand } from './outbox.cpu';
-import { declareQueue, deleteQueue, messageCount, waitForCount } from './outbox.broker';
+import { declareQueue, deleteQueue, messageCount, timeUntilQueued } from './outbox.broker';
 import { steadyLatency, type LatencyResult } from './outbox.latency';
 import type { Timed } from './outbox.raw';
 import {
@@ -23,7 +22,6 @@ import {
   BACKLOG_BATCH,
   EVENT_TYPE,
   nextTag,
-  nowMs,
   queueName,
   RUN_PREFIX,
   runWriters,
@@ -161,14 +159,10 @@ export async function moduleLive(
     const store = scene.store(settings.trace);
     const outbox = await (await scene.app(store, true, true)).init();
     store.reset?.();
-    const cpuBefore = cpuNow();
-    const started = nowMs();
-    const filled = waitForCount(connection, scene.queue, events.length);
-    const commitSeconds = await runWriters(events.length, settings.writers, (i) =>
-      commit(outbox, events[i]),
+    const timed = await timeUntilQueued(connection, scene.queue, events.length, () =>
+      runWriters(events.length, settings.writers, (i) => commit(outbox, events[i])),
     );
-    const seconds = ((await filled) - started) / 1000;
-    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    const { seconds, cpu, result: commitSeconds } = timed;
     const relay = store.summary?.();
     await verify(scene, store, events.length);
     return { messages: events.length, seconds, commitSeconds, cpu, relay };
@@ -198,12 +192,9 @@ export async function moduleRelayOnly(
     const store = scene.store(settings.trace);
     const relayApp = await scene.app(store, true, false);
     store.reset?.();
-    const cpuBefore = cpuNow();
-    const started = nowMs();
-    const filled = waitForCount(connection, scene.queue, events.length);
-    await relayApp.init();
-    const seconds = ((await filled) - started) / 1000;
-    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    const { seconds, cpu } = await timeUntilQueued(connection, scene.queue, events.length, () =>
+      relayApp.init(),
+    );
     const relay = store.summary?.();
     await verify(scene, store, events.length);
     return { messages: events.length, seconds, cpu, relay };

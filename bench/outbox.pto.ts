@@ -24,8 +24,7 @@ import {
   type PollingListenerConfig,
   type TransactionalMessage,
 } from 'pg-transactional-outbox';
-import { cpuNow, cpuPerThousand } from './outbox.cpu';
-import { declareQueue, deleteQueue, messageCount, waitForCount } from './outbox.broker';
+import { declareQueue, deleteQueue, messageCount, timeUntilQueued } from './outbox.broker';
 import { steadyLatency, type LatencyResult } from './outbox.latency';
 import type { ModuleTimed } from './outbox.module';
 import {
@@ -33,7 +32,6 @@ import {
   BACKLOG_BATCH,
   EVENT_TYPE,
   nextTag,
-  nowMs,
   PTO_SCHEMA_PREFIX,
   queueName,
   runWriters,
@@ -186,14 +184,10 @@ export async function ptoLive(
   try {
     await scene.setUp();
     await scene.startListener();
-    const cpuBefore = cpuNow();
-    const started = nowMs();
-    const filled = waitForCount(connection, scene.queue, events.length);
-    const commitSeconds = await runWriters(events.length, settings.writers, (i) =>
-      scene.commit(events[i]),
+    const timed = await timeUntilQueued(connection, scene.queue, events.length, () =>
+      runWriters(events.length, settings.writers, (i) => scene.commit(events[i])),
     );
-    const seconds = ((await filled) - started) / 1000;
-    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    const { seconds, cpu, result: commitSeconds } = timed;
     await scene.verify(events.length);
     return { messages: events.length, seconds, commitSeconds, cpu };
   } finally {
@@ -216,12 +210,9 @@ export async function ptoRelayOnly(
     await runWriters(batches, settings.writers, (i) =>
       scene.commit(...events.slice(i * BACKLOG_BATCH, (i + 1) * BACKLOG_BATCH)),
     );
-    const cpuBefore = cpuNow();
-    const started = nowMs();
-    const filled = waitForCount(connection, scene.queue, events.length);
-    await scene.startListener();
-    const seconds = ((await filled) - started) / 1000;
-    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    const { seconds, cpu } = await timeUntilQueued(connection, scene.queue, events.length, () =>
+      scene.startListener(),
+    );
     await scene.verify(events.length);
     return { messages: events.length, seconds, cpu };
   } finally {
