@@ -1,33 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
-import { Client } from 'pg';
+import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
+import { adminQuery } from '../../../../test/support/postgres-admin';
+import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
-import { BOX_NAMES, type BoxName, type NewBoxRecord } from '../../../ports/outbox-store.port';
+import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
 import { PostgresOutboxStore } from './postgres.outbox-store';
 
 const URL = SERVERS.postgres.url;
-
-function record(id: string): NewBoxRecord {
-  return { id, kind: 'event', type: 'T', partitionKey: null, body: '{}', headers: {} };
-}
-
-async function admin<Row>(sql: string, params: unknown[] = []): Promise<Row[]> {
-  const client = new Client({ connectionString: URL });
-  await client.connect();
-  try {
-    return (await client.query(sql, params)).rows as Row[];
-  } finally {
-    await client.end();
-  }
-}
-
-async function eventually(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', () => {
   let tablePrefix: string;
@@ -42,14 +22,14 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
   afterEach(async () => {
     await store.close();
     const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`);
-    await admin(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    await adminQuery(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
   });
 
   /** The server processes of the store's LISTEN connection. */
   async function listenerPids(of: PostgresOutboxStore = store): Promise<number[]> {
     const name = of.listenerApplicationName;
     if (name === undefined) return [];
-    const rows = await admin<{ pid: number }>(
+    const rows = await adminQuery<{ pid: number }>(
       'SELECT pid FROM pg_stat_activity WHERE application_name = $1',
       [name],
     );
@@ -60,7 +40,7 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
     const unsubscribe = await store.watch(() => undefined);
     expect(store.listenerApplicationName).toContain(store.notifyChannel);
     await expect(listenerPids()).resolves.toHaveLength(1);
-    const channels = await admin<{ channel: string }>(
+    const channels = await adminQuery<{ channel: string }>(
       // Only the listening session itself can read pg_listening_channels(); the activity's
       // last query is what the others can see.
       'SELECT query AS channel FROM pg_stat_activity WHERE application_name = $1',
@@ -91,7 +71,7 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
     const unsubscribe = await store.watch((box) => woken.push(box));
     const [killed] = await listenerPids();
 
-    await admin('SELECT pg_terminate_backend($1)', [killed]);
+    await adminQuery('SELECT pg_terminate_backend($1)', [killed]);
     await eventually(() => BOX_NAMES.every((box) => woken.includes(box)), 'every box to be woken');
     const [reconnected] = await listenerPids();
     expect(reconnected).toBeDefined();
@@ -110,7 +90,7 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
     // Kill it repeatedly: each reconnect may itself be killed; the listener must not give up.
     for (let round = 0; round < 3; round++) {
       const pids = await listenerPids();
-      if (pids.length > 0) await admin('SELECT pg_terminate_backend($1)', [pids[0]]);
+      if (pids.length > 0) await adminQuery('SELECT pg_terminate_backend($1)', [pids[0]]);
       await new Promise((resolve) => setTimeout(resolve, 30));
     }
     await eventually(async () => (await listenerPids()).length === 1, 'the listener to reconnect');

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
 import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
+import { adminQuery } from '../../../../test/support/postgres-admin';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
@@ -29,17 +30,6 @@ async function dropTables(tablePrefix: string): Promise<void> {
   try {
     const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`);
     await client.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
-  } finally {
-    await client.end();
-  }
-}
-
-/** Runs `sql` on a connection of its own (as an operator would). */
-async function admin<Row>(sql: string, params: unknown[] = []): Promise<Row[]> {
-  const client = new Client({ connectionString: URL });
-  await client.connect();
-  try {
-    return (await client.query(sql, params)).rows as Row[];
   } finally {
     await client.end();
   }
@@ -107,7 +97,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
 
     it('names its tables and channel after the prefix', async () => {
       expect(store.notifyChannel).toBe(`${tablePrefix}nest_sequence_outbox`);
-      const tables = await admin<{ tablename: string }>(
+      const tables = await adminQuery<{ tablename: string }>(
         `SELECT tablename FROM pg_tables WHERE tablename LIKE $1 ORDER BY tablename`,
         [`${tablePrefix}%`],
       );
@@ -210,7 +200,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
           'SELECT pg_backend_pid() AS pid',
         );
         pid = rows[0].pid;
-        await admin('SELECT pg_terminate_backend($1)', [pid]);
+        await adminQuery('SELECT pg_terminate_backend($1)', [pid]);
         return completeAll(batch);
       });
 
@@ -220,7 +210,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       }
       // The killed connection is gone from the server and from the pool (destroyed, not
       // returned): the next claim runs on a new connection.
-      const alive = await admin('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
+      const alive = await adminQuery('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid]);
       expect(alive).toEqual([]);
       await expect(
         store.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
@@ -232,7 +222,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       await expect(
         store.transaction(async (tx) => {
           const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-          await admin('SELECT pg_terminate_backend($1)', [rows[0].pid]);
+          await adminQuery('SELECT pg_terminate_backend($1)', [rows[0].pid]);
           await store.append(BOX, [record('lost')], tx);
         }),
       ).rejects.toThrow();
