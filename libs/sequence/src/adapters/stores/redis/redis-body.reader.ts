@@ -54,9 +54,6 @@ export class RedisBodyReader extends Readable {
     private readonly sequenceId: string,
   ) {
     super({ highWaterMark: 1 });
-    if (!Number.isSafeInteger(readAhead) || readAhead < 1) {
-      throw new RangeError(`readAhead must be an integer of at least 1, got ${readAhead}`);
-    }
   }
 
   override _read(): void {

@@ -122,11 +122,11 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
     });
 
     it.each([
-      [{ readAhead: Number.NaN }, /readAhead must be an integer of at least 1, got NaN/],
-      [{ readAhead: 0 }, /readAhead must be an integer of at least 1, got 0/],
-      [{ readAheadFragments: 1.5 }, /readAhead must be an integer of at least 1, got 1.5/],
-      [{ readPieceBytes: Number.NaN }, /readPieceBytes must be an integer of at least 65536/],
-      [{ readPieceBytes: 1024 }, /readPieceBytes must be an integer of at least 65536, got 1024/],
+      [{ readAhead: Number.NaN }, /readAhead must be an integer >= 1, got NaN/],
+      [{ readAhead: 0 }, /readAhead must be an integer >= 1, got 0/],
+      [{ readAheadFragments: 1.5 }, /readAhead must be an integer >= 1, got 1.5/],
+      [{ readPieceBytes: Number.NaN }, /readPieceBytes must be an integer >= 65536, got NaN/],
+      [{ readPieceBytes: 1024 }, /readPieceBytes must be an integer >= 65536, got 1024/],
       [{ readVerification: 'md5' as 'crc32' }, /readVerification must be 'crc32' or 'sha256'/],
     ])('refuses read options that would make reads wrong or stall: %p', (options, message) => {
       expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(

@@ -90,6 +90,7 @@ import {
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { checkInteger } from '../../../sequence.options';
 
 export interface RedisSequenceStoreOptions {
   /**
@@ -177,14 +178,8 @@ export class RedisSequenceStore implements SequenceStore {
     this.readPieceBytes = options.readPieceBytes ?? 1024 * 1024;
     this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
     const problems: string[] = [];
-    if (!Number.isSafeInteger(this.readAhead) || this.readAhead < 1) {
-      problems.push(`readAhead must be an integer of at least 1, got ${this.readAhead}`);
-    }
-    if (!Number.isSafeInteger(this.readPieceBytes) || this.readPieceBytes < INLINE_BODY_BYTES) {
-      problems.push(
-        `readPieceBytes must be an integer of at least ${INLINE_BODY_BYTES}, got ${this.readPieceBytes}`,
-      );
-    }
+    checkInteger(problems, 'readAhead', this.readAhead, 1);
+    checkInteger(problems, 'readPieceBytes', this.readPieceBytes, INLINE_BODY_BYTES);
     if (
       options.readVerification !== undefined &&
       !READ_VERIFICATIONS.has(options.readVerification)
