@@ -1,0 +1,108 @@
+import { randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
+import { Redis } from 'ioredis';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { coalesceCommandWrites } from './redis-command-writes';
+import { loadScripts, type RedisClient } from './redis-scripts';
+
+const COMMANDS = 100;
+
+/** Counts the system-call writes on the client's current socket. */
+function watchWrites(redis: Redis) {
+  const socket = redis.stream as Socket & {
+    _write: (...args: unknown[]) => void;
+    _writev: (chunks: unknown[], callback: unknown) => void;
+  };
+  const counts = { writes: 0, chunks: 0 };
+  const write = socket._write;
+  const writev = socket._writev;
+  socket._write = function (...args: unknown[]) {
+    counts.writes++;
+    counts.chunks++;
+    return write.apply(this, args);
+  };
+  socket._writev = function (chunks: unknown[], callback: unknown) {
+    counts.writes++;
+    counts.chunks += chunks.length;
+    return writev.call(this, chunks, callback);
+  };
+  return counts;
+}
+
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+
+describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => {
+  let redis: Redis;
+  let key: string;
+
+  beforeEach(async () => {
+    redis = new Redis(SERVERS.redis.url);
+    await redis.ping();
+    key = `nseq-test:writes:${randomUUID()}`;
+  });
+
+  afterEach(async () => {
+    await redis.del(key);
+    await redis.quit();
+  });
+
+  /** INCRs the key COMMANDS times in one turn, corking first when asked. */
+  function burst(coalesce: boolean): Promise<number[]> {
+    const replies: Promise<number>[] = [];
+    for (let index = 0; index < COMMANDS; index++) {
+      if (coalesce) coalesceCommandWrites(redis);
+      replies.push(redis.incr(key));
+    }
+    return Promise.all(replies);
+  }
+
+  const counting = Array.from({ length: COMMANDS }, (_, index) => index + 1);
+
+  it('sends the commands of one turn in one write; each reply goes to its command, in order', async () => {
+    const counts = watchWrites(redis);
+    await expect(burst(true)).resolves.toEqual(counting);
+    expect(counts.writes).toBe(1);
+    expect(counts.chunks).toBe(COMMANDS);
+  });
+
+  it('without it, ioredis writes command by command (the control)', async () => {
+    const counts = watchWrites(redis);
+    await expect(burst(false)).resolves.toEqual(counting);
+    expect(counts.writes).toBe(COMMANDS);
+  });
+
+  it('uncorks at the end of the turn, so a command sent in a later turn is not held', async () => {
+    coalesceCommandWrites(redis);
+    expect(redis.stream.writableCorked).toBe(1);
+    coalesceCommandWrites(redis); // corks once per turn, however many commands
+    expect(redis.stream.writableCorked).toBe(1);
+    await nextTurn();
+    expect(redis.stream.writableCorked).toBe(0);
+    await expect(redis.incr(key)).resolves.toBe(1);
+  });
+
+  it("the store's scripts cork the connection they are sent on", async () => {
+    const scripts = loadScripts(redis);
+    const reply = scripts['rsq-inspect'](
+      [`{${key}}:s`, `{${key}}:b`, `{${key}}:h`],
+      [1, Date.now()],
+    );
+    expect(redis.stream.writableCorked).toBe(1);
+    await reply.catch(() => undefined); // the reply's shape is the store's business, not this test's
+    expect(redis.stream.writableCorked).toBe(0);
+  });
+
+  it('works on the new socket after a reconnect', async () => {
+    const first = redis.stream;
+    first.destroy();
+    await new Promise((resolve) => redis.once('ready', resolve));
+    expect(redis.stream).not.toBe(first);
+    const counts = watchWrites(redis);
+    await expect(burst(true)).resolves.toEqual(counting);
+    expect(counts.writes).toBe(1);
+  });
+
+  it('leaves a client without a socket of its own (a Cluster) alone', () => {
+    expect(() => coalesceCommandWrites({} as RedisClient)).not.toThrow();
+  });
+});
