@@ -20,6 +20,7 @@ import type {
   Subscription,
   Transport,
 } from '../../../ports/transport.port';
+import { framesCoalesced } from './amqp-frame-writes';
 import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import type { RabbitMqQueueType } from './rabbitmq.options';
 import { RabbitMqTransport } from './rabbitmq.transport';
@@ -282,6 +283,20 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await transport.publish(channel, Buffer.from('later'), {});
       await eventually(() => deliveries.length === 4, 'the next message');
       expect(deliveries[3].body.toString()).toBe('later');
+    });
+
+    it('coalesces the frame writes of its connection, and of the next one after a drop', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('first'), {});
+      const first = amqp.managedConnection.connection;
+      expect(framesCoalesced(first)).toBe(true);
+
+      await dropConnection();
+      await transport.publish(channel, Buffer.from('second'), {}, { timeoutMs: 10_000 });
+      const second = amqp.managedConnection.connection;
+      expect(second).not.toBe(first);
+      expect(framesCoalesced(second)).toBe(true);
     });
 
     it('resumes consuming on a new channel after the broker closes its channel alone', async () => {

@@ -15,6 +15,7 @@ import {
   type Subscription,
   type Transport,
 } from '../../../ports/transport.port';
+import { coalesceFrameWrites } from './amqp-frame-writes';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import {
   checkPrefetch,
@@ -199,6 +200,7 @@ export class RabbitMqTransport implements Transport {
     await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
     this.topology.dispose();
     this.listening?.removeListener('disconnect', this.onDisconnect);
+    this.listening?.removeListener('connect', this.onConnect);
     await this.publisherChannel?.close().catch(() => undefined);
     this.publisherChannel = undefined;
     if (this.ownsConnection) await this.connection.close();
@@ -304,11 +306,19 @@ export class RabbitMqTransport implements Transport {
     }
     if (this.listening !== manager) {
       this.listening?.removeListener('disconnect', this.onDisconnect);
+      this.listening?.removeListener('connect', this.onConnect);
       manager.on('disconnect', this.onDisconnect);
+      manager.on('connect', this.onConnect);
       this.listening = manager;
+      coalesceFrameWrites(manager.connection);
     }
     return manager;
   }
+
+  /** Each new amqplib connection writes the frames of one pass in one go (amqp-frame-writes). */
+  private readonly onConnect = ({ connection }: { connection: unknown }): void => {
+    coalesceFrameWrites(connection);
+  };
 
   private readonly onDisconnect = (): void => {
     this.topology.forget();

@@ -1,0 +1,136 @@
+import { randomUUID } from 'node:crypto';
+import type { Socket } from 'node:net';
+import * as amqplib from 'amqplib';
+import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { coalesceFrameWrites, framesCoalesced } from './amqp-frame-writes';
+
+const URL = SERVERS.rabbitmq.url;
+const MESSAGES = 200;
+
+/** The socket under an amqplib connection, and a count of the system-call writes made on it. */
+function watchWrites(model: amqplib.ChannelModel) {
+  const socket = (model as unknown as { connection: { stream: Socket } }).connection.stream;
+  const counts = { writes: 0, chunks: 0 };
+  const target = socket as unknown as {
+    _write: (...args: unknown[]) => void;
+    _writev: (chunks: unknown[], callback: unknown) => void;
+  };
+  const write = target._write;
+  const writev = target._writev;
+  target._write = function (...args: unknown[]) {
+    counts.writes++;
+    counts.chunks++;
+    return write.apply(this, args);
+  };
+  target._writev = function (chunks: unknown[], callback: unknown) {
+    counts.writes++;
+    counts.chunks += chunks.length;
+    return writev.call(this, chunks, callback);
+  };
+  return counts;
+}
+
+describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () => {
+  const queues: string[] = [];
+  let admin: amqplib.ChannelModel;
+
+  beforeAll(async () => {
+    admin = await amqplib.connect(URL);
+  });
+
+  afterAll(async () => {
+    const channel = await admin.createChannel();
+    for (const queue of queues) await channel.deleteQueue(queue);
+    await admin.close();
+  });
+
+  /** Publishes MESSAGES numbered messages in one turn; answers how the socket wrote them. */
+  async function publishBurst(model: amqplib.ChannelModel) {
+    const queue = `frame-writes.${randomUUID()}`;
+    queues.push(queue);
+    const channel = await model.createConfirmChannel();
+    await channel.assertQueue(queue, { durable: false });
+    const counts = watchWrites(model);
+    for (let index = 0; index < MESSAGES; index++) {
+      channel.sendToQueue(queue, Buffer.from(`message ${index}`), { headers: { index } });
+    }
+    await channel.waitForConfirms();
+    await channel.close();
+    return { queue, counts };
+  }
+
+  async function readBack(queue: string): Promise<string[]> {
+    const channel = await admin.createChannel();
+    const bodies: string[] = [];
+    for (;;) {
+      const message = await channel.get(queue, { noAck: true });
+      if (!message) break;
+      bodies.push(message.content.toString());
+    }
+    await channel.close();
+    return bodies;
+  }
+
+  const expected = Array.from({ length: MESSAGES }, (_, index) => `message ${index}`);
+
+  it('sends the frames of one pass in one write, byte-exact and in order', async () => {
+    const model = await amqplib.connect(URL);
+    try {
+      expect(framesCoalesced(model)).toBe(false);
+      expect(coalesceFrameWrites(model)).toBe(true);
+      expect(framesCoalesced(model)).toBe(true);
+      const { queue, counts } = await publishBurst(model);
+      // Without it, one write per message (see the next test); here a handful carry them all.
+      expect(counts.writes).toBeLessThan(MESSAGES / 10);
+      expect(counts.chunks).toBeGreaterThanOrEqual(MESSAGES);
+      expect(await readBack(queue)).toHaveLength(MESSAGES);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it('leaves a connection it was not applied to writing frame by frame (the control)', async () => {
+    const model = await amqplib.connect(URL);
+    try {
+      const { counts } = await publishBurst(model);
+      expect(counts.writes).toBeGreaterThanOrEqual(MESSAGES);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it('delivers what a coalesced connection published unchanged and in order', async () => {
+    const model = await amqplib.connect(URL);
+    try {
+      coalesceFrameWrites(model);
+      const { queue } = await publishBurst(model);
+      expect(await readBack(queue)).toEqual(expected);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it('is idempotent: a second call does not wrap the flush again', async () => {
+    const model = await amqplib.connect(URL);
+    try {
+      coalesceFrameWrites(model);
+      const mux = (model as unknown as { connection: { muxer: { _readIncoming: unknown } } })
+        .connection.muxer;
+      const wrapped = mux._readIncoming;
+      expect(coalesceFrameWrites(model)).toBe(true);
+      expect(mux._readIncoming).toBe(wrapped);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it('does nothing to a connection whose shape it does not know', () => {
+    expect(coalesceFrameWrites(undefined)).toBe(false);
+    expect(coalesceFrameWrites({})).toBe(false);
+    expect(coalesceFrameWrites({ connection: { muxer: {} } })).toBe(false);
+    const out = { write: () => true };
+    expect(coalesceFrameWrites({ connection: { muxer: { out, _readIncoming: () => 0 } } })).toBe(
+      false,
+    );
+  });
+});

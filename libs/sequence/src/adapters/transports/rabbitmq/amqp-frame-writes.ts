@@ -1,0 +1,63 @@
+import type { Writable } from 'node:stream';
+
+/**
+ * amqplib's connection has each channel write its frames into a buffer of its own; a multiplexer
+ * then copies them to the socket on the next turn of the event loop, one `socket.write` (one
+ * system call, one TCP segment) per frame: publishes, their confirms' counterpart acks, consumer
+ * acks. {@link coalesceFrameWrites} corks the socket around that copy, so the frames of one pass
+ * leave in one `writev`. Nothing else changes: the same bytes, in the same order, in the same
+ * turn of the event loop, and the multiplexer's back-pressure works as before (a corked socket
+ * still answers `false` once its buffer passes the high-water mark).
+ *
+ * On a 2-core VM, where each write to a loopback socket also wakes the broker, this took the
+ * resequencer benchmark's RabbitMQ and process CPU per event down (docs/benchmarks.md).
+ *
+ * amqplib does not export the multiplexer: this reaches `connection.muxer`, an internal of
+ * amqplib 0.10, and does nothing (returns false) when the shape is not the one it knows.
+ */
+interface Multiplexer {
+  out: Writable;
+  _readIncoming: (this: Multiplexer) => void;
+}
+
+const coalesced = new WeakSet<object>();
+
+function multiplexerOf(model: unknown): Partial<Multiplexer> | undefined {
+  const connection = (model as { connection?: { muxer?: unknown } } | undefined)?.connection;
+  return connection?.muxer as Partial<Multiplexer> | undefined;
+}
+
+/** Whether {@link coalesceFrameWrites} has been applied to this amqplib `ChannelModel`. */
+export function framesCoalesced(model: unknown): boolean {
+  const mux = multiplexerOf(model);
+  return mux !== undefined && coalesced.has(mux);
+}
+
+/**
+ * @param model amqplib's `ChannelModel` (what amqp-connection-manager's `connection` is).
+ * @returns whether the connection's frame writes are (now or already) coalesced.
+ */
+export function coalesceFrameWrites(model: unknown): boolean {
+  const mux = multiplexerOf(model);
+  if (!mux) return false;
+  if (coalesced.has(mux)) return true;
+  const flush = mux._readIncoming;
+  const out = mux.out;
+  if (
+    typeof flush !== 'function' ||
+    typeof out?.cork !== 'function' ||
+    typeof out.uncork !== 'function'
+  ) {
+    return false;
+  }
+  mux._readIncoming = function (this: Multiplexer) {
+    out.cork();
+    try {
+      flush.call(this);
+    } finally {
+      out.uncork();
+    }
+  };
+  coalesced.add(mux);
+  return true;
+}
