@@ -1,7 +1,8 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { setBodyUncopied } from './redis-body.writer';
 import { coalesceCommandWrites } from './redis-command-writes';
 import { loadScripts, type RedisClient } from './redis-scripts';
 
@@ -68,7 +69,8 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
   it('without it, ioredis writes command by command (the control)', async () => {
     const counts = watchWrites(redis);
     await expect(burst(false)).resolves.toEqual(counting);
-    expect(counts.writes).toBe(COMMANDS);
+    // Node merges writes queued behind a partial one, so not always exactly one per command.
+    expect(counts.writes).toBeGreaterThan(COMMANDS / 2);
   });
 
   it('uncorks at the end of the turn, so a command sent in a later turn is not held', async () => {
@@ -102,7 +104,25 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
     expect(counts.writes).toBe(1);
   });
 
-  it('leaves a client without a socket of its own (a Cluster) alone', () => {
-    expect(() => coalesceCommandWrites({} as RedisClient)).not.toThrow();
+  it('keeps a large uncopied body whole and in its place when the socket is corked', async () => {
+    const body = randomBytes(8 * 1024 * 1024 + 5);
+    const big = `${key}:big`;
+    coalesceCommandWrites(redis);
+    const replies = Promise.all([
+      redis.incr(key),
+      setBodyUncopied(redis, big, body, 60_000),
+      redis.incr(key),
+      redis.strlen(big),
+    ]);
+    expect(redis.stream.writableCorked).toBe(1);
+    await expect(replies).resolves.toEqual([1, 'OK', 2, body.length]);
+    expect((await redis.getBuffer(big))?.equals(body)).toBe(true);
+    await redis.del(big);
+  });
+
+  it('leaves a Cluster client (no socket of its own) alone', () => {
+    const cluster = new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true });
+    expect(() => coalesceCommandWrites(cluster as RedisClient)).not.toThrow();
+    cluster.disconnect();
   });
 });

@@ -315,9 +315,17 @@ export class RabbitMqTransport implements Transport {
     return manager;
   }
 
-  /** Each new amqplib connection writes the frames of one pass in one go (amqp-frame-writes). */
+  /**
+   * Each new amqplib connection writes the frames of one pass in one go (amqp-frame-writes).
+   * Never throws: amqp-connection-manager emits 'connect' inside its connect chain, where a
+   * throwing listener would count the connection as failed.
+   */
   private readonly onConnect = ({ connection }: { connection: unknown }): void => {
-    coalesceFrameWrites(connection);
+    try {
+      coalesceFrameWrites(connection);
+    } catch {
+      // An amqplib of another shape: it keeps writing frame by frame.
+    }
   };
 
   private readonly onDisconnect = (): void => {
