@@ -93,6 +93,26 @@ describe('outbox messages', () => {
     expect({ ...parseMessage('command', commandRecord(sent).body) }).toEqual({ ...sent });
   });
 
+  it('a relayed body lists the fields in one fixed order, without absent ones', () => {
+    const made = toEvent({ ...event, tenantId: 'acme' });
+    expect(Object.keys(JSON.parse(eventRecord(made).body) as object)).toEqual([
+      'id',
+      'type',
+      'aggregateType',
+      'aggregateId',
+      'payload',
+      'occurredAt',
+      'tenantId',
+    ]);
+    const sent = toCommand(command);
+    expect(Object.keys(JSON.parse(commandRecord(sent).body) as object)).toEqual([
+      'id',
+      'type',
+      'targetService',
+      'payload',
+    ]);
+  });
+
   it('parsing refuses a body that is not JSON, or is the other kind', () => {
     expect(problemsOf(() => parseMessage('event', '{oops')).join()).toMatch(/not JSON/);
     const body = commandRecord(toCommand(command)).body;

@@ -17,10 +17,11 @@ export const MESSAGE_TYPE_PATTERN = /^[A-Za-z][A-Za-z0-9_.:-]{0,199}$/;
 export const SERVICE_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/;
 
 /**
- * A domain event: a fact that happened to an aggregate, addressed to no one. Validated with
- * class-validator; a command's fields (`targetService`) are refused on it.
+ * What events and commands share: a stable id and a type name. Not a message of its own: each
+ * kind below adds the fields that make it one (class-validator checks the fields of both
+ * classes). The fields are declared in the order a relayed body lists them: these two first.
  */
-export class OutboxEvent<Payload = unknown> {
+export abstract class OutboxMessageFields {
   /** Stable across retries and redeliveries: the inbox deduplicates by it. */
   @Matches(MESSAGE_ID_PATTERN, { message: 'id must be 1-200 characters, no control characters' })
   @IsString()
@@ -31,7 +32,13 @@ export class OutboxEvent<Payload = unknown> {
   })
   @IsString()
   type!: string;
+}
 
+/**
+ * A domain event: a fact that happened to an aggregate, addressed to no one. Validated with
+ * class-validator; a command's fields (`targetService`) are refused on it.
+ */
+export class OutboxEvent<Payload = unknown> extends OutboxMessageFields {
   @Length(1, 200)
   @IsString()
   aggregateType!: string;
@@ -55,18 +62,7 @@ export class OutboxEvent<Payload = unknown> {
 }
 
 /** A command: an intention directed at one service, emitted by no aggregate. */
-export class OutboxCommand<Payload = unknown> {
-  /** Stable across retries and redeliveries: the inbox deduplicates by it. */
-  @Matches(MESSAGE_ID_PATTERN, { message: 'id must be 1-200 characters, no control characters' })
-  @IsString()
-  id!: string;
-
-  @Matches(MESSAGE_TYPE_PATTERN, {
-    message: 'type must start with a letter and hold only letters, digits and _ . : -',
-  })
-  @IsString()
-  type!: string;
-
+export class OutboxCommand<Payload = unknown> extends OutboxMessageFields {
   @Matches(SERVICE_NAME_PATTERN, {
     message: 'targetService must be 1-100 letters, digits, _ . - (it names a channel)',
   })

@@ -1,34 +1,12 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Socket } from 'node:net';
 import { Cluster, Redis } from 'ioredis';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { countSocketWrites } from '../../../../test/support/socket-writes';
 import { setBodyUncopied } from './redis-body.writer';
 import { coalesceCommandWrites } from './redis-command-writes';
 import { loadScripts, type RedisClient } from './redis-scripts';
 
 const COMMANDS = 100;
-
-/** Counts the system-call writes on the client's current socket. */
-function watchWrites(redis: Redis) {
-  const socket = redis.stream as Socket & {
-    _write: (...args: unknown[]) => void;
-    _writev: (chunks: unknown[], callback: unknown) => void;
-  };
-  const counts = { writes: 0, chunks: 0 };
-  const write = socket._write;
-  const writev = socket._writev;
-  socket._write = function (...args: unknown[]) {
-    counts.writes++;
-    counts.chunks++;
-    return write.apply(this, args);
-  };
-  socket._writev = function (chunks: unknown[], callback: unknown) {
-    counts.writes++;
-    counts.chunks += chunks.length;
-    return writev.call(this, chunks, callback);
-  };
-  return counts;
-}
 
 const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 
@@ -60,14 +38,14 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
   const counting = Array.from({ length: COMMANDS }, (_, index) => index + 1);
 
   it('sends the commands of one turn in one write; each reply goes to its command, in order', async () => {
-    const counts = watchWrites(redis);
+    const counts = countSocketWrites(redis.stream);
     await expect(burst(true)).resolves.toEqual(counting);
     expect(counts.writes).toBe(1);
     expect(counts.chunks).toBe(COMMANDS);
   });
 
   it('without it, ioredis writes command by command (the control)', async () => {
-    const counts = watchWrites(redis);
+    const counts = countSocketWrites(redis.stream);
     await expect(burst(false)).resolves.toEqual(counting);
     // Node merges writes queued behind a partial one, so not always exactly one per command.
     expect(counts.writes).toBeGreaterThan(COMMANDS / 2);
@@ -99,7 +77,7 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
     first.destroy();
     await new Promise((resolve) => redis.once('ready', resolve));
     expect(redis.stream).not.toBe(first);
-    const counts = watchWrites(redis);
+    const counts = countSocketWrites(redis.stream);
     await expect(burst(true)).resolves.toEqual(counting);
     expect(counts.writes).toBe(1);
   });

@@ -2,32 +2,17 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import * as amqplib from 'amqplib';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { countSocketWrites } from '../../../../test/support/socket-writes';
 import { coalesceFrameWrites, framesCoalesced } from './amqp-frame-writes';
 
 const URL = SERVERS.rabbitmq.url;
 const MESSAGES = 200;
 
-/** The socket under an amqplib connection, and a count of the system-call writes made on it. */
+/** Counts the writes on the socket under an amqplib connection. */
 function watchWrites(model: amqplib.ChannelModel) {
-  const socket = (model as unknown as { connection: { stream: Socket } }).connection.stream;
-  const counts = { writes: 0, chunks: 0 };
-  const target = socket as unknown as {
-    _write: (...args: unknown[]) => void;
-    _writev: (chunks: unknown[], callback: unknown) => void;
-  };
-  const write = target._write;
-  const writev = target._writev;
-  target._write = function (...args: unknown[]) {
-    counts.writes++;
-    counts.chunks++;
-    return write.apply(this, args);
-  };
-  target._writev = function (chunks: unknown[], callback: unknown) {
-    counts.writes++;
-    counts.chunks += chunks.length;
-    return writev.call(this, chunks, callback);
-  };
-  return counts;
+  return countSocketWrites(
+    (model as unknown as { connection: { stream: Socket } }).connection.stream,
+  );
 }
 
 describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () => {
@@ -43,6 +28,16 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
     for (const queue of queues) await channel.deleteQueue(queue);
     await admin.close();
   });
+
+  /** Runs `use` on a connection of its own, closed afterwards. */
+  async function withConnection(use: (model: amqplib.ChannelModel) => Promise<void>) {
+    const model = await amqplib.connect(URL);
+    try {
+      await use(model);
+    } finally {
+      await model.close();
+    }
+  }
 
   /** Publishes MESSAGES numbered messages in one turn; answers how the socket wrote them. */
   async function publishBurst(model: amqplib.ChannelModel) {
@@ -74,8 +69,7 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
   const expected = Array.from({ length: MESSAGES }, (_, index) => `message ${index}`);
 
   it('sends the frames of one pass in one write, byte-exact and in order', async () => {
-    const model = await amqplib.connect(URL);
-    try {
+    await withConnection(async (model) => {
       expect(framesCoalesced(model)).toBe(false);
       expect(coalesceFrameWrites(model)).toBe(true);
       expect(framesCoalesced(model)).toBe(true);
@@ -86,36 +80,27 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
       expect(counts.writes).toBeLessThan(MESSAGES / 10);
       expect(counts.chunks).toBeGreaterThanOrEqual(MESSAGES);
       expect(await readBack(queue)).toHaveLength(MESSAGES);
-    } finally {
-      await model.close();
-    }
+    });
   });
 
   it('leaves a connection it was not applied to writing frame by frame (the control)', async () => {
-    const model = await amqplib.connect(URL);
-    try {
+    await withConnection(async (model) => {
       const { counts } = await publishBurst(model);
       // Node merges writes queued behind a partial one, so not always exactly one per frame.
       expect(counts.writes).toBeGreaterThan(MESSAGES / 2);
-    } finally {
-      await model.close();
-    }
+    });
   });
 
   it('delivers what a coalesced connection published unchanged and in order', async () => {
-    const model = await amqplib.connect(URL);
-    try {
+    await withConnection(async (model) => {
       coalesceFrameWrites(model);
       const { queue } = await publishBurst(model);
       expect(await readBack(queue)).toEqual(expected);
-    } finally {
-      await model.close();
-    }
+    });
   });
 
   it('carries messages larger than a frame (8 MiB in 128 KiB frames) byte-exact', async () => {
-    const model = await amqplib.connect(URL);
-    try {
+    await withConnection(async (model) => {
       coalesceFrameWrites(model);
       const queue = `frame-writes.${randomUUID()}`;
       queues.push(queue);
@@ -131,23 +116,18 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
         expect(message && message.content.equals(body)).toBe(true);
       }
       await reader.close();
-    } finally {
-      await model.close();
-    }
+    });
   });
 
   it('is idempotent: a second call does not wrap the flush again', async () => {
-    const model = await amqplib.connect(URL);
-    try {
+    await withConnection(async (model) => {
       coalesceFrameWrites(model);
       const mux = (model as unknown as { connection: { muxer: { _readIncoming: unknown } } })
         .connection.muxer;
       const wrapped = mux._readIncoming;
       expect(coalesceFrameWrites(model)).toBe(true);
       expect(mux._readIncoming).toBe(wrapped);
-    } finally {
-      await model.close();
-    }
+    });
   });
 
   it('does nothing to a connection whose shape it does not know', () => {
