@@ -1,4 +1,4 @@
-import { crc32, sha256Hasher, sha256Hex } from './checksum';
+import { crc32, crc32Continued, sha256Hasher, sha256Hex } from './checksum';
 
 describe('crc32', () => {
   it('matches the CRC-32/IEEE check value for "123456789"', () => {
@@ -22,6 +22,15 @@ describe('crc32', () => {
     const backing = Buffer.from('xx123456789yy');
 
     expect(crc32(backing.subarray(2, 11))).toBe(0xcbf43926);
+  });
+});
+
+describe('crc32Continued', () => {
+  it('over the pieces of a body, gives the CRC-32 of the whole body', () => {
+    const body = Buffer.from('123456789');
+    const running = crc32Continued(body.subarray(4), crc32Continued(body.subarray(0, 4), 0));
+    expect(running).toBe(0xcbf43926);
+    expect(crc32Continued(body, 0)).toBe(crc32(body));
   });
 });
 

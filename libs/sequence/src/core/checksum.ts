@@ -3,7 +3,7 @@ import { crc32 as zlibCrc32 } from 'node:zlib';
 
 /** CRC-32 (IEEE, as `zlib.crc32`) of one fragment body, as an unsigned 32-bit integer. */
 export function crc32(body: Uint8Array): number {
-  return zlibCrc32(body) >>> 0;
+  return crc32Continued(body, 0);
 }
 
 /** CRC-32 of a body that arrives in pieces: pass the previous piece's result as `running`. */
