@@ -24,6 +24,9 @@
  *   BENCH_500_PREFETCH [BENCH_PREFETCH]  BENCH_RSS_SAMPLE_MS [10]  BENCH_RUN_TIMEOUT_S [300]
  *   BENCH_READ_AHEAD [store default, 4]: RedisSequenceStore readAhead, in pieces (b only)
  *   BENCH_CPU_PROF_DIR [unset; when set, consumers run with --cpu-prof into that directory]
+ *   BENCH_CONSUMER_ENV [unset]: NAME=VALUE pairs, comma-separated, added to both consumers'
+ *     environment only (e.g. MALLOC_MMAP_THRESHOLD_=1048576, see docs/message-sequence.md on
+ *     a consumer's memory); echoed as `consumerEnv` in every result line
  *
  * Queues (`nseq-bench.<id>.*`) and Redis keys (prefix `nseq-bench-<id>`) are unique to the run
  * and removed at the end, also on failure or Ctrl-C; the exit code is non-zero on any error.
@@ -92,7 +95,19 @@ const settings = {
   rssSampleMs: numberFromEnv('BENCH_RSS_SAMPLE_MS', 10),
   runTimeoutMs: numberFromEnv('BENCH_RUN_TIMEOUT_S', 300) * 1000,
   cpuProfileDir: process.env.BENCH_CPU_PROF_DIR,
+  consumerEnv: consumerEnvFrom(process.env.BENCH_CONSUMER_ENV ?? ''),
 };
+/** `A=1,B=2` → { A: '1', B: '2' }; anything else is refused, not guessed at. */
+function consumerEnvFrom(raw: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of raw.split(',').filter((item) => item.trim() !== '')) {
+    const match = /^\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(pair);
+    if (!match) throw new Error(`BENCH_CONSUMER_ENV: expected NAME=VALUE, got ${pair}`);
+    env[match[1]] = match[2].trim();
+  }
+  return env;
+}
+
 const bigPrefetch = numberFromEnv('BENCH_500_PREFETCH', settings.prefetch);
 for (const fragmentMiB of [...settings.fragmentsMiB, settings.bigFragmentMiB]) {
   if (!(fragmentMiB > 0))
@@ -209,7 +224,7 @@ class ConsumerProcess {
       [JSON.stringify(config)],
       {
         execArgv,
-        env: { ...process.env, ...build.env },
+        env: { ...process.env, ...build.env, ...settings.consumerEnv },
         // The consumer's stdout (Nest logs) goes to our stderr: our stdout is for results.
         stdio: ['ignore', 2, 2, 'ipc'],
       },
@@ -607,6 +622,7 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
     prefetch: settings.prefetch,
     inFlight: settings.inFlight,
     readAhead: settings.readAhead ?? 'default (4)',
+    consumerEnv: settings.consumerEnv,
     modulePhasesMs: medianOf(module.map(phasesOf)),
     cpuSeconds: { raw: cpuSummary(raw), module: cpuSummary(module) },
     moduleRedisCalls: medianOf(module.map((run) => redisCallsOf(run.trace))),
@@ -647,6 +663,7 @@ async function runBigCase(servers: Servers): Promise<void> {
     prefetch: bigPrefetch,
     inFlight: settings.inFlight,
     readAhead: settings.readAhead ?? 'default (4)',
+    consumerEnv: settings.consumerEnv,
     modulePhasesMs: phasesOf(b),
     cpuSeconds: cpuSummary([b]),
     moduleRedisCalls: redisCallsOf(b.trace),
