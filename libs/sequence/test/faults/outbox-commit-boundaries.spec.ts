@@ -119,6 +119,87 @@ describeOnOutboxServers(
       expect(await orderIds()).toEqual(['joined']);
     });
 
+    describe('woken by PostgreSQL NOTIFY alone (a relay that would poll only once a minute)', () => {
+      /** A relay in an app of its own (own pool, own LISTEN connection) that polls every 60 s. */
+      async function slowPollingRelay(): Promise<PostgresOutboxApp> {
+        const relay = await createPostgresOutboxApp({
+          tablePrefix: servers.tablePrefix,
+          outbox: {
+            migrate: false,
+            routes: { event: () => channel },
+            outboxEvents: { ...FAST_RELAY, pollIntervalMs: 60_000 },
+          },
+        });
+        apps.push(relay);
+        // Its start-up claim has run: anything published from now on was woken by a NOTIFY.
+        await relay.runtime.idle();
+        return relay;
+      }
+
+      beforeEach(async () => {
+        // The writers' app keeps its relay off, so only the other app can publish.
+        await t.close();
+        t = await createPostgresOutboxApp({
+          tablePrefix: servers.tablePrefix,
+          outbox: {
+            routes: { event: () => channel },
+            outboxEvents: { enabled: false },
+            outboxCommands: { enabled: false },
+          },
+        });
+        apps.push(t);
+      });
+
+      it("another instance's commit wakes the relay", async () => {
+        await slowPollingRelay();
+        await t.outbox.transaction(async (tx) => tx.publishEvent(orderPlaced('notified')));
+        await eventually(
+          async () => messageIds(await queue.collect()).includes('notified'),
+          'the event published by the other instance within 5 s (its next poll is 60 s away)',
+        );
+        expect(messageIds(queue.messages)).toEqual(['notified']);
+      });
+
+      it("the commit of the application's own pg transaction (publishEvent and sendCommand with { client }) wakes the relays", async () => {
+        const commands = servers.admin.newChannel();
+        const commandQueue = new QueueCollector(servers.admin, commands);
+        const both = await createPostgresOutboxApp({
+          tablePrefix: servers.tablePrefix,
+          outbox: {
+            migrate: false,
+            routes: { event: () => channel, command: () => commands },
+            outboxEvents: { ...FAST_RELAY, pollIntervalMs: 60_000 },
+            outboxCommands: { ...FAST_RELAY, pollIntervalMs: 60_000 },
+          },
+        });
+        apps.push(both);
+        // Its start-up claims have run: anything published from now on was woken by a NOTIFY.
+        await both.runtime.idle();
+
+        const client = await rawClient();
+        await client.query('BEGIN');
+        await client.query(`INSERT INTO ${orders} (id) VALUES ($1)`, ['own-tx']);
+        await t.outbox.publishEvent(orderPlaced('own-tx'), { client });
+        const commandId = await t.outbox.sendCommand(
+          { id: 'ship-own-tx', type: 'ShipOrder', targetService: 'shipping', payload: {} },
+          { client },
+        );
+        expect(commandId).toBe('ship-own-tx');
+        await client.query('COMMIT');
+
+        await eventually(
+          async () => messageIds(await queue.collect()).includes('own-tx'),
+          'the joined event published within 5 s of COMMIT',
+        );
+        await eventually(
+          async () => messageIds(await commandQueue.collect()).includes('ship-own-tx'),
+          'the joined command published within 5 s of COMMIT',
+        );
+        expect(messageIds(commandQueue.messages)).toEqual(['ship-own-tx']);
+        expect(await orderIds()).toEqual(['own-tx']);
+      });
+    });
+
     it('publishEvent joined to a raw pg transaction that rolls back is never published', async () => {
       const client = await rawClient();
       await client.query('BEGIN');

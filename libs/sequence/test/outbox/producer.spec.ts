@@ -1,6 +1,7 @@
 import {
   InMemoryTransport,
   InvalidOutboxMessageError,
+  OutboxTransactionFinishedError,
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
@@ -109,6 +110,23 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     await expect(attempt).rejects.toBeInstanceOf(InvalidOutboxMessageError);
     await expect(attempt).rejects.toMatchObject({ kind: 'event', code: 'invalid-outbox-message' });
     expect(await orderCount()).toBe(0);
+  });
+
+  it('refuses an event recorded through a transaction after its work returned; what it committed is published', async () => {
+    await start();
+    let kept: Parameters<Parameters<typeof t.outbox.transaction>[0]>[0] | undefined;
+    const id = await t.outbox.transaction((tx) => {
+      kept = tx;
+      return Promise.resolve(tx.publishEvent(placed('o-in-time')));
+    });
+
+    expect(() => kept?.publishEvent(placed('o-too-late'))).toThrow(OutboxTransactionFinishedError);
+    expect(() =>
+      kept?.sendCommand({ type: 'ShipOrder', targetService: 'shipping', payload: {} }),
+    ).toThrow(OutboxTransactionFinishedError);
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'the event published');
+    expect(bodies(t.broker.peek('events.OrderPlaced')).map((b) => b.id)).toEqual([id]);
+    expect(t.broker.peek('commands.shipping')).toHaveLength(0);
   });
 
   it('sends a command to commands.<targetService>', async () => {

@@ -1,5 +1,6 @@
+import { ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
 import type { InboundMessage } from 'nest-sequence';
-import { eventually } from '../support/sequence-test-app';
+import { eventually, metricValue } from '../support/sequence-test-app';
 import {
   createResequencerTestApp,
   publishEvent,
@@ -40,6 +41,23 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       });
     });
 
+    it('is swept by the scheduler every sweepIntervalMs when the app has the ScheduleModule', async () => {
+      await t.close();
+      t = await createResequencerTestApp(
+        { channel, gap: { timeoutMs: 50, policy: 'alert' } },
+        { resequencer: { sweepIntervalMs: 20 } },
+        [ScheduleModule.forRoot()],
+      );
+      expect(t.app.get(SchedulerRegistry).getIntervals()).toContain('nest-sequence:gap-sweeper');
+
+      await bufferBehindGap('T1', [2, 3]);
+      await eventually(() => t.gaps.length > 0, 'the gap alert, with no sweep run by the test');
+      expect(t.gaps).toEqual([expect.objectContaining({ type: 'alert', key: 'T1', expected: 1 })]);
+      expect(reasons(t.transport.peek(dlq))).toEqual([
+        expect.stringMatching(/^resequencer-gap-alert: key T1 /),
+      ]);
+    });
+
     it('leaves a gap alone before its timeout', async () => {
       await bufferBehindGap('T1', [2, 3]);
       await expect(t.sweeper.sweep(Date.now() + TIMEOUT_MS - 1_000)).resolves.toMatchObject({
@@ -73,6 +91,11 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       });
       expect(t.handler.received).toEqual([]);
       expect(await t.service.buffered(channel, 'T1')).toEqual([2, 3]);
+      expect(
+        await metricValue(t.metrics.registry, 'nest_sequence_resequencer_gaps_total', {
+          type: 'alert',
+        }),
+      ).toBe(1);
 
       await publishEvent(t.transport, channel, 'T1', 1);
       await eventually(() => t.handler.received.length === 3, 'the released run');

@@ -1,4 +1,9 @@
-import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
+import {
+  Injectable,
+  type INestApplicationContext,
+  type ModuleMetadata,
+  type Type,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   GapSweeper,
@@ -76,12 +81,15 @@ export interface ResequencerTestApp {
 export async function createResequencerTestApp(
   definition: ResequencerDefinition,
   options: SequenceModuleOptions = {},
+  /** Other modules of the app (e.g. `ScheduleModule.forRoot()`). */
+  imports: NonNullable<ModuleMetadata['imports']> = [],
 ): Promise<ResequencerTestApp> {
   const transport = (options.transport as InMemoryTransport | undefined) ?? new InMemoryTransport();
   const Handler = resequencedHandler(definition);
   const gaps: GapEvent[] = [];
   const moduleRef = await Test.createTestingModule({
     imports: [
+      ...imports,
       SequenceModule.forRoot({
         ...options,
         transport,
