@@ -174,8 +174,9 @@ export interface ResequencerKeyState {
  * - Gaps: every key with a non-empty buffer is listed by `listGaps` with the time its gap opened.
  *   `resolveGap` applies a policy atomically, only if the key still has a gap opened at or before
  *   `openedBefore` (so instances sweeping at once resolve each gap once):
- *   - `alert`: appends a `gap-alert` item and marks the gap alerted (listed as not due until a
- *     new gap opens); the buffer stays;
+ *   - `alert`: appends a `gap-alert` item and marks the gap alerted (no longer listed as due
+ *     until a new gap opens; listed with `alerted: true` when alerted gaps are asked for); the
+ *     buffer stays;
  *   - `skip`: appends `gap-skipped` for `next`..`lowest − 1`, moves `next` to the lowest buffered
  *     sequence and releases the contiguous run from there;
  *   - `dead-letter`: appends every buffered event as a `dead-letter` item, empties the buffer and
@@ -202,10 +203,16 @@ export interface ResequencerStore {
   /** Lets the lease go early (a drainer that gives up); a no-op unless `holder` holds it. */
   releaseDrain(key: ResequencerKey, holder: string): Promise<void>;
   /**
-   * Up to `limit` gaps of `scope`: those not alerted whose gap opened at or before
-   * `openedBefore`, oldest first.
+   * Up to `limit` gaps of `scope` opened at or before `openedBefore`, oldest first: those not
+   * alerted yet (what a sweep resolves); with `includeAlerted`, also those whose alert went out
+   * and which still wait (`alerted: true`), that is every open gap.
    */
-  listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]>;
+  listGaps(
+    scope: string,
+    openedBefore: number,
+    limit: number,
+    includeAlerted?: boolean,
+  ): Promise<OpenGap[]>;
   resolveGap(
     key: ResequencerKey,
     policy: GapPolicy,

@@ -109,7 +109,10 @@ export class ResequencerService {
     return (await this.inspect(name, key)).buffered;
   }
 
-  /** Keys of `name` waiting on a gap that has not been alerted, oldest gap first. */
+  /**
+   * Keys of `name` waiting on a gap, oldest gap first: those due for the gap policy, and those
+   * whose alert went out and which still wait (`alerted: true`).
+   */
   openGaps(name: string, limit = 100): Promise<OpenGap[]> {
     return this.named(name).openGaps(limit);
   }

@@ -239,9 +239,9 @@ export class Resequencer {
     return this.deps.store.inspect(this.ref(key), this.definition.start);
   }
 
-  /** Keys waiting on a gap now, oldest first (alerted ones included only when due). */
+  /** Keys waiting on a gap now, oldest first, alerted ones included (`alerted: true`). */
   openGaps(limit = 100): Promise<OpenGap[]> {
-    return this.deps.store.listGaps(this.name, Date.now(), limit);
+    return this.deps.store.listGaps(this.name, Date.now(), limit, true);
   }
 
   private async drainQuietly(key: string): Promise<void> {

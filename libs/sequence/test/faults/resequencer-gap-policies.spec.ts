@@ -98,6 +98,17 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
     expect(await dlq.collect()).toHaveLength(1);
     expect(t.handler.received).toEqual([]);
     expect(await stateOf('T1')).toMatchObject({ next: 1, buffered: [2, 3] });
+    // The gap is still open: inspection lists it, as alerted.
+    expect(await t.service.openGaps(channel)).toEqual([
+      {
+        key: 'T1',
+        expected: 1,
+        buffered: 2,
+        lowest: 2,
+        gapSince: (await stateOf('T1')).gapSince,
+        alerted: true,
+      },
+    ]);
 
     await publish('T1', [1]);
     await eventually(() => t.handler.received.length === 3, 'the released run');

@@ -91,6 +91,9 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       });
       expect(t.handler.received).toEqual([]);
       expect(await t.service.buffered(channel, 'T1')).toEqual([2, 3]);
+      expect(await t.service.openGaps(channel)).toEqual([
+        expect.objectContaining({ key: 'T1', expected: 1, buffered: 2, alerted: true }),
+      ]);
       expect(
         await metricValue(t.metrics.registry, 'nest_sequence_resequencer_gaps_total', {
           type: 'alert',

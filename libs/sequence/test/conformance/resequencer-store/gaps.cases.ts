@@ -75,7 +75,7 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
     });
 
     describe("policy 'alert'", () => {
-      it('appends a gap-alert, keeps the buffer, and stops listing the gap', async () => {
+      it('appends a gap-alert, keeps the buffer, and stops listing the gap as due (it stays listed as alerted)', async () => {
         const key = c.key();
         await acceptAll(c.store, key, [3, 4], c.t0);
         await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 100))).resolves.toEqual({
@@ -84,10 +84,44 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
           appended: 1,
         });
         await expect(c.store.listGaps(c.scope, c.t0 + 100, 10)).resolves.toEqual([]);
+        await expect(c.store.listGaps(c.scope, c.t0 + 100, 10, true)).resolves.toEqual([
+          { key: key.key, expected: 1, buffered: 2, lowest: 3, gapSince: c.t0, alerted: true },
+        ]);
+        await expect(c.store.listGaps(c.scope, c.t0 - 1, 10, true)).resolves.toEqual([]);
         await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ buffered: [3, 4] });
         expect(await drainAll(c.store, key, c.t0 + 101)).toEqual<HandOffItem[]>([
           { kind: 'gap-alert', expected: 1, buffered: 2, gapSince: c.t0 },
         ]);
+      });
+
+      it('lists alerted and not alerted gaps together when asked, oldest first, up to limit', async () => {
+        const times = { 'a-old': c.t0 + 10, 'b-mid': c.t0 + 20, 'c-new': c.t0 + 30 };
+        for (const [name, time] of Object.entries(times)) {
+          await acceptAll(c.store, c.key(name), [2], time);
+        }
+        await c.store.resolveGap(c.key('a-old'), 'alert', at(c.t0 + 100));
+        await c.store.resolveGap(c.key('c-new'), 'alert', at(c.t0 + 100));
+
+        const all = await c.store.listGaps(c.scope, c.t0 + 100, 10, true);
+        expect(all.map((gap) => [gap.key, gap.gapSince, gap.alerted])).toEqual([
+          ['a-old', c.t0 + 10, true],
+          ['b-mid', c.t0 + 20, false],
+          ['c-new', c.t0 + 30, true],
+        ]);
+        const two = await c.store.listGaps(c.scope, c.t0 + 100, 2, true);
+        expect(two.map((gap) => gap.key)).toEqual(['a-old', 'b-mid']);
+        const opened = await c.store.listGaps(c.scope, c.t0 + 25, 10, true);
+        expect(opened.map((gap) => gap.key)).toEqual(['a-old', 'b-mid']);
+        const due = await c.store.listGaps(c.scope, c.t0 + 100, 10);
+        expect(due.map((gap) => gap.key)).toEqual(['b-mid']);
+      });
+
+      it('forgets an alerted gap once it fills', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [2], c.t0);
+        await c.store.resolveGap(key, 'alert', at(c.t0 + 100));
+        await acceptAll(c.store, key, [1], c.t0 + 200);
+        await expect(c.store.listGaps(c.scope, c.t0 + 300, 10, true)).resolves.toEqual([]);
       });
 
       it('alerts a gap once, until a new gap opens', async () => {

@@ -172,14 +172,21 @@ export class MemoryResequencerStore implements ResequencerStore {
     if (record?.lease?.holder === holder) record.lease = undefined;
   }
 
-  async listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+  async listGaps(
+    scope: string,
+    openedBefore: number,
+    limit: number,
+    includeAlerted = false,
+  ): Promise<OpenGap[]> {
     assertScope(scope);
     assertTime('openedBefore', openedBefore);
     assertPositiveInteger('limit', limit);
     return [...this.keys.live(scope)]
       .filter(
         ([, record]) =>
-          record.gapSince !== undefined && !record.alerted && record.gapSince <= openedBefore,
+          record.gapSince !== undefined &&
+          (includeAlerted || !record.alerted) &&
+          record.gapSince <= openedBefore,
       )
       .sort(byTimeThenKey((record) => record.gapSince!))
       .slice(0, limit)
@@ -189,7 +196,7 @@ export class MemoryResequencerStore implements ResequencerStore {
         buffered: record.buffer.size,
         lowest: lowestBuffered(record),
         gapSince: record.gapSince!,
-        alerted: false,
+        alerted: record.alerted,
       }));
   }
 

@@ -64,9 +64,17 @@ export class RedisResequencerIndex {
     return value;
   }
 
-  async gaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+  async gaps(
+    scope: string,
+    openedBefore: number,
+    limit: number,
+    includeAlerted: boolean,
+  ): Promise<OpenGap[]> {
     const keys = this.names.index(scope);
-    const reply = await this.scripts['rsq-gaps']([keys.gaps, keys.records], [openedBefore, limit]);
+    const reply = await this.scripts['rsq-gaps'](
+      [keys.gaps, keys.records],
+      [openedBefore, limit, includeAlerted ? 1 : 0],
+    );
     return interpretGaps(reply, { operation: 'listGaps', scope });
   }
 

@@ -223,12 +223,15 @@ export function interpretInspect(
   return gapSince === undefined ? state : { ...state, gapSince };
 }
 
-/** rsq-gaps' flat {key, gapSince, record | nil, ...}: a key whose record is missing is skipped. */
+/**
+ * rsq-gaps' flat {key, gapSince, record | nil, alerted (0 | 1), ...}: a key whose record is
+ * missing is skipped.
+ */
 export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
-  if (!Array.isArray(raw) || raw.length % 3 !== 0) throw unexpected(source, raw);
+  if (!Array.isArray(raw) || raw.length % 4 !== 0) throw unexpected(source, raw);
   const gaps: OpenGap[] = [];
-  for (let i = 0; i < raw.length; i += 3) {
-    const [key, gapSince, record] = raw.slice(i, i + 3) as unknown[];
+  for (let i = 0; i < raw.length; i += 4) {
+    const [key, gapSince, record, alerted] = raw.slice(i, i + 4) as unknown[];
     if (record === null) continue;
     const fields = typeof record === 'string' ? record.split(':').map(Number) : [];
     const since = Number(gapSince);
@@ -236,12 +239,13 @@ export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
       typeof key !== 'string' ||
       !Number.isSafeInteger(since) ||
       fields.length !== 4 ||
-      !fields.every(Number.isSafeInteger)
+      !fields.every(Number.isSafeInteger) ||
+      (alerted !== 0 && alerted !== 1)
     ) {
       throw unexpected(source, raw);
     }
     const [, buffered, expected, lowest] = fields;
-    gaps.push({ key, expected, buffered, lowest, gapSince: since, alerted: false });
+    gaps.push({ key, expected, buffered, lowest, gapSince: since, alerted: alerted === 1 });
   }
   return gaps;
 }

@@ -4,7 +4,7 @@
  * Keys (see RedisResequencerKeys): per resequencer key, a state hash, a buffer (sorted set,
  * score = sequence, member = the encoded entry) and a hand-off list, under one hash tag
  * `{rsq:<scope>:<key>}`; per scope, an index under `{rsq-idx:<scope>}`: a record per key
- * ("ver:buffered:next:lowest"), the open gaps not alerted yet (key -> gapSince), the non-empty
+ * ("ver:buffered:next:lowest"), the open gaps (key -> gapSince; -(gapSince + 1) once alerted), the non-empty
  * hand-off lists (key -> handOffAt), the keys' last activity, and the scope's buffered total.
  *
  * Every port method on a key is ONE Lua script over that key's keys (atomic, single-slot). No
@@ -232,11 +232,16 @@ export class RedisResequencerStore implements ResequencerStore {
     await this.scripts['rsq-release']([this.keys.of(key).state], [holder]);
   }
 
-  async listGaps(scope: string, openedBefore: number, limit: number): Promise<OpenGap[]> {
+  async listGaps(
+    scope: string,
+    openedBefore: number,
+    limit: number,
+    includeAlerted = false,
+  ): Promise<OpenGap[]> {
     assertScope(scope);
     assertTime('openedBefore', openedBefore);
     assertPositiveInteger('limit', limit);
-    return this.index.gaps(scope, openedBefore, limit);
+    return this.index.gaps(scope, openedBefore, limit, includeAlerted);
   }
 
   async resolveGap(

@@ -57,8 +57,10 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
       redis.call('INCRBY', totalKey, buffered - storedBuffered)
     end
     redis.call('HSET', recordsKey, member, string.format('%d:%d:%d:%d', r[1], r[2], r[3], r[4]))
-    if gapSince >= 0 and not alerted then
-      redis.call('ZADD', gapsKey, gapSince, member)
+    -- Every open gap is indexed; one whose alert went out (it still waits, but is not due again)
+    -- under -(gapSince + 1), below the due range [0, openedBefore] that the sweeps read.
+    if gapSince >= 0 then
+      redis.call('ZADD', gapsKey, alerted and -(gapSince + 1) or gapSince, member)
     else
       redis.call('ZREM', gapsKey, member)
     end

@@ -1,21 +1,45 @@
 --[[
-  rsq-gaps: the open gaps of a scope that are due (the resequencer store's `listGaps`); read-only.
+  rsq-gaps: the open gaps of a scope (the resequencer store's `listGaps`); read-only.
 
-  KEYS[1] gaps      zset   key -> gapSince (open gaps not alerted yet)
+  KEYS[1] gaps      zset   key -> gapSince for open gaps not alerted yet (due once old enough),
+                           -(gapSince + 1) for open gaps already alerted (never due again)
   KEYS[2] records   hash   key -> index record "ver:buffered:next:lowest"
 
   ARGV[1] openedBefore (ms)      ARGV[2] limit
+  ARGV[3] 1: alerted gaps too, 0: only those not alerted (what a sweep resolves)
 
-  Returns a flat list, oldest gap first: key, gapSince, record | false, ...
+  Returns a flat list, oldest gap first, at most limit entries:
+  key, gapSince, record | false, alerted (1 | 0), ...
 ]]
 local rcall = redis.call
 local gapsKey, recordsKey = KEYS[1], KEYS[2]
+local openedBefore, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 
-local due = rcall('ZRANGEBYSCORE', gapsKey, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
-local reply = {}
-for i = 1, #due, 2 do
-  reply[#reply + 1] = due[i]
-  reply[#reply + 1] = due[i + 1]
-  reply[#reply + 1] = rcall('HGET', recordsKey, due[i])
+local due = rcall('ZRANGEBYSCORE', gapsKey, 0, openedBefore, 'WITHSCORES', 'LIMIT', 0, limit)
+local alerted = {}
+if ARGV[3] == '1' then
+  -- Scores -1 (opened at 0) down to -(openedBefore + 1): oldest gap first.
+  alerted = rcall('ZREVRANGEBYSCORE', gapsKey, '(0', -(openedBefore + 1), 'WITHSCORES', 'LIMIT',
+    0, limit)
+end
+
+local reply, i, j, n = {}, 1, 1, 0
+while n < limit and (i <= #due or j <= #alerted) do
+  local dueSince = due[i] and tonumber(due[i + 1])
+  local alertedSince = alerted[j] and -tonumber(alerted[j + 1]) - 1
+  local key, since, flag
+  if dueSince and (not alertedSince or dueSince < alertedSince
+      or (dueSince == alertedSince and due[i] < alerted[j])) then
+    key, since, flag = due[i], dueSince, 0
+    i = i + 2
+  else
+    key, since, flag = alerted[j], alertedSince, 1
+    j = j + 2
+  end
+  reply[#reply + 1] = key
+  reply[#reply + 1] = since
+  reply[#reply + 1] = rcall('HGET', recordsKey, key)
+  reply[#reply + 1] = flag
+  n = n + 1
 end
 return reply
