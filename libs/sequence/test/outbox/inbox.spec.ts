@@ -75,6 +75,35 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(handler.calls[0]).toMatchObject({ attempt: 1, inTransaction: false });
   });
 
+  it('drops a duplicate inside the retention window; once the id is purged, the same id is handled again', async () => {
+    t = await createOutboxTestApp(
+      { ...inboxOptions, inboxEvents: { ...FAST_BOX, retentionMs: 1_500 }, purgeIntervalMs: 50 },
+      [TaskCreated],
+    );
+    const handler = t.handler(TaskCreated);
+    const id = randomUUID();
+    const message = taskCreated(id);
+    await deliver(message);
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id))?.status === 'COMPLETED',
+      'the first copy handled and marked',
+    );
+
+    await deliver(message); // inside the window: recognised by its id
+    await t.broker.whenIdle();
+    await t.runtime.idle();
+    expect(handler.calls).toHaveLength(1);
+    expect(await t.outbox.record('inbox_events', id)).toBeDefined();
+
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id)) === undefined,
+      'the id purged after retentionMs',
+    );
+    await deliver(message); // past the window: nothing remembers it
+    await eventually(() => handler.calls.length === 2, 'handled again once forgotten');
+    expect([...handler.callsPerId().values()]).toEqual([2]);
+  });
+
   it('with processInTransaction, what the handler writes commits with the inbox mark', async () => {
     t = await createOutboxTestApp(inboxOptions, [TaskCreatedInTransaction]);
     await t.outbox.transaction((tx) => tx.query('CREATE TABLE tasks (id TEXT PRIMARY KEY)'));
