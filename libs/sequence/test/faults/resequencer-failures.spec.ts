@@ -1,0 +1,126 @@
+import type { ResequencerStore } from 'nest-sequence';
+import { refuseEveryPublish } from './support/outbox-broker.policy';
+import { useFaultServers } from './support/fault-servers';
+import { describeOnRealServers } from './support/real-servers';
+import { createResequencerApp, type ResequencerApp } from './support/resequencer-app';
+import { QueueCollector } from './support/resequencer-output';
+
+jest.setTimeout(30_000);
+
+const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
+
+const event = (seq: number) => ({
+  body: Buffer.from(`K#${seq}`),
+  headers: { 'x-resequence-key': 'K', 'x-resequence-seq': seq },
+});
+
+/** This instance's `accept` fails while `failing` is set, as it does while Redis is away. */
+function failingAccepts(store: ResequencerStore, state: { failing: boolean }): ResequencerStore {
+  return new Proxy(store, {
+    get: (target, property) => {
+      if (property === 'accept') {
+        return (...args: Parameters<ResequencerStore['accept']>) => {
+          if (state.failing) return Promise.reject(new Error('simulated: Redis is unreachable'));
+          return target.accept(...args);
+        };
+      }
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+    },
+  });
+}
+
+/**
+ * The Resequencer's failure paths on RabbitMQ and Redis, through `ResequencerService.create`, so
+ * that each input's disposition (what its consumer would do with the broker delivery) is seen
+ * directly: nothing is acknowledged that the store does not hold or that was not delivered.
+ */
+describeOnRealServers('faults: a Resequencer whose store or output fails', () => {
+  let t: ResequencerApp | undefined;
+  const servers = useFaultServers({
+    beforeCleanup: async () => {
+      await t?.close();
+      t = undefined;
+    },
+  });
+
+  it('store unreachable: the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
+    const channel = servers.admin.newChannel();
+    const state = { failing: true };
+    t = await createResequencerApp(undefined, {
+      prefix: servers.prefix,
+      wrapStore: (store) => failingAccepts(store, state),
+    });
+    const handled: number[] = [];
+    const resequencer = t.service.create({ channel, gap: GAP }, (received) => {
+      handled.push(received.seq);
+    });
+
+    await expect(resequencer.receive(event(1))).resolves.toEqual({
+      action: 'requeue',
+      delayMs: 50,
+      reason: 'resequencer store unavailable',
+    });
+    expect(handled).toEqual([]);
+
+    state.failing = false;
+    await expect(resequencer.receive(event(2))).resolves.toEqual({ action: 'ack' });
+    expect(handled).toEqual([]);
+    // The requeued input comes back: now it is stored, releases 1-2, and is acked once delivered.
+    await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
+    expect(handled).toEqual([1, 2]);
+    await expect(resequencer.inspect('K')).resolves.toEqual({
+      next: 3,
+      buffered: [],
+      handOff: 0,
+    });
+  });
+
+  it('output refused by the broker: the drain stops, the event stays at the head of the hand-off list and its input is requeued; then the key delivers in order', async () => {
+    const channel = servers.admin.newChannel();
+    const output = servers.admin.newChannel();
+    const published = new QueueCollector(servers.admin, output);
+    t = await createResequencerApp(undefined, { prefix: servers.prefix });
+    const resequencer = t.service.create({ channel, output, gap: GAP });
+    const seqs = async () =>
+      (await published.collect()).map((message) => message.headers['x-resequence-seq']);
+
+    const allow = await refuseEveryPublish(output);
+    let allowed = false;
+    try {
+      await expect(resequencer.receive(event(1))).resolves.toEqual({
+        action: 'requeue',
+        delayMs: 50,
+        reason: 'key K: output unreachable',
+      });
+      // Released, not delivered: it waits at the head of the hand-off list.
+      await expect(resequencer.inspect('K')).resolves.toEqual({
+        next: 2,
+        buffered: [],
+        handOff: 1,
+      });
+      await expect(resequencer.receive(event(3))).resolves.toEqual({ action: 'ack' });
+      expect(await seqs()).toEqual([]);
+      await allow();
+      allowed = true;
+    } finally {
+      if (!allowed) await allow();
+    }
+
+    // The requeued input comes back: late now, but its event is still pending; it drains it.
+    await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
+    await expect(resequencer.receive(event(2))).resolves.toEqual({ action: 'ack' });
+    await published.atLeast(3, 'the three events on the output');
+    expect(await seqs()).toEqual([1, 2, 3]);
+    expect((await published.collect()).map((message) => message.body.toString())).toEqual([
+      'K#1',
+      'K#2',
+      'K#3',
+    ]);
+    await expect(resequencer.inspect('K')).resolves.toEqual({
+      next: 4,
+      buffered: [],
+      handOff: 0,
+    });
+  });
+});
