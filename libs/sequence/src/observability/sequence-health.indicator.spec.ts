@@ -7,9 +7,12 @@ import {
 } from '@nestjs/common';
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import {
   MemorySequenceStore,
   RabbitMqTransport,
+  RedisSequenceStore,
   SEQUENCE_TRANSPORT,
   SequenceModule,
   type SequenceModuleOptions,
@@ -18,6 +21,8 @@ import {
 } from 'nest-sequence';
 import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { eventually } from '../../test/support/sequence-test-app';
+import { namedConnection, RabbitMqAdmin } from '../../test/faults/support/rabbitmq.admin';
 
 const silent: LoggerService = {
   log: () => undefined,
@@ -162,6 +167,80 @@ describe('SequenceHealthIndicator', () => {
         });
       } finally {
         await transport.close();
+      }
+    });
+
+    it('is down while the transport reconnects after the broker closed its connection, and up again after', async () => {
+      const name = `nseq-health-${randomUUID()}`;
+      // The client waits 2 s before it reconnects: the window the indicator must report.
+      const transport = await RabbitMqTransport.connect(
+        SERVERS.rabbitmq.url,
+        {},
+        namedConnection(name, 2),
+      );
+      const admin = await RabbitMqAdmin.connect();
+      try {
+        const app = await start({ transport });
+        const indicator = app.get(SequenceHealthIndicator);
+        await expect(indicator.isHealthy('sequence')).resolves.toMatchObject({
+          sequence: { status: 'up' },
+        });
+
+        await admin.closeConnection(name);
+        await eventually(
+          async () => (await indicator.isHealthy('sequence')).sequence.status === 'down',
+          'down while reconnecting',
+        );
+        expect((await indicator.isHealthy('sequence')).sequence).toEqual({
+          status: 'down',
+          transport: {
+            name: 'rabbitmq',
+            status: 'down',
+            message: 'not connected to RabbitMQ (reconnecting)',
+          },
+          store: { name: 'memory', status: 'up' },
+        });
+        await eventually(
+          async () => (await indicator.isHealthy('sequence')).sequence.status === 'up',
+          'up again once reconnected',
+          10_000,
+        );
+      } finally {
+        await transport.close();
+        await admin.close();
+      }
+    });
+  });
+
+  describeWithServer('redis', 'on Redis', () => {
+    it('is up while the Redis store answers PING, and down (naming why) once it cannot reach Redis', async () => {
+      // Fail fast rather than queue commands while disconnected, as docs/message-sequence.md advises.
+      const redis = new Redis(SERVERS.redis.url, {
+        maxRetriesPerRequest: 1,
+        enableOfflineQueue: false,
+      });
+      const store = new RedisSequenceStore(redis, { prefix: `nseq-health-${randomUUID()}` });
+      if (redis.status !== 'ready') await new Promise((resolve) => redis.once('ready', resolve));
+      try {
+        const app = await start({ store });
+        const indicator = app.get(SequenceHealthIndicator);
+
+        const reachable = await indicator.isHealthy('sequence');
+        redis.disconnect();
+        const unreachable = await indicator.isHealthy('sequence', { timeoutMs: 500 });
+
+        expect(reachable.sequence).toEqual({
+          status: 'up',
+          transport: { name: 'in-memory', status: 'up' },
+          store: { name: 'redis', status: 'up' },
+        });
+        expect(unreachable.sequence).toEqual({
+          status: 'down',
+          transport: { name: 'in-memory', status: 'up' },
+          store: { name: 'redis', status: 'down', message: expect.stringMatching(/writeable/) },
+        });
+      } finally {
+        redis.disconnect();
       }
     });
   });
