@@ -3,8 +3,11 @@ import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
+  REQUEUE_COUNT_HEADER,
   SequenceOptionsError,
+  SqliteOutboxStore,
   type HeaderMap,
+  type OutboxStore,
 } from 'nest-sequence';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 import {
@@ -45,9 +48,12 @@ function taskCreated(
 
 describe('Inbox: each message handled once per id (embedded SQLite, in-memory broker)', () => {
   let t: OutboxTestApp;
+  /** Adapters a test passed in: the module leaves them to their owner. */
+  const owned: { close(): Promise<void> | void }[] = [];
 
   afterEach(async () => {
     await t?.close();
+    for (const adapter of owned.splice(0)) await adapter.close();
   });
 
   const inboxOptions = { inboxEvents: FAST_BOX, inboxCommands: FAST_BOX, outboxEvents: FAST_BOX };
@@ -102,6 +108,51 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     await deliver(message); // past the window: nothing remembers it
     await eventually(() => handler.calls.length === 2, 'handled again once forgotten');
     expect([...handler.callsPerId().values()]).toEqual([2]);
+  });
+
+  it('inbox table not writable: the message is requeued, never acked unrecorded, and handled once it is; after 60 tries in a row it is dead-lettered store-unavailable', async () => {
+    const state = { failing: true };
+    const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
+    owned.push(sqlite);
+    const store = new Proxy(sqlite, {
+      get: (target, property) => {
+        if (property === 'receive') {
+          return (...args: Parameters<OutboxStore['receive']>) =>
+            state.failing
+              ? Promise.reject(new Error('simulated: the database refuses writes'))
+              : target.receive(...args);
+        }
+        const value: unknown = Reflect.get(target, property, target);
+        return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+      },
+    });
+    t = await createOutboxTestApp({ ...inboxOptions, store }, [TaskCreated]);
+    const handler = t.handler(TaskCreated);
+
+    const first = taskCreated();
+    await deliver(first);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(handler.calls).toHaveLength(0);
+    expect(deadLetters(t.broker, 'events.TaskCreated')).toEqual([]);
+    state.failing = false;
+    // Requeued with a delay of a second, behind the others: then recorded and handled.
+    await eventually(() => handler.calls.length === 1, 'handled once the store writes again');
+
+    state.failing = true;
+    const last = taskCreated();
+    await deliver({ ...last, headers: { ...last.headers, [REQUEUE_COUNT_HEADER]: 60 } });
+    await eventually(
+      () => deadLetters(t.broker, 'events.TaskCreated').length === 1,
+      'dead-lettered after 60 requeues in a row',
+    );
+    const lastId = JSON.parse(last.body.toString()).id as string;
+    expect(deathReasonOf(deadLetters(t.broker, 'events.TaskCreated')[0])).toMatch(
+      new RegExp(
+        `^store-unavailable: inbox inbox_events could not record ${lastId} after 60 tries: ` +
+          'simulated: the database refuses writes$',
+      ),
+    );
+    expect(handler.calls).toHaveLength(1);
   });
 
   it('with processInTransaction, what the handler writes commits with the inbox mark', async () => {
