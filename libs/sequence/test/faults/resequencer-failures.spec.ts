@@ -1,4 +1,5 @@
 import type { ResequencerStore } from 'nest-sequence';
+import { overrideMethods } from '../support/override-methods';
 import { refuseEveryPublish } from './support/outbox-broker.policy';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
@@ -16,17 +17,11 @@ const event = (seq: number) => ({
 
 /** This instance's `accept` fails while `failing` is set, as it does while Redis is away. */
 function failingAccepts(store: ResequencerStore, state: { failing: boolean }): ResequencerStore {
-  return new Proxy(store, {
-    get: (target, property) => {
-      if (property === 'accept') {
-        return (...args: Parameters<ResequencerStore['accept']>) => {
-          if (state.failing) return Promise.reject(new Error('simulated: Redis is unreachable'));
-          return target.accept(...args);
-        };
-      }
-      const value: unknown = Reflect.get(target, property, target);
-      return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
-    },
+  return overrideMethods(store, {
+    accept: (...args) =>
+      state.failing
+        ? Promise.reject(new Error('simulated: Redis is unreachable'))
+        : store.accept(...args),
   });
 }
 

@@ -6,6 +6,7 @@ import {
   type ResequencerKey,
   type ResequencerStore,
 } from 'nest-sequence';
+import { overrideMethods } from '../support/override-methods';
 import { eventually } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
@@ -44,14 +45,7 @@ class FailingClaims {
       this.answered.push(renewed);
       return renewed;
     };
-    return new Proxy(store, {
-      get: (target, property) => {
-        if (property === 'claimDrain') return claimDrain;
-        if (property === 'renewDrain') return renewDrain;
-        const value: unknown = Reflect.get(target, property, target);
-        return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
-      },
-    });
+    return overrideMethods(store, { claimDrain, renewDrain });
   }
 }
 

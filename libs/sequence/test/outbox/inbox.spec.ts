@@ -9,6 +9,7 @@ import {
   type HeaderMap,
   type OutboxStore,
 } from 'nest-sequence';
+import { overrideMethods } from '../support/override-methods';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 import {
   createOutboxTestApp,
@@ -114,17 +115,11 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     const state = { failing: true };
     const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
     owned.push(sqlite);
-    const store = new Proxy(sqlite, {
-      get: (target, property) => {
-        if (property === 'receive') {
-          return (...args: Parameters<OutboxStore['receive']>) =>
-            state.failing
-              ? Promise.reject(new Error('simulated: the database refuses writes'))
-              : target.receive(...args);
-        }
-        const value: unknown = Reflect.get(target, property, target);
-        return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
-      },
+    const store = overrideMethods<OutboxStore>(sqlite, {
+      receive: (...args) =>
+        state.failing
+          ? Promise.reject(new Error('simulated: the database refuses writes'))
+          : sqlite.receive(...args),
     });
     t = await createOutboxTestApp({ ...inboxOptions, store }, [TaskCreated]);
     const handler = t.handler(TaskCreated);
