@@ -91,7 +91,7 @@ export class InboxReceiver {
         // out of the way, with the reason, rather than back every second forever.
         const reason = deathReason(
           'store-unavailable',
-          `inbox ${box} could not record ${record.id} after ${MAX_STORE_REQUEUES} tries: ${problem}`,
+          `inbox ${box} could not record ${record.id} after ${MAX_STORE_REQUEUES} requeues: ${problem}`,
         );
         this.logger.error(`dead-lettering a message from ${message.channel}: ${reason}`);
         return { action: 'dead-letter', reason };

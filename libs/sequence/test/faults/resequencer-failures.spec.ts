@@ -39,7 +39,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
     },
   });
 
-  it('store unreachable: the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
+  it('store failing to accept (as when Redis is unreachable): the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
     const channel = servers.admin.newChannel();
     const state = { failing: true };
     t = await createResequencerApp(undefined, {
@@ -64,6 +64,49 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
     // The requeued input comes back: now it is stored, releases 1-2, and is acked once delivered.
     await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
     expect(handled).toEqual([1, 2]);
+    await expect(resequencer.inspect('K')).resolves.toEqual({
+      next: 3,
+      buffered: [],
+      handOff: 0,
+    });
+  });
+
+  it('store failing to settle a drain: the input is requeued; its redelivery delivers the unsettled event again, then acks', async () => {
+    const channel = servers.admin.newChannel();
+    const state = { failing: true };
+    t = await createResequencerApp(undefined, {
+      prefix: servers.prefix,
+      wrapStore: (store) =>
+        overrideMethods(store, {
+          settleDrain: (...args) =>
+            state.failing
+              ? Promise.reject(new Error('simulated: Redis did not answer the settle'))
+              : store.settleDrain(...args),
+        }),
+    });
+    const handled: number[] = [];
+    const resequencer = t.service.create({ channel, gap: GAP }, (received) => {
+      handled.push(received.seq);
+    });
+
+    // Released and delivered, but the trim of the hand-off list failed: not acked.
+    await expect(resequencer.receive(event(1))).resolves.toEqual({
+      action: 'requeue',
+      delayMs: 50,
+      reason: 'resequencer store unavailable',
+    });
+    expect(handled).toEqual([1]);
+    await expect(resequencer.inspect('K')).resolves.toEqual({
+      next: 2,
+      buffered: [],
+      handOff: 1,
+    });
+
+    state.failing = false;
+    // At least once: the delivered but unsettled event is delivered again, then settled.
+    await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
+    await expect(resequencer.receive(event(2))).resolves.toEqual({ action: 'ack' });
+    expect(handled).toEqual([1, 1, 2]);
     await expect(resequencer.inspect('K')).resolves.toEqual({
       next: 3,
       buffered: [],

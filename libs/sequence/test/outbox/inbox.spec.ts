@@ -84,7 +84,7 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
 
   it('drops a duplicate inside the retention window; once the id is purged, the same id is handled again', async () => {
     t = await createOutboxTestApp(
-      { ...inboxOptions, inboxEvents: { ...FAST_BOX, retentionMs: 1_500 }, purgeIntervalMs: 50 },
+      { ...inboxOptions, inboxEvents: { ...FAST_BOX, retentionMs: 3_000 }, purgeIntervalMs: 50 },
       [TaskCreated],
     );
     const handler = t.handler(TaskCreated);
@@ -111,7 +111,7 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect([...handler.callsPerId().values()]).toEqual([2]);
   });
 
-  it('inbox table not writable: the message is requeued, never acked unrecorded, and handled once it is; after 60 tries in a row it is dead-lettered store-unavailable', async () => {
+  it('inbox table not writable: the message is requeued, never acked unrecorded, and handled once it is; after 60 requeues in a row it is dead-lettered store-unavailable', async () => {
     const state = { failing: true };
     const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
     owned.push(sqlite);
@@ -134,6 +134,9 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     await eventually(() => handler.calls.length === 1, 'handled once the store writes again');
 
     state.failing = true;
+    // After 59 requeues it is requeued once more; after 60 it goes.
+    const almost = taskCreated();
+    await deliver({ ...almost, headers: { ...almost.headers, [REQUEUE_COUNT_HEADER]: 59 } });
     const last = taskCreated();
     await deliver({ ...last, headers: { ...last.headers, [REQUEUE_COUNT_HEADER]: 60 } });
     await eventually(
@@ -143,11 +146,26 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     const lastId = JSON.parse(last.body.toString()).id as string;
     expect(deathReasonOf(deadLetters(t.broker, 'events.TaskCreated')[0])).toMatch(
       new RegExp(
-        `^store-unavailable: inbox inbox_events could not record ${lastId} after 60 tries: ` +
+        `^store-unavailable: inbox inbox_events could not record ${lastId} after 60 requeues: ` +
           'simulated: the database refuses writes$',
       ),
     );
     expect(handler.calls).toHaveLength(1);
+    // The one at 59 was requeued instead; it goes on its next try, with its count at 60.
+    const almostId = JSON.parse(almost.body.toString()).id as string;
+    await eventually(
+      () => deadLetters(t.broker, 'events.TaskCreated').length === 2,
+      'the other one dead-lettered a requeue later',
+    );
+    expect(
+      deadLetters(t.broker, 'events.TaskCreated').map((message) => [
+        message.headers[MESSAGE_ID_HEADER],
+        message.headers[REQUEUE_COUNT_HEADER],
+      ]),
+    ).toEqual([
+      [lastId, 60],
+      [almostId, 60],
+    ]);
   });
 
   it('with processInTransaction, what the handler writes commits with the inbox mark', async () => {

@@ -116,6 +116,26 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
         expect(due.map((gap) => gap.key)).toEqual(['b-mid']);
       });
 
+      it('orders gaps opened at the same time by key, alerted or not, also where limit cuts', async () => {
+        for (const name of ['t-d', 't-c', 't-b', 't-a']) {
+          await acceptAll(c.store, c.key(name), [2], c.t0);
+        }
+        await c.store.resolveGap(c.key('t-a'), 'alert', at(c.t0 + 100));
+        await c.store.resolveGap(c.key('t-c'), 'alert', at(c.t0 + 100));
+
+        const all = await c.store.listGaps(c.scope, c.t0 + 100, 10, true);
+        expect(all.map((gap) => [gap.key, gap.alerted])).toEqual([
+          ['t-a', true],
+          ['t-b', false],
+          ['t-c', true],
+          ['t-d', false],
+        ]);
+        const two = await c.store.listGaps(c.scope, c.t0 + 100, 2, true);
+        expect(two.map((gap) => gap.key)).toEqual(['t-a', 't-b']);
+        const due = await c.store.listGaps(c.scope, Number.MAX_SAFE_INTEGER, 10);
+        expect(due.map((gap) => gap.key)).toEqual(['t-b', 't-d']);
+      });
+
       it('forgets an alerted gap once it fills', async () => {
         const key = c.key();
         await acceptAll(c.store, key, [2], c.t0);

@@ -12,8 +12,10 @@ const run = promisify(execFile);
  * an argument the existing queue has, so a queue pre-declared with `x-max-length` would fail the
  * transport's declaration instead of nacking its publishes.
  *
- * Resolves, once the policy is set, with a function that removes it (about a second each way:
- * rabbitmqctl starts an Erlang node).
+ * Resolves, once the policy is in effect on the queue (if it exists yet; a queue declared later
+ * gets it at its declaration), with a function that removes it and resolves once the queue no
+ * longer has it: the broker applies policy changes to existing queues asynchronously. About a
+ * second per rabbitmqctl call (each starts an Erlang node).
  */
 export async function refuseEveryPublish(queue: string): Promise<() => Promise<void>> {
   const name = `nseq-fault-refuse-${randomUUID()}`;
@@ -28,7 +30,36 @@ export async function refuseEveryPublish(queue: string): Promise<() => Promise<v
     pattern,
     JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' }),
   ]);
+  await policyOf(queue, (policy) => policy === undefined || policy === name);
   return async () => {
     await run('rabbitmqctl', ['clear_policy', name]);
+    await policyOf(queue, (policy) => policy !== name);
   };
+}
+
+/**
+ * Polls the policy RabbitMQ reports for `queue` (undefined: no such queue; '' none) until `done`
+ * accepts it, for up to 15 s.
+ */
+async function policyOf(
+  queue: string,
+  done: (policy: string | undefined) => boolean,
+): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const { stdout } = await run('rabbitmqctl', [
+      'list_queues',
+      'name',
+      'policy',
+      '-q',
+      '--no-table-headers',
+    ]);
+    const line = stdout
+      .split('\n')
+      .map((row) => row.split('\t'))
+      .find(([listed]) => listed === queue);
+    if (done(line ? (line[1] ?? '').trim() : undefined)) return;
+    if (Date.now() > deadline) throw new Error(`the policy of ${queue} did not settle in 15 s`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
 }

@@ -16,7 +16,7 @@ export interface ResequencerIndexKeys {
   readonly records: string;
   /**
    * Sorted set: key -> gapSince for every key with an open gap not alerted yet, and
-   * -(gapSince + 1) for one whose gap was alerted and still waits (never due again).
+   * gapSince + 2^50 for one whose gap was alerted and still waits (never due again).
    */
   readonly gaps: string;
   /** Sorted set: key -> handOffAt, for keys whose hand-off list is not empty. */
@@ -41,7 +41,7 @@ function encode(part: string): string {
  *   <prefix>:{rsq:<scope>:<key>}:buffer       zset   seq -> encoded entry
  *   <prefix>:{rsq:<scope>:<key>}:handoff      list   encoded hand-off items
  *   <prefix>:{rsq-idx:<scope>}:records        hash   key -> "ver:buffered:next:lowest"
- *   <prefix>:{rsq-idx:<scope>}:gaps           zset   key -> gapSince (open; alerted: -(gapSince+1))
+ *   <prefix>:{rsq-idx:<scope>}:gaps           zset   key -> gapSince (open; alerted: gapSince + 2^50)
  *   <prefix>:{rsq-idx:<scope>}:stalled        zset   key -> handOffAt (hand-off not empty)
  *   <prefix>:{rsq-idx:<scope>}:activity       zset   key -> last indexed write
  *   <prefix>:{rsq-idx:<scope>}:total          string events buffered in the scope

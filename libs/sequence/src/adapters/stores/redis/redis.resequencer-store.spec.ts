@@ -165,6 +165,18 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       expect(gaps.map((gap) => gap.key)).toEqual(['order-2']);
     });
 
+    it('keeps an alerted gap in the gaps index at gapSince + 2^50, exactly, out of every due range', async () => {
+      await store.accept(key, entry(3), at(t0));
+      await store.resolveGap(key, 'alert', { openedBefore: t0, now: t0 + 1 });
+
+      const gapsKey = names.index(key.scope).gaps;
+      await expect(redis.zscore(gapsKey, key.key)).resolves.toBe(String(t0 + 2 ** 50));
+      await expect(store.listGaps(key.scope, Number.MAX_SAFE_INTEGER, 10)).resolves.toEqual([]);
+      await expect(store.listGaps(key.scope, t0, 10, true)).resolves.toMatchObject([
+        { key: key.key, gapSince: t0, alerted: true },
+      ]);
+    });
+
     it('does not reuse a buffer or hand-off list left from a previous life of the key', async () => {
       // Left behind when the state expired first (their TTLs were set when they were created).
       await redis.zadd(names.of(key).buffer, 2, encodeEntry(entry(2)));

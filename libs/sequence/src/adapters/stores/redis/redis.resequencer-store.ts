@@ -4,7 +4,7 @@
  * Keys (see RedisResequencerKeys): per resequencer key, a state hash, a buffer (sorted set,
  * score = sequence, member = the encoded entry) and a hand-off list, under one hash tag
  * `{rsq:<scope>:<key>}`; per scope, an index under `{rsq-idx:<scope>}`: a record per key
- * ("ver:buffered:next:lowest"), the open gaps (key -> gapSince; -(gapSince + 1) once alerted), the non-empty
+ * ("ver:buffered:next:lowest"), the open gaps (key -> gapSince; gapSince + 2^50 once alerted), the non-empty
  * hand-off lists (key -> handOffAt), the keys' last activity, and the scope's buffered total.
  *
  * Every port method on a key is ONE Lua script over that key's keys (atomic, single-slot). No

@@ -7,6 +7,9 @@
   r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at}.
   Returns the scope's buffered total after the call.
 ]]
+-- Added to the score of an alerted gap in the gaps zset (2^50 ms: year 37,648; exact in a double).
+local ALERTED_GAP_OFFSET = 1125899906842624
+
 local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   local recordsKey, gapsKey, stalledKey, activityKey, totalKey = ik[1], ik[2], ik[3], ik[4], ik[5]
   local ver, buffered = r[1], r[2]
@@ -57,10 +60,12 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
       redis.call('INCRBY', totalKey, buffered - storedBuffered)
     end
     redis.call('HSET', recordsKey, member, string.format('%d:%d:%d:%d', r[1], r[2], r[3], r[4]))
-    -- Every open gap is indexed; one whose alert went out (it still waits, but is not due again)
-    -- under -(gapSince + 1), below the due range [0, openedBefore] that the sweeps read.
+    -- Every open gap is indexed; one whose alert went out (it still waits, but is never due
+    -- again) under gapSince + 2^50, above any time a sweep asks for (so instances that predate
+    -- this read the same due gaps). %d: redis.call would print a 16-digit number as %.14g.
     if gapSince >= 0 then
-      redis.call('ZADD', gapsKey, alerted and -(gapSince + 1) or gapSince, member)
+      local score = alerted and gapSince + ALERTED_GAP_OFFSET or gapSince
+      redis.call('ZADD', gapsKey, string.format('%d', score), member)
     else
       redis.call('ZREM', gapsKey, member)
     end

@@ -2,34 +2,49 @@
   rsq-gaps: the open gaps of a scope (the resequencer store's `listGaps`); read-only.
 
   KEYS[1] gaps      zset   key -> gapSince for open gaps not alerted yet (due once old enough),
-                           -(gapSince + 1) for open gaps already alerted (never due again)
+                           gapSince + 2^50 for open gaps already alerted (never due again)
   KEYS[2] records   hash   key -> index record "ver:buffered:next:lowest"
 
   ARGV[1] openedBefore (ms)      ARGV[2] limit
   ARGV[3] 1: alerted gaps too, 0: only those not alerted (what a sweep resolves)
 
-  Returns a flat list, oldest gap first, at most limit entries:
+  Returns a flat list, oldest gap first (then by key, in byte order), at most limit entries:
   key, gapSince, record | false, alerted (1 | 0), ...
 ]]
 local rcall = redis.call
 local gapsKey, recordsKey = KEYS[1], KEYS[2]
 local openedBefore, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local OFFSET = 1125899906842624 -- 2^50, as in _rsq-index
 
-local due = rcall('ZRANGEBYSCORE', gapsKey, 0, openedBefore, 'WITHSCORES', 'LIMIT', 0, limit)
+-- Alerted gaps start at OFFSET: a due range never reaches them. %d: redis.call would print a
+-- 16-digit bound as %.14g, rounded.
+local latest = math.min(openedBefore, OFFSET - 1)
+local due = rcall('ZRANGEBYSCORE', gapsKey, '-inf', string.format('%d', latest), 'WITHSCORES',
+  'LIMIT', 0, limit)
 local alerted = {}
 if ARGV[3] == '1' then
-  -- Scores -1 (opened at 0) down to -(openedBefore + 1): oldest gap first.
-  alerted = rcall('ZREVRANGEBYSCORE', gapsKey, '(0', -(openedBefore + 1), 'WITHSCORES', 'LIMIT',
-    0, limit)
+  alerted = rcall('ZRANGEBYSCORE', gapsKey, string.format('%d', OFFSET),
+    string.format('%d', latest + OFFSET), 'WITHSCORES', 'LIMIT', 0, limit)
+end
+
+-- Byte order, as Redis orders members of equal score (Lua's < on strings follows the locale).
+local function beforeKey(a, b)
+  for k = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, k), string.byte(b, k)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
 end
 
 local reply, i, j, n = {}, 1, 1, 0
 while n < limit and (i <= #due or j <= #alerted) do
   local dueSince = due[i] and tonumber(due[i + 1])
-  local alertedSince = alerted[j] and -tonumber(alerted[j + 1]) - 1
+  local alertedSince = alerted[j] and tonumber(alerted[j + 1]) - OFFSET
   local key, since, flag
   if dueSince and (not alertedSince or dueSince < alertedSince
-      or (dueSince == alertedSince and due[i] < alerted[j])) then
+      or (dueSince == alertedSince and beforeKey(due[i], alerted[j]))) then
     key, since, flag = due[i], dueSince, 0
     i = i + 2
   else

@@ -6,7 +6,7 @@
   events leave the total and their gaps and hand-offs are no longer listed.
 
   KEYS[1] records   hash   key -> "ver:buffered:next:lowest"
-  KEYS[2] gaps      zset   key -> gapSince for open gaps not alerted, -(gapSince + 1) once alerted
+  KEYS[2] gaps      zset   key -> gapSince for open gaps not alerted, gapSince + 2^50 once alerted
   KEYS[3] stalled   zset   key -> handOffAt, for hand-off lists not empty
   KEYS[4] activity  zset   key -> at (time of its last indexed change)
   KEYS[5] total     string events buffered in the scope (sum of the records' buffered)
