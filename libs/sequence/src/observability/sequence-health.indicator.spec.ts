@@ -172,11 +172,11 @@ describe('SequenceHealthIndicator', () => {
 
     it('is down while the transport reconnects after the broker closed its connection, and up again after', async () => {
       const name = `nseq-health-${randomUUID()}`;
-      // The client waits 2 s before it reconnects: the window the indicator must report.
+      // The client waits 3 s before it reconnects: the window the indicator must report.
       const transport = await RabbitMqTransport.connect(
         SERVERS.rabbitmq.url,
         {},
-        namedConnection(name, 2),
+        namedConnection(name, 3),
       );
       const admin = await RabbitMqAdmin.connect();
       try {
