@@ -1,15 +1,12 @@
 --[[
   The scope-index step as a function, shared by rsq-index-5 (the second step, on Redis Cluster)
   and the single-node "-ix" variants of the per-key scripts, which apply it inline. See
-  rsq-index-5.lua for what it does.
+  rsq-index-5.lua for what it does. Include _rsq-gap-score before it.
 
   ik: the index keys {records, gaps, stalled, activity, total}; member: the key's name;
   r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at}.
   Returns the scope's buffered total after the call.
 ]]
--- Added to the score of an alerted gap in the gaps zset (2^50 ms: year 37,648; exact in a double).
-local ALERTED_GAP_OFFSET = 1125899906842624
-
 local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   local recordsKey, gapsKey, stalledKey, activityKey, totalKey = ik[1], ik[2], ik[3], ik[4], ik[5]
   local ver, buffered = r[1], r[2]
@@ -60,12 +57,11 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
       redis.call('INCRBY', totalKey, buffered - storedBuffered)
     end
     redis.call('HSET', recordsKey, member, string.format('%d:%d:%d:%d', r[1], r[2], r[3], r[4]))
-    -- Every open gap is indexed; one whose alert went out (it still waits, but is never due
-    -- again) under gapSince + 2^50, above any time a sweep asks for (so instances that predate
-    -- this read the same due gaps). %d: redis.call would print a 16-digit number as %.14g.
+    -- Every open gap is indexed, an alerted one above any time a sweep asks for (_rsq-gap-score),
+    -- so that instances that predate alerted entries read the same due gaps.
     if gapSince >= 0 then
       local score = alerted and gapSince + ALERTED_GAP_OFFSET or gapSince
-      redis.call('ZADD', gapsKey, string.format('%d', score), member)
+      redis.call('ZADD', gapsKey, scoreText(score), member)
     else
       redis.call('ZREM', gapsKey, member)
     end

@@ -12,6 +12,7 @@
   scope's buffered total after the step.
 ]]
 --- @include "_resequencer"
+--- @include "_rsq-gap-score"
 --- @include "_rsq-index"
 --- @include "_rsq-inline"
 --- @include "_rsq-accept"

@@ -13,18 +13,18 @@
 ]]
 local rcall = redis.call
 local gapsKey, recordsKey = KEYS[1], KEYS[2]
-local openedBefore, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local OFFSET = 1125899906842624 -- 2^50, as in _rsq-index
+--- @include "_rsq-gap-score"
 
--- Alerted gaps start at OFFSET: a due range never reaches them. %d: redis.call would print a
--- 16-digit bound as %.14g, rounded.
-local latest = math.min(openedBefore, OFFSET - 1)
-local due = rcall('ZRANGEBYSCORE', gapsKey, '-inf', string.format('%d', latest), 'WITHSCORES',
-  'LIMIT', 0, limit)
+local openedBefore, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+-- Alerted gaps start at ALERTED_GAP_OFFSET: a due range never reaches them.
+local latest = math.min(openedBefore, ALERTED_GAP_OFFSET - 1)
+local due = rcall('ZRANGEBYSCORE', gapsKey, '-inf', scoreText(latest), 'WITHSCORES', 'LIMIT', 0,
+  limit)
 local alerted = {}
 if ARGV[3] == '1' then
-  alerted = rcall('ZRANGEBYSCORE', gapsKey, string.format('%d', OFFSET),
-    string.format('%d', latest + OFFSET), 'WITHSCORES', 'LIMIT', 0, limit)
+  alerted = rcall('ZRANGEBYSCORE', gapsKey, scoreText(ALERTED_GAP_OFFSET),
+    scoreText(latest + ALERTED_GAP_OFFSET), 'WITHSCORES', 'LIMIT', 0, limit)
 end
 
 -- Byte order, as Redis orders members of equal score (Lua's < on strings follows the locale).
@@ -41,7 +41,7 @@ end
 local reply, i, j, n = {}, 1, 1, 0
 while n < limit and (i <= #due or j <= #alerted) do
   local dueSince = due[i] and tonumber(due[i + 1])
-  local alertedSince = alerted[j] and tonumber(alerted[j + 1]) - OFFSET
+  local alertedSince = alerted[j] and tonumber(alerted[j + 1]) - ALERTED_GAP_OFFSET
   local key, since, flag
   if dueSince and (not alertedSince or dueSince < alertedSince
       or (dueSince == alertedSince and beforeKey(due[i], alerted[j]))) then

@@ -19,6 +19,7 @@
 
   Returns the scope's buffered total after the call.
 ]]
+--- @include "_rsq-gap-score"
 --- @include "_rsq-index"
 
 local record = {}
