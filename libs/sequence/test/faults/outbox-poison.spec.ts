@@ -7,7 +7,7 @@ import {
   orderPlaced,
   type PostgresOutboxApp,
 } from './support/outbox-app';
-import { refuseEveryPublish } from './support/outbox-broker.policy';
+import { refuseEveryPublish } from './support/broker-policy';
 import { describeOnOutboxServers, useOutboxServers } from './support/outbox-servers';
 import { QueueCollector } from './support/resequencer-output';
 

@@ -1,6 +1,6 @@
 import type { ResequencerStore } from 'nest-sequence';
 import { overrideMethods } from '../support/override-methods';
-import { refuseEveryPublish } from './support/outbox-broker.policy';
+import { refuseEveryPublish } from './support/broker-policy';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
 import { createResequencerApp, type ResequencerApp } from './support/resequencer-app';

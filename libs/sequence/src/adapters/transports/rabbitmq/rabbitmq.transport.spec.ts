@@ -9,6 +9,7 @@ import {
   eventually,
   transportConformance,
 } from '../../../../test/conformance/transport.conformance';
+import { waitForQueuePolicy } from '../../../../test/faults/support/broker-policy';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -373,7 +374,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       const definition = JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' });
       await run('rabbitmqctl', ['set_policy', '--apply-to', 'queues', policy, pattern, definition]);
       try {
-        await waitForPolicy(channel, policy);
+        await waitForQueuePolicy(channel, (applied) => applied === policy, 10_000);
         release();
 
         await eventually(() => deliveries.length === 2, 'the redelivery of the original');
@@ -583,23 +584,6 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       expect(calls).toBe(0);
     });
   });
-
-  /** Waits until rabbitmqctl shows `policy` applied to `queue`. */
-  async function waitForPolicy(queue: string, policy: string): Promise<void> {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const { stdout } = await run('rabbitmqctl', [
-        'list_queues',
-        'name',
-        'policy',
-        '-q',
-        '--no-table-headers',
-      ]);
-      if (stdout.split('\n').some((line) => line === `${queue}\t${policy}`)) return;
-      if (Date.now() > deadline) throw new Error(`policy ${policy} never reached ${queue}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
 
   it('names dead-letter queues <channel><deadLetterSuffix>', () => {
     const amqp = new AmqpConnection({ uri: URL });

@@ -30,22 +30,24 @@ export async function refuseEveryPublish(queue: string): Promise<() => Promise<v
     pattern,
     JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' }),
   ]);
-  await policyOf(queue, (policy) => policy === undefined || policy === name);
+  await waitForQueuePolicy(queue, (policy) => policy === undefined || policy === name);
   return async () => {
     await run('rabbitmqctl', ['clear_policy', name]);
-    await policyOf(queue, (policy) => policy !== name);
+    await waitForQueuePolicy(queue, (policy) => policy !== name);
   };
 }
 
 /**
  * Polls the policy RabbitMQ reports for `queue` (undefined: no such queue; '' none) until `done`
- * accepts it, for up to 15 s.
+ * accepts it; fails after `timeoutMs`. The broker applies policy changes to existing queues
+ * asynchronously.
  */
-async function policyOf(
+export async function waitForQueuePolicy(
   queue: string,
   done: (policy: string | undefined) => boolean,
+  timeoutMs = 15_000,
 ): Promise<void> {
-  const deadline = Date.now() + 15_000;
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     const { stdout } = await run('rabbitmqctl', [
       'list_queues',
@@ -59,7 +61,9 @@ async function policyOf(
       .map((row) => row.split('\t'))
       .find(([listed]) => listed === queue);
     if (done(line ? (line[1] ?? '').trim() : undefined)) return;
-    if (Date.now() > deadline) throw new Error(`the policy of ${queue} did not settle in 15 s`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    if (Date.now() > deadline) {
+      throw new Error(`the policy of ${queue} did not settle in ${timeoutMs} ms`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
