@@ -15,13 +15,18 @@ const event = (seq: number) => ({
   headers: { 'x-resequence-key': 'K', 'x-resequence-seq': seq },
 });
 
-/** This instance's `accept` fails while `failing` is set, as it does while Redis is away. */
-function failingAccepts(store: ResequencerStore, state: { failing: boolean }): ResequencerStore {
+/** `store`, with `method` failing while `state.failing` is set, as while Redis does not answer. */
+function failingWhile(
+  store: ResequencerStore,
+  method: 'accept' | 'settleDrain',
+  state: { failing: boolean },
+): ResequencerStore {
+  const original = store[method].bind(store) as (...args: unknown[]) => Promise<unknown>;
   return overrideMethods(store, {
-    accept: (...args) =>
+    [method]: (...args: unknown[]) =>
       state.failing
-        ? Promise.reject(new Error('simulated: Redis is unreachable'))
-        : store.accept(...args),
+        ? Promise.reject(new Error(`simulated: Redis did not answer ${method}`))
+        : original(...args),
   });
 }
 
@@ -39,17 +44,28 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
     },
   });
 
-  it('store failing to accept (as when Redis is unreachable): the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
-    const channel = servers.admin.newChannel();
+  /**
+   * An app whose store's `method` fails while the returned `state.failing` is set (it starts
+   * set), and a resequencer on a fresh channel whose handler records the sequences it gets.
+   */
+  async function withFailing(method: 'accept' | 'settleDrain') {
     const state = { failing: true };
     t = await createResequencerApp(undefined, {
       prefix: servers.prefix,
-      wrapStore: (store) => failingAccepts(store, state),
+      wrapStore: (store) => failingWhile(store, method, state),
     });
     const handled: number[] = [];
-    const resequencer = t.service.create({ channel, gap: GAP }, (received) => {
-      handled.push(received.seq);
-    });
+    const resequencer = t.service.create(
+      { channel: servers.admin.newChannel(), gap: GAP },
+      (received) => {
+        handled.push(received.seq);
+      },
+    );
+    return { state, handled, resequencer };
+  }
+
+  it('store failing to accept (as when Redis is unreachable): the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
+    const { state, handled, resequencer } = await withFailing('accept');
 
     await expect(resequencer.receive(event(1))).resolves.toEqual({
       action: 'requeue',
@@ -72,22 +88,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
   });
 
   it('store failing to settle a drain: the input is requeued; its redelivery delivers the unsettled event again, then acks', async () => {
-    const channel = servers.admin.newChannel();
-    const state = { failing: true };
-    t = await createResequencerApp(undefined, {
-      prefix: servers.prefix,
-      wrapStore: (store) =>
-        overrideMethods(store, {
-          settleDrain: (...args) =>
-            state.failing
-              ? Promise.reject(new Error('simulated: Redis did not answer the settle'))
-              : store.settleDrain(...args),
-        }),
-    });
-    const handled: number[] = [];
-    const resequencer = t.service.create({ channel, gap: GAP }, (received) => {
-      handled.push(received.seq);
-    });
+    const { state, handled, resequencer } = await withFailing('settleDrain');
 
     // Released and delivered, but the trim of the hand-off list failed: not acked.
     await expect(resequencer.receive(event(1))).resolves.toEqual({
