@@ -138,6 +138,7 @@ describeOnOutboxServers(
 
       beforeEach(async () => {
         // The writers' app keeps its relay off, so only the other app can publish.
+        apps.splice(apps.indexOf(t), 1);
         await t.close();
         t = await createPostgresOutboxApp({
           tablePrefix: servers.tablePrefix,
