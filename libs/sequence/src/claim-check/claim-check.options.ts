@@ -57,9 +57,10 @@ export interface ClaimCheckOptions {
   /** Default retention of consuming channels. @default 'ack' */
   deleteAfter?: ClaimRetention;
   /**
-   * Deliveries in a row a message may be requeued because the payload store or the claim
-   * ledger failed, before it is dead-lettered `store-unavailable` (at the default
-   * backpressureDelayMs of 500 ms, 1200 is about 10 minutes of outage). @default 1200
+   * Requeues a message may have had (its `x-requeue-count`: every delayed requeue, a busy
+   * lease's included) when the payload store or the claim ledger fails on it again: then it is
+   * dead-lettered `store-unavailable` instead (at the default backpressureDelayMs of 500 ms,
+   * 1200 is about 10 minutes of outage). @default 1200
    */
   maxStoreRequeues?: number;
 }

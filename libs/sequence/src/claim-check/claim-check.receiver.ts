@@ -304,7 +304,9 @@ export class ClaimCheckReceiver {
   /**
    * A store or ledger failure is requeued, but not forever: an error that is not an outage
    * (corrupt metadata, a permission refused) would otherwise come back until the ticket expires.
-   * After `maxStoreRequeues` deliveries the message is dead-lettered `store-unavailable`.
+   * Once the message has been requeued `maxStoreRequeues` times (its `x-requeue-count`, which
+   * counts every delayed requeue, a busy lease's included), a store or ledger failure
+   * dead-letters it `store-unavailable`.
    */
   private boundedRequeue(
     disposition: Disposition,
@@ -319,7 +321,7 @@ export class ClaimCheckReceiver {
     return this.reject(
       channel,
       'store-unavailable',
-      `${disposition.reason ?? 'unavailable'} on ${requeues + 1} deliveries in a row ` +
+      `${disposition.reason ?? 'unavailable'} after ${requeues} requeues of the message ` +
         `(claimCheck.maxStoreRequeues is ${this.options.maxStoreRequeues}); publish the message ` +
         'again from the dead-letter channel once the store answers',
     );

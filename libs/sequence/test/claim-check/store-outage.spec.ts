@@ -11,7 +11,7 @@ import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 /**
  * Claim Check: an unreachable payload store is not a verdict on the message. While `head` or
  * `get` fail with a plain error, the ticket is requeued with a delay; once the store answers, it
- * is delivered, once. Not forever: after `maxStoreRequeues` deliveries in a row it is
+ * is delivered, once. Not forever: once it has been requeued `maxStoreRequeues` times it is
  * dead-lettered `store-unavailable` (an error that is no outage would otherwise loop until the
  * ticket expires).
  */
@@ -134,7 +134,7 @@ describe('claim check: payload store outage', () => {
     expect(t.handler.deliveries.map((d) => d.payload.via)).toEqual(['inline', 'ticket']);
   });
 
-  it('a store that keeps failing: dead-lettered store-unavailable after maxStoreRequeues deliveries, payload kept', async () => {
+  it('a store that keeps failing: dead-lettered store-unavailable after maxStoreRequeues requeues, payload kept', async () => {
     await t.close();
     t = await createClaimCheckTestApp({
       module: { backpressureDelayMs: BACKPRESSURE_DELAY_MS },
@@ -152,7 +152,7 @@ describe('claim check: payload store outage', () => {
     for (const disposition of settlements.slice(0, 3)) expect(disposition).toMatchObject(requeue);
     expect(deathReasons(t.transport, t.channel)).toEqual([
       expect.stringMatching(
-        /^store-unavailable: payload store unavailable on 4 deliveries in a row/,
+        /^store-unavailable: payload store unavailable after 3 requeues of the message/,
       ),
     ]);
     expect(t.handler.calls).toBe(0);

@@ -39,7 +39,7 @@ export type RejectionCode =
   | 'unknown-payload-store'
   /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */
   | 'claim-check-not-found'
-  /** Claim Check: the payload store or claim ledger failed on `maxStoreRequeues` deliveries in a row. */
+  /** Claim Check: the payload store or claim ledger failed on a message requeued `maxStoreRequeues` times. */
   | 'store-unavailable'
   /** Resequencer: the event's key or sequence number is missing or invalid. */
   | 'invalid-resequence-event'
