@@ -65,6 +65,7 @@
 import { Logger } from '@nestjs/common';
 import * as amqp from 'amqplib';
 import { Pool } from 'pg';
+import { OUTBOX_DEFAULTS } from 'nest-sequence';
 import { report } from './bench.util';
 import { declaredQueues, deleteQueue } from './outbox.broker';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';
@@ -191,7 +192,8 @@ async function main(): Promise<void> {
         writers: settings.writers,
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
-        relayConcurrency: settings.relayConcurrency ?? 'default (2)',
+        relayConcurrency:
+          settings.relayConcurrency ?? `default (${OUTBOX_DEFAULTS.outbox.concurrency})`,
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
         ...summarize(rounds),
         target: { ratioToRaw: 0.7 },

@@ -20,9 +20,9 @@ export interface BoxOptions {
   /** Most records one claim takes. @default 100 (outboxes), 16 (inboxes) */
   batchSize?: number;
   /**
-   * Claims this instance runs at once for the box: with 2, the next batch is locked while the
-   * previous one is being published (claims never overlap: each takes rows the other does not
-   * hold). @default 2 (outboxes), 1 (inboxes)
+   * Claims this instance runs at once for the box: while one batch is being published, the
+   * others are locked or settled (claims never overlap: each takes rows the others do not hold).
+   * Each claim holds a pool connection while it runs. @default 3 (outboxes), 1 (inboxes)
    */
   concurrency?: number;
   /** Attempts before a record is `FAILED`, the first included. @default 10 */
@@ -123,7 +123,7 @@ export const OUTBOX_DEFAULTS = {
   inboxPrefetch: 32,
   purgeIntervalMs: 60_000,
   purgeBatchSize: 500,
-  outbox: { pollIntervalMs: 5_000, batchSize: 100, concurrency: 2 },
+  outbox: { pollIntervalMs: 5_000, batchSize: 100, concurrency: 3 },
   inbox: { pollIntervalMs: 2_000, batchSize: 16, concurrency: 1 },
   maxAttempts: 10,
   retryBaseMs: 1_000,
