@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { plainToInstance } from 'class-transformer';
-import { validateSync, type ValidationError } from 'class-validator';
+import type { ValidationError } from 'class-validator';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import type { MessageKind, NewBoxRecord } from '../ports/outbox-store.port';
 import { OutboxCommand, OutboxEvent, type CommandInput, type EventInput } from './outbox-message';
+import { messageValidation } from './outbox-message.rules';
 
 /** Wire headers of a relayed message; the body is the message as JSON. */
 export const MESSAGE_ID_HEADER = 'x-message-id';
@@ -40,6 +40,7 @@ function validated<T extends object>(kind: MessageKind, type: new () => T, plain
   if (typeof plain !== 'object' || plain === null || Array.isArray(plain)) {
     throw new InvalidOutboxMessageError(kind, [`a ${kind} must be an object`]);
   }
+  const { plainToInstance, validateSync } = messageValidation();
   const instance = plainToInstance(type, plain);
   const problems = problemsOf(validateSync(instance, VALIDATION));
   problems.push(...jsonProblems((plain as { payload?: unknown }).payload));

@@ -22,6 +22,7 @@ import { InboxReceiver } from './inbox.receiver';
 import { OUTBOX_OPTIONS } from './outbox.constants';
 import type { ResolvedOutboxOptions } from './outbox.options';
 import { OutboxRelay } from './outbox.relay';
+import { messageValidation } from './outbox-message.rules';
 
 export const OUTBOX_PURGE_INTERVAL = 'nest-sequence:outbox-purge';
 
@@ -61,7 +62,12 @@ export class OutboxRuntime
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    if (this.options.configured || this.handlers.all().length > 0) await this.ready();
+    if (this.options.configured || this.handlers.all().length > 0) {
+      // The messages' class-validator rules, attached now rather than at the first message, so
+      // that the application's own code can validate OutboxEvent / OutboxCommand from the start.
+      messageValidation();
+      await this.ready();
+    }
   }
 
   /** The store, once opened, migrated and running (started now if it was not). */
