@@ -111,6 +111,7 @@ export {
   type EventInput,
   type CommandInput,
 } from './outbox/outbox-message';
+export { attachOutboxMessageRules } from './outbox/outbox-message.rules';
 export {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,

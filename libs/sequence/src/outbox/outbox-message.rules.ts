@@ -16,6 +16,8 @@ export interface MessageValidation {
 }
 
 let loaded: MessageValidation | undefined;
+/** Set before the rules are attached: a failure halfway must not attach the first ones twice. */
+let attached = false;
 
 /**
  * Loads class-validator and class-transformer and attaches the message rules to
@@ -29,7 +31,10 @@ export function messageValidation(): MessageValidation {
   const validator = require('class-validator') as typeof ClassValidator;
   // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded on first use, see above
   const transformer = require('class-transformer') as typeof ClassTransformer;
-  attachRules(validator);
+  if (!attached) {
+    attached = true;
+    attachRules(validator);
+  }
   loaded = {
     plainToInstance: transformer.plainToInstance,
     validateSync: validator.validateSync,
@@ -37,11 +42,21 @@ export function messageValidation(): MessageValidation {
   return loaded;
 }
 
+/**
+ * Attaches the class-validator rules to {@link OutboxEvent} and {@link OutboxCommand} now. The
+ * library does it when an application with an outbox starts, or when it first records or receives
+ * a message; call this to validate instances of those classes yourself before then (or in an
+ * application that has no outbox). Idempotent.
+ */
+export function attachOutboxMessageRules(): void {
+  messageValidation();
+}
+
 type PropertyRule = (target: object, property: string) => void;
 
 /**
  * The rules of each field, applied in the order TypeScript applies a field's decorators (the one
- * nearest the field first), base class first: what `@IsString() @Matches(…) id` would register.
+ * nearest the field first), base class first: what `@Matches(…) @IsString() id` would register.
  */
 function attachRules(v: typeof ClassValidator): void {
   const text = (more: PropertyRule[]): PropertyRule[] => [v.IsString(), ...more];
