@@ -46,9 +46,9 @@ export const settings = {
   writers: positive('BENCH_OUTBOX_WRITERS', 16),
   /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
   batchSize: positive('BENCH_OUTBOX_BATCH', 100),
-  /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS.outbox.concurrency). */
+  /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
   relayConcurrency: process.env.BENCH_OUTBOX_CONCURRENCY
-    ? positive('BENCH_OUTBOX_CONCURRENCY', 2)
+    ? positive('BENCH_OUTBOX_CONCURRENCY', 3)
     : undefined,
   /** Connections of each pool the benchmark's writers use (the module store's default). */
   poolSize: positive('BENCH_OUTBOX_POOL', 10),
