@@ -22,9 +22,13 @@ type RawSettlement = [] | [string, string, string, string, string, string, strin
  * KEYS/ARGV/Returns headers of lua/*.lua.
  */
 
-/** How accept gets the body: in its arguments, or in a key the client set just before. */
+/**
+ * How accept gets the body: in its arguments, or in a key the client set just before
+ * (`stagedBodyKey(keys, id)`; the script builds that name from its KEYS, which carry the
+ * client's key prefix, so only the id is passed).
+ */
 export type BodyArgument =
-  { readonly kind: 'inline' } | { readonly kind: 'staged'; readonly key: string };
+  { readonly kind: 'inline' } | { readonly kind: 'staged'; readonly id: string };
 
 /**
  * ARGV of lua/accept-5.lua; without the body (`false`), the script only admits the fragment.
@@ -64,7 +68,7 @@ export function acceptArguments(
     grant.id,
   ];
   if (body?.kind === 'inline') args.push('inline', fragment.body);
-  if (body?.kind === 'staged') args.push('staged', body.key);
+  if (body?.kind === 'staged') args.push('staged', body.id);
   return args;
 }
 

@@ -239,6 +239,35 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(keys[0]).toMatch(/:done$/);
       });
 
+      it('stores and reads large bodies on a client with a keyPrefix, every key under that prefix', async () => {
+        // The staged body key is set through the client (prefixed) and named again inside the
+        // accept script: both must be the same key, or no large body is ever stored.
+        const keyPrefix = `${prefix}:kp:`; // keysUnder(redis, p) lists p:*
+        const prefixed = new Redis(SERVERS.redis.url, { keyPrefix });
+        try {
+          const onPrefixed = new RedisSequenceStore(prefixed, { prefix: 'app' });
+          const bodies = [randomBytes(64 * 1024 + 1), randomBytes(7), randomBytes(300 * 1024)];
+          const { fragments, ref } = sequenceFixture(scope, bodies);
+          const results = [];
+          for (const fragment of [...fragments].reverse()) {
+            results.push(await onPrefixed.accept(fragment, context(t0)));
+          }
+          expect(results.map((result) => result.status)).toEqual(['stored', 'stored', 'complete']);
+          expect(
+            Buffer.concat(await readAll(onPrefixed.read(ref))).equals(Buffer.concat(bodies)),
+          ).toBe(true);
+          // Two large bodies, each renamed from its staged key: nothing staged is left behind.
+          const keys = await keysUnder(redis, `${prefix}:kp`);
+          expect(keys.filter((key) => /:body:\d+$/.test(key))).toHaveLength(2);
+          expect(keys.filter((key) => key.includes(':staged:'))).toEqual([]);
+          expect(await keysUnder(redis, 'app')).toEqual([]);
+          await onPrefixed.close();
+        } finally {
+          await deleteUnder(redis, `${prefix}:kp`);
+          await prefixed.quit();
+        }
+      });
+
       it('reads small bodies whole and large ones in pieces that need not divide them, in order', async () => {
         const pieced = new RedisSequenceStore(redis, {
           prefix,

@@ -215,8 +215,9 @@ export class RedisSequenceStore implements SequenceStore {
       if (withBody && inline) body = { kind: 'inline' };
       if (withBody && !inline) {
         // The script renames the key into place or deletes it; the TTL covers a crash between.
-        body = { kind: 'staged', key: stagedBodyKey(sequenceKeys, randomUUID()) };
-        await setBodyUncopied(this.redis, body.key, fragment.body, STAGED_BODY_TTL_MS);
+        body = { kind: 'staged', id: randomUUID() };
+        const stagedKey = stagedBodyKey(sequenceKeys, body.id);
+        await setBodyUncopied(this.redis, stagedKey, fragment.body, STAGED_BODY_TTL_MS);
       }
       const reply = await this.scripts.accept(
         keys,

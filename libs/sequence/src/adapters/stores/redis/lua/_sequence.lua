@@ -134,6 +134,12 @@ local function bodyKeyAt(bodyKey, position)
   return bodyKey .. ':' .. position
 end
 
+-- A body staged by the client (redis-keys.ts stagedBodyKey): <sequence>:staged:<id>, in the slot
+-- of the sequence's keys, whose body key is <sequence>:body.
+local function stagedBodyKey(bodyKey, id)
+  return string.sub(bodyKey, 1, -6) .. ':staged:' .. id
+end
+
 -- Extends the sequence's keys to ttl. The per-position body keys are visited only when meta
 -- needs it: each is created with at least meta's TTL and extended with it, so it outlives meta.
 local function extendSequenceTtl(metaKey, crcKey, bodyKey, ttl)

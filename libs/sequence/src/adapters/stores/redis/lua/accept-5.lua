@@ -14,10 +14,12 @@
   ARGV[19] user headers (JSON)     ARGV[20] grant epoch (0: none)  ARGV[21] grant bytes
   ARGV[22] grant id (unique)       ARGV[23] 'inline' or 'staged'; when absent the fragment is
                                    only admitted ('go' instead of storing it)
-  ARGV[24] inline: the body, stored in the body hash; staged: the name of a string key in this
-           slot holding the body (set by the client just before, with a short TTL), renamed to
-           body:<position> when stored and deleted otherwise: a large body never goes through
-           Lua, which copies an argument into a Lua string and again into the hash
+  ARGV[24] inline: the body, stored in the body hash; staged: the id of a string key in this
+           slot, <sequence>:staged:<id> (KEYS[3] with `:body` replaced), holding the body (set by
+           the client just before, with a short TTL), renamed to body:<position> when stored and
+           deleted otherwise: a large body never goes through Lua, which copies an argument into
+           a Lua string and again into the hash. Only the id is passed: a key name built from
+           KEYS carries the client's key prefix, one passed in ARGV would not
 
   Returns {code, settlement, forgetEpoch, ...}:
     settlement   {} or {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl} for the index
@@ -56,7 +58,7 @@ local grantEpoch = tonumber(ARGV[20])
 local grantBytes = tonumber(ARGV[21])
 local grantField = 'g:' .. ARGV[22]
 local hasBody = #ARGV >= 24
-local stagedKey = ARGV[23] == 'staged' and ARGV[24] or nil
+local stagedKey = ARGV[23] == 'staged' and stagedBodyKey(bodyKey, ARGV[24]) or nil
 
 local function run()
 
