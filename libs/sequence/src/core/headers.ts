@@ -73,8 +73,13 @@ export function userHeaderProblems(
   const problems: string[] = [];
   for (const [name, value] of Object.entries(headers)) {
     if (reserved(name)) problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    if (Buffer.byteLength(name) > 255) {
+      problems.push(`header name ${name.slice(0, 40)}… is over 255 bytes (AMQP's limit)`);
+    }
     if (!['string', 'number', 'boolean'].includes(typeof value)) {
       problems.push(`header ${name} must be a string, number or boolean`);
+    } else if (typeof value === 'number' && !Number.isFinite(value)) {
+      problems.push(`header ${name} must be a finite number, got ${value}`);
     }
   }
   return problems;

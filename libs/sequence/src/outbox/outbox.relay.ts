@@ -1,3 +1,4 @@
+import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import type { OutboxMetrics } from '../observability/outbox.metrics';
 import type {
@@ -79,7 +80,9 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
         });
       }
     } catch (error) {
-      return this.failed(record, error, error instanceof MessageTooLargeError);
+      // No retry sends these: the message is too large, or its headers cannot be encoded.
+      const final = error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+      return this.failed(record, error, final);
     }
     this.metrics.publishedOne(this.box, record.createdAt);
     return { id: record.id, status: 'completed' };

@@ -57,7 +57,8 @@ export interface Subscription {
  * - `publish` resolves only once the broker has taken responsibility for the message (publisher
  *   confirm). It rejects with `PublishRejectedError` when the broker refuses the message (a
  *   negative confirm), with `MessageTooLargeError` when body plus headers exceed
- *   `maxMessageBytes`, and with `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
+ *   `maxMessageBytes`, with `InvalidHeaderError` for headers the adapter cannot encode (nothing
+ *   sent), and with `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
  *   header values (string, number, boolean) keep their type and value.
  * - A channel holds messages until a subscriber settles them; messages published before anyone
  *   subscribed are delivered once someone does. Subscribers of one channel compete: each message

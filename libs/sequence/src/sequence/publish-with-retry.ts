@@ -1,4 +1,5 @@
 import type { HeaderMap } from '../core/headers';
+import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
@@ -30,7 +31,11 @@ export async function publishWithRetry(
       return { ok: true, attempts: attempt };
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);
-      if (error instanceof MessageTooLargeError || attempt >= policy.attempts) {
+      if (
+        error instanceof MessageTooLargeError ||
+        error instanceof InvalidHeaderError ||
+        attempt >= policy.attempts
+      ) {
         return { ok: false, attempts: attempt, error, maybeDelivered };
       }
       await delay(backoff(attempt, policy.baseDelayMs, policy.maxDelayMs));

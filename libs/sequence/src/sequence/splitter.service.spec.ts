@@ -516,6 +516,27 @@ describe('SplitterService', () => {
       );
     });
 
+    it.each([
+      [Number.NaN, 'header tenant must be a finite number, got NaN'],
+      [Infinity, 'header tenant must be a finite number, got Infinity'],
+    ])(
+      'refuses a header value of %s, which neither AMQP nor JSON carries',
+      async (value, problem) => {
+        await expectRefused(
+          splitter.send('scans', bytes(10), { headers: { tenant: value } }),
+          problem,
+        );
+      },
+    );
+
+    it('refuses a header name over 255 bytes (AMQP keeps a name in a short string)', async () => {
+      const name = 'h'.repeat(256);
+      await expectRefused(
+        splitter.send('scans', bytes(10), { headers: { [name]: 1 } }),
+        `header name ${name.slice(0, 40)}… is over 255 bytes (AMQP's limit)`,
+      );
+    });
+
     it("refuses a fragmentBytes that does not fit the transport's maxMessageBytes", async () => {
       const small = new InMemoryTransport({ maxMessageBytes: 20_000 });
       const smallSplitter = await bootSplitter({ transport: small });

@@ -1,5 +1,6 @@
 import {
   InMemoryTransport,
+  InvalidHeaderError,
   InvalidOutboxMessageError,
   OutboxTransactionFinishedError,
   MESSAGE_ID_HEADER,
@@ -241,6 +242,21 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     const record = await t.outbox.record('outbox_events', id);
     expect(record?.attempts).toBe(1);
     expect(record?.lastError).toMatch(/MessageTooLargeError/);
+  });
+
+  it('a message whose headers the transport cannot encode is FAILED at once, not retried', async () => {
+    await start();
+    t.transport.beforePublish = (attempt) => {
+      throw new InvalidHeaderError(attempt.channel, 'x-retries', 'is NaN, not a finite number');
+    };
+    const id = await t.outbox.transaction(async (tx) => tx.publishEvent(placed('unencodable')));
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id))?.status === 'FAILED',
+      'failed',
+    );
+    const record = await t.outbox.record('outbox_events', id);
+    expect(record?.attempts).toBe(1);
+    expect(record?.lastError).toMatch(/InvalidHeaderError.*x-retries is NaN/);
   });
 
   it('purges completed records past their retention, and keeps failed ones', async () => {

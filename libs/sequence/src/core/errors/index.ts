@@ -6,6 +6,7 @@ export * from './stored-fragment-integrity.error';
 export * from './sequence-publish.error';
 export * from './publish-timeout.error';
 export * from './message-too-large.error';
+export * from './invalid-header.error';
 export * from './sequence-options.error';
 export * from './publish-rejected.error';
 export * from './sequence-handler-conflict.error';

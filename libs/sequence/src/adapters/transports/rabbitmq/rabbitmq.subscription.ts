@@ -290,7 +290,13 @@ export class RabbitMqSubscription implements Subscription {
 
   /** The original is acked only once its dead letter is confirmed; if that fails, it is requeued. */
   private async deadLetterThenAck(delivery: Delivery, reason: string): Promise<void> {
-    const { message } = delivery;
+    const { amqp, message } = delivery;
+    // Its channel closed before the verdict: the broker has put it back (and may have delivered
+    // it again already); a dead letter now would be a second copy of a message still in play.
+    if (!this.openChannels.has(amqp)) {
+      this.unsettled.delete(delivery);
+      return;
+    }
     const headers = { ...(message.properties.headers ?? {}), [SequenceHeader.deathReason]: reason };
     try {
       await this.settings.publish(this.settings.deadLetterChannel, message.content, headers);

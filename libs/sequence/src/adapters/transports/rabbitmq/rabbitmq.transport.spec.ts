@@ -11,9 +11,11 @@ import {
 } from '../../../../test/conformance/transport.conformance';
 import { waitForQueuePolicy } from '../../../../test/faults/support/broker-policy';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import type { HeaderMap } from '../../../core/headers';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import type {
   Disposition,
@@ -353,6 +355,35 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       warn.mockRestore();
     });
 
+    it('does not dead-letter a delivery whose channel closed before its verdict: the broker has redelivered it', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const deliveries: InboundMessage[] = [];
+      const held: Array<(disposition: Disposition) => void> = [];
+      const subscription = await transport.subscribe(channel, (message) => {
+        deliveries.push(message);
+        if (deliveries.length > 1) return Promise.resolve(ACK);
+        return new Promise<Disposition>((resolve) => held.push(resolve));
+      });
+      await transport.publish(channel, Buffer.from('unsettled'), {});
+      await eventually(() => held.length === 1, 'the first delivery');
+      await breakChannelOf(subscription);
+      await eventually(() => deliveries.length === 2, 'the redelivery, handled');
+
+      // A late dead-letter verdict on the old delivery: a copy in the DLQ would be the message
+      // twice, handled once and dead-lettered once.
+      held[0]({ action: 'dead-letter', reason: 'late verdict' });
+      await transport.publish(channel, Buffer.from('next'), {});
+      await eventually(() => deliveries.length === 3, 'the next message');
+      const raw = await admin.createChannel();
+      const dlq = transport.deadLetterChannel(channel);
+      queues.add(dlq);
+      expect((await raw.checkQueue(dlq)).messageCount).toBe(0);
+      await raw.close();
+      warn.mockRestore();
+    });
+
     it('returns a message to the head when its requeued copy is refused, rather than losing it', async () => {
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
       transport = new RabbitMqTransport(amqp);
@@ -560,6 +591,33 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await expect(subscribing).rejects.toBeInstanceOf(RabbitMqTopologyError);
       await expect(subscribing).rejects.toMatchObject({ queue: channel, replyCode: 406 });
       await expect(transport.publish(channel, Buffer.from('c'), {})).rejects.toThrow(/queueType/);
+    });
+
+    it('refuses headers amqplib cannot encode before they reach the channel; the confirms of later messages stay theirs', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('first'), {});
+      // Each of these makes amqplib throw while encoding, after it queued the confirm callback:
+      // unchecked, the channel would credit every later confirm to the message before it.
+      const unencodable: HeaderMap[] = [
+        { n: Number.NaN },
+        { n: 2 ** 50 + 0.5 },
+        { ['k'.repeat(256)]: 1 },
+        { big: 'x'.repeat(61 * 1024) },
+      ];
+      for (const headers of unencodable) {
+        await expect(
+          transport.publish(channel, Buffer.from('bad'), headers, { timeoutMs: 2_000 }),
+        ).rejects.toBeInstanceOf(InvalidHeaderError);
+      }
+      await Promise.all(
+        ['a', 'b', 'c'].map((body) =>
+          transport.publish(channel, Buffer.from(body), { body }, { timeoutMs: 5_000 }),
+        ),
+      );
+      const raw = await admin.createChannel();
+      expect((await raw.checkQueue(channel)).messageCount).toBe(4);
+      await raw.close();
     });
 
     it('close() cancels its subscriptions but leaves the AmqpConnection open', async () => {

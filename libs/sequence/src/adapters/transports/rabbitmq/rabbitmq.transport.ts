@@ -25,6 +25,7 @@ import {
 } from './rabbitmq.options';
 import { RabbitMqSubscription } from './rabbitmq.subscription';
 import { RabbitMqTopology } from './rabbitmq.topology';
+import { assertEncodableHeaders } from './amqp-headers';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';
@@ -216,6 +217,9 @@ export class RabbitMqTransport implements Transport {
     headers: Record<string, unknown>,
     timeoutMs: number,
   ): Promise<void> {
+    // Before anything reaches the channel: a header amqplib fails to encode would leave a confirm
+    // callback behind that no message owns (see assertEncodableHeaders).
+    assertEncodableHeaders(channel, headers);
     const deadline = Date.now() + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
