@@ -143,6 +143,21 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       );
     });
 
+    it('rejects a transaction PostgreSQL rolled back at COMMIT (a failed statement whose error was caught), and nothing of it is written', async () => {
+      const committing = store.transaction(async (tx) => {
+        await store.append(BOX, [record('kept?')], tx);
+        // The caller swallows a failing statement: PostgreSQL has aborted the transaction, and
+        // answers the COMMIT with ROLLBACK, without an error of its own.
+        await tx.query('SELECT 1 / 0').catch(() => undefined);
+      });
+      await expect(committing).rejects.toBeInstanceOf(PostgresOutboxError);
+      await expect(committing).rejects.toThrow(/rolled the transaction back instead of committing/);
+      expect(await store.get(BOX, 'kept?')).toBeUndefined();
+      // The store goes on: the next transaction commits.
+      await appendCommitted(['after']);
+      expect(await store.get(BOX, 'after')).toBeDefined();
+    });
+
     it('refuses records it could not store, naming the record', async () => {
       await expect(
         store.transaction((tx) => store.append(BOX, [record('x'.repeat(201))], tx)),

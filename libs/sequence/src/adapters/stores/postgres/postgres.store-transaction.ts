@@ -114,7 +114,18 @@ export async function inTransaction<T>(
   try {
     await client.query('BEGIN');
     const result = await work(transaction);
-    await client.query('COMMIT');
+    const committed = await client.query('COMMIT');
+    // A statement failed inside and its error was caught: PostgreSQL has aborted the transaction
+    // and answers COMMIT with ROLLBACK, without an error. Nothing was written; say so.
+    if (committed.command !== 'COMMIT') {
+      throw new PostgresOutboxError(
+        'transaction',
+        `PostgreSQL rolled the transaction back instead of committing it (it answered ` +
+          `${committed.command}): a statement in it failed and its error was caught, which ` +
+          'aborts a PostgreSQL transaction. Nothing of it was written; let such errors ' +
+          'propagate, or run a statement that may fail inside tx.savepoint()',
+      );
+    }
     return result;
   } catch (error) {
     if (isConnectionError(error)) broken ??= error as Error;
