@@ -9,6 +9,15 @@ import type {
 import type { ResolvedBoxOptions } from './outbox.options';
 import { failedAttempt } from './retry-schedule';
 
+/** What one claim's handling tells its cycle. */
+export interface CycleState {
+  /**
+   * Wait for the next wake-up or poll rather than claim again at once, even after a full batch
+   * (a relay whose broker is unreachable).
+   */
+  holdOff: boolean;
+}
+
 /**
  * What a relay and an inbox processor share: one claim per cycle of their box, with its options,
  * and the retry-or-fail decision (counted in the metrics) for a record whose attempt failed.
@@ -26,12 +35,13 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
   /** One claim; true when the batch was full (there may be more due at once). */
   async cycle(): Promise<boolean> {
     const { batchSize, ordered } = this.options;
+    const cycle: CycleState = { holdOff: false };
     const result = await this.store.claim(
       this.box,
       { limit: batchSize, now: Date.now(), ordered },
-      (batch) => this.handleBatch(batch),
+      (batch) => this.handleBatch(batch, cycle),
     );
-    return result.claimed >= batchSize && !this.stopping;
+    return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;
   }
 
   /** Records in progress finish; no record is started after this (the rest stay `PENDING`). */
@@ -39,7 +49,7 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     this.stopping = true;
   }
 
-  protected abstract handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]>;
+  protected abstract handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]>;
 
   /** Retry later, or `FAILED` after `maxAttempts` (at once when `final`). */
   protected failed(record: StoredRecord, error: unknown, final = false): RecordOutcome {

@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import type { OutboxMetrics } from '../observability/outbox.metrics';
@@ -15,7 +16,7 @@ import {
   MESSAGE_TYPE_HEADER,
 } from './outbox-message.codec';
 import type { ResolvedOutboxOptions } from './outbox.options';
-import { BoxWorker } from './box-worker';
+import { BoxWorker, type CycleState } from './box-worker';
 
 /**
  * The relay of one outbox box: claims due records, publishes each to its channel(s) with a
@@ -28,6 +29,8 @@ import { BoxWorker } from './box-worker';
  * after the other, and a failure holds back the rest of that aggregate only.
  */
 export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> {
+  private readonly logger = new Logger(OutboxRelay.name);
+
   constructor(
     box: 'outbox_events' | 'outbox_commands',
     store: OutboxStore,
@@ -38,25 +41,45 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     super(box, store, outbox.boxes[box], metrics);
   }
 
-  protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
+  protected async handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]> {
     const outcomes: RecordOutcome[] = [];
+    /** Why the transport could not publish, once a publish of this batch found it unreachable. */
+    let away: string | undefined;
     const groups = this.options.ordered
       ? byPartition(batch.records)
       : batch.records.map((r) => [r]);
     await Promise.all(
       groups.map(async (group) => {
         for (const record of group) {
-          if (this.stopping) return; // no outcome: released, untouched
+          // No outcome: released, untouched (not an attempt).
+          if (this.stopping || away !== undefined) return;
           const outcome = await this.publish(record);
+          if ('unreachable' in outcome) {
+            away ??= outcome.unreachable; // released, and the rest of the batch too
+            return;
+          }
           outcomes.push(outcome);
           if (outcome.status !== 'completed') return; // holds back the rest of its partition
         }
       }),
     );
+    if (away !== undefined) {
+      cycle.holdOff = true;
+      this.logger.warn(
+        `${this.box}: the broker is unreachable (${away}); ` +
+          `${batch.records.length - outcomes.length} record(s) stay PENDING, not counted as ` +
+          'attempts, until the next poll or wake-up',
+      );
+    }
     return outcomes;
   }
 
-  private async publish(record: StoredRecord): Promise<RecordOutcome> {
+  /**
+   * Publishes one record: its outcome, or `unreachable` when the publish failed while the
+   * transport cannot reach its broker. An outage says nothing about the record: counted as
+   * attempts, a long one would turn every pending record `FAILED`.
+   */
+  private async publish(record: StoredRecord): Promise<RecordOutcome | { unreachable: string }> {
     let channels: readonly string[];
     try {
       channels = this.channelsOf(record);
@@ -82,10 +105,24 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     } catch (error) {
       // No retry sends these: the message is too large, or its headers cannot be encoded.
       const final = error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+      if (!final) {
+        const unreachable = await this.transportUnreachable();
+        if (unreachable !== undefined) return { unreachable };
+      }
       return this.failed(record, error, final);
     }
     this.metrics.publishedOne(this.box, record.createdAt);
     return { id: record.id, status: 'completed' };
+  }
+
+  /** Why the transport cannot publish now (its health check fails), or `undefined` if it can. */
+  private async transportUnreachable(): Promise<string | undefined> {
+    try {
+      await this.transport.ping();
+      return undefined;
+    } catch (error) {
+      return (error as Error | undefined)?.message ?? String(error);
+    }
   }
 
   private channelsOf(record: StoredRecord): readonly string[] {

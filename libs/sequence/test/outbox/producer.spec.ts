@@ -7,6 +7,7 @@ import {
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
   PublishRejectedError,
+  PublishTimeoutError,
   type InboundMessage,
 } from 'nest-sequence';
 import { eventually } from '../support/sequence-test-app';
@@ -242,6 +243,45 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     const record = await t.outbox.record('outbox_events', id);
     expect(record?.attempts).toBe(1);
     expect(record?.lastError).toMatch(/MessageTooLargeError/);
+  });
+
+  it('a broker outage is not counted as attempts: records stay PENDING, claims wait for the polls, and all are published once it is back', async () => {
+    // Two attempts and 10 ms of backoff: counted as attempts, the outage would fail them at once.
+    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 2, batchSize: 2 } });
+    let down = true;
+    let tries = 0;
+    t.transport.beforePublish = (attempt) => {
+      if (!down) return;
+      tries++;
+      throw new PublishTimeoutError(attempt.channel, 10, false);
+    };
+    const ping = t.transport.ping.bind(t.transport);
+    t.transport.ping = async () => {
+      if (down) throw new Error('not connected to RabbitMQ (reconnecting)');
+      return ping();
+    };
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      ids.push(await t.outbox.transaction(async (tx) => tx.publishEvent(placed(`outage-${i}`))));
+    }
+    await eventually(() => tries >= 10, 'the relay trying across several polls');
+    const triesBefore = tries;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    // Full batches (2 of 5) are not claimed again at once: about one claim per loop and poll
+    // (50 ms), not a claim after claim for as long as the outage lasts.
+    expect(tries - triesBefore).toBeLessThan(100);
+    for (const id of ids) {
+      expect(await t.outbox.record('outbox_events', id)).toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    }
+
+    down = false;
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 5, 'all published');
+    for (const id of ids) {
+      expect(await t.outbox.record('outbox_events', id)).toMatchObject({ status: 'COMPLETED' });
+    }
   });
 
   it('a message whose headers the transport cannot encode is FAILED at once, not retried', async () => {
