@@ -117,8 +117,23 @@ export function toDisposition(outcome: unknown): Disposition {
       typeof candidate.reason === 'string' ? candidate.reason : 'dead-lettered by the handler';
     return { action: 'dead-letter', reason };
   }
-  const delayMs = typeof candidate.delayMs === 'number' ? candidate.delayMs : undefined;
-  return { action: 'requeue', delayMs: candidate.action === 'requeue' ? delayMs : undefined };
+  return {
+    action: 'requeue',
+    delayMs: candidate.action === 'requeue' ? requeueDelay(candidate.delayMs) : undefined,
+  };
+}
+
+/** Longest delay a Node timer keeps (about 24.8 days); a longer one would fire at once. */
+const MAX_REQUEUE_DELAY_MS = 2 ** 31 - 1;
+
+/**
+ * A requeue's `delayMs` as transports can wait it: not a number (or NaN) means none, a negative
+ * one 0, and one beyond a timer's range (Infinity included) that range, rather than a timer that
+ * fires at once and turns back-pressure into a busy loop.
+ */
+function requeueDelay(delayMs: unknown): number | undefined {
+  if (typeof delayMs !== 'number' || Number.isNaN(delayMs)) return undefined;
+  return Math.min(Math.max(delayMs, 0), MAX_REQUEUE_DELAY_MS);
 }
 
 /**

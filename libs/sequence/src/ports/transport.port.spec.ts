@@ -1,0 +1,36 @@
+import { toDisposition } from './transport.port';
+
+describe('toDisposition', () => {
+  it.each<[unknown, unknown]>([
+    [{ action: 'ack' }, { action: 'ack' }],
+    [
+      { action: 'dead-letter', reason: 'bad' },
+      { action: 'dead-letter', reason: 'bad' },
+    ],
+    [{ action: 'dead-letter' }, { action: 'dead-letter', reason: 'dead-lettered by the handler' }],
+    [
+      { action: 'requeue', delayMs: 500 },
+      { action: 'requeue', delayMs: 500 },
+    ],
+    [undefined, { action: 'requeue', delayMs: undefined }],
+    [
+      { action: 'whatever', delayMs: 500 },
+      { action: 'requeue', delayMs: undefined },
+    ],
+  ])('reads %j as %j', (outcome, disposition) => {
+    expect(toDisposition(outcome)).toEqual(disposition);
+  });
+
+  it.each<[number, number | undefined]>([
+    [Number.NaN, undefined],
+    [-5, 0],
+    [Infinity, 2 ** 31 - 1],
+    [2 ** 40, 2 ** 31 - 1],
+  ])('keeps a requeue delay of %s within what a timer waits (%s)', (delayMs, expected) => {
+    // Node fires a timer set beyond 2^31 - 1 ms (or NaN) after 1 ms: a busy requeue loop.
+    expect(toDisposition({ action: 'requeue', delayMs })).toEqual({
+      action: 'requeue',
+      delayMs: expected,
+    });
+  });
+});
