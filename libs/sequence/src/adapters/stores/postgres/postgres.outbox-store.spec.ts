@@ -158,6 +158,23 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       expect(await store.get(BOX, 'after')).toBeDefined();
     });
 
+    it('refuses a statement sent through a transaction once its work has resolved, instead of running it after the COMMIT', async () => {
+      let stray: Promise<unknown> | undefined;
+      await store.transaction(async (tx) => {
+        await store.append(BOX, [record('inside')], tx);
+        // Not awaited: runs once the work has resolved, while the store's COMMIT is in flight.
+        stray = new Promise((resolve) => setImmediate(resolve))
+          .then(() => store.append(BOX, [record('stray')], tx))
+          .then(
+            () => 'ran',
+            (error: unknown) => error,
+          );
+      });
+      expect(await stray).toBeInstanceOf(OutboxForeignTransactionError);
+      expect(await store.get(BOX, 'inside')).toBeDefined();
+      expect(await store.get(BOX, 'stray')).toBeUndefined();
+    });
+
     it('refuses records it could not store, naming the record', async () => {
       await expect(
         store.transaction((tx) => store.append(BOX, [record('x'.repeat(201))], tx)),

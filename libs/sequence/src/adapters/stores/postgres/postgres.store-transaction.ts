@@ -114,6 +114,9 @@ export async function inTransaction<T>(
   try {
     await client.query('BEGIN');
     const result = await work(transaction);
+    // Settled before COMMIT is sent: a statement a stray callback sends through the transaction
+    // from now on is refused, rather than queued behind the COMMIT and run outside it.
+    transaction.settle();
     const committed = await client.query('COMMIT');
     // A statement failed inside and its error was caught: PostgreSQL has aborted the transaction
     // and answers COMMIT with ROLLBACK, without an error. Nothing was written; say so.
@@ -128,6 +131,7 @@ export async function inTransaction<T>(
     }
     return result;
   } catch (error) {
+    transaction.settle();
     if (isConnectionError(error)) broken ??= error as Error;
     if (!broken) {
       try {
