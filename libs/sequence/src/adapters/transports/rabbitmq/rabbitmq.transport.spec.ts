@@ -326,8 +326,11 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       warn.mockRestore();
     });
 
-    it('redelivers on the new channel what was unsettled when the broker closed the old one', async () => {
-      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    /**
+     * A subscription whose first delivery is held (its verdict given later through `verdict`)
+     * and whose later ones are acked; the first message is published and delivered.
+     */
+    async function holdingFirstDelivery() {
       transport = new RabbitMqTransport(amqp);
       const channel = newChannel();
       const deliveries: InboundMessage[] = [];
@@ -339,6 +342,12 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       });
       await transport.publish(channel, Buffer.from('unsettled'), {});
       await eventually(() => held.length === 1, 'the first delivery');
+      return { channel, deliveries, subscription, verdict: (d: Disposition) => held[0](d) };
+    }
+
+    it('redelivers on the new channel what was unsettled when the broker closed the old one', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      const { channel, deliveries, subscription, verdict } = await holdingFirstDelivery();
 
       await breakChannelOf(subscription);
       await eventually(() => deliveries.length === 2, 'the redelivery');
@@ -348,7 +357,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       ]);
 
       // The verdict on the closed channel's delivery is ignored, and the new channel works.
-      held[0]({ action: 'requeue' });
+      verdict({ action: 'requeue' });
       await transport.publish(channel, Buffer.from('next'), {});
       await eventually(() => deliveries.length === 3, 'the next message');
       expect(deliveries[2].body.toString()).toBe('next');
@@ -357,23 +366,13 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
     it('does not dead-letter a delivery whose channel closed before its verdict: the broker has redelivered it', async () => {
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
-      transport = new RabbitMqTransport(amqp);
-      const channel = newChannel();
-      const deliveries: InboundMessage[] = [];
-      const held: Array<(disposition: Disposition) => void> = [];
-      const subscription = await transport.subscribe(channel, (message) => {
-        deliveries.push(message);
-        if (deliveries.length > 1) return Promise.resolve(ACK);
-        return new Promise<Disposition>((resolve) => held.push(resolve));
-      });
-      await transport.publish(channel, Buffer.from('unsettled'), {});
-      await eventually(() => held.length === 1, 'the first delivery');
+      const { channel, deliveries, subscription, verdict } = await holdingFirstDelivery();
       await breakChannelOf(subscription);
       await eventually(() => deliveries.length === 2, 'the redelivery, handled');
 
       // A late dead-letter verdict on the old delivery: a copy in the DLQ would be the message
       // twice, handled once and dead-lettered once.
-      held[0]({ action: 'dead-letter', reason: 'late verdict' });
+      verdict({ action: 'dead-letter', reason: 'late verdict' });
       await transport.publish(channel, Buffer.from('next'), {});
       await eventually(() => deliveries.length === 3, 'the next message');
       const raw = await admin.createChannel();
