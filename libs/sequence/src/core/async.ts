@@ -2,6 +2,9 @@
  * Timing helpers shared by the library and its adapters. Timers only: no I/O.
  */
 
+/** The longest delay a Node timer takes (about 24.8 days); a longer one fires after 1 ms. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Resolves after `ms` milliseconds. */
 export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

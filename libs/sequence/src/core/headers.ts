@@ -62,6 +62,9 @@ export function isContractHeader(name: string): boolean {
   return CONTRACT_HEADERS.has(name);
 }
 
+/** Longest header name AMQP carries (a short string: its length in one byte). */
+export const MAX_HEADER_NAME_BYTES = 255;
+
 /**
  * What is wrong with headers a user gives to `send()` or `publish()`: names that `reserved`
  * claims (by default those of the wire contract) and values that are not header values.
@@ -73,8 +76,10 @@ export function userHeaderProblems(
   const problems: string[] = [];
   for (const [name, value] of Object.entries(headers)) {
     if (reserved(name)) problems.push(`header ${name} belongs to the wire contract; rename yours`);
-    if (Buffer.byteLength(name) > 255) {
-      problems.push(`header name ${name.slice(0, 40)}… is over 255 bytes (AMQP's limit)`);
+    if (Buffer.byteLength(name) > MAX_HEADER_NAME_BYTES) {
+      problems.push(
+        `header name ${name.slice(0, 40)}… is over ${MAX_HEADER_NAME_BYTES} bytes (AMQP's limit)`,
+      );
     }
     if (!['string', 'number', 'boolean'].includes(typeof value)) {
       problems.push(`header ${name} must be a string, number or boolean`);

@@ -1,6 +1,4 @@
 import { Logger } from '@nestjs/common';
-import { InvalidHeaderError } from '../core/errors/invalid-header.error';
-import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import type { OutboxMetrics } from '../observability/outbox.metrics';
 import type {
   ClaimedBatch,
@@ -8,7 +6,7 @@ import type {
   RecordOutcome,
   StoredRecord,
 } from '../ports/outbox-store.port';
-import type { Transport } from '../ports/transport.port';
+import { isUnsendable, type Transport } from '../ports/transport.port';
 import type { OutboxCommand, OutboxEvent } from './outbox-message';
 import {
   MESSAGE_ID_HEADER,
@@ -103,8 +101,7 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
         });
       }
     } catch (error) {
-      // No retry sends these: the message is too large, or its headers cannot be encoded.
-      const final = error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+      const final = isUnsendable(error); // too large, or headers it cannot encode: no retry helps
       if (!final) {
         const unreachable = await this.transportUnreachable();
         if (unreachable !== undefined) return { unreachable };

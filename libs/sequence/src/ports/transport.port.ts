@@ -1,3 +1,6 @@
+import { MAX_TIMER_MS } from '../core/async';
+import { InvalidHeaderError } from '../core/errors/invalid-header.error';
+import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import type { HeaderMap } from '../core/headers';
 
 /** A message as a subscriber receives it. */
@@ -123,8 +126,14 @@ export function toDisposition(outcome: unknown): Disposition {
   };
 }
 
-/** Longest delay a Node timer keeps (about 24.8 days); a longer one would fire at once. */
-const MAX_REQUEUE_DELAY_MS = 2 ** 31 - 1;
+/**
+ * True for the `publish` rejections no retry can change: the message is larger than the
+ * transport's `maxMessageBytes`, or its headers cannot be encoded. Sent again, it would be refused
+ * the same way.
+ */
+export function isUnsendable(error: unknown): boolean {
+  return error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+}
 
 /**
  * A requeue's `delayMs` as transports can wait it: not a number (or NaN) means none, a negative
@@ -133,7 +142,7 @@ const MAX_REQUEUE_DELAY_MS = 2 ** 31 - 1;
  */
 function requeueDelay(delayMs: unknown): number | undefined {
   if (typeof delayMs !== 'number' || Number.isNaN(delayMs)) return undefined;
-  return Math.min(Math.max(delayMs, 0), MAX_REQUEUE_DELAY_MS);
+  return Math.min(Math.max(delayMs, 0), MAX_TIMER_MS);
 }
 
 /**

@@ -1,15 +1,14 @@
 import type { HeaderMap } from '../core/headers';
-import { InvalidHeaderError } from '../core/errors/invalid-header.error';
-import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
-import type { Transport } from '../ports/transport.port';
+import { isUnsendable, type Transport } from '../ports/transport.port';
 import type { PublishRetryOptions } from '../sequence.options';
 
 /**
  * Publishes one message and waits for the broker's confirm, retrying with exponential backoff and
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
- * Reports the last error once `attempts` are spent; a message too large is not retried.
+ * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
+ * too large, or headers the transport cannot encode) is not retried.
  */
 export async function publishWithRetry(
   transport: Transport,
@@ -31,11 +30,7 @@ export async function publishWithRetry(
       return { ok: true, attempts: attempt };
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);
-      if (
-        error instanceof MessageTooLargeError ||
-        error instanceof InvalidHeaderError ||
-        attempt >= policy.attempts
-      ) {
+      if (isUnsendable(error) || attempt >= policy.attempts) {
         return { ok: false, attempts: attempt, error, maybeDelivered };
       }
       await delay(backoff(attempt, policy.baseDelayMs, policy.maxDelayMs));

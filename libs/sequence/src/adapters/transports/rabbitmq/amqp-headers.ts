@@ -1,7 +1,5 @@
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
-
-/** Longest header name AMQP carries: a short string, its length in one byte. */
-const MAX_NAME_BYTES = 255;
+import { MAX_HEADER_NAME_BYTES } from '../../../core/headers';
 /**
  * amqplib encodes a message's properties, headers included, into one 64 KiB scratch buffer, and
  * past its end it truncates a string without saying so (a malformed frame). Headers are refused
@@ -23,11 +21,11 @@ export function assertEncodableHeaders(channel: string, headers: Record<string, 
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     const nameBytes = Buffer.byteLength(name);
-    if (nameBytes > MAX_NAME_BYTES) {
+    if (nameBytes > MAX_HEADER_NAME_BYTES) {
       throw new InvalidHeaderError(
         channel,
         `${name.slice(0, 40)}…`,
-        `has a name of ${nameBytes} bytes; AMQP carries at most ${MAX_NAME_BYTES}`,
+        `has a name of ${nameBytes} bytes; AMQP carries at most ${MAX_HEADER_NAME_BYTES}`,
       );
     }
     if (typeof value === 'number') {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
-import { delay, withTimeout } from '../../../core/async';
+import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
@@ -29,8 +29,6 @@ import { assertEncodableHeaders } from './amqp-headers';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';
-/** The longest delay a Node timer takes (longer ones fire after 1 ms). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 const NEGATIVE_CONFIRM = 'message nacked';
 
 /**
