@@ -1,8 +1,5 @@
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { promisify } from 'node:util';
-
-const run = promisify(execFile);
+import { rabbitmqctl, rabbitmqctlRows } from './rabbitmqctl';
 
 /**
  * Has the broker refuse every publish to `queue` (a negative confirm, `basic.nack`), through a
@@ -20,7 +17,7 @@ const run = promisify(execFile);
 export async function refuseEveryPublish(queue: string): Promise<() => Promise<void>> {
   const name = `nseq-fault-refuse-${randomUUID()}`;
   const pattern = `^${queue.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`;
-  await run('rabbitmqctl', [
+  await rabbitmqctl([
     'set_policy',
     '--apply-to',
     'queues',
@@ -32,7 +29,7 @@ export async function refuseEveryPublish(queue: string): Promise<() => Promise<v
   ]);
   await waitForQueuePolicy(queue, (policy) => policy === undefined || policy === name);
   return async () => {
-    await run('rabbitmqctl', ['clear_policy', name]);
+    await rabbitmqctl(['clear_policy', name]);
     await waitForQueuePolicy(queue, (policy) => policy !== name);
   };
 }
@@ -49,18 +46,9 @@ export async function waitForQueuePolicy(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const { stdout } = await run('rabbitmqctl', [
-      'list_queues',
-      'name',
-      'policy',
-      '-q',
-      '--no-table-headers',
-    ]);
-    const line = stdout
-      .split('\n')
-      .map((row) => row.split('\t'))
-      .find(([listed]) => listed === queue);
-    if (done(line ? (line[1] ?? '').trim() : undefined)) return;
+    const rows = await rabbitmqctlRows('list_queues', ['name', 'policy']);
+    const row = rows.find(([listed]) => listed === queue);
+    if (done(row ? (row[1] ?? '') : undefined)) return;
     if (Date.now() > deadline) {
       throw new Error(`the policy of ${queue} did not settle in ${timeoutMs} ms`);
     }

@@ -1,12 +1,9 @@
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { promisify } from 'node:util';
 import type { LoggerService } from '@nestjs/common';
 import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
 import { SERVERS } from '../../support/servers';
-
-const run = promisify(execFile);
+import { rabbitmqctl, rabbitmqctlRows } from './rabbitmqctl';
 
 export const AMQP_URL = SERVERS.rabbitmq.url;
 
@@ -67,18 +64,12 @@ export class RabbitMqAdmin {
    * (about a second per call: it starts an Erlang node).
    */
   async totalCount(queue: string): Promise<{ ready: number; unacked: number }> {
-    const { stdout } = await run('rabbitmqctl', [
-      'list_queues',
+    const rows = await rabbitmqctlRows('list_queues', [
       'name',
       'messages_ready',
       'messages_unacknowledged',
-      '-q',
-      '--no-table-headers',
     ]);
-    const row = stdout
-      .split('\n')
-      .map((line) => line.trim().split(/\s+/))
-      .find(([name]) => name === queue);
+    const row = rows.find(([name]) => name === queue);
     if (!row) throw new Error(`rabbitmqctl does not list queue ${queue}`);
     return { ready: Number(row[1]), unacked: Number(row[2]) };
   }
@@ -111,23 +102,15 @@ export class RabbitMqAdmin {
    */
   async closeConnection(name: string): Promise<void> {
     const pid = await this.connectionPid(name);
-    await run('rabbitmqctl', ['close_connection', pid, 'closed by a fault test']);
+    await rabbitmqctl(['close_connection', pid, 'closed by a fault test']);
   }
 
   /** The broker's pid of the connection named `name`; fails when there is not exactly one. */
   async connectionPid(name: string): Promise<string> {
     // Not --formatter json: its pids (`#PID<…>`) are not the form close_connection parses.
-    const { stdout } = await run('rabbitmqctl', [
-      'list_connections',
-      'pid',
-      'client_properties',
-      '-q',
-      '--no-table-headers',
-    ]);
+    const rows = await rabbitmqctlRows('list_connections', ['pid', 'client_properties']);
     const property = `{"connection_name",${JSON.stringify(name)}}`;
-    const pids = stdout
-      .split('\n')
-      .map((line) => line.split('\t'))
+    const pids = rows
       .filter(([, properties]) => properties?.includes(property))
       .map(([pid]) => pid);
     if (pids.length !== 1) {

@@ -1,7 +1,5 @@
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { promisify } from 'node:util';
 import { Logger, type LoggerService } from '@nestjs/common';
 import { AmqpConnection, type RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
@@ -9,7 +7,8 @@ import {
   eventually,
   transportConformance,
 } from '../../../../test/conformance/transport.conformance';
-import { waitForQueuePolicy } from '../../../../test/faults/support/broker-policy';
+import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
+import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/faults/support/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -30,7 +29,6 @@ import { RabbitMqTransport } from './rabbitmq.transport';
 
 const URL = SERVERS.rabbitmq.url;
 const ACK: Disposition = { action: 'ack' };
-const run = promisify(execFile);
 
 const silent: LoggerService = {
   log: () => undefined,
@@ -153,22 +151,13 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       };
       const { localAddress, localPort, remoteAddress, remotePort } = connection.stream;
       const name = `${localAddress}:${localPort} -> ${remoteAddress}:${remotePort}`;
-      const { stdout } = await run('rabbitmqctl', [
-        'list_connections',
-        'pid',
-        'name',
-        '-q',
-        '--no-table-headers',
-      ]);
-      const ours = stdout
-        .split('\n')
-        .map((line) => line.split('\t'))
-        .find(([, listed]) => listed === name);
+      const rows = await rabbitmqctlRows('list_connections', ['pid', 'name']);
+      const ours = rows.find(([, listed]) => listed === name);
       expect(ours).toBeDefined();
       const disconnected = new Promise((resolve) =>
         amqp.managedConnection.once('disconnect', resolve),
       );
-      await run('rabbitmqctl', ['close_connection', ours![0], 'test']);
+      await rabbitmqctl(['close_connection', ours![0], 'test']);
       await disconnected;
     }
 
@@ -179,7 +168,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         const channel = newChannel();
         await transport.publish(channel, Buffer.from('x'), {});
 
-        const { stdout } = await run('rabbitmqctl', [
+        const stdout = await rabbitmqctl([
           'list_queues',
           'name',
           'type',
@@ -225,8 +214,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await subscription.close();
       await dlq.close();
 
-      const { stdout } = await run('rabbitmqctl', ['list_queues', 'name', '-q']);
-      const names = stdout.split('\n').map((line) => line.trim());
+      const names = (await rabbitmqctlRows('list_queues', ['name'])).map(([name]) => name);
       expect(names).toContain(`${channel}.dlq`);
       expect(names).not.toContain(`${channel}.dlq.dlq`);
     });
@@ -399,12 +387,8 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await transport.publish(channel, Buffer.from('keep me'), { 'x-n': 1 });
       await eventually(() => deliveries.length === 1, 'the first delivery');
 
-      const policy = `nseq-test-${randomUUID()}`;
-      const pattern = `^${channel.replace(/[.]/g, '\\.')}$`;
-      const definition = JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' });
-      await run('rabbitmqctl', ['set_policy', '--apply-to', 'queues', policy, pattern, definition]);
+      const restore = await refuseEveryPublish(channel);
       try {
-        await waitForQueuePolicy(channel, (applied) => applied === policy, 10_000);
         release();
 
         await eventually(() => deliveries.length === 2, 'the redelivery of the original');
@@ -415,7 +399,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
           expect.stringContaining(`could not requeue a message of ${channel} behind`),
         );
       } finally {
-        await run('rabbitmqctl', ['clear_policy', policy]);
+        await restore();
         warn.mockRestore();
       }
     });
@@ -504,13 +488,11 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       transport = new RabbitMqTransport(amqp);
       const channel = newChannel();
       await transport.publish(channel, Buffer.from('declares the queue'), {});
-      const policy = `nseq-test-${randomUUID()}`;
-      const pattern = `^${channel.replace(/[.]/g, '\\.')}$`;
-      const definition = JSON.stringify({ 'max-length': 0, overflow: 'reject-publish' });
-      await run('rabbitmqctl', ['set_policy', '--apply-to', 'queues', policy, pattern, definition]);
+      const restore = await refuseEveryPublish(channel);
       try {
         let outcome: unknown;
-        // The policy reaches the queue asynchronously: publish until the broker refuses.
+        // Publish until the broker refuses (the queue's process may take the policy a moment later
+        // than rabbitmqctl lists it).
         const deadline = Date.now() + 5_000;
         while (!(outcome instanceof PublishRejectedError) && Date.now() < deadline) {
           outcome = await transport
@@ -520,7 +502,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         expect(outcome).toBeInstanceOf(PublishRejectedError);
         expect(outcome).toMatchObject({ channel, code: 'publish-rejected' });
       } finally {
-        await run('rabbitmqctl', ['clear_policy', policy]);
+        await restore();
       }
     });
 
