@@ -10,6 +10,13 @@ jest.setTimeout(30_000);
 
 const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
 
+/** An input requeued because the store did not answer (the test app's back-pressure delay). */
+const STORE_UNAVAILABLE = {
+  action: 'requeue',
+  delayMs: 50,
+  reason: 'resequencer store unavailable',
+} as const;
+
 const event = (seq: number) => ({
   body: Buffer.from(`K#${seq}`),
   headers: { 'x-resequence-key': 'K', 'x-resequence-seq': seq },
@@ -67,11 +74,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
   it('store failing to accept (as when Redis is unreachable): the input is requeued, not acked, and nothing is delivered; once it answers, the key delivers in order', async () => {
     const { state, handled, resequencer } = await withFailing('accept');
 
-    await expect(resequencer.receive(event(1))).resolves.toEqual({
-      action: 'requeue',
-      delayMs: 50,
-      reason: 'resequencer store unavailable',
-    });
+    await expect(resequencer.receive(event(1))).resolves.toEqual(STORE_UNAVAILABLE);
     expect(handled).toEqual([]);
 
     state.failing = false;
@@ -91,11 +94,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
     const { state, handled, resequencer } = await withFailing('settleDrain');
 
     // Released and delivered, but the trim of the hand-off list failed: not acked.
-    await expect(resequencer.receive(event(1))).resolves.toEqual({
-      action: 'requeue',
-      delayMs: 50,
-      reason: 'resequencer store unavailable',
-    });
+    await expect(resequencer.receive(event(1))).resolves.toEqual(STORE_UNAVAILABLE);
     expect(handled).toEqual([1]);
     await expect(resequencer.inspect('K')).resolves.toEqual({
       next: 2,
