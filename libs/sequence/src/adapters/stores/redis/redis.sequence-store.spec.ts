@@ -8,6 +8,7 @@ import {
   sequenceFixture,
   sequenceStoreConformance,
 } from '../../../../test/conformance/sequence-store.conformance';
+import { OwnedRedisServer } from '../../../../test/faults/support/owned-redis.server';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { crc32 } from '../../../core/checksum';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
@@ -20,6 +21,16 @@ import { acceptArguments, interpretAccept } from './redis-script-codec';
 import { RedisSequenceStore } from './redis.sequence-store';
 
 const MiB = 1024 * 1024;
+
+/** PTTL and PEXPIRE calls so far, from INFO commandstats (scripts' calls included). */
+function ttlCalls(info: string): number {
+  let calls = 0;
+  for (const name of ['pttl', 'pexpire']) {
+    const match = new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info);
+    calls += match ? Number(match[1]) : 0;
+  }
+  return calls;
+}
 
 /** Every key under `prefix`, on one node. */
 async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
@@ -160,6 +171,40 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(Object.keys(ttls).filter(isGlobal).length).toBeGreaterThanOrEqual(4);
       for (const [key, ttl] of Object.entries(ttls)) {
         expect({ key, hasTtl: ttl > 0 }).toEqual({ key, hasTtl: true });
+      }
+    });
+
+    it('keeps TTL upkeep per accept constant as a sliding sequence grows (not a visit of every position)', async () => {
+      // A server of its own: INFO commandstats counts every client's commands.
+      const server = await OwnedRedisServer.start({ appendOnly: false });
+      const own = new Redis(server.url);
+      const owned = new RedisSequenceStore(own, { prefix });
+      try {
+        const n = 300;
+        const { fragments, ref } = sequenceFixture(
+          scope,
+          Array.from({ length: n }, (_, i) => `body-${i}`),
+        );
+        const sliding = { expiry: { ms: 60_000, strategy: 'sliding' as const } };
+        // Each accept a millisecond later: a sliding deadline, so each needs a longer TTL.
+        for (let i = 0; i < n - 1; i++) await owned.accept(fragments[i], context(t0 + i, sliding));
+        const before = ttlCalls(await own.info('commandstats'));
+        await owned.accept(fragments[n - 1], context(t0 + n, sliding));
+        const perAccept = ttlCalls(await own.info('commandstats')) - before;
+        // Before: every accept visited every stored position (PTTL each), n per accept, n^2 / 2 in all.
+        expect(perAccept).toBeLessThan(30);
+        expect(Buffer.concat(await readAll(owned.read(ref))).toString()).toBe(
+          fragments.map((fragment) => fragment.body.toString()).join(''),
+        );
+        // Every key still outlives the sequence's deadline.
+        for (const key of await keysUnder(own, prefix)) {
+          if (isGlobal(key)) continue;
+          expect({ key, long: (await own.pttl(key)) >= 60_000 }).toEqual({ key, long: true });
+        }
+      } finally {
+        await owned.close();
+        own.disconnect();
+        await server.dispose();
       }
     });
 
