@@ -31,8 +31,8 @@ export function newClient(config: ClientConfig): Client {
 }
 
 /**
- * Whether `error` means the connection is gone (rather than a statement failing on a working
- * connection): the client is then destroyed instead of going back to a pool.
+ * Whether `error` means the connection is gone or no longer usable (rather than a statement
+ * failing on a working connection): the client is then destroyed instead of going back to a pool.
  */
 export function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
@@ -43,5 +43,9 @@ export function isConnectionError(error: unknown): boolean {
     if (/^08/.test(code) || /^57P0[1-3]$/.test(code)) return true;
     if (/^E[A-Z]+$/.test(code)) return true;
   }
-  return /Connection terminated|not queryable|Client was closed/i.test(error.message);
+  // `Query read timeout`: the client's query_timeout gave up on a statement the server may still
+  // run; the client stays busy with it, so anything sent after it (a ROLLBACK) would wait too.
+  return /Connection terminated|not queryable|Client was closed|Query read timeout/i.test(
+    error.message,
+  );
 }

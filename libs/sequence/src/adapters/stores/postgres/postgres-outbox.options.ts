@@ -34,8 +34,13 @@ export interface PostgresOutboxStoreOptions {
 /** Options of {@link PostgresOutboxStore.connect}, whose pool the store creates and owns. */
 export interface PostgresOutboxConnectOptions extends PostgresOutboxStoreOptions {
   /**
-   * Settings of the pool (`max`, timeouts, `ssl`, ...), except the URL.
-   * @default { max: 10, application_name: 'nest-sequence', connectionTimeoutMillis: 30000 }
+   * Settings of the pool (`max`, timeouts, `ssl`, ...), except the URL. Yours are merged over the
+   * defaults. `query_timeout` (ms, measured by the client) bounds every statement, the relays'
+   * claims included: without it a connection that stops answering (a failover, a half-open TCP
+   * connection) stalls a relay until the operating system gives up on the socket, which takes
+   * minutes to hours. `keepAlive` lets the system notice a dead idle connection.
+   * @default { max: 10, application_name: 'nest-sequence', connectionTimeoutMillis: 30000,
+   *   query_timeout: 60000, keepAlive: true, keepAliveInitialDelayMillis: 10000 }
    */
   readonly pool?: Omit<PoolConfig, 'connectionString'>;
 }
@@ -53,7 +58,14 @@ export const POSTGRES_OUTBOX_DEFAULTS = {
   channelSuffix: 'nest_sequence_outbox',
   listenBackoffMs: 100,
   listenMaxBackoffMs: 10_000,
-  pool: { max: 10, application_name: 'nest-sequence', connectionTimeoutMillis: 30_000 },
+  pool: {
+    max: 10,
+    application_name: 'nest-sequence',
+    connectionTimeoutMillis: 30_000,
+    query_timeout: 60_000,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+  },
 } as const;
 
 const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;

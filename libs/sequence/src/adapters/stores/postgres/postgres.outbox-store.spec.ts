@@ -95,6 +95,23 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       );
     });
 
+    it('bounds every statement of a pool it creates and keeps its connections alive; settings given win', async () => {
+      const options = (created: PostgresOutboxStore) =>
+        (created as unknown as { pool: Pool & { options: Record<string, unknown> } }).pool.options;
+      // A claim on a connection that stops answering fails after query_timeout (the test over
+      // a pool of the caller shows it), instead of stalling the relay for the socket's lifetime.
+      expect(options(store)).toMatchObject({ max: 3, query_timeout: 60_000, keepAlive: true });
+      const tuned = PostgresOutboxStore.connect(URL, {
+        tablePrefix,
+        pool: { query_timeout: 5_000, keepAlive: false },
+      });
+      try {
+        expect(options(tuned)).toMatchObject({ max: 10, query_timeout: 5_000, keepAlive: false });
+      } finally {
+        await tuned.close();
+      }
+    });
+
     it('names its tables and channel after the prefix', async () => {
       expect(store.notifyChannel).toBe(`${tablePrefix}nest_sequence_outbox`);
       const tables = await adminQuery<{ tablename: string }>(
@@ -260,6 +277,42 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       ).rejects.toThrow();
       await expect(store.get(BOX, 'lost')).resolves.toBeUndefined();
       await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    it('rejects a claim whose statement outlives the query_timeout, without waiting for PostgreSQL, and goes on', async () => {
+      // What a connection that stops answering looks like to the client (a failover, a
+      // half-open TCP connection): here a lock the claim's SELECT waits behind.
+      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: 300 });
+      const timedStore = new PostgresOutboxStore(timed, { tablePrefix });
+      const locker = new Client({ connectionString: URL });
+      await locker.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+        let settled = false;
+        const claim = timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll);
+        claim.then(
+          () => (settled = true),
+          () => (settled = true),
+        );
+        // Settled while the lock is still held: the client gave up on the statement and was
+        // destroyed. Before, the ROLLBACK queued behind the statement that never answered.
+        for (let waited = 0; waited < 5_000 && !settled; waited += 50) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        expect(settled).toBe(true);
+        await expect(claim).rejects.toThrow(/Query read timeout/);
+        await locker.query('ROLLBACK');
+        await expect(
+          timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
+        ).resolves.toMatchObject({ claimed: 2, completed: 2 });
+        expect(timed.totalCount).toBe(1);
+      } finally {
+        await locker.query('ROLLBACK').catch(() => undefined);
+        await locker.end();
+        await timedStore.close();
+        await timed.end();
+      }
     });
 
     it('does not exhaust its pool however many claims fail', async () => {
