@@ -5,6 +5,7 @@ export * from './sequence-integrity.error';
 export * from './stored-fragment-integrity.error';
 export * from './sequence-publish.error';
 export * from './publish-timeout.error';
+export * from './subscribe.error';
 export * from './message-too-large.error';
 export * from './invalid-header.error';
 export * from './sequence-options.error';

@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
 
@@ -27,6 +28,13 @@ export interface RabbitMqTransportOptions {
    */
   readonly publishTimeoutMs?: number;
   /**
+   * How long `subscribe`, when connected, waits for its consumer to be registered (its channel
+   * opened, its queues declared) before it rejects with `SubscribeError` (`timeout`). Without a
+   * connection it resolves at once and starts consuming when one comes.
+   * @default 10000
+   */
+  readonly subscribeTimeoutMs?: number;
+  /**
    * Suffix of each channel's dead-letter queue: where `dead-letter` dispositions go when the
    * subscriber names no `deadLetterChannel`, and where the broker itself dead-letters (messages
    * rejected without requeue, expired, or over a quorum queue's delivery limit).
@@ -43,6 +51,7 @@ export const RABBITMQ_TRANSPORT_DEFAULTS: ResolvedRabbitMqTransportOptions = {
   queueType: 'classic',
   maxMessageBytes: 16 * 1024 * 1024,
   publishTimeoutMs: 10_000,
+  subscribeTimeoutMs: 10_000,
   deadLetterSuffix: '.dlq',
   prefetch: 16,
 };
@@ -67,6 +76,14 @@ export function resolveRabbitMqTransportOptions(
   if (!isPositiveInteger(resolved.publishTimeoutMs)) {
     problems.push(
       `publishTimeoutMs must be a positive integer of milliseconds, got ${String(resolved.publishTimeoutMs)}`,
+    );
+  }
+  if (
+    !isPositiveInteger(resolved.subscribeTimeoutMs) ||
+    resolved.subscribeTimeoutMs > MAX_TIMER_MS
+  ) {
+    problems.push(
+      `subscribeTimeoutMs must be an integer of milliseconds from 1 to ${MAX_TIMER_MS}, got ${String(resolved.subscribeTimeoutMs)}`,
     );
   }
   if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {

@@ -1,5 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { Channel, ConsumeMessage } from 'amqplib';
+import { withTimeout } from '../../../core/async';
+import { SubscribeError } from '../../../core/errors/subscribe.error';
 import { SequenceHeader } from '../../../core/headers';
 import {
   requeueCount,
@@ -17,6 +19,8 @@ export interface RabbitMqSubscriptionSettings {
   readonly channel: string;
   readonly handler: MessageHandler;
   readonly prefetch: number;
+  /** How long `start`, when connected, waits for the consumer to be registered. */
+  readonly startTimeoutMs: number;
   readonly deadLetterChannel: string;
   readonly topology: RabbitMqTopology;
   /**
@@ -92,7 +96,9 @@ export class RabbitMqSubscription implements Subscription {
 
   /**
    * Opens the channel and starts consuming. Resolves once the consumer is registered, or at once
-   * when there is no connection (it starts when one comes); rejects when the first setup fails.
+   * when there is no connection (it starts when one comes). Rejects, and closes, when the first
+   * setup fails, when the channel cannot be opened (`SubscribeError`, `channel-not-opened`), or
+   * after `startTimeoutMs` (`SubscribeError`, `timeout`).
    */
   async start(manager: ConnectionManager): Promise<void> {
     this.manager = manager;
@@ -102,10 +108,23 @@ export class RabbitMqSubscription implements Subscription {
     this.callerAwaitsStart = connected;
     const started = this.open(manager);
     if (!connected) return;
+    const timeoutMs = this.settings.startTimeoutMs;
     try {
-      await started;
+      // Bounded: the broker may leave the channel's opening or a declaration unanswered (a
+      // connection it blocks on a resource alarm still answers heartbeats).
+      await withTimeout(
+        started,
+        timeoutMs,
+        () => new SubscribeError(this.channel, 'timeout', `not consuming after ${timeoutMs} ms`),
+      );
     } catch (error) {
-      await this.close();
+      if (error instanceof SubscribeError) {
+        // Not awaited: closing an open channel waits for the broker's answer, perhaps the very
+        // one that never came. A channel that opens later closes itself (see open).
+        void this.close();
+      } else {
+        await this.close();
+      }
       throw error;
     }
   }
@@ -140,6 +159,18 @@ export class RabbitMqSubscription implements Subscription {
       name: `nest-sequence consumer of ${this.channel}`,
       confirm: false,
       setup: async (amqp: Channel) => {
+        if (this.closed) {
+          // Closed while this channel was being opened: wrapper.close() found no channel to
+          // close then. A consumer started here would hold up to `prefetch` messages unacked,
+          // with nobody to settle them or to close it.
+          if (this.callerAwaitsStart) {
+            firstSetup.reject(
+              new SubscribeError(this.channel, 'closed', 'closed before it was consuming'),
+            );
+          }
+          await amqp.close().catch(() => undefined);
+          return;
+        }
         try {
           await this.setup(wrapper, amqp);
           this.reopenAttempts = 0;
@@ -152,12 +183,22 @@ export class RabbitMqSubscription implements Subscription {
         }
       },
     });
-    wrapper.on('error', (error: Error) =>
+    wrapper.on('error', (error: Error) => {
+      // During the first setup, a failure of the setup reaches the caller through `started`:
+      // an error here means the channel itself could not be opened. The setup then never runs,
+      // and `started` would wait for a reconnect that may never come (the connection may well
+      // be up, e.g. with no channel number left on it).
+      if (this.callerAwaitsStart) {
+        firstSetup.reject(
+          new SubscribeError(this.channel, 'channel-not-opened', error.message, error),
+        );
+        return;
+      }
       this.settings.logger.error(
         `subscription to ${this.channel} could not start consuming: ${error.message}; ` +
           `it tries again after the next reconnect or reopening`,
-      ),
-    );
+      );
+    });
     this.wrapper = wrapper;
     return started;
   }

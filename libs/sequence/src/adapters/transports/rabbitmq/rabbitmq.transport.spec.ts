@@ -14,6 +14,7 @@ import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import { SubscribeError } from '../../../core/errors/subscribe.error';
 import type { HeaderMap } from '../../../core/headers';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import type {
@@ -311,6 +312,100 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       // Not a reconnect: the same connection carries the new channel.
       expect(amqp.managedConnection.connection).toBe(connection);
       expect(warn).toHaveBeenCalledWith(expect.stringMatching(/unknown delivery tag.*opens in/));
+      warn.mockRestore();
+    });
+
+    /**
+     * Makes the next `createChannel` on the transport's connection open its channel on the broker
+     * but hold it back from its caller until `release()`: a channel still opening.
+     */
+    function holdNextChannel() {
+      const model = amqp.managedConnection.connection as unknown as amqplib.ChannelModel;
+      const original = model.createChannel.bind(model);
+      const state: { opened?: amqplib.Channel; release: () => void } = { release: () => {} };
+      const released = new Promise<void>((resolve) => (state.release = resolve));
+      model.createChannel = async () => {
+        delete (model as { createChannel?: unknown }).createChannel; // this once only
+        const held = await original();
+        state.opened = held;
+        await released;
+        return held;
+      };
+      return state;
+    }
+
+    it('rejects subscribe with a SubscribeError when its channel cannot be opened, instead of waiting for a reconnect that never comes', async () => {
+      jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+      await amqp.close();
+      amqp = new AmqpConnection({ uri: `${URL}?channelMax=8`, ...connectionConfig() });
+      await amqp.init();
+      transport = new RabbitMqTransport(amqp);
+      // Every channel number of the connection taken: the connection stays up, no channel opens.
+      const model = amqp.managedConnection.connection as unknown as amqplib.ChannelModel;
+      const taken: amqplib.Channel[] = [];
+      for (;;) {
+        try {
+          taken.push(await model.createChannel());
+        } catch {
+          break;
+        }
+      }
+      expect(taken.length).toBeGreaterThan(0);
+      const channel = newChannel();
+      const subscribing = transport.subscribe(channel, async () => ACK);
+      await expect(subscribing).rejects.toBeInstanceOf(SubscribeError);
+      await expect(subscribing).rejects.toMatchObject({ reason: 'channel-not-opened' });
+      expect(amqp.managedConnection.isConnected()).toBe(true);
+      // With channel numbers free again, subscribing again works.
+      for (const each of taken) await each.close();
+      const received: string[] = [];
+      await transport.subscribe(channel, async (message) => {
+        received.push(message.body.toString());
+        return ACK;
+      });
+      await transport.publish(channel, Buffer.from('works'), {});
+      await eventually(() => received.length === 1, 'the message');
+      jest.restoreAllMocks();
+    });
+
+    it('rejects subscribe after subscribeTimeoutMs when its channel does not open; the late channel then closes without consuming', async () => {
+      transport = new RabbitMqTransport(amqp, { subscribeTimeoutMs: 300 });
+      const channel = newChannel();
+      const held = holdNextChannel();
+      const subscribing = transport.subscribe(channel, async () => ACK);
+      await expect(subscribing).rejects.toMatchObject({
+        name: 'SubscribeError',
+        reason: 'timeout',
+      });
+      await eventually(() => held.opened !== undefined, 'the channel, open on the broker');
+      const closed = new Promise((resolve) => held.opened!.once('close', resolve));
+      held.release();
+      await closed;
+      await transport.publish(channel, Buffer.from('nobody consumes this'), {});
+      const raw = await admin.createChannel();
+      expect(await raw.checkQueue(channel)).toMatchObject({ consumerCount: 0, messageCount: 1 });
+      await raw.close();
+    });
+
+    it('closes, rather than consumes on, a channel that finishes opening after its subscription closed', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const subscription = await transport.subscribe(channel, async () => ACK);
+      // The broker closes the channel; its replacement is held while it opens.
+      const held = holdNextChannel();
+      await breakChannelOf(subscription);
+      await eventually(() => held.opened !== undefined, 'the new channel, open on the broker');
+      await subscription.close();
+      const closed = new Promise((resolve) => held.opened!.once('close', resolve));
+      held.release();
+      // Before, it declared, set the prefetch and consumed: a consumer nobody tracked, holding
+      // up to prefetch messages unacked for the connection's lifetime.
+      await closed;
+      await transport.publish(channel, Buffer.from('after close'), {});
+      const raw = await admin.createChannel();
+      expect(await raw.checkQueue(channel)).toMatchObject({ consumerCount: 0, messageCount: 1 });
+      await raw.close();
       warn.mockRestore();
     });
 
@@ -664,6 +759,11 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       () => new RabbitMqTransport(amqp, { queueType: 'stream' as RabbitMqQueueType, prefetch: 0 }),
     ).toThrow(SequenceOptionsError);
     expect(() => new RabbitMqTransport(amqp, { maxMessageBytes: 0 })).toThrow(/maxMessageBytes/);
+    for (const subscribeTimeoutMs of [0, 1.5, 2 ** 31]) {
+      expect(() => new RabbitMqTransport(amqp, { subscribeTimeoutMs })).toThrow(
+        /subscribeTimeoutMs must be an integer of milliseconds from 1/,
+      );
+    }
     await expect(transport.subscribe('x', async () => ACK, { prefetch: 70_000 })).rejects.toThrow(
       RangeError,
     );

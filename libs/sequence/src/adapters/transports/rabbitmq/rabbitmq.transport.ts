@@ -165,6 +165,7 @@ export class RabbitMqTransport implements Transport {
       channel,
       handler,
       prefetch,
+      startTimeoutMs: this.settings.subscribeTimeoutMs,
       deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       topology: this.topology,
       // Not size-checked: the broker already holds this message, and refusing to forward it (as a
