@@ -182,6 +182,7 @@ export {
   assertResequencerArguments,
   isResequencerKey,
   isSequenceNumber,
+  MAX_SEQUENCE_NUMBER,
   type AcceptContext as ResequencerAcceptContext,
   type AcceptOutcome as ResequencerAcceptOutcome,
   type DrainClaim,

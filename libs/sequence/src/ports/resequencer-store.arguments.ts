@@ -2,6 +2,7 @@
 import {
   assertResequencerArguments,
   isSequenceNumber,
+  MAX_SEQUENCE_NUMBER,
   type DrainContext,
   type GapPolicy,
   type ResequencerKey,
@@ -23,7 +24,9 @@ export function assertTime(name: string, value: number): void {
 
 export function assertStart(start: number): void {
   if (!isSequenceNumber(start)) {
-    throw new RangeError(`resequencer store: start ${String(start)} must be a safe integer >= 0`);
+    throw new RangeError(
+      `resequencer store: start ${String(start)} must be an integer from 0 to ${MAX_SEQUENCE_NUMBER}`,
+    );
   }
 }
 

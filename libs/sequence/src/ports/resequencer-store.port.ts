@@ -247,7 +247,9 @@ export function assertResequencerArguments(key: ResequencerKey, seq?: number): v
     );
   }
   if (seq !== undefined && !isSequenceNumber(seq)) {
-    throw new RangeError(`sequence ${String(seq)} must be a safe integer >= 0`);
+    throw new RangeError(
+      `sequence ${String(seq)} must be an integer from 0 to ${MAX_SEQUENCE_NUMBER}`,
+    );
   }
 }
 
@@ -261,6 +263,15 @@ export function isResequencerKey(value: unknown): value is string {
   );
 }
 
+/** The largest sequence number: its successor (the next expected) must still be exact. */
+export const MAX_SEQUENCE_NUMBER = Number.MAX_SAFE_INTEGER - 1;
+
+/** An integer from 0 to {@link MAX_SEQUENCE_NUMBER}. */
 export function isSequenceNumber(value: unknown): value is number {
-  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+  return (
+    typeof value === 'number' &&
+    Number.isSafeInteger(value) &&
+    value >= 0 &&
+    value <= MAX_SEQUENCE_NUMBER
+  );
 }

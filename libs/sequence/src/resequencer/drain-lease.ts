@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
 import { errorMessage } from '../sequence/sequence-delivery';
+import type { DeliveryGuard } from './hand-off.deliverer';
 
 /**
  * A key's drain lease as its holder keeps it while it delivers: renewed every third of
@@ -12,7 +13,7 @@ import { errorMessage } from '../sequence/sequence-delivery';
  * Renewal never takes a lease (`renewDrain`), and pauses around each settle, so that a renewal
  * in flight never races the settle that releases the lease.
  */
-export class DrainLease {
+export class DrainLease implements DeliveryGuard {
   private validUntil: number;
   private renewedAway = false;
   private paused = false;
@@ -38,7 +39,16 @@ export class DrainLease {
 
   /** True once the lease may belong to someone else: deliver nothing more. */
   lost(): boolean {
-    return this.renewedAway || Date.now() >= this.validUntil - this.marginMs;
+    return !this.allows(0);
+  }
+
+  /**
+   * Whether an attempt begun now that takes up to `ms` ends before the lease could lapse (with
+   * the margin): a publish attempt is bounded by its confirm timeout; a handler call is not,
+   * which is why a handler is not retried once the lease may lapse.
+   */
+  allows(ms: number): boolean {
+    return !this.renewedAway && Date.now() + ms < this.validUntil - this.marginMs;
   }
 
   /** A settle sent at `sentAt` renewed the lease (it answered with the next batch). */

@@ -4,9 +4,9 @@ import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
-import type { Transport } from '../ports/transport.port';
+import { isUnsendable, type Transport } from '../ports/transport.port';
 import { callHandlerWithRetry } from '../sequence/handler-retry';
-import { publishWithRetry } from '../sequence/publish-with-retry';
+import { publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
 import { errorMessage } from '../sequence/sequence-delivery';
 import type { PublishRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
@@ -27,27 +27,50 @@ export interface HandOffTargets {
 }
 
 /**
+ * What the drain lease still allows, asked before each publish attempt and each handler retry:
+ * whether an attempt that may take `ms` milliseconds ends before the lease could pass to another
+ * instance. An attempt begun too late could deliver an event after the next holder has delivered
+ * later ones.
+ */
+export interface DeliveryGuard {
+  allows(ms: number): boolean;
+}
+
+const UNGUARDED: DeliveryGuard = { allows: () => true };
+
+/**
  * Delivers one hand-off item: an event to the output channel (confirmed) and/or the handler;
  * a gap record or a dead-lettered event to the dead-letter channel. Answers false when the broker
- * could not take a message after the publish retries: the drainer then stops, leaving the item
- * (and everything after it) in the hand-off list for a later attempt — nothing skipped, nothing
- * reordered. A handler that keeps failing does not block the key: its event is dead-lettered
- * (`handler-failed`) and the key moves on.
+ * could not take a message after the publish retries, or when the lease leaves no time for
+ * another attempt: the drainer then stops, leaving the item (and everything after it) in the
+ * hand-off list for a later attempt — nothing skipped, nothing reordered. Neither a handler that
+ * keeps failing nor an event the transport can never send to `output` blocks the key: the event
+ * is dead-lettered (`handler-failed`, `resequencer-output-unsendable`) and the key moves on.
  */
 export class HandOffDeliverer {
   constructor(private readonly targets: HandOffTargets) {}
 
-  async deliver(key: string, item: HandOffItem): Promise<boolean> {
+  async deliver(
+    key: string,
+    item: HandOffItem,
+    guard: DeliveryGuard = UNGUARDED,
+  ): Promise<boolean> {
     const { definition } = this.targets;
     const resequencer = definition.name;
     switch (item.kind) {
       case 'event':
-        return this.deliverEvent(key, item.entry);
+        return this.deliverEvent(key, item.entry, guard);
       case 'dead-letter': {
         const detail =
           `key ${key}: event ${item.entry.seq} was buffered while ${item.expected} stayed missing ` +
           `past gap.timeoutMs (${definition.gap.timeoutMs} ms); moved out unreleased`;
-        const ok = await this.deadLetter(key, item.entry, 'resequencer-gap-dead-letter', detail);
+        const ok = await this.deadLetter(
+          key,
+          item.entry,
+          'resequencer-gap-dead-letter',
+          detail,
+          guard,
+        );
         if (ok) {
           this.targets.metrics.gap(resequencer, 'dead-lettered');
           await this.targets.reportGap({
@@ -72,31 +95,44 @@ export class HandOffDeliverer {
         const detail =
           `key ${key} has waited for ${item.expected} since ${new Date(item.gapSince).toISOString()} ` +
           `with ${item.buffered} event(s) buffered behind it; still waiting`;
-        return this.record(event, 'resequencer-gap-alert', detail);
+        return this.record(event, 'resequencer-gap-alert', detail, guard);
       }
       case 'gap-skipped': {
         const event: GapEvent = { type: 'skipped', resequencer, key, from: item.from, to: item.to };
         const range = item.from === item.to ? `${item.from}` : `${item.from}-${item.to}`;
         const detail = `key ${key}: gave up waiting for ${range}; later events were released`;
-        return this.record(event, 'resequencer-gap-skipped', detail);
+        return this.record(event, 'resequencer-gap-skipped', detail, guard);
       }
     }
   }
 
-  private async deliverEvent(key: string, entry: ResequencedEntry): Promise<boolean> {
+  private async deliverEvent(
+    key: string,
+    entry: ResequencedEntry,
+    guard: DeliveryGuard,
+  ): Promise<boolean> {
     const { definition, metrics } = this.targets;
     if (definition.output !== undefined) {
-      const published = await this.publish(
+      const outcome = await this.publish(
         definition.output,
         entry.body,
         outputHeaders(key, entry),
+        guard,
       );
-      if (!published) return false;
+      if (!outcome.ok && isUnsendable(outcome.error)) {
+        // No retry can send it: waiting would hold every later event of the key behind it.
+        const detail =
+          `key ${key}, event ${entry.seq}: the transport cannot send it to ${definition.output} ` +
+          `(${errorMessage(outcome.error)}); the key moved on`;
+        return this.deadLetter(key, entry, 'resequencer-output-unsendable', detail, guard);
+      }
+      if (!outcome.ok) return false;
     }
     if (definition.callHandler && this.targets.handler) {
       const handler = this.targets.handler;
       const event = new ResequencedEvent(key, entry.seq, entry.body, entry.headers);
       let final = false;
+      let leaseEnding = false;
       const outcome = await callHandlerWithRetry(() => handler(event), definition.handlerRetry, {
         onFailure: (error, attempt) => {
           // Bytes that fail their check cannot get better by calling the handler again.
@@ -108,68 +144,126 @@ export class HandOffDeliverer {
               `(attempt ${attempt} of ${definition.handlerRetry.attempts}): ${errorMessage(error)}`,
           );
         },
-        isFinal: () => final,
+        // No retry once the lease may lapse: the next holder may be calling it with later events.
+        isFinal: () => final || (leaseEnding = !guard.allows(0)),
       });
+      if (!outcome.ok && leaseEnding) return false;
       if (!outcome.ok && outcome.error instanceof SequenceIntegrityError) {
-        return this.deadLetter(key, entry, 'integrity-mismatch', outcome.error.message);
+        return this.deadLetter(key, entry, 'integrity-mismatch', outcome.error.message, guard);
       }
       if (!outcome.ok) {
         const detail =
           `key ${key}, event ${entry.seq}: handler failed ${outcome.attempts} time(s); ` +
           `last error: ${errorMessage(outcome.error)}; the key moved on`;
-        return this.deadLetter(key, entry, 'handler-failed', detail);
+        return this.deadLetter(key, entry, 'handler-failed', detail, guard);
       }
     }
     metrics.delivered(definition.name);
     return true;
   }
 
+  /**
+   * The event, with its reason, on the dead-letter channel. When the transport cannot send even
+   * that (the body too large with the added headers), a JSON record of the event without its
+   * body goes instead: the key must not stay blocked behind it.
+   */
   private async deadLetter(
     key: string,
     entry: ResequencedEntry,
     code: RejectionCode,
     detail: string,
+    guard: DeliveryGuard,
   ): Promise<boolean> {
     const { definition, metrics, logger } = this.targets;
+    const reason = deathReason(code, detail);
+    const outcome = await this.publish(
+      definition.deadLetterChannel,
+      entry.body,
+      { ...outputHeaders(key, entry), [SequenceHeader.deathReason]: reason },
+      guard,
+    );
+    let ok = outcome.ok;
+    if (!outcome.ok && isUnsendable(outcome.error)) {
+      // As small as it can be: the details (the key among them) travel once, in the body.
+      const record = {
+        kind: code,
+        key,
+        seq: entry.seq,
+        bytes: entry.body.length,
+        bodyOmitted: true,
+        reason,
+      };
+      ok = (
+        await this.publish(
+          definition.deadLetterChannel,
+          Buffer.from(JSON.stringify(record)),
+          {
+            [SequenceHeader.deathReason]: deathReason(
+              code,
+              `event ${entry.seq}; its body (${entry.body.length} bytes) could not be sent either ` +
+                'and is omitted; the reason and key are in this record',
+            ),
+            [ResequenceHeader.seq]: entry.seq,
+            [SequenceHeader.contentType]: 'application/json',
+          },
+          guard,
+        )
+      ).ok;
+    }
+    if (!ok) return false;
     metrics.deadLettered(definition.name, code);
-    logger.warn(`${definition.name}: dead-lettered: ${deathReason(code, detail)}`);
-    return this.publish(definition.deadLetterChannel, entry.body, {
-      ...outputHeaders(key, entry),
-      [SequenceHeader.deathReason]: deathReason(code, detail),
-    });
+    logger.warn(`${definition.name}: dead-lettered: ${reason}`);
+    return true;
   }
 
   /** A gap outcome: a JSON record on the dead-letter channel, a metric, the listeners. */
-  private async record(event: GapEvent, code: RejectionCode, detail: string): Promise<boolean> {
+  private async record(
+    event: GapEvent,
+    code: RejectionCode,
+    detail: string,
+    guard: DeliveryGuard,
+  ): Promise<boolean> {
     const { definition, metrics, logger } = this.targets;
     logger.warn(`${definition.name}: ${deathReason(code, detail)}`);
     const body = Buffer.from(JSON.stringify({ kind: code, ...event }));
-    const ok = await this.publish(definition.deadLetterChannel, body, {
-      [SequenceHeader.deathReason]: deathReason(code, detail),
-      [ResequenceHeader.key]: event.key,
-      [SequenceHeader.contentType]: 'application/json',
-    });
-    if (!ok) return false;
+    const outcome = await this.publish(
+      definition.deadLetterChannel,
+      body,
+      {
+        [SequenceHeader.deathReason]: deathReason(code, detail),
+        [ResequenceHeader.key]: event.key,
+        [SequenceHeader.contentType]: 'application/json',
+      },
+      guard,
+    );
+    if (!outcome.ok) return false;
     metrics.gap(definition.name, event.type);
     await this.targets.reportGap(event);
     return true;
   }
 
-  private async publish(channel: string, body: Buffer, headers: HeaderMap): Promise<boolean> {
+  /** Publishes with retries, each attempt only while the lease leaves time for its confirm. */
+  private async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    guard: DeliveryGuard,
+  ): Promise<PublishOutcome> {
     const outcome = await publishWithRetry(
       this.targets.transport,
       channel,
       body,
       headers,
       this.targets.publish,
+      (timeoutMs) => guard.allows(timeoutMs),
     );
-    if (outcome.ok) return true;
-    this.targets.logger.warn(
-      `${this.targets.definition.name}: could not publish to ${channel} after ` +
-        `${outcome.attempts} attempt(s); the key's hand-off waits for the next drain: ` +
-        errorMessage(outcome.error),
-    );
-    return false;
+    if (!outcome.ok) {
+      this.targets.logger.warn(
+        `${this.targets.definition.name}: could not publish to ${channel} after ` +
+          `${outcome.attempts} attempt(s): ${errorMessage(outcome.error)}`,
+      );
+    }
+    return outcome;
   }
 }
 

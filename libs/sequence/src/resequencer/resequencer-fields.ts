@@ -1,4 +1,8 @@
-import { isResequencerKey, isSequenceNumber } from '../ports/resequencer-store.port';
+import {
+  isResequencerKey,
+  isSequenceNumber,
+  MAX_SEQUENCE_NUMBER,
+} from '../ports/resequencer-store.port';
 import type { ResequencerField } from './resequencer.options';
 import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
 
@@ -42,7 +46,7 @@ export function positionOf(
   if (!isSequenceNumber(seqValue)) {
     return {
       ok: false,
-      problem: `${where(seq, 'seq')} must be an integer >= 0, got ${show(seqValue)}`,
+      problem: `${where(seq, 'seq')} must be an integer >= 0 (at most ${MAX_SEQUENCE_NUMBER}), got ${show(seqValue)}`,
     };
   }
   return { ok: true, key: keyValue, seq: seqValue };

@@ -1,6 +1,11 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { definedOnly } from '../core/objects';
-import type { GapPolicy, ResequencerStore } from '../ports/resequencer-store.port';
+import {
+  isSequenceNumber,
+  MAX_SEQUENCE_NUMBER,
+  type GapPolicy,
+  type ResequencerStore,
+} from '../ports/resequencer-store.port';
 import { checkInteger, type HandlerRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
 import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
@@ -154,7 +159,11 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
   if (callHandler === false && output === undefined) {
     problems.push('callHandler: false needs an output channel, or released events go nowhere');
   }
-  if (start !== undefined) checkInteger(problems, 'start', start, 0);
+  if (start !== undefined && !isSequenceNumber(start)) {
+    problems.push(
+      `start must be an integer >= 0 (at most ${MAX_SEQUENCE_NUMBER}), got ${String(start)}`,
+    );
+  }
   if (typeof gap !== 'object' || gap === null) {
     problems.push("gap is required: { timeoutMs, policy: 'alert' | 'skip' | 'dead-letter' }");
   } else {
@@ -201,10 +210,26 @@ export function resolveDefinition(
   where: string,
   definition: ResequencerDefinition,
   module: ResolvedResequencerModuleOptions,
-  sequence: { handlerRetry: Required<HandlerRetryOptions>; prefetch: number },
+  sequence: {
+    handlerRetry: Required<HandlerRetryOptions>;
+    prefetch: number;
+    leaseMs: number;
+    publish: { confirmTimeoutMs: number };
+  },
   deadLetterChannelOf: (channel: string) => string,
 ): ResolvedResequencer {
   const problems = definitionProblems(definition);
+  // A drainer renews its lease every third of leaseMs and stops a fifth before it could lapse;
+  // each publish attempt (up to confirmTimeoutMs) must fit in between, or it could confirm an
+  // event after the next holder has delivered later ones (and is never started: see DrainLease).
+  const confirmCeiling = Math.floor((sequence.leaseMs * 7) / 15);
+  if (sequence.publish.confirmTimeoutMs >= confirmCeiling) {
+    problems.push(
+      `publish.confirmTimeoutMs (${sequence.publish.confirmTimeoutMs}) must be below 7/15 of ` +
+        `leaseMs (${sequence.leaseMs}), that is below ${confirmCeiling} ms: a drainer must be ` +
+        'able to finish a publish attempt before its drain lease could pass to another instance',
+    );
+  }
   const handlerRetry = { ...sequence.handlerRetry, ...definedOnly(definition.handlerRetry ?? {}) };
   checkInteger(problems, 'handlerRetry.attempts', handlerRetry.attempts, 1);
   checkInteger(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);

@@ -1,3 +1,4 @@
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { ResequencerMetrics } from '../observability/resequencer.metrics';
@@ -70,6 +71,14 @@ export class ResequencerService {
       this.sequenceOptions,
       (channel) => this.transport.deadLetterChannel(channel),
     );
+    if (resolved.callHandler && !handler) {
+      // Released events would be counted delivered, and their input acked, with nobody told.
+      throw new SequenceOptionsError(definedBy, [
+        definition.output === undefined
+          ? 'a handler is needed: without one and without an output, released events go nowhere'
+          : 'callHandler is true (or left to its default) but no handler was given; pass one, or callHandler: false',
+      ]);
+    }
     const resequencer = new Resequencer(
       resolved,
       {

@@ -92,6 +92,14 @@ export class Resequencer {
       return this.reject('invalid-resequence-event', position.problem);
     }
     const { key, seq } = position;
+    const body = asBuffer(message.body);
+    if (!body) {
+      deps.metrics.received(this.name, 'invalid');
+      return this.reject(
+        'invalid-resequence-event',
+        `key ${key}, event ${seq}: the body must be a Buffer or a Uint8Array, got ${describeBody(message.body)}`,
+      );
+    }
     // Whoever releases drains: the lease comes with the release, in the same store step.
     const holder = this.newHolder();
     const claimedAt = Date.now();
@@ -99,7 +107,7 @@ export class Resequencer {
     try {
       outcome = await deps.store.accept(
         this.ref(key),
-        { seq, body: message.body, headers: entryHeaders(message.headers) },
+        { seq, body, headers: entryHeaders(message.headers) },
         {
           start: definition.start,
           limits: {
@@ -163,7 +171,7 @@ export class Resequencer {
         const { items } = claim;
         let delivered = 0;
         while (delivered < items.length && !lease.lost()) {
-          if (!(await this.deliverer.deliver(key, items[delivered]))) break;
+          if (!(await this.deliverer.deliver(key, items[delivered], lease))) break;
           delivered++;
         }
         await lease.pause();
@@ -314,4 +322,19 @@ function entryHeaders(headers: Readonly<Record<string, unknown>>): HeaderMap {
     kept[name] = value;
   }
   return kept;
+}
+
+/**
+ * The body as a Buffer: a Uint8Array (or another view) from a subscriber of your own is wrapped
+ * without a copy; anything else is not a body (a store would refuse it, or store it otherwise).
+ */
+function asBuffer(body: unknown): Buffer | undefined {
+  if (Buffer.isBuffer(body)) return body;
+  if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  return undefined;
+}
+
+function describeBody(body: unknown): string {
+  if (body === null) return 'null';
+  return typeof body === 'object' ? (body.constructor?.name ?? 'an object') : typeof body;
 }

@@ -8,7 +8,9 @@ import type { PublishRetryOptions } from '../sequence.options';
  * Publishes one message and waits for the broker's confirm, retrying with exponential backoff and
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
  * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
- * too large, or headers the transport cannot encode) is not retried.
+ * too large, or headers the transport cannot encode) is not retried. `mayAttempt`, when given, is
+ * asked before each attempt with the longest the attempt may take: false ends the retries there
+ * (a resequencer's drain lease that would lapse before the confirm).
  */
 export async function publishWithRetry(
   transport: Transport,
@@ -16,10 +18,19 @@ export async function publishWithRetry(
   body: Buffer,
   headers: HeaderMap,
   policy: Required<PublishRetryOptions>,
+  mayAttempt: (timeoutMs: number) => boolean = () => true,
 ): Promise<PublishOutcome> {
   let attempt = 0;
   let maybeDelivered = false;
+  let lastError: unknown;
   for (;;) {
+    if (!mayAttempt(policy.confirmTimeoutMs)) {
+      const stopped = new Error(
+        `no further attempt to publish to ${channel}: it could not be confirmed in time` +
+          (lastError === undefined ? '' : ` (last error: ${describe(lastError)})`),
+      );
+      return { ok: false, attempts: attempt, error: stopped, maybeDelivered };
+    }
     attempt++;
     try {
       await withTimeout(
@@ -30,6 +41,7 @@ export async function publishWithRetry(
       return { ok: true, attempts: attempt };
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);
+      lastError = error;
       if (isUnsendable(error) || attempt >= policy.attempts) {
         return { ok: false, attempts: attempt, error, maybeDelivered };
       }
@@ -47,6 +59,10 @@ export type PublishOutcome =
       /** Some attempt may have reached the broker although unconfirmed (e.g. a confirm timeout). */
       readonly maybeDelivered: boolean;
     };
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
 
 /**
  * A confirm that did not come in time says nothing about whether the broker has the message;

@@ -1,3 +1,4 @@
+import { InMemoryTransport } from '../../src/adapters/transports/in-memory/in-memory.transport';
 import { eventually } from '../support/sequence-test-app';
 import {
   createResequencerTestApp,
@@ -27,6 +28,8 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
       { 'x-resequence-key': 'T1', 'x-resequence-seq': -1 },
       { 'x-resequence-key': 'T1', 'x-resequence-seq': 1.5 },
       { 'x-resequence-key': 'T1', 'x-resequence-seq': 'one' },
+      // Its successor would not be exact: on Redis the key would jam, its next expected unreadable.
+      { 'x-resequence-key': 'T1', 'x-resequence-seq': Number.MAX_SAFE_INTEGER },
       { 'x-resequence-key': '', 'x-resequence-seq': 1 },
       { 'x-resequence-key': 'bad\nkey', 'x-resequence-seq': 1 },
     ];
@@ -39,13 +42,59 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
       expect.stringMatching(
         /^invalid-resequence-event: header x-resequence-seq must be .*got nothing/,
       ),
-      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got -1$/),
-      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got 1.5$/),
-      expect.stringMatching(/x-resequence-seq must be an integer >= 0, got "one"$/),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0 \(at most \d+\), got -1$/),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0 \(at most \d+\), got 1.5$/),
+      expect.stringMatching(/x-resequence-seq must be an integer >= 0 \(at most \d+\), got "one"$/),
+      expect.stringMatching(
+        /x-resequence-seq must be an integer >= 0 \(at most 9007199254740990\), got 9007199254740991$/,
+      ),
       expect.stringMatching(/x-resequence-key must be 1-256 characters/),
       expect.stringMatching(/x-resequence-key must be 1-256 characters/),
     ]);
     expect(t.handler.received).toEqual([]);
+  });
+
+  it('dead-letters an event the transport can never send to output, and the key moves on', async () => {
+    // 2 KiB messages: the first event fits on input, but not with the long key its output
+    // headers add (nor as a dead letter with its reason): no retry can ever send it.
+    const transport = new InMemoryTransport({ maxMessageBytes: 2048 });
+    t = await createResequencerTestApp(
+      {
+        channel,
+        output: 'transfers.ordered',
+        key: () => 'K'.repeat(200),
+        seq: (message) => Number(message.headers.s),
+        gap: GAP,
+      },
+      // The splitter's fragment size must fit the small messages too.
+      { transport, fragmentBytes: 512, headerAllowanceBytes: 256 },
+    );
+    const collected: Array<{ body: string; seq: unknown }> = [];
+    await transport.subscribe('transfers.ordered', async (message) => {
+      collected.push({ body: message.body.toString(), seq: message.headers['x-resequence-seq'] });
+      return { action: 'ack' };
+    });
+    await transport.publish(channel, Buffer.alloc(1900, 'a'), { s: 1 });
+    await transport.publish(channel, Buffer.from('small'), { s: 2 });
+    // Before, event 1 was requeued forever and event 2 waited behind it.
+    await eventually(() => collected.length === 1, 'event 2 on the output');
+    expect(collected).toEqual([{ body: 'small', seq: 2 }]);
+    await eventually(() => transport.peek(dlq).length === 1, 'the dead letter of event 1');
+    const [dead] = transport.peek(dlq);
+    expect(String(dead.headers['x-death-reason'])).toMatch(
+      /^resequencer-output-unsendable: event 1; its body \(1900 bytes\) could not be sent either/,
+    );
+    expect(JSON.parse(dead.body.toString())).toEqual({
+      kind: 'resequencer-output-unsendable',
+      key: 'K'.repeat(200),
+      seq: 1,
+      bytes: 1900,
+      bodyOmitted: true,
+      reason: expect.stringMatching(
+        /^resequencer-output-unsendable: key K+, event 1: the transport cannot send it to transfers\.ordered \(.*maxMessageBytes.*\); the key moved on$/,
+      ),
+    });
+    await transport.close();
   });
 
   it('accepts a sequence sent as a decimal string (AMQP clients of other languages)', async () => {

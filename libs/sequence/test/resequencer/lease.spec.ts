@@ -13,6 +13,29 @@ import { resolveSequenceOptions } from '../../src/sequence.options';
 const LEASE_MS = 150;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A store whose drain-lease renewals all fail: the holder cannot keep its lease. */
+function withFailingRenewals(inner: ResequencerStore): ResequencerStore {
+  return new Proxy(inner, {
+    get: (target, property) => {
+      if (property === 'renewDrain') {
+        return () => Promise.reject(new Error('simulated: the store did not answer in time'));
+      }
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+    },
+  });
+}
+
+async function acceptInOrder(store: ResequencerStore, count: number): Promise<void> {
+  for (let seq = 1; seq <= count; seq++) {
+    await store.accept(
+      { scope: 'c', key: 'k' },
+      { seq, body: Buffer.from(`#${seq}`), headers: { 'x-resequence-seq': seq } },
+      { start: 1, limits: { maxBufferedPerKey: 100, maxBufferedTotal: 100 }, now: Date.now() },
+    );
+  }
+}
+
 /**
  * A drainer whose lease renewals fail (Redis slow to answer, an event loop stalled) must stop
  * delivering before its lease can lapse: otherwise the instance that takes the key over and this
@@ -21,19 +44,12 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 describe('Resequencer drain lease', () => {
   it('stops a drainer whose renewals fail before another instance can take its key over', async () => {
     const inner = new MemoryResequencerStore();
-    const failingRenewals = new Proxy(inner, {
-      get: (target, property) => {
-        if (property === 'renewDrain') {
-          return () => Promise.reject(new Error('simulated: the store did not answer in time'));
-        }
-        const value: unknown = Reflect.get(target, property, target);
-        return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
-      },
-    }) as ResequencerStore;
+    const failingRenewals = withFailingRenewals(inner);
     const module = resolveResequencerModuleOptions({ drainBatch: 32 });
-    const sequence = resolveSequenceOptions({ leaseMs: LEASE_MS, handlerRetry: { attempts: 1 } }, {
-      maxMessageBytes: 1_000_000,
-    } as Transport);
+    const sequence = resolveSequenceOptions(
+      { leaseMs: LEASE_MS, handlerRetry: { attempts: 1 }, publish: { confirmTimeoutMs: 60 } },
+      { maxMessageBytes: 1_000_000 } as Transport,
+    );
     const definition = resolveDefinition(
       'test',
       { channel: 'c', gap: { timeoutMs: 60_000, policy: 'alert' } },
@@ -59,13 +75,7 @@ describe('Resequencer drain lease', () => {
           reportGap: async () => undefined,
         },
       );
-    for (let seq = 1; seq <= 8; seq++) {
-      await inner.accept(
-        { scope: 'c', key: 'k' },
-        { seq, body: Buffer.from(`#${seq}`), headers: {} },
-        { start: 1, limits: { maxBufferedPerKey: 100, maxBufferedTotal: 100 }, now: Date.now() },
-      );
-    }
+    await acceptInOrder(inner, 8);
 
     const first = instance('A', failingRenewals).drain('k');
     await sleep(LEASE_MS + 50); // A's lease has lapsed: its renewals failed
@@ -78,5 +88,75 @@ describe('Resequencer drain lease', () => {
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     expect(new Set(seqs)).toEqual(new Set([1, 2, 3, 4, 5, 6, 7, 8]));
     expect(delivered.some((each) => each.by === 'B')).toBe(true);
+  });
+
+  it('makes no publish attempt that could be confirmed after its lease may have passed on, whatever the retries left', async () => {
+    const lease = 300;
+    const inner = new MemoryResequencerStore();
+    const module = resolveResequencerModuleOptions({ drainBatch: 32 });
+    // Attempts of 100 ms at most, and retries enough to outlast the lease many times over.
+    const sequence = resolveSequenceOptions(
+      {
+        leaseMs: lease,
+        publish: { confirmTimeoutMs: 100, attempts: 50, baseDelayMs: 10, maxDelayMs: 20 },
+      },
+      { maxMessageBytes: 1_000_000 } as Transport,
+    );
+    const definition = resolveDefinition(
+      'test',
+      { channel: 'c', output: 'out', gap: { timeoutMs: 60_000, policy: 'alert' } },
+      module,
+      sequence,
+      (channel) => `${channel}.dlq`,
+    );
+    const logger = new Logger('test');
+    jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
+    const metrics = new Proxy({}, { get: () => () => undefined }) as ResequencerMetrics;
+    const output: number[] = [];
+    const startedAt = Date.now();
+    // A's broker link: each attempt fails after 50 ms until long after its lease ran out, then
+    // works; B's works.
+    const transportOf = (failUntil: number): Transport =>
+      ({
+        publish: async (_channel: string, _body: Buffer, headers: Record<string, unknown>) => {
+          await sleep(50);
+          if (Date.now() < failUntil) throw new Error('simulated: no confirm');
+          output.push(Number(headers['x-resequence-seq']));
+        },
+      }) as unknown as Transport;
+    const instance = (store: ResequencerStore, transport: Transport) =>
+      new Resequencer(
+        definition,
+        { store, module, sequence, metrics, logger },
+        { transport, reportGap: async () => undefined },
+      );
+    await acceptInOrder(inner, 5);
+
+    const first = instance(withFailingRenewals(inner), transportOf(startedAt + lease + 150)).drain(
+      'k',
+    );
+    await sleep(lease + 50); // A's lease has lapsed in the store: B takes the key over
+    const second = instance(inner, transportOf(0)).drain('k');
+
+    await expect(second).resolves.toBe('drained');
+    await first;
+    // Before, A kept retrying event 1 past its lease, and its retry landed after B's 1..5.
+    expect(output).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it('refuses a confirm timeout a publish attempt could not fit in the lease', () => {
+    const module = resolveResequencerModuleOptions({});
+    const sequence = resolveSequenceOptions({ leaseMs: 3_000 }, {
+      maxMessageBytes: 1_000_000,
+    } as Transport);
+    expect(() =>
+      resolveDefinition(
+        'test',
+        { channel: 'c', output: 'out', gap: { timeoutMs: 1_000, policy: 'alert' } },
+        module,
+        sequence,
+        (channel) => `${channel}.dlq`,
+      ),
+    ).toThrow(/publish.confirmTimeoutMs \(10000\) must be below 7\/15 of leaseMs \(3000\)/);
   });
 });

@@ -38,6 +38,33 @@ describe('ResequencerService', () => {
     return { app, service: app.get(ResequencerService) };
   }
 
+  it('takes a Uint8Array body as a Buffer, and dead-letters a body that is neither', async () => {
+    const { app, service } = await serviceApp();
+    const seen: string[] = [];
+    const resequencer = service.create(
+      { channel: 'own.queue', gap: GAP },
+      (event: ResequencedEvent) => void seen.push(event.body.toString()),
+    );
+    // From a subscriber of another client library (NATS, for one), bodies come as Uint8Array.
+    await expect(
+      resequencer.receive({
+        body: new Uint8Array([104, 105]) as Buffer,
+        headers: headersOf('K', 1),
+      }),
+    ).resolves.toEqual({ action: 'ack' });
+    expect(seen).toEqual(['hi']);
+    await expect(
+      resequencer.receive({ body: 'text' as unknown as Buffer, headers: headersOf('K', 2) }),
+    ).resolves.toEqual({
+      action: 'dead-letter',
+      reason: expect.stringMatching(
+        /^invalid-resequence-event: key K, event 2: the body must be a Buffer or a Uint8Array, got string$/,
+      ),
+    });
+    expect(await service.nextExpected('own.queue', 'K')).toBe(2);
+    await app.close();
+  });
+
   it('runs a resequencer for a caller that consumes by itself: dispositions, order, inspection', async () => {
     const { app, service } = await serviceApp();
     const seen: number[] = [];
@@ -71,7 +98,7 @@ describe('ResequencerService', () => {
 
   it('refuses an unknown resequencer name, listing the known ones', async () => {
     const { app, service } = await serviceApp();
-    service.create({ channel: 'a', gap: GAP });
+    service.create({ channel: 'a', gap: GAP }, () => undefined);
     expect(() => service.named('b')).toThrow('no resequencer named b; known: a');
     await app.close();
   });
@@ -87,6 +114,17 @@ describe('ResequencerService', () => {
     ['output = channel', { output: 'in' }, /output must differ from channel/],
     ['no output and no handler', { callHandler: false }, /callHandler: false needs an output/],
     ['a negative start', { start: -1 }, /start must be an integer >= 0/],
+    [
+      'a start whose successor would not be exact',
+      { start: Number.MAX_SAFE_INTEGER },
+      /start must be an integer >= 0 \(at most 9007199254740990\)/,
+    ],
+    ['no handler and no output', {}, /a handler is needed/],
+    [
+      'callHandler but no handler',
+      { output: 'out', callHandler: true },
+      /callHandler is true .* but no handler was given/,
+    ],
     [
       'a string bound',
       { maxBufferedPerKey: '5' as unknown as number },

@@ -51,6 +51,11 @@ export type RejectionCode =
   | 'resequencer-gap-skipped'
   /** Resequencer: a buffered event was moved out, unreleased (policy `'dead-letter'`). */
   | 'resequencer-gap-dead-letter'
+  /**
+   * Resequencer: the transport can never send the released event to `output` (too large with
+   * its output headers, or headers it cannot encode): dead-lettered so that its key moves on.
+   */
+  | 'resequencer-output-unsendable'
   /** Inbox: the message is not a valid event or command (body, headers or fields). */
   | 'invalid-inbox-message'
   /** Inbox: no `@InboxHandler` of this application handles the message's type. */

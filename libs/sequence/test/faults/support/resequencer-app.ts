@@ -82,6 +82,10 @@ export async function createResequencerApp(
           transport,
           sweepIntervalMs: false,
           leaseMs: options.leaseMs,
+          // A short lease needs a confirm timeout that fits in it (see resolveDefinition).
+          publish: options.leaseMs
+            ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.4) }
+            : undefined,
           backpressureDelayMs: options.backpressureDelayMs ?? 50,
           resequencer: {
             sweepIntervalMs: false,
