@@ -193,29 +193,44 @@ async function* verifying(
     onReadError(asError(error));
     throw error;
   }
-  try {
-    for await (const chunk of source) {
-      const buffer = chunk as Buffer;
-      hash?.update(buffer);
-      bytes += buffer.length;
-      yield buffer;
-    }
-  } catch (error) {
-    onReadError(asError(error));
-    throw error;
-  }
-  if (!ticket || !hash) return onVerified();
-  const sha256 = hash.digest('hex');
-  if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) {
+  const mismatch = (sha256: string) => {
     // The expectation alone, not the ticket: the error's typed field says what it holds.
-    const expected = { sha256: ticket.sha256, bytes: ticket.bytes };
-    const error = new ClaimCheckIntegrityError(ticket.store, ticket.ref, expected, {
+    const expected = { sha256: ticket!.sha256, bytes: ticket!.bytes };
+    const error = new ClaimCheckIntegrityError(ticket!.store, ticket!.ref, expected, {
       sha256,
       bytes,
     });
     onMismatch(error);
-    throw error;
+    return error;
+  };
+  // Iterated by hand: only what the source's next() throws is a read failure. An error thrown
+  // in at the yield is the reader's own (a pipeline whose destination failed destroys this
+  // stream with that error): it passes through, and says nothing about the store.
+  const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  try {
+    for (;;) {
+      let next: IteratorResult<Buffer>;
+      try {
+        next = await chunks.next();
+      } catch (error) {
+        onReadError(asError(error));
+        throw error;
+      }
+      if (next.done) break;
+      const buffer = next.value;
+      hash?.update(buffer);
+      bytes += buffer.length;
+      // More than the ticket says: stop here rather than hand (or buffer) all of it.
+      if (ticket && bytes > ticket.bytes) throw mismatch(hash!.digest('hex'));
+      yield buffer;
+    }
+  } finally {
+    // Destroys the store's stream when the read stopped early; nothing once it ended.
+    await chunks.return?.();
   }
+  if (!ticket || !hash) return onVerified();
+  const sha256 = hash.digest('hex');
+  if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) throw mismatch(sha256);
   onVerified();
 }
 

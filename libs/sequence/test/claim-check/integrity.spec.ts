@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import {
   ClaimCheckIntegrityError,
   SequenceError,
@@ -131,6 +133,56 @@ describe('claim check: payload bytes that do not match the ticket', () => {
 
     expect(t.handler.deliveries.map((d) => d.bytes.equals(bystander))).toEqual([true]);
     expect(t.transport.actionsOn(t.channel)).toEqual(['dead-letter', 'ack']);
+  });
+
+  it('a handler whose own destination fails is a handler failure (retried, then handler-failed), not a store outage', async () => {
+    // The documented pattern, pipeline(stream(), destination), into a destination that fails
+    // (a full disk): pipeline destroys the payload's stream with the destination's error.
+    const failures: unknown[] = [];
+    t.handler.read = async (claimed: ClaimedPayload) => {
+      const full = new Writable({
+        write: (_chunk, _encoding, callback) => callback(new Error('ENOSPC: no space left')),
+      });
+      try {
+        await pipeline(claimed.stream(), full);
+      } catch (error) {
+        failures.push(error);
+        expect(claimed.readFailure).toBeUndefined();
+        throw error;
+      }
+      return Buffer.alloc(0);
+    };
+    // Large enough to be read in many chunks: the read is under way when the destination fails.
+    await publishTicket(t.transport, t.channel, await t.claimCheck.checkIn(bytes(2_000_000, 3)));
+    await t.transport.whenIdle();
+
+    // Before, the destination's error was taken for the store's: no retry, and the message was
+    // requeued as "payload store unavailable", its payload read again each time.
+    expect(failures).toHaveLength(3);
+    expect(t.handler.calls).toBe(3);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['dead-letter']);
+    const reasons = deathReasons(t.transport, t.channel);
+    expect(reasons).toEqual([expect.stringMatching(/^handler-failed: .*ENOSPC/)]);
+  });
+
+  it('stops reading a payload larger than its ticket says as soon as it passes that size', async () => {
+    // The store's bytes replaced by ten times as many (a store someone else can write to).
+    const grown = Buffer.concat(Array.from({ length: 10 }, () => payload));
+    const path = join(t.root, ...genuine.ref.split('/'));
+    const file = await open(path, 'w');
+    await file.write(grown);
+    await file.close();
+    const claimed = await t.claimCheck.checkOut(genuine);
+    let read = 0;
+    const reading = (async () => {
+      for await (const chunk of claimed.stream()) read += (chunk as Buffer).length;
+    })();
+    await expect(reading).rejects.toBeInstanceOf(ClaimCheckIntegrityError);
+    const error = claimed.integrityFailure!;
+    expect(error.actual.bytes).toBeGreaterThan(payload.length);
+    expect(error.actual.bytes).toBeLessThan(grown.length);
+    // What the reader got never goes past the ticket's size.
+    expect(read).toBeLessThanOrEqual(payload.length);
   });
 
   it('checkOut by hand: toBuffer rejects and integrityFailure tells why', async () => {
