@@ -301,5 +301,11 @@ async function fitsInline(
       yield typeof next.value === 'string' ? Buffer.from(next.value) : next.value;
     }
   }
-  return { stream: Readable.from(rest(), { objectMode: false }) };
+  const stream = Readable.from(rest(), { objectMode: false });
+  // Whoever stops reading the wrapper (a store that refused the payload, a failed send) destroys
+  // it; the caller's stream (a file, say) must close with it, or its handle stays open.
+  stream.once('close', () => {
+    if (!payload.readableEnded) payload.destroy();
+  });
+  return { stream };
 }

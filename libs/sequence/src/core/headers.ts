@@ -76,6 +76,13 @@ export function userHeaderProblems(
   const problems: string[] = [];
   for (const [name, value] of Object.entries(headers)) {
     if (reserved(name)) problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    // Copied from a delivery (a dead letter forwarded whole), they would mislead the receiver:
+    // an old x-requeue-count, say, counts against the new message's requeue budget.
+    if (isTransportHeader(name)) {
+      problems.push(
+        `header ${name} is set by the broker or transport on each delivery; do not send it`,
+      );
+    }
     if (Buffer.byteLength(name) > MAX_HEADER_NAME_BYTES) {
       problems.push(
         `header name ${name.slice(0, 40)}… is over ${MAX_HEADER_NAME_BYTES} bytes (AMQP's limit)`,

@@ -503,6 +503,16 @@ describe('SplitterService', () => {
       );
     });
 
+    it.each(['x-requeue-count', 'x-death-reason', 'x-delivery-count', 'x-first-death-queue'])(
+      'refuses a user header named %s, which transports set on each delivery',
+      async (name) => {
+        await expectRefused(
+          splitter.send('scans', bytes(10), { headers: { [name]: 1 } }),
+          `header ${name} is set by the broker or transport on each delivery; do not send it`,
+        );
+      },
+    );
+
     it.each([
       ['an object', { nested: true }],
       ['an array', ['a']],

@@ -20,6 +20,8 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   /** Upcoming `get` calls that fail, `head` unaffected. */
   failGets = 0;
   failDeletes = 0;
+  /** Upcoming `put` calls that fail before reading the payload. */
+  failPuts = 0;
   /** Upcoming `sweepCandidates` calls that fail. */
   failSweeps = 0;
   readonly calls = { head: 0, get: 0, delete: 0 };
@@ -32,7 +34,11 @@ export class FaultInjectingPayloadStore implements PayloadStore {
     this.name = name;
   }
 
-  put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    if (this.failPuts > 0) {
+      this.failPuts--;
+      throw new Error('payload store unreachable (put, injected by the test)');
+    }
     return this.inner.put(payload, options);
   }
 

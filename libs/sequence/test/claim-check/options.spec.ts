@@ -70,7 +70,7 @@ describe('claim check: options validation at boot', () => {
           ttlMs: 1.5,
           threshold: -1,
           contentType: 'text/plain\n',
-          headers: { 'x-sequence-id': 'mine', 'x-claim-check': 1 },
+          headers: { 'x-sequence-id': 'mine', 'x-claim-check': 1, 'x-requeue-count': 3 },
         })
         .catch((error: unknown) => error);
 
@@ -81,6 +81,7 @@ describe('claim check: options validation at boot', () => {
         'contentType must be 1-255 printable ASCII characters (a media type)',
         'header x-sequence-id belongs to the wire contract; rename yours',
         'header x-claim-check belongs to the wire contract; rename yours',
+        'header x-requeue-count is set by the broker or transport on each delivery; do not send it',
       ]);
       await expect(t.claimCheck.checkIn(Buffer.alloc(10), { ttlMs: 0 })).rejects.toBeInstanceOf(
         SequenceOptionsError,

@@ -88,6 +88,16 @@ describe('claim check: publishing fails after the payload was stored', () => {
     expect(t.transport.depth(ACCEPTED)).toBe(0);
   });
 
+  it("a store that refuses the payload: publish rejects, and the caller's stream is closed (a file handle is not leaked)", async () => {
+    store.failPuts = 1;
+    const source = Readable.from([bytes(600, 11), bytes(600, 12), bytes(600, 13)]);
+    await expect(t.claimCheck.publish(ACCEPTED, source)).rejects.toThrow(/put, injected/);
+    // Before, only the wrapper that had read its first chunks was destroyed, not the source.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(source.destroyed).toBe(true);
+    expect(t.transport.depth(ACCEPTED)).toBe(0);
+  });
+
   describe('when the delete fails too', () => {
     it('the payload is left as an orphan, and the sweeper deletes it after orphanGraceMs', async () => {
       const published = await t.claimCheck.publish(ACCEPTED, bytes(1_000, 5));
