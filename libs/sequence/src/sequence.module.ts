@@ -104,6 +104,8 @@ const providers: Provider[] = [
       resolveClaimCheckOptions(
         options?.claimCheck,
         resolved.maxFragmentBytes - resolved.headerAllowanceBytes,
+        resolved.publish.attempts *
+          (resolved.publish.confirmTimeoutMs + resolved.publish.maxDelayMs),
       ),
   },
   {

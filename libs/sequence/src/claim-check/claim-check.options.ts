@@ -102,6 +102,8 @@ export function resolveClaimCheckOptions(
   options: ClaimCheckOptions = {},
   /** Largest payload a message of the transport carries inline (headers left room). */
   maxInlineBytes = Number.MAX_SAFE_INTEGER,
+  /** The longest one publish (its retries included) may take: see `orphanGraceMs`. */
+  publishBudgetMs = 0,
 ): ResolvedClaimCheckOptions {
   const problems: string[] = [];
   const positive = (name: string, value: number) => {
@@ -129,6 +131,15 @@ export function resolveClaimCheckOptions(
   }
   positive('claimCheck.ttlMs', ttlMs);
   positive('claimCheck.orphanGraceMs', orphanGraceMs);
+  if (Number.isSafeInteger(orphanGraceMs) && orphanGraceMs <= 2 * publishBudgetMs) {
+    // A payload is an orphan-to-be from its store write until its ticket's publish is confirmed:
+    // the sweeper must not take one whose ticket is still being published.
+    problems.push(
+      `claimCheck.orphanGraceMs (${orphanGraceMs}) must be above twice the longest a ticket's ` +
+        `publish may take with its retries (publish.attempts × (confirmTimeoutMs + maxDelayMs) ` +
+        `= ${publishBudgetMs} ms), that is above ${2 * publishBudgetMs} ms`,
+    );
+  }
   positive('claimCheck.sweepBatch', sweepBatch);
   if (ttlMs === 0) problems.push('claimCheck.ttlMs must be above 0');
   if (sweepBatch === 0) problems.push('claimCheck.sweepBatch must be above 0');

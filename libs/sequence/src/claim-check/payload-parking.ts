@@ -176,7 +176,15 @@ export class PayloadParking implements OnApplicationShutdown {
   private async tryMarkPublished(store: PayloadStore, ref: string): Promise<boolean> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       try {
-        await store.markPublished(ref);
+        if (!(await store.markPublished(ref))) {
+          // Swept as an orphan (or deleted) before its ticket's publish was confirmed: the ticket
+          // is out, and its consumers will find the payload gone (claim-check-not-found).
+          this.logger.error(
+            `${store.name}:${ref} was gone when its ticket had been published: its consumers ` +
+              'will dead-letter the ticket claim-check-not-found (was the payload deleted by ' +
+              'hand, or did the store write and the publish together take over orphanGraceMs?)',
+          );
+        }
         return true;
       } catch (error) {
         if (attempt === 3) {

@@ -53,6 +53,19 @@ describe('claim check: options validation at boot', () => {
     );
   });
 
+  it.each([0, 150_000])(
+    'an orphanGraceMs (%p) the sweeper could take a payload within while its ticket is published: refused',
+    async (orphanGraceMs) => {
+      const error = await bootFailure({ orphanGraceMs });
+      // The test app's publish policy: the module defaults (5 attempts, 10 s confirms, 5 s delays).
+      expect(error.problems).toEqual([
+        `claimCheck.orphanGraceMs (${orphanGraceMs}) must be above twice the longest a ticket's ` +
+          'publish may take with its retries (publish.attempts × (confirmTimeoutMs + maxDelayMs) ' +
+          '= 75000 ms), that is above 150000 ms',
+      ]);
+    },
+  );
+
   it("a threshold above what one of the transport's messages carries: refused", async () => {
     // The in-memory transport carries 16 MiB; 16 KiB of it are left to headers.
     const error = await bootFailure({ threshold: 16 * 1024 * 1024 });
