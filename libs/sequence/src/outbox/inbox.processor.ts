@@ -77,7 +77,8 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     };
     try {
       await batch.transaction.savepoint(async () => {
-        await handler.handle(message, context);
+        // Open while the handler runs: an OutboxService.transaction inside it records into it.
+        await transaction.within(async () => handler.handle(message, context));
         // Events and commands the handler recorded go out with its writes.
         await transaction.flush(this.store, this.orderedBoxes);
       });

@@ -24,11 +24,58 @@ export type MessageHeaders = Readonly<Record<string, string>>;
  * commits.
  */
 export class OutboxTransaction {
-  private readonly queued = new Map<BoxName, NewBoxRecord[]>();
+  private queued = new Map<BoxName, NewBoxRecord[]>();
   /** Set once the records were written: later ones could not be, so they are refused. */
   private flushed = false;
 
   constructor(private readonly transaction: StoreTransaction) {}
+
+  /**
+   * The innermost outbox transaction whose work is running on `storeTransaction`: a nested
+   * `OutboxService.transaction` hands its records to it rather than writing them itself.
+   */
+  static innermostOn(storeTransaction: StoreTransaction): OutboxTransaction | undefined {
+    return OPEN.get(storeTransaction)?.at(-1);
+  }
+
+  /**
+   * Saves the recorded messages of every outbox transaction open on `storeTransaction`; the
+   * returned function puts them back. Around a savepoint: what was recorded inside one that rolls
+   * back must go with its writes, whichever transaction object recorded it.
+   */
+  static saveRecordedOn(storeTransaction: StoreTransaction): () => void {
+    const saved = (OPEN.get(storeTransaction) ?? []).map(
+      (open) => [open, copyQueue(open.queued)] as const,
+    );
+    return () => {
+      for (const [open, queued] of saved) open.queued = queued;
+    };
+  }
+
+  /** Runs `work` with this transaction open on its store transaction (see `innermostOn`). */
+  async within<T>(work: () => Promise<T>): Promise<T> {
+    const open = OPEN.get(this.transaction) ?? [];
+    OPEN.set(this.transaction, open);
+    open.push(this);
+    try {
+      return await work();
+    } finally {
+      open.splice(open.lastIndexOf(this), 1);
+      if (open.length === 0) OPEN.delete(this.transaction);
+    }
+  }
+
+  /**
+   * Takes over what a nested transaction recorded, after its own: they are written together, in
+   * the order they were recorded, so that one aggregate's events keep that order.
+   */
+  adopt(nested: OutboxTransaction): void {
+    nested.flushed = true;
+    for (const [box, records] of nested.queued) {
+      for (const record of records) this.queue(box, record);
+    }
+    nested.queued.clear();
+  }
 
   get dialect(): OutboxDialect {
     return this.transaction.dialect;
@@ -47,9 +94,18 @@ export class OutboxTransaction {
     return this.transaction.query<Row>(sql, params);
   }
 
-  /** Runs `work` in a savepoint: when it throws, its writes are undone and the error rethrown. */
-  savepoint<T>(work: () => Promise<T>): Promise<T> {
-    return this.transaction.savepoint(work);
+  /**
+   * Runs `work` in a savepoint: when it throws, its writes are undone, and so are the events and
+   * commands recorded during it; the error is rethrown.
+   */
+  async savepoint<T>(work: () => Promise<T>): Promise<T> {
+    const restore = OutboxTransaction.saveRecordedOn(this.transaction);
+    try {
+      return await this.transaction.savepoint(work);
+    } catch (error) {
+      restore();
+      throw error;
+    }
   }
 
   /** Records an event, published after the commit; returns its id. */
@@ -87,6 +143,13 @@ export class OutboxTransaction {
     records.push(record);
     this.queued.set(box, records);
   }
+}
+
+/** The outbox transactions whose work is running, per store transaction, outermost first. */
+const OPEN = new WeakMap<StoreTransaction, OutboxTransaction[]>();
+
+function copyQueue(queued: Map<BoxName, NewBoxRecord[]>): Map<BoxName, NewBoxRecord[]> {
+  return new Map([...queued].map(([box, records]) => [box, [...records]]));
 }
 
 /**

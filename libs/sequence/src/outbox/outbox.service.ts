@@ -38,16 +38,27 @@ export class OutboxService {
   /**
    * Runs `work` in one transaction of the outbox store: commits when it resolves (the business
    * writes and the recorded messages together), rolls back when it throws (and rethrows). Inside
-   * another transaction of the store (or an inbox handler's), it joins it as a savepoint.
+   * another transaction of the store (or an inbox handler's), it joins it as a savepoint: what it
+   * recorded is then written with the enclosing transaction's records, after those recorded
+   * before it, and what any transaction recorded inside it is dropped if it throws.
    */
   async transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     const store = await this.runtime.ready();
     const touched: BoxName[] = [];
     const result = await store.transaction(async (storeTransaction) => {
+      const enclosing = OutboxTransaction.innermostOn(storeTransaction);
+      const restore = OutboxTransaction.saveRecordedOn(storeTransaction);
       const transaction = new OutboxTransaction(storeTransaction);
-      const value = await work(transaction);
-      touched.push(...(await transaction.flush(store, this.runtime.orderedBoxes)));
-      return value;
+      try {
+        const value = await transaction.within(() => work(transaction));
+        if (enclosing) enclosing.adopt(transaction);
+        else touched.push(...(await transaction.flush(store, this.runtime.orderedBoxes)));
+        return value;
+      } catch (error) {
+        // Joined as a savepoint, which rolls back: the records go with the writes.
+        restore();
+        throw error;
+      }
     });
     for (const box of touched) this.runtime.wake(box);
     return result;

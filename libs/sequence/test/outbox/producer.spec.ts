@@ -179,6 +179,58 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     expect(await orderCount()).toBe(1);
   });
 
+  it('a savepoint that rolls back takes the events recorded inside it along, whichever transaction recorded them', async () => {
+    await start();
+    await t.outbox.transaction(async (tx) => {
+      tx.publishEvent(placed('kept'));
+      await tx
+        .savepoint(async () => {
+          await tx.query('INSERT INTO orders (id, total) VALUES (?, ?)', ['undone', 1]);
+          tx.publishEvent(placed('undone'));
+          throw new Error('the savepoint fails (expected by the test)');
+        })
+        .catch(() => undefined);
+      // A nested transaction that records on the outer one, then throws.
+      await t.outbox
+        .transaction(async () => {
+          tx.publishEvent(placed('undone-too'));
+          throw new Error('the nested transaction fails (expected by the test)');
+        })
+        .catch(() => undefined);
+    });
+    await eventually(() => t.broker.peek('events.OrderPlaced').length >= 1, 'the kept event');
+    await t.runtime.idle();
+    // Before, both undone events were published: announcements of writes that were rolled back.
+    expect(bodies(t.broker.peek('events.OrderPlaced')).map((b) => b.aggregateId)).toEqual(['kept']);
+    expect(await orderCount()).toBe(0);
+  });
+
+  it("a nested transaction's events are written after those its enclosing transaction recorded before it", async () => {
+    await start({ outboxEvents: { ...FAST_BOX, ordered: true } });
+    await t.outbox.transaction(async (tx) => {
+      tx.publishEvent({ ...placed('A'), type: 'OrderCreated' });
+      // A service the caller uses, which opens a transaction of its own: it joins this one.
+      await t.outbox.transaction(async (inner) => {
+        inner.publishEvent({ ...placed('A'), type: 'OrderPaid' });
+      });
+      tx.publishEvent({ ...placed('A'), type: 'OrderShipped' });
+    });
+    const types = () =>
+      [
+        ...t.broker.peek('events.OrderCreated'),
+        ...t.broker.peek('events.OrderPaid'),
+        ...t.broker.peek('events.OrderShipped'),
+      ].length;
+    await eventually(() => types() === 3, 'the three events');
+    const rows = await t.outbox.transaction(
+      async (tx) =>
+        (await tx.query<{ type: string }>('SELECT type FROM outbox_events ORDER BY seq')).rows,
+    );
+    // Before, the nested transaction wrote its event first, and the relay published OrderPaid
+    // ahead of OrderCreated for the same aggregate.
+    expect(rows.map((row) => row.type)).toEqual(['OrderCreated', 'OrderPaid', 'OrderShipped']);
+  });
+
   it('retries a publish the broker refused, with backoff, until it is confirmed', async () => {
     await start();
     let refusals = 2;
