@@ -62,22 +62,19 @@ export class ReassembledPayload {
    * gave back others): do not keep what you read from it.
    */
   stream(): Readable {
-    const source = this.open();
-    // Recorded so a failed read is told apart from a failing handler (and never left unhandled).
-    source.once('error', (error) => {
+    const record = (error: Error): void => {
       if (error instanceof StoredFragmentIntegrityError) this.mismatch ??= error;
       else this.readError ??= error;
-    });
-    const verify = this.verifyWhileReading;
-    if (!verify) return source;
+    };
     const onMismatch = (error: SequenceIntegrityError): void => {
       this.mismatch ??= error;
     };
-    const { sequenceId } = this;
-    return Readable.from(verifying(source, verify.digest, verify.hash, sequenceId, onMismatch), {
-      objectMode: false,
-      highWaterMark: 1,
-    });
+    // Always a stream of our own around the store's: an error the reader destroys it with (the
+    // destination of a pipeline that failed) is the reader's, and must not pass for the store's.
+    return Readable.from(
+      reading(this.open, this.verifyWhileReading, this.sequenceId, record, onMismatch),
+      { objectMode: false, highWaterMark: 1 },
+    );
   }
 
   /** Set when a `stream()` found bytes other than those verified at intake. */
@@ -98,26 +95,57 @@ export class ReassembledPayload {
   }
 }
 
-async function* verifying(
-  source: Readable,
-  expected: PayloadDigest,
-  hashing: boolean,
+/**
+ * The store's bytes, passed on as they come; with `verify`, checked against the digest verified
+ * at intake (see the constructor). Only what the store's stream throws is recorded as a read
+ * failure: an error thrown in at the yield (the reader gave up) passes through.
+ */
+async function* reading(
+  open: () => Readable,
+  verify: { readonly digest: PayloadDigest; readonly hash: boolean } | undefined,
   sequenceId: string,
+  onReadError: (error: Error) => void,
   onMismatch: (error: SequenceIntegrityError) => void,
 ): AsyncGenerator<Buffer> {
-  const hash = hashing ? sha256Hasher() : undefined;
+  const hash = verify?.hash ? sha256Hasher() : undefined;
   let bytes = 0;
-  for await (const chunk of source) {
-    const buffer = chunk as Buffer;
-    hash?.update(buffer);
-    bytes += buffer.length;
-    yield buffer;
+  let source: Readable;
+  try {
+    source = open();
+  } catch (error) {
+    onReadError(asError(error));
+    throw error;
   }
+  const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  try {
+    for (;;) {
+      let next: IteratorResult<Buffer>;
+      try {
+        next = await chunks.next();
+      } catch (error) {
+        onReadError(asError(error));
+        throw error;
+      }
+      if (next.done) break;
+      hash?.update(next.value);
+      bytes += next.value.length;
+      yield next.value;
+    }
+  } finally {
+    // Destroys the store's stream when the read stopped early; nothing once it ended.
+    await chunks.return?.();
+  }
+  if (!verify) return;
   // Without hashing, the store vouched for each body's content: only the count is checked here.
-  const actual = { sha256: hash ? hash.digest('hex') : expected.sha256, bytes };
-  if (actual.sha256 !== expected.sha256 || actual.bytes !== expected.bytes) {
-    const error = new SequenceIntegrityError(sequenceId, expected, actual);
+  const { digest } = verify;
+  const actual = { sha256: hash ? hash.digest('hex') : digest.sha256, bytes };
+  if (actual.sha256 !== digest.sha256 || actual.bytes !== digest.bytes) {
+    const error = new SequenceIntegrityError(sequenceId, digest, actual);
     onMismatch(error);
     throw error;
   }
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }

@@ -1,4 +1,5 @@
-import type { Readable } from 'node:stream';
+import { Writable, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import {
   bytes,
   createSequenceTestApp,
@@ -42,6 +43,41 @@ describe('guarantees: a handler that throws', () => {
 
   const sample = (app: SequenceTestApp, name: string, labels: Record<string, string>) =>
     metricValue(app.metrics.registry, `nest_sequence_${name}`, labels);
+
+  it.each([
+    ['in order (verified at intake)', false],
+    ['out of order (verified by reading it back)', true],
+  ])(
+    "whose own pipeline destination fails, %s: a handler failure (retried, then handler-failed), not the store's",
+    async (_how, reversed) => {
+      const channel = `guarantees.handler.destination-fails.${String(reversed)}`;
+      t = await createSequenceTestApp(channel, {
+        retentionMs: RETENTION_MS,
+        handler: { handlerRetry: { attempts: 2, baseDelayMs: 1 } },
+      });
+      // The documented pattern into a destination that fails (a full disk): pipeline destroys
+      // the payload's stream with the destination's error.
+      t.handler.onCall = async (payload) => {
+        const full = new Writable({
+          write: (_chunk, _encoding, callback) => callback(new Error('ENOSPC: no space left')),
+        });
+        await pipeline(payload.stream(), full);
+      };
+      const fragments = makeFragments('to-disk', payload, 500);
+      await publishAll(t.transport, channel, reversed ? [...fragments].reverse() : fragments);
+      await t.transport.whenIdle();
+
+      // Before, out of order, the error was taken for a store read failure: no retry, the
+      // completing fragment requeued, and the redelivery failing the same way, forever.
+      expect(t.handler.calls).toBe(2);
+      const dead = deadLetters(t.transport, channel);
+      expect(dead.map(deathReasonOf)).toEqual([
+        expect.stringMatching(
+          /^handler-failed: sequence to-disk: handler failed 2 time\(s\); last error: ENOSPC/,
+        ),
+      ]);
+    },
+  );
 
   it('is retried: failing twice then succeeding, it is called 3 times, the sequence is delivered once and acked', async () => {
     const channel = 'guarantees.handler.recovers';
