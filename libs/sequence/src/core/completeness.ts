@@ -53,6 +53,7 @@ export type Admission =
         | 'position-out-of-range'
         | 'duplicate-last'
         | 'declaration-changed'
+        | 'malformed-header'
       >;
       readonly detail: string;
     }
@@ -159,6 +160,14 @@ function findContradiction(
   const knownSize = state.size ?? size;
   if (knownSize !== undefined && position > knownSize) {
     return reject('position-out-of-range', `position ${position} is beyond size ${knownSize}`);
+  }
+  // The wire contract puts the last flag (and the whole's SHA-256) on the fragment at the size's
+  // position: without it, this one would complete the sequence with nothing to verify it by.
+  if (knownSize !== undefined && position === knownSize && !fragment.last) {
+    return reject(
+      'malformed-header',
+      `position ${position} is the last one (size ${knownSize}) but x-sequence-last is not set`,
+    );
   }
   if (state.lastPosition !== undefined && position > state.lastPosition) {
     return reject(

@@ -291,6 +291,11 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
           'a second last fragment at another position',
           (f) => ({ ...f[1], last: true, size: 2 }),
         ],
+        [
+          'malformed-header',
+          'the last position without the last flag (it would complete the sequence without its sha256)',
+          (f) => ({ ...f[2], last: false, sha256: undefined }),
+        ],
         ['declaration-changed', 'other declared bytes', (f) => ({ ...f[1], bytes: 999 })],
         ['declaration-changed', 'another sha256', (f) => ({ ...f[1], sha256: 'f'.repeat(64) })],
         [

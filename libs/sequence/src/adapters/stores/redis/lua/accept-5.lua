@@ -121,6 +121,10 @@ local function contradiction()
     return 'position-out-of-range', 'position ' .. int(position) .. ' is beyond size ' ..
       int(knownSize)
   end
+  if knownSize and position == knownSize and not last then
+    return 'malformed-header', 'position ' .. int(position) .. ' is the last one (size ' ..
+      int(knownSize) .. ') but x-sequence-last is not set'
+  end
   if s.lastPosition and position > s.lastPosition then
     return 'position-out-of-range', 'position ' .. int(position) ..
       ' is beyond the last position ' .. int(s.lastPosition)
