@@ -26,6 +26,36 @@ function problemsOf(run: () => unknown): readonly string[] {
 }
 
 describe('outbox messages', () => {
+  it('relays the payload as the JSON it is, whatever its keys and values', () => {
+    /** A money type as libraries write them: state in a private field, JSON through toJSON. */
+    class Amount {
+      #value: string;
+      constructor(value: string) {
+        this.#value = value;
+      }
+      toJSON(): string {
+        return this.#value;
+      }
+    }
+    const payload = {
+      constructor: 'Ferrari',
+      toString: 'plain text',
+      hasOwnProperty: true,
+      amount: new Amount('1.50'),
+      nested: { valueOf: 3, list: [1, { toString: 'x' }] },
+    };
+    const expected = JSON.parse(JSON.stringify(payload)) as unknown;
+    // Before, class-transformer rebuilt the payload: the keys named like Object.prototype's
+    // methods were dropped, and the Amount was rebuilt without its value.
+    const made = toEvent({ ...event, payload });
+    expect(made.payload).toEqual(expected);
+    expect(JSON.parse(eventRecord(made).body).payload).toEqual(expected);
+    expect(parseMessage('event', eventRecord(made).body).payload).toEqual(expected);
+    // Detached from the caller's object: a change after recording is not relayed.
+    payload.nested.valueOf = 4;
+    expect((made.payload as { nested: { valueOf: number } }).nested.valueOf).toBe(3);
+  });
+
   it('an event gets a UUID id and the time it occurred when not given', () => {
     const before = Date.now();
     const made = toEvent(event);

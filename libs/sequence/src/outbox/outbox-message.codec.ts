@@ -27,27 +27,43 @@ function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
   });
 }
 
-/** The problems with `payload` as JSON: a value JSON cannot carry (BigInt, a cycle) is refused. */
-function jsonProblems(payload: unknown): string[] {
+/**
+ * `payload` as the JSON it travels as (a copy, detached from the caller's objects), or the
+ * problem: a value JSON cannot carry (BigInt, a cycle) is refused.
+ */
+function asJson(payload: unknown): { value?: unknown; problems: string[] } {
   try {
-    return JSON.stringify(payload) === undefined ? ['payload must be a JSON value'] : [];
+    const text = JSON.stringify(payload);
+    if (text === undefined) return { problems: ['payload must be a JSON value'] };
+    return { value: JSON.parse(text) as unknown, problems: [] };
   } catch (error) {
-    return [`payload is not JSON-serializable (${(error as Error).message})`];
+    return { problems: [`payload is not JSON-serializable (${(error as Error).message})`] };
   }
 }
 
-function validated<T extends object>(kind: MessageKind, type: new () => T, plain: unknown): T {
+function validated<T extends { payload: unknown }>(
+  kind: MessageKind,
+  type: new () => T,
+  plain: unknown,
+): T {
   if (typeof plain !== 'object' || plain === null || Array.isArray(plain)) {
     throw new InvalidOutboxMessageError(kind, [`a ${kind} must be an object`]);
   }
+  const { payload, ...fields } = plain as Record<string, unknown>;
   const { plainToInstance, validateSync } = messageValidation();
-  const instance = plainToInstance(type, plain);
+  // The payload is the sender's and is checked as JSON only: class-transformer would rebuild it
+  // (dropping keys named like Object.prototype's methods, calling class instances' constructors
+  // without arguments). A stand-in keeps the rule that it must be given.
+  const present = payload === undefined || payload === null ? payload : true;
+  const instance = plainToInstance(type, { ...fields, payload: present });
   const problems = problemsOf(validateSync(instance, VALIDATION));
-  problems.push(...jsonProblems((plain as { payload?: unknown }).payload));
+  const json = asJson(payload);
+  if (payload !== undefined && payload !== null) problems.push(...json.problems);
   if (problems.length > 0) {
     const id = (plain as { id?: unknown }).id;
     throw new InvalidOutboxMessageError(kind, problems, typeof id === 'string' ? id : undefined);
   }
+  instance.payload = json.value;
   return instance;
 }
 
