@@ -7,6 +7,8 @@ import {
   type OnApplicationBootstrap,
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
+import { withTimeout } from '../core/async';
+import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import { SequenceMetrics } from '../observability/sequence.metrics';
@@ -97,8 +99,18 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
       `${expired.receivedPositions.length} fragment(s) received, ` +
       `missing ${expired.size === undefined ? 'at least ' : ''}${formatPositions(expired.missingPositions)}`;
     this.logger.warn(`${channel}: ${detail}`);
+    // Both awaits are bounded: a hook or a transport that never settles would otherwise hold
+    // this sweep, every later one (they join it), and the application's shutdown.
+    const hookMs = this.options.shutdownTimeoutMs;
     try {
-      await this.options.onExpired?.(expired);
+      const hook = this.options.onExpired;
+      if (hook) {
+        await withTimeout(
+          Promise.resolve().then(() => hook(expired)),
+          hookMs,
+          () => new Error(`it did not settle within ${hookMs} ms (shutdownTimeoutMs); not awaited`),
+        );
+      }
     } catch (error) {
       this.logger.error(
         `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
@@ -106,16 +118,21 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     }
     const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
     const record = Buffer.from(JSON.stringify({ kind: 'sequence-expired', channel, ...expired }));
+    const confirmMs = this.options.publish.confirmTimeoutMs;
     try {
-      await this.transport.publish(
-        deadLetterChannel,
-        record,
-        {
-          [SequenceHeader.deathReason]: deathReason('sequence-expired', detail),
-          [SequenceHeader.id]: expired.sequenceId,
-          [SequenceHeader.contentType]: 'application/json',
-        },
-        { timeoutMs: this.options.publish.confirmTimeoutMs },
+      await withTimeout(
+        this.transport.publish(
+          deadLetterChannel,
+          record,
+          {
+            [SequenceHeader.deathReason]: deathReason('sequence-expired', detail),
+            [SequenceHeader.id]: expired.sequenceId,
+            [SequenceHeader.contentType]: 'application/json',
+          },
+          { timeoutMs: confirmMs },
+        ),
+        confirmMs,
+        () => new PublishTimeoutError(deadLetterChannel, confirmMs),
       );
     } catch (error) {
       this.logger.error(

@@ -503,6 +503,12 @@ describe('SplitterService', () => {
       );
     });
 
+    it('closes a stream it refuses to send (a file handle is not left open)', async () => {
+      const source = Readable.from([bytes(10)]);
+      await expectRefused(splitter.send('scans', source, { fragmentBytes: 0 }), /fragmentBytes/);
+      expect(source.destroyed).toBe(true);
+    });
+
     it.each(['x-requeue-count', 'x-death-reason', 'x-delivery-count', 'x-first-death-queue'])(
       'refuses a user header named %s, which transports set on each delivery',
       async (name) => {

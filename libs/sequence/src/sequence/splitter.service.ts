@@ -63,7 +63,14 @@ export class SplitterService {
   ): Promise<SequenceReceipt> {
     const sequenceId = options.sequenceId ?? randomUUID();
     const fragmentBytes = options.fragmentBytes ?? this.options.fragmentBytes;
-    const policy = this.validate(channel, sequenceId, fragmentBytes, options);
+    let policy;
+    try {
+      policy = this.validate(channel, sequenceId, fragmentBytes, options);
+    } catch (error) {
+      // Refused before it was read: a stream given to us (a file, say) would stay open.
+      if (payload instanceof Readable) payload.destroy();
+      throw error;
+    }
     const base = {
       sequenceId,
       userHeaders: options.headers,

@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { Interval, ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
 import {
   InMemoryTransport,
@@ -114,6 +114,32 @@ describe('guarantees: expiry of incomplete sequences', () => {
       lastFragmentAt: lastAt,
       ageMs: TIMEOUT_MS + 5,
     });
+  });
+
+  it('goes on when an onExpired hook never settles: the record is published, later sweeps and shutdown are not held', async () => {
+    const channel = 'guarantees.expiry.hung-hook';
+    const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    const t = await start(channel, {
+      onExpired: () => new Promise<void>(() => undefined),
+      shutdownTimeoutMs: 100,
+      handler: { timeout: { ms: TIMEOUT_MS, strategy: 'fixed' } },
+    });
+    const first = makeFragments('hung-1', bytes(3_000, 72), 1_000);
+    const second = makeFragments('hung-2', bytes(3_000, 73), 1_000);
+    await publishAll(t.transport, channel, [first[0], second[0]]);
+    await t.transport.whenIdle();
+
+    // Before, the sweep awaited the hook forever; so did every later sweep and app.close().
+    expect(await t.sweeper.sweep(Date.now() + TIMEOUT_MS)).toBe(2);
+    expect(deadLetters(t.transport, channel)).toHaveLength(2);
+    expect(error).toHaveBeenCalledWith(
+      expect.stringMatching(
+        /onExpired hook failed for sequence hung-1: .*did not settle within 100 ms/,
+      ),
+    );
+    await t.close();
+    running.delete(t);
+    error.mockRestore();
   });
 
   it('puts an expired-sequence JSON record on <channel>.dlq', async () => {
