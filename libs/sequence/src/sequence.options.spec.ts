@@ -251,6 +251,17 @@ describe('resolveSequenceOptions', () => {
         { sweepIntervalMs: 0 },
         'sweepIntervalMs must be an integer >= 1, got 0',
       ],
+      // Past 2^31 - 1 ms Node fires a timer after 1 ms: the sweep would spin.
+      [
+        'a sweepIntervalMs no timer can wait',
+        { sweepIntervalMs: 2 ** 31 },
+        'sweepIntervalMs must be at most 2147483647 ms (the longest a timer waits), got 2147483648',
+      ],
+      [
+        'a confirm timeout no timer can wait',
+        { publish: { confirmTimeoutMs: 2 ** 32 } },
+        'publish.confirmTimeoutMs must be at most 2147483647 ms (the longest a timer waits), got 4294967296',
+      ],
       [
         'a maxSequenceBytes above maxBufferedBytes',
         { maxSequenceBytes: 2_000, maxBufferedBytes: 1_000 },

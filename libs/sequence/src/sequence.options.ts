@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from './core/async';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Registry } from 'prom-client';
@@ -213,12 +214,12 @@ export function resolveSequenceOptions(
   };
   checkInteger(problems, 'maxBufferedBytes', resolved.maxBufferedBytes, 1);
   checkInteger(problems, 'maxOpenSequences', resolved.maxOpenSequences, 1);
-  checkInteger(problems, 'backpressureDelayMs', resolved.backpressureDelayMs, 0);
-  checkInteger(problems, 'leaseMs', resolved.leaseMs, 100);
+  checkDelay(problems, 'backpressureDelayMs', resolved.backpressureDelayMs, 0);
+  checkDelay(problems, 'leaseMs', resolved.leaseMs, 100);
   checkInteger(problems, 'retentionMs', resolved.retentionMs, 1);
-  checkInteger(problems, 'shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0);
+  checkDelay(problems, 'shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0);
   if (resolved.sweepIntervalMs !== false) {
-    checkInteger(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
+    checkDelay(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
   }
   if (Number.isSafeInteger(fragmentBytes) && resolved.maxFragmentBytes < fragmentBytes) {
     problems.push(
@@ -285,7 +286,7 @@ function resolveConsumerOptionsInto(
   }
   const handlerRetry = { ...base.handlerRetry, ...definedOnly(options.handlerRetry ?? {}) };
   checkInteger(problems, 'handlerRetry.attempts', handlerRetry.attempts, 1);
-  checkInteger(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);
+  checkDelay(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);
   const resolved: ResolvedConsumerOptions = {
     timeout,
     maxSequenceBytes: options.maxSequenceBytes ?? base.maxSequenceBytes,
@@ -312,10 +313,10 @@ export function resolvePublishPolicyInto(
   overrides: PublishRetryOptions | undefined,
 ): Required<PublishRetryOptions> {
   const publish = { ...base, ...definedOnly(overrides ?? {}) };
-  checkInteger(problems, 'publish.confirmTimeoutMs', publish.confirmTimeoutMs, 1);
+  checkDelay(problems, 'publish.confirmTimeoutMs', publish.confirmTimeoutMs, 1);
   checkInteger(problems, 'publish.attempts', publish.attempts, 1);
-  checkInteger(problems, 'publish.baseDelayMs', publish.baseDelayMs, 0);
-  checkInteger(problems, 'publish.maxDelayMs', publish.maxDelayMs, 0);
+  checkDelay(problems, 'publish.baseDelayMs', publish.baseDelayMs, 0);
+  checkDelay(problems, 'publish.maxDelayMs', publish.maxDelayMs, 0);
   checkInteger(problems, 'publish.inFlight', publish.inFlight, 1);
   return publish;
 }
@@ -332,6 +333,21 @@ export function checkInteger(
     const hint =
       typeof value === 'string' ? ' (convert values read from the environment with Number())' : '';
     problems.push(`${name} must be an integer >= ${min}, got ${got}${hint}`);
+    return false;
+  }
+  return true;
+}
+
+/**
+ * {@link checkInteger} for a duration a timer waits: also at most {@link MAX_TIMER_MS}, past
+ * which Node fires the timer after 1 ms (a sweep or a renewal would spin).
+ */
+export function checkDelay(problems: string[], name: string, value: unknown, min: number): boolean {
+  if (!checkInteger(problems, name, value, min)) return false;
+  if ((value as number) > MAX_TIMER_MS) {
+    problems.push(
+      `${name} must be at most ${MAX_TIMER_MS} ms (the longest a timer waits), got ${String(value)}`,
+    );
     return false;
   }
   return true;

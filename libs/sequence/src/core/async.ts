@@ -5,9 +5,12 @@
 /** The longest delay a Node timer takes (about 24.8 days); a longer one fires after 1 ms. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** Resolves after `ms` milliseconds. */
+/**
+ * Resolves after `ms` milliseconds, at most {@link MAX_TIMER_MS} (a computed backoff past it would
+ * otherwise fire after 1 ms).
+ */
 export function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+  return new Promise((resolve) => setTimeout(resolve, Math.min(ms, MAX_TIMER_MS)));
 }
 
 /**

@@ -1,7 +1,7 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { definedOnly } from '../core/objects';
 import type { BoxName, OutboxStore } from '../ports/outbox-store.port';
-import { checkInteger } from '../sequence.options';
+import { checkDelay, checkInteger } from '../sequence.options';
 import { SERVICE_NAME_PATTERN, type OutboxCommand, type OutboxEvent } from './outbox-message';
 
 /** One box's relay (outbox) or processor (inbox). */
@@ -159,7 +159,7 @@ function resolveBox(
   if (resolved.enabled !== undefined && typeof resolved.enabled !== 'boolean') {
     problems.push(`${name}.enabled must be true or false`);
   }
-  checkInteger(problems, `${name}.pollIntervalMs`, resolved.pollIntervalMs, 10);
+  checkDelay(problems, `${name}.pollIntervalMs`, resolved.pollIntervalMs, 10);
   checkInteger(problems, `${name}.batchSize`, resolved.batchSize, 1);
   checkInteger(problems, `${name}.concurrency`, resolved.concurrency, 1);
   checkInteger(problems, `${name}.maxAttempts`, resolved.maxAttempts, 1);
@@ -205,11 +205,11 @@ export function resolveOutboxOptions(
       migrate: given.migrate,
     }),
   };
-  checkInteger(problems, 'outbox.publishTimeoutMs', resolved.publishTimeoutMs, 1);
+  checkDelay(problems, 'outbox.publishTimeoutMs', resolved.publishTimeoutMs, 1);
   checkInteger(problems, 'outbox.inboxPrefetch', resolved.inboxPrefetch, 1);
   checkInteger(problems, 'outbox.purgeBatchSize', resolved.purgeBatchSize, 1);
   if (resolved.purgeIntervalMs !== false) {
-    checkInteger(problems, 'outbox.purgeIntervalMs', resolved.purgeIntervalMs, 10);
+    checkDelay(problems, 'outbox.purgeIntervalMs', resolved.purgeIntervalMs, 10);
   }
   if (given.serviceName !== undefined && !SERVICE_NAME_PATTERN.test(given.serviceName)) {
     problems.push('outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel)');

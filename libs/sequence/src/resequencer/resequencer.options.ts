@@ -6,7 +6,7 @@ import {
   type GapPolicy,
   type ResequencerStore,
 } from '../ports/resequencer-store.port';
-import { checkInteger, type HandlerRetryOptions } from '../sequence.options';
+import { checkDelay, checkInteger, type HandlerRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
 import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
 
@@ -117,9 +117,9 @@ export function resolveResequencerModuleOptions(
     );
   }
   checkInteger(problems, 'drainBatch', resolved.drainBatch, 1);
-  checkInteger(problems, 'drainWaitMs', resolved.drainWaitMs, 0);
+  checkDelay(problems, 'drainWaitMs', resolved.drainWaitMs, 0);
   if (resolved.sweepIntervalMs !== false) {
-    checkInteger(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
+    checkDelay(problems, 'sweepIntervalMs', resolved.sweepIntervalMs, 1);
   }
   checkInteger(problems, 'sweepBatch', resolved.sweepBatch, 1);
   if (resolved.onGap !== undefined && typeof resolved.onGap !== 'function') {
@@ -232,7 +232,7 @@ export function resolveDefinition(
   }
   const handlerRetry = { ...sequence.handlerRetry, ...definedOnly(definition.handlerRetry ?? {}) };
   checkInteger(problems, 'handlerRetry.attempts', handlerRetry.attempts, 1);
-  checkInteger(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);
+  checkDelay(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);
   const prefetch = definition.prefetch ?? sequence.prefetch;
   checkInteger(problems, 'prefetch', prefetch, 1);
   if (definition.deadLetterChannel !== undefined && definition.deadLetterChannel.length === 0) {
