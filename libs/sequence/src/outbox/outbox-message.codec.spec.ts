@@ -56,6 +56,15 @@ describe('outbox messages', () => {
     expect((made.payload as { nested: { valueOf: number } }).nested.valueOf).toBe(3);
   });
 
+  it('refuses an id with a lone surrogate, which the database would store as another id', () => {
+    for (const id of ['x\uD800', 'x\uDC00y']) {
+      expect(problemsOf(() => toEvent({ ...event, id }))).toEqual([
+        'id must be well-formed Unicode (it has a lone surrogate)',
+      ]);
+    }
+    expect(toEvent({ ...event, id: 'x\uD83D\uDE00' }).id).toBe('x😀');
+  });
+
   it('an event gets a UUID id and the time it occurred when not given', () => {
     const before = Date.now();
     const made = toEvent(event);

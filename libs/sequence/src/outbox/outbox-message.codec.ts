@@ -27,6 +27,8 @@ function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
   });
 }
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 /**
  * `payload` as the JSON it travels as (a copy, detached from the caller's objects), or the
  * problem: a value JSON cannot carry (BigInt, a cycle) is refused.
@@ -57,6 +59,11 @@ function validated<T extends { payload: unknown }>(
   const present = payload === undefined || payload === null ? payload : true;
   const instance = plainToInstance(type, { ...fields, payload: present });
   const problems = problemsOf(validateSync(instance, VALIDATION));
+  // Databases store text as UTF-8, where every lone surrogate becomes U+FFFD: two such ids would
+  // be one, and the second message a "duplicate".
+  if (typeof fields.id === 'string' && LONE_SURROGATE.test(fields.id)) {
+    problems.push('id must be well-formed Unicode (it has a lone surrogate)');
+  }
   const json = asJson(payload);
   if (payload !== undefined && payload !== null) problems.push(...json.problems);
   if (problems.length > 0) {

@@ -190,14 +190,22 @@ export class OutboxRuntime
   private async purge(): Promise<number> {
     const store = await this.ready();
     let deleted = 0;
+    let failure: unknown;
     for (const box of BOX_NAMES) {
       const { retentionMs } = this.options.boxes[box];
       if (retentionMs === false || this.stopped) continue;
-      deleted += await store.purge(box, {
-        completedBefore: Date.now() - retentionMs,
-        batchSize: this.options.purgeBatchSize,
-      });
+      try {
+        deleted += await store.purge(box, {
+          // A retention longer than the epoch is old reaches before it: nothing is that old.
+          completedBefore: Math.max(0, Date.now() - retentionMs),
+          batchSize: this.options.purgeBatchSize,
+        });
+      } catch (error) {
+        // One box failing must not leave the boxes after it unpurged.
+        failure ??= error;
+      }
     }
+    if (failure !== undefined) throw failure;
     return deleted;
   }
 }

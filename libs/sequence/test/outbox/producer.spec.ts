@@ -373,6 +373,25 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     expect((await t.outbox.record('outbox_events', failed))?.status).toBe('FAILED');
   });
 
+  it('purges the commands box although the events box keeps its records longer than the epoch is old', async () => {
+    await start({
+      outboxEvents: { ...FAST_BOX, retentionMs: 1e13 },
+      outboxCommands: { ...FAST_BOX, retentionMs: 1 },
+      purgeIntervalMs: 50,
+    });
+    const [event, command] = await t.outbox.transaction(async (tx) => [
+      tx.publishEvent(placed('kept-for-ever')),
+      tx.sendCommand({ type: 'ArchiveTask', targetService: 'tasks', payload: {} }),
+    ]);
+    // Before, the events box's purge threw (a negative completedBefore) and the boxes after it
+    // were never purged.
+    await eventually(
+      async () => (await t.outbox.record('outbox_commands', command)) === undefined,
+      'the completed command purged',
+    );
+    expect(await t.outbox.record('outbox_events', event)).toBeDefined();
+  });
+
   it('with ordered events, a failing event holds back its own aggregate only, and order is kept', async () => {
     await start({ outboxEvents: { ...FAST_BOX, ordered: true } });
     let refuseA1 = 3;
