@@ -190,7 +190,7 @@ export class OutboxRuntime
   private async purge(): Promise<number> {
     const store = await this.ready();
     let deleted = 0;
-    let failure: unknown;
+    let failure: Error | undefined;
     for (const box of BOX_NAMES) {
       const { retentionMs } = this.options.boxes[box];
       if (retentionMs === false || this.stopped) continue;
@@ -202,7 +202,7 @@ export class OutboxRuntime
         });
       } catch (error) {
         // One box failing must not leave the boxes after it unpurged.
-        failure ??= error;
+        failure ??= error instanceof Error ? error : new Error(String(error));
       }
     }
     if (failure !== undefined) throw failure;
