@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import {
   mkdir,
   mkdtemp,
@@ -277,6 +278,23 @@ describe('FilesystemPayloadStore', () => {
       const candidates = await store.sweepCandidates({ ...everything(), now: t0 + 2 * 86_400_000 });
 
       expect(candidates).toEqual([{ ref, reason: 'expired' }]);
+    });
+
+    it('removes the directories of a day that ended once its payloads are gone, and keeps the others', async () => {
+      const old = await store.put(Buffer.from('x'), options({ published: true }));
+      const later = await store.put(Buffer.from('y'), {
+        ...options({ published: true }),
+        expiresAt: t0 + 400 * 86_400_000,
+      });
+      await store.delete(old.ref);
+
+      expect(await store.sweepCandidates({ ...everything(), now: t0 + 2 * 86_400_000 })).toEqual(
+        [],
+      );
+      // Before, every day directory ever used stayed, and every sweep listed it again.
+      expect(existsSync(dayOf(old.ref))).toBe(false);
+      expect(existsSync(dayOf(later.ref))).toBe(true);
+      await expect(store.head(later.ref)).resolves.toBeDefined();
     });
 
     it('goes past a corrupt sidecar to the payloads after it', async () => {

@@ -1,5 +1,5 @@
-import { lstat, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { lstat, readdir, rmdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import type { SweepCandidate, SweepQuery } from '../../../ports/payload-store.port';
 import {
   DAY_MS,
@@ -97,6 +97,11 @@ async function sweepDay(
   await removeStaleLeftovers(day.directory, names, staleBefore);
 
   const wholeDayExpired = day.start + DAY_MS - 1 <= query.now;
+  if (wholeDayExpired && names.size === 0) {
+    // Its payloads all gone: without this, every sweep would list every day ever used.
+    await removeEmptyDirectories(day.directory, 3);
+    return;
+  }
   const dayMayHaveExpired = day.start <= query.now;
   for (const id of [...names].filter((name) => ID_PATTERN.test(name)).sort()) {
     if (candidates.length >= query.limit) return;
@@ -151,5 +156,23 @@ async function removeStaleLeftovers(
     } catch (error) {
       if (!isMissing(error)) throw error;
     }
+  }
+}
+
+/**
+ * Removes `directory` if it is empty, then its parents up to `levels` in all while they are empty
+ * (a day, then its month, then its year). A directory a concurrent write filled meanwhile stays.
+ */
+async function removeEmptyDirectories(directory: string, levels: number): Promise<void> {
+  let current = directory;
+  for (let level = 0; level < levels; level++) {
+    try {
+      await rmdir(current);
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (code === 'ENOTEMPTY' || code === 'EEXIST' || isMissing(error)) return;
+      throw error;
+    }
+    current = dirname(current);
   }
 }
