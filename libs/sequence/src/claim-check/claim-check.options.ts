@@ -75,6 +75,8 @@ export interface ResolvedClaimCheckOptions {
   /** The signing keys were generated at boot (not given). */
   readonly ephemeralKeys: boolean;
   readonly threshold: number;
+  /** The largest payload one message of the transport carries inline: a threshold's ceiling. */
+  readonly maxInlineBytes: number;
   readonly sequenceMaxBytes: number;
   readonly ttlMs: number;
   readonly orphanGraceMs: number;
@@ -203,6 +205,7 @@ export function resolveClaimCheckOptions(
     keyring,
     ephemeralKeys,
     threshold,
+    maxInlineBytes,
     sequenceMaxBytes,
     ttlMs,
     orphanGraceMs,

@@ -139,8 +139,22 @@ export class ClaimCheckService implements OnModuleInit {
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
   ): Promise<ClaimPublishReceipt> {
-    checkCallOptions(`publish() to ${channel}`, options);
     const threshold = options.threshold ?? this.options.threshold;
+    try {
+      checkCallOptions(`publish() to ${channel}`, options);
+      if (threshold > this.options.maxInlineBytes) {
+        // It would read a stream up to it into memory, then fail to send it inline anyway.
+        throw new SequenceOptionsError(`publish() to ${channel}`, [
+          `threshold (${threshold}) exceeds what one message of the transport carries ` +
+            `(${this.options.maxInlineBytes} bytes besides headers); use at most ` +
+            `${this.options.maxInlineBytes}`,
+        ]);
+      }
+    } catch (error) {
+      // Refused before it was read: a stream given to us (a file, say) would stay open.
+      if (payload instanceof Readable) payload.destroy();
+      throw error;
+    }
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
     if (isRecordSource(payload)) {
       const { bytes } = options;

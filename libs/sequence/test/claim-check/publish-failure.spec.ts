@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { ClaimCheckPublishError, SequenceError } from 'nest-sequence';
+import { ClaimCheckPublishError, SequenceError, SequenceOptionsError } from 'nest-sequence';
 import { bytes, FaultInjectingTransport } from '../support/sequence-test-app';
 import {
   claimMetric,
@@ -96,6 +96,22 @@ describe('claim check: publishing fails after the payload was stored', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(source.destroyed).toBe(true);
     expect(t.transport.depth(ACCEPTED)).toBe(0);
+  });
+
+  it('refuses a per-call threshold above what one message carries, before reading, and closes the stream', async () => {
+    const source = Readable.from([bytes(600, 14)]);
+    const refusal: unknown = await t.claimCheck
+      .publish(ACCEPTED, source, { threshold: 64 * 1024 * 1024 })
+      .catch((error: unknown) => error);
+    // Before, it read the stream up to 64 MiB into memory, then failed to send it inline.
+    expect(refusal).toBeInstanceOf(SequenceOptionsError);
+    expect((refusal as SequenceOptionsError).problems).toEqual([
+      expect.stringMatching(
+        /^threshold \(67108864\) exceeds what one message of the transport carries/,
+      ),
+    ]);
+    expect(source.destroyed).toBe(true);
+    expect(await filesUnder(t.root)).toEqual([]);
   });
 
   describe('when the delete fails too', () => {
