@@ -3,6 +3,7 @@ import type { ClaimTicket } from '../core/claim-ticket';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import type { HeaderMap } from '../core/headers';
+import { asError, sourceChunks } from '../core/source-chunks';
 import type { ReassembledPayload } from '../sequence/reassembled-payload';
 
 /**
@@ -203,37 +204,16 @@ async function* verifying(
     onMismatch(error);
     return error;
   };
-  // Iterated by hand: only what the source's next() throws is a read failure. An error thrown
-  // in at the yield is the reader's own (a pipeline whose destination failed destroys this
-  // stream with that error): it passes through, and says nothing about the store.
-  const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  try {
-    for (;;) {
-      let next: IteratorResult<Buffer>;
-      try {
-        next = await chunks.next();
-      } catch (error) {
-        onReadError(asError(error));
-        throw error;
-      }
-      if (next.done) break;
-      const buffer = next.value;
-      hash?.update(buffer);
-      bytes += buffer.length;
-      // More than the ticket says: stop here rather than hand (or buffer) all of it.
-      if (ticket && bytes > ticket.bytes) throw mismatch(hash!.digest('hex'));
-      yield buffer;
-    }
-  } finally {
-    // Destroys the store's stream when the read stopped early; nothing once it ended.
-    await chunks.return?.();
+  // Only what the store's stream throws is a read failure (see sourceChunks).
+  for await (const chunk of sourceChunks(source, onReadError)) {
+    hash?.update(chunk);
+    bytes += chunk.length;
+    // More than the ticket says: stop here rather than hand (or buffer) all of it.
+    if (ticket && bytes > ticket.bytes) throw mismatch(hash!.digest('hex'));
+    yield chunk;
   }
   if (!ticket || !hash) return onVerified();
   const sha256 = hash.digest('hex');
   if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) throw mismatch(sha256);
   onVerified();
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

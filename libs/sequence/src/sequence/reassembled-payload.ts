@@ -4,6 +4,7 @@ import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error'
 import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { HeaderMap } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
+import { asError, sourceChunks } from '../core/source-chunks';
 import type { PayloadDigest } from './intake-digests';
 
 /**
@@ -98,7 +99,7 @@ export class ReassembledPayload {
 /**
  * The store's bytes, passed on as they come; with `verify`, checked against the digest verified
  * at intake (see the constructor). Only what the store's stream throws is recorded as a read
- * failure: an error thrown in at the yield (the reader gave up) passes through.
+ * failure (see sourceChunks).
  */
 async function* reading(
   open: () => Readable,
@@ -116,24 +117,10 @@ async function* reading(
     onReadError(asError(error));
     throw error;
   }
-  const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  try {
-    for (;;) {
-      let next: IteratorResult<Buffer>;
-      try {
-        next = await chunks.next();
-      } catch (error) {
-        onReadError(asError(error));
-        throw error;
-      }
-      if (next.done) break;
-      hash?.update(next.value);
-      bytes += next.value.length;
-      yield next.value;
-    }
-  } finally {
-    // Destroys the store's stream when the read stopped early; nothing once it ended.
-    await chunks.return?.();
+  for await (const chunk of sourceChunks(source, onReadError)) {
+    hash?.update(chunk);
+    bytes += chunk.length;
+    yield chunk;
   }
   if (!verify) return;
   // Without hashing, the store vouched for each body's content: only the count is checked here.
@@ -144,8 +131,4 @@ async function* reading(
     onMismatch(error);
     throw error;
   }
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

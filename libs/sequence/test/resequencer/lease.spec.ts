@@ -37,6 +37,31 @@ async function acceptInOrder(store: ResequencerStore, count: number): Promise<vo
 }
 
 /**
+ * What a Resequencer needs besides its store and targets: the definition (with `output` when
+ * given), the options, a quiet logger and metrics that record nothing.
+ */
+function resequencerParts(
+  sequenceOptions: Parameters<typeof resolveSequenceOptions>[0],
+  output?: string,
+) {
+  const module = resolveResequencerModuleOptions({ drainBatch: 32 });
+  const sequence = resolveSequenceOptions(sequenceOptions, {
+    maxMessageBytes: 1_000_000,
+  } as Transport);
+  const definition = resolveDefinition(
+    'test',
+    { channel: 'c', output, gap: { timeoutMs: 60_000, policy: 'alert' } },
+    module,
+    sequence,
+    (channel) => `${channel}.dlq`,
+  );
+  const logger = new Logger('test');
+  jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
+  const metrics = new Proxy({}, { get: () => () => undefined }) as ResequencerMetrics;
+  return { definition, deps: { module, sequence, metrics, logger } };
+}
+
+/**
  * A drainer whose lease renewals fail (Redis slow to answer, an event loop stalled) must stop
  * delivering before its lease can lapse: otherwise the instance that takes the key over and this
  * one deliver the same key at once, out of order.
@@ -45,27 +70,17 @@ describe('Resequencer drain lease', () => {
   it('stops a drainer whose renewals fail before another instance can take its key over', async () => {
     const inner = new MemoryResequencerStore();
     const failingRenewals = withFailingRenewals(inner);
-    const module = resolveResequencerModuleOptions({ drainBatch: 32 });
-    const sequence = resolveSequenceOptions(
-      { leaseMs: LEASE_MS, handlerRetry: { attempts: 1 }, publish: { confirmTimeoutMs: 60 } },
-      { maxMessageBytes: 1_000_000 } as Transport,
-    );
-    const definition = resolveDefinition(
-      'test',
-      { channel: 'c', gap: { timeoutMs: 60_000, policy: 'alert' } },
-      module,
-      sequence,
-      (channel) => `${channel}.dlq`,
-    );
-    const logger = new Logger('test');
-    jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
-    const metrics = new Proxy({}, { get: () => () => undefined }) as ResequencerMetrics;
+    const { definition, deps } = resequencerParts({
+      leaseMs: LEASE_MS,
+      handlerRetry: { attempts: 1 },
+      publish: { confirmTimeoutMs: 60 },
+    });
     const delivered: Array<{ by: string; seq: number }> = [];
     // A's renewals fail; B, the instance that takes the key over, reaches the store fine.
     const instance = (by: string, store: ResequencerStore) =>
       new Resequencer(
         definition,
-        { store, module, sequence, metrics, logger },
+        { store, ...deps },
         {
           handler: async (event) => {
             await sleep(40);
@@ -93,25 +108,14 @@ describe('Resequencer drain lease', () => {
   it('makes no publish attempt that could be confirmed after its lease may have passed on, whatever the retries left', async () => {
     const lease = 300;
     const inner = new MemoryResequencerStore();
-    const module = resolveResequencerModuleOptions({ drainBatch: 32 });
     // Attempts of 100 ms at most, and retries enough to outlast the lease many times over.
-    const sequence = resolveSequenceOptions(
+    const { definition, deps } = resequencerParts(
       {
         leaseMs: lease,
         publish: { confirmTimeoutMs: 100, attempts: 50, baseDelayMs: 10, maxDelayMs: 20 },
       },
-      { maxMessageBytes: 1_000_000 } as Transport,
+      'out',
     );
-    const definition = resolveDefinition(
-      'test',
-      { channel: 'c', output: 'out', gap: { timeoutMs: 60_000, policy: 'alert' } },
-      module,
-      sequence,
-      (channel) => `${channel}.dlq`,
-    );
-    const logger = new Logger('test');
-    jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
-    const metrics = new Proxy({}, { get: () => () => undefined }) as ResequencerMetrics;
     const output: number[] = [];
     const startedAt = Date.now();
     // A's broker link: each attempt fails after 50 ms until long after its lease ran out, then
@@ -127,7 +131,7 @@ describe('Resequencer drain lease', () => {
     const instance = (store: ResequencerStore, transport: Transport) =>
       new Resequencer(
         definition,
-        { store, module, sequence, metrics, logger },
+        { store, ...deps },
         { transport, reportGap: async () => undefined },
       );
     await acceptInOrder(inner, 5);
