@@ -56,6 +56,14 @@ describe('outbox messages', () => {
     expect((made.payload as { nested: { valueOf: number } }).nested.valueOf).toBe(3);
   });
 
+  it('refuses a payload that serializes to null, which every inbox would refuse', () => {
+    for (const payload of [Number.NaN, Infinity, new Date(Number.NaN), { toJSON: () => null }]) {
+      expect(problemsOf(() => toEvent({ ...event, payload }))).toEqual([
+        'payload must not serialize to null',
+      ]);
+    }
+  });
+
   it('refuses an id with a lone surrogate, which the database would store as another id', () => {
     for (const id of ['x\uD800', 'x\uDC00y']) {
       expect(problemsOf(() => toEvent({ ...event, id }))).toEqual([

@@ -37,6 +37,8 @@ function asJson(payload: unknown): { value?: unknown; problems: string[] } {
   try {
     const text = JSON.stringify(payload);
     if (text === undefined) return { problems: ['payload must be a JSON value'] };
+    // NaN, an invalid Date, a toJSON() answering null: JSON null, which every inbox refuses.
+    if (text === 'null') return { problems: ['payload must not serialize to null'] };
     return { value: JSON.parse(text) as unknown, problems: [] };
   } catch (error) {
     return { problems: [`payload is not JSON-serializable (${(error as Error).message})`] };

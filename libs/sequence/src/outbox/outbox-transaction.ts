@@ -24,7 +24,7 @@ export type MessageHeaders = Readonly<Record<string, string>>;
  * commits.
  */
 export class OutboxTransaction {
-  private queued = new Map<BoxName, NewBoxRecord[]>();
+  private readonly queued = new Map<BoxName, NewBoxRecord[]>();
   /** Set once the records were written: later ones could not be, so they are refused. */
   private flushed = false;
 
@@ -44,11 +44,19 @@ export class OutboxTransaction {
    * back must go with its writes, whichever transaction object recorded it.
    */
   static saveRecordedOn(storeTransaction: StoreTransaction): () => void {
+    // Queues only grow while work runs (they are written at the end): their lengths suffice.
     const saved = (OPEN.get(storeTransaction) ?? []).map(
-      (open) => [open, copyQueue(open.queued)] as const,
+      (open) =>
+        [open, new Map([...open.queued].map(([box, records]) => [box, records.length]))] as const,
     );
     return () => {
-      for (const [open, queued] of saved) open.queued = queued;
+      for (const [open, lengths] of saved) {
+        for (const [box, records] of open.queued) {
+          const length = lengths.get(box) ?? 0;
+          if (length === 0) open.queued.delete(box);
+          else records.length = length;
+        }
+      }
     };
   }
 
@@ -147,10 +155,6 @@ export class OutboxTransaction {
 
 /** The outbox transactions whose work is running, per store transaction, outermost first. */
 const OPEN = new WeakMap<StoreTransaction, OutboxTransaction[]>();
-
-function copyQueue(queued: Map<BoxName, NewBoxRecord[]>): Map<BoxName, NewBoxRecord[]> {
-  return new Map([...queued].map(([box, records]) => [box, [...records]]));
-}
 
 /**
  * Takes the partition locks of `records` (ordered boxes): a later transaction appending to the same

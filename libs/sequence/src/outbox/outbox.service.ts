@@ -45,21 +45,24 @@ export class OutboxService {
   async transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     const store = await this.runtime.ready();
     const touched: BoxName[] = [];
-    const result = await store.transaction(async (storeTransaction) => {
-      const enclosing = OutboxTransaction.innermostOn(storeTransaction);
-      const restore = OutboxTransaction.saveRecordedOn(storeTransaction);
-      const transaction = new OutboxTransaction(storeTransaction);
-      try {
+    let restore: (() => void) | undefined;
+    let result: T;
+    try {
+      result = await store.transaction(async (storeTransaction) => {
+        const enclosing = OutboxTransaction.innermostOn(storeTransaction);
+        restore = OutboxTransaction.saveRecordedOn(storeTransaction);
+        const transaction = new OutboxTransaction(storeTransaction);
         const value = await transaction.within(() => work(transaction));
         if (enclosing) enclosing.adopt(transaction);
         else touched.push(...(await transaction.flush(store, this.runtime.orderedBoxes)));
         return value;
-      } catch (error) {
-        // Joined as a savepoint, which rolls back: the records go with the writes.
-        restore();
-        throw error;
-      }
-    });
+      });
+    } catch (error) {
+      // Joined as a savepoint that rolled back (its work threw, or releasing it failed after):
+      // what was recorded during it, adopted or not, goes with its writes.
+      restore?.();
+      throw error;
+    }
     for (const box of touched) this.runtime.wake(box);
     return result;
   }

@@ -133,8 +133,18 @@ export class HandOffDeliverer {
       const event = new ResequencedEvent(key, entry.seq, entry.body, entry.headers);
       let final = false;
       let leaseEnding = false;
-      const outcome = await callHandlerWithRetry(() => handler(event), definition.handlerRetry, {
+      const call = () => {
+        // Asked before every call, the first included (a retry's backoff may have taken the
+        // lease's last moments): the next holder may be calling it with later events.
+        if (!guard.allows(0)) {
+          leaseEnding = true;
+          throw new Error('the drain lease may lapse: no further call');
+        }
+        return handler(event);
+      };
+      const outcome = await callHandlerWithRetry(call, definition.handlerRetry, {
         onFailure: (error, attempt) => {
+          if (leaseEnding) return;
           // Bytes that fail their check cannot get better by calling the handler again.
           final = error instanceof SequenceIntegrityError;
           if (final) return;
@@ -144,8 +154,7 @@ export class HandOffDeliverer {
               `(attempt ${attempt} of ${definition.handlerRetry.attempts}): ${errorMessage(error)}`,
           );
         },
-        // No retry once the lease may lapse: the next holder may be calling it with later events.
-        isFinal: () => final || (leaseEnding = !guard.allows(0)),
+        isFinal: () => final || leaseEnding,
       });
       if (!outcome.ok && leaseEnding) return false;
       if (!outcome.ok && outcome.error instanceof SequenceIntegrityError) {

@@ -219,15 +219,17 @@ export function resolveDefinition(
   deadLetterChannelOf: (channel: string) => string,
 ): ResolvedResequencer {
   const problems = definitionProblems(definition);
-  // A drainer renews its lease every third of leaseMs and stops a fifth before it could lapse;
-  // each publish attempt (up to confirmTimeoutMs) must fit in between, or it could confirm an
-  // event after the next holder has delivered later ones (and is never started: see DrainLease).
-  const confirmCeiling = Math.floor((sequence.leaseMs * 7) / 15);
-  if (sequence.publish.confirmTimeoutMs >= confirmCeiling) {
+  // A drainer renews its lease every third of leaseMs and stops a fifth before it could lapse,
+  // which leaves 7/15 of leaseMs between a renewal due and that point; each publish attempt (up
+  // to confirmTimeoutMs) must fit in it with room for the renewal's own round trip (a fifteenth
+  // of leaseMs), or it could confirm an event after the next holder has delivered later ones (it
+  // is never started: see DrainLease).
+  const confirmCeiling = Math.floor((sequence.leaseMs * 2) / 5);
+  if (sequence.publish.confirmTimeoutMs > confirmCeiling) {
     problems.push(
-      `publish.confirmTimeoutMs (${sequence.publish.confirmTimeoutMs}) must be below 7/15 of ` +
-        `leaseMs (${sequence.leaseMs}), that is below ${confirmCeiling} ms: a drainer must be ` +
-        'able to finish a publish attempt before its drain lease could pass to another instance',
+      `publish.confirmTimeoutMs (${sequence.publish.confirmTimeoutMs}) must be at most 2/5 of ` +
+        `leaseMs (${sequence.leaseMs}), that is ${confirmCeiling} ms: a drainer must be able to ` +
+        'finish a publish attempt before its drain lease could pass to another instance',
     );
   }
   const handlerRetry = { ...sequence.handlerRetry, ...definedOnly(definition.handlerRetry ?? {}) };

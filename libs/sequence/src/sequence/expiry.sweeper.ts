@@ -101,14 +101,14 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     this.logger.warn(`${channel}: ${detail}`);
     // Both awaits are bounded: a hook or a transport that never settles would otherwise hold
     // this sweep, every later one (they join it), and the application's shutdown.
-    const hookMs = this.options.shutdownTimeoutMs;
+    const hookMs = Math.max(this.options.shutdownTimeoutMs, this.options.publish.confirmTimeoutMs);
     try {
       const hook = this.options.onExpired;
       if (hook) {
         await withTimeout(
           Promise.resolve().then(() => hook(expired)),
           hookMs,
-          () => new Error(`it did not settle within ${hookMs} ms (shutdownTimeoutMs); not awaited`),
+          () => new Error(`it did not settle within ${hookMs} ms; not awaited`),
         );
       }
     } catch (error) {

@@ -122,6 +122,7 @@ describe('guarantees: expiry of incomplete sequences', () => {
     const t = await start(channel, {
       onExpired: () => new Promise<void>(() => undefined),
       shutdownTimeoutMs: 100,
+      publish: { confirmTimeoutMs: 100 },
       handler: { timeout: { ms: TIMEOUT_MS, strategy: 'fixed' } },
     });
     const first = makeFragments('hung-1', bytes(3_000, 72), 1_000);

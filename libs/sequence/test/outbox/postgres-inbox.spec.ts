@@ -97,6 +97,44 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
   });
 
+  it('a nested transaction whose savepoint fails to release after its work resolved takes its events along', async () => {
+    t = await createOutboxTestApp({
+      store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+      outboxEvents: FAST_BOX,
+    });
+    const placed = (aggregateId: string) => ({
+      type: 'OrderPlaced',
+      aggregateType: 'Order',
+      aggregateId,
+      payload: {},
+    });
+    const [kept, undone] = await t.outbox.transaction(async (tx) => {
+      const keptId = tx.publishEvent(placed('kept'));
+      let undoneId = '';
+      await t!.outbox
+        .transaction(async (inner) => {
+          undoneId = inner.publishEvent(placed('undone'));
+          // Caught: PostgreSQL has aborted the savepoint, whose RELEASE then fails after this
+          // work resolved, and it is rolled back.
+          await inner.query('SELECT 1 / 0').catch(() => undefined);
+        })
+        .catch(() => undefined);
+      return [keptId, undoneId];
+    });
+    await eventually(
+      async () => (await t!.outbox.record('outbox_events', kept))?.status === 'COMPLETED',
+      'the kept event published',
+    );
+    // Before, the nested transaction's event had been handed to the outer one before the
+    // savepoint failed, and was published for a rolled-back change.
+    expect(await t.outbox.record('outbox_events', undone)).toBeUndefined();
+    expect(
+      t.broker
+        .peek('events.OrderPlaced')
+        .map((m) => (JSON.parse(m.body.toString()) as { aggregateId: string }).aggregateId),
+    ).toEqual(['kept']);
+  });
+
   it('an error message with a NUL character still ends FAILED (it is stored without it)', async () => {
     @Injectable()
     class Broken {

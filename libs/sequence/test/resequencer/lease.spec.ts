@@ -161,6 +161,8 @@ describe('Resequencer drain lease', () => {
         sequence,
         (channel) => `${channel}.dlq`,
       ),
-    ).toThrow(/publish.confirmTimeoutMs \(10000\) must be below 7\/15 of leaseMs \(3000\)/);
+    ).toThrow(
+      /publish.confirmTimeoutMs \(10000\) must be at most 2\/5 of leaseMs \(3000\), that is 1200 ms/,
+    );
   });
 });

@@ -84,7 +84,7 @@ export async function createResequencerApp(
           leaseMs: options.leaseMs,
           // A short lease needs a confirm timeout that fits in it (see resolveDefinition).
           publish: options.leaseMs
-            ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.4) }
+            ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.3) }
             : undefined,
           backpressureDelayMs: options.backpressureDelayMs ?? 50,
           resequencer: {
