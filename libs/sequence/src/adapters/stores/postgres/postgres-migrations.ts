@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from '../../../core/async';
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import { isConnectionError } from './postgres-client';
@@ -57,12 +58,12 @@ async function applyMigrations(
     await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     try {
       // A multi-statement query resolves to one result per statement; the last lists the names.
-      const results = (await client.query(statements.start)) as unknown as QueryResult[];
+      const results = (await client.query(unbounded(statements.start))) as unknown as QueryResult[];
       const done = new Set(
         results[results.length - 1].rows.map((row: { name: string }) => row.name),
       );
       if (!done.has(migration.name)) {
-        await client.query(migration.render(tablePrefix));
+        await client.query(unbounded(migration.render(tablePrefix)));
         await client.query(statements.record, [migration.name]);
         applied.push(migration.name);
       }
@@ -82,4 +83,12 @@ async function applyMigrations(
 
 function isPool(candidate: Pool | Client | PoolClient): candidate is Pool {
   return 'idleCount' in candidate && 'totalCount' in candidate;
+}
+
+/**
+ * A statement that may rightly take long (waiting for another instance's migration, DDL on a big
+ * table): exempt from the pool's query_timeout, which bounds the store's everyday statements.
+ */
+function unbounded(text: string): { text: string; query_timeout: number } {
+  return { text, query_timeout: MAX_TIMER_MS };
 }

@@ -307,6 +307,23 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
           timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
         ).resolves.toMatchObject({ claimed: 2, completed: 2 });
         expect(timed.totalCount).toBe(1);
+
+        // Inside a transaction: once a statement timed out, the next is refused at once with
+        // that error, rather than sent to wait behind the one the client is still busy with.
+        await locker.query('BEGIN');
+        await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+        const errors: unknown[] = [];
+        await timedStore
+          .transaction(async (tx) => {
+            await tx
+              .query(`SELECT 1 FROM ${tablePrefix}${BOX}`)
+              .catch((e: unknown) => errors.push(e));
+            await tx.query('SELECT 1').catch((e: unknown) => errors.push(e));
+          })
+          .catch(() => undefined);
+        expect(errors).toHaveLength(2);
+        expect(errors[1]).toBe(errors[0]);
+        await locker.query('ROLLBACK');
       } finally {
         await locker.query('ROLLBACK').catch(() => undefined);
         await locker.end();

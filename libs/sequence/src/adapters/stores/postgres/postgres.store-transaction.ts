@@ -15,6 +15,8 @@ export class PostgresStoreTransaction implements StoreTransaction {
   readonly dialect = 'postgres' as const;
   private savepoints = 0;
   private settled = false;
+  /** Set when a statement found the connection gone or unusable: nothing more is sent on it. */
+  private broken?: Error;
   /** Boxes appended to (or received into) in this transaction: announced after its commit. */
   readonly appended = new Set<BoxName>();
 
@@ -51,8 +53,16 @@ export class PostgresStoreTransaction implements StoreTransaction {
           'run the statement inside the function given to transaction() and await it',
       );
     }
-    const result = await this.client.query(query);
-    return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+    // A client whose statement timed out (query_timeout) is still busy with it: a statement sent
+    // now would wait behind it for another timeout. Refused at once instead, with the first error.
+    if (this.broken) throw this.broken;
+    try {
+      const result = await this.client.query(query);
+      return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+    } catch (error) {
+      if (isConnectionError(error)) this.broken ??= error as Error;
+      throw error;
+    }
   }
 
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
