@@ -142,6 +142,10 @@ export class ClaimCheckReceiver {
       const claim = await ledger.claim(key, holder, leaseMs, Date.now());
       if (claim === 'done') {
         this.metrics.duplicate(channel);
+        // The handling was recorded, but maybe not the delete after it (the reply to `complete`
+        // lost, the process gone): deleting again is harmless, and the payload would otherwise
+        // wait for its expiry.
+        if (consumer.deleteAfter === 'ack') await this.deleteConsumed(store, ticket, channel);
         return ACK;
       }
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
@@ -234,20 +238,27 @@ export class ClaimCheckReceiver {
     const retention = consumer.deleteAfter;
     const deleteNow =
       retention === 'ack' || (typeof retention === 'object' && groups >= retention.consumers);
-    if (deleteNow) {
-      // Before the ack: safe, since a redelivery now finds the group done in the ledger.
-      await store.delete(ticket.ref).then(
-        (deleted) => {
-          if (deleted) this.metrics.payloadDeleted(store.name, 'consumed');
-        },
-        (error: unknown) =>
-          this.logger.warn(
-            `${consumer.channel}: could not delete ${key.ticket} after its consumers; the ` +
-              `sweeper will at its expiry: ${errorMessage(error)}`,
-          ),
-      );
-    }
+    // Before the ack: safe, since a redelivery now finds the group done in the ledger.
+    if (deleteNow) await this.deleteConsumed(store, ticket, consumer.channel);
     return ACK;
+  }
+
+  /** Deletes a payload its consumers are done with; a failure is left to the sweeper. */
+  private async deleteConsumed(
+    store: PayloadStore,
+    ticket: ClaimTicket,
+    channel: string,
+  ): Promise<void> {
+    await store.delete(ticket.ref).then(
+      (deleted) => {
+        if (deleted) this.metrics.payloadDeleted(store.name, 'consumed');
+      },
+      (error: unknown) =>
+        this.logger.warn(
+          `${channel}: could not delete ${ticket.store}:${ticket.ref} after its consumers; the ` +
+            `sweeper will at its expiry: ${errorMessage(error)}`,
+        ),
+    );
   }
 
   private async runHandler(

@@ -1,4 +1,4 @@
-import type { ClaimTicket } from 'nest-sequence';
+import { MemoryClaimLedger, type ClaimTicket } from 'nest-sequence';
 import { bytes } from '../support/sequence-test-app';
 import {
   claimMetric,
@@ -22,6 +22,31 @@ describe('claim check: retention', () => {
     claimMetric(t, 'payloads_deleted_total', { store: 'filesystem', reason });
 
   describe("deleteAfter: 'ack'", () => {
+    it('deletes the payload when a redelivery finds its handling recorded but the reply to that record was lost', async () => {
+      /** A ledger whose first `complete` is recorded, and then answers with an error. */
+      class LostReply extends MemoryClaimLedger {
+        lost = 1;
+        override async complete(...args: Parameters<MemoryClaimLedger['complete']>) {
+          const result = await super.complete(...args);
+          if (this.lost-- > 0) throw new Error('the reply was lost (injected by the test)');
+          return result;
+        }
+      }
+      t = await createClaimCheckTestApp({
+        handlers: [{ channel: 'cc.ack', deleteAfter: 'ack' }],
+        claimCheck: { ledger: new LostReply() },
+      });
+      const ticket = await t.claimCheck.checkIn(bytes(2_000, 9));
+
+      await publishTicket(t.transport, t.channel, ticket);
+      await t.transport.whenIdle();
+
+      // Handled once; the redelivery finds it done. Before, it was acked without deleting, and
+      // the payload waited for its expiry.
+      expect(t.handler.calls).toBe(1);
+      expect(await t.store.head(ticket.ref)).toBeUndefined();
+    });
+
     it('deletes the payload after the handler succeeded, not before', async () => {
       t = await createClaimCheckTestApp({ handlers: [{ channel: 'cc.ack', deleteAfter: 'ack' }] });
       const payload = bytes(2_000, 1);
