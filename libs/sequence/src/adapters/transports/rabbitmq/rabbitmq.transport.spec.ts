@@ -696,6 +696,22 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await raw.close();
     });
 
+    it('close() does not wait past publishTimeoutMs for a subscription whose channel close is never answered', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp, { publishTimeoutMs: 200 });
+      const subscription = await transport.subscribe(newChannel(), async () => ACK);
+      // A broker that never answers the channel's close (a connection it blocks, say).
+      const closeForReal = subscription.close.bind(subscription);
+      subscription.close = () => new Promise<void>(() => undefined);
+      // Before, transport.close() (and the application's shutdown) waited for it forever.
+      await transport.close();
+      expect(warn).toHaveBeenCalledWith(
+        expect.stringMatching(/subscriptions still closing after 200 ms; not awaited/),
+      );
+      await closeForReal();
+      warn.mockRestore();
+    });
+
     it('close() cancels its subscriptions but leaves the AmqpConnection open', async () => {
       transport = new RabbitMqTransport(amqp);
       const channel = newChannel();

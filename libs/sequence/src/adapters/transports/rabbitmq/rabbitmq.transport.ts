@@ -197,7 +197,16 @@ export class RabbitMqTransport implements Transport {
 
   private async shutdown(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.subscriptions].map((subscription) => subscription.close()));
+    // Bounded: a channel close the broker never answers must not hold the application's shutdown
+    // (closing the connection, when it is ours, then ends those channels anyway).
+    const timeoutMs = this.settings.publishTimeoutMs;
+    await withTimeout(
+      Promise.all([...this.subscriptions].map((subscription) => subscription.close())),
+      timeoutMs,
+      () => new Error(`subscriptions still closing after ${timeoutMs} ms; not awaited`),
+    ).catch((error: unknown) =>
+      this.logger.warn(`closing the transport: ${(error as Error).message}`),
+    );
     this.topology.dispose();
     this.listening?.removeListener('disconnect', this.onDisconnect);
     this.listening?.removeListener('connect', this.onConnect);
