@@ -117,7 +117,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
       );
     }
     const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
-    const record = Buffer.from(JSON.stringify({ kind: 'sequence-expired', channel, ...expired }));
+    const record = Buffer.from(JSON.stringify(expiryRecord(channel, expired)));
     const confirmMs = this.options.publish.confirmTimeoutMs;
     try {
       await withTimeout(
@@ -161,4 +161,30 @@ function formatPositions(positions: readonly number[]): string {
     start = previous = position;
   }
   return ranges.length > 20 ? `${ranges.slice(0, 20).join(', ')}, …` : ranges.join(', ');
+}
+
+/** Positions listed in an expiry record, per list; the counts say how many there were. */
+export const MAX_LISTED_POSITIONS = 10_000;
+
+/**
+ * The dead-letter record of an expired sequence. Position lists are cut at
+ * {@link MAX_LISTED_POSITIONS} (the first ones kept, `…Truncated: true`): a sequence that claimed a
+ * position near `maxFragments` would otherwise list all the others as missing, past what a
+ * message may carry, and the record would be lost.
+ */
+export function expiryRecord(channel: string, expired: ExpiredSequence): Record<string, unknown> {
+  const { receivedPositions, missingPositions, ...rest } = expired;
+  return {
+    kind: 'sequence-expired',
+    channel,
+    ...rest,
+    receivedPositions: receivedPositions.slice(0, MAX_LISTED_POSITIONS),
+    missingPositions: missingPositions.slice(0, MAX_LISTED_POSITIONS),
+    receivedCount: receivedPositions.length,
+    missingCount: missingPositions.length,
+    ...(receivedPositions.length > MAX_LISTED_POSITIONS
+      ? { receivedPositionsTruncated: true }
+      : {}),
+    ...(missingPositions.length > MAX_LISTED_POSITIONS ? { missingPositionsTruncated: true } : {}),
+  };
 }

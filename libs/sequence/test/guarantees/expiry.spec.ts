@@ -20,6 +20,9 @@ import {
   type SequenceTestApp,
   type TestFragment,
 } from '../support/sequence-test-app';
+import { crc32 } from '../../src/core/checksum';
+import { buildFragmentHeaders } from '../../src/core/headers';
+import { MAX_LISTED_POSITIONS } from '../../src/sequence/expiry.sweeper';
 import { InstrumentedStore } from './instrumented.sequence-store';
 
 /**
@@ -163,6 +166,42 @@ describe('guarantees: expiry of incomplete sequences', () => {
       size: 3,
       ageMs: TIMEOUT_MS,
     });
+  });
+
+  it('lists at most MAX_LISTED_POSITIONS positions in the record, with the counts, however far a position went', async () => {
+    const channel = 'guarantees.expiry.far';
+    const t = await start(channel, { handler: { timeout: { ms: TIMEOUT_MS, strategy: 'fixed' } } });
+    // One fragment of a streamed sequence (no size yet), at the highest position maxFragments
+    // allows: every position before it is missing.
+    const body = Buffer.from('far');
+    await t.transport.publish(
+      channel,
+      body,
+      buildFragmentHeaders({
+        sequenceId: 'far',
+        position: 100_000,
+        last: false,
+        crc32: crc32(body),
+      }),
+    );
+    await t.transport.whenIdle();
+
+    expect(await t.sweeper.sweep(Date.now() + TIMEOUT_MS)).toBe(1);
+    const [dead] = deadLetters(t.transport, channel);
+    // Before, all 99,999 missing positions were listed: about 600 KB, and past a broker's
+    // limit with a larger maxFragments, when the record was lost.
+    expect(dead.body.length).toBeLessThan(100_000);
+    const record = JSON.parse(dead.body.toString('utf8')) as Record<string, unknown>;
+    expect(record).toMatchObject({
+      sequenceId: 'far',
+      receivedPositions: [100_000],
+      receivedCount: 1,
+      missingCount: 99_999,
+      missingPositionsTruncated: true,
+    });
+    expect(record.missingPositions).toHaveLength(MAX_LISTED_POSITIONS);
+    expect((record.missingPositions as number[]).slice(0, 3)).toEqual([1, 2, 3]);
+    expect(record).not.toHaveProperty('receivedPositionsTruncated');
   });
 
   it('frees the buffer of the expired sequence and counts it in sequences_expired_total', async () => {
