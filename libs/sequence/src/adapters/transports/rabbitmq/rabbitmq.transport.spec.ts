@@ -533,7 +533,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
     it('settles every publish in flight by its deadline when the connection drops and stays down past it', async () => {
       await amqp.close();
-      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(2) }); // back after ~2 s
+      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(4) }); // back after ~4 s
       await amqp.init();
       transport = new RabbitMqTransport(amqp);
       const channel = newChannel();
@@ -565,7 +565,10 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       for (const result of refused) {
         expect(result).toMatchObject({ error: expect.any(PublishTimeoutError) });
       }
-      expect(Math.max(...results.map((result) => result.late))).toBeLessThan(500);
+      // A publish that waited for the reconnect would settle about 3.4 s past its deadline. The
+      // bound leaves room for timers firing late on a loaded machine (thousands are in flight;
+      // one CI run measured 506 ms against an earlier bound of 500).
+      expect(Math.max(...results.map((result) => result.late))).toBeLessThan(1_500);
       expect(amqp.connected).toBe(false);
     });
 
