@@ -12,7 +12,7 @@ import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
 import { callHandlerWithRetry, type HandlerOutcome } from '../sequence/handler-retry';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';

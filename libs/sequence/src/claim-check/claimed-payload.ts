@@ -3,7 +3,7 @@ import type { ClaimTicket } from '../core/claim-ticket';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import type { HeaderMap } from '../core/headers';
-import { asError, sourceChunks } from '../core/source-chunks';
+import { sourceChunks } from '../core/source-chunks';
 import type { ReassembledPayload } from '../sequence/reassembled-payload';
 
 /**
@@ -187,13 +187,6 @@ async function* verifying(
 ): AsyncGenerator<Buffer> {
   const hash = ticket ? sha256Hasher() : undefined;
   let bytes = 0;
-  let source: Readable;
-  try {
-    source = await open();
-  } catch (error) {
-    onReadError(asError(error));
-    throw error;
-  }
   const mismatch = (sha256: string) => {
     // The expectation alone, not the ticket: the error's typed field says what it holds.
     const expected = { sha256: ticket!.sha256, bytes: ticket!.bytes };
@@ -205,7 +198,7 @@ async function* verifying(
     return error;
   };
   // Only what the store's stream throws is a read failure (see sourceChunks).
-  for await (const chunk of sourceChunks(source, onReadError)) {
+  for await (const chunk of sourceChunks(open, onReadError)) {
     hash?.update(chunk);
     bytes += chunk.length;
     // More than the ticket says: stop here rather than hand (or buffer) all of it.

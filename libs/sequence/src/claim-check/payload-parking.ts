@@ -9,6 +9,7 @@ import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import { asError } from '../core/errors/caught';
 
 /** How a payload is parked. */
 export interface ParkOptions {
@@ -80,7 +81,7 @@ export class PayloadParking implements OnApplicationShutdown {
         ({ ref } = await store.put(meter, putOptions));
       } catch (error) {
         // A store that refused before reading would leave the caller's stream (a file) open.
-        meter.destroy(error instanceof Error ? error : new Error(String(error)));
+        meter.destroy(asError(error));
         throw error;
       }
       digest = meter.digest();

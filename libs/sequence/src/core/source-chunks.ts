@@ -1,16 +1,24 @@
 import type { Readable } from 'node:stream';
+import { asError } from './errors/caught';
 
 /**
- * The chunks of a store's stream, for a reader of our own to pass on. Only what `source` itself
- * throws is a read failure: it goes to `onReadError`, then on. When the reader stops early (it
+ * The chunks of a store's stream (`open` opens it), for a reader of our own to pass on. Only what
+ * opening it or the stream itself throws is a read failure: it goes to `onReadError`, then on. When the reader stops early (it
  * gave up, or the one it passes the chunks to destroyed it with an error of its own, such as a
  * pipeline whose destination failed), `source` is destroyed and nothing is reported: that error
  * is the reader's, and says nothing about the store.
  */
 export async function* sourceChunks(
-  source: Readable,
+  open: () => Readable | Promise<Readable>,
   onReadError: (error: Error) => void,
 ): AsyncGenerator<Buffer> {
+  let source: Readable;
+  try {
+    source = await open();
+  } catch (error) {
+    onReadError(asError(error));
+    throw error;
+  }
   const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   try {
     for (;;) {
@@ -28,8 +36,4 @@ export async function* sourceChunks(
     // Destroys the store's stream when the read stopped early; nothing once it ended.
     await chunks.return?.();
   }
-}
-
-export function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

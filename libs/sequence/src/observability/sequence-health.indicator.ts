@@ -3,6 +3,7 @@ import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/term
 import type { SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
 import { SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import { errorMessage } from '../core/errors/caught';
 
 /** What the indicator reports of the transport or the store. */
 export type SequenceDependencyHealth = {
@@ -87,8 +88,7 @@ export async function probe(
     await Promise.race([dependency.ping(), timedOut]);
     return { name: dependency.name, status: 'up' };
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    return { name: dependency.name, status: 'down', message };
+    return { name: dependency.name, status: 'down', message: errorMessage(error) };
   } finally {
     clearTimeout(timer);
   }

@@ -15,7 +15,7 @@ import { BOX_NAMES, type BoxName, type OutboxStore } from '../ports/outbox-store
 import type { Transport } from '../ports/transport.port';
 import { IntervalJob } from '../scheduling/interval-job';
 import { SEQUENCE_TRANSPORT } from '../sequence.constants';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { asError, errorMessage } from '../core/errors/caught';
 import { BoxLoop } from './box-loop';
 import { InboxProcessor } from './inbox.processor';
 import { InboxReceiver } from './inbox.receiver';
@@ -202,7 +202,7 @@ export class OutboxRuntime
         });
       } catch (error) {
         // One box failing must not leave the boxes after it unpurged.
-        failure ??= error instanceof Error ? error : new Error(String(error));
+        failure ??= asError(error);
       }
     }
     if (failure !== undefined) throw failure;

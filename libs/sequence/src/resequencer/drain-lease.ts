@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import type { DeliveryGuard } from './hand-off.deliverer';
 
 /**

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import type { GapEvent } from './gap-event';
 import { RESEQUENCER_OPTIONS } from './resequencer.constants';
 import type { ResolvedResequencerModuleOptions } from './resequencer.options';

@@ -9,7 +9,7 @@ import {
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { IntervalJob } from '../scheduling/interval-job';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import { RESEQUENCER_OPTIONS } from './resequencer.constants';
 import type { ResolvedResequencerModuleOptions } from './resequencer.options';
 

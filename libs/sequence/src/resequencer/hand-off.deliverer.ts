@@ -7,7 +7,7 @@ import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.p
 import { isUnsendable, type Transport } from '../ports/transport.port';
 import { callHandlerWithRetry } from '../sequence/handler-retry';
 import { publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import type { PublishRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
 import type { ResolvedResequencer } from './resequencer.options';

@@ -5,6 +5,7 @@ import {
 } from '../ports/resequencer-store.port';
 import type { ResequencerField } from './resequencer.options';
 import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
+import { errorMessage } from '../core/errors/caught';
 
 /** An event's key and sequence number, or why they could not be read. */
 export type EventPosition =
@@ -24,12 +25,12 @@ export function positionOf(
   try {
     keyValue = typeof key === 'function' ? key(message) : message.headers[key];
   } catch (error) {
-    return { ok: false, problem: `the key function threw: ${describe(error)}` };
+    return { ok: false, problem: `the key function threw: ${errorMessage(error)}` };
   }
   try {
     seqValue = typeof seq === 'function' ? seq(message) : message.headers[seq];
   } catch (error) {
-    return { ok: false, problem: `the seq function threw: ${describe(error)}` };
+    return { ok: false, problem: `the seq function threw: ${errorMessage(error)}` };
   }
   // AMQP headers written by other clients may carry numbers as numbers or strings.
   if (typeof keyValue === 'number' && Number.isSafeInteger(keyValue)) keyValue = String(keyValue);
@@ -61,8 +62,4 @@ function show(value: unknown): string {
     text = JSON.stringify(value) ?? typeof value; // functions and symbols have no JSON
   }
   return text.length > 80 ? `${text.slice(0, 80)}…` : text;
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

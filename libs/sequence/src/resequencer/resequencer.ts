@@ -14,7 +14,7 @@ import type {
   ResequencerStore,
 } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
-import { errorMessage } from '../sequence/sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';

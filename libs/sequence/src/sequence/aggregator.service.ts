@@ -24,7 +24,8 @@ import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.err
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { IntakeDigests } from './intake-digests';
-import { errorMessage, SequenceDelivery } from './sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
+import { SequenceDelivery } from './sequence-delivery';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 

@@ -11,7 +11,7 @@ import type { ResequencerService } from '../resequencer/resequencer.service';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import type { ResolvedConsumerOptions } from '../sequence.options';
 import { carriesTicket } from '../claim-check/claim-check.headers';
-import { errorMessage } from './sequence-delivery';
+import { errorMessage } from '../core/errors/caught';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
 

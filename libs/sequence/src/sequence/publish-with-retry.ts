@@ -1,4 +1,5 @@
 import type { HeaderMap } from '../core/headers';
+import { errorMessage } from '../core/errors/caught';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
 import { isUnsendable, type Transport } from '../ports/transport.port';
@@ -27,7 +28,7 @@ export async function publishWithRetry(
     if (!mayAttempt(policy.confirmTimeoutMs)) {
       const stopped = new Error(
         `no further attempt to publish to ${channel}: it could not be confirmed in time` +
-          (lastError === undefined ? '' : ` (last error: ${describe(lastError)})`),
+          (lastError === undefined ? '' : ` (last error: ${errorMessage(lastError)})`),
       );
       return { ok: false, attempts: attempt, error: stopped, maybeDelivered };
     }
@@ -59,10 +60,6 @@ export type PublishOutcome =
       /** Some attempt may have reached the broker although unconfirmed (e.g. a confirm timeout). */
       readonly maybeDelivered: boolean;
     };
-
-function describe(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
 
 /**
  * A confirm that did not come in time says nothing about whether the broker has the message;

@@ -4,7 +4,7 @@ import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error'
 import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { HeaderMap } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
-import { asError, sourceChunks } from '../core/source-chunks';
+import { sourceChunks } from '../core/source-chunks';
 import type { PayloadDigest } from './intake-digests';
 
 /**
@@ -110,14 +110,7 @@ async function* reading(
 ): AsyncGenerator<Buffer> {
   const hash = verify?.hash ? sha256Hasher() : undefined;
   let bytes = 0;
-  let source: Readable;
-  try {
-    source = open();
-  } catch (error) {
-    onReadError(asError(error));
-    throw error;
-  }
-  for await (const chunk of sourceChunks(source, onReadError)) {
+  for await (const chunk of sourceChunks(open, onReadError)) {
     hash?.update(chunk);
     bytes += chunk.length;
     yield chunk;

@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import { sha256Hasher } from '../core/checksum';
+import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
@@ -248,8 +249,4 @@ function matches(digest: PayloadDigest, declared: { sha256?: string; bytes?: num
     digest.sha256 === declared.sha256 &&
     (declared.bytes === undefined || digest.bytes === declared.bytes)
   );
-}
-
-export function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

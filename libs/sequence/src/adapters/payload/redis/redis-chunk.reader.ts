@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { asError } from '../../../core/errors/caught';
 
 /** Fetches chunk `index` (0-based); null when its key is gone. */
 export type ChunkFetcher = (index: number) => Promise<Buffer | null>;
@@ -48,7 +49,7 @@ export class RedisChunkReader extends Readable {
         if (chunk.length === 0) this._read();
         else this.push(chunk);
       },
-      (error: unknown) => this.destroy(error instanceof Error ? error : new Error(String(error))),
+      (error: unknown) => this.destroy(asError(error)),
     );
   }
 

@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { crc32Continued } from '../../../core/checksum';
 import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
+import { asError } from '../../../core/errors/caught';
 
 /**
  * One piece of a sequence's bytes: a whole body (`bytes` unknown: a small body, kept inline) or
@@ -71,7 +72,7 @@ export class RedisBodyReader extends Readable {
         await this.pushNext();
       }
     } catch (error) {
-      this.destroy(error instanceof Error ? error : new Error(String(error)));
+      this.destroy(asError(error));
     } finally {
       this.pumping = false;
     }
