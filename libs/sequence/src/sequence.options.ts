@@ -1,7 +1,7 @@
-import { MAX_TIMER_MS } from './core/async';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Registry } from 'prom-client';
+import { MAX_TIMER_MS } from './core/async';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { SEQUENCE_ID_PATTERN } from './core/headers';
 import { definedOnly } from './core/objects';

@@ -1,5 +1,5 @@
-import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type {

@@ -1,5 +1,5 @@
-import { MAX_TIMER_MS } from '../../../core/async';
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
+import { MAX_TIMER_MS } from '../../../core/async';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import { isConnectionError } from './postgres-client';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
