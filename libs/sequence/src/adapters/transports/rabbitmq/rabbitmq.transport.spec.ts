@@ -317,13 +317,21 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
     /**
      * Makes the next `createChannel` on the transport's connection open its channel on the broker
-     * but hold it back from its caller until `release()`: a channel still opening.
+     * but hold it back from its caller until `releaseAndAwaitClose()`: a channel still opening.
      */
     function holdNextChannel() {
       const model = amqp.managedConnection.connection as unknown as amqplib.ChannelModel;
       const original = model.createChannel.bind(model);
-      const state: { opened?: amqplib.Channel; release: () => void } = { release: () => {} };
-      const released = new Promise<void>((resolve) => (state.release = resolve));
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const state: { opened?: amqplib.Channel; releaseAndAwaitClose: () => Promise<void> } = {
+        /** Lets the held channel reach its caller; resolves once that channel has closed. */
+        releaseAndAwaitClose: async () => {
+          const closed = new Promise((resolve) => state.opened!.once('close', resolve));
+          release();
+          await closed;
+        },
+      };
       model.createChannel = async () => {
         delete (model as { createChannel?: unknown }).createChannel; // this once only
         const held = await original();
@@ -332,6 +340,14 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         return held;
       };
       return state;
+    }
+
+    /** A message published to `channel` stays in its queue: no consumer is left on it. */
+    async function expectNoConsumer(channel: string): Promise<void> {
+      await transport.publish(channel, Buffer.from('nobody consumes this'), {});
+      const raw = await admin.createChannel();
+      expect(await raw.checkQueue(channel)).toMatchObject({ consumerCount: 0, messageCount: 1 });
+      await raw.close();
     }
 
     it('rejects subscribe with a SubscribeError when its channel cannot be opened, instead of waiting for a reconnect that never comes', async () => {
@@ -378,13 +394,8 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         reason: 'timeout',
       });
       await eventually(() => held.opened !== undefined, 'the channel, open on the broker');
-      const closed = new Promise((resolve) => held.opened!.once('close', resolve));
-      held.release();
-      await closed;
-      await transport.publish(channel, Buffer.from('nobody consumes this'), {});
-      const raw = await admin.createChannel();
-      expect(await raw.checkQueue(channel)).toMatchObject({ consumerCount: 0, messageCount: 1 });
-      await raw.close();
+      await held.releaseAndAwaitClose();
+      await expectNoConsumer(channel);
     });
 
     it('closes, rather than consumes on, a channel that finishes opening after its subscription closed', async () => {
@@ -397,15 +408,10 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await breakChannelOf(subscription);
       await eventually(() => held.opened !== undefined, 'the new channel, open on the broker');
       await subscription.close();
-      const closed = new Promise((resolve) => held.opened!.once('close', resolve));
-      held.release();
       // Before, it declared, set the prefetch and consumed: a consumer nobody tracked, holding
       // up to prefetch messages unacked for the connection's lifetime.
-      await closed;
-      await transport.publish(channel, Buffer.from('after close'), {});
-      const raw = await admin.createChannel();
-      expect(await raw.checkQueue(channel)).toMatchObject({ consumerCount: 0, messageCount: 1 });
-      await raw.close();
+      await held.releaseAndAwaitClose();
+      await expectNoConsumer(channel);
       warn.mockRestore();
     });
 
