@@ -3,9 +3,10 @@ import {
   Module,
   type DynamicModule,
   type OnApplicationShutdown,
+  type OnModuleInit,
   type Provider,
 } from '@nestjs/common';
-import { DiscoveryModule } from '@nestjs/core';
+import { DiscoveryModule, ModulesContainer } from '@nestjs/core';
 import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
@@ -42,6 +43,7 @@ import { ResequencerService } from './resequencer/resequencer.service';
 import { SequenceMetrics } from './observability/sequence.metrics';
 import type { SequenceStore } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
+import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { AggregatorService } from './sequence/aggregator.service';
 import { ExpirySweeper } from './sequence/expiry.sweeper';
 import { SequenceConsumerHost } from './sequence/sequence-consumer.host';
@@ -197,12 +199,35 @@ const providers: Provider[] = [
     SEQUENCE_OPTIONS,
   ],
 })
-export class SequenceModule extends ConfigurableSequenceModule implements OnApplicationShutdown {
+export class SequenceModule
+  extends ConfigurableSequenceModule
+  implements OnModuleInit, OnApplicationShutdown
+{
   constructor(
     @Inject(OWNED_ADAPTERS) private readonly owned: OwnedAdapters,
     @Inject(CLAIM_CHECK_OPTIONS) private readonly claimCheck: ResolvedClaimCheckOptions,
+    private readonly modules: ModulesContainer,
   ) {
     super();
+  }
+
+  /**
+   * Refuses a second instance in one application (imports with different options): each
+   * instance's explorers find every decorated method of the application, so each channel would
+   * have two consumers, with stores of their own, and neither would see whole sequences.
+   */
+  onModuleInit(): void {
+    const all = [...this.modules.values()];
+    const instances = all.filter((module) => module.metatype === SequenceModule);
+    if (instances.length < 2) return;
+    const importers = all
+      .filter((module) => [...module.imports].some((imported) => instances.includes(imported)))
+      .map((module) => module.metatype.name);
+    throw new SequenceOptionsError('SequenceModule', [
+      `SequenceModule is imported ${instances.length} times with different options (by ` +
+        `${importers.join(', ')}); import SequenceModule.forRoot (or forRootAsync) once, in the ` +
+        `root module, with isGlobal: true if other modules inject its services`,
+    ]);
   }
 
   static forRoot(options: typeof SEQUENCE_OPTIONS_TYPE = {}): DynamicModule {

@@ -1,8 +1,8 @@
 import type { Logger } from '@nestjs/common';
 import type { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { requestScopedHandlerMessage } from './discovery.messages';
+import { requestScopedHandlerMessage, transientHandlerMessage } from './discovery.messages';
 
-/** A method of a singleton provider that carries a decorator's options. */
+/** A method of a singleton provider or controller that carries a decorator's options. */
 export interface DecoratedMethod<Options> {
   readonly className: string;
   readonly methodName: string;
@@ -12,8 +12,10 @@ export interface DecoratedMethod<Options> {
 }
 
 /**
- * Every provider method carrying `metadataKey`. Request-scoped providers cannot hold a
- * long-lived consumer: they are skipped with a warning.
+ * Every provider and controller method carrying `metadataKey`, once per instance. Request-scoped
+ * and transient classes cannot hold a long-lived consumer (there is no one instance to call):
+ * they are skipped with a warning. An alias (`useExisting`) is the instance it points to, found
+ * under its own token already.
  */
 export function decoratedMethods<Options>(
   discovery: DiscoveryService,
@@ -25,7 +27,8 @@ export function decoratedMethods<Options>(
   logger: Logger,
 ): Array<DecoratedMethod<Options>> {
   const found: Array<DecoratedMethod<Options>> = [];
-  for (const wrapper of discovery.getProviders()) {
+  for (const wrapper of [...discovery.getProviders(), ...discovery.getControllers()]) {
+    if (wrapper.isAlias) continue;
     const instance: unknown = wrapper.instance;
     if (!instance || typeof instance !== 'object') continue;
     const prototype = Object.getPrototypeOf(instance) as object | null;
@@ -38,6 +41,12 @@ export function decoratedMethods<Options>(
       const className = (instance.constructor as { name: string }).name;
       if (!wrapper.isDependencyTreeStatic()) {
         logger.warn(requestScopedHandlerMessage(decorator, className, methodName));
+        continue;
+      }
+      if (wrapper.isTransient) {
+        // Nest constructs a transient class once per injection; the instance discovery sees was
+        // never constructed.
+        logger.warn(transientHandlerMessage(decorator, className, methodName));
         continue;
       }
       const call = (...args: unknown[]): unknown =>

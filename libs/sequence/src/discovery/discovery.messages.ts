@@ -7,6 +7,15 @@ export const requestScopedHandlerMessage = (
   `(or depends on a request-scoped provider). Message handlers run outside any request; ` +
   `move the method to a singleton provider.`;
 
+export const transientHandlerMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+): string =>
+  `${decorator} on ${className}.${methodName} is ignored: ${className} is transient, so each ` +
+  `injection gets an instance of its own and there is no one instance to deliver messages to; ` +
+  `make it a singleton provider.`;
+
 export const missingChannelMessage = (
   decorator: string,
   className: string,
