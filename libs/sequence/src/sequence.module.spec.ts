@@ -1,4 +1,5 @@
 import {
+  Controller,
   Inject,
   Injectable,
   Module,
@@ -6,6 +7,7 @@ import {
   type INestApplicationContext,
   type LoggerService,
   type ModuleMetadata,
+  type OnModuleDestroy,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
@@ -23,9 +25,13 @@ import {
   SplitterService,
   type ResolvedSequenceOptions,
   type SequenceModuleOptions,
+  type MessageHandler,
   type SequenceStore,
+  type SubscribeOptions,
+  type Subscription,
   type Transport,
 } from 'nest-sequence';
+import { ForwardingTransport } from '../test/support/forwarding.transport';
 import {
   bytes,
   eventually,
@@ -362,6 +368,87 @@ describe('SequenceModule', () => {
       expect(transport.depth('per-request')).toBe(1);
     });
 
+    it('ignores a @SequencedHandler on a transient provider and warns about it', async () => {
+      @Injectable()
+      class Archive {
+        readonly saved: string[] = [];
+      }
+      @Injectable({ scope: Scope.TRANSIENT })
+      class PerInjectionAnalyser {
+        constructor(private readonly archive: Archive) {}
+        @SequencedHandler({ channel: 'per-injection' })
+        async analyse(payload: ReassembledPayload): Promise<void> {
+          this.archive.saved.push(payload.sequenceId);
+        }
+      }
+      const transport = new InMemoryTransport();
+      const logger = new CapturingLogger();
+      const app = await boot(
+        {
+          imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false })],
+          providers: [Archive, PerInjectionAnalyser],
+        },
+        logger,
+      );
+
+      expect(app.get(SequencedHandlerRegistry).get('per-injection')).toBeUndefined();
+      expect(logger.warnings).toEqual([
+        expect.stringContaining(
+          '@SequencedHandler on PerInjectionAnalyser.analyse is ignored: PerInjectionAnalyser ' +
+            'is transient',
+        ),
+      ]);
+      await publishAll(transport, 'per-injection', makeFragments('s-1', bytes(10), 10));
+      await transport.whenIdle();
+      expect(transport.depth('per-injection')).toBe(1);
+    });
+
+    it('finds a handler once when its provider is also registered under an alias', async () => {
+      const Handler = recordingHandler({ channel: 'aliased' });
+      const app = await boot({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        providers: [Handler, { provide: 'ANALYSER', useExisting: Handler }],
+      });
+
+      const { delivery } = await roundTrip(app, Handler, 'aliased', bytes(3 * KiB));
+      expect(delivery.bytes).toEqual(bytes(3 * KiB));
+    });
+
+    it('finds a @SequencedHandler on a controller', async () => {
+      @Controller()
+      class IntakeController {
+        readonly received: string[] = [];
+        @SequencedHandler({ channel: 'intake' })
+        async analyse(payload: ReassembledPayload): Promise<void> {
+          this.received.push(payload.sequenceId);
+        }
+      }
+      const app = await boot({
+        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        controllers: [IntakeController],
+      });
+
+      const receipt = await app.get(SplitterService).send('intake', bytes(2 * KiB));
+      const controller = app.get(IntakeController);
+      await eventually(() => controller.received.length === 1, 'delivery to the controller');
+      expect(controller.received).toEqual([receipt.sequenceId]);
+    });
+
+    it('fails the bootstrap when SequenceModule is imported twice with different options', async () => {
+      @Module({ imports: [SequenceModule.forRoot({ fragmentBytes: 4 * KiB })] })
+      class ImagingModule {}
+
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({ isGlobal: true, sweepIntervalMs: false }),
+          ImagingModule,
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as Error).message).toContain('SequenceModule is imported 2 times');
+    });
+
     it('fails the bootstrap when two @SequencedHandler methods share a channel, naming both', async () => {
       @Injectable()
       class CtAnalyser {
@@ -420,6 +507,80 @@ describe('SequenceModule', () => {
         'in-memory transport is closed',
       );
       expect((await store.stats(Date.now())).openSequences).toBe(0);
+    });
+
+    it('closes the subscriptions it opened when a later one fails the bootstrap', async () => {
+      class RefusingSecond extends ForwardingTransport {
+        readonly name = 'refusing-second';
+        private opened = 0;
+        override subscribe(
+          channel: string,
+          handler: MessageHandler,
+          options?: SubscribeOptions,
+        ): Promise<Subscription> {
+          if (++this.opened === 2) return Promise.reject(new Error('no channel left'));
+          return super.subscribe(channel, handler, options);
+        }
+      }
+      const inner = new InMemoryTransport();
+      const First = recordingHandler({ channel: 'first' });
+      const Second = recordingHandler({ channel: 'second' });
+
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({ transport: new RefusingSecond(inner), sweepIntervalMs: false }),
+        ],
+        providers: [First, Second],
+      });
+
+      expect((error as Error).message).toBe('no channel left');
+      await publishAll(inner, 'first', makeFragments('s-1', bytes(10), 10));
+      await inner.whenIdle();
+      expect(inner.depth('first')).toBe(1);
+      await inner.close();
+    });
+
+    it('lets handlers in progress finish before modules it does not import are destroyed', async () => {
+      @Injectable()
+      class Database implements OnModuleDestroy {
+        closed = false;
+        onModuleDestroy(): void {
+          this.closed = true;
+        }
+      }
+      @Module({ providers: [Database], exports: [Database] })
+      class DatabaseModule {}
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const seen: boolean[] = [];
+      @Injectable()
+      class Importer {
+        constructor(private readonly database: Database) {}
+        @SequencedHandler({ channel: 'studies' })
+        async store(_payload: ReassembledPayload): Promise<void> {
+          seen.push(this.database.closed);
+          await released;
+          seen.push(this.database.closed);
+        }
+      }
+      @Module({ imports: [DatabaseModule], providers: [Importer] })
+      class ImportModule {}
+      const transport = new InMemoryTransport();
+      const moduleRef = await Test.createTestingModule({
+        imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false }), ImportModule],
+      }).compile();
+      moduleRef.useLogger(false);
+      const app = await moduleRef.init();
+      await publishAll(transport, 'studies', makeFragments('s-1', bytes(10), 10));
+      await eventually(() => seen.length === 1, 'the handler running');
+
+      const closed = app.close();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      release();
+      await closed;
+
+      expect(seen).toEqual([false, false]);
+      await transport.close();
     });
 
     it('leaves a transport and store passed in by the user open', async () => {

@@ -5,6 +5,7 @@ import {
   Optional,
   type BeforeApplicationShutdown,
   type OnApplicationBootstrap,
+  type OnModuleDestroy,
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
@@ -36,7 +37,11 @@ type Worker = OutboxRelay | InboxProcessor;
  */
 @Injectable()
 export class OutboxRuntime
-  implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown
+  implements
+    OnApplicationBootstrap,
+    OnModuleDestroy,
+    BeforeApplicationShutdown,
+    OnApplicationShutdown
 {
   private readonly logger = new Logger('Outbox');
   private starting: Promise<OutboxStore> | undefined;
@@ -90,15 +95,28 @@ export class OutboxRuntime
     for (const loop of [...this.loops.values()].flat()) await loop.idle();
   }
 
+  /**
+   * Stops taking messages: the inbox receiver, the relays and the inbox processors, waiting for
+   * the handlers in progress. This is the first shutdown hook Nest gives this module, before the
+   * modules it does not import are destroyed, so that handlers finish while what they use is open.
+   */
+  async onModuleDestroy(): Promise<void> {
+    await this.stopIntake();
+  }
+
   async beforeApplicationShutdown(): Promise<void> {
     this.stopped = true;
+    await this.stopIntake(); // again: a start retried since (after a failed one) is stopped too
+    await this.purgeJob.stop();
+    await this.unwatch?.().catch(() => undefined);
+    this.metrics.readStatsFrom(undefined);
+  }
+
+  private async stopIntake(): Promise<void> {
     await this.starting?.catch(() => undefined);
     await this.receiver?.stop();
     for (const worker of this.workers) worker.stop();
     for (const loop of [...this.loops.values()].flat()) await loop.stop();
-    await this.purgeJob.stop();
-    await this.unwatch?.().catch(() => undefined);
-    this.metrics.readStatsFrom(undefined);
   }
 
   async onApplicationShutdown(): Promise<void> {

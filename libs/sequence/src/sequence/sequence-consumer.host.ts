@@ -2,8 +2,8 @@ import {
   Inject,
   Injectable,
   Logger,
-  type BeforeApplicationShutdown,
   type OnApplicationBootstrap,
+  type OnModuleDestroy,
 } from '@nestjs/common';
 import { ClaimCheckReceiver } from '../claim-check/claim-check.receiver';
 import { ClaimCheckRegistry } from '../discovery/claim-check.registry';
@@ -13,16 +13,18 @@ import type { Disposition, InboundMessage, Subscription, Transport } from '../po
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { AggregatorService } from './aggregator.service';
+import { errorMessage } from '../core/errors/caught';
 
 /**
  * Owns the subscriptions of the discovered handlers (`@SequencedHandler`, `@ClaimCheck`,
- * `@Resequenced`): opens
- * them at bootstrap; at
- * shutdown stops taking fragments, lets deliveries in progress finish (up to
- * `shutdownTimeoutMs`), then closes them, so a graceful stop does not look like a crash.
+ * `@Resequenced`): opens them at bootstrap (all or none: a subscription that fails closes the
+ * ones opened before it). At shutdown, in the first hook Nest gives this module
+ * (`onModuleDestroy`, before the modules it does not import are destroyed), it stops taking
+ * messages, lets deliveries in progress finish (up to `shutdownTimeoutMs`), then closes them, so a
+ * graceful stop does not look like a crash.
  */
 @Injectable()
-export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger = new Logger('SequenceModule');
   private readonly subscriptions: Subscription[] = [];
   private readonly inFlight = new Set<Promise<Disposition>>();
@@ -40,6 +42,15 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
+    try {
+      await this.openAll();
+    } catch (error) {
+      await this.closeSubscriptions();
+      throw error;
+    }
+  }
+
+  private async openAll(): Promise<void> {
     for (const { name, consumer, stream } of this.registry.all()) {
       await this.open(
         consumer.channel,
@@ -86,11 +97,21 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, BeforeAppli
     this.subscriptions.push(subscription);
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
+  async onModuleDestroy(): Promise<void> {
     this.drained = this.drain();
     await this.drained;
+    await this.closeSubscriptions();
+  }
+
+  private async closeSubscriptions(): Promise<void> {
     const subscriptions = this.subscriptions.splice(0);
-    await Promise.all(subscriptions.map((subscription) => subscription.close()));
+    await Promise.all(
+      subscriptions.map((subscription) =>
+        subscription.close().catch((error: unknown) => {
+          this.logger.warn(`closing a subscription failed: ${errorMessage(error)}`);
+        }),
+      ),
+    );
   }
 
   private async drain(): Promise<void> {

@@ -1,9 +1,14 @@
 import { randomUUID } from 'node:crypto';
+import { Injectable, Module, type OnModuleDestroy } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
 import {
+  InboxHandler,
+  InMemoryTransport,
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
   REQUEUE_COUNT_HEADER,
+  SequenceModule,
   SequenceOptionsError,
   SqliteOutboxStore,
   type HeaderMap,
@@ -80,6 +85,53 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect([...handler.callsPerId().values()]).toEqual([1, 1]);
     expect(t.broker.peek('events.TaskCreated')).toEqual([]); // every copy acked
     expect(handler.calls[0]).toMatchObject({ attempt: 1, inTransaction: false });
+  });
+
+  it('lets a handler in progress finish before modules the outbox does not import are destroyed', async () => {
+    @Injectable()
+    class Database implements OnModuleDestroy {
+      closed = false;
+      onModuleDestroy(): void {
+        this.closed = true;
+      }
+    }
+    @Module({ providers: [Database], exports: [Database] })
+    class DatabaseModule {}
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const seen: boolean[] = [];
+    @Injectable()
+    class Tasks {
+      constructor(private readonly database: Database) {}
+      @InboxHandler({ event: 'TaskCreated' })
+      async created(): Promise<void> {
+        seen.push(this.database.closed);
+        await released;
+        seen.push(this.database.closed);
+      }
+    }
+    @Module({ imports: [DatabaseModule], providers: [Tasks] })
+    class TasksModule {}
+    const broker = new InMemoryTransport();
+    owned.push(broker);
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({ transport: broker, sweepIntervalMs: false, outbox: inboxOptions }),
+        TasksModule,
+      ],
+    }).compile();
+    moduleRef.useLogger(false);
+    const app = await moduleRef.init();
+    const message = taskCreated();
+    await broker.publish('events.TaskCreated', message.body, message.headers);
+    await eventually(() => seen.length === 1, 'the handler running');
+
+    const closed = app.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    release();
+    await closed;
+
+    expect(seen).toEqual([false, false]);
   });
 
   it('drops a duplicate inside the retention window; once the id is purged, the same id is handled again', async () => {
