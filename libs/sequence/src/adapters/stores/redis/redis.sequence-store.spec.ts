@@ -627,6 +627,58 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       });
     });
 
+    /** Makes the store's next budget `forget` (the index step after a finish) fail once. */
+    function failNextForget(): void {
+      const budget = (store as unknown as { budget: RedisBudget }).budget;
+      const forget = budget.forget.bind(budget);
+      budget.forget = async (...args: Parameters<RedisBudget['forget']>) => {
+        budget.forget = forget;
+        throw new Error('index unreachable');
+      };
+    }
+
+    it('keeps a failed finish when its index step fails, and the sweep then counts the kept fragments until they go', async () => {
+      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      const failed = sequenceFixture(scope, ['f'.repeat(600), 'g']);
+      await store.accept(failed.fragments[0], context(t0, { limits }));
+      failNextForget();
+
+      await expect(
+        store.finish(failed.ref, 'failed', {
+          now: t0,
+          retentionMs: 120_000,
+          consumerId: 'consumer-a',
+        }),
+      ).resolves.toBe(true);
+      expect(await store.accept(failed.fragments[1], context(t0, { limits }))).toMatchObject({
+        status: 'finished',
+        outcome: 'failed',
+      });
+
+      const due = t0 + 61_000;
+      expect(await store.listExpired(due, 10)).toEqual([failed.ref]);
+      expect(await store.expire(failed.ref, due, 120_000)).toBeNull();
+      expect(await store.listExpired(due, 10)).toEqual([]);
+      expect(await store.stats(due)).toEqual({ openSequences: 0, bufferedBytes: 600 });
+      await store.listExpired(t0 + 121_000, 10);
+      expect(await store.stats(t0 + 121_000)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    });
+
+    it('reports an expired sequence once when the index step after expiring it fails', async () => {
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+      await store.accept(fragments[0], context(t0));
+      const due = t0 + 61_000;
+      failNextForget();
+
+      const expired = await store.expire(ref, due, 5_000);
+
+      expect(expired).toMatchObject({ sequenceId: ref.sequenceId, receivedPositions: [1] });
+      expect(await store.listExpired(due, 10)).toEqual([ref]);
+      expect(await store.expire(ref, due, 5_000)).toBeNull();
+      expect(await store.listExpired(due, 10)).toEqual([]);
+      expect(await store.stats(due)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    });
+
     it('rejects, rather than hangs, when Redis cannot be reached', async () => {
       const unreachable = RedisSequenceStore.connect('redis://127.0.0.1:1', {
         prefix,

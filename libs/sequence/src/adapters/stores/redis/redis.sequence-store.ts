@@ -55,6 +55,7 @@
  * that failed after its fragment was stored is repaired by the redelivery (a duplicate) and by
  * the next settlement or the sweeper (which re-reads the sequence's own keys).
  */
+import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
 import { newRedisClient, quitRedisClient } from './redis-client';
 import { setBodyUncopied } from './redis-body.writer';
@@ -91,6 +92,7 @@ import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkInteger } from '../../../sequence.options';
+import { errorMessage } from '../../../core/errors/caught';
 
 export interface RedisSequenceStoreOptions {
   /**
@@ -160,6 +162,7 @@ export class RedisSequenceStore implements SequenceStore {
   readonly name = 'redis';
   readonly verifiesReads: boolean;
 
+  private readonly logger = new Logger('RedisSequenceStore');
   private readonly keys: RedisKeys;
   private readonly scripts: Scripts;
   private readonly budget: RedisBudget;
@@ -365,12 +368,32 @@ export class RedisSequenceStore implements SequenceStore {
     const [finished, forgetEpoch, retainedBytes, retainUntil, releasedUntil, markerTtl] =
       reply.map(Number);
     if (finished !== 1) return false;
-    if (forgetEpoch > 0 || retainUntil > 0) {
-      const retained = retainUntil > 0 ? { until: retainUntil, bytes: retainedBytes } : undefined;
-      await this.budget.forget(member, forgetEpoch, markerTtl, retained);
-    }
-    if (releasedUntil > 0) await this.budget.releaseRetained(member, releasedUntil);
+    // The outcome is committed: the caller must act on it (dead-letter a failed sequence) even
+    // when the index step fails. The sweeper repairs the index (expire's 'stale').
+    await this.afterCommit('finish', ref, async () => {
+      if (forgetEpoch > 0 || retainUntil > 0) {
+        const retained = retainUntil > 0 ? { until: retainUntil, bytes: retainedBytes } : undefined;
+        await this.budget.forget(member, forgetEpoch, markerTtl, retained);
+      }
+      if (releasedUntil > 0) await this.budget.releaseRetained(member, releasedUntil);
+    });
     return true;
+  }
+
+  /**
+   * Runs the global index step that follows a committed per-sequence script. Its failure is
+   * logged, not thrown: what the script committed stands, and the sweeper finds the index
+   * record again and forgets it.
+   */
+  private async afterCommit(step: string, ref: SequenceRef, run: () => Promise<void>) {
+    try {
+      await run();
+    } catch (error) {
+      this.logger.warn(
+        `${step} of sequence ${ref.sequenceId} is committed, but updating the index failed ` +
+          `(${errorMessage(error)}); the expiry sweeper will correct it`,
+      );
+    }
   }
 
   async listExpired(now: number, limit: number): Promise<SequenceRef[]> {
@@ -395,16 +418,23 @@ export class RedisSequenceStore implements SequenceStore {
     )) as [string, ...unknown[]];
     switch (code) {
       case 'expired':
-        await this.budget.forget(member, epoch, Number(rest[0]));
+        await this.afterCommit('expiry', ref, () =>
+          this.budget.forget(member, epoch, Number(rest[0])),
+        );
         return expiredOf(ref, now, rest.slice(1));
       case 'not-due': {
         const settlement = toSettlement(rest[0] as Parameters<typeof toSettlement>[0]);
         if (settlement) await this.budget.settle(member, settlement);
         return null;
       }
-      case 'stale':
-        await this.budget.forget(member, epoch, this.marginMs);
+      case 'stale': {
+        // A failed sequence whose finish could not update the index: its kept fragments are
+        // counted from now on, until they are dropped.
+        const [retainUntil, retainedBytes] = rest.map(Number);
+        const retained = retainUntil > 0 ? { until: retainUntil, bytes: retainedBytes } : undefined;
+        await this.budget.forget(member, epoch, this.marginMs, retained);
         return null;
+      }
       case 'other':
         return null;
       default:

@@ -10,7 +10,10 @@
     {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}}
         dropped and marked 'expired'; the caller forgets the record
     {'not-due', settlement}   the index's due time was stale; the caller reschedules
-    {'stale'}                 no open sequence: the epoch is fenced; the caller forgets the record
+    {'stale', retainUntil, retainedBytes}
+                              no open sequence: the epoch is fenced; the caller forgets the record,
+                              recording the fragments a failed finish of this epoch keeps until
+                              retainUntil (0, 0 when none: that finish updated the index itself)
     {'other'}                 an open sequence under another epoch: leave everything as it is
 ]]
 --- @include "_sequence"
@@ -22,7 +25,10 @@ local epoch, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
 local s = readSequence(metaKey, crcKey)
 if s.state ~= 'open' then
   raiseFence(doneKey, fenceKey, epoch, margin)
-  return {'stale'}
+  if s.state == 'failed' and s.epoch == epoch and (s.retainUntil or 0) > now then
+    return {'stale', int(s.retainUntil), int(s.storedBytes)}
+  end
+  return {'stale', 0, 0}
 end
 if s.epoch ~= epoch then
   return {'other'}
