@@ -631,7 +631,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
     function failNextForget(): void {
       const budget = (store as unknown as { budget: RedisBudget }).budget;
       const forget = budget.forget.bind(budget);
-      budget.forget = async (...args: Parameters<RedisBudget['forget']>) => {
+      budget.forget = async () => {
         budget.forget = forget;
         throw new Error('index unreachable');
       };
