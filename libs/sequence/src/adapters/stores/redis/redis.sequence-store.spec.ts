@@ -679,6 +679,30 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(await store.stats(due)).toEqual({ openSequences: 0, bufferedBytes: 0 });
     });
 
+    it('forgets the sums of sequences whose keys all expired while no consumer ran', async () => {
+      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      const gone = sequenceFixture(scope, ['g'.repeat(400), 'h'.repeat(400)]);
+      await store.accept(gone.fragments[0], context(t0, { limits }));
+      // What TTL expiry does when every consumer is away longer than the keys' TTLs: the
+      // sequence's keys and the index go; the totals hash, renewed last with a longer TTL, stays.
+      const keys = new RedisKeys(prefix);
+      await redis.del(keys.global.open, keys.global.due, keys.global.first);
+      await redis.del(...(await sequenceKeysUnder()));
+      expect(await redis.exists(keys.global.totals)).toBe(1);
+
+      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      const next = sequenceFixture(scope, ['n'.repeat(500), 'm']);
+      expect(await store.accept(next.fragments[0], context(t0, { limits }))).toEqual({
+        status: 'stored',
+        opened: true,
+      });
+      expect(await store.stats(t0)).toEqual({
+        openSequences: 1,
+        bufferedBytes: 500,
+        oldestOpenAt: t0,
+      });
+    });
+
     it('rejects, rather than hangs, when Redis cannot be reached', async () => {
       const unreachable = RedisSequenceStore.connect('redis://127.0.0.1:1', {
         prefix,

@@ -31,8 +31,26 @@ local function writeRecord(member, r)
     int(r.epoch) .. ':' .. int(r.claim) .. ':' .. int(r.ver) .. ':' .. int(r.stored))
 end
 
+-- The hash each sum adds up. The totals hash can outlive it: when every consumer is away for
+-- longer than the keys' TTLs, the index expires with the sequences it counts, while the totals,
+-- renewed with the longest TTL, stay. A sum whose hash is gone is zero.
+local SUMMED = {claimed = openKey, stored = openKey, retained = retainedKey}
+
 local function total(field)
+  if rcall('EXISTS', SUMMED[field]) == 0 then
+    return 0
+  end
   return tonumber(rcall('HGET', totalsKey, field)) or 0
+end
+
+-- Called first by every script that changes a sum: drops the sums whose hash is gone.
+local function dropOrphanedTotals()
+  if rcall('EXISTS', openKey) == 0 then
+    rcall('HDEL', totalsKey, 'claimed', 'stored')
+  end
+  if rcall('EXISTS', retainedKey) == 0 then
+    rcall('HDEL', totalsKey, 'retained')
+  end
 end
 
 local function addTotal(field, delta)

@@ -11,6 +11,8 @@
 ]]
 --- @include "_global"
 
+dropOrphanedTotals()
+
 local member, epoch = ARGV[1], tonumber(ARGV[2])
 local retainUntil, retainedBytes, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 

@@ -9,6 +9,8 @@
 ]]
 --- @include "_global"
 
+dropOrphanedTotals()
+
 local member, expectedUntil = ARGV[1], tonumber(ARGV[2])
 local raw = rcall('HGET', retainedKey, member)
 if not raw then

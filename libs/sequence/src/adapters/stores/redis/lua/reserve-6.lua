@@ -14,6 +14,8 @@
 ]]
 --- @include "_global"
 
+dropOrphanedTotals()
+
 local member, increase, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local provisionalDue, maxOpen, maxBytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, evictBatch = tonumber(ARGV[7]), tonumber(ARGV[8])

@@ -11,6 +11,8 @@
 ]]
 --- @include "_global"
 
+dropOrphanedTotals()
+
 local member, epoch, ver = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local stored, firstAt, due = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local refund, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
