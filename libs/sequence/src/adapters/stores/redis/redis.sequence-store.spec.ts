@@ -161,6 +161,15 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(() => new RedisSequenceStore(redis, { prefix: 'app{1}' })).toThrow(/braces/);
     });
 
+    it('refuses a keyTtlMarginMs that is not a positive integer of milliseconds', () => {
+      for (const keyTtlMarginMs of [0, -1, 1.5]) {
+        expect(() => new RedisSequenceStore(redis, { prefix, keyTtlMarginMs })).toThrow(
+          SequenceOptionsError,
+        );
+      }
+      expect(() => new RedisSequenceStore(redis, { prefix, keyTtlMarginMs: 1 })).not.toThrow();
+    });
+
     it('sets a TTL on every key it writes', async () => {
       const { fragments } = sequenceFixture(scope, ['a', 'b', 'c']);
       await store.accept(fragments[0], context(t0));

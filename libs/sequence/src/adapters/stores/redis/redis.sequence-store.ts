@@ -181,6 +181,8 @@ export class RedisSequenceStore implements SequenceStore {
     this.readPieceBytes = options.readPieceBytes ?? 1024 * 1024;
     this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
     const problems: string[] = [];
+    // Redis refuses PX 0 and a fractional TTL, after a script's earlier writes (not undone).
+    checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 1);
     checkInteger(problems, 'readAhead', this.readAhead, 1);
     checkInteger(problems, 'readPieceBytes', this.readPieceBytes, INLINE_BODY_BYTES);
     if (
