@@ -153,6 +153,10 @@ export class ClaimCheckReceiver {
       this.logger.warn(
         `${channel}: the ${ledger.name} claim ledger failed; requeued: ${errorMessage(error)}`,
       );
+      // The claim may have been recorded with its reply lost (a timeout): without a release the
+      // redelivery would find the ticket busy until the lease ran out. Not awaited: when the
+      // ledger is down, the release fails on its own time.
+      void ledger.release(key, holder).catch(() => undefined);
       return this.requeue('claim ledger unavailable');
     }
 

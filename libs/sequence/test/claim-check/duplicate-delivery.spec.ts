@@ -1,4 +1,5 @@
-import { bytes } from '../support/sequence-test-app';
+import { MemoryClaimLedger } from 'nest-sequence';
+import { bytes, eventually } from '../support/sequence-test-app';
 import {
   claimMetric,
   createClaimCheckTestApp,
@@ -31,6 +32,29 @@ describe('claim check: a ticket delivered twice', () => {
     expect(t.transport.actionsOn(t.channel)).toEqual(['ack', 'ack']);
     expect(deathReasons(t.transport, t.channel)).toEqual([]);
     expect(await duplicates()).toBe(1);
+  });
+
+  it('a claim whose reply was lost is released: the redelivery is handled at once, not after leaseMs', async () => {
+    /** A ledger whose first `claim` is recorded, and then answers with an error (a timeout). */
+    class LostClaimReply extends MemoryClaimLedger {
+      lost = 1;
+      override async claim(...args: Parameters<MemoryClaimLedger['claim']>) {
+        const result = await super.claim(...args);
+        if (this.lost-- > 0) throw new Error('the reply was lost (injected by the test)');
+        return result;
+      }
+    }
+    t = await createClaimCheckTestApp({
+      module: { leaseMs: 60_000 },
+      claimCheck: { ledger: new LostClaimReply() },
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(2_000, 7));
+
+    await publishTicket(t.transport, t.channel, ticket);
+
+    await eventually(() => t.handler.calls === 1, 'the redelivery handled', 3_000);
+    await t.transport.whenIdle();
+    expect(t.transport.actionsOn(t.channel)).toEqual(['requeue', 'ack']);
   });
 
   it('two copies queued at once: one handler call, both acked, nothing dead-lettered', async () => {
