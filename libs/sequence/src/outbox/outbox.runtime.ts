@@ -90,6 +90,14 @@ export class OutboxRuntime
     for (const loop of this.loops.get(box) ?? []) loop.wake();
   }
 
+  /**
+   * Runs the retention purge now (the job runs it every `purgeIntervalMs`), or joins the one in
+   * progress; resolves to the number of records deleted.
+   */
+  purgeNow(): Promise<number> {
+    return this.purgeJob.run();
+  }
+
   /** Resolves once no relay or processor cycle is running or asked for (for tests). */
   async idle(): Promise<void> {
     for (const loop of [...this.loops.values()].flat()) await loop.idle();
@@ -211,13 +219,18 @@ export class OutboxRuntime
     let failure: Error | undefined;
     for (const box of BOX_NAMES) {
       const { retentionMs } = this.options.boxes[box];
-      if (retentionMs === false || this.stopped) continue;
+      if (retentionMs === false || this.purgeJob.stopping) continue;
       try {
-        deleted += await store.purge(box, {
-          // A retention longer than the epoch is old reaches before it: nothing is that old.
-          completedBefore: Math.max(0, Date.now() - retentionMs),
-          batchSize: this.options.purgeBatchSize,
-        });
+        // A retention longer than the epoch is old reaches before it: nothing is that old.
+        const completedBefore = Math.max(0, Date.now() - retentionMs);
+        const batchSize = this.options.purgeBatchSize;
+        // One statement at a time, so that a large backlog (retention just switched on) does not
+        // hold the shutdown: it stops between statements and goes on at the next interval.
+        while (!this.purgeJob.stopping) {
+          const purged = await store.purge(box, { completedBefore, batchSize, maxBatches: 1 });
+          deleted += purged;
+          if (purged < batchSize) break;
+        }
       } catch (error) {
         // One box failing must not leave the boxes after it unpurged.
         failure ??= asError(error);

@@ -31,7 +31,6 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
   private readonly logger = new Logger('Resequencer');
   private readonly job: IntervalJob<GapSweepReport>;
   /** Set at shutdown: a sweep in progress stops at the next key. */
-  private stopping = false;
 
   constructor(
     @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,
@@ -50,7 +49,6 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    this.stopping = true;
     await this.job.stop();
   }
 
@@ -63,8 +61,8 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
     const totals = { gapsResolved: 0, stalledDrained: 0 };
     for (const { resequencer } of this.registry.all()) {
       try {
-        if (this.stopping) break;
-        const report = await resequencer.sweep(now, () => this.stopping);
+        if (this.job.stopping) break;
+        const report = await resequencer.sweep(now, () => this.job.stopping);
         totals.gapsResolved += report.gapsResolved;
         totals.stalledDrained += report.stalledDrained;
       } catch (error) {

@@ -1,4 +1,5 @@
 import type { SchedulerRegistry } from '@nestjs/schedule';
+import { MAX_TIMER_MS } from '../core/async';
 
 /**
  * A periodic job of the module (a sweeper). It joins the app's `SchedulerRegistry` when the app
@@ -11,6 +12,7 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
 export class IntervalJob<T> {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<T> | undefined;
+  private stopped = false;
 
   constructor(
     private readonly name: string,
@@ -34,13 +36,35 @@ export class IntervalJob<T> {
     return this.running;
   }
 
-  /** Stops the timer; resolves once the run in progress, if any, has settled. */
-  async stop(): Promise<void> {
+  /** True once {@link stop} was called: work of many steps checks it between them. */
+  get stopping(): boolean {
+    return this.stopped;
+  }
+
+  /**
+   * Stops the timer; resolves once the run in progress, if any, has settled, or after `maxWaitMs`
+   * (a store call that never answers must not hold the application's shutdown forever). Resolves
+   * to false when that run was left running.
+   */
+  async stop(maxWaitMs: number = MAX_TIMER_MS): Promise<boolean> {
+    this.stopped = true;
     if (this.schedulerRegistry?.doesExist('interval', this.name)) {
       this.schedulerRegistry.deleteInterval(this.name);
     }
     clearInterval(this.timer);
     this.timer = undefined;
-    await this.running?.catch(() => undefined);
+    if (!this.running) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const settled = await Promise.race([
+      this.running.then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), maxWaitMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    return settled;
   }
 }

@@ -50,7 +50,17 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await this.job.stop();
+    // The sweep in progress stops after the batch it is reporting (each report is bounded by the
+    // hook's and the publish's timeouts); the store calls before it get shutdownTimeoutMs.
+    const { shutdownTimeoutMs, publish } = this.options;
+    const reportMs =
+      Math.max(shutdownTimeoutMs, publish.confirmTimeoutMs) + publish.confirmTimeoutMs;
+    if (!(await this.job.stop(shutdownTimeoutMs + reportMs))) {
+      this.logger.warn(
+        'the expiry sweep in progress did not finish before shutdown; the sequences it had not ' +
+          'claimed stay due for the next sweep',
+      );
+    }
   }
 
   /**
@@ -88,6 +98,8 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
       await Promise.all(claimed.map((expired) => this.report(expired)));
       expiredCount += claimed.length;
       if (failed > 0 || due.length < SWEEP_BATCH || claimed.length === 0) return expiredCount;
+      // Shutting down: what is left stays due (claimed sequences were all reported).
+      if (this.job.stopping) return expiredCount;
     }
   }
 

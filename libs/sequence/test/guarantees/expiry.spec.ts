@@ -95,6 +95,30 @@ describe('guarantees: expiry of incomplete sequences', () => {
     expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 0 });
   });
 
+  it('stops a sweep of a large backlog between batches when the application shuts down', async () => {
+    const channel = 'guarantees.expiry.shutdown';
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const onExpired = jest.fn(() => released);
+    const t = await start(channel, { onExpired, handler: { timeout: { ms: TIMEOUT_MS } } });
+    const firsts = Array.from(
+      { length: 250 },
+      (_, i) => makeFragments(`backlog-${i}`, bytes(2_000, i), 1_000)[0],
+    );
+    await publishAll(t.transport, channel, firsts);
+    await t.transport.whenIdle();
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 250 });
+
+    const sweeping = t.sweeper.sweep(Date.now() + TIMEOUT_MS + 1_000);
+    await eventually(() => onExpired.mock.calls.length > 0, 'the first batch reported');
+    const stopping = t.sweeper.beforeApplicationShutdown();
+    release();
+
+    expect(await sweeping).toBe(100);
+    await stopping;
+    expect(await t.store.stats(Date.now())).toMatchObject({ openSequences: 150 });
+  });
+
   it('calls onExpired once with the received and missing positions', async () => {
     const { t, onExpired, firstAt, lastAt } = await partialSequence(
       'guarantees.expiry.hook',

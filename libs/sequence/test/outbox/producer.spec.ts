@@ -8,6 +8,7 @@ import {
   MESSAGE_TYPE_HEADER,
   PublishRejectedError,
   PublishTimeoutError,
+  SqliteOutboxStore,
   type InboundMessage,
 } from 'nest-sequence';
 import { eventually } from '../support/sequence-test-app';
@@ -371,6 +372,42 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
       'the completed record purged',
     );
     expect((await t.outbox.record('outbox_events', failed))?.status).toBe('FAILED');
+  });
+
+  it('stops a purge of a large backlog between statements when the application shuts down', async () => {
+    // A store whose purge statements each take a while, and are counted.
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    const purge = store.purge.bind(store);
+    let statements = 0;
+    store.purge = async (...args) => {
+      statements++;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      return purge(...args);
+    };
+    try {
+      await start({
+        store,
+        outboxEvents: { ...FAST_BOX, retentionMs: 1 },
+        purgeIntervalMs: 1_000_000,
+        purgeBatchSize: 1,
+      });
+      await t.outbox.transaction(async (tx) => {
+        for (let i = 0; i < 100; i++) tx.publishEvent(placed(`o-${i}`));
+      });
+      await eventually(() => t.broker.peek('events.OrderPlaced').length === 100, 'published');
+      await t.runtime.idle();
+      const purging = t.runtime.purgeNow();
+      await eventually(() => statements > 0, 'the purge started');
+
+      await t.close();
+      const after = statements;
+      await purging.catch(() => undefined);
+
+      expect(after).toBeLessThan(10);
+      expect(statements).toBe(after);
+    } finally {
+      await store.close();
+    }
   });
 
   it('purges the commands box although the events box keeps its records longer than the epoch is old', async () => {
