@@ -162,6 +162,12 @@ describe('resolveSequenceOptions', () => {
       ],
       ['fragmentBytes 0', { fragmentBytes: 0 }, 'fragmentBytes must be an integer >= 1, got 0'],
       [
+        'a metrics.prefix Prometheus would refuse',
+        { metrics: { prefix: 'imaging-' } },
+        'metrics.prefix must be empty or a Prometheus metric name (letters, digits, _ and :, ' +
+          'not starting with a digit), got "imaging-"',
+      ],
+      [
         'a fractional fragmentBytes',
         { fragmentBytes: 1.5 },
         'fragmentBytes must be an integer >= 1, got 1.5',

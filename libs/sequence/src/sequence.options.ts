@@ -212,6 +212,15 @@ export function resolveSequenceOptions(
     consumerId:
       options.consumerId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
   };
+  if (
+    resolved.metrics !== false &&
+    !/^([a-zA-Z_:][a-zA-Z0-9_:]*)?$/.test(resolved.metrics.prefix)
+  ) {
+    problems.push(
+      'metrics.prefix must be empty or a Prometheus metric name (letters, digits, _ and :, not ' +
+        `starting with a digit), got ${JSON.stringify(resolved.metrics.prefix)}`,
+    );
+  }
   checkInteger(problems, 'maxBufferedBytes', resolved.maxBufferedBytes, 1);
   checkInteger(problems, 'maxOpenSequences', resolved.maxOpenSequences, 1);
   checkDelay(problems, 'backpressureDelayMs', resolved.backpressureDelayMs, 0);

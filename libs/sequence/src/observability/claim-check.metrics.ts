@@ -23,7 +23,7 @@ export class ClaimCheckMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     sequenceMetrics: SequenceMetrics,
   ) {
-    const { counter } = metricFactory(options, sequenceMetrics.registry);
+    const { counter } = metricFactory(options, sequenceMetrics);
 
     this.checkIns = counter('claim_check_payloads_checked_in_total', 'Payloads parked', ['store']);
     this.bytesStored = counter('claim_check_bytes_stored_total', 'Payload bytes parked', ['store']);

@@ -27,7 +27,7 @@ export class OutboxMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     sequenceMetrics: SequenceMetrics,
   ) {
-    const { counter, gauge, histogram } = metricFactory(options, sequenceMetrics.registry);
+    const { counter, gauge, histogram } = metricFactory(options, sequenceMetrics);
     this.published = counter(
       'outbox_published_total',
       'Outbox records published with a confirm (every route of the record)',

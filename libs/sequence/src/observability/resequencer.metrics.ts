@@ -23,7 +23,7 @@ export class ResequencerMetrics {
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
     sequenceMetrics: SequenceMetrics,
   ) {
-    const { counter, gauge } = metricFactory(options, sequenceMetrics.registry);
+    const { counter, gauge } = metricFactory(options, sequenceMetrics);
 
     this.events = counter(
       'resequencer_events_total',

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
 import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
@@ -9,9 +9,11 @@ import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.
  * stats when scraped, so with a shared store they describe the shared state.
  */
 @Injectable()
-export class SequenceMetrics {
+export class SequenceMetrics implements OnApplicationShutdown {
   /** The registry holding these metrics (the one passed in options, or the module's own). */
   readonly registry: Registry;
+  /** Names of the module's metrics in that registry (its own and the other patterns'). */
+  private readonly names = new Set<string>();
   private readonly started: Counter<'channel'>;
   private readonly completed: Counter<'channel'>;
   private readonly expired: Counter<'channel'>;
@@ -34,7 +36,7 @@ export class SequenceMetrics {
     this.registry = (options.metrics !== false && options.metrics.registry) || new Registry();
     const registers = options.metrics === false ? [] : [this.registry];
     const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
-      new Counter<L>({ name: prefix + name, help, labelNames, registers });
+      new Counter<L>({ name: this.adopt(prefix + name), help, labelNames, registers });
 
     this.started = counter('sequences_started_total', 'Sequences whose first fragment was stored', [
       'channel',
@@ -70,12 +72,12 @@ export class SequenceMetrics {
       ['channel', 'limit'],
     );
     this.statsFailures = new Counter({
-      name: prefix + 'store_stats_failures_total',
+      name: this.adopt(prefix + 'store_stats_failures_total'),
       help: 'Scrapes at which the store could not report its stats (gauges kept their last value)',
       registers,
     });
     this.latency = new Histogram({
-      name: prefix + 'reassembly_latency_seconds',
+      name: this.adopt(prefix + 'reassembly_latency_seconds'),
       help: 'From a sequence first fragment to its handler having succeeded',
       labelNames: ['channel'],
       buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
@@ -97,7 +99,7 @@ export class SequenceMetrics {
       return lastStats;
     };
     new Gauge({
-      name: prefix + 'open_sequences',
+      name: this.adopt(prefix + 'open_sequences'),
       help: 'Sequences with fragments buffered and not yet complete',
       registers,
       async collect() {
@@ -106,7 +108,7 @@ export class SequenceMetrics {
       },
     });
     new Gauge({
-      name: prefix + 'buffered_bytes',
+      name: this.adopt(prefix + 'buffered_bytes'),
       help: 'Fragment bytes held by the store',
       registers,
       async collect() {
@@ -115,7 +117,7 @@ export class SequenceMetrics {
       },
     });
     new Gauge({
-      name: prefix + 'oldest_open_age_seconds',
+      name: this.adopt(prefix + 'oldest_open_age_seconds'),
       help: 'Age of the oldest open sequence',
       registers,
       async collect() {
@@ -125,6 +127,22 @@ export class SequenceMetrics {
         this.set(oldestOpenAt === undefined ? 0 : (Date.now() - oldestOpenAt) / 1000);
       },
     });
+  }
+
+  /** Records `name` as one of the module's metrics (see {@link onApplicationShutdown}). */
+  adopt(name: string): string {
+    this.names.add(name);
+    return name;
+  }
+
+  /**
+   * Takes the module's metrics out of the registry. In a registry of the application's own (say
+   * prom-client's global one), the next application in the process (a test suite's next test)
+   * can then register them again, and scrapes no longer call this one's closed store.
+   */
+  onApplicationShutdown(): void {
+    for (const name of this.names) this.registry.removeSingleMetric(name);
+    this.names.clear();
   }
 
   fragmentReceived(channel: string, bytes: number): void {

@@ -158,6 +158,27 @@ describe('guarantees: metrics', () => {
     }
   });
 
+  it("takes its metrics out of a registry of the application's own at shutdown, so the next application can use it", async () => {
+    const channel = 'guarantees.metrics.shared-registry';
+    const registry = new Registry();
+    const first = await createSequenceTestApp(channel, { metrics: { registry } });
+    expect(registry.getSingleMetric('nest_sequence_open_sequences')).toBeDefined();
+    expect(registry.getSingleMetric('nest_sequence_outbox_published_total')).toBeDefined();
+    await first.close();
+    expect(await registry.getMetricsAsJSON()).toEqual([]);
+
+    const second = await createSequenceTestApp(channel, { metrics: { registry } });
+    try {
+      await publishAll(second.transport, channel, makeFragments('again', bytes(1_500, 96), 1_000));
+      await second.transport.whenIdle();
+      expect(
+        await metricValue(registry, 'nest_sequence_sequences_completed_total', { channel }),
+      ).toBe(1);
+    } finally {
+      await second.close();
+    }
+  });
+
   it('registers nothing when metrics are disabled', async () => {
     const channel = 'guarantees.metrics.off';
     const t = await createSequenceTestApp(channel, { metrics: false });
