@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { withTimeout } from '../core/async';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
 import { BOX_NAMES, type BoxName } from '../ports/outbox-store.port';
 import {
@@ -11,7 +12,10 @@ import {
 // A type alias, not an interface: terminus takes the details as a `Record<string, unknown>`.
 export type OutboxHealthDetails = {
   readonly store: SequenceDependencyHealth;
-  /** `FAILED` records per box (they wait for an operator; they do not make the check fail). */
+  /**
+   * `FAILED` records per box (they wait for an operator; they do not make the check fail).
+   * Left out when counting failed or took longer than the timeout.
+   */
   readonly failed?: Readonly<Partial<Record<BoxName, number>>>;
 };
 
@@ -51,10 +55,16 @@ export class OutboxHealthIndicator {
     );
     if (store.status === 'down') return indicator.down({ store });
     const ready = await opened;
-    const failed: Partial<Record<BoxName, number>> = {};
-    for (const box of BOX_NAMES) {
-      failed[box] = (await ready.stats(box)).failed;
-    }
-    return indicator.up({ store: { ...store, name: ready.name }, failed });
+    // The counts are details: counting slowly (a large table) or failing must neither hold the
+    // probe past its timeout nor turn a database that answered into a failed check.
+    const failed = await withTimeout(
+      Promise.all(BOX_NAMES.map(async (box) => [box, (await ready.stats(box)).failed] as const)),
+      timeoutMs,
+      () => new Error(`the FAILED counts took over ${timeoutMs} ms`),
+    ).then(
+      (counts): Partial<Record<BoxName, number>> => Object.fromEntries(counts),
+      () => undefined,
+    );
+    return indicator.up({ store: { ...store, name: ready.name }, ...(failed && { failed }) });
   }
 }
