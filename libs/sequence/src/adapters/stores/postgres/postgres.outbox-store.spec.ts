@@ -332,6 +332,37 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       }
     });
 
+    it('sends no ROLLBACK behind a statement that timed out, when the work threw an error of its own', async () => {
+      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: 1_000 });
+      const timedStore = new PostgresOutboxStore(timed, { tablePrefix });
+      const locker = new Client({ connectionString: URL });
+      await locker.connect();
+      try {
+        await locker.query('BEGIN');
+        await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+        let thrownAt = 0;
+        const transaction = timedStore.transaction(async (tx) => {
+          await tx.query(`SELECT 1 FROM ${tablePrefix}${BOX}`).catch(() => {
+            thrownAt = Date.now();
+            throw new Error('order service unavailable'); // the application's own error
+          });
+        });
+
+        await expect(transaction).rejects.toThrow('order service unavailable');
+        // Before, a ROLLBACK was sent and waited a second query_timeout behind the statement.
+        expect(Date.now() - thrownAt).toBeLessThan(500);
+        await locker.query('ROLLBACK');
+        await expect(
+          timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
+        ).resolves.toMatchObject({ claimed: 2, completed: 2 });
+      } finally {
+        await locker.query('ROLLBACK').catch(() => undefined);
+        await locker.end();
+        await timedStore.close();
+        await timed.end();
+      }
+    });
+
     it('does not exhaust its pool however many claims fail', async () => {
       for (let attempt = 0; attempt < 20; attempt++) {
         await expect(

@@ -22,6 +22,11 @@ export class PostgresStoreTransaction implements StoreTransaction {
 
   constructor(readonly client: PoolClient) {}
 
+  /** The error that made the connection unusable, if a statement met one (caught or not). */
+  get brokenBy(): Error | undefined {
+    return this.broken;
+  }
+
   async query<Row = Record<string, unknown>>(
     sql: string,
     params: readonly unknown[] = [],
@@ -143,6 +148,9 @@ export async function inTransaction<T>(
   } catch (error) {
     transaction.settle();
     if (isConnectionError(error)) broken ??= error as Error;
+    // The work may have caught that error and thrown one of its own: the client is still busy
+    // with the statement, so a ROLLBACK would wait a second query_timeout behind it.
+    broken ??= transaction.brokenBy;
     if (!broken) {
       try {
         await client.query('ROLLBACK');
