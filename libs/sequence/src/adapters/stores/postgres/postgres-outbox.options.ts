@@ -75,8 +75,10 @@ const WHERE = 'PostgresOutboxStore options';
 export function resolvePostgresOutboxOptions(
   options: PostgresOutboxStoreOptions,
 ): ResolvedPostgresOutboxOptions {
-  const tablePrefix = options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix;
-  assertTablePrefix(tablePrefix, WHERE);
+  assertTablePrefix(options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix, WHERE);
+  // Unquoted in SQL, the prefix is folded to lower case by PostgreSQL: 'App_' and 'app_' name
+  // the same tables, so they must also give the same lock keys and notify channel.
+  const tablePrefix = (options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix).toLowerCase();
   const notifyChannel =
     options.notifyChannel ?? `${tablePrefix}${POSTGRES_OUTBOX_DEFAULTS.channelSuffix}`;
   const listenBackoffMs = options.listenBackoffMs ?? POSTGRES_OUTBOX_DEFAULTS.listenBackoffMs;

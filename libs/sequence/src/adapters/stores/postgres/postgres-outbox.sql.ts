@@ -71,7 +71,7 @@ export function assertTablePrefix(
 
 /** `<tablePrefix><box>`: the table of one box. */
 export function boxTable(tablePrefix: string, box: BoxName): string {
-  return `${tablePrefix}${box}`;
+  return `${tablePrefix.toLowerCase()}${box}`;
 }
 
 /** The statements that keep track of migrations (`<tablePrefix>outbox_migrations`). */
@@ -171,7 +171,8 @@ function withoutComments(sql: string): string {
 }
 
 function fillPrefix(template: string, tablePrefix: string): string {
-  return template.replace(/\{\{prefix\}\}/g, tablePrefix);
+  // As PostgreSQL folds it in the table names: the lock keys made of it must agree.
+  return template.replace(/\{\{prefix\}\}/g, tablePrefix.toLowerCase());
 }
 
 function fillTable(template: string, table: string): string {

@@ -95,6 +95,26 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       );
     });
 
+    it('takes a prefix in capitals as PostgreSQL does, in lower case: one set of tables, locks and wake-ups', async () => {
+      const upper = PostgresOutboxStore.connect(URL, {
+        tablePrefix: tablePrefix.toUpperCase(),
+        pool: { max: 2 },
+      });
+      try {
+        expect(upper.tablePrefix).toBe(tablePrefix);
+        expect(upper.notifyChannel).toBe(store.notifyChannel);
+        await expect(Promise.all([upper.migrate(), store.migrate()])).resolves.toBeDefined();
+        await appendCommitted(['written-by-lower']);
+        await expect(
+          upper.claim(BOX, { limit: 10, now: Date.now() }, async (batch) =>
+            batch.records.map((each) => ({ id: each.id, status: 'completed' as const })),
+          ),
+        ).resolves.toMatchObject({ claimed: 1, completed: 1 });
+      } finally {
+        await upper.close();
+      }
+    });
+
     it('bounds every statement of a pool it creates and keeps its connections alive; settings given win', async () => {
       const options = (created: PostgresOutboxStore) =>
         (created as unknown as { pool: Pool & { options: Record<string, unknown> } }).pool.options;
