@@ -61,6 +61,53 @@ describe('BoxLoop', () => {
     expect(calls).toBe(2);
   });
 
+  it('a wake-up during a failing cycle is kept: one more cycle shortly after, not at the next poll', async () => {
+    let calls = 0;
+    let fail: (error: Error) => void = () => undefined;
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async () => {
+        calls++;
+        if (calls === 1) await new Promise<void>((_, reject) => (fail = reject));
+        return false;
+      },
+      quiet,
+    );
+    loop.start(60_000); // the first cycle, which fails while a commit wakes the loop
+    loop.wake();
+    fail(new Error('connection terminated'));
+    await loop.idle();
+
+    const deadline = Date.now() + 2_000;
+    while (calls < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(calls).toBe(2);
+    await loop.stop();
+  });
+
+  it('stopping cancels the cycle a failure had scheduled', async () => {
+    let calls = 0;
+    let fail: (error: Error) => void = () => undefined;
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async () => {
+        calls++;
+        await new Promise<void>((_, reject) => (fail = reject));
+        return false;
+      },
+      quiet,
+    );
+    loop.start(60_000);
+    loop.wake();
+    fail(new Error('connection terminated'));
+    await loop.idle();
+    await loop.stop();
+
+    await new Promise((r) => setTimeout(r, 600));
+    expect(calls).toBe(1);
+  });
+
   it('polls every pollIntervalMs once started', async () => {
     let calls = 0;
     const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(++calls < 0), quiet);

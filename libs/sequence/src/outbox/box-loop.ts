@@ -1,6 +1,9 @@
 import type { BoxName } from '../ports/outbox-store.port';
 import type { Logger } from '@nestjs/common';
 
+/** How soon a cycle that failed while woken is tried again. */
+const RETRY_AFTER_FAILURE_MS = 250;
+
 /**
  * Runs one box's cycle (a relay's or an inbox processor's claim) whenever it is woken, and every
  * `pollIntervalMs` as a safety net. Cycles never overlap: a wake-up during a cycle runs one more
@@ -12,6 +15,8 @@ export class BoxLoop {
   private running: Promise<void> | undefined;
   private again = false;
   private stopped = false;
+  /** The one more try a wake-up during a failed cycle asked for. */
+  private retry: NodeJS.Timeout | undefined;
 
   constructor(
     readonly box: BoxName,
@@ -48,6 +53,8 @@ export class BoxLoop {
     this.stopped = true;
     clearInterval(this.timer);
     this.timer = undefined;
+    clearTimeout(this.retry);
+    this.retry = undefined;
     await this.idle();
   }
 
@@ -57,8 +64,16 @@ export class BoxLoop {
       try {
         while (!this.stopped && (await this.cycle()));
       } catch (error) {
-        // The store or the broker is away: the next wake-up or poll tries again.
+        // The store or the broker is away: the next wake-up or poll tries again. A wake-up that
+        // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.
         this.logger.warn(`${this.name}: ${(error as Error).message ?? String(error)}`);
+        if (this.again && !this.stopped) {
+          this.retry ??= setTimeout(() => {
+            this.retry = undefined;
+            this.wake();
+          }, RETRY_AFTER_FAILURE_MS);
+          this.retry.unref();
+        }
         return;
       }
     } while (this.again && !this.stopped);
