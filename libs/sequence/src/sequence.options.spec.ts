@@ -231,6 +231,11 @@ describe('resolveSequenceOptions', () => {
       ],
       ['prefetch 0', { prefetch: 0 }, 'prefetch must be an integer >= 1, got 0'],
       [
+        'a prefetch above what RabbitMQ takes',
+        { prefetch: 65_536 },
+        'prefetch must be at most 65535, got 65536',
+      ],
+      [
         'an empty deadLetterChannel',
         { deadLetterChannel: '' },
         'deadLetterChannel must not be empty',

@@ -11,7 +11,7 @@ import type {
   SequenceStore,
   ExpiredSequence,
 } from './ports/sequence-store.port';
-import type { Transport } from './ports/transport.port';
+import { MAX_PREFETCH, type Transport } from './ports/transport.port';
 import type { ClaimCheckOptions } from './claim-check/claim-check.options';
 import type { ResequencerModuleOptions } from './resequencer/resequencer.options';
 import type { OutboxModuleOptions } from './outbox/outbox.options';
@@ -308,7 +308,7 @@ function resolveConsumerOptionsInto(
   checkInteger(problems, 'maxSequenceBytes', resolved.maxSequenceBytes, 1);
   checkInteger(problems, 'maxFragments', resolved.maxFragments, 1);
   checkInteger(problems, 'maxFragmentBytes', resolved.maxFragmentBytes, 1);
-  checkInteger(problems, 'prefetch', resolved.prefetch, 1);
+  checkPrefetch(problems, 'prefetch', resolved.prefetch);
   if (resolved.deadLetterChannel !== undefined && resolved.deadLetterChannel.length === 0) {
     problems.push('deadLetterChannel must not be empty');
   }
@@ -357,6 +357,19 @@ export function checkDelay(problems: string[], name: string, value: unknown, min
     problems.push(
       `${name} must be at most ${MAX_TIMER_MS} ms (the longest a timer waits), got ${String(value)}`,
     );
+    return false;
+  }
+  return true;
+}
+
+/**
+ * {@link checkInteger} for a subscription's `prefetch`: also at most {@link MAX_PREFETCH}
+ * (RabbitMQ's limit, which a subscription on the broker would fail at bootstrap).
+ */
+export function checkPrefetch(problems: string[], name: string, value: unknown): boolean {
+  if (!checkInteger(problems, name, value, 1)) return false;
+  if ((value as number) > MAX_PREFETCH) {
+    problems.push(`${name} must be at most ${MAX_PREFETCH}, got ${String(value)}`);
     return false;
   }
   return true;

@@ -1,7 +1,7 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { definedOnly } from '../core/objects';
 import type { BoxName, OutboxStore } from '../ports/outbox-store.port';
-import { checkDelay, checkInteger } from '../sequence.options';
+import { checkDelay, checkInteger, checkPrefetch } from '../sequence.options';
 import { SERVICE_NAME_PATTERN, type OutboxCommand, type OutboxEvent } from './outbox-message';
 
 /** One box's relay (outbox) or processor (inbox). */
@@ -206,7 +206,7 @@ export function resolveOutboxOptions(
     }),
   };
   checkDelay(problems, 'outbox.publishTimeoutMs', resolved.publishTimeoutMs, 1);
-  checkInteger(problems, 'outbox.inboxPrefetch', resolved.inboxPrefetch, 1);
+  checkPrefetch(problems, 'outbox.inboxPrefetch', resolved.inboxPrefetch);
   checkInteger(problems, 'outbox.purgeBatchSize', resolved.purgeBatchSize, 1);
   if (resolved.purgeIntervalMs !== false) {
     checkDelay(problems, 'outbox.purgeIntervalMs', resolved.purgeIntervalMs, 10);

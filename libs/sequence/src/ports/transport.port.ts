@@ -159,6 +159,13 @@ export function defaultDeadLetterChannel(channel: string): string {
  */
 export const REQUEUE_COUNT_HEADER = 'x-requeue-count';
 
+/**
+ * The largest `prefetch` a subscription takes: RabbitMQ's `basic.qos` prefetch count is an
+ * unsigned 16-bit number (0 would mean unlimited). Every transport keeps to it, so that options
+ * that work on the embedded transport work on the broker.
+ */
+export const MAX_PREFETCH = 65_535;
+
 /** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */
 export function requeueCount(headers: Readonly<Record<string, unknown>>): number {
   const value = Number(headers[REQUEUE_COUNT_HEADER] ?? 0);

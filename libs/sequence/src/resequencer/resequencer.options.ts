@@ -6,7 +6,12 @@ import {
   type GapPolicy,
   type ResequencerStore,
 } from '../ports/resequencer-store.port';
-import { checkDelay, checkInteger, type HandlerRetryOptions } from '../sequence.options';
+import {
+  checkDelay,
+  checkInteger,
+  checkPrefetch,
+  type HandlerRetryOptions,
+} from '../sequence.options';
 import type { GapEvent } from './gap-event';
 import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
 
@@ -236,7 +241,7 @@ export function resolveDefinition(
   checkInteger(problems, 'handlerRetry.attempts', handlerRetry.attempts, 1);
   checkDelay(problems, 'handlerRetry.baseDelayMs', handlerRetry.baseDelayMs, 0);
   const prefetch = definition.prefetch ?? sequence.prefetch;
-  checkInteger(problems, 'prefetch', prefetch, 1);
+  checkPrefetch(problems, 'prefetch', prefetch);
   if (definition.deadLetterChannel !== undefined && definition.deadLetterChannel.length === 0) {
     problems.push('deadLetterChannel must not be empty');
   }

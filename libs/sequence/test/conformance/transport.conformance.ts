@@ -3,6 +3,7 @@ import { MessageTooLargeError } from '../../src/core/errors/message-too-large.er
 import type { HeaderMap } from '../../src/core/headers';
 import {
   headerBytes,
+  MAX_PREFETCH,
   REQUEUE_COUNT_HEADER,
   type Disposition,
   type InboundMessage,
@@ -360,6 +361,18 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       waiting.forEach((release) => release());
       await eventually(() => done === total, 'every message');
       expect(mostInHandler).toBe(prefetch);
+    });
+
+    it('refuses a prefetch RabbitMQ cannot take (0, or above 65535), opening no subscription', async () => {
+      const channel = newChannel();
+      for (const prefetch of [0, MAX_PREFETCH + 1]) {
+        await expect(transport.subscribe(channel, async () => ACK, { prefetch })).rejects.toThrow(
+          /prefetch/,
+        );
+      }
+      await transport.publish(channel, Buffer.from('kept'), {});
+      const { received } = await collect(channel, { prefetch: MAX_PREFETCH });
+      await eventually(() => received.length === 1, 'the message, to the one subscription');
     });
 
     it('rejects a message larger than maxMessageBytes with MessageTooLargeError', async () => {

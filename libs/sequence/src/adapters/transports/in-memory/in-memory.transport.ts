@@ -4,6 +4,7 @@ import { SequenceHeader, type HeaderMap } from '../../../core/headers';
 import {
   defaultDeadLetterChannel,
   headerBytes,
+  MAX_PREFETCH,
   toDisposition,
   withRequeueCount,
   type InboundMessage,
@@ -98,8 +99,10 @@ export class InMemoryTransport implements Transport {
     if (this.closed)
       throw new Error(`in-memory transport is closed: cannot subscribe to ${channel}`);
     const prefetch = options.prefetch ?? DEFAULT_PREFETCH;
-    if (!Number.isSafeInteger(prefetch) || prefetch < 1) {
-      throw new RangeError(`prefetch must be a positive integer, got ${String(prefetch)}`);
+    if (!Number.isSafeInteger(prefetch) || prefetch < 1 || prefetch > MAX_PREFETCH) {
+      throw new RangeError(
+        `prefetch must be an integer from 1 to ${MAX_PREFETCH} (as on RabbitMQ), got ${String(prefetch)}`,
+      );
     }
     // Deliveries run in the subscriber's async context, as a broker's would: never in the
     // publisher's (whose AsyncLocalStorage state, such as an open transaction, is not theirs).

@@ -1,6 +1,7 @@
 import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
+import { MAX_PREFETCH } from '../../../ports/transport.port';
 
 /** Queue types the transport can declare; both are durable. */
 export type RabbitMqQueueType = 'classic' | 'quorum';
@@ -55,9 +56,6 @@ export const RABBITMQ_TRANSPORT_DEFAULTS: ResolvedRabbitMqTransportOptions = {
   deadLetterSuffix: '.dlq',
   prefetch: 16,
 };
-
-/** RabbitMQ's `basic.qos` prefetch count is an unsigned 16-bit number; 0 would mean unlimited. */
-export const MAX_PREFETCH = 65_535;
 
 /** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
 export function resolveRabbitMqTransportOptions(
