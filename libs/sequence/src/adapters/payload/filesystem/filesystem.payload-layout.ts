@@ -182,3 +182,13 @@ export function hasCode(error: unknown, code: string): boolean {
 
 export const isMissing = (error: unknown): boolean =>
   hasCode(error, 'ENOENT') || hasCode(error, 'ENOTDIR');
+
+/** fsyncs a directory: the entries created, renamed or removed in it last. */
+export async function syncDirectory(directory: string): Promise<void> {
+  const handle = await open(directory, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}

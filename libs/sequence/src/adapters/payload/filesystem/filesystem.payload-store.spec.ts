@@ -21,6 +21,7 @@ import {
 } from '../../../../test/conformance/payload-store.conformance';
 import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../../core/errors';
 import type { PutOptions } from '../../../ports/payload-store.port';
+import * as layoutFiles from './filesystem.payload-layout';
 import { FilesystemPayloadStore } from './filesystem.payload-store';
 
 /** One directory per run; each store gets a root inside it, removed with it after the run. */
@@ -363,5 +364,54 @@ describe('FilesystemPayloadStore', () => {
 
       expect(failures).toEqual([]);
     });
+  });
+});
+
+describe('FilesystemPayloadStore with fsync: what it syncs', () => {
+  const options = (now: number): PutOptions => ({
+    now,
+    expiresAt: now + HOUR,
+    published: false,
+  });
+
+  /** The directories synced while `work` runs. */
+  async function directoriesSynced(work: () => Promise<unknown>): Promise<string[]> {
+    const spy = jest.spyOn(layoutFiles, 'syncDirectory');
+    try {
+      await work();
+      return spy.mock.calls.map(([directory]) => directory);
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  it('syncs every directory a put created, from the root down, so the new entries survive a power loss', async () => {
+    const root = freshRoot();
+    const store = new FilesystemPayloadStore({ root, fsync: true });
+    let ref = '';
+    const synced = await directoriesSynced(async () => {
+      ({ ref } = await store.put(Buffer.from('study'), options(Date.now())));
+    });
+    const [year, month, day] = ref.split('/');
+
+    expect(synced).toEqual(
+      expect.arrayContaining([
+        root,
+        join(root, year),
+        join(root, year, month),
+        join(root, year, month, day),
+      ]),
+    );
+  });
+
+  it('syncs the directory after markPublished, so the published state and the gone marker last', async () => {
+    const root = freshRoot();
+    const store = new FilesystemPayloadStore({ root, fsync: true });
+    const { ref } = await store.put(Buffer.from('study'), options(Date.now()));
+    const [year, month, day] = ref.split('/');
+
+    const synced = await directoriesSynced(() => store.markPublished(ref));
+
+    expect(synced).toContain(join(root, year, month, day));
   });
 });

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { constants, createWriteStream } from 'node:fs';
-import { access, lstat, mkdir, open, realpath, rename, stat, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { access, lstat, mkdir, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ClaimCheckNotFoundError } from '../../../core/errors';
@@ -35,6 +35,7 @@ import {
   unlinkIfPresent,
   writeFileAtomically,
 } from './filesystem.payload-sidecar';
+import * as layoutFiles from './filesystem.payload-layout';
 import { findSweepCandidates } from './filesystem.payload-sweep';
 
 /**
@@ -68,7 +69,7 @@ export class FilesystemPayloadStore implements PayloadStore {
     const id = randomUUID();
     const ref = [...daySegments(options.expiresAt), id].join('/');
     const files = layout.filesFor(ref);
-    await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
+    const created = await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
     await layout.directoryExists(ref, files.directory);
     const temporary = join(files.directory, temporaryName(id, randomUUID()));
     try {
@@ -85,7 +86,13 @@ export class FilesystemPayloadStore implements PayloadStore {
       if (!options.published) await writeFile(files.marker, '', { flag: 'wx', mode: FILE_MODE });
       await writeFileAtomically(files.sidecar, encodeSidecar(sidecar), this.fsync);
       await rename(temporary, files.data);
-      if (this.fsync) await syncDirectory(files.directory);
+      if (this.fsync) {
+        // The new files' entries, and those of the directories this put created (a new day,
+        // month or year): each lives in its parent directory.
+        for (const directory of [...parentsOfCreated(created, files.directory), files.directory]) {
+          await layoutFiles.syncDirectory(directory);
+        }
+      }
       return { ref, bytes };
     } catch (error) {
       // The id is fresh, so every one of these files is this call's own.
@@ -144,6 +151,9 @@ export class FilesystemPayloadStore implements PayloadStore {
     }
     // Marker after sidecar: a crash between the two leaves a stale marker, which sweeps remove.
     await unlinkIfPresent(files.marker);
+    // The sidecar's rename and the marker's removal are entries of the directory: without this,
+    // a power loss could bring back an unpublished payload that a sweep would then delete.
+    if (this.fsync) await layoutFiles.syncDirectory(files.directory);
     if (await isRegularFile(files.data)) return true;
     // A delete ran meanwhile; do not leave the sidecar we rewrote behind it.
     await unlinkIfPresent(files.sidecar);
@@ -228,11 +238,15 @@ async function isRegularFile(path: string): Promise<boolean> {
   }
 }
 
-async function syncDirectory(directory: string): Promise<void> {
-  const handle = await open(directory, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
+/**
+ * The directories whose entries `mkdir -p` changed: the parent of the first one it created
+ * (`created`, undefined when none was), down to the parent of `directory`.
+ */
+function parentsOfCreated(created: string | undefined, directory: string): string[] {
+  if (created === undefined) return [];
+  const parents: string[] = [];
+  for (let current = directory; current !== dirname(created); current = dirname(current)) {
+    parents.unshift(dirname(current));
   }
+  return parents;
 }
