@@ -37,19 +37,30 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
   protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
     const outcomes: RecordOutcome[] = [];
     const heldBack = new Set<string>();
+    // What the batch's handlers recorded, written once at its end. Written record by record, an
+    // ordered box's aggregate locks were taken in the order of the records, and held to the
+    // claim's commit: a business transaction locking the same aggregates (in key order) deadlocked
+    // with the batch. One write takes them all at once, in key order.
+    const recorded = new OutboxTransaction(batch.transaction);
     for (const record of batch.records) {
       if (this.stopping) break;
       if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
-      const outcome = await this.process(record, batch);
+      const outcome = await this.process(record, batch, recorded);
       outcomes.push(outcome);
       if (outcome.status !== 'completed' && record.partitionKey !== null) {
         heldBack.add(record.partitionKey);
       }
     }
+    // Events and commands the handlers recorded go out with their writes.
+    await recorded.flush(this.store, this.orderedBoxes);
     return outcomes;
   }
 
-  private async process(record: StoredRecord, batch: ClaimedBatch): Promise<RecordOutcome> {
+  private async process(
+    record: StoredRecord,
+    batch: ClaimedBatch,
+    recorded: OutboxTransaction,
+  ): Promise<RecordOutcome> {
     const handler = this.handlers.find(record.kind, record.type);
     if (!handler) {
       // Received by an instance that had a handler (another version?): retried, so that one that
@@ -79,12 +90,12 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       await batch.transaction.savepoint(async () => {
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
         await transaction.within(async () => handler.handle(message, context));
-        // Events and commands the handler recorded go out with its writes.
-        await transaction.flush(this.store, this.orderedBoxes);
       });
     } catch (error) {
       return this.failed(record, error);
     }
+    // Kept only once its savepoint is released: a handler undone takes its messages with it.
+    recorded.adopt(transaction);
     this.metrics.processedOne(this.box, record.createdAt);
     return { id: record.id, status: 'completed' };
   }

@@ -1,13 +1,14 @@
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { OutboxTransactionFinishedError } from '../core/errors/outbox-transaction-finished.error';
-import type {
-  BoxName,
-  MessageKind,
-  NewBoxRecord,
-  OutboxDialect,
-  OutboxStore,
-  SqlExecutor,
-  StoreTransaction,
+import {
+  BOX_NAMES,
+  type BoxName,
+  type MessageKind,
+  type NewBoxRecord,
+  type OutboxDialect,
+  type OutboxStore,
+  type SqlExecutor,
+  type StoreTransaction,
 } from '../ports/outbox-store.port';
 import type { CommandInput, EventInput } from './outbox-message';
 import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
@@ -136,8 +137,11 @@ export class OutboxTransaction {
    */
   async flush(store: OutboxStore, ordered: ReadonlySet<BoxName> = new Set()): Promise<BoxName[]> {
     this.flushed = true;
-    const boxes = [...this.queued.keys()];
-    for (const [box, records] of this.queued) {
+    // Boxes in one fixed order, whatever was recorded first: two transactions that write to two
+    // ordered boxes take their locks in the same order, and cannot deadlock.
+    const boxes = BOX_NAMES.filter((box) => this.queued.has(box));
+    for (const box of boxes) {
+      const records = this.queued.get(box)!;
       this.queued.delete(box);
       if (ordered.has(box)) await lockPartitionsOf(store, box, records, this.transaction);
       await store.append(box, records, this.transaction);

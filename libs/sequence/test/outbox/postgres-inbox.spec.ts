@@ -135,6 +135,76 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     ).toEqual(['kept']);
   });
 
+  it('an inbox batch writing to ordered aggregates never deadlocks with a business transaction', async () => {
+    let atGate!: () => void;
+    const reachedGate = new Promise<void>((resolve) => (atGate = resolve));
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => (openGate = resolve));
+    @Injectable()
+    class Settlements {
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        if (event.payload.n === 2) {
+          atGate();
+          await gate;
+        }
+        transaction!.publishEvent({
+          type: 'LedgerMoved',
+          aggregateType: 'Account',
+          aggregateId: event.payload.n === 1 ? 'B' : 'A',
+          payload: {},
+        });
+      }
+    }
+    const inbox = { ...FAST_BOX, batchSize: 2 };
+    const store = () => PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix });
+    // Both messages recorded first (processor off), so that one claim takes them together.
+    t = await createOutboxTestApp({ store: store(), inboxEvents: { ...inbox, enabled: false } }, [
+      Settlements,
+    ]);
+    const ids = [await deliver(1), await deliver(2)];
+    await eventually(
+      async () => (await Promise.all(ids.map(statusOf))).every((s) => s === 'PENDING'),
+      'both recorded',
+    );
+    await t.close();
+    t = await createOutboxTestApp(
+      {
+        store: store(),
+        inboxEvents: inbox,
+        outboxEvents: { ...FAST_BOX, ordered: true },
+      },
+      [Settlements],
+    );
+    await reachedGate; // the first record handled (aggregate B), the second one waiting
+
+    const business = t.outbox.transaction(async (tx) => {
+      tx.publishEvent({
+        type: 'Transfer',
+        aggregateType: 'Account',
+        aggregateId: 'A',
+        payload: {},
+      });
+      tx.publishEvent({
+        type: 'Transfer',
+        aggregateType: 'Account',
+        aggregateId: 'B',
+        payload: {},
+      });
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200)); // it locks A, and B if it can
+    openGate();
+
+    await expect(business).resolves.toBeUndefined();
+    await eventually(
+      async () => (await Promise.all(ids.map(statusOf))).every((s) => s === 'COMPLETED'),
+      'both handled',
+    );
+    for (const id of ids) {
+      expect(await t.outbox.record('inbox_events', id)).toMatchObject({ lastError: null });
+    }
+  });
+
   it('an error message with a NUL character still ends FAILED (it is stored without it)', async () => {
     @Injectable()
     class Broken {
