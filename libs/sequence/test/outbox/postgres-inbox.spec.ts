@@ -140,18 +140,21 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     const reachedGate = new Promise<void>((resolve) => (atGate = resolve));
     let openGate!: () => void;
     const gate = new Promise<void>((resolve) => (openGate = resolve));
+    /** The batch's first record moves account B; its second waits, then moves account A. */
     @Injectable()
     class Settlements {
+      calls = 0;
       @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
-      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
-        if (event.payload.n === 2) {
+      async handle(_event: OutboxEvent, { transaction }: InboxContext) {
+        const second = ++this.calls === 2;
+        if (second) {
           atGate();
           await gate;
         }
         transaction!.publishEvent({
           type: 'LedgerMoved',
           aggregateType: 'Account',
-          aggregateId: event.payload.n === 1 ? 'B' : 'A',
+          aggregateId: second ? 'A' : 'B',
           payload: {},
         });
       }
