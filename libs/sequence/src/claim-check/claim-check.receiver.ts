@@ -4,6 +4,7 @@ import type { ClaimTicket } from '../core/claim-ticket';
 import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { PayloadMetadataCorruptError } from '../core/errors/payload-metadata-corrupt.error';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
@@ -171,6 +172,10 @@ export class ClaimCheckReceiver {
       if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
         return this.reject(channel, 'claim-check-not-found', error.message);
       }
+      // Metadata that cannot be read cannot get better: final, like a hash mismatch.
+      if (error instanceof PayloadMetadataCorruptError) {
+        return this.reject(channel, 'integrity-mismatch', error.message);
+      }
       this.logger.warn(
         `${channel}: the ${store.name} payload store failed; requeued: ${errorMessage(error)}`,
       );
@@ -199,8 +204,12 @@ export class ClaimCheckReceiver {
       if (readFailure instanceof ClaimCheckNotFoundError) {
         return this.reject(channel, 'claim-check-not-found', readFailure.message);
       }
-      // Stored bytes that fail decryption cannot get better: final, like a hash mismatch.
-      if (readFailure instanceof PayloadDecryptionError) {
+      // Stored bytes that fail decryption, or metadata that cannot be read, cannot get better:
+      // final, like a hash mismatch.
+      if (
+        readFailure instanceof PayloadDecryptionError ||
+        readFailure instanceof PayloadMetadataCorruptError
+      ) {
         return this.reject(channel, 'integrity-mismatch', readFailure.message);
       }
       if (readFailure) {

@@ -21,6 +21,7 @@ import { PayloadParking, type ResolvedTicket } from '../claim-check/payload-park
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { PayloadMetadataCorruptError } from '../core/errors/payload-metadata-corrupt.error';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { IntakeDigests } from './intake-digests';
@@ -287,7 +288,11 @@ function parkedBodyRejection(error: unknown): RejectionCode | undefined {
   if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
     return 'claim-check-not-found';
   }
-  if (error instanceof ClaimCheckIntegrityError || error instanceof PayloadDecryptionError) {
+  if (
+    error instanceof ClaimCheckIntegrityError ||
+    error instanceof PayloadDecryptionError ||
+    error instanceof PayloadMetadataCorruptError
+  ) {
     return 'integrity-mismatch';
   }
   return undefined;

@@ -1,10 +1,11 @@
 import { createHash } from 'node:crypto';
-import { open } from 'node:fs/promises';
+import { open, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import {
   ClaimCheckIntegrityError,
+  PayloadMetadataCorruptError,
   SequenceError,
   type ClaimedPayload,
   type ClaimTicket,
@@ -110,6 +111,20 @@ describe('claim check: payload bytes that do not match the ticket', () => {
     expect(t.handler.calls).toBe(1);
     expect(t.handler.readErrors[0]).toBeInstanceOf(ClaimCheckIntegrityError);
     await expectDeadLetteredAsMismatch();
+  });
+
+  it('metadata the store cannot read (a corrupt sidecar): dead-lettered integrity-mismatch at once, not requeued as an outage', async () => {
+    await writeFile(`${join(t.root, ...genuine.ref.split('/'))}.json`, '{"version":1,"bytes":');
+    await expect(t.store.head(genuine.ref)).rejects.toBeInstanceOf(PayloadMetadataCorruptError);
+
+    await publishTicket(t.transport, t.channel, genuine);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(0);
+    const reasons = deathReasons(t.transport, t.channel);
+    expect(reasons).toHaveLength(1);
+    expect(reasons[0]).toMatch(/^integrity-mismatch: .*metadata/);
+    expect(t.transport.actionsOn(t.channel)).not.toContain('requeue');
   });
 
   it('a handler that swallows the stream error is still dead-lettered, not acked', async () => {

@@ -15,6 +15,7 @@ export * from './claim-check-not-found.error';
 export * from './invalid-payload-ref.error';
 export * from './claim-ticket-invalid.error';
 export * from './claim-check-integrity.error';
+export * from './payload-metadata-corrupt.error';
 export * from './claim-check-publish.error';
 export * from './unknown-payload-store.error';
 export * from './invalid-outbox-message.error';

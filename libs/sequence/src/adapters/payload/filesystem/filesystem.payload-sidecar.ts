@@ -2,7 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { PayloadMetadata } from '../../../ports/payload-store.port';
-import { FILE_MODE, isMissing, temporaryName } from './filesystem.payload-layout';
+import { errorMessage } from '../../../core/errors/caught';
+import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
+import {
+  FILE_MODE,
+  FILESYSTEM_STORE_NAME,
+  isMissing,
+  temporaryName,
+} from './filesystem.payload-layout';
 
 /** What `<id>.json` holds beside a payload's bytes. */
 export interface Sidecar extends PayloadMetadata {
@@ -17,8 +24,19 @@ export function encodeSidecar(sidecar: Sidecar): string {
 
 /** Parses a sidecar, refusing anything this store would not have written. */
 export function decodeSidecar(text: string, path: string): Sidecar {
-  const value: unknown = JSON.parse(text);
-  if (!isSidecar(value)) throw new Error(`${path} is not a payload sidecar of version 1`);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new PayloadMetadataCorruptError(FILESYSTEM_STORE_NAME, path, errorMessage(error));
+  }
+  if (!isSidecar(value)) {
+    throw new PayloadMetadataCorruptError(
+      FILESYSTEM_STORE_NAME,
+      path,
+      'not a payload sidecar of version 1',
+    );
+  }
   return value;
 }
 

@@ -10,6 +10,7 @@ import {
 } from '../../../../test/conformance/payload-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
+import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port';
@@ -230,6 +231,16 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       await redis.unlink(new RedisPayloadKeys(prefix).payload(ref).chunk(2));
 
       await expect(digestOf(await store.get(ref))).rejects.toBeInstanceOf(ClaimCheckNotFoundError);
+    });
+
+    it('answers metadata it cannot read with PayloadMetadataCorruptError, not a SyntaxError', async () => {
+      const { ref } = await store.put(randomBytes(10), options({ metadata: { study: 'ct' } }));
+      const meta = new RedisPayloadKeys(prefix).payload(ref).meta;
+
+      await redis.hset(meta, 'metadata', '{"study":');
+      await expect(store.head(ref)).rejects.toBeInstanceOf(PayloadMetadataCorruptError);
+      await redis.hset(meta, 'metadata', '["ct"]');
+      await expect(store.head(ref)).rejects.toThrow(/not an object of strings/);
     });
 
     it('reads a payload in order from a fresh store with other options (chunk count is stored)', async () => {

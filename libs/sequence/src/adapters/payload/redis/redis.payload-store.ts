@@ -27,6 +27,9 @@ import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
+import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
+import { errorMessage } from '../../../core/errors/caught';
+import { isStringRecord } from '../../../core/objects';
 import type {
   PayloadInfo,
   PayloadStore,
@@ -127,10 +130,21 @@ export class RedisPayloadStore implements PayloadStore {
       expiresAt: Number(meta.expiresAt),
       published: meta.published === '1',
       ...(meta.contentType !== undefined && { contentType: meta.contentType }),
-      ...(meta.metadata !== undefined && {
-        metadata: JSON.parse(meta.metadata) as Record<string, string>,
-      }),
+      ...(meta.metadata !== undefined && { metadata: this.decodeMetadata(ref, meta.metadata) }),
     };
+  }
+
+  private decodeMetadata(ref: string, raw: string): Record<string, string> {
+    let value: unknown;
+    try {
+      value = JSON.parse(raw);
+    } catch (error) {
+      throw new PayloadMetadataCorruptError(this.name, ref, errorMessage(error));
+    }
+    if (!isStringRecord(value)) {
+      throw new PayloadMetadataCorruptError(this.name, ref, 'metadata is not an object of strings');
+    }
+    return value;
   }
 
   async delete(ref: string): Promise<boolean> {

@@ -1,4 +1,8 @@
+import { errorMessage } from '../../../core/errors/caught';
+import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
+import { isStringRecord } from '../../../core/objects';
 import type { PutOptions } from '../../../ports/payload-store.port';
+import { S3_STORE_NAME } from './s3-payload-keys';
 
 /**
  * How a payload's metadata travels as S3 user metadata (`x-amz-meta-*`). S3 keeps those headers
@@ -40,6 +44,8 @@ export function encodeObjectMetadata(options: PutOptions): Record<string, string
 export function decodeObjectMetadata(
   stored: Readonly<Record<string, string>> | undefined,
   fallback: { readonly createdAt: number; readonly expiresAt: number },
+  /** The object's ref, for the error when the metadata cannot be read. */
+  ref: string,
 ): DecodedMetadata {
   const createdAt = Number(stored?.[CREATED_AT] ?? NaN);
   const expiresAt = Number(stored?.[EXPIRES_AT] ?? NaN);
@@ -48,12 +54,32 @@ export function decodeObjectMetadata(
   return {
     createdAt: Number.isFinite(createdAt) ? createdAt : fallback.createdAt,
     expiresAt: Number.isNaN(expiresAt) ? fallback.expiresAt : expiresAt,
-    ...(contentType !== undefined && { contentType: decodeURIComponent(contentType) }),
-    ...(metadata !== undefined && {
-      metadata: JSON.parse(Buffer.from(metadata, 'base64url').toString('utf8')) as Record<
-        string,
-        string
-      >,
-    }),
+    ...(contentType !== undefined && { contentType: decodeContentType(contentType, ref) }),
+    ...(metadata !== undefined && { metadata: decodeUserMetadata(metadata, ref) }),
   };
+}
+
+function decodeContentType(encoded: string, ref: string): string {
+  try {
+    return decodeURIComponent(encoded);
+  } catch (error) {
+    throw new PayloadMetadataCorruptError(S3_STORE_NAME, ref, errorMessage(error));
+  }
+}
+
+function decodeUserMetadata(encoded: string, ref: string): Record<string, string> {
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(encoded, 'base64url').toString('utf8'));
+  } catch (error) {
+    throw new PayloadMetadataCorruptError(S3_STORE_NAME, ref, errorMessage(error));
+  }
+  if (!isStringRecord(value)) {
+    throw new PayloadMetadataCorruptError(
+      S3_STORE_NAME,
+      ref,
+      'metadata is not an object of strings',
+    );
+  }
+  return value;
 }

@@ -147,7 +147,7 @@ export class S3PayloadStore implements PayloadStore {
       ref,
       bytes: object.ContentLength ?? 0,
       published: marker !== undefined,
-      ...decodeObjectMetadata(object.Metadata, parseRef(ref)!),
+      ...decodeObjectMetadata(object.Metadata, parseRef(ref)!, ref),
     };
   }
 
