@@ -1,9 +1,9 @@
-import { isTransportHeader, type HeaderMap } from '../core/headers';
+import { CLAIM_CHECK_HEADER, isTransportHeader, type HeaderMap } from '../core/headers';
 
 /** Headers of Claim Check messages (part of the wire contract). */
 export const ClaimCheckHeader = {
   /** `1`: the body is a signed ticket (JSON); `0` or absent: the body is the payload itself. */
-  claimCheck: 'x-claim-check',
+  claimCheck: CLAIM_CHECK_HEADER,
   contentType: 'content-type',
 } as const;
 

@@ -109,6 +109,15 @@ export class ClaimCheckReceiver {
     return this.deliverTicket(ticket, store, headers, consumer);
   }
 
+  /**
+   * Binds the channel's sequence consumer now rather than at its first fragment, so that this
+   * instance's expiry sweeper records the channel's expired sequences (another instance's, in a
+   * shared store) in the channel's own `deadLetterChannel`.
+   */
+  prepare(consumer: ClaimCheckConsumer): void {
+    this.sequenceConsumerOf(consumer);
+  }
+
   /** The aggregator's consumer for a claim-check channel's sequences (made once per channel). */
   private sequenceConsumerOf(consumer: ClaimCheckConsumer): SequenceConsumer {
     let sequenceConsumer = this.sequenceConsumers.get(consumer);

@@ -140,6 +140,12 @@ describe('parseFragmentHeaders separates user headers', () => {
     expect(parsed.userHeaders).toEqual({ tenant: 'acme', retries: 2 });
   });
 
+  it('keeps x-claim-check (a fragment sent via claim check) out of userHeaders', () => {
+    const parsed = parseFragmentHeaders(middleFragment({ 'x-claim-check': 1, tenant: 'acme' }));
+
+    expect(parsed.userHeaders).toEqual({ tenant: 'acme' });
+  });
+
   it('keeps contract headers out of userHeaders', () => {
     const parsed = parseFragmentHeaders(lastFragment({ [SequenceHeader.bytes]: 10 }));
 

@@ -43,6 +43,12 @@ export interface FragmentHeaders {
   readonly userHeaders: HeaderMap;
 }
 
+/**
+ * Set to 1 on a fragment whose body is a Claim Check ticket (a fragment sent with
+ * `via: 'claim-check'`): the receiver resolves the ticket to the body. Not a user header.
+ */
+export const CLAIM_CHECK_HEADER = 'x-claim-check';
+
 const CONTRACT_HEADERS: ReadonlySet<string> = new Set([
   SequenceHeader.id,
   SequenceHeader.position,
@@ -181,6 +187,7 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
     if (isContractHeader(name) || isTransportHeader(name)) continue;
     if (value === undefined || value === null) continue;
     if (name === SequenceHeader.contentType || name === SequenceHeader.contentEncoding) continue;
+    if (name === CLAIM_CHECK_HEADER) continue;
     const normalized = toHeaderValue(value);
     if (normalized !== undefined) userHeaders[name] = normalized;
   }

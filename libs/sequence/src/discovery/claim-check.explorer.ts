@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { CLAIM_CHECK_OPTIONS } from '../claim-check/claim-check.constants';
+import { ClaimCheckReceiver } from '../claim-check/claim-check.receiver';
 import type { ClaimCheckConsumer } from '../claim-check/claim-check-consumer';
 import {
   claimRetentionProblem,
@@ -31,6 +32,7 @@ export class ClaimCheckExplorer implements OnModuleInit {
     @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
     private readonly registry: ClaimCheckRegistry,
     private readonly sequenceHandlers: SequencedHandlerRegistry,
+    private readonly receiver: ClaimCheckReceiver,
   ) {}
 
   onModuleInit(): void {
@@ -74,6 +76,7 @@ export class ClaimCheckExplorer implements OnModuleInit {
         sequence,
       };
       this.registry.add({ name, consumer });
+      this.receiver.prepare(consumer);
     }
   }
 }

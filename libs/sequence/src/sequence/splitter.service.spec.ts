@@ -496,6 +496,7 @@ describe('SplitterService', () => {
       'x-sequence-bytes',
       'x-sequence-version',
       'x-fragment-crc32',
+      'x-claim-check', // a receiver would take every fragment's body for a ticket
     ])('refuses a user header named %s, which belongs to the wire contract', async (name) => {
       await expectRefused(
         splitter.send('scans', bytes(10), { headers: { [name]: 'mine' } }),

@@ -7,6 +7,8 @@ import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
 import {
   buildFragmentHeaders,
+  CLAIM_CHECK_HEADER,
+  isContractHeader,
   userHeaderProblems,
   SEQUENCE_ID_PATTERN,
   type HeaderMap,
@@ -19,7 +21,6 @@ import {
   type ResolvedSequenceOptions,
 } from '../sequence.options';
 import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
-import { ClaimCheckHeader } from '../claim-check/claim-check.headers';
 import { PayloadParking } from '../claim-check/payload-parking';
 import { publishWithRetry } from './publish-with-retry';
 import {
@@ -165,7 +166,7 @@ export class SplitterService {
             this.transport,
             channel,
             serializeTicket(parked),
-            { ...headers, [ClaimCheckHeader.claimCheck]: 1 },
+            { ...headers, [CLAIM_CHECK_HEADER]: 1 },
             policy,
           )
         : await publishWithRetry(this.transport, channel, body, headers, policy);
@@ -221,7 +222,12 @@ export class SplitterService {
           `${this.transport.maxMessageBytes - this.options.headerAllowanceBytes}`,
       );
     }
-    problems.push(...userHeaderProblems(options.headers ?? {}));
+    problems.push(
+      ...userHeaderProblems(
+        options.headers ?? {},
+        (name) => isContractHeader(name) || name === CLAIM_CHECK_HEADER,
+      ),
+    );
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }

@@ -11,7 +11,9 @@ import {
   ClaimedPayload,
   FilesystemPayloadStore,
   InMemoryTransport,
+  ExpirySweeper,
   MemorySequenceStore,
+  parseFragmentHeaders,
   SequenceModule,
   SequencedHandler,
   SplitterService,
@@ -19,6 +21,8 @@ import {
   type ReassembledPayload,
 } from 'nest-sequence';
 import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
+import { bytes, makeFragments } from '../support/sequence-test-app';
+import { createClaimCheckTestApp } from './claim-check-test-app';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 
 /** An in-memory transport that remembers the size of every message published to it. */
@@ -195,5 +199,45 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(dead).toHaveLength(1);
     expect(deathReasonOf(dead[0])).toMatch(/^claim-ticket-invalid: .*bad-signature/);
     expect(receivers.reassembled).toHaveLength(0);
+  });
+});
+
+describe('claim check: an expired sequence of a @ClaimCheck channel', () => {
+  it("is recorded in the channel's own deadLetterChannel, by an instance that never took one of its fragments", async () => {
+    const channel = 'cc.expiring';
+    const store = new MemorySequenceStore();
+    const t = await createClaimCheckTestApp({
+      handlers: [{ channel, deadLetterChannel: 'cc.expiring.graveyard' }],
+      module: { store },
+    });
+    try {
+      // A fragment another instance stored (into the shared store), of a sequence never completed.
+      const [first] = makeFragments('half-sent', bytes(2_000, 3), 1_000);
+      const now = Date.now();
+      await store.accept(
+        { ...parseFragmentHeaders(first.headers), scope: channel, body: first.body },
+        {
+          now,
+          consumerId: 'another-instance',
+          leaseMs: 30_000,
+          expiry: { ms: 1_000, strategy: 'fixed' },
+          limits: {
+            maxSequenceBytes: 1 << 20,
+            maxFragments: 10,
+            maxBufferedBytes: 1 << 20,
+            maxOpenSequences: 10,
+          },
+          retentionMs: 60_000,
+        },
+      );
+
+      expect(await t.app.get(ExpirySweeper).sweep(now + 1_000)).toBe(1);
+
+      expect(t.transport.peek('cc.expiring.graveyard')).toHaveLength(1);
+      expect(t.transport.peek(`${channel}.dlq`)).toHaveLength(0);
+    } finally {
+      await t.close();
+      await store.close();
+    }
   });
 });
