@@ -14,6 +14,8 @@ export class SequenceMetrics implements OnApplicationShutdown {
   readonly registry: Registry;
   /** Names of the module's metrics in that registry (its own and the other patterns'). */
   private readonly names = new Set<string>();
+  /** Whether `registry` is the module's own (not one the application passed in). */
+  private readonly ownRegistry: boolean;
   private readonly started: Counter<'channel'>;
   private readonly completed: Counter<'channel'>;
   private readonly expired: Counter<'channel'>;
@@ -33,7 +35,9 @@ export class SequenceMetrics implements OnApplicationShutdown {
   ) {
     const prefix =
       options.metrics === false ? SEQUENCE_DEFAULTS.metricsPrefix : options.metrics.prefix;
-    this.registry = (options.metrics !== false && options.metrics.registry) || new Registry();
+    const given = options.metrics === false ? undefined : options.metrics.registry;
+    this.ownRegistry = given === undefined;
+    this.registry = given ?? new Registry();
     const registers = options.metrics === false ? [] : [this.registry];
     const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
       new Counter<L>({ name: this.adopt(prefix + name), help, labelNames, registers });
@@ -136,11 +140,13 @@ export class SequenceMetrics implements OnApplicationShutdown {
   }
 
   /**
-   * Takes the module's metrics out of the registry. In a registry of the application's own (say
-   * prom-client's global one), the next application in the process (a test suite's next test)
-   * can then register them again, and scrapes no longer call this one's closed store.
+   * Takes the module's metrics out of a registry the application passed in (say prom-client's
+   * global one): the next application in the process (a test suite's next test) can then
+   * register them again, and scrapes no longer call this one's closed store. The module's own
+   * registry keeps them, with their final values.
    */
   onApplicationShutdown(): void {
+    if (this.ownRegistry) return;
     for (const name of this.names) this.registry.removeSingleMetric(name);
     this.names.clear();
   }
