@@ -36,23 +36,37 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
 
   protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
     const outcomes: RecordOutcome[] = [];
+    const handled: StoredRecord[] = [];
     const heldBack = new Set<string>();
     // What the batch's handlers recorded, written once at its end. Written record by record, an
     // ordered box's aggregate locks were taken in the order of the records, and held to the
     // claim's commit: a business transaction locking the same aggregates (in key order) deadlocked
     // with the batch. One write takes them all at once, in key order.
     const recorded = new OutboxTransaction(batch.transaction);
-    for (const record of batch.records) {
-      if (this.stopping) break;
-      if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
-      const outcome = await this.process(record, batch, recorded);
-      outcomes.push(outcome);
-      if (outcome.status !== 'completed' && record.partitionKey !== null) {
-        heldBack.add(record.partitionKey);
-      }
+    try {
+      // One savepoint around the handlers and that write: when the write fails, every handler's
+      // writes go with it, and each handled record counts a failed attempt (retried, FAILED after
+      // maxAttempts) rather than the whole claim failing again at every poll.
+      await batch.transaction.savepoint(async () => {
+        for (const record of batch.records) {
+          if (this.stopping) break;
+          if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
+          const outcome = await this.process(record, batch, recorded);
+          outcomes.push(outcome);
+          if (outcome.status === 'completed') handled.push(record);
+          else if (record.partitionKey !== null) heldBack.add(record.partitionKey);
+        }
+        // Events and commands the handlers recorded go out with their writes.
+        await recorded.flush(this.store, this.orderedBoxes);
+      });
+    } catch (error) {
+      const undone = new Map(handled.map((record) => [record.id, record]));
+      return outcomes.map((outcome) => {
+        const record = undone.get(outcome.id);
+        return record ? this.failed(record, error) : outcome;
+      });
     }
-    // Events and commands the handlers recorded go out with their writes.
-    await recorded.flush(this.store, this.orderedBoxes);
+    for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
     return outcomes;
   }
 
@@ -96,7 +110,6 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     }
     // Kept only once its savepoint is released: a handler undone takes its messages with it.
     recorded.adopt(transaction);
-    this.metrics.processedOne(this.box, record.createdAt);
     return { id: record.id, status: 'completed' };
   }
 }

@@ -6,6 +6,7 @@ import {
   toCommand,
   toEvent,
 } from './outbox-message.codec';
+import { checkedHeaders } from './outbox-transaction';
 
 const event = {
   type: 'OrderPlaced',
@@ -71,6 +72,26 @@ describe('outbox messages', () => {
       ]);
     }
     expect(toEvent({ ...event, id: 'x\uD83D\uDE00' }).id).toBe('x😀');
+  });
+
+  it('refuses a NUL character in a field stored in its own column, which PostgreSQL refuses', () => {
+    expect(problemsOf(() => toEvent({ ...event, aggregateId: 'a\u0000b' }))).toEqual([
+      'aggregateId must not contain the NUL character (U+0000): databases refuse it in text',
+    ]);
+    expect(problemsOf(() => toEvent({ ...event, tenantId: 't\u0000' }))).toEqual([
+      'tenantId must not contain the NUL character (U+0000): databases refuse it in text',
+    ]);
+    // The payload travels as JSON text, where it is escaped: accepted.
+    expect(toCommand({ type: 'Archive', targetService: 'tasks', payload: 'a\u0000' }).payload).toBe(
+      'a\u0000',
+    );
+    // Headers are stored as JSON too, but PostgreSQL's jsonb refuses an escaped NUL.
+    expect(
+      problemsOf(() => checkedHeaders('event', { 'trace\u0000': 'x', ok: 'y\u0000' })),
+    ).toEqual([
+      'header trace\u0000 must not contain the NUL character (U+0000)',
+      'header ok must not contain the NUL character (U+0000)',
+    ]);
   });
 
   it('an event gets a UUID id and the time it occurred when not given', () => {

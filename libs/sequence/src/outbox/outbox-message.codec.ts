@@ -66,6 +66,16 @@ function validated<T extends { payload: unknown }>(
   if (typeof fields.id === 'string' && LONE_SURROGATE.test(fields.id)) {
     problems.push('id must be well-formed Unicode (it has a lone surrogate)');
   }
+  // Fields stored as text in columns of their own (the payload is stored as JSON text, where it
+  // is escaped): a NUL would fail the write at commit, and in an inbox batch, every record's.
+  for (const [name, value] of Object.entries(fields)) {
+    const saidAlready = problems.some((problem) => problem.startsWith(`${name} `));
+    if (typeof value === 'string' && value.includes('\u0000') && !saidAlready) {
+      problems.push(
+        `${name} must not contain the NUL character (U+0000): databases refuse it in text`,
+      );
+    }
+  }
   const json = asJson(payload);
   if (payload !== undefined && payload !== null) problems.push(...json.problems);
   if (problems.length > 0) {

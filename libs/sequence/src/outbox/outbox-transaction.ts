@@ -176,9 +176,15 @@ export async function lockPartitionsOf(
 
 /** Headers must be string-valued: anything else is refused at once, not at publish time. */
 export function checkedHeaders(kind: MessageKind, headers: MessageHeaders): MessageHeaders {
-  const problems = Object.entries(headers as Record<string, unknown>)
-    .filter(([, value]) => typeof value !== 'string')
-    .map(([name, value]) => `header ${name} must be a string, got ${typeof value}`);
+  const problems: string[] = [];
+  for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
+    if (typeof value !== 'string') {
+      problems.push(`header ${name} must be a string, got ${typeof value}`);
+    } else if (name.includes('\u0000') || value.includes('\u0000')) {
+      // Stored as jsonb on PostgreSQL, which refuses an escaped NUL.
+      problems.push(`header ${name} must not contain the NUL character (U+0000)`);
+    }
+  }
   if (problems.length > 0) throw new InvalidOutboxMessageError(kind, problems);
   return { ...headers };
 }

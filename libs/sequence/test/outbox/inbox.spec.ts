@@ -252,6 +252,50 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(rows).toEqual([{ id: 'task-9' }]);
   });
 
+  it("when writing the batch's recorded events fails, every handler's writes are undone and each record counts a failed attempt", async () => {
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    owned.push(store);
+    t = await createOutboxTestApp({ ...inboxOptions, store }, [TaskCreatedInTransaction]);
+    await t.outbox.transaction((tx) => tx.query('CREATE TABLE tasks (id TEXT PRIMARY KEY)'));
+    const handler = t.handler(TaskCreatedInTransaction);
+    handler.onCall = async (message, { transaction }) => {
+      const { taskId } = message.payload as { taskId: string };
+      await transaction!.query('INSERT INTO tasks (id) VALUES (?)', [taskId]);
+      transaction!.publishEvent({
+        type: 'TaskIndexed',
+        aggregateType: 'Task',
+        aggregateId: taskId,
+        payload: {},
+      });
+    };
+    // The batch's one write of recorded events fails once (a lock timeout, say).
+    const append = store.append.bind(store);
+    let failuresLeft = 1;
+    store.append = async (box, records, within) => {
+      if (box === 'outbox_events' && failuresLeft-- > 0) throw new Error('lock timeout (injected)');
+      return append(box, records, within);
+    };
+    const message = taskCreated(randomUUID(), 'task-7');
+    await deliver(message);
+
+    const id = JSON.parse(message.body.toString()).id as string;
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id))?.status === 'COMPLETED',
+      'handled on the second attempt',
+    );
+    expect(handler.calls.map((call) => call.attempt)).toEqual([1, 2]);
+    expect(await t.outbox.record('inbox_events', id)).toMatchObject({
+      attempts: 2,
+      lastError: expect.stringContaining('lock timeout (injected)'),
+    });
+    // The first attempt's insert was undone with the failed write: one row, and one event.
+    const rows = await t.outbox.transaction(
+      async (tx) => (await tx.query<{ id: string }>('SELECT id FROM tasks')).rows,
+    );
+    expect(rows).toEqual([{ id: 'task-7' }]);
+    await eventually(() => t.broker.peek('events.TaskIndexed').length === 1, 'the event relayed');
+  });
+
   it('a handler that keeps failing leaves the record FAILED after maxAttempts, with the error', async () => {
     t = await createOutboxTestApp(
       { ...inboxOptions, inboxEvents: { ...FAST_BOX, maxAttempts: 2 } },
