@@ -104,27 +104,35 @@ export class OutboxRuntime
   }
 
   /**
-   * Stops taking messages: the inbox receiver, the relays and the inbox processors, waiting for
-   * the handlers in progress. This is the first shutdown hook Nest gives this module, before the
-   * modules it does not import are destroyed, so that handlers finish while what they use is open.
+   * Stops the inbox: its receiver and processors, waiting for the handlers in progress. In
+   * `onModuleDestroy`, the earliest shutdown hook of this module: before the `onModuleDestroy` of
+   * the modules Nest destroys after it (those it imports, and those deeper in the application's
+   * imports), so that handlers finish while what those provide is open. Nest calls the root
+   * module's hooks first and a global module's last: close what handlers use in
+   * `onApplicationShutdown` to be safe in every layout. The relays, which run no application
+   * code, go on until `beforeApplicationShutdown`: what other modules record while they are
+   * destroyed is still relayed.
    */
   async onModuleDestroy(): Promise<void> {
-    await this.stopIntake();
+    await this.stopLoops((box) => box.startsWith('inbox'));
   }
 
   async beforeApplicationShutdown(): Promise<void> {
     this.stopped = true;
-    await this.stopIntake(); // again: a start retried since (after a failed one) is stopped too
+    await this.stopLoops(() => true); // a start retried since (after a failed one) too
     await this.purgeJob.stop();
     await this.unwatch?.().catch(() => undefined);
     this.metrics.readStatsFrom(undefined);
   }
 
-  private async stopIntake(): Promise<void> {
+  /** Stops the receiver (with the inbox) and the loops of the boxes `which` selects. */
+  private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
     await this.starting?.catch(() => undefined);
     await this.receiver?.stop();
-    for (const worker of this.workers) worker.stop();
-    for (const loop of [...this.loops.values()].flat()) await loop.stop();
+    for (const worker of this.workers) if (which(worker.box)) worker.stop();
+    for (const [box, loops] of this.loops) {
+      if (which(box)) for (const loop of loops) await loop.stop();
+    }
   }
 
   async onApplicationShutdown(): Promise<void> {

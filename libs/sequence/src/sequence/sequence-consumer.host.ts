@@ -18,10 +18,11 @@ import { errorMessage } from '../core/errors/caught';
 /**
  * Owns the subscriptions of the discovered handlers (`@SequencedHandler`, `@ClaimCheck`,
  * `@Resequenced`): opens them at bootstrap (all or none: a subscription that fails closes the
- * ones opened before it). At shutdown, in the first hook Nest gives this module
- * (`onModuleDestroy`, before the modules it does not import are destroyed), it stops taking
- * messages, lets deliveries in progress finish (up to `shutdownTimeoutMs`), then closes them, so a
- * graceful stop does not look like a crash.
+ * ones opened before it). At shutdown, in the earliest hook of this module (`onModuleDestroy`:
+ * before that of the modules Nest destroys after it, those it imports and those deeper in the
+ * application's imports; the root module's and, when this module is global, every other module's
+ * come first), it stops taking messages, lets deliveries in progress finish (up to
+ * `shutdownTimeoutMs`), then closes them, so a graceful stop does not look like a crash.
  */
 @Injectable()
 export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDestroy {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, Module, type OnModuleDestroy } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
@@ -7,6 +8,7 @@ import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
+  OutboxService,
   REQUEUE_COUNT_HEADER,
   SequenceModule,
   SequenceOptionsError,
@@ -132,6 +134,46 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     await closed;
 
     expect(seen).toEqual([false, false]);
+  });
+
+  it('relays what a module records while it is destroyed: the relays run until beforeApplicationShutdown', async () => {
+    /** Deeper than SequenceModule: destroyed after it. */
+    @Injectable()
+    class Audit implements OnModuleDestroy {
+      constructor(private readonly modules: ModuleRef) {}
+      async onModuleDestroy(): Promise<void> {
+        await this.modules.get(OutboxService, { strict: false }).transaction(async (tx) => {
+          tx.publishEvent({
+            type: 'ServiceStopped',
+            aggregateType: 'Service',
+            aggregateId: 'a',
+            payload: {},
+          });
+        });
+      }
+    }
+    @Module({ providers: [Audit] })
+    class AuditModule {}
+    @Module({ imports: [AuditModule] })
+    class FeatureModule {}
+    const broker = new InMemoryTransport();
+    owned.push(broker);
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          transport: broker,
+          sweepIntervalMs: false,
+          outbox: { outboxEvents: FAST_BOX },
+        }),
+        FeatureModule,
+      ],
+    }).compile();
+    moduleRef.useLogger(false);
+    const app = await moduleRef.init();
+
+    await app.close();
+
+    expect(broker.peek('events.ServiceStopped')).toHaveLength(1);
   });
 
   it('drops a duplicate inside the retention window; once the id is purged, the same id is handled again', async () => {
