@@ -212,21 +212,19 @@ export class SequenceModule
   }
 
   /**
-   * Refuses a second instance in one application (imports with different options): each
+   * Refuses a second instance in one application (a second forRoot/forRootAsync import): each
    * instance's explorers find every decorated method of the application, so each channel would
    * have two consumers, with stores of their own, and neither would see whole sequences.
    */
   onModuleInit(): void {
-    const all = [...this.modules.values()];
-    const instances = all.filter((module) => module.metatype === SequenceModule);
+    const instances = [...this.modules.values()].filter(
+      (module) => module.metatype === SequenceModule,
+    );
     if (instances.length < 2) return;
-    const importers = all
-      .filter((module) => [...module.imports].some((imported) => instances.includes(imported)))
-      .map((module) => module.metatype.name);
     throw new SequenceOptionsError('SequenceModule', [
-      `SequenceModule is imported ${instances.length} times with different options (by ` +
-        `${importers.join(', ')}); import SequenceModule.forRoot (or forRootAsync) once, in the ` +
-        `root module, with isGlobal: true if other modules inject its services`,
+      `SequenceModule is imported ${instances.length} times (each forRoot or forRootAsync call ` +
+        `is an instance of its own); import it once, in the root module, with isGlobal: true if ` +
+        `other modules inject its services`,
     ]);
   }
 

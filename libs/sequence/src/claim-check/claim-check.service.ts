@@ -11,6 +11,7 @@ import { publishWithRetry } from '../sequence/publish-with-retry';
 import { SplitterService } from '../sequence/splitter.service';
 import { isRecordSource } from '../sequence/splitter.types';
 import type { RecordSource, SplitterPayload } from '../sequence/splitter.types';
+import { isStringRecord } from '../core/objects';
 import { sha256Hex } from '../core/checksum';
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
@@ -273,6 +274,9 @@ function checkCallOptions(where: string, options: ClaimPublishOptions): void {
   integer('bytes', options.bytes, 0);
   if (options.contentType !== undefined && !CONTENT_TYPE_PATTERN.test(options.contentType)) {
     problems.push('contentType must be 1-255 printable ASCII characters (a media type)');
+  }
+  if (options.metadata !== undefined && !isStringRecord(options.metadata)) {
+    problems.push('metadata must be an object of strings');
   }
   problems.push(
     ...userHeaderProblems(

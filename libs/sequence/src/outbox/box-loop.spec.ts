@@ -85,29 +85,6 @@ describe('BoxLoop', () => {
     await loop.stop();
   });
 
-  it('stopping cancels the cycle a failure had scheduled', async () => {
-    let calls = 0;
-    let fail: (error: Error) => void = () => undefined;
-    const loop = new BoxLoop(
-      'outbox_events',
-      'test',
-      async () => {
-        calls++;
-        await new Promise<void>((_, reject) => (fail = reject));
-        return false;
-      },
-      quiet,
-    );
-    loop.start(60_000);
-    loop.wake();
-    fail(new Error('connection terminated'));
-    await loop.idle();
-    await loop.stop();
-
-    await new Promise((r) => setTimeout(r, 600));
-    expect(calls).toBe(1);
-  });
-
   it('polls every pollIntervalMs once started', async () => {
     let calls = 0;
     const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(++calls < 0), quiet);

@@ -29,8 +29,8 @@ export interface GapSweepReport {
 @Injectable()
 export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('Resequencer');
+  /** Its `stopping`, set at shutdown, stops a sweep in progress at the next key. */
   private readonly job: IntervalJob<GapSweepReport>;
-  /** Set at shutdown: a sweep in progress stops at the next key. */
 
   constructor(
     @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,

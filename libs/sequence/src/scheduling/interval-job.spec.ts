@@ -3,8 +3,9 @@ import { IntervalJob } from './interval-job';
 describe('IntervalJob', () => {
   it('says it is stopping once stop() was called, so that long work can end between steps', async () => {
     let steps = 0;
+    // Steps until told to stop: without `stopping`, it would never end (and the test time out).
     const job: IntervalJob<number> = new IntervalJob('test:steps', undefined, async () => {
-      while (!job.stopping && steps < 1_000) {
+      while (!job.stopping) {
         steps++;
         await new Promise((resolve) => setImmediate(resolve));
       }
@@ -14,7 +15,7 @@ describe('IntervalJob', () => {
     await new Promise((resolve) => setTimeout(resolve, 5));
 
     await expect(job.stop()).resolves.toBe(true);
-    expect(await running).toBeLessThan(1_000);
+    expect(await running).toBeGreaterThan(0);
   });
 
   it('gives up waiting for a run that never settles after maxWaitMs, saying so', async () => {

@@ -57,8 +57,9 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
       Math.max(shutdownTimeoutMs, publish.confirmTimeoutMs) + publish.confirmTimeoutMs;
     if (!(await this.job.stop(shutdownTimeoutMs + reportMs))) {
       this.logger.warn(
-        'the expiry sweep in progress did not finish before shutdown; the sequences it had not ' +
-          'claimed stay due for the next sweep',
+        'the expiry sweep in progress did not finish before shutdown: the sequences it had not ' +
+          'claimed stay due for the next sweep, but those it had claimed and was still reporting ' +
+          'may lose their expiry record and onExpired call',
       );
     }
   }

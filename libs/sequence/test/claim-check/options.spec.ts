@@ -99,6 +99,12 @@ describe('claim check: options validation at boot', () => {
       await expect(t.claimCheck.checkIn(Buffer.alloc(10), { ttlMs: 0 })).rejects.toBeInstanceOf(
         SequenceOptionsError,
       );
+      // Metadata is stored as strings, and read back as such: another value would be refused on
+      // the way out (as corrupt metadata), so it is refused on the way in.
+      const metadata = { pages: 3 } as unknown as Record<string, string>;
+      await expect(t.claimCheck.checkIn(Buffer.alloc(10), { metadata })).rejects.toThrow(
+        'metadata must be an object of strings',
+      );
       expect(await filesUnder(t.root)).toEqual([]);
     } finally {
       await t.close();

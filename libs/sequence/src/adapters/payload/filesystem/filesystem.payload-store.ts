@@ -69,7 +69,7 @@ export class FilesystemPayloadStore implements PayloadStore {
     const id = randomUUID();
     const ref = [...daySegments(options.expiresAt), id].join('/');
     const files = layout.filesFor(ref);
-    const created = await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
+    await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
     await layout.directoryExists(ref, files.directory);
     const temporary = join(files.directory, temporaryName(id, randomUUID()));
     try {
@@ -87,9 +87,9 @@ export class FilesystemPayloadStore implements PayloadStore {
       await writeFileAtomically(files.sidecar, encodeSidecar(sidecar), this.fsync);
       await rename(temporary, files.data);
       if (this.fsync) {
-        // The new files' entries, and those of the directories this put created (a new day,
-        // month or year): each lives in its parent directory.
-        for (const directory of [...parentsOfCreated(created, files.directory), files.directory]) {
+        // The new files' entries, and those of a new day, month or year directory: each lives in
+        // its parent directory.
+        for (const directory of [...parentsBelow(layout.root, files.directory), files.directory]) {
           await layoutFiles.syncDirectory(directory);
         }
       }
@@ -239,14 +239,15 @@ async function isRegularFile(path: string): Promise<boolean> {
 }
 
 /**
- * The directories whose entries `mkdir -p` changed: the parent of the first one it created
- * (`created`, undefined when none was), down to the parent of `directory`.
+ * The directories whose entries a put into `directory` may have changed: the root and every
+ * directory below it, down to `directory`'s parent. Not only those this put's `mkdir` created: a
+ * concurrent put may have created them, and not yet synced them, when this one resolves.
  */
-function parentsOfCreated(created: string | undefined, directory: string): string[] {
-  if (created === undefined) return [];
+function parentsBelow(root: string, directory: string): string[] {
   const parents: string[] = [];
-  for (let current = directory; current !== dirname(created); current = dirname(current)) {
-    parents.unshift(dirname(current));
+  for (let current = directory; current !== root && dirname(current) !== current;) {
+    current = dirname(current);
+    parents.unshift(current);
   }
   return parents;
 }

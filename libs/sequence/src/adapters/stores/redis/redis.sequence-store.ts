@@ -393,7 +393,8 @@ export class RedisSequenceStore implements SequenceStore {
     } catch (error) {
       this.logger.warn(
         `${step} of sequence ${ref.sequenceId} is committed, but updating the index failed ` +
-          `(${errorMessage(error)}); the expiry sweeper will correct it`,
+          `(${errorMessage(error)}): its budget stays claimed until the expiry sweeper finds it ` +
+          `(at the sequence's deadline) and corrects the index`,
       );
     }
   }
