@@ -7,7 +7,6 @@ import {
   type INestApplicationContext,
   type LoggerService,
   type ModuleMetadata,
-  type OnModuleDestroy,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
@@ -31,6 +30,11 @@ import {
   type Subscription,
   type Transport,
 } from 'nest-sequence';
+import {
+  ClosingDatabase,
+  ClosingDatabaseModule,
+  heldHandlerProbe,
+} from '../test/support/closing-dependency';
 import { ForwardingTransport } from '../test/support/forwarding.transport';
 import {
   bytes,
@@ -540,30 +544,17 @@ describe('SequenceModule', () => {
       await inner.close();
     });
 
-    it('lets handlers in progress finish before modules it does not import are destroyed', async () => {
-      @Injectable()
-      class Database implements OnModuleDestroy {
-        closed = false;
-        onModuleDestroy(): void {
-          this.closed = true;
-        }
-      }
-      @Module({ providers: [Database], exports: [Database] })
-      class DatabaseModule {}
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      const seen: boolean[] = [];
+    it('lets handlers in progress finish before deeper modules are destroyed', async () => {
+      const probe = heldHandlerProbe();
       @Injectable()
       class Importer {
-        constructor(private readonly database: Database) {}
+        constructor(private readonly database: ClosingDatabase) {}
         @SequencedHandler({ channel: 'studies' })
         async store(_payload: ReassembledPayload): Promise<void> {
-          seen.push(this.database.closed);
-          await released;
-          seen.push(this.database.closed);
+          await probe.use(this.database);
         }
       }
-      @Module({ imports: [DatabaseModule], providers: [Importer] })
+      @Module({ imports: [ClosingDatabaseModule], providers: [Importer] })
       class ImportModule {}
       const transport = new InMemoryTransport();
       const moduleRef = await Test.createTestingModule({
@@ -572,14 +563,11 @@ describe('SequenceModule', () => {
       moduleRef.useLogger(false);
       const app = await moduleRef.init();
       await publishAll(transport, 'studies', makeFragments('s-1', bytes(10), 10));
-      await eventually(() => seen.length === 1, 'the handler running');
+      await eventually(() => probe.seen.length === 1, 'the handler running');
 
-      const closed = app.close();
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      release();
-      await closed;
+      await probe.closeWhileHandling(app);
 
-      expect(seen).toEqual([false, false]);
+      expect(probe.seen).toEqual([false, false]);
       await transport.close();
     });
 

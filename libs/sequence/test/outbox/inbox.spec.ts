@@ -16,6 +16,11 @@ import {
   type HeaderMap,
   type OutboxStore,
 } from 'nest-sequence';
+import {
+  ClosingDatabase,
+  ClosingDatabaseModule,
+  heldHandlerProbe,
+} from '../support/closing-dependency';
 import { overrideMethods } from '../support/override-methods';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 import {
@@ -89,30 +94,17 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(handler.calls[0]).toMatchObject({ attempt: 1, inTransaction: false });
   });
 
-  it('lets a handler in progress finish before modules the outbox does not import are destroyed', async () => {
-    @Injectable()
-    class Database implements OnModuleDestroy {
-      closed = false;
-      onModuleDestroy(): void {
-        this.closed = true;
-      }
-    }
-    @Module({ providers: [Database], exports: [Database] })
-    class DatabaseModule {}
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    const seen: boolean[] = [];
+  it('lets a handler in progress finish before deeper modules are destroyed', async () => {
+    const probe = heldHandlerProbe();
     @Injectable()
     class Tasks {
-      constructor(private readonly database: Database) {}
+      constructor(private readonly database: ClosingDatabase) {}
       @InboxHandler({ event: 'TaskCreated' })
       async created(): Promise<void> {
-        seen.push(this.database.closed);
-        await released;
-        seen.push(this.database.closed);
+        await probe.use(this.database);
       }
     }
-    @Module({ imports: [DatabaseModule], providers: [Tasks] })
+    @Module({ imports: [ClosingDatabaseModule], providers: [Tasks] })
     class TasksModule {}
     const broker = new InMemoryTransport();
     owned.push(broker);
@@ -126,14 +118,11 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     const app = await moduleRef.init();
     const message = taskCreated();
     await broker.publish('events.TaskCreated', message.body, message.headers);
-    await eventually(() => seen.length === 1, 'the handler running');
+    await eventually(() => probe.seen.length === 1, 'the handler running');
 
-    const closed = app.close();
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    release();
-    await closed;
+    await probe.closeWhileHandling(app);
 
-    expect(seen).toEqual([false, false]);
+    expect(probe.seen).toEqual([false, false]);
   });
 
   it('relays what a module records while it is destroyed: the relays run until beforeApplicationShutdown', async () => {

@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { PayloadMetadata } from '../../../ports/payload-store.port';
-import { errorMessage } from '../../../core/errors/caught';
-import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
+import { decodeStoredJson } from '../stored-metadata';
 import {
   FILE_MODE,
   FILESYSTEM_STORE_NAME,
@@ -24,20 +23,13 @@ export function encodeSidecar(sidecar: Sidecar): string {
 
 /** Parses a sidecar, refusing anything this store would not have written. */
 export function decodeSidecar(text: string, path: string): Sidecar {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error) {
-    throw new PayloadMetadataCorruptError(FILESYSTEM_STORE_NAME, path, errorMessage(error));
-  }
-  if (!isSidecar(value)) {
-    throw new PayloadMetadataCorruptError(
-      FILESYSTEM_STORE_NAME,
-      path,
-      'not a payload sidecar of version 1',
-    );
-  }
-  return value;
+  return decodeStoredJson(
+    FILESYSTEM_STORE_NAME,
+    path,
+    text,
+    isSidecar,
+    'a payload sidecar of version 1',
+  );
 }
 
 function isSidecar(value: unknown): value is Sidecar {

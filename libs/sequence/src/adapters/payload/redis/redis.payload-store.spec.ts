@@ -240,7 +240,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       await redis.hset(meta, 'metadata', '{"study":');
       await expect(store.head(ref)).rejects.toBeInstanceOf(PayloadMetadataCorruptError);
       await redis.hset(meta, 'metadata', '["ct"]');
-      await expect(store.head(ref)).rejects.toThrow(/not an object of strings/);
+      await expect(store.head(ref)).rejects.toThrow(/not metadata: an object of strings/);
     });
 
     it('reads a payload in order from a fresh store with other options (chunk count is stored)', async () => {

@@ -27,9 +27,6 @@ import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
-import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
-import { errorMessage } from '../../../core/errors/caught';
-import { isStringRecord } from '../../../core/objects';
 import type {
   PayloadInfo,
   PayloadStore,
@@ -51,6 +48,7 @@ import {
   type RedisPayloadStoreOptions,
   type ResolvedRedisPayloadStoreOptions,
 } from './redis-payload.options';
+import { decodeUserMetadata } from '../stored-metadata';
 import { RedisChunkReader } from './redis-chunk.reader';
 import { writePayload } from './redis-payload.writer';
 
@@ -130,21 +128,10 @@ export class RedisPayloadStore implements PayloadStore {
       expiresAt: Number(meta.expiresAt),
       published: meta.published === '1',
       ...(meta.contentType !== undefined && { contentType: meta.contentType }),
-      ...(meta.metadata !== undefined && { metadata: this.decodeMetadata(ref, meta.metadata) }),
+      ...(meta.metadata !== undefined && {
+        metadata: decodeUserMetadata(this.name, ref, meta.metadata),
+      }),
     };
-  }
-
-  private decodeMetadata(ref: string, raw: string): Record<string, string> {
-    let value: unknown;
-    try {
-      value = JSON.parse(raw);
-    } catch (error) {
-      throw new PayloadMetadataCorruptError(this.name, ref, errorMessage(error));
-    }
-    if (!isStringRecord(value)) {
-      throw new PayloadMetadataCorruptError(this.name, ref, 'metadata is not an object of strings');
-    }
-    return value;
   }
 
   async delete(ref: string): Promise<boolean> {

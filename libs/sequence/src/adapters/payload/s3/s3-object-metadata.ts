@@ -1,7 +1,7 @@
 import { errorMessage } from '../../../core/errors/caught';
 import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
-import { isStringRecord } from '../../../core/objects';
 import type { PutOptions } from '../../../ports/payload-store.port';
+import { decodeUserMetadata } from '../stored-metadata';
 import { S3_STORE_NAME } from './s3-payload-keys';
 
 /**
@@ -55,7 +55,13 @@ export function decodeObjectMetadata(
     createdAt: Number.isFinite(createdAt) ? createdAt : fallback.createdAt,
     expiresAt: Number.isNaN(expiresAt) ? fallback.expiresAt : expiresAt,
     ...(contentType !== undefined && { contentType: decodeContentType(contentType, ref) }),
-    ...(metadata !== undefined && { metadata: decodeUserMetadata(metadata, ref) }),
+    ...(metadata !== undefined && {
+      metadata: decodeUserMetadata(
+        S3_STORE_NAME,
+        ref,
+        Buffer.from(metadata, 'base64url').toString('utf8'),
+      ),
+    }),
   };
 }
 
@@ -65,21 +71,4 @@ function decodeContentType(encoded: string, ref: string): string {
   } catch (error) {
     throw new PayloadMetadataCorruptError(S3_STORE_NAME, ref, errorMessage(error));
   }
-}
-
-function decodeUserMetadata(encoded: string, ref: string): Record<string, string> {
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(encoded, 'base64url').toString('utf8'));
-  } catch (error) {
-    throw new PayloadMetadataCorruptError(S3_STORE_NAME, ref, errorMessage(error));
-  }
-  if (!isStringRecord(value)) {
-    throw new PayloadMetadataCorruptError(
-      S3_STORE_NAME,
-      ref,
-      'metadata is not an object of strings',
-    );
-  }
-  return value;
 }
