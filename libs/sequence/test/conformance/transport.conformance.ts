@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { InvalidHeaderError } from '../../src/core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../src/core/errors/message-too-large.error';
 import type { HeaderMap } from '../../src/core/headers';
 import {
@@ -373,6 +374,21 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       await transport.publish(channel, Buffer.from('kept'), {});
       const { received } = await collect(channel, { prefetch: MAX_PREFETCH });
       await eventually(() => received.length === 1, 'the message, to the one subscription');
+    });
+
+    it('refuses headers RabbitMQ cannot encode with InvalidHeaderError, sending nothing', async () => {
+      const channel = newChannel();
+      const refused: HeaderMap[] = [
+        { ratio: 2 ** 50 + 0.5 }, // sent as a 64-bit integer: the fraction would be lost
+        { big: 'x'.repeat(61 * 1024) }, // past amqplib's scratch buffer for properties
+        { retries: Number.NaN },
+      ];
+      for (const headers of refused) {
+        await expect(transport.publish(channel, Buffer.from('m'), headers)).rejects.toBeInstanceOf(
+          InvalidHeaderError,
+        );
+      }
+      expect(await leftoversIn(channel)).toEqual([]);
     });
 
     it('rejects a message larger than maxMessageBytes with MessageTooLargeError', async () => {

@@ -88,7 +88,9 @@ describeOnRealServers('faults: stream mode across two instances on RabbitMQ and 
     await startInstance('A', channel, handed);
     await startInstance('B', channel, handed);
 
-    const payloads = [bytes(40_000, 21), bytes(40_000, 22), bytes(40_000, 23)];
+    // Six sequences, so that the broker's spreading splits at least one between the instances
+    // even when the machine is loaded (with three, all three once went whole to one instance).
+    const payloads = [21, 22, 23, 24, 25, 26].map((seed) => bytes(40_000, seed));
     const sequences = payloads.map((payload, i) =>
       makeFragments(`study-${i}`, payload, 1_000, { modality: 'MR' }),
     );

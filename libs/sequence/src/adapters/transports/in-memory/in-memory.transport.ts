@@ -14,6 +14,7 @@ import {
   type Subscription,
   type Transport,
 } from '../../../ports/transport.port';
+import { assertEncodableHeaders } from '../../../ports/transport-headers';
 
 export interface InMemoryTransportOptions {
   /** Largest message (body plus {@link headerBytes}) `publish` accepts. @default 16777216 (16 MiB) */
@@ -84,6 +85,7 @@ export class InMemoryTransport implements Transport {
   ): Promise<void> {
     // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
     if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
+    assertEncodableHeaders(channel, headers);
     const bytes = body.length + headerBytes(headers);
     if (bytes > this.maxMessageBytes) {
       throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);

@@ -25,7 +25,7 @@ import {
 } from './rabbitmq.options';
 import { RabbitMqSubscription } from './rabbitmq.subscription';
 import { RabbitMqTopology } from './rabbitmq.topology';
-import { assertEncodableHeaders } from './amqp-headers';
+import { assertEncodableHeaders } from '../../../ports/transport-headers';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';

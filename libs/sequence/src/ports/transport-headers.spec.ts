@@ -1,5 +1,5 @@
-import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
-import { assertEncodableHeaders, MAX_ENCODED_HEADER_BYTES } from './amqp-headers';
+import { InvalidHeaderError } from '../core/errors/invalid-header.error';
+import { assertEncodableHeaders, MAX_ENCODED_HEADER_BYTES } from './transport-headers';
 
 // amqplib's own table encoder, the code these rules protect (an internal module of amqplib 0.10).
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -12,7 +12,7 @@ function amqplibEncodes(headers: Record<string, unknown>): number {
   return encodeTable(Buffer.alloc(64 * 1024), headers, 0);
 }
 
-describe('assertEncodableHeaders (RabbitMQ transport)', () => {
+describe('assertEncodableHeaders (what every transport carries)', () => {
   it.each<[string, Record<string, unknown>]>([
     ['NaN', { n: Number.NaN }],
     ['-Infinity', { n: -Infinity }],

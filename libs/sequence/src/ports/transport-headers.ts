@@ -1,5 +1,12 @@
-import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
-import { MAX_HEADER_NAME_BYTES } from '../../../core/headers';
+import { InvalidHeaderError } from '../core/errors/invalid-header.error';
+import { MAX_HEADER_NAME_BYTES } from '../core/headers';
+
+/*
+ * The headers every transport carries: those RabbitMQ (amqplib) can encode. The in-memory
+ * transport refuses the others too, so that what works on the embedded defaults works on the
+ * broker.
+ */
+
 /**
  * amqplib encodes a message's properties, headers included, into one 64 KiB scratch buffer, and
  * past its end it truncates a string without saying so (a malformed frame). Headers are refused
