@@ -177,6 +177,30 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       ]);
     });
 
+    it('trims a settled batch once when the client sends the settle twice (a resend after a reconnect)', async () => {
+      for (const seq of [1, 2, 3, 4, 5, 6]) await store.accept(key, entry(seq), at(t0));
+      const drain = { ...DRAIN, limit: 3, now: t0 };
+      await expect(store.claimDrain(key, drain)).resolves.toMatchObject({ kind: 'claimed' });
+      // What ioredis does with a command whose reply a dropped connection lost: it sends it again.
+      const scripts = (
+        store as unknown as { scripts: Record<string, (...a: unknown[]) => unknown> }
+      ).scripts;
+      for (const name of ['rsq-settle', 'rsq-settle-ix']) {
+        const once = scripts[name];
+        scripts[name] = async (...args: unknown[]) => {
+          await once(...args);
+          return once(...args);
+        };
+      }
+
+      const settled = await store.settleDrain(key, 3, drain);
+
+      expect(settled).toMatchObject({ kind: 'claimed' });
+      const seqs = settled.kind === 'claimed' ? settled.items : [];
+      expect(seqs.map((item) => ('entry' in item ? item.entry.seq : undefined))).toEqual([4, 5, 6]);
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({ handOff: 3 });
+    });
+
     it('does not reuse a buffer or hand-off list left from a previous life of the key', async () => {
       // Left behind when the state expired first (their TTLs were set when they were created).
       await redis.zadd(names.of(key).buffer, 2, encodeEntry(entry(2)));

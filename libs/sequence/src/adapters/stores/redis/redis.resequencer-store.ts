@@ -40,6 +40,7 @@
  * Redis unavailable: every method rejects with the client's error (after the ioredis client's
  * own retries); the resequencer requeues the message, having acked nothing.
  */
+import { randomUUID } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
 import { newRedisClient, quitRedisClient } from './redis-client';
 import {
@@ -205,6 +206,7 @@ export class RedisResequencerStore implements ResequencerStore {
       context.leaseMs,
       context.limit,
       this.retentionMs,
+      randomUUID(), // the settle token: a resent call (ioredis, after a reconnect) trims once
     ]);
     return this.indexed(key, interpretSettle(reply, source('settleDrain', key)), context.now);
   }

@@ -3,15 +3,26 @@
 local function settleStep()
   local now, holder, count = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
   local leaseMs, limit, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local token = ARGV[7]
 
   local s = loadState(now, retentionMs)
+  -- The client resending this very call after a reconnect (its reply was lost): it was applied,
+  -- so it must not trim again, which would drop items nobody delivered.
+  local replayed = s.next ~= nil and rcall('HGET', stateKey, 'settled') == token
+  if replayed and s.holder ~= holder then
+    -- The first run emptied the list and let the lease go, or another holder has taken it since.
+    return {rcall('LLEN', handOffKey) == 0 and 'empty' or 'lost', {}}
+  end
   if not s.next or s.holder ~= holder then
     return {'lost', {}}
   end
   -- Only a tracked hand-off (see indexRecordIf) is in the index: only its progress is news.
   local wasTracked = s.track
 
-  rcall('LTRIM', handOffKey, count, -1)
+  if not replayed then
+    rcall('LTRIM', handOffKey, count, -1)
+    rcall('HSET', stateKey, 'settled', token)
+  end
   if rcall('LLEN', handOffKey) == 0 then
     s.holder, s.leaseUntil, s.handOffAt, s.track = nil, nil, nil, false
     saveState(s, now, retentionMs)

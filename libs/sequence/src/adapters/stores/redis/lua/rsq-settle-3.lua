@@ -7,6 +7,8 @@
 
   ARGV[1] now (ms)      ARGV[2] holder      ARGV[3] count (items delivered, >= 1)
   ARGV[4] lease ms      ARGV[5] limit (most items returned)     ARGV[6] retention ms
+  ARGV[7] settle token: unique per settleDrain call, so that the call resent after a reconnect
+          trims nothing more
 
   Returns {code, record, ...} (record: see _resequencer):
     'lost', record              the holder no longer holds the lease: nothing trimmed
