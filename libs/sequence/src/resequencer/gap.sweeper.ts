@@ -59,10 +59,12 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
 
   private async sweepAll(now: number): Promise<GapSweepReport> {
     const totals = { gapsResolved: 0, stalledDrained: 0 };
+    // One clock for the whole sweep, moving on while it goes from one resequencer to the next.
+    const began = Date.now();
     for (const { resequencer } of this.registry.all()) {
       try {
         if (this.job.stopping) break;
-        const report = await resequencer.sweep(now, () => this.job.stopping);
+        const report = await resequencer.sweep(now + (Date.now() - began), () => this.job.stopping);
         totals.gapsResolved += report.gapsResolved;
         totals.stalledDrained += report.stalledDrained;
       } catch (error) {

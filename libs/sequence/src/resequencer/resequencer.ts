@@ -215,10 +215,17 @@ export class Resequencer {
     const { store, module, sequence, metrics, logger } = this.deps;
     const { policy, timeoutMs } = this.definition.gap;
     const openedBefore = now - timeoutMs;
+    // The sweep's clock moves on while it drains one key after another: a gap that a skip leaves
+    // open dates from when its key was resolved, or it would be acted on before its timeout.
+    const began = Date.now();
+    const clock = () => now + (Date.now() - began);
     let gapsResolved = 0;
     for (const gap of await store.listGaps(this.name, openedBefore, module.sweepBatch)) {
       if (stopping()) return { gapsResolved, stalledDrained: 0 };
-      const resolution = await store.resolveGap(this.ref(gap.key), policy, { openedBefore, now });
+      const resolution = await store.resolveGap(this.ref(gap.key), policy, {
+        openedBefore,
+        now: clock(),
+      });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
       gapsResolved++;
       await this.drainQuietly(gap.key);

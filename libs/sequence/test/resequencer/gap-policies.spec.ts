@@ -134,6 +134,27 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
     });
   });
 
+  it("'skip': a gap the skip leaves open dates from when the sweep resolved it, not from when the sweep began", async () => {
+    t = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' } },
+      { handlerRetry: { attempts: 3, baseDelayMs: 150 } },
+    );
+    // T1's gap is the older: resolved first, its drain then retries a failing handler (~450 ms).
+    t.handler.failing.add('T1:3');
+    await bufferBehindGap('T1', [3]);
+    await bufferBehindGap('T2', [3, 5]);
+    const sweptAt = afterTimeout();
+    const started = Date.now();
+
+    await t.sweeper.sweep(sweptAt);
+
+    // T2's skip released 3; 5 waits behind a new gap at 4, open since T2 was resolved.
+    const t2 = await t.service.inspect(channel, 'T2');
+    expect(t2).toMatchObject({ next: 4, buffered: [5] });
+    expect(t2.gapSince).toBeGreaterThanOrEqual(sweptAt + 100);
+    expect(t2.gapSince).toBeLessThanOrEqual(sweptAt + (Date.now() - started));
+  });
+
   describe("'dead-letter'", () => {
     beforeEach(async () => {
       t = await createResequencerTestApp({
