@@ -3,7 +3,7 @@ import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
-import { isContractHeader, userHeaderProblems, type HeaderMap } from '../core/headers';
+import { userHeaderProblems, type HeaderMap } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
@@ -278,12 +278,7 @@ function checkCallOptions(where: string, options: ClaimPublishOptions): void {
   if (options.metadata !== undefined && !isStringRecord(options.metadata)) {
     problems.push('metadata must be an object of strings');
   }
-  problems.push(
-    ...userHeaderProblems(
-      options.headers ?? {},
-      (name) => isContractHeader(name) || name === ClaimCheckHeader.claimCheck,
-    ),
-  );
+  problems.push(...userHeaderProblems(options.headers ?? {}));
   if (problems.length > 0) throw new SequenceOptionsError(where, problems);
 }
 

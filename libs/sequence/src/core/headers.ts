@@ -72,16 +72,16 @@ export function isContractHeader(name: string): boolean {
 export const MAX_HEADER_NAME_BYTES = 255;
 
 /**
- * What is wrong with headers a user gives to `send()` or `publish()`: names that `reserved`
- * claims (by default those of the wire contract) and values that are not header values.
+ * What is wrong with headers a user gives to `send()` or `publish()`: names of the wire contract
+ * (its own, and {@link CLAIM_CHECK_HEADER}, which tells a receiver that a body is a ticket) and
+ * values that are not header values.
  */
-export function userHeaderProblems(
-  headers: Readonly<Record<string, unknown>>,
-  reserved: (name: string) => boolean = isContractHeader,
-): string[] {
+export function userHeaderProblems(headers: Readonly<Record<string, unknown>>): string[] {
   const problems: string[] = [];
   for (const [name, value] of Object.entries(headers)) {
-    if (reserved(name)) problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    if (isContractHeader(name) || name === CLAIM_CHECK_HEADER) {
+      problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    }
     // Copied from a delivery (a dead letter forwarded whole), they would mislead the receiver:
     // an old x-requeue-count, say, counts against the new message's requeue budget.
     if (isTransportHeader(name)) {

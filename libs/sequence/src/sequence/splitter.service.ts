@@ -8,7 +8,6 @@ import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragme
 import {
   buildFragmentHeaders,
   CLAIM_CHECK_HEADER,
-  isContractHeader,
   userHeaderProblems,
   SEQUENCE_ID_PATTERN,
   type HeaderMap,
@@ -222,12 +221,7 @@ export class SplitterService {
           `${this.transport.maxMessageBytes - this.options.headerAllowanceBytes}`,
       );
     }
-    problems.push(
-      ...userHeaderProblems(
-        options.headers ?? {},
-        (name) => isContractHeader(name) || name === CLAIM_CHECK_HEADER,
-      ),
-    );
+    problems.push(...userHeaderProblems(options.headers ?? {}));
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }
