@@ -1,11 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { ClaimTicket } from '../core/claim-ticket';
-import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
-import { PayloadMetadataCorruptError } from '../core/errors/payload-metadata-corrupt.error';
-import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
@@ -24,6 +21,7 @@ import { AggregatorService, type SequenceConsumer } from '../sequence/aggregator
 import { SequenceHeader } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
+import { payloadReadRejection } from './payload-read-rejection';
 
 const ACK: Disposition = { action: 'ack' };
 const UNAVAILABLE: ReadonlySet<string> = new Set([
@@ -178,13 +176,8 @@ export class ClaimCheckReceiver {
       metadata = info.metadata;
     } catch (error) {
       await release();
-      if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
-        return this.reject(channel, 'claim-check-not-found', error.message);
-      }
-      // Metadata that cannot be read cannot get better: final, like a hash mismatch.
-      if (error instanceof PayloadMetadataCorruptError) {
-        return this.reject(channel, 'integrity-mismatch', error.message);
-      }
+      const rejection = payloadReadRejection(error);
+      if (rejection) return this.reject(channel, rejection, errorMessage(error));
       this.logger.warn(
         `${channel}: the ${store.name} payload store failed; requeued: ${errorMessage(error)}`,
       );
@@ -210,17 +203,8 @@ export class ClaimCheckReceiver {
     if (!outcome.ok) {
       await release();
       const readFailure = payload.readFailure;
-      if (readFailure instanceof ClaimCheckNotFoundError) {
-        return this.reject(channel, 'claim-check-not-found', readFailure.message);
-      }
-      // Stored bytes that fail decryption, or metadata that cannot be read, cannot get better:
-      // final, like a hash mismatch.
-      if (
-        readFailure instanceof PayloadDecryptionError ||
-        readFailure instanceof PayloadMetadataCorruptError
-      ) {
-        return this.reject(channel, 'integrity-mismatch', readFailure.message);
-      }
+      const rejection = payloadReadRejection(readFailure);
+      if (rejection) return this.reject(channel, rejection, readFailure!.message);
       if (readFailure) {
         this.logger.warn(
           `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,

@@ -15,14 +15,10 @@ import {
   type SequenceConsumerOptions,
 } from '../sequence.options';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
-import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
 import { carriesTicket } from '../claim-check/claim-check.headers';
 import { PayloadParking, type ResolvedTicket } from '../claim-check/payload-parking';
-import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
-import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
+import { payloadReadRejection } from '../claim-check/payload-read-rejection';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
-import { PayloadMetadataCorruptError } from '../core/errors/payload-metadata-corrupt.error';
-import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
@@ -285,17 +281,7 @@ export class AggregatorService {
 function parkedBodyRejection(error: unknown): RejectionCode | undefined {
   if (error instanceof ClaimTicketInvalidError) return 'claim-ticket-invalid';
   if (error instanceof UnknownPayloadStoreError) return 'unknown-payload-store';
-  if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
-    return 'claim-check-not-found';
-  }
-  if (
-    error instanceof ClaimCheckIntegrityError ||
-    error instanceof PayloadDecryptionError ||
-    error instanceof PayloadMetadataCorruptError
-  ) {
-    return 'integrity-mismatch';
-  }
-  return undefined;
+  return payloadReadRejection(error);
 }
 
 /** Headers as an object, whatever the subscriber handed over (amqplib gives undefined for none). */
