@@ -1,4 +1,4 @@
-import { delay, withTimeout } from './async';
+import { delay, MAX_TIMER_MS, settlesWithin, withTimeout } from './async';
 
 describe('delay', () => {
   it('resolves after the given time, not before', async () => {
@@ -40,5 +40,24 @@ describe('withTimeout', () => {
     } finally {
       process.off('unhandledRejection', unhandled);
     }
+  });
+});
+
+describe('settlesWithin', () => {
+  it('says true for a promise that resolves or rejects in time, false for one still running', async () => {
+    await expect(settlesWithin(Promise.resolve(1), 50)).resolves.toBe(true);
+    await expect(settlesWithin(Promise.reject(new Error('failed')), 50)).resolves.toBe(true);
+    const started = Date.now();
+    await expect(settlesWithin(new Promise(() => undefined), 50)).resolves.toBe(false);
+    expect(Date.now() - started).toBeLessThan(1_000);
+  });
+
+  it('waits at most MAX_TIMER_MS, rather than a longer delay that Node would fire at once', async () => {
+    let settle!: () => void;
+    const running = new Promise<void>((resolve) => (settle = resolve));
+    const verdict = settlesWithin(running, MAX_TIMER_MS + 1_000);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    settle();
+    await expect(verdict).resolves.toBe(true);
   });
 });

@@ -33,3 +33,19 @@ export async function withTimeout<T>(
     clearTimeout(timer);
   }
 }
+
+/**
+ * Whether `promise` settles (resolved or rejected) within `ms` milliseconds, at most
+ * {@link MAX_TIMER_MS}: for a shutdown that waits for work in progress, but not for ever. The
+ * timer is cleared as soon as `promise` settles.
+ */
+export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return withTimeout(
+    promise.then(
+      () => true,
+      () => true,
+    ),
+    Math.min(ms, MAX_TIMER_MS),
+    () => new Error('still running'),
+  ).catch(() => false);
+}

@@ -1,5 +1,5 @@
 import type { SchedulerRegistry } from '@nestjs/schedule';
-import { MAX_TIMER_MS } from '../core/async';
+import { MAX_TIMER_MS, settlesWithin } from '../core/async';
 
 /**
  * A periodic job of the module (a sweeper). It joins the app's `SchedulerRegistry` when the app
@@ -53,18 +53,6 @@ export class IntervalJob<T> {
     }
     clearInterval(this.timer);
     this.timer = undefined;
-    if (!this.running) return true;
-    let timer: NodeJS.Timeout | undefined;
-    const settled = await Promise.race([
-      this.running.then(
-        () => true,
-        () => true,
-      ),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), maxWaitMs);
-      }),
-    ]);
-    clearTimeout(timer);
-    return settled;
+    return !this.running || settlesWithin(this.running, maxWaitMs);
   }
 }

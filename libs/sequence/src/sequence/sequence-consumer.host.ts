@@ -13,6 +13,7 @@ import type { Disposition, InboundMessage, Subscription, Transport } from '../po
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { AggregatorService } from './aggregator.service';
+import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 
 /**
@@ -117,13 +118,8 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
 
   private async drain(): Promise<void> {
     if (this.inFlight.size > 0) {
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<'timeout'>((resolve) => {
-        timer = setTimeout(() => resolve('timeout'), this.options.shutdownTimeoutMs);
-      });
-      const outcome = await Promise.race([Promise.allSettled([...this.inFlight]), timedOut]);
-      clearTimeout(timer);
-      if (outcome === 'timeout') {
+      const { shutdownTimeoutMs } = this.options;
+      if (!(await settlesWithin(Promise.allSettled([...this.inFlight]), shutdownTimeoutMs))) {
         this.logger.warn(
           `${this.inFlight.size} delivery(ies) still running after shutdownTimeoutMs ` +
             `(${this.options.shutdownTimeoutMs} ms); their fragments will be redelivered`,
