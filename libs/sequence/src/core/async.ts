@@ -49,3 +49,12 @@ export async function settlesWithin(promise: Promise<unknown>, ms: number): Prom
     () => new Error('still running'),
   ).catch(() => false);
 }
+
+/**
+ * A clock that reads `now` at first and moves on with real time: for a sweep given the time it
+ * runs at (tests give a later one), whose later steps must see the time it has taken.
+ */
+export function clockFrom(now: number): () => number {
+  const began = Date.now();
+  return () => now + (Date.now() - began);
+}

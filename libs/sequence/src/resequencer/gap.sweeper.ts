@@ -9,6 +9,7 @@ import {
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { IntervalJob } from '../scheduling/interval-job';
+import { clockFrom } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import { RESEQUENCER_OPTIONS } from './resequencer.constants';
 import type { ResolvedResequencerModuleOptions } from './resequencer.options';
@@ -60,11 +61,11 @@ export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShut
   private async sweepAll(now: number): Promise<GapSweepReport> {
     const totals = { gapsResolved: 0, stalledDrained: 0 };
     // One clock for the whole sweep, moving on while it goes from one resequencer to the next.
-    const began = Date.now();
+    const clock = clockFrom(now);
     for (const { resequencer } of this.registry.all()) {
       try {
         if (this.job.stopping) break;
-        const report = await resequencer.sweep(now + (Date.now() - began), () => this.job.stopping);
+        const report = await resequencer.sweep(clock(), () => this.job.stopping);
         totals.gapsResolved += report.gapsResolved;
         totals.stalledDrained += report.stalledDrained;
       } catch (error) {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
-import { delay } from '../core/async';
+import { clockFrom, delay } from '../core/async';
 import { deathReason } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
@@ -217,8 +217,7 @@ export class Resequencer {
     const openedBefore = now - timeoutMs;
     // The sweep's clock moves on while it drains one key after another: a gap that a skip leaves
     // open dates from when its key was resolved, or it would be acted on before its timeout.
-    const began = Date.now();
-    const clock = () => now + (Date.now() - began);
+    const clock = clockFrom(now);
     let gapsResolved = 0;
     for (const gap of await store.listGaps(this.name, openedBefore, module.sweepBatch)) {
       if (stopping()) return { gapsResolved, stalledDrained: 0 };
