@@ -166,6 +166,18 @@ export const REQUEUE_COUNT_HEADER = 'x-requeue-count';
  */
 export const MAX_PREFETCH = 65_535;
 
+/** Why a subscription's `prefetch` is unusable on every transport, or undefined when it is fine. */
+export function prefetchProblem(prefetch: unknown): string | undefined {
+  const usable =
+    typeof prefetch === 'number' &&
+    Number.isSafeInteger(prefetch) &&
+    prefetch >= 1 &&
+    prefetch <= MAX_PREFETCH;
+  return usable
+    ? undefined
+    : `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(prefetch)}`;
+}
+
 /** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */
 export function requeueCount(headers: Readonly<Record<string, unknown>>): number {
   const value = Number(headers[REQUEUE_COUNT_HEADER] ?? 0);

@@ -4,7 +4,7 @@ import { SequenceHeader, type HeaderMap } from '../../../core/headers';
 import {
   defaultDeadLetterChannel,
   headerBytes,
-  MAX_PREFETCH,
+  prefetchProblem,
   toDisposition,
   withRequeueCount,
   type InboundMessage,
@@ -101,11 +101,8 @@ export class InMemoryTransport implements Transport {
     if (this.closed)
       throw new Error(`in-memory transport is closed: cannot subscribe to ${channel}`);
     const prefetch = options.prefetch ?? DEFAULT_PREFETCH;
-    if (!Number.isSafeInteger(prefetch) || prefetch < 1 || prefetch > MAX_PREFETCH) {
-      throw new RangeError(
-        `prefetch must be an integer from 1 to ${MAX_PREFETCH} (as on RabbitMQ), got ${String(prefetch)}`,
-      );
-    }
+    const problem = prefetchProblem(prefetch);
+    if (problem) throw new RangeError(problem);
     // Deliveries run in the subscriber's async context, as a broker's would: never in the
     // publisher's (whose AsyncLocalStorage state, such as an open transaction, is not theirs).
     const context = new AsyncResource('nest-sequence:in-memory-subscriber');

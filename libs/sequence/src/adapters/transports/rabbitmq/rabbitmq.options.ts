@@ -1,7 +1,7 @@
 import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
-import { MAX_PREFETCH } from '../../../ports/transport.port';
+import { prefetchProblem } from '../../../ports/transport.port';
 
 /** Queue types the transport can declare; both are durable. */
 export type RabbitMqQueueType = 'classic' | 'quorum';
@@ -87,16 +87,10 @@ export function resolveRabbitMqTransportOptions(
   if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {
     problems.push(`deadLetterSuffix must be a non-empty string such as '.dlq'`);
   }
-  const prefetchProblem = checkPrefetch(resolved.prefetch);
-  if (prefetchProblem) problems.push(prefetchProblem);
+  const prefetch = prefetchProblem(resolved.prefetch);
+  if (prefetch) problems.push(prefetch);
   if (problems.length > 0) throw new SequenceOptionsError('RabbitMqTransport options', problems);
   return resolved;
-}
-
-/** Why `prefetch` is unusable, or undefined when it is fine. */
-export function checkPrefetch(prefetch: unknown): string | undefined {
-  if (isPositiveInteger(prefetch) && prefetch <= MAX_PREFETCH) return undefined;
-  return `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(prefetch)}`;
 }
 
 function isPositiveInteger(value: unknown): value is number {

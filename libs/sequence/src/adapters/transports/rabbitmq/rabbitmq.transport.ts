@@ -9,6 +9,7 @@ import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error'
 import type { HeaderMap } from '../../../core/headers';
 import {
   headerBytes,
+  prefetchProblem,
   type MessageHandler,
   type PublishOptions,
   type SubscribeOptions,
@@ -18,7 +19,6 @@ import {
 import { coalesceFrameWrites } from './amqp-frame-writes';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import {
-  checkPrefetch,
   resolveRabbitMqTransportOptions,
   type RabbitMqTransportOptions,
   type ResolvedRabbitMqTransportOptions,
@@ -159,7 +159,7 @@ export class RabbitMqTransport implements Transport {
   ): Promise<Subscription> {
     this.assertOpen('subscribe to', channel);
     const prefetch = options.prefetch ?? this.settings.prefetch;
-    const problem = checkPrefetch(prefetch);
+    const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
     const subscription = new RabbitMqSubscription({
       channel,
