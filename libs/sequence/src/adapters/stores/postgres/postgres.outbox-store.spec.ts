@@ -299,16 +299,45 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
 
-    it('rejects a claim whose statement outlives the query_timeout, without waiting for PostgreSQL, and goes on', async () => {
-      // What a connection that stops answering looks like to the client (a failover, a
-      // half-open TCP connection): here a lock the claim's SELECT waits behind.
-      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: 300 });
+    /**
+     * A store on a pool of one connection whose statements time out after `queryTimeoutMs`, and
+     * `lock()` / `unlock()` of the box's table from another connection: what a connection that
+     * stops answering looks like to the client (a failover, a half-open TCP connection).
+     */
+    async function withUnansweringBox(
+      queryTimeoutMs: number,
+      test: (fixture: {
+        timed: Pool;
+        timedStore: PostgresOutboxStore;
+        lock: () => Promise<void>;
+        unlock: () => Promise<void>;
+      }) => Promise<void>,
+    ): Promise<void> {
+      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: queryTimeoutMs });
       const timedStore = new PostgresOutboxStore(timed, { tablePrefix });
       const locker = new Client({ connectionString: URL });
       await locker.connect();
-      try {
+      const lock = async () => {
         await locker.query('BEGIN');
         await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+      };
+      const unlock = async () => {
+        await locker.query('ROLLBACK');
+      };
+      try {
+        await test({ timed, timedStore, lock, unlock });
+      } finally {
+        await locker.query('ROLLBACK').catch(() => undefined);
+        await locker.end();
+        await timedStore.close();
+        await timed.end();
+      }
+    }
+
+    it('rejects a claim whose statement outlives the query_timeout, without waiting for PostgreSQL, and goes on', async () => {
+      // Here a lock the claim's SELECT waits behind.
+      await withUnansweringBox(300, async ({ timed, timedStore, lock, unlock }) => {
+        await lock();
         let settled = false;
         const claim = timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll);
         claim.then(
@@ -322,7 +351,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         }
         expect(settled).toBe(true);
         await expect(claim).rejects.toThrow(/Query read timeout/);
-        await locker.query('ROLLBACK');
+        await unlock();
         await expect(
           timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
         ).resolves.toMatchObject({ claimed: 2, completed: 2 });
@@ -330,8 +359,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
 
         // Inside a transaction: once a statement timed out, the next is refused at once with
         // that error, rather than sent to wait behind the one the client is still busy with.
-        await locker.query('BEGIN');
-        await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+        await lock();
         const errors: unknown[] = [];
         await timedStore
           .transaction(async (tx) => {
@@ -343,23 +371,13 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
           .catch(() => undefined);
         expect(errors).toHaveLength(2);
         expect(errors[1]).toBe(errors[0]);
-        await locker.query('ROLLBACK');
-      } finally {
-        await locker.query('ROLLBACK').catch(() => undefined);
-        await locker.end();
-        await timedStore.close();
-        await timed.end();
-      }
+        await unlock();
+      });
     });
 
     it('sends no ROLLBACK behind a statement that timed out, when the work threw an error of its own', async () => {
-      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: 1_000 });
-      const timedStore = new PostgresOutboxStore(timed, { tablePrefix });
-      const locker = new Client({ connectionString: URL });
-      await locker.connect();
-      try {
-        await locker.query('BEGIN');
-        await locker.query(`LOCK TABLE ${tablePrefix}${BOX} IN ACCESS EXCLUSIVE MODE`);
+      await withUnansweringBox(1_000, async ({ timedStore, lock, unlock }) => {
+        await lock();
         let thrownAt = 0;
         const transaction = timedStore.transaction(async (tx) => {
           await tx.query(`SELECT 1 FROM ${tablePrefix}${BOX}`).catch(() => {
@@ -371,16 +389,11 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         await expect(transaction).rejects.toThrow('order service unavailable');
         // Before, a ROLLBACK was sent and waited a second query_timeout behind the statement.
         expect(Date.now() - thrownAt).toBeLessThan(500);
-        await locker.query('ROLLBACK');
+        await unlock();
         await expect(
           timedStore.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
         ).resolves.toMatchObject({ claimed: 2, completed: 2 });
-      } finally {
-        await locker.query('ROLLBACK').catch(() => undefined);
-        await locker.end();
-        await timedStore.close();
-        await timed.end();
-      }
+      });
     });
 
     it('does not exhaust its pool however many claims fail', async () => {
