@@ -49,13 +49,16 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     this.job.start(this.options.sweepIntervalMs, (error) => this.logFailure(error));
   }
 
+  /** How long the `onExpired` hook of one expired sequence is awaited. */
+  private hookMs(): number {
+    return Math.max(this.options.shutdownTimeoutMs, this.options.publish.confirmTimeoutMs);
+  }
+
   async beforeApplicationShutdown(): Promise<void> {
     // The sweep in progress stops after the batch it is reporting (each report is bounded by the
     // hook's and the publish's timeouts); the store calls before it get shutdownTimeoutMs.
-    const { shutdownTimeoutMs, publish } = this.options;
-    const reportMs =
-      Math.max(shutdownTimeoutMs, publish.confirmTimeoutMs) + publish.confirmTimeoutMs;
-    if (!(await this.job.stop(shutdownTimeoutMs + reportMs))) {
+    const reportMs = this.hookMs() + this.options.publish.confirmTimeoutMs;
+    if (!(await this.job.stop(this.options.shutdownTimeoutMs + reportMs))) {
       this.logger.warn(
         'the expiry sweep in progress did not finish before shutdown: the sequences it had not ' +
           'claimed stay due for the next sweep, but those it had claimed and was still reporting ' +
@@ -114,7 +117,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     this.logger.warn(`${channel}: ${detail}`);
     // Both awaits are bounded: a hook or a transport that never settles would otherwise hold
     // this sweep, every later one (they join it), and the application's shutdown.
-    const hookMs = Math.max(this.options.shutdownTimeoutMs, this.options.publish.confirmTimeoutMs);
+    const hookMs = this.hookMs();
     try {
       const hook = this.options.onExpired;
       if (hook) {
