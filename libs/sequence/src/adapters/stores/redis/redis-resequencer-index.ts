@@ -7,6 +7,8 @@ import type { RedisClient, Scripts } from './redis-scripts';
 export const TOTAL_MAX_AGE_MS = 100;
 /** Records of expired keys one index step removes (the rest go with the following steps). */
 const PRUNE_BATCH = 100;
+/** Records of expired keys {@link RedisResequencerIndex.prune} removes in one call. */
+const PRUNE_ON_DEMAND_BATCH = 1_000;
 
 /**
  * The scope-wide half of the Redis resequencer store: per scope, the index of gaps, stalled
@@ -44,6 +46,22 @@ export class RedisResequencerIndex {
       PRUNE_BATCH,
     ]);
     this.remember(scope, Number(total));
+  }
+
+  /**
+   * Removes the records of keys past their retention now, rather than with later index steps;
+   * resolves with the scope's total after.
+   */
+  async prune(scope: string, now: number): Promise<number> {
+    const total = Number(
+      await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
+        now,
+        this.retentionMs,
+        PRUNE_ON_DEMAND_BATCH,
+      ]),
+    );
+    this.remember(scope, total);
+    return total;
   }
 
   /** What a single-node "-ix" script appends to its arguments to apply the index inline. */

@@ -32,7 +32,8 @@ export type ScriptName =
   | 'rsq-resolve-ix'
   | 'rsq-inspect'
   | 'rsq-gaps'
-  | 'rsq-index';
+  | 'rsq-index'
+  | 'rsq-prune';
 
 export type ScriptArgument = string | number | Buffer;
 
@@ -111,6 +112,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-inspect',
   'rsq-gaps',
   'rsq-index',
+  'rsq-prune',
 ];
 
 function readLua(file: string): string {

@@ -165,6 +165,20 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       expect(gaps.map((gap) => gap.key)).toEqual(['order-2']);
     });
 
+    it('frees the room of expired keys for maxBufferedTotal before refusing an event', async () => {
+      await store.accept(key, entry(2), at(t0, { maxBufferedTotal: 1 }));
+      const later = t0 + RETENTION_MS;
+
+      await expect(
+        store.accept({ ...key, key: 'order-2' }, entry(2), at(later, { maxBufferedTotal: 1 })),
+      ).resolves.toEqual({ kind: 'buffered', next: 1, buffered: 1 });
+      await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+      // A key that has not expired still counts.
+      await expect(
+        store.accept({ ...key, key: 'order-3' }, entry(2), at(later, { maxBufferedTotal: 1 })),
+      ).resolves.toEqual({ kind: 'full', next: 1, limit: 'maxBufferedTotal' });
+    });
+
     it('keeps an alerted gap in the gaps index at gapSince + 2^50, exactly, out of every due range', async () => {
       await store.accept(key, entry(3), at(t0));
       await store.resolveGap(key, 'alert', { openedBefore: t0, now: t0 + 1 });

@@ -29,7 +29,8 @@
  * passes the total it last saw (from the last index step of this instance, or a read at most
  * TOTAL_MAX_AGE_MS old) and the script refuses to buffer when it is >= the limit. Events
  * accepted by other instances within that window are not seen: the bound may be overshot by
- * as many events as the instances buffer in ~100 ms.
+ * as many events as the instances buffer in ~100 ms. Before a refusal stands, the store prunes
+ * the records of expired keys (rsq-prune) and asks again with the total that is left.
  *
  * Retention: a key expires retentionMs after its last change, by the `now` the callers pass
  * (a script that finds it expired deletes it and starts afresh; the index step prunes expired
@@ -162,21 +163,20 @@ export class RedisResequencerStore implements ResequencerStore {
     assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
     if (context.drain) assertDrainArguments(key, { ...context.drain, now: context.now });
     const encoded = encodeEntry(entry);
-    const seenTotal = await this.index.recentTotal(key.scope);
-    const reply = await this.perKey('rsq-accept', key, context.now, [
-      context.now,
-      context.start,
+    const outcome = await this.acceptOnce(
+      key,
       entry.seq,
       encoded,
-      context.limits.maxBufferedPerKey,
-      context.limits.maxBufferedTotal,
-      seenTotal,
-      this.retentionMs,
-      context.drain?.holder ?? '',
-      context.drain?.leaseMs ?? 0,
-      context.drain?.limit ?? 0,
-    ]);
-    return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
+      context,
+      await this.index.recentTotal(key.scope),
+    );
+    if (outcome.kind !== 'full' || outcome.limit !== 'maxBufferedTotal') return outcome;
+    // The total it was refused for may count keys that have expired since (index steps prune
+    // them only now and then), or be up to TOTAL_MAX_AGE_MS old. A refusal changed nothing: prune,
+    // and ask once more with the total that is left.
+    const total = await this.index.prune(key.scope, context.now);
+    if (total >= context.limits.maxBufferedTotal) return outcome;
+    return this.acceptOnce(key, entry.seq, encoded, context, total);
   }
 
   async claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim> {
@@ -295,6 +295,29 @@ export class RedisResequencerStore implements ResequencerStore {
     if (!this.ownsClient) return;
     this.ownsClient = false;
     await quitRedisClient(this.redis);
+  }
+
+  private async acceptOnce(
+    key: ResequencerKey,
+    seq: number,
+    encoded: string,
+    context: AcceptContext,
+    seenTotal: number,
+  ): Promise<AcceptOutcome> {
+    const reply = await this.perKey('rsq-accept', key, context.now, [
+      context.now,
+      context.start,
+      seq,
+      encoded,
+      context.limits.maxBufferedPerKey,
+      context.limits.maxBufferedTotal,
+      seenTotal,
+      this.retentionMs,
+      context.drain?.holder ?? '',
+      context.drain?.leaseMs ?? 0,
+      context.drain?.limit ?? 0,
+    ]);
+    return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
   }
 
   /**

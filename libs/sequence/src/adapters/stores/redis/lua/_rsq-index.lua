@@ -1,56 +1,63 @@
 --[[
   The scope-index step as a function, shared by rsq-index-5 (the second step, on Redis Cluster)
   and the single-node "-ix" variants of the per-key scripts, which apply it inline. See
-  rsq-index-5.lua for what it does. Include _rsq-gap-score before it.
+  rsq-index-5.lua for what it does. Include _rsq-gap-score before it. Also the pruning of expired
+  keys' records, which rsq-prune-5 runs on its own.
 
   ik: the index keys {records, gaps, stalled, activity, total}; member: the key's name;
   r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at}.
   Returns the scope's buffered total after the call.
 ]]
+local function parseIndexRecord(raw)
+  local storedVer, storedBuffered = string.match(raw, '^(%d+):(%d+):')
+  return tonumber(storedVer), tonumber(storedBuffered)
+end
+
+-- Removes a key from the index, taking its buffered events off the total.
+local function dropIndexed(ik, name)
+  local raw = redis.call('HGET', ik[1], name)
+  if raw then
+    local _, storedBuffered = parseIndexRecord(raw)
+    if storedBuffered > 0 then
+      redis.call('DECRBY', ik[5], storedBuffered)
+    end
+    redis.call('HDEL', ik[1], name)
+  end
+  redis.call('ZREM', ik[2], name)
+  redis.call('ZREM', ik[3], name)
+  redis.call('ZREM', ik[4], name)
+end
+
+-- Drops at most `batch` keys whose last indexed change is at or before `cutoff`, except `keep`.
+local function pruneIndex(ik, cutoff, batch, keep)
+  for _, name in ipairs(redis.call('ZRANGEBYSCORE', ik[4], '-inf', cutoff, 'LIMIT', 0, batch)) do
+    if name ~= keep then
+      dropIndexed(ik, name)
+    end
+  end
+end
+
 local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   local recordsKey, gapsKey, stalledKey, activityKey, totalKey = ik[1], ik[2], ik[3], ik[4], ik[5]
   local ver, buffered = r[1], r[2]
   local gapSince, alerted, handOffAt, at = r[5], r[6] == 1, r[7], r[8]
   local cutoff = now - retentionMs
-  local function parse(raw)
-    local storedVer, storedBuffered = string.match(raw, '^(%d+):(%d+):')
-    return tonumber(storedVer), tonumber(storedBuffered)
-  end
-
-  local function drop(name)
-    local raw = redis.call('HGET', recordsKey, name)
-    if raw then
-      local _, storedBuffered = parse(raw)
-      if storedBuffered > 0 then
-        redis.call('DECRBY', totalKey, storedBuffered)
-      end
-      redis.call('HDEL', recordsKey, name)
-    end
-    redis.call('ZREM', gapsKey, name)
-    redis.call('ZREM', stalledKey, name)
-    redis.call('ZREM', activityKey, name)
-  end
 
   -- A key whose last change is retentionMs old is gone (the per-key scripts treat it as absent).
   -- Others are pruned when a key enters the index, and on about one call in 16 otherwise: the
   -- scan on every call cost as much as the rest of the step.
   local lastSeen = tonumber(redis.call('ZSCORE', activityKey, member))
   if not lastSeen or now % 16 == 0 then
-    for _, name in ipairs(redis.call('ZRANGEBYSCORE', activityKey, '-inf', cutoff, 'LIMIT', 0,
-        pruneBatch)) do
-      if name ~= member then
-        drop(name)
-      end
-    end
+    pruneIndex(ik, cutoff, pruneBatch, member)
   end
   if lastSeen and lastSeen <= cutoff then
-    drop(member)
+    dropIndexed(ik, member)
   end
 
   local raw = redis.call('HGET', recordsKey, member)
   local storedVer, storedBuffered = 0, 0
   if raw then
-    storedVer, storedBuffered = parse(raw)
+    storedVer, storedBuffered = parseIndexRecord(raw)
   end
   if at > cutoff and (not raw or ver >= storedVer) then
     if buffered ~= storedBuffered then
