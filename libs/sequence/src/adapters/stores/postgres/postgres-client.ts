@@ -1,4 +1,4 @@
-import type { Client, ClientConfig, Pool, PoolConfig } from 'pg';
+import type { Client, ClientConfig, Pool, PoolClient, PoolConfig } from 'pg';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 
 /**
@@ -28,6 +28,29 @@ export function newPool(connectionString: string, config: PoolConfig = {}): Pool
 export function newClient(config: ClientConfig): Client {
   const { Client: ClientClass } = loadPg();
   return new ClientClass(config);
+}
+
+/**
+ * A client of `pool`, with `onError` listening from the moment the pool hands it over.
+ *
+ * pg-pool removes its own 'error' listener from a client it hands over, and it may hand one over
+ * from inside the previous holder's query callback, while pg is still reading that socket. An
+ * `await pool.connect()` resumes only after that read: an error the server sent in the same read
+ * (FATAL 57P01 from a shutting-down server, right behind the previous statement's reply) would be
+ * an 'error' event nobody hears, which ends the process. The callback form of `connect` runs at
+ * the hand-over itself, so the listener is in place before pg reads on.
+ */
+export function checkOut(pool: Pool, onError: (error: Error) => void): Promise<PoolClient> {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => {
+      if (error || !client) {
+        reject(error ?? new Error('the pool handed over no client'));
+        return;
+      }
+      client.on('error', onError);
+      resolve(client);
+    });
+  });
 }
 
 /**

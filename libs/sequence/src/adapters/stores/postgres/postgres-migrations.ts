@@ -1,7 +1,7 @@
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { MAX_TIMER_MS } from '../../../core/async';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
-import { isConnectionError } from './postgres-client';
+import { checkOut, isConnectionError } from './postgres-client';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
 
 export interface MigrateOutboxOptions {
@@ -29,12 +29,11 @@ export async function migrateOutbox(
   assertTablePrefix(tablePrefix, 'migrateOutbox options');
   if (!isPool(clientOrPool)) return applyMigrations(clientOrPool, tablePrefix);
 
-  const client = await clientOrPool.connect();
   let broken: Error | undefined;
   const onError = (error: Error): void => {
     broken ??= error;
   };
-  client.on('error', onError);
+  const client = await checkOut(clientOrPool, onError);
   try {
     return await applyMigrations(client, tablePrefix);
   } catch (error) {

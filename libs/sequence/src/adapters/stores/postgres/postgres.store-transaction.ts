@@ -3,7 +3,7 @@ import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient } from 'pg';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
-import { isConnectionError } from './postgres-client';
+import { checkOut, isConnectionError } from './postgres-client';
 
 /**
  * One open transaction on a pool client. Savepoints are numbered per transaction (`sp_1`,
@@ -117,14 +117,13 @@ export async function inTransaction<T>(
   pool: Pool,
   work: (transaction: PostgresStoreTransaction) => Promise<T>,
 ): Promise<T> {
-  const client = await pool.connect();
   let broken: Error | undefined;
   // A checked-out pg client has no 'error' listener: a connection dropped between two
   // statements would otherwise be an uncaught 'error' event that ends the process.
   const onError = (error: Error): void => {
     broken ??= error;
   };
-  client.on('error', onError);
+  const client = await checkOut(pool, onError);
   const transaction = new PostgresStoreTransaction(client);
   try {
     await client.query('BEGIN');
