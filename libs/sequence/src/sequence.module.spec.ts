@@ -10,7 +10,10 @@ import {
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
+  InboxHandler,
   InMemoryTransport,
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
   MemorySequenceStore,
   ReassembledPayload,
   SEQUENCE_OPTIONS,
@@ -542,6 +545,78 @@ describe('SequenceModule', () => {
       await inner.whenIdle();
       expect(inner.depth('first')).toBe(1);
       await inner.close();
+    });
+
+    describe('when one of its consumers fails to start, the others stop too (the app is never closed)', () => {
+      /** Refuses to subscribe to one channel. */
+      class Refusing extends ForwardingTransport {
+        readonly name = 'refusing';
+        constructor(
+          inner: Transport,
+          private readonly refused: string,
+        ) {
+          super(inner);
+        }
+        override subscribe(
+          channel: string,
+          handler: MessageHandler,
+          options?: SubscribeOptions,
+        ): Promise<Subscription> {
+          if (channel === this.refused) return Promise.reject(new Error(`no ${channel}`));
+          return super.subscribe(channel, handler, options);
+        }
+      }
+      @Injectable()
+      class Tasks {
+        @InboxHandler({ event: 'TaskCreated' })
+        async created(): Promise<void> {}
+      }
+      const Studies = recordingHandler({ channel: 'studies' });
+      const taskCreated = {
+        body: Buffer.from(
+          JSON.stringify({
+            id: 'task-1',
+            type: 'TaskCreated',
+            aggregateType: 'Task',
+            aggregateId: 't-1',
+            payload: {},
+            occurredAt: new Date().toISOString(),
+          }),
+        ),
+        headers: { [MESSAGE_ID_HEADER]: 'task-1', [MESSAGE_KIND_HEADER]: 'event' },
+      };
+
+      async function bootRefusing(refused: string): Promise<InMemoryTransport> {
+        const inner = new InMemoryTransport();
+        const error = await bootError({
+          imports: [
+            SequenceModule.forRoot({
+              transport: new Refusing(inner, refused),
+              sweepIntervalMs: false,
+              outbox: {},
+            }),
+          ],
+          providers: [Studies, Tasks],
+        });
+        expect((error as Error).message).toBe(`no ${refused}`);
+        return inner;
+      }
+
+      it('the inbox stops when a sequence subscription fails', async () => {
+        const inner = await bootRefusing('studies');
+        await inner.publish('events.TaskCreated', taskCreated.body, taskCreated.headers);
+        await inner.whenIdle();
+        expect(inner.depth('events.TaskCreated')).toBe(1);
+        await inner.close();
+      });
+
+      it('the sequence consumers stop when the inbox subscription fails', async () => {
+        const inner = await bootRefusing('events.TaskCreated');
+        await publishAll(inner, 'studies', makeFragments('s-1', bytes(10), 10));
+        await inner.whenIdle();
+        expect(inner.depth('studies')).toBe(1);
+        await inner.close();
+      });
     });
 
     it('lets handlers in progress finish before deeper modules are destroyed', async () => {

@@ -44,6 +44,7 @@ import { SequenceMetrics } from './observability/sequence.metrics';
 import type { SequenceStore } from './ports/sequence-store.port';
 import type { Transport } from './ports/transport.port';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import { BootstrapAbort } from './bootstrap-abort';
 import { AggregatorService } from './sequence/aggregator.service';
 import { ExpirySweeper } from './sequence/expiry.sweeper';
 import { SequenceConsumerHost } from './sequence/sequence-consumer.host';
@@ -153,6 +154,7 @@ const providers: Provider[] = [
   // Last: it refuses channels that every other kind of handler already took.
   InboxHandlerExplorer,
   SequenceConsumerHost,
+  BootstrapAbort,
   ExpirySweeper,
   OrphanSweeper,
   GapSweeper,

@@ -10,6 +10,7 @@ import {
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { SqliteOutboxStore } from '../adapters/stores/sqlite/sqlite.outbox-store';
+import { BootstrapAbort } from '../bootstrap-abort';
 import { InboxHandlerRegistry, inboxOf } from '../discovery/inbox-handler.registry';
 import { OutboxMetrics } from '../observability/outbox.metrics';
 import { BOX_NAMES, type BoxName, type OutboxStore } from '../ports/outbox-store.port';
@@ -60,10 +61,12 @@ export class OutboxRuntime
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     private readonly handlers: InboxHandlerRegistry,
     private readonly metrics: OutboxMetrics,
+    private readonly bootstrap: BootstrapAbort,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
     this.purgeJob = new IntervalJob(OUTBOX_PURGE_INTERVAL, schedulerRegistry, () => this.purge());
     this.orderedBoxes = new Set(BOX_NAMES.filter((box) => options.boxes[box].ordered));
+    bootstrap.onAbort(() => this.abandon());
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -71,8 +74,21 @@ export class OutboxRuntime
       // The messages' class-validator rules, attached now rather than at the first message, so
       // that the application's own code can validate OutboxEvent / OutboxCommand from the start.
       messageValidation();
-      await this.ready();
+      try {
+        await this.ready();
+      } catch (error) {
+        await this.bootstrap.abort();
+        throw error;
+      }
     }
+  }
+
+  /** Another consumer of the module failed to start: nothing of the outbox may run on. */
+  private async abandon(): Promise<void> {
+    this.stopped = true;
+    await this.stopLoops(() => true);
+    await this.purgeJob.stop();
+    await this.unwatch?.().catch(() => undefined);
   }
 
   /** The store, once opened, migrated and running (started now if it was not). */

@@ -12,6 +12,7 @@ import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registr
 import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
+import { BootstrapAbort } from '../bootstrap-abort';
 import { AggregatorService } from './aggregator.service';
 import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
@@ -41,13 +42,17 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
     private readonly claimCheckRegistry: ClaimCheckRegistry,
     private readonly claimCheck: ClaimCheckReceiver,
     private readonly resequencers: ResequencerRegistry,
-  ) {}
+    private readonly bootstrap: BootstrapAbort,
+  ) {
+    bootstrap.onAbort(() => this.closeSubscriptions());
+  }
 
   async onApplicationBootstrap(): Promise<void> {
     try {
       await this.openAll();
     } catch (error) {
       await this.closeSubscriptions();
+      await this.bootstrap.abort();
       throw error;
     }
   }
@@ -97,6 +102,8 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
       { prefetch: options.prefetch, deadLetterChannel: options.deadLetterChannel },
     );
     this.subscriptions.push(subscription);
+    // Another consumer of the module failed meanwhile: stop here (the init has failed).
+    if (this.bootstrap.isAborted) throw new Error('another consumer of the module failed to start');
   }
 
   async onModuleDestroy(): Promise<void> {
