@@ -1,5 +1,10 @@
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
-import { assertEncodableHeaders, MAX_ENCODED_HEADER_BYTES } from './transport-headers';
+import {
+  assertEncodableHeaders,
+  DROPPED_HEADERS_HEADER,
+  forwardableHeaders,
+  MAX_ENCODED_HEADER_BYTES,
+} from './transport-headers';
 
 // amqplib's own table encoder, the code these rules protect (an internal module of amqplib 0.10).
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -20,6 +25,14 @@ describe('assertEncodableHeaders (what every transport carries)', () => {
     ['a fraction at 2^51', { n: 2 ** 51 + 0.5 }],
     ['below -2^63', { n: -(2 ** 63) - 4096 }],
     ['a 256-byte name', { ['k'.repeat(256)]: 1 }],
+    // What a message another program published can carry, which a dead letter carries on.
+    ['NaN in an array', { a: [1, Number.NaN] }],
+    ['Infinity in a table', { t: { n: -Infinity } }],
+    ['a table with a field named !', { t: { '!': 'x' } }],
+    ['a table with a field named hasOwnProperty', { t: { hasOwnProperty: 'x' } }],
+    ['a 256-byte field name in a table', { t: { ['k'.repeat(256)]: 1 } }],
+    ['undefined in an array', { a: ['x', undefined] }],
+    ['a bigint', { n: BigInt(1) }],
   ])('refuses %s, which amqplib fails to encode', (_what, headers) => {
     expect(() => amqplibEncodes(headers)).toThrow();
     expect(() => assertEncodableHeaders('orders', headers)).toThrow(InvalidHeaderError);
@@ -61,5 +74,52 @@ describe('assertEncodableHeaders (what every transport carries)', () => {
     expect(() => assertEncodableHeaders('orders', { retries: Number.NaN })).toThrow(
       'a message to orders cannot be sent: header retries is NaN, not a finite number',
     );
+  });
+});
+
+describe('forwardableHeaders (a dead letter or requeued copy of a message from elsewhere)', () => {
+  it('returns headers amqplib encodes as they are', () => {
+    const headers = { a: 1, death: [{ count: 1, reason: 'rejected' }], text: 'x' };
+    expect(forwardableHeaders(headers)).toBe(headers);
+  });
+
+  it('replaces each value amqplib cannot encode with a string saying why, and keeps the rest', () => {
+    const headers = {
+      'x-sequence-id': 'seq-1',
+      nan: [Number.NaN],
+      bang: { '!': 'x' },
+      own: { hasOwnProperty: 'x' },
+    };
+
+    const forwarded = forwardableHeaders(headers);
+
+    expect(forwarded).toEqual({
+      'x-sequence-id': 'seq-1',
+      nan: expect.stringMatching(/^\(not forwarded: holds a value at \[0\] that is NaN/) as string,
+      bang: expect.stringMatching(/field named !/) as string,
+      own: expect.stringMatching(/field named hasOwnProperty/) as string,
+    });
+    expect(() => assertEncodableHeaders('orders.dlq', forwarded)).not.toThrow();
+    expect(amqplibEncodes(forwarded)).toBeLessThan(64 * 1024);
+  });
+
+  it('leaves out the largest values while the whole is too large, never those it must keep, and names them', () => {
+    const headers = {
+      first: 'a'.repeat(40_000),
+      second: 'b'.repeat(30_000),
+      small: 'c',
+      'x-death-reason': 'r'.repeat(20_000),
+      ['k'.repeat(256)]: 'a name AMQP cannot carry',
+    };
+
+    const forwarded = forwardableHeaders(headers, ['x-death-reason']);
+
+    expect(forwarded).toEqual({
+      second: headers.second,
+      small: 'c',
+      'x-death-reason': headers['x-death-reason'],
+      [DROPPED_HEADERS_HEADER]: `${'k'.repeat(40)}…,first`,
+    });
+    expect(() => assertEncodableHeaders('orders.dlq', forwarded)).not.toThrow();
   });
 });

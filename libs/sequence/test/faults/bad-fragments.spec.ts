@@ -185,4 +185,59 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
       (await keysUnder(servers.redis, servers.prefix)).filter((key) => key.includes(':bad-')),
     ).toEqual([]);
   });
+  it('dead-letters messages whose headers amqplib cannot send again, and the channel stays in step', async () => {
+    const channel = servers.admin.newChannel();
+    consumer = await createRealServersApp(channel, { prefix: servers.prefix });
+    // Headers another program can publish (amqplib's typed-value form, '!', lets the test write
+    // them) that amqplib cannot encode again once decoded: tables with a field named '!' or
+    // 'hasOwnProperty', and headers too large once the reason is added. (A NaN cannot come this
+    // way: RabbitMQ closes the connection of a publisher that sends one.)
+    const poisoned: Array<{ name: string; headers: Record<string, unknown> }> = [
+      { name: 'bang', headers: { bang: { '!': 'object', value: { '!': 'x' } } } },
+      { name: 'own', headers: { own: { '!': 'object', value: { hasOwnProperty: 'x' } } } },
+      { name: 'large', headers: { large: 'l'.repeat(61_400) } },
+    ];
+    const bad = poisoned.map(({ name, headers }) => ({
+      body: Buffer.from(`not a fragment: ${name}`),
+      headers,
+    }));
+    const good = { id: 'good-after-poison', payload: bytes(20_000, 7) };
+    const publisher = await servers.admin.confirmChannel();
+    try {
+      await publishRaw(publisher, channel, [
+        ...bad,
+        ...makeFragments(good.id, good.payload, 4_000),
+      ]);
+    } finally {
+      await publisher.close();
+    }
+
+    await eventually(
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) >= bad.length,
+      'every poisoned message dead-lettered',
+    );
+    await eventually(() => consumer!.handler.of(good.id).length > 0, 'the good sequence', 10_000);
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the queue drained (no message looping)',
+    );
+
+    const deadLetters = await servers.admin.drain(`${channel}.dlq`);
+    expect(deadLetters).toHaveLength(bad.length);
+    const byName = (name: string) =>
+      deadLetters.find((message) => message.body.equals(Buffer.from(`not a fragment: ${name}`)))!
+        .headers;
+    for (const name of ['bang', 'own']) {
+      expect(byName(name)).toEqual({
+        [name]: expect.stringMatching(/^\(not forwarded: /) as string,
+        'x-death-reason': expect.stringMatching(/^malformed-header: /) as string,
+      });
+    }
+    expect(byName('large')).toEqual({
+      'x-dropped-headers': 'large',
+      'x-death-reason': expect.stringMatching(/^malformed-header: /) as string,
+    });
+    expect(consumer.handler.of(good.id)).toHaveLength(1);
+    expect(consumer.handler.of(good.id)[0].bytes.equals(good.payload)).toBe(true);
+  });
 });

@@ -61,7 +61,16 @@ export type RejectionCode =
   /** Inbox: no `@InboxHandler` of this application handles the message's type. */
   | 'no-inbox-handler';
 
-/** Formats the `x-death-reason` header value for a rejection. */
+/**
+ * Longest `x-death-reason`, in characters: the detail may quote a handler's error message, and
+ * the header must leave room for the message's own headers in a dead letter.
+ */
+export const MAX_DEATH_REASON_CHARS = 1_024;
+
+/** Formats the `x-death-reason` header value for a rejection (cut at MAX_DEATH_REASON_CHARS). */
 export function deathReason(code: RejectionCode, detail: string): string {
-  return `${code}: ${detail}`;
+  const reason = `${code}: ${detail}`;
+  return reason.length <= MAX_DEATH_REASON_CHARS
+    ? reason
+    : `${reason.slice(0, MAX_DEATH_REASON_CHARS - 1)}…`;
 }

@@ -4,6 +4,7 @@ import { withTimeout } from '../../../core/async';
 import { SubscribeError } from '../../../core/errors/subscribe.error';
 import { SequenceHeader } from '../../../core/headers';
 import {
+  REQUEUE_COUNT_HEADER,
   requeueCount,
   toDisposition,
   withRequeueCount,
@@ -12,6 +13,7 @@ import {
   type MessageHandler,
   type Subscription,
 } from '../../../ports/transport.port';
+import { forwardableHeaders } from '../../../ports/transport-headers';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import type { RabbitMqTopology } from './rabbitmq.topology';
 
@@ -316,7 +318,9 @@ export class RabbitMqSubscription implements Subscription {
       this.unsettled.delete(delivery);
       return;
     }
-    const headers = withRequeueCount(message.properties.headers ?? {});
+    const headers = forwardableHeaders(withRequeueCount(message.properties.headers ?? {}), [
+      REQUEUE_COUNT_HEADER,
+    ]);
     try {
       await this.settings.publish(this.channel, message.content, headers);
       this.finish(delivery, 'ack');
@@ -338,7 +342,12 @@ export class RabbitMqSubscription implements Subscription {
       this.unsettled.delete(delivery);
       return;
     }
-    const headers = { ...(message.properties.headers ?? {}), [SequenceHeader.deathReason]: reason };
+    // Headers of a message another program published may be ones amqplib cannot send again: a
+    // dead letter carries what it can rather than failing (and its message looping) on them.
+    const headers = forwardableHeaders(
+      { ...(message.properties.headers ?? {}), [SequenceHeader.deathReason]: reason },
+      [SequenceHeader.deathReason],
+    );
     try {
       await this.settings.publish(this.settings.deadLetterChannel, message.content, headers);
       this.finish(delivery, 'ack');
