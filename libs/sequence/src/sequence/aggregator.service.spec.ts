@@ -1,5 +1,10 @@
 import { AggregatorService, type InboundMessage } from 'nest-sequence';
-import { createSequenceTestApp, type SequenceTestApp } from '../../test/support/sequence-test-app';
+import {
+  createSequenceTestApp,
+  makeFragments,
+  type SequenceTestApp,
+  type TestFragment,
+} from '../../test/support/sequence-test-app';
 
 describe('AggregatorService.receive with input no broker should send', () => {
   let t: SequenceTestApp;
@@ -33,5 +38,43 @@ describe('AggregatorService.receive with input no broker should send', () => {
       action: 'dead-letter',
       reason: 'malformed-header: the message body is not binary',
     });
+  });
+});
+
+describe('AggregatorService.receive after a sequence failed', () => {
+  let t: SequenceTestApp;
+  beforeEach(async () => (t = await createSequenceTestApp('aggregator.failed')));
+  afterEach(() => t.close());
+
+  it('dead-letters the completing fragment again when it comes back (its dead letter did not go out), and late duplicates too', async () => {
+    const aggregator = t.app.get(AggregatorService);
+    const consumer = aggregator.createConsumer(
+      'aggregator.failed',
+      () => {
+        throw new Error('database unavailable');
+      },
+      { handlerRetry: { attempts: 1 } },
+    );
+    const [first, last] = makeFragments('seq-failed', Buffer.from('abcdefgh'), 4);
+    const receive = (fragment: TestFragment, redelivered = false) =>
+      aggregator.receive(
+        {
+          channel: 'aggregator.failed',
+          body: fragment.body,
+          headers: fragment.headers,
+          redelivered,
+        },
+        consumer,
+      );
+    expect(await receive(first)).toEqual({ action: 'ack' });
+    const verdict = await receive(last);
+    expect(verdict).toEqual({
+      action: 'dead-letter',
+      reason: expect.stringMatching(/^handler-failed: /) as string,
+    });
+
+    // The transport could not publish that dead letter, so the message came back.
+    expect(await receive(last, true)).toEqual(verdict);
+    expect(await receive(first, true)).toEqual(verdict);
   });
 });

@@ -208,7 +208,20 @@ export class AggregatorService {
         this.metrics.backpressured(channel, result.limit);
         return this.requeue(`${result.limit} reached`);
       case 'finished':
-        if (result.outcome === 'completed' || result.outcome === 'failed') {
+        if (result.outcome === 'completed') {
+          this.metrics.duplicateFragment(channel);
+          return ACK;
+        }
+        if (result.outcome === 'failed' && result.reason) {
+          // The fragment that completed a failed sequence is dead-lettered with the failure's
+          // reason. When that dead letter could not be sent, the message came back and finds the
+          // sequence failed: it goes to the dead-letter channel now, with the same reason. Which
+          // fragment that was cannot be told, so late duplicates of the others go there too,
+          // rather than the failure's only record being acked away.
+          this.metrics.duplicateFragment(channel);
+          return { action: 'dead-letter', reason: result.reason };
+        }
+        if (result.outcome === 'failed') {
           this.metrics.duplicateFragment(channel);
           return ACK;
         }

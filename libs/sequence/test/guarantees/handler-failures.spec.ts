@@ -128,7 +128,7 @@ describe('guarantees: a handler that throws', () => {
     await expect(readAll(app.store.read(ref))).rejects.toThrow(/no longer held/);
   });
 
-  it('does not hand a failed sequence to the handler again when a late duplicate arrives', async () => {
+  it('does not hand a failed sequence to the handler again when a late duplicate arrives; the duplicate is dead-lettered with the failure', async () => {
     const channel = 'guarantees.handler.late-duplicate';
     const { app, fragments } = await handledWithFailures(channel, Number.MAX_SAFE_INTEGER);
 
@@ -136,7 +136,10 @@ describe('guarantees: a handler that throws', () => {
     await app.transport.whenIdle();
 
     expect(app.handler.calls).toBe(3);
-    expect(deadLetters(app.transport, channel)).toHaveLength(1);
+    // Had the completing fragment's dead letter failed, this is how its record would still land.
+    const [failure, late] = deadLetters(app.transport, channel);
+    expect(late.headers['x-death-reason']).toBe(failure.headers['x-death-reason']);
+    expect(late.body.equals(fragments[0].body)).toBe(true);
     expect(await sample(app, 'duplicate_fragments_total', { channel })).toBe(1);
   });
 });
