@@ -69,8 +69,9 @@ export class ClaimCheckReceiver {
     const { channel } = consumer;
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     const body: unknown = message.body;
-    if (typeof headers[SequenceHeader.id] === 'string') {
-      // A Message Sequence fragment (`mode: 'auto'`): reassembled first, then handed over.
+    if (headers[SequenceHeader.id] !== undefined && headers[SequenceHeader.id] !== null) {
+      // A Message Sequence fragment (`mode: 'auto'`): reassembled first, then handed over. Any
+      // value counts: the aggregator reads an id sent as bytes, and dead-letters one it cannot.
       this.metrics.received(channel, 'sequence');
       return this.aggregator.receive(message, this.sequenceConsumerOf(consumer));
     }

@@ -182,6 +182,26 @@ describe('claim check: mode auto and fragments via claim check', () => {
     await eventually(async () => (await payloadFiles()).length === 0, 'the parked bodies deleted');
   });
 
+  it('takes a message with an x-sequence-id of any type for a fragment: a byte-array id is reassembled, a numeric one dead-lettered, neither handed over as an inline payload', async () => {
+    const payload = bytes(3_000, 11);
+    const [asBytes] = makeFragments('id-as-bytes', payload, 3_000);
+    const [asNumber] = makeFragments('id-as-number', bytes(3_000, 12), 3_000);
+    // An AMQP byte array arrives as a Buffer (another program's client may send ids that way).
+    await transport.publish(AUTO, asBytes.body, {
+      ...asBytes.headers,
+      'x-sequence-id': Buffer.from('id-as-bytes') as unknown as string,
+    });
+    await transport.publish(AUTO, asNumber.body, { ...asNumber.headers, 'x-sequence-id': 42 });
+    await transport.whenIdle();
+
+    expect(receivers.claimed.map((c) => ({ via: c.via, bytes: c.bytes }))).toEqual([
+      { via: 'sequence', bytes: payload },
+    ]);
+    const dead = deadLetters(transport, AUTO);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(/^malformed-header: x-sequence-id/);
+  });
+
   it('dead-letters a fragment whose ticket was tampered with, and delivers nothing of it', async () => {
     const payload = randomBytes(100 * 1024);
     const original = transport.publish.bind(transport);
