@@ -256,10 +256,20 @@ export function assertResequencerArguments(key: ResequencerKey, seq?: number): v
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
-/** 1–256 characters, none of them control characters. */
+/** A UTF-16 surrogate without its pair: UTF-8 (Redis, AMQP) cannot carry it. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * 1–256 characters, none of them control characters or lone surrogates (which UTF-8 turns into
+ * one U+FFFD each, so that two keys would become one in Redis).
+ */
 export function isResequencerKey(value: unknown): value is string {
   return (
-    typeof value === 'string' && value.length > 0 && value.length <= 256 && !CONTROL.test(value)
+    typeof value === 'string' &&
+    value.length > 0 &&
+    value.length <= 256 &&
+    !CONTROL.test(value) &&
+    !LONE_SURROGATE.test(value)
   );
 }
 

@@ -32,8 +32,10 @@ export function positionOf(
   } catch (error) {
     return { ok: false, problem: `the seq function threw: ${errorMessage(error)}` };
   }
-  // AMQP headers written by other clients may carry numbers as numbers or strings.
+  // AMQP headers written by other clients may carry numbers as numbers or strings, and text as
+  // a byte array (a Buffer here).
   if (typeof keyValue === 'number' && Number.isSafeInteger(keyValue)) keyValue = String(keyValue);
+  if (Buffer.isBuffer(keyValue)) keyValue = keyValue.toString('utf8');
   if (typeof seqValue === 'string' && DECIMAL.test(seqValue)) seqValue = Number(seqValue);
   if (typeof seqValue === 'bigint') seqValue = Number(seqValue);
   const where = (field: ResequencerField<unknown>, name: string) =>
@@ -59,7 +61,11 @@ function show(value: unknown): string {
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') {
     text = String(value);
   } else {
-    text = JSON.stringify(value) ?? typeof value; // functions and symbols have no JSON
+    try {
+      text = JSON.stringify(value) ?? typeof value; // functions and symbols have no JSON
+    } catch {
+      text = `a ${typeof value} that JSON cannot show (a cycle, or a bigint inside)`;
+    }
   }
   return text.length > 80 ? `${text.slice(0, 80)}…` : text;
 }

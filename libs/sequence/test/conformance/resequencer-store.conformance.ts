@@ -96,6 +96,16 @@ export function describeResequencerStoreConformance(
           'a key with a control character',
           () => store().accept({ ...key(), key: 'a\nb' }, event(1), acceptAt(now())),
         ],
+        [
+          // Redis keeps keys as UTF-8, where every lone surrogate is the same U+FFFD: two such
+          // keys would share one state.
+          'a key with a lone surrogate',
+          () => store().accept({ ...key(), key: 'acct-\ud800' }, event(1), acceptAt(now())),
+        ],
+        [
+          'a key with a lone low surrogate',
+          () => store().accept({ ...key(), key: '\udc00-acct' }, event(1), acceptAt(now())),
+        ],
         ['a negative sequence', () => store().accept(key(), event(-1), acceptAt(now()))],
         ['a fractional sequence', () => store().accept(key(), event(1.5), acceptAt(now()))],
         ['maxBufferedPerKey 0', () => store().accept(key(), event(2), limits(0, 10))],

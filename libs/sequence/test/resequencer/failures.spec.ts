@@ -119,6 +119,35 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     expect(deathReasons()[0]).toMatch(/^invalid-resequence-event: the key function threw: /);
   });
 
+  it('dead-letters an event whose key function returns what cannot be shown as JSON (a bigint inside, a cycle)', async () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    const keys = [{ id: BigInt(7) }, cyclic];
+    t = await createResequencerTestApp({
+      channel,
+      key: (message) => keys[Number(message.body.toString())] as unknown as string,
+      seq: () => 1,
+      gap: GAP,
+    });
+    await t.transport.publish(channel, Buffer.from('0'), {});
+    await t.transport.publish(channel, Buffer.from('1'), {});
+    await eventually(() => t.transport.peek(dlq).length === 2, 'both bad events');
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(/^invalid-resequence-event: the key function's result must be /),
+      expect.stringMatching(/^invalid-resequence-event: the key function's result must be /),
+    ]);
+  });
+
+  it('reads a key sent as an AMQP byte array (a Buffer) as its UTF-8 text', async () => {
+    t = await createResequencerTestApp({ channel, gap: GAP });
+    await t.transport.publish(channel, Buffer.from('a'), {
+      'x-resequence-key': Buffer.from('T1') as unknown as string,
+      'x-resequence-seq': 1,
+    });
+    await eventually(() => t.handler.received.length === 1, 'one event');
+    expect(t.handler.of('T1')).toEqual([1]);
+  });
+
   it('applies back-pressure past maxBufferedPerKey, and still takes the event that fills the gap', async () => {
     t = await createResequencerTestApp(
       { channel, gap: GAP, maxBufferedPerKey: 2 },
