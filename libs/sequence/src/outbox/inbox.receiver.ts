@@ -61,7 +61,12 @@ export class InboxReceiver {
   }
 
   /** Records one message; exported for users who consume with their own subscriber. */
-  async receive(message: InboundMessage): Promise<Disposition> {
+  async receive(input: InboundMessage): Promise<Disposition> {
+    // A subscriber of your own may hand over a message without headers (amqplib says none so).
+    const message: InboundMessage =
+      input.headers !== null && typeof input.headers === 'object'
+        ? input
+        : { ...input, headers: {} };
     let record: NewBoxRecord;
     try {
       record = this.recordOf(message);
@@ -155,6 +160,7 @@ function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<strin
     if (
       typeof value === 'string' &&
       !value.includes('\u0000') && // the database could not store it
+      !name.includes('\u0000') &&
       !name.startsWith('x-death') &&
       name !== 'x-requeue-count'
     ) {

@@ -23,6 +23,7 @@ import {
 } from '../support/closing-dependency';
 import { overrideMethods } from '../support/override-methods';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
+import type { InboxReceiver } from '../../src/outbox/inbox.receiver';
 import {
   createOutboxTestApp,
   FAST_BOX,
@@ -369,6 +370,23 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(reasons[1]).toMatch(/^invalid-inbox-message: .*not JSON/);
     expect(reasons[2]).toMatch(/^invalid-inbox-message: .*x-message-kind/);
     expect(t.handler(TaskCreated).calls).toEqual([]);
+  });
+
+  it('dead-letters a message with no headers at all instead of throwing', async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreated]);
+    // The receiver as a subscriber of your own would call it: headers as amqplib reports none.
+    const receiver = (t.runtime as unknown as { receiver: InboxReceiver }).receiver;
+    const disposition = await receiver.receive({
+      channel: 'events.TaskCreated',
+      body: taskCreated().body,
+      headers: undefined as unknown as HeaderMap,
+      redelivered: false,
+    });
+
+    expect(disposition).toEqual({
+      action: 'dead-letter',
+      reason: expect.stringMatching(/^invalid-inbox-message: .*x-message-kind/) as string,
+    });
   });
 
   it('dead-letters a message whose type no handler takes', async () => {

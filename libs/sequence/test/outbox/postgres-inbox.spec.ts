@@ -228,6 +228,43 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     expect((await t.outbox.record('inbox_events', id))?.lastError).toBe('Error: badbyte');
   });
 
+  it('a header whose name holds a NUL character is left out of the record (PostgreSQL cannot store it), and the message is handled', async () => {
+    @Injectable()
+    class Settled {
+      readonly seen: string[] = [];
+      @InboxHandler({ event: 'PaymentSettled' })
+      handle(event: OutboxEvent): void {
+        this.seen.push(event.id);
+      }
+    }
+    t = await createOutboxTestApp(
+      {
+        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: FAST_BOX,
+      },
+      [Settled],
+    );
+    const id = randomUUID();
+    const event = {
+      id,
+      type: 'PaymentSettled',
+      aggregateType: 'Payment',
+      aggregateId: 'p1',
+      payload: {},
+      occurredAt: new Date().toISOString(),
+    };
+    // AMQP allows any bytes in a header name; another program's client may send a NUL.
+    await t.broker.publish('events.PaymentSettled', Buffer.from(JSON.stringify(event)), {
+      [MESSAGE_ID_HEADER]: id,
+      [MESSAGE_KIND_HEADER]: 'event',
+      'trace\u0000id': 'x',
+    });
+    await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'handled');
+    expect((await t.outbox.record('inbox_events', id))?.headers).not.toHaveProperty(
+      'trace\u0000id',
+    );
+  });
+
   it('a handler that reads through OutboxService on a pool of one connection does not wait forever', async () => {
     @Injectable()
     class Curious {
