@@ -2,6 +2,7 @@ import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import {
   assertEncodableHeaders,
   DROPPED_HEADERS_HEADER,
+  encodedHeadersBytes,
   forwardableHeaders,
   MAX_ENCODED_HEADER_BYTES,
 } from './transport-headers';
@@ -33,6 +34,11 @@ describe('assertEncodableHeaders (what every transport carries)', () => {
     ['a 256-byte field name in a table', { t: { ['k'.repeat(256)]: 1 } }],
     ['undefined in an array', { a: ['x', undefined] }],
     ['a bigint', { n: BigInt(1) }],
+    ['a table without a prototype', { t: Object.assign(Object.create(null) as object, { a: 1 }) }],
+    ['a typed value of a type amqplib does not know', { t: { '!': 'uuid', value: 'x' } }],
+    ['a typed timestamp that is negative', { t: { '!': 'timestamp', value: -1 } }],
+    ['a typed byte out of range', { t: { '!': 'int8', value: 200 } }],
+    ['a decimal without digits', { t: { '!': 'decimal', value: { places: 2 } } }],
   ])('refuses %s, which amqplib fails to encode', (_what, headers) => {
     expect(() => amqplibEncodes(headers)).toThrow();
     expect(() => assertEncodableHeaders('orders', headers)).toThrow(InvalidHeaderError);
@@ -77,10 +83,54 @@ describe('assertEncodableHeaders (what every transport carries)', () => {
   });
 });
 
+/** Headers as amqplib decodes them from RabbitMQ, typed values included. */
+const decoded = {
+  'x-death': [
+    {
+      count: 1,
+      reason: 'rejected',
+      queue: 'orders',
+      time: { '!': 'timestamp', value: 1_796_000_000 },
+      exchange: '',
+      'routing-keys': ['orders'],
+    },
+  ],
+  price: { '!': 'decimal', value: { places: 2, digits: 1999 } },
+  when: { '!': 'timestamp', value: 0 },
+  bytes: Buffer.from('raw'),
+  nothing: null,
+  small: -3,
+  wide: 70_000,
+  huge: 2 ** 40,
+  fraction: 0.5,
+  flag: true,
+  nested: { a: [1, 'two', { b: [] }], c: {} },
+};
+
+describe('encodedHeadersBytes: the size amqplib writes, exactly', () => {
+  it.each<[string, Record<string, unknown>]>([
+    ['headers as RabbitMQ delivers them', decoded],
+    [
+      '15,000 empty strings (their JSON is shorter than their encoding)',
+      { a: Array(15_000).fill('') },
+    ],
+    ['15,000 halves (doubles: 9 bytes each)', { a: Array(15_000).fill(0.5) }],
+    ['empty tables and arrays', { a: [], t: {}, n: [[], [{}]] }],
+    ['every integer width', { a: [1, -200, 40_000, -(2 ** 31), 2 ** 33, 2 ** 53] }],
+  ])('for %s', (_what, headers) => {
+    expect(encodedHeadersBytes(headers)).toBe(encodeTable(Buffer.alloc(256 * 1024), headers, 0));
+  });
+
+  it('refuses what is past the limit by the exact size, whatever JSON would say', () => {
+    const halves = { a: Array(7_000).fill(0.5) }; // ~28 KB of JSON, 63 KB encoded
+    expect(() => assertEncodableHeaders('orders', halves)).toThrow(/at most/);
+  });
+});
+
 describe('forwardableHeaders (a dead letter or requeued copy of a message from elsewhere)', () => {
-  it('returns headers amqplib encodes as they are', () => {
-    const headers = { a: 1, death: [{ count: 1, reason: 'rejected' }], text: 'x' };
-    expect(forwardableHeaders(headers)).toBe(headers);
+  it('returns headers amqplib encodes as they are, typed values (timestamps, decimals) included', () => {
+    expect(forwardableHeaders(decoded)).toBe(decoded);
+    expect(() => assertEncodableHeaders('orders.dlq', decoded)).not.toThrow();
   });
 
   it('replaces each value amqplib cannot encode with a string saying why, and keeps the rest', () => {
@@ -96,8 +146,8 @@ describe('forwardableHeaders (a dead letter or requeued copy of a message from e
     expect(forwarded).toEqual({
       'x-sequence-id': 'seq-1',
       nan: expect.stringMatching(/^\(not forwarded: holds a value at \[0\] that is NaN/) as string,
-      bang: expect.stringMatching(/field named !/) as string,
-      own: expect.stringMatching(/field named hasOwnProperty/) as string,
+      bang: expect.stringMatching(/typed value of type x/) as string,
+      own: expect.stringMatching(/without a hasOwnProperty method/) as string,
     });
     expect(() => assertEncodableHeaders('orders.dlq', forwarded)).not.toThrow();
     expect(amqplibEncodes(forwarded)).toBeLessThan(64 * 1024);
@@ -121,5 +171,13 @@ describe('forwardableHeaders (a dead letter or requeued copy of a message from e
       [DROPPED_HEADERS_HEADER]: `${'k'.repeat(40)}…,first`,
     });
     expect(() => assertEncodableHeaders('orders.dlq', forwarded)).not.toThrow();
+  });
+
+  it('adds to the names an earlier forward left out', () => {
+    const forwarded = forwardableHeaders({
+      [DROPPED_HEADERS_HEADER]: 'first',
+      second: 's'.repeat(70_000),
+    });
+    expect(forwarded).toEqual({ [DROPPED_HEADERS_HEADER]: 'first,second' });
   });
 });

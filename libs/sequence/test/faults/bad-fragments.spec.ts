@@ -196,6 +196,14 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
       { name: 'bang', headers: { bang: { '!': 'object', value: { '!': 'x' } } } },
       { name: 'own', headers: { own: { '!': 'object', value: { hasOwnProperty: 'x' } } } },
       { name: 'large', headers: { large: 'l'.repeat(61_400) } },
+      // Not poisoned: typed values RabbitMQ carries (x-death's time is one) go on as they came.
+      {
+        name: 'typed',
+        headers: {
+          when: { '!': 'timestamp', value: 1_796_000_000 },
+          price: { '!': 'decimal', value: { places: 2, digits: 1999 } },
+        },
+      },
     ];
     const bad = poisoned.map(({ name, headers }) => ({
       body: Buffer.from(`not a fragment: ${name}`),
@@ -233,6 +241,11 @@ describeOnRealServers('faults: bad fragments published straight to the queue', (
         'x-death-reason': expect.stringMatching(/^malformed-header: /) as string,
       });
     }
+    expect(byName('typed')).toEqual({
+      when: { '!': 'timestamp', value: 1_796_000_000 },
+      price: { '!': 'decimal', value: { places: 2, digits: 1999 } },
+      'x-death-reason': expect.stringMatching(/^malformed-header: /) as string,
+    });
     expect(byName('large')).toEqual({
       'x-dropped-headers': 'large',
       'x-death-reason': expect.stringMatching(/^malformed-header: /) as string,
