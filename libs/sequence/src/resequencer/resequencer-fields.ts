@@ -35,7 +35,8 @@ export function positionOf(
   // AMQP headers written by other clients may carry numbers as numbers or strings, and text as
   // a byte array (a Buffer here).
   if (typeof keyValue === 'number' && Number.isSafeInteger(keyValue)) keyValue = String(keyValue);
-  if (Buffer.isBuffer(keyValue)) keyValue = keyValue.toString('utf8');
+  if (Buffer.isBuffer(keyValue)) keyValue = utf8(keyValue);
+  if (Buffer.isBuffer(seqValue)) seqValue = utf8(seqValue);
   if (typeof seqValue === 'string' && DECIMAL.test(seqValue)) seqValue = Number(seqValue);
   if (typeof seqValue === 'bigint') seqValue = Number(seqValue);
   const where = (field: ResequencerField<unknown>, name: string) =>
@@ -43,7 +44,7 @@ export function positionOf(
   if (!isResequencerKey(keyValue)) {
     return {
       ok: false,
-      problem: `${where(key, 'key')} must be 1-256 characters without control characters, got ${show(keyValue)}`,
+      problem: `${where(key, 'key')} must be 1-256 characters without control characters or lone surrogates (bytes: valid UTF-8), got ${show(keyValue)}`,
     };
   }
   if (!isSequenceNumber(seqValue)) {
@@ -53,6 +54,20 @@ export function positionOf(
     };
   }
   return { ok: true, key: keyValue, seq: seqValue };
+}
+
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Bytes as text when they are valid UTF-8; else the bytes themselves (refused as a key): a lenient
+ * decoding would turn every invalid sequence into U+FFFD, and two keys into one.
+ */
+function utf8(bytes: Buffer): string | Buffer {
+  try {
+    return STRICT_UTF8.decode(bytes);
+  } catch {
+    return bytes;
+  }
 }
 
 function show(value: unknown): string {

@@ -138,14 +138,26 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     ]);
   });
 
-  it('reads a key sent as an AMQP byte array (a Buffer) as its UTF-8 text', async () => {
+  it('reads a key and a seq sent as AMQP byte arrays (Buffers) as UTF-8 text, and refuses bytes that are not UTF-8', async () => {
     t = await createResequencerTestApp({ channel, gap: GAP });
     await t.transport.publish(channel, Buffer.from('a'), {
       'x-resequence-key': Buffer.from('T1') as unknown as string,
-      'x-resequence-seq': 1,
+      'x-resequence-seq': Buffer.from('1') as unknown as string,
     });
+    // 0xff and 0xfe are both invalid UTF-8: decoded leniently they would be one key (U+FFFD).
+    for (const byte of [0xff, 0xfe]) {
+      await t.transport.publish(channel, Buffer.from('b'), {
+        'x-resequence-key': Buffer.from([byte]) as unknown as string,
+        'x-resequence-seq': 1,
+      });
+    }
     await eventually(() => t.handler.received.length === 1, 'one event');
+    await eventually(() => t.transport.peek(dlq).length === 2, 'the two invalid keys');
     expect(t.handler.of('T1')).toEqual([1]);
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(/x-resequence-key must be .*valid UTF-8/),
+      expect.stringMatching(/x-resequence-key must be .*valid UTF-8/),
+    ]);
   });
 
   it('applies back-pressure past maxBufferedPerKey, and still takes the event that fills the gap', async () => {
