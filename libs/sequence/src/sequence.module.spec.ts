@@ -12,6 +12,7 @@ import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
   InMemoryTransport,
+  SqliteOutboxStore,
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MemorySequenceStore,
@@ -608,6 +609,51 @@ describe('SequenceModule', () => {
         await inner.whenIdle();
         expect(inner.depth('events.TaskCreated')).toBe(1);
         await inner.close();
+      });
+
+      it('a failed sequence subscription does not wait for an outbox start in progress, which then undoes itself', async () => {
+        const inner = new InMemoryTransport();
+        const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
+        let releaseMigration!: () => void;
+        const migrationHeld = new Promise<void>((resolve) => (releaseMigration = resolve));
+        const calls: string[] = [];
+        const store = new Proxy(sqlite, {
+          get(target, property, receiver) {
+            const value: unknown = Reflect.get(target, property, receiver);
+            if (typeof value !== 'function') return value;
+            return (...args: unknown[]) => {
+              calls.push(String(property));
+              if (property === 'migrate') {
+                return migrationHeld.then(() => (value as () => Promise<void>).apply(target));
+              }
+              return (value as (...a: unknown[]) => unknown).apply(target, args);
+            };
+          },
+        });
+
+        // The init fails while the outbox's migration is still held: it does not wait for it.
+        const error = await bootError({
+          imports: [
+            SequenceModule.forRoot({
+              transport: new Refusing(inner, 'studies'),
+              sweepIntervalMs: false,
+              outbox: { store, outboxEvents: { pollIntervalMs: 10 } },
+            }),
+          ],
+          providers: [Studies, Tasks],
+        });
+        expect((error as Error).message).toBe('no studies');
+        expect(calls).toEqual(['migrate']);
+
+        releaseMigration();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        // The start saw it was abandoned: no watch, no claims, no inbox subscription.
+        expect(calls.filter((call) => call !== 'migrate')).toEqual([]);
+        await inner.publish('events.TaskCreated', taskCreated.body, taskCreated.headers);
+        await inner.whenIdle();
+        expect(inner.depth('events.TaskCreated')).toBe(1);
+        await inner.close();
+        await sqlite.close();
       });
 
       it('the sequence consumers stop when the inbox subscription fails', async () => {

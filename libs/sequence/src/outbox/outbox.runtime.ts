@@ -53,6 +53,8 @@ export class OutboxRuntime
   private unwatch: (() => Promise<void>) | undefined;
   private readonly purgeJob: IntervalJob<number>;
   private stopped = false;
+  /** Another consumer of the module failed to start: a start in progress undoes itself. */
+  private abandoned = false;
   /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
   readonly orderedBoxes: ReadonlySet<BoxName>;
 
@@ -83,12 +85,25 @@ export class OutboxRuntime
     }
   }
 
-  /** Another consumer of the module failed to start: nothing of the outbox may run on. */
+  /**
+   * Another consumer of the module failed to start: nothing of the outbox may run on, and Nest
+   * will run no shutdown hook. A start in progress is not waited for (the application's init
+   * fails now): it sees `abandoned` at its next step and undoes itself.
+   */
   private async abandon(): Promise<void> {
-    this.stopped = true;
-    await this.stopLoops(() => true);
+    this.stopped = this.abandoned = true;
+    await this.stopStarted(() => true);
     await this.purgeJob.stop();
     await this.unwatch?.().catch(() => undefined);
+    this.unwatch = undefined;
+    this.metrics.readStatsFrom(undefined);
+    await this.closeOwnedStore();
+  }
+
+  private async closeOwnedStore(): Promise<void> {
+    const store = this.ownedStore;
+    this.ownedStore = undefined;
+    await store?.close().catch(() => undefined);
   }
 
   /** The store, once opened, migrated and running (started now if it was not). */
@@ -141,9 +156,17 @@ export class OutboxRuntime
     this.metrics.readStatsFrom(undefined);
   }
 
-  /** Stops the receiver (with the inbox) and the loops of the boxes `which` selects. */
+  /**
+   * Stops the receiver (with the inbox) and the loops of the boxes `which` selects, those of a
+   * start in progress too (once it is done).
+   */
   private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
     await this.starting?.catch(() => undefined);
+    await this.stopStarted(which);
+  }
+
+  /** {@link stopLoops} for what has started so far. */
+  private async stopStarted(which: (box: BoxName) => boolean): Promise<void> {
     await this.receiver?.stop();
     for (const worker of this.workers) if (which(worker.box)) worker.stop();
     for (const [box, loops] of this.loops) {
@@ -164,14 +187,18 @@ export class OutboxRuntime
           'PostgresOutboxStore (or a SqliteOutboxStore on a file)',
       );
     }
-    const store = this.options.store ?? (this.ownedStore ??= await this.embeddedStore());
-    if (this.options.migrate) await store.migrate();
     const loops: BoxLoop[] = [];
+    let store: OutboxStore;
     try {
+      store = this.options.store ?? (this.ownedStore ??= await this.embeddedStore());
+      this.assertNotAbandoned();
+      if (this.options.migrate) await store.migrate();
+      this.assertNotAbandoned();
       for (const box of BOX_NAMES) {
         loops.push(...this.loopsFor(box, store));
       }
       this.unwatch = await store.watch((box) => this.wake(box));
+      this.assertNotAbandoned();
       if (this.handlers.all().length > 0) {
         this.receiver = new InboxReceiver(
           store,
@@ -182,6 +209,7 @@ export class OutboxRuntime
           (kind) => this.wake(inboxOf(kind)),
         );
         await this.receiver.start((kind) => this.prefetchFor(kind));
+        this.assertNotAbandoned();
       }
     } catch (error) {
       // Nothing half-started may keep running: the next use of the outbox starts afresh.
@@ -190,6 +218,7 @@ export class OutboxRuntime
       this.receiver = this.unwatch = undefined;
       this.workers.length = 0;
       this.loops.clear();
+      if (this.abandoned) await this.closeOwnedStore();
       throw error;
     }
     // Last: only a fully started outbox claims anything.
@@ -230,6 +259,14 @@ export class OutboxRuntime
    */
   private prefetchFor(kind: 'event' | 'command'): number {
     return this.options.boxes[inboxOf(kind)].ordered ? 1 : this.options.inboxPrefetch;
+  }
+
+  private assertNotAbandoned(): void {
+    if (this.abandoned) {
+      throw new Error(
+        'the outbox did not start: another consumer of the module failed to start first',
+      );
+    }
   }
 
   private embeddedStore(): Promise<OutboxStore> {
