@@ -18,6 +18,8 @@ const PRUNE_ON_DEMAND_BATCH = 1_000;
  */
 export class RedisResequencerIndex {
   private readonly totals = new Map<string, { readonly value: number; readonly seenAt: number }>();
+  /** When {@link prune} last ran per scope (real time): at most once per TOTAL_MAX_AGE_MS. */
+  private readonly prunedAt = new Map<string, number>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -50,9 +52,14 @@ export class RedisResequencerIndex {
 
   /**
    * Removes the records of keys past their retention now, rather than with later index steps;
-   * resolves with the scope's total after.
+   * resolves with the scope's total after, or undefined when a prune of the scope ran less than
+   * {@link TOTAL_MAX_AGE_MS} ago (a scope that is really full refuses many events in a row: one
+   * scan of its expired records serves them all).
    */
-  async prune(scope: string, now: number): Promise<number> {
+  async prune(scope: string, now: number): Promise<number | undefined> {
+    const last = this.prunedAt.get(scope);
+    if (last !== undefined && Date.now() - last < TOTAL_MAX_AGE_MS) return undefined;
+    this.prunedAt.set(scope, Date.now());
     const total = Number(
       await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
         now,
