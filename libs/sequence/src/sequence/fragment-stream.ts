@@ -116,8 +116,11 @@ export class FragmentStream {
     if (fragment.last) {
       const check = this.digests.check(sequenceId, position, fragment);
       if (check.kind === 'mismatch') {
-        this.digests.forget(sequenceId);
-        this.metrics.sequenceRejected(this.channel, 'integrity-mismatch');
+        // The digest is kept: when the dead letter cannot be sent, the fragment comes back from
+        // the hand-off list, and must meet the same mismatch rather than an unverifiable check.
+        if (this.digests.markRejected(sequenceId)) {
+          this.metrics.sequenceRejected(this.channel, 'integrity-mismatch');
+        }
         // Final: the deliverer dead-letters this fragment without retrying the handler.
         throw new SequenceIntegrityError(sequenceId, fragment, check);
       }

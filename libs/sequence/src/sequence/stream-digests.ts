@@ -5,6 +5,8 @@ interface Running {
   /** The next position this hash expects. */
   next: number;
   bytes: number;
+  /** The last fragment failed the check (counted once, however often it comes back). */
+  rejected?: boolean;
 }
 
 /** The whole-payload check of a streamed sequence, when this instance saw all of it. */
@@ -61,6 +63,14 @@ export class StreamDigests {
     return sha256 === declared.sha256 && bytesMatch
       ? { kind: 'matched' }
       : { kind: 'mismatch', sha256, bytes: state.bytes };
+  }
+
+  /** Marks a sequence whose check failed; true the first time. */
+  markRejected(sequenceId: string): boolean {
+    const state = this.running.get(sequenceId);
+    if (!state || state.rejected) return false;
+    state.rejected = true;
+    return true;
   }
 
   forget(sequenceId: string): void {

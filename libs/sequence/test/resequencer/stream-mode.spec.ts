@@ -8,6 +8,7 @@ import {
   SplitterService,
   StreamedFragment,
   type SequencedHandlerOptions,
+  type SequenceModuleOptions,
 } from 'nest-sequence';
 import {
   bytes,
@@ -27,7 +28,10 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
   let transport: InMemoryTransport;
   let received: StreamedFragment[];
 
-  async function start(options: Partial<SequencedHandlerOptions> = {}) {
+  async function start(
+    options: Partial<SequencedHandlerOptions> = {},
+    moduleOptions: Partial<SequenceModuleOptions> = {},
+  ) {
     received = [];
     transport = new InMemoryTransport();
     @Injectable()
@@ -38,7 +42,13 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
       }
     }
     const moduleRef = await Test.createTestingModule({
-      imports: [SequenceModule.forRoot({ transport, resequencer: { sweepIntervalMs: false } })],
+      imports: [
+        SequenceModule.forRoot({
+          ...moduleOptions,
+          transport,
+          resequencer: { sweepIntervalMs: false },
+        }),
+      ],
       providers: [StreamingReader],
     }).compile();
     app = await moduleRef.init();
@@ -124,6 +134,30 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(
       /^integrity-mismatch: sequence tampered: reassembled 3000 bytes/,
     );
+  });
+
+  it('refuses the last fragment again when its dead letter could not be sent the first time', async () => {
+    await start({}, { publish: { attempts: 1 } });
+    const fragments = makeFragments('tampered-twice', bytes(3_000, 8), 1_000);
+    const last = fragments[2];
+    last.headers = { ...last.headers, 'x-sequence-sha256': '0'.repeat(64) };
+    const publish = transport.publish.bind(transport);
+    let refusals = 1;
+    transport.publish = (to, body, headers, options) =>
+      to === dlq && refusals-- > 0
+        ? Promise.reject(new Error('the dead-letter queue is full'))
+        : publish(to, body, headers, options);
+
+    await publishAll(transport, channel, fragments);
+    // The hand-off item stays when its dead letter fails, and the fragment's message is requeued:
+    // its redelivery drains the same last fragment again, which must be refused again (its check
+    // not forgotten, nor turned into an unverifiable one).
+    await eventually(() => transport.peek(dlq).length === 1, 'the last fragment refused');
+    await transport.whenIdle();
+    expect(refusals).toBeLessThan(0);
+
+    expect(positions('tampered-twice')).toEqual([1, 2]);
+    expect(received.some((fragment) => fragment.last)).toBe(false);
   });
 
   it('after timeout.ms, moves the fragments waiting behind a missing one to the dead-letter channel', async () => {
