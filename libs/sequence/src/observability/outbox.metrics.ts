@@ -4,7 +4,8 @@ import { BOX_NAMES, type BoxName, type BoxStats } from '../ports/outbox-store.po
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { metricFactory } from './metric-factory';
-import { SequenceMetrics } from './sequence.metrics';
+import { SequenceMetrics, STATS_TIMEOUT_MS } from './sequence.metrics';
+import { withTimeout } from '../core/async';
 
 /** What an inbox did with a received message. */
 export type InboxIntake = 'added' | 'duplicate' | 'invalid';
@@ -102,13 +103,22 @@ export class OutboxMetrics {
     const stats = (async () => {
       const read = new Map<BoxName, BoxStats>();
       if (!source) return read;
-      for (const box of BOX_NAMES) {
-        try {
-          read.set(box, await source(box));
-        } catch {
-          // unreachable store: see above
-        }
-      }
+      // The boxes at once, each within STATS_TIMEOUT_MS: a database that stopped answering must
+      // not hold the scrape (a pool's connect and query timeouts are tens of seconds).
+      await Promise.all(
+        BOX_NAMES.map(async (box) => {
+          try {
+            const each = await withTimeout(
+              source(box),
+              STATS_TIMEOUT_MS,
+              () => new Error(`the ${box} stats took over ${STATS_TIMEOUT_MS} ms`),
+            );
+            read.set(box, each);
+          } catch {
+            // unreachable or slow store: see above
+          }
+        }),
+      );
       return read;
     })();
     this.lastSnapshot = { at: now, stats };

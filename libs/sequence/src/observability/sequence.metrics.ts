@@ -3,11 +3,15 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
 import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
 import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.port';
+import { withTimeout } from '../core/async';
 
 /**
  * prom-client metrics of Message Sequence. Counters are per instance; the gauges read the store's
  * stats when scraped, so with a shared store they describe the shared state.
  */
+/** How long a scrape waits for a store's statistics before the gauges keep their last value. */
+export const STATS_TIMEOUT_MS = 1_000;
+
 @Injectable()
 export class SequenceMetrics implements OnApplicationShutdown {
   /** The registry holding these metrics (the one passed in options, or the module's own). */
@@ -89,12 +93,16 @@ export class SequenceMetrics implements OnApplicationShutdown {
     });
 
     let lastStats: Promise<SequenceStoreStats | undefined> | undefined;
-    // One store round trip per scrape, shared by the three gauges. When the store cannot answer,
-    // the gauges keep their last value and the scrape still succeeds: the counters that show an
-    // outage must stay readable during one. `store_stats_failures_total` counts those scrapes.
+    // One store round trip per scrape, shared by the three gauges. When the store cannot answer
+    // (or not within STATS_TIMEOUT_MS: a server that stopped answering), the gauges keep their
+    // last value and the scrape still succeeds: the counters that show an outage must stay
+    // readable during one. `store_stats_failures_total` counts those scrapes.
     const stats = () => {
-      lastStats ??= store
-        .stats(Date.now())
+      lastStats ??= withTimeout(
+        store.stats(Date.now()),
+        STATS_TIMEOUT_MS,
+        () => new Error(`the store's stats took over ${STATS_TIMEOUT_MS} ms`),
+      )
         .catch(() => {
           this.statsFailures.inc();
           return undefined;
@@ -128,7 +136,8 @@ export class SequenceMetrics implements OnApplicationShutdown {
         const current = await stats();
         if (!current) return;
         const { oldestOpenAt } = current;
-        this.set(oldestOpenAt === undefined ? 0 : (Date.now() - oldestOpenAt) / 1000);
+        // Another instance's clock wrote oldestOpenAt: a little ahead of this one's, it is 0.
+        this.set(oldestOpenAt === undefined ? 0 : Math.max(0, Date.now() - oldestOpenAt) / 1000);
       },
     });
   }

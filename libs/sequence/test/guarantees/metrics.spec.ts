@@ -1,4 +1,5 @@
 import { Registry } from 'prom-client';
+import { MemorySequenceStore } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
 import {
   bytes,
@@ -136,6 +137,25 @@ describe('guarantees: metrics', () => {
       expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);
       expect(await metricValue(registry, 'nest_sequence_buffered_bytes')).toBe(0);
       expect(await metricValue(registry, 'nest_sequence_oldest_open_age_seconds')).toBe(0);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('answers a scrape while the store does not answer: the gauges keep their value, the failure is counted', async () => {
+    const store = new MemorySequenceStore();
+    const t = await createSequenceTestApp('guarantees.metrics.hung-store', { store });
+    try {
+      const registry = t.metrics.registry;
+      expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);
+      // A server that stopped answering: the call never settles.
+      store.stats = () => new Promise(() => undefined);
+      await new Promise((resolve) => setImmediate(resolve)); // past the scrape that read it last
+
+      const scrape = await registry.metrics();
+
+      expect(scrape).toMatch(/nest_sequence_open_sequences 0/);
+      expect(await metricValue(registry, 'nest_sequence_store_stats_failures_total')).toBe(1);
     } finally {
       await t.close();
     }

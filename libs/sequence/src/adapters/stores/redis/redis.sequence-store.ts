@@ -453,8 +453,12 @@ export class RedisSequenceStore implements SequenceStore {
     return this.budget.stats(now);
   }
 
+  /**
+   * A read of a key in the `{idx}` slot, rather than PING: on Redis Cluster a PING goes to any
+   * node, and every accept also runs a script on the node that owns `{idx}` (the budget).
+   */
   async ping(): Promise<void> {
-    await this.redis.ping();
+    await this.redis.exists(this.keys.global.totals);
   }
 
   /** Quits the client when `connect` created it; a client passed in stays the caller's. */
