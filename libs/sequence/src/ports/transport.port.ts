@@ -1,7 +1,9 @@
 import { MAX_TIMER_MS } from '../core/async';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
-import type { HeaderMap } from '../core/headers';
+import { SequenceHeader, type HeaderMap } from '../core/headers';
+
+const DEATH_REASON_HEADER = SequenceHeader.deathReason;
 
 /** A message as a subscriber receives it. */
 export interface InboundMessage {
@@ -189,6 +191,19 @@ export function withRequeueCount<T extends Readonly<Record<string, unknown>>>(
   headers: T,
 ): T & { [REQUEUE_COUNT_HEADER]: number } {
   return { ...headers, [REQUEUE_COUNT_HEADER]: requeueCount(headers) + 1 };
+}
+
+/**
+ * The headers of a message's dead letter: its own, with `x-death-reason`, without the transport's
+ * `x-requeue-count` (the count of its life in its queue: republished from the dead-letter queue,
+ * it starts afresh, rather than being dead-lettered again at its first requeue).
+ */
+export function deadLetterHeaders(
+  headers: Readonly<Record<string, unknown>>,
+  reason: string,
+): Record<string, unknown> {
+  const { [REQUEUE_COUNT_HEADER]: _count, ...own } = headers;
+  return { ...own, [DEATH_REASON_HEADER]: reason };
 }
 
 /** Rough size of a header map on the wire: what `maxMessageBytes` must also hold. */

@@ -262,6 +262,25 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       expect(await leftoversIn(channel)).toEqual([]);
     });
 
+    it('dead-letters a message requeued with delayMs without its x-requeue-count, so that it can be republished as it is', async () => {
+      const channel = newChannel();
+      const dead = await collect(transport.deadLetterChannel(channel));
+      let deliveries = 0;
+      const original = await subscribe(channel, async () =>
+        ++deliveries < 3
+          ? { action: 'requeue', delayMs: 20 }
+          : { action: 'dead-letter', reason: 'store-unavailable: gave up' },
+      );
+      await transport.publish(channel, randomBytes(16), { 'x-text': 'kept' });
+
+      await eventually(() => dead.received.length === 1, 'the dead letter');
+      expect(dead.received[0].headers).toEqual({
+        'x-text': 'kept',
+        'x-death-reason': 'store-unavailable: gave up',
+      });
+      await original.close();
+    });
+
     it('dead-letters to the deadLetterChannel given at subscribe', async () => {
       const channel = newChannel();
       const custom = `${channel}.custom-dead`;

@@ -247,8 +247,9 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
         message.headers[REQUEUE_COUNT_HEADER],
       ]),
     ).toEqual([
-      [lastId, 60],
-      [almostId, 60],
+      // Dead letters leave the transport's count behind: republished, a message starts afresh.
+      [lastId, undefined],
+      [almostId, undefined],
     ]);
   });
 

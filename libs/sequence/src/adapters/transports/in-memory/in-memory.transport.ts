@@ -1,7 +1,8 @@
 import { AsyncResource } from 'node:async_hooks';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
-import { SequenceHeader, type HeaderMap } from '../../../core/headers';
+import type { HeaderMap } from '../../../core/headers';
 import {
+  deadLetterHeaders,
   defaultDeadLetterChannel,
   headerBytes,
   prefetchProblem,
@@ -238,10 +239,9 @@ export class InMemoryTransport implements Transport {
     if (subscriber.closed || !subscriber.unsettled.delete(message)) return;
     const disposition = toDisposition(outcome);
     if (disposition.action === 'dead-letter') {
-      const headers = { ...message.headers, [SequenceHeader.deathReason]: disposition.reason };
       this.enqueue(subscriber.deadLetterChannel, {
         body: message.body,
-        headers,
+        headers: deadLetterHeaders(message.headers, disposition.reason) as HeaderMap,
         redelivered: false,
       });
     } else if (disposition.action === 'requeue') {

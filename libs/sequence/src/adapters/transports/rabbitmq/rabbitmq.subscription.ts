@@ -4,6 +4,7 @@ import { withTimeout } from '../../../core/async';
 import { SubscribeError } from '../../../core/errors/subscribe.error';
 import { SequenceHeader } from '../../../core/headers';
 import {
+  deadLetterHeaders,
   REQUEUE_COUNT_HEADER,
   requeueCount,
   toDisposition,
@@ -345,7 +346,7 @@ export class RabbitMqSubscription implements Subscription {
     // Headers of a message another program published may be ones amqplib cannot send again: a
     // dead letter carries what it can rather than failing (and its message looping) on them.
     const headers = forwardableHeaders(
-      { ...(message.properties.headers ?? {}), [SequenceHeader.deathReason]: reason },
+      deadLetterHeaders(message.properties.headers ?? {}, reason),
       [SequenceHeader.deathReason],
     );
     try {
