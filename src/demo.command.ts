@@ -1,12 +1,14 @@
 import 'reflect-metadata';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type {
-  DynamicModule,
-  INestApplication,
-  INestApplicationContext,
-  LogLevel,
-  Type,
+import {
+  ConsoleLogger,
+  type DynamicModule,
+  type INestApplication,
+  type INestApplicationContext,
+  type LoggerService,
+  type LogLevel,
+  type Type,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DemoEnvironmentError } from './demo-environment.error';
@@ -22,10 +24,20 @@ export const USAGE_ERROR = 2;
  */
 export async function createDemoApp(
   module: Type,
-  logger: LogLevel[] = ['error', 'warn', 'log'],
+  logger: LogLevel[] | LoggerService = ['error', 'warn', 'log'],
 ): Promise<INestApplicationContext> {
   readDemoEnvironment(process.env);
   return NestFactory.createApplicationContext(module, { logger });
+}
+
+/**
+ * Nest's console logger, every level on stderr (Nest writes all but errors to stdout): for a
+ * command whose stdout carries its result alone.
+ */
+export class StderrLogger extends ConsoleLogger {
+  protected override printMessages(...args: Parameters<ConsoleLogger['printMessages']>): void {
+    super.printMessages(args[0], args[1], args[2], 'stderr', args[4]);
+  }
 }
 
 /**

@@ -21,7 +21,13 @@ export interface DemoEnvironment {
    * and receives (`npm start`).
    */
   readonly signingKeys?: ClaimTicketKey[];
+  /** `STUDY_BYTES`: the size of the study `npm start` sends. @default 188743680 (180 MiB) */
+  readonly studyBytes: number;
 }
+
+export const DEFAULT_STUDY_BYTES = 180 * MiB;
+/** The smallest study: one record header (see dicom-like.records.ts). */
+export const MIN_STUDY_BYTES = 8;
 
 export const DEFAULT_CLAIM_CHECK_ABOVE_BYTES = 256 * MiB;
 
@@ -73,8 +79,20 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
     }
   }
 
+  let studyBytes = DEFAULT_STUDY_BYTES;
+  const study = env.STUDY_BYTES;
+  if (study !== undefined && study !== '') {
+    studyBytes = Number(study);
+    if (!/^\d+$/.test(study) || !Number.isSafeInteger(studyBytes) || studyBytes < MIN_STUDY_BYTES) {
+      problem(
+        'STUDY_BYTES',
+        `must be a whole number of bytes, at least ${MIN_STUDY_BYTES}, got ${JSON.stringify(study)}`,
+      );
+    }
+  }
+
   if (problems.length > 0) throw new DemoEnvironmentError(variables, problems);
-  return { claimCheckAboveBytes, signingKeys };
+  return { claimCheckAboveBytes, signingKeys, studyBytes };
 }
 
 /**

@@ -1,6 +1,7 @@
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { AppModule } from './app.module';
 import { createDemoApp, runToCompletion } from './demo.command';
+import { readDemoEnvironment } from './demo.environment';
 import { deliveryIdOf, RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
@@ -16,8 +17,8 @@ const RECEIVED = { sequence: 'reassembled', ticket: 'claimed', inline: 'received
  * RabbitMQ and Redis when AMQP_URL and REDIS_URL are set.
  */
 async function main(): Promise<number> {
-  const studyBytes = Number(process.env.STUDY_BYTES ?? 180 * MB);
   const app = await createDemoApp(AppModule);
+  const { studyBytes } = readDemoEnvironment(process.env);
   try {
     const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
     const reports = new Map<string, StudyReport>();

@@ -5,8 +5,10 @@ import {
   requireBroker,
   requireSharedKey,
   runToCompletion,
+  StderrLogger,
   USAGE_ERROR,
 } from './demo.command';
+import { MIN_STUDY_BYTES } from './demo.environment';
 import { PacsRouterService } from './imaging/pacs-router.service';
 
 const USAGE = 'usage: npm run demo:producer -- --bytes N   (N: study size in bytes, e.g. 30000000)';
@@ -24,8 +26,11 @@ async function main(): Promise<number> {
   }
   requireBroker('demo:producer');
   requireSharedKey('demo:producer');
-  // Warnings and errors only: stdout carries the receipt alone, for scripts to read.
-  const app = await createDemoApp(ProducerAppModule, ['error', 'warn']);
+  // Warnings and errors only, on stderr: stdout carries the receipt alone, for scripts to read.
+  const app = await createDemoApp(
+    ProducerAppModule,
+    new StderrLogger('demo:producer', { logLevels: ['error', 'warn'] }),
+  );
   try {
     const studyUid = `1.2.840.99999.${Date.now()}`;
     const { ticket, ...receipt } = await app.get(PacsRouterService).sendStudy(studyUid, studyBytes);
@@ -48,8 +53,8 @@ function parseStudyBytes(args: string[]): number | string {
   }
   if (bytes === undefined) return '--bytes is required';
   const value = Number(bytes);
-  if (!/^\d+$/.test(bytes) || !Number.isSafeInteger(value)) {
-    return `--bytes must be a whole number of bytes, got ${JSON.stringify(bytes)}`;
+  if (!/^\d+$/.test(bytes) || !Number.isSafeInteger(value) || value < MIN_STUDY_BYTES) {
+    return `--bytes must be a whole number of bytes, at least ${MIN_STUDY_BYTES}, got ${JSON.stringify(bytes)}`;
   }
   return value;
 }

@@ -122,7 +122,8 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
         env,
       );
       expect({ code: produced.code, stderr: produced.stderr }).toMatchObject({ code: 0 });
-      const receipt = JSON.parse(produced.stdout.trim().split('\n').pop()!);
+      // Its stdout is the receipt alone, one JSON line (logs go to stderr).
+      const receipt = JSON.parse(produced.stdout.trim());
       expect(receipt).toMatchObject({
         bytes: 30_000_000,
         fragments: 4,

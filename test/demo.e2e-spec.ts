@@ -126,11 +126,12 @@ describe('imaging demo on the embedded defaults', () => {
     expect(exit.stdout).toContain(`sha256 ${(await expectedStudy(studyBytes)).sha256} matched`);
   });
 
-  it('npm start refuses a CLAIM_CHECK_ABOVE_BYTES or CLAIM_CHECK_KEY it cannot use, naming both', async () => {
+  it('npm start refuses a CLAIM_CHECK_ABOVE_BYTES, CLAIM_CHECK_KEY or STUDY_BYTES it cannot use, naming each', async () => {
     const exit = await run('npm', ['start'], {
       ...NO_SERVERS,
       CLAIM_CHECK_ABOVE_BYTES: '1e6',
       CLAIM_CHECK_KEY: 'too short',
+      STUDY_BYTES: 'abc',
     });
 
     expect(exit.code).toBe(2);
@@ -138,7 +139,21 @@ describe('imaging demo on the embedded defaults', () => {
       'CLAIM_CHECK_ABOVE_BYTES must be a whole number of bytes, got "1e6"',
     );
     expect(exit.stderr).toContain('CLAIM_CHECK_KEY is 9 bytes; use a secret of at least 32 bytes');
+    expect(exit.stderr).toContain(
+      'STUDY_BYTES must be a whole number of bytes, at least 8, got "abc"',
+    );
   });
+
+  it.each([8, 9, 15, 16, 512 * 1024 + 3, 3 * 512 * 1024 + 7])(
+    'the synthetic study of %i bytes has exactly that many, in whole records',
+    async (totalBytes) => {
+      const records = [...syntheticStudy(totalBytes)];
+      expect(records.reduce((sum, record) => sum + record.length, 0)).toBe(totalBytes);
+      let read = 0;
+      for await (const record of readRecords(toAsync(records))) read += 8 + record.value.length;
+      expect(read).toBe(totalBytes);
+    },
+  );
 
   it.each(['demo:producer', 'demo:consumer'])(
     '%s refuses to start over RabbitMQ without CLAIM_CHECK_KEY, naming it',
@@ -160,7 +175,7 @@ describe('imaging demo on the embedded defaults', () => {
     const exit = await run(...npmScript('demo:producer', '--bytes', '3e7'), NO_SERVERS);
 
     expect(exit.code).toBe(2);
-    expect(exit.stderr).toContain('--bytes must be a whole number of bytes, got "3e7"');
+    expect(exit.stderr).toContain('--bytes must be a whole number of bytes, at least 8, got "3e7"');
     expect(exit.stderr).toContain('usage: npm run demo:producer -- --bytes N');
   });
 

@@ -12,16 +12,27 @@ export interface StudyRecord {
   readonly value: Buffer;
 }
 
-/** Yields encoded records summing to about `totalBytes`, deterministic for a given seed. */
+/**
+ * Yields encoded records summing to exactly `totalBytes` (0, or at least one record header: 8),
+ * deterministic for a given seed.
+ */
 export function* syntheticStudy(
   totalBytes: number,
   recordBytes = 512 * 1024,
   seed = 1,
 ): Generator<Buffer> {
+  if (totalBytes > 0 && totalBytes < RECORD_HEADER_BYTES) {
+    throw new RangeError(
+      `a study has 0 or at least ${RECORD_HEADER_BYTES} bytes, not ${totalBytes}`,
+    );
+  }
   let state = seed >>> 0 || 1;
   let remaining = totalBytes;
   while (remaining > 0) {
-    const valueBytes = Math.max(0, Math.min(recordBytes, remaining) - RECORD_HEADER_BYTES);
+    let take = Math.min(recordBytes, remaining);
+    // A rest too small for a record header goes into this record instead.
+    if (remaining - take < RECORD_HEADER_BYTES) take = remaining;
+    const valueBytes = take - RECORD_HEADER_BYTES;
     const record = Buffer.allocUnsafe(RECORD_HEADER_BYTES + valueBytes);
     record.writeUInt32BE(PIXEL_DATA_TAG, 0);
     record.writeUInt32BE(valueBytes, 4);
