@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ValidationError } from 'class-validator';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import { hasLoneSurrogate } from '../core/unicode';
 import type { MessageKind, NewBoxRecord } from '../ports/outbox-store.port';
 import { OutboxCommand, OutboxEvent, type CommandInput, type EventInput } from './outbox-message';
 import { messageValidation } from './outbox-message.rules';
@@ -26,8 +27,6 @@ function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
     return [...own, ...problemsOf(error.children ?? [], `${where}.`)];
   });
 }
-
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**
  * `payload` as the JSON it travels as (a copy, detached from the caller's objects), or the
@@ -63,7 +62,7 @@ function validated<T extends { payload: unknown }>(
   const problems = problemsOf(validateSync(instance, VALIDATION));
   // Databases store text as UTF-8, where every lone surrogate becomes U+FFFD: two such ids would
   // be one, and the second message a "duplicate".
-  if (typeof fields.id === 'string' && LONE_SURROGATE.test(fields.id)) {
+  if (typeof fields.id === 'string' && hasLoneSurrogate(fields.id)) {
     problems.push('id must be well-formed Unicode (it has a lone surrogate)');
   }
   // Fields stored as text in columns of their own (the payload is stored as JSON text, where it

@@ -1,4 +1,5 @@
 import type { HeaderValue } from '../core/headers';
+import { hasLoneSurrogate } from '../core/unicode';
 
 /** One resequencer key: `scope` names the resequencer (its channel), `key` the ordered stream. */
 export interface ResequencerKey {
@@ -256,9 +257,6 @@ export function assertResequencerArguments(key: ResequencerKey, seq?: number): v
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
-/** A UTF-16 surrogate without its pair: UTF-8 (Redis, AMQP) cannot carry it. */
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
 /**
  * 1–256 characters, none of them control characters or lone surrogates (which UTF-8 turns into
  * one U+FFFD each, so that two keys would become one in Redis).
@@ -269,7 +267,7 @@ export function isResequencerKey(value: unknown): value is string {
     value.length > 0 &&
     value.length <= 256 &&
     !CONTROL.test(value) &&
-    !LONE_SURROGATE.test(value)
+    !hasLoneSurrogate(value)
   );
 }
 
