@@ -118,7 +118,7 @@ export class FragmentStream {
       if (check.kind === 'mismatch') {
         // The digest is kept: when the dead letter cannot be sent, the fragment comes back from
         // the hand-off list, and must meet the same mismatch rather than an unverifiable check.
-        if (this.digests.markRejected(sequenceId)) {
+        if (this.digests.markRejected(sequenceId, position, fragment.sha256)) {
           this.metrics.sequenceRejected(this.channel, 'integrity-mismatch');
         }
         // Final: the deliverer dead-letters this fragment without retrying the handler.

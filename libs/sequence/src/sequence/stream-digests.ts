@@ -5,8 +5,11 @@ interface Running {
   /** The next position this hash expects. */
   next: number;
   bytes: number;
-  /** The last fragment failed the check (counted once, however often it comes back). */
-  rejected?: boolean;
+  /**
+   * The last fragment that failed the check, as it declared itself: when it comes back (its dead
+   * letter could not be sent) it meets the same verdict, counted once.
+   */
+  rejected?: { readonly position: number; readonly sha256?: string };
 }
 
 /** The whole-payload check of a streamed sequence, when this instance saw all of it. */
@@ -30,7 +33,8 @@ export class StreamDigests {
   /** Feeds fragment `position`; a repeat (a handler retry) is ignored. */
   feed(sequenceId: string, position: number, body: Buffer): void {
     let state = this.running.get(sequenceId);
-    if (position === 1 && (!state || state.next !== 2)) {
+    // A first fragment after a rejected sequence begins another one under the same id.
+    if (position === 1 && (!state || state.next !== 2 || state.rejected)) {
       state = { hash: createHash('sha256'), next: 1, bytes: 0 };
     }
     if (!state) return;
@@ -55,6 +59,13 @@ export class StreamDigests {
     declared: { sha256?: string; bytes?: number },
   ): StreamCheck {
     const state = this.running.get(sequenceId);
+    const { rejected } = state ?? {};
+    if (rejected && (rejected.position !== lastPosition || rejected.sha256 !== declared.sha256)) {
+      // Not the rejected fragment back: another sequence under the same id, of which this
+      // process saw only the end.
+      this.running.delete(sequenceId);
+      return { kind: 'unverifiable' };
+    }
     if (!state || state.next !== lastPosition + 1 || declared.sha256 === undefined) {
       return { kind: 'unverifiable' };
     }
@@ -65,11 +76,11 @@ export class StreamDigests {
       : { kind: 'mismatch', sha256, bytes: state.bytes };
   }
 
-  /** Marks a sequence whose check failed; true the first time. */
-  markRejected(sequenceId: string): boolean {
+  /** Marks a sequence whose last fragment failed the check; true the first time. */
+  markRejected(sequenceId: string, position: number, sha256: string | undefined): boolean {
     const state = this.running.get(sequenceId);
     if (!state || state.rejected) return false;
-    state.rejected = true;
+    state.rejected = { position, sha256 };
     return true;
   }
 

@@ -4,6 +4,7 @@ import {
   GapSweeper,
   InMemoryTransport,
   SequencedHandler,
+  SequenceMetrics,
   SequenceModule,
   SplitterService,
   StreamedFragment,
@@ -14,6 +15,7 @@ import {
   bytes,
   eventually,
   makeFragments,
+  metricValue,
   publishAll,
   shuffled,
   type TestFragment,
@@ -155,6 +157,16 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     await eventually(() => transport.peek(dlq).length === 1, 'the last fragment refused');
     await transport.whenIdle();
     expect(refusals).toBeLessThan(0);
+    expect(
+      await metricValue(
+        app.get(SequenceMetrics).registry,
+        'nest_sequence_sequences_rejected_total',
+        {
+          channel,
+          reason: 'integrity-mismatch',
+        },
+      ),
+    ).toBe(1);
 
     expect(positions('tampered-twice')).toEqual([1, 2]);
     expect(received.some((fragment) => fragment.last)).toBe(false);
