@@ -18,8 +18,11 @@ const PRUNE_ON_DEMAND_BATCH = 1_000;
  */
 export class RedisResequencerIndex {
   private readonly totals = new Map<string, { readonly value: number; readonly seenAt: number }>();
-  /** When {@link prune} last ran per scope (real time): at most once per TOTAL_MAX_AGE_MS. */
-  private readonly prunedAt = new Map<string, number>();
+  /** The last {@link prune} per scope (real time): one at a time, one per TOTAL_MAX_AGE_MS. */
+  private readonly prunes = new Map<
+    string,
+    { readonly at: number; readonly total: Promise<number> }
+  >();
 
   constructor(
     private readonly redis: RedisClient,
@@ -52,22 +55,29 @@ export class RedisResequencerIndex {
 
   /**
    * Removes the records of keys past their retention now, rather than with later index steps;
-   * resolves with the scope's total after, or undefined when a prune of the scope ran less than
-   * {@link TOTAL_MAX_AGE_MS} ago (a scope that is really full refuses many events in a row: one
-   * scan of its expired records serves them all).
+   * resolves with the scope's total after. A scope that is really full refuses many events in a
+   * row: they share the prune in progress, or one that ended less than {@link TOTAL_MAX_AGE_MS}
+   * ago, instead of each scanning its expired records again.
    */
-  async prune(scope: string, now: number): Promise<number | undefined> {
-    const last = this.prunedAt.get(scope);
-    if (last !== undefined && Date.now() - last < TOTAL_MAX_AGE_MS) return undefined;
-    this.prunedAt.set(scope, Date.now());
-    const total = Number(
-      await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
-        now,
-        this.retentionMs,
-        PRUNE_ON_DEMAND_BATCH,
-      ]),
-    );
-    this.remember(scope, total);
+  prune(scope: string, now: number): Promise<number> {
+    const last = this.prunes.get(scope);
+    if (last && Date.now() - last.at < TOTAL_MAX_AGE_MS) return last.total;
+    const total = (async () => {
+      const after = Number(
+        await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
+          now,
+          this.retentionMs,
+          PRUNE_ON_DEMAND_BATCH,
+        ]),
+      );
+      this.remember(scope, after);
+      // Its age counts from its end: the next may start TOTAL_MAX_AGE_MS after this one is done.
+      this.prunes.set(scope, { at: Date.now(), total: Promise.resolve(after) });
+      return after;
+    })();
+    // Until it ends, it is shared whatever its age; a failed one is not kept.
+    this.prunes.set(scope, { at: Number.POSITIVE_INFINITY, total });
+    total.catch(() => this.prunes.delete(scope));
     return total;
   }
 

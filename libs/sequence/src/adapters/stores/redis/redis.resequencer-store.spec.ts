@@ -173,10 +173,28 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
         store.accept({ ...key, key: 'order-2' }, entry(2), at(later, { maxBufferedTotal: 1 })),
       ).resolves.toEqual({ kind: 'buffered', next: 1, buffered: 1 });
       await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
-      // A key that has not expired still counts.
+      // A key that has not expired still counts, by a prune of its own (one per 100 ms per scope).
+      await new Promise((resolve) => setTimeout(resolve, 150));
       await expect(
         store.accept({ ...key, key: 'order-3' }, entry(2), at(later, { maxBufferedTotal: 1 })),
       ).resolves.toEqual({ kind: 'full', next: 1, limit: 'maxBufferedTotal' });
+    });
+
+    it('lets refusals that arrive together share one prune, and each ask again with the total it left', async () => {
+      for (const name of ['a', 'b', 'c']) {
+        await store.accept({ ...key, key: name }, entry(2), at(t0, { maxBufferedTotal: 3 }));
+      }
+      const later = t0 + RETENTION_MS;
+      const accepts = ['d', 'e', 'f', 'g'].map((name) =>
+        store.accept({ ...key, key: name }, entry(2), at(later, { maxBufferedTotal: 3 })),
+      );
+
+      // None is refused for the room the expired keys held. Each asked again with the total the
+      // shared prune left (0), so together they may overshoot the bound, as accepts within
+      // TOTAL_MAX_AGE_MS of each other may (see the top of redis.resequencer-store.ts).
+      const outcomes = (await Promise.all(accepts)).map((outcome) => outcome.kind);
+      expect(outcomes).toEqual(['buffered', 'buffered', 'buffered', 'buffered']);
+      await expect(store.bufferedTotal(key.scope)).resolves.toBe(4);
     });
 
     it('keeps an alerted gap in the gaps index at gapSince + 2^50, exactly, out of every due range', async () => {

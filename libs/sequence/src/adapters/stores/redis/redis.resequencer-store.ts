@@ -175,7 +175,7 @@ export class RedisResequencerStore implements ResequencerStore {
     // them only now and then), or be up to TOTAL_MAX_AGE_MS old. A refusal changed nothing: prune,
     // and ask once more with the total that is left.
     const total = await this.index.prune(key.scope, context.now);
-    if (total === undefined || total >= context.limits.maxBufferedTotal) return outcome;
+    if (total >= context.limits.maxBufferedTotal) return outcome;
     return this.acceptOnce(key, entry.seq, encoded, context, total);
   }
 
