@@ -71,6 +71,7 @@ export class OutboxMetrics {
   readStatsFrom(source: ((box: BoxName) => Promise<BoxStats>) | undefined): void {
     this.statsSource = source;
     this.lastSnapshot = undefined;
+    this.reading.clear();
   }
 
   publishedOne(box: BoxName, createdAt: number): void {
@@ -109,7 +110,7 @@ export class OutboxMetrics {
         BOX_NAMES.map(async (box) => {
           try {
             const each = await withTimeout(
-              source(box),
+              this.read(source, box),
               STATS_TIMEOUT_MS,
               () => new Error(`the ${box} stats took over ${STATS_TIMEOUT_MS} ms`),
             );
@@ -126,4 +127,20 @@ export class OutboxMetrics {
   }
 
   private lastSnapshot: { at: number; stats: Promise<Map<BoxName, BoxStats>> } | undefined;
+  /** Each box's read in progress: a scrape that timed out leaves it running, the next waits on it. */
+  private readonly reading = new Map<BoxName, Promise<BoxStats>>();
+
+  private read(source: (box: BoxName) => Promise<BoxStats>, box: BoxName): Promise<BoxStats> {
+    let current = this.reading.get(box);
+    if (!current) {
+      const started = source(box);
+      current = started;
+      this.reading.set(box, started);
+      const done = () => {
+        if (this.reading.get(box) === started) this.reading.delete(box);
+      };
+      started.then(done, done);
+    }
+    return current;
+  }
 }

@@ -93,13 +93,27 @@ export class SequenceMetrics implements OnApplicationShutdown {
     });
 
     let lastStats: Promise<SequenceStoreStats | undefined> | undefined;
+    // The store call itself, until it settles: a scrape that timed out leaves it running, and the
+    // next scrapes wait on it rather than pile more reads on a slow store.
+    let reading: Promise<SequenceStoreStats> | undefined;
+    const read = () => {
+      if (!reading) {
+        const current = store.stats(Date.now());
+        reading = current;
+        const done = () => {
+          if (reading === current) reading = undefined;
+        };
+        current.then(done, done);
+      }
+      return reading;
+    };
     // One store round trip per scrape, shared by the three gauges. When the store cannot answer
     // (or not within STATS_TIMEOUT_MS: a server that stopped answering), the gauges keep their
     // last value and the scrape still succeeds: the counters that show an outage must stay
     // readable during one. `store_stats_failures_total` counts those scrapes.
     const stats = () => {
       lastStats ??= withTimeout(
-        store.stats(Date.now()),
+        read(),
         STATS_TIMEOUT_MS,
         () => new Error(`the store's stats took over ${STATS_TIMEOUT_MS} ms`),
       )

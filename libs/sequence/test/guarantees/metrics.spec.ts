@@ -149,13 +149,23 @@ describe('guarantees: metrics', () => {
       const registry = t.metrics.registry;
       expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);
       // A server that stopped answering: the call never settles.
-      store.stats = () => new Promise(() => undefined);
+      let reads = 0;
+      store.stats = () => {
+        reads++;
+        return new Promise(() => undefined);
+      };
       await new Promise((resolve) => setImmediate(resolve)); // past the scrape that read it last
 
       const scrape = await registry.metrics();
+      await new Promise((resolve) => setImmediate(resolve));
+      await registry.metrics();
 
       expect(scrape).toMatch(/nest_sequence_open_sequences 0/);
-      expect(await metricValue(registry, 'nest_sequence_store_stats_failures_total')).toBe(1);
+      // Two scrapes timed out waiting on one read: a slow store is not asked again meanwhile.
+      expect(reads).toBe(1);
+      expect(
+        await metricValue(registry, 'nest_sequence_store_stats_failures_total'),
+      ).toBeGreaterThanOrEqual(2);
     } finally {
       await t.close();
     }
