@@ -23,7 +23,7 @@ describe('BoxLoop', () => {
       },
       quiet,
     );
-    loop.wake();
+    loop.start(3_600_000); // its first cycle at once
     loop.wake();
     loop.wake();
     release();
@@ -36,7 +36,7 @@ describe('BoxLoop', () => {
   it('keeps cycling while a cycle reports more, and stops at once when stopped', async () => {
     let left = 5;
     const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(--left > 0), quiet);
-    loop.wake();
+    loop.start(3_600_000); // its first cycle at once
     await loop.idle();
     expect(left).toBe(0);
     await loop.stop();
@@ -53,7 +53,7 @@ describe('BoxLoop', () => {
       () => (++calls === 1 ? Promise.reject(new Error('db down')) : Promise.resolve(false)),
       quiet,
     );
-    loop.wake();
+    loop.start(3_600_000); // its first cycle at once
     await loop.idle();
     expect(quiet.warn).toHaveBeenCalledWith('test: db down');
     loop.wake();
@@ -75,13 +75,25 @@ describe('BoxLoop', () => {
       quiet,
     );
     loop.start(60_000); // the first cycle, which fails while a commit wakes the loop
-    loop.wake();
+    loop.start(3_600_000); // its first cycle at once
     fail(new Error('connection terminated'));
     await loop.idle();
 
     const deadline = Date.now() + 2_000;
     while (calls < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(calls).toBe(2);
+    await loop.stop();
+  });
+
+  it('runs nothing before it is started: a wake-up before the outbox has fully started is ignored', async () => {
+    let calls = 0;
+    const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(++calls < 0), quiet);
+    loop.wake();
+    await loop.idle();
+    expect(calls).toBe(0);
+    loop.start(3_600_000);
+    await loop.idle();
+    expect(calls).toBe(1);
     await loop.stop();
   });
 

@@ -14,7 +14,8 @@ export class BoxLoop {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private again = false;
-  private stopped = false;
+  /** Until start(): a wake-up before the outbox has fully started runs nothing. */
+  private stopped = true;
   /** The one more try a wake-up during a failed cycle asked for. */
   private retry: NodeJS.Timeout | undefined;
 

@@ -32,6 +32,7 @@ const MAX_STORE_REQUEUES = 60;
  * this application takes, is dead-lettered with the reason.
  */
 export class InboxReceiver {
+  private stopped = false;
   private readonly subscriptions: Subscription[] = [];
 
   constructor(
@@ -46,17 +47,25 @@ export class InboxReceiver {
 
   /** Subscribes to every inbox channel; `prefetch` by the kind of the channel's handlers. */
   async start(prefetch: (kind: MessageKind) => number): Promise<void> {
+    this.stopped = false;
     for (const [channel, handlers] of this.handlers.channels()) {
       const least = Math.min(...handlers.map((handler) => prefetch(handler.kind)));
-      this.subscriptions.push(
-        await this.transport.subscribe(channel, (message) => this.receive(message), {
-          prefetch: least,
-        }),
+      const subscription = await this.transport.subscribe(
+        channel,
+        (message) => this.receive(message),
+        { prefetch: least },
       );
+      this.subscriptions.push(subscription);
+      // stop() ran while this one was opening: close it, and open no more.
+      if (this.stopped) {
+        await this.stop();
+        return;
+      }
     }
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     for (const subscription of this.subscriptions.splice(0)) await subscription.close();
   }
 

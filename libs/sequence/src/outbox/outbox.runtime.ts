@@ -213,6 +213,7 @@ export class OutboxRuntime
       }
     } catch (error) {
       // Nothing half-started may keep running: the next use of the outbox starts afresh.
+      for (const loop of loops) await loop.stop();
       await this.receiver?.stop().catch(() => undefined);
       await this.unwatch?.().catch(() => undefined);
       this.receiver = this.unwatch = undefined;

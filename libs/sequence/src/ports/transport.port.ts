@@ -78,8 +78,9 @@ export interface Subscription {
  *     this way does not starve the messages behind it. Whether it keeps one of the subscriber's
  *     `prefetch` slots during the delay is the adapter's choice (see each adapter).
  * - `dead-letter` publishes the message to the dead-letter channel with its body and headers
- *   preserved, plus `x-death-reason`, before the original is removed. Without a
- *   `deadLetterChannel` at subscribe, that is {@link Transport.deadLetterChannel}.
+ *   preserved, plus `x-death-reason` and without {@link REQUEUE_COUNT_HEADER} (see
+ *   {@link deadLetterHeaders}), before the original is removed. Without a `deadLetterChannel` at
+ *   subscribe, that is {@link Transport.deadLetterChannel}.
  * - Closing a subscription (or losing the consumer) redelivers its unsettled messages.
  * - At most `prefetch` unsettled messages are in a subscriber's hands at once.
  */

@@ -56,7 +56,8 @@ export function positionOf(
   return { ok: true, key: keyValue, seq: seqValue };
 }
 
-const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });
+// ignoreBOM: a leading U+FEFF is part of the key (else BOM + 'T1' and 'T1' would be one key).
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /**
  * Bytes as text when they are valid UTF-8; else the bytes themselves (refused as a key): a lenient

@@ -151,9 +151,15 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
         'x-resequence-seq': 1,
       });
     }
-    await eventually(() => t.handler.received.length === 1, 'one event');
+    // A byte order mark is part of the key: BOM + "T1" is not "T1".
+    await t.transport.publish(channel, Buffer.from('c'), {
+      'x-resequence-key': Buffer.from([0xef, 0xbb, 0xbf, 0x54, 0x31]) as unknown as string,
+      'x-resequence-seq': 1,
+    });
+    await eventually(() => t.handler.received.length === 2, 'two events');
     await eventually(() => t.transport.peek(dlq).length === 2, 'the two invalid keys');
     expect(t.handler.of('T1')).toEqual([1]);
+    expect(t.handler.of('\ufeffT1')).toEqual([1]);
     expect(deathReasons()).toEqual([
       expect.stringMatching(/x-resequence-key must be .*valid UTF-8/),
       expect.stringMatching(/x-resequence-key must be .*valid UTF-8/),
