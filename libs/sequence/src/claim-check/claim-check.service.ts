@@ -101,7 +101,13 @@ export class ClaimCheckService implements OnModuleInit {
    * its signed ticket. The caller owns the ticket: publish it, or `release` it.
    */
   async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
-    checkCallOptions('checkIn()', options);
+    try {
+      checkCallOptions('checkIn()', options);
+    } catch (error) {
+      // Refused before it was read: a stream given to us (a file, say) would stay open.
+      if (payload instanceof Readable) payload.destroy();
+      throw error;
+    }
     return this.parking.park(payload, options, true);
   }
 

@@ -12,6 +12,7 @@ import {
   SequenceModule,
   SequenceOptionsError,
   SequencePublishError,
+  SequenceSourceError,
   SplitterService,
   type InboundMessage,
   type SendOptions,
@@ -567,6 +568,23 @@ describe('SplitterService', () => {
       expect(small.depth('scans')).toBe(0);
     });
 
+    it("refuses a fragmentBytes above the module's maxFragmentBytes, which its consumers would dead-letter", async () => {
+      const bounded = await bootSplitter({
+        transport: new InMemoryTransport(),
+        fragmentBytes: 1 * MiB,
+        maxFragmentBytes: 1 * MiB,
+      });
+
+      const error = await bounded
+        .send('scans', bytes(10), { fragmentBytes: 4 * MiB })
+        .catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).message).toContain(
+        `exceeds the module's maxFragmentBytes (${MiB})`,
+      );
+    });
+
     it.each([0, -1, 1.5, Number.NaN])('refuses fragmentBytes %p', async (fragmentBytes) => {
       await expectRefused(
         splitter.send('scans', bytes(10), { fragmentBytes }),
@@ -615,6 +633,45 @@ describe('SplitterService', () => {
       expect(error).toBeInstanceOf(SequencePublishError);
       expect((error as SequencePublishError).attempts).toBe(3);
       expect(failing.attempts).toHaveLength(3);
+    });
+  });
+
+  describe('a source that fails midway', () => {
+    it('rejects with a SequenceSourceError naming the sequence and the fragments sent, the cause attached', async () => {
+      const cause = new Error('ECONNRESET while reading the study');
+      async function* failing(): AsyncGenerator<Buffer> {
+        yield bytes(1_000, 1);
+        yield bytes(1_000, 2);
+        throw cause;
+      }
+
+      const error = await splitter
+        .send('scans', failing(), { fragmentBytes: 1_000, sequenceId: 'study-7' })
+        .catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(SequenceSourceError);
+      expect(error).toMatchObject({
+        code: 'source-failed',
+        channel: 'scans',
+        sequenceId: 'study-7',
+        cause,
+      });
+      expect((error as SequenceSourceError).fragmentsSent).toBe(transport.depth('scans'));
+      expect((error as Error).message).toContain('study-7');
+    });
+
+    it('rejects with a SequenceSourceError when the source yields something that is not bytes', async () => {
+      async function* odd(): AsyncGenerator<unknown> {
+        yield bytes(10, 1);
+        yield { not: 'bytes' };
+      }
+
+      const error = await splitter
+        .send('scans', odd() as AsyncIterable<Uint8Array>, { sequenceId: 'odd-1' })
+        .catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(SequenceSourceError);
+      expect((error as SequenceSourceError).cause).toBeInstanceOf(TypeError);
     });
   });
 

@@ -3,6 +3,7 @@ import { Readable } from 'node:stream';
 import { Inject, Injectable } from '@nestjs/common';
 import { crc32, sha256Hasher } from '../core/checksum';
 import { SequencePublishError } from '../core/errors/sequence-publish.error';
+import { SequenceSourceError } from '../core/errors/sequence-source.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
 import {
@@ -181,18 +182,27 @@ export class SplitterService {
       // A fragment whose confirm timed out may still arrive: keep its body (until expiry).
       if (parked) await this.parking.settle(parked, outcome.ok || outcome.maybeDelivered);
     };
+    let sent = 0;
+    let sourceFailure: unknown;
     try {
       for await (const fragment of fragments) {
         // A publish may have failed for good while this fragment was being read: send no more.
         if (failure) break;
+        sent++;
         const pending = publishOne(fragment).finally(() => inFlight.delete(pending));
         inFlight.add(pending);
         if (inFlight.size >= policy.inFlight) await Promise.race(inFlight);
       }
+    } catch (error) {
+      // Only reading the source throws here (a publish's failure is recorded, not thrown).
+      sourceFailure = error;
     } finally {
       await Promise.all(inFlight);
     }
     if (failure) throw failure;
+    if (sourceFailure !== undefined) {
+      throw new SequenceSourceError(channel, sequenceId, sent, sourceFailure);
+    }
   }
 
   /** Checks a send's arguments; returns its publish policy (module policy plus overrides). */
@@ -213,6 +223,12 @@ export class SplitterService {
     }
     if (!Number.isSafeInteger(fragmentBytes) || fragmentBytes < 1) {
       problems.push(`fragmentBytes must be a positive integer, got ${String(fragmentBytes)}`);
+    } else if (fragmentBytes > this.options.maxFragmentBytes) {
+      problems.push(
+        `fragmentBytes (${fragmentBytes}) exceeds the module's maxFragmentBytes ` +
+          `(${this.options.maxFragmentBytes}): its consumers would dead-letter every fragment ` +
+          '(fragment-too-large)',
+      );
     } else if (fragmentBytes + this.options.headerAllowanceBytes > this.transport.maxMessageBytes) {
       problems.push(
         `fragmentBytes (${fragmentBytes}) plus headerAllowanceBytes ` +

@@ -64,6 +64,13 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
       expect((await (await t.claimCheck.checkOut(ticket)).toBuffer()).equals(payload)).toBe(true);
     });
 
+    it('closes a stream whose options it refuses (a file handle is not left open)', async () => {
+      const source = Readable.from([Buffer.from('scan')]);
+
+      await expect(t.claimCheck.checkIn(source, { ttlMs: 0 })).rejects.toThrow(/ttlMs/);
+      expect(source.destroyed).toBe(true);
+    });
+
     it('hands the payload to the caller: never swept as an orphan', async () => {
       const ticket = await t.claimCheck.checkIn(payload);
       const report = await t.sweeper.sweep(Date.now() + t.options.orphanGraceMs + 1);

@@ -4,6 +4,7 @@ export * from './malformed-fragment.error';
 export * from './sequence-integrity.error';
 export * from './stored-fragment-integrity.error';
 export * from './sequence-publish.error';
+export * from './sequence-source.error';
 export * from './publish-timeout.error';
 export * from './subscribe.error';
 export * from './message-too-large.error';
