@@ -40,6 +40,9 @@ export interface RabbitMqSubscriptionSettings {
   readonly onClosed: (subscription: RabbitMqSubscription) => void;
 }
 
+/** How long a message whose dead letter or tail copy could not be published waits to go back. */
+export const FAILED_FORWARD_PAUSE_MS = 1_000;
+
 /** A message in a handler's hands, with the channel that must settle it. */
 interface Delivery {
   readonly amqp: Channel;
@@ -328,9 +331,10 @@ export class RabbitMqSubscription implements Subscription {
     } catch (error) {
       this.settings.logger.warn(
         `could not requeue a message of ${this.channel} behind the queued ones: ` +
-          `${(error as Error).message}; returned it to the head of the queue instead`,
+          `${(error as Error).message}; returning it to the head of the queue in ` +
+          `${FAILED_FORWARD_PAUSE_MS} ms instead`,
       );
-      this.finish(delivery, 'requeue');
+      this.requeueAfterPause(delivery);
     }
   }
 
@@ -355,10 +359,24 @@ export class RabbitMqSubscription implements Subscription {
     } catch (error) {
       this.settings.logger.warn(
         `could not dead-letter a message of ${this.channel} to ${this.settings.deadLetterChannel} ` +
-          `(${reason}): ${(error as Error).message}; requeued it instead`,
+          `(${reason}): ${(error as Error).message}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
       );
-      this.finish(delivery, 'requeue');
+      this.requeueAfterPause(delivery);
     }
+  }
+
+  /**
+   * Back to the head of the queue, after a pause: a dead-letter queue that refuses every copy (a
+   * length limit with reject-publish, a queue declared otherwise) must not make its message come
+   * straight back, again and again, each time through the handler. Held meanwhile, the message
+   * keeps one of the subscriber's prefetch slots: that is the back-pressure.
+   */
+  private requeueAfterPause(delivery: Delivery): void {
+    const timer = setTimeout(() => {
+      this.requeueTimers.delete(timer);
+      this.finish(delivery, 'requeue');
+    }, FAILED_FORWARD_PAUSE_MS);
+    this.requeueTimers.add(timer);
   }
 
   private finish(delivery: Delivery, outcome: 'ack' | 'requeue'): void {

@@ -11,6 +11,7 @@ import { refuseEveryPublish } from '../../../../test/faults/support/broker-polic
 import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/faults/support/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
+import { FAILED_FORWARD_PAUSE_MS } from './rabbitmq.subscription';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
@@ -660,6 +661,33 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await eventually(() => deliveries.length === 2, 'the redelivery');
       expect(deliveries.map((m) => m.redelivered)).toEqual([false, true]);
       expect(warn).toHaveBeenCalledWith(expect.stringContaining(`to ${unusable} (bad: test)`));
+      warn.mockRestore();
+    });
+
+    it('requeues a message whose dead letter keeps failing after a pause, not straight back', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const unusable = `${channel}.plain`;
+      queues.add(unusable);
+      const raw = await admin.createChannel();
+      await raw.assertQueue(unusable, { durable: true }); // no dead-letter settings: inequivalent
+      await raw.close();
+
+      const seenAt: number[] = [];
+      await transport.subscribe(
+        channel,
+        async () => {
+          seenAt.push(Date.now());
+          return { action: 'dead-letter', reason: 'poison: always' };
+        },
+        { deadLetterChannel: unusable },
+      );
+      await transport.publish(channel, Buffer.from('poison'), {});
+
+      await eventually(() => seenAt.length >= 2, 'a second delivery', 5_000);
+      // Straight back, the handler would have seen it dozens of times by now.
+      expect(seenAt[1] - seenAt[0]).toBeGreaterThanOrEqual(FAILED_FORWARD_PAUSE_MS - 50);
       warn.mockRestore();
     });
 
