@@ -664,6 +664,17 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       warn.mockRestore();
     });
 
+    it('opens no publishing channel after close(), for a publish whose declaration was in flight', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const publishing = transport.publish(newChannel(), Buffer.from('late'), {});
+      const closing = transport.close();
+      await expect(publishing).rejects.toThrow();
+      await closing;
+      expect(
+        (transport as unknown as { publisherChannel?: unknown }).publisherChannel,
+      ).toBeUndefined();
+    });
+
     it('requeues a message whose dead letter keeps failing after a pause, not straight back', async () => {
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
       transport = new RabbitMqTransport(amqp);

@@ -73,6 +73,8 @@ export class RabbitMqTransport implements Transport {
   private publisherChannel?: ManagedChannel;
   /** Ids of publish attempts the broker returned as unroutable (see `send`). */
   private readonly returned = new Set<string>();
+  /** Ids of publish attempts awaiting their confirm: only theirs are kept when returned. */
+  private readonly awaitingConfirm = new Set<string>();
   private listening?: ConnectionManager;
   private ownsConnection = false;
   private closed = false;
@@ -240,6 +242,12 @@ export class RabbitMqTransport implements Transport {
       // while we were connected) comes back as a return before its confirm, instead of being
       // confirmed and dropped. It is then declared again and sent again.
       const attempt = randomUUID();
+      // Closed while the channel was being declared: no publishing channel may open after close().
+      if (this.closed)
+        throw handedOver
+          ? timedOut()
+          : new Error(`rabbitmq transport is closed: cannot publish to ${channel}`);
+      this.awaitingConfirm.add(attempt);
       try {
         handedOver = true;
         const confirmed = this.publisher().publish('', channel, body, {
@@ -252,6 +260,7 @@ export class RabbitMqTransport implements Transport {
           timeout: Math.max(1, deadline - Date.now()),
         });
         await confirmed;
+        this.awaitingConfirm.delete(attempt);
         if (!this.returned.delete(attempt)) return;
         this.logger.warn(
           `${channel}: the broker returned a message as unroutable; declaring again`,
@@ -260,6 +269,7 @@ export class RabbitMqTransport implements Transport {
         if (Date.now() >= deadline) throw timedOut();
         continue;
       } catch (error) {
+        this.awaitingConfirm.delete(attempt);
         this.returned.delete(attempt);
         if (error instanceof PublishTimeoutError) throw error;
         const message = (error as Error | undefined)?.message;
@@ -276,13 +286,15 @@ export class RabbitMqTransport implements Transport {
   /** The transport's confirm channel for publishing, created on first use. */
   private publisher(): ManagedChannel {
     if (this.publisherChannel) return this.publisherChannel;
+    if (this.closed) throw new Error('rabbitmq transport is closed: no publishing channel opens');
     const wrapper = this.manager().createChannel({
       name: 'nest-sequence publisher',
       confirm: true,
       setup: async (amqp: ConfirmChannel) => {
         amqp.on('return', (message: { properties: { messageId?: unknown } }) => {
           const id = message.properties.messageId;
-          if (typeof id === 'string') this.returned.add(id);
+          // A return after its attempt gave up (timed out) would stay in the set for ever.
+          if (typeof id === 'string' && this.awaitingConfirm.has(id)) this.returned.add(id);
         });
         amqp.on('error', (error: Error) => {
           // The broker closed this channel (not the connection), e.g. for a message over its
@@ -293,9 +305,13 @@ export class RabbitMqTransport implements Transport {
         });
       },
     });
-    wrapper.on('error', (error: Error) =>
-      this.logger.error(`publishing channel could not be opened: ${error.message}`),
-    );
+    wrapper.on('error', (error: Error) => {
+      // The wrapper would wait for a reconnect that may never come (the connection is up, say at
+      // its channel_max), holding every publish until its timeout: the next publish opens anew.
+      this.logger.error(`publishing channel could not be opened: ${error.message}`);
+      if (this.publisherChannel === wrapper) this.publisherChannel = undefined;
+      void wrapper.close().catch(() => undefined);
+    });
     this.publisherChannel = wrapper;
     return wrapper;
   }
