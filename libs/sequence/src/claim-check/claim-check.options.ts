@@ -4,6 +4,7 @@ import type { PayloadEncryptionKey } from '../adapters/payload/encrypting/payloa
 import { FilesystemPayloadStore } from '../adapters/payload/filesystem/filesystem.payload-store';
 import { MemoryClaimLedger } from '../adapters/stores/memory/memory.claim-ledger';
 import { ClaimTicketKeyring, type ClaimTicketKey } from '../core/claim-ticket-keyring';
+import { STORE_NAME_PATTERN } from '../core/claim-ticket';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimLedger } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
@@ -132,6 +133,9 @@ export function resolveClaimCheckOptions(
     );
   }
   positive('claimCheck.ttlMs', ttlMs);
+  if (Number.isSafeInteger(ttlMs) && ttlMs > MAX_TTL_MS) {
+    problems.push(`claimCheck.ttlMs must be at most ${MAX_TTL_MS} (100 years), got ${ttlMs}`);
+  }
   positive('claimCheck.orphanGraceMs', orphanGraceMs);
   if (Number.isSafeInteger(orphanGraceMs) && orphanGraceMs <= 2 * publishBudgetMs) {
     // A payload is an orphan-to-be from its store write until its ticket's publish is confirmed:
@@ -179,6 +183,15 @@ export function resolveClaimCheckOptions(
     options.encryption ? new EncryptingPayloadStore(inner, options.encryption) : inner;
   const stores = new Map<string, PayloadStore>();
   for (const candidate of [store, ...(options.readStores ?? [])]) {
+    if (typeof candidate.name !== 'string' || !STORE_NAME_PATTERN.test(candidate.name)) {
+      // Every ticket names its store: one that no ticket can carry would store payloads whose
+      // tickets then fail to sign.
+      problems.push(
+        `claimCheck: payload store name ${JSON.stringify(candidate.name)} cannot travel in a ` +
+          'ticket; use 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit',
+      );
+      continue;
+    }
     if (stores.has(candidate.name)) {
       problems.push(
         `claimCheck: two payload stores are named ${JSON.stringify(candidate.name)}; tickets ` +
@@ -216,6 +229,9 @@ export function resolveClaimCheckOptions(
     owned,
   };
 }
+
+/** The longest ticket life: its expiry (now + ttlMs) must stay an exact number of milliseconds. */
+export const MAX_TTL_MS = 100 * 365 * 24 * 60 * 60 * 1000;
 
 /** What is wrong with a retention setting, or undefined. */
 export function claimRetentionProblem(retention: unknown): string | undefined {

@@ -17,7 +17,7 @@ import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import { ClaimCheckHeader } from './claim-check.headers';
-import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import { MAX_TTL_MS, type ResolvedClaimCheckOptions } from './claim-check.options';
 import { ClaimedPayload } from './claimed-payload';
 import { PayloadParking, type ParkOptions } from './payload-parking';
 
@@ -275,6 +275,9 @@ function checkCallOptions(where: string, options: ClaimPublishOptions): void {
     }
   };
   integer('ttlMs', options.ttlMs, 1);
+  if (options.ttlMs !== undefined && options.ttlMs > MAX_TTL_MS) {
+    problems.push(`ttlMs must be at most ${MAX_TTL_MS} (100 years), got ${options.ttlMs}`);
+  }
   integer('threshold', options.threshold, 0);
   integer('sequenceMaxBytes', options.sequenceMaxBytes, 0);
   integer('bytes', options.bytes, 0);

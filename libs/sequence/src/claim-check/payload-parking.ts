@@ -86,11 +86,20 @@ export class PayloadParking implements OnApplicationShutdown {
       }
       digest = meter.digest();
     }
+    let ticket: ClaimTicket;
+    try {
+      ticket = signTicket(
+        { store: store.name, ref, ...digest, contentType: options.contentType, expiresAt },
+        this.options.keyring,
+      );
+    } catch (error) {
+      // A ticket that cannot be made (a store's ref too long for one, say) leaves a payload no
+      // one can claim, and a checked-in one no sweeper takes before its expiry: delete it now.
+      await store.delete(ref).catch(() => undefined);
+      throw error;
+    }
     this.metrics.checkedIn(store.name, digest.bytes);
-    return signTicket(
-      { store: store.name, ref, ...digest, contentType: options.contentType, expiresAt },
-      this.options.keyring,
-    );
+    return ticket;
   }
 
   /**

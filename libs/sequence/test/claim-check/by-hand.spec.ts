@@ -64,6 +64,29 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
       expect((await (await t.claimCheck.checkOut(ticket)).toBuffer()).equals(payload)).toBe(true);
     });
 
+    it('deletes what it stored when no ticket can be made for it (a ref too long for a ticket)', async () => {
+      const deleted: string[] = [];
+      const u = await createClaimCheckTestApp({
+        wrapStore: (store) =>
+          Object.assign(Object.create(store) as typeof store, {
+            put: async (...args: Parameters<typeof store.put>) => ({
+              ...(await store.put(...args)),
+              ref: 'r'.repeat(600),
+            }),
+            delete: async (ref: string) => {
+              deleted.push(ref);
+              return true;
+            },
+          }),
+      });
+      try {
+        await expect(u.claimCheck.checkIn(Buffer.from('scan'))).rejects.toThrow();
+        expect(deleted).toEqual(['r'.repeat(600)]);
+      } finally {
+        await u.close();
+      }
+    });
+
     it('closes a stream whose options it refuses (a file handle is not left open)', async () => {
       const source = Readable.from([Buffer.from('scan')]);
 

@@ -149,6 +149,30 @@ describe('claim check: options validation at boot', () => {
     expect(error.problems[0]).toMatch(/two payload stores are named "filesystem"/);
   });
 
+  it('a store whose name tickets cannot carry: refused, before any payload is stored under it', async () => {
+    const misnamed = Object.assign(
+      new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+      {
+        name: 'Archive EU',
+      },
+    );
+    const error = await bootFailure({ readStores: [misnamed] });
+    expect(error.problems[0]).toMatch(/payload store name "Archive EU" cannot travel in a ticket/);
+  });
+
+  it('a ttl whose expiry is past what a ticket can say: refused, at boot and per call', async () => {
+    const error = await bootFailure({ ttlMs: Number.MAX_SAFE_INTEGER });
+    expect(error.problems).toEqual([expect.stringMatching(/^claimCheck\.ttlMs must be at most /)]);
+    const t = await createClaimCheckTestApp();
+    try {
+      await expect(
+        t.claimCheck.checkIn(Buffer.from('x'), { ttlMs: Number.MAX_SAFE_INTEGER }),
+      ).rejects.toThrow(/ttlMs must be at most /);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('every problem at once', async () => {
     const error = await bootFailure({
       threshold: -5,
