@@ -785,6 +785,29 @@ describe('SplitterService', () => {
       expect(faulty.attempts.map((a) => a.position)).toEqual([1, 2, 2]);
     });
 
+    it('reads from a streamed source no further than the fragment it reads ahead, once one has failed for good', async () => {
+      faulty.beforePublish = ({ position }) => {
+        if (position === 2) throw new Error('nack');
+      };
+      const oneAtATime = await bootSplitter({
+        transport: faulty,
+        fragmentBytes: 100,
+        publish: { attempts: 1, inFlight: 1 },
+      });
+      let pulled = 0;
+      async function* cursor(): AsyncGenerator<Buffer> {
+        for (let index = 0; index < 10; index++) {
+          pulled++;
+          yield Buffer.alloc(100, index);
+        }
+      }
+
+      await expect(oneAtATime.send('scans', cursor())).rejects.toBeInstanceOf(SequencePublishError);
+
+      // Fragments 1 and 2, and the one read ahead to tell whether 2 was the last.
+      expect(pulled).toBe(3);
+    });
+
     // Regression: the fragment being read while a publish fails for good must not go out.
     it('publishes no fragment after one has failed for good, even with slots free', async () => {
       faulty.beforePublish = ({ position }) => {

@@ -191,7 +191,11 @@ export class SplitterService {
         sent++;
         const pending = publishOne(fragment).finally(() => inFlight.delete(pending));
         inFlight.add(pending);
-        if (inFlight.size >= policy.inFlight) await Promise.race(inFlight);
+        if (inFlight.size >= policy.inFlight) {
+          await Promise.race(inFlight);
+          // Failed while this one was confirmed: read nothing more from the source.
+          if (failure) break;
+        }
       }
     } catch (error) {
       // Only reading the source throws here (a publish's failure is recorded, not thrown).
