@@ -637,15 +637,24 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await expect(raw.checkQueue(channel)).rejects.toMatchObject({ code: 404 });
     });
 
-    it('requeues instead of losing a message whose dead letter cannot be published', async () => {
-      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
-      transport = new RabbitMqTransport(amqp);
+    /**
+     * A channel whose dead-letter queue refuses every dead letter: `<channel>.plain` exists
+     * without the dead-letter settings the transport declares, so declaring it fails (406).
+     */
+    async function withUnusableDeadLetterQueue(): Promise<{ channel: string; unusable: string }> {
       const channel = newChannel();
       const unusable = `${channel}.plain`;
       queues.add(unusable);
       const raw = await admin.createChannel();
-      await raw.assertQueue(unusable, { durable: true }); // no dead-letter settings: inequivalent
+      await raw.assertQueue(unusable, { durable: true });
       await raw.close();
+      return { channel, unusable };
+    }
+
+    it('requeues instead of losing a message whose dead letter cannot be published', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const { channel, unusable } = await withUnusableDeadLetterQueue();
 
       const deliveries: InboundMessage[] = [];
       await transport.subscribe(
@@ -678,12 +687,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     it('requeues a message whose dead letter keeps failing after a pause, not straight back', async () => {
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
       transport = new RabbitMqTransport(amqp);
-      const channel = newChannel();
-      const unusable = `${channel}.plain`;
-      queues.add(unusable);
-      const raw = await admin.createChannel();
-      await raw.assertQueue(unusable, { durable: true }); // no dead-letter settings: inequivalent
-      await raw.close();
+      const { channel, unusable } = await withUnusableDeadLetterQueue();
 
       const seenAt: number[] = [];
       await transport.subscribe(
