@@ -4,6 +4,7 @@ import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
 import { userHeaderProblems, type HeaderMap } from '../core/headers';
+import { checkedBeforeReading } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
@@ -101,13 +102,7 @@ export class ClaimCheckService implements OnModuleInit {
    * its signed ticket. The caller owns the ticket: publish it, or `release` it.
    */
   async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
-    try {
-      checkCallOptions('checkIn()', options);
-    } catch (error) {
-      // Refused before it was read: a stream given to us (a file, say) would stay open.
-      if (payload instanceof Readable) payload.destroy();
-      throw error;
-    }
+    checkedBeforeReading(payload, () => checkCallOptions('checkIn()', options));
     return this.parking.park(payload, options, true);
   }
 
@@ -147,7 +142,7 @@ export class ClaimCheckService implements OnModuleInit {
     options: ClaimPublishOptions = {},
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.threshold ?? this.options.threshold;
-    try {
+    checkedBeforeReading(payload, () => {
       checkCallOptions(`publish() to ${channel}`, options);
       if (threshold > this.options.maxInlineBytes) {
         // It would read a stream up to it into memory, then fail to send it inline anyway.
@@ -157,11 +152,7 @@ export class ClaimCheckService implements OnModuleInit {
             `${this.options.maxInlineBytes}`,
         ]);
       }
-    } catch (error) {
-      // Refused before it was read: a stream given to us (a file, say) would stay open.
-      if (payload instanceof Readable) payload.destroy();
-      throw error;
-    }
+    });
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
     if (isRecordSource(payload)) {
       const { bytes } = options;

@@ -4,6 +4,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { crc32, sha256Hasher } from '../core/checksum';
 import { SequencePublishError } from '../core/errors/sequence-publish.error';
 import { SequenceSourceError } from '../core/errors/sequence-source.error';
+import { checkedBeforeReading } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
 import {
@@ -64,14 +65,9 @@ export class SplitterService {
   ): Promise<SequenceReceipt> {
     const sequenceId = options.sequenceId ?? randomUUID();
     const fragmentBytes = options.fragmentBytes ?? this.options.fragmentBytes;
-    let policy;
-    try {
-      policy = this.validate(channel, sequenceId, fragmentBytes, options);
-    } catch (error) {
-      // Refused before it was read: a stream given to us (a file, say) would stay open.
-      if (payload instanceof Readable) payload.destroy();
-      throw error;
-    }
+    const policy = checkedBeforeReading(payload, () =>
+      this.validate(channel, sequenceId, fragmentBytes, options),
+    );
     const base = {
       sequenceId,
       userHeaders: options.headers,
