@@ -1,4 +1,4 @@
-import { delay, MAX_TIMER_MS, settlesWithin, withTimeout } from './async';
+import { delay, MAX_TIMER_MS, oneAtATime, settlesWithin, withTimeout } from './async';
 
 describe('delay', () => {
   it('resolves after the given time, not before', async () => {
@@ -59,5 +59,31 @@ describe('settlesWithin', () => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     settle();
     await expect(verdict).resolves.toBe(true);
+  });
+});
+
+describe('oneAtATime', () => {
+  it('shares the pending call, and calls again once it has settled (resolved or rejected)', async () => {
+    const calls: Array<(value: number) => void> = [];
+    let failNext = false;
+    const read = oneAtATime(
+      () =>
+        new Promise<number>((resolve, reject) => {
+          if (failNext) reject(new Error('down'));
+          else calls.push(resolve);
+        }),
+    );
+
+    const first = read();
+    expect(read()).toBe(first);
+    expect(calls).toHaveLength(1);
+    calls[0](7);
+    await expect(first).resolves.toBe(7);
+
+    failNext = true;
+    await expect(read()).rejects.toThrow('down');
+    failNext = false;
+    void read();
+    expect(calls).toHaveLength(2);
   });
 });

@@ -58,3 +58,23 @@ export function clockFrom(now: number): () => number {
   const began = Date.now();
   return () => now + (Date.now() - began);
 }
+
+/**
+ * `start`, called at most once at a time: while the promise of a call is pending, callers get
+ * that promise instead of a new call (a read that outlived its caller's timeout, say, is waited
+ * on again rather than joined by more reads of a slow server).
+ */
+export function oneAtATime<T>(start: () => Promise<T>): () => Promise<T> {
+  let running: Promise<T> | undefined;
+  return () => {
+    if (!running) {
+      const current = start();
+      running = current;
+      const done = () => {
+        if (running === current) running = undefined;
+      };
+      current.then(done, done);
+    }
+    return running;
+  };
+}

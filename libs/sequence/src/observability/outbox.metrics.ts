@@ -5,7 +5,7 @@ import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { metricFactory } from './metric-factory';
 import { SequenceMetrics, STATS_TIMEOUT_MS } from './sequence.metrics';
-import { withTimeout } from '../core/async';
+import { oneAtATime, withTimeout } from '../core/async';
 
 /** What an inbox did with a received message. */
 export type InboxIntake = 'added' | 'duplicate' | 'invalid';
@@ -22,7 +22,11 @@ export class OutboxMetrics {
   private readonly received: Counter<'box' | 'outcome'>;
   private readonly processed: Counter<'box'>;
   private readonly latency: Histogram<'box'>;
-  private statsSource: ((box: BoxName) => Promise<BoxStats>) | undefined;
+  /**
+   * Each box's statistics, read from the source `readStatsFrom` gave, one read at a time: a scrape
+   * that timed out leaves its read running, and the next waits on it.
+   */
+  private readers = new Map<BoxName, () => Promise<BoxStats>>();
 
   constructor(
     @Inject(SEQUENCE_OPTIONS) options: ResolvedSequenceOptions,
@@ -69,9 +73,10 @@ export class OutboxMetrics {
 
   /** Where the gauges read box statistics from (the runtime, once the store is open). */
   readStatsFrom(source: ((box: BoxName) => Promise<BoxStats>) | undefined): void {
-    this.statsSource = source;
+    this.readers = new Map(
+      source ? BOX_NAMES.map((box) => [box, oneAtATime(() => source(box))] as const) : [],
+    );
     this.lastSnapshot = undefined;
-    this.reading.clear();
   }
 
   publishedOne(box: BoxName, createdAt: number): void {
@@ -100,17 +105,16 @@ export class OutboxMetrics {
   private snapshot(): Promise<Map<BoxName, BoxStats>> {
     const now = Date.now();
     if (this.lastSnapshot && now - this.lastSnapshot.at < 1_000) return this.lastSnapshot.stats;
-    const source = this.statsSource;
+    const readers = this.readers;
     const stats = (async () => {
       const read = new Map<BoxName, BoxStats>();
-      if (!source) return read;
       // The boxes at once, each within STATS_TIMEOUT_MS: a database that stopped answering must
       // not hold the scrape (a pool's connect and query timeouts are tens of seconds).
       await Promise.all(
-        BOX_NAMES.map(async (box) => {
+        [...readers].map(async ([box, reader]) => {
           try {
             const each = await withTimeout(
-              this.read(source, box),
+              reader(),
               STATS_TIMEOUT_MS,
               () => new Error(`the ${box} stats took over ${STATS_TIMEOUT_MS} ms`),
             );
@@ -127,20 +131,4 @@ export class OutboxMetrics {
   }
 
   private lastSnapshot: { at: number; stats: Promise<Map<BoxName, BoxStats>> } | undefined;
-  /** Each box's read in progress: a scrape that timed out leaves it running, the next waits on it. */
-  private readonly reading = new Map<BoxName, Promise<BoxStats>>();
-
-  private read(source: (box: BoxName) => Promise<BoxStats>, box: BoxName): Promise<BoxStats> {
-    let current = this.reading.get(box);
-    if (!current) {
-      const started = source(box);
-      current = started;
-      this.reading.set(box, started);
-      const done = () => {
-        if (this.reading.get(box) === started) this.reading.delete(box);
-      };
-      started.then(done, done);
-    }
-    return current;
-  }
 }

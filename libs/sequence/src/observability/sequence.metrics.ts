@@ -3,7 +3,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from '../sequence.constants';
 import { SEQUENCE_DEFAULTS, type ResolvedSequenceOptions } from '../sequence.options';
 import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.port';
-import { withTimeout } from '../core/async';
+import { oneAtATime, withTimeout } from '../core/async';
 
 /**
  * prom-client metrics of Message Sequence. Counters are per instance; the gauges read the store's
@@ -95,18 +95,7 @@ export class SequenceMetrics implements OnApplicationShutdown {
     let lastStats: Promise<SequenceStoreStats | undefined> | undefined;
     // The store call itself, until it settles: a scrape that timed out leaves it running, and the
     // next scrapes wait on it rather than pile more reads on a slow store.
-    let reading: Promise<SequenceStoreStats> | undefined;
-    const read = () => {
-      if (!reading) {
-        const current = store.stats(Date.now());
-        reading = current;
-        const done = () => {
-          if (reading === current) reading = undefined;
-        };
-        current.then(done, done);
-      }
-      return reading;
-    };
+    const read = oneAtATime(() => store.stats(Date.now()));
     // One store round trip per scrape, shared by the three gauges. When the store cannot answer
     // (or not within STATS_TIMEOUT_MS: a server that stopped answering), the gauges keep their
     // last value and the scrape still succeeds: the counters that show an outage must stay
