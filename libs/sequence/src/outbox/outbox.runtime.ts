@@ -91,13 +91,23 @@ export class OutboxRuntime
    * fails now): it sees `abandoned` at its next step and undoes itself.
    */
   private async abandon(): Promise<void> {
-    this.stopped = this.abandoned = true;
-    await this.stopStarted(() => true);
+    this.abandoned = true;
+    await this.halt(false);
+    await this.closeOwnedStore();
+  }
+
+  /**
+   * Nothing of the outbox runs from now on: its loops, the inbox, the purge, the store's watch,
+   * the gauges' reads. `awaitStart`: a start in progress is waited for and stopped once done
+   * (shutdown), rather than left to undo itself (abandon).
+   */
+  private async halt(awaitStart: boolean): Promise<void> {
+    this.stopped = true;
+    await (awaitStart ? this.stopLoops(() => true) : this.stopStarted(() => true));
     await this.purgeJob.stop();
     await this.unwatch?.().catch(() => undefined);
     this.unwatch = undefined;
     this.metrics.readStatsFrom(undefined);
-    await this.closeOwnedStore();
   }
 
   private async closeOwnedStore(): Promise<void> {
@@ -149,11 +159,7 @@ export class OutboxRuntime
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    this.stopped = true;
-    await this.stopLoops(() => true); // a start retried since (after a failed one) too
-    await this.purgeJob.stop();
-    await this.unwatch?.().catch(() => undefined);
-    this.metrics.readStatsFrom(undefined);
+    await this.halt(true); // a start retried since (after a failed one) too
   }
 
   /**
