@@ -2,7 +2,7 @@ import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import {
   assertEncodableHeaders,
   DROPPED_HEADERS_HEADER,
-  encodedHeadersBytes,
+  encodedHeaders,
   forwardableHeaders,
   MAX_ENCODED_HEADER_BYTES,
 } from './transport-headers';
@@ -107,7 +107,7 @@ const decoded = {
   nested: { a: [1, 'two', { b: [] }], c: {} },
 };
 
-describe('encodedHeadersBytes: the size amqplib writes, exactly', () => {
+describe('encodedHeaders: the size amqplib writes, exactly', () => {
   it.each<[string, Record<string, unknown>]>([
     ['headers as RabbitMQ delivers them', decoded],
     [
@@ -118,7 +118,9 @@ describe('encodedHeadersBytes: the size amqplib writes, exactly', () => {
     ['empty tables and arrays', { a: [], t: {}, n: [[], [{}]] }],
     ['every integer width', { a: [1, -200, 40_000, -(2 ** 31), 2 ** 33, 2 ** 53] }],
   ])('for %s', (_what, headers) => {
-    expect(encodedHeadersBytes(headers)).toBe(encodeTable(Buffer.alloc(256 * 1024), headers, 0));
+    expect(encodedHeaders(headers)).toEqual({
+      bytes: encodeTable(Buffer.alloc(256 * 1024), headers, 0),
+    });
   });
 
   it('refuses what is past the limit by the exact size, whatever JSON would say', () => {

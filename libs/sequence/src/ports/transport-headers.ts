@@ -26,21 +26,9 @@ const INT64_MIN = -(2 ** 63);
  * dead letter carries on), with amqplib's own rules and sizes.
  */
 export function assertEncodableHeaders(channel: string, headers: Record<string, unknown>): void {
-  let bytes = 0;
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    const nameBytes = Buffer.byteLength(name);
-    if (nameBytes > MAX_HEADER_NAME_BYTES) {
-      throw new InvalidHeaderError(
-        channel,
-        `${name.slice(0, 40)}…`,
-        `has a name of ${nameBytes} bytes; AMQP carries at most ${MAX_HEADER_NAME_BYTES}`,
-      );
-    }
-    const field = fieldValue(value, 0);
-    if (field.problem !== undefined) throw new InvalidHeaderError(channel, name, field.problem);
-    bytes += 1 + nameBytes + field.bytes;
-  }
+  const encoded = encodedHeaders(headers);
+  if ('problem' in encoded) throw new InvalidHeaderError(channel, encoded.name, encoded.problem);
+  const bytes = encoded.bytes - TABLE_LENGTH_BYTES;
   if (bytes > MAX_ENCODED_HEADER_BYTES) {
     throw new InvalidHeaderError(
       channel,
@@ -51,20 +39,31 @@ export function assertEncodableHeaders(channel: string, headers: Record<string, 
   }
 }
 
+/** The length that starts an encoded field table. */
+const TABLE_LENGTH_BYTES = 4;
+
 /**
- * The bytes amqplib writes for `headers` as a field table (the 4-byte length included), or
- * undefined when it could not encode them.
+ * What amqplib writes for `headers` as a field table: its bytes (the table's length included),
+ * or the first header it could not encode and why.
  */
-export function encodedHeadersBytes(headers: Record<string, unknown>): number | undefined {
-  let bytes = 4;
+export function encodedHeaders(
+  headers: Record<string, unknown>,
+): { readonly bytes: number } | { readonly name: string; readonly problem: string } {
+  let bytes = TABLE_LENGTH_BYTES;
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     const nameBytes = Buffer.byteLength(name);
+    if (nameBytes > MAX_HEADER_NAME_BYTES) {
+      return {
+        name: `${name.slice(0, 40)}…`,
+        problem: `has a name of ${nameBytes} bytes; AMQP carries at most ${MAX_HEADER_NAME_BYTES}`,
+      };
+    }
     const field = fieldValue(value, 0);
-    if (nameBytes > MAX_HEADER_NAME_BYTES || field.problem !== undefined) return undefined;
+    if (field.problem !== undefined) return { name, problem: field.problem };
     bytes += 1 + nameBytes + field.bytes;
   }
-  return bytes;
+  return { bytes };
 }
 
 /** Header a forwarded message carries when headers had to be left out: their names. */
