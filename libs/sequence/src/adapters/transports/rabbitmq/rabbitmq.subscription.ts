@@ -295,11 +295,7 @@ export class RabbitMqSubscription implements Subscription {
         return;
       }
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
-      const timer = setTimeout(() => {
-        this.requeueTimers.delete(timer);
-        this.forward(this.requeueAtTail(delivery));
-      }, delayMs);
-      this.requeueTimers.add(timer);
+      this.holdFor(delayMs, () => this.forward(this.requeueAtTail(delivery)));
     } else {
       this.forward(this.deadLetterThenAck(delivery, disposition.reason));
     }
@@ -372,10 +368,15 @@ export class RabbitMqSubscription implements Subscription {
    * keeps one of the subscriber's prefetch slots: that is the back-pressure.
    */
   private requeueAfterPause(delivery: Delivery): void {
+    this.holdFor(FAILED_FORWARD_PAUSE_MS, () => this.finish(delivery, 'requeue'));
+  }
+
+  /** Runs `then` after `ms`, unless the subscription closes first (its timers are cleared). */
+  private holdFor(ms: number, then: () => void): void {
     const timer = setTimeout(() => {
       this.requeueTimers.delete(timer);
-      this.finish(delivery, 'requeue');
-    }, FAILED_FORWARD_PAUSE_MS);
+      then();
+    }, ms);
     this.requeueTimers.add(timer);
   }
 
