@@ -24,27 +24,33 @@ export function bodyGoneError(position: number): Error {
   );
 }
 
-/** Fetches a piece; null when it is not there. */
-export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | null>;
+/**
+ * Fetches a piece: its bytes in one Buffer or in several parts (views of a socket's chunks, read
+ * without copying); null when it is not there.
+ */
+export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | readonly Buffer[] | null>;
 
 /**
- * The bytes of a sequence as a stream, one chunk per piece, in order. At most `readAhead` pieces
- * (at least one) are being fetched or waiting to be pushed, and a one-byte high-water mark keeps
- * at most one in the stream's buffer: a read holds at most `readAhead + 2` pieces (with the one
- * its consumer is handling), whatever the sequence's size. `open` resolves the pieces to read, in
- * order (or rejects: the stream fails). A piece that is missing, or shorter than planned, fails
- * the stream: the sequence was finished or expired while it was being read. Each body's CRC-32 is
- * computed over its pieces and checked, before its last piece is pushed, against the one it was
- * stored with: a mismatch fails the stream with a {@link StoredFragmentIntegrityError}.
+ * The bytes of a sequence as a stream, in order: each piece in the one or more parts it was
+ * fetched in, one chunk per part. At most `readAhead` pieces (at least one) are being fetched or
+ * waiting, and a one-byte high-water mark keeps at most one part in the stream's buffer: a read
+ * holds at most `readAhead + 1` pieces and the part its consumer is handling, whatever the
+ * sequence's size. `open` resolves the pieces to read, in order (or rejects: the stream fails). A
+ * piece that is missing, or shorter than planned, fails the stream: the sequence was finished or
+ * expired while it was being read. Each body's CRC-32 is computed over its pieces and checked,
+ * before any part of its last piece is pushed, against the one it was stored with: a mismatch
+ * fails the stream with a {@link StoredFragmentIntegrityError}.
  */
 export class RedisBodyReader extends Readable {
-  private readonly pending: Array<Promise<Buffer | null>> = [];
+  private readonly pending: Array<Promise<Buffer | readonly Buffer[] | null>> = [];
   private pieces?: readonly BodyPiece[];
   /** Index in `pieces` of the next one to fetch. */
   private next = 0;
   /** CRC-32 of the pieces of the current body fetched so far. */
   private running = 0;
-  /** _read was called and no body was pushed since. */
+  /** Parts of the last piece fetched that are not pushed yet: one is pushed per _read call. */
+  private ready: Buffer[] = [];
+  /** _read was called and nothing was pushed since. */
   private wanted = false;
   private pumping = false;
 
@@ -59,12 +65,19 @@ export class RedisBodyReader extends Readable {
 
   override _read(): void {
     this.wanted = true;
-    if (!this.pumping) void this.pump();
+    if (this.pumping) return;
+    this.pumping = true;
+    // Not inside _read: a chunk pushed there would be joined, in a new Buffer, to the one a
+    // paused-mode read() is about to return.
+    queueMicrotask(() => void this.pump());
   }
 
-  /** Pushes one body per _read call, for as long as the stream keeps asking. */
+  /**
+   * Pushes one chunk per _read call, for as long as the stream keeps asking. One, not a piece's
+   * parts at once: a consumer in paused mode (`read()`, `for await`) gets whatever the stream's
+   * buffer holds joined into one new Buffer, a copy the parts exist to avoid.
+   */
   private async pump(): Promise<void> {
-    this.pumping = true;
     try {
       this.pieces ??= await this.open();
       while (this.wanted && !this.destroyed) {
@@ -79,6 +92,11 @@ export class RedisBodyReader extends Readable {
   }
 
   private async pushNext(): Promise<void> {
+    const part = this.ready.shift();
+    if (part !== undefined) {
+      this.push(part);
+      return;
+    }
     for (;;) {
       this.fill();
       const pieces = this.pieces ?? [];
@@ -92,13 +110,16 @@ export class RedisBodyReader extends Readable {
         this.push(null);
         return;
       }
-      const body = await fetching;
+      const fetched = await fetching;
       if (this.destroyed) return;
       if (piece === undefined) throw new Error('a body was fetched for no planned piece');
-      if (body === null || (piece.bytes !== undefined && body.length !== piece.bytes)) {
-        throw bodyGoneError(piece.position);
-      }
-      this.running = crc32Continued(body, piece.start === 0 ? 0 : this.running);
+      if (fetched === null) throw bodyGoneError(piece.position);
+      const parts = Buffer.isBuffer(fetched) ? [fetched] : fetched;
+      const bytes = parts.reduce((sum, part) => sum + part.length, 0);
+      if (piece.bytes !== undefined && bytes !== piece.bytes) throw bodyGoneError(piece.position);
+      let running = piece.start === 0 ? 0 : this.running;
+      for (const part of parts) running = crc32Continued(part, running);
+      this.running = running;
       if (piece.crc32 !== undefined && this.running !== piece.crc32) {
         throw new StoredFragmentIntegrityError(
           this.sequenceId,
@@ -107,9 +128,11 @@ export class RedisBodyReader extends Readable {
           this.running,
         );
       }
-      // An empty chunk would push nothing: skip empty bodies.
-      if (body.length > 0) {
-        this.push(body);
+      // An empty chunk would push nothing, nor end the stream: skip empty parts and bodies.
+      this.ready = parts.filter((part) => part.length > 0);
+      const first = this.ready.shift();
+      if (first !== undefined) {
+        this.push(first);
         return;
       }
     }

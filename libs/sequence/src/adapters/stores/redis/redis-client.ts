@@ -1,4 +1,4 @@
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RedisClient } from './redis-scripts';
 
 /**
@@ -21,4 +21,9 @@ export async function quitRedisClient(
     // Not connected (QUIT cannot be sent).
     client.disconnect();
   }
+}
+
+/** Whether `client` is an ioredis `Cluster` (which sets `isCluster`), not a single node's client. */
+export function isCluster(client: RedisClient): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
 }

@@ -43,7 +43,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
-import { newRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
 import {
   assertResequencerArguments,
   type AcceptContext,
@@ -132,7 +132,7 @@ export class RedisResequencerStore implements ResequencerStore {
       throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${marginMs}`);
     }
     this.scripts = loadScripts(redis);
-    this.isCluster = (redis as { isCluster?: boolean }).isCluster === true;
+    this.isCluster = isCluster(redis);
     this.index = new RedisResequencerIndex(
       redis,
       this.scripts,

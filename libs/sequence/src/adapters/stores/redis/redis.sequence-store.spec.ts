@@ -19,6 +19,7 @@ import { RedisKeys, sequenceKeyList } from './redis-keys';
 import { loadScripts } from './redis-scripts';
 import { acceptArguments, interpretAccept } from './redis-script-codec';
 import { RedisSequenceStore } from './redis.sequence-store';
+import { DIRECT_READS_CONNECTION_NAME, RedisDirectReads } from './redis-direct-reads';
 
 const MiB = 1024 * 1024;
 
@@ -323,10 +324,13 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       });
 
       it('reads small bodies whole and large ones in pieces that need not divide them, in order', async () => {
+        // Through the client, so that each piece is one chunk (read directly, a piece comes in
+        // the socket's chunks).
         const pieced = new RedisSequenceStore(redis, {
           prefix,
           readAhead: 3,
           readPieceBytes: 64 * 1024,
+          directReads: false,
         });
         // Inline (≤ 64 KiB), then bodies of 1, 2 and 3 pieces, the last ones short.
         const bodies = [7, 64 * 1024 + 1, 200 * 1024 + 13, 5, 128 * 1024].map((bytes) =>
@@ -350,6 +354,47 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           64 * 1024,
         ]);
         expect(Buffer.concat(chunks).equals(Buffer.concat(bodies))).toBe(true);
+        const direct = new RedisSequenceStore(redis, {
+          prefix,
+          readAhead: 3,
+          readPieceBytes: 64 * 1024,
+        });
+        const parts = await readAll(direct.read(ref));
+        expect(Buffer.concat(parts).equals(Buffer.concat(bodies))).toBe(true);
+        // Each part a view of a socket chunk, handed on as it is: never two joined into one.
+        expect(parts.length).toBeGreaterThan(chunks.length);
+        await direct.close();
+      });
+
+      it('finishes a read through the client when its own connection for reads is killed midway', async () => {
+        const name = `nseq-test-${randomUUID()}`;
+        const named = new Redis(SERVERS.redis.url, { connectionName: name });
+        try {
+          const pieced = new RedisSequenceStore(named, {
+            prefix,
+            readAhead: 2,
+            readPieceBytes: 64 * 1024,
+          });
+          const bodies = [randomBytes(300 * 1024), randomBytes(300 * 1024)];
+          const { fragments, ref } = sequenceFixture(scope, bodies);
+          for (const fragment of fragments) await pieced.accept(fragment, context(t0));
+          const received: Buffer[] = [];
+          let killed = 0;
+          for await (const chunk of pieced.read(ref)) {
+            received.push(chunk as Buffer);
+            if (received.length === 1) {
+              const address = new RegExp(
+                ` addr=(\\S+) .* name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
+              ).exec(String(await redis.client('LIST')))?.[1];
+              killed = Number(await redis.client('KILL', 'ADDR', address ?? ''));
+            }
+          }
+          expect(killed).toBe(1);
+          expect(Buffer.concat(received).equals(Buffer.concat(bodies))).toBe(true);
+          await pieced.close();
+        } finally {
+          await named.quit();
+        }
       });
 
       it('checks each large body read in pieces against its CRC-32, and fails on a changed byte', async () => {
@@ -449,87 +494,139 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       }
     });
 
-    it('streams a 64 MiB sequence of 8 MiB bodies byte-exact, in 1 MiB pieces, a bounded number at a time', async () => {
-      const reader = new RedisSequenceStore(redis, { prefix, readAhead: 1, readPieceBytes: MiB });
-      const ref = { scope, sequenceId: `seq-${randomUUID()}` };
-      const written = createHash('sha256');
-      for (let position = 1; position <= 8; position++) {
-        const body = randomBytes(8 * MiB);
-        written.update(body);
-        const result = await reader.accept(
-          {
-            ...ref,
-            position,
-            size: 8,
-            last: position === 8,
-            crc32: crc32(body),
-            bytes: 64 * MiB,
-            userHeaders: {},
-            body,
-          },
-          context(t0),
-        );
-        expect(result.status).toBe(position === 8 ? 'complete' : 'stored');
-      }
+    it.each([
+      ['through the client', false],
+      ['on a connection of their own, without copying', true],
+    ])(
+      'streams a 64 MiB sequence of 8 MiB bodies byte-exact, in 1 MiB pieces read %s, a bounded number at a time',
+      async (_, directReads) => {
+        const reader = new RedisSequenceStore(redis, {
+          prefix,
+          readAhead: 1,
+          readPieceBytes: MiB,
+          directReads,
+        });
+        const ref = { scope, sequenceId: `seq-${randomUUID()}` };
+        const written = createHash('sha256');
+        for (let position = 1; position <= 8; position++) {
+          const body = randomBytes(8 * MiB);
+          written.update(body);
+          const result = await reader.accept(
+            {
+              ...ref,
+              position,
+              size: 8,
+              last: position === 8,
+              crc32: crc32(body),
+              bytes: 64 * MiB,
+              userHeaders: {},
+              body,
+            },
+            context(t0),
+          );
+          expect(result.status).toBe(position === 8 ? 'complete' : 'stored');
+        }
 
-      // Counts the pieces the reader holds (fetching, or fetched and not yet handed out): a plain
-      // wrapper, since a jest spy would keep every piece it returned.
-      let fetching = 0;
-      let fetched = 0;
-      let consumed = 0;
-      let mostFetching = 0;
-      let mostHeldPieces = 0;
-      // Small bodies are read whole with HGET (from the body hash), large ones by range: count both.
-      const countFetch =
-        <A extends unknown[]>(fetch: (...args: A) => Promise<Buffer | null>) =>
-        async (...args: A) => {
+        // Counts the pieces the reader holds (fetching, or fetched and not yet handed out): a plain
+        // wrapper, since a jest spy would keep every piece it returned.
+        let fetching = 0;
+        let fetched = 0;
+        let consumed = 0;
+        let mostFetching = 0;
+        let mostHeldPieces = 0;
+        // Small bodies are read whole with HGET (from the body hash), large ones by range: count both.
+        const countFetch =
+          <A extends unknown[]>(fetch: (...args: A) => Promise<Buffer | null>) =>
+          async (...args: A) => {
+            mostFetching = Math.max(mostFetching, ++fetching);
+            try {
+              return await fetch(...args);
+            } finally {
+              fetching--;
+              fetched++;
+            }
+          };
+        let throughClient = 0;
+        const countClientFetch =
+          <A extends unknown[]>(fetch: (...args: A) => Promise<Buffer | null>) =>
+          (...args: A) => {
+            throughClient++;
+            return fetch(...args);
+          };
+        Object.assign(redis, {
+          hgetBuffer: countFetch(redis.hgetBuffer.bind(redis)),
+          getrangeBuffer: countClientFetch(countFetch(redis.getrangeBuffer.bind(redis))),
+        });
+        const directGetRange = Object.getOwnPropertyDescriptor(
+          RedisDirectReads.prototype,
+          'getRange',
+        ) as PropertyDescriptor;
+        const getRange = RedisDirectReads.prototype.getRange;
+        RedisDirectReads.prototype.getRange = async function (this: RedisDirectReads, ...args) {
           mostFetching = Math.max(mostFetching, ++fetching);
           try {
-            return await fetch(...args);
+            return await getRange.apply(this, args);
           } finally {
             fetching--;
             fetched++;
           }
         };
-      Object.assign(redis, {
-        hgetBuffer: countFetch(redis.hgetBuffer.bind(redis)),
-        getrangeBuffer: countFetch(redis.getrangeBuffer.bind(redis)),
-      });
-      setFlagsFromString('--expose-gc');
-      const gc = runInNewContext('gc') as () => void;
-      /** ArrayBuffer memory in use, once dead buffers are swept (which V8 finishes lazily). */
-      const arrayBuffersInUse = async () => {
-        gc();
-        await new Promise((resolve) => setImmediate(resolve));
-        gc();
-        return process.memoryUsage().arrayBuffers;
-      };
-      const baseline = await arrayBuffersInUse();
-      let mostGrowth = 0;
-      const read = createHash('sha256');
-      const chunkSizes: number[] = [];
-      try {
-        for await (const chunk of reader.read(ref)) {
-          consumed++;
-          mostHeldPieces = Math.max(mostHeldPieces, fetching + fetched - consumed);
-          read.update(chunk as Buffer);
-          chunkSizes.push((chunk as Buffer).length);
-          mostGrowth = Math.max(mostGrowth, (await arrayBuffersInUse()) - baseline);
+        setFlagsFromString('--expose-gc');
+        const gc = runInNewContext('gc') as () => void;
+        /** ArrayBuffer memory in use, once dead buffers are swept (which V8 finishes lazily). */
+        const arrayBuffersInUse = async () => {
+          gc();
+          await new Promise((resolve) => setImmediate(resolve));
+          gc();
+          return process.memoryUsage().arrayBuffers;
+        };
+        const baseline = await arrayBuffersInUse();
+        let mostGrowth = 0;
+        const read = createHash('sha256');
+        const chunkSizes: number[] = [];
+        let pieceBytes = 0;
+        try {
+          for await (const chunk of reader.read(ref)) {
+            const bytes = (chunk as Buffer).length;
+            chunkSizes.push(bytes);
+            // Measured at the first part of each piece: a full collection per part would be slow.
+            const firstPart = pieceBytes === 0;
+            pieceBytes += bytes;
+            // A piece's parts come one chunk each: the piece is consumed with its last part.
+            if (pieceBytes === MiB) {
+              consumed++;
+              pieceBytes = 0;
+            }
+            mostHeldPieces = Math.max(mostHeldPieces, fetching + fetched - consumed);
+            read.update(chunk as Buffer);
+            if (firstPart) {
+              mostGrowth = Math.max(mostGrowth, (await arrayBuffersInUse()) - baseline);
+            }
+          }
+        } finally {
+          Reflect.deleteProperty(redis, 'hgetBuffer');
+          Reflect.deleteProperty(redis, 'getrangeBuffer');
+          Object.defineProperty(RedisDirectReads.prototype, 'getRange', directGetRange);
+          await reader.close();
         }
-      } finally {
-        Reflect.deleteProperty(redis, 'hgetBuffer');
-        Reflect.deleteProperty(redis, 'getrangeBuffer');
-      }
 
-      expect(chunkSizes).toEqual(Array.from({ length: 64 }, () => MiB));
-      expect(fetched).toBe(64);
-      expect(read.digest('hex')).toBe(written.digest('hex'));
-      // Besides the chunk in the consumer's hands: readAhead (1) fetching + 1 in the stream buffer.
-      expect(mostFetching).toBe(1);
-      expect(mostHeldPieces).toBeLessThanOrEqual(2);
-      // Never a whole 8 MiB body: a few pieces of 1 MiB, each with the socket chunks it came in.
-      expect(mostGrowth).toBeLessThan(8 * MiB);
-    });
+        if (directReads) {
+          // Each piece as the socket delivered it: parts of at most the socket's chunk size.
+          expect(chunkSizes.length).toBeGreaterThan(64);
+          expect(Math.max(...chunkSizes)).toBeLessThan(MiB);
+        } else {
+          expect(chunkSizes).toEqual(Array.from({ length: 64 }, () => MiB));
+        }
+        expect(throughClient).toBe(directReads ? 0 : 64);
+        expect(fetched).toBe(64);
+        expect(read.digest('hex')).toBe(written.digest('hex'));
+        // Besides the part in the consumer's hands: readAhead (1) fetching + the piece it is from.
+        expect(mostFetching).toBe(1);
+        expect(mostHeldPieces).toBeLessThanOrEqual(2);
+        // Never a whole 8 MiB body: a few pieces of 1 MiB, each with the socket chunks it came in.
+        expect(mostGrowth).toBeLessThan(8 * MiB);
+      },
+    );
 
     it('lists a budget record whose consumer died before storing, and expire then frees it', async () => {
       const keys = new RedisKeys(prefix);

@@ -57,7 +57,9 @@
  */
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { newRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
+import type { BulkReply } from './redis-bulk-replies';
+import { RedisDirectReads } from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
 import type { Readable } from 'node:stream';
 import type {
@@ -123,6 +125,15 @@ export interface RedisSequenceStoreOptions {
    */
   readonly readPieceBytes?: number;
   /**
+   * Whether large bodies are read back on a connection of the store's own (a `duplicate()` of
+   * its client, opened at the first read and closed when idle), whose replies are parsed without
+   * copying: half the allocations of reading through ioredis, whose parser joins every reply into
+   * a new Buffer, and most of the garbage a consumer holds at its peak. Any failure there falls
+   * back to the client itself. Ignored on Redis Cluster, which reads through the client.
+   * @default true
+   */
+  readonly directReads?: boolean;
+  /**
    * How a sequence that was verified as it arrived is checked again while its handler reads it
    * back. `'crc32'`: every body is checked against the CRC-32 it was stored with (and the stream
    * is counted to the byte), which catches accidental corruption and truncation in Redis at less
@@ -169,6 +180,7 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly marginMs: number;
   private readonly readAhead: number;
   private readonly readPieceBytes: number;
+  private readonly directReads?: RedisDirectReads;
   private ownsClient = false;
 
   constructor(
@@ -196,6 +208,9 @@ export class RedisSequenceStore implements SequenceStore {
     if (problems.length > 0) throw new SequenceOptionsError('RedisSequenceStore options', problems);
     this.scripts = loadScripts(redis);
     this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
+    if ((options.directReads ?? true) && !isCluster(redis)) {
+      this.directReads = new RedisDirectReads(redis);
+    }
   }
 
   /** A store with a client of its own, which `close()` quits. */
@@ -303,14 +318,23 @@ export class RedisSequenceStore implements SequenceStore {
       (piece) =>
         piece.bytes === undefined
           ? this.redis.hgetBuffer(keys.body, String(piece.position))
-          : this.redis.getrangeBuffer(
-              bodyKeyAt(keys, piece.position),
-              piece.start,
-              piece.start + piece.bytes - 1,
-            ),
+          : this.readRange(bodyKeyAt(keys, piece.position), piece.start, piece.bytes),
       this.readAhead,
       ref.sequenceId,
     );
+  }
+
+  /** `bytes` of the body at `key` from `start`: without copying when it can, else through ioredis. */
+  private async readRange(key: string, start: number, bytes: number): Promise<BulkReply | Buffer> {
+    const end = start + bytes - 1;
+    if (this.directReads !== undefined) {
+      try {
+        return await this.directReads.getRange(key, start, end);
+      } catch {
+        // Logged by RedisDirectReads; the shared client's retries and reconnection apply.
+      }
+    }
+    return this.redis.getrangeBuffer(key, start, end);
   }
 
   /**
@@ -461,8 +485,12 @@ export class RedisSequenceStore implements SequenceStore {
     await this.redis.exists(this.keys.global.totals);
   }
 
-  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  /**
+   * Closes the store's own connection for reads, and quits the client when `connect` created it;
+   * a client passed in stays the caller's.
+   */
   async close(): Promise<void> {
+    await this.directReads?.close();
     if (!this.ownsClient) return;
     await quitRedisClient(this.redis);
   }

@@ -1,0 +1,138 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { DIRECT_READS_CONNECTION_NAME, RedisDirectReads } from './redis-direct-reads';
+
+const MiB = 1024 * 1024;
+
+describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
+  let redis: Redis;
+  let prefix: string;
+  const opened: RedisDirectReads[] = [];
+
+  const directReads = (
+    client: Redis = redis,
+    timing = { idleCloseMs: 10_000, retryAfterMs: 1_000 },
+  ): RedisDirectReads => {
+    const reads = new RedisDirectReads(client, timing);
+    opened.push(reads);
+    return reads;
+  };
+
+  /** The connections named `name` that Redis lists now. */
+  const connectionsNamed = async (name: string): Promise<string[]> =>
+    String(await redis.client('LIST'))
+      .split('\n')
+      .filter((line) => line.includes(` name=${name} `));
+
+  beforeAll(() => {
+    redis = new Redis(SERVERS.redis.url);
+  });
+
+  beforeEach(() => {
+    prefix = `nseq-test:direct:${randomUUID()}`;
+  });
+
+  afterEach(async () => {
+    await Promise.all(opened.splice(0).map((reads) => reads.close()));
+    const keys = await redis.keys(`${prefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+  });
+
+  afterAll(async () => {
+    await redis.quit();
+  });
+
+  it('reads ranges byte-exact, many in flight at once, each as views of few socket chunks', async () => {
+    const body = randomBytes(5 * MiB + 3);
+    await redis.set(`${prefix}:body`, body);
+    const reads = directReads();
+    const ranges = Array.from({ length: 6 }, (_, index) => [index * MiB, (index + 1) * MiB - 1]);
+    const replies = await Promise.all(
+      ranges.map(([start, end]) => reads.getRange(`${prefix}:body`, start, end)),
+    );
+    replies.forEach((parts, index) => {
+      const [start, end] = ranges[index];
+      expect(Buffer.concat(parts ?? []).equals(body.subarray(start, end + 1))).toBe(true);
+    });
+    // Not copied into one Buffer per reply: a MiB comes in the socket's chunks.
+    expect(replies[0]?.length).toBeGreaterThan(1);
+  });
+
+  it("applies the client's keyPrefix; a missing key reads as empty, as GETRANGE answers", async () => {
+    const prefixed = new Redis(SERVERS.redis.url, { keyPrefix: `${prefix}:p:` });
+    try {
+      await redis.set(`${prefix}:p:body`, 'abcdef');
+      const reads = directReads(prefixed);
+      expect(Buffer.concat((await reads.getRange('body', 1, 3)) ?? []).toString()).toBe('bcd');
+      await expect(reads.getRange('missing', 0, 9)).resolves.toEqual([]);
+      expect(Buffer.concat((await reads.getRange('body', 9, 12)) ?? [])).toHaveLength(0);
+    } finally {
+      await prefixed.quit();
+    }
+  });
+
+  it("rejects a read with Redis's error, and goes on serving the next ones", async () => {
+    await redis.hset(`${prefix}:hash`, 'f', 'v');
+    await redis.set(`${prefix}:body`, 'xyz');
+    const reads = directReads();
+    const [failed, next] = await Promise.allSettled([
+      reads.getRange(`${prefix}:hash`, 0, 1),
+      reads.getRange(`${prefix}:body`, 0, 2),
+    ]);
+    expect(failed).toMatchObject({ status: 'rejected', reason: { message: /^WRONGTYPE/ } });
+    expect(next.status === 'fulfilled' && Buffer.concat(next.value ?? []).toString()).toBe('xyz');
+  });
+
+  it('opens one named connection, closes it when idle, and opens another at the next read', async () => {
+    const name = `${prefix.replace(/:/g, '-')}`;
+    const named = new Redis(SERVERS.redis.url, { connectionName: name });
+    try {
+      await redis.set(`${prefix}:body`, 'abc');
+      const reads = directReads(named, { idleCloseMs: 100, retryAfterMs: 1_000 });
+      await reads.getRange(`${prefix}:body`, 0, 2);
+      await reads.getRange(`${prefix}:body`, 0, 2);
+      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(1);
+      await sleep(300);
+      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(0);
+      expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
+        'abc',
+      );
+      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(1);
+    } finally {
+      await named.quit();
+    }
+  });
+
+  it('after its connection is killed, refuses reads for a while, then opens a new one', async () => {
+    const name = `${prefix.replace(/:/g, '-')}`;
+    const named = new Redis(SERVERS.redis.url, { connectionName: name });
+    try {
+      await redis.set(`${prefix}:body`, 'abc');
+      const reads = directReads(named, { idleCloseMs: 10_000, retryAfterMs: 300 });
+      await reads.getRange(`${prefix}:body`, 0, 2);
+      const [listed] = await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`);
+      const address = / addr=(\S+) /.exec(listed)?.[1] ?? '';
+      expect(await redis.client('KILL', 'ADDR', address)).toBe(1);
+      await sleep(50);
+      await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/failed recently/);
+      await sleep(400);
+      expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
+        'abc',
+      );
+    } finally {
+      await named.quit();
+    }
+  });
+
+  it('rejects the reads waiting when it is closed, and refuses later ones', async () => {
+    await redis.set(`${prefix}:body`, randomBytes(8 * MiB));
+    const reads = directReads();
+    await reads.getRange(`${prefix}:body`, 0, 0);
+    const waiting = reads.getRange(`${prefix}:body`, 0, 8 * MiB - 1);
+    await reads.close();
+    await expect(waiting).rejects.toThrow(/closed/);
+    await expect(reads.getRange(`${prefix}:body`, 0, 0)).rejects.toThrow(/closed/);
+  });
+});
