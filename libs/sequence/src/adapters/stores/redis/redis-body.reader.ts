@@ -79,6 +79,8 @@ export class RedisBodyReader extends Readable {
    */
   private async pump(): Promise<void> {
     try {
+      // Destroyed before its first read began: nothing to plan.
+      if (this.destroyed) return;
       this.pieces ??= await this.open();
       while (this.wanted && !this.destroyed) {
         this.wanted = false;

@@ -2,7 +2,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
-import { DIRECT_READS_CONNECTION_NAME, RedisDirectReads } from './redis-direct-reads';
+import {
+  DIRECT_READS_CONNECTION_NAME,
+  RedisDirectReads,
+  type DirectReadsTiming,
+} from './redis-direct-reads';
 
 const MiB = 1024 * 1024;
 
@@ -13,7 +17,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
 
   const directReads = (
     client: Redis = redis,
-    timing = { idleCloseMs: 10_000, retryAfterMs: 1_000 },
+    timing: DirectReadsTiming = { idleCloseMs: 10_000, retryAfterMs: 1_000 },
   ): RedisDirectReads => {
     const reads = new RedisDirectReads(client, timing);
     opened.push(reads);
@@ -105,24 +109,57 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     }
   });
 
-  it('after its connection is killed, refuses reads for a while, then opens a new one', async () => {
+  it('opens a new connection after the server closed an idle one, without refusing a read', async () => {
     const name = `${prefix.replace(/:/g, '-')}`;
     const named = new Redis(SERVERS.redis.url, { connectionName: name });
     try {
       await redis.set(`${prefix}:body`, 'abc');
-      const reads = directReads(named, { idleCloseMs: 10_000, retryAfterMs: 300 });
+      const reads = directReads(named);
       await reads.getRange(`${prefix}:body`, 0, 2);
       const [listed] = await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`);
       const address = / addr=(\S+) /.exec(listed)?.[1] ?? '';
       expect(await redis.client('KILL', 'ADDR', address)).toBe(1);
       await sleep(50);
-      await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/failed recently/);
-      await sleep(400);
       expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
         'abc',
       );
     } finally {
       await named.quit();
+    }
+  });
+
+  it('fails the reads waiting on a connection that stays silent, then refuses reads for a while', async () => {
+    await redis.set(`${prefix}:body`, 'abc');
+    const reads = directReads(redis, { idleCloseMs: 10_000, retryAfterMs: 300, stallMs: 100 });
+    await reads.getRange(`${prefix}:body`, 0, 2);
+    // Redis answers no client for 400 ms: the read waits past its stall limit.
+    await redis.client('PAUSE', 400, 'ALL');
+    const started = Date.now();
+    await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/no reply for 100 ms/);
+    expect(Date.now() - started).toBeLessThan(350);
+    await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/failed recently/);
+    await sleep(500);
+    expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
+      'abc',
+    );
+  });
+
+  it('reads from the database the client is on, also one it selected after it connected', async () => {
+    const selecting = new Redis(SERVERS.redis.url);
+    try {
+      await selecting.select(3);
+      await selecting.set(`${prefix}:db3`, 'in three', 'PX', 60_000);
+      const reads = directReads(selecting);
+      expect(Buffer.concat((await reads.getRange(`${prefix}:db3`, 0, 7)) ?? []).toString()).toBe(
+        'in three',
+      );
+      await selecting.select(4);
+      await selecting.set(`${prefix}:db3`, 'in four!', 'PX', 60_000);
+      expect(Buffer.concat((await reads.getRange(`${prefix}:db3`, 0, 7)) ?? []).toString()).toBe(
+        'in four!',
+      );
+    } finally {
+      await selecting.quit();
     }
   });
 

@@ -1,15 +1,31 @@
 import type { Socket } from 'node:net';
 import type { Redis } from 'ioredis';
 import { Logger } from '@nestjs/common';
+import { withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { BulkReplyParser, type BulkReply } from './redis-bulk-replies';
 
 /** The connection's name in `CLIENT LIST`. */
 export const DIRECT_READS_CONNECTION_NAME = 'nest-sequence-reads';
-/** A connection that failed is not tried again for this long: reads use the shared client. */
-const RETRY_AFTER_MS = 1_000;
-/** A connection with no read for this long is closed; the next read opens another. */
-const IDLE_CLOSE_MS = 10_000;
+
+export interface DirectReadsTiming {
+  /** A connection with no read for this long is closed; the next read opens another. */
+  readonly idleCloseMs: number;
+  /**
+   * After a failure, reads go through the shared client for this long, doubled after each
+   * failure that follows (up to {@link MAX_RETRY_AFTER_MS}); a read that succeeds resets it.
+   */
+  readonly retryAfterMs: number;
+  /**
+   * The longest the connection may stay silent while reads wait on it (or take to open), before
+   * it counts as failed. @default the client's `commandTimeout`, else 10 s
+   */
+  readonly stallMs?: number;
+}
+
+const DEFAULT_TIMING: DirectReadsTiming = { idleCloseMs: 10_000, retryAfterMs: 1_000 };
+const DEFAULT_STALL_MS = 10_000;
+const MAX_RETRY_AFTER_MS = 60_000;
 
 interface Waiting {
   resolve(reply: BulkReply): void;
@@ -22,31 +38,37 @@ interface Waiting {
  * chunk) instead of two, and no copy. It exists for memory: at hundreds of MiB per second, the
  * copies ioredis's parser makes are most of the garbage a consumer process holds at its peak.
  *
- * The connection is a `duplicate()` of the store's client, so it is opened, authenticated and
- * routed (TLS, ACL user, database, Sentinel) exactly as that client is; once it is ready, this
- * class takes its socket's `data` over and writes its commands to the socket itself. Nothing else
- * is ever sent on it. It opens at the first read, closes after {@link IDLE_CLOSE_MS} without one,
- * and never keeps the process alive while idle; `CLIENT LIST` shows it by its name,
- * {@link DIRECT_READS_CONNECTION_NAME} (after the client's own name, when it has one). An error
- * reply rejects its read. A failure of the connection (it drops, a reply is malformed) rejects
- * every read waiting on it and closes it, and for the next {@link RETRY_AFTER_MS} reads are refused
- * at once; the caller then reads through the shared client, whose retries and reconnection apply
- * as before.
+ * The connection is a `duplicate()` of the store's client, on the database that client is on, so
+ * it is opened, authenticated and routed (TLS, ACL user, Sentinel) as that client is; once it is
+ * ready, this class takes its socket's `data` over and writes its commands to the socket itself.
+ * Nothing else is ever sent on it, and ioredis neither reconnects it nor retries on it. It opens
+ * at the first read and closes after `idleCloseMs` without one; `CLIENT LIST` shows it by its
+ * name, {@link DIRECT_READS_CONNECTION_NAME} (after the client's own name, when it has one). It
+ * never keeps the process alive while idle.
+ *
+ * An error reply rejects its read. A failure of the connection (it drops while reads wait, stays
+ * silent for `stallMs` while they do, cannot be opened within `stallMs`, or sends what is not a
+ * reply) rejects every read waiting on it and closes it; after that, reads are refused at once for
+ * `retryAfterMs` (doubling while failures repeat). A refused or rejected read is the caller's cue
+ * to read through the shared client, whose timeouts, retries and reconnection apply as before.
  */
 export class RedisDirectReads {
   private readonly logger = new Logger('RedisSequenceStore');
+  private readonly stallMs: number;
   private current?: DirectConnection;
   private opening?: Promise<DirectConnection>;
-  private failedAt = -Infinity;
+  /** The duplicate being opened, for `close` to drop. */
+  private connecting?: Redis;
+  private refusedUntil = 0;
+  private failures = 0;
   private closed = false;
 
   constructor(
     private readonly client: Redis,
-    private readonly timing: { idleCloseMs: number; retryAfterMs: number } = {
-      idleCloseMs: IDLE_CLOSE_MS,
-      retryAfterMs: RETRY_AFTER_MS,
-    },
-  ) {}
+    private readonly timing: DirectReadsTiming = DEFAULT_TIMING,
+  ) {
+    this.stallMs = timing.stallMs ?? client.options.commandTimeout ?? DEFAULT_STALL_MS;
+  }
 
   /**
    * `GETRANGE key start end` (the client's keyPrefix applied). Like GETRANGE, answers no bytes
@@ -54,24 +76,34 @@ export class RedisDirectReads {
    */
   async getRange(key: string, start: number, end: number): Promise<BulkReply> {
     const connection = await this.connected();
-    return connection.send(
+    const reply = await connection.send(
       command(['GETRANGE', `${this.client.options.keyPrefix ?? ''}${key}`, start, end]),
     );
+    this.failures = 0;
+    return reply;
   }
 
   /** Closes the connection; reads waiting on it are rejected, and later ones refused. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.closed = true;
-    const opening = this.opening;
+    this.connecting?.disconnect();
     this.current?.close(new Error('the store was closed'));
-    // One being opened closes itself when it sees `closed`.
-    await opening?.catch(() => undefined);
+    return Promise.resolve();
+  }
+
+  /** The database the client is on now: the one it was configured with, or one it selected since. */
+  private get database(): number {
+    return this.client.condition?.select ?? this.client.options.db ?? 0;
   }
 
   private connected(): Promise<DirectConnection> {
     if (this.closed) return Promise.reject(new Error('the store was closed'));
+    // The client selected another database since: this connection reads the wrong one.
+    if (this.current !== undefined && this.current.database !== this.database) {
+      this.current.close();
+    }
     if (this.current !== undefined) return Promise.resolve(this.current);
-    if (Date.now() - this.failedAt < this.timing.retryAfterMs) {
+    if (Date.now() < this.refusedUntil) {
       return Promise.reject(new Error('the connection for direct reads failed recently'));
     }
     this.opening ??= this.open().finally(() => {
@@ -81,10 +113,14 @@ export class RedisDirectReads {
   }
 
   private async open(): Promise<DirectConnection> {
+    const database = this.database;
     const duplicate = this.client.duplicate({
+      db: database,
       lazyConnect: true,
       enableOfflineQueue: false,
       retryStrategy: () => null,
+      sentinelRetryStrategy: () => null,
+      failoverDetector: false,
       reconnectOnError: null,
       maxRetriesPerRequest: 0,
       enableAutoPipelining: false,
@@ -97,47 +133,69 @@ export class RedisDirectReads {
     });
     // Failures reach the reads as rejections; without a listener ioredis would print them.
     duplicate.on('error', () => undefined);
-    try {
+    this.connecting = duplicate;
+    const ready = async (): Promise<void> => {
       await duplicate.connect();
       // Every reply to what ioredis sent while connecting (CLIENT SETINFO, SELECT, the ready
       // check) comes before this one's: after it, the socket carries only this class's replies.
-      await duplicate.ping();
+      // A refusal (an ACL without PING) is a reply too, and serves as well.
+      await duplicate.ping().catch((error: unknown) => {
+        if ((error as Error | undefined)?.name !== 'ReplyError') throw error;
+      });
+    };
+    try {
+      if (this.closed) throw new Error('the store was closed');
+      await withTimeout(ready(), this.stallMs, () => {
+        duplicate.disconnect();
+        return new Error(`the connection for direct reads did not open within ${this.stallMs} ms`);
+      });
       if (this.closed) throw new Error('the store was closed');
     } catch (error) {
       duplicate.disconnect();
-      this.ended(undefined, error);
+      this.failed(error);
       throw error;
+    } finally {
+      this.connecting = undefined;
     }
-    this.current = new DirectConnection(duplicate, this.timing.idleCloseMs, (connection, error) =>
-      this.ended(connection, error),
-    );
+    this.current = new DirectConnection(duplicate, database, this.timing.idleCloseMs, this.stallMs);
+    this.current.onEnd = (connection, error) => {
+      if (this.current === connection) this.current = undefined;
+      if (error !== undefined) this.failed(error);
+    };
     return this.current;
   }
 
-  /** Called once per connection that ends (`error` undefined: closed when idle), and when one cannot be opened. */
-  private ended(connection: DirectConnection | undefined, error: unknown): void {
-    if (connection !== undefined && this.current === connection) this.current = undefined;
-    if (error === undefined || this.closed) return;
-    this.failedAt = Date.now();
+  private failed(error: unknown): void {
+    if (this.closed) return;
+    this.failures++;
+    const refusedMs = Math.min(
+      this.timing.retryAfterMs * 2 ** (this.failures - 1),
+      Math.max(MAX_RETRY_AFTER_MS, this.timing.retryAfterMs),
+    );
+    this.refusedUntil = Date.now() + refusedMs;
     this.logger.warn(
       `reading bodies on a connection of their own failed (${errorMessage(error)}): they are ` +
-        `read through the store's client for the next ${this.timing.retryAfterMs} ms`,
+        `read through the store's client for the next ${refusedMs} ms`,
     );
   }
 }
 
 /** One taken-over connection: commands written in order, replies matched in order. */
 class DirectConnection {
+  /** Called once when the connection ends: `error` undefined when it ended with nothing waiting. */
+  onEnd?: (connection: DirectConnection, error: unknown) => void;
   private readonly waiting: Waiting[] = [];
   private readonly socket: Socket;
   private readonly parser: BulkReplyParser;
   private idleTimer?: NodeJS.Timeout;
+  private stallTimer?: NodeJS.Timeout;
   private ended = false;
 
   constructor(
     private readonly duplicate: Redis,
+    readonly database: number,
     private readonly idleCloseMs: number,
-    private readonly onEnd: (connection: DirectConnection, error: unknown) => void,
+    private readonly stallMs: number,
   ) {
     this.socket = duplicate.stream;
     this.parser = new BulkReplyParser({
@@ -147,6 +205,7 @@ class DirectConnection {
     // ioredis's reply parser stops here: from now on the replies are this class's.
     this.socket.removeAllListeners('data');
     this.socket.on('data', (chunk: Buffer) => {
+      this.armStallTimer();
       try {
         this.parser.execute(chunk);
       } catch (error) {
@@ -154,7 +213,11 @@ class DirectConnection {
       }
     });
     this.socket.once('close', () =>
-      this.close(new Error('the connection for direct reads closed')),
+      // Closed by the server with nothing waiting (its idle `timeout`, a CLIENT KILL): not a
+      // failure, the next read opens another.
+      this.close(
+        this.waiting.length > 0 ? new Error('the connection for direct reads closed') : undefined,
+      ),
     );
     this.becameIdle();
   }
@@ -162,22 +225,23 @@ class DirectConnection {
   send(bytes: Buffer): Promise<BulkReply> {
     if (this.ended) return Promise.reject(new Error('the connection for direct reads closed'));
     return new Promise<BulkReply>((resolve, reject) => {
-      if (this.waiting.length === 0) this.becameBusy();
       this.waiting.push({ resolve, reject });
+      if (this.waiting.length === 1) this.becameBusy();
       this.socket.write(bytes);
     });
   }
 
-  /** Rejects what waits and drops the connection; `error` undefined for an idle close. */
+  /** Rejects what waits and drops the connection; `error` undefined for a close when idle. */
   close(error?: unknown): void {
     if (this.ended) return;
     this.ended = true;
     clearTimeout(this.idleTimer);
+    clearTimeout(this.stallTimer);
     const reason =
       error instanceof Error ? error : new Error('the connection for direct reads closed');
     for (const waiting of this.waiting.splice(0)) waiting.reject(reason);
     this.duplicate.disconnect();
-    this.onEnd(this, error);
+    this.onEnd?.(this, error);
   }
 
   private settle(outcome: (waiting: Waiting) => void): void {
@@ -189,13 +253,26 @@ class DirectConnection {
 
   private becameBusy(): void {
     clearTimeout(this.idleTimer);
+    this.armStallTimer();
     this.socket.ref();
   }
 
   private becameIdle(): void {
+    clearTimeout(this.stallTimer);
     this.socket.unref();
     this.idleTimer = setTimeout(() => this.close(), this.idleCloseMs);
     this.idleTimer.unref();
+  }
+
+  /** (Re)starts the wait for the next bytes, while reads wait. */
+  private armStallTimer(): void {
+    clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    if (this.waiting.length === 0) return;
+    this.stallTimer = setTimeout(
+      () => this.close(new Error(`no reply for ${this.stallMs} ms`)),
+      this.stallMs,
+    );
   }
 }
 

@@ -324,14 +324,18 @@ export class RedisSequenceStore implements SequenceStore {
     );
   }
 
-  /** `bytes` of the body at `key` from `start`: without copying when it can, else through ioredis. */
+  /**
+   * `bytes` of the body at `key` from `start`: without copying when it can, else (and whenever
+   * the direct read fails or comes back short) through the client, whose answer stands.
+   */
   private async readRange(key: string, start: number, bytes: number): Promise<BulkReply | Buffer> {
     const end = start + bytes - 1;
     if (this.directReads !== undefined) {
       try {
-        return await this.directReads.getRange(key, start, end);
+        const parts = await this.directReads.getRange(key, start, end);
+        if (parts?.reduce((sum, part) => sum + part.length, 0) === bytes) return parts;
       } catch {
-        // Logged by RedisDirectReads; the shared client's retries and reconnection apply.
+        // Logged by RedisDirectReads when it is the connection that failed.
       }
     }
     return this.redis.getrangeBuffer(key, start, end);
