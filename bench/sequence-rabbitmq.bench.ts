@@ -19,7 +19,8 @@
  * Environment (defaults in brackets):
  *   AMQP_URL [amqp://guest:guest@127.0.0.1:5672]   REDIS_URL [redis://127.0.0.1:6379]
  *   BENCH_MB [180]  BENCH_FRAGMENTS_MIB [8,1]  BENCH_ROUNDS [3]
- *   BENCH_PREFETCH [library default, 16]  BENCH_IN_FLIGHT [library default, 2]   (a and b alike)
+ *   BENCH_PREFETCH [library default, 16]  BENCH_IN_FLIGHT [library default, 2]   (a and b alike;
+ *     b's prefetch is then lowered by the library's prefetchBytes, reported as modulePrefetch)
  *   BENCH_500 [1; 0 skips]  BENCH_500_MB [500]  BENCH_500_FRAGMENT_MIB [8]
  *   BENCH_500_PREFETCH [BENCH_PREFETCH]  BENCH_RSS_SAMPLE_MS [10]  BENCH_RUN_TIMEOUT_S [300]
  *   BENCH_READ_AHEAD [store default, 4]: RedisSequenceStore readAhead, in pieces (b only)
@@ -189,6 +190,8 @@ class ConsumerProcess {
   private readonly exited: Promise<void>;
   /** RSS once started and connected, before any message. */
   idleRssMiB = Number.NaN;
+  /** The prefetch of its subscription. */
+  prefetch = Number.NaN;
 
   private constructor(
     private readonly child: ChildProcess,
@@ -231,7 +234,9 @@ class ConsumerProcess {
     );
     const consumer = new ConsumerProcess(child, label);
     onCleanup(`stop ${label} consumer`, () => consumer.stop());
-    consumer.idleRssMiB = (await consumer.next('ready', 60_000)).idleRssMiB;
+    const ready = await consumer.next('ready', 60_000);
+    consumer.idleRssMiB = ready.idleRssMiB;
+    consumer.prefetch = ready.prefetch;
     return consumer;
   }
 
@@ -620,6 +625,7 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
     modulePeakDetail: module.reduce((top, run) => (run.peakRssMiB > top.peakRssMiB ? run : top))
       .peak,
     prefetch: settings.prefetch,
+    modulePrefetch: moduleConsumer.prefetch,
     inFlight: settings.inFlight,
     readAhead: settings.readAhead ?? 'default (4)',
     consumerEnv: settings.consumerEnv,
@@ -661,6 +667,7 @@ async function runBigCase(servers: Servers): Promise<void> {
     rssTargetMiB: BIG_RSS_TARGET_MIB,
     rssTargetMet: peak < BIG_RSS_TARGET_MIB,
     prefetch: bigPrefetch,
+    modulePrefetch: consumer.prefetch,
     inFlight: settings.inFlight,
     readAhead: settings.readAhead ?? 'default (4)',
     consumerEnv: settings.consumerEnv,

@@ -56,6 +56,8 @@ export class Run {
 let run: Run | undefined;
 
 interface Consumer {
+  /** The prefetch its subscription uses. */
+  readonly prefetch: number;
   /** Called when a run is armed, before the producer starts. */
   arm(): void;
   stop(): Promise<void>;
@@ -82,6 +84,7 @@ async function startRaw(): Promise<Consumer> {
     { noAck: false },
   );
   return {
+    prefetch: config.prefetch,
     arm: () => undefined,
     stop: async () => {
       await connection.close();
@@ -115,6 +118,7 @@ async function main(): Promise<void> {
     type: 'ready',
     pid: process.pid,
     idleRssMiB: Math.round((process.memoryUsage.rss() / 1024 / 1024) * 10) / 10,
+    prefetch: consumer.prefetch,
   });
 }
 

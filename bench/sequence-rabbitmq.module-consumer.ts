@@ -19,6 +19,7 @@ import {
   RedisSequenceStore,
   SequenceModule,
   SequencedHandler,
+  SequencedHandlerRegistry,
   type AcceptContext,
   type AcceptResult,
   type ExpiredSequence,
@@ -177,7 +178,7 @@ function traceRedisCommands(client: Redis): void {
 export async function startModuleConsumer(
   config: ConsumerConfig,
   currentRun: () => Run | undefined,
-): Promise<{ arm(): void; stop(): Promise<void> }> {
+): Promise<{ prefetch: number; arm(): void; stop(): Promise<void> }> {
   Logger.overrideLogger(new StderrLogger('consumer', { logLevels: ['error', 'warn'] }));
   const transport = await RabbitMqTransport.connect(config.amqpUrl, { prefetch: config.prefetch });
   const client = new Redis(config.redisUrl);
@@ -218,7 +219,10 @@ export async function startModuleConsumer(
   const app = await NestFactory.createApplicationContext(ConsumerModule, {
     logger: new StderrLogger('consumer', { logLevels: ['error', 'warn'] }),
   });
+  const registered = app.get(SequencedHandlerRegistry).get(config.queue);
+  if (!registered) throw new Error(`no @SequencedHandler on ${config.queue}`);
   return {
+    prefetch: registered.consumer.options.prefetch,
     arm: () => {
       trace = emptyTrace();
     },

@@ -68,7 +68,13 @@ export interface RedisCommandTally {
 /** Consumer → producer. */
 export type FromConsumer =
   /** Started and connected; `idleRssMiB` is its RSS then, before any message. */
-  | { readonly type: 'ready'; readonly pid: number; readonly idleRssMiB: number }
+  | {
+      readonly type: 'ready';
+      readonly pid: number;
+      readonly idleRssMiB: number;
+      /** The prefetch its subscription uses (the module's: as the library lowers it for bytes). */
+      readonly prefetch: number;
+    }
   | { readonly type: 'armed'; readonly run: string }
   /** Every byte of the run was consumed (a) or read by the handler (b): the clock stops here. */
   | { readonly type: 'done'; readonly run: string; readonly bytes: number }

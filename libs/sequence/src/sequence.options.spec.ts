@@ -46,6 +46,7 @@ describe('resolveSequenceOptions', () => {
         maxFragmentBytes: 16 * MiB,
         handlerRetry: { attempts: 3, baseDelayMs: 200 },
         prefetch: 16,
+        prefetchBytes: 64 * MiB,
         maxBufferedBytes: 1024 * MiB,
         maxOpenSequences: 10_000,
         backpressureDelayMs: 500,
@@ -230,6 +231,7 @@ describe('resolveSequenceOptions', () => {
         'maxFragmentBytes must be an integer >= 1, got 0',
       ],
       ['prefetch 0', { prefetch: 0 }, 'prefetch must be an integer >= 1, got 0'],
+      ['prefetchBytes 0', { prefetchBytes: 0 }, 'prefetchBytes must be an integer >= 1, got 0'],
       [
         'a prefetch above what RabbitMQ takes',
         { prefetch: 65_536 },

@@ -54,8 +54,20 @@ export interface SequenceConsumerOptions {
   maxFragmentBytes?: number;
   /** Retries of a failing handler before the sequence is dead-lettered. */
   handlerRetry?: HandlerRetryOptions;
-  /** Unsettled fragments in this consumer's hands at once. @default 16 */
+  /**
+   * Unsettled messages in a consumer's hands at once. For a sequence consumer, also bounded by
+   * `prefetchBytes`. @default 16
+   */
   prefetch?: number;
+  /**
+   * The most fragment bytes a sequence consumer may have in its hands at once: its prefetch is at
+   * most `floor(prefetchBytes / maxFragmentBytes)` (at least 1), so that its deliveries never take
+   * more than this, whatever the fragment size. With the default `maxFragmentBytes` (the
+   * transport's 16 MiB), a prefetch of 4; with `maxFragmentBytes` of 4 MiB or less, `prefetch`.
+   * Other consumers (Claim Check, Resequencer, inbox) take `prefetch` as it is.
+   * @default 67108864 (64 MiB)
+   */
+  prefetchBytes?: number;
   /** Where rejected fragments and expiry records go. @default `<channel>.dlq` */
   deadLetterChannel?: string;
 }
@@ -116,6 +128,7 @@ export interface ResolvedConsumerOptions {
   readonly maxFragmentBytes: number;
   readonly handlerRetry: Required<HandlerRetryOptions>;
   readonly prefetch: number;
+  readonly prefetchBytes: number;
   readonly deadLetterChannel?: string;
 }
 
@@ -143,6 +156,7 @@ export const SEQUENCE_DEFAULTS = {
   maxFragments: 100_000,
   handlerRetry: { attempts: 3, baseDelayMs: 200 },
   prefetch: 16,
+  prefetchBytes: 64 * MiB,
   publish: {
     confirmTimeoutMs: 10_000,
     attempts: 5,
@@ -285,6 +299,7 @@ function resolveConsumerOptionsInto(
     maxFragmentBytes: number;
     handlerRetry: Required<HandlerRetryOptions>;
     prefetch: number;
+    prefetchBytes: number;
     deadLetterChannel?: string;
   },
 ): ResolvedConsumerOptions {
@@ -303,12 +318,14 @@ function resolveConsumerOptionsInto(
     maxFragmentBytes: options.maxFragmentBytes ?? base.maxFragmentBytes,
     handlerRetry,
     prefetch: options.prefetch ?? base.prefetch,
+    prefetchBytes: options.prefetchBytes ?? base.prefetchBytes,
     deadLetterChannel: options.deadLetterChannel ?? base.deadLetterChannel,
   };
   checkInteger(problems, 'maxSequenceBytes', resolved.maxSequenceBytes, 1);
   checkInteger(problems, 'maxFragments', resolved.maxFragments, 1);
   checkInteger(problems, 'maxFragmentBytes', resolved.maxFragmentBytes, 1);
   checkPrefetch(problems, 'prefetch', resolved.prefetch);
+  checkInteger(problems, 'prefetchBytes', resolved.prefetchBytes, 1);
   if (resolved.deadLetterChannel !== undefined && resolved.deadLetterChannel.length === 0) {
     problems.push('deadLetterChannel must not be empty');
   }
@@ -373,6 +390,17 @@ export function checkPrefetch(problems: string[], name: string, value: unknown):
     return false;
   }
   return true;
+}
+
+/**
+ * The prefetch of a sequence consumer: `prefetch`, lowered so that as many fragments of
+ * `maxFragmentBytes` fit in `prefetchBytes` (at least 1).
+ */
+export function fragmentPrefetch(
+  options: Pick<ResolvedConsumerOptions, 'prefetch' | 'prefetchBytes' | 'maxFragmentBytes'>,
+): number {
+  const fitting = Math.floor(options.prefetchBytes / options.maxFragmentBytes);
+  return Math.max(1, Math.min(options.prefetch, fitting));
 }
 
 /** The store-wide and per-handler limits, as the store port takes them. */

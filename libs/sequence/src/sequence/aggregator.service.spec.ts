@@ -1,4 +1,12 @@
-import { AggregatorService, type InboundMessage } from 'nest-sequence';
+import {
+  AggregatorService,
+  InMemoryTransport,
+  type InboundMessage,
+  type MessageHandler,
+  type SubscribeOptions,
+  type Subscription,
+} from 'nest-sequence';
+import { fragmentPrefetch, resolveSequenceOptions } from '../sequence.options';
 import {
   createSequenceTestApp,
   makeFragments,
@@ -76,5 +84,51 @@ describe('AggregatorService.receive after a sequence failed', () => {
     // The transport could not publish that dead letter, so the message came back.
     expect(await receive(last, true)).toEqual(verdict);
     expect(await receive(first, true)).toEqual(verdict);
+  });
+});
+
+describe('the prefetch of a sequence consumer', () => {
+  const MiB = 1024 * 1024;
+
+  /** An in-memory transport (maxMessageBytes 16 MiB) that records each subscription's prefetch. */
+  class RecordingTransport extends InMemoryTransport {
+    readonly prefetchOf = new Map<string, number | undefined>();
+    override subscribe(
+      channel: string,
+      handler: MessageHandler,
+      options?: SubscribeOptions,
+    ): Promise<Subscription> {
+      this.prefetchOf.set(channel, options?.prefetch);
+      return super.subscribe(channel, handler, options);
+    }
+  }
+
+  it.each([
+    ['16 MiB fragments fit 4 times in the default 64 MiB', {}, {}, 4],
+    ['fragments of at most 4 MiB leave prefetch as it is', {}, { maxFragmentBytes: 4 * MiB }, 16],
+    ['a prefetchBytes of the handler', {}, { prefetchBytes: 32 * MiB }, 2],
+    ['a prefetchBytes below one fragment', { prefetchBytes: MiB }, {}, 1],
+    ['a lower prefetch stands', { prefetch: 3 }, { maxFragmentBytes: MiB }, 3],
+  ])(
+    'subscribes a @SequencedHandler with the prefetch that fits prefetchBytes: %s',
+    async (_, moduleOptions, handlerOptions, expected) => {
+      const transport = new RecordingTransport();
+      const t = await createSequenceTestApp('prefetch.bytes', {
+        ...moduleOptions,
+        transport,
+        handler: handlerOptions,
+      });
+      try {
+        expect(transport.prefetchOf.get('prefetch.bytes')).toBe(expected);
+      } finally {
+        await t.close();
+      }
+    },
+  );
+
+  it('leaves the module prefetch of other consumers alone', () => {
+    const options = resolveSequenceOptions({}, new InMemoryTransport());
+    expect(options.prefetch).toBe(16);
+    expect(fragmentPrefetch(options)).toBe(4);
   });
 });

@@ -9,6 +9,7 @@ import type { AcceptResult, SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
 import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import {
+  fragmentPrefetch,
   resolveConsumerOptions,
   sequenceLimits,
   type ResolvedSequenceOptions,
@@ -71,7 +72,8 @@ export class AggregatorService {
     overrides: SequenceConsumerOptions = {},
   ): SequenceConsumer {
     const where = `sequence consumer of ${channel}`;
-    const options = resolveConsumerOptions(where, overrides, this.options);
+    const resolved = resolveConsumerOptions(where, overrides, this.options);
+    const options = { ...resolved, prefetch: fragmentPrefetch(resolved) };
     if (options.deadLetterChannel) this.deadLetterChannels.set(channel, options.deadLetterChannel);
     return { channel, handler, options };
   }

@@ -67,7 +67,7 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
       );
       this.logger.log(
         `${name} consumes ${stream ? 'streamed ' : ''}sequences from ${consumer.channel} ` +
-          `(${this.transport.name})`,
+          `(${this.transport.name}, prefetch ${consumer.options.prefetch})`,
       );
     }
     for (const { name, consumer } of this.claimCheckRegistry.all()) {
