@@ -60,11 +60,13 @@ export interface SequenceConsumerOptions {
    */
   prefetch?: number;
   /**
-   * The most fragment bytes a sequence consumer may have in its hands at once: its prefetch is at
-   * most `floor(prefetchBytes / maxFragmentBytes)` (at least 1), so that its deliveries never take
-   * more than this, whatever the fragment size. With the default `maxFragmentBytes` (the
-   * transport's 16 MiB), a prefetch of 4; with `maxFragmentBytes` of 4 MiB or less, `prefetch`.
-   * Other consumers (Claim Check, Resequencer, inbox) take `prefetch` as it is.
+   * Fragment bytes a sequence consumer (`@SequencedHandler`, stream mode included, or
+   * `AggregatorService.createConsumer`) may have in its hands at once: its prefetch is lowered to
+   * `floor(prefetchBytes / maxFragmentBytes)`, at least 1, so its accepted deliveries take at most
+   * `max(prefetchBytes, maxFragmentBytes)`. With a `maxFragmentBytes` of 16 MiB (the default on
+   * the built-in transports), a prefetch of 4; with 4 MiB or less, `prefetch`. The completing
+   * fragment stays unsettled while the handler runs, so this also bounds how many handlers run at
+   * once. Claim Check channels, `@Resequenced` and inbox consumers take `prefetch` as it is.
    * @default 67108864 (64 MiB)
    */
   prefetchBytes?: number;

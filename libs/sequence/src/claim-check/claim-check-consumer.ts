@@ -18,8 +18,14 @@ export interface ClaimCheckConsumerOptions {
   /**
    * For payloads that arrive as a Message Sequence (`mode: 'auto'`): expiry and limits of their
    * reassembly, as `@SequencedHandler` takes them. @default the module's
+   *
+   * Not `prefetchBytes`: a claim-check channel subscribes with `prefetch` as it is, tickets and
+   * fragments alike, so it may hold up to `prefetch × maxFragmentBytes` of fragments.
    */
-  sequence?: Omit<SequenceConsumerOptions, 'handlerRetry' | 'prefetch' | 'deadLetterChannel'>;
+  sequence?: Omit<
+    SequenceConsumerOptions,
+    'handlerRetry' | 'prefetch' | 'prefetchBytes' | 'deadLetterChannel'
+  >;
 }
 
 /** A handler bound to a channel with its resolved options. */

@@ -107,7 +107,12 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
       leaseMs: 100,
       sweepIntervalMs: 100,
       backpressureDelayMs: 250,
-      handler: { timeout: { ms: timeoutMs, strategy: 'fixed' }, prefetch },
+      // Fragments of at most 128 KiB: the prefetch stays 16 (prefetchBytes does not lower it).
+      handler: {
+        timeout: { ms: timeoutMs, strategy: 'fixed' },
+        prefetch,
+        maxFragmentBytes: 128 * KiB,
+      },
     });
     const firsts = firstFragments(300, 4 * KiB, 128 * KiB);
     const floodBytes = firsts.reduce((sum, { body }) => sum + body.length, 0);
