@@ -67,6 +67,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
   it("applies the client's keyPrefix; a missing key reads as empty, as GETRANGE answers", async () => {
     const prefixed = new Redis(SERVERS.redis.url, { keyPrefix: `${prefix}:p:` });
     try {
+      await prefixed.ping(); // ready: direct reads wait for the client to be
       await redis.set(`${prefix}:p:body`, 'abcdef');
       const reads = directReads(prefixed);
       expect(Buffer.concat((await reads.getRange('body', 1, 3)) ?? []).toString()).toBe('bcd');
@@ -93,6 +94,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     const name = `${prefix.replace(/:/g, '-')}`;
     const named = new Redis(SERVERS.redis.url, { connectionName: name });
     try {
+      await named.ping();
       await redis.set(`${prefix}:body`, 'abc');
       const reads = directReads(named, { idleCloseMs: 100, retryAfterMs: 1_000 });
       await reads.getRange(`${prefix}:body`, 0, 2);
@@ -113,6 +115,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     const name = `${prefix.replace(/:/g, '-')}`;
     const named = new Redis(SERVERS.redis.url, { connectionName: name });
     try {
+      await named.ping();
       await redis.set(`${prefix}:body`, 'abc');
       const reads = directReads(named);
       await reads.getRange(`${prefix}:body`, 0, 2);
@@ -148,6 +151,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     const selecting = new Redis(SERVERS.redis.url);
     try {
       await selecting.select(3);
+      await selecting.ping();
       await selecting.set(`${prefix}:db3`, 'in three', 'PX', 60_000);
       const reads = directReads(selecting);
       expect(Buffer.concat((await reads.getRange(`${prefix}:db3`, 0, 7)) ?? []).toString()).toBe(
@@ -160,6 +164,21 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
       );
     } finally {
       await selecting.quit();
+    }
+  });
+
+  it('refuses reads while its client is not ready, whose database it does not know yet', async () => {
+    const lazy = new Redis(SERVERS.redis.url, { lazyConnect: true });
+    try {
+      const reads = directReads(lazy);
+      await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/not ready/);
+      await lazy.connect();
+      await redis.set(`${prefix}:body`, 'abc');
+      expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
+        'abc',
+      );
+    } finally {
+      lazy.disconnect();
     }
   });
 

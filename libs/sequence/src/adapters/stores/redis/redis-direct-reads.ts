@@ -76,6 +76,11 @@ export class RedisDirectReads {
    */
   async getRange(key: string, start: number, end: number): Promise<BulkReply> {
     const connection = await this.connected();
+    // Opened before the client selected another database (a read that joined that opening).
+    if (connection.database !== this.database) {
+      connection.close();
+      throw new Error('the client selected another database');
+    }
     const reply = await connection.send(
       command(['GETRANGE', `${this.client.options.keyPrefix ?? ''}${key}`, start, end]),
     );
@@ -98,6 +103,11 @@ export class RedisDirectReads {
 
   private connected(): Promise<DirectConnection> {
     if (this.closed) return Promise.reject(new Error('the store was closed'));
+    // While the client (re)connects, its database is not known yet (it selects it again when
+    // ready): read through it, which waits for that.
+    if (this.client.status !== 'ready') {
+      return Promise.reject(new Error("the store's client is not ready"));
+    }
     // The client selected another database since: this connection reads the wrong one.
     if (this.current !== undefined && this.current.database !== this.database) {
       this.current.close();
@@ -237,10 +247,17 @@ class DirectConnection {
     this.ended = true;
     clearTimeout(this.idleTimer);
     clearTimeout(this.stallTimer);
+    // Late replies (after a stall) are not parsed: they answer reads already rejected.
+    this.socket.removeAllListeners('data');
     const reason =
       error instanceof Error ? error : new Error('the connection for direct reads closed');
     for (const waiting of this.waiting.splice(0)) waiting.reject(reason);
-    this.duplicate.disconnect();
+    // On a socket the server closed, ioredis has ended the client already; `disconnect` would
+    // start a 2 s timer that only the socket's (past) 'close' clears, keeping the process alive.
+    if (!this.socket.destroyed) {
+      this.duplicate.disconnect();
+      this.socket.destroy();
+    }
     this.onEnd?.(this, error);
   }
 
