@@ -64,6 +64,28 @@ describe('RedisChunkReader', () => {
     expect(bytes).toEqual([0, 1, 2]);
   });
 
+  it('hands a chunk fetched in parts on one part per read, never joined, in paused and flowing mode', async () => {
+    // Chunk i: parts [i, i], [], [i] (an empty part among them).
+    const fetch = (index: number) =>
+      Promise.resolve([Buffer.from([index, index]), Buffer.alloc(0), Buffer.from([index])]);
+    const paused: Buffer[] = [];
+    for await (const part of new RedisChunkReader(4, fetch, 2, gone)) paused.push(part as Buffer);
+    const flowing: Buffer[] = [];
+    await new Promise<void>((resolve, reject) => {
+      new RedisChunkReader(4, fetch, 2, gone)
+        .on('data', (part: Buffer) => flowing.push(part))
+        .on('end', resolve)
+        .on('error', reject);
+    });
+
+    const expected = [0, 1, 2, 3].flatMap((index) => [
+      Buffer.from([index, index]),
+      Buffer.from([index]),
+    ]);
+    expect(paused).toEqual(expected);
+    expect(flowing).toEqual(expected);
+  });
+
   it('fails with the error of a fetch that rejects', async () => {
     const reader = new RedisChunkReader(
       2,

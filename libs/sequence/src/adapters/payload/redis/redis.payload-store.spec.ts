@@ -17,6 +17,7 @@ import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port
 import { RedisPayloadKeys } from './redis-payload-keys';
 import { RedisPayloadStoreError } from './redis-payload-store.error';
 import { RedisPayloadStore } from './redis.payload-store';
+import { DIRECT_READS_CONNECTION_NAME } from '../../stores/redis/redis-direct-reads';
 
 const KiB = 1024;
 const MINUTE = 60_000;
@@ -243,6 +244,33 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       await expect(store.head(ref)).rejects.toThrow(/not metadata: an object of strings/);
     });
 
+    it('reads chunks on a connection of its own, and through the client when that one is killed midway', async () => {
+      const name = `nseq-test-${randomUUID()}`;
+      const named = new Redis(SERVERS.redis.url, { connectionName: name });
+      try {
+        await named.ping();
+        const reader = new RedisPayloadStore(named, { prefix, chunkBytes, readAheadChunks: 2 });
+        const payload = randomBytes(8 * chunkBytes + 3);
+        const { ref } = await store.put(payload, options());
+        const received: Buffer[] = [];
+        let killed = 0;
+        for await (const part of await reader.get(ref)) {
+          received.push(part as Buffer);
+          if (received.length === 1) {
+            const address = new RegExp(
+              ` addr=(\\S+) .* name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
+            ).exec(String(await redis.client('LIST')))?.[1];
+            killed = Number(await redis.client('KILL', 'ADDR', address ?? ''));
+          }
+        }
+        expect(killed).toBe(1);
+        expect(Buffer.concat(received).equals(payload)).toBe(true);
+        await reader.close();
+      } finally {
+        await named.quit();
+      }
+    });
+
     it('reads a payload in order from a fresh store with other options (chunk count is stored)', async () => {
       const payload = randomBytes(3 * chunkBytes + 5);
       const { ref } = await store.put(payload, options());
@@ -321,6 +349,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       ['chunkBytes over 512 MiB', { chunkBytes: 512 * 1024 * 1024 + 1 }, /chunkBytes/],
       ['a fractional keyTtlMarginMs', { keyTtlMarginMs: 1.5 }, /keyTtlMarginMs/],
       ['readAheadChunks of 0', { readAheadChunks: 0 }, /readAheadChunks/],
+      ['directReads that is not a boolean', { directReads: 'yes' as never }, /directReads/],
     ])('refuses %s with SequenceOptionsError', (_label, options, message) => {
       const build = () => new RedisPayloadStore(redis, options);
 

@@ -22,7 +22,8 @@
  * leaks nothing either.
  */
 import type { RedisOptions } from 'ioredis';
-import { newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
+import { isCluster, newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
+import { RedisDirectReads } from '../../stores/redis/redis-direct-reads';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
@@ -70,6 +71,7 @@ export class RedisPayloadStore implements PayloadStore {
 
   private readonly options: ResolvedRedisPayloadStoreOptions;
   private readonly keys: RedisPayloadKeys;
+  private readonly directReads?: RedisDirectReads;
   private ownsClient = false;
 
   constructor(
@@ -78,6 +80,9 @@ export class RedisPayloadStore implements PayloadStore {
   ) {
     this.options = resolveRedisPayloadStoreOptions(options);
     this.keys = new RedisPayloadKeys(this.options.prefix);
+    if (this.options.directReads && !isCluster(redis)) {
+      this.directReads = new RedisDirectReads(redis, undefined, 'RedisPayloadStore');
+    }
   }
 
   /** A store with a client of its own, which `close()` quits. */
@@ -110,7 +115,7 @@ export class RedisPayloadStore implements PayloadStore {
     if (state !== 'ready') throw new ClaimCheckNotFoundError(this.name, ref);
     return new RedisChunkReader(
       Number(chunks),
-      (index) => this.redis.getBuffer(keys.chunk(index)),
+      (index) => this.readChunk(keys.chunk(index)),
       this.options.readAheadChunks,
       () => new ClaimCheckNotFoundError(this.name, ref),
     );
@@ -199,10 +204,31 @@ export class RedisPayloadStore implements PayloadStore {
     await this.redis.ping();
   }
 
-  /** Quits the client when `connect` created it; a client passed in stays the caller's. */
+  /**
+   * Closes the store's own connection for reads, and quits the client when `connect` created it;
+   * a client passed in stays the caller's.
+   */
   async close(): Promise<void> {
+    await this.directReads?.close();
     if (!this.ownsClient) return;
     await quitRedisClient(this.redis);
+  }
+
+  /**
+   * A chunk: without copying when it can, else (and whenever the direct read fails or finds
+   * nothing) through the client, whose answer stands. Chunks are never empty, so no bytes from
+   * GETRANGE mean a missing key, which the client's GET confirms with null.
+   */
+  private async readChunk(key: string): Promise<Buffer | readonly Buffer[] | null> {
+    if (this.directReads !== undefined) {
+      try {
+        const parts = await this.directReads.getRange(key, 0, -1);
+        if (parts !== null && parts.length > 0) return parts;
+      } catch {
+        // Logged by RedisDirectReads when it is the connection that failed.
+      }
+    }
+    return this.redis.getBuffer(key);
   }
 
   /** The payload's keys; a ref the store could not have generated never reaches a key name. */

@@ -53,7 +53,7 @@ interface Waiting {
  * to read through the shared client, whose timeouts, retries and reconnection apply as before.
  */
 export class RedisDirectReads {
-  private readonly logger = new Logger('RedisSequenceStore');
+  private readonly logger: Logger;
   private readonly stallMs: number;
   private current?: DirectConnection;
   private opening?: Promise<DirectConnection>;
@@ -63,10 +63,13 @@ export class RedisDirectReads {
   private failures = 0;
   private closed = false;
 
+  /** @param owner the store that reads, as its warnings name it */
   constructor(
     private readonly client: Redis,
     private readonly timing: DirectReadsTiming = DEFAULT_TIMING,
+    owner = 'RedisSequenceStore',
   ) {
+    this.logger = new Logger(owner);
     this.stallMs = timing.stallMs ?? client.options.commandTimeout ?? DEFAULT_STALL_MS;
   }
 
@@ -184,7 +187,7 @@ export class RedisDirectReads {
     );
     this.refusedUntil = Date.now() + refusedMs;
     this.logger.warn(
-      `reading bodies on a connection of their own failed (${errorMessage(error)}): they are ` +
+      `reading large values on a connection of their own failed (${errorMessage(error)}): they are ` +
         `read through the store's client for the next ${refusedMs} ms`,
     );
   }
