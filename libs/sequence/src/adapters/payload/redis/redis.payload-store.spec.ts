@@ -250,7 +250,16 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       try {
         await named.ping();
         const reader = new RedisPayloadStore(named, { prefix, chunkBytes, readAheadChunks: 2 });
-        const payload = randomBytes(8 * chunkBytes + 3);
+        const listed = async () =>
+          String(await redis.client('LIST')).includes(
+            ` name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
+          );
+        // Under 1 MiB: through the client, no connection of its own.
+        const small = randomBytes(3 * chunkBytes);
+        const { ref: smallRef } = await store.put(small, options());
+        expect(await digestOf(await reader.get(smallRef))).toEqual(digestOfBuffer(small));
+        expect(await listed()).toBe(false);
+        const payload = randomBytes(20 * chunkBytes + 3); // over 1 MiB: read directly
         const { ref } = await store.put(payload, options());
         const received: Buffer[] = [];
         let killed = 0;

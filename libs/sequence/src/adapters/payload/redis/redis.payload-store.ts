@@ -23,7 +23,7 @@
  */
 import type { RedisOptions } from 'ioredis';
 import { isCluster, newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
-import { RedisDirectReads } from '../../stores/redis/redis-direct-reads';
+import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from '../../stores/redis/redis-direct-reads';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
@@ -111,11 +111,12 @@ export class RedisPayloadStore implements PayloadStore {
 
   async get(ref: string): Promise<Readable> {
     const keys = this.keysOf(ref);
-    const [state, chunks] = await this.redis.hmget(keys.meta, 'state', 'chunks');
+    const [state, chunks, bytes] = await this.redis.hmget(keys.meta, 'state', 'chunks', 'bytes');
     if (state !== 'ready') throw new ClaimCheckNotFoundError(this.name, ref);
+    const direct = Number(bytes) >= DIRECT_READS_MIN_BYTES;
     return new RedisChunkReader(
       Number(chunks),
-      (index) => this.readChunk(keys.chunk(index)),
+      (index) => this.readChunk(keys.chunk(index), direct),
       this.options.readAheadChunks,
       () => new ClaimCheckNotFoundError(this.name, ref),
     );
@@ -219,8 +220,11 @@ export class RedisPayloadStore implements PayloadStore {
    * nothing) through the client, whose answer stands. Chunks are never empty, so no bytes from
    * GETRANGE mean a missing key, which the client's GET confirms with null.
    */
-  private async readChunk(key: string): Promise<Buffer | readonly Buffer[] | null> {
-    if (this.directReads !== undefined) {
+  private async readChunk(
+    key: string,
+    direct: boolean,
+  ): Promise<Buffer | readonly Buffer[] | null> {
+    if (direct && this.directReads !== undefined) {
       try {
         const parts = await this.directReads.getRange(key, 0, -1);
         if (parts !== null && parts.length > 0) return parts;

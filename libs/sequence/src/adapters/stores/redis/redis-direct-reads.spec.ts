@@ -182,6 +182,21 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     }
   });
 
+  it('counts a refusal every read would get (NOPERM) as a failure, and refuses reads for a while', async () => {
+    const user = `nseq-test-${randomUUID()}`;
+    await redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '+@all', '-getrange');
+    const limited = new Redis(SERVERS.redis.url, { username: user, password: 'secret' });
+    try {
+      await limited.ping();
+      const reads = directReads(limited);
+      await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/^NOPERM/);
+      await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/failed recently/);
+    } finally {
+      limited.disconnect();
+      await redis.call('ACL', 'DELUSER', user);
+    }
+  });
+
   it('rejects the reads waiting when it is closed, and refuses later ones', async () => {
     await redis.set(`${prefix}:body`, randomBytes(8 * MiB));
     const reads = directReads();

@@ -8,6 +8,18 @@ import { BulkReplyParser, type BulkReply } from './redis-bulk-replies';
 /** The connection's name in `CLIENT LIST`. */
 export const DIRECT_READS_CONNECTION_NAME = 'nest-sequence-reads';
 
+/**
+ * Reads of fewer bytes than this go through the client: for them the connection's upkeep (opened
+ * again after an idle close) would cost more than the copies it saves.
+ */
+export const DIRECT_READS_MIN_BYTES = 1024 * 1024;
+
+/**
+ * Error replies that will come back for every read on this connection (its user may not run
+ * GETRANGE, it is not authenticated, the command is renamed): they count as its failure.
+ */
+const LASTING_REFUSAL = /^(NOPERM|NOAUTH|WRONGPASS|ERR unknown command)/;
+
 export interface DirectReadsTiming {
   /** A connection with no read for this long is closed; the next read opens another. */
   readonly idleCloseMs: number;
@@ -46,7 +58,8 @@ interface Waiting {
  * name, {@link DIRECT_READS_CONNECTION_NAME} (after the client's own name, when it has one). It
  * never keeps the process alive while idle.
  *
- * An error reply rejects its read. A failure of the connection (it drops while reads wait, stays
+ * An error reply rejects its read; one that every read would get (NOPERM, NOAUTH, an unknown
+ * command) also counts as a failure of the connection. A failure of the connection (it drops while reads wait, stays
  * silent for `stallMs` while they do, cannot be opened within `stallMs`, or sends what is not a
  * reply) rejects every read waiting on it and closes it; after that, reads are refused at once for
  * `retryAfterMs` (doubling while failures repeat). A refused or rejected read is the caller's cue
@@ -213,7 +226,10 @@ class DirectConnection {
     this.socket = duplicate.stream;
     this.parser = new BulkReplyParser({
       reply: (reply) => this.settle((waiting) => waiting.resolve(reply)),
-      error: (message) => this.settle((waiting) => waiting.reject(new Error(message))),
+      error: (message) => {
+        this.settle((waiting) => waiting.reject(new Error(message)));
+        if (LASTING_REFUSAL.test(message)) this.close(new Error(`Redis refused: ${message}`));
+      },
     });
     // ioredis's reply parser stops here: from now on the replies are this class's.
     this.socket.removeAllListeners('data');

@@ -354,16 +354,38 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           64 * 1024,
         ]);
         expect(Buffer.concat(chunks).equals(Buffer.concat(bodies))).toBe(true);
-        const direct = new RedisSequenceStore(redis, {
-          prefix,
-          readAhead: 3,
-          readPieceBytes: 64 * 1024,
-        });
-        const parts = await readAll(direct.read(ref));
-        expect(Buffer.concat(parts).equals(Buffer.concat(bodies))).toBe(true);
-        // Each part a view of a socket chunk, handed on as it is: never two joined into one.
-        expect(parts.length).toBeGreaterThan(chunks.length);
-        await direct.close();
+      });
+
+      it('reads a sequence of under 1 MiB of large bodies through the client, a larger one directly', async () => {
+        const name = `nseq-test-${randomUUID()}`;
+        const named = new Redis(SERVERS.redis.url, { connectionName: name });
+        try {
+          await named.ping();
+          const pieced = new RedisSequenceStore(named, { prefix, readPieceBytes: 64 * 1024 });
+          const directConnections = async () =>
+            String(await redis.client('LIST'))
+              .split('\n')
+              .filter((line) => line.includes(` name=${name}-${DIRECT_READS_CONNECTION_NAME} `))
+              .length;
+          const small = sequenceFixture(scope, [randomBytes(500 * 1024), randomBytes(500 * 1024)]);
+          for (const fragment of small.fragments) await pieced.accept(fragment, context(t0));
+          const smallParts = await readAll(pieced.read(small.ref));
+          expect(Buffer.concat(smallParts).equals(small.payload)).toBe(true);
+          expect(await directConnections()).toBe(0);
+          // Through the client: one chunk per piece of 64 KiB, 8 per body.
+          expect(smallParts).toHaveLength(16);
+
+          const large = sequenceFixture(`${scope}-l`, [randomBytes(MiB), randomBytes(300 * 1024)]);
+          for (const fragment of large.fragments) await pieced.accept(fragment, context(t0));
+          const largeParts = await readAll(pieced.read(large.ref));
+          expect(Buffer.concat(largeParts).equals(large.payload)).toBe(true);
+          expect(await directConnections()).toBe(1);
+          // Each part a view of a socket chunk, handed on as it is: never two joined into one.
+          expect(largeParts.length).toBeGreaterThan((MiB + 300 * 1024) / (64 * 1024));
+          await pieced.close();
+        } finally {
+          await named.quit();
+        }
       });
 
       it('finishes a read through the client when its own connection for reads is killed midway', async () => {
@@ -375,7 +397,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
             readAhead: 2,
             readPieceBytes: 64 * 1024,
           });
-          const bodies = [randomBytes(300 * 1024), randomBytes(300 * 1024)];
+          const bodies = [randomBytes(600 * 1024), randomBytes(600 * 1024)];
           const { fragments, ref } = sequenceFixture(scope, bodies);
           for (const fragment of fragments) await pieced.accept(fragment, context(t0));
           const received: Buffer[] = [];

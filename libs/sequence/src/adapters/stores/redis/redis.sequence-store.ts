@@ -59,7 +59,7 @@ import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
 import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
 import type { BulkReply } from './redis-bulk-replies';
-import { RedisDirectReads } from './redis-direct-reads';
+import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
 import type { Readable } from 'node:stream';
 import type {
@@ -125,8 +125,9 @@ export interface RedisSequenceStoreOptions {
    */
   readonly readPieceBytes?: number;
   /**
-   * Whether large bodies are read back on a connection of the store's own (a `duplicate()` of
-   * its client, opened at the first read and closed when idle), whose replies are parsed without
+   * Whether large bodies are read back on a connection of the store's own when a read's large
+   * bodies total 1 MiB or more (a `duplicate()` of its client, opened at the first such read and
+   * closed when idle), whose replies are parsed without
    * copying: half the allocations of reading through ioredis, whose parser joins every reply into
    * a new Buffer, and most of the garbage a consumer holds at its peak. Any failure there falls
    * back to the client itself. Ignored on Redis Cluster, which reads through the client.
@@ -197,6 +198,9 @@ export class RedisSequenceStore implements SequenceStore {
     checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 1);
     checkInteger(problems, 'readAhead', this.readAhead, 1);
     checkInteger(problems, 'readPieceBytes', this.readPieceBytes, INLINE_BODY_BYTES);
+    if (options.directReads !== undefined && typeof options.directReads !== 'boolean') {
+      problems.push(`directReads must be true or false, got ${String(options.directReads)}`);
+    }
     if (
       options.readVerification !== undefined &&
       !READ_VERIFICATIONS.has(options.readVerification)
@@ -313,12 +317,19 @@ export class RedisSequenceStore implements SequenceStore {
 
   read(ref: SequenceRef): Readable {
     const keys = this.keys.sequence(ref);
+    /** Whether this read's large bodies are worth the connection of direct reads. */
+    let direct = false;
     return new RedisBodyReader(
-      async () => this.piecesOf(keys, await this.readablePositions(ref, keys)),
+      async () => {
+        const pieces = await this.piecesOf(keys, await this.readablePositions(ref, keys));
+        const large = pieces.reduce((sum, piece) => sum + (piece.bytes ?? 0), 0);
+        direct = large >= DIRECT_READS_MIN_BYTES;
+        return pieces;
+      },
       (piece) =>
         piece.bytes === undefined
           ? this.redis.hgetBuffer(keys.body, String(piece.position))
-          : this.readRange(bodyKeyAt(keys, piece.position), piece.start, piece.bytes),
+          : this.readRange(bodyKeyAt(keys, piece.position), piece.start, piece.bytes, direct),
       this.readAhead,
       ref.sequenceId,
     );
@@ -328,9 +339,14 @@ export class RedisSequenceStore implements SequenceStore {
    * `bytes` of the body at `key` from `start`: without copying when it can, else (and whenever
    * the direct read fails or comes back short) through the client, whose answer stands.
    */
-  private async readRange(key: string, start: number, bytes: number): Promise<BulkReply | Buffer> {
+  private async readRange(
+    key: string,
+    start: number,
+    bytes: number,
+    direct: boolean,
+  ): Promise<BulkReply | Buffer> {
     const end = start + bytes - 1;
-    if (this.directReads !== undefined) {
+    if (direct && this.directReads !== undefined) {
       try {
         const parts = await this.directReads.getRange(key, start, end);
         if (parts?.reduce((sum, part) => sum + part.length, 0) === bytes) return parts;
