@@ -1,16 +1,21 @@
 /**
  * How much memory plain ioredis holds while it reads bodies back at full speed, with no library
  * code involved: 8 bodies of 8 MiB, read 8 times over (512 MiB), either whole (GET) or in 1 MiB
- * GETRANGE pieces with 4 in flight (what RedisSequenceStore.read does). Prints the time, and the
- * peaks of RSS and of ArrayBuffer memory (live or dead and not yet collected), sampled every 5 ms.
+ * GETRANGE pieces with 4 in flight (what RedisSequenceStore.read did through ioredis), or in the
+ * same pieces through RedisDirectReads (what it does since session 12: replies parsed on a
+ * connection of its own, without copying). Prints the time, and the peaks of RSS and of
+ * ArrayBuffer memory (live or dead and not yet collected), sampled every 5 ms.
  *
- *   node -r ts-node/register/transpile-only bench/redis-read-memory.probe.ts
+ *   node -r ts-node/register/transpile-only bench/redis-read-memory.probe.ts [pieces|whole|direct]
+ *
+ * One mode per process gives cleaner peaks (the modes run one after the other otherwise).
  *
  * The point of reference for the module consumer's peak RSS in docs/benchmarks.md: most of a
  * streaming consumer's peak is Buffers the collector has not reclaimed yet, and a bare client
  * shows the same.
  */
 import { Redis } from 'ioredis';
+import { RedisDirectReads } from '../libs/sequence/src/adapters/stores/redis/redis-direct-reads';
 
 const MiB = 1024 * 1024;
 const BODIES = 8;
@@ -18,21 +23,30 @@ const ROUNDS = 8;
 const PIECE = MiB;
 const IN_FLIGHT = 4;
 
-async function readAll(redis: Redis, keys: string[], mode: 'whole' | 'pieces'): Promise<void> {
+type Mode = 'whole' | 'pieces' | 'direct';
+
+async function readAll(redis: Redis, keys: string[], mode: Mode): Promise<void> {
+  const direct = new RedisDirectReads(redis);
   for (let round = 0; round < ROUNDS; round++) {
     for (const key of keys) {
       if (mode === 'whole') {
         await redis.getBuffer(key);
         continue;
       }
-      const pending: Array<Promise<Buffer>> = [];
+      const pending: Array<Promise<unknown>> = [];
       for (let start = 0; start < 8 * MiB; start += PIECE) {
-        pending.push(redis.getrangeBuffer(key, start, start + PIECE - 1));
+        const end = start + PIECE - 1;
+        pending.push(
+          mode === 'direct'
+            ? direct.getRange(key, start, end)
+            : redis.getrangeBuffer(key, start, end),
+        );
         if (pending.length >= IN_FLIGHT) await pending.shift();
       }
       await Promise.all(pending);
     }
   }
+  await direct.close();
 }
 
 async function main(): Promise<void> {
@@ -42,7 +56,11 @@ async function main(): Promise<void> {
   try {
     const body = Buffer.alloc(8 * MiB, 7);
     for (const key of keys) await redis.set(key, body, 'PX', 120_000);
-    for (const mode of ['pieces', 'whole'] as const) {
+    await redis.ping(); // ready: direct reads go through the client until it is
+    const modes: Mode[] = process.argv[2]
+      ? [process.argv[2] as Mode]
+      : ['pieces', 'whole', 'direct'];
+    for (const mode of modes) {
       let peakRss = 0;
       let peakArrayBuffers = 0;
       const sampler = setInterval(() => {
