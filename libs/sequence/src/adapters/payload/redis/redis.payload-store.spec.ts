@@ -17,7 +17,10 @@ import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port
 import { RedisPayloadKeys } from './redis-payload-keys';
 import { RedisPayloadStoreError } from './redis-payload-store.error';
 import { RedisPayloadStore } from './redis.payload-store';
-import { DIRECT_READS_CONNECTION_NAME } from '../../stores/redis/redis-direct-reads';
+import {
+  directReadsConnections,
+  killDirectReadsConnection,
+} from '../../../../test/support/direct-reads-connections';
 
 const KiB = 1024;
 const MINUTE = 60_000;
@@ -250,10 +253,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       try {
         await named.ping();
         const reader = new RedisPayloadStore(named, { prefix, chunkBytes, readAheadChunks: 2 });
-        const listed = async () =>
-          String(await redis.client('LIST')).includes(
-            ` name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
-          );
+        const listed = async () => (await directReadsConnections(redis, name)).length > 0;
         // Under 1 MiB: through the client, no connection of its own.
         const small = randomBytes(3 * chunkBytes);
         const { ref: smallRef } = await store.put(small, options());
@@ -266,10 +266,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
         for await (const part of await reader.get(ref)) {
           received.push(part as Buffer);
           if (received.length === 1) {
-            const address = new RegExp(
-              ` addr=(\\S+) .* name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
-            ).exec(String(await redis.client('LIST')))?.[1];
-            killed = Number(await redis.client('KILL', 'ADDR', address ?? ''));
+            killed = await killDirectReadsConnection(redis, name);
           }
         }
         expect(killed).toBe(1);

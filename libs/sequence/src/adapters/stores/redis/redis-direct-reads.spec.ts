@@ -3,10 +3,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import {
-  DIRECT_READS_CONNECTION_NAME,
-  RedisDirectReads,
-  type DirectReadsTiming,
-} from './redis-direct-reads';
+  directReadsConnections,
+  killDirectReadsConnection,
+} from '../../../../test/support/direct-reads-connections';
+import { RedisDirectReads, type DirectReadsTiming } from './redis-direct-reads';
 
 const MiB = 1024 * 1024;
 
@@ -23,12 +23,6 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     opened.push(reads);
     return reads;
   };
-
-  /** The connections named `name` that Redis lists now. */
-  const connectionsNamed = async (name: string): Promise<string[]> =>
-    String(await redis.client('LIST'))
-      .split('\n')
-      .filter((line) => line.includes(` name=${name} `));
 
   beforeAll(() => {
     redis = new Redis(SERVERS.redis.url);
@@ -99,13 +93,13 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
       const reads = directReads(named, { idleCloseMs: 100, retryAfterMs: 1_000 });
       await reads.getRange(`${prefix}:body`, 0, 2);
       await reads.getRange(`${prefix}:body`, 0, 2);
-      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(1);
+      expect(await directReadsConnections(redis, name)).toHaveLength(1);
       await sleep(300);
-      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(0);
+      expect(await directReadsConnections(redis, name)).toHaveLength(0);
       expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
         'abc',
       );
-      expect(await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`)).toHaveLength(1);
+      expect(await directReadsConnections(redis, name)).toHaveLength(1);
     } finally {
       await named.quit();
     }
@@ -119,9 +113,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
       await redis.set(`${prefix}:body`, 'abc');
       const reads = directReads(named);
       await reads.getRange(`${prefix}:body`, 0, 2);
-      const [listed] = await connectionsNamed(`${name}-${DIRECT_READS_CONNECTION_NAME}`);
-      const address = / addr=(\S+) /.exec(listed)?.[1] ?? '';
-      expect(await redis.client('KILL', 'ADDR', address)).toBe(1);
+      expect(await killDirectReadsConnection(redis, name)).toBe(1);
       await sleep(50);
       expect(Buffer.concat((await reads.getRange(`${prefix}:body`, 0, 2)) ?? []).toString()).toBe(
         'abc',

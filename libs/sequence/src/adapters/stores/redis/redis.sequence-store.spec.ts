@@ -19,7 +19,11 @@ import { RedisKeys, sequenceKeyList } from './redis-keys';
 import { loadScripts } from './redis-scripts';
 import { acceptArguments, interpretAccept } from './redis-script-codec';
 import { RedisSequenceStore } from './redis.sequence-store';
-import { DIRECT_READS_CONNECTION_NAME, RedisDirectReads } from './redis-direct-reads';
+import { RedisDirectReads } from './redis-direct-reads';
+import {
+  directReadsConnections,
+  killDirectReadsConnection,
+} from '../../../../test/support/direct-reads-connections';
 
 const MiB = 1024 * 1024;
 
@@ -362,11 +366,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         try {
           await named.ping();
           const pieced = new RedisSequenceStore(named, { prefix, readPieceBytes: 64 * 1024 });
-          const directConnections = async () =>
-            String(await redis.client('LIST'))
-              .split('\n')
-              .filter((line) => line.includes(` name=${name}-${DIRECT_READS_CONNECTION_NAME} `))
-              .length;
+          const directConnections = async () => (await directReadsConnections(redis, name)).length;
           const small = sequenceFixture(scope, [randomBytes(500 * 1024), randomBytes(500 * 1024)]);
           for (const fragment of small.fragments) await pieced.accept(fragment, context(t0));
           const smallParts = await readAll(pieced.read(small.ref));
@@ -405,10 +405,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           for await (const chunk of pieced.read(ref)) {
             received.push(chunk as Buffer);
             if (received.length === 1) {
-              const address = new RegExp(
-                ` addr=(\\S+) .* name=${name}-${DIRECT_READS_CONNECTION_NAME} `,
-              ).exec(String(await redis.client('LIST')))?.[1];
-              killed = Number(await redis.client('KILL', 'ADDR', address ?? ''));
+              killed = await killDirectReadsConnection(redis, name);
             }
           }
           expect(killed).toBe(1);
