@@ -61,7 +61,10 @@ async function main(): Promise<void> {
               queue,
               body,
               { persistent: true, mandatory: true, messageId: headers['x-message-id'], headers },
-              (error: unknown) => (error ? reject(error) : resolve()),
+              (error: unknown) =>
+                error
+                  ? reject(error instanceof Error ? error : new Error(String(error)))
+                  : resolve(),
             ),
           ),
       );
