@@ -61,10 +61,8 @@ async function main(): Promise<void> {
               queue,
               body,
               { persistent: true, mandatory: true, messageId: headers['x-message-id'], headers },
-              (error: unknown) =>
-                error
-                  ? reject(error instanceof Error ? error : new Error(String(error)))
-                  : resolve(),
+              // amqplib's confirm callback: null on ack, an Error on nack.
+              (error: Error | null) => (error ? reject(error) : resolve()),
             ),
           ),
       );
