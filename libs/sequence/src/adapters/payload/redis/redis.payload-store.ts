@@ -224,15 +224,10 @@ export class RedisPayloadStore implements PayloadStore {
     key: string,
     direct: boolean,
   ): Promise<Buffer | readonly Buffer[] | null> {
-    if (direct && this.directReads !== undefined) {
-      try {
-        const parts = await this.directReads.getRange(key, 0, -1);
-        if (parts !== null && parts.length > 0) return parts;
-      } catch {
-        // Logged by RedisDirectReads when it is the connection that failed.
-      }
-    }
-    return this.redis.getBuffer(key);
+    const parts = direct
+      ? await this.directReads?.getRangeOrNothing(key, 0, -1, (bytes) => bytes > 0)
+      : undefined;
+    return parts ?? this.redis.getBuffer(key);
   }
 
   /** The payload's keys; a ref the store could not have generated never reaches a key name. */

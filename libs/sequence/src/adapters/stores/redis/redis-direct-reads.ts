@@ -59,11 +59,12 @@ interface Waiting {
  * never keeps the process alive while idle.
  *
  * An error reply rejects its read; one that every read would get (NOPERM, NOAUTH, an unknown
- * command) also counts as a failure of the connection. A failure of the connection (it drops while reads wait, stays
- * silent for `stallMs` while they do, cannot be opened within `stallMs`, or sends what is not a
- * reply) rejects every read waiting on it and closes it; after that, reads are refused at once for
- * `retryAfterMs` (doubling while failures repeat). A refused or rejected read is the caller's cue
- * to read through the shared client, whose timeouts, retries and reconnection apply as before.
+ * command) also counts as a failure of the connection. A failure of the connection (it drops
+ * while reads wait, stays silent for `stallMs` while they do, cannot be opened within `stallMs`,
+ * or sends what is not a reply) rejects every read waiting on it and closes it; after that, reads
+ * are refused at once for `retryAfterMs` (doubling while failures repeat). A refused or rejected
+ * read is the caller's cue to read through the shared client, whose timeouts, retries and
+ * reconnection apply as before ({@link getRangeOrNothing}).
  */
 export class RedisDirectReads {
   private readonly logger: Logger;
@@ -102,6 +103,26 @@ export class RedisDirectReads {
     );
     this.failures = 0;
     return reply;
+  }
+
+  /**
+   * {@link getRange} for a store that falls back to its client: the parts, or undefined when the
+   * direct read was refused or failed (a failure of the connection is logged here) or its reply
+   * is not what `whole` takes for the value asked for (given its length in bytes).
+   */
+  async getRangeOrNothing(
+    key: string,
+    start: number,
+    end: number,
+    whole: (bytes: number) => boolean,
+  ): Promise<readonly Buffer[] | undefined> {
+    try {
+      const parts = await this.getRange(key, start, end);
+      if (parts === null) return undefined;
+      return whole(parts.reduce((sum, part) => sum + part.length, 0)) ? parts : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Closes the connection; reads waiting on it are rejected, and later ones refused. */

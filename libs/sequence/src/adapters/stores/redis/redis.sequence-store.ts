@@ -58,7 +58,6 @@
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
 import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
-import type { BulkReply } from './redis-bulk-replies';
 import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
 import type { Readable } from 'node:stream';
@@ -344,17 +343,12 @@ export class RedisSequenceStore implements SequenceStore {
     start: number,
     bytes: number,
     direct: boolean,
-  ): Promise<BulkReply | Buffer> {
+  ): Promise<readonly Buffer[] | Buffer> {
     const end = start + bytes - 1;
-    if (direct && this.directReads !== undefined) {
-      try {
-        const parts = await this.directReads.getRange(key, start, end);
-        if (parts?.reduce((sum, part) => sum + part.length, 0) === bytes) return parts;
-      } catch {
-        // Logged by RedisDirectReads when it is the connection that failed.
-      }
-    }
-    return this.redis.getrangeBuffer(key, start, end);
+    const parts = direct
+      ? await this.directReads?.getRangeOrNothing(key, start, end, (got) => got === bytes)
+      : undefined;
+    return parts ?? this.redis.getrangeBuffer(key, start, end);
   }
 
   /**
