@@ -247,7 +247,25 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       await expect(store.head(ref)).rejects.toThrow(/not metadata: an object of strings/);
     });
 
-    it('reads chunks on a connection of its own, and through the client when that one is killed midway', async () => {
+    it('reads chunks through the client when its own connection is refused them', async () => {
+      // A user that may GET but not GETRANGE: every direct read is refused (NOPERM).
+      const user = `nseq-test-${randomUUID()}`;
+      await redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '+@all', '-getrange');
+      const limited = new Redis(SERVERS.redis.url, { username: user, password: 'secret' });
+      try {
+        await limited.ping();
+        const reader = new RedisPayloadStore(limited, { prefix, chunkBytes, readAheadChunks: 2 });
+        const payload = randomBytes(20 * chunkBytes + 3); // over 1 MiB: read directly
+        const { ref } = await store.put(payload, options());
+        expect(await digestOf(await reader.get(ref))).toEqual(digestOfBuffer(payload));
+        await reader.close();
+      } finally {
+        limited.disconnect();
+        await redis.call('ACL', 'DELUSER', user);
+      }
+    });
+
+    it('reads chunks on a connection of its own, byte-exact when that one is killed midway', async () => {
       const name = `nseq-test-${randomUUID()}`;
       const named = new Redis(SERVERS.redis.url, { connectionName: name });
       try {

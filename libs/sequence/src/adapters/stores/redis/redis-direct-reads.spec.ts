@@ -189,6 +189,21 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     }
   });
 
+  it('answers getRangeOrNothing with the parts of a whole reply, and nothing for a short or refused one', async () => {
+    await redis.set(`${prefix}:body`, 'abcdef');
+    const reads = directReads();
+    const parts = await reads.getRangeOrNothing(`${prefix}:body`, 1, 3, (bytes) => bytes === 3);
+    expect(Buffer.concat(parts ?? []).toString()).toBe('bcd');
+    // Short: a missing key reads as no bytes.
+    await expect(
+      reads.getRangeOrNothing(`${prefix}:missing`, 0, 3, (bytes) => bytes === 4),
+    ).resolves.toBeUndefined();
+    await reads.close();
+    await expect(
+      reads.getRangeOrNothing(`${prefix}:body`, 1, 3, (bytes) => bytes === 3),
+    ).resolves.toBeUndefined();
+  });
+
   it('rejects the reads waiting when it is closed, and refuses later ones', async () => {
     await redis.set(`${prefix}:body`, randomBytes(8 * MiB));
     const reads = directReads();

@@ -388,7 +388,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         }
       });
 
-      it('finishes a read through the client when its own connection for reads is killed midway', async () => {
+      it('finishes a read byte-exact when its own connection for reads is killed midway', async () => {
         const name = `nseq-test-${randomUUID()}`;
         const named = new Redis(SERVERS.redis.url, { connectionName: name });
         try {
