@@ -46,7 +46,7 @@ describe('resolveSequenceOptions', () => {
         maxFragmentBytes: 16 * MiB,
         handlerRetry: { attempts: 3, baseDelayMs: 200 },
         prefetch: 16,
-        prefetchBytes: 64 * MiB,
+        prefetchBytes: 32 * MiB,
         maxBufferedBytes: 1024 * MiB,
         maxOpenSequences: 10_000,
         backpressureDelayMs: 500,

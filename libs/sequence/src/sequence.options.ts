@@ -64,10 +64,11 @@ export interface SequenceConsumerOptions {
    * `AggregatorService.createConsumer`) may have in its hands at once: its prefetch is lowered to
    * `floor(prefetchBytes / maxFragmentBytes)`, at least 1, so its accepted deliveries take at most
    * `max(prefetchBytes, maxFragmentBytes)`. With a `maxFragmentBytes` of 16 MiB (the default on
-   * the built-in transports), a prefetch of 4; with 4 MiB or less, `prefetch`. The completing
+   * the built-in transports), a prefetch of 2; with 2 MiB or less, `prefetch`. The completing
    * fragment stays unsettled while the handler runs, so this also bounds how many handlers run at
-   * once. Claim Check channels, `@Resequenced` and inbox consumers take `prefetch` as it is.
-   * @default 67108864 (64 MiB)
+   * once: raise it for handlers that are slow and many. Claim Check channels, `@Resequenced` and
+   * inbox consumers take `prefetch` as it is.
+   * @default 33554432 (32 MiB)
    */
   prefetchBytes?: number;
   /** Where rejected fragments and expiry records go. @default `<channel>.dlq` */
@@ -158,7 +159,7 @@ export const SEQUENCE_DEFAULTS = {
   maxFragments: 100_000,
   handlerRetry: { attempts: 3, baseDelayMs: 200 },
   prefetch: 16,
-  prefetchBytes: 64 * MiB,
+  prefetchBytes: 32 * MiB,
   publish: {
     confirmTimeoutMs: 10_000,
     attempts: 5,

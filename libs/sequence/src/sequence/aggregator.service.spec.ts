@@ -104,9 +104,9 @@ describe('the prefetch of a sequence consumer', () => {
   }
 
   it.each([
-    ['16 MiB fragments fit 4 times in the default 64 MiB', {}, {}, 4],
-    ['fragments of at most 4 MiB leave prefetch as it is', {}, { maxFragmentBytes: 4 * MiB }, 16],
-    ['a prefetchBytes of the handler', {}, { prefetchBytes: 32 * MiB }, 2],
+    ['16 MiB fragments fit twice in the default 32 MiB', {}, {}, 2],
+    ['fragments of at most 2 MiB leave prefetch as it is', {}, { maxFragmentBytes: 2 * MiB }, 16],
+    ['a prefetchBytes of the handler', {}, { prefetchBytes: 48 * MiB }, 3],
     ['a prefetchBytes below one fragment', { prefetchBytes: MiB }, {}, 1],
     ['a lower prefetch stands', { prefetch: 3 }, { maxFragmentBytes: MiB }, 3],
   ])(
@@ -129,6 +129,6 @@ describe('the prefetch of a sequence consumer', () => {
   it('leaves the module prefetch of other consumers alone', () => {
     const options = resolveSequenceOptions({}, new InMemoryTransport());
     expect(options.prefetch).toBe(16);
-    expect(fragmentPrefetch(options)).toBe(4);
+    expect(fragmentPrefetch(options)).toBe(2);
   });
 });

@@ -109,7 +109,13 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const transport = new InMemoryTransport();
       const shared = new MemorySequenceStore();
       const crashing = new InstrumentedStore(shared);
-      const first = await start(channel, { transport, store: crashing });
+      // Fragments of 1,000 bytes: a maxFragmentBytes that keeps the prefetch at 16, so that the
+      // three fragments below are in the consumer's hands at once.
+      const first = await start(channel, {
+        transport,
+        store: crashing,
+        handler: { maxFragmentBytes: 64 * 1024 },
+      });
       const payload = bytes(5_000, 53);
       const fragments = makeFragments('crash-mid', payload, 1_000);
       await publishAll(transport, channel, fragments.slice(0, 2));
