@@ -110,6 +110,11 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
       expect(exit.stdout).toContain(`sha256 ${sha256Of(20 * MiB)} matched`);
       // Closing let the completing delivery finish: no fragment went back to the queue.
       expect(await channel.checkQueue('imaging.ai.intake')).toMatchObject({ messageCount: 0 });
+      // The sequence store was Redis: the completed study left its completion marker there.
+      const markers = (await redis.keys(`${prefix}:*`)).filter((key) =>
+        /^[^{]*:\{imaging\.ai\.intake:[^}]+\}:done$/.test(key),
+      );
+      expect(markers).toHaveLength(1);
     });
 
     it('demo:consumer reports what demo:producer sent and what another program sent by the wire contract, dead-letters a corrupt fragment, and stops on SIGTERM', async () => {
