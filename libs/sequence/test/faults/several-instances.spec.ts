@@ -27,6 +27,9 @@ describeOnRealServers('faults: two consumer instances on one queue and one Redis
       apps.push(
         await createRealServersApp(channel, {
           prefix: servers.prefix,
+          // Fragments of 8,000 bytes: a maxFragmentBytes to match keeps the prefetch at 16, so
+          // that an instance slow to start still takes its share of every sequence.
+          handler: { maxFragmentBytes: 64 * 1024 },
           wrapStore: (store) => {
             const counted = new InstrumentedStore(store);
             stores.push(counted);
