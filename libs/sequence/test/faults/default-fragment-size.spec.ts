@@ -91,9 +91,14 @@ describeOnRealServers('faults: the default fragment size on RabbitMQ', () => {
       'the sequence delivered and read',
       30_000,
     );
+    // Every fragment acknowledged, the completing one included (none ready, none held).
     await eventually(
-      async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
+      async () => {
+        const { ready, unacked } = await servers.admin.totalCount(channel);
+        return ready + unacked === 0;
+      },
+      'every fragment acknowledged',
+      20_000,
     );
     expect(consumer.handler.calls).toBe(1);
     expect(consumer.handler.of('forty-mib')[0].bytes.equals(payload)).toBe(true);

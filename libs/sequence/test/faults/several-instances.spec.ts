@@ -39,6 +39,13 @@ describeOnRealServers('faults: two consumer instances on one queue and one Redis
       );
     }
     const [first, second] = apps;
+    // Both instances consuming and both stores answering before anything is sent: an instance
+    // still connecting would sit on its prefetch while the other took whole sequences.
+    await eventually(
+      async () => (await servers.admin.consumerCount(channel)) === 2,
+      'both instances consuming',
+    );
+    for (const store of stores) await store.stats(Date.now());
     const sequences = Array.from({ length: 8 }, (_, i) => ({
       id: `two-instances-${i}`,
       payload: bytes(121_000 + i * 1_000, 70 + i),

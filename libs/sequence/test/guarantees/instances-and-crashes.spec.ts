@@ -291,7 +291,8 @@ describe('guarantees: store outages, crashes and several instances', () => {
         transport,
         store: blipping,
         leaseMs: 100,
-        handler: { handlerRetry: { attempts: 1 }, prefetch: 4 },
+        // 1,000-byte fragments: a maxFragmentBytes to match, so that prefetchBytes leaves the 4.
+        handler: { handlerRetry: { attempts: 1 }, prefetch: 4, maxFragmentBytes: 64 * 1024 },
       });
       // Call 1 is held, then throws; call 2 (the takeover) is held until call 1 has failed.
       const release: Array<() => void> = [];

@@ -58,7 +58,12 @@ describe('guarantees: graceful shutdown', () => {
         },
         options,
       );
-    const t = await createSequenceTestApp(channel, { transport });
+    // 1,000-byte fragments: a maxFragmentBytes to match keeps the prefetch at 16, so the late
+    // fragment has a slot while the running handler holds one.
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      handler: { maxFragmentBytes: 64 * 1024 },
+    });
     let release: () => void = () => undefined;
     t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
     await publishAll(transport, channel, makeFragments('running', bytes(1_500, 93), 1_000));

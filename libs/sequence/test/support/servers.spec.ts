@@ -13,11 +13,14 @@ function runFixture(ci: string | undefined) {
   const config = {
     rootDir: ROOT,
     testMatch: [FIXTURE],
-    transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: join(ROOT, 'tsconfig.json') }] },
+    transform: {
+      '^.+\\.ts$': ['ts-jest', { tsconfig: join(ROOT, 'tsconfig.json'), isolatedModules: true }],
+    },
     moduleFileExtensions: ['ts', 'js', 'json'],
     testEnvironment: 'node',
   };
-  const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: NOWHERE };
+  // No colours: jest's workers set FORCE_COLOR, and escape codes would split the summary line.
+  const env: NodeJS.ProcessEnv = { ...process.env, REDIS_URL: NOWHERE, FORCE_COLOR: '0' };
   delete env.CI;
   if (ci !== undefined) env.CI = ci;
   const result = spawnSync(
@@ -32,7 +35,7 @@ function runFixture(ci: string | undefined) {
 describe('describeWithServer when its server does not answer', () => {
   it.each(['true', '1'])('fails the block under CI=%s, naming the server and its URL', (ci) => {
     const { status, output } = runFixture(ci);
-    expect(status).toBe(1);
+    expect({ status, output }).toMatchObject({ status: 1 }); // the output shows when it is not
     expect(output).toContain('needs redis');
     expect(output).toContain(`redis is not reachable at ${NOWHERE}`);
     expect(output).toMatch(/Tests:\s+1 failed, 1 total/);
@@ -40,7 +43,7 @@ describe('describeWithServer when its server does not answer', () => {
 
   it('skips the block, saying so, outside CI', () => {
     const { status, output } = runFixture(undefined);
-    expect(status).toBe(0);
+    expect({ status, output }).toMatchObject({ status: 0 });
     expect(output).toContain('skipping "a block that needs Redis"');
     expect(output).toMatch(/Tests:\s+1 skipped, 1 total/);
   });

@@ -59,6 +59,11 @@ export class RabbitMqAdmin {
     return this.withChannel(async (channel) => (await channel.checkQueue(queue)).messageCount);
   }
 
+  /** Consumers subscribed to `queue` right now. */
+  async consumerCount(queue: string): Promise<number> {
+    return this.withChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount);
+  }
+
   /**
    * Ready plus unacknowledged messages of `queue`, as `rabbitmqctl list_queues` reports them
    * (about a second per call: it starts an Erlang node).
