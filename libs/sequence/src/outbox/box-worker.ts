@@ -24,6 +24,8 @@ export interface CycleState {
  */
 export abstract class BoxWorker<Box extends BoxName = BoxName> {
   protected stopping = false;
+  /** Whether a `transaction()` in this worker's handling joins its claim (see ClaimOptions). */
+  protected readonly joinsClaim: boolean = true;
 
   protected constructor(
     readonly box: Box,
@@ -38,7 +40,7 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     const cycle: CycleState = { holdOff: false };
     const result = await this.store.claim(
       this.box,
-      { limit: batchSize, now: Date.now(), ordered },
+      { limit: batchSize, now: Date.now(), ordered, joinable: this.joinsClaim },
       (batch) => this.handleBatch(batch, cycle),
     );
     return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;

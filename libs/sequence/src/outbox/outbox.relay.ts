@@ -28,6 +28,8 @@ import { BoxWorker, type CycleState } from './box-worker';
  */
 export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> {
   private readonly logger = new Logger(OutboxRelay.name);
+  /** It only publishes: nothing in its handling opens a transaction to join the claim. */
+  protected override readonly joinsClaim = false;
 
   constructor(
     box: 'outbox_events' | 'outbox_commands',

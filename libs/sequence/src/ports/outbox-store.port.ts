@@ -118,6 +118,15 @@ export interface ClaimOptions {
    * partition key are never held back.
    */
   readonly ordered?: boolean;
+  /**
+   * Whether a `transaction()` the handler opens through this store joins the claim's transaction
+   * (an inbox handler with `processInTransaction`, whose outbox writes must commit with its inbox
+   * mark). A relay, whose handler only publishes, passes `false`: the store then need not track
+   * the handler's async context, which costs CPU on every promise. A store whose handler must run
+   * in the claim's transaction whatever it does (SQLite, one connection) may join anyway.
+   * @default true
+   */
+  readonly joinable?: boolean;
 }
 
 export interface ClaimedBatch {

@@ -231,6 +231,29 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       await expect(store.get(BOX, 'a')).resolves.toMatchObject({ status: 'PENDING', attempts: 0 });
     });
 
+    it("with joinable: false, runs the handler outside the claim's transaction: a transaction() it opens commits on its own, whatever becomes of the claim", async () => {
+      await appendCommitted(['claimed']);
+      let inner: unknown;
+      await expect(
+        store.claim(BOX, { limit: 1, now: Date.now(), joinable: false }, async (batch) => {
+          await store.transaction(async (tx) => {
+            inner = tx;
+            await store.append('outbox_commands', [record('written-alongside')], tx);
+          });
+          expect(inner).not.toBe(batch.transaction);
+          throw new Error('the claim fails after its handler wrote');
+        }),
+      ).rejects.toThrow('the claim fails after its handler wrote');
+      // Its own transaction: committed, though the claim rolled back.
+      await expect(store.get('outbox_commands', 'written-alongside')).resolves.toMatchObject({
+        status: 'PENDING',
+      });
+      await expect(store.get(BOX, 'claimed')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    });
+
     it('refuses to run after close, saying so', async () => {
       await store.close();
       await expect(store.get(BOX, 'a')).rejects.toBeInstanceOf(OutboxStoreClosedError);

@@ -172,7 +172,11 @@ export class PostgresOutboxStore implements OutboxStore {
       claimed = transaction;
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
-      const outcomes = await this.scope.run(transaction, () => handle({ records, transaction }));
+      const batch = { records, transaction };
+      const outcomes =
+        options.joinable === false
+          ? await handle(batch)
+          : await this.scope.run(transaction, () => handle(batch));
       return settleOutcomes(transaction, statements, records, outcomes, options.now);
     });
     // What handlers recorded in the claim's transaction (an inbox handler's events).

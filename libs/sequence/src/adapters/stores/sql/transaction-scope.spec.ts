@@ -34,6 +34,34 @@ describe('TransactionScope', () => {
     expect(outer.savepoints).toBe(1);
   });
 
+  it('keeps a running transaction active while others start and end beside it, and works again after the last one ended', async () => {
+    const scope = new TransactionScope();
+    const long = fakeTransaction('long');
+    const short = fakeTransaction('short');
+    let releaseLong: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (releaseLong = resolve));
+    const seenInLong: Array<StoreTransaction | undefined> = [];
+    const longRun = scope.run(long, async () => {
+      seenInLong.push(scope.active());
+      await held;
+      seenInLong.push(scope.active());
+    });
+    await scope.run(short, async () => {
+      expect(scope.active()).toBe(short);
+    });
+    // short ended while long still runs: long's context must survive it.
+    releaseLong();
+    await longRun;
+    expect(seenInLong).toEqual([long, long]);
+    expect(scope.active()).toBeUndefined();
+    // Every run over: a new one is tracked as before.
+    const next = fakeTransaction('next');
+    await scope.run(next, async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(scope.active()).toBe(next);
+    });
+  });
+
   it('does not join a transaction whose run is over (a timer that outlived it)', async () => {
     const scope = new TransactionScope();
     const finished = fakeTransaction('finished');

@@ -5,9 +5,17 @@ import type { StoreTransaction } from '../../../ports/outbox-store.port';
  * The transaction of one store that the current async context runs in, if any: so that a
  * `transaction()` inside another one's work (or inside a claim's handler) joins it as a savepoint
  * rather than opening a second one, which on SQLite's single connection would wait forever.
+ *
+ * Node (20) tracks async context for every promise the process creates while any
+ * `AsyncLocalStorage` is enabled: about a tenth of a busy outbox relay's CPU. So the storage is
+ * enabled only while a transaction of this scope runs, and disabled again when the last one
+ * ends; what a context captured before that could still find is a finished transaction, which
+ * {@link active} ignores anyway.
  */
 export class TransactionScope {
   private readonly current = new AsyncLocalStorage<StoreTransaction>();
+  /** Runs of {@link run} in progress; the storage is disabled whenever this falls to 0. */
+  private running = 0;
   /**
    * Transactions whose `run` is over. A callback that outlives its transaction (a timer, a call
    * not awaited) still carries it in its async context; it must open a new transaction, not put
@@ -23,10 +31,13 @@ export class TransactionScope {
 
   /** Runs `work` with `transaction` as the active one for everything it awaits, until it settles. */
   async run<T>(transaction: StoreTransaction, work: () => Promise<T>): Promise<T> {
+    this.running++;
     try {
       return await this.current.run(transaction, work);
     } finally {
       this.finished.add(transaction);
+      // The next run() enables it again.
+      if (--this.running === 0) this.current.disable();
     }
   }
 
