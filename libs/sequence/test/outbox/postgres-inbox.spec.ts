@@ -97,6 +97,51 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
   });
 
+  it('an OutboxService.transaction() inside a processInTransaction handler joins the inbox claim: a failed attempt publishes nothing, the retry exactly once', async () => {
+    @Injectable()
+    class Emitter {
+      calls = 0;
+      constructor(private readonly outbox: OutboxService) {}
+
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>) {
+        this.calls++;
+        // Not the context's transaction: the service's own, which finds the claim's and joins
+        // it. A fresh id per attempt: an attempt's event outside the claim would be published.
+        await this.outbox.transaction(async (tx) => {
+          tx.publishEvent({
+            type: 'ReceiptIssued',
+            aggregateType: 'Receipt',
+            aggregateId: `r${event.payload.n}-${this.calls}`,
+            payload: {},
+          });
+        });
+        if (this.calls === 1) throw new Error('the first attempt fails after emitting');
+      }
+    }
+    t = await createOutboxTestApp(
+      {
+        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: FAST_BOX,
+        outboxEvents: FAST_BOX,
+      },
+      [Emitter],
+    );
+    const id = await deliver(7);
+    await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'the message handled');
+    await eventually(
+      async () => (await t!.outbox.stats('outbox_events')).pending === 0,
+      'every emitted event relayed',
+    );
+    expect(t.app.get(Emitter).calls).toBe(2);
+    expect((await t.outbox.record('inbox_events', id))?.attempts).toBe(2);
+    // The first attempt's event went with its rolled-back claim; the retry's was published.
+    const published = t.broker
+      .peek('events.ReceiptIssued')
+      .map((m) => (JSON.parse(m.body.toString()) as { aggregateId: string }).aggregateId);
+    expect(published).toEqual(['r7-2']);
+  });
+
   it('a nested transaction whose savepoint fails to release after its work resolved takes its events along', async () => {
     t = await createOutboxTestApp({
       store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
