@@ -32,9 +32,9 @@ export interface RedisPayloadStoreOptions {
   readonly readAheadChunks?: number;
   /**
    * Whether the chunks of a payload of 1 MiB or more are read on a connection of the store's
-   * own, whose replies are parsed without
-   * copying (as `RedisSequenceStore`'s `directReads`): half the allocations of reading through
-   * ioredis. Any failure there falls back to the client. Ignored on Redis Cluster.
+   * own, whose replies are parsed without copying (as `RedisSequenceStore`'s `directReads`): half
+   * the allocations of reading through ioredis. Any failure there falls back to the client.
+   * Ignored on Redis Cluster.
    * @default true
    */
   readonly directReads?: boolean;

@@ -37,9 +37,10 @@ export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | readonly Buffer
  * holds at most `readAhead + 2` pieces (the piece whose parts are being handed out, and the one
  * its consumer is handling), whatever the sequence's size. `open` resolves the pieces to read, in
  * order (or rejects: the stream fails). A piece that is missing, or shorter than planned, fails
- * the stream: the sequence was finished or expired while it was being read. Each body's CRC-32 is computed over its pieces and checked,
- * before any part of its last piece is pushed, against the one it was stored with: a mismatch
- * fails the stream with a {@link StoredFragmentIntegrityError}.
+ * the stream: the sequence was finished or expired while it was being read. Each body's CRC-32
+ * is computed over its pieces and checked, before any part of its last piece is pushed, against
+ * the one it was stored with: a mismatch fails the stream with a
+ * {@link StoredFragmentIntegrityError}.
  */
 export class RedisBodyReader extends Readable {
   private readonly pending: Array<Promise<Buffer | readonly Buffer[] | null>> = [];

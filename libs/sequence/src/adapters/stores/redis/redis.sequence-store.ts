@@ -126,10 +126,10 @@ export interface RedisSequenceStoreOptions {
   /**
    * Whether large bodies are read back on a connection of the store's own when a read's large
    * bodies total 1 MiB or more (a `duplicate()` of its client, opened at the first such read and
-   * closed when idle), whose replies are parsed without
-   * copying: half the allocations of reading through ioredis, whose parser joins every reply into
-   * a new Buffer, and most of the garbage a consumer holds at its peak. Any failure there falls
-   * back to the client itself. Ignored on Redis Cluster, which reads through the client.
+   * closed when idle), whose replies are parsed without copying: half the allocations of reading
+   * through ioredis, whose parser joins every reply into a new Buffer, and most of the garbage a
+   * consumer holds at its peak. Any failure there falls back to the client itself. Ignored on
+   * Redis Cluster, which reads through the client.
    * @default true
    */
   readonly directReads?: boolean;
