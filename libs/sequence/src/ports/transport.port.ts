@@ -40,6 +40,14 @@ export type MessageHandler = (message: InboundMessage) => Promise<Disposition>;
 export interface PublishOptions {
   /** Reject with `PublishTimeoutError` when the broker has not confirmed within this time. */
   readonly timeoutMs?: number;
+  /**
+   * Whether the transport may send the message again by itself within `timeoutMs` (after a lost
+   * connection, a closed channel, or a return as unroutable). `false`: it is sent at most once
+   * per call, and a publish that is not confirmed fails instead. For callers that keep several
+   * publishes in flight in an order of their own: each resending on its own could overtake
+   * another. @default true
+   */
+  readonly resend?: boolean;
 }
 
 export interface SubscribeOptions {
@@ -65,6 +73,9 @@ export interface Subscription {
  *   `maxMessageBytes`, with `InvalidHeaderError` for headers the adapter cannot encode (nothing
  *   sent), and with `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
  *   header values (string, number, boolean) keep their type and value.
+ * - Publishes with `resend: false` to one channel, made one after another without waiting for
+ *   the earlier ones' confirms, reach it in the order they were made, but for those that fail;
+ *   none is sent twice by the transport (a Resequencer's `outputInFlight` relies on it).
  * - A channel holds messages until a subscriber settles them; messages published before anyone
  *   subscribed are delivered once someone does. Subscribers of one channel compete: each message
  *   goes to one of them at a time.

@@ -127,6 +127,20 @@ export function transportConformance(adapterName: string, harness: TransportHarn
       expect(received.map((m) => m.body.toString()).sort()).toEqual(['one', 'three', 'two']);
     });
 
+    it('publishes with resend: false like any publish, several in flight at once, in order', async () => {
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares'), {});
+      await Promise.all(
+        ['one', 'two', 'three'].map((text) =>
+          transport.publish(channel, Buffer.from(text), {}, { resend: false }),
+        ),
+      );
+      const { received } = await collect(channel);
+
+      await eventually(() => received.length === 4, 'four messages');
+      expect(received.map((m) => m.body.toString())).toEqual(['declares', 'one', 'two', 'three']);
+    });
+
     it('removes an acknowledged message: it is never delivered again', async () => {
       const channel = newChannel();
       const { received, subscription } = await collect(channel);

@@ -13,7 +13,13 @@ export class PublishTimeoutError extends SequenceError {
      * `true` otherwise: it may have reached the broker, only its confirm is missing.
      */
     readonly maybeSent: boolean = true,
+    /** Why it ended before `timeoutMs` (a publish that may not be sent again lost its channel). */
+    why?: string,
   ) {
-    super(`publish to ${channel} was not confirmed within ${timeoutMs} ms`);
+    super(
+      why === undefined
+        ? `publish to ${channel} was not confirmed within ${timeoutMs} ms`
+        : `publish to ${channel} was not confirmed: ${why}`,
+    );
   }
 }

@@ -579,6 +579,72 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       expect(amqp.connected).toBe(false);
     });
 
+    it('with resend: false, fails a publish in flight when the connection drops at once, instead of sending it again on the next connection', async () => {
+      await amqp.close();
+      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(4) }); // back after ~4 s
+      await amqp.init();
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declared'), {});
+
+      // `sent`: handed to a live connection (one published after the drop was seen is queued for
+      // the next connection, where it is sent for the first time).
+      type Result = { ok: boolean; error?: unknown; at: number; sent: boolean };
+      const inFlight: Array<Promise<Result>> = [];
+      let droppedAt = 0;
+      const dropping = dropConnection().then(() => (droppedAt = Date.now()));
+      while (!droppedAt) {
+        for (let index = 0; index < 50; index++) {
+          const sent = amqp.connected;
+          inFlight.push(
+            transport
+              .publish(
+                channel,
+                Buffer.alloc(2_000, index),
+                {},
+                { timeoutMs: 10_000, resend: false },
+              )
+              .then(
+                () => ({ ok: true, at: Date.now(), sent }),
+                (error: unknown) => ({ ok: false, error, at: Date.now(), sent }),
+              ),
+          );
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await dropping;
+      const results = await Promise.all(inFlight);
+
+      const refused = results.filter((result) => result.sent && !result.ok);
+      expect(refused.length).toBeGreaterThan(0);
+      for (const result of refused) {
+        // It may have reached the broker: only its confirm is missing.
+        expect(result.error).toBeInstanceOf(PublishTimeoutError);
+        expect(result.error).toMatchObject({ maybeSent: true });
+      }
+      // Every one settled with the drop, none ~4 s later on the next connection (resending would
+      // have sent the unconfirmed ones again there, and had them confirmed).
+      const handedOver = results.filter((result) => result.sent);
+      expect(Math.max(...handedOver.map((result) => result.at)) - droppedAt).toBeLessThan(1_500);
+    });
+
+    it('with resend: false, fails a message returned as unroutable instead of declaring its queue again', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares the queue'), {});
+      const operator = await admin.createChannel();
+      await operator.deleteQueue(channel);
+
+      const once = transport.publish(channel, Buffer.from('returned'), {}, { resend: false });
+      await expect(once).rejects.toThrow(PublishRejectedError);
+      await expect(once).rejects.toThrow(/returned as unroutable/);
+      // The queue is declared again by the next publish that may be resent.
+      await transport.publish(channel, Buffer.from('after'), {}, { timeoutMs: 5_000 });
+      const kept = await operator.get(channel, { noAck: true });
+      await operator.close();
+      expect(kept && kept.content.toString()).toBe('after');
+    });
+
     it.each([Number.NaN, 0, -5, 2 ** 31])(
       'refuses a publish timeoutMs of %p',
       async (timeoutMs) => {

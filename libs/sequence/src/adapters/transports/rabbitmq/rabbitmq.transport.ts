@@ -6,6 +6,7 @@ import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
   headerBytes,
@@ -151,7 +152,7 @@ export class RabbitMqTransport implements Transport {
           `${MAX_TIMER_MS}, got ${timeoutMs}`,
       );
     }
-    await this.send(channel, body, headers, timeoutMs);
+    await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
   }
 
   async subscribe(
@@ -219,13 +220,15 @@ export class RabbitMqTransport implements Transport {
 
   /**
    * Publishes and waits for the confirm, all within `timeoutMs`: a lost connection is waited for,
-   * and a message in flight when it dropped is sent again on the next one (at least once).
+   * and a message in flight when it dropped is sent again on the next one (at least once). With
+   * `resend` false, a message handed over is never sent again: the first failure is final.
    */
   private async send(
     channel: string,
     body: Buffer,
     headers: Record<string, unknown>,
     timeoutMs: number,
+    resend = true,
   ): Promise<void> {
     // Before anything reaches the channel: a header amqplib fails to encode would leave a confirm
     // callback behind that no message owns (see assertEncodableHeaders).
@@ -263,20 +266,31 @@ export class RabbitMqTransport implements Transport {
         this.awaitingConfirm.delete(attempt);
         if (!this.returned.delete(attempt)) return;
         this.logger.warn(
-          `${channel}: the broker returned a message as unroutable; declaring again`,
+          `${channel}: the broker returned a message as unroutable; ` +
+            (resend ? 'declaring again' : 'not sent again (resend: false)'),
         );
         this.topology.forgetChannel(channel);
+        if (!resend) {
+          const returned = new Error('returned by the broker as unroutable');
+          throw new PublishRejectedError(channel, returned, 'returned as unroutable');
+        }
         if (Date.now() >= deadline) throw timedOut();
         continue;
       } catch (error) {
         this.awaitingConfirm.delete(attempt);
         this.returned.delete(attempt);
-        if (error instanceof PublishTimeoutError) throw error;
+        if (error instanceof PublishTimeoutError || error instanceof PublishRejectedError) {
+          throw error;
+        }
         const message = (error as Error | undefined)?.message;
         if (message === CONFIRM_TIMEOUT) throw timedOut();
         if (message === NEGATIVE_CONFIRM) throw new PublishRejectedError(channel, error as Error);
         // Closed while a message was handed over: it may have reached the broker.
         if (this.closed) throw handedOver ? timedOut() : error;
+        if (!resend) {
+          const why = `its channel closed before the confirm (${errorMessage(error)}); not sent again`;
+          throw handedOver ? new PublishTimeoutError(channel, timeoutMs, true, why) : error;
+        }
         if (Date.now() >= deadline) throw timedOut();
         await delay(10); // the channel closed before the confirm: send again
       }
