@@ -24,8 +24,8 @@
  *
  * Environment: AMQP_URL, REDIS_URL, BENCH_RSQ_EVENTS, BENCH_RSQ_KEYS, BENCH_RSQ_WINDOW,
  * BENCH_RSQ_PREFETCH [64], BENCH_RSQ_ROUNDS [3], BENCH_RSQ_ONLY [unset; `a` or `b` runs one path,
- * for profiling]. Queues and Redis keys are unique to the run and
- * removed at the end.
+ * for profiling], BENCH_RSQ_IN_FLIGHT [1: the resequencer's `outputInFlight`]. Queues and Redis
+ * keys are unique to the run and removed at the end.
  */
 import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
@@ -54,6 +54,7 @@ const settings = {
   window: positive('BENCH_RSQ_WINDOW', 5_000),
   prefetch: positive('BENCH_RSQ_PREFETCH', 64),
   rounds: positive('BENCH_RSQ_ROUNDS', 3),
+  outputInFlight: positive('BENCH_RSQ_IN_FLIGHT', 1),
 };
 const perKey = Math.ceil(settings.events / settings.keys);
 const runId = randomUUID().slice(0, 8);
@@ -211,6 +212,7 @@ async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: 
   const resequencer = app.get(ResequencerService).create({
     channel: input,
     output,
+    outputInFlight: settings.outputInFlight,
     gap: { timeoutMs: 600_000, policy: 'alert' },
   });
 
@@ -326,6 +328,7 @@ async function main(): Promise<void> {
     window: settings.window,
     prefetch: settings.prefetch,
     rounds: settings.rounds,
+    outputInFlight: settings.outputInFlight,
     baselineEventsPerSecond: Math.round(median(baseline)),
     moduleEventsPerSecond: Math.round(median(module)),
     ratio: Math.round(median(ratios) * 100) / 100,

@@ -17,6 +17,7 @@ export class ResequencerMetrics {
   private readonly deadLetters: Counter<'resequencer' | 'reason'>;
   private readonly gaps: Counter<'resequencer' | 'type'>;
   private readonly handlerFailures: Counter<'resequencer'>;
+  private readonly orderAtRisk: Counter<'resequencer'>;
   private readonly buffered: Gauge<'resequencer'>;
 
   constructor(
@@ -49,6 +50,12 @@ export class ResequencerMetrics {
       'Handler calls that threw',
       ['resequencer'],
     );
+    this.orderAtRisk = counter(
+      'resequencer_output_order_at_risk_total',
+      'Output publishes that failed while later ones of their key were confirmed ' +
+        '(outputInFlight above 1): the output may hold those later ones first',
+      ['resequencer'],
+    );
     this.buffered = gauge(
       'resequencer_buffered',
       'Events buffered behind gaps, as last seen by this instance',
@@ -74,6 +81,10 @@ export class ResequencerMetrics {
 
   handlerFailed(resequencer: string): void {
     this.handlerFailures.inc({ resequencer });
+  }
+
+  outputOrderAtRisk(resequencer: string): void {
+    this.orderAtRisk.inc({ resequencer });
   }
 
   bufferedNow(resequencer: string, count: number): void {

@@ -4,7 +4,10 @@ import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
-import { isUnsendable, type Transport } from '../ports/transport.port';
+import { headerBytes, isUnsendable, type Transport } from '../ports/transport.port';
+import { assertEncodableHeaders } from '../ports/transport-headers';
+import { withTimeout } from '../core/async';
+import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { callHandlerWithRetry } from '../sequence/handler-retry';
 import { publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
 import { errorMessage } from '../core/errors/caught';
@@ -49,6 +52,102 @@ const UNGUARDED: DeliveryGuard = { allows: () => true };
  */
 export class HandOffDeliverer {
   constructor(private readonly targets: HandOffTargets) {}
+
+  /**
+   * Delivers `items[from]` and, with `outputInFlight` above 1, the events right after it, with up
+   * to that many publishes awaiting their confirms at once (sent in order, each at most once).
+   * Answers how many items from `from` on were delivered, in order; 0 means stop, as `deliver`
+   * answering false. When a publish of the window fails, the ones confirmed before it count and
+   * the next call starts from it; a window whose first publish fails sends that event alone,
+   * with `deliver`'s retries. Ones after it that the broker confirmed all the same reach the
+   * output again (at least once, as after a crash).
+   */
+  async deliverFrom(
+    key: string,
+    items: readonly HandOffItem[],
+    from: number,
+    guard: DeliveryGuard = UNGUARDED,
+  ): Promise<number> {
+    const window = this.windowOf(key, items, from);
+    if (window.length <= 1) return (await this.deliver(key, items[from], guard)) ? 1 : 0;
+    const { definition, transport, publish, metrics, logger } = this.targets;
+    const output = definition.output as string;
+    const timeoutMs = publish.confirmTimeoutMs;
+    const sent: Promise<void>[] = [];
+    for (const entry of window) {
+      // Each publish must be confirmed before the lease could pass on, as in `deliver`.
+      if (!guard.allows(timeoutMs)) break;
+      sent.push(
+        withTimeout(
+          transport.publish(output, entry.body, outputHeaders(key, entry), {
+            timeoutMs,
+            resend: false,
+          }),
+          timeoutMs,
+          () => new PublishTimeoutError(output, timeoutMs),
+        ),
+      );
+    }
+    if (sent.length === 0) return 0;
+    const results = await Promise.allSettled(sent);
+    let confirmed = 0;
+    while (confirmed < results.length && results[confirmed].status === 'fulfilled') confirmed++;
+    for (let i = 0; i < confirmed; i++) metrics.delivered(definition.name);
+    if (confirmed === results.length) return confirmed;
+
+    const failure = (results[confirmed] as PromiseRejectedResult).reason as unknown;
+    const seq = window[confirmed].seq;
+    // What outputInFlight above 1 cannot rule out: a publish that failed while a later one of
+    // the key was confirmed. A refusal certainly left the later event on the output first; a
+    // confirm that did not come in time may have (the transport gave the message up unsent).
+    const lastConfirmed = results.map((result) => result.status).lastIndexOf('fulfilled');
+    const overtaken = window
+      .slice(0, Math.max(0, lastConfirmed))
+      .filter((_, i) => results[i].status === 'rejected')
+      .map((entry) => entry.seq);
+    if (overtaken.length > 0) {
+      for (let i = 0; i < overtaken.length; i++) metrics.outputOrderAtRisk(definition.name);
+      logger.error(
+        `${definition.name}: key ${key}: event(s) ${overtaken.join(', ')} to ${output} failed ` +
+          `while later ones sent with them were confirmed (outputInFlight ` +
+          `${definition.outputInFlight}): the output may hold those first; sending again from ` +
+          `event ${seq}: ${errorMessage(failure)}`,
+      );
+    } else {
+      logger.warn(
+        `${definition.name}: key ${key}: event ${seq} to ${output} was not confirmed; sending ` +
+          `again from it: ${errorMessage(failure)}`,
+      );
+    }
+    if (confirmed > 0) return confirmed;
+    return (await this.deliver(key, items[from], guard)) ? 1 : 0;
+  }
+
+  /**
+   * The events a window may publish from `from` on: consecutive events (not gap records or
+   * dead-letters), up to `outputInFlight`, each passing the checks the transport makes before it
+   * sends (size, headers), so that none fails for a reason no retry can change.
+   */
+  private windowOf(key: string, items: readonly HandOffItem[], from: number): ResequencedEntry[] {
+    const { definition, transport } = this.targets;
+    const window: ResequencedEntry[] = [];
+    const inFlight = definition.outputInFlight ?? 1;
+    if (inFlight <= 1 || definition.output === undefined) return window;
+    if (definition.callHandler && this.targets.handler) return window;
+    for (let i = from; i < items.length && window.length < inFlight; i++) {
+      const item = items[i];
+      if (item.kind !== 'event') break;
+      const headers = outputHeaders(key, item.entry);
+      if (item.entry.body.length + headerBytes(headers) > transport.maxMessageBytes) break;
+      try {
+        assertEncodableHeaders(definition.output, headers);
+      } catch {
+        break;
+      }
+      window.push(item.entry);
+    }
+    return window;
+  }
 
   async deliver(
     key: string,

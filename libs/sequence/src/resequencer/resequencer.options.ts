@@ -58,6 +58,15 @@ export interface ResequencerDefinition {
   seq?: ResequencerField<number>;
   /** Publish released events, in order and with confirms, to this channel. */
   output?: string;
+  /**
+   * Publishes to `output` of one key's released events awaiting their confirms at once. 1 sends
+   * each event only once the previous one is confirmed: strict order whatever the broker does.
+   * Above 1, a key's events leave in order without waiting for each confirm (faster); the order
+   * then still holds unless the broker refuses an event and accepts a later one (a queue at its
+   * length limit with `overflow: reject-publish`, a queue process failing): see
+   * docs/resequencer.md. Only for `output` without the handler. @default 1
+   */
+  outputInFlight?: number;
   /** Call the handler with released events. @default true without `output`, false with it */
   callHandler?: boolean;
   /** Each key's first sequence number. @default 1 */
@@ -98,6 +107,9 @@ export const RESEQUENCER_DEFAULTS = {
   sweepBatch: 100,
   start: 1,
 } as const;
+
+/** Most `outputInFlight`: past the broker's usual confirm batches, more gains nothing. */
+export const MAX_OUTPUT_IN_FLIGHT = 256;
 
 const POLICIES: ReadonlySet<unknown> = new Set<GapPolicy>(['alert', 'skip', 'dead-letter']);
 const OVERFLOWS: ReadonlySet<unknown> = new Set<OverflowPolicy>(['backpressure', 'dead-letter']);
@@ -161,6 +173,20 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
   if (output !== undefined && output === channel) {
     problems.push('output must differ from channel: released events would be resequenced again');
   }
+  if (definition.outputInFlight !== undefined) {
+    const valid = checkInteger(problems, 'outputInFlight', definition.outputInFlight, 1);
+    if (valid && definition.outputInFlight > MAX_OUTPUT_IN_FLIGHT) {
+      problems.push(
+        `outputInFlight must be at most ${MAX_OUTPUT_IN_FLIGHT}, got ${definition.outputInFlight}`,
+      );
+    }
+    if (valid && definition.outputInFlight > 1 && (output === undefined || callHandler === true)) {
+      problems.push(
+        'outputInFlight above 1 needs an output channel and no handler call (callHandler: false): ' +
+          'a handler takes each event after the previous one',
+      );
+    }
+  }
   if (callHandler === false && output === undefined) {
     problems.push('callHandler: false needs an output channel, or released events go nowhere');
   }
@@ -197,6 +223,8 @@ export interface ResolvedResequencer {
   readonly key: ResequencerField<string>;
   readonly seq: ResequencerField<number>;
   readonly output?: string;
+  /** @default 1 (absent in a definition resolved by an earlier version) */
+  readonly outputInFlight?: number;
   readonly callHandler: boolean;
   readonly start: number;
   readonly gap: { readonly timeoutMs: number; readonly policy: GapPolicy };
@@ -252,6 +280,7 @@ export function resolveDefinition(
     key: definition.key ?? ResequenceHeader.key,
     seq: definition.seq ?? ResequenceHeader.seq,
     output: definition.output,
+    outputInFlight: definition.outputInFlight ?? 1,
     callHandler: definition.callHandler ?? definition.output === undefined,
     start: definition.start ?? RESEQUENCER_DEFAULTS.start,
     gap: { timeoutMs: definition.gap.timeoutMs, policy: definition.gap.policy },

@@ -171,8 +171,9 @@ export class Resequencer {
         const { items } = claim;
         let delivered = 0;
         while (delivered < items.length && !lease.lost()) {
-          if (!(await this.deliverer.deliver(key, items[delivered], lease))) break;
-          delivered++;
+          const count = await this.deliverer.deliverFrom(key, items, delivered, lease);
+          if (count === 0) break;
+          delivered += count;
         }
         await lease.pause();
         if (delivered < items.length || lease.lost()) {

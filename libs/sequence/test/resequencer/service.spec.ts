@@ -130,6 +130,26 @@ describe('ResequencerService', () => {
       { maxBufferedPerKey: '5' as unknown as number },
       /convert values read from the environment/,
     ],
+    [
+      'a zero outputInFlight',
+      { output: 'out', outputInFlight: 0 },
+      /outputInFlight must be an integer >= 1/,
+    ],
+    [
+      'a huge outputInFlight',
+      { output: 'out', outputInFlight: 257 },
+      /outputInFlight must be at most 256, got 257/,
+    ],
+    [
+      'outputInFlight without output',
+      { outputInFlight: 4 },
+      /outputInFlight above 1 needs an output channel/,
+    ],
+    [
+      'outputInFlight with the handler',
+      { output: 'out', callHandler: true, outputInFlight: 4 },
+      /outputInFlight above 1 needs an output channel and no handler call/,
+    ],
   ])('refuses a definition with %s, saying what to fix', async (_case, change, message) => {
     const { app, service } = await serviceApp();
     const definition = { channel: 'in', gap: GAP, ...change };

@@ -26,6 +26,8 @@ import { AMQP_URL, namedConnection } from './rabbitmq.admin';
 export interface ResequencerApp {
   readonly app: INestApplicationContext;
   readonly transport: RabbitMqTransport;
+  /** The name the broker lists this instance's connection under (to have it dropped). */
+  readonly connectionName: string;
   /** The Redis store this instance uses (its own client), e.g. to inspect a key. */
   readonly store: RedisResequencerStore;
   /** The recording `@Resequenced` handler (without a definition: a handler nothing calls). */
@@ -62,11 +64,8 @@ export async function createResequencerApp(
   definition: ResequencerDefinition | undefined,
   options: ResequencerAppOptions,
 ): Promise<ResequencerApp> {
-  const transport = await RabbitMqTransport.connect(
-    AMQP_URL,
-    {},
-    namedConnection(`nseq-fault-rsq-${randomUUID()}`),
-  );
+  const connectionName = `nseq-fault-rsq-${randomUUID()}`;
+  const transport = await RabbitMqTransport.connect(AMQP_URL, {}, namedConnection(connectionName));
   const redis = new Redis(SERVERS.redis.url);
   const store = new RedisResequencerStore(redis, { prefix: options.prefix });
   const closeClients = async () => {
@@ -108,6 +107,7 @@ export async function createResequencerApp(
   return {
     app,
     transport,
+    connectionName,
     store,
     handler: Handler ? app.get(Handler) : new RecordingResequencedHandler(),
     service,
@@ -132,4 +132,21 @@ export function publishKeyedEvent(
     'x-resequence-key': event.key,
     'x-resequence-seq': event.seq,
   });
+}
+
+/**
+ * Publishes `events` in their order, `concurrency` at a time (each batch waits for its confirms),
+ * as upstream services would.
+ */
+export async function publishKeyedEvents(
+  transport: RabbitMqTransport,
+  channel: string,
+  events: ReadonlyArray<{ key: string; seq: number }>,
+  concurrency = 200,
+): Promise<void> {
+  for (let i = 0; i < events.length; i += concurrency) {
+    await Promise.all(
+      events.slice(i, i + concurrency).map((event) => publishKeyedEvent(transport, channel, event)),
+    );
+  }
 }

@@ -30,6 +30,8 @@ export interface ResequencerConsumerSettings {
   readonly drainBatch?: number;
   readonly prefetch?: number;
   readonly sweepIntervalMs?: number;
+  /** The resequencer's `outputInFlight`. @default 1 */
+  readonly outputInFlight?: number;
   /** Call the handler after each output publish (it reports `handled`). */
   readonly callHandler?: boolean;
   /** `key:seq` on which the handler hangs until the process is killed (once per test). */
@@ -58,6 +60,7 @@ export class ResequencerConsumerProcess extends FixtureProcess<ResequencerConsum
       DRAIN_BATCH: optional(settings.drainBatch),
       PREFETCH: optional(settings.prefetch),
       SWEEP_INTERVAL_MS: optional(settings.sweepIntervalMs),
+      OUTPUT_IN_FLIGHT: optional(settings.outputInFlight),
       CALL_HANDLER: settings.callHandler ? '1' : '0',
       BLOCK_ON: settings.blockOn,
       GAP_POLICY: settings.gapPolicy,

@@ -1,0 +1,139 @@
+import { eventually, shuffled } from '../support/sequence-test-app';
+import { refuseEveryPublish } from './support/broker-policy';
+import { useFaultServers } from './support/fault-servers';
+import { describeOnRealServers } from './support/real-servers';
+import {
+  createResequencerApp,
+  publishKeyedEvents,
+  type ResequencerApp,
+} from './support/resequencer-app';
+import { QueueCollector } from './support/resequencer-output';
+
+jest.setTimeout(60_000);
+
+const GAP = { timeoutMs: 600_000, policy: 'alert' } as const;
+const KEYS = 2_000;
+const EVENTS_PER_KEY = 10;
+/** Publishes in flight at once while loading the input (each waits for its confirm). */
+const PUBLISH_CONCURRENCY = 200;
+
+/**
+ * `outputInFlight` above 1 on the real servers: a key's publishes to `output` leave in order
+ * without waiting for each confirm. What must still hold when the broker connection drops in the
+ * middle, or the broker refuses the output: nothing lost, and no event on the output before an
+ * earlier event of its key (an event may come again after a failure: at least once).
+ */
+describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () => {
+  let t: ResequencerApp | undefined;
+  const servers = useFaultServers({
+    producer: true,
+    beforeCleanup: async () => {
+      await t?.close();
+      t = undefined;
+    },
+  });
+
+  it('survives its connection dropped mid-run: every event of every key on the output, first seen in order', async () => {
+    const channel = servers.admin.newChannel();
+    const output = servers.admin.newChannel();
+    t = await createResequencerApp(
+      { channel, output, outputInFlight: 8, prefetch: 16, gap: GAP },
+      { prefix: servers.prefix },
+    );
+    const events = Array.from({ length: KEYS }, (_, key) =>
+      Array.from({ length: EVENTS_PER_KEY }, (__, i) => ({ key: `K${key}`, seq: i + 1 })),
+    ).flat();
+    const stream = shuffled(events, 41);
+    const droppedPid = await servers.admin.connectionPid(t.connectionName);
+    const loading = publishKeyedEvents(servers.producer, channel, stream, PUBLISH_CONCURRENCY);
+
+    // The app consumes while the input fills; its connection drops once output is flowing.
+    const reader = new QueueCollector(servers.admin, output);
+    await reader.atLeast(200, 'the first events on the output', 20_000);
+    await servers.admin.closeConnection(t.connectionName);
+    const seenAtTheDrop = (await reader.collect()).length;
+    await loading;
+    await eventually(
+      async () => (await servers.admin.readyCount(channel)) === 0,
+      'the input drained',
+      40_000,
+    );
+    await eventually(
+      async () => new Set((await reader.collect()).map(idOf)).size === events.length,
+      'every event on the output',
+      40_000,
+    );
+
+    // The drop did land in the middle of the run, and the app came back on a new connection.
+    expect(seenAtTheDrop).toBeLessThan(events.length);
+    expect(await servers.admin.connectionPid(t.connectionName)).not.toBe(droppedPid);
+    const firstSeen = new Map<string, number[]>();
+    for (const message of reader.messages) {
+      const key = String(message.headers['x-resequence-key']);
+      const seq = Number(message.headers['x-resequence-seq']);
+      const seqs = firstSeen.get(key) ?? [];
+      if (!seqs.includes(seq)) seqs.push(seq);
+      firstSeen.set(key, seqs);
+    }
+    const inOrder = Array.from({ length: EVENTS_PER_KEY }, (_, i) => i + 1);
+    const outOfOrder = [...firstSeen].filter(([, seqs]) => seqs.join() !== inOrder.join());
+    expect(outOfOrder).toEqual([]);
+    expect(firstSeen.size).toBe(KEYS);
+    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+  });
+
+  it('output refused by the broker: nothing of the window counts; the key delivers in order once the broker takes it', async () => {
+    const channel = servers.admin.newChannel();
+    const output = servers.admin.newChannel();
+    const published = new QueueCollector(servers.admin, output);
+    t = await createResequencerApp(undefined, { prefix: servers.prefix });
+    const resequencer = t.service.create({ channel, output, outputInFlight: 4, gap: GAP });
+    const event = (seq: number) => ({
+      body: Buffer.from(`K#${seq}`),
+      headers: { 'x-resequence-key': 'K', 'x-resequence-seq': seq },
+    });
+
+    const allow = await refuseEveryPublish(output);
+    let allowed = false;
+    try {
+      for (const seq of [2, 3, 4]) {
+        await expect(resequencer.receive(event(seq))).resolves.toEqual({ action: 'ack' });
+      }
+      // 1 releases 1..4: the window of four is refused, then 1 alone with its retries.
+      await expect(resequencer.receive(event(1))).resolves.toEqual({
+        action: 'requeue',
+        delayMs: 50,
+        reason: 'key K: output unreachable',
+      });
+      await expect(resequencer.inspect('K')).resolves.toEqual({
+        next: 5,
+        buffered: [],
+        handOff: 4,
+      });
+      expect(await published.collect()).toEqual([]);
+      await allow();
+      allowed = true;
+    } finally {
+      if (!allowed) await allow();
+    }
+
+    // The requeued input comes back: late now, its events still pending; it drains them.
+    await expect(resequencer.receive(event(1))).resolves.toEqual({ action: 'ack' });
+    await published.atLeast(4, 'the four events on the output');
+    expect((await published.collect()).map((message) => message.body.toString())).toEqual([
+      'K#1',
+      'K#2',
+      'K#3',
+      'K#4',
+    ]);
+    await expect(resequencer.inspect('K')).resolves.toEqual({
+      next: 5,
+      buffered: [],
+      handOff: 0,
+    });
+  });
+});
+
+function idOf(message: { headers: Record<string, unknown> }): string {
+  return `${String(message.headers['x-resequence-key'])}:${String(message.headers['x-resequence-seq'])}`;
+}
