@@ -1,3 +1,7 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SERVERS } from '../support/servers';
 import { eventually, shuffled } from '../support/sequence-test-app';
 import { refuseEveryPublish } from './support/broker-policy';
 import { useFaultServers } from './support/fault-servers';
@@ -8,6 +12,8 @@ import {
   type ResequencerApp,
 } from './support/resequencer-app';
 import { QueueCollector } from './support/resequencer-output';
+import { AMQP_URL, type QueuedMessage } from './support/rabbitmq.admin';
+import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
 
 jest.setTimeout(60_000);
 
@@ -25,13 +31,30 @@ const PUBLISH_CONCURRENCY = 200;
  */
 describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () => {
   let t: ResequencerApp | undefined;
+  const consumers: ResequencerConsumerProcess[] = [];
   const servers = useFaultServers({
     producer: true,
     beforeCleanup: async () => {
       await t?.close();
       t = undefined;
+      for (const consumer of consumers.splice(0)) await consumer.kill();
     },
   });
+
+  /** Every event of every key is on the output, and each key's events were first seen in order. */
+  function expectAllFirstSeenInOrder(messages: readonly QueuedMessage[], keys: number) {
+    const firstSeen = new Map<string, number[]>();
+    for (const message of messages) {
+      const key = String(message.headers['x-resequence-key']);
+      const seq = Number(message.headers['x-resequence-seq']);
+      const seqs = firstSeen.get(key) ?? [];
+      if (!seqs.includes(seq)) seqs.push(seq);
+      firstSeen.set(key, seqs);
+    }
+    const inOrder = Array.from({ length: EVENTS_PER_KEY }, (_, i) => i + 1).join();
+    expect([...firstSeen].filter(([, seqs]) => seqs.join() !== inOrder)).toEqual([]);
+    expect(firstSeen.size).toBe(keys);
+  }
 
   it('survives its connection dropped mid-run: every event of every key on the output, first seen in order', async () => {
     const channel = servers.admin.newChannel();
@@ -67,19 +90,63 @@ describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () =>
     // The drop did land in the middle of the run, and the app came back on a new connection.
     expect(seenAtTheDrop).toBeLessThan(events.length);
     expect(await servers.admin.connectionPid(t.connectionName)).not.toBe(droppedPid);
-    const firstSeen = new Map<string, number[]>();
-    for (const message of reader.messages) {
-      const key = String(message.headers['x-resequence-key']);
-      const seq = Number(message.headers['x-resequence-seq']);
-      const seqs = firstSeen.get(key) ?? [];
-      if (!seqs.includes(seq)) seqs.push(seq);
-      firstSeen.set(key, seqs);
-    }
-    const inOrder = Array.from({ length: EVENTS_PER_KEY }, (_, i) => i + 1);
-    const outOfOrder = [...firstSeen].filter(([, seqs]) => seqs.join() !== inOrder.join());
-    expect(outOfOrder).toEqual([]);
-    expect(firstSeen.size).toBe(KEYS);
+    expectAllFirstSeenInOrder(reader.messages, KEYS);
     expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+  });
+
+  it('one of two consumer processes SIGKILLed mid-run: the other delivers the rest; every event of every key on the output, first seen in order', async () => {
+    const channel = servers.admin.newChannel();
+    const output = servers.admin.newChannel();
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-fault-rsq-window-'));
+    try {
+      const start = () =>
+        ResequencerConsumerProcess.start({
+          amqpUrl: AMQP_URL,
+          redisUrl: SERVERS.redis.url,
+          channel,
+          output,
+          prefix: servers.prefix,
+          dir,
+          leaseMs: 2_000,
+          sweepIntervalMs: 200,
+          prefetch: 32,
+          outputInFlight: 8,
+        });
+      consumers.push(...(await Promise.all([start(), start()])));
+      const keys = 1_000;
+      const events = Array.from({ length: keys }, (_, key) =>
+        Array.from({ length: EVENTS_PER_KEY }, (__, i) => ({ key: `K${key}`, seq: i + 1 })),
+      ).flat();
+      const loading = publishKeyedEvents(
+        servers.producer,
+        channel,
+        shuffled(events, 43),
+        PUBLISH_CONCURRENCY,
+      );
+
+      // Counted without reading the output, so that the kill lands while it is still filling.
+      await eventually(
+        // The output queue is declared by the consumers' first publish.
+        async () => (await servers.admin.readyCount(output).catch(() => 0)) >= 1_000,
+        'output flowing',
+        20_000,
+      );
+      await consumers[0].kill();
+      const seenAtTheKill = await servers.admin.readyCount(output);
+      await loading;
+      const reader = new QueueCollector(servers.admin, output);
+      await eventually(
+        async () => new Set((await reader.collect()).map(idOf)).size === events.length,
+        'every event on the output',
+        45_000,
+      );
+
+      expect(seenAtTheKill).toBeLessThan(events.length);
+      expectAllFirstSeenInOrder(reader.messages, keys);
+      expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('output refused by the broker: nothing of the window counts; the key delivers in order once the broker takes it', async () => {
