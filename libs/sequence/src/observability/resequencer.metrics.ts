@@ -67,8 +67,8 @@ export class ResequencerMetrics {
     this.events.inc({ resequencer, outcome });
   }
 
-  delivered(resequencer: string): void {
-    this.deliveries.inc({ resequencer });
+  delivered(resequencer: string, count = 1): void {
+    this.deliveries.inc({ resequencer }, count);
   }
 
   deadLettered(resequencer: string, reason: string): void {
@@ -83,8 +83,8 @@ export class ResequencerMetrics {
     this.handlerFailures.inc({ resequencer });
   }
 
-  outputOrderAtRisk(resequencer: string): void {
-    this.orderAtRisk.inc({ resequencer });
+  outputOrderAtRisk(resequencer: string, count = 1): void {
+    this.orderAtRisk.inc({ resequencer }, count);
   }
 
   bufferedNow(resequencer: string, count: number): void {

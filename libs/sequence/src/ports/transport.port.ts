@@ -2,6 +2,7 @@ import { MAX_TIMER_MS } from '../core/async';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
+import { assertEncodableHeaders } from './transport-headers';
 
 const DEATH_REASON_HEADER = SequenceHeader.deathReason;
 
@@ -147,6 +148,22 @@ export function toDisposition(outcome: unknown): Disposition {
  */
 export function isUnsendable(error: unknown): boolean {
   return error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+}
+
+/**
+ * The checks a transport makes before it sends anything: headers it can encode, and body plus
+ * headers within `maxMessageBytes`. Throws what `publish` then rejects with (see
+ * {@link isUnsendable}).
+ */
+export function assertSendable(
+  channel: string,
+  body: Buffer,
+  headers: HeaderMap,
+  maxMessageBytes: number,
+): void {
+  assertEncodableHeaders(channel, headers);
+  const bytes = body.length + headerBytes(headers);
+  if (bytes > maxMessageBytes) throw new MessageTooLargeError(channel, bytes, maxMessageBytes);
 }
 
 /**

@@ -4,12 +4,9 @@ import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
-import { headerBytes, isUnsendable, type Transport } from '../ports/transport.port';
-import { assertEncodableHeaders } from '../ports/transport-headers';
-import { withTimeout } from '../core/async';
-import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
+import { assertSendable, isUnsendable, type Transport } from '../ports/transport.port';
 import { callHandlerWithRetry } from '../sequence/handler-retry';
-import { publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
+import { publishOnce, publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
 import { errorMessage } from '../core/errors/caught';
 import type { PublishRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
@@ -74,29 +71,20 @@ export class HandOffDeliverer {
     const output = definition.output as string;
     const timeoutMs = publish.confirmTimeoutMs;
     const sent: Promise<void>[] = [];
-    for (const entry of window) {
+    for (const { entry, headers } of window) {
       // Each publish must be confirmed before the lease could pass on, as in `deliver`.
       if (!guard.allows(timeoutMs)) break;
-      sent.push(
-        withTimeout(
-          transport.publish(output, entry.body, outputHeaders(key, entry), {
-            timeoutMs,
-            resend: false,
-          }),
-          timeoutMs,
-          () => new PublishTimeoutError(output, timeoutMs),
-        ),
-      );
+      sent.push(publishOnce(transport, output, entry.body, headers, { timeoutMs, resend: false }));
     }
     if (sent.length === 0) return 0;
     const results = await Promise.allSettled(sent);
     let confirmed = 0;
     while (confirmed < results.length && results[confirmed].status === 'fulfilled') confirmed++;
-    for (let i = 0; i < confirmed; i++) metrics.delivered(definition.name);
+    if (confirmed > 0) metrics.delivered(definition.name, confirmed);
     if (confirmed === results.length) return confirmed;
 
     const failure = (results[confirmed] as PromiseRejectedResult).reason as unknown;
-    const seq = window[confirmed].seq;
+    const seq = window[confirmed].entry.seq;
     // What outputInFlight above 1 cannot rule out: a publish that failed while a later one of
     // the key was confirmed. A refusal certainly left the later event on the output first; a
     // confirm that did not come in time may have (the transport gave the message up unsent).
@@ -104,9 +92,9 @@ export class HandOffDeliverer {
     const overtaken = window
       .slice(0, Math.max(0, lastConfirmed))
       .filter((_, i) => results[i].status === 'rejected')
-      .map((entry) => entry.seq);
+      .map(({ entry }) => entry.seq);
     if (overtaken.length > 0) {
-      for (let i = 0; i < overtaken.length; i++) metrics.outputOrderAtRisk(definition.name);
+      metrics.outputOrderAtRisk(definition.name, overtaken.length);
       logger.error(
         `${definition.name}: key ${key}: event(s) ${overtaken.join(', ')} to ${output} failed ` +
           `while later ones sent with them were confirmed (outputInFlight ` +
@@ -124,13 +112,18 @@ export class HandOffDeliverer {
   }
 
   /**
-   * The events a window may publish from `from` on: consecutive events (not gap records or
-   * dead-letters), up to `outputInFlight`, each passing the checks the transport makes before it
-   * sends (size, headers), so that none fails for a reason no retry can change.
+   * The events a window may publish from `from` on, with their output headers: consecutive events
+   * (not gap records or dead-letters), up to `outputInFlight`, each passing the checks the
+   * transport makes before it sends (`assertSendable`), so that none fails for a reason no retry
+   * can change.
    */
-  private windowOf(key: string, items: readonly HandOffItem[], from: number): ResequencedEntry[] {
+  private windowOf(
+    key: string,
+    items: readonly HandOffItem[],
+    from: number,
+  ): Array<{ entry: ResequencedEntry; headers: HeaderMap }> {
     const { definition, transport } = this.targets;
-    const window: ResequencedEntry[] = [];
+    const window: Array<{ entry: ResequencedEntry; headers: HeaderMap }> = [];
     const inFlight = definition.outputInFlight ?? 1;
     if (inFlight <= 1 || definition.output === undefined) return window;
     if (definition.callHandler && this.targets.handler) return window;
@@ -138,13 +131,12 @@ export class HandOffDeliverer {
       const item = items[i];
       if (item.kind !== 'event') break;
       const headers = outputHeaders(key, item.entry);
-      if (item.entry.body.length + headerBytes(headers) > transport.maxMessageBytes) break;
       try {
-        assertEncodableHeaders(definition.output, headers);
+        assertSendable(definition.output, item.entry.body, headers, transport.maxMessageBytes);
       } catch {
         break;
       }
-      window.push(item.entry);
+      window.push({ entry: item.entry, headers });
     }
     return window;
   }

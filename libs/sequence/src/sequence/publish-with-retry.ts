@@ -2,7 +2,7 @@ import type { HeaderMap } from '../core/headers';
 import { errorMessage } from '../core/errors/caught';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
-import { isUnsendable, type Transport } from '../ports/transport.port';
+import { isUnsendable, type PublishOptions, type Transport } from '../ports/transport.port';
 import type { PublishRetryOptions } from '../sequence.options';
 
 /**
@@ -34,11 +34,7 @@ export async function publishWithRetry(
     }
     attempt++;
     try {
-      await withTimeout(
-        transport.publish(channel, body, headers, { timeoutMs: policy.confirmTimeoutMs }),
-        policy.confirmTimeoutMs,
-        () => new PublishTimeoutError(channel, policy.confirmTimeoutMs),
-      );
+      await publishOnce(transport, channel, body, headers, { timeoutMs: policy.confirmTimeoutMs });
       return { ok: true, attempts: attempt };
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);
@@ -49,6 +45,24 @@ export async function publishWithRetry(
       await delay(backoff(attempt, policy.baseDelayMs, policy.maxDelayMs));
     }
   }
+}
+
+/**
+ * One publish attempt, its `timeoutMs` enforced here too: a transport that never answers cannot
+ * hang it (it rejects with `PublishTimeoutError`).
+ */
+export function publishOnce(
+  transport: Transport,
+  channel: string,
+  body: Buffer,
+  headers: HeaderMap,
+  options: PublishOptions & { readonly timeoutMs: number },
+): Promise<void> {
+  return withTimeout(
+    transport.publish(channel, body, headers, options),
+    options.timeoutMs,
+    () => new PublishTimeoutError(channel, options.timeoutMs),
+  );
 }
 
 export type PublishOutcome =

@@ -97,7 +97,8 @@ function partsWith(outputInFlight: number) {
     {
       get: (_target, name) =>
         name === 'outputOrderAtRisk'
-          ? (resequencer: string) => atRisk.push(resequencer)
+          ? (resequencer: string, count = 1) =>
+              atRisk.push(...Array<string>(count).fill(resequencer))
           : () => undefined,
     },
   ) as ResequencerMetrics;

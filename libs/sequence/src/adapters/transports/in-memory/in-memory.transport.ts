@@ -1,10 +1,9 @@
 import { AsyncResource } from 'node:async_hooks';
-import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import type { HeaderMap } from '../../../core/headers';
 import {
+  assertSendable,
   deadLetterHeaders,
   defaultDeadLetterChannel,
-  headerBytes,
   prefetchProblem,
   toDisposition,
   withRequeueCount,
@@ -15,10 +14,12 @@ import {
   type Subscription,
   type Transport,
 } from '../../../ports/transport.port';
-import { assertEncodableHeaders } from '../../../ports/transport-headers';
 
 export interface InMemoryTransportOptions {
-  /** Largest message (body plus {@link headerBytes}) `publish` accepts. @default 16777216 (16 MiB) */
+  /**
+   * Largest message (body plus `headerBytes(headers)`) `publish` accepts.
+   * @default 16777216 (16 MiB)
+   */
   readonly maxMessageBytes?: number;
 }
 
@@ -86,11 +87,7 @@ export class InMemoryTransport implements Transport {
   ): Promise<void> {
     // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
     if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
-    assertEncodableHeaders(channel, headers);
-    const bytes = body.length + headerBytes(headers);
-    if (bytes > this.maxMessageBytes) {
-      throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);
-    }
+    assertSendable(channel, body, headers, this.maxMessageBytes);
     this.enqueue(channel, { body: Buffer.from(body), headers: { ...headers }, redelivered: false });
   }
 

@@ -289,7 +289,7 @@ export class RabbitMqTransport implements Transport {
         if (this.closed) throw handedOver ? timedOut() : error;
         if (!resend) {
           const why = `its channel closed before the confirm (${errorMessage(error)}); not sent again`;
-          throw handedOver ? new PublishTimeoutError(channel, timeoutMs, true, why) : error;
+          throw new PublishTimeoutError(channel, timeoutMs, true, why);
         }
         if (Date.now() >= deadline) throw timedOut();
         await delay(10); // the channel closed before the confirm: send again
