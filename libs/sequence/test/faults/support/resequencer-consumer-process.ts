@@ -16,6 +16,8 @@ export interface ResequencerConsumerEvent {
   readonly outcomes?: Readonly<Record<string, number>>;
   /** `stats`: events the instance delivered. */
   readonly delivered?: number;
+  /** `stats`: the most publishes of one key to the output awaiting their confirms at once. */
+  readonly maxKeyInFlight?: number;
 }
 
 export interface ResequencerConsumerSettings {
