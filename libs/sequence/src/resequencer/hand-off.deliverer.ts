@@ -6,7 +6,12 @@ import type { ResequencerMetrics } from '../observability/resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
 import { assertSendable, isUnsendable, type Transport } from '../ports/transport.port';
 import { callHandlerWithRetry } from '../sequence/handler-retry';
-import { publishOnce, publishWithRetry, type PublishOutcome } from '../sequence/publish-with-retry';
+import {
+  mayHaveReachedTheBroker,
+  publishOnce,
+  publishWithRetry,
+  type PublishOutcome,
+} from '../sequence/publish-with-retry';
 import { errorMessage } from '../core/errors/caught';
 import type { PublishRetryOptions } from '../sequence.options';
 import type { GapEvent } from './gap-event';
@@ -76,7 +81,13 @@ export class HandOffDeliverer {
       if (!guard.allows(timeoutMs)) break;
       sent.push(publishOnce(transport, output, entry.body, headers, { timeoutMs, resend: false }));
     }
-    if (sent.length === 0) return 0;
+    if (sent.length === 0) {
+      logger.warn(
+        `${definition.name}: key ${key}: no publish of event ${window[0].entry.seq} to ${output}: ` +
+          `its confirm could come after the drain lease may have passed on (leaseMs)`,
+      );
+      return 0;
+    }
     const results = await Promise.allSettled(sent);
     let confirmed = 0;
     while (confirmed < results.length && results[confirmed].status === 'fulfilled') confirmed++;
@@ -85,21 +96,37 @@ export class HandOffDeliverer {
 
     const failure = (results[confirmed] as PromiseRejectedResult).reason as unknown;
     const seq = window[confirmed].entry.seq;
-    // What outputInFlight above 1 cannot rule out: a publish that failed while a later one of
-    // the key was confirmed. A refusal certainly left the later event on the output first; a
-    // confirm that did not come in time may have (the transport gave the message up unsent).
-    const lastConfirmed = results.map((result) => result.status).lastIndexOf('fulfilled');
+    // What outputInFlight above 1 cannot rule out: a failed publish overtaken by a later one of
+    // the key. That is any failure before a later confirm (a refusal certainly left the later
+    // event on the output first; a confirm that did not come in time may have been for a message
+    // the transport gave up unsent), and a failure that kept the message from the broker (a
+    // refusal, or given up before it was handed over) before a later publish that may have
+    // reached it (its confirm timed out). Two publishes that may both have reached the broker
+    // (a dropped connection fails every unconfirmed one) went out on one channel in order.
+    const states = results.map((result) =>
+      result.status === 'fulfilled'
+        ? 'confirmed'
+        : mayHaveReachedTheBroker(result.reason)
+          ? 'maybe'
+          : 'absent',
+    );
+    const lastConfirmed = states.lastIndexOf('confirmed');
+    const lastMaybe = states.lastIndexOf('maybe');
     const overtaken = window
-      .slice(0, Math.max(0, lastConfirmed))
-      .filter((_, i) => results[i].status === 'rejected')
+      .slice(0, results.length)
+      .filter(
+        (_, i) =>
+          states[i] !== 'confirmed' &&
+          (i < lastConfirmed || (states[i] === 'absent' && i < lastMaybe)),
+      )
       .map(({ entry }) => entry.seq);
     if (overtaken.length > 0) {
       metrics.outputOrderAtRisk(definition.name, overtaken.length);
       logger.error(
         `${definition.name}: key ${key}: event(s) ${overtaken.join(', ')} to ${output} failed ` +
-          `while later ones sent with them were confirmed (outputInFlight ` +
-          `${definition.outputInFlight}): the output may hold those first; sending again from ` +
-          `event ${seq}: ${errorMessage(failure)}`,
+          `while later ones sent with them were confirmed or may have reached the broker ` +
+          `(outputInFlight ${definition.outputInFlight}): the output may hold those first; ` +
+          `sending again from event ${seq}: ${errorMessage(failure)}`,
       );
     } else {
       logger.warn(

@@ -273,6 +273,14 @@ export function resolveDefinition(
   if (definition.deadLetterChannel !== undefined && definition.deadLetterChannel.length === 0) {
     problems.push('deadLetterChannel must not be empty');
   }
+  const inFlight = definition.outputInFlight;
+  if (Number.isSafeInteger(inFlight) && (inFlight as number) > module.drainBatch) {
+    problems.push(
+      `outputInFlight (${inFlight}) must be at most the module's resequencer.drainBatch ` +
+        `(${module.drainBatch}): a window never spans more than one claimed batch; raise ` +
+        'drainBatch or lower outputInFlight',
+    );
+  }
   if (problems.length > 0) throw new SequenceOptionsError(where, problems);
   return {
     name: definition.name ?? definition.channel,

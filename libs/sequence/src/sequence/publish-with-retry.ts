@@ -58,8 +58,12 @@ export function publishOnce(
   headers: HeaderMap,
   options: PublishOptions & { readonly timeoutMs: number },
 ): Promise<void> {
+  // Called at once, as the async wrapper runs up to its first await; a transport that throws
+  // instead of rejecting is one failed attempt, never an exception out of a caller that has
+  // other publishes in flight.
+  const sent = (async () => transport.publish(channel, body, headers, options))();
   return withTimeout(
-    transport.publish(channel, body, headers, options),
+    sent,
     options.timeoutMs,
     () => new PublishTimeoutError(channel, options.timeoutMs),
   );
@@ -80,7 +84,7 @@ export type PublishOutcome =
  * any other failure (a refusal before sending, the broker's nack, a transport error) says it
  * does not.
  */
-function mayHaveReachedTheBroker(error: unknown): boolean {
+export function mayHaveReachedTheBroker(error: unknown): boolean {
   return error instanceof PublishTimeoutError && error.maybeSent;
 }
 

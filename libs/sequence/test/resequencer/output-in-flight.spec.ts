@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import { MessageTooLargeError } from '../../src/core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../src/core/errors/publish-rejected.error';
+import { PublishTimeoutError } from '../../src/core/errors/publish-timeout.error';
 import type { ResequencerMetrics } from '../../src/observability/resequencer.metrics';
 import type { PublishOptions, Transport } from '../../src/ports/transport.port';
 import { HandOffDeliverer } from '../../src/resequencer/hand-off.deliverer';
@@ -117,10 +118,10 @@ function resequencerWith(outputInFlight: number, transport: Transport) {
   return { resequencer, store, ...recorded };
 }
 
-/** The deliverer alone, for a window asked of it directly. */
+/** The deliverer alone, for a window asked of it directly, with what it logged. */
 function delivererWith(outputInFlight: number, transport: Transport) {
-  const { definition, sequence, logger, metrics } = partsWith(outputInFlight);
-  return new HandOffDeliverer({
+  const { definition, sequence, logger, metrics, ...recorded } = partsWith(outputInFlight);
+  const deliverer = new HandOffDeliverer({
     definition,
     transport,
     publish: sequence.publish,
@@ -128,6 +129,15 @@ function delivererWith(outputInFlight: number, transport: Transport) {
     logger,
     reportGap: async () => undefined,
   });
+  return { deliverer, ...recorded };
+}
+
+/** Hand-off items for the events `seqs`, as a claim brings them. */
+function eventItems(seqs: number[]) {
+  return seqs.map((seq) => ({
+    kind: 'event' as const,
+    entry: { seq, body: Buffer.from(`#${seq}`), headers: {} },
+  }));
 }
 
 /**
@@ -186,8 +196,11 @@ describe('Resequencer output with outputInFlight above 1', () => {
     const drained = resequencer.drain('k');
     await published(sent, 4);
     sent[0].confirm();
-    // A drop fails every publish still awaiting its confirm, in order.
-    for (const each of sent.slice(1, 4)) each.fail(new Error('simulated: channel closed'));
+    // A drop fails every publish still awaiting its confirm, in order, as the RabbitMQ transport
+    // does with resend: false: each may have reached the broker, only its confirm is missing.
+    for (const each of sent.slice(1, 4)) {
+      each.fail(new PublishTimeoutError('out', 5_000, true, 'simulated: the channel closed'));
+    }
     await published(sent, 8);
     expect(sent.map((each) => each.seq)).toEqual([1, 2, 3, 4, 2, 3, 4, 5]);
     for (const each of sent.slice(4)) each.confirm();
@@ -198,29 +211,50 @@ describe('Resequencer output with outputInFlight above 1', () => {
     expect(atRisk).toEqual([]);
   });
 
-  it('reports a refusal the broker made after accepting later events of the key (metric, error), then sends the refused event again', async () => {
-    const { sent, transport } = scriptedTransport();
-    const { resequencer, store, error, atRisk } = resequencerWith(3, transport);
-    await accept(store, [1, 2, 3]);
+  it.each([
+    [
+      'refused by the broker, a later one confirmed',
+      () => new PublishRejectedError('out', new Error('nack')),
+      (later: Sent) => later.confirm(),
+    ],
+    [
+      'refused by the broker, a later one possibly on the output (its confirm timed out)',
+      () => new PublishRejectedError('out', new Error('nack')),
+      (later: Sent) => later.fail(new PublishTimeoutError('out', 5_000, true)),
+    ],
+    [
+      'given up before it was handed over, a later one possibly on the output',
+      () => new PublishTimeoutError('out', 5_000, false),
+      (later: Sent) => later.fail(new PublishTimeoutError('out', 5_000, true)),
+    ],
+  ])(
+    'reports an event that may have been overtaken (metric, error), then sends it again: %s',
+    async (_case, failure, settleLater) => {
+      const { sent, transport } = scriptedTransport();
+      const { resequencer, store, error, atRisk } = resequencerWith(3, transport);
+      await accept(store, [1, 2, 3]);
 
-    const drained = resequencer.drain('k');
-    await published(sent, 3);
-    sent[0].confirm();
-    sent[1].fail(new PublishRejectedError('out', new Error('nack')));
-    sent[2].confirm();
-    await published(sent, 5);
-    // The refused event goes again, and with it those after it (3 reaches the output twice).
-    expect(sent.map((each) => each.seq)).toEqual([1, 2, 3, 2, 3]);
-    for (const each of sent.slice(3)) each.confirm();
+      const drained = resequencer.drain('k');
+      await published(sent, 3);
+      sent[0].confirm();
+      const reason = failure();
+      sent[1].fail(reason);
+      settleLater(sent[2]);
+      await published(sent, 5);
+      // The failed event goes again, and with it those after it (3 may reach the output twice).
+      expect(sent.map((each) => each.seq)).toEqual([1, 2, 3, 2, 3]);
+      for (const each of sent.slice(3)) each.confirm();
 
-    await expect(drained).resolves.toBe('drained');
-    expect(atRisk).toEqual(['c']);
-    expect(error).toHaveBeenCalledWith(
-      expect.stringMatching(
-        /key k: event\(s\) 2 to out failed while later ones sent with them were confirmed .*negative confirm/,
-      ),
-    );
-  });
+      await expect(drained).resolves.toBe('drained');
+      expect(atRisk).toEqual(['c']);
+      expect(error).toHaveBeenCalledWith(
+        expect.stringMatching(
+          /key k: event\(s\) 2 to out failed while later ones sent with them were confirmed or may have reached the broker/,
+        ),
+      );
+      expect(error).toHaveBeenCalledWith(expect.stringContaining(reason.message));
+    },
+  );
 
   it('when the first publish of a window fails, sends that event alone with the retries, and stops the drain if it cannot go', async () => {
     const { sent, transport } = scriptedTransport();
@@ -301,13 +335,38 @@ describe('Resequencer output with outputInFlight above 1', () => {
     );
   });
 
+  it('treats a transport that throws instead of rejecting as one failed publish of the window, the others still awaited', async () => {
+    const { sent, transport } = scriptedTransport();
+    const publish = transport.publish.bind(transport);
+    transport.publish = (channel, body, headers, options) => {
+      if (headers['x-resequence-seq'] === 3) throw new Error('simulated: thrown, not rejected');
+      return publish(channel, body, headers, options);
+    };
+    const unhandled = jest.fn();
+    process.on('unhandledRejection', unhandled);
+    try {
+      const { deliverer } = delivererWith(4, transport);
+      const items = eventItems([1, 2, 3, 4]);
+      const delivering = deliverer.deliverFrom('k', items, 0);
+      await published(sent, 3);
+      expect(sent.map((each) => each.seq)).toEqual([1, 2, 4]);
+      sent[0].confirm();
+      sent[1].fail(new Error('simulated: channel closed'));
+      sent[2].confirm();
+
+      // Event 1 counts; the drain goes on from event 2.
+      await expect(delivering).resolves.toBe(1);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).not.toHaveBeenCalled();
+    } finally {
+      process.off('unhandledRejection', unhandled);
+    }
+  });
+
   it('makes no publish of a window the drain lease leaves no time for', async () => {
     const { sent, transport } = scriptedTransport();
-    const deliverer = delivererWith(8, transport);
-    const items = [1, 2, 3, 4].map((seq) => ({
-      kind: 'event' as const,
-      entry: { seq, body: Buffer.from(`#${seq}`), headers: {} },
-    }));
+    const { deliverer } = delivererWith(8, transport);
+    const items = eventItems([1, 2, 3, 4]);
     let allowed = 2;
     const delivering = deliverer.deliverFrom('k', items, 0, { allows: () => allowed-- > 0 });
     await published(sent, 2);
@@ -315,5 +374,17 @@ describe('Resequencer output with outputInFlight above 1', () => {
     for (const each of sent) each.confirm();
 
     await expect(delivering).resolves.toBe(2);
+  });
+
+  it('says why it made no publish when the lease leaves no time for the first of a window', async () => {
+    const { sent, transport } = scriptedTransport();
+    const { deliverer, warn } = delivererWith(4, transport);
+    const items = eventItems([1, 2]);
+
+    await expect(deliverer.deliverFrom('k', items, 0, { allows: () => false })).resolves.toBe(0);
+    expect(sent).toEqual([]);
+    expect(warn).toHaveBeenCalledWith(
+      expect.stringMatching(/key k: no publish of event 1 to out: .*drain lease/),
+    );
   });
 });

@@ -141,6 +141,11 @@ describe('ResequencerService', () => {
       /outputInFlight must be at most 256, got 257/,
     ],
     [
+      'an outputInFlight above the module drainBatch (32 by default)',
+      { output: 'out', outputInFlight: 33 },
+      /outputInFlight \(33\) must be at most the module's resequencer\.drainBatch \(32\)/,
+    ],
+    [
       'outputInFlight without output',
       { outputInFlight: 4 },
       /outputInFlight above 1 needs an output channel/,
