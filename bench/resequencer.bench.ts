@@ -24,14 +24,16 @@
  *
  * Environment: AMQP_URL, REDIS_URL, BENCH_RSQ_EVENTS, BENCH_RSQ_KEYS, BENCH_RSQ_WINDOW,
  * BENCH_RSQ_PREFETCH [64], BENCH_RSQ_ROUNDS [3], BENCH_RSQ_ONLY [unset; `a` or `b` runs one path,
- * for profiling], BENCH_RSQ_IN_FLIGHT [1: the resequencer's `outputInFlight`]. Queues and Redis
- * keys are unique to the run and removed at the end.
+ * for profiling], BENCH_RSQ_IN_FLIGHT [1: the resequencer's `outputInFlight`], BENCH_RSQ_STORE
+ * [`redis`; `memory`: a MemoryResequencerStore, one process only, for comparison]. Queues and
+ * Redis keys are unique to the run and removed at the end.
  */
 import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
 import * as amqp from 'amqplib';
 import { Redis } from 'ioredis';
 import {
+  MemoryResequencerStore,
   RabbitMqTransport,
   RedisResequencerStore,
   ResequencerService,
@@ -55,7 +57,15 @@ const settings = {
   prefetch: positive('BENCH_RSQ_PREFETCH', 64),
   rounds: positive('BENCH_RSQ_ROUNDS', 3),
   outputInFlight: positive('BENCH_RSQ_IN_FLIGHT', 1),
+  store: storeKind(process.env.BENCH_RSQ_STORE ?? 'redis'),
 };
+
+function storeKind(value: string): 'redis' | 'memory' {
+  if (value !== 'redis' && value !== 'memory') {
+    throw new Error(`BENCH_RSQ_STORE must be redis or memory, got ${value}`);
+  }
+  return value;
+}
 const perKey = Math.ceil(settings.events / settings.keys);
 const runId = randomUUID().slice(0, 8);
 const progress = (line: string) => process.stderr.write(`${line}\n`);
@@ -191,7 +201,10 @@ async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: 
   const transport = await RabbitMqTransport.connect(settings.amqpUrl, {
     prefetch: settings.prefetch,
   });
-  const store = new RedisResequencerStore(redis, { prefix });
+  const store =
+    settings.store === 'memory'
+      ? new MemoryResequencerStore()
+      : new RedisResequencerStore(redis, { prefix });
   for (let i = 0; i < events.length; i += 500) {
     await Promise.all(
       events
@@ -329,6 +342,7 @@ async function main(): Promise<void> {
     prefetch: settings.prefetch,
     rounds: settings.rounds,
     outputInFlight: settings.outputInFlight,
+    store: settings.store,
     baselineEventsPerSecond: Math.round(median(baseline)),
     moduleEventsPerSecond: Math.round(median(module)),
     ratio: Math.round(median(ratios) * 100) / 100,

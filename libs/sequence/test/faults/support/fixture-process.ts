@@ -70,7 +70,9 @@ export abstract class FixtureProcess<E extends FixtureEvent> {
     const deadline = Date.now() + timeoutMs;
     while (!check(this.events())) {
       if (this.exited() || Date.now() > deadline) {
-        const why = this.exited() ? `it exited (${this.child.exitCode})` : 'timed out';
+        const why = this.exited()
+          ? `it exited (code ${this.child.exitCode}, signal ${this.child.signalCode})`
+          : 'timed out';
         throw new Error(`waiting for ${what}: ${why}; its output:\n${this.output}`);
       }
       await new Promise((resolve) => setTimeout(resolve, 20));
