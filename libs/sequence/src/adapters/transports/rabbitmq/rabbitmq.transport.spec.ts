@@ -132,6 +132,14 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await deleteQueues();
     });
 
+    /** Replaces this test's connection, and its transport, with one to `uri` made with `config`. */
+    async function reconnectWith(uri: string, config: ReturnType<typeof connectionConfig>) {
+      await amqp.close();
+      amqp = new AmqpConnection({ uri, ...config });
+      await amqp.init();
+      transport = new RabbitMqTransport(amqp);
+    }
+
     /** Has the broker close this connection (only ours), as an operator or a failover would. */
     /**
      * Has the broker close one subscription's channel, leaving the connection up, as it does on a
@@ -353,10 +361,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
     it('rejects subscribe with a SubscribeError when its channel cannot be opened, instead of waiting for a reconnect that never comes', async () => {
       jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
-      await amqp.close();
-      amqp = new AmqpConnection({ uri: `${URL}?channelMax=8`, ...connectionConfig() });
-      await amqp.init();
-      transport = new RabbitMqTransport(amqp);
+      await reconnectWith(`${URL}?channelMax=8`, connectionConfig());
       // Every channel number of the connection taken: the connection stays up, no channel opens.
       const model = amqp.managedConnection.connection as unknown as amqplib.ChannelModel;
       const taken: amqplib.Channel[] = [];
@@ -507,10 +512,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     });
 
     it('while disconnected, publish rejects with PublishTimeoutError and subscribe waits; both work once reconnected', async () => {
-      await amqp.close();
-      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(2) }); // a slow reconnect
-      await amqp.init();
-      transport = new RabbitMqTransport(amqp);
+      await reconnectWith(URL, connectionConfig(2)); // a slow reconnect
       const channel = newChannel();
       const received: string[] = [];
       const collect = async (message: InboundMessage): Promise<Disposition> => {
@@ -539,10 +541,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     });
 
     it('settles every publish in flight by its deadline when the connection drops and stays down past it', async () => {
-      await amqp.close();
-      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(4) }); // back after ~4 s
-      await amqp.init();
-      transport = new RabbitMqTransport(amqp);
+      await reconnectWith(URL, connectionConfig(4)); // back after ~4 s
       const channel = newChannel();
       await transport.publish(channel, Buffer.from('declared'), {});
 
@@ -580,10 +579,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     });
 
     it('with resend: false, fails a publish in flight when the connection drops at once, instead of sending it again on the next connection', async () => {
-      await amqp.close();
-      amqp = new AmqpConnection({ uri: URL, ...connectionConfig(4) }); // back after ~4 s
-      await amqp.init();
-      transport = new RabbitMqTransport(amqp);
+      await reconnectWith(URL, connectionConfig(4)); // back after ~4 s
       const channel = newChannel();
       await transport.publish(channel, Buffer.from('declared'), {});
 
