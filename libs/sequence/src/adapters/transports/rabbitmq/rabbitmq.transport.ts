@@ -3,13 +3,12 @@ import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
 import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
-import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
-  headerBytes,
+  assertSendable,
   prefetchProblem,
   type MessageHandler,
   type PublishOptions,
@@ -141,10 +140,7 @@ export class RabbitMqTransport implements Transport {
     options: PublishOptions = {},
   ): Promise<void> {
     this.assertOpen('publish to', channel);
-    const bytes = body.length + headerBytes(headers);
-    if (bytes > this.maxMessageBytes) {
-      throw new MessageTooLargeError(channel, bytes, this.maxMessageBytes);
-    }
+    assertSendable(channel, body, headers, this.maxMessageBytes);
     const timeoutMs = options.timeoutMs ?? this.settings.publishTimeoutMs;
     if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
       throw new RangeError(
@@ -173,8 +169,10 @@ export class RabbitMqTransport implements Transport {
       topology: this.topology,
       // Not size-checked: the broker already holds this message, and refusing to forward it (as a
       // dead letter or a requeued copy) would requeue it forever.
-      publish: (target, body, headers) =>
-        this.send(target, body, headers, this.settings.publishTimeoutMs),
+      publish: async (target, body, headers) => {
+        assertEncodableHeaders(target, headers);
+        await this.send(target, body, headers, this.settings.publishTimeoutMs);
+      },
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
     });
@@ -230,9 +228,8 @@ export class RabbitMqTransport implements Transport {
     timeoutMs: number,
     resend = true,
   ): Promise<void> {
-    // Before anything reaches the channel: a header amqplib fails to encode would leave a confirm
-    // callback behind that no message owns (see assertEncodableHeaders).
-    assertEncodableHeaders(channel, headers);
+    // The callers have checked the headers (assertEncodableHeaders): one amqplib fails to encode
+    // would leave a confirm callback behind that no message owns.
     const deadline = Date.now() + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
