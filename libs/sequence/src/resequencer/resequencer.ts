@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
-import { clockFrom, delay } from '../core/async';
+import { clockFrom } from '../core/async';
 import { deathReason } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
 import type { ResequencerMetrics } from '../observability/resequencer.metrics';
@@ -18,6 +18,7 @@ import { errorMessage } from '../core/errors/caught';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
+import { LocalDrains } from './local-drains';
 import type { ResolvedResequencer, ResolvedResequencerModuleOptions } from './resequencer.options';
 import { positionOf } from './resequencer-fields';
 import type { ResequencerInput } from './resequenced-event';
@@ -48,7 +49,7 @@ export interface ResequencerDependencies {
 }
 
 const ACK: Disposition = { action: 'ack' };
-/** Between two looks at a key another instance is draining. */
+/** Between two looks at a key another instance is draining (one of this process's wakes its waiters). */
 const BUSY_POLL_MS = 10;
 
 /**
@@ -64,6 +65,7 @@ const BUSY_POLL_MS = 10;
  */
 export class Resequencer {
   private readonly deliverer: HandOffDeliverer;
+  private readonly localDrains = new LocalDrains();
 
   constructor(
     readonly definition: ResolvedResequencer,
@@ -166,6 +168,7 @@ export class Resequencer {
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
     const lease = new DrainLease(store, ref, holder, sequence.leaseMs, claimedAt, logger);
+    this.localDrains.begin(key);
     try {
       while (claim.kind === 'claimed') {
         const { items } = claim;
@@ -198,6 +201,7 @@ export class Resequencer {
       throw error;
     } finally {
       lease.stop();
+      this.localDrains.end(key);
     }
     if (claim.kind === 'lost') {
       logger.warn(`${this.name}: lost the drain lease of key ${key} (slower than leaseMs?)`);
@@ -292,9 +296,10 @@ export class Resequencer {
       }
       if (result === 'drained') return ACK;
       if (result === 'failed') return this.requeue(`key ${key}: output unreachable`);
-      // busy or lost: another instance is delivering this key; its drain covers our event.
-      if (Date.now() >= deadline) return this.requeue(`key ${key} is being drained elsewhere`);
-      await delay(BUSY_POLL_MS);
+      // busy or lost: another drainer is delivering this key; its drain covers our event.
+      const now = Date.now();
+      if (now >= deadline) return this.requeue(`key ${key} is being drained elsewhere`);
+      await this.localDrains.wait(key, BUSY_POLL_MS, deadline - now);
     }
   }
 

@@ -1,6 +1,4 @@
-import { Logger } from '@nestjs/common';
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
-import type { ResequencerMetrics } from '../../src/observability/resequencer.metrics';
 import type { ResequencerStore } from '../../src/ports/resequencer-store.port';
 import type { Transport } from '../../src/ports/transport.port';
 import { Resequencer } from '../../src/resequencer/resequencer';
@@ -9,9 +7,9 @@ import {
   resolveResequencerModuleOptions,
 } from '../../src/resequencer/resequencer.options';
 import { resolveSequenceOptions } from '../../src/sequence.options';
+import { resequencerParts, sleep } from './resequencer-parts';
 
 const LEASE_MS = 150;
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A store whose drain-lease renewals all fail: the holder cannot keep its lease. */
 function withFailingRenewals(inner: ResequencerStore): ResequencerStore {
@@ -34,31 +32,6 @@ async function acceptInOrder(store: ResequencerStore, count: number): Promise<vo
       { start: 1, limits: { maxBufferedPerKey: 100, maxBufferedTotal: 100 }, now: Date.now() },
     );
   }
-}
-
-/**
- * What a Resequencer needs besides its store and targets: the definition (with `output` when
- * given), the options, a quiet logger and metrics that record nothing.
- */
-function resequencerParts(
-  sequenceOptions: Parameters<typeof resolveSequenceOptions>[0],
-  output?: string,
-) {
-  const module = resolveResequencerModuleOptions({ drainBatch: 32 });
-  const sequence = resolveSequenceOptions(sequenceOptions, {
-    maxMessageBytes: 1_000_000,
-  } as Transport);
-  const definition = resolveDefinition(
-    'test',
-    { channel: 'c', output, gap: { timeoutMs: 60_000, policy: 'alert' } },
-    module,
-    sequence,
-    (channel) => `${channel}.dlq`,
-  );
-  const logger = new Logger('test');
-  jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
-  const metrics = new Proxy({}, { get: () => () => undefined }) as ResequencerMetrics;
-  return { definition, deps: { module, sequence, metrics, logger } };
 }
 
 /**
