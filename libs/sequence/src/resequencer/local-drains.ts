@@ -9,8 +9,12 @@
  * streamed sequence) half of the prefetch could sit in those polls, each one a store call.
  *
  * Waking is only a hint to ask again: the store's answer decides, so a missed or early wake-up
- * costs a poll or a wait, never an event.
+ * costs a poll or a wait, never an event. A drain of this process is not always the lease's
+ * holder (its lease may have lapsed while a handler ran, and another instance emptied the list
+ * since): an input waiting on one still asks every `RUNNING_POLL_MS`.
  */
+export const RUNNING_POLL_MS = 250;
+
 export class LocalDrains {
   private readonly running = new Map<string, number>();
   private readonly waiting = new Map<string, Set<() => void>>();
@@ -38,10 +42,11 @@ export class LocalDrains {
 
   /**
    * Resolves when a drain of `key` in this process ends, or after `pollMs` when none runs here
-   * now (the lease is another instance's), and in any case after `maxMs` at the latest.
+   * now (the lease is another instance's), or after `RUNNING_POLL_MS` when one does, and in any
+   * case after `maxMs` at the latest.
    */
   wait(key: string, pollMs: number, maxMs: number): Promise<void> {
-    const ms = Math.max(0, this.isRunning(key) ? maxMs : Math.min(pollMs, maxMs));
+    const ms = Math.max(0, Math.min(this.isRunning(key) ? RUNNING_POLL_MS : pollMs, maxMs));
     return new Promise((resolve) => {
       let wakers = this.waiting.get(key);
       if (!wakers) this.waiting.set(key, (wakers = new Set()));

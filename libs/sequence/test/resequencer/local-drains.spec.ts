@@ -1,7 +1,7 @@
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import type { ResequencerStore } from '../../src/ports/resequencer-store.port';
 import type { Disposition, Transport } from '../../src/ports/transport.port';
-import { LocalDrains } from '../../src/resequencer/local-drains';
+import { LocalDrains, RUNNING_POLL_MS } from '../../src/resequencer/local-drains';
 import { Resequencer } from '../../src/resequencer/resequencer';
 import type { ResequencerInput } from '../../src/resequencer/resequenced-event';
 import { overrideMethods } from '../support/override-methods';
@@ -63,7 +63,7 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
     );
   };
 
-  it('waits for this process’s drain of the key without polling the store, then is acked', async () => {
+  it('waits for this process’s drain of the key, hardly polling the store, and is acked when it ends', async () => {
     const { store, calls } = counted(new MemoryResequencerStore());
     const { handler, handled, open } = gatedHandler(1);
     const instance = resequencer(store, handler);
@@ -73,21 +73,22 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
     const second = instance.receive(event(2)); // released behind 1: the key's lease is busy
     await eventually(() => calls.accept === 2, 'event 2 accepted');
     const claimsWhileHeld = calls.claimDrain;
-    await sleep(150); // fifteen polls' worth of the old 10 ms polling
-    expect(calls.claimDrain).toBe(claimsWhileHeld);
-
     let secondSettled: Disposition | undefined;
     void second.then((disposition) => (secondSettled = disposition));
-    await sleep(20);
+    // Past one safety poll (RUNNING_POLL_MS) and well before the next.
+    await sleep(RUNNING_POLL_MS + 50);
+    // The old 10 ms polling asked the store about 30 times by now.
+    expect(calls.claimDrain - claimsWhileHeld).toBeLessThanOrEqual(2);
     expect(secondSettled).toBeUndefined(); // not acked before its event is delivered
 
+    const openedAt = Date.now();
     open();
     await expect(first).resolves.toEqual({ action: 'ack' });
     await expect(second).resolves.toEqual({ action: 'ack' });
+    // Woken by the drain's end, not by its next safety poll, about 200 ms later.
+    expect(Date.now() - openedAt).toBeLessThan(120);
     // The drain of event 1 delivered event 2 as well (its settle claimed it), in order.
     expect(handled).toEqual([1, 2]);
-    // Woken by the drain's end, the waiting input asked the store once: the list was empty.
-    expect(calls.claimDrain - claimsWhileHeld).toBe(1);
   });
 
   it('still asks the store at intervals when another instance drains the key, and is acked once it has', async () => {
@@ -137,15 +138,16 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
 
     const first = instance.receive(event(1));
     await sleep(20);
-    const startedAt = Date.now();
     const second = instance.receive(event(2));
     await sleep(50);
+    const openedAt = Date.now();
     open();
     await expect(first).resolves.toMatchObject({ action: 'requeue' });
     // Woken when the failed drain let the lease go: it claimed the list itself, failed the same
-    // way and was requeued, long before drainWaitMs (3 s).
+    // way and was requeued, before its safety poll (RUNNING_POLL_MS after it began, about 200 ms
+    // from here) and long before drainWaitMs (3 s).
     await expect(second).resolves.toMatchObject({ action: 'requeue' });
-    expect(Date.now() - startedAt).toBeLessThan(1_500);
+    expect(Date.now() - openedAt).toBeLessThan(120);
   });
 });
 
@@ -161,24 +163,33 @@ describe('LocalDrains', () => {
     await sleep(30); // longer than pollMs: a drain runs, so they wait for it
     expect(woken).toEqual([]);
 
+    const endedAt = Date.now();
     drains.end('a');
     await Promise.all([a1, a2]);
+    // Woken at once: their safety poll (RUNNING_POLL_MS after they began) was 200 ms away.
+    expect(Date.now() - endedAt).toBeLessThan(100);
     expect(woken.sort()).toEqual(['a1', 'a2']);
     expect(drains.isRunning('a')).toBe(false);
     drains.end('b');
     await b;
   });
 
-  it('waits pollMs when no drain of the key runs here, and maxMs at most when one does', async () => {
+  it('waits pollMs when no drain of the key runs here, RUNNING_POLL_MS when one does, maxMs at most', async () => {
     const drains = new LocalDrains();
     let startedAt = Date.now();
     await drains.wait('k', 20, 5_000);
-    expect(Date.now() - startedAt).toBeLessThan(1_000);
+    expect(Date.now() - startedAt).toBeLessThan(RUNNING_POLL_MS);
 
-    drains.begin('k');
+    drains.begin('k'); // and never ends: its lease may have lapsed in a handler call
+    startedAt = Date.now();
+    await drains.wait('k', 20, 5_000);
+    const waited = Date.now() - startedAt;
+    expect(waited).toBeGreaterThanOrEqual(RUNNING_POLL_MS - 5);
+    expect(waited).toBeLessThan(2_000);
+
     startedAt = Date.now();
     await drains.wait('k', 5_000, 40);
-    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(35);
+    expect(Date.now() - startedAt).toBeLessThan(RUNNING_POLL_MS);
   });
 
   it('counts drains of one key: the key runs until the last has ended', () => {
