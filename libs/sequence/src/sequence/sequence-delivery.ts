@@ -88,7 +88,9 @@ export class SequenceDelivery {
           `${payload.integrityFailure.message} (read back from the ${this.store.name} store)`,
         );
       }
-      if (!outcome.ok && payload.readFailure) {
+      // Whatever the handler answered: one that caught its stream's error and returned did not
+      // get the payload, and completing would delete the fragments it never read.
+      if (payload.readFailure) {
         this.logger.warn(
           `the handler of ${consumer.channel} could not read sequence ${ref.sequenceId} from the ` +
             `store; requeued: ${payload.readFailure.message}`,

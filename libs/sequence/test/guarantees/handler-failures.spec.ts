@@ -1,5 +1,6 @@
-import { Writable, type Readable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { MemorySequenceStore } from 'nest-sequence';
 import {
   bytes,
   createSequenceTestApp,
@@ -141,5 +142,42 @@ describe('guarantees: a handler that throws', () => {
     expect(late.headers['x-death-reason']).toBe(failure.headers['x-death-reason']);
     expect(late.body.equals(fragments[0].body)).toBe(true);
     expect(await sample(app, 'duplicate_fragments_total', { channel })).toBe(1);
+  });
+
+  it('hands the sequence back when the handler swallowed a store read error: called again, completed once, nothing deleted early', async () => {
+    const channel = 'guarantees.handler.swallowed-read-error';
+    const store = new MemorySequenceStore();
+    // The store's first read fails after its first chunk (an outage mid-read); later ones work.
+    const read = store.read.bind(store);
+    let reads = 0;
+    store.read = (ref) => {
+      const source = read(ref);
+      if (++reads > 1) return source;
+      return Readable.from(
+        (async function* () {
+          for await (const chunk of source) {
+            yield chunk as Buffer;
+            throw new Error('simulated: the store stopped answering');
+          }
+        })(),
+      );
+    };
+    t = await createSequenceTestApp(channel, { store, retentionMs: RETENTION_MS });
+    const swallowed: unknown[] = [];
+    // A handler that catches its read error and returns normally, having kept part of the bytes.
+    t.handler.onCall = async (delivered) => {
+      if (t!.handler.calls > 1) return;
+      await delivered.toBuffer().catch((error: unknown) => void swallowed.push(error));
+    };
+
+    await publishAll(t.transport, channel, makeFragments('swallowed', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(swallowed).toHaveLength(1);
+    // Handed back, not completed: the fragments stayed, and the redelivery read them whole.
+    expect(t.handler.calls).toBe(2);
+    expect(t.handler.of('swallowed').at(-1)!.bytes.equals(payload)).toBe(true);
+    expect(deadLetters(t.transport, channel)).toHaveLength(0);
+    expect(await sample(t, 'sequences_completed_total', { channel })).toBe(1);
   });
 });
