@@ -76,6 +76,8 @@ export class RabbitMqTransport implements Transport {
   /** Ids of publish attempts awaiting their confirm: only theirs are kept when returned. */
   private readonly awaitingConfirm = new Set<string>();
   private listening?: ConnectionManager;
+  /** Why the broker blocks this connection's publishes (a resource alarm), while it does. */
+  private blockedBy?: string;
   private ownsConnection = false;
   private closed = false;
   private closing?: Promise<void>;
@@ -332,6 +334,11 @@ export class RabbitMqTransport implements Transport {
     if (!this.manager().isConnected()) {
       throw new Error('not connected to RabbitMQ (reconnecting)');
     }
+    // Connected, but the broker holds every publish of this connection until a resource alarm
+    // clears (memory or disk): as unable to publish as a lost connection, and for as long.
+    if (this.blockedBy !== undefined) {
+      throw new Error(`RabbitMQ has blocked publishing on this connection: ${this.blockedBy}`);
+    }
   }
 
   /** golevelup's connection manager (amqp-connection-manager), which reconnects on its own. */
@@ -346,8 +353,12 @@ export class RabbitMqTransport implements Transport {
     if (this.listening !== manager) {
       this.listening?.removeListener('disconnect', this.onDisconnect);
       this.listening?.removeListener('connect', this.onConnect);
+      this.listening?.removeListener('blocked', this.onBlocked);
+      this.listening?.removeListener('unblocked', this.onUnblocked);
       manager.on('disconnect', this.onDisconnect);
       manager.on('connect', this.onConnect);
+      manager.on('blocked', this.onBlocked);
+      manager.on('unblocked', this.onUnblocked);
       this.listening = manager;
       coalesceFrameWrites(manager.connection);
     }
@@ -360,6 +371,7 @@ export class RabbitMqTransport implements Transport {
    * throwing listener would count the connection as failed.
    */
   private readonly onConnect = ({ connection }: { connection: unknown }): void => {
+    this.blockedBy = undefined; // a new connection: the broker says again if it blocks this one
     try {
       coalesceFrameWrites(connection);
     } catch {
@@ -367,7 +379,22 @@ export class RabbitMqTransport implements Transport {
     }
   };
 
+  /**
+   * The broker's `connection.blocked` (a memory or disk alarm), sent once the connection
+   * publishes while an alarm is on; `connection.unblocked` when it clears.
+   */
+  private readonly onBlocked = ({ reason }: { reason?: unknown }): void => {
+    this.blockedBy = typeof reason === 'string' && reason !== '' ? reason : 'resource alarm';
+    this.logger.warn(`RabbitMQ blocked publishing on this connection: ${this.blockedBy}`);
+  };
+
+  private readonly onUnblocked = (): void => {
+    if (this.blockedBy !== undefined) this.logger.log('RabbitMQ unblocked publishing again');
+    this.blockedBy = undefined;
+  };
+
   private readonly onDisconnect = (): void => {
+    this.blockedBy = undefined;
     this.topology.forget();
     // The publishing channel would keep what it holds for the next connection, and a message it
     // put back in its queue there has no timer left. Closed, it rejects them all ('Channel
