@@ -12,6 +12,8 @@ import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
   InMemoryTransport,
+  Resequenced,
+  type ResequencedEvent,
   SqliteOutboxStore,
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
@@ -344,6 +346,102 @@ describe('SequenceModule', () => {
       expect((error as SequenceOptionsError).problems).toEqual([
         'timeout.ms must be an integer >= 1, got 0',
       ]);
+    });
+  });
+
+  describe('stores that keep state in the process only', () => {
+    /** The in-memory broker under another name: a broker that keeps messages, to the module. */
+    class DurableBroker extends ForwardingTransport {
+      readonly name = 'rabbitmq';
+    }
+    @Injectable()
+    class StudyArchive {
+      @SequencedHandler({ channel: 'studies' })
+      async archive(_payload: ReassembledPayload): Promise<void> {}
+    }
+    const processMemoryWarnings = (logger: CapturingLogger) =>
+      logger.warnings.filter((warning) => warning.includes('in memory only'));
+
+    it('warns once at startup when a broker that keeps messages acks fragments into MemorySequenceStore', async () => {
+      const logger = new CapturingLogger();
+      await boot(
+        {
+          imports: [
+            SequenceModule.forRoot({
+              transport: new DurableBroker(new InMemoryTransport()),
+              sweepIntervalMs: false,
+            }),
+          ],
+          providers: [StudyArchive],
+        },
+        logger,
+      );
+
+      expect(processMemoryWarnings(logger)).toEqual([
+        expect.stringMatching(
+          /^rabbitmq acks what this process keeps in memory only: sequence fragments \(the module's store defaults to MemorySequenceStore; .*A crash loses what was acked/,
+        ),
+      ]);
+    });
+
+    it('warns of MemoryResequencerStore under @Resequenced on such a broker', async () => {
+      @Injectable()
+      class StatusProjection {
+        @Resequenced({ channel: 'statuses', gap: { timeoutMs: 60_000, policy: 'alert' } })
+        async apply(_event: ResequencedEvent): Promise<void> {}
+      }
+      const logger = new CapturingLogger();
+      await boot(
+        {
+          imports: [
+            SequenceModule.forRoot({
+              transport: new DurableBroker(new InMemoryTransport()),
+              sweepIntervalMs: false,
+              resequencer: { sweepIntervalMs: false },
+            }),
+          ],
+          providers: [StatusProjection],
+        },
+        logger,
+      );
+
+      expect(processMemoryWarnings(logger)).toEqual([
+        expect.stringMatching(
+          /in memory only: resequenced and streamed events \(`resequencer.store` defaults to MemoryResequencerStore/,
+        ),
+      ]);
+    });
+
+    it('says nothing on the in-memory transport, nor with a store of another kind', async () => {
+      const quiet = new CapturingLogger();
+      await boot(
+        {
+          imports: [
+            SequenceModule.forRoot({ transport: new InMemoryTransport(), sweepIntervalMs: false }),
+          ],
+          providers: [StudyArchive],
+        },
+        quiet,
+      );
+      const shared = new CapturingLogger();
+      const store = new MemorySequenceStore();
+      await boot(
+        {
+          imports: [
+            SequenceModule.forRoot({
+              transport: new DurableBroker(new InMemoryTransport()),
+              // Another kind of store, as the module sees it (a Redis store, say).
+              store: Object.assign(Object.create(store) as MemorySequenceStore, { name: 'redis' }),
+              sweepIntervalMs: false,
+            }),
+          ],
+          providers: [StudyArchive],
+        },
+        shared,
+      );
+
+      expect(processMemoryWarnings(quiet)).toEqual([]);
+      expect(processMemoryWarnings(shared)).toEqual([]);
     });
   });
 

@@ -9,8 +9,11 @@ import { ClaimCheckReceiver } from '../claim-check/claim-check.receiver';
 import { ClaimCheckRegistry } from '../discovery/claim-check.registry';
 import { ResequencerRegistry } from '../discovery/resequencer.registry';
 import { SequencedHandlerRegistry } from '../discovery/sequenced-handler.registry';
+import type { ResequencerStore } from '../ports/resequencer-store.port';
+import type { SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Subscription, Transport } from '../ports/transport.port';
-import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import { RESEQUENCER_STORE } from '../resequencer/resequencer.constants';
+import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { BootstrapAbort } from '../bootstrap-abort';
 import { AggregatorService } from './aggregator.service';
@@ -43,6 +46,8 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
     private readonly claimCheck: ClaimCheckReceiver,
     private readonly resequencers: ResequencerRegistry,
     private readonly bootstrap: BootstrapAbort,
+    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(RESEQUENCER_STORE) private readonly resequencerStore: ResequencerStore,
   ) {
     bootstrap.onAbort(() => this.closeSubscriptions());
   }
@@ -58,6 +63,7 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
   }
 
   private async openAll(): Promise<void> {
+    this.warnOfProcessMemory();
     for (const { name, consumer, stream } of this.registry.all()) {
       await this.open(
         consumer.channel,
@@ -89,6 +95,37 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
       });
       this.logger.log(`${definedBy} resequences ${channel} (${this.transport.name})`);
     }
+  }
+
+  /**
+   * A broker that keeps messages (anything but the in-memory transport) with a store that keeps
+   * state in this process only: what is acked from the broker once stored is lost with the
+   * process, and instances do not share it. Fine for a try-out; said once at startup.
+   */
+  private warnOfProcessMemory(): void {
+    if (this.transport.name === 'in-memory') return;
+    const sequences = this.registry.all();
+    const resequenced = this.resequencers.all().filter(({ subscribed }) => subscribed);
+    const risks: string[] = [];
+    if (this.store.name === 'memory' && sequences.some(({ stream }) => !stream)) {
+      risks.push(
+        "sequence fragments (the module's store defaults to MemorySequenceStore; set `store`, " +
+          'e.g. RedisSequenceStore)',
+      );
+    }
+    const streamed = sequences.some(({ stream }) => stream);
+    if (this.resequencerStore.name === 'memory' && (resequenced.length > 0 || streamed)) {
+      risks.push(
+        'resequenced and streamed events (`resequencer.store` defaults to MemoryResequencerStore; ' +
+          'set it, e.g. RedisResequencerStore)',
+      );
+    }
+    if (risks.length === 0) return;
+    this.logger.warn(
+      `${this.transport.name} acks what this process keeps in memory only: ${risks.join('; ')}. ` +
+        'A crash loses what was acked and not yet delivered, and several instances each hold ' +
+        'a part: use a shared store in production',
+    );
   }
 
   private async open(
