@@ -181,6 +181,20 @@ function findContradiction(
       `size ${size} is below the stored position ${state.highestPosition}`,
     );
   }
+  // The same rule, seen from the other side: the size arrives after the fragment at its position,
+  // which came without the last flag (a streamed producer's ordinary fragment).
+  if (
+    size !== undefined &&
+    state.size === undefined &&
+    position !== size &&
+    state.lastPosition !== size &&
+    state.crcByPosition.has(size)
+  ) {
+    return reject(
+      'malformed-header',
+      `size ${size} makes position ${size} the last one, but it was stored without x-sequence-last`,
+    );
+  }
   if (
     fragment.bytes !== undefined &&
     state.declaredBytes !== undefined &&

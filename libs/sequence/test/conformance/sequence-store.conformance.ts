@@ -330,6 +330,27 @@ export function sequenceStoreConformance(adapterName: string, harness: SequenceS
         },
       );
 
+      it('rejects as malformed-header a size that makes a position stored without the last flag the last one', async () => {
+        // A producer that streamed position 3 as an ordinary fragment (no size, no last flag,
+        // no sha256), then declared size 3 on the others: 1..3 would complete unverifiable.
+        const { fragments } = sequenceFixture(scope, ['aaa', 'bbb', 'ccc'], { streamed: true });
+        const third = { ...fragments[2], last: false, size: undefined, sha256: undefined };
+        const declaring = fragments.slice(0, 2).map((fragment) => ({ ...fragment, size: 3 }));
+        expect((await accept(third)).status).toBe('stored');
+        const before = await store.stats(t0);
+
+        for (const fragment of declaring) {
+          expect(await accept(fragment, t0 + 1)).toEqual({
+            status: 'rejected',
+            code: 'malformed-header',
+            detail:
+              'size 3 makes position 3 the last one, but it was stored without x-sequence-last',
+            sequenceRejected: false,
+          });
+        }
+        expect(await store.stats(t0 + 1)).toEqual(before);
+      });
+
       it('rejects a first fragment whose body alone passes the bytes it declares, opening nothing', async () => {
         const { fragments, ref } = sequenceFixture(scope, ['aaa', 'bbb']);
 

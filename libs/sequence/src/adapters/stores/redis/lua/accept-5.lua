@@ -133,6 +133,11 @@ local function contradiction()
     return 'position-out-of-range', 'size ' .. int(size) .. ' is below the stored position ' ..
       int(s.highestPosition)
   end
+  if size and not s.size and position ~= size and s.lastPosition ~= size and exists
+      and rcall('HEXISTS', crcKey, int(size)) == 1 then
+    return 'malformed-header', 'size ' .. int(size) .. ' makes position ' .. int(size) ..
+      ' the last one, but it was stored without x-sequence-last'
+  end
   if bytes and s.declaredBytes and bytes ~= s.declaredBytes then
     return 'declaration-changed', 'x-sequence-bytes ' .. int(bytes) ..
       ' differs from the declared ' .. int(s.declaredBytes)
