@@ -43,8 +43,12 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
 
   protected async handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]> {
     const outcomes: RecordOutcome[] = [];
-    /** Why the transport could not publish, once a publish of this batch found it unreachable. */
-    let away: string | undefined;
+    /**
+     * Why the transport cannot publish: known before the batch (a broker that blocks the
+     * connection, in an alarm, would take publishes it then holds, and each poll would add a
+     * copy of the batch), or once a publish of this batch found it unreachable.
+     */
+    let away = await this.transportUnreachable();
     const groups = this.options.ordered
       ? byPartition(batch.records)
       : batch.records.map((r) => [r]);

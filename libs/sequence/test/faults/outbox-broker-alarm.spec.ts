@@ -26,9 +26,12 @@ describeOnOutboxServers('faults: the broker blocks publishing (a resource alarm)
   let clearAlarm: (() => Promise<void>) | undefined;
   const servers = useOutboxServers({
     beforeCleanup: async () => {
-      await clearAlarm?.();
-      clearAlarm = undefined;
-      for (const app of apps.splice(0)) await app.close();
+      try {
+        await clearAlarm?.();
+      } finally {
+        clearAlarm = undefined;
+        for (const app of apps.splice(0)) await app.close();
+      }
     },
   });
 

@@ -309,7 +309,9 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
       throw new PublishTimeoutError(attempt.channel, 10, false);
     };
     const ping = t.transport.ping.bind(t.transport);
+    let pings = 0;
     t.transport.ping = async () => {
+      pings++;
       if (down) throw new Error('not connected to RabbitMQ (reconnecting)');
       return ping();
     };
@@ -317,12 +319,15 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     for (let i = 0; i < 5; i++) {
       ids.push(await t.outbox.transaction(async (tx) => tx.publishEvent(placed(`outage-${i}`))));
     }
-    await eventually(() => tries >= 10, 'the relay trying across several polls');
-    const triesBefore = tries;
+    await eventually(() => pings >= 10, 'the relay looking across several polls');
+    const pingsBefore = pings;
     await new Promise((resolve) => setTimeout(resolve, 250));
     // Full batches (2 of 5) are not claimed again at once: about one claim per loop and poll
     // (50 ms), not a claim after claim for as long as the outage lasts.
-    expect(tries - triesBefore).toBeLessThan(100);
+    expect(pings - pingsBefore).toBeLessThan(100);
+    // A relay that knows the broker is unreachable publishes nothing: a blocked connection would
+    // hold each such publish and deliver it once the alarm clears, a copy per poll.
+    expect(tries).toBe(0);
     for (const id of ids) {
       expect(await t.outbox.record('outbox_events', id)).toMatchObject({
         status: 'PENDING',
@@ -335,6 +340,39 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     for (const id of ids) {
       expect(await t.outbox.record('outbox_events', id)).toMatchObject({ status: 'COMPLETED' });
     }
+  });
+
+  it('a broker lost during a batch is not counted as attempts either: the batch is released once a publish fails and the health check does too', async () => {
+    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 1, batchSize: 5 } });
+    // Reachable when the batch starts; the first publish finds the connection gone.
+    let down = false;
+    let lost = 0;
+    t.transport.beforePublish = (attempt) => {
+      if (lost > 0 && !down) return;
+      lost++;
+      down = true;
+      throw new PublishTimeoutError(attempt.channel, 10, false);
+    };
+    const ping = t.transport.ping.bind(t.transport);
+    t.transport.ping = async () => {
+      if (down) throw new Error('not connected to RabbitMQ (reconnecting)');
+      return ping();
+    };
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      ids.push(await t.outbox.transaction(async (tx) => tx.publishEvent(placed(`lost-${i}`))));
+    }
+    await eventually(() => lost === 1, 'a publish of the batch failing');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    for (const id of ids) {
+      expect(await t.outbox.record('outbox_events', id)).toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    }
+
+    down = false;
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 3, 'all published');
   });
 
   it('a message whose headers the transport cannot encode is FAILED at once, not retried', async () => {

@@ -97,6 +97,9 @@ export class RabbitMqTransport implements Transport {
       this.settings.deadLetterSuffix,
       () => this.manager(),
     );
+    // Listening from the start when the connection is up already: the broker says it blocks a
+    // connection once, and an alarm raised before this transport's first use would go unheard.
+    if (connection.managedConnection) this.manager();
   }
 
   /**
@@ -211,8 +214,7 @@ export class RabbitMqTransport implements Transport {
       this.logger.warn(`closing the transport: ${(error as Error).message}`),
     );
     this.topology.dispose();
-    this.listening?.removeListener('disconnect', this.onDisconnect);
-    this.listening?.removeListener('connect', this.onConnect);
+    this.unlisten();
     await this.publisherChannel?.close().catch(() => undefined);
     this.publisherChannel = undefined;
     if (this.ownsConnection) await this.connection.close();
@@ -351,10 +353,7 @@ export class RabbitMqTransport implements Transport {
       );
     }
     if (this.listening !== manager) {
-      this.listening?.removeListener('disconnect', this.onDisconnect);
-      this.listening?.removeListener('connect', this.onConnect);
-      this.listening?.removeListener('blocked', this.onBlocked);
-      this.listening?.removeListener('unblocked', this.onUnblocked);
+      this.unlisten();
       manager.on('disconnect', this.onDisconnect);
       manager.on('connect', this.onConnect);
       manager.on('blocked', this.onBlocked);
@@ -363,6 +362,17 @@ export class RabbitMqTransport implements Transport {
       coalesceFrameWrites(manager.connection);
     }
     return manager;
+  }
+
+  /** Stops listening to the connection manager this transport listened to, if any. */
+  private unlisten(): void {
+    const manager = this.listening;
+    if (!manager) return;
+    manager.removeListener('disconnect', this.onDisconnect);
+    manager.removeListener('connect', this.onConnect);
+    manager.removeListener('blocked', this.onBlocked);
+    manager.removeListener('unblocked', this.onUnblocked);
+    this.listening = undefined;
   }
 
   /**
