@@ -70,10 +70,19 @@ export class ReassembledPayload {
     const onMismatch = (error: SequenceIntegrityError): void => {
       this.mismatch ??= error;
     };
+    // A read that went through to its checked end got the payload: an earlier failed read (a
+    // store that stopped answering for a moment) no longer says the handler did not get it.
+    const onWhole = (): void => {
+      this.readError = undefined;
+    };
     // Always a stream of our own around the store's: an error the reader destroys it with (the
     // destination of a pipeline that failed) is the reader's, and must not pass for the store's.
     return Readable.from(
-      reading(this.open, this.verifyWhileReading, this.sequenceId, record, onMismatch),
+      reading(this.open, this.verifyWhileReading, this.sequenceId, {
+        onReadError: record,
+        onMismatch,
+        onWhole,
+      }),
       { objectMode: false, highWaterMark: 1 },
     );
   }
@@ -83,7 +92,7 @@ export class ReassembledPayload {
     return this.mismatch;
   }
 
-  /** Set when a `stream()` could not read the bytes from the store. */
+  /** Set when a `stream()` could not read the bytes from the store, and none read them since. */
   get readFailure(): Error | undefined {
     return this.readError;
   }
@@ -105,9 +114,14 @@ async function* reading(
   open: () => Readable,
   verify: { readonly digest: PayloadDigest; readonly hash: boolean } | undefined,
   sequenceId: string,
-  onReadError: (error: Error) => void,
-  onMismatch: (error: SequenceIntegrityError) => void,
+  on: {
+    readonly onReadError: (error: Error) => void;
+    readonly onMismatch: (error: SequenceIntegrityError) => void;
+    /** The stream reached its end with every byte (and checked them, with `verify`). */
+    readonly onWhole: () => void;
+  },
 ): AsyncGenerator<Buffer> {
+  const { onReadError, onMismatch, onWhole } = on;
   const hash = verify?.hash ? sha256Hasher() : undefined;
   let bytes = 0;
   for await (const chunk of sourceChunks(open, onReadError)) {
@@ -115,7 +129,7 @@ async function* reading(
     bytes += chunk.length;
     yield chunk;
   }
-  if (!verify) return;
+  if (!verify) return onWhole(); // read back: checked against the declaration just before
   // Without hashing, the store vouched for each body's content: only the count is checked here.
   const { digest } = verify;
   const actual = { sha256: hash ? hash.digest('hex') : digest.sha256, bytes };
@@ -124,4 +138,5 @@ async function* reading(
     onMismatch(error);
     throw error;
   }
+  onWhole();
 }

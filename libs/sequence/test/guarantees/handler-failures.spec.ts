@@ -1,6 +1,6 @@
 import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { MemorySequenceStore } from 'nest-sequence';
+import { AggregatorService, MemorySequenceStore, type ReassembledPayload } from 'nest-sequence';
 import {
   bytes,
   createSequenceTestApp,
@@ -144,40 +144,81 @@ describe('guarantees: a handler that throws', () => {
     expect(await sample(app, 'duplicate_fragments_total', { channel })).toBe(1);
   });
 
-  it('hands the sequence back when the handler swallowed a store read error: called again, completed once, nothing deleted early', async () => {
-    const channel = 'guarantees.handler.swallowed-read-error';
-    const store = new MemorySequenceStore();
-    // The store's first read fails after its first chunk (an outage mid-read); later ones work.
-    const read = store.read.bind(store);
-    let reads = 0;
-    store.read = (ref) => {
-      const source = read(ref);
-      if (++reads > 1) return source;
-      return Readable.from(
-        (async function* () {
-          for await (const chunk of source) {
-            yield chunk as Buffer;
-            throw new Error('simulated: the store stopped answering');
-          }
-        })(),
+  describe('whose store read failed and who returned all the same', () => {
+    /** A memory store whose first read fails after its first chunk (an outage mid-read). */
+    function storeFailingFirstRead() {
+      const store = new MemorySequenceStore();
+      const read = store.read.bind(store);
+      let reads = 0;
+      store.read = (ref) => {
+        const source = read(ref);
+        if (++reads > 1) return source;
+        return Readable.from(
+          (async function* () {
+            for await (const chunk of source) {
+              yield chunk as Buffer;
+              throw new Error('simulated: the store stopped answering');
+            }
+          })(),
+        );
+      };
+      return store;
+    }
+
+    /** Hands the sequence's fragments to `handler` through a consumer of its own. */
+    async function deliverTo(
+      channel: string,
+      handler: (payload: ReassembledPayload) => Promise<void>,
+    ) {
+      t = await createSequenceTestApp(`${channel}.unused`, {
+        store: storeFailingFirstRead(),
+        retentionMs: RETENTION_MS,
+      });
+      const aggregator = t.app.get(AggregatorService);
+      const consumer = aggregator.createConsumer(channel, handler);
+      const dispositions = [];
+      for (const fragment of makeFragments('partial', payload, 1_000)) {
+        dispositions.push(
+          await aggregator.receive({ ...fragment, channel, redelivered: false }, consumer),
+        );
+      }
+      return { app: t, aggregator, consumer, dispositions };
+    }
+
+    it('is handed the sequence back, not completed: its fragments stay, and the next delivery reads them whole', async () => {
+      const channel = 'guarantees.handler.swallowed-read-error';
+      const got: Buffer[] = [];
+      const { app, aggregator, consumer, dispositions } = await deliverTo(
+        channel,
+        async (delivered) => {
+          // Catches its read error and returns normally, having kept part of the bytes.
+          got.push(await delivered.toBuffer().catch(() => Buffer.alloc(0)));
+        },
       );
-    };
-    t = await createSequenceTestApp(channel, { store, retentionMs: RETENTION_MS });
-    const swallowed: unknown[] = [];
-    // A handler that catches its read error and returns normally, having kept part of the bytes.
-    t.handler.onCall = async (delivered) => {
-      if (t!.handler.calls > 1) return;
-      await delivered.toBuffer().catch((error: unknown) => void swallowed.push(error));
-    };
 
-    await publishAll(t.transport, channel, makeFragments('swallowed', payload, 1_000));
-    await t.transport.whenIdle();
+      expect(dispositions.at(-1)).toMatchObject({ action: 'requeue' });
+      expect(await sample(app, 'sequences_completed_total', { channel })).toBe(0);
+      // The redelivered completing fragment: the store answers now.
+      const [last] = makeFragments('partial', payload, 1_000).slice(-1);
+      expect(await aggregator.receive({ ...last, channel, redelivered: true }, consumer)).toEqual({
+        action: 'ack',
+      });
+      expect(got).toHaveLength(2);
+      expect(got[1].equals(payload)).toBe(true);
+      expect(await sample(app, 'sequences_completed_total', { channel })).toBe(1);
+    });
 
-    expect(swallowed).toHaveLength(1);
-    // Handed back, not completed: the fragments stayed, and the redelivery read them whole.
-    expect(t.handler.calls).toBe(2);
-    expect(t.handler.of('swallowed').at(-1)!.bytes.equals(payload)).toBe(true);
-    expect(deadLetters(t.transport, channel)).toHaveLength(0);
-    expect(await sample(t, 'sequences_completed_total', { channel })).toBe(1);
+    it('completes when it read the payload whole on a second stream()', async () => {
+      const channel = 'guarantees.handler.read-again';
+      let whole: Buffer | undefined;
+      const { app, dispositions } = await deliverTo(channel, async (delivered) => {
+        await delivered.toBuffer().catch(() => undefined); // failed: the store's outage
+        whole = await delivered.toBuffer(); // the store answers again: every byte, checked
+      });
+
+      expect(whole?.equals(payload)).toBe(true);
+      expect(dispositions.at(-1)).toEqual({ action: 'ack' });
+      expect(await sample(app, 'sequences_completed_total', { channel })).toBe(1);
+    });
   });
 });
