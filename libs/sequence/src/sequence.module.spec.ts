@@ -10,8 +10,12 @@ import {
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
+  ClaimCheck,
+  FilesystemPayloadStore,
   InboxHandler,
   InMemoryTransport,
+  type ClaimedPayload,
+  type StreamedFragment,
   Resequenced,
   type ResequencedEvent,
   SqliteOutboxStore,
@@ -410,6 +414,49 @@ describe('SequenceModule', () => {
           /in memory only: resequenced and streamed events \(`resequencer.store` defaults to MemoryResequencerStore/,
         ),
       ]);
+    });
+
+    it('names the store that applies: the resequencer store under stream mode, the sequence store under @ClaimCheck', async () => {
+      @Injectable()
+      class LiveViewer {
+        @SequencedHandler({ channel: 'live', mode: 'stream' })
+        async show(_fragment: StreamedFragment): Promise<void> {}
+      }
+      @Injectable()
+      class Intake {
+        @ClaimCheck({ channel: 'intake' })
+        async take(_payload: ClaimedPayload): Promise<void> {}
+      }
+      const warningsOf = async (providers: Array<new (...args: never[]) => unknown>) => {
+        const logger = new CapturingLogger();
+        await boot(
+          {
+            imports: [
+              SequenceModule.forRoot({
+                transport: new DurableBroker(new InMemoryTransport()),
+                sweepIntervalMs: false,
+                resequencer: { sweepIntervalMs: false },
+                claimCheck: {
+                  store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+                  sweepIntervalMs: false,
+                },
+              }),
+            ],
+            providers,
+          },
+          logger,
+        );
+        return processMemoryWarnings(logger);
+      };
+
+      // Stream mode is built on the resequencer: its store, not the sequence store.
+      expect(await warningsOf([LiveViewer])).toEqual([
+        expect.not.stringContaining('MemorySequenceStore'),
+      ]);
+      expect((await warningsOf([LiveViewer]))[0]).toContain('MemoryResequencerStore');
+      // A Claim Check channel reassembles payloads its producers send as a sequence.
+      expect(await warningsOf([Intake])).toEqual([expect.stringContaining('MemorySequenceStore')]);
+      expect((await warningsOf([Intake]))[0]).not.toContain('MemoryResequencerStore');
     });
 
     it('says nothing on the in-memory transport, nor with a store of another kind', async () => {

@@ -107,7 +107,10 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
     const sequences = this.registry.all();
     const resequenced = this.resequencers.all().filter(({ subscribed }) => subscribed);
     const risks: string[] = [];
-    if (this.store.name === 'memory' && sequences.some(({ stream }) => !stream)) {
+    // Claim Check channels reassemble what producers send as a Message Sequence (`mode: 'auto'`).
+    const reassembles =
+      sequences.some(({ stream }) => !stream) || this.claimCheckRegistry.all().length > 0;
+    if (this.store.name === 'memory' && reassembles) {
       risks.push(
         "sequence fragments (the module's store defaults to MemorySequenceStore; set `store`, " +
           'e.g. RedisSequenceStore)',
