@@ -3,6 +3,7 @@ import { EncryptingPayloadStore } from '../adapters/payload/encrypting/encryptin
 import type { PayloadEncryptionKey } from '../adapters/payload/encrypting/payload-encryption.keys';
 import { FilesystemPayloadStore } from '../adapters/payload/filesystem/filesystem.payload-store';
 import { MemoryClaimLedger } from '../adapters/stores/memory/memory.claim-ledger';
+import { MAX_TIMER_MS } from '../core/async';
 import { ClaimTicketKeyring, type ClaimTicketKey } from '../core/claim-ticket-keyring';
 import { STORE_NAME_PATTERN } from '../core/claim-ticket';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
@@ -51,7 +52,10 @@ export interface ClaimCheckOptions {
   ttlMs?: number;
   /** How long a payload stored for `publish()` may wait for its ticket's confirm before it is an orphan. @default 3600000 (1 h) */
   orphanGraceMs?: number;
-  /** How often the orphan sweeper runs; `false` disables it on this instance. @default 60000 */
+  /**
+   * How often the orphan sweeper runs, at most 2147483647 (about 24.8 days, the longest a Node
+   * timer waits); `false` disables it on this instance. @default 60000
+   */
   sweepIntervalMs?: number | false;
   /** Payloads the sweeper deletes per run at most. @default 500 */
   sweepBatch?: number;
@@ -153,6 +157,17 @@ export function resolveClaimCheckOptions(
   // setInterval(…, 0) would sweep the stores back to back, forever.
   if (sweepIntervalMs === 0) {
     problems.push('claimCheck.sweepIntervalMs must be above 0 (or false to turn the sweeper off)');
+  }
+  // Past MAX_TIMER_MS Node fires the interval after 1 ms instead: the same hot loop.
+  if (
+    sweepIntervalMs !== false &&
+    Number.isSafeInteger(sweepIntervalMs) &&
+    sweepIntervalMs > MAX_TIMER_MS
+  ) {
+    problems.push(
+      `claimCheck.sweepIntervalMs must be at most ${MAX_TIMER_MS} ms (the longest a timer ` +
+        `waits), got ${sweepIntervalMs}; use false to turn the sweeper off`,
+    );
   }
   const deleteAfter = options.deleteAfter ?? CLAIM_CHECK_DEFAULTS.deleteAfter;
   const retentionProblem = claimRetentionProblem(deleteAfter);
