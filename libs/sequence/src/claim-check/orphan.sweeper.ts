@@ -10,6 +10,8 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { IntervalJob } from '../scheduling/interval-job';
+import { SEQUENCE_OPTIONS } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
 
@@ -34,6 +36,8 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
 
   constructor(
     @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(SEQUENCE_OPTIONS)
+    private readonly moduleOptions: Pick<ResolvedSequenceOptions, 'shutdownTimeoutMs'>,
     private readonly metrics: ClaimCheckMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
@@ -49,7 +53,17 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await this.job.stop();
+    // A sweep stuck on a store call (a hung mount, a bucket that never answers) must not hold the
+    // application's shutdown. Leaving it is safe: a sweep only lists and deletes, a delete is
+    // idempotent, and whatever it did not reach stays due for the next sweep of any instance.
+    const { shutdownTimeoutMs } = this.moduleOptions;
+    if (!(await this.job.stop(shutdownTimeoutMs))) {
+      this.logger.warn(
+        `the orphan sweep in progress did not finish within shutdownTimeoutMs ` +
+          `(${shutdownTimeoutMs} ms); shutting down without it: the payloads it had not ` +
+          'deleted stay due for the next sweep',
+      );
+    }
   }
 
   /** Runs one sweep over every configured store now. Overlapping calls share one run. */

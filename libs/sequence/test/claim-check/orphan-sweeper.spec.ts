@@ -1,5 +1,7 @@
+import { Logger } from '@nestjs/common';
 import { join } from 'node:path';
 import { FilesystemPayloadStore } from 'nest-sequence';
+import { settlesWithin } from '../../src/core/async';
 import { bytes, eventually } from '../support/sequence-test-app';
 import {
   claimMetric,
@@ -47,6 +49,33 @@ describe('claim check: orphan sweeper', () => {
     const ticket = await t.claimCheck.checkIn(bytes(100, 5), { ttlMs: 1 });
     await eventually(async () => (await t.store.head(ticket.ref)) === undefined, 'the sweep');
     expect(await filesUnder(t.root)).toEqual([]);
+  });
+
+  it('a sweep stuck on a store call holds shutdown for shutdownTimeoutMs at most, with a warning', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    let hung!: FaultInjectingPayloadStore;
+    t = await createClaimCheckTestApp({
+      module: { shutdownTimeoutMs: 200 },
+      wrapStore: (store) => (hung = new FaultInjectingPayloadStore(store)),
+    });
+    try {
+      hung.hangSweeps = true;
+      void t.sweeper.sweep();
+
+      const began = Date.now();
+      const stopped = await settlesWithin(t.sweeper.beforeApplicationShutdown(), 3_000);
+
+      expect(stopped).toBe(true);
+      expect(Date.now() - began).toBeGreaterThanOrEqual(190);
+      expect(warn).toHaveBeenCalledWith(
+        expect.stringMatching(
+          /^the orphan sweep in progress did not finish within shutdownTimeoutMs \(200 ms\)/,
+        ),
+      );
+    } finally {
+      hung.releaseSweeps();
+      warn.mockRestore();
+    }
   });
 
   describe('with a read store beside the write store', () => {
