@@ -50,6 +50,15 @@ export interface ClaimCheckOptions {
   sequenceMaxBytes?: number;
   /** How long a checked-in payload (and its ticket) stays valid. @default 86400000 (24 h) */
   ttlMs?: number;
+  /**
+   * How long after its expiry the sweeper keeps a payload. A ticket is accepted up to its
+   * `expiresAt`, and its handler may read the payload for a while after: the sweeper must not
+   * delete it under that read. Keep it above the longest handler run on one delivery (retries
+   * and the payload read included) plus the clock skew between instances. The Redis payload
+   * store drops its keys at `expiresAt + keyTtlMarginMs` whatever this says: keep that margin
+   * at or above this grace. @default 300000 (5 min)
+   */
+  expiredGraceMs?: number;
   /** How long a payload stored for `publish()` may wait for its ticket's confirm before it is an orphan. @default 3600000 (1 h) */
   orphanGraceMs?: number;
   /**
@@ -85,6 +94,7 @@ export interface ResolvedClaimCheckOptions {
   readonly sequenceMaxBytes: number;
   readonly ttlMs: number;
   readonly orphanGraceMs: number;
+  readonly expiredGraceMs: number;
   readonly sweepIntervalMs: number | false;
   readonly sweepBatch: number;
   readonly deleteAfter: ClaimRetention;
@@ -98,6 +108,7 @@ export const CLAIM_CHECK_DEFAULTS = {
   sequenceMaxBytes: 64 * KiB * KiB,
   ttlMs: 24 * HOUR,
   orphanGraceMs: HOUR,
+  expiredGraceMs: 5 * MINUTE,
   sweepIntervalMs: MINUTE,
   sweepBatch: 500,
   maxStoreRequeues: 1200,
@@ -148,6 +159,13 @@ export function resolveClaimCheckOptions(
       `claimCheck.orphanGraceMs (${orphanGraceMs}) must be above twice the longest a ticket's ` +
         `publish may take with its retries (publish.attempts × (confirmTimeoutMs + maxDelayMs) ` +
         `= ${publishBudgetMs} ms), that is above ${2 * publishBudgetMs} ms`,
+    );
+  }
+  const expiredGraceMs = options.expiredGraceMs ?? CLAIM_CHECK_DEFAULTS.expiredGraceMs;
+  positive('claimCheck.expiredGraceMs', expiredGraceMs);
+  if (Number.isSafeInteger(expiredGraceMs) && expiredGraceMs > MAX_TTL_MS) {
+    problems.push(
+      `claimCheck.expiredGraceMs must be at most ${MAX_TTL_MS} (100 years), got ${expiredGraceMs}`,
     );
   }
   positive('claimCheck.sweepBatch', sweepBatch);
@@ -237,6 +255,7 @@ export function resolveClaimCheckOptions(
     sequenceMaxBytes,
     ttlMs,
     orphanGraceMs,
+    expiredGraceMs,
     sweepIntervalMs,
     sweepBatch,
     deleteAfter,

@@ -24,10 +24,11 @@ export interface OrphanSweepReport {
 }
 
 /**
- * Deletes parked payloads nobody will claim: those past their expiry (their tickets are refused
- * from then on), and those stored for a `publish()` whose ticket was never confirmed, once
- * `orphanGraceMs` has passed. Safe on every instance at once: a payload deleted twice is deleted
- * once (`delete` is idempotent).
+ * Deletes parked payloads nobody will claim: those past their expiry by `expiredGraceMs` (their
+ * tickets are refused from the expiry on; the grace covers handlers still reading), and those
+ * stored for a `publish()` whose ticket was never confirmed, once `orphanGraceMs` has passed.
+ * Safe on every instance at once: a payload deleted twice is deleted once (`delete` is
+ * idempotent).
  */
 @Injectable()
 export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -96,8 +97,12 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
     const batch = this.options.sweepBatch;
     // One batch per run: a large backlog is worked off over several intervals, so that one run
     // never holds the store (or this instance) for long.
+    // An expired payload is kept expiredGraceMs longer: its ticket was accepted up to expiresAt,
+    // and a handler may still be reading it. Only expiresAt and this instance's clock decide, so
+    // every instance agrees without asking the claim ledger (which may be per-process, and knows
+    // only the groups that claimed); clock skew is part of what the grace must cover.
     const candidates = await store.sweepCandidates({
-      now,
+      now: now - this.options.expiredGraceMs,
       unpublishedBefore: now - this.options.orphanGraceMs,
       limit: batch,
     });

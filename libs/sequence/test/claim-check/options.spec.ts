@@ -152,6 +152,18 @@ describe('claim check: options validation at boot', () => {
     await t.close();
   });
 
+  it.each([
+    [-1, 'claimCheck.expiredGraceMs must be a non-negative integer, got -1'],
+    [1.5, 'claimCheck.expiredGraceMs must be a non-negative integer, got 1.5'],
+    [
+      Number.MAX_SAFE_INTEGER,
+      `claimCheck.expiredGraceMs must be at most 3153600000000 (100 years), got ${Number.MAX_SAFE_INTEGER}`,
+    ],
+  ])('an expiredGraceMs of %p: refused', async (expiredGraceMs, problem) => {
+    const error = await bootFailure({ expiredGraceMs });
+    expect(error.problems).toEqual([problem]);
+  });
+
   it('an encryption key that is not 32 bytes: refused', async () => {
     const error = await bootFailure({ encryption: { keys: [{ id: 'k', key: Buffer.alloc(16) }] } });
     expect(error.problems[0]).toMatch(/^claimCheck\.encryption: key "k": key must be 32 bytes/);
