@@ -3,6 +3,7 @@ import { EncryptingPayloadStore } from '../adapters/payload/encrypting/encryptin
 import type { PayloadEncryptionKey } from '../adapters/payload/encrypting/payload-encryption.keys';
 import { FilesystemPayloadStore } from '../adapters/payload/filesystem/filesystem.payload-store';
 import { MemoryClaimLedger } from '../adapters/stores/memory/memory.claim-ledger';
+import { MAX_TIMER_MS } from '../core/async';
 import { ClaimTicketKeyring, type ClaimTicketKey } from '../core/claim-ticket-keyring';
 import { STORE_NAME_PATTERN } from '../core/claim-ticket';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
@@ -49,9 +50,21 @@ export interface ClaimCheckOptions {
   sequenceMaxBytes?: number;
   /** How long a checked-in payload (and its ticket) stays valid. @default 86400000 (24 h) */
   ttlMs?: number;
+  /**
+   * How long after its expiry the sweeper keeps a payload. A ticket is accepted up to its
+   * `expiresAt`, and its handler may read the payload for a while after: the sweeper must not
+   * delete it under that read. Keep it above the longest handler run on one delivery (retries
+   * and the payload read included) plus the clock skew between instances. The Redis payload
+   * store drops its keys at `expiresAt + keyTtlMarginMs` whatever this says: keep that margin
+   * at or above this grace. @default 300000 (5 min)
+   */
+  expiredGraceMs?: number;
   /** How long a payload stored for `publish()` may wait for its ticket's confirm before it is an orphan. @default 3600000 (1 h) */
   orphanGraceMs?: number;
-  /** How often the orphan sweeper runs; `false` disables it on this instance. @default 60000 */
+  /**
+   * How often the orphan sweeper runs, at most 2147483647 (about 24.8 days, the longest a Node
+   * timer waits); `false` disables it on this instance. @default 60000
+   */
   sweepIntervalMs?: number | false;
   /** Payloads the sweeper deletes per run at most. @default 500 */
   sweepBatch?: number;
@@ -81,6 +94,7 @@ export interface ResolvedClaimCheckOptions {
   readonly sequenceMaxBytes: number;
   readonly ttlMs: number;
   readonly orphanGraceMs: number;
+  readonly expiredGraceMs: number;
   readonly sweepIntervalMs: number | false;
   readonly sweepBatch: number;
   readonly deleteAfter: ClaimRetention;
@@ -94,6 +108,7 @@ export const CLAIM_CHECK_DEFAULTS = {
   sequenceMaxBytes: 64 * KiB * KiB,
   ttlMs: 24 * HOUR,
   orphanGraceMs: HOUR,
+  expiredGraceMs: 5 * MINUTE,
   sweepIntervalMs: MINUTE,
   sweepBatch: 500,
   maxStoreRequeues: 1200,
@@ -146,6 +161,13 @@ export function resolveClaimCheckOptions(
         `= ${publishBudgetMs} ms), that is above ${2 * publishBudgetMs} ms`,
     );
   }
+  const expiredGraceMs = options.expiredGraceMs ?? CLAIM_CHECK_DEFAULTS.expiredGraceMs;
+  positive('claimCheck.expiredGraceMs', expiredGraceMs);
+  if (Number.isSafeInteger(expiredGraceMs) && expiredGraceMs > MAX_TTL_MS) {
+    problems.push(
+      `claimCheck.expiredGraceMs must be at most ${MAX_TTL_MS} (100 years), got ${expiredGraceMs}`,
+    );
+  }
   positive('claimCheck.sweepBatch', sweepBatch);
   if (ttlMs === 0) problems.push('claimCheck.ttlMs must be above 0');
   if (sweepBatch === 0) problems.push('claimCheck.sweepBatch must be above 0');
@@ -153,6 +175,17 @@ export function resolveClaimCheckOptions(
   // setInterval(…, 0) would sweep the stores back to back, forever.
   if (sweepIntervalMs === 0) {
     problems.push('claimCheck.sweepIntervalMs must be above 0 (or false to turn the sweeper off)');
+  }
+  // Past MAX_TIMER_MS Node fires the interval after 1 ms instead: the same hot loop.
+  if (
+    sweepIntervalMs !== false &&
+    Number.isSafeInteger(sweepIntervalMs) &&
+    sweepIntervalMs > MAX_TIMER_MS
+  ) {
+    problems.push(
+      `claimCheck.sweepIntervalMs must be at most ${MAX_TIMER_MS} ms (the longest a timer ` +
+        `waits), got ${sweepIntervalMs}; use false to turn the sweeper off`,
+    );
   }
   const deleteAfter = options.deleteAfter ?? CLAIM_CHECK_DEFAULTS.deleteAfter;
   const retentionProblem = claimRetentionProblem(deleteAfter);
@@ -222,6 +255,7 @@ export function resolveClaimCheckOptions(
     sequenceMaxBytes,
     ttlMs,
     orphanGraceMs,
+    expiredGraceMs,
     sweepIntervalMs,
     sweepBatch,
     deleteAfter,

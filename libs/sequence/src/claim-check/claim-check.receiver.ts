@@ -14,7 +14,7 @@ import { errorMessage } from '../core/errors/caught';
 import { SEQUENCE_OPTIONS } from '../sequence.constants';
 import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
-import { carriesTicket, ClaimCheckHeader, userHeadersOf } from './claim-check.headers';
+import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from './claim-check.headers';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
 import { PayloadParking } from './payload-parking';
 import { AggregatorService, type SequenceConsumer } from '../sequence/aggregator.service';
@@ -75,8 +75,12 @@ export class ClaimCheckReceiver {
       this.metrics.received(channel, 'sequence');
       return this.aggregator.receive(message, this.sequenceConsumerOf(consumer));
     }
-    const viaTicket = carriesTicket(headers);
-    this.metrics.received(channel, viaTicket ? 'ticket' : 'inline');
+    const marking = claimCheckMarking(headers);
+    if (marking.via === 'unrecognised') {
+      return this.reject(channel, 'malformed-header', marking.problem);
+    }
+    const viaTicket = marking.via === 'ticket';
+    this.metrics.received(channel, marking.via);
     if (!Buffer.isBuffer(body)) {
       return this.reject(channel, 'claim-ticket-invalid', 'the message body is not binary');
     }

@@ -10,6 +10,8 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { IntervalJob } from '../scheduling/interval-job';
+import { SEQUENCE_OPTIONS } from '../sequence.constants';
+import type { ResolvedSequenceOptions } from '../sequence.options';
 import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
 import type { ResolvedClaimCheckOptions } from './claim-check.options';
 
@@ -22,10 +24,11 @@ export interface OrphanSweepReport {
 }
 
 /**
- * Deletes parked payloads nobody will claim: those past their expiry (their tickets are refused
- * from then on), and those stored for a `publish()` whose ticket was never confirmed, once
- * `orphanGraceMs` has passed. Safe on every instance at once: a payload deleted twice is deleted
- * once (`delete` is idempotent).
+ * Deletes parked payloads nobody will claim: those past their expiry by `expiredGraceMs` (their
+ * tickets are refused from the expiry on; the grace covers handlers still reading), and those
+ * stored for a `publish()` whose ticket was never confirmed, once `orphanGraceMs` has passed.
+ * Safe on every instance at once: a payload deleted twice is deleted once (`delete` is
+ * idempotent).
  */
 @Injectable()
 export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -34,6 +37,8 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
 
   constructor(
     @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(SEQUENCE_OPTIONS)
+    private readonly moduleOptions: Pick<ResolvedSequenceOptions, 'shutdownTimeoutMs'>,
     private readonly metrics: ClaimCheckMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
@@ -49,7 +54,17 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await this.job.stop();
+    // A sweep stuck on a store call (a hung mount, a bucket that never answers) must not hold the
+    // application's shutdown. Leaving it is safe: a sweep only lists and deletes, a delete is
+    // idempotent, and whatever it did not reach stays due for the next sweep of any instance.
+    const { shutdownTimeoutMs } = this.moduleOptions;
+    if (!(await this.job.stop(shutdownTimeoutMs))) {
+      this.logger.warn(
+        `the orphan sweep in progress did not finish within shutdownTimeoutMs ` +
+          `(${shutdownTimeoutMs} ms); shutting down without it: the payloads it had not ` +
+          'deleted stay due for the next sweep',
+      );
+    }
   }
 
   /** Runs one sweep over every configured store now. Overlapping calls share one run. */
@@ -82,8 +97,12 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
     const batch = this.options.sweepBatch;
     // One batch per run: a large backlog is worked off over several intervals, so that one run
     // never holds the store (or this instance) for long.
+    // An expired payload is kept expiredGraceMs longer: its ticket was accepted up to expiresAt,
+    // and a handler may still be reading it. Only expiresAt and this instance's clock decide, so
+    // every instance agrees without asking the claim ledger (which may be per-process, and knows
+    // only the groups that claimed); clock skew is part of what the grace must cover.
     const candidates = await store.sweepCandidates({
-      now,
+      now: now - this.options.expiredGraceMs,
       unpublishedBefore: now - this.options.orphanGraceMs,
       limit: batch,
     });

@@ -16,7 +16,7 @@ import {
   type SequenceConsumerOptions,
 } from '../sequence.options';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
-import { carriesTicket } from '../claim-check/claim-check.headers';
+import { claimCheckMarking } from '../claim-check/claim-check.headers';
 import { PayloadParking, type ResolvedTicket } from '../claim-check/payload-parking';
 import { payloadReadRejection } from '../claim-check/payload-read-rejection';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
@@ -123,7 +123,11 @@ export class AggregatorService {
       return this.rejectFragment(channel, 'malformed-header', 'the message body is not binary');
     }
     let body = received;
-    if (carriesTicket(toHeaderRecord(message.headers))) {
+    const marking = claimCheckMarking(toHeaderRecord(message.headers));
+    if (marking.via === 'unrecognised') {
+      return this.rejectFragment(channel, 'malformed-header', marking.problem);
+    }
+    if (marking.via === 'ticket') {
       const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);

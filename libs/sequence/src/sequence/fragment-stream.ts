@@ -10,7 +10,7 @@ import type { Resequencer } from '../resequencer/resequencer';
 import type { ResequencerService } from '../resequencer/resequencer.service';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import type { ResolvedConsumerOptions } from '../sequence.options';
-import { carriesTicket } from '../claim-check/claim-check.headers';
+import { claimCheckMarking } from '../claim-check/claim-check.headers';
 import { errorMessage } from '../core/errors/caught';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
@@ -71,7 +71,9 @@ export class FragmentStream {
     const headers = message.headers ?? {};
     if (!Buffer.isBuffer(body))
       return this.reject('malformed-header', 'the message body is not binary');
-    if (carriesTicket(headers)) {
+    const marking = claimCheckMarking(headers);
+    if (marking.via === 'unrecognised') return this.reject('malformed-header', marking.problem);
+    if (marking.via === 'ticket') {
       return this.reject(
         'malformed-header',
         "a fragment sent via claim check reached a mode: 'stream' handler, which takes fragments inline only",

@@ -24,6 +24,9 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   failPuts = 0;
   /** Upcoming `sweepCandidates` calls that fail. */
   failSweeps = 0;
+  /** `sweepCandidates` calls do not settle (as on a hung network mount) until {@link releaseSweeps}. */
+  hangSweeps = false;
+  private readonly hungSweeps: Array<() => void> = [];
   readonly calls = { head: 0, get: 0, delete: 0 };
 
   /** @param name another name than the inner store's, e.g. to list two stores of one kind */
@@ -72,11 +75,20 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   }
 
   async sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]> {
+    if (this.hangSweeps) {
+      return new Promise((resolve) => this.hungSweeps.push(() => resolve([])));
+    }
     if (this.failSweeps > 0) {
       this.failSweeps--;
       throw new Error('payload store unreachable (sweepCandidates, injected by the test)');
     }
     return this.inner.sweepCandidates(query);
+  }
+
+  /** Settles the hung `sweepCandidates` calls (with no candidates) and stops hanging new ones. */
+  releaseSweeps(): void {
+    this.hangSweeps = false;
+    for (const release of this.hungSweeps.splice(0)) release();
   }
 
   ping(): Promise<void> {

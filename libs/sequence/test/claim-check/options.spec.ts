@@ -137,6 +137,33 @@ describe('claim check: options validation at boot', () => {
     ]);
   });
 
+  it('a sweep interval longer than a Node timer waits: refused (Node would fire it every 1 ms)', async () => {
+    const thirtyDays = 30 * 24 * 60 * 60 * 1000;
+    const error = await bootFailure({ sweepIntervalMs: thirtyDays });
+    expect(error.problems).toEqual([
+      `claimCheck.sweepIntervalMs must be at most 2147483647 ms (the longest a timer waits), ` +
+        `got ${thirtyDays}; use false to turn the sweeper off`,
+    ]);
+  });
+
+  it('the longest sweep interval a timer waits: accepted', async () => {
+    const t = await createClaimCheckTestApp({ claimCheck: { sweepIntervalMs: 2 ** 31 - 1 } });
+    expect(t.options.sweepIntervalMs).toBe(2 ** 31 - 1);
+    await t.close();
+  });
+
+  it.each([
+    [-1, 'claimCheck.expiredGraceMs must be a non-negative integer, got -1'],
+    [1.5, 'claimCheck.expiredGraceMs must be a non-negative integer, got 1.5'],
+    [
+      Number.MAX_SAFE_INTEGER,
+      `claimCheck.expiredGraceMs must be at most 3153600000000 (100 years), got ${Number.MAX_SAFE_INTEGER}`,
+    ],
+  ])('an expiredGraceMs of %p: refused', async (expiredGraceMs, problem) => {
+    const error = await bootFailure({ expiredGraceMs });
+    expect(error.problems).toEqual([problem]);
+  });
+
   it('an encryption key that is not 32 bytes: refused', async () => {
     const error = await bootFailure({ encryption: { keys: [{ id: 'k', key: Buffer.alloc(16) }] } });
     expect(error.problems[0]).toMatch(/^claimCheck\.encryption: key "k": key must be 32 bytes/);

@@ -1,10 +1,14 @@
+import { Logger } from '@nestjs/common';
 import { join } from 'node:path';
 import { FilesystemPayloadStore } from 'nest-sequence';
+import { settlesWithin } from '../../src/core/async';
 import { bytes, eventually } from '../support/sequence-test-app';
 import {
   claimMetric,
   createClaimCheckTestApp,
+  deathReasons,
   filesUnder,
+  publishTicket,
   type ClaimCheckTestApp,
 } from './claim-check-test-app';
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
@@ -17,13 +21,15 @@ describe('claim check: orphan sweeper', () => {
   let t: ClaimCheckTestApp;
   afterEach(() => t.close());
 
-  it('deletes expired payloads at their expiry, not before, and counts them', async () => {
+  it('deletes expired payloads expiredGraceMs after their expiry, not before, and counts them', async () => {
     t = await createClaimCheckTestApp();
+    const grace = t.options.expiredGraceMs;
     const soon = await t.claimCheck.checkIn(bytes(100, 1), { ttlMs: 10_000 });
-    const later = await t.claimCheck.checkIn(bytes(100, 2), { ttlMs: 20_000 });
+    const later = await t.claimCheck.checkIn(bytes(100, 2), { ttlMs: 10_000 + grace + 10_000 });
 
-    expect(await t.sweeper.sweep(soon.expiresAt - 1)).toEqual({ expired: 0, orphaned: 0 });
-    expect(await t.sweeper.sweep(soon.expiresAt)).toEqual({ expired: 1, orphaned: 0 });
+    expect(await t.sweeper.sweep(soon.expiresAt)).toEqual({ expired: 0, orphaned: 0 });
+    expect(await t.sweeper.sweep(soon.expiresAt + grace - 1)).toEqual({ expired: 0, orphaned: 0 });
+    expect(await t.sweeper.sweep(soon.expiresAt + grace)).toEqual({ expired: 1, orphaned: 0 });
     expect(await t.store.head(soon.ref)).toBeUndefined();
     expect(await t.store.head(later.ref)).toBeDefined();
     expect(
@@ -31,22 +37,90 @@ describe('claim check: orphan sweeper', () => {
     ).toBe(1);
   });
 
+  it('keeps a payload that expires while a handler reads it until the read is over', async () => {
+    t = await createClaimCheckTestApp();
+    const payload = bytes(1024 * 1024, 6);
+    const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 60_000 });
+    let readBegun!: () => void;
+    const begun = new Promise<void>((resolve) => (readBegun = resolve));
+    let resumeRead!: () => void;
+    const resumed = new Promise<void>((resolve) => (resumeRead = resolve));
+    // A slow handler: it has accepted the ticket (before its expiry) and read a first chunk when
+    // the expiry passes and a sweep runs, here or on another instance.
+    t.handler.read = async (claimed) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of claimed.stream()) {
+        chunks.push(chunk as Buffer);
+        if (chunks.length === 1) {
+          readBegun();
+          await resumed;
+        }
+      }
+      return Buffer.concat(chunks);
+    };
+    await publishTicket(t.transport, t.channel, ticket);
+    await begun;
+
+    try {
+      expect(await t.sweeper.sweep(ticket.expiresAt + 1_000)).toEqual({
+        expired: 0,
+        orphaned: 0,
+      });
+      expect(await t.store.head(ticket.ref)).toBeDefined();
+    } finally {
+      resumeRead();
+    }
+    await t.transport.whenIdle();
+
+    expect(t.handler.readErrors).toEqual([]);
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    expect(deathReasons(t.transport, t.channel)).toEqual([]);
+  });
+
   it('deletes at most sweepBatch payloads per run; the next run takes the rest', async () => {
     t = await createClaimCheckTestApp({ claimCheck: { sweepBatch: 2 } });
     for (let index = 0; index < 3; index++) {
       await t.claimCheck.checkIn(bytes(10, index), { ttlMs: 1_000 });
     }
-    const afterExpiry = Date.now() + 2_000;
+    const afterExpiry = Date.now() + 2_000 + t.options.expiredGraceMs;
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 2, orphaned: 0 });
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 1, orphaned: 0 });
     expect(await filesUnder(t.root)).toEqual([]);
   });
 
   it('runs by itself every sweepIntervalMs when enabled', async () => {
-    t = await createClaimCheckTestApp({ claimCheck: { sweepIntervalMs: 20 } });
+    t = await createClaimCheckTestApp({ claimCheck: { sweepIntervalMs: 20, expiredGraceMs: 0 } });
     const ticket = await t.claimCheck.checkIn(bytes(100, 5), { ttlMs: 1 });
     await eventually(async () => (await t.store.head(ticket.ref)) === undefined, 'the sweep');
     expect(await filesUnder(t.root)).toEqual([]);
+  });
+
+  it('a sweep stuck on a store call holds shutdown for shutdownTimeoutMs at most, with a warning', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    let hung!: FaultInjectingPayloadStore;
+    t = await createClaimCheckTestApp({
+      module: { shutdownTimeoutMs: 200 },
+      wrapStore: (store) => (hung = new FaultInjectingPayloadStore(store)),
+    });
+    try {
+      hung.hangSweeps = true;
+      void t.sweeper.sweep();
+
+      const began = Date.now();
+      const stopped = await settlesWithin(t.sweeper.beforeApplicationShutdown(), 3_000);
+
+      expect(stopped).toBe(true);
+      expect(Date.now() - began).toBeGreaterThanOrEqual(190);
+      expect(warn).toHaveBeenCalledWith(
+        expect.stringMatching(
+          /^the orphan sweep in progress did not finish within shutdownTimeoutMs \(200 ms\)/,
+        ),
+      );
+    } finally {
+      hung.releaseSweeps();
+      warn.mockRestore();
+    }
   });
 
   describe('with a read store beside the write store', () => {
@@ -69,7 +143,7 @@ describe('claim check: orphan sweeper', () => {
     });
 
     it('sweeps the read store too', async () => {
-      const report = await t.sweeper.sweep(Date.now() + 2_000);
+      const report = await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs);
       expect(report).toEqual({ expired: 1, orphaned: 0 });
       expect(await archive.head(archived)).toBeUndefined();
     });
@@ -78,13 +152,16 @@ describe('claim check: orphan sweeper', () => {
       const current = await t.claimCheck.checkIn(bytes(100, 4), { ttlMs: 1_000 });
       primary.failSweeps = 1;
 
-      const report = await t.sweeper.sweep(Date.now() + 2_000);
+      const report = await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs);
 
       expect(report).toEqual({ expired: 1, orphaned: 0 });
       expect(await archive.head(archived)).toBeUndefined();
       // The failed store is swept on the next run.
       expect(await t.store.head(current.ref)).toBeDefined();
-      expect(await t.sweeper.sweep(Date.now() + 2_000)).toEqual({ expired: 1, orphaned: 0 });
+      expect(await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs)).toEqual({
+        expired: 1,
+        orphaned: 0,
+      });
       expect(await t.store.head(current.ref)).toBeUndefined();
     });
   });

@@ -80,7 +80,7 @@ describe('claim check: retention', () => {
   });
 
   describe("deleteAfter: 'ttl'", () => {
-    it('keeps the payload after the handler; the sweeper deletes it at its expiry', async () => {
+    it('keeps the payload after the handler; the sweeper deletes it expiredGraceMs after its expiry', async () => {
       t = await createClaimCheckTestApp({ handlers: [{ channel: 'cc.ttl', deleteAfter: 'ttl' }] });
       const ticket = await t.claimCheck.checkIn(bytes(2_000, 3), { ttlMs: 60_000 });
       await publishTicket(t.transport, t.channel, ticket);
@@ -88,10 +88,11 @@ describe('claim check: retention', () => {
 
       expect(t.handler.calls).toBe(1);
       expect(await t.store.head(ticket.ref)).toBeDefined();
-      expect(await t.sweeper.sweep(ticket.expiresAt - 1)).toEqual({ expired: 0, orphaned: 0 });
+      const deletableAt = ticket.expiresAt + t.options.expiredGraceMs;
+      expect(await t.sweeper.sweep(deletableAt - 1)).toEqual({ expired: 0, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toBeDefined();
 
-      expect(await t.sweeper.sweep(ticket.expiresAt)).toEqual({ expired: 1, orphaned: 0 });
+      expect(await t.sweeper.sweep(deletableAt)).toEqual({ expired: 1, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toBeUndefined();
       expect(await deletedAs('expired')).toBe(1);
       expect(await deletedAs('consumed')).toBe(0);
@@ -190,8 +191,9 @@ describe('claim check: retention', () => {
 
     it('keeps the payload (under ack) until it expires, then the sweeper deletes it', async () => {
       expect(await t.store.head(ticket.ref)).toBeDefined();
-      expect(await t.sweeper.sweep(ticket.expiresAt - 1)).toEqual({ expired: 0, orphaned: 0 });
-      expect(await t.sweeper.sweep(ticket.expiresAt)).toEqual({ expired: 1, orphaned: 0 });
+      const deletableAt = ticket.expiresAt + t.options.expiredGraceMs;
+      expect(await t.sweeper.sweep(deletableAt - 1)).toEqual({ expired: 0, orphaned: 0 });
+      expect(await t.sweeper.sweep(deletableAt)).toEqual({ expired: 1, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toBeUndefined();
     });
 

@@ -40,12 +40,26 @@ class Traffic {
   partBytesDone = 0;
   /** Runs as each UploadPart starts. */
   onUploadPart: () => Promise<void> | void = () => undefined;
+  /**
+   * Runs once S3 has answered the PutObject or CompleteMultipartUpload of a payload (not of a
+   * marker), before the store hears of it: the instant the payload becomes visible to a sweep.
+   */
+  onPayloadStored: () => Promise<void> | void = () => undefined;
 
   observe(client: S3Client): void {
     client.middlewareStack.add(
       (next, context) => async (args) => {
         const command = context.commandName ?? 'unknown';
-        this.sent.push({ command, key: (args.input as { Key?: string }).Key });
+        const key = (args.input as { Key?: string }).Key;
+        this.sent.push({ command, key });
+        const storesPayload =
+          (command === 'PutObjectCommand' || command === 'CompleteMultipartUploadCommand') &&
+          key?.includes('/payloads/');
+        if (storesPayload) {
+          const output = await next(args);
+          await this.onPayloadStored();
+          return output;
+        }
         if (command !== 'UploadPartCommand') return next(args);
         this.mostPartsUploading = Math.max(this.mostPartsUploading, ++this.partsUploading);
         try {
@@ -67,6 +81,7 @@ class Traffic {
     this.mostPartsUploading = 0;
     this.partBytesDone = 0;
     this.onUploadPart = () => undefined;
+    this.onPayloadStored = () => undefined;
   }
 
   count(command: string): number {
@@ -281,6 +296,43 @@ describe('S3PayloadStore', () => {
 
       await store.delete(ref);
       expect(await keysUnder(prefix)).toEqual([]);
+    });
+
+    it.each([
+      ['one PutObject', 1024],
+      ['a multipart upload', 6 * MIB],
+    ])(
+      'a payload put published (checkIn) is never an orphan candidate, even the instant its upload (%s) completes',
+      async (_how, length) => {
+        store = storeOf({ partBytes: 5 * MIB });
+        const seen: unknown[] = [];
+        // A sweep on another instance, an hour past the payload's creation, in the instant the
+        // payload becomes listable: the marker must already say it is published.
+        traffic.onPayloadStored = async () => {
+          seen.push(
+            await store.sweepCandidates({
+              now: t0 + 1,
+              unpublishedBefore: t0 + 60 * MINUTE,
+              limit: 10,
+            }),
+          );
+        };
+
+        const { ref } = await store.put(randomBytes(length), options({ published: true }));
+
+        expect(seen).toEqual([[]]);
+        expect(await store.head(ref)).toMatchObject({ published: true });
+      },
+    );
+
+    it('a published put whose upload fails leaves neither payload nor marker', async () => {
+      store = storeOf({ partBytes: 5 * MIB });
+      const cause = new Error('camera disconnected');
+      const source = generatedSource(20 * MIB, { failAfter: 11 * MIB, failWith: cause });
+
+      await expect(store.put(source.stream, options({ published: true }))).rejects.toBe(cause);
+
+      expect(await keysUnder(prefixOf(store))).toEqual([]);
     });
 
     it('leaves no marker when markPublished finds the payload gone', async () => {

@@ -44,6 +44,8 @@ import {
  * sweep everything, without a request per object. `markPublished` writes the marker before it
  * checks that the payload exists (and removes it when not), and `delete` removes the payload
  * before the marker, so that a delete racing a markPublished leaves no marker behind.
+ * `put` of a published payload (a `checkIn`) writes the marker first, so that no sweep ever
+ * lists the payload unmarked.
  *
  * The store never creates the bucket. A bucket lifecycle rule `AbortIncompleteMultipartUpload`
  * is advisable: it removes the parts of an upload whose abort failed (or whose process died).
@@ -94,26 +96,38 @@ export class S3PayloadStore implements PayloadStore {
       throw error;
     }
     const key = this.keys.payloadOf(ref);
-    const bytes = await uploadObject(
-      {
-        client: this.client,
-        bucket: this.options.bucket,
-        key,
-        partBytes: this.options.partBytes,
-        partsInFlight: this.options.partsInFlight,
-        contentType: options.contentType,
-        metadata: encodeObjectMetadata(options),
-      },
-      payload,
-    );
-    if (options.published) {
+    // A published payload's marker is written before its bytes: a sweep takes a listed payload
+    // without a marker, created (at upload start) before the grace instant, for an orphan. Put
+    // after the upload, the marker left a window in which a long upload's payload was listable
+    // and unmarked, and a checkIn's payload could be swept under its new ticket.
+    const markerKey = options.published ? this.keys.markerOf(ref) : undefined;
+    if (markerKey) {
       try {
-        await this.putMarker(this.keys.markerOf(ref));
+        await this.putMarker(markerKey);
       } catch (error) {
-        // A put that rejects leaves nothing behind, not even an unpublished payload.
-        await this.deleteObject(key).catch(() => undefined);
+        if (!Buffer.isBuffer(payload)) payload.destroy();
         throw error;
       }
+    }
+    let bytes: number;
+    try {
+      bytes = await uploadObject(
+        {
+          client: this.client,
+          bucket: this.options.bucket,
+          key,
+          partBytes: this.options.partBytes,
+          partsInFlight: this.options.partsInFlight,
+          contentType: options.contentType,
+          metadata: encodeObjectMetadata(options),
+        },
+        payload,
+      );
+    } catch (error) {
+      // A put that rejects leaves nothing behind, its marker included (a marker left by a failed
+      // delete here, or by a crash mid-upload, is an empty object that no sweep lists).
+      if (markerKey) await this.deleteObject(markerKey).catch(() => undefined);
+      throw error;
     }
     return { ref, bytes };
   }
