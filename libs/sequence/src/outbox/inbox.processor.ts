@@ -103,7 +103,10 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     try {
       await batch.transaction.savepoint(async () => {
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
-        await transaction.within(async () => handler.handle(message, context));
+        // Joinable only until the handler's promise settles: what it left running opens its own.
+        await batch.handlerCall(() =>
+          transaction.within(async () => handler.handle(message, context)),
+        );
       });
     } catch (error) {
       return this.failed(record, error);

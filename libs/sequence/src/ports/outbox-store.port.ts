@@ -137,6 +137,15 @@ export interface ClaimedBatch {
    * through it commits with them (an inbox handler's `processInTransaction`).
    */
   readonly transaction: StoreTransaction;
+  /**
+   * Runs `work`, one handler call of the batch: a `transaction()` of this store started from it
+   * joins the claim's transaction (when the claim is `joinable`) until `work` settles. One started
+   * later, by a callback `work` left running (an event listener it did not await), opens a
+   * transaction of its own: joining then would put it inside whatever the claim does at that
+   * moment (the next record's savepoint), and undo it with that after its caller was told it
+   * committed.
+   */
+  handlerCall<T>(work: () => Promise<T>): Promise<T>;
 }
 
 export interface ClaimResult {

@@ -172,11 +172,15 @@ export class PostgresOutboxStore implements OutboxStore {
       claimed = transaction;
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
-      const batch = { records, transaction };
-      const outcomes =
-        options.joinable === false
-          ? await handle(batch)
-          : await this.scope.run(transaction, () => handle(batch));
+      const joinable = options.joinable !== false;
+      const batch: ClaimedBatch = {
+        records,
+        transaction,
+        handlerCall: (work) => (joinable ? this.scope.run(transaction, work) : work()),
+      };
+      const outcomes = joinable
+        ? await this.scope.run(transaction, () => handle(batch))
+        : await handle(batch);
       return settleOutcomes(transaction, statements, records, outcomes, options.now);
     });
     // What handlers recorded in the claim's transaction (an inbox handler's events).
