@@ -126,6 +126,53 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     return ids;
   }
 
+  it('a handler statement that outruns query_timeout counts an attempt (FAILED after maxAttempts) without stalling the box: its neighbours complete, each committed once', async () => {
+    @Injectable()
+    class Ledger {
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        // Longer than the pool's query_timeout: the client gives up on it, and the claim's
+        // connection is lost with everything the claim did so far.
+        if (event.payload.n === 1) await transaction!.query('SELECT pg_sleep(0.5)');
+        await transaction!.query(`INSERT INTO ${prefix}ledger VALUES ($1)`, [event.payload.n]);
+      }
+    }
+    await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
+    const [first, slow, last] = await deliverInOneClaim(
+      {
+        store: () =>
+          PostgresOutboxStore.connect(SERVERS.postgres.url, {
+            tablePrefix: prefix,
+            pool: { query_timeout: 300 },
+          }),
+        inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
+      },
+      [Ledger],
+      3,
+    );
+    await eventually(
+      async () => (await statusOf(slow)) === 'FAILED',
+      'the slow one failed',
+      15_000,
+    );
+    expect(await t!.outbox.record('inbox_events', slow)).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringMatching(/Query read timeout/),
+    });
+    await eventually(async () => (await statusOf(last)) === 'COMPLETED', 'the last one handled');
+    // The slow one's neighbours never counted a failed attempt for it: their handling was
+    // rolled back with the lost claim and done again, and committed once.
+    for (const id of [first, last]) {
+      expect(await t!.outbox.record('inbox_events', id)).toMatchObject({
+        status: 'COMPLETED',
+        attempts: 1,
+        lastError: null,
+      });
+    }
+    const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
+    expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+  });
+
   it('a transaction() a handler left running (not awaited) opens its own once that handler returned, rather than joining the claim and being undone with the next record', async () => {
     let detachedCommitted!: () => void;
     const detached = new Promise<void>((resolve) => (detachedCommitted = resolve));
