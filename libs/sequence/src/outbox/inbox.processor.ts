@@ -19,7 +19,9 @@ import { BoxWorker } from './box-worker';
  * transaction. So a record is handled by one instance at a time; a handler that throws is undone
  * (what it wrote through the transaction) and retried later; and with `processInTransaction` the
  * handler's writes commit exactly when the record is marked done. If the process dies during a
- * handler, the claim rolls back and the record is handled again later.
+ * handler, the claim rolls back and the record is handled again later; when a handler's statement
+ * loses the claim's transaction (it outran `query_timeout`), the batch stops there and that
+ * record alone counts a failed attempt.
  */
 export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'> {
   constructor(
@@ -53,6 +55,8 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
           if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
           const outcome = await this.process(record, batch, recorded);
           outcomes.push(outcome);
+          // The claim's transaction is lost (see below): nothing more can run in it.
+          if (batch.transaction.brokenBy) return;
           if (outcome.status === 'completed') handled.push(record);
           else if (record.partitionKey !== null) heldBack.add(record.partitionKey);
         }
@@ -60,11 +64,22 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         await recorded.flush(this.store, this.orderedBoxes);
       });
     } catch (error) {
-      const undone = new Map(handled.map((record) => [record.id, record]));
-      return outcomes.map((outcome) => {
-        const record = undone.get(outcome.id);
-        return record ? this.failed(record, error) : outcome;
-      });
+      if (!batch.transaction.brokenBy) {
+        const undone = new Map(handled.map((record) => [record.id, record]));
+        return outcomes.map((outcome) => {
+          const record = undone.get(outcome.id);
+          return record ? this.failed(record, error) : outcome;
+        });
+      }
+    }
+    if (batch.transaction.brokenBy) {
+      // A handler's statement outran query_timeout, or the connection failed: the claim's
+      // transaction rolls back, and the records handled before it in this batch with it (their
+      // writes and marks): they are handed out again, uncounted, rather than charged an attempt
+      // they did not fail. The store writes the failed attempt of the record whose handler broke
+      // it in a transaction of its own, so that the box moves on and a handler that always does
+      // this ends FAILED after maxAttempts.
+      return outcomes.filter((outcome) => outcome.status !== 'completed');
     }
     for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
     return outcomes;
@@ -100,12 +115,19 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       receivedAt: new Date(record.createdAt),
       transaction: handler.processInTransaction ? transaction : undefined,
     };
+    let called = false;
     try {
       await batch.transaction.savepoint(async () => {
+        called = true;
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
-        await transaction.within(async () => handler.handle(message, context));
+        // Joinable only until the handler's promise settles: what it left running opens its own.
+        await batch.handlerCall(() =>
+          transaction.within(async () => handler.handle(message, context)),
+        );
       });
     } catch (error) {
+      // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
+      if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
       return this.failed(record, error);
     }
     // Kept only once its savepoint is released: a handler undone takes its messages with it.

@@ -79,6 +79,12 @@ export interface StoreTransaction {
    */
   readonly client: unknown;
   /**
+   * Set once the transaction cannot go on (PostgreSQL: its connection failed, or a statement
+   * outran the pool's `query_timeout`): every later statement is refused with this error, and the
+   * transaction is rolled back, whatever its work returns.
+   */
+  readonly brokenBy?: Error;
+  /**
    * Runs one statement in this transaction. Placeholders are the dialect's own: `$1, $2` on
    * PostgreSQL, `?` on SQLite.
    */
@@ -137,6 +143,15 @@ export interface ClaimedBatch {
    * through it commits with them (an inbox handler's `processInTransaction`).
    */
   readonly transaction: StoreTransaction;
+  /**
+   * Runs `work`, one handler call of the batch: a `transaction()` of this store started from it
+   * joins the claim's transaction (when the claim is `joinable`) until `work` settles. One started
+   * later, by a callback `work` left running (an event listener it did not await), opens a
+   * transaction of its own: joining then would put it inside whatever the claim does at that
+   * moment (the next record's savepoint), and undo it with that after its caller was told it
+   * committed.
+   */
+  handlerCall<T>(work: () => Promise<T>): Promise<T>;
 }
 
 export interface ClaimResult {
@@ -185,6 +200,11 @@ export interface PurgeOptions {
  *   `options.now`). While one claim holds a record, no concurrent
  *   claim (this process or another) hands it out. When `handle` throws, or the process dies, the
  *   claim's transaction rolls back: its records stay as they were (`PENDING`, same attempts).
+ *   When the transaction broke under `handle` (`StoreTransaction.brokenBy`) and `handle` still
+ *   returned outcomes, the failed attempts among them (`retry`, `failed`) are written in a short
+ *   transaction of the store's own, on the records still as the claim found them; `completed`
+ *   outcomes are dropped (what was done with them was lost with the transaction), and those
+ *   records are handed out again.
  * - `receive` is the inbox's insert-if-absent: `added` or `duplicate` (by id, whatever the
  *   status of the record already there).
  * - `purge` deletes `COMPLETED` records older than a time, in batches that are each a short

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Injectable } from '@nestjs/common';
+import { Injectable, type Type } from '@nestjs/common';
 import { Pool } from 'pg';
 import {
   InboxHandler,
@@ -9,6 +9,7 @@ import {
   PostgresOutboxStore,
   type InboxContext,
   type OutboxEvent,
+  type OutboxModuleOptions,
 } from 'nest-sequence';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
@@ -95,6 +96,122 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     expect(failed?.lastError).toMatch(/aborted/);
     const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
     expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+  });
+
+  /** Records delivered while the processor is off, so that one claim takes them together. */
+  async function deliverInOneClaim(
+    options: {
+      store: () => PostgresOutboxStore;
+      inboxEvents: NonNullable<OutboxModuleOptions['inboxEvents']>;
+    },
+    providers: Type[],
+    count: number,
+  ): Promise<string[]> {
+    t = await createOutboxTestApp(
+      { store: options.store(), inboxEvents: { ...options.inboxEvents, enabled: false } },
+      providers,
+    );
+    const ids: string[] = [];
+    for (let n = 0; n < count; n++) {
+      const id = await deliver(n);
+      // One at a time: the receiver may record messages delivered together in any order.
+      await eventually(async () => (await statusOf(id)) === 'PENDING', `message ${n} recorded`);
+      ids.push(id);
+    }
+    await t.close();
+    t = await createOutboxTestApp(
+      { store: options.store(), inboxEvents: options.inboxEvents },
+      providers,
+    );
+    return ids;
+  }
+
+  it('a handler statement that outruns query_timeout counts an attempt (FAILED after maxAttempts) without stalling the box: its neighbours complete, each committed once', async () => {
+    @Injectable()
+    class Ledger {
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        // Longer than the pool's query_timeout: the client gives up on it, and the claim's
+        // connection is lost with everything the claim did so far.
+        if (event.payload.n === 1) await transaction!.query('SELECT pg_sleep(0.5)');
+        await transaction!.query(`INSERT INTO ${prefix}ledger VALUES ($1)`, [event.payload.n]);
+      }
+    }
+    await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
+    const [first, slow, last] = await deliverInOneClaim(
+      {
+        store: () =>
+          PostgresOutboxStore.connect(SERVERS.postgres.url, {
+            tablePrefix: prefix,
+            pool: { query_timeout: 300 },
+          }),
+        inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
+      },
+      [Ledger],
+      3,
+    );
+    await eventually(
+      async () => (await statusOf(slow)) === 'FAILED',
+      'the slow one failed',
+      15_000,
+    );
+    expect(await t!.outbox.record('inbox_events', slow)).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringMatching(/Query read timeout/),
+    });
+    await eventually(async () => (await statusOf(last)) === 'COMPLETED', 'the last one handled');
+    // The slow one's neighbours never counted a failed attempt for it: their handling was
+    // rolled back with the lost claim and done again, and committed once.
+    for (const id of [first, last]) {
+      expect(await t!.outbox.record('inbox_events', id)).toMatchObject({
+        status: 'COMPLETED',
+        attempts: 1,
+        lastError: null,
+      });
+    }
+    const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
+    expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+  });
+
+  it('a transaction() a handler left running (not awaited) opens its own once that handler returned, rather than joining the claim and being undone with the next record', async () => {
+    let detachedCommitted!: () => void;
+    const detached = new Promise<void>((resolve) => (detachedCommitted = resolve));
+    @Injectable()
+    class Notifier {
+      constructor(private readonly outbox: OutboxService) {}
+      @InboxHandler({ event: 'PaymentSettled' })
+      async handle(event: OutboxEvent<{ n: number }>) {
+        if (event.payload.n === 0) {
+          // An EventEmitter listener, say, that this handler starts and does not await.
+          void (async () => {
+            await new Promise((resolve) => setTimeout(resolve, 50));
+            await this.outbox.transaction(async (tx) => {
+              await tx.query(`INSERT INTO ${prefix}ledger VALUES (0)`);
+            });
+            detachedCommitted();
+          })();
+          return;
+        }
+        // The next record of the batch runs while the listener commits, then fails.
+        await detached;
+        throw new Error('the next record fails');
+      }
+    }
+    await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
+    const [, next] = await deliverInOneClaim(
+      {
+        store: () => PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: { ...FAST_BOX, maxAttempts: 1 },
+      },
+      [Notifier],
+      2,
+    );
+    await detached;
+    await eventually(async () => (await statusOf(next)) === 'FAILED', 'the next one failed');
+    // Told it committed: it did. Before, it had joined the claim inside the next record's
+    // savepoint and was rolled back with it.
+    const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger`);
+    expect(rows).toEqual([{ n: 0 }]);
   });
 
   it('an OutboxService.transaction() inside a processInTransaction handler joins the inbox claim: a failed attempt publishes nothing, the retry exactly once', async () => {

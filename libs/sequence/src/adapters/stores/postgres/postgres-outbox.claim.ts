@@ -1,3 +1,4 @@
+import type { Pool } from 'pg';
 import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
 import type {
   ClaimOptions,
@@ -7,7 +8,7 @@ import type {
 } from '../../../ports/outbox-store.port';
 import { toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import type { BoxStatements } from './postgres-outbox.sql';
-import type { PostgresStoreTransaction } from './postgres.store-transaction';
+import { inTransaction, type PostgresStoreTransaction } from './postgres.store-transaction';
 
 /**
  * Locks the records of one claim in `transaction` (FOR UPDATE SKIP LOCKED: rows another claim
@@ -54,6 +55,13 @@ export async function lockBatch(
   return batch.sort((a, b) => a.seq - b.seq);
 }
 
+/** A claim's outcomes, checked and grouped by kind (one statement each). */
+interface SortedOutcomes {
+  readonly completed: number[];
+  readonly retry: { seqs: number[]; times: number[]; errors: string[] };
+  readonly failed: { seqs: number[]; errors: string[] };
+}
+
 /**
  * Writes the outcomes `handle` gave for `records`: one statement per kind of outcome. A record
  * without an outcome is released (left as it was).
@@ -65,6 +73,74 @@ export async function settleOutcomes(
   outcomes: readonly RecordOutcome[],
   now: number,
 ): Promise<ClaimResult> {
+  const sorted = sortOutcomes(records, outcomes);
+  await writeOutcomes(transaction, statements, sorted, now);
+  return {
+    claimed: records.length,
+    completed: sorted.completed.length,
+    retried: sorted.retry.seqs.length,
+    failed: sorted.failed.seqs.length,
+  };
+}
+
+/**
+ * The outcomes of a claim whose transaction was lost under `handle` (a statement outran
+ * `query_timeout`, or the connection failed), written in a short transaction on `pool`.
+ *
+ * Only failed attempts are written: a `completed` outcome's work (the handler's writes, what it
+ * recorded) went with the lost transaction, so its record is handed out again as if never
+ * claimed. Without this, a handler whose statement always outruns the timeout would lose every
+ * claim it is part of, counted nowhere, and stall its box for good.
+ *
+ * The row locks are taken again first, waiting for the lost transaction's server process to
+ * release them (it does when its statement ends). A record that changed meanwhile (another claim
+ * handled it, or counted an attempt) is left alone: the attempt seen here is stale.
+ */
+export async function settleLostClaim(
+  pool: Pool,
+  statements: BoxStatements,
+  records: readonly StoredRecord[],
+  outcomes: readonly RecordOutcome[],
+  now: number,
+): Promise<ClaimResult> {
+  const sorted = sortOutcomes(records, outcomes);
+  const attempted = [...sorted.retry.seqs, ...sorted.failed.seqs];
+  const settled: ClaimResult = { claimed: records.length, completed: 0, retried: 0, failed: 0 };
+  if (attempted.length === 0) return settled;
+  const attemptsSeen = new Map(records.map((record) => [record.seq, record.attempts]));
+  return inTransaction(pool, async (transaction) => {
+    const { rows } = await transaction.prepared<{
+      seq: string;
+      status: string;
+      attempts: number;
+    }>(statements.relock, [attempted]);
+    const unchanged = new Set(
+      rows
+        .filter((row) => row.status === 'PENDING' && row.attempts === attemptsSeen.get(+row.seq))
+        .map((row) => Number(row.seq)),
+    );
+    const retry = { seqs: [] as number[], times: [] as number[], errors: [] as string[] };
+    sorted.retry.seqs.forEach((seq, i) => {
+      if (!unchanged.has(seq)) return;
+      retry.seqs.push(seq);
+      retry.times.push(sorted.retry.times[i]);
+      retry.errors.push(sorted.retry.errors[i]);
+    });
+    const failed = { seqs: [] as number[], errors: [] as string[] };
+    sorted.failed.seqs.forEach((seq, i) => {
+      if (!unchanged.has(seq)) return;
+      failed.seqs.push(seq);
+      failed.errors.push(sorted.failed.errors[i]);
+    });
+    await writeOutcomes(transaction, statements, { completed: [], retry, failed }, now);
+    return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
+  });
+}
+
+function sortOutcomes(
+  records: readonly StoredRecord[],
+  outcomes: readonly RecordOutcome[],
+): SortedOutcomes {
   const seqOf = new Map(records.map((record) => [record.id, record.seq]));
   const seen = new Set<string>();
   const completed: number[] = [];
@@ -110,7 +186,15 @@ export async function settleOutcomes(
         );
     }
   }
+  return { completed, retry, failed };
+}
 
+async function writeOutcomes(
+  transaction: PostgresStoreTransaction,
+  statements: BoxStatements,
+  { completed, retry, failed }: SortedOutcomes,
+  now: number,
+): Promise<void> {
   if (completed.length > 0) {
     await transaction.prepared(statements['settle-completed'], [completed, now]);
   }
@@ -120,12 +204,6 @@ export async function settleOutcomes(
   if (failed.seqs.length > 0) {
     await transaction.prepared(statements['settle-failed'], [failed.seqs, failed.errors]);
   }
-  return {
-    claimed: records.length,
-    completed: completed.length,
-    retried: retry.seqs.length,
-    failed: failed.seqs.length,
-  };
 }
 
 function assertTime(time: number, id: string): void {

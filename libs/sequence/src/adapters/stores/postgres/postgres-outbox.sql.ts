@@ -12,6 +12,7 @@ export type StatementName =
   | 'settle-completed'
   | 'settle-retry'
   | 'settle-failed'
+  | 'relock'
   | 'get'
   | 'list-failed'
   | 'retry-failed'
@@ -27,6 +28,7 @@ const STATEMENT_NAMES: readonly StatementName[] = [
   'settle-completed',
   'settle-retry',
   'settle-failed',
+  'relock',
   'get',
   'list-failed',
   'retry-failed',

@@ -21,7 +21,7 @@ import { TransactionScope } from '../sql/transaction-scope';
 import { PostgresOutboxAnnouncer } from './postgres-outbox.announcer';
 import { newPool } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
-import { lockBatch, settleOutcomes } from './postgres-outbox.claim';
+import { lockBatch, settleLostClaim, settleOutcomes } from './postgres-outbox.claim';
 import { PostgresOutboxListener } from './postgres-outbox.listener';
 import {
   POSTGRES_OUTBOX_DEFAULTS,
@@ -168,16 +168,31 @@ export class PostgresOutboxStore implements OutboxStore {
     // Always a transaction of its own, even when called inside another one: the claim's locks
     // must last exactly as long as its handler.
     let claimed: PostgresStoreTransaction | undefined;
+    let lost: { records: StoredRecord[]; outcomes: readonly RecordOutcome[] } | undefined;
     const result = await inTransaction(this.pool, async (transaction) => {
       claimed = transaction;
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
-      const batch = { records, transaction };
-      const outcomes =
-        options.joinable === false
-          ? await handle(batch)
-          : await this.scope.run(transaction, () => handle(batch));
+      const joinable = options.joinable !== false;
+      const batch: ClaimedBatch = {
+        records,
+        transaction,
+        handlerCall: (work) => (joinable ? this.scope.run(transaction, work) : work()),
+      };
+      const outcomes = joinable
+        ? await this.scope.run(transaction, () => handle(batch))
+        : await handle(batch);
+      if (transaction.brokenBy) {
+        // A handler's statement outran query_timeout (or the connection failed): nothing more
+        // can be written in this transaction, and it must not be committed. Its outcomes are
+        // settled below, once it is gone.
+        lost = { records, outcomes };
+        throw transaction.brokenBy;
+      }
       return settleOutcomes(transaction, statements, records, outcomes, options.now);
+    }).catch((error: unknown) => {
+      if (!lost) throw error;
+      return settleLostClaim(this.pool, statements, lost.records, lost.outcomes, options.now);
     });
     // What handlers recorded in the claim's transaction (an inbox handler's events).
     if (claimed) this.announcer.announce(claimed.appended);

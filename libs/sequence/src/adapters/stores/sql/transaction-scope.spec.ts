@@ -86,4 +86,26 @@ describe('TransactionScope', () => {
     });
     expect(joinedLater).toBe('fresh');
   });
+
+  it('ends a nested run (one handler call of a claim) for what was started inside it, while the enclosing run of the same transaction goes on', async () => {
+    const scope = new TransactionScope();
+    const claim = fakeTransaction('claim');
+    let releaseLeftBehind: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => (releaseLeftBehind = resolve));
+    let leftBehind: Promise<StoreTransaction | undefined> = Promise.resolve(undefined);
+    await scope.run(claim, async () => {
+      await scope.run(claim, async () => {
+        // Started by the call and not awaited (an event listener): it carries the call's context.
+        leftBehind = (async () => {
+          await released;
+          return scope.active();
+        })();
+        expect(scope.active()).toBe(claim);
+      });
+      releaseLeftBehind();
+      // The call is over, its transaction is not: only the enclosing run still joins it.
+      await expect(leftBehind).resolves.toBeUndefined();
+      expect(scope.active()).toBe(claim);
+    });
+  });
 });

@@ -13,29 +13,29 @@ import type { StoreTransaction } from '../../../ports/outbox-store.port';
  * {@link active} ignores anyway.
  */
 export class TransactionScope {
-  private readonly current = new AsyncLocalStorage<StoreTransaction>();
+  private readonly current = new AsyncLocalStorage<ScopeFrame>();
   /** Runs of {@link run} in progress; the storage is disabled whenever this falls to 0. */
   private running = 0;
-  /**
-   * Transactions whose `run` is over. A callback that outlives its transaction (a timer, a call
-   * not awaited) still carries it in its async context; it must open a new transaction, not put
-   * a savepoint on a connection that went back to the pool (or on a committed one).
-   */
-  private readonly finished = new WeakSet<StoreTransaction>();
 
   /** The transaction `work` is running in, when called from inside one of {@link run}. */
   active(): StoreTransaction | undefined {
-    const transaction = this.current.getStore();
-    return transaction && !this.finished.has(transaction) ? transaction : undefined;
+    const frame = this.current.getStore();
+    return frame && !frame.finished ? frame.transaction : undefined;
   }
 
-  /** Runs `work` with `transaction` as the active one for everything it awaits, until it settles. */
+  /**
+   * Runs `work` with `transaction` as the active one for everything it awaits, until it settles.
+   * Each run is a frame of its own: a run nested in another one (one inbox handler call inside
+   * its claim's) ends for what was started inside it when it settles, while the transaction and
+   * the enclosing run go on.
+   */
   async run<T>(transaction: StoreTransaction, work: () => Promise<T>): Promise<T> {
+    const frame: ScopeFrame = { transaction, finished: false };
     this.running++;
     try {
-      return await this.current.run(transaction, work);
+      return await this.current.run(frame, work);
     } finally {
-      this.finished.add(transaction);
+      frame.finished = true;
       // The next run() enables it again.
       if (--this.running === 0) this.current.disable();
     }
@@ -62,4 +62,15 @@ export class TransactionScope {
     if (active) return active.savepoint(() => work(active));
     return open((transaction) => this.run(transaction, () => work(transaction)));
   }
+}
+
+/**
+ * One run of a transaction in a scope. A callback that outlives its run (a timer, a call not
+ * awaited) still carries the frame in its async context: once the run is over it must open a new
+ * transaction, not put a savepoint on a connection that went back to the pool, on a committed
+ * one, or on a claim's transaction that has moved on to another record.
+ */
+interface ScopeFrame {
+  readonly transaction: StoreTransaction;
+  finished: boolean;
 }

@@ -174,7 +174,11 @@ export class SqliteOutboxStore implements OutboxStore {
       const records = selectClaimable(this.statements, box, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       // The handler runs inside the transaction's scope: a transaction() it opens joins this one.
-      const outcomes = await handle({ records, transaction });
+      const outcomes = await handle({
+        records,
+        transaction,
+        handlerCall: (work) => this.connection.scope.run(transaction, work),
+      });
       transaction.assertOpen();
       assertOutcomes(records, outcomes);
       const counts = writeOutcomes(this.statements, box, outcomes, options.now);
