@@ -17,6 +17,16 @@ import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test
 
 const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
 
+const stores: PostgresOutboxStore[] = [];
+/** `PostgresOutboxStore.connect`, closed after the test. */
+function connectStore(
+  ...args: Parameters<typeof PostgresOutboxStore.connect>
+): PostgresOutboxStore {
+  const store = PostgresOutboxStore.connect(...args);
+  stores.push(store);
+  return store;
+}
+
 /** Inbox handlers that misbehave, on PostgreSQL: none of them may stall the inbox. */
 describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', () => {
   let admin: Pool;
@@ -34,6 +44,9 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
   afterEach(async () => {
     await t?.close();
     t = undefined;
+    // The app does not close a store it was given: left open, their pools add up to the
+    // server's max_connections over this file.
+    for (const store of stores.splice(0)) await store.close().catch(() => undefined);
     for (const table of [...BOXES, 'outbox_migrations', 'ledger']) {
       await admin.query(`DROP TABLE IF EXISTS ${prefix}${table}`);
     }
@@ -82,7 +95,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
     t = await createOutboxTestApp(
       {
-        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
         inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
       },
       [Ledger],
@@ -141,7 +154,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     const [first, slow, last] = await deliverInOneClaim(
       {
         store: () =>
-          PostgresOutboxStore.connect(SERVERS.postgres.url, {
+          connectStore(SERVERS.postgres.url, {
             tablePrefix: prefix,
             pool: { query_timeout: 300 },
           }),
@@ -173,6 +186,53 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
   });
 
+  it("a handler statement waiting on a lock past query_timeout counts an attempt too: the lost claim's server process is ended, so its row locks do not outlast it", async () => {
+    @Injectable()
+    class Ledger {
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        // Waits on a row another transaction holds: PostgreSQL goes on waiting after the client
+        // gave up, with the claim's row locks, unless the process is ended.
+        await transaction!.query(`UPDATE ${prefix}ledger SET n = n WHERE n = $1`, [
+          event.payload.n,
+        ]);
+      }
+    }
+    await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
+    await admin.query(`INSERT INTO ${prefix}ledger VALUES (0)`);
+    const holder = await admin.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT n FROM ${prefix}ledger WHERE n = 0 FOR UPDATE`);
+      const [held] = await deliverInOneClaim(
+        {
+          store: () =>
+            connectStore(SERVERS.postgres.url, {
+              tablePrefix: prefix,
+              pool: { query_timeout: 300 },
+            }),
+          inboxEvents: { ...FAST_BOX, maxAttempts: 2 },
+        },
+        [Ledger],
+        1,
+      );
+      // Before, the relock waited behind the lost process and timed out too: PENDING, 0 attempts,
+      // at every poll, for as long as the lock was held.
+      await eventually(
+        async () => (await statusOf(held)) === 'FAILED',
+        'the waiting one failed',
+        15_000,
+      );
+      expect(await t!.outbox.record('inbox_events', held)).toMatchObject({
+        attempts: 2,
+        lastError: expect.stringMatching(/Query read timeout/),
+      });
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+    }
+  });
+
   it('a transaction() a handler left running (not awaited) opens its own once that handler returned, rather than joining the claim and being undone with the next record', async () => {
     let detachedCommitted!: () => void;
     const detached = new Promise<void>((resolve) => (detachedCommitted = resolve));
@@ -200,7 +260,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     await admin.query(`CREATE TABLE ${prefix}ledger (n int PRIMARY KEY)`);
     const [, next] = await deliverInOneClaim(
       {
-        store: () => PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        store: () => connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
         inboxEvents: { ...FAST_BOX, maxAttempts: 1 },
       },
       [Notifier],
@@ -238,7 +298,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     }
     t = await createOutboxTestApp(
       {
-        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
         inboxEvents: FAST_BOX,
         outboxEvents: FAST_BOX,
       },
@@ -261,7 +321,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
 
   it('a nested transaction whose savepoint fails to release after its work resolved takes its events along', async () => {
     t = await createOutboxTestApp({
-      store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+      store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
       outboxEvents: FAST_BOX,
     });
     const placed = (aggregateId: string) => ({
@@ -322,7 +382,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
       }
     }
     const inbox = { ...FAST_BOX, batchSize: 2 };
-    const store = () => PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix });
+    const store = () => connectStore(SERVERS.postgres.url, { tablePrefix: prefix });
     // Both messages recorded first (processor off), so that one claim takes them together.
     t = await createOutboxTestApp({ store: store(), inboxEvents: { ...inbox, enabled: false } }, [
       Settlements,
@@ -380,7 +440,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     }
     t = await createOutboxTestApp(
       {
-        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
         inboxEvents: { ...FAST_BOX, maxAttempts: 2 },
       },
       [Broken],
@@ -401,7 +461,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     }
     t = await createOutboxTestApp(
       {
-        store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix }),
+        store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
         inboxEvents: FAST_BOX,
       },
       [Settled],
@@ -441,7 +501,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     }
     t = await createOutboxTestApp(
       {
-        store: PostgresOutboxStore.connect(SERVERS.postgres.url, {
+        store: connectStore(SERVERS.postgres.url, {
           tablePrefix: prefix,
           pool: { max: 1 },
         }),

@@ -168,7 +168,8 @@ export class PostgresOutboxStore implements OutboxStore {
     // Always a transaction of its own, even when called inside another one: the claim's locks
     // must last exactly as long as its handler.
     let claimed: PostgresStoreTransaction | undefined;
-    let lost: { records: StoredRecord[]; outcomes: readonly RecordOutcome[] } | undefined;
+    let lost:
+      { records: StoredRecord[]; outcomes: readonly RecordOutcome[]; backend?: number } | undefined;
     const result = await inTransaction(this.pool, async (transaction) => {
       claimed = transaction;
       const records = await lockBatch(transaction, statements, options);
@@ -186,12 +187,22 @@ export class PostgresOutboxStore implements OutboxStore {
         // A handler's statement outran query_timeout (or the connection failed): nothing more
         // can be written in this transaction, and it must not be committed. Its outcomes are
         // settled below, once it is gone.
-        lost = { records, outcomes };
+        lost = { records, outcomes, backend: backendOf(transaction) };
         throw transaction.brokenBy;
       }
       return settleOutcomes(transaction, statements, records, outcomes, options.now);
-    }).catch((error: unknown) => {
+    }).catch(async (error: unknown) => {
       if (!lost) throw error;
+      // The server process of the lost transaction goes on with its statement (PostgreSQL does
+      // not notice a client that gave up while it waits on a lock), holding the claim's row
+      // locks: the failed attempts could not be written behind it. Ended, it lets them go.
+      if (lost.backend !== undefined) {
+        // Refused (a role without the right to signal it) or failed: the relock below then
+        // waits for the statement to end, up to query_timeout, as it would without this.
+        await this.pool
+          .query('SELECT pg_terminate_backend($1)', [lost.backend])
+          .catch(() => undefined);
+      }
       return settleLostClaim(this.pool, statements, lost.records, lost.outcomes, options.now);
     });
     // What handlers recorded in the claim's transaction (an inbox handler's events).
@@ -361,4 +372,10 @@ export class PostgresOutboxStore implements OutboxStore {
 
 function isStoreTransaction(within: StoreTransaction | SqlExecutor): within is StoreTransaction {
   return 'dialect' in within && typeof within.savepoint === 'function';
+}
+
+/** The server process id of a transaction's connection (pg's `Client.processID`), if known. */
+function backendOf(transaction: PostgresStoreTransaction): number | undefined {
+  const id = (transaction.client as { processID?: unknown } | undefined)?.processID;
+  return typeof id === 'number' && Number.isInteger(id) && id > 0 ? id : undefined;
 }

@@ -174,11 +174,10 @@ export class SqliteOutboxStore implements OutboxStore {
       const records = selectClaimable(this.statements, box, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       // The handler runs inside the transaction's scope: a transaction() it opens joins this one.
-      const outcomes = await handle({
-        records,
-        transaction,
-        handlerCall: (work) => this.connection.scope.run(transaction, work),
-      });
+      // So does one that something it left running opens after it returned (unlike on
+      // PostgreSQL): the claim holds the database's one write lock until the batch is done, and a
+      // transaction of its own would wait for it, for ever if a later handler waits for that.
+      const outcomes = await handle({ records, transaction, handlerCall: (work) => work() });
       transaction.assertOpen();
       assertOutcomes(records, outcomes);
       const counts = writeOutcomes(this.statements, box, outcomes, options.now);

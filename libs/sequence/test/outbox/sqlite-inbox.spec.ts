@@ -1,0 +1,101 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Injectable } from '@nestjs/common';
+import {
+  InboxHandler,
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  OutboxService,
+  SqliteOutboxStore,
+  type OutboxEvent,
+} from 'nest-sequence';
+import { eventually } from '../support/sequence-test-app';
+import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+
+/**
+ * Inbox handlers that misbehave, on SQLite. One connection writes at a time there: the claim's
+ * transaction holds it while the batch's handlers run.
+ */
+describe('Inbox on SQLite: handlers that misbehave', () => {
+  let dir: string;
+  let t: OutboxTestApp | undefined;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'nseq-sqlite-inbox-'));
+  });
+
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a transaction() a handler left running joins the claim: waited for by a later handler of the batch, it does not deadlock', async () => {
+    const filename = join(dir, 'outbox.db');
+    let detachedDone!: () => void;
+    const detached = new Promise<void>((resolve) => (detachedDone = resolve));
+    @Injectable()
+    class Notifier {
+      constructor(private readonly outbox: OutboxService) {}
+      @InboxHandler({ event: 'PaymentSettled' })
+      async handle(event: OutboxEvent<{ n: number }>) {
+        if (event.payload.n === 0) {
+          // An EventEmitter listener, say, that this handler starts and does not await.
+          void (async () => {
+            await new Promise((resolve) => setTimeout(resolve, 50));
+            await this.outbox.transaction(async () => undefined);
+            detachedDone();
+          })();
+          return;
+        }
+        // The next record of the batch waits for it. Opening a transaction of its own, it would
+        // wait for the one connection, which this claim holds until this handler returns.
+        await detached;
+      }
+    }
+    const start = async (enabled: boolean) =>
+      createOutboxTestApp(
+        {
+          store: await SqliteOutboxStore.open({ filename }),
+          inboxEvents: { ...FAST_BOX, maxAttempts: 1, enabled },
+        },
+        [Notifier],
+      );
+    // Recorded with the inbox off, then handled in one claim.
+    t = await start(false);
+    const ids: string[] = [];
+    for (let n = 0; n < 2; n++) {
+      const id = randomUUID();
+      const event = { id, type: 'PaymentSettled', aggregateType: 'Payment', aggregateId: `p${n}` };
+      await t.broker.publish(
+        'events.PaymentSettled',
+        Buffer.from(
+          JSON.stringify({ ...event, payload: { n }, occurredAt: new Date().toISOString() }),
+        ),
+        { [MESSAGE_ID_HEADER]: id, [MESSAGE_KIND_HEADER]: 'event' },
+      );
+      const recorded = t;
+      await eventually(
+        async () => (await recorded.outbox.record('inbox_events', id))?.status === 'PENDING',
+        `message ${n} recorded`,
+      );
+      ids.push(id);
+    }
+    await t.close();
+    t = await start(true);
+
+    const app = t;
+    await eventually(
+      async () => {
+        const statuses = await Promise.all(
+          ids.map(async (id) => (await app.outbox.record('inbox_events', id))?.status),
+        );
+        return statuses.every((status) => status === 'COMPLETED');
+      },
+      'both handled',
+      5_000,
+    );
+  }, 15_000);
+});
