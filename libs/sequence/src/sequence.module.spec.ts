@@ -363,10 +363,15 @@ describe('SequenceModule', () => {
       @SequencedHandler({ channel: 'studies' })
       async archive(_payload: ReassembledPayload): Promise<void> {}
     }
-    const processMemoryWarnings = (logger: CapturingLogger) =>
-      logger.warnings.filter((warning) => warning.includes('in memory only'));
 
-    it('warns once at startup when a broker that keeps messages acks fragments into MemorySequenceStore', async () => {
+    /**
+     * The process-memory warnings an app with `providers` logs at startup, on a broker that keeps
+     * messages unless `options` say otherwise.
+     */
+    async function warningsOf(
+      providers: Array<new (...args: never[]) => unknown>,
+      options: SequenceModuleOptions = {},
+    ): Promise<string[]> {
       const logger = new CapturingLogger();
       await boot(
         {
@@ -374,14 +379,23 @@ describe('SequenceModule', () => {
             SequenceModule.forRoot({
               transport: new DurableBroker(new InMemoryTransport()),
               sweepIntervalMs: false,
+              resequencer: { sweepIntervalMs: false },
+              claimCheck: {
+                store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+                sweepIntervalMs: false,
+              },
+              ...options,
             }),
           ],
-          providers: [StudyArchive],
+          providers,
         },
         logger,
       );
+      return logger.warnings.filter((warning) => warning.includes('in memory only'));
+    }
 
-      expect(processMemoryWarnings(logger)).toEqual([
+    it('warns once at startup when a broker that keeps messages acks fragments into MemorySequenceStore', async () => {
+      expect(await warningsOf([StudyArchive])).toEqual([
         expect.stringMatching(
           /^rabbitmq acks what this process keeps in memory only: sequence fragments \(the module's store defaults to MemorySequenceStore; .*A crash loses what was acked/,
         ),
@@ -394,22 +408,8 @@ describe('SequenceModule', () => {
         @Resequenced({ channel: 'statuses', gap: { timeoutMs: 60_000, policy: 'alert' } })
         async apply(_event: ResequencedEvent): Promise<void> {}
       }
-      const logger = new CapturingLogger();
-      await boot(
-        {
-          imports: [
-            SequenceModule.forRoot({
-              transport: new DurableBroker(new InMemoryTransport()),
-              sweepIntervalMs: false,
-              resequencer: { sweepIntervalMs: false },
-            }),
-          ],
-          providers: [StatusProjection],
-        },
-        logger,
-      );
 
-      expect(processMemoryWarnings(logger)).toEqual([
+      expect(await warningsOf([StatusProjection])).toEqual([
         expect.stringMatching(
           /in memory only: resequenced and streamed events \(`resequencer.store` defaults to MemoryResequencerStore/,
         ),
@@ -427,68 +427,27 @@ describe('SequenceModule', () => {
         @ClaimCheck({ channel: 'intake' })
         async take(_payload: ClaimedPayload): Promise<void> {}
       }
-      const warningsOf = async (providers: Array<new (...args: never[]) => unknown>) => {
-        const logger = new CapturingLogger();
-        await boot(
-          {
-            imports: [
-              SequenceModule.forRoot({
-                transport: new DurableBroker(new InMemoryTransport()),
-                sweepIntervalMs: false,
-                resequencer: { sweepIntervalMs: false },
-                claimCheck: {
-                  store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
-                  sweepIntervalMs: false,
-                },
-              }),
-            ],
-            providers,
-          },
-          logger,
-        );
-        return processMemoryWarnings(logger);
-      };
 
       // Stream mode is built on the resequencer: its store, not the sequence store.
-      expect(await warningsOf([LiveViewer])).toEqual([
-        expect.not.stringContaining('MemorySequenceStore'),
-      ]);
-      expect((await warningsOf([LiveViewer]))[0]).toContain('MemoryResequencerStore');
+      const streamed = await warningsOf([LiveViewer]);
+      expect(streamed).toEqual([expect.not.stringContaining('MemorySequenceStore')]);
+      expect(streamed[0]).toContain('MemoryResequencerStore');
       // A Claim Check channel reassembles payloads its producers send as a sequence.
-      expect(await warningsOf([Intake])).toEqual([expect.stringContaining('MemorySequenceStore')]);
-      expect((await warningsOf([Intake]))[0]).not.toContain('MemoryResequencerStore');
+      const claimChecked = await warningsOf([Intake]);
+      expect(claimChecked).toEqual([expect.stringContaining('MemorySequenceStore')]);
+      expect(claimChecked[0]).not.toContain('MemoryResequencerStore');
     });
 
     it('says nothing on the in-memory transport, nor with a store of another kind', async () => {
-      const quiet = new CapturingLogger();
-      await boot(
-        {
-          imports: [
-            SequenceModule.forRoot({ transport: new InMemoryTransport(), sweepIntervalMs: false }),
-          ],
-          providers: [StudyArchive],
-        },
-        quiet,
-      );
-      const shared = new CapturingLogger();
       const store = new MemorySequenceStore();
-      await boot(
-        {
-          imports: [
-            SequenceModule.forRoot({
-              transport: new DurableBroker(new InMemoryTransport()),
-              // Another kind of store, as the module sees it (a Redis store, say).
-              store: Object.assign(Object.create(store) as MemorySequenceStore, { name: 'redis' }),
-              sweepIntervalMs: false,
-            }),
-          ],
-          providers: [StudyArchive],
-        },
-        shared,
-      );
 
-      expect(processMemoryWarnings(quiet)).toEqual([]);
-      expect(processMemoryWarnings(shared)).toEqual([]);
+      expect(await warningsOf([StudyArchive], { transport: new InMemoryTransport() })).toEqual([]);
+      expect(
+        await warningsOf([StudyArchive], {
+          // Another kind of store, as the module sees it (a Redis store, say).
+          store: Object.assign(Object.create(store) as MemorySequenceStore, { name: 'redis' }),
+        }),
+      ).toEqual([]);
     });
   });
 
