@@ -105,7 +105,7 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
   private warnOfProcessMemory(): void {
     if (this.transport.name === 'in-memory') return;
     const sequences = this.registry.all();
-    const resequenced = this.resequencers.all().filter(({ subscribed }) => subscribed);
+    const resequenced = this.resequencers.all().some(({ subscribed }) => subscribed);
     const risks: string[] = [];
     // Claim Check channels reassemble what producers send as a Message Sequence (`mode: 'auto'`).
     const reassembles =
@@ -117,7 +117,7 @@ export class SequenceConsumerHost implements OnApplicationBootstrap, OnModuleDes
       );
     }
     const streamed = sequences.some(({ stream }) => stream);
-    if (this.resequencerStore.name === 'memory' && (resequenced.length > 0 || streamed)) {
+    if (this.resequencerStore.name === 'memory' && (resequenced || streamed)) {
       risks.push(
         'resequenced and streamed events (`resequencer.store` defaults to MemoryResequencerStore; ' +
           'set it, e.g. RedisResequencerStore)',
