@@ -119,19 +119,16 @@ export async function settleLostClaim(
         .filter((row) => row.status === 'PENDING' && row.attempts === attemptsSeen.get(+row.seq))
         .map((row) => Number(row.seq)),
     );
-    const retry = { seqs: [] as number[], times: [] as number[], errors: [] as string[] };
-    sorted.retry.seqs.forEach((seq, i) => {
-      if (!unchanged.has(seq)) return;
-      retry.seqs.push(seq);
-      retry.times.push(sorted.retry.times[i]);
-      retry.errors.push(sorted.retry.errors[i]);
-    });
-    const failed = { seqs: [] as number[], errors: [] as string[] };
-    sorted.failed.seqs.forEach((seq, i) => {
-      if (!unchanged.has(seq)) return;
-      failed.seqs.push(seq);
-      failed.errors.push(sorted.failed.errors[i]);
-    });
+    // The failed attempts of the records still as the claim found them, sorted as before.
+    const seqOf = new Map(records.map((record) => [record.id, record.seq]));
+    const { retry, failed } = sortOutcomes(
+      records,
+      outcomes.filter(
+        (outcome) =>
+          (outcome.status === 'retry' || outcome.status === 'failed') &&
+          unchanged.has(seqOf.get(outcome.id) as number),
+      ),
+    );
     await writeOutcomes(transaction, statements, { completed: [], retry, failed }, now);
     return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
   });
