@@ -1,8 +1,14 @@
-/** Jest: unit and conformance specs next to the library, end-to-end specs in test/. */
+/**
+ * Jest: unit and conformance specs next to the library, end-to-end specs in test/. `nest-sequence`
+ * and its subpaths resolve to the library's entry points, as the package's exports map does.
+ */
 const common = {
   transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json' }] },
   moduleFileExtensions: ['ts', 'js', 'json'],
-  moduleNameMapper: { '^nest-sequence(|/.*)$': '<rootDir>/libs/sequence/src$1' },
+  moduleNameMapper: {
+    '^nest-sequence$': '<rootDir>/libs/sequence/src/index.ts',
+    '^nest-sequence/(rabbitmq|redis|postgres|sqlite|s3|health|testing|wire|ports)$': '<rootDir>/libs/sequence/src/$1.ts',
+  },
   testEnvironment: 'node',
 };
 

@@ -4,12 +4,9 @@
  * signing key, no sweepers), each process's store wrapped to note when the library calls it.
  */
 import { ConsoleLogger, type DynamicModule, Logger } from '@nestjs/common';
-import {
-  FilesystemPayloadStore,
-  RabbitMqTransport,
-  SequenceModule,
-  type ClaimCheckOptions,
-} from 'nest-sequence';
+import { FilesystemPayloadStore, SequenceModule } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { type ClaimCheckOptions } from '../libs/sequence/src/claim-check/claim-check.options';
 import { SIGNING_SECRET_ENV, type ChildConfig } from './claim-check.protocol';
 import { TracedPayloadStore, type MarkFn } from './claim-check.traced-store';
 

@@ -6,12 +6,12 @@
 import type { Readable } from 'node:stream';
 import type {
   PayloadInfo,
-  PayloadStore,
   PutOptions,
   StoredPayload,
   SweepCandidate,
   SweepQuery,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
+import type { PayloadStore } from 'nest-sequence';
 
 /** Receives `<operation>Start` / `<operation>End` marks (e.g. `putStart`, `deleteEnd`). */
 export type MarkFn = (name: string) => void;

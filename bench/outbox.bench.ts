@@ -65,7 +65,7 @@
 import { Logger } from '@nestjs/common';
 import * as amqp from 'amqplib';
 import { Pool } from 'pg';
-import { OUTBOX_DEFAULTS } from 'nest-sequence';
+import { OUTBOX_DEFAULTS } from '../libs/sequence/src/outbox/outbox.options';
 import { report } from './bench.util';
 import { declaredQueues, deleteQueue } from './outbox.broker';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';

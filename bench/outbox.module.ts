@@ -7,13 +7,9 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import type * as amqp from 'amqplib';
 import { Pool } from 'pg';
-import {
-  OutboxService,
-  PostgresOutboxStore,
-  RabbitMqTransport,
-  SequenceModule,
-  type OutboxStore,
-} from 'nest-sequence';
+import { OutboxService, SequenceModule, type OutboxStore } from 'nest-sequence';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { declareQueue, deleteQueue, messageCount, timeUntilQueued } from './outbox.broker';
 import { steadyLatency, type LatencyResult } from './outbox.latency';
 import type { Timed } from './outbox.raw';

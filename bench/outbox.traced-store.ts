@@ -17,13 +17,13 @@ import type {
   ClaimOptions,
   ClaimResult,
   NewBoxRecord,
-  OutboxStore,
   PurgeOptions,
   RecordOutcome,
   SqlExecutor,
   StoredRecord,
   StoreTransaction,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
+import type { OutboxStore } from 'nest-sequence';
 import { nowMs, round1 } from './outbox.settings';
 
 interface Totals {

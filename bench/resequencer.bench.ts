@@ -32,13 +32,9 @@ import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
 import * as amqp from 'amqplib';
 import { Redis } from 'ioredis';
-import {
-  MemoryResequencerStore,
-  RabbitMqTransport,
-  RedisResequencerStore,
-  ResequencerService,
-  SequenceModule,
-} from 'nest-sequence';
+import { MemoryResequencerStore, ResequencerService, SequenceModule } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import { median, report } from './bench.util';
 import { busiestProcessNamed, cpuSecondsOf, ownCpuSeconds } from './process-probe';
 

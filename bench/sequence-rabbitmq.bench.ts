@@ -43,12 +43,9 @@ import { ConsoleLogger, Logger, Module, type INestApplicationContext } from '@ne
 import { NestFactory } from '@nestjs/core';
 import * as amqp from 'amqplib';
 import { Redis } from 'ioredis';
-import {
-  RabbitMqTransport,
-  SEQUENCE_DEFAULTS,
-  SequenceModule,
-  SplitterService,
-} from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { SEQUENCE_DEFAULTS } from '../libs/sequence/src/sequence.options';
+import { SequenceModule, SplitterService } from 'nest-sequence';
 import { MiB, median, report } from './bench.util';
 import { buildPlainJs, type PlainJsBuild } from './plain-js-build';
 import {

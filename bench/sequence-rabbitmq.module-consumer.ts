@@ -13,23 +13,25 @@ import type { Readable } from 'node:stream';
 import { ConsoleLogger, Injectable, Logger, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import {
-  RabbitMqTransport,
   ReassembledPayload,
-  RedisSequenceStore,
   SequenceModule,
   SequencedHandler,
-  SequencedHandlerRegistry,
+  type ExpiredSequence,
+  type SequenceStore,
+} from 'nest-sequence';
+import { RedisSequenceStore } from 'nest-sequence/redis';
+import { SequencedHandlerRegistry } from '../libs/sequence/src/discovery/sequenced-handler.registry';
+import {
   type AcceptContext,
   type AcceptResult,
-  type ExpiredSequence,
   type FinishContext,
   type FinishedOutcome,
   type FragmentRecord,
   type SequenceRef,
-  type SequenceStore,
   type SequenceStoreStats,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
 import type { Run } from './sequence-rabbitmq.consumer';
 import {
   epochMs,

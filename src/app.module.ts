@@ -1,9 +1,15 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
-import { readDemoEnvironment } from './demo.environment';
+import { MAX_SEQUENCE_BYTES, readDemoEnvironment } from './demo.environment';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
-import { DEMO_ADAPTERS, InfrastructureModule, type DemoAdapters } from './infrastructure';
+import type { Registry } from 'prom-client';
+import {
+  DEMO_ADAPTERS,
+  DEMO_METRICS,
+  InfrastructureModule,
+  type DemoAdapters,
+} from './infrastructure';
 import type { OrdersSettings } from './orders/orders.environment';
 import { OrdersModule, ordersOutboxOptions } from './orders/orders.module';
 import type { TransfersSettings } from './transfers/transfers.environment';
@@ -18,13 +24,16 @@ const FRAGMENT_BYTES = 8 * 1024 * 1024;
 /** The module's options: the adapters the environment chooses, and the demo's settings. */
 function demoSequenceOptions(
   adapters: DemoAdapters,
+  registry: Registry,
   env: NodeJS.ProcessEnv = process.env,
 ): SequenceModuleOptions {
   const { claimCheckAboveBytes, signingKeys } = readDemoEnvironment(env);
   return {
+    metrics: { registry },
     transport: adapters.transport,
     store: adapters.store,
     fragmentBytes: FRAGMENT_BYTES,
+    maxSequenceBytes: MAX_SEQUENCE_BYTES,
     claimCheck: {
       store: adapters.payloadStore,
       ledger: adapters.claimLedger,
@@ -44,9 +53,9 @@ function sequenceModule(
 ): DynamicModule {
   return SequenceModule.forRootAsync({
     imports: [InfrastructureModule],
-    inject: [DEMO_ADAPTERS],
-    useFactory: (adapters: DemoAdapters) => ({
-      ...demoSequenceOptions(adapters),
+    inject: [DEMO_ADAPTERS, DEMO_METRICS],
+    useFactory: (adapters: DemoAdapters, registry: Registry) => ({
+      ...demoSequenceOptions(adapters, registry),
       ...more(adapters),
     }),
     isGlobal: true,

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { SEQUENCE_DEFAULTS, type ClaimTicketKey } from 'nest-sequence';
+import { type ClaimTicketKey } from 'nest-sequence/wire';
 import { DemoEnvironmentError } from './demo-environment.error';
 
 const MiB = 1024 * 1024;
@@ -30,6 +30,8 @@ export const DEFAULT_STUDY_BYTES = 180 * MiB;
 export const MIN_STUDY_BYTES = 8;
 
 export const DEFAULT_CLAIM_CHECK_ABOVE_BYTES = 256 * MiB;
+/** The largest study the AI service reassembles from a sequence (the module's `maxSequenceBytes`). */
+export const MAX_SEQUENCE_BYTES = 512 * MiB;
 
 /**
  * Reads and checks the demo's settings; every problem is reported at once.
@@ -48,7 +50,7 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
   if (above !== undefined && above !== '') {
     // The AI service refuses sequences above the module's maxSequenceBytes: a threshold above it
     // would send studies as sequences that can never be reassembled.
-    const ceiling = SEQUENCE_DEFAULTS.maxSequenceBytes;
+    const ceiling = MAX_SEQUENCE_BYTES;
     claimCheckAboveBytes = Number(above);
     if (!/^\d+$/.test(above) || !Number.isSafeInteger(claimCheckAboveBytes)) {
       problem(

@@ -1,12 +1,7 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Registry } from 'prom-client';
 import {
   FilesystemPayloadStore,
-  PostgresOutboxStore,
-  RabbitMqTransport,
-  RedisClaimLedger,
-  RedisPayloadStore,
-  RedisResequencerStore,
-  RedisSequenceStore,
   type ClaimLedger,
   type OutboxStore,
   type PayloadStore,
@@ -14,6 +9,14 @@ import {
   type SequenceStore,
   type Transport,
 } from 'nest-sequence';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import {
+  RedisClaimLedger,
+  RedisPayloadStore,
+  RedisResequencerStore,
+  RedisSequenceStore,
+} from 'nest-sequence/redis';
 
 /** The adapters the environment asks for; what is left out runs on the embedded default. */
 export interface DemoAdapters {
@@ -38,6 +41,8 @@ export function outboxTablePrefix(env: NodeJS.ProcessEnv = process.env): string 
 }
 
 export const DEMO_ADAPTERS = Symbol('demo:adapters');
+/** The prom-client registry the module's metrics go to (the demos read their counters from it). */
+export const DEMO_METRICS = Symbol('demo:metrics');
 
 /**
  * - `AMQP_URL` set: RabbitMQ transport.
@@ -75,8 +80,11 @@ export async function adaptersFromEnvironment(env = process.env): Promise<DemoAd
  * is mid-use.
  */
 @Module({
-  providers: [{ provide: DEMO_ADAPTERS, useFactory: () => adaptersFromEnvironment() }],
-  exports: [DEMO_ADAPTERS],
+  providers: [
+    { provide: DEMO_ADAPTERS, useFactory: () => adaptersFromEnvironment() },
+    { provide: DEMO_METRICS, useFactory: () => new Registry() },
+  ],
+  exports: [DEMO_ADAPTERS, DEMO_METRICS],
 })
 export class InfrastructureModule implements OnApplicationShutdown {
   constructor(@Inject(DEMO_ADAPTERS) private readonly adapters: DemoAdapters) {}

@@ -1,16 +1,11 @@
 import 'reflect-metadata';
 import type { INestApplication } from '@nestjs/common';
-import {
-  RESEQUENCER_STORE,
-  ResequencerService,
-  SEQUENCE_TRANSPORT,
-  SequenceMetrics,
-  type ResequencerStore,
-  type Transport,
-} from 'nest-sequence';
+import { ResequencerService, SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
+import type { Registry } from 'prom-client';
 import { TransfersAppModule } from './app.module';
 import { runHttpScenario, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
+import { DEMO_ADAPTERS, DEMO_METRICS, type DemoAdapters } from './infrastructure';
 import { TransferStatusProjection } from './transfers/transfer-status.projection';
 import { TransferStatusResequencer } from './transfers/transfer-status.resequencer';
 import {
@@ -69,7 +64,7 @@ async function runTransfers(
   return {
     adapters: {
       transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
-      store: app.get<ResequencerStore>(RESEQUENCER_STORE).name,
+      store: app.get<DemoAdapters>(DEMO_ADAPTERS).resequencerStore?.name ?? 'memory',
     },
     channels: environment.channels,
     gapTimeoutMs: environment.gapTimeoutMs,
@@ -96,7 +91,7 @@ async function getStatus(base: string, id: string): Promise<HttpAnswer> {
  * `buffered` intake count, read from the module's metrics.
  */
 async function heldBack(app: INestApplication, resequencer: string): Promise<number> {
-  const metrics = await app.get(SequenceMetrics).registry.getMetricsAsJSON();
+  const metrics = await app.get<Registry>(DEMO_METRICS).getMetricsAsJSON();
   const events = metrics.find((metric) => metric.name.endsWith('resequencer_events_total'));
   return (events?.values ?? [])
     .filter(({ labels }) => labels.resequencer === resequencer && labels.outcome === 'buffered')

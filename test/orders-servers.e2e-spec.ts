@@ -1,11 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import * as amqplib from 'amqplib';
-import {
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  MESSAGE_TYPE_HEADER,
-  RabbitMqTransport,
-} from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { Client } from 'pg';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
 import { EVERYDAY_SKUS, INITIAL_STOCK, LIMITED_SKU } from '../src/orders/orders.catalogue';

@@ -1,14 +1,8 @@
 import type { INestApplication } from '@nestjs/common';
-import {
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  MESSAGE_TYPE_HEADER,
-  OutboxRuntime,
-  OutboxService,
-  SEQUENCE_TRANSPORT,
-  SequenceMetrics,
-  type InMemoryTransport,
-} from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { OutboxRuntime } from '../libs/sequence/src/outbox/outbox.runtime';
+import { OutboxService, SEQUENCE_TRANSPORT, type InMemoryTransport } from 'nest-sequence';
+import { SequenceMetrics } from '../libs/sequence/src/observability/sequence.metrics';
 import { eventually } from '../libs/sequence/test/support/sequence-test-app';
 import { OrdersAppModule } from '../src/app.module';
 import { LIMITED_SKU } from '../src/orders/orders.catalogue';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
-import { RedisResequencerStore } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
 import type { TransferView, TransfersSummary } from '../src/transfers/transfer-status.projection';
 import { transferChannels } from '../src/transfers/transfer-status.channels';

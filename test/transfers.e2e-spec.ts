@@ -1,5 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
-import { ResequenceHeader, SEQUENCE_TRANSPORT, type InMemoryTransport } from 'nest-sequence';
+import { ResequenceHeader } from 'nest-sequence/wire';
+import { SEQUENCE_TRANSPORT, type InMemoryTransport } from 'nest-sequence';
 import { TransfersAppModule } from '../src/app.module';
 import {
   transferChannels,

@@ -1,11 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
-import {
-  OutboxRuntime,
-  OutboxService,
-  SEQUENCE_TRANSPORT,
-  SequenceMetrics,
-  type Transport,
-} from 'nest-sequence';
+import { OutboxService, SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
+import type { Registry } from 'prom-client';
+import { DEMO_ADAPTERS, DEMO_METRICS, type DemoAdapters } from '../infrastructure';
 import { expectStatus, OrdersApiClient, plannedOrders, type HttpAnswer } from './orders-api.client';
 import type { OrdersRun, StockMove } from './orders-run.report';
 import { EVERYDAY_SKUS, LIMITED_SKU, UNKNOWN_SKU } from './orders.catalogue';
@@ -36,10 +32,19 @@ export async function runOrdersScenario(
 ): Promise<OrdersRun> {
   const api = new OrdersApiClient(base);
   const service = app.get(OrdersService);
-  const runtime = app.get(OutboxRuntime);
-  const counters = new OutboxCounters(app.get(SequenceMetrics));
+  const outbox = app.get(OutboxService);
+  const counters = new OutboxCounters(app.get<Registry>(DEMO_METRICS));
+  /** Every event relayed and every inbox record handled: nothing of the run is still moving. */
+  const settled = (what: string) =>
+    until(async () => {
+      const boxes = await Promise.all([
+        outbox.stats('outbox_events'),
+        outbox.stats('inbox_events'),
+      ]);
+      return boxes.every((stats) => stats.pending === 0);
+    }, what);
   // What an earlier run left unfinished (on PostgreSQL) is done before anything is measured.
-  await runtime.idle();
+  await settled('what an earlier run left pending');
   const started = Date.now();
 
   // Orders over HTTP: each one is stored with its event in one transaction.
@@ -54,7 +59,7 @@ export async function runOrdersScenario(
     placed.map((order) => order.id),
     SETTLE_TIMEOUT_MS,
   );
-  await runtime.idle(); // the relay has marked every event published
+  await settled('the relay to mark every event published');
   const published = (await counters.published()) - publishedBefore;
   const decided = await inBatches(placed, CONCURRENT_ORDERS, async ({ id }) => {
     const answer = await api.order(id);
@@ -74,7 +79,7 @@ export async function runOrdersScenario(
     async () => (await counters.duplicates()) > duplicatesBefore,
     `the inbox to receive the duplicate of ${target.eventId}`,
   );
-  await runtime.idle();
+  await settled('the inbox to settle the duplicate');
   const recordedAsDuplicate = (await counters.duplicates()) - duplicatesBefore;
   const duplicateStockAfter = await api.stockOf(targetSkus);
 
@@ -95,16 +100,15 @@ export async function runOrdersScenario(
     { sku: EVERYDAY_SKUS[0], qty: 1 },
     { sku: UNKNOWN_SKU, qty: 1 },
   ]);
-  await runtime.idle(); // a relay woken by a commit would be publishing now
+  await settled('a relay woken by a commit, had there been one');
   const rolledBackId = (rollback.body as { orderId?: unknown }).orderId;
   const lookup = typeof rolledBackId === 'string' ? await api.order(rolledBackId) : undefined;
 
-  const outbox = app.get(OutboxService);
   const elapsedMs = Date.now() - started;
   return {
     adapters: {
       transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
-      store: (await runtime.ready()).name,
+      store: app.get<DemoAdapters>(DEMO_ADAPTERS).outboxStore?.name ?? 'sqlite',
     },
     channel: eventChannel(settings.channelPrefix, ORDER_PLACED),
     tablePrefix: settings.tablePrefix,
@@ -165,7 +169,7 @@ function stockMoves(
 
 /** Reads the module's Outbox / Inbox counters (prom-client), for this app's event boxes. */
 class OutboxCounters {
-  constructor(private readonly metrics: SequenceMetrics) {}
+  constructor(private readonly registry: Registry) {}
 
   /** Events the relay published with a confirm. */
   published(): Promise<number> {
@@ -178,7 +182,7 @@ class OutboxCounters {
   }
 
   private async sum(suffix: string, labels: Record<string, string>): Promise<number> {
-    const metrics = await this.metrics.registry.getMetricsAsJSON();
+    const metrics = await this.registry.getMetricsAsJSON();
     const metric = metrics.find((each) => each.name.endsWith(suffix));
     return (metric?.values ?? [])
       .filter((value) => Object.entries(labels).every(([k, v]) => value.labels[k] === v))

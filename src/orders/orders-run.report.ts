@@ -1,4 +1,4 @@
-import type { BoxStats } from 'nest-sequence';
+import type { BoxStats } from 'nest-sequence/ports';
 import type { HttpAnswer } from './orders-api.client';
 import type { OrderView, StockView } from './orders.model';
 

@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import type { OutboxModuleOptions, OutboxStore } from 'nest-sequence';
+import type { OutboxStore, SequenceModuleOptions } from 'nest-sequence';
 import { orderPlacedInbox } from './order-placed.inbox';
 import { eventChannel, ORDER_PLACED, ORDERS_SETTINGS } from './orders.constants';
 import { OrdersController } from './orders.controller';
@@ -17,7 +17,7 @@ import { StockReservations } from './stock-reservations.service';
 export function ordersOutboxOptions(
   store: OutboxStore | undefined,
   settings: OrdersSettings,
-): OutboxModuleOptions {
+): SequenceModuleOptions['outbox'] {
   return {
     store,
     routes: { event: (event) => eventChannel(settings.channelPrefix, event.type) },

@@ -1,12 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import {
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  MESSAGE_TYPE_HEADER,
-  OutboxService,
-  SEQUENCE_TRANSPORT,
-  type Transport,
-} from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { OutboxService, SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { eventChannel, ORDERS_SETTINGS } from './orders.constants';
 import type { OrdersSettings } from './orders.environment';
 

@@ -6,8 +6,8 @@ import {
   type OnApplicationBootstrap,
   type OnModuleInit,
 } from '@nestjs/common';
+import { ResequenceHeader } from 'nest-sequence/wire';
 import {
-  ResequenceHeader,
   ResequencerService,
   SEQUENCE_TRANSPORT,
   type Disposition,

@@ -1,4 +1,4 @@
-import type { ResequencerKeyState } from 'nest-sequence';
+import type { ResequencerKeyState } from 'nest-sequence/ports';
 import { statusOf } from './transfer-status.channels';
 import type { TransferView, TransfersSummary } from './transfer-status.projection';
 import type { SimulationReport } from './upstream.simulator';

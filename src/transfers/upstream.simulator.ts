@@ -1,6 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
-import { ResequenceHeader, SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
+import { ResequenceHeader } from 'nest-sequence/wire';
+import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { seqOf, type TransferStatus, type TransferStatusMessage } from './transfer-status.channels';
 import { TRANSFERS_SETTINGS } from './transfers.constants';
 import type { TransfersSettings } from './transfers.environment';

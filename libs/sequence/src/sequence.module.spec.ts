@@ -18,34 +18,31 @@ import {
   type StreamedFragment,
   Resequenced,
   type ResequencedEvent,
-  SqliteOutboxStore,
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
   MemorySequenceStore,
   ReassembledPayload,
-  SEQUENCE_OPTIONS,
-  SEQUENCE_STORE,
   SEQUENCE_TRANSPORT,
   SequenceModule,
   SequenceHandlerConflictError,
   SequenceOptionsError,
   SequencedHandler,
-  SequencedHandlerRegistry,
   SplitterService,
-  type ResolvedSequenceOptions,
   type SequenceModuleOptions,
-  type MessageHandler,
   type SequenceStore,
-  type SubscribeOptions,
   type Subscription,
   type Transport,
 } from 'nest-sequence';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from './sequence.constants';
+import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
+import { type ResolvedSequenceOptions } from './sequence.options';
+import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
 import {
   ClosingDatabase,
   ClosingDatabaseModule,
   heldHandlerProbe,
 } from '../test/support/closing-dependency';
-import { ForwardingTransport } from '../test/support/forwarding.transport';
+import { ForwardingTransport } from './testing/forwarding.transport';
 import {
   bytes,
   eventually,

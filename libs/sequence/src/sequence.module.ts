@@ -10,9 +10,10 @@ import { DiscoveryModule, ModulesContainer } from '@nestjs/core';
 import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
-import { CLAIM_CHECK_OPTIONS } from './claim-check/claim-check.constants';
+import { CLAIM_CHECK_OPTIONS, CLAIM_CHECK_STORES } from './claim-check/claim-check.constants';
 import {
   resolveClaimCheckOptions,
+  type ClaimCheckStores,
   type ResolvedClaimCheckOptions,
 } from './claim-check/claim-check.options';
 import { ClaimCheckReceiver } from './claim-check/claim-check.receiver';
@@ -112,6 +113,14 @@ const providers: Provider[] = [
       ),
   },
   {
+    provide: CLAIM_CHECK_STORES,
+    inject: [CLAIM_CHECK_OPTIONS],
+    useFactory: ({ stores, ledger }: ResolvedClaimCheckOptions): ClaimCheckStores => ({
+      stores,
+      ledger,
+    }),
+  },
+  {
     provide: RESEQUENCER_OPTIONS,
     inject: [SEQUENCE_MODULE_OPTIONS],
     useFactory: (options: SequenceModuleOptions | undefined) =>
@@ -180,25 +189,15 @@ const providers: Provider[] = [
   exports: [
     SplitterService,
     AggregatorService,
-    SequenceMetrics,
-    SequencedHandlerRegistry,
-    ExpirySweeper,
     ClaimCheckService,
-    ClaimCheckMetrics,
-    ClaimCheckRegistry,
-    OrphanSweeper,
     ResequencerService,
-    ResequencerMetrics,
-    GapSweeper,
     OutboxService,
-    OutboxMetrics,
-    OutboxRuntime,
-    InboxHandlerRegistry,
-    CLAIM_CHECK_OPTIONS,
-    RESEQUENCER_STORE,
     SEQUENCE_TRANSPORT,
+    // For nest-sequence/health: what its indicators ping (the symbols are not exported).
     SEQUENCE_STORE,
-    SEQUENCE_OPTIONS,
+    RESEQUENCER_STORE,
+    CLAIM_CHECK_STORES,
+    OutboxRuntime,
   ],
 })
 export class SequenceModule

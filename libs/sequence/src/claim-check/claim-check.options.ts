@@ -79,6 +79,9 @@ export interface ClaimCheckOptions {
   maxStoreRequeues?: number;
 }
 
+/** What the Claim Check parks payloads in and records claims in (health checks ping them). */
+export type ClaimCheckStores = Pick<ResolvedClaimCheckOptions, 'stores' | 'ledger'>;
+
 /** Claim Check options with every default applied and the keys validated. */
 export interface ResolvedClaimCheckOptions {
   readonly store: PayloadStore;

@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import {
   FilesystemPayloadStore,
   MemoryClaimLedger,
-  RedisPayloadStore,
   SequenceModule,
-  type ClaimCheckOptions,
   type PayloadStore,
 } from 'nest-sequence';
+import { RedisPayloadStore } from 'nest-sequence/redis';
+import { type ClaimCheckOptions } from '../claim-check/claim-check.options';
 import { ClaimCheckHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 
 /** A store whose ping behaves as `ping` says: everything else is the real store. */

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { CLAIM_CHECK_OPTIONS } from '../claim-check/claim-check.constants';
-import type { ResolvedClaimCheckOptions } from '../claim-check/claim-check.options';
+import { CLAIM_CHECK_STORES } from '../claim-check/claim-check.constants';
+import type { ClaimCheckStores } from '../claim-check/claim-check.options';
 import {
   probe,
   type SequenceDependencyHealth,
@@ -34,7 +34,7 @@ const DEFAULT_TIMEOUT_MS = 1_000;
 export class ClaimCheckHealthIndicator {
   constructor(
     private readonly health: HealthIndicatorService,
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(CLAIM_CHECK_STORES) private readonly options: ClaimCheckStores,
   ) {}
 
   async isHealthy<const Key extends string>(

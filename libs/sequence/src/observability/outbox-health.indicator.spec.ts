@@ -1,6 +1,7 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { OutboxService, SequenceModule, SqliteOutboxStore, type OutboxStore } from 'nest-sequence';
+import { OutboxService, SequenceModule, type OutboxStore } from 'nest-sequence';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { OutboxHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 
 describe('OutboxHealthIndicator', () => {

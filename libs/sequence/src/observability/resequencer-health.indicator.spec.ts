@@ -1,12 +1,8 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import {
-  MemoryResequencerStore,
-  RedisResequencerStore,
-  SequenceModule,
-  type ResequencerStore,
-} from 'nest-sequence';
+import { MemoryResequencerStore, SequenceModule, type ResequencerStore } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import { ResequencerHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 
 describe('ResequencerHealthIndicator', () => {

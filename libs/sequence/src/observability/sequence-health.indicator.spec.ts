@@ -11,14 +11,14 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
   MemorySequenceStore,
-  RabbitMqTransport,
-  RedisSequenceStore,
   SEQUENCE_TRANSPORT,
   SequenceModule,
   type SequenceModuleOptions,
   type SequenceStore,
   type Transport,
 } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
 import { eventually } from '../../test/support/sequence-test-app';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { InMemoryTransport, RedisSequenceStore } from 'nest-sequence';
+import { InMemoryTransport } from 'nest-sequence';
+import { RedisSequenceStore } from 'nest-sequence/redis';
 import {
   bytes,
   createSequenceTestApp,

@@ -69,11 +69,12 @@ describe('outbox message rules: class-validator on first use', () => {
       ${LOADED}
       ${OWN_CHECK}
       const lib = require('./libs/sequence/src/index.ts');
+      const wire = require('./libs/sequence/src/wire.ts');
       const rulesOf = (type) => require('class-validator').getMetadataStorage()
         .getTargetValidationMetadatas(type, '', true, false).length;
-      lib.attachOutboxMessageRules();
+      wire.attachOutboxMessageRules();
       const once = [rulesOf(lib.OutboxEvent), rulesOf(lib.OutboxCommand)];
-      lib.attachOutboxMessageRules();
+      wire.attachOutboxMessageRules();
       lib.OutboxService; // and a message validated since
       require('./libs/sequence/src/outbox/outbox-message.codec.ts')
         .toCommand({ type: 'ArchiveTask', targetService: 'tasks', payload: 1 });

@@ -9,7 +9,6 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { SqliteOutboxStore } from '../adapters/stores/sqlite/sqlite.outbox-store';
 import { BootstrapAbort } from '../bootstrap-abort';
 import { InboxHandlerRegistry, inboxOf } from '../discovery/inbox-handler.registry';
 import { OutboxMetrics } from '../observability/outbox.metrics';
@@ -18,6 +17,7 @@ import type { Transport } from '../ports/transport.port';
 import { IntervalJob } from '../scheduling/interval-job';
 import { SEQUENCE_TRANSPORT } from '../sequence.constants';
 import { asError, errorMessage } from '../core/errors/caught';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { BoxLoop } from './box-loop';
 import { InboxProcessor } from './inbox.processor';
 import { InboxReceiver } from './inbox.receiver';
@@ -276,8 +276,23 @@ export class OutboxRuntime
     }
   }
 
-  private embeddedStore(): Promise<OutboxStore> {
-    return SqliteOutboxStore.open({ filename: ':memory:' });
+  /**
+   * The embedded default: an in-memory SQLite database. Loaded only when used, so that an
+   * application with an outbox store of its own (or no outbox) needs no better-sqlite3.
+   */
+  private async embeddedStore(): Promise<OutboxStore> {
+    let sqlite: typeof import('../adapters/stores/sqlite/sqlite.outbox-store');
+    try {
+      sqlite = await import('../adapters/stores/sqlite/sqlite.outbox-store');
+    } catch (error) {
+      if (!isMissingModule(error, 'better-sqlite3')) throw error;
+      throw new SequenceOptionsError('SequenceModule outbox options', [
+        'the outbox runs on an embedded SQLite database unless outbox.store is given, and ' +
+          'better-sqlite3 is not installed: `npm install better-sqlite3@12`, or give ' +
+          'outbox.store a PostgresOutboxStore (nest-sequence/postgres)',
+      ]);
+    }
+    return sqlite.SqliteOutboxStore.open({ filename: ':memory:' });
   }
 
   /** Deletes completed records past each box's retention, in small batches. */
@@ -307,4 +322,12 @@ export class OutboxRuntime
     if (failure !== undefined) throw failure;
     return deleted;
   }
+}
+
+/** Whether `error` is Node's failure to find the package `name` (not one of its own imports failing). */
+function isMissingModule(error: unknown, name: string): boolean {
+  return (
+    (error as { code?: unknown } | null)?.code === 'MODULE_NOT_FOUND' &&
+    String((error as Error).message).includes(`'${name}'`)
+  );
 }

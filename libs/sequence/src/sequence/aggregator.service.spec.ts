@@ -2,10 +2,9 @@ import {
   AggregatorService,
   InMemoryTransport,
   type InboundMessage,
-  type MessageHandler,
-  type SubscribeOptions,
   type Subscription,
 } from 'nest-sequence';
+import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
 import { fragmentPrefetch, resolveSequenceOptions } from '../sequence.options';
 import {
   createSequenceTestApp,

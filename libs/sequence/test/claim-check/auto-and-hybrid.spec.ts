@@ -11,15 +11,14 @@ import {
   ClaimedPayload,
   FilesystemPayloadStore,
   InMemoryTransport,
-  ExpirySweeper,
   MemorySequenceStore,
-  parseFragmentHeaders,
   SequenceModule,
   SequencedHandler,
   SplitterService,
-  type HeaderMap,
   type ReassembledPayload,
 } from 'nest-sequence';
+import { ExpirySweeper } from '../../src/sequence/expiry.sweeper';
+import { parseFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
 import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
 import { bytes, makeFragments } from '../support/sequence-test-app';
 import { createClaimCheckTestApp } from './claim-check-test-app';

@@ -4,8 +4,8 @@ import {
   ClaimCheckNotFoundError,
   ClaimTicketInvalidError,
   UnknownPayloadStoreError,
-  type ClaimTicket,
 } from 'nest-sequence';
+import { type ClaimTicket } from 'nest-sequence/wire';
 import { bytes } from '../support/sequence-test-app';
 import {
   claimMetric,

@@ -4,31 +4,34 @@ import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import type { Registry } from 'prom-client';
+import { CLAIM_CHECK_OPTIONS } from '../../src/claim-check/claim-check.constants';
 import {
-  CLAIM_CHECK_OPTIONS,
   ClaimCheck,
   ClaimCheckService,
   ClaimedPayload,
   FilesystemPayloadStore,
   InMemoryTransport,
-  OrphanSweeper,
-  SequenceMetrics,
   SequenceModule,
-  signTicket,
   type ClaimCheckHandlerOptions,
-  type ClaimCheckOptions,
-  type ClaimTicket,
-  type ClaimTicketFields,
   type Disposition,
-  type HeaderMap,
-  type MessageHandler,
   type PayloadStore,
-  type ResolvedClaimCheckOptions,
   type SequenceModuleOptions,
   type Subscription,
-  type SubscribeOptions,
   type Transport,
 } from 'nest-sequence';
+import { OrphanSweeper } from '../../src/claim-check/orphan.sweeper';
+import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import {
+  signTicket,
+  type ClaimTicket,
+  type ClaimTicketFields,
+  type HeaderMap,
+} from 'nest-sequence/wire';
+import {
+  type ClaimCheckOptions,
+  type ResolvedClaimCheckOptions,
+} from '../../src/claim-check/claim-check.options';
+import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
 import { serializeTicket } from '../../src/core/claim-ticket';
 import { metricValue } from '../support/sequence-test-app';
 

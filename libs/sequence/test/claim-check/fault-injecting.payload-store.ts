@@ -1,12 +1,12 @@
 import type { Readable } from 'node:stream';
 import type {
   PayloadInfo,
-  PayloadStore,
   PutOptions,
   StoredPayload,
   SweepCandidate,
   SweepQuery,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
+import type { PayloadStore } from 'nest-sequence';
 
 /**
  * A {@link PayloadStore} around a real one that fails on command, as an unreachable store does:

@@ -8,8 +8,8 @@ import {
   PayloadMetadataCorruptError,
   SequenceError,
   type ClaimedPayload,
-  type ClaimTicket,
 } from 'nest-sequence';
+import { type ClaimTicket } from 'nest-sequence/wire';
 import { bytes } from '../support/sequence-test-app';
 import {
   claimMetric,

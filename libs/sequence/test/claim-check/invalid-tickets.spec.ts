@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ClaimTicketKeyring, signTicket, type ClaimTicket } from 'nest-sequence';
+import { ClaimTicketKeyring, signTicket, type ClaimTicket } from 'nest-sequence/wire';
 import { MAX_TICKET_BODY_BYTES, serializeTicket } from '../../src/core/claim-ticket';
 import { bytes } from '../support/sequence-test-app';
 import {

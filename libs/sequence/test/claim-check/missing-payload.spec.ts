@@ -1,6 +1,7 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ClaimCheckNotFoundError, type ClaimTicket } from 'nest-sequence';
+import { ClaimCheckNotFoundError } from 'nest-sequence';
+import { type ClaimTicket } from 'nest-sequence/wire';
 import { bytes } from '../support/sequence-test-app';
 import {
   claimMetric,

@@ -4,10 +4,12 @@ import {
   FilesystemPayloadStore,
   SequenceHandlerConflictError,
   SequenceOptionsError,
-  type ClaimCheckOptions,
   type ClaimedPayload,
-  type ClaimRetention,
 } from 'nest-sequence';
+import {
+  type ClaimCheckOptions,
+  type ClaimRetention,
+} from '../../src/claim-check/claim-check.options';
 import { recordingHandler } from '../support/sequence-test-app';
 import { createClaimCheckTestApp, DEFAULT_CHANNEL, filesUnder } from './claim-check-test-app';
 

@@ -1,4 +1,5 @@
-import { MemoryClaimLedger, type ClaimTicket } from 'nest-sequence';
+import { MemoryClaimLedger } from 'nest-sequence';
+import { type ClaimTicket } from 'nest-sequence/wire';
 import { bytes } from '../support/sequence-test-app';
 import {
   claimMetric,

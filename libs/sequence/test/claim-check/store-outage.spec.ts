@@ -1,4 +1,4 @@
-import type { ClaimTicket } from 'nest-sequence';
+import type { ClaimTicket } from 'nest-sequence/wire';
 import { bytes } from '../support/sequence-test-app';
 import {
   createClaimCheckTestApp,

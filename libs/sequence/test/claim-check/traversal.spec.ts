@@ -1,7 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { InvalidPayloadRefError, type ClaimTicket } from 'nest-sequence';
+import { InvalidPayloadRefError } from 'nest-sequence';
+import { type ClaimTicket } from 'nest-sequence/wire';
 import {
   createClaimCheckTestApp,
   deathReasons,

@@ -1,11 +1,6 @@
 import { Redis, type RedisOptions } from 'ioredis';
-import {
-  ClaimCheckPublishError,
-  PublishTimeoutError,
-  RedisClaimLedger,
-  RedisPayloadStore,
-  type PayloadStore,
-} from 'nest-sequence';
+import { ClaimCheckPublishError, PublishTimeoutError, type PayloadStore } from 'nest-sequence';
+import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { sha256Hex } from '../../src/core/checksum';

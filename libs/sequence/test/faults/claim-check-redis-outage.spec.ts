@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
-import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence';
+import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { CreateBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
-import { RedisClaimLedger, S3PayloadStore } from 'nest-sequence';
+import { RedisClaimLedger } from 'nest-sequence/redis';
+import { S3PayloadStore } from 'nest-sequence/s3';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { S3RVER_CREDENTIALS, startS3rver, type S3rverProcess } from '../support/s3rver';

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RabbitMqTransport, SequenceModule, SplitterService } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { SequenceModule, SplitterService } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
 import { encodedHeaders } from '../../src/ports/transport-headers';
 import { bytes, eventually } from '../support/sequence-test-app';

@@ -3,12 +3,12 @@ import { Test } from '@nestjs/testing';
 import type { INestApplicationContext } from '@nestjs/common';
 import {
   PublishTimeoutError,
-  RabbitMqTransport,
   SequenceModule,
   SequencePublishError,
   SplitterService,
-  type PublishRetryOptions,
 } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { type PublishRetryOptions } from '../../src/sequence.options';
 import { sha256Hex } from '../../src/core/checksum';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';

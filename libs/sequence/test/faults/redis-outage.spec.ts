@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
-import { RedisSequenceStore } from 'nest-sequence';
+import { RedisSequenceStore } from 'nest-sequence/redis';
 import {
   bytes,
   eventually,

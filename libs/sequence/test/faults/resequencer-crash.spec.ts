@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RedisResequencerStore } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';

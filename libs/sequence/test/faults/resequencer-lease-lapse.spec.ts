@@ -1,11 +1,11 @@
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import {
-  RedisResequencerStore,
   type DrainClaim,
   type DrainContext,
   type HandOffItem,
   type ResequencerKey,
-  type ResequencerStore,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
+import { type ResequencerStore } from 'nest-sequence';
 import { overrideMethods } from '../support/override-methods';
 import { eventually } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';

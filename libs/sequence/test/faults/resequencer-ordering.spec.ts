@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { RedisResequencerStore, type HeaderMap } from 'nest-sequence';
+import { RedisResequencerStore } from 'nest-sequence/redis';
+import { type HeaderMap } from 'nest-sequence/wire';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';

@@ -2,13 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import {
-  RabbitMqTransport,
-  RedisResequencerStore,
-  SequencedHandler,
-  SequenceModule,
-  StreamedFragment,
-} from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { RedisResequencerStore } from 'nest-sequence/redis';
+import { SequencedHandler, SequenceModule, StreamedFragment } from 'nest-sequence';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, shuffled } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';

@@ -1,12 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { Interval, ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
-import {
-  InMemoryTransport,
-  MemorySequenceStore,
-  type ExpiredSequence,
-  type ExpiryPolicy,
-  type SequenceRef,
-} from 'nest-sequence';
+import { InMemoryTransport, MemorySequenceStore, type ExpiredSequence } from 'nest-sequence';
+import { type ExpiryPolicy, type SequenceRef } from 'nest-sequence/ports';
 import {
   bytes,
   createSequenceTestApp,

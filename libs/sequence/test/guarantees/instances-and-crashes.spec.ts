@@ -1,4 +1,4 @@
-import { parseFragmentHeaders } from 'nest-sequence';
+import { parseFragmentHeaders } from 'nest-sequence/wire';
 import { InMemoryTransport, MemorySequenceStore } from 'nest-sequence';
 import {
   bytes,

@@ -2,14 +2,13 @@ import { Readable } from 'node:stream';
 import type {
   AcceptContext,
   AcceptResult,
-  ExpiredSequence,
   FinishContext,
   FinishedOutcome,
   FragmentRecord,
   SequenceRef,
-  SequenceStore,
   SequenceStoreStats,
-} from 'nest-sequence';
+} from 'nest-sequence/ports';
+import type { ExpiredSequence, SequenceStore } from 'nest-sequence';
 
 /** One `accept` that reached the real store: when (the `now` it was given) and what it answered. */
 export interface AcceptRecord {

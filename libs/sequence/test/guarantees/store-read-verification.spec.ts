@@ -1,13 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Redis } from 'ioredis';
-import {
-  RedisSequenceStore,
-  SequenceIntegrityError,
-  StoredFragmentIntegrityError,
-  type AcceptContext,
-  type FragmentRecord,
-} from 'nest-sequence';
+import { RedisSequenceStore } from 'nest-sequence/redis';
+import { SequenceIntegrityError, StoredFragmentIntegrityError } from 'nest-sequence';
+import { type AcceptContext, type FragmentRecord } from 'nest-sequence/ports';
 import { RedisKeys } from '../../src/adapters/stores/redis/redis-keys';
 import * as checksum from '../../src/core/checksum';
 import { SERVERS, describeWithServer } from '../support/servers';

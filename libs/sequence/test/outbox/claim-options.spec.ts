@@ -1,9 +1,6 @@
-import {
-  SqliteOutboxStore,
-  type BoxName,
-  type ClaimOptions,
-  type OutboxStore,
-} from 'nest-sequence';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
+import { type BoxName, type ClaimOptions } from 'nest-sequence/ports';
+import { type OutboxStore } from 'nest-sequence';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 

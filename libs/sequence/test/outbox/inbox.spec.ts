@@ -5,17 +5,19 @@ import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
   InMemoryTransport,
+  OutboxService,
+  SequenceModule,
+  SequenceOptionsError,
+  type OutboxStore,
+} from 'nest-sequence';
+import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
-  OutboxService,
   REQUEUE_COUNT_HEADER,
-  SequenceModule,
-  SequenceOptionsError,
-  SqliteOutboxStore,
   type HeaderMap,
-  type OutboxStore,
-} from 'nest-sequence';
+} from 'nest-sequence/wire';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import {
   ClosingDatabase,
   ClosingDatabaseModule,

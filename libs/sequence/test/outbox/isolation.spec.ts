@@ -1,15 +1,9 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
-import {
-  InboxHandler,
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  OutboxService,
-  SqliteOutboxStore,
-  type InboundMessage,
-  type OutboxEvent,
-} from 'nest-sequence';
+import { InboxHandler, OutboxService, type InboundMessage, type OutboxEvent } from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { MESSAGE_KIND_HEADER, PublishRejectedError } from 'nest-sequence';
+import { MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import { PublishRejectedError } from 'nest-sequence';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, inboxHandler, type OutboxTestApp } from './outbox-test-app';
 

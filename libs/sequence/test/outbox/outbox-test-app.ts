@@ -3,18 +3,18 @@ import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
   InMemoryTransport,
-  OutboxRuntime,
   OutboxService,
-  SequenceMetrics,
   SequenceModule,
   type InboxContext,
   type InboxHandlerOptions,
   type OutboxCommand,
   type OutboxEvent,
-  type OutboxModuleOptions,
   type SequenceModuleOptions,
   type Transport,
 } from 'nest-sequence';
+import { OutboxRuntime } from '../../src/outbox/outbox.runtime';
+import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { type OutboxModuleOptions } from '../../src/outbox/outbox.options';
 import { FaultInjectingTransport } from '../support/sequence-test-app';
 
 /** One call of a recording inbox handler. */

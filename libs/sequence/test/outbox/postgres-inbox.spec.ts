@@ -1,16 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, type Type } from '@nestjs/common';
 import { Pool } from 'pg';
-import {
-  InboxHandler,
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  OutboxService,
-  PostgresOutboxStore,
-  type InboxContext,
-  type OutboxEvent,
-  type OutboxModuleOptions,
-} from 'nest-sequence';
+import { InboxHandler, OutboxService, type InboxContext, type OutboxEvent } from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
+import { type OutboxModuleOptions } from '../../src/outbox/outbox.options';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';

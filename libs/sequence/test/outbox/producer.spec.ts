@@ -3,14 +3,12 @@ import {
   InvalidHeaderError,
   InvalidOutboxMessageError,
   OutboxTransactionFinishedError,
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  MESSAGE_TYPE_HEADER,
   PublishRejectedError,
   PublishTimeoutError,
-  SqliteOutboxStore,
   type InboundMessage,
 } from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 

@@ -3,14 +3,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Injectable } from '@nestjs/common';
-import {
-  InboxHandler,
-  MESSAGE_ID_HEADER,
-  MESSAGE_KIND_HEADER,
-  OutboxService,
-  SqliteOutboxStore,
-  type OutboxEvent,
-} from 'nest-sequence';
+import { InboxHandler, OutboxService, type OutboxEvent } from 'nest-sequence';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 

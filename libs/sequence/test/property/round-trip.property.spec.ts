@@ -1,5 +1,7 @@
 import fc from 'fast-check';
-import type { HeaderMap, InboundMessage, SplitterPayload } from 'nest-sequence';
+import type { HeaderMap } from 'nest-sequence/wire';
+import type { InboundMessage } from 'nest-sequence';
+import type { SplitterPayload } from '../../src/sequence/splitter.types';
 import { bytes, createSequenceTestApp, type SequenceTestApp } from '../support/sequence-test-app';
 
 /**

@@ -5,20 +5,20 @@ import {
   type Type,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { GapSweeper } from '../../src/resequencer/gap.sweeper';
 import {
-  GapSweeper,
   InMemoryTransport,
   Resequenced,
   ResequencerService,
-  SequenceMetrics,
   SequenceModule,
   type GapEvent,
-  type HeaderMap,
   type ResequencedEvent,
   type ResequencerDefinition,
   type SequenceModuleOptions,
   type Transport,
 } from 'nest-sequence';
+import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { type HeaderMap } from 'nest-sequence/wire';
 
 /** What a test handler received, in call order. */
 export interface Received {

@@ -1,16 +1,16 @@
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { GapSweeper } from '../../src/resequencer/gap.sweeper';
 import {
-  GapSweeper,
   InMemoryTransport,
   SequencedHandler,
-  SequenceMetrics,
   SequenceModule,
   SplitterService,
   StreamedFragment,
   type SequencedHandlerOptions,
   type SequenceModuleOptions,
 } from 'nest-sequence';
+import { SequenceMetrics } from '../../src/observability/sequence.metrics';
 import {
   bytes,
   eventually,

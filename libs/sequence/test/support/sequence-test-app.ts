@@ -7,26 +7,25 @@ import {
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import type { Registry } from 'prom-client';
+import { ExpirySweeper } from '../../src/sequence/expiry.sweeper';
 import {
-  ExpirySweeper,
   InMemoryTransport,
   MemorySequenceStore,
   ReassembledPayload,
-  SequenceMetrics,
   SequenceModule,
   SequencedHandler,
   SplitterService,
-  buildFragmentHeaders,
-  type HeaderMap,
   type InboundMessage,
-  type PublishOptions,
   type SequenceModuleOptions,
   type SequenceStore,
   type SequencedHandlerOptions,
   type Transport,
 } from 'nest-sequence';
+import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { buildFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
+import { type PublishOptions } from 'nest-sequence/ports';
 import { crc32, sha256Hex } from '../../src/core/checksum';
-import { ForwardingTransport } from './forwarding.transport';
+import { ForwardingTransport } from '../../src/testing/forwarding.transport';
 
 /** What a test handler saw of one delivery. */
 export interface Delivery {

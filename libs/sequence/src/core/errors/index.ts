@@ -20,7 +20,6 @@ export * from './payload-metadata-corrupt.error';
 export * from './claim-check-publish.error';
 export * from './unknown-payload-store.error';
 export * from './invalid-outbox-message.error';
-export * from './postgres-outbox.error';
 export * from './outbox-foreign-transaction.error';
 export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';

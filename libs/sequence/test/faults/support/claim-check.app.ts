@@ -7,21 +7,18 @@ import {
   ClaimCheck,
   ClaimCheckService,
   ClaimedPayload,
-  OrphanSweeper,
-  RabbitMqTransport,
-  RedisClaimLedger,
-  RedisPayloadStore,
-  SequenceMetrics,
   SequenceModule,
   type ClaimCheckHandlerOptions,
-  type ClaimDelivery,
   type ClaimLedger,
-  type ClaimTicket,
-  type ClaimTicketKey,
-  type HeaderMap,
   type PayloadStore,
-  type PublishRetryOptions,
 } from 'nest-sequence';
+import { OrphanSweeper } from '../../../src/claim-check/orphan.sweeper';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
+import { SequenceMetrics } from '../../../src/observability/sequence.metrics';
+import { type ClaimDelivery } from '../../../src/claim-check/claimed-payload';
+import { type ClaimTicket, type ClaimTicketKey, type HeaderMap } from 'nest-sequence/wire';
+import { type PublishRetryOptions } from '../../../src/sequence.options';
 import { SERVERS } from '../../support/servers';
 import { AMQP_URL, namedConnection } from './rabbitmq.admin';
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { RabbitMqTransport } from 'nest-sequence';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { SERVERS } from '../../support/servers';
 import { AMQP_URL, namedConnection, RabbitMqAdmin } from './rabbitmq.admin';
 import { deleteUnder, newPrefix } from './redis.admin';

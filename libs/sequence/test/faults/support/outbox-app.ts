@@ -1,13 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Type } from '@nestjs/common';
-import {
-  MESSAGE_ID_HEADER,
-  PostgresOutboxStore,
-  RabbitMqTransport,
-  type EventInput,
-  type OutboxModuleOptions,
-  type PostgresOutboxConnectOptions,
-} from 'nest-sequence';
+import { MESSAGE_ID_HEADER } from 'nest-sequence/wire';
+import { PostgresOutboxStore, type PostgresOutboxConnectOptions } from 'nest-sequence/postgres';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { type EventInput } from '../../../src/outbox/outbox-message';
+import { type OutboxModuleOptions } from '../../../src/outbox/outbox.options';
 import { SERVERS } from '../../support/servers';
 import { createOutboxTestApp, type OutboxTestApp } from '../../outbox/outbox-test-app';
 import { AMQP_URL, namedConnection, type QueuedMessage } from './rabbitmq.admin';

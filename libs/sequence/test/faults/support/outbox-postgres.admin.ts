@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'pg';
-import type { BoxName, RecordStatus } from 'nest-sequence';
+import type { BoxName, RecordStatus } from 'nest-sequence/ports';
 
 /** A box row as an operator reads it with SQL. */
 export interface BoxRow {

@@ -1,10 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import {
-  RabbitMqTransport,
-  RedisSequenceStore,
-  type RabbitMqTransportOptions,
-  type SequenceStore,
-} from 'nest-sequence';
+import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
+import { RedisSequenceStore } from 'nest-sequence/redis';
+import { type SequenceStore } from 'nest-sequence';
 import type { RedisOptions } from 'ioredis';
 import { SERVERS } from '../../support/servers';
 import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';

@@ -3,19 +3,19 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
+import { GapSweeper } from '../../../src/resequencer/gap.sweeper';
+import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { RedisResequencerStore } from 'nest-sequence/redis';
 import {
-  GapSweeper,
-  RabbitMqTransport,
-  RedisResequencerStore,
   ResequencerService,
-  SequenceMetrics,
   SequenceModule,
   type GapEvent,
-  type HeaderMap,
   type ResequencerDefinition,
-  type ResequencerModuleOptions,
   type ResequencerStore,
 } from 'nest-sequence';
+import { SequenceMetrics } from '../../../src/observability/sequence.metrics';
+import { type HeaderMap } from 'nest-sequence/wire';
+import { type ResequencerModuleOptions } from '../../../src/resequencer/resequencer.options';
 import {
   RecordingResequencedHandler,
   resequencedHandler,

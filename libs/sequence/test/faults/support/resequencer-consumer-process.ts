@@ -1,5 +1,5 @@
 import { join, resolve } from 'node:path';
-import type { GapPolicy } from 'nest-sequence';
+import type { GapPolicy } from 'nest-sequence/ports';
 import { FixtureProcess } from './fixture-process';
 
 const SCRIPT = resolve(__dirname, '../fixtures/resequencer-consumer.process.ts');

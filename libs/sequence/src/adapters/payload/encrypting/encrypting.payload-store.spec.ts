@@ -8,7 +8,7 @@ import {
   digestOf,
   digestOfBuffer,
   generatedSource,
-} from '../../../../test/conformance/payload-store.conformance';
+} from '../../../testing/conformance/payload-store.conformance';
 import { withTimeout } from '../../../core/async';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';

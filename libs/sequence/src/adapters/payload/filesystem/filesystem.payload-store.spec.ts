@@ -18,7 +18,7 @@ import {
   describePayloadStoreConformance,
   digestOf,
   digestOfBuffer,
-} from '../../../../test/conformance/payload-store.conformance';
+} from '../../../testing/conformance/payload-store.conformance';
 import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../../core/errors';
 import type { PutOptions } from '../../../ports/payload-store.port';
 import * as layoutFiles from './filesystem.payload-layout';

@@ -7,7 +7,7 @@ import {
   digestOf,
   digestOfBuffer,
   generatedSource,
-} from '../../../../test/conformance/payload-store.conformance';
+} from '../../../testing/conformance/payload-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';

@@ -13,7 +13,7 @@ import {
   digestOf,
   digestOfBuffer,
   generatedSource,
-} from '../../../../test/conformance/payload-store.conformance';
+} from '../../../testing/conformance/payload-store.conformance';
 import {
   S3RVER_CREDENTIALS as CREDENTIALS,
   startS3rver,

@@ -1,4 +1,4 @@
-import { describeClaimLedgerConformance } from '../../../../test/conformance/claim-ledger.conformance';
+import { describeClaimLedgerConformance } from '../../../testing/conformance/claim-ledger.conformance';
 import type { ClaimKey } from '../../../ports/claim-ledger.port';
 import { MemoryClaimLedger } from './memory.claim-ledger';
 

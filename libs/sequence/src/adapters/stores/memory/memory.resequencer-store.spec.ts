@@ -1,4 +1,4 @@
-import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
+import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
 import type {
   AcceptContext,
   ResequencedEntry,

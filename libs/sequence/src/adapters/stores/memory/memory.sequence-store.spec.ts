@@ -1,14 +1,14 @@
 import {
   readAll,
   sequenceFixture,
-  sequenceStoreConformance,
-} from '../../../../test/conformance/sequence-store.conformance';
+  describeSequenceStoreConformance,
+} from '../../../testing/conformance/sequence-store.conformance';
 import type { AcceptContext } from '../../../ports/sequence-store.port';
 import { MemorySequenceStore } from './memory.sequence-store';
 
 const CONSUMER = 'consumer-a';
 
-sequenceStoreConformance('memory', { create: async () => new MemorySequenceStore() });
+describeSequenceStoreConformance('memory', { create: async () => new MemorySequenceStore() });
 
 describe('MemorySequenceStore', () => {
   const t0 = 1_000_000;

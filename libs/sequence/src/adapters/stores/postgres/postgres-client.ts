@@ -1,5 +1,5 @@
 import type { Client, ClientConfig, Pool, PoolClient, PoolConfig } from 'pg';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 
 /**
  * `pg`, loaded here rather than at the top of a module: it is an optional peer of the library,

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { Client, Pool } from 'pg';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { BOX_NAMES } from '../../../ports/outbox-store.port';
 import { migrateOutbox } from './postgres-migrations';

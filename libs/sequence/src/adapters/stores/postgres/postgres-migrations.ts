@@ -1,6 +1,6 @@
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { MAX_TIMER_MS } from '../../../core/async';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import { checkOut, isConnectionError } from './postgres-client';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
 

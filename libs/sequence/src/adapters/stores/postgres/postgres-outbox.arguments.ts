@@ -1,4 +1,4 @@
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import type { NewBoxRecord } from '../../../ports/outbox-store.port';
 
 /**

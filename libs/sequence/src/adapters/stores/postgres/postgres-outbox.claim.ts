@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import type {
   ClaimOptions,
   ClaimResult,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
-import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
+import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
 import { adminQuery } from '../../../../test/support/postgres-admin';
 import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';

@@ -1,4 +1,4 @@
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
 import { storedRecordOf, type BoxRecordColumns } from '../sql/box-record.columns';
 

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
-import { describeOutboxStoreConformance } from '../../../../test/conformance/outbox-store.conformance';
-import { record } from '../../../../test/conformance/outbox-store/outbox-suite.context';
+import { describeOutboxStoreConformance } from '../../../testing/conformance/outbox-store.conformance';
+import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
 import { adminQuery } from '../../../../test/support/postgres-admin';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import {
   BOX_NAMES,

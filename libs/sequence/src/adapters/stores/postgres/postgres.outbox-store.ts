@@ -1,7 +1,7 @@
 import type { ClientConfig, Pool } from 'pg';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import {
   BOX_NAMES,
   type BoxName,

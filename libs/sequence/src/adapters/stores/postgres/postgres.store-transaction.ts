@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient } from 'pg';
-import { PostgresOutboxError } from '../../../core/errors/postgres-outbox.error';
+import { PostgresOutboxError } from './postgres-outbox.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import { checkOut, isConnectionError } from './postgres-client';
 

@@ -2,7 +2,7 @@ import calculateSlot from 'cluster-key-slot';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { describeClaimLedgerConformance } from '../../../../test/conformance/claim-ledger.conformance';
+import { describeClaimLedgerConformance } from '../../../testing/conformance/claim-ledger.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type { ClaimKey, ClaimLedger } from '../../../ports/claim-ledger.port';
 import { RedisClaimKeys } from './redis-claim-keys';

@@ -1,13 +1,13 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
-import { describeClaimLedgerConformance } from '../../../../test/conformance/claim-ledger.conformance';
-import { describePayloadStoreConformance } from '../../../../test/conformance/payload-store.conformance';
-import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
+import { describeClaimLedgerConformance } from '../../../testing/conformance/claim-ledger.conformance';
+import { describePayloadStoreConformance } from '../../../testing/conformance/payload-store.conformance';
+import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
 import {
   readAll,
   sequenceFixture,
-  sequenceStoreConformance,
-} from '../../../../test/conformance/sequence-store.conformance';
+  describeSequenceStoreConformance,
+} from '../../../testing/conformance/sequence-store.conformance';
 import {
   keysUnder,
   LocalCluster,
@@ -95,7 +95,7 @@ suite('Redis adapters on a 3-master Redis Cluster', () => {
       await removeKeysUnder(prefix);
     }
 
-    sequenceStoreConformance('redis on Redis Cluster', { create, close });
+    describeSequenceStoreConformance('redis on Redis Cluster', { create, close });
 
     /** Limits that let every sequence of these tests (up to `maxSequenceBytes` each) in. */
     const acceptContext = (now: number, maxSequenceBytes: number): AcceptContext => ({

@@ -2,7 +2,7 @@ import calculateSlot from 'cluster-key-slot';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { describeResequencerStoreConformance } from '../../../../test/conformance/resequencer-store.conformance';
+import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
 import { deleteUnder, keysUnder } from '../../../../test/faults/support/redis.admin';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type {

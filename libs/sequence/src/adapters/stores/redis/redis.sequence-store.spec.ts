@@ -6,8 +6,8 @@ import { Redis } from 'ioredis';
 import {
   readAll,
   sequenceFixture,
-  sequenceStoreConformance,
-} from '../../../../test/conformance/sequence-store.conformance';
+  describeSequenceStoreConformance,
+} from '../../../testing/conformance/sequence-store.conformance';
 import { OwnedRedisServer } from '../../../../test/faults/support/owned-redis.server';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { crc32 } from '../../../core/checksum';
@@ -70,7 +70,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
   describe('conformance', () => {
     const prefixes = new Map<SequenceStore, string>();
 
-    sequenceStoreConformance('redis', {
+    describeSequenceStoreConformance('redis', {
       create: async () => {
         const prefix = `nseq-test:${randomUUID()}`;
         const store = new RedisSequenceStore(redis, { prefix });

@@ -1,12 +1,12 @@
 import {
   eventually,
-  transportConformance,
-} from '../../../../test/conformance/transport.conformance';
+  describeTransportConformance,
+} from '../../../testing/conformance/transport.conformance';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
 import { InMemoryTransport } from './in-memory.transport';
 
-transportConformance('in-memory', {
+describeTransportConformance('in-memory', {
   create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
 });
 

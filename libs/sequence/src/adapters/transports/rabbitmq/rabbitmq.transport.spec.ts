@@ -5,8 +5,8 @@ import { AmqpConnection, type RabbitMQConfig } from '@golevelup/nestjs-rabbitmq'
 import * as amqplib from 'amqplib';
 import {
   eventually,
-  transportConformance,
-} from '../../../../test/conformance/transport.conformance';
+  describeTransportConformance,
+} from '../../../testing/conformance/transport.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
 import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/faults/support/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
@@ -101,7 +101,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     ['quorum', '.dead'],
   ] as const) {
     const name = `rabbitmq (${queueType} queues, deadLetterSuffix ${deadLetterSuffix ?? 'default'})`;
-    transportConformance(name, {
+    describeTransportConformance(name, {
       create: async () =>
         tracked(
           await RabbitMqTransport.connect(

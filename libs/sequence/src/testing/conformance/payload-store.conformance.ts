@@ -1,12 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../src/core/errors';
+import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../core/errors';
 import type {
   PayloadStore,
   PutOptions,
   SweepCandidate,
   SweepQuery,
-} from '../../src/ports/payload-store.port';
+} from '../../ports/payload-store.port';
 
 export interface PayloadStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a prefix or bucket of its own). */

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { ResequencerKey, ResequencerStore } from '../../src/ports/resequencer-store.port';
+import type { ResequencerKey, ResequencerStore } from '../../ports/resequencer-store.port';
 import { describeAcceptCases } from './resequencer-store/accept.cases';
 import { describeConcurrencyCases } from './resequencer-store/concurrency.cases';
 import { describeDrainCases } from './resequencer-store/drain.cases';

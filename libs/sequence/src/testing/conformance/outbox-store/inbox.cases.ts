@@ -1,4 +1,4 @@
-import type { RecordOutcome } from '../../../src/ports/outbox-store.port';
+import type { RecordOutcome } from '../../../ports/outbox-store.port';
 import {
   claimAndComplete,
   claimWith,

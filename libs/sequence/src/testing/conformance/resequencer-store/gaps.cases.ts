@@ -1,4 +1,4 @@
-import type { HandOffItem } from '../../../src/ports/resequencer-store.port';
+import type { HandOffItem } from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,

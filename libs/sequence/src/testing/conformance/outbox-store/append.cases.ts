@@ -1,4 +1,4 @@
-import { BOX_NAMES, type NewBoxRecord } from '../../../src/ports/outbox-store.port';
+import { BOX_NAMES, type NewBoxRecord } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
   BOX,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { HeaderValue } from '../../../src/core/headers';
-import type { ResequencerKey } from '../../../src/ports/resequencer-store.port';
+import type { HeaderValue } from '../../../core/headers';
+import type { ResequencerKey } from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,

@@ -1,4 +1,4 @@
-import type { OutboxStore } from '../../../src/ports/outbox-store.port';
+import type { OutboxStore } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
   BOX,

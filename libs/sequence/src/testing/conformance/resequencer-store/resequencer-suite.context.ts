@@ -7,8 +7,8 @@ import type {
   ResequencerKey,
   ResequencerLimits,
   ResequencerStore,
-} from '../../../src/ports/resequencer-store.port';
-import type { HeaderValue } from '../../../src/core/headers';
+} from '../../../ports/resequencer-store.port';
+import type { HeaderValue } from '../../../core/headers';
 
 /**
  * What every part of the resequencer-store conformance suite sees: replaced before each test

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { InvalidHeaderError } from '../../src/core/errors/invalid-header.error';
-import { MessageTooLargeError } from '../../src/core/errors/message-too-large.error';
-import type { HeaderMap } from '../../src/core/headers';
+import { InvalidHeaderError } from '../../core/errors/invalid-header.error';
+import { MessageTooLargeError } from '../../core/errors/message-too-large.error';
+import type { HeaderMap } from '../../core/headers';
 import {
   headerBytes,
   MAX_PREFETCH,
@@ -12,7 +12,7 @@ import {
   type SubscribeOptions,
   type Subscription,
   type Transport,
-} from '../../src/ports/transport.port';
+} from '../../ports/transport.port';
 
 export interface TransportHarness {
   /**
@@ -31,7 +31,7 @@ const SENTINEL = 'x-conformance-sentinel';
  * The behaviour every {@link Transport} adapter must show. Each case uses channels of its own
  * (`conf.<uuid>`), so the suite can run against a shared broker.
  */
-export function transportConformance(adapterName: string, harness: TransportHarness): void {
+export function describeTransportConformance(adapterName: string, harness: TransportHarness): void {
   describe(`Transport conformance: ${adapterName}`, () => {
     let transport: Transport;
     let subscriptions: Subscription[];

@@ -1,4 +1,4 @@
-import { SequenceError } from './sequence.error';
+import { SequenceError } from '../../../core/errors/sequence.error';
 
 /**
  * The PostgreSQL outbox store could not do what was asked: an argument it cannot use (an unknown

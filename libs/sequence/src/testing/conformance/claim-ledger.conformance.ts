@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimKey, ClaimLedger } from '../../src/ports/claim-ledger.port';
+import type { ClaimKey, ClaimLedger } from '../../ports/claim-ledger.port';
 
 export interface ClaimLedgerHarness {
   /** A fresh, empty ledger (for a server-backed ledger: under a key prefix of its own). */

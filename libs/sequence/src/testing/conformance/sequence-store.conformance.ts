@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import { crc32, sha256Hex } from '../../src/core/checksum';
-import type { HeaderMap } from '../../src/core/headers';
+import { crc32, sha256Hex } from '../../core/checksum';
+import type { HeaderMap } from '../../core/headers';
 import type {
   AcceptContext,
   AcceptResult,
@@ -9,7 +9,7 @@ import type {
   SequenceLimits,
   SequenceRef,
   SequenceStore,
-} from '../../src/ports/sequence-store.port';
+} from '../../ports/sequence-store.port';
 
 export interface SequenceStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a key prefix of its own). */
@@ -93,7 +93,10 @@ export async function readAll(stream: Readable): Promise<Buffer[]> {
 /** The consumer id the suite's accepts use unless a test says otherwise. */
 const CONSUMER = 'consumer-a';
 
-export function sequenceStoreConformance(adapterName: string, harness: SequenceStoreHarness): void {
+export function describeSequenceStoreConformance(
+  adapterName: string,
+  harness: SequenceStoreHarness,
+): void {
   describe(`SequenceStore conformance: ${adapterName}`, () => {
     let store: SequenceStore;
     let scope: string;

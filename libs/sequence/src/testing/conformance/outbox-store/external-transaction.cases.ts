@@ -1,4 +1,4 @@
-import type { SqlExecutor } from '../../../src/ports/outbox-store.port';
+import type { SqlExecutor } from '../../../ports/outbox-store.port';
 import {
   BOX,
   claimAndComplete,

@@ -1,4 +1,4 @@
-import type { BoxName } from '../../../src/ports/outbox-store.port';
+import type { BoxName } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
   eventually,

@@ -1,11 +1,11 @@
+import type { HeaderMap } from '../core/headers';
 import type {
-  HeaderMap,
   MessageHandler,
   PublishOptions,
   Subscription,
   SubscribeOptions,
   Transport,
-} from 'nest-sequence';
+} from '../ports/transport.port';
 
 /**
  * A {@link Transport} that hands every call to a real one: the base of test transports that

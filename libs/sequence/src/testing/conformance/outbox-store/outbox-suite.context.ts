@@ -10,7 +10,7 @@ import type {
   SqlExecutor,
   StoreTransaction,
   StoredRecord,
-} from '../../../src/ports/outbox-store.port';
+} from '../../../ports/outbox-store.port';
 
 /** A connection of the caller's own (PostgreSQL), for appends inside the caller's transaction. */
 export interface ExternalConnection {

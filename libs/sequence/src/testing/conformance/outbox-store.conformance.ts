@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { OutboxStore } from '../../src/ports/outbox-store.port';
+import type { OutboxStore } from '../../ports/outbox-store.port';
 import { describeAppendCases } from './outbox-store/append.cases';
 import { describeClaimCases } from './outbox-store/claim.cases';
 import { describeConcurrencyCases } from './outbox-store/concurrency.cases';

@@ -1,0 +1,91 @@
+// `nest-sequence/ports`: the port contracts in full (every type their methods take and return),
+// for authors of adapters: a transport, a sequence, resequencer or outbox store, a payload store or
+// a claim ledger of their own. Prove one with the suites of `nest-sequence/testing`.
+export type {
+  Disposition,
+  InboundMessage,
+  MessageHandler,
+  PublishOptions,
+  SubscribeOptions,
+  Subscription,
+  Transport,
+} from './ports/transport.port';
+export {
+  defaultDeadLetterChannel,
+  MAX_PREFETCH,
+  REQUEUE_COUNT_HEADER,
+  requeueCount,
+} from './ports/transport.port';
+export type {
+  AcceptContext,
+  AcceptResult,
+  CompleteSequence,
+  ExpiredSequence,
+  ExpiryPolicy,
+  FinishContext,
+  FinishedOutcome,
+  FragmentRecord,
+  SequenceLimits,
+  SequenceRef,
+  SequenceStore,
+  SequenceStoreStats,
+} from './ports/sequence-store.port';
+export type {
+  PayloadInfo,
+  PayloadMetadata,
+  PayloadStore,
+  PutOptions,
+  StoredPayload,
+  SweepCandidate,
+  SweepQuery,
+  SweepReason,
+} from './ports/payload-store.port';
+export type {
+  ClaimKey,
+  ClaimLedger,
+  ClaimOutcome,
+  ClaimTimes,
+  Completion,
+} from './ports/claim-ledger.port';
+export { assertClaimArguments } from './ports/claim-ledger.port';
+export type {
+  AcceptContext as ResequencerAcceptContext,
+  AcceptOutcome as ResequencerAcceptOutcome,
+  DrainClaim,
+  DrainContext,
+  DrainSettlement,
+  GapPolicy,
+  GapResolution,
+  HandOffItem,
+  OpenGap,
+  ResequencedEntry,
+  ResequencerKey,
+  ResequencerKeyState,
+  ResequencerLimits,
+  ResequencerStore,
+} from './ports/resequencer-store.port';
+export {
+  assertResequencerArguments,
+  isResequencerKey,
+  isSequenceNumber,
+  MAX_SEQUENCE_NUMBER,
+} from './ports/resequencer-store.port';
+export type {
+  BoxName,
+  BoxStats,
+  ClaimedBatch,
+  ClaimOptions,
+  ClaimResult,
+  MessageKind,
+  NewBoxRecord,
+  OutboxDialect,
+  OutboxStore,
+  PurgeOptions,
+  RecordOutcome,
+  RecordStatus,
+  SqlExecutor,
+  StoredRecord,
+  StoreTransaction,
+} from './ports/outbox-store.port';
+export { BOX_NAMES } from './ports/outbox-store.port';
+export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';

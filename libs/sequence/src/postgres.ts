@@ -1,0 +1,11 @@
+// `nest-sequence/postgres`: the PostgreSQL outbox store and its migrations (peer: pg).
+export { PostgresOutboxStore } from './adapters/stores/postgres/postgres.outbox-store';
+export type {
+  PostgresOutboxConnectOptions,
+  PostgresOutboxStoreOptions,
+} from './adapters/stores/postgres/postgres-outbox.options';
+export {
+  migrateOutbox,
+  type MigrateOutboxOptions,
+} from './adapters/stores/postgres/postgres-migrations';
+export { PostgresOutboxError } from './adapters/stores/postgres/postgres-outbox.error';

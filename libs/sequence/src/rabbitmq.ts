@@ -1,0 +1,7 @@
+// `nest-sequence/rabbitmq`: the RabbitMQ transport (peers: @golevelup/nestjs-rabbitmq, amqplib).
+export { RabbitMqTransport } from './adapters/transports/rabbitmq/rabbitmq.transport';
+export type {
+  RabbitMqQueueType,
+  RabbitMqTransportOptions,
+} from './adapters/transports/rabbitmq/rabbitmq.options';
+export { RabbitMqTopologyError } from './adapters/transports/rabbitmq/errors/rabbitmq-topology.error';

@@ -1,0 +1,7 @@
+// `nest-sequence/sqlite`: the SQLite outbox store (peer: better-sqlite3), the embedded default of
+// the outbox, on a file for a single instance that must survive restarts.
+export {
+  SqliteOutboxStore,
+  type SqliteOutboxOpenOptions,
+  type SqliteOutboxStoreOptions,
+} from './adapters/stores/sqlite/sqlite.outbox-store';

@@ -1,0 +1,36 @@
+// `nest-sequence/wire`: the wire contract as code, for producers and consumers that do not run
+// the module (another service, a script, a test): fragment headers, claim tickets, the
+// resequencer's and the outbox's headers, and the dead-letter reasons.
+export {
+  SequenceHeader,
+  WIRE_VERSION,
+  SEQUENCE_ID_PATTERN,
+  parseFragmentHeaders,
+  buildFragmentHeaders,
+  type FragmentHeaderInput,
+  type FragmentHeaders,
+  type HeaderMap,
+  type HeaderValue,
+} from './core/headers';
+export { crc32, sha256Hex } from './core/checksum';
+export { ClaimCheckHeader } from './claim-check/claim-check.headers';
+export {
+  signTicket,
+  verifyTicket,
+  parseTicketBody,
+  serializeTicket,
+  CLAIM_TICKET_VERSION,
+  type ClaimTicket,
+  type ClaimTicketFields,
+} from './core/claim-ticket';
+export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
+export { ResequenceHeader } from './resequencer/resequenced-event';
+export {
+  MESSAGE_ID_HEADER,
+  MESSAGE_KIND_HEADER,
+  MESSAGE_TYPE_HEADER,
+  parseMessage,
+} from './outbox/outbox-message.codec';
+export { attachOutboxMessageRules } from './outbox/outbox-message.rules';
+export { deathReason, type RejectionCode } from './core/errors/rejection-code';
+export { REQUEUE_COUNT_HEADER } from './ports/transport.port';
