@@ -34,3 +34,16 @@ export function mbPerSecond(bytes: number, seconds: number): number {
 export function report(result: Record<string, unknown>): void {
   console.log(JSON.stringify(result));
 }
+
+/**
+ * `BENCH_UNSAFE_SOCKET_TRICKS`: the values of the adapters' `unsafeSocketTricks` a benchmark runs
+ * its module path with, in order. `off` (the default): without; `on`: with; `both`: without, then
+ * with, each against its own baseline rounds and reported on a line of its own.
+ */
+export function socketTrickVariants(): boolean[] {
+  const value = process.env.BENCH_UNSAFE_SOCKET_TRICKS ?? 'off';
+  if (value === 'off') return [false];
+  if (value === 'on') return [true];
+  if (value === 'both') return [false, true];
+  throw new Error(`BENCH_UNSAFE_SOCKET_TRICKS must be off, on or both, got ${value}`);
+}

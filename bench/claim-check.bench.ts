@@ -44,6 +44,9 @@
  *   BENCH_RSS_SAMPLE_MS [10]   BENCH_RUN_TIMEOUT_S [300]
  *   BENCH_CPU_PROF_DIR [unset; when set, the children run with --cpu-prof into that directory]
  *   BENCH_CC_NODE_ARGS [none]: more Node options for the children, e.g. `--trace-gc`
+ *   BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every round without, then every round with]:
+ *     the sender's and receiver's transport's `unsafeSocketTricks`, echoed as
+ *     `unsafeSocketTricks` in the result line
  *
  * The queue (`nseq-bench-cc.<id>` and its `.dlq`) and the temporary directory are unique to the
  * run and removed at the end, also on failure or Ctrl-C; the exit code is non-zero on any error.
@@ -53,7 +56,7 @@ import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import * as amqp from 'amqplib';
-import { MiB, report } from './bench.util';
+import { MiB, report, socketTrickVariants } from './bench.util';
 import { buildPlainJs } from './plain-js-build';
 import { BenchChild, cleanUp, onCleanup, progress, type ChildOptions } from './claim-check.harness';
 import type { ChildConfig, ChildRole } from './claim-check.protocol';
@@ -79,6 +82,7 @@ const settings = {
   runTimeoutMs: numberFromEnv('BENCH_RUN_TIMEOUT_S', 300) * 1000,
   cpuProfileDir: process.env.BENCH_CPU_PROF_DIR,
   nodeArgs: (process.env.BENCH_CC_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
+  socketTricks: socketTrickVariants(),
 };
 
 const runId = `${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -138,6 +142,25 @@ async function main(): Promise<void> {
     cpuProfileDir: settings.cpuProfileDir,
     nodeArgs: settings.nodeArgs,
   };
+  for (const unsafeSocketTricks of settings.socketTricks) {
+    await runVariant({ options, admin, storeRoot, baselineDir, loadAtStart }, unsafeSocketTricks);
+  }
+}
+
+/** What every variant's rounds share: the children's options, the queue's admin channel, paths. */
+interface VariantContext {
+  readonly options: ChildOptions;
+  readonly admin: amqp.Channel;
+  readonly storeRoot: string;
+  readonly baselineDir: string;
+  readonly loadAtStart: number[];
+}
+
+/** Every round of both paths, the module's with `unsafeSocketTricks` as given; one JSON line. */
+async function runVariant(
+  { options, admin, storeRoot, baselineDir, loadAtStart }: VariantContext,
+  unsafeSocketTricks: boolean,
+): Promise<void> {
   // One seed for all: the writer and the sender generate the same bytes.
   const seed = randomBytes(16).toString('hex');
   const config = (role: ChildRole): ChildConfig => ({
@@ -148,6 +171,7 @@ async function main(): Promise<void> {
     amqpUrl: settings.amqpUrl,
     queue,
     signingKeyId: `bench-${runId}`,
+    unsafeSocketTricks,
     rssSampleMs: settings.rssSampleMs,
   });
   // The receiver first: its subscription declares the queue the sender publishes to.
@@ -217,7 +241,7 @@ async function main(): Promise<void> {
       loadAverageAtEnd: loadavg().map(round2),
     },
   });
-  report(result);
+  report({ ...result, unsafeSocketTricks });
   progress(
     `baseline ${result.baselineMBps} MB/s, module ${result.moduleMBps} MB/s, ratio ` +
       `${result.ratio} (target ≥ ${result.ratioTarget}), CPU ratio ${result.cpuRatio}; peak RSS sender ` +

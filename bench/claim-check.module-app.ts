@@ -30,7 +30,9 @@ export async function claimCheckModule(config: ChildConfig, mark: MarkFn): Promi
   Logger.overrideLogger(logger(config.role));
   const secret = process.env[SIGNING_SECRET_ENV];
   if (!secret) throw new Error(`${SIGNING_SECRET_ENV} is not set`);
-  const transport = await RabbitMqTransport.connect(config.amqpUrl);
+  const transport = await RabbitMqTransport.connect(config.amqpUrl, {
+    unsafeSocketTricks: config.unsafeSocketTricks,
+  });
   const claimCheck: ClaimCheckOptions = {
     store: new TracedPayloadStore(new FilesystemPayloadStore({ root: config.storeRoot }), mark),
     signingKeys: [{ id: config.signingKeyId, secret: Buffer.from(secret, 'hex') }],

@@ -27,6 +27,8 @@ export interface ChildConfig {
   readonly queue: string;
   /** sender, receiver: id of the ticket signing key; its secret is in the environment. */
   readonly signingKeyId: string;
+  /** sender, receiver: the transport's `unsafeSocketTricks`. */
+  readonly unsafeSocketTricks: boolean;
   /** How often the child samples its RSS. */
   readonly rssSampleMs: number;
 }

@@ -57,7 +57,9 @@
  * Environment, besides the above: AMQP_URL, DATABASE_URL [postgres://postgres:postgres@
  * 127.0.0.1:5432/test], BENCH_OUTBOX_ONLY [all; comma-separated: raw, pg, module, relay, pto,
  * pto-relay, latency], BENCH_OUTBOX_PTO_BATCH [5], BENCH_OUTBOX_PTO_POLL_MS [500],
- * BENCH_OUTBOX_TRACE [1; 0 gives the module its store without the timing wrapper].
+ * BENCH_OUTBOX_TRACE [1; 0 gives the module its store without the timing wrapper],
+ * BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every path without, then every path with; the
+ * module's transport's `unsafeSocketTricks`, echoed as `unsafeSocketTricks` in each JSON line].
  * Progress goes to stderr. Tables (`nseq_bench_ob_<run>_*`), schemas (`nseq_bench_pto_<run>_*`)
  * and queues (`nseq-bench-ob.<run>.*`) are unique to the run, removed after each path and swept
  * at the end, also after a failure or Ctrl-C; any failure exits non-zero.
@@ -66,7 +68,7 @@ import { Logger } from '@nestjs/common';
 import * as amqp from 'amqplib';
 import { Pool } from 'pg';
 import { OUTBOX_DEFAULTS } from '../libs/sequence/src/outbox/outbox.options';
-import { report } from './bench.util';
+import { report, socketTrickVariants } from './bench.util';
 import { declaredQueues, deleteQueue } from './outbox.broker';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';
 import { ptoLatency, ptoLive, ptoRelayOnly } from './outbox.pto';
@@ -85,6 +87,7 @@ function measure(
   path: ThroughputPath,
   connection: amqp.ChannelModel,
   events: readonly BenchEvent[],
+  unsafeSocketTricks: boolean,
 ): Promise<Timed | ModuleTimed> {
   switch (path) {
     case 'raw':
@@ -92,9 +95,9 @@ function measure(
     case 'pg':
       return rawCommits(events);
     case 'module':
-      return moduleLive(connection, events);
+      return moduleLive(connection, events, unsafeSocketTricks);
     case 'relay':
-      return moduleRelayOnly(connection, events);
+      return moduleRelayOnly(connection, events, unsafeSocketTricks);
     case 'pto':
       return ptoLive(connection, events);
     case 'pto-relay':
@@ -120,12 +123,13 @@ async function runRound(
   ptoEvents: number,
   label: string,
   reverse: boolean,
+  unsafeSocketTricks: boolean,
 ): Promise<Round> {
   const round: Round = {};
   for (const path of reverse ? [...ORDER].reverse() : ORDER) {
     if (!settings.only.has(path)) continue;
     const some = path.startsWith('pto') ? events.slice(0, ptoEvents) : events;
-    const result = await measure(path, connection, some);
+    const result = await measure(path, connection, some, unsafeSocketTricks);
     round[path] = result;
     progress(`${label} ${describe(path, result)}`);
   }
@@ -158,6 +162,11 @@ async function sweep(connection: amqp.ChannelModel | undefined): Promise<void> {
 async function main(): Promise<void> {
   // stdout carries the JSON lines only: Nest's LOG lines (e.g. AmqpConnection's) are not wanted.
   Logger.overrideLogger(['warn', 'error']);
+  for (const unsafeSocketTricks of socketTrickVariants()) await runVariant(unsafeSocketTricks);
+}
+
+/** Every path and the latency runs, the module's with `unsafeSocketTricks` as given. */
+async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
   const runStarted = Date.now();
   const elapsedSeconds = () => Math.round((Date.now() - runStarted) / 1000);
   const events = makeEvents(settings.events);
@@ -169,22 +178,29 @@ async function main(): Promise<void> {
   process.once('SIGINT', interrupted);
   process.once('SIGTERM', interrupted);
   try {
-    progress(`run ${RUN_PREFIX}: ${settings.events} events, ${settings.rounds} rounds`);
+    progress(
+      `run ${RUN_PREFIX}: ${settings.events} events, ${settings.rounds} rounds, ` +
+        `unsafeSocketTricks ${unsafeSocketTricks}`,
+    );
     // The warm-up is a scaled-down round: pg-transactional-outbox gets its share of it.
     const warmup = events.slice(0, settings.warmupEvents);
     const ptoWarmup = Math.min(
       settings.ptoEvents,
       Math.max(100, Math.round((settings.warmupEvents * settings.ptoEvents) / settings.events)),
     );
-    await runRound(connection, warmup, ptoWarmup, 'warm-up', false);
+    await runRound(connection, warmup, ptoWarmup, 'warm-up', false, unsafeSocketTricks);
     const rounds: Round[] = [];
     for (let round = 1; round <= settings.rounds; round++) {
       const label = `round ${round}`;
-      rounds.push(await runRound(connection, events, settings.ptoEvents, label, round % 2 === 0));
+      const reverse = round % 2 === 0;
+      rounds.push(
+        await runRound(connection, events, settings.ptoEvents, label, reverse, unsafeSocketTricks),
+      );
     }
     if (rounds.some((round) => Object.keys(round).length > 0)) {
       report({
         bench: 'outbox',
+        unsafeSocketTricks,
         events: settings.events,
         ptoEvents: settings.ptoEvents,
         bodyBytes: settings.bodyBytes,
@@ -202,9 +218,19 @@ async function main(): Promise<void> {
     }
     if (settings.only.has('latency')) {
       const latencyEvents = makeEvents(settings.rate * settings.seconds);
-      const moduleNotify = await moduleLatency(connection, latencyEvents, 'notify');
+      const moduleNotify = await moduleLatency(
+        connection,
+        latencyEvents,
+        'notify',
+        unsafeSocketTricks,
+      );
       progress(`latency module (NOTIFY only): ${JSON.stringify(moduleNotify)}`);
-      const moduleSameApp = await moduleLatency(connection, latencyEvents, 'same-app');
+      const moduleSameApp = await moduleLatency(
+        connection,
+        latencyEvents,
+        'same-app',
+        unsafeSocketTricks,
+      );
       progress(`latency module (same app): ${JSON.stringify(moduleSameApp)}`);
       const ptoEvents = latencyEvents.slice(0, settings.rate * settings.ptoLatencySeconds);
       const pto = await ptoLatency(connection, ptoEvents, settings.rate);
@@ -218,6 +244,7 @@ async function main(): Promise<void> {
       progress(`latency pto at ${sustained}/s: ${JSON.stringify(ptoSlow)}`);
       report({
         bench: 'outbox-latency',
+        unsafeSocketTricks,
         ratePerSecond: settings.rate,
         seconds: settings.seconds,
         moduleNotify,
@@ -229,6 +256,8 @@ async function main(): Promise<void> {
       });
     }
   } finally {
+    process.removeListener('SIGINT', interrupted);
+    process.removeListener('SIGTERM', interrupted);
     await sweep(connection);
     await connection.close().catch(() => undefined);
   }

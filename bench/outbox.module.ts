@@ -49,7 +49,10 @@ class Scene {
   readonly queue = queueName(`mod-${this.tag}`);
   private readonly closers: (() => Promise<void>)[] = [];
 
-  constructor(readonly connection: amqp.ChannelModel) {}
+  constructor(
+    readonly connection: amqp.ChannelModel,
+    private readonly unsafeSocketTricks: boolean,
+  ) {}
 
   /** A store of this scene's tables, with a pool of its own (traced when asked). */
   store(traced: boolean): OutboxStore & Partial<Pick<TracedOutboxStore, 'reset' | 'summary'>> {
@@ -63,7 +66,9 @@ class Scene {
 
   /** An app (compiled, not yet initialized) whose relay publishes every event to the queue. */
   async app(store: OutboxStore, relay: boolean, migrate: boolean) {
-    const transport = await RabbitMqTransport.connect(settings.amqpUrl);
+    const transport = await RabbitMqTransport.connect(settings.amqpUrl, {
+      unsafeSocketTricks: this.unsafeSocketTricks,
+    });
     this.closers.push(() => transport.close());
     const moduleRef = await Test.createTestingModule({
       imports: [
@@ -148,8 +153,9 @@ async function verify(scene: Scene, store: OutboxStore, count: number): Promise<
 export async function moduleLive(
   connection: amqp.ChannelModel,
   events: readonly BenchEvent[],
+  unsafeSocketTricks: boolean,
 ): Promise<ModuleTimed> {
-  const scene = new Scene(connection);
+  const scene = new Scene(connection, unsafeSocketTricks);
   try {
     await declareQueue(connection, scene.queue);
     const store = scene.store(settings.trace);
@@ -175,8 +181,9 @@ export async function moduleLive(
 export async function moduleRelayOnly(
   connection: amqp.ChannelModel,
   events: readonly BenchEvent[],
+  unsafeSocketTricks: boolean,
 ): Promise<ModuleTimed> {
-  const scene = new Scene(connection);
+  const scene = new Scene(connection, unsafeSocketTricks);
   try {
     await declareQueue(connection, scene.queue);
     const writerStore = scene.store(false);
@@ -209,8 +216,9 @@ export async function moduleLatency(
   connection: amqp.ChannelModel,
   events: readonly BenchEvent[],
   mode: 'notify' | 'same-app',
+  unsafeSocketTricks: boolean,
 ): Promise<LatencyResult> {
-  const scene = new Scene(connection);
+  const scene = new Scene(connection, unsafeSocketTricks);
   try {
     await declareQueue(connection, scene.queue);
     let writer: OutboxService;

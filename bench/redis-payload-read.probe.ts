@@ -1,6 +1,7 @@
 /**
  * How fast `RedisPayloadStore.get` reads a 256 MiB payload back, and how much ArrayBuffer memory
- * it holds at its peak, with and without `directReads`, in a bare process (no Nest, no broker).
+ * it holds at its peak, with and without `unsafeSocketTricks` (direct reads), in a bare process
+ * (no Nest, no broker).
  * Each mode runs in a process of its own; run it several times, alternating:
  *
  *   node -r ts-node/register/transpile-only bench/redis-payload-read.probe.ts client
@@ -28,7 +29,10 @@ async function main(): Promise<void> {
   );
   const { ref } = await writer.put(source, { now, expiresAt: now + 600_000, published: true });
   try {
-    const store = new RedisPayloadStore(redis, { prefix: PREFIX, directReads: mode === 'direct' });
+    const store = new RedisPayloadStore(redis, {
+      prefix: PREFIX,
+      unsafeSocketTricks: mode === 'direct',
+    });
     let peakArrayBuffers = 0;
     const sampler = setInterval(() => {
       peakArrayBuffers = Math.max(peakArrayBuffers, process.memoryUsage().arrayBuffers);

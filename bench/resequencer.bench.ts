@@ -25,8 +25,10 @@
  * Environment: AMQP_URL, REDIS_URL, BENCH_RSQ_EVENTS, BENCH_RSQ_KEYS, BENCH_RSQ_WINDOW,
  * BENCH_RSQ_PREFETCH [64], BENCH_RSQ_ROUNDS [3], BENCH_RSQ_ONLY [unset; `a` or `b` runs one path,
  * for profiling], BENCH_RSQ_IN_FLIGHT [1: the resequencer's `outputInFlight`], BENCH_RSQ_STORE
- * [`redis`; `memory`: a MemoryResequencerStore, one process only, for comparison]. Queues and
- * Redis keys are unique to the run and removed at the end.
+ * [`redis`; `memory`: a MemoryResequencerStore, one process only, for comparison],
+ * BENCH_UNSAFE_SOCKET_TRICKS [`off`; `on`, or `both` for a line without then one with: the
+ * transport's and the store's `unsafeSocketTricks`]. Queues and Redis keys are unique to the run
+ * and removed at the end.
  */
 import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
@@ -35,7 +37,7 @@ import { Redis } from 'ioredis';
 import { MemoryResequencerStore, ResequencerService, SequenceModule } from 'nest-sequence';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisResequencerStore } from 'nest-sequence/redis';
-import { median, report } from './bench.util';
+import { median, report, socketTrickVariants } from './bench.util';
 import { busiestProcessNamed, cpuSecondsOf, ownCpuSeconds } from './process-probe';
 
 function positive(name: string, fallback: number): number {
@@ -190,17 +192,23 @@ async function baselineRound(connection: amqp.ChannelModel, events: BenchEvent[]
   return { seconds, cpu };
 }
 
-async function moduleRound(connection: amqp.ChannelModel, redis: Redis, events: BenchEvent[]) {
+async function moduleRound(
+  connection: amqp.ChannelModel,
+  redis: Redis,
+  events: BenchEvent[],
+  unsafeSocketTricks: boolean,
+) {
   const input = `nseq-bench-rsq.${runId}.mod-in.${randomUUID().slice(0, 6)}`;
   const output = `${input}.out`;
   const prefix = `nseq-bench-rsq:${runId}:${randomUUID().slice(0, 6)}`;
   const transport = await RabbitMqTransport.connect(settings.amqpUrl, {
     prefetch: settings.prefetch,
+    unsafeSocketTricks,
   });
   const store =
     settings.store === 'memory'
       ? new MemoryResequencerStore()
-      : new RedisResequencerStore(redis, { prefix });
+      : new RedisResequencerStore(redis, { prefix, unsafeSocketTricks });
   for (let i = 0; i < events.length; i += 500) {
     await Promise.all(
       events
@@ -288,6 +296,11 @@ function medianCpu(readings: CpuPerThousand[]) {
 }
 
 async function main(): Promise<void> {
+  for (const unsafeSocketTricks of socketTrickVariants()) await runVariant(unsafeSocketTricks);
+}
+
+/** Every round of both paths, the module's with `unsafeSocketTricks` as given; one JSON line. */
+async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
   const events = makeEvents();
   const connection = await amqp.connect(settings.amqpUrl);
   const redis = new Redis(settings.redisUrl);
@@ -312,12 +325,13 @@ async function main(): Promise<void> {
               `CPU ms per 1,000 events ${JSON.stringify(result.cpu)}`,
           );
         } else {
-          const result = await moduleRound(connection, redis, events);
+          const result = await moduleRound(connection, redis, events, unsafeSocketTricks);
           b = result.seconds;
           maxBuffered = Math.max(maxBuffered, result.maxBuffered);
           cpu.module.push(result.cpu);
           progress(
-            `round ${round} module: ${(events.length / b).toFixed(0)} events/s, ` +
+            `round ${round} module (unsafeSocketTricks ${unsafeSocketTricks}): ` +
+              `${(events.length / b).toFixed(0)} events/s, ` +
               `max buffered ${result.maxBuffered}, CPU ms per 1,000 events ${JSON.stringify(result.cpu)}`,
           );
         }
@@ -339,6 +353,7 @@ async function main(): Promise<void> {
     rounds: settings.rounds,
     outputInFlight: settings.outputInFlight,
     store: settings.store,
+    unsafeSocketTricks,
     baselineEventsPerSecond: Math.round(median(baseline)),
     moduleEventsPerSecond: Math.round(median(module)),
     ratio: Math.round(median(ratios) * 100) / 100,

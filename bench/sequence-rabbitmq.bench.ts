@@ -28,6 +28,9 @@
  *   BENCH_CONSUMER_ENV [unset]: NAME=VALUE pairs, comma-separated, added to both consumers'
  *     environment only (e.g. MALLOC_MMAP_THRESHOLD_=1048576, see docs/message-sequence.md on
  *     a consumer's memory); echoed as `consumerEnv` in every result line
+ *   BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every case without, then every case with]:
+ *     the producer's and the module consumer's `unsafeSocketTricks` (transport and store);
+ *     echoed as `unsafeSocketTricks` in every result line
  *
  * Queues (`nseq-bench.<id>.*`) and Redis keys (prefix `nseq-bench-<id>`) are unique to the run
  * and removed at the end, also on failure or Ctrl-C; the exit code is non-zero on any error.
@@ -46,7 +49,7 @@ import { Redis } from 'ioredis';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { SEQUENCE_DEFAULTS } from '../libs/sequence/src/sequence.options';
 import { SequenceModule, SplitterService } from 'nest-sequence';
-import { MiB, median, report } from './bench.util';
+import { MiB, median, report, socketTrickVariants } from './bench.util';
 import { buildPlainJs, type PlainJsBuild } from './plain-js-build';
 import {
   busiestProcessNamed,
@@ -94,6 +97,7 @@ const settings = {
   runTimeoutMs: numberFromEnv('BENCH_RUN_TIMEOUT_S', 300) * 1000,
   cpuProfileDir: process.env.BENCH_CPU_PROF_DIR,
   consumerEnv: consumerEnvFrom(process.env.BENCH_CONSUMER_ENV ?? ''),
+  socketTricks: socketTrickVariants(),
 };
 /** `A=1,B=2` → { A: '1', B: '2' }; anything else is refused, not guessed at. */
 function consumerEnvFrom(raw: string): Record<string, string> {
@@ -522,6 +526,8 @@ interface Servers {
   splitter: SplitterService;
   build: PlainJsBuild;
   bench: Bench;
+  /** The module path's `unsafeSocketTricks` (producer and consumer). */
+  unsafeSocketTricks: boolean;
 }
 
 /** Every queue this run may have created (declared by us, by the transport, or its `.dlq`). */
@@ -532,7 +538,12 @@ function tracked(queue: string): string {
   return queue;
 }
 
-function consumerConfig(mode: ConsumerMode, queue: string, prefetch: number): ConsumerConfig {
+function consumerConfig(
+  mode: ConsumerMode,
+  queue: string,
+  prefetch: number,
+  unsafeSocketTricks: boolean,
+): ConsumerConfig {
   return {
     mode,
     amqpUrl: settings.amqpUrl,
@@ -541,6 +552,7 @@ function consumerConfig(mode: ConsumerMode, queue: string, prefetch: number): Co
     redisUrl: settings.redisUrl,
     redisPrefix,
     readAhead: settings.readAhead,
+    unsafeSocketTricks,
     rssSampleMs: settings.rssSampleMs,
   };
 }
@@ -552,7 +564,7 @@ async function assertDrained(servers: Servers, queue: string, what: string): Pro
 
 async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): Promise<void> {
   const fragmentBytes = Math.round(fragmentMiB * MiB);
-  const label = `${fragmentMiB}MiB`;
+  const label = `${fragmentMiB}MiB${servers.unsafeSocketTricks ? '-tricks' : ''}`;
   const rawQueue = tracked(`${queuePrefix}.${label}.raw`);
   const moduleQueue = tracked(`${queuePrefix}.${label}.module`);
   queues.add(`${moduleQueue}.dlq`);
@@ -561,12 +573,12 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
   const [rawConsumer, moduleConsumer] = await Promise.all([
     ConsumerProcess.start(
       servers.build,
-      consumerConfig('raw', rawQueue, settings.prefetch),
+      consumerConfig('raw', rawQueue, settings.prefetch, servers.unsafeSocketTricks),
       `raw ${label}`,
     ),
     ConsumerProcess.start(
       servers.build,
-      consumerConfig('module', moduleQueue, settings.prefetch),
+      consumerConfig('module', moduleQueue, settings.prefetch, servers.unsafeSocketTricks),
       `module ${label}`,
     ),
   ]);
@@ -605,6 +617,7 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
     bench: 'sequence-rabbitmq',
     mb: payload.length / MiB,
     fragmentMiB,
+    unsafeSocketTricks: servers.unsafeSocketTricks,
     rounds: settings.rounds,
     rawMBps: round1(median(raw.map((run) => mbps(payload.length, run.seconds)))),
     moduleMBps: round1(median(module.map((run) => mbps(payload.length, run.seconds)))),
@@ -635,12 +648,12 @@ async function runCase(servers: Servers, payload: Buffer, fragmentMiB: number): 
 
 async function runBigCase(servers: Servers): Promise<void> {
   const fragmentBytes = Math.round(settings.bigFragmentMiB * MiB);
-  const label = `big-${settings.bigFragmentMiB}MiB`;
+  const label = `big-${settings.bigFragmentMiB}MiB${servers.unsafeSocketTricks ? '-tricks' : ''}`;
   const queue = tracked(`${queuePrefix}.${label}.module`);
   queues.add(`${queue}.dlq`);
   const consumer = await ConsumerProcess.start(
     servers.build,
-    consumerConfig('module', queue, bigPrefetch),
+    consumerConfig('module', queue, bigPrefetch, servers.unsafeSocketTricks),
     `module ${label}`,
   );
   const block = randomBytes(MiB);
@@ -655,6 +668,7 @@ async function runBigCase(servers: Servers): Promise<void> {
     bench: 'sequence-rabbitmq-500',
     mb: settings.bigBytes / MiB,
     fragmentMiB: settings.bigFragmentMiB,
+    unsafeSocketTricks: servers.unsafeSocketTricks,
     producer: 'streamed (async generator of 1 MiB chunks)',
     moduleMBps: mbps(settings.bigBytes, b.seconds),
     modulePeakRssMiB: b.peakRssMiB,
@@ -754,7 +768,29 @@ async function main(): Promise<void> {
     channel.on('error', (error: Error) => progress(`amqplib channel: ${error.message}`));
   }
 
-  const transport = await RabbitMqTransport.connect(settings.amqpUrl);
+  const payload = randomBytes(settings.totalBytes);
+  for (const unsafeSocketTricks of settings.socketTricks) {
+    const producer = await startProducer(unsafeSocketTricks);
+    const servers: Servers = {
+      admin,
+      raw,
+      redis,
+      splitter: producer.splitter,
+      build,
+      bench: new Bench(redis, settings.runTimeoutMs),
+      unsafeSocketTricks,
+    };
+    for (const fragmentMiB of settings.fragmentsMiB) await runCase(servers, payload, fragmentMiB);
+    if (settings.big) await runBigCase(servers);
+    await producer.close();
+  }
+}
+
+/** The producer's app (SplitterService over a transport of its own); `close()` is idempotent. */
+async function startProducer(
+  unsafeSocketTricks: boolean,
+): Promise<{ splitter: SplitterService; close(): Promise<void> }> {
+  const transport = await RabbitMqTransport.connect(settings.amqpUrl, { unsafeSocketTricks });
   onCleanup('close the producer transport', () => transport.close());
   @Module({
     imports: [
@@ -769,19 +805,16 @@ async function main(): Promise<void> {
   const app: INestApplicationContext = await NestFactory.createApplicationContext(ProducerModule, {
     logger: new StderrLogger('producer', { logLevels: ['error', 'warn'] }),
   });
-  onCleanup('close the producer app', () => app.close());
-
-  const servers: Servers = {
-    admin,
-    raw,
-    redis,
+  let closing: Promise<void> | undefined;
+  const close = () => (closing ??= app.close());
+  onCleanup('close the producer app', close);
+  return {
     splitter: app.get(SplitterService),
-    build,
-    bench: new Bench(redis, settings.runTimeoutMs),
+    close: async () => {
+      await close();
+      await transport.close();
+    },
   };
-  const payload = randomBytes(settings.totalBytes);
-  for (const fragmentMiB of settings.fragmentsMiB) await runCase(servers, payload, fragmentMiB);
-  if (settings.big) await runBigCase(servers);
 }
 
 function exitAfterCleanup(code: number): void {

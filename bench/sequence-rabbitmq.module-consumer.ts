@@ -182,11 +182,15 @@ export async function startModuleConsumer(
   currentRun: () => Run | undefined,
 ): Promise<{ prefetch: number; arm(): void; stop(): Promise<void> }> {
   Logger.overrideLogger(new StderrLogger('consumer', { logLevels: ['error', 'warn'] }));
-  const transport = await RabbitMqTransport.connect(config.amqpUrl, { prefetch: config.prefetch });
+  const transport = await RabbitMqTransport.connect(config.amqpUrl, {
+    prefetch: config.prefetch,
+    unsafeSocketTricks: config.unsafeSocketTricks,
+  });
   const client = new Redis(config.redisUrl);
   const store = new RedisSequenceStore(client, {
     prefix: config.redisPrefix,
     readAhead: config.readAhead,
+    unsafeSocketTricks: config.unsafeSocketTricks,
   });
   traceRedisCommands(client);
 

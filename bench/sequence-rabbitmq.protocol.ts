@@ -18,6 +18,8 @@ export interface ConsumerConfig {
   readonly redisPrefix: string;
   /** module mode only: the store's `readAhead` (pieces); undefined keeps the store's default */
   readonly readAhead?: number;
+  /** module mode only: the transport's and the store's `unsafeSocketTricks` */
+  readonly unsafeSocketTricks: boolean;
   /** How often the consumer samples its RSS. */
   readonly rssSampleMs: number;
 }

@@ -27,7 +27,7 @@ export interface Completion {
 /**
  * The small record shared by every consumer instance that makes "the same ticket delivered twice
  * runs the handler once" and reference-counted fan-out true. The contract, which the
- * conformance suite (`test/conformance/claim-ledger.conformance.ts`) checks for every adapter:
+ * conformance suite (`libs/sequence/src/testing/conformance/claim-ledger.conformance.ts`) checks for every adapter:
  *
  * - `claim` is atomic across instances: of any number of concurrent claims of one key, at most
  *   one answers `claimed` while its lease is live. A lease is live while `now < until`, where

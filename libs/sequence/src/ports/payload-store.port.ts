@@ -55,7 +55,7 @@ export interface SweepQuery {
 
 /**
  * Where the Claim Check pattern parks payloads. The contract, which the conformance suite
- * (`test/conformance/payload-store.conformance.ts`) checks for every adapter:
+ * (`libs/sequence/src/testing/conformance/payload-store.conformance.ts`) checks for every adapter:
  *
  * - `put` streams the payload into the store: a Readable is never buffered whole. The store
  *   generates the ref; a failed or aborted `put` (the source stream errors) leaves no readable

@@ -1,6 +1,8 @@
 import type { Cluster, Redis } from 'ioredis';
 import { definedOnly } from '../../../core/objects';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { directReadsReplaced } from '../../stores/redis/redis-direct-reads';
+import { unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 
 /** A single-node client or a Cluster client: every command the store sends stays in one slot. */
 export type RedisPayloadClient = Redis | Cluster;
@@ -31,13 +33,18 @@ export interface RedisPayloadStoreOptions {
    */
   readonly readAheadChunks?: number;
   /**
-   * Whether the chunks of a payload of 1 MiB or more are read on a connection of the store's
-   * own, whose replies are parsed without copying (as `RedisSequenceStore`'s `directReads`): half
-   * the allocations of reading through ioredis. Any failure there falls back to the client.
-   * Ignored on Redis Cluster.
-   * @default true
+   * Reads the chunks of a payload of 1 MiB or more on a connection of the store's own (a
+   * `duplicate()` of its client, opened at the first such read, closed when idle) whose socket the
+   * store takes over from ioredis and whose replies it parses itself, without copying: half the
+   * allocations of reading through ioredis, as `RedisSequenceStore`'s `unsafeSocketTricks` does.
+   * Any failure there falls back to the client. Not on Redis Cluster.
+   *
+   * It relies on ioredis's internals (its client's socket, `stream`), written for ioredis 5.x: on
+   * any other version the store logs a warning and leaves it off. Off, the store uses ioredis's
+   * public API only.
+   * @default false
    */
-  readonly directReads?: boolean;
+  readonly unsafeSocketTricks?: boolean;
 }
 
 export type ResolvedRedisPayloadStoreOptions = Required<RedisPayloadStoreOptions>;
@@ -47,7 +54,7 @@ export const REDIS_PAYLOAD_STORE_DEFAULTS: ResolvedRedisPayloadStoreOptions = {
   chunkBytes: 1024 * 1024,
   keyTtlMarginMs: 300_000,
   readAheadChunks: 2,
-  directReads: true,
+  unsafeSocketTricks: false,
 };
 
 /** Redis refuses bulk strings above `proto-max-bulk-len`, 512 MiB by default. */
@@ -80,9 +87,10 @@ export function resolveRedisPayloadStoreOptions(
       `readAheadChunks must be a positive integer, got ${String(resolved.readAheadChunks)}`,
     );
   }
-  if (typeof resolved.directReads !== 'boolean') {
-    problems.push(`directReads must be true or false, got ${String(resolved.directReads)}`);
-  }
+  const tricks = unsafeSocketTricksProblem(resolved.unsafeSocketTricks);
+  if (tricks) problems.push(tricks);
+  const replaced = directReadsReplaced(options);
+  if (replaced) problems.push(replaced);
   if (problems.length > 0) throw new SequenceOptionsError('RedisPayloadStore options', problems);
   return resolved;
 }

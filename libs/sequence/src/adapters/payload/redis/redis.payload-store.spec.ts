@@ -17,6 +17,7 @@ import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port
 import { RedisPayloadKeys } from './redis-payload-keys';
 import { RedisPayloadStoreError } from './redis-payload-store.error';
 import { RedisPayloadStore } from './redis.payload-store';
+import type { RedisPayloadStoreOptions } from './redis-payload.options';
 import {
   directReadsConnections,
   killDirectReadsConnection,
@@ -55,9 +56,10 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
     await redis.quit();
   });
 
-  describe.each([
+  describe.each<[string, RedisPayloadStoreOptions]>([
     ['1 MiB chunks (the default)', {}],
     ['odd 64 KiB + 7 byte chunks', { chunkBytes: 64 * KiB + 7 }],
+    ['1 MiB chunks and unsafeSocketTricks', { unsafeSocketTricks: true }],
   ])('conformance with %s', (label, options) => {
     const prefixes = new Map<PayloadStore, string>();
 
@@ -247,14 +249,19 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       await expect(store.head(ref)).rejects.toThrow(/not metadata: an object of strings/);
     });
 
-    it('reads chunks through the client when its own connection is refused them', async () => {
+    it('reads chunks through the client when its own connection is refused them (unsafeSocketTricks)', async () => {
       // A user that may GET but not GETRANGE: every direct read is refused (NOPERM).
       const user = `nseq-test-${randomUUID()}`;
       await redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '+@all', '-getrange');
       const limited = new Redis(SERVERS.redis.url, { username: user, password: 'secret' });
       try {
         await limited.ping();
-        const reader = new RedisPayloadStore(limited, { prefix, chunkBytes, readAheadChunks: 2 });
+        const reader = new RedisPayloadStore(limited, {
+          prefix,
+          chunkBytes,
+          readAheadChunks: 2,
+          unsafeSocketTricks: true,
+        });
         const payload = randomBytes(20 * chunkBytes + 3); // over 1 MiB: read directly
         const { ref } = await store.put(payload, options());
         expect(await digestOf(await reader.get(ref))).toEqual(digestOfBuffer(payload));
@@ -265,12 +272,17 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       }
     });
 
-    it('reads chunks on a connection of its own, byte-exact when that one is killed midway', async () => {
+    it('reads chunks on a connection of its own, byte-exact when that one is killed midway (unsafeSocketTricks)', async () => {
       const name = `nseq-test-${randomUUID()}`;
       const named = new Redis(SERVERS.redis.url, { connectionName: name });
       try {
         await named.ping();
-        const reader = new RedisPayloadStore(named, { prefix, chunkBytes, readAheadChunks: 2 });
+        const reader = new RedisPayloadStore(named, {
+          prefix,
+          chunkBytes,
+          readAheadChunks: 2,
+          unsafeSocketTricks: true,
+        });
         const listed = async () => (await directReadsConnections(redis, name)).length > 0;
         // Under 1 MiB: through the client, no connection of its own.
         const small = randomBytes(3 * chunkBytes);
@@ -373,7 +385,16 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       ['chunkBytes over 512 MiB', { chunkBytes: 512 * 1024 * 1024 + 1 }, /chunkBytes/],
       ['a fractional keyTtlMarginMs', { keyTtlMarginMs: 1.5 }, /keyTtlMarginMs/],
       ['readAheadChunks of 0', { readAheadChunks: 0 }, /readAheadChunks/],
-      ['directReads that is not a boolean', { directReads: 'yes' as never }, /directReads/],
+      [
+        'unsafeSocketTricks that is not a boolean',
+        { unsafeSocketTricks: 'yes' as never },
+        /unsafeSocketTricks must be true or false/,
+      ],
+      [
+        'directReads, which unsafeSocketTricks replaced',
+        { directReads: true } as RedisPayloadStoreOptions,
+        /directReads was replaced by unsafeSocketTricks/,
+      ],
     ])('refuses %s with SequenceOptionsError', (_label, options, message) => {
       const build = () => new RedisPayloadStore(redis, options);
 

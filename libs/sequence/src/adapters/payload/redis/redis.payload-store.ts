@@ -24,6 +24,7 @@
 import type { RedisOptions } from 'ioredis';
 import { isCluster, newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
 import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from '../../stores/redis/redis-direct-reads';
+import { socketTricksEnabled } from '../../socket-tricks.guard';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
@@ -80,7 +81,12 @@ export class RedisPayloadStore implements PayloadStore {
   ) {
     this.options = resolveRedisPayloadStoreOptions(options);
     this.keys = new RedisPayloadKeys(this.options.prefix);
-    if (this.options.directReads && !isCluster(redis)) {
+    const tricks = socketTricksEnabled(
+      this.options.unsafeSocketTricks,
+      'ioredis',
+      'RedisPayloadStore',
+    );
+    if (tricks && !isCluster(redis)) {
       this.directReads = new RedisDirectReads(redis, undefined, 'RedisPayloadStore');
     }
   }

@@ -3,7 +3,7 @@ import { Cluster, Redis } from 'ioredis';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { countSocketWrites } from '../../../../test/support/socket-writes';
 import { setBodyUncopied } from './redis-body.writer';
-import { coalesceCommandWrites } from './redis-command-writes';
+import { coalesceCommandWrites, withCoalescedWrites } from './redis-command-writes';
 import { loadScripts, type RedisClient } from './redis-scripts';
 
 const COMMANDS = 100;
@@ -61,8 +61,8 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
     await expect(redis.incr(key)).resolves.toBe(1);
   });
 
-  it("the store's scripts cork the connection they are sent on", async () => {
-    const scripts = loadScripts(redis);
+  it("the store's scripts, with coalesced writes, cork the connection they are sent on", async () => {
+    const scripts = withCoalescedWrites(redis, loadScripts(redis));
     const reply = scripts['rsq-inspect'](
       [`{${key}}:s`, `{${key}}:b`, `{${key}}:h`],
       [1, Date.now()],
@@ -70,6 +70,15 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
     expect(redis.stream.writableCorked).toBe(1);
     await reply.catch(() => undefined); // the reply's shape is the store's business, not this test's
     expect(redis.stream.writableCorked).toBe(0);
+  });
+
+  it("the store's scripts as loaded leave the connection uncorked (the default)", async () => {
+    const reply = loadScripts(redis)['rsq-inspect'](
+      [`{${key}}:s`, `{${key}}:b`, `{${key}}:h`],
+      [1, Date.now()],
+    );
+    expect(redis.stream.writableCorked).toBe(0);
+    await reply.catch(() => undefined);
   });
 
   it('works on the new socket after a reconnect', async () => {

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { RedisClient } from './redis-scripts';
+import type { RedisClient, Script, ScriptName, Scripts } from './redis-scripts';
 
 /**
  * ioredis writes every command to its socket at once: one `socket.write` (one system call, one
@@ -11,6 +11,9 @@ import type { RedisClient } from './redis-scripts';
  *
  * Only a standalone client is corked. A Cluster client routes each command to the connection of
  * a node; those are left alone.
+ *
+ * `client.stream` is not part of ioredis's public API (its declaration is marked `@ignore`): the
+ * stores cork it only with `unsafeSocketTricks`, on ioredis 5 ({@link withCoalescedWrites}).
  */
 const corked = new WeakSet<Socket>();
 
@@ -23,4 +26,16 @@ export function coalesceCommandWrites(client: RedisClient): void {
     corked.delete(stream);
     stream.uncork();
   });
+}
+
+/** `scripts`, each call corking `client`'s socket for the rest of the turn first. */
+export function withCoalescedWrites(client: RedisClient, scripts: Scripts): Scripts {
+  const corking = {} as Record<ScriptName, Script>;
+  for (const [name, script] of Object.entries(scripts) as Array<[ScriptName, Script]>) {
+    corking[name] = (keys, args) => {
+      coalesceCommandWrites(client);
+      return script(keys, args);
+    };
+  }
+  return corking;
 }

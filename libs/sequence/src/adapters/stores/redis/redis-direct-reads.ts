@@ -15,6 +15,19 @@ export const DIRECT_READS_CONNECTION_NAME = 'nest-sequence-reads';
 export const DIRECT_READS_MIN_BYTES = 1024 * 1024;
 
 /**
+ * The problem with options that still pass `directReads`, the stores' switch for direct reads
+ * until `unsafeSocketTricks` subsumed it.
+ */
+export function directReadsReplaced(options: object): string | undefined {
+  if ((options as { directReads?: unknown }).directReads === undefined) return undefined;
+  return (
+    'directReads was replaced by unsafeSocketTricks (default false), which turns direct reads ' +
+    'on with the other socket tricks: remove directReads, and pass unsafeSocketTricks: true to ' +
+    'keep reading large values on a connection of their own'
+  );
+}
+
+/**
  * Error replies that will come back for every read on this connection (its user may not run
  * GETRANGE, it is not authenticated, the command is renamed): they count as its failure.
  */
@@ -65,6 +78,9 @@ interface Waiting {
  * are refused at once for `retryAfterMs` (doubling while failures repeat). A refused or rejected
  * read is the caller's cue to read through the shared client, whose timeouts, retries and
  * reconnection apply as before ({@link getRangeOrNothing}).
+ *
+ * Taking a socket over from ioredis relies on its internals (the client's `stream`, `condition`),
+ * written for ioredis 5: the stores read this way only with `unsafeSocketTricks`, on ioredis 5.x.
  */
 export class RedisDirectReads {
   private readonly logger: Logger;

@@ -1,7 +1,6 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Cluster, Redis } from 'ioredis';
-import { coalesceCommandWrites } from './redis-command-writes';
 
 export type RedisClient = Redis | Cluster;
 
@@ -73,7 +72,6 @@ export function loadScripts(client: RedisClient): Scripts {
       if (keyList.length !== numberOfKeys) {
         throw new Error(`script ${name} takes ${numberOfKeys} keys, was given ${keyList.length}`);
       }
-      coalesceCommandWrites(client);
       return run(...keyList, ...args);
     };
   }

@@ -44,25 +44,33 @@ describeWithServer('redis', 'RedisClaimLedger (Redis at REDIS_URL)', () => {
     /** Prefix of each ledger the harness created (peers are not in it: they own a client). */
     const prefixes = new Map<ClaimLedger, string>();
 
-    describeClaimLedgerConformance('redis', {
-      create: async () => {
-        const prefix = `nseq-test:${randomUUID()}`;
-        const ledger = new RedisClaimLedger(redis, { prefix });
-        prefixes.set(ledger, prefix);
-        return ledger;
-      },
-      // A second consumer instance: its own connection, the same keys.
-      peer: async (ledger) =>
-        RedisClaimLedger.connect(SERVERS.redis.url, { prefix: prefixes.get(ledger)! }),
-      close: async (ledger) => {
-        await ledger.close();
-        const prefix = prefixes.get(ledger);
-        if (prefix === undefined) return;
-        prefixes.delete(ledger);
-        await deleteUnder(redis, prefix);
-        expect(await keysUnder(redis, prefix)).toEqual([]);
-      },
-    });
+    for (const [name, unsafeSocketTricks] of [
+      ['redis', false],
+      ['redis (unsafeSocketTricks)', true],
+    ] as const) {
+      describeClaimLedgerConformance(name, {
+        create: async () => {
+          const prefix = `nseq-test:${randomUUID()}`;
+          const ledger = new RedisClaimLedger(redis, { prefix, unsafeSocketTricks });
+          prefixes.set(ledger, prefix);
+          return ledger;
+        },
+        // A second consumer instance: its own connection, the same keys.
+        peer: async (ledger) =>
+          RedisClaimLedger.connect(SERVERS.redis.url, {
+            prefix: prefixes.get(ledger)!,
+            unsafeSocketTricks,
+          }),
+        close: async (ledger) => {
+          await ledger.close();
+          const prefix = prefixes.get(ledger);
+          if (prefix === undefined) return;
+          prefixes.delete(ledger);
+          await deleteUnder(redis, prefix);
+          expect(await keysUnder(redis, prefix)).toEqual([]);
+        },
+      });
+    }
   });
 
   describe('RedisClaimLedger', () => {
@@ -182,6 +190,12 @@ describeWithServer('redis', 'RedisClaimLedger (Redis at REDIS_URL)', () => {
 
     it('rejects a negative keyTtlMarginMs', () => {
       expect(() => new RedisClaimLedger(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(RangeError);
+    });
+
+    it('rejects an unsafeSocketTricks that is not a boolean', () => {
+      expect(
+        () => new RedisClaimLedger(redis, { prefix, unsafeSocketTricks: 'yes' as never }),
+      ).toThrow(/unsafeSocketTricks must be true or false/);
     });
 
     it('connects a client of its own and quits it on close', async () => {

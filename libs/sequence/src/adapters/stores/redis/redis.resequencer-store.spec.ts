@@ -43,25 +43,33 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
     /** Prefix of each store the harness created (peers are not in it: they own a client). */
     const prefixes = new Map<ResequencerStore, string>();
 
-    describeResequencerStoreConformance('redis', {
-      create: async () => {
-        const prefix = `nseq-test:${randomUUID()}`;
-        const store = new RedisResequencerStore(redis, { prefix });
-        prefixes.set(store, prefix);
-        return store;
-      },
-      // A second consumer instance: its own connection, the same keys.
-      peer: async (store) =>
-        RedisResequencerStore.connect(SERVERS.redis.url, { prefix: prefixes.get(store)! }),
-      close: async (store) => {
-        await store.close();
-        const prefix = prefixes.get(store);
-        if (prefix === undefined) return;
-        prefixes.delete(store);
-        await deleteUnder(redis, prefix);
-        expect(await keysUnder(redis, prefix)).toEqual([]);
-      },
-    });
+    for (const [name, unsafeSocketTricks] of [
+      ['redis', false],
+      ['redis (unsafeSocketTricks)', true],
+    ] as const) {
+      describeResequencerStoreConformance(name, {
+        create: async () => {
+          const prefix = `nseq-test:${randomUUID()}`;
+          const store = new RedisResequencerStore(redis, { prefix, unsafeSocketTricks });
+          prefixes.set(store, prefix);
+          return store;
+        },
+        // A second consumer instance: its own connection, the same keys.
+        peer: async (store) =>
+          RedisResequencerStore.connect(SERVERS.redis.url, {
+            prefix: prefixes.get(store)!,
+            unsafeSocketTricks,
+          }),
+        close: async (store) => {
+          await store.close();
+          const prefix = prefixes.get(store);
+          if (prefix === undefined) return;
+          prefixes.delete(store);
+          await deleteUnder(redis, prefix);
+          expect(await keysUnder(redis, prefix)).toEqual([]);
+        },
+      });
+    }
   });
 
   describe('RedisResequencerStore', () => {
@@ -413,11 +421,14 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       });
     });
 
-    it('rejects a prefix with braces and a negative keyTtlMarginMs', () => {
+    it('rejects a prefix with braces, a negative keyTtlMarginMs, an unsafeSocketTricks not a boolean', () => {
       expect(() => new RedisResequencerStore(redis, { prefix: 'nseq{x}' })).toThrow(/\{ or \}/);
       expect(() => new RedisResequencerStore(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(
         RangeError,
       );
+      expect(
+        () => new RedisResequencerStore(redis, { prefix, unsafeSocketTricks: 'yes' as never }),
+      ).toThrow(/unsafeSocketTricks must be true or false/);
     });
 
     it('connects a client of its own and quits it on close; a client passed in stays open', async () => {

@@ -70,21 +70,26 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
   describe('conformance', () => {
     const prefixes = new Map<SequenceStore, string>();
 
-    describeSequenceStoreConformance('redis', {
-      create: async () => {
-        const prefix = `nseq-test:${randomUUID()}`;
-        const store = new RedisSequenceStore(redis, { prefix });
-        prefixes.set(store, prefix);
-        return store;
-      },
-      close: async (store) => {
-        await store.close();
-        const prefix = prefixes.get(store)!;
-        prefixes.delete(store);
-        await deleteUnder(redis, prefix);
-        expect(await keysUnder(redis, prefix)).toEqual([]);
-      },
-    });
+    for (const [name, unsafeSocketTricks] of [
+      ['redis', false],
+      ['redis (unsafeSocketTricks)', true],
+    ] as const) {
+      describeSequenceStoreConformance(name, {
+        create: async () => {
+          const prefix = `nseq-test:${randomUUID()}`;
+          const store = new RedisSequenceStore(redis, { prefix, unsafeSocketTricks });
+          prefixes.set(store, prefix);
+          return store;
+        },
+        close: async (store) => {
+          await store.close();
+          const prefix = prefixes.get(store)!;
+          prefixes.delete(store);
+          await deleteUnder(redis, prefix);
+          expect(await keysUnder(redis, prefix)).toEqual([]);
+        },
+      });
+    }
   });
 
   describe('RedisSequenceStore', () => {
@@ -145,6 +150,16 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       [{ readPieceBytes: 1024 }, /readPieceBytes must be an integer >= 65536, got 1024/],
       [{ readVerification: 'md5' as 'crc32' }, /readVerification must be 'crc32' or 'sha256'/],
     ])('refuses read options that would make reads wrong or stall: %p', (options, message) => {
+      expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(
+        SequenceOptionsError,
+      );
+      expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(message);
+    });
+
+    it.each([
+      [{ unsafeSocketTricks: 'yes' as never }, /unsafeSocketTricks must be true or false/],
+      [{ directReads: false } as never, /directReads was replaced by unsafeSocketTricks/],
+    ])('refuses %p, naming what to pass instead', (options, message) => {
       expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(
         SequenceOptionsError,
       );
@@ -298,34 +313,47 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(keys[0]).toMatch(/:done$/);
       });
 
-      it('stores and reads large bodies on a client with a keyPrefix, every key under that prefix', async () => {
-        // The staged body key is set through the client (prefixed) and named again inside the
-        // accept script: both must be the same key, or no large body is ever stored.
-        const keyPrefix = `${prefix}:kp:`; // keysUnder(redis, p) lists p:*
-        const prefixed = new Redis(SERVERS.redis.url, { keyPrefix });
-        try {
-          const onPrefixed = new RedisSequenceStore(prefixed, { prefix: 'app' });
-          const bodies = [randomBytes(64 * 1024 + 1), randomBytes(7), randomBytes(300 * 1024)];
-          const { fragments, ref } = sequenceFixture(scope, bodies);
-          const results = [];
-          for (const fragment of [...fragments].reverse()) {
-            results.push(await onPrefixed.accept(fragment, context(t0)));
+      it.each([
+        ['through ioredis', false],
+        ['uncopied (unsafeSocketTricks)', true],
+      ])(
+        'stores and reads large bodies on a client with a keyPrefix, written %s, every key under that prefix',
+        async (_, unsafeSocketTricks) => {
+          // The staged body key is set through the client (prefixed) and named again inside the
+          // accept script: both must be the same key, or no large body is ever stored.
+          const keyPrefix = `${prefix}:kp:`; // keysUnder(redis, p) lists p:*
+          const prefixed = new Redis(SERVERS.redis.url, { keyPrefix });
+          try {
+            const onPrefixed = new RedisSequenceStore(prefixed, {
+              prefix: 'app',
+              unsafeSocketTricks,
+            });
+            const bodies = [randomBytes(64 * 1024 + 1), randomBytes(7), randomBytes(300 * 1024)];
+            const { fragments, ref } = sequenceFixture(scope, bodies);
+            const results = [];
+            for (const fragment of [...fragments].reverse()) {
+              results.push(await onPrefixed.accept(fragment, context(t0)));
+            }
+            expect(results.map((result) => result.status)).toEqual([
+              'stored',
+              'stored',
+              'complete',
+            ]);
+            expect(
+              Buffer.concat(await readAll(onPrefixed.read(ref))).equals(Buffer.concat(bodies)),
+            ).toBe(true);
+            // Two large bodies, each renamed from its staged key: nothing staged is left behind.
+            const keys = await keysUnder(redis, `${prefix}:kp`);
+            expect(keys.filter((key) => /:body:\d+$/.test(key))).toHaveLength(2);
+            expect(keys.filter((key) => key.includes(':staged:'))).toEqual([]);
+            expect(await keysUnder(redis, 'app')).toEqual([]);
+            await onPrefixed.close();
+          } finally {
+            await deleteUnder(redis, `${prefix}:kp`);
+            await prefixed.quit();
           }
-          expect(results.map((result) => result.status)).toEqual(['stored', 'stored', 'complete']);
-          expect(
-            Buffer.concat(await readAll(onPrefixed.read(ref))).equals(Buffer.concat(bodies)),
-          ).toBe(true);
-          // Two large bodies, each renamed from its staged key: nothing staged is left behind.
-          const keys = await keysUnder(redis, `${prefix}:kp`);
-          expect(keys.filter((key) => /:body:\d+$/.test(key))).toHaveLength(2);
-          expect(keys.filter((key) => key.includes(':staged:'))).toEqual([]);
-          expect(await keysUnder(redis, 'app')).toEqual([]);
-          await onPrefixed.close();
-        } finally {
-          await deleteUnder(redis, `${prefix}:kp`);
-          await prefixed.quit();
-        }
-      });
+        },
+      );
 
       it('reads small bodies whole and large ones in pieces that need not divide them, in order', async () => {
         // Through the client, so that each piece is one chunk (read directly, a piece comes in
@@ -334,7 +362,6 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           prefix,
           readAhead: 3,
           readPieceBytes: 64 * 1024,
-          directReads: false,
         });
         // Inline (≤ 64 KiB), then bodies of 1, 2 and 3 pieces, the last ones short.
         const bodies = [7, 64 * 1024 + 1, 200 * 1024 + 13, 5, 128 * 1024].map((bytes) =>
@@ -360,12 +387,16 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(Buffer.concat(chunks).equals(Buffer.concat(bodies))).toBe(true);
       });
 
-      it('reads a sequence of under 1 MiB of large bodies through the client, a larger one directly', async () => {
+      it('reads a sequence of under 1 MiB of large bodies through the client, a larger one directly (unsafeSocketTricks)', async () => {
         const name = `nseq-test-${randomUUID()}`;
         const named = new Redis(SERVERS.redis.url, { connectionName: name });
         try {
           await named.ping();
-          const pieced = new RedisSequenceStore(named, { prefix, readPieceBytes: 64 * 1024 });
+          const pieced = new RedisSequenceStore(named, {
+            prefix,
+            readPieceBytes: 64 * 1024,
+            unsafeSocketTricks: true,
+          });
           const directConnections = async () => (await directReadsConnections(redis, name)).length;
           const small = sequenceFixture(scope, [randomBytes(500 * 1024), randomBytes(500 * 1024)]);
           for (const fragment of small.fragments) await pieced.accept(fragment, context(t0));
@@ -388,7 +419,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         }
       });
 
-      it('finishes a read byte-exact when its own connection for reads is killed midway', async () => {
+      it('finishes a read byte-exact when its own connection for reads is killed midway (unsafeSocketTricks)', async () => {
         const name = `nseq-test-${randomUUID()}`;
         const named = new Redis(SERVERS.redis.url, { connectionName: name });
         try {
@@ -396,6 +427,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
             prefix,
             readAhead: 2,
             readPieceBytes: 64 * 1024,
+            unsafeSocketTricks: true,
           });
           const bodies = [randomBytes(600 * 1024), randomBytes(600 * 1024)];
           const { fragments, ref } = sequenceFixture(scope, bodies);
@@ -515,7 +547,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
 
     it.each([
       ['through the client', false],
-      ['on a connection of their own, without copying', true],
+      ['on a connection of their own, without copying (unsafeSocketTricks)', true],
     ])(
       'streams a 64 MiB sequence of 8 MiB bodies byte-exact, in 1 MiB pieces read %s, a bounded number at a time',
       async (_, directReads) => {
@@ -523,7 +555,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           prefix,
           readAhead: 1,
           readPieceBytes: MiB,
-          directReads,
+          unsafeSocketTricks: directReads,
         });
         const ref = { scope, sequenceId: `seq-${randomUUID()}` };
         const written = createHash('sha256');

@@ -58,8 +58,14 @@
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
 import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
-import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from './redis-direct-reads';
+import {
+  DIRECT_READS_MIN_BYTES,
+  directReadsReplaced,
+  RedisDirectReads,
+} from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
+import { withCoalescedWrites } from './redis-command-writes';
+import { socketTricksEnabled, unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 import type { Readable } from 'node:stream';
 import type {
   AcceptContext,
@@ -124,15 +130,25 @@ export interface RedisSequenceStoreOptions {
    */
   readonly readPieceBytes?: number;
   /**
-   * Whether large bodies are read back on a connection of the store's own when a read's large
-   * bodies total 1 MiB or more (a `duplicate()` of its client, opened at the first such read and
-   * closed when idle), whose replies are parsed without copying: half the allocations of reading
-   * through ioredis, whose parser joins every reply into a new Buffer, and most of the garbage a
-   * consumer holds at its peak. Any failure there falls back to the client itself. Ignored on
-   * Redis Cluster, which reads through the client.
-   * @default true
+   * Three socket tricks, each for memory or CPU at high throughput:
+   * - large bodies are read back on a connection of the store's own (a `duplicate()` of its
+   *   client, opened at the first read whose large bodies total 1 MiB or more, closed when idle)
+   *   whose socket the store takes over from ioredis and whose replies it parses itself, without
+   *   copying: half the allocations of reading through ioredis, whose parser joins every reply
+   *   into a new Buffer, and most of the garbage a consumer holds at its peak. Any failure there
+   *   falls back to the client itself. Not on Redis Cluster;
+   * - a large body is written to the client's socket as it is, instead of being copied into the
+   *   encoded command first;
+   * - the client's socket is corked from the store's first script call in a turn of the event
+   *   loop to the end of that turn, so the scripts of a batch leave in one `writev`. Not on
+   *   Redis Cluster.
+   *
+   * They rely on ioredis's internals (its client's socket, `stream`, and how it writes a
+   * command), written for ioredis 5.x: on any other version the store logs a warning and leaves
+   * them off. Off, the store uses ioredis's public API only.
+   * @default false
    */
-  readonly directReads?: boolean;
+  readonly unsafeSocketTricks?: boolean;
   /**
    * How a sequence that was verified as it arrived is checked again while its handler reads it
    * back. `'crc32'`: every body is checked against the CRC-32 it was stored with (and the stream
@@ -180,6 +196,8 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly marginMs: number;
   private readonly readAhead: number;
   private readonly readPieceBytes: number;
+  /** `unsafeSocketTricks`, asked for and on the ioredis they were written for. */
+  private readonly socketTricks: boolean;
   private readonly directReads?: RedisDirectReads;
   private ownsClient = false;
 
@@ -197,9 +215,10 @@ export class RedisSequenceStore implements SequenceStore {
     checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 1);
     checkInteger(problems, 'readAhead', this.readAhead, 1);
     checkInteger(problems, 'readPieceBytes', this.readPieceBytes, INLINE_BODY_BYTES);
-    if (options.directReads !== undefined && typeof options.directReads !== 'boolean') {
-      problems.push(`directReads must be true or false, got ${String(options.directReads)}`);
-    }
+    const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
+    if (tricks) problems.push(tricks);
+    const replaced = directReadsReplaced(options);
+    if (replaced) problems.push(replaced);
     if (
       options.readVerification !== undefined &&
       !READ_VERIFICATIONS.has(options.readVerification)
@@ -209,9 +228,15 @@ export class RedisSequenceStore implements SequenceStore {
       );
     }
     if (problems.length > 0) throw new SequenceOptionsError('RedisSequenceStore options', problems);
-    this.scripts = loadScripts(redis);
+    this.socketTricks = socketTricksEnabled(
+      options.unsafeSocketTricks ?? false,
+      'ioredis',
+      'RedisSequenceStore',
+    );
+    const scripts = loadScripts(redis);
+    this.scripts = this.socketTricks ? withCoalescedWrites(redis, scripts) : scripts;
     this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
-    if ((options.directReads ?? true) && !isCluster(redis)) {
+    if (this.socketTricks && !isCluster(redis)) {
       this.directReads = new RedisDirectReads(redis);
     }
   }
@@ -240,7 +265,9 @@ export class RedisSequenceStore implements SequenceStore {
         // The script renames the key into place or deletes it; the TTL covers a crash between.
         body = { kind: 'staged', id: randomUUID() };
         const stagedKey = stagedBodyKey(sequenceKeys, body.id);
-        await setBodyUncopied(this.redis, stagedKey, fragment.body, STAGED_BODY_TTL_MS);
+        await (this.socketTricks
+          ? setBodyUncopied(this.redis, stagedKey, fragment.body, STAGED_BODY_TTL_MS)
+          : this.redis.set(stagedKey, fragment.body, 'PX', STAGED_BODY_TTL_MS));
       }
       const reply = await this.scripts.accept(
         keys,

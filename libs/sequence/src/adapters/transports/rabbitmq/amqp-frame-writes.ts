@@ -15,7 +15,9 @@ import type { Writable } from 'node:stream';
  * resequencer benchmark's RabbitMQ and process CPU per event down (docs/benchmarks.md).
  *
  * amqplib does not export the multiplexer: this reaches `connection.muxer`, an internal of
- * amqplib 0.10, and does nothing (returns false) when the shape is not the one it knows.
+ * amqplib 0.10, and does nothing (returns false) when the shape is not the one it knows. The
+ * transport applies it only with `unsafeSocketTricks`, and only on amqplib 0.10.x
+ * (socket-tricks.guard.ts).
  */
 interface Multiplexer {
   out: Writable;

@@ -96,17 +96,20 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
   }
 
   // The quorum run also names dead-letter queues its own way: the suite must follow the transport.
-  for (const [queueType, deadLetterSuffix] of [
-    ['classic', undefined],
-    ['quorum', '.dead'],
+  for (const [queueType, deadLetterSuffix, unsafeSocketTricks] of [
+    ['classic', undefined, false],
+    ['quorum', '.dead', false],
+    ['classic', undefined, true],
   ] as const) {
-    const name = `rabbitmq (${queueType} queues, deadLetterSuffix ${deadLetterSuffix ?? 'default'})`;
+    const name =
+      `rabbitmq (${queueType} queues, deadLetterSuffix ${deadLetterSuffix ?? 'default'}` +
+      `${unsafeSocketTricks ? ', unsafeSocketTricks' : ''})`;
     describeTransportConformance(name, {
       create: async () =>
         tracked(
           await RabbitMqTransport.connect(
             URL,
-            { queueType, deadLetterSuffix, maxMessageBytes: 4 * 1024 * 1024 },
+            { queueType, deadLetterSuffix, maxMessageBytes: 4 * 1024 * 1024, unsafeSocketTricks },
             connectionConfig(),
           ),
         ),
@@ -286,8 +289,14 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       expect(deliveries[3].body.toString()).toBe('later');
     });
 
-    it('coalesces the frame writes of its connection, and of the next one after a drop', async () => {
+    it('leaves the frame writes of its connection as amqplib makes them, by default', async () => {
       transport = new RabbitMqTransport(amqp);
+      await transport.publish(newChannel(), Buffer.from('first'), {});
+      expect(framesCoalesced(amqp.managedConnection.connection)).toBe(false);
+    });
+
+    it('with unsafeSocketTricks, coalesces the frame writes of its connection, and of the next one after a drop', async () => {
+      transport = new RabbitMqTransport(amqp, { unsafeSocketTricks: true });
       const channel = newChannel();
       await transport.publish(channel, Buffer.from('first'), {});
       const first = amqp.managedConnection.connection;
@@ -889,6 +898,9 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       () => new RabbitMqTransport(amqp, { queueType: 'stream' as RabbitMqQueueType, prefetch: 0 }),
     ).toThrow(SequenceOptionsError);
     expect(() => new RabbitMqTransport(amqp, { maxMessageBytes: 0 })).toThrow(/maxMessageBytes/);
+    expect(() => new RabbitMqTransport(amqp, { unsafeSocketTricks: 'yes' as never })).toThrow(
+      /unsafeSocketTricks must be true or false/,
+    );
     for (const subscribeTimeoutMs of [0, 1.5, 2 ** 31]) {
       expect(() => new RabbitMqTransport(amqp, { subscribeTimeoutMs })).toThrow(
         /subscribeTimeoutMs must be an integer of milliseconds from 1/,

@@ -26,6 +26,7 @@ import {
 import { RabbitMqSubscription } from './rabbitmq.subscription';
 import { RabbitMqTopology } from './rabbitmq.topology';
 import { assertEncodableHeaders } from '../../../ports/transport-headers';
+import { socketTricksEnabled } from '../../socket-tricks.guard';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';
@@ -67,6 +68,8 @@ export class RabbitMqTransport implements Transport {
   readonly maxMessageBytes: number;
 
   private readonly settings: ResolvedRabbitMqTransportOptions;
+  /** `unsafeSocketTricks`, asked for and on the amqplib it was written for. */
+  private readonly coalescesFrames: boolean;
   private readonly logger = new Logger(RabbitMqTransport.name);
   private readonly topology: RabbitMqTopology;
   private readonly subscriptions = new Set<RabbitMqSubscription>();
@@ -92,6 +95,11 @@ export class RabbitMqTransport implements Transport {
   ) {
     this.settings = resolveRabbitMqTransportOptions(options);
     this.maxMessageBytes = this.settings.maxMessageBytes;
+    this.coalescesFrames = socketTricksEnabled(
+      this.settings.unsafeSocketTricks,
+      'amqplib',
+      RabbitMqTransport.name,
+    );
     this.topology = new RabbitMqTopology(
       this.settings.queueType,
       this.settings.deadLetterSuffix,
@@ -359,7 +367,7 @@ export class RabbitMqTransport implements Transport {
       manager.on('blocked', this.onBlocked);
       manager.on('unblocked', this.onUnblocked);
       this.listening = manager;
-      coalesceFrameWrites(manager.connection);
+      this.coalesceFrames(manager.connection);
     }
     return manager;
   }
@@ -376,18 +384,27 @@ export class RabbitMqTransport implements Transport {
   }
 
   /**
-   * Each new amqplib connection writes the frames of one pass in one go (amqp-frame-writes).
-   * Never throws: amqp-connection-manager emits 'connect' inside its connect chain, where a
-   * throwing listener would count the connection as failed.
+   * A new connection: the broker says again if it blocks this one. Never throws:
+   * amqp-connection-manager emits 'connect' inside its connect chain, where a throwing listener
+   * would count the connection as failed.
    */
   private readonly onConnect = ({ connection }: { connection: unknown }): void => {
-    this.blockedBy = undefined; // a new connection: the broker says again if it blocks this one
+    this.blockedBy = undefined;
+    this.coalesceFrames(connection);
+  };
+
+  /**
+   * With `unsafeSocketTricks`, has amqplib's `connection` write the frames of one pass in one go
+   * (amqp-frame-writes). Never throws: an amqplib of another shape keeps writing frame by frame.
+   */
+  private coalesceFrames(connection: unknown): void {
+    if (!this.coalescesFrames) return;
     try {
       coalesceFrameWrites(connection);
     } catch {
-      // An amqplib of another shape: it keeps writing frame by frame.
+      // left as amqplib made it
     }
-  };
+  }
 
   /**
    * The broker's `connection.blocked` (a memory or disk alarm), sent once the connection
