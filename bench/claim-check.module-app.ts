@@ -6,7 +6,7 @@
 import { ConsoleLogger, type DynamicModule, Logger } from '@nestjs/common';
 import { FilesystemPayloadStore, SequenceModule } from 'nest-sequence';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { type ClaimCheckOptions } from '../libs/sequence/src/claim-check/claim-check.options';
+import type { ClaimCheckOptions } from '../libs/sequence/src/options/claim-check.options';
 import { SIGNING_SECRET_ENV, type ChildConfig } from './claim-check.protocol';
 import { TracedPayloadStore, type MarkFn } from './claim-check.traced-store';
 
@@ -37,11 +37,14 @@ export async function claimCheckModule(config: ChildConfig, mark: MarkFn): Promi
     store: new TracedPayloadStore(new FilesystemPayloadStore({ root: config.storeRoot }), mark),
     signingKeys: [{ id: config.signingKeyId, secret: Buffer.from(secret, 'hex') }],
     deleteAfter: 'ack',
-    // The benchmark cleans up after itself; a sweep mid-run would only add noise.
-    sweepIntervalMs: false,
   };
   return {
     transport,
-    module: SequenceModule.forRoot({ transport, sweepIntervalMs: false, claimCheck }),
+    module: SequenceModule.forRoot({
+      transport,
+      claimCheck,
+      // The benchmark cleans up after itself; a sweep mid-run would only add noise.
+      tuning: { sweepers: { expiry: { intervalMs: false }, orphans: { intervalMs: false } } },
+    }),
   };
 }

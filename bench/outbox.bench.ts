@@ -67,7 +67,7 @@
 import { Logger } from '@nestjs/common';
 import * as amqp from 'amqplib';
 import { Pool } from 'pg';
-import { OUTBOX_DEFAULTS } from '../libs/sequence/src/outbox/outbox.options';
+import { DEFAULTS } from '../libs/sequence/src/options/defaults';
 import { report, socketTrickVariants } from './bench.util';
 import { declaredQueues, deleteQueue } from './outbox.broker';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';
@@ -209,7 +209,7 @@ async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
         relayConcurrency:
-          settings.relayConcurrency ?? `default (${OUTBOX_DEFAULTS.outbox.concurrency})`,
+          settings.relayConcurrency ?? `default (${DEFAULTS.outbox.outboxes.concurrency})`,
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
         ...summarize(rounds),
         target: { ratioToRaw: 0.7 },

@@ -75,8 +75,6 @@ class Scene {
         SequenceModule.forRoot({
           transport,
           metrics: false,
-          sweepIntervalMs: false,
-          resequencer: { sweepIntervalMs: false },
           outbox: {
             store,
             migrate,
@@ -87,6 +85,7 @@ class Scene {
               concurrency: settings.relayConcurrency,
             },
           },
+          tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },
         }),
       ],
     }).compile();

@@ -46,7 +46,7 @@ export const settings = {
   writers: positive('BENCH_OUTBOX_WRITERS', 16),
   /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
   batchSize: positive('BENCH_OUTBOX_BATCH', 100),
-  /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
+  /** Claims the relay runs at once; unset keeps the library's default (DEFAULTS.outbox). */
   relayConcurrency: process.env.BENCH_OUTBOX_CONCURRENCY
     ? positive('BENCH_OUTBOX_CONCURRENCY', 3)
     : undefined,

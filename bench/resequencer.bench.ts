@@ -221,7 +221,8 @@ async function moduleRound(
       SequenceModule.forRoot({
         transport,
         metrics: false,
-        resequencer: { store, sweepIntervalMs: false, maxBufferedTotal: settings.events },
+        resequencer: { store, maxBufferedTotal: settings.events },
+        tuning: { sweepers: { gaps: { intervalMs: false } } },
       }),
     ],
   }).compile();

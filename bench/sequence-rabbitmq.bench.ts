@@ -47,7 +47,7 @@ import { NestFactory } from '@nestjs/core';
 import * as amqp from 'amqplib';
 import { Redis } from 'ioredis';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { SEQUENCE_DEFAULTS } from '../libs/sequence/src/sequence.options';
+import { DEFAULTS } from '../libs/sequence/src/options/defaults';
 import { SequenceModule, SplitterService } from 'nest-sequence';
 import { MiB, median, report, socketTrickVariants } from './bench.util';
 import { buildPlainJs, type PlainJsBuild } from './plain-js-build';
@@ -86,8 +86,8 @@ const settings = {
     .filter((item) => item.trim() !== '')
     .map(Number),
   rounds: Math.max(1, Math.floor(numberFromEnv('BENCH_ROUNDS', 3))),
-  prefetch: numberFromEnv('BENCH_PREFETCH', SEQUENCE_DEFAULTS.prefetch),
-  inFlight: numberFromEnv('BENCH_IN_FLIGHT', SEQUENCE_DEFAULTS.publish.inFlight),
+  prefetch: numberFromEnv('BENCH_PREFETCH', DEFAULTS.prefetch),
+  inFlight: numberFromEnv('BENCH_IN_FLIGHT', DEFAULTS.publish.inFlight),
   /** The Redis store's readAhead (b only); unset keeps the store's default (4). */
   readAhead: process.env.BENCH_READ_AHEAD ? numberFromEnv('BENCH_READ_AHEAD', 4) : undefined,
   big: numberFromEnv('BENCH_500', 1) !== 0,
@@ -796,8 +796,8 @@ async function startProducer(
     imports: [
       SequenceModule.forRoot({
         transport,
-        publish: { inFlight: settings.inFlight },
-        sweepIntervalMs: false, // the producer consumes nothing
+        publish: { inFlight: settings.inFlight }, // the producer consumes nothing
+        tuning: { sweepers: { expiry: { intervalMs: false } } },
       }),
     ],
   })

@@ -22,7 +22,7 @@ import {
   type SequenceStore,
 } from 'nest-sequence';
 import { RedisSequenceStore } from 'nest-sequence/redis';
-import { SequencedHandlerRegistry } from '../libs/sequence/src/discovery/sequenced-handler.registry';
+import { ChannelRegistry } from '../libs/sequence/src/kernel/channel.registry';
 import {
   type AcceptContext,
   type AcceptResult,
@@ -214,8 +214,8 @@ export async function startModuleConsumer(
     imports: [
       SequenceModule.forRoot({
         transport,
-        store: new TracedStore(store, currentRun),
         prefetch: config.prefetch,
+        sequence: { store: new TracedStore(store, currentRun) },
       }),
     ],
     providers: [Drain],
@@ -225,10 +225,10 @@ export async function startModuleConsumer(
   const app = await NestFactory.createApplicationContext(ConsumerModule, {
     logger: new StderrLogger('consumer', { logLevels: ['error', 'warn'] }),
   });
-  const registered = app.get(SequencedHandlerRegistry).get(config.queue);
+  const registered = app.get(ChannelRegistry).get(config.queue);
   if (!registered) throw new Error(`no @SequencedHandler on ${config.queue}`);
   return {
-    prefetch: registered.consumer.options.prefetch,
+    prefetch: registered.prefetch,
     arm: () => {
       trace = emptyTrace();
     },

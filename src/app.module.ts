@@ -31,16 +31,13 @@ function demoSequenceOptions(
   return {
     metrics: { registry },
     transport: adapters.transport,
-    store: adapters.store,
-    fragmentBytes: FRAGMENT_BYTES,
-    maxSequenceBytes: MAX_SEQUENCE_BYTES,
+    stores: adapters.stores,
+    sequence: { fragmentBytes: FRAGMENT_BYTES, maxSequenceBytes: MAX_SEQUENCE_BYTES },
     claimCheck: {
       store: adapters.payloadStore,
-      ledger: adapters.claimLedger,
       sequenceMaxBytes: claimCheckAboveBytes,
       signingKeys,
     },
-    resequencer: { store: adapters.resequencerStore },
   };
 }
 
@@ -93,8 +90,8 @@ export class TransfersAppModule {
 @Module({})
 export class OrdersAppModule {
   static register(settings: OrdersSettings): DynamicModule {
-    const sequence = sequenceModule((adapters) => ({
-      outbox: ordersOutboxOptions(adapters.outboxStore, settings),
+    const sequence = sequenceModule(() => ({
+      outbox: ordersOutboxOptions(settings),
     }));
     return { module: OrdersAppModule, imports: [sequence, OrdersModule.register(settings)] };
   }

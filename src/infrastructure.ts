@@ -1,35 +1,21 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Registry } from 'prom-client';
-import {
-  FilesystemPayloadStore,
-  type ClaimLedger,
-  type OutboxStore,
-  type PayloadStore,
-  type ResequencerStore,
-  type SequenceStore,
-  type Transport,
-} from 'nest-sequence';
-import { PostgresOutboxStore } from 'nest-sequence/postgres';
+import { FilesystemPayloadStore, type PayloadStore, type Transport } from 'nest-sequence';
+import type { StoreSet } from 'nest-sequence/ports';
+import { postgres } from 'nest-sequence/postgres';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import {
-  RedisClaimLedger,
-  RedisPayloadStore,
-  RedisResequencerStore,
-  RedisSequenceStore,
-} from 'nest-sequence/redis';
+import { redis } from 'nest-sequence/redis';
 
 /** The adapters the environment asks for; what is left out runs on the embedded default. */
 export interface DemoAdapters {
   transport?: Transport;
-  store?: SequenceStore;
-  /** Where studies above CLAIM_CHECK_ABOVE_BYTES are parked. */
+  /**
+   * The backends' stores, each over one connection: Redis (sequences, resequencing, claims and
+   * parked studies) and PostgreSQL (the orders demo's outbox). The module closes them.
+   */
+  stores: StoreSet[];
+  /** Where studies are parked when `PAYLOAD_DIR` says (else Redis's, or the embedded default). */
   payloadStore?: PayloadStore;
-  /** Which tickets the AI service has handled: shared, so that several instances handle each once. */
-  claimLedger?: ClaimLedger;
-  /** Each transfer's resequencing state: shared, so that any instance may take any status. */
-  resequencerStore?: ResequencerStore;
-  /** The orders demo's outbox and inbox tables, and its business tables beside them. */
-  outboxStore?: OutboxStore;
 }
 
 /** The outbox tables' prefix when `OUTBOX_TABLE_PREFIX` is unset (or empty): the orders demo's. */
@@ -46,9 +32,9 @@ export const DEMO_METRICS = Symbol('demo:metrics');
 
 /**
  * - `AMQP_URL` set: RabbitMQ transport.
- * - `REDIS_URL` set: Redis sequence store, claim ledger and resequencer store, and the Redis
- *   payload store unless `PAYLOAD_DIR` is set, all under the key prefix `SEQUENCE_REDIS_PREFIX`
- *   (default `nseq`), so that several consumer instances share them.
+ * - `REDIS_URL` set: every Redis store over one connection (`redis()`): sequences, resequencing,
+ *   claims and, unless `PAYLOAD_DIR` is set, parked studies, all under the key prefix
+ *   `SEQUENCE_REDIS_PREFIX` (default `nseq`), so that several consumer instances share them.
  * - `PAYLOAD_DIR` set: the filesystem payload store rooted there (with several processes, a
  *   directory they all see).
  * - `DATABASE_URL` set: the PostgreSQL outbox store, its tables named `OUTBOX_TABLE_PREFIX` +
@@ -56,28 +42,30 @@ export const DEMO_METRICS = Symbol('demo:metrics');
  * Unset: the embedded defaults, no server needed (payloads under `<os tmpdir>/nest-sequence-payloads`).
  */
 export async function adaptersFromEnvironment(env = process.env): Promise<DemoAdapters> {
-  const prefix = env.SEQUENCE_REDIS_PREFIX || undefined;
-  const redisUrl = env.REDIS_URL || undefined;
+  const stores: StoreSet[] = [];
   // First: it checks its options, and throws before any connection is opened.
-  const outboxStore = env.DATABASE_URL
-    ? PostgresOutboxStore.connect(env.DATABASE_URL, { tablePrefix: outboxTablePrefix(env) })
-    : undefined;
+  if (env.DATABASE_URL) {
+    stores.push(postgres(env.DATABASE_URL, { tablePrefix: outboxTablePrefix(env) }));
+  }
   const transport = env.AMQP_URL ? await RabbitMqTransport.connect(env.AMQP_URL) : undefined;
-  const store = redisUrl ? RedisSequenceStore.connect(redisUrl, { prefix }) : undefined;
-  let payloadStore: PayloadStore | undefined;
-  if (env.PAYLOAD_DIR) payloadStore = new FilesystemPayloadStore({ root: env.PAYLOAD_DIR });
-  else if (redisUrl) payloadStore = RedisPayloadStore.connect(redisUrl, { prefix });
-  const claimLedger = redisUrl ? RedisClaimLedger.connect(redisUrl, { prefix }) : undefined;
-  const resequencerStore = redisUrl
-    ? RedisResequencerStore.connect(redisUrl, { prefix })
+  const payloadStore = env.PAYLOAD_DIR
+    ? new FilesystemPayloadStore({ root: env.PAYLOAD_DIR })
     : undefined;
-  return { transport, store, payloadStore, claimLedger, resequencerStore, outboxStore };
+  if (env.REDIS_URL) {
+    stores.push(
+      redis(env.REDIS_URL, {
+        prefix: env.SEQUENCE_REDIS_PREFIX || undefined,
+        payloadStore: payloadStore ? false : undefined,
+      }),
+    );
+  }
+  return { transport, stores, payloadStore };
 }
 
 /**
- * Creates the adapters and closes them with the application: `SequenceModule` closes only the
- * defaults it made itself. Its consumers and sweepers stop before shutdown hooks run, so nothing
- * is mid-use.
+ * Creates the adapters, and closes the transport with the application (`SequenceModule` closes the
+ * stores sets and the defaults it made itself). Its consumers and sweepers stop before shutdown
+ * hooks run, so nothing is mid-use.
  */
 @Module({
   providers: [
@@ -90,15 +78,7 @@ export class InfrastructureModule implements OnApplicationShutdown {
   constructor(@Inject(DEMO_ADAPTERS) private readonly adapters: DemoAdapters) {}
 
   async onApplicationShutdown(): Promise<void> {
-    const { transport, store, payloadStore, claimLedger, resequencerStore, outboxStore } =
-      this.adapters;
-    await transport?.close();
-    await Promise.all([
-      store?.close(),
-      payloadStore?.close(),
-      claimLedger?.close(),
-      resequencerStore?.close(),
-      outboxStore?.close(),
-    ]);
+    await this.adapters.transport?.close();
+    await this.adapters.payloadStore?.close();
   }
 }

@@ -64,7 +64,9 @@ async function runTransfers(
   return {
     adapters: {
       transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
-      store: app.get<DemoAdapters>(DEMO_ADAPTERS).resequencerStore?.name ?? 'memory',
+      store:
+        app.get<DemoAdapters>(DEMO_ADAPTERS).stores.find((set) => set.resequencerStore)
+          ?.resequencerStore?.name ?? 'memory',
     },
     channels: environment.channels,
     gapTimeoutMs: environment.gapTimeoutMs,

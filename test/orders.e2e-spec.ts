@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { OutboxRuntime } from '../libs/sequence/src/outbox/outbox.runtime';
 import { OutboxService, SEQUENCE_TRANSPORT, type InMemoryTransport } from 'nest-sequence';
-import { SequenceMetrics } from '../libs/sequence/src/observability/sequence.metrics';
+import { ModuleMetrics } from '../libs/sequence/src/kernel/module-metrics';
 import { eventually } from '../libs/sequence/test/support/sequence-test-app';
 import { OrdersAppModule } from '../src/app.module';
 import { LIMITED_SKU } from '../src/orders/orders.catalogue';
@@ -99,7 +99,7 @@ describe('orders demo on the embedded defaults (SQLite in memory, in-memory tran
       return (await get<OrderView>(`/orders/${placed.body.id}`)).body;
     };
     const counter = async (suffix: string, labels: Record<string, string>) => {
-      const metrics = await app.get(SequenceMetrics).registry.getMetricsAsJSON();
+      const metrics = await app.get(ModuleMetrics).registry.getMetricsAsJSON();
       return (metrics.find((metric) => metric.name.endsWith(suffix))?.values ?? [])
         .filter((value) => Object.entries(labels).every(([k, v]) => value.labels[k] === v))
         .reduce((sum, { value }) => sum + value, 0);

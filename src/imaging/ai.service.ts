@@ -21,7 +21,7 @@ export class AiService {
    */
   @ClaimCheck({
     channel: INTAKE_CHANNEL,
-    sequence: { timeout: { ms: 120_000, strategy: 'sliding' } },
+    sequence: { timeoutMs: 120_000, timeoutStrategy: 'sliding' },
   })
   async analyse(study: ClaimedPayload): Promise<void> {
     let records = 0;

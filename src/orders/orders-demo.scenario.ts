@@ -108,7 +108,9 @@ export async function runOrdersScenario(
   return {
     adapters: {
       transport: app.get<Transport>(SEQUENCE_TRANSPORT).name,
-      store: app.get<DemoAdapters>(DEMO_ADAPTERS).outboxStore?.name ?? 'sqlite',
+      store:
+        app.get<DemoAdapters>(DEMO_ADAPTERS).stores.find((set) => set.outboxStore)?.outboxStore
+          ?.name ?? 'sqlite',
     },
     channel: eventChannel(settings.channelPrefix, ORDER_PLACED),
     tablePrefix: settings.tablePrefix,

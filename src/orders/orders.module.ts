@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import type { OutboxStore, SequenceModuleOptions } from 'nest-sequence';
+import type { SequenceModuleOptions } from 'nest-sequence';
 import { orderPlacedInbox } from './order-placed.inbox';
 import { eventChannel, ORDER_PLACED, ORDERS_SETTINGS } from './orders.constants';
 import { OrdersController } from './orders.controller';
@@ -11,15 +11,12 @@ import { StockController } from './stock.controller';
 import { StockReservations } from './stock-reservations.service';
 
 /**
- * The module's Outbox / Inbox options: `store` (the embedded SQLite database when undefined), and
- * events published to `<channelPrefix>events.<type>`, where the inbox handler consumes them.
+ * The module's Outbox / Inbox options: events published to `<channelPrefix>events.<type>`, where
+ * the inbox handler consumes them. The store is the `postgres()` set's when `DATABASE_URL` is set,
+ * else the embedded SQLite database.
  */
-export function ordersOutboxOptions(
-  store: OutboxStore | undefined,
-  settings: OrdersSettings,
-): SequenceModuleOptions['outbox'] {
+export function ordersOutboxOptions(settings: OrdersSettings): SequenceModuleOptions['outbox'] {
   return {
-    store,
     routes: { event: (event) => eventChannel(settings.channelPrefix, event.type) },
   };
 }

@@ -6,8 +6,8 @@
 
 // Module
 export { SequenceModule } from './sequence.module';
-export type { SequenceModuleOptions } from './sequence.options';
-export { SEQUENCE_TRANSPORT } from './sequence.constants';
+export type { SequenceModuleOptions, RetryPolicy } from './options/module-options';
+export { SEQUENCE_TRANSPORT } from './kernel/tokens';
 
 // Decorators and what they take
 export {
@@ -16,9 +16,9 @@ export {
 } from './discovery/sequenced-handler.decorator';
 export { ClaimCheck, type ClaimCheckHandlerOptions } from './discovery/claim-check.decorator';
 export { Resequenced } from './discovery/resequenced.decorator';
-export type { ResequencerDefinition } from './resequencer/resequencer.options';
-export { InboxHandler } from './discovery/inbox-handler.decorator';
-export type { InboxHandlerOptions, InboxContext } from './outbox/inbox-handler.options';
+export type { ResequencerDefinition } from './options/resequencer.options';
+export { InboxHandler, type InboxHandlerOptions } from './discovery/inbox-handler.decorator';
+export type { InboxContext } from './outbox/inbox-handler.options';
 
 // Services
 export { SplitterService } from './sequence/splitter.service';
@@ -28,7 +28,8 @@ export { ResequencerService } from './resequencer/resequencer.service';
 export { OutboxService } from './outbox/outbox.service';
 
 // Payloads, events and what the services take and return
-export type { RecordSource, SendOptions, SequenceReceipt } from './sequence/splitter.types';
+export type { RecordSource } from './core/payload-source';
+export type { SendOptions, SequenceReceipt } from './sequence/splitter.types';
 export { ReassembledPayload } from './sequence/reassembled-payload';
 export { StreamedFragment } from './sequence/streamed-fragment';
 export type {
@@ -39,8 +40,8 @@ export type {
 export { ClaimedPayload } from './claim-check/claimed-payload';
 export type { Resequencer } from './resequencer/resequencer';
 export { ResequencedEvent } from './resequencer/resequenced-event';
-export type { GapEvent } from './resequencer/gap-event';
-export { OutboxEvent, OutboxCommand } from './outbox/outbox-message';
+export type { GapEvent } from './core/gap-event';
+export { OutboxEvent, OutboxCommand } from './core/outbox-message';
 export { OutboxTransaction } from './outbox/outbox-transaction';
 export type { ExpiredSequence } from './ports/sequence-store.port';
 
@@ -71,6 +72,7 @@ export { OutboxForeignTransactionError } from './core/errors/outbox-foreign-tran
 export { OutboxStoreBusyError } from './core/errors/outbox-store-busy.error';
 export { OutboxStoreClosedError } from './core/errors/outbox-store-closed.error';
 export { OutboxTransactionFinishedError } from './core/errors/outbox-transaction-finished.error';
+export { PayloadDecryptionError } from './core/errors/payload-decryption.error';
 
 // Ports (their full contracts, for adapter authors: `nest-sequence/ports`)
 export type { Disposition, InboundMessage, Subscription, Transport } from './ports/transport.port';

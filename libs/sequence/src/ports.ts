@@ -88,4 +88,5 @@ export type {
   StoreTransaction,
 } from './ports/outbox-store.port';
 export { BOX_NAMES } from './ports/outbox-store.port';
+export type { StoreSet } from './ports/store-set.port';
 export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';

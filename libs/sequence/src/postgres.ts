@@ -1,4 +1,5 @@
-// `nest-sequence/postgres`: the PostgreSQL outbox store and its migrations (peer: pg).
+// `nest-sequence/postgres`: the PostgreSQL outbox store, its migrations and `postgres()`, the
+// preset for the module's `stores` (peer: pg).
 export { PostgresOutboxStore } from './adapters/stores/postgres/postgres.outbox-store';
 export type {
   PostgresOutboxConnectOptions,
@@ -9,3 +10,4 @@ export {
   type MigrateOutboxOptions,
 } from './adapters/stores/postgres/postgres-migrations';
 export { PostgresOutboxError } from './adapters/stores/postgres/postgres-outbox.error';
+export { postgres } from './adapters/presets/postgres.preset';

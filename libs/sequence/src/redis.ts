@@ -1,5 +1,6 @@
-// `nest-sequence/redis`: every Redis adapter (peer: ioredis): the sequence store, the resequencer
-// store, the claim ledger and the payload store.
+// `nest-sequence/redis`: every Redis adapter (peer: ioredis), and `redis()`, the preset that wires
+// the sequence store, the resequencer store, the claim ledger and the payload store over one
+// connection.
 export {
   RedisSequenceStore,
   type RedisSequenceStoreOptions,
@@ -18,3 +19,4 @@ export { RedisClaimLedgerError } from './adapters/stores/redis/redis-claim-ledge
 export { RedisPayloadStore } from './adapters/payload/redis/redis.payload-store';
 export type { RedisPayloadStoreOptions } from './adapters/payload/redis/redis-payload.options';
 export { RedisPayloadStoreError } from './adapters/payload/redis/redis-payload-store.error';
+export { redis, type RedisStoresOptions } from './adapters/presets/redis.preset';

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { SequenceModuleOptions } from './sequence.options';
+import type { SequenceModuleOptions } from './options/module-options';
 
 export interface SequenceModuleExtras {
   /** Register the module's providers globally. @default false */

@@ -33,9 +33,9 @@ import {
 } from 'nest-sequence';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
-import { SEQUENCE_OPTIONS, SEQUENCE_STORE } from './sequence.constants';
-import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
-import { type ResolvedSequenceOptions } from './sequence.options';
+import { RESOLVED_OPTIONS, SEQUENCE_STORE } from './kernel/tokens';
+import { ChannelRegistry } from './kernel/channel.registry';
+import type { ResolvedOptions } from './options/resolved-options';
 import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
 import {
   ClosingDatabase,
@@ -135,7 +135,7 @@ describe('SequenceModule', () => {
       expect(app.get(SEQUENCE_TRANSPORT)).toBeInstanceOf(InMemoryTransport);
       expect(app.get<Transport>(SEQUENCE_TRANSPORT).maxMessageBytes).toBe(16 * 1024 * KiB);
       expect(app.get(SEQUENCE_STORE)).toBeInstanceOf(MemorySequenceStore);
-      expect(app.get<ResolvedSequenceOptions>(SEQUENCE_OPTIONS).fragmentBytes).toBe(16_760_832);
+      expect(app.get<ResolvedOptions>(RESOLVED_OPTIONS).sequence.fragmentBytes).toBe(16_760_832);
     });
   });
 
@@ -155,8 +155,8 @@ describe('SequenceModule', () => {
     it('takes its options from an async useFactory with imports and inject', async () => {
       const Handler = recordingHandler({ channel: 'async-factory' });
       const factory = jest.fn(async (config: SequenceConfig): Promise<SequenceModuleOptions> => ({
-        fragmentBytes: config.fragmentBytes,
-        sweepIntervalMs: false,
+        sequence: { fragmentBytes: config.fragmentBytes },
+        tuning: { sweepers: { expiry: { intervalMs: false } } },
       }));
       const app = await boot({
         imports: [
@@ -180,7 +180,10 @@ describe('SequenceModule', () => {
     it('takes its options from a useClass factory', async () => {
       class SequenceOptionsFromClass {
         createSequenceOptions(): SequenceModuleOptions {
-          return { fragmentBytes: 700, sweepIntervalMs: false };
+          return {
+            sequence: { fragmentBytes: 700 },
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          };
         }
       }
       const Handler = recordingHandler({ channel: 'use-class' });
@@ -202,7 +205,10 @@ describe('SequenceModule', () => {
         constructor(@Inject(SEQUENCE_CONFIG) private readonly config: SequenceConfig) {}
 
         createSequenceOptions(): SequenceModuleOptions {
-          return { fragmentBytes: this.config.fragmentBytes / 2, sweepIntervalMs: false };
+          return {
+            sequence: { fragmentBytes: this.config.fragmentBytes / 2 },
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          };
         }
       }
       @Module({
@@ -230,14 +236,14 @@ describe('SequenceModule', () => {
       const error = await bootError({
         imports: [
           SequenceModule.forRootAsync({
-            useFactory: () => ({ publish: { attempts: 0 } }),
+            useFactory: () => ({ publish: { retry: { attempts: 0 } } }),
           }),
         ],
       });
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as SequenceOptionsError).problems).toEqual([
-        'publish.attempts must be an integer >= 1, got 0',
+        'publish.retry.attempts must be an integer >= 1, got 0',
       ]);
     });
   });
@@ -254,7 +260,10 @@ describe('SequenceModule', () => {
     it('makes SplitterService injectable in a module that does not import SequenceModule', async () => {
       const app = await boot({
         imports: [
-          SequenceModule.forRoot({ isGlobal: true, sweepIntervalMs: false }),
+          SequenceModule.forRoot({
+            isGlobal: true,
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
           ArchiveModule,
         ],
       });
@@ -272,7 +281,9 @@ describe('SequenceModule', () => {
         imports: [
           SequenceModule.forRootAsync({
             isGlobal: true,
-            useFactory: () => ({ sweepIntervalMs: false }),
+            useFactory: () => ({
+              tuning: { sweepers: { expiry: { intervalMs: false as const } } },
+            }),
           }),
           ArchiveModule,
         ],
@@ -283,7 +294,12 @@ describe('SequenceModule', () => {
 
     it('is off by default: a module that does not import SequenceModule cannot inject it', async () => {
       const error = await bootError({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false }), ArchiveModule],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+          ArchiveModule,
+        ],
       });
 
       expect(String(error)).toMatch(/can't resolve dependencies of the Archive/);
@@ -297,55 +313,67 @@ describe('SequenceModule', () => {
         imports: [
           SequenceModule.forRoot({
             transport: new InMemoryTransport({ maxMessageBytes: 64 * KiB }),
-            fragmentBytes: 60_000,
+            sequence: { fragmentBytes: 60_000 },
           }),
         ],
       });
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as Error).message).toContain(
-        'fragmentBytes (60000) plus headerAllowanceBytes (16384) exceeds the in-memory ' +
-          "transport's maxMessageBytes (65536); set fragmentBytes to at most 49152",
+        'sequence.fragmentBytes (60000) plus tuning.headerAllowanceBytes (16384) exceeds the ' +
+          "in-memory transport's maxMessageBytes (65536); set sequence.fragmentBytes to at most 49152",
       );
     });
 
     it('refuses a maxSequenceBytes larger than maxBufferedBytes, saying which to change', async () => {
       const error = await bootError({
-        imports: [SequenceModule.forRoot({ maxBufferedBytes: 1_000, maxSequenceBytes: 2_000 })],
+        imports: [
+          SequenceModule.forRoot({
+            sequence: { maxBufferedBytes: 1_000, maxSequenceBytes: 2_000 },
+          }),
+        ],
       });
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as Error).message).toContain(
-        'maxSequenceBytes (2000) exceeds maxBufferedBytes (1000)',
+        'sequence.maxSequenceBytes (2000) exceeds sequence.maxBufferedBytes (1000)',
       );
       expect((error as Error).message).toContain(
         'raise maxBufferedBytes or lower maxSequenceBytes',
       );
     });
 
-    it('refuses a timeout.strategy other than fixed or sliding', async () => {
+    it('refuses a timeoutStrategy other than fixed or sliding', async () => {
       const strategy = 'eventually' as 'fixed';
       const error = await bootError({
-        imports: [SequenceModule.forRoot({ timeout: { ms: 1_000, strategy } })],
+        imports: [
+          SequenceModule.forRoot({
+            sequence: { timeoutMs: 1_000, timeoutStrategy: strategy },
+          }),
+        ],
       });
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as Error).message).toContain(
-        "timeout.strategy must be 'fixed' or 'sliding', got eventually",
+        "sequence.timeoutStrategy must be 'fixed' or 'sliding', got eventually",
       );
     });
 
     it("refuses a handler's invalid options, naming its channel", async () => {
-      const Handler = recordingHandler({ channel: 'strict', timeout: { ms: 0 } });
+      const Handler = recordingHandler({ channel: 'strict', timeoutMs: 0 });
       const error = await bootError({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         providers: [Handler],
       });
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as SequenceOptionsError).where).toBe('sequence consumer of strict');
       expect((error as SequenceOptionsError).problems).toEqual([
-        'timeout.ms must be an integer >= 1, got 0',
+        'timeoutMs must be an integer >= 1, got 0',
       ]);
     });
   });
@@ -375,13 +403,17 @@ describe('SequenceModule', () => {
           imports: [
             SequenceModule.forRoot({
               transport: new DurableBroker(new InMemoryTransport()),
-              sweepIntervalMs: false,
-              resequencer: { sweepIntervalMs: false },
               claimCheck: {
                 store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
-                sweepIntervalMs: false,
               },
               ...options,
+              tuning: {
+                sweepers: {
+                  orphans: { intervalMs: false },
+                  gaps: { intervalMs: false },
+                  expiry: { intervalMs: false },
+                },
+              },
             }),
           ],
           providers,
@@ -442,7 +474,9 @@ describe('SequenceModule', () => {
       expect(
         await warningsOf([StudyArchive], {
           // Another kind of store, as the module sees it (a Redis store, say).
-          store: Object.assign(Object.create(store) as MemorySequenceStore, { name: 'redis' }),
+          sequence: {
+            store: Object.assign(Object.create(store) as MemorySequenceStore, { name: 'redis' }),
+          },
         }),
       ).toEqual([]);
     });
@@ -459,13 +493,18 @@ describe('SequenceModule', () => {
       const logger = new CapturingLogger();
       const app = await boot(
         {
-          imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false })],
+          imports: [
+            SequenceModule.forRoot({
+              transport,
+              tuning: { sweepers: { expiry: { intervalMs: false } } },
+            }),
+          ],
           providers: [PerRequestAnalyser],
         },
         logger,
       );
 
-      expect(app.get(SequencedHandlerRegistry).get('per-request')).toBeUndefined();
+      expect(app.get(ChannelRegistry).get('per-request')).toBeUndefined();
       expect(logger.warnings).toEqual([
         expect.stringContaining(
           '@SequencedHandler on PerRequestAnalyser.analyse is ignored: PerRequestAnalyser is ' +
@@ -494,13 +533,18 @@ describe('SequenceModule', () => {
       const logger = new CapturingLogger();
       const app = await boot(
         {
-          imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false })],
+          imports: [
+            SequenceModule.forRoot({
+              transport,
+              tuning: { sweepers: { expiry: { intervalMs: false } } },
+            }),
+          ],
           providers: [Archive, PerInjectionAnalyser],
         },
         logger,
       );
 
-      expect(app.get(SequencedHandlerRegistry).get('per-injection')).toBeUndefined();
+      expect(app.get(ChannelRegistry).get('per-injection')).toBeUndefined();
       expect(logger.warnings).toEqual([
         expect.stringContaining(
           '@SequencedHandler on PerInjectionAnalyser.analyse is ignored: PerInjectionAnalyser ' +
@@ -515,7 +559,11 @@ describe('SequenceModule', () => {
     it('finds a handler once when its provider is also registered under an alias', async () => {
       const Handler = recordingHandler({ channel: 'aliased' });
       const app = await boot({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         providers: [Handler, { provide: 'ANALYSER', useExisting: Handler }],
       });
 
@@ -533,7 +581,11 @@ describe('SequenceModule', () => {
         }
       }
       const app = await boot({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         controllers: [IntakeController],
       });
 
@@ -544,12 +596,21 @@ describe('SequenceModule', () => {
     });
 
     it('fails the bootstrap when SequenceModule is imported twice', async () => {
-      @Module({ imports: [SequenceModule.forRoot({ fragmentBytes: 4 * KiB })] })
+      @Module({
+        imports: [
+          SequenceModule.forRoot({
+            sequence: { fragmentBytes: 4 * KiB },
+          }),
+        ],
+      })
       class ImagingModule {}
 
       const error = await bootError({
         imports: [
-          SequenceModule.forRoot({ isGlobal: true, sweepIntervalMs: false }),
+          SequenceModule.forRoot({
+            isGlobal: true,
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
           ImagingModule,
         ],
       });
@@ -571,7 +632,11 @@ describe('SequenceModule', () => {
       }
 
       const error = await bootError({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         providers: [CtAnalyser, MrAnalyser],
       });
 
@@ -601,7 +666,11 @@ describe('SequenceModule', () => {
     it('closes the transport and store it created itself when the application closes', async () => {
       const Handler = recordingHandler({ channel: 'owned' });
       const moduleRef = await Test.createTestingModule({
-        imports: [SequenceModule.forRoot({ sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         providers: [Handler],
       }).compile();
       moduleRef.useLogger(false);
@@ -637,7 +706,10 @@ describe('SequenceModule', () => {
 
       const error = await bootError({
         imports: [
-          SequenceModule.forRoot({ transport: new RefusingSecond(inner), sweepIntervalMs: false }),
+          SequenceModule.forRoot({
+            transport: new RefusingSecond(inner),
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
         ],
         providers: [First, Second],
       });
@@ -694,8 +766,8 @@ describe('SequenceModule', () => {
           imports: [
             SequenceModule.forRoot({
               transport: new Refusing(inner, refused),
-              sweepIntervalMs: false,
               outbox: {},
+              tuning: { sweepers: { expiry: { intervalMs: false } } },
             }),
           ],
           providers: [Studies, Tasks],
@@ -712,49 +784,61 @@ describe('SequenceModule', () => {
         await inner.close();
       });
 
-      it('a failed sequence subscription does not wait for an outbox start in progress, which then undoes itself', async () => {
+      it('opens no subscription before the outbox has started: its inbox can record the first message', async () => {
+        const events: string[] = [];
+        class Recording extends ForwardingTransport {
+          readonly name = 'recording';
+          override subscribe(
+            channel: string,
+            handler: MessageHandler,
+            options?: SubscribeOptions,
+          ): Promise<Subscription> {
+            events.push(`subscribe ${channel}`);
+            return super.subscribe(channel, handler, options);
+          }
+        }
         const inner = new InMemoryTransport();
         const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
         let releaseMigration!: () => void;
         const migrationHeld = new Promise<void>((resolve) => (releaseMigration = resolve));
-        const calls: string[] = [];
         const store = new Proxy(sqlite, {
           get(target, property, receiver) {
             const value: unknown = Reflect.get(target, property, receiver);
-            if (typeof value !== 'function') return value;
-            return (...args: unknown[]) => {
-              calls.push(String(property));
-              if (property === 'migrate') {
-                return migrationHeld.then(() => (value as () => Promise<void>).apply(target));
-              }
-              return (value as (...a: unknown[]) => unknown).apply(target, args);
+            if (property !== 'migrate' || typeof value !== 'function') return value;
+            return async () => {
+              events.push('migrate');
+              await migrationHeld;
+              await (value as () => Promise<void>).apply(target);
+              events.push('migrated');
             };
           },
         });
 
-        // The init fails while the outbox's migration is still held: it does not wait for it.
-        const error = await bootError({
+        const booting = boot({
           imports: [
             SequenceModule.forRoot({
-              transport: new Refusing(inner, 'studies'),
-              sweepIntervalMs: false,
-              outbox: { store, outboxEvents: { pollIntervalMs: 10 } },
+              transport: new Recording(inner),
+              outbox: { store },
+              tuning: { sweepers: { expiry: { intervalMs: false } } },
             }),
           ],
           providers: [Studies, Tasks],
         });
-        expect((error as Error).message).toBe('no studies');
-        expect(calls).toEqual(['migrate']);
+        await eventually(() => events.length > 0, 'the migration started');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        expect(events).toEqual(['migrate']);
 
         releaseMigration();
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        // The start saw it was abandoned: no watch, no claims, no inbox subscription.
-        expect(calls.filter((call) => call !== 'migrate')).toEqual([]);
-        await inner.publish('events.TaskCreated', taskCreated.body, taskCreated.headers);
-        await inner.whenIdle();
-        expect(inner.depth('events.TaskCreated')).toBe(1);
-        await inner.close();
+        const app = await booting;
+        expect(events.slice(0, 2)).toEqual(['migrate', 'migrated']);
+        expect(events.slice(2).sort()).toEqual([
+          'subscribe events.TaskCreated',
+          'subscribe studies',
+        ]);
+        await app.close();
+        apps.splice(apps.indexOf(app), 1);
         await sqlite.close();
+        await inner.close();
       });
 
       it('the sequence consumers stop when the inbox subscription fails', async () => {
@@ -780,7 +864,13 @@ describe('SequenceModule', () => {
       class ImportModule {}
       const transport = new InMemoryTransport();
       const moduleRef = await Test.createTestingModule({
-        imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false }), ImportModule],
+        imports: [
+          SequenceModule.forRoot({
+            transport,
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+          ImportModule,
+        ],
       }).compile();
       moduleRef.useLogger(false);
       const app = await moduleRef.init();
@@ -798,7 +888,13 @@ describe('SequenceModule', () => {
       const store = new MemorySequenceStore();
       const Handler = recordingHandler({ channel: 'yours' });
       const moduleRef = await Test.createTestingModule({
-        imports: [SequenceModule.forRoot({ transport, store, sweepIntervalMs: false })],
+        imports: [
+          SequenceModule.forRoot({
+            transport,
+            sequence: { store },
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
         providers: [Handler],
       }).compile();
       moduleRef.useLogger(false);

@@ -7,166 +7,144 @@ import {
   type Provider,
 } from '@nestjs/common';
 import { DiscoveryModule, ModulesContainer } from '@nestjs/core';
-import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
-import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
-import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
-import { CLAIM_CHECK_OPTIONS, CLAIM_CHECK_STORES } from './claim-check/claim-check.constants';
-import {
-  resolveClaimCheckOptions,
-  type ClaimCheckStores,
-  type ResolvedClaimCheckOptions,
-} from './claim-check/claim-check.options';
+import { ClaimCheckHandlerKind } from './claim-check/claim-check-handler.kind';
+import { ClaimCheckMetrics } from './claim-check/claim-check.metrics';
 import { ClaimCheckReceiver } from './claim-check/claim-check.receiver';
 import { ClaimCheckService } from './claim-check/claim-check.service';
+import { ClaimCheckFragmentParking } from './claim-check/fragment-parking';
 import { OrphanSweeper } from './claim-check/orphan.sweeper';
 import { PayloadParking } from './claim-check/payload-parking';
-import { ClaimCheckExplorer } from './discovery/claim-check.explorer';
-import { ClaimCheckRegistry } from './discovery/claim-check.registry';
-import { ResequencedExplorer } from './discovery/resequenced.explorer';
-import { ResequencerRegistry } from './discovery/resequencer.registry';
-import { SequencedHandlerExplorer } from './discovery/sequenced-handler.explorer';
-import { SequencedHandlerRegistry } from './discovery/sequenced-handler.registry';
-import { ClaimCheckMetrics } from './observability/claim-check.metrics';
-import { InboxHandlerExplorer } from './discovery/inbox-handler.explorer';
-import { InboxHandlerRegistry } from './discovery/inbox-handler.registry';
-import { OutboxMetrics } from './observability/outbox.metrics';
-import { OUTBOX_OPTIONS } from './outbox/outbox.constants';
-import { resolveOutboxOptions } from './outbox/outbox.options';
+import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import { HANDLER_KINDS } from './kernel/channel-binding';
+import { ChannelRegistry } from './kernel/channel.registry';
+import { ConsumerHost } from './kernel/consumer.host';
+import { HandlerExplorer } from './kernel/handler.explorer';
+import { ModuleMetrics } from './kernel/module-metrics';
+import {
+  FRAGMENT_PARKING,
+  ORDERED_INTAKE,
+  SEQUENCE_REASSEMBLER,
+  SEQUENCE_SENDER,
+} from './kernel/pattern-contracts';
+import { LIFECYCLE_PARTS, SequenceLifecycle } from './kernel/sequence.lifecycle';
+import {
+  CLAIM_CHECK_STORES,
+  OUTBOX_STORE_SOURCE,
+  RESEQUENCER_STORE,
+  RESOLVED_OPTIONS,
+  SEQUENCE_STORE,
+  SEQUENCE_TRANSPORT,
+} from './kernel/tokens';
+import type { SequenceModuleOptions } from './options/module-options';
+import { resolveModuleOptions } from './options/resolve-options';
+import type { ResolvedOptions } from './options/resolved-options';
+import { InboxHandlerKind } from './outbox/inbox-handler.kind';
+import { InboxHandlers } from './outbox/inbox-handlers';
+import { OutboxMetrics } from './outbox/outbox.metrics';
 import { OutboxRuntime } from './outbox/outbox.runtime';
 import { OutboxService } from './outbox/outbox.service';
-import { ResequencerMetrics } from './observability/resequencer.metrics';
-import type { ResequencerStore } from './ports/resequencer-store.port';
 import { GapReporter } from './resequencer/gap.reporter';
 import { GapSweeper } from './resequencer/gap.sweeper';
-import { RESEQUENCER_OPTIONS, RESEQUENCER_STORE } from './resequencer/resequencer.constants';
-import { resolveResequencerModuleOptions } from './resequencer/resequencer.options';
+import { ResequencedHandlerKind } from './resequencer/resequenced-handler.kind';
+import { ResequencerCatalog } from './resequencer/resequencer.catalog';
+import { ResequencerMetrics } from './resequencer/resequencer.metrics';
 import { ResequencerService } from './resequencer/resequencer.service';
-import { SequenceMetrics } from './observability/sequence.metrics';
-import type { SequenceStore } from './ports/sequence-store.port';
-import type { Transport } from './ports/transport.port';
-import { SequenceOptionsError } from './core/errors/sequence-options.error';
-import { BootstrapAbort } from './bootstrap-abort';
-import { AggregatorService } from './sequence/aggregator.service';
-import { ExpirySweeper } from './sequence/expiry.sweeper';
-import { SequenceConsumerHost } from './sequence/sequence-consumer.host';
-import { SplitterService } from './sequence/splitter.service';
-import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from './sequence.constants';
+import { composeAdapters, type ModuleAdapters } from './sequence.adapters';
 import {
   ConfigurableSequenceModule,
   SEQUENCE_ASYNC_OPTIONS_TYPE,
   SEQUENCE_MODULE_OPTIONS,
   SEQUENCE_OPTIONS_TYPE,
 } from './sequence.module-definition';
-import {
-  resolveSequenceOptions,
-  type ResolvedSequenceOptions,
-  type SequenceModuleOptions,
-} from './sequence.options';
+import { AggregatorService } from './sequence/aggregator.service';
+import { ExpirySweeper } from './sequence/expiry.sweeper';
+import { SequencedHandlerKind } from './sequence/sequenced-handler.kind';
+import { SequenceMetrics } from './sequence/sequence.metrics';
+import { SplitterService } from './sequence/splitter.service';
 
-/** Adapters the module created itself (the embedded defaults) are closed with the application. */
-const OWNED_ADAPTERS = Symbol('nest-sequence:owned-adapters');
+/** The options checked and the adapters chosen, once, while the module builds. */
+const COMPOSITION = Symbol('nest-sequence:composition');
 
-interface OwnedAdapters {
-  transport?: Transport;
-  store?: SequenceStore;
-  resequencerStore?: ResequencerStore;
+interface Composition {
+  readonly adapters: ModuleAdapters;
+  readonly options: ResolvedOptions;
+}
+
+/**
+ * The composition root: picks the adapters (the options' own, a `stores` set's, or the embedded
+ * defaults) and checks every option against them, listing every problem at once. Bad options
+ * fail the bootstrap here.
+ */
+function compose(given: SequenceModuleOptions | undefined): Composition {
+  const raw = given ?? {};
+  const problems: string[] = [];
+  const adapters = composeAdapters(raw, problems);
+  const options = resolveModuleOptions(problems, raw, adapters.transport);
+  if (problems.length > 0) throw new SequenceOptionsError('SequenceModule options', problems);
+  return { adapters, options };
 }
 
 const providers: Provider[] = [
-  {
-    provide: OWNED_ADAPTERS,
-    inject: [SEQUENCE_MODULE_OPTIONS],
-    useFactory: (options: SequenceModuleOptions = {}): OwnedAdapters => ({
-      transport: options.transport ? undefined : new InMemoryTransport(),
-      store: options.store ? undefined : new MemorySequenceStore(),
-      resequencerStore: options.resequencer?.store ? undefined : new MemoryResequencerStore(),
-    }),
-  },
-  {
-    provide: SEQUENCE_TRANSPORT,
-    inject: [SEQUENCE_MODULE_OPTIONS, OWNED_ADAPTERS],
-    useFactory: (options: SequenceModuleOptions = {}, owned: OwnedAdapters) =>
-      options.transport ?? owned.transport,
-  },
-  {
-    provide: SEQUENCE_STORE,
-    inject: [SEQUENCE_MODULE_OPTIONS, OWNED_ADAPTERS],
-    useFactory: (options: SequenceModuleOptions = {}, owned: OwnedAdapters) =>
-      options.store ?? owned.store,
-  },
-  {
-    // Validation happens here, while the module builds: bad options fail the bootstrap.
-    provide: SEQUENCE_OPTIONS,
-    inject: [SEQUENCE_MODULE_OPTIONS, SEQUENCE_TRANSPORT],
-    useFactory: (options: SequenceModuleOptions | undefined, transport: Transport) =>
-      resolveSequenceOptions(options ?? {}, transport),
-  },
-  {
-    provide: CLAIM_CHECK_OPTIONS,
-    inject: [SEQUENCE_MODULE_OPTIONS, SEQUENCE_OPTIONS],
-    useFactory: (options: SequenceModuleOptions | undefined, resolved: ResolvedSequenceOptions) =>
-      resolveClaimCheckOptions(
-        options?.claimCheck,
-        resolved.maxFragmentBytes - resolved.headerAllowanceBytes,
-        resolved.publish.attempts *
-          (resolved.publish.confirmTimeoutMs + resolved.publish.maxDelayMs),
-      ),
-  },
-  {
-    provide: CLAIM_CHECK_STORES,
-    inject: [CLAIM_CHECK_OPTIONS],
-    useFactory: ({ stores, ledger }: ResolvedClaimCheckOptions): ClaimCheckStores => ({
-      stores,
-      ledger,
-    }),
-  },
-  {
-    provide: RESEQUENCER_OPTIONS,
-    inject: [SEQUENCE_MODULE_OPTIONS],
-    useFactory: (options: SequenceModuleOptions | undefined) =>
-      resolveResequencerModuleOptions(options?.resequencer),
-  },
-  {
-    provide: OUTBOX_OPTIONS,
-    inject: [SEQUENCE_MODULE_OPTIONS],
-    useFactory: (options: SequenceModuleOptions | undefined) =>
-      resolveOutboxOptions(options?.outbox),
-  },
-  {
-    provide: RESEQUENCER_STORE,
-    inject: [SEQUENCE_MODULE_OPTIONS, OWNED_ADAPTERS],
-    useFactory: (options: SequenceModuleOptions = {}, owned: OwnedAdapters) =>
-      options.resequencer?.store ?? owned.resequencerStore,
-  },
+  { provide: COMPOSITION, inject: [SEQUENCE_MODULE_OPTIONS], useFactory: compose },
+  ...(
+    [
+      [RESOLVED_OPTIONS, (c: Composition) => c.options],
+      [SEQUENCE_TRANSPORT, (c: Composition) => c.adapters.transport],
+      [SEQUENCE_STORE, (c: Composition) => c.adapters.sequenceStore],
+      [RESEQUENCER_STORE, (c: Composition) => c.adapters.resequencerStore],
+      [CLAIM_CHECK_STORES, (c: Composition) => c.adapters.claimCheck],
+      [OUTBOX_STORE_SOURCE, (c: Composition) => c.adapters.outbox],
+    ] as const
+  ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
+  // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
+  ModuleMetrics,
+  ChannelRegistry,
+  HandlerExplorer,
+  ConsumerHost,
+  SequenceLifecycle,
+  // Message Sequence
   SequenceMetrics,
-  ClaimCheckMetrics,
-  ResequencerMetrics,
   SplitterService,
   AggregatorService,
-  SequencedHandlerRegistry,
-  SequencedHandlerExplorer,
+  ExpirySweeper,
+  SequencedHandlerKind,
+  // Claim Check
+  ClaimCheckMetrics,
   PayloadParking,
+  ClaimCheckFragmentParking,
   ClaimCheckService,
   ClaimCheckReceiver,
-  ClaimCheckRegistry,
-  // After SequencedHandlerExplorer: it refuses channels a sequence handler already took.
-  ClaimCheckExplorer,
+  OrphanSweeper,
+  ClaimCheckHandlerKind,
+  // Resequencer
+  ResequencerMetrics,
+  ResequencerCatalog,
+  GapReporter,
+  ResequencerService,
+  GapSweeper,
+  ResequencedHandlerKind,
+  // Outbox / Inbox
   OutboxMetrics,
-  InboxHandlerRegistry,
+  InboxHandlers,
   OutboxRuntime,
   OutboxService,
-  GapReporter,
-  ResequencerRegistry,
-  ResequencerService,
-  // After the handler explorers above: it refuses channels that they already took.
-  ResequencedExplorer,
-  // Last: it refuses channels that every other kind of handler already took.
-  InboxHandlerExplorer,
-  SequenceConsumerHost,
-  BootstrapAbort,
-  ExpirySweeper,
-  OrphanSweeper,
-  GapSweeper,
+  InboxHandlerKind,
+  // What the patterns offer each other, bound here: they never import one another.
+  { provide: SEQUENCE_SENDER, useExisting: SplitterService },
+  { provide: SEQUENCE_REASSEMBLER, useExisting: AggregatorService },
+  { provide: FRAGMENT_PARKING, useExisting: ClaimCheckFragmentParking },
+  { provide: ORDERED_INTAKE, useExisting: ResequencerService },
+  {
+    provide: HANDLER_KINDS,
+    inject: [SequencedHandlerKind, ClaimCheckHandlerKind, ResequencedHandlerKind, InboxHandlerKind],
+    useFactory: (...kinds: unknown[]) => kinds,
+  },
+  {
+    // Started in this order, stopped in the reverse one.
+    provide: LIFECYCLE_PARTS,
+    inject: [OutboxRuntime, ExpirySweeper, OrphanSweeper, GapSweeper],
+    useFactory: (...parts: unknown[]) => parts,
+  },
 ];
 
 /**
@@ -175,15 +153,15 @@ const providers: Provider[] = [
  * `@ClaimCheck` / `@Resequenced` / `@InboxHandler` (or `AggregatorService` /
  * `ResequencerService`) on the consumer side. With no options everything runs in one process
  * (in-memory transport, memory stores, filesystem payload store in the OS temp directory, an
- * in-memory SQLite outbox); pass `transport`, `store`, `claimCheck`, `resequencer` and `outbox`
- * adapters for real servers.
+ * in-memory SQLite outbox); a `transport` and `stores` (presets of the backend subpaths) put it
+ * on real servers.
  *
  * @example
- * SequenceModule.forRoot({ fragmentBytes: 8 * 1024 * 1024, timeout: { ms: 120_000 } })
+ * SequenceModule.forRoot({ sequence: { fragmentBytes: 8 * 1024 * 1024, timeoutMs: 120_000 } })
  */
 @Module({
   // Not ScheduleModule.forRoot(): a second forRoot in the app would run the app's own
-  // @Interval/@Cron jobs twice. The sweeper joins the app's SchedulerRegistry when there is one.
+  // @Interval/@Cron jobs twice. The sweepers join the app's SchedulerRegistry when there is one.
   imports: [DiscoveryModule],
   providers,
   exports: [
@@ -205,8 +183,7 @@ export class SequenceModule
   implements OnModuleInit, OnApplicationShutdown
 {
   constructor(
-    @Inject(OWNED_ADAPTERS) private readonly owned: OwnedAdapters,
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly claimCheck: ResolvedClaimCheckOptions,
+    @Inject(COMPOSITION) private readonly composition: Composition,
     private readonly modules: ModulesContainer,
   ) {
     super();
@@ -214,7 +191,7 @@ export class SequenceModule
 
   /**
    * Refuses a second instance in one application (a second forRoot/forRootAsync import): each
-   * instance's explorers find every decorated method of the application, so each channel would
+   * instance's explorer finds every decorated method of the application, so each channel would
    * have two consumers, with stores of their own, and neither would see whole sequences.
    */
   onModuleInit(): void {
@@ -237,10 +214,8 @@ export class SequenceModule
     return super.forRootAsync(options);
   }
 
+  /** Closes what the module opened itself (the embedded defaults) and the `stores` sets. */
   async onApplicationShutdown(): Promise<void> {
-    await this.owned.transport?.close();
-    await this.owned.store?.close();
-    await this.owned.resequencerStore?.close();
-    for (const adapter of this.claimCheck.owned) await adapter.close();
+    for (const adapter of this.composition.adapters.owned) await adapter.close();
   }
 }

@@ -13,7 +13,7 @@ export {
   type HeaderValue,
 } from './core/headers';
 export { crc32, sha256Hex } from './core/checksum';
-export { ClaimCheckHeader } from './claim-check/claim-check.headers';
+export { ClaimCheckHeader } from './core/claim-check-headers';
 export {
   signTicket,
   verifyTicket,
@@ -24,7 +24,7 @@ export {
   type ClaimTicketFields,
 } from './core/claim-ticket';
 export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
-export { ResequenceHeader } from './resequencer/resequenced-event';
+export { ResequenceHeader } from './core/resequence-input';
 export {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,

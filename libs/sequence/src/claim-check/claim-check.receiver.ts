@@ -5,19 +5,21 @@ import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.er
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
-import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
-import { callHandlerWithRetry, type HandlerOutcome } from '../sequence/handler-retry';
+import { callHandlerWithRetry, type HandlerOutcome } from '../kernel/handler-retry';
 import { errorMessage } from '../core/errors/caught';
-import { SEQUENCE_OPTIONS } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
-import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
-import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from './claim-check.headers';
-import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import {
+  SEQUENCE_REASSEMBLER,
+  type ReassemblyConsumer,
+  type SequenceReassembler,
+} from '../kernel/pattern-contracts';
+import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { PayloadParking } from './payload-parking';
-import { AggregatorService, type SequenceConsumer } from '../sequence/aggregator.service';
 import { SequenceHeader } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
@@ -39,13 +41,13 @@ const UNAVAILABLE: ReadonlySet<string> = new Set([
 @Injectable()
 export class ClaimCheckReceiver {
   private readonly logger = new Logger('ClaimCheck');
-  private readonly sequenceConsumers = new WeakMap<ClaimCheckConsumer, SequenceConsumer>();
+  private readonly sequenceConsumers = new WeakMap<ClaimCheckConsumer, ReassemblyConsumer>();
 
   constructor(
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
-    @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     private readonly parking: PayloadParking,
-    private readonly aggregator: AggregatorService,
+    @Inject(SEQUENCE_REASSEMBLER) private readonly reassembler: SequenceReassembler,
     private readonly metrics: ClaimCheckMetrics,
   ) {}
 
@@ -73,7 +75,7 @@ export class ClaimCheckReceiver {
       // A Message Sequence fragment (`mode: 'auto'`): reassembled first, then handed over. Any
       // value counts: the aggregator reads an id sent as bytes, and dead-letters one it cannot.
       this.metrics.received(channel, 'sequence');
-      return this.aggregator.receive(message, this.sequenceConsumerOf(consumer));
+      return this.reassembler.receive(message, this.sequenceConsumerOf(consumer));
     }
     const marking = claimCheckMarking(headers);
     if (marking.via === 'unrecognised') {
@@ -121,15 +123,20 @@ export class ClaimCheckReceiver {
     this.sequenceConsumerOf(consumer);
   }
 
-  /** The aggregator's consumer for a claim-check channel's sequences (made once per channel). */
-  private sequenceConsumerOf(consumer: ClaimCheckConsumer): SequenceConsumer {
+  /** The reassembly consumer of a claim-check channel's sequences (made once per channel). */
+  private sequenceConsumerOf(consumer: ClaimCheckConsumer): ReassemblyConsumer {
     let sequenceConsumer = this.sequenceConsumers.get(consumer);
     if (!sequenceConsumer) {
-      sequenceConsumer = this.aggregator.createConsumer(
+      const { timeout, maxSequenceBytes, maxFragments, maxFragmentBytes } = consumer.sequence;
+      sequenceConsumer = this.reassembler.createConsumer(
         consumer.channel,
         (payload) => consumer.handler(ClaimedPayload.sequence(payload)),
         {
-          ...consumer.sequence,
+          timeoutMs: timeout.ms,
+          timeoutStrategy: timeout.strategy,
+          maxSequenceBytes,
+          maxFragments,
+          maxFragmentBytes,
           handlerRetry: consumer.handlerRetry,
           prefetch: consumer.prefetch,
           deadLetterChannel: consumer.deadLetterChannel,
@@ -147,10 +154,10 @@ export class ClaimCheckReceiver {
     consumer: ClaimCheckConsumer,
   ): Promise<Disposition> {
     const { channel } = consumer;
-    const { ledger } = this.options;
+    const { ledger } = this.stores;
     const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
-    const holder = `${this.sequenceOptions.consumerId}:${randomUUID()}`;
-    const { leaseMs } = this.sequenceOptions;
+    const holder = `${this.options.consumerId}:${randomUUID()}`;
+    const { leaseMs } = this.options.tuning;
     try {
       const claim = await ledger.claim(key, holder, leaseMs, Date.now());
       if (claim === 'done') {
@@ -238,7 +245,7 @@ export class ClaimCheckReceiver {
     try {
       // Kept while a duplicate could still pass the ticket's expiry check.
       const retainUntil = Math.max(ticket.expiresAt, now + 1);
-      ({ groups } = await this.options.ledger.complete(key, holder, retainUntil, now));
+      ({ groups } = await this.stores.ledger.complete(key, holder, retainUntil, now));
     } catch (error) {
       // The handler ran; unrecorded, the ticket may be handled again: at-least-once, never lost.
       this.logger.error(
@@ -299,10 +306,10 @@ export class ClaimCheckReceiver {
   }
 
   private keepLease(key: ClaimKey, holder: string): () => void {
-    const { leaseMs } = this.sequenceOptions;
+    const { leaseMs } = this.options.tuning;
     const timer = setInterval(
       () => {
-        this.options.ledger.claim(key, holder, leaseMs, Date.now()).then(
+        this.stores.ledger.claim(key, holder, leaseMs, Date.now()).then(
           (outcome) => {
             if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
           },
@@ -339,18 +346,19 @@ export class ClaimCheckReceiver {
       return disposition;
     }
     const requeues = requeueCount(message.headers ?? {});
-    if (requeues < this.options.maxStoreRequeues) return disposition;
+    const { maxStoreRequeues } = this.options.tuning;
+    if (requeues < maxStoreRequeues) return disposition;
     return this.reject(
       channel,
       'store-unavailable',
       `${disposition.reason ?? 'unavailable'} after ${requeues} requeues of the message ` +
-        `(claimCheck.maxStoreRequeues is ${this.options.maxStoreRequeues}); publish the message ` +
+        `(tuning.maxStoreRequeues is ${maxStoreRequeues}); publish the message ` +
         'again from the dead-letter channel once the store answers',
     );
   }
 
   private requeue(reason: string): Disposition {
-    return { action: 'requeue', delayMs: this.sequenceOptions.backpressureDelayMs, reason };
+    return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
 }
 

@@ -6,30 +6,33 @@ import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error
 import { userHeaderProblems, type HeaderMap } from '../core/headers';
 import { checkedBeforeReading } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
-import { publishWithRetry } from '../sequence/publish-with-retry';
-import { SplitterService } from '../sequence/splitter.service';
-import { isRecordSource } from '../sequence/splitter.types';
-import type { RecordSource, SplitterPayload } from '../sequence/splitter.types';
+import { publishWithRetry } from '../kernel/publish-with-retry';
+import { isRecordSource, type RecordSource, type SequencePayload } from '../core/payload-source';
+import { SEQUENCE_SENDER, type SequenceSender } from '../kernel/pattern-contracts';
 import { isStringRecord } from '../core/objects';
 import { sha256Hex } from '../core/checksum';
-import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
-import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
-import { ClaimCheckHeader } from './claim-check.headers';
-import { MAX_TTL_MS, type ResolvedClaimCheckOptions } from './claim-check.options';
+import {
+  CLAIM_CHECK_STORES,
+  RESOLVED_OPTIONS,
+  SEQUENCE_TRANSPORT,
+  type ClaimCheckStores,
+} from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { MAX_TTL_MS } from '../options/resolve-claim-check';
+import { ClaimCheckHeader } from '../core/claim-check-headers';
 import { ClaimedPayload } from './claimed-payload';
 import { PayloadParking, type ParkOptions } from './payload-parking';
 
 export type CheckInOptions = ParkOptions;
 
 export interface ClaimPublishOptions extends CheckInOptions {
-  /** Payloads up to this many bytes go inline. @default claimCheck.threshold */
-  threshold?: number;
+  /** Payloads up to this many bytes go inline. @default claimCheck.inlineMaxBytes */
+  inlineMaxBytes?: number;
   /**
-   * `'claim-check'`: inline up to `threshold`, a ticket above. `'auto'`: inline up to
-   * `threshold`, a Message Sequence up to `sequenceMaxBytes`, a ticket above; a stream goes as a
+   * `'claim-check'`: inline up to `inlineMaxBytes`, a ticket above. `'auto'`: inline up to
+   * `inlineMaxBytes`, a Message Sequence up to `sequenceMaxBytes`, a ticket above; a stream goes as a
    * sequence only when `bytes` says its size (otherwise a ticket: its size is unknown). The
    * receiving `@ClaimCheck` handler takes all three. @default 'claim-check'
    */
@@ -72,20 +75,24 @@ export class ClaimCheckService implements OnModuleInit {
   private readonly logger = new Logger(ClaimCheckService.name);
 
   constructor(
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly resolved: ResolvedOptions,
+    @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
     private readonly metrics: ClaimCheckMetrics,
     private readonly parking: PayloadParking,
-    private readonly splitter: SplitterService,
+    @Inject(SEQUENCE_SENDER) private readonly sequences: SequenceSender,
   ) {}
 
+  private get options(): ResolvedOptions['claimCheck'] {
+    return this.resolved.claimCheck;
+  }
+
   onModuleInit(): void {
-    if (this.options.ledger.name === 'memory' && this.transport.name !== 'in-memory') {
+    if (this.stores.ledger.name === 'memory' && this.transport.name !== 'in-memory') {
       this.logger.warn(
         `claimCheck.ledger is the in-process memory ledger: several instances on the ` +
           `${this.transport.name} transport do not see each other's claims, so a ticket delivered ` +
-          `to two of them may run its handler twice; use a RedisClaimLedger shared by all`,
+          `to two of them may run its handler twice; use a ledger shared by all (RedisClaimLedger, or stores: redis(url))`,
       );
     }
     if (this.options.ephemeralKeys && this.transport.name !== 'in-memory') {
@@ -130,7 +137,7 @@ export class ClaimCheckService implements OnModuleInit {
   }
 
   /**
-   * Publishes `payload` on `channel`: inline when it is at most `threshold` bytes, otherwise as
+   * Publishes `payload` on `channel`: inline when it is at most `inlineMaxBytes` bytes, otherwise as
    * a ticket (`x-claim-check: 1`) to a payload stored first. If the ticket is not confirmed, the
    * stored payload is deleted again (or, failing that, left to the orphan sweeper; kept when
    * the confirm timed out, since the ticket may still arrive) and
@@ -141,13 +148,13 @@ export class ClaimCheckService implements OnModuleInit {
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
   ): Promise<ClaimPublishReceipt> {
-    const threshold = options.threshold ?? this.options.threshold;
+    const threshold = options.inlineMaxBytes ?? this.options.inlineMaxBytes;
     checkedBeforeReading(payload, () => {
       checkCallOptions(`publish() to ${channel}`, options);
       if (threshold > this.options.maxInlineBytes) {
         // It would read a stream up to it into memory, then fail to send it inline anyway.
         throw new SequenceOptionsError(`publish() to ${channel}`, [
-          `threshold (${threshold}) exceeds what one message of the transport carries ` +
+          `inlineMaxBytes (${threshold}) exceeds what one message of the transport carries ` +
             `(${this.options.maxInlineBytes} bytes besides headers); use at most ` +
             `${this.options.maxInlineBytes}`,
         ]);
@@ -213,10 +220,10 @@ export class ClaimCheckService implements OnModuleInit {
 
   private async sendSequence(
     channel: string,
-    payload: SplitterPayload,
+    payload: SequencePayload,
     options: ClaimPublishOptions,
   ): Promise<ClaimPublishReceipt> {
-    const receipt = await this.splitter.send(channel, payload, {
+    const receipt = await this.sequences.send(channel, payload, {
       headers: options.headers,
       contentType: options.contentType,
     });
@@ -242,7 +249,7 @@ export class ClaimCheckService implements OnModuleInit {
       channel,
       body,
       headers,
-      this.sequenceOptions.publish,
+      this.resolved.publish,
     );
     if (!outcome.ok) {
       throw new ClaimCheckPublishError(
@@ -269,7 +276,7 @@ function checkCallOptions(where: string, options: ClaimPublishOptions): void {
   if (options.ttlMs !== undefined && options.ttlMs > MAX_TTL_MS) {
     problems.push(`ttlMs must be at most ${MAX_TTL_MS} (100 years), got ${options.ttlMs}`);
   }
-  integer('threshold', options.threshold, 0);
+  integer('inlineMaxBytes', options.inlineMaxBytes, 0);
   integer('sequenceMaxBytes', options.sequenceMaxBytes, 0);
   integer('bytes', options.bytes, 0);
   if (options.contentType !== undefined && !CONTENT_TYPE_PATTERN.test(options.contentType)) {

@@ -4,7 +4,7 @@ import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import type { HeaderMap } from '../core/headers';
 import { sourceChunks } from '../core/source-chunks';
-import type { ReassembledPayload } from '../sequence/reassembled-payload';
+import type { ReassembledSequence } from '../kernel/pattern-contracts';
 
 /**
  * How a payload travelled: in the message itself, parked in a payload store behind a ticket, or
@@ -71,7 +71,7 @@ export class ClaimedPayload {
   }
 
   /** A payload that came as a Message Sequence, reassembled and verified by the aggregator. */
-  static sequence(reassembled: ReassembledPayload): ClaimedPayload {
+  static sequence(reassembled: ReassembledSequence): ClaimedPayload {
     return new ClaimedPayload(
       {
         via: 'sequence',

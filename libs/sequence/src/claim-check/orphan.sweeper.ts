@@ -1,19 +1,10 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  Optional,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import { Sweeper } from '../kernel/sweeper';
+import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 import type { PayloadStore } from '../ports/payload-store.port';
-import { IntervalJob } from '../scheduling/interval-job';
-import { SEQUENCE_OPTIONS } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
-import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
-import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import { ClaimCheckMetrics } from './claim-check.metrics';
 
 export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
 
@@ -31,50 +22,48 @@ export interface OrphanSweepReport {
  * idempotent).
  */
 @Injectable()
-export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('ClaimCheck');
-  private readonly job: IntervalJob<OrphanSweepReport>;
+export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
+  protected readonly what = 'orphan sweep';
 
   constructor(
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
-    @Inject(SEQUENCE_OPTIONS)
-    private readonly moduleOptions: Pick<ResolvedSequenceOptions, 'shutdownTimeoutMs'>,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     private readonly metrics: ClaimCheckMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.job = new IntervalJob(ORPHAN_SWEEPER_INTERVAL, schedulerRegistry, () =>
-      this.sweepAll(Date.now()),
+    super(
+      ORPHAN_SWEEPER_INTERVAL,
+      options.tuning.sweepers.orphans,
+      new Logger('ClaimCheck'),
+      schedulerRegistry,
     );
   }
 
-  onApplicationBootstrap(): void {
-    this.job.start(this.options.sweepIntervalMs, (error) =>
-      this.logger.warn(`orphan sweep failed; will retry next interval: ${String(error)}`),
+  /**
+   * A sweep stuck on a store call (a hung mount, a bucket that never answers) must not hold the
+   * application's shutdown. Leaving it is safe: a sweep only lists and deletes, a delete is
+   * idempotent, and whatever it did not reach stays due for the next sweep of any instance.
+   */
+  protected override stopWaitMs(): number {
+    return this.options.shutdownTimeoutMs;
+  }
+
+  protected override leftRunning(): void {
+    this.logger.warn(
+      `the orphan sweep in progress did not finish within shutdownTimeoutMs ` +
+        `(${this.options.shutdownTimeoutMs} ms); shutting down without it: the payloads it had ` +
+        'not deleted stay due for the next sweep',
     );
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
-    // A sweep stuck on a store call (a hung mount, a bucket that never answers) must not hold the
-    // application's shutdown. Leaving it is safe: a sweep only lists and deletes, a delete is
-    // idempotent, and whatever it did not reach stays due for the next sweep of any instance.
-    const { shutdownTimeoutMs } = this.moduleOptions;
-    if (!(await this.job.stop(shutdownTimeoutMs))) {
-      this.logger.warn(
-        `the orphan sweep in progress did not finish within shutdownTimeoutMs ` +
-          `(${shutdownTimeoutMs} ms); shutting down without it: the payloads it had not ` +
-          'deleted stay due for the next sweep',
-      );
-    }
-  }
-
-  /** Runs one sweep over every configured store now. Overlapping calls share one run. */
-  sweep(now: number = Date.now()): Promise<OrphanSweepReport> {
-    return this.job.run(() => this.sweepAll(now));
+  /** One sweep over every configured store. */
+  protected sweepOnce(now: number): Promise<OrphanSweepReport> {
+    return this.sweepAll(now);
   }
 
   private async sweepAll(now: number): Promise<OrphanSweepReport> {
     const totals = { expired: 0, orphaned: 0 };
-    for (const store of this.options.stores.values()) {
+    for (const store of this.stores.stores.values()) {
       let swept: OrphanSweepReport;
       try {
         swept = await this.sweepStore(store, now);
@@ -94,7 +83,8 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
 
   private async sweepStore(store: PayloadStore, now: number): Promise<OrphanSweepReport> {
     const totals = { expired: 0, orphaned: 0 };
-    const batch = this.options.sweepBatch;
+    const batch = this.settings.batchSize;
+    const { expiredGraceMs, orphanGraceMs } = this.options.claimCheck;
     // One batch per run: a large backlog is worked off over several intervals, so that one run
     // never holds the store (or this instance) for long.
     // An expired payload is kept expiredGraceMs longer: its ticket was accepted up to expiresAt,
@@ -102,8 +92,8 @@ export class OrphanSweeper implements OnApplicationBootstrap, BeforeApplicationS
     // every instance agrees without asking the claim ledger (which may be per-process, and knows
     // only the groups that claimed); clock skew is part of what the grace must cover.
     const candidates = await store.sweepCandidates({
-      now: now - this.options.expiredGraceMs,
-      unpublishedBefore: now - this.options.orphanGraceMs,
+      now: now - expiredGraceMs,
+      unpublishedBefore: now - orphanGraceMs,
       limit: batch,
     });
     const outcomes = await Promise.allSettled(candidates.map(({ ref }) => store.delete(ref)));

@@ -5,10 +5,10 @@ import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { parseTicketBody, signTicket, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
-import { ClaimCheckMetrics } from '../observability/claim-check.metrics';
+import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
-import { CLAIM_CHECK_OPTIONS } from './claim-check.constants';
-import type { ResolvedClaimCheckOptions } from './claim-check.options';
+import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
+import type { ResolvedClaimCheckOptions, ResolvedOptions } from '../options/resolved-options';
 import { asError } from '../core/errors/caught';
 
 /** How a payload is parked. */
@@ -35,11 +35,15 @@ export interface ResolvedTicket {
 @Injectable()
 export class PayloadParking implements OnApplicationShutdown {
   private readonly logger = new Logger('ClaimCheck');
+  private readonly options: ResolvedClaimCheckOptions;
   private stopped = false;
   constructor(
-    @Inject(CLAIM_CHECK_OPTIONS) private readonly options: ResolvedClaimCheckOptions,
+    @Inject(RESOLVED_OPTIONS) { claimCheck }: ResolvedOptions,
+    @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     private readonly metrics: ClaimCheckMetrics,
-  ) {}
+  ) {
+    this.options = claimCheck;
+  }
 
   onApplicationShutdown(): void {
     this.stopped = true;
@@ -47,7 +51,7 @@ export class PayloadParking implements OnApplicationShutdown {
 
   /** Where new payloads go. */
   get store(): PayloadStore {
-    return this.options.store;
+    return this.stores.store;
   }
 
   /**
@@ -59,7 +63,7 @@ export class PayloadParking implements OnApplicationShutdown {
     options: ParkOptions,
     published: boolean,
   ): Promise<ClaimTicket> {
-    const store = this.options.store;
+    const store = this.stores.store;
     const now = Date.now();
     const expiresAt = now + (options.ttlMs ?? this.options.ttlMs);
     const putOptions = {
@@ -225,8 +229,8 @@ export class PayloadParking implements OnApplicationShutdown {
 
   /** The store a ticket names. @throws UnknownPayloadStoreError */
   storeNamed(name: string): PayloadStore {
-    const store = this.options.stores.get(name);
-    if (!store) throw new UnknownPayloadStoreError(name, [...this.options.stores.keys()]);
+    const store = this.stores.stores.get(name);
+    if (!store) throw new UnknownPayloadStoreError(name, [...this.stores.stores.keys()]);
     return store;
   }
 }

@@ -1,4 +1,4 @@
-import { PayloadDecryptionError } from '../adapters/payload/encrypting/payload-decryption.error';
+import { PayloadDecryptionError } from '../core/errors/payload-decryption.error';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';

@@ -1,5 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
-import type { ClaimCheckConsumerOptions } from '../claim-check/claim-check-consumer';
+import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 
 export const CLAIM_CHECK_METADATA = 'nest-sequence:claim-check';
 

@@ -1,5 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
-import type { ResequencerDefinition } from '../resequencer/resequencer.options';
+import type { ResequencerDefinition } from '../options/resequencer.options';
 
 export const RESEQUENCED_METADATA = 'nest-sequence:resequenced';
 

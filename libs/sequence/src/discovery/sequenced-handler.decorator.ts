@@ -1,5 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
-import type { SequenceConsumerOptions } from '../sequence.options';
+import type { SequenceConsumerOptions } from '../options/sequence.options';
 
 export const SEQUENCED_HANDLER_METADATA = 'nest-sequence:sequenced-handler';
 

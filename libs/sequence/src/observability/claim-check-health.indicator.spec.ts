@@ -10,7 +10,7 @@ import {
   type PayloadStore,
 } from 'nest-sequence';
 import { RedisPayloadStore } from 'nest-sequence/redis';
-import { type ClaimCheckOptions } from '../claim-check/claim-check.options';
+import type { ClaimCheckOptions } from '../options/claim-check.options';
 import { ClaimCheckHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 
 /** A store whose ping behaves as `ping` says: everything else is the real store. */
@@ -39,8 +39,8 @@ describe('ClaimCheckHealthIndicator', () => {
       imports: [
         SequenceModule.forRoot({
           isGlobal: true,
-          sweepIntervalMs: false,
-          claimCheck: { sweepIntervalMs: false, ...claimCheck },
+          claimCheck,
+          tuning: { sweepers: { expiry: { intervalMs: false }, orphans: { intervalMs: false } } },
         }),
         SequenceHealthModule,
       ],

@@ -1,7 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { CLAIM_CHECK_STORES } from '../claim-check/claim-check.constants';
-import type { ClaimCheckStores } from '../claim-check/claim-check.options';
+import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
 import {
   probe,
   type SequenceDependencyHealth,

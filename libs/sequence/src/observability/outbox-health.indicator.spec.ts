@@ -17,9 +17,14 @@ describe('OutboxHealthIndicator', () => {
       imports: [
         SequenceModule.forRoot({
           isGlobal: true,
-          sweepIntervalMs: false,
-          resequencer: { sweepIntervalMs: false },
-          outbox: { store, outboxEvents: { maxAttempts: 1, pollIntervalMs: 20 } },
+          outbox: {
+            store,
+            outboxEvents: {
+              pollIntervalMs: 20,
+              retry: { attempts: 1 },
+            },
+          },
+          tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },
         }),
         SequenceHealthModule,
       ],

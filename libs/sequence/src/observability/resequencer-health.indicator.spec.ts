@@ -18,8 +18,8 @@ describe('ResequencerHealthIndicator', () => {
       imports: [
         SequenceModule.forRoot({
           isGlobal: true,
-          sweepIntervalMs: false,
-          resequencer: { store, sweepIntervalMs: false },
+          resequencer: { store },
+          tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },
         }),
         SequenceHealthModule,
       ],

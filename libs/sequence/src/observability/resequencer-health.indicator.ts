@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import type { ResequencerStore } from '../ports/resequencer-store.port';
-import { RESEQUENCER_STORE } from '../resequencer/resequencer.constants';
+import { RESEQUENCER_STORE } from '../kernel/tokens';
 import {
   probe,
   type SequenceDependencyHealth,

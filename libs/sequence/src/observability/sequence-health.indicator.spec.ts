@@ -75,7 +75,9 @@ describe('SequenceHealthIndicator', () => {
 
   it("is down, with the store's error, when the store does not answer its ping", async () => {
     const store = storeWithPing(() => Promise.reject(new Error('ECONNREFUSED 127.0.0.1:6379')));
-    const app = await start({ store });
+    const app = await start({
+      sequence: { store },
+    });
 
     const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
 
@@ -90,7 +92,9 @@ describe('SequenceHealthIndicator', () => {
 
   it('is down when a ping hangs past the timeout', async () => {
     const store = storeWithPing(() => new Promise<void>(() => undefined));
-    const app = await start({ store });
+    const app = await start({
+      sequence: { store },
+    });
 
     const result = await app.get(SequenceHealthIndicator).isHealthy('sequence', { timeoutMs: 50 });
 
@@ -130,9 +134,12 @@ describe('SequenceHealthIndicator', () => {
       }
     }
     const healthy = await start({}, [HealthController]);
-    const failing = await start({ store: storeWithPing(() => Promise.reject(new Error('gone'))) }, [
-      HealthController,
-    ]);
+    const failing = await start(
+      {
+        sequence: { store: storeWithPing(() => Promise.reject(new Error('gone'))) },
+      },
+      [HealthController],
+    );
 
     await expect(healthy.get(HealthController).check()).resolves.toMatchObject({ status: 'ok' });
     await expect(failing.get(HealthController).check()).rejects.toMatchObject({
@@ -222,7 +229,9 @@ describe('SequenceHealthIndicator', () => {
       const store = new RedisSequenceStore(redis, { prefix: `nseq-health-${randomUUID()}` });
       if (redis.status !== 'ready') await new Promise((resolve) => redis.once('ready', resolve));
       try {
-        const app = await start({ store });
+        const app = await start({
+          sequence: { store },
+        });
         const indicator = app.get(SequenceHealthIndicator);
 
         const reachable = await indicator.isHealthy('sequence');

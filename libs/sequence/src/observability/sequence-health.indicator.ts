@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
-import { SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import { SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import { errorMessage } from '../core/errors/caught';
 
 /** What the indicator reports of the transport or the store. */

@@ -1,4 +1,4 @@
-import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type { OutboxMetrics } from './outbox.metrics';
 import type {
   BoxName,
   ClaimedBatch,
@@ -6,7 +6,7 @@ import type {
   RecordOutcome,
   StoredRecord,
 } from '../ports/outbox-store.port';
-import type { ResolvedBoxOptions } from './outbox.options';
+import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { failedAttempt } from './retry-schedule';
 
 /** What one claim's handling tells its cycle. */
@@ -53,7 +53,7 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
 
   protected abstract handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]>;
 
-  /** Retry later, or `FAILED` after `maxAttempts` (at once when `final`). */
+  /** Retry later, or `FAILED` after `retry.attempts` (at once when `final`). */
   protected failed(record: StoredRecord, error: unknown, final = false): RecordOutcome {
     const outcome = failedAttempt(record, error, Date.now(), this.options, final);
     this.metrics.attemptFailed(this.box, outcome.status === 'failed' ? 'failed' : 'retry');

@@ -1,5 +1,5 @@
-import type { InboxHandlerRegistry } from '../discovery/inbox-handler.registry';
-import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type { InboxHandlers } from './inbox-handlers';
+import type { OutboxMetrics } from './outbox.metrics';
 import type {
   BoxName,
   ClaimedBatch,
@@ -10,7 +10,7 @@ import type {
 import type { InboxContext } from './inbox-handler.options';
 import { parseMessage } from './outbox-message.codec';
 import { OutboxTransaction } from './outbox-transaction';
-import type { ResolvedBoxOptions } from './outbox.options';
+import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { BoxWorker } from './box-worker';
 
 /**
@@ -27,7 +27,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
   constructor(
     box: 'inbox_events' | 'inbox_commands',
     store: OutboxStore,
-    private readonly handlers: InboxHandlerRegistry,
+    private readonly handlers: InboxHandlers,
     options: ResolvedBoxOptions,
     metrics: OutboxMetrics,
     /** Boxes whose appends take partition locks (see `OutboxRuntime.orderedBoxes`). */
@@ -48,7 +48,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     try {
       // One savepoint around the handlers and that write: when the write fails, every handler's
       // writes go with it, and each handled record counts a failed attempt (retried, FAILED after
-      // maxAttempts) rather than the whole claim failing again at every poll.
+      // retry.attempts) rather than the whole claim failing again at every poll.
       await batch.transaction.savepoint(async () => {
         for (const record of batch.records) {
           if (this.stopping) break;
@@ -78,7 +78,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // writes and marks): they are handed out again, uncounted, rather than charged an attempt
       // they did not fail. The store writes the failed attempt of the record whose handler broke
       // it in a transaction of its own, so that the box moves on and a handler that always does
-      // this ends FAILED after maxAttempts.
+      // this ends FAILED after retry.attempts.
       return outcomes.filter((outcome) => outcome.status !== 'completed');
     }
     for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
@@ -93,7 +93,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     const handler = this.handlers.find(record.kind, record.type);
     if (!handler) {
       // Received by an instance that had a handler (another version?): retried, so that one that
-      // has it takes it, and FAILED after maxAttempts if none ever does.
+      // has it takes it, and FAILED after retry.attempts if none ever does.
       return this.failed(
         record,
         new Error(`no @InboxHandler for ${record.kind} ${record.type} on this instance`),

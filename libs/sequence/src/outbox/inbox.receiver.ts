@@ -1,23 +1,17 @@
 import type { Logger } from '@nestjs/common';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { deathReason } from '../core/errors/rejection-code';
-import { inboxOf, type InboxHandlerRegistry } from '../discovery/inbox-handler.registry';
-import type { OutboxMetrics } from '../observability/outbox.metrics';
+import { inboxOf, type InboxHandlers } from './inbox-handlers';
+import type { OutboxMetrics } from './outbox.metrics';
 import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
-import {
-  requeueCount,
-  type Disposition,
-  type InboundMessage,
-  type Subscription,
-  type Transport,
-} from '../ports/transport.port';
+import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   parseMessage,
   partitionOf,
 } from './outbox-message.codec';
-import type { OutboxEvent } from './outbox-message';
+import type { OutboxEvent } from '../core/outbox-message';
 
 /** How long a message waits before redelivery when the inbox table cannot be written. */
 const STORE_RETRY_DELAY_MS = 1_000;
@@ -32,42 +26,14 @@ const MAX_STORE_REQUEUES = 60;
  * this application takes, is dead-lettered with the reason.
  */
 export class InboxReceiver {
-  private stopped = false;
-  private readonly subscriptions: Subscription[] = [];
-
   constructor(
     private readonly store: OutboxStore,
-    private readonly transport: Transport,
-    private readonly handlers: InboxHandlerRegistry,
+    private readonly handlers: InboxHandlers,
     private readonly metrics: OutboxMetrics,
     private readonly logger: Logger,
     /** Called after a record was added to a box (to wake its processor). */
     private readonly onAdded: (kind: MessageKind) => void,
   ) {}
-
-  /** Subscribes to every inbox channel; `prefetch` by the kind of the channel's handlers. */
-  async start(prefetch: (kind: MessageKind) => number): Promise<void> {
-    this.stopped = false;
-    for (const [channel, handlers] of this.handlers.channels()) {
-      const least = Math.min(...handlers.map((handler) => prefetch(handler.kind)));
-      const subscription = await this.transport.subscribe(
-        channel,
-        (message) => this.receive(message),
-        { prefetch: least },
-      );
-      this.subscriptions.push(subscription);
-      // stop() ran while this one was opening: close it, and open no more.
-      if (this.stopped) {
-        await this.stop();
-        return;
-      }
-    }
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    for (const subscription of this.subscriptions.splice(0)) await subscription.close();
-  }
 
   /** Records one message; exported for users who consume with their own subscriber. */
   async receive(input: InboundMessage): Promise<Disposition> {

@@ -3,7 +3,12 @@ import type { ValidationError } from 'class-validator';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { hasLoneSurrogate } from '../core/unicode';
 import type { MessageKind, NewBoxRecord } from '../ports/outbox-store.port';
-import { OutboxCommand, OutboxEvent, type CommandInput, type EventInput } from './outbox-message';
+import {
+  OutboxCommand,
+  OutboxEvent,
+  type CommandInput,
+  type EventInput,
+} from '../core/outbox-message';
 import { messageValidation } from './outbox-message.rules';
 
 /** Wire headers of a relayed message; the body is the message as JSON. */

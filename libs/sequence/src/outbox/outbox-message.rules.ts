@@ -7,7 +7,7 @@ import {
   OutboxEvent,
   OutboxMessageFields,
   SERVICE_NAME_PATTERN,
-} from './outbox-message';
+} from '../core/outbox-message';
 
 /** What the codec needs from class-validator and class-transformer. */
 export interface MessageValidation {

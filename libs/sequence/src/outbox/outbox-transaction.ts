@@ -10,7 +10,7 @@ import {
   type SqlExecutor,
   type StoreTransaction,
 } from '../ports/outbox-store.port';
-import type { CommandInput, EventInput } from './outbox-message';
+import type { CommandInput, EventInput } from '../core/outbox-message';
 import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
 
 /** Headers given with a message: strings only (they travel as AMQP headers). */

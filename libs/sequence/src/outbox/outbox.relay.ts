@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { OutboxMetrics } from '../observability/outbox.metrics';
+import type { OutboxMetrics } from './outbox.metrics';
 import type {
   ClaimedBatch,
   OutboxStore,
@@ -7,19 +7,19 @@ import type {
   StoredRecord,
 } from '../ports/outbox-store.port';
 import { isUnsendable, type Transport } from '../ports/transport.port';
-import type { OutboxCommand, OutboxEvent } from './outbox-message';
+import type { OutboxCommand, OutboxEvent } from '../core/outbox-message';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
   MESSAGE_TYPE_HEADER,
 } from './outbox-message.codec';
-import type { ResolvedOutboxOptions } from './outbox.options';
+import type { ResolvedOptions } from '../options/resolved-options';
 import { BoxWorker, type CycleState } from './box-worker';
 
 /**
  * The relay of one outbox box: claims due records, publishes each to its channel(s) with a
  * confirm, and settles it in the same transaction as the claim: `COMPLETED`, or `PENDING` again
- * with a backoff, or `FAILED` after `maxAttempts`. A relay that dies mid-batch leaves the records
+ * with a backoff, or `FAILED` after `retry.attempts`. A relay that dies mid-batch leaves the records
  * `PENDING` (the claim was only a row lock), so they are published again: at least once, and the
  * receiving inbox drops the duplicates.
  *
@@ -35,10 +35,10 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     box: 'outbox_events' | 'outbox_commands',
     store: OutboxStore,
     private readonly transport: Transport,
-    private readonly outbox: ResolvedOutboxOptions,
+    private readonly resolved: Pick<ResolvedOptions, 'outbox' | 'publish'>,
     metrics: OutboxMetrics,
   ) {
-    super(box, store, outbox.boxes[box], metrics);
+    super(box, store, resolved.outbox.boxes[box], metrics);
   }
 
   protected async handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]> {
@@ -103,7 +103,7 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     try {
       for (const channel of channels) {
         await this.transport.publish(channel, body, headers, {
-          timeoutMs: this.outbox.publishTimeoutMs,
+          timeoutMs: this.resolved.publish.confirmTimeoutMs,
         });
       }
     } catch (error) {
@@ -132,8 +132,8 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     const message = JSON.parse(record.body) as unknown;
     const channels =
       this.box === 'outbox_events'
-        ? this.outbox.routeEvent(message as OutboxEvent)
-        : [this.outbox.routeCommand(message as OutboxCommand)];
+        ? this.resolved.outbox.routeEvent(message as OutboxEvent)
+        : [this.resolved.outbox.routeCommand(message as OutboxCommand)];
     if (channels.length === 0 || channels.some((c) => typeof c !== 'string' || c.length === 0)) {
       throw new Error(`route of ${record.kind} ${record.type} gave no channel`);
     }

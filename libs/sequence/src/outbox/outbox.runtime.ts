@@ -1,49 +1,37 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  Optional,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-  type OnModuleDestroy,
-  type OnApplicationShutdown,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { BootstrapAbort } from '../bootstrap-abort';
-import { InboxHandlerRegistry, inboxOf } from '../discovery/inbox-handler.registry';
-import { OutboxMetrics } from '../observability/outbox.metrics';
+import type { LifecyclePart } from '../kernel/sequence.lifecycle';
+import {
+  OUTBOX_STORE_SOURCE,
+  RESOLVED_OPTIONS,
+  SEQUENCE_TRANSPORT,
+  type OutboxStoreSource,
+} from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 import { BOX_NAMES, type BoxName, type OutboxStore } from '../ports/outbox-store.port';
-import type { Transport } from '../ports/transport.port';
-import { IntervalJob } from '../scheduling/interval-job';
-import { SEQUENCE_TRANSPORT } from '../sequence.constants';
-import { asError, errorMessage } from '../core/errors/caught';
-import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
 import { BoxLoop } from './box-loop';
+import { InboxHandlers, inboxOf } from './inbox-handlers';
 import { InboxProcessor } from './inbox.processor';
 import { InboxReceiver } from './inbox.receiver';
-import { OUTBOX_OPTIONS } from './outbox.constants';
-import type { ResolvedOutboxOptions } from './outbox.options';
+import { OutboxMetrics } from './outbox.metrics';
+import { OutboxPurge } from './outbox.purge';
 import { OutboxRelay } from './outbox.relay';
 import { messageValidation } from './outbox-message.rules';
-
-export const OUTBOX_PURGE_INTERVAL = 'nest-sequence:outbox-purge';
 
 type Worker = OutboxRelay | InboxProcessor;
 
 /**
- * The one owner of the Outbox / Inbox at run time: opens the store (the one in the options, or an
- * embedded SQLite database), migrates it, and starts and stops the relays, the inbox processors,
- * the inbox consumers and the purge job. It starts at bootstrap when the app configured `outbox`
- * or has `@InboxHandler`s, and otherwise at the first use of `OutboxService`.
+ * The Outbox / Inbox at run time: opens the store (the one in the options, or an embedded SQLite
+ * database), migrates it, and runs the relays, the inbox processors and the purge. It starts at
+ * bootstrap when the app configured `outbox` or has `@InboxHandler`s (the inbox channels'
+ * subscriptions are the consumer host's, opened after it), and otherwise at the first use of
+ * `OutboxService`. {@link SequenceLifecycle} stops it: the inbox processors with the consumers,
+ * the relays (which run no application code) in `beforeApplicationShutdown`, so that what other
+ * modules record while they are destroyed is still relayed.
  */
 @Injectable()
-export class OutboxRuntime
-  implements
-    OnApplicationBootstrap,
-    OnModuleDestroy,
-    BeforeApplicationShutdown,
-    OnApplicationShutdown
-{
+export class OutboxRuntime implements LifecyclePart {
   private readonly logger = new Logger('Outbox');
   private starting: Promise<OutboxStore> | undefined;
   private ownedStore: OutboxStore | undefined;
@@ -51,79 +39,54 @@ export class OutboxRuntime
   private readonly workers: Worker[] = [];
   private receiver: InboxReceiver | undefined;
   private unwatch: (() => Promise<void>) | undefined;
-  private readonly purgeJob: IntervalJob<number>;
+  private purge: OutboxPurge | undefined;
   private stopped = false;
-  /** Another consumer of the module failed to start: a start in progress undoes itself. */
-  private abandoned = false;
   /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
   readonly orderedBoxes: ReadonlySet<BoxName>;
 
   constructor(
-    @Inject(OUTBOX_OPTIONS) private readonly options: ResolvedOutboxOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    private readonly handlers: InboxHandlerRegistry,
+    @Inject(OUTBOX_STORE_SOURCE) private readonly source: OutboxStoreSource,
+    private readonly handlers: InboxHandlers,
     private readonly metrics: OutboxMetrics,
-    private readonly bootstrap: BootstrapAbort,
-    @Optional() schedulerRegistry?: SchedulerRegistry,
+    @Optional() private readonly schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.purgeJob = new IntervalJob(OUTBOX_PURGE_INTERVAL, schedulerRegistry, () => this.purge());
-    this.orderedBoxes = new Set(BOX_NAMES.filter((box) => options.boxes[box].ordered));
-    bootstrap.onAbort(() => this.abandon());
+    this.orderedBoxes = new Set(BOX_NAMES.filter((box) => options.outbox.boxes[box].ordered));
   }
 
-  async onApplicationBootstrap(): Promise<void> {
-    if (this.options.configured || this.handlers.all().length > 0) {
-      // The messages' class-validator rules, attached now rather than at the first message, so
-      // that the application's own code can validate OutboxEvent / OutboxCommand from the start.
-      messageValidation();
-      try {
-        await this.ready();
-      } catch (error) {
-        await this.bootstrap.abort();
-        throw error;
-      }
-    }
-  }
-
-  /**
-   * Another consumer of the module failed to start: nothing of the outbox may run on, and Nest
-   * will run no shutdown hook. A start in progress is not waited for (the application's init
-   * fails now): it sees `abandoned` at its next step and undoes itself.
-   */
-  private async abandon(): Promise<void> {
-    this.abandoned = true;
-    await this.halt(false);
-    await this.closeOwnedStore();
-  }
-
-  /**
-   * Nothing of the outbox runs from now on: its loops, the inbox, the purge, the store's watch,
-   * the gauges' reads. `awaitStart`: a start in progress is waited for and stopped once done
-   * (shutdown), rather than left to undo itself (abandon).
-   */
-  private async halt(awaitStart: boolean): Promise<void> {
-    this.stopped = true;
-    await (awaitStart ? this.stopLoops(() => true) : this.stopStarted(() => true));
-    await this.purgeJob.stop();
-    await this.unwatch?.().catch(() => undefined);
-    this.unwatch = undefined;
-    this.metrics.readStatsFrom(undefined);
-  }
-
-  private async closeOwnedStore(): Promise<void> {
-    const store = this.ownedStore;
-    this.ownedStore = undefined;
-    await store?.close().catch(() => undefined);
+  /** At bootstrap: starts when the app asked for the outbox or handles inbox messages. */
+  async start(): Promise<void> {
+    if (!this.options.outbox.configured && this.handlers.all().length === 0) return;
+    // The messages' class-validator rules, attached now rather than at the first message, so
+    // that the application's own code can validate OutboxEvent / OutboxCommand from the start.
+    messageValidation();
+    await this.ready();
   }
 
   /** The store, once opened, migrated and running (started now if it was not). */
   ready(): Promise<OutboxStore> {
     if (this.stopped) return Promise.reject(new Error('the outbox has been shut down'));
-    this.starting ??= this.start().catch((error: unknown) => {
+    this.starting ??= this.run().catch((error: unknown) => {
       this.starting = undefined; // the next use tries again
       throw error;
     });
     return this.starting;
+  }
+
+  /**
+   * Records one message of an inbox channel (the consumer host's subscriptions hand them here);
+   * never throws.
+   */
+  receiveInbox(message: InboundMessage): Promise<Disposition> {
+    if (!this.receiver) {
+      return Promise.resolve({
+        action: 'requeue',
+        delayMs: this.options.tuning.backpressureDelayMs,
+        reason: 'the inbox is not running',
+      });
+    }
+    return this.receiver.receive(message);
   }
 
   /** Asks a box's relay or processor to look for due records now. */
@@ -132,11 +95,12 @@ export class OutboxRuntime
   }
 
   /**
-   * Runs the retention purge now (the job runs it every `purgeIntervalMs`), or joins the one in
-   * progress; resolves to the number of records deleted.
+   * Runs the retention purge now (it runs every `tuning.sweepers.purge.intervalMs`), or joins
+   * the one in progress; resolves to the number of records deleted.
    */
-  purgeNow(): Promise<number> {
-    return this.purgeJob.run();
+  async purgeNow(): Promise<number> {
+    await this.ready();
+    return this.purge!.sweep();
   }
 
   /** Resolves once no relay or processor cycle is running or asked for (for tests). */
@@ -145,95 +109,77 @@ export class OutboxRuntime
   }
 
   /**
-   * Stops the inbox: its receiver and processors, waiting for the handlers in progress. In
-   * `onModuleDestroy`, the earliest shutdown hook of this module: before the `onModuleDestroy` of
-   * the modules Nest destroys after it (those it imports, and those deeper in the application's
-   * imports), so that handlers finish while what those provide is open. Nest calls the root
-   * module's hooks first and a global module's last: close what handlers use in
-   * `onApplicationShutdown` to be safe in every layout. The relays, which run no application
-   * code, go on until `beforeApplicationShutdown`: what other modules record while they are
-   * destroyed is still relayed.
+   * Stops the inbox processors, waiting for the handlers in progress, once the inbox channels'
+   * subscriptions are closed. Nest calls the root module's hooks first and a global module's
+   * last: close what handlers use in `onApplicationShutdown` to be safe in every layout.
    */
-  async onModuleDestroy(): Promise<void> {
+  async stopConsuming(): Promise<void> {
+    await this.starting?.catch(() => undefined);
     await this.stopLoops((box) => box.startsWith('inbox'));
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.halt(true); // a start retried since (after a failed one) too
-  }
-
-  /**
-   * Stops the receiver (with the inbox) and the loops of the boxes `which` selects, those of a
-   * start in progress too (once it is done).
-   */
-  private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
+  /** Nothing of the outbox runs from now on: the relays, the purge, the store's watch, the gauges. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    // A start in progress (a use of OutboxService, retried after a failed one) is waited for.
     await this.starting?.catch(() => undefined);
-    await this.stopStarted(which);
+    await this.stopLoops(() => true);
+    await this.purge?.stop();
+    await this.unwatch?.().catch(() => undefined);
+    this.unwatch = undefined;
+    this.metrics.readStatsFrom(undefined);
   }
 
-  /** {@link stopLoops} for what has started so far. */
-  private async stopStarted(which: (box: BoxName) => boolean): Promise<void> {
-    await this.receiver?.stop();
+  /** Closes the embedded store, when it opened one. */
+  async close(): Promise<void> {
+    const store = this.ownedStore;
+    this.ownedStore = undefined;
+    await store?.close();
+  }
+
+  /** Stops the loops of the boxes `which` selects. */
+  private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
     for (const worker of this.workers) if (which(worker.box)) worker.stop();
     for (const [box, loops] of this.loops) {
       if (which(box)) for (const loop of loops) await loop.stop();
     }
   }
 
-  async onApplicationShutdown(): Promise<void> {
-    await this.ownedStore?.close();
-  }
-
-  private async start(): Promise<OutboxStore> {
-    if (!this.options.store && this.transport.name !== 'in-memory') {
+  private async run(): Promise<OutboxStore> {
+    if (!this.source.store && this.transport.name !== 'in-memory') {
       this.logger.warn(
         `the outbox runs on the embedded in-memory SQLite store, but the transport is ` +
           `${this.transport.name}: rows not yet relayed, inbox records not yet handled and the ` +
           'ids that recognise duplicates are lost at restart; give outbox.store a ' +
-          'PostgresOutboxStore (or a SqliteOutboxStore on a file)',
+          'PostgresOutboxStore (or stores: postgres(url), or a SqliteOutboxStore on a file)',
       );
     }
     const loops: BoxLoop[] = [];
     let store: OutboxStore;
     try {
-      store = this.options.store ?? (this.ownedStore ??= await this.embeddedStore());
-      this.assertNotAbandoned();
-      if (this.options.migrate) await store.migrate();
-      this.assertNotAbandoned();
-      for (const box of BOX_NAMES) {
-        loops.push(...this.loopsFor(box, store));
-      }
+      store = this.source.store ?? (this.ownedStore ??= await this.source.openEmbedded());
+      if (this.options.outbox.migrate) await store.migrate();
+      for (const box of BOX_NAMES) loops.push(...this.loopsFor(box, store));
       this.unwatch = await store.watch((box) => this.wake(box));
-      this.assertNotAbandoned();
       if (this.handlers.all().length > 0) {
-        this.receiver = new InboxReceiver(
-          store,
-          this.transport,
-          this.handlers,
-          this.metrics,
-          this.logger,
-          (kind) => this.wake(inboxOf(kind)),
+        this.receiver = new InboxReceiver(store, this.handlers, this.metrics, this.logger, (kind) =>
+          this.wake(inboxOf(kind)),
         );
-        await this.receiver.start((kind) => this.prefetchFor(kind));
-        this.assertNotAbandoned();
       }
     } catch (error) {
       // Nothing half-started may keep running: the next use of the outbox starts afresh.
       for (const loop of loops) await loop.stop();
-      await this.receiver?.stop().catch(() => undefined);
       await this.unwatch?.().catch(() => undefined);
       this.receiver = this.unwatch = undefined;
       this.workers.length = 0;
       this.loops.clear();
-      if (this.abandoned) await this.closeOwnedStore();
       throw error;
     }
     // Last: only a fully started outbox claims anything.
-    for (const loop of loops) loop.start(this.options.boxes[loop.box].pollIntervalMs);
+    for (const loop of loops) loop.start(this.options.outbox.boxes[loop.box].pollIntervalMs);
     this.metrics.readStatsFrom((box) => store.stats(box));
-    this.purgeJob.start(this.options.purgeIntervalMs, (error) =>
-      this.logger.warn(`outbox purge failed; will retry next interval: ${errorMessage(error)}`),
-    );
+    this.purge = new OutboxPurge(store, this.options, this.schedulerRegistry);
+    this.purge.start();
     return store;
   }
 
@@ -242,7 +188,7 @@ export class OutboxRuntime
    * (their claims never overlap: each takes rows the others do not hold); none when not enabled.
    */
   private loopsFor(box: BoxName, store: OutboxStore): BoxLoop[] {
-    const options = this.options.boxes[box];
+    const options = this.options.outbox.boxes[box];
     const enabled =
       options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
     if (!enabled) return [];
@@ -259,75 +205,4 @@ export class OutboxRuntime
     this.loops.set(box, loops);
     return loops;
   }
-
-  /**
-   * An ordered inbox takes one message at a time from its channels, so that its records are
-   * appended in the order this instance received them.
-   */
-  private prefetchFor(kind: 'event' | 'command'): number {
-    return this.options.boxes[inboxOf(kind)].ordered ? 1 : this.options.inboxPrefetch;
-  }
-
-  private assertNotAbandoned(): void {
-    if (this.abandoned) {
-      throw new Error(
-        'the outbox did not start: another consumer of the module failed to start first',
-      );
-    }
-  }
-
-  /**
-   * The embedded default: an in-memory SQLite database. Loaded only when used, so that an
-   * application with an outbox store of its own (or no outbox) needs no better-sqlite3.
-   */
-  private async embeddedStore(): Promise<OutboxStore> {
-    let sqlite: typeof import('../adapters/stores/sqlite/sqlite.outbox-store');
-    try {
-      sqlite = await import('../adapters/stores/sqlite/sqlite.outbox-store');
-    } catch (error) {
-      if (!isMissingModule(error, 'better-sqlite3')) throw error;
-      throw new SequenceOptionsError('SequenceModule outbox options', [
-        'the outbox runs on an embedded SQLite database unless outbox.store is given, and ' +
-          'better-sqlite3 is not installed: `npm install better-sqlite3@12`, or give ' +
-          'outbox.store a PostgresOutboxStore (nest-sequence/postgres)',
-      ]);
-    }
-    return sqlite.SqliteOutboxStore.open({ filename: ':memory:' });
-  }
-
-  /** Deletes completed records past each box's retention, in small batches. */
-  private async purge(): Promise<number> {
-    const store = await this.ready();
-    let deleted = 0;
-    let failure: Error | undefined;
-    for (const box of BOX_NAMES) {
-      const { retentionMs } = this.options.boxes[box];
-      if (retentionMs === false || this.purgeJob.stopping) continue;
-      try {
-        // A retention longer than the epoch is old reaches before it: nothing is that old.
-        const completedBefore = Math.max(0, Date.now() - retentionMs);
-        const batchSize = this.options.purgeBatchSize;
-        // One statement at a time, so that a large backlog (retention just switched on) does not
-        // hold the shutdown: it stops between statements and goes on at the next interval.
-        while (!this.purgeJob.stopping) {
-          const purged = await store.purge(box, { completedBefore, batchSize, maxBatches: 1 });
-          deleted += purged;
-          if (purged < batchSize) break;
-        }
-      } catch (error) {
-        // One box failing must not leave the boxes after it unpurged.
-        failure ??= asError(error);
-      }
-    }
-    if (failure !== undefined) throw failure;
-    return deleted;
-  }
-}
-
-/** Whether `error` is Node's failure to find the package `name` (not one of its own imports failing). */
-function isMissingModule(error: unknown, name: string): boolean {
-  return (
-    (error as { code?: unknown } | null)?.code === 'MODULE_NOT_FOUND' &&
-    String((error as Error).message).includes(`'${name}'`)
-  );
 }

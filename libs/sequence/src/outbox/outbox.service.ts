@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { BoxName, BoxStats, SqlExecutor, StoredRecord } from '../ports/outbox-store.port';
-import type { CommandInput, EventInput } from './outbox-message';
+import type { CommandInput, EventInput } from '../core/outbox-message';
 import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
 import {
   checkedHeaders,

@@ -1,23 +1,19 @@
-import type { ResolvedBoxOptions } from './outbox.options';
 import { describeError, failedAttempt, retryDelay } from './retry-schedule';
 
-const options = {
-  retryBaseMs: 1_000,
-  retryMaxMs: 60_000,
-  maxAttempts: 4,
-} as ResolvedBoxOptions;
+const retry = { attempts: 4, baseDelayMs: 1_000, maxDelayMs: 60_000 };
+const options = { retry };
 
 describe('retry schedule', () => {
-  it('doubles per attempt, between half and all of the ceiling, up to retryMaxMs', () => {
-    expect(retryDelay(1, options, () => 0)).toBe(500);
-    expect(retryDelay(1, options, () => 1)).toBe(1_000);
-    expect(retryDelay(3, options, () => 0)).toBe(2_000);
-    expect(retryDelay(3, options, () => 1)).toBe(4_000);
-    expect(retryDelay(30, options, () => 1)).toBe(60_000);
-    expect(retryDelay(1_000, options, () => 0.5)).toBe(45_000);
+  it('doubles per attempt, between half and all of the ceiling, up to maxDelayMs', () => {
+    expect(retryDelay(1, retry, () => 0)).toBe(500);
+    expect(retryDelay(1, retry, () => 1)).toBe(1_000);
+    expect(retryDelay(3, retry, () => 0)).toBe(2_000);
+    expect(retryDelay(3, retry, () => 1)).toBe(4_000);
+    expect(retryDelay(30, retry, () => 1)).toBe(60_000);
+    expect(retryDelay(1_000, retry, () => 0.5)).toBe(45_000);
   });
 
-  it('retries until maxAttempts, then fails, keeping the error', () => {
+  it('retries until retry.attempts, then fails, keeping the error', () => {
     const error = new Error('broker said no');
     expect(failedAttempt({ id: 'a', attempts: 0 }, error, 10_000, options)).toMatchObject({
       status: 'retry',

@@ -1,8 +1,8 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { errorMessage } from '../core/errors/caught';
-import type { GapEvent } from './gap-event';
-import { RESEQUENCER_OPTIONS } from './resequencer.constants';
-import type { ResolvedResequencerModuleOptions } from './resequencer.options';
+import type { GapEvent } from '../core/gap-event';
+import { RESOLVED_OPTIONS } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 
 export type GapListener = (event: GapEvent) => void | Promise<void>;
 
@@ -12,9 +12,11 @@ export class GapReporter {
   private readonly logger = new Logger('Resequencer');
   private readonly listeners = new Set<GapListener>();
 
-  constructor(
-    @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,
-  ) {}
+  private readonly onGap?: GapListener;
+
+  constructor(@Inject(RESOLVED_OPTIONS) options: ResolvedOptions) {
+    this.onGap = options.resequencer.onGap;
+  }
 
   /** Adds a listener; returns the function that removes it. */
   add(listener: GapListener): () => void {
@@ -24,9 +26,7 @@ export class GapReporter {
 
   /** Calls every listener; a listener that fails is logged, never propagated. */
   async report(event: GapEvent): Promise<void> {
-    const listeners = this.options.onGap
-      ? [this.options.onGap, ...this.listeners]
-      : [...this.listeners];
+    const listeners = this.onGap ? [this.onGap, ...this.listeners] : [...this.listeners];
     for (const listener of listeners) {
       try {
         await listener(event);

@@ -1,18 +1,11 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  Optional,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { ResequencerRegistry } from '../discovery/resequencer.registry';
-import { IntervalJob } from '../scheduling/interval-job';
 import { clockFrom } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
-import { RESEQUENCER_OPTIONS } from './resequencer.constants';
-import type { ResolvedResequencerModuleOptions } from './resequencer.options';
+import { Sweeper } from '../kernel/sweeper';
+import { RESOLVED_OPTIONS } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { ResequencerCatalog } from './resequencer.catalog';
 
 export const GAP_SWEEPER_INTERVAL = 'nest-sequence:gap-sweeper';
 
@@ -28,44 +21,34 @@ export interface GapSweepReport {
  * store resolves each gap once, and a key's hand-off has one drainer at a time.
  */
 @Injectable()
-export class GapSweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('Resequencer');
-  /** Its `stopping`, set at shutdown, stops a sweep in progress at the next key. */
-  private readonly job: IntervalJob<GapSweepReport>;
+export class GapSweeper extends Sweeper<GapSweepReport> {
+  protected readonly what = 'gap sweep';
 
   constructor(
-    @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,
-    private readonly registry: ResequencerRegistry,
+    @Inject(RESOLVED_OPTIONS) options: ResolvedOptions,
+    private readonly catalog: ResequencerCatalog,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.job = new IntervalJob(GAP_SWEEPER_INTERVAL, schedulerRegistry, () =>
-      this.sweepAll(Date.now()),
+    super(
+      GAP_SWEEPER_INTERVAL,
+      options.tuning.sweepers.gaps,
+      new Logger('Resequencer'),
+      schedulerRegistry,
     );
   }
 
-  onApplicationBootstrap(): void {
-    this.job.start(this.options.sweepIntervalMs, (error) =>
-      this.logger.warn(`gap sweep failed; will retry next interval: ${errorMessage(error)}`),
-    );
-  }
-
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.job.stop();
-  }
-
-  /** Runs one sweep now. Overlapping calls share one run. */
-  sweep(now: number = Date.now()): Promise<GapSweepReport> {
-    return this.job.run(() => this.sweepAll(now));
+  protected sweepOnce(now: number): Promise<GapSweepReport> {
+    return this.sweepAll(now);
   }
 
   private async sweepAll(now: number): Promise<GapSweepReport> {
     const totals = { gapsResolved: 0, stalledDrained: 0 };
     // One clock for the whole sweep, moving on while it goes from one resequencer to the next.
     const clock = clockFrom(now);
-    for (const { resequencer } of this.registry.all()) {
+    for (const { resequencer } of this.catalog.all()) {
       try {
-        if (this.job.stopping) break;
-        const report = await resequencer.sweep(clock(), () => this.job.stopping);
+        if (this.stopping) break;
+        const report = await resequencer.sweep(clock(), () => this.stopping);
         totals.gapsResolved += report.gapsResolved;
         totals.stalledDrained += report.stalledDrained;
       } catch (error) {

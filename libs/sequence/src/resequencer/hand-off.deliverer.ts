@@ -1,22 +1,22 @@
+import { ResequenceHeader } from '../core/resequence-input';
 import type { Logger } from '@nestjs/common';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
-import type { ResequencerMetrics } from '../observability/resequencer.metrics';
+import type { ResequencerMetrics } from './resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
 import { assertSendable, isUnsendable, type Transport } from '../ports/transport.port';
-import { callHandlerWithRetry } from '../sequence/handler-retry';
+import { callHandlerWithRetry } from '../kernel/handler-retry';
 import {
   mayHaveReachedTheBroker,
   publishOnce,
   publishWithRetry,
   type PublishOutcome,
-} from '../sequence/publish-with-retry';
+} from '../kernel/publish-with-retry';
 import { errorMessage } from '../core/errors/caught';
-import type { PublishRetryOptions } from '../sequence.options';
-import type { GapEvent } from './gap-event';
-import type { ResolvedResequencer } from './resequencer.options';
-import { ResequencedEvent, ResequenceHeader } from './resequenced-event';
+import type { GapEvent } from '../core/gap-event';
+import type { ResolvedPublishPolicy, ResolvedResequencer } from '../options/resolved-options';
+import { ResequencedEvent } from './resequenced-event';
 
 /** What a resequencer's released events are handed to. */
 export interface HandOffTargets {
@@ -24,7 +24,7 @@ export interface HandOffTargets {
   /** The decorated method (or the service user's handler); absent when only `output` is used. */
   readonly handler?: (event: ResequencedEvent) => unknown;
   readonly transport: Transport;
-  readonly publish: Required<PublishRetryOptions>;
+  readonly publish: ResolvedPublishPolicy;
   readonly metrics: ResequencerMetrics;
   readonly logger: Logger;
   /** Reports a gap outcome to the listeners (never throws). */

@@ -1,10 +1,11 @@
+import { ResequenceHeader, type ResequencerInput } from '../core/resequence-input';
 import {
   isResequencerKey,
   isSequenceNumber,
   MAX_SEQUENCE_NUMBER,
 } from '../ports/resequencer-store.port';
-import type { ResequencerField } from './resequencer.options';
-import { ResequenceHeader, type ResequencerInput } from './resequenced-event';
+import type { ResequencerField } from '../options/resequencer.options';
+
 import { errorMessage } from '../core/errors/caught';
 
 /** An event's key and sequence number, or why they could not be read. */

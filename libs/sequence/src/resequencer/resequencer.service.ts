@@ -1,24 +1,22 @@
+import { type ResequencerInput } from '../core/resequence-input';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { ResequencerRegistry } from '../discovery/resequencer.registry';
-import { ResequencerMetrics } from '../observability/resequencer.metrics';
+import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
+import { RESEQUENCER_STORE, RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type { ResequencerDefinition } from '../options/resequencer.options';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { resolveResequencerDefinition } from '../options/resolve-resequencer';
+import { ResequencerMetrics } from './resequencer.metrics';
 import type {
   OpenGap,
   ResequencerKeyState,
   ResequencerStore,
 } from '../ports/resequencer-store.port';
 import type { Disposition, Transport } from '../ports/transport.port';
-import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
 import { GapReporter, type GapListener } from './gap.reporter';
 import { Resequencer } from './resequencer';
-import { RESEQUENCER_OPTIONS, RESEQUENCER_STORE } from './resequencer.constants';
-import {
-  resolveDefinition,
-  type ResequencerDefinition,
-  type ResolvedResequencerModuleOptions,
-} from './resequencer.options';
-import type { ResequencedEvent, ResequencerInput } from './resequenced-event';
+import { ResequencerCatalog } from './resequencer.catalog';
+import type { ResequencedEvent } from './resequenced-event';
 
 /**
  * Resequencers by hand, for applications that consume with their own subscriber, and inspection
@@ -32,15 +30,14 @@ import type { ResequencedEvent, ResequencerInput } from './resequenced-event';
  * const disposition = await statuses.receive({ body, headers });
  */
 @Injectable()
-export class ResequencerService {
+export class ResequencerService implements OrderedIntake {
   private readonly logger = new Logger('Resequencer');
 
   constructor(
     @Inject(RESEQUENCER_STORE) private readonly store: ResequencerStore,
-    @Inject(RESEQUENCER_OPTIONS) private readonly options: ResolvedResequencerModuleOptions,
-    @Inject(SEQUENCE_OPTIONS) private readonly sequenceOptions: ResolvedSequenceOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    private readonly registry: ResequencerRegistry,
+    private readonly catalog: ResequencerCatalog,
     private readonly metrics: ResequencerMetrics,
     private readonly gaps: GapReporter,
   ) {}
@@ -54,22 +51,30 @@ export class ResequencerService {
     definition: ResequencerDefinition,
     handler?: (event: ResequencedEvent) => unknown,
   ): Resequencer {
-    return this.define('ResequencerService.create', definition, handler, false);
+    return this.define('ResequencerService.create', definition, handler);
   }
 
-  /** @internal The explorer's entry point for `@Resequenced` methods. */
+  /** A resequencer fed by the caller: stream mode's, over its sequences' fragments. */
+  defineIntake(
+    definedBy: string,
+    definition: ResequencerDefinition,
+    handler: (event: OrderedEvent) => unknown,
+  ): Resequencer {
+    return this.define(definedBy, definition, handler);
+  }
+
+  /**
+   * Defines a resequencer (`@Resequenced` methods, `create`, stream mode): its options resolved
+   * over the module's, and its name taken in the catalog.
+   * @throws SequenceOptionsError naming `definedBy`
+   */
   define(
     definedBy: string,
     definition: ResequencerDefinition,
     handler: ((event: ResequencedEvent) => unknown) | undefined,
-    subscribed: boolean,
   ): Resequencer {
-    const resolved = resolveDefinition(
-      definedBy,
-      definition,
-      this.options,
-      this.sequenceOptions,
-      (channel) => this.transport.deadLetterChannel(channel),
+    const resolved = resolveResequencerDefinition(definedBy, definition, this.options, (channel) =>
+      this.transport.deadLetterChannel(channel),
     );
     if (resolved.callHandler && !handler) {
       // Released events would be counted delivered, and their input acked, with nobody told.
@@ -83,8 +88,7 @@ export class ResequencerService {
       resolved,
       {
         store: this.store,
-        module: this.options,
-        sequence: this.sequenceOptions,
+        options: this.options,
         metrics: this.metrics,
         logger: this.logger,
       },
@@ -94,7 +98,7 @@ export class ResequencerService {
         reportGap: (event) => this.gaps.report(event),
       },
     );
-    this.registry.add({ definedBy, resequencer, subscribed });
+    this.catalog.add({ definedBy, resequencer });
     return resequencer;
   }
 
@@ -133,9 +137,9 @@ export class ResequencerService {
 
   /** The resequencer `name`; throws when there is none. */
   named(name: string): Resequencer {
-    const entry = this.registry.get(name);
+    const entry = this.catalog.get(name);
     if (!entry) {
-      const known = this.registry.all().map((each) => each.resequencer.name);
+      const known = this.catalog.all().map((each) => each.resequencer.name);
       throw new RangeError(
         `no resequencer named ${name}; known: ${known.length > 0 ? known.join(', ') : 'none'}`,
       );

@@ -1,9 +1,10 @@
+import { type ResequencerInput } from '../core/resequence-input';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import { clockFrom } from '../core/async';
 import { deathReason } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
-import type { ResequencerMetrics } from '../observability/resequencer.metrics';
+import type { ResequencerMetrics } from './resequencer.metrics';
 import type {
   DrainClaim,
   DrainContext,
@@ -15,13 +16,11 @@ import type {
 } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
-import type { ResolvedSequenceOptions } from '../sequence.options';
 import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import { LocalDrains } from './local-drains';
-import type { ResolvedResequencer, ResolvedResequencerModuleOptions } from './resequencer.options';
+import type { ResolvedOptions, ResolvedResequencer } from '../options/resolved-options';
 import { positionOf } from './resequencer-fields';
-import type { ResequencerInput } from './resequenced-event';
 
 /** How a drain ended: the list emptied, another holder drains it, or delivery must wait. */
 export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
@@ -42,8 +41,7 @@ export interface ResequencerSweepReport {
 
 export interface ResequencerDependencies {
   readonly store: ResequencerStore;
-  readonly module: ResolvedResequencerModuleOptions;
-  readonly sequence: ResolvedSequenceOptions;
+  readonly options: ResolvedOptions;
   readonly metrics: ResequencerMetrics;
   readonly logger: Logger;
 }
@@ -75,7 +73,7 @@ export class Resequencer {
     this.deliverer = new HandOffDeliverer({
       ...targets,
       definition,
-      publish: deps.sequence.publish,
+      publish: deps.options.publish,
       metrics: deps.metrics,
       logger: deps.logger,
     });
@@ -114,10 +112,14 @@ export class Resequencer {
           start: definition.start,
           limits: {
             maxBufferedPerKey: definition.maxBufferedPerKey,
-            maxBufferedTotal: deps.module.maxBufferedTotal,
+            maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
           },
           now: Date.now(),
-          drain: { holder, leaseMs: deps.sequence.leaseMs, limit: deps.module.drainBatch },
+          drain: {
+            holder,
+            leaseMs: deps.options.tuning.leaseMs,
+            limit: deps.options.tuning.drain.batchSize,
+          },
         },
       );
     } catch (error) {
@@ -155,19 +157,20 @@ export class Resequencer {
    * without delivering when another holder's lease is live.
    */
   async drain(key: string, started?: StartedDrain): Promise<DrainResult> {
-    const { store, sequence, module, logger } = this.deps;
+    const { store, options, logger } = this.deps;
+    const { leaseMs, drain } = options.tuning;
     const ref = this.ref(key);
     const holder = started?.holder ?? this.newHolder();
     const context = (): DrainContext => ({
       holder,
-      leaseMs: sequence.leaseMs,
-      limit: module.drainBatch,
+      leaseMs,
+      limit: drain.batchSize,
       now: Date.now(),
     });
     const claimedAt = started?.claimedAt ?? Date.now();
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
-    const lease = new DrainLease(store, ref, holder, sequence.leaseMs, claimedAt, logger);
+    const lease = new DrainLease(store, ref, holder, leaseMs, claimedAt, logger);
     this.localDrains.begin(key);
     try {
       while (claim.kind === 'claimed') {
@@ -217,14 +220,16 @@ export class Resequencer {
     now: number = Date.now(),
     stopping: () => boolean = () => false,
   ): Promise<ResequencerSweepReport> {
-    const { store, module, sequence, metrics, logger } = this.deps;
+    const { store, options, metrics, logger } = this.deps;
+    const { leaseMs } = options.tuning;
+    const { batchSize } = options.tuning.sweepers.gaps;
     const { policy, timeoutMs } = this.definition.gap;
     const openedBefore = now - timeoutMs;
     // The sweep's clock moves on while it drains one key after another: a gap that a skip leaves
     // open dates from when its key was resolved, or it would be acted on before its timeout.
     const clock = clockFrom(now);
     let gapsResolved = 0;
-    for (const gap of await store.listGaps(this.name, openedBefore, module.sweepBatch)) {
+    for (const gap of await store.listGaps(this.name, openedBefore, batchSize)) {
       if (stopping()) return { gapsResolved, stalledDrained: 0 };
       const resolution = await store.resolveGap(this.ref(gap.key), policy, {
         openedBefore,
@@ -234,11 +239,7 @@ export class Resequencer {
       gapsResolved++;
       await this.drainQuietly(gap.key);
     }
-    const stalled = await store.listStalledHandOffs(
-      this.name,
-      now - sequence.leaseMs,
-      module.sweepBatch,
-    );
+    const stalled = await store.listStalledHandOffs(this.name, now - leaseMs, batchSize);
     let stalledDrained = 0;
     for (const key of stalled) {
       if (stopping()) break;
@@ -278,7 +279,7 @@ export class Resequencer {
    * starting from the claim its accept made, if any.
    */
   private async drainFor(key: string, first: Partial<StartedDrain>): Promise<Disposition> {
-    const deadline = Date.now() + this.deps.module.drainWaitMs;
+    const deadline = Date.now() + this.deps.options.tuning.drain.waitMs;
     let started: StartedDrain | undefined =
       first.claim && first.holder && first.claimedAt !== undefined
         ? { holder: first.holder, claim: first.claim, claimedAt: first.claimedAt }
@@ -304,7 +305,7 @@ export class Resequencer {
   }
 
   private newHolder(): string {
-    return `${this.deps.sequence.consumerId}:${randomUUID()}`;
+    return `${this.deps.options.consumerId}:${randomUUID()}`;
   }
 
   private ref(key: string): ResequencerKey {
@@ -319,7 +320,7 @@ export class Resequencer {
   }
 
   private requeue(reason: string): Disposition {
-    return { action: 'requeue', delayMs: this.deps.sequence.backpressureDelayMs, reason };
+    return { action: 'requeue', delayMs: this.deps.options.tuning.backpressureDelayMs, reason };
   }
 }
 

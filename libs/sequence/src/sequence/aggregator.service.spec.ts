@@ -2,10 +2,13 @@ import {
   AggregatorService,
   InMemoryTransport,
   type InboundMessage,
+  type SequenceModuleOptions,
+  type SequencedHandlerOptions,
   type Subscription,
 } from 'nest-sequence';
 import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
-import { fragmentPrefetch, resolveSequenceOptions } from '../sequence.options';
+import { resolveModuleOptions } from '../options/resolve-options';
+import { fragmentPrefetch } from '../options/resolve-sequence';
 import {
   createSequenceTestApp,
   makeFragments,
@@ -102,11 +105,11 @@ describe('the prefetch of a sequence consumer', () => {
     }
   }
 
-  it.each([
+  it.each<[string, SequenceModuleOptions, SequencedHandlerOptions | object, number]>([
     ['16 MiB fragments fit twice in the default 32 MiB', {}, {}, 2],
     ['fragments of at most 2 MiB leave prefetch as it is', {}, { maxFragmentBytes: 2 * MiB }, 16],
     ['a prefetchBytes of the handler', {}, { prefetchBytes: 48 * MiB }, 3],
-    ['a prefetchBytes below one fragment', { prefetchBytes: MiB }, {}, 1],
+    ['a prefetchBytes below one fragment', { sequence: { prefetchBytes: MiB } }, {}, 1],
     ['a lower prefetch stands', { prefetch: 3 }, { maxFragmentBytes: MiB }, 3],
   ])(
     'subscribes a @SequencedHandler with the prefetch that fits prefetchBytes: %s',
@@ -126,7 +129,7 @@ describe('the prefetch of a sequence consumer', () => {
   );
 
   it('leaves the module prefetch of other consumers alone', () => {
-    const options = resolveSequenceOptions({}, new InMemoryTransport());
+    const options = resolveModuleOptions([], {}, new InMemoryTransport()).sequence.consumer;
     expect(options.prefetch).toBe(16);
     expect(fragmentPrefetch(options)).toBe(2);
   });

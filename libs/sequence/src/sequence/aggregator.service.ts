@@ -4,23 +4,25 @@ import { crc32 } from '../core/checksum';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
-import { SequenceMetrics } from '../observability/sequence.metrics';
+import { SequenceMetrics } from './sequence.metrics';
 import type { AcceptResult, SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
-import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
+import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import {
+  FRAGMENT_PARKING,
+  type FragmentParking,
+  type SequenceReassembler,
+  type TakenFragment,
+} from '../kernel/pattern-contracts';
+import type { ResolvedOptions } from '../options/resolved-options';
 import {
   fragmentPrefetch,
-  resolveConsumerOptions,
+  resolveSequenceConsumer,
   sequenceLimits,
-  type ResolvedSequenceOptions,
-  type SequenceConsumerOptions,
-} from '../sequence.options';
+} from '../options/resolve-sequence';
+import type { SequenceConsumerOptions } from '../options/sequence.options';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
-import { claimCheckMarking } from '../claim-check/claim-check.headers';
-import { PayloadParking, type ResolvedTicket } from '../claim-check/payload-parking';
-import { payloadReadRejection } from '../claim-check/payload-read-rejection';
-import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
-import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
+import { claimCheckMarking } from '../core/claim-check-headers';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
 import { SequenceDelivery } from './sequence-delivery';
@@ -30,9 +32,9 @@ export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 const ACK: Disposition = { action: 'ack' };
 
 /** What `intake` learnt of a fragment, for `receive` to act on once the disposition is known. */
-interface TakenFragment {
+interface FragmentIntake {
   /** Its body was parked in the payload store (sent `via: 'claim-check'`). */
-  parked?: ResolvedTicket;
+  parked?: TakenFragment;
 }
 
 /** Sequences at once whose in-order arrivals are hashed as they come (see IntakeDigests). */
@@ -48,7 +50,7 @@ const INTAKE_DIGEST_CAPACITY = 1024;
  * myBroker.onMessage(async (msg) => settle(msg, await aggregator.receive(msg, consumer)));
  */
 @Injectable()
-export class AggregatorService {
+export class AggregatorService implements SequenceReassembler {
   private readonly logger = new Logger(AggregatorService.name);
   /** Dead-letter channel of every consumer created here, for records published on its behalf. */
   private readonly deadLetterChannels = new Map<string, string>();
@@ -58,9 +60,9 @@ export class AggregatorService {
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,
-    private readonly parking: PayloadParking,
+    @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
   ) {
     this.delivery = new SequenceDelivery(store, options, metrics, this.logger);
   }
@@ -72,7 +74,7 @@ export class AggregatorService {
     overrides: SequenceConsumerOptions = {},
   ): SequenceConsumer {
     const where = `sequence consumer of ${channel}`;
-    const resolved = resolveConsumerOptions(where, overrides, this.options);
+    const resolved = resolveSequenceConsumer(where, overrides, this.options);
     const options = { ...resolved, prefetch: fragmentPrefetch(resolved) };
     if (options.deadLetterChannel) this.deadLetterChannels.set(channel, options.deadLetterChannel);
     return { channel, handler, options };
@@ -93,14 +95,14 @@ export class AggregatorService {
    * only after the handler succeeded.
    */
   async receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
-    const taken: TakenFragment = {};
+    const taken: FragmentIntake = {};
     try {
       const disposition = await this.intake(message, consumer, taken);
       // A fragment sent via claim check: its bytes are in the sequence store and its message is
       // about to be acked, so the parked copy has served its purpose. Not earlier: a message
       // redelivered before its ack (a crash mid-handler) still needs its body.
       if (taken.parked && disposition.action === 'ack') {
-        void this.parking.releaseParked(taken.parked);
+        void taken.parked.release();
       }
       return disposition;
     } catch (error) {
@@ -115,7 +117,7 @@ export class AggregatorService {
   private async intake(
     message: InboundMessage,
     consumer: SequenceConsumer,
-    taken: TakenFragment,
+    taken: FragmentIntake,
   ): Promise<Disposition> {
     const { channel, options } = consumer;
     const received: unknown = message.body;
@@ -170,10 +172,10 @@ export class AggregatorService {
         {
           now: Date.now(),
           consumerId: leaseToken,
-          leaseMs: this.options.leaseMs,
+          leaseMs: this.options.tuning.leaseMs,
           expiry: options.timeout,
-          limits: sequenceLimits(options, this.options),
-          retentionMs: this.options.retentionMs,
+          limits: sequenceLimits(options, this.options.sequence),
+          retentionMs: this.options.sequence.retentionMs,
         },
       );
       this.digests.follow(
@@ -264,20 +266,12 @@ export class AggregatorService {
     channel: string,
     ticketBody: Buffer,
     maxFragmentBytes: number,
-  ): Promise<{ body: Buffer; parked: ResolvedTicket } | Disposition> {
+  ): Promise<{ body: Buffer; parked: TakenFragment } | Disposition> {
     try {
-      const parked = this.parking.resolve(ticketBody);
-      if (parked.ticket.bytes > maxFragmentBytes) {
-        return this.rejectFragment(
-          channel,
-          'fragment-too-large',
-          `${parked.ticket.bytes}-byte parked body exceeds maxFragmentBytes (${maxFragmentBytes})`,
-        );
-      }
-      return { body: await this.parking.readWhole(parked), parked };
+      const taken = await this.parking.take(ticketBody, maxFragmentBytes);
+      if ('refused' in taken) return this.rejectFragment(channel, taken.refused, taken.detail);
+      return { body: taken.body, parked: taken };
     } catch (error) {
-      const code = parkedBodyRejection(error);
-      if (code) return this.rejectFragment(channel, code, errorMessage(error));
       this.logger.warn(
         `${channel}: could not read a parked fragment body; requeued: ${errorMessage(error)}`,
       );
@@ -292,15 +286,8 @@ export class AggregatorService {
   }
 
   private requeue(reason: string): Disposition {
-    return { action: 'requeue', delayMs: this.options.backpressureDelayMs, reason };
+    return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
-}
-
-/** Why a parked fragment body is refused for good; undefined for a transient failure. */
-function parkedBodyRejection(error: unknown): RejectionCode | undefined {
-  if (error instanceof ClaimTicketInvalidError) return 'claim-ticket-invalid';
-  if (error instanceof UnknownPayloadStoreError) return 'unknown-payload-store';
-  return payloadReadRejection(error);
 }
 
 /** Headers as an object, whatever the subscriber handed over (amqplib gives undefined for none). */

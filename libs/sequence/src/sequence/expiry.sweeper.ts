@@ -1,26 +1,18 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  Optional,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { withTimeout } from '../core/async';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
-import { SequenceMetrics } from '../observability/sequence.metrics';
+import { Sweeper } from '../kernel/sweeper';
+import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
-import { SEQUENCE_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../sequence.constants';
-import type { ResolvedSequenceOptions } from '../sequence.options';
-import { IntervalJob } from '../scheduling/interval-job';
 import { AggregatorService } from './aggregator.service';
+import { SequenceMetrics } from './sequence.metrics';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
-const SWEEP_BATCH = 100;
 
 /**
  * Expires incomplete sequences whose deadline passed: frees their buffer, calls `onExpired`, and
@@ -28,25 +20,23 @@ const SWEEP_BATCH = 100;
  * the store's `expire` hands each sequence to exactly one of them.
  */
 @Injectable()
-export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationShutdown {
-  private readonly logger = new Logger('SequenceModule');
-  private readonly job: IntervalJob<number>;
+export class ExpirySweeper extends Sweeper<number> {
+  protected readonly what = 'expiry sweep';
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
-    this.job = new IntervalJob(EXPIRY_SWEEPER_INTERVAL, schedulerRegistry, () =>
-      this.sweepOnce(Date.now()),
+    super(
+      EXPIRY_SWEEPER_INTERVAL,
+      options.tuning.sweepers.expiry,
+      new Logger('SequenceModule'),
+      schedulerRegistry,
     );
-  }
-
-  onApplicationBootstrap(): void {
-    this.job.start(this.options.sweepIntervalMs, (error) => this.logFailure(error));
   }
 
   /** How long the `onExpired` hook of one expired sequence is awaited. */
@@ -54,25 +44,20 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     return Math.max(this.options.shutdownTimeoutMs, this.options.publish.confirmTimeoutMs);
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
-    // The sweep in progress stops after the batch it is reporting (each report is bounded by the
-    // hook's and the publish's timeouts); the store calls before it get shutdownTimeoutMs.
-    const reportMs = this.hookMs() + this.options.publish.confirmTimeoutMs;
-    if (!(await this.job.stop(this.options.shutdownTimeoutMs + reportMs))) {
-      this.logger.warn(
-        'the expiry sweep in progress did not finish before shutdown: the sequences it had not ' +
-          'claimed stay due for the next sweep, but those it had claimed and was still reporting ' +
-          'may lose their expiry record and onExpired call',
-      );
-    }
+  /**
+   * The sweep in progress stops after the batch it is reporting (each report is bounded by the
+   * hook's and the publish's timeouts); the store calls before it get shutdownTimeoutMs.
+   */
+  protected override stopWaitMs(): number {
+    return this.options.shutdownTimeoutMs + this.hookMs() + this.options.publish.confirmTimeoutMs;
   }
 
-  /**
-   * Runs one sweep now (the scheduler calls it every `sweepIntervalMs`); resolves to the number of
-   * sequences this instance expired. Overlapping calls share one run.
-   */
-  sweep(now: number = Date.now()): Promise<number> {
-    return this.job.run(() => this.sweepOnce(now));
+  protected override leftRunning(): void {
+    this.logger.warn(
+      'the expiry sweep in progress did not finish before shutdown: the sequences it had not ' +
+        'claimed stay due for the next sweep, but those it had claimed and was still reporting ' +
+        'may lose their expiry record and onExpired call',
+    );
   }
 
   /**
@@ -80,14 +65,15 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
    * awaited one record's publish confirm before claiming the next fell behind a flood of due
    * sequences, and one whose keys outlived their TTL meanwhile vanished unreported.
    */
-  private async sweepOnce(now: number): Promise<number> {
+  protected async sweepOnce(now: number): Promise<number> {
     let expiredCount = 0;
     for (;;) {
-      const due = await this.store.listExpired(now, SWEEP_BATCH);
+      const { batchSize } = this.settings;
+      const due = await this.store.listExpired(now, batchSize);
       // allSettled: a claim that failed must not cost the others their report (a claimed
       // sequence is no longer due, so no later sweep would report it).
       const outcomes = await Promise.allSettled(
-        due.map((ref) => this.store.expire(ref, now, this.options.retentionMs)),
+        due.map((ref) => this.store.expire(ref, now, this.options.sequence.retentionMs)),
       );
       const claimed: ExpiredSequence[] = [];
       let failed = 0;
@@ -101,9 +87,9 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
       }
       await Promise.all(claimed.map((expired) => this.report(expired)));
       expiredCount += claimed.length;
-      if (failed > 0 || due.length < SWEEP_BATCH || claimed.length === 0) return expiredCount;
+      if (failed > 0 || due.length < batchSize || claimed.length === 0) return expiredCount;
       // Shutting down: what is left stays due (claimed sequences were all reported).
-      if (this.job.stopping) return expiredCount;
+      if (this.stopping) return expiredCount;
     }
   }
 
@@ -119,7 +105,7 @@ export class ExpirySweeper implements OnApplicationBootstrap, BeforeApplicationS
     // this sweep, every later one (they join it), and the application's shutdown.
     const hookMs = this.hookMs();
     try {
-      const hook = this.options.onExpired;
+      const hook = this.options.sequence.onExpired;
       if (hook) {
         await withTimeout(
           Promise.resolve().then(() => hook(expired)),

@@ -4,13 +4,11 @@ import { MalformedFragmentError } from '../core/errors/malformed-fragment.error'
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import { parseFragmentHeaders, SequenceHeader, type FragmentHeaders } from '../core/headers';
-import type { SequenceMetrics } from '../observability/sequence.metrics';
+import type { SequenceMetrics } from './sequence.metrics';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
-import type { Resequencer } from '../resequencer/resequencer';
-import type { ResequencerService } from '../resequencer/resequencer.service';
-import type { ResequencedEvent } from '../resequencer/resequenced-event';
-import type { ResolvedConsumerOptions } from '../sequence.options';
-import { claimCheckMarking } from '../claim-check/claim-check.headers';
+import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
+import type { ResolvedSequenceConsumer } from '../options/resolved-options';
+import { claimCheckMarking } from '../core/claim-check-headers';
 import { errorMessage } from '../core/errors/caught';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
@@ -37,17 +35,18 @@ const FOLLOWED_SEQUENCES = 4096;
 export class FragmentStream {
   private readonly logger = new Logger('SequenceModule');
   private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
-  private readonly resequencer: Resequencer;
+  private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
 
   constructor(
     readonly channel: string,
-    private readonly options: ResolvedConsumerOptions,
+    private readonly options: ResolvedSequenceConsumer,
     private readonly handler: FragmentHandlerFn,
     private readonly metrics: SequenceMetrics,
-    resequencers: ResequencerService,
+    ordering: OrderedIntake,
     definedBy: string,
   ) {
-    this.resequencer = resequencers.define(
+    // The consumer host subscribes for the @SequencedHandler, through `receive`.
+    this.intake = ordering.defineIntake(
       definedBy,
       {
         channel,
@@ -61,7 +60,6 @@ export class FragmentStream {
         maxBufferedPerKey: options.maxFragments,
       },
       (event) => this.deliver(event),
-      false, // the consumer host subscribes for the @SequencedHandler, through `receive`
     );
   }
 
@@ -106,11 +104,11 @@ export class FragmentStream {
         `sequence ${fragment.sequenceId} fragment ${fragment.position}: body CRC-32 is ${bodyCrc}, header says ${fragment.crc32}`,
       );
     }
-    return this.resequencer.receive(message);
+    return this.intake.receive(message);
   }
 
   /** Hands one released fragment to the handler; a last fragment only if the payload checks. */
-  private async deliver(event: ResequencedEvent): Promise<void> {
+  private async deliver(event: OrderedEvent): Promise<void> {
     const fragment = parseFragmentHeaders(event.headers);
     const { sequenceId, position } = fragment;
     this.digests.feed(sequenceId, position, event.body);

@@ -1,4 +1,4 @@
-import type { ResolvedConsumerOptions } from '../sequence.options';
+import type { ResolvedSequenceConsumer } from '../options/resolved-options';
 import type { ReassembledPayload } from './reassembled-payload';
 
 /** A function that receives reassembled sequences. */
@@ -7,6 +7,6 @@ export type SequenceHandlerFn = (payload: ReassembledPayload) => unknown;
 /** A handler bound to a channel with its resolved options; made by `AggregatorService.createConsumer`. */
 export interface SequenceConsumer {
   readonly channel: string;
-  readonly options: ResolvedConsumerOptions;
+  readonly options: ResolvedSequenceConsumer;
   readonly handler: SequenceHandlerFn;
 }

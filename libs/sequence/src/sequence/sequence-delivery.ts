@@ -4,7 +4,7 @@ import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
 import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
-import type { SequenceMetrics } from '../observability/sequence.metrics';
+import type { SequenceMetrics } from './sequence.metrics';
 import type {
   CompleteSequence,
   FinishContext,
@@ -12,9 +12,9 @@ import type {
   SequenceStore,
 } from '../ports/sequence-store.port';
 import type { Disposition } from '../ports/transport.port';
-import type { ResolvedSequenceOptions } from '../sequence.options';
+import type { ResolvedOptions } from '../options/resolved-options';
 import type { PayloadDigest } from './intake-digests';
-import { callHandlerWithRetry, type HandlerOutcome } from './handler-retry';
+import { callHandlerWithRetry, type HandlerOutcome } from '../kernel/handler-retry';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
 
@@ -29,7 +29,7 @@ const ACK: Disposition = { action: 'ack' };
 export class SequenceDelivery {
   constructor(
     private readonly store: SequenceStore,
-    private readonly options: ResolvedSequenceOptions,
+    private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,
     private readonly logger: Logger,
   ) {}
@@ -211,7 +211,7 @@ export class SequenceDelivery {
   }
 
   private keepLease(ref: SequenceRef, leaseToken: string): () => void {
-    const { leaseMs } = this.options;
+    const { leaseMs } = this.options.tuning;
     const timer = setInterval(
       () => {
         this.store.renewLease(ref, leaseToken, leaseMs, Date.now()).then(
@@ -235,13 +235,17 @@ export class SequenceDelivery {
     await this.store.releaseLease(ref, leaseToken, Date.now()).catch(() => undefined); // the lease then lapses by itself
     return {
       action: 'requeue',
-      delayMs: this.options.backpressureDelayMs,
+      delayMs: this.options.tuning.backpressureDelayMs,
       reason: 'store unavailable',
     };
   }
 
   private finishContext(leaseToken: string): FinishContext {
-    return { now: Date.now(), retentionMs: this.options.retentionMs, consumerId: leaseToken };
+    return {
+      now: Date.now(),
+      retentionMs: this.options.sequence.retentionMs,
+      consumerId: leaseToken,
+    };
   }
 }
 

@@ -1,3 +1,4 @@
+import type { PublishPolicy } from '../options/module-options';
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setFlagsFromString } from 'node:v8';
@@ -20,6 +21,7 @@ import {
   type Transport,
 } from 'nest-sequence';
 import { FaultInjectingTransport, bytes, eventually } from '../../test/support/sequence-test-app';
+import { mergeOptions } from '../../test/support/merge-options';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -32,7 +34,14 @@ async function bootSplitter(
   options: SequenceModuleOptions & { transport: Transport },
 ): Promise<SplitterService> {
   const moduleRef = await Test.createTestingModule({
-    imports: [SequenceModule.forRoot({ sweepIntervalMs: false, ...options })],
+    imports: [
+      SequenceModule.forRoot(
+        mergeOptions<SequenceModuleOptions>(
+          { tuning: { sweepers: { expiry: { intervalMs: false } } } },
+          options,
+        ),
+      ),
+    ],
   }).compile();
   moduleRef.useLogger(false);
   const app = await moduleRef.init();
@@ -443,7 +452,10 @@ describe('SplitterService', () => {
 
     it('derives the default from a custom headerAllowanceBytes', async () => {
       const small = new InMemoryTransport({ maxMessageBytes: 20_000 });
-      const smallSplitter = await bootSplitter({ transport: small, headerAllowanceBytes: 4_000 });
+      const smallSplitter = await bootSplitter({
+        transport: small,
+        tuning: { headerAllowanceBytes: 4_000 },
+      });
 
       await smallSplitter.send('scans', bytes(40_000));
 
@@ -451,7 +463,10 @@ describe('SplitterService', () => {
     });
 
     it("uses the module's fragmentBytes unless a send overrides it", async () => {
-      const moduleSized = await bootSplitter({ transport, fragmentBytes: 3_000 });
+      const moduleSized = await bootSplitter({
+        transport,
+        sequence: { fragmentBytes: 3_000 },
+      });
 
       await moduleSized.send('scans', bytes(9_000));
       await moduleSized.send('other', bytes(9_000), { fragmentBytes: 4_500 });
@@ -571,8 +586,7 @@ describe('SplitterService', () => {
     it("refuses a fragmentBytes above the module's maxFragmentBytes, which its consumers would dead-letter", async () => {
       const bounded = await bootSplitter({
         transport: new InMemoryTransport(),
-        fragmentBytes: 1 * MiB,
-        maxFragmentBytes: 1 * MiB,
+        sequence: { fragmentBytes: 1 * MiB, maxFragmentBytes: 1 * MiB },
       });
 
       const error = await bounded
@@ -581,7 +595,7 @@ describe('SplitterService', () => {
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as SequenceOptionsError).message).toContain(
-        `exceeds the module's maxFragmentBytes (${MiB})`,
+        `exceeds the module's sequence.maxFragmentBytes (${MiB})`,
       );
     });
 
@@ -596,12 +610,12 @@ describe('SplitterService', () => {
       await expectRefused(splitter.send('', bytes(10)), 'channel must be a non-empty string', '');
     });
 
-    it.each([
-      [{ attempts: 0 }, 'publish.attempts must be an integer >= 1, got 0'],
-      [{ attempts: 2.5 }, 'publish.attempts must be an integer >= 1, got 2.5'],
+    it.each<[PublishPolicy, string]>([
+      [{ retry: { attempts: 0 } }, 'publish.retry.attempts must be an integer >= 1, got 0'],
+      [{ retry: { attempts: 2.5 } }, 'publish.retry.attempts must be an integer >= 1, got 2.5'],
       [{ confirmTimeoutMs: 0 }, 'publish.confirmTimeoutMs must be an integer >= 1, got 0'],
-      [{ baseDelayMs: -1 }, 'publish.baseDelayMs must be an integer >= 0, got -1'],
-      [{ maxDelayMs: -5 }, 'publish.maxDelayMs must be an integer >= 0, got -5'],
+      [{ retry: { baseDelayMs: -1 } }, 'publish.retry.baseDelayMs must be an integer >= 0, got -1'],
+      [{ retry: { maxDelayMs: -5 } }, 'publish.retry.maxDelayMs must be an integer >= 0, got -5'],
       [{ inFlight: 0 }, 'publish.inFlight must be an integer >= 1, got 0'],
     ])('refuses the publish override %p', async (publish, problem) => {
       await expectRefused(splitter.send('scans', bytes(10), { publish }), problem);
@@ -623,11 +637,13 @@ describe('SplitterService', () => {
       };
       const strict = await bootSplitter({
         transport: failing,
-        publish: { attempts: 3, baseDelayMs: 0 },
+        publish: { retry: { attempts: 3, baseDelayMs: 0 } },
       });
 
       const error = await strict
-        .send('scans', bytes(10), { publish: { attempts: undefined } })
+        .send('scans', bytes(10), {
+          publish: { retry: { attempts: undefined } },
+        })
         .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(SequencePublishError);
@@ -687,7 +703,10 @@ describe('SplitterService', () => {
     it('resolves only once every fragment is confirmed', async () => {
       const confirm = deferred();
       faulty.beforePublish = ({ position }) => (position === 3 ? confirm.promise : undefined);
-      const slow = await bootSplitter({ transport: faulty, fragmentBytes: 100 });
+      const slow = await bootSplitter({
+        transport: faulty,
+        sequence: { fragmentBytes: 100 },
+      });
 
       let resolved = false;
       const sending = slow.send('scans', bytes(300)).then(() => (resolved = true));
@@ -714,8 +733,8 @@ describe('SplitterService', () => {
       };
       const retrying = await bootSplitter({
         transport: faulty,
-        fragmentBytes: 100,
-        publish: { attempts: 5, baseDelayMs: 40, maxDelayMs: 1_000 },
+        publish: { retry: { attempts: 5, baseDelayMs: 40, maxDelayMs: 1_000 } },
+        sequence: { fragmentBytes: 100 },
       });
 
       const payload = bytes(300);
@@ -745,8 +764,8 @@ describe('SplitterService', () => {
       };
       const retrying = await bootSplitter({
         transport: faulty,
-        fragmentBytes: 100,
-        publish: { attempts: 3, baseDelayMs: 1 },
+        publish: { retry: { attempts: 3, baseDelayMs: 1 } },
+        sequence: { fragmentBytes: 100 },
       });
 
       const error = await retrying
@@ -774,8 +793,8 @@ describe('SplitterService', () => {
       };
       const oneAtATime = await bootSplitter({
         transport: faulty,
-        fragmentBytes: 100,
-        publish: { attempts: 2, baseDelayMs: 1, inFlight: 1 },
+        publish: { inFlight: 1, retry: { attempts: 2, baseDelayMs: 1 } },
+        sequence: { fragmentBytes: 100 },
       });
 
       await expect(oneAtATime.send('scans', bytes(1_000))).rejects.toBeInstanceOf(
@@ -791,8 +810,8 @@ describe('SplitterService', () => {
       };
       const oneAtATime = await bootSplitter({
         transport: faulty,
-        fragmentBytes: 100,
-        publish: { attempts: 1, inFlight: 1 },
+        publish: { inFlight: 1, retry: { attempts: 1 } },
+        sequence: { fragmentBytes: 100 },
       });
       let pulled = 0;
       async function* cursor(): AsyncGenerator<Buffer> {
@@ -815,8 +834,8 @@ describe('SplitterService', () => {
       };
       const wide = await bootSplitter({
         transport: faulty,
-        fragmentBytes: 100,
-        publish: { attempts: 1, inFlight: 3 },
+        publish: { inFlight: 3, retry: { attempts: 1 } },
+        sequence: { fragmentBytes: 100 },
       });
       async function* slowFile(): AsyncGenerator<Buffer> {
         for (let index = 0; index < 10; index++) {
@@ -834,7 +853,7 @@ describe('SplitterService', () => {
       faulty.beforePublish = () => new Promise<void>(() => undefined);
       const impatient = await bootSplitter({
         transport: faulty,
-        publish: { confirmTimeoutMs: 50, attempts: 2, baseDelayMs: 1 },
+        publish: { confirmTimeoutMs: 50, retry: { attempts: 2, baseDelayMs: 1 } },
       });
 
       const started = Date.now();
@@ -854,9 +873,9 @@ describe('SplitterService', () => {
       const tiny = new FaultInjectingTransport(new InMemoryTransport({ maxMessageBytes: 1_000 }));
       const noAllowance = await bootSplitter({
         transport: tiny,
-        headerAllowanceBytes: 0,
-        fragmentBytes: 1_000,
-        publish: { attempts: 5, baseDelayMs: 1 },
+        publish: { retry: { attempts: 5, baseDelayMs: 1 } },
+        tuning: { headerAllowanceBytes: 0 },
+        sequence: { fragmentBytes: 1_000 },
       });
 
       const error = await noAllowance.send('scans', bytes(1_000)).catch((e: unknown) => e);
@@ -887,8 +906,8 @@ describe('SplitterService', () => {
       gated.beforePublish = () => new Promise<void>((resolve) => gates.push(resolve));
       const streaming = await bootSplitter({
         transport: gated,
-        fragmentBytes,
         publish: { inFlight },
+        sequence: { fragmentBytes: fragmentBytes },
       });
 
       let done = false;
@@ -956,8 +975,8 @@ describe('SplitterService', () => {
       slow.beforePublish = () => new Promise((resolve) => setTimeout(resolve, 10));
       const three = await bootSplitter({
         transport: slow,
-        fragmentBytes: 100,
         publish: { inFlight: 3 },
+        sequence: { fragmentBytes: 100 },
       });
 
       await three.send('scans', bytes(1_200));
@@ -972,8 +991,8 @@ describe('SplitterService', () => {
       slow.beforePublish = () => new Promise((resolve) => setTimeout(resolve, 5));
       const serial = await bootSplitter({
         transport: slow,
-        fragmentBytes: 100,
         publish: { inFlight: 1 },
+        sequence: { fragmentBytes: 100 },
       });
 
       await serial.send('scans', bytes(600));

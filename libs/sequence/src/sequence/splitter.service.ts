@@ -14,22 +14,19 @@ import {
   SEQUENCE_ID_PATTERN,
   type HeaderMap,
 } from '../core/headers';
+import { isRecordSource, type SequencePayload } from '../core/payload-source';
+import {
+  FRAGMENT_PARKING,
+  type FragmentParking,
+  type ParkedFragment,
+  type SequenceSender,
+} from '../kernel/pattern-contracts';
+import { publishWithRetry } from '../kernel/publish-with-retry';
+import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type { ResolvedOptions, ResolvedPublishPolicy } from '../options/resolved-options';
+import { resolvePublishPolicy } from '../options/resolve-shared';
 import type { Transport } from '../ports/transport.port';
-import { SEQUENCE_OPTIONS, SEQUENCE_TRANSPORT } from '../sequence.constants';
-import {
-  resolvePublishPolicyInto,
-  type PublishRetryOptions,
-  type ResolvedSequenceOptions,
-} from '../sequence.options';
-import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
-import { PayloadParking } from '../claim-check/payload-parking';
-import { publishWithRetry } from './publish-with-retry';
-import {
-  isRecordSource,
-  type SendOptions,
-  type SequenceReceipt,
-  type SplitterPayload,
-} from './splitter.types';
+import type { SendOptions, SequenceReceipt } from './splitter.types';
 
 interface OutgoingFragment {
   readonly body: Buffer;
@@ -45,11 +42,11 @@ interface OutgoingFragment {
  * const receipt = await splitter.send('imaging.ai.intake', study, { headers: { study: 'CT-1' } });
  */
 @Injectable()
-export class SplitterService {
+export class SplitterService implements SequenceSender {
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
-    @Inject(SEQUENCE_OPTIONS) private readonly options: ResolvedSequenceOptions,
-    private readonly parking: PayloadParking,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
   ) {}
 
   /**
@@ -60,11 +57,11 @@ export class SplitterService {
    */
   async send(
     channel: string,
-    payload: SplitterPayload,
+    payload: SequencePayload,
     options: SendOptions = {},
   ): Promise<SequenceReceipt> {
     const sequenceId = options.sequenceId ?? randomUUID();
-    const fragmentBytes = options.fragmentBytes ?? this.options.fragmentBytes;
+    const fragmentBytes = options.fragmentBytes ?? this.options.sequence.fragmentBytes;
     const policy = checkedBeforeReading(payload, () =>
       this.validate(channel, sequenceId, fragmentBytes, options),
     );
@@ -142,16 +139,16 @@ export class SplitterService {
     channel: string,
     sequenceId: string,
     fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
-    policy: Required<PublishRetryOptions>,
+    policy: ResolvedPublishPolicy,
     via: SendOptions['via'] = 'broker',
   ): Promise<void> {
     const inFlight = new Set<Promise<void>>();
     let failure: SequencePublishError | undefined;
     const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
-      let parked: ClaimTicket | undefined;
+      let parked: ParkedFragment | undefined;
       if (via === 'claim-check') {
         try {
-          parked = await this.parking.park(body, {}, false);
+          parked = await this.parking.park(body);
         } catch (error) {
           failure ??= new SequencePublishError(channel, sequenceId, position, 0, error);
           return;
@@ -161,7 +158,7 @@ export class SplitterService {
         ? await publishWithRetry(
             this.transport,
             channel,
-            serializeTicket(parked),
+            parked.ticketBody,
             { ...headers, [CLAIM_CHECK_HEADER]: 1 },
             policy,
           )
@@ -211,9 +208,11 @@ export class SplitterService {
     sequenceId: string,
     fragmentBytes: number,
     options: SendOptions,
-  ): Required<PublishRetryOptions> {
+  ): ResolvedPublishPolicy {
     const problems: string[] = [];
-    const policy = resolvePublishPolicyInto(problems, this.options.publish, options.publish);
+    const policy = resolvePublishPolicy(problems, 'publish', options.publish, this.options.publish);
+    const { maxFragmentBytes } = this.options.sequence.consumer;
+    const { headerAllowanceBytes } = this.options.tuning;
     if (typeof channel !== 'string' || channel.length === 0)
       problems.push('channel must be a non-empty string');
     if (!SEQUENCE_ID_PATTERN.test(sequenceId)) {
@@ -223,18 +222,18 @@ export class SplitterService {
     }
     if (!Number.isSafeInteger(fragmentBytes) || fragmentBytes < 1) {
       problems.push(`fragmentBytes must be a positive integer, got ${String(fragmentBytes)}`);
-    } else if (fragmentBytes > this.options.maxFragmentBytes) {
+    } else if (fragmentBytes > maxFragmentBytes) {
       problems.push(
-        `fragmentBytes (${fragmentBytes}) exceeds the module's maxFragmentBytes ` +
-          `(${this.options.maxFragmentBytes}): its consumers would dead-letter every fragment ` +
+        `fragmentBytes (${fragmentBytes}) exceeds the module's sequence.maxFragmentBytes ` +
+          `(${maxFragmentBytes}): its consumers would dead-letter every fragment ` +
           '(fragment-too-large)',
       );
-    } else if (fragmentBytes + this.options.headerAllowanceBytes > this.transport.maxMessageBytes) {
+    } else if (fragmentBytes + headerAllowanceBytes > this.transport.maxMessageBytes) {
       problems.push(
-        `fragmentBytes (${fragmentBytes}) plus headerAllowanceBytes ` +
-          `(${this.options.headerAllowanceBytes}) exceeds the ${this.transport.name} transport's ` +
+        `fragmentBytes (${fragmentBytes}) plus tuning.headerAllowanceBytes ` +
+          `(${headerAllowanceBytes}) exceeds the ${this.transport.name} transport's ` +
           `maxMessageBytes (${this.transport.maxMessageBytes}); use at most ` +
-          `${this.transport.maxMessageBytes - this.options.headerAllowanceBytes}`,
+          `${this.transport.maxMessageBytes - headerAllowanceBytes}`,
       );
     }
     problems.push(...userHeaderProblems(options.headers ?? {}));

@@ -1,23 +1,5 @@
-import { Readable } from 'node:stream';
 import type { HeaderMap } from '../core/headers';
-import type { PublishRetryOptions } from '../sequence.options';
-
-/**
- * Records to pack whole into fragments (record-aware mode): a record is never cut across two
- * fragments unless it alone exceeds the fragment size. The payload is their concatenation.
- */
-export interface RecordSource {
-  readonly records: Iterable<Uint8Array> | AsyncIterable<Uint8Array>;
-}
-
-/**
- * What `SplitterService.send` accepts:
- * - a `Buffer` / `Uint8Array` (size known: every fragment carries `x-sequence-size`);
- * - a `Readable` or `AsyncIterable` of byte chunks of unknown length (streaming mode: the size
- *   travels on the last fragment only);
- * - a {@link RecordSource} (record-aware, streaming mode).
- */
-export type SplitterPayload = Uint8Array | Readable | AsyncIterable<Uint8Array> | RecordSource;
+import type { PublishPolicy } from '../options/module-options';
 
 export interface SendOptions {
   /** @default a random UUID */
@@ -31,7 +13,7 @@ export interface SendOptions {
   /** Of the whole payload. */
   contentEncoding?: string;
   /** Overrides the module's confirm timeout and retry policy for this send. */
-  publish?: PublishRetryOptions;
+  publish?: PublishPolicy;
   /**
    * `'claim-check'`: each fragment body is parked in the Claim Check payload store and its
    * message carries only a signed ticket (`x-claim-check: 1`) with the usual fragment headers,
@@ -49,14 +31,4 @@ export interface SequenceReceipt {
   readonly bytes: number;
   /** SHA-256 of the whole payload, lowercase hex. */
   readonly sha256: string;
-}
-
-/** Whether a payload is a {@link RecordSource}. */
-export function isRecordSource(payload: unknown): payload is RecordSource {
-  return (
-    typeof payload === 'object' &&
-    payload !== null &&
-    'records' in payload &&
-    !(payload instanceof Readable)
-  );
 }

@@ -77,16 +77,16 @@ describe('claim check: mode auto and fragments via claim check', () => {
       imports: [
         SequenceModule.forRoot({
           transport,
-          store: sequenceStore,
-          backpressureDelayMs: 10,
-          sweepIntervalMs: false,
-          fragmentBytes: 64 * 1024,
           claimCheck: {
             store: new FilesystemPayloadStore({ root }),
-            threshold: 16 * 1024,
             sequenceMaxBytes: 1024 * 1024,
-            sweepIntervalMs: false,
+            inlineMaxBytes: 16 * 1024,
           },
+          tuning: {
+            sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
+            backpressureDelayMs: 10,
+          },
+          sequence: { store: sequenceStore, fragmentBytes: 64 * 1024 },
         }),
       ],
       providers: [Receivers],
@@ -227,7 +227,9 @@ describe('claim check: an expired sequence of a @ClaimCheck channel', () => {
     const store = new MemorySequenceStore();
     const t = await createClaimCheckTestApp({
       handlers: [{ channel, deadLetterChannel: 'cc.expiring.graveyard' }],
-      module: { store },
+      module: {
+        sequence: { store },
+      },
     });
     try {
       // A fragment another instance stored (into the shared store), of a sequence never completed.

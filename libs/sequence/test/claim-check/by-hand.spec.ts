@@ -37,10 +37,10 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
         bytes: payload.length,
         sha256,
         contentType: 'image/png',
-        kid: t.options.keyring.signingKeyId,
+        kid: t.options.claimCheck.keyring.signingKeyId,
       });
-      expect(ticket.expiresAt).toBeGreaterThanOrEqual(before + t.options.ttlMs);
-      expect(ticket.expiresAt).toBeLessThanOrEqual(after + t.options.ttlMs);
+      expect(ticket.expiresAt).toBeGreaterThanOrEqual(before + t.options.claimCheck.ttlMs);
+      expect(ticket.expiresAt).toBeLessThanOrEqual(after + t.options.claimCheck.ttlMs);
       expect(ticket.sig).toMatch(/^[A-Za-z0-9_-]{43}$/);
       expect(await t.store.head(ticket.ref)).toMatchObject({
         bytes: payload.length,
@@ -96,7 +96,7 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
 
     it('hands the payload to the caller: never swept as an orphan', async () => {
       const ticket = await t.claimCheck.checkIn(payload);
-      const report = await t.sweeper.sweep(Date.now() + t.options.orphanGraceMs + 1);
+      const report = await t.sweeper.sweep(Date.now() + t.options.claimCheck.orphanGraceMs + 1);
       expect(report).toEqual({ expired: 0, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toMatchObject({ published: true });
     });

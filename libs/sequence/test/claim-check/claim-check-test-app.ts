@@ -4,7 +4,8 @@ import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import type { Registry } from 'prom-client';
-import { CLAIM_CHECK_OPTIONS } from '../../src/claim-check/claim-check.constants';
+import { RESOLVED_OPTIONS } from '../../src/kernel/tokens';
+import type { ResolvedOptions } from '../../src/options/resolved-options';
 import {
   ClaimCheck,
   ClaimCheckService,
@@ -20,20 +21,18 @@ import {
   type Transport,
 } from 'nest-sequence';
 import { OrphanSweeper } from '../../src/claim-check/orphan.sweeper';
-import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import {
   signTicket,
   type ClaimTicket,
   type ClaimTicketFields,
   type HeaderMap,
 } from 'nest-sequence/wire';
-import {
-  type ClaimCheckOptions,
-  type ResolvedClaimCheckOptions,
-} from '../../src/claim-check/claim-check.options';
+import { type ClaimCheckOptions } from '../../src/options/claim-check.options';
 import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports';
 import { serializeTicket } from '../../src/core/claim-ticket';
 import { metricValue } from '../support/sequence-test-app';
+import { mergeOptions } from '../support/merge-options';
 
 /** What a test handler got from one successful call. */
 export interface ClaimDeliveryRecord {
@@ -149,7 +148,8 @@ export interface ClaimCheckTestApp {
   readonly store: FilesystemPayloadStore;
   readonly claimCheck: ClaimCheckService;
   readonly sweeper: OrphanSweeper;
-  readonly options: ResolvedClaimCheckOptions;
+  /** The module's options, resolved. */
+  readonly options: ResolvedOptions;
   readonly registry: Registry;
   /** The handler of the first channel. */
   readonly handler: RecordingClaimHandler;
@@ -163,7 +163,7 @@ export const DEFAULT_CHANNEL = 'cc.test';
 /**
  * A Nest application with SequenceModule on the embedded defaults (in-memory transport,
  * filesystem payload store under a fresh temp root, memory claim ledger), timers off unless
- * `claimCheck.sweepIntervalMs` is given (tests call `sweeper.sweep(now)` themselves), and
+ * `module.tuning.sweepers` turns one on (tests call `sweeper.sweep(now)` themselves), and
  * recording `@ClaimCheck` handlers. `close()` removes the
  * temp directory too; a failed boot removes it before rethrowing.
  */
@@ -180,19 +180,26 @@ export async function createClaimCheckTestApp(
   try {
     const moduleRef = await Test.createTestingModule({
       imports: [
-        SequenceModule.forRoot({
-          sweepIntervalMs: false,
-          backpressureDelayMs: 10,
-          handlerRetry: { attempts: 3, baseDelayMs: 1 },
-          ...options.module,
-          transport: options.wrapTransport?.(transport) ?? transport,
-          claimCheck: {
-            store: options.wrapStore?.(store) ?? store,
-            sweepIntervalMs: false,
-            readStores: options.readStores?.(dir),
-            ...options.claimCheck,
-          },
-        }),
+        SequenceModule.forRoot(
+          mergeOptions<SequenceModuleOptions>(
+            {
+              handlerRetry: { attempts: 3, baseDelayMs: 1 },
+              tuning: {
+                sweepers: { expiry: { intervalMs: false }, orphans: { intervalMs: false } },
+                backpressureDelayMs: 10,
+              },
+            },
+            {
+              ...options.module,
+              transport: options.wrapTransport?.(transport) ?? transport,
+              claimCheck: {
+                store: options.wrapStore?.(store) ?? store,
+                readStores: options.readStores?.(dir),
+                ...options.claimCheck,
+              },
+            },
+          ),
+        ),
       ],
       providers: [...handlerClasses, ...(options.providers ?? [])],
     }).compile();
@@ -217,8 +224,8 @@ export async function createClaimCheckTestApp(
       store,
       claimCheck: app.get(ClaimCheckService),
       sweeper: app.get(OrphanSweeper),
-      options: app.get<ResolvedClaimCheckOptions>(CLAIM_CHECK_OPTIONS),
-      registry: app.get(SequenceMetrics).registry,
+      options: app.get<ResolvedOptions>(RESOLVED_OPTIONS),
+      registry: app.get(ModuleMetrics).registry,
       handler: handlerOn(handlerOptions[0].channel),
       channel: handlerOptions[0].channel,
       handlerOn,
@@ -259,7 +266,7 @@ export function signedByApp(
   t: Pick<ClaimCheckTestApp, 'options'>,
   fields: ClaimTicketFields,
 ): ClaimTicket {
-  return signTicket(fields, t.options.keyring);
+  return signTicket(fields, t.options.claimCheck.keyring);
 }
 
 /** Every regular file under `root`, relative to it, sorted: what the store holds on disk. */

@@ -45,7 +45,9 @@ describe('claim check: a ticket delivered twice', () => {
       }
     }
     t = await createClaimCheckTestApp({
-      module: { leaseMs: 60_000 },
+      module: {
+        tuning: { leaseMs: 60_000 },
+      },
       claimCheck: { ledger: new LostClaimReply() },
     });
     const ticket = await t.claimCheck.checkIn(bytes(2_000, 7));
@@ -87,7 +89,11 @@ describe('claim check: a ticket delivered twice', () => {
   });
 
   it('publish() once, then the same ticket body again: the handler still runs once', async () => {
-    t = await createClaimCheckTestApp({ claimCheck: { threshold: 100 } });
+    t = await createClaimCheckTestApp({
+      claimCheck: {
+        inlineMaxBytes: 100,
+      },
+    });
     const payload = bytes(1_000, 3);
     const receipt = await t.claimCheck.publish(t.channel, payload);
     await t.transport.whenIdle();

@@ -6,12 +6,14 @@ import {
   SequenceOptionsError,
   type ClaimedPayload,
 } from 'nest-sequence';
-import {
-  type ClaimCheckOptions,
-  type ClaimRetention,
-} from '../../src/claim-check/claim-check.options';
+import type { ClaimCheckOptions, ClaimRetention } from '../../src/options/claim-check.options';
 import { recordingHandler } from '../support/sequence-test-app';
-import { createClaimCheckTestApp, DEFAULT_CHANNEL, filesUnder } from './claim-check-test-app';
+import {
+  createClaimCheckTestApp,
+  DEFAULT_CHANNEL,
+  filesUnder,
+  type ClaimCheckTestAppOptions,
+} from './claim-check-test-app';
 
 /**
  * Claim Check options are validated while the module builds: a bad option stops the application
@@ -19,9 +21,12 @@ import { createClaimCheckTestApp, DEFAULT_CHANNEL, filesUnder } from './claim-ch
  * two handlers claim.
  */
 describe('claim check: options validation at boot', () => {
-  /** Boots an app with `claimCheck` options and returns why it did not start. */
-  async function bootFailure(claimCheck: ClaimCheckOptions): Promise<SequenceOptionsError> {
-    const error: unknown = await createClaimCheckTestApp({ claimCheck }).then(
+  /** Boots an app with `claimCheck` (and `module`) options and returns why it did not start. */
+  async function bootFailure(
+    claimCheck: ClaimCheckOptions,
+    module?: ClaimCheckTestAppOptions['module'],
+  ): Promise<SequenceOptionsError> {
+    const error: unknown = await createClaimCheckTestApp({ claimCheck, module }).then(
       async (t) => {
         await t.close();
         return undefined;
@@ -33,11 +38,11 @@ describe('claim check: options validation at boot', () => {
   }
 
   it.each([
-    [-1, 'claimCheck.threshold must be a non-negative integer, got -1'],
-    [1.5, 'claimCheck.threshold must be a non-negative integer, got 1.5'],
-    [Number.NaN, 'claimCheck.threshold must be a non-negative integer, got NaN'],
-  ])('threshold %p: refused', async (threshold, problem) => {
-    const error = await bootFailure({ threshold });
+    [-1, 'claimCheck.inlineMaxBytes must be an integer >= 0, got -1'],
+    [1.5, 'claimCheck.inlineMaxBytes must be an integer >= 0, got 1.5'],
+    [Number.NaN, 'claimCheck.inlineMaxBytes must be an integer >= 0, got NaN'],
+  ])('inlineMaxBytes %p: refused', async (inlineMaxBytes, problem) => {
+    const error = await bootFailure({ inlineMaxBytes });
     expect(error.problems).toEqual([problem]);
     expect(error.message).toContain(problem);
   });
@@ -62,37 +67,40 @@ describe('claim check: options validation at boot', () => {
       // The test app's publish policy: the module defaults (5 attempts, 10 s confirms, 5 s delays).
       expect(error.problems).toEqual([
         `claimCheck.orphanGraceMs (${orphanGraceMs}) must be above twice the longest a ticket's ` +
-          'publish may take with its retries (publish.attempts × (confirmTimeoutMs + maxDelayMs) ' +
+          'publish may take with its retries (publish.retry.attempts × (publish.confirmTimeoutMs ' +
+          '+ publish.retry.maxDelayMs) ' +
           '= 75000 ms), that is above 150000 ms',
       ]);
     },
   );
 
-  it("a threshold above what one of the transport's messages carries: refused", async () => {
+  it("an inlineMaxBytes above what one of the transport's messages carries: refused", async () => {
     // The in-memory transport carries 16 MiB; 16 KiB of it are left to headers.
-    const error = await bootFailure({ threshold: 16 * 1024 * 1024 });
+    const error = await bootFailure({
+      inlineMaxBytes: 16 * 1024 * 1024,
+    });
     expect(error.problems).toEqual([
-      'claimCheck.threshold (16777216) exceeds what one message of the transport carries ' +
+      'claimCheck.inlineMaxBytes (16777216) exceeds what one message of the transport carries ' +
         '(16760832 bytes besides headers); use at most 16760832',
     ]);
   });
 
-  it('per call: a fractional ttl, a negative threshold and a header of the wire contract are refused before anything is stored', async () => {
+  it('per call: a fractional ttl, a negative inlineMaxBytes and a header of the wire contract are refused before anything is stored', async () => {
     const t = await createClaimCheckTestApp({});
     try {
       const refusal = await t.claimCheck
         .publish(DEFAULT_CHANNEL, Buffer.alloc(10), {
           ttlMs: 1.5,
-          threshold: -1,
           contentType: 'text/plain\n',
           headers: { 'x-sequence-id': 'mine', 'x-claim-check': 1, 'x-requeue-count': 3 },
+          inlineMaxBytes: -1,
         })
         .catch((error: unknown) => error);
 
       expect(refusal).toBeInstanceOf(SequenceOptionsError);
       expect((refusal as SequenceOptionsError).problems).toEqual([
         'ttlMs must be an integer ≥ 1, got 1.5',
-        'threshold must be an integer ≥ 0, got -1',
+        'inlineMaxBytes must be an integer ≥ 0, got -1',
         'contentType must be 1-255 printable ASCII characters (a media type)',
         'header x-sequence-id belongs to the wire contract; rename yours',
         'header x-claim-check belongs to the wire contract; rename yours',
@@ -129,34 +137,41 @@ describe('claim check: options validation at boot', () => {
 
   it('a ttl of 0: refused', async () => {
     const error = await bootFailure({ ttlMs: 0 });
-    expect(error.problems).toContain('claimCheck.ttlMs must be above 0');
+    expect(error.problems).toContain('claimCheck.ttlMs must be an integer >= 1, got 0');
   });
 
   it('a sweep interval of 0: refused (the sweeper would run in a hot loop)', async () => {
-    const error = await bootFailure({ sweepIntervalMs: 0 });
+    const error = await bootFailure({}, { tuning: { sweepers: { orphans: { intervalMs: 0 } } } });
     expect(error.problems).toEqual([
-      expect.stringMatching(/^claimCheck\.sweepIntervalMs must be above 0/),
+      'tuning.sweepers.orphans.intervalMs must be above 0 (or false to turn it off on this instance)',
     ]);
   });
 
   it('a sweep interval longer than a Node timer waits: refused (Node would fire it every 1 ms)', async () => {
     const thirtyDays = 30 * 24 * 60 * 60 * 1000;
-    const error = await bootFailure({ sweepIntervalMs: thirtyDays });
+    const error = await bootFailure(
+      {},
+      { tuning: { sweepers: { orphans: { intervalMs: thirtyDays } } } },
+    );
     expect(error.problems).toEqual([
-      `claimCheck.sweepIntervalMs must be at most 2147483647 ms (the longest a timer waits), ` +
-        `got ${thirtyDays}; use false to turn the sweeper off`,
+      'tuning.sweepers.orphans.intervalMs must be at most 2147483647 ms (the longest a timer ' +
+        `waits), got ${thirtyDays}`,
     ]);
   });
 
   it('the longest sweep interval a timer waits: accepted', async () => {
-    const t = await createClaimCheckTestApp({ claimCheck: { sweepIntervalMs: 2 ** 31 - 1 } });
-    expect(t.options.sweepIntervalMs).toBe(2 ** 31 - 1);
+    const t = await createClaimCheckTestApp({
+      module: {
+        tuning: { sweepers: { orphans: { intervalMs: 2 ** 31 - 1 } } },
+      },
+    });
+    expect(t.options.tuning.sweepers.orphans.intervalMs).toBe(2 ** 31 - 1);
     await t.close();
   });
 
   it.each([
-    [-1, 'claimCheck.expiredGraceMs must be a non-negative integer, got -1'],
-    [1.5, 'claimCheck.expiredGraceMs must be a non-negative integer, got 1.5'],
+    [-1, 'claimCheck.expiredGraceMs must be an integer >= 0, got -1'],
+    [1.5, 'claimCheck.expiredGraceMs must be an integer >= 0, got 1.5'],
     [
       Number.MAX_SAFE_INTEGER,
       `claimCheck.expiredGraceMs must be at most 3153600000000 (100 years), got ${Number.MAX_SAFE_INTEGER}`,
@@ -204,24 +219,24 @@ describe('claim check: options validation at boot', () => {
 
   it('every problem at once', async () => {
     const error = await bootFailure({
-      threshold: -5,
       deleteAfter: { consumers: 0 },
       signingKeys: [{ id: 'short', secret: Buffer.alloc(8) }],
+      inlineMaxBytes: -5,
     });
     expect(error.problems).toHaveLength(3);
-    expect(error.problems.join('\n')).toMatch(/threshold[\s\S]*deleteAfter[\s\S]*signingKeys/);
+    expect(error.problems.join('\n')).toMatch(/inlineMaxBytes[\s\S]*deleteAfter[\s\S]*signingKeys/);
   });
 
   it('good options boot (the failures above are about the options, not the harness)', async () => {
     const t = await createClaimCheckTestApp({
       claimCheck: {
-        threshold: 0,
         deleteAfter: { consumers: 2 },
         signingKeys: [{ id: 'k-2026', secret: Buffer.alloc(32, 1) }],
+        inlineMaxBytes: 0,
       },
     });
-    expect(t.options.threshold).toBe(0);
-    expect(t.options.keyring.signingKeyId).toBe('k-2026');
+    expect(t.options.claimCheck.inlineMaxBytes).toBe(0);
+    expect(t.options.claimCheck.keyring.signingKeyId).toBe('k-2026');
     await t.close();
   });
 

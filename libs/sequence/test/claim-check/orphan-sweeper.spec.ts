@@ -23,7 +23,7 @@ describe('claim check: orphan sweeper', () => {
 
   it('deletes expired payloads expiredGraceMs after their expiry, not before, and counts them', async () => {
     t = await createClaimCheckTestApp();
-    const grace = t.options.expiredGraceMs;
+    const grace = t.options.claimCheck.expiredGraceMs;
     const soon = await t.claimCheck.checkIn(bytes(100, 1), { ttlMs: 10_000 });
     const later = await t.claimCheck.checkIn(bytes(100, 2), { ttlMs: 10_000 + grace + 10_000 });
 
@@ -79,18 +79,27 @@ describe('claim check: orphan sweeper', () => {
   });
 
   it('deletes at most sweepBatch payloads per run; the next run takes the rest', async () => {
-    t = await createClaimCheckTestApp({ claimCheck: { sweepBatch: 2 } });
+    t = await createClaimCheckTestApp({
+      module: {
+        tuning: { sweepers: { orphans: { batchSize: 2 } } },
+      },
+    });
     for (let index = 0; index < 3; index++) {
       await t.claimCheck.checkIn(bytes(10, index), { ttlMs: 1_000 });
     }
-    const afterExpiry = Date.now() + 2_000 + t.options.expiredGraceMs;
+    const afterExpiry = Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs;
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 2, orphaned: 0 });
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 1, orphaned: 0 });
     expect(await filesUnder(t.root)).toEqual([]);
   });
 
   it('runs by itself every sweepIntervalMs when enabled', async () => {
-    t = await createClaimCheckTestApp({ claimCheck: { sweepIntervalMs: 20, expiredGraceMs: 0 } });
+    t = await createClaimCheckTestApp({
+      claimCheck: { expiredGraceMs: 0 },
+      module: {
+        tuning: { sweepers: { orphans: { intervalMs: 20 } } },
+      },
+    });
     const ticket = await t.claimCheck.checkIn(bytes(100, 5), { ttlMs: 1 });
     await eventually(async () => (await t.store.head(ticket.ref)) === undefined, 'the sweep');
     expect(await filesUnder(t.root)).toEqual([]);
@@ -108,7 +117,7 @@ describe('claim check: orphan sweeper', () => {
       void t.sweeper.sweep();
 
       const began = Date.now();
-      const stopped = await settlesWithin(t.sweeper.beforeApplicationShutdown(), 3_000);
+      const stopped = await settlesWithin(t.sweeper.stop(), 3_000);
 
       expect(stopped).toBe(true);
       expect(Date.now() - began).toBeGreaterThanOrEqual(190);
@@ -143,7 +152,9 @@ describe('claim check: orphan sweeper', () => {
     });
 
     it('sweeps the read store too', async () => {
-      const report = await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs);
+      const report = await t.sweeper.sweep(
+        Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs,
+      );
       expect(report).toEqual({ expired: 1, orphaned: 0 });
       expect(await archive.head(archived)).toBeUndefined();
     });
@@ -152,13 +163,17 @@ describe('claim check: orphan sweeper', () => {
       const current = await t.claimCheck.checkIn(bytes(100, 4), { ttlMs: 1_000 });
       primary.failSweeps = 1;
 
-      const report = await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs);
+      const report = await t.sweeper.sweep(
+        Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs,
+      );
 
       expect(report).toEqual({ expired: 1, orphaned: 0 });
       expect(await archive.head(archived)).toBeUndefined();
       // The failed store is swept on the next run.
       expect(await t.store.head(current.ref)).toBeDefined();
-      expect(await t.sweeper.sweep(Date.now() + 2_000 + t.options.expiredGraceMs)).toEqual({
+      expect(
+        await t.sweeper.sweep(Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs),
+      ).toEqual({
         expired: 1,
         orphaned: 0,
       });

@@ -24,8 +24,12 @@ describe('claim check: publishing fails after the payload was stored', () => {
   let transport: FaultInjectingTransport;
   beforeEach(async () => {
     t = await createClaimCheckTestApp({
-      claimCheck: { threshold: 100 },
-      module: { publish: { attempts: PUBLISH_ATTEMPTS, baseDelayMs: 1, maxDelayMs: 2 } },
+      claimCheck: {
+        inlineMaxBytes: 100,
+      },
+      module: {
+        publish: { retry: { attempts: PUBLISH_ATTEMPTS, baseDelayMs: 1, maxDelayMs: 2 } },
+      },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
       wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
     });
@@ -98,16 +102,18 @@ describe('claim check: publishing fails after the payload was stored', () => {
     expect(t.transport.depth(ACCEPTED)).toBe(0);
   });
 
-  it('refuses a per-call threshold above what one message carries, before reading, and closes the stream', async () => {
+  it('refuses a per-call inlineMaxBytes above what one message carries, before reading, and closes the stream', async () => {
     const source = Readable.from([bytes(600, 14)]);
     const refusal: unknown = await t.claimCheck
-      .publish(ACCEPTED, source, { threshold: 64 * 1024 * 1024 })
+      .publish(ACCEPTED, source, {
+        inlineMaxBytes: 64 * 1024 * 1024,
+      })
       .catch((error: unknown) => error);
     // Before, it read the stream up to 64 MiB into memory, then failed to send it inline.
     expect(refusal).toBeInstanceOf(SequenceOptionsError);
     expect((refusal as SequenceOptionsError).problems).toEqual([
       expect.stringMatching(
-        /^threshold \(67108864\) exceeds what one message of the transport carries/,
+        /^inlineMaxBytes \(67108864\) exceeds what one message of the transport carries/,
       ),
     ]);
     expect(source.destroyed).toBe(true);
@@ -128,7 +134,7 @@ describe('claim check: publishing fails after the payload was stored', () => {
       expect(await t.sweeper.sweep(now)).toEqual({ expired: 0, orphaned: 0 });
       expect(await t.store.head(orphanRef)).toBeDefined();
 
-      const report = await t.sweeper.sweep(now + t.options.orphanGraceMs + 1);
+      const report = await t.sweeper.sweep(now + t.options.claimCheck.orphanGraceMs + 1);
       expect(report).toEqual({ expired: 0, orphaned: 1 });
       expect(await t.store.head(orphanRef)).toBeUndefined();
       expect(await t.store.head(published.ticket?.ref ?? '')).toMatchObject({ published: true });
@@ -142,7 +148,7 @@ describe('claim check: publishing fails after the payload was stored', () => {
       store.failDeletes = 1;
       const error = await publishRefused(bytes(1_000, 8));
       const orphanRef = (error.payload ?? '').replace(/^filesystem:/, '');
-      const later = Date.now() + t.options.orphanGraceMs + 1;
+      const later = Date.now() + t.options.claimCheck.orphanGraceMs + 1;
 
       store.failDeletes = 1;
       expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 0 });

@@ -17,7 +17,11 @@ describe('claim check: publish', () => {
   const THRESHOLD = 1_024;
   let t: ClaimCheckTestApp;
   beforeEach(async () => {
-    t = await createClaimCheckTestApp({ claimCheck: { threshold: THRESHOLD } });
+    t = await createClaimCheckTestApp({
+      claimCheck: {
+        inlineMaxBytes: THRESHOLD,
+      },
+    });
   });
   afterEach(() => t.close());
 
@@ -70,7 +74,9 @@ describe('claim check: publish', () => {
 
     it('lets one call choose its own threshold', async () => {
       const payload = bytes(11, 5);
-      const receipt = await t.claimCheck.publish(t.channel, payload, { threshold: 10 });
+      const receipt = await t.claimCheck.publish(t.channel, payload, {
+        inlineMaxBytes: 10,
+      });
       await t.transport.whenIdle();
       expect(receipt.via).toBe('ticket');
       expect(t.handler.deliveries[0].payload.via).toBe('ticket');

@@ -89,7 +89,7 @@ describe('claim check: retention', () => {
 
       expect(t.handler.calls).toBe(1);
       expect(await t.store.head(ticket.ref)).toBeDefined();
-      const deletableAt = ticket.expiresAt + t.options.expiredGraceMs;
+      const deletableAt = ticket.expiresAt + t.options.claimCheck.expiredGraceMs;
       expect(await t.sweeper.sweep(deletableAt - 1)).toEqual({ expired: 0, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toBeDefined();
 
@@ -192,7 +192,7 @@ describe('claim check: retention', () => {
 
     it('keeps the payload (under ack) until it expires, then the sweeper deletes it', async () => {
       expect(await t.store.head(ticket.ref)).toBeDefined();
-      const deletableAt = ticket.expiresAt + t.options.expiredGraceMs;
+      const deletableAt = ticket.expiresAt + t.options.claimCheck.expiredGraceMs;
       expect(await t.sweeper.sweep(deletableAt - 1)).toEqual({ expired: 0, orphaned: 0 });
       expect(await t.sweeper.sweep(deletableAt)).toEqual({ expired: 1, orphaned: 0 });
       expect(await t.store.head(ticket.ref)).toBeUndefined();

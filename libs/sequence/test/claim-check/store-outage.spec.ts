@@ -23,7 +23,9 @@ describe('claim check: payload store outage', () => {
   let ticket: ClaimTicket;
   beforeEach(async () => {
     t = await createClaimCheckTestApp({
-      module: { backpressureDelayMs: BACKPRESSURE_DELAY_MS },
+      module: {
+        tuning: { backpressureDelayMs: BACKPRESSURE_DELAY_MS },
+      },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
     });
     ticket = await t.claimCheck.checkIn(payload);
@@ -137,8 +139,9 @@ describe('claim check: payload store outage', () => {
   it('a store that keeps failing: dead-lettered store-unavailable after maxStoreRequeues requeues, payload kept', async () => {
     await t.close();
     t = await createClaimCheckTestApp({
-      module: { backpressureDelayMs: BACKPRESSURE_DELAY_MS },
-      claimCheck: { maxStoreRequeues: 3 },
+      module: {
+        tuning: { backpressureDelayMs: BACKPRESSURE_DELAY_MS, maxStoreRequeues: 3 },
+      },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
     });
     ticket = await t.claimCheck.checkIn(payload);

@@ -1,3 +1,4 @@
+import type { PublishPolicy } from '../../src/options/module-options';
 import { Redis, type RedisOptions } from 'ioredis';
 import { ClaimCheckPublishError, PublishTimeoutError, type PayloadStore } from 'nest-sequence';
 import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
@@ -22,7 +23,10 @@ const HOUR = 3_600_000;
  * Two tries of 250 ms each, no backoff: with the connection gone for seconds, the ticket's publish
  * has failed for good about half a second after it started.
  */
-const SHORT_BUDGET = { confirmTimeoutMs: 250, attempts: 2, baseDelayMs: 0, maxDelayMs: 0 };
+const SHORT_BUDGET = {
+  confirmTimeoutMs: 250,
+  retry: { attempts: 2, baseDelayMs: 0, maxDelayMs: 0 },
+} satisfies PublishPolicy;
 /** Long enough after the drop that the whole budget is spent while disconnected. */
 const RECONNECT_SECONDS = 2;
 
@@ -96,7 +100,7 @@ describeOnRealServers('faults: a claim check ticket that cannot be published', (
   /** The error `publish` rejected with, checked to be the typed one for a ticket. */
   async function failedPublish(
     publishing: Promise<unknown>,
-    attempts = SHORT_BUDGET.attempts,
+    attempts = SHORT_BUDGET.retry.attempts,
   ): Promise<ClaimCheckPublishError> {
     const error: unknown = await publishing.then(
       () => undefined,
@@ -206,7 +210,12 @@ describeOnRealServers('faults: a claim check ticket that cannot be published', (
     apps.push(consumer);
     const producer = await createClaimCheckApp({
       ...redisClaimCheckAdapters(prefix),
-      publish: { confirmTimeoutMs: 1, attempts: 1 },
+      publish: {
+        confirmTimeoutMs: 1,
+        retry: {
+          attempts: 1,
+        },
+      },
     });
     apps.push(producer);
     const transport = producer.transport;

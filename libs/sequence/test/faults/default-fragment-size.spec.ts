@@ -39,7 +39,13 @@ describeOnRealServers('faults: the default fragment size on RabbitMQ', () => {
     );
     opened.push(() => transport.close());
     const moduleRef = await Test.createTestingModule({
-      imports: [SequenceModule.forRoot({ transport, sweepIntervalMs: false, metrics: false })],
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          metrics: false,
+          tuning: { sweepers: { expiry: { intervalMs: false } } },
+        }),
+      ],
     }).compile();
     moduleRef.useLogger(false);
     const app: INestApplicationContext = await moduleRef.init();

@@ -101,18 +101,15 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
     consumer = await createRealServersApp(channel, {
       prefix: servers.prefix,
       keyTtlMarginMs,
-      ...limits,
-      maxSequenceBytes: 3 * 128 * KiB,
-      retentionMs,
-      leaseMs: 100,
-      sweepIntervalMs: 100,
-      backpressureDelayMs: 250,
       // Fragments of at most 128 KiB: the prefetch stays 16 (prefetchBytes does not lower it).
       handler: {
-        timeout: { ms: timeoutMs, strategy: 'fixed' },
         prefetch,
         maxFragmentBytes: 128 * KiB,
+        timeoutMs,
+        timeoutStrategy: 'fixed',
       },
+      sequence: { ...limits, maxSequenceBytes: 3 * 128 * KiB, retentionMs },
+      tuning: { leaseMs: 100, sweepers: { expiry: { intervalMs: 100 } }, backpressureDelayMs: 250 },
     });
     const firsts = firstFragments(300, 4 * KiB, 128 * KiB);
     const floodBytes = firsts.reduce((sum, { body }) => sum + body.length, 0);
@@ -255,11 +252,12 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
     consumer = await createRealServersApp(channel, {
       prefix: servers.prefix,
       keyTtlMarginMs: 1_500,
-      leaseMs: 100,
-      retentionMs: 1,
-      sweepIntervalMs: 100,
-      onExpired,
-      handler: { timeout: { ms: 300, strategy: 'fixed' } },
+      handler: {
+        timeoutMs: 300,
+        timeoutStrategy: 'fixed',
+      },
+      tuning: { leaseMs: 100, sweepers: { expiry: { intervalMs: 100 } } },
+      sequence: { retentionMs: 1, onExpired },
     });
     const registry = consumer.metrics.registry;
     const counter = (name: string) => singleMetricValue(registry, name, { channel });

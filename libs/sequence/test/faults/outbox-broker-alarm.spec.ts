@@ -41,14 +41,12 @@ describeOnOutboxServers('faults: the broker blocks publishing (a resource alarm)
       tablePrefix: servers.tablePrefix,
       outbox: {
         routes: { event: () => channel },
-        publishTimeoutMs: PUBLISH_TIMEOUT_MS,
         outboxEvents: {
           pollIntervalMs: 100,
-          maxAttempts: MAX_ATTEMPTS,
-          retryBaseMs: 20,
-          retryMaxMs: 50,
+          retry: { attempts: MAX_ATTEMPTS, baseDelayMs: 20, maxDelayMs: 50 },
         },
       },
+      module: { publish: { confirmTimeoutMs: PUBLISH_TIMEOUT_MS } },
     });
     apps.push(t);
     // One event before the alarm: the output queue is declared, the connection has published.

@@ -44,9 +44,11 @@ describeOnOutboxServers('faults: an event the broker refuses every time', () => 
           routes: { event: (event) => (event.type === 'Poison' ? refused : channel) },
           outboxEvents: {
             pollIntervalMs: 100,
-            maxAttempts: MAX_ATTEMPTS,
-            retryBaseMs: RETRY_MS,
-            retryMaxMs: RETRY_MS,
+            retry: {
+              attempts: MAX_ATTEMPTS,
+              baseDelayMs: RETRY_MS,
+              maxDelayMs: RETRY_MS,
+            },
           },
         },
       }).then((app) => apps.push(app)),

@@ -8,7 +8,7 @@ import {
   SplitterService,
 } from 'nest-sequence';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { type PublishRetryOptions } from '../../src/sequence.options';
+import type { PublishPolicy } from '../../src/options/module-options';
 import { sha256Hex } from '../../src/core/checksum';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
@@ -30,7 +30,7 @@ interface Producer {
   close(): Promise<void>;
 }
 
-async function startProducer(publish: PublishRetryOptions, reconnectSeconds: number) {
+async function startProducer(publish: PublishPolicy, reconnectSeconds: number) {
   const connectionName = `nseq-fault-producer-${randomUUID()}`;
   const transport = await RabbitMqTransport.connect(
     AMQP_URL,
@@ -39,7 +39,12 @@ async function startProducer(publish: PublishRetryOptions, reconnectSeconds: num
   );
   const moduleRef = await Test.createTestingModule({
     imports: [
-      SequenceModule.forRoot({ transport, publish, sweepIntervalMs: false, metrics: false }),
+      SequenceModule.forRoot({
+        transport,
+        publish,
+        metrics: false,
+        tuning: { sweepers: { expiry: { intervalMs: false } } },
+      }),
     ],
   }).compile();
   moduleRef.useLogger(false);
@@ -92,8 +97,10 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
   async function startConsumer(timeoutMs: number): Promise<RealServersApp> {
     consumer = await createRealServersApp(channel, {
       prefix: servers.prefix,
-      sweepIntervalMs: 100,
-      handler: { timeout: { ms: timeoutMs } },
+      handler: {
+        timeoutMs,
+      },
+      tuning: { sweepers: { expiry: { intervalMs: 100 } } },
     });
     return consumer;
   }
@@ -101,7 +108,14 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
   it('resolves once the connection is back, within the retry budget, and the consumer delivers the sequence once, byte-exact', async () => {
     const consumer = await startConsumer(30_000);
     producer = await startProducer(
-      { confirmTimeoutMs: 3_000, attempts: 5, baseDelayMs: 100, maxDelayMs: 500 },
+      {
+        confirmTimeoutMs: 3_000,
+        retry: {
+          attempts: 5,
+          baseDelayMs: 100,
+          maxDelayMs: 500,
+        },
+      },
       0.2,
     );
     const payload = bytes(CHUNKS * FRAGMENT_BYTES, 101);
@@ -138,7 +152,14 @@ describeOnRealServers('faults: the producer connection dropped mid-sequence', ()
     // The connection comes back after 5 s; two 300 ms attempts per fragment, no backoff (so the
     // first fragment after the drop is also the first to fail for good).
     producer = await startProducer(
-      { confirmTimeoutMs: 300, attempts: 2, baseDelayMs: 0, maxDelayMs: 0 },
+      {
+        confirmTimeoutMs: 300,
+        retry: {
+          attempts: 2,
+          baseDelayMs: 0,
+          maxDelayMs: 0,
+        },
+      },
       5,
     );
     const payload = bytes(CHUNKS * FRAGMENT_BYTES, 102);

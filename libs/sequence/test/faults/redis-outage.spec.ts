@@ -78,10 +78,14 @@ describeOnRealServers('faults: Redis stopped in the middle of a sequence', () =>
     app = await createRealServersApp(channel, {
       prefix,
       store: new RedisSequenceStore(client, { prefix }),
-      backpressureDelayMs: 100,
-      sweepIntervalMs: options.sweepIntervalMs ?? 100,
-      leaseMs: options.leaseMs,
-      handler: { timeout: { ms: 60_000 } },
+      handler: {
+        timeoutMs: 60_000,
+      },
+      tuning: {
+        backpressureDelayMs: 100,
+        sweepers: { expiry: { intervalMs: options.sweepIntervalMs ?? 100 } },
+        leaseMs: options.leaseMs,
+      },
     });
     const payload = bytes(96_000, 91);
     const fragments = makeFragments('outage', payload, 16_000);

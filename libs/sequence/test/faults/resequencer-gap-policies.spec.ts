@@ -44,7 +44,7 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
   async function start(policy: GapPolicy): Promise<ResequencerApp> {
     const app = await createResequencerApp(
       { channel, gap: { timeoutMs: TIMEOUT_MS, policy } },
-      { prefix: servers.prefix, resequencer: { sweepIntervalMs: SWEEP_INTERVAL_MS } },
+      { prefix: servers.prefix, gapSweepIntervalMs: SWEEP_INTERVAL_MS },
     );
     apps.push(app);
     return app;

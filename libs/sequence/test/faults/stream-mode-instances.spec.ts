@@ -55,12 +55,13 @@ describeOnRealServers('faults: stream mode across two instances on RabbitMQ and 
       imports: [
         SequenceModule.forRoot({
           transport,
-          sweepIntervalMs: false,
-          backpressureDelayMs: 20,
           resequencer: {
-            sweepIntervalMs: false,
             store: new RedisResequencerStore(redis, { prefix: servers.prefix }),
-            drainWaitMs: 200,
+          },
+          tuning: {
+            sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } },
+            drain: { waitMs: 200 },
+            backpressureDelayMs: 20,
           },
         }),
       ],

@@ -55,9 +55,11 @@ describe('guarantees: expiry of incomplete sequences', () => {
     const store = new InstrumentedStore(new MemorySequenceStore());
     const onExpired = jest.fn<void, [ExpiredSequence]>();
     const t = await start(channel, {
-      store,
-      onExpired,
-      handler: { timeout: { ms: TIMEOUT_MS, strategy } },
+      handler: {
+        timeoutMs: TIMEOUT_MS,
+        timeoutStrategy: strategy,
+      },
+      sequence: { store, onExpired },
     });
     const fragments = makeThem('gap', bytes(3_000, 71), 1_000);
     await publishAll(t.transport, channel, [fragments[0]]);
@@ -95,7 +97,12 @@ describe('guarantees: expiry of incomplete sequences', () => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     const onExpired = jest.fn(() => released);
-    const t = await start(channel, { onExpired, handler: { timeout: { ms: TIMEOUT_MS } } });
+    const t = await start(channel, {
+      handler: {
+        timeoutMs: TIMEOUT_MS,
+      },
+      sequence: { onExpired },
+    });
     const firsts = Array.from(
       { length: 250 },
       (_, i) => makeFragments(`backlog-${i}`, bytes(2_000, i), 1_000)[0],
@@ -106,7 +113,7 @@ describe('guarantees: expiry of incomplete sequences', () => {
 
     const sweeping = t.sweeper.sweep(Date.now() + TIMEOUT_MS + 1_000);
     await eventually(() => onExpired.mock.calls.length > 0, 'the first batch reported');
-    const stopping = t.sweeper.beforeApplicationShutdown();
+    const stopping = t.sweeper.stop();
     release();
 
     expect(await sweeping).toBe(100);
@@ -142,10 +149,13 @@ describe('guarantees: expiry of incomplete sequences', () => {
     const channel = 'guarantees.expiry.hung-hook';
     const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     const t = await start(channel, {
-      onExpired: () => new Promise<void>(() => undefined),
       shutdownTimeoutMs: 100,
       publish: { confirmTimeoutMs: 100 },
-      handler: { timeout: { ms: TIMEOUT_MS, strategy: 'fixed' } },
+      handler: {
+        timeoutMs: TIMEOUT_MS,
+        timeoutStrategy: 'fixed',
+      },
+      sequence: { onExpired: () => new Promise<void>(() => undefined) },
     });
     const first = makeFragments('hung-1', bytes(3_000, 72), 1_000);
     const second = makeFragments('hung-2', bytes(3_000, 73), 1_000);
@@ -189,7 +199,12 @@ describe('guarantees: expiry of incomplete sequences', () => {
 
   it('lists at most MAX_LISTED_POSITIONS positions in the record, with the counts, however far a position went', async () => {
     const channel = 'guarantees.expiry.far';
-    const t = await start(channel, { handler: { timeout: { ms: TIMEOUT_MS, strategy: 'fixed' } } });
+    const t = await start(channel, {
+      handler: {
+        timeoutMs: TIMEOUT_MS,
+        timeoutStrategy: 'fixed',
+      },
+    });
     // One fragment of a streamed sequence (no size yet), at the highest position maxFragments
     // allows: every position before it is missing.
     const body = Buffer.from('far');
@@ -277,7 +292,12 @@ describe('guarantees: expiry of incomplete sequences', () => {
   it('does not expire a complete sequence whose handler is still running', async () => {
     const channel = 'guarantees.expiry.complete';
     const store = new InstrumentedStore(new MemorySequenceStore());
-    const t = await start(channel, { store, handler: { timeout: { ms: TIMEOUT_MS } } });
+    const t = await start(channel, {
+      handler: {
+        timeoutMs: TIMEOUT_MS,
+      },
+      sequence: { store },
+    });
     let release: () => void = () => undefined;
     t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
     const payload = bytes(2_000, 73);
@@ -298,8 +318,14 @@ describe('guarantees: expiry of incomplete sequences', () => {
     const store = new InstrumentedStore(new MemorySequenceStore());
     const hooks = [jest.fn(), jest.fn()];
     const [one, two] = [
-      await start(channel, { transport, store, onExpired: hooks[0] }),
-      await start(channel, { transport, store, onExpired: hooks[1] }),
+      await start(channel, {
+        transport,
+        sequence: { store, onExpired: hooks[0] },
+      }),
+      await start(channel, {
+        transport,
+        sequence: { store, onExpired: hooks[1] },
+      }),
     ];
     await publishAll(
       transport,
@@ -326,10 +352,12 @@ describe('guarantees: expiry of incomplete sequences', () => {
     const channel = 'guarantees.expiry.scheduled';
     const onExpired = jest.fn<void, [ExpiredSequence]>();
     const t = await start(channel, {
-      sweepIntervalMs: 20,
-      onExpired,
-      handler: { timeout: { ms: 50 } },
+      handler: {
+        timeoutMs: 50,
+      },
       imports: [ScheduleModule.forRoot()],
+      tuning: { sweepers: { expiry: { intervalMs: 20 } } },
+      sequence: { onExpired },
     });
     expect(t.app.get(SchedulerRegistry).getIntervals()).toContain('nest-sequence:expiry-sweeper');
 
@@ -348,7 +376,12 @@ describe('guarantees: expiry of incomplete sequences', () => {
 
   it('sweeps on its own timer when the app has no ScheduleModule', async () => {
     const channel = 'guarantees.expiry.no-schedule-module';
-    const t = await start(channel, { sweepIntervalMs: 20, handler: { timeout: { ms: 50 } } });
+    const t = await start(channel, {
+      handler: {
+        timeoutMs: 50,
+      },
+      tuning: { sweepers: { expiry: { intervalMs: 20 } } },
+    });
     expect(() => t.app.get(SchedulerRegistry)).toThrow();
 
     await publishAll(
@@ -391,9 +424,10 @@ describe('guarantees: expiry of incomplete sequences', () => {
     }
     const onExpired = jest.fn<void, [ExpiredSequence]>();
     const t = await start(channel, {
-      store: new FlakyExpireStore(),
-      onExpired,
-      handler: { timeout: { ms: 1_000 } },
+      handler: {
+        timeoutMs: 1_000,
+      },
+      sequence: { store: new FlakyExpireStore(), onExpired },
     });
     for (const id of ['steady-1', 'flaky', 'steady-2']) {
       await publishAll(

@@ -32,8 +32,8 @@ describe('guarantees: a handler that throws', () => {
   /** A sequence whose handler fails `failures` times, with 3 attempts allowed. */
   async function handledWithFailures(channel: string, failures: number) {
     t = await createSequenceTestApp(channel, {
-      retentionMs: RETENTION_MS,
       handler: { handlerRetry: { attempts: 3, baseDelayMs: 1 } },
+      sequence: { retentionMs: RETENTION_MS },
     });
     t.handler.failNext = failures;
     const fragments = makeFragments('flaky', payload, 1_000);
@@ -53,8 +53,8 @@ describe('guarantees: a handler that throws', () => {
     async (_how, reversed) => {
       const channel = `guarantees.handler.destination-fails.${String(reversed)}`;
       t = await createSequenceTestApp(channel, {
-        retentionMs: RETENTION_MS,
         handler: { handlerRetry: { attempts: 2, baseDelayMs: 1 } },
+        sequence: { retentionMs: RETENTION_MS },
       });
       // The documented pattern into a destination that fails (a full disk): pipeline destroys
       // the payload's stream with the destination's error.
@@ -171,8 +171,7 @@ describe('guarantees: a handler that throws', () => {
       handler: (payload: ReassembledPayload) => Promise<void>,
     ) {
       t = await createSequenceTestApp(`${channel}.unused`, {
-        store: storeFailingFirstRead(),
-        retentionMs: RETENTION_MS,
+        sequence: { store: storeFailingFirstRead(), retentionMs: RETENTION_MS },
       });
       const aggregator = t.app.get(AggregatorService);
       const consumer = aggregator.createConsumer(channel, handler);

@@ -42,7 +42,10 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const store = new InstrumentedStore(new MemorySequenceStore());
       // No requeue delay: a requeued message is back in the queue at once, so at any moment each
       // fragment is either queued or in the consumer's hands.
-      const t = await start(channel, { store, backpressureDelayMs: 0 });
+      const t = await start(channel, {
+        sequence: { store },
+        tuning: { backpressureDelayMs: 0 },
+      });
       const payload = bytes(4_000, 51);
       store.unreachable = true;
 
@@ -68,7 +71,9 @@ describe('guarantees: store outages, crashes and several instances', () => {
     it('requeues the completing fragment when the verifying read-back fails, and delivers the sequence once on redelivery', async () => {
       const channel = 'guarantees.outage.read';
       const store = new InstrumentedStore(new MemorySequenceStore());
-      const t = await start(channel, { store });
+      const t = await start(channel, {
+        sequence: { store },
+      });
       const payload = bytes(3_000, 52);
       store.failNextReads = 1;
 
@@ -86,7 +91,9 @@ describe('guarantees: store outages, crashes and several instances', () => {
     it("requeues the completing fragment when the handler's read fails, instead of retrying the handler or dead-lettering; delivers once on redelivery", async () => {
       const channel = 'guarantees.outage.handler-read';
       const store = new InstrumentedStore(new MemorySequenceStore());
-      const t = await start(channel, { store });
+      const t = await start(channel, {
+        sequence: { store },
+      });
       const payload = bytes(3_000, 54);
       store.failNextReads = 1;
 
@@ -113,8 +120,8 @@ describe('guarantees: store outages, crashes and several instances', () => {
       // three fragments below are in the consumer's hands at once.
       const first = await start(channel, {
         transport,
-        store: crashing,
         handler: { maxFragmentBytes: 64 * 1024 },
+        sequence: { store: crashing },
       });
       const payload = bytes(5_000, 53);
       const fragments = makeFragments('crash-mid', payload, 1_000);
@@ -135,7 +142,10 @@ describe('guarantees: store outages, crashes and several instances', () => {
       expect(returned.map((m) => m.headers['x-sequence-position']).sort()).toEqual([3, 4, 5]);
       expect(returned.every((m) => m.redelivered)).toBe(true);
 
-      const second = await start(channel, { transport, store: shared });
+      const second = await start(channel, {
+        transport,
+        sequence: { store: shared },
+      });
       await transport.whenIdle();
 
       expect(first.handler.calls).toBe(0);
@@ -153,9 +163,9 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const dying = new InstrumentedStore(shared);
       const first = await start(channel, {
         transport,
-        store: dying,
-        leaseMs: 100,
         handler: { handlerRetry: { attempts: 1 } },
+        sequence: { store: dying },
+        tuning: { leaseMs: 100 },
       });
       let endHeldCall: (error: Error) => void = () => undefined;
       first.handler.onCall = () => new Promise((_resolve, reject) => (endHeldCall = reject));
@@ -170,7 +180,11 @@ describe('guarantees: store outages, crashes and several instances', () => {
       await stop(first);
       expect(transport.peek(channel).map((m) => m.headers['x-sequence-position'])).toEqual([3]);
 
-      const second = await start(channel, { transport, store: shared, leaseMs: 100 });
+      const second = await start(channel, {
+        transport,
+        sequence: { store: shared },
+        tuning: { leaseMs: 100 },
+      });
       await transport.whenIdle();
 
       expect(second.handler.calls).toBe(1);
@@ -195,7 +209,13 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const shared = new MemorySequenceStore();
       const stores = [0, 1, 2].map(() => new InstrumentedStore(shared));
       const instances: SequenceTestApp[] = [];
-      for (const store of stores) instances.push(await start(channel, { transport, store }));
+      for (const store of stores)
+        instances.push(
+          await start(channel, {
+            transport,
+            sequence: { store },
+          }),
+        );
       const sequences = Array.from({ length: 20 }, (_, i) => ({
         id: `multi-${i}`,
         payload: bytes(1_000 + i * 250, 60 + i),
@@ -253,9 +273,9 @@ describe('guarantees: store outages, crashes and several instances', () => {
       // prefetch 1: while the first instance holds the completing fragment, others go elsewhere.
       const first = await start(channel, {
         transport,
-        store: blipping,
-        leaseMs: 100,
         handler: { handlerRetry: { attempts: 1 }, prefetch: 1 },
+        sequence: { store: blipping },
+        tuning: { leaseMs: 100 },
       });
       let releaseFirstCall: () => void = () => undefined;
       first.handler.onCall = () => new Promise<void>((resolve) => (releaseFirstCall = resolve));
@@ -265,7 +285,11 @@ describe('guarantees: store outages, crashes and several instances', () => {
       await eventually(() => first.handler.calls === 1, 'the first instance in its handler');
 
       blipping.failRenewals = true;
-      const second = await start(channel, { transport, store: shared, leaseMs: 100 });
+      const second = await start(channel, {
+        transport,
+        sequence: { store: shared },
+        tuning: { leaseMs: 100 },
+      });
       await publishAll(transport, channel, [fragments[0]]); // the producer resends one
       await eventually(() => second.handler.deliveries.length === 1, 'the takeover');
       expect(second.handler.of('lapsed')[0].bytes.equals(payload)).toBe(true);
@@ -289,10 +313,10 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const blipping = new InstrumentedStore(new MemorySequenceStore());
       const t = await start(channel, {
         transport,
-        store: blipping,
-        leaseMs: 100,
         // 1,000-byte fragments: a maxFragmentBytes to match, so that prefetchBytes leaves the 4.
         handler: { handlerRetry: { attempts: 1 }, prefetch: 4, maxFragmentBytes: 64 * 1024 },
+        sequence: { store: blipping },
+        tuning: { leaseMs: 100 },
       });
       // Call 1 is held, then throws; call 2 (the takeover) is held until call 1 has failed.
       const release: Array<() => void> = [];

@@ -27,7 +27,9 @@ describe('guarantees: verifying a sequence at intake', () => {
   it('reads a sequence stored in order once: for the handler, not for verification', async () => {
     const channel = 'guarantees.intake.in-order';
     const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, { store });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store },
+    });
     const payload = bytes(10_000, 61);
 
     await publishAll(t.transport, channel, makeFragments('in-order', payload, 1_000));
@@ -41,7 +43,9 @@ describe('guarantees: verifying a sequence at intake', () => {
   it('reads a sequence that arrived out of order twice: verified before the handler, then for it', async () => {
     const channel = 'guarantees.intake.shuffled';
     const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, { store });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store },
+    });
     const payload = bytes(10_000, 62);
 
     await publishAll(t.transport, channel, shuffled(makeFragments('shuffled', payload, 1_000), 3));
@@ -54,7 +58,9 @@ describe('guarantees: verifying a sequence at intake', () => {
   it('reads a sequence with a duplicated fragment twice, and delivers it once', async () => {
     const channel = 'guarantees.intake.duplicate';
     const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, { store });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store },
+    });
     const payload = bytes(5_000, 63);
     const fragments = makeFragments('duplicated', payload, 1_000);
 
@@ -73,7 +79,9 @@ describe('guarantees: verifying a sequence at intake', () => {
   it('does not call the handler when the bytes stored in order do not match x-sequence-sha256', async () => {
     const channel = 'guarantees.intake.forged';
     const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, { store });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store },
+    });
     const fragments = makeFragments('forged-in-order', bytes(3_000, 64), 1_000);
     const last = fragments[2];
     fragments[2] = {
@@ -94,8 +102,8 @@ describe('guarantees: verifying a sequence at intake', () => {
     const channel = 'guarantees.intake.corrupt-store';
     const store = new InstrumentedStore(new MemorySequenceStore());
     t = await createSequenceTestApp(channel, {
-      store,
       handlerRetry: { attempts: 3, baseDelayMs: 1 },
+      sequence: { store },
     });
     const payload = bytes(4_000, 65);
     store.corruptNextReads = 1;

@@ -142,8 +142,7 @@ describe('guarantees: limits and back-pressure', () => {
     it('at maxBufferedBytes requeues a new sequence without storing it, and lets it complete once the earlier one did', async () => {
       const channel = 'guarantees.backpressure.bytes';
       t = await createSequenceTestApp(channel, {
-        maxBufferedBytes: 10_000,
-        maxSequenceBytes: 10_000,
+        sequence: { maxBufferedBytes: 10_000, maxSequenceBytes: 10_000 },
       });
       const first = bytes(6_000, 35);
       const second = bytes(6_000, 36);
@@ -185,7 +184,9 @@ describe('guarantees: limits and back-pressure', () => {
 
     it('at maxOpenSequences requeues a sequence that would open one more, and lets it complete once one finished', async () => {
       const channel = 'guarantees.backpressure.open';
-      t = await createSequenceTestApp(channel, { maxOpenSequences: 2 });
+      t = await createSequenceTestApp(channel, {
+        sequence: { maxOpenSequences: 2 },
+      });
       const payloads = ['a', 'b', 'c'].map((id, i) => ({ id, payload: bytes(3_000, 37 + i) }));
       const [a, b, c] = payloads.map(({ id, payload }) => makeFragments(id, payload, 1_000));
       await publishAll(t.transport, channel, [a[0], b[0]]);
@@ -219,8 +220,7 @@ describe('guarantees: limits and back-pressure', () => {
     it('holds a streamed sequence back part-way while the budget is full, and lets it complete once budget frees', async () => {
       const channel = 'guarantees.backpressure.streamed';
       t = await createSequenceTestApp(channel, {
-        maxBufferedBytes: 5_000,
-        maxSequenceBytes: 5_000,
+        sequence: { maxBufferedBytes: 5_000, maxSequenceBytes: 5_000 },
       });
       const declared = bytes(4_000, 40);
       const streamed = bytes(3_000, 41);

@@ -37,7 +37,7 @@ describe('guarantees: metrics', () => {
     beforeAll(async () => {
       t = await createSequenceTestApp(channel, {
         metrics: { registry },
-        handler: { maxSequenceBytes: 5_000, timeout: { ms: 1_000 } },
+        handler: { maxSequenceBytes: 5_000, timeoutMs: 1_000 },
       });
       const done = makeFragments('done', bytes(3_000, 91), 1_000);
       const tooBig = makeFragments('too-big', bytes(8_000, 92), 1_000);
@@ -144,7 +144,9 @@ describe('guarantees: metrics', () => {
 
   it('answers a scrape while the store does not answer: the gauges keep their value, the failure is counted', async () => {
     const store = new MemorySequenceStore();
-    const t = await createSequenceTestApp('guarantees.metrics.hung-store', { store });
+    const t = await createSequenceTestApp('guarantees.metrics.hung-store', {
+      sequence: { store },
+    });
     try {
       const registry = t.metrics.registry;
       expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);

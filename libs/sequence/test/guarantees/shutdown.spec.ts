@@ -11,7 +11,9 @@ import {
 describe('guarantees: graceful shutdown', () => {
   it('lets a delivery in progress finish before closing, so its sequence is not redelivered', async () => {
     const channel = 'guarantees.shutdown.in-flight';
-    const t = await createSequenceTestApp(channel, { retentionMs: 60_000 });
+    const t = await createSequenceTestApp(channel, {
+      sequence: { retentionMs: 60_000 },
+    });
     let release: () => void = () => undefined;
     t.handler.onCall = () => new Promise<void>((resolve) => (release = resolve));
     const payload = bytes(2_500, 91);

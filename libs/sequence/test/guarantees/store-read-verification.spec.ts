@@ -68,7 +68,9 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
       const store = new InstrumentedStore(
         new RedisSequenceStore(redis, { prefix, readVerification }),
       );
-      t = await createSequenceTestApp(channel, { store });
+      t = await createSequenceTestApp(channel, {
+        sequence: { store },
+      });
       const payload = bytes(10_000, 71);
       // The fragments are made (and hashed) by the test before the count starts.
       const fragments = makeFragments('in-order', payload, 1_000);
@@ -105,7 +107,9 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
         })(),
       );
     };
-    t = await createSequenceTestApp(channel, { store: redisStore });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store: redisStore },
+    });
     let streamError: unknown;
     t.handler.onCall = async (delivered) => {
       await delivered.toBuffer().catch((error: unknown) => {
@@ -129,8 +133,8 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
   it('fails the handler stream and dead-letters the sequence when a body changed in Redis after intake', async () => {
     const channel = 'guarantees.read-verification.altered';
     t = await createSequenceTestApp(channel, {
-      store: new RedisSequenceStore(redis, { prefix }),
       handlerRetry: { attempts: 3, baseDelayMs: 1 },
+      sequence: { store: new RedisSequenceStore(redis, { prefix }) },
     });
     let streamError: unknown;
     let readBytes = 0;
@@ -173,7 +177,9 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
       }
       return result;
     };
-    t = await createSequenceTestApp(channel, { store: redisStore });
+    t = await createSequenceTestApp(channel, {
+      sequence: { store: redisStore },
+    });
     const fragments = shuffled(makeFragments('before-check', bytes(4_000, 73), 1_000), 5);
 
     await publishAll(t.transport, channel, fragments);

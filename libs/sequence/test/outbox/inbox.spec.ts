@@ -113,7 +113,11 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     owned.push(broker);
     const moduleRef = await Test.createTestingModule({
       imports: [
-        SequenceModule.forRoot({ transport: broker, sweepIntervalMs: false, outbox: inboxOptions }),
+        SequenceModule.forRoot({
+          transport: broker,
+          outbox: inboxOptions,
+          tuning: { sweepers: { expiry: { intervalMs: false } } },
+        }),
         TasksModule,
       ],
     }).compile();
@@ -154,8 +158,8 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
       imports: [
         SequenceModule.forRoot({
           transport: broker,
-          sweepIntervalMs: false,
           outbox: { outboxEvents: FAST_BOX },
+          tuning: { sweepers: { expiry: { intervalMs: false } } },
         }),
         FeatureModule,
       ],
@@ -170,8 +174,9 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
 
   it('drops a duplicate inside the retention window; once the id is purged, the same id is handled again', async () => {
     t = await createOutboxTestApp(
-      { ...inboxOptions, inboxEvents: { ...FAST_BOX, retentionMs: 3_000 }, purgeIntervalMs: 50 },
+      { ...inboxOptions, inboxEvents: { ...FAST_BOX, retentionMs: 3_000 } },
       [TaskCreated],
+      { tuning: { sweepers: { purge: { intervalMs: 50 } } } },
     );
     const handler = t.handler(TaskCreated);
     const id = randomUUID();
@@ -333,7 +338,16 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
 
   it('a handler that keeps failing leaves the record FAILED after maxAttempts, with the error', async () => {
     t = await createOutboxTestApp(
-      { ...inboxOptions, inboxEvents: { ...FAST_BOX, maxAttempts: 2 } },
+      {
+        ...inboxOptions,
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 2,
+          },
+        },
+      },
       [TaskCreated],
     );
     const handler = t.handler(TaskCreated);

@@ -92,7 +92,13 @@ describe('Outbox isolation: nothing leaves with a transaction that rolls back (e
     }
     t = await createOutboxTestApp(
       {
-        inboxEvents: { ...FAST_BOX, maxAttempts: 1 },
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 1,
+          },
+        },
         outboxEvents: { ...FAST_BOX, pollIntervalMs: 60_000 },
       },
       [Reserve],

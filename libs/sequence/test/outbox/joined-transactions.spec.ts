@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { knex as createKnex, type Knex } from 'knex';
 import { Pool, type PoolClient } from 'pg';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
-import { type EventInput } from '../../src/outbox/outbox-message';
+import { type EventInput } from '../../src/core/outbox-message';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';

@@ -18,7 +18,16 @@ describe('Outbox / Inbox metrics', () => {
 
   it('count published, failed, received, duplicate and processed messages per box', async () => {
     t = await createOutboxTestApp(
-      { outboxEvents: { ...FAST_BOX, maxAttempts: 2 }, inboxEvents: FAST_BOX },
+      {
+        outboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 2,
+          },
+        },
+        inboxEvents: FAST_BOX,
+      },
       [Handler],
     );
     t.transport.beforePublish = (attempt) => {

@@ -13,9 +13,10 @@ import {
   type Transport,
 } from 'nest-sequence';
 import { OutboxRuntime } from '../../src/outbox/outbox.runtime';
-import { SequenceMetrics } from '../../src/observability/sequence.metrics';
-import { type OutboxModuleOptions } from '../../src/outbox/outbox.options';
+import { ModuleMetrics } from '../../src/kernel/module-metrics';
+import type { BoxOptions, OutboxOptions } from '../../src/options/outbox.options';
 import { FaultInjectingTransport } from '../support/sequence-test-app';
+import { mergeOptions } from '../support/merge-options';
 
 /** One call of a recording inbox handler. */
 export interface InboxCall {
@@ -70,20 +71,23 @@ export interface OutboxTestApp {
   readonly broker: InMemoryTransport;
   /** What the module publishes through: faults can be injected with `beforePublish`. */
   readonly transport: FaultInjectingTransport;
-  readonly metrics: SequenceMetrics;
+  readonly metrics: ModuleMetrics;
   handler<T extends RecordingInboxHandler>(type: Type<T>): T;
   close(): Promise<void>;
 }
 
 /** Quick loops, short backoff: what the tests need to see retries within a second. */
-export const FAST_BOX = { pollIntervalMs: 50, retryBaseMs: 10, retryMaxMs: 40 };
+export const FAST_BOX = {
+  pollIntervalMs: 50,
+  retry: { baseDelayMs: 10, maxDelayMs: 40 },
+} satisfies BoxOptions;
 
 /**
  * An application with SequenceModule on the in-memory transport (or `broker`) and the given
  * outbox options (the embedded SQLite store unless `outbox.store` is set), plus `providers`.
  */
 export async function createOutboxTestApp(
-  outbox: OutboxModuleOptions | undefined,
+  outbox: OutboxOptions | undefined,
   providers: Type[] = [],
   extra: Omit<SequenceModuleOptions, 'outbox' | 'transport'> & { broker?: Transport } = {},
 ): Promise<OutboxTestApp> {
@@ -91,13 +95,12 @@ export async function createOutboxTestApp(
   const transport = new FaultInjectingTransport(broker);
   const moduleRef = await Test.createTestingModule({
     imports: [
-      SequenceModule.forRoot({
-        ...moduleOptions,
-        transport,
-        sweepIntervalMs: false,
-        resequencer: { sweepIntervalMs: false },
-        outbox,
-      }),
+      SequenceModule.forRoot(
+        mergeOptions<SequenceModuleOptions>(
+          { ...moduleOptions, transport, outbox },
+          { tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } } },
+        ),
+      ),
     ],
     providers,
   }).compile();
@@ -109,7 +112,7 @@ export async function createOutboxTestApp(
     runtime: app.get(OutboxRuntime),
     broker: broker as InMemoryTransport,
     transport,
-    metrics: app.get(SequenceMetrics),
+    metrics: app.get(ModuleMetrics),
     handler: (type) => app.get(type),
     close: async () => {
       await app.close();

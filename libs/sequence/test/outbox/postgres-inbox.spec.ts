@@ -4,7 +4,7 @@ import { Pool } from 'pg';
 import { InboxHandler, OutboxService, type InboxContext, type OutboxEvent } from 'nest-sequence';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
-import { type OutboxModuleOptions } from '../../src/outbox/outbox.options';
+import type { OutboxOptions } from '../../src/options/outbox.options';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
@@ -90,7 +90,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     t = await createOutboxTestApp(
       {
         store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
-        inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 3,
+          },
+        },
       },
       [Ledger],
     );
@@ -109,7 +115,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
   async function deliverInOneClaim(
     options: {
       store: () => PostgresOutboxStore;
-      inboxEvents: NonNullable<OutboxModuleOptions['inboxEvents']>;
+      inboxEvents: NonNullable<OutboxOptions['inboxEvents']>;
     },
     providers: Type[],
     count: number,
@@ -152,7 +158,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
             tablePrefix: prefix,
             pool: { query_timeout: 300 },
           }),
-        inboxEvents: { ...FAST_BOX, maxAttempts: 3 },
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 3,
+          },
+        },
       },
       [Ledger],
       3,
@@ -205,7 +217,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
               tablePrefix: prefix,
               pool: { query_timeout: 300 },
             }),
-          inboxEvents: { ...FAST_BOX, maxAttempts: 2 },
+          inboxEvents: {
+            ...FAST_BOX,
+            retry: {
+              ...FAST_BOX.retry,
+              attempts: 2,
+            },
+          },
         },
         [Ledger],
         1,
@@ -255,7 +273,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     const [, next] = await deliverInOneClaim(
       {
         store: () => connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
-        inboxEvents: { ...FAST_BOX, maxAttempts: 1 },
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 1,
+          },
+        },
       },
       [Notifier],
       2,
@@ -435,7 +459,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     t = await createOutboxTestApp(
       {
         store: connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
-        inboxEvents: { ...FAST_BOX, maxAttempts: 2 },
+        inboxEvents: {
+          ...FAST_BOX,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 2,
+          },
+        },
       },
       [Broken],
     );

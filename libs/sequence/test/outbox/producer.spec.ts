@@ -1,3 +1,4 @@
+import type { SweeperOptions } from '../../src/options/module-options';
 import {
   InMemoryTransport,
   InvalidHeaderError,
@@ -32,11 +33,13 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
   async function start(
     options: Parameters<typeof createOutboxTestApp>[0] = {},
     broker = new InMemoryTransport(),
+    /** The purge, when a test runs it. */
+    purge?: SweeperOptions,
   ) {
     t = await createOutboxTestApp(
       { outboxEvents: FAST_BOX, outboxCommands: FAST_BOX, ...options },
       [],
-      { broker },
+      { broker, ...(purge ? { tuning: { sweepers: { purge } } } : {}) },
     );
     await t.outbox.transaction((tx) =>
       tx.query('CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, total INTEGER)'),
@@ -250,7 +253,15 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
   });
 
   it('a message the broker refuses every time is FAILED after maxAttempts; the others keep flowing', async () => {
-    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 3 } });
+    await start({
+      outboxEvents: {
+        ...FAST_BOX,
+        retry: {
+          ...FAST_BOX.retry,
+          attempts: 3,
+        },
+      },
+    });
     t.transport.beforePublish = (attempt) => {
       if (attempt.channel === 'events.Poison') {
         throw new PublishRejectedError(attempt.channel, new Error('nack'));
@@ -298,7 +309,16 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
 
   it('a broker outage is not counted as attempts: records stay PENDING, claims wait for the polls, and all are published once it is back', async () => {
     // Two attempts and 10 ms of backoff: counted as attempts, the outage would fail them at once.
-    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 2, batchSize: 2 } });
+    await start({
+      outboxEvents: {
+        ...FAST_BOX,
+        batchSize: 2,
+        retry: {
+          ...FAST_BOX.retry,
+          attempts: 2,
+        },
+      },
+    });
     let down = true;
     let tries = 0;
     t.transport.beforePublish = (attempt) => {
@@ -341,7 +361,16 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
   });
 
   it('a broker lost during a batch is not counted as attempts either: the batch is released once a publish fails and the health check does too', async () => {
-    await start({ outboxEvents: { ...FAST_BOX, maxAttempts: 1, batchSize: 5 } });
+    await start({
+      outboxEvents: {
+        ...FAST_BOX,
+        batchSize: 5,
+        retry: {
+          ...FAST_BOX.retry,
+          attempts: 1,
+        },
+      },
+    });
     // Reachable when the batch starts; the first publish finds the connection gone.
     let down = false;
     let lost = 0;
@@ -389,10 +418,20 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
   });
 
   it('purges completed records past their retention, and keeps failed ones', async () => {
-    await start({
-      outboxEvents: { ...FAST_BOX, retentionMs: 1, maxAttempts: 1 },
-      purgeIntervalMs: 50,
-    });
+    await start(
+      {
+        outboxEvents: {
+          ...FAST_BOX,
+          retentionMs: 1,
+          retry: {
+            ...FAST_BOX.retry,
+            attempts: 1,
+          },
+        },
+      },
+      undefined,
+      { intervalMs: 50 },
+    );
     t.transport.beforePublish = (attempt) => {
       if (attempt.channel === 'events.Refused') {
         throw new PublishRejectedError(attempt.channel, new Error('nack'));
@@ -421,11 +460,9 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
       return purge(...args);
     };
     try {
-      await start({
-        store,
-        outboxEvents: { ...FAST_BOX, retentionMs: 1 },
-        purgeIntervalMs: 1_000_000,
-        purgeBatchSize: 1,
+      await start({ store, outboxEvents: { ...FAST_BOX, retentionMs: 1 } }, undefined, {
+        intervalMs: 1_000_000,
+        batchSize: 1,
       });
       await t.outbox.transaction(async (tx) => {
         for (let i = 0; i < 200; i++) tx.publishEvent(placed(`o-${i}`));
@@ -448,11 +485,14 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
   });
 
   it('purges the commands box although the events box keeps its records longer than the epoch is old', async () => {
-    await start({
-      outboxEvents: { ...FAST_BOX, retentionMs: 1e13 },
-      outboxCommands: { ...FAST_BOX, retentionMs: 1 },
-      purgeIntervalMs: 50,
-    });
+    await start(
+      {
+        outboxEvents: { ...FAST_BOX, retentionMs: 1e13 },
+        outboxCommands: { ...FAST_BOX, retentionMs: 1 },
+      },
+      undefined,
+      { intervalMs: 50 },
+    );
     const [event, command] = await t.outbox.transaction(async (tx) => [
       tx.publishEvent(placed('kept-for-ever')),
       tx.sendCommand({ type: 'ArchiveTask', targetService: 'tasks', payload: {} }),

@@ -54,7 +54,14 @@ describe('Inbox on SQLite: handlers that misbehave', () => {
       createOutboxTestApp(
         {
           store: await SqliteOutboxStore.open({ filename }),
-          inboxEvents: { ...FAST_BOX, maxAttempts: 1, enabled },
+          inboxEvents: {
+            ...FAST_BOX,
+            enabled,
+            retry: {
+              ...FAST_BOX.retry,
+              attempts: 1,
+            },
+          },
         },
         [Notifier],
       );

@@ -28,7 +28,12 @@ describe('property: resequencing shuffled, duplicated events', () => {
   it('delivers each key exactly its sorted, de-duplicated events, in order', async () => {
     const transport = new InMemoryTransport();
     const moduleRef = await Test.createTestingModule({
-      imports: [SequenceModule.forRoot({ transport, resequencer: { sweepIntervalMs: false } })],
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          tuning: { sweepers: { gaps: { intervalMs: false } } },
+        }),
+      ],
     }).compile();
     const app = await moduleRef.init();
     const service = app.get(ResequencerService);

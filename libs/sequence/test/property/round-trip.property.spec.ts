@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import type { HeaderMap } from 'nest-sequence/wire';
 import type { InboundMessage } from 'nest-sequence';
-import type { SplitterPayload } from '../../src/sequence/splitter.types';
+import type { SequencePayload } from '../../src/core/payload-source';
 import { bytes, createSequenceTestApp, type SequenceTestApp } from '../support/sequence-test-app';
 
 /**
@@ -61,7 +61,7 @@ const run = fc.array(sequenceSpec, { minLength: 1, maxLength: 4 }).chain((specs)
     .map((deliveries) => ({ specs, deliveries }));
 });
 
-function payloadSource(payload: Buffer, spec: SequenceSpec): SplitterPayload {
+function payloadSource(payload: Buffer, spec: SequenceSpec): SequencePayload {
   if (spec.mode === 'buffer') return payload;
   // At most a few hundred chunks, whatever chunkBytes was drawn.
   const chunkBytes = Math.max(spec.chunkBytes, Math.ceil(payload.length / 256));

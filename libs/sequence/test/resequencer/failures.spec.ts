@@ -67,7 +67,11 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
         gap: GAP,
       },
       // The splitter's fragment size must fit the small messages too.
-      { transport, fragmentBytes: 512, headerAllowanceBytes: 256 },
+      {
+        transport,
+        sequence: { fragmentBytes: 512 },
+        tuning: { headerAllowanceBytes: 256 },
+      },
     );
     const collected: Array<{ body: string; seq: unknown }> = [];
     await transport.subscribe('transfers.ordered', async (message) => {
@@ -169,7 +173,9 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
   it('applies back-pressure past maxBufferedPerKey, and still takes the event that fills the gap', async () => {
     t = await createResequencerTestApp(
       { channel, gap: GAP, maxBufferedPerKey: 2 },
-      { backpressureDelayMs: 20 },
+      {
+        tuning: { backpressureDelayMs: 20 },
+      },
     );
     for (const seq of [2, 3, 4]) await publishEvent(t.transport, channel, 'T1', seq);
     await eventually(

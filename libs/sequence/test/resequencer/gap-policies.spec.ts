@@ -45,7 +45,9 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       await t.close();
       t = await createResequencerTestApp(
         { channel, gap: { timeoutMs: 50, policy: 'alert' } },
-        { resequencer: { sweepIntervalMs: 20 } },
+        {
+          tuning: { sweepers: { gaps: { intervalMs: 20 } } },
+        },
         [ScheduleModule.forRoot()],
       );
       expect(t.app.get(SchedulerRegistry).getIntervals()).toContain('nest-sequence:gap-sweeper');

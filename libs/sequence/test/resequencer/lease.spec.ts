@@ -2,12 +2,8 @@ import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.
 import type { ResequencerStore } from '../../src/ports/resequencer-store.port';
 import type { Transport } from '../../src/ports/transport.port';
 import { Resequencer } from '../../src/resequencer/resequencer';
-import {
-  resolveDefinition,
-  resolveResequencerModuleOptions,
-} from '../../src/resequencer/resequencer.options';
-import { resolveSequenceOptions } from '../../src/sequence.options';
-import { resequencerParts, sleep } from './resequencer-parts';
+import { resolveResequencerDefinition } from '../../src/options/resolve-resequencer';
+import { resequencerParts, resolvedOptions, sleep } from './resequencer-parts';
 
 const LEASE_MS = 150;
 
@@ -44,7 +40,7 @@ describe('Resequencer drain lease', () => {
     const inner = new MemoryResequencerStore();
     const failingRenewals = withFailingRenewals(inner);
     const { definition, deps } = resequencerParts({
-      leaseMs: LEASE_MS,
+      tuning: { leaseMs: LEASE_MS },
       handlerRetry: { attempts: 1 },
       publish: { confirmTimeoutMs: 60 },
     });
@@ -84,8 +80,11 @@ describe('Resequencer drain lease', () => {
     // Attempts of 100 ms at most, and retries enough to outlast the lease many times over.
     const { definition, deps } = resequencerParts(
       {
-        leaseMs: lease,
-        publish: { confirmTimeoutMs: 100, attempts: 50, baseDelayMs: 10, maxDelayMs: 20 },
+        tuning: { leaseMs: lease },
+        publish: {
+          confirmTimeoutMs: 100,
+          retry: { attempts: 50, baseDelayMs: 10, maxDelayMs: 20 },
+        },
       },
       'out',
     );
@@ -122,20 +121,16 @@ describe('Resequencer drain lease', () => {
   });
 
   it('refuses a confirm timeout a publish attempt could not fit in the lease', () => {
-    const module = resolveResequencerModuleOptions({});
-    const sequence = resolveSequenceOptions({ leaseMs: 3_000 }, {
-      maxMessageBytes: 1_000_000,
-    } as Transport);
+    const options = resolvedOptions({ tuning: { leaseMs: 3_000 } });
     expect(() =>
-      resolveDefinition(
+      resolveResequencerDefinition(
         'test',
         { channel: 'c', output: 'out', gap: { timeoutMs: 1_000, policy: 'alert' } },
-        module,
-        sequence,
+        options,
         (channel) => `${channel}.dlq`,
       ),
     ).toThrow(
-      /publish.confirmTimeoutMs \(10000\) must be at most 2\/5 of leaseMs \(3000\), that is 1200 ms/,
+      /publish.confirmTimeoutMs \(10000\) must be at most 2\/5 of tuning.leaseMs \(3000\), that is 1200 ms/,
     );
   });
 });

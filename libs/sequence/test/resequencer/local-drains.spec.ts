@@ -1,9 +1,10 @@
+import { type ResequencerInput } from '../../src/core/resequence-input';
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import type { ResequencerStore } from '../../src/ports/resequencer-store.port';
 import type { Disposition, Transport } from '../../src/ports/transport.port';
 import { LocalDrains, RUNNING_POLL_MS } from '../../src/resequencer/local-drains';
 import { Resequencer } from '../../src/resequencer/resequencer';
-import type { ResequencerInput } from '../../src/resequencer/resequenced-event';
+
 import { overrideMethods } from '../support/override-methods';
 import { eventually } from '../support/sequence-test-app';
 import { resequencerParts, sleep } from './resequencer-parts';
@@ -51,11 +52,10 @@ function gatedHandler(seq: number) {
  */
 describe('Resequencer: inputs waiting on a drain of their key', () => {
   const resequencer = (store: ResequencerStore, handler: (e: { seq: number }) => unknown) => {
-    const { definition, deps } = resequencerParts(
-      { leaseMs: 30_000, handlerRetry: { attempts: 1 } },
-      undefined,
-      { drainWaitMs: 3_000 },
-    );
+    const { definition, deps } = resequencerParts({
+      tuning: { leaseMs: 30_000, drain: { waitMs: 3_000 } },
+      handlerRetry: { attempts: 1 },
+    });
     return new Resequencer(
       definition,
       { store, ...deps },
@@ -118,9 +118,11 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
     const { definition, deps } = resequencerParts(
-      { leaseMs: 5_000, publish: { attempts: 1, confirmTimeoutMs: 1_000 } },
+      {
+        tuning: { leaseMs: 5_000, drain: { waitMs: 3_000 } },
+        publish: { retry: { attempts: 1 }, confirmTimeoutMs: 1_000 },
+      },
       'out',
-      { drainWaitMs: 3_000 },
     );
     // The broker refuses every publish, after a while for event 1.
     const transport = {

@@ -3,15 +3,12 @@ import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.
 import { MessageTooLargeError } from '../../src/core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../src/core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../src/core/errors/publish-timeout.error';
-import type { ResequencerMetrics } from '../../src/observability/resequencer.metrics';
+import type { ResequencerMetrics } from '../../src/resequencer/resequencer.metrics';
 import type { PublishOptions, Transport } from '../../src/ports/transport.port';
 import { HandOffDeliverer } from '../../src/resequencer/hand-off.deliverer';
 import { Resequencer } from '../../src/resequencer/resequencer';
-import {
-  resolveDefinition,
-  resolveResequencerModuleOptions,
-} from '../../src/resequencer/resequencer.options';
-import { resolveSequenceOptions } from '../../src/sequence.options';
+import { resolveResequencerDefinition } from '../../src/options/resolve-resequencer';
+import { resolvedOptions } from './resequencer-parts';
 
 const KEY = { scope: 'c', key: 'k' };
 
@@ -77,16 +74,14 @@ async function accept(store: MemoryResequencerStore, seqs: number[], big: number
  * order-at-risk counts.
  */
 function partsWith(outputInFlight: number) {
-  const module = resolveResequencerModuleOptions({ drainBatch: 32 });
-  const sequence = resolveSequenceOptions(
-    { publish: { attempts: 3, baseDelayMs: 1, maxDelayMs: 2, confirmTimeoutMs: 5_000 } },
-    { maxMessageBytes: 1_000_000 } as Transport,
-  );
-  const definition = resolveDefinition(
+  const options = resolvedOptions({
+    publish: { retry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 2 }, confirmTimeoutMs: 5_000 },
+    tuning: { drain: { batchSize: 32 } },
+  });
+  const definition = resolveResequencerDefinition(
     'test',
     { channel: 'c', output: 'out', outputInFlight, gap: { timeoutMs: 60_000, policy: 'alert' } },
-    module,
-    sequence,
+    options,
     (channel) => `${channel}.dlq`,
   );
   const logger = new Logger('test');
@@ -103,16 +98,16 @@ function partsWith(outputInFlight: number) {
           : () => undefined,
     },
   ) as ResequencerMetrics;
-  return { definition, module, sequence, logger, metrics, warn, error, atRisk };
+  return { definition, options, logger, metrics, warn, error, atRisk };
 }
 
 /** A resequencer publishing to `out` with `outputInFlight`, on a memory store. */
 function resequencerWith(outputInFlight: number, transport: Transport) {
-  const { definition, module, sequence, logger, metrics, ...recorded } = partsWith(outputInFlight);
+  const { definition, options, logger, metrics, ...recorded } = partsWith(outputInFlight);
   const store = new MemoryResequencerStore();
   const resequencer = new Resequencer(
     definition,
-    { store, module, sequence, metrics, logger },
+    { store, options, metrics, logger },
     { transport, reportGap: async () => undefined },
   );
   return { resequencer, store, ...recorded };
@@ -120,11 +115,11 @@ function resequencerWith(outputInFlight: number, transport: Transport) {
 
 /** The deliverer alone, for a window asked of it directly, with what it logged. */
 function delivererWith(outputInFlight: number, transport: Transport) {
-  const { definition, sequence, logger, metrics, ...recorded } = partsWith(outputInFlight);
+  const { definition, options, logger, metrics, ...recorded } = partsWith(outputInFlight);
   const deliverer = new HandOffDeliverer({
     definition,
     transport,
-    publish: sequence.publish,
+    publish: options.publish,
     metrics,
     logger,
     reportGap: async () => undefined,

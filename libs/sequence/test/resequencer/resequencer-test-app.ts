@@ -17,8 +17,9 @@ import {
   type SequenceModuleOptions,
   type Transport,
 } from 'nest-sequence';
-import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import { type HeaderMap } from 'nest-sequence/wire';
+import { mergeOptions } from '../support/merge-options';
 
 /** What a test handler received, in call order. */
 export interface Received {
@@ -73,7 +74,7 @@ export interface ResequencerTestApp {
   readonly service: ResequencerService;
   readonly sweeper: GapSweeper;
   readonly gaps: GapEvent[];
-  readonly metrics: SequenceMetrics;
+  readonly metrics: ModuleMetrics;
   close(): Promise<void>;
 }
 
@@ -90,11 +91,12 @@ export async function createResequencerTestApp(
   const moduleRef = await Test.createTestingModule({
     imports: [
       ...imports,
-      SequenceModule.forRoot({
-        ...options,
-        transport,
-        resequencer: { sweepIntervalMs: false, ...options.resequencer },
-      }),
+      SequenceModule.forRoot(
+        mergeOptions<SequenceModuleOptions>(
+          { tuning: { sweepers: { gaps: { intervalMs: false } } } },
+          { ...options, transport },
+        ),
+      ),
     ],
     providers: [Handler],
   }).compile();
@@ -108,7 +110,7 @@ export async function createResequencerTestApp(
     service,
     sweeper: app.get(GapSweeper),
     gaps,
-    metrics: app.get(SequenceMetrics),
+    metrics: app.get(ModuleMetrics),
     close: async () => {
       await app.close();
       if (!options.transport) await transport.close();

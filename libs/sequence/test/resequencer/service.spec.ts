@@ -32,7 +32,12 @@ describe('ResequencerService', () => {
 
   async function serviceApp() {
     const moduleRef = await Test.createTestingModule({
-      imports: [SequenceModule.forRoot({ transport, resequencer: { sweepIntervalMs: false } })],
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          tuning: { sweepers: { gaps: { intervalMs: false } } },
+        }),
+      ],
     }).compile();
     const app = await moduleRef.init();
     return { app, service: app.get(ResequencerService) };
@@ -141,9 +146,9 @@ describe('ResequencerService', () => {
       /outputInFlight must be at most 256, got 257/,
     ],
     [
-      'an outputInFlight above the module drainBatch (32 by default)',
+      'an outputInFlight above the module tuning.drain.batchSize (32 by default)',
       { output: 'out', outputInFlight: 33 },
-      /outputInFlight \(33\) must be at most the module's resequencer\.drainBatch \(32\)/,
+      /outputInFlight \(33\) must be at most the module's tuning\.drain\.batchSize \(32\)/,
     ],
     [
       'outputInFlight without output',
@@ -168,11 +173,12 @@ describe('ResequencerService', () => {
       imports: [
         SequenceModule.forRoot({
           transport,
-          resequencer: { drainBatch: 0, overflow: 'drop' as 'dead-letter' },
+          resequencer: { overflow: 'drop' as 'dead-letter' },
+          tuning: { drain: { batchSize: 0 } },
         }),
       ],
     }).compile();
-    await expect(build).rejects.toThrow(/drainBatch must be an integer >= 1, got 0/);
+    await expect(build).rejects.toThrow(/tuning\.drain\.batchSize must be an integer >= 1, got 0/);
     await expect(build).rejects.toThrow(
       /overflow must be 'backpressure' or 'dead-letter', got drop/,
     );

@@ -10,7 +10,7 @@ import {
   type SequencedHandlerOptions,
   type SequenceModuleOptions,
 } from 'nest-sequence';
-import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import {
   bytes,
   eventually,
@@ -20,6 +20,7 @@ import {
   shuffled,
   type TestFragment,
 } from '../support/sequence-test-app';
+import { mergeOptions } from '../support/merge-options';
 
 const channel = 'imaging.stream';
 const dlq = `${channel}.dlq`;
@@ -45,11 +46,12 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     }
     const moduleRef = await Test.createTestingModule({
       imports: [
-        SequenceModule.forRoot({
-          ...moduleOptions,
-          transport,
-          resequencer: { sweepIntervalMs: false },
-        }),
+        SequenceModule.forRoot(
+          mergeOptions<SequenceModuleOptions>(
+            { ...moduleOptions, transport },
+            { tuning: { sweepers: { gaps: { intervalMs: false } } } },
+          ),
+        ),
       ],
       providers: [StreamingReader],
     }).compile();
@@ -139,7 +141,12 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
   });
 
   it('refuses the last fragment again when its dead letter could not be sent the first time', async () => {
-    await start({}, { publish: { attempts: 1 } });
+    await start(
+      {},
+      {
+        publish: { retry: { attempts: 1 } },
+      },
+    );
     const fragments = makeFragments('tampered-twice', bytes(3_000, 8), 1_000);
     const last = fragments[2];
     last.headers = { ...last.headers, 'x-sequence-sha256': '0'.repeat(64) };
@@ -158,14 +165,10 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     await transport.whenIdle();
     expect(refusals).toBeLessThan(0);
     expect(
-      await metricValue(
-        app.get(SequenceMetrics).registry,
-        'nest_sequence_sequences_rejected_total',
-        {
-          channel,
-          reason: 'integrity-mismatch',
-        },
-      ),
+      await metricValue(app.get(ModuleMetrics).registry, 'nest_sequence_sequences_rejected_total', {
+        channel,
+        reason: 'integrity-mismatch',
+      }),
     ).toBe(1);
 
     expect(positions('tampered-twice')).toEqual([1, 2]);
@@ -173,7 +176,9 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
   });
 
   it('after timeout.ms, moves the fragments waiting behind a missing one to the dead-letter channel', async () => {
-    await start({ timeout: { ms: 5_000 } });
+    await start({
+      timeoutMs: 5_000,
+    });
     const fragments = makeFragments('lost', bytes(4_000, 8), 1_000);
     await publishAll(transport, channel, [fragments[0], fragments[2], fragments[3]]);
     await eventually(() => received.length === 1, 'fragment 1');

@@ -21,11 +21,12 @@ import {
   type SequencedHandlerOptions,
   type Transport,
 } from 'nest-sequence';
-import { SequenceMetrics } from '../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import { buildFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
 import { type PublishOptions } from 'nest-sequence/ports';
 import { crc32, sha256Hex } from '../../src/core/checksum';
 import { ForwardingTransport } from '../../src/testing/forwarding.transport';
+import { mergeOptions } from './merge-options';
 
 /** What a test handler saw of one delivery. */
 export interface Delivery {
@@ -79,15 +80,15 @@ export interface SequenceTestApp {
   readonly handler: RecordingHandler;
   readonly splitter: SplitterService;
   readonly sweeper: ExpirySweeper;
-  readonly metrics: SequenceMetrics;
+  readonly metrics: ModuleMetrics;
   close(): Promise<void>;
 }
 
 /**
  * A Nest application with SequenceModule and one recording `@SequencedHandler` on `channel`.
  * Pass a shared `transport` / `store` to run several instances against the same ones (each test
- * closes what it created). The sweeper's timer is off unless `sweepIntervalMs` is given: tests
- * call `sweeper.sweep(now)` themselves.
+ * closes what it created). The sweeper's timer is off unless `tuning.sweepers.expiry` is given:
+ * tests call `sweeper.sweep(now)` themselves.
  */
 export async function createSequenceTestApp(
   channel: string,
@@ -100,18 +101,17 @@ export async function createSequenceTestApp(
   } = {},
 ): Promise<SequenceTestApp> {
   const transport = (options.transport as InMemoryTransport | undefined) ?? new InMemoryTransport();
-  const store = options.store ?? new MemorySequenceStore();
+  const store = options.sequence?.store ?? new MemorySequenceStore();
   const { handler: handlerOptions, imports = [], providers = [], ...moduleOptions } = options;
   const Handler = recordingHandler({ channel, ...handlerOptions });
   const moduleRef = await Test.createTestingModule({
     imports: [
-      SequenceModule.forRoot({
-        sweepIntervalMs: false,
-        backpressureDelayMs: 10,
-        ...moduleOptions,
-        transport,
-        store,
-      }),
+      SequenceModule.forRoot(
+        mergeOptions<SequenceModuleOptions>(
+          { tuning: { sweepers: { expiry: { intervalMs: false } }, backpressureDelayMs: 10 } },
+          { ...moduleOptions, transport, sequence: { ...moduleOptions.sequence, store } },
+        ),
+      ),
       ...imports,
     ],
     providers: [Handler, ...providers],
@@ -125,7 +125,7 @@ export async function createSequenceTestApp(
     handler: app.get(Handler),
     splitter: app.get(SplitterService),
     sweeper: app.get(ExpirySweeper),
-    metrics: app.get(SequenceMetrics),
+    metrics: app.get(ModuleMetrics),
     close: () => app.close(),
   };
 }

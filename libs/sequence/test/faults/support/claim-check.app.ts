@@ -15,10 +15,10 @@ import {
 import { OrphanSweeper } from '../../../src/claim-check/orphan.sweeper';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
-import { SequenceMetrics } from '../../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../../src/kernel/module-metrics';
 import { type ClaimDelivery } from '../../../src/claim-check/claimed-payload';
 import { type ClaimTicket, type ClaimTicketKey, type HeaderMap } from 'nest-sequence/wire';
-import { type PublishRetryOptions } from '../../../src/sequence.options';
+import type { PublishPolicy } from '../../../src/options/module-options';
 import { SERVERS } from '../../support/servers';
 import { AMQP_URL, namedConnection } from './rabbitmq.admin';
 
@@ -102,7 +102,7 @@ export interface ClaimCheckAppOptions {
   /** A recording `@ClaimCheck` handler on this channel (with these options); none if absent. */
   readonly consume?: ClaimCheckHandlerOptions;
   readonly threshold?: number;
-  readonly publish?: PublishRetryOptions;
+  readonly publish?: PublishPolicy;
   /** @default 100 */
   readonly backpressureDelayMs?: number;
   readonly leaseMs?: number;
@@ -140,16 +140,17 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
       imports: [
         SequenceModule.forRoot({
           transport,
-          sweepIntervalMs: false,
-          backpressureDelayMs: options.backpressureDelayMs ?? 100,
-          leaseMs: options.leaseMs,
           publish: options.publish,
           claimCheck: {
             store: options.store,
             ledger: options.ledger,
             signingKeys: SIGNING_KEYS,
-            threshold: options.threshold,
-            sweepIntervalMs: false,
+            inlineMaxBytes: options.threshold,
+          },
+          tuning: {
+            sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
+            backpressureDelayMs: options.backpressureDelayMs ?? 100,
+            leaseMs: options.leaseMs,
           },
         }),
       ],
@@ -168,7 +169,7 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
     connectionName,
     claimCheck: app.get(ClaimCheckService),
     sweeper: app.get(OrphanSweeper),
-    registry: app.get(SequenceMetrics).registry,
+    registry: app.get(ModuleMetrics).registry,
     handler: Handler ? app.get(Handler) : new RecordingClaimHandler(),
     close: async () => {
       await app.close();

@@ -3,14 +3,19 @@ import type { Type } from '@nestjs/common';
 import { MESSAGE_ID_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore, type PostgresOutboxConnectOptions } from 'nest-sequence/postgres';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { type EventInput } from '../../../src/outbox/outbox-message';
-import { type OutboxModuleOptions } from '../../../src/outbox/outbox.options';
+import { type EventInput } from '../../../src/core/outbox-message';
+import type { BoxOptions, OutboxOptions } from '../../../src/options/outbox.options';
 import { SERVERS } from '../../support/servers';
 import { createOutboxTestApp, type OutboxTestApp } from '../../outbox/outbox-test-app';
 import { AMQP_URL, namedConnection, type QueuedMessage } from './rabbitmq.admin';
+import type { SequenceModuleOptions } from '../../../src/options/module-options';
+import { mergeOptions } from '../../support/merge-options';
 
 /** Relay settings quick enough for tests: polls every 100 ms, retries within 100 ms. */
-export const FAST_RELAY = { pollIntervalMs: 100, retryBaseMs: 20, retryMaxMs: 100 } as const;
+export const FAST_RELAY = {
+  pollIntervalMs: 100,
+  retry: { baseDelayMs: 20, maxDelayMs: 100 },
+} satisfies BoxOptions;
 
 export interface PostgresOutboxApp extends OutboxTestApp {
   /** The app's store: tables `<tablePrefix><box>` on the server of `databaseUrl`. */
@@ -23,7 +28,9 @@ export interface PostgresOutboxAppSettings {
   readonly tablePrefix: string;
   /** @default SERVERS.postgres.url */
   readonly databaseUrl?: string;
-  readonly outbox?: Omit<OutboxModuleOptions, 'store'>;
+  readonly outbox?: Omit<OutboxOptions, 'store'>;
+  /** Other module options (the purge is off unless `tuning.sweepers.purge` turns it on). */
+  readonly module?: Omit<SequenceModuleOptions, 'outbox' | 'transport'>;
   readonly providers?: Type[];
   /** Settings of the store's pool (`application_name` is set to a name of its own). */
   readonly pool?: PostgresOutboxConnectOptions['pool'];
@@ -50,11 +57,13 @@ export async function createPostgresOutboxApp(
       {},
       namedConnection(`nseq-fault-outbox-${randomUUID()}`),
     );
-    const app = await createOutboxTestApp(
-      { purgeIntervalMs: false, ...settings.outbox, store },
-      settings.providers ?? [],
-      { broker: rabbit },
-    );
+    const app = await createOutboxTestApp({ ...settings.outbox, store }, settings.providers ?? [], {
+      broker: rabbit,
+      ...mergeOptions<Omit<SequenceModuleOptions, 'outbox' | 'transport'>>(
+        { tuning: { sweepers: { purge: { intervalMs: false } } } },
+        settings.module ?? {},
+      ),
+    });
     return {
       ...app,
       store,

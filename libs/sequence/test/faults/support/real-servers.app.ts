@@ -57,7 +57,11 @@ export async function createRealServersApp(
     wrapStore(RedisSequenceStore.connect(redisUrl, { prefix, keyTtlMarginMs, redis }));
   let app: SequenceTestApp;
   try {
-    app = await createSequenceTestApp(channel, { ...appOptions, transport, store });
+    app = await createSequenceTestApp(channel, {
+      ...appOptions,
+      transport,
+      sequence: { ...appOptions.sequence, store },
+    });
   } catch (error) {
     await transport.close();
     if (!givenStore) await store.close();

@@ -13,9 +13,9 @@ import {
   type ResequencerDefinition,
   type ResequencerStore,
 } from 'nest-sequence';
-import { SequenceMetrics } from '../../../src/observability/sequence.metrics';
+import { ModuleMetrics } from '../../../src/kernel/module-metrics';
 import { type HeaderMap } from 'nest-sequence/wire';
-import { type ResequencerModuleOptions } from '../../../src/resequencer/resequencer.options';
+import type { ResequencerOptions } from '../../../src/options/resequencer.options';
 import {
   RecordingResequencedHandler,
   resequencedHandler,
@@ -44,8 +44,10 @@ export interface ResequencerAppOptions {
   /** The Redis key prefix, shared by every instance of one test. */
   readonly prefix: string;
   /** Module-wide resequencer options (`store` is this app's Redis store). */
-  readonly resequencer?: Omit<ResequencerModuleOptions, 'store'>;
-  /** The drain lease (the module's `leaseMs`). */
+  readonly resequencer?: Omit<ResequencerOptions, 'store'>;
+  /** How often the gap sweeper runs. @default false (tests sweep themselves) */
+  readonly gapSweepIntervalMs?: number | false;
+  /** The drain lease (the module's `tuning.leaseMs`). */
   readonly leaseMs?: number;
   /** @default 50 */
   readonly backpressureDelayMs?: number;
@@ -57,7 +59,7 @@ export interface ResequencerAppOptions {
  * A Nest application on the real servers with one `@Resequenced` handler (or none, for tests of
  * resequencers made with `service.create`): its own RabbitMQ connection (named for the broker)
  * and its own Redis client, under `prefix`, in a `RedisResequencerStore`. The gap sweeper is off
- * unless `resequencer.sweepIntervalMs` says. `close()` closes the application, then the
+ * unless `gapSweepIntervalMs` says. `close()` closes the application, then the
  * transport and the Redis client.
  */
 export async function createResequencerApp(
@@ -79,17 +81,21 @@ export async function createResequencerApp(
       imports: [
         SequenceModule.forRoot({
           transport,
-          sweepIntervalMs: false,
-          leaseMs: options.leaseMs,
-          // A short lease needs a confirm timeout that fits in it (see resolveDefinition).
+          // A short lease needs a confirm timeout that fits in it (see resolveResequencerDefinition).
           publish: options.leaseMs
             ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.3) }
             : undefined,
-          backpressureDelayMs: options.backpressureDelayMs ?? 50,
           resequencer: {
-            sweepIntervalMs: false,
             ...options.resequencer,
             store: options.wrapStore?.(store) ?? store,
+          },
+          tuning: {
+            sweepers: {
+              gaps: { intervalMs: options.gapSweepIntervalMs ?? false },
+              expiry: { intervalMs: false },
+            },
+            leaseMs: options.leaseMs,
+            backpressureDelayMs: options.backpressureDelayMs ?? 50,
           },
         }),
       ],
@@ -113,7 +119,7 @@ export async function createResequencerApp(
     service,
     sweeper: app.get(GapSweeper),
     gaps,
-    registry: app.get(SequenceMetrics).registry,
+    registry: app.get(ModuleMetrics).registry,
     close: async () => {
       await app.close();
       await closeClients();

@@ -1,3 +1,4 @@
+import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -22,8 +23,10 @@ import type {
 } from '../../../ports/payload-store.port';
 import { FilesystemPayloadStore } from '../filesystem/filesystem.payload-store';
 import { EncryptingPayloadStore } from './encrypting.payload-store';
-import { PayloadDecryptionError, type PayloadDecryptionFailure } from './payload-decryption.error';
-import type { PayloadEncryptionKey } from './payload-encryption.keys';
+import {
+  PayloadDecryptionError,
+  type PayloadDecryptionFailure,
+} from '../../../core/errors/payload-decryption.error';
 
 const MIB = 1024 * 1024;
 const HEADER = 82;

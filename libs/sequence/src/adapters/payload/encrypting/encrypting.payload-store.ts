@@ -1,3 +1,4 @@
+import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { pipeline, type Readable } from 'node:stream';
 import type {
   PayloadInfo,
@@ -7,9 +8,9 @@ import type {
   SweepCandidate,
   SweepQuery,
 } from '../../../ports/payload-store.port';
-import { PayloadDecryptionError } from './payload-decryption.error';
+import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
 import { ENCRYPTION_OVERHEAD_BYTES } from './payload-encryption.format';
-import { PayloadKeyring, type PayloadEncryptionKey } from './payload-encryption.keys';
+import { PayloadKeyring } from './payload-encryption.keys';
 import { DecryptingStream, EncryptingStream, encryptBuffer } from './payload-encryption.streams';
 
 /** Options of {@link EncryptingPayloadStore}. */

@@ -1,6 +1,6 @@
 import { randomBytes, type CipherGCM, type DecipherGCM } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
-import type { PayloadDecryptionFailure } from './payload-decryption.error';
+import type { PayloadDecryptionFailure } from '../../../core/errors/payload-decryption.error';
 import { encodeHeader, HEADER_BYTES, parseHeader } from './payload-encryption.format';
 import { GCM_IV_BYTES, GCM_TAG_BYTES, type PayloadKeyring } from './payload-encryption.keys';
 

@@ -98,7 +98,7 @@ import {
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import { checkInteger } from '../../../sequence.options';
+import { checkInteger } from '../../../core/option-checks';
 import { errorMessage } from '../../../core/errors/caught';
 
 export interface RedisSequenceStoreOptions {

@@ -1,0 +1,77 @@
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { StoreSet } from '../../ports/store-set.port';
+import { RedisPayloadStore } from '../payload/redis/redis.payload-store';
+import type { RedisPayloadStoreOptions } from '../payload/redis/redis-payload.options';
+import { RedisClaimLedger, type RedisClaimLedgerOptions } from '../stores/redis/redis.claim-ledger';
+import { newRedisClient, quitRedisClient } from '../stores/redis/redis-client';
+import {
+  RedisResequencerStore,
+  type RedisResequencerStoreOptions,
+} from '../stores/redis/redis.resequencer-store';
+import {
+  RedisSequenceStore,
+  type RedisSequenceStoreOptions,
+} from '../stores/redis/redis.sequence-store';
+
+/** Options of {@link redis}: what the four stores share, and each one's own. */
+export interface RedisStoresOptions {
+  /** Prefix of every key the stores write (instances that share state share it). @default 'nseq' */
+  readonly prefix?: string;
+  /** Settings of the client the preset creates from a URL (ignored when given a client). */
+  readonly redis?: RedisOptions;
+  /** See each store's option: off by default, for every store of the set. @default false */
+  readonly unsafeSocketTricks?: boolean;
+  readonly sequenceStore?: Omit<RedisSequenceStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
+  readonly resequencerStore?: Omit<RedisResequencerStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
+  readonly claimLedger?: Omit<RedisClaimLedgerOptions, 'prefix' | 'unsafeSocketTricks'>;
+  /**
+   * The Redis payload store's options, or `false` to leave Claim Check's payloads to another
+   * store (a filesystem shared by the instances, or S3: large payloads are memory in Redis).
+   */
+  readonly payloadStore?: Omit<RedisPayloadStoreOptions, 'prefix' | 'unsafeSocketTricks'> | false;
+}
+
+/**
+ * Every Redis store of the module over one connection: the sequence store, the resequencer store,
+ * the claim ledger and the payload store, for `SequenceModule.forRoot({ stores })`. Given a URL,
+ * the preset opens the client and the module closes it at shutdown; given a client (a `Redis`
+ * or a `Cluster`), it is yours to close after the application.
+ *
+ * @example
+ * SequenceModule.forRoot({ transport, stores: redis(process.env.REDIS_URL, { prefix: 'imaging' }) })
+ */
+export function redis(
+  urlOrClient: string | Redis | Cluster,
+  options: RedisStoresOptions = {},
+): StoreSet {
+  const ownsClient = typeof urlOrClient === 'string';
+  const client = ownsClient ? newRedisClient(urlOrClient, options.redis) : urlOrClient;
+  const shared = { prefix: options.prefix, unsafeSocketTricks: options.unsafeSocketTricks };
+  const sequenceStore = new RedisSequenceStore(client, { ...options.sequenceStore, ...shared });
+  const resequencerStore = new RedisResequencerStore(client, {
+    ...options.resequencerStore,
+    ...shared,
+  });
+  const claimLedger = new RedisClaimLedger(client, { ...options.claimLedger, ...shared });
+  const payloadStore =
+    options.payloadStore === false
+      ? undefined
+      : new RedisPayloadStore(client, { ...options.payloadStore, ...shared });
+  return {
+    name: 'redis',
+    sequenceStore,
+    resequencerStore,
+    claimLedger,
+    payloadStore,
+    async close() {
+      // The stores do not own the shared client: each closes what is its own (a reads connection).
+      await Promise.all([
+        sequenceStore.close(),
+        resequencerStore.close(),
+        claimLedger.close(),
+        payloadStore?.close(),
+      ]);
+      if (ownsClient) await quitRedisClient(client);
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import { Inject, Injectable } from '@nestjs/common';
+import {
+  CLAIM_CHECK_METADATA,
+  type ClaimCheckHandlerOptions,
+} from '../discovery/claim-check.decorator';
+import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
+import type { DecoratedMethod } from '../kernel/decorated-methods';
+import { requireChannel } from '../kernel/discovery.messages';
+import { sequenceStoreState } from '../kernel/in-process-state.warning';
+import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { resolveClaimCheckConsumer } from '../options/resolve-claim-check';
+import type { SequenceStore } from '../ports/sequence-store.port';
+import type { ClaimCheckConsumer } from './claim-check-consumer';
+import { ClaimCheckReceiver } from './claim-check.receiver';
+import type { ClaimedPayload } from './claimed-payload';
+
+const DECORATOR = '@ClaimCheck';
+
+/** `@ClaimCheck` methods: each consumes one channel's payloads, inline, ticketed or sequenced. */
+@Injectable()
+export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptions> {
+  readonly decorator = DECORATOR;
+  readonly metadataKey = CLAIM_CHECK_METADATA;
+
+  constructor(
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    @Inject(SEQUENCE_STORE) private readonly sequenceStore: SequenceStore,
+    private readonly receiver: ClaimCheckReceiver,
+  ) {}
+
+  bind({
+    className,
+    methodName,
+    options,
+    call,
+  }: DecoratedMethod<ClaimCheckHandlerOptions>): ChannelBinding[] {
+    const name = `${className}.${methodName}`;
+    const where = `${DECORATOR} on ${name}`;
+    const { channel: named, ...consumerOptions } = options;
+    const channel = requireChannel(DECORATOR, className, methodName, named);
+    const consumer: ClaimCheckConsumer = {
+      channel,
+      handler: (payload: ClaimedPayload) => call(payload),
+      ...resolveClaimCheckConsumer(where, consumerOptions, this.options),
+    };
+    this.receiver.prepare(consumer);
+    return [
+      {
+        channel,
+        kind: DECORATOR,
+        definedBy: name,
+        prefetch: consumer.prefetch,
+        deadLetterChannel: consumer.deadLetterChannel,
+        receive: (message) => this.receiver.receive(message, consumer),
+        describe: 'consumes claim checks from',
+        // A Claim Check channel reassembles what producers send as a Message Sequence.
+        inProcessState: sequenceStoreState(this.sequenceStore),
+      },
+    ];
+  }
+}

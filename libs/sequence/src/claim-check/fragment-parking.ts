@@ -1,0 +1,60 @@
+import { Injectable } from '@nestjs/common';
+import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
+import { errorMessage } from '../core/errors/caught';
+import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import type { RejectionCode } from '../core/errors/rejection-code';
+import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
+import type { FragmentParking, ParkedFragment, TakenFragment } from '../kernel/pattern-contracts';
+import { PayloadParking } from './payload-parking';
+import { payloadReadRejection } from './payload-read-rejection';
+
+interface ParkedFragmentTicket extends ParkedFragment {
+  readonly ticket: ClaimTicket;
+}
+
+/**
+ * Claim Check's side of fragments sent `via: 'claim-check'`: each body is parked in the payload
+ * store under a ticket (unpublished until its message is confirmed, like any `publish()`), and
+ * the consumer takes it back, checked, before storing the fragment.
+ */
+@Injectable()
+export class ClaimCheckFragmentParking implements FragmentParking {
+  constructor(private readonly parking: PayloadParking) {}
+
+  async park(body: Buffer): Promise<ParkedFragmentTicket> {
+    const ticket = await this.parking.park(body, {}, false);
+    return { ticket, ticketBody: serializeTicket(ticket) };
+  }
+
+  settle(parked: ParkedFragment, published: boolean): Promise<void> {
+    return this.parking.settle((parked as ParkedFragmentTicket).ticket, published);
+  }
+
+  async take(
+    ticketBody: Buffer,
+    maxBytes: number,
+  ): Promise<TakenFragment | { refused: RejectionCode; detail: string }> {
+    try {
+      const parked = this.parking.resolve(ticketBody);
+      if (parked.ticket.bytes > maxBytes) {
+        return {
+          refused: 'fragment-too-large',
+          detail: `${parked.ticket.bytes}-byte parked body exceeds maxFragmentBytes (${maxBytes})`,
+        };
+      }
+      const body = await this.parking.readWhole(parked);
+      return { body, release: () => this.parking.releaseParked(parked) };
+    } catch (error) {
+      const refused = refusal(error);
+      if (refused) return { refused, detail: errorMessage(error) };
+      throw error;
+    }
+  }
+}
+
+/** Why a parked fragment body is refused for good; undefined for a transient failure. */
+function refusal(error: unknown): RejectionCode | undefined {
+  if (error instanceof ClaimTicketInvalidError) return 'claim-ticket-invalid';
+  if (error instanceof UnknownPayloadStoreError) return 'unknown-payload-store';
+  return payloadReadRejection(error);
+}

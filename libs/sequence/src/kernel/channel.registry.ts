@@ -1,0 +1,42 @@
+import { Injectable } from '@nestjs/common';
+import { SequenceHandlerConflictError } from '../core/errors/sequence-handler-conflict.error';
+import type { ChannelBinding } from './channel-binding';
+
+/**
+ * The channels this application's handlers consume: one consumer per channel, whatever kind of
+ * handler. A second handler on a channel is refused, in whichever order the two are found;
+ * bindings marked `shared` of one kind (several inbox handlers on one channel) become one.
+ */
+@Injectable()
+export class ChannelRegistry {
+  private readonly byChannel = new Map<string, ChannelBinding>();
+
+  /** @throws SequenceHandlerConflictError when another handler already consumes the channel */
+  add(binding: ChannelBinding): void {
+    const existing = this.byChannel.get(binding.channel);
+    if (!existing) {
+      this.byChannel.set(binding.channel, binding);
+      return;
+    }
+    if (!(existing.shared && binding.shared && existing.kind === binding.kind)) {
+      throw new SequenceHandlerConflictError(
+        binding.channel,
+        existing.definedBy,
+        binding.definedBy,
+      );
+    }
+    this.byChannel.set(binding.channel, {
+      ...existing,
+      definedBy: `${existing.definedBy}, ${binding.definedBy}`,
+      prefetch: Math.min(existing.prefetch, binding.prefetch),
+    });
+  }
+
+  get(channel: string): ChannelBinding | undefined {
+    return this.byChannel.get(channel);
+  }
+
+  all(): ChannelBinding[] {
+    return [...this.byChannel.values()];
+  }
+}

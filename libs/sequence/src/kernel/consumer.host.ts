@@ -1,0 +1,92 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { settlesWithin } from '../core/async';
+import { errorMessage } from '../core/errors/caught';
+import type { ResolvedOptions } from '../options/resolved-options';
+import type { Disposition, Subscription, Transport } from '../ports/transport.port';
+import type { ChannelBinding } from './channel-binding';
+import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from './tokens';
+
+/**
+ * Owns the subscriptions of every handler of the module, of all four patterns: opens them (all or
+ * none: one that fails closes those opened before it) and, at shutdown, stops taking messages,
+ * lets deliveries in progress finish (up to `shutdownTimeoutMs`), then closes them, so that a
+ * graceful stop does not look like a crash. {@link SequenceLifecycle} drives it.
+ */
+@Injectable()
+export class ConsumerHost {
+  private readonly logger = new Logger('SequenceModule');
+  private readonly subscriptions: Subscription[] = [];
+  private readonly inFlight = new Set<Promise<Disposition>>();
+  /** Set at shutdown; resolves when deliveries in progress are done (or the wait timed out). */
+  private drained: Promise<void> | undefined;
+
+  constructor(
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+  ) {}
+
+  /** Subscribes to every binding's channel; on a failure, closes what it opened and throws. */
+  async open(bindings: readonly ChannelBinding[]): Promise<void> {
+    this.drained = undefined;
+    try {
+      for (const binding of bindings) await this.subscribe(binding);
+    } catch (error) {
+      await this.closeSubscriptions();
+      throw error;
+    }
+  }
+
+  private async subscribe(binding: ChannelBinding): Promise<void> {
+    const { channel, prefetch, deadLetterChannel } = binding;
+    const subscription = await this.transport.subscribe(
+      channel,
+      (message) => this.track(() => binding.receive(message)),
+      { prefetch, deadLetterChannel },
+    );
+    this.subscriptions.push(subscription);
+    this.logger.log(
+      `${binding.definedBy} ${binding.describe} ${channel} (${this.transport.name}, prefetch ${prefetch})`,
+    );
+  }
+
+  /** Stops taking messages, waits for deliveries in progress, then closes the subscriptions. */
+  async close(): Promise<void> {
+    this.drained = this.drain();
+    await this.drained;
+    await this.closeSubscriptions();
+  }
+
+  private async closeSubscriptions(): Promise<void> {
+    const subscriptions = this.subscriptions.splice(0);
+    await Promise.all(
+      subscriptions.map((subscription) =>
+        subscription.close().catch((error: unknown) => {
+          this.logger.warn(`closing a subscription failed: ${errorMessage(error)}`);
+        }),
+      ),
+    );
+  }
+
+  private async drain(): Promise<void> {
+    if (this.inFlight.size === 0) return;
+    const { shutdownTimeoutMs } = this.options;
+    if (!(await settlesWithin(Promise.allSettled([...this.inFlight]), shutdownTimeoutMs))) {
+      this.logger.warn(
+        `${this.inFlight.size} delivery(ies) still running after shutdownTimeoutMs ` +
+          `(${shutdownTimeoutMs} ms); their messages will be redelivered`,
+      );
+    }
+  }
+
+  private track(receive: () => Promise<Disposition>): Promise<Disposition> {
+    if (this.drained) {
+      // Held, not settled, until the subscriptions close: they hand unsettled messages back to
+      // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
+      return this.drained.then(() => ({ action: 'requeue', reason: 'shutting down' }));
+    }
+    const pending = receive();
+    this.inFlight.add(pending);
+    void pending.finally(() => this.inFlight.delete(pending));
+    return pending;
+  }
+}

@@ -1,0 +1,40 @@
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+
+export const requestScopedHandlerMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+): string =>
+  `${decorator} on ${className}.${methodName} is ignored: ${className} is request-scoped ` +
+  `(or depends on a request-scoped provider). Message handlers run outside any request; ` +
+  `move the method to a singleton provider.`;
+
+export const transientHandlerMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+): string =>
+  `${decorator} on ${className}.${methodName} is ignored: ${className} is transient, so each ` +
+  `injection gets an instance of its own and there is no one instance to deliver messages to; ` +
+  `make it a singleton provider.`;
+
+export const missingChannelMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+): string => `${decorator} on ${className}.${methodName} needs a non-empty channel.`;
+
+/** The channel a decorator names, or a boot error saying it needs one. */
+export function requireChannel(
+  decorator: string,
+  className: string,
+  methodName: string,
+  channel: unknown,
+): string {
+  if (typeof channel !== 'string' || channel.length === 0) {
+    throw new SequenceOptionsError(`${decorator} on ${className}.${methodName}`, [
+      missingChannelMessage(decorator, className, methodName),
+    ]);
+  }
+  return channel;
+}

@@ -1,0 +1,104 @@
+import type { Readable } from 'node:stream';
+import type { RejectionCode } from '../core/errors/rejection-code';
+import type { HeaderMap, HeaderValue } from '../core/headers';
+import type { SequencePayload } from '../core/payload-source';
+import type { ResequencerDefinition } from '../options/resequencer.options';
+import type { SequenceConsumerOptions } from '../options/sequence.options';
+import type { Disposition, InboundMessage } from '../ports/transport.port';
+
+// What a pattern offers the others. Patterns never import each other: where one builds on
+// another (Claim Check's `mode: 'auto'` sends and reassembles Message Sequences, Message
+// Sequence parks fragment bodies in Claim Check's payload store, and its stream mode orders
+// fragments with the Resequencer), it injects the other's capability by the token below, and the
+// module binds each token to the pattern that provides it.
+
+/** Message Sequence's sending side: what `SplitterService` offers. */
+export interface SequenceSender {
+  send(
+    channel: string,
+    payload: SequencePayload,
+    options: { headers?: HeaderMap; contentType?: string },
+  ): Promise<{ sequenceId: string; fragments: number; bytes: number; sha256: string }>;
+}
+export const SEQUENCE_SENDER = Symbol('nest-sequence:sequence-sender');
+
+/** A reassembled, verified sequence, as a handler of another pattern receives it. */
+export interface ReassembledSequence {
+  readonly sequenceId: string;
+  readonly fragments: number;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly contentType?: string;
+  readonly headers: Readonly<HeaderMap>;
+  /** The payload, verified as it is read. */
+  stream(): Readable;
+}
+
+/** A channel's sequences bound to a handler (what {@link SequenceReassembler.createConsumer} made). */
+export interface ReassemblyConsumer {
+  readonly channel: string;
+}
+
+/** Message Sequence's receiving side: what `AggregatorService` offers. */
+export interface SequenceReassembler {
+  /** Binds `handler` to `channel`'s sequences, with the consumer's options over the module's. */
+  createConsumer(
+    channel: string,
+    handler: (payload: ReassembledSequence) => unknown,
+    options: SequenceConsumerOptions,
+  ): ReassemblyConsumer;
+  /** Takes one fragment message of the consumer's channel; never throws. */
+  receive(message: InboundMessage, consumer: ReassemblyConsumer): Promise<Disposition>;
+}
+export const SEQUENCE_REASSEMBLER = Symbol('nest-sequence:sequence-reassembler');
+
+/** A fragment body parked in the payload store: its message carries `ticketBody` instead. */
+export interface ParkedFragment {
+  readonly ticketBody: Buffer;
+}
+
+/** The bytes behind a parked fragment's ticket, checked against it. */
+export interface TakenFragment {
+  readonly body: Buffer;
+  /** The fragment is stored elsewhere now: lets the parked copy go (per retention). Never throws. */
+  release(): Promise<void>;
+}
+
+/** Claim Check's parking, as Message Sequence sends fragments `via: 'claim-check'`. */
+export interface FragmentParking {
+  park(body: Buffer): Promise<ParkedFragment>;
+  /** After the ticket's publish: keeps the parked body (it may be delivered) or deletes it. Never throws. */
+  settle(parked: ParkedFragment, published: boolean): Promise<void>;
+  /**
+   * The body behind a ticket message, or why it is refused for good (a bad ticket, an unknown
+   * store, bytes that do not match, a body over `maxBytes`).
+   * @throws when the payload store cannot be read now (the message is redelivered later)
+   */
+  take(
+    ticketBody: Buffer,
+    maxBytes: number,
+  ): Promise<TakenFragment | { readonly refused: RejectionCode; readonly detail: string }>;
+}
+export const FRAGMENT_PARKING = Symbol('nest-sequence:fragment-parking');
+
+/** A released event, as an ordered intake hands it over. */
+export interface OrderedEvent {
+  readonly key: string;
+  readonly seq: number;
+  readonly body: Buffer;
+  readonly headers: Readonly<Record<string, HeaderValue>>;
+}
+
+/** The Resequencer, as Message Sequence's stream mode orders a sequence's fragments with it. */
+export interface OrderedIntake {
+  /**
+   * A resequencer that the caller feeds (its channel's subscription is the caller's); the gap
+   * sweeper covers it. @throws SequenceOptionsError naming `definedBy`
+   */
+  defineIntake(
+    definedBy: string,
+    definition: ResequencerDefinition,
+    handler: (event: OrderedEvent) => unknown,
+  ): { receive(message: InboundMessage): Promise<Disposition> };
+}
+export const ORDERED_INTAKE = Symbol('nest-sequence:ordered-intake');

@@ -1,0 +1,107 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+  type OnModuleDestroy,
+} from '@nestjs/common';
+import { errorMessage } from '../core/errors/caught';
+import type { Transport } from '../ports/transport.port';
+import { ChannelRegistry } from './channel.registry';
+import { ConsumerHost } from './consumer.host';
+import { inProcessStateWarning } from './in-process-state.warning';
+import { SEQUENCE_TRANSPORT } from './tokens';
+
+/** A part of the module with a life of its own (a sweeper, the outbox runtime, an adapter). */
+export interface LifecyclePart {
+  /** At bootstrap, before the subscriptions open. */
+  start?(): Promise<void> | void;
+  /** First at shutdown, once the subscriptions are closed: what runs application code stops. */
+  stopConsuming?(): Promise<void>;
+  /** Before application shutdown: timers and background work stop. */
+  stop?(): Promise<void>;
+  /** Last, at application shutdown: connections close. */
+  close?(): Promise<void>;
+}
+
+/** Injection token of the parts, in the order they start (they stop in the reverse order). */
+export const LIFECYCLE_PARTS = Symbol('nest-sequence:lifecycle-parts');
+
+/**
+ * The one owner of the module's life at run time. At bootstrap it starts the parts (the outbox
+ * runtime, the sweepers), then opens every handler's subscription; if anything fails, it stops
+ * what it started and the application does not start. At shutdown, in the earliest hook of this
+ * module (`onModuleDestroy`: before those of the modules it imports; the root module's and, when
+ * this one is global, every other module's come first), it closes the subscriptions after the
+ * deliveries in progress, then stops what runs handlers; timers and relays stop in
+ * `beforeApplicationShutdown` (what other modules record while they are destroyed is still
+ * relayed), and connections close in `onApplicationShutdown`.
+ */
+@Injectable()
+export class SequenceLifecycle
+  implements
+    OnApplicationBootstrap,
+    OnModuleDestroy,
+    BeforeApplicationShutdown,
+    OnApplicationShutdown
+{
+  private readonly logger = new Logger('SequenceModule');
+
+  constructor(
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    private readonly registry: ChannelRegistry,
+    private readonly host: ConsumerHost,
+    @Inject(LIFECYCLE_PARTS) private readonly parts: readonly LifecyclePart[],
+  ) {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    const started: LifecyclePart[] = [];
+    try {
+      for (const part of this.parts) {
+        started.unshift(part);
+        await part.start?.();
+      }
+      const bindings = this.registry.all();
+      const warning = inProcessStateWarning(this.transport.name, bindings);
+      if (warning) this.logger.warn(warning);
+      await this.host.open(bindings);
+    } catch (error) {
+      // Nest runs no shutdown hook for an application whose init failed: nothing may run on.
+      for (const part of started) {
+        await part.stopConsuming?.().catch(() => undefined);
+        await part.stop?.().catch(() => undefined);
+        await part.close?.().catch(() => undefined);
+      }
+      throw error;
+    }
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    await this.host.close();
+    await this.each('stopConsuming', (part) => part.stopConsuming?.());
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.each('stop', (part) => part.stop?.());
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.each('close', (part) => part.close?.());
+  }
+
+  /** Runs `step` on every part, last started first; one failing does not stop the others. */
+  private async each(
+    name: string,
+    step: (part: LifecyclePart) => Promise<void> | undefined,
+  ): Promise<void> {
+    for (const part of [...this.parts].reverse()) {
+      try {
+        await step(part);
+      } catch (error) {
+        this.logger.warn(`${name} of ${part.constructor.name} failed: ${errorMessage(error)}`);
+      }
+    }
+  }
+}

@@ -1,0 +1,37 @@
+import type { ClaimLedger } from '../ports/claim-ledger.port';
+import type { OutboxStore } from '../ports/outbox-store.port';
+import type { PayloadStore } from '../ports/payload-store.port';
+
+// Injection tokens of what the module (the composition root) hands the patterns: the resolved
+// options and the adapters it chose. Only SEQUENCE_TRANSPORT is public; the others are not
+// exported from the package.
+
+/** Injection token of the active {@link Transport} (public: apps publish and subscribe with it). */
+export const SEQUENCE_TRANSPORT = Symbol('nest-sequence:transport');
+/** Injection token of the resolved options ({@link ResolvedOptions}). */
+export const RESOLVED_OPTIONS = Symbol('nest-sequence:options');
+/** Injection token of the active {@link SequenceStore}. */
+export const SEQUENCE_STORE = Symbol('nest-sequence:sequence-store');
+/** Injection token of the active {@link ResequencerStore}. */
+export const RESEQUENCER_STORE = Symbol('nest-sequence:resequencer-store');
+/** Injection token of the Claim Check's {@link ClaimCheckStores}. */
+export const CLAIM_CHECK_STORES = Symbol('nest-sequence:claim-check-stores');
+/** Injection token of the Outbox's {@link OutboxStoreSource}. */
+export const OUTBOX_STORE_SOURCE = Symbol('nest-sequence:outbox-store');
+
+/** Where Claim Check parks payloads and records claims. */
+export interface ClaimCheckStores {
+  /** Where new payloads go. */
+  readonly store: PayloadStore;
+  /** Every store tickets may name, by name (the write store first). */
+  readonly stores: ReadonlyMap<string, PayloadStore>;
+  readonly ledger: ClaimLedger;
+}
+
+/** The Outbox's database: the one the options name, or the embedded one, opened at first use. */
+export interface OutboxStoreSource {
+  /** The store given in the options (or by a `stores` set); undefined for the embedded one. */
+  readonly store?: OutboxStore;
+  /** Opens a new embedded store (in-memory SQLite); its opener closes it. */
+  openEmbedded(): Promise<OutboxStore>;
+}

@@ -1,0 +1,79 @@
+import type { ClaimTicketKey } from '../core/claim-ticket-keyring';
+import type { PayloadEncryptionKey } from '../core/encryption-key';
+import type { ClaimLedger } from '../ports/claim-ledger.port';
+import type { PayloadStore } from '../ports/payload-store.port';
+import type { RetryPolicy } from './module-options';
+import type { SequenceLimitOptions } from './sequence.options';
+
+/**
+ * When a claimed payload is deleted, per consuming channel:
+ * - `'ack'`: one consumer group; deleted once its handler succeeded (then the message is acked).
+ * - `'ttl'`: fan-out to groups the sender does not count; deleted by the sweeper at expiry.
+ * - `{ consumers: N }`: fan-out to N known groups; deleted once N distinct groups succeeded.
+ */
+export type ClaimRetention = 'ack' | 'ttl' | { readonly consumers: number };
+
+/** Claim Check options: `SequenceModule.forRoot({ claimCheck })`. */
+export interface ClaimCheckOptions {
+  /**
+   * Where payloads are parked.
+   * @default the `stores` preset's, else a FilesystemPayloadStore under `<os tmpdir>/nest-sequence-payloads`
+   */
+  store?: PayloadStore;
+  /** More stores tickets may name (read, release and sweep only), e.g. while migrating. */
+  readStores?: PayloadStore[];
+  /**
+   * Records which consumer groups handled which ticket: a ticket delivered twice runs its handler
+   * once, and `deleteAfter: { consumers }` counts groups. Must be shared by every instance
+   * consuming a channel. @default the `stores` preset's, else a MemoryClaimLedger (one process)
+   */
+  ledger?: ClaimLedger;
+  /**
+   * HMAC keys for tickets: the first signs, all verify (rotation). Required as soon as tickets
+   * cross processes. @default one random key per process (tickets only verify in that process)
+   */
+  signingKeys?: ClaimTicketKey[];
+  /** AES-256-GCM encryption of parked payloads: the first key encrypts, all decrypt. @default none */
+  encryption?: { keys: PayloadEncryptionKey[] };
+  /**
+   * `ClaimCheckService.publish()` sends payloads up to this many bytes inline.
+   * @default 262144 (256 KiB), or less when one message of the transport carries less
+   */
+  inlineMaxBytes?: number;
+  /** `publish(..., { mode: 'auto' })` sends payloads up to this size as a Message Sequence. @default 67108864 (64 MiB) */
+  sequenceMaxBytes?: number;
+  /** How long a checked-in payload (and its ticket) stays valid. @default 86400000 (24 h) */
+  ttlMs?: number;
+  /**
+   * How long after its expiry the sweeper keeps a payload, for handlers still reading it: keep it
+   * above the longest handler run on one delivery plus the clock skew between instances. The
+   * Redis payload store drops its keys at `expiresAt + keyTtlMarginMs`: keep that margin at or
+   * above this grace. @default 300000 (5 min)
+   */
+  expiredGraceMs?: number;
+  /**
+   * How long a payload stored for `publish()` may wait for its ticket's confirm before the
+   * sweeper takes it for an orphan. @default 3600000 (1 h)
+   */
+  orphanGraceMs?: number;
+  /** Default retention of consuming channels. @default 'ack' */
+  deleteAfter?: ClaimRetention;
+}
+
+/** What a `@ClaimCheck` handler may set for its own channel. */
+export interface ClaimCheckConsumerOptions {
+  /** When its payloads are deleted. @default claimCheck.deleteAfter ('ack') */
+  deleteAfter?: ClaimRetention;
+  /** Retries of a failing handler before the message is dead-lettered. @default the module's handlerRetry */
+  handlerRetry?: RetryPolicy;
+  /** Unsettled messages in this consumer's hands at once. @default the module's prefetch */
+  prefetch?: number;
+  /** Where refused messages go. @default the transport's `<channel>.dlq` */
+  deadLetterChannel?: string;
+  /**
+   * For payloads that arrive as a Message Sequence (`mode: 'auto'`): the expiry and limits of
+   * their reassembly. A claim-check channel subscribes with `prefetch` as it is, tickets and
+   * fragments alike. @default the module's `sequence` options
+   */
+  sequence?: SequenceLimitOptions;
+}

@@ -1,0 +1,141 @@
+import type { Registry } from 'prom-client';
+import type { StoreSet } from '../ports/store-set.port';
+import type { Transport } from '../ports/transport.port';
+import type { ClaimCheckOptions } from './claim-check.options';
+import type { OutboxOptions } from './outbox.options';
+import type { ResequencerOptions } from './resequencer.options';
+import type { MessageSequenceOptions } from './sequence.options';
+
+/**
+ * How a failing call is tried again: publishing a message, calling a handler, relaying or
+ * handling an outbox or inbox record. Every retry in the module takes this one shape.
+ */
+export interface RetryPolicy {
+  /** Calls in all, the first included. */
+  attempts?: number;
+  /** Wait before the first retry; it doubles at each one, with jitter. */
+  baseDelayMs?: number;
+  /** Ceiling of the wait. */
+  maxDelayMs?: number;
+}
+
+/** How the module publishes: every fragment, ticket, resequenced output and relayed record. */
+export interface PublishPolicy {
+  /** How long one publish waits for the broker's confirm. @default 10000 */
+  confirmTimeoutMs?: number;
+  /** Retries of a publish that failed or timed out. @default { attempts: 5, baseDelayMs: 100, maxDelayMs: 5000 } */
+  retry?: RetryPolicy;
+  /**
+   * Fragments of one sequence awaiting their confirm at once. Higher hides the broker's round
+   * trip; memory held is about `(inFlight + 1) × fragmentBytes`. @default 2
+   */
+  inFlight?: number;
+}
+
+/** prom-client metrics. */
+export interface MetricsOptions {
+  /** Where the metrics are registered. @default a Registry of the module's own */
+  registry?: Registry;
+  /** Prefix of every metric name. @default 'nest_sequence_' */
+  prefix?: string;
+}
+
+/** A periodic job of this instance. */
+export interface SweeperOptions {
+  /** How often it runs; `false`: never on this instance (another one sweeps). */
+  intervalMs?: number | false;
+  /** Most items one run takes per store round trip. */
+  batchSize?: number;
+}
+
+/** Knobs a typical application never touches. */
+export interface TuningOptions {
+  /** Room left for headers when `sequence.fragmentBytes` is derived from the transport. @default 16384 */
+  headerAllowanceBytes?: number;
+  /** How long a back-pressured or busy message waits before it is delivered again. @default 500 */
+  backpressureDelayMs?: number;
+  /** How long a sequence's completion lease, or a resequencer key's drain lease, lasts unrenewed. @default 30000 */
+  leaseMs?: number;
+  /**
+   * Redeliveries a Claim Check message may have had (its `x-requeue-count`) when the payload
+   * store or the claim ledger fails on it again: then it is dead-lettered `store-unavailable`
+   * (at the default backpressureDelayMs, 1200 is about 10 minutes of outage). @default 1200
+   */
+  maxStoreRequeues?: number;
+  /** Resequencer hand-offs. */
+  drain?: {
+    /** Hand-off items a drainer takes per store round trip. @default 32 */
+    batchSize?: number;
+    /**
+     * How long a consumer whose released event another instance is delivering waits for that
+     * delivery before it requeues its message. @default 2000
+     */
+    waitMs?: number;
+  };
+  /** The periodic jobs. */
+  sweepers?: {
+    /** Expires incomplete sequences. @default { intervalMs: 1000, batchSize: 100 } */
+    expiry?: SweeperOptions;
+    /** Deletes expired and orphaned Claim Check payloads. @default { intervalMs: 60000, batchSize: 500 } */
+    orphans?: SweeperOptions;
+    /** Applies the Resequencer's gap policies and drains stalled hand-offs. @default { intervalMs: 1000, batchSize: 100 } */
+    gaps?: SweeperOptions;
+    /** Purges completed outbox and inbox records past their retention. @default { intervalMs: 60000, batchSize: 500 } */
+    purge?: SweeperOptions;
+  };
+}
+
+/**
+ * Options of `SequenceModule.forRoot` (and what `forRootAsync`'s factory returns). Every option
+ * has a default: with none, everything runs in one process on the embedded adapters.
+ *
+ * @example
+ * SequenceModule.forRoot({
+ *   transport: await RabbitMqTransport.connect(process.env.AMQP_URL),
+ *   stores: redis(process.env.REDIS_URL, { prefix: 'imaging' }),
+ *   sequence: { fragmentBytes: 8 * 1024 * 1024, timeoutMs: 120_000 },
+ * })
+ */
+export interface SequenceModuleOptions {
+  /** The broker. @default a new InMemoryTransport (one process, no server) */
+  transport?: Transport;
+  /**
+   * Stores of a backend over one connection, from a preset: `redis(url, { prefix })`,
+   * `postgres(url)`, or both in a list (the first set that has a store wins). A pattern's own
+   * `store` option takes precedence. The module closes the sets at shutdown.
+   * @default the embedded stores
+   */
+  stores?: StoreSet | readonly StoreSet[];
+  /** How every message the module sends is published. */
+  publish?: PublishPolicy;
+  /**
+   * Retries of a failing handler, for every decorator that does not set its own; then the
+   * message or sequence is dead-lettered (an inbox record is kept `FAILED`: see `outbox`).
+   * @default { attempts: 3, baseDelayMs: 200, maxDelayMs: 30000 }
+   */
+  handlerRetry?: RetryPolicy;
+  /** Unsettled messages a consumer holds at once, for every decorator that does not set its own. @default 16 */
+  prefetch?: number;
+  /**
+   * At shutdown, how long deliveries in progress may take to finish before subscriptions close
+   * (their messages are then delivered again). @default 10000
+   */
+  shutdownTimeoutMs?: number;
+  /** prom-client metrics; `false` turns them off. @default a Registry of the module's own */
+  metrics?: false | MetricsOptions;
+  /** Identifies this instance in leases. @default `<hostname>-<pid>-<random>` */
+  consumerId?: string;
+  /** Message Sequence: its store, fragment size, limits and expiry. */
+  sequence?: MessageSequenceOptions;
+  /** Claim Check: payload store, claim ledger, ticket keys, size rules, retention. */
+  claimCheck?: ClaimCheckOptions;
+  /** Resequencer: its store and buffer bounds. */
+  resequencer?: ResequencerOptions;
+  /**
+   * Transactional Outbox / Inbox: the database, relays and inbox processors. Giving it (even
+   * `{}`) starts them at bootstrap; an `@InboxHandler` does too.
+   */
+  outbox?: OutboxOptions;
+  /** Knobs a typical application never touches. */
+  tuning?: TuningOptions;
+}

@@ -1,0 +1,510 @@
+import { Registry } from 'prom-client';
+import { InMemoryTransport } from '../adapters/transports/in-memory/in-memory.transport';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { DEFAULTS } from './defaults';
+import type { SequenceModuleOptions } from './module-options';
+import type { ResolvedOptions } from './resolved-options';
+import { resolveModuleOptions } from './resolve-options';
+import { resolveSequenceConsumer } from './resolve-sequence';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** The module's options resolved; throws SequenceOptionsError as the module does. */
+function resolve(
+  options: SequenceModuleOptions,
+  transport = new InMemoryTransport(),
+): ResolvedOptions {
+  const problems: string[] = [];
+  const resolved = resolveModuleOptions(problems, options, transport);
+  if (problems.length > 0) throw new SequenceOptionsError('SequenceModule options', problems);
+  return resolved;
+}
+
+/** The problems reported for `options`, or [] when they are accepted. */
+function problemsOf(options: SequenceModuleOptions, transport = new InMemoryTransport()): string[] {
+  const problems: string[] = [];
+  resolveModuleOptions(problems, options, transport);
+  return problems;
+}
+
+/** Lets a test pass a value of the wrong type, as a config file or the environment would. */
+const untyped = <T>(value: unknown): T => value as T;
+
+describe('resolveModuleOptions', () => {
+  describe('defaults', () => {
+    it('applies every documented default', () => {
+      const resolved = resolve({});
+
+      expect(resolved).toMatchObject({
+        publish: {
+          confirmTimeoutMs: 10_000,
+          inFlight: 2,
+          retry: { attempts: 5, baseDelayMs: 100, maxDelayMs: 5_000 },
+        },
+        handlerRetry: { attempts: 3, baseDelayMs: 200, maxDelayMs: 30_000 },
+        prefetch: 16,
+        shutdownTimeoutMs: 10_000,
+        metrics: { prefix: 'nest_sequence_' },
+        sequence: {
+          fragmentBytes: 16 * MiB - 16 * KiB,
+          maxBufferedBytes: 1024 * MiB,
+          maxOpenSequences: 10_000,
+          retentionMs: 3_600_000,
+          consumer: {
+            timeout: { ms: 300_000, strategy: 'fixed' },
+            maxSequenceBytes: 512 * MiB,
+            maxFragments: 100_000,
+            maxFragmentBytes: 16 * MiB,
+            prefetch: 16,
+            prefetchBytes: 32 * MiB,
+          },
+        },
+        claimCheck: {
+          inlineMaxBytes: 256 * KiB,
+          sequenceMaxBytes: 64 * MiB,
+          ttlMs: 86_400_000,
+          expiredGraceMs: 300_000,
+          orphanGraceMs: 3_600_000,
+          deleteAfter: 'ack',
+          ephemeralKeys: true,
+        },
+        resequencer: {
+          maxBufferedPerKey: 1_000,
+          maxBufferedTotal: 100_000,
+          overflow: 'backpressure',
+        },
+        outbox: { configured: false, migrate: true },
+        tuning: {
+          headerAllowanceBytes: 16 * KiB,
+          backpressureDelayMs: 500,
+          leaseMs: 30_000,
+          maxStoreRequeues: 1_200,
+          drain: { batchSize: 32, waitMs: 2_000 },
+          sweepers: {
+            expiry: { intervalMs: 1_000, batchSize: 100 },
+            orphans: { intervalMs: 60_000, batchSize: 500 },
+            gaps: { intervalMs: 1_000, batchSize: 100 },
+            purge: { intervalMs: 60_000, batchSize: 500 },
+          },
+        },
+      });
+      expect(resolved.sequence.consumer.deadLetterChannel).toBeUndefined();
+      expect(resolved.sequence.onExpired).toBeUndefined();
+    });
+
+    it('takes its defaults from DEFAULTS, their one home', () => {
+      const resolved = resolve({});
+
+      expect(resolved.publish).toEqual(DEFAULTS.publish);
+      expect(resolved.handlerRetry).toEqual(DEFAULTS.handlerRetry);
+      expect(resolved.tuning.sweepers).toEqual(DEFAULTS.tuning.sweepers);
+      expect(resolved.tuning.drain).toEqual(DEFAULTS.tuning.drain);
+    });
+
+    it('derives fragmentBytes, maxFragmentBytes and the inline limit from the transport', () => {
+      const transport = new InMemoryTransport({ maxMessageBytes: 100_000 });
+
+      const resolved = resolve({ tuning: { headerAllowanceBytes: 1_000 } }, transport);
+
+      expect(resolved.sequence.fragmentBytes).toBe(99_000);
+      expect(resolved.sequence.consumer.maxFragmentBytes).toBe(100_000);
+      // The 256 KiB default would not fit in one message: it shrinks to what does.
+      expect(resolved.claimCheck.inlineMaxBytes).toBe(99_000);
+    });
+
+    it('names this instance <hostname>-<pid>-<random> unless told', () => {
+      const first = resolve({}).consumerId;
+      const second = resolve({}).consumerId;
+
+      expect(first).toContain(`-${process.pid}-`);
+      expect(first).not.toBe(second);
+      expect(resolve({ consumerId: 'pod-7' }).consumerId).toBe('pod-7');
+    });
+
+    it('configures the outbox as soon as it is given, even empty', () => {
+      expect(resolve({ outbox: {} }).outbox.configured).toBe(true);
+    });
+  });
+
+  describe('overrides', () => {
+    it('merges a partial publish policy with the defaults', () => {
+      const resolved = resolve({ publish: { retry: { attempts: 9 }, inFlight: 4 } });
+
+      expect(resolved.publish).toEqual({
+        ...DEFAULTS.publish,
+        inFlight: 4,
+        retry: { ...DEFAULTS.publish.retry, attempts: 9 },
+      });
+    });
+
+    it('treats undefined fields as absent, so they keep their defaults', () => {
+      const resolved = resolve({
+        sequence: { fragmentBytes: undefined, timeoutMs: undefined, timeoutStrategy: 'sliding' },
+        publish: { retry: { attempts: undefined }, confirmTimeoutMs: 50 },
+        handlerRetry: { attempts: undefined },
+        tuning: { sweepers: { expiry: { intervalMs: undefined } } },
+      });
+
+      expect(resolved.sequence.fragmentBytes).toBe(16 * MiB - 16 * KiB);
+      expect(resolved.publish).toEqual({ ...DEFAULTS.publish, confirmTimeoutMs: 50 });
+      expect(resolved.sequence.consumer.timeout).toEqual({ ms: 300_000, strategy: 'sliding' });
+      expect(resolved.handlerRetry).toEqual(DEFAULTS.handlerRetry);
+      expect(resolved.tuning.sweepers.expiry).toEqual(DEFAULTS.tuning.sweepers.expiry);
+    });
+
+    it('keeps the values it is given', () => {
+      const registry = new Registry();
+      const onExpired = (): void => undefined;
+
+      const resolved = resolve({
+        sequence: {
+          fragmentBytes: 4_096,
+          maxSequenceBytes: 10 * MiB,
+          maxBufferedBytes: 20 * MiB,
+          deadLetterChannel: 'graveyard',
+          onExpired,
+        },
+        tuning: { sweepers: { expiry: { intervalMs: false } } },
+        metrics: { registry, prefix: 'imaging_' },
+      });
+
+      expect(resolved).toMatchObject({
+        sequence: {
+          fragmentBytes: 4_096,
+          maxBufferedBytes: 20 * MiB,
+          onExpired,
+          consumer: { maxSequenceBytes: 10 * MiB, deadLetterChannel: 'graveyard' },
+        },
+        tuning: { sweepers: { expiry: { intervalMs: false } } },
+        metrics: { registry, prefix: 'imaging_' },
+      });
+    });
+
+    it('turns metrics off with metrics: false', () => {
+      expect(resolve({ metrics: false }).metrics).toBe(false);
+    });
+
+    it('gives every box a retry policy, and an ordered inbox a prefetch of 1', () => {
+      const { boxes } = resolve({
+        outbox: {
+          outboxEvents: { retry: { attempts: 2 } },
+          inboxEvents: { ordered: true, prefetch: 64 },
+          inboxCommands: { prefetch: 8 },
+        },
+      }).outbox;
+
+      expect(boxes.outbox_events.retry).toEqual({ ...DEFAULTS.outbox.retry, attempts: 2 });
+      expect(boxes.outbox_commands.retry).toEqual(DEFAULTS.outbox.retry);
+      expect(boxes.inbox_events.prefetch).toBe(1);
+      expect(boxes.inbox_commands.prefetch).toBe(8);
+    });
+
+    it('routes events to events.<type> and commands to commands.<targetService> by default', () => {
+      const { routeEvent, routeCommand } = resolve({ outbox: {} }).outbox;
+      expect(routeEvent({ type: 'OrderPlaced' } as never)).toEqual(['events.OrderPlaced']);
+      expect(routeCommand({ targetService: 'billing' } as never)).toBe('commands.billing');
+      const fanOut = resolve({ outbox: { routes: { event: () => ['a', 'b'] } } }).outbox;
+      expect(fanOut.routeEvent({} as never)).toEqual(['a', 'b']);
+    });
+  });
+
+  describe('validation', () => {
+    it.each<[string, SequenceModuleOptions, string]>([
+      [
+        'a fragmentBytes that does not fit the transport',
+        { sequence: { fragmentBytes: 16 * MiB } },
+        `sequence.fragmentBytes (${16 * MiB}) plus tuning.headerAllowanceBytes (16384) exceeds ` +
+          `the in-memory transport's maxMessageBytes (${16 * MiB}); set sequence.fragmentBytes ` +
+          'to at most 16760832',
+      ],
+      [
+        'fragmentBytes 0',
+        { sequence: { fragmentBytes: 0 } },
+        'sequence.fragmentBytes must be an integer >= 1, got 0',
+      ],
+      [
+        'a metrics.prefix Prometheus would refuse',
+        { metrics: { prefix: 'imaging-' } },
+        'metrics.prefix must be empty or a Prometheus metric name (letters, digits, _ and :, ' +
+          'not starting with a digit), got "imaging-"',
+      ],
+      [
+        'a fractional fragmentBytes',
+        { sequence: { fragmentBytes: 1.5 } },
+        'sequence.fragmentBytes must be an integer >= 1, got 1.5',
+      ],
+      [
+        'a negative headerAllowanceBytes',
+        { tuning: { headerAllowanceBytes: -1 } },
+        'tuning.headerAllowanceBytes must be an integer >= 0, got -1',
+      ],
+      [
+        'publish.confirmTimeoutMs 0',
+        { publish: { confirmTimeoutMs: 0 } },
+        'publish.confirmTimeoutMs must be an integer >= 1, got 0',
+      ],
+      [
+        'publish.retry.attempts 0',
+        { publish: { retry: { attempts: 0 } } },
+        'publish.retry.attempts must be an integer >= 1, got 0',
+      ],
+      [
+        'a negative publish.retry.baseDelayMs',
+        { publish: { retry: { baseDelayMs: -1 } } },
+        'publish.retry.baseDelayMs must be an integer >= 0, got -1',
+      ],
+      [
+        'a negative publish.retry.maxDelayMs',
+        { publish: { retry: { maxDelayMs: -1 } } },
+        'publish.retry.maxDelayMs must be an integer >= 0, got -1',
+      ],
+      [
+        'a publish.retry.maxDelayMs below its baseDelayMs',
+        { publish: { retry: { baseDelayMs: 200, maxDelayMs: 100 } } },
+        'publish.retry.maxDelayMs (100) is below baseDelayMs (200); raise maxDelayMs or lower ' +
+          'baseDelayMs',
+      ],
+      [
+        'publish.inFlight 0',
+        { publish: { inFlight: 0 } },
+        'publish.inFlight must be an integer >= 1, got 0',
+      ],
+      [
+        'sequence.timeoutMs 0',
+        { sequence: { timeoutMs: 0 } },
+        'sequence.timeoutMs must be an integer >= 1, got 0',
+      ],
+      [
+        'an unknown sequence.timeoutStrategy',
+        { sequence: { timeoutStrategy: untyped('lazy') } },
+        "sequence.timeoutStrategy must be 'fixed' or 'sliding', got lazy",
+      ],
+      [
+        'handlerRetry.attempts 0',
+        { handlerRetry: { attempts: 0 } },
+        'handlerRetry.attempts must be an integer >= 1, got 0',
+      ],
+      [
+        'a negative handlerRetry.baseDelayMs',
+        { handlerRetry: { baseDelayMs: -1 } },
+        'handlerRetry.baseDelayMs must be an integer >= 0, got -1',
+      ],
+      [
+        'maxSequenceBytes 0',
+        { sequence: { maxSequenceBytes: 0 } },
+        'sequence.maxSequenceBytes must be an integer >= 1, got 0',
+      ],
+      [
+        'maxFragments 0',
+        { sequence: { maxFragments: 0 } },
+        'sequence.maxFragments must be an integer >= 1, got 0',
+      ],
+      [
+        'maxFragmentBytes 0',
+        { sequence: { maxFragmentBytes: 0 } },
+        'sequence.maxFragmentBytes must be an integer >= 1, got 0',
+      ],
+      ['prefetch 0', { prefetch: 0 }, 'prefetch must be an integer >= 1, got 0'],
+      [
+        'prefetchBytes 0',
+        { sequence: { prefetchBytes: 0 } },
+        'sequence.prefetchBytes must be an integer >= 1, got 0',
+      ],
+      [
+        'a prefetch above what RabbitMQ takes',
+        { prefetch: 65_536 },
+        'prefetch must be at most 65535, got 65536',
+      ],
+      [
+        'an empty deadLetterChannel',
+        { sequence: { deadLetterChannel: '' } },
+        'sequence.deadLetterChannel must not be empty',
+      ],
+      [
+        'maxBufferedBytes 0',
+        { sequence: { maxBufferedBytes: 0 } },
+        'sequence.maxBufferedBytes must be an integer >= 1, got 0',
+      ],
+      [
+        'maxOpenSequences 0',
+        { sequence: { maxOpenSequences: 0 } },
+        'sequence.maxOpenSequences must be an integer >= 1, got 0',
+      ],
+      [
+        'a negative backpressureDelayMs',
+        { tuning: { backpressureDelayMs: -1 } },
+        'tuning.backpressureDelayMs must be an integer >= 0, got -1',
+      ],
+      [
+        'leaseMs below 100',
+        { tuning: { leaseMs: 99 } },
+        'tuning.leaseMs must be an integer >= 100, got 99',
+      ],
+      [
+        'retentionMs 0',
+        { sequence: { retentionMs: 0 } },
+        'sequence.retentionMs must be an integer >= 1, got 0',
+      ],
+      [
+        'a sweeper intervalMs of 0',
+        { tuning: { sweepers: { expiry: { intervalMs: 0 } } } },
+        'tuning.sweepers.expiry.intervalMs must be above 0 (or false to turn it off on this instance)',
+      ],
+      // Past 2^31 - 1 ms Node fires a timer after 1 ms: the sweep would spin.
+      [
+        'a sweeper intervalMs no timer can wait',
+        { tuning: { sweepers: { gaps: { intervalMs: 2 ** 31 } } } },
+        'tuning.sweepers.gaps.intervalMs must be at most 2147483647 ms (the longest a timer ' +
+          'waits), got 2147483648',
+      ],
+      [
+        'a sweeper batchSize of 0',
+        { tuning: { sweepers: { orphans: { batchSize: 0 } } } },
+        'tuning.sweepers.orphans.batchSize must be an integer >= 1, got 0',
+      ],
+      [
+        'a confirm timeout no timer can wait',
+        { publish: { confirmTimeoutMs: 2 ** 32 } },
+        'publish.confirmTimeoutMs must be at most 2147483647 ms (the longest a timer waits), ' +
+          'got 4294967296',
+      ],
+      [
+        'a maxSequenceBytes above maxBufferedBytes',
+        { sequence: { maxSequenceBytes: 2_000, maxBufferedBytes: 1_000 } },
+        'sequence.maxSequenceBytes (2000) exceeds sequence.maxBufferedBytes (1000): such a ' +
+          'sequence could never be buffered whole; raise maxBufferedBytes or lower maxSequenceBytes',
+      ],
+      [
+        'an onExpired that is not a function',
+        { sequence: { onExpired: untyped('log it') } },
+        'sequence.onExpired must be a function',
+      ],
+      [
+        'a consumerId with forbidden characters',
+        { consumerId: 'pod 7' },
+        'consumerId must be 1-128 characters of [A-Za-z0-9._:-]',
+      ],
+      [
+        'a resequencer overflow policy it does not know',
+        { resequencer: { overflow: untyped('drop') } },
+        "resequencer.overflow must be 'backpressure' or 'dead-letter', got drop",
+      ],
+      [
+        'a drain batch of 0',
+        { tuning: { drain: { batchSize: 0 } } },
+        'tuning.drain.batchSize must be an integer >= 1, got 0',
+      ],
+      [
+        'an outbox service name that cannot name a channel',
+        { outbox: { serviceName: 'has space' } },
+        'outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel)',
+      ],
+      [
+        'a box retry whose ceiling is below its base',
+        { outbox: { outboxEvents: { retry: { baseDelayMs: 100, maxDelayMs: 10 } } } },
+        'outbox.outboxEvents.retry.maxDelayMs (10) is below baseDelayMs (100); raise maxDelayMs ' +
+          'or lower baseDelayMs',
+      ],
+      [
+        'a prefetch on an outbox, which consumes nothing',
+        { outbox: { outboxEvents: { prefetch: 4 } } },
+        "outbox.outboxEvents.prefetch is for inboxes (an outbox's relay consumes nothing)",
+      ],
+      [
+        'an outbox store that is not one',
+        { outbox: { store: untyped({}) } },
+        'outbox.store must be an OutboxStore (PostgresOutboxStore of nest-sequence/postgres, ' +
+          'SqliteOutboxStore of nest-sequence/sqlite)',
+      ],
+    ])('refuses %s', (_, options, problem) => {
+      expect(problemsOf(options)).toContain(problem);
+    });
+
+    it('refuses a number given as a string, as the environment would supply it', () => {
+      const problems = problemsOf({ sequence: { fragmentBytes: untyped('4096') } });
+
+      expect(problems).toHaveLength(1);
+      expect(problems[0]).toBe(
+        'sequence.fragmentBytes must be an integer >= 1, got the string "4096" (convert values ' +
+          'read from the environment with Number())',
+      );
+    });
+
+    it('reports every problem at once, in one SequenceOptionsError', () => {
+      let error: unknown;
+      try {
+        resolve({
+          prefetch: 0,
+          tuning: { leaseMs: 1 },
+          sequence: { timeoutStrategy: untyped('never') },
+        });
+      } catch (caught) {
+        error = caught;
+      }
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      const optionsError = error as SequenceOptionsError;
+      expect(optionsError.name).toBe('SequenceOptionsError');
+      expect(optionsError.where).toBe('SequenceModule options');
+      expect(optionsError.problems).toHaveLength(3);
+      for (const problem of optionsError.problems) {
+        expect(optionsError.message).toContain(problem);
+      }
+    });
+
+    it('accepts the defaults, and sweepers turned off on this instance', () => {
+      expect(problemsOf({})).toEqual([]);
+      expect(
+        problemsOf({
+          tuning: {
+            sweepers: {
+              expiry: { intervalMs: false },
+              orphans: { intervalMs: false },
+              gaps: { intervalMs: false },
+              purge: { intervalMs: false },
+            },
+          },
+        }),
+      ).toEqual([]);
+    });
+  });
+});
+
+describe('resolveSequenceConsumer', () => {
+  const base = resolve({
+    sequence: { maxBufferedBytes: 100 * MiB, maxSequenceBytes: 50 * MiB },
+    prefetch: 8,
+  });
+
+  it("applies a handler's overrides on top of the module's options", () => {
+    const resolved = resolveSequenceConsumer(
+      'sequence consumer of scans',
+      { timeoutMs: 60_000, prefetch: 2, deadLetterChannel: 'scans.failed' },
+      base,
+    );
+
+    expect(resolved).toMatchObject({
+      timeout: { ms: 60_000, strategy: 'fixed' },
+      maxSequenceBytes: 50 * MiB,
+      prefetch: 2,
+      deadLetterChannel: 'scans.failed',
+    });
+  });
+
+  it("refuses a maxSequenceBytes above the module's maxBufferedBytes, naming the handler", () => {
+    let error: unknown;
+    try {
+      resolveSequenceConsumer('sequence consumer of scans', { maxSequenceBytes: 200 * MiB }, base);
+    } catch (caught) {
+      error = caught;
+    }
+
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect((error as SequenceOptionsError).where).toBe('sequence consumer of scans');
+    expect((error as SequenceOptionsError).problems).toEqual([
+      `maxSequenceBytes (${200 * MiB}) exceeds the module's sequence.maxBufferedBytes ` +
+        `(${100 * MiB}); raise maxBufferedBytes or lower maxSequenceBytes`,
+    ]);
+  });
+});

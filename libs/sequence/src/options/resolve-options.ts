@@ -1,0 +1,63 @@
+import { checkDelay, checkPrefetch } from '../core/option-checks';
+import type { Transport } from '../ports/transport.port';
+import { DEFAULTS } from './defaults';
+import type { SequenceModuleOptions } from './module-options';
+import type { ResolvedOptions } from './resolved-options';
+import { resolveClaimCheckOptions } from './resolve-claim-check';
+import { resolveOutboxOptions } from './resolve-outbox';
+import { resolveResequencerOptions } from './resolve-resequencer';
+import { resolveSequenceOptions } from './resolve-sequence';
+import {
+  resolveConsumerId,
+  resolveMetrics,
+  resolvePublishPolicy,
+  resolveRetryPolicy,
+  resolveTuning,
+} from './resolve-shared';
+
+/**
+ * Applies the defaults to the module's options and checks them all, against the transport the
+ * module runs on. Every problem found is added to `problems` (the caller throws one
+ * SequenceOptionsError listing them, with the adapters' problems); the result is only meant to
+ * be used when there is none.
+ */
+export function resolveModuleOptions(
+  problems: string[],
+  options: SequenceModuleOptions,
+  transport: Transport,
+): ResolvedOptions {
+  const tuning = resolveTuning(problems, options.tuning);
+  const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
+  const handlerRetry = resolveRetryPolicy(
+    problems,
+    'handlerRetry',
+    options.handlerRetry,
+    DEFAULTS.handlerRetry,
+  );
+  const prefetch = options.prefetch ?? DEFAULTS.prefetch;
+  checkPrefetch(problems, 'prefetch', prefetch);
+  const shutdownTimeoutMs = options.shutdownTimeoutMs ?? DEFAULTS.shutdownTimeoutMs;
+  checkDelay(problems, 'shutdownTimeoutMs', shutdownTimeoutMs, 0);
+  const sequence = resolveSequenceOptions(problems, options.sequence, {
+    transport,
+    tuning,
+    handlerRetry,
+    prefetch,
+  });
+  return {
+    consumerId: resolveConsumerId(problems, options.consumerId),
+    publish,
+    handlerRetry,
+    prefetch,
+    shutdownTimeoutMs,
+    metrics: resolveMetrics(problems, options.metrics),
+    tuning,
+    sequence,
+    claimCheck: resolveClaimCheckOptions(problems, options.claimCheck, {
+      maxInlineBytes: transport.maxMessageBytes - tuning.headerAllowanceBytes,
+      publish,
+    }),
+    resequencer: resolveResequencerOptions(problems, options.resequencer),
+    outbox: resolveOutboxOptions(problems, options.outbox),
+  };
+}

@@ -1,0 +1,173 @@
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
+import type { ExpiryPolicy, SequenceLimits } from '../ports/sequence-store.port';
+import type { Transport } from '../ports/transport.port';
+import { DEFAULTS } from './defaults';
+import type { RetryPolicy } from './module-options';
+import type {
+  ResolvedOptions,
+  ResolvedRetryPolicy,
+  ResolvedSequenceConsumer,
+  ResolvedSequenceOptions,
+  ResolvedTuning,
+} from './resolved-options';
+import { resolveRetryPolicy } from './resolve-shared';
+import type {
+  MessageSequenceOptions,
+  SequenceConsumerOptions,
+  SequenceLimitOptions,
+} from './sequence.options';
+
+const STRATEGIES = ['fixed', 'sliding'] as const;
+
+/** The module's `sequence` options over the defaults; problems are added to `problems`. */
+export function resolveSequenceOptions(
+  problems: string[],
+  given: MessageSequenceOptions | undefined,
+  context: {
+    transport: Transport;
+    tuning: ResolvedTuning;
+    handlerRetry: ResolvedRetryPolicy;
+    prefetch: number;
+  },
+): ResolvedSequenceOptions {
+  const options = given ?? {};
+  const { transport, tuning } = context;
+  const allowance = tuning.headerAllowanceBytes;
+  const fragmentBytes = options.fragmentBytes ?? transport.maxMessageBytes - allowance;
+  if (checkInteger(problems, 'sequence.fragmentBytes', fragmentBytes, 1)) {
+    if (fragmentBytes + allowance > transport.maxMessageBytes) {
+      problems.push(
+        `sequence.fragmentBytes (${fragmentBytes}) plus tuning.headerAllowanceBytes (${allowance}) ` +
+          `exceeds the ${transport.name} transport's maxMessageBytes (${transport.maxMessageBytes}); ` +
+          `set sequence.fragmentBytes to at most ${transport.maxMessageBytes - allowance}`,
+      );
+    }
+  }
+  const consumer = resolveConsumerInto(problems, 'sequence.', options, {
+    timeout: { ms: DEFAULTS.sequence.timeoutMs, strategy: DEFAULTS.sequence.timeoutStrategy },
+    maxSequenceBytes: DEFAULTS.sequence.maxSequenceBytes,
+    maxFragments: DEFAULTS.sequence.maxFragments,
+    maxFragmentBytes: transport.maxMessageBytes,
+    handlerRetry: context.handlerRetry,
+    prefetch: context.prefetch,
+    prefetchBytes: DEFAULTS.sequence.prefetchBytes,
+  });
+  const resolved: ResolvedSequenceOptions = {
+    fragmentBytes,
+    maxBufferedBytes: options.maxBufferedBytes ?? DEFAULTS.sequence.maxBufferedBytes,
+    maxOpenSequences: options.maxOpenSequences ?? DEFAULTS.sequence.maxOpenSequences,
+    retentionMs: options.retentionMs ?? DEFAULTS.sequence.retentionMs,
+    onExpired: options.onExpired,
+    consumer,
+  };
+  checkInteger(problems, 'sequence.maxBufferedBytes', resolved.maxBufferedBytes, 1);
+  checkInteger(problems, 'sequence.maxOpenSequences', resolved.maxOpenSequences, 1);
+  checkInteger(problems, 'sequence.retentionMs', resolved.retentionMs, 1);
+  checkFunction(problems, 'sequence.onExpired', options.onExpired);
+  if (Number.isSafeInteger(fragmentBytes) && consumer.maxFragmentBytes < fragmentBytes) {
+    problems.push(
+      `sequence.maxFragmentBytes (${consumer.maxFragmentBytes}) is below sequence.fragmentBytes ` +
+        `(${fragmentBytes}): this module's consumers would dead-letter what its splitter sends; ` +
+        'raise maxFragmentBytes or lower fragmentBytes',
+    );
+  }
+  if (consumer.maxSequenceBytes > resolved.maxBufferedBytes) {
+    problems.push(
+      `sequence.maxSequenceBytes (${consumer.maxSequenceBytes}) exceeds sequence.maxBufferedBytes ` +
+        `(${resolved.maxBufferedBytes}): such a sequence could never be buffered whole; ` +
+        'raise maxBufferedBytes or lower maxSequenceBytes',
+    );
+  }
+  return resolved;
+}
+
+/**
+ * A handler's sequence options over the module's; throws {@link SequenceOptionsError} naming
+ * `where` (the decorated method, or the caller).
+ */
+export function resolveSequenceConsumer(
+  where: string,
+  overrides: SequenceConsumerOptions,
+  options: Pick<ResolvedOptions, 'sequence'>,
+): ResolvedSequenceConsumer {
+  const problems: string[] = [];
+  const resolved = resolveConsumerInto(problems, '', overrides, options.sequence.consumer);
+  if (resolved.maxSequenceBytes > options.sequence.maxBufferedBytes) {
+    problems.push(
+      `maxSequenceBytes (${resolved.maxSequenceBytes}) exceeds the module's ` +
+        `sequence.maxBufferedBytes (${options.sequence.maxBufferedBytes}); raise ` +
+        'maxBufferedBytes or lower maxSequenceBytes',
+    );
+  }
+  if (problems.length > 0) throw new SequenceOptionsError(where, problems);
+  return resolved;
+}
+
+function resolveConsumerInto(
+  problems: string[],
+  at: string,
+  options: SequenceLimitOptions & {
+    handlerRetry?: RetryPolicy;
+    prefetch?: number;
+    prefetchBytes?: number;
+    deadLetterChannel?: string;
+  },
+  base: ResolvedSequenceConsumer,
+): ResolvedSequenceConsumer {
+  const timeout: ExpiryPolicy = {
+    ms: options.timeoutMs ?? base.timeout.ms,
+    strategy: options.timeoutStrategy ?? base.timeout.strategy,
+  };
+  checkInteger(problems, `${at}timeoutMs`, timeout.ms, 1);
+  checkOneOf(problems, `${at}timeoutStrategy`, timeout.strategy, STRATEGIES);
+  const resolved: ResolvedSequenceConsumer = {
+    timeout,
+    maxSequenceBytes: options.maxSequenceBytes ?? base.maxSequenceBytes,
+    maxFragments: options.maxFragments ?? base.maxFragments,
+    maxFragmentBytes: options.maxFragmentBytes ?? base.maxFragmentBytes,
+    handlerRetry: resolveRetryPolicy(
+      problems,
+      `${at}handlerRetry`,
+      options.handlerRetry,
+      base.handlerRetry,
+    ),
+    prefetch: options.prefetch ?? base.prefetch,
+    prefetchBytes: options.prefetchBytes ?? base.prefetchBytes,
+    deadLetterChannel: options.deadLetterChannel ?? base.deadLetterChannel,
+  };
+  checkInteger(problems, `${at}maxSequenceBytes`, resolved.maxSequenceBytes, 1);
+  checkInteger(problems, `${at}maxFragments`, resolved.maxFragments, 1);
+  checkInteger(problems, `${at}maxFragmentBytes`, resolved.maxFragmentBytes, 1);
+  // The module's own prefetch is checked where it is given.
+  if (options.prefetch !== undefined) checkPrefetch(problems, `${at}prefetch`, resolved.prefetch);
+  checkInteger(problems, `${at}prefetchBytes`, resolved.prefetchBytes, 1);
+  if (resolved.deadLetterChannel !== undefined && resolved.deadLetterChannel.length === 0) {
+    problems.push(`${at}deadLetterChannel must not be empty`);
+  }
+  return resolved;
+}
+
+/**
+ * The prefetch of a sequence consumer: `prefetch`, lowered so that as many fragments of
+ * `maxFragmentBytes` fit in `prefetchBytes` (at least 1).
+ */
+export function fragmentPrefetch(
+  consumer: Pick<ResolvedSequenceConsumer, 'prefetch' | 'prefetchBytes' | 'maxFragmentBytes'>,
+): number {
+  const fitting = Math.floor(consumer.prefetchBytes / consumer.maxFragmentBytes);
+  return Math.max(1, Math.min(consumer.prefetch, fitting));
+}
+
+/** The store-wide and per-handler limits, as the sequence store port takes them. */
+export function sequenceLimits(
+  consumer: ResolvedSequenceConsumer,
+  sequence: ResolvedSequenceOptions,
+): SequenceLimits {
+  return {
+    maxSequenceBytes: consumer.maxSequenceBytes,
+    maxFragments: consumer.maxFragments,
+    maxBufferedBytes: sequence.maxBufferedBytes,
+    maxOpenSequences: sequence.maxOpenSequences,
+  };
+}

@@ -1,0 +1,153 @@
+import type { Registry } from 'prom-client';
+import type { ClaimTicketKeyring } from '../core/claim-ticket-keyring';
+import type { GapEvent } from '../core/gap-event';
+import type { OutboxCommand, OutboxEvent } from '../core/outbox-message';
+import type { BoxName } from '../ports/outbox-store.port';
+import type { GapPolicy } from '../ports/resequencer-store.port';
+import type { ExpiredSequence, ExpiryPolicy } from '../ports/sequence-store.port';
+import type { ClaimRetention } from './claim-check.options';
+import type { OverflowPolicy, ResequencerField } from './resequencer.options';
+
+// The options with every default applied and every value checked: what the module's services
+// read. Built once, at bootstrap, by resolveModuleOptions (and, per handler, by the resolvers of
+// each decorator's options).
+
+export interface ResolvedRetryPolicy {
+  readonly attempts: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+}
+
+export interface ResolvedPublishPolicy {
+  readonly confirmTimeoutMs: number;
+  readonly inFlight: number;
+  readonly retry: ResolvedRetryPolicy;
+}
+
+export interface ResolvedSweeper {
+  readonly intervalMs: number | false;
+  readonly batchSize: number;
+}
+
+export interface ResolvedTuning {
+  readonly headerAllowanceBytes: number;
+  readonly backpressureDelayMs: number;
+  readonly leaseMs: number;
+  readonly maxStoreRequeues: number;
+  readonly drain: { readonly batchSize: number; readonly waitMs: number };
+  readonly sweepers: {
+    readonly expiry: ResolvedSweeper;
+    readonly orphans: ResolvedSweeper;
+    readonly gaps: ResolvedSweeper;
+    readonly purge: ResolvedSweeper;
+  };
+}
+
+/** How one channel's sequences are reassembled (a handler's options over the module's). */
+export interface ResolvedSequenceConsumer {
+  readonly timeout: ExpiryPolicy;
+  readonly maxSequenceBytes: number;
+  readonly maxFragments: number;
+  readonly maxFragmentBytes: number;
+  readonly handlerRetry: ResolvedRetryPolicy;
+  readonly prefetch: number;
+  readonly prefetchBytes: number;
+  readonly deadLetterChannel?: string;
+}
+
+export interface ResolvedSequenceOptions {
+  readonly fragmentBytes: number;
+  readonly maxBufferedBytes: number;
+  readonly maxOpenSequences: number;
+  readonly retentionMs: number;
+  readonly onExpired?: (expired: ExpiredSequence) => void | Promise<void>;
+  /** What a `@SequencedHandler` that sets nothing gets. */
+  readonly consumer: ResolvedSequenceConsumer;
+}
+
+export interface ResolvedClaimCheckOptions {
+  readonly keyring: ClaimTicketKeyring;
+  /** The signing keys were generated at boot (not given). */
+  readonly ephemeralKeys: boolean;
+  readonly inlineMaxBytes: number;
+  /** The largest payload one message of the transport carries inline: `inlineMaxBytes`'s ceiling. */
+  readonly maxInlineBytes: number;
+  readonly sequenceMaxBytes: number;
+  readonly ttlMs: number;
+  readonly orphanGraceMs: number;
+  readonly expiredGraceMs: number;
+  readonly deleteAfter: ClaimRetention;
+}
+
+/** A `@ClaimCheck` handler's options over the module's. */
+export interface ResolvedClaimCheckConsumer {
+  readonly deleteAfter: ClaimRetention;
+  readonly handlerRetry: ResolvedRetryPolicy;
+  readonly prefetch: number;
+  readonly deadLetterChannel?: string;
+  /** For payloads that arrive as a Message Sequence. */
+  readonly sequence: ResolvedSequenceConsumer;
+}
+
+export interface ResolvedResequencerOptions {
+  readonly maxBufferedPerKey: number;
+  readonly maxBufferedTotal: number;
+  readonly overflow: OverflowPolicy;
+  readonly onGap?: (event: GapEvent) => void | Promise<void>;
+}
+
+/** One resequencer with every default applied; what the runtime reads. */
+export interface ResolvedResequencer {
+  readonly name: string;
+  readonly channel: string;
+  readonly key: ResequencerField<string>;
+  readonly seq: ResequencerField<number>;
+  readonly output?: string;
+  readonly outputInFlight: number;
+  readonly callHandler: boolean;
+  readonly start: number;
+  readonly gap: { readonly timeoutMs: number; readonly policy: GapPolicy };
+  readonly maxBufferedPerKey: number;
+  readonly overflow: OverflowPolicy;
+  readonly handlerRetry: ResolvedRetryPolicy;
+  readonly prefetch: number;
+  readonly deadLetterChannel: string;
+}
+
+export interface ResolvedBoxOptions {
+  /** `undefined` for an inbox left to decide by its handlers. */
+  readonly enabled: boolean | undefined;
+  readonly pollIntervalMs: number;
+  readonly batchSize: number;
+  readonly concurrency: number;
+  readonly retry: ResolvedRetryPolicy;
+  readonly ordered: boolean;
+  readonly retentionMs: number | false;
+  /** Inboxes: the prefetch of their channels (1 when ordered). */
+  readonly prefetch: number;
+}
+
+export interface ResolvedOutboxOptions {
+  /** Whether the app asked for the outbox (an `outbox` option): then it starts at bootstrap. */
+  readonly configured: boolean;
+  readonly migrate: boolean;
+  readonly serviceName?: string;
+  readonly routeEvent: (event: OutboxEvent) => readonly string[];
+  readonly routeCommand: (command: OutboxCommand) => string;
+  readonly boxes: Readonly<Record<BoxName, ResolvedBoxOptions>>;
+}
+
+/** Every module option, resolved. */
+export interface ResolvedOptions {
+  readonly consumerId: string;
+  readonly publish: ResolvedPublishPolicy;
+  readonly handlerRetry: ResolvedRetryPolicy;
+  readonly prefetch: number;
+  readonly shutdownTimeoutMs: number;
+  readonly metrics: false | { readonly registry?: Registry; readonly prefix: string };
+  readonly tuning: ResolvedTuning;
+  readonly sequence: ResolvedSequenceOptions;
+  readonly claimCheck: ResolvedClaimCheckOptions;
+  readonly resequencer: ResolvedResequencerOptions;
+  readonly outbox: ResolvedOutboxOptions;
+}

@@ -1,0 +1,65 @@
+import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
+import type { RetryPolicy } from './module-options';
+
+/**
+ * How one channel's sequences are reassembled: what `@SequencedHandler` (and a `@ClaimCheck`'s
+ * `sequence`) may set for its own channel, over the module's `sequence` options.
+ */
+export interface SequenceLimitOptions {
+  /** How long an incomplete sequence may wait for its missing fragments. @default 300000 */
+  timeoutMs?: number;
+  /**
+   * `'fixed'`: `timeoutMs` from the first fragment stored; `'sliding'`: from the latest one.
+   * @default 'fixed'
+   */
+  timeoutStrategy?: 'fixed' | 'sliding';
+  /** Largest reassembled payload. @default 536870912 (512 MiB) */
+  maxSequenceBytes?: number;
+  /** Most fragments per sequence. @default 100000 */
+  maxFragments?: number;
+  /** Largest fragment body accepted; larger ones are dead-lettered. @default the transport's maxMessageBytes */
+  maxFragmentBytes?: number;
+}
+
+/** What a `@SequencedHandler` may set for its own channel. */
+export interface SequenceConsumerOptions extends SequenceLimitOptions {
+  /** Retries of a failing handler before the sequence is dead-lettered. @default the module's handlerRetry */
+  handlerRetry?: RetryPolicy;
+  /** Unsettled messages in this consumer's hands at once; see `prefetchBytes`. @default the module's prefetch */
+  prefetch?: number;
+  /**
+   * Fragment bytes a sequence consumer may have in its hands at once: its prefetch is lowered to
+   * `floor(prefetchBytes / maxFragmentBytes)`, at least 1. The completing fragment stays
+   * unsettled while the handler runs, so this also bounds how many handlers run at once.
+   * @default 33554432 (32 MiB)
+   */
+  prefetchBytes?: number;
+  /** Where refused fragments and expiry records go. @default the transport's `<channel>.dlq` */
+  deadLetterChannel?: string;
+}
+
+/** Message Sequence options: `SequenceModule.forRoot({ sequence })`. */
+export interface MessageSequenceOptions extends SequenceLimitOptions {
+  /**
+   * Where fragments wait for the rest of their sequence; shared by every instance consuming a
+   * channel. @default the `stores` preset's, else a MemorySequenceStore (one process)
+   */
+  store?: SequenceStore;
+  /**
+   * Largest fragment body `SplitterService` sends.
+   * @default the transport's maxMessageBytes minus tuning.headerAllowanceBytes
+   */
+  fragmentBytes?: number;
+  /** See {@link SequenceConsumerOptions.prefetchBytes}. @default 33554432 (32 MiB) */
+  prefetchBytes?: number;
+  /** Where refused fragments and expiry records of every channel go. @default each channel's `<channel>.dlq` */
+  deadLetterChannel?: string;
+  /** Store-wide ceiling of bytes buffered for open sequences. @default 1073741824 (1 GiB) */
+  maxBufferedBytes?: number;
+  /** Store-wide ceiling of open sequences. @default 10000 */
+  maxOpenSequences?: number;
+  /** How long finished sequences' markers (and failed sequences' fragments) are kept. @default 3600000 */
+  retentionMs?: number;
+  /** Called once per expired sequence, by the instance that expired it. */
+  onExpired?: (expired: ExpiredSequence) => void | Promise<void>;
+}

@@ -1,0 +1,138 @@
+import { EncryptingPayloadStore } from './adapters/payload/encrypting/encrypting.payload-store';
+import { FilesystemPayloadStore } from './adapters/payload/filesystem/filesystem.payload-store';
+import { MemoryClaimLedger } from './adapters/stores/memory/memory.claim-ledger';
+import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
+import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
+import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
+import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import type { ClaimCheckStores, OutboxStoreSource } from './kernel/tokens';
+import type { SequenceModuleOptions } from './options/module-options';
+import { payloadStoreProblems } from './options/resolve-claim-check';
+import type { PayloadStore } from './ports/payload-store.port';
+import type { ResequencerStore } from './ports/resequencer-store.port';
+import type { SequenceStore } from './ports/sequence-store.port';
+import type { StoreSet } from './ports/store-set.port';
+import type { Transport } from './ports/transport.port';
+
+/** Something the module opened and closes at shutdown. */
+interface Closeable {
+  close(): Promise<void>;
+}
+
+/** The adapters the module runs on: the options' own, a `stores` set's, or the embedded defaults. */
+export interface ModuleAdapters {
+  readonly transport: Transport;
+  readonly sequenceStore: SequenceStore;
+  readonly resequencerStore: ResequencerStore;
+  readonly claimCheck: ClaimCheckStores;
+  readonly outbox: OutboxStoreSource;
+  /** What the module opened (defaults) or took over (`stores` sets), closed at shutdown in order. */
+  readonly owned: readonly Closeable[];
+}
+
+/**
+ * Picks every adapter, the composition root's one job: a pattern's own option first, then the
+ * first `stores` set that has one, then the embedded default (which the module then owns).
+ * Problems (payload store names, encryption keys) are added to `problems`; the caller throws.
+ */
+export function composeAdapters(
+  options: SequenceModuleOptions,
+  problems: string[],
+): ModuleAdapters {
+  const sets: readonly StoreSet[] =
+    options.stores === undefined
+      ? []
+      : Array.isArray(options.stores)
+        ? (options.stores as readonly StoreSet[])
+        : [options.stores as StoreSet];
+  for (const [index, set] of sets.entries()) {
+    if (typeof set !== 'object' || set === null || typeof set.close !== 'function') {
+      problems.push(
+        `stores${sets.length > 1 ? `[${index}]` : ''} must be a store set from a preset ` +
+          '(redis() of nest-sequence/redis, postgres() of nest-sequence/postgres)',
+      );
+    }
+  }
+  const fromSets = <K extends keyof StoreSet>(key: K): StoreSet[K] | undefined =>
+    sets.find((set) => set?.[key] !== undefined)?.[key];
+
+  // Defaults first in the list: the module closes the transport before the stores.
+  const owned: Closeable[] = [];
+  const own = <T extends Closeable>(adapter: T): T => {
+    owned.push(adapter);
+    return adapter;
+  };
+  const transport = options.transport ?? own(new InMemoryTransport());
+  const sequenceStore =
+    options.sequence?.store ?? fromSets('sequenceStore') ?? own(new MemorySequenceStore());
+  const resequencerStore =
+    options.resequencer?.store ?? fromSets('resequencerStore') ?? own(new MemoryResequencerStore());
+  const claimCheck = claimCheckStores(options, fromSets, own, problems);
+  const outboxStore = options.outbox?.store ?? fromSets('outboxStore');
+  owned.push(...sets.filter((set) => typeof set?.close === 'function'));
+  return {
+    transport,
+    sequenceStore,
+    resequencerStore,
+    claimCheck,
+    outbox: { store: outboxStore, openEmbedded: openEmbeddedOutboxStore },
+    owned,
+  };
+}
+
+function claimCheckStores(
+  options: SequenceModuleOptions,
+  fromSets: <K extends keyof StoreSet>(key: K) => StoreSet[K] | undefined,
+  own: <T extends Closeable>(adapter: T) => T,
+  problems: string[],
+): ClaimCheckStores {
+  const given = options.claimCheck ?? {};
+  const store: PayloadStore =
+    given.store ?? fromSets('payloadStore') ?? own(new FilesystemPayloadStore());
+  const ledger = given.ledger ?? fromSets('claimLedger') ?? own(new MemoryClaimLedger());
+  const candidates = [store, ...(given.readStores ?? [])];
+  const storeProblems = payloadStoreProblems(candidates);
+  problems.push(...storeProblems);
+  const stores = new Map<string, PayloadStore>();
+  if (storeProblems.length > 0) return { store, stores, ledger };
+  for (const candidate of candidates) {
+    try {
+      stores.set(
+        candidate.name,
+        given.encryption ? new EncryptingPayloadStore(candidate, given.encryption) : candidate,
+      );
+    } catch (error) {
+      if (!(error instanceof SequenceOptionsError)) throw error;
+      problems.push(...error.problems.map((problem) => `claimCheck.encryption: ${problem}`));
+      break;
+    }
+  }
+  return { store: stores.get(store.name) ?? store, stores, ledger };
+}
+
+/**
+ * The outbox's embedded default: an in-memory SQLite database, loaded only when used, so that an
+ * application with an outbox store of its own (or no outbox) needs no better-sqlite3.
+ */
+async function openEmbeddedOutboxStore(): ReturnType<OutboxStoreSource['openEmbedded']> {
+  let sqlite: typeof import('./adapters/stores/sqlite/sqlite.outbox-store');
+  try {
+    sqlite = await import('./adapters/stores/sqlite/sqlite.outbox-store');
+  } catch (error) {
+    if (!isMissingModule(error, 'better-sqlite3')) throw error;
+    throw new SequenceOptionsError('SequenceModule outbox options', [
+      'the outbox runs on an embedded SQLite database unless outbox.store is given, and ' +
+        'better-sqlite3 is not installed: `npm install better-sqlite3@12`, or give ' +
+        'outbox.store a PostgresOutboxStore (nest-sequence/postgres)',
+    ]);
+  }
+  return sqlite.SqliteOutboxStore.open({ filename: ':memory:' });
+}
+
+/** Whether `error` is Node's failure to find the package `name` (not one of its own imports failing). */
+function isMissingModule(error: unknown, name: string): boolean {
+  return (
+    (error as { code?: unknown } | null)?.code === 'MODULE_NOT_FOUND' &&
+    String((error as Error).message).includes(`'${name}'`)
+  );
+}

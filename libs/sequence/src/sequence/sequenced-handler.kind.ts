@@ -1,0 +1,94 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import {
+  SEQUENCED_HANDLER_METADATA,
+  type SequencedHandlerOptions,
+} from '../discovery/sequenced-handler.decorator';
+import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
+import type { DecoratedMethod } from '../kernel/decorated-methods';
+import { requireChannel } from '../kernel/discovery.messages';
+import { resequencerStoreState, sequenceStoreState } from '../kernel/in-process-state.warning';
+import { ORDERED_INTAKE, type OrderedIntake } from '../kernel/pattern-contracts';
+import { RESEQUENCER_STORE, SEQUENCE_STORE } from '../kernel/tokens';
+import type { ResequencerStore } from '../ports/resequencer-store.port';
+import type { SequenceStore } from '../ports/sequence-store.port';
+import { AggregatorService } from './aggregator.service';
+import { FragmentStream } from './fragment-stream';
+import type { ReassembledPayload } from './reassembled-payload';
+import { SequenceMetrics } from './sequence.metrics';
+import type { StreamedFragment } from './streamed-fragment';
+
+const DECORATOR = '@SequencedHandler';
+
+/** `@SequencedHandler` methods: each consumes one channel's sequences, reassembled or streamed. */
+@Injectable()
+export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions> {
+  readonly decorator = DECORATOR;
+  readonly metadataKey = SEQUENCED_HANDLER_METADATA;
+
+  constructor(
+    private readonly aggregator: AggregatorService,
+    private readonly metrics: SequenceMetrics,
+    @Inject(ORDERED_INTAKE) private readonly ordering: OrderedIntake,
+    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(RESEQUENCER_STORE) private readonly resequencerStore: ResequencerStore,
+  ) {}
+
+  bind({
+    className,
+    methodName,
+    options,
+    call,
+  }: DecoratedMethod<SequencedHandlerOptions>): ChannelBinding[] {
+    const name = `${className}.${methodName}`;
+    const where = `${DECORATOR} on ${name}`;
+    const { channel: named, mode, ...overrides } = options;
+    const channel = requireChannel(DECORATOR, className, methodName, named);
+    if (mode !== undefined && mode !== 'reassemble' && mode !== 'stream') {
+      throw new SequenceOptionsError(where, [
+        `mode must be 'reassemble' or 'stream', got ${String(mode)}`,
+      ]);
+    }
+    const consumer = this.aggregator.createConsumer(
+      channel,
+      (payload: ReassembledPayload) => call(payload),
+      overrides,
+    );
+    const { prefetch, deadLetterChannel } = consumer.options;
+    if (mode === 'stream') {
+      const stream = new FragmentStream(
+        channel,
+        consumer.options,
+        (fragment: StreamedFragment) => call(fragment),
+        this.metrics,
+        this.ordering,
+        where,
+      );
+      return [
+        {
+          channel,
+          kind: DECORATOR,
+          definedBy: name,
+          prefetch,
+          deadLetterChannel,
+          receive: (message) => stream.receive(message),
+          describe: 'consumes streamed sequences from',
+          // Stream mode is built on the Resequencer: its store, not the sequence store.
+          inProcessState: resequencerStoreState(this.resequencerStore),
+        },
+      ];
+    }
+    return [
+      {
+        channel,
+        kind: DECORATOR,
+        definedBy: name,
+        prefetch,
+        deadLetterChannel,
+        receive: (message) => this.aggregator.receive(message, consumer),
+        describe: 'consumes sequences from',
+        inProcessState: sequenceStoreState(this.store),
+      },
+    ];
+  }
+}
