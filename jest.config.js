@@ -10,6 +10,8 @@ const common = {
     '^nest-sequence/(rabbitmq|redis|postgres|sqlite|s3|health|testing|wire|ports)$': '<rootDir>/libs/sequence/src/$1.ts',
   },
   testEnvironment: 'node',
+  // Build output: `npm run package` stages a second package.json named nest-sequence there.
+  modulePathIgnorePatterns: ['<rootDir>/dist/'],
 };
 
 module.exports = {

@@ -81,6 +81,7 @@ export type { PayloadStore } from './ports/payload-store.port';
 export type { ClaimLedger } from './ports/claim-ledger.port';
 export type { ResequencerStore } from './ports/resequencer-store.port';
 export type { OutboxStore } from './ports/outbox-store.port';
+export type { StoreSet } from './ports/store-set.port';
 
 // Embedded adapters: the defaults, and what tests and single-process apps use
 export { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
