@@ -57,7 +57,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import * as amqp from 'amqplib';
 import { MiB, report, socketTrickVariants } from './bench.util';
-import { buildPlainJs } from './plain-js-build';
+import { buildPlainJs } from './harness/plain-js-build';
 import { BenchChild, cleanUp, onCleanup, progress, type ChildOptions } from './claim-check.harness';
 import type { ChildConfig, ChildRole } from './claim-check.protocol';
 import { RunDriver } from './claim-check.runs';

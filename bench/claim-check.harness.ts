@@ -5,7 +5,7 @@
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
-import type { PlainJsBuild } from './plain-js-build';
+import type { PlainJsBuild } from './harness/plain-js-build';
 import {
   epochMs,
   SIGNING_SECRET_ENV,

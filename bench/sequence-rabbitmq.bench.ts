@@ -50,7 +50,7 @@ import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { SEQUENCE_DEFAULTS } from '../libs/sequence/src/sequence.options';
 import { SequenceModule, SplitterService } from 'nest-sequence';
 import { MiB, median, report, socketTrickVariants } from './bench.util';
-import { buildPlainJs, type PlainJsBuild } from './plain-js-build';
+import { buildPlainJs, type PlainJsBuild } from './harness/plain-js-build';
 import {
   busiestProcessNamed,
   cpuSecondsOf,

@@ -3,7 +3,8 @@
  * so that a measured process runs without ts-node: the TypeScript compiler that ts-node keeps
  * loaded would otherwise count in that process's RSS (tens of MiB that are not the library's).
  * Same transform as `ts-node --transpile-only` (isolated modules, decorator metadata), from the
- * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader.
+ * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader. The
+ * output is removed when the benchmark ends (cleanup.ts).
  */
 import {
   copyFileSync,
@@ -11,14 +12,16 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import * as ts from 'typescript';
+import { onCleanup } from './cleanup';
 
 export interface PlainJsBuild {
-  /** Root of the output; remove it when done. */
+  /** Root of the output. */
   readonly dir: string;
   /** Path of `file` (a .ts file under `root`) in the output, as .js. */
   jsOf(file: string): string;
@@ -29,8 +32,12 @@ export interface PlainJsBuild {
 
 const SOURCE_DIRECTORIES = ['libs/sequence/src', 'bench'];
 
-export function buildPlainJs(root: string): PlainJsBuild {
+/** The repository's root. */
+export const PROJECT_ROOT = resolve(__dirname, '..', '..');
+
+export function buildPlainJs(root = PROJECT_ROOT): PlainJsBuild {
   const dir = mkdtempSync(join(tmpdir(), 'nseq-bench-js-'));
+  onCleanup('remove the plain-JS build', () => rmSync(dir, { recursive: true, force: true }));
   const config = ts.readConfigFile(join(root, 'tsconfig.json'), (path) => ts.sys.readFile(path));
   if (config.error)
     throw new Error(ts.flattenDiagnosticMessageText(config.error.messageText, '\n'));

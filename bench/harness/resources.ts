@@ -1,0 +1,116 @@
+/**
+ * What a benchmark run leaves on the machine and the servers, and how it goes again: names unique
+ * to the run, a temporary directory, RabbitMQ queues, Redis keys under a prefix. Each is handed to
+ * the cleanup (cleanup.ts) the moment it exists, and goes at the latest when the benchmark ends.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import * as amqp from 'amqplib';
+import { Redis } from 'ioredis';
+import { onCleanup } from './cleanup';
+import { progress } from './log';
+
+/**
+ * A fresh id for one run, to put in its queue names, key prefixes and table names: 8 hex digits,
+ * valid in all of them (a PostgreSQL identifier included).
+ */
+export function newRunId(): string {
+  return randomBytes(4).toString('hex');
+}
+
+/** An amqplib connection, closed when the benchmark ends. */
+export async function connectAmqp(url: string): Promise<amqp.ChannelModel> {
+  const connection = await amqp.connect(url);
+  connection.on('error', (error: Error) => progress(`amqplib connection: ${error.message}`));
+  onCleanup('close the amqplib connection', async () => {
+    await connection.close().catch(() => undefined);
+  });
+  return connection;
+}
+
+/** An ioredis client, closed when the benchmark ends. */
+export function connectRedis(url: string): Redis {
+  const redis = new Redis(url);
+  onCleanup('close the Redis client', async () => {
+    await redis.quit().catch(() => redis.disconnect());
+  });
+  return redis;
+}
+
+/** A new directory `<parent>/<prefix>XXXXXX`, removed with everything in it when the run ends. */
+export function temporaryDirectory(prefix: string, parent = tmpdir()): string {
+  const dir = mkdtempSync(join(resolve(parent), prefix));
+  onCleanup(`remove ${dir}`, () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * The queues a run uses: each is tracked before it is declared (by the benchmark or by a
+ * transport), deleted when the run is done with it, and whatever is still tracked is deleted when
+ * the benchmark ends. Tracking a queue after that has happened fails, so that a run being stopped
+ * does not declare new ones.
+ */
+export class QueueJanitor {
+  private readonly queues = new Set<string>();
+  private swept = false;
+
+  /** Registers the final sweep; `connection` must outlive it (register its close first). */
+  constructor(
+    private readonly connection: amqp.ChannelModel,
+    private readonly label: string,
+  ) {
+    onCleanup(`delete the queues ${label}`, () => this.sweep());
+  }
+
+  /** Tracks `queues` for deletion; returns the first. */
+  track(...queues: string[]): string {
+    if (this.swept) throw new Error(`the run is over: not declaring ${queues.join(', ')}`);
+    for (const queue of queues) this.queues.add(queue);
+    return queues[0];
+  }
+
+  /** Deletes `queues` now (missing ones are fine), on a channel of its own. */
+  async delete(...queues: string[]): Promise<void> {
+    const channel = await this.connection.createChannel();
+    // A refused operation closes the channel; heard here, it rejects the call instead.
+    channel.on('error', () => undefined);
+    try {
+      for (const queue of queues) {
+        await channel.deleteQueue(queue);
+        this.queues.delete(queue);
+      }
+    } finally {
+      await channel.close().catch(() => undefined);
+    }
+  }
+
+  private async sweep(): Promise<void> {
+    this.swept = true;
+    const count = this.queues.size;
+    if (count === 0) return;
+    await this.delete(...this.queues);
+    progress(`deleted ${count} queue(s) ${this.label}`);
+  }
+}
+
+/** Deletes every key matching `pattern` (SCAN, then UNLINK); resolves how many. */
+export async function deleteKeys(redis: Redis, pattern: string): Promise<number> {
+  let cursor = '0';
+  let deleted = 0;
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) deleted += await redis.unlink(...keys);
+  } while (cursor !== '0');
+  return deleted;
+}
+
+/** Deletes the keys under `prefix` (`<prefix>:*`) when the benchmark ends; `redis` must outlive it. */
+export function deleteKeysWhenDone(redis: Redis, prefix: string): void {
+  onCleanup(`delete Redis keys ${prefix}:*`, async () => {
+    const deleted = await deleteKeys(redis, `${prefix}:*`);
+    progress(`deleted ${deleted} Redis key(s) under ${prefix}:`);
+  });
+}
