@@ -129,7 +129,7 @@ async function main(): Promise<void> {
   }
 
   const connection = await connectAmqp(settings.amqpUrl);
-  const queues = new QueueJanitor(connection, `${queue}{,.dlq}`);
+  const queues = new QueueJanitor(settings.amqpUrl, `${queue}{,.dlq}`);
   queues.track(queue, `${queue}.dlq`);
   const admin = await connection.createChannel();
   admin.on('error', (error: Error) => progress(`amqplib channel: ${error.message}`));

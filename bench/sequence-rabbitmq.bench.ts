@@ -321,7 +321,7 @@ async function main(): Promise<void> {
   await checkRedis(redis);
 
   const connection = await connectAmqp(settings.amqpUrl);
-  const queues = new QueueJanitor(connection, `${queuePrefix}.*`);
+  const queues = new QueueJanitor(settings.amqpUrl, `${queuePrefix}.*`);
   const admin = await connection.createChannel();
   const raw = await connection.createConfirmChannel();
   for (const channel of [admin, raw]) {

@@ -50,15 +50,18 @@ export function temporaryDirectory(prefix: string, parent = tmpdir()): string {
  * The queues a run uses: each is tracked before it is declared (by the benchmark or by a
  * transport), deleted when the run is done with it, and whatever is still tracked is deleted when
  * the benchmark ends. Tracking a queue after that has happened fails, so that a run being stopped
- * does not declare new ones.
+ * does not declare new ones. Deletions go through a connection of the janitor's own, so that they
+ * do not depend on the state of the benchmark's connections (one that a stopped run's last
+ * operation broke, say).
  */
 export class QueueJanitor {
   private readonly queues = new Set<string>();
+  private connection?: Promise<amqp.ChannelModel>;
   private swept = false;
 
-  /** Registers the final sweep; `connection` must outlive it (register its close first). */
+  /** Registers the final sweep. */
   constructor(
-    private readonly connection: amqp.ChannelModel,
+    private readonly url: string,
     private readonly label: string,
   ) {
     onCleanup(`delete the queues ${label}`, () => this.sweep());
@@ -71,9 +74,9 @@ export class QueueJanitor {
     return queues[0];
   }
 
-  /** Deletes `queues` now (missing ones are fine), on a channel of its own. */
+  /** Deletes `queues` now (missing ones are fine). */
   async delete(...queues: string[]): Promise<void> {
-    const channel = await this.connection.createChannel();
+    const channel = await (await this.connect()).createChannel();
     // A refused operation closes the channel; heard here, it rejects the call instead.
     channel.on('error', () => undefined);
     try {
@@ -86,12 +89,28 @@ export class QueueJanitor {
     }
   }
 
+  private connect(): Promise<amqp.ChannelModel> {
+    this.connection ??= amqp.connect(this.url).then((connection) => {
+      const forget = () => (this.connection = undefined);
+      connection.on('error', forget);
+      connection.on('close', forget);
+      return connection;
+    });
+    return this.connection;
+  }
+
   private async sweep(): Promise<void> {
     this.swept = true;
     const count = this.queues.size;
-    if (count === 0) return;
-    await this.delete(...this.queues);
-    progress(`deleted ${count} queue(s) ${this.label}`);
+    try {
+      if (count === 0) return;
+      // Once more on a fresh connection if the first attempt fails midway.
+      await this.delete(...this.queues).catch(() => this.delete(...this.queues));
+      progress(`deleted ${count} queue(s) ${this.label}`);
+    } finally {
+      const connection = await this.connection?.catch(() => undefined);
+      await connection?.close().catch(() => undefined);
+    }
   }
 }
 
