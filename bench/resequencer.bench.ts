@@ -120,8 +120,8 @@ async function main(): Promise<void> {
   const connection = await connectAmqp(settings.amqpUrl);
   const queuePrefix = `nseq-bench-rsq.${runId}`;
   const redisPrefix = `nseq-bench-rsq:${runId}`;
+  deleteKeysWhenDone(settings.redisUrl, redisPrefix);
   const redis = connectRedis(settings.redisUrl);
-  deleteKeysWhenDone(redis, redisPrefix);
   const context: PathContext = {
     amqpUrl: settings.amqpUrl,
     connection,

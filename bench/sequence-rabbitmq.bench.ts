@@ -316,8 +316,8 @@ async function main(): Promise<void> {
   );
 
   const build = buildPlainJs();
+  deleteKeysWhenDone(settings.redisUrl, redisPrefix);
   const redis = connectRedis(settings.redisUrl);
-  deleteKeysWhenDone(redis, redisPrefix);
   await checkRedis(redis);
 
   const connection = await connectAmqp(settings.amqpUrl);

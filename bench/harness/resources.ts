@@ -33,6 +33,7 @@ export async function connectAmqp(url: string): Promise<amqp.ChannelModel> {
 /** An ioredis client, closed when the benchmark ends. */
 export function connectRedis(url: string): Redis {
   const redis = new Redis(url);
+  redis.on('error', (error: Error) => progress(`Redis client: ${error.message}`));
   onCleanup('close the Redis client', async () => {
     await redis.quit().catch(() => redis.disconnect());
   });
@@ -126,10 +127,19 @@ export async function deleteKeys(redis: Redis, pattern: string): Promise<number>
   return deleted;
 }
 
-/** Deletes the keys under `prefix` (`<prefix>:*`) when the benchmark ends; `redis` must outlive it. */
-export function deleteKeysWhenDone(redis: Redis, prefix: string): void {
+/**
+ * Deletes the keys under `prefix` (`<prefix>:*`) when the benchmark ends, through a client of its
+ * own. Call it before connecting the clients that write those keys: the steps run last first, so
+ * the deletion then comes after they are closed, and no late write of a stopped run survives it.
+ */
+export function deleteKeysWhenDone(url: string, prefix: string): void {
   onCleanup(`delete Redis keys ${prefix}:*`, async () => {
-    const deleted = await deleteKeys(redis, `${prefix}:*`);
-    progress(`deleted ${deleted} Redis key(s) under ${prefix}:`);
+    const redis = new Redis(url);
+    try {
+      const deleted = await deleteKeys(redis, `${prefix}:*`);
+      progress(`deleted ${deleted} Redis key(s) under ${prefix}:`);
+    } finally {
+      await redis.quit().catch(() => redis.disconnect());
+    }
   });
 }
