@@ -75,21 +75,28 @@ export async function withTimeout<T>(promise: Promise<T>, ms: number, what: stri
 }
 
 let exitCode: number | undefined;
+let signalled = false;
 
 /**
- * Ends the process with `code` once the cleanup has run; a clean end whose cleanup failed exits
- * 1. The first call decides the code; a second signal while the cleanup runs exits at once.
+ * Ends the process once the cleanup has run: with `code`, or 1 for a clean end whose cleanup
+ * failed. The first call starts the cleanup and decides the code; a signal while it runs makes
+ * the code the signal's, and a second signal exits at once.
  */
 function finish(code: number, signal?: NodeJS.Signals): void {
   if (exitCode !== undefined) {
-    if (signal) {
+    if (!signal) return;
+    if (signalled) {
       progress(`${signal} again: exiting without waiting for the cleanup`);
-      process.exit(exitCode === 0 ? code : exitCode);
+      process.exit(exitCode);
     }
+    signalled = true;
+    exitCode = code;
+    progress(`${signal} while cleaning up; once more to exit at once`);
     return;
   }
+  signalled = signal !== undefined;
   exitCode = code;
-  void cleanUp().then((clean) => process.exit(code !== 0 ? code : clean ? 0 : 1));
+  void cleanUp().then((clean) => process.exit(exitCode || (clean ? 0 : 1)));
 }
 
 /**

@@ -5,8 +5,9 @@
  * figure is a ratio against a baseline in the same run; absolute rates are not comparable from
  * one run to the next on a shared machine).
  */
-export { MiB } from './measure';
 import { MiB } from './measure';
+
+export { MiB };
 
 export const round1 = (value: number) => Math.round(value * 10) / 10;
 export const round2 = (value: number) => Math.round(value * 100) / 100;
