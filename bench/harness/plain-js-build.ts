@@ -25,7 +25,7 @@ export interface PlainJsBuild {
   readonly dir: string;
   /** Path of `file` (a .ts file under `root`) in the output, as .js. */
   jsOf(file: string): string;
-  /** Node options that resolve `nest-sequence` (and the project's node_modules) from the output. */
+  /** Node options that resolve `nest-sequence` and its subpaths in the output, as `paths` do. */
   readonly execArgv: string[];
   readonly env: Record<string, string>;
 }
@@ -67,18 +67,17 @@ export function buildPlainJs(root = PROJECT_ROOT): PlainJsBuild {
     }
   }
 
-  const hook = join(dir, 'resolve-nest-sequence.js');
+  const hook = join(dir, 'resolve-paths.js');
   writeFileSync(
     hook,
     `'use strict';
 const Module = require('module');
 const path = require('path');
-const library = path.join(__dirname, 'libs/sequence/src');
+const aliases = new Map(Object.entries(${JSON.stringify(aliasesOf(options, root))}));
 const resolve = Module._resolveFilename;
 Module._resolveFilename = function (request, ...rest) {
-  if (request === 'nest-sequence') request = library;
-  else if (request.startsWith('nest-sequence/')) request = path.join(library, request.slice(14));
-  return resolve.call(this, request, ...rest);
+  const alias = aliases.get(request);
+  return resolve.call(this, alias === undefined ? request : path.join(__dirname, alias), ...rest);
 };
 `,
   );
@@ -88,6 +87,20 @@ Module._resolveFilename = function (request, ...rest) {
     execArgv: ['-r', hook],
     env: { NODE_PATH: join(root, 'node_modules') },
   };
+}
+
+/**
+ * The `paths` of tsconfig.json (the `nest-sequence` entry points), each as its first target's
+ * path in the output, without extension: the same names resolve in the build as in the sources.
+ */
+function aliasesOf(options: ts.CompilerOptions, root: string): Record<string, string> {
+  const aliases: Record<string, string> = {};
+  for (const [name, targets] of Object.entries(options.paths ?? {})) {
+    if (name.includes('*') || targets.length === 0) continue;
+    const target = resolve(options.baseUrl ?? root, targets[0]);
+    aliases[name] = relative(root, target).replace(/\.ts$/, '');
+  }
+  return aliases;
 }
 
 function* walk(directory: string): Generator<string> {
