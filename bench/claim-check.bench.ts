@@ -68,6 +68,7 @@ import { roundsOf } from './harness/rounds';
 import {
   positiveInteger,
   positiveNumber,
+  readSettings,
   servers,
   socketTrickVariants,
   textSetting,
@@ -83,7 +84,7 @@ import {
 import { RunDriver, type Child } from './claim-check.runs';
 import { durationsOf, summarize, type RunFigures } from './claim-check.summary';
 
-const settings = {
+const settings = readSettings(() => ({
   amqpUrl: servers.amqpUrl,
   totalBytes: Math.round(positiveNumber('BENCH_CC_MB', 1024) * MiB),
   rounds: positiveInteger('BENCH_CC_ROUNDS', 3),
@@ -94,7 +95,7 @@ const settings = {
   cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
   nodeArgs: wordsSetting('BENCH_CC_NODE_ARGS'),
   socketTricks: socketTrickVariants(),
-};
+}));
 
 const runId = newRunId();
 const queue = `nseq-bench-cc.${runId}`;

@@ -6,6 +6,7 @@ import { newRunId } from './harness/resources';
 import {
   optionalPositiveInteger,
   positiveInteger as positive,
+  readSettings,
   servers,
   subsetSetting,
   switchSetting,
@@ -15,42 +16,43 @@ import {
 export const PATHS = ['raw', 'pg', 'module', 'relay', 'pto', 'pto-relay', 'latency'] as const;
 export type PathName = (typeof PATHS)[number];
 
-const events = positive('BENCH_OUTBOX_EVENTS', 20_000);
-
-export const settings = {
-  amqpUrl: servers.amqpUrl,
-  databaseUrl: servers.databaseUrl,
-  events,
-  /** The warm-up round is smaller: it only has to warm the JIT, the pools and the caches. */
-  warmupEvents: Math.min(events, positive('BENCH_OUTBOX_WARMUP_EVENTS', 1_000)),
-  /**
-   * Events of the pg-transactional-outbox paths: it relays an order of magnitude slower (and
-   * slower still with a longer backlog: its polling function sorts every unprocessed row), so
-   * 20,000 would take minutes per round. Fewer events flatter it, if anything.
-   */
-  ptoEvents: Math.min(events, positive('BENCH_OUTBOX_PTO_EVENTS', 1_000)),
-  rounds: positive('BENCH_OUTBOX_ROUNDS', 3),
-  writers: positive('BENCH_OUTBOX_WRITERS', 16),
-  /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
-  batchSize: positive('BENCH_OUTBOX_BATCH', 100),
-  /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
-  relayConcurrency: optionalPositiveInteger('BENCH_OUTBOX_CONCURRENCY'),
-  /** Connections of each pool the benchmark's writers use (the module store's default). */
-  poolSize: positive('BENCH_OUTBOX_POOL', 10),
-  rate: positive('BENCH_OUTBOX_RATE', 500),
-  seconds: positive('BENCH_OUTBOX_SECONDS', 10),
-  /** pg-transactional-outbox polling: its defaults (README / generated .env). */
-  ptoBatchSize: positive('BENCH_OUTBOX_PTO_BATCH', 5),
-  ptoPollMs: positive('BENCH_OUTBOX_PTO_POLL_MS', 500),
-  /** Its latency at `rate` is run this long only: it falls behind, and the backlog must drain. */
-  ptoLatencySeconds: positive('BENCH_OUTBOX_PTO_LATENCY_SECONDS', 2),
-  /** A rate it sustains, for its latency when it keeps up (its polling interval's cost). */
-  ptoSustainedRate: positive('BENCH_OUTBOX_PTO_RATE', 50),
-  bodyBytes: positive('BENCH_OUTBOX_BODY_BYTES', 1024),
-  /** Relay phase timings through a forwarding store wrapper (a few clock reads per claim). */
-  trace: switchSetting('BENCH_OUTBOX_TRACE', true),
-  only: subsetSetting('BENCH_OUTBOX_ONLY', PATHS),
-};
+export const settings = readSettings(() => {
+  const events = positive('BENCH_OUTBOX_EVENTS', 20_000);
+  return {
+    amqpUrl: servers.amqpUrl,
+    databaseUrl: servers.databaseUrl,
+    events,
+    /** The warm-up round is smaller: it only has to warm the JIT, the pools and the caches. */
+    warmupEvents: Math.min(events, positive('BENCH_OUTBOX_WARMUP_EVENTS', 1_000)),
+    /**
+     * Events of the pg-transactional-outbox paths: it relays an order of magnitude slower (and
+     * slower still with a longer backlog: its polling function sorts every unprocessed row), so
+     * 20,000 would take minutes per round. Fewer events flatter it, if anything.
+     */
+    ptoEvents: Math.min(events, positive('BENCH_OUTBOX_PTO_EVENTS', 1_000)),
+    rounds: positive('BENCH_OUTBOX_ROUNDS', 3),
+    writers: positive('BENCH_OUTBOX_WRITERS', 16),
+    /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
+    batchSize: positive('BENCH_OUTBOX_BATCH', 100),
+    /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
+    relayConcurrency: optionalPositiveInteger('BENCH_OUTBOX_CONCURRENCY'),
+    /** Connections of each pool the benchmark's writers use (the module store's default). */
+    poolSize: positive('BENCH_OUTBOX_POOL', 10),
+    rate: positive('BENCH_OUTBOX_RATE', 500),
+    seconds: positive('BENCH_OUTBOX_SECONDS', 10),
+    /** pg-transactional-outbox polling: its defaults (README / generated .env). */
+    ptoBatchSize: positive('BENCH_OUTBOX_PTO_BATCH', 5),
+    ptoPollMs: positive('BENCH_OUTBOX_PTO_POLL_MS', 500),
+    /** Its latency at `rate` is run this long only: it falls behind, and the backlog must drain. */
+    ptoLatencySeconds: positive('BENCH_OUTBOX_PTO_LATENCY_SECONDS', 2),
+    /** A rate it sustains, for its latency when it keeps up (its polling interval's cost). */
+    ptoSustainedRate: positive('BENCH_OUTBOX_PTO_RATE', 50),
+    bodyBytes: positive('BENCH_OUTBOX_BODY_BYTES', 1024),
+    /** Relay phase timings through a forwarding store wrapper (a few clock reads per claim). */
+    trace: switchSetting('BENCH_OUTBOX_TRACE', true),
+    only: subsetSetting('BENCH_OUTBOX_ONLY', PATHS),
+  };
+});
 
 /** Unique to this run: table prefixes, schemas and queues start with it. */
 export const runId = newRunId();

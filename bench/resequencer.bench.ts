@@ -49,6 +49,7 @@ import { roundsOf } from './harness/rounds';
 import {
   choiceSetting,
   positiveInteger,
+  readSettings,
   servers,
   socketTrickVariants,
   textSetting,
@@ -61,7 +62,7 @@ import {
   type PathContext,
 } from './resequencer.paths';
 
-const settings = {
+const settings = readSettings(() => ({
   amqpUrl: servers.amqpUrl,
   redisUrl: servers.redisUrl,
   events: positiveInteger('BENCH_RSQ_EVENTS', 100_000),
@@ -77,7 +78,7 @@ const settings = {
       ? undefined
       : choiceSetting('BENCH_RSQ_ONLY', ['a', 'b'], 'a'),
   socketTricks: socketTrickVariants(),
-};
+}));
 const perKey = Math.ceil(settings.events / settings.keys);
 const runId = newRunId();
 

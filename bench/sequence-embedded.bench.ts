@@ -25,12 +25,12 @@ import { timed } from './harness/measure';
 import { nestLogger } from './harness/nest-logger';
 import { mbPerSecond, median, MiB, ratiosOf, report } from './harness/report';
 import { roundsOf } from './harness/rounds';
-import { positiveInteger, positiveNumber } from './harness/settings';
+import { positiveInteger, positiveNumber, readSettings } from './harness/settings';
 
-const settings = {
+const settings = readSettings(() => ({
   totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
   rounds: positiveInteger('BENCH_ROUNDS', 3),
-};
+}));
 const CHANNEL = 'bench.embedded';
 
 let onDelivered: (bytes: number) => void = () => {};

@@ -66,6 +66,7 @@ import {
   positiveInteger,
   positiveNumber,
   positiveNumberList,
+  readSettings,
   servers,
   socketTrickVariants,
   switchSetting,
@@ -87,28 +88,30 @@ import {
   type LineSettings,
 } from './sequence-rabbitmq.summary';
 
-const prefetch = positiveInteger('BENCH_PREFETCH', LIBRARY_DEFAULTS.prefetch);
-const settings = {
-  amqpUrl: servers.amqpUrl,
-  redisUrl: servers.redisUrl,
-  totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
-  /** Empty: no 180 MB cases (e.g. to run the 500 MB case alone). */
-  fragmentsMiB: positiveNumberList('BENCH_FRAGMENTS_MIB', '8,1'),
-  rounds: positiveInteger('BENCH_ROUNDS', 3),
-  prefetch,
-  inFlight: positiveInteger('BENCH_IN_FLIGHT', LIBRARY_DEFAULTS.inFlight),
-  /** The Redis store's readAhead (b only); unset keeps the store's default (4). */
-  readAhead: optionalPositiveInteger('BENCH_READ_AHEAD'),
-  big: switchSetting('BENCH_500', true),
-  bigBytes: Math.round(positiveNumber('BENCH_500_MB', 500) * MiB),
-  bigFragmentMiB: positiveNumber('BENCH_500_FRAGMENT_MIB', 8),
-  bigPrefetch: positiveInteger('BENCH_500_PREFETCH', prefetch),
-  rssSampleMs: positiveNumber('BENCH_RSS_SAMPLE_MS', 10),
-  runTimeoutMs: positiveNumber('BENCH_RUN_TIMEOUT_S', 300) * 1000,
-  cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
-  consumerEnv: envPairsSetting('BENCH_CONSUMER_ENV'),
-  socketTricks: socketTrickVariants(),
-};
+const settings = readSettings(() => {
+  const prefetch = positiveInteger('BENCH_PREFETCH', LIBRARY_DEFAULTS.prefetch);
+  return {
+    amqpUrl: servers.amqpUrl,
+    redisUrl: servers.redisUrl,
+    totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
+    /** Empty: no 180 MB cases (e.g. to run the 500 MB case alone). */
+    fragmentsMiB: positiveNumberList('BENCH_FRAGMENTS_MIB', '8,1'),
+    rounds: positiveInteger('BENCH_ROUNDS', 3),
+    prefetch,
+    inFlight: positiveInteger('BENCH_IN_FLIGHT', LIBRARY_DEFAULTS.inFlight),
+    /** The Redis store's readAhead (b only); unset keeps the store's default (4). */
+    readAhead: optionalPositiveInteger('BENCH_READ_AHEAD'),
+    big: switchSetting('BENCH_500', true),
+    bigBytes: Math.round(positiveNumber('BENCH_500_MB', 500) * MiB),
+    bigFragmentMiB: positiveNumber('BENCH_500_FRAGMENT_MIB', 8),
+    bigPrefetch: positiveInteger('BENCH_500_PREFETCH', prefetch),
+    rssSampleMs: positiveNumber('BENCH_RSS_SAMPLE_MS', 10),
+    runTimeoutMs: positiveNumber('BENCH_RUN_TIMEOUT_S', 300) * 1000,
+    cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
+    consumerEnv: envPairsSetting('BENCH_CONSUMER_ENV'),
+    socketTricks: socketTrickVariants(),
+  };
+});
 
 const runId = newRunId();
 const queuePrefix = `nseq-bench.${runId}`;

@@ -18,6 +18,20 @@ export class BenchSettingError extends Error {
   }
 }
 
+/**
+ * Reads a benchmark's settings with `read`; a value that does not fit ends the process before
+ * anything starts, with the variable, the value and what was expected on stderr (exit code 1).
+ */
+export function readSettings<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    if (!(error instanceof BenchSettingError)) throw error;
+    process.stderr.write(`${error.message}\n`);
+    process.exit(1);
+  }
+}
+
 /** The variable's value, trimmed; undefined when unset or empty. */
 export function textSetting(name: string): string | undefined {
   const value = process.env[name]?.trim();
