@@ -48,47 +48,57 @@
  *     the sender's and receiver's transport's `unsafeSocketTricks`, echoed as
  *     `unsafeSocketTricks` in the result line
  *
- * The queue (`nseq-bench-cc.<id>` and its `.dlq`) and the temporary directory are unique to the
- * run and removed at the end, also on failure or Ctrl-C; the exit code is non-zero on any error.
+ * The queue (`nseq-bench-cc.<id>` and its `.dlq`), the temporary directory and the child
+ * processes are unique to the run and removed at the end, also on failure or Ctrl-C
+ * (harness/cleanup.ts); the exit code is non-zero on any error. The line has the harness's
+ * envelope: `case` (`<mb>MiB`), `variant` (`default`, `socket-tricks`) and `at`.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import * as amqp from 'amqplib';
-import { MiB, report, socketTrickVariants } from './bench.util';
-import { buildPlainJs } from './plain-js-build';
-import { BenchChild, cleanUp, onCleanup, progress, type ChildOptions } from './claim-check.harness';
-import type { ChildConfig, ChildRole } from './claim-check.protocol';
-import { RunDriver } from './claim-check.runs';
+import { join } from 'node:path';
+import type * as amqp from 'amqplib';
+import { BenchChild, type ChildOptions } from './harness/child-process';
+import { runBench } from './harness/cleanup';
+import { progress } from './harness/log';
+import { buildPlainJs, type PlainJsBuild } from './harness/plain-js-build';
+import { MiB, report, round2, variantOf } from './harness/report';
+import { connectAmqp, newRunId, QueueJanitor, temporaryDirectory } from './harness/resources';
+import { roundsOf } from './harness/rounds';
+import {
+  positiveInteger,
+  positiveNumber,
+  readSettings,
+  servers,
+  socketTrickVariants,
+  textSetting,
+  wordsSetting,
+} from './harness/settings';
+import {
+  SIGNING_SECRET_ENV,
+  type ChildConfig,
+  type ChildRole,
+  type FromChild,
+  type ToChild,
+} from './claim-check.protocol';
+import { RunDriver, type Child } from './claim-check.runs';
 import { durationsOf, summarize, type RunFigures } from './claim-check.summary';
 
-function numberFromEnv(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value <= 0)
-    throw new Error(`${name} must be positive, got ${raw}`);
-  return value;
-}
-
-const settings = {
-  amqpUrl: process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-  totalBytes: Math.round(numberFromEnv('BENCH_CC_MB', 1024) * MiB),
-  rounds: Math.max(1, Math.floor(numberFromEnv('BENCH_CC_ROUNDS', 3))),
-  chunkBytes: Math.round(numberFromEnv('BENCH_CC_CHUNK_KIB', 1024) * 1024),
-  directory: process.env.BENCH_CC_DIR ?? tmpdir(),
-  rssSampleMs: numberFromEnv('BENCH_RSS_SAMPLE_MS', 10),
-  runTimeoutMs: numberFromEnv('BENCH_RUN_TIMEOUT_S', 300) * 1000,
-  cpuProfileDir: process.env.BENCH_CPU_PROF_DIR,
-  nodeArgs: (process.env.BENCH_CC_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
+const settings = readSettings(() => ({
+  amqpUrl: servers.amqpUrl,
+  totalBytes: Math.round(positiveNumber('BENCH_CC_MB', 1024) * MiB),
+  rounds: positiveInteger('BENCH_CC_ROUNDS', 3),
+  chunkBytes: Math.round(positiveNumber('BENCH_CC_CHUNK_KIB', 1024) * 1024),
+  directory: textSetting('BENCH_CC_DIR') ?? tmpdir(),
+  rssSampleMs: positiveNumber('BENCH_RSS_SAMPLE_MS', 10),
+  runTimeoutMs: positiveNumber('BENCH_RUN_TIMEOUT_S', 300) * 1000,
+  cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
+  nodeArgs: wordsSetting('BENCH_CC_NODE_ARGS'),
   socketTricks: socketTrickVariants(),
-};
+}));
 
-const runId = `${process.pid}-${randomBytes(3).toString('hex')}`;
+const runId = newRunId();
 const queue = `nseq-bench-cc.${runId}`;
-const root = resolve(__dirname, '..');
-const round2 = (value: number) => Math.round(value * 100) / 100;
 
 const gcMs = (side: RunFigures['write']) =>
   Math.round(Object.values(side.gc).reduce((sum, { ms }) => sum + ms, 0));
@@ -110,10 +120,8 @@ async function main(): Promise<void> {
       `KiB chunks, ${settings.rounds} rounds + 1 warm-up`,
   );
 
-  const build = buildPlainJs(root);
-  onCleanup('remove the plain-JS build', () => rmSync(build.dir, { recursive: true, force: true }));
-  const dir = mkdtempSync(join(resolve(settings.directory), 'nseq-bench-cc-'));
-  onCleanup(`remove ${dir}`, () => rmSync(dir, { recursive: true, force: true }));
+  const build = buildPlainJs();
+  const dir = temporaryDirectory('nseq-bench-cc-', settings.directory);
   const storeRoot = join(dir, 'store');
   const baselineDir = join(dir, 'baseline');
   for (const made of [storeRoot, baselineDir]) mkdirSync(made, { mode: 0o700 });
@@ -121,46 +129,55 @@ async function main(): Promise<void> {
     throw new Error('the store root and the baseline directory are on different filesystems');
   }
 
-  const connection = await amqp.connect(settings.amqpUrl);
-  connection.on('error', (error: Error) => progress(`amqplib connection: ${error.message}`));
-  onCleanup('close the amqplib connection', async () => {
-    await connection.close().catch(() => undefined);
-  });
-  onCleanup(`delete the queues ${queue}{,.dlq}`, async () => {
-    // A fresh channel: the admin one may have been closed by an error.
-    const channel = await connection.createChannel();
-    for (const name of [queue, `${queue}.dlq`]) await channel.deleteQueue(name);
-    await channel.close();
-  });
+  const connection = await connectAmqp(settings.amqpUrl);
+  const queues = new QueueJanitor(settings.amqpUrl, `${queue}{,.dlq}`);
+  queues.track(queue, `${queue}.dlq`);
   const admin = await connection.createChannel();
   admin.on('error', (error: Error) => progress(`amqplib channel: ${error.message}`));
 
-  const options: ChildOptions = {
+  const context: VariantContext = {
     build,
-    root,
     signingSecret: randomBytes(32).toString('hex'),
-    cpuProfileDir: settings.cpuProfileDir,
-    nodeArgs: settings.nodeArgs,
+    admin,
+    storeRoot,
+    baselineDir,
+    loadAtStart,
   };
   for (const unsafeSocketTricks of settings.socketTricks) {
-    await runVariant({ options, admin, storeRoot, baselineDir, loadAtStart }, unsafeSocketTricks);
+    await runVariant(context, unsafeSocketTricks);
   }
 }
 
-/** What every variant's rounds share: the children's options, the queue's admin channel, paths. */
+/** What every variant's rounds share: the children's build and secret, the queue's admin channel, paths. */
 interface VariantContext {
-  readonly options: ChildOptions;
+  readonly build: PlainJsBuild;
+  readonly signingSecret: string;
   readonly admin: amqp.Channel;
   readonly storeRoot: string;
   readonly baselineDir: string;
   readonly loadAtStart: number[];
 }
 
+function startChild(context: VariantContext, config: ChildConfig): Promise<Child> {
+  const options: ChildOptions = {
+    label: config.role,
+    entry: join(__dirname, 'claim-check.child.ts'),
+    build: context.build,
+    config,
+    // The secret goes by environment, not argv: command lines are world-readable in /proc.
+    env: { [SIGNING_SECRET_ENV]: context.signingSecret },
+    nodeArgs: settings.nodeArgs,
+    cpuProfileDir: settings.cpuProfileDir,
+  };
+  return BenchChild.start<ToChild, FromChild>(options).then((child) => {
+    progress(`${config.role}: pid ${child.ready.pid}, idle RSS ${child.ready.idleRssMiB} MiB`);
+    return child;
+  });
+}
+
 /** Every round of both paths, the module's with `unsafeSocketTricks` as given; one JSON line. */
-async function runVariant(
-  { options, admin, storeRoot, baselineDir, loadAtStart }: VariantContext,
-  unsafeSocketTricks: boolean,
-): Promise<void> {
+async function runVariant(context: VariantContext, unsafeSocketTricks: boolean): Promise<void> {
+  const { admin, storeRoot, baselineDir, loadAtStart } = context;
   // One seed for all: the writer and the sender generate the same bytes.
   const seed = randomBytes(16).toString('hex');
   const config = (role: ChildRole): ChildConfig => ({
@@ -175,11 +192,9 @@ async function runVariant(
     rssSampleMs: settings.rssSampleMs,
   });
   // The receiver first: its subscription declares the queue the sender publishes to.
-  const receiver = await BenchChild.start(config('receiver'), options);
+  const receiver = await startChild(context, config('receiver'));
   const [writer, reader, sender] = await Promise.all(
-    (['writer', 'reader', 'sender'] as const).map((role) =>
-      BenchChild.start(config(role), options),
-    ),
+    (['writer', 'reader', 'sender'] as const).map((role) => startChild(context, config(role))),
   );
   const runs = new RunDriver(
     { writer, reader, sender, receiver },
@@ -195,14 +210,11 @@ async function runVariant(
 
   const baseline: RunFigures[] = [];
   const module: RunFigures[] = [];
-  for (let round = 0; round <= settings.rounds; round++) {
-    const tag = round === 0 ? 'warm-up' : `round ${round}`;
-    // Rounds alternate which path goes first (a b, b a, a b, ...), so that a load that rises or
-    // falls across a round does not always favour the same path.
-    const baselineFirst = round % 2 === 1;
+  for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: true })) {
+    const tag = round.label;
     let a: RunFigures;
     let b: RunFigures;
-    if (baselineFirst) {
+    if (round.baselineFirst) {
       a = await runs.baseline(`${tag} a`);
       b = await runs.module(`${tag} b`);
     } else {
@@ -215,24 +227,24 @@ async function runVariant(
     progress(
       `${tag}: a ${describeRun(a, 'writer', 'reader')}; ` +
         `b ${describeRun(b, 'sender', 'receiver')}; ratio ${round2(a.seconds / b.seconds)} ` +
-        `(${baselineFirst ? 'a first' : 'b first'})`,
+        `(${round.baselineFirst ? 'a first' : 'b first'})`,
     );
-    if (round === 0) continue; // warm-up
+    if (round.warmUp) continue;
     baseline.push(a);
     module.push(b);
   }
   await Promise.all([writer, reader, sender, receiver].map((child) => child.stop()));
 
-  const result = summarize({
+  const { bench, ratio, ...result } = summarize({
     totalBytes: settings.totalBytes,
     chunkBytes: settings.chunkBytes,
     baseline,
     module,
     idleRssMiB: {
-      writer: writer.idleRssMiB,
-      reader: reader.idleRssMiB,
-      sender: sender.idleRssMiB,
-      receiver: receiver.idleRssMiB,
+      writer: writer.ready.idleRssMiB,
+      reader: reader.ready.idleRssMiB,
+      sender: sender.ready.idleRssMiB,
+      receiver: receiver.ready.idleRssMiB,
     },
     machine: {
       cores: cpus().length,
@@ -241,32 +253,21 @@ async function runVariant(
       loadAverageAtEnd: loadavg().map(round2),
     },
   });
-  report({ ...result, unsafeSocketTricks });
+  report(
+    {
+      bench,
+      case: `${result.mb}MiB`,
+      variant: variantOf(unsafeSocketTricks),
+      ratio,
+    },
+    { ...result, unsafeSocketTricks },
+  );
   progress(
     `baseline ${result.baselineMBps} MB/s, module ${result.moduleMBps} MB/s, ratio ` +
-      `${result.ratio} (target ≥ ${result.ratioTarget}), CPU ratio ${result.cpuRatio}; peak RSS sender ` +
+      `${ratio} (target ≥ ${result.ratioTarget}), CPU ratio ${result.cpuRatio}; peak RSS sender ` +
       `${result.senderPeakRssMiB} MiB, receiver ${result.receiverPeakRssMiB} MiB ` +
       `(target < ${result.rssTargetMiB} MiB)`,
   );
 }
 
-function exitAfterCleanup(code: number): void {
-  void cleanUp().then((clean) => process.exit(code !== 0 ? code : clean ? 0 : 1));
-}
-
-process.once('SIGINT', () => {
-  progress('interrupted; cleaning up');
-  exitAfterCleanup(130);
-});
-process.once('SIGTERM', () => {
-  progress('terminated; cleaning up');
-  exitAfterCleanup(143);
-});
-
-main().then(
-  () => exitAfterCleanup(0),
-  (error: unknown) => {
-    console.error(error);
-    exitAfterCleanup(1);
-  },
-);
+runBench('claim-check', main);

@@ -3,22 +3,15 @@
  * configuration (RabbitMqTransport, a FilesystemPayloadStore on the shared root, the same ticket
  * signing key, no sweepers), each process's store wrapped to note when the library calls it.
  */
-import { ConsoleLogger, type DynamicModule, Logger } from '@nestjs/common';
-import { FilesystemPayloadStore, SequenceModule } from 'nest-sequence';
+import { type DynamicModule, Logger } from '@nestjs/common';
+import { FilesystemPayloadStore, SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import type { ClaimCheckOptions } from '../libs/sequence/src/options/claim-check.options';
+import { nestLogger } from './harness/nest-logger';
 import { SIGNING_SECRET_ENV, type ChildConfig } from './claim-check.protocol';
 import { TracedPayloadStore, type MarkFn } from './claim-check.traced-store';
 
 /** Nest and library logs go to stderr (the parent's stdout carries only JSON lines). */
-export class StderrLogger extends ConsoleLogger {
-  protected override printMessages(...args: Parameters<ConsoleLogger['printMessages']>): void {
-    super.printMessages(args[0], args[1], args[2], 'stderr', args[4]);
-  }
-}
-
-export const logger = (context: string) =>
-  new StderrLogger(context, { logLevels: ['error', 'warn'] });
+export const logger = nestLogger;
 
 export interface ModuleParts {
   readonly transport: RabbitMqTransport;
@@ -33,7 +26,7 @@ export async function claimCheckModule(config: ChildConfig, mark: MarkFn): Promi
   const transport = await RabbitMqTransport.connect(config.amqpUrl, {
     unsafeSocketTricks: config.unsafeSocketTricks,
   });
-  const claimCheck: ClaimCheckOptions = {
+  const claimCheck: SequenceModuleOptions['claimCheck'] = {
     store: new TracedPayloadStore(new FilesystemPayloadStore({ root: config.storeRoot }), mark),
     signingKeys: [{ id: config.signingKeyId, secret: Buffer.from(secret, 'hex') }],
     deleteAfter: 'ack',

@@ -1,8 +1,11 @@
 /**
  * What the Claim Check benchmark (claim-check.bench.ts) and its child processes
- * (claim-check.child.ts) say to each other over IPC. Every child plays one role per process, so
- * that the peak RSS it reports is that role's own.
+ * (claim-check.child.ts) say to each other over IPC, on top of what every benchmark child says
+ * (harness/child-protocol.ts: `ready`, `error`; stopped by SIGTERM). Every child plays one role
+ * per process, so that the peak RSS it reports is that role's own.
  */
+import type { ChildReady } from './harness/child-protocol';
+import type { EpochMs, GcTally, PeakReading } from './harness/measure';
 
 /**
  * - `writer` (baseline): writes the generated stream to a plain file, hashing it as it goes.
@@ -51,23 +54,13 @@ export type ToChild =
       readonly path: string;
       readonly sha256: string;
       readonly bytes: number;
-    }
-  /** Close everything and exit. */
-  | { readonly type: 'stop' };
+    };
 
-/** Milliseconds since the epoch, sub-millisecond (performance.timeOrigin + performance.now()). */
-export type EpochMs = number;
-
-/** What a child measured during one run, from `arm` to its `settled`. */
-export interface ChildFigures {
-  /** Peak RSS sampled every `rssSampleMs` since `arm`. */
-  readonly peakRssMiB: number;
-  /** The kernel's peak RSS (VmHWM) since `arm`, when it could be reset. */
-  readonly hwmRssMiB?: number;
-  /** When the sampled peak was seen (epoch ms), and the V8 heap and Buffer memory then. */
-  readonly peakAt?: number;
-  readonly peakHeapMiB?: number;
-  readonly peakBuffersMiB?: number;
+/**
+ * What a child measured during one run, from `arm` to its `settled`: its peak RSS since `arm`
+ * (sampled every `rssSampleMs`, and the kernel's VmHWM) and what the peak was made of, and:
+ */
+export interface ChildFigures extends PeakReading {
   /** CPU seconds (user + system) the child used since `arm`. */
   readonly cpuSeconds: number;
   /** Named instants of the run as this child saw them (see each role for the names). */
@@ -77,13 +70,13 @@ export interface ChildFigures {
   /** Minor page faults since `arm`: memory the process touched for the first time (or again). */
   readonly minorFaults: number;
   /** Garbage collections since `arm` by kind (scavenge, mark-compact, ...): count and pause ms. */
-  readonly gc: Readonly<Record<string, { count: number; ms: number }>>;
+  readonly gc: Readonly<GcTally>;
 }
 
 /** Child → parent. */
 export type FromChild =
   /** Started (and connected); `idleRssMiB` is its RSS then, before any run. */
-  | { readonly type: 'ready'; readonly pid: number; readonly idleRssMiB: number }
+  | ChildReady
   | { readonly type: 'armed'; readonly run: string }
   /**
    * writer, sender: every byte is stored (writer: the file is closed; sender: `publish`
@@ -99,10 +92,4 @@ export type FromChild =
   /** reader, receiver: every byte was read and matched the SHA-256: the clock stops here. */
   | { readonly type: 'done'; readonly run: string; readonly bytes: number }
   /** The child's part of the run is over (reader, receiver: the payload is deleted). */
-  | { readonly type: 'settled'; readonly run: string; readonly figures: ChildFigures }
-  | { readonly type: 'error'; readonly message: string };
-
-/** Current time as {@link EpochMs}. */
-export function epochMs(): EpochMs {
-  return performance.timeOrigin + performance.now();
-}
+  | { readonly type: 'settled'; readonly run: string; readonly figures: ChildFigures };

@@ -6,21 +6,26 @@
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as amqp from 'amqplib';
-import type { BenchChild, Received } from './claim-check.harness';
-import { epochMs } from './claim-check.protocol';
-import { figuresOf, type RunFigures, type Snapshot } from './claim-check.summary';
-import {
-  busiestProcessNamed,
-  cpuSecondsOf,
-  machineCpuSeconds,
-  ownCpuSeconds,
-} from './process-probe';
+import type { BenchChild, Received } from './harness/child-process';
+import { CpuMeter, type CpuReading } from './harness/cpu';
+import { epochMs } from './harness/measure';
+import type { FromChild, ToChild } from './claim-check.protocol';
+import { figuresOf, type RunFigures } from './claim-check.summary';
+
+export type Child = BenchChild<ToChild, FromChild>;
 
 export interface Children {
-  readonly writer: BenchChild;
-  readonly reader: BenchChild;
-  readonly sender: BenchChild;
-  readonly receiver: BenchChild;
+  readonly writer: Child;
+  readonly reader: Child;
+  readonly sender: Child;
+  readonly receiver: Child;
+}
+
+/** Arms `child` for a run and waits until it is. */
+async function arm(child: Child, run: string, bytes: number): Promise<void> {
+  child.send({ type: 'arm', run, bytes });
+  const armed = await child.next('armed', 10_000);
+  if (armed.run !== run) throw new Error(`${child.label} armed ${armed.run}, not ${run}`);
 }
 
 export interface RunSettings {
@@ -37,7 +42,7 @@ export interface RunSettings {
 }
 
 export class RunDriver {
-  private readonly brokerPid = busiestProcessNamed('beam.smp');
+  private readonly cpu = new CpuMeter(['rabbitmq']);
 
   constructor(
     private readonly children: Children,
@@ -48,9 +53,9 @@ export class RunDriver {
   async baseline(run: string): Promise<RunFigures> {
     const { writer, reader } = this.children;
     const { bytes, timeoutMs } = this.settings;
-    await Promise.all([writer.arm(run, bytes), reader.arm(run, bytes)]);
+    await Promise.all([arm(writer, run, bytes), arm(reader, run, bytes)]);
     const path = join(this.settings.baselineDir, `${run.replace(/\W+/g, '-')}.bin`);
-    const before = this.snapshot();
+    const before = this.cpu.read();
     const t0 = epochMs();
     writer.send({ type: 'write', run, path });
     const stored = await writer.next('stored', timeoutMs);
@@ -65,8 +70,8 @@ export class RunDriver {
   async module(run: string): Promise<RunFigures> {
     const { sender, receiver } = this.children;
     const { bytes, timeoutMs } = this.settings;
-    await Promise.all([sender.arm(run, bytes), receiver.arm(run, bytes)]);
-    const before = this.snapshot();
+    await Promise.all([arm(sender, run, bytes), arm(receiver, run, bytes)]);
+    const before = this.cpu.read();
     const t0 = epochMs();
     sender.send({ type: 'send', run });
     const storedNext = sender.next('stored', timeoutMs);
@@ -75,8 +80,8 @@ export class RunDriver {
     storedNext.catch(() => undefined);
     doneNext.catch(() => undefined);
     const watch = this.watchDeadLetters();
-    let stored: Received<'stored'>;
-    let done: Received<'done'>;
+    let stored: Received<FromChild, 'stored'>;
+    let done: Received<FromChild, 'done'>;
     try {
       [stored, done] = await Promise.race([Promise.all([storedNext, doneNext]), watch.failed]);
     } finally {
@@ -96,11 +101,11 @@ export class RunDriver {
   private async finish(
     path: RunFigures['path'],
     t0: number,
-    before: Snapshot,
-    stored: Received<'stored'>,
-    done: Received<'done'>,
-    writing: BenchChild,
-    reading: BenchChild,
+    before: CpuReading,
+    stored: Received<FromChild, 'stored'>,
+    done: Received<FromChild, 'done'>,
+    writing: Child,
+    reading: Child,
   ): Promise<RunFigures> {
     const { bytes } = this.settings;
     if (stored.bytes !== bytes || done.bytes !== bytes) {
@@ -118,8 +123,7 @@ export class RunDriver {
       sha256: stored.sha256,
       write: written.figures,
       read: read.figures,
-      before,
-      after: this.snapshot(),
+      cpu: CpuMeter.spent(before, this.cpu.read()),
     });
   }
 
@@ -143,15 +147,6 @@ export class RunDriver {
     })();
     failed.catch(() => undefined);
     return { failed, stop: () => (watching = false) };
-  }
-
-  private snapshot(): Snapshot {
-    return {
-      at: epochMs(),
-      parent: ownCpuSeconds(),
-      rabbitmq: cpuSecondsOf(this.brokerPid),
-      machine: machineCpuSeconds(),
-    };
   }
 
   private assertNoFiles(dir: string): void {

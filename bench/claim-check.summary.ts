@@ -2,23 +2,13 @@
  * The Claim Check benchmark's arithmetic: one run's figures from what its two children and the
  * machine reported, the phases of a run, and the result line over every measured round.
  */
-import { MiB, median } from './bench.util';
+import type { CpuSpent } from './harness/cpu';
+import { median, medianOf, MiB, round1, round2 } from './harness/report';
 import type { ChildFigures } from './claim-check.protocol';
 
 export const RATIO_TARGET = 0.8;
 /** "Peak RSS under 150 MB", read as MiB like every size of docs/benchmarks.md. */
 export const RSS_TARGET_MIB = 150;
-
-const round1 = (value: number) => Math.round(value * 10) / 10;
-const round2 = (value: number) => Math.round(value * 100) / 100;
-
-/** CPU seconds and time of the parent, RabbitMQ and the machine at one instant. */
-export interface Snapshot {
-  at: number;
-  parent: number;
-  rabbitmq?: number;
-  machine?: number;
-}
 
 export interface RunFigures {
   readonly path: 'baseline' | 'module';
@@ -49,19 +39,18 @@ export function figuresOf(input: {
   sha256: string;
   write: ChildFigures;
   read: ChildFigures;
-  before: Snapshot;
-  after: Snapshot;
+  /** CPU the parent (`own`), RabbitMQ and the machine spent from the start to the end. */
+  cpu: CpuSpent;
 }): RunFigures {
-  const { before, after, t0 } = input;
+  const { cpu: spent, t0 } = input;
   const seconds = (input.doneAt - t0) / 1000;
   const since = (marks: Readonly<Record<string, number>>) =>
     Object.fromEntries(Object.entries(marks).map(([name, at]) => [name, Math.round(at - t0)]));
-  const delta = (from?: number, to?: number) =>
-    from === undefined || to === undefined ? undefined : round2(to - from);
-  const rabbitmq = delta(before.rabbitmq, after.rabbitmq);
-  const parent = round2(after.parent - before.parent);
-  const wall = (after.at - before.at) / 1000;
-  const machine = delta(before.machine, after.machine);
+  const rounded = (value?: number) => (value === undefined ? undefined : round2(value));
+  const rabbitmq = rounded(spent.servers.rabbitmq);
+  const parent = round2(spent.own);
+  const wall = spent.wallSeconds;
+  const machine = rounded(spent.machine);
   const ours = input.write.cpuSeconds + input.read.cpuSeconds + parent + (rabbitmq ?? 0);
   return {
     path: input.path,
@@ -107,18 +96,6 @@ export function durationsOf(figures: RunFigures): Record<string, number> {
     deleteMs: span(r.deleteStart, r.deleteEnd),
     totalMs,
   };
-}
-
-/** Field-wise median of records of numbers (NaN and missing fields left out). */
-function medianOf(records: ReadonlyArray<Readonly<Record<string, number | undefined>>>) {
-  const result: Record<string, number> = {};
-  for (const key of new Set(records.flatMap((record) => Object.keys(record)))) {
-    const values = records
-      .map((record) => record[key])
-      .filter((value): value is number => value !== undefined && !Number.isNaN(value));
-    if (values.length > 0) result[key] = round2(median(values));
-  }
-  return result;
 }
 
 const maxOf = (values: ReadonlyArray<number | undefined>): number | undefined => {

@@ -62,20 +62,27 @@
  * module's transport's `unsafeSocketTricks`, echoed as `unsafeSocketTricks` in each JSON line].
  * Progress goes to stderr. Tables (`nseq_bench_ob_<run>_*`), schemas (`nseq_bench_pto_<run>_*`)
  * and queues (`nseq-bench-ob.<run>.*`) are unique to the run, removed after each path and swept
- * at the end, also after a failure or Ctrl-C; any failure exits non-zero.
+ * at the end, also after a failure or Ctrl-C (harness/cleanup.ts); any failure exits non-zero.
+ * Each line has the harness's envelope: `case` (`throughput`, `latency`), `variant` (`default`,
+ * `socket-tricks`), `ratio` (throughput: the relay's, `ratioToRaw.moduleRelayOnly`; latency:
+ * null) and `at`.
  */
 import { Logger } from '@nestjs/common';
-import * as amqp from 'amqplib';
+import type * as amqp from 'amqplib';
 import { Pool } from 'pg';
-import { DEFAULTS } from '../libs/sequence/src/options/defaults';
-import { report, socketTrickVariants } from './bench.util';
-import { declaredQueues, deleteQueue } from './outbox.broker';
+import { onCleanup, runBench } from './harness/cleanup';
+import { progress } from './harness/log';
+import { nestLogger } from './harness/nest-logger';
+import { report, variantOf } from './harness/report';
+import { connectAmqp } from './harness/resources';
+import { roundsOf } from './harness/rounds';
+import { socketTrickVariants } from './harness/settings';
+import { DEFAULT_RELAY_CONCURRENCY } from './outbox.internals';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';
 import { ptoLatency, ptoLive, ptoRelayOnly } from './outbox.pto';
 import { rawCommits, rawPublish, type Timed } from './outbox.raw';
 import {
   makeEvents,
-  progress,
   PTO_SCHEMA_PREFIX,
   RUN_PREFIX,
   settings,
@@ -136,8 +143,8 @@ async function runRound(
   return round;
 }
 
-/** Drops every table and schema of this run and deletes its queues (also after a failure). */
-async function sweep(connection: amqp.ChannelModel | undefined): Promise<void> {
+/** Drops every table and schema of this run (also after a failure or Ctrl-C). */
+async function dropRunTables(): Promise<void> {
   const pool = new Pool({ connectionString: settings.databaseUrl, max: 1 });
   pool.on('error', () => undefined);
   try {
@@ -151,55 +158,71 @@ async function sweep(connection: amqp.ChannelModel | undefined): Promise<void> {
       [`${PTO_SCHEMA_PREFIX}%`],
     );
     for (const { name } of schemas.rows) await pool.query(`DROP SCHEMA IF EXISTS ${name} CASCADE`);
-  } catch (error) {
-    progress(`sweep: ${(error as Error).message}`);
+    const dropped = tables.rows.length + schemas.rows.length;
+    if (dropped > 0) progress(`dropped ${dropped} table(s) and schema(s) of run ${RUN_PREFIX}`);
   } finally {
     await pool.end();
   }
-  if (connection) for (const queue of [...declaredQueues]) await deleteQueue(connection, queue);
 }
 
 async function main(): Promise<void> {
   // stdout carries the JSON lines only: Nest's LOG lines (e.g. AmqpConnection's) are not wanted.
-  Logger.overrideLogger(['warn', 'error']);
-  for (const unsafeSocketTricks of socketTrickVariants()) await runVariant(unsafeSocketTricks);
+  Logger.overrideLogger(nestLogger('outbox'));
+  // Registered first, so that it runs last: once the apps, pools and listeners are closed.
+  onCleanup(`drop the tables and schemas of run ${RUN_PREFIX}`, dropRunTables);
+  const connection = await connectAmqp(settings.amqpUrl);
+  for (const unsafeSocketTricks of socketTrickVariants()) {
+    await runVariant(connection, unsafeSocketTricks);
+  }
 }
 
 /** Every path and the latency runs, the module's with `unsafeSocketTricks` as given. */
-async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
+async function runVariant(
+  connection: amqp.ChannelModel,
+  unsafeSocketTricks: boolean,
+): Promise<void> {
   const runStarted = Date.now();
   const elapsedSeconds = () => Math.round((Date.now() - runStarted) / 1000);
   const events = makeEvents(settings.events);
-  const connection = await amqp.connect(settings.amqpUrl);
-  const interrupted = () => {
-    progress('interrupted: cleaning up');
-    void sweep(connection).finally(() => process.exit(130));
-  };
-  process.once('SIGINT', interrupted);
-  process.once('SIGTERM', interrupted);
-  try {
-    progress(
-      `run ${RUN_PREFIX}: ${settings.events} events, ${settings.rounds} rounds, ` +
-        `unsafeSocketTricks ${unsafeSocketTricks}`,
-    );
-    // The warm-up is a scaled-down round: pg-transactional-outbox gets its share of it.
-    const warmup = events.slice(0, settings.warmupEvents);
-    const ptoWarmup = Math.min(
-      settings.ptoEvents,
-      Math.max(100, Math.round((settings.warmupEvents * settings.ptoEvents) / settings.events)),
-    );
-    await runRound(connection, warmup, ptoWarmup, 'warm-up', false, unsafeSocketTricks);
-    const rounds: Round[] = [];
-    for (let round = 1; round <= settings.rounds; round++) {
-      const label = `round ${round}`;
-      const reverse = round % 2 === 0;
-      rounds.push(
-        await runRound(connection, events, settings.ptoEvents, label, reverse, unsafeSocketTricks),
+  progress(
+    `run ${RUN_PREFIX}: ${settings.events} events, ${settings.rounds} rounds, ` +
+      `unsafeSocketTricks ${unsafeSocketTricks}`,
+  );
+  const rounds: Round[] = [];
+  for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: true })) {
+    // Odd rounds in ORDER, even ones reversed; the warm-up in ORDER.
+    const reverse = !round.warmUp && !round.baselineFirst;
+    if (round.warmUp) {
+      // The warm-up is a scaled-down round: pg-transactional-outbox gets its share of it.
+      const warmup = events.slice(0, settings.warmupEvents);
+      const ptoWarmup = Math.min(
+        settings.ptoEvents,
+        Math.max(100, Math.round((settings.warmupEvents * settings.ptoEvents) / settings.events)),
       );
+      await runRound(connection, warmup, ptoWarmup, round.label, reverse, unsafeSocketTricks);
+      continue;
     }
-    if (rounds.some((round) => Object.keys(round).length > 0)) {
-      report({
+    rounds.push(
+      await runRound(
+        connection,
+        events,
+        settings.ptoEvents,
+        round.label,
+        reverse,
+        unsafeSocketTricks,
+      ),
+    );
+  }
+  if (rounds.some((round) => Object.keys(round).length > 0)) {
+    const summary = summarize(rounds);
+    report(
+      {
         bench: 'outbox',
+        case: 'throughput',
+        variant: variantOf(unsafeSocketTricks),
+        ratio: summary.ratioToRaw.moduleRelayOnly ?? null,
+      },
+      {
         unsafeSocketTricks,
         events: settings.events,
         ptoEvents: settings.ptoEvents,
@@ -208,42 +231,48 @@ async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
         writers: settings.writers,
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
-        relayConcurrency:
-          settings.relayConcurrency ?? `default (${DEFAULTS.outbox.outboxes.concurrency})`,
+        relayConcurrency: settings.relayConcurrency ?? `default (${DEFAULT_RELAY_CONCURRENCY})`,
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
-        ...summarize(rounds),
+        ...summary,
         target: { ratioToRaw: 0.7 },
         elapsedSeconds: elapsedSeconds(),
-      });
-    }
-    if (settings.only.has('latency')) {
-      const latencyEvents = makeEvents(settings.rate * settings.seconds);
-      const moduleNotify = await moduleLatency(
-        connection,
-        latencyEvents,
-        'notify',
-        unsafeSocketTricks,
-      );
-      progress(`latency module (NOTIFY only): ${JSON.stringify(moduleNotify)}`);
-      const moduleSameApp = await moduleLatency(
-        connection,
-        latencyEvents,
-        'same-app',
-        unsafeSocketTricks,
-      );
-      progress(`latency module (same app): ${JSON.stringify(moduleSameApp)}`);
-      const ptoEvents = latencyEvents.slice(0, settings.rate * settings.ptoLatencySeconds);
-      const pto = await ptoLatency(connection, ptoEvents, settings.rate);
-      progress(`latency pto at ${settings.rate}/s: ${JSON.stringify(pto)}`);
-      const sustained = settings.ptoSustainedRate;
-      const ptoSlow = await ptoLatency(
-        connection,
-        latencyEvents.slice(0, sustained * settings.seconds),
-        sustained,
-      );
-      progress(`latency pto at ${sustained}/s: ${JSON.stringify(ptoSlow)}`);
-      report({
+      },
+    );
+  }
+  if (settings.only.has('latency')) {
+    const latencyEvents = makeEvents(settings.rate * settings.seconds);
+    const moduleNotify = await moduleLatency(
+      connection,
+      latencyEvents,
+      'notify',
+      unsafeSocketTricks,
+    );
+    progress(`latency module (NOTIFY only): ${JSON.stringify(moduleNotify)}`);
+    const moduleSameApp = await moduleLatency(
+      connection,
+      latencyEvents,
+      'same-app',
+      unsafeSocketTricks,
+    );
+    progress(`latency module (same app): ${JSON.stringify(moduleSameApp)}`);
+    const ptoEvents = latencyEvents.slice(0, settings.rate * settings.ptoLatencySeconds);
+    const pto = await ptoLatency(connection, ptoEvents, settings.rate);
+    progress(`latency pto at ${settings.rate}/s: ${JSON.stringify(pto)}`);
+    const sustained = settings.ptoSustainedRate;
+    const ptoSlow = await ptoLatency(
+      connection,
+      latencyEvents.slice(0, sustained * settings.seconds),
+      sustained,
+    );
+    progress(`latency pto at ${sustained}/s: ${JSON.stringify(ptoSlow)}`);
+    report(
+      {
         bench: 'outbox-latency',
+        case: 'latency',
+        variant: variantOf(unsafeSocketTricks),
+        ratio: null,
+      },
+      {
         unsafeSocketTricks,
         ratePerSecond: settings.rate,
         seconds: settings.seconds,
@@ -253,17 +282,9 @@ async function runVariant(unsafeSocketTricks: boolean): Promise<void> {
         ptoSustained: { ...ptoSlow, seconds: settings.seconds },
         target: { moduleNotifyP99Ms: 100 },
         elapsedSeconds: elapsedSeconds(),
-      });
-    }
-  } finally {
-    process.removeListener('SIGINT', interrupted);
-    process.removeListener('SIGTERM', interrupted);
-    await sweep(connection);
-    await connection.close().catch(() => undefined);
+      },
+    );
   }
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runBench('outbox', main);

@@ -4,13 +4,18 @@
  * consumer that notes when each message arrived, and cleanup.
  */
 import type * as amqp from 'amqplib';
+import { QueueJanitor } from './harness/resources';
 import { cpuNow, cpuPerThousand, type CpuPerThousand } from './outbox.cpu';
-import { nowMs, sleep } from './outbox.settings';
+import { nowMs, queueName, settings, sleep } from './outbox.settings';
 
 const DLQ_SUFFIX = '.dlq';
 
-/** Every queue declared in this run, for the final sweep (also after a failure or Ctrl-C). */
-export const declaredQueues = new Set<string>();
+/**
+ * Every queue declared in this run: deleted after its measurement, and at the latest when the
+ * benchmark ends (also after a failure or Ctrl-C). Made when this module loads, so that its sweep
+ * runs after every other cleanup step, once the apps that could declare queues are closed.
+ */
+const queues = new QueueJanitor(settings.amqpUrl, `${queueName('*')}`);
 
 /**
  * A channel whose 'error' event is heard: an operation the broker refuses (on a queue deleted
@@ -27,7 +32,7 @@ async function openChannel(connection: amqp.ChannelModel): Promise<amqp.Channel>
  * with the arguments RabbitMqTransport's topology uses: its own declaration then matches.
  */
 export async function declareQueue(connection: amqp.ChannelModel, queue: string): Promise<void> {
-  declaredQueues.add(queue);
+  queues.track(queue, `${queue}${DLQ_SUFFIX}`);
   const channel = await openChannel(connection);
   await channel.assertQueue(`${queue}${DLQ_SUFFIX}`, {
     durable: true,
@@ -44,12 +49,9 @@ export async function declareQueue(connection: amqp.ChannelModel, queue: string)
   await channel.close();
 }
 
-export async function deleteQueue(connection: amqp.ChannelModel, queue: string): Promise<void> {
-  const channel = await openChannel(connection);
-  await channel.deleteQueue(queue).catch(() => undefined);
-  await channel.deleteQueue(`${queue}${DLQ_SUFFIX}`).catch(() => undefined);
-  await channel.close().catch(() => undefined);
-  declaredQueues.delete(queue);
+/** Deletes `queue` and its dead-letter queue; one that fails stays for the final sweep. */
+export async function deleteQueue(queue: string): Promise<void> {
+  await queues.delete(queue, `${queue}${DLQ_SUFFIX}`).catch(() => undefined);
 }
 
 export async function messageCount(connection: amqp.ChannelModel, queue: string): Promise<number> {

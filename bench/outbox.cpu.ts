@@ -1,32 +1,15 @@
 /**
- * CPU seconds of the processes an outbox measurement involves: this process, RabbitMQ's Erlang VM
- * and PostgreSQL (every process named `postgres`: the postmaster, its background workers and one
- * backend per connection). Linux /proc only; elsewhere the parts that need it are left out.
+ * CPU of the processes an outbox measurement involves, per 1,000 messages: this process,
+ * RabbitMQ's Erlang VM and PostgreSQL (every process named `postgres`: the postmaster, its
+ * background workers and one backend per connection), and the whole machine. Linux /proc only
+ * (harness/cpu.ts); elsewhere the parts that need it are left out.
  */
-import {
-  busiestProcessNamed,
-  cpuByPid,
-  cpuSecondsOf,
-  machineCpuSeconds,
-  ownCpuSeconds,
-} from './process-probe';
+import { CpuMeter, msPerThousand, type CpuReading } from './harness/cpu';
 
-const rabbitmq = busiestProcessNamed('beam.smp');
-
-export interface CpuReading {
-  readonly node: number;
-  readonly rabbitmq?: number;
-  readonly postgres: Map<number, number>;
-  readonly machine?: number;
-}
+const meter = new CpuMeter(['rabbitmq', 'postgres']);
 
 export function cpuNow(): CpuReading {
-  return {
-    node: ownCpuSeconds(),
-    rabbitmq: cpuSecondsOf(rabbitmq),
-    postgres: cpuByPid('postgres'),
-    machine: machineCpuSeconds(),
-  };
+  return meter.read();
 }
 
 /** CPU milliseconds per 1,000 messages between two readings. */
@@ -40,14 +23,11 @@ export interface CpuPerThousand {
 }
 
 export function cpuPerThousand(from: CpuReading, to: CpuReading, messages: number): CpuPerThousand {
-  const per = (a?: number, b?: number) =>
-    a === undefined || b === undefined ? undefined : Math.round(((b - a) * 1e6) / messages);
-  let postgres = 0;
-  for (const [pid, cpu] of to.postgres) postgres += cpu - (from.postgres.get(pid) ?? 0);
+  const spent = CpuMeter.spent(from, to);
   return {
-    node: per(from.node, to.node),
-    rabbitmq: per(from.rabbitmq, to.rabbitmq),
-    postgres: to.postgres.size > 0 ? Math.round((postgres * 1e6) / messages) : undefined,
-    machine: per(from.machine, to.machine),
+    node: msPerThousand(spent.own, messages),
+    rabbitmq: msPerThousand(spent.servers.rabbitmq, messages),
+    postgres: msPerThousand(spent.servers.postgres, messages),
+    machine: msPerThousand(spent.machine, messages),
   };
 }

@@ -5,7 +5,8 @@
  */
 import type * as amqp from 'amqplib';
 import { recordArrivals, waitForArrivals } from './outbox.broker';
-import { nowMs, percentile, round1, sleep } from './outbox.settings';
+import { round1 } from './harness/report';
+import { nowMs, percentile, sleep } from './outbox.settings';
 
 export interface LatencyOptions {
   readonly connection: amqp.ChannelModel;

@@ -10,6 +10,8 @@ import { Pool } from 'pg';
 import { OutboxService, SequenceModule, type OutboxStore } from 'nest-sequence';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { onCleanup } from './harness/cleanup';
+import { nestLogger } from './harness/nest-logger';
 import { declareQueue, deleteQueue, messageCount, timeUntilQueued } from './outbox.broker';
 import { steadyLatency, type LatencyResult } from './outbox.latency';
 import type { Timed } from './outbox.raw';
@@ -42,12 +44,18 @@ export interface ModuleTimed extends Timed {
   readonly relay?: ReturnType<TracedOutboxStore['summary']>;
 }
 
-/** One measurement's tables and queue, and the apps, stores and transports it opened. */
+/**
+ * One measurement's tables and queue, and the apps, stores and transports it opened: closed and
+ * dropped when the measurement ends, or by the cleanup if the benchmark stops first.
+ */
 class Scene {
   readonly tag = nextTag();
   readonly prefix = `${RUN_PREFIX}${this.tag}_`;
   readonly queue = queueName(`mod-${this.tag}`);
   private readonly closers: (() => Promise<void>)[] = [];
+  private readonly cleanup = onCleanup(`close the module's scene ${this.tag}`, () =>
+    this.release(),
+  );
 
   constructor(
     readonly connection: amqp.ChannelModel,
@@ -89,7 +97,7 @@ class Scene {
         }),
       ],
     }).compile();
-    moduleRef.useLogger(['warn', 'error']);
+    moduleRef.useLogger(nestLogger('outbox'));
     let app: INestApplicationContext | undefined;
     this.closers.push(async () => {
       await app?.close();
@@ -103,10 +111,14 @@ class Scene {
   }
 
   /** Everything the scene opened, closed in reverse order; its tables and queues dropped. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return this.cleanup.run();
+  }
+
+  private async release(): Promise<void> {
     for (const close of this.closers.reverse()) await close().catch(() => undefined);
     await dropPrefixedTables(this.prefix);
-    await deleteQueue(this.connection, this.queue);
+    await deleteQueue(this.queue);
   }
 }
 

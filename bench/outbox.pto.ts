@@ -24,6 +24,7 @@ import {
   type PollingListenerConfig,
   type TransactionalMessage,
 } from 'pg-transactional-outbox';
+import { onCleanup } from './harness/cleanup';
 import { declareQueue, deleteQueue, messageCount, timeUntilQueued } from './outbox.broker';
 import { steadyLatency, type LatencyResult } from './outbox.latency';
 import type { ModuleTimed } from './outbox.module';
@@ -53,6 +54,7 @@ class PtoScene {
   private readonly store = initializeMessageStorage(this.config(), this.logger);
   private shutdown: (() => Promise<void>) | undefined;
   private channel: amqp.ConfirmChannel | undefined;
+  private readonly cleanup = onCleanup(`close the pto scene ${this.tag}`, () => this.release());
 
   constructor(readonly connection: amqp.ChannelModel) {
     this.pool.on('error', () => undefined);
@@ -166,12 +168,17 @@ class PtoScene {
     if (queued !== count) throw new Error(`pto: queue holds ${queued} of ${count}`);
   }
 
-  async close(): Promise<void> {
+  /** The listener, channel and pool closed; the schema dropped and the queue deleted. */
+  close(): Promise<void> {
+    return this.cleanup.run();
+  }
+
+  private async release(): Promise<void> {
     await this.shutdown?.().catch(() => undefined);
     await this.channel?.close().catch(() => undefined);
     await this.pool.query(`DROP SCHEMA IF EXISTS ${this.schema} CASCADE`).catch(() => undefined);
     await this.pool.end();
-    await deleteQueue(this.connection, this.queue);
+    await deleteQueue(this.queue);
   }
 }
 

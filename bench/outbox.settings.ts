@@ -2,73 +2,60 @@
  * Settings, workload and small helpers of the Outbox benchmark (`bench/outbox.bench.ts`).
  */
 import { randomUUID } from 'node:crypto';
-
-function positive(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isSafeInteger(value) || value <= 0) {
-    throw new Error(`${name} must be a positive integer, got ${raw}`);
-  }
-  return value;
-}
+import { newRunId } from './harness/resources';
+import {
+  optionalPositiveInteger,
+  positiveInteger as positive,
+  readSettings,
+  servers,
+  subsetSetting,
+  switchSetting,
+} from './harness/settings';
 
 /** The measurements `BENCH_OUTBOX_ONLY` can select (comma-separated); all when unset. */
 export const PATHS = ['raw', 'pg', 'module', 'relay', 'pto', 'pto-relay', 'latency'] as const;
 export type PathName = (typeof PATHS)[number];
 
-function selectedPaths(): ReadonlySet<PathName> {
-  const raw = process.env.BENCH_OUTBOX_ONLY;
-  if (!raw) return new Set(PATHS);
-  const names = raw.split(',').map((name) => name.trim());
-  const unknown = names.filter((name) => !(PATHS as readonly string[]).includes(name));
-  if (unknown.length > 0) {
-    throw new Error(`BENCH_OUTBOX_ONLY: unknown ${unknown.join(', ')}; use ${PATHS.join(', ')}`);
-  }
-  return new Set(names as PathName[]);
-}
-
-const events = positive('BENCH_OUTBOX_EVENTS', 20_000);
-
-export const settings = {
-  amqpUrl: process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
-  databaseUrl: process.env.DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/test',
-  events,
-  /** The warm-up round is smaller: it only has to warm the JIT, the pools and the caches. */
-  warmupEvents: Math.min(events, positive('BENCH_OUTBOX_WARMUP_EVENTS', 1_000)),
-  /**
-   * Events of the pg-transactional-outbox paths: it relays an order of magnitude slower (and
-   * slower still with a longer backlog: its polling function sorts every unprocessed row), so
-   * 20,000 would take minutes per round. Fewer events flatter it, if anything.
-   */
-  ptoEvents: Math.min(events, positive('BENCH_OUTBOX_PTO_EVENTS', 1_000)),
-  rounds: positive('BENCH_OUTBOX_ROUNDS', 3),
-  writers: positive('BENCH_OUTBOX_WRITERS', 16),
-  /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
-  batchSize: positive('BENCH_OUTBOX_BATCH', 100),
-  /** Claims the relay runs at once; unset keeps the library's default (DEFAULTS.outbox). */
-  relayConcurrency: process.env.BENCH_OUTBOX_CONCURRENCY
-    ? positive('BENCH_OUTBOX_CONCURRENCY', 3)
-    : undefined,
-  /** Connections of each pool the benchmark's writers use (the module store's default). */
-  poolSize: positive('BENCH_OUTBOX_POOL', 10),
-  rate: positive('BENCH_OUTBOX_RATE', 500),
-  seconds: positive('BENCH_OUTBOX_SECONDS', 10),
-  /** pg-transactional-outbox polling: its defaults (README / generated .env). */
-  ptoBatchSize: positive('BENCH_OUTBOX_PTO_BATCH', 5),
-  ptoPollMs: positive('BENCH_OUTBOX_PTO_POLL_MS', 500),
-  /** Its latency at `rate` is run this long only: it falls behind, and the backlog must drain. */
-  ptoLatencySeconds: positive('BENCH_OUTBOX_PTO_LATENCY_SECONDS', 2),
-  /** A rate it sustains, for its latency when it keeps up (its polling interval's cost). */
-  ptoSustainedRate: positive('BENCH_OUTBOX_PTO_RATE', 50),
-  bodyBytes: positive('BENCH_OUTBOX_BODY_BYTES', 1024),
-  /** Relay phase timings through a forwarding store wrapper (a few clock reads per claim). */
-  trace: process.env.BENCH_OUTBOX_TRACE !== '0',
-  only: selectedPaths(),
-};
+export const settings = readSettings(() => {
+  const events = positive('BENCH_OUTBOX_EVENTS', 20_000);
+  return {
+    amqpUrl: servers.amqpUrl,
+    databaseUrl: servers.databaseUrl,
+    events,
+    /** The warm-up round is smaller: it only has to warm the JIT, the pools and the caches. */
+    warmupEvents: Math.min(events, positive('BENCH_OUTBOX_WARMUP_EVENTS', 1_000)),
+    /**
+     * Events of the pg-transactional-outbox paths: it relays an order of magnitude slower (and
+     * slower still with a longer backlog: its polling function sorts every unprocessed row), so
+     * 20,000 would take minutes per round. Fewer events flatter it, if anything.
+     */
+    ptoEvents: Math.min(events, positive('BENCH_OUTBOX_PTO_EVENTS', 1_000)),
+    rounds: positive('BENCH_OUTBOX_ROUNDS', 3),
+    writers: positive('BENCH_OUTBOX_WRITERS', 16),
+    /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
+    batchSize: positive('BENCH_OUTBOX_BATCH', 100),
+    /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
+    relayConcurrency: optionalPositiveInteger('BENCH_OUTBOX_CONCURRENCY'),
+    /** Connections of each pool the benchmark's writers use (the module store's default). */
+    poolSize: positive('BENCH_OUTBOX_POOL', 10),
+    rate: positive('BENCH_OUTBOX_RATE', 500),
+    seconds: positive('BENCH_OUTBOX_SECONDS', 10),
+    /** pg-transactional-outbox polling: its defaults (README / generated .env). */
+    ptoBatchSize: positive('BENCH_OUTBOX_PTO_BATCH', 5),
+    ptoPollMs: positive('BENCH_OUTBOX_PTO_POLL_MS', 500),
+    /** Its latency at `rate` is run this long only: it falls behind, and the backlog must drain. */
+    ptoLatencySeconds: positive('BENCH_OUTBOX_PTO_LATENCY_SECONDS', 2),
+    /** A rate it sustains, for its latency when it keeps up (its polling interval's cost). */
+    ptoSustainedRate: positive('BENCH_OUTBOX_PTO_RATE', 50),
+    bodyBytes: positive('BENCH_OUTBOX_BODY_BYTES', 1024),
+    /** Relay phase timings through a forwarding store wrapper (a few clock reads per claim). */
+    trace: switchSetting('BENCH_OUTBOX_TRACE', true),
+    only: subsetSetting('BENCH_OUTBOX_ONLY', PATHS),
+  };
+});
 
 /** Unique to this run: table prefixes, schemas and queues start with it. */
-export const runId = randomUUID().slice(0, 8);
+export const runId = newRunId();
 export const RUN_PREFIX = `nseq_bench_ob_${runId}_`;
 export const PTO_SCHEMA_PREFIX = `nseq_bench_pto_${runId}_`;
 
@@ -142,8 +129,6 @@ export function rawHeaders(event: BenchEvent): Record<string, string> {
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export const progress = (line: string) => process.stderr.write(`${line}\n`);
-
 /** Milliseconds since an arbitrary origin, monotonic (commit and receive times). */
 export const nowMs = () => performance.now();
 
@@ -172,6 +157,3 @@ export function percentile(sorted: readonly number[], p: number): number {
   const rank = Math.ceil((p / 100) * sorted.length);
   return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
 }
-
-export const round1 = (value: number) => Math.round(value * 10) / 10;
-export const round2 = (value: number) => Math.round(value * 100) / 100;

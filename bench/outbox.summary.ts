@@ -2,11 +2,11 @@
  * The Outbox benchmark's throughput summary: medians over rounds of each path's messages/s, and
  * medians of per-round ratios (both paths measured in the same round).
  */
-import { median } from './bench.util';
+import { median, round2 } from './harness/report';
 import type { CpuPerThousand } from './outbox.cpu';
 import type { ModuleTimed } from './outbox.module';
 import type { Timed } from './outbox.raw';
-import { round2, type PathName } from './outbox.settings';
+import type { PathName } from './outbox.settings';
 
 export type ThroughputPath = Exclude<PathName, 'latency'>;
 

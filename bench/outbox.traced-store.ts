@@ -24,7 +24,8 @@ import type {
   StoreTransaction,
 } from 'nest-sequence/ports';
 import type { OutboxStore } from 'nest-sequence';
-import { nowMs, round1 } from './outbox.settings';
+import { round1 } from './harness/report';
+import { nowMs } from './outbox.settings';
 
 interface Totals {
   claims: number;

@@ -6,13 +6,13 @@
  *
  * (a) raw: publish every fragment with the transport, consume and ack them, concatenate nothing.
  * (b) module: SplitterService.send → @SequencedHandler reading payload.stream() to the end.
- * Prints one JSON line per fragment size with MB/s of each and the median ratio b/a. (No memory
+ * One warm-up round (discarded), then `BENCH_ROUNDS` rounds, a then b. Prints one JSON line per
+ * fragment size (`case`: 8MiB, 1MiB) with MB/s of each and the median ratio b/a. (No memory
  * figure: both paths share this process and the payload itself; see bench:sequence for RSS.)
  */
 import 'reflect-metadata';
-import { Injectable } from '@nestjs/common';
+import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Module } from '@nestjs/common';
 import {
   InMemoryTransport,
   ReassembledPayload,
@@ -20,10 +20,17 @@ import {
   SequencedHandler,
   SplitterService,
 } from 'nest-sequence';
-import { MiB, mbPerSecond, median, report, timed } from './bench.util';
+import { onCleanup, runBench } from './harness/cleanup';
+import { timed } from './harness/measure';
+import { nestLogger } from './harness/nest-logger';
+import { mbPerSecond, median, MiB, ratiosOf, report } from './harness/report';
+import { roundsOf } from './harness/rounds';
+import { positiveInteger, positiveNumber, readSettings } from './harness/settings';
 
-const totalBytes = Number(process.env.BENCH_MB ?? 180) * MiB;
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const settings = readSettings(() => ({
+  totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
+  rounds: positiveInteger('BENCH_ROUNDS', 3),
+}));
 const CHANNEL = 'bench.embedded';
 
 let onDelivered: (bytes: number) => void = () => {};
@@ -62,39 +69,40 @@ async function main(): Promise<void> {
   const transport = new InMemoryTransport({ maxMessageBytes: 16 * MiB });
   @Module({ imports: [SequenceModule.forRoot({ transport })], providers: [Drain] })
   class BenchModule {}
-  const app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error'] });
+  const app = await NestFactory.createApplicationContext(BenchModule, {
+    logger: nestLogger('embedded'),
+  });
+  const closeApp = onCleanup('close the app', () => app.close());
   const splitter = app.get(SplitterService);
-  const payload = Buffer.alloc(totalBytes, 7);
+  const payload = Buffer.alloc(settings.totalBytes, 7);
 
   for (const fragmentBytes of [8 * MiB, 1 * MiB]) {
     const a: number[] = [];
     const b: number[] = [];
-    for (let round = 0; round <= rounds; round++) {
+    for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: false })) {
       const rawSeconds = await timed(() => raw(transport, payload, fragmentBytes));
       const moduleSeconds = await timed(async () => {
         const delivered = new Promise<number>((resolve) => (onDelivered = resolve));
         await splitter.send(CHANNEL, payload, { fragmentBytes });
         await delivered;
       });
-      if (round === 0) continue; // warm-up
-      a.push(mbPerSecond(totalBytes, rawSeconds));
-      b.push(mbPerSecond(totalBytes, moduleSeconds));
+      if (round.warmUp) continue;
+      a.push(mbPerSecond(settings.totalBytes, rawSeconds));
+      b.push(mbPerSecond(settings.totalBytes, moduleSeconds));
     }
-    const ratios = a.map((value, i) => b[i] / value);
-    report({
-      bench: 'sequence-embedded',
-      mb: totalBytes / MiB,
-      fragmentMiB: fragmentBytes / MiB,
-      rounds,
-      rawMBps: median(a),
-      moduleMBps: median(b),
-      ratio: Math.round(median(ratios) * 100) / 100,
-    });
+    const { ratio } = ratiosOf(a.map((baseline, i) => ({ baseline, module: b[i] })));
+    report(
+      { bench: 'sequence-embedded', case: `${fragmentBytes / MiB}MiB`, variant: 'default', ratio },
+      {
+        mb: settings.totalBytes / MiB,
+        fragmentMiB: fragmentBytes / MiB,
+        rounds: settings.rounds,
+        rawMBps: median(a),
+        moduleMBps: median(b),
+      },
+    );
   }
-  await app.close();
+  await closeApp.run();
 }
 
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
+runBench('embedded', main);

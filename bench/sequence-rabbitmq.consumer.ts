@@ -1,15 +1,17 @@
 /**
  * Consumer process of the RabbitMQ benchmark, forked by sequence-rabbitmq.bench.ts (as plain
- * JavaScript, see plain-js-build.ts) so that its peak RSS is the consumer's own. Its only argument
- * is a JSON {@link ConsumerConfig}; it talks to the producer over IPC ({@link ToConsumer},
- * {@link FromConsumer}).
+ * JavaScript, see harness/plain-js-build.ts) so that its peak RSS is the consumer's own. Its only
+ * argument is a JSON {@link ConsumerConfig}; it talks to the producer over IPC ({@link ToConsumer},
+ * {@link FromConsumer}, harness/child-main.ts).
  *
  * - raw (a): plain amqplib, `prefetch`, manual ack; counts bytes until the run's total arrived.
  *   Nothing else is loaded (no Nest, no library), as a plain consumer would be.
  * - module (b): see sequence-rabbitmq.module-consumer.ts, loaded only in that mode.
  */
 import * as amqp from 'amqplib';
-import { ownCpuSeconds, PeakMemory } from './process-probe';
+import { childConfig, runChild, type ParentLink } from './harness/child-main';
+import { ownCpuSeconds } from './harness/cpu';
+import { PeakMemory } from './harness/measure';
 import type {
   ConsumerConfig,
   FromConsumer,
@@ -17,12 +19,8 @@ import type {
   ToConsumer,
 } from './sequence-rabbitmq.protocol';
 
-const config = JSON.parse(process.argv[2] ?? '{}') as ConsumerConfig;
+const config = childConfig<ConsumerConfig>();
 const memory = new PeakMemory(config.rssSampleMs);
-
-function send(message: FromConsumer): void {
-  process.send?.(message);
-}
 
 /** One run: from `arm` to `settled`. */
 export class Run {
@@ -31,6 +29,7 @@ export class Run {
   doneSent = false;
 
   constructor(
+    private readonly parent: ParentLink<FromConsumer>,
     readonly id: string,
     readonly bytes: number,
   ) {
@@ -39,11 +38,11 @@ export class Run {
 
   done(bytes: number): void {
     this.doneSent = true;
-    send({ type: 'done', run: this.id, bytes });
+    this.parent.send({ type: 'done', run: this.id, bytes });
   }
 
   settle(trace?: ModuleTrace): void {
-    send({
+    this.parent.send({
       type: 'settled',
       run: this.id,
       ...memory.read(),
@@ -55,8 +54,8 @@ export class Run {
 
 let run: Run | undefined;
 
-interface Consumer {
-  /** The prefetch its subscription uses. */
+/** What either consumer gives: the prefetch its subscription uses, and how to close it. */
+export interface Consumer {
   readonly prefetch: number;
   /** Called when a run is armed, before the producer starts. */
   arm(): void;
@@ -92,43 +91,23 @@ async function startRaw(): Promise<Consumer> {
   };
 }
 
-async function main(): Promise<void> {
-  // The producer is gone (crashed or killed): nothing left to report to.
-  process.on('disconnect', () => process.exit(2));
+runChild<ToConsumer, FromConsumer>(async (parent) => {
   const consumer =
     config.mode === 'raw'
       ? await startRaw()
       : await (
           await import('./sequence-rabbitmq.module-consumer')
         ).startModuleConsumer(config, () => run);
-  process.on('message', (message: ToConsumer) => {
-    if (message.type === 'arm') {
-      run = new Run(message.run, message.bytes);
+  return {
+    ready: { prefetch: consumer.prefetch },
+    handle(message) {
+      run = new Run(parent, message.run, message.bytes);
       consumer.arm();
-      send({ type: 'armed', run: message.run });
-    } else if (message.type === 'stop') {
+      parent.send({ type: 'armed', run: message.run });
+    },
+    async stop() {
       memory.stop();
-      consumer.stop().then(
-        () => process.exit(0),
-        (error: unknown) => fail(error),
-      );
-    }
-  });
-  send({
-    type: 'ready',
-    pid: process.pid,
-    idleRssMiB: Math.round((process.memoryUsage.rss() / 1024 / 1024) * 10) / 10,
-    prefetch: consumer.prefetch,
-  });
-}
-
-function fail(error: unknown): void {
-  const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
-  send({ type: 'error', message });
-  // Let the IPC message go, then go.
-  setTimeout(() => process.exit(1), 100).unref();
-}
-
-process.on('uncaughtException', fail);
-process.on('unhandledRejection', fail);
-main().catch(fail);
+      await consumer.stop();
+    },
+  };
+});

@@ -1,7 +1,11 @@
 /**
  * What the RabbitMQ benchmark (the producer, sequence-rabbitmq.bench.ts) and its consumer
- * processes (sequence-rabbitmq.consumer.ts) tell each other over the fork IPC channel.
+ * processes (sequence-rabbitmq.consumer.ts) tell each other over the fork IPC channel, on top of
+ * what every benchmark child says (harness/child-protocol.ts: `ready`, `error`; stopped by
+ * SIGTERM).
  */
+import type { ChildReady } from './harness/child-protocol';
+import type { EpochMs, PeakReading } from './harness/measure';
 
 /** How a consumer process consumes: plain amqplib (a), or the module with the Redis store (b). */
 export type ConsumerMode = 'raw' | 'module';
@@ -24,15 +28,13 @@ export interface ConsumerConfig {
   readonly rssSampleMs: number;
 }
 
-/** Producer → consumer. */
-export type ToConsumer =
-  /** A run is about to start: reset the counters and the memory peak, expect `bytes`. */
-  | { readonly type: 'arm'; readonly run: string; readonly bytes: number }
-  /** Close everything and exit. */
-  | { readonly type: 'stop' };
-
-/** Milliseconds since the epoch, sub-millisecond (performance.timeOrigin + performance.now()). */
-export type EpochMs = number;
+/** Producer → consumer: a run is about to start: reset the counters and the memory peak. */
+export interface ToConsumer {
+  readonly type: 'arm';
+  readonly run: string;
+  /** What the run sends. */
+  readonly bytes: number;
+}
 
 /** Where one module-mode run spent its time, seen from the consumer (module mode only). */
 export interface ModuleTrace {
@@ -69,37 +71,21 @@ export interface RedisCommandTally {
 
 /** Consumer → producer. */
 export type FromConsumer =
-  /** Started and connected; `idleRssMiB` is its RSS then, before any message. */
-  | {
-      readonly type: 'ready';
-      readonly pid: number;
-      readonly idleRssMiB: number;
-      /** The prefetch its subscription uses (the module's: as the library lowers it for bytes). */
-      readonly prefetch: number;
-    }
+  /**
+   * Started and connected (`idleRssMiB`: its RSS then, before any message), with the prefetch
+   * its subscription uses (the module's: as the library lowers it for bytes).
+   */
+  | ChildReady<{ readonly prefetch: number }>
   | { readonly type: 'armed'; readonly run: string }
   /** Every byte of the run was consumed (a) or read by the handler (b): the clock stops here. */
   | { readonly type: 'done'; readonly run: string; readonly bytes: number }
-  /** The run is settled (acked, finished); its figures. */
-  | {
+  /**
+   * The run is settled (acked, finished); its figures: the peak RSS since `arm` (sampled every
+   * `rssSampleMs`, and the kernel's VmHWM) and what it was made of, the CPU seconds since `arm`.
+   */
+  | ({
       readonly type: 'settled';
       readonly run: string;
-      /** Peak RSS sampled every `rssSampleMs` since `arm`. */
-      readonly peakRssMiB: number;
-      /** The kernel's peak RSS (VmHWM) since `arm`, when it could be reset. */
-      readonly hwmRssMiB?: number;
-      /** When the sampled peak was seen (epoch ms), and the V8 heap and Buffer memory then. */
-      readonly peakAt?: number;
-      readonly peakHeapMiB?: number;
-      /** V8 heap reserved (young and old generations), used or not. */
-      readonly peakHeapTotalMiB?: number;
-      readonly peakBuffersMiB?: number;
       readonly cpuSeconds: number;
       readonly trace?: ModuleTrace;
-    }
-  | { readonly type: 'error'; readonly message: string };
-
-/** Current time as {@link EpochMs}. */
-export function epochMs(): EpochMs {
-  return performance.timeOrigin + performance.now();
-}
+    } & PeakReading);

@@ -3,7 +3,8 @@
  * so that a measured process runs without ts-node: the TypeScript compiler that ts-node keeps
  * loaded would otherwise count in that process's RSS (tens of MiB that are not the library's).
  * Same transform as `ts-node --transpile-only` (isolated modules, decorator metadata), from the
- * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader.
+ * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader. The
+ * output is removed when the benchmark ends (cleanup.ts).
  */
 import {
   copyFileSync,
@@ -11,26 +12,32 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import * as ts from 'typescript';
+import { onCleanup } from './cleanup';
 
 export interface PlainJsBuild {
-  /** Root of the output; remove it when done. */
+  /** Root of the output. */
   readonly dir: string;
   /** Path of `file` (a .ts file under `root`) in the output, as .js. */
   jsOf(file: string): string;
-  /** Node options that resolve `nest-sequence` (and the project's node_modules) from the output. */
+  /** Node options that resolve `nest-sequence` and its subpaths in the output, as `paths` do. */
   readonly execArgv: string[];
   readonly env: Record<string, string>;
 }
 
 const SOURCE_DIRECTORIES = ['libs/sequence/src', 'bench'];
 
-export function buildPlainJs(root: string): PlainJsBuild {
+/** The repository's root. */
+export const PROJECT_ROOT = resolve(__dirname, '..', '..');
+
+export function buildPlainJs(root = PROJECT_ROOT): PlainJsBuild {
   const dir = mkdtempSync(join(tmpdir(), 'nseq-bench-js-'));
+  onCleanup('remove the plain-JS build', () => rmSync(dir, { recursive: true, force: true }));
   const config = ts.readConfigFile(join(root, 'tsconfig.json'), (path) => ts.sys.readFile(path));
   if (config.error)
     throw new Error(ts.flattenDiagnosticMessageText(config.error.messageText, '\n'));
@@ -60,18 +67,17 @@ export function buildPlainJs(root: string): PlainJsBuild {
     }
   }
 
-  const hook = join(dir, 'resolve-nest-sequence.js');
+  const hook = join(dir, 'resolve-paths.js');
   writeFileSync(
     hook,
     `'use strict';
 const Module = require('module');
 const path = require('path');
-const library = path.join(__dirname, 'libs/sequence/src');
+const aliases = new Map(Object.entries(${JSON.stringify(aliasesOf(options, root))}));
 const resolve = Module._resolveFilename;
 Module._resolveFilename = function (request, ...rest) {
-  if (request === 'nest-sequence') request = library;
-  else if (request.startsWith('nest-sequence/')) request = path.join(library, request.slice(14));
-  return resolve.call(this, request, ...rest);
+  const alias = aliases.get(request);
+  return resolve.call(this, alias === undefined ? request : path.join(__dirname, alias), ...rest);
 };
 `,
   );
@@ -81,6 +87,20 @@ Module._resolveFilename = function (request, ...rest) {
     execArgv: ['-r', hook],
     env: { NODE_PATH: join(root, 'node_modules') },
   };
+}
+
+/**
+ * The `paths` of tsconfig.json (the `nest-sequence` entry points), each as its first target's
+ * path in the output, without extension: the same names resolve in the build as in the sources.
+ */
+function aliasesOf(options: ts.CompilerOptions, root: string): Record<string, string> {
+  const aliases: Record<string, string> = {};
+  for (const [name, targets] of Object.entries(options.paths ?? {})) {
+    if (name.includes('*') || targets.length === 0) continue;
+    const target = resolve(options.baseUrl ?? root, targets[0]);
+    aliases[name] = relative(root, target).replace(/\.ts$/, '');
+  }
+  return aliases;
 }
 
 function* walk(directory: string): Generator<string> {
