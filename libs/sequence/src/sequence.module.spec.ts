@@ -8,9 +8,13 @@ import {
   type LoggerService,
   type ModuleMetadata,
 } from '@nestjs/common';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Test } from '@nestjs/testing';
 import {
   ClaimCheck,
+  ClaimCheckService,
   FilesystemPayloadStore,
   InboxHandler,
   InMemoryTransport,
@@ -397,8 +401,17 @@ describe('SequenceModule', () => {
       providers: Array<new (...args: never[]) => unknown>,
       options: SequenceModuleOptions = {},
     ): Promise<string[]> {
+      const { logger } = await appOf(providers, options);
+      return logger.warnings.filter((warning) => warning.includes('in memory only'));
+    }
+
+    /** An app with `providers` on a broker that keeps messages, and every warning it logged. */
+    async function appOf(
+      providers: Array<new (...args: never[]) => unknown>,
+      options: SequenceModuleOptions = {},
+    ): Promise<{ app: INestApplicationContext; logger: CapturingLogger }> {
       const logger = new CapturingLogger();
-      await boot(
+      const app = await boot(
         {
           imports: [
             SequenceModule.forRoot({
@@ -420,7 +433,7 @@ describe('SequenceModule', () => {
         },
         logger,
       );
-      return logger.warnings.filter((warning) => warning.includes('in memory only'));
+      return { app, logger };
     }
 
     it('warns once at startup when a broker that keeps messages acks fragments into MemorySequenceStore', async () => {
@@ -465,6 +478,75 @@ describe('SequenceModule', () => {
       const claimChecked = await warningsOf([Intake]);
       expect(claimChecked).toEqual([expect.stringContaining('MemorySequenceStore')]);
       expect(claimChecked[0]).not.toContain('MemoryResequencerStore');
+    });
+
+    it('warns of MemoryClaimLedger under @ClaimCheck: its claims live in this process only', async () => {
+      @Injectable()
+      class Intake {
+        @ClaimCheck({ channel: 'intake' })
+        async take(_payload: ClaimedPayload): Promise<void> {}
+      }
+
+      const [warning] = await warningsOf([Intake]);
+      expect(warning).toMatch(
+        /claim-check claims \(`claimCheck.ledger` defaults to MemoryClaimLedger/,
+      );
+      expect(warning).toContain('sequence fragments');
+    });
+
+    it('warns at startup that signingKeys is unset when a @ClaimCheck handler receives tickets', async () => {
+      @Injectable()
+      class Intake {
+        @ClaimCheck({ channel: 'intake' })
+        async take(_payload: ClaimedPayload): Promise<void> {}
+      }
+
+      const { logger } = await appOf([Intake]);
+      expect(logger.warnings.filter((w) => w.includes('signingKeys is not set'))).toEqual([
+        expect.stringContaining('other processes on the rabbitmq transport will refuse them'),
+      ]);
+    });
+
+    it('says nothing of claim checks in an app that uses none', async () => {
+      const { logger } = await appOf([StudyArchive]);
+
+      expect(logger.warnings.filter((w) => /claimCheck|ClaimLedger|ticket/.test(w))).toEqual([]);
+    });
+
+    it('warns of an unset signingKeys once, when a sender without handlers signs its first ticket', async () => {
+      const root = mkdtempSync(join(tmpdir(), 'nseq-keys-'));
+      try {
+        const { app, logger } = await appOf([], {
+          claimCheck: { store: new FilesystemPayloadStore({ root }) },
+        });
+        const keyWarnings = () =>
+          logger.warnings.filter((w) => w.includes('signingKeys is not set'));
+        expect(keyWarnings()).toEqual([]);
+
+        const claimCheck = app.get(ClaimCheckService);
+        await claimCheck.release(await claimCheck.checkIn(Buffer.from('first')));
+        await claimCheck.release(await claimCheck.checkIn(Buffer.from('second')));
+
+        expect(keyWarnings()).toHaveLength(1);
+      } finally {
+        rmSync(root, { recursive: true, force: true });
+      }
+    });
+
+    it('says nothing of signing keys when they are set', async () => {
+      @Injectable()
+      class Intake {
+        @ClaimCheck({ channel: 'intake' })
+        async take(_payload: ClaimedPayload): Promise<void> {}
+      }
+
+      const { logger } = await appOf([Intake], {
+        claimCheck: {
+          store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+          signingKeys: [{ id: 'k1', secret: Buffer.alloc(32, 7) }],
+        },
+      });
+      expect(logger.warnings.filter((w) => w.includes('signingKeys'))).toEqual([]);
     });
 
     it('says nothing on the in-memory transport, nor with a store of another kind', async () => {

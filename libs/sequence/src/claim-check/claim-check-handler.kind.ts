@@ -6,14 +6,20 @@ import {
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
 import { requireChannel } from '../kernel/discovery.messages';
-import { sequenceStoreState } from '../kernel/in-process-state.warning';
-import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../kernel/tokens';
+import { claimLedgerState, sequenceStoreState } from '../kernel/in-process-state.warning';
+import {
+  CLAIM_CHECK_STORES,
+  RESOLVED_OPTIONS,
+  SEQUENCE_STORE,
+  type ClaimCheckStores,
+} from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
 import { resolveClaimCheckConsumer } from '../options/resolve-claim-check';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimCheckReceiver } from './claim-check.receiver';
 import type { ClaimedPayload } from './claimed-payload';
+import { PayloadParking } from './payload-parking';
 
 const DECORATOR = '@ClaimCheck';
 
@@ -26,7 +32,9 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(SEQUENCE_STORE) private readonly sequenceStore: SequenceStore,
+    @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     private readonly receiver: ClaimCheckReceiver,
+    private readonly parking: PayloadParking,
   ) {}
 
   bind({
@@ -45,6 +53,8 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
       ...resolveClaimCheckConsumer(where, consumerOptions, this.options),
     };
     this.receiver.prepare(consumer);
+    // Tickets from other processes verify only with keys they share.
+    this.parking.warnIfKeysAreLocal();
     return [
       {
         channel,
@@ -54,8 +64,12 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
         deadLetterChannel: consumer.deadLetterChannel,
         receive: (message) => this.receiver.receive(message, consumer),
         describe: 'consumes claim checks from',
-        // A Claim Check channel reassembles what producers send as a Message Sequence.
-        inProcessState: sequenceStoreState(this.sequenceStore),
+        // A Claim Check channel reassembles what producers send as a Message Sequence, and
+        // records the tickets it handled in the claim ledger.
+        inProcessState: [
+          sequenceStoreState(this.sequenceStore),
+          claimLedgerState(this.stores.ledger),
+        ],
       },
     ];
   }

@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
@@ -71,9 +71,7 @@ export interface ClaimPublishReceipt {
  * });
  */
 @Injectable()
-export class ClaimCheckService implements OnModuleInit {
-  private readonly logger = new Logger(ClaimCheckService.name);
-
+export class ClaimCheckService {
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly resolved: ResolvedOptions,
     @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
@@ -85,23 +83,6 @@ export class ClaimCheckService implements OnModuleInit {
 
   private get options(): ResolvedOptions['claimCheck'] {
     return this.resolved.claimCheck;
-  }
-
-  onModuleInit(): void {
-    if (this.stores.ledger.name === 'memory' && this.transport.name !== 'in-memory') {
-      this.logger.warn(
-        `claimCheck.ledger is the in-process memory ledger: several instances on the ` +
-          `${this.transport.name} transport do not see each other's claims, so a ticket delivered ` +
-          `to two of them may run its handler twice; use a ledger shared by all (RedisClaimLedger, or stores: redis(url))`,
-      );
-    }
-    if (this.options.ephemeralKeys && this.transport.name !== 'in-memory') {
-      this.logger.warn(
-        `claimCheck.signingKeys is not set: tickets are signed with a key made for this process ` +
-          `only, and other processes on the ${this.transport.name} transport will refuse them ` +
-          `(unknown-key); configure the same keys on every sender and receiver`,
-      );
-    }
   }
 
   /**

@@ -7,7 +7,13 @@ import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.e
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
-import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
+import {
+  CLAIM_CHECK_STORES,
+  RESOLVED_OPTIONS,
+  SEQUENCE_TRANSPORT,
+  type ClaimCheckStores,
+} from '../kernel/tokens';
+import type { Transport } from '../ports/transport.port';
 import type { ResolvedClaimCheckOptions, ResolvedOptions } from '../options/resolved-options';
 import { asError } from '../core/errors/caught';
 
@@ -37,12 +43,32 @@ export class PayloadParking implements OnApplicationShutdown {
   private readonly logger = new Logger('ClaimCheck');
   private readonly options: ResolvedClaimCheckOptions;
   private stopped = false;
+  private keysWarned = false;
   constructor(
     @Inject(RESOLVED_OPTIONS) { claimCheck }: ResolvedOptions,
     @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     private readonly metrics: ClaimCheckMetrics,
   ) {
     this.options = claimCheck;
+  }
+
+  /**
+   * Warns, once, when tickets are signed and verified with a key made for this process only
+   * while the transport reaches other processes: they refuse each other's tickets. Called when a
+   * `@ClaimCheck` handler is bound, and when the first ticket is signed, so that an application
+   * that uses no Claim Check hears nothing of it.
+   */
+  warnIfKeysAreLocal(): void {
+    if (this.keysWarned || !this.options.ephemeralKeys || this.transport.name === 'in-memory') {
+      return;
+    }
+    this.keysWarned = true;
+    this.logger.warn(
+      `claimCheck.signingKeys is not set: tickets are signed with a key made for this process ` +
+        `only, and other processes on the ${this.transport.name} transport will refuse them ` +
+        `(unknown-key); configure the same keys on every sender and receiver`,
+    );
   }
 
   onApplicationShutdown(): void {
@@ -90,6 +116,7 @@ export class PayloadParking implements OnApplicationShutdown {
       }
       digest = meter.digest();
     }
+    this.warnIfKeysAreLocal();
     let ticket: ClaimTicket;
     try {
       ticket = signTicket(

@@ -21,17 +21,21 @@ export interface ChannelBinding {
   /** What it does, for the log line at subscription: `consumes sequences from`... */
   readonly describe: string;
   /**
-   * State this consumer acks messages into, when it lives in this process only: with a broker
-   * that keeps messages, a crash loses what was acked, and the module warns at startup.
+   * The state this consumer acks messages into, store by store: where a store lives in this
+   * process only, with a broker that keeps messages, a crash loses what was acked, and the
+   * module warns at startup.
    */
-  readonly inProcessState?: {
-    /** What is kept, e.g. "sequence fragments". */
-    readonly what: string;
-    /** The store holding it: the warning is given when its `name` is `'memory'`. */
-    readonly storeName: string;
-    /** Which option to set instead, e.g. "`sequence.store` or `stores: redis(url)`". */
-    readonly fix: string;
-  };
+  readonly inProcessState?: readonly InProcessState[];
+}
+
+/** One kind of state a consumer keeps, and the store that keeps it. */
+export interface InProcessState {
+  /** What is kept, e.g. "sequence fragments". */
+  readonly what: string;
+  /** The store holding it: the warning is given when its `name` is `'memory'`. */
+  readonly storeName: string;
+  /** Which option to set instead, e.g. "`sequence.store` or `stores: redis(url)`". */
+  readonly fix: string;
 }
 
 /**

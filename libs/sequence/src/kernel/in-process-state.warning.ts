@@ -1,6 +1,7 @@
+import type { ClaimLedger } from '../ports/claim-ledger.port';
 import type { ResequencerStore } from '../ports/resequencer-store.port';
 import type { SequenceStore } from '../ports/sequence-store.port';
-import type { ChannelBinding } from './channel-binding';
+import type { ChannelBinding, InProcessState } from './channel-binding';
 
 /**
  * The startup warning for a broker that keeps messages (anything but the in-memory transport)
@@ -14,9 +15,9 @@ export function inProcessStateWarning(
 ): string | undefined {
   if (transportName === 'in-memory') return undefined;
   const risks = new Map<string, string>();
-  for (const { inProcessState } of bindings) {
-    if (inProcessState?.storeName !== 'memory') continue;
-    risks.set(inProcessState.what, `${inProcessState.what} (${inProcessState.fix})`);
+  for (const state of bindings.flatMap(({ inProcessState }) => inProcessState ?? [])) {
+    if (state.storeName !== 'memory') continue;
+    risks.set(state.what, `${state.what} (${state.fix})`);
   }
   if (risks.size === 0) return undefined;
   return (
@@ -27,7 +28,7 @@ export function inProcessStateWarning(
 }
 
 /** What a consumer that reassembles into the sequence store keeps there. */
-export function sequenceStoreState(store: SequenceStore): ChannelBinding['inProcessState'] {
+export function sequenceStoreState(store: SequenceStore): InProcessState {
   return {
     what: 'sequence fragments',
     storeName: store.name,
@@ -38,12 +39,23 @@ export function sequenceStoreState(store: SequenceStore): ChannelBinding['inProc
 }
 
 /** What a consumer that orders events in the resequencer store keeps there. */
-export function resequencerStoreState(store: ResequencerStore): ChannelBinding['inProcessState'] {
+export function resequencerStoreState(store: ResequencerStore): InProcessState {
   return {
     what: 'resequenced and streamed events',
     storeName: store.name,
     fix:
       '`resequencer.store` defaults to MemoryResequencerStore; set it, or `stores`, e.g. ' +
       'redis(url) of nest-sequence/redis',
+  };
+}
+
+/** What a Claim Check consumer records in the claim ledger: which tickets were handled. */
+export function claimLedgerState(ledger: ClaimLedger): InProcessState {
+  return {
+    what: 'claim-check claims',
+    storeName: ledger.name,
+    fix:
+      '`claimCheck.ledger` defaults to MemoryClaimLedger, so a ticket redelivered to another ' +
+      'instance runs its handler again; set it, or `stores`, e.g. redis(url) of nest-sequence/redis',
   };
 }

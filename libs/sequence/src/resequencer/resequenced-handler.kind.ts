@@ -44,7 +44,7 @@ export class ResequencedHandlerKind implements HandlerKind<ResequencerDefinition
         deadLetterChannel,
         receive: (message) => resequencer.receive(message),
         describe: 'resequences',
-        inProcessState: resequencerStoreState(this.store),
+        inProcessState: [resequencerStoreState(this.store)],
       },
     ];
   }

@@ -74,7 +74,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
           receive: (message) => stream.receive(message),
           describe: 'consumes streamed sequences from',
           // Stream mode is built on the Resequencer: its store, not the sequence store.
-          inProcessState: resequencerStoreState(this.resequencerStore),
+          inProcessState: [resequencerStoreState(this.resequencerStore)],
         },
       ];
     }
@@ -87,7 +87,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
         deadLetterChannel,
         receive: (message) => this.aggregator.receive(message, consumer),
         describe: 'consumes sequences from',
-        inProcessState: sequenceStoreState(this.store),
+        inProcessState: [sequenceStoreState(this.store)],
       },
     ];
   }
