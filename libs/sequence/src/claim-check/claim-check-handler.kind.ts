@@ -6,6 +6,12 @@ import {
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
 import { requireChannel } from '../kernel/discovery.messages';
+import {
+  checkKeys,
+  CLAIM_CHECK_HANDLER_KEYS,
+  CLAIM_CHECK_HANDLER_RENAMES,
+} from '../options/option-keys';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { claimLedgerState, sequenceStoreState } from '../kernel/in-process-state.warning';
 import {
   CLAIM_CHECK_STORES,
@@ -45,6 +51,9 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
   }: DecoratedMethod<ClaimCheckHandlerOptions>): ChannelBinding[] {
     const name = `${className}.${methodName}`;
     const where = `${DECORATOR} on ${name}`;
+    const unknown: string[] = [];
+    checkKeys(unknown, options, CLAIM_CHECK_HANDLER_KEYS, CLAIM_CHECK_HANDLER_RENAMES);
+    if (unknown.length > 0) throw new SequenceOptionsError(where, unknown);
     const { channel: named, ...consumerOptions } = options;
     const channel = requireChannel(DECORATOR, className, methodName, named);
     const consumer: ClaimCheckConsumer = {

@@ -21,6 +21,13 @@ import {
 } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
 import { MAX_TTL_MS } from '../options/resolve-claim-check';
+import {
+  CHECK_IN_KEYS,
+  checkKeys,
+  CLAIM_PUBLISH_KEYS,
+  CLAIM_PUBLISH_RENAMES,
+  type KeyTree,
+} from '../options/option-keys';
 import { ClaimCheckHeader } from '../core/claim-check-headers';
 import { ClaimedPayload } from './claimed-payload';
 import { PayloadParking, type ParkOptions } from './payload-parking';
@@ -90,7 +97,7 @@ export class ClaimCheckService {
    * its signed ticket. The caller owns the ticket: publish it, or `release` it.
    */
   async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
-    checkedBeforeReading(payload, () => checkCallOptions('checkIn()', options));
+    checkedBeforeReading(payload, () => checkCallOptions('checkIn()', options, CHECK_IN_KEYS));
     return this.parking.park(payload, options, true);
   }
 
@@ -131,7 +138,7 @@ export class ClaimCheckService {
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.inlineMaxBytes ?? this.options.inlineMaxBytes;
     checkedBeforeReading(payload, () => {
-      checkCallOptions(`publish() to ${channel}`, options);
+      checkCallOptions(`publish() to ${channel}`, options, CLAIM_PUBLISH_KEYS);
       if (threshold > this.options.maxInlineBytes) {
         // It would read a stream up to it into memory, then fail to send it inline anyway.
         throw new SequenceOptionsError(`publish() to ${channel}`, [
@@ -246,8 +253,9 @@ export class ClaimCheckService {
 }
 
 /** Refuses per-call options the module would have refused at boot, and reserved headers. */
-function checkCallOptions(where: string, options: ClaimPublishOptions): void {
+function checkCallOptions(where: string, options: ClaimPublishOptions, keys: KeyTree): void {
   const problems: string[] = [];
+  checkKeys(problems, options, keys, CLAIM_PUBLISH_RENAMES);
   const integer = (name: string, value: number | undefined, min: number) => {
     if (value !== undefined && (!Number.isSafeInteger(value) || value < min)) {
       problems.push(`${name} must be an integer ≥ ${min}, got ${String(value)}`);

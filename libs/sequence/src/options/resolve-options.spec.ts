@@ -209,6 +209,40 @@ describe('resolveModuleOptions', () => {
     });
   });
 
+  describe('unknown and renamed options', () => {
+    it('refuses every old name with what replaced it, instead of keeping its default', () => {
+      const old = untyped<SequenceModuleOptions>({
+        fragmentBytes: 4 * MiB,
+        timeout: { ms: 60_000 },
+        sweepIntervalMs: false,
+        publish: { attempts: 9 },
+        claimCheck: { threshold: 1024, sweepBatch: 10 },
+        resequencer: { drainBatch: 8 },
+        outbox: { publishTimeoutMs: 5_000, outboxEvents: { retryBaseMs: 10 } },
+      });
+
+      expect(problemsOf(old)).toEqual([
+        'fragmentBytes is no longer an option: use `sequence.fragmentBytes`',
+        'timeout is no longer an option: use `sequence.timeoutMs` and `sequence.timeoutStrategy`',
+        'sweepIntervalMs is no longer an option: use `tuning.sweepers.expiry.intervalMs`',
+        'publish.attempts is no longer an option: use `publish.retry.attempts`',
+        'claimCheck.threshold is no longer an option: use `claimCheck.inlineMaxBytes`',
+        'claimCheck.sweepBatch is no longer an option: use `tuning.sweepers.orphans.batchSize`',
+        'resequencer.drainBatch is no longer an option: use `tuning.drain.batchSize`',
+        'outbox.publishTimeoutMs is no longer an option: use `publish.confirmTimeoutMs`',
+        'outbox.outboxEvents.retryBaseMs is no longer an option: use ' +
+          '`outbox.outboxEvents.retry.baseDelayMs`',
+      ]);
+    });
+
+    it('refuses a misspelt option, listing those of its object', () => {
+      expect(problemsOf(untyped({ tuning: { sweepers: { expiry: { interval: 5 } } } }))).toEqual([
+        'tuning.sweepers.expiry.interval is not an option; tuning.sweepers.expiry takes ' +
+          'intervalMs, batchSize',
+      ]);
+    });
+  });
+
   describe('validation', () => {
     it.each<[string, SequenceModuleOptions, string]>([
       [
@@ -489,6 +523,28 @@ describe('resolveSequenceConsumer', () => {
       maxSequenceBytes: 50 * MiB,
       prefetch: 2,
       deadLetterChannel: 'scans.failed',
+    });
+  });
+
+  it('refuses an option a consumer does not have, naming the handler', () => {
+    let error: unknown;
+    try {
+      resolveSequenceConsumer(
+        'sequence consumer of scans',
+        untyped({ timeout: { ms: 5_000 }, prefetchBytez: 1 }),
+        base,
+      );
+    } catch (caught) {
+      error = caught;
+    }
+
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect(error).toMatchObject({
+      where: 'sequence consumer of scans',
+      problems: [
+        'timeout is no longer an option: use `timeoutMs` and `timeoutStrategy`',
+        expect.stringMatching(/^prefetchBytez is not an option; the options are timeoutMs, /),
+      ],
     });
   });
 

@@ -1,6 +1,7 @@
 import { checkDelay, checkPrefetch } from '../core/option-checks';
 import type { Transport } from '../ports/transport.port';
 import { DEFAULTS } from './defaults';
+import { checkKeys, MODULE_KEYS, MODULE_RENAMES } from './option-keys';
 import type { SequenceModuleOptions } from './module-options';
 import type { ResolvedOptions } from './resolved-options';
 import { resolveClaimCheckOptions } from './resolve-claim-check';
@@ -26,6 +27,7 @@ export function resolveModuleOptions(
   options: SequenceModuleOptions,
   transport: Transport,
 ): ResolvedOptions {
+  checkKeys(problems, options, MODULE_KEYS, MODULE_RENAMES);
   const tuning = resolveTuning(problems, options.tuning);
   const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
   const handlerRetry = resolveRetryPolicy(

@@ -9,6 +9,7 @@ import { definedOnly } from '../core/objects';
 import { checkDelay, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
 import type { BoxName, MessageKind } from '../ports/outbox-store.port';
 import { DEFAULTS } from './defaults';
+import { checkKeys, INBOX_HANDLER_KEYS } from './option-keys';
 import type { BoxOptions, OutboxOptions } from './outbox.options';
 import type { ResolvedBoxOptions, ResolvedOutboxOptions } from './resolved-options';
 import { resolveRetryPolicy } from './resolve-shared';
@@ -125,6 +126,9 @@ export function resolveInboxHandler(
   options: { event?: unknown; command?: unknown; channel?: unknown },
   outbox: Pick<ResolvedOutboxOptions, 'serviceName'>,
 ): ResolvedInboxHandler {
+  const unknown: string[] = [];
+  checkKeys(unknown, options, INBOX_HANDLER_KEYS);
+  if (unknown.length > 0) throw new SequenceOptionsError(where, unknown);
   const hasEvent = options.event !== undefined;
   const hasCommand = options.command !== undefined;
   if (hasEvent === hasCommand) {

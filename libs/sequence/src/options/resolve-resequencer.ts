@@ -3,6 +3,7 @@ import { ResequenceHeader } from '../core/resequence-input';
 import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
 import { isSequenceNumber, MAX_SEQUENCE_NUMBER } from '../ports/resequencer-store.port';
 import { DEFAULTS } from './defaults';
+import { checkKeys, RESEQUENCER_DEFINITION_KEYS } from './option-keys';
 import type {
   ResolvedOptions,
   ResolvedResequencer,
@@ -45,6 +46,7 @@ export function resolveResequencerOptions(
 /** Problems of one resequencer definition on its own (empty when it is valid). */
 export function definitionProblems(definition: ResequencerDefinition): string[] {
   const problems: string[] = [];
+  checkKeys(problems, definition, RESEQUENCER_DEFINITION_KEYS);
   const { channel, name, key, seq, output, callHandler, start, gap } = definition;
   if (typeof channel !== 'string' || channel.length === 0) {
     problems.push('channel must be a non-empty string: the queue the events arrive on');

@@ -3,6 +3,7 @@ import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/
 import type { ExpiryPolicy, SequenceLimits } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
 import { DEFAULTS } from './defaults';
+import { checkKeys, CONSUMER_RENAMES, SEQUENCE_CONSUMER_KEYS } from './option-keys';
 import type { RetryPolicy } from './module-options';
 import type {
   ResolvedOptions,
@@ -92,6 +93,7 @@ export function resolveSequenceConsumer(
   options: Pick<ResolvedOptions, 'sequence'>,
 ): ResolvedSequenceConsumer {
   const problems: string[] = [];
+  checkKeys(problems, overrides, SEQUENCE_CONSUMER_KEYS, CONSUMER_RENAMES);
   const resolved = resolveConsumerInto(problems, '', overrides, options.sequence.consumer);
   if (resolved.maxSequenceBytes > options.sequence.maxBufferedBytes) {
     problems.push(

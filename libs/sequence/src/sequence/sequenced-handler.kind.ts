@@ -7,6 +7,7 @@ import {
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
 import { requireChannel } from '../kernel/discovery.messages';
+import { checkKeys, CONSUMER_RENAMES, SEQUENCED_HANDLER_KEYS } from '../options/option-keys';
 import { resequencerStoreState, sequenceStoreState } from '../kernel/in-process-state.warning';
 import { ORDERED_INTAKE, type OrderedIntake } from '../kernel/pattern-contracts';
 import { RESEQUENCER_STORE, SEQUENCE_STORE } from '../kernel/tokens';
@@ -42,6 +43,9 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
   }: DecoratedMethod<SequencedHandlerOptions>): ChannelBinding[] {
     const name = `${className}.${methodName}`;
     const where = `${DECORATOR} on ${name}`;
+    const unknown: string[] = [];
+    checkKeys(unknown, options, SEQUENCED_HANDLER_KEYS, CONSUMER_RENAMES);
+    if (unknown.length > 0) throw new SequenceOptionsError(where, unknown);
     const { channel: named, mode, ...overrides } = options;
     const channel = requireChannel(DECORATOR, className, methodName, named);
     if (mode !== undefined && mode !== 'reassemble' && mode !== 'stream') {

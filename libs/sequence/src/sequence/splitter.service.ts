@@ -25,6 +25,7 @@ import { publishWithRetry } from '../kernel/publish-with-retry';
 import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions, ResolvedPublishPolicy } from '../options/resolved-options';
 import { resolvePublishPolicy } from '../options/resolve-shared';
+import { checkKeys, SEND_KEYS, SEND_RENAMES } from '../options/option-keys';
 import type { Transport } from '../ports/transport.port';
 import type { SendOptions, SequenceReceipt } from './splitter.types';
 
@@ -210,6 +211,7 @@ export class SplitterService implements SequenceSender {
     options: SendOptions,
   ): ResolvedPublishPolicy {
     const problems: string[] = [];
+    checkKeys(problems, options, SEND_KEYS, SEND_RENAMES);
     const policy = resolvePublishPolicy(problems, 'publish', options.publish, this.options.publish);
     const { maxFragmentBytes } = this.options.sequence.consumer;
     const { headerAllowanceBytes } = this.options.tuning;

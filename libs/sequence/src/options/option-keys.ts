@@ -1,0 +1,271 @@
+/**
+ * The keys each options object may have, so that a misspelt or renamed option is refused at boot
+ * (or at the call) instead of silently keeping its default: TypeScript does not catch an extra
+ * key in an object that is not a literal (a `forRootAsync` factory's result, a spread, plain
+ * JavaScript). `option-keys.spec.ts` holds these trees equal to the options' types.
+ */
+
+/** An options object's keys: a nested tree for an object of options, `true` for a value. */
+export interface KeyTree {
+  readonly [key: string]: KeyTree | true;
+}
+
+/** Options that were renamed or moved, by their old path: where they are now. */
+export type Renames = Readonly<Record<string, string>>;
+
+export const RETRY_POLICY_KEYS = { attempts: true, baseDelayMs: true, maxDelayMs: true } as const;
+
+export const PUBLISH_POLICY_KEYS = {
+  confirmTimeoutMs: true,
+  retry: RETRY_POLICY_KEYS,
+  inFlight: true,
+} as const;
+
+const SWEEPER_KEYS = { intervalMs: true, batchSize: true } as const;
+
+const SEQUENCE_LIMIT_KEYS = {
+  timeoutMs: true,
+  timeoutStrategy: true,
+  maxSequenceBytes: true,
+  maxFragments: true,
+  maxFragmentBytes: true,
+} as const;
+
+export const SEQUENCE_CONSUMER_KEYS = {
+  ...SEQUENCE_LIMIT_KEYS,
+  handlerRetry: RETRY_POLICY_KEYS,
+  prefetch: true,
+  prefetchBytes: true,
+  deadLetterChannel: true,
+} as const;
+
+const BOX_KEYS = {
+  enabled: true,
+  pollIntervalMs: true,
+  batchSize: true,
+  concurrency: true,
+  retry: RETRY_POLICY_KEYS,
+  ordered: true,
+  retentionMs: true,
+  prefetch: true,
+} as const;
+
+const BOXES = ['outboxEvents', 'outboxCommands', 'inboxEvents', 'inboxCommands'] as const;
+
+export const MODULE_KEYS: KeyTree = {
+  transport: true,
+  stores: true,
+  publish: PUBLISH_POLICY_KEYS,
+  handlerRetry: RETRY_POLICY_KEYS,
+  prefetch: true,
+  shutdownTimeoutMs: true,
+  metrics: { registry: true, prefix: true },
+  consumerId: true,
+  sequence: {
+    ...SEQUENCE_LIMIT_KEYS,
+    store: true,
+    fragmentBytes: true,
+    prefetchBytes: true,
+    deadLetterChannel: true,
+    maxBufferedBytes: true,
+    maxOpenSequences: true,
+    retentionMs: true,
+    onExpired: true,
+  },
+  claimCheck: {
+    store: true,
+    readStores: true,
+    ledger: true,
+    signingKeys: true,
+    encryption: { keys: true },
+    inlineMaxBytes: true,
+    sequenceMaxBytes: true,
+    ttlMs: true,
+    expiredGraceMs: true,
+    orphanGraceMs: true,
+    deleteAfter: true,
+  },
+  resequencer: {
+    store: true,
+    maxBufferedPerKey: true,
+    maxBufferedTotal: true,
+    overflow: true,
+    onGap: true,
+  },
+  outbox: {
+    store: true,
+    migrate: true,
+    serviceName: true,
+    routes: { event: true, command: true },
+    ...Object.fromEntries(BOXES.map((box) => [box, BOX_KEYS])),
+  },
+  tuning: {
+    headerAllowanceBytes: true,
+    backpressureDelayMs: true,
+    leaseMs: true,
+    maxStoreRequeues: true,
+    drain: { batchSize: true, waitMs: true },
+    sweepers: {
+      expiry: SWEEPER_KEYS,
+      orphans: SWEEPER_KEYS,
+      gaps: SWEEPER_KEYS,
+      purge: SWEEPER_KEYS,
+    },
+  },
+};
+
+const TIMEOUT_RENAMED = '`timeoutMs` and `timeoutStrategy`';
+const PUBLISH_RETRY_RENAMES: Renames = {
+  'publish.attempts': '`publish.retry.attempts`',
+  'publish.baseDelayMs': '`publish.retry.baseDelayMs`',
+  'publish.maxDelayMs': '`publish.retry.maxDelayMs`',
+};
+
+export const MODULE_RENAMES: Renames = {
+  store: '`sequence.store` (or `stores`, e.g. redis(url) of nest-sequence/redis)',
+  ...Object.fromEntries(
+    [
+      'fragmentBytes',
+      'maxSequenceBytes',
+      'maxFragments',
+      'maxFragmentBytes',
+      'prefetchBytes',
+      'maxBufferedBytes',
+      'maxOpenSequences',
+      'retentionMs',
+      'onExpired',
+      'deadLetterChannel',
+    ].map((name) => [name, `\`sequence.${name}\``]),
+  ),
+  timeout: '`sequence.timeoutMs` and `sequence.timeoutStrategy`',
+  sweepIntervalMs: '`tuning.sweepers.expiry.intervalMs`',
+  headerAllowanceBytes: '`tuning.headerAllowanceBytes`',
+  backpressureDelayMs: '`tuning.backpressureDelayMs`',
+  leaseMs: '`tuning.leaseMs`',
+  ...PUBLISH_RETRY_RENAMES,
+  'claimCheck.threshold': '`claimCheck.inlineMaxBytes`',
+  'claimCheck.sweepIntervalMs': '`tuning.sweepers.orphans.intervalMs`',
+  'claimCheck.sweepBatch': '`tuning.sweepers.orphans.batchSize`',
+  'claimCheck.maxStoreRequeues': '`tuning.maxStoreRequeues`',
+  'resequencer.drainBatch': '`tuning.drain.batchSize`',
+  'resequencer.drainWaitMs': '`tuning.drain.waitMs`',
+  'resequencer.sweepIntervalMs': '`tuning.sweepers.gaps.intervalMs`',
+  'resequencer.sweepBatch': '`tuning.sweepers.gaps.batchSize`',
+  'outbox.publishTimeoutMs': '`publish.confirmTimeoutMs`',
+  'outbox.inboxPrefetch': '`prefetch` of `outbox.inboxEvents` and `outbox.inboxCommands`',
+  'outbox.purgeIntervalMs': '`tuning.sweepers.purge.intervalMs`',
+  'outbox.purgeBatchSize': '`tuning.sweepers.purge.batchSize`',
+  ...Object.fromEntries(
+    BOXES.flatMap((box) => [
+      [`outbox.${box}.maxAttempts`, `\`outbox.${box}.retry.attempts\``],
+      [`outbox.${box}.retryBaseMs`, `\`outbox.${box}.retry.baseDelayMs\``],
+      [`outbox.${box}.retryMaxMs`, `\`outbox.${box}.retry.maxDelayMs\``],
+    ]),
+  ),
+};
+
+/** `@SequencedHandler`'s options, and those of `AggregatorService.createConsumer`. */
+export const SEQUENCED_HANDLER_KEYS: KeyTree = {
+  channel: true,
+  mode: true,
+  ...SEQUENCE_CONSUMER_KEYS,
+};
+export const CONSUMER_RENAMES: Renames = { timeout: TIMEOUT_RENAMED };
+
+export const CLAIM_CHECK_HANDLER_KEYS: KeyTree = {
+  channel: true,
+  deleteAfter: true,
+  handlerRetry: RETRY_POLICY_KEYS,
+  prefetch: true,
+  deadLetterChannel: true,
+  sequence: SEQUENCE_LIMIT_KEYS,
+};
+export const CLAIM_CHECK_HANDLER_RENAMES: Renames = {
+  'sequence.timeout': '`sequence.timeoutMs` and `sequence.timeoutStrategy`',
+};
+
+export const RESEQUENCER_DEFINITION_KEYS: KeyTree = {
+  channel: true,
+  name: true,
+  key: true,
+  seq: true,
+  output: true,
+  outputInFlight: true,
+  callHandler: true,
+  start: true,
+  gap: { timeoutMs: true, policy: true },
+  maxBufferedPerKey: true,
+  overflow: true,
+  handlerRetry: RETRY_POLICY_KEYS,
+  prefetch: true,
+  deadLetterChannel: true,
+};
+
+export const INBOX_HANDLER_KEYS: KeyTree = {
+  event: true,
+  command: true,
+  channel: true,
+  processInTransaction: true,
+};
+
+/** `SplitterService.send`'s options. */
+export const SEND_KEYS: KeyTree = {
+  sequenceId: true,
+  fragmentBytes: true,
+  headers: true,
+  contentType: true,
+  contentEncoding: true,
+  publish: PUBLISH_POLICY_KEYS,
+  via: true,
+};
+export const SEND_RENAMES: Renames = PUBLISH_RETRY_RENAMES;
+
+/** `ClaimCheckService.checkIn`'s options. */
+export const CHECK_IN_KEYS: KeyTree = { contentType: true, ttlMs: true, metadata: true };
+
+/** `ClaimCheckService.publish`'s options. */
+export const CLAIM_PUBLISH_KEYS: KeyTree = {
+  ...CHECK_IN_KEYS,
+  inlineMaxBytes: true,
+  mode: true,
+  sequenceMaxBytes: true,
+  bytes: true,
+  headers: true,
+};
+export const CLAIM_PUBLISH_RENAMES: Renames = { threshold: '`inlineMaxBytes`' };
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
+}
+
+/**
+ * Adds a problem to `problems` for each key of `value` (and of the option objects within it)
+ * that `keys` does not have: what replaced it when it was renamed, else the keys there are.
+ * Values that are not plain objects are left to the checks of their values.
+ */
+export function checkKeys(
+  problems: string[],
+  value: unknown,
+  keys: KeyTree,
+  renames: Renames = {},
+  at = '',
+): void {
+  if (!isPlainObject(value)) return;
+  for (const [key, given] of Object.entries(value)) {
+    const path = at ? `${at}.${key}` : key;
+    const known = keys[key];
+    if (known === undefined) {
+      const renamed = renames[path];
+      problems.push(
+        renamed
+          ? `${path} is no longer an option: use ${renamed}`
+          : `${path} is not an option; ${at ? `${at} takes` : 'the options are'} ` +
+              `${Object.keys(keys).join(', ')}`,
+      );
+    } else if (known !== true && given !== undefined) {
+      checkKeys(problems, given, known, renames, path);
+    }
+  }
+}
