@@ -34,7 +34,7 @@ export const settings = readSettings(() => {
     writers: positive('BENCH_OUTBOX_WRITERS', 16),
     /** Relay batch size; also the raw path's bound on unconfirmed messages. Library default. */
     batchSize: positive('BENCH_OUTBOX_BATCH', 100),
-    /** Claims the relay runs at once; unset keeps the library's default (OUTBOX_DEFAULTS). */
+    /** Claims the relay runs at once; unset keeps the library's default (DEFAULTS.outbox.outboxes). */
     relayConcurrency: optionalPositiveInteger('BENCH_OUTBOX_CONCURRENCY'),
     /** Connections of each pool the benchmark's writers use (the module store's default). */
     poolSize: positive('BENCH_OUTBOX_POOL', 10),

@@ -7,7 +7,7 @@
 // Module
 export { SequenceModule } from './sequence.module';
 export type { SequenceModuleOptions, RetryPolicy } from './options/module-options';
-export { SEQUENCE_TRANSPORT } from './kernel/tokens';
+export { SEQUENCE_METRICS_REGISTRY, SEQUENCE_TRANSPORT } from './kernel/tokens';
 
 // Decorators and what they take
 export {

@@ -53,6 +53,27 @@ export function composeAdapters(
       );
     }
   }
+  for (const [path, adapter, port, methods] of [
+    ['transport', options.transport, 'Transport', ['publish', 'subscribe', 'close']],
+    ['sequence.store', options.sequence?.store, 'SequenceStore', ['accept', 'finish', 'close']],
+    [
+      'resequencer.store',
+      options.resequencer?.store,
+      'ResequencerStore',
+      ['accept', 'claimDrain', 'close'],
+    ],
+    ['claimCheck.store', options.claimCheck?.store, 'PayloadStore', ['put', 'get', 'close']],
+    [
+      'claimCheck.ledger',
+      options.claimCheck?.ledger,
+      'ClaimLedger',
+      ['claim', 'complete', 'close'],
+    ],
+    ['outbox.store', options.outbox?.store, 'OutboxStore', ['append', 'claim', 'close']],
+  ] as const) {
+    const problem = adapterProblem(path, adapter, port, methods);
+    if (problem) problems.push(problem);
+  }
   const fromSets = <K extends keyof StoreSet>(key: K): StoreSet[K] | undefined =>
     sets.find((set) => set?.[key] !== undefined)?.[key];
 
@@ -78,6 +99,35 @@ export function composeAdapters(
     outbox: { store: outboxStore, openEmbedded: openEmbeddedOutboxStore },
     owned,
   };
+}
+
+/**
+ * What is wrong with an adapter given as `path`, or undefined: it must have the port's methods (a
+ * store set from a preset, say, goes under `stores`).
+ */
+function adapterProblem(
+  path: string,
+  adapter: unknown,
+  port: string,
+  methods: readonly string[],
+): string | undefined {
+  if (adapter === undefined) return undefined;
+  const missing =
+    typeof adapter === 'object' && adapter !== null
+      ? methods.filter(
+          (method) => typeof (adapter as Record<string, unknown>)[method] !== 'function',
+        )
+      : methods;
+  if (missing.length === 0) return undefined;
+  const storeSet =
+    typeof adapter === 'object' &&
+    adapter !== null &&
+    ['sequenceStore', 'resequencerStore', 'payloadStore', 'claimLedger', 'outboxStore'].some(
+      (key) => key in adapter,
+    );
+  return storeSet
+    ? `${path} is given a store set (from a preset such as redis()); pass it as \`stores\` instead`
+    : `${path} must be a ${port} (it has no ${missing.join(', ')}); see nest-sequence/ports`;
 }
 
 function claimCheckStores(

@@ -12,6 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Test } from '@nestjs/testing';
+import { Registry } from 'prom-client';
 import {
   ClaimCheck,
   ClaimCheckService,
@@ -24,6 +25,7 @@ import {
   type ResequencedEvent,
   MemorySequenceStore,
   ReassembledPayload,
+  SEQUENCE_METRICS_REGISTRY,
   SEQUENCE_TRANSPORT,
   SequenceModule,
   SequenceHandlerConflictError,
@@ -379,6 +381,214 @@ describe('SequenceModule', () => {
       expect((error as SequenceOptionsError).problems).toEqual([
         'timeoutMs must be an integer >= 1, got 0',
       ]);
+    });
+  });
+
+  describe('unknown and renamed options', () => {
+    /** Lets a test pass options TypeScript would refuse, as a config object or JavaScript does. */
+    const untyped = <T>(value: unknown): T => value as T;
+
+    it('refuses, from a forRootAsync factory, a store under its old name instead of ignoring it', async () => {
+      const store = new MemorySequenceStore();
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRootAsync({
+            // A factory's result is not a literal: TypeScript lets the extra key through.
+            useFactory: async () => untyped<SequenceModuleOptions>({ prefetch: 8, store }),
+          }),
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'store is no longer an option: use `sequence.store` (or `stores`, e.g. redis(url) of ' +
+          'nest-sequence/redis)',
+      ]);
+    });
+
+    it.each<[string, () => unknown, string, string[]]>([
+      [
+        '@SequencedHandler',
+        () => {
+          @Injectable()
+          class Handler {
+            @SequencedHandler(untyped({ channel: 'a', timeout: { ms: 1_000 } }))
+            async handle(): Promise<void> {}
+          }
+          return Handler;
+        },
+        '@SequencedHandler on Handler.handle',
+        ['timeout is no longer an option: use `timeoutMs` and `timeoutStrategy`'],
+      ],
+      [
+        '@ClaimCheck',
+        () => {
+          @Injectable()
+          class Handler {
+            @ClaimCheck(untyped({ channel: 'a', sequence: { timeout: { ms: 1_000 } } }))
+            async handle(): Promise<void> {}
+          }
+          return Handler;
+        },
+        '@ClaimCheck on Handler.handle',
+        [
+          'sequence.timeout is no longer an option: use `sequence.timeoutMs` and ' +
+            '`sequence.timeoutStrategy`',
+        ],
+      ],
+      [
+        '@Resequenced',
+        () => {
+          @Injectable()
+          class Handler {
+            @Resequenced(
+              untyped({ channel: 'a', gap: { timeoutMs: 1_000, policy: 'alert', grace: 1 } }),
+            )
+            async handle(): Promise<void> {}
+          }
+          return Handler;
+        },
+        '@Resequenced on Handler.handle',
+        ['gap.grace is not an option; gap takes timeoutMs, policy'],
+      ],
+      [
+        '@InboxHandler',
+        () => {
+          @Injectable()
+          class Handler {
+            @InboxHandler(untyped({ event: 'TaskCreated', inTransaction: true }))
+            async handle(): Promise<void> {}
+          }
+          return Handler;
+        },
+        '@InboxHandler on Handler.handle',
+        [
+          'inTransaction is not an option; the options are event, command, channel, ' +
+            'processInTransaction',
+        ],
+      ],
+    ])(
+      'refuses an unknown option of %s at boot, naming the method',
+      async (_, define, where, problems) => {
+        const error = await bootError({
+          imports: [SequenceModule.forRoot()],
+          providers: [define() as new () => unknown],
+        });
+
+        expect(error).toBeInstanceOf(SequenceOptionsError);
+        expect(error).toMatchObject({ where, problems });
+      },
+    );
+
+    it('refuses a store set given where one store goes, and an adapter without its methods', async () => {
+      const set = {
+        name: 'redis',
+        sequenceStore: new MemorySequenceStore(),
+        close: async () => {},
+      };
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            resequencer: { store: untyped(set) },
+            claimCheck: { ledger: untyped({ name: 'mine', claim: () => undefined }) },
+          }),
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'resequencer.store is given a store set (from a preset such as redis()); pass it as ' +
+          '`stores` instead',
+        'claimCheck.ledger must be a ClaimLedger (it has no complete, close); see ' +
+          'nest-sequence/ports',
+      ]);
+    });
+
+    it('refuses old per-call options of send() and publish() before sending anything', async () => {
+      const transport = new InMemoryTransport();
+      const app = await boot({ imports: [SequenceModule.forRoot({ transport })] });
+
+      await expect(
+        app.get(SplitterService).send('calls', bytes(10), untyped({ publish: { attempts: 1 } })),
+      ).rejects.toMatchObject({
+        problems: ['publish.attempts is no longer an option: use `publish.retry.attempts`'],
+      });
+      await expect(
+        app.get(ClaimCheckService).publish('calls', bytes(10), untyped({ threshold: 1 })),
+      ).rejects.toMatchObject({
+        problems: ['threshold is no longer an option: use `inlineMaxBytes`'],
+      });
+      expect(transport.depth('calls')).toBe(0);
+    });
+  });
+
+  describe('metrics', () => {
+    it("hands out the registry its metrics are in, the module's own by default", async () => {
+      const Handler = recordingHandler({ channel: 'metered' });
+      const app = await boot({ imports: [SequenceModule.forRoot()], providers: [Handler] });
+      await roundTrip(app, Handler, 'metered', bytes(1_000));
+
+      const registry = app.get<Registry>(SEQUENCE_METRICS_REGISTRY);
+      expect(await registry.metrics()).toMatch(
+        /^nest_sequence_sequences_completed_total\{channel="metered"\} 1$/m,
+      );
+    });
+
+    it('hands out the registry given in options', async () => {
+      const given = new Registry();
+      const app = await boot({
+        imports: [SequenceModule.forRoot({ metrics: { registry: given } })],
+      });
+
+      expect(app.get(SEQUENCE_METRICS_REGISTRY)).toBe(given);
+    });
+  });
+
+  describe('secrets', () => {
+    it('lets no other module look up its options, which hold the keys', async () => {
+      const secret = Buffer.alloc(32, 9);
+      const app = await boot({
+        imports: [
+          SequenceModule.forRoot({
+            claimCheck: {
+              store: new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+              signingKeys: [{ id: 'k1', secret }],
+            },
+          }),
+        ],
+      });
+
+      for (const token of ['SEQUENCE_MODULE_OPTIONS', 'SEQUENCE_OPTIONS', 'CLAIM_CHECK_OPTIONS']) {
+        expect(() => app.get<unknown>(token, { strict: false })).toThrow();
+      }
+    });
+  });
+
+  describe('shutdown', () => {
+    it('closes every store set though one fails to close', async () => {
+      const closed: string[] = [];
+      const set = (name: string, fails: boolean) => ({
+        name,
+        close: async () => {
+          closed.push(name);
+          if (fails) throw new Error(`${name} would not close`);
+        },
+      });
+      const logger = new CapturingLogger();
+      const app = await boot(
+        {
+          imports: [SequenceModule.forRoot({ stores: [set('first', true), set('second', false)] })],
+        },
+        logger,
+      );
+
+      await app.close();
+      apps.splice(apps.indexOf(app), 1);
+
+      expect(closed).toEqual(['first', 'second']);
+      expect(logger.warnings).toContainEqual(
+        expect.stringContaining('closing the store set first failed: first would not close'),
+      );
     });
   });
 

@@ -1,5 +1,6 @@
 import {
   Inject,
+  Logger,
   Module,
   type DynamicModule,
   type OnApplicationShutdown,
@@ -14,6 +15,7 @@ import { ClaimCheckService } from './claim-check/claim-check.service';
 import { ClaimCheckFragmentParking } from './claim-check/fragment-parking';
 import { OrphanSweeper } from './claim-check/orphan.sweeper';
 import { PayloadParking } from './claim-check/payload-parking';
+import { errorMessage } from './core/errors/caught';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { HANDLER_KINDS } from './kernel/channel-binding';
 import { ChannelRegistry } from './kernel/channel.registry';
@@ -33,6 +35,7 @@ import {
   RESEQUENCER_STORE,
   RESOLVED_OPTIONS,
   SEQUENCE_STORE,
+  SEQUENCE_METRICS_REGISTRY,
   SEQUENCE_TRANSPORT,
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
@@ -98,6 +101,11 @@ const providers: Provider[] = [
   ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
   // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
   ModuleMetrics,
+  {
+    provide: SEQUENCE_METRICS_REGISTRY,
+    inject: [ModuleMetrics],
+    useFactory: (metrics: ModuleMetrics) => metrics.registry,
+  },
   ChannelRegistry,
   HandlerExplorer,
   ConsumerHost,
@@ -171,6 +179,7 @@ const providers: Provider[] = [
     ResequencerService,
     OutboxService,
     SEQUENCE_TRANSPORT,
+    SEQUENCE_METRICS_REGISTRY,
     // For nest-sequence/health: what its indicators ping (the symbols are not exported).
     SEQUENCE_STORE,
     RESEQUENCER_STORE,
@@ -214,8 +223,27 @@ export class SequenceModule
     return super.forRootAsync(options);
   }
 
-  /** Closes what the module opened itself (the embedded defaults) and the `stores` sets. */
+  /**
+   * Closes what the module opened itself (the embedded defaults) and the `stores` sets, in order;
+   * one failing to close is logged and does not keep the others open.
+   */
   async onApplicationShutdown(): Promise<void> {
-    for (const adapter of this.composition.adapters.owned) await adapter.close();
+    for (const adapter of this.composition.adapters.owned) {
+      try {
+        await adapter.close();
+      } catch (error) {
+        new Logger('SequenceModule').warn(
+          `closing ${adapterName(adapter)} failed: ${errorMessage(error)}`,
+        );
+      }
+    }
   }
+}
+
+/** An owned adapter in a log line: its class, or the name of a `stores` set (a plain object). */
+function adapterName(adapter: object): string {
+  const name = (adapter as { name?: unknown }).name;
+  return adapter.constructor === Object || adapter.constructor === undefined
+    ? `the store set ${String(name)}`
+    : adapter.constructor.name;
 }

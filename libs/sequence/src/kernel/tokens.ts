@@ -3,11 +3,17 @@ import type { OutboxStore } from '../ports/outbox-store.port';
 import type { PayloadStore } from '../ports/payload-store.port';
 
 // Injection tokens of what the module (the composition root) hands the patterns: the resolved
-// options and the adapters it chose. Only SEQUENCE_TRANSPORT is public; the others are not
-// exported from the package.
+// options and the adapters it chose. Only SEQUENCE_TRANSPORT and SEQUENCE_METRICS_REGISTRY are
+// public; the others are not exported from the package.
 
 /** Injection token of the active {@link Transport} (public: apps publish and subscribe with it). */
 export const SEQUENCE_TRANSPORT = Symbol('nest-sequence:transport');
+/**
+ * Injection token of the prom-client `Registry` the module's metrics are in (public: serve
+ * `await registry.metrics()` on your scrape endpoint): `metrics.registry` when given, else the
+ * module's own.
+ */
+export const SEQUENCE_METRICS_REGISTRY = Symbol('nest-sequence:metrics-registry');
 /** Injection token of the resolved options ({@link ResolvedOptions}). */
 export const RESOLVED_OPTIONS = Symbol('nest-sequence:options');
 /** Injection token of the active {@link SequenceStore}. */

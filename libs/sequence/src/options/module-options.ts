@@ -19,9 +19,12 @@ export interface RetryPolicy {
   maxDelayMs?: number;
 }
 
-/** How the module publishes: every fragment, ticket, resequenced output and relayed record. */
+/**
+ * How the module publishes: every fragment, ticket and resequenced output. The outbox relay uses
+ * `confirmTimeoutMs` only: a record that fails is retried on its box's `retry` schedule.
+ */
 export interface PublishPolicy {
-  /** How long one publish waits for the broker's confirm. @default 10000 */
+  /** How long one publish waits for the broker's confirm (the outbox relay's too). @default 10000 */
   confirmTimeoutMs?: number;
   /** Retries of a publish that failed or timed out. @default { attempts: 5, baseDelayMs: 100, maxDelayMs: 5000 } */
   retry?: RetryPolicy;

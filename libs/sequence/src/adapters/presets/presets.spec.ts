@@ -76,6 +76,22 @@ describeWithServer('redis', 'redis(): every Redis store over one connection', ()
     await eventually(async () => (await named()).length === 0, 'the preset client closed');
   });
 
+  it('closes the client it opened when a store refuses its options', async () => {
+    const name = `nseq-preset-${randomUUID().slice(0, 8)}`;
+    const named = async () =>
+      (await clientList(admin)).filter((line) => line.includes(`name=${name} `));
+
+    expect(() =>
+      redis(SERVERS.redis.url, {
+        redis: { connectionName: name },
+        sequenceStore: { keyTtlMarginMs: 0 },
+      }),
+    ).toThrow(/keyTtlMarginMs must be an integer >= 1/);
+    // Had it stayed open, the client would have connected by now and stayed.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await named()).toEqual([]);
+  });
+
   it('leaves payloads to another store with payloadStore: false', () => {
     const set = redis(new Redis(SERVERS.redis.url, { lazyConnect: true }), {
       payloadStore: false,

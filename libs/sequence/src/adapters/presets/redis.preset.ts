@@ -47,16 +47,26 @@ export function redis(
   const ownsClient = typeof urlOrClient === 'string';
   const client = ownsClient ? newRedisClient(urlOrClient, options.redis) : urlOrClient;
   const shared = { prefix: options.prefix, unsafeSocketTricks: options.unsafeSocketTricks };
-  const sequenceStore = new RedisSequenceStore(client, { ...options.sequenceStore, ...shared });
-  const resequencerStore = new RedisResequencerStore(client, {
-    ...options.resequencerStore,
-    ...shared,
-  });
-  const claimLedger = new RedisClaimLedger(client, { ...options.claimLedger, ...shared });
-  const payloadStore =
-    options.payloadStore === false
-      ? undefined
-      : new RedisPayloadStore(client, { ...options.payloadStore, ...shared });
+  let stores;
+  try {
+    stores = {
+      sequenceStore: new RedisSequenceStore(client, { ...options.sequenceStore, ...shared }),
+      resequencerStore: new RedisResequencerStore(client, {
+        ...options.resequencerStore,
+        ...shared,
+      }),
+      claimLedger: new RedisClaimLedger(client, { ...options.claimLedger, ...shared }),
+      payloadStore:
+        options.payloadStore === false
+          ? undefined
+          : new RedisPayloadStore(client, { ...options.payloadStore, ...shared }),
+    };
+  } catch (error) {
+    // A store refused its options: the connection opened for them must not stay open.
+    if (ownsClient) client.disconnect();
+    throw error;
+  }
+  const { sequenceStore, resequencerStore, claimLedger, payloadStore } = stores;
   return {
     name: 'redis',
     sequenceStore,

@@ -1,8 +1,9 @@
 import { SequenceError } from './sequence.error';
 
 /**
- * Two handler methods (`@SequencedHandler`, `@ClaimCheck`) claim one channel; the application
- * does not start.
+ * Two handler methods (`@SequencedHandler`, `@ClaimCheck`, `@Resequenced`, `@InboxHandler`, in
+ * any combination; inbox handlers of different types may share one) claim one channel; the
+ * application does not start.
  */
 export class SequenceHandlerConflictError extends SequenceError {
   readonly code = 'handler-conflict' as const;
