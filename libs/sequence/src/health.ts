@@ -1,5 +1,9 @@
-// `nest-sequence/health`: the @nestjs/terminus integration, apart from the main entry so that
-// only applications that import it need @nestjs/terminus installed.
+/**
+ * `nest-sequence/health`: the @nestjs/terminus integration, apart from the main entry so that
+ * only applications that import it need @nestjs/terminus installed.
+ *
+ * @module nest-sequence/health
+ */
 export {
   SequenceHealthIndicator,
   type SequenceDependencyHealth,

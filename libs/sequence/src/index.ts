@@ -1,8 +1,12 @@
-// The root entry point, `nest-sequence`: what an application writes. Adapters for real servers
-// live behind subpaths (`nest-sequence/rabbitmq`, `/redis`, `/postgres`, `/sqlite`, `/s3`), so an
-// application compiles with only the peers of the subpaths it imports; the wire codecs are in
-// `nest-sequence/wire`, the port contracts in full in `nest-sequence/ports`, the conformance
-// suites in `nest-sequence/testing` and the health indicators in `nest-sequence/health`.
+/**
+ * The root entry point, `nest-sequence`: what an application writes. Adapters for real servers
+ * live behind subpaths (`nest-sequence/rabbitmq`, `/redis`, `/postgres`, `/sqlite`, `/s3`), so an
+ * application compiles with only the peers of the subpaths it imports; the wire codecs are in
+ * `nest-sequence/wire`, the port contracts in full in `nest-sequence/ports`, the conformance
+ * suites in `nest-sequence/testing` and the health indicators in `nest-sequence/health`.
+ *
+ * @module nest-sequence
+ */
 
 // Module
 export { SequenceModule } from './sequence.module';

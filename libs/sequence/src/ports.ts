@@ -1,6 +1,10 @@
-// `nest-sequence/ports`: the port contracts in full (every type their methods take and return),
-// for authors of adapters: a transport, a sequence, resequencer or outbox store, a payload store or
-// a claim ledger of their own. Prove one with the suites of `nest-sequence/testing`.
+/**
+ * `nest-sequence/ports`: the port contracts in full (every type their methods take and return),
+ * for authors of adapters: a transport, a sequence, resequencer or outbox store, a payload store or
+ * a claim ledger of their own. Prove one with the suites of `nest-sequence/testing`.
+ *
+ * @module nest-sequence/ports
+ */
 export type {
   Disposition,
   InboundMessage,

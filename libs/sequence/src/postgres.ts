@@ -1,5 +1,9 @@
-// `nest-sequence/postgres`: the PostgreSQL outbox store, its migrations and `postgres()`, the
-// preset for the module's `stores` (peer: pg).
+/**
+ * `nest-sequence/postgres`: the PostgreSQL outbox store, its migrations and `postgres()`, the
+ * preset for the module's `stores` (peer: pg).
+ *
+ * @module nest-sequence/postgres
+ */
 export { PostgresOutboxStore } from './adapters/stores/postgres/postgres.outbox-store';
 export type {
   PostgresOutboxConnectOptions,

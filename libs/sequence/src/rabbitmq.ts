@@ -1,4 +1,8 @@
-// `nest-sequence/rabbitmq`: the RabbitMQ transport (peers: @golevelup/nestjs-rabbitmq, amqplib).
+/**
+ * `nest-sequence/rabbitmq`: the RabbitMQ transport (peers: @golevelup/nestjs-rabbitmq, amqplib).
+ *
+ * @module nest-sequence/rabbitmq
+ */
 export { RabbitMqTransport } from './adapters/transports/rabbitmq/rabbitmq.transport';
 export type {
   RabbitMqQueueType,

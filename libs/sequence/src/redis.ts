@@ -1,6 +1,10 @@
-// `nest-sequence/redis`: every Redis adapter (peer: ioredis), and `redis()`, the preset that wires
-// the sequence store, the resequencer store, the claim ledger and the payload store over one
-// connection.
+/**
+ * `nest-sequence/redis`: every Redis adapter (peer: ioredis), and `redis()`, the preset that wires
+ * the sequence store, the resequencer store, the claim ledger and the payload store over one
+ * connection.
+ *
+ * @module nest-sequence/redis
+ */
 export {
   RedisSequenceStore,
   type RedisSequenceStoreOptions,

@@ -1,4 +1,8 @@
-// `nest-sequence/s3`: the S3-compatible payload store (peer: @aws-sdk/client-s3).
+/**
+ * `nest-sequence/s3`: the S3-compatible payload store (peer: @aws-sdk/client-s3).
+ *
+ * @module nest-sequence/s3
+ */
 export { S3PayloadStore } from './adapters/payload/s3/s3.payload-store';
 export type {
   S3ConnectOptions,

@@ -1,5 +1,9 @@
-// `nest-sequence/sqlite`: the SQLite outbox store (peer: better-sqlite3), the embedded default of
-// the outbox, on a file for a single instance that must survive restarts.
+/**
+ * `nest-sequence/sqlite`: the SQLite outbox store (peer: better-sqlite3), the embedded default of
+ * the outbox, on a file for a single instance that must survive restarts.
+ *
+ * @module nest-sequence/sqlite
+ */
 export {
   SqliteOutboxStore,
   type SqliteOutboxOpenOptions,

@@ -1,12 +1,16 @@
-// `nest-sequence/testing`: the behavioural suite of each port, which every adapter of this
-// package passes, for adapters written elsewhere to prove themselves against the same contract;
-// and doubles for tests. The suites run under a test runner with Jest-style globals (`describe`,
-// `it`, `expect`, `beforeEach`...: Jest, or Vitest with `globals: true`).
-//
-// @example
-// describeSequenceStoreConformance('my store', {
-//   create: async () => new MySequenceStore(connection, { prefix: randomUUID() }),
-// });
+/**
+ * `nest-sequence/testing`: the behavioural suite of each port, which every adapter of this
+ * package passes, for adapters written elsewhere to prove themselves against the same contract;
+ * and doubles for tests. The suites run under a test runner with Jest-style globals (`describe`,
+ * `it`, `expect`, `beforeEach`...: Jest, or Vitest with `globals: true`).
+ *
+ * @example
+ * describeSequenceStoreConformance('my store', {
+ *   create: async () => new MySequenceStore(connection, { prefix: randomUUID() }),
+ * });
+ *
+ * @module nest-sequence/testing
+ */
 export {
   describeTransportConformance,
   type TransportHarness,

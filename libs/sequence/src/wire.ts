@@ -1,6 +1,10 @@
-// `nest-sequence/wire`: the wire contract as code, for producers and consumers that do not run
-// the module (another service, a script, a test): fragment headers, claim tickets, the
-// resequencer's and the outbox's headers, and the dead-letter reasons.
+/**
+ * `nest-sequence/wire`: the wire contract as code, for producers and consumers that do not run
+ * the module (another service, a script, a test): fragment headers, claim tickets, the
+ * resequencer's and the outbox's headers, and the dead-letter reasons.
+ *
+ * @module nest-sequence/wire
+ */
 export {
   SequenceHeader,
   WIRE_VERSION,
