@@ -5,7 +5,7 @@ import { SequenceOptionsError } from './errors/sequence-options.error';
 export interface ClaimTicketKey {
   /** Travels in tickets as `kid`: a name, never secret (1–64 of `[A-Za-z0-9._:-]`). */
   readonly id: string;
-  /** At least {@link MIN_TICKET_SECRET_BYTES} bytes, e.g. `openssl rand -base64 32`. */
+  /** At least 32 bytes (`MIN_TICKET_SECRET_BYTES`), e.g. `openssl rand -base64 32`. */
   readonly secret: Buffer | string;
 }
 

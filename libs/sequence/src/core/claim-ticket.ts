@@ -21,7 +21,10 @@ import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-k
  */
 export interface ClaimTicket {
   readonly v: 1;
-  /** Name of the payload store holding the payload (see {@link STORE_NAME_PATTERN}). */
+  /**
+   * Name of the payload store holding the payload: 1-64 characters of `[A-Za-z0-9._-]`, the
+   * first a letter or digit.
+   */
   readonly store: string;
   /** The store's ref for the payload: opaque, 1–512 characters, untrusted until signed. */
   readonly ref: string;
@@ -34,7 +37,7 @@ export interface ClaimTicket {
   readonly expiresAt: number;
   /** Id of the key whose secret made `sig`. */
   readonly kid: string;
-  /** HMAC-SHA256 over {@link ticketSigningInput}, base64url without padding (43 characters). */
+  /** HMAC-SHA256 over the other fields, base64url without padding (43 characters). */
   readonly sig: string;
 }
 
@@ -191,7 +194,7 @@ export function verifyTicket(
 
 /**
  * Parses a message body as a ticket candidate for {@link verifyTicket}: strict UTF-8 JSON of at
- * most {@link MAX_TICKET_BODY_BYTES}, refused by size before any parsing.
+ * most 8 KiB (`MAX_TICKET_BODY_BYTES`), refused by size before any parsing.
  * @throws ClaimTicketInvalidError (`malformed`).
  */
 export function parseTicketBody(body: Uint8Array): unknown {

@@ -91,7 +91,7 @@ export interface Subscription {
  *     `prefetch` slots during the delay is the adapter's choice (see each adapter).
  * - `dead-letter` publishes the message to the dead-letter channel with its body and headers
  *   preserved, plus `x-death-reason` and without {@link REQUEUE_COUNT_HEADER} (see
- *   {@link deadLetterHeaders}), before the original is removed. Without a `deadLetterChannel` at
+ *   `deadLetterHeaders`), before the original is removed. Without a `deadLetterChannel` at
  *   subscribe, that is {@link Transport.deadLetterChannel}.
  * - Closing a subscription (or losing the consumer) redelivers its unsettled messages.
  * - At most `prefetch` unsettled messages are in a subscriber's hands at once.

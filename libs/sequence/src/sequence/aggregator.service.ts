@@ -42,8 +42,8 @@ const INTAKE_DIGEST_CAPACITY = 1024;
 
 /**
  * Consumer side of Message Sequence: validates each fragment, stores it, and when a sequence is
- * complete hands it to {@link SequenceDelivery}, once. `@SequencedHandler` methods are wired to
- * it by the module; use it directly when you consume with your own subscriber:
+ * complete verifies it and calls the consumer's handler, once. `@SequencedHandler` methods are
+ * wired to it by the module; use it directly when you consume with your own subscriber:
  *
  * @example
  * const consumer = aggregator.createConsumer('scans', (payload) => archive(payload.stream()));

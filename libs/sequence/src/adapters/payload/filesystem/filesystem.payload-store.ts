@@ -160,7 +160,7 @@ export class FilesystemPayloadStore implements PayloadStore {
     return false;
   }
 
-  /** See {@link findSweepCandidates} for what a sweep costs. */
+  /** See `findSweepCandidates` for what a sweep costs. */
   async sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]> {
     const layout = await this.ready();
     if (query.limit <= 0) return [];

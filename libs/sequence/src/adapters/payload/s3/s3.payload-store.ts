@@ -86,7 +86,7 @@ export class S3PayloadStore implements PayloadStore {
     return store;
   }
 
-  /** See {@link uploadObject} for how the bytes travel and what a failure leaves. */
+  /** See `uploadObject` for how the bytes travel and what a failure leaves. */
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     let ref: string;
     try {

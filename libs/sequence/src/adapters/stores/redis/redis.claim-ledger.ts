@@ -45,7 +45,7 @@ const CLAIM_OUTCOMES: ReadonlySet<unknown> = new Set<ClaimOutcome>(['claimed', '
 /**
  * {@link ClaimLedger} on Redis (single node or Cluster), shared by any number of consumer
  * instances. Each call is one Lua script over the keys of one ticket, which share a hash tag
- * (see {@link RedisClaimKeys} for the layout): atomic, single-slot, and every key it writes has
+ * (see `RedisClaimKeys` for the layout): atomic, single-slot, and every key it writes has
  * a TTL.
  *
  * Redis unavailable: every method rejects with the client's error (after the ioredis client's
