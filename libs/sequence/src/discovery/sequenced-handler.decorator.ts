@@ -23,7 +23,7 @@ export interface SequencedHandlerOptions extends SequenceConsumerOptions {
  * per fragment instead, in order, with a {@link StreamedFragment}.
  *
  * @example
- * @SequencedHandler({ channel: 'imaging.ai.intake', timeout: { ms: 60_000 } })
+ * @SequencedHandler({ channel: 'imaging.ai.intake', timeoutMs: 60_000 })
  * async analyse(study: ReassembledPayload) { ... }
  */
 export const SequencedHandler = (options: SequencedHandlerOptions): MethodDecorator =>
