@@ -465,6 +465,13 @@ describe('resolveModuleOptions', () => {
       );
     });
 
+    it("reports a bad module handlerRetry once, not again as each pattern's", () => {
+      expect(problemsOf({ handlerRetry: { baseDelayMs: 50_000 } })).toEqual([
+        'handlerRetry.maxDelayMs (30000) is below baseDelayMs (50000); raise maxDelayMs or ' +
+          'lower baseDelayMs',
+      ]);
+    });
+
     it('reports every problem at once, in one SequenceOptionsError', () => {
       let error: unknown;
       try {

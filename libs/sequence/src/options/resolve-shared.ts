@@ -30,6 +30,8 @@ export function resolveRetryPolicy(
     problems.push(`${at} must be { attempts?, baseDelayMs?, maxDelayMs? }`);
     return base;
   }
+  // Nothing given: the base is what applies, and it was checked where it was given.
+  if (given === undefined) return base;
   const policy = { ...base, ...definedOnly(given ?? {}) };
   checkInteger(problems, `${at}.attempts`, policy.attempts, 1);
   checkDelay(problems, `${at}.baseDelayMs`, policy.baseDelayMs, 0);
