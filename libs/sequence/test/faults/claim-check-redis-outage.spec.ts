@@ -8,7 +8,7 @@ import {
   type ClaimCheckApp,
 } from './support/claim-check.app';
 import { singleMetricValue } from './support/metrics';
-import { OwnedRedisServer } from './support/owned-redis.server';
+import { OwnedRedisServer } from '../support/processes/owned-redis.server';
 import { RabbitMqAdmin } from './support/rabbitmq.admin';
 import { describeOnRealServers } from './support/real-servers';
 import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
-import { ConsumerProcess, type ConsumerEvent } from './support/consumer-process';
+import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
 import { AMQP_URL } from './support/rabbitmq.admin';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';

@@ -7,7 +7,8 @@ import {
   messageIds,
   orderPlaced,
 } from './support/outbox-app';
-import { OutboxRelayProcess, useRelayProcesses } from './support/outbox-relay-process';
+import { OutboxRelayProcess } from '../support/processes/outbox-relay-process';
+import { useRelayProcesses } from './support/relay-processes';
 import { describeOnOutboxServers } from './support/outbox-servers';
 import { AMQP_URL } from './support/rabbitmq.admin';
 import { QueueCollector } from './support/resequencer-output';

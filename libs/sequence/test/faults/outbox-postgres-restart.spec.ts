@@ -7,7 +7,7 @@ import {
   orderPlaced,
   type PostgresOutboxApp,
 } from './support/outbox-app';
-import { OwnedPostgresServer } from './support/owned-postgres.server';
+import { OwnedPostgresServer } from '../support/processes/owned-postgres.server';
 import { RabbitMqAdmin } from './support/rabbitmq.admin';
 import { QueueCollector } from './support/resequencer-output';
 

@@ -10,9 +10,9 @@ import {
 } from './support/outbox-app';
 import {
   OutboxRelayProcess,
-  useRelayProcesses,
   type OutboxRelaySettings,
-} from './support/outbox-relay-process';
+} from '../support/processes/outbox-relay-process';
+import { useRelayProcesses } from './support/relay-processes';
 import { describeOnOutboxServers } from './support/outbox-servers';
 import { AMQP_URL } from './support/rabbitmq.admin';
 import { QueueCollector } from './support/resequencer-output';

@@ -8,7 +8,7 @@ import {
   type TestFragment,
 } from '../support/sequence-test-app';
 import { singleMetricValue } from './support/metrics';
-import { OwnedRedisServer } from './support/owned-redis.server';
+import { OwnedRedisServer } from '../support/processes/owned-redis.server';
 import { RabbitMqAdmin } from './support/rabbitmq.admin';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { describeOnRealServers } from './support/real-servers';

@@ -12,7 +12,7 @@ import {
   ResequencerConsumerProcess,
   type ResequencerConsumerEvent,
   type ResequencerConsumerSettings,
-} from './support/resequencer-consumer-process';
+} from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -13,7 +13,7 @@ import {
 } from './support/resequencer-app';
 import { QueueCollector } from './support/resequencer-output';
 import { AMQP_URL, type QueuedMessage } from './support/rabbitmq.admin';
-import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
+import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 
 jest.setTimeout(60_000);
 

@@ -9,7 +9,7 @@ import { AMQP_URL } from './support/rabbitmq.admin';
 import { describeOnRealServers } from './support/real-servers';
 import { keysUnder } from './support/redis.admin';
 import { publishKeyedEvents } from './support/resequencer-app';
-import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
+import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -3,7 +3,7 @@ import type { LoggerService } from '@nestjs/common';
 import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
 import { SERVERS } from '../../support/servers';
-import { rabbitmqctl, rabbitmqctlRows } from './rabbitmqctl';
+import { rabbitmqctl, rabbitmqctlRows } from '../../support/processes/rabbitmqctl';
 
 export const AMQP_URL = SERVERS.rabbitmq.url;
 

@@ -8,7 +8,7 @@ import {
   sequenceFixture,
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
-import { OwnedRedisServer } from '../../../../test/faults/support/owned-redis.server';
+import { OwnedRedisServer } from '../../../../test/support/processes/owned-redis.server';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { crc32 } from '../../../core/checksum';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';

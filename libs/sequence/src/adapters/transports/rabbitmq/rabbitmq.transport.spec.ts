@@ -8,7 +8,7 @@ import {
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
-import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/faults/support/rabbitmqctl';
+import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { FAILED_FORWARD_PAUSE_MS } from './rabbitmq.subscription';

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { awaitAnswering, stopProcess } from './owned-server.process';
+import { awaitAnswering, stopProcess } from './server-process';
 
 /**
  * A `redis-server` the test owns, on a spare loopback port, so that it can be crashed, paused and

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { awaitAnswering, stopProcess } from './owned-server.process';
+import { awaitAnswering, stopProcess } from './server-process';
 
 const run = promisify(execFile);
 
