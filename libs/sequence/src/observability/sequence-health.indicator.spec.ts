@@ -22,7 +22,7 @@ import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
 import { eventually } from '../../test/support/sequence-test-app';
-import { namedConnection, RabbitMqAdmin } from '../../test/faults/support/rabbitmq.admin';
+import { namedConnection, RabbitMqAdmin } from '../../test/support/rabbitmq.fixture';
 
 const silent: LoggerService = {
   log: () => undefined,

@@ -9,9 +9,9 @@ import {
 } from './support/claim-check.app';
 import { singleMetricValue } from './support/metrics';
 import { OwnedRedisServer } from '../support/processes/owned-redis.server';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { RabbitMqAdmin } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { deleteUnder, keysUnder, newPrefix } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 

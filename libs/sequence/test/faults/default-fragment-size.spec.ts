@@ -6,7 +6,7 @@ import { SequenceModule, SplitterService } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
 import { encodedHeaders } from '../../src/ports/transport-headers';
 import { bytes, eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';

@@ -14,7 +14,7 @@ import {
 } from '../support/processes/outbox-relay-process';
 import { useRelayProcesses } from './support/relay-processes';
 import { describeOnOutboxServers } from './support/outbox-servers';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -11,7 +11,7 @@ import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import type { PublishPolicy } from '../../src/options/module-options';
 import { sha256Hex } from '../../src/core/checksum';
 import { bytes, eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';

@@ -8,7 +8,7 @@ import { SequencedHandler, SequenceModule, StreamedFragment } from 'nest-sequenc
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, shuffled } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
 
 jest.setTimeout(60_000);

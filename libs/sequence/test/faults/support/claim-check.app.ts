@@ -19,7 +19,7 @@ import { type ClaimTicket, type ClaimTicketKey, type HeaderMap } from 'nest-sequ
 import type { PublishPolicy } from '../../../src/options/module-options';
 import { SERVERS } from '../../support/servers';
 import { closeAll, createTestApp, type Closer } from '../../support/test-app';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
 
 /**
  * The ticket keys of every app a spec file makes: producers and consumers must share them, as

@@ -7,7 +7,7 @@ import { type EventInput } from '../../../src/core/outbox-message';
 import type { BoxOptions, OutboxOptions } from '../../../src/options/outbox.options';
 import { SERVERS } from '../../support/servers';
 import { createOutboxTestApp, type OutboxTestApp } from '../../outbox/outbox-test-app';
-import { AMQP_URL, namedConnection, type QueuedMessage } from './rabbitmq.admin';
+import { AMQP_URL, namedConnection, type QueuedMessage } from '../../support/rabbitmq.fixture';
 import type { SequenceModuleOptions } from '../../../src/options/module-options';
 import { mergeOptions } from '../../support/merge-options';
 

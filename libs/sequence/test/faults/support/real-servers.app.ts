@@ -5,7 +5,7 @@ import { type SequenceStore } from 'nest-sequence';
 import type { RedisOptions } from 'ioredis';
 import { SERVERS } from '../../support/servers';
 import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
 
 export interface RealServersApp extends Omit<SequenceTestApp, 'transport'> {
   readonly transport: RabbitMqTransport;

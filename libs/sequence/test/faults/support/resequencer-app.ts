@@ -20,7 +20,7 @@ import {
 } from '../../resequencer/resequencer-test-app';
 import { SERVERS } from '../../support/servers';
 import { createTestApp } from '../../support/test-app';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
 
 export interface ResequencerApp {
   readonly app: INestApplicationContext;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Client, Pool } from 'pg';
 import { describeOutboxStoreConformance } from '../../../testing/conformance/outbox-store.conformance';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
-import { adminQuery } from '../../../../test/support/postgres-admin';
+import { adminQuery } from '../../../../test/support/postgres.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';

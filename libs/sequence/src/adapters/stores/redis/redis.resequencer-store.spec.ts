@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
-import { deleteUnder, keysUnder } from '../../../../test/faults/support/redis.admin';
+import { deleteUnder, keysUnder } from '../../../../test/support/redis.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type {
   DrainSettlement,

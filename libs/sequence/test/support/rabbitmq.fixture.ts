@@ -1,9 +1,14 @@
+/**
+ * The tests' RabbitMQ: the broker at `AMQP_URL` (see ./servers.ts). Wrap the block in
+ * `describeWithServer('rabbitmq', …)`; {@link useRabbitMq} gives it a {@link RabbitMqAdmin}, whose
+ * `newChannel()` hands out a queue per test and deletes it after the test.
+ */
 import { randomUUID } from 'node:crypto';
 import type { LoggerService } from '@nestjs/common';
 import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
-import { SERVERS } from '../../support/servers';
-import { rabbitmqctl, rabbitmqctlRows } from '../../support/processes/rabbitmqctl';
+import { SERVERS } from './servers';
+import { rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
 
 export const AMQP_URL = SERVERS.rabbitmq.url;
 
@@ -12,6 +17,11 @@ export const silentLogger: LoggerService = {
   error: () => undefined,
   warn: () => undefined,
 };
+
+/** A plain amqplib connection of the caller's own to the test broker (the caller closes it). */
+export function amqpConnection(): Promise<amqplib.ChannelModel> {
+  return amqplib.connect(AMQP_URL);
+}
 
 /**
  * golevelup settings for a connection the broker lists under `name` (the AMQP client property
@@ -44,7 +54,7 @@ export class RabbitMqAdmin {
   private constructor(private readonly connection: amqplib.ChannelModel) {}
 
   static async connect(): Promise<RabbitMqAdmin> {
-    return new RabbitMqAdmin(await amqplib.connect(AMQP_URL));
+    return new RabbitMqAdmin(await amqpConnection());
   }
 
   /** A channel name of the test's own, `fault.<uuid>`, registered with its `.dlq` for cleanup. */
@@ -147,4 +157,39 @@ export class RabbitMqAdmin {
       await channel.close().catch(() => undefined);
     }
   }
+}
+
+export interface RabbitMqFixtureOptions {
+  /** Runs after each test, before its queues are deleted: close what uses them. */
+  readonly beforeCleanup?: () => Promise<void>;
+}
+
+/**
+ * Registers, in the calling describe block, a {@link RabbitMqAdmin} connected for its tests, the
+ * deletion after each test of the queues it handed out, and its close after them. Call it before
+ * the block's own hooks.
+ */
+export function useRabbitMq(options: RabbitMqFixtureOptions = {}): {
+  readonly admin: RabbitMqAdmin;
+} {
+  let admin: RabbitMqAdmin | undefined;
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+  });
+  afterEach(async () => {
+    try {
+      await options.beforeCleanup?.();
+    } finally {
+      await admin?.cleanup();
+    }
+  });
+  afterAll(async () => {
+    await admin?.close();
+  });
+  return {
+    get admin() {
+      if (!admin) throw new Error('useRabbitMq: no admin outside the block');
+      return admin;
+    },
+  };
 }
