@@ -13,7 +13,7 @@ import {
 import { OwnedRedisServer } from '../support/processes/owned-redis.server';
 import { RabbitMqAdmin } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from '../support/redis.fixture';
+import { deleteUnder, keysUnder, newPrefix, redisClient } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 
@@ -61,7 +61,7 @@ describeOnRealServers('faults: a claim check ticket that cannot be published', (
 
   beforeAll(async () => {
     admin = await RabbitMqAdmin.connect();
-    shared = new Redis(SERVERS.redis.url);
+    shared = redisClient();
   });
 
   beforeEach(() => {

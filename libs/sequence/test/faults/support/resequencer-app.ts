@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { GapSweeper } from '../../../src/resequencer/gap.sweeper';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
@@ -18,7 +17,7 @@ import {
   RecordingResequencedHandler,
   resequencedHandler,
 } from '../../resequencer/resequencer-test-app';
-import { SERVERS } from '../../support/servers';
+import { redisClient } from '../../support/redis.fixture';
 import { createTestApp } from '../../support/test-app';
 import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
 
@@ -67,7 +66,7 @@ export async function createResequencerApp(
 ): Promise<ResequencerApp> {
   const connectionName = `nseq-fault-rsq-${randomUUID()}`;
   const transport = await RabbitMqTransport.connect(AMQP_URL, {}, namedConnection(connectionName));
-  const redis = new Redis(SERVERS.redis.url);
+  const redis = redisClient();
   const store = new RedisResequencerStore(redis, { prefix: options.prefix });
   const Handler = definition && resequencedHandler(definition);
   const { app, close } = await createTestApp({
