@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SequencedHandler, SequenceModule, StreamedFragment } from 'nest-sequence';
 import { redisClient } from '../support/redis.fixture';
 import { bytes, eventually, makeFragments, shuffled } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
-import { AMQP_URL, namedConnection } from '../support/rabbitmq.fixture';
+import { namedTransport } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
 
 jest.setTimeout(60_000);
@@ -35,11 +34,7 @@ describeOnRealServers('faults: stream mode across two instances on RabbitMQ and 
   });
 
   async function startInstance(name: string, channel: string, handed: Handed[]) {
-    const transport = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-stream-${name}-${randomUUID()}`),
-    );
+    const transport = await namedTransport(`nseq-fault-stream-${name}-${randomUUID()}`);
     const redis = redisClient();
     @Injectable()
     class StreamingReader {

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { LoggerService } from '@nestjs/common';
 import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
+import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
 import { SERVERS } from './servers';
 import { rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
 
@@ -36,6 +37,22 @@ export function namedConnection(name: string, reconnectSeconds = 0.2): Omit<Rabb
       connectionOptions: { clientProperties: { connection_name: name } },
     },
   };
+}
+
+/**
+ * A RabbitMqTransport on the test broker whose connection the broker lists under `name` (so that
+ * a test can have exactly this one dropped), reconnecting after `reconnectSeconds`. The caller
+ * closes it.
+ */
+export function namedTransport(
+  name: string,
+  options: { transport?: RabbitMqTransportOptions; reconnectSeconds?: number } = {},
+): Promise<RabbitMqTransport> {
+  return RabbitMqTransport.connect(
+    AMQP_URL,
+    options.transport,
+    namedConnection(name, options.reconnectSeconds),
+  );
 }
 
 /** A message read back from a queue with plain amqplib. */

@@ -19,7 +19,7 @@ import { type ClaimTicket, type ClaimTicketKey, type HeaderMap } from 'nest-sequ
 import type { PublishPolicy } from '../../../src/options/module-options';
 import { SERVERS } from '../../support/servers';
 import { closeAll, createTestApp, type Closer } from '../../support/test-app';
-import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
+import { namedTransport } from '../../support/rabbitmq.fixture';
 
 /**
  * The ticket keys of every app a spec file makes: producers and consumers must share them, as
@@ -121,11 +121,9 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
   const resources: Closer[] = [() => options.ledger.close(), () => options.store.close()];
   let transport: RabbitMqTransport;
   try {
-    transport = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(connectionName, options.reconnectSeconds),
-    );
+    transport = await namedTransport(connectionName, {
+      reconnectSeconds: options.reconnectSeconds,
+    });
   } catch (error) {
     await closeAll(resources);
     throw error;

@@ -1,12 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import {
-  AMQP_URL,
-  namedConnection,
-  useRabbitMq,
-  type RabbitMqAdmin,
-} from '../../support/rabbitmq.fixture';
+import { namedTransport, type RabbitMqAdmin, useRabbitMq } from '../../support/rabbitmq.fixture';
 import { useRedis } from '../../support/redis.fixture';
 
 /** What `useFaultServers` connected, and the current test's key prefix. */
@@ -43,11 +38,7 @@ export function useFaultServers(options: FaultServersOptions = {}): FaultServers
 
   beforeAll(async () => {
     if (options.producer) {
-      producer = await RabbitMqTransport.connect(
-        AMQP_URL,
-        {},
-        namedConnection(`nseq-fault-producer-${randomUUID()}`),
-      );
+      producer = await namedTransport(`nseq-fault-producer-${randomUUID()}`);
     }
   });
 

@@ -5,7 +5,7 @@ import { type SequenceStore } from 'nest-sequence';
 import type { RedisOptions } from 'ioredis';
 import { SERVERS } from '../../support/servers';
 import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
+import { namedTransport } from '../../support/rabbitmq.fixture';
 
 export interface RealServersApp extends Omit<SequenceTestApp, 'transport'> {
   readonly transport: RabbitMqTransport;
@@ -47,11 +47,7 @@ export async function createRealServersApp(
     ...appOptions
   } = options;
   const connectionName = `nseq-fault-${randomUUID()}`;
-  const transport = await RabbitMqTransport.connect(
-    AMQP_URL,
-    rabbitmq,
-    namedConnection(connectionName, reconnectSeconds),
-  );
+  const transport = await namedTransport(connectionName, { transport: rabbitmq, reconnectSeconds });
   const store =
     givenStore ??
     wrapStore(RedisSequenceStore.connect(redisUrl, { prefix, keyTtlMarginMs, redis }));

@@ -19,7 +19,7 @@ import {
 } from '../../resequencer/resequencer-test-app';
 import { redisClient } from '../../support/redis.fixture';
 import { createTestApp } from '../../support/test-app';
-import { AMQP_URL, namedConnection } from '../../support/rabbitmq.fixture';
+import { namedTransport } from '../../support/rabbitmq.fixture';
 
 export interface ResequencerApp {
   readonly app: INestApplicationContext;
@@ -65,7 +65,7 @@ export async function createResequencerApp(
   options: ResequencerAppOptions,
 ): Promise<ResequencerApp> {
   const connectionName = `nseq-fault-rsq-${randomUUID()}`;
-  const transport = await RabbitMqTransport.connect(AMQP_URL, {}, namedConnection(connectionName));
+  const transport = await namedTransport(connectionName);
   const redis = redisClient();
   const store = new RedisResequencerStore(redis, { prefix: options.prefix });
   const Handler = definition && resequencedHandler(definition);
