@@ -1,30 +1,19 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { describeWithServer } from '../../../../test/support/servers';
-import { redisClient } from '../../../../test/support/redis.fixture';
+import { redisClient, useRedis } from '../../../../test/support/redis.fixture';
 import { setBodyUncopied } from './redis-body.writer';
 
 const MiB = 1024 * 1024;
 
 describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
+  const servers = useRedis({ stem: 'nseq-test:writer' });
   let redis: Redis;
   let prefix: string;
 
-  beforeAll(() => {
-    redis = redisClient();
-  });
-
   beforeEach(() => {
-    prefix = `nseq-test:writer:${randomUUID()}`;
-  });
-
-  afterEach(async () => {
-    const keys = await redis.keys(`${prefix}*`);
-    if (keys.length > 0) await redis.del(...keys);
-  });
-
-  afterAll(async () => {
-    await redis.quit();
+    redis = servers.client;
+    prefix = servers.prefix;
   });
 
   it('stores the body byte-exact, with its TTL', async () => {

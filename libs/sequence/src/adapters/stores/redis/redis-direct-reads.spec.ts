@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeWithServer } from '../../../../test/support/servers';
-import { redisClient } from '../../../../test/support/redis.fixture';
+import { redisClient, useRedis } from '../../../../test/support/redis.fixture';
 import {
   directReadsConnections,
   killDirectReadsConnection,
@@ -12,9 +12,15 @@ import { RedisDirectReads, type DirectReadsTiming } from './redis-direct-reads';
 const MiB = 1024 * 1024;
 
 describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
+  const opened: RedisDirectReads[] = [];
+  const servers = useRedis({
+    stem: 'nseq-test:direct',
+    beforeCleanup: async () => {
+      await Promise.all(opened.splice(0).map((reads) => reads.close()));
+    },
+  });
   let redis: Redis;
   let prefix: string;
-  const opened: RedisDirectReads[] = [];
 
   const directReads = (
     client: Redis = redis,
@@ -25,22 +31,9 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     return reads;
   };
 
-  beforeAll(() => {
-    redis = redisClient();
-  });
-
   beforeEach(() => {
-    prefix = `nseq-test:direct:${randomUUID()}`;
-  });
-
-  afterEach(async () => {
-    await Promise.all(opened.splice(0).map((reads) => reads.close()));
-    const keys = await redis.keys(`${prefix}*`);
-    if (keys.length > 0) await redis.del(...keys);
-  });
-
-  afterAll(async () => {
-    await redis.quit();
+    redis = servers.client;
+    prefix = servers.prefix;
   });
 
   it('reads ranges byte-exact, many in flight at once, each as views of few socket chunks', async () => {
