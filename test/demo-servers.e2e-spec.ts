@@ -3,6 +3,8 @@ import { crc32 } from 'node:zlib';
 import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
+import { amqpConnection } from '../libs/sequence/test/support/rabbitmq.fixture';
+import { redisClient } from '../libs/sequence/test/support/redis.fixture';
 import { syntheticStudy } from '../src/imaging/dicom-like.records';
 import { npmScript, run, start, type RunningProcess } from './support/demo-process';
 
@@ -78,12 +80,12 @@ describeWithServer('rabbitmq', 'imaging demo on RabbitMQ', () => {
     }
 
     beforeAll(async () => {
-      connection = await amqplib.connect(SERVERS.rabbitmq.url);
+      connection = await amqpConnection();
       // Fail the test that uses a broken connection, rather than crash the worker.
       connection.on('error', () => undefined);
       channel = await connection.createChannel();
       channel.on('error', () => undefined);
-      redis = new Redis(SERVERS.redis.url);
+      redis = redisClient();
     });
 
     beforeEach(cleanUp);

@@ -4,6 +4,8 @@ import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nes
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { Client } from 'pg';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
+import { amqpConnection } from '../libs/sequence/test/support/rabbitmq.fixture';
+import { postgresClient } from '../libs/sequence/test/support/postgres.fixture';
 import { EVERYDAY_SKUS, INITIAL_STOCK, LIMITED_SKU } from '../src/orders/orders.catalogue';
 import type { OrderView, StockView } from '../src/orders/orders.model';
 import { npmScript, start, type RunningProcess } from './support/demo-process';
@@ -50,9 +52,9 @@ describeWithServer('postgres', 'orders demo on PostgreSQL', () => {
     }
 
     beforeAll(async () => {
-      database = new Client({ connectionString: SERVERS.postgres.url });
+      database = postgresClient();
       await database.connect();
-      connection = await amqplib.connect(SERVERS.rabbitmq.url);
+      connection = await amqpConnection();
       connection.on('error', () => undefined);
     });
 

@@ -3,6 +3,8 @@ import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
+import { amqpConnection } from '../libs/sequence/test/support/rabbitmq.fixture';
+import { redisClient } from '../libs/sequence/test/support/redis.fixture';
 import type { TransferView, TransfersSummary } from '../src/transfers/transfer-status.projection';
 import { transferChannels } from '../src/transfers/transfer-status.channels';
 import { npmScript, start, type RunningProcess } from './support/demo-process';
@@ -45,9 +47,9 @@ describeWithServer('rabbitmq', 'transfers demo on RabbitMQ', () => {
     }
 
     beforeAll(async () => {
-      connection = await amqplib.connect(SERVERS.rabbitmq.url);
+      connection = await amqpConnection();
       connection.on('error', () => undefined);
-      redis = new Redis(SERVERS.redis.url);
+      redis = redisClient();
       await cleanUp();
     });
 

@@ -9,6 +9,8 @@ import { eventually } from '../testing/conformance/transport.conformance';
 import { directReadsConnections } from '../../test/support/direct-reads-connections';
 import { LibraryAccesses } from '../../test/support/library-accesses';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { amqpConnection } from '../../test/support/rabbitmq.fixture';
+import { redisClient } from '../../test/support/redis.fixture';
 import { RedisPayloadStore } from './payload/redis/redis.payload-store';
 import { RedisClaimLedger } from './stores/redis/redis.claim-ledger';
 import { RedisResequencerStore } from './stores/redis/redis.resequencer-store';
@@ -41,7 +43,7 @@ describe('unsafeSocketTricks off (the default): public APIs of other libraries o
     let admin: amqplib.ChannelModel;
 
     beforeAll(async () => {
-      admin = await amqplib.connect(SERVERS.rabbitmq.url);
+      admin = await amqpConnection();
     });
 
     afterAll(async () => {
@@ -109,7 +111,7 @@ describe('unsafeSocketTricks off (the default): public APIs of other libraries o
     let admin: Redis;
 
     beforeAll(() => {
-      admin = new Redis(SERVERS.redis.url);
+      admin = redisClient();
     });
 
     afterAll(async () => {
@@ -132,7 +134,7 @@ describe('unsafeSocketTricks off (the default): public APIs of other libraries o
      */
     async function roundTrips(unsafeSocketTricks: boolean) {
       const name = `nseq-test-${randomUUID()}`;
-      const client = new Redis(SERVERS.redis.url, { connectionName: name });
+      const client = redisClient({ connectionName: name });
       await client.ping();
       const accesses = new LibraryAccesses()
         .property(client, 'stream', 'ioredis Redis.stream')

@@ -8,7 +8,6 @@ import {
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import {
   MemorySequenceStore,
   SEQUENCE_TRANSPORT,
@@ -21,8 +20,9 @@ import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { redisClient } from '../../test/support/redis.fixture';
 import { eventually } from '../../test/support/sequence-test-app';
-import { namedConnection, RabbitMqAdmin } from '../../test/faults/support/rabbitmq.admin';
+import { namedConnection, RabbitMqAdmin } from '../../test/support/rabbitmq.fixture';
 
 const silent: LoggerService = {
   log: () => undefined,
@@ -222,7 +222,7 @@ describe('SequenceHealthIndicator', () => {
   describeWithServer('redis', 'on Redis', () => {
     it('is up while the Redis store answers PING, and down (naming why) once it cannot reach Redis', async () => {
       // Fail fast rather than queue commands while disconnected, as docs/message-sequence.md advises.
-      const redis = new Redis(SERVERS.redis.url, {
+      const redis = redisClient({
         maxRetriesPerRequest: 1,
         enableOfflineQueue: false,
       });

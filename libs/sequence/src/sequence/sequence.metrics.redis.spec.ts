@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { InMemoryTransport } from 'nest-sequence';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import {
@@ -11,6 +10,7 @@ import {
   type SequenceTestApp,
 } from '../../test/support/sequence-test-app';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { redisClient } from '../../test/support/redis.fixture';
 
 describeWithServer('redis', 'metrics on the shared Redis store', () => {
   const prefix = `nseq-metrics-${randomUUID()}`;
@@ -20,7 +20,7 @@ describeWithServer('redis', 'metrics on the shared Redis store', () => {
   afterAll(async () => {
     await Promise.all(apps.map((app) => app.close()));
     await Promise.all(stores.map((store) => store.close()));
-    const redis = new Redis(SERVERS.redis.url);
+    const redis = redisClient();
     const keys = await redis.keys(`${prefix}:*`);
     if (keys.length > 0) await redis.del(...keys);
     await redis.quit();

@@ -1,5 +1,4 @@
 import { Injectable, type INestApplicationContext, type Provider, type Type } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -12,7 +11,6 @@ import {
   ClaimedPayload,
   FilesystemPayloadStore,
   InMemoryTransport,
-  SequenceModule,
   type ClaimCheckHandlerOptions,
   type Disposition,
   type PayloadStore,
@@ -33,6 +31,7 @@ import { type MessageHandler, type SubscribeOptions } from 'nest-sequence/ports'
 import { serializeTicket } from '../../src/core/claim-ticket';
 import { metricValue } from '../support/sequence-test-app';
 import { mergeOptions } from '../support/merge-options';
+import { createTestApp } from '../support/test-app';
 
 /** What a test handler got from one successful call. */
 export interface ClaimDeliveryRecord {
@@ -177,69 +176,55 @@ export async function createClaimCheckTestApp(
   const store = new FilesystemPayloadStore({ root });
   const handlerOptions = options.handlers ?? [{ channel: DEFAULT_CHANNEL }];
   const handlerClasses = handlerOptions.map((handler) => recordingClaimHandler(handler));
-  try {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        SequenceModule.forRoot(
-          mergeOptions<SequenceModuleOptions>(
-            {
-              handlerRetry: { attempts: 3, baseDelayMs: 1 },
-              tuning: {
-                sweepers: { expiry: { intervalMs: false }, orphans: { intervalMs: false } },
-                backpressureDelayMs: 10,
-              },
-            },
-            {
-              ...options.module,
-              transport: options.wrapTransport?.(transport) ?? transport,
-              claimCheck: {
-                store: options.wrapStore?.(store) ?? store,
-                readStores: options.readStores?.(dir),
-                ...options.claimCheck,
-              },
-            },
-          ),
-        ),
-      ],
-      providers: [...handlerClasses, ...(options.providers ?? [])],
-    }).compile();
-    moduleRef.useLogger(false);
-    const app = await moduleRef.init();
-    const handlers = new Map(
-      handlerOptions.map((handler, index) => [
-        handler.channel,
-        app.get<RecordingClaimHandler>(handlerClasses[index]),
-      ]),
-    );
-    const handlerOn = (channel: string): RecordingClaimHandler => {
-      const handler = handlers.get(channel);
-      if (!handler) throw new Error(`no test handler on ${channel}`);
-      return handler;
-    };
-    return {
-      app,
-      transport,
-      dir,
-      root,
-      store,
-      claimCheck: app.get(ClaimCheckService),
-      sweeper: app.get(OrphanSweeper),
-      options: app.get<ResolvedOptions>(RESOLVED_OPTIONS),
-      registry: app.get(ModuleMetrics).registry,
-      handler: handlerOn(handlerOptions[0].channel),
-      channel: handlerOptions[0].channel,
-      handlerOn,
-      close: async () => {
-        await app.close();
-        await transport.close();
-        await rm(dir, { recursive: true, force: true });
+  const { app, close } = await createTestApp({
+    sequence: mergeOptions<SequenceModuleOptions>(
+      {
+        handlerRetry: { attempts: 3, baseDelayMs: 1 },
+        tuning: {
+          sweepers: { expiry: { intervalMs: false }, orphans: { intervalMs: false } },
+          backpressureDelayMs: 10,
+        },
       },
-    };
-  } catch (error) {
-    await transport.close();
-    await rm(dir, { recursive: true, force: true });
-    throw error;
-  }
+      {
+        ...options.module,
+        transport: options.wrapTransport?.(transport) ?? transport,
+        claimCheck: {
+          store: options.wrapStore?.(store) ?? store,
+          readStores: options.readStores?.(dir),
+          ...options.claimCheck,
+        },
+      },
+    ),
+    providers: [...handlerClasses, ...(options.providers ?? [])],
+    logger: false,
+    resources: [() => rm(dir, { recursive: true, force: true }), () => transport.close()],
+  });
+  const handlers = new Map(
+    handlerOptions.map((handler, index) => [
+      handler.channel,
+      app.get<RecordingClaimHandler>(handlerClasses[index]),
+    ]),
+  );
+  const handlerOn = (channel: string): RecordingClaimHandler => {
+    const handler = handlers.get(channel);
+    if (!handler) throw new Error(`no test handler on ${channel}`);
+    return handler;
+  };
+  return {
+    app,
+    transport,
+    dir,
+    root,
+    store,
+    claimCheck: app.get(ClaimCheckService),
+    sweeper: app.get(OrphanSweeper),
+    options: app.get<ResolvedOptions>(RESOLVED_OPTIONS),
+    registry: app.get(ModuleMetrics).registry,
+    handler: handlerOn(handlerOptions[0].channel),
+    channel: handlerOptions[0].channel,
+    handlerOn,
+    close,
+  };
 }
 
 /** Publishes a ticket (or any body) as a ticket message: `x-claim-check: 1`. */

@@ -7,11 +7,11 @@ import {
   shuffled,
   type TestFragment,
 } from '../support/sequence-test-app';
-import { type QueuedMessage } from './support/rabbitmq.admin';
+import { type QueuedMessage } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 

@@ -10,10 +10,10 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { OwnedRedisServer } from './support/owned-redis.server';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { OwnedRedisServer } from '../support/processes/owned-redis.server';
+import { RabbitMqAdmin } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
-import { deleteUnder, keysUnder, newPrefix } from './support/redis.admin';
+import { deleteUnder, keysUnder, newPrefix, redisClient } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 
@@ -61,7 +61,7 @@ describeOnRealServers('faults: a claim check ticket that cannot be published', (
 
   beforeAll(async () => {
     admin = await RabbitMqAdmin.connect();
-    shared = new Redis(SERVERS.redis.url);
+    shared = redisClient();
   });
 
   beforeEach(() => {

@@ -4,7 +4,7 @@ import { RedisClaimLedger } from 'nest-sequence/redis';
 import { S3PayloadStore } from 'nest-sequence/s3';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
-import { S3RVER_CREDENTIALS, startS3rver, type S3rverProcess } from '../support/s3rver';
+import { S3RVER_CREDENTIALS, startS3rver, type S3rverProcess } from '../support/processes/s3rver';
 import {
   createClaimCheckApp,
   generatedPayload,

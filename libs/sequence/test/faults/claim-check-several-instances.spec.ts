@@ -9,7 +9,7 @@ import {
 } from './support/claim-check.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 

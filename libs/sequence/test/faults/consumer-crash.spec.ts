@@ -4,11 +4,11 @@ import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
-import { ConsumerProcess, type ConsumerEvent } from './support/consumer-process';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { crcKey, keysUnder } from './support/redis.admin';
+import { crcKey, keysUnder } from '../support/redis.fixture';
 
 jest.setTimeout(40_000);
 

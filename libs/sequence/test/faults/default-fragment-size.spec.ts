@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { SequenceModule, SplitterService } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
 import { encodedHeaders } from '../../src/ports/transport-headers';
 import { bytes, eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { namedTransport } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
@@ -32,11 +31,9 @@ describeOnRealServers('faults: the default fragment size on RabbitMQ', () => {
 
   /** A producer-only application: SplitterService over a transport of its own, no options. */
   async function producer(maxMessageBytes?: number): Promise<SplitterService> {
-    const transport = await RabbitMqTransport.connect(
-      AMQP_URL,
-      maxMessageBytes === undefined ? {} : { maxMessageBytes },
-      namedConnection(`nseq-fault-fragment-size-${randomUUID()}`),
-    );
+    const transport = await namedTransport(`nseq-fault-fragment-size-${randomUUID()}`, {
+      transport: maxMessageBytes === undefined ? {} : { maxMessageBytes },
+    });
     opened.push(() => transport.close());
     const moduleRef = await Test.createTestingModule({
       imports: [

@@ -5,7 +5,7 @@ import { singleMetricValue } from './support/metrics';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 
 jest.setTimeout(60_000);
 

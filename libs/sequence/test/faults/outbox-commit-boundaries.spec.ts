@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import { SERVERS } from '../support/servers';
+import { postgresClient } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
 import {
   createPostgresOutboxApp,
@@ -50,7 +50,7 @@ describeOnOutboxServers(
 
     /** A connection of the application's own, as it would use for its business writes. */
     async function rawClient(): Promise<Client> {
-      const client = new Client({ connectionString: SERVERS.postgres.url });
+      const client = postgresClient();
       clients.push(client);
       await client.connect();
       return client;

@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import { SERVERS } from '../support/servers';
+import { postgresClient } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
 import {
   createPostgresOutboxApp,
@@ -49,7 +49,7 @@ describeOnOutboxServers('faults: two transactions appending to one aggregate at 
 
   /** T1: the application's own transaction on a raw connection, with A#1 appended; left open. */
   async function openT1(t: PostgresOutboxApp): Promise<Client> {
-    const client = new Client({ connectionString: SERVERS.postgres.url });
+    const client = postgresClient();
     clients.push(client);
     await client.connect();
     await client.query('BEGIN');

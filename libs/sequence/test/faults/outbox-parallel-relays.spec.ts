@@ -7,9 +7,10 @@ import {
   messageIds,
   orderPlaced,
 } from './support/outbox-app';
-import { OutboxRelayProcess, useRelayProcesses } from './support/outbox-relay-process';
+import { OutboxRelayProcess } from '../support/processes/outbox-relay-process';
+import { useRelayProcesses } from './support/relay-processes';
 import { describeOnOutboxServers } from './support/outbox-servers';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(90_000);

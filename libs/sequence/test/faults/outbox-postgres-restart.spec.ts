@@ -7,8 +7,8 @@ import {
   orderPlaced,
   type PostgresOutboxApp,
 } from './support/outbox-app';
-import { OwnedPostgresServer } from './support/owned-postgres.server';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { OwnedPostgresServer } from '../support/processes/owned-postgres.server';
+import { RabbitMqAdmin } from '../support/rabbitmq.fixture';
 import { QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -10,11 +10,11 @@ import {
 } from './support/outbox-app';
 import {
   OutboxRelayProcess,
-  useRelayProcesses,
   type OutboxRelaySettings,
-} from './support/outbox-relay-process';
+} from '../support/processes/outbox-relay-process';
+import { useRelayProcesses } from './support/relay-processes';
 import { describeOnOutboxServers } from './support/outbox-servers';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -7,11 +7,10 @@ import {
   SequencePublishError,
   SplitterService,
 } from 'nest-sequence';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import type { PublishPolicy } from '../../src/options/module-options';
 import { sha256Hex } from '../../src/core/checksum';
 import { bytes, eventually } from '../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { namedTransport } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
@@ -32,11 +31,7 @@ interface Producer {
 
 async function startProducer(publish: PublishPolicy, reconnectSeconds: number) {
   const connectionName = `nseq-fault-producer-${randomUUID()}`;
-  const transport = await RabbitMqTransport.connect(
-    AMQP_URL,
-    {},
-    namedConnection(connectionName, reconnectSeconds),
-  );
+  const transport = await namedTransport(connectionName, { reconnectSeconds });
   const moduleRef = await Test.createTestingModule({
     imports: [
       SequenceModule.forRoot({

@@ -8,11 +8,11 @@ import {
   type TestFragment,
 } from '../support/sequence-test-app';
 import { singleMetricValue } from './support/metrics';
-import { OwnedRedisServer } from './support/owned-redis.server';
-import { RabbitMqAdmin } from './support/rabbitmq.admin';
+import { OwnedRedisServer } from '../support/processes/owned-redis.server';
+import { RabbitMqAdmin } from '../support/rabbitmq.fixture';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { describeOnRealServers } from './support/real-servers';
-import { crcKey, newPrefix } from './support/redis.admin';
+import { crcKey, newPrefix } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 

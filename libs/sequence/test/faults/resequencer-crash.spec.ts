@@ -5,14 +5,14 @@ import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SERVERS } from '../support/servers';
 import { eventually } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
 import { publishKeyedEvent } from './support/resequencer-app';
 import {
   ResequencerConsumerProcess,
   type ResequencerConsumerEvent,
   type ResequencerConsumerSettings,
-} from './support/resequencer-consumer-process';
+} from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -4,7 +4,7 @@ import { type HeaderMap } from 'nest-sequence/wire';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 import {
   createResequencerApp,
   publishKeyedEvent,

@@ -12,8 +12,8 @@ import {
   type ResequencerApp,
 } from './support/resequencer-app';
 import { QueueCollector } from './support/resequencer-output';
-import { AMQP_URL, type QueuedMessage } from './support/rabbitmq.admin';
-import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
+import { AMQP_URL, type QueuedMessage } from '../support/rabbitmq.fixture';
+import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 
 jest.setTimeout(60_000);
 

@@ -5,11 +5,11 @@ import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SERVERS } from '../support/servers';
 import { eventually, shuffled } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
-import { AMQP_URL } from './support/rabbitmq.admin';
+import { AMQP_URL } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 import { publishKeyedEvents } from './support/resequencer-app';
-import { ResequencerConsumerProcess } from './support/resequencer-consumer-process';
+import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
 jest.setTimeout(60_000);

@@ -3,7 +3,7 @@ import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
 import { createRealServersApp, type RealServersApp } from './support/real-servers.app';
 import { useFaultServers } from './support/fault-servers';
 import { describeOnRealServers } from './support/real-servers';
-import { keysUnder } from './support/redis.admin';
+import { keysUnder } from '../support/redis.fixture';
 
 jest.setTimeout(30_000);
 

@@ -1,14 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { Redis } from 'ioredis';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SequencedHandler, SequenceModule, StreamedFragment } from 'nest-sequence';
-import { SERVERS } from '../support/servers';
+import { redisClient } from '../support/redis.fixture';
 import { bytes, eventually, makeFragments, shuffled } from '../support/sequence-test-app';
 import { useFaultServers } from './support/fault-servers';
-import { AMQP_URL, namedConnection } from './support/rabbitmq.admin';
+import { namedTransport } from '../support/rabbitmq.fixture';
 import { describeOnRealServers } from './support/real-servers';
 
 jest.setTimeout(60_000);
@@ -36,12 +34,8 @@ describeOnRealServers('faults: stream mode across two instances on RabbitMQ and 
   });
 
   async function startInstance(name: string, channel: string, handed: Handed[]) {
-    const transport = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-stream-${name}-${randomUUID()}`),
-    );
-    const redis = new Redis(SERVERS.redis.url);
+    const transport = await namedTransport(`nseq-fault-stream-${name}-${randomUUID()}`);
+    const redis = redisClient();
     @Injectable()
     class StreamingReader {
       @SequencedHandler({ channel, mode: 'stream', prefetch: 2 })

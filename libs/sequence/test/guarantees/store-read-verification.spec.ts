@@ -1,12 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SequenceIntegrityError, StoredFragmentIntegrityError } from 'nest-sequence';
 import { type AcceptContext, type FragmentRecord } from 'nest-sequence/ports';
 import { RedisKeys } from '../../src/adapters/stores/redis/redis-keys';
 import * as checksum from '../../src/core/checksum';
-import { SERVERS, describeWithServer } from '../support/servers';
+import { describeWithServer } from '../support/servers';
+import { useRedis } from '../support/redis.fixture';
 import {
   bytes,
   createSequenceTestApp,
@@ -26,27 +26,20 @@ import { InstrumentedStore } from './instrumented.sequence-store';
  * body changed in Redis after intake still never reaches a handler as if it were good.
  */
 describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)', () => {
+  let t: SequenceTestApp | undefined;
+  const servers = useRedis({
+    stem: 'nseq-test:read-verification',
+    beforeCleanup: async () => {
+      await t?.close();
+      t = undefined;
+    },
+  });
   let redis: Redis;
   let prefix: string;
-  let t: SequenceTestApp | undefined;
-
-  beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
-  });
 
   beforeEach(() => {
-    prefix = `nseq-test:read-verification:${randomUUID()}`;
-  });
-
-  afterEach(async () => {
-    await t?.close();
-    t = undefined;
-    const keys = await redis.keys(`${prefix}:*`);
-    if (keys.length > 0) await redis.del(...keys);
-  });
-
-  afterAll(async () => {
-    await redis.quit();
+    redis = servers.client;
+    prefix = servers.prefix;
   });
 
   /** Flips the first byte of the body stored at `position` (kept inline: fragments are small). */

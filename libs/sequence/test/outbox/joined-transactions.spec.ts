@@ -4,6 +4,7 @@ import { Pool, type PoolClient } from 'pg';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { type EventInput } from '../../src/core/outbox-message';
 import { describeWithServer, SERVERS } from '../support/servers';
+import { postgresPool } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 
@@ -20,7 +21,7 @@ describeWithServer('postgres', 'Outbox: joining a transaction of your own (docs 
   let t: OutboxTestApp | undefined;
 
   beforeAll(() => {
-    admin = new Pool({ connectionString: SERVERS.postgres.url, max: 2 });
+    admin = postgresPool({ max: 2 });
   });
 
   beforeEach(async () => {
@@ -109,7 +110,7 @@ describeWithServer('postgres', 'Outbox: joining a transaction of your own (docs 
 
   describe('raw pg', () => {
     it('publishes after the commit, and nothing after a rollback', async () => {
-      const pool = new Pool({ connectionString: SERVERS.postgres.url, max: 2 });
+      const pool = postgresPool({ max: 2 });
       const onLostConnection = jest.fn();
       // As in the docs: the listener is in place from the pool's hand-over.
       const checkOut = () =>

@@ -1,10 +1,8 @@
 import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import {
   InboxHandler,
   InMemoryTransport,
   OutboxService,
-  SequenceModule,
   type InboxContext,
   type InboxHandlerOptions,
   type OutboxCommand,
@@ -17,6 +15,7 @@ import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import type { BoxOptions, OutboxOptions } from '../../src/options/outbox.options';
 import { FaultInjectingTransport } from '../support/sequence-test-app';
 import { mergeOptions } from '../support/merge-options';
+import { createTestApp } from '../support/test-app';
 
 /** One call of a recording inbox handler. */
 export interface InboxCall {
@@ -93,19 +92,16 @@ export async function createOutboxTestApp(
 ): Promise<OutboxTestApp> {
   const { broker = new InMemoryTransport(), ...moduleOptions } = extra;
   const transport = new FaultInjectingTransport(broker);
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { ...moduleOptions, transport, outbox },
-          { tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } } },
-        ),
-      ),
-    ],
+  const { app, own, close } = await createTestApp({
+    sequence: mergeOptions<SequenceModuleOptions>(
+      { ...moduleOptions, transport, outbox },
+      { tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } } },
+    ),
     providers,
-  }).compile();
-  moduleRef.useLogger(process.env.TEST_LOGS ? ['log', 'warn', 'error'] : false);
-  const app = await moduleRef.init();
+    logger: process.env.TEST_LOGS ? ['log', 'warn', 'error'] : false,
+  });
+  // Closed with the app, not when the boot fails: a broker the caller passed is then its own.
+  own(() => broker.close());
   return {
     app,
     outbox: app.get(OutboxService),
@@ -114,9 +110,6 @@ export async function createOutboxTestApp(
     transport,
     metrics: app.get(ModuleMetrics),
     handler: (type) => app.get(type),
-    close: async () => {
-      await app.close();
-      await broker.close();
-    },
+    close,
   };
 }

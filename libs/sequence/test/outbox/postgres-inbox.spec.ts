@@ -6,6 +6,7 @@ import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import type { OutboxOptions } from '../../src/options/outbox.options';
 import { describeWithServer, SERVERS } from '../support/servers';
+import { postgresPool } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 
@@ -28,7 +29,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
   let t: OutboxTestApp | undefined;
 
   beforeAll(() => {
-    admin = new Pool({ connectionString: SERVERS.postgres.url, max: 2 });
+    admin = postgresPool({ max: 2 });
   });
 
   beforeEach(() => {

@@ -4,13 +4,11 @@ import {
   type ModuleMetadata,
   type Type,
 } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { GapSweeper } from '../../src/resequencer/gap.sweeper';
 import {
   InMemoryTransport,
   Resequenced,
   ResequencerService,
-  SequenceModule,
   type GapEvent,
   type ResequencedEvent,
   type ResequencerDefinition,
@@ -20,6 +18,7 @@ import {
 import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import { type HeaderMap } from 'nest-sequence/wire';
 import { mergeOptions } from '../support/merge-options';
+import { createTestApp } from '../support/test-app';
 
 /** What a test handler received, in call order. */
 export interface Received {
@@ -88,19 +87,16 @@ export async function createResequencerTestApp(
   const transport = (options.transport as InMemoryTransport | undefined) ?? new InMemoryTransport();
   const Handler = resequencedHandler(definition);
   const gaps: GapEvent[] = [];
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      ...imports,
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { tuning: { sweepers: { gaps: { intervalMs: false } } } },
-          { ...options, transport },
-        ),
-      ),
-    ],
+  const { app, close } = await createTestApp({
+    importsBefore: imports,
+    sequence: mergeOptions<SequenceModuleOptions>(
+      { tuning: { sweepers: { gaps: { intervalMs: false } } } },
+      { ...options, transport },
+    ),
     providers: [Handler],
-  }).compile();
-  const app = await moduleRef.init();
+    // A transport the caller passed is the caller's to close.
+    resources: options.transport ? [] : [() => transport.close()],
+  });
   const service = app.get(ResequencerService);
   service.onGap((event) => void gaps.push(event));
   return {
@@ -111,10 +107,7 @@ export async function createResequencerTestApp(
     sweeper: app.get(GapSweeper),
     gaps,
     metrics: app.get(ModuleMetrics),
-    close: async () => {
-      await app.close();
-      if (!options.transport) await transport.close();
-    },
+    close,
   };
 }
 

@@ -5,14 +5,12 @@ import {
   type Provider,
   type Type,
 } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import type { Registry } from 'prom-client';
 import { ExpirySweeper } from '../../src/sequence/expiry.sweeper';
 import {
   InMemoryTransport,
   MemorySequenceStore,
   ReassembledPayload,
-  SequenceModule,
   SequencedHandler,
   SplitterService,
   type InboundMessage,
@@ -27,6 +25,7 @@ import { type PublishOptions } from 'nest-sequence/ports';
 import { crc32, sha256Hex } from '../../src/core/checksum';
 import { ForwardingTransport } from '../../src/testing/forwarding.transport';
 import { mergeOptions } from './merge-options';
+import { createTestApp } from './test-app';
 
 /** What a test handler saw of one delivery. */
 export interface Delivery {
@@ -104,20 +103,15 @@ export async function createSequenceTestApp(
   const store = options.sequence?.store ?? new MemorySequenceStore();
   const { handler: handlerOptions, imports = [], providers = [], ...moduleOptions } = options;
   const Handler = recordingHandler({ channel, ...handlerOptions });
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { tuning: { sweepers: { expiry: { intervalMs: false } }, backpressureDelayMs: 10 } },
-          { ...moduleOptions, transport, sequence: { ...moduleOptions.sequence, store } },
-        ),
-      ),
-      ...imports,
-    ],
+  const { app, close } = await createTestApp({
+    sequence: mergeOptions<SequenceModuleOptions>(
+      { tuning: { sweepers: { expiry: { intervalMs: false } }, backpressureDelayMs: 10 } },
+      { ...moduleOptions, transport, sequence: { ...moduleOptions.sequence, store } },
+    ),
+    imports,
     providers: [Handler, ...providers],
-  }).compile();
-  moduleRef.useLogger(false);
-  const app = await moduleRef.init();
+    logger: false,
+  });
   return {
     app,
     transport,
@@ -126,7 +120,7 @@ export async function createSequenceTestApp(
     splitter: app.get(SplitterService),
     sweeper: app.get(ExpirySweeper),
     metrics: app.get(ModuleMetrics),
-    close: () => app.close(),
+    close,
   };
 }
 

@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 jest.setTimeout(60_000);
 
 const ROOT = resolve(__dirname, '../../../..');
-const FIXTURE = join(__dirname, 'fixtures', 'needs-redis.fixture.ts');
+const FIXTURE = join(__dirname, 'processes', 'fixtures', 'needs-redis.fixture.ts');
 /** Loopback port 1: nothing listens there, so the connection is refused at once. */
 const NOWHERE = 'redis://127.0.0.1:1';
 

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { Pool } from 'pg';
 import {
   MemorySequenceStore,
   OutboxService,
@@ -16,6 +15,8 @@ import { redis } from 'nest-sequence/redis';
 import { eventually } from '../../../test/support/sequence-test-app';
 import { SEQUENCE_STORE } from '../../kernel/tokens';
 import { describeWithServer, SERVERS } from '../../../test/support/servers';
+import { postgresPool } from '../../../test/support/postgres.fixture';
+import { redisClient } from '../../../test/support/redis.fixture';
 
 /** Keys under `prefix`. */
 async function keysUnder(client: Redis, prefix: string): Promise<string[]> {
@@ -31,11 +32,11 @@ async function clientList(client: Redis): Promise<string[]> {
 
 describeWithServer('redis', 'redis(): every Redis store over one connection', () => {
   let admin: Redis;
-  beforeAll(() => (admin = new Redis(SERVERS.redis.url)));
+  beforeAll(() => (admin = redisClient()));
   afterAll(() => admin.quit());
 
   it('wires the four stores on the client it is given, under one prefix, and leaves the client open', async () => {
-    const client = new Redis(SERVERS.redis.url);
+    const client = redisClient();
     const prefix = `nseq-preset-${randomUUID()}`;
     const set = redis(client, { prefix });
 
@@ -93,7 +94,7 @@ describeWithServer('redis', 'redis(): every Redis store over one connection', ()
   });
 
   it('leaves payloads to another store with payloadStore: false', () => {
-    const set = redis(new Redis(SERVERS.redis.url, { lazyConnect: true }), {
+    const set = redis(redisClient({ lazyConnect: true }), {
       payloadStore: false,
     });
     expect(set.payloadStore).toBeUndefined();
@@ -157,7 +158,7 @@ describeWithServer('postgres', 'postgres(): the outbox store', () => {
     }).compile();
     moduleRef.useLogger(false);
     const app = await moduleRef.init();
-    const admin = new Pool({ connectionString: SERVERS.postgres.url, max: 1 });
+    const admin = postgresPool({ max: 1 });
     try {
       await app.get(OutboxService).transaction(async (tx) =>
         tx.publishEvent({

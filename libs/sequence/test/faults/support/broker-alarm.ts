@@ -1,4 +1,4 @@
-import { rabbitmqctl } from './rabbitmqctl';
+import { rabbitmqctl } from '../../support/processes/rabbitmqctl';
 
 const ALARM_WATERMARK = 0.0000001;
 /** RabbitMQ's own default `vm_memory_high_watermark`. */

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { rabbitmqctl, rabbitmqctlRows } from './rabbitmqctl';
+import { rabbitmqctl, rabbitmqctlRows } from '../../support/processes/rabbitmqctl';
 
 /**
  * Has the broker refuse every publish to `queue` (a negative confirm, `basic.nack`), through a

@@ -1,13 +1,11 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Injectable, type INestApplicationContext, type Type } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import type { Registry } from 'prom-client';
 import {
   ClaimCheck,
   ClaimCheckService,
   ClaimedPayload,
-  SequenceModule,
   type ClaimCheckHandlerOptions,
   type ClaimLedger,
   type PayloadStore,
@@ -20,7 +18,8 @@ import { type ClaimDelivery } from '../../../src/claim-check/claimed-payload';
 import { type ClaimTicket, type ClaimTicketKey, type HeaderMap } from 'nest-sequence/wire';
 import type { PublishPolicy } from '../../../src/options/module-options';
 import { SERVERS } from '../../support/servers';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { closeAll, createTestApp, type Closer } from '../../support/test-app';
+import { namedTransport } from '../../support/rabbitmq.fixture';
 
 /**
  * The ticket keys of every app a spec file makes: producers and consumers must share them, as
@@ -118,51 +117,39 @@ export interface ClaimCheckAppOptions {
  */
 export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promise<ClaimCheckApp> {
   const connectionName = `nseq-fault-cc-${randomUUID()}`;
-  const closeAdapters = async () => {
-    await options.store.close();
-    await options.ledger.close();
-  };
+  // Closed last first: the transport, then the store, then the ledger.
+  const resources: Closer[] = [() => options.ledger.close(), () => options.store.close()];
   let transport: RabbitMqTransport;
   try {
-    transport = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(connectionName, options.reconnectSeconds),
-    );
+    transport = await namedTransport(connectionName, {
+      reconnectSeconds: options.reconnectSeconds,
+    });
   } catch (error) {
-    await closeAdapters();
+    await closeAll(resources);
     throw error;
   }
+  resources.push(() => transport.close());
   const Handler = options.consume ? recordingClaimHandler(options.consume) : undefined;
-  let app: INestApplicationContext;
-  try {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        SequenceModule.forRoot({
-          transport,
-          publish: options.publish,
-          claimCheck: {
-            store: options.store,
-            ledger: options.ledger,
-            signingKeys: SIGNING_KEYS,
-            inlineMaxBytes: options.threshold,
-          },
-          tuning: {
-            sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
-            backpressureDelayMs: options.backpressureDelayMs ?? 100,
-            leaseMs: options.leaseMs,
-          },
-        }),
-      ],
-      providers: Handler ? [Handler] : [],
-    }).compile();
-    moduleRef.useLogger(process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false);
-    app = await moduleRef.init();
-  } catch (error) {
-    await transport.close();
-    await closeAdapters();
-    throw error;
-  }
+  const { app, close } = await createTestApp({
+    sequence: {
+      transport,
+      publish: options.publish,
+      claimCheck: {
+        store: options.store,
+        ledger: options.ledger,
+        signingKeys: SIGNING_KEYS,
+        inlineMaxBytes: options.threshold,
+      },
+      tuning: {
+        sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
+        backpressureDelayMs: options.backpressureDelayMs ?? 100,
+        leaseMs: options.leaseMs,
+      },
+    },
+    providers: Handler ? [Handler] : [],
+    logger: process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false,
+    resources,
+  });
   return {
     app,
     transport,
@@ -171,11 +158,7 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
     sweeper: app.get(OrphanSweeper),
     registry: app.get(ModuleMetrics).registry,
     handler: Handler ? app.get(Handler) : new RecordingClaimHandler(),
-    close: async () => {
-      await app.close();
-      await transport.close();
-      await closeAdapters();
-    },
+    close,
   };
 }
 

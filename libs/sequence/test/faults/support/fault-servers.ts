@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { SERVERS } from '../../support/servers';
-import { AMQP_URL, namedConnection, RabbitMqAdmin } from './rabbitmq.admin';
-import { deleteUnder, newPrefix } from './redis.admin';
+import { namedTransport, type RabbitMqAdmin, useRabbitMq } from '../../support/rabbitmq.fixture';
+import { useRedis } from '../../support/redis.fixture';
 
 /** What `useFaultServers` connected, and the current test's key prefix. */
 export interface FaultServers {
@@ -26,61 +25,40 @@ export interface FaultServersOptions {
 }
 
 /**
- * Registers the hooks the fault tests share in the calling describe block: connects a
+ * Registers the hooks the fault tests share in the calling describe block ({@link useRabbitMq}
+ * and {@link useRedis}, prefixes `nseq-fault:<uuid>`): connects a
  * RabbitMqAdmin and a Redis client before all tests, gives each test a fresh key prefix, deletes
  * the test's queues and keys after it, and closes everything after all tests. Call it before the
  * block's own hooks: jest runs hooks of one block in the order they were registered.
  */
 export function useFaultServers(options: FaultServersOptions = {}): FaultServers {
-  let admin: RabbitMqAdmin | undefined;
-  let redis: Redis | undefined;
+  const rabbitmq = useRabbitMq({ beforeCleanup: options.beforeCleanup });
+  const redis = useRedis({ stem: 'nseq-fault' });
   let producer: RabbitMqTransport | undefined;
-  let prefix: string | undefined;
 
   beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    redis = new Redis(SERVERS.redis.url);
     if (options.producer) {
-      producer = await RabbitMqTransport.connect(
-        AMQP_URL,
-        {},
-        namedConnection(`nseq-fault-producer-${randomUUID()}`),
-      );
+      producer = await namedTransport(`nseq-fault-producer-${randomUUID()}`);
     }
-  });
-
-  beforeEach(() => {
-    prefix = newPrefix();
-  });
-
-  afterEach(async () => {
-    await options.beforeCleanup?.();
-    await admin!.cleanup();
-    await deleteUnder(redis!, prefix!);
   });
 
   afterAll(async () => {
     await producer?.close();
-    await admin!.close();
-    await redis!.quit();
   });
 
-  const connected = <T>(value: T | undefined, what: string): T => {
-    if (value === undefined) throw new Error(`useFaultServers: no ${what} (yet)`);
-    return value;
-  };
   return {
     get admin() {
-      return connected(admin, 'RabbitMqAdmin');
+      return rabbitmq.admin;
     },
     get redis() {
-      return connected(redis, 'Redis client');
+      return redis.client;
     },
     get producer() {
-      return connected(producer, 'producer: pass { producer: true }');
+      if (!producer) throw new Error('useFaultServers: no producer: pass { producer: true }');
+      return producer;
     },
     get prefix() {
-      return connected(prefix, 'prefix outside a test');
+      return redis.prefix;
     },
   };
 }

@@ -7,7 +7,7 @@ import { type EventInput } from '../../../src/core/outbox-message';
 import type { BoxOptions, OutboxOptions } from '../../../src/options/outbox.options';
 import { SERVERS } from '../../support/servers';
 import { createOutboxTestApp, type OutboxTestApp } from '../../outbox/outbox-test-app';
-import { AMQP_URL, namedConnection, type QueuedMessage } from './rabbitmq.admin';
+import { namedTransport, type QueuedMessage } from '../../support/rabbitmq.fixture';
 import type { SequenceModuleOptions } from '../../../src/options/module-options';
 import { mergeOptions } from '../../support/merge-options';
 
@@ -52,11 +52,7 @@ export async function createPostgresOutboxApp(
   });
   let rabbit: RabbitMqTransport | undefined;
   try {
-    rabbit = await RabbitMqTransport.connect(
-      AMQP_URL,
-      {},
-      namedConnection(`nseq-fault-outbox-${randomUUID()}`),
-    );
+    rabbit = await namedTransport(`nseq-fault-outbox-${randomUUID()}`);
     const app = await createOutboxTestApp({ ...settings.outbox, store }, settings.providers ?? [], {
       broker: rabbit,
       ...mergeOptions<Omit<SequenceModuleOptions, 'outbox' | 'transport'>>(

@@ -1,6 +1,6 @@
-import { describeWithServer, SERVERS } from '../../support/servers';
-import { OutboxPostgresAdmin } from './outbox-postgres.admin';
-import { RabbitMqAdmin } from './rabbitmq.admin';
+import { describeWithServer } from '../../support/servers';
+import { usePostgres, type OutboxPostgresAdmin } from '../../support/postgres.fixture';
+import { useRabbitMq, type RabbitMqAdmin } from '../../support/rabbitmq.fixture';
 
 /**
  * `describe` for the outbox fault tests, which need RabbitMQ and PostgreSQL: skipped with a
@@ -29,52 +29,24 @@ export interface OutboxServersOptions {
 }
 
 /**
- * Registers the hooks the outbox fault tests share in the calling describe block: connects a
+ * Registers the hooks the outbox fault tests share in the calling describe block
+ * ({@link useRabbitMq} and {@link usePostgres}): connects a
  * RabbitMqAdmin and a PostgreSQL admin before all tests, gives each test a fresh table prefix,
  * deletes the test's queues and tables after it, and closes everything after all tests. Call it
  * before the block's own hooks: jest runs hooks of one block in the order they were registered.
  */
 export function useOutboxServers(options: OutboxServersOptions = {}): OutboxServers {
-  let admin: RabbitMqAdmin | undefined;
-  let postgres: OutboxPostgresAdmin | undefined;
-  let tablePrefix: string | undefined;
-
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-    postgres = new OutboxPostgresAdmin(SERVERS.postgres.url);
-  });
-
-  beforeEach(() => {
-    tablePrefix = postgres!.newTablePrefix();
-  });
-
-  afterEach(async () => {
-    try {
-      await options.beforeCleanup?.();
-    } finally {
-      await admin!.cleanup();
-      await postgres!.cleanup();
-    }
-  });
-
-  afterAll(async () => {
-    await admin?.close();
-    await postgres?.close();
-  });
-
-  const connected = <T>(value: T | undefined, what: string): T => {
-    if (value === undefined) throw new Error(`useOutboxServers: no ${what} (yet)`);
-    return value;
-  };
+  const rabbitmq = useRabbitMq({ beforeCleanup: options.beforeCleanup });
+  const postgres = usePostgres();
   return {
     get admin() {
-      return connected(admin, 'RabbitMqAdmin');
+      return rabbitmq.admin;
     },
     get postgres() {
-      return connected(postgres, 'PostgreSQL admin');
+      return postgres.admin;
     },
     get tablePrefix() {
-      return connected(tablePrefix, 'table prefix outside a test');
+      return postgres.tablePrefix;
     },
   };
 }

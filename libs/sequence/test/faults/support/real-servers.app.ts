@@ -5,7 +5,8 @@ import { type SequenceStore } from 'nest-sequence';
 import type { RedisOptions } from 'ioredis';
 import { SERVERS } from '../../support/servers';
 import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { namedTransport } from '../../support/rabbitmq.fixture';
+import { closeAll, type Closer } from '../../support/test-app';
 
 export interface RealServersApp extends Omit<SequenceTestApp, 'transport'> {
   readonly transport: RabbitMqTransport;
@@ -19,7 +20,7 @@ type TestAppOptions = NonNullable<Parameters<typeof createSequenceTestApp>[1]>;
  * {@link createSequenceTestApp} on the real servers: a Nest application with its own RabbitMQ
  * connection (named, so that a test can have the broker drop exactly this one) and its own Redis
  * client under `prefix` (or the `store` given). `close()` closes the application, then the
- * transport and store it made.
+ * transport and store it made, each even if another fails.
  */
 export async function createRealServersApp(
   channel: string,
@@ -47,14 +48,15 @@ export async function createRealServersApp(
     ...appOptions
   } = options;
   const connectionName = `nseq-fault-${randomUUID()}`;
-  const transport = await RabbitMqTransport.connect(
-    AMQP_URL,
-    rabbitmq,
-    namedConnection(connectionName, reconnectSeconds),
-  );
+  const transport = await namedTransport(connectionName, { transport: rabbitmq, reconnectSeconds });
   const store =
     givenStore ??
     wrapStore(RedisSequenceStore.connect(redisUrl, { prefix, keyTtlMarginMs, redis }));
+  // Closed last first: the transport, then the store this app made.
+  const resources: Closer[] = [
+    ...(givenStore ? [] : [() => store.close()]),
+    () => transport.close(),
+  ];
   let app: SequenceTestApp;
   try {
     app = await createSequenceTestApp(channel, {
@@ -63,18 +65,13 @@ export async function createRealServersApp(
       sequence: { ...appOptions.sequence, store },
     });
   } catch (error) {
-    await transport.close();
-    if (!givenStore) await store.close();
+    await closeAll(resources);
     throw error;
   }
   return {
     ...app,
     transport,
     connectionName,
-    close: async () => {
-      await app.close();
-      await transport.close();
-      if (!givenStore) await store.close();
-    },
+    close: () => closeAll([...resources, () => app.close()]),
   };
 }

@@ -1,14 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { Redis } from 'ioredis';
 import type { Registry } from 'prom-client';
 import { GapSweeper } from '../../../src/resequencer/gap.sweeper';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import {
   ResequencerService,
-  SequenceModule,
   type GapEvent,
   type ResequencerDefinition,
   type ResequencerStore,
@@ -20,8 +17,9 @@ import {
   RecordingResequencedHandler,
   resequencedHandler,
 } from '../../resequencer/resequencer-test-app';
-import { SERVERS } from '../../support/servers';
-import { AMQP_URL, namedConnection } from './rabbitmq.admin';
+import { redisClient } from '../../support/redis.fixture';
+import { createTestApp } from '../../support/test-app';
+import { namedTransport } from '../../support/rabbitmq.fixture';
 
 export interface ResequencerApp {
   readonly app: INestApplicationContext;
@@ -67,46 +65,35 @@ export async function createResequencerApp(
   options: ResequencerAppOptions,
 ): Promise<ResequencerApp> {
   const connectionName = `nseq-fault-rsq-${randomUUID()}`;
-  const transport = await RabbitMqTransport.connect(AMQP_URL, {}, namedConnection(connectionName));
-  const redis = new Redis(SERVERS.redis.url);
+  const transport = await namedTransport(connectionName);
+  const redis = redisClient();
   const store = new RedisResequencerStore(redis, { prefix: options.prefix });
-  const closeClients = async () => {
-    await transport.close();
-    await redis.quit();
-  };
   const Handler = definition && resequencedHandler(definition);
-  let app: INestApplicationContext;
-  try {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        SequenceModule.forRoot({
-          transport,
-          // A short lease needs a confirm timeout that fits in it (see resolveResequencerDefinition).
-          publish: options.leaseMs
-            ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.3) }
-            : undefined,
-          resequencer: {
-            ...options.resequencer,
-            store: options.wrapStore?.(store) ?? store,
-          },
-          tuning: {
-            sweepers: {
-              gaps: { intervalMs: options.gapSweepIntervalMs ?? false },
-              expiry: { intervalMs: false },
-            },
-            leaseMs: options.leaseMs,
-            backpressureDelayMs: options.backpressureDelayMs ?? 50,
-          },
-        }),
-      ],
-      providers: Handler ? [Handler] : [],
-    }).compile();
-    moduleRef.useLogger(process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false);
-    app = await moduleRef.init();
-  } catch (error) {
-    await closeClients();
-    throw error;
-  }
+  const { app, close } = await createTestApp({
+    sequence: {
+      transport,
+      // A short lease needs a confirm timeout that fits in it (see resolveResequencerDefinition).
+      publish: options.leaseMs
+        ? { confirmTimeoutMs: Math.floor(options.leaseMs * 0.3) }
+        : undefined,
+      resequencer: {
+        ...options.resequencer,
+        store: options.wrapStore?.(store) ?? store,
+      },
+      tuning: {
+        sweepers: {
+          gaps: { intervalMs: options.gapSweepIntervalMs ?? false },
+          expiry: { intervalMs: false },
+        },
+        leaseMs: options.leaseMs,
+        backpressureDelayMs: options.backpressureDelayMs ?? 50,
+      },
+    },
+    providers: Handler ? [Handler] : [],
+    logger: process.env.FAULT_TEST_LOGS ? ['log', 'warn', 'error'] : false,
+    // Closed last first: the transport, then the Redis client.
+    resources: [() => redis.quit(), () => transport.close()],
+  });
   const service = app.get(ResequencerService);
   const gaps: GapEvent[] = [];
   service.onGap((event) => void gaps.push(event));
@@ -120,10 +107,7 @@ export async function createResequencerApp(
     sweeper: app.get(GapSweeper),
     gaps,
     registry: app.get(ModuleMetrics).registry,
-    close: async () => {
-      await app.close();
-      await closeClients();
-    },
+    close,
   };
 }
 

@@ -1,5 +1,5 @@
 import { eventually } from '../../support/sequence-test-app';
-import type { QueuedMessage, RabbitMqAdmin } from './rabbitmq.admin';
+import type { QueuedMessage, RabbitMqAdmin } from '../../support/rabbitmq.fixture';
 
 /**
  * Reads a queue with plain amqplib (through {@link RabbitMqAdmin}), keeping every message in the

@@ -9,6 +9,7 @@ import {
   generatedSource,
 } from '../../../testing/conformance/payload-store.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { redisClient } from '../../../../test/support/redis.fixture';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metadata-corrupt.error';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
@@ -49,7 +50,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
   let redis: Redis;
 
   beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
+    redis = redisClient();
   });
 
   afterAll(async () => {
@@ -253,7 +254,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       // A user that may GET but not GETRANGE: every direct read is refused (NOPERM).
       const user = `nseq-test-${randomUUID()}`;
       await redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '+@all', '-getrange');
-      const limited = new Redis(SERVERS.redis.url, { username: user, password: 'secret' });
+      const limited = redisClient({ username: user, password: 'secret' });
       try {
         await limited.ping();
         const reader = new RedisPayloadStore(limited, {
@@ -274,7 +275,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
 
     it('reads chunks on a connection of its own, byte-exact when that one is killed midway (unsafeSocketTricks)', async () => {
       const name = `nseq-test-${randomUUID()}`;
-      const named = new Redis(SERVERS.redis.url, { connectionName: name });
+      const named = redisClient({ connectionName: name });
       try {
         await named.ping();
         const reader = new RedisPayloadStore(named, {
@@ -326,7 +327,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       ['a non-string', 42 as unknown as string],
     ])('refuses a ref with %s before sending any command', async (_label, ref) => {
       // A client that is never connected and queues nothing: any command would reject otherwise.
-      const offline = new Redis(SERVERS.redis.url, {
+      const offline = redisClient({
         lazyConnect: true,
         enableOfflineQueue: false,
       });

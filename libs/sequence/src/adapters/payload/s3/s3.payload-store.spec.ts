@@ -18,7 +18,7 @@ import {
   S3RVER_CREDENTIALS as CREDENTIALS,
   startS3rver,
   type S3rverProcess,
-} from '../../../../test/support/s3rver';
+} from '../../../../test/support/processes/s3rver';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import type { PutOptions } from '../../../ports/payload-store.port';

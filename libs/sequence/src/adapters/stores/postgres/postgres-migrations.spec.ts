@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { Client, Pool } from 'pg';
+import { Pool } from 'pg';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { postgresClient, postgresPool } from '../../../../test/support/postgres.fixture';
 import { PostgresOutboxError } from './postgres-outbox.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { BOX_NAMES } from '../../../ports/outbox-store.port';
@@ -45,7 +46,7 @@ describeWithServer('postgres', 'migrateOutbox', () => {
   let tablePrefix: string;
 
   beforeEach(() => {
-    pool = new Pool({ connectionString: URL, max: 6 });
+    pool = postgresPool({ max: 6 });
     tablePrefix = uniquePrefix();
   });
 
@@ -103,7 +104,7 @@ describeWithServer('postgres', 'migrateOutbox', () => {
   });
 
   it('runs on a connected client as well as on a pool', async () => {
-    const client = new Client({ connectionString: URL });
+    const client = postgresClient();
     await client.connect();
     try {
       await expect(migrateOutbox(client, { tablePrefix })).resolves.toContain('001_outbox_boxes');

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
-import { adminQuery } from '../../../../test/support/postgres-admin';
+import { adminQuery } from '../../../../test/support/postgres.fixture';
 import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';

@@ -1,8 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { Client, Pool } from 'pg';
+import { Pool } from 'pg';
 import { describeOutboxStoreConformance } from '../../../testing/conformance/outbox-store.conformance';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
-import { adminQuery } from '../../../../test/support/postgres-admin';
+import {
+  adminQuery,
+  postgresClient,
+  postgresPool,
+} from '../../../../test/support/postgres.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
@@ -25,7 +29,7 @@ function uniquePrefix(): string {
 }
 
 async function dropTables(tablePrefix: string): Promise<void> {
-  const client = new Client({ connectionString: URL });
+  const client = postgresClient();
   await client.connect();
   try {
     const tables = [...BOX_NAMES, 'outbox_migrations'].map((name) => `${tablePrefix}${name}`);
@@ -55,7 +59,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       if (owners.delete(store)) await dropTables((store as PostgresOutboxStore).tablePrefix);
     },
     async externalConnection() {
-      const client = new Client({ connectionString: URL });
+      const client = postgresClient();
       await client.connect();
       return { executor: client, release: () => client.end() };
     },
@@ -153,7 +157,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       );
       // An operator's transaction locks A2 (PENDING): the claim skips it, and must then not
       // hand out A3 ahead of it.
-      const holder = new Client({ connectionString: URL });
+      const holder = postgresClient();
       await holder.connect();
       try {
         await holder.query('BEGIN');
@@ -270,7 +274,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       tablePrefix = uniquePrefix();
       // One connection, and no waiting for it: a client leaked or handed back broken shows at
       // once as a failing next call.
-      pool = new Pool({ connectionString: URL, max: 1, connectionTimeoutMillis: 2_000 });
+      pool = postgresPool({ max: 1, connectionTimeoutMillis: 2_000 });
       store = new PostgresOutboxStore(pool, { tablePrefix });
       await store.migrate();
       await store.transaction((tx) => store.append(BOX, [record('a'), record('b')], tx));
@@ -336,9 +340,9 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         unlock: () => Promise<void>;
       }) => Promise<void>,
     ): Promise<void> {
-      const timed = new Pool({ connectionString: URL, max: 1, query_timeout: queryTimeoutMs });
+      const timed = postgresPool({ max: 1, query_timeout: queryTimeoutMs });
       const timedStore = new PostgresOutboxStore(timed, { tablePrefix });
-      const locker = new Client({ connectionString: URL });
+      const locker = postgresClient();
       await locker.connect();
       const lock = async () => {
         await locker.query('BEGIN');

@@ -1,29 +1,19 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { describeWithServer } from '../../../../test/support/servers';
+import { redisClient, useRedis } from '../../../../test/support/redis.fixture';
 import { setBodyUncopied } from './redis-body.writer';
 
 const MiB = 1024 * 1024;
 
 describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
+  const servers = useRedis({ stem: 'nseq-test:writer' });
   let redis: Redis;
   let prefix: string;
 
-  beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
-  });
-
   beforeEach(() => {
-    prefix = `nseq-test:writer:${randomUUID()}`;
-  });
-
-  afterEach(async () => {
-    const keys = await redis.keys(`${prefix}*`);
-    if (keys.length > 0) await redis.del(...keys);
-  });
-
-  afterAll(async () => {
-    await redis.quit();
+    redis = servers.client;
+    prefix = servers.prefix;
   });
 
   it('stores the body byte-exact, with its TTL', async () => {
@@ -57,7 +47,7 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
   });
 
   it("applies the client's keyPrefix, like any other command", async () => {
-    const prefixed = new Redis(SERVERS.redis.url, { keyPrefix: `${prefix}:p:` });
+    const prefixed = redisClient({ keyPrefix: `${prefix}:p:` });
     try {
       const body = randomBytes(256 * 1024);
       await setBodyUncopied(prefixed, 'body', body, 60_000);
@@ -69,7 +59,7 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
   });
 
   it('waits in the offline queue of a client that is not connected yet, then is sent whole', async () => {
-    const late = new Redis(SERVERS.redis.url, { lazyConnect: true });
+    const late = redisClient({ lazyConnect: true });
     try {
       const body = randomBytes(2 * MiB);
       const sending = setBodyUncopied(late, `${prefix}:late`, body, 60_000);
@@ -106,7 +96,7 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
 
   it('is sent again whole, never in part, when the connection drops while bodies are being written', async () => {
     const name = `nseq-writer-${randomUUID()}`;
-    const writer = new Redis(SERVERS.redis.url, { connectionName: name });
+    const writer = redisClient({ connectionName: name });
     try {
       await writer.ping();
       let reconnects = 0;
@@ -142,7 +132,7 @@ describeWithServer('redis', 'setBodyUncopied (Redis at REDIS_URL)', () => {
   });
 
   it('rejects, and stores nothing, when the server refuses the command', async () => {
-    const refused = new Redis(SERVERS.redis.url);
+    const refused = redisClient();
     try {
       // SET takes any key; a TTL of 0 is what the server refuses.
       await expect(setBodyUncopied(refused, `${prefix}:bad`, randomBytes(1024), 0)).rejects.toThrow(

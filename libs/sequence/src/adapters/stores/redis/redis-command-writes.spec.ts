@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
-import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { describeWithServer } from '../../../../test/support/servers';
+import { redisClient } from '../../../../test/support/redis.fixture';
 import { countSocketWrites } from '../../../../test/support/socket-writes';
 import { setBodyUncopied } from './redis-body.writer';
 import { coalesceCommandWrites, withCoalescedWrites } from './redis-command-writes';
@@ -15,7 +16,7 @@ describeWithServer('redis', 'coalesceCommandWrites (Redis at REDIS_URL)', () => 
   let key: string;
 
   beforeEach(async () => {
-    redis = new Redis(SERVERS.redis.url);
+    redis = redisClient();
     await redis.ping();
     key = `nseq-test:writes:${randomUUID()}`;
   });

@@ -1,7 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { describeWithServer } from '../../../../test/support/servers';
+import { redisClient, useRedis } from '../../../../test/support/redis.fixture';
 import {
   directReadsConnections,
   killDirectReadsConnection,
@@ -11,9 +12,15 @@ import { RedisDirectReads, type DirectReadsTiming } from './redis-direct-reads';
 const MiB = 1024 * 1024;
 
 describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
+  const opened: RedisDirectReads[] = [];
+  const servers = useRedis({
+    stem: 'nseq-test:direct',
+    beforeCleanup: async () => {
+      await Promise.all(opened.splice(0).map((reads) => reads.close()));
+    },
+  });
   let redis: Redis;
   let prefix: string;
-  const opened: RedisDirectReads[] = [];
 
   const directReads = (
     client: Redis = redis,
@@ -24,22 +31,9 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
     return reads;
   };
 
-  beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
-  });
-
   beforeEach(() => {
-    prefix = `nseq-test:direct:${randomUUID()}`;
-  });
-
-  afterEach(async () => {
-    await Promise.all(opened.splice(0).map((reads) => reads.close()));
-    const keys = await redis.keys(`${prefix}*`);
-    if (keys.length > 0) await redis.del(...keys);
-  });
-
-  afterAll(async () => {
-    await redis.quit();
+    redis = servers.client;
+    prefix = servers.prefix;
   });
 
   it('reads ranges byte-exact, many in flight at once, each as views of few socket chunks', async () => {
@@ -59,7 +53,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
   });
 
   it("applies the client's keyPrefix; a missing key reads as empty, as GETRANGE answers", async () => {
-    const prefixed = new Redis(SERVERS.redis.url, { keyPrefix: `${prefix}:p:` });
+    const prefixed = redisClient({ keyPrefix: `${prefix}:p:` });
     try {
       await prefixed.ping(); // ready: direct reads wait for the client to be
       await redis.set(`${prefix}:p:body`, 'abcdef');
@@ -86,7 +80,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
 
   it('opens one named connection, closes it when idle, and opens another at the next read', async () => {
     const name = `${prefix.replace(/:/g, '-')}`;
-    const named = new Redis(SERVERS.redis.url, { connectionName: name });
+    const named = redisClient({ connectionName: name });
     try {
       await named.ping();
       await redis.set(`${prefix}:body`, 'abc');
@@ -107,7 +101,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
 
   it('opens a new connection after the server closed an idle one, without refusing a read', async () => {
     const name = `${prefix.replace(/:/g, '-')}`;
-    const named = new Redis(SERVERS.redis.url, { connectionName: name });
+    const named = redisClient({ connectionName: name });
     try {
       await named.ping();
       await redis.set(`${prefix}:body`, 'abc');
@@ -140,7 +134,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
   });
 
   it('reads from the database the client is on, also one it selected after it connected', async () => {
-    const selecting = new Redis(SERVERS.redis.url);
+    const selecting = redisClient();
     try {
       await selecting.select(3);
       await selecting.ping();
@@ -160,7 +154,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
   });
 
   it('refuses reads while its client is not ready, whose database it does not know yet', async () => {
-    const lazy = new Redis(SERVERS.redis.url, { lazyConnect: true });
+    const lazy = redisClient({ lazyConnect: true });
     try {
       const reads = directReads(lazy);
       await expect(reads.getRange(`${prefix}:body`, 0, 2)).rejects.toThrow(/not ready/);
@@ -177,7 +171,7 @@ describeWithServer('redis', 'RedisDirectReads (Redis at REDIS_URL)', () => {
   it('counts a refusal every read would get (NOPERM) as a failure, and refuses reads for a while', async () => {
     const user = `nseq-test-${randomUUID()}`;
     await redis.call('ACL', 'SETUSER', user, 'on', '>secret', '~*', '+@all', '-getrange');
-    const limited = new Redis(SERVERS.redis.url, { username: user, password: 'secret' });
+    const limited = redisClient({ username: user, password: 'secret' });
     try {
       await limited.ping();
       const reads = directReads(limited);

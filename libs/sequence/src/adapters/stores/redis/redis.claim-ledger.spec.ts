@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeClaimLedgerConformance } from '../../../testing/conformance/claim-ledger.conformance';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import type { ClaimKey, ClaimLedger } from '../../../ports/claim-ledger.port';
 import { RedisClaimKeys } from './redis-claim-keys';
 import { RedisClaimLedger } from './redis.claim-ledger';
@@ -12,28 +13,11 @@ const LEASE_MS = 30_000;
 const RETAIN_MS = 3_600_000;
 const MARGIN_MS = 60_000;
 
-/** Every key under `prefix`, on one node. */
-async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
-  const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    keys.push(...batch);
-    cursor = next;
-  } while (cursor !== '0');
-  return keys;
-}
-
-async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
-  const keys = await keysUnder(redis, prefix);
-  if (keys.length > 0) await redis.del(...keys);
-}
-
 describeWithServer('redis', 'RedisClaimLedger (Redis at REDIS_URL)', () => {
   let redis: Redis;
 
   beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
+    redis = redisClient();
   });
 
   afterAll(async () => {

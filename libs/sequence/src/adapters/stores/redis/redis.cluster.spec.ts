@@ -12,7 +12,7 @@ import {
   keysUnder,
   LocalCluster,
   redisServerInstalled,
-} from '../../../../test/support/redis-cluster';
+} from '../../../../test/support/processes/redis-cluster';
 import type { ClaimLedger } from '../../../ports/claim-ledger.port';
 import type { PayloadStore } from '../../../ports/payload-store.port';
 import type { ResequencerStore } from '../../../ports/resequencer-store.port';

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
-import { deleteUnder, keysUnder } from '../../../../test/faults/support/redis.admin';
+import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import type {
   DrainSettlement,
@@ -32,7 +32,7 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
   let redis: Redis;
 
   beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
+    redis = redisClient();
   });
 
   afterAll(async () => {
@@ -394,7 +394,7 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       });
 
       it('raises RedisResequencerStoreError for a script reply it does not understand', async () => {
-        const client = new Redis(SERVERS.redis.url);
+        const client = redisClient();
         try {
           jest.spyOn(loadScripts(client), 'rsq-accept-ix').mockResolvedValue(['queued', [], 1]);
           const confused = new RedisResequencerStore(client, { prefix });

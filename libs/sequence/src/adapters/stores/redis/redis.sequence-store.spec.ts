@@ -8,8 +8,9 @@ import {
   sequenceFixture,
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
-import { OwnedRedisServer } from '../../../../test/faults/support/owned-redis.server';
+import { OwnedRedisServer } from '../../../../test/support/processes/owned-redis.server';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
+import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { crc32 } from '../../../core/checksum';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
@@ -37,30 +38,13 @@ function ttlCalls(info: string): number {
   return calls;
 }
 
-/** Every key under `prefix`, on one node. */
-async function keysUnder(redis: Redis, prefix: string): Promise<string[]> {
-  const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000);
-    keys.push(...batch);
-    cursor = next;
-  } while (cursor !== '0');
-  return keys;
-}
-
-async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
-  const keys = await keysUnder(redis, prefix);
-  if (keys.length > 0) await redis.del(...keys);
-}
-
 const isGlobal = (key: string) => key.includes(':{idx}:');
 
 describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
   let redis: Redis;
 
   beforeAll(() => {
-    redis = new Redis(SERVERS.redis.url);
+    redis = redisClient();
   });
 
   afterAll(async () => {
@@ -322,7 +306,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
           // The staged body key is set through the client (prefixed) and named again inside the
           // accept script: both must be the same key, or no large body is ever stored.
           const keyPrefix = `${prefix}:kp:`; // keysUnder(redis, p) lists p:*
-          const prefixed = new Redis(SERVERS.redis.url, { keyPrefix });
+          const prefixed = redisClient({ keyPrefix });
           try {
             const onPrefixed = new RedisSequenceStore(prefixed, {
               prefix: 'app',
@@ -389,7 +373,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
 
       it('reads a sequence of under 1 MiB of large bodies through the client, a larger one directly (unsafeSocketTricks)', async () => {
         const name = `nseq-test-${randomUUID()}`;
-        const named = new Redis(SERVERS.redis.url, { connectionName: name });
+        const named = redisClient({ connectionName: name });
         try {
           await named.ping();
           const pieced = new RedisSequenceStore(named, {
@@ -421,7 +405,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
 
       it('finishes a read byte-exact when its own connection for reads is killed midway (unsafeSocketTricks)', async () => {
         const name = `nseq-test-${randomUUID()}`;
-        const named = new Redis(SERVERS.redis.url, { connectionName: name });
+        const named = redisClient({ connectionName: name });
         try {
           const pieced = new RedisSequenceStore(named, {
             prefix,

@@ -1,11 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import * as amqplib from 'amqplib';
-import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { describeWithServer } from '../../../../test/support/servers';
+import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
 import { countSocketWrites } from '../../../../test/support/socket-writes';
 import { coalesceFrameWrites, framesCoalesced } from './amqp-frame-writes';
 
-const URL = SERVERS.rabbitmq.url;
 const MESSAGES = 200;
 
 /** Counts the writes on the socket under an amqplib connection. */
@@ -20,7 +20,7 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
   let admin: amqplib.ChannelModel;
 
   beforeAll(async () => {
-    admin = await amqplib.connect(URL);
+    admin = await amqpConnection();
   });
 
   afterAll(async () => {
@@ -31,7 +31,7 @@ describeWithServer('rabbitmq', 'coalesceFrameWrites (amqplib at AMQP_URL)', () =
 
   /** Runs `use` on a connection of its own, closed afterwards. */
   async function withConnection(use: (model: amqplib.ChannelModel) => Promise<void>) {
-    const model = await amqplib.connect(URL);
+    const model = await amqpConnection();
     try {
       await use(model);
     } finally {

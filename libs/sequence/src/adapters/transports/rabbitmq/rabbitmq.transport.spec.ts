@@ -8,8 +8,9 @@ import {
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
-import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/faults/support/rabbitmqctl';
+import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { FAILED_FORWARD_PAUSE_MS } from './rabbitmq.subscription';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -51,7 +52,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
   let admin: amqplib.ChannelModel;
 
   beforeAll(async () => {
-    admin = await amqplib.connect(URL);
+    admin = await amqpConnection();
   });
 
   afterAll(async () => {

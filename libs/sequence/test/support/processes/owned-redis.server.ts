@@ -1,9 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { awaitAnswering, stopProcess } from './owned-server.process';
+import { accepts, awaitAnswering, sparePort, stopProcess } from './server-process';
 
 /**
  * A `redis-server` the test owns, on a spare loopback port, so that it can be crashed, paused and
@@ -98,31 +97,4 @@ export class OwnedRedisServer {
     await this.stop('SIGKILL');
     rmSync(this.dir, { recursive: true, force: true });
   }
-}
-
-/** A loopback port nobody listens on right now. */
-function sparePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() =>
-        typeof address === 'object' && address
-          ? resolve(address.port)
-          : reject(new Error('no port')),
-      );
-    });
-  });
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }

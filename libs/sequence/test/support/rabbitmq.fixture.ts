@@ -1,9 +1,15 @@
+/**
+ * The tests' RabbitMQ: the broker at `AMQP_URL` (see ./servers.ts). Wrap the block in
+ * `describeWithServer('rabbitmq', …)`; {@link useRabbitMq} gives it a {@link RabbitMqAdmin}, whose
+ * `newChannel()` hands out a queue per test and deletes it after the test.
+ */
 import { randomUUID } from 'node:crypto';
 import type { LoggerService } from '@nestjs/common';
 import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
-import { SERVERS } from '../../support/servers';
-import { rabbitmqctl, rabbitmqctlRows } from './rabbitmqctl';
+import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
+import { SERVERS } from './servers';
+import { rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
 
 export const AMQP_URL = SERVERS.rabbitmq.url;
 
@@ -12,6 +18,11 @@ export const silentLogger: LoggerService = {
   error: () => undefined,
   warn: () => undefined,
 };
+
+/** A plain amqplib connection of the caller's own to the test broker (the caller closes it). */
+export function amqpConnection(): Promise<amqplib.ChannelModel> {
+  return amqplib.connect(AMQP_URL);
+}
 
 /**
  * golevelup settings for a connection the broker lists under `name` (the AMQP client property
@@ -26,6 +37,22 @@ export function namedConnection(name: string, reconnectSeconds = 0.2): Omit<Rabb
       connectionOptions: { clientProperties: { connection_name: name } },
     },
   };
+}
+
+/**
+ * A RabbitMqTransport on the test broker whose connection the broker lists under `name` (so that
+ * a test can have exactly this one dropped), reconnecting after `reconnectSeconds`. The caller
+ * closes it.
+ */
+export function namedTransport(
+  name: string,
+  options: { transport?: RabbitMqTransportOptions; reconnectSeconds?: number } = {},
+): Promise<RabbitMqTransport> {
+  return RabbitMqTransport.connect(
+    AMQP_URL,
+    options.transport,
+    namedConnection(name, options.reconnectSeconds),
+  );
 }
 
 /** A message read back from a queue with plain amqplib. */
@@ -44,7 +71,7 @@ export class RabbitMqAdmin {
   private constructor(private readonly connection: amqplib.ChannelModel) {}
 
   static async connect(): Promise<RabbitMqAdmin> {
-    return new RabbitMqAdmin(await amqplib.connect(AMQP_URL));
+    return new RabbitMqAdmin(await amqpConnection());
   }
 
   /** A channel name of the test's own, `fault.<uuid>`, registered with its `.dlq` for cleanup. */
@@ -147,4 +174,39 @@ export class RabbitMqAdmin {
       await channel.close().catch(() => undefined);
     }
   }
+}
+
+export interface RabbitMqFixtureOptions {
+  /** Runs after each test, before its queues are deleted: close what uses them. */
+  readonly beforeCleanup?: () => Promise<void>;
+}
+
+/**
+ * Registers, in the calling describe block, a {@link RabbitMqAdmin} connected for its tests, the
+ * deletion after each test of the queues it handed out, and its close after them. Call it before
+ * the block's own hooks.
+ */
+export function useRabbitMq(options: RabbitMqFixtureOptions = {}): {
+  readonly admin: RabbitMqAdmin;
+} {
+  let admin: RabbitMqAdmin | undefined;
+  beforeAll(async () => {
+    admin = await RabbitMqAdmin.connect();
+  });
+  afterEach(async () => {
+    try {
+      await options.beforeCleanup?.();
+    } finally {
+      await admin?.cleanup();
+    }
+  });
+  afterAll(async () => {
+    await admin?.close();
+  });
+  return {
+    get admin() {
+      if (!admin) throw new Error('useRabbitMq: no admin outside the block');
+      return admin;
+    },
+  };
 }

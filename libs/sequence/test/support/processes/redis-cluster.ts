@@ -5,11 +5,11 @@
  */
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { Cluster, Redis } from 'ioredis';
+import { isFree, terminateProcess } from './server-process';
 
 const run = promisify(execFile);
 /** Masters of a {@link LocalCluster}; no replicas. */
@@ -75,7 +75,7 @@ export class LocalCluster {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.processes.map(stopProcess));
+    await Promise.all(this.processes.map((server) => terminateProcess(server)));
     process.removeListener('exit', this.killOnExit);
     if (this.directory) rmSync(this.directory, { recursive: true, force: true });
   }
@@ -115,28 +115,6 @@ export async function spareClusterPort(taken: number[]): Promise<number> {
     if ((await isFree(port)) && (await isFree(port + 10_000))) return port;
   }
   throw new Error('found no spare loopback port pair for a cluster node');
-}
-
-/** Whether nothing listens on `port` on the loopback interface. */
-export function isFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = createServer();
-    probe.once('error', () => resolve(false));
-    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
-  });
-}
-
-/** SIGTERM, then SIGKILL after 5 s; resolves once the process exited. */
-export function stopProcess(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const force = setTimeout(() => child.kill('SIGKILL'), 5_000);
-    child.once('exit', () => {
-      clearTimeout(force);
-      resolve();
-    });
-    child.kill('SIGTERM');
-  });
 }
 
 /** Whether `redis-server` can be run from the PATH. */

@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import { FixtureProcess } from './fixture-process';
 
-const SCRIPT = resolve(__dirname, '../fixtures/consumer.process.ts');
+const SCRIPT = resolve(__dirname, 'fixtures/consumer.process.ts');
 
 /** A line of the consumer process's results file (see fixtures/consumer.process.ts). */
 export interface ConsumerEvent {

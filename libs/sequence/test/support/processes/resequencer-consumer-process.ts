@@ -2,7 +2,7 @@ import { join, resolve } from 'node:path';
 import type { GapPolicy } from 'nest-sequence/ports';
 import { FixtureProcess } from './fixture-process';
 
-const SCRIPT = resolve(__dirname, '../fixtures/resequencer-consumer.process.ts');
+const SCRIPT = resolve(__dirname, 'fixtures/resequencer-consumer.process.ts');
 
 /** A line of the results file (see fixtures/resequencer-consumer.process.ts). */
 export interface ResequencerConsumerEvent {

@@ -11,7 +11,7 @@ export interface FixtureEvent {
 }
 
 /**
- * A fixture script (under ../fixtures) running in a child process under ts-node, which reports
+ * A fixture script (under ./fixtures) running in a child process under ts-node, which reports
  * by appending JSON lines to a results file (one per test, possibly shared by several processes)
  * and writes `{"event":"ready","pid":…}` once it consumes.
  */

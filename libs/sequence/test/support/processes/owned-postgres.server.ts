@@ -1,11 +1,10 @@
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { awaitAnswering, stopProcess } from './owned-server.process';
+import { awaitAnswering, sparePort, stopProcess } from './server-process';
 
 const run = promisify(execFile);
 
@@ -166,20 +165,4 @@ function serverUser(): Required<ServerUser> | undefined {
   } catch {
     return undefined;
   }
-}
-
-/** A loopback port nobody listens on right now. */
-function sparePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() =>
-        typeof address === 'object' && address
-          ? resolve(address.port)
-          : reject(new Error('no port')),
-      );
-    });
-  });
 }
