@@ -15,7 +15,7 @@ import {
 } from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
-jest.setTimeout(60_000);
+jest.setTimeout(120_000);
 
 /** Short, so that the survivor takes the dead drainer's lease over quickly. */
 const LEASE_MS = 1_000;

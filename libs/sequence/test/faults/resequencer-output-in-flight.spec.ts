@@ -15,7 +15,7 @@ import { QueueCollector } from './support/resequencer-output';
 import { AMQP_URL, type QueuedMessage } from '../support/rabbitmq.fixture';
 import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 
-jest.setTimeout(60_000);
+jest.setTimeout(120_000);
 
 const GAP = { timeoutMs: 600_000, policy: 'alert' } as const;
 const KEYS = 2_000;

@@ -12,7 +12,7 @@ import { publishKeyedEvents } from './support/resequencer-app';
 import { ResequencerConsumerProcess } from '../support/processes/resequencer-consumer-process';
 import { defaultBodyOf, QueueCollector } from './support/resequencer-output';
 
-jest.setTimeout(60_000);
+jest.setTimeout(120_000);
 
 const KEYS = 1_000;
 const EVENTS_PER_KEY = 5;

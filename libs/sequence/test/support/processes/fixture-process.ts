@@ -47,7 +47,7 @@ export abstract class FixtureProcess<E extends FixtureEvent> {
     await this.waitFor(
       (events) => events.some((e) => e.event === 'ready' && e.pid === this.child.pid),
       'the consumer process to be ready',
-      20_000,
+      45_000,
     );
     return this;
   }

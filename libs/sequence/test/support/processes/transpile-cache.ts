@@ -1,5 +1,5 @@
 /*
- * Imported first by the outbox fixture processes (before the library): keeps what ts-node
+ * Imported first by the fixture processes (before the library): keeps what ts-node
  * compiles on disk, keyed by each file's path and content (and the compiler and its settings),
  * so that only the first process to load a file version compiles it. Without it each fixture
  * process spends seconds of CPU compiling the library again, which is most of a fault test's
