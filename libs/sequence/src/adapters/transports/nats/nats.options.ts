@@ -36,7 +36,8 @@ export interface NatsTransportOptions {
   /**
    * Delay of the `nak` for a plain `requeue` (or a throwing handler): this times 2^(deliveries-1),
    * up to {@link NatsTransportOptions.maxNakDelayMs}, so that retries do not use up
-   * `maxDeliver` in milliseconds. 0 redelivers at once.
+   * `maxDeliver` in milliseconds. 0 redelivers at once (after 1 ms: a `nak` without a delay is
+   * not counted as a redelivery by nats-server 2.9).
    * @default 20
    */
   readonly nakDelayMs?: number;

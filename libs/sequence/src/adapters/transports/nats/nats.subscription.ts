@@ -37,11 +37,22 @@ export interface NatsSubscriptionSettings {
     body: Buffer,
     headers: Record<string, unknown>,
   ) => Promise<void>;
+  /**
+   * Deletes a terminated message from the channel's stream: some servers (2.9 among them) keep a
+   * terminated message in a work-queue stream, where nothing would ever remove it.
+   */
+  readonly removeFromStream: (streamSequence: number) => Promise<void>;
   /** Resolves once what the connection has buffered (acks, naks) reached the server. */
   readonly flush: () => Promise<void>;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
+
+/**
+ * The shortest `nak` delay sent. A `nak` without a delay is not counted as a delivery by some
+ * servers (2.9): the message came back with `redelivered` unset and `max_deliver` never reached.
+ */
+const MIN_NAK_DELAY_MS = 1;
 
 /** How long a pull request waits for messages before the next one is made. */
 const FETCH_EXPIRES_MS = 5_000;
@@ -67,7 +78,7 @@ const RETRY_MAX_DELAY_MS = 5_000;
  * - `requeue` with `delayMs`: held for the delay, then a copy with `x-requeue-count` incremented
  *   is published to the channel (its tail) and the original acked.
  * - `dead-letter`: published to the dead-letter channel (headers kept, plus `x-death-reason`),
- *   then `term`.
+ *   then `term`, then deleted from the stream (where the server keeps terminated messages).
  *
  * On close, its unsettled messages are `nak`ed without delay, so another subscriber gets them at
  * once; verdicts that come after are ignored.
@@ -114,7 +125,7 @@ export class NatsSubscription implements Subscription {
     await this.settings.flush().catch(() => undefined);
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
-    for (const message of this.unsettled) message.nak();
+    for (const message of this.unsettled) message.nak(MIN_NAK_DELAY_MS);
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
@@ -138,7 +149,7 @@ export class NatsSubscription implements Subscription {
         if (this.closed) batch.stop();
         for await (const message of batch) {
           // Pulled as the subscription closed: straight back to the consumer.
-          if (this.closed) message.nak();
+          if (this.closed) message.nak(MIN_NAK_DELAY_MS);
           else this.receive(message);
         }
         failures = 0;
@@ -205,7 +216,9 @@ export class NatsSubscription implements Subscription {
         this.forward(this.deadLetter(message, inbound, reason));
         return;
       }
-      this.finish(message, () => message.nak(this.settings.nakDelayMs(deliveries)));
+      this.finish(message, () =>
+        message.nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))),
+      );
     }
   }
 
@@ -217,6 +230,14 @@ export class NatsSubscription implements Subscription {
     try {
       await this.settings.publish(this.settings.deadLetterChannel, inbound.body, headers);
       this.finish(message, () => message.term(reason.slice(0, 200)));
+      await this.settings
+        .removeFromStream(message.info.streamSequence)
+        .catch((error: unknown) =>
+          this.settings.logger.warn(
+            `could not delete a dead-lettered message of ${this.channel} from its stream: ` +
+              `${errorMessage(error)}`,
+          ),
+        );
     } catch (error) {
       this.settings.logger.warn(
         `could not dead-letter a message of ${this.channel} to ${this.settings.deadLetterChannel} ` +
