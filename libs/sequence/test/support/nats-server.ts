@@ -51,6 +51,16 @@ export class OwnNatsServer {
     }
   }
 
+  /** Freezes the server (SIGSTOP): connections stay open, nothing is answered. */
+  pause(): void {
+    this.process?.kill('SIGSTOP');
+  }
+
+  /** Lets a frozen server go on (SIGCONT). */
+  resume(): void {
+    this.process?.kill('SIGCONT');
+  }
+
   /** SIGKILLs the server and waits for it to exit. */
   async kill(): Promise<void> {
     const child = this.process;

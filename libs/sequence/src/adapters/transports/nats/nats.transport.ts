@@ -209,6 +209,12 @@ export class NatsTransport implements Transport {
       // Not size-checked: the server already holds this message, and refusing to forward it (as
       // a dead letter or a requeued copy) would requeue it forever.
       publish: (target, body, headers) => this.send(target, body, headers, publishTimeoutMs),
+      removeFromStream: async (sequence) => {
+        const jsm = await this.jsm();
+        // Without a flush the delete could overtake the term and find the message still pending.
+        await this.connection.flush();
+        await jsm.streams.deleteMessage(this.topology.stream(channel), sequence, false);
+      },
       flush: () => this.connection.flush(),
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
