@@ -1,5 +1,5 @@
 import { describeTransportConformance } from '../../../testing/conformance/transport.conformance';
-import { OwnNatsServer } from '../../../../test/support/nats-server';
+import { OwnNatsServer } from '../../../../test/support/owned-nats.server';
 import { describeWithServer } from '../../../../test/support/servers';
 import { NatsTransport } from './nats.transport';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
-import { OwnNatsServer } from '../../../../test/support/nats-server';
+import { OwnNatsServer } from '../../../../test/support/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
