@@ -8,7 +8,7 @@ import { join } from 'node:path';
  * A `nats-server` with JetStream of a test's own, on a free loopback port with its own store
  * directory: for a larger `max_payload` than the machine's server, and for killing and restarting.
  */
-export class OwnNatsServer {
+export class OwnedNatsServer {
   private process?: ChildProcess;
 
   private constructor(
@@ -21,7 +21,7 @@ export class OwnNatsServer {
     return `nats://127.0.0.1:${this.port}`;
   }
 
-  static async start(options: { maxPayloadBytes?: number } = {}): Promise<OwnNatsServer> {
+  static async start(options: { maxPayloadBytes?: number } = {}): Promise<OwnedNatsServer> {
     const dir = mkdtempSync(join(tmpdir(), 'nseq-nats-'));
     const config = join(dir, 'nats.conf');
     const lines = [
@@ -31,7 +31,7 @@ export class OwnNatsServer {
     if (options.maxPayloadBytes) lines.push(`max_payload: ${options.maxPayloadBytes}`);
     writeFileSync(config, lines.join('\n'));
     const port = Number(/127\.0\.0\.1:(\d+)/.exec(lines[0])![1]);
-    const server = new OwnNatsServer(port, dir, config);
+    const server = new OwnedNatsServer(port, dir, config);
     await server.restart();
     return server;
   }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
-import { OwnNatsServer } from '../../../../test/support/owned-nats.server';
+import { OwnedNatsServer } from '../../../../test/support/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -197,10 +197,10 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   }, 15_000);
 
   describe('on a server of its own, stopped and restarted', () => {
-    let server: OwnNatsServer;
+    let server: OwnedNatsServer;
 
     beforeEach(async () => {
-      server = await OwnNatsServer.start();
+      server = await OwnedNatsServer.start();
     });
 
     afterEach(async () => {
