@@ -56,10 +56,9 @@ const MIN_ATTEMPT_MS = 2_000;
  * and `@nats-io/jetstream` 3.x).
  *
  * - Each channel is a stream on the subject `<channel>` with a durable pull consumer, and has a
- *   dead-letter channel `<channel>.dlq` (its own stream and consumer); see {@link NatsTopology}
- *   for what is declared and nats.naming for how channels map to stream names. Both are
- *   declared before the first publish or subscribe, so messages published before anyone
- *   subscribes are kept.
+ *   dead-letter channel `<channel>.dlq` (its own stream and consumer); docs/transports.md tells
+ *   what is declared and how channels map to stream names. Both are declared before the first
+ *   publish or subscribe, so messages published before anyone subscribes are kept.
  * - `publish` resolves on the stream's `PubAck`. Every attempt of one publish carries the same
  *   `Nats-Msg-Id`, so a publish sent again after a lost connection or a late PubAck is stored
  *   once (within the stream's duplicate window). A PubAck error (the stream full, say) rejects
@@ -68,7 +67,7 @@ const MIN_ATTEMPT_MS = 2_000;
  * - `maxMessageBytes` is the server's `max_payload` (1 MiB unless configured) less room for the
  *   transport's own headers, so the module's default fragment size follows the server.
  * - Subscriptions resume by themselves after a reconnect or a server restart; see
- *   {@link NatsSubscription} for how each disposition is settled.
+ *   docs/transports.md for how each disposition is settled.
  *
  * A transport made by {@link NatsTransport.connect} owns its connection and drains it on
  * `close()`; one given a connection leaves it open.
