@@ -1,7 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { NatsTransport } from 'nest-sequence/nats';
-import type { InboundMessage } from 'nest-sequence';
+import {
+  MemorySequenceStore,
+  PublishRejectedError,
+  SequencePublishError,
+  type InboundMessage,
+} from 'nest-sequence';
 import { connectNats, natsHeaders } from '../../src/adapters/transports/nats/nats.client';
 import { streamName } from '../../src/adapters/transports/nats/nats.naming';
 import { OwnedNatsServer } from '../support/owned-nats.server';
@@ -144,6 +149,61 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
       expect(letter.headers['x-death-reason']).toMatch(new RegExp(`^${expected.code}: `));
     }
     expect(dead).toHaveLength(bad.length);
+  });
+
+  it('completes a sequence once across two consumer instances on one channel', async () => {
+    const channel = newChannel();
+    const store = new MemorySequenceStore();
+    const instances: SequenceTestApp[] = [];
+    for (let i = 0; i < 2; i++) {
+      const transport = await NatsTransport.connect({ servers: SERVERS.nats.url });
+      instances.push(await natsApp(channel, transport, { sequence: { store }, prefetch: 4 }));
+    }
+    const payload = bytes(1_500_000, 44);
+
+    await instances[0].splitter.send(channel, payload, {
+      sequenceId: 'two-instances',
+      fragmentBytes: 20_000,
+    });
+
+    const completions = () => instances.flatMap((t) => t.handler.of('two-instances'));
+    await eventually(() => completions().length === 1, 'the completion');
+    await new Promise((resolve) => setTimeout(resolve, 500)); // room for a second completion
+    expect(completions()).toHaveLength(1);
+    expect(completions()[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('fails a send into a full stream with SequencePublishError naming the sequence and position', async () => {
+    const channel = newChannel();
+    const admin = await connectNats({ servers: SERVERS.nats.url });
+    await (
+      await jetstreamManager(admin)
+    ).streams.add({
+      name: streamName('NSEQ_', channel),
+      subjects: [channel],
+      max_msgs: 3,
+      discard: 'new',
+    } as never);
+    await admin.close();
+    const transport = await NatsTransport.connect({ servers: SERVERS.nats.url });
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      publish: { retry: { attempts: 2, baseDelayMs: 10, maxDelayMs: 10 } },
+    });
+    opened.push(transport, t);
+
+    const sent = t.splitter.send(channel, bytes(10_000, 5), {
+      sequenceId: 'too-many',
+      fragmentBytes: 1_000,
+    });
+
+    await expect(sent).rejects.toBeInstanceOf(SequencePublishError);
+    const error = (await sent.catch((caught: unknown) => caught)) as SequencePublishError;
+    // The stream takes 3: the first fragment refused is one after those (several are in flight).
+    expect(error).toMatchObject({ channel, sequenceId: 'too-many' });
+    expect(error.position).toBeGreaterThanOrEqual(4);
+    expect(error.cause).toBeInstanceOf(PublishRejectedError);
+    expect(error.message).toMatch(/sequence too-many .* fragment \d+ was not confirmed/);
   });
 
   describe('on a server of its own', () => {
