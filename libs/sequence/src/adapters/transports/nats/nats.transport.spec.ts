@@ -230,6 +230,39 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       }
     }, 30_000);
 
+    it('subscribes and publishes while the server is down, delivering once it is back', async () => {
+      const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
+      try {
+        const channel = `down.${randomUUID()}`;
+        await server.kill();
+        await new Promise((resolve) => setTimeout(resolve, 300)); // the client notices
+
+        const startedAt = Date.now();
+        const received: string[] = [];
+        await own.subscribe(channel, async (message) => {
+          received.push(message.body.toString());
+          return ACK;
+        });
+        expect(Date.now() - startedAt).toBeLessThan(1_000);
+        const published = own.publish(
+          channel,
+          Buffer.from('while down'),
+          {},
+          { timeoutMs: 20_000 },
+        );
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        await server.restart();
+
+        await published;
+        await eventually(() => received.length === 1, 'the message', 20_000);
+        // Not a whole publishTimeoutMs (10 s) for a declaration asked while the server was down.
+        expect(Date.now() - startedAt).toBeLessThan(8_000);
+        expect(received).toEqual(['while down']);
+      } finally {
+        await own.close();
+      }
+    }, 40_000);
+
     it('resumes its subscriptions after the server restarts, losing nothing', async () => {
       const own = await NatsTransport.connect(
         { servers: server.url, reconnectTimeWait: 100 },

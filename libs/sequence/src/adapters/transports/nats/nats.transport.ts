@@ -43,11 +43,14 @@ import {
   type NatsTransportOptions,
   type ResolvedNatsTransportOptions,
 } from './nats.options';
+import { NatsTopologyError } from './errors/nats-topology.error';
 import { NatsSubscription } from './nats.subscription';
 import { NatsTopology } from './nats.topology';
 
 /** How long `ping` waits for the server's answer. */
 const PING_TIMEOUT_MS = 5_000;
+/** Longest wait for an answer of the JetStream API (declarations, account info). */
+const API_TIMEOUT_MS = 3_000;
 /** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
 const MIN_ATTEMPT_MS = 2_000;
 
@@ -94,6 +97,8 @@ export class NatsTransport implements Transport {
   private readonly maxPayload: number;
   private manager?: Promise<JetStreamManager>;
   private ownsConnection = false;
+  /** False between a `disconnect` status and the next `reconnect`. */
+  private connected = true;
   private closed = false;
   private closing?: Promise<void>;
 
@@ -178,7 +183,18 @@ export class NatsTransport implements Transport {
     const prefetch = options.prefetch ?? this.settings.prefetch;
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
-    await this.topology.ensure(channel);
+    // Connected: declared now, so that a refusal reaches the caller. Not connected: at once, and
+    // the subscription declares its stream when the connection is back.
+    this.topology.assertChannel(channel);
+    if (this.connected) {
+      await this.topology.ensure(channel).catch((error: unknown) => {
+        if (error instanceof NatsTopologyError) throw error;
+        // The server is away: the subscription declares its stream once it can, and then pulls.
+        this.logger.warn(
+          `could not declare ${channel} yet (${errorMessage(error)}); subscribing anyway`,
+        );
+      });
+    }
     const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
     const { maxDeliver, nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
     let consumer: Consumer | undefined;
@@ -288,7 +304,16 @@ export class NatsTransport implements Transport {
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
-      await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      try {
+        await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      } catch (error) {
+        // A refusal is final; a server that is away or starting (its JetStream not answering
+        // yet) is waited for, within the deadline.
+        if (error instanceof NatsTopologyError || error instanceof PublishTimeoutError) throw error;
+        if (this.closed || Date.now() >= deadline) throw timedOut();
+        await delay(50);
+        continue;
+      }
       if (this.closed && !handedOver) {
         throw new Error(`nats transport is closed: cannot publish to ${channel}`);
       }
@@ -337,7 +362,9 @@ export class NatsTransport implements Transport {
   private jsm(): Promise<JetStreamManager> {
     if (!this.manager) {
       const pending = jetstreamManager(this.connection, {
-        timeout: this.settings.publishTimeoutMs,
+        // Short, and retried by whoever declares: a request made while the connection is down
+        // goes unanswered after the reconnect, and would hold a declaration for its whole timeout.
+        timeout: Math.min(this.settings.publishTimeoutMs, API_TIMEOUT_MS),
         checkAPI: false,
       });
       this.manager = pending;
@@ -351,8 +378,12 @@ export class NatsTransport implements Transport {
   /** On a reconnect, the server may be another or restarted empty: declare everything again. */
   private async watchStatus(): Promise<void> {
     for await (const status of this.connection.status()) {
-      if (status.type === 'reconnect') this.topology.forget();
+      if (status.type === 'reconnect') {
+        this.connected = true;
+        this.topology.forget();
+      }
       if (status.type === 'disconnect') {
+        this.connected = false;
         this.logger.warn(`NATS connection lost; reconnecting`);
       }
     }
