@@ -1,9 +1,10 @@
 /**
  * The root entry point, `nest-sequence`: what an application writes. Adapters for real servers
- * live behind subpaths (`nest-sequence/rabbitmq`, `/redis`, `/postgres`, `/sqlite`, `/s3`), so an
- * application compiles with only the peers of the subpaths it imports; the wire codecs are in
- * `nest-sequence/wire`, the port contracts in full in `nest-sequence/ports`, the conformance
- * suites in `nest-sequence/testing` and the health indicators in `nest-sequence/health`.
+ * live behind subpaths (`nest-sequence/rabbitmq`, `/nats`, `/redis`, `/postgres`, `/sqlite`,
+ * `/s3`), so an application compiles with only the peers of the subpaths it imports; the wire
+ * codecs are in `nest-sequence/wire`, the port contracts in full in `nest-sequence/ports`, the
+ * conformance suites in `nest-sequence/testing` and the health indicators in
+ * `nest-sequence/health`.
  *
  * @module nest-sequence
  */

@@ -4,6 +4,7 @@ import { spawnSync } from 'node:child_process';
 export const SERVERS = {
   rabbitmq: { url: process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672', port: 5672 },
   redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', port: 6379 },
+  nats: { url: process.env.NATS_URL ?? 'nats://127.0.0.1:4222', port: 4222 },
   postgres: {
     url: process.env.DATABASE_URL ?? 'postgres://postgres:postgres@127.0.0.1:5432/test',
     port: 5432,

@@ -1,0 +1,134 @@
+/**
+ * Header values on NATS are strings, and the client trims them: this codec keeps the port's
+ * promise that values travel with their type and value. Each message carries one more header,
+ * {@link HEADER_TYPES_HEADER}, with one letter per header, in order: `s` a string sent as it is,
+ * `n` a number, `b` a boolean, `j` a value sent as JSON (a string with a line break or
+ * surrounding whitespace, an array or a table). A message without it (published by another
+ * program) has string values only.
+ */
+
+/** Header listing the type of every other header of the message, one letter each. */
+export const HEADER_TYPES_HEADER = 'Nseq-Header-Types';
+/** The deduplication id JetStream reads on publish. */
+export const MSG_ID_HEADER = 'Nats-Msg-Id';
+
+/**
+ * Bytes of a message's NATS header block beyond what the port's `headerBytes` counts for the
+ * caller's headers: the version line, the end of the block, `Nats-Msg-Id` and the types header
+ * (whose one letter per header fits in what `headerBytes` counts per header).
+ */
+export const HEADER_OVERHEAD_BYTES = 256;
+
+type TypeCode = 's' | 'n' | 'b' | 'j';
+
+/** A header as it goes on the wire, or why it cannot. */
+export type EncodedHeaders =
+  | { readonly pairs: ReadonlyArray<readonly [string, string]>; readonly problem?: undefined }
+  | { readonly name: string; readonly problem: string };
+
+/** Why `name` cannot be a header of ours on NATS, or undefined when it can. */
+export function headerNameProblem(name: string): string | undefined {
+  if (name.length === 0) return 'has an empty name';
+  for (let i = 0; i < name.length; i++) {
+    const code = name.charCodeAt(i);
+    if (code === 58 || code < 33 || code > 126) {
+      return 'has a name with a character NATS does not carry (only printable ASCII, no ":")';
+    }
+  }
+  if (isReservedHeader(name)) {
+    return `is reserved: NATS-* headers steer the server, and ${HEADER_TYPES_HEADER} is the transport's`;
+  }
+  return undefined;
+}
+
+/** Headers the server or this transport set: never handed to a handler nor forwarded. */
+export function isReservedHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return lower.startsWith('nats-') || lower === HEADER_TYPES_HEADER.toLowerCase();
+}
+
+/** `headers` as NATS header pairs, the types header last. */
+export function encodeHeaders(headers: Readonly<Record<string, unknown>>): EncodedHeaders {
+  const pairs: Array<readonly [string, string]> = [];
+  let types = '';
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    const nameProblem = headerNameProblem(name);
+    if (nameProblem) return { name, problem: nameProblem };
+    const [code, text] = encodeValue(value);
+    if (text === undefined)
+      return { name, problem: `is a ${typeof value}, which NATS does not carry` };
+    pairs.push([name, text]);
+    types += code;
+  }
+  if (pairs.length > 0) pairs.push([HEADER_TYPES_HEADER, types]);
+  return { pairs };
+}
+
+function encodeValue(value: unknown): [TypeCode, string | undefined] {
+  switch (typeof value) {
+    case 'string':
+      return /[\r\n]|^\s|\s$/.test(value) ? ['j', JSON.stringify(value)] : ['s', value];
+    case 'number':
+      return ['n', String(value)];
+    case 'boolean':
+      return ['b', String(value)];
+    case 'object':
+      return ['j', JSON.stringify(value)];
+    default:
+      return ['s', undefined];
+  }
+}
+
+/**
+ * Headers of a received message: typed by its types header when it has one that matches, strings
+ * otherwise (the first value of a repeated header). Reserved headers are left out.
+ */
+export function decodeHeaders(
+  pairs: Iterable<readonly [string, readonly string[]]>,
+): Record<string, unknown> {
+  const own: Array<readonly [string, string]> = [];
+  let types: string | undefined;
+  for (const [name, values] of pairs) {
+    if (name === HEADER_TYPES_HEADER) {
+      types = values[0];
+      continue;
+    }
+    if (isReservedHeader(name)) continue;
+    for (const value of values) own.push([name, value]);
+  }
+  const typed = types !== undefined && types.length === own.length;
+  const headers: Record<string, unknown> = {};
+  own.forEach(([name, text], index) => {
+    if (name in headers) return;
+    headers[name] = typed ? decodeValue(types![index] as TypeCode, text) : text;
+  });
+  return headers;
+}
+
+function decodeValue(code: TypeCode, text: string): unknown {
+  switch (code) {
+    case 'n':
+      return Number(text);
+    case 'b':
+      return text === 'true';
+    case 'j':
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        return text;
+      }
+    default:
+      return text;
+  }
+}
+
+/** Bytes of the header block NATS writes for `pairs` (`NATS/1.0`, `name: value` lines, the end). */
+export function encodedHeaderBytes(pairs: ReadonlyArray<readonly [string, string]>): number {
+  if (pairs.length === 0) return 0;
+  let bytes = 'NATS/1.0'.length + 4;
+  for (const [name, value] of pairs) {
+    bytes += 4 + Buffer.byteLength(name) + Buffer.byteLength(value);
+  }
+  return bytes;
+}

@@ -1,0 +1,33 @@
+import {
+  isValidJetStreamName,
+  MAX_STREAM_NAME_CHARS,
+  streamName,
+  subjectProblem,
+} from './nats.naming';
+
+describe('NATS naming', () => {
+  it('escapes every character a stream name may not hold as _XX, keeping letters, digits and -', () => {
+    expect(streamName('NSEQ_', 'orders.v1')).toBe('NSEQ_orders_2Ev1');
+    expect(streamName('NSEQ_', 'a_b c/d>é')).toBe('NSEQ_a_5Fb_20c_2Fd_3E_C3_A9');
+    expect(isValidJetStreamName(streamName('NSEQ_', 'a.*>/\\ \tb'))).toBe(true);
+  });
+
+  it('maps distinct channels to distinct streams, "_" included', () => {
+    expect(streamName('', 'a.b')).not.toBe(streamName('', 'a_2Eb'));
+  });
+
+  it('shortens a long name to its start and a hash of the whole channel', () => {
+    const long = `imaging.${'x'.repeat(300)}`;
+    const name = streamName('NSEQ_', long);
+    expect(name).toHaveLength(MAX_STREAM_NAME_CHARS);
+    expect(name).toMatch(/^NSEQ_imaging_2Exxx.*_[0-9a-f]{16}$/);
+    expect(streamName('NSEQ_', `${long}y`)).not.toBe(name);
+  });
+
+  it('takes a channel as its subject only when it is a literal NATS subject', () => {
+    expect(subjectProblem('imaging.ai.intake.dlq')).toBeUndefined();
+    for (const bad of ['', 'a..b', '.a', 'a.', 'a.*.b', 'a.>', 'a b', 'a\tb']) {
+      expect({ bad, problem: subjectProblem(bad) }).toEqual({ bad, problem: expect.any(String) });
+    }
+  });
+});

@@ -1,0 +1,44 @@
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { NATS_TRANSPORT_DEFAULTS, resolveNatsTransportOptions } from './nats.options';
+
+describe('NatsTransport options', () => {
+  it('fills in the defaults', () => {
+    expect(resolveNatsTransportOptions()).toEqual(NATS_TRANSPORT_DEFAULTS);
+    expect(resolveNatsTransportOptions({ ackWaitMs: undefined }).ackWaitMs).toBe(30_000);
+  });
+
+  it('lists every invalid option at once', () => {
+    const resolve = () =>
+      resolveNatsTransportOptions({
+        ackWaitMs: 0,
+        maxDeliver: 1,
+        nakDelayMs: -1,
+        streamPrefix: 'a.b',
+        durableName: 'has space',
+        prefetch: 0,
+      });
+    let error: unknown;
+    try {
+      resolve();
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect(error).toMatchObject({
+      problems: [
+        expect.stringMatching(/^ackWaitMs/),
+        expect.stringMatching(/^nakDelayMs/),
+        expect.stringMatching(/^maxDeliver/),
+        expect.stringMatching(/^streamPrefix/),
+        expect.stringMatching(/^durableName/),
+        expect.stringMatching(/^prefetch/),
+      ],
+    });
+  });
+
+  it('refuses a duplicate window no longer than the publish timeout', () => {
+    expect(() =>
+      resolveNatsTransportOptions({ publishTimeoutMs: 60_000, duplicateWindowMs: 60_000 }),
+    ).toThrow(/duplicateWindowMs \(60000\) must exceed publishTimeoutMs/);
+  });
+});

@@ -1,0 +1,137 @@
+import { MAX_TIMER_MS } from '../../../core/async';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { definedOnly } from '../../../core/objects';
+import { prefetchProblem } from '../../../ports/transport.port';
+import { isValidJetStreamName } from './nats.naming';
+
+export interface NatsTransportOptions {
+  /**
+   * Largest message (body plus the port's `headerBytes`) `publish` accepts. At most the server's
+   * `max_payload` less the room the transport's own headers take; the default is that much.
+   * @default the server's max_payload minus 256 bytes
+   */
+  readonly maxMessageBytes?: number;
+  /**
+   * How long `publish` waits for the stream's `PubAck` when the caller gives no `timeoutMs`,
+   * retries included (each with the same `Nats-Msg-Id`, so that the stream keeps one copy).
+   * @default 10000
+   */
+  readonly publishTimeoutMs?: number;
+  /** Unsettled messages per subscription when `subscribe` is given no `prefetch`. @default 16 */
+  readonly prefetch?: number;
+  /**
+   * The consumer's `ack_wait`: how long a delivery may stay unsettled before the server delivers
+   * it again. The transport sends in-progress acks (`working()`) every third of it while a
+   * handler runs or a delayed requeue waits, so a long handler is not overtaken by a redelivery.
+   * @default 30000
+   */
+  readonly ackWaitMs?: number;
+  /**
+   * The consumer's `max_deliver`. A message whose handler still asks to requeue it at its last
+   * delivery is dead-lettered instead (`x-death-reason: max-deliver: …`). Dead-letter channels'
+   * consumers have no limit.
+   * @default 1000
+   */
+  readonly maxDeliver?: number;
+  /**
+   * Delay of the `nak` for a plain `requeue` (or a throwing handler): this times 2^(deliveries-1),
+   * up to {@link NatsTransportOptions.maxNakDelayMs}, so that retries do not use up
+   * `maxDeliver` in milliseconds. 0 redelivers at once (after 1 ms: a `nak` without a delay is
+   * not counted as a redelivery by nats-server 2.9).
+   * @default 20
+   */
+  readonly nakDelayMs?: number;
+  /** Longest `nak` delay for a plain `requeue`. @default 5000 */
+  readonly maxNakDelayMs?: number;
+  /** Suffix of each channel's dead-letter channel. @default '.dlq' */
+  readonly deadLetterSuffix?: string;
+  /** Prefix of every stream name the transport declares (see nats.naming). @default 'NSEQ_' */
+  readonly streamPrefix?: string;
+  /** Name of the durable pull consumer on each stream. @default 'nest-sequence' */
+  readonly durableName?: string;
+  /**
+   * The streams' `duplicate_window`: how long JetStream remembers a `Nats-Msg-Id`. Must exceed
+   * `publishTimeoutMs`, or a retry after it could be stored twice.
+   * @default 120000
+   */
+  readonly duplicateWindowMs?: number;
+}
+
+export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, 'maxMessageBytes'>> &
+  Pick<NatsTransportOptions, 'maxMessageBytes'>;
+
+export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
+  publishTimeoutMs: 10_000,
+  prefetch: 16,
+  ackWaitMs: 30_000,
+  maxDeliver: 1_000,
+  nakDelayMs: 20,
+  maxNakDelayMs: 5_000,
+  deadLetterSuffix: '.dlq',
+  streamPrefix: 'NSEQ_',
+  durableName: 'nest-sequence',
+  duplicateWindowMs: 120_000,
+};
+
+/** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
+export function resolveNatsTransportOptions(
+  options: NatsTransportOptions = {},
+): ResolvedNatsTransportOptions {
+  const resolved = { ...NATS_TRANSPORT_DEFAULTS, ...definedOnly(options) };
+  const problems: string[] = [];
+  if (resolved.maxMessageBytes !== undefined && !isInteger(resolved.maxMessageBytes, 1)) {
+    problems.push(
+      `maxMessageBytes must be a positive integer, got ${String(resolved.maxMessageBytes)}`,
+    );
+  }
+  for (const key of ['publishTimeoutMs', 'ackWaitMs', 'maxNakDelayMs'] as const) {
+    if (!isInteger(resolved[key], 1) || resolved[key] > MAX_TIMER_MS) {
+      problems.push(
+        `${key} must be an integer of milliseconds from 1 to ${MAX_TIMER_MS}, got ${String(resolved[key])}`,
+      );
+    }
+  }
+  if (!isInteger(resolved.nakDelayMs, 0) || resolved.nakDelayMs > MAX_TIMER_MS) {
+    problems.push(
+      `nakDelayMs must be an integer of milliseconds from 0 to ${MAX_TIMER_MS}, got ${String(resolved.nakDelayMs)}`,
+    );
+  }
+  if (!isInteger(resolved.maxDeliver, 2)) {
+    problems.push(
+      `maxDeliver must be an integer of at least 2, got ${String(resolved.maxDeliver)}`,
+    );
+  }
+  if (!isInteger(resolved.duplicateWindowMs, 1)) {
+    problems.push(
+      `duplicateWindowMs must be a positive integer of milliseconds, got ${String(resolved.duplicateWindowMs)}`,
+    );
+  } else if (
+    isInteger(resolved.publishTimeoutMs, 1) &&
+    resolved.duplicateWindowMs <= resolved.publishTimeoutMs
+  ) {
+    problems.push(
+      `duplicateWindowMs (${resolved.duplicateWindowMs}) must exceed publishTimeoutMs ` +
+        `(${resolved.publishTimeoutMs}): a publish retried after the window could be stored twice`,
+    );
+  }
+  if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {
+    problems.push(`deadLetterSuffix must be a non-empty string such as '.dlq'`);
+  }
+  if (
+    typeof resolved.streamPrefix !== 'string' ||
+    !/^[A-Za-z0-9_-]*$/.test(resolved.streamPrefix)
+  ) {
+    problems.push(`streamPrefix may hold only letters, digits, '_' and '-'`);
+  }
+  if (typeof resolved.durableName !== 'string' || !isValidJetStreamName(resolved.durableName)) {
+    problems.push(`durableName must be a JetStream name: no '.', '*', '>', whitespace or slashes`);
+  }
+  const prefetch = prefetchProblem(resolved.prefetch);
+  if (prefetch) problems.push(prefetch);
+  if (problems.length > 0) throw new SequenceOptionsError('NatsTransport options', problems);
+  return resolved;
+}
+
+function isInteger(value: unknown, min: number): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= min;
+}

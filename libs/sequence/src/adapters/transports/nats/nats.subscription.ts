@@ -1,0 +1,292 @@
+import type { Logger } from '@nestjs/common';
+import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { errorMessage } from '../../../core/errors/caught';
+import { SequenceHeader } from '../../../core/headers';
+import {
+  deadLetterHeaders,
+  REQUEUE_COUNT_HEADER,
+  requeueCount,
+  toDisposition,
+  withRequeueCount,
+  type Disposition,
+  type InboundMessage,
+  type MessageHandler,
+  type Subscription,
+} from '../../../ports/transport.port';
+import { forwardableHeaders } from '../../../ports/transport-headers';
+import { decodeHeaders } from './nats.headers';
+
+export interface NatsSubscriptionSettings {
+  readonly channel: string;
+  readonly handler: MessageHandler;
+  readonly prefetch: number;
+  readonly deadLetterChannel: string;
+  /** The consumer's `max_deliver`; undefined on a dead-letter channel (no limit). */
+  readonly maxDeliver: number | undefined;
+  /** Delay of the `nak` for a plain requeue of a message delivered `deliveries` times. */
+  readonly nakDelayMs: (deliveries: number) => number;
+  /** The consumer's `ack_wait`: in-progress acks go out every third of it. */
+  readonly ackWaitMs: number;
+  /** The channel's durable consumer, its stream and consumer declared. */
+  readonly consumer: () => Promise<Consumer>;
+  /** Called when the consumer could not be fetched from: declare it again next time. */
+  readonly onConsumerLost: () => void;
+  /** Publishes to a channel and resolves on its `PubAck`: dead letters and requeued copies. */
+  readonly publish: (
+    channel: string,
+    body: Buffer,
+    headers: Record<string, unknown>,
+  ) => Promise<void>;
+  /**
+   * Deletes a terminated message from the channel's stream: some servers (2.9 among them) keep a
+   * terminated message in a work-queue stream, where nothing would ever remove it.
+   */
+  readonly removeFromStream: (streamSequence: number) => Promise<void>;
+  /** Resolves once what the connection has buffered (acks, naks) reached the server. */
+  readonly flush: () => Promise<void>;
+  readonly logger: Logger;
+  readonly onClosed: (subscription: NatsSubscription) => void;
+}
+
+/**
+ * The shortest `nak` delay sent. A `nak` without a delay is not counted as a delivery by some
+ * servers (2.9): the message came back with `redelivered` unset and `max_deliver` never reached.
+ */
+const MIN_NAK_DELAY_MS = 1;
+
+/** How long a pull request waits for messages before the next one is made. */
+const FETCH_EXPIRES_MS = 5_000;
+/** How long a message whose dead letter or tail copy could not be published waits to go back. */
+export const FAILED_FORWARD_PAUSE_MS = 1_000;
+/** Waits after a failed pull: doubling from the first, up to the last. */
+const RETRY_FIRST_DELAY_MS = 100;
+const RETRY_MAX_DELAY_MS = 5_000;
+
+/**
+ * One subscriber of a channel's durable pull consumer. It pulls at most as many messages as it
+ * has free `prefetch` slots, so it never holds more than `prefetch` unsettled; subscribers of one
+ * channel share the consumer and so compete for its messages. A failed pull (a lost connection,
+ * a consumer deleted under it) is retried after a backoff, declaring the consumer again: that is
+ * how it resumes after a reconnect or a server restart.
+ *
+ * While a message is unsettled (its handler running, or a delayed requeue waiting) it gets an
+ * in-progress ack every third of `ack_wait`, so the server does not deliver it again meanwhile.
+ *
+ * - `ack`: `ack`.
+ * - plain `requeue` (or a throwing handler): `nak` with a short delay growing with its deliveries;
+ *   at its `max_deliver`-th delivery it is dead-lettered instead (`max-deliver: …`).
+ * - `requeue` with `delayMs`: held for the delay, then a copy with `x-requeue-count` incremented
+ *   is published to the channel (its tail) and the original acked.
+ * - `dead-letter`: published to the dead-letter channel (headers kept, plus `x-death-reason`),
+ *   then `term`, then deleted from the stream (where the server keeps terminated messages).
+ *
+ * On close, its unsettled messages are `nak`ed without delay, so another subscriber gets them at
+ * once; verdicts that come after are ignored.
+ */
+export class NatsSubscription implements Subscription {
+  readonly channel: string;
+
+  private readonly unsettled = new Set<JsMsg>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly forwarding = new Set<Promise<void>>();
+  private slotFreed?: () => void;
+  private batch?: ConsumerMessages;
+  private heartbeat?: NodeJS.Timeout;
+  private pulling?: Promise<void>;
+  private closed = false;
+  private closing?: Promise<void>;
+
+  constructor(private readonly settings: NatsSubscriptionSettings) {
+    this.channel = settings.channel;
+  }
+
+  /** Starts pulling (the caller has declared the consumer). */
+  start(): void {
+    this.heartbeat = setInterval(
+      () => this.unsettled.forEach((message) => message.working()),
+      Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
+    );
+    this.pulling = this.pull();
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    for (const timer of this.timers) clearTimeout(timer);
+    this.timers.clear();
+    this.slotFreed?.();
+    // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
+    this.batch?.stop();
+    await this.settings.flush().catch(() => undefined);
+    // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
+    await Promise.allSettled([...this.forwarding]);
+    for (const message of this.unsettled) message.nak(MIN_NAK_DELAY_MS);
+    this.unsettled.clear();
+    await this.settings.flush().catch(() => undefined);
+    await this.pulling;
+    this.settings.onClosed(this);
+  }
+
+  private async pull(): Promise<void> {
+    let failures = 0;
+    while (!this.closed) {
+      const free = this.settings.prefetch - this.unsettled.size;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        this.slotFreed = undefined;
+        continue;
+      }
+      try {
+        const consumer = await this.settings.consumer();
+        if (this.closed) return;
+        const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        this.batch = batch;
+        if (this.closed) batch.stop();
+        for await (const message of batch) {
+          // Pulled as the subscription closed: straight back to the consumer.
+          if (this.closed) message.nak(MIN_NAK_DELAY_MS);
+          else this.receive(message);
+        }
+        failures = 0;
+      } catch (error) {
+        if (this.closed) return;
+        const waitMs = Math.min(RETRY_FIRST_DELAY_MS * 2 ** failures, RETRY_MAX_DELAY_MS);
+        failures++;
+        this.settings.onConsumerLost();
+        this.settings.logger.warn(
+          `pulling from ${this.channel} failed: ${errorMessage(error)}; trying again in ${waitMs} ms`,
+        );
+        // Woken early by close.
+        await new Promise<void>((resolve) => {
+          this.slotFreed = resolve;
+          setTimeout(resolve, waitMs).unref();
+        });
+        this.slotFreed = undefined;
+      }
+    }
+  }
+
+  private receive(message: JsMsg): void {
+    this.unsettled.add(message);
+    void this.handle(message);
+  }
+
+  private async handle(message: JsMsg): Promise<void> {
+    // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
+    const headers = decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
+    const data = message.data;
+    const inbound: InboundMessage = {
+      channel: this.channel,
+      body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
+      headers,
+      // A copy put at the tail by a delayed requeue is a new message to the server.
+      redelivered: message.redelivered || requeueCount(headers) > 0,
+    };
+    let outcome: unknown;
+    try {
+      outcome = await this.settings.handler(inbound);
+    } catch {
+      outcome = undefined; // a failing handler means requeue
+    }
+    this.settle(message, inbound, toDisposition(outcome));
+  }
+
+  private settle(message: JsMsg, inbound: InboundMessage, disposition: Disposition): void {
+    // After close, the message went back to the consumer: a late verdict changes nothing.
+    if (this.closed || !this.unsettled.has(message)) return;
+    if (disposition.action === 'ack') {
+      this.finish(message, () => message.ack());
+    } else if (disposition.action === 'dead-letter') {
+      this.forward(this.deadLetter(message, inbound, disposition.reason));
+    } else if ((disposition.delayMs ?? 0) > 0) {
+      // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
+      this.holdFor(disposition.delayMs!, () => this.forward(this.requeueAtTail(message, inbound)));
+    } else {
+      const deliveries = message.info.deliveryCount;
+      const { maxDeliver } = this.settings;
+      if (maxDeliver !== undefined && deliveries >= maxDeliver) {
+        const reason =
+          `max-deliver: delivered ${deliveries} times (the consumer's max_deliver) and requeued ` +
+          `each time${disposition.reason ? ` (${disposition.reason})` : ''}`;
+        this.forward(this.deadLetter(message, inbound, reason));
+        return;
+      }
+      this.finish(message, () =>
+        message.nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))),
+      );
+    }
+  }
+
+  /** The original is terminated only once its dead letter is stored; if that fails, it is requeued. */
+  private async deadLetter(message: JsMsg, inbound: InboundMessage, reason: string): Promise<void> {
+    const headers = forwardableHeaders(deadLetterHeaders(inbound.headers, reason), [
+      SequenceHeader.deathReason,
+    ]);
+    try {
+      await this.settings.publish(this.settings.deadLetterChannel, inbound.body, headers);
+      this.finish(message, () => message.term(reason.slice(0, 200)));
+      await this.settings
+        .removeFromStream(message.info.streamSequence)
+        .catch((error: unknown) =>
+          this.settings.logger.warn(
+            `could not delete a dead-lettered message of ${this.channel} from its stream: ` +
+              `${errorMessage(error)}`,
+          ),
+        );
+    } catch (error) {
+      this.settings.logger.warn(
+        `could not dead-letter a message of ${this.channel} to ${this.settings.deadLetterChannel} ` +
+          `(${reason}): ${errorMessage(error)}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
+      );
+      this.finish(message, () => message.nak(FAILED_FORWARD_PAUSE_MS));
+    }
+  }
+
+  /** The original is acked only once its copy at the tail is stored; if that fails, it is naked. */
+  private async requeueAtTail(message: JsMsg, inbound: InboundMessage): Promise<void> {
+    const headers = forwardableHeaders(withRequeueCount(inbound.headers), [REQUEUE_COUNT_HEADER]);
+    try {
+      await this.settings.publish(this.channel, inbound.body, headers);
+      this.finish(message, () => message.ack());
+    } catch (error) {
+      this.settings.logger.warn(
+        `could not requeue a message of ${this.channel} behind the queued ones: ` +
+          `${errorMessage(error)}; naking it for ${FAILED_FORWARD_PAUSE_MS} ms instead`,
+      );
+      this.finish(message, () => message.nak(FAILED_FORWARD_PAUSE_MS));
+    }
+  }
+
+  private forward(pending: Promise<void>): void {
+    this.forwarding.add(pending);
+    void pending.finally(() => this.forwarding.delete(pending));
+  }
+
+  /** Runs `then` after `ms`, unless the subscription closes first (its timers are cleared). */
+  private holdFor(ms: number, then: () => void): void {
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      then();
+    }, ms);
+    this.timers.add(timer);
+  }
+
+  /** Settles `message` once (unless close handed it back already) and frees its slot. */
+  private finish(message: JsMsg, settle: () => void): void {
+    if (!this.unsettled.delete(message)) return;
+    try {
+      settle();
+    } catch (error) {
+      // Closed connection: the server delivers it again after ack_wait.
+      this.settings.logger.warn(
+        `could not settle a message of ${this.channel}: ${errorMessage(error)}`,
+      );
+    }
+    this.slotFreed?.();
+  }
+}

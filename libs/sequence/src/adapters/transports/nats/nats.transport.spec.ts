@@ -1,0 +1,304 @@
+import { randomUUID } from 'node:crypto';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { eventually } from '../../../testing/conformance/transport.conformance';
+import { OwnedNatsServer } from '../../../../test/support/owned-nats.server';
+import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import type { Disposition, InboundMessage } from '../../../ports/transport.port';
+import { NatsTopologyError } from './errors/nats-topology.error';
+import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
+import { HEADER_OVERHEAD_BYTES } from './nats.headers';
+import { streamName } from './nats.naming';
+import { NatsTransport } from './nats.transport';
+
+const ACK: Disposition = { action: 'ack' };
+
+describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
+  let admin: NatsConnection;
+  let jsm: JetStreamManager;
+  let transport: NatsTransport;
+  /** Every channel a test used; their streams (and dead-letter streams) are deleted after it. */
+  const channels = new Set<string>();
+
+  beforeAll(async () => {
+    admin = await connectNats({ servers: SERVERS.nats.url });
+    jsm = await jetstreamManager(admin);
+  });
+
+  afterAll(async () => {
+    await admin.close();
+  });
+
+  beforeEach(async () => {
+    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, { nakDelayMs: 5 });
+  });
+
+  afterEach(async () => {
+    await transport.close();
+    for (const channel of channels) {
+      for (const each of [channel, `${channel}.dlq`]) {
+        await jsm.streams.delete(streamName('NSEQ_', each)).catch(() => undefined);
+      }
+    }
+    channels.clear();
+  });
+
+  function newChannel(): string {
+    const channel = `nats-spec.${randomUUID()}`;
+    channels.add(channel);
+    return channel;
+  }
+
+  async function collect(channel: string) {
+    const received: InboundMessage[] = [];
+    await transport.subscribe(channel, async (message) => {
+      received.push(message);
+      return ACK;
+    });
+    return received;
+  }
+
+  it("takes its maxMessageBytes from the server's max_payload, less room for its headers", () => {
+    const maxPayload = (admin.info as { max_payload: number }).max_payload;
+    expect(transport.name).toBe('nats');
+    expect(transport.maxMessageBytes).toBe(maxPayload - HEADER_OVERHEAD_BYTES);
+  });
+
+  it("refuses a maxMessageBytes over the server's max_payload", async () => {
+    await expect(
+      NatsTransport.connect({ servers: SERVERS.nats.url }, { maxMessageBytes: 64 * 1024 * 1024 }),
+    ).rejects.toThrow(/max_payload/);
+  });
+
+  it('declares a work-queue stream and a durable pull consumer per channel and dead-letter channel', async () => {
+    const channel = newChannel();
+    await transport.publish(channel, Buffer.from('m'), {});
+
+    const stream = await jsm.streams.info(streamName('NSEQ_', channel));
+    expect(stream.config).toMatchObject({ subjects: [channel], retention: 'workqueue' });
+    const consumer = await jsm.consumers.info(stream.config.name, 'nest-sequence');
+    expect(consumer.config).toMatchObject({
+      ack_policy: 'explicit',
+      ack_wait: 30_000 * 1_000_000,
+      max_deliver: 1_000,
+    });
+    const dead = await jsm.consumers.info(streamName('NSEQ_', `${channel}.dlq`), 'nest-sequence');
+    expect(dead.config.max_deliver).toBe(-1);
+    // A dead-letter channel has no dead-letter channel of its own.
+    await expect(jsm.streams.info(streamName('NSEQ_', `${channel}.dlq.dlq`))).rejects.toThrow();
+  });
+
+  it('stores the dead letter in the dead-letter stream with the original headers and x-death-reason, and terminates the original', async () => {
+    const channel = newChannel();
+    await transport.subscribe(channel, async () => ({
+      action: 'dead-letter',
+      reason: 'crc-mismatch: fragment 2\nof sequence s-1',
+    }));
+    await transport.publish(channel, Buffer.from('bad'), { 'x-sequence-id': 's-1', 'x-n': 2 });
+
+    const dlq = streamName('NSEQ_', `${channel}.dlq`);
+    let stored: Awaited<ReturnType<typeof jsm.streams.getMessage>> = null;
+    await eventuallyAsync(async () => {
+      stored = await jsm.streams.getMessage(dlq, { seq: 1 }).catch(() => null);
+      return stored !== null;
+    });
+    const message = stored!;
+    expect(Buffer.from(message.data).toString()).toBe('bad');
+    const header = (name: string) => message.header.get(name);
+    expect(header('x-sequence-id')).toBe('s-1');
+    expect(header('x-n')).toBe('2');
+    expect(header('x-death-reason')).toBe(
+      JSON.stringify('crc-mismatch: fragment 2\nof sequence s-1'),
+    );
+    await eventuallyAsync(
+      async () => (await jsm.streams.info(streamName('NSEQ_', channel))).state.messages === 0,
+    );
+  });
+
+  it('dead-letters a message still requeued at its max_deliver-th delivery', async () => {
+    await transport.close();
+    transport = await NatsTransport.connect(
+      { servers: SERVERS.nats.url },
+      { maxDeliver: 3, nakDelayMs: 0 },
+    );
+    const channel = newChannel();
+    const dead = await collect(transport.deadLetterChannel(channel));
+    let deliveries = 0;
+    await transport.subscribe(channel, async () => {
+      deliveries++;
+      return { action: 'requeue' };
+    });
+    await transport.publish(channel, Buffer.from('poison'), {});
+
+    await eventually(() => dead.length === 1, 'the dead letter');
+    expect(deliveries).toBe(3);
+    expect(dead[0].headers['x-death-reason']).toMatch(/^max-deliver: delivered 3 times/);
+  });
+
+  it('delivers messages other programs publish, their headers as strings', async () => {
+    const channel = newChannel();
+    const received = await collect(channel);
+    const headers = natsHeaders();
+    headers.append('x-sequence-position', '7');
+    await jetstream(admin).publish(channel, Buffer.from('plain'), {
+      headers: headers as never,
+    });
+
+    await eventually(() => received.length === 1, 'the message');
+    expect(received[0].headers).toEqual({ 'x-sequence-position': '7' });
+  });
+
+  it('refuses header names NATS cannot carry or that steer the server, sending nothing', async () => {
+    const channel = newChannel();
+    for (const name of ['Nats-Expected-Stream', 'with space', 'a:b']) {
+      await expect(
+        transport.publish(channel, Buffer.from('m'), { [name]: 'x' }),
+      ).rejects.toBeInstanceOf(InvalidHeaderError);
+    }
+  });
+
+  it('refuses a channel that is not a literal subject with NatsTopologyError', async () => {
+    await expect(transport.publish('orders.*', Buffer.from('m'), {})).rejects.toBeInstanceOf(
+      NatsTopologyError,
+    );
+  });
+
+  it('rejects a publish the stream refuses (full) with PublishRejectedError', async () => {
+    const channel = newChannel();
+    await jsm.streams.add({
+      name: streamName('NSEQ_', channel),
+      subjects: [channel],
+      max_msgs: 1,
+      discard: 'new',
+    } as never);
+    await transport.publish(channel, Buffer.from('first'), {});
+
+    await expect(transport.publish(channel, Buffer.from('second'), {})).rejects.toBeInstanceOf(
+      PublishRejectedError,
+    );
+  });
+
+  it("keeps a long handler's message from redelivery with in-progress acks", async () => {
+    await transport.close();
+    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, { ackWaitMs: 600 });
+    const channel = newChannel();
+    const deliveries: InboundMessage[] = [];
+    await transport.subscribe(channel, async (message) => {
+      deliveries.push(message);
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      return ACK;
+    });
+    await transport.publish(channel, Buffer.from('slow'), {});
+
+    await eventually(() => deliveries.length === 1, 'the delivery');
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    expect(deliveries).toHaveLength(1);
+  }, 15_000);
+
+  describe('on a server of its own, stopped and restarted', () => {
+    let server: OwnedNatsServer;
+
+    beforeEach(async () => {
+      server = await OwnedNatsServer.start();
+    });
+
+    afterEach(async () => {
+      await server.stop();
+    });
+
+    it('stores a publish retried after a lost PubAck once (same Nats-Msg-Id)', async () => {
+      const own = await NatsTransport.connect({ servers: server.url });
+      try {
+        const channel = `dedup.${randomUUID()}`;
+        await own.publish(channel, Buffer.from('declares'), {});
+        // Frozen: the first attempt gets no PubAck within its 2 s and is sent again; both reach
+        // the stream once it thaws.
+        server.pause();
+        const published = own.publish(channel, Buffer.from('once'), {}, { timeoutMs: 8_000 });
+        await new Promise((resolve) => setTimeout(resolve, 3_500));
+        server.resume();
+        await published;
+
+        const ownAdmin = await connectNats({ servers: server.url });
+        const ownJsm = await jetstreamManager(ownAdmin);
+        const info = await ownJsm.streams.info(streamName('NSEQ_', channel));
+        await ownAdmin.close();
+        expect(info.state.messages).toBe(2);
+      } finally {
+        await own.close();
+      }
+    }, 30_000);
+
+    it('subscribes and publishes while the server is down, delivering once it is back', async () => {
+      const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
+      try {
+        const channel = `down.${randomUUID()}`;
+        await server.kill();
+        await new Promise((resolve) => setTimeout(resolve, 300)); // the client notices
+
+        const startedAt = Date.now();
+        const received: string[] = [];
+        await own.subscribe(channel, async (message) => {
+          received.push(message.body.toString());
+          return ACK;
+        });
+        expect(Date.now() - startedAt).toBeLessThan(1_000);
+        const published = own.publish(
+          channel,
+          Buffer.from('while down'),
+          {},
+          { timeoutMs: 20_000 },
+        );
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        await server.restart();
+
+        await published;
+        await eventually(() => received.length === 1, 'the message', 20_000);
+        // Not a whole publishTimeoutMs (10 s) for a declaration asked while the server was down.
+        expect(Date.now() - startedAt).toBeLessThan(8_000);
+        expect(received).toEqual(['while down']);
+      } finally {
+        await own.close();
+      }
+    }, 40_000);
+
+    it('resumes its subscriptions after the server restarts, losing nothing', async () => {
+      const own = await NatsTransport.connect(
+        { servers: server.url, reconnectTimeWait: 100 },
+        { nakDelayMs: 5 },
+      );
+      try {
+        const channel = `restart.${randomUUID()}`;
+        const received: string[] = [];
+        await own.subscribe(channel, async (message) => {
+          received.push(message.body.toString());
+          return ACK;
+        });
+        await own.publish(channel, Buffer.from('before'), {});
+        await eventually(() => received.length === 1, 'the first message');
+
+        await server.kill();
+        const during = own.publish(channel, Buffer.from('during'), {}, { timeoutMs: 20_000 });
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        await server.restart();
+        await during;
+        await own.publish(channel, Buffer.from('after'), {});
+
+        await eventually(() => received.length === 3, 'every message', 20_000);
+        expect(received).toEqual(['before', 'during', 'after']);
+        await expect(own.ping()).resolves.toBeUndefined();
+      } finally {
+        await own.close();
+      }
+    }, 40_000);
+  });
+});
+
+async function eventuallyAsync(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -1,0 +1,408 @@
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import {
+  jetstream,
+  jetstreamManager,
+  JetStreamApiError,
+  JetStreamError,
+  type Consumer,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JetStreamPublishOptions,
+} from '@nats-io/jetstream';
+import {
+  connectNats,
+  natsHeaders,
+  type NatsConnection,
+  type NatsConnectionOptions,
+} from './nats.client';
+import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
+import { errorMessage } from '../../../core/errors/caught';
+import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import type { HeaderMap } from '../../../core/headers';
+import {
+  assertSendable,
+  prefetchProblem,
+  type MessageHandler,
+  type PublishOptions,
+  type SubscribeOptions,
+  type Subscription,
+  type Transport,
+} from '../../../ports/transport.port';
+import {
+  encodedHeaderBytes,
+  encodeHeaders,
+  HEADER_OVERHEAD_BYTES,
+  MSG_ID_HEADER,
+} from './nats.headers';
+import {
+  resolveNatsTransportOptions,
+  type NatsTransportOptions,
+  type ResolvedNatsTransportOptions,
+} from './nats.options';
+import { NatsTopologyError } from './errors/nats-topology.error';
+import { NatsSubscription } from './nats.subscription';
+import { NatsTopology } from './nats.topology';
+
+/** How long `ping` waits for the server's answer. */
+const PING_TIMEOUT_MS = 5_000;
+/** Longest wait for an answer of the JetStream API (declarations, account info). */
+const API_TIMEOUT_MS = 3_000;
+/** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
+const MIN_ATTEMPT_MS = 2_000;
+
+/**
+ * {@link Transport} over NATS JetStream, through the official client (`@nats-io/transport-node`
+ * and `@nats-io/jetstream` 3.x).
+ *
+ * - Each channel is a stream on the subject `<channel>` with a durable pull consumer, and has a
+ *   dead-letter channel `<channel>.dlq` (its own stream and consumer); docs/transports.md tells
+ *   what is declared and how channels map to stream names. Both are declared before the first
+ *   publish or subscribe, so messages published before anyone subscribes are kept.
+ * - `publish` resolves on the stream's `PubAck`. Every attempt of one publish carries the same
+ *   `Nats-Msg-Id`, so a publish sent again after a lost connection or a late PubAck is stored
+ *   once (within the stream's duplicate window). A PubAck error (the stream full, say) rejects
+ *   with `PublishRejectedError`.
+ * - Header values keep their type (see nats.headers); `NATS-*` header names are refused.
+ * - `maxMessageBytes` is the server's `max_payload` (1 MiB unless configured) less room for the
+ *   transport's own headers, so the module's default fragment size follows the server.
+ * - Subscriptions resume by themselves after a reconnect or a server restart; see
+ *   docs/transports.md for how each disposition is settled.
+ *
+ * A transport made by {@link NatsTransport.connect} owns its connection and drains it on
+ * `close()`; one given a connection leaves it open.
+ *
+ * @example
+ * ```ts
+ * SequenceModule.forRootAsync({
+ *   useFactory: async () => ({
+ *     transport: await NatsTransport.connect({ servers: process.env.NATS_URL }),
+ *   }),
+ * });
+ * ```
+ */
+export class NatsTransport implements Transport {
+  readonly name = 'nats';
+  readonly maxMessageBytes: number;
+
+  private readonly settings: ResolvedNatsTransportOptions;
+  private readonly logger = new Logger(NatsTransport.name);
+  private readonly js: JetStreamClient;
+  private readonly topology: NatsTopology;
+  private readonly subscriptions = new Set<NatsSubscription>();
+  /** The server's `max_payload`: a message over it is refused by the client. */
+  private readonly maxPayload: number;
+  private manager?: Promise<JetStreamManager>;
+  private ownsConnection = false;
+  /** False between a `disconnect` status and the next `reconnect`. */
+  private connected = true;
+  private closed = false;
+  private closing?: Promise<void>;
+
+  /**
+   * @param connection a connected `NatsConnection`; it stays the caller's to close. Give it
+   *   `maxReconnectAttempts: -1` for subscriptions that outlive any outage.
+   */
+  constructor(
+    private readonly connection: NatsConnection,
+    options: NatsTransportOptions = {},
+  ) {
+    this.settings = resolveNatsTransportOptions(options);
+    const maxPayload = connection.info?.max_payload;
+    if (typeof maxPayload !== 'number' || maxPayload <= HEADER_OVERHEAD_BYTES) {
+      throw new Error(
+        'NatsTransport needs a connected NatsConnection (its server info tells max_payload)',
+      );
+    }
+    this.maxPayload = maxPayload;
+    const largest = maxPayload - HEADER_OVERHEAD_BYTES;
+    const asked = this.settings.maxMessageBytes;
+    if (asked !== undefined && asked > largest) {
+      throw new RangeError(
+        `NatsTransport maxMessageBytes ${asked} exceeds what the server takes: its max_payload ` +
+          `is ${maxPayload}, so at most ${largest}; raise max_payload in the server's configuration`,
+      );
+    }
+    this.maxMessageBytes = asked ?? largest;
+    this.js = jetstream(connection, { timeout: this.settings.publishTimeoutMs });
+    this.topology = new NatsTopology(this.settings, () => this.jsm());
+    void this.watchStatus();
+  }
+
+  /**
+   * Connects (reconnecting for ever after a lost connection unless `connection` says otherwise)
+   * and returns a transport whose `close()` drains and closes that connection.
+   *
+   * @param connection `@nats-io/transport-node` connection options, e.g.
+   *   `{ servers: 'nats://127.0.0.1:4222' }`.
+   */
+  static async connect(
+    connection: NatsConnectionOptions,
+    options: NatsTransportOptions = {},
+  ): Promise<NatsTransport> {
+    resolveNatsTransportOptions(options); // fail on bad options before connecting
+    const nc = await connectNats({ maxReconnectAttempts: -1, ...connection });
+    try {
+      const transport = new NatsTransport(nc, options);
+      transport.ownsConnection = true;
+      return transport;
+    } catch (error) {
+      await nc.close();
+      throw error;
+    }
+  }
+
+  async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    options: PublishOptions = {},
+  ): Promise<void> {
+    this.assertOpen('publish to', channel);
+    assertSendable(channel, body, headers, this.maxMessageBytes);
+    this.topology.assertChannel(channel);
+    const timeoutMs = options.timeoutMs ?? this.settings.publishTimeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
+      throw new RangeError(
+        `publish to ${channel}: timeoutMs must be a number of milliseconds from 1 to ` +
+          `${MAX_TIMER_MS}, got ${timeoutMs}`,
+      );
+    }
+    await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
+  }
+
+  async subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options: SubscribeOptions = {},
+  ): Promise<Subscription> {
+    this.assertOpen('subscribe to', channel);
+    const prefetch = options.prefetch ?? this.settings.prefetch;
+    const problem = prefetchProblem(prefetch);
+    if (problem) throw new RangeError(problem);
+    // Connected: declared now, so that a refusal reaches the caller. Not connected: at once, and
+    // the subscription declares its stream when the connection is back.
+    this.topology.assertChannel(channel);
+    if (this.connected) {
+      await this.topology.ensure(channel).catch((error: unknown) => {
+        if (error instanceof NatsTopologyError) throw error;
+        // The server is away: the subscription declares its stream once it can, and then pulls.
+        this.logger.warn(
+          `could not declare ${channel} yet (${errorMessage(error)}); subscribing anyway`,
+        );
+      });
+    }
+    const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
+    const { maxDeliver, nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
+    let consumer: Consumer | undefined;
+    const subscription = new NatsSubscription({
+      channel,
+      handler,
+      prefetch,
+      deadLetterChannel,
+      maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : maxDeliver,
+      nakDelayMs: (deliveries) =>
+        Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
+      ackWaitMs,
+      consumer: async () => {
+        if (!consumer) {
+          await this.topology.ensure(channel);
+          consumer = await this.js.consumers.get(
+            this.topology.stream(channel),
+            this.settings.durableName,
+          );
+        }
+        return consumer;
+      },
+      onConsumerLost: () => {
+        consumer = undefined;
+        this.topology.forget(channel);
+      },
+      // Not size-checked: the server already holds this message, and refusing to forward it (as
+      // a dead letter or a requeued copy) would requeue it forever.
+      publish: (target, body, headers) => this.send(target, body, headers, publishTimeoutMs),
+      removeFromStream: async (sequence) => {
+        const jsm = await this.jsm();
+        // Without a flush the delete could overtake the term and find the message still pending.
+        await this.connection.flush();
+        await jsm.streams.deleteMessage(this.topology.stream(channel), sequence, false);
+      },
+      flush: () => this.connection.flush(),
+      logger: this.logger,
+      onClosed: (closed) => this.subscriptions.delete(closed),
+    });
+    this.subscriptions.add(subscription);
+    subscription.start();
+    return subscription;
+  }
+
+  /** `<channel><deadLetterSuffix>`: `<channel>.dlq` unless the `deadLetterSuffix` option says. */
+  deadLetterChannel(channel: string): string {
+    return this.topology.deadLetterChannel(channel);
+  }
+
+  /** Resolves when the server answers a round trip and JetStream answers an account query. */
+  async ping(): Promise<void> {
+    if (this.closed || this.connection.isClosed()) throw new Error('nats transport is closed');
+    await withTimeout(
+      (async () => {
+        await this.connection.rtt();
+        await (await this.jsm()).getAccountInfo();
+      })(),
+      PING_TIMEOUT_MS,
+      () => new Error(`NATS did not answer within ${PING_TIMEOUT_MS} ms`),
+    );
+  }
+
+  /**
+   * Closes every subscription (their unsettled messages go back to the consumer at once) and,
+   * when {@link NatsTransport.connect} made the connection, drains and closes it. Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    const timeoutMs = this.settings.publishTimeoutMs;
+    await withTimeout(
+      Promise.all([...this.subscriptions].map((subscription) => subscription.close())),
+      timeoutMs,
+      () => new Error(`subscriptions still closing after ${timeoutMs} ms; not awaited`),
+    ).catch((error: unknown) => this.logger.warn(`closing the transport: ${errorMessage(error)}`));
+    if (this.ownsConnection && !this.connection.isClosed()) {
+      await this.connection.drain().catch(() => this.connection.close());
+    }
+  }
+
+  /**
+   * Publishes and waits for the PubAck, all within `timeoutMs`. With `resend`, an attempt that
+   * gets no PubAck (a lost connection, a slow server) is sent again with the same `Nats-Msg-Id`,
+   * which the stream stores once; without, the first failure is final.
+   */
+  private async send(
+    channel: string,
+    body: Buffer,
+    headers: Readonly<Record<string, unknown>>,
+    timeoutMs: number,
+    resend = true,
+  ): Promise<void> {
+    const encoded = encodeHeaders(headers);
+    if (encoded.problem !== undefined) {
+      throw new InvalidHeaderError(channel, encoded.name, encoded.problem);
+    }
+    const msgId = randomUUID();
+    const wireBytes = body.length + encodedHeaderBytes([...encoded.pairs, [MSG_ID_HEADER, msgId]]);
+    if (wireBytes > this.maxPayload) {
+      throw new MessageTooLargeError(channel, wireBytes, this.maxMessageBytes);
+    }
+    const deadline = Date.now() + timeoutMs;
+    let handedOver = false;
+    const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
+    for (;;) {
+      try {
+        await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+      } catch (error) {
+        // A refusal is final; a server that is away or starting (its JetStream not answering
+        // yet) is waited for, within the deadline.
+        if (error instanceof NatsTopologyError || error instanceof PublishTimeoutError) throw error;
+        if (this.closed || Date.now() >= deadline) throw timedOut();
+        await delay(50);
+        continue;
+      }
+      if (this.closed && !handedOver) {
+        throw new Error(`nats transport is closed: cannot publish to ${channel}`);
+      }
+      const wire = natsHeaders();
+      for (const [name, value] of encoded.pairs) wire.append(name, value);
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) throw timedOut();
+      try {
+        handedOver = true;
+        await this.js.publish(channel, body, {
+          msgID: msgId,
+          headers: wire as unknown as JetStreamPublishOptions['headers'],
+          timeout: resend
+            ? Math.min(remaining, Math.max(MIN_ATTEMPT_MS, timeoutMs / 4))
+            : remaining,
+        });
+        return;
+      } catch (error) {
+        if (isNoResponders(error)) {
+          // No stream listens on the subject (deleted while we were connected): declare again.
+          this.topology.forget(channel);
+          if (!resend) {
+            throw new PublishRejectedError(channel, error, 'no stream took it; not sent again');
+          }
+        } else if (error instanceof JetStreamApiError || isPubAckError(error)) {
+          throw new PublishRejectedError(
+            channel,
+            error as Error,
+            `PubAck error: ${errorMessage(error)}`,
+          );
+        } else if (!resend) {
+          throw new PublishTimeoutError(
+            channel,
+            timeoutMs,
+            true,
+            `${errorMessage(error)}; not sent again (resend: false)`,
+          );
+        }
+        if (this.closed || this.connection.isClosed()) throw timedOut();
+        if (Date.now() >= deadline) throw timedOut();
+        await delay(20);
+      }
+    }
+  }
+
+  private jsm(): Promise<JetStreamManager> {
+    if (!this.manager) {
+      const pending = jetstreamManager(this.connection, {
+        // Short, and retried by whoever declares: a request made while the connection is down
+        // goes unanswered after the reconnect, and would hold a declaration for its whole timeout.
+        timeout: Math.min(this.settings.publishTimeoutMs, API_TIMEOUT_MS),
+        checkAPI: false,
+      });
+      this.manager = pending;
+      pending.catch(() => {
+        if (this.manager === pending) this.manager = undefined;
+      });
+    }
+    return this.manager;
+  }
+
+  /** On a reconnect, the server may be another or restarted empty: declare everything again. */
+  private async watchStatus(): Promise<void> {
+    for await (const status of this.connection.status()) {
+      if (status.type === 'reconnect') {
+        this.connected = true;
+        this.topology.forget();
+      }
+      if (status.type === 'disconnect') {
+        this.connected = false;
+        this.logger.warn(`NATS connection lost; reconnecting`);
+      }
+    }
+  }
+
+  private assertOpen(action: string, channel: string): void {
+    if (this.closed) throw new Error(`nats transport is closed: cannot ${action} ${channel}`);
+  }
+}
+
+/** A JetStream error answer to a publish (not a lost request). */
+function isPubAckError(error: unknown): boolean {
+  return error instanceof JetStreamError && !isNoResponders(error);
+}
+
+/**
+ * What the client rejects a publish with when no stream listens on its subject (a request with
+ * no responders): `JetStreamNotEnabled`, a class its package does not export.
+ */
+function isNoResponders(error: unknown): error is Error {
+  return error instanceof Error && error.name === 'JetStreamNotEnabled';
+}
