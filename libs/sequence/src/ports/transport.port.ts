@@ -167,6 +167,25 @@ export function assertSendable(
 }
 
 /**
+ * A publish's confirm timeout: `given` (the call's `timeoutMs`) or the transport's default,
+ * refused with a RangeError unless it is a timer's range of milliseconds.
+ */
+export function publishTimeoutMs(
+  channel: string,
+  given: number | undefined,
+  fallback: number,
+): number {
+  const timeoutMs = given ?? fallback;
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
+    throw new RangeError(
+      `publish to ${channel}: timeoutMs must be a number of milliseconds from 1 to ` +
+        `${MAX_TIMER_MS}, got ${timeoutMs}`,
+    );
+  }
+  return timeoutMs;
+}
+
+/**
  * A requeue's `delayMs` as transports can wait it: not a number (or NaN) means none, a negative
  * one 0, and one beyond a timer's range (Infinity included) that range, rather than a timer that
  * fires at once and turns back-pressure into a busy loop.

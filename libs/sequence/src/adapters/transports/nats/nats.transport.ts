@@ -16,7 +16,7 @@ import {
   type NatsConnection,
   type NatsConnectionOptions,
 } from './nats.client';
-import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
+import { delay, withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -25,6 +25,7 @@ import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error'
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
+  publishTimeoutMs,
   prefetchProblem,
   type MessageHandler,
   type PublishOptions,
@@ -164,13 +165,7 @@ export class NatsTransport implements Transport {
     this.assertOpen('publish to', channel);
     assertSendable(channel, body, headers, this.maxMessageBytes);
     this.topology.assertChannel(channel);
-    const timeoutMs = options.timeoutMs ?? this.settings.publishTimeoutMs;
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
-      throw new RangeError(
-        `publish to ${channel}: timeoutMs must be a number of milliseconds from 1 to ` +
-          `${MAX_TIMER_MS}, got ${timeoutMs}`,
-      );
-    }
+    const timeoutMs = publishTimeoutMs(channel, options.timeoutMs, this.settings.publishTimeoutMs);
     await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
   }
 

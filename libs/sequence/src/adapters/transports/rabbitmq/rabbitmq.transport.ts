@@ -2,13 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
-import { delay, MAX_TIMER_MS, withTimeout } from '../../../core/async';
+import { delay, withTimeout } from '../../../core/async';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
+  publishTimeoutMs,
   prefetchProblem,
   type MessageHandler,
   type PublishOptions,
@@ -154,13 +155,7 @@ export class RabbitMqTransport implements Transport {
   ): Promise<void> {
     this.assertOpen('publish to', channel);
     assertSendable(channel, body, headers, this.maxMessageBytes);
-    const timeoutMs = options.timeoutMs ?? this.settings.publishTimeoutMs;
-    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMER_MS) {
-      throw new RangeError(
-        `publish to ${channel}: timeoutMs must be a number of milliseconds from 1 to ` +
-          `${MAX_TIMER_MS}, got ${timeoutMs}`,
-      );
-    }
+    const timeoutMs = publishTimeoutMs(channel, options.timeoutMs, this.settings.publishTimeoutMs);
     await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
   }
 
