@@ -127,7 +127,8 @@ function adapterProblem(
     );
   return storeSet
     ? `${path} is given a store set (from a preset such as redis()); pass it as \`stores\` instead`
-    : `${path} must be a ${port} (it has no ${missing.join(', ')}); see nest-sequence/ports`;
+    : `${path} must be ${/^[AEIOU]/.test(port) ? 'an' : 'a'} ${port} (it has no ${missing.join(', ')}); ` +
+        'see nest-sequence/ports';
 }
 
 function claimCheckStores(

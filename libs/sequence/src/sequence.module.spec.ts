@@ -504,6 +504,18 @@ describe('SequenceModule', () => {
       ]);
     });
 
+    it('refuses an outbox store that is not one with one problem, naming what it lacks', async () => {
+      const error = await bootError({
+        imports: [SequenceModule.forRoot({ outbox: { store: untyped({}) } })],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'outbox.store must be an OutboxStore (it has no append, claim, close); see ' +
+          'nest-sequence/ports',
+      ]);
+    });
+
     it('refuses old per-call options of send() and publish() before sending anything', async () => {
       const transport = new InMemoryTransport();
       const app = await boot({ imports: [SequenceModule.forRoot({ transport })] });

@@ -445,12 +445,6 @@ describe('resolveModuleOptions', () => {
         { outbox: { outboxEvents: { prefetch: 4 } } },
         "outbox.outboxEvents.prefetch is for inboxes (an outbox's relay consumes nothing)",
       ],
-      [
-        'an outbox store that is not one',
-        { outbox: { store: untyped({}) } },
-        'outbox.store must be an OutboxStore (PostgresOutboxStore of nest-sequence/postgres, ' +
-          'SqliteOutboxStore of nest-sequence/sqlite)',
-      ],
     ])('refuses %s', (_, options, problem) => {
       expect(problemsOf(options)).toContain(problem);
     });

@@ -82,13 +82,7 @@ export function resolveOutboxOptions(
   if (options.serviceName !== undefined && !SERVICE_NAME_PATTERN.test(options.serviceName)) {
     problems.push('outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel)');
   }
-  const store = options.store;
-  if (store !== undefined && (typeof store !== 'object' || typeof store.claim !== 'function')) {
-    problems.push(
-      'outbox.store must be an OutboxStore (PostgresOutboxStore of nest-sequence/postgres, ' +
-        'SqliteOutboxStore of nest-sequence/sqlite)',
-    );
-  }
+  // outbox.store is checked with the other adapters, in composeAdapters.
   for (const route of ['event', 'command'] as const) {
     const fn = options.routes?.[route];
     if (fn !== undefined && typeof fn !== 'function') {
