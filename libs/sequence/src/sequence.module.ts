@@ -46,6 +46,7 @@ import { InboxHandlers } from './outbox/inbox-handlers';
 import { OutboxMetrics } from './outbox/outbox.metrics';
 import { OutboxRuntime } from './outbox/outbox.runtime';
 import { OutboxService } from './outbox/outbox.service';
+import { RuntimeBridge } from './microservices/runtime.bridge';
 import { GapReporter } from './resequencer/gap.reporter';
 import { GapSweeper } from './resequencer/gap.sweeper';
 import { ResequencedHandlerKind } from './resequencer/resequenced-handler.kind';
@@ -137,6 +138,8 @@ const providers: Provider[] = [
   OutboxRuntime,
   OutboxService,
   InboxHandlerKind,
+  // @nestjs/microservices: what SequenceServer and SequenceClient use (nest-sequence/microservices)
+  RuntimeBridge,
   // What the patterns offer each other, bound here: they never import one another.
   { provide: SEQUENCE_SENDER, useExisting: SplitterService },
   { provide: SEQUENCE_REASSEMBLER, useExisting: AggregatorService },

@@ -9,7 +9,11 @@ import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
-import { callHandlerWithRetry, type HandlerOutcome } from '../kernel/handler-retry';
+import {
+  callHandlerWithRetry,
+  handlerRejection,
+  type HandlerOutcome,
+} from '../kernel/handler-retry';
 import { errorMessage } from '../core/errors/caught';
 import {
   SEQUENCE_REASSEMBLER,
@@ -95,7 +99,8 @@ export class ClaimCheckReceiver {
       );
       const outcome = await this.runHandler(payload, consumer);
       if (outcome.ok) return ACK;
-      return this.reject(channel, 'handler-failed', handlerFailure('an inline payload', outcome));
+      const { code, detail } = handlerRejection('an inline payload', outcome);
+      return this.reject(channel, code, detail);
     }
 
     let ticket: ClaimTicket;
@@ -223,11 +228,8 @@ export class ClaimCheckReceiver {
         );
         return this.requeue('payload store unavailable');
       }
-      return this.reject(
-        channel,
-        'handler-failed',
-        handlerFailure(`ticket ${key.ticket}`, outcome),
-      );
+      const { code, detail } = handlerRejection(`ticket ${key.ticket}`, outcome);
+      return this.reject(channel, code, detail);
     }
     return this.completed(ticket, store, key, holder, consumer);
   }
@@ -360,8 +362,4 @@ export class ClaimCheckReceiver {
   private requeue(reason: string): Disposition {
     return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
-}
-
-function handlerFailure(what: string, outcome: { attempts: number; error: unknown }): string {
-  return `${what}: handler failed ${outcome.attempts} time(s); last error: ${errorMessage(outcome.error)}`;
 }

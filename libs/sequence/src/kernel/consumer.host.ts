@@ -25,13 +25,17 @@ export class ConsumerHost {
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
   ) {}
 
-  /** Subscribes to every binding's channel; on a failure, closes what it opened and throws. */
+  /**
+   * Subscribes to every binding's channel; on a failure, closes what this call opened and throws.
+   * Called again later (a microservice's handlers, once it listens), it adds to what is open.
+   */
   async open(bindings: readonly ChannelBinding[]): Promise<void> {
     this.drained = undefined;
+    const before = this.subscriptions.length;
     try {
       for (const binding of bindings) await this.subscribe(binding);
     } catch (error) {
-      await this.closeSubscriptions();
+      await this.closeSubscriptions(this.subscriptions.splice(before));
       throw error;
     }
   }
@@ -53,11 +57,10 @@ export class ConsumerHost {
   async close(): Promise<void> {
     this.drained = this.drain();
     await this.drained;
-    await this.closeSubscriptions();
+    await this.closeSubscriptions(this.subscriptions.splice(0));
   }
 
-  private async closeSubscriptions(): Promise<void> {
-    const subscriptions = this.subscriptions.splice(0);
+  private async closeSubscriptions(subscriptions: readonly Subscription[]): Promise<void> {
     await Promise.all(
       subscriptions.map((subscription) =>
         subscription.close().catch((error: unknown) => {

@@ -1,4 +1,7 @@
 import { delay } from '../core/async';
+import { errorMessage } from '../core/errors/caught';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
+import type { RejectionCode } from '../core/errors/rejection-code';
 import type { ResolvedRetryPolicy } from '../options/resolved-options';
 import { backoff } from './publish-with-retry';
 
@@ -9,7 +12,8 @@ export type HandlerOutcome =
 /**
  * Calls a message handler until it returns, or `policy.attempts` calls have thrown, waiting with
  * exponential backoff in between. `isFinal()` is asked after each failure: true stops at once
- * (wrong bytes, a store that cannot be read: calling the handler again now cannot help).
+ * (wrong bytes, a store that cannot be read: calling the handler again now cannot help). A
+ * {@link MessageRefusedError} stops at once too: the handler refused the message for good.
  * Shared by every pattern's consumers.
  */
 export async function callHandlerWithRetry(
@@ -23,9 +27,30 @@ export async function callHandlerWithRetry(
       await call();
       return { ok: true, attempts: attempt };
     } catch (error) {
-      hooks.onFailure(error, attempt);
-      if (attempt >= attempts || hooks.isFinal()) return { ok: false, attempts: attempt, error };
+      const refused = error instanceof MessageRefusedError;
+      if (!refused) hooks.onFailure(error, attempt);
+      if (refused || attempt >= attempts || hooks.isFinal()) {
+        return { ok: false, attempts: attempt, error };
+      }
       await delay(backoff(attempt, baseDelayMs, maxDelayMs));
     }
   }
+}
+
+/**
+ * The dead-letter code and detail of a failed handler outcome: the refusal's own when the handler
+ * refused the message ({@link MessageRefusedError}), else `handler-failed` with how many calls
+ * failed and the last error, about `what` (`sequence s-1`, `an inline payload`...).
+ */
+export function handlerRejection(
+  what: string,
+  outcome: { readonly attempts: number; readonly error: unknown },
+): { code: RejectionCode; detail: string } {
+  if (outcome.error instanceof MessageRefusedError) {
+    return { code: outcome.error.code, detail: `${what}: ${outcome.error.message}` };
+  }
+  return {
+    code: 'handler-failed',
+    detail: `${what}: handler failed ${outcome.attempts} time(s); last error: ${errorMessage(outcome.error)}`,
+  };
 }

@@ -8,6 +8,7 @@ import {
   type OnModuleDestroy,
 } from '@nestjs/common';
 import { errorMessage } from '../core/errors/caught';
+import type { ChannelBinding } from './channel-binding';
 import type { Transport } from '../ports/transport.port';
 import { ChannelRegistry } from './channel.registry';
 import { ConsumerHost } from './consumer.host';
@@ -48,6 +49,8 @@ export class SequenceLifecycle
     OnApplicationShutdown
 {
   private readonly logger = new Logger('SequenceModule');
+  /** True from the moment the subscriptions are open until shutdown begins. */
+  private running = false;
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -67,6 +70,7 @@ export class SequenceLifecycle
       const warning = inProcessStateWarning(this.transport.name, bindings);
       if (warning) this.logger.warn(warning);
       await this.host.open(bindings);
+      this.running = true;
     } catch (error) {
       // Nest runs no shutdown hook for an application whose init failed: nothing may run on.
       for (const part of started) {
@@ -78,7 +82,19 @@ export class SequenceLifecycle
     }
   }
 
+  /**
+   * Handlers bound after the explorer ran (a microservice's, when it listens): registered now, so
+   * that a second consumer of a channel is refused; opened now when the module is running,
+   * otherwise with the others at bootstrap.
+   * @throws SequenceHandlerConflictError when another handler already consumes a channel
+   */
+  async addBindings(bindings: readonly ChannelBinding[]): Promise<void> {
+    for (const binding of bindings) this.registry.add(binding);
+    if (this.running) await this.host.open(bindings);
+  }
+
   async onModuleDestroy(): Promise<void> {
+    this.running = false;
     await this.host.close();
     await this.each('stopConsuming', (part) => part.stopConsuming?.());
   }

@@ -6,7 +6,7 @@ import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error'
 import type { ResequencerMetrics } from './resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
 import { assertSendable, isUnsendable, type Transport } from '../ports/transport.port';
-import { callHandlerWithRetry } from '../kernel/handler-retry';
+import { callHandlerWithRetry, handlerRejection } from '../kernel/handler-retry';
 import {
   mayHaveReachedTheBroker,
   publishOnce,
@@ -279,10 +279,8 @@ export class HandOffDeliverer {
         return this.deadLetter(key, entry, 'integrity-mismatch', outcome.error.message, guard);
       }
       if (!outcome.ok) {
-        const detail =
-          `key ${key}, event ${entry.seq}: handler failed ${outcome.attempts} time(s); ` +
-          `last error: ${errorMessage(outcome.error)}; the key moved on`;
-        return this.deadLetter(key, entry, 'handler-failed', detail, guard);
+        const { code, detail } = handlerRejection(`key ${key}, event ${entry.seq}`, outcome);
+        return this.deadLetter(key, entry, code, `${detail}; the key moved on`, guard);
       }
     }
     metrics.delivered(definition.name);

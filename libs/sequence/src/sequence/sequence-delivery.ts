@@ -14,7 +14,11 @@ import type {
 import type { Disposition } from '../ports/transport.port';
 import type { ResolvedOptions } from '../options/resolved-options';
 import type { PayloadDigest } from './intake-digests';
-import { callHandlerWithRetry, type HandlerOutcome } from '../kernel/handler-retry';
+import {
+  callHandlerWithRetry,
+  handlerRejection,
+  type HandlerOutcome,
+} from '../kernel/handler-retry';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
 
@@ -98,13 +102,8 @@ export class SequenceDelivery {
         return await this.handBack(ref, leaseToken);
       }
       if (!outcome.ok) {
-        return await this.fail(
-          ref,
-          leaseToken,
-          consumer.channel,
-          'handler-failed',
-          `sequence ${ref.sequenceId}: handler failed ${outcome.attempts} time(s); last error: ${errorMessage(outcome.error)}`,
-        );
+        const { code, detail } = handlerRejection(`sequence ${ref.sequenceId}`, outcome);
+        return await this.fail(ref, leaseToken, consumer.channel, code, detail);
       }
       return await this.complete(ref, leaseToken, consumer.channel, sequence.firstFragmentAt);
     } finally {

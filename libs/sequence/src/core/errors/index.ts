@@ -1,4 +1,5 @@
 export * from './sequence.error';
+export * from './message-refused.error';
 export * from './rejection-code';
 export * from './malformed-fragment.error';
 export * from './sequence-integrity.error';

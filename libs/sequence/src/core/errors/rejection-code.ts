@@ -59,7 +59,15 @@ export type RejectionCode =
   /** Inbox: the message is not a valid event or command (body, headers or fields). */
   | 'invalid-inbox-message'
   /** Inbox: no `@InboxHandler` of this application handles the message's type. */
-  | 'no-inbox-handler';
+  | 'no-inbox-handler'
+  /** Microservices: no `@EventPattern` or `@MessagePattern` handles the message's pattern. */
+  | 'no-handler'
+  /** Microservices: the payload cannot be decoded as its content type says (JSON that does not parse). */
+  | 'undecodable'
+  /** Microservices: a guard refused the message. */
+  | 'forbidden'
+  /** Microservices: a pipe refused the payload (validation); the reason lists its messages. */
+  | 'invalid-payload';
 
 /**
  * Longest `x-death-reason`, in characters: the detail may quote a handler's error message, and

@@ -1,0 +1,25 @@
+import { SequenceError } from './sequence.error';
+
+/**
+ * Why a handler refused a message for good, as its `x-death-reason` code says:
+ * - `no-handler`: nothing in this application handles the message's pattern;
+ * - `undecodable`: its payload cannot be decoded as its content type says;
+ * - `forbidden`: a guard refused it;
+ * - `invalid-payload`: a pipe (validation) refused it.
+ */
+export type RefusalCode = 'no-handler' | 'undecodable' | 'forbidden' | 'invalid-payload';
+
+/**
+ * Thrown by a handler to refuse a message for good: it is not retried, and it is dead-lettered
+ * with `code` and this message as its reason. Anything else a handler throws is retried per
+ * `handlerRetry`, then dead-lettered `handler-failed`.
+ */
+export class MessageRefusedError extends SequenceError {
+  constructor(
+    readonly code: RefusalCode,
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(detail, options);
+  }
+}

@@ -1,0 +1,105 @@
+import { Readable } from 'node:stream';
+import { isRecordSource, type RecordSource } from '../core/payload-source';
+import type { HeaderMap } from '../core/headers';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
+import { SequenceRecord } from './sequence.record';
+
+export const JSON_CONTENT_TYPE = 'application/json';
+export const BINARY_CONTENT_TYPE = 'application/octet-stream';
+
+/** A payload as the server reads it, whatever way it came. */
+export interface IncomingPayload {
+  readonly bytes: number;
+  readonly contentType?: string;
+  buffer(): Promise<Buffer>;
+  stream(): Readable;
+}
+
+/** How `@Payload()` values are made from bytes. */
+export interface DecodeLimits {
+  /** Above this size a payload that is not JSON is handed over as a stream. */
+  readonly streamAboveBytes: number;
+  /** Largest JSON payload parsed. */
+  readonly maxJsonBytes: number;
+}
+
+/** True for `application/json` and `application/<anything>+json` (parameters ignored). */
+export function isJson(contentType: string | undefined): boolean {
+  if (!contentType) return false;
+  const type = contentType.split(';', 1)[0].trim().toLowerCase();
+  return type === JSON_CONTENT_TYPE || (type.startsWith('application/') && type.endsWith('+json'));
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The `@Payload()` value of a message: JSON parsed into a value, anything else a Buffer, or a
+ * stream above `streamAboveBytes`.
+ * @throws MessageRefusedError `undecodable` for JSON that is not UTF-8, does not parse, or is
+ * larger than `maxJsonBytes`
+ */
+export async function decodePayload(
+  payload: IncomingPayload,
+  limits: DecodeLimits,
+): Promise<unknown> {
+  if (isJson(payload.contentType)) {
+    if (payload.bytes > limits.maxJsonBytes) {
+      throw new MessageRefusedError(
+        'undecodable',
+        `a ${payload.bytes}-byte JSON payload is larger than maxJsonBytes (${limits.maxJsonBytes}); ` +
+          'send it with another content type to receive it as a stream',
+      );
+    }
+    const bytes = await payload.buffer();
+    let text: string;
+    try {
+      text = utf8.decode(bytes);
+    } catch {
+      throw new MessageRefusedError('undecodable', 'the JSON payload is not valid UTF-8');
+    }
+    try {
+      return JSON.parse(text) as unknown;
+    } catch (error) {
+      throw new MessageRefusedError(
+        'undecodable',
+        `the payload is not valid JSON: ${(error as Error).message}`,
+      );
+    }
+  }
+  return payload.bytes > limits.streamAboveBytes ? payload.stream() : payload.buffer();
+}
+
+/** What a client or a reply sends: bytes, a stream or records, and how to describe them. */
+export interface OutgoingPayload {
+  readonly payload: Buffer | Readable | RecordSource;
+  readonly contentType: string;
+  readonly bytes?: number;
+  readonly headers: HeaderMap;
+}
+
+/**
+ * The message for `data`: a Buffer, a Readable, records (`{ records }`) or a
+ * {@link SequenceRecord} as they are; anything else as JSON.
+ * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt)
+ */
+export function encodePayload(data: unknown): OutgoingPayload {
+  const record = data instanceof SequenceRecord ? data : undefined;
+  const value: unknown = record ? record.data : data;
+  const headers = { ...record?.options.headers };
+  const given = record?.options.contentType;
+  if (Buffer.isBuffer(value) || value instanceof Uint8Array) {
+    const payload = Buffer.isBuffer(value) ? value : Buffer.from(value);
+    return { payload, contentType: given ?? BINARY_CONTENT_TYPE, bytes: payload.length, headers };
+  }
+  if (value instanceof Readable || isRecordSource(value)) {
+    return {
+      payload: value,
+      contentType: given ?? BINARY_CONTENT_TYPE,
+      bytes: record?.options.bytes,
+      headers,
+    };
+  }
+  const json = JSON.stringify(value === undefined ? null : value);
+  const payload = Buffer.from(json, 'utf8');
+  return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
+}

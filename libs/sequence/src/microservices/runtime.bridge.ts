@@ -1,0 +1,226 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnModuleDestroy,
+  type OnModuleInit,
+} from '@nestjs/common';
+import { DiscoveryService, ExternalContextCreator, ModulesContainer } from '@nestjs/core';
+import type { Subscription as RxSubscription } from 'rxjs';
+import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
+import { ClaimCheckService } from '../claim-check/claim-check.service';
+import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import type { ChannelBinding } from '../kernel/channel-binding';
+import { SequenceLifecycle } from '../kernel/sequence.lifecycle';
+import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type { InboundMessage, Subscription, Transport } from '../ports/transport.port';
+import { ResequencedHandlerKind } from '../resequencer/resequenced-handler.kind';
+import {
+  ATTACH_RUNTIME,
+  isRuntimeTarget,
+  type ConsumerSpec,
+  type ControllerMethod,
+  type ParamsReader,
+  type PipelineOutcome,
+  type SequenceRuntime,
+} from './sequence-runtime';
+
+/** Per call through the pipeline: whether the controller method itself was reached. */
+interface CallState {
+  entered: boolean;
+}
+
+/**
+ * Attaches this module's {@link SequenceRuntime} to the application's `SequenceServer`s (Nest's
+ * RPC target registry lists every microservice server, before or after this module starts) and
+ * `SequenceClient`s (providers, as `ClientsModule` registers them). Imports nothing of
+ * `@nestjs/microservices`: an application without it pays nothing.
+ */
+@Injectable()
+export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDestroy {
+  private readonly logger = new Logger('SequenceModule');
+  private readonly calls = new AsyncLocalStorage<CallState>();
+  private readonly deliveries = new AsyncLocalStorage<InboundMessage>();
+  private targets: RxSubscription | undefined;
+
+  constructor(
+    @Inject(SEQUENCE_TRANSPORT) readonly transport: Transport,
+    private readonly modules: ModulesContainer,
+    private readonly discovery: DiscoveryService,
+    private readonly contexts: ExternalContextCreator,
+    private readonly lifecycle: SequenceLifecycle,
+    private readonly payloads: ClaimCheckHandlerKind,
+    private readonly ordered: ResequencedHandlerKind,
+    private readonly claimCheck: ClaimCheckService,
+  ) {}
+
+  onModuleInit(): void {
+    // A replay: servers created before this module, and those created after.
+    this.targets = this.modules.getRpcTargetRegistry<unknown>().subscribe((target) => {
+      if (isRuntimeTarget(target)) target[ATTACH_RUNTIME](this);
+    });
+    for (const wrapper of this.discovery.getProviders()) {
+      const instance: unknown = wrapper.instance;
+      if (isRuntimeTarget(instance)) instance[ATTACH_RUNTIME](this);
+    }
+  }
+
+  onModuleDestroy(): void {
+    this.targets?.unsubscribe();
+  }
+
+  methodsWith(metadataKey: string): ControllerMethod[] {
+    const found: ControllerMethod[] = [];
+    for (const wrapper of this.discovery.getControllers()) {
+      const instance: unknown = wrapper.instance;
+      if (!instance || typeof instance !== 'object' || !wrapper.isDependencyTreeStatic()) continue;
+      const prototype = Object.getPrototypeOf(instance) as object | null;
+      if (!prototype) continue;
+      for (const methodName of Object.getOwnPropertyNames(prototype)) {
+        if (methodName === 'constructor') continue;
+        const method = (instance as Record<string, unknown>)[methodName];
+        if (typeof method !== 'function') continue;
+        if (Reflect.getMetadata(metadataKey, method) === undefined) continue;
+        const className = (instance.constructor as { name: string }).name;
+        found.push({
+          instance,
+          className,
+          methodName,
+          method: method as (...args: unknown[]) => unknown,
+        });
+      }
+    }
+    return found;
+  }
+
+  pipeline(
+    target: ControllerMethod,
+    paramsMetadataKey: string,
+    params: ParamsReader,
+  ): (...args: unknown[]) => Promise<PipelineOutcome> {
+    const calls = this.calls;
+    const { method } = target;
+    // Nest reads guards, interceptors and pipes off the function it calls: a stand-in that notes
+    // the method was reached carries the method's metadata.
+    const standIn = function (this: unknown, ...args: unknown[]): unknown {
+      const state = calls.getStore();
+      if (state) state.entered = true;
+      return method.apply(this, args);
+    };
+    for (const key of Reflect.getMetadataKeys(method) as unknown[]) {
+      Reflect.defineMetadata(key, Reflect.getMetadata(key, method) as unknown, standIn);
+    }
+    const invoke = this.controllerContexts().create(
+      target.instance,
+      standIn,
+      target.methodName,
+      paramsMetadataKey,
+      params,
+      undefined,
+      undefined,
+      { guards: true, interceptors: true, filters: true },
+      'rpc',
+    );
+    return (...args) => {
+      const state: CallState = { entered: false };
+      return calls.run(state, async (): Promise<PipelineOutcome> => {
+        try {
+          return { ok: true, value: await invoke(...args) };
+        } catch (error) {
+          return { ok: false, error, inHandler: state.entered };
+        }
+      });
+    };
+  }
+
+  /**
+   * Nest's ExternalContextCreator, finding a controller's module too: it looks for the class
+   * among providers only, and without the module, guards, interceptors and pipes given as classes
+   * cannot be resolved. Its public `getContextModuleKey` is overridden on a child object; the
+   * shared instance is left as it is.
+   */
+  private controllerContexts(): ExternalContextCreator {
+    const modules = this.modules;
+    const shared = this.contexts;
+    return Object.create(shared, {
+      getContextModuleKey: {
+        value(classRef: (abstract new (...args: never[]) => unknown) | undefined): string {
+          for (const [key, moduleRef] of modules.entries()) {
+            if (classRef && moduleRef.controllers.has(classRef)) return key;
+          }
+          return shared.getContextModuleKey(classRef);
+        },
+      },
+    }) as ExternalContextCreator;
+  }
+
+  currentMessage(): InboundMessage | undefined {
+    return this.deliveries.getStore();
+  }
+
+  async consume(specs: readonly ConsumerSpec[]): Promise<void> {
+    await this.lifecycle.addBindings(specs.flatMap((spec) => this.bind(spec)));
+  }
+
+  private bind(spec: ConsumerSpec): ChannelBinding[] {
+    const [className, methodName] = splitDefinedBy(spec.definedBy);
+    const bindings =
+      spec.kind === 'payloads'
+        ? this.payloads.bind({
+            className,
+            methodName,
+            options: spec.options,
+            call: (payload) => spec.handler(payload as ClaimedPayload),
+          })
+        : this.ordered.bind({
+            className,
+            methodName,
+            options: spec.definition,
+            call: (event) => spec.handler(event as Parameters<typeof spec.handler>[0]),
+          });
+    return bindings.map((binding) => this.tracked(binding));
+  }
+
+  /** The binding, with the message it is taking kept for `currentMessage()`. */
+  private tracked(binding: ChannelBinding): ChannelBinding {
+    return {
+      ...binding,
+      receive: (message) => this.deliveries.run(message, () => binding.receive(message)),
+    };
+  }
+
+  publish: SequenceRuntime['publish'] = (channel, payload, options) =>
+    this.claimCheck.publish(channel, payload, { ...options, mode: 'auto' });
+
+  openReplyChannel(
+    definedBy: string,
+    handler: (payload: ClaimedPayload) => unknown,
+  ): Promise<Subscription> | undefined {
+    const open = this.transport.openReplyChannel?.bind(this.transport);
+    if (!open) return undefined;
+    const [className, methodName] = splitDefinedBy(definedBy);
+    let binding: ChannelBinding | undefined;
+    return open(async (message) => {
+      // Nobody publishes to the channel before it is named, and it is named once open resolves.
+      if (!binding) return { action: 'requeue', delayMs: 100, reason: 'not ready' };
+      return binding.receive(message);
+    }).then((subscription) => {
+      [binding] = this.payloads
+        .bind({
+          className,
+          methodName,
+          options: { channel: subscription.channel },
+          call: (payload) => handler(payload as ClaimedPayload),
+        })
+        .map((bound) => this.tracked(bound));
+      this.logger.debug?.(`${definedBy} receives replies on ${subscription.channel}`);
+      return subscription;
+    });
+  }
+}
+
+function splitDefinedBy(definedBy: string): [string, string] {
+  const dot = definedBy.lastIndexOf('.');
+  return dot < 0 ? [definedBy, 'handle'] : [definedBy.slice(0, dot), definedBy.slice(dot + 1)];
+}

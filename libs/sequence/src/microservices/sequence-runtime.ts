@@ -1,0 +1,104 @@
+import type { ClaimPublishOptions, ClaimPublishReceipt } from '../claim-check/claim-check.service';
+import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import type { ClaimCheckHandlerOptions } from '../discovery/claim-check.decorator';
+import type { RecordSource } from '../core/payload-source';
+import type { ResequencerDefinition } from '../options/resequencer.options';
+import type { ResequencedEvent } from '../resequencer/resequenced-event';
+import type { InboundMessage, Subscription, Transport } from '../ports/transport.port';
+import type { Readable } from 'node:stream';
+
+/** A method of a singleton controller, as the microservices integration invokes it. */
+export interface ControllerMethod {
+  readonly instance: object;
+  readonly className: string;
+  readonly methodName: string;
+  readonly method: (...args: unknown[]) => unknown;
+}
+
+/** Reads a parameter's value from the call's arguments, as Nest's `ParamsFactory` does. */
+export interface ParamsReader {
+  exchangeKeyForValue(type: number, data: unknown, args: unknown[]): unknown;
+}
+
+/** How a call through Nest's pipeline ended. */
+export type PipelineOutcome =
+  | { readonly ok: true; readonly value: unknown }
+  /** `inHandler`: the method itself ran (false: a guard, an interceptor or a pipe stopped it). */
+  | { readonly ok: false; readonly error: unknown; readonly inHandler: boolean };
+
+/** One channel a microservice consumes. */
+export type ConsumerSpec =
+  | {
+      readonly kind: 'payloads';
+      readonly definedBy: string;
+      /** `@ClaimCheck` options, the channel included: inline, sequenced or ticketed payloads. */
+      readonly options: ClaimCheckHandlerOptions;
+      readonly handler: (payload: ClaimedPayload) => unknown;
+    }
+  | {
+      readonly kind: 'ordered';
+      readonly definedBy: string;
+      readonly definition: ResequencerDefinition;
+      readonly handler: (event: ResequencedEvent) => unknown;
+    };
+
+/**
+ * What a `SequenceModule` offers the `@nestjs/microservices` integration (`nest-sequence/
+ * microservices`): its transport, its consumers, its auto publish, and Nest's pipeline around
+ * controller methods. The module attaches it to every `SequenceServer` and `SequenceClient` of the
+ * application.
+ */
+export interface SequenceRuntime {
+  readonly transport: Transport;
+  /** Singleton controller methods whose metadata has `metadataKey`. */
+  methodsWith(metadataKey: string): ControllerMethod[];
+  /**
+   * Nest's pipeline (guards, interceptors, pipes, exception filters) around `target`, for the
+   * `rpc` context: the returned function takes the call's arguments.
+   */
+  pipeline(
+    target: ControllerMethod,
+    paramsMetadataKey: string,
+    params: ParamsReader,
+  ): (...args: unknown[]) => Promise<PipelineOutcome>;
+  /** The transport's message being handled in this async context, if any. */
+  currentMessage(): InboundMessage | undefined;
+  /**
+   * Consumes the channels: registered at once (a channel another handler consumes is refused),
+   * opened now when the module is running, else with the others at bootstrap.
+   */
+  consume(specs: readonly ConsumerSpec[]): Promise<void>;
+  /** `ClaimCheckService.publish` with `mode: 'auto'`: inline, a Message Sequence or a ticket. */
+  publish(
+    channel: string,
+    payload: Buffer | Readable | RecordSource,
+    options: ClaimPublishOptions,
+  ): Promise<ClaimPublishReceipt>;
+  /**
+   * A private reply channel (the transport's `openReplyChannel`) whose payloads, inline,
+   * sequenced or ticketed, reach `handler`; undefined when the transport cannot route replies.
+   */
+  openReplyChannel(
+    definedBy: string,
+    handler: (payload: ClaimedPayload) => unknown,
+  ): Promise<Subscription> | undefined;
+}
+
+/**
+ * The key under which a `SequenceServer` or `SequenceClient` takes its runtime: the module calls
+ * `target[ATTACH_RUNTIME](runtime)` for each one it finds.
+ */
+export const ATTACH_RUNTIME = Symbol.for('nest-sequence:attach-runtime');
+
+/** Something the module attaches its runtime to. */
+export interface RuntimeTarget {
+  [ATTACH_RUNTIME](runtime: SequenceRuntime): void;
+}
+
+export function isRuntimeTarget(value: unknown): value is RuntimeTarget {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as Partial<RuntimeTarget>)[ATTACH_RUNTIME] === 'function'
+  );
+}

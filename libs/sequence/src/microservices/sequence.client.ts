@@ -1,0 +1,266 @@
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
+import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
+import { Observable, throwError } from 'rxjs';
+import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import { errorMessage } from '../core/errors/caught';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { MAX_TIMER_MS } from '../core/async';
+import type { Subscription } from '../ports/transport.port';
+import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
+import { ReplyTimeoutError } from './errors/reply-timeout.error';
+import { decodePayload, encodePayload } from './payload.codec';
+import { headerString, RpcHeader } from './rpc-headers';
+import { ATTACH_RUNTIME, type SequenceRuntime } from './sequence-runtime';
+
+export interface SequenceClientOptions {
+  /** How long `send()` waits for its reply before it errors with ReplyTimeoutError. @default 30000 */
+  readonly replyTimeoutMs?: number;
+  /** The channel a pattern is sent to (as the server's `channelOf`). @default the pattern itself */
+  readonly channelOf?: (pattern: string) => string;
+  /** Payloads up to this many bytes go in one message. @default claimCheck.inlineMaxBytes */
+  readonly inlineMaxBytes?: number;
+  /** Payloads up to this many bytes go as a Message Sequence, larger ones behind a ticket. @default claimCheck.sequenceMaxBytes */
+  readonly sequenceMaxBytes?: number;
+  /** The largest JSON reply parsed. @default 16 MiB */
+  readonly maxJsonBytes?: number;
+}
+
+const CLIENT_KEYS: ReadonlySet<string> = new Set([
+  'replyTimeoutMs',
+  'channelOf',
+  'inlineMaxBytes',
+  'sequenceMaxBytes',
+  'maxJsonBytes',
+]);
+
+interface PendingRequest {
+  readonly pattern: string;
+  readonly callback: (packet: WritePacket) => void;
+  readonly timer: NodeJS.Timeout;
+}
+
+/**
+ * A `ClientProxy` over the application's `SequenceModule`, for
+ * `ClientsModule.register([{ name, customClass: SequenceClient, options }])`:
+ * - `emit(pattern, data)` sends by size: inline, as a Message Sequence, or behind a claim ticket.
+ *   `data` is a Buffer, a Readable, records (`{ records }`), a {@link SequenceRecord} or any
+ *   JSON value. The Observable completes once the transport confirmed every message; the send
+ *   starts at once, subscribed or not, and a failure nobody subscribed to is logged as an error.
+ * - `send(pattern, data)` is request-reply, where the transport routes replies (in-memory,
+ *   RabbitMQ, NATS JetStream): the reply travels by the same size rule.
+ *
+ * @example
+ * ClientsModule.register([{ name: 'IMAGING', customClass: SequenceClient, options: {} }])
+ * // ...
+ * await lastValueFrom(client.emit('imaging.ai.intake', new SequenceRecord(stream, { bytes })));
+ */
+export class SequenceClient extends ClientProxy {
+  private readonly logger = new Logger('SequenceClient');
+  private runtime: SequenceRuntime | undefined;
+  private replies: Promise<Subscription> | undefined;
+  private readonly pending = new Map<string, PendingRequest>();
+  private readonly settings: {
+    replyTimeoutMs: number;
+    channelOf: (pattern: string) => string;
+    maxJsonBytes: number;
+    inlineMaxBytes?: number;
+    sequenceMaxBytes?: number;
+  };
+
+  constructor(options: SequenceClientOptions = {}) {
+    super();
+    const problems = Object.keys(options ?? {})
+      .filter((key) => !CLIENT_KEYS.has(key))
+      .map((key) => `unknown option ${key} (SequenceClient takes ${[...CLIENT_KEYS].join(', ')})`);
+    const replyTimeoutMs = options.replyTimeoutMs ?? 30_000;
+    if (
+      !Number.isSafeInteger(replyTimeoutMs) ||
+      replyTimeoutMs < 1 ||
+      replyTimeoutMs > MAX_TIMER_MS
+    ) {
+      problems.push(
+        `replyTimeoutMs must be 1 to ${MAX_TIMER_MS} ms, got ${String(replyTimeoutMs)}`,
+      );
+    }
+    if (problems.length > 0) throw new SequenceOptionsError('SequenceClient', problems);
+    this.settings = {
+      replyTimeoutMs,
+      channelOf: options.channelOf ?? ((pattern) => pattern),
+      maxJsonBytes: options.maxJsonBytes ?? 16 * 1024 * 1024,
+      inlineMaxBytes: options.inlineMaxBytes,
+      sequenceMaxBytes: options.sequenceMaxBytes,
+    };
+  }
+
+  /** @internal The module attaches itself. */
+  [ATTACH_RUNTIME](runtime: SequenceRuntime): void {
+    this.runtime = runtime;
+  }
+
+  /** Resolves once the client is bound to the application's SequenceModule. */
+  async connect(): Promise<void> {
+    this.attached();
+    return Promise.resolve();
+  }
+
+  /** Closes the reply channel; requests still waiting error. */
+  async close(): Promise<void> {
+    const replies = this.replies;
+    this.replies = undefined;
+    for (const [id, request] of this.pending) {
+      clearTimeout(request.timer);
+      request.callback({ err: new Error(`SequenceClient closed before the reply to ${id}`) });
+    }
+    this.pending.clear();
+    if (replies) await (await replies.catch(() => undefined))?.close();
+  }
+
+  /** The module's transport. */
+  unwrap<T>(): T {
+    return this.attached().transport as T;
+  }
+
+  override emit<TResult = never, TInput = unknown>(
+    pattern: unknown,
+    data: TInput,
+  ): Observable<TResult> {
+    if (pattern === undefined || pattern === null || data === undefined || data === null) {
+      return throwError(() => new InvalidMessageException());
+    }
+    let observed = false;
+    const sent = this.dispatchEvent({ pattern, data });
+    sent.catch((error: unknown) => {
+      if (!observed) {
+        this.logger.error(
+          `emit to ${this.describe(pattern)} failed and nobody subscribed to its Observable: ` +
+            errorMessage(error),
+        );
+      }
+    });
+    return new Observable<TResult>((subscriber) => {
+      observed = true;
+      sent.then(
+        () => subscriber.complete(),
+        (error: unknown) => subscriber.error(error),
+      );
+    });
+  }
+
+  protected async dispatchEvent<T = unknown>(packet: ReadPacket): Promise<T> {
+    const runtime = this.attached();
+    const pattern = this.normalizePattern(packet.pattern as string);
+    await this.sendTo(runtime, pattern, packet.data, {});
+    return undefined as T;
+  }
+
+  protected publish(packet: ReadPacket, callback: (packet: WritePacket) => void): () => void {
+    const pattern = this.normalizePattern(packet.pattern as string);
+    const correlationId = randomUUID();
+    const timer = setTimeout(() => {
+      if (!this.pending.delete(correlationId)) return;
+      callback({
+        err: new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs),
+      });
+    }, this.settings.replyTimeoutMs);
+    timer.unref();
+    this.pending.set(correlationId, { pattern, callback, timer });
+    const fail = (error: unknown) => {
+      if (!this.pending.delete(correlationId)) return;
+      clearTimeout(timer);
+      callback({ err: error });
+    };
+    void (async () => {
+      const runtime = this.attached();
+      const replies = await this.replyChannel(runtime);
+      await this.sendTo(runtime, pattern, packet.data, {
+        [RpcHeader.replyTo]: replies.channel,
+        [RpcHeader.correlationId]: correlationId,
+      });
+    })().catch(fail);
+    return () => {
+      if (this.pending.delete(correlationId)) clearTimeout(timer);
+    };
+  }
+
+  private async sendTo(
+    runtime: SequenceRuntime,
+    pattern: string,
+    data: unknown,
+    extra: Record<string, string>,
+  ): Promise<void> {
+    const out = encodePayload(data);
+    await runtime.publish(this.settings.channelOf(pattern), out.payload, {
+      contentType: out.contentType,
+      bytes: out.bytes,
+      inlineMaxBytes: this.settings.inlineMaxBytes,
+      sequenceMaxBytes: this.settings.sequenceMaxBytes,
+      headers: { ...out.headers, [RpcHeader.pattern]: pattern, ...extra },
+    });
+  }
+
+  private replyChannel(runtime: SequenceRuntime): Promise<Subscription> {
+    if (!this.replies) {
+      const opened = runtime.openReplyChannel('SequenceClient.replies', (payload) =>
+        this.onReply(payload),
+      );
+      if (!opened) {
+        return Promise.reject(new ReplyNotSupportedError(runtime.transport.name, 'send()'));
+      }
+      this.replies = opened;
+      opened.catch(() => {
+        if (this.replies === opened) this.replies = undefined;
+      });
+    }
+    return this.replies;
+  }
+
+  private async onReply(payload: ClaimedPayload): Promise<void> {
+    const correlationId = headerString(payload.headers, RpcHeader.correlationId);
+    const request = correlationId ? this.pending.get(correlationId) : undefined;
+    if (!correlationId || !request) {
+      // Its request timed out, or was unsubscribed: nobody waits for it.
+      this.logger.warn(
+        `a reply nobody waits for (correlation id ${correlationId ?? 'none'}) was discarded`,
+      );
+      return;
+    }
+    let response: unknown;
+    try {
+      // Read whole: the reply outlives this call (the caller reads it later).
+      response = await decodePayload(
+        { ...payload, buffer: () => payload.toBuffer(), stream: () => payload.stream() },
+        { streamAboveBytes: Number.POSITIVE_INFINITY, maxJsonBytes: this.settings.maxJsonBytes },
+      );
+    } catch (error) {
+      this.pending.delete(correlationId);
+      clearTimeout(request.timer);
+      request.callback({ err: error });
+      return;
+    }
+    this.pending.delete(correlationId);
+    clearTimeout(request.timer);
+    if (headerString(payload.headers, RpcHeader.replyStatus) === 'error') {
+      request.callback({ err: response });
+      return;
+    }
+    request.callback({ response, isDisposed: true });
+  }
+
+  private attached(): SequenceRuntime {
+    if (this.runtime) return this.runtime;
+    throw new SequenceOptionsError('SequenceClient', [
+      'no SequenceModule in this application: import SequenceModule.forRoot(...) in the ' +
+        'application that registers this client with ClientsModule',
+    ]);
+  }
+
+  private describe(pattern: unknown): string {
+    try {
+      return this.normalizePattern(pattern as string);
+    } catch {
+      return String(pattern);
+    }
+  }
+}

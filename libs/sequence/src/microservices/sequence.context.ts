@@ -1,0 +1,99 @@
+import { BaseRpcContext } from '@nestjs/microservices';
+import type { HeaderMap } from '../core/headers';
+import type { InboundMessage } from '../ports/transport.port';
+
+/** What `@Ctx()` tells about the message being handled. */
+export interface SequenceMessageInfo {
+  readonly pattern: string;
+  readonly channel: string;
+  readonly headers: Readonly<HeaderMap>;
+  /** How the payload came: in one message, as a Message Sequence, behind a ticket, or resequenced. */
+  readonly via: 'inline' | 'sequence' | 'ticket' | 'resequenced';
+  readonly bytes: number;
+  /** Messages it took: a sequence's fragments, else 1. */
+  readonly fragments: number;
+  readonly sequenceId?: string;
+  /** SHA-256 of the payload (lowercase hex), when the sender declared it. */
+  readonly sha256?: string;
+  readonly contentType?: string;
+  /** Resequenced channels: the event's key and sequence number. */
+  readonly key?: string;
+  readonly seq?: number;
+  /** The transport's message whose delivery runs the handler (a sequence's: the completing one). */
+  readonly message?: InboundMessage;
+}
+
+/**
+ * The context `@Ctx()` receives in `@EventPattern` and `@MessagePattern` handlers served by
+ * `SequenceServer`: ids, headers, fragment count, the transport's message, and the dead-letter
+ * reason once the message is refused.
+ */
+export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
+  private deadLetterReason: string | undefined;
+
+  constructor(info: SequenceMessageInfo) {
+    super([info]);
+  }
+
+  private get info(): SequenceMessageInfo {
+    return this.getArgByIndex(0) as SequenceMessageInfo;
+  }
+
+  getPattern(): string {
+    return this.info.pattern;
+  }
+
+  getChannel(): string {
+    return this.info.channel;
+  }
+
+  getHeaders(): Readonly<HeaderMap> {
+    return this.info.headers;
+  }
+
+  getVia(): SequenceMessageInfo['via'] {
+    return this.info.via;
+  }
+
+  getBytes(): number {
+    return this.info.bytes;
+  }
+
+  getFragments(): number {
+    return this.info.fragments;
+  }
+
+  getSequenceId(): string | undefined {
+    return this.info.sequenceId;
+  }
+
+  getSha256(): string | undefined {
+    return this.info.sha256;
+  }
+
+  getContentType(): string | undefined {
+    return this.info.contentType;
+  }
+
+  getKey(): string | undefined {
+    return this.info.key;
+  }
+
+  getSeq(): number | undefined {
+    return this.info.seq;
+  }
+
+  getMessage(): InboundMessage | undefined {
+    return this.info.message;
+  }
+
+  /** Set once the message is refused for good (`forbidden: ...`, `invalid-payload: ...`). */
+  getDeadLetterReason(): string | undefined {
+    return this.deadLetterReason;
+  }
+
+  /** @internal */
+  setDeadLetterReason(reason: string): void {
+    this.deadLetterReason = reason;
+  }
+}

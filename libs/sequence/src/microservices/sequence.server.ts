@@ -1,0 +1,420 @@
+import { Readable } from 'node:stream';
+import { HttpException, Logger } from '@nestjs/common';
+import { FORBIDDEN_MESSAGE } from '@nestjs/core/guards/constants';
+import { RpcException, Server, type CustomTransportStrategy } from '@nestjs/microservices';
+import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum';
+import { RpcParamtype } from '@nestjs/microservices/enums/rpc-paramtype.enum';
+import {
+  PARAM_ARGS_METADATA,
+  PATTERN_HANDLER_METADATA,
+  PATTERN_METADATA,
+} from '@nestjs/microservices/constants';
+import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import { errorMessage } from '../core/errors/caught';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
+import { deathReason } from '../core/errors/rejection-code';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
+import type { ResequencerDefinition } from '../options/resequencer.options';
+import type { ResequencedEvent } from '../resequencer/resequenced-event';
+import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
+import { decodePayload, encodePayload, type IncomingPayload } from './payload.codec';
+import { headerString, RpcHeader } from './rpc-headers';
+import { SequenceContext, type SequenceMessageInfo } from './sequence.context';
+import {
+  ATTACH_RUNTIME,
+  type ConsumerSpec,
+  type ParamsReader,
+  type PipelineOutcome,
+  type SequenceRuntime,
+} from './sequence-runtime';
+
+/** How one channel is consumed. */
+export interface SequenceChannelOptions extends ClaimCheckConsumerOptions {
+  /**
+   * Deliver each key's events strictly in order (a Resequencer): the key and sequence number
+   * come from `x-resequence-key` / `x-resequence-seq` unless `key` / `seq` say otherwise.
+   * Without it, a channel takes payloads inline, as a Message Sequence or behind a claim ticket.
+   */
+  readonly resequence?: Omit<ResequencerDefinition, 'channel'>;
+}
+
+export interface SequenceServerOptions {
+  /** Options of the channels, by channel name; a channel not listed takes the module's defaults. */
+  readonly channels?: Readonly<Record<string, SequenceChannelOptions>>;
+  /**
+   * The channel a pattern is consumed from. Several patterns may share one: each message names
+   * its pattern in `x-pattern`. @default the pattern itself
+   */
+  readonly channelOf?: (pattern: string) => string;
+  /** Payloads that are not JSON and larger than this reach `@Payload()` as a stream. @default 8 MiB */
+  readonly streamAboveBytes?: number;
+  /** The largest JSON payload parsed; a larger one is dead-lettered `undecodable`. @default 16 MiB */
+  readonly maxJsonBytes?: number;
+}
+
+const SERVER_KEYS: ReadonlySet<string> = new Set([
+  'channels',
+  'channelOf',
+  'streamAboveBytes',
+  'maxJsonBytes',
+]);
+
+/** A controller method bound to one pattern. */
+interface Route {
+  readonly pattern: string;
+  readonly kind: 'event' | 'message';
+  readonly definedBy: string;
+  readonly invoke: (...args: unknown[]) => Promise<PipelineOutcome>;
+}
+
+/** A message as the server dispatches it, whatever pattern consumed it. */
+interface Incoming {
+  readonly info: Omit<SequenceMessageInfo, 'pattern' | 'channel' | 'message'>;
+  readonly payload: IncomingPayload;
+}
+
+const PARAMS: ParamsReader = {
+  exchangeKeyForValue(type, data, args) {
+    if (type === (RpcParamtype.PAYLOAD as number)) {
+      const payload = args[0];
+      return typeof data === 'string' && payload && typeof payload === 'object'
+        ? (payload as Record<string, unknown>)[data]
+        : payload;
+    }
+    if (type === (RpcParamtype.CONTEXT as number)) return args[1];
+    return undefined;
+  },
+};
+
+/**
+ * A `@nestjs/microservices` transport strategy over the `SequenceModule` of the application:
+ * `@EventPattern(channel)` handlers receive payloads sent inline, as a Message Sequence
+ * (reassembled, verified) or behind a claim ticket (resolved, verified), or each key's events in
+ * order on channels configured with `resequence`, through Nest's guards, interceptors, pipes and
+ * exception filters. `@MessagePattern` handlers answer `SequenceClient.send()`.
+ *
+ * No message is dropped unseen: one whose pattern nothing handles is dead-lettered `no-handler`,
+ * one that cannot be decoded `undecodable`, one a guard refuses `forbidden`, one a pipe refuses
+ * `invalid-payload` (not retried); a handler that throws is retried per `handlerRetry`, then the
+ * message is dead-lettered with its error.
+ *
+ * @example
+ * const app = await NestFactory.createMicroservice(AppModule, { strategy: new SequenceServer() });
+ * await app.listen();
+ */
+export class SequenceServer extends Server implements CustomTransportStrategy {
+  private runtime: SequenceRuntime | undefined;
+  private started: Promise<void> | undefined;
+  private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
+    readonly channels: Readonly<Record<string, SequenceChannelOptions>>;
+  };
+
+  constructor(options: SequenceServerOptions = {}) {
+    super();
+    const problems = [...Object.keys(options)]
+      .filter((key) => !SERVER_KEYS.has(key))
+      .map((key) => `unknown option ${key} (SequenceServer takes ${[...SERVER_KEYS].join(', ')})`);
+    const streamAboveBytes = options.streamAboveBytes ?? 8 * 1024 * 1024;
+    const maxJsonBytes = options.maxJsonBytes ?? 16 * 1024 * 1024;
+    for (const [name, value] of [
+      ['streamAboveBytes', streamAboveBytes],
+      ['maxJsonBytes', maxJsonBytes],
+    ] as const) {
+      if (!Number.isSafeInteger(value) || value < 0) {
+        problems.push(`${name} must be a whole number of bytes, got ${String(value)}`);
+      }
+    }
+    if (options.channelOf !== undefined && typeof options.channelOf !== 'function') {
+      problems.push('channelOf must be a function from a pattern to a channel name');
+    }
+    if (problems.length > 0) throw new SequenceOptionsError('SequenceServer', problems);
+    this.options = {
+      channels: options.channels ?? {},
+      channelOf: options.channelOf ?? ((pattern) => pattern),
+      streamAboveBytes,
+      maxJsonBytes,
+    };
+  }
+
+  /** @internal The module attaches itself. */
+  [ATTACH_RUNTIME](runtime: SequenceRuntime): void {
+    this.runtime = runtime;
+  }
+
+  listen(callback: (error?: unknown) => void): void {
+    this.started ??= this.start();
+    this.started.then(
+      () => callback(),
+      (error: unknown) => {
+        this.started = undefined;
+        callback(error);
+      },
+    );
+  }
+
+  /** Stops nothing itself: the module drains and closes the subscriptions at shutdown. */
+  close(): void {
+    this.started = undefined;
+  }
+
+  on(): never {
+    throw new Error('SequenceServer emits no events: use the module metrics and health indicators');
+  }
+
+  /** The module's transport. */
+  unwrap<T>(): T {
+    return this.attached('unwrap()').transport as T;
+  }
+
+  private attached(what: string): SequenceRuntime {
+    if (this.runtime) return this.runtime;
+    throw new SequenceOptionsError(`SequenceServer ${what}`, [
+      'no SequenceModule in this application: import SequenceModule.forRoot(...) in the module ' +
+        'given to NestFactory.createMicroservice (or, for a hybrid app, to NestFactory.create)',
+    ]);
+  }
+
+  private async start(): Promise<void> {
+    const runtime = this.attached('listen()');
+    const routes = this.routes(runtime);
+    const byChannel = new Map<string, Map<string, Route[]>>();
+    for (const route of routes) {
+      const channel = this.options.channelOf(route.pattern);
+      if (typeof channel !== 'string' || channel.length === 0) {
+        throw new SequenceOptionsError('SequenceServer', [
+          `channelOf(${JSON.stringify(route.pattern)}) returned no channel name`,
+        ]);
+      }
+      const patterns = byChannel.get(channel) ?? new Map<string, Route[]>();
+      patterns.set(route.pattern, [...(patterns.get(route.pattern) ?? []), route]);
+      byChannel.set(channel, patterns);
+    }
+    const replying = routes.find((route) => route.kind === 'message');
+    if (replying && !runtime.transport.openReplyChannel) {
+      throw new ReplyNotSupportedError(
+        runtime.transport.name,
+        `@MessagePattern on ${replying.definedBy}`,
+      );
+    }
+    const unknown = Object.keys(this.options.channels).filter((channel) => !byChannel.has(channel));
+    if (unknown.length > 0) {
+      throw new SequenceOptionsError('SequenceServer channels', [
+        `no handler consumes ${unknown.join(', ')} (consumed: ${[...byChannel.keys()].join(', ') || 'none'})`,
+      ]);
+    }
+    const specs: ConsumerSpec[] = [...byChannel].map(([channel, patterns]) =>
+      this.consumerOf(channel, patterns, runtime),
+    );
+    await runtime.consume(specs);
+  }
+
+  /** The controller methods Nest added to this server, each wrapped in Nest's pipeline. */
+  private routes(runtime: SequenceRuntime): Route[] {
+    const ours = this.getHandlers();
+    const routes: Route[] = [];
+    for (const target of runtime.methodsWith(PATTERN_METADATA)) {
+      const patterns = (Reflect.getMetadata(PATTERN_METADATA, target.method) ?? []) as unknown[];
+      const type = Reflect.getMetadata(PATTERN_HANDLER_METADATA, target.method) as unknown;
+      for (const given of patterns) {
+        const pattern = this.normalizePattern(given as string);
+        // Nest adds only the handlers meant for this transport (no other transport named).
+        if (!ours.has(pattern)) continue;
+        routes.push({
+          pattern,
+          kind: type === PatternHandler.EVENT ? 'event' : 'message',
+          definedBy: `${target.className}.${target.methodName}`,
+          invoke: runtime.pipeline(target, PARAM_ARGS_METADATA, PARAMS),
+        });
+      }
+    }
+    return routes;
+  }
+
+  private consumerOf(
+    channel: string,
+    patterns: ReadonlyMap<string, Route[]>,
+    runtime: SequenceRuntime,
+  ): ConsumerSpec {
+    const definedBy = [...patterns.values()]
+      .flat()
+      .map((route) => route.definedBy)
+      .join(', ');
+    const { resequence, ...consumer } = this.options.channels[channel] ?? {};
+    if (resequence) {
+      return {
+        kind: 'ordered',
+        definedBy,
+        definition: { ...resequence, channel },
+        handler: (event) => this.dispatch(channel, patterns, fromEvent(event), runtime),
+      };
+    }
+    return {
+      kind: 'payloads',
+      definedBy,
+      options: { ...consumer, channel },
+      handler: (payload) => this.dispatch(channel, patterns, fromClaimed(payload), runtime),
+    };
+  }
+
+  /** Runs the handlers of the message's pattern; throws what fails it (see the class comment). */
+  private async dispatch(
+    channel: string,
+    patterns: ReadonlyMap<string, Route[]>,
+    incoming: Incoming,
+    runtime: SequenceRuntime,
+  ): Promise<void> {
+    const { headers } = incoming.info;
+    const pattern = headerString(headers, RpcHeader.pattern) ?? channel;
+    const routes = patterns.get(pattern);
+    if (!routes) {
+      throw new MessageRefusedError(
+        'no-handler',
+        `no @EventPattern or @MessagePattern of this application handles pattern ` +
+          `${JSON.stringify(pattern)} on channel ${channel}`,
+      );
+    }
+    for (const route of routes) {
+      const context = new SequenceContext({
+        ...incoming.info,
+        channel,
+        pattern,
+        message: runtime.currentMessage(),
+      });
+      let outcome: PipelineOutcome;
+      try {
+        const data = await decodePayload(incoming.payload, this.options);
+        outcome = await route.invoke(data, context);
+      } catch (error) {
+        outcome = { ok: false, error, inHandler: false };
+      }
+      if (route.kind === 'message') {
+        await this.reply(headers, route, outcome, runtime);
+        continue;
+      }
+      if (outcome.ok) continue;
+      const refusal = refusalOf(outcome);
+      if (refusal) context.setDeadLetterReason(deathReason(refusal.code, refusal.message));
+      throw refusal ?? outcome.error;
+    }
+  }
+
+  /**
+   * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
+   * any message. The request is then done either way: the caller has the error.
+   */
+  private async reply(
+    headers: Readonly<Record<string, unknown>>,
+    route: Route,
+    outcome: PipelineOutcome,
+    runtime: SequenceRuntime,
+  ): Promise<void> {
+    const replyTo = headerString(headers, RpcHeader.replyTo);
+    const correlationId = headerString(headers, RpcHeader.correlationId);
+    if (!replyTo || !correlationId) {
+      throw new MessageRefusedError(
+        'undecodable',
+        `a request for ${route.pattern} without ${RpcHeader.replyTo} and ` +
+          `${RpcHeader.correlationId}: send it with SequenceClient.send()`,
+      );
+    }
+    const failed = !outcome.ok;
+    const body = outcome.ok ? outcome.value : { status: 'error', message: replyError(outcome) };
+    const out = encodePayload(body);
+    try {
+      await runtime.publish(replyTo, out.payload, {
+        contentType: out.contentType,
+        bytes: out.bytes,
+        headers: {
+          ...out.headers,
+          [RpcHeader.correlationId]: correlationId,
+          [RpcHeader.replyStatus]: failed ? 'error' : 'ok',
+        },
+      });
+    } catch (error) {
+      // The requester is gone (its reply channel with it), or the broker refused: the request
+      // was handled; its caller times out.
+      new Logger('SequenceServer').warn(
+        `${route.definedBy}: the reply to ${correlationId} could not be sent to ${replyTo}: ` +
+          errorMessage(error),
+      );
+    }
+  }
+}
+
+/** A refusal for good: a guard said no, a pipe refused the payload, or the handler refused it. */
+function refusalOf(outcome: {
+  error: unknown;
+  inHandler: boolean;
+}): MessageRefusedError | undefined {
+  const { error, inHandler } = outcome;
+  if (error instanceof MessageRefusedError) return error;
+  if (inHandler || !(error instanceof HttpException)) return undefined;
+  if (error.getStatus() === 403 && error.message === FORBIDDEN_MESSAGE) {
+    return new MessageRefusedError('forbidden', 'a guard refused the message', { cause: error });
+  }
+  return new MessageRefusedError('invalid-payload', httpMessages(error), { cause: error });
+}
+
+/** The messages of an HttpException (a ValidationPipe's are a list). */
+function httpMessages(error: HttpException): string {
+  const response = error.getResponse();
+  const message =
+    typeof response === 'object' && response !== null
+      ? (response as { message?: unknown }).message
+      : response;
+  if (Array.isArray(message)) return message.map(String).join('; ');
+  return typeof message === 'string' ? message : error.message;
+}
+
+function replyError(outcome: { error: unknown; inHandler: boolean }): string {
+  const refusal = refusalOf(outcome);
+  if (refusal) return deathReason(refusal.code, refusal.message);
+  const { error } = outcome;
+  if (error instanceof RpcException) {
+    const inner = error.getError();
+    return typeof inner === 'string' ? inner : JSON.stringify(inner);
+  }
+  return errorMessage(error);
+}
+
+function fromClaimed(payload: ClaimedPayload): Incoming {
+  return {
+    info: {
+      headers: payload.headers,
+      via: payload.via,
+      bytes: payload.bytes,
+      fragments: payload.fragments,
+      sequenceId: payload.sequenceId,
+      sha256: payload.sha256 || undefined,
+      contentType: payload.contentType,
+    },
+    payload: {
+      bytes: payload.bytes,
+      contentType: payload.contentType,
+      buffer: () => payload.toBuffer(),
+      stream: () => payload.stream(),
+    },
+  };
+}
+
+function fromEvent(event: ResequencedEvent): Incoming {
+  const contentType = headerString(event.headers, 'content-type');
+  return {
+    info: {
+      headers: event.headers,
+      via: 'resequenced',
+      bytes: event.body.length,
+      fragments: 1,
+      contentType,
+      key: event.key,
+      seq: event.seq,
+    },
+    payload: {
+      bytes: event.body.length,
+      contentType,
+      buffer: () => Promise.resolve(event.body),
+      stream: () => Readable.from([event.body]),
+    },
+  };
+}
