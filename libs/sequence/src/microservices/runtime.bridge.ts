@@ -53,13 +53,15 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     private readonly payloads: ClaimCheckHandlerKind,
     private readonly ordered: ResequencedHandlerKind,
     private readonly claimCheck: ClaimCheckService,
-  ) {}
-
-  onModuleInit(): void {
-    // A replay: servers created before this module, and those created after.
+  ) {
+    // From construction, not init: a hybrid app may start its microservices before its init. A
+    // replay: servers created before this module, and those created after.
     this.targets = this.modules.getRpcTargetRegistry<unknown>().subscribe((target) => {
       if (isRuntimeTarget(target)) target[ATTACH_RUNTIME](this);
     });
+  }
+
+  onModuleInit(): void {
     for (const wrapper of this.discovery.getProviders()) {
       const instance: unknown = wrapper.instance;
       if (isRuntimeTarget(instance)) instance[ATTACH_RUNTIME](this);

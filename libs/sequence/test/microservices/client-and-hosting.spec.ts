@@ -1,0 +1,252 @@
+import { Controller, Injectable, Logger, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ClientsModule, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
+import { lastValueFrom } from 'rxjs';
+import {
+  ClaimCheck,
+  type ClaimedPayload,
+  InMemoryTransport,
+  PublishRejectedError,
+  SequenceHandlerConflictError,
+  SequenceModule,
+  type Transport,
+} from 'nest-sequence';
+import {
+  ReplyNotSupportedError,
+  SequenceClient,
+  SequenceServer,
+} from 'nest-sequence/microservices';
+import { ForwardingTransport } from 'nest-sequence/testing';
+import { CLIENT, createMicroserviceTestApp } from './microservice-test-app';
+
+/** Refuses every publish, as a broker that is gone would after the retries. */
+class RefusingTransport extends ForwardingTransport {
+  readonly name = 'refusing';
+  attempts = 0;
+  override publish(channel: string): Promise<void> {
+    this.attempts += 1;
+    return Promise.reject(new PublishRejectedError(channel, 'the broker is unreachable'));
+  }
+}
+
+/** A transport that cannot route replies: everything but openReplyChannel. */
+class NoRepliesTransport extends ForwardingTransport {
+  readonly name = 'no-replies';
+}
+
+const received: unknown[] = [];
+
+@Controller()
+class Handlers {
+  @EventPattern('host.in')
+  take(@Payload() data: unknown) {
+    received.push(data);
+  }
+}
+
+@Controller()
+class Replier {
+  @MessagePattern('host.ask')
+  answer(@Payload() data: unknown) {
+    return data;
+  }
+}
+
+@Injectable()
+class Decorated {
+  @ClaimCheck({ channel: 'host.decorated' })
+  async take(payload: ClaimedPayload) {
+    received.push({ decorated: (await payload.toBuffer()).toString() });
+  }
+}
+
+@Injectable()
+class Conflicting {
+  @ClaimCheck({ channel: 'host.in' })
+  take() {}
+}
+
+const settle = (transport: InMemoryTransport) => transport.whenIdle();
+
+beforeEach(() => {
+  received.length = 0;
+});
+
+describe('SequenceClient.emit', () => {
+  it('errors to its subscriber once the publish retries are spent', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new RefusingTransport(inner);
+    const t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        publish: { retry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 2 } },
+      },
+      controllers: [Handlers],
+    });
+    try {
+      await expect(lastValueFrom(t.client.emit('host.in', { n: 1 }))).rejects.toThrow(
+        /not confirmed after 3 attempt\(s\)/,
+      );
+      expect(transport.attempts).toBe(3);
+    } finally {
+      await t.close();
+      await inner.close();
+    }
+  });
+
+  it('logs a failure nobody subscribed to, rather than losing it unseen', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new RefusingTransport(inner);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport, publish: { retry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 } } },
+      controllers: [Handlers],
+    });
+    const errors: string[] = [];
+    const spy = jest
+      .spyOn(Logger.prototype, 'error')
+      .mockImplementation((message: unknown) => void errors.push(String(message)));
+    try {
+      t.client.emit('host.in', { n: 2 }); // nobody subscribes
+      await new Promise<void>((resolve) => {
+        const poll = setInterval(() => {
+          if (errors.length > 0) {
+            clearInterval(poll);
+            resolve();
+          }
+        }, 5);
+      });
+      expect(errors[0]).toMatch(
+        /emit to host\.in failed and nobody subscribed.*not confirmed after 1 attempt/,
+      );
+    } finally {
+      spy.mockRestore();
+      await t.close();
+      await inner.close();
+    }
+  });
+
+  it('sends without a subscriber: the message is delivered all the same', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({ sequence: { transport }, controllers: [Handlers] });
+    try {
+      t.client.emit('host.in', { fire: 'and forget' });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await settle(transport);
+      expect(received).toEqual([{ fire: 'and forget' }]);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('needs a SequenceModule in the application', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [ClientsModule.register([{ name: CLIENT, customClass: SequenceClient }])],
+    }).compile();
+    const app = await moduleRef.init();
+    try {
+      const client = app.get<SequenceClient>(CLIENT);
+      await expect(lastValueFrom(client.emit('host.in', { n: 1 }))).rejects.toThrow(
+        /no SequenceModule in this application/,
+      );
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('SequenceServer hosting', () => {
+  it('serves a hybrid application whose microservices start before it listens', async () => {
+    const transport = new InMemoryTransport();
+    @Module({
+      imports: [
+        SequenceModule.forRoot({ transport }),
+        ClientsModule.register([{ name: CLIENT, customClass: SequenceClient }]),
+      ],
+      controllers: [Handlers],
+    })
+    class HybridModule {}
+    const app = await NestFactory.create(HybridModule, { logger: ['error'] });
+    app.connectMicroservice({ strategy: new SequenceServer() });
+    try {
+      await app.startAllMicroservices(); // before init, as Nest's docs write it
+      await app.init();
+      await lastValueFrom(app.get<SequenceClient>(CLIENT).emit('host.in', { hybrid: true }), {
+        defaultValue: undefined,
+      });
+      await settle(transport);
+      expect(received).toEqual([{ hybrid: true }]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('runs side by side with the module’s own decorators', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Handlers],
+      providers: [Decorated],
+    });
+    try {
+      await lastValueFrom(t.client.emit('host.in', { via: 'pattern' }), {
+        defaultValue: undefined,
+      });
+      await transport.publish('host.decorated', Buffer.from('by decorator'), {});
+      await settle(transport);
+      expect(received).toEqual(
+        expect.arrayContaining([{ via: 'pattern' }, { decorated: 'by decorator' }]),
+      );
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('refuses to listen on a channel a decorated handler already consumes', async () => {
+    await expect(
+      createMicroserviceTestApp({
+        sequence: { transport: new InMemoryTransport() },
+        controllers: [Handlers],
+        providers: [Conflicting],
+      }),
+    ).rejects.toThrow(SequenceHandlerConflictError);
+  });
+
+  it('refuses @MessagePattern on a transport that cannot route replies, saying so', async () => {
+    const inner = new InMemoryTransport();
+    const transport: Transport = new NoRepliesTransport(inner);
+    try {
+      await expect(
+        createMicroserviceTestApp({ sequence: { transport }, controllers: [Replier] }),
+      ).rejects.toThrow(ReplyNotSupportedError);
+      await expect(
+        createMicroserviceTestApp({ sequence: { transport }, controllers: [Replier] }),
+      ).rejects.toThrow(/cannot route replies.*Use @EventPattern and emit\(\)/);
+    } finally {
+      await inner.close();
+    }
+  });
+
+  it('refuses options it does not know', () => {
+    expect(() => new SequenceServer({ chanels: {} } as never)).toThrow(/unknown option chanels/);
+    expect(() => new SequenceClient({ replyTimeout: 5 } as never)).toThrow(
+      /unknown option replyTimeout/,
+    );
+  });
+
+  it('refuses channel options for a channel no handler consumes', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ transport: new InMemoryTransport() })],
+      controllers: [Handlers],
+    }).compile();
+    const app = moduleRef.createNestMicroservice({
+      strategy: new SequenceServer({ channels: { 'host.typo': { prefetch: 2 } } }),
+      logger: false,
+    });
+    try {
+      await expect(app.listen()).rejects.toThrow(/no handler consumes host\.typo/);
+    } finally {
+      await app.close();
+    }
+  });
+});
