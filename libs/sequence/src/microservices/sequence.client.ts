@@ -7,6 +7,7 @@ import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { MAX_TIMER_MS } from '../core/async';
+import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
 import type { Subscription } from '../ports/transport.port';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
 import { ReplyTimeoutError } from './errors/reply-timeout.error';
@@ -26,14 +27,6 @@ export interface SequenceClientOptions {
   /** The largest JSON reply parsed. @default 16 MiB */
   readonly maxJsonBytes?: number;
 }
-
-const CLIENT_KEYS: ReadonlySet<string> = new Set([
-  'replyTimeoutMs',
-  'channelOf',
-  'inlineMaxBytes',
-  'sequenceMaxBytes',
-  'maxJsonBytes',
-]);
 
 interface PendingRequest {
   readonly pattern: string;
@@ -71,9 +64,8 @@ export class SequenceClient extends ClientProxy {
 
   constructor(options: SequenceClientOptions = {}) {
     super();
-    const problems = Object.keys(options ?? {})
-      .filter((key) => !CLIENT_KEYS.has(key))
-      .map((key) => `unknown option ${key} (SequenceClient takes ${[...CLIENT_KEYS].join(', ')})`);
+    const problems: string[] = [];
+    checkKeys(problems, options, SEQUENCE_CLIENT_KEYS);
     const replyTimeoutMs = options.replyTimeoutMs ?? 30_000;
     if (
       !Number.isSafeInteger(replyTimeoutMs) ||

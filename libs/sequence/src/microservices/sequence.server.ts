@@ -15,6 +15,7 @@ import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
+import { checkKeys, SEQUENCE_SERVER_KEYS } from '../options/option-keys';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
@@ -52,13 +53,6 @@ export interface SequenceServerOptions {
   /** The largest JSON payload parsed; a larger one is dead-lettered `undecodable`. @default 16 MiB */
   readonly maxJsonBytes?: number;
 }
-
-const SERVER_KEYS: ReadonlySet<string> = new Set([
-  'channels',
-  'channelOf',
-  'streamAboveBytes',
-  'maxJsonBytes',
-]);
 
 /** A controller method bound to one pattern. */
 interface Route {
@@ -112,9 +106,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
   constructor(options: SequenceServerOptions = {}) {
     super();
-    const problems = [...Object.keys(options)]
-      .filter((key) => !SERVER_KEYS.has(key))
-      .map((key) => `unknown option ${key} (SequenceServer takes ${[...SERVER_KEYS].join(', ')})`);
+    const problems: string[] = [];
+    checkKeys(problems, options, SEQUENCE_SERVER_KEYS);
     const streamAboveBytes = options.streamAboveBytes ?? 8 * 1024 * 1024;
     const maxJsonBytes = options.maxJsonBytes ?? 16 * 1024 * 1024;
     for (const [name, value] of [

@@ -16,6 +16,8 @@ import {
   SEND_RENAMES,
   SEQUENCE_CONSUMER_KEYS,
   SEQUENCED_HANDLER_KEYS,
+  SEQUENCE_CLIENT_KEYS,
+  SEQUENCE_SERVER_KEYS,
   type KeyTree,
   type Renames,
 } from './option-keys';
@@ -38,6 +40,8 @@ const TREES: ReadonlyArray<{ type: string; keys: KeyTree; renames?: Renames }> =
   { type: 'SendOptions', keys: SEND_KEYS, renames: SEND_RENAMES },
   { type: 'ParkOptions', keys: CHECK_IN_KEYS },
   { type: 'ClaimPublishOptions', keys: CLAIM_PUBLISH_KEYS, renames: CLAIM_PUBLISH_RENAMES },
+  { type: 'SequenceServerOptions', keys: SEQUENCE_SERVER_KEYS },
+  { type: 'SequenceClientOptions', keys: SEQUENCE_CLIENT_KEYS },
 ];
 
 /**
@@ -90,6 +94,8 @@ function typesByName(): Map<string, { checker: ts.TypeChecker; type: ts.Type }> 
     'discovery/inbox-handler.decorator.ts',
     'sequence/splitter.types.ts',
     'claim-check/claim-check.service.ts',
+    'microservices/sequence.server.ts',
+    'microservices/sequence.client.ts',
   ].map((file) => join(SRC, file));
   const program = ts.createProgram(files, { ...parsed.options, noEmit: true });
   const checker = program.getTypeChecker();

@@ -234,6 +234,23 @@ export const CLAIM_PUBLISH_KEYS: KeyTree = {
 };
 export const CLAIM_PUBLISH_RENAMES: Renames = { threshold: '`inlineMaxBytes`' };
 
+/** `new SequenceServer(options)` (`nest-sequence/microservices`); `channels` maps channel names. */
+export const SEQUENCE_SERVER_KEYS: KeyTree = {
+  channels: true,
+  channelOf: true,
+  streamAboveBytes: true,
+  maxJsonBytes: true,
+};
+
+/** `SequenceClient`'s options (`nest-sequence/microservices`). */
+export const SEQUENCE_CLIENT_KEYS: KeyTree = {
+  replyTimeoutMs: true,
+  channelOf: true,
+  inlineMaxBytes: true,
+  sequenceMaxBytes: true,
+  maxJsonBytes: true,
+};
+
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
   const prototype = Object.getPrototypeOf(value) as unknown;

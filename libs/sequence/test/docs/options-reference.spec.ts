@@ -9,6 +9,8 @@ import {
   RESEQUENCER_DEFINITION_KEYS,
   SEND_KEYS,
   SEQUENCED_HANDLER_KEYS,
+  SEQUENCE_CLIENT_KEYS,
+  SEQUENCE_SERVER_KEYS,
   type KeyTree,
 } from '../../src/options/option-keys';
 
@@ -120,6 +122,14 @@ const DOCS: ExpectedDoc[] = [
       { heading: 'outbox', paths: optionPaths(subtree('outbox')), module: true },
       { heading: '@InboxHandler', paths: optionPaths(INBOX_HANDLER_KEYS) },
       { heading: 'OutboxService.publishEvent and sendCommand', paths: optionPaths(JOIN_KEYS) },
+    ],
+  },
+  {
+    file: 'docs/microservices.md',
+    guide: true,
+    tables: [
+      { heading: 'SequenceServer', paths: optionPaths(SEQUENCE_SERVER_KEYS) },
+      { heading: 'SequenceClient', paths: optionPaths(SEQUENCE_CLIENT_KEYS) },
     ],
   },
 ];

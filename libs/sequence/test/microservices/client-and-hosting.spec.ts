@@ -1,4 +1,5 @@
-import { Controller, Injectable, Logger, Module } from '@nestjs/common';
+import { Controller, Injectable, Logger, Module, ValidationPipe } from '@nestjs/common';
+import { IsString } from 'class-validator';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
@@ -26,7 +27,9 @@ class RefusingTransport extends ForwardingTransport {
   attempts = 0;
   override publish(channel: string): Promise<void> {
     this.attempts += 1;
-    return Promise.reject(new PublishRejectedError(channel, 'the broker is unreachable'));
+    return Promise.reject(
+      new PublishRejectedError(channel, new Error('the broker is unreachable')),
+    );
   }
 }
 
@@ -36,6 +39,18 @@ class NoRepliesTransport extends ForwardingTransport {
 }
 
 const received: unknown[] = [];
+
+class Note {
+  @IsString() text!: string;
+}
+
+@Controller()
+class Notes {
+  @EventPattern('host.notes')
+  take(@Payload() note: Note) {
+    received.push(note);
+  }
+}
 
 @Controller()
 class Handlers {
@@ -227,10 +242,33 @@ describe('SequenceServer hosting', () => {
     }
   });
 
+  it('applies the application’s global pipes', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Notes],
+      configure: (app) => app.useGlobalPipes(new ValidationPipe()),
+    });
+    try {
+      await lastValueFrom(t.client.emit('host.notes', { text: 'ok' }), { defaultValue: undefined });
+      await lastValueFrom(t.client.emit('host.notes', { text: 42 }), { defaultValue: undefined });
+      await settle(transport);
+      expect(received).toEqual([{ text: 'ok' }]);
+      const dead = transport.take(transport.deadLetterChannel('host.notes'));
+      expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
+        expect.stringMatching(/^invalid-payload: .*text must be a string/),
+      ]);
+    } finally {
+      await t.close();
+    }
+  });
+
   it('refuses options it does not know', () => {
-    expect(() => new SequenceServer({ chanels: {} } as never)).toThrow(/unknown option chanels/);
+    expect(() => new SequenceServer({ chanels: {} } as never)).toThrow(
+      /chanels is not an option; the options are channels, channelOf/,
+    );
     expect(() => new SequenceClient({ replyTimeout: 5 } as never)).toThrow(
-      /unknown option replyTimeout/,
+      /replyTimeout is not an option; the options are replyTimeoutMs/,
     );
   });
 

@@ -19,6 +19,8 @@ export interface MicroserviceTestAppOptions {
   readonly server?: SequenceServerOptions;
   readonly client?: SequenceClientOptions;
   readonly logger?: false | LogLevel[];
+  /** Called before the app listens: global pipes, filters... */
+  readonly configure?: (app: INestMicroservice) => void;
 }
 
 export interface MicroserviceTestApp {
@@ -48,6 +50,7 @@ export async function createMicroserviceTestApp(
     strategy: new SequenceServer(options.server),
     logger: options.logger ?? ['error'],
   });
+  options.configure?.(app);
   try {
     await app.listen();
   } catch (error) {
