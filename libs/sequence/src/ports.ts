@@ -10,6 +10,7 @@ export type {
   InboundMessage,
   MessageHandler,
   PublishOptions,
+  ReplyChannelOptions,
   SubscribeOptions,
   Subscription,
   Transport,

@@ -16,6 +16,10 @@ export {
   type TransportHarness,
 } from './testing/conformance/transport.conformance';
 export {
+  describeReplyChannelConformance,
+  type ReplyChannelHarness,
+} from './testing/conformance/reply-channel.conformance';
+export {
   describeSequenceStoreConformance,
   type SequenceStoreHarness,
 } from './testing/conformance/sequence-store.conformance';

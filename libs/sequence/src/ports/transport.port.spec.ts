@@ -1,4 +1,4 @@
-import { toDisposition } from './transport.port';
+import { toDisposition, type Transport } from './transport.port';
 
 describe('toDisposition', () => {
   it.each<[unknown, unknown]>([
@@ -32,5 +32,22 @@ describe('toDisposition', () => {
       action: 'requeue',
       delayMs: expected,
     });
+  });
+});
+
+describe('Transport', () => {
+  it('is satisfied by a transport without openReplyChannel: reply channels are optional', async () => {
+    const withoutReplies: Transport = {
+      name: 'no-replies',
+      maxMessageBytes: 1024,
+      publish: async () => undefined,
+      subscribe: async (channel) => ({ channel, close: async () => undefined }),
+      deadLetterChannel: (channel) => `${channel}.dlq`,
+      ping: async () => undefined,
+      close: async () => undefined,
+    };
+
+    expect(withoutReplies.openReplyChannel).toBeUndefined();
+    await expect(withoutReplies.ping()).resolves.toBeUndefined();
   });
 });

@@ -69,6 +69,11 @@ export interface Subscription {
   close(): Promise<void>;
 }
 
+export interface ReplyChannelOptions {
+  /** Most unsettled replies in the handler's hands at once. @default 16 */
+  readonly prefetch?: number;
+}
+
 /**
  * Port: a message broker with point-to-point channels (queues).
  *
@@ -133,6 +138,32 @@ export interface Transport {
   ping(): Promise<void>;
   /** Closes every subscription and the connection; idempotent. */
   close(): Promise<void>;
+  /**
+   * Opens a private, temporary channel on which this subscriber alone receives replies. The
+   * returned Subscription's `channel` is the name any process on the same broker passes to
+   * `publish()` to reach it. Closing it (or the transport, or losing the process) removes the channel.
+   * Transports that cannot route replies leave this undefined.
+   *
+   * Contract, checked by the reply-channel conformance suite:
+   * - A reply published with `publish(subscription.channel, body, headers)` reaches the handler
+   *   byte-exact with its headers. `publish` resolves on the broker's confirm and takes messages
+   *   up to `maxMessageBytes`, as for any channel, so a large reply travels as a Message Sequence
+   *   (many fragments): they all arrive, not necessarily in order.
+   * - Dispositions: `ack` removes the reply; `requeue` (with or without `delayMs`) delivers it
+   *   again on the same reply channel, as on any channel. A reply channel has no dead-letter
+   *   channel: `dead-letter` drops the reply, with a logged warning that names the reason.
+   * - Each call opens a channel of its own, with a name no other call returns; no reply channel
+   *   sees another's messages. Names start with a prefix each transport reserves for them (see
+   *   docs/transports.md); do not use that prefix for channels of your own.
+   * - Once the subscription is closed nothing more is delivered, and a publish to its channel
+   *   neither delivers nor waits past its `timeoutMs`: it rejects with `PublishRejectedError` where
+   *   the broker tells that nobody can take it (in-memory, RabbitMQ), and resolves otherwise
+   *   (NATS JetStream, where the reply is stored and discarded).
+   * - A process that ends without closing leaves nothing behind on the broker that grows for
+   *   ever: what it declared for its replies is removed by the broker, at once or after a bounded
+   *   time.
+   */
+  openReplyChannel?(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription>;
 }
 
 /**
@@ -220,6 +251,20 @@ export function defaultDeadLetterChannel(channel: string): string {
  * `delayMs`): how many times that has happened to it so far.
  */
 export const REQUEUE_COUNT_HEADER = 'x-requeue-count';
+
+/** Unsettled replies per reply channel when `openReplyChannel` is given no `prefetch`. */
+export const DEFAULT_REPLY_PREFETCH = 16;
+
+/**
+ * The warning a transport logs when a handler dead-letters a reply: a reply channel has no
+ * dead-letter channel, so the reply is dropped.
+ */
+export function droppedReplyWarning(channel: string, reason: string): string {
+  return (
+    `dropped a reply of ${channel} its handler dead-lettered (${reason}): ` +
+    `reply channels have no dead-letter channel`
+  );
+}
 
 /**
  * The largest `prefetch` a subscription takes: RabbitMQ's `basic.qos` prefetch count is an

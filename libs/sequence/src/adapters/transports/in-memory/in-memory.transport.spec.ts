@@ -2,12 +2,20 @@ import {
   eventually,
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
+import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
+import { Logger } from '@nestjs/common';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
 import { InMemoryTransport } from './in-memory.transport';
 
 describeTransportConformance('in-memory', {
   create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
+});
+
+describeReplyChannelConformance('in-memory', {
+  create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
+  publishToClosed: 'rejects',
 });
 
 describe('InMemoryTransport', () => {
@@ -223,5 +231,50 @@ describe('InMemoryTransport', () => {
     await expect(
       transport.subscribe('x', async () => ({ action: 'ack' }), { prefetch: 0 }),
     ).rejects.toThrow(RangeError);
+  });
+
+  describe('reply channels', () => {
+    afterEach(() => jest.restoreAllMocks());
+
+    it('logs a warning naming the reason when it drops a dead-lettered reply', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      const replies = await transport.openReplyChannel(async () => ({
+        action: 'dead-letter',
+        reason: 'unreadable reply',
+      }));
+      await transport.publish(replies.channel, Buffer.from('x'), {});
+      await transport.whenIdle();
+
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining(replies.channel));
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining('unreadable reply'));
+      expect(transport.depth(transport.deadLetterChannel(replies.channel))).toBe(0);
+      await replies.close();
+    });
+
+    it('removes a closed reply channel with the replies it held, delayed requeues included', async () => {
+      let calls = 0;
+      const replies = await transport.openReplyChannel(async () => {
+        calls++;
+        return { action: 'requeue', delayMs: 20 };
+      });
+      await transport.publish(replies.channel, Buffer.from('held'), {});
+      await eventually(
+        () => calls >= 1 && transport.unsettled(replies.channel) === 0,
+        'the delayed requeue',
+      );
+      await replies.close();
+
+      await transport.whenIdle();
+      expect(transport.depth(replies.channel)).toBe(0);
+      await expect(
+        transport.publish(replies.channel, Buffer.from('late'), {}),
+      ).rejects.toBeInstanceOf(PublishRejectedError);
+    });
+
+    it('rejects a publish to a reply channel name it never opened', async () => {
+      await expect(
+        transport.publish('nseq.reply.never-opened', Buffer.from('x'), {}),
+      ).rejects.toBeInstanceOf(PublishRejectedError);
+    });
   });
 });

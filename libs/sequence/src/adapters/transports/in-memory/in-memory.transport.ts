@@ -1,15 +1,21 @@
 import { AsyncResource } from 'node:async_hooks';
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
   deadLetterHeaders,
+  DEFAULT_REPLY_PREFETCH,
   defaultDeadLetterChannel,
+  droppedReplyWarning,
   prefetchProblem,
   toDisposition,
   withRequeueCount,
   type InboundMessage,
   type MessageHandler,
   type PublishOptions,
+  type ReplyChannelOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -25,6 +31,8 @@ export interface InMemoryTransportOptions {
 
 const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const DEFAULT_PREFETCH = 16;
+/** Reply channels are `nseq.reply.<uuid>`: names of this prefix are theirs alone. */
+const REPLY_CHANNEL_PREFIX = 'nseq.reply.';
 
 interface QueuedMessage {
   readonly body: Buffer;
@@ -36,7 +44,8 @@ interface Subscriber {
   readonly channel: string;
   readonly handler: MessageHandler;
   readonly prefetch: number;
-  readonly deadLetterChannel: string;
+  /** Undefined on a reply channel: a dead-lettered reply is dropped. */
+  readonly deadLetterChannel: string | undefined;
   readonly unsettled: Set<QueuedMessage>;
   closed: boolean;
 }
@@ -60,6 +69,10 @@ interface Channel {
  * frees the subscriber's prefetch slot at once, and after the delay puts the message at the tail
  * with `x-requeue-count` incremented. Both are redelivered with `redelivered: true`. Dead letters
  * go to `<channel>.dlq` unless the subscriber names another channel.
+ *
+ * Reply channels ({@link InMemoryTransport.openReplyChannel}) are channels named
+ * `nseq.reply.<uuid>`, removed with whatever they hold when closed; a publish to a name of that
+ * prefix that is not an open reply channel rejects with `PublishRejectedError`.
  */
 export class InMemoryTransport implements Transport {
   readonly name = 'in-memory';
@@ -69,6 +82,9 @@ export class InMemoryTransport implements Transport {
   /** Requeue delays, each with the message it will put back. */
   private readonly delayed = new Map<NodeJS.Timeout, { channel: string; message: QueuedMessage }>();
   private readonly idleWaiters: Array<() => void> = [];
+  /** Reply channels open now. */
+  private readonly replyChannels = new Set<string>();
+  private readonly logger = new Logger(InMemoryTransport.name);
   private closed = false;
 
   constructor(options: InMemoryTransportOptions = {}) {
@@ -88,6 +104,10 @@ export class InMemoryTransport implements Transport {
     // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
     if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
     assertSendable(channel, body, headers, this.maxMessageBytes);
+    if (isReplyChannel(channel) && !this.replyChannels.has(channel)) {
+      const gone = new Error(`no open reply channel ${channel}`);
+      throw new PublishRejectedError(channel, gone, 'its reply channel is closed');
+    }
     this.enqueue(channel, { body: Buffer.from(body), headers: { ...headers }, redelivered: false });
   }
 
@@ -98,7 +118,45 @@ export class InMemoryTransport implements Transport {
   ): Promise<Subscription> {
     if (this.closed)
       throw new Error(`in-memory transport is closed: cannot subscribe to ${channel}`);
-    const prefetch = options.prefetch ?? DEFAULT_PREFETCH;
+    const subscriber = this.addSubscriber(
+      channel,
+      handler,
+      options.prefetch ?? DEFAULT_PREFETCH,
+      options.deadLetterChannel ?? this.deadLetterChannel(channel),
+    );
+    return { channel, close: async () => this.unsubscribe(subscriber) };
+  }
+
+  /**
+   * A channel `nseq.reply.<uuid>` with this one subscriber. Closing it removes the channel and the
+   * replies it holds; a dead-lettered reply is dropped with a warning.
+   */
+  async openReplyChannel(
+    handler: MessageHandler,
+    options: ReplyChannelOptions = {},
+  ): Promise<Subscription> {
+    if (this.closed) throw new Error('in-memory transport is closed: cannot open a reply channel');
+    const channel = `${REPLY_CHANNEL_PREFIX}${randomUUID()}`;
+    const prefetch = options.prefetch ?? DEFAULT_REPLY_PREFETCH;
+    const subscriber = this.addSubscriber(channel, handler, prefetch, undefined);
+    this.replyChannels.add(channel);
+    return {
+      channel,
+      close: async () => {
+        this.unsubscribe(subscriber);
+        this.replyChannels.delete(channel);
+        this.channels.delete(channel);
+        this.notifyIfIdle();
+      },
+    };
+  }
+
+  private addSubscriber(
+    channel: string,
+    handler: MessageHandler,
+    prefetch: number,
+    deadLetterChannel: string | undefined,
+  ): Subscriber {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
     // Deliveries run in the subscriber's async context, as a broker's would: never in the
@@ -108,13 +166,13 @@ export class InMemoryTransport implements Transport {
       channel,
       handler: (message) => context.runInAsyncScope(handler, undefined, message),
       prefetch,
-      deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
+      deadLetterChannel,
       unsettled: new Set(),
       closed: false,
     };
     this.channel(channel).subscribers.push(subscriber);
     this.schedulePump(channel);
-    return { channel, close: async () => this.unsubscribe(subscriber) };
+    return subscriber;
   }
 
   deadLetterChannel(channel: string): string {
@@ -186,6 +244,8 @@ export class InMemoryTransport implements Transport {
   }
 
   private enqueue(channel: string, message: QueuedMessage): void {
+    // A delayed requeue that comes due after its reply channel closed: the channel is gone.
+    if (isReplyChannel(channel) && !this.replyChannels.has(channel)) return;
     this.channel(channel).ready.push(message);
     this.schedulePump(channel);
   }
@@ -235,12 +295,17 @@ export class InMemoryTransport implements Transport {
     // A closed subscriber's messages were already handed back: its late verdict is ignored.
     if (subscriber.closed || !subscriber.unsettled.delete(message)) return;
     const disposition = toDisposition(outcome);
+    const { deadLetterChannel } = subscriber;
     if (disposition.action === 'dead-letter') {
-      this.enqueue(subscriber.deadLetterChannel, {
-        body: message.body,
-        headers: deadLetterHeaders(message.headers, disposition.reason) as HeaderMap,
-        redelivered: false,
-      });
+      if (deadLetterChannel === undefined) {
+        this.logger.warn(droppedReplyWarning(subscriber.channel, disposition.reason));
+      } else {
+        this.enqueue(deadLetterChannel, {
+          body: message.body,
+          headers: deadLetterHeaders(message.headers, disposition.reason) as HeaderMap,
+          redelivered: false,
+        });
+      }
     } else if (disposition.action === 'requeue') {
       this.requeue(subscriber.channel, message, disposition.delayMs ?? 0);
     }
@@ -303,6 +368,10 @@ export class InMemoryTransport implements Transport {
     if (this.idleWaiters.length === 0 || !this.isIdle()) return;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
+}
+
+function isReplyChannel(channel: string): boolean {
+  return channel.startsWith(REPLY_CHANNEL_PREFIX);
 }
 
 function inbound(channel: string, message: QueuedMessage): InboundMessage {
