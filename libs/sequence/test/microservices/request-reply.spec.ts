@@ -1,0 +1,134 @@
+import { createHash } from 'node:crypto';
+import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/common';
+import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
+import { lastValueFrom, of } from 'rxjs';
+import { InMemoryTransport } from 'nest-sequence';
+import { ReplyTimeoutError } from 'nest-sequence/microservices';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+
+@Injectable()
+class RefuseAll implements CanActivate {
+  canActivate(): boolean {
+    return false;
+  }
+}
+
+let release: (() => void) | undefined;
+
+@Controller()
+class Answers {
+  @MessagePattern('rr.echo')
+  echo(@Payload() data: unknown) {
+    return { echoed: data };
+  }
+
+  @MessagePattern('rr.bytes')
+  bytes(@Payload() request: { size: number; seed: number }) {
+    return pseudoRandom(request.size, request.seed);
+  }
+
+  @MessagePattern('rr.many')
+  many() {
+    return of(1, 2, 3);
+  }
+
+  @MessagePattern('rr.failing')
+  failing() {
+    throw new RpcException('quote service down');
+  }
+
+  @MessagePattern('rr.guarded')
+  @UseGuards(RefuseAll)
+  guarded() {
+    return 'never';
+  }
+
+  @MessagePattern('rr.slow')
+  async slow() {
+    await new Promise<void>((resolve) => (release = resolve));
+    return 'late';
+  }
+}
+
+function pseudoRandom(size: number, seed: number): Buffer {
+  const bytes = Buffer.alloc(size);
+  let x = seed;
+  for (let i = 0; i < size; i++) {
+    x = (x * 1103515245 + 12345) & 0x7fffffff;
+    bytes[i] = x & 0xff;
+  }
+  return bytes;
+}
+
+const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+
+describe('request-reply: @MessagePattern and SequenceClient.send (embedded transport)', () => {
+  let transport: InMemoryTransport;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    transport = new InMemoryTransport();
+    t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        sequence: { fragmentBytes: 64 * 1024 },
+        claimCheck: { inlineMaxBytes: 16 * 1024, sequenceMaxBytes: 1024 * 1024 },
+      },
+      controllers: [Answers],
+      providers: [RefuseAll],
+      client: { replyTimeoutMs: 2_000 },
+    });
+  });
+
+  afterAll(async () => {
+    release?.();
+    await t?.close();
+  });
+
+  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+
+  it('answers with the handler’s value', async () => {
+    await expect(ask('rr.echo', { sku: 'A-1' })).resolves.toEqual({ echoed: { sku: 'A-1' } });
+  });
+
+  it('answers concurrent requests each with its own reply', async () => {
+    const replies = await Promise.all(Array.from({ length: 20 }, (_, n) => ask('rr.echo', { n })));
+    expect(replies).toEqual(Array.from({ length: 20 }, (_, n) => ({ echoed: { n } })));
+  });
+
+  it('sends a reply too large for one message as a Message Sequence', async () => {
+    const reply = (await ask('rr.bytes', { size: 300 * 1024, seed: 7 })) as Buffer;
+    expect(Buffer.isBuffer(reply)).toBe(true);
+    expect(sha(reply)).toBe(sha(pseudoRandom(300 * 1024, 7)));
+  });
+
+  it('sends a reply larger than sequenceMaxBytes behind a claim ticket', async () => {
+    const reply = (await ask('rr.bytes', { size: 2 * 1024 * 1024, seed: 9 })) as Buffer;
+    expect(sha(reply)).toBe(sha(pseudoRandom(2 * 1024 * 1024, 9)));
+  });
+
+  it('answers with the last value of an Observable', async () => {
+    await expect(ask('rr.many', {})).resolves.toBe(3);
+  });
+
+  it('errors send() with the handler’s error, without a retry or a dead letter', async () => {
+    await expect(ask('rr.failing', {})).rejects.toEqual({
+      status: 'error',
+      message: 'quote service down',
+    });
+    await transport.whenIdle();
+    expect(transport.take(transport.deadLetterChannel('rr.failing'))).toHaveLength(0);
+  });
+
+  it('errors send() when a guard refuses the request', async () => {
+    await expect(ask('rr.guarded', {})).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^forbidden: /),
+    });
+  });
+
+  it('errors send() with ReplyTimeoutError when no reply comes in time', async () => {
+    await expect(ask('rr.slow', {})).rejects.toBeInstanceOf(ReplyTimeoutError);
+    release?.();
+  });
+});
