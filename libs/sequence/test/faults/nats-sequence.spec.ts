@@ -9,7 +9,7 @@ import {
 } from 'nest-sequence';
 import { connectNats, natsHeaders } from '../../src/adapters/transports/nats/nats.client';
 import { streamName } from '../../src/adapters/transports/nats/nats.naming';
-import { OwnedNatsServer } from '../support/owned-nats.server';
+import { OwnedNatsServer } from '../support/processes/owned-nats.server';
 import {
   bytes,
   createSequenceTestApp,
@@ -214,7 +214,7 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
     });
 
     afterEach(async () => {
-      await server.stop();
+      await server.dispose();
     });
 
     it('completes a sequence once when nats-server is killed and restarted mid-transfer', async () => {
@@ -224,7 +224,7 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
       let restarted: Promise<void> | undefined;
       transport.beforePublish = async ({ position, attempt }) => {
         if (position !== 20 || attempt !== 1 || restarted) return;
-        await server.kill();
+        await server.stop();
         restarted = new Promise((resolve) => setTimeout(resolve, 1_000)).then(() =>
           server.restart(),
         );
