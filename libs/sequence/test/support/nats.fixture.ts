@@ -52,8 +52,9 @@ export class NatsAdmin implements BrokerAdmin {
     private readonly jsm: JetStreamManager,
   ) {}
 
-  static async connect(): Promise<NatsAdmin> {
-    const connection = await connectNats({ servers: NATS_URL, name: 'nseq-test-admin' });
+  /** Connects to the test server, or to the one at `url` (a server the test owns). */
+  static async connect(url: string = NATS_URL): Promise<NatsAdmin> {
+    const connection = await connectNats({ servers: url, name: 'nseq-test-admin' });
     return new NatsAdmin(connection, await jetstreamManager(connection));
   }
 
