@@ -6,9 +6,9 @@ import {
   redisClaimCheckAdapters,
   type ClaimCheckApp,
 } from './support/claim-check.app';
-import { useFaultServers } from './support/fault-servers';
-import { describeOnRealServers } from './support/real-servers';
+import { useFaultServersOn } from './support/fault-servers';
 import { keysUnder } from '../support/redis.fixture';
+import { describeOnTransports } from '../support/transports.fixture';
 
 jest.setTimeout(30_000);
 
@@ -16,13 +16,13 @@ const MIB = 1024 * 1024;
 
 /**
  * Claim Check end to end on the real servers: `ClaimCheckService.publish` in one Nest application
- * (RabbitMQ, Redis payload store, Redis claim ledger), a `@ClaimCheck` handler with the default
+ * (the broker, Redis payload store, Redis claim ledger), a `@ClaimCheck` handler with the default
  * retention (`deleteAfter: 'ack'`) in another.
  */
-describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis', () => {
+describeOnTransports('faults: claim check round trip with Redis', ['redis'], (on) => {
   let channel: string;
   const apps: ClaimCheckApp[] = [];
-  const servers = useFaultServers({
+  const servers = useFaultServersOn(on, {
     beforeCleanup: async () => {
       for (const app of apps.splice(0)) await app.close();
     },
@@ -30,13 +30,15 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
 
   beforeEach(async () => {
     channel = servers.admin.newChannel();
-    // Consumer first: it declares the queue, and receives in another application than the sender.
+    // Consumer first: it declares the channel, and receives in another application than the
+    // sender.
     apps.push(
       await createClaimCheckApp({
         ...redisClaimCheckAdapters(servers.prefix),
         consume: { channel },
+        on,
       }),
-      await createClaimCheckApp(redisClaimCheckAdapters(servers.prefix)),
+      await createClaimCheckApp({ ...redisClaimCheckAdapters(servers.prefix), on }),
     );
   });
 
@@ -56,7 +58,7 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
     await eventually(() => consumer.handler.deliveries.length === 1, 'the delivery');
     await eventually(
       async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
+      'the channel drained',
     );
     expect(consumer.handler.deliveries).toEqual([
       {
@@ -91,9 +93,9 @@ describeOnRealServers('faults: claim check round trip over RabbitMQ with Redis',
     await eventually(async () => (await payloadKeys()).length === 0, 'the payload deleted');
     await eventually(
       async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
+      'the channel drained',
     );
-    // Closed, the consumer returns whatever it had not acked to the queue: there is nothing.
+    // Closed, the consumer returns whatever it had not acked to the channel: there is nothing.
     await consumer.close();
     apps.splice(apps.indexOf(consumer), 1);
 

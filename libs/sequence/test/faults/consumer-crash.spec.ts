@@ -5,10 +5,9 @@ import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
 import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
-import { AMQP_URL } from '../support/rabbitmq.fixture';
-import { useFaultServers } from './support/fault-servers';
-import { describeOnRealServers } from './support/real-servers';
+import { useFaultServersOn } from './support/fault-servers';
 import { crcKey, keysUnder } from '../support/redis.fixture';
+import { describeOnTransports } from '../support/transports.fixture';
 
 jest.setTimeout(40_000);
 
@@ -17,154 +16,159 @@ jest.setTimeout(40_000);
  * process (fixtures/consumer.process.ts) that the test kills with SIGKILL, so nothing of it gets
  * to settle, close or clean up, then starts again.
  */
-describeOnRealServers('faults: a consumer process killed with SIGKILL mid-sequence', () => {
-  let channel: string;
-  let dir: string;
-  const consumers: ConsumerProcess[] = [];
-  const servers = useFaultServers({
-    producer: true,
-    beforeCleanup: async () => {
-      for (const consumer of consumers.splice(0)) await consumer.kill();
-    },
-  });
-
-  beforeEach(() => {
-    channel = servers.admin.newChannel();
-    dir = mkdtempSync(join(tmpdir(), 'nseq-fault-consumer-'));
-  });
-
-  afterEach(async () => {
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  async function startConsumer(settings: { leaseMs?: number; handlerSleepMs?: number } = {}) {
-    const consumer = await ConsumerProcess.start({
-      amqpUrl: AMQP_URL,
-      redisUrl: SERVERS.redis.url,
-      channel,
-      prefix: servers.prefix,
-      dir,
-      ...settings,
-    });
-    consumers.push(consumer);
-    return consumer;
-  }
-
-  const eventsOf = (events: ConsumerEvent[], event: ConsumerEvent['event'], sequenceId: string) =>
-    events.filter((e) => e.event === event && e.sequenceId === sequenceId);
-
-  it('keeps the fragments stored before the kill; after a restart the sequence completes once, byte-exact', async () => {
-    const payload = bytes(256_000, 81);
-    const fragments = makeFragments('killed-between-fragments', payload, 16_000);
-    expect(fragments).toHaveLength(16);
-    const killed = await startConsumer();
-
-    await publishAll(servers.producer, channel, fragments.slice(0, 8));
-    await eventually(
-      async () =>
-        (await servers.redis.hlen(crcKey(servers.prefix, channel, 'killed-between-fragments'))) ===
-        8,
-      'the first 8 fragments stored in Redis',
-    );
-    await eventually(
-      async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
-    );
-    await killed.kill();
-
-    await publishAll(servers.producer, channel, fragments.slice(8));
-    // Nobody consumes now: the rest waits in the queue (plus any stored fragment whose ack the
-    // killed process had not sent yet).
-    expect(await servers.admin.readyCount(channel)).toBeGreaterThanOrEqual(8);
-    expect(
-      await servers.redis.hlen(crcKey(servers.prefix, channel, 'killed-between-fragments')),
-    ).toBe(8);
-
-    const restarted = await startConsumer();
-    await restarted.waitFor(
-      (events) => eventsOf(events, 'delivered', 'killed-between-fragments').length > 0,
-      'the sequence delivered after the restart',
-    );
-    await eventually(
-      async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
-    );
-    // Late duplicates are recognised by the completion marker, not delivered again.
-    await publishAll(servers.producer, channel, fragments.slice(0, 2));
-    await eventually(
-      async () => (await servers.admin.readyCount(channel)) === 0,
-      'the duplicates taken',
-    );
-    await new Promise((resolve) => setTimeout(resolve, 200));
-
-    const events = restarted.events();
-    const delivered = eventsOf(events, 'delivered', 'killed-between-fragments');
-    expect(delivered).toEqual([
-      {
-        event: 'delivered',
-        sequenceId: 'killed-between-fragments',
-        bytes: payload.length,
-        sha256: sha256Hex(payload),
-        fragments: 16,
-        pid: restarted.pid,
-        at: expect.any(Number),
+describeOnTransports(
+  'faults: a consumer process killed with SIGKILL mid-sequence',
+  ['redis'],
+  (on) => {
+    let channel: string;
+    let dir: string;
+    const consumers: ConsumerProcess[] = [];
+    const servers = useFaultServersOn(on, {
+      producer: true,
+      beforeCleanup: async () => {
+        for (const consumer of consumers.splice(0)) await consumer.kill();
       },
-    ]);
-    expect(eventsOf(events, 'started', 'killed-between-fragments')).toHaveLength(1);
-    const written = readFileSync(join(dir, `killed-between-fragments.${restarted.pid}.bin`));
-    expect(written.equals(payload)).toBe(true);
-    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
-    const left = await keysUnder(servers.redis, servers.prefix);
-    expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
-    expect(
-      await servers.redis.hget(
-        `${servers.prefix}:{${channel}:killed-between-fragments}:done`,
-        'outcome',
-      ),
-    ).toBe('completed');
-  });
+    });
 
-  it('redelivers a sequence whose handler was running when the process was killed: the restarted consumer delivers it once the lease lapses', async () => {
-    const payload = bytes(64_000, 82);
-    const fragments = makeFragments('killed-in-handler', payload, 16_000);
-    // Longer than a restart takes (~2.5 s here), so that the wait for the lease shows.
-    const leaseMs = 6_000;
-    const killed = await startConsumer({ leaseMs, handlerSleepMs: 60_000 });
+    beforeEach(() => {
+      channel = servers.admin.newChannel();
+      dir = mkdtempSync(join(tmpdir(), 'nseq-fault-consumer-'));
+    });
 
-    await publishAll(servers.producer, channel, fragments);
-    await killed.waitFor(
-      (events) => eventsOf(events, 'started', 'killed-in-handler').length === 1,
-      'the handler running in the first process',
-    );
-    await killed.kill();
-    const killedAt = Date.now();
+    afterEach(async () => {
+      rmSync(dir, { recursive: true, force: true });
+    });
 
-    const restarted = await startConsumer({ leaseMs });
-    await restarted.waitFor(
-      (events) => eventsOf(events, 'delivered', 'killed-in-handler').length > 0,
-      'the sequence delivered after the restart',
-    );
-    await eventually(
-      async () => (await servers.admin.readyCount(channel)) === 0,
-      'the queue drained',
-    );
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    async function startConsumer(settings: { leaseMs?: number; handlerSleepMs?: number } = {}) {
+      const consumer = await ConsumerProcess.start({
+        on,
+        redisUrl: SERVERS.redis.url,
+        channel,
+        prefix: servers.prefix,
+        dir,
+        ...settings,
+      });
+      consumers.push(consumer);
+      return consumer;
+    }
 
-    const events = restarted.events();
-    const starts = eventsOf(events, 'started', 'killed-in-handler');
-    // The killed process started the handler and never finished it: the sequence was delivered
-    // (handler run to the end) exactly once, by the restarted process.
-    expect(starts.map((e) => e.pid)).toEqual([killed.pid, restarted.pid]);
-    const delivered = eventsOf(events, 'delivered', 'killed-in-handler');
-    expect(delivered.map(({ pid, sha256, bytes: length }) => ({ pid, sha256, length }))).toEqual([
-      { pid: restarted.pid, sha256: sha256Hex(payload), length: payload.length },
-    ]);
-    expect(readFileSync(join(dir, `killed-in-handler.${restarted.pid}.bin`)).equals(payload)).toBe(
-      true,
-    );
-    // Taken over only once the dead holder's lease lapsed: it was renewed every leaseMs / 3 until
-    // the kill, so it ran at least 2/3 of leaseMs beyond it.
-    expect(starts[1].at - killedAt).toBeGreaterThanOrEqual((leaseMs * 2) / 3 - 100);
-    expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
-  });
-});
+    const eventsOf = (events: ConsumerEvent[], event: ConsumerEvent['event'], sequenceId: string) =>
+      events.filter((e) => e.event === event && e.sequenceId === sequenceId);
+
+    it('keeps the fragments stored before the kill; after a restart the sequence completes once, byte-exact', async () => {
+      const payload = bytes(256_000, 81);
+      const fragments = makeFragments('killed-between-fragments', payload, 16_000);
+      expect(fragments).toHaveLength(16);
+      const killed = await startConsumer();
+
+      await publishAll(servers.producer, channel, fragments.slice(0, 8));
+      await eventually(
+        async () =>
+          (await servers.redis.hlen(
+            crcKey(servers.prefix, channel, 'killed-between-fragments'),
+          )) === 8,
+        'the first 8 fragments stored in Redis',
+      );
+      await eventually(
+        async () => (await servers.admin.readyCount(channel)) === 0,
+        'the channel drained',
+      );
+      await killed.kill();
+
+      await publishAll(servers.producer, channel, fragments.slice(8));
+      // Nobody consumes now: the rest waits on the channel (plus, on RabbitMQ, any stored fragment
+      // whose ack the killed process had not sent yet).
+      expect(await servers.admin.readyCount(channel)).toBeGreaterThanOrEqual(8);
+      expect(
+        await servers.redis.hlen(crcKey(servers.prefix, channel, 'killed-between-fragments')),
+      ).toBe(8);
+
+      const restarted = await startConsumer();
+      await restarted.waitFor(
+        (events) => eventsOf(events, 'delivered', 'killed-between-fragments').length > 0,
+        'the sequence delivered after the restart',
+      );
+      await eventually(
+        async () => (await servers.admin.readyCount(channel)) === 0,
+        'the channel drained',
+      );
+      // Late duplicates are recognised by the completion marker, not delivered again.
+      await publishAll(servers.producer, channel, fragments.slice(0, 2));
+      await eventually(
+        async () => (await servers.admin.readyCount(channel)) === 0,
+        'the duplicates taken',
+      );
+      await new Promise((resolve) => setTimeout(resolve, 200));
+
+      const events = restarted.events();
+      const delivered = eventsOf(events, 'delivered', 'killed-between-fragments');
+      expect(delivered).toEqual([
+        {
+          event: 'delivered',
+          sequenceId: 'killed-between-fragments',
+          bytes: payload.length,
+          sha256: sha256Hex(payload),
+          fragments: 16,
+          pid: restarted.pid,
+          at: expect.any(Number),
+        },
+      ]);
+      expect(eventsOf(events, 'started', 'killed-between-fragments')).toHaveLength(1);
+      const written = readFileSync(join(dir, `killed-between-fragments.${restarted.pid}.bin`));
+      expect(written.equals(payload)).toBe(true);
+      expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+      const left = await keysUnder(servers.redis, servers.prefix);
+      expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
+      expect(
+        await servers.redis.hget(
+          `${servers.prefix}:{${channel}:killed-between-fragments}:done`,
+          'outcome',
+        ),
+      ).toBe('completed');
+    });
+
+    it('redelivers a sequence whose handler was running when the process was killed: the restarted consumer delivers it once the lease lapses', async () => {
+      const payload = bytes(64_000, 82);
+      const fragments = makeFragments('killed-in-handler', payload, 16_000);
+      // Longer than a restart takes (~2.5 s here), so that the wait for the lease shows.
+      const leaseMs = 6_000;
+      const killed = await startConsumer({ leaseMs, handlerSleepMs: 60_000 });
+
+      await publishAll(servers.producer, channel, fragments);
+      await killed.waitFor(
+        (events) => eventsOf(events, 'started', 'killed-in-handler').length === 1,
+        'the handler running in the first process',
+      );
+      await killed.kill();
+      const killedAt = Date.now();
+
+      const restarted = await startConsumer({ leaseMs });
+      await restarted.waitFor(
+        (events) => eventsOf(events, 'delivered', 'killed-in-handler').length > 0,
+        'the sequence delivered after the restart',
+      );
+      await eventually(
+        async () => (await servers.admin.readyCount(channel)) === 0,
+        'the channel drained',
+      );
+      await new Promise((resolve) => setTimeout(resolve, 200));
+
+      const events = restarted.events();
+      const starts = eventsOf(events, 'started', 'killed-in-handler');
+      // The killed process started the handler and never finished it: the sequence was delivered
+      // (handler run to the end) exactly once, by the restarted process.
+      expect(starts.map((e) => e.pid)).toEqual([killed.pid, restarted.pid]);
+      const delivered = eventsOf(events, 'delivered', 'killed-in-handler');
+      expect(delivered.map(({ pid, sha256, bytes: length }) => ({ pid, sha256, length }))).toEqual([
+        { pid: restarted.pid, sha256: sha256Hex(payload), length: payload.length },
+      ]);
+      expect(
+        readFileSync(join(dir, `killed-in-handler.${restarted.pid}.bin`)).equals(payload),
+      ).toBe(true);
+      // Taken over only once the dead holder's lease lapsed: it was renewed every leaseMs / 3 until
+      // the kill, so it ran at least 2/3 of leaseMs beyond it.
+      expect(starts[1].at - killedAt).toBeGreaterThanOrEqual((leaseMs * 2) / 3 - 100);
+      expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
+    });
+  },
+);

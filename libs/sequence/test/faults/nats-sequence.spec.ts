@@ -1,15 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { NatsTransport } from 'nest-sequence/nats';
-import {
-  MemorySequenceStore,
-  PublishRejectedError,
-  SequencePublishError,
-  type InboundMessage,
-} from 'nest-sequence';
+import { PublishRejectedError, SequencePublishError, type InboundMessage } from 'nest-sequence';
 import { connectNats, natsHeaders } from '../../src/adapters/transports/nats/nats.client';
 import { streamName } from '../../src/adapters/transports/nats/nats.naming';
-import { OwnedNatsServer } from '../support/owned-nats.server';
+import { useBrokerAdmin } from '../support/broker-admin';
+import { NatsAdmin } from '../support/nats.fixture';
+import { OwnedNatsServer } from '../support/processes/owned-nats.server';
 import {
   bytes,
   createSequenceTestApp,
@@ -32,23 +29,12 @@ const MAX_FRAGMENT_BYTES = 8_192;
  */
 describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () => {
   const opened: Array<{ close(): Promise<void> }> = [];
-  const streams: string[] = [];
-
-  afterEach(async () => {
-    for (const each of opened.reverse()) await each.close();
-    opened.length = 0;
-    const admin = await connectNats({ servers: SERVERS.nats.url });
-    const jsm = await jetstreamManager(admin);
-    for (const name of streams) await jsm.streams.delete(name).catch(() => undefined);
-    streams.length = 0;
-    await admin.close();
+  const nats = useBrokerAdmin(() => NatsAdmin.connect(), {
+    beforeCleanup: async () => {
+      for (const each of opened.splice(0).reverse()) await each.close();
+    },
   });
-
-  function newChannel(): string {
-    const channel = `nats-seq.${randomUUID()}`;
-    streams.push(streamName('NSEQ_', channel), streamName('NSEQ_', `${channel}.dlq`));
-    return channel;
-  }
+  const newChannel = () => nats.admin.newChannel();
 
   async function natsApp(
     channel: string,
@@ -151,28 +137,6 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
     expect(dead).toHaveLength(bad.length);
   });
 
-  it('completes a sequence once across two consumer instances on one channel', async () => {
-    const channel = newChannel();
-    const store = new MemorySequenceStore();
-    const instances: SequenceTestApp[] = [];
-    for (let i = 0; i < 2; i++) {
-      const transport = await NatsTransport.connect({ servers: SERVERS.nats.url });
-      instances.push(await natsApp(channel, transport, { sequence: { store }, prefetch: 4 }));
-    }
-    const payload = bytes(1_500_000, 44);
-
-    await instances[0].splitter.send(channel, payload, {
-      sequenceId: 'two-instances',
-      fragmentBytes: 20_000,
-    });
-
-    const completions = () => instances.flatMap((t) => t.handler.of('two-instances'));
-    await eventually(() => completions().length === 1, 'the completion');
-    await new Promise((resolve) => setTimeout(resolve, 500)); // room for a second completion
-    expect(completions()).toHaveLength(1);
-    expect(completions()[0].bytes.equals(payload)).toBe(true);
-  });
-
   it('fails a send into a full stream with SequencePublishError naming the sequence and position', async () => {
     const channel = newChannel();
     const admin = await connectNats({ servers: SERVERS.nats.url });
@@ -214,23 +178,23 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
     });
 
     afterEach(async () => {
-      await server.stop();
+      await server.dispose();
     });
 
     it('completes a sequence once when nats-server is killed and restarted mid-transfer', async () => {
       const channel = `restart.${randomUUID()}`;
-      const nats = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
-      const transport = new FaultInjectingTransport(nats);
+      const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
+      const transport = new FaultInjectingTransport(own);
       let restarted: Promise<void> | undefined;
       transport.beforePublish = async ({ position, attempt }) => {
         if (position !== 20 || attempt !== 1 || restarted) return;
-        await server.kill();
+        await server.stop();
         restarted = new Promise((resolve) => setTimeout(resolve, 1_000)).then(() =>
           server.restart(),
         );
       };
       const t = await createSequenceTestApp(channel, { transport });
-      opened.push(nats, t);
+      opened.push(own, t);
       const payload = bytes(2_000_000, 33);
 
       await t.splitter.send(channel, payload, {
@@ -248,6 +212,14 @@ describeWithServer('nats', 'faults: Message Sequence over NATS JetStream', () =>
       await new Promise((resolve) => setTimeout(resolve, 1_000)); // room for a second completion
       expect(t.handler.calls).toBe(1);
       expect(t.handler.of('across-restart')[0].bytes.equals(payload)).toBe(true);
+      // Nothing left behind on the restarted server, nothing dead-lettered.
+      const ownAdmin = await NatsAdmin.connect(server.url);
+      try {
+        expect(await ownAdmin.readyCount(channel)).toBe(0);
+        expect(await ownAdmin.readyCount(`${channel}.dlq`)).toBe(0);
+      } finally {
+        await ownAdmin.close();
+      }
     });
   });
 });

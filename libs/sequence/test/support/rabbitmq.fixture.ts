@@ -10,6 +10,14 @@ import * as amqplib from 'amqplib';
 import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
 import { SERVERS } from './servers';
 import { rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
+import {
+  useBrokerAdmin,
+  type BrokerAdmin,
+  type BrokerAdminOptions,
+  type QueuedMessage,
+} from './broker-admin';
+
+export type { QueuedMessage } from './broker-admin';
 
 export const AMQP_URL = SERVERS.rabbitmq.url;
 
@@ -55,17 +63,11 @@ export function namedTransport(
   );
 }
 
-/** A message read back from a queue with plain amqplib. */
-export interface QueuedMessage {
-  readonly body: Buffer;
-  readonly headers: Record<string, unknown>;
-}
-
 /**
  * The broker as an operator sees it, through a plain amqplib connection of its own: queue depths,
  * dead letters, and the queues each test created (deleted by `cleanup`, dead-letter queues too).
  */
-export class RabbitMqAdmin {
+export class RabbitMqAdmin implements BrokerAdmin {
   private readonly queues = new Set<string>();
 
   private constructor(private readonly connection: amqplib.ChannelModel) {}
@@ -176,37 +178,11 @@ export class RabbitMqAdmin {
   }
 }
 
-export interface RabbitMqFixtureOptions {
-  /** Runs after each test, before its queues are deleted: close what uses them. */
-  readonly beforeCleanup?: () => Promise<void>;
-}
-
 /**
  * Registers, in the calling describe block, a {@link RabbitMqAdmin} connected for its tests, the
  * deletion after each test of the queues it handed out, and its close after them. Call it before
  * the block's own hooks.
  */
-export function useRabbitMq(options: RabbitMqFixtureOptions = {}): {
-  readonly admin: RabbitMqAdmin;
-} {
-  let admin: RabbitMqAdmin | undefined;
-  beforeAll(async () => {
-    admin = await RabbitMqAdmin.connect();
-  });
-  afterEach(async () => {
-    try {
-      await options.beforeCleanup?.();
-    } finally {
-      await admin?.cleanup();
-    }
-  });
-  afterAll(async () => {
-    await admin?.close();
-  });
-  return {
-    get admin() {
-      if (!admin) throw new Error('useRabbitMq: no admin outside the block');
-      return admin;
-    },
-  };
+export function useRabbitMq(options: BrokerAdminOptions = {}): { readonly admin: RabbitMqAdmin } {
+  return useBrokerAdmin(() => RabbitMqAdmin.connect(), options);
 }

@@ -9,9 +9,9 @@ import {
   type ClaimCheckHandlerOptions,
   type ClaimLedger,
   type PayloadStore,
+  type Transport,
 } from 'nest-sequence';
 import { OrphanSweeper } from '../../../src/claim-check/orphan.sweeper';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
 import { ModuleMetrics } from '../../../src/kernel/module-metrics';
 import { type ClaimDelivery } from '../../../src/claim-check/claimed-payload';
@@ -20,6 +20,7 @@ import type { PublishPolicy } from '../../../src/options/module-options';
 import { SERVERS } from '../../support/servers';
 import { closeAll, createTestApp, type Closer } from '../../support/test-app';
 import { namedTransport } from '../../support/rabbitmq.fixture';
+import type { TransportCase } from '../../support/transports.fixture';
 
 /**
  * The ticket keys of every app a spec file makes: producers and consumers must share them, as
@@ -82,7 +83,7 @@ function recordingClaimHandler(options: ClaimCheckHandlerOptions): Type<Recordin
 
 export interface ClaimCheckApp {
   readonly app: INestApplicationContext;
-  readonly transport: RabbitMqTransport;
+  readonly transport: Transport;
   /** The name the broker lists this app's connection under (client property `connection_name`). */
   readonly connectionName: string;
   readonly claimCheck: ClaimCheckService;
@@ -107,11 +108,13 @@ export interface ClaimCheckAppOptions {
   readonly leaseMs?: number;
   /** @default 0.2 */
   readonly reconnectSeconds?: number;
+  /** The broker. @default RabbitMQ */
+  readonly on?: TransportCase;
 }
 
 /**
- * A Nest application with SequenceModule on the real RabbitMQ (a connection of its own, named
- * for the broker) and Claim Check on the given store and ledger, signing with
+ * A Nest application with SequenceModule on the real RabbitMQ, or `on`'s broker (a connection
+ * of its own, named for the broker) and Claim Check on the given store and ledger, signing with
  * {@link SIGNING_KEYS}. Timers are off: tests call `sweeper.sweep(now)` themselves. `close()`
  * closes the application, then its transport, store and ledger.
  */
@@ -119,11 +122,12 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
   const connectionName = `nseq-fault-cc-${randomUUID()}`;
   // Closed last first: the transport, then the store, then the ledger.
   const resources: Closer[] = [() => options.ledger.close(), () => options.store.close()];
-  let transport: RabbitMqTransport;
+  let transport: Transport;
+  const reconnectSeconds = options.reconnectSeconds ?? 0.2;
   try {
-    transport = await namedTransport(connectionName, {
-      reconnectSeconds: options.reconnectSeconds,
-    });
+    transport = options.on
+      ? await options.on.connect(connectionName, { reconnectMs: reconnectSeconds * 1_000 })
+      : await namedTransport(connectionName, { reconnectSeconds });
   } catch (error) {
     await closeAll(resources);
     throw error;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Type } from '@nestjs/common';
 import { MESSAGE_ID_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore, type PostgresOutboxConnectOptions } from 'nest-sequence/postgres';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import type { Transport } from 'nest-sequence';
 import { type EventInput } from '../../../src/core/outbox-message';
 import type { BoxOptions, OutboxOptions } from '../../../src/options/outbox.options';
 import { SERVERS } from '../../support/servers';
@@ -10,6 +10,7 @@ import { createOutboxTestApp, type OutboxTestApp } from '../../outbox/outbox-tes
 import { namedTransport, type QueuedMessage } from '../../support/rabbitmq.fixture';
 import type { SequenceModuleOptions } from '../../../src/options/module-options';
 import { mergeOptions } from '../../support/merge-options';
+import type { TransportCase } from '../../support/transports.fixture';
 
 /** Relay settings quick enough for tests: polls every 100 ms, retries within 100 ms. */
 export const FAST_RELAY = {
@@ -34,13 +35,15 @@ export interface PostgresOutboxAppSettings {
   readonly providers?: Type[];
   /** Settings of the store's pool (`application_name` is set to a name of its own). */
   readonly pool?: PostgresOutboxConnectOptions['pool'];
+  /** The broker. @default RabbitMQ */
+  readonly on?: TransportCase;
 }
 
 /**
- * An application in this process with SequenceModule on RabbitMQ (a named connection of its own)
- * and a PostgresOutboxStore with a pool of its own, through `createOutboxTestApp` (so its
- * transport takes `beforePublish` faults). Purging is off. `close()` closes the application,
- * the transport and the store.
+ * An application in this process with SequenceModule on RabbitMQ, or `on`'s broker (a named
+ * connection of its own), and a PostgresOutboxStore with a pool of its own, through
+ * `createOutboxTestApp` (so its transport takes `beforePublish` faults). Purging is off.
+ * `close()` closes the application, the transport and the store.
  */
 export async function createPostgresOutboxApp(
   settings: PostgresOutboxAppSettings,
@@ -50,11 +53,14 @@ export async function createPostgresOutboxApp(
     tablePrefix: settings.tablePrefix,
     pool: { ...settings.pool, application_name: applicationName },
   });
-  let rabbit: RabbitMqTransport | undefined;
+  let broker: Transport | undefined;
   try {
-    rabbit = await namedTransport(`nseq-fault-outbox-${randomUUID()}`);
+    const connectionName = `nseq-fault-outbox-${randomUUID()}`;
+    broker = settings.on
+      ? await settings.on.connect(connectionName)
+      : await namedTransport(connectionName);
     const app = await createOutboxTestApp({ ...settings.outbox, store }, settings.providers ?? [], {
-      broker: rabbit,
+      broker,
       ...mergeOptions<Omit<SequenceModuleOptions, 'outbox' | 'transport'>>(
         { tuning: { sweepers: { purge: { intervalMs: false } } } },
         settings.module ?? {},
@@ -73,7 +79,7 @@ export async function createPostgresOutboxApp(
       },
     };
   } catch (error) {
-    await rabbit?.close();
+    await broker?.close();
     await store.close();
     throw error;
   }

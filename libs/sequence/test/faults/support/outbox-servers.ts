@@ -1,6 +1,8 @@
 import { describeWithServer } from '../../support/servers';
 import { usePostgres, type OutboxPostgresAdmin } from '../../support/postgres.fixture';
+import type { BrokerAdmin } from '../../support/broker-admin';
 import { useRabbitMq, type RabbitMqAdmin } from '../../support/rabbitmq.fixture';
+import { useTransportAdmin, type TransportCase } from '../../support/transports.fixture';
 
 /**
  * `describe` for the outbox fault tests, which need RabbitMQ and PostgreSQL: skipped with a
@@ -13,8 +15,8 @@ export function describeOnOutboxServers(name: string, body: () => void): void {
 }
 
 /** What `useOutboxServers` connected, and the current test's table prefix. */
-export interface OutboxServers {
-  readonly admin: RabbitMqAdmin;
+export interface OutboxServers<A extends BrokerAdmin = RabbitMqAdmin> {
+  readonly admin: A;
   readonly postgres: OutboxPostgresAdmin;
   /** Fresh for each test; its tables are dropped after it. */
   readonly tablePrefix: string;
@@ -36,11 +38,22 @@ export interface OutboxServersOptions {
  * before the block's own hooks: jest runs hooks of one block in the order they were registered.
  */
 export function useOutboxServers(options: OutboxServersOptions = {}): OutboxServers {
-  const rabbitmq = useRabbitMq({ beforeCleanup: options.beforeCleanup });
+  return outboxServers(useRabbitMq(options));
+}
+
+/** {@link useOutboxServers} on the broker of `transport`, through its {@link BrokerAdmin}. */
+export function useOutboxServersOn(
+  transport: TransportCase,
+  options: OutboxServersOptions = {},
+): OutboxServers<BrokerAdmin> {
+  return outboxServers(useTransportAdmin(transport, options));
+}
+
+function outboxServers<A extends BrokerAdmin>(broker: { readonly admin: A }): OutboxServers<A> {
   const postgres = usePostgres();
   return {
     get admin() {
-      return rabbitmq.admin;
+      return broker.admin;
     },
     get postgres() {
       return postgres.admin;

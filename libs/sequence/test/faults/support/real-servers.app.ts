@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
+import { type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
 import { RedisSequenceStore } from 'nest-sequence/redis';
-import { type SequenceStore } from 'nest-sequence';
+import { type SequenceStore, type Transport } from 'nest-sequence';
 import type { RedisOptions } from 'ioredis';
 import { SERVERS } from '../../support/servers';
 import { createSequenceTestApp, type SequenceTestApp } from '../../support/sequence-test-app';
 import { namedTransport } from '../../support/rabbitmq.fixture';
 import { closeAll, type Closer } from '../../support/test-app';
+import type { TransportCase } from '../../support/transports.fixture';
 
 export interface RealServersApp extends Omit<SequenceTestApp, 'transport'> {
-  readonly transport: RabbitMqTransport;
+  readonly transport: Transport;
   /** The name the broker lists this instance's connection under (client property `connection_name`). */
   readonly connectionName: string;
 }
@@ -18,9 +19,9 @@ type TestAppOptions = NonNullable<Parameters<typeof createSequenceTestApp>[1]>;
 
 /**
  * {@link createSequenceTestApp} on the real servers: a Nest application with its own RabbitMQ
- * connection (named, so that a test can have the broker drop exactly this one) and its own Redis
- * client under `prefix` (or the `store` given). `close()` closes the application, then the
- * transport and store it made, each even if another fails.
+ * (or `on`'s broker) connection, named so that a test can have the broker drop exactly this one,
+ * and its own Redis client under `prefix` (or the `store` given). `close()` closes the
+ * application, then the transport and store it made, each even if another fails.
  */
 export async function createRealServersApp(
   channel: string,
@@ -32,6 +33,8 @@ export async function createRealServersApp(
     redisUrl?: string;
     redis?: RedisOptions;
     keyTtlMarginMs?: number;
+    /** The broker. @default RabbitMQ, with `rabbitmq` and `reconnectSeconds` */
+    on?: TransportCase;
     rabbitmq?: RabbitMqTransportOptions;
     reconnectSeconds?: number;
   },
@@ -43,12 +46,15 @@ export async function createRealServersApp(
     redisUrl = SERVERS.redis.url,
     redis,
     keyTtlMarginMs,
+    on,
     rabbitmq,
     reconnectSeconds,
     ...appOptions
   } = options;
   const connectionName = `nseq-fault-${randomUUID()}`;
-  const transport = await namedTransport(connectionName, { transport: rabbitmq, reconnectSeconds });
+  const transport: Transport = on
+    ? await on.connect(connectionName)
+    : await namedTransport(connectionName, { transport: rabbitmq, reconnectSeconds });
   const store =
     givenStore ??
     wrapStore(RedisSequenceStore.connect(redisUrl, { prefix, keyTtlMarginMs, redis }));

@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
 import type { Registry } from 'prom-client';
 import { GapSweeper } from '../../../src/resequencer/gap.sweeper';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import {
   ResequencerService,
   type GapEvent,
   type ResequencerDefinition,
   type ResequencerStore,
+  type Transport,
 } from 'nest-sequence';
 import { ModuleMetrics } from '../../../src/kernel/module-metrics';
 import { type HeaderMap } from 'nest-sequence/wire';
@@ -20,10 +20,11 @@ import {
 import { redisClient } from '../../support/redis.fixture';
 import { createTestApp } from '../../support/test-app';
 import { namedTransport } from '../../support/rabbitmq.fixture';
+import type { TransportCase } from '../../support/transports.fixture';
 
 export interface ResequencerApp {
   readonly app: INestApplicationContext;
-  readonly transport: RabbitMqTransport;
+  readonly transport: Transport;
   /** The name the broker lists this instance's connection under (to have it dropped). */
   readonly connectionName: string;
   /** The Redis store this instance uses (its own client), e.g. to inspect a key. */
@@ -51,13 +52,15 @@ export interface ResequencerAppOptions {
   readonly backpressureDelayMs?: number;
   /** Wraps the Redis store the module gets (e.g. to inject faults into this instance's calls). */
   readonly wrapStore?: (store: RedisResequencerStore) => ResequencerStore;
+  /** The broker. @default RabbitMQ */
+  readonly on?: TransportCase;
 }
 
 /**
  * A Nest application on the real servers with one `@Resequenced` handler (or none, for tests of
- * resequencers made with `service.create`): its own RabbitMQ connection (named for the broker)
- * and its own Redis client, under `prefix`, in a `RedisResequencerStore`. The gap sweeper is off
- * unless `gapSweepIntervalMs` says. `close()` closes the application, then the
+ * resequencers made with `service.create`): its own RabbitMQ (or `on`'s broker) connection, named
+ * for the broker, and its own Redis client, under `prefix`, in a `RedisResequencerStore`. The gap
+ * sweeper is off unless `gapSweepIntervalMs` says. `close()` closes the application, then the
  * transport and the Redis client.
  */
 export async function createResequencerApp(
@@ -65,7 +68,9 @@ export async function createResequencerApp(
   options: ResequencerAppOptions,
 ): Promise<ResequencerApp> {
   const connectionName = `nseq-fault-rsq-${randomUUID()}`;
-  const transport = await namedTransport(connectionName);
+  const transport = options.on
+    ? await options.on.connect(connectionName)
+    : await namedTransport(connectionName);
   const redis = redisClient();
   const store = new RedisResequencerStore(redis, { prefix: options.prefix });
   const Handler = definition && resequencedHandler(definition);
@@ -113,7 +118,7 @@ export async function createResequencerApp(
 
 /** Publishes one event with the default key and sequence headers, waiting for the confirm. */
 export function publishKeyedEvent(
-  transport: RabbitMqTransport,
+  transport: Transport,
   channel: string,
   event: { key: string; seq: number; body?: Buffer; headers?: HeaderMap },
 ): Promise<void> {
@@ -129,7 +134,7 @@ export function publishKeyedEvent(
  * as upstream services would.
  */
 export async function publishKeyedEvents(
-  transport: RabbitMqTransport,
+  transport: Transport,
   channel: string,
   events: ReadonlyArray<{ key: string; seq: number }>,
   concurrency = 200,

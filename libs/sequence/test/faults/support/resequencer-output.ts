@@ -1,16 +1,17 @@
 import { eventually } from '../../support/sequence-test-app';
-import type { QueuedMessage, RabbitMqAdmin } from '../../support/rabbitmq.fixture';
+import type { BrokerAdmin, QueuedMessage } from '../../support/broker-admin';
 
 /**
- * Reads a queue with plain amqplib (through {@link RabbitMqAdmin}), keeping every message in the
- * order the broker handed it out: the order in which the resequencer published them. The output
- * queue only exists once a resequencer first published to it, so until then it reads as empty.
+ * Reads a queue with the broker's plain client (through a {@link BrokerAdmin}: amqplib, or a
+ * NATS connection), keeping every message in the order the broker handed it out: the order in
+ * which the resequencer published them. The output queue only exists once a resequencer first
+ * published to it, so until then it reads as empty.
  */
 export class QueueCollector {
   readonly messages: QueuedMessage[] = [];
 
   constructor(
-    private readonly admin: RabbitMqAdmin,
+    private readonly admin: BrokerAdmin,
     readonly queue: string,
   ) {}
 

@@ -1,4 +1,5 @@
 import { join, resolve } from 'node:path';
+import type { TransportCase } from '../transports.fixture';
 import { FixtureProcess } from './fixture-process';
 
 const SCRIPT = resolve(__dirname, 'fixtures/consumer.process.ts');
@@ -16,7 +17,8 @@ export interface ConsumerEvent {
 }
 
 export interface ConsumerProcessSettings {
-  readonly amqpUrl: string;
+  /** The broker it consumes from. */
+  readonly on: TransportCase;
   readonly redisUrl: string;
   readonly channel: string;
   readonly prefix: string;
@@ -32,7 +34,7 @@ export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
   static async start(settings: ConsumerProcessSettings): Promise<ConsumerProcess> {
     const resultsFile = join(settings.dir, 'results.jsonl');
     const child = FixtureProcess.spawnFixture(SCRIPT, {
-      AMQP_URL: settings.amqpUrl,
+      ...settings.on.processEnv,
       REDIS_URL: settings.redisUrl,
       CHANNEL: settings.channel,
       PREFIX: settings.prefix,

@@ -1,5 +1,5 @@
 import { describeTransportConformance } from '../../../testing/conformance/transport.conformance';
-import { OwnedNatsServer } from '../../../../test/support/owned-nats.server';
+import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer } from '../../../../test/support/servers';
 import { NatsTransport } from './nats.transport';
 
@@ -13,7 +13,7 @@ describeWithServer('nats', 'NatsTransport', () => {
   });
 
   afterAll(async () => {
-    await server?.stop();
+    await server?.dispose();
   });
 
   describeTransportConformance('nats (JetStream)', {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
-import { OwnedNatsServer } from '../../../../test/support/owned-nats.server';
+import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -204,7 +204,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
 
     afterEach(async () => {
-      await server.stop();
+      await server.dispose();
     });
 
     it('stores a publish retried after a lost PubAck once (same Nats-Msg-Id)', async () => {
@@ -234,7 +234,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
       try {
         const channel = `down.${randomUUID()}`;
-        await server.kill();
+        await server.stop();
         await new Promise((resolve) => setTimeout(resolve, 300)); // the client notices
 
         const startedAt = Date.now();
@@ -278,7 +278,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         await own.publish(channel, Buffer.from('before'), {});
         await eventually(() => received.length === 1, 'the first message');
 
-        await server.kill();
+        await server.stop();
         const during = own.publish(channel, Buffer.from('during'), {}, { timeoutMs: 20_000 });
         await new Promise((resolve) => setTimeout(resolve, 500));
         await server.restart();
