@@ -1,0 +1,169 @@
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { Controller, UsePipes, ValidationPipe } from '@nestjs/common';
+import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { IsString } from 'class-validator';
+import { lastValueFrom } from 'rxjs';
+import type { Transport } from 'nest-sequence';
+import { SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
+import { eventually } from '../support/sequence-test-app';
+import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+
+jest.setTimeout(60_000);
+
+class Study {
+  @IsString() studyId!: string;
+}
+
+interface Seen {
+  pattern: string;
+  via: string;
+  fragments: number;
+  sha256: string;
+}
+
+const seen: Seen[] = [];
+
+async function digest(data: unknown): Promise<string> {
+  const hash = createHash('sha256');
+  if (data instanceof Readable) for await (const chunk of data) hash.update(chunk as Buffer);
+  else hash.update(Buffer.isBuffer(data) ? data : JSON.stringify(data));
+  return hash.digest('hex');
+}
+
+@Controller()
+class Studies {
+  @EventPattern('bk.study')
+  async study(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
+    seen.push({
+      pattern: ctx.getPattern(),
+      via: ctx.getVia(),
+      fragments: ctx.getFragments(),
+      sha256: await digest(data),
+    });
+  }
+
+  @EventPattern('bk.metadata')
+  @UsePipes(new ValidationPipe())
+  metadata(@Payload() study: Study, @Ctx() ctx: SequenceContext) {
+    seen.push({
+      pattern: ctx.getPattern(),
+      via: ctx.getVia(),
+      fragments: 1,
+      sha256: study.studyId,
+    });
+  }
+}
+
+@Controller()
+class Answers {
+  @MessagePattern('bk.ask')
+  ask(@Payload() request: { size: number }) {
+    return request.size === 0 ? { ok: true } : bytes(request.size);
+  }
+}
+
+function bytes(size: number): Buffer {
+  const out = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) out[i] = (i * 31 + 7) & 0xff;
+  return out;
+}
+
+const sha = (buffer: Buffer) => createHash('sha256').update(buffer).digest('hex');
+
+/**
+ * The microservices integration on the real brokers: events of every size, a pipe's refusal and
+ * an unhandled pattern dead-lettered where the broker keeps dead letters, and request-reply.
+ */
+describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on) => {
+  const opened: Array<{ close(): Promise<unknown> }> = [];
+  const broker = useTransportAdmin(on, {
+    beforeCleanup: async () => {
+      for (const each of opened.splice(0).reverse()) await each.close();
+    },
+  });
+
+  beforeEach(() => {
+    seen.length = 0;
+  });
+
+  const PATTERNS = ['bk.study', 'bk.metadata', 'bk.ask'];
+
+  async function start(controller: typeof Studies | typeof Answers): Promise<{
+    t: MicroserviceTestApp;
+    transport: Transport;
+    channels: Record<string, string>;
+  }> {
+    const channels = Object.fromEntries(
+      PATTERNS.map((pattern) => [pattern, broker.admin.newChannel()]),
+    );
+    const channelOf = (pattern: string) => channels[pattern] ?? channels['bk.study']!;
+    const transport = await on.connect(`microservices-${Date.now()}`);
+    opened.push(transport);
+    const t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        sequence: { fragmentBytes: 512 * 1024 },
+        claimCheck: { inlineMaxBytes: 256 * 1024, sequenceMaxBytes: 4 * 1024 * 1024 },
+      },
+      controllers: [controller],
+      server: { channelOf, streamAboveBytes: 1024 * 1024 },
+      client: { channelOf },
+    });
+    opened.push(t);
+    return { t, transport, channels };
+  }
+
+  it('delivers JSON inline, a sequence and a claim-checked stream, each verified', async () => {
+    const { t } = await start(Studies);
+    const sequence = bytes(3 * 1024 * 1024 + 17);
+    const ticketed = bytes(6 * 1024 * 1024);
+    const emit = (data: unknown) =>
+      lastValueFrom(t.client.emit('bk.study', data), { defaultValue: undefined });
+    await emit({ studyId: 'CT-1' });
+    await emit(sequence);
+    await emit(new SequenceRecord(Readable.from([ticketed]), { contentType: 'application/dicom' }));
+    await eventually(() => seen.length === 3, 'three payloads handled');
+    const byVia = Object.fromEntries(seen.map((s) => [s.via, s]));
+    expect(byVia.inline?.sha256).toBe(sha(Buffer.from(JSON.stringify({ studyId: 'CT-1' }))));
+    expect(byVia.sequence?.sha256).toBe(sha(sequence));
+    expect(byVia.sequence?.fragments).toBeGreaterThan(1);
+    expect(byVia.ticket?.sha256).toBe(sha(ticketed));
+  });
+
+  it('dead-letters an invalid payload and an unhandled pattern, with their reasons', async () => {
+    const { t, transport, channels } = await start(Studies);
+    const emit = (pattern: string, data: unknown) =>
+      lastValueFrom(t.client.emit(pattern, data), { defaultValue: undefined });
+    await emit('bk.metadata', { studyId: 42 });
+    await emit('bk.unknown', { to: 'nobody' }); // sent to bk.study's channel
+    await emit('bk.metadata', { studyId: 'CT-9' });
+    await eventually(() => seen.length === 1, 'the valid payload handled');
+    const reasons = async (pattern: string) =>
+      (await broker.admin.drain(transport.deadLetterChannel(channels[pattern]!))).map((message) =>
+        String(message.headers['x-death-reason']),
+      );
+    let metadata: string[] = [];
+    let study: string[] = [];
+    await eventually(async () => {
+      metadata = [...metadata, ...(await reasons('bk.metadata'))];
+      study = [...study, ...(await reasons('bk.study'))];
+      return metadata.length === 1 && study.length === 1;
+    }, 'both dead letters');
+    expect(metadata[0]).toMatch(/^invalid-payload: .*studyId must be a string/);
+    expect(study[0]).toMatch(/^no-handler: .*"bk\.unknown"/);
+    expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-9' }]);
+  });
+
+  it('answers send() with small and large replies', async () => {
+    const { t } = await start(Answers);
+    await expect(lastValueFrom(t.client.send('bk.ask', { size: 0 }))).resolves.toEqual({
+      ok: true,
+    });
+    const large = (await lastValueFrom(
+      t.client.send('bk.ask', { size: 3 * 1024 * 1024 }),
+    )) as Buffer;
+    expect(sha(large)).toBe(sha(bytes(3 * 1024 * 1024)));
+  });
+});
