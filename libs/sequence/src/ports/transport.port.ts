@@ -58,11 +58,6 @@ export interface SubscribeOptions {
   readonly deadLetterChannel?: string;
 }
 
-export interface ReplyChannelOptions {
-  /** Most unsettled replies in the handler's hands at once. @default 16 */
-  readonly prefetch?: number;
-}
-
 export interface Subscription {
   readonly channel: string;
   /** Stops delivery; messages delivered but not yet settled are redelivered to others. */
@@ -127,13 +122,6 @@ export interface Transport {
    * `deadLetterChannel`: the channel a sweeper or an operator should use for the same purpose.
    */
   deadLetterChannel(channel: string): string;
-  /**
-   * Opens a private, temporary channel on which this subscriber alone receives replies. The
-   * returned Subscription's `channel` is the name any process on the same broker passes to
-   * `publish()` to reach it. Closing it (or the transport, or losing the process) removes the
-   * channel. Transports that cannot route replies leave this undefined.
-   */
-  openReplyChannel?(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription>;
   /** Resolves when the broker is reachable now; rejects saying why not (for health checks). */
   ping(): Promise<void>;
   /** Closes every subscription and the connection; idempotent. */

@@ -13,16 +13,13 @@ import {
   type Subscription,
   type Transport,
 } from '../../ports/transport.port';
-import { eventually } from './transport.conformance';
+import { eventually, type TransportHarness } from './transport.conformance';
 
-export interface ReplyChannelHarness {
-  /**
-   * A connected transport that defines `openReplyChannel`. Give it a modest `maxMessageBytes` (a
-   * few MiB): one case publishes a reply of exactly that size.
-   */
-  create(): Promise<Transport>;
-  /** Closes it and cleans up; `transport.close()` when absent. */
-  close?(transport: Transport): Promise<void>;
+/**
+ * As {@link TransportHarness}, for a transport that defines `openReplyChannel`. Give it a modest
+ * `maxMessageBytes` (a few MiB): one case publishes a reply of exactly that size.
+ */
+export interface ReplyChannelHarness extends TransportHarness {
   /**
    * What a publish to a closed reply channel does on this transport, as its documentation says:
    * `rejects` with `PublishRejectedError`, or `resolves` (the reply is stored and discarded).

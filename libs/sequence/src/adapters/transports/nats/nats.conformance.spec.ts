@@ -1,3 +1,4 @@
+import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
 import { describeTransportConformance } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer } from '../../../../test/support/servers';
@@ -22,5 +23,16 @@ describeWithServer('nats', 'NatsTransport', () => {
         { servers: server.url, reconnectTimeWait: 100 },
         { maxMessageBytes: 4 * 1024 * 1024, nakDelayMs: 5 },
       ),
+  });
+
+  describeReplyChannelConformance('nats (JetStream)', {
+    create: () =>
+      NatsTransport.connect(
+        { servers: server.url, reconnectTimeWait: 100 },
+        { maxMessageBytes: 4 * 1024 * 1024, nakDelayMs: 5 },
+      ),
+    // The reply stream takes it; with no consumer interested in its subject, it discards it.
+    publishToClosed: 'resolves',
+    sharedBroker: true,
   });
 });

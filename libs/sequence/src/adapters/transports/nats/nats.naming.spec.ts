@@ -1,6 +1,8 @@
 import {
+  isReplyChannel,
   isValidJetStreamName,
   MAX_STREAM_NAME_CHARS,
+  replyStreamName,
   streamName,
   subjectProblem,
 } from './nats.naming';
@@ -29,5 +31,15 @@ describe('NATS naming', () => {
     for (const bad of ['', 'a..b', '.a', 'a.', 'a.*.b', 'a.>', 'a b', 'a\tb']) {
       expect({ bad, problem: subjectProblem(bad) }).toEqual({ bad, problem: expect.any(String) });
     }
+  });
+
+  it('names the reply stream so that no channel maps to it', () => {
+    expect(replyStreamName('NSEQ_')).toBe('NSEQ__REPLY');
+    expect(isValidJetStreamName(replyStreamName('NSEQ_'))).toBe(true);
+    for (const channel of ['REPLY', '_REPLY', '.REPLY', 'nseq-reply']) {
+      expect(streamName('NSEQ_', channel)).not.toBe(replyStreamName('NSEQ_'));
+    }
+    expect(isReplyChannel('nseq-reply.5f0c')).toBe(true);
+    expect(isReplyChannel('nseq-replyx.5f0c')).toBe(false);
   });
 });

@@ -13,7 +13,23 @@ import { createHash } from 'node:crypto';
  *   {@link MAX_STREAM_NAME_CHARS} keeps its first characters and ends with `_` and 16 hex
  *   digits of the channel's SHA-256.
  * - **Consumer**: one durable pull consumer per stream, named by the `durableName` option.
+ * - **Reply channels**: subjects `nseq-reply.<uuid>`, all in one stream `<streamPrefix>_REPLY`
+ *   (no channel's stream name can be that: an escape `_` is followed by two hex digits), each
+ *   read by a consumer of its own, `reply-<uuid>`. Channels under `nseq-reply.` are reserved.
  */
+
+/** The subjects of reply channels: `nseq-reply.<uuid>`. */
+export const REPLY_SUBJECT_PREFIX = 'nseq-reply.';
+
+/** The stream of every reply channel. */
+export function replyStreamName(prefix: string): string {
+  return `${prefix}_REPLY`;
+}
+
+/** True for a reply channel's subject. */
+export function isReplyChannel(channel: string): boolean {
+  return channel.startsWith(REPLY_SUBJECT_PREFIX);
+}
 
 /** Longest stream name produced: JetStream stores a stream in a directory of that name. */
 export const MAX_STREAM_NAME_CHARS = 200;

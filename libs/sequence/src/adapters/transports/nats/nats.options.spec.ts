@@ -42,3 +42,16 @@ describe('NatsTransport options', () => {
     ).toThrow(/duplicateWindowMs \(60000\) must exceed publishTimeoutMs/);
   });
 });
+
+describe('NatsTransport reply stream options', () => {
+  it('refuses reply stream limits that are not positive integers', () => {
+    expect(() => resolveNatsTransportOptions({ replyMaxAgeMs: 0, replyMaxBytes: 1.5 })).toThrow(
+      expect.objectContaining({
+        problems: [
+          expect.stringMatching(/^replyMaxAgeMs/),
+          expect.stringMatching(/^replyMaxBytes/),
+        ],
+      }) as Error,
+    );
+  });
+});

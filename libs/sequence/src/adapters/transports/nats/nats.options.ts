@@ -55,6 +55,18 @@ export interface NatsTransportOptions {
    * @default 120000
    */
   readonly duplicateWindowMs?: number;
+  /**
+   * The reply stream's `max_age`: a reply nobody has acked within this time is removed. Applies
+   * when the transport creates the stream (an existing one is used as it is).
+   * @default 3600000 (one hour)
+   */
+  readonly replyMaxAgeMs?: number;
+  /**
+   * The reply stream's `max_bytes`: past it, the oldest replies are removed (`discard: old`).
+   * Applies when the transport creates the stream.
+   * @default 268435456 (256 MiB)
+   */
+  readonly replyMaxBytes?: number;
 }
 
 export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, 'maxMessageBytes'>> &
@@ -71,6 +83,8 @@ export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   streamPrefix: 'NSEQ_',
   durableName: 'nest-sequence',
   duplicateWindowMs: 120_000,
+  replyMaxAgeMs: 3_600_000,
+  replyMaxBytes: 256 * 1024 * 1024,
 };
 
 /** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
@@ -112,6 +126,16 @@ export function resolveNatsTransportOptions(
     problems.push(
       `duplicateWindowMs (${resolved.duplicateWindowMs}) must exceed publishTimeoutMs ` +
         `(${resolved.publishTimeoutMs}): a publish retried after the window could be stored twice`,
+    );
+  }
+  if (!isInteger(resolved.replyMaxAgeMs, 1)) {
+    problems.push(
+      `replyMaxAgeMs must be a positive integer of milliseconds, got ${String(resolved.replyMaxAgeMs)}`,
+    );
+  }
+  if (!isInteger(resolved.replyMaxBytes, 1)) {
+    problems.push(
+      `replyMaxBytes must be a positive integer, got ${String(resolved.replyMaxBytes)}`,
     );
   }
   if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {

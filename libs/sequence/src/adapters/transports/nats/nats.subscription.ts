@@ -4,6 +4,7 @@ import { errorMessage } from '../../../core/errors/caught';
 import { SequenceHeader } from '../../../core/headers';
 import {
   deadLetterHeaders,
+  droppedReplyWarning,
   REQUEUE_COUNT_HEADER,
   requeueCount,
   toDisposition,
@@ -20,7 +21,8 @@ export interface NatsSubscriptionSettings {
   readonly channel: string;
   readonly handler: MessageHandler;
   readonly prefetch: number;
-  readonly deadLetterChannel: string;
+  /** Undefined on a reply channel: a dead-lettered reply is dropped (acked) with a warning. */
+  readonly deadLetterChannel: string | undefined;
   /** The consumer's `max_deliver`; undefined on a dead-letter channel (no limit). */
   readonly maxDeliver: number | undefined;
   /** Delay of the `nak` for a plain requeue of a message delivered `deliveries` times. */
@@ -44,6 +46,8 @@ export interface NatsSubscriptionSettings {
   readonly removeFromStream: (streamSequence: number) => Promise<void>;
   /** Resolves once what the connection has buffered (acks, naks) reached the server. */
   readonly flush: () => Promise<void>;
+  /** Run at close, once the unsettled messages are handed back: removes what was its alone. */
+  readonly release?: () => Promise<void>;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -129,6 +133,11 @@ export class NatsSubscription implements Subscription {
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
+    await this.settings
+      .release?.()
+      .catch((error: unknown) =>
+        this.settings.logger.warn(`closing ${this.channel}: ${errorMessage(error)}`),
+      );
     this.settings.onClosed(this);
   }
 
@@ -224,11 +233,18 @@ export class NatsSubscription implements Subscription {
 
   /** The original is terminated only once its dead letter is stored; if that fails, it is requeued. */
   private async deadLetter(message: JsMsg, inbound: InboundMessage, reason: string): Promise<void> {
+    const { deadLetterChannel } = this.settings;
+    if (deadLetterChannel === undefined) {
+      // Acked rather than terminated: servers 2.9 keep a terminated message in the stream.
+      this.settings.logger.warn(droppedReplyWarning(this.channel, reason));
+      this.finish(message, () => message.ack());
+      return;
+    }
     const headers = forwardableHeaders(deadLetterHeaders(inbound.headers, reason), [
       SequenceHeader.deathReason,
     ]);
     try {
-      await this.settings.publish(this.settings.deadLetterChannel, inbound.body, headers);
+      await this.settings.publish(deadLetterChannel, inbound.body, headers);
       this.finish(message, () => message.term(reason.slice(0, 200)));
       await this.settings
         .removeFromStream(message.info.streamSequence)
@@ -240,7 +256,7 @@ export class NatsSubscription implements Subscription {
         );
     } catch (error) {
       this.settings.logger.warn(
-        `could not dead-letter a message of ${this.channel} to ${this.settings.deadLetterChannel} ` +
+        `could not dead-letter a message of ${this.channel} to ${deadLetterChannel} ` +
           `(${reason}): ${errorMessage(error)}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
       );
       this.finish(message, () => message.nak(FAILED_FORWARD_PAUSE_MS));

@@ -1,20 +1,37 @@
 import {
   AckPolicy,
   DeliverPolicy,
+  DiscardPolicy,
   JetStreamApiError,
   RetentionPolicy,
   StorageType,
   type JetStreamManager,
+  type StreamConfig,
 } from '@nats-io/jetstream';
 import { nanos } from './nats.client';
 import { errorMessage } from '../../../core/errors/caught';
 import { NatsTopologyError } from './errors/nats-topology.error';
-import { streamName, subjectProblem } from './nats.naming';
+import {
+  isReplyChannel,
+  REPLY_SUBJECT_PREFIX,
+  replyStreamName,
+  streamName,
+  subjectProblem,
+} from './nats.naming';
 import type { ResolvedNatsTransportOptions } from './nats.options';
 
 /** JetStream API error codes the topology handles. */
 const STREAM_NOT_FOUND = 10059;
 const CONSUMER_NOT_FOUND = 10014;
+
+/** The reply stream's subjects; also its key among the declarations (no channel can be it). */
+const REPLY_SUBJECTS = `${REPLY_SUBJECT_PREFIX}>`;
+/**
+ * A reply channel's consumer is removed by the server after this long without a pull request:
+ * what is left of a process that ended without closing. A subscription pulls continuously
+ * (each request lasts 5 s), and one holding unacked messages is not counted inactive.
+ */
+export const REPLY_INACTIVE_THRESHOLD_MS = 60_000;
 
 /**
  * The JetStream objects behind a channel, declared idempotently: a stream `streamName(channel)`
@@ -24,6 +41,12 @@ const CONSUMER_NOT_FOUND = 10014;
  * the channel; a dead-letter channel gets no dead-letter channel of its own, and its consumer no
  * `max_deliver`. An existing stream is used as it is (only its subject is checked); an existing
  * consumer whose `ack_wait` or `max_deliver` differ is updated.
+ *
+ * Reply channels (subjects `nseq-reply.<uuid>`) share one stream, `<streamPrefix>_REPLY` on
+ * `nseq-reply.>`, with interest retention (a reply is kept only while a consumer is interested
+ * and has not acked it), `max_age` and `max_bytes` (`discard: old`); each has a consumer of its
+ * own filtered on its subject, removed at close or, when nobody closes it, by the server after
+ * {@link REPLY_INACTIVE_THRESHOLD_MS} without a pull.
  */
 export class NatsTopology {
   private readonly declared = new Map<string, Promise<void>>();
@@ -42,6 +65,7 @@ export class NatsTopology {
   }
 
   stream(channel: string): string {
+    if (isReplyChannel(channel)) return replyStreamName(this.settings.streamPrefix);
     return streamName(this.settings.streamPrefix, channel);
   }
 
@@ -55,12 +79,14 @@ export class NatsTopology {
 
   /** Declares `channel`'s stream and consumer (and its dead-letter channel's), once. */
   ensure(channel: string): Promise<void> {
-    let pending = this.declared.get(channel);
+    // A reply channel is published to through the one reply stream; its consumer is its owner's.
+    const key = isReplyChannel(channel) ? REPLY_SUBJECTS : channel;
+    let pending = this.declared.get(key);
     if (!pending) {
-      pending = this.declare(channel);
-      this.declared.set(channel, pending);
+      pending = key === REPLY_SUBJECTS ? this.declareReplyStream(channel) : this.declare(channel);
+      this.declared.set(key, pending);
       pending.catch(() => {
-        if (this.declared.get(channel) === pending) this.declared.delete(channel);
+        if (this.declared.get(key) === pending) this.declared.delete(key);
       });
     }
     return pending;
@@ -69,7 +95,58 @@ export class NatsTopology {
   /** Forgets what was declared: after a reconnect, or when a stream turned out to be gone. */
   forget(channel?: string): void {
     if (channel === undefined) this.declared.clear();
-    else this.declared.delete(channel);
+    else this.declared.delete(isReplyChannel(channel) ? REPLY_SUBJECTS : channel);
+  }
+
+  /**
+   * Declares the reply stream and, on it, the consumer `consumer` of the reply channel `channel`
+   * (idempotent: after a reconnect, or when the server removed it, it is made again).
+   */
+  async ensureReplyConsumer(channel: string, consumer: string, maxDeliver: number): Promise<void> {
+    await this.ensure(channel);
+    const jsm = await this.manager();
+    const stream = this.stream(channel);
+    const found = await jsm.consumers.info(stream, consumer).catch((error: unknown) => {
+      if (isApiError(error, CONSUMER_NOT_FOUND)) return undefined;
+      throw this.refused(channel, stream, error);
+    });
+    if (found) return;
+    await jsm.consumers
+      .add(stream, {
+        name: consumer,
+        filter_subject: channel,
+        ack_policy: AckPolicy.Explicit,
+        // The channel is new: nothing was published to it before.
+        deliver_policy: DeliverPolicy.New,
+        ack_wait: nanos(this.settings.ackWaitMs),
+        max_deliver: maxDeliver,
+        max_ack_pending: -1,
+        inactive_threshold: nanos(REPLY_INACTIVE_THRESHOLD_MS),
+      })
+      .catch((error: unknown) => {
+        throw this.refused(channel, stream, error);
+      });
+  }
+
+  /** Deletes a reply channel's consumer: the server then keeps nothing more for its subject. */
+  async deleteReplyConsumer(channel: string, consumer: string): Promise<void> {
+    const jsm = await this.manager();
+    await jsm.consumers.delete(this.stream(channel), consumer).catch((error: unknown) => {
+      if (!isApiError(error, CONSUMER_NOT_FOUND)) throw error;
+    });
+  }
+
+  private async declareReplyStream(channel: string): Promise<void> {
+    const { replyMaxAgeMs, replyMaxBytes, duplicateWindowMs } = this.settings;
+    await this.declareStream(await this.manager(), channel, REPLY_SUBJECTS, {
+      retention: RetentionPolicy.Interest,
+      storage: StorageType.File,
+      max_age: nanos(replyMaxAgeMs),
+      max_bytes: replyMaxBytes,
+      discard: DiscardPolicy.Old,
+      // JetStream refuses a duplicate window longer than max_age.
+      duplicate_window: nanos(Math.min(duplicateWindowMs, replyMaxAgeMs)),
+    });
   }
 
   private async declare(channel: string): Promise<void> {
@@ -79,21 +156,34 @@ export class NatsTopology {
       : [channel, this.deadLetterChannel(channel)];
     const jsm = await this.manager();
     for (const each of channels) {
-      await this.declareStream(jsm, each);
+      await this.declareStream(jsm, each, each, {
+        retention: RetentionPolicy.Workqueue,
+        storage: StorageType.File,
+        duplicate_window: nanos(this.settings.duplicateWindowMs),
+      });
       await this.declareConsumer(jsm, each);
     }
   }
 
-  private async declareStream(jsm: JetStreamManager, channel: string): Promise<void> {
+  /**
+   * Declares `channel`'s stream, on the one subject `subject`, with `config`; an existing stream of
+   * that name is used as it is if it has that subject.
+   */
+  private async declareStream(
+    jsm: JetStreamManager,
+    channel: string,
+    subject: string,
+    config: Partial<StreamConfig>,
+  ): Promise<void> {
     const name = this.stream(channel);
     try {
       const info = await jsm.streams.info(name);
-      if (!info.config.subjects?.includes(channel)) {
+      if (!info.config.subjects?.includes(subject)) {
         throw new NatsTopologyError(
           channel,
           name,
           `the stream exists with subjects ${JSON.stringify(info.config.subjects ?? [])}, ` +
-            `not ${channel}; delete it or choose another streamPrefix`,
+            `not ${subject}; delete it or choose another streamPrefix`,
         );
       }
       return;
@@ -101,17 +191,11 @@ export class NatsTopology {
       if (!isApiError(error, STREAM_NOT_FOUND)) throw this.refused(channel, name, error);
     }
     try {
-      await jsm.streams.add({
-        name,
-        subjects: [channel],
-        retention: RetentionPolicy.Workqueue,
-        storage: StorageType.File,
-        duplicate_window: nanos(this.settings.duplicateWindowMs),
-      });
+      await jsm.streams.add({ ...config, name, subjects: [subject] });
     } catch (error) {
       // Declared by another instance meanwhile: fine if it is the same stream.
       const info = await jsm.streams.info(name).catch(() => undefined);
-      if (!info?.config.subjects?.includes(channel)) throw this.refused(channel, name, error);
+      if (!info?.config.subjects?.includes(subject)) throw this.refused(channel, name, error);
     }
   }
 

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
@@ -195,6 +196,83 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     await new Promise((resolve) => setTimeout(resolve, 2_500));
     expect(deliveries).toHaveLength(1);
   }, 15_000);
+
+  describe('reply channels', () => {
+    afterEach(() => jest.restoreAllMocks());
+
+    it('reads a subject of one interest-retention reply stream through a consumer of its own', async () => {
+      const replies = await transport.openReplyChannel(async () => ACK);
+      expect(replies.channel).toMatch(/^nseq-reply\.[0-9a-f-]{36}$/);
+
+      const stream = await jsm.streams.info('NSEQ__REPLY');
+      expect(stream.config).toMatchObject({
+        subjects: ['nseq-reply.>'],
+        retention: 'interest',
+        discard: 'old',
+        max_age: 3_600_000 * 1_000_000,
+        max_bytes: 256 * 1024 * 1024,
+      });
+      const consumers = await jsm.consumers.list('NSEQ__REPLY').next();
+      const own = consumers.filter((info) => info.config.filter_subject === replies.channel);
+      expect(own).toHaveLength(1);
+      // Removed by the server when nobody pulls: what is left of a process that ended.
+      expect(own[0].config).toMatchObject({ ack_policy: 'explicit', inactive_threshold: 60e9 });
+      expect(own[0].config.durable_name).toBeUndefined();
+
+      await replies.close();
+      await expect(jsm.consumers.info('NSEQ__REPLY', own[0].name)).rejects.toThrow(/not found/);
+    });
+
+    /** The reply stream's last message on `channel`, or null when it holds none. */
+    const storedReply = (channel: string) =>
+      jsm.streams.getMessage('NSEQ__REPLY', { last_by_subj: channel });
+
+    it('keeps an unsettled reply in the reply stream, and nothing of one to a closed channel', async () => {
+      const held: Array<(disposition: Disposition) => void> = [];
+      const open = await transport.openReplyChannel(
+        () => new Promise<Disposition>((resolve) => held.push(resolve)),
+      );
+      await transport.publish(open.channel, Buffer.from('in hand'), {});
+      await eventually(() => held.length === 1, 'the reply');
+      expect((await storedReply(open.channel))?.string()).toBe('in hand');
+      held[0](ACK);
+      await open.close();
+
+      const closed = await transport.openReplyChannel(async () => ACK);
+      await closed.close();
+      await transport.publish(closed.channel, Buffer.from('too late'), {});
+      expect(await storedReply(closed.channel)).toBeNull();
+    });
+
+    it('acks and drops a dead-lettered reply, logging the reason', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      const replies = await transport.openReplyChannel(async () => ({
+        action: 'dead-letter',
+        reason: 'unreadable reply',
+      }));
+      await transport.publish(replies.channel, Buffer.from('x'), {});
+
+      await eventually(
+        () => warn.mock.calls.some(([line]) => String(line).includes('unreadable reply')),
+        'the warning',
+      );
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining(replies.channel));
+      // Logged just before the ack goes out: the stream lets go of the reply soon after.
+      let stored = await storedReply(replies.channel);
+      for (let polls = 0; stored !== null && polls < 200; polls++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        stored = await storedReply(replies.channel);
+      }
+      expect(stored).toBeNull();
+      await replies.close();
+    });
+
+    it('refuses to subscribe to a reply subject as to a channel', async () => {
+      await expect(transport.subscribe('nseq-reply.x', async () => ACK)).rejects.toBeInstanceOf(
+        NatsTopologyError,
+      );
+    });
+  });
 
   describe('on a server of its own, stopped and restarted', () => {
     let server: OwnedNatsServer;

@@ -25,10 +25,12 @@ import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error'
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
+  DEFAULT_REPLY_PREFETCH,
   publishTimeoutMs,
   prefetchProblem,
   type MessageHandler,
   type PublishOptions,
+  type ReplyChannelOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -45,7 +47,8 @@ import {
   type ResolvedNatsTransportOptions,
 } from './nats.options';
 import { NatsTopologyError } from './errors/nats-topology.error';
-import { NatsSubscription } from './nats.subscription';
+import { isReplyChannel, REPLY_SUBJECT_PREFIX } from './nats.naming';
+import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
 import { NatsTopology } from './nats.topology';
 
 /** How long `ping` waits for the server's answer. */
@@ -72,6 +75,9 @@ const MIN_ATTEMPT_MS = 2_000;
  *   transport's own headers, so the module's default fragment size follows the server.
  * - Subscriptions resume by themselves after a reconnect or a server restart; see
  *   docs/transports.md for how each disposition is settled.
+ * - {@link NatsTransport.openReplyChannel} reads a subject `nseq-reply.<uuid>` of one shared
+ *   reply stream through a consumer of its own; a publish to a closed reply channel resolves
+ *   (the stream takes the reply and, with nobody interested, discards it).
  *
  * A transport made by {@link NatsTransport.connect} owns its connection and drains it on
  * `close()`; one given a connection leaves it open.
@@ -178,6 +184,11 @@ export class NatsTransport implements Transport {
     const prefetch = options.prefetch ?? this.settings.prefetch;
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
+    if (isReplyChannel(channel)) {
+      const stream = this.topology.stream(channel);
+      const why = `channels under ${REPLY_SUBJECT_PREFIX} are reply channels: open one with openReplyChannel`;
+      throw new NatsTopologyError(channel, stream, why);
+    }
     // Connected: declared now, so that a refusal reaches the caller. Not connected: at once, and
     // the subscription declares its stream when the connection is back.
     this.topology.assertChannel(channel);
@@ -190,18 +201,13 @@ export class NatsTransport implements Transport {
         );
       });
     }
-    const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
-    const { maxDeliver, nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
     let consumer: Consumer | undefined;
-    const subscription = new NatsSubscription({
+    return this.startSubscription({
       channel,
       handler,
       prefetch,
-      deadLetterChannel,
-      maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : maxDeliver,
-      nakDelayMs: (deliveries) =>
-        Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
-      ackWaitMs,
+      deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
+      maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : this.settings.maxDeliver,
       consumer: async () => {
         if (!consumer) {
           await this.topology.ensure(channel);
@@ -216,6 +222,74 @@ export class NatsTransport implements Transport {
         consumer = undefined;
         this.topology.forget(channel);
       },
+    });
+  }
+
+  /**
+   * Opens a reply channel: a subject `nseq-reply.<uuid>` of the reply stream (declared once, see
+   * docs/transports.md) and a consumer `reply-<uuid>` filtered on it, which the subscription pulls
+   * from with `prefetch`. Closing deletes the consumer; a process that ends without closing
+   * leaves it to the server, which removes it after a minute without a pull. A reply the handler
+   * dead-letters, or requeues until its `maxDeliver`-th delivery, is acked and dropped with a
+   * warning.
+   */
+  async openReplyChannel(
+    handler: MessageHandler,
+    options: ReplyChannelOptions = {},
+  ): Promise<Subscription> {
+    this.assertOpen('open', 'a reply channel');
+    const prefetch = options.prefetch ?? DEFAULT_REPLY_PREFETCH;
+    const problem = prefetchProblem(prefetch);
+    if (problem) throw new RangeError(problem);
+    const id = randomUUID();
+    const channel = `${REPLY_SUBJECT_PREFIX}${id}`;
+    const name = `reply-${id}`;
+    const { maxDeliver } = this.settings;
+    await this.topology.ensureReplyConsumer(channel, name, maxDeliver);
+    let consumer: Consumer | undefined;
+    return this.startSubscription({
+      channel,
+      handler,
+      prefetch,
+      deadLetterChannel: undefined,
+      maxDeliver,
+      consumer: async () => {
+        if (!consumer) {
+          // Made again when the server lost it (a restart) or removed it (inactive too long).
+          await this.topology.ensureReplyConsumer(channel, name, maxDeliver);
+          consumer = await this.js.consumers.get(this.topology.stream(channel), name);
+        }
+        return consumer;
+      },
+      onConsumerLost: () => {
+        consumer = undefined;
+        this.topology.forget(channel);
+      },
+      release: () => this.topology.deleteReplyConsumer(channel, name),
+    });
+  }
+
+  /** A subscription with the transport's settings, pulling from `consumer`. */
+  private startSubscription(
+    own: Pick<
+      NatsSubscriptionSettings,
+      | 'channel'
+      | 'handler'
+      | 'prefetch'
+      | 'deadLetterChannel'
+      | 'maxDeliver'
+      | 'consumer'
+      | 'onConsumerLost'
+      | 'release'
+    >,
+  ): NatsSubscription {
+    const { channel } = own;
+    const { nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
+    const subscription = new NatsSubscription({
+      ...own,
+      nakDelayMs: (deliveries) =>
+        Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
+      ackWaitMs,
       // Not size-checked: the server already holds this message, and refusing to forward it (as
       // a dead letter or a requeued copy) would requeue it forever.
       publish: (target, body, headers) => this.send(target, body, headers, publishTimeoutMs),

@@ -5,6 +5,7 @@ import { SubscribeError } from '../../../core/errors/subscribe.error';
 import { SequenceHeader } from '../../../core/headers';
 import {
   deadLetterHeaders,
+  droppedReplyWarning,
   REQUEUE_COUNT_HEADER,
   requeueCount,
   toDisposition,
@@ -24,7 +25,8 @@ export interface RabbitMqSubscriptionSettings {
   readonly prefetch: number;
   /** How long `start`, when connected, waits for the consumer to be registered. */
   readonly startTimeoutMs: number;
-  readonly deadLetterChannel: string;
+  /** Undefined for a reply queue: a dead-lettered reply is dropped (acked) with a warning. */
+  readonly deadLetterChannel: string | undefined;
   readonly topology: RabbitMqTopology;
   /**
    * Publishes a message to a queue and resolves on the broker's confirm: dead letters, and the
@@ -296,8 +298,13 @@ export class RabbitMqSubscription implements Subscription {
       }
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
       this.holdFor(delayMs, () => this.forward(this.requeueAtTail(delivery)));
+    } else if (this.settings.deadLetterChannel === undefined) {
+      this.settings.logger.warn(droppedReplyWarning(this.channel, disposition.reason));
+      this.finish(delivery, 'ack');
     } else {
-      this.forward(this.deadLetterThenAck(delivery, disposition.reason));
+      this.forward(
+        this.deadLetterThenAck(delivery, this.settings.deadLetterChannel, disposition.reason),
+      );
     }
   }
 
@@ -335,7 +342,11 @@ export class RabbitMqSubscription implements Subscription {
   }
 
   /** The original is acked only once its dead letter is confirmed; if that fails, it is requeued. */
-  private async deadLetterThenAck(delivery: Delivery, reason: string): Promise<void> {
+  private async deadLetterThenAck(
+    delivery: Delivery,
+    deadLetterChannel: string,
+    reason: string,
+  ): Promise<void> {
     const { amqp, message } = delivery;
     // Its channel closed before the verdict: the broker has put it back (and may have delivered
     // it again already); a dead letter now would be a second copy of a message still in play.
@@ -350,11 +361,11 @@ export class RabbitMqSubscription implements Subscription {
       [SequenceHeader.deathReason],
     );
     try {
-      await this.settings.publish(this.settings.deadLetterChannel, message.content, headers);
+      await this.settings.publish(deadLetterChannel, message.content, headers);
       this.finish(delivery, 'ack');
     } catch (error) {
       this.settings.logger.warn(
-        `could not dead-letter a message of ${this.channel} to ${this.settings.deadLetterChannel} ` +
+        `could not dead-letter a message of ${this.channel} to ${deadLetterChannel} ` +
           `(${reason}): ${(error as Error).message}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
       );
       this.requeueAfterPause(delivery);

@@ -6,6 +6,21 @@ import type { RabbitMqQueueType } from './rabbitmq.options';
 /** AMQP reply codes by which the broker refuses a declaration (a soft error, not a lost link). */
 const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
 
+/** Reply queues are `nseq.reply.<uuid>`: queue names of this prefix are theirs alone. */
+export const REPLY_QUEUE_PREFIX = 'nseq.reply.';
+
+/**
+ * A reply queue: exclusive to the connection that consumes it (the broker deletes it with that
+ * connection, however the process ends) and auto-deleted when its consumer is cancelled. Not
+ * durable, no dead-letter queue; always classic (an exclusive queue cannot be a quorum queue).
+ */
+const REPLY_QUEUE_OPTIONS: Options.AssertQueue = {
+  durable: false,
+  exclusive: true,
+  autoDelete: true,
+  arguments: { 'x-queue-type': 'classic' },
+};
+
 /**
  * The queues behind a channel: a durable queue `<channel>` and its dead-letter queue
  * `<channel><suffix>`, both of the configured type. Every queue is declared the same way, with
@@ -14,6 +29,10 @@ const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
  * `<channel><suffix>`. A dead-letter queue (a name ending in the suffix) is the end of the line:
  * declared without a dead-letter exchange, and it gets no dead-letter queue of its own, so
  * dead-lettering never creates `x.dlq.dlq`; subscribing to it declares it the same way.
+ *
+ * Reply queues (`nseq.reply.<uuid>`) are declared only by their consumer, on its own connection
+ * (see `REPLY_QUEUE_OPTIONS`); a publisher never declares one, so a publish to a reply queue that
+ * is gone is returned as unroutable rather than recreating it.
  */
 export class RabbitMqTopology {
   /** Channels declared on the current connection, or being declared. */
@@ -38,8 +57,17 @@ export class RabbitMqTopology {
     return this.deadLetterSuffix.length > 0 && queue.endsWith(this.deadLetterSuffix);
   }
 
+  /** True for a reply queue: declared by its consumer alone. */
+  isReplyQueue(queue: string): boolean {
+    return queue.startsWith(REPLY_QUEUE_PREFIX);
+  }
+
   /** Declares `channel`'s queue and (unless it is one) its dead-letter queue on an open channel. */
   async declareOn(amqp: Channel, channel: string): Promise<void> {
+    if (this.isReplyQueue(channel)) {
+      await amqp.assertQueue(channel, REPLY_QUEUE_OPTIONS);
+      return;
+    }
     const queues = this.isDeadLetterQueue(channel)
       ? [channel]
       : [channel, this.deadLetterQueue(channel)];
@@ -62,6 +90,7 @@ export class RabbitMqTopology {
    * when there is none; the caller bounds the wait.
    */
   ensure(channel: string): Promise<void> {
+    if (this.isReplyQueue(channel)) return Promise.resolve();
     let pending = this.declared.get(channel);
     if (!pending) {
       pending = this.declareWhenConnected(channel);
@@ -81,7 +110,7 @@ export class RabbitMqTopology {
 
   /** True when `channel` is declared on the current connection: `ensure` would have nothing to do. */
   isReady(channel: string): boolean {
-    return this.ready.has(channel);
+    return this.isReplyQueue(channel) || this.ready.has(channel);
   }
 
   /**

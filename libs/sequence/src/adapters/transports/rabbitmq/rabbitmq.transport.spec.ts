@@ -7,6 +7,7 @@ import {
   eventually,
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
+import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
 import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
@@ -120,6 +121,14 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       },
     });
   }
+
+  // Reply queues are exclusive and auto-delete: the broker removes them, nothing to clean up.
+  describeReplyChannelConformance('rabbitmq', {
+    create: () =>
+      RabbitMqTransport.connect(URL, { maxMessageBytes: 4 * 1024 * 1024 }, connectionConfig()),
+    publishToClosed: 'rejects',
+    sharedBroker: true,
+  });
 
   describe('on a connection the application owns', () => {
     let amqp: AmqpConnection;
@@ -833,6 +842,110 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         expect.stringMatching(/subscriptions still closing after 200 ms; not awaited/),
       );
       await closeForReal();
+      warn.mockRestore();
+    });
+
+    /** The reply queues the broker holds now, with the properties that make them temporary. */
+    async function replyQueues(): Promise<Array<Record<string, unknown>>> {
+      const stdout = await rabbitmqctl([
+        'list_queues',
+        'name',
+        'type',
+        'durable',
+        'auto_delete',
+        'exclusive',
+        'arguments',
+        '--formatter',
+        'json',
+        '-q',
+      ]);
+      return (JSON.parse(stdout) as Array<Record<string, unknown>>).filter((queue) =>
+        String(queue.name).startsWith('nseq.reply.'),
+      );
+    }
+
+    it('declares a reply channel as an exclusive, auto-delete classic queue with no dead-letter queue', async () => {
+      transport = new RabbitMqTransport(amqp, { queueType: 'quorum' });
+      const replies = await transport.openReplyChannel(async () => ACK);
+
+      expect(replies.channel).toMatch(/^nseq\.reply\.[0-9a-f-]{36}$/);
+      const declared = (await replyQueues()).filter((queue) =>
+        String(queue.name).startsWith(replies.channel),
+      );
+      expect(declared).toEqual([
+        expect.objectContaining({
+          name: replies.channel,
+          type: 'classic',
+          durable: false,
+          auto_delete: true,
+          exclusive: true,
+        }),
+      ]);
+      expect(JSON.stringify(declared[0].arguments)).not.toContain('x-dead-letter');
+
+      await replies.close();
+      expect((await replyQueues()).map((queue) => queue.name)).not.toContain(replies.channel);
+    });
+
+    it('leaves no reply queue behind when its connection ends without the channel being closed', async () => {
+      const other = new AmqpConnection({ uri: URL, ...connectionConfig() });
+      await other.init();
+      const requester = new RabbitMqTransport(other);
+      const replies = await requester.openReplyChannel(async () => ACK);
+      expect((await replyQueues()).map((queue) => queue.name)).toContain(replies.channel);
+
+      await other.close(); // as a process that dies: neither the channel nor the transport closed
+      transport = new RabbitMqTransport(amqp);
+      await expect(
+        transport.publish(replies.channel, Buffer.from('x'), {}, { timeoutMs: 5_000 }),
+      ).rejects.toBeInstanceOf(PublishRejectedError);
+      expect((await replyQueues()).map((queue) => queue.name)).not.toContain(replies.channel);
+      await requester.close();
+    });
+
+    it('declares and consumes a reply queue again after the broker drops the connection', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const received: InboundMessage[] = [];
+      const replies = await transport.openReplyChannel(async (message) => {
+        received.push(message);
+        return ACK;
+      });
+      await transport.publish(replies.channel, Buffer.from('before'), {});
+      await eventually(() => received.length === 1, 'the first reply');
+
+      await dropConnection();
+      // Published once the queue is back: a publish that finds it missing rejects, so retry.
+      await eventually(() => amqp.managedConnection.isConnected(), 'the reconnect');
+      let sent = false;
+      while (!sent) {
+        sent = await transport
+          .publish(replies.channel, Buffer.from('after'), {}, { timeoutMs: 5_000 })
+          .then(() => true)
+          .catch((error: unknown) => {
+            if (!(error instanceof PublishRejectedError)) throw error;
+            return false;
+          });
+      }
+      await eventually(() => received.length === 2, 'the reply after the reconnect');
+      expect(received.map((m) => m.body.toString())).toEqual(['before', 'after']);
+      expect(received[1].channel).toBe(replies.channel);
+    });
+
+    it('acks and drops a dead-lettered reply, logging the reason', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      let deliveries = 0;
+      const replies = await transport.openReplyChannel(async () => {
+        deliveries++;
+        return { action: 'dead-letter', reason: 'unreadable reply' };
+      });
+      await transport.publish(replies.channel, Buffer.from('x'), {});
+      await eventually(
+        () => warn.mock.calls.some(([line]) => String(line).includes('unreadable reply')),
+        'the warning',
+      );
+      expect(warn).toHaveBeenCalledWith(expect.stringContaining(replies.channel));
+      expect(deliveries).toBe(1);
       warn.mockRestore();
     });
 

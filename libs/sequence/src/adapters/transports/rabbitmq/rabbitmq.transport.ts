@@ -9,10 +9,12 @@ import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
+  DEFAULT_REPLY_PREFETCH,
   publishTimeoutMs,
   prefetchProblem,
   type MessageHandler,
   type PublishOptions,
+  type ReplyChannelOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -25,7 +27,7 @@ import {
   type ResolvedRabbitMqTransportOptions,
 } from './rabbitmq.options';
 import { RabbitMqSubscription } from './rabbitmq.subscription';
-import { RabbitMqTopology } from './rabbitmq.topology';
+import { REPLY_QUEUE_PREFIX, RabbitMqTopology } from './rabbitmq.topology';
 import { assertEncodableHeaders } from '../../../ports/transport-headers';
 import { socketTricksEnabled } from '../../socket-tricks.guard';
 
@@ -50,6 +52,10 @@ const NEGATIVE_CONFIRM = 'message nacked';
  *   message goes back to its place near the head. A `requeue` with `delayMs` holds the delivery
  *   (and its prefetch slot) for the delay, then puts a copy at the tail of the queue, with
  *   `x-requeue-count` incremented, and acks the original.
+ * - {@link RabbitMqTransport.openReplyChannel} declares an exclusive, auto-delete queue
+ *   `nseq.reply.<uuid>` on the transport's connection: the broker deletes it when it is closed or
+ *   when that connection ends. A publish to a reply queue that is gone is returned by the broker
+ *   (every publish is mandatory) and rejects at once with `PublishRejectedError`.
  *
  * The transport never closes an `AmqpConnection` it was given: its owner (usually golevelup's
  * `RabbitMQModule`) does. Only a transport made by {@link RabbitMqTransport.connect} closes its
@@ -165,7 +171,36 @@ export class RabbitMqTransport implements Transport {
     options: SubscribeOptions = {},
   ): Promise<Subscription> {
     this.assertOpen('subscribe to', channel);
-    const prefetch = options.prefetch ?? this.settings.prefetch;
+    return this.consume(
+      channel,
+      handler,
+      options.prefetch ?? this.settings.prefetch,
+      options.deadLetterChannel ?? this.deadLetterChannel(channel),
+    );
+  }
+
+  /**
+   * Declares an exclusive, auto-delete queue `nseq.reply.<uuid>` (classic, not durable, no
+   * dead-letter queue) and consumes it with `prefetch`, on the transport's connection. After a
+   * reconnect it is declared and consumed again, under the same name; replies that were in it when
+   * the connection dropped are gone with the old connection's queue. A dead-lettered reply is
+   * acked and dropped, with a warning.
+   */
+  async openReplyChannel(
+    handler: MessageHandler,
+    options: ReplyChannelOptions = {},
+  ): Promise<Subscription> {
+    this.assertOpen('open', 'a reply channel');
+    const queue = `${REPLY_QUEUE_PREFIX}${randomUUID()}`;
+    return this.consume(queue, handler, options.prefetch ?? DEFAULT_REPLY_PREFETCH, undefined);
+  }
+
+  private async consume(
+    channel: string,
+    handler: MessageHandler,
+    prefetch: number,
+    deadLetterChannel: string | undefined,
+  ): Promise<Subscription> {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
     const subscription = new RabbitMqSubscription({
@@ -173,7 +208,7 @@ export class RabbitMqTransport implements Transport {
       handler,
       prefetch,
       startTimeoutMs: this.settings.subscribeTimeoutMs,
-      deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
+      deadLetterChannel,
       topology: this.topology,
       // Not size-checked: the broker already holds this message, and refusing to forward it (as a
       // dead letter or a requeued copy) would requeue it forever.
@@ -269,6 +304,11 @@ export class RabbitMqTransport implements Transport {
         await confirmed;
         this.awaitingConfirm.delete(attempt);
         if (!this.returned.delete(attempt)) return;
+        if (this.topology.isReplyQueue(channel)) {
+          // Declared by its consumer alone: returned, it is closed (or its process gone) for good.
+          const returned = new Error('returned by the broker as unroutable');
+          throw new PublishRejectedError(channel, returned, 'the reply queue is gone');
+        }
         this.logger.warn(
           `${channel}: the broker returned a message as unroutable; ` +
             (resend ? 'declaring again' : 'not sent again (resend: false)'),
