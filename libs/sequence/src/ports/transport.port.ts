@@ -152,6 +152,12 @@ export interface Transport {
    *   time.
    */
   openReplyChannel?(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription>;
+  /**
+   * Whether `channel` is a name `openReplyChannel` hands out (of its reserved prefix): a server
+   * sends a reply only to such a channel, never to one a request names that holds other work.
+   * Transports with `openReplyChannel` implement it.
+   */
+  isReplyChannel?(channel: string): boolean;
 }
 
 /**

@@ -128,6 +128,15 @@ export function describeReplyChannelConformance(
       for (const name of names) expect(name).toMatch(/^[A-Za-z0-9._-]{1,200}$/);
     });
 
+    it('tells its reply channels from other channels (isReplyChannel)', async () => {
+      const { subscription } = await collect();
+      expect(transport.isReplyChannel?.(subscription.channel)).toBe(true);
+      expect(responder.isReplyChannel?.(subscription.channel)).toBe(true);
+      for (const other of ['orders', 'orders.dlq', 'nseq', 'reply']) {
+        expect(transport.isReplyChannel?.(other)).toBe(false);
+      }
+    });
+
     it('keeps the replies of two channels apart', async () => {
       const first = await collect();
       const second = await collect();

@@ -127,6 +127,11 @@ export class InMemoryTransport implements Transport {
     return { channel, close: async () => this.unsubscribe(subscriber) };
   }
 
+  /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
+  isReplyChannel(channel: string): boolean {
+    return isReplyChannel(channel);
+  }
+
   /**
    * A channel `nseq.reply.<uuid>` with this one subscriber. Closing it removes the channel and the
    * replies it holds; a dead-lettered reply is dropped with a warning.

@@ -225,6 +225,11 @@ export class NatsTransport implements Transport {
     });
   }
 
+  /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
+  isReplyChannel(channel: string): boolean {
+    return channel.startsWith(REPLY_SUBJECT_PREFIX);
+  }
+
   /**
    * Opens a reply channel: a subject `nseq-reply.<uuid>` of the reply stream (declared once, see
    * docs/transports.md) and a consumer `reply-<uuid>` filtered on it, which the subscription pulls

@@ -179,6 +179,11 @@ export class RabbitMqTransport implements Transport {
     );
   }
 
+  /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
+  isReplyChannel(channel: string): boolean {
+    return channel.startsWith(REPLY_QUEUE_PREFIX);
+  }
+
   /**
    * Declares an exclusive, auto-delete queue `nseq.reply.<uuid>` (classic, not durable, no
    * dead-letter queue) and consumes it with `prefetch`, on the transport's connection. After a
