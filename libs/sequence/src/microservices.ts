@@ -7,7 +7,7 @@
  *
  * @module nest-sequence/microservices
  */
-export { SequenceServer } from './microservices/sequence.server';
+export { SequenceServer, SEQUENCE_TRANSPORT_ID } from './microservices/sequence.server';
 export type {
   SequenceServerOptions,
   SequenceChannelOptions,

@@ -32,6 +32,26 @@ export class ChannelRegistry {
     });
   }
 
+  /**
+   * Adds every binding or none: one refused leaves the registry as it was.
+   * @throws SequenceHandlerConflictError when another handler already consumes a channel
+   */
+  addAll(bindings: readonly ChannelBinding[]): void {
+    const before = new Map(this.byChannel);
+    try {
+      for (const binding of bindings) this.add(binding);
+    } catch (error) {
+      this.byChannel.clear();
+      for (const [channel, binding] of before) this.byChannel.set(channel, binding);
+      throw error;
+    }
+  }
+
+  /** Takes the bindings out again (a microservice that failed to open them). */
+  removeAll(bindings: readonly ChannelBinding[]): void {
+    for (const { channel } of bindings) this.byChannel.delete(channel);
+  }
+
   get(channel: string): ChannelBinding | undefined {
     return this.byChannel.get(channel);
   }

@@ -51,6 +51,10 @@ export class SequenceLifecycle
   private readonly logger = new Logger('SequenceModule');
   /** True from the moment the subscriptions are open until shutdown begins. */
   private running = false;
+  /** Set while the bootstrap runs: what it opens is `registry.all()` as of then. */
+  private bootstrapping: Promise<void> | undefined;
+  /** The bindings the bootstrap took to open. */
+  private readonly openedAtBootstrap = new Set<ChannelBinding>();
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -60,6 +64,15 @@ export class SequenceLifecycle
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
+    this.bootstrapping = this.bootstrap();
+    try {
+      await this.bootstrapping;
+    } finally {
+      this.bootstrapping = undefined;
+    }
+  }
+
+  private async bootstrap(): Promise<void> {
     const started: LifecyclePart[] = [];
     try {
       for (const part of this.parts) {
@@ -67,6 +80,7 @@ export class SequenceLifecycle
         await part.start?.();
       }
       const bindings = this.registry.all();
+      for (const binding of bindings) this.openedAtBootstrap.add(binding);
       const warning = inProcessStateWarning(this.transport.name, bindings);
       if (warning) this.logger.warn(warning);
       await this.host.open(bindings);
@@ -83,14 +97,24 @@ export class SequenceLifecycle
   }
 
   /**
-   * Handlers bound after the explorer ran (a microservice's, when it listens): registered now, so
-   * that a second consumer of a channel is refused; opened now when the module is running,
+   * Handlers bound after the explorer ran (a microservice's, when it listens): registered now, all
+   * or none, so that a second consumer of a channel is refused; opened now when the module is
+   * running (taken out again if they fail to open, so that listening can be tried again),
    * otherwise with the others at bootstrap.
    * @throws SequenceHandlerConflictError when another handler already consumes a channel
    */
   async addBindings(bindings: readonly ChannelBinding[]): Promise<void> {
-    for (const binding of bindings) this.registry.add(binding);
-    if (this.running) await this.host.open(bindings);
+    this.registry.addAll(bindings);
+    // A bootstrap under way may have taken them already, or not: wait for it, open the rest.
+    await this.bootstrapping?.catch(() => undefined);
+    if (!this.running) return;
+    const rest = bindings.filter((binding) => !this.openedAtBootstrap.has(binding));
+    try {
+      await this.host.open(rest);
+    } catch (error) {
+      this.registry.removeAll(bindings);
+      throw error;
+    }
   }
 
   async onModuleDestroy(): Promise<void> {

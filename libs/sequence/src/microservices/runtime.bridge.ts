@@ -6,8 +6,13 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import { DiscoveryService, ExternalContextCreator, ModulesContainer } from '@nestjs/core';
-import type { Subscription as RxSubscription } from 'rxjs';
+import {
+  DiscoveryService,
+  ExternalContextCreator,
+  MetadataScanner,
+  ModulesContainer,
+} from '@nestjs/core';
+import { isObservable, lastValueFrom, type Subscription as RxSubscription } from 'rxjs';
 import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
@@ -23,12 +28,13 @@ import {
   type ControllerMethod,
   type ParamsReader,
   type PipelineOutcome,
+  type PipelineStage,
   type SequenceRuntime,
 } from './sequence-runtime';
 
-/** Per call through the pipeline: whether the controller method itself was reached. */
+/** Per call through the pipeline: how far it got. */
 interface CallState {
-  entered: boolean;
+  stage: PipelineStage;
 }
 
 /**
@@ -48,6 +54,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     @Inject(SEQUENCE_TRANSPORT) readonly transport: Transport,
     private readonly modules: ModulesContainer,
     private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
     private readonly contexts: ExternalContextCreator,
     private readonly lifecycle: SequenceLifecycle,
     private readonly payloads: ClaimCheckHandlerKind,
@@ -76,20 +83,19 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const found: ControllerMethod[] = [];
     for (const wrapper of this.discovery.getControllers()) {
       const instance: unknown = wrapper.instance;
-      if (!instance || typeof instance !== 'object' || !wrapper.isDependencyTreeStatic()) continue;
+      if (!instance || typeof instance !== 'object') continue;
       const prototype = Object.getPrototypeOf(instance) as object | null;
       if (!prototype) continue;
-      for (const methodName of Object.getOwnPropertyNames(prototype)) {
-        if (methodName === 'constructor') continue;
+      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
         const method = (instance as Record<string, unknown>)[methodName];
         if (typeof method !== 'function') continue;
         if (Reflect.getMetadata(metadataKey, method) === undefined) continue;
-        const className = (instance.constructor as { name: string }).name;
         found.push({
           instance,
-          className,
+          className: (instance.constructor as { name: string }).name,
           methodName,
           method: method as (...args: unknown[]) => unknown,
+          singleton: wrapper.isDependencyTreeStatic() && !wrapper.isTransient,
         });
       }
     }
@@ -104,33 +110,45 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const calls = this.calls;
     const { method } = target;
     // Nest reads guards, interceptors and pipes off the function it calls: a stand-in that notes
-    // the method was reached carries the method's metadata.
+    // the method was reached carries the method's metadata and name.
     const standIn = function (this: unknown, ...args: unknown[]): unknown {
       const state = calls.getStore();
-      if (state) state.entered = true;
+      if (state) state.stage = 'handler';
       return method.apply(this, args);
     };
+    Object.defineProperty(standIn, 'name', { value: target.methodName });
     for (const key of Reflect.getMetadataKeys(method) as unknown[]) {
       Reflect.defineMetadata(key, Reflect.getMetadata(key, method) as unknown, standIn);
     }
+    // Nest reads a parameter's value as its pipes start: from then on a failure is a pipe's.
+    const reader: ParamsReader = {
+      exchangeKeyForValue(type, data, args) {
+        const state = calls.getStore();
+        if (state && state.stage === 'before-pipes') state.stage = 'pipes';
+        return params.exchangeKeyForValue(type, data, args);
+      },
+    };
     const invoke = this.controllerContexts().create(
       target.instance,
       standIn,
       target.methodName,
       paramsMetadataKey,
-      params,
+      reader,
       undefined,
       undefined,
       { guards: true, interceptors: true, filters: true },
       'rpc',
     );
     return (...args) => {
-      const state: CallState = { entered: false };
+      const state: CallState = { stage: 'before-pipes' };
       return calls.run(state, async (): Promise<PipelineOutcome> => {
         try {
-          return { ok: true, value: await invoke(...args) };
+          let value: unknown = await invoke(...args);
+          // An exception filter's answer (`throwError(...)`, as Nest's RPC filters give) included.
+          if (isObservable(value)) value = await lastValueFrom(value, { defaultValue: undefined });
+          return { ok: true, value };
         } catch (error) {
-          return { ok: false, error, inHandler: state.entered };
+          return { ok: false, error, stage: state.stage };
         }
       });
     };

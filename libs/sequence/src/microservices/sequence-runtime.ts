@@ -7,13 +7,21 @@ import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import type { InboundMessage, Subscription, Transport } from '../ports/transport.port';
 import type { Readable } from 'node:stream';
 
-/** A method of a singleton controller, as the microservices integration invokes it. */
+/** A controller method, as the microservices integration invokes it. */
 export interface ControllerMethod {
   readonly instance: object;
   readonly className: string;
   readonly methodName: string;
   readonly method: (...args: unknown[]) => unknown;
+  /**
+   * False for a request-scoped or transient controller (or one that depends on such a provider):
+   * there is no one instance to call, so it cannot be served.
+   */
+  readonly singleton: boolean;
 }
+
+/** Where in Nest's pipeline a call stopped: a guard (or an interceptor before), a pipe, the method. */
+export type PipelineStage = 'before-pipes' | 'pipes' | 'handler';
 
 /** Reads a parameter's value from the call's arguments, as Nest's `ParamsFactory` does. */
 export interface ParamsReader {
@@ -23,8 +31,7 @@ export interface ParamsReader {
 /** How a call through Nest's pipeline ended. */
 export type PipelineOutcome =
   | { readonly ok: true; readonly value: unknown }
-  /** `inHandler`: the method itself ran (false: a guard, an interceptor or a pipe stopped it). */
-  | { readonly ok: false; readonly error: unknown; readonly inHandler: boolean };
+  | { readonly ok: false; readonly error: unknown; readonly stage: PipelineStage };
 
 /** One channel a microservice consumes. */
 export type ConsumerSpec =
@@ -50,11 +57,12 @@ export type ConsumerSpec =
  */
 export interface SequenceRuntime {
   readonly transport: Transport;
-  /** Singleton controller methods whose metadata has `metadataKey`. */
+  /** Controller methods (inherited ones included) whose metadata has `metadataKey`. */
   methodsWith(metadataKey: string): ControllerMethod[];
   /**
    * Nest's pipeline (guards, interceptors, pipes, exception filters) around `target`, for the
-   * `rpc` context: the returned function takes the call's arguments.
+   * `rpc` context: the returned function takes the call's arguments. An Observable the method or
+   * an exception filter returns is awaited to its last value (its error is the call's).
    */
   pipeline(
     target: ControllerMethod,

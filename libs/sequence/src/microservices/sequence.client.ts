@@ -5,6 +5,7 @@ import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-me
 import { Observable, throwError } from 'rxjs';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { MAX_TIMER_MS } from '../core/async';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
@@ -26,12 +27,15 @@ export interface SequenceClientOptions {
   readonly sequenceMaxBytes?: number;
   /** The largest JSON reply parsed. @default 16 MiB */
   readonly maxJsonBytes?: number;
+  /** The largest reply read (a reply is read whole into memory). @default 256 MiB */
+  readonly maxReplyBytes?: number;
 }
 
 interface PendingRequest {
   readonly pattern: string;
   readonly callback: (packet: WritePacket) => void;
-  readonly timer: NodeJS.Timeout;
+  /** Set once the request is confirmed: the wait for its reply. */
+  timer: NodeJS.Timeout | undefined;
 }
 
 /**
@@ -58,6 +62,7 @@ export class SequenceClient extends ClientProxy {
     replyTimeoutMs: number;
     channelOf: (pattern: string) => string;
     maxJsonBytes: number;
+    maxReplyBytes: number;
     inlineMaxBytes?: number;
     sequenceMaxBytes?: number;
   };
@@ -81,6 +86,7 @@ export class SequenceClient extends ClientProxy {
       replyTimeoutMs,
       channelOf: options.channelOf ?? ((pattern) => pattern),
       maxJsonBytes: options.maxJsonBytes ?? 16 * 1024 * 1024,
+      maxReplyBytes: options.maxReplyBytes ?? 256 * 1024 * 1024,
       inlineMaxBytes: options.inlineMaxBytes,
       sequenceMaxBytes: options.sequenceMaxBytes,
     };
@@ -106,7 +112,10 @@ export class SequenceClient extends ClientProxy {
       request.callback({ err: new Error(`SequenceClient closed before the reply to ${id}`) });
     }
     this.pending.clear();
-    if (replies) await (await replies.catch(() => undefined))?.close();
+    const subscription = await replies?.catch(() => undefined);
+    await subscription?.close().catch((error: unknown) => {
+      this.logger.warn(`closing the reply channel failed: ${errorMessage(error)}`);
+    });
   }
 
   /** The module's transport. */
@@ -150,17 +159,11 @@ export class SequenceClient extends ClientProxy {
   protected publish(packet: ReadPacket, callback: (packet: WritePacket) => void): () => void {
     const pattern = this.normalizePattern(packet.pattern as string);
     const correlationId = randomUUID();
-    const timer = setTimeout(() => {
-      if (!this.pending.delete(correlationId)) return;
-      callback({
-        err: new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs),
-      });
-    }, this.settings.replyTimeoutMs);
-    timer.unref();
-    this.pending.set(correlationId, { pattern, callback, timer });
+    const request: PendingRequest = { pattern, callback, timer: undefined };
+    this.pending.set(correlationId, request);
     const fail = (error: unknown) => {
       if (!this.pending.delete(correlationId)) return;
-      clearTimeout(timer);
+      clearTimeout(request.timer);
       callback({ err: error });
     };
     void (async () => {
@@ -170,9 +173,15 @@ export class SequenceClient extends ClientProxy {
         [RpcHeader.replyTo]: replies.channel,
         [RpcHeader.correlationId]: correlationId,
       });
+      // From the request's confirm: a large request takes its upload's time first.
+      if (!this.pending.has(correlationId)) return;
+      request.timer = setTimeout(() => {
+        fail(new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs));
+      }, this.settings.replyTimeoutMs);
+      request.timer.unref();
     })().catch(fail);
     return () => {
-      if (this.pending.delete(correlationId)) clearTimeout(timer);
+      if (this.pending.delete(correlationId)) clearTimeout(request.timer);
     };
   }
 
@@ -220,6 +229,13 @@ export class SequenceClient extends ClientProxy {
     }
     let response: unknown;
     try {
+      if (payload.bytes > this.settings.maxReplyBytes) {
+        throw new MessageRefusedError(
+          'undecodable',
+          `a ${payload.bytes}-byte reply to ${request.pattern} is larger than maxReplyBytes ` +
+            `(${this.settings.maxReplyBytes})`,
+        );
+      }
       // Read whole: the reply outlives this call (the caller reads it later).
       response = await decodePayload(
         { ...payload, buffer: () => payload.toBuffer(), stream: () => payload.stream() },

@@ -19,7 +19,11 @@ export interface SequenceMessageInfo {
   /** Resequenced channels: the event's key and sequence number. */
   readonly key?: string;
   readonly seq?: number;
-  /** The transport's message whose delivery runs the handler (a sequence's: the completing one). */
+  /**
+   * The transport's message whose delivery runs the handler: a sequence's, the fragment that
+   * completed it; on a resequenced channel, the message whose arrival released the event (an
+   * earlier event may release later ones).
+   */
   readonly message?: InboundMessage;
 }
 
@@ -87,9 +91,15 @@ export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
     return this.info.message;
   }
 
-  /** Set once the message is refused for good (`forbidden: ...`, `invalid-payload: ...`). */
+  /**
+   * Why the message is dead-lettered: set once it is refused for good (`forbidden: ...`,
+   * `invalid-payload: ...`, seen by an exception filter or an interceptor's error path), or, for
+   * a handler of a dead-letter channel, the `x-death-reason` it arrived with.
+   */
   getDeadLetterReason(): string | undefined {
-    return this.deadLetterReason;
+    if (this.deadLetterReason) return this.deadLetterReason;
+    const header = this.info.headers['x-death-reason'];
+    return typeof header === 'string' ? header : undefined;
   }
 
   /** @internal */

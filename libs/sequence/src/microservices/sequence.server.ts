@@ -8,7 +8,10 @@ import {
   PARAM_ARGS_METADATA,
   PATTERN_HANDLER_METADATA,
   PATTERN_METADATA,
+  TRANSPORT_METADATA,
 } from '@nestjs/microservices/constants';
+import { claimCheckMarking } from '../core/claim-check-headers';
+import { SequenceHeader } from '../core/headers';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -27,8 +30,15 @@ import {
   type ConsumerSpec,
   type ParamsReader,
   type PipelineOutcome,
+  type PipelineStage,
   type SequenceRuntime,
 } from './sequence-runtime';
+
+/**
+ * The transport id of `SequenceServer`: `@EventPattern(pattern, SEQUENCE_TRANSPORT_ID)` keeps a
+ * handler to this server in an application that runs several transports.
+ */
+export const SEQUENCE_TRANSPORT_ID: unique symbol = Symbol.for('nest-sequence:transport');
 
 /** How one channel is consumed. */
 export interface SequenceChannelOptions extends ClaimCheckConsumerOptions {
@@ -98,7 +108,11 @@ const PARAMS: ParamsReader = {
  * await app.listen();
  */
 export class SequenceServer extends Server implements CustomTransportStrategy {
+  /** Scopes handlers to this transport: `@EventPattern(pattern, SEQUENCE_TRANSPORT_ID)`. */
+  override readonly transportId = SEQUENCE_TRANSPORT_ID;
   private runtime: SequenceRuntime | undefined;
+  /** The handlers of a delivery that succeeded, by the delivery's payload (same on a retry). */
+  private readonly completed = new WeakMap<object, Set<Route>>();
   private started: Promise<void> | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
     readonly channels: Readonly<Record<string, SequenceChannelOptions>>;
@@ -183,18 +197,31 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       patterns.set(route.pattern, [...(patterns.get(route.pattern) ?? []), route]);
       byChannel.set(channel, patterns);
     }
-    const replying = routes.find((route) => route.kind === 'message');
-    if (replying && !runtime.transport.openReplyChannel) {
-      throw new ReplyNotSupportedError(
-        runtime.transport.name,
-        `@MessagePattern on ${replying.definedBy}`,
-      );
+    const problems: string[] = [];
+    for (const patterns of byChannel.values()) {
+      for (const [pattern, each] of patterns) {
+        const replying = each.filter((route) => route.kind === 'message');
+        if (replying.length > 0 && each.length > 1) {
+          problems.push(
+            `pattern ${JSON.stringify(pattern)} has ${each.length} handlers ` +
+              `(${each.map((route) => route.definedBy).join(', ')}); a @MessagePattern must be ` +
+              "its pattern's only handler: one request gets one reply",
+          );
+        }
+      }
     }
     const unknown = Object.keys(this.options.channels).filter((channel) => !byChannel.has(channel));
     if (unknown.length > 0) {
-      throw new SequenceOptionsError('SequenceServer channels', [
-        `no handler consumes ${unknown.join(', ')} (consumed: ${[...byChannel.keys()].join(', ') || 'none'})`,
-      ]);
+      problems.push(
+        `channels: no handler consumes ${unknown.join(', ')} ` +
+          `(consumed: ${[...byChannel.keys()].join(', ') || 'none'})`,
+      );
+    }
+    if (problems.length > 0) throw new SequenceOptionsError('SequenceServer', problems);
+    const replying = routes.find((route) => route.kind === 'message');
+    const { transport } = runtime;
+    if (replying && !(transport.openReplyChannel && transport.isReplyChannel)) {
+      throw new ReplyNotSupportedError(transport.name, `@MessagePattern on ${replying.definedBy}`);
     }
     const specs: ConsumerSpec[] = [...byChannel].map(([channel, patterns]) =>
       this.consumerOf(channel, patterns, runtime),
@@ -202,25 +229,50 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     await runtime.consume(specs);
   }
 
-  /** The controller methods Nest added to this server, each wrapped in Nest's pipeline. */
+  /**
+   * The controller methods Nest added to this server, each wrapped in Nest's pipeline; throws
+   * for one that cannot be served (a request-scoped controller), rather than leave its pattern
+   * unconsumed.
+   */
   private routes(runtime: SequenceRuntime): Route[] {
     const ours = this.getHandlers();
     const routes: Route[] = [];
+    const unserved: string[] = [];
     for (const target of runtime.methodsWith(PATTERN_METADATA)) {
+      const transport = Reflect.getMetadata(TRANSPORT_METADATA, target.method) as unknown;
+      if (transport !== undefined && transport !== SEQUENCE_TRANSPORT_ID) continue;
       const patterns = (Reflect.getMetadata(PATTERN_METADATA, target.method) ?? []) as unknown[];
       const type = Reflect.getMetadata(PATTERN_HANDLER_METADATA, target.method) as unknown;
+      const definedBy = `${target.className}.${target.methodName}`;
       for (const given of patterns) {
         const pattern = this.normalizePattern(given as string);
-        // Nest adds only the handlers meant for this transport (no other transport named).
         if (!ours.has(pattern)) continue;
+        if (!target.singleton) {
+          unserved.push(
+            `${definedBy} (pattern ${JSON.stringify(pattern)}): its controller is request-scoped ` +
+              'or transient (or depends on such a provider); SequenceServer serves singleton ' +
+              'controllers only',
+          );
+          continue;
+        }
         routes.push({
           pattern,
           kind: type === PatternHandler.EVENT ? 'event' : 'message',
-          definedBy: `${target.className}.${target.methodName}`,
+          definedBy,
           invoke: runtime.pipeline(target, PARAM_ARGS_METADATA, PARAMS),
         });
       }
     }
+    const routed = new Set(routes.map((route) => route.pattern));
+    for (const pattern of ours.keys()) {
+      if (
+        !routed.has(pattern) &&
+        !unserved.some((line) => line.includes(JSON.stringify(pattern)))
+      ) {
+        unserved.push(`pattern ${JSON.stringify(pattern)}: no controller method found for it`);
+      }
+    }
+    if (unserved.length > 0) throw new SequenceOptionsError('SequenceServer', unserved);
     return routes;
   }
 
@@ -239,35 +291,54 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         kind: 'ordered',
         definedBy,
         definition: { ...resequence, channel },
-        handler: (event) => this.dispatch(channel, patterns, fromEvent(event), runtime),
+        handler: (event) => this.dispatch(channel, patterns, event, fromEvent(event), runtime),
       };
     }
     return {
       kind: 'payloads',
       definedBy,
       options: { ...consumer, channel },
-      handler: (payload) => this.dispatch(channel, patterns, fromClaimed(payload), runtime),
+      handler: (payload) =>
+        this.dispatch(channel, patterns, payload, fromClaimed(payload), runtime),
     };
   }
 
-  /** Runs the handlers of the message's pattern; throws what fails it (see the class comment). */
+  /**
+   * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
+   * `source` is the same object on every retry of one delivery: handlers of the pattern that
+   * already succeeded for it are not run again.
+   */
   private async dispatch(
     channel: string,
     patterns: ReadonlyMap<string, Route[]>,
+    source: object,
     incoming: Incoming,
     runtime: SequenceRuntime,
   ): Promise<void> {
     const { headers } = incoming.info;
     const pattern = headerString(headers, RpcHeader.pattern) ?? channel;
     const routes = patterns.get(pattern);
+    const request = requestOf(headers, runtime);
     if (!routes) {
-      throw new MessageRefusedError(
+      const refusal = new MessageRefusedError(
         'no-handler',
         `no @EventPattern or @MessagePattern of this application handles pattern ` +
           `${JSON.stringify(pattern)} on channel ${channel}`,
       );
+      // A caller waiting for a reply learns it now, rather than after its timeout.
+      if (request.ok) await this.sendReply(request, pattern, failure(refusal), runtime);
+      throw refusal;
     }
+    const done = this.completed.get(source) ?? new Set<Route>();
+    this.completed.set(source, done);
     for (const route of routes) {
+      if (done.has(route)) continue;
+      if (route.kind === 'message' && !request.ok) {
+        throw new MessageRefusedError(
+          'undecodable',
+          `a request for ${pattern}: ${request.problem}`,
+        );
+      }
       const context = new SequenceContext({
         ...incoming.info,
         channel,
@@ -279,48 +350,57 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         const data = await decodePayload(incoming.payload, this.options);
         outcome = await route.invoke(data, context);
       } catch (error) {
-        outcome = { ok: false, error, inHandler: false };
+        outcome = { ok: false, error, stage: 'before-pipes' };
       }
-      if (route.kind === 'message') {
-        await this.reply(headers, route, outcome, runtime);
+      if (route.kind === 'message' && request.ok) {
+        // The request is done either way: the caller gets the result, or the error.
+        await this.sendReply(request, route.definedBy, outcome, runtime);
+        done.add(route);
         continue;
       }
-      if (outcome.ok) continue;
+      if (outcome.ok) {
+        done.add(route);
+        continue;
+      }
       const refusal = refusalOf(outcome);
-      if (refusal) context.setDeadLetterReason(deathReason(refusal.code, refusal.message));
-      throw refusal ?? outcome.error;
+      if (refusal) {
+        context.setDeadLetterReason(deathReason(refusal.code, refusal.message));
+        throw refusal;
+      }
+      throw describedError(outcome.error);
     }
   }
 
   /**
    * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
-   * any message. The request is then done either way: the caller has the error.
+   * any message. A result that cannot be encoded goes back as an error.
    */
-  private async reply(
-    headers: Readonly<Record<string, unknown>>,
-    route: Route,
+  private async sendReply(
+    request: Extract<Request, { ok: true }>,
+    definedBy: string,
     outcome: PipelineOutcome,
     runtime: SequenceRuntime,
   ): Promise<void> {
-    const replyTo = headerString(headers, RpcHeader.replyTo);
-    const correlationId = headerString(headers, RpcHeader.correlationId);
-    if (!replyTo || !correlationId) {
-      throw new MessageRefusedError(
-        'undecodable',
-        `a request for ${route.pattern} without ${RpcHeader.replyTo} and ` +
-          `${RpcHeader.correlationId}: send it with SequenceClient.send()`,
-      );
-    }
-    const failed = !outcome.ok;
-    const body = outcome.ok ? outcome.value : { status: 'error', message: replyError(outcome) };
-    const out = encodePayload(body);
+    let out: ReturnType<typeof encodePayload>;
+    let failed = !outcome.ok;
     try {
-      await runtime.publish(replyTo, out.payload, {
+      out = encodePayload(
+        outcome.ok ? outcome.value : { status: 'error', message: replyError(outcome) },
+      );
+    } catch (error) {
+      failed = true;
+      out = encodePayload({
+        status: 'error',
+        message: `the reply cannot be encoded: ${errorMessage(error)}`,
+      });
+    }
+    try {
+      await runtime.publish(request.replyTo, out.payload, {
         contentType: out.contentType,
         bytes: out.bytes,
         headers: {
           ...out.headers,
-          [RpcHeader.correlationId]: correlationId,
+          [RpcHeader.correlationId]: request.correlationId,
           [RpcHeader.replyStatus]: failed ? 'error' : 'ok',
         },
       });
@@ -328,47 +408,113 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       // The requester is gone (its reply channel with it), or the broker refused: the request
       // was handled; its caller times out.
       new Logger('SequenceServer').warn(
-        `${route.definedBy}: the reply to ${correlationId} could not be sent to ${replyTo}: ` +
-          errorMessage(error),
+        `${definedBy}: the reply to ${request.correlationId} could not be sent to ` +
+          `${request.replyTo}: ${errorMessage(error)}`,
       );
     }
   }
 }
 
-/** A refusal for good: a guard said no, a pipe refused the payload, or the handler refused it. */
+/** What a message says of the reply it expects. */
+type Request =
+  | { readonly ok: true; readonly replyTo: string; readonly correlationId: string }
+  | { readonly ok: false; readonly problem: string };
+
+function requestOf(headers: Readonly<Record<string, unknown>>, runtime: SequenceRuntime): Request {
+  const replyTo = headerString(headers, RpcHeader.replyTo);
+  const correlationId = headerString(headers, RpcHeader.correlationId);
+  if (!replyTo || !correlationId) {
+    return {
+      ok: false,
+      problem:
+        `it has no ${RpcHeader.replyTo} and ${RpcHeader.correlationId}: ` +
+        'send it with SequenceClient.send()',
+    };
+  }
+  if (runtime.transport.isReplyChannel?.(replyTo) !== true) {
+    return {
+      ok: false,
+      problem: `${RpcHeader.replyTo} ${JSON.stringify(replyTo.slice(0, 200))} is not a reply channel of the ${runtime.transport.name} transport`,
+    };
+  }
+  return { ok: true, replyTo, correlationId };
+}
+
+function failure(error: unknown): PipelineOutcome {
+  return { ok: false, error, stage: 'handler' };
+}
+
+/**
+ * A refusal for good: the handler refused the message, a pipe refused its payload, or a guard
+ * refused it (Nest's "Forbidden resource", or a 401 or 403 thrown before the pipes ran).
+ */
 function refusalOf(outcome: {
   error: unknown;
-  inHandler: boolean;
+  stage: PipelineStage;
 }): MessageRefusedError | undefined {
-  const { error, inHandler } = outcome;
+  const { error, stage } = outcome;
   if (error instanceof MessageRefusedError) return error;
-  if (inHandler || !(error instanceof HttpException)) return undefined;
-  if (error.getStatus() === 403 && error.message === FORBIDDEN_MESSAGE) {
-    return new MessageRefusedError('forbidden', 'a guard refused the message', { cause: error });
+  if (stage === 'pipes') {
+    return new MessageRefusedError('invalid-payload', pipeMessages(error), { cause: error });
   }
-  return new MessageRefusedError('invalid-payload', httpMessages(error), { cause: error });
+  if (stage !== 'before-pipes' || !(error instanceof HttpException)) return undefined;
+  const status = error.getStatus();
+  if (status === 401 || status === 403 || error.message === FORBIDDEN_MESSAGE) {
+    return new MessageRefusedError('forbidden', `a guard refused the message: ${error.message}`, {
+      cause: error,
+    });
+  }
+  return undefined;
 }
 
-/** The messages of an HttpException (a ValidationPipe's are a list). */
-function httpMessages(error: HttpException): string {
-  const response = error.getResponse();
-  const message =
-    typeof response === 'object' && response !== null
-      ? (response as { message?: unknown }).message
-      : response;
-  if (Array.isArray(message)) return message.map(String).join('; ');
-  return typeof message === 'string' ? message : error.message;
+/** What a pipe said: a ValidationPipe's list of messages, an RpcException's error. */
+function pipeMessages(error: unknown): string {
+  if (error instanceof HttpException) {
+    const response = error.getResponse();
+    const message =
+      typeof response === 'object' && response !== null
+        ? (response as { message?: unknown }).message
+        : response;
+    if (Array.isArray(message)) return message.map(String).join('; ');
+    return typeof message === 'string' ? message : error.message;
+  }
+  return rpcText(error);
 }
 
-function replyError(outcome: { error: unknown; inHandler: boolean }): string {
-  const refusal = refusalOf(outcome);
-  if (refusal) return deathReason(refusal.code, refusal.message);
-  const { error } = outcome;
+/** An error's text: an RpcException's error (a string, or an object as JSON), else its message. */
+function rpcText(error: unknown): string {
   if (error instanceof RpcException) {
     const inner = error.getError();
-    return typeof inner === 'string' ? inner : JSON.stringify(inner);
+    if (typeof inner === 'string') return inner;
+    try {
+      return JSON.stringify(inner);
+    } catch {
+      return error.message;
+    }
   }
   return errorMessage(error);
+}
+
+/**
+ * The error to retry with, whose message says what went wrong: an RpcException's own error, or
+ * what an exception filter's Observable errored with (often a plain object), as JSON.
+ */
+function describedError(error: unknown): unknown {
+  if (error instanceof RpcException) return new Error(rpcText(error), { cause: error });
+  if (error instanceof Error) return error;
+  let text: string;
+  try {
+    text = JSON.stringify(error) ?? String(error);
+  } catch {
+    text = String(error);
+  }
+  return new Error(text, { cause: error });
+}
+
+function replyError(outcome: { error: unknown; stage: PipelineStage }): string {
+  const refusal = refusalOf(outcome);
+  if (refusal) return deathReason(refusal.code, refusal.message);
+  return rpcText(outcome.error);
 }
 
 function fromClaimed(payload: ClaimedPayload): Incoming {
@@ -392,6 +538,15 @@ function fromClaimed(payload: ClaimedPayload): Incoming {
 }
 
 function fromEvent(event: ResequencedEvent): Incoming {
+  const { headers } = event;
+  if (headers[SequenceHeader.id] !== undefined || claimCheckMarking(headers).via === 'ticket') {
+    throw new MessageRefusedError(
+      'undecodable',
+      'a resequenced channel takes each event in one message: this one is a fragment of a ' +
+        'Message Sequence or a claim ticket (send resequenced events of at most ' +
+        'claimCheck.inlineMaxBytes)',
+    );
+  }
   const contentType = headerString(event.headers, 'content-type');
   return {
     info: {

@@ -249,6 +249,7 @@ export const SEQUENCE_CLIENT_KEYS: KeyTree = {
   inlineMaxBytes: true,
   sequenceMaxBytes: true,
   maxJsonBytes: true,
+  maxReplyBytes: true,
 };
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {

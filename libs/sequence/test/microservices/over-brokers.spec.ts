@@ -98,7 +98,7 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     const channels = Object.fromEntries(
       PATTERNS.map((pattern) => [pattern, broker.admin.newChannel()]),
     );
-    const channelOf = (pattern: string) => channels[pattern] ?? channels['bk.study']!;
+    const channelOf = (pattern: string) => channels[pattern] ?? channels['bk.study'];
     const transport = await on.connect(`microservices-${Date.now()}`);
     opened.push(transport);
     const t = await createMicroserviceTestApp({
@@ -141,7 +141,7 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     await emit('bk.metadata', { studyId: 'CT-9' });
     await eventually(() => seen.length === 1, 'the valid payload handled');
     const reasons = async (pattern: string) =>
-      (await broker.admin.drain(transport.deadLetterChannel(channels[pattern]!))).map((message) =>
+      (await broker.admin.drain(transport.deadLetterChannel(channels[pattern]))).map((message) =>
         String(message.headers['x-death-reason']),
       );
     let metadata: string[] = [];
@@ -161,9 +161,7 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     await expect(lastValueFrom(t.client.send('bk.ask', { size: 0 }))).resolves.toEqual({
       ok: true,
     });
-    const large = (await lastValueFrom(
-      t.client.send('bk.ask', { size: 3 * 1024 * 1024 }),
-    )) as Buffer;
+    const large = await lastValueFrom(t.client.send<Buffer>('bk.ask', { size: 3 * 1024 * 1024 }));
     expect(sha(large)).toBe(sha(bytes(3 * 1024 * 1024)));
   });
 });

@@ -1,0 +1,326 @@
+import {
+  Catch,
+  Controller,
+  Injectable,
+  Scope,
+  UseFilters,
+  UseGuards,
+  ValidationPipe,
+  type CanActivate,
+  type ExecutionContext,
+  type RpcExceptionFilter,
+} from '@nestjs/common';
+import {
+  EventPattern,
+  MessagePattern,
+  Payload,
+  RpcException,
+  Transport as NestTransport,
+} from '@nestjs/microservices';
+import { IsString } from 'class-validator';
+import { lastValueFrom, throwError, type Observable } from 'rxjs';
+import { InMemoryTransport, type Subscription } from 'nest-sequence';
+import type { MessageHandler, SubscribeOptions } from 'nest-sequence/ports';
+import { RpcHeader, SequenceRecord } from 'nest-sequence/microservices';
+import { ForwardingTransport } from 'nest-sequence/testing';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+
+const calls: Record<string, number> = {};
+const count = (name: string) => (calls[name] = (calls[name] ?? 0) + 1);
+let handlerName: string | undefined;
+
+@Catch(RpcException)
+class RpcToObservable implements RpcExceptionFilter<RpcException> {
+  catch(exception: RpcException): Observable<never> {
+    return throwError(() => exception.getError());
+  }
+}
+
+class Note {
+  @IsString() text!: string;
+}
+
+@Injectable()
+class NamesTheHandler implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    handlerName = context.getHandler().name;
+    return true;
+  }
+}
+
+abstract class BaseController {
+  @EventPattern('rg.inherited')
+  inherited() {
+    count('inherited');
+  }
+}
+
+@Controller()
+class Regressions extends BaseController {
+  @EventPattern('rg.filtered')
+  @UseFilters(RpcToObservable)
+  filtered() {
+    count('filtered');
+    throw new RpcException({ code: 'E42', why: 'archive offline' });
+  }
+
+  @EventPattern('rg.pair')
+  first() {
+    count('first');
+  }
+
+  @EventPattern('rg.pair')
+  second() {
+    if (count('second') < 2) throw new Error('once');
+  }
+
+  @MessagePattern('rg.bigint')
+  bigint() {
+    count('bigint');
+    return { n: 1n };
+  }
+
+  @MessagePattern('rg.ask')
+  ask(@Payload() data: unknown) {
+    count('ask');
+    return { secret: data };
+  }
+
+  @EventPattern('rg.victim')
+  victim(@Payload() data: unknown) {
+    count('victim');
+    return data;
+  }
+
+  @EventPattern('rg.rpc-validated')
+  rpcValidated(
+    @Payload(
+      new ValidationPipe({
+        exceptionFactory: (errors) =>
+          new RpcException(errors.flatMap((error) => Object.values(error.constraints ?? {}))),
+      }),
+    )
+    note: Note,
+  ) {
+    count('rpc-validated');
+    return note;
+  }
+
+  @EventPattern('rg.named')
+  @UseGuards(NamesTheHandler)
+  named() {
+    count('named');
+  }
+
+  @EventPattern('rg.ordered')
+  ordered() {
+    count('ordered');
+  }
+
+  @EventPattern('rg.shared.a')
+  sharedA() {
+    count('shared-a');
+  }
+
+  @EventPattern('rg.kafka-only', NestTransport.KAFKA)
+  kafkaOnly() {
+    count('kafka-only');
+  }
+}
+
+const channelOf = (pattern: string) => (pattern.startsWith('rg.shared.') ? 'rg.shared' : pattern);
+
+describe('SequenceServer: what it refuses, retries and keeps apart', () => {
+  let transport: InMemoryTransport;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    transport = new InMemoryTransport();
+    t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        sequence: { fragmentBytes: 16 * 1024 },
+        claimCheck: { inlineMaxBytes: 8 * 1024, sequenceMaxBytes: 1024 * 1024 },
+        handlerRetry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 2 },
+      },
+      controllers: [Regressions],
+      providers: [NamesTheHandler],
+      server: {
+        channelOf,
+        channels: { 'rg.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } } },
+      },
+      client: { channelOf, replyTimeoutMs: 3_000 },
+    });
+  });
+
+  afterAll(() => t?.close());
+
+  beforeEach(() => {
+    for (const key of Object.keys(calls)) delete calls[key];
+  });
+
+  const emit = (pattern: string, data: unknown) =>
+    lastValueFrom(t.client.emit(pattern, data), { defaultValue: undefined });
+  const reasons = (channel: string) =>
+    transport
+      .take(transport.deadLetterChannel(channel))
+      .map((message) => String(message.headers['x-death-reason']));
+
+  it('retries when an exception filter answers with an erroring Observable, then dead-letters', async () => {
+    await emit('rg.filtered', { any: 1 });
+    await transport.whenIdle();
+    expect(calls.filtered).toBe(3);
+    expect(reasons('rg.filtered')).toEqual([expect.stringMatching(/^handler-failed: .*E42/)]);
+  });
+
+  it('serves a handler a controller inherits', async () => {
+    await emit('rg.inherited', {});
+    await transport.whenIdle();
+    expect(calls.inherited).toBe(1);
+  });
+
+  it('does not run again a handler of the pattern that succeeded, when another is retried', async () => {
+    await emit('rg.pair', {});
+    await transport.whenIdle();
+    expect(calls).toMatchObject({ first: 1, second: 2 });
+  });
+
+  it('answers an error when the reply cannot be encoded, and runs the handler once', async () => {
+    await expect(lastValueFrom(t.client.send('rg.bigint', {}))).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/cannot be encoded/),
+    });
+    expect(calls.bigint).toBe(1);
+  });
+
+  it('refuses a request whose x-reply-to is not a reply channel, without running the handler', async () => {
+    await transport.publish('rg.ask', Buffer.from('{"q":1}'), {
+      'content-type': 'application/json',
+      [RpcHeader.replyTo]: 'rg.victim',
+      [RpcHeader.correlationId]: 'c-1',
+    });
+    await transport.whenIdle();
+    expect(calls.ask).toBeUndefined();
+    expect(calls.victim).toBeUndefined();
+    expect(reasons('rg.ask')).toEqual([
+      expect.stringMatching(/^undecodable: .*"rg\.victim" is not a reply channel/),
+    ]);
+  });
+
+  it('refuses an emit() to a @MessagePattern before running it', async () => {
+    await emit('rg.ask', { q: 2 });
+    await transport.whenIdle();
+    expect(calls.ask).toBeUndefined();
+    expect(reasons('rg.ask')).toEqual([
+      expect.stringMatching(/^undecodable: .*SequenceClient\.send/),
+    ]);
+  });
+
+  it('answers a request for a pattern nothing handles with the error, and dead-letters it', async () => {
+    await expect(lastValueFrom(t.client.send('rg.shared.none', {}))).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^no-handler: .*"rg\.shared\.none"/),
+    });
+    await transport.whenIdle();
+    expect(reasons('rg.shared')).toEqual([expect.stringMatching(/^no-handler: /)]);
+  });
+
+  it('takes a pipe’s RpcException as a refusal with its messages, not retried', async () => {
+    await emit('rg.rpc-validated', { text: 7 });
+    await transport.whenIdle();
+    expect(calls['rpc-validated']).toBeUndefined();
+    expect(reasons('rg.rpc-validated')).toEqual([
+      expect.stringMatching(/^invalid-payload: .*text must be a string/),
+    ]);
+  });
+
+  it('keeps the method’s name on the handler guards and interceptors see', async () => {
+    await emit('rg.named', {});
+    await transport.whenIdle();
+    expect(handlerName).toBe('named');
+  });
+
+  it('dead-letters a resequenced event sent as a Message Sequence, rather than handle a fragment', async () => {
+    await emit(
+      'rg.ordered',
+      new SequenceRecord(Buffer.alloc(40 * 1024, 1), {
+        headers: { 'x-resequence-key': 'k', 'x-resequence-seq': 1 },
+      }),
+    );
+    await transport.whenIdle();
+    expect(calls.ordered).toBeUndefined();
+    expect(reasons('rg.ordered')[0]).toMatch(
+      /^undecodable: key k, event 1: a resequenced channel takes each event in one message/,
+    );
+  });
+
+  it('leaves handlers scoped to another transport alone', async () => {
+    expect(transport.depth('rg.kafka-only')).toBe(0);
+    await transport.publish('rg.kafka-only', Buffer.from('{}'), {
+      'content-type': 'application/json',
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(calls['kafka-only']).toBeUndefined();
+    expect(transport.depth('rg.kafka-only')).toBe(1);
+  });
+});
+
+@Controller({ scope: Scope.REQUEST })
+class PerRequest {
+  @EventPattern('rg.scoped')
+  take() {}
+}
+
+/** Refuses the first subscribe, as a broker briefly unreachable would. */
+class RefusesOnce extends ForwardingTransport {
+  readonly name = 'refuses-once';
+  refused = false;
+  override subscribe(
+    channel: string,
+    handler: MessageHandler,
+    options?: SubscribeOptions,
+  ): Promise<Subscription> {
+    if (!this.refused) {
+      this.refused = true;
+      return Promise.reject(new Error('broker said no'));
+    }
+    return super.subscribe(channel, handler, options);
+  }
+}
+
+@Controller()
+class Plain {
+  @EventPattern('rg.plain')
+  take() {
+    count('plain');
+  }
+}
+
+describe('SequenceServer.listen', () => {
+  it('refuses a request-scoped controller, naming it', async () => {
+    await expect(
+      createMicroserviceTestApp({
+        sequence: { transport: new InMemoryTransport() },
+        controllers: [PerRequest],
+      }),
+    ).rejects.toThrow(/PerRequest\.take .*request-scoped or transient/);
+  });
+
+  it('can listen again after a subscription failed', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new RefusesOnce(inner);
+    // The app boots (no decorated handler to subscribe); listen() then fails once.
+    await expect(
+      createMicroserviceTestApp({ sequence: { transport }, controllers: [Plain] }),
+    ).rejects.toThrow(/broker said no/);
+    const t = await createMicroserviceTestApp({ sequence: { transport }, controllers: [Plain] });
+    try {
+      await lastValueFrom(t.client.emit('rg.plain', {}), { defaultValue: undefined });
+      await inner.whenIdle();
+      expect(calls.plain).toBe(1);
+    } finally {
+      await t.close();
+      await inner.close();
+    }
+  });
+});
