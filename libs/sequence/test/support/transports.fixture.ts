@@ -24,7 +24,7 @@ export interface TransportCase {
   readonly processEnv: Readonly<Record<string, string>>;
 }
 
-export const RABBITMQ_CASE: TransportCase = {
+const RABBITMQ_CASE: TransportCase = {
   name: 'RabbitMQ',
   server: 'rabbitmq',
   connect: (name, options = {}) =>
@@ -33,7 +33,7 @@ export const RABBITMQ_CASE: TransportCase = {
   processEnv: { TRANSPORT: 'rabbitmq', AMQP_URL },
 };
 
-export const NATS_CASE: TransportCase = {
+const NATS_CASE: TransportCase = {
   name: 'NATS JetStream',
   server: 'nats',
   connect: (name, options = {}) => namedNatsTransport(name, options),

@@ -1,4 +1,5 @@
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 
 /**
@@ -77,4 +78,68 @@ export function accepts(port: number): Promise<boolean> {
     });
     socket.once('error', () => resolve(false));
   });
+}
+
+/**
+ * A server process the test owns, on a spare loopback port with a directory of its own: started
+ * (again) by the subclass's `restart`, crashed with `stop('SIGKILL')`, frozen with `pause`, and
+ * removed with its directory by `dispose`.
+ */
+export abstract class OwnedServerProcess {
+  private process?: ChildProcess;
+  private output = '';
+
+  protected constructor(
+    readonly port: number,
+    protected readonly dir: string,
+  ) {}
+
+  get pid(): number | undefined {
+    return this.process?.pid;
+  }
+
+  /** Starts the server (again) on the same port and directory; resolves once it accepts connections. */
+  abstract restart(): Promise<void>;
+
+  /** Runs `command` with `args` as the server; resolves once it accepts connections on `port`. */
+  protected async launch(command: string, args: readonly string[]): Promise<void> {
+    if (this.process) throw new Error(`${command} is already running`);
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout?.on('data', (chunk: Buffer) => (this.output += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (this.output += chunk.toString()));
+    this.process = child;
+    try {
+      await awaitAnswering(child, () => accepts(this.port), 10_000, 20);
+    } catch (error) {
+      this.process = undefined;
+      throw new Error(
+        `${command} did not start on port ${this.port} (${(error as Error).message}):\n${this.output}`,
+      );
+    }
+  }
+
+  /** Stops the server with `signal` (SIGKILL: a crash) and waits until it is gone. */
+  async stop(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    const child = this.process;
+    if (!child) return;
+    this.process = undefined;
+    await stopProcess(child, signal);
+  }
+
+  /** Freezes the server (SIGSTOP): connections stay open, nothing answers. */
+  pause(): void {
+    this.process?.kill('SIGSTOP');
+  }
+
+  /** Lets a frozen server go on (SIGCONT). */
+  resume(): void {
+    this.process?.kill('SIGCONT');
+  }
+
+  /** Kills the server (resuming it first if paused) and removes its directory. */
+  async dispose(): Promise<void> {
+    this.resume();
+    await this.stop('SIGKILL');
+    rmSync(this.dir, { recursive: true, force: true });
+  }
 }
