@@ -1,8 +1,9 @@
 /**
- * Message Sequence over RabbitMQ and Redis, against plain amqplib moving the same bytes in the
- * same fragments, in the same run, on the same servers.
+ * Message Sequence over RabbitMQ (or NATS JetStream) and Redis, against the broker's plain client
+ * moving the same bytes in the same fragments, in the same run, on the same servers.
  *
- *   npm run bench:sequence
+ *   npm run bench:sequence                          RabbitMQ
+ *   BENCH_TRANSPORT=nats npm run bench:sequence     NATS JetStream
  *
  * This process is the producer; each consumer runs in a process of its own (forked, as plain
  * JavaScript) so that its peak RSS is its own:
@@ -21,6 +22,15 @@
  *   BENCH_MB [180]  BENCH_FRAGMENTS_MIB [8,1]  BENCH_ROUNDS [3]
  *   BENCH_PREFETCH [library default, 16]  BENCH_IN_FLIGHT [library default, 2]   (a and b alike;
  *     b's prefetch is then lowered by the library's prefetchBytes, reported as modulePrefetch)
+ *
+ * BENCH_TRANSPORT=nats [NATS_URL nats://127.0.0.1:4222] runs the same cases on NATS JetStream
+ * (`bench: sequence-nats`, `sequence-nats-500`): (a) is plain @nats-io/jetstream, `js.publish`
+ * awaiting each PubAck with `inFlight` at once, to a work-queue stream of its own, consumed
+ * through a durable pull consumer (`consume()` holding `prefetch`), each message acked; (b) is
+ * the module over NatsTransport. Fragments default to the largest the module makes on that
+ * server (its max_payload, 1 MiB unless configured, less the transport's and the module's header
+ * room): BENCH_FRAGMENTS_MIB and BENCH_500_FRAGMENT_MIB must stay at or under it. There
+ * BENCH_UNSAFE_SOCKET_TRICKS reaches the Redis store only: the NATS transport has no such option.
  *   BENCH_500 [1; 0 skips]  BENCH_500_MB [500]  BENCH_500_FRAGMENT_MIB [8]
  *   BENCH_500_PREFETCH [BENCH_PREFETCH]  BENCH_RSS_SAMPLE_MS [10]  BENCH_RUN_TIMEOUT_S [300]
  *   BENCH_READ_AHEAD [store default, 4]: RedisSequenceStore readAhead, in pieces (b only)
@@ -43,7 +53,6 @@ import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { Logger } from '@nestjs/common';
-import type * as amqp from 'amqplib';
 import type { Redis } from 'ioredis';
 import type { SplitterService } from 'nest-sequence';
 import { BenchChild } from './harness/child-process';
@@ -52,15 +61,10 @@ import { progress } from './harness/log';
 import { nestLogger } from './harness/nest-logger';
 import { buildPlainJs, type PlainJsBuild } from './harness/plain-js-build';
 import { mbPerSecond, MiB, ratiosOf, report, round1, round2, variantOf } from './harness/report';
-import {
-  connectAmqp,
-  connectRedis,
-  deleteKeysWhenDone,
-  newRunId,
-  QueueJanitor,
-} from './harness/resources';
+import { connectRedis, deleteKeysWhenDone, newRunId } from './harness/resources';
 import { roundsOf } from './harness/rounds';
 import {
+  choiceSetting,
   envPairsSetting,
   optionalPositiveInteger,
   positiveInteger,
@@ -72,8 +76,10 @@ import {
   switchSetting,
   textSetting,
 } from './harness/settings';
-import { LIBRARY_DEFAULTS } from './sequence-rabbitmq.internals';
-import { publishRaw, slices, startProducer, streamed } from './sequence-rabbitmq.producer';
+import { NatsBenchBroker } from './sequence-nats.broker';
+import { RabbitMqBenchBroker, type BenchBroker } from './sequence-rabbitmq.brokers';
+import { LIBRARY_DEFAULTS, largestNatsFragmentMiB } from './sequence-rabbitmq.internals';
+import { slices, startProducer, streamed } from './sequence-rabbitmq.producer';
 import type {
   ConsumerConfig,
   ConsumerMode,
@@ -85,17 +91,22 @@ import {
   bigCaseFigures,
   caseFigures,
   phasesOf,
+  RATIO_TARGETS,
   type LineSettings,
 } from './sequence-rabbitmq.summary';
 
 const settings = readSettings(() => {
   const prefetch = positiveInteger('BENCH_PREFETCH', LIBRARY_DEFAULTS.prefetch);
+  const transport = choiceSetting('BENCH_TRANSPORT', ['rabbitmq', 'nats'], 'rabbitmq');
+  // NATS: the largest fragment the module makes on a server of the default max_payload (1 MiB).
+  const fragmentMiB = transport === 'nats' ? String(largestNatsFragmentMiB()) : undefined;
   return {
-    amqpUrl: servers.amqpUrl,
+    transport,
+    url: transport === 'nats' ? servers.natsUrl : servers.amqpUrl,
     redisUrl: servers.redisUrl,
     totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
     /** Empty: no 180 MB cases (e.g. to run the 500 MB case alone). */
-    fragmentsMiB: positiveNumberList('BENCH_FRAGMENTS_MIB', '8,1'),
+    fragmentsMiB: positiveNumberList('BENCH_FRAGMENTS_MIB', fragmentMiB ?? '8,1'),
     rounds: positiveInteger('BENCH_ROUNDS', 3),
     prefetch,
     inFlight: positiveInteger('BENCH_IN_FLIGHT', LIBRARY_DEFAULTS.inFlight),
@@ -103,7 +114,7 @@ const settings = readSettings(() => {
     readAhead: optionalPositiveInteger('BENCH_READ_AHEAD'),
     big: switchSetting('BENCH_500', true),
     bigBytes: Math.round(positiveNumber('BENCH_500_MB', 500) * MiB),
-    bigFragmentMiB: positiveNumber('BENCH_500_FRAGMENT_MIB', 8),
+    bigFragmentMiB: positiveNumber('BENCH_500_FRAGMENT_MIB', Number(fragmentMiB ?? 8)),
     bigPrefetch: positiveInteger('BENCH_500_PREFETCH', prefetch),
     rssSampleMs: positiveNumber('BENCH_RSS_SAMPLE_MS', 10),
     runTimeoutMs: positiveNumber('BENCH_RUN_TIMEOUT_S', 300) * 1000,
@@ -119,9 +130,7 @@ const redisPrefix = `nseq-bench-${runId}`;
 
 /** What every case of one variant shares. */
 interface Variant {
-  admin: amqp.Channel;
-  raw: amqp.ConfirmChannel;
-  queues: QueueJanitor;
+  broker: BenchBroker;
   splitter: SplitterService;
   build: PlainJsBuild;
   runs: RunDriver;
@@ -138,7 +147,8 @@ function startConsumer(
 ): Promise<Consumer> {
   const config: ConsumerConfig = {
     mode,
-    amqpUrl: settings.amqpUrl,
+    transport: settings.transport,
+    url: settings.url,
     queue,
     prefetch: consumerPrefetch,
     redisUrl: settings.redisUrl,
@@ -157,20 +167,19 @@ function startConsumer(
   });
 }
 
-async function assertDrained(variant: Variant, queue: string, what: string): Promise<void> {
-  const { messageCount } = await variant.admin.checkQueue(queue);
-  if (messageCount > 0) throw new Error(`${messageCount} message(s) left in ${queue} (${what})`);
+/** `8MiB`, `1MiB`; a fragment size of NATS's, `0.98MiB`. */
+function caseName(fragmentMiB: number): string {
+  return `${round2(fragmentMiB)}MiB`;
 }
 
 async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): Promise<void> {
   const fragmentBytes = Math.round(fragmentMiB * MiB);
-  const label = `${fragmentMiB}MiB${variant.unsafeSocketTricks ? '-tricks' : ''}`;
-  const rawQueue = variant.queues.track(`${queuePrefix}.${label}.raw`);
-  const moduleQueue = variant.queues.track(
-    `${queuePrefix}.${label}.module`,
-    `${queuePrefix}.${label}.module.dlq`,
-  );
-  await variant.admin.assertQueue(rawQueue, { durable: true });
+  const label = `${caseName(fragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}`;
+  const { broker } = variant;
+  const rawQueue = `${queuePrefix}.${label.replace('.', '_')}.raw`;
+  const moduleQueue = `${queuePrefix}.${label.replace('.', '_')}.module`;
+  await broker.declareRaw(rawQueue);
+  broker.trackModule(moduleQueue);
 
   const [rawConsumer, moduleConsumer] = await Promise.all([
     startConsumer(variant, 'raw', rawQueue, settings.prefetch, `raw ${label}`),
@@ -181,14 +190,14 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
   for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: false })) {
     const tag = round.label;
     const a = await variant.runs.run(rawConsumer, `${label} ${tag} a`, payload.length, () =>
-      publishRaw(variant.raw, rawQueue, slices(payload, fragmentBytes), settings.inFlight),
+      broker.publishRaw(rawQueue, slices(payload, fragmentBytes), settings.inFlight),
     );
-    await assertDrained(variant, rawQueue, 'raw');
+    await broker.assertDrained(rawQueue, 'raw');
     const b = await variant.runs.run(moduleConsumer, `${label} ${tag} b`, payload.length, () =>
       variant.splitter.send(moduleQueue, payload, { fragmentBytes }),
     );
-    await assertDrained(variant, moduleQueue, 'module');
-    await assertDrained(variant, `${moduleQueue}.dlq`, 'module dead letters');
+    await broker.assertDrained(moduleQueue, 'module');
+    await broker.assertDrained(`${moduleQueue}.dlq`, 'module dead letters');
     progress(
       `${label} ${tag}: a ${mbPerSecond(payload.length, a.seconds)} MB/s (rss ${a.hwmRssMiB ?? a.peakRssMiB} MiB), ` +
         `b ${mbPerSecond(payload.length, b.seconds)} MB/s (rss ${b.hwmRssMiB ?? b.peakRssMiB} MiB, ` +
@@ -204,8 +213,8 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
 
   report(
     {
-      bench: 'sequence-rabbitmq',
-      case: `${fragmentMiB}MiB`,
+      bench: broker.bench,
+      case: caseName(fragmentMiB),
       variant: variantOf(variant.unsafeSocketTricks),
       ratio: ratiosOf(
         raw.map((a, i) => ({
@@ -222,17 +231,16 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
       module,
       idleRssMiB: { raw: rawConsumer.ready.idleRssMiB, module: moduleConsumer.ready.idleRssMiB },
       modulePrefetch: moduleConsumer.ready.prefetch,
+      ratioTarget: RATIO_TARGETS[broker.transport],
     }),
   );
 }
 
 async function runBigCase(variant: Variant): Promise<void> {
   const fragmentBytes = Math.round(settings.bigFragmentMiB * MiB);
-  const label = `big-${settings.bigFragmentMiB}MiB${variant.unsafeSocketTricks ? '-tricks' : ''}`;
-  const queue = variant.queues.track(
-    `${queuePrefix}.${label}.module`,
-    `${queuePrefix}.${label}.module.dlq`,
-  );
+  const label = `big-${caseName(settings.bigFragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}`;
+  const queue = `${queuePrefix}.${label.replace('.', '_')}.module`;
+  variant.broker.trackModule(queue);
   const consumer = await startConsumer(
     variant,
     'module',
@@ -244,12 +252,12 @@ async function runBigCase(variant: Variant): Promise<void> {
   const b = await variant.runs.run(consumer, `${label} b`, settings.bigBytes, () =>
     variant.splitter.send(queue, streamed(settings.bigBytes, block), { fragmentBytes }),
   );
-  await assertDrained(variant, queue, 'module');
-  await assertDrained(variant, `${queue}.dlq`, 'module dead letters');
+  await variant.broker.assertDrained(queue, 'module');
+  await variant.broker.assertDrained(`${queue}.dlq`, 'module dead letters');
   await consumer.stop();
   report(
     {
-      bench: 'sequence-rabbitmq-500',
+      bench: `${variant.broker.bench}-500`,
       case: `streamed-${settings.bigBytes / MiB}MiB`,
       variant: variantOf(variant.unsafeSocketTricks),
       ratio: null,
@@ -313,7 +321,7 @@ async function checkRedis(redis: Redis): Promise<void> {
 async function main(): Promise<void> {
   Logger.overrideLogger(nestLogger('producer'));
   progress(
-    `run ${runId}: ${cpus().length} cores, node ${process.version}; ${settings.totalBytes / MiB} MiB in ` +
+    `run ${runId} on ${settings.transport}: ${cpus().length} cores, node ${process.version}; ${settings.totalBytes / MiB} MiB in ` +
       `${settings.fragmentsMiB.join(', ')} MiB fragments, ${settings.rounds} rounds + 1 warm-up; ` +
       `prefetch ${settings.prefetch}, inFlight ${settings.inFlight}`,
   );
@@ -323,25 +331,22 @@ async function main(): Promise<void> {
   const redis = connectRedis(settings.redisUrl);
   await checkRedis(redis);
 
-  const connection = await connectAmqp(settings.amqpUrl);
-  const queues = new QueueJanitor(settings.amqpUrl, `${queuePrefix}.*`);
-  const admin = await connection.createChannel();
-  const raw = await connection.createConfirmChannel();
-  for (const channel of [admin, raw]) {
-    // A channel the broker closes fails its pending calls; without a listener it would also throw.
-    channel.on('error', (error: Error) => progress(`amqplib channel: ${error.message}`));
-  }
+  const broker =
+    settings.transport === 'nats'
+      ? await NatsBenchBroker.connect(settings.url)
+      : await RabbitMqBenchBroker.connect(settings.url, queuePrefix);
 
   const payload = randomBytes(settings.totalBytes);
   for (const unsafeSocketTricks of settings.socketTricks) {
-    const producer = await startProducer(settings.amqpUrl, settings.inFlight, unsafeSocketTricks);
+    const producer = await startProducer(
+      () => broker.connectTransport(unsafeSocketTricks),
+      settings.inFlight,
+    );
     const variant: Variant = {
-      admin,
-      raw,
-      queues,
+      broker,
       splitter: producer.splitter,
       build,
-      runs: new RunDriver(redis, settings.runTimeoutMs),
+      runs: new RunDriver(redis, settings.runTimeoutMs, broker.server),
       unsafeSocketTricks,
     };
     for (const fragmentMiB of settings.fragmentsMiB) await runCase(variant, payload, fragmentMiB);

@@ -4,8 +4,9 @@
  * argument is a JSON {@link ConsumerConfig}; it talks to the producer over IPC ({@link ToConsumer},
  * {@link FromConsumer}, harness/child-main.ts).
  *
- * - raw (a): plain amqplib, `prefetch`, manual ack; counts bytes until the run's total arrived.
- *   Nothing else is loaded (no Nest, no library), as a plain consumer would be.
+ * - raw (a): plain amqplib, `prefetch`, manual ack (on NATS: sequence-nats.raw-consumer.ts);
+ *   counts bytes until the run's total arrived. Nothing else is loaded (no Nest, no library), as
+ *   a plain consumer would be.
  * - module (b): see sequence-rabbitmq.module-consumer.ts, loaded only in that mode.
  */
 import * as amqp from 'amqplib';
@@ -62,8 +63,24 @@ export interface Consumer {
   stop(): Promise<void>;
 }
 
+/** A raw consumer took `bytes`: the run is done once its total arrived. */
+function receivedRaw(bytes: number): void {
+  const current = run;
+  if (!current) throw new Error('a message arrived outside a run');
+  current.received += bytes;
+  if (!current.doneSent && current.received >= current.bytes) {
+    current.done(current.received);
+    current.settle();
+  }
+}
+
 async function startRaw(): Promise<Consumer> {
-  const connection = await amqp.connect(config.amqpUrl);
+  if (config.transport === 'nats') {
+    const { startRawNatsConsumer } = await import('./sequence-nats.raw-consumer');
+    const nats = await startRawNatsConsumer(config.url, config.queue, config.prefetch, receivedRaw);
+    return { prefetch: config.prefetch, arm: () => undefined, stop: () => nats.stop() };
+  }
+  const connection = await amqp.connect(config.url);
   const channel = await connection.createChannel();
   await channel.checkQueue(config.queue);
   await channel.prefetch(config.prefetch);
@@ -72,13 +89,7 @@ async function startRaw(): Promise<Consumer> {
     (message) => {
       if (!message) return;
       channel.ack(message);
-      const current = run;
-      if (!current) throw new Error('a message arrived outside a run');
-      current.received += message.content.length;
-      if (!current.doneSent && current.received >= current.bytes) {
-        current.done(current.received);
-        current.settle();
-      }
+      receivedRaw(message.content.length);
     },
     { noAck: false },
   );

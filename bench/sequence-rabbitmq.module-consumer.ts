@@ -1,6 +1,6 @@
 /**
- * The module consumer (b) of the RabbitMQ benchmark: SequenceModule over RabbitMqTransport and
- * RedisSequenceStore, a @SequencedHandler reading payload.stream() to the end. Loaded by
+ * The module consumer (b) of bench:sequence: SequenceModule over RabbitMqTransport (or
+ * NatsTransport) and RedisSequenceStore, a @SequencedHandler reading payload.stream() to the end. Loaded by
  * sequence-rabbitmq.consumer.ts in module mode only.
  *
  * The store is wrapped to time accept, the reads and finish, the Redis client to count commands
@@ -18,6 +18,7 @@ import {
   type Transport,
 } from 'nest-sequence';
 import type { MessageHandler, SubscribeOptions, Subscription } from 'nest-sequence/ports';
+import { NatsTransport } from 'nest-sequence/nats';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { nestLogger } from './harness/nest-logger';
@@ -26,7 +27,7 @@ import type { ConsumerConfig } from './sequence-rabbitmq.protocol';
 import { TracedStore, TraceRecorder, traceRedisCommands } from './sequence-rabbitmq.traced-store';
 
 /**
- * A transport that hands every call to the RabbitMQ one, keeping its name, and notes the prefetch
+ * A transport that hands every call to the broker's, keeping its name, and notes the prefetch
  * of each subscription: the prefetch the library chose for the handler's consumer.
  */
 class PrefetchNotingTransport implements Transport {
@@ -66,11 +67,14 @@ export async function startModuleConsumer(
   currentRun: () => Run | undefined,
 ): Promise<Consumer> {
   Logger.overrideLogger(nestLogger('consumer'));
-  const rabbitmq = await RabbitMqTransport.connect(config.amqpUrl, {
-    prefetch: config.prefetch,
-    unsafeSocketTricks: config.unsafeSocketTricks,
-  });
-  const transport = new PrefetchNotingTransport(rabbitmq);
+  const broker =
+    config.transport === 'nats'
+      ? await NatsTransport.connect({ servers: config.url }, { prefetch: config.prefetch })
+      : await RabbitMqTransport.connect(config.url, {
+          prefetch: config.prefetch,
+          unsafeSocketTricks: config.unsafeSocketTricks,
+        });
+  const transport = new PrefetchNotingTransport(broker);
   const client = new Redis(config.redisUrl);
   const store = new RedisSequenceStore(client, {
     prefix: config.redisPrefix,
@@ -123,7 +127,7 @@ export async function startModuleConsumer(
     arm: () => recorder.reset(),
     stop: async () => {
       await app.close();
-      await rabbitmq.close();
+      await broker.close();
       await store.close();
       await client.quit().catch(() => client.disconnect());
     },

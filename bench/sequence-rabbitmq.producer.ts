@@ -1,13 +1,13 @@
 /**
- * The producer side of the RabbitMQ benchmark, in the benchmark process: (a) plain amqplib on a
- * confirm channel, (b) SplitterService over a RabbitMqTransport of its own; and the payloads.
+ * The producer side of bench:sequence, in the benchmark process: (a) plain amqplib on a confirm
+ * channel (on NATS: sequence-nats.broker.ts), (b) SplitterService over a transport of its own;
+ * and the payloads.
  */
 import { once } from 'node:events';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type * as amqp from 'amqplib';
-import { SequenceModule, SplitterService } from 'nest-sequence';
-import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { SequenceModule, SplitterService, type Transport } from 'nest-sequence';
 import { onCleanup } from './harness/cleanup';
 import { nestLogger } from './harness/nest-logger';
 
@@ -63,11 +63,10 @@ export interface Producer {
 
 /** (b): the producer's app, SplitterService over a transport of its own; closed at the latest at the end. */
 export async function startProducer(
-  amqpUrl: string,
+  connectTransport: () => Promise<Transport>,
   inFlight: number,
-  unsafeSocketTricks: boolean,
 ): Promise<Producer> {
-  const transport = await RabbitMqTransport.connect(amqpUrl, { unsafeSocketTricks });
+  const transport = await connectTransport();
   const closeTransport = onCleanup('close the producer transport', () => transport.close());
   @Module({
     imports: [

@@ -7,13 +7,22 @@
 import type { ChildReady } from './harness/child-protocol';
 import type { EpochMs, PeakReading } from './harness/measure';
 
-/** How a consumer process consumes: plain amqplib (a), or the module with the Redis store (b). */
+/**
+ * How a consumer process consumes: the broker's plain client (a), or the module with the Redis
+ * store (b).
+ */
 export type ConsumerMode = 'raw' | 'module';
+
+/** The broker a run goes through (`BENCH_TRANSPORT`). */
+export type BenchTransport = 'rabbitmq' | 'nats';
 
 /** Passed to a consumer process as its only argument, JSON-encoded. */
 export interface ConsumerConfig {
   readonly mode: ConsumerMode;
-  readonly amqpUrl: string;
+  readonly transport: BenchTransport;
+  /** The broker's URL. */
+  readonly url: string;
+  /** The queue (RabbitMQ) or subject (NATS) to consume. */
   readonly queue: string;
   readonly prefetch: number;
   /** module mode only */
@@ -22,7 +31,7 @@ export interface ConsumerConfig {
   readonly redisPrefix: string;
   /** module mode only: the store's `readAhead` (pieces); undefined keeps the store's default */
   readonly readAhead?: number;
-  /** module mode only: the transport's and the store's `unsafeSocketTricks` */
+  /** module mode only: the transport's (RabbitMQ) and the store's `unsafeSocketTricks` */
   readonly unsafeSocketTricks: boolean;
   /** How often the consumer samples its RSS. */
   readonly rssSampleMs: number;

@@ -1,11 +1,12 @@
 /**
- * One run of the RabbitMQ benchmark, driven from the producer: arm the consumer, publish, stop
- * the clock when the consumer has every byte, wait for it to settle, and put the run's figures
- * together with the CPU the producer, RabbitMQ, Redis and the machine spent meanwhile.
+ * One run of bench:sequence, driven from the producer: arm the consumer, publish, stop the clock
+ * when the consumer has every byte, wait for it to settle, and put the run's figures together
+ * with the CPU the producer, the broker (RabbitMQ or NATS), Redis and the machine spent
+ * meanwhile.
  */
 import type { Redis } from 'ioredis';
 import type { BenchChild } from './harness/child-process';
-import { CpuMeter, type CpuReading } from './harness/cpu';
+import { CpuMeter, type CpuReading, type ServerName } from './harness/cpu';
 import { epochMs } from './harness/measure';
 import { round2 } from './harness/report';
 import type { FromConsumer, ModuleTrace, ToConsumer } from './sequence-rabbitmq.protocol';
@@ -41,7 +42,7 @@ export interface RunFigures {
   /** At the sampled peak: ms since t0, V8 heap used, Buffer (ArrayBuffer) memory. */
   peak: { atMs?: number; heapMiB?: number; heapTotalMiB?: number; buffersMiB?: number };
   /** CPU seconds each process used during the run. */
-  cpu: { producer: number; consumer: number; rabbitmq?: number; redis: number };
+  cpu: { producer: number; consumer: number; rabbitmq?: number; nats?: number; redis: number };
   /** Cores busy on the whole machine during the run, other tenants included (2 = saturated). */
   machineBusyCores?: number;
   /** Redis server time by command during the run (the server is shared: other clients count). */
@@ -51,12 +52,16 @@ export interface RunFigures {
 }
 
 export class RunDriver {
-  private readonly cpu = new CpuMeter(['rabbitmq']);
+  private readonly cpu: CpuMeter;
 
   constructor(
     private readonly redis: Redis,
     private readonly timeoutMs: number,
-  ) {}
+    /** The broker's server process. */
+    private readonly broker: Extract<ServerName, 'rabbitmq' | 'nats'> = 'rabbitmq',
+  ) {
+    this.cpu = new CpuMeter([broker]);
+  }
 
   private async snapshot(): Promise<Snapshot> {
     return { cpu: this.cpu.read(), redis: await redisCounters(this.redis) };
@@ -94,7 +99,7 @@ export class RunDriver {
       if (delta >= 1000) redisServerMs[command] = Math.round(delta / 100) / 10;
     }
     const spent = CpuMeter.spent(before.cpu, after.cpu);
-    const rabbitmq = spent.servers.rabbitmq;
+    const broker = spent.servers[this.broker];
     return {
       seconds: (finished.receivedAt - t0) / 1000,
       publishSeconds: (publishedAt - t0) / 1000,
@@ -109,7 +114,7 @@ export class RunDriver {
       cpu: {
         producer: round2(spent.own),
         consumer: settled.cpuSeconds,
-        rabbitmq: rabbitmq === undefined ? undefined : round2(rabbitmq),
+        [this.broker]: broker === undefined ? undefined : round2(broker),
         redis: round2(after.redis.cpuSeconds - before.redis.cpuSeconds),
       },
       machineBusyCores:

@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
+import { SequenceModule, type SequenceModuleOptions, type Transport } from 'nest-sequence';
 import { MAX_SEQUENCE_BYTES, readDemoEnvironment } from './demo.environment';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
@@ -21,6 +21,15 @@ import { TransfersModule } from './transfers/transfers.module';
  */
 const FRAGMENT_BYTES = 8 * 1024 * 1024;
 
+/**
+ * {@link FRAGMENT_BYTES} on a transport that takes twice that (RabbitMQ, the in-memory one);
+ * otherwise (NATS: its server's `max_payload`, 1 MiB by default) undefined, so that the module
+ * derives the fragment size from the transport's `maxMessageBytes`.
+ */
+function fragmentBytesFor(transport?: Transport): number | undefined {
+  return !transport || transport.maxMessageBytes >= 2 * FRAGMENT_BYTES ? FRAGMENT_BYTES : undefined;
+}
+
 /** The module's options: the adapters the environment chooses, and the demo's settings. */
 function demoSequenceOptions(
   adapters: DemoAdapters,
@@ -32,7 +41,10 @@ function demoSequenceOptions(
     metrics: { registry },
     transport: adapters.transport,
     stores: adapters.stores,
-    sequence: { fragmentBytes: FRAGMENT_BYTES, maxSequenceBytes: MAX_SEQUENCE_BYTES },
+    sequence: {
+      fragmentBytes: fragmentBytesFor(adapters.transport),
+      maxSequenceBytes: MAX_SEQUENCE_BYTES,
+    },
     claimCheck: {
       store: adapters.payloadStore,
       sequenceMaxBytes: claimCheckAboveBytes,

@@ -123,10 +123,11 @@ export function exitOnError(error: unknown): never {
 
 /** Producer and consumer run as separate processes: they only meet through a real broker. */
 export function requireBroker(command: string): void {
-  if (process.env.AMQP_URL) return;
+  if (process.env.AMQP_URL || process.env.NATS_URL) return;
   console.error(
-    `${command} talks to the other side through RabbitMQ: set AMQP_URL ` +
-      `(e.g. AMQP_URL=amqp://guest:guest@localhost:5672), and REDIS_URL for a shared store. ` +
+    `${command} talks to the other side through a broker: set AMQP_URL for RabbitMQ ` +
+      `(e.g. AMQP_URL=amqp://guest:guest@localhost:5672) or NATS_URL for NATS JetStream ` +
+      `(e.g. NATS_URL=nats://localhost:4222), and REDIS_URL for a shared store. ` +
       `To run both sides in one process without servers, use npm start.`,
   );
   process.exit(USAGE_ERROR);

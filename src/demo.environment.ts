@@ -7,8 +7,18 @@ const MiB = 1024 * 1024;
 /** Ticket secrets shorter than an HMAC-SHA256 output are refused (as the library does). */
 const MIN_KEY_BYTES = 32;
 
-/** What the demo reads from the environment besides its adapters (see infrastructure.ts). */
+/** The broker the environment names: `AMQP_URL` for RabbitMQ, `NATS_URL` for NATS JetStream. */
+export type DemoBroker =
+  | { readonly kind: 'rabbitmq'; readonly url: string }
+  | { readonly kind: 'nats'; readonly url: string };
+
+/** What the demo reads from the environment besides its stores (see infrastructure.ts). */
 export interface DemoEnvironment {
+  /**
+   * `AMQP_URL` or `NATS_URL` (not both): the broker the demo's transport talks to. Unset: the
+   * in-memory transport, both roles in one process.
+   */
+  readonly broker?: DemoBroker;
   /**
    * `CLAIM_CHECK_ABOVE_BYTES`: studies above this size are parked in the payload store and travel
    * as a signed ticket; up to it, as a Message Sequence (or inline, up to 256 KiB).
@@ -44,6 +54,19 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
     variables.push(variable);
     problems.push(`${variable} ${text}`);
   };
+
+  let broker: DemoBroker | undefined;
+  if (env.AMQP_URL && env.NATS_URL) {
+    variables.push('AMQP_URL', 'NATS_URL');
+    problems.push(
+      'AMQP_URL and NATS_URL are both set; the demo runs on one broker: unset NATS_URL to use ' +
+        'RabbitMQ, or AMQP_URL to use NATS JetStream',
+    );
+  } else if (env.AMQP_URL) {
+    broker = { kind: 'rabbitmq', url: env.AMQP_URL };
+  } else if (env.NATS_URL) {
+    broker = { kind: 'nats', url: env.NATS_URL };
+  }
 
   let claimCheckAboveBytes = DEFAULT_CLAIM_CHECK_ABOVE_BYTES;
   const above = env.CLAIM_CHECK_ABOVE_BYTES;
@@ -94,7 +117,7 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
   }
 
   if (problems.length > 0) throw new DemoEnvironmentError(variables, problems);
-  return { claimCheckAboveBytes, signingKeys, studyBytes };
+  return { broker, claimCheckAboveBytes, signingKeys, studyBytes };
 }
 
 /**

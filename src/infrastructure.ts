@@ -1,10 +1,12 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Registry } from 'prom-client';
 import { FilesystemPayloadStore, type PayloadStore, type Transport } from 'nest-sequence';
+import { NatsTransport } from 'nest-sequence/nats';
 import type { StoreSet } from 'nest-sequence/ports';
 import { postgres } from 'nest-sequence/postgres';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { redis } from 'nest-sequence/redis';
+import { readDemoEnvironment, type DemoBroker } from './demo.environment';
 
 /** The adapters the environment asks for; what is left out runs on the embedded default. */
 export interface DemoAdapters {
@@ -31,7 +33,7 @@ export const DEMO_ADAPTERS = Symbol('demo:adapters');
 export const DEMO_METRICS = Symbol('demo:metrics');
 
 /**
- * - `AMQP_URL` set: RabbitMQ transport.
+ * - `AMQP_URL` set: RabbitMQ transport; `NATS_URL` set: NATS JetStream transport (not both).
  * - `REDIS_URL` set: every Redis store over one connection (`redis()`): sequences, resequencing,
  *   claims and, unless `PAYLOAD_DIR` is set, parked studies, all under the key prefix
  *   `SEQUENCE_REDIS_PREFIX` (default `nseq`), so that several consumer instances share them.
@@ -47,7 +49,8 @@ export async function adaptersFromEnvironment(env = process.env): Promise<DemoAd
   if (env.DATABASE_URL) {
     stores.push(postgres(env.DATABASE_URL, { tablePrefix: outboxTablePrefix(env) }));
   }
-  const transport = env.AMQP_URL ? await RabbitMqTransport.connect(env.AMQP_URL) : undefined;
+  const { broker } = readDemoEnvironment(env);
+  const transport = broker && (await connectBroker(broker));
   const payloadStore = env.PAYLOAD_DIR
     ? new FilesystemPayloadStore({ root: env.PAYLOAD_DIR })
     : undefined;
@@ -60,6 +63,15 @@ export async function adaptersFromEnvironment(env = process.env): Promise<DemoAd
     );
   }
   return { transport, stores, payloadStore };
+}
+
+function connectBroker(broker: DemoBroker): Promise<Transport> {
+  switch (broker.kind) {
+    case 'rabbitmq':
+      return RabbitMqTransport.connect(broker.url);
+    case 'nats':
+      return NatsTransport.connect({ servers: broker.url });
+  }
 }
 
 /**

@@ -14,7 +14,7 @@ const RECEIVED = { sequence: 'reassembled', ticket: 'claimed', inline: 'received
 /**
  * `npm start`: both roles in one process. Sends one synthetic study (as a Message Sequence, or
  * through the claim check above CLAIM_CHECK_ABOVE_BYTES) and waits for the AI service's report; on
- * RabbitMQ and Redis when AMQP_URL and REDIS_URL are set.
+ * RabbitMQ (AMQP_URL) or NATS JetStream (NATS_URL), and Redis (REDIS_URL), when they are set.
  */
 async function main(): Promise<number> {
   const app = await createDemoApp(AppModule);

@@ -15,7 +15,8 @@ const USAGE = 'usage: npm run demo:producer -- --bytes N   (N: study size in byt
 
 /**
  * `npm run demo:producer -- --bytes N`: sends one synthetic study of N bytes to
- * `imaging.ai.intake` (in fragments of at most 8 MiB, or above CLAIM_CHECK_ABOVE_BYTES parked in
+ * `imaging.ai.intake` (in fragments of at most 8 MiB, or on NATS of what its max_payload allows;
+ * or above CLAIM_CHECK_ABOVE_BYTES parked in
  * the payload store behind a signed ticket), prints the receipt as JSON and exits.
  */
 async function main(): Promise<number> {

@@ -16,6 +16,7 @@ const MiB = 1024 * 1024;
 /** The embedded defaults, whatever the environment of the test run says. */
 const NO_SERVERS = {
   AMQP_URL: undefined,
+  NATS_URL: undefined,
   REDIS_URL: undefined,
   PAYLOAD_DIR: undefined,
   CLAIM_CHECK_ABOVE_BYTES: undefined,
@@ -143,6 +144,30 @@ describe('imaging demo on the embedded defaults', () => {
       'STUDY_BYTES must be a whole number of bytes, at least 8, got "abc"',
     );
   });
+
+  it.each([
+    ['npm start', 'npm', ['start']],
+    ['demo:consumer', ...npmScript('demo:consumer')],
+    ['demo:transfers', ...npmScript('demo:transfers')],
+  ] as const)(
+    '%s refuses AMQP_URL and NATS_URL set together, naming both',
+    async (_name, command, args) => {
+      // Checked before connecting: nothing listens on port 1.
+      const exit = await run(command, [...args], {
+        ...NO_SERVERS,
+        AMQP_URL: 'amqp://guest:guest@127.0.0.1:1',
+        NATS_URL: 'nats://127.0.0.1:1',
+        CLAIM_CHECK_KEY: 'k'.repeat(32),
+      });
+
+      expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({
+        code: 2,
+        stderr: expect.stringContaining(
+          'AMQP_URL and NATS_URL are both set; the demo runs on one broker',
+        ),
+      });
+    },
+  );
 
   it.each([8, 9, 15, 16, 512 * 1024 + 3, 3 * 512 * 1024 + 7])(
     'the synthetic study of %i bytes has exactly that many, in whole records',

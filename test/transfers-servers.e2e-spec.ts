@@ -1,134 +1,123 @@
 import { randomUUID } from 'node:crypto';
-import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
-import { amqpConnection } from '../libs/sequence/test/support/rabbitmq.fixture';
 import { redisClient } from '../libs/sequence/test/support/redis.fixture';
 import type { TransferView, TransfersSummary } from '../src/transfers/transfer-status.projection';
 import { transferChannels } from '../src/transfers/transfer-status.channels';
-import { npmScript, start, type RunningProcess } from './support/demo-process';
+import { DEMO_BROKERS } from './support/demo-broker';
+import {
+  killIfRunning,
+  npmScript,
+  start,
+  terminate,
+  type RunningProcess,
+} from './support/demo-process';
 
 const TRANSFERS = 100;
 
-describeWithServer('rabbitmq', 'transfers demo on RabbitMQ', () => {
-  describeWithServer('redis', 'and Redis', () => {
-    // Queues and keys of this run only: nothing it leaves can meet another run's.
-    const prefix = `transfers-e2e-${randomUUID().slice(0, 8)}`;
-    const channels = transferChannels(`${prefix}.`);
-    const queues = [channels.shuffled, channels.ordered].flatMap((queue) => [
-      queue,
-      `${queue}.dlq`,
-      `${queue}.dlq.dlq`,
-    ]);
-    const env = {
-      AMQP_URL: SERVERS.rabbitmq.url,
-      REDIS_URL: SERVERS.redis.url,
-      SEQUENCE_REDIS_PREFIX: prefix,
-      TRANSFERS_CHANNEL_PREFIX: `${prefix}.`,
-      TRANSFERS: String(TRANSFERS),
-      TRANSFER_GAP_TIMEOUT_MS: '1000',
-      PORT: '0',
-      SERVE: '1',
-      PAYLOAD_DIR: undefined,
-      CLAIM_CHECK_ABOVE_BYTES: undefined,
-      CLAIM_CHECK_KEY: undefined,
-    };
-    let connection: amqplib.ChannelModel;
-    let redis: Redis;
-    let demo: RunningProcess | undefined;
-
-    async function cleanUp(): Promise<void> {
-      const admin = await connection.createChannel();
-      for (const queue of queues) await admin.deleteQueue(queue);
-      await admin.close();
-      const keys = await redis.keys(`${prefix}:*`);
-      if (keys.length > 0) await redis.del(...keys);
-    }
-
-    beforeAll(async () => {
-      connection = await amqpConnection();
-      connection.on('error', () => undefined);
-      redis = redisClient();
-      await cleanUp();
-    });
-
-    afterEach(async () => {
-      if (demo && demo.child.exitCode === null && demo.child.signalCode === null) {
-        demo.child.kill('SIGKILL');
-        await demo.exited;
-      }
-      demo = undefined;
-    });
-
-    afterAll(async () => {
-      await cleanUp();
-      await connection.close();
-      redis.disconnect();
-    });
-
-    it('settles every transfer in order through RabbitMQ and the Redis store, alerts on the broken one, serves its API, and stops on SIGTERM', async () => {
-      demo = start(...npmScript('demo:transfers'), env);
-      await demo.waitForOutput('all checks passed', 50_000);
-      const port = /transfers API on http:\/\/localhost:(\d+)\//.exec(demo.output().stdout)?.[1];
-      const get = async (path: string) => {
-        const response = await fetch(`http://127.0.0.1:${port}${path}`);
-        return { status: response.status, body: await response.json() };
+for (const broker of DEMO_BROKERS) {
+  describeWithServer(broker.server, `transfers demo ${broker.label}`, () => {
+    describeWithServer('redis', 'and Redis', () => {
+      // Queues and keys of this run only: nothing it leaves can meet another run's.
+      const prefix = `transfers-e2e-${randomUUID().slice(0, 8)}`;
+      const channels = transferChannels(`${prefix}.`);
+      const env = {
+        ...broker.env,
+        REDIS_URL: SERVERS.redis.url,
+        SEQUENCE_REDIS_PREFIX: prefix,
+        TRANSFERS_CHANNEL_PREFIX: `${prefix}.`,
+        TRANSFERS: String(TRANSFERS),
+        TRANSFER_GAP_TIMEOUT_MS: '1000',
+        PORT: '0',
+        SERVE: '1',
+        PAYLOAD_DIR: undefined,
+        CLAIM_CHECK_ABOVE_BYTES: undefined,
+        CLAIM_CHECK_KEY: undefined,
       };
+      let redis: Redis;
+      let demo: RunningProcess | undefined;
 
-      expect(demo.output().stdout).toContain(
-        'on the rabbitmq transport and the redis resequencer store',
-      );
-      const summary = (await get('/transfers')).body as TransfersSummary;
-      expect(summary).toMatchObject({
-        transfers: TRANSFERS,
-        byStatus: { initiated: 1, processing: 0, settled: TRANSFERS - 1 },
-        regressionsRefused: 0,
-        gapAlerts: 1,
-        gaps: [{ id: expect.any(String), expected: 2 }],
-      });
-      const brokenId = summary.gaps[0].id;
-      expect(await get(`/transfers/${brokenId}/status`)).toEqual({
-        status: 200,
-        body: {
-          id: brokenId,
-          status: 'initiated',
-          seq: 1,
-          gap: { expected: 2, since: summary.gaps[0].since },
-        } satisfies TransferView,
-      });
-      expect(await get('/transfers/E00000000000000000000NOSUCHID00/status')).toMatchObject({
-        status: 404,
+      async function cleanUp(): Promise<void> {
+        await broker.deleteChannels([channels.shuffled, channels.ordered]);
+        const keys = await redis.keys(`${prefix}:*`);
+        if (keys.length > 0) await redis.del(...keys);
+      }
+
+      beforeAll(async () => {
+        await broker.open();
+        redis = redisClient();
+        await cleanUp();
       });
 
-      // The broken transfer's state is in Redis, where any instance would find it: waiting for
-      // 2, holding 3.
-      const store = new RedisResequencerStore(redis, { prefix });
-      await expect(store.inspect({ scope: channels.shuffled, key: brokenId }, 1)).resolves.toEqual(
-        expect.objectContaining({ next: 2, buffered: [3], handOff: 0 }),
-      );
-
-      // The alert is also recorded on the shuffled channel's dead-letter queue; nothing is left
-      // unconsumed on the ordered one.
-      const channel = await connection.createChannel();
-      const record = await channel.get(`${channels.shuffled}.dlq`, { noAck: true });
-      expect(record && record.properties.headers?.['x-death-reason']).toMatch(
-        /^resequencer-gap-alert/,
-      );
-      expect(record && JSON.parse(record.content.toString('utf8'))).toMatchObject({
-        type: 'alert',
-        key: brokenId,
-        expected: 2,
+      afterEach(async () => {
+        await killIfRunning(demo);
+        demo = undefined;
       });
-      expect(await channel.checkQueue(channels.ordered)).toMatchObject({ messageCount: 0 });
-      await channel.close();
 
-      demo.child.kill('SIGTERM');
-      const stopped = await demo.exited;
-      expect({ code: stopped.code, signal: stopped.signal, stderr: stopped.stderr }).toMatchObject({
-        code: 0,
-        signal: null,
+      afterAll(async () => {
+        await cleanUp();
+        await broker.close();
+        redis.disconnect();
+      });
+
+      it(`settles every transfer in order through ${broker.transportName} and the Redis store, alerts on the broken one, serves its API, and stops on SIGTERM`, async () => {
+        demo = start(...npmScript('demo:transfers'), env);
+        await demo.waitForOutput('all checks passed', 50_000);
+        const port = /transfers API on http:\/\/localhost:(\d+)\//.exec(demo.output().stdout)?.[1];
+        const get = async (path: string) => {
+          const response = await fetch(`http://127.0.0.1:${port}${path}`);
+          return { status: response.status, body: await response.json() };
+        };
+
+        expect(demo.output().stdout).toContain(
+          `on the ${broker.transportName} transport and the redis resequencer store`,
+        );
+        const summary = (await get('/transfers')).body as TransfersSummary;
+        expect(summary).toMatchObject({
+          transfers: TRANSFERS,
+          byStatus: { initiated: 1, processing: 0, settled: TRANSFERS - 1 },
+          regressionsRefused: 0,
+          gapAlerts: 1,
+          gaps: [{ id: expect.any(String), expected: 2 }],
+        });
+        const brokenId = summary.gaps[0].id;
+        expect(await get(`/transfers/${brokenId}/status`)).toEqual({
+          status: 200,
+          body: {
+            id: brokenId,
+            status: 'initiated',
+            seq: 1,
+            gap: { expected: 2, since: summary.gaps[0].since },
+          } satisfies TransferView,
+        });
+        expect(await get('/transfers/E00000000000000000000NOSUCHID00/status')).toMatchObject({
+          status: 404,
+        });
+
+        // The broken transfer's state is in Redis, where any instance would find it: waiting for
+        // 2, holding 3.
+        const store = new RedisResequencerStore(redis, { prefix });
+        await expect(
+          store.inspect({ scope: channels.shuffled, key: brokenId }, 1),
+        ).resolves.toEqual(expect.objectContaining({ next: 2, buffered: [3], handOff: 0 }));
+
+        // The alert is also recorded on the shuffled channel's dead-letter channel; nothing is left
+        // unconsumed on the ordered one.
+        const record = await broker.nextMessage(`${channels.shuffled}.dlq`, 10_000);
+        expect(record.headers['x-death-reason']).toMatch(/^resequencer-gap-alert/);
+        expect(JSON.parse(record.body.toString('utf8'))).toMatchObject({
+          type: 'alert',
+          key: brokenId,
+          expected: 2,
+        });
+        expect(await broker.pending(channels.ordered)).toBe(0);
+
+        expect(await terminate(demo)).toMatchObject({
+          code: 0,
+          signal: null,
+        });
       });
     });
   });
-});
+}

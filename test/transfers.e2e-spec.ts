@@ -18,6 +18,7 @@ import { listenEmbedded } from './support/embedded-app';
 /** The embedded defaults, whatever the environment of the test run says. */
 const NO_SERVERS = {
   AMQP_URL: undefined,
+  NATS_URL: undefined,
   REDIS_URL: undefined,
   PAYLOAD_DIR: undefined,
   CLAIM_CHECK_ABOVE_BYTES: undefined,

@@ -87,15 +87,16 @@ export function machineCpuSeconds(): number | undefined {
 }
 
 /**
- * The servers a {@link CpuMeter} can follow. RabbitMQ and Redis are one process each (the busiest
+ * The servers a {@link CpuMeter} can follow. RabbitMQ, NATS and Redis are one process each (the busiest
  * of that name when the meter is made); PostgreSQL is every process of its name (the postmaster,
  * its workers, one backend per connection: backends that start while measured count from zero,
  * those that end are missing).
  */
-export type ServerName = 'rabbitmq' | 'redis' | 'postgres';
+export type ServerName = 'rabbitmq' | 'nats' | 'redis' | 'postgres';
 
 const PROCESS_NAMES: Record<ServerName, { comm: string; every: boolean }> = {
   rabbitmq: { comm: 'beam.smp', every: false },
+  nats: { comm: 'nats-server', every: false },
   redis: { comm: 'redis-server', every: false },
   postgres: { comm: 'postgres', every: true },
 };

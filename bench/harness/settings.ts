@@ -144,6 +144,9 @@ export const servers = {
   get redisUrl(): string {
     return textSetting('REDIS_URL') ?? 'redis://127.0.0.1:6379';
   },
+  get natsUrl(): string {
+    return textSetting('NATS_URL') ?? 'nats://127.0.0.1:4222';
+  },
   get databaseUrl(): string {
     return textSetting('DATABASE_URL') ?? 'postgres://postgres:postgres@127.0.0.1:5432/test';
   },

@@ -69,3 +69,20 @@ export function npmScript(name: string, ...extraArgs: string[]): [string, string
   const [binary, ...args] = manifest.scripts[name].split(' ');
   return [resolve(ROOT, 'node_modules/.bin', binary), [...args, ...extraArgs]];
 }
+
+/** Kills it (SIGKILL) if it is still running, and waits until it has exited: after a test. */
+export async function killIfRunning(running: RunningProcess | undefined): Promise<void> {
+  if (running && running.child.exitCode === null && running.child.signalCode === null) {
+    running.child.kill('SIGKILL');
+    await running.exited;
+  }
+}
+
+/** Sends SIGTERM and resolves to how it ended: its exit code, signal and stderr. */
+export async function terminate(
+  running: RunningProcess,
+): Promise<Pick<Exit, 'code' | 'signal' | 'stderr'>> {
+  running.child.kill('SIGTERM');
+  const { code, signal, stderr } = await running.exited;
+  return { code, signal, stderr };
+}
