@@ -22,7 +22,7 @@ import { TransfersModule } from './transfers/transfers.module';
 const FRAGMENT_BYTES = 8 * 1024 * 1024;
 
 /** The module's options: the adapters the environment chooses, and the demo's settings. */
-function demoSequenceOptions(
+export function demoSequenceOptions(
   adapters: DemoAdapters,
   registry: Registry,
   env: NodeJS.ProcessEnv = process.env,
