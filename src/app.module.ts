@@ -31,7 +31,7 @@ function fragmentBytesFor(transport?: Transport): number | undefined {
 }
 
 /** The module's options: the adapters the environment chooses, and the demo's settings. */
-function demoSequenceOptions(
+export function demoSequenceOptions(
   adapters: DemoAdapters,
   registry: Registry,
   env: NodeJS.ProcessEnv = process.env,
