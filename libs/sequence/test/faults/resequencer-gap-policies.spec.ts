@@ -124,11 +124,11 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
     await publish('T1', [3, 4, 6]);
 
     await eventually(() => t.handler.of('T1').length === 2, 'events 3 and 4', 3_000);
+    // Releasing 3-4 left 6 behind a new gap (5), which waits for its own timeout: not skipped
+    // with the first one.
     expect(t.handler.of('T1')).toEqual([3, 4]);
-    const firstSkipAt = Date.now();
-    // Releasing 3-4 left 6 behind a new gap (5), which times out in turn.
+    expect(t.gaps).toHaveLength(1);
     await eventually(() => t.handler.of('T1').length === 3, 'event 6', 3_000);
-    expect(Date.now() - firstSkipAt).toBeGreaterThanOrEqual(TIMEOUT_MS - SWEEP_INTERVAL_MS);
     expect(t.handler.of('T1')).toEqual([3, 4, 6]);
     expect(t.gaps).toEqual([
       { type: 'skipped', resequencer: channel, key: 'T1', from: 1, to: 2 },
