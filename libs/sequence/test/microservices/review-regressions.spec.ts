@@ -18,10 +18,10 @@ import {
   Transport as NestTransport,
 } from '@nestjs/microservices';
 import { IsString } from 'class-validator';
-import { lastValueFrom, throwError, type Observable } from 'rxjs';
+import { lastValueFrom, of, throwError, type Observable } from 'rxjs';
 import { InMemoryTransport, type Subscription } from 'nest-sequence';
 import type { MessageHandler, SubscribeOptions } from 'nest-sequence/ports';
-import { RpcHeader, SequenceRecord } from 'nest-sequence/microservices';
+import { RpcHeader, SEQUENCE_TRANSPORT_ID, SequenceRecord } from 'nest-sequence/microservices';
 import { ForwardingTransport } from 'nest-sequence/testing';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
@@ -33,6 +33,13 @@ let handlerName: string | undefined;
 class RpcToObservable implements RpcExceptionFilter<RpcException> {
   catch(exception: RpcException): Observable<never> {
     return throwError(() => exception.getError());
+  }
+}
+
+@Catch()
+class Swallow implements RpcExceptionFilter {
+  catch(): Observable<string> {
+    return of('handled by the filter');
   }
 }
 
@@ -62,6 +69,18 @@ class Regressions extends BaseController {
   filtered() {
     count('filtered');
     throw new RpcException({ code: 'E42', why: 'archive offline' });
+  }
+
+  @EventPattern('rg.swallowed')
+  @UseFilters(Swallow)
+  swallowed() {
+    count('swallowed');
+    throw new Error('the filter takes this');
+  }
+
+  @EventPattern('rg.scoped-to-us', SEQUENCE_TRANSPORT_ID)
+  scopedToUs() {
+    count('scoped-to-us');
   }
 
   @EventPattern('rg.pair')
@@ -171,6 +190,19 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     await transport.whenIdle();
     expect(calls.filtered).toBe(3);
     expect(reasons('rg.filtered')).toEqual([expect.stringMatching(/^handler-failed: .*E42/)]);
+  });
+
+  it('settles a message as handled when an exception filter answers with a value', async () => {
+    await emit('rg.swallowed', {});
+    await transport.whenIdle();
+    expect(calls.swallowed).toBe(1);
+    expect(reasons('rg.swallowed')).toEqual([]);
+  });
+
+  it('serves a handler scoped to SEQUENCE_TRANSPORT_ID', async () => {
+    await emit('rg.scoped-to-us', {});
+    await transport.whenIdle();
+    expect(calls['scoped-to-us']).toBe(1);
   });
 
   it('serves a handler a controller inherits', async () => {
