@@ -3,9 +3,11 @@ import {
   Inject,
   Injectable,
   Logger,
+  type NestInterceptor,
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
+import { INTERCEPTORS_METADATA } from '@nestjs/common/constants';
 import {
   DiscoveryService,
   ExternalContextCreator,
@@ -49,6 +51,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
   private readonly calls = new AsyncLocalStorage<CallState>();
   private readonly deliveries = new AsyncLocalStorage<InboundMessage>();
   private targets: RxSubscription | undefined;
+  private readonly bound = new WeakMap<ConsumerSpec, ChannelBinding[]>();
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) readonly transport: Transport,
@@ -120,20 +123,23 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     for (const key of Reflect.getMetadataKeys(method) as unknown[]) {
       Reflect.defineMetadata(key, Reflect.getMetadata(key, method) as unknown, standIn);
     }
-    // Nest reads a parameter's value as its pipes start: from then on a failure is a pipe's.
-    const reader: ParamsReader = {
-      exchangeKeyForValue(type, data, args) {
+    // The innermost interceptor (method-level ones run last): past it, Nest applies the pipes,
+    // then calls the method. Whatever fails from here until the method runs is a pipe's.
+    const pipesStart: NestInterceptor = {
+      intercept(_context, next) {
         const state = calls.getStore();
-        if (state && state.stage === 'before-pipes') state.stage = 'pipes';
-        return params.exchangeKeyForValue(type, data, args);
+        if (state) state.stage = 'pipes';
+        return next.handle();
       },
     };
+    const interceptors = (Reflect.getMetadata(INTERCEPTORS_METADATA, standIn) ?? []) as unknown[];
+    Reflect.defineMetadata(INTERCEPTORS_METADATA, [...interceptors, pipesStart], standIn);
     const invoke = this.controllerContexts().create(
       target.instance,
       standIn,
       target.methodName,
       paramsMetadataKey,
-      reader,
+      params,
       undefined,
       undefined,
       { guards: true, interceptors: true, filters: true },
@@ -180,7 +186,16 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
   }
 
   async consume(specs: readonly ConsumerSpec[]): Promise<void> {
-    await this.lifecycle.addBindings(specs.flatMap((spec) => this.bind(spec)));
+    const bindings = specs.flatMap((spec) => {
+      // Bound once per spec: consuming it again (a listen() tried again) reuses its bindings.
+      let bound = this.bound.get(spec);
+      if (!bound) {
+        bound = this.bind(spec);
+        this.bound.set(spec, bound);
+      }
+      return bound;
+    });
+    await this.lifecycle.addBindings(bindings);
   }
 
   private bind(spec: ConsumerSpec): ChannelBinding[] {

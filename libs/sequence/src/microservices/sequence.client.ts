@@ -166,6 +166,16 @@ export class SequenceClient extends ClientProxy {
       clearTimeout(request.timer);
       callback({ err: error });
     };
+    const wait = () => {
+      clearTimeout(request.timer);
+      request.timer = setTimeout(() => {
+        fail(new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs));
+      }, this.settings.replyTimeoutMs);
+      request.timer.unref();
+    };
+    // Bounds the send too (a broker that never confirms), then again from the confirm: a large
+    // request takes its upload's time before the wait for its reply starts.
+    wait();
     void (async () => {
       const runtime = this.attached();
       const replies = await this.replyChannel(runtime);
@@ -173,12 +183,7 @@ export class SequenceClient extends ClientProxy {
         [RpcHeader.replyTo]: replies.channel,
         [RpcHeader.correlationId]: correlationId,
       });
-      // From the request's confirm: a large request takes its upload's time first.
-      if (!this.pending.has(correlationId)) return;
-      request.timer = setTimeout(() => {
-        fail(new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs));
-      }, this.settings.replyTimeoutMs);
-      request.timer.unref();
+      if (this.pending.has(correlationId)) wait();
     })().catch(fail);
     return () => {
       if (this.pending.delete(correlationId)) clearTimeout(request.timer);
@@ -242,12 +247,13 @@ export class SequenceClient extends ClientProxy {
         { streamAboveBytes: Number.POSITIVE_INFINITY, maxJsonBytes: this.settings.maxJsonBytes },
       );
     } catch (error) {
-      this.pending.delete(correlationId);
+      if (!this.pending.delete(correlationId)) return;
       clearTimeout(request.timer);
       request.callback({ err: error });
       return;
     }
-    this.pending.delete(correlationId);
+    // It may have timed out while the reply was read.
+    if (!this.pending.delete(correlationId)) return;
     clearTimeout(request.timer);
     if (headerString(payload.headers, RpcHeader.replyStatus) === 'error') {
       request.callback({ err: response });

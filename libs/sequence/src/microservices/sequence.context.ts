@@ -2,6 +2,8 @@ import { BaseRpcContext } from '@nestjs/microservices';
 import type { HeaderMap } from '../core/headers';
 import type { InboundMessage } from '../ports/transport.port';
 
+const DEATH_REASON = 'x-death-reason';
+
 /** What `@Ctx()` tells about the message being handled. */
 export interface SequenceMessageInfo {
   readonly pattern: string;
@@ -29,12 +31,10 @@ export interface SequenceMessageInfo {
 
 /**
  * The context `@Ctx()` receives in `@EventPattern` and `@MessagePattern` handlers served by
- * `SequenceServer`: ids, headers, fragment count, the transport's message, and the dead-letter
- * reason once the message is refused.
+ * `SequenceServer`: ids, headers, fragment count, the transport's message, and, on a dead-letter
+ * channel, the reason a message was dead-lettered.
  */
 export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
-  private deadLetterReason: string | undefined;
-
   constructor(info: SequenceMessageInfo) {
     super([info]);
   }
@@ -92,18 +92,15 @@ export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
   }
 
   /**
-   * Why the message is dead-lettered: set once it is refused for good (`forbidden: ...`,
-   * `invalid-payload: ...`, seen by an exception filter or an interceptor's error path), or, for
-   * a handler of a dead-letter channel, the `x-death-reason` it arrived with.
+   * In a handler of a dead-letter channel: the `x-death-reason` the message carries (why it was
+   * dead-lettered); otherwise undefined.
    */
   getDeadLetterReason(): string | undefined {
-    if (this.deadLetterReason) return this.deadLetterReason;
-    const header = this.info.headers['x-death-reason'];
-    return typeof header === 'string' ? header : undefined;
-  }
-
-  /** @internal */
-  setDeadLetterReason(reason: string): void {
-    this.deadLetterReason = reason;
+    for (const headers of [this.info.headers, this.info.message?.headers ?? {}]) {
+      const value = headers[DEATH_REASON];
+      if (typeof value === 'string') return value;
+      if (Buffer.isBuffer(value)) return value.toString('utf8');
+    }
+    return undefined;
   }
 }

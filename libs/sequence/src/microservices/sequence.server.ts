@@ -114,6 +114,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   /** The handlers of a delivery that succeeded, by the delivery's payload (same on a retry). */
   private readonly completed = new WeakMap<object, Set<Route>>();
   private started: Promise<void> | undefined;
+  private specs: ConsumerSpec[] | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
     readonly channels: Readonly<Record<string, SequenceChannelOptions>>;
   };
@@ -184,6 +185,14 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
   private async start(): Promise<void> {
     const runtime = this.attached('listen()');
+    // Built once: a listen() tried again after a failed subscribe binds the same consumers (a
+    // resequenced channel's resequencer is defined once).
+    this.specs ??= this.consumers(runtime);
+    await runtime.consume(this.specs);
+  }
+
+  /** One consumer per channel, for the patterns Nest added to this server; throws for bad ones. */
+  private consumers(runtime: SequenceRuntime): ConsumerSpec[] {
     const routes = this.routes(runtime);
     const byChannel = new Map<string, Map<string, Route[]>>();
     for (const route of routes) {
@@ -223,10 +232,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     if (replying && !(transport.openReplyChannel && transport.isReplyChannel)) {
       throw new ReplyNotSupportedError(transport.name, `@MessagePattern on ${replying.definedBy}`);
     }
-    const specs: ConsumerSpec[] = [...byChannel].map(([channel, patterns]) =>
-      this.consumerOf(channel, patterns, runtime),
-    );
-    await runtime.consume(specs);
+    return [...byChannel].map(([channel, patterns]) => this.consumerOf(channel, patterns, runtime));
   }
 
   /**
@@ -298,15 +304,23 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       kind: 'payloads',
       definedBy,
       options: { ...consumer, channel },
+      // A sequence's payload object is made anew for each call of a retry; the message whose
+      // delivery completed it is the same.
       handler: (payload) =>
-        this.dispatch(channel, patterns, payload, fromClaimed(payload), runtime),
+        this.dispatch(
+          channel,
+          patterns,
+          runtime.currentMessage() ?? payload,
+          fromClaimed(payload),
+          runtime,
+        ),
     };
   }
 
   /**
    * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
-   * `source` is the same object on every retry of one delivery: handlers of the pattern that
-   * already succeeded for it are not run again.
+   * `source` is the same object on every call of one delivery's `handlerRetry`: handlers of the
+   * pattern that already succeeded for it are not run again (a redelivery runs them all).
    */
   private async dispatch(
     channel: string,
@@ -363,10 +377,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         continue;
       }
       const refusal = refusalOf(outcome);
-      if (refusal) {
-        context.setDeadLetterReason(deathReason(refusal.code, refusal.message));
-        throw refusal;
-      }
+      if (refusal) throw refusal;
       throw describedError(outcome.error);
     }
   }
@@ -445,8 +456,9 @@ function failure(error: unknown): PipelineOutcome {
 }
 
 /**
- * A refusal for good: the handler refused the message, a pipe refused its payload, or a guard
- * refused it (Nest's "Forbidden resource", or a 401 or 403 thrown before the pipes ran).
+ * A refusal for good: the handler refused the message, a pipe refused its payload (an
+ * HttpException or RpcException thrown while the pipes run), or a guard refused it (Nest's
+ * "Forbidden resource", or a 401 or 403 thrown before the pipes ran).
  */
 function refusalOf(outcome: {
   error: unknown;
@@ -454,7 +466,8 @@ function refusalOf(outcome: {
 }): MessageRefusedError | undefined {
   const { error, stage } = outcome;
   if (error instanceof MessageRefusedError) return error;
-  if (stage === 'pipes') {
+  if (stage === 'pipes' && (error instanceof HttpException || error instanceof RpcException)) {
+    // What a validating pipe throws; any other error of a pipe (a lookup that failed) is retried.
     return new MessageRefusedError('invalid-payload', pipeMessages(error), { cause: error });
   }
   if (stage !== 'before-pipes' || !(error instanceof HttpException)) return undefined;

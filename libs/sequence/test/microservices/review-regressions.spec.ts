@@ -1,6 +1,7 @@
 import {
   Catch,
   Controller,
+  createParamDecorator,
   Injectable,
   Scope,
   UseFilters,
@@ -13,16 +14,25 @@ import {
 import {
   EventPattern,
   MessagePattern,
+  ClientsModule,
   Payload,
   RpcException,
   Transport as NestTransport,
 } from '@nestjs/microservices';
 import { IsString } from 'class-validator';
 import { lastValueFrom, of, throwError, type Observable } from 'rxjs';
-import { InMemoryTransport, type Subscription } from 'nest-sequence';
+import { InMemoryTransport, SequenceModule, type Subscription } from 'nest-sequence';
 import type { MessageHandler, SubscribeOptions } from 'nest-sequence/ports';
-import { RpcHeader, SEQUENCE_TRANSPORT_ID, SequenceRecord } from 'nest-sequence/microservices';
+import {
+  RpcHeader,
+  SEQUENCE_TRANSPORT_ID,
+  SequenceClient,
+  SequenceRecord,
+  SequenceServer,
+  type SequenceContext,
+} from 'nest-sequence/microservices';
 import { ForwardingTransport } from 'nest-sequence/testing';
+import { Test } from '@nestjs/testing';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 const calls: Record<string, number> = {};
@@ -46,6 +56,12 @@ class Swallow implements RpcExceptionFilter {
 class Note {
   @IsString() text!: string;
 }
+
+/** The `x-note` header, as JSON: a custom parameter decorator, validated like a payload. */
+const NoteHeader = createParamDecorator((_data: unknown, context: ExecutionContext) => {
+  const ctx = context.switchToRpc().getContext<SequenceContext>();
+  return JSON.parse(String(ctx.getHeaders()['x-note'])) as unknown;
+});
 
 @Injectable()
 class NamesTheHandler implements CanActivate {
@@ -122,6 +138,12 @@ class Regressions extends BaseController {
     note: Note,
   ) {
     count('rpc-validated');
+    return note;
+  }
+
+  @EventPattern('rg.header-validated')
+  headerValidated(@NoteHeader(new ValidationPipe({ validateCustomDecorators: true })) note: Note) {
+    count('header-validated');
     return note;
   }
 
@@ -266,6 +288,24 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     ]);
   });
 
+  it('takes a refusal of a pipe on a custom parameter decorator as invalid-payload', async () => {
+    await emit(
+      'rg.header-validated',
+      new SequenceRecord({}, { headers: { 'x-note': '{"text":3}' } }),
+    );
+    await transport.whenIdle();
+    expect(calls['header-validated']).toBeUndefined();
+    expect(reasons('rg.header-validated')).toEqual([
+      expect.stringMatching(/^invalid-payload: .*text must be a string/),
+    ]);
+  });
+
+  it('does not run again a succeeded handler when a Message Sequence is retried', async () => {
+    await emit('rg.pair', Buffer.alloc(40 * 1024, 7));
+    await transport.whenIdle();
+    expect(calls).toMatchObject({ first: 1, second: 2 });
+  });
+
   it('keeps the method’s name on the handler guards and interceptors see', async () => {
     await emit('rg.named', {});
     await transport.whenIdle();
@@ -338,16 +378,34 @@ describe('SequenceServer.listen', () => {
     ).rejects.toThrow(/PerRequest\.take .*request-scoped or transient/);
   });
 
-  it('can listen again after a subscription failed', async () => {
+  it('can listen again after a subscription failed, on a resequenced channel too', async () => {
     const inner = new InMemoryTransport();
     const transport = new RefusesOnce(inner);
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({ transport }),
+        ClientsModule.register([{ name: 'C', customClass: SequenceClient }]),
+      ],
+      controllers: [Plain],
+    }).compile();
+    const app = moduleRef.createNestMicroservice({
+      strategy: new SequenceServer({
+        channels: { 'rg.plain': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } } },
+      }),
+      logger: false,
+    });
     // The app boots (no decorated handler to subscribe); listen() then fails once.
-    await expect(
-      createMicroserviceTestApp({ sequence: { transport }, controllers: [Plain] }),
-    ).rejects.toThrow(/broker said no/);
-    const t = await createMicroserviceTestApp({ sequence: { transport }, controllers: [Plain] });
+    await expect(app.listen()).rejects.toThrow(/broker said no/);
+    await app.listen();
+    const t = { client: app.get<SequenceClient>('C'), close: () => app.close() };
     try {
-      await lastValueFrom(t.client.emit('rg.plain', {}), { defaultValue: undefined });
+      await lastValueFrom(
+        t.client.emit(
+          'rg.plain',
+          new SequenceRecord({}, { headers: { 'x-resequence-key': 'k', 'x-resequence-seq': 1 } }),
+        ),
+        { defaultValue: undefined },
+      );
       await inner.whenIdle();
       expect(calls.plain).toBe(1);
     } finally {
