@@ -24,7 +24,7 @@ import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../
 import type { ResolvedOptions } from '../options/resolved-options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { PayloadParking } from './payload-parking';
-import { SequenceHeader } from '../core/headers';
+import { carriesFragmentHeaders } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
 import { payloadReadRejection } from './payload-read-rejection';
@@ -75,9 +75,10 @@ export class ClaimCheckReceiver {
     const { channel } = consumer;
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     const body: unknown = message.body;
-    if (headers[SequenceHeader.id] !== undefined && headers[SequenceHeader.id] !== null) {
+    if (carriesFragmentHeaders(headers)) {
       // A Message Sequence fragment (`mode: 'auto'`): reassembled first, then handed over. Any
-      // value counts: the aggregator reads an id sent as bytes, and dead-letters one it cannot.
+      // header of the fragment contract makes it one: the aggregator reads an id sent as bytes,
+      // and dead-letters a fragment whose headers are incomplete (`malformed-header`).
       this.metrics.received(channel, 'sequence');
       return this.reassembler.receive(message, this.sequenceConsumerOf(consumer));
     }

@@ -116,6 +116,19 @@ export function isTransportHeader(name: string): boolean {
 }
 
 /**
+ * True when a message carries any header of the fragment contract (`x-sequence-*`,
+ * `x-fragment-*`): it is a fragment of a Message Sequence, whole or not, and never a payload on
+ * its own. One whose headers are incomplete is refused as a fragment (`malformed-header`).
+ */
+export function carriesFragmentHeaders(headers: Readonly<Record<string, unknown>>): boolean {
+  for (const name of Object.keys(headers)) {
+    const lower = name.toLowerCase();
+    if (lower.startsWith('x-sequence-') || lower.startsWith('x-fragment-')) return true;
+  }
+  return false;
+}
+
+/**
  * Parses and validates a fragment's headers against the wire contract. Numbers may arrive as
  * JSON numbers or as canonical decimal strings (producers in other languages, AMQP field tables);
  * booleans as booleans or `"true"`/`"false"`. Throws {@link MalformedFragmentError} naming the

@@ -11,7 +11,7 @@ import {
   TRANSPORT_METADATA,
 } from '@nestjs/microservices/constants';
 import { claimCheckMarking } from '../core/claim-check-headers';
-import { SequenceHeader } from '../core/headers';
+import { carriesFragmentHeaders } from '../core/headers';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -552,7 +552,7 @@ function fromClaimed(payload: ClaimedPayload): Incoming {
 
 function fromEvent(event: ResequencedEvent): Incoming {
   const { headers } = event;
-  if (headers[SequenceHeader.id] !== undefined || claimCheckMarking(headers).via === 'ticket') {
+  if (carriesFragmentHeaders(headers) || claimCheckMarking(headers).via === 'ticket') {
     throw new MessageRefusedError(
       'undecodable',
       'a resequenced channel takes each event in one message: this one is a fragment of a ' +

@@ -201,6 +201,21 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(deathReasonOf(dead[0])).toMatch(/^malformed-header: x-sequence-id/);
   });
 
+  it('takes any message with an x-sequence-* or x-fragment-* header for a fragment: one without its id is dead-lettered malformed-header, never handed over whole', async () => {
+    const [fragment] = makeFragments('no-id', bytes(3_000, 13), 1_000);
+    const { 'x-sequence-id': _id, ...withoutId } = fragment.headers;
+    await transport.publish(AUTO, fragment.body, withoutId);
+    await transport.publish(AUTO, Buffer.from('a lone crc'), { 'x-fragment-crc32': 7 });
+    await transport.whenIdle();
+
+    expect(receivers.claimed).toHaveLength(0);
+    const dead = deadLetters(transport, AUTO);
+    expect(dead.map(deathReasonOf)).toEqual([
+      expect.stringMatching(/^malformed-header: x-sequence-id/),
+      expect.stringMatching(/^malformed-header: x-sequence-id/),
+    ]);
+  });
+
   it('dead-letters a fragment whose ticket was tampered with, and delivers nothing of it', async () => {
     const payload = randomBytes(100 * 1024);
     const original = transport.publish.bind(transport);
