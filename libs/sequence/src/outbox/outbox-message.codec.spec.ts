@@ -148,10 +148,43 @@ describe('outbox messages', () => {
       id: 'e1',
       kind: 'event',
       type: 'OrderPlaced',
-      partitionKey: 'Order:o-1',
+      partitionKey: '["Order","o-1"]',
       headers: { traceparent: 't' },
     });
     expect(commandRecord(toCommand({ ...command, id: 'c1' })).partitionKey).toBeNull();
+  });
+
+  it('keeps the partitions of two aggregates apart whatever their names hold', () => {
+    const a = eventRecord(toEvent({ ...event, aggregateType: 'Order:eu', aggregateId: '1' }), {});
+    const b = eventRecord(toEvent({ ...event, aggregateType: 'Order', aggregateId: 'eu:1' }), {});
+    expect(a.partitionKey).not.toBe(b.partitionKey);
+  });
+
+  it('refuses a lone surrogate in any text field and in headers, which UTF-8 cannot store', () => {
+    expect(problemsOf(() => toEvent({ ...event, aggregateType: 'Order\uD800' }))).toEqual([
+      'aggregateType must be well-formed Unicode (it has a lone surrogate)',
+    ]);
+    expect(problemsOf(() => toEvent({ ...event, aggregateId: '\uDC00' }))).toEqual([
+      'aggregateId must be well-formed Unicode (it has a lone surrogate)',
+    ]);
+    expect(problemsOf(() => toEvent({ ...event, tenantId: 't\uD800' }))).toEqual([
+      'tenantId must be well-formed Unicode (it has a lone surrogate)',
+    ]);
+    expect(problemsOf(() => checkedHeaders('event', { 'x\uD800': 'a', ok: 'b\uDC00' }))).toEqual([
+      'header x\uD800 must be well-formed Unicode (it has a lone surrogate)',
+      'header ok must be well-formed Unicode (it has a lone surrogate)',
+    ]);
+  });
+
+  it('quotes an invalid message id in its error, control characters escaped', () => {
+    let message = '';
+    try {
+      toEvent({ ...event, id: 'evil\nid\u001b[31m', aggregateId: '' });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).toContain('invalid event "evil\\nid\\u001b[31m"');
+    expect([...message].filter((char) => char.charCodeAt(0) < 0x20)).toEqual([]);
   });
 
   it('a record body parses back to the same message', () => {

@@ -65,10 +65,12 @@ function validated<T extends { payload: unknown }>(
   const present = payload === undefined || payload === null ? payload : true;
   const instance = plainToInstance(type, { ...fields, payload: present });
   const problems = problemsOf(validateSync(instance, VALIDATION));
-  // Databases store text as UTF-8, where every lone surrogate becomes U+FFFD: two such ids would
-  // be one, and the second message a "duplicate".
-  if (typeof fields.id === 'string' && hasLoneSurrogate(fields.id)) {
-    problems.push('id must be well-formed Unicode (it has a lone surrogate)');
+  // Databases store text as UTF-8, where every lone surrogate becomes U+FFFD (or the write
+  // fails): two such ids would be one, and the second message a "duplicate".
+  for (const [name, value] of Object.entries(fields)) {
+    if (typeof value === 'string' && hasLoneSurrogate(value)) {
+      problems.push(`${name} must be well-formed Unicode (it has a lone surrogate)`);
+    }
   }
   // Fields stored as text in columns of their own (the payload is stored as JSON text, where it
   // is escaped): a NUL would fail the write at commit, and in an inbox batch, every record's.
@@ -113,9 +115,10 @@ export function toCommand<Payload>(input: CommandInput<Payload>): OutboxCommand<
   }) as OutboxCommand<Payload>;
 }
 
-/** Events of one aggregate share a partition: their relative order is kept when asked. */
+/** Events of one aggregate, and only they, share a partition: their order is kept when asked. */
 export function partitionOf(event: Pick<OutboxEvent, 'aggregateType' | 'aggregateId'>): string {
-  return `${event.aggregateType}:${event.aggregateId}`;
+  // JSON, not `type:id`: ('Order:eu', '1') and ('Order', 'eu:1') are two aggregates.
+  return JSON.stringify([event.aggregateType, event.aggregateId]);
 }
 
 function plainOf(message: OutboxEvent | OutboxCommand): Record<string, unknown> {

@@ -1,3 +1,4 @@
+import { hasLoneSurrogate } from '../core/unicode';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { OutboxTransactionFinishedError } from '../core/errors/outbox-transaction-finished.error';
 import {
@@ -183,6 +184,9 @@ export function checkedHeaders(kind: MessageKind, headers: MessageHeaders): Mess
     } else if (name.includes('\u0000') || value.includes('\u0000')) {
       // Stored as jsonb on PostgreSQL, which refuses an escaped NUL.
       problems.push(`header ${name} must not contain the NUL character (U+0000)`);
+    } else if (hasLoneSurrogate(name) || hasLoneSurrogate(value)) {
+      // Which jsonb refuses too, and UTF-8 cannot carry.
+      problems.push(`header ${name} must be well-formed Unicode (it has a lone surrogate)`);
     }
   }
   if (problems.length > 0) throw new InvalidOutboxMessageError(kind, problems);

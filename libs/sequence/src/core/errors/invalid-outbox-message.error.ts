@@ -14,7 +14,9 @@ export class InvalidOutboxMessageError extends SequenceError {
     readonly id?: string,
   ) {
     super(
-      `invalid ${kind}${id ? ` ${id}` : ''}: ${problems.join('; ')}` +
+      // The id quoted as JSON: whatever it holds (control characters, line breaks) stays on one
+      // line of a log and in an x-death-reason header.
+      `invalid ${kind}${id ? ` ${JSON.stringify(id)}` : ''}: ${problems.join('; ')}` +
         ` (an event is { id, type, aggregateType, aggregateId, payload, occurredAt, tenantId? };` +
         ` a command is { id, type, targetService, targetTenantId?, payload })`,
     );
