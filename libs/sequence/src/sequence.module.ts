@@ -22,6 +22,7 @@ import { ChannelRegistry } from './kernel/channel.registry';
 import { ConsumerHost } from './kernel/consumer.host';
 import { HandlerExplorer } from './kernel/handler.explorer';
 import { ModuleMetrics } from './kernel/module-metrics';
+import { TransportMetrics } from './kernel/transport.metrics';
 import {
   FRAGMENT_PARKING,
   ORDERED_INTAKE,
@@ -102,6 +103,7 @@ const providers: Provider[] = [
   ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
   // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
   ModuleMetrics,
+  TransportMetrics,
   {
     provide: SEQUENCE_METRICS_REGISTRY,
     inject: [ModuleMetrics],

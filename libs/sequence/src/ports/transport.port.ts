@@ -158,6 +158,12 @@ export interface Transport {
    * Transports with `openReplyChannel` implement it.
    */
   isReplyChannel?(channel: string): boolean;
+  /**
+   * Dead letters the transport dropped so far to stay within bounds of its own (the in-memory
+   * transport keeps a bounded number per dead-letter channel). Transports whose broker keeps dead
+   * letters leave this undefined. The module reports it as a metric.
+   */
+  droppedDeadLetters?(): number;
 }
 
 /**

@@ -278,3 +278,54 @@ describe('InMemoryTransport', () => {
     });
   });
 });
+
+describe('InMemoryTransport dead letters', () => {
+  const body = (n: number, size = 10) => Buffer.alloc(size, n);
+  const bodies = (messages: InboundMessage[]) => messages.map((message) => message.body[0]);
+
+  it('keeps at most maxDeadLetters per dead-letter channel, dropping the oldest and counting them', async () => {
+    const transport = new InMemoryTransport({ maxDeadLetters: 3 });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      for (let n = 1; n <= 5; n++) await transport.publish('orders.dlq', body(n), {});
+      expect(bodies(transport.peek('orders.dlq'))).toEqual([3, 4, 5]);
+      expect(transport.droppedDeadLetters()).toBe(2);
+      expect(warn).toHaveBeenCalledTimes(1);
+      // Other channels are the broker's work queues: never trimmed.
+      for (let n = 1; n <= 5; n++) await transport.publish('orders', body(n), {});
+      expect(transport.depth('orders')).toBe(5);
+    } finally {
+      warn.mockRestore();
+      await transport.close();
+    }
+  });
+
+  it('keeps at most maxDeadLetterBytes, and bounds a subscription’s own dead-letter channel', async () => {
+    const transport = new InMemoryTransport({ maxDeadLetterBytes: 2_500 });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      await transport.subscribe(
+        'work',
+        () => Promise.resolve<Disposition>({ action: 'dead-letter', reason: 'no' }),
+        { deadLetterChannel: 'parked' },
+      );
+      for (let n = 1; n <= 4; n++) await transport.publish('work', body(n, 1_000), {});
+      await transport.whenIdle();
+      const kept = transport.peek('parked');
+      expect(kept.length).toBeLessThan(4);
+      expect(kept.reduce((sum, message) => sum + message.body.length, 0)).toBeLessThanOrEqual(
+        2_500,
+      );
+      expect(bodies(kept)).toEqual([4, 3, 2, 1].slice(0, kept.length).reverse());
+      expect(transport.droppedDeadLetters()).toBe(4 - kept.length);
+    } finally {
+      warn.mockRestore();
+      await transport.close();
+    }
+  });
+
+  it('refuses bounds that are not positive integers', () => {
+    expect(() => new InMemoryTransport({ maxDeadLetters: 0 })).toThrow(/maxDeadLetters/);
+    expect(() => new InMemoryTransport({ maxDeadLetterBytes: 1.5 })).toThrow(/maxDeadLetterBytes/);
+  });
+});

@@ -7,6 +7,7 @@ import {
   assertSendable,
   deadLetterHeaders,
   DEFAULT_REPLY_PREFETCH,
+  headerBytes,
   defaultDeadLetterChannel,
   droppedReplyWarning,
   prefetchProblem,
@@ -27,9 +28,21 @@ export interface InMemoryTransportOptions {
    * @default 16777216 (16 MiB)
    */
   readonly maxMessageBytes?: number;
+  /**
+   * Most dead letters one dead-letter channel keeps waiting (a subscription's `deadLetterChannel`,
+   * or any channel named `*.dlq`); past it the oldest are dropped, and counted
+   * (`droppedDeadLetters()`, the metric `nest_sequence_transport_dead_letters_dropped`).
+   * @default 10000
+   */
+  readonly maxDeadLetters?: number;
+  /** Most bytes (bodies plus headers) one dead-letter channel keeps waiting, likewise. @default 134217728 (128 MiB) */
+  readonly maxDeadLetterBytes?: number;
 }
 
 const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+const DEFAULT_MAX_DEAD_LETTERS = 10_000;
+const DEFAULT_MAX_DEAD_LETTER_BYTES = 128 * 1024 * 1024;
+const DEAD_LETTER_SUFFIX = '.dlq';
 const DEFAULT_PREFETCH = 16;
 /** Reply channels are `nseq.reply.<uuid>`: names of this prefix are theirs alone. */
 const REPLY_CHANNEL_PREFIX = 'nseq.reply.';
@@ -52,6 +65,8 @@ interface Subscriber {
 
 interface Channel {
   readonly ready: QueuedMessage[];
+  /** Bytes of `ready` (bodies plus headers). */
+  bytes: number;
   readonly subscribers: Subscriber[];
   /** Where the round-robin resumes. */
   next: number;
@@ -86,13 +101,36 @@ export class InMemoryTransport implements Transport {
   private readonly replyChannels = new Set<string>();
   private readonly logger = new Logger(InMemoryTransport.name);
   private closed = false;
+  private readonly maxDeadLetters: number;
+  private readonly maxDeadLetterBytes: number;
+  /** Channels subscriptions dead-letter into (besides every `*.dlq`). */
+  private readonly deadLetterTargets = new Set<string>();
+  private dropped = 0;
 
   constructor(options: InMemoryTransportOptions = {}) {
-    const max = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-    if (!Number.isSafeInteger(max) || max < 1) {
-      throw new RangeError(`maxMessageBytes must be a positive integer, got ${String(max)}`);
-    }
-    this.maxMessageBytes = max;
+    const positive = (name: string, value: number): number => {
+      if (!Number.isSafeInteger(value) || value < 1) {
+        throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
+      }
+      return value;
+    };
+    this.maxMessageBytes = positive(
+      'maxMessageBytes',
+      options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+    );
+    this.maxDeadLetters = positive(
+      'maxDeadLetters',
+      options.maxDeadLetters ?? DEFAULT_MAX_DEAD_LETTERS,
+    );
+    this.maxDeadLetterBytes = positive(
+      'maxDeadLetterBytes',
+      options.maxDeadLetterBytes ?? DEFAULT_MAX_DEAD_LETTER_BYTES,
+    );
+  }
+
+  /** Dead letters dropped so far, oldest first, to keep within `maxDeadLetters` / `maxDeadLetterBytes`. */
+  droppedDeadLetters(): number {
+    return this.dropped;
   }
 
   async publish(
@@ -164,6 +202,7 @@ export class InMemoryTransport implements Transport {
   ): Subscriber {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
+    if (deadLetterChannel !== undefined) this.deadLetterTargets.add(deadLetterChannel);
     // Deliveries run in the subscriber's async context, as a broker's would: never in the
     // publisher's (whose AsyncLocalStorage state, such as an open transaction, is not theirs).
     const context = new AsyncResource('nest-sequence:in-memory-subscriber');
@@ -198,7 +237,7 @@ export class InMemoryTransport implements Transport {
     // see them.
     for (const [timer, { channel, message }] of this.delayed) {
       clearTimeout(timer);
-      this.channel(channel).ready.push(message);
+      this.append(this.channel(channel), message);
     }
     this.delayed.clear();
     this.notifyIfIdle();
@@ -216,8 +255,10 @@ export class InMemoryTransport implements Transport {
 
   /** Removes and returns the messages waiting in `channel`, oldest first. */
   take(channel: string): InboundMessage[] {
-    const ready = this.channels.get(channel)?.ready ?? [];
-    return ready.splice(0, ready.length).map((message) => inbound(channel, message));
+    const queue = this.channels.get(channel);
+    if (!queue) return [];
+    queue.bytes = 0;
+    return queue.ready.splice(0, queue.ready.length).map((message) => inbound(channel, message));
   }
 
   /** Messages of `channel` delivered to a subscriber and not settled yet. */
@@ -242,7 +283,7 @@ export class InMemoryTransport implements Transport {
   private channel(name: string): Channel {
     let channel = this.channels.get(name);
     if (!channel) {
-      channel = { ready: [], subscribers: [], next: 0, pumpScheduled: false };
+      channel = { ready: [], bytes: 0, subscribers: [], next: 0, pumpScheduled: false };
       this.channels.set(name, channel);
     }
     return channel;
@@ -251,8 +292,40 @@ export class InMemoryTransport implements Transport {
   private enqueue(channel: string, message: QueuedMessage): void {
     // A delayed requeue that comes due after its reply channel closed: the channel is gone.
     if (isReplyChannel(channel) && !this.replyChannels.has(channel)) return;
-    this.channel(channel).ready.push(message);
+    const queue = this.channel(channel);
+    this.append(queue, message);
+    if (this.deadLetterTargets.has(channel) || channel.endsWith(DEAD_LETTER_SUFFIX)) {
+      this.bound(channel, queue);
+    }
     this.schedulePump(channel);
+  }
+
+  private append(queue: Channel, message: QueuedMessage): void {
+    queue.ready.push(message);
+    queue.bytes += sizeOf(message);
+  }
+
+  /** Drops a dead-letter channel's oldest waiting messages past its bounds, counting them. */
+  private bound(name: string, queue: Channel): void {
+    let dropped = 0;
+    while (
+      queue.ready.length > 0 &&
+      (queue.ready.length > this.maxDeadLetters || queue.bytes > this.maxDeadLetterBytes)
+    ) {
+      queue.bytes -= sizeOf(queue.ready.shift()!);
+      dropped += 1;
+    }
+    if (dropped === 0) return;
+    const before = this.dropped;
+    this.dropped += dropped;
+    // Once, then at every thousandth: a flood of dead letters must not flood the log too.
+    if (before === 0 || Math.floor(before / 1_000) !== Math.floor(this.dropped / 1_000)) {
+      this.logger.warn(
+        `${name}: dropped the oldest dead letter(s) to keep within maxDeadLetters ` +
+          `(${this.maxDeadLetters}) and maxDeadLetterBytes (${this.maxDeadLetterBytes}); ` +
+          `${this.dropped} dropped so far`,
+      );
+    }
   }
 
   /** Delivers on a later turn of the event loop: never inside `publish`, never recursively. */
@@ -273,6 +346,7 @@ export class InMemoryTransport implements Transport {
       const subscriber = this.nextWithRoom(channel);
       if (!subscriber) return;
       const message = channel.ready.shift()!;
+      channel.bytes -= sizeOf(message);
       subscriber.unsettled.add(message);
       void Promise.resolve()
         .then(() => (subscriber.closed ? undefined : subscriber.handler(inbound(name, message))))
@@ -325,7 +399,9 @@ export class InMemoryTransport implements Transport {
   private requeue(channel: string, message: QueuedMessage, delayMs: number): void {
     if (delayMs <= 0) {
       message.redelivered = true;
-      this.channel(channel).ready.unshift(message);
+      const queue = this.channel(channel);
+      queue.ready.unshift(message);
+      queue.bytes += sizeOf(message);
       this.schedulePump(channel);
       return;
     }
@@ -354,7 +430,10 @@ export class InMemoryTransport implements Transport {
     // Handed back at the head of the queue, as a broker does for a lost consumer's messages.
     const returned = [...subscriber.unsettled];
     subscriber.unsettled.clear();
-    for (const message of returned) message.redelivered = true;
+    for (const message of returned) {
+      message.redelivered = true;
+      channel.bytes += sizeOf(message);
+    }
     channel.ready.unshift(...returned);
     this.schedulePump(subscriber.channel);
     this.notifyIfIdle();
@@ -386,4 +465,8 @@ function inbound(channel: string, message: QueuedMessage): InboundMessage {
     headers: { ...message.headers },
     redelivered: message.redelivered,
   };
+}
+
+function sizeOf(message: QueuedMessage): number {
+  return message.body.length + headerBytes(message.headers);
 }
