@@ -10,8 +10,6 @@ import {
   PATTERN_METADATA,
   TRANSPORT_METADATA,
 } from '@nestjs/microservices/constants';
-import { claimCheckMarking } from '../core/claim-check-headers';
-import { carriesFragmentHeaders } from '../core/headers';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -551,15 +549,6 @@ function fromClaimed(payload: ClaimedPayload): Incoming {
 }
 
 function fromEvent(event: ResequencedEvent): Incoming {
-  const { headers } = event;
-  if (carriesFragmentHeaders(headers) || claimCheckMarking(headers).via === 'ticket') {
-    throw new MessageRefusedError(
-      'undecodable',
-      'a resequenced channel takes each event in one message: this one is a fragment of a ' +
-        'Message Sequence or a claim ticket (send resequenced events of at most ' +
-        'claimCheck.inlineMaxBytes)',
-    );
-  }
   const contentType = headerString(event.headers, 'content-type');
   return {
     info: {

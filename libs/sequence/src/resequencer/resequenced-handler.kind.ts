@@ -42,7 +42,7 @@ export class ResequencedHandlerKind implements HandlerKind<ResequencerDefinition
         definedBy: name,
         prefetch,
         deadLetterChannel,
-        receive: (message) => resequencer.receive(message),
+        receive: (message) => resequencer.receiveFromChannel(message),
         describe: 'resequences',
         inProcessState: [resequencerStoreState(this.store)],
       },

@@ -1,3 +1,5 @@
+import { claimCheckMarking } from '../core/claim-check-headers';
+import { carriesFragmentHeaders } from '../core/headers';
 import { type ResequencerInput } from '../core/resequence-input';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
@@ -84,6 +86,21 @@ export class Resequencer {
   }
 
   /** Takes one input message; never throws: every outcome is a disposition. */
+  /**
+   * Takes one message of the resequencer's channel (a `@Resequenced` handler's): a fragment of a
+   * Message Sequence or a claim ticket is refused, since taken for an event it would be handed
+   * over as if it were a whole payload; the rest as {@link receive}. Never throws.
+   */
+  async receiveFromChannel(message: ResequencerInput): Promise<Disposition> {
+    const carried = carriedPayload(message.headers ?? {});
+    if (!carried) return this.receive(message);
+    this.deps.metrics.received(this.name, 'invalid');
+    return this.reject(
+      'invalid-resequence-event',
+      `the message is ${carried}, not an event: send each resequenced event in one message`,
+    );
+  }
+
   async receive(message: ResequencerInput): Promise<Disposition> {
     const { definition, deps } = this;
     const position = positionOf(message, definition.key, definition.seq);
@@ -350,4 +367,13 @@ function asBuffer(body: unknown): Buffer | undefined {
 function describeBody(body: unknown): string {
   if (body === null) return 'null';
   return typeof body === 'object' ? (body.constructor?.name ?? 'an object') : typeof body;
+}
+
+/** What a message that is not an event on its own carries, if it is one: see the wire contract. */
+function carriedPayload(headers: Readonly<Record<string, unknown>>): string | undefined {
+  if (carriesFragmentHeaders(headers)) {
+    return 'a fragment of a Message Sequence (it has x-sequence-* or x-fragment-* headers)';
+  }
+  if (claimCheckMarking(headers).via === 'ticket') return 'a claim ticket (x-claim-check: 1)';
+  return undefined;
 }

@@ -322,7 +322,7 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     await transport.whenIdle();
     expect(calls.ordered).toBeUndefined();
     expect(reasons('rg.ordered')[0]).toMatch(
-      /^undecodable: key k, event 1: a resequenced channel takes each event in one message/,
+      /^invalid-resequence-event: the message is a fragment of a Message Sequence/,
     );
   });
 

@@ -54,6 +54,23 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     expect(t.handler.received).toEqual([]);
   });
 
+  it('dead-letters a fragment or a claim ticket rather than take part of a payload for an event', async () => {
+    t = await createResequencerTestApp({ channel, gap: GAP });
+    const event = { 'x-resequence-key': 'T1', 'x-resequence-seq': 1 };
+    await t.transport.publish(channel, Buffer.from('part'), {
+      ...event,
+      'x-sequence-position': 1,
+    });
+    await t.transport.publish(channel, Buffer.from('{}'), { ...event, 'x-claim-check': 1 });
+    await publishEvent(t.transport, channel, 'T1', 1, 'whole');
+    await eventually(() => t.handler.received.length === 1, 'the whole event');
+    expect(t.handler.received.map((e) => e.body.toString())).toEqual(['whole']);
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(/^invalid-resequence-event: .*fragment of a Message Sequence/),
+      expect.stringMatching(/^invalid-resequence-event: .*claim ticket/),
+    ]);
+  });
+
   it('dead-letters an event the transport can never send to output, and the key moves on', async () => {
     // 2 KiB messages: the first event fits on input, but not with the long key its output
     // headers add (nor as a dead letter with its reason): no retry can ever send it.
