@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import { isRecordSource, type RecordSource } from '../core/payload-source';
+import type { ClaimPublishOptions } from '../claim-check/claim-check.service';
 import type { HeaderMap } from '../core/headers';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceRecord } from './sequence.record';
@@ -22,6 +23,12 @@ export interface DecodeLimits {
   /** Largest JSON payload parsed. */
   readonly maxJsonBytes: number;
 }
+
+/** `streamAboveBytes` and `maxJsonBytes` when not given (server and client alike). */
+export const DEFAULT_DECODE_LIMITS: DecodeLimits = {
+  streamAboveBytes: 8 * 1024 * 1024,
+  maxJsonBytes: 16 * 1024 * 1024,
+};
 
 /** True for `application/json` and `application/<anything>+json` (parameters ignored). */
 export function isJson(contentType: string | undefined): boolean {
@@ -102,4 +109,16 @@ export function encodePayload(data: unknown): OutgoingPayload {
   const json = JSON.stringify(value === undefined ? null : value);
   const payload = Buffer.from(json, 'utf8');
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
+}
+
+/** What `publish` takes for an encoded payload: its description, `headers` added to its own. */
+export function publishOptionsOf(
+  out: OutgoingPayload,
+  headers: HeaderMap,
+): Pick<ClaimPublishOptions, 'contentType' | 'bytes' | 'headers'> {
+  return {
+    contentType: out.contentType,
+    bytes: out.bytes,
+    headers: { ...out.headers, ...headers },
+  };
 }

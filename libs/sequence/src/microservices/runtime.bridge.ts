@@ -19,6 +19,7 @@ import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import type { ChannelBinding } from '../kernel/channel-binding';
+import { instanceMethods } from '../kernel/decorated-methods';
 import { SequenceLifecycle } from '../kernel/sequence.lifecycle';
 import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { InboundMessage, Subscription, Transport } from '../ports/transport.port';
@@ -84,23 +85,13 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
 
   methodsWith(metadataKey: string): ControllerMethod[] {
     const found: ControllerMethod[] = [];
-    for (const wrapper of this.discovery.getControllers()) {
-      const instance: unknown = wrapper.instance;
-      if (!instance || typeof instance !== 'object') continue;
-      const prototype = Object.getPrototypeOf(instance) as object | null;
-      if (!prototype) continue;
-      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
-        const method = (instance as Record<string, unknown>)[methodName];
-        if (typeof method !== 'function') continue;
-        if (Reflect.getMetadata(metadataKey, method) === undefined) continue;
-        found.push({
-          instance,
-          className: (instance.constructor as { name: string }).name,
-          methodName,
-          method: method as (...args: unknown[]) => unknown,
-          singleton: wrapper.isDependencyTreeStatic() && !wrapper.isTransient,
-        });
-      }
+    const controllers = this.discovery.getControllers();
+    for (const { wrapper, ...target } of instanceMethods(controllers, this.scanner)) {
+      if (Reflect.getMetadata(metadataKey, target.method) === undefined) continue;
+      found.push({
+        ...target,
+        singleton: wrapper.isDependencyTreeStatic() && !wrapper.isTransient,
+      });
     }
     return found;
   }
@@ -249,7 +240,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
           call: (payload) => handler(payload as ClaimedPayload),
         })
         .map((bound) => this.tracked(bound));
-      this.logger.debug?.(`${definedBy} receives replies on ${subscription.channel}`);
+      this.logger.debug(`${definedBy} receives replies on ${subscription.channel}`);
       return subscription;
     });
   }

@@ -7,12 +7,18 @@ import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { MAX_TIMER_MS } from '../core/async';
+import { checkDelay, checkInteger } from '../core/option-checks';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
 import type { Subscription } from '../ports/transport.port';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
 import { ReplyTimeoutError } from './errors/reply-timeout.error';
-import { decodePayload, encodePayload } from './payload.codec';
+import { channelOfOption } from './channel-of';
+import {
+  DEFAULT_DECODE_LIMITS,
+  decodePayload,
+  encodePayload,
+  publishOptionsOf,
+} from './payload.codec';
 import { headerString, RpcHeader } from './rpc-headers';
 import { ATTACH_RUNTIME, type SequenceRuntime } from './sequence-runtime';
 
@@ -72,21 +78,18 @@ export class SequenceClient extends ClientProxy {
     const problems: string[] = [];
     checkKeys(problems, options, SEQUENCE_CLIENT_KEYS);
     const replyTimeoutMs = options.replyTimeoutMs ?? 30_000;
-    if (
-      !Number.isSafeInteger(replyTimeoutMs) ||
-      replyTimeoutMs < 1 ||
-      replyTimeoutMs > MAX_TIMER_MS
-    ) {
-      problems.push(
-        `replyTimeoutMs must be 1 to ${MAX_TIMER_MS} ms, got ${String(replyTimeoutMs)}`,
-      );
-    }
+    const maxJsonBytes = options.maxJsonBytes ?? DEFAULT_DECODE_LIMITS.maxJsonBytes;
+    const maxReplyBytes = options.maxReplyBytes ?? 256 * 1024 * 1024;
+    checkDelay(problems, 'replyTimeoutMs', replyTimeoutMs, 1);
+    checkInteger(problems, 'maxJsonBytes', maxJsonBytes, 0);
+    checkInteger(problems, 'maxReplyBytes', maxReplyBytes, 0);
+    const channelOf = channelOfOption(problems, options.channelOf);
     if (problems.length > 0) throw new SequenceOptionsError('SequenceClient', problems);
     this.settings = {
       replyTimeoutMs,
-      channelOf: options.channelOf ?? ((pattern) => pattern),
-      maxJsonBytes: options.maxJsonBytes ?? 16 * 1024 * 1024,
-      maxReplyBytes: options.maxReplyBytes ?? 256 * 1024 * 1024,
+      channelOf,
+      maxJsonBytes,
+      maxReplyBytes,
       inlineMaxBytes: options.inlineMaxBytes,
       sequenceMaxBytes: options.sequenceMaxBytes,
     };
@@ -198,11 +201,9 @@ export class SequenceClient extends ClientProxy {
   ): Promise<void> {
     const out = encodePayload(data);
     await runtime.publish(this.settings.channelOf(pattern), out.payload, {
-      contentType: out.contentType,
-      bytes: out.bytes,
+      ...publishOptionsOf(out, { [RpcHeader.pattern]: pattern, ...extra }),
       inlineMaxBytes: this.settings.inlineMaxBytes,
       sequenceMaxBytes: this.settings.sequenceMaxBytes,
-      headers: { ...out.headers, [RpcHeader.pattern]: pattern, ...extra },
     });
   }
 

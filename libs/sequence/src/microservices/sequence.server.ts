@@ -12,6 +12,7 @@ import {
 } from '@nestjs/microservices/constants';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
+import { checkInteger } from '../core/option-checks';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
@@ -20,7 +21,14 @@ import { checkKeys, SEQUENCE_SERVER_KEYS } from '../options/option-keys';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
-import { decodePayload, encodePayload, type IncomingPayload } from './payload.codec';
+import { channelOfOption } from './channel-of';
+import {
+  DEFAULT_DECODE_LIMITS,
+  decodePayload,
+  encodePayload,
+  publishOptionsOf,
+  type IncomingPayload,
+} from './payload.codec';
 import { headerString, RpcHeader } from './rpc-headers';
 import { SequenceContext, type SequenceMessageInfo } from './sequence.context';
 import {
@@ -109,7 +117,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   /** Scopes handlers to this transport: `@EventPattern(pattern, SEQUENCE_TRANSPORT_ID)`. */
   override readonly transportId = SEQUENCE_TRANSPORT_ID;
   private runtime: SequenceRuntime | undefined;
-  /** The handlers of a delivery that succeeded, by the delivery's payload (same on a retry). */
+  /** The handlers of a delivery that succeeded, by the delivery (see `dispatch`'s `source`). */
   private readonly completed = new WeakMap<object, Set<Route>>();
   private started: Promise<void> | undefined;
   private specs: ConsumerSpec[] | undefined;
@@ -121,23 +129,15 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     super();
     const problems: string[] = [];
     checkKeys(problems, options, SEQUENCE_SERVER_KEYS);
-    const streamAboveBytes = options.streamAboveBytes ?? 8 * 1024 * 1024;
-    const maxJsonBytes = options.maxJsonBytes ?? 16 * 1024 * 1024;
-    for (const [name, value] of [
-      ['streamAboveBytes', streamAboveBytes],
-      ['maxJsonBytes', maxJsonBytes],
-    ] as const) {
-      if (!Number.isSafeInteger(value) || value < 0) {
-        problems.push(`${name} must be a whole number of bytes, got ${String(value)}`);
-      }
-    }
-    if (options.channelOf !== undefined && typeof options.channelOf !== 'function') {
-      problems.push('channelOf must be a function from a pattern to a channel name');
-    }
+    const streamAboveBytes = options.streamAboveBytes ?? DEFAULT_DECODE_LIMITS.streamAboveBytes;
+    const maxJsonBytes = options.maxJsonBytes ?? DEFAULT_DECODE_LIMITS.maxJsonBytes;
+    checkInteger(problems, 'streamAboveBytes', streamAboveBytes, 0);
+    checkInteger(problems, 'maxJsonBytes', maxJsonBytes, 0);
+    const channelOf = channelOfOption(problems, options.channelOf);
     if (problems.length > 0) throw new SequenceOptionsError('SequenceServer', problems);
     this.options = {
       channels: options.channels ?? {},
-      channelOf: options.channelOf ?? ((pattern) => pattern),
+      channelOf,
       streamAboveBytes,
       maxJsonBytes,
     };
@@ -242,6 +242,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     const ours = this.getHandlers();
     const routes: Route[] = [];
     const unserved: string[] = [];
+    /** Patterns of this server a controller method was found for, served or not. */
+    const found = new Set<string>();
     for (const target of runtime.methodsWith(PATTERN_METADATA)) {
       const transport = Reflect.getMetadata(TRANSPORT_METADATA, target.method) as unknown;
       if (transport !== undefined && transport !== SEQUENCE_TRANSPORT_ID) continue;
@@ -251,6 +253,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       for (const given of patterns) {
         const pattern = this.normalizePattern(given as string);
         if (!ours.has(pattern)) continue;
+        found.add(pattern);
         if (!target.singleton) {
           unserved.push(
             `${definedBy} (pattern ${JSON.stringify(pattern)}): its controller is request-scoped ` +
@@ -267,12 +270,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         });
       }
     }
-    const routed = new Set(routes.map((route) => route.pattern));
     for (const pattern of ours.keys()) {
-      if (
-        !routed.has(pattern) &&
-        !unserved.some((line) => line.includes(JSON.stringify(pattern)))
-      ) {
+      if (!found.has(pattern)) {
         unserved.push(`pattern ${JSON.stringify(pattern)}: no controller method found for it`);
       }
     }
@@ -404,15 +403,14 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       });
     }
     try {
-      await runtime.publish(request.replyTo, out.payload, {
-        contentType: out.contentType,
-        bytes: out.bytes,
-        headers: {
-          ...out.headers,
+      await runtime.publish(
+        request.replyTo,
+        out.payload,
+        publishOptionsOf(out, {
           [RpcHeader.correlationId]: request.correlationId,
           [RpcHeader.replyStatus]: failed ? 'error' : 'ok',
-        },
-      });
+        }),
+      );
     } catch (error) {
       // The requester is gone (its reply channel with it), or the broker refused: the request
       // was handled; its caller times out.
