@@ -35,6 +35,8 @@ import {
   OUTBOX_STORE_SOURCE,
   RESEQUENCER_STORE,
   RESOLVED_OPTIONS,
+  SEQUENCE_BUDGETS,
+  type SequenceBudgets,
   SEQUENCE_STORE,
   SEQUENCE_METRICS_REGISTRY,
   SEQUENCE_TRANSPORT,
@@ -94,6 +96,13 @@ const providers: Provider[] = [
   ...(
     [
       [RESOLVED_OPTIONS, (c: Composition) => c.options],
+      [
+        SEQUENCE_BUDGETS,
+        ({ options: { sequence } }: Composition): SequenceBudgets => ({
+          maxBufferedBytes: sequence.maxBufferedBytes,
+          maxChannelBufferedBytes: sequence.maxChannelBufferedBytes,
+        }),
+      ],
       [SEQUENCE_TRANSPORT, (c: Composition) => c.adapters.transport],
       [SEQUENCE_STORE, (c: Composition) => c.adapters.sequenceStore],
       [RESEQUENCER_STORE, (c: Composition) => c.adapters.resequencerStore],
@@ -185,7 +194,9 @@ const providers: Provider[] = [
     OutboxService,
     SEQUENCE_TRANSPORT,
     SEQUENCE_METRICS_REGISTRY,
-    // For nest-sequence/health: what its indicators ping (the symbols are not exported).
+    // For nest-sequence/health: what its indicators ping, and the budgets they report against
+    // (the symbols are not exported).
+    SEQUENCE_BUDGETS,
     SEQUENCE_STORE,
     RESEQUENCER_STORE,
     CLAIM_CHECK_STORES,

@@ -21,6 +21,7 @@ export {
 } from './testing/conformance/reply-channel.conformance';
 export {
   describeSequenceStoreConformance,
+  storedChargeOf,
   type SequenceStoreHarness,
 } from './testing/conformance/sequence-store.conformance';
 export {

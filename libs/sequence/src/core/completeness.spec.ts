@@ -3,9 +3,14 @@ import {
   admitFragment,
   budgetIncrease,
   emptySequenceState,
+  FRAGMENT_OVERHEAD_BYTES,
   isComplete,
   missingPositions,
   recordFragment,
+  reservedAhead,
+  SEQUENCE_OVERHEAD_BYTES,
+  storedCharge,
+  userHeaderBytes,
   type AdmissionLimits,
   type FragmentFacts,
   type SequenceState,
@@ -213,6 +218,7 @@ describe('recordFragment', () => {
       ]),
       highestPosition: 3,
       storedBytes: 20,
+      headerBytes: 0,
       firstFragmentAt: 5,
       lastFragmentAt: 9,
     });
@@ -249,26 +255,50 @@ describe('missingPositions', () => {
 });
 
 describe('budget', () => {
-  it('accounts declared bytes or stored bytes, whichever is more', () => {
+  /** The fixed part of a sequence of `fragments` fragments and `headerBytes` of headers. */
+  const overhead = (fragments: number, headerBytes = 0): number =>
+    SEQUENCE_OVERHEAD_BYTES + headerBytes + fragments * FRAGMENT_OVERHEAD_BYTES;
+
+  it('charges every sequence and every fragment a fixed overhead, empty ones included', () => {
     expect(accountedBytes(undefined)).toBe(0);
-    expect(accountedBytes(stateWith(facts(1, { bytes: 50 })))).toBe(50);
-    expect(accountedBytes(stateWith(facts(1), facts(2)))).toBe(20);
+    const empty = stateWith(facts(1, { bodyBytes: 0 }), facts(2, { bodyBytes: 0 }));
+    expect(accountedBytes(empty)).toBe(overhead(2));
+    expect(accountedBytes(empty)).toBeGreaterThan(2 * FRAGMENT_OVERHEAD_BYTES);
+    expect(accountedBytes(stateWith(facts(1), facts(2)))).toBe(overhead(2) + 20);
   });
 
-  it('needs the declared bytes to open a sequence that declares them', () => {
-    expect(budgetIncrease(undefined, facts(1, { bytes: 50 }))).toBe(50);
-    expect(budgetIncrease(undefined, facts(1, { bytes: 5 }))).toBe(10);
+  it('charges the headers a sequence keeps: those of the fragment that opened it', () => {
+    const state = stateWith(facts(1, { headerBytes: 300 }), facts(2, { headerBytes: 900 }));
+    expect(state.headerBytes).toBe(300);
+    expect(accountedBytes(state)).toBe(overhead(2, 300) + 20);
+    expect(userHeaderBytes({ 'x-study': 'é' })).toBe(Buffer.byteLength('{"x-study":"é"}'));
   });
 
-  it('needs nothing more for a sequence that reserved its declared bytes', () => {
-    expect(budgetIncrease(stateWith(facts(1, { bytes: 50 })), facts(2))).toBe(0);
+  it('reserves the declared bytes and fragments from the first fragment that declares them', () => {
+    const opened = stateWith(facts(1, { size: 4, bytes: 1000 }));
+    expect(accountedBytes(opened)).toBe(overhead(4) + 1000);
+    expect(storedCharge(opened)).toBe(overhead(1) + 10);
+    expect(reservedAhead(opened)).toBe(3 * FRAGMENT_OVERHEAD_BYTES + 990);
   });
 
-  it('needs the body for a sequence that declared nothing', () => {
-    expect(budgetIncrease(stateWith(facts(1)), facts(2, { bodyBytes: 7 }))).toBe(7);
+  it('needs the whole reservation to open a sequence that declares its bytes and size', () => {
+    expect(budgetIncrease(undefined, facts(1, { size: 4, bytes: 50 }))).toBe(overhead(4) + 50);
+    expect(budgetIncrease(undefined, facts(1, { bytes: 5 }))).toBe(overhead(1) + 10);
+  });
+
+  it('needs nothing more for a sequence that reserved its declared bytes and size', () => {
+    expect(budgetIncrease(stateWith(facts(1, { size: 3, bytes: 50 })), facts(2))).toBe(0);
+  });
+
+  it('needs the body and its overhead for a sequence that declared nothing', () => {
+    expect(budgetIncrease(stateWith(facts(1)), facts(2, { bodyBytes: 7 }))).toBe(
+      7 + FRAGMENT_OVERHEAD_BYTES,
+    );
   });
 
   it('reserves the rest of the declared bytes when a later fragment declares them', () => {
-    expect(budgetIncrease(stateWith(facts(1)), facts(2, { bytes: 50 }))).toBe(40);
+    expect(budgetIncrease(stateWith(facts(1)), facts(2, { bytes: 50 }))).toBe(
+      40 + FRAGMENT_OVERHEAD_BYTES,
+    );
   });
 });

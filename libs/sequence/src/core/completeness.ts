@@ -14,7 +14,52 @@ export type FragmentFacts = Pick<
 > & {
   /** Length of this fragment's body. */
   readonly bodyBytes: number;
+  /**
+   * Length of this fragment's user headers as stored ({@link userHeaderBytes}); a sequence keeps
+   * the headers of the fragment that opened it. 0 when omitted.
+   */
+  readonly headerBytes?: number;
 };
+
+/**
+ * Budget charged for every open sequence besides its bytes: its state, index entries and key
+ * names (a Redis sequence holds about 1 KiB of these; a memory one a little less).
+ */
+export const SEQUENCE_OVERHEAD_BYTES = 1024;
+
+/**
+ * Budget charged for every stored fragment besides its body: its CRC entry and body entry, so
+ * that empty and tiny fragments are never free.
+ */
+export const FRAGMENT_OVERHEAD_BYTES = 128;
+
+/** Bytes of a fragment's user headers as a store keeps them (their JSON, UTF-8). */
+export function userHeaderBytes(headers: object): number {
+  return Buffer.byteLength(JSON.stringify(headers));
+}
+
+/**
+ * Why a fragment's user headers cannot be kept with its sequence: over `maxHeaderBytes`, or not
+ * representable as JSON (a value a broker client decoded into something JSON cannot hold).
+ */
+export function userHeadersRefusal(
+  headers: object,
+  maxHeaderBytes: number,
+):
+  { readonly code: 'headers-too-large' | 'malformed-header'; readonly detail: string } | undefined {
+  let bytes: number;
+  try {
+    bytes = userHeaderBytes(headers);
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    return { code: 'malformed-header', detail: `the user headers cannot be stored: ${why}` };
+  }
+  if (bytes <= maxHeaderBytes) return undefined;
+  return {
+    code: 'headers-too-large',
+    detail: `user headers take ${bytes} bytes, over maxHeaderBytes (${maxHeaderBytes})`,
+  };
+}
 
 /** The per-sequence limits admission enforces. */
 export interface AdmissionLimits {
@@ -37,6 +82,8 @@ export interface SequenceState {
   highestPosition: number;
   /** Sum of stored body lengths. */
   storedBytes: number;
+  /** The user headers kept with the sequence (those of its first fragment), in bytes. */
+  headerBytes: number;
   firstFragmentAt: number;
   lastFragmentAt: number;
 }
@@ -69,6 +116,7 @@ export function emptySequenceState(now: number): SequenceState {
     crcByPosition: new Map(),
     highestPosition: 0,
     storedBytes: 0,
+    headerBytes: 0,
     firstFragmentAt: now,
     lastFragmentAt: now,
   };
@@ -220,6 +268,7 @@ function findContradiction(
 
 /** Records a fragment that {@link admitFragment} found `new`. Mutates `state`. */
 export function recordFragment(state: SequenceState, fragment: FragmentFacts, now: number): void {
+  if (state.crcByPosition.size === 0) state.headerBytes = fragment.headerBytes ?? 0;
   state.crcByPosition.set(fragment.position, fragment.crc32);
   state.highestPosition = Math.max(state.highestPosition, fragment.position);
   state.storedBytes += fragment.bodyBytes;
@@ -252,22 +301,63 @@ export function missingPositions(received: Iterable<number>, size?: number): num
 }
 
 /**
- * Bytes a sequence holds against the store-wide budget: its declared bytes (reserved from the
- * moment they are known, so an admitted sequence can always complete) or what it stores,
- * whichever is more.
+ * Budget bytes a sequence holds against `maxBufferedBytes` and its channel's
+ * `maxChannelBufferedBytes`: a fixed overhead per sequence, the headers it keeps, a fixed overhead
+ * per fragment (for every fragment it declared, from the moment it declares them) and its body
+ * bytes (its declared `x-sequence-bytes` from the moment it declares them, or what it stored if
+ * more). Reserving what a sequence declared when it opens means an admitted sequence never needs
+ * more budget, so it always completes; the per-channel budget keeps one channel's reservations
+ * from starving the others.
  */
 export function accountedBytes(state: SequenceState | undefined): number {
-  if (state === undefined) return 0;
-  return Math.max(state.declaredBytes ?? 0, state.storedBytes);
+  if (state === undefined || state.crcByPosition.size === 0) return 0;
+  return charge(
+    state.headerBytes,
+    Math.max(state.crcByPosition.size, state.size ?? 0),
+    Math.max(state.declaredBytes ?? 0, state.storedBytes),
+  );
 }
 
-/**
- * How many more budget bytes admitting this fragment needs. Zero for a sequence that already
- * reserved its declared bytes: admission never lets it store more than it declared, so it never
- * needs more and is never back-pressured.
- */
+/** The part of {@link accountedBytes} held by what is stored: bodies, headers, overheads. */
+export function storedCharge(state: SequenceState): number {
+  if (state.crcByPosition.size === 0) return 0;
+  return charge(state.headerBytes, state.crcByPosition.size, state.storedBytes);
+}
+
+/** The part of {@link accountedBytes} reserved for declared fragments and bytes not stored yet. */
+export function reservedAhead(state: SequenceState): number {
+  return accountedBytes(state) - storedCharge(state);
+}
+
+/** What {@link accountedBytes} would be once `fragment` (found `new`) is recorded. */
+export function accountedAfter(state: SequenceState | undefined, fragment: FragmentFacts): number {
+  const opening = state === undefined || state.crcByPosition.size === 0;
+  const stored = (state?.storedBytes ?? 0) + fragment.bodyBytes;
+  const fragments = Math.max(
+    (state?.crcByPosition.size ?? 0) + 1,
+    state?.size ?? fragment.size ?? 0,
+  );
+  return charge(
+    opening ? (fragment.headerBytes ?? 0) : state.headerBytes,
+    fragments,
+    Math.max(state?.declaredBytes ?? fragment.bytes ?? 0, stored),
+  );
+}
+
+/** How many more budget bytes admitting this fragment needs. */
 export function budgetIncrease(state: SequenceState | undefined, fragment: FragmentFacts): number {
-  if (state?.declaredBytes !== undefined) return 0;
-  const stored = state?.storedBytes ?? 0;
-  return Math.max(fragment.bytes ?? 0, stored + fragment.bodyBytes) - stored;
+  return Math.max(0, accountedAfter(state, fragment) - accountedBytes(state));
+}
+
+/** Why a sequence needing `bytes` of budget can never open. */
+export function neverFits(bytes: number, maxBufferedBytes: number, channelLimit: number): string {
+  const [limit, name] =
+    channelLimit < maxBufferedBytes
+      ? [channelLimit, 'maxChannelBufferedBytes']
+      : [maxBufferedBytes, 'maxBufferedBytes'];
+  return `the sequence needs ${bytes} budget bytes with its overheads, more than ${name} (${limit})`;
+}
+
+function charge(headerBytes: number, fragments: number, bodyBytes: number): number {
+  return SEQUENCE_OVERHEAD_BYTES + headerBytes + fragments * FRAGMENT_OVERHEAD_BYTES + bodyBytes;
 }

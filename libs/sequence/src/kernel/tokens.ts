@@ -16,6 +16,18 @@ export const SEQUENCE_TRANSPORT = Symbol('nest-sequence:transport');
 export const SEQUENCE_METRICS_REGISTRY = Symbol('nest-sequence:metrics-registry');
 /** Injection token of the resolved options ({@link ResolvedOptions}). */
 export const RESOLVED_OPTIONS = Symbol('nest-sequence:options');
+/**
+ * Injection token of the sequence store's budgets ({@link SequenceBudgets}): what the health
+ * indicator reports fill against, without the rest of the resolved options.
+ */
+export const SEQUENCE_BUDGETS = Symbol('nest-sequence:sequence-budgets');
+
+/** The Message Sequence budgets, as `SEQUENCE_BUDGETS` provides them. */
+export interface SequenceBudgets {
+  readonly maxBufferedBytes: number;
+  readonly maxChannelBufferedBytes: number;
+}
+
 /** Injection token of the active {@link SequenceStore}. */
 export const SEQUENCE_STORE = Symbol('nest-sequence:sequence-store');
 /** Injection token of the active {@link ResequencerStore}. */

@@ -19,6 +19,9 @@ import {
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
+import { crc32 } from '../core/checksum';
+import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../core/completeness';
+import { SEQUENCE_STORE } from '../kernel/tokens';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
 import { redisClient } from '../../test/support/redis.fixture';
 import { eventually } from '../../test/support/sequence-test-app';
@@ -37,6 +40,15 @@ function storeWithPing(ping: () => Promise<void>): SequenceStore {
       property === 'ping' ? ping : Reflect.get(target, property, receiver),
   });
 }
+
+/** The buffer an idle store with the default `maxBufferedBytes` (1 GiB) reports. */
+const IDLE_BUFFER = {
+  openSequences: 0,
+  bufferedBytes: 0,
+  reservedBytes: 0,
+  maxBufferedBytes: 1024 ** 3,
+  usedPercent: 0,
+};
 
 describe('SequenceHealthIndicator', () => {
   const apps: INestApplicationContext[] = [];
@@ -69,7 +81,55 @@ describe('SequenceHealthIndicator', () => {
         status: 'up',
         transport: { name: 'in-memory', status: 'up' },
         store: { name: 'memory', status: 'up' },
+        buffer: IDLE_BUFFER,
       },
+    });
+  });
+
+  it('reports the budget stored and reserved against maxBufferedBytes', async () => {
+    const app = await start({
+      sequence: { maxBufferedBytes: 100_000, maxSequenceBytes: 50_000 },
+    });
+    const store = app.get<SequenceStore>(SEQUENCE_STORE);
+    const body = Buffer.alloc(1_000, 1);
+    await store.accept(
+      {
+        scope: 'scans',
+        sequenceId: 'study-1',
+        position: 1,
+        size: 3,
+        last: false,
+        crc32: crc32(body),
+        bytes: 30_000,
+        userHeaders: {},
+        body,
+      },
+      {
+        now: Date.now(),
+        consumerId: 'c',
+        leaseMs: 1_000,
+        expiry: { ms: 60_000, strategy: 'fixed' },
+        retentionMs: 1_000,
+        limits: {
+          maxSequenceBytes: 100_000,
+          maxFragments: 10,
+          maxBufferedBytes: 100_000,
+          maxOpenSequences: 10,
+        },
+      },
+    );
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
+
+    const stored = SEQUENCE_OVERHEAD_BYTES + 2 + FRAGMENT_OVERHEAD_BYTES + 1_000;
+    const reserved = 2 * FRAGMENT_OVERHEAD_BYTES + 29_000;
+    expect(result.sequence.buffer).toEqual({
+      openSequences: 1,
+      bufferedBytes: stored,
+      // Declared and not there yet: 2 fragments and 29,000 bytes.
+      reservedBytes: reserved,
+      maxBufferedBytes: 100_000,
+      usedPercent: Math.round(((stored + reserved) / 100_000) * 1000) / 10,
     });
   });
 
@@ -116,6 +176,7 @@ describe('SequenceHealthIndicator', () => {
       status: 'down',
       transport: { name: 'in-memory', status: 'down', message: 'in-memory transport is closed' },
       store: { name: 'memory', status: 'up' },
+      buffer: IDLE_BUFFER,
     });
   });
 
@@ -167,6 +228,7 @@ describe('SequenceHealthIndicator', () => {
           status: 'up',
           transport: { name: 'rabbitmq', status: 'up' },
           store: { name: 'memory', status: 'up' },
+          buffer: IDLE_BUFFER,
         });
         expect(closed.sequence).toMatchObject({
           status: 'down',
@@ -206,6 +268,7 @@ describe('SequenceHealthIndicator', () => {
             message: 'not connected to RabbitMQ (reconnecting)',
           },
           store: { name: 'memory', status: 'up' },
+          buffer: IDLE_BUFFER,
         });
         await eventually(
           async () => (await indicator.isHealthy('sequence')).sequence.status === 'up',
@@ -242,6 +305,7 @@ describe('SequenceHealthIndicator', () => {
           status: 'up',
           transport: { name: 'in-memory', status: 'up' },
           store: { name: 'redis', status: 'up' },
+          buffer: IDLE_BUFFER,
         });
         expect(unreachable.sequence).toEqual({
           status: 'down',

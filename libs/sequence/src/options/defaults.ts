@@ -22,6 +22,7 @@ export const DEFAULTS = {
     timeoutStrategy: 'fixed',
     maxSequenceBytes: 512 * MiB,
     maxFragments: 100_000,
+    maxHeaderBytes: 16 * KiB,
     prefetchBytes: 32 * MiB,
     maxBufferedBytes: 1024 * MiB,
     maxOpenSequences: 10_000,

@@ -29,6 +29,7 @@ const SEQUENCE_LIMIT_KEYS = {
   maxSequenceBytes: true,
   maxFragments: true,
   maxFragmentBytes: true,
+  maxHeaderBytes: true,
 } as const;
 
 export const SEQUENCE_CONSUMER_KEYS = {
@@ -68,6 +69,7 @@ export const MODULE_KEYS: KeyTree = {
     prefetchBytes: true,
     deadLetterChannel: true,
     maxBufferedBytes: true,
+    maxChannelBufferedBytes: true,
     maxOpenSequences: true,
     retentionMs: true,
     onExpired: true,

@@ -50,19 +50,38 @@ export function resolveSequenceOptions(
     maxSequenceBytes: DEFAULTS.sequence.maxSequenceBytes,
     maxFragments: DEFAULTS.sequence.maxFragments,
     maxFragmentBytes: transport.maxMessageBytes,
+    maxHeaderBytes: DEFAULTS.sequence.maxHeaderBytes,
     handlerRetry: context.handlerRetry,
     prefetch: context.prefetch,
     prefetchBytes: DEFAULTS.sequence.prefetchBytes,
   });
+  const maxBufferedBytes = options.maxBufferedBytes ?? DEFAULTS.sequence.maxBufferedBytes;
   const resolved: ResolvedSequenceOptions = {
     fragmentBytes,
-    maxBufferedBytes: options.maxBufferedBytes ?? DEFAULTS.sequence.maxBufferedBytes,
+    maxBufferedBytes,
+    maxChannelBufferedBytes:
+      options.maxChannelBufferedBytes ??
+      defaultChannelBudget(maxBufferedBytes, consumer.maxSequenceBytes),
     maxOpenSequences: options.maxOpenSequences ?? DEFAULTS.sequence.maxOpenSequences,
     retentionMs: options.retentionMs ?? DEFAULTS.sequence.retentionMs,
     onExpired: options.onExpired,
     consumer,
   };
   checkInteger(problems, 'sequence.maxBufferedBytes', resolved.maxBufferedBytes, 1);
+  if (
+    checkInteger(
+      problems,
+      'sequence.maxChannelBufferedBytes',
+      resolved.maxChannelBufferedBytes,
+      1,
+    ) &&
+    resolved.maxChannelBufferedBytes > resolved.maxBufferedBytes
+  ) {
+    problems.push(
+      `sequence.maxChannelBufferedBytes (${resolved.maxChannelBufferedBytes}) exceeds ` +
+        `sequence.maxBufferedBytes (${resolved.maxBufferedBytes}); use at most that`,
+    );
+  }
   checkInteger(problems, 'sequence.maxOpenSequences', resolved.maxOpenSequences, 1);
   checkInteger(problems, 'sequence.retentionMs', resolved.retentionMs, 1);
   checkFunction(problems, 'sequence.onExpired', options.onExpired);
@@ -71,6 +90,16 @@ export function resolveSequenceOptions(
       `sequence.maxFragmentBytes (${consumer.maxFragmentBytes}) is below sequence.fragmentBytes ` +
         `(${fragmentBytes}): this module's consumers would dead-letter what its splitter sends; ` +
         'raise maxFragmentBytes or lower fragmentBytes',
+    );
+  }
+  if (
+    options.maxChannelBufferedBytes !== undefined &&
+    consumer.maxSequenceBytes > options.maxChannelBufferedBytes
+  ) {
+    problems.push(
+      `sequence.maxSequenceBytes (${consumer.maxSequenceBytes}) exceeds ` +
+        `sequence.maxChannelBufferedBytes (${options.maxChannelBufferedBytes}): such a sequence ` +
+        'could never be buffered whole; raise maxChannelBufferedBytes or lower maxSequenceBytes',
     );
   }
   if (consumer.maxSequenceBytes > resolved.maxBufferedBytes) {
@@ -128,6 +157,7 @@ function resolveConsumerInto(
     maxSequenceBytes: options.maxSequenceBytes ?? base.maxSequenceBytes,
     maxFragments: options.maxFragments ?? base.maxFragments,
     maxFragmentBytes: options.maxFragmentBytes ?? base.maxFragmentBytes,
+    maxHeaderBytes: options.maxHeaderBytes ?? base.maxHeaderBytes,
     handlerRetry: resolveRetryPolicy(
       problems,
       `${at}handlerRetry`,
@@ -141,6 +171,7 @@ function resolveConsumerInto(
   checkInteger(problems, `${at}maxSequenceBytes`, resolved.maxSequenceBytes, 1);
   checkInteger(problems, `${at}maxFragments`, resolved.maxFragments, 1);
   checkInteger(problems, `${at}maxFragmentBytes`, resolved.maxFragmentBytes, 1);
+  checkInteger(problems, `${at}maxHeaderBytes`, resolved.maxHeaderBytes, 2);
   // The module's own prefetch is checked where it is given.
   if (options.prefetch !== undefined) checkPrefetch(problems, `${at}prefetch`, resolved.prefetch);
   checkInteger(problems, `${at}prefetchBytes`, resolved.prefetchBytes, 1);
@@ -161,6 +192,17 @@ export function fragmentPrefetch(
   return Math.max(1, Math.min(consumer.prefetch, fitting));
 }
 
+/**
+ * `sequence.maxChannelBufferedBytes` when unset: three quarters of `maxBufferedBytes`, so that one
+ * channel always leaves a quarter to the others; or, if more, room for one sequence of
+ * `maxSequenceBytes` with its overheads (fragments of 64 KiB or more, headers up to 64 KiB); never
+ * more than `maxBufferedBytes`.
+ */
+export function defaultChannelBudget(maxBufferedBytes: number, maxSequenceBytes: number): number {
+  const oneSequence = maxSequenceBytes + Math.ceil(maxSequenceBytes / 512) + 64 * 1024;
+  return Math.min(maxBufferedBytes, Math.max(Math.floor(maxBufferedBytes * 0.75), oneSequence));
+}
+
 /** The store-wide and per-handler limits, as the sequence store port takes them. */
 export function sequenceLimits(
   consumer: ResolvedSequenceConsumer,
@@ -170,6 +212,7 @@ export function sequenceLimits(
     maxSequenceBytes: consumer.maxSequenceBytes,
     maxFragments: consumer.maxFragments,
     maxBufferedBytes: sequence.maxBufferedBytes,
+    maxChannelBufferedBytes: sequence.maxChannelBufferedBytes,
     maxOpenSequences: sequence.maxOpenSequences,
   };
 }

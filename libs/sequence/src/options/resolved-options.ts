@@ -49,6 +49,7 @@ export interface ResolvedSequenceConsumer {
   readonly maxSequenceBytes: number;
   readonly maxFragments: number;
   readonly maxFragmentBytes: number;
+  readonly maxHeaderBytes: number;
   readonly handlerRetry: ResolvedRetryPolicy;
   readonly prefetch: number;
   readonly prefetchBytes: number;
@@ -58,6 +59,7 @@ export interface ResolvedSequenceConsumer {
 export interface ResolvedSequenceOptions {
   readonly fragmentBytes: number;
   readonly maxBufferedBytes: number;
+  readonly maxChannelBufferedBytes: number;
   readonly maxOpenSequences: number;
   readonly retentionMs: number;
   readonly onExpired?: (expired: ExpiredSequence) => void | Promise<void>;

@@ -19,6 +19,13 @@ export interface SequenceLimitOptions {
   maxFragments?: number;
   /** Largest fragment body accepted; larger ones are dead-lettered. @default the transport's maxMessageBytes */
   maxFragmentBytes?: number;
+  /**
+   * Largest user headers (the producer's own, wire-contract headers aside) a fragment may carry,
+   * measured as the store keeps them: their JSON, in UTF-8 bytes. A sequence keeps its first
+   * fragment's headers and they count against `maxBufferedBytes`; a fragment over this is
+   * dead-lettered `headers-too-large`. @default 16384
+   */
+  maxHeaderBytes?: number;
 }
 
 /** What a `@SequencedHandler` may set for its own channel. */
@@ -54,8 +61,19 @@ export interface MessageSequenceOptions extends SequenceLimitOptions {
   prefetchBytes?: number;
   /** Where refused fragments and expiry records of every channel go. @default each channel's `<channel>.dlq` */
   deadLetterChannel?: string;
-  /** Store-wide ceiling of bytes buffered for open sequences. @default 1073741824 (1 GiB) */
+  /**
+   * Store-wide ceiling of budget bytes held for open sequences: their bodies (declared bytes are
+   * reserved when a sequence opens), the headers each keeps, and a fixed overhead per sequence
+   * (1 KiB) and per fragment (128 bytes). @default 1073741824 (1 GiB)
+   */
   maxBufferedBytes?: number;
+  /**
+   * Budget one channel's open sequences may hold, so that one channel — or a producer declaring
+   * large sequences on it — cannot starve the others. At the limit, that channel's new sequences
+   * are back-pressured; the others go on.
+   * @default three quarters of maxBufferedBytes, or room for one sequence of maxSequenceBytes if that is more (at most maxBufferedBytes)
+   */
+  maxChannelBufferedBytes?: number;
   /** Store-wide ceiling of open sequences. @default 10000 */
   maxOpenSequences?: number;
   /** How long finished sequences' markers (and failed sequences' fragments) are kept. @default 3600000 */

@@ -17,8 +17,13 @@ export interface SequenceLimits {
   readonly maxSequenceBytes: number;
   /** Most fragments one sequence may have. */
   readonly maxFragments: number;
-  /** Store-wide: bytes held (or reserved) for open sequences. */
+  /** Store-wide: budget bytes held (or reserved) for open sequences (core/completeness `accountedBytes`). */
   readonly maxBufferedBytes: number;
+  /**
+   * Per scope (consuming channel): budget bytes its open sequences may hold, so that one channel's
+   * reservations cannot starve the others. @default maxBufferedBytes
+   */
+  readonly maxChannelBufferedBytes?: number;
   /** Store-wide: sequences open at once. */
   readonly maxOpenSequences: number;
 }
@@ -98,7 +103,7 @@ export type AcceptResult =
     }
   | {
       readonly status: 'backpressure';
-      readonly limit: 'maxBufferedBytes' | 'maxOpenSequences';
+      readonly limit: 'maxBufferedBytes' | 'maxChannelBufferedBytes' | 'maxOpenSequences';
     };
 
 /** A sequence that expired with fragments missing, as the sweeper reports it. */
@@ -119,7 +124,19 @@ export interface ExpiredSequence {
 
 export interface SequenceStoreStats {
   readonly openSequences: number;
+  /**
+   * Budget bytes held by what is stored: bodies, the headers kept with each sequence, and a fixed
+   * overhead per sequence and per fragment (core/completeness `SEQUENCE_OVERHEAD_BYTES`,
+   * `FRAGMENT_OVERHEAD_BYTES`); failed sequences' kept fragments included until retention ends.
+   */
   readonly bufferedBytes: number;
+  /**
+   * Budget bytes held beyond `bufferedBytes`: reservations of open sequences ahead of the bytes
+   * they declared (each at most what it stored), and grants in flight. `bufferedBytes +
+   * reservedBytes` is what counts against `maxBufferedBytes`. Absent from stores that reserve
+   * nothing.
+   */
+  readonly reservedBytes?: number;
   /** Arrival time of the oldest open sequence's first fragment, if any is open. */
   readonly oldestOpenAt?: number;
 }
@@ -138,9 +155,13 @@ export interface SequenceRef {
  * - Contradictions with what earlier fragments declared (size, last position, bytes, sha256, a
  *   different body at a stored position) are `rejected` and leave the sequence as it was.
  * - Limits: `maxSequenceBytes` / `maxFragments` reject and drop the whole sequence (marker
- *   `rejected`). `maxOpenSequences` and `maxBufferedBytes` answer `backpressure` without storing;
- *   a sequence that declares `bytes` reserves them when it opens, so sequences already admitted
- *   can always complete.
+ *   `rejected`); a first fragment over them is rejected alone, leaving no marker, so rejections
+ *   cost the store nothing to remember. So is a first fragment whose sequence could never fit
+ *   the budget (`sequence-too-large`). `maxOpenSequences`, `maxBufferedBytes` and
+ *   `maxChannelBufferedBytes` answer `backpressure` without storing. The budget counts
+ *   core/completeness `accountedBytes`: bodies, kept headers, fixed overheads per sequence and
+ *   fragment; a sequence that declares its bytes and size reserves them when it opens, so
+ *   sequences already admitted can always complete.
  * - `read` streams a complete sequence's bodies in position order, without concatenating them.
  *   A store that sets `verifiesReads` checks every body it reads against the CRC-32 it was
  *   accepted with, and fails the stream with a `StoredFragmentIntegrityError` (never ends

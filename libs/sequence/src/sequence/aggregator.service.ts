@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { crc32 } from '../core/checksum';
+import { userHeadersRefusal } from '../core/completeness';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
@@ -153,6 +154,14 @@ export class AggregatorService implements SequenceReassembler {
       return this.rejectFragment(channel, 'malformed-header', errorMessage(error));
     }
     const { sequenceId, position } = fragment;
+    const headersRefused = userHeadersRefusal(fragment.userHeaders, options.maxHeaderBytes);
+    if (headersRefused) {
+      return this.rejectFragment(
+        channel,
+        headersRefused.code,
+        `sequence ${sequenceId} fragment ${position}: ${headersRefused.detail}`,
+      );
+    }
     const bodyCrc = crc32(body);
     if (bodyCrc !== fragment.crc32) {
       return this.rejectFragment(

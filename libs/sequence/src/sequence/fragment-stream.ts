@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { crc32 } from '../core/checksum';
+import { userHeadersRefusal } from '../core/completeness';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
@@ -90,6 +91,13 @@ export class FragmentStream {
     } catch (error) {
       const code = error instanceof MalformedFragmentError ? error.code : 'malformed-header';
       return this.reject(code, errorMessage(error));
+    }
+    const headersRefused = userHeadersRefusal(fragment.userHeaders, this.options.maxHeaderBytes);
+    if (headersRefused) {
+      return this.reject(
+        headersRefused.code,
+        `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${headersRefused.detail}`,
+      );
     }
     if (fragment.position > this.options.maxFragments) {
       return this.reject(

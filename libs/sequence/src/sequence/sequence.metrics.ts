@@ -100,10 +100,24 @@ export class SequenceMetrics {
         if (current) gauge.set(current.openSequences);
       },
     );
-    metrics.gauge('buffered_bytes', 'Fragment bytes held by the store', [], async (gauge) => {
-      const current = await stats();
-      if (current) gauge.set(current.bufferedBytes);
-    });
+    metrics.gauge(
+      'buffered_bytes',
+      'Budget bytes held by stored fragments: bodies, kept headers, per-sequence and per-fragment overheads',
+      [],
+      async (gauge) => {
+        const current = await stats();
+        if (current) gauge.set(current.bufferedBytes);
+      },
+    );
+    metrics.gauge(
+      'reserved_bytes',
+      'Budget bytes reserved beyond stored ones, for declared bytes still on their way',
+      [],
+      async (gauge) => {
+        const current = await stats();
+        if (current) gauge.set(current.reservedBytes ?? 0);
+      },
+    );
     metrics.gauge(
       'oldest_open_age_seconds',
       'Age of the oldest open sequence',

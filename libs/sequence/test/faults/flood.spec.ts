@@ -108,7 +108,13 @@ describeOnRealServers('faults: a flood of never-completing sequences', () => {
         timeoutMs,
         timeoutStrategy: 'fixed',
       },
-      sequence: { ...limits, maxSequenceBytes: 3 * 128 * KiB, retentionMs },
+      // One channel: its budget is the store's.
+      sequence: {
+        ...limits,
+        maxChannelBufferedBytes: limits.maxBufferedBytes,
+        maxSequenceBytes: 3 * 128 * KiB,
+        retentionMs,
+      },
       tuning: { leaseMs: 100, sweepers: { expiry: { intervalMs: 100 } }, backpressureDelayMs: 250 },
     });
     const firsts = firstFragments(300, 4 * KiB, 128 * KiB);

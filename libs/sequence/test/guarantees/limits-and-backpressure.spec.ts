@@ -1,3 +1,4 @@
+import { storedChargeOf } from 'nest-sequence/testing';
 import {
   bytes,
   createSequenceTestApp,
@@ -41,7 +42,10 @@ describe('guarantees: limits and back-pressure', () => {
 
     it('is refused at the fragment that breaks the limit (sequence-too-large) and its buffer is released', async () => {
       const { app, fragments } = await overTheLimit('released');
-      expect(await stats(app)).toMatchObject({ openSequences: 1, bufferedBytes: 2_000 });
+      expect(await stats(app)).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: storedChargeOf(1_000, 1_000),
+      });
 
       await publishAll(app.transport, channel('released'), [fragments[2]]);
       await app.transport.whenIdle();
@@ -74,7 +78,7 @@ describe('guarantees: limits and back-pressure', () => {
       expect(app.handler.calls).toBe(0);
     });
 
-    it('is refused at its first fragment when it declares more bytes than allowed, buffering nothing', async () => {
+    it('is refused at each fragment when it declares more bytes than allowed, keeping nothing', async () => {
       t = await createSequenceTestApp(channel('declared'), {
         handler: { maxSequenceBytes: 2_500 },
       });
@@ -83,11 +87,35 @@ describe('guarantees: limits and back-pressure', () => {
       await publishAll(t.transport, channel('declared'), fragments);
       await t.transport.whenIdle();
 
-      expect(reasons(t, channel('declared'))).toEqual([
-        'sequence-too-large',
-        ...Array<string>(4).fill('sequence-rejected'),
-      ]);
+      // Nothing was stored, so no marker is kept either: each fragment is refused on its own.
+      expect(reasons(t, channel('declared'))).toEqual(Array<string>(5).fill('sequence-too-large'));
       expect(await stats(t)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      expect(t.handler.calls).toBe(0);
+    });
+  });
+
+  describe('user headers over maxHeaderBytes', () => {
+    const channel = 'guarantees.limits.headers';
+
+    it('are refused (headers-too-large) before anything is stored; headers within it are charged', async () => {
+      t = await createSequenceTestApp(channel, { handler: { maxHeaderBytes: 1_000 } });
+      const heavy = makeFragments('heavy', bytes(2_000, 35), 1_000, {
+        'x-note': 'n'.repeat(1_000),
+      });
+      const light = makeFragments('light', bytes(2_000, 36), 1_000, { 'x-note': 'n'.repeat(900) });
+
+      await publishAll(t.transport, channel, [...heavy, light[0]]);
+      await t.transport.whenIdle();
+
+      expect(reasons(t, channel)).toEqual(['headers-too-large', 'headers-too-large']);
+      expect(deathReasonOf(deadLetters(t.transport, channel)[0])).toMatch(
+        /over maxHeaderBytes \(1000\)/,
+      );
+      const kept = Buffer.byteLength(JSON.stringify({ 'x-note': 'n'.repeat(900) }));
+      expect(await stats(t)).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: storedChargeOf(1_000) - 2 + kept,
+      });
       expect(t.handler.calls).toBe(0);
     });
   });
@@ -100,7 +128,10 @@ describe('guarantees: limits and back-pressure', () => {
       const fragments = makeStreamingFragments('too-many', bytes(5_000, 33), 1_000);
       await publishAll(t.transport, channel('streamed'), fragments.slice(0, 3));
       await t.transport.whenIdle();
-      expect(await stats(t)).toMatchObject({ openSequences: 1, bufferedBytes: 3_000 });
+      expect(await stats(t)).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: storedChargeOf(1_000, 1_000, 1_000),
+      });
 
       await publishAll(t.transport, channel('streamed'), [fragments[3]]);
       await t.transport.whenIdle();
@@ -119,17 +150,14 @@ describe('guarantees: limits and back-pressure', () => {
       ).toBe(1);
     });
 
-    it('is refused at its first fragment when its declared size is over the limit', async () => {
+    it('is refused at each fragment when its declared size is over the limit, keeping nothing', async () => {
       t = await createSequenceTestApp(channel('declared'), { handler: { maxFragments: 3 } });
       const fragments = makeFragments('declared-too-many', bytes(5_000, 34), 1_000);
 
       await publishAll(t.transport, channel('declared'), fragments);
       await t.transport.whenIdle();
 
-      expect(reasons(t, channel('declared'))).toEqual([
-        'too-many-fragments',
-        ...Array<string>(4).fill('sequence-rejected'),
-      ]);
+      expect(reasons(t, channel('declared'))).toEqual(Array<string>(5).fill('too-many-fragments'));
       expect(await stats(t)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
       expect(t.handler.calls).toBe(0);
     });
@@ -150,7 +178,8 @@ describe('guarantees: limits and back-pressure', () => {
       const secondFragments = makeFragments('second', second, 1_000);
       await publishAll(t.transport, channel, firstFragments.slice(0, 5));
       await t.transport.whenIdle();
-      expect(await stats(t)).toMatchObject({ openSequences: 1, bufferedBytes: 5_000 });
+      const storedFive = storedChargeOf(...Array<number>(5).fill(1_000));
+      expect(await stats(t)).toMatchObject({ openSequences: 1, bufferedBytes: storedFive });
       const sampler = sampleStats(t.store);
 
       // 'first' reserves its declared 6,000 bytes: 'second' needs 6,000 more, over 10,000.
@@ -160,7 +189,7 @@ describe('guarantees: limits and back-pressure', () => {
         'each fragment of the second sequence back-pressured twice',
       );
 
-      expect(await stats(t)).toMatchObject({ openSequences: 1, bufferedBytes: 5_000 });
+      expect(await stats(t)).toMatchObject({ openSequences: 1, bufferedBytes: storedFive });
       expect(deadLetters(t.transport, channel)).toHaveLength(0);
       expect(t.handler.calls).toBe(0);
       expect(
@@ -179,7 +208,7 @@ describe('guarantees: limits and back-pressure', () => {
       expect(deadLetters(t.transport, channel)).toHaveLength(0);
       expect(peak.samples).toBeGreaterThan(10);
       expect(peak.maxBufferedBytes).toBeLessThanOrEqual(10_000);
-      expect(peak.maxBufferedBytes).toBeGreaterThanOrEqual(5_000);
+      expect(peak.maxBufferedBytes).toBeGreaterThanOrEqual(storedFive);
     });
 
     it('at maxOpenSequences requeues a sequence that would open one more, and lets it complete once one finished', async () => {
@@ -198,7 +227,10 @@ describe('guarantees: limits and back-pressure', () => {
         async () => (await backpressured(t!, channel, 'maxOpenSequences')) >= 6,
         'each fragment of the third sequence back-pressured twice',
       );
-      expect(await stats(t)).toMatchObject({ openSequences: 2, bufferedBytes: 2_000 });
+      expect(await stats(t)).toMatchObject({
+        openSequences: 2,
+        bufferedBytes: 2 * storedChargeOf(1_000),
+      });
       expect(deadLetters(t.transport, channel)).toHaveLength(0);
       expect(t.handler.calls).toBe(0);
 
@@ -219,8 +251,11 @@ describe('guarantees: limits and back-pressure', () => {
 
     it('holds a streamed sequence back part-way while the budget is full, and lets it complete once budget frees', async () => {
       const channel = 'guarantees.backpressure.streamed';
+      // Room for 'declared' whole (it reserves its 4 fragments and 4,000 bytes when it opens)
+      // and for the first fragment of 'streamed'.
+      const budget = storedChargeOf(1_000, 1_000, 1_000, 1_000) + storedChargeOf(1_000);
       t = await createSequenceTestApp(channel, {
-        sequence: { maxBufferedBytes: 5_000, maxSequenceBytes: 5_000 },
+        sequence: { maxBufferedBytes: budget, maxSequenceBytes: 5_000 },
       });
       const declared = bytes(4_000, 40);
       const streamed = bytes(3_000, 41);
@@ -235,8 +270,11 @@ describe('guarantees: limits and back-pressure', () => {
         async () => (await backpressured(t!, channel, 'maxBufferedBytes')) >= 4,
         'the streamed sequence back-pressured after its first fragment',
       );
-      // 4,000 reserved by 'declared' + 1,000 of 'streamed' fill the 5,000-byte budget.
-      expect(await stats(t)).toMatchObject({ openSequences: 2, bufferedBytes: 2_000 });
+      // 'declared' reserved its whole sequence; 'streamed' took the rest with its first fragment.
+      expect(await stats(t)).toMatchObject({
+        openSequences: 2,
+        bufferedBytes: 2 * storedChargeOf(1_000),
+      });
       expect(t.handler.calls).toBe(0);
 
       await publishAll(t.transport, channel, declaredFragments.slice(1));

@@ -1,3 +1,5 @@
+import { storedChargeOf } from 'nest-sequence/testing';
+import { FRAGMENT_OVERHEAD_BYTES } from '../../src/core/completeness';
 import { Registry } from 'prom-client';
 import { MemorySequenceStore } from 'nest-sequence';
 import { sha256Hex } from '../../src/core/checksum';
@@ -26,8 +28,8 @@ describe('guarantees: metrics', () => {
 
     /**
      * - `done`: 3 fragments, the first one twice, then a late duplicate: completed, 2 duplicates;
-     * - `too-big`: declares 8,000 bytes over a 5,000-byte limit: rejected, its second fragment
-     *   dead-lettered sequence-rejected; never started;
+     * - `too-big`: declares 8,000 bytes over a 5,000-byte limit: each fragment dead-lettered
+     *   sequence-too-large; never started, nothing kept of it;
      * - `forged`: 2 fragments with a wrong SHA-256: started, rejected (integrity-mismatch), its
      *   2,000 bytes retained for inspection;
      * - `gone`: 1 of 3 fragments, then expired by a sweep;
@@ -79,12 +81,9 @@ describe('guarantees: metrics', () => {
       expect(await value('sequences_started_total', { channel })).toBe(4);
       expect(await value('sequences_completed_total', { channel })).toBe(1);
       expect(
-        await value('sequences_rejected_total', { channel, reason: 'sequence-too-large' }),
-      ).toBe(1);
-      expect(
         await value('sequences_rejected_total', { channel, reason: 'integrity-mismatch' }),
       ).toBe(1);
-      expect(await value('sequences_rejected_total', { channel })).toBe(2);
+      expect(await value('sequences_rejected_total', { channel })).toBe(1);
       expect(await value('sequences_expired_total', { channel })).toBe(1);
     });
 
@@ -100,16 +99,18 @@ describe('guarantees: metrics', () => {
     it('counts fragments dead-lettered on their own account, by reason', async () => {
       expect(
         await value('fragments_rejected_total', { channel, reason: 'sequence-too-large' }),
-      ).toBe(1);
-      expect(
-        await value('fragments_rejected_total', { channel, reason: 'sequence-rejected' }),
-      ).toBe(1);
+      ).toBe(2);
       expect(await value('fragments_rejected_total', { channel })).toBe(2);
     });
 
     it('reports open sequences and buffered bytes from the store (retained failed fragments included)', async () => {
       expect(await value('open_sequences')).toBe(1);
-      expect(await value('buffered_bytes')).toBe(1_000 + 2_000);
+      // The open sequence's first fragment, and the rejected one's two kept for inspection.
+      expect(await value('buffered_bytes')).toBe(
+        storedChargeOf(1_000) + storedChargeOf(1_000, 1_000),
+      );
+      // The open sequence's second fragment, declared and not there yet.
+      expect(await value('reserved_bytes')).toBe(FRAGMENT_OVERHEAD_BYTES + 1_000);
     });
 
     it('reports the age of the oldest open sequence in seconds', async () => {

@@ -11,6 +11,8 @@ export type RejectionCode =
   | 'crc-mismatch'
   /** The fragment body is larger than the consumer accepts for one fragment. */
   | 'fragment-too-large'
+  /** The fragment's user headers are larger than the consumer keeps (`maxHeaderBytes`). */
+  | 'headers-too-large'
   /** The position is beyond the size this sequence declared. */
   | 'position-out-of-range'
   /** `x-sequence-size` differs from the size an earlier fragment declared. */

@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { crc32, sha256Hex } from '../../core/checksum';
+import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../../core/completeness';
 import type { HeaderMap } from '../../core/headers';
 import type {
   AcceptContext,
@@ -72,6 +73,15 @@ export function sequenceFixture(
     };
   });
   return { ref, payload, sha256, fragments };
+}
+
+/**
+ * Budget bytes one sequence holds for stored bodies of these lengths, kept with no user headers
+ * (`{}`, 2 bytes): see core/completeness `storedCharge`.
+ */
+export function storedChargeOf(...bodyLengths: number[]): number {
+  const bodies = bodyLengths.reduce((sum, length) => sum + length, 0);
+  return SEQUENCE_OVERHEAD_BYTES + 2 + bodyLengths.length * FRAGMENT_OVERHEAD_BYTES + bodies;
 }
 
 /** A fragment like `fragment` with another body (and the matching crc32). */
@@ -394,21 +404,21 @@ export function describeSequenceStoreConformance(
     });
 
     describe('per-sequence limits', () => {
-      it('rejects and marks a sequence that declares more than maxSequenceBytes', async () => {
+      it('rejects each fragment of a sequence that declares more than maxSequenceBytes, keeping nothing', async () => {
         const { fragments } = sequenceFixture(scope, ['x'.repeat(60), 'y'.repeat(60)]);
         const limits = { maxSequenceBytes: 100 };
 
-        expect(await accept(fragments[0], t0, { limits })).toEqual({
-          status: 'rejected',
-          code: 'sequence-too-large',
-          detail: expect.any(String),
-          sequenceRejected: true,
-        });
-        expect(await accept(fragments[1], t0 + 1, { limits })).toMatchObject({
-          status: 'finished',
-          outcome: 'rejected',
-        });
+        for (const fragment of fragments) {
+          expect(await accept(fragment, t0, { limits })).toEqual({
+            status: 'rejected',
+            code: 'sequence-too-large',
+            detail: expect.any(String),
+            sequenceRejected: false,
+          });
+        }
         expect(await store.stats(t0 + 1)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        // No marker was kept for it: under generous limits the same id opens a sequence.
+        expect(await accept(fragments[0], t0 + 1)).toEqual({ status: 'stored', opened: true });
       });
 
       it('rejects and drops a sequence whose fragments pass maxSequenceBytes', async () => {
@@ -432,16 +442,31 @@ export function describeSequenceStoreConformance(
         }
       });
 
-      it('rejects and marks a sequence that declares more than maxFragments', async () => {
+      it('rejects each fragment of a sequence that declares more than maxFragments, keeping nothing', async () => {
         const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd']);
         const limits = { maxFragments: 3 };
 
-        expect(await accept(fragments[0], t0, { limits })).toMatchObject({
+        for (const fragment of fragments.slice(0, 2)) {
+          expect(await accept(fragment, t0, { limits })).toMatchObject({
+            status: 'rejected',
+            code: 'too-many-fragments',
+            sequenceRejected: false,
+          });
+        }
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      });
+
+      it('marks a sequence rejected once it stored something before passing a limit', async () => {
+        const { fragments } = sequenceFixture(scope, ['a', 'b', 'c', 'd', 'e'], { streamed: true });
+        const limits = { maxFragments: 3 };
+        await acceptAll(fragments.slice(0, 2), t0, { limits });
+
+        expect(await accept(fragments[4], t0, { limits })).toMatchObject({
           status: 'rejected',
           code: 'too-many-fragments',
           sequenceRejected: true,
         });
-        expect(await accept(fragments[1], t0, { limits })).toMatchObject({
+        expect(await accept(fragments[0], t0, { limits })).toMatchObject({
           status: 'finished',
           outcome: 'rejected',
         });
@@ -472,7 +497,10 @@ export function describeSequenceStoreConformance(
           status: 'backpressure',
           limit: 'maxOpenSequences',
         });
-        expect(await store.stats(t0)).toMatchObject({ openSequences: 2, bufferedBytes: 2 });
+        expect(await store.stats(t0)).toMatchObject({
+          openSequences: 2,
+          bufferedBytes: 2 * storedChargeOf(1),
+        });
         expect(await accept(a.fragments[1], t0, { limits })).toMatchObject({ status: 'complete' });
 
         await finishCompleted(a.ref);
@@ -483,20 +511,29 @@ export function describeSequenceStoreConformance(
       });
 
       it('answers backpressure at maxBufferedBytes, yet a sequence that reserved its bytes completes', async () => {
-        const limits = { maxBufferedBytes: 100 };
         const reserved = sequenceFixture(scope, ['a'.repeat(20), 'b'.repeat(20), 'c'.repeat(40)]);
         const other = sequenceFixture(scope, ['x'.repeat(30), 'y'], { declareBytes: false });
+        // The first reserves its 3 fragments and 80 bytes when it opens; 100 bytes are left.
+        const limits = { maxBufferedBytes: storedChargeOf(20, 20, 40) + 100 };
         expect(await accept(reserved.fragments[0], t0, { limits })).toMatchObject({
           status: 'stored',
+        });
+        expect(await store.stats(t0)).toMatchObject({
+          openSequences: 1,
+          bufferedBytes: storedChargeOf(20),
+          reservedBytes: 2 * FRAGMENT_OVERHEAD_BYTES + 60,
         });
 
         expect(await accept(other.fragments[0], t0, { limits })).toEqual({
           status: 'backpressure',
           limit: 'maxBufferedBytes',
         });
-        expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 20 });
         const rest = await acceptAll(reserved.fragments.slice(1), t0, { limits });
         expect(rest.map((result) => result.status)).toEqual(['stored', 'complete']);
+        expect(await store.stats(t0)).toMatchObject({
+          bufferedBytes: storedChargeOf(20, 20, 40),
+          reservedBytes: 0,
+        });
         expect(await accept(other.fragments[0], t0, { limits })).toMatchObject({
           status: 'backpressure',
         });
@@ -508,10 +545,73 @@ export function describeSequenceStoreConformance(
         });
       });
 
-      it('answers backpressure for the next fragment of an open sequence that reserved nothing', async () => {
-        const limits = { maxBufferedBytes: 100 };
+      it("keeps one channel's reservations from starving another: maxChannelBufferedBytes", async () => {
+        const squatScope = `${scope}.squatter`;
+        const limits = { maxBufferedBytes: 40_000, maxChannelBufferedBytes: 20_000 };
+        // A one-byte first fragment that declares 15,000 bytes reserves them all.
+        const declared = Buffer.alloc(15_000, 's');
+        const squatters = [1, 2].map(() =>
+          sequenceFixture(squatScope, [declared.subarray(0, 1), declared.subarray(1)]),
+        );
+        expect(await accept(squatters[0].fragments[0], t0, { limits })).toMatchObject({
+          status: 'stored',
+        });
+        expect(await accept(squatters[1].fragments[0], t0, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxChannelBufferedBytes',
+        });
+
+        const honest = sequenceFixture(scope, ['h'.repeat(7_000), 'i'.repeat(7_000)]);
+        const results = await acceptAll(honest.fragments, t0, { limits });
+        expect(results.map((result) => result.status)).toEqual(['stored', 'complete']);
+      });
+
+      it('rejects a first fragment whose sequence could never fit the budget, keeping nothing', async () => {
+        const { fragments } = sequenceFixture(scope, Array<string>(10).fill('z'.repeat(100)));
+        const limits = { maxBufferedBytes: 2_000 };
+
+        expect(await accept(fragments[0], t0, { limits })).toEqual({
+          status: 'rejected',
+          code: 'sequence-too-large',
+          detail: expect.stringMatching(/maxBufferedBytes \(2000\)/),
+          sequenceRejected: false,
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(await accept(fragments[0], t0)).toEqual({ status: 'stored', opened: true });
+      });
+
+      it('charges empty fragments: a flood of them meets maxBufferedBytes', async () => {
+        const limits = { maxBufferedBytes: 100 * storedChargeOf(0) };
+        let stored = 0;
+        let result: AcceptResult | undefined;
+        for (let i = 0; i < 200; i++) {
+          const { fragments } = sequenceFixture(scope, ['', ''], {
+            declareBytes: false,
+            streamed: true,
+          });
+          result = await accept(fragments[0], t0, { limits });
+          if (result.status !== 'stored') break;
+          stored++;
+        }
+        expect(result).toEqual({ status: 'backpressure', limit: 'maxBufferedBytes' });
+        expect(stored).toBe(100);
+        expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 100 * storedChargeOf(0) });
+      });
+
+      it('charges the headers a sequence keeps', async () => {
+        const userHeaders = { 'x-note': 'n'.repeat(500) };
+        const { fragments } = sequenceFixture(scope, ['a', 'b'], { userHeaders });
+        await accept(fragments[0]);
+        const headerBytes = Buffer.byteLength(JSON.stringify(userHeaders));
+        expect((await store.stats(t0)).bufferedBytes).toBe(storedChargeOf(1) - 2 + headerBytes);
+      });
+
+      it('answers backpressure for the next fragment of an open sequence when the budget is spent', async () => {
         const a = sequenceFixture(scope, ['a'.repeat(50), 'b'.repeat(20)], { declareBytes: false });
         const b = sequenceFixture(scope, ['c'.repeat(40), 'd'], { declareBytes: false });
+        // Each reserved its 2 fragments' overhead, not its bytes: 10 bytes are left.
+        const stored = storedChargeOf(50) + storedChargeOf(40);
+        const limits = { maxBufferedBytes: stored + 2 * FRAGMENT_OVERHEAD_BYTES + 10 };
         await accept(a.fragments[0], t0, { limits });
         await accept(b.fragments[0], t0, { limits });
 
@@ -519,15 +619,20 @@ export function describeSequenceStoreConformance(
           status: 'backpressure',
           limit: 'maxBufferedBytes',
         });
-        expect(await store.stats(t0)).toMatchObject({ openSequences: 2, bufferedBytes: 90 });
+        expect(await store.stats(t0)).toMatchObject({
+          openSequences: 2,
+          bufferedBytes: stored,
+          reservedBytes: 2 * FRAGMENT_OVERHEAD_BYTES,
+        });
         expect(await accept(b.fragments[1], t0, { limits })).toMatchObject({ status: 'complete' });
       });
 
       it('answers backpressure for a new sequence that declares more than the budget left', async () => {
-        const limits = { maxBufferedBytes: 100 };
         const first = sequenceFixture(scope, ['a'.repeat(10), 'b'.repeat(70)]);
         const tooBig = sequenceFixture(scope, ['c'.repeat(10), 'd'.repeat(20)]);
         const fits = sequenceFixture(scope, ['e'.repeat(10), 'f'.repeat(10)]);
+        // first reserves its whole 80 bytes; then room for a 25-byte two-fragment one.
+        const limits = { maxBufferedBytes: storedChargeOf(10, 70) + storedChargeOf(0, 0) + 25 };
         await accept(first.fragments[0], t0, { limits });
 
         expect(await accept(tooBig.fragments[0], t0, { limits })).toEqual({
@@ -694,7 +799,10 @@ export function describeSequenceStoreConformance(
           reason,
         });
         expect(await payloadOf(ref)).toBe('abcdef');
-        expect(await store.stats(t0 + 1)).toMatchObject({ openSequences: 0, bufferedBytes: 6 });
+        expect(await store.stats(t0 + 1)).toMatchObject({
+          openSequences: 0,
+          bufferedBytes: storedChargeOf(3, 3),
+        });
 
         await store.listExpired(t0 + 10_001, 100);
         expect(await store.stats(t0 + 10_001)).toMatchObject({ bufferedBytes: 0 });
@@ -898,7 +1006,9 @@ export function describeSequenceStoreConformance(
 
         expect(await store.stats(t0 + 30)).toEqual({
           openSequences: 2,
-          bufferedBytes: 10,
+          bufferedBytes: storedChargeOf(4, 4) + storedChargeOf(2),
+          // Declared, not stored yet: a's third fragment (4 bytes), b's second (2 bytes).
+          reservedBytes: 2 * FRAGMENT_OVERHEAD_BYTES + 4 + 2,
           oldestOpenAt: t0 + 10,
         });
 

@@ -1,6 +1,7 @@
 import {
   readAll,
   sequenceFixture,
+  storedChargeOf,
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
 import type { AcceptContext } from '../../../ports/sequence-store.port';
@@ -28,7 +29,7 @@ describe('MemorySequenceStore', () => {
       limits: {
         maxSequenceBytes: 1_000,
         maxFragments: 100,
-        maxBufferedBytes: 1_000,
+        maxBufferedBytes: 10_000,
         maxOpenSequences: 100,
       },
       ...overrides,
@@ -74,21 +75,23 @@ describe('MemorySequenceStore', () => {
   });
 
   it("evicts failed sequences' retained fragments before back-pressuring for them", async () => {
+    // Room for one of the two sequences below, not for both.
+    const limits = { ...context(t0).limits, maxBufferedBytes: 3_000 };
     const failed = sequenceFixture('scope', ['f'.repeat(600)]);
-    await store.accept(failed.fragments[0], context(t0));
+    await store.accept(failed.fragments[0], context(t0, { limits }));
     await store.finish(failed.ref, 'failed', {
       now: t0,
       retentionMs: 60_000,
       consumerId: CONSUMER,
     });
-    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 600 });
+    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: storedChargeOf(600) });
 
     const next = sequenceFixture('scope', ['n'.repeat(500), 'm']);
-    expect(await store.accept(next.fragments[0], context(t0))).toEqual({
+    expect(await store.accept(next.fragments[0], context(t0, { limits }))).toEqual({
       status: 'stored',
       opened: true,
     });
-    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 500 });
+    expect(await store.stats(t0)).toMatchObject({ bufferedBytes: storedChargeOf(500) });
     expect(await store.accept(failed.fragments[0], context(t0))).toMatchObject({
       status: 'finished',
       outcome: 'failed',
@@ -111,7 +114,7 @@ describe('MemorySequenceStore', () => {
     await store.accept(fragments[0], context(t0));
     await store.close();
 
-    expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+    expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0, reservedBytes: 0 });
     expect(await store.accept(fragments[0], context(t0))).toEqual({
       status: 'stored',
       opened: true,

@@ -6,7 +6,11 @@ import {
   emptySequenceState,
   isComplete,
   missingPositions,
+  neverFits,
   recordFragment,
+  reservedAhead,
+  storedCharge,
+  userHeaderBytes,
   type FragmentFacts,
 } from '../../../core/completeness';
 import { deathReason } from '../../../core/errors/rejection-code';
@@ -40,9 +44,10 @@ import {
  * Every method runs synchronously to its end once called, so concurrent `accept`s of one
  * sequence are serialized by the event loop: exactly one of them can see it complete.
  *
- * Budget: an open sequence counts its declared bytes (reserved as soon as a fragment declares
- * them) or its stored bytes, whichever is more; a failed sequence's retained fragments count
- * too, but are evicted, oldest first, before anything is back-pressured for their sake.
+ * Budget: an open sequence counts core/completeness `accountedBytes` (bodies, kept headers, fixed
+ * overheads, and a reservation ahead of its declared bytes no larger than what it stored); a
+ * failed sequence's retained fragments count too, but are evicted, oldest first, before anything
+ * is back-pressured for their sake.
  */
 export class MemorySequenceStore implements SequenceStore {
   readonly name = 'memory';
@@ -54,6 +59,8 @@ export class MemorySequenceStore implements SequenceStore {
   private readonly retained = new Map<string, RetainedFragments>();
   /** Budget bytes of the held sequences. */
   private heldBytes = 0;
+  /** The same, per scope. */
+  private readonly heldBytesByScope = new Map<string, number>();
   private retainedBytes = 0;
 
   async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
@@ -64,12 +71,19 @@ export class MemorySequenceStore implements SequenceStore {
     if (marker) return { status: 'finished', outcome: marker.outcome, reason: marker.reason };
 
     const held = this.held.get(key);
-    const facts: FragmentFacts = { ...fragment, bodyBytes: fragment.body.length };
+    const facts: FragmentFacts = {
+      ...fragment,
+      bodyBytes: fragment.body.length,
+      headerBytes: held ? 0 : userHeaderBytes(fragment.userHeaders),
+    };
     const admission = admitFragment(held?.state ?? emptySequenceState(now), facts, limits);
     switch (admission.kind) {
       case 'contradiction':
         return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: false };
       case 'limit':
+        // A first fragment over a limit stored nothing: it leaves no marker behind either.
+        if (!held)
+          return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: false };
         this.drop(key);
         this.mark(
           key,
@@ -90,14 +104,30 @@ export class MemorySequenceStore implements SequenceStore {
       return { status: 'backpressure', limit: 'maxOpenSequences' };
     }
     const increase = budgetIncrease(held?.state, facts);
+    const channelLimit = limits.maxChannelBufferedBytes ?? limits.maxBufferedBytes;
+    if (!held && increase > Math.min(limits.maxBufferedBytes, channelLimit)) {
+      // It could never fit, even alone: refused, rather than back-pressured forever.
+      return {
+        status: 'rejected',
+        code: 'sequence-too-large',
+        detail: neverFits(increase, limits.maxBufferedBytes, channelLimit),
+        sequenceRejected: false,
+      };
+    }
     if (increase > 0 && !this.makeRoom(increase, limits.maxBufferedBytes)) {
       return { status: 'backpressure', limit: 'maxBufferedBytes' };
+    }
+    if (
+      increase > 0 &&
+      (this.heldBytesByScope.get(fragment.scope) ?? 0) + increase > channelLimit
+    ) {
+      return { status: 'backpressure', limit: 'maxChannelBufferedBytes' };
     }
 
     const sequence = held ?? this.open(fragment, context);
     const before = accountedBytes(sequence.state);
     recordFragment(sequence.state, facts, now);
-    this.heldBytes += accountedBytes(sequence.state) - before;
+    this.charge(fragment.scope, accountedBytes(sequence.state) - before);
     // A copy: the caller may reuse its buffer, and a slice would pin a larger one.
     sequence.bodies.set(fragment.position, Buffer.from(fragment.body));
     sequence.contentType ??= fragment.contentType;
@@ -156,8 +186,9 @@ export class MemorySequenceStore implements SequenceStore {
     this.drop(key);
     this.dropRetained(key);
     if (outcome === 'failed' && held) {
-      this.retained.set(key, { bodies: held.bodies, bytes: held.state.storedBytes, until });
-      this.retainedBytes += held.state.storedBytes;
+      const bytes = storedCharge(held.state);
+      this.retained.set(key, { bodies: held.bodies, bytes, until });
+      this.retainedBytes += bytes;
     }
     this.mark(key, outcome, until, context.reason);
     return true;
@@ -209,15 +240,17 @@ export class MemorySequenceStore implements SequenceStore {
 
   async stats(now: number): Promise<SequenceStoreStats> {
     let bufferedBytes = 0;
+    let reservedBytes = 0;
     let oldestOpenAt: number | undefined;
     for (const { state } of this.held.values()) {
-      bufferedBytes += state.storedBytes;
+      bufferedBytes += storedCharge(state);
+      reservedBytes += reservedAhead(state);
       oldestOpenAt = Math.min(oldestOpenAt ?? Infinity, state.firstFragmentAt);
     }
     for (const retained of this.retained.values()) {
       if (retained.until > now) bufferedBytes += retained.bytes;
     }
-    return { openSequences: this.held.size, bufferedBytes, oldestOpenAt };
+    return { openSequences: this.held.size, bufferedBytes, reservedBytes, oldestOpenAt };
   }
 
   async ping(): Promise<void> {}
@@ -227,6 +260,7 @@ export class MemorySequenceStore implements SequenceStore {
     this.markers.clear();
     this.retained.clear();
     this.heldBytes = 0;
+    this.heldBytesByScope.clear();
     this.retainedBytes = 0;
   }
 
@@ -295,8 +329,15 @@ export class MemorySequenceStore implements SequenceStore {
   private drop(key: string): void {
     const sequence = this.held.get(key);
     if (!sequence) return;
-    this.heldBytes -= accountedBytes(sequence.state);
+    this.charge(sequence.ref.scope, -accountedBytes(sequence.state));
     this.held.delete(key);
+  }
+
+  private charge(scope: string, delta: number): void {
+    this.heldBytes += delta;
+    const bytes = (this.heldBytesByScope.get(scope) ?? 0) + delta;
+    if (bytes > 0) this.heldBytesByScope.set(scope, bytes);
+    else this.heldBytesByScope.delete(scope);
   }
 
   private dropRetained(key: string): void {

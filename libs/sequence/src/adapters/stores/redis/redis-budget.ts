@@ -27,8 +27,10 @@ export interface Settlement {
 
 export type Reservation =
   | { readonly kind: 'granted'; readonly grant: Grant }
-  | { readonly kind: 'backpressure'; readonly limit: 'maxBufferedBytes' | 'maxOpenSequences' }
+  | { readonly kind: 'backpressure'; readonly limit: BackpressureLimit }
   | { readonly kind: 'evict'; readonly victims: ReadonlyArray<{ member: string; until: number }> };
+
+type BackpressureLimit = 'maxBufferedBytes' | 'maxChannelBufferedBytes' | 'maxOpenSequences';
 
 /** Failed sequences' kept fragments evicted per round before answering back-pressure. */
 const EVICTION_BATCH = 16;
@@ -51,6 +53,7 @@ export class RedisBudget {
     this.keys = globalKeyList(names.global);
   }
 
+  /** Grants `increase` budget bytes to the sequence's record, creating it if need be. */
   async reserve(
     member: string,
     increase: number,
@@ -65,6 +68,7 @@ export class RedisBudget {
       context.limits.maxBufferedBytes,
       context.ttl + this.marginMs,
       EVICTION_BATCH,
+      context.limits.maxChannelBufferedBytes ?? context.limits.maxBufferedBytes,
     ])) as [string, ...unknown[]];
     switch (reply[0]) {
       case 'granted':
@@ -73,7 +77,7 @@ export class RedisBudget {
           grant: { epoch: Number(reply[1]), bytes: Number(reply[2]), id: Number(reply[3]) },
         };
       case 'backpressure':
-        return { kind: 'backpressure', limit: reply[1] as 'maxBufferedBytes' | 'maxOpenSequences' };
+        return { kind: 'backpressure', limit: reply[1] as BackpressureLimit };
       case 'evict': {
         const flat = reply[1] as string[];
         const victims: Array<{ member: string; until: number }> = [];
@@ -152,12 +156,15 @@ export class RedisBudget {
   }
 
   async stats(now: number): Promise<SequenceStoreStats> {
-    const [openSequences, bufferedBytes, oldest] = (await this.scripts.stats(this.keys, [now])) as [
-      number,
-      string,
-      string | null | false,
-    ];
-    const stats = { openSequences: Number(openSequences), bufferedBytes: Number(bufferedBytes) };
+    const [openSequences, bufferedBytes, oldest, reservedBytes] = (await this.scripts.stats(
+      this.keys,
+      [now],
+    )) as [number, string, string | null | false, string];
+    const stats = {
+      openSequences: Number(openSequences),
+      bufferedBytes: Number(bufferedBytes),
+      reservedBytes: Number(reservedBytes),
+    };
     // No open sequence: Lua false, null over RESP2 (false over RESP3).
     return oldest === null || oldest === false ? stats : { ...stats, oldestOpenAt: Number(oldest) };
   }

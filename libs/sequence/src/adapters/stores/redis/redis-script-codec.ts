@@ -82,7 +82,12 @@ export type AcceptStep =
       /** A budget epoch fenced by the script, to forget in the global index (0: none). */
       readonly forgetEpoch: number;
     }
-  | { readonly kind: 'need'; readonly bytes: number }
+  | {
+      readonly kind: 'need';
+      readonly bytes: number;
+      /** True when the grant would open the sequence (its first stored fragment). */
+      readonly opening: boolean;
+    }
   | { readonly kind: 'go' }
   | { readonly kind: 'void'; readonly forgetEpoch: number };
 
@@ -134,7 +139,7 @@ export function interpretAccept(reply: unknown, ref: SequenceRef): AcceptStep {
       });
     }
     case 'need':
-      return { kind: 'need', bytes: Number(rest[0]) };
+      return { kind: 'need', bytes: Number(rest[0]), opening: Number(rest[1]) === 1 };
     case 'go':
       return { kind: 'go' };
     case 'void':

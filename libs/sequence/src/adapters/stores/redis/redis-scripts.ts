@@ -1,6 +1,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Cluster, Redis } from 'ioredis';
+import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../../../core/completeness';
 
 export type RedisClient = Redis | Cluster;
 
@@ -113,9 +114,21 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-prune',
 ];
 
+/** Values the scripts share with the TypeScript rules they mirror: `{{NAME}}` in the Lua. */
+const CONSTANTS: Readonly<Record<string, number>> = {
+  SEQUENCE_OVERHEAD_BYTES,
+  FRAGMENT_OVERHEAD_BYTES,
+};
+const CONSTANT = /\{\{([A-Z_]+)\}\}/g;
+
 function readLua(file: string): string {
-  return readFileSync(join(LUA_DIRECTORY, file), 'utf8').replace(
-    INCLUDE,
-    (_line, include: string) => readFileSync(join(LUA_DIRECTORY, `${include}.lua`), 'utf8'),
-  );
+  return readFileSync(join(LUA_DIRECTORY, file), 'utf8')
+    .replace(INCLUDE, (_line, include: string) =>
+      readFileSync(join(LUA_DIRECTORY, `${include}.lua`), 'utf8'),
+    )
+    .replace(CONSTANT, (_match, name: string) => {
+      const value = CONSTANTS[name];
+      if (value === undefined) throw new Error(`${file}: unknown constant {{${name}}}`);
+      return String(value);
+    });
 }

@@ -6,12 +6,14 @@ import { Redis } from 'ioredis';
 import {
   readAll,
   sequenceFixture,
+  storedChargeOf,
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
 import { OwnedRedisServer } from '../../../../test/support/processes/owned-redis.server';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { crc32 } from '../../../core/checksum';
+import { FRAGMENT_OVERHEAD_BYTES } from '../../../core/completeness';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 import type { AcceptContext, SequenceStore } from '../../../ports/sequence-store.port';
@@ -250,7 +252,11 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(ttl).toBeLessThanOrEqual(5_000 + 300_000);
         const totals = await redis.hgetall(new RedisKeys(prefix).global.totals);
         expect(totals).toMatchObject({ claimed: '0', stored: '0' });
-        expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+        expect(await store.stats(t0)).toEqual({
+          openSequences: 0,
+          bufferedBytes: 0,
+          reservedBytes: 0,
+        });
       },
     );
 
@@ -678,7 +684,11 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(await store.listExpired(t0 + 1_000, 10)).toEqual([ref]);
       expect(await store.expire(ref, t0 + 1_000, 5_000)).toBeNull();
       expect(await store.listExpired(t0 + 1_000, 10)).toEqual([]);
-      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      expect(await store.stats(t0)).toEqual({
+        openSequences: 0,
+        bufferedBytes: 0,
+        reservedBytes: 0,
+      });
     });
 
     it('never lets a sequence open on a reservation whose epoch the sweeper fenced', async () => {
@@ -704,13 +714,20 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       );
       const reply = (await scripts.accept(sequenceKeyList(keys.sequence(ref)), args)) as unknown[];
       expect(reply[0]).toBe('void');
-      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      expect(await store.stats(t0)).toEqual({
+        openSequences: 0,
+        bufferedBytes: 0,
+        reservedBytes: 0,
+      });
 
       expect(await store.accept(fragments[0], context(t0))).toEqual({
         status: 'stored',
         opened: true,
       });
-      expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 1 });
+      expect(await store.stats(t0)).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: storedChargeOf(1),
+      });
     });
 
     it('neither stores twice nor refunds twice when the client resends an accept after a reconnect', async () => {
@@ -719,12 +736,16 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       const budget = new RedisBudget(redis, scripts, keys, 300_000);
       const { fragments, ref } = sequenceFixture(scope, ['aaaa', 'bb'], { declareBytes: false });
       const member = keys.member(ref);
-      const reservation = await budget.reserve(member, 10, {
-        now: t0,
-        provisionalDue: t0 + 60_000,
-        limits: context(t0).limits,
-        ttl: 60_000,
-      });
+      const reservation = await budget.reserve(
+        member,
+        storedChargeOf(4) + FRAGMENT_OVERHEAD_BYTES + 10,
+        {
+          now: t0,
+          provisionalDue: t0 + 60_000,
+          limits: context(t0).limits,
+          ttl: 60_000,
+        },
+      );
       const grant = reservation.kind === 'granted' ? reservation.grant : NO_GRANT;
       const call = () =>
         scripts.accept(
@@ -740,12 +761,18 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(resent).toMatchObject({ kind: 'result', result: { status: 'duplicate' } });
       expect(resent.kind === 'result' && resent.settlement).toBeFalsy();
 
-      expect(await redis.hget(keys.global.totals, 'claimed')).toBe('4');
-      expect(await store.stats(t0)).toMatchObject({ openSequences: 1, bufferedBytes: 4 });
+      expect(await redis.hget(keys.global.totals, 'claimed')).toBe(
+        String(storedChargeOf(4) + FRAGMENT_OVERHEAD_BYTES),
+      );
+      expect(await store.stats(t0)).toMatchObject({
+        openSequences: 1,
+        bufferedBytes: storedChargeOf(4),
+      });
     });
 
     it("evicts failed sequences' kept fragments before back-pressuring for them", async () => {
-      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      // Room for one of the two sequences below, not for both.
+      const limits = { ...context(t0).limits, maxBufferedBytes: 3_000 };
       const failed = sequenceFixture(scope, ['f'.repeat(600)]);
       await store.accept(failed.fragments[0], context(t0, { limits }));
       await store.finish(failed.ref, 'failed', {
@@ -753,14 +780,14 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         retentionMs: 60_000,
         consumerId: 'consumer-a',
       });
-      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 600 });
+      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: storedChargeOf(600) });
 
       const next = sequenceFixture(scope, ['n'.repeat(500), 'm']);
       expect(await store.accept(next.fragments[0], context(t0, { limits }))).toEqual({
         status: 'stored',
         opened: true,
       });
-      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: 500 });
+      expect(await store.stats(t0)).toMatchObject({ bufferedBytes: storedChargeOf(500) });
       await expect(readAll(store.read(failed.ref))).rejects.toThrow(/not complete/);
       expect(await store.accept(failed.fragments[0], context(t0, { limits }))).toMatchObject({
         status: 'finished',
@@ -779,7 +806,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
     }
 
     it('keeps a failed finish when its index step fails, and the sweep then counts the kept fragments until they go', async () => {
-      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      const limits = { ...context(t0).limits, maxBufferedBytes: 3_000 };
       const failed = sequenceFixture(scope, ['f'.repeat(600), 'g']);
       await store.accept(failed.fragments[0], context(t0, { limits }));
       failNextForget();
@@ -800,9 +827,17 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(await store.listExpired(due, 10)).toEqual([failed.ref]);
       expect(await store.expire(failed.ref, due, 120_000)).toBeNull();
       expect(await store.listExpired(due, 10)).toEqual([]);
-      expect(await store.stats(due)).toEqual({ openSequences: 0, bufferedBytes: 600 });
+      expect(await store.stats(due)).toEqual({
+        openSequences: 0,
+        bufferedBytes: storedChargeOf(600),
+        reservedBytes: 0,
+      });
       await store.listExpired(t0 + 121_000, 10);
-      expect(await store.stats(t0 + 121_000)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      expect(await store.stats(t0 + 121_000)).toEqual({
+        openSequences: 0,
+        bufferedBytes: 0,
+        reservedBytes: 0,
+      });
     });
 
     it('reports an expired sequence once when the index step after expiring it fails', async () => {
@@ -817,11 +852,15 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       expect(await store.listExpired(due, 10)).toEqual([ref]);
       expect(await store.expire(ref, due, 5_000)).toBeNull();
       expect(await store.listExpired(due, 10)).toEqual([]);
-      expect(await store.stats(due)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      expect(await store.stats(due)).toEqual({
+        openSequences: 0,
+        bufferedBytes: 0,
+        reservedBytes: 0,
+      });
     });
 
     it('forgets the sums of sequences whose keys all expired while no consumer ran', async () => {
-      const limits = { ...context(t0).limits, maxBufferedBytes: 1_000 };
+      const limits = { ...context(t0).limits, maxBufferedBytes: 3_000 };
       const gone = sequenceFixture(scope, ['g'.repeat(400), 'h'.repeat(400)]);
       await store.accept(gone.fragments[0], context(t0, { limits }));
       // What TTL expiry does when every consumer is away longer than the keys' TTLs: the
@@ -831,7 +870,11 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       await redis.del(...(await sequenceKeysUnder()));
       expect(await redis.exists(keys.global.totals)).toBe(1);
 
-      expect(await store.stats(t0)).toEqual({ openSequences: 0, bufferedBytes: 0 });
+      expect(await store.stats(t0)).toEqual({
+        openSequences: 0,
+        bufferedBytes: 0,
+        reservedBytes: 0,
+      });
       const next = sequenceFixture(scope, ['n'.repeat(500), 'm']);
       expect(await store.accept(next.fragments[0], context(t0, { limits }))).toEqual({
         status: 'stored',
@@ -839,7 +882,8 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       });
       expect(await store.stats(t0)).toEqual({
         openSequences: 1,
-        bufferedBytes: 500,
+        bufferedBytes: storedChargeOf(500),
+        reservedBytes: FRAGMENT_OVERHEAD_BYTES + 1,
         oldestOpenAt: t0,
       });
     });

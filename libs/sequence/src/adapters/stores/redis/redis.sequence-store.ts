@@ -100,6 +100,7 @@ import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkInteger } from '../../../core/option-checks';
 import { errorMessage } from '../../../core/errors/caught';
+import { neverFits } from '../../../core/completeness';
 
 export interface RedisSequenceStoreOptions {
   /**
@@ -173,6 +174,12 @@ const INLINE_BODY_BYTES = 64 * 1024;
 const STAGED_BODY_TTL_MS = 60_000;
 /** Rounds of accept before giving up on a sequence that other instances keep changing. */
 const MAX_ACCEPT_ROUNDS = 8;
+
+/** The most budget one sequence can ever hold: the store's, or its channel's if smaller. */
+function sequenceBudget(context: AcceptContext): number {
+  const { maxBufferedBytes, maxChannelBufferedBytes } = context.limits;
+  return Math.min(maxBufferedBytes, maxChannelBufferedBytes ?? maxBufferedBytes);
+}
 const MAX_EVICTION_ROUNDS = 8;
 const RETENTION_PURGE_BATCH = 100;
 /** Bodies whose length one pipeline asks for when a read plans its pieces. */
@@ -290,6 +297,20 @@ export class RedisSequenceStore implements SequenceStore {
           withBody = inline;
           break;
         case 'need': {
+          if (step.opening && step.bytes > sequenceBudget(context)) {
+            // It could never fit, even alone: refused, rather than back-pressured forever.
+            if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
+            return {
+              status: 'rejected',
+              code: 'sequence-too-large',
+              detail: neverFits(
+                step.bytes,
+                context.limits.maxBufferedBytes,
+                context.limits.maxChannelBufferedBytes ?? context.limits.maxBufferedBytes,
+              ),
+              sequenceRejected: false,
+            };
+          }
           const reservation = await this.reserve(member, step.bytes, context);
           if (reservation.kind === 'backpressure') {
             return { status: 'backpressure', limit: reservation.limit };

@@ -6,7 +6,8 @@
     KEYS[3] first      zset  member -> first fragment time (oldestOpenAt)
     KEYS[4] retention  zset  member -> until when a failed sequence's fragments are kept
     KEYS[5] retained   hash  member -> "retainUntil:bytes"
-    KEYS[6] totals     hash  claimed, stored, retained (sums of the above), epoch (counter)
+    KEYS[6] totals     hash  claimed, stored, retained (sums of the above), epoch (counter),
+                             c:<scope> (claimed by the scope's records)
 ]]
 local rcall = redis.call
 local openKey, dueKey, firstKey = KEYS[1], KEYS[2], KEYS[3]
@@ -43,10 +44,21 @@ local function total(field)
   return tonumber(rcall('HGET', totalsKey, field)) or 0
 end
 
+-- The totals field of the budget a scope's records claim (a member is <scope>:<sequence id>,
+-- its scope percent-encoded: no ':' in it).
+local function scopeField(member)
+  return 'c:' .. string.match(member, '^([^:]*):')
+end
+
 -- Called first by every script that changes a sum: drops the sums whose hash is gone.
 local function dropOrphanedTotals()
   if rcall('EXISTS', openKey) == 0 then
     rcall('HDEL', totalsKey, 'claimed', 'stored')
+    for _, field in ipairs(rcall('HKEYS', totalsKey)) do
+      if string.sub(field, 1, 2) == 'c:' then
+        rcall('HDEL', totalsKey, field)
+      end
+    end
   end
   if rcall('EXISTS', retainedKey) == 0 then
     rcall('HDEL', totalsKey, 'retained')
@@ -59,12 +71,32 @@ local function addTotal(field, delta)
   end
 end
 
+-- Budget claimed by the records of the member's scope.
+local function scopeClaimed(member)
+  if rcall('EXISTS', openKey) == 0 then
+    return 0
+  end
+  return tonumber(rcall('HGET', totalsKey, scopeField(member))) or 0
+end
+
+-- Adds delta to the budget claimed, store-wide and by the member's scope.
+local function addClaim(member, delta)
+  if delta == 0 then
+    return
+  end
+  addTotal('claimed', delta)
+  local field = scopeField(member)
+  if tonumber(rcall('HINCRBY', totalsKey, field, int(delta))) <= 0 then
+    rcall('HDEL', totalsKey, field)
+  end
+end
+
 -- Removes a record and its index entries, and takes its bytes off the totals.
 local function dropRecord(member, r)
   rcall('HDEL', openKey, member)
   rcall('ZREM', dueKey, member)
   rcall('ZREM', firstKey, member)
-  addTotal('claimed', -r.claim)
+  addClaim(member, -r.claim)
   addTotal('stored', -r.stored)
 end
 

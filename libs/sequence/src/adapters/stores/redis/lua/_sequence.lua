@@ -112,6 +112,26 @@ local function saveSequence(metaKey, s)
   rcall('HSET', metaKey, unpack(fields))
 end
 
+-- core/completeness.ts SEQUENCE_OVERHEAD_BYTES and FRAGMENT_OVERHEAD_BYTES (set by the loader).
+local SEQUENCE_OVERHEAD_BYTES = {{SEQUENCE_OVERHEAD_BYTES}}
+local FRAGMENT_OVERHEAD_BYTES = {{FRAGMENT_OVERHEAD_BYTES}}
+
+-- core/completeness.ts storedCharge: bodies, the kept user headers and the fixed overheads.
+local function storedCharge(s)
+  return SEQUENCE_OVERHEAD_BYTES + #s.userHeaders + s.count * FRAGMENT_OVERHEAD_BYTES +
+    s.storedBytes
+end
+
+-- core/completeness.ts accountedAfter: the budget a sequence holds once a new fragment of
+-- bodyBytes is stored (opening: with headers of headerBytes): its declared fragments and bytes
+-- are reserved from the moment they are known.
+local function accountedAfter(s, opening, bodyBytes, headerBytes, declared, size)
+  local headers = opening and headerBytes or #s.userHeaders
+  local fragments = math.max(s.count + 1, s.size or size or 0)
+  local body = math.max(declared or 0, s.storedBytes + bodyBytes)
+  return SEQUENCE_OVERHEAD_BYTES + headers + fragments * FRAGMENT_OVERHEAD_BYTES + body
+end
+
 -- core/completeness.ts isComplete
 local function isComplete(s)
   return s.size ~= nil and s.highestPosition <= s.size and s.count == s.size
@@ -180,8 +200,9 @@ local function dropSequence(metaKey, crcKey, bodyKey)
   rcall('DEL', metaKey, crcKey, bodyKey)
 end
 
--- What the global index learns after a change: {epoch, ver, storedBytes, firstAt, dueAt, refund, keyTtl}.
+-- What the global index learns after a change: {epoch, ver, stored charge, firstAt, dueAt,
+-- refund, keyTtl}.
 local function settlement(s, refund, ttl)
-  return {int(s.epoch), int(s.ver), int(s.storedBytes), int(s.firstAt), int(dueAt(s)), int(refund),
-    int(ttl)}
+  return {int(s.epoch), int(s.ver), int(storedCharge(s)), int(s.firstAt), int(dueAt(s)),
+    int(refund), int(ttl)}
 end

@@ -31,7 +31,7 @@
     'stored', opened
     'complete', opened, fragments, bytes, sha256 | false, declaredBytes | false,
                 contentType | false, contentEncoding | false, userHeaders, firstAt, lastAt
-    'need', bytes                              reserve that many more bytes (opening: any grant)
+    'need', bytes, opening                     reserve that many more bytes (opening: 1; any grant)
     'go'                                       admissible with the budget held: send the body
     'void'                                     the grant's epoch is dead (fenced): forget, retry
 ]]
@@ -204,8 +204,12 @@ elseif s.storedBytes + bodyBytes > maxSequenceBytes then
     int(maxSequenceBytes) .. ')'
 end
 if limit then
+  if not exists then
+    -- Nothing stored: no marker either, so rejected first fragments cost nothing to keep.
+    return unused('rejected', limit, limitDetail)
+  end
   -- The whole sequence goes; its budget record (or the grant's) is forgotten by the caller.
-  local forget = math.max(exists and s.epoch or 0, grantEpoch)
+  local forget = math.max(s.epoch, grantEpoch)
   dropSequence(metaKey, crcKey, bodyKey)
   writeMarker(doneKey, fenceKey, 'rejected', limit .. ': ' .. limitDetail, now + retentionMs, forget,
     now, margin)
@@ -226,13 +230,14 @@ if grantEpoch > 0 then
     return {'void', {}, grantEpoch}
   end
 end
-local accounted = math.max(declaredBytes or 0, s.storedBytes + bodyBytes)
+local headerBytes = #ARGV[19]
+local accounted = accountedAfter(s, opening, bodyBytes, headerBytes, declaredBytes, size)
 local available = s.claim + grantBytes
 if opening and grantEpoch == 0 then
-  return {'need', {}, 0, int(accounted)}
+  return {'need', {}, 0, int(accounted), 1}
 end
 if accounted > available then
-  return {'need', {}, 0, int(accounted - available)}
+  return {'need', {}, 0, int(accounted - available), opening and 1 or 0}
 end
 -- A staged body gone (its TTL ran out before this call): as if it had not been sent.
 if not hasBody or (stagedKey and rcall('EXISTS', stagedKey) == 0) then

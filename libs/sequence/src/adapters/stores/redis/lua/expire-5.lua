@@ -26,7 +26,7 @@ local s = readSequence(metaKey, crcKey)
 if s.state ~= 'open' then
   raiseFence(doneKey, fenceKey, epoch, margin)
   if s.state == 'failed' and s.epoch == epoch and (s.retainUntil or 0) > now then
-    return {'stale', int(s.retainUntil), int(s.storedBytes)}
+    return {'stale', int(s.retainUntil), int(storedCharge(s))}
   end
   return {'stale', 0, 0}
 end

@@ -38,7 +38,7 @@ if s.state == 'failed' then
 elseif s.state == 'open' then
   forgetEpoch = s.epoch
   if outcome == 'failed' then
-    retainedBytes = s.storedBytes
+    retainedBytes = storedCharge(s)
     rcall('HSET', metaKey, 'state', 'failed', 'retainUntil', int(untilAt))
     local ttl = math.max(untilAt - now, 0) + margin
     setSequenceTtl(metaKey, crcKey, bodyKey, ttl)

@@ -5,11 +5,12 @@
 
   KEYS: see _global (open, due, first, retention, retained, totals)
   ARGV[1] member, ARGV[2] increase, ARGV[3] now (ms), ARGV[4] provisional due time (ms),
-  ARGV[5] maxOpenSequences, ARGV[6] maxBufferedBytes, ARGV[7] TTL (ms), ARGV[8] eviction batch
+  ARGV[5] maxOpenSequences, ARGV[6] maxBufferedBytes, ARGV[7] TTL (ms), ARGV[8] eviction batch,
+  ARGV[9] maxChannelBufferedBytes: what the records of the member's scope may claim
 
   Returns:
     {'granted', epoch, increase, grantId}   grantId: unique, lets the sequence ignore a resent call
-    {'backpressure', 'maxOpenSequences' | 'maxBufferedBytes'}
+    {'backpressure', 'maxOpenSequences' | 'maxChannelBufferedBytes' | 'maxBufferedBytes'}
     {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest first
 ]]
 --- @include "_global"
@@ -19,6 +20,7 @@ dropOrphanedTotals()
 local member, increase, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local provisionalDue, maxOpen, maxBytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, evictBatch = tonumber(ARGV[7]), tonumber(ARGV[8])
+local maxChannelBytes = tonumber(ARGV[9]) or maxBytes
 
 local record = readRecord(member)
 if not record and rcall('HLEN', openKey) >= maxOpen then
@@ -29,6 +31,9 @@ if increase > 0 and total('claimed') + total('retained') + increase > maxBytes t
     return {'evict', rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')}
   end
   return {'backpressure', 'maxBufferedBytes'}
+end
+if increase > 0 and scopeClaimed(member) + increase > maxChannelBytes then
+  return {'backpressure', 'maxChannelBufferedBytes'}
 end
 
 -- Epochs and grant ids never repeat, even if these keys expired meanwhile: the counter never
@@ -51,6 +56,6 @@ if not record then
 end
 record.claim = record.claim + increase
 writeRecord(member, record)
-addTotal('claimed', increase)
+addClaim(member, increase)
 extendAll(ttl)
 return {'granted', int(record.epoch), int(increase), int(nextId())}

@@ -25,7 +25,7 @@ end
 if ver > record.ver and refund > 0 then
   local back = math.min(refund, record.claim)
   record.claim = record.claim - back
-  addTotal('claimed', -back)
+  addClaim(member, -back)
 end
 addTotal('stored', stored - record.stored)
 record.stored, record.ver = stored, ver

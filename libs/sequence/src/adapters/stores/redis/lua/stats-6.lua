@@ -4,8 +4,10 @@
   KEYS: see _global (open, due, first, retention, retained, totals)
   ARGV[1] now (ms)
 
-  Returns {openSequences, bufferedBytes, oldestOpenAt | false}. Kept fragments of failed
-  sequences count until their retention ends (listExpired then releases them).
+  Returns {openSequences, bufferedBytes, oldestOpenAt | false, reservedBytes}. bufferedBytes is
+  the budget held by what is stored (bodies, headers, overheads); kept fragments of failed
+  sequences count until their retention ends (listExpired then releases them). reservedBytes is
+  the budget held beyond that: reservations ahead of declared bytes, and grants in flight.
 ]]
 --- @include "_global"
 
@@ -20,4 +22,5 @@ for _, member in ipairs(over) do
   end
 end
 local oldest = rcall('ZRANGE', firstKey, 0, 0, 'WITHSCORES')
-return {rcall('HLEN', openKey), int(total('stored') + retained), oldest[2] or false}
+local reserved = math.max(0, total('claimed') - total('stored'))
+return {rcall('HLEN', openKey), int(total('stored') + retained), oldest[2] or false, int(reserved)}
