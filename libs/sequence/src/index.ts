@@ -68,6 +68,7 @@ export { SequenceHandlerConflictError } from './core/errors/sequence-handler-con
 export { ClaimCheckNotFoundError } from './core/errors/claim-check-not-found.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
+export { ClaimTicketAudienceError } from './core/errors/claim-ticket-audience.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';
 export { PayloadMetadataCorruptError } from './core/errors/payload-metadata-corrupt.error';
 export { ClaimCheckPublishError } from './core/errors/claim-check-publish.error';

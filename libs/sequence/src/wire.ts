@@ -21,6 +21,7 @@ export { ClaimCheckHeader } from './core/claim-check-headers';
 export {
   signTicket,
   verifyTicket,
+  checkTicketAudience,
   parseTicketBody,
   serializeTicket,
   CLAIM_TICKET_VERSION,

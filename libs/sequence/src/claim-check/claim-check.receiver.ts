@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
+import { ClaimTicketAudienceError } from '../core/errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
@@ -37,9 +38,9 @@ const UNAVAILABLE: ReadonlySet<string> = new Set([
 
 /**
  * Consumer side of Claim Check: takes one message (a payload inline, or a ticket), and says what
- * to do with it. A ticket is verified (signature, expiry, known store), claimed in the ledger
- * for this channel's consumer group (a duplicate is acked without running the handler), and its
- * payload handed to the handler, verified as it streams. Never throws: a refused message becomes
+ * to do with it. A ticket is verified (signature, expiry, issued for this channel, known store),
+ * claimed in the ledger for this channel's consumer group (a duplicate is acked without running
+ * the handler), and its payload handed to the handler, verified as it streams. Never throws: a refused message becomes
  * a `dead-letter` with a reason, an unreachable store or ledger a delayed `requeue`.
  */
 @Injectable()
@@ -107,10 +108,15 @@ export class ClaimCheckReceiver {
     let ticket: ClaimTicket;
     let store: PayloadStore;
     try {
-      ({ ticket, store } = this.parking.resolve(body));
+      // The audience is checked here, before the ledger or the store is touched: a ticket
+      // replayed from another channel must not claim, read or (by retention) delete its payload.
+      ({ ticket, store } = this.parking.resolveOn(channel, body));
     } catch (error) {
       if (error instanceof ClaimTicketInvalidError) {
         return this.reject(channel, 'claim-ticket-invalid', error.message);
+      }
+      if (error instanceof ClaimTicketAudienceError) {
+        return this.reject(channel, 'wrong-audience', error.message);
       }
       if (error instanceof UnknownPayloadStoreError) {
         return this.reject(channel, 'unknown-payload-store', error.message);

@@ -1,6 +1,11 @@
 import { Readable } from 'node:stream';
 import { Inject, Injectable } from '@nestjs/common';
-import { CONTENT_TYPE_PATTERN, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
+import {
+  CONTENT_TYPE_PATTERN,
+  serializeTicket,
+  ticketAudienceProblem,
+  type ClaimTicket,
+} from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
 import { userHeaderProblems, type HeaderMap } from '../core/headers';
@@ -32,9 +37,16 @@ import { ClaimCheckHeader } from '../core/claim-check-headers';
 import { ClaimedPayload } from './claimed-payload';
 import { PayloadParking, type ParkOptions } from './payload-parking';
 
-export type CheckInOptions = ParkOptions;
+export interface CheckInOptions extends ParkOptions {
+  /**
+   * The channel, or channels, on which `@ClaimCheck` consumers may claim the ticket (signed into
+   * it): publish the ticket there and nowhere else. Without one, only `checkOut` takes it.
+   * @default none
+   */
+  audience?: string | readonly string[];
+}
 
-export interface ClaimPublishOptions extends CheckInOptions {
+export interface ClaimPublishOptions extends ParkOptions {
   /** Payloads up to this many bytes go inline. @default claimCheck.inlineMaxBytes */
   inlineMaxBytes?: number;
   /**
@@ -94,16 +106,30 @@ export class ClaimCheckService {
 
   /**
    * Streams `payload` into the payload store (a Readable is never buffered whole) and returns
-   * its signed ticket. The caller owns the ticket: publish it, or `release` it.
+   * its ticket, signed for the channels of `options.audience`. The caller owns the ticket:
+   * publish it to those channels, or `release` it.
+   *
+   * @example
+   * // fan-out: one stored payload, one ticket, two consumer groups
+   * const ticket = await claimCheck.checkIn(study, {
+   *   audience: ['imaging.billing', 'imaging.archive'],
+   * });
    */
   async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
-    checkedBeforeReading(payload, () => checkCallOptions('checkIn()', options, CHECK_IN_KEYS));
-    return this.parking.park(payload, options, true);
+    let audience: readonly string[] = [];
+    checkedBeforeReading(payload, () => {
+      checkCallOptions('checkIn()', options, CHECK_IN_KEYS);
+      audience = audienceOption(options.audience);
+    });
+    const { audience: _audience, ...parkOptions } = options;
+    return this.parking.park(payload, parkOptions, true, audience);
   }
 
   /**
    * Verifies a ticket (signature, expiry, known store) and returns its payload, read lazily and
-   * checked against the ticket's SHA-256 as it streams.
+   * checked against the ticket's SHA-256 as it streams. It consumes no channel, so it does not
+   * check the ticket's audience: compare `payload.ticket.audience` with your own channel when
+   * tickets reach you from a broker.
    * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, ClaimCheckNotFoundError
    */
   async checkOut(ticket: unknown, headers: HeaderMap = {}): Promise<ClaimedPayload> {
@@ -126,9 +152,9 @@ export class ClaimCheckService {
 
   /**
    * Publishes `payload` on `channel`: inline when it is at most `inlineMaxBytes` bytes, otherwise as
-   * a ticket (`x-claim-check: 1`) to a payload stored first. If the ticket is not confirmed, the
-   * stored payload is deleted again (or, failing that, left to the orphan sweeper; kept when
-   * the confirm timed out, since the ticket may still arrive) and
+   * a ticket (`x-claim-check: 1`, issued for `channel` alone) to a payload stored first. If the
+   * ticket is not confirmed, the stored payload is deleted again (or, failing that, left to the
+   * orphan sweeper; kept when the confirm timed out, since the ticket may still arrive) and
    * {@link ClaimCheckPublishError} is thrown.
    */
   async publish(
@@ -184,7 +210,7 @@ export class ClaimCheckService {
       return this.sendSequence(channel, sized.stream, options);
     }
 
-    const ticket = await this.parking.park(sized.stream, options, false);
+    const ticket = await this.parking.park(sized.stream, options, false, [channel]);
     const headers: HeaderMap = { ...options.headers, [ClaimCheckHeader.claimCheck]: 1 };
     try {
       await this.send(channel, serializeTicket(ticket), headers, 'ticket', ticket);
@@ -250,6 +276,18 @@ export class ClaimCheckService {
       );
     }
   }
+}
+
+/**
+ * `checkIn`'s audience as the list a ticket carries.
+ * @throws SequenceOptionsError when it is not a name or a list of distinct names of 1-255 characters
+ */
+function audienceOption(given: CheckInOptions['audience']): readonly string[] {
+  if (given === undefined) return [];
+  const audience = typeof given === 'string' ? [given] : given;
+  const problem = ticketAudienceProblem(audience);
+  if (problem !== undefined) throw new SequenceOptionsError('checkIn()', [problem]);
+  return audience;
 }
 
 /** Refuses per-call options the module would have refused at boot, and reserved headers. */

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { errorMessage } from '../core/errors/caught';
+import { ClaimTicketAudienceError } from '../core/errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import type { RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
@@ -14,15 +15,16 @@ interface ParkedFragmentTicket extends ParkedFragment {
 
 /**
  * Claim Check's side of fragments sent `via: 'claim-check'`: each body is parked in the payload
- * store under a ticket (unpublished until its message is confirmed, like any `publish()`), and
- * the consumer takes it back, checked, before storing the fragment.
+ * store under a ticket issued for the fragment's channel (unpublished until its message is
+ * confirmed, like any `publish()`), and the consumer of that channel takes it back, checked,
+ * before storing the fragment.
  */
 @Injectable()
 export class ClaimCheckFragmentParking implements FragmentParking {
   constructor(private readonly parking: PayloadParking) {}
 
-  async park(body: Buffer): Promise<ParkedFragmentTicket> {
-    const ticket = await this.parking.park(body, {}, false);
+  async park(body: Buffer, channel: string): Promise<ParkedFragmentTicket> {
+    const ticket = await this.parking.park(body, {}, false, [channel]);
     return { ticket, ticketBody: serializeTicket(ticket) };
   }
 
@@ -32,10 +34,11 @@ export class ClaimCheckFragmentParking implements FragmentParking {
 
   async take(
     ticketBody: Buffer,
+    channel: string,
     maxBytes: number,
   ): Promise<TakenFragment | { refused: RejectionCode; detail: string }> {
     try {
-      const parked = this.parking.resolve(ticketBody);
+      const parked = this.parking.resolveOn(channel, ticketBody);
       if (parked.ticket.bytes > maxBytes) {
         return {
           refused: 'fragment-too-large',
@@ -55,6 +58,7 @@ export class ClaimCheckFragmentParking implements FragmentParking {
 /** Why a parked fragment body is refused for good; undefined for a transient failure. */
 function refusal(error: unknown): RejectionCode | undefined {
   if (error instanceof ClaimTicketInvalidError) return 'claim-ticket-invalid';
+  if (error instanceof ClaimTicketAudienceError) return 'wrong-audience';
   if (error instanceof UnknownPayloadStoreError) return 'unknown-payload-store';
   return payloadReadRejection(error);
 }

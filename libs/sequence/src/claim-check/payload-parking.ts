@@ -2,7 +2,13 @@ import { Readable, Transform, pipeline, type TransformCallback } from 'node:stre
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { delay } from '../core/async';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
-import { parseTicketBody, signTicket, verifyTicket, type ClaimTicket } from '../core/claim-ticket';
+import {
+  checkTicketAudience,
+  parseTicketBody,
+  signTicket,
+  verifyTicket,
+  type ClaimTicket,
+} from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
@@ -34,9 +40,9 @@ export interface ResolvedTicket {
 
 /**
  * The two halves of Claim Check that everything else is built on: parking a payload (streamed
- * into the payload store, hashed on the way, then a signed ticket) and resolving a ticket
- * (signature, expiry, known store). `ClaimCheckService`, the receiver and the splitter's
- * `via: 'claim-check'` mode share them.
+ * into the payload store, hashed on the way, then a ticket signed for the channels it is sent
+ * to) and resolving a ticket (signature, expiry, audience, known store). `ClaimCheckService`,
+ * the receiver and the splitter's `via: 'claim-check'` mode share them.
  */
 @Injectable()
 export class PayloadParking implements OnApplicationShutdown {
@@ -81,13 +87,15 @@ export class PayloadParking implements OnApplicationShutdown {
   }
 
   /**
-   * Streams `payload` into the store (never buffering a Readable whole) and signs its ticket.
-   * `published: false` marks it an orphan-to-be until `markPublished` (see OrphanSweeper).
+   * Streams `payload` into the store (never buffering a Readable whole) and signs its ticket for
+   * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
+   * orphan-to-be until `markPublished` (see OrphanSweeper).
    */
   async park(
     payload: Buffer | Readable,
     options: ParkOptions,
     published: boolean,
+    audience: readonly string[],
   ): Promise<ClaimTicket> {
     const store = this.stores.store;
     const now = Date.now();
@@ -120,7 +128,14 @@ export class PayloadParking implements OnApplicationShutdown {
     let ticket: ClaimTicket;
     try {
       ticket = signTicket(
-        { store: store.name, ref, ...digest, contentType: options.contentType, expiresAt },
+        {
+          store: store.name,
+          ref,
+          ...digest,
+          contentType: options.contentType,
+          expiresAt,
+          audience,
+        },
         this.options.keyring,
       );
     } catch (error) {
@@ -134,12 +149,25 @@ export class PayloadParking implements OnApplicationShutdown {
   }
 
   /**
-   * Parses and verifies a ticket message body (or an already parsed ticket).
+   * Parses and verifies a ticket message body (or an already parsed ticket), whatever its
+   * audience: for a caller that consumes no channel (`checkOut`, `release`).
    * @throws ClaimTicketInvalidError, UnknownPayloadStoreError
    */
   resolve(ticket: unknown, now: number = Date.now()): ResolvedTicket {
     const candidate = Buffer.isBuffer(ticket) ? parseTicketBody(ticket) : ticket;
     const verified = verifyTicket(candidate, this.options.keyring, now);
+    return { ticket: verified, store: this.storeNamed(verified.store) };
+  }
+
+  /**
+   * {@link resolve}, for a ticket taken on `channel`: it must have been issued for the channel
+   * (or name none, while `acceptTicketsWithoutAudience` is on). Checked before its store is
+   * looked up, so that a replayed ticket touches neither the store nor the claim ledger.
+   * @throws ClaimTicketInvalidError, ClaimTicketAudienceError, UnknownPayloadStoreError
+   */
+  resolveOn(channel: string, ticketBody: Buffer): ResolvedTicket {
+    const verified = verifyTicket(parseTicketBody(ticketBody), this.options.keyring, Date.now());
+    checkTicketAudience(verified, channel, this.options.acceptTicketsWithoutAudience);
     return { ticket: verified, store: this.storeNamed(verified.store) };
   }
 

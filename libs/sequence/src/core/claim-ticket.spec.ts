@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { inspect } from 'node:util';
 import {
+  checkTicketAudience,
   type ClaimTicket,
   type ClaimTicketFields,
   MAX_TICKET_BODY_BYTES,
@@ -15,6 +16,7 @@ import {
   ClaimTicketInvalidError,
   type ClaimTicketInvalidReason,
 } from './errors/claim-ticket-invalid.error';
+import { ClaimTicketAudienceError } from './errors/claim-ticket-audience.error';
 import { SequenceOptionsError } from './errors/sequence-options.error';
 
 const NOW = Date.UTC(2026, 10, 1, 12, 0, 0);
@@ -29,6 +31,7 @@ const fields: ClaimTicketFields = {
   sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
   contentType: 'application/dicom',
   expiresAt: NOW + 60_000,
+  audience: ['imaging.archive'],
 };
 
 /** The ticket as a receiver gets it: parsed from the JSON body, a plain mutable object. */
@@ -56,7 +59,7 @@ describe('claim tickets', () => {
       const ticket = signTicket(fields, keysA);
 
       expect(verifyTicket(wire(ticket), keysA, NOW)).toEqual({
-        v: 1,
+        v: 2,
         ...fields,
         kid: 'key-a',
         sig: ticket.sig,
@@ -69,7 +72,7 @@ describe('claim tickets', () => {
         .update(
           JSON.stringify([
             'nest-sequence/claim-ticket',
-            1,
+            2,
             'key-a',
             fields.store,
             fields.ref,
@@ -77,6 +80,7 @@ describe('claim tickets', () => {
             fields.sha256,
             fields.contentType,
             fields.expiresAt,
+            fields.audience,
           ]),
         )
         .digest('base64url');
@@ -100,7 +104,18 @@ describe('claim tickets', () => {
 
       expect(Object.isFrozen(verified)).toBe(true);
       expect(Object.keys(verified).sort()).toEqual(
-        ['bytes', 'contentType', 'expiresAt', 'kid', 'ref', 'sha256', 'sig', 'store', 'v'].sort(),
+        [
+          'audience',
+          'bytes',
+          'contentType',
+          'expiresAt',
+          'kid',
+          'ref',
+          'sha256',
+          'sig',
+          'store',
+          'v',
+        ].sort(),
       );
     });
 
@@ -121,6 +136,9 @@ describe('claim tickets', () => {
       ['sha256', 'f'.repeat(64)],
       ['contentType', 'text/html'],
       ['expiresAt', fields.expiresAt + 3_600_000],
+      ['audience', ['imaging.billing']],
+      ['audience', ['imaging.archive', 'imaging.billing']],
+      ['audience', []],
     ];
 
     it.each(tampered)('refuses a ticket whose %s was changed after signing', (field, value) => {
@@ -243,10 +261,93 @@ describe('claim tickets', () => {
     });
   });
 
+  describe('audience', () => {
+    /** A ticket as releases before audiences wrote it: `v: 1`, signed without an audience. */
+    function legacyTicket(keys = keysA): Record<string, unknown> {
+      const { audience: _audience, ...rest } = fields;
+      const unsigned = { v: 1 as const, ...rest, kid: 'key-a' };
+      const sig = keys.hmac('key-a', ticketSigningInput(unsigned))!.toString('base64url');
+      return { ...unsigned, sig };
+    }
+
+    it('takes a ticket on a channel of its audience', () => {
+      const ticket = signTicket({ ...fields, audience: ['a', 'b'] }, keysA);
+
+      expect(() => checkTicketAudience(ticket, 'a', false)).not.toThrow();
+      expect(() => checkTicketAudience(ticket, 'b', false)).not.toThrow();
+    });
+
+    it('refuses a ticket on a channel it was not issued for, naming both', () => {
+      const ticket = verifyTicket(wire(signTicket(fields, keysA)), keysA, NOW);
+
+      const error = (() => {
+        try {
+          checkTicketAudience(ticket, 'imaging.billing', true);
+        } catch (caught) {
+          return caught;
+        }
+      })();
+      expect(error).toBeInstanceOf(ClaimTicketAudienceError);
+      expect(error).toMatchObject({
+        code: 'wrong-audience',
+        channel: 'imaging.billing',
+        audience: ['imaging.archive'],
+        kid: 'key-a',
+      });
+    });
+
+    it('refuses a ticket with an empty audience on every channel', () => {
+      const byHand = signTicket({ ...fields, audience: [] }, keysA);
+
+      expect(() => checkTicketAudience(byHand, 'imaging.archive', true)).toThrow(
+        ClaimTicketAudienceError,
+      );
+    });
+
+    it('verifies a version 1 ticket, which has no audience', () => {
+      const ticket = verifyTicket(legacyTicket(), keysA, NOW);
+
+      expect(ticket.v).toBe(1);
+      expect(ticket).not.toHaveProperty('audience');
+    });
+
+    it('refuses a version 1 ticket on a channel unless tickets without audience are accepted', () => {
+      const ticket = verifyTicket(legacyTicket(), keysA, NOW);
+
+      expect(refusal(() => checkTicketAudience(ticket, 'imaging.archive', false)).reason).toBe(
+        'no-audience',
+      );
+      expect(() => checkTicketAudience(ticket, 'imaging.archive', true)).not.toThrow();
+    });
+
+    it('refuses a version 2 ticket stripped of its audience and relabelled version 1', () => {
+      const { audience: _audience, ...stripped } = wire(signTicket(fields, keysA));
+
+      expect(reasonFor({ ...stripped, v: 1 })).toBe('bad-signature');
+    });
+
+    it('refuses a version 1 ticket that carries an audience', () => {
+      const error = refusal(() =>
+        verifyTicket({ ...legacyTicket(), audience: ['imaging.archive'] }, keysA, NOW),
+      );
+
+      expect(error.reason).toBe('malformed');
+      expect(error.detail).toContain('audience');
+    });
+
+    it('refuses to sign an audience that would not fit in a ticket', () => {
+      const audience = Array.from({ length: 40 }, (_, i) => `${i}.${'c'.repeat(250)}`);
+      const error = refusal(() => signTicket({ ...fields, audience }, keysA));
+
+      expect(error.reason).toBe('malformed');
+      expect(error.detail).toMatch(/bytes, over the 8192-byte limit/);
+    });
+  });
+
   describe('shape', () => {
     const signed = wire(signTicket(fields, keysA));
     const bad: Array<[string, string, unknown]> = [
-      ['v', 'another version', 2],
+      ['v', 'another version', 3],
       ['v', 'a string version', '1'],
       ['store', 'an empty store', ''],
       ['store', 'a store name with a slash', 'file/system'],
@@ -268,6 +369,12 @@ describe('claim tickets', () => {
       ['kid', 'a kid with a space', 'key a'],
       ['kid', 'a missing kid', undefined],
       ['sig', 'a numeric sig', 7],
+      ['audience', 'a missing audience', undefined],
+      ['audience', 'a string audience', 'imaging.archive'],
+      ['audience', 'an audience with an empty channel', ['']],
+      ['audience', 'an audience with a numeric channel', [7]],
+      ['audience', 'an audience with a channel over 255 characters', ['c'.repeat(256)]],
+      ['audience', 'an audience naming a channel twice', ['a', 'a']],
     ];
 
     it.each(bad)('refuses a ticket whose %s is %s as malformed', (field, _case, value) => {

@@ -1,10 +1,11 @@
 import { timingSafeEqual } from 'node:crypto';
+import { ClaimTicketAudienceError } from './errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from './errors/claim-ticket-invalid.error';
 import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-keyring';
 
 /**
  * The claim ticket: what travels on the broker in place of a parked payload. DESIGN.md names the
- * fields `{ store, ref, bytes, sha256, contentType, expiresAt, sig }`; two are added:
+ * fields `{ store, ref, bytes, sha256, contentType, expiresAt, sig }`; three are added:
  *
  * - `v`, the format version, so that a later format can be told apart instead of half-parsed.
  * - `kid`, the id of the key that signed it. Keys rotate (the first configured key signs, all of
@@ -15,12 +16,17 @@ import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-k
  *   operator exactly what went wrong (a key retired before its tickets expired, or a key never
  *   shared with this side) where "bad signature" would send them looking for tampering. It also
  *   bounds the work an attacker can cause per message to one HMAC.
+ * - `audience` (from `v: 2`), the channels whose consumers may claim it, signed with the rest: a
+ *   ticket taken off one channel and published on another is refused (`wrong-audience`) before
+ *   its payload is touched. Version 1 tickets have no audience; a receiver takes them only while
+ *   it allows tickets without one (see {@link checkTicketAudience}).
  *
  * A ticket holds no credentials: `ref` names a payload inside a store this side is configured
  * with, nothing more.
  */
 export interface ClaimTicket {
-  readonly v: 1;
+  /** `2` for tickets written now; `1` for tickets of earlier releases, which have no `audience`. */
+  readonly v: 1 | 2;
   /**
    * Name of the payload store holding the payload: 1-64 characters of `[A-Za-z0-9._-]`, the
    * first a letter or digit.
@@ -35,6 +41,12 @@ export interface ClaimTicket {
   readonly contentType?: string;
   /** After this instant (epoch ms) the ticket is refused and the payload may be swept. */
   readonly expiresAt: number;
+  /**
+   * The channels on which a consumer may claim the ticket (distinct, each 1-255 characters); empty
+   * for a ticket meant for `checkOut` by hand only. Present on every `v: 2` ticket, absent on
+   * `v: 1` ones.
+   */
+  readonly audience?: readonly string[];
   /** Id of the key whose secret made `sig`. */
   readonly kid: string;
   /** HMAC-SHA256 over the other fields, base64url without padding (43 characters). */
@@ -42,9 +54,16 @@ export interface ClaimTicket {
 }
 
 /** What the sender decides; `v`, `kid` and `sig` are added by {@link signTicket}. */
-export type ClaimTicketFields = Omit<ClaimTicket, 'v' | 'kid' | 'sig'>;
+export type ClaimTicketFields = Omit<ClaimTicket, 'v' | 'kid' | 'sig' | 'audience'> & {
+  readonly audience: readonly string[];
+};
 
-export const CLAIM_TICKET_VERSION = 1;
+/** The version {@link signTicket} writes. */
+export const CLAIM_TICKET_VERSION = 2;
+/** Tickets of earlier releases: no `audience`. */
+const LEGACY_TICKET_VERSION = 1;
+/** Longest channel name a ticket's audience holds. */
+export const MAX_AUDIENCE_CHANNEL_LENGTH = 255;
 /** Ticket bodies larger than this are refused before they are parsed. */
 export const MAX_TICKET_BODY_BYTES = 8 * 1024;
 /** A payload store's name as tickets carry it: `filesystem`, `redis`, `s3`, `archive-eu.1`. */
@@ -64,6 +83,7 @@ const TICKET_FIELDS: ReadonlySet<string> = new Set([
   'sha256',
   'contentType',
   'expiresAt',
+  'audience',
   'kid',
   'sig',
 ]);
@@ -72,12 +92,14 @@ const SIGNING_DOMAIN = 'nest-sequence/claim-ticket';
 
 /**
  * The exact string a ticket's `sig` is the HMAC-SHA256 of: a JSON array of a domain tag and the
- * fields in a fixed order, `contentType` as `null` when absent. An array leaves no room for
- * ambiguity (field order, duplicate keys, separators inside values), and producers in other
- * languages can rebuild it byte for byte: every value is a string, `null` or a safe integer.
+ * fields in a fixed order, `contentType` as `null` when absent, then (from `v: 2`) the audience as
+ * an array of strings. An array leaves no room for ambiguity (field order, duplicate keys,
+ * separators inside values), and producers in other languages can rebuild it byte for byte:
+ * every value is a string, `null`, a safe integer or an array of strings. `v` leads, so a
+ * version 2 ticket stripped of its audience and relabelled `v: 1` no longer matches its `sig`.
  */
 export function ticketSigningInput(ticket: Omit<ClaimTicket, 'sig'>): string {
-  return JSON.stringify([
+  const signed: unknown[] = [
     SIGNING_DOMAIN,
     ticket.v,
     ticket.kid,
@@ -87,18 +109,21 @@ export function ticketSigningInput(ticket: Omit<ClaimTicket, 'sig'>): string {
     ticket.sha256,
     ticket.contentType ?? null,
     ticket.expiresAt,
-  ]);
+  ];
+  if (ticket.v !== LEGACY_TICKET_VERSION) signed.push(ticket.audience ?? []);
+  return JSON.stringify(signed);
 }
 
 /**
- * Signs a ticket with the keyring's first key.
- * @throws ClaimTicketInvalidError (`malformed`) when a field breaks the ticket format, so that a
- * sender never publishes a ticket its receivers would refuse.
+ * Signs a ticket with the keyring's first key, for the channels of `fields.audience`.
+ * @throws ClaimTicketInvalidError (`malformed`) when a field breaks the ticket format, or the
+ * ticket would not fit in `MAX_TICKET_BODY_BYTES`, so that a sender never publishes a ticket its
+ * receivers would refuse.
  */
 export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring): ClaimTicket {
-  const problem = fieldProblem(fields);
+  const problem = fieldProblem(fields) ?? ticketAudienceProblem(fields.audience);
   if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
-  const unsigned = {
+  const unsigned: Omit<ClaimTicket, 'sig'> = {
     v: CLAIM_TICKET_VERSION,
     store: fields.store,
     ref: fields.ref,
@@ -106,9 +131,19 @@ export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring):
     sha256: fields.sha256,
     ...(fields.contentType === undefined ? {} : { contentType: fields.contentType }),
     expiresAt: fields.expiresAt,
+    audience: Object.freeze([...fields.audience]),
     kid: keys.signingKeyId,
-  } as const;
-  return Object.freeze({ ...unsigned, sig: hmac(keys, unsigned).toString('base64url') });
+  };
+  const ticket = Object.freeze({ ...unsigned, sig: hmac(keys, unsigned).toString('base64url') });
+  const size = serializeTicket(ticket).byteLength;
+  if (size > MAX_TICKET_BODY_BYTES) {
+    throw new ClaimTicketInvalidError(
+      'malformed',
+      `the ticket would be ${size} bytes, over the ${MAX_TICKET_BODY_BYTES}-byte limit for ` +
+        'tickets; name fewer or shorter channels in its audience',
+    );
+  }
+  return ticket;
 }
 
 /**
@@ -140,13 +175,21 @@ export function verifyTicket(
     // Unsigned extra fields would ride along unverified; a later format bumps `v` instead.
     throw new ClaimTicketInvalidError('malformed', `unknown field ${JSON.stringify(unknownField)}`);
   }
-  if (fields.v !== CLAIM_TICKET_VERSION) {
+  const version = fields.v;
+  if (version !== CLAIM_TICKET_VERSION && version !== LEGACY_TICKET_VERSION) {
     throw new ClaimTicketInvalidError(
       'malformed',
-      `v must be ${CLAIM_TICKET_VERSION}, got ${JSON.stringify(fields.v) ?? 'nothing'}`,
+      `v must be ${CLAIM_TICKET_VERSION} (or ${LEGACY_TICKET_VERSION}), got ` +
+        `${JSON.stringify(version) ?? 'nothing'}`,
     );
   }
-  const problem = fieldProblem(fields);
+  const problem =
+    fieldProblem(fields) ??
+    (version === LEGACY_TICKET_VERSION
+      ? fields.audience === undefined
+        ? undefined
+        : `audience is not a field of v ${LEGACY_TICKET_VERSION} tickets`
+      : ticketAudienceProblem(fields.audience));
   if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
   const { kid, sig } = fields;
   if (typeof kid !== 'string' || !TICKET_KEY_ID_PATTERN.test(kid)) {
@@ -159,13 +202,16 @@ export function verifyTicket(
     throw new ClaimTicketInvalidError('malformed', 'sig must be a string', kid);
   }
   const ticket: ClaimTicket = Object.freeze({
-    v: CLAIM_TICKET_VERSION,
+    v: version,
     store: fields.store as string,
     ref: fields.ref as string,
     bytes: fields.bytes as number,
     sha256: fields.sha256 as string,
     ...(fields.contentType === undefined ? {} : { contentType: fields.contentType as string }),
     expiresAt: fields.expiresAt as number,
+    ...(version === LEGACY_TICKET_VERSION
+      ? {}
+      : { audience: Object.freeze([...(fields.audience as string[])]) }),
     kid,
     sig,
   });
@@ -190,6 +236,38 @@ export function verifyTicket(
     );
   }
   return ticket;
+}
+
+/**
+ * Checks that a verified ticket may be claimed on `channel`: the channel is in its audience. A
+ * ticket without an audience (`v: 1`, from a release before tickets named their channels) is
+ * taken only with `acceptWithoutAudience`, for the time old producers' tickets drain.
+ * @throws ClaimTicketAudienceError when the channel is not in the audience;
+ * ClaimTicketInvalidError (`no-audience`) for a ticket without one, unless accepted.
+ */
+export function checkTicketAudience(
+  ticket: ClaimTicket,
+  channel: string,
+  acceptWithoutAudience: boolean,
+): void {
+  const { audience } = ticket;
+  if (audience === undefined) {
+    if (acceptWithoutAudience) return;
+    throw new ClaimTicketInvalidError(
+      'no-audience',
+      `the ticket (v ${ticket.v}) names no channel, and ${JSON.stringify(channel)} takes only ` +
+        'tickets issued for it',
+      ticket.kid,
+    );
+  }
+  if (!audience.includes(channel)) {
+    throw new ClaimTicketAudienceError(
+      `${ticket.store}:${ticket.ref}`,
+      channel,
+      audience,
+      ticket.kid,
+    );
+  }
 }
 
 /**
@@ -247,6 +325,27 @@ function fieldProblem(fields: Record<string, unknown>): string | undefined {
   // differs between languages, and the signing input must be rebuilt byte for byte.
   if (typeof expiresAt !== 'number' || !Number.isSafeInteger(expiresAt) || expiresAt < 0) {
     return 'expiresAt must be a non-negative safe integer (epoch ms)';
+  }
+  return undefined;
+}
+
+/**
+ * What is wrong with a ticket's audience (a list of distinct channel names of 1-255 characters,
+ * possibly empty); `undefined` when it is well-formed.
+ */
+export function ticketAudienceProblem(audience: unknown): string | undefined {
+  if (!Array.isArray(audience)) return 'audience must be an array of channel names';
+  const seen = new Set<string>();
+  for (const channel of audience as unknown[]) {
+    if (
+      typeof channel !== 'string' ||
+      channel.length < 1 ||
+      channel.length > MAX_AUDIENCE_CHANNEL_LENGTH
+    ) {
+      return `audience must hold channel names of 1-${MAX_AUDIENCE_CHANNEL_LENGTH} characters`;
+    }
+    if (seen.has(channel)) return `audience names ${JSON.stringify(channel)} twice`;
+    seen.add(channel);
   }
   return undefined;
 }

@@ -66,16 +66,19 @@ export interface TakenFragment {
 
 /** Claim Check's parking, as Message Sequence sends fragments `via: 'claim-check'`. */
 export interface FragmentParking {
-  park(body: Buffer): Promise<ParkedFragment>;
+  /** Parks a fragment body under a ticket that only `channel`'s consumers take. */
+  park(body: Buffer, channel: string): Promise<ParkedFragment>;
   /** After the ticket's publish: keeps the parked body (it may be delivered) or deletes it. Never throws. */
   settle(parked: ParkedFragment, published: boolean): Promise<void>;
   /**
-   * The body behind a ticket message, or why it is refused for good (a bad ticket, an unknown
-   * store, bytes that do not match, a body over `maxBytes`).
+   * The body behind a ticket message taken on `channel`, or why it is refused for good (a bad
+   * ticket, one issued for another channel, an unknown store, bytes that do not match, a body
+   * over `maxBytes`).
    * @throws when the payload store cannot be read now (the message is redelivered later)
    */
   take(
     ticketBody: Buffer,
+    channel: string,
     maxBytes: number,
   ): Promise<TakenFragment | { readonly refused: RejectionCode; readonly detail: string }>;
 }

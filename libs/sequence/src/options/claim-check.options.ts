@@ -58,6 +58,14 @@ export interface ClaimCheckOptions {
   orphanGraceMs?: number;
   /** Default retention of consuming channels. @default 'ack' */
   deleteAfter?: ClaimRetention;
+  /**
+   * Whether consumers take tickets that name no channel: those of producers on a release before
+   * tickets were bound to the channel they were issued for. Off, such a ticket is dead-lettered
+   * `claim-ticket-invalid` (`no-audience`), so that a ticket cannot be replayed onto a channel it
+   * was not meant for. Turn it on for a rolling upgrade, while old producers' tickets drain, then
+   * off again. @default false
+   */
+  acceptTicketsWithoutAudience?: boolean;
 }
 
 /** What a `@ClaimCheck` handler may set for its own channel. */

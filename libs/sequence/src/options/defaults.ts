@@ -35,6 +35,7 @@ export const DEFAULTS = {
     expiredGraceMs: 5 * MINUTE,
     orphanGraceMs: HOUR,
     deleteAfter: 'ack',
+    acceptTicketsWithoutAudience: false,
   },
   resequencer: {
     maxBufferedPerKey: 1_000,

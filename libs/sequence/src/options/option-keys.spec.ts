@@ -38,7 +38,7 @@ const TREES: ReadonlyArray<{ type: string; keys: KeyTree; renames?: Renames }> =
   { type: 'ResequencerDefinition', keys: RESEQUENCER_DEFINITION_KEYS },
   { type: 'InboxHandlerOptions', keys: INBOX_HANDLER_KEYS },
   { type: 'SendOptions', keys: SEND_KEYS, renames: SEND_RENAMES },
-  { type: 'ParkOptions', keys: CHECK_IN_KEYS },
+  { type: 'CheckInOptions', keys: CHECK_IN_KEYS },
   { type: 'ClaimPublishOptions', keys: CLAIM_PUBLISH_KEYS, renames: CLAIM_PUBLISH_RENAMES },
   { type: 'SequenceServerOptions', keys: SEQUENCE_SERVER_KEYS },
   { type: 'SequenceClientOptions', keys: SEQUENCE_CLIENT_KEYS },

@@ -86,6 +86,7 @@ export const MODULE_KEYS: KeyTree = {
     expiredGraceMs: true,
     orphanGraceMs: true,
     deleteAfter: true,
+    acceptTicketsWithoutAudience: true,
   },
   resequencer: {
     store: true,
@@ -222,12 +223,15 @@ export const SEND_KEYS: KeyTree = {
 };
 export const SEND_RENAMES: Renames = PUBLISH_RETRY_RENAMES;
 
+/** How a payload is parked: the options `checkIn` and `publish` share. */
+export const PARK_KEYS: KeyTree = { contentType: true, ttlMs: true, metadata: true };
+
 /** `ClaimCheckService.checkIn`'s options. */
-export const CHECK_IN_KEYS: KeyTree = { contentType: true, ttlMs: true, metadata: true };
+export const CHECK_IN_KEYS: KeyTree = { ...PARK_KEYS, audience: true };
 
 /** `ClaimCheckService.publish`'s options. */
 export const CLAIM_PUBLISH_KEYS: KeyTree = {
-  ...CHECK_IN_KEYS,
+  ...PARK_KEYS,
   inlineMaxBytes: true,
   mode: true,
   sequenceMaxBytes: true,

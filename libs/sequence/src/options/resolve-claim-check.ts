@@ -64,6 +64,14 @@ export function resolveClaimCheckOptions(
   const deleteAfter = options.deleteAfter ?? defaults.deleteAfter;
   const retentionProblem = claimRetentionProblem(deleteAfter);
   if (retentionProblem) problems.push(`claimCheck.deleteAfter ${retentionProblem}`);
+  const acceptTicketsWithoutAudience =
+    options.acceptTicketsWithoutAudience ?? defaults.acceptTicketsWithoutAudience;
+  if (typeof acceptTicketsWithoutAudience !== 'boolean') {
+    problems.push(
+      'claimCheck.acceptTicketsWithoutAudience must be true or false, got ' +
+        JSON.stringify(acceptTicketsWithoutAudience),
+    );
+  }
 
   let keyring: ClaimTicketKeyring | undefined;
   try {
@@ -87,6 +95,7 @@ export function resolveClaimCheckOptions(
     orphanGraceMs,
     expiredGraceMs,
     deleteAfter,
+    acceptTicketsWithoutAudience,
   };
 }
 

@@ -79,6 +79,8 @@ export interface ResolvedClaimCheckOptions {
   readonly orphanGraceMs: number;
   readonly expiredGraceMs: number;
   readonly deleteAfter: ClaimRetention;
+  /** Consumers take tickets that name no channel (`v: 1`, from earlier releases). */
+  readonly acceptTicketsWithoutAudience: boolean;
 }
 
 /** A `@ClaimCheck` handler's options over the module's. */

@@ -277,7 +277,7 @@ export class AggregatorService implements SequenceReassembler {
     maxFragmentBytes: number,
   ): Promise<{ body: Buffer; parked: TakenFragment } | Disposition> {
     try {
-      const taken = await this.parking.take(ticketBody, maxFragmentBytes);
+      const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
       if ('refused' in taken) return this.rejectFragment(channel, taken.refused, taken.detail);
       return { body: taken.body, parked: taken };
     } catch (error) {

@@ -149,7 +149,7 @@ export class SplitterService implements SequenceSender {
       let parked: ParkedFragment | undefined;
       if (via === 'claim-check') {
         try {
-          parked = await this.parking.park(body);
+          parked = await this.parking.park(body, channel);
         } catch (error) {
           failure ??= new SequencePublishError(channel, sequenceId, position, 0, error);
           return;

@@ -32,7 +32,8 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
       const after = Date.now();
 
       expect(ticket).toMatchObject({
-        v: 1,
+        v: 2,
+        audience: [],
         store: 'filesystem',
         bytes: payload.length,
         sha256,

@@ -20,7 +20,7 @@ describe('claim check: the x-claim-check header', () => {
 
   it('sent as the bytes "1": the ticket is claimed and the handler gets the parked payload', async () => {
     const payload = bytes(3_000, 1);
-    const ticket = await t.claimCheck.checkIn(payload);
+    const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
     await t.transport.publish(t.channel, serializeTicket(ticket), {
       'x-claim-check': Buffer.from('1') as unknown as string,
     });
@@ -49,7 +49,7 @@ describe('claim check: the x-claim-check header', () => {
     ['the string "yes"', 'yes'],
     ['the number 2', 2],
   ])('%s: dead-lettered malformed-header, the handler not called', async (_what, value) => {
-    const ticket = await t.claimCheck.checkIn(bytes(3_000, 3));
+    const ticket = await t.claimCheck.checkIn(bytes(3_000, 3), { audience: t.channel });
     await t.transport.publish(t.channel, serializeTicket(ticket), {
       'x-claim-check': value as unknown as string,
     });

@@ -242,8 +242,8 @@ export function publishTicket(
 
 /** The fields a sender decides, from a signed ticket: to change one and sign again. */
 export function fieldsOf(ticket: ClaimTicket): ClaimTicketFields {
-  const { v: _v, kid: _kid, sig: _sig, ...fields } = ticket;
-  return fields;
+  const { v: _v, kid: _kid, sig: _sig, audience, ...fields } = ticket;
+  return { ...fields, audience: audience ?? [] };
 }
 
 /** Signs `fields` with the application's own keyring: a ticket it will accept as genuine. */

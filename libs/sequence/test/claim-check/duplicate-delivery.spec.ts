@@ -18,7 +18,7 @@ describe('claim check: a ticket delivered twice', () => {
   it('after it was handled: the copy is acked without running the handler', async () => {
     t = await createClaimCheckTestApp();
     const payload = bytes(5_000, 1);
-    const ticket = await t.claimCheck.checkIn(payload);
+    const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
 
     await publishTicket(t.transport, t.channel, ticket);
     await t.transport.whenIdle();
@@ -50,7 +50,7 @@ describe('claim check: a ticket delivered twice', () => {
       },
       claimCheck: { ledger: new LostClaimReply() },
     });
-    const ticket = await t.claimCheck.checkIn(bytes(2_000, 7));
+    const ticket = await t.claimCheck.checkIn(bytes(2_000, 7), { audience: t.channel });
 
     await publishTicket(t.transport, t.channel, ticket);
 
@@ -62,7 +62,7 @@ describe('claim check: a ticket delivered twice', () => {
   it('two copies queued at once: one handler call, both acked, nothing dead-lettered', async () => {
     t = await createClaimCheckTestApp({ claimCheck: { deleteAfter: 'ttl' } });
     const payload = bytes(5_000, 2);
-    const ticket = await t.claimCheck.checkIn(payload);
+    const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
     // Hold the first call so that the copy arrives while the ticket is being handled.
     let releaseFirst!: () => void;
     const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));

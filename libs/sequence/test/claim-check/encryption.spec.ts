@@ -26,7 +26,10 @@ describe('claim check: encryption at rest', () => {
     t = await createClaimCheckTestApp({
       claimCheck: { encryption: { keys: [{ id: 'at-rest-1', key: randomBytes(32) }] } },
     });
-    ticket = await t.claimCheck.checkIn(plaintext, { contentType: 'text/plain' });
+    ticket = await t.claimCheck.checkIn(plaintext, {
+      audience: t.channel,
+      contentType: 'text/plain',
+    });
   });
   afterEach(() => t.close());
 

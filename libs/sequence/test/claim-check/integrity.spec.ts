@@ -36,7 +36,7 @@ describe('claim check: payload bytes that do not match the ticket', () => {
     t = await createClaimCheckTestApp({
       module: { handlerRetry: { attempts: 3, baseDelayMs: 1 } },
     });
-    genuine = await t.claimCheck.checkIn(payload);
+    genuine = await t.claimCheck.checkIn(payload, { audience: t.channel });
   });
   afterEach(() => t.close());
 
@@ -143,7 +143,11 @@ describe('claim check: payload bytes that do not match the ticket', () => {
   it('the messages behind it are still delivered', async () => {
     const bystander = bytes(3_000, 2);
     await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
-    await publishTicket(t.transport, t.channel, await t.claimCheck.checkIn(bystander));
+    await publishTicket(
+      t.transport,
+      t.channel,
+      await t.claimCheck.checkIn(bystander, { audience: t.channel }),
+    );
     await t.transport.whenIdle();
 
     expect(t.handler.deliveries.map((d) => d.bytes.equals(bystander))).toEqual([true]);
@@ -168,7 +172,11 @@ describe('claim check: payload bytes that do not match the ticket', () => {
       return Buffer.alloc(0);
     };
     // Large enough to be read in many chunks: the read is under way when the destination fails.
-    await publishTicket(t.transport, t.channel, await t.claimCheck.checkIn(bytes(2_000_000, 3)));
+    await publishTicket(
+      t.transport,
+      t.channel,
+      await t.claimCheck.checkIn(bytes(2_000_000, 3), { audience: t.channel }),
+    );
     await t.transport.whenIdle();
 
     // Before, the destination's error was taken for the store's: no retry, and the message was

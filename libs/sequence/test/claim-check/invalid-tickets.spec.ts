@@ -25,7 +25,10 @@ describe('claim check: invalid tickets', () => {
   beforeEach(async () => {
     t = await createClaimCheckTestApp();
     victim = bytes(3_000, 1);
-    ticket = await t.claimCheck.checkIn(victim, { contentType: 'application/octet-stream' });
+    ticket = await t.claimCheck.checkIn(victim, {
+      audience: t.channel,
+      contentType: 'application/octet-stream',
+    });
   });
   afterEach(() => t.close());
 
@@ -35,7 +38,7 @@ describe('claim check: invalid tickets', () => {
    */
   async function expectRefused(body: Buffer, code: string, reason: RegExp): Promise<void> {
     const bystander = bytes(2_000, 2);
-    const bystanderTicket = await t.claimCheck.checkIn(bystander);
+    const bystanderTicket = await t.claimCheck.checkIn(bystander, { audience: t.channel });
     await publishTicket(t.transport, t.channel, body);
     await publishTicket(t.transport, t.channel, bystanderTicket);
     await t.transport.whenIdle();
@@ -88,7 +91,7 @@ describe('claim check: invalid tickets', () => {
     });
 
     it('a signature taken from another genuine ticket: bad signature', async () => {
-      const other = await t.claimCheck.checkIn(bytes(10, 3));
+      const other = await t.claimCheck.checkIn(bytes(10, 3), { audience: t.channel });
       await expectRefused(
         tampered((f) => (f.sig = other.sig)),
         'claim-ticket-invalid',
@@ -106,7 +109,7 @@ describe('claim check: invalid tickets', () => {
 
     it('another format version: malformed', async () => {
       await expectRefused(
-        tampered((f) => (f.v = 2)),
+        tampered((f) => (f.v = 3)),
         'claim-ticket-invalid',
         /\(malformed\)/,
       );
@@ -139,7 +142,7 @@ describe('claim check: invalid tickets', () => {
   });
 
   it('expired: dead-lettered as expired, though genuine and its payload still there', async () => {
-    const short = await t.claimCheck.checkIn(bytes(100, 4), { ttlMs: 1 });
+    const short = await t.claimCheck.checkIn(bytes(100, 4), { audience: t.channel, ttlMs: 1 });
     await new Promise((resolve) => setTimeout(resolve, 10));
     expect(await t.store.head(short.ref)).toBeDefined();
     await expectRefused(serializeTicket(short), 'claim-ticket-invalid', /\(expired\)/);

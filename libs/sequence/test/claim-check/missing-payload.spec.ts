@@ -21,14 +21,14 @@ describe('claim check: a ticket whose payload is gone', () => {
   let ticket: ClaimTicket;
   beforeEach(async () => {
     t = await createClaimCheckTestApp();
-    ticket = await t.claimCheck.checkIn(bytes(4_000, 1));
+    ticket = await t.claimCheck.checkIn(bytes(4_000, 1), { audience: t.channel });
   });
   afterEach(() => t.close());
 
   /** Publishes the ticket, then a good one behind it; checks the fate of both. */
   async function expectNotFound(): Promise<void> {
     const bystander = bytes(1_000, 2);
-    const bystanderTicket = await t.claimCheck.checkIn(bystander);
+    const bystanderTicket = await t.claimCheck.checkIn(bystander, { audience: t.channel });
     await publishTicket(t.transport, t.channel, ticket);
     await publishTicket(t.transport, t.channel, bystanderTicket);
     await t.transport.whenIdle();

@@ -24,8 +24,11 @@ describe('claim check: orphan sweeper', () => {
   it('deletes expired payloads expiredGraceMs after their expiry, not before, and counts them', async () => {
     t = await createClaimCheckTestApp();
     const grace = t.options.claimCheck.expiredGraceMs;
-    const soon = await t.claimCheck.checkIn(bytes(100, 1), { ttlMs: 10_000 });
-    const later = await t.claimCheck.checkIn(bytes(100, 2), { ttlMs: 10_000 + grace + 10_000 });
+    const soon = await t.claimCheck.checkIn(bytes(100, 1), { audience: t.channel, ttlMs: 10_000 });
+    const later = await t.claimCheck.checkIn(bytes(100, 2), {
+      audience: t.channel,
+      ttlMs: 10_000 + grace + 10_000,
+    });
 
     expect(await t.sweeper.sweep(soon.expiresAt)).toEqual({ expired: 0, orphaned: 0 });
     expect(await t.sweeper.sweep(soon.expiresAt + grace - 1)).toEqual({ expired: 0, orphaned: 0 });
@@ -40,7 +43,7 @@ describe('claim check: orphan sweeper', () => {
   it('keeps a payload that expires while a handler reads it until the read is over', async () => {
     t = await createClaimCheckTestApp();
     const payload = bytes(1024 * 1024, 6);
-    const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 60_000 });
+    const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel, ttlMs: 60_000 });
     let readBegun!: () => void;
     const begun = new Promise<void>((resolve) => (readBegun = resolve));
     let resumeRead!: () => void;
@@ -85,7 +88,7 @@ describe('claim check: orphan sweeper', () => {
       },
     });
     for (let index = 0; index < 3; index++) {
-      await t.claimCheck.checkIn(bytes(10, index), { ttlMs: 1_000 });
+      await t.claimCheck.checkIn(bytes(10, index), { audience: t.channel, ttlMs: 1_000 });
     }
     const afterExpiry = Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs;
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 2, orphaned: 0 });
@@ -100,7 +103,7 @@ describe('claim check: orphan sweeper', () => {
         tuning: { sweepers: { orphans: { intervalMs: 20 } } },
       },
     });
-    const ticket = await t.claimCheck.checkIn(bytes(100, 5), { ttlMs: 1 });
+    const ticket = await t.claimCheck.checkIn(bytes(100, 5), { audience: t.channel, ttlMs: 1 });
     await eventually(async () => (await t.store.head(ticket.ref)) === undefined, 'the sweep');
     expect(await filesUnder(t.root)).toEqual([]);
   });
@@ -160,7 +163,10 @@ describe('claim check: orphan sweeper', () => {
     });
 
     it('a store that cannot be listed does not cost the other stores their sweep', async () => {
-      const current = await t.claimCheck.checkIn(bytes(100, 4), { ttlMs: 1_000 });
+      const current = await t.claimCheck.checkIn(bytes(100, 4), {
+        audience: t.channel,
+        ttlMs: 1_000,
+      });
       primary.failSweeps = 1;
 
       const report = await t.sweeper.sweep(

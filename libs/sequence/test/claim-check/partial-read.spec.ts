@@ -32,7 +32,7 @@ describe('claim check: a handler that reads part of its payload', () => {
         }),
     });
     // Several MiB: the filesystem stream reads it in many chunks, so one chunk is a partial read.
-    const ticket = await t.claimCheck.checkIn(bytes(4 * 1024 * 1024, 3));
+    const ticket = await t.claimCheck.checkIn(bytes(4 * 1024 * 1024, 3), { audience: t.channel });
     // Takes the first chunk and walks away, leaving the stream paused (not destroyed).
     t.handler.read = async (payload) => {
       const stream = payload.stream();

@@ -163,7 +163,7 @@ describe('claim check: publish', () => {
 
     it('payload.metadata: what checkIn stored with the payload', async () => {
       const metadata = { study: 'S-1', modality: 'MR' };
-      const ticket = await t.claimCheck.checkIn(bytes(100, 8), { metadata });
+      const ticket = await t.claimCheck.checkIn(bytes(100, 8), { audience: t.channel, metadata });
       await publishTicket(t.transport, t.channel, ticket);
       await t.transport.whenIdle();
       expect(t.handler.deliveries[0].payload.metadata).toEqual(metadata);
@@ -193,8 +193,20 @@ describe('claim check: publish', () => {
       expect(message.body.includes(Buffer.alloc(64, 'P'))).toBe(false);
       const ticket = JSON.parse(message.body.toString('utf8')) as Record<string, unknown>;
       expect(Object.keys(ticket).sort()).toEqual(
-        ['bytes', 'contentType', 'expiresAt', 'kid', 'ref', 'sha256', 'sig', 'store', 'v'].sort(),
+        [
+          'audience',
+          'bytes',
+          'contentType',
+          'expiresAt',
+          'kid',
+          'ref',
+          'sha256',
+          'sig',
+          'store',
+          'v',
+        ].sort(),
       );
+      expect(ticket.audience).toEqual([UNCONSUMED]);
       expect(ticket).toEqual({ ...receipt.ticket });
       expect(ticket).toMatchObject({
         store: 'filesystem',

@@ -37,7 +37,7 @@ describe('claim check: retention', () => {
         handlers: [{ channel: 'cc.ack', deleteAfter: 'ack' }],
         claimCheck: { ledger: new LostReply() },
       });
-      const ticket = await t.claimCheck.checkIn(bytes(2_000, 9));
+      const ticket = await t.claimCheck.checkIn(bytes(2_000, 9), { audience: t.channel });
 
       await publishTicket(t.transport, t.channel, ticket);
       await t.transport.whenIdle();
@@ -51,7 +51,7 @@ describe('claim check: retention', () => {
     it('deletes the payload after the handler succeeded, not before', async () => {
       t = await createClaimCheckTestApp({ handlers: [{ channel: 'cc.ack', deleteAfter: 'ack' }] });
       const payload = bytes(2_000, 1);
-      const ticket = await t.claimCheck.checkIn(payload);
+      const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
       let storedDuringHandler: unknown;
       t.handler.read = async (claimed) => {
         const read = await claimed.toBuffer();
@@ -72,7 +72,7 @@ describe('claim check: retention', () => {
 
     it('is the module default', async () => {
       t = await createClaimCheckTestApp();
-      const ticket = await t.claimCheck.checkIn(bytes(2_000, 2));
+      const ticket = await t.claimCheck.checkIn(bytes(2_000, 2), { audience: t.channel });
       await publishTicket(t.transport, t.channel, ticket);
       await t.transport.whenIdle();
       expect(t.handler.calls).toBe(1);
@@ -83,7 +83,10 @@ describe('claim check: retention', () => {
   describe("deleteAfter: 'ttl'", () => {
     it('keeps the payload after the handler; the sweeper deletes it expiredGraceMs after its expiry', async () => {
       t = await createClaimCheckTestApp({ handlers: [{ channel: 'cc.ttl', deleteAfter: 'ttl' }] });
-      const ticket = await t.claimCheck.checkIn(bytes(2_000, 3), { ttlMs: 60_000 });
+      const ticket = await t.claimCheck.checkIn(bytes(2_000, 3), {
+        audience: t.channel,
+        ttlMs: 60_000,
+      });
       await publishTicket(t.transport, t.channel, ticket);
       await t.transport.whenIdle();
 
@@ -104,8 +107,8 @@ describe('claim check: retention', () => {
         claimCheck: { deleteAfter: 'ttl' },
         handlers: [{ channel: 'cc.default' }, { channel: 'cc.own', deleteAfter: 'ack' }],
       });
-      const kept = await t.claimCheck.checkIn(bytes(100, 4));
-      const deleted = await t.claimCheck.checkIn(bytes(100, 5));
+      const kept = await t.claimCheck.checkIn(bytes(100, 4), { audience: 'cc.default' });
+      const deleted = await t.claimCheck.checkIn(bytes(100, 5), { audience: 'cc.own' });
       await publishTicket(t.transport, 'cc.default', kept);
       await publishTicket(t.transport, 'cc.own', deleted);
       await t.transport.whenIdle();
@@ -129,7 +132,7 @@ describe('claim check: retention', () => {
     it('keeps the payload after the first channel, deletes it after the second', async () => {
       t = await twoChannels();
       const payload = bytes(3_000, 6);
-      const ticket = await t.claimCheck.checkIn(payload);
+      const ticket = await t.claimCheck.checkIn(payload, { audience: ['cc.billing', 'cc.audit'] });
 
       await publishTicket(t.transport, 'cc.billing', ticket);
       await t.transport.whenIdle();
@@ -145,7 +148,7 @@ describe('claim check: retention', () => {
 
     it('one channel handling the ticket twice counts once: the payload stays', async () => {
       t = await twoChannels();
-      const ticket = await t.claimCheck.checkIn(bytes(3_000, 7));
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 7), { audience: t.channel });
       await publishTicket(t.transport, 'cc.billing', ticket);
       await t.transport.whenIdle();
       await publishTicket(t.transport, 'cc.billing', ticket);
@@ -157,7 +160,9 @@ describe('claim check: retention', () => {
 
     it('published to both at once: each handler once, then deleted', async () => {
       t = await twoChannels();
-      const ticket = await t.claimCheck.checkIn(bytes(3_000, 8));
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 8), {
+        audience: ['cc.billing', 'cc.audit'],
+      });
       await Promise.all([
         publishTicket(t.transport, 'cc.billing', ticket),
         publishTicket(t.transport, 'cc.audit', ticket),
@@ -176,7 +181,7 @@ describe('claim check: retention', () => {
       t = await createClaimCheckTestApp({
         handlers: [{ channel: 'cc.failing', handlerRetry: { attempts: 2, baseDelayMs: 1 } }],
       });
-      ticket = await t.claimCheck.checkIn(bytes(2_000, 9), { ttlMs: 60_000 });
+      ticket = await t.claimCheck.checkIn(bytes(2_000, 9), { audience: t.channel, ttlMs: 60_000 });
       t.handler.failNext = Number.MAX_SAFE_INTEGER;
       await publishTicket(t.transport, t.channel, ticket);
       await t.transport.whenIdle();

@@ -28,7 +28,7 @@ describe('claim check: payload store outage', () => {
       },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
     });
-    ticket = await t.claimCheck.checkIn(payload);
+    ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
   });
   afterEach(() => t.close());
 
@@ -144,7 +144,7 @@ describe('claim check: payload store outage', () => {
       },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
     });
-    ticket = await t.claimCheck.checkIn(payload);
+    ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
     store.failReads = 1_000;
 
     await publishTicket(t.transport, t.channel, ticket);

@@ -41,6 +41,7 @@ describe('claim check: refs that try to leave the store root', () => {
       bytes: content.length,
       sha256: createHash('sha256').update(content).digest('hex'),
       expiresAt: Date.now() + 60_000,
+      audience: [t.channel],
     });
   }
 

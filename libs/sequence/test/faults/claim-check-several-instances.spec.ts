@@ -46,7 +46,7 @@ describeOnRealServers('faults: claim check with two consumer instances on one qu
       consumer.handler.onCall = () => new Promise((resolve) => setTimeout(resolve, 300));
     }
     const payload = bytes(300_000, 21);
-    const ticket = await producer.claimCheck.checkIn(payload);
+    const ticket = await producer.claimCheck.checkIn(payload, { audience: channel });
 
     for (let copy = 0; copy < 3; copy++) {
       await producer.transport.publish(channel, serializeTicket(ticket), { 'x-claim-check': 1 });

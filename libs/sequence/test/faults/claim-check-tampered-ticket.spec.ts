@@ -35,8 +35,8 @@ describeOnRealServers('faults: a tampered claim ticket published straight to the
     apps.push(consumer, producer);
     const mine = bytes(300_000, 41);
     const theirs = bytes(300_000, 42);
-    const myTicket = await producer.claimCheck.checkIn(mine);
-    const theirTicket = await producer.claimCheck.checkIn(theirs);
+    const myTicket = await producer.claimCheck.checkIn(mine, { audience: channel });
+    const theirTicket = await producer.claimCheck.checkIn(theirs, { audience: channel });
     // Someone holding a ticket of their own rewrites it to name another payload, keeping the
     // signature, hoping to read (and, with deleteAfter 'ack', delete) it.
     const tampered = Buffer.from(

@@ -14,7 +14,12 @@ export type ClaimTicketInvalidReason =
   /** Signed with a key id this side does not hold (rotated out too early, or never shared). */
   | 'unknown-key'
   /** Validly signed, but past its `expiresAt`: its payload may already be swept. */
-  | 'expired';
+  | 'expired'
+  /**
+   * Validly signed by an earlier release, whose tickets name no channel, on a consumer that
+   * takes only tickets issued for its channel (`claimCheck.acceptTicketsWithoutAudience` off).
+   */
+  | 'no-audience';
 
 const ADVICE: Record<ClaimTicketInvalidReason, string> = {
   malformed: 'the message is not a claim ticket of this version',
@@ -24,6 +29,9 @@ const ADVICE: Record<ClaimTicketInvalidReason, string> = {
   'unknown-key':
     "add the key to this side's claim-check keys (keep retired keys listed until their tickets expire)",
   expired: 'it outlived its ttl; raise the ttl if consumers lag this far behind',
+  'no-audience':
+    'upgrade its producer; while tickets of older producers drain, set ' +
+    'claimCheck.acceptTicketsWithoutAudience on this consumer',
 };
 
 /** A claim ticket failed validation, its signature check, or its expiry check. */

@@ -16,6 +16,7 @@ export * from './sequence-handler-conflict.error';
 export * from './claim-check-not-found.error';
 export * from './invalid-payload-ref.error';
 export * from './claim-ticket-invalid.error';
+export * from './claim-ticket-audience.error';
 export * from './claim-check-integrity.error';
 export * from './payload-metadata-corrupt.error';
 export * from './claim-check-publish.error';

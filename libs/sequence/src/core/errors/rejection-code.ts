@@ -35,8 +35,16 @@ export type RejectionCode =
   | 'sequence-expired'
   /** The handler kept failing after its retries. */
   | 'handler-failed'
-  /** Claim Check: the ticket is malformed, unsigned, badly signed, under an unknown key, or expired. */
+  /**
+   * Claim Check: the ticket is malformed, unsigned, badly signed, under an unknown key, expired,
+   * or names no channel where one is required.
+   */
   | 'claim-ticket-invalid'
+  /**
+   * Claim Check: a validly signed ticket arrived on a channel it was not issued for (replayed or
+   * misrouted); its payload and the claim ledger were left untouched.
+   */
+  | 'wrong-audience'
   /** Claim Check: the ticket names a payload store this consumer is not configured with. */
   | 'unknown-payload-store'
   /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */

@@ -110,6 +110,8 @@ export interface ClaimCheckAppOptions {
   readonly reconnectSeconds?: number;
   /** The broker. @default RabbitMQ */
   readonly on?: TransportCase;
+  /** `claimCheck.acceptTicketsWithoutAudience`. @default the module's (false) */
+  readonly acceptTicketsWithoutAudience?: boolean;
 }
 
 /**
@@ -143,6 +145,7 @@ export async function createClaimCheckApp(options: ClaimCheckAppOptions): Promis
         ledger: options.ledger,
         signingKeys: SIGNING_KEYS,
         inlineMaxBytes: options.threshold,
+        acceptTicketsWithoutAudience: options.acceptTicketsWithoutAudience,
       },
       tuning: {
         sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
