@@ -1,5 +1,6 @@
 import type { SequenceLimits, SequenceStoreStats } from '../../../ports/sequence-store.port';
 import { globalKeyList, type RedisKeys } from './redis-keys';
+import { RedisClock } from './redis-clock';
 import type { RedisClient, Scripts } from './redis-scripts';
 
 /** Budget bytes granted to one sequence's record, under the record's epoch. */
@@ -47,6 +48,8 @@ export class RedisBudget {
     private readonly names: RedisKeys,
     /** Added to every TTL given: the global keys outlive the sequence keys they account for. */
     private readonly marginMs: number,
+    /** Stamps the callers' times for the scripts, which put them on Redis's clock. */
+    private readonly clock = new RedisClock(scripts),
   ) {
     this.keys = globalKeyList(names.global);
   }
@@ -59,8 +62,8 @@ export class RedisBudget {
     const reply = (await this.scripts.reserve(this.keys, [
       member,
       increase,
-      context.now,
-      context.provisionalDue,
+      this.clock.stamp(context.now),
+      this.clock.stamp(context.provisionalDue),
       context.limits.maxOpenSequences,
       context.limits.maxBufferedBytes,
       context.ttl + this.marginMs,
@@ -128,7 +131,8 @@ export class RedisBudget {
 
   async due(now: number, limit: number): Promise<string[]> {
     if (limit <= 0) return [];
-    return this.redis.zrangebyscore(this.names.global.due, '-inf', now, 'LIMIT', 0, limit);
+    const until = await this.clock.onRedisClock(now);
+    return this.redis.zrangebyscore(this.names.global.due, '-inf', until, 'LIMIT', 0, limit);
   }
 
   async retentionsOver(
@@ -138,7 +142,7 @@ export class RedisBudget {
     const flat = await this.redis.zrangebyscore(
       this.names.global.retention,
       '-inf',
-      now,
+      await this.clock.onRedisClock(now),
       'WITHSCORES',
       'LIMIT',
       0,
@@ -152,11 +156,9 @@ export class RedisBudget {
   }
 
   async stats(now: number): Promise<SequenceStoreStats> {
-    const [openSequences, bufferedBytes, oldest] = (await this.scripts.stats(this.keys, [now])) as [
-      number,
-      string,
-      string | null | false,
-    ];
+    const [openSequences, bufferedBytes, oldest] = (await this.scripts.stats(this.keys, [
+      this.clock.stamp(now),
+    ])) as [number, string, string | null | false];
     const stats = { openSequences: Number(openSequences), bufferedBytes: Number(bufferedBytes) };
     // No open sequence: Lua false, null over RESP2 (false over RESP3).
     return oldest === null || oldest === false ? stats : { ...stats, oldestOpenAt: Number(oldest) };

@@ -17,6 +17,7 @@ export type ScriptName =
   | 'forget'
   | 'release-retained'
   | 'stats'
+  | 'clock'
   | 'claim-acquire'
   | 'claim-complete'
   | 'claim-release'
@@ -95,6 +96,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'forget',
   'release-retained',
   'stats',
+  'clock',
   'claim-acquire',
   'claim-complete',
   'claim-release',

@@ -7,9 +7,10 @@
   Returns {openSequences, bufferedBytes, oldestOpenAt | false}. Kept fragments of failed
   sequences count until their retention ends (listExpired then releases them).
 ]]
+--- @include "_clock"
 --- @include "_global"
 
-local now = tonumber(ARGV[1])
+local now = callerTime(ARGV[1])
 local retained = total('retained')
 local over = rcall('ZRANGEBYSCORE', retentionKey, '-inf', int(now), 'LIMIT', 0, 1000)
 for _, member in ipairs(over) do
