@@ -14,7 +14,11 @@ export class RedisClock {
 
   /** A caller's time as a script argument: the time and this machine's clock as the call leaves. */
   stamp(time: number): string {
-    return `${time}:${this.localClock()}`;
+    const clock = this.localClock();
+    if (!Number.isFinite(clock)) {
+      throw new TypeError(`the store's clock must return the time in ms, returned ${clock}`);
+    }
+    return `${time}:${clock}`;
   }
 
   /** A caller's time on the scripts' clock, for the reads that run no script. */

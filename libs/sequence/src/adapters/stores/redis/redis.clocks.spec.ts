@@ -131,6 +131,16 @@ describeWithServer('redis', 'Redis stores with a skewed clock (Redis at REDIS_UR
       expect(await early.expire(ref, pastDeadline, RETENTION_MS)).toMatchObject(ref);
     });
 
+    it('refuses a time that is not a number from its clock, before anything is stored', async () => {
+      const broken = instance(() => Number.NaN);
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+
+      await expect(broken.accept(fragments[0], context('broken', Date.now()))).rejects.toThrow(
+        /clock must return the time in ms, returned NaN/,
+      );
+      expect(await redis.exists(`${prefix}:{${ref.scope}:${ref.sequenceId}}:meta`)).toBe(0);
+    });
+
     it('refuses a clock that is not a function', () => {
       expect(
         () => new RedisSequenceStore(redis, { prefix, clock: 5 as unknown as () => number }),
