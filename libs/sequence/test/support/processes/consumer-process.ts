@@ -26,6 +26,8 @@ export interface ConsumerProcessSettings {
   readonly dir: string;
   readonly leaseMs?: number;
   readonly handlerSleepMs?: number;
+  /** How far ahead of the machine's the process's clock runs (`Date.now`); negative: behind. */
+  readonly clockSkewMs?: number;
 }
 
 /** fixtures/consumer.process.ts running in a child process. */
@@ -42,6 +44,7 @@ export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
       PAYLOAD_DIR: settings.dir,
       LEASE_MS: String(settings.leaseMs ?? 30_000),
       HANDLER_SLEEP_MS: String(settings.handlerSleepMs ?? 0),
+      CLOCK_SKEW_MS: String(settings.clockSkewMs ?? 0),
     });
     return new ConsumerProcess(child, resultsFile).ready();
   }

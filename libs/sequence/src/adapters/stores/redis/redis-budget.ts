@@ -1,5 +1,6 @@
 import type { SequenceLimits, SequenceStoreStats } from '../../../ports/sequence-store.port';
 import { globalKeyList, type RedisKeys } from './redis-keys';
+import { RedisClock } from './redis-clock';
 import type { RedisClient, Scripts } from './redis-scripts';
 
 /** Budget bytes granted to one sequence's record, under the record's epoch. */
@@ -49,6 +50,8 @@ export class RedisBudget {
     private readonly names: RedisKeys,
     /** Added to every TTL given: the global keys outlive the sequence keys they account for. */
     private readonly marginMs: number,
+    /** Stamps the callers' times for the scripts, which put them on Redis's clock. */
+    private readonly clock = new RedisClock(scripts),
   ) {
     this.keys = globalKeyList(names.global);
   }
@@ -62,8 +65,8 @@ export class RedisBudget {
     const reply = (await this.scripts.reserve(this.keys, [
       member,
       increase,
-      context.now,
-      context.provisionalDue,
+      this.clock.stamp(context.now),
+      this.clock.stamp(context.provisionalDue),
       context.limits.maxOpenSequences,
       context.limits.maxBufferedBytes,
       context.ttl + this.marginMs,
@@ -132,7 +135,8 @@ export class RedisBudget {
 
   async due(now: number, limit: number): Promise<string[]> {
     if (limit <= 0) return [];
-    return this.redis.zrangebyscore(this.names.global.due, '-inf', now, 'LIMIT', 0, limit);
+    const until = await this.clock.onRedisClock(now);
+    return this.redis.zrangebyscore(this.names.global.due, '-inf', until, 'LIMIT', 0, limit);
   }
 
   async retentionsOver(
@@ -142,7 +146,7 @@ export class RedisBudget {
     const flat = await this.redis.zrangebyscore(
       this.names.global.retention,
       '-inf',
-      now,
+      await this.clock.onRedisClock(now),
       'WITHSCORES',
       'LIMIT',
       0,
@@ -158,7 +162,7 @@ export class RedisBudget {
   async stats(now: number): Promise<SequenceStoreStats> {
     const [openSequences, bufferedBytes, oldest, reservedBytes] = (await this.scripts.stats(
       this.keys,
-      [now],
+      [this.clock.stamp(now)],
     )) as [number, string, string | null | false, string];
     const stats = {
       openSequences: Number(openSequences),

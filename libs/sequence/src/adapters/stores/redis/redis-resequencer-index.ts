@@ -1,6 +1,7 @@
 import type { OpenGap } from '../../../ports/resequencer-store.port';
 import { indexKeyList, type RedisResequencerKeys } from './redis-resequencer-keys';
 import { interpretGaps, type IndexRecord } from './redis-resequencer-replies';
+import type { RedisClock } from './redis-clock';
 import type { RedisClient, Scripts } from './redis-scripts';
 
 /** How old a scope total may be when `accept` checks `maxBufferedTotal` against it. */
@@ -31,6 +32,7 @@ export class RedisResequencerIndex {
     private readonly retentionMs: number,
     /** Added to the index keys' TTL: the index outlives the keys it indexes. */
     private readonly marginMs: number,
+    private readonly clock: RedisClock,
   ) {}
 
   /** Applies a key's record unless a newer one was applied already; prunes expired keys. */
@@ -45,7 +47,7 @@ export class RedisResequencerIndex {
       record.alerted ? 1 : 0,
       record.handOffAt,
       record.at,
-      now,
+      this.clock.stamp(now),
       this.retentionMs,
       this.retentionMs + this.marginMs,
       PRUNE_BATCH,
@@ -65,7 +67,7 @@ export class RedisResequencerIndex {
     const total = (async () => {
       const after = Number(
         await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
-          now,
+          this.clock.stamp(now),
           this.retentionMs,
           PRUNE_ON_DEMAND_BATCH,
         ]),
@@ -83,7 +85,13 @@ export class RedisResequencerIndex {
 
   /** What a single-node "-ix" script appends to its arguments to apply the index inline. */
   inlineArguments(key: string, now: number): Array<string | number> {
-    return [key, now, this.retentionMs, this.retentionMs + this.marginMs, PRUNE_BATCH];
+    return [
+      key,
+      this.clock.stamp(now),
+      this.retentionMs,
+      this.retentionMs + this.marginMs,
+      PRUNE_BATCH,
+    ];
   }
 
   /** The scope's total as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
@@ -108,14 +116,15 @@ export class RedisResequencerIndex {
     const keys = this.names.index(scope);
     const reply = await this.scripts['rsq-gaps'](
       [keys.gaps, keys.records],
-      [openedBefore, limit, includeAlerted ? 1 : 0],
+      [this.clock.stamp(openedBefore), limit, includeAlerted ? 1 : 0],
     );
     return interpretGaps(reply, { operation: 'listGaps', scope });
   }
 
   async stalled(scope: string, idleSince: number, limit: number): Promise<string[]> {
     const keys = this.names.index(scope);
-    return this.redis.zrangebyscore(keys.stalled, '-inf', idleSince, 'LIMIT', 0, limit);
+    const until = await this.clock.onRedisClock(idleSince);
+    return this.redis.zrangebyscore(keys.stalled, '-inf', until, 'LIMIT', 0, limit);
   }
 
   remember(scope: string, value: number): void {

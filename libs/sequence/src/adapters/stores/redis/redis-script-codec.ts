@@ -40,11 +40,13 @@ export function acceptArguments(
   grant: Grant,
   marginMs: number,
   withBody: BodyArgument | boolean,
+  /** `context.now` as the store sends it (see RedisClock.stamp). */
+  now: ScriptArgument = context.now,
 ): ScriptArgument[] {
   const body: BodyArgument | undefined =
     withBody === true ? { kind: 'inline' } : withBody === false ? undefined : withBody;
   const args: ScriptArgument[] = [
-    context.now,
+    now,
     context.consumerId,
     context.leaseMs,
     context.expiry.ms,

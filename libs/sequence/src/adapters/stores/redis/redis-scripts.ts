@@ -18,6 +18,7 @@ export type ScriptName =
   | 'forget'
   | 'release-retained'
   | 'stats'
+  | 'clock'
   | 'claim-acquire'
   | 'claim-complete'
   | 'claim-release'
@@ -96,6 +97,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'forget',
   'release-retained',
   'stats',
+  'clock',
   'claim-acquire',
   'claim-complete',
   'claim-release',

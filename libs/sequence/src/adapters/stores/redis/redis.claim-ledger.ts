@@ -8,6 +8,7 @@ import {
   type Completion,
 } from '../../../ports/claim-ledger.port';
 import { RedisClaimKeys } from './redis-claim-keys';
+import { clockProblem, RedisClock } from './redis-clock';
 import { RedisClaimLedgerError } from './redis-claim-ledger.error';
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { withCoalescedWrites } from './redis-command-writes';
@@ -38,6 +39,13 @@ export interface RedisClaimLedgerOptions {
    * @default false
    */
   readonly unsafeSocketTricks?: boolean;
+  /**
+   * This machine's clock, which the `now` of the ledger's callers is read from. Claims run on
+   * Redis's clock whenever this one is more than 1 s away from it (see "Clocks" in
+   * docs/configuration.md); a test gives an instance a skewed clock here.
+   * @default Date.now
+   */
+  readonly clock?: () => number;
 }
 
 const CLAIM_OUTCOMES: ReadonlySet<unknown> = new Set<ClaimOutcome>(['claimed', 'done', 'busy']);
@@ -59,6 +67,7 @@ export class RedisClaimLedger implements ClaimLedger {
 
   private readonly keys: RedisClaimKeys;
   private readonly scripts: Scripts;
+  private readonly clock: RedisClock;
   private readonly marginMs: number;
   private ownsClient = false;
 
@@ -73,6 +82,8 @@ export class RedisClaimLedger implements ClaimLedger {
     }
     const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
     if (tricks) throw new TypeError(tricks);
+    const clock = clockProblem(options.clock);
+    if (clock) throw new TypeError(clock);
     const scripts = loadScripts(redis);
     this.scripts = socketTricksEnabled(
       options.unsafeSocketTricks ?? false,
@@ -81,6 +92,7 @@ export class RedisClaimLedger implements ClaimLedger {
     )
       ? withCoalescedWrites(redis, scripts)
       : scripts;
+    this.clock = new RedisClock(this.scripts, options.clock);
   }
 
   /** A ledger with a client of its own, which `close()` quits. */
@@ -98,7 +110,7 @@ export class RedisClaimLedger implements ClaimLedger {
     const keys = this.keys.of(key);
     const reply = await this.scripts['claim-acquire'](
       [keys.done, keys.lease],
-      [key.group, holder, now, leaseMs, this.marginMs],
+      [key.group, holder, this.clock.stamp(now), leaseMs, this.marginMs],
     );
     if (!CLAIM_OUTCOMES.has(reply)) throw new RedisClaimLedgerError('claim', key.ticket, reply);
     return reply as ClaimOutcome;
@@ -114,7 +126,7 @@ export class RedisClaimLedger implements ClaimLedger {
     const keys = this.keys.of(key);
     const reply = await this.scripts['claim-complete'](
       [keys.done, keys.lease],
-      [key.group, retainUntil, now, this.marginMs],
+      [key.group, this.clock.stamp(retainUntil), this.clock.stamp(now), this.marginMs],
     );
     if (
       !Array.isArray(reply) ||

@@ -38,6 +38,10 @@
  * key's keys to retentionMs, the index keys to retentionMs + keyTtlMarginMs), the safety net
  * for keys and scopes nobody comes back to.
  *
+ * Clocks: every time a caller passes (now, openedBefore, idleSince) goes to the scripts with the
+ * caller's clock reading, and runs on Redis's clock when that clock is more than 1 s off
+ * (lua/_clock.lua): drain leases and gap ages hold whatever an instance's clock says.
+ *
  * Redis unavailable: every method rejects with the client's error (after the ioredis client's
  * own retries); the resequencer requeues the message, having acked nothing.
  */
@@ -69,6 +73,7 @@ import {
   assertTime,
 } from '../../../ports/resequencer-store.arguments';
 import { encodeEntry } from './redis-resequencer.codec';
+import { clockProblem, RedisClock } from './redis-clock';
 import { RedisResequencerIndex } from './redis-resequencer-index';
 import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
 import {
@@ -115,6 +120,13 @@ export interface RedisResequencerStoreOptions {
    * @default false
    */
   readonly unsafeSocketTricks?: boolean;
+  /**
+   * This machine's clock, which the `now` of the store's callers is read from. Drain leases and
+   * gap deadlines run on Redis's clock whenever this one is more than 1 s away from it (see
+   * "Clocks" in docs/configuration.md); a test gives an instance a skewed clock here.
+   * @default Date.now
+   */
+  readonly clock?: () => number;
 }
 
 /**
@@ -130,6 +142,7 @@ export class RedisResequencerStore implements ResequencerStore {
   private readonly keys: RedisResequencerKeys;
   private readonly scripts: Scripts;
   private readonly index: RedisResequencerIndex;
+  private readonly clock: RedisClock;
   private readonly retentionMs: number;
   /** On Redis Cluster the index step is a second script (another slot); on one node, inline. */
   private readonly isCluster: boolean;
@@ -148,6 +161,8 @@ export class RedisResequencerStore implements ResequencerStore {
     }
     const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
     if (tricks) throw new TypeError(tricks);
+    const clock = clockProblem(options.clock);
+    if (clock) throw new TypeError(clock);
     const scripts = loadScripts(redis);
     this.scripts = socketTricksEnabled(
       options.unsafeSocketTricks ?? false,
@@ -157,12 +172,14 @@ export class RedisResequencerStore implements ResequencerStore {
       ? withCoalescedWrites(redis, scripts)
       : scripts;
     this.isCluster = isCluster(redis);
+    this.clock = new RedisClock(this.scripts, options.clock);
     this.index = new RedisResequencerIndex(
       redis,
       this.scripts,
       this.keys,
       this.retentionMs,
       marginMs,
+      this.clock,
     );
   }
 
@@ -206,7 +223,7 @@ export class RedisResequencerStore implements ResequencerStore {
   async claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim> {
     assertDrainArguments(key, context);
     const reply = await this.scripts['rsq-claim'](keyKeyList(this.keys.of(key)), [
-      context.now,
+      this.clock.stamp(context.now),
       context.holder,
       context.leaseMs,
       context.limit,
@@ -224,7 +241,7 @@ export class RedisResequencerStore implements ResequencerStore {
     assertDrainArguments(key, context);
     assertPositiveInteger('count', count);
     const reply = await this.perKey('rsq-settle', key, context.now, [
-      context.now,
+      this.clock.stamp(context.now),
       context.holder,
       count,
       context.leaseMs,
@@ -247,7 +264,7 @@ export class RedisResequencerStore implements ResequencerStore {
     assertTime('now', now);
     const reply = await this.scripts['rsq-renew'](
       [this.keys.of(key).state],
-      [holder, now, leaseMs],
+      [holder, this.clock.stamp(now), leaseMs],
     );
     return reply === 1;
   }
@@ -279,9 +296,9 @@ export class RedisResequencerStore implements ResequencerStore {
     assertGapPolicy(policy);
     assertTime('openedBefore', context.openedBefore);
     const reply = await this.perKey('rsq-resolve', key, context.now, [
-      context.now,
+      this.clock.stamp(context.now),
       policy,
-      context.openedBefore,
+      this.clock.stamp(context.openedBefore),
       this.retentionMs,
     ]);
     return this.indexed(
@@ -329,7 +346,7 @@ export class RedisResequencerStore implements ResequencerStore {
     seenTotal: number,
   ): Promise<AcceptOutcome> {
     const reply = await this.perKey('rsq-accept', key, context.now, [
-      context.now,
+      this.clock.stamp(context.now),
       context.start,
       seq,
       encoded,

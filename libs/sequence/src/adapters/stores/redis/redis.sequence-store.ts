@@ -22,7 +22,8 @@
  * keys from the positions listed in :crc.
  * Every key has a TTL (its due time + lease + margin; markers: retention + margin), extended as
  * the state moves on; the global keys always outlive the sequence keys they account for. TTLs are
- * a safety net in real time: the logic runs on the `now` passed in.
+ * a safety net in real time: the logic runs on the `now` passed in, moved onto Redis's clock when
+ * the caller's clock is off (lua/_clock.lua).
  *
  * A script runs in one slot, so no script can both store a fragment (sequence slot) and count it
  * against the store-wide budget (slot {idx}). accept therefore runs in steps:
@@ -79,6 +80,7 @@ import type {
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
 import { NO_GRANT, RedisBudget, type Grant, type Reservation } from './redis-budget';
+import { clockProblem, RedisClock } from './redis-clock';
 import { RedisBodyReader, bodyGoneError, type BodyPiece } from './redis-body.reader';
 import { randomUUID } from 'node:crypto';
 import {
@@ -161,6 +163,13 @@ export interface RedisSequenceStoreOptions {
    * @default 'crc32'
    */
   readonly readVerification?: 'crc32' | 'sha256';
+  /**
+   * This machine's clock, which the `now` of the store's callers is read from. Leases and
+   * deadlines run on Redis's clock whenever this one is more than 1 s away from it (see "Clocks"
+   * in docs/configuration.md); a test gives an instance a skewed clock here.
+   * @default Date.now
+   */
+  readonly clock?: () => number;
 }
 
 const READ_VERIFICATIONS: ReadonlySet<string> = new Set(['crc32', 'sha256']);
@@ -200,6 +209,7 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly keys: RedisKeys;
   private readonly scripts: Scripts;
   private readonly budget: RedisBudget;
+  private readonly clock: RedisClock;
   private readonly marginMs: number;
   private readonly readAhead: number;
   private readonly readPieceBytes: number;
@@ -234,6 +244,8 @@ export class RedisSequenceStore implements SequenceStore {
         `readVerification must be 'crc32' or 'sha256', got ${String(options.readVerification)}`,
       );
     }
+    const clock = clockProblem(options.clock);
+    if (clock) problems.push(clock);
     if (problems.length > 0) throw new SequenceOptionsError('RedisSequenceStore options', problems);
     this.socketTricks = socketTricksEnabled(
       options.unsafeSocketTricks ?? false,
@@ -242,7 +254,8 @@ export class RedisSequenceStore implements SequenceStore {
     );
     const scripts = loadScripts(redis);
     this.scripts = this.socketTricks ? withCoalescedWrites(redis, scripts) : scripts;
-    this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs);
+    this.clock = new RedisClock(this.scripts, options.clock);
+    this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs, this.clock);
     if (this.socketTricks && !isCluster(redis)) {
       this.directReads = new RedisDirectReads(redis);
     }
@@ -278,7 +291,14 @@ export class RedisSequenceStore implements SequenceStore {
       }
       const reply = await this.scripts.accept(
         keys,
-        acceptArguments(fragment, context, grant, this.marginMs, body),
+        acceptArguments(
+          fragment,
+          context,
+          grant,
+          this.marginMs,
+          body,
+          this.clock.stamp(context.now),
+        ),
       );
       const step = interpretAccept(reply, fragment);
       switch (step.kind) {
@@ -341,7 +361,7 @@ export class RedisSequenceStore implements SequenceStore {
     now: number,
   ): Promise<boolean> {
     const reply = (await this.scripts['renew-lease'](this.leaseKeys(ref), [
-      now,
+      this.clock.stamp(now),
       consumerId,
       leaseMs,
       this.marginMs,
@@ -354,7 +374,7 @@ export class RedisSequenceStore implements SequenceStore {
 
   async releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void> {
     const reply = (await this.scripts['release-lease'](this.leaseKeys(ref), [
-      now,
+      this.clock.stamp(now),
       consumerId,
       this.marginMs,
     ])) as [number, string[]?];
@@ -447,7 +467,7 @@ export class RedisSequenceStore implements SequenceStore {
     const member = this.keys.member(ref);
     const reply = (await this.scripts.finish(sequenceKeyList(this.keys.sequenceOf(member)), [
       outcome,
-      context.now,
+      this.clock.stamp(context.now),
       context.retentionMs,
       context.reason ?? '',
       this.marginMs,
@@ -503,7 +523,7 @@ export class RedisSequenceStore implements SequenceStore {
     if (epoch === undefined) return null;
     const [code, ...rest] = (await this.scripts.expire(
       sequenceKeyList(this.keys.sequenceOf(member)),
-      [now, retentionMs, epoch, this.marginMs],
+      [this.clock.stamp(now), retentionMs, epoch, this.marginMs],
     )) as [string, ...unknown[]];
     switch (code) {
       case 'expired':

@@ -1,7 +1,7 @@
 -- The body of rsq-accept (see rsq-accept-3.lua for KEYS, ARGV and returns), as a function, so that
 -- the single-node variant rsq-accept-ix-8 can apply the scope index inline after it.
 local function acceptStep()
-  local now, start, seq = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  local now, start, seq = callerTime(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
   local entry = ARGV[4]
   local maxPerKey, maxTotal, seenTotal = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local retentionMs = tonumber(ARGV[8])

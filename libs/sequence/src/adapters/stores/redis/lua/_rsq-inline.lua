@@ -6,7 +6,7 @@ local function withIndex(reply)
   if #record == 8 then
     local n = #ARGV
     local total = applyIndex({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, ARGV[n - 4], record,
-      tonumber(ARGV[n - 3]), tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
+      callerTime(ARGV[n - 3]), tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
     reply[2] = {total}
   end
   return reply

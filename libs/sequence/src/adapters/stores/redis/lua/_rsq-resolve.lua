@@ -1,7 +1,7 @@
 -- The body of rsq-resolve (see rsq-resolve-3.lua for KEYS, ARGV and returns), as a function, so that
 -- the single-node variant rsq-resolve-ix-8 can apply the scope index inline after it.
 local function resolveStep()
-  local now, policy, openedBefore = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+  local now, policy, openedBefore = callerTime(ARGV[1]), ARGV[2], callerTime(ARGV[3])
   local retentionMs = tonumber(ARGV[4])
 
   local s = loadState(now, retentionMs)

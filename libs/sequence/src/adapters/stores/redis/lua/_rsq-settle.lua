@@ -1,7 +1,7 @@
 -- The body of rsq-settle (see rsq-settle-3.lua for KEYS, ARGV and returns), as a function, so that
 -- the single-node variant rsq-settle-ix-8 can apply the scope index inline after it.
 local function settleStep()
-  local now, holder, count = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+  local now, holder, count = callerTime(ARGV[1]), ARGV[2], tonumber(ARGV[3])
   local leaseMs, limit, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local token = ARGV[7]
 

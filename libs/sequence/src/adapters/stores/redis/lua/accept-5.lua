@@ -35,10 +35,11 @@
     'go'                                       admissible with the budget held: send the body
     'void'                                     the grant's epoch is dead (fenced): forget, retry
 ]]
+--- @include "_clock"
 --- @include "_sequence"
 
 local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local now = tonumber(ARGV[1])
+local now = callerTime(ARGV[1])
 local consumerId = ARGV[2]
 local leaseMs = tonumber(ARGV[3])
 local expiryMs = tonumber(ARGV[4])

@@ -11,10 +11,11 @@
   holder's lease is live: until > now), or 'claimed' (the lease is the caller's until
   now + lease ms: taken, taken over after a lapse, or renewed).
 ]]
+--- @include "_clock"
 local rcall = redis.call
 local doneKey, leaseKey = KEYS[1], KEYS[2]
 local group, holder = ARGV[1], ARGV[2]
-local now, leaseMs, margin = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, leaseMs, margin = callerTime(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local retainUntil = tonumber(rcall('HGET', doneKey, group))
 if retainUntil then

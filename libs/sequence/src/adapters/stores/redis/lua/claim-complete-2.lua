@@ -14,10 +14,11 @@
   retainUntil becomes the later of the two). Groups past their retention are removed first. The
   done key lives until the latest retainUntil of its groups, plus the margin.
 ]]
+--- @include "_clock"
 local rcall = redis.call
 local doneKey, leaseKey = KEYS[1], KEYS[2]
 local group = ARGV[1]
-local retainUntil, now, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local retainUntil, now, margin = callerTime(ARGV[2]), callerTime(ARGV[3]), tonumber(ARGV[4])
 
 rcall('DEL', leaseKey)
 

@@ -16,10 +16,11 @@
                               retainUntil (0, 0 when none: that finish updated the index itself)
     {'other'}                 an open sequence under another epoch: leave everything as it is
 ]]
+--- @include "_clock"
 --- @include "_sequence"
 
 local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local now, retentionMs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, retentionMs = callerTime(ARGV[1]), tonumber(ARGV[2])
 local epoch, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local s = readSequence(metaKey, crcKey)

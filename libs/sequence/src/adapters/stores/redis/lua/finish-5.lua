@@ -15,10 +15,11 @@
     retainedBytes  bytes kept for inspection ('failed'), counted until retainUntil
     releasedUntil  retainUntil of fragments an earlier 'failed' kept and this call dropped, or 0
 ]]
+--- @include "_clock"
 --- @include "_sequence"
 
 local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local outcome, now, retentionMs = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local outcome, now, retentionMs = ARGV[1], callerTime(ARGV[2]), tonumber(ARGV[3])
 local reason = ARGV[4] ~= '' and ARGV[4] or nil
 local margin, consumerId = tonumber(ARGV[5]), ARGV[6]
 local untilAt = now + retentionMs

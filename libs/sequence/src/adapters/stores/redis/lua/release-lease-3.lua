@@ -8,10 +8,11 @@
   Returns {1, settlement} when released, {0} otherwise. settlement: {epoch, ver, storedBytes,
   firstAt, dueAt, refund, keyTtl}.
 ]]
+--- @include "_clock"
 --- @include "_sequence"
 
 local metaKey, crcKey, bodyKey = KEYS[1], KEYS[2], KEYS[3]
-local now, consumerId, margin = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local now, consumerId, margin = callerTime(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 
 local s = readSequence(metaKey, crcKey)
 if s.state ~= 'open' or s.leaseOwner ~= consumerId or not s.leaseUntil then

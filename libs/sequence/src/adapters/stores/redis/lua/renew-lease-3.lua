@@ -8,10 +8,11 @@
   sequence is not complete, or not held). settlement: {epoch, ver, storedBytes, firstAt, dueAt,
   refund, keyTtl}.
 ]]
+--- @include "_clock"
 --- @include "_sequence"
 
 local metaKey, crcKey, bodyKey = KEYS[1], KEYS[2], KEYS[3]
-local now, consumerId = tonumber(ARGV[1]), ARGV[2]
+local now, consumerId = callerTime(ARGV[1]), ARGV[2]
 local leaseMs, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local s = readSequence(metaKey, crcKey)

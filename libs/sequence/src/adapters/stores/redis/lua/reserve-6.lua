@@ -13,12 +13,13 @@
     {'backpressure', 'maxOpenSequences' | 'maxChannelBufferedBytes' | 'maxBufferedBytes'}
     {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest first
 ]]
+--- @include "_clock"
 --- @include "_global"
 
 dropOrphanedTotals()
 
-local member, increase, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local provisionalDue, maxOpen, maxBytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local member, increase, now = ARGV[1], tonumber(ARGV[2]), callerTime(ARGV[3])
+local provisionalDue, maxOpen, maxBytes = callerTime(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, evictBatch = tonumber(ARGV[7]), tonumber(ARGV[8])
 local maxChannelBytes = tonumber(ARGV[9]) or maxBytes
 

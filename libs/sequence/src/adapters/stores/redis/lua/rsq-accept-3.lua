@@ -22,6 +22,7 @@
     'full', record, next, 'maxBufferedPerKey' | 'maxBufferedTotal'
     'buffered', record, next, buffered
 ]]
+--- @include "_clock"
 --- @include "_resequencer"
 --- @include "_rsq-accept"
 

@@ -11,6 +11,7 @@
   Returns rsq-accept-3's reply, with the record (field 2) replaced by {total} once applied: the
   scope's buffered total after the step.
 ]]
+--- @include "_clock"
 --- @include "_resequencer"
 --- @include "_rsq-gap-score"
 --- @include "_rsq-index"

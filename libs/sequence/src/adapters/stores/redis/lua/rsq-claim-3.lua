@@ -14,9 +14,10 @@
     'busy', {}       another holder's lease is live (until > now)
     'claimed', {}, items...   the lease is the holder's until now + lease ms
 ]]
+--- @include "_clock"
 --- @include "_resequencer"
 
-local now, holder = tonumber(ARGV[1]), ARGV[2]
+local now, holder = callerTime(ARGV[1]), ARGV[2]
 local leaseMs, limit, retentionMs = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local s = loadState(now, retentionMs)

@@ -11,11 +11,12 @@
   Returns a flat list, oldest gap first (then by key, in byte order), at most limit entries:
   key, gapSince, record | false, alerted (1 | 0), ...
 ]]
+--- @include "_clock"
 local rcall = redis.call
 local gapsKey, recordsKey = KEYS[1], KEYS[2]
 --- @include "_rsq-gap-score"
 
-local openedBefore, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local openedBefore, limit = callerTime(ARGV[1]), tonumber(ARGV[2])
 
 -- Alerted gaps start at ALERTED_GAP_OFFSET: a due range never reaches them.
 local latest = math.min(openedBefore, ALERTED_GAP_OFFSET - 1)

@@ -19,6 +19,7 @@
 
   Returns the scope's buffered total after the call.
 ]]
+--- @include "_clock"
 --- @include "_rsq-gap-score"
 --- @include "_rsq-index"
 
@@ -26,5 +27,5 @@ local record = {}
 for i = 2, 9 do
   record[i - 1] = tonumber(ARGV[i])
 end
-return applyIndex(KEYS, ARGV[1], record, tonumber(ARGV[10]), tonumber(ARGV[11]),
+return applyIndex(KEYS, ARGV[1], record, callerTime(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]))

@@ -10,8 +10,9 @@
 
   Returns the scope's buffered total after the call.
 ]]
+--- @include "_clock"
 --- @include "_rsq-gap-score"
 --- @include "_rsq-index"
 
-pruneIndex(KEYS, tonumber(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
+pruneIndex(KEYS, callerTime(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
 return tonumber(redis.call('GET', KEYS[5])) or 0

@@ -8,8 +8,9 @@
 
   Returns 1 when the lease is the holder's until now + lease ms, 0 otherwise.
 ]]
+--- @include "_clock"
 local stateKey, holder = KEYS[1], ARGV[1]
-local now, leaseMs = tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, leaseMs = callerTime(ARGV[2]), tonumber(ARGV[3])
 
 if redis.call('HGET', stateKey, 'holder') ~= holder then
   return 0

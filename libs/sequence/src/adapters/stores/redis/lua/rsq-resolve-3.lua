@@ -12,6 +12,7 @@
     'none', record
     'resolved', record, appended (hand-off items appended)
 ]]
+--- @include "_clock"
 --- @include "_resequencer"
 --- @include "_rsq-resolve"
 

@@ -15,6 +15,7 @@
     'empty', record             the list is empty now: the lease is released
     'claimed', record, items... the lease renewed until now + lease ms, and the next items
 ]]
+--- @include "_clock"
 --- @include "_resequencer"
 --- @include "_rsq-settle"
 

@@ -9,9 +9,10 @@
   sequences count until their retention ends (listExpired then releases them). reservedBytes is
   the budget held beyond that: reservations ahead of declared bytes, and grants in flight.
 ]]
+--- @include "_clock"
 --- @include "_global"
 
-local now = tonumber(ARGV[1])
+local now = callerTime(ARGV[1])
 local retained = total('retained')
 local over = rcall('ZRANGEBYSCORE', retentionKey, '-inf', int(now), 'LIMIT', 0, 1000)
 for _, member in ipairs(over) do
