@@ -5,12 +5,13 @@ import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
 import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
-import type {
-  DrainSettlement,
-  AcceptContext,
-  ResequencedEntry,
-  ResequencerKey,
-  ResequencerStore,
+import {
+  heldEntryBytes,
+  type DrainSettlement,
+  type AcceptContext,
+  type ResequencedEntry,
+  type ResequencerKey,
+  type ResequencerStore,
 } from '../../../ports/resequencer-store.port';
 import { encodeEntry } from './redis-resequencer.codec';
 import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
@@ -251,7 +252,12 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
         next: 2,
         count: 1,
       });
-      await expect(store.inspect(key, 1)).resolves.toEqual({ next: 2, buffered: [], handOff: 1 });
+      await expect(store.inspect(key, 1)).resolves.toEqual({
+        next: 2,
+        buffered: [],
+        handOff: 1,
+        heldBytes: heldEntryBytes(entry(1)),
+      });
     });
 
     describe('the two-step index', () => {
