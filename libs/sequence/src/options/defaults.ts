@@ -40,6 +40,8 @@ export const DEFAULTS = {
   resequencer: {
     maxBufferedPerKey: 1_000,
     maxBufferedTotal: 100_000,
+    maxBufferedBytesPerKey: 16 * MiB,
+    maxBufferedBytesTotal: 256 * MiB,
     overflow: 'backpressure',
     start: 1,
     outputInFlight: 1,

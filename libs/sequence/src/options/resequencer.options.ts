@@ -13,10 +13,20 @@ export interface ResequencerOptions {
    * @default the `stores` preset's, else a MemoryResequencerStore (one process)
    */
   store?: ResequencerStore;
-  /** Most events buffered for one key. @default 1000 */
+  /**
+   * Most events held for one key: those buffered behind a gap and those released but not
+   * delivered yet (its hand-off list). @default 1000
+   */
   maxBufferedPerKey?: number;
   /** Most events buffered per resequencer, all keys together. @default 100000 */
   maxBufferedTotal?: number;
+  /**
+   * Most bytes held for one key, counted as `maxBufferedPerKey` counts events: each event's
+   * body, its headers' names and values, and 64 bytes. @default 16 MiB
+   */
+  maxBufferedBytesPerKey?: number;
+  /** Most bytes buffered per resequencer, all keys together. @default 256 MiB */
+  maxBufferedBytesTotal?: number;
   /** Over a bound: redeliver later (`tuning.backpressureDelayMs`), or dead-letter. @default 'backpressure' */
   overflow?: OverflowPolicy;
   /** Called for every gap alert, skip and dead-lettered event, by the instance that delivered it. */
@@ -55,6 +65,8 @@ export interface ResequencerDefinition {
   gap: { timeoutMs: number; policy: GapPolicy };
   /** @default the module's `resequencer.maxBufferedPerKey` */
   maxBufferedPerKey?: number;
+  /** @default the module's `resequencer.maxBufferedBytesPerKey` */
+  maxBufferedBytesPerKey?: number;
   /** @default the module's `resequencer.overflow` */
   overflow?: OverflowPolicy;
   /** Handler calls per event before the event is dead-lettered (the key then moves on). @default the module's handlerRetry */

@@ -72,6 +72,8 @@ describe('resolveModuleOptions', () => {
         resequencer: {
           maxBufferedPerKey: 1_000,
           maxBufferedTotal: 100_000,
+          maxBufferedBytesPerKey: 16 * MiB,
+          maxBufferedBytesTotal: 256 * MiB,
           overflow: 'backpressure',
         },
         outbox: { configured: false, migrate: true },

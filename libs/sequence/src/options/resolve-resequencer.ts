@@ -33,11 +33,15 @@ export function resolveResequencerOptions(
   const resolved: ResolvedResequencerOptions = {
     maxBufferedPerKey: options.maxBufferedPerKey ?? defaults.maxBufferedPerKey,
     maxBufferedTotal: options.maxBufferedTotal ?? defaults.maxBufferedTotal,
+    maxBufferedBytesPerKey: options.maxBufferedBytesPerKey ?? defaults.maxBufferedBytesPerKey,
+    maxBufferedBytesTotal: options.maxBufferedBytesTotal ?? defaults.maxBufferedBytesTotal,
     overflow: options.overflow ?? defaults.overflow,
     onGap: options.onGap,
   };
   checkInteger(problems, 'resequencer.maxBufferedPerKey', resolved.maxBufferedPerKey, 1);
   checkInteger(problems, 'resequencer.maxBufferedTotal', resolved.maxBufferedTotal, 1);
+  checkInteger(problems, 'resequencer.maxBufferedBytesPerKey', resolved.maxBufferedBytesPerKey, 1);
+  checkInteger(problems, 'resequencer.maxBufferedBytesTotal', resolved.maxBufferedBytesTotal, 1);
   checkOneOf(problems, 'resequencer.overflow', resolved.overflow, OVERFLOWS);
   checkFunction(problems, 'resequencer.onGap', options.onGap);
   return resolved;
@@ -99,6 +103,9 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
   }
   if (definition.maxBufferedPerKey !== undefined) {
     checkInteger(problems, 'maxBufferedPerKey', definition.maxBufferedPerKey, 1);
+  }
+  if (definition.maxBufferedBytesPerKey !== undefined) {
+    checkInteger(problems, 'maxBufferedBytesPerKey', definition.maxBufferedBytesPerKey, 1);
   }
   if (definition.overflow !== undefined) {
     checkOneOf(problems, 'overflow', definition.overflow, OVERFLOWS);
@@ -165,6 +172,8 @@ export function resolveResequencerDefinition(
     start: definition.start ?? DEFAULTS.resequencer.start,
     gap: { timeoutMs: definition.gap.timeoutMs, policy: definition.gap.policy },
     maxBufferedPerKey: definition.maxBufferedPerKey ?? options.resequencer.maxBufferedPerKey,
+    maxBufferedBytesPerKey:
+      definition.maxBufferedBytesPerKey ?? options.resequencer.maxBufferedBytesPerKey,
     overflow: definition.overflow ?? options.resequencer.overflow,
     handlerRetry,
     prefetch,

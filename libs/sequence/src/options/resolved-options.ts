@@ -96,6 +96,8 @@ export interface ResolvedClaimCheckConsumer {
 export interface ResolvedResequencerOptions {
   readonly maxBufferedPerKey: number;
   readonly maxBufferedTotal: number;
+  readonly maxBufferedBytesPerKey: number;
+  readonly maxBufferedBytesTotal: number;
   readonly overflow: OverflowPolicy;
   readonly onGap?: (event: GapEvent) => void | Promise<void>;
 }
@@ -112,6 +114,7 @@ export interface ResolvedResequencer {
   readonly start: number;
   readonly gap: { readonly timeoutMs: number; readonly policy: GapPolicy };
   readonly maxBufferedPerKey: number;
+  readonly maxBufferedBytesPerKey: number;
   readonly overflow: OverflowPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
   readonly prefetch: number;

@@ -6,6 +6,7 @@ import {
   type DrainContext,
   type GapPolicy,
   type ResequencerKey,
+  type ResequencerLimits,
 } from './resequencer-store.port';
 
 /** Throws a `RangeError` unless `value` is an integer >= 1 (a limit, a lease, a count). */
@@ -19,6 +20,18 @@ export function assertPositiveInteger(name: string, value: number): void {
 export function assertTime(name: string, value: number): void {
   if (!Number.isSafeInteger(value)) {
     throw new RangeError(`resequencer store: ${name} must be an integer time (ms), got ${value}`);
+  }
+}
+
+/** Throws a `RangeError` unless every limit given is a positive integer. */
+export function assertLimits(limits: ResequencerLimits): void {
+  assertPositiveInteger('maxBufferedPerKey', limits.maxBufferedPerKey);
+  assertPositiveInteger('maxBufferedTotal', limits.maxBufferedTotal);
+  if (limits.maxBufferedBytesPerKey !== undefined) {
+    assertPositiveInteger('maxBufferedBytesPerKey', limits.maxBufferedBytesPerKey);
+  }
+  if (limits.maxBufferedBytesTotal !== undefined) {
+    assertPositiveInteger('maxBufferedBytesTotal', limits.maxBufferedBytesTotal);
   }
 }
 

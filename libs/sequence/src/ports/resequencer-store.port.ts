@@ -17,12 +17,41 @@ export interface ResequencedEntry {
   readonly headers: Readonly<Record<string, HeaderValue>>;
 }
 
-/** The per-key and store-wide bounds `accept` checks before it buffers an event. */
+/**
+ * The per-key and store-wide bounds `accept` checks before it takes an event. A key holds the
+ * events of its buffer and the items of its hand-off list: the per-key bounds count both (a
+ * drain that is held up cannot let the list grow), the scope-wide ones the buffers only (a
+ * hand-off list is bounded per key and drains without waiting for anything). Bytes are counted
+ * per event by {@link heldEntryBytes}; gap records in a hand-off list count as items, with no
+ * bytes. An absent byte bound is no bound.
+ */
 export interface ResequencerLimits {
-  /** Most events buffered for one key. */
+  /** Most events and hand-off items held for one key. */
   readonly maxBufferedPerKey: number;
   /** Most events buffered for the whole scope (the store may check it against a total a few ms old). */
   readonly maxBufferedTotal: number;
+  /** Most bytes of events held for one key (buffer and hand-off list). */
+  readonly maxBufferedBytesPerKey?: number;
+  /** Most bytes of events buffered for the whole scope (checked as `maxBufferedTotal` is). */
+  readonly maxBufferedBytesTotal?: number;
+}
+
+/**
+ * What every held event costs on top of its body and headers: a store keeps a record, an index
+ * entry and a list or set node per event, so that even empty events fill a budget.
+ */
+export const HELD_ENTRY_OVERHEAD_BYTES = 64;
+
+/**
+ * The bytes an event counts for against the byte bounds: its body, the UTF-8 bytes of its
+ * headers' names and values (as text), and {@link HELD_ENTRY_OVERHEAD_BYTES}.
+ */
+export function heldEntryBytes(entry: ResequencedEntry): number {
+  let bytes = entry.body.length + HELD_ENTRY_OVERHEAD_BYTES;
+  for (const [name, value] of Object.entries(entry.headers)) {
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(String(value));
+  }
+  return bytes;
 }
 
 export interface AcceptContext {
@@ -48,7 +77,7 @@ export interface AcceptContext {
  * - `late`: the sequence is below `next`: a late event or a duplicate of one released already:
  *   dropped. `pending` is true while the key's hand-off list is not empty (the event may not be
  *   delivered yet): whoever holds its input message should drain before acking;
- * - `full`: buffering it would pass `limit`: nothing stored.
+ * - `full`: taking it would pass `limit`: nothing stored.
  */
 export type AcceptOutcome =
   | {
@@ -152,6 +181,8 @@ export interface ResequencerKeyState {
   readonly handOff: number;
   /** When the current gap opened, if the buffer is not empty. */
   readonly gapSince?: number;
+  /** Bytes of the events in the buffer and the hand-off list ({@link heldEntryBytes}), if any. */
+  readonly heldBytes?: number;
 }
 
 /**
@@ -163,8 +194,12 @@ export interface ResequencerKeyState {
  * - `accept` compares the event's sequence to the key's `next` (absent: `context.start`) and
  *   answers per {@link AcceptOutcome}. Releasing and advancing `next` happen in one atomic step:
  *   two instances accepting events of one key never release a sequence twice or out of order.
- *   The limits only refuse events that would be buffered: the event that fills a gap is always
- *   taken, so a full buffer can always drain.
+ *   An event to buffer is refused (`full`) when the key would hold more than
+ *   `maxBufferedPerKey` items or `maxBufferedBytesPerKey` bytes, or the scope more than
+ *   `maxBufferedTotal` events or `maxBufferedBytesTotal` bytes in its buffers. The event that
+ *   fills a gap is refused only for the per-key bounds, and only while the key's hand-off list is
+ *   not empty (its drain will make room); with an empty list it is always taken, so a full buffer
+ *   can always drain: a key holds at most one event past its bounds.
  * - The hand-off list keeps items in release order until a drainer settles them. `claimDrain`
  *   gives its head to one holder at a time (a lease; an expired lease may be taken over);
  *   `settleDrain(count)` removes the first `count` items only if the caller still holds the
@@ -231,6 +266,8 @@ export interface ResequencerStore {
   inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState>;
   /** Events buffered in `scope` now (what `maxBufferedTotal` bounds). */
   bufferedTotal(scope: string): Promise<number>;
+  /** Bytes of the events buffered in `scope` now (what `maxBufferedBytesTotal` bounds). */
+  bufferedBytes(scope: string): Promise<number>;
   /** Resolves when the store is reachable now; rejects saying why not. */
   ping(): Promise<void>;
   /** Releases the store's resources (a client it created); idempotent. */

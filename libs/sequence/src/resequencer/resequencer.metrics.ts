@@ -16,6 +16,7 @@ export class ResequencerMetrics {
   private readonly handlerFailures: Counter<'resequencer'>;
   private readonly orderAtRisk: Counter<'resequencer'>;
   private readonly buffered: Gauge<'resequencer'>;
+  private readonly bufferedBytes: Gauge<'resequencer'>;
 
   constructor(metrics: ModuleMetrics) {
     const counter = metrics.counter.bind(metrics);
@@ -56,6 +57,12 @@ export class ResequencerMetrics {
       'Events buffered behind gaps, as last seen by this instance',
       ['resequencer'],
     );
+    this.bufferedBytes = gauge(
+      'resequencer_buffered_bytes',
+      'Bytes of the events buffered behind gaps (body, headers and 64 bytes each), as last seen ' +
+        'by this instance',
+      ['resequencer'],
+    );
   }
 
   received(resequencer: string, outcome: ResequencerIntake): void {
@@ -82,7 +89,8 @@ export class ResequencerMetrics {
     this.orderAtRisk.inc({ resequencer }, count);
   }
 
-  bufferedNow(resequencer: string, count: number): void {
+  bufferedNow(resequencer: string, count: number, bytes: number): void {
     this.buffered.set({ resequencer }, count);
+    this.bufferedBytes.set({ resequencer }, bytes);
   }
 }

@@ -14,7 +14,7 @@ import type {
 } from '../ports/resequencer-store.port';
 import type { Disposition, Transport } from '../ports/transport.port';
 import { GapReporter, type GapListener } from './gap.reporter';
-import { Resequencer } from './resequencer';
+import { Resequencer, type ResequencerBuffers } from './resequencer';
 import { ResequencerCatalog } from './resequencer.catalog';
 import type { ResequencedEvent } from './resequenced-event';
 
@@ -128,6 +128,16 @@ export class ResequencerService implements OrderedIntake {
    */
   openGaps(name: string, limit = 100): Promise<OpenGap[]> {
     return this.named(name).openGaps(limit);
+  }
+
+  /** Every resequencer's buffered events and bytes against its scope-wide bounds, by name. */
+  async buffers(): Promise<Record<string, ResequencerBuffers>> {
+    const entries = await Promise.all(
+      this.catalog
+        .all()
+        .map(async ({ resequencer }) => [resequencer.name, await resequencer.buffers()] as const),
+    );
+    return Object.fromEntries(entries);
   }
 
   /** Calls `listener` for every gap alert, skip and dead-lettered event; returns the remover. */

@@ -35,6 +35,18 @@ interface StartedDrain {
   readonly claimedAt: number;
 }
 
+/** What a resequencer's buffers hold now against its scope-wide bounds. */
+export interface ResequencerBuffers {
+  /** Events buffered behind gaps, all keys together. */
+  readonly events: number;
+  /** `resequencer.maxBufferedTotal`. */
+  readonly maxEvents: number;
+  /** Their bytes (body, headers and 64 bytes each). */
+  readonly bytes: number;
+  /** `resequencer.maxBufferedBytesTotal`. */
+  readonly maxBytes: number;
+}
+
 /** What one sweep of one resequencer did. */
 export interface ResequencerSweepReport {
   readonly gapsResolved: number;
@@ -130,6 +142,8 @@ export class Resequencer {
           limits: {
             maxBufferedPerKey: definition.maxBufferedPerKey,
             maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
+            maxBufferedBytesPerKey: definition.maxBufferedBytesPerKey,
+            maxBufferedBytesTotal: deps.options.resequencer.maxBufferedBytesTotal,
           },
           now: Date.now(),
           drain: {
@@ -160,7 +174,10 @@ export class Resequencer {
       case 'released':
         return this.drainFor(key, { holder, claim: outcome.drain, claimedAt });
       case 'full': {
-        const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
+        const detail =
+          seq === outcome.next
+            ? `key ${key}, event ${seq}: ${outcome.limit} reached while its released events wait to be delivered`
+            : `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
           return this.reject('resequencer-buffer-full', detail);
         }
@@ -237,7 +254,7 @@ export class Resequencer {
     now: number = Date.now(),
     stopping: () => boolean = () => false,
   ): Promise<ResequencerSweepReport> {
-    const { store, options, metrics, logger } = this.deps;
+    const { store, options, logger } = this.deps;
     const { leaseMs } = options.tuning;
     const { batchSize } = options.tuning.sweepers.gaps;
     const { policy, timeoutMs } = this.definition.gap;
@@ -264,11 +281,23 @@ export class Resequencer {
       stalledDrained++;
     }
     try {
-      metrics.bufferedNow(this.name, await store.bufferedTotal(this.name));
+      await this.buffers();
     } catch (error) {
-      logger.warn(`${this.name}: could not read the buffered total: ${errorMessage(error)}`);
+      logger.warn(`${this.name}: could not read the buffered totals: ${errorMessage(error)}`);
     }
     return { gapsResolved, stalledDrained };
+  }
+
+  /** What the buffers hold now against the scope-wide bounds (the gauges are set to it). */
+  async buffers(): Promise<ResequencerBuffers> {
+    const { store, options, metrics } = this.deps;
+    const [events, bytes] = await Promise.all([
+      store.bufferedTotal(this.name),
+      store.bufferedBytes(this.name),
+    ]);
+    metrics.bufferedNow(this.name, events, bytes);
+    const { maxBufferedTotal, maxBufferedBytesTotal } = options.resequencer;
+    return { events, maxEvents: maxBufferedTotal, bytes, maxBytes: maxBufferedBytesTotal };
   }
 
   /** The key's next expected sequence, buffered sequences and hand-off backlog. */

@@ -59,6 +59,7 @@ export class FragmentStream {
         prefetch: options.prefetch,
         deadLetterChannel: options.deadLetterChannel,
         maxBufferedPerKey: options.maxFragments,
+        maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
       (event) => this.deliver(event),
     );

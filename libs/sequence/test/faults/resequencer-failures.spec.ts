@@ -1,4 +1,5 @@
 import type { ResequencerStore } from 'nest-sequence';
+import { heldEntryBytes } from '../../src/ports/resequencer-store.port';
 import { overrideMethods } from '../support/override-methods';
 import { refuseEveryPublish } from './support/broker-policy';
 import { useFaultServers } from './support/fault-servers';
@@ -100,6 +101,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
       next: 2,
       buffered: [],
       handOff: 1,
+      heldBytes: heldEntryBytes({ seq: 1, ...event(1) }),
     });
 
     state.failing = false;
@@ -136,6 +138,7 @@ describeOnRealServers('faults: a Resequencer whose store or output fails', () =>
         next: 2,
         buffered: [],
         handOff: 1,
+        heldBytes: heldEntryBytes({ seq: 1, ...event(1) }),
       });
       await expect(resequencer.receive(event(3))).resolves.toEqual({ action: 'ack' });
       expect(await seqs()).toEqual([]);

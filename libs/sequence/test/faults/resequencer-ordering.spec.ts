@@ -106,6 +106,7 @@ describeOnTransports(
         buffered: [2, 3, 4, 5],
         handOff: 0,
         gapSince: expect.any(Number),
+        heldBytes: expect.any(Number),
       });
       await eventually(drained, 'the buffered events acked');
       expect(t.handler.received).toEqual([]);

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { heldEntryBytes } from '../../src/ports/resequencer-store.port';
 import { SERVERS } from '../support/servers';
 import { eventually, shuffled } from '../support/sequence-test-app';
 import { refuseEveryPublish } from './support/broker-policy';
@@ -176,6 +177,10 @@ describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () =>
         next: 5,
         buffered: [],
         handOff: 4,
+        heldBytes: [1, 2, 3, 4].reduce(
+          (sum, seq) => sum + heldEntryBytes({ seq, ...event(seq) }),
+          0,
+        ),
       });
       expect(await published.collect()).toEqual([]);
       await allow();

@@ -269,7 +269,11 @@ describe('Resequencer output with outputInFlight above 1', () => {
 
     await expect(drained).resolves.toBe('failed');
     // Nothing was confirmed: all three wait at the head of the hand-off list.
-    await expect(store.inspect(KEY, 1)).resolves.toEqual({ next: 4, buffered: [], handOff: 3 });
+    await expect(store.inspect(KEY, 1)).resolves.toMatchObject({
+      next: 4,
+      buffered: [],
+      handOff: 3,
+    });
   });
 
   it('ends a window before an event the transport could never send, which is dead-lettered alone; the key moves on', async () => {

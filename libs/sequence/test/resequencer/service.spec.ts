@@ -136,6 +136,11 @@ describe('ResequencerService', () => {
       /convert values read from the environment/,
     ],
     [
+      'a zero byte budget',
+      { maxBufferedBytesPerKey: 0 },
+      /maxBufferedBytesPerKey must be an integer >= 1/,
+    ],
+    [
       'a zero outputInFlight',
       { output: 'out', outputInFlight: 0 },
       /outputInFlight must be an integer >= 1/,

@@ -4,6 +4,7 @@ import { describeAcceptCases } from './resequencer-store/accept.cases';
 import { describeConcurrencyCases } from './resequencer-store/concurrency.cases';
 import { describeDrainCases } from './resequencer-store/drain.cases';
 import { describeGapCases } from './resequencer-store/gaps.cases';
+import { describeHeldLimitCases } from './resequencer-store/held-limits.cases';
 import {
   acceptAt,
   drainAt,
@@ -73,6 +74,7 @@ export function describeResequencerStoreConformance(
     describeAcceptCases(context);
     describeDrainCases(context);
     describeGapCases(context);
+    describeHeldLimitCases(context);
     describeConcurrencyCases(context);
 
     describe('arguments', () => {

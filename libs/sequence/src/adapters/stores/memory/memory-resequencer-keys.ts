@@ -2,11 +2,15 @@ import type { ResequencerKey } from '../../../ports/resequencer-store.port';
 import { assertTime } from '../../../ports/resequencer-store.arguments';
 import type { ResequencerKeyRecord } from './memory-resequencer-record';
 
-/** The keys of one scope, and how many events they buffer (what `maxBufferedTotal` bounds). */
+/**
+ * The keys of one scope, and how many events and bytes they buffer (what `maxBufferedTotal` and
+ * `maxBufferedBytesTotal` bound).
+ */
 interface ScopeState {
   /** In order of last write: the head is what expires first. */
   readonly keys: Map<string, ResequencerKeyRecord>;
   buffered: number;
+  bufferedBytes: number;
 }
 
 /** Expired keys dropped from the head of a scope on each write, so that no sweep is needed. */
@@ -41,16 +45,25 @@ export class MemoryResequencerKeys {
 
   /**
    * Records a write of `record` (stored under `key` if it is new): `buffered` more events in
-   * its buffer (negative when released), its retention restarted, it moved to the tail of its
-   * scope (the last to expire), and a few expired keys pruned.
+   * its buffer (negative when released) and `bufferedBytes` more bytes, its retention restarted,
+   * it moved to the tail of its scope (the last to expire), and a few expired keys pruned.
    */
-  wrote(key: ResequencerKey, record: ResequencerKeyRecord, now: number, buffered: number): void {
+  wrote(
+    key: ResequencerKey,
+    record: ResequencerKeyRecord,
+    now: number,
+    buffered: number,
+    bufferedBytes = 0,
+  ): void {
     let scope = this.scopes.get(key.scope);
-    if (!scope) this.scopes.set(key.scope, (scope = { keys: new Map(), buffered: 0 }));
+    if (!scope) {
+      this.scopes.set(key.scope, (scope = { keys: new Map(), buffered: 0, bufferedBytes: 0 }));
+    }
     record.lastWriteAt = now;
     scope.keys.delete(key.key);
     scope.keys.set(key.key, record);
     scope.buffered += buffered;
+    scope.bufferedBytes += bufferedBytes;
     this.pruneHead(key.scope);
   }
 
@@ -61,6 +74,12 @@ export class MemoryResequencerKeys {
   bufferedIn(scope: string, atLeast = 0): number {
     if ((this.scopes.get(scope)?.buffered ?? 0) >= atLeast) this.pruneAll(scope);
     return this.scopes.get(scope)?.buffered ?? 0;
+  }
+
+  /** Bytes of the events buffered in the scope; prunes as {@link bufferedIn} does. */
+  bufferedBytesIn(scope: string, atLeast = 0): number {
+    if ((this.scopes.get(scope)?.bufferedBytes ?? 0) >= atLeast) this.pruneAll(scope);
+    return this.scopes.get(scope)?.bufferedBytes ?? 0;
   }
 
   /** The scope's live records, by key (a view: do not keep it across calls). */
@@ -99,6 +118,7 @@ export class MemoryResequencerKeys {
   private drop(scopeName: string, scope: ScopeState, key: string, record: ResequencerKeyRecord) {
     scope.keys.delete(key);
     scope.buffered -= record.buffer.size;
+    scope.bufferedBytes -= record.bufferBytes;
     if (scope.keys.size === 0) this.scopes.delete(scopeName);
   }
 

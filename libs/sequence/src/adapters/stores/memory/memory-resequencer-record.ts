@@ -1,7 +1,8 @@
-import type {
-  GapPolicy,
-  HandOffItem,
-  ResequencedEntry,
+import {
+  heldEntryBytes,
+  type GapPolicy,
+  type HandOffItem,
+  type ResequencedEntry,
 } from '../../../ports/resequencer-store.port';
 
 /** The memory store's state of one resequencer key (see the port for what each part means). */
@@ -12,6 +13,10 @@ export interface ResequencerKeyRecord {
   readonly buffer: Map<number, ResequencedEntry>;
   /** What is ready to deliver, in delivery order. */
   readonly handOff: HandOffItem[];
+  /** Bytes of the buffer's events ({@link heldEntryBytes}). */
+  bufferBytes: number;
+  /** Bytes of the hand-off list's events. */
+  handOffBytes: number;
   lease?: { readonly holder: string; until: number };
   /** When the current gap opened; set while the buffer is not empty. */
   gapSince?: number;
@@ -26,7 +31,32 @@ export interface ResequencerKeyRecord {
 }
 
 export function newKeyRecord(start: number, now: number): ResequencerKeyRecord {
-  return { next: start, buffer: new Map(), handOff: [], alerted: false, lastWriteAt: now };
+  return {
+    next: start,
+    buffer: new Map(),
+    handOff: [],
+    bufferBytes: 0,
+    handOffBytes: 0,
+    alerted: false,
+    lastWriteAt: now,
+  };
+}
+
+/** Buffers an event (copied), counting its bytes. */
+export function bufferEntry(record: ResequencerKeyRecord, entry: ResequencedEntry): void {
+  record.buffer.set(entry.seq, copyEntry(entry));
+  record.bufferBytes += heldEntryBytes(entry);
+}
+
+/** The bytes an item holds: its event's, none for a gap record. */
+export function itemBytes(item: HandOffItem): number {
+  return item.kind === 'event' || item.kind === 'dead-letter' ? heldEntryBytes(item.entry) : 0;
+}
+
+/** Removes the first `count` items of the hand-off list (they were delivered). */
+export function settleHandOff(record: ResequencerKeyRecord, count: number): void {
+  for (const item of record.handOff.splice(0, count)) record.handOffBytes -= itemBytes(item);
+  if (record.handOff.length === 0) record.handOffBytes = 0;
 }
 
 /**
@@ -52,6 +82,13 @@ export function appendHandOff(
   if (items.length === 0) return;
   if (record.handOff.length === 0) record.handOffAt = now;
   record.handOff.push(...items);
+  for (const item of items) record.handOffBytes += itemBytes(item);
+}
+
+/** Takes an event out of the buffer (to the hand-off list), its bytes with it. */
+function unbuffer(record: ResequencerKeyRecord, entry: ResequencedEntry): void {
+  record.buffer.delete(entry.seq);
+  record.bufferBytes = record.buffer.size === 0 ? 0 : record.bufferBytes - heldEntryBytes(entry);
 }
 
 /**
@@ -62,7 +99,7 @@ export function appendHandOff(
 export function releaseRun(record: ResequencerKeyRecord, now: number): number {
   const released: HandOffItem[] = [];
   for (let entry = record.buffer.get(record.next); entry; entry = record.buffer.get(record.next)) {
-    record.buffer.delete(entry.seq);
+    unbuffer(record, entry);
     released.push({ kind: 'event', entry });
     record.next = entry.seq + 1;
   }
@@ -122,6 +159,7 @@ export function applyPolicy(record: ResequencerKeyRecord, policy: GapPolicy, now
       }));
       appendHandOff(record, items, now);
       record.buffer.clear();
+      record.bufferBytes = 0;
       record.next = seqs[seqs.length - 1] + 1;
       reopenGap(record, now);
       return items.length;

@@ -1,5 +1,6 @@
 import {
   assertResequencerArguments,
+  heldEntryBytes,
   type AcceptContext,
   type AcceptOutcome,
   type DrainClaim,
@@ -11,9 +12,11 @@ import {
   type ResequencedEntry,
   type ResequencerKey,
   type ResequencerKeyState,
+  type ResequencerLimits,
   type ResequencerStore,
 } from '../../../ports/resequencer-store.port';
 import {
+  assertLimits,
   assertDrainArguments,
   assertGapPolicy,
   assertHolder,
@@ -26,12 +29,13 @@ import { MemoryResequencerKeys } from './memory-resequencer-keys';
 import {
   applyPolicy,
   bufferedSeqs,
-  copyEntry,
+  bufferEntry,
   head,
   lowestBuffered,
   newKeyRecord,
   releaseRun,
   reopenGap,
+  settleHandOff,
   type ResequencerKeyRecord,
 } from './memory-resequencer-record';
 
@@ -71,8 +75,7 @@ export class MemoryResequencerStore implements ResequencerStore {
   ): Promise<AcceptOutcome> {
     assertResequencerArguments(key, entry.seq);
     assertStart(context.start);
-    assertPositiveInteger('maxBufferedPerKey', context.limits.maxBufferedPerKey);
-    assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
+    assertLimits(context.limits);
     const { now, limits } = context;
     const existing = this.keys.find(key, now);
     const next = existing?.next ?? context.start;
@@ -82,28 +85,39 @@ export class MemoryResequencerStore implements ResequencerStore {
       return { kind: 'late', next, pending, drain: await this.claimDrain(key, drainAt(context)) };
     }
     if (existing?.buffer.has(entry.seq)) return { kind: 'duplicate', next };
+    const bytes = heldEntryBytes(entry);
+    // The event that fills the gap is refused only while a drain will make room for it.
+    const refused =
+      entry.seq > next || (existing?.handOff.length ?? 0) > 0
+        ? keyRefusal(existing, bytes, limits)
+        : undefined;
+    if (refused) return { kind: 'full', next, limit: refused };
     if (entry.seq > next) {
-      // Only what would be buffered is refused: the event that fills the gap always fits.
-      if ((existing?.buffer.size ?? 0) >= limits.maxBufferedPerKey) {
-        return { kind: 'full', next, limit: 'maxBufferedPerKey' };
-      }
       if (this.keys.bufferedIn(key.scope, limits.maxBufferedTotal) >= limits.maxBufferedTotal) {
         return { kind: 'full', next, limit: 'maxBufferedTotal' };
+      }
+      const maxBytes = limits.maxBufferedBytesTotal;
+      if (
+        maxBytes !== undefined &&
+        this.keys.bufferedBytesIn(key.scope, maxBytes - bytes + 1) + bytes > maxBytes
+      ) {
+        return { kind: 'full', next, limit: 'maxBufferedBytesTotal' };
       }
     }
 
     const record = existing ?? newKeyRecord(context.start, now);
     const wasEmpty = record.buffer.size === 0;
-    record.buffer.set(entry.seq, copyEntry(entry));
+    const bufferBytesBefore = record.bufferBytes;
+    bufferEntry(record, entry);
     if (entry.seq === next) {
       const count = releaseRun(record, now);
-      this.keys.wrote(key, record, now, 1 - count);
+      this.keys.wrote(key, record, now, 1 - count, record.bufferBytes - bufferBytesBefore);
       if (!context.drain) return { kind: 'released', next: record.next, count };
       const drain = await this.claimDrain(key, drainAt(context));
       return { kind: 'released', next: record.next, count, drain };
     }
     if (wasEmpty) reopenGap(record, now);
-    this.keys.wrote(key, record, now, 1);
+    this.keys.wrote(key, record, now, 1, bytes);
     return { kind: 'buffered', next, buffered: record.buffer.size };
   }
 
@@ -136,7 +150,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     const record = this.keys.find(key, now);
     // An expired lease nobody took over is still the caller's: only a new holder ends it.
     if (!record?.lease || record.lease.holder !== context.holder) return { kind: 'lost' };
-    record.handOff.splice(0, count);
+    settleHandOff(record, count);
     this.keys.wrote(key, record, now, 0);
     if (record.handOff.length === 0) {
       record.lease = undefined;
@@ -214,10 +228,17 @@ export class MemoryResequencerStore implements ResequencerStore {
       return { kind: 'none' };
     }
     const before = record.buffer.size;
+    const bytesBefore = record.bufferBytes;
     const appended = applyPolicy(record, policy, now);
     if (appended > 0) record.tracked = true;
     if (appended === 0) return { kind: 'none' };
-    this.keys.wrote(key, record, now, record.buffer.size - before);
+    this.keys.wrote(
+      key,
+      record,
+      now,
+      record.buffer.size - before,
+      record.bufferBytes - bytesBefore,
+    );
     return { kind: 'resolved', policy, appended };
   }
 
@@ -242,17 +263,24 @@ export class MemoryResequencerStore implements ResequencerStore {
     assertStart(start);
     const record = this.keys.find(key);
     if (!record) return { next: start, buffered: [], handOff: 0 };
-    const state = {
+    const heldBytes = record.bufferBytes + record.handOffBytes;
+    return {
       next: record.next,
       buffered: bufferedSeqs(record),
       handOff: record.handOff.length,
+      ...(record.gapSince === undefined ? {} : { gapSince: record.gapSince }),
+      ...(heldBytes === 0 ? {} : { heldBytes }),
     };
-    return record.gapSince === undefined ? state : { ...state, gapSince: record.gapSince };
   }
 
   async bufferedTotal(scope: string): Promise<number> {
     assertScope(scope);
     return this.keys.bufferedIn(scope);
+  }
+
+  async bufferedBytes(scope: string): Promise<number> {
+    assertScope(scope);
+    return this.keys.bufferedBytesIn(scope);
   }
 
   async ping(): Promise<void> {}
@@ -269,6 +297,23 @@ function byTimeThenKey(time: (record: ResequencerKeyRecord) => number) {
     [keyA, a]: [string, ResequencerKeyRecord],
     [keyB, b]: [string, ResequencerKeyRecord],
   ): number => time(a) - time(b) || (keyA < keyB ? -1 : keyA > keyB ? 1 : 0);
+}
+
+/** The per-key bound taking an event of `bytes` more would pass, if any. */
+function keyRefusal(
+  record: ResequencerKeyRecord | undefined,
+  bytes: number,
+  limits: ResequencerLimits,
+): 'maxBufferedPerKey' | 'maxBufferedBytesPerKey' | undefined {
+  if (!record) return undefined;
+  if (record.buffer.size + record.handOff.length >= limits.maxBufferedPerKey) {
+    return 'maxBufferedPerKey';
+  }
+  const maxBytes = limits.maxBufferedBytesPerKey;
+  if (maxBytes !== undefined && record.bufferBytes + record.handOffBytes + bytes > maxBytes) {
+    return 'maxBufferedBytesPerKey';
+  }
+  return undefined;
 }
 
 /** The drain context an accept that also claims the lease uses. */

@@ -1,10 +1,19 @@
 import type { OpenGap } from '../../../ports/resequencer-store.port';
 import { indexKeyList, type RedisResequencerKeys } from './redis-resequencer-keys';
-import { interpretGaps, type IndexRecord } from './redis-resequencer-replies';
+import {
+  interpretGaps,
+  scopeTotals,
+  type IndexRecord,
+  type ScopeTotals,
+} from './redis-resequencer-replies';
+import { RedisResequencerStoreError } from './redis-resequencer-store.error';
 import type { RedisClock } from './redis-clock';
 import type { RedisClient, Scripts } from './redis-scripts';
 
-/** How old a scope total may be when `accept` checks `maxBufferedTotal` against it. */
+/**
+ * How old a scope's totals may be when `accept` checks `maxBufferedTotal` and
+ * `maxBufferedBytesTotal` against them.
+ */
 export const TOTAL_MAX_AGE_MS = 100;
 /** Records of expired keys one index step removes (the rest go with the following steps). */
 const PRUNE_BATCH = 100;
@@ -18,11 +27,14 @@ const PRUNE_ON_DEMAND_BATCH = 1_000;
  * that `accept` rarely needs a round trip to read it.
  */
 export class RedisResequencerIndex {
-  private readonly totals = new Map<string, { readonly value: number; readonly seenAt: number }>();
+  private readonly totals = new Map<
+    string,
+    { readonly value: ScopeTotals; readonly seenAt: number }
+  >();
   /** The last {@link prune} per scope (real time): one at a time, one per TOTAL_MAX_AGE_MS. */
   private readonly prunes = new Map<
     string,
-    { readonly at: number; readonly total: Promise<number> }
+    { readonly at: number; readonly total: Promise<ScopeTotals> }
   >();
 
   constructor(
@@ -37,7 +49,7 @@ export class RedisResequencerIndex {
 
   /** Applies a key's record unless a newer one was applied already; prunes expired keys. */
   async apply(scope: string, key: string, record: IndexRecord, now: number): Promise<void> {
-    const total = await this.scripts['rsq-index'](indexKeyList(this.names.index(scope)), [
+    const reply = await this.scripts['rsq-index'](indexKeyList(this.names.index(scope)), [
       key,
       record.ver,
       record.buffered,
@@ -51,27 +63,27 @@ export class RedisResequencerIndex {
       this.retentionMs,
       this.retentionMs + this.marginMs,
       PRUNE_BATCH,
+      record.bufferedBytes,
     ]);
-    this.remember(scope, Number(total));
+    this.remember(scope, this.totalsOf(reply, 'rsq-index', scope));
   }
 
   /**
    * Removes the records of keys past their retention now, rather than with later index steps;
-   * resolves with the scope's total after. A scope that is really full refuses many events in a
+   * resolves with the scope's totals after. A scope that is really full refuses many events in a
    * row: they share the prune in progress, or one that ended less than {@link TOTAL_MAX_AGE_MS}
    * ago, instead of each scanning its expired records again.
    */
-  prune(scope: string, now: number): Promise<number> {
+  prune(scope: string, now: number): Promise<ScopeTotals> {
     const last = this.prunes.get(scope);
     if (last && Date.now() - last.at < TOTAL_MAX_AGE_MS) return last.total;
     const total = (async () => {
-      const after = Number(
-        await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
-          this.clock.stamp(now),
-          this.retentionMs,
-          PRUNE_ON_DEMAND_BATCH,
-        ]),
-      );
+      const reply = await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
+        this.clock.stamp(now),
+        this.retentionMs,
+        PRUNE_ON_DEMAND_BATCH,
+      ]);
+      const after = this.totalsOf(reply, 'rsq-prune', scope);
       this.remember(scope, after);
       // Its age counts from its end: the next may start TOTAL_MAX_AGE_MS after this one is done.
       this.prunes.set(scope, { at: Date.now(), total: Promise.resolve(after) });
@@ -94,15 +106,21 @@ export class RedisResequencerIndex {
     ];
   }
 
-  /** The scope's total as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
-  async recentTotal(scope: string): Promise<number> {
+  /** The scope's totals as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
+  async recentTotals(scope: string): Promise<ScopeTotals> {
     const seen = this.totals.get(scope);
     if (seen && Date.now() - seen.seenAt <= TOTAL_MAX_AGE_MS) return seen.value;
-    return this.total(scope);
+    return this.read(scope);
   }
 
-  async total(scope: string): Promise<number> {
-    const value = Number((await this.redis.get(this.names.index(scope).total)) ?? 0);
+  /** The scope's buffered events and bytes now. */
+  async read(scope: string): Promise<ScopeTotals> {
+    const keys = this.names.index(scope);
+    const [events, bytes] = await Promise.all([
+      this.redis.get(keys.total),
+      this.redis.hget(keys.records, BYTES_FIELD),
+    ]);
+    const value = { events: Number(events ?? 0), bytes: Number(bytes ?? 0) };
     this.remember(scope, value);
     return value;
   }
@@ -127,7 +145,21 @@ export class RedisResequencerIndex {
     return this.redis.zrangebyscore(keys.stalled, '-inf', until, 'LIMIT', 0, limit);
   }
 
-  remember(scope: string, value: number): void {
+  remember(scope: string, value: ScopeTotals): void {
     this.totals.set(scope, { value, seenAt: Date.now() });
   }
+
+  private totalsOf(reply: unknown, script: string, scope: string): ScopeTotals {
+    const totals = scopeTotals(reply);
+    if (totals) return totals;
+    throw new RedisResequencerStoreError(
+      script,
+      scope,
+      undefined,
+      `the script answered ${JSON.stringify(reply)}; deploy the library's lua/ files with its code`,
+    );
+  }
 }
+
+/** The field of a scope's records hash that holds its buffered bytes (see lua/_rsq-index.lua). */
+const BYTES_FIELD = '';

@@ -12,7 +12,10 @@ export interface ResequencerKeyKeys {
 
 /** The keys of one scope's index, in the order the index scripts take them (one slot). */
 export interface ResequencerIndexKeys {
-  /** Hash: key -> index record "ver:buffered:next:lowest". */
+  /**
+   * Hash: key -> index record "ver:buffered:next:lowest:bytes"; the empty field (no key has an
+   * empty name) -> bytes buffered in the scope (the sum of the records' bytes).
+   */
   readonly records: string;
   /**
    * Sorted set: key -> gapSince for every key with an open gap not alerted yet, and
@@ -40,7 +43,7 @@ function encode(part: string): string {
  *   <prefix>:{rsq:<scope>:<key>}:state        hash   the key's state
  *   <prefix>:{rsq:<scope>:<key>}:buffer       zset   seq -> encoded entry
  *   <prefix>:{rsq:<scope>:<key>}:handoff      list   encoded hand-off items
- *   <prefix>:{rsq-idx:<scope>}:records        hash   key -> "ver:buffered:next:lowest"
+ *   <prefix>:{rsq-idx:<scope>}:records        hash   key -> "ver:buffered:next:lowest:bytes"
  *   <prefix>:{rsq-idx:<scope>}:gaps           zset   key -> gapSince (open; alerted: gapSince + 2^50)
  *   <prefix>:{rsq-idx:<scope>}:stalled        zset   key -> handOffAt (hand-off not empty)
  *   <prefix>:{rsq-idx:<scope>}:activity       zset   key -> last indexed write

@@ -31,6 +31,14 @@ export interface IndexRecord {
   readonly handOffAt: number;
   /** Time of the key's last indexed change: retention counts from it. */
   readonly at: number;
+  /** Bytes of the key's buffered events. */
+  readonly bufferedBytes: number;
+}
+
+/** A scope's buffered events and their bytes, as its index holds them. */
+export interface ScopeTotals {
+  readonly events: number;
+  readonly bytes: number;
 }
 
 /** What a reply is about, for the error a reply this version does not understand raises. */
@@ -42,12 +50,20 @@ export interface ReplySource {
 
 /**
  * A port result and the index record that came with it (none: the key has no state), or, from a
- * single-node "-ix" script that applied the record inline, the scope's total after it.
+ * single-node "-ix" script that applied the record inline, the scope's totals after it.
  */
 export interface WithRecord<T> {
   readonly result: T;
   readonly record?: IndexRecord;
-  readonly total?: number;
+  readonly totals?: ScopeTotals;
+}
+
+/** An index script's {events, bytes}; undefined for anything else. */
+export function scopeTotals(raw: unknown): ScopeTotals | undefined {
+  if (!Array.isArray(raw) || raw.length !== 2) return undefined;
+  const [events, bytes] = raw as unknown[];
+  if (!isInteger(events) || !isInteger(bytes)) return undefined;
+  return { events, bytes };
 }
 
 /** Reads one `{code, record, ...}` reply; every accessor throws on a field of the wrong shape. */
@@ -84,22 +100,32 @@ class ScriptReply {
     return value as T;
   }
 
-  /** The scope's total when the script applied its record inline ({total}); else undefined. */
-  appliedTotal(): number | undefined {
+  /** The scope's totals when the script applied its record inline ({events, bytes}). */
+  appliedTotals(): ScopeTotals | undefined {
     const raw = this.fields[1] as unknown[];
-    if (raw.length !== 1) return undefined;
-    if (!Number.isSafeInteger(raw[0])) throw this.error();
-    return raw[0] as number;
+    if (raw.length !== 2) return undefined;
+    return scopeTotals(raw) ?? this.fail();
   }
 
   record(): IndexRecord | undefined {
     const raw = this.fields[1] as unknown[];
-    if (raw.length === 0 || raw.length === 1) return undefined;
-    if (raw.length !== 8 || !raw.every((value) => Number.isSafeInteger(value))) {
+    if (raw.length === 0 || raw.length === 2) return undefined;
+    if (raw.length !== 9 || !raw.every((value) => Number.isSafeInteger(value))) {
       throw this.error();
     }
-    const [ver, buffered, next, lowest, gapSince, alerted, handOffAt, at] = raw as number[];
-    return { ver, buffered, next, lowest, gapSince, alerted: alerted === 1, handOffAt, at };
+    const [ver, buffered, next, lowest, gapSince, alerted, handOffAt, at, bufferedBytes] =
+      raw as number[];
+    return {
+      ver,
+      buffered,
+      next,
+      lowest,
+      gapSince,
+      alerted: alerted === 1,
+      handOffAt,
+      at,
+      bufferedBytes,
+    };
   }
 
   /** The drain claim appended at `index` by an accept with a holder, if any. */
@@ -117,14 +143,18 @@ class ScriptReply {
   }
 
   with<T>(result: T): WithRecord<T> {
-    const total = this.appliedTotal();
-    if (total !== undefined) return { result, total };
+    const totals = this.appliedTotals();
+    if (totals) return { result, totals };
     const record = this.record();
     return record ? { result, record } : { result };
   }
 
   error(): RedisResequencerStoreError {
     return unexpected(this.source, this.raw);
+  }
+
+  private fail(): never {
+    throw this.error();
   }
 }
 
@@ -149,7 +179,12 @@ export function interpretAccept(raw: unknown, source: ReplySource): WithRecord<A
     case 'duplicate':
       return reply.with({ kind: 'duplicate', next });
     case 'full': {
-      const limit = reply.oneOf(3, ['maxBufferedPerKey', 'maxBufferedTotal'] as const);
+      const limit = reply.oneOf(3, [
+        'maxBufferedPerKey',
+        'maxBufferedTotal',
+        'maxBufferedBytesPerKey',
+        'maxBufferedBytesTotal',
+      ] as const);
       return reply.with({ kind: 'full', next, limit });
     }
     case 'buffered':
@@ -203,24 +238,35 @@ export function interpretResolve(
   }
 }
 
-/** rsq-inspect's {next | nil, gapSince | nil, hand-off length, sequences}. */
+/** rsq-inspect's {next | nil, gapSince | nil, hand-off length, sequences, held bytes}. */
 export function interpretInspect(
   raw: unknown,
   source: ReplySource,
   start: number,
 ): ResequencerKeyState {
-  if (!Array.isArray(raw) || raw.length !== 4 || !Array.isArray(raw[3])) {
+  if (!Array.isArray(raw) || raw.length !== 5 || !Array.isArray(raw[3])) {
     throw unexpected(source, raw);
   }
-  const [rawNext, rawGapSince, handOff, buffered] = raw as [unknown, unknown, unknown, unknown[]];
+  const [rawNext, rawGapSince, handOff, buffered, heldBytes] = raw as [
+    unknown,
+    unknown,
+    unknown,
+    unknown[],
+    unknown,
+  ];
   const next = optionalNumber(rawNext);
   const gapSince = optionalNumber(rawGapSince);
   const optional = [next, gapSince].every((value) => value === undefined || isInteger(value));
-  if (!optional || !isInteger(handOff) || !buffered.every(isInteger)) {
+  if (!optional || !isInteger(handOff) || !buffered.every(isInteger) || !isInteger(heldBytes)) {
     throw unexpected(source, raw);
   }
-  const state = { next: next ?? start, buffered, handOff };
-  return gapSince === undefined ? state : { ...state, gapSince };
+  return {
+    next: next ?? start,
+    buffered,
+    handOff,
+    ...(gapSince === undefined ? {} : { gapSince }),
+    ...(heldBytes === 0 ? {} : { heldBytes }),
+  };
 }
 
 /**
@@ -238,7 +284,7 @@ export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
     if (
       typeof key !== 'string' ||
       !Number.isSafeInteger(since) ||
-      fields.length !== 4 ||
+      (fields.length !== 4 && fields.length !== 5) ||
       !fields.every(Number.isSafeInteger) ||
       (alerted !== 0 && alerted !== 1)
     ) {

@@ -1,13 +1,18 @@
 import type { HeaderValue } from '../../../core/headers';
-import type { HandOffItem, ResequencedEntry } from '../../../ports/resequencer-store.port';
+import {
+  heldEntryBytes,
+  type HandOffItem,
+  type ResequencedEntry,
+} from '../../../ports/resequencer-store.port';
 
 /*
  * How entries and hand-off items are stored (the TypeScript side of lua/_resequencer.lua).
  *
- * An entry is JSON {s: seq, h: headers, b: body in base64}: JSON keeps each header's type
- * (string, number, boolean), base64 keeps the body byte-exact through Lua and the RESP2 string
- * replies ioredis decodes as UTF-8. The Lua scripts never parse it: they move it whole, with a
- * one-character kind tag and the item's numbers in front (see _resequencer.lua).
+ * An entry is JSON {n: bytes, s: seq, h: headers, b: body in base64}: JSON keeps each header's
+ * type (string, number, boolean), base64 keeps the body byte-exact through Lua and the RESP2
+ * string replies ioredis decodes as UTF-8. `n`, first, is what the entry counts for against the
+ * byte bounds (heldEntryBytes): the only part the Lua scripts read; otherwise they move the entry
+ * whole, with a one-character kind tag and the item's numbers in front (see _resequencer.lua).
  */
 
 /** A stored entry or item is not what this codec writes: corrupt, or of another version. */
@@ -35,7 +40,8 @@ export function encodeEntry(entry: ResequencedEntry): string {
       );
     }
   }
-  return JSON.stringify({ s: entry.seq, h: entry.headers, b: entry.body.toString('base64') });
+  const n = heldEntryBytes(entry);
+  return JSON.stringify({ n, s: entry.seq, h: entry.headers, b: entry.body.toString('base64') });
 }
 
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;

@@ -5,12 +5,13 @@ import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
 import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
-import type {
-  DrainSettlement,
-  AcceptContext,
-  ResequencedEntry,
-  ResequencerKey,
-  ResequencerStore,
+import {
+  heldEntryBytes,
+  type DrainSettlement,
+  type AcceptContext,
+  type ResequencedEntry,
+  type ResequencerKey,
+  type ResequencerStore,
 } from '../../../ports/resequencer-store.port';
 import { encodeEntry } from './redis-resequencer.codec';
 import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
@@ -241,6 +242,41 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       await expect(store.inspect(key, 1)).resolves.toMatchObject({ handOff: 3 });
     });
 
+    it('counts an entry stored before byte budgets by its stored length, and never below zero', async () => {
+      // What a previous version wrote: entries without their counted bytes ("n"), in a key
+      // whose state counts no bytes for them.
+      const legacy = (seq: number) =>
+        JSON.stringify({ s: seq, h: {}, b: Buffer.from(`old-${seq}`).toString('base64') });
+      await store.accept(key, entry(1), at(t0));
+      await redis.rpush(names.of(key).handOff, `e${legacy(2)}`);
+      await redis.hset(names.of(key).state, 'next', 3);
+      await store.accept(key, entry(5), at(t0));
+      await redis.zadd(names.of(key).buffer, 4, legacy(4));
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({
+        heldBytes: heldEntryBytes(entry(1)) + heldEntryBytes(entry(5)),
+      });
+
+      // Settling 1 and the legacy 2 takes more than the state counted: it stops at zero.
+      await store.claimDrain(key, { ...DRAIN, now: t0 });
+      await store.settleDrain(key, 2, { ...DRAIN, now: t0 });
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({
+        heldBytes: heldEntryBytes(entry(5)),
+      });
+
+      // 3 releases the legacy 4 (counted by its stored length) and 5; then all drain to zero.
+      await store.accept(key, entry(3), at(t0 + 1));
+      await expect(store.inspect(key, 1)).resolves.toMatchObject({
+        handOff: 3,
+        heldBytes: heldEntryBytes(entry(3)) + legacy(4).length + heldEntryBytes(entry(5)),
+      });
+      const drained = await store.claimDrain(key, { ...DRAIN, now: t0 + 2 });
+      expect(drained.kind === 'claimed' && drained.items.length).toBe(3);
+      await store.settleDrain(key, 3, { ...DRAIN, now: t0 + 2 });
+      const state = await store.inspect(key, 1);
+      expect(state).toEqual({ next: 6, buffered: [], handOff: 0 });
+      await expect(store.bufferedBytes(key.scope)).resolves.toBe(0);
+    });
+
     it('does not reuse a buffer or hand-off list left from a previous life of the key', async () => {
       // Left behind when the state expired first (their TTLs were set when they were created).
       await redis.zadd(names.of(key).buffer, 2, encodeEntry(entry(2)));
@@ -251,7 +287,12 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
         next: 2,
         count: 1,
       });
-      await expect(store.inspect(key, 1)).resolves.toEqual({ next: 2, buffered: [], handOff: 1 });
+      await expect(store.inspect(key, 1)).resolves.toEqual({
+        next: 2,
+        buffered: [],
+        handOff: 1,
+        heldBytes: heldEntryBytes(entry(1)),
+      });
     });
 
     describe('the two-step index', () => {

@@ -4,8 +4,8 @@
  * Keys (see RedisResequencerKeys): per resequencer key, a state hash, a buffer (sorted set,
  * score = sequence, member = the encoded entry) and a hand-off list, under one hash tag
  * `{rsq:<scope>:<key>}`; per scope, an index under `{rsq-idx:<scope>}`: a record per key
- * ("ver:buffered:next:lowest"), the open gaps (key -> gapSince; gapSince + 2^50 once alerted), the non-empty
- * hand-off lists (key -> handOffAt), the keys' last activity, and the scope's buffered total.
+ * ("ver:buffered:next:lowest:bytes"), the open gaps (key -> gapSince; gapSince + 2^50 once alerted), the non-empty
+ * hand-off lists (key -> handOffAt), the keys' last activity, and the scope's buffered totals.
  *
  * Every port method on a key is ONE Lua script over that key's keys (atomic, single-slot). No
  * script can also update the scope index, which lives in another slot, so a change runs in two
@@ -25,9 +25,9 @@
  * claimDrain 'empty'). On a single node (no Cluster) the changing scripts run as their '-ix'
  * variants, which apply step 2 inline: one round trip, and no window between the steps.
  *
- * maxBufferedTotal: the accept script cannot read the scope total (another slot). The caller
- * passes the total it last saw (from the last index step of this instance, or a read at most
- * TOTAL_MAX_AGE_MS old) and the script refuses to buffer when it is >= the limit. Events
+ * maxBufferedTotal and maxBufferedBytesTotal: the accept script cannot read the scope totals
+ * (another slot). The caller passes the totals it last saw (from the last index step of this
+ * instance, or a read at most TOTAL_MAX_AGE_MS old) and the script refuses to buffer past them. Events
  * accepted by other instances within that window are not seen: the bound may be overshot by
  * as many events as the instances buffer in ~100 ms. Before a refusal stands, the store prunes
  * the records of expired keys (rsq-prune) and asks again with the total that is left.
@@ -64,6 +64,7 @@ import {
   type ResequencerStore,
 } from '../../../ports/resequencer-store.port';
 import {
+  assertLimits,
   assertDrainArguments,
   assertGapPolicy,
   assertHolder,
@@ -82,6 +83,7 @@ import {
   interpretInspect,
   interpretResolve,
   interpretSettle,
+  type ScopeTotals,
   type WithRecord,
 } from './redis-resequencer-replies';
 import { loadScripts, type RedisClient, type ScriptArgument, type Scripts } from './redis-scripts';
@@ -200,8 +202,7 @@ export class RedisResequencerStore implements ResequencerStore {
   ): Promise<AcceptOutcome> {
     assertResequencerArguments(key, entry.seq);
     assertStart(context.start);
-    assertPositiveInteger('maxBufferedPerKey', context.limits.maxBufferedPerKey);
-    assertPositiveInteger('maxBufferedTotal', context.limits.maxBufferedTotal);
+    assertLimits(context.limits);
     if (context.drain) assertDrainArguments(key, { ...context.drain, now: context.now });
     const encoded = encodeEntry(entry);
     const outcome = await this.acceptOnce(
@@ -209,15 +210,24 @@ export class RedisResequencerStore implements ResequencerStore {
       entry.seq,
       encoded,
       context,
-      await this.index.recentTotal(key.scope),
+      await this.index.recentTotals(key.scope),
     );
-    if (outcome.kind !== 'full' || outcome.limit !== 'maxBufferedTotal') return outcome;
-    // The total it was refused for may count keys that have expired since (index steps prune
+    if (
+      outcome.kind !== 'full' ||
+      (outcome.limit !== 'maxBufferedTotal' && outcome.limit !== 'maxBufferedBytesTotal')
+    ) {
+      return outcome;
+    }
+    // The totals it was refused for may count keys that have expired since (index steps prune
     // them only now and then), or be up to TOTAL_MAX_AGE_MS old. A refusal changed nothing: prune,
-    // and ask once more with the total that is left.
-    const total = await this.index.prune(key.scope, context.now);
-    if (total >= context.limits.maxBufferedTotal) return outcome;
-    return this.acceptOnce(key, entry.seq, encoded, context, total);
+    // and ask once more with the totals that are left.
+    const totals = await this.index.prune(key.scope, context.now);
+    const { maxBufferedTotal, maxBufferedBytesTotal } = context.limits;
+    if (totals.events >= maxBufferedTotal) return outcome;
+    if (maxBufferedBytesTotal !== undefined && totals.bytes >= maxBufferedBytesTotal) {
+      return outcome;
+    }
+    return this.acceptOnce(key, entry.seq, encoded, context, totals);
   }
 
   async claimDrain(key: ResequencerKey, context: DrainContext): Promise<DrainClaim> {
@@ -324,7 +334,12 @@ export class RedisResequencerStore implements ResequencerStore {
 
   async bufferedTotal(scope: string): Promise<number> {
     assertScope(scope);
-    return this.index.total(scope);
+    return (await this.index.read(scope)).events;
+  }
+
+  async bufferedBytes(scope: string): Promise<number> {
+    assertScope(scope);
+    return (await this.index.read(scope)).bytes;
   }
 
   async ping(): Promise<void> {
@@ -343,7 +358,7 @@ export class RedisResequencerStore implements ResequencerStore {
     seq: number,
     encoded: string,
     context: AcceptContext,
-    seenTotal: number,
+    seen: ScopeTotals,
   ): Promise<AcceptOutcome> {
     const reply = await this.perKey('rsq-accept', key, context.now, [
       this.clock.stamp(context.now),
@@ -352,11 +367,14 @@ export class RedisResequencerStore implements ResequencerStore {
       encoded,
       context.limits.maxBufferedPerKey,
       context.limits.maxBufferedTotal,
-      seenTotal,
+      seen.events,
       this.retentionMs,
       context.drain?.holder ?? '',
       context.drain?.leaseMs ?? 0,
       context.drain?.limit ?? 0,
+      context.limits.maxBufferedBytesPerKey ?? 0,
+      context.limits.maxBufferedBytesTotal ?? 0,
+      seen.bytes,
     ]);
     return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
   }
@@ -382,7 +400,7 @@ export class RedisResequencerStore implements ResequencerStore {
 
   /** Step 2 of every change: the key's record into its scope's index (see the top of the file). */
   private async indexed<T>(key: ResequencerKey, step: WithRecord<T>, now: number): Promise<T> {
-    if (step.total !== undefined) this.index.remember(key.scope, step.total);
+    if (step.totals) this.index.remember(key.scope, step.totals);
     else if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
     return step.result;
   }

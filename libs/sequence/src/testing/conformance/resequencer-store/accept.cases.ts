@@ -1,3 +1,4 @@
+import { heldEntryBytes } from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,
@@ -221,11 +222,12 @@ export function describeAcceptCases(c: ResequencerSuiteContext): void {
         ).resolves.toMatchObject({ kind: 'released' });
       });
 
-      it('frees room as events are released', async () => {
+      it('frees room as released events are drained', async () => {
         const key = c.key();
         const limits = { maxBufferedPerKey: 1 };
         await c.store.accept(key, event(2), acceptAt(c.t0, { limits }));
         await c.store.accept(key, event(1), acceptAt(c.t0, { limits }));
+        await drainAll(c.store, key, c.t0 + 1);
         await expect(c.store.accept(key, event(4), acceptAt(c.t0, { limits }))).resolves.toEqual({
           kind: 'buffered',
           next: 3,
@@ -254,6 +256,7 @@ export function describeAcceptCases(c: ResequencerSuiteContext): void {
         buffered: [4, 9],
         handOff: 1,
         gapSince: c.t0 + 5,
+        heldBytes: [1, 4, 9].reduce((sum, seq) => sum + heldEntryBytes(event(seq)), 0),
       });
     });
   });

@@ -1,4 +1,4 @@
-import type { HandOffItem } from '../../../ports/resequencer-store.port';
+import { heldEntryBytes, type HandOffItem } from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,
@@ -190,6 +190,7 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
           buffered: [7],
           handOff: 0,
           gapSince: c.t0 + 100,
+          heldBytes: heldEntryBytes(event(7)),
         });
       });
 

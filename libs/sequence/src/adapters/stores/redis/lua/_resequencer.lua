@@ -2,7 +2,8 @@
   Helpers shared by the per-key resequencer scripts (textually included by the script loader).
   Every per-key script works on the keys of ONE resequencer key, which share a hash tag:
     KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until,
-                            ttlAt
+                            ttlAt, bufBytes, hoBytes (bytes of the buffer's and the hand-off
+                            list's events; see entryBytes)
     KEYS[2] buffer   zset   score = sequence, member = the entry as the client encoded it
     KEYS[3] handoff  list   hand-off items, head first, each a one-character kind tag and fields:
                               'e' .. entry                                        event
@@ -17,7 +18,8 @@
 
   The index record a script returns for the scope index (see rsq-index-5.lua), or {} when the
   key has no state or needs no index step (see indexRecordIf): {ver, buffered, next,
-  lowest | -1, gapSince | -1, alerted (1 | 0), handOffAt of a tracked hand-off | -1, at}.
+  lowest | -1, gapSince | -1, alerted (1 | 0), handOffAt of a tracked hand-off | -1, at,
+  bufBytes}.
   `track` ('1' | '0') is set while the hand-off list holds items a gap resolution appended.
 ]]
 local rcall = redis.call
@@ -39,24 +41,27 @@ end
 -- first, keeping only its ver (so that the index takes the new key's records as newer).
 local function loadState(now, retentionMs)
   local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
-    'holder', 'until', 'ttlAt', 'track')
+    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes')
   local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
     at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
     alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
     leaseUntil = tonumber(present(raw[8])), ttlAt = tonumber(present(raw[9])),
-    track = raw[10] == '1'}
+    track = raw[10] == '1', bufBytes = tonumber(present(raw[11])) or 0,
+    hoBytes = tonumber(present(raw[12])) or 0}
   -- Optional fields stored now: saveState deletes those that became nil, in one HDEL.
   s.stored = {gapSince = raw[4] ~= false, handOffAt = raw[6] ~= false, holder = raw[7] ~= false,
     ['until'] = raw[8] ~= false}
   if s.next and s.at + retentionMs <= now then
     rcall('DEL', stateKey, bufferKey, handOffKey)
     -- reset: the index may still count the expired key's events; the next record must reach it.
-    return {ver = s.ver, at = 0, alerted = false, stored = {}, reset = true}
+    return {ver = s.ver, at = 0, alerted = false, stored = {}, reset = true, bufBytes = 0,
+      hoBytes = 0}
   end
   if not s.next then
     -- No state: a buffer or hand-off list left from the key's previous life (its TTL, set when
     -- it was created, can outlast the state's by up to retentionMs / 10) must not be reused.
     rcall('DEL', bufferKey, handOffKey)
+    s.bufBytes, s.hoBytes = 0, 0
   end
   return s
 end
@@ -85,7 +90,8 @@ local function saveState(s, now, retentionMs)
     s.ttlAt = now
   end
   local fields = {'next', int(s.next), 'ver', int(s.ver), 'at', int(s.at), 'alerted',
-    s.alerted and '1' or '0', 'ttlAt', int(s.ttlAt), 'track', s.track and '1' or '0'}
+    s.alerted and '1' or '0', 'ttlAt', int(s.ttlAt), 'track', s.track and '1' or '0',
+    'bufBytes', int(s.bufBytes), 'hoBytes', int(s.hoBytes)}
   local deleted = {}
   setOrDelete(s, fields, deleted, 'gapSince', s.gapSince and int(s.gapSince))
   setOrDelete(s, fields, deleted, 'handOffAt', s.handOffAt and int(s.handOffAt))
@@ -125,7 +131,37 @@ local function indexRecordIf(s, force)
     return {}
   end
   return {s.ver, buffered, s.next, lowestBuffered() or -1, s.gapSince or -1,
-    s.alerted and 1 or 0, s.track and s.handOffAt or -1, s.at}
+    s.alerted and 1 or 0, s.track and s.handOffAt or -1, s.at, buffered > 0 and s.bufBytes or 0}
+end
+
+-- The bytes an event counts for against the byte bounds (heldEntryBytes on the client, which
+-- writes them first in the entry, as "n"); an entry without them counts its stored length.
+local function entryBytes(entry)
+  return tonumber(string.match(entry, '^{"n":(%d+),')) or #entry
+end
+
+-- The bytes a hand-off item holds: its event's ('e', 'd'), none for a gap record.
+local function itemBytes(item)
+  local kind = string.sub(item, 1, 1)
+  if kind == 'e' then
+    return tonumber(string.match(item, '^e{"n":(%d+),')) or #item - 1
+  elseif kind == 'd' then
+    return tonumber(string.match(item, '^d%d+:{"n":(%d+),')) or #item
+  end
+  return 0
+end
+
+-- Takes `count` items off the head of the hand-off list, and their bytes off s.hoBytes.
+local function trimHandOff(s, count)
+  local bytes = 0
+  for _, item in ipairs(rcall('LRANGE', handOffKey, 0, count - 1)) do
+    bytes = bytes + itemBytes(item)
+  end
+  rcall('LTRIM', handOffKey, count, -1)
+  s.hoBytes = math.max(0, s.hoBytes - bytes)
+  if rcall('LLEN', handOffKey) == 0 then
+    s.hoBytes = 0
+  end
 end
 
 local function indexRecord(s)
@@ -156,6 +192,8 @@ local function releaseRun(s)
       end
       items[#items + 1] = 'e' .. head[i]
       s.next = s.next + 1
+      local bytes = entryBytes(head[i])
+      s.bufBytes, s.hoBytes = s.bufBytes - bytes, s.hoBytes + bytes
     end
     if #items > 0 then
       rcall('RPUSH', handOffKey, unpack(items))
@@ -173,7 +211,7 @@ local function afterRelease(s, now)
   if rcall('ZCARD', bufferKey) > 0 then
     s.gapSince = now
   else
-    s.gapSince = nil
+    s.gapSince, s.bufBytes = nil, 0
   end
   s.alerted = false
 end

@@ -6,6 +6,22 @@ local function acceptStep()
   local maxPerKey, maxTotal, seenTotal = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local retentionMs = tonumber(ARGV[8])
   local holder, leaseMs, limit = ARGV[9] or '', tonumber(ARGV[10]), tonumber(ARGV[11])
+  -- Byte bounds (0: none), and the scope's buffered bytes as the caller last saw them.
+  local maxBytesPerKey, maxBytesTotal = tonumber(ARGV[12]) or 0, tonumber(ARGV[13]) or 0
+  local seenBytes = tonumber(ARGV[14]) or 0
+  local bytes = entryBytes(entry)
+
+  -- The per-key bound that holding this event as well would pass, if any: the buffer and the
+  -- hand-off list count, events and bytes.
+  local function keyRefusal(s, size, listed)
+    if size + listed >= maxPerKey then
+      return 'maxBufferedPerKey'
+    end
+    if maxBytesPerKey > 0 and s.bufBytes + s.hoBytes + bytes > maxBytesPerKey then
+      return 'maxBufferedBytesPerKey'
+    end
+    return nil
+  end
 
   -- With a holder, a release also claims the drain lease (as rsq-claim): appended to the reply
   -- as 'claimed' and the head items, or 'busy'. The state is saved by the caller when changed.
@@ -39,15 +55,24 @@ local function acceptStep()
   end
 
   if seq == expected then
+    -- The event that fills the gap is refused only while a drain will make room for it.
+    local listed = rcall('LLEN', handOffKey)
+    if listed > 0 then
+      local refused = keyRefusal(s, rcall('ZCARD', bufferKey), listed)
+      if refused then
+        return {'full', indexRecordIf(s, false), expected, refused}
+      end
+    end
     beforeAppend(s, now)
     rcall('RPUSH', handOffKey, 'e' .. entry)
     s.next = seq + 1
+    s.hoBytes = s.hoBytes + bytes
     -- The usual case, an event in order past an empty buffer, needs neither the buffer scan nor
     -- the index.
     local bufferEmpty = rcall('ZCARD', bufferKey) == 0
     local moved = 0
     if bufferEmpty then
-      s.gapSince, s.alerted = nil, false
+      s.gapSince, s.alerted, s.bufBytes = nil, false, 0
     else
       moved = releaseRun(s)
       afterRelease(s, now)
@@ -71,11 +96,15 @@ local function acceptStep()
     return {'duplicate', indexRecordIf(s, false), expected}
   end
   local size = rcall('ZCARD', bufferKey)
-  if size >= maxPerKey then
-    return {'full', indexRecordIf(s, false), expected, 'maxBufferedPerKey'}
+  local refused = keyRefusal(s, size, rcall('LLEN', handOffKey))
+  if refused then
+    return {'full', indexRecordIf(s, false), expected, refused}
   end
   if seenTotal >= maxTotal then
     return {'full', indexRecordIf(s, false), expected, 'maxBufferedTotal'}
+  end
+  if maxBytesTotal > 0 and seenBytes + bytes > maxBytesTotal then
+    return {'full', indexRecordIf(s, false), expected, 'maxBufferedBytesTotal'}
   end
 
   s.next = expected
@@ -83,7 +112,9 @@ local function acceptStep()
   if size == 0 then
     s.gapSince, s.alerted = now, false
     s.createdBuffer = true
+    s.bufBytes = 0
   end
+  s.bufBytes = s.bufBytes + bytes
   saveState(s, now, retentionMs)
   return {'buffered', indexRecord(s), expected, size + 1}
 end

@@ -5,21 +5,37 @@
   keys' records, which rsq-prune-5 runs on its own.
 
   ik: the index keys {records, gaps, stalled, activity, total}; member: the key's name;
-  r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at}.
-  Returns the scope's buffered total after the call.
+  r: the key's index record {ver, buffered, next, lowest, gapSince, alerted, handOffAt, at,
+  bufBytes}.
+  applyIndex returns the scope's buffered totals after the call: {events, bytes}.
+
+  The records hash also holds, under the empty field (no key has an empty name), the scope's
+  buffered bytes: the sum of the records' bytes (a record written without them counts none).
 ]]
+local BYTES_FIELD = ''
+
 local function parseIndexRecord(raw)
   local storedVer, storedBuffered = string.match(raw, '^(%d+):(%d+):')
-  return tonumber(storedVer), tonumber(storedBuffered)
+  local storedBytes = string.match(raw, '^%d+:%d+:%d+:%-?%d+:(%d+)$')
+  return tonumber(storedVer), tonumber(storedBuffered), tonumber(storedBytes) or 0
 end
 
--- Removes a key from the index, taking its buffered events off the total.
+-- The scope's buffered events and bytes.
+local function indexTotals(ik)
+  return {tonumber(redis.call('GET', ik[5])) or 0,
+    tonumber(redis.call('HGET', ik[1], BYTES_FIELD)) or 0}
+end
+
+-- Removes a key from the index, taking its buffered events and bytes off the totals.
 local function dropIndexed(ik, name)
   local raw = redis.call('HGET', ik[1], name)
   if raw then
-    local _, storedBuffered = parseIndexRecord(raw)
+    local _, storedBuffered, storedBytes = parseIndexRecord(raw)
     if storedBuffered > 0 then
       redis.call('DECRBY', ik[5], storedBuffered)
+    end
+    if storedBytes > 0 then
+      redis.call('HINCRBY', ik[1], BYTES_FIELD, -storedBytes)
     end
     redis.call('HDEL', ik[1], name)
   end
@@ -55,15 +71,20 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   end
 
   local raw = redis.call('HGET', recordsKey, member)
-  local storedVer, storedBuffered = 0, 0
+  local storedVer, storedBuffered, storedBytes = 0, 0, 0
   if raw then
-    storedVer, storedBuffered = parseIndexRecord(raw)
+    storedVer, storedBuffered, storedBytes = parseIndexRecord(raw)
   end
   if at > cutoff and (not raw or ver >= storedVer) then
     if buffered ~= storedBuffered then
       redis.call('INCRBY', totalKey, buffered - storedBuffered)
     end
-    redis.call('HSET', recordsKey, member, string.format('%d:%d:%d:%d', r[1], r[2], r[3], r[4]))
+    local bytes = r[9] or 0
+    if bytes ~= storedBytes then
+      redis.call('HINCRBY', recordsKey, BYTES_FIELD, bytes - storedBytes)
+    end
+    redis.call('HSET', recordsKey, member,
+      string.format('%d:%d:%d:%d:%d', r[1], r[2], r[3], r[4], bytes))
     -- Every open gap is indexed, an alerted one above any time a sweep asks for (_rsq-gap-score),
     -- so that instances that predate alerted entries read the same due gaps.
     if gapSince >= 0 then
@@ -83,5 +104,5 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   for i = 1, 5 do
     redis.call('PEXPIRE', ik[i], ttl)
   end
-  return tonumber(redis.call('GET', totalKey)) or 0
+  return indexTotals(ik)
 end

@@ -3,11 +3,10 @@
 -- ARGV the member, now, retention ms, index TTL ms and the prune batch.
 local function withIndex(reply)
   local record = reply[2]
-  if #record == 8 then
+  if #record == 9 then
     local n = #ARGV
-    local total = applyIndex({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, ARGV[n - 4], record,
+    reply[2] = applyIndex({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, ARGV[n - 4], record,
       callerTime(ARGV[n - 3]), tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
-    reply[2] = {total}
   end
   return reply
 end

@@ -40,6 +40,7 @@ local function resolveStep()
     end
     s.next = highest + 1
     s.gapSince, s.alerted = nil, false
+    s.hoBytes, s.bufBytes = s.hoBytes + s.bufBytes, 0
     appended = size
   else
     return redis.error_reply('unknown gap policy ' .. policy)

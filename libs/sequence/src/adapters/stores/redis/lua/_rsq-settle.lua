@@ -20,7 +20,7 @@ local function settleStep()
   local wasTracked = s.track
 
   if not replayed then
-    rcall('LTRIM', handOffKey, count, -1)
+    trimHandOff(s, count)
     rcall('HSET', stateKey, 'settled', token)
   end
   if rcall('LLEN', handOffKey) == 0 then

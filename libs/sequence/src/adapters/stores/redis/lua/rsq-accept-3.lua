@@ -11,6 +11,11 @@
   ARGV[7] the scope's buffered total as the caller last saw it (checked against ARGV[6])
   ARGV[8] retention ms
   ARGV[9] drain holder ('' for none)  ARGV[10] lease ms   ARGV[11] limit (most items returned)
+  ARGV[12] maxBufferedBytesPerKey (0: none)    ARGV[13] maxBufferedBytesTotal (0: none)
+  ARGV[14] the scope's buffered bytes as the caller last saw them (checked against ARGV[13])
+
+  The per-key bounds count the buffer and the hand-off list; the event that fills the gap is
+  refused for them only while the hand-off list is not empty.
 
   Returns {code, record, ...} (record: see _resequencer; sent on every outcome, so that a
   redelivered event repairs an index step lost to a crash):
@@ -19,7 +24,8 @@
   where drain, with a holder (and for 'late' only when pending), is 'busy', or 'claimed'
   followed by the head items of the hand-off list (the lease is then the holder's, as rsq-claim)
     'duplicate', record, next
-    'full', record, next, 'maxBufferedPerKey' | 'maxBufferedTotal'
+    'full', record, next, 'maxBufferedPerKey' | 'maxBufferedTotal' | 'maxBufferedBytesPerKey'
+      | 'maxBufferedBytesTotal'
     'buffered', record, next, buffered
 ]]
 --- @include "_clock"

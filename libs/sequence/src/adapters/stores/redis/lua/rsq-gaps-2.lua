@@ -3,7 +3,7 @@
 
   KEYS[1] gaps      zset   key -> gapSince for open gaps not alerted yet (due once old enough),
                            gapSince + 2^50 for open gaps already alerted (never due again)
-  KEYS[2] records   hash   key -> index record "ver:buffered:next:lowest"
+  KEYS[2] records   hash   key -> index record "ver:buffered:next:lowest:bytes"
 
   ARGV[1] openedBefore (ms)      ARGV[2] limit
   ARGV[3] 1: alerted gaps too, 0: only those not alerted (what a sweep resolves)

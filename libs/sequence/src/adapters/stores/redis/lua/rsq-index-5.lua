@@ -5,7 +5,8 @@
   records arrive in. First prunes records of keys past their retention, so that their buffered
   events leave the total and their gaps and hand-offs are no longer listed.
 
-  KEYS[1] records   hash   key -> "ver:buffered:next:lowest"
+  KEYS[1] records   hash   key -> "ver:buffered:next:lowest:bytes"; '' -> the scope's buffered
+                           bytes (the sum of the records' bytes)
   KEYS[2] gaps      zset   key -> gapSince for open gaps not alerted, gapSince + 2^50 once alerted
   KEYS[3] stalled   zset   key -> handOffAt, for hand-off lists not empty
   KEYS[4] activity  zset   key -> at (time of its last indexed change)
@@ -16,8 +17,9 @@
   ARGV[8] handOffAt | -1                 ARGV[9] at           ARGV[10] now (ms)
   ARGV[11] retention ms                  ARGV[12] TTL of the index keys (ms)
   ARGV[13] most expired records pruned by this call
+  ARGV[14] bytes buffered by the key
 
-  Returns the scope's buffered total after the call.
+  Returns the scope's buffered totals after the call: {events, bytes}.
 ]]
 --- @include "_clock"
 --- @include "_rsq-gap-score"
@@ -27,5 +29,6 @@ local record = {}
 for i = 2, 9 do
   record[i - 1] = tonumber(ARGV[i])
 end
+record[9] = tonumber(ARGV[14]) or 0
 return applyIndex(KEYS, ARGV[1], record, callerTime(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]))

@@ -3,12 +3,13 @@
 
   KEYS: see _resequencer (state, buffer, handoff)
 
-  Returns {next | false, gapSince | false, hand-off length, {buffered sequences, ascending}}.
+  Returns {next | false, gapSince | false, hand-off length, {buffered sequences, ascending},
+  held bytes (of the buffer's and the hand-off list's events)}.
 ]]
 local rcall = redis.call
 local stateKey, bufferKey, handOffKey = KEYS[1], KEYS[2], KEYS[3]
 
-local state = rcall('HMGET', stateKey, 'next', 'gapSince')
+local state = rcall('HMGET', stateKey, 'next', 'gapSince', 'bufBytes', 'hoBytes')
 local sequences = {}
 local from = 0
 while true do
@@ -22,4 +23,8 @@ while true do
   end
   from = from + 100
 end
-return {state[1], state[2], rcall('LLEN', handOffKey), sequences}
+local heldBytes = 0
+if state[1] then
+  heldBytes = (tonumber(state[3]) or 0) + (tonumber(state[4]) or 0)
+end
+return {state[1], state[2], rcall('LLEN', handOffKey), sequences, heldBytes}

@@ -8,11 +8,11 @@
 
   ARGV[1] now (ms)      ARGV[2] retention ms      ARGV[3] most records dropped
 
-  Returns the scope's buffered total after the call.
+  Returns the scope's buffered totals after the call: {events, bytes}.
 ]]
 --- @include "_clock"
 --- @include "_rsq-gap-score"
 --- @include "_rsq-index"
 
 pruneIndex(KEYS, callerTime(ARGV[1]) - tonumber(ARGV[2]), tonumber(ARGV[3]))
-return tonumber(redis.call('GET', KEYS[5])) or 0
+return indexTotals(KEYS)

@@ -8,8 +8,8 @@
   ARGV        rsq-settle-3's, then: member (the key's name), now (ms), retention ms, index TTL ms,
               most expired records pruned
 
-  Returns rsq-settle-3's reply, with the record (field 2) replaced by {total} once applied: the
-  scope's buffered total after the step.
+  Returns rsq-settle-3's reply, with the record (field 2) replaced, once applied, by the
+  scope's buffered totals after the step: {events, bytes}.
 ]]
 --- @include "_clock"
 --- @include "_resequencer"
