@@ -11,6 +11,7 @@ import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
 import type { ResolvedSequenceConsumer } from '../options/resolved-options';
 import { claimCheckMarking } from '../core/claim-check-headers';
 import { errorMessage } from '../core/errors/caught';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
 
@@ -100,6 +101,12 @@ export class FragmentStream {
         `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${headersRefused.detail}`,
       );
     }
+    if (fragment.bytes !== undefined && fragment.bytes > this.options.maxSequenceBytes) {
+      return this.reject(
+        'sequence-too-large',
+        `sequence ${fragment.sequenceId} declares ${fragment.bytes} bytes, over maxSequenceBytes (${this.options.maxSequenceBytes})`,
+      );
+    }
     if (fragment.position > this.options.maxFragments) {
       return this.reject(
         'too-many-fragments',
@@ -121,6 +128,15 @@ export class FragmentStream {
     const fragment = parseFragmentHeaders(event.headers);
     const { sequenceId, position } = fragment;
     this.digests.feed(sequenceId, position, event.body);
+    const streamed = this.digests.bytesOf(sequenceId);
+    if (streamed !== undefined && streamed > this.options.maxSequenceBytes) {
+      // Final: the deliverer dead-letters this fragment without retrying the handler.
+      throw new MessageRefusedError(
+        'sequence-too-large',
+        `sequence ${sequenceId} fragment ${position}: ${streamed} bytes streamed pass ` +
+          `maxSequenceBytes (${this.options.maxSequenceBytes})`,
+      );
+    }
     let verified: boolean | undefined;
     if (fragment.last) {
       const check = this.digests.check(sequenceId, position, fragment);

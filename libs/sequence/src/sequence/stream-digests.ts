@@ -52,6 +52,11 @@ export class StreamDigests {
     }
   }
 
+  /** Bytes fed so far of a sequence this process follows from its first fragment. */
+  bytesOf(sequenceId: string): number | undefined {
+    return this.running.get(sequenceId)?.bytes;
+  }
+
   /** After feeding the last fragment: does the payload match what the producer declared? */
   check(
     sequenceId: string,

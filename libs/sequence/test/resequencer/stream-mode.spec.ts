@@ -127,6 +127,31 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     expect(positions('s')).toEqual([1, 2]);
   });
 
+  it('honours maxSequenceBytes: refuses a declared total over it, and fragments streamed past it', async () => {
+    await start({ maxSequenceBytes: 2_500 });
+    const declared = makeFragments('declared', bytes(3_000, 8), 1_000);
+    await publishAll(transport, channel, [declared[0]]);
+    await eventually(() => transport.peek(dlq).length === 1, 'the declared total refused');
+    expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(
+      /^sequence-too-large: sequence declared declares 3000 bytes/,
+    );
+
+    // Streamed, its total unknown until the end: the fragment that passes the limit is refused.
+    const streamed = makeFragments('streamed', bytes(4_000, 9), 1_000).map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed);
+    await eventually(() => transport.peek(dlq).length === 3, 'fragments 3 and 4 refused');
+    expect(positions('streamed')).toEqual([1, 2]);
+    expect(
+      transport
+        .peek(dlq)
+        .slice(1)
+        .map((m) => String(m.headers['x-death-reason']).split(':')[0]),
+    ).toEqual(['sequence-too-large', 'sequence-too-large']);
+  });
+
   it('never hands over a last fragment whose payload fails its SHA-256: it is dead-lettered', async () => {
     await start();
     const fragments = makeFragments('tampered', bytes(3_000, 7), 1_000);

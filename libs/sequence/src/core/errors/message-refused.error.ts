@@ -5,9 +5,11 @@ import { SequenceError } from './sequence.error';
  * - `no-handler`: nothing in this application handles the message's pattern;
  * - `undecodable`: its payload cannot be decoded as its content type says;
  * - `forbidden`: a guard refused it;
- * - `invalid-payload`: a pipe (validation) refused it.
+ * - `invalid-payload`: a pipe (validation) refused it;
+ * - `sequence-too-large`: a streamed sequence's fragments passed `maxSequenceBytes`.
  */
-export type RefusalCode = 'no-handler' | 'undecodable' | 'forbidden' | 'invalid-payload';
+export type RefusalCode =
+  'no-handler' | 'undecodable' | 'forbidden' | 'invalid-payload' | 'sequence-too-large';
 
 /**
  * Thrown by a handler to refuse a message for good: it is not retried, and it is dead-lettered
