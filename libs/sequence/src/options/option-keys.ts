@@ -34,6 +34,7 @@ const SEQUENCE_LIMIT_KEYS = {
 export const SEQUENCE_CONSUMER_KEYS = {
   ...SEQUENCE_LIMIT_KEYS,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   prefetchBytes: true,
   deadLetterChannel: true,
@@ -57,6 +58,7 @@ export const MODULE_KEYS: KeyTree = {
   stores: true,
   publish: PUBLISH_POLICY_KEYS,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   shutdownTimeoutMs: true,
   metrics: { registry: true, prefix: true },
@@ -176,6 +178,7 @@ export const CLAIM_CHECK_HANDLER_KEYS: KeyTree = {
   channel: true,
   deleteAfter: true,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   deadLetterChannel: true,
   sequence: SEQUENCE_LIMIT_KEYS,
@@ -197,6 +200,7 @@ export const RESEQUENCER_DEFINITION_KEYS: KeyTree = {
   maxBufferedPerKey: true,
   overflow: true,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   deadLetterChannel: true,
 };
@@ -206,6 +210,7 @@ export const INBOX_HANDLER_KEYS: KeyTree = {
   command: true,
   channel: true,
   processInTransaction: true,
+  handlerTimeoutMs: true,
 };
 
 /** `SplitterService.send`'s options. */

@@ -50,6 +50,8 @@ export interface ResolvedSequenceConsumer {
   readonly maxFragments: number;
   readonly maxFragmentBytes: number;
   readonly handlerRetry: ResolvedRetryPolicy;
+  /** `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly prefetchBytes: number;
   readonly deadLetterChannel?: string;
@@ -83,6 +85,7 @@ export interface ResolvedClaimCheckOptions {
 export interface ResolvedClaimCheckConsumer {
   readonly deleteAfter: ClaimRetention;
   readonly handlerRetry: ResolvedRetryPolicy;
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly deadLetterChannel?: string;
   /** For payloads that arrive as a Message Sequence. */
@@ -110,6 +113,7 @@ export interface ResolvedResequencer {
   readonly maxBufferedPerKey: number;
   readonly overflow: OverflowPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly deadLetterChannel: string;
 }
@@ -142,6 +146,8 @@ export interface ResolvedOptions {
   readonly consumerId: string;
   readonly publish: ResolvedPublishPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
+  /** What a handler that sets none gets; `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly shutdownTimeoutMs: number;
   readonly metrics: false | { readonly registry?: Registry; readonly prefix: string };
