@@ -24,6 +24,7 @@ export { Resequenced } from './discovery/resequenced.decorator';
 export type { ResequencerDefinition } from './options/resequencer.options';
 export { InboxHandler, type InboxHandlerOptions } from './discovery/inbox-handler.decorator';
 export type { InboxContext } from './outbox/inbox-handler.options';
+export type { HandlerContext } from './kernel/handler-call';
 
 // Services
 export { SplitterService } from './sequence/splitter.service';
@@ -59,6 +60,7 @@ export { StoredFragmentIntegrityError } from './core/errors/stored-fragment-inte
 export { SequencePublishError } from './core/errors/sequence-publish.error';
 export { SequenceSourceError } from './core/errors/sequence-source.error';
 export { PublishTimeoutError } from './core/errors/publish-timeout.error';
+export { HandlerTimeoutError } from './core/errors/handler-timeout.error';
 export { PublishRejectedError } from './core/errors/publish-rejected.error';
 export { SubscribeError } from './core/errors/subscribe.error';
 export { MessageTooLargeError } from './core/errors/message-too-large.error';

@@ -5,6 +5,7 @@ import {
 } from '../discovery/claim-check.decorator';
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
+import type { HandlerContext } from '../kernel/handler-call';
 import { requireChannel } from '../kernel/discovery.messages';
 import {
   checkKeys,
@@ -58,7 +59,7 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
     const channel = requireChannel(DECORATOR, className, methodName, named);
     const consumer: ClaimCheckConsumer = {
       channel,
-      handler: (payload: ClaimedPayload) => call(payload),
+      handler: (payload: ClaimedPayload, context: HandlerContext) => call(payload, context),
       ...resolveClaimCheckConsumer(where, consumerOptions, this.options),
     };
     this.receiver.prepare(consumer);

@@ -4,6 +4,7 @@ import type { ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketAudienceError } from '../core/errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
@@ -99,7 +100,7 @@ export class ClaimCheckReceiver {
         userHeadersOf(headers),
         typeof contentType === 'string' ? contentType : undefined,
       );
-      const outcome = await this.runHandler(payload, consumer);
+      const outcome = await this.runHandler(payload, consumer, 'an inline payload');
       if (outcome.ok) return ACK;
       const { code, detail } = handlerRejection('an inline payload', outcome);
       return this.reject(channel, code, detail);
@@ -142,7 +143,7 @@ export class ClaimCheckReceiver {
       const { timeout, maxSequenceBytes, maxFragments, maxFragmentBytes } = consumer.sequence;
       sequenceConsumer = this.reassembler.createConsumer(
         consumer.channel,
-        (payload) => consumer.handler(ClaimedPayload.sequence(payload)),
+        (payload, context) => consumer.handler(ClaimedPayload.sequence(payload), context),
         {
           timeoutMs: timeout.ms,
           timeoutStrategy: timeout.strategy,
@@ -150,6 +151,7 @@ export class ClaimCheckReceiver {
           maxFragments,
           maxFragmentBytes,
           handlerRetry: consumer.handlerRetry,
+          handlerTimeoutMs: consumer.handlerTimeoutMs ?? false,
           prefetch: consumer.prefetch,
           deadLetterChannel: consumer.deadLetterChannel,
         },
@@ -215,7 +217,7 @@ export class ClaimCheckReceiver {
     const stopRenewing = this.keepLease(key, holder);
     let outcome: HandlerOutcome;
     try {
-      outcome = await this.runHandler(payload, consumer);
+      outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`);
     } finally {
       stopRenewing();
       payload.close();
@@ -291,12 +293,18 @@ export class ClaimCheckReceiver {
   private async runHandler(
     payload: ClaimedPayload,
     consumer: ClaimCheckConsumer,
+    subject: string,
   ): Promise<HandlerOutcome> {
     const { attempts } = consumer.handlerRetry;
+    const { channel, handlerTimeoutMs } = consumer;
     const outcome = await callHandlerWithRetry(
-      () => consumer.handler(payload),
+      (context) => consumer.handler(payload, context),
       consumer.handlerRetry,
       {
+        limit: {
+          ms: handlerTimeoutMs,
+          error: (attempt) => new HandlerTimeoutError(channel, subject, handlerTimeoutMs!, attempt),
+        },
         onFailure: (error, attempt) => {
           this.metrics.handlerFailed(consumer.channel);
           this.logger.warn(

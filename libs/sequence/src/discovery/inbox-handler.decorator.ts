@@ -14,6 +14,13 @@ interface InboxHandlerCommon {
    * not at all (exactly-once effect for writes to the same database). @default false
    */
   processInTransaction?: boolean;
+  /**
+   * Longest one call of this handler may run before it is abandoned: `context.signal` is
+   * aborted, what it wrote through `context.transaction` is rolled back (the transaction refuses
+   * its later statements), and the call counts as a failed attempt under the inbox's `retry`.
+   * `false`: no limit, whatever the module's. @default the module's handlerTimeoutMs (none)
+   */
+  handlerTimeoutMs?: number | false;
 }
 
 /** What `@InboxHandler` takes: the type of event, or of command, the method handles. */

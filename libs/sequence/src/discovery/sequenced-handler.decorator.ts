@@ -20,11 +20,12 @@ export interface SequencedHandlerOptions extends SequenceConsumerOptions {
  * Marks a provider method as the handler of a channel's sequences. It is called once per
  * complete, verified sequence with a {@link ReassembledPayload}; if it throws it is retried
  * (`handlerRetry`), then the sequence is dead-lettered. With `mode: 'stream'` it is called once
- * per fragment instead, in order, with a {@link StreamedFragment}.
+ * per fragment instead, in order, with a {@link StreamedFragment}. Its second argument is a
+ * `HandlerContext`, whose `signal` is aborted when a call runs past `handlerTimeoutMs`.
  *
  * @example
- * @SequencedHandler({ channel: 'imaging.ai.intake', timeoutMs: 60_000 })
- * async analyse(study: ReassembledPayload) { ... }
+ * @SequencedHandler({ channel: 'imaging.ai.intake', timeoutMs: 60_000, handlerTimeoutMs: 120_000 })
+ * async analyse(study: ReassembledPayload, { signal }: HandlerContext) { ... }
  */
 export const SequencedHandler = (options: SequencedHandlerOptions): MethodDecorator =>
   SetMetadata(SEQUENCED_HANDLER_METADATA, options);

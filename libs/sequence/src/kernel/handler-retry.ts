@@ -1,8 +1,10 @@
 import { delay } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import type { RejectionCode } from '../core/errors/rejection-code';
 import type { ResolvedRetryPolicy } from '../options/resolved-options';
+import { callHandler, type HandlerContext, type HandlerTimeLimit } from './handler-call';
 import { backoff } from './publish-with-retry';
 
 export type HandlerOutcome =
@@ -14,17 +16,25 @@ export type HandlerOutcome =
  * exponential backoff in between. `isFinal()` is asked after each failure: true stops at once
  * (wrong bytes, a store that cannot be read: calling the handler again now cannot help). A
  * {@link MessageRefusedError} stops at once too: the handler refused the message for good.
- * Shared by every pattern's consumers.
+ * With `hooks.limit`, a call that runs past it fails with a {@link HandlerTimeoutError} (see
+ * {@link callHandler}): a failed attempt like any other. Shared by every pattern's consumers.
  */
 export async function callHandlerWithRetry(
-  call: () => unknown,
+  call: (context: HandlerContext) => unknown,
   policy: ResolvedRetryPolicy,
-  hooks: { onFailure(error: unknown, attempt: number): void; isFinal(): boolean },
+  hooks: {
+    onFailure(error: unknown, attempt: number): void;
+    isFinal(): boolean;
+    limit?: HandlerTimeLimit;
+    /** Awaited before each call, outside its time limit. */
+    beforeCall?(): Promise<void>;
+  },
 ): Promise<HandlerOutcome> {
   const { attempts, baseDelayMs, maxDelayMs } = policy;
   for (let attempt = 1; ; attempt++) {
     try {
-      await call();
+      await hooks.beforeCall?.();
+      await callHandler(call, attempt, hooks.limit);
       return { ok: true, attempts: attempt };
     } catch (error) {
       const refused = error instanceof MessageRefusedError;
@@ -39,8 +49,9 @@ export async function callHandlerWithRetry(
 
 /**
  * The dead-letter code and detail of a failed handler outcome: the refusal's own when the handler
- * refused the message ({@link MessageRefusedError}), else `handler-failed` with how many calls
- * failed and the last error, about `what` (`sequence s-1`, `an inline payload`...).
+ * refused the message ({@link MessageRefusedError}), `handler-timeout` when its last call ran
+ * past `handlerTimeoutMs`, else `handler-failed` with how many calls failed and the last error,
+ * about `what` (`sequence s-1`, `an inline payload`...).
  */
 export function handlerRejection(
   what: string,
@@ -48,6 +59,14 @@ export function handlerRejection(
 ): { code: RejectionCode; detail: string } {
   if (outcome.error instanceof MessageRefusedError) {
     return { code: outcome.error.code, detail: `${what}: ${outcome.error.message}` };
+  }
+  if (outcome.error instanceof HandlerTimeoutError) {
+    return {
+      code: 'handler-timeout',
+      detail:
+        `${what}: handler timed out after ${outcome.error.timeoutMs} ms (handlerTimeoutMs) on ` +
+        `its last call, after ${outcome.attempts} call(s) failed`,
+    };
   }
   return {
     code: 'handler-failed',

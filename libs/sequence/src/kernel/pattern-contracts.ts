@@ -5,6 +5,7 @@ import type { SequencePayload } from '../core/payload-source';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { SequenceConsumerOptions } from '../options/sequence.options';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
+import type { HandlerContext } from './handler-call';
 
 // What a pattern offers the others. Patterns never import each other: where one builds on
 // another (Claim Check's `mode: 'auto'` sends and reassembles Message Sequences, Message
@@ -44,7 +45,7 @@ export interface SequenceReassembler {
   /** Binds `handler` to `channel`'s sequences, with the consumer's options over the module's. */
   createConsumer(
     channel: string,
-    handler: (payload: ReassembledSequence) => unknown,
+    handler: (payload: ReassembledSequence, context: HandlerContext) => unknown,
     options: SequenceConsumerOptions,
   ): ReassemblyConsumer;
   /** Takes one fragment message of the consumer's channel; never throws. */
@@ -101,7 +102,7 @@ export interface OrderedIntake {
   defineIntake(
     definedBy: string,
     definition: ResequencerDefinition,
-    handler: (event: OrderedEvent) => unknown,
+    handler: (event: OrderedEvent, context: HandlerContext) => unknown,
   ): { receive(message: InboundMessage): Promise<Disposition> };
 }
 export const ORDERED_INTAKE = Symbol('nest-sequence:ordered-intake');

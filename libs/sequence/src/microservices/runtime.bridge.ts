@@ -1,3 +1,4 @@
+import type { HandlerContext } from '../kernel/handler-call';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import {
   Inject,
@@ -197,13 +198,15 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
             className,
             methodName,
             options: spec.options,
-            call: (payload) => spec.handler(payload as ClaimedPayload),
+            call: (payload, context) =>
+              spec.handler(payload as ClaimedPayload, context as HandlerContext),
           })
         : this.ordered.bind({
             className,
             methodName,
             options: spec.definition,
-            call: (event) => spec.handler(event as Parameters<typeof spec.handler>[0]),
+            call: (event, context) =>
+              spec.handler(event as Parameters<typeof spec.handler>[0], context as HandlerContext),
           });
     return bindings.map((binding) => this.tracked(binding));
   }

@@ -1,3 +1,4 @@
+import type { HandlerContext } from '../kernel/handler-call';
 import type { ClaimPublishOptions, ClaimPublishReceipt } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import type { ClaimCheckHandlerOptions } from '../discovery/claim-check.decorator';
@@ -40,13 +41,13 @@ export type ConsumerSpec =
       readonly definedBy: string;
       /** `@ClaimCheck` options, the channel included: inline, sequenced or ticketed payloads. */
       readonly options: ClaimCheckHandlerOptions;
-      readonly handler: (payload: ClaimedPayload) => unknown;
+      readonly handler: (payload: ClaimedPayload, context: HandlerContext) => unknown;
     }
   | {
       readonly kind: 'ordered';
       readonly definedBy: string;
       readonly definition: ResequencerDefinition;
-      readonly handler: (event: ResequencedEvent) => unknown;
+      readonly handler: (event: ResequencedEvent, context: HandlerContext) => unknown;
     };
 
 /**

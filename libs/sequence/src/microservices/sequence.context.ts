@@ -27,7 +27,11 @@ export interface SequenceMessageInfo {
    * earlier event may release later ones).
    */
   readonly message?: InboundMessage;
+  /** Aborted when the call runs past `handlerTimeoutMs` (see {@link SequenceContext.getSignal}). */
+  readonly signal?: AbortSignal;
 }
+
+const NEVER_ABORTED = new AbortController().signal;
 
 /**
  * The context `@Ctx()` receives in `@EventPattern` and `@MessagePattern` handlers served by
@@ -89,6 +93,15 @@ export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
 
   getMessage(): InboundMessage | undefined {
     return this.info.message;
+  }
+
+  /**
+   * Aborted when this call runs past `handlerTimeoutMs` (the channel's, or the module's), with a
+   * `HandlerTimeoutError` as its `reason`: stop. What the handler returns after that is ignored.
+   * Never aborted when no limit is set.
+   */
+  getSignal(): AbortSignal {
+    return this.info.signal ?? NEVER_ABORTED;
   }
 
   /**

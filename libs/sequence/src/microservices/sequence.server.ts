@@ -294,7 +294,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         kind: 'ordered',
         definedBy,
         definition: { ...resequence, channel },
-        handler: (event) => this.dispatch(channel, patterns, event, fromEvent(event), runtime),
+        handler: (event, { signal }) =>
+          this.dispatch(channel, patterns, event, fromEvent(event), runtime, signal),
       };
     }
     return {
@@ -303,13 +304,14 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       options: { ...consumer, channel },
       // A sequence's payload object is made anew for each call of a retry; the message whose
       // delivery completed it is the same.
-      handler: (payload) =>
+      handler: (payload, { signal }) =>
         this.dispatch(
           channel,
           patterns,
           runtime.currentMessage() ?? payload,
           fromClaimed(payload),
           runtime,
+          signal,
         ),
     };
   }
@@ -318,6 +320,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
    * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
    * `source` is the same object on every call of one delivery's `handlerRetry`: handlers of the
    * pattern that already succeeded for it are not run again (a redelivery runs them all).
+   * `signal` is the call's: once it is aborted (the call ran past `handlerTimeoutMs`), what the
+   * call's handlers return is ignored — no reply, nothing counted done.
    */
   private async dispatch(
     channel: string,
@@ -325,6 +329,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     source: object,
     incoming: Incoming,
     runtime: SequenceRuntime,
+    signal: AbortSignal,
   ): Promise<void> {
     const { headers } = incoming.info;
     const pattern = headerString(headers, RpcHeader.pattern) ?? channel;
@@ -355,6 +360,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         channel,
         pattern,
         message: runtime.currentMessage(),
+        signal,
       });
       let outcome: PipelineOutcome;
       try {
@@ -363,6 +369,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       } catch (error) {
         outcome = { ok: false, error, stage: 'before-pipes' };
       }
+      // Abandoned: a later call of the retry (or a redelivery) answers for the message.
+      if (signal.aborted) return;
       if (route.kind === 'message' && request.ok) {
         // The request is done either way: the caller gets the result, or the error.
         await this.sendReply(request, route.definedBy, outcome, runtime);

@@ -74,6 +74,12 @@ export interface ClaimCheckConsumerOptions {
   deleteAfter?: ClaimRetention;
   /** Retries of a failing handler before the message is dead-lettered. @default the module's handlerRetry */
   handlerRetry?: RetryPolicy;
+  /**
+   * Longest one call of this handler may run before it is abandoned: its `AbortSignal` is
+   * aborted, the call counts as failed under `handlerRetry`, and what it returns later is
+   * ignored. `false`: no limit, whatever the module's. @default the module's handlerTimeoutMs (none)
+   */
+  handlerTimeoutMs?: number | false;
   /** Unsettled messages in this consumer's hands at once. @default the module's prefetch */
   prefetch?: number;
   /** Where refused messages go. @default the transport's `<channel>.dlq` */

@@ -17,6 +17,8 @@ export const DEFAULTS = {
     retry: { attempts: 5, baseDelayMs: 100, maxDelayMs: 5_000 },
   },
   handlerRetry: { attempts: 3, baseDelayMs: 200, maxDelayMs: 30_000 },
+  /** No limit: see `handlerTimeoutMs` in module-options.ts. */
+  handlerTimeoutMs: undefined as number | undefined,
   sequence: {
     timeoutMs: 300_000,
     timeoutStrategy: 'fixed',

@@ -117,6 +117,14 @@ export interface SequenceModuleOptions {
    * @default { attempts: 3, baseDelayMs: 200, maxDelayMs: 30000 }
    */
   handlerRetry?: RetryPolicy;
+  /**
+   * Longest one handler call may run, for every decorator that does not set its own: past it the
+   * call is abandoned (its `AbortSignal` aborted, its late result ignored) and counts as a failed
+   * attempt, so a handler that never returns cannot hold its message, lease and prefetch slot
+   * for ever. Off by default: how long a handler may rightly take (reading a 512 MiB payload,
+   * a slow downstream) only the application knows. @default undefined (no limit)
+   */
+  handlerTimeoutMs?: number | false;
   /** Unsettled messages a consumer holds at once, for every decorator that does not set its own. @default 16 */
   prefetch?: number;
   /**

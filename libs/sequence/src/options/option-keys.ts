@@ -35,6 +35,7 @@ const SEQUENCE_LIMIT_KEYS = {
 export const SEQUENCE_CONSUMER_KEYS = {
   ...SEQUENCE_LIMIT_KEYS,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   prefetchBytes: true,
   deadLetterChannel: true,
@@ -58,6 +59,7 @@ export const MODULE_KEYS: KeyTree = {
   stores: true,
   publish: PUBLISH_POLICY_KEYS,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   shutdownTimeoutMs: true,
   metrics: { registry: true, prefix: true },
@@ -181,6 +183,7 @@ export const CLAIM_CHECK_HANDLER_KEYS: KeyTree = {
   channel: true,
   deleteAfter: true,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   deadLetterChannel: true,
   sequence: SEQUENCE_LIMIT_KEYS,
@@ -203,6 +206,7 @@ export const RESEQUENCER_DEFINITION_KEYS: KeyTree = {
   maxBufferedBytesPerKey: true,
   overflow: true,
   handlerRetry: RETRY_POLICY_KEYS,
+  handlerTimeoutMs: true,
   prefetch: true,
   deadLetterChannel: true,
 };
@@ -212,6 +216,7 @@ export const INBOX_HANDLER_KEYS: KeyTree = {
   command: true,
   channel: true,
   processInTransaction: true,
+  handlerTimeoutMs: true,
 };
 
 /** `SplitterService.send`'s options. */

@@ -71,6 +71,13 @@ export interface ResequencerDefinition {
   overflow?: OverflowPolicy;
   /** Handler calls per event before the event is dead-lettered (the key then moves on). @default the module's handlerRetry */
   handlerRetry?: RetryPolicy;
+  /**
+   * Longest one handler call may run before it is abandoned: its `AbortSignal` is aborted and the
+   * call counts as failed under `handlerRetry`. The key's next call still waits until the
+   * abandoned one has returned: two calls for one key never overlap (see docs/resequencer.md).
+   * `false`: no limit, whatever the module's. @default the module's handlerTimeoutMs (none)
+   */
+  handlerTimeoutMs?: number | false;
   /** Unsettled input messages in this consumer's hands at once. @default the module's prefetch */
   prefetch?: number;
   /** Where refused events and gap records go. @default the transport's `<channel>.dlq` */

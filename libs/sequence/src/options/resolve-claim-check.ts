@@ -132,19 +132,21 @@ export function resolveClaimCheckConsumer(
   given: ClaimCheckConsumerOptions,
   options: Pick<ResolvedOptions, 'sequence' | 'claimCheck'>,
 ): ResolvedClaimCheckConsumer {
-  const { deleteAfter, handlerRetry, prefetch, deadLetterChannel, sequence } = given;
+  const { deleteAfter, handlerRetry, handlerTimeoutMs, prefetch, deadLetterChannel, sequence } =
+    given;
   const retentionProblem =
     deleteAfter === undefined ? undefined : claimRetentionProblem(deleteAfter);
   if (retentionProblem) throw new SequenceOptionsError(where, [`deleteAfter ${retentionProblem}`]);
   // The sequence options reach the aggregator unchanged: resolved (and checked) as one.
   const resolved = resolveSequenceConsumer(
     where,
-    { ...sequence, handlerRetry, prefetch, deadLetterChannel },
+    { ...sequence, handlerRetry, handlerTimeoutMs, prefetch, deadLetterChannel },
     options,
   );
   return {
     deleteAfter: deleteAfter ?? options.claimCheck.deleteAfter,
     handlerRetry: resolved.handlerRetry,
+    handlerTimeoutMs: resolved.handlerTimeoutMs,
     prefetch: resolved.prefetch,
     deadLetterChannel: resolved.deadLetterChannel,
     sequence: resolved,

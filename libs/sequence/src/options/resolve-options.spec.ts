@@ -461,6 +461,18 @@ describe('resolveModuleOptions', () => {
       );
     });
 
+    it.each([
+      [0, 'handlerTimeoutMs must be an integer >= 1, got 0'],
+      [1.5, 'handlerTimeoutMs must be an integer >= 1, got 1.5'],
+      [Infinity, 'handlerTimeoutMs must be an integer >= 1, got Infinity'],
+      [
+        2 ** 31,
+        `handlerTimeoutMs must be at most ${2 ** 31 - 1} ms (the longest a timer waits), got ${2 ** 31}`,
+      ],
+    ])('refuses handlerTimeoutMs %p, once', (value, problem) => {
+      expect(problemsOf({ handlerTimeoutMs: value })).toEqual([problem]);
+    });
+
     it("reports a bad module handlerRetry once, not again as each pattern's", () => {
       expect(problemsOf({ handlerRetry: { baseDelayMs: 50_000 } })).toEqual([
         'handlerRetry.maxDelayMs (30000) is below baseDelayMs (50000); raise maxDelayMs or ' +
@@ -526,6 +538,35 @@ describe('resolveSequenceConsumer', () => {
       maxSequenceBytes: 50 * MiB,
       prefetch: 2,
       deadLetterChannel: 'scans.failed',
+    });
+  });
+
+  it("takes the module's handlerTimeoutMs unless the handler sets its own, or false for none", () => {
+    const limited = resolve({ handlerTimeoutMs: 5_000 });
+
+    expect(limited.handlerTimeoutMs).toBe(5_000);
+    expect(resolve({}).handlerTimeoutMs).toBeUndefined();
+    expect(resolveSequenceConsumer('c', {}, limited).handlerTimeoutMs).toBe(5_000);
+    expect(resolveSequenceConsumer('c', { handlerTimeoutMs: 50 }, limited).handlerTimeoutMs).toBe(
+      50,
+    );
+    expect(
+      resolveSequenceConsumer('c', { handlerTimeoutMs: false }, limited).handlerTimeoutMs,
+    ).toBeUndefined();
+  });
+
+  it('refuses a handlerTimeoutMs that is not a positive integer, naming the handler', () => {
+    let error: unknown;
+    try {
+      resolveSequenceConsumer('sequence consumer of scans', { handlerTimeoutMs: -1 }, base);
+    } catch (caught) {
+      error = caught;
+    }
+
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect(error).toMatchObject({
+      where: 'sequence consumer of scans',
+      problems: ['handlerTimeoutMs must be an integer >= 1, got -1'],
     });
   });
 

@@ -10,6 +10,7 @@ import { resolveResequencerOptions } from './resolve-resequencer';
 import { resolveSequenceOptions } from './resolve-sequence';
 import {
   resolveConsumerId,
+  resolveHandlerTimeout,
   resolveMetrics,
   resolvePublishPolicy,
   resolveRetryPolicy,
@@ -36,6 +37,12 @@ export function resolveModuleOptions(
     options.handlerRetry,
     DEFAULTS.handlerRetry,
   );
+  const handlerTimeoutMs = resolveHandlerTimeout(
+    problems,
+    'handlerTimeoutMs',
+    options.handlerTimeoutMs,
+    DEFAULTS.handlerTimeoutMs,
+  );
   const prefetch = options.prefetch ?? DEFAULTS.prefetch;
   checkPrefetch(problems, 'prefetch', prefetch);
   const shutdownTimeoutMs = options.shutdownTimeoutMs ?? DEFAULTS.shutdownTimeoutMs;
@@ -44,12 +51,14 @@ export function resolveModuleOptions(
     transport,
     tuning,
     handlerRetry,
+    handlerTimeoutMs,
     prefetch,
   });
   return {
     consumerId: resolveConsumerId(problems, options.consumerId),
     publish,
     handlerRetry,
+    handlerTimeoutMs,
     prefetch,
     shutdownTimeoutMs,
     metrics: resolveMetrics(problems, options.metrics),

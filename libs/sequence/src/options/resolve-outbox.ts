@@ -12,7 +12,7 @@ import { DEFAULTS } from './defaults';
 import { checkKeys, INBOX_HANDLER_KEYS } from './option-keys';
 import type { BoxOptions, OutboxOptions } from './outbox.options';
 import type { ResolvedBoxOptions, ResolvedOutboxOptions } from './resolved-options';
-import { resolveRetryPolicy } from './resolve-shared';
+import { resolveHandlerTimeout, resolveRetryPolicy } from './resolve-shared';
 
 /** The option naming each box. */
 const BOX_OPTIONS: Record<
@@ -103,11 +103,13 @@ export function resolveOutboxOptions(
   };
 }
 
-/** What an `@InboxHandler` resolves to: its message kind, type and channel. */
+/** What an `@InboxHandler` resolves to: its message kind, type, channel and time limit. */
 export interface ResolvedInboxHandler {
   readonly kind: MessageKind;
   readonly type: string;
   readonly channel: string;
+  /** `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
 }
 
 /**
@@ -117,8 +119,9 @@ export interface ResolvedInboxHandler {
  */
 export function resolveInboxHandler(
   where: string,
-  options: { event?: unknown; command?: unknown; channel?: unknown },
+  options: { event?: unknown; command?: unknown; channel?: unknown; handlerTimeoutMs?: unknown },
   outbox: Pick<ResolvedOutboxOptions, 'serviceName'>,
+  handlerTimeoutMs: number | undefined,
 ): ResolvedInboxHandler {
   const unknown: string[] = [];
   checkKeys(unknown, options, INBOX_HANDLER_KEYS);
@@ -145,11 +148,17 @@ export function resolveInboxHandler(
         'in SequenceModule.forRoot (or give the handler a channel)',
     );
   }
+  const timeoutMs = resolveHandlerTimeout(
+    problems,
+    'handlerTimeoutMs',
+    options.handlerTimeoutMs as number | false | undefined,
+    handlerTimeoutMs,
+  );
   if (problems.length > 0) throw new SequenceOptionsError(where, problems);
   const channel =
     (options.channel as string | undefined) ??
     (kind === 'event'
       ? defaultEventChannel({ type: type as string })
       : defaultCommandChannel({ targetService: outbox.serviceName! }));
-  return { kind, type: type as string, channel };
+  return { kind, type: type as string, channel, handlerTimeoutMs: timeoutMs };
 }

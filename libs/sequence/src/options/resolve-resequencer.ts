@@ -14,7 +14,7 @@ import type {
   ResequencerDefinition,
   ResequencerOptions,
 } from './resequencer.options';
-import { resolveRetryPolicy } from './resolve-shared';
+import { resolveHandlerTimeout, resolveRetryPolicy } from './resolve-shared';
 import type { GapPolicy } from '../ports/resequencer-store.port';
 
 /** Most `outputInFlight`: past the broker's usual confirm batches, more gains nothing. */
@@ -122,7 +122,7 @@ export function resolveResequencerDefinition(
   definition: ResequencerDefinition,
   options: Pick<
     ResolvedOptions,
-    'resequencer' | 'handlerRetry' | 'prefetch' | 'publish' | 'tuning'
+    'resequencer' | 'handlerRetry' | 'handlerTimeoutMs' | 'prefetch' | 'publish' | 'tuning'
   >,
   deadLetterChannelOf: (channel: string) => string,
 ): ResolvedResequencer {
@@ -146,6 +146,12 @@ export function resolveResequencerDefinition(
     'handlerRetry',
     definition.handlerRetry,
     options.handlerRetry,
+  );
+  const handlerTimeoutMs = resolveHandlerTimeout(
+    problems,
+    'handlerTimeoutMs',
+    definition.handlerTimeoutMs,
+    options.handlerTimeoutMs,
   );
   const prefetch = definition.prefetch ?? options.prefetch;
   checkPrefetch(problems, 'prefetch', prefetch);
@@ -176,6 +182,7 @@ export function resolveResequencerDefinition(
       definition.maxBufferedBytesPerKey ?? options.resequencer.maxBufferedBytesPerKey,
     overflow: definition.overflow ?? options.resequencer.overflow,
     handlerRetry,
+    handlerTimeoutMs,
     prefetch,
     deadLetterChannel: definition.deadLetterChannel ?? deadLetterChannelOf(definition.channel),
   };

@@ -12,7 +12,7 @@ import type {
   ResolvedSequenceOptions,
   ResolvedTuning,
 } from './resolved-options';
-import { resolveRetryPolicy } from './resolve-shared';
+import { resolveHandlerTimeout, resolveRetryPolicy } from './resolve-shared';
 import type {
   MessageSequenceOptions,
   SequenceConsumerOptions,
@@ -29,6 +29,7 @@ export function resolveSequenceOptions(
     transport: Transport;
     tuning: ResolvedTuning;
     handlerRetry: ResolvedRetryPolicy;
+    handlerTimeoutMs: number | undefined;
     prefetch: number;
   },
 ): ResolvedSequenceOptions {
@@ -52,6 +53,7 @@ export function resolveSequenceOptions(
     maxFragmentBytes: transport.maxMessageBytes,
     maxHeaderBytes: DEFAULTS.sequence.maxHeaderBytes,
     handlerRetry: context.handlerRetry,
+    handlerTimeoutMs: context.handlerTimeoutMs,
     prefetch: context.prefetch,
     prefetchBytes: DEFAULTS.sequence.prefetchBytes,
   });
@@ -140,6 +142,7 @@ function resolveConsumerInto(
   at: string,
   options: SequenceLimitOptions & {
     handlerRetry?: RetryPolicy;
+    handlerTimeoutMs?: number | false;
     prefetch?: number;
     prefetchBytes?: number;
     deadLetterChannel?: string;
@@ -163,6 +166,12 @@ function resolveConsumerInto(
       `${at}handlerRetry`,
       options.handlerRetry,
       base.handlerRetry,
+    ),
+    handlerTimeoutMs: resolveHandlerTimeout(
+      problems,
+      `${at}handlerTimeoutMs`,
+      options.handlerTimeoutMs,
+      base.handlerTimeoutMs,
     ),
     prefetch: options.prefetch ?? base.prefetch,
     prefetchBytes: options.prefetchBytes ?? base.prefetchBytes,

@@ -46,6 +46,22 @@ export function resolveRetryPolicy(
   return policy;
 }
 
+/**
+ * A handler's time limit: `given` over `base` (the module's), `false` for none; checked as a
+ * timer's delay (an integer from 1 ms). `undefined` in the result: no limit.
+ */
+export function resolveHandlerTimeout(
+  problems: string[],
+  at: string,
+  given: number | false | undefined,
+  base: number | undefined,
+): number | undefined {
+  if (given === undefined) return base;
+  if (given === false) return undefined;
+  if (!checkDelay(problems, at, given, 1)) return base;
+  return given;
+}
+
 /** A publish policy: `given` over `base` (the module's, or the defaults), each field checked. */
 export function resolvePublishPolicy(
   problems: string[],

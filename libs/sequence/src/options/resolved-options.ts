@@ -51,6 +51,8 @@ export interface ResolvedSequenceConsumer {
   readonly maxFragmentBytes: number;
   readonly maxHeaderBytes: number;
   readonly handlerRetry: ResolvedRetryPolicy;
+  /** `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly prefetchBytes: number;
   readonly deadLetterChannel?: string;
@@ -87,6 +89,7 @@ export interface ResolvedClaimCheckOptions {
 export interface ResolvedClaimCheckConsumer {
   readonly deleteAfter: ClaimRetention;
   readonly handlerRetry: ResolvedRetryPolicy;
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly deadLetterChannel?: string;
   /** For payloads that arrive as a Message Sequence. */
@@ -117,6 +120,7 @@ export interface ResolvedResequencer {
   readonly maxBufferedBytesPerKey: number;
   readonly overflow: OverflowPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly deadLetterChannel: string;
 }
@@ -149,6 +153,8 @@ export interface ResolvedOptions {
   readonly consumerId: string;
   readonly publish: ResolvedPublishPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
+  /** What a handler that sets none gets; `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly shutdownTimeoutMs: number;
   readonly metrics: false | { readonly registry?: Registry; readonly prefix: string };

@@ -32,6 +32,12 @@ export interface SequenceLimitOptions {
 export interface SequenceConsumerOptions extends SequenceLimitOptions {
   /** Retries of a failing handler before the sequence is dead-lettered. @default the module's handlerRetry */
   handlerRetry?: RetryPolicy;
+  /**
+   * Longest one call of this handler may run before it is abandoned: its `AbortSignal` is
+   * aborted, the call counts as failed under `handlerRetry`, and what it returns later is
+   * ignored. `false`: no limit, whatever the module's. @default the module's handlerTimeoutMs (none)
+   */
+  handlerTimeoutMs?: number | false;
   /** Unsettled messages in this consumer's hands at once; see `prefetchBytes`. @default the module's prefetch */
   prefetch?: number;
   /**

@@ -38,10 +38,11 @@ export class InboxHandlerKind implements HandlerKind<InboxHandlerOptions> {
     call,
   }: DecoratedMethod<InboxHandlerOptions>): ChannelBinding[] {
     const name = `${className}.${methodName}`;
-    const { kind, type, channel } = resolveInboxHandler(
+    const { kind, type, channel, handlerTimeoutMs } = resolveInboxHandler(
       `${DECORATOR} on ${name}`,
       options,
       this.options.outbox,
+      this.options.handlerTimeoutMs,
     );
     this.handlers.add({
       name,
@@ -49,6 +50,7 @@ export class InboxHandlerKind implements HandlerKind<InboxHandlerOptions> {
       type,
       channel,
       processInTransaction: options.processInTransaction === true,
+      handlerTimeoutMs,
       handle: (message: OutboxEvent | OutboxCommand, context: InboxContext) =>
         call(message, context),
     });

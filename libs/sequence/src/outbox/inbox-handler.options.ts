@@ -18,6 +18,12 @@ export interface InboxContext {
   readonly receivedAt: Date;
   /** With `processInTransaction`: the transaction that marks this message done. */
   readonly transaction?: OutboxTransaction;
+  /**
+   * Aborted when this call runs past `handlerTimeoutMs`, with a `HandlerTimeoutError` as its
+   * `reason`: stop. `transaction` then refuses every further statement, and what the call wrote
+   * through it is rolled back. Never aborted when no limit is set.
+   */
+  readonly signal: AbortSignal;
 }
 
 /** An inbox handler method. */

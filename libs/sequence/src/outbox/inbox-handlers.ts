@@ -11,6 +11,8 @@ export interface RegisteredInboxHandler {
   readonly type: string;
   readonly channel: string;
   readonly processInTransaction: boolean;
+  /** `undefined`: no limit. */
+  readonly handlerTimeoutMs: number | undefined;
   readonly handle: InboxHandlerFunction;
 }
 

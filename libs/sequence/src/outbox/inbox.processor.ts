@@ -7,11 +7,12 @@ import type {
   RecordOutcome,
   StoredRecord,
 } from '../ports/outbox-store.port';
-import type { InboxContext } from './inbox-handler.options';
 import { parseMessage } from './outbox-message.codec';
 import { OutboxTransaction } from './outbox-transaction';
 import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { BoxWorker } from './box-worker';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
 /**
  * The processor of one inbox box: claims received records and runs their handler, one record at
@@ -106,24 +107,39 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       return this.failed(record, error, true);
     }
     const transaction = new OutboxTransaction(batch.transaction);
-    const context: InboxContext = {
-      id: record.id,
-      kind: record.kind,
-      type: record.type,
-      headers: record.headers,
-      attempt: record.attempts + 1,
-      receivedAt: new Date(record.createdAt),
-      transaction: handler.processInTransaction ? transaction : undefined,
+    const attempt = record.attempts + 1;
+    const call = ({ signal }: HandlerContext) =>
+      handler.handle(message, {
+        id: record.id,
+        kind: record.kind,
+        type: record.type,
+        headers: record.headers,
+        attempt,
+        receivedAt: new Date(record.createdAt),
+        transaction: handler.processInTransaction ? transaction : undefined,
+        signal,
+      });
+    const limit: HandlerTimeLimit = {
+      ms: handler.handlerTimeoutMs,
+      error: (calls) =>
+        new HandlerTimeoutError(
+          handler.channel,
+          `${record.kind} ${record.type} ${record.id}`,
+          handler.handlerTimeoutMs!,
+          calls,
+        ),
+      // Its savepoint rolls back now: what it would write later must not land in the claim's
+      // transaction (with the next record's work, or this one's failed attempt).
+      abandoned: () => transaction.abandon(limit.error(attempt)),
     };
     let called = false;
     try {
       await batch.transaction.savepoint(async () => {
         called = true;
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
-        // Joinable only until the handler's promise settles: what it left running opens its own.
-        await batch.handlerCall(() =>
-          transaction.within(async () => handler.handle(message, context)),
-        );
+        // Joinable only until the handler's call settles (or is abandoned): what it left running
+        // opens its own.
+        await batch.handlerCall(() => transaction.within(() => callHandler(call, attempt, limit)));
       });
     } catch (error) {
       // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.

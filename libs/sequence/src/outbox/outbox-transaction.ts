@@ -29,6 +29,8 @@ export class OutboxTransaction {
   private readonly queued = new Map<BoxName, NewBoxRecord[]>();
   /** Set once the records were written: later ones could not be, so they are refused. */
   private flushed = false;
+  /** Set when the handler this was handed to was abandoned: everything is refused with it. */
+  private abandonedBy: Error | undefined;
 
   constructor(private readonly transaction: StoreTransaction) {}
 
@@ -87,12 +89,24 @@ export class OutboxTransaction {
     nested.queued.clear();
   }
 
+  /**
+   * The inbox handler this was handed to ran past its `handlerTimeoutMs`: from now on every
+   * statement, savepoint, message and access to `client` is refused with `reason`, so that what
+   * the abandoned call does later cannot land in the claim's transaction.
+   */
+  abandon(reason: Error): void {
+    this.abandonedBy = reason;
+    this.flushed = true;
+    this.queued.clear();
+  }
+
   get dialect(): OutboxDialect {
     return this.transaction.dialect;
   }
 
   /** The driver's handle: a `pg` `PoolClient` inside `BEGIN`, or the `better-sqlite3` `Database`. */
   get client(): unknown {
+    if (this.abandonedBy) throw this.abandonedBy;
     return this.transaction.client;
   }
 
@@ -101,6 +115,7 @@ export class OutboxTransaction {
     sql: string,
     params?: readonly unknown[],
   ): Promise<{ rows: Row[]; rowCount: number }> {
+    if (this.abandonedBy) return Promise.reject(this.abandonedBy);
     return this.transaction.query<Row>(sql, params);
   }
 
@@ -109,6 +124,7 @@ export class OutboxTransaction {
    * commands recorded during it; the error is rethrown.
    */
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
+    if (this.abandonedBy) throw this.abandonedBy;
     const restore = OutboxTransaction.saveRecordedOn(this.transaction);
     try {
       return await this.transaction.savepoint(work);
@@ -151,6 +167,7 @@ export class OutboxTransaction {
   }
 
   private queue(box: BoxName, record: NewBoxRecord): void {
+    if (this.abandonedBy) throw this.abandonedBy;
     if (this.flushed) throw new OutboxTransactionFinishedError(record.kind, record.type);
     const records = this.queued.get(box) ?? [];
     records.push(record);

@@ -6,7 +6,10 @@ import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error'
 import type { ResequencerMetrics } from './resequencer.metrics';
 import type { HandOffItem, ResequencedEntry } from '../ports/resequencer-store.port';
 import { assertSendable, isUnsendable, type Transport } from '../ports/transport.port';
+import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { callHandlerWithRetry, handlerRejection } from '../kernel/handler-retry';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import type { AbandonedCalls } from './abandoned-calls';
 import {
   mayHaveReachedTheBroker,
   publishOnce,
@@ -22,7 +25,9 @@ import { ResequencedEvent } from './resequenced-event';
 export interface HandOffTargets {
   readonly definition: ResolvedResequencer;
   /** The decorated method (or the service user's handler); absent when only `output` is used. */
-  readonly handler?: (event: ResequencedEvent) => unknown;
+  readonly handler?: (event: ResequencedEvent, context: HandlerContext) => unknown;
+  /** This process's handler calls that ran past `handlerTimeoutMs` and still run. */
+  readonly abandoned: AbandonedCalls;
   readonly transport: Transport;
   readonly publish: ResolvedPublishPolicy;
   readonly metrics: ResequencerMetrics;
@@ -251,16 +256,21 @@ export class HandOffDeliverer {
       const event = new ResequencedEvent(key, entry.seq, entry.body, entry.headers);
       let final = false;
       let leaseEnding = false;
-      const call = () => {
-        // Asked before every call, the first included (a retry's backoff may have taken the
-        // lease's last moments): the next holder may be calling it with later events.
+      const call = (context: HandlerContext) => {
+        // Asked before every call, the first included (a retry's backoff, or the wait for an
+        // abandoned call, may have taken the lease's last moments): the next holder may be
+        // calling it with later events.
         if (!guard.allows(0)) {
           leaseEnding = true;
           throw new Error('the drain lease may lapse: no further call');
         }
-        return handler(event);
+        return handler(event, context);
       };
       const outcome = await callHandlerWithRetry(call, definition.handlerRetry, {
+        limit: this.limitOf(key, entry.seq),
+        // Untimed: a call abandoned on this key (this event's, or an earlier one's) must have
+        // returned before the next begins.
+        beforeCall: () => this.targets.abandoned.settled(key),
         onFailure: (error, attempt) => {
           if (leaseEnding) return;
           // Bytes that fail their check cannot get better by calling the handler again.
@@ -285,6 +295,32 @@ export class HandOffDeliverer {
     }
     metrics.delivered(definition.name);
     return true;
+  }
+
+  /** The time limit of one handler call on `key`'s event `seq`. */
+  private limitOf(key: string, seq: number): HandlerTimeLimit {
+    const { definition, logger, abandoned } = this.targets;
+    const ms = definition.handlerTimeoutMs;
+    const subject = `key ${key}, event ${seq}`;
+    return {
+      ms,
+      error: (attempt) => new HandlerTimeoutError(definition.channel, subject, ms!, attempt),
+      abandoned: (settled) => {
+        abandoned.add(key, settled);
+        logger.warn(
+          `${definition.name}: the handler ran past handlerTimeoutMs (${ms} ms) on ${subject}; ` +
+            'its AbortSignal is aborted, and the key waits until the call returns (two calls ' +
+            'for one key never overlap): a handler that ignores the signal keeps the key blocked',
+        );
+        const abandonedAt = Date.now();
+        void settled.then(() =>
+          logger.log(
+            `${definition.name}: the abandoned call on ${subject} returned ` +
+              `${Date.now() - abandonedAt} ms after its time limit; the key moves on`,
+          ),
+        );
+      },
+    };
   }
 
   /**

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { RESEQUENCED_METADATA } from '../discovery/resequenced.decorator';
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
+import type { HandlerContext } from '../kernel/handler-call';
 import { resequencerStoreState } from '../kernel/in-process-state.warning';
 import { RESEQUENCER_STORE } from '../kernel/tokens';
 import type { ResequencerDefinition } from '../options/resequencer.options';
@@ -32,7 +33,7 @@ export class ResequencedHandlerKind implements HandlerKind<ResequencerDefinition
     const resequencer = this.resequencers.define(
       `${DECORATOR} on ${name}`,
       options,
-      (event: ResequencedEvent) => call(event),
+      (event: ResequencedEvent, context: HandlerContext) => call(event, context),
     );
     const { channel, prefetch, deadLetterChannel } = resequencer.definition;
     return [

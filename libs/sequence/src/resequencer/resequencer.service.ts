@@ -1,6 +1,7 @@
 import { type ResequencerInput } from '../core/resequence-input';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import type { HandlerContext } from '../kernel/handler-call';
 import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
 import { RESEQUENCER_STORE, RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResequencerDefinition } from '../options/resequencer.options';
@@ -49,7 +50,7 @@ export class ResequencerService implements OrderedIntake {
    */
   create(
     definition: ResequencerDefinition,
-    handler?: (event: ResequencedEvent) => unknown,
+    handler?: (event: ResequencedEvent, context: HandlerContext) => unknown,
   ): Resequencer {
     return this.define('ResequencerService.create', definition, handler);
   }
@@ -58,7 +59,7 @@ export class ResequencerService implements OrderedIntake {
   defineIntake(
     definedBy: string,
     definition: ResequencerDefinition,
-    handler: (event: OrderedEvent) => unknown,
+    handler: (event: OrderedEvent, context: HandlerContext) => unknown,
   ): Resequencer {
     return this.define(definedBy, definition, handler);
   }
@@ -71,7 +72,7 @@ export class ResequencerService implements OrderedIntake {
   define(
     definedBy: string,
     definition: ResequencerDefinition,
-    handler: ((event: ResequencedEvent) => unknown) | undefined,
+    handler: ((event: ResequencedEvent, context: HandlerContext) => unknown) | undefined,
   ): Resequencer {
     const resolved = resolveResequencerDefinition(definedBy, definition, this.options, (channel) =>
       this.transport.deadLetterChannel(channel),

@@ -18,6 +18,7 @@ import type {
 } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
+import { AbandonedCalls } from './abandoned-calls';
 import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import { LocalDrains } from './local-drains';
@@ -78,14 +79,16 @@ const BUSY_POLL_MS = 10;
 export class Resequencer {
   private readonly deliverer: HandOffDeliverer;
   private readonly localDrains = new LocalDrains();
+  private readonly abandoned = new AbandonedCalls();
 
   constructor(
     readonly definition: ResolvedResequencer,
     private readonly deps: ResequencerDependencies,
-    targets: Omit<HandOffTargets, 'definition' | 'publish' | 'metrics' | 'logger'>,
+    targets: Omit<HandOffTargets, 'definition' | 'publish' | 'metrics' | 'logger' | 'abandoned'>,
   ) {
     this.deliverer = new HandOffDeliverer({
       ...targets,
+      abandoned: this.abandoned,
       definition,
       publish: deps.options.publish,
       metrics: deps.metrics,
@@ -201,6 +204,9 @@ export class Resequencer {
       limit: drain.batchSize,
       now: Date.now(),
     });
+    // A handler call abandoned on this key still runs here: the drain that abandoned it holds
+    // the key until it returns (below), and a new one must not start behind its back.
+    if (!started && this.abandoned.has(key)) return 'busy';
     const claimedAt = started?.claimedAt ?? Date.now();
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
@@ -215,6 +221,10 @@ export class Resequencer {
           if (count === 0) break;
           delivered += count;
         }
+        // Before the settle that may let the lease go: while a call this drain abandoned still
+        // runs, the key's next event must not be delivered, here or on another instance. The
+        // lease is renewed meanwhile.
+        await this.abandoned.settled(key);
         await lease.pause();
         if (delivered < items.length || lease.lost()) {
           // Stopped early (broker unreachable, or the lease may be gone): settle what went out
@@ -233,7 +243,9 @@ export class Resequencer {
       }
     } catch (error) {
       // A store or decode failure mid-drain: let the lease go now rather than block the key
-      // for leaseMs; the items stay for the next drain.
+      // for leaseMs (but not before an abandoned call of the key returned); the items stay for
+      // the next drain.
+      await this.abandoned.settled(key);
       await store.releaseDrain(ref, holder).catch(() => undefined);
       throw error;
     } finally {

@@ -7,6 +7,7 @@ import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error'
 import { parseFragmentHeaders, SequenceHeader, type FragmentHeaders } from '../core/headers';
 import type { SequenceMetrics } from './sequence.metrics';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
+import type { HandlerContext } from '../kernel/handler-call';
 import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
 import type { ResolvedSequenceConsumer } from '../options/resolved-options';
 import { claimCheckMarking } from '../core/claim-check-headers';
@@ -16,7 +17,7 @@ import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
 
 /** A function that receives a streamed sequence's fragments, in order. */
-export type FragmentHandlerFn = (fragment: StreamedFragment) => unknown;
+export type FragmentHandlerFn = (fragment: StreamedFragment, context: HandlerContext) => unknown;
 
 /** Sequences whose SHA-256 one consumer follows at once (each holds a hash state, ~200 bytes). */
 const FOLLOWED_SEQUENCES = 4096;
@@ -57,12 +58,13 @@ export class FragmentStream {
         seq: SequenceHeader.position,
         gap: { timeoutMs: options.timeout.ms, policy: 'dead-letter' },
         handlerRetry: options.handlerRetry,
+        handlerTimeoutMs: options.handlerTimeoutMs ?? false,
         prefetch: options.prefetch,
         deadLetterChannel: options.deadLetterChannel,
         maxBufferedPerKey: options.maxFragments,
         maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
-      (event) => this.deliver(event),
+      (event, context) => this.deliver(event, context),
     );
   }
 
@@ -124,7 +126,7 @@ export class FragmentStream {
   }
 
   /** Hands one released fragment to the handler; a last fragment only if the payload checks. */
-  private async deliver(event: OrderedEvent): Promise<void> {
+  private async deliver(event: OrderedEvent, context: HandlerContext): Promise<void> {
     const fragment = parseFragmentHeaders(event.headers);
     const { sequenceId, position } = fragment;
     this.digests.feed(sequenceId, position, event.body);
@@ -169,6 +171,7 @@ export class FragmentStream {
         fragment.contentType,
         verified,
       ),
+      context,
     );
     if (fragment.last) this.digests.forget(sequenceId);
   }

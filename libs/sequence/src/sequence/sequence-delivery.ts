@@ -19,6 +19,8 @@ import {
   handlerRejection,
   type HandlerOutcome,
 } from '../kernel/handler-retry';
+import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceConsumer } from './sequence-consumer';
 
@@ -152,7 +154,20 @@ export class SequenceDelivery {
     consumer: SequenceConsumer,
   ): Promise<HandlerOutcome> {
     const { attempts } = consumer.options.handlerRetry;
-    return callHandlerWithRetry(() => consumer.handler(payload), consumer.options.handlerRetry, {
+    const { handlerTimeoutMs } = consumer.options;
+    const limit: HandlerTimeLimit = {
+      ms: handlerTimeoutMs,
+      error: (attempt) =>
+        new HandlerTimeoutError(
+          consumer.channel,
+          `sequence ${payload.sequenceId}`,
+          handlerTimeoutMs!,
+          attempt,
+        ),
+    };
+    const call = (context: HandlerContext) => consumer.handler(payload, context);
+    return callHandlerWithRetry(call, consumer.options.handlerRetry, {
+      limit,
       onFailure: (error, attempt) => {
         this.metrics.handlerFailed(consumer.channel);
         this.logger.warn(

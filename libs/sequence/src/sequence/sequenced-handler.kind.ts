@@ -6,6 +6,7 @@ import {
 } from '../discovery/sequenced-handler.decorator';
 import type { ChannelBinding, HandlerKind } from '../kernel/channel-binding';
 import type { DecoratedMethod } from '../kernel/decorated-methods';
+import type { HandlerContext } from '../kernel/handler-call';
 import { requireChannel } from '../kernel/discovery.messages';
 import { checkKeys, CONSUMER_RENAMES, SEQUENCED_HANDLER_KEYS } from '../options/option-keys';
 import { resequencerStoreState, sequenceStoreState } from '../kernel/in-process-state.warning';
@@ -55,7 +56,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
     }
     const consumer = this.aggregator.createConsumer(
       channel,
-      (payload: ReassembledPayload) => call(payload),
+      (payload: ReassembledPayload, context: HandlerContext) => call(payload, context),
       overrides,
     );
     const { prefetch, deadLetterChannel } = consumer.options;
@@ -63,7 +64,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
       const stream = new FragmentStream(
         channel,
         consumer.options,
-        (fragment: StreamedFragment) => call(fragment),
+        (fragment: StreamedFragment, context: HandlerContext) => call(fragment, context),
         this.metrics,
         this.ordering,
         where,

@@ -13,6 +13,7 @@ import {
   InMemoryTransport,
   type ClaimCheckHandlerOptions,
   type Disposition,
+  type HandlerContext,
   type PayloadStore,
   type SequenceModuleOptions,
   type Subscription,
@@ -53,8 +54,12 @@ export class RecordingClaimHandler {
   /** How a call reads its payload. */
   read: (payload: ClaimedPayload) => Promise<Buffer> = (payload) => payload.toBuffer();
 
-  async handle(payload: ClaimedPayload): Promise<void> {
+  /** Awaited at the start of every call (after counting it), e.g. to hold the handler mid-call. */
+  onCall?: (payload: ClaimedPayload, context: HandlerContext) => Promise<void>;
+
+  async handle(payload: ClaimedPayload, context: HandlerContext): Promise<void> {
     this.calls++;
+    await this.onCall?.(payload, context);
     if (this.failNext > 0) {
       this.failNext--;
       throw new Error(`handler failure #${this.calls} (expected by the test)`);
@@ -77,8 +82,8 @@ export function recordingClaimHandler(
   @Injectable()
   class Handler extends RecordingClaimHandler {
     @ClaimCheck(options)
-    override async handle(payload: ClaimedPayload): Promise<void> {
-      await super.handle(payload);
+    override async handle(payload: ClaimedPayload, context: HandlerContext): Promise<void> {
+      await super.handle(payload, context);
     }
   }
   return Handler;

@@ -5,6 +5,7 @@ import { PublishRejectedError } from '../../src/core/errors/publish-rejected.err
 import { PublishTimeoutError } from '../../src/core/errors/publish-timeout.error';
 import type { ResequencerMetrics } from '../../src/resequencer/resequencer.metrics';
 import type { PublishOptions, Transport } from '../../src/ports/transport.port';
+import { AbandonedCalls } from '../../src/resequencer/abandoned-calls';
 import { HandOffDeliverer } from '../../src/resequencer/hand-off.deliverer';
 import { Resequencer } from '../../src/resequencer/resequencer';
 import { resolveResequencerDefinition } from '../../src/options/resolve-resequencer';
@@ -123,6 +124,7 @@ function delivererWith(outputInFlight: number, transport: Transport) {
     metrics,
     logger,
     reportGap: async () => undefined,
+    abandoned: new AbandonedCalls(),
   });
   return { deliverer, ...recorded };
 }

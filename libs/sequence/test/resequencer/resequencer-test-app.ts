@@ -10,6 +10,7 @@ import {
   Resequenced,
   ResequencerService,
   type GapEvent,
+  type HandlerContext,
   type ResequencedEvent,
   type ResequencerDefinition,
   type SequenceModuleOptions,
@@ -28,13 +29,23 @@ export interface Received {
   readonly headers: Readonly<Record<string, unknown>>;
 }
 
-/** A `@Resequenced` handler for tests: records every call; can be told to fail. */
+/** A `@Resequenced` handler for tests: records every call; can be told to fail, or to wait. */
 export class RecordingResequencedHandler {
   readonly received: Received[] = [];
   /** Events (`key:seq`) whose calls throw, every time. */
   readonly failing = new Set<string>();
+  /**
+   * Awaited at the start of every call, before it is recorded (e.g. to hold the handler mid-call,
+   * or to see its signal); what it throws fails the call.
+   */
+  onCall?: (event: ResequencedEvent, context: HandlerContext) => Promise<void>;
 
-  handle(event: ResequencedEvent): void {
+  handle(event: ResequencedEvent, context: HandlerContext): void | Promise<void> {
+    if (!this.onCall) return this.record(event);
+    return this.onCall(event, context).then(() => this.record(event));
+  }
+
+  private record(event: ResequencedEvent): void {
     if (this.failing.has(`${event.key}:${event.seq}`)) {
       throw new Error(`handler failure on ${event.key}:${event.seq} (expected by the test)`);
     }
@@ -59,8 +70,8 @@ export function resequencedHandler(
   @Injectable()
   class Handler extends RecordingResequencedHandler {
     @Resequenced(definition)
-    override handle(event: ResequencedEvent): void {
-      super.handle(event);
+    override handle(event: ResequencedEvent, context: HandlerContext): void | Promise<void> {
+      return super.handle(event, context);
     }
   }
   return Handler;

@@ -13,6 +13,7 @@ import {
   ReassembledPayload,
   SequencedHandler,
   SplitterService,
+  type HandlerContext,
   type InboundMessage,
   type SequenceModuleOptions,
   type SequenceStore,
@@ -41,8 +42,8 @@ export function recordingHandler(options: SequencedHandlerOptions): Type<Recordi
   @Injectable()
   class Handler extends RecordingHandler {
     @SequencedHandler(options)
-    override async handle(payload: ReassembledPayload): Promise<void> {
-      await super.handle(payload);
+    override async handle(payload: ReassembledPayload, context: HandlerContext): Promise<void> {
+      await super.handle(payload, context);
     }
   }
   return Handler;
@@ -54,11 +55,11 @@ export class RecordingHandler {
   /** Number of upcoming calls that throw. */
   failNext = 0;
   /** Awaited at the start of every call (after counting it), e.g. to hold the handler mid-call. */
-  onCall?: (payload: ReassembledPayload) => Promise<void>;
+  onCall?: (payload: ReassembledPayload, context: HandlerContext) => Promise<void>;
 
-  async handle(payload: ReassembledPayload): Promise<void> {
+  async handle(payload: ReassembledPayload, context: HandlerContext): Promise<void> {
     this.calls++;
-    await this.onCall?.(payload);
+    await this.onCall?.(payload, context);
     if (this.failNext > 0) {
       this.failNext--;
       throw new Error(`handler failure #${this.calls}`);

@@ -1,5 +1,6 @@
 export * from './sequence.error';
 export * from './message-refused.error';
+export * from './handler-timeout.error';
 export * from './rejection-code';
 export * from './malformed-fragment.error';
 export * from './sequence-integrity.error';

@@ -35,6 +35,8 @@ export type RejectionCode =
   | 'sequence-expired'
   /** The handler kept failing after its retries. */
   | 'handler-failed'
+  /** The handler's last call ran past `handlerTimeoutMs` (the calls before it failed or timed out too). */
+  | 'handler-timeout'
   /**
    * Claim Check: the ticket is malformed, unsigned, badly signed, under an unknown key, expired,
    * or names no channel where one is required.

@@ -1,0 +1,95 @@
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { callHandler, type HandlerContext, type HandlerTimeLimit } from './handler-call';
+
+function limitOf(ms: number | undefined, abandoned: Array<Promise<void>> = []): HandlerTimeLimit {
+  return {
+    ms,
+    error: (attempt) => new HandlerTimeoutError('orders', 'event 7', ms ?? 0, attempt),
+    abandoned: (settled) => void abandoned.push(settled),
+  };
+}
+
+describe('callHandler', () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+
+  it('settles as the call does within its limit, with a signal left alone', async () => {
+    let seen: HandlerContext | undefined;
+    const calling = callHandler(
+      async (context) => {
+        seen = context;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      },
+      2,
+      limitOf(50),
+    );
+    await jest.advanceTimersByTimeAsync(10);
+
+    await expect(calling).resolves.toBeUndefined();
+    expect(seen).toMatchObject({ attempt: 2 });
+    expect(seen?.signal.aborted).toBe(false);
+    // Its timer was cleared: nothing fires later.
+    expect(jest.getTimerCount()).toBe(0);
+  });
+
+  it('fails with the limit error past the limit, aborting the signal with it', async () => {
+    const abandoned: Array<Promise<void>> = [];
+    let seen: HandlerContext | undefined;
+    const calling = callHandler(
+      (context) => {
+        seen = context;
+        return new Promise(() => undefined);
+      },
+      1,
+      limitOf(50, abandoned),
+    );
+    const outcome = calling.catch((error: unknown) => error);
+    await jest.advanceTimersByTimeAsync(50);
+
+    const error = await outcome;
+    expect(error).toBeInstanceOf(HandlerTimeoutError);
+    expect(error).toMatchObject({
+      channel: 'orders',
+      subject: 'event 7',
+      timeoutMs: 50,
+      attempt: 1,
+    });
+    expect(seen?.signal.aborted).toBe(true);
+    expect(seen?.signal.reason).toBe(error);
+    expect(abandoned).toHaveLength(1);
+  });
+
+  it('tells when an abandoned call settles, and observes its late rejection', async () => {
+    const abandoned: Array<Promise<void>> = [];
+    let fail!: (error: Error) => void;
+    const calling = callHandler(
+      () => new Promise((_, reject) => (fail = reject)),
+      1,
+      limitOf(50, abandoned),
+    ).catch(() => undefined);
+    await jest.advanceTimersByTimeAsync(50);
+    await calling;
+    let settled = false;
+    void abandoned[0].then(() => (settled = true));
+    await Promise.resolve();
+    expect(settled).toBe(false);
+
+    fail(new Error('late'));
+
+    await expect(abandoned[0]).resolves.toBeUndefined();
+    expect(settled).toBe(true);
+  });
+
+  it('sets no timer without a limit', async () => {
+    let seen: HandlerContext | undefined;
+    const calling = callHandler((context) => {
+      seen = context;
+      return new Promise(() => undefined);
+    }, 1);
+    await Promise.resolve();
+
+    expect(seen?.signal.aborted).toBe(false);
+    expect(jest.getTimerCount()).toBe(0);
+    void calling;
+  });
+});
