@@ -103,6 +103,13 @@ export interface OrderedIntake {
     definedBy: string,
     definition: ResequencerDefinition,
     handler: (event: OrderedEvent, context: HandlerContext) => unknown,
+    bounds?: IntakeBounds,
   ): { receive(message: InboundMessage): Promise<Disposition> };
+}
+
+/** Bounds an intake's definer sets besides the definition's (stream mode: its own budget). */
+export interface IntakeBounds {
+  /** In place of `resequencer.maxBufferedBytesTotal`. */
+  readonly maxBufferedBytesTotal?: number;
 }
 export const ORDERED_INTAKE = Symbol('nest-sequence:ordered-intake');

@@ -180,6 +180,7 @@ export function resolveResequencerDefinition(
     maxBufferedPerKey: definition.maxBufferedPerKey ?? options.resequencer.maxBufferedPerKey,
     maxBufferedBytesPerKey:
       definition.maxBufferedBytesPerKey ?? options.resequencer.maxBufferedBytesPerKey,
+    maxBufferedBytesTotal: options.resequencer.maxBufferedBytesTotal,
     overflow: definition.overflow ?? options.resequencer.overflow,
     handlerRetry,
     handlerTimeoutMs,

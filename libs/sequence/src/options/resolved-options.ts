@@ -118,6 +118,8 @@ export interface ResolvedResequencer {
   readonly gap: { readonly timeoutMs: number; readonly policy: GapPolicy };
   readonly maxBufferedPerKey: number;
   readonly maxBufferedBytesPerKey: number;
+  /** `resequencer.maxBufferedBytesTotal`, or what the definer set (stream mode: its store budget). */
+  readonly maxBufferedBytesTotal: number;
   readonly overflow: OverflowPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
   readonly handlerTimeoutMs: number | undefined;

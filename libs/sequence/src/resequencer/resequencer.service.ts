@@ -2,7 +2,7 @@ import { type ResequencerInput } from '../core/resequence-input';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { HandlerContext } from '../kernel/handler-call';
-import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
+import type { IntakeBounds, OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
 import { RESEQUENCER_STORE, RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { ResolvedOptions } from '../options/resolved-options';
@@ -60,8 +60,9 @@ export class ResequencerService implements OrderedIntake {
     definedBy: string,
     definition: ResequencerDefinition,
     handler: (event: OrderedEvent, context: HandlerContext) => unknown,
+    bounds: IntakeBounds = {},
   ): Resequencer {
-    return this.define(definedBy, definition, handler);
+    return this.define(definedBy, definition, handler, bounds);
   }
 
   /**
@@ -73,10 +74,14 @@ export class ResequencerService implements OrderedIntake {
     definedBy: string,
     definition: ResequencerDefinition,
     handler: ((event: ResequencedEvent, context: HandlerContext) => unknown) | undefined,
+    bounds: IntakeBounds = {},
   ): Resequencer {
-    const resolved = resolveResequencerDefinition(definedBy, definition, this.options, (channel) =>
-      this.transport.deadLetterChannel(channel),
-    );
+    const resolved = {
+      ...resolveResequencerDefinition(definedBy, definition, this.options, (channel) =>
+        this.transport.deadLetterChannel(channel),
+      ),
+      ...bounds,
+    };
     if (resolved.callHandler && !handler) {
       // Released events would be counted delivered, and their input acked, with nobody told.
       throw new SequenceOptionsError(definedBy, [

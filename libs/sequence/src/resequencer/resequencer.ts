@@ -146,7 +146,7 @@ export class Resequencer {
             maxBufferedPerKey: definition.maxBufferedPerKey,
             maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
             maxBufferedBytesPerKey: definition.maxBufferedBytesPerKey,
-            maxBufferedBytesTotal: deps.options.resequencer.maxBufferedBytesTotal,
+            maxBufferedBytesTotal: definition.maxBufferedBytesTotal,
           },
           now: Date.now(),
           drain: {
@@ -308,8 +308,9 @@ export class Resequencer {
       store.bufferedBytes(this.name),
     ]);
     metrics.bufferedNow(this.name, events, bytes);
-    const { maxBufferedTotal, maxBufferedBytesTotal } = options.resequencer;
-    return { events, maxEvents: maxBufferedTotal, bytes, maxBytes: maxBufferedBytesTotal };
+    const { maxBufferedTotal } = options.resequencer;
+    const maxBytes = this.definition.maxBufferedBytesTotal;
+    return { events, maxEvents: maxBufferedTotal, bytes, maxBytes };
   }
 
   /** The key's next expected sequence, buffered sequences and hand-off backlog. */

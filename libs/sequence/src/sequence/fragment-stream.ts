@@ -47,6 +47,8 @@ export class FragmentStream {
     private readonly metrics: SequenceMetrics,
     ordering: OrderedIntake,
     definedBy: string,
+    /** What the channel's buffered fragments may hold in all: its sequence budget. */
+    channelBudgetBytes: number,
   ) {
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
     this.intake = ordering.defineIntake(
@@ -65,6 +67,7 @@ export class FragmentStream {
         maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
       (event, context) => this.deliver(event, context),
+      { maxBufferedBytesTotal: channelBudgetBytes },
     );
   }
 

@@ -11,7 +11,8 @@ import { requireChannel } from '../kernel/discovery.messages';
 import { checkKeys, CONSUMER_RENAMES, SEQUENCED_HANDLER_KEYS } from '../options/option-keys';
 import { resequencerStoreState, sequenceStoreState } from '../kernel/in-process-state.warning';
 import { ORDERED_INTAKE, type OrderedIntake } from '../kernel/pattern-contracts';
-import { RESEQUENCER_STORE, SEQUENCE_STORE } from '../kernel/tokens';
+import { RESEQUENCER_STORE, RESOLVED_OPTIONS, SEQUENCE_STORE } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 import type { ResequencerStore } from '../ports/resequencer-store.port';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import { AggregatorService } from './aggregator.service';
@@ -34,6 +35,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
     @Inject(ORDERED_INTAKE) private readonly ordering: OrderedIntake,
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(RESEQUENCER_STORE) private readonly resequencerStore: ResequencerStore,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
   ) {}
 
   bind({
@@ -68,6 +70,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
         this.metrics,
         this.ordering,
         where,
+        this.options.sequence.maxChannelBufferedBytes,
       );
       return [
         {

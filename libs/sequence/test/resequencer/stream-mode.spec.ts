@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import { GapSweeper } from '../../src/resequencer/gap.sweeper';
 import {
   InMemoryTransport,
+  ResequencerService,
   SequencedHandler,
   SequenceModule,
   SplitterService,
@@ -150,6 +151,36 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
         .slice(1)
         .map((m) => String(m.headers['x-death-reason']).split(':')[0]),
     ).toEqual(['sequence-too-large', 'sequence-too-large']);
+  });
+
+  it("holds the fragments waiting for a gap within the channel's sequence budget", async () => {
+    // Room for about two 1,000-byte fragments (with their headers and overhead), not six.
+    const budget = 2_600;
+    await start({}, { sequence: { maxBufferedBytes: budget, maxSequenceBytes: 2_000 } });
+    const fragments = makeFragments('s', bytes(7_000, 10), 1_000);
+    const streamed = fragments.map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    const resequencers = app.get(ResequencerService);
+    await publishAll(transport, channel, streamed.slice(1, 7));
+    await eventually(
+      async () =>
+        (await metricValue(
+          app.get(ModuleMetrics).registry,
+          'nest_sequence_resequencer_events_total',
+          {
+            resequencer: `sequence-stream:${channel}`,
+            outcome: 'full',
+          },
+        )) > 0,
+      'fragments past the budget back-pressured',
+    );
+    const held = (await resequencers.buffers())[`sequence-stream:${channel}`];
+    expect(held.maxBytes).toBe(budget);
+    expect(held.bytes).toBeLessThanOrEqual(budget);
+    expect(held.events).toBeLessThan(6);
+    expect(received).toEqual([]);
   });
 
   it('never hands over a last fragment whose payload fails its SHA-256: it is dead-lettered', async () => {
