@@ -70,7 +70,7 @@ export interface MessageSequenceOptions extends SequenceLimitOptions {
   /**
    * Store-wide ceiling of budget bytes held for open sequences: their bodies (declared bytes are
    * reserved when a sequence opens), the headers each keeps, and a fixed overhead per sequence
-   * (1 KiB) and per fragment (128 bytes). @default 1073741824 (1 GiB)
+   * (1 KiB) and per fragment (256 bytes). @default 1073741824 (1 GiB)
    */
   maxBufferedBytes?: number;
   /**
