@@ -22,8 +22,8 @@ export interface ResequencedEntry {
  * events of its buffer and the items of its hand-off list: the per-key bounds count both (a
  * drain that is held up cannot let the list grow), the scope-wide ones the buffers only (a
  * hand-off list is bounded per key and drains without waiting for anything). Bytes are counted
- * per event by {@link heldEntryBytes}; gap records in a hand-off list count as items, with no
- * bytes. An absent byte bound is no bound.
+ * per event by `heldEntryBytes` (body, headers, 64 bytes); gap records in a hand-off list count
+ * as items, with no bytes. An absent byte bound is no bound.
  */
 export interface ResequencerLimits {
   /** Most events and hand-off items held for one key. */
@@ -181,7 +181,7 @@ export interface ResequencerKeyState {
   readonly handOff: number;
   /** When the current gap opened, if the buffer is not empty. */
   readonly gapSince?: number;
-  /** Bytes of the events in the buffer and the hand-off list ({@link heldEntryBytes}), if any. */
+  /** Bytes of the events in the buffer and the hand-off list (`heldEntryBytes`), if any. */
   readonly heldBytes?: number;
 }
 

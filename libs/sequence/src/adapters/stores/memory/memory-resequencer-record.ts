@@ -13,7 +13,7 @@ export interface ResequencerKeyRecord {
   readonly buffer: Map<number, ResequencedEntry>;
   /** What is ready to deliver, in delivery order. */
   readonly handOff: HandOffItem[];
-  /** Bytes of the buffer's events ({@link heldEntryBytes}). */
+  /** Bytes of the buffer's events (counted by `heldEntryBytes`). */
   bufferBytes: number;
   /** Bytes of the hand-off list's events. */
   handOffBytes: number;
