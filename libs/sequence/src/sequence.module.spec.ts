@@ -464,7 +464,7 @@ describe('SequenceModule', () => {
         '@InboxHandler on Handler.handle',
         [
           'inTransaction is not an option; the options are event, command, channel, ' +
-            'processInTransaction',
+            'processInTransaction, handlerTimeoutMs',
         ],
       ],
     ])(
