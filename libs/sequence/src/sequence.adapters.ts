@@ -84,8 +84,19 @@ export function composeAdapters(
     return adapter;
   };
   const transport = options.transport ?? own(new InMemoryTransport());
+  const sequenceEncryption = options.sequence?.encryption;
+  const givenSequenceStore = options.sequence?.store ?? fromSets('sequenceStore');
+  if (givenSequenceStore && sequenceEncryption) problems.push(encryptionOfGivenStore('sequence'));
   const sequenceStore =
-    options.sequence?.store ?? fromSets('sequenceStore') ?? own(new MemorySequenceStore());
+    givenSequenceStore ??
+    own(
+      encryptedDefault(
+        'sequence',
+        () => new MemorySequenceStore({ encryption: sequenceEncryption }),
+        () => new MemorySequenceStore(),
+        problems,
+      ),
+    );
   const resequencerStore =
     options.resequencer?.store ?? fromSets('resequencerStore') ?? own(new MemoryResequencerStore());
   const claimCheck = claimCheckStores(options, fromSets, own, problems);
@@ -99,6 +110,33 @@ export function composeAdapters(
     outbox: { store: outboxStore, openEmbedded: openEmbeddedOutboxStore },
     owned,
   };
+}
+
+/**
+ * A default store built with the module's `<pattern>.encryption` keys; on bad keys, their
+ * problems (the caller throws) and a plain store in the meantime.
+ */
+function encryptedDefault<T>(
+  pattern: 'sequence' | 'resequencer',
+  encrypted: () => T,
+  plain: () => T,
+  problems: string[],
+): T {
+  try {
+    return encrypted();
+  } catch (error) {
+    if (!(error instanceof SequenceOptionsError)) throw error;
+    problems.push(...error.problems.map((problem) => `${pattern}.encryption: ${problem}`));
+    return plain();
+  }
+}
+
+function encryptionOfGivenStore(pattern: 'sequence' | 'resequencer'): string {
+  return (
+    `${pattern}.encryption configures the default ${pattern} store only, and a store is given ` +
+    `(${pattern}.store or stores): give the keys to that store instead, e.g. ` +
+    'redis(url, { encryption: { keys } }), and remove them here'
+  );
 }
 
 /**

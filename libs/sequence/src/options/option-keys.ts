@@ -75,6 +75,7 @@ export const MODULE_KEYS: KeyTree = {
     maxOpenSequences: true,
     retentionMs: true,
     onExpired: true,
+    encryption: { keys: true },
   },
   claimCheck: {
     store: true,

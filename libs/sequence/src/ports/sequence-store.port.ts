@@ -62,6 +62,12 @@ export interface CompleteSequence {
   readonly userHeaders: HeaderMap;
   readonly firstFragmentAt: number;
   readonly lastFragmentAt: number;
+  /**
+   * Set by a store that encrypts when the headers it kept with the sequence did not decrypt
+   * (altered in the store): `userHeaders` is then empty, and the sequence must be failed as an
+   * integrity mismatch with this reason, never delivered.
+   */
+  readonly integrityFailure?: string;
 }
 
 export type FinishedOutcome = 'completed' | 'failed' | 'rejected' | 'expired';

@@ -1,4 +1,5 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { StoreEncryptionOptions } from '../../core/body-cipher';
 import type { StoreSet } from '../../ports/store-set.port';
 import { RedisPayloadStore } from '../payload/redis/redis.payload-store';
 import type { RedisPayloadStoreOptions } from '../payload/redis/redis-payload.options';
@@ -21,7 +22,16 @@ export interface RedisStoresOptions {
   readonly redis?: RedisOptions;
   /** See each store's option: off by default, for every store of the set. @default false */
   readonly unsafeSocketTricks?: boolean;
-  readonly sequenceStore?: Omit<RedisSequenceStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
+  /**
+   * AES-256-GCM encryption at rest of the sequence store's bodies and user headers (see
+   * docs/security.md); Claim Check's payloads are encrypted by `claimCheck.encryption`.
+   * @default none
+   */
+  readonly encryption?: StoreEncryptionOptions;
+  readonly sequenceStore?: Omit<
+    RedisSequenceStoreOptions,
+    'prefix' | 'unsafeSocketTricks' | 'encryption'
+  >;
   readonly resequencerStore?: Omit<RedisResequencerStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
   readonly claimLedger?: Omit<RedisClaimLedgerOptions, 'prefix' | 'unsafeSocketTricks'>;
   /**
@@ -50,7 +60,11 @@ export function redis(
   let stores;
   try {
     stores = {
-      sequenceStore: new RedisSequenceStore(client, { ...options.sequenceStore, ...shared }),
+      sequenceStore: new RedisSequenceStore(client, {
+        ...options.sequenceStore,
+        ...shared,
+        encryption: options.encryption,
+      }),
       resequencerStore: new RedisResequencerStore(client, {
         ...options.resequencerStore,
         ...shared,
