@@ -97,8 +97,21 @@ export function composeAdapters(
         problems,
       ),
     );
+  const resequencerEncryption = options.resequencer?.encryption;
+  const givenResequencerStore = options.resequencer?.store ?? fromSets('resequencerStore');
+  if (givenResequencerStore && resequencerEncryption) {
+    problems.push(encryptionOfGivenStore('resequencer'));
+  }
   const resequencerStore =
-    options.resequencer?.store ?? fromSets('resequencerStore') ?? own(new MemoryResequencerStore());
+    givenResequencerStore ??
+    own(
+      encryptedDefault(
+        'resequencer',
+        () => new MemoryResequencerStore({ encryption: resequencerEncryption }),
+        () => new MemoryResequencerStore(),
+        problems,
+      ),
+    );
   const claimCheck = claimCheckStores(options, fromSets, own, problems);
   const outboxStore = options.outbox?.store ?? fromSets('outboxStore');
   owned.push(...sets.filter((set) => typeof set?.close === 'function'));

@@ -99,6 +99,7 @@ export const MODULE_KEYS: KeyTree = {
     maxBufferedBytesTotal: true,
     overflow: true,
     onGap: true,
+    encryption: { keys: true },
   },
   outbox: {
     store: true,

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import {
+  MemoryResequencerStore,
   MemorySequenceStore,
   SequenceOptionsError,
   type SequenceModuleOptions,
@@ -9,8 +10,8 @@ import type { SequenceStore } from '../../src/ports/sequence-store.port';
 import { sequenceFixture } from '../../src/testing/conformance/sequence-store.conformance';
 import { createTestApp } from '../support/test-app';
 
-/** `sequence.encryption`: keys for the default store, checked at boot. */
-describe('guarantees: the sequence.encryption module option', () => {
+/** `sequence.encryption` and `resequencer.encryption`: keys for the default stores, checked at boot. */
+describe('guarantees: the encryption module options', () => {
   async function bootFailure(options: SequenceModuleOptions): Promise<SequenceOptionsError> {
     const error: unknown = await createTestApp({ sequence: options, logger: false }).then(
       async (t) => {
@@ -43,6 +44,27 @@ describe('guarantees: the sequence.encryption module option', () => {
 
     expect(error.problems).toEqual([
       expect.stringMatching(/^sequence\.encryption configures the default sequence store only/),
+    ]);
+  });
+
+  it('refuses a bad resequencer.encryption key, and keys beside a resequencer store of your own', async () => {
+    const badKey = await bootFailure({
+      resequencer: { encryption: { keys: [{ id: 'k', key: 'not base64 of 32 bytes' }] } },
+    });
+    const besideStore = await bootFailure({
+      resequencer: {
+        store: new MemoryResequencerStore(),
+        encryption: { keys: [{ id: 'k', key: randomBytes(32) }] },
+      },
+    });
+
+    expect(badKey.problems).toEqual([
+      expect.stringMatching(/^resequencer\.encryption: key "k": key must be 32 bytes/),
+    ]);
+    expect(besideStore.problems).toEqual([
+      expect.stringMatching(
+        /^resequencer\.encryption configures the default resequencer store only/,
+      ),
     ]);
   });
 

@@ -23,8 +23,9 @@ export interface RedisStoresOptions {
   /** See each store's option: off by default, for every store of the set. @default false */
   readonly unsafeSocketTricks?: boolean;
   /**
-   * AES-256-GCM encryption at rest of the sequence store's bodies and user headers (see
-   * docs/security.md); Claim Check's payloads are encrypted by `claimCheck.encryption`.
+   * AES-256-GCM encryption at rest of the sequence store's bodies and user headers and the
+   * resequencer store's events (see docs/security.md); Claim Check's payloads are encrypted by
+   * `claimCheck.encryption`.
    * @default none
    */
   readonly encryption?: StoreEncryptionOptions;
@@ -32,7 +33,10 @@ export interface RedisStoresOptions {
     RedisSequenceStoreOptions,
     'prefix' | 'unsafeSocketTricks' | 'encryption'
   >;
-  readonly resequencerStore?: Omit<RedisResequencerStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
+  readonly resequencerStore?: Omit<
+    RedisResequencerStoreOptions,
+    'prefix' | 'unsafeSocketTricks' | 'encryption'
+  >;
   readonly claimLedger?: Omit<RedisClaimLedgerOptions, 'prefix' | 'unsafeSocketTricks'>;
   /**
    * The Redis payload store's options, or `false` to leave Claim Check's payloads to another
@@ -68,6 +72,7 @@ export function redis(
       resequencerStore: new RedisResequencerStore(client, {
         ...options.resequencerStore,
         ...shared,
+        encryption: options.encryption,
       }),
       claimLedger: new RedisClaimLedger(client, { ...options.claimLedger, ...shared }),
       payloadStore:
