@@ -346,7 +346,10 @@ export class MemorySequenceStore implements SequenceStore {
     const { userHeaders } = sequence;
     if (!Buffer.isBuffer(userHeaders)) return describeComplete(sequence, userHeaders);
     const opened = openUserHeaders(this.cipher as BodyCipher, userHeaders, sequence.ref);
-    return { ...describeComplete(sequence, opened.headers), integrityFailure: opened.failure };
+    const complete = describeComplete(sequence, opened.headers);
+    return opened.failure === undefined
+      ? complete
+      : { ...complete, integrityFailure: opened.failure };
   }
 
   /** Evicts failed sequences' fragments until `increase` more bytes fit; false if they cannot. */
