@@ -3,14 +3,20 @@
  * in-memory transport moving the same bytes in the same fragment sizes, in the same run.
  *
  *   npm run bench:embedded            (env: BENCH_MB, default 180; BENCH_ROUNDS, default 3)
+ *   BENCH_ENCRYPTION=1 npm run bench:embedded
  *
  * (a) raw: publish every fragment with the transport, consume and ack them, concatenate nothing.
  * (b) module: SplitterService.send → @SequencedHandler reading payload.stream() to the end.
  * One warm-up round (discarded), then `BENCH_ROUNDS` rounds, a then b. Prints one JSON line per
  * fragment size (`case`: 8MiB, 1MiB) with MB/s of each and the median ratio b/a. (No memory
  * figure: both paths share this process and the payload itself; see bench:sequence for RSS.)
+ *
+ * BENCH_ENCRYPTION=1 adds (c), in each round after b: the same as b on an application whose
+ * memory store encrypts (`sequence.encryption`), reported as `encryptedMBps` and
+ * `encryptionRatio` (median per-round c/b), on the same `default` line.
  */
 import 'reflect-metadata';
+import { randomBytes } from 'node:crypto';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
@@ -19,6 +25,7 @@ import {
   SequenceModule,
   SequencedHandler,
   SplitterService,
+  type SequenceModuleOptions,
 } from 'nest-sequence';
 import { onCleanup, runBench } from './harness/cleanup';
 import { timed } from './harness/measure';
@@ -30,6 +37,7 @@ import { positiveInteger, positiveNumber, readSettings } from './harness/setting
 const settings = readSettings(() => ({
   totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
   rounds: positiveInteger('BENCH_ROUNDS', 3),
+  encryption: process.env.BENCH_ENCRYPTION === '1',
 }));
 const CHANNEL = 'bench.embedded';
 
@@ -65,32 +73,53 @@ async function raw(transport: InMemoryTransport, payload: Buffer, fragmentBytes:
   await subscription.close();
 }
 
-async function main(): Promise<void> {
-  const transport = new InMemoryTransport({ maxMessageBytes: 16 * MiB });
-  @Module({ imports: [SequenceModule.forRoot({ transport })], providers: [Drain] })
+/** An application of its own, on a transport of its own; `options.sequence` as given. */
+async function startApp(transport: InMemoryTransport, options: SequenceModuleOptions = {}) {
+  @Module({ imports: [SequenceModule.forRoot({ ...options, transport })], providers: [Drain] })
   class BenchModule {}
   const app = await NestFactory.createApplicationContext(BenchModule, {
     logger: nestLogger('embedded'),
   });
+  return { app, splitter: app.get(SplitterService) };
+}
+
+async function sendAndDrain(splitter: SplitterService, payload: Buffer, fragmentBytes: number) {
+  const delivered = new Promise<number>((resolve) => (onDelivered = resolve));
+  await splitter.send(CHANNEL, payload, { fragmentBytes });
+  await delivered;
+}
+
+async function main(): Promise<void> {
+  const transport = new InMemoryTransport({ maxMessageBytes: 16 * MiB });
+  const { app, splitter } = await startApp(transport);
   const closeApp = onCleanup('close the app', () => app.close());
-  const splitter = app.get(SplitterService);
+  const encrypted = settings.encryption
+    ? await startApp(new InMemoryTransport({ maxMessageBytes: 16 * MiB }), {
+        sequence: { encryption: { keys: [{ id: 'bench', key: randomBytes(32) }] } },
+      })
+    : undefined;
+  const closeEncrypted = onCleanup('close the encrypting app', async () => encrypted?.app.close());
   const payload = Buffer.alloc(settings.totalBytes, 7);
 
   for (const fragmentBytes of [8 * MiB, 1 * MiB]) {
     const a: number[] = [];
     const b: number[] = [];
+    const c: number[] = [];
     for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: false })) {
       const rawSeconds = await timed(() => raw(transport, payload, fragmentBytes));
-      const moduleSeconds = await timed(async () => {
-        const delivered = new Promise<number>((resolve) => (onDelivered = resolve));
-        await splitter.send(CHANNEL, payload, { fragmentBytes });
-        await delivered;
-      });
+      const moduleSeconds = await timed(() => sendAndDrain(splitter, payload, fragmentBytes));
+      const encryptedSeconds =
+        encrypted && (await timed(() => sendAndDrain(encrypted.splitter, payload, fragmentBytes)));
       if (round.warmUp) continue;
       a.push(mbPerSecond(settings.totalBytes, rawSeconds));
       b.push(mbPerSecond(settings.totalBytes, moduleSeconds));
+      if (encryptedSeconds) c.push(mbPerSecond(settings.totalBytes, encryptedSeconds));
     }
     const { ratio } = ratiosOf(a.map((baseline, i) => ({ baseline, module: b[i] })));
+    const encryption = encrypted && {
+      encryptedMBps: median(c),
+      encryptionRatio: ratiosOf(b.map((baseline, i) => ({ baseline, module: c[i] }))).ratio,
+    };
     report(
       { bench: 'sequence-embedded', case: `${fragmentBytes / MiB}MiB`, variant: 'default', ratio },
       {
@@ -99,9 +128,11 @@ async function main(): Promise<void> {
         rounds: settings.rounds,
         rawMBps: median(a),
         moduleMBps: median(b),
+        ...encryption,
       },
     );
   }
+  await closeEncrypted.run();
   await closeApp.run();
 }
 

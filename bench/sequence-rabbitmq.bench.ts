@@ -41,6 +41,9 @@
  *   BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every case without, then every case with]:
  *     the producer's and the module consumer's `unsafeSocketTricks` (transport and store);
  *     echoed as `unsafeSocketTricks` in every result line
+ *   BENCH_ENCRYPTION [off; on, or both: every case without, then every case with]: the module
+ *     consumer's RedisSequenceStore encrypts (`encryption`, one random key per run); such lines
+ *     have `-encrypted` appended to their `variant` (`encrypted`, `socket-tricks-encrypted`)
  *
  * Queues (`nseq-bench.<id>.*`) and Redis keys (prefix `nseq-bench-<id>`) are unique to the run
  * and removed at the end, as are the consumer processes, also on failure or Ctrl-C
@@ -121,12 +124,28 @@ const settings = readSettings(() => {
     cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
     consumerEnv: envPairsSetting('BENCH_CONSUMER_ENV'),
     socketTricks: socketTrickVariants(),
+    encryption: onOffBoth('BENCH_ENCRYPTION'),
   };
 });
 
 const runId = newRunId();
 const queuePrefix = `nseq-bench.${runId}`;
 const redisPrefix = `nseq-bench-${runId}`;
+/** The module consumer's store key when a variant encrypts: 32 random bytes, base64. */
+const encryptionKey = randomBytes(32).toString('base64');
+
+function onOffBoth(name: string): boolean[] {
+  const value = choiceSetting(name, ['off', 'on', 'both'], 'off');
+  return value === 'both' ? [false, true] : [value === 'on'];
+}
+
+/** The result lines' `variant`: the socket tricks', `-encrypted` appended when the store encrypts. */
+function variantName(variant: Variant): string {
+  return `${variantOf(variant.unsafeSocketTricks)}${variant.encryption ? '-encrypted' : ''}`.replace(
+    /^default-/,
+    '',
+  );
+}
 
 /** What every case of one variant shares. */
 interface Variant {
@@ -136,6 +155,8 @@ interface Variant {
   runs: RunDriver;
   /** The module path's `unsafeSocketTricks` (producer and consumer). */
   unsafeSocketTricks: boolean;
+  /** The module consumer's store encrypts. */
+  encryption: boolean;
 }
 
 function startConsumer(
@@ -155,6 +176,7 @@ function startConsumer(
     redisPrefix,
     readAhead: settings.readAhead,
     unsafeSocketTricks: variant.unsafeSocketTricks,
+    encryptionKey: variant.encryption ? encryptionKey : undefined,
     rssSampleMs: settings.rssSampleMs,
   };
   return BenchChild.start<ToConsumer, FromConsumer>({
@@ -174,7 +196,7 @@ function caseName(fragmentMiB: number): string {
 
 async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): Promise<void> {
   const fragmentBytes = Math.round(fragmentMiB * MiB);
-  const label = `${caseName(fragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}`;
+  const label = `${caseName(fragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}`;
   const { broker } = variant;
   const rawQueue = `${queuePrefix}.${label.replace('.', '_')}.raw`;
   const moduleQueue = `${queuePrefix}.${label.replace('.', '_')}.module`;
@@ -215,7 +237,7 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
     {
       bench: broker.bench,
       case: caseName(fragmentMiB),
-      variant: variantOf(variant.unsafeSocketTricks),
+      variant: variantName(variant),
       ratio: ratiosOf(
         raw.map((a, i) => ({
           baseline: payload.length / a.seconds,
@@ -238,7 +260,7 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
 
 async function runBigCase(variant: Variant): Promise<void> {
   const fragmentBytes = Math.round(settings.bigFragmentMiB * MiB);
-  const label = `big-${caseName(settings.bigFragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}`;
+  const label = `big-${caseName(settings.bigFragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}`;
   const queue = `${queuePrefix}.${label.replace('.', '_')}.module`;
   variant.broker.trackModule(queue);
   const consumer = await startConsumer(
@@ -259,7 +281,7 @@ async function runBigCase(variant: Variant): Promise<void> {
     {
       bench: `${variant.broker.bench}-500`,
       case: `streamed-${settings.bigBytes / MiB}MiB`,
-      variant: variantOf(variant.unsafeSocketTricks),
+      variant: variantName(variant),
       ratio: null,
     },
     bigCaseFigures({
@@ -342,15 +364,18 @@ async function main(): Promise<void> {
       () => broker.connectTransport(unsafeSocketTricks),
       settings.inFlight,
     );
-    const variant: Variant = {
-      broker,
-      splitter: producer.splitter,
-      build,
-      runs: new RunDriver(redis, settings.runTimeoutMs, broker.server),
-      unsafeSocketTricks,
-    };
-    for (const fragmentMiB of settings.fragmentsMiB) await runCase(variant, payload, fragmentMiB);
-    if (settings.big) await runBigCase(variant);
+    for (const encryption of settings.encryption) {
+      const variant: Variant = {
+        broker,
+        splitter: producer.splitter,
+        build,
+        runs: new RunDriver(redis, settings.runTimeoutMs, broker.server),
+        unsafeSocketTricks,
+        encryption,
+      };
+      for (const fragmentMiB of settings.fragmentsMiB) await runCase(variant, payload, fragmentMiB);
+      if (settings.big) await runBigCase(variant);
+    }
     await producer.close();
   }
 }

@@ -80,6 +80,9 @@ export async function startModuleConsumer(
     prefix: config.redisPrefix,
     readAhead: config.readAhead,
     unsafeSocketTricks: config.unsafeSocketTricks,
+    encryption: config.encryptionKey
+      ? { keys: [{ id: 'bench', key: config.encryptionKey }] }
+      : undefined,
   });
   const recorder = new TraceRecorder();
   traceRedisCommands(client, recorder);

@@ -33,6 +33,8 @@ export interface ConsumerConfig {
   readonly readAhead?: number;
   /** module mode only: the transport's (RabbitMQ) and the store's `unsafeSocketTricks` */
   readonly unsafeSocketTricks: boolean;
+  /** module mode only: the store's encryption key (base64), when the variant encrypts */
+  readonly encryptionKey?: string;
   /** How often the consumer samples its RSS. */
   readonly rssSampleMs: number;
 }

@@ -81,6 +81,8 @@ export { OutboxStoreBusyError } from './core/errors/outbox-store-busy.error';
 export { OutboxStoreClosedError } from './core/errors/outbox-store-closed.error';
 export { OutboxTransactionFinishedError } from './core/errors/outbox-transaction-finished.error';
 export { PayloadDecryptionError } from './core/errors/payload-decryption.error';
+export { StoredFragmentDecryptionError } from './core/errors/stored-fragment-decryption.error';
+export type { StoreEncryptionOptions } from './core/body-cipher';
 
 // Ports (their full contracts, for adapter authors: `nest-sequence/ports`)
 export type { Disposition, InboundMessage, Subscription, Transport } from './ports/transport.port';
@@ -93,7 +95,10 @@ export type { StoreSet } from './ports/store-set.port';
 
 // Embedded adapters: the defaults, and what tests and single-process apps use
 export { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
-export { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
+export {
+  MemorySequenceStore,
+  type MemorySequenceStoreOptions,
+} from './adapters/stores/memory/memory.sequence-store';
 export { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
 export { MemoryClaimLedger } from './adapters/stores/memory/memory.claim-ledger';
 export { FilesystemPayloadStore } from './adapters/payload/filesystem/filesystem.payload-store';

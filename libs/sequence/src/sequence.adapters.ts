@@ -84,10 +84,34 @@ export function composeAdapters(
     return adapter;
   };
   const transport = options.transport ?? own(new InMemoryTransport());
+  const sequenceEncryption = options.sequence?.encryption;
+  const givenSequenceStore = options.sequence?.store ?? fromSets('sequenceStore');
+  if (givenSequenceStore && sequenceEncryption) problems.push(encryptionOfGivenStore('sequence'));
   const sequenceStore =
-    options.sequence?.store ?? fromSets('sequenceStore') ?? own(new MemorySequenceStore());
+    givenSequenceStore ??
+    own(
+      encryptedDefault(
+        'sequence',
+        () => new MemorySequenceStore({ encryption: sequenceEncryption }),
+        () => new MemorySequenceStore(),
+        problems,
+      ),
+    );
+  const resequencerEncryption = options.resequencer?.encryption;
+  const givenResequencerStore = options.resequencer?.store ?? fromSets('resequencerStore');
+  if (givenResequencerStore && resequencerEncryption) {
+    problems.push(encryptionOfGivenStore('resequencer'));
+  }
   const resequencerStore =
-    options.resequencer?.store ?? fromSets('resequencerStore') ?? own(new MemoryResequencerStore());
+    givenResequencerStore ??
+    own(
+      encryptedDefault(
+        'resequencer',
+        () => new MemoryResequencerStore({ encryption: resequencerEncryption }),
+        () => new MemoryResequencerStore(),
+        problems,
+      ),
+    );
   const claimCheck = claimCheckStores(options, fromSets, own, problems);
   const outboxStore = options.outbox?.store ?? fromSets('outboxStore');
   owned.push(...sets.filter((set) => typeof set?.close === 'function'));
@@ -99,6 +123,33 @@ export function composeAdapters(
     outbox: { store: outboxStore, openEmbedded: openEmbeddedOutboxStore },
     owned,
   };
+}
+
+/**
+ * A default store built with the module's `<pattern>.encryption` keys; on bad keys, their
+ * problems (the caller throws) and a plain store in the meantime.
+ */
+function encryptedDefault<T>(
+  pattern: 'sequence' | 'resequencer',
+  encrypted: () => T,
+  plain: () => T,
+  problems: string[],
+): T {
+  try {
+    return encrypted();
+  } catch (error) {
+    if (!(error instanceof SequenceOptionsError)) throw error;
+    problems.push(...error.problems.map((problem) => `${pattern}.encryption: ${problem}`));
+    return plain();
+  }
+}
+
+function encryptionOfGivenStore(pattern: 'sequence' | 'resequencer'): string {
+  return (
+    `${pattern}.encryption configures the default ${pattern} store only, and a store is given ` +
+    `(${pattern}.store or stores): give the keys to that store instead, e.g. ` +
+    'redis(url, { encryption: { keys } }), and remove them here'
+  );
 }
 
 /**

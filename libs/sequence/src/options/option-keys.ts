@@ -75,6 +75,7 @@ export const MODULE_KEYS: KeyTree = {
     maxOpenSequences: true,
     retentionMs: true,
     onExpired: true,
+    encryption: { keys: true },
   },
   claimCheck: {
     store: true,
@@ -98,6 +99,7 @@ export const MODULE_KEYS: KeyTree = {
     maxBufferedBytesTotal: true,
     overflow: true,
     onGap: true,
+    encryption: { keys: true },
   },
   outbox: {
     store: true,

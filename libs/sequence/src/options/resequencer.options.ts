@@ -1,3 +1,4 @@
+import type { PayloadEncryptionKey } from '../core/encryption-key';
 import type { GapEvent } from '../core/gap-event';
 import type { ResequencerInput } from '../core/resequence-input';
 import type { GapPolicy, ResequencerStore } from '../ports/resequencer-store.port';
@@ -31,6 +32,12 @@ export interface ResequencerOptions {
   overflow?: OverflowPolicy;
   /** Called for every gap alert, skip and dead-lettered event, by the instance that delivered it. */
   onGap?: (event: GapEvent) => void | Promise<void>;
+  /**
+   * AES-256-GCM encryption of the default (memory) store's events: the first key encrypts, all
+   * decrypt. A store you pass encrypts with its own `encryption` option
+   * (`redis(url, { encryption })`); see docs/security.md. @default none
+   */
+  encryption?: { keys: PayloadEncryptionKey[] };
 }
 
 /** How a resequencer finds an event's key or sequence: a header name, or a function of the message. */

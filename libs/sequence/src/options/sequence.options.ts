@@ -1,3 +1,4 @@
+import type { PayloadEncryptionKey } from '../core/encryption-key';
 import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { RetryPolicy } from './module-options';
 
@@ -86,4 +87,10 @@ export interface MessageSequenceOptions extends SequenceLimitOptions {
   retentionMs?: number;
   /** Called once per expired sequence, by the instance that expired it. */
   onExpired?: (expired: ExpiredSequence) => void | Promise<void>;
+  /**
+   * AES-256-GCM encryption of the default (memory) store's bodies and user headers: the first key
+   * encrypts, all decrypt. A store you pass encrypts with its own `encryption` option
+   * (`redis(url, { encryption })`); see docs/security.md. @default none
+   */
+  encryption?: { keys: PayloadEncryptionKey[] };
 }

@@ -107,7 +107,8 @@ export type AcceptOutcome =
  * - `event`: released in sequence: deliver it (handler, output channel);
  * - `dead-letter`: a buffered event moved out by the `'dead-letter'` gap policy;
  * - `gap-alert`: the gap before `expected` stayed open past the timeout (`'alert'` policy);
- * - `gap-skipped`: the sequences `from`..`to` were given up (`'skip'` policy).
+ * - `gap-skipped`: the sequences `from`..`to` were given up (`'skip'` policy);
+ * - `undecryptable`: an event a store keeps encrypted did not decrypt (altered in the store).
  */
 export type HandOffItem =
   | { readonly kind: 'event'; readonly entry: ResequencedEntry }
@@ -118,7 +119,16 @@ export type HandOffItem =
       readonly buffered: number;
       readonly gapSince: number;
     }
-  | { readonly kind: 'gap-skipped'; readonly from: number; readonly to: number };
+  | { readonly kind: 'gap-skipped'; readonly from: number; readonly to: number }
+  | {
+      /**
+       * A store that encrypts found an event (released or moved out) that does not decrypt:
+       * dead-letter it as an integrity failure (`detail` says why), never deliver it.
+       */
+      readonly kind: 'undecryptable';
+      readonly seq: number;
+      readonly detail: string;
+    };
 
 export interface DrainContext {
   /** Identifies the drainer (unique per drain attempt). */

@@ -62,6 +62,12 @@ export interface CompleteSequence {
   readonly userHeaders: HeaderMap;
   readonly firstFragmentAt: number;
   readonly lastFragmentAt: number;
+  /**
+   * Set by a store that encrypts when the headers it kept with the sequence did not decrypt
+   * (altered in the store): `userHeaders` is then empty, and the sequence must be failed as an
+   * integrity mismatch with this reason, never delivered.
+   */
+  readonly integrityFailure?: string;
 }
 
 export type FinishedOutcome = 'completed' | 'failed' | 'rejected' | 'expired';
@@ -166,7 +172,9 @@ export interface SequenceRef {
  *   A store that sets `verifiesReads` checks every body it reads against the CRC-32 it was
  *   accepted with, and fails the stream with a `StoredFragmentIntegrityError` (never ends
  *   it short or with other bytes); the delivery then relies on that check instead of hashing the
- *   payload a second time while the handler reads it.
+ *   payload a second time while the handler reads it. A store that encrypts fails the stream
+ *   with a `StoredFragmentDecryptionError` (a `StoredFragmentIntegrityError`) for a body that
+ *   does not decrypt, and sets `CompleteSequence.integrityFailure` for headers that do not.
  * - `finish` ends a sequence unless it already finished or another consumer holds its lease (it
  *   took over after this caller's lease lapsed): then it resolves `false` and changes nothing, so
  *   a stale holder can never overwrite the outcome. `completed` drops its fragments; `failed` keeps them for

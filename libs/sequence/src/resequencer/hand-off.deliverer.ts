@@ -226,6 +226,11 @@ export class HandOffDeliverer {
         const detail = `key ${key}: gave up waiting for ${range}; later events were released`;
         return this.record(event, 'resequencer-gap-skipped', detail, guard);
       }
+      case 'undecryptable': {
+        // Its bytes cannot be trusted, or read: the dead letter carries the reason only.
+        const entry: ResequencedEntry = { seq: item.seq, body: Buffer.alloc(0), headers: {} };
+        return this.deadLetter(key, entry, 'integrity-mismatch', item.detail, guard);
+      }
     }
   }
 

@@ -56,6 +56,14 @@ export class SequenceDelivery {
     const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
     const stopRenewing = this.keepLease(ref, leaseToken);
     try {
+      if (sequence.integrityFailure !== undefined) {
+        return await this.failIntegrity(
+          ref,
+          leaseToken,
+          consumer.channel,
+          sequence.integrityFailure,
+        );
+      }
       const verifiedAtIntake = intakeDigest !== undefined && matches(intakeDigest, declared);
       let digest: PayloadDigest;
       if (verifiedAtIntake) {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { open, readFile, truncate } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ClaimTicket } from 'nest-sequence/wire';
-import { ENCRYPTION_OVERHEAD_BYTES } from '../../src/adapters/payload/encrypting/payload-encryption.format';
+import { ENCRYPTION_OVERHEAD_BYTES } from '../../src/core/encryption-format';
 import {
   claimMetric,
   createClaimCheckTestApp,

@@ -1,4 +1,5 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { StoreEncryptionOptions } from '../../core/body-cipher';
 import type { StoreSet } from '../../ports/store-set.port';
 import { RedisPayloadStore } from '../payload/redis/redis.payload-store';
 import type { RedisPayloadStoreOptions } from '../payload/redis/redis-payload.options';
@@ -21,8 +22,21 @@ export interface RedisStoresOptions {
   readonly redis?: RedisOptions;
   /** See each store's option: off by default, for every store of the set. @default false */
   readonly unsafeSocketTricks?: boolean;
-  readonly sequenceStore?: Omit<RedisSequenceStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
-  readonly resequencerStore?: Omit<RedisResequencerStoreOptions, 'prefix' | 'unsafeSocketTricks'>;
+  /**
+   * AES-256-GCM encryption at rest of the sequence store's bodies and user headers and the
+   * resequencer store's events (see docs/security.md); Claim Check's payloads are encrypted by
+   * `claimCheck.encryption`.
+   * @default none
+   */
+  readonly encryption?: StoreEncryptionOptions;
+  readonly sequenceStore?: Omit<
+    RedisSequenceStoreOptions,
+    'prefix' | 'unsafeSocketTricks' | 'encryption'
+  >;
+  readonly resequencerStore?: Omit<
+    RedisResequencerStoreOptions,
+    'prefix' | 'unsafeSocketTricks' | 'encryption'
+  >;
   readonly claimLedger?: Omit<RedisClaimLedgerOptions, 'prefix' | 'unsafeSocketTricks'>;
   /**
    * The Redis payload store's options, or `false` to leave Claim Check's payloads to another
@@ -50,10 +64,15 @@ export function redis(
   let stores;
   try {
     stores = {
-      sequenceStore: new RedisSequenceStore(client, { ...options.sequenceStore, ...shared }),
+      sequenceStore: new RedisSequenceStore(client, {
+        ...options.sequenceStore,
+        ...shared,
+        encryption: options.encryption,
+      }),
       resequencerStore: new RedisResequencerStore(client, {
         ...options.resequencerStore,
         ...shared,
+        encryption: options.encryption,
       }),
       claimLedger: new RedisClaimLedger(client, { ...options.claimLedger, ...shared }),
       payloadStore:

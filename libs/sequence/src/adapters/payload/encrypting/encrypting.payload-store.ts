@@ -9,9 +9,10 @@ import type {
   SweepQuery,
 } from '../../../ports/payload-store.port';
 import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
-import { ENCRYPTION_OVERHEAD_BYTES } from './payload-encryption.format';
-import { PayloadKeyring } from './payload-encryption.keys';
-import { DecryptingStream, EncryptingStream, encryptBuffer } from './payload-encryption.streams';
+import { ENCRYPTION_OVERHEAD_BYTES } from '../../../core/encryption-format';
+import { EncryptionKeyring } from '../../../core/encryption-keyring';
+import { sealBuffer } from '../../../core/sealed-buffer';
+import { DecryptingStream, EncryptingStream } from './payload-encryption.streams';
 
 /** Options of {@link EncryptingPayloadStore}. */
 export interface EncryptingPayloadStoreOptions {
@@ -25,7 +26,7 @@ export interface EncryptingPayloadStoreOptions {
 
 /**
  * Encryption at rest for any {@link PayloadStore}: AES-256-GCM, streamed both ways, a random
- * 96-bit IV per payload, the key id in a header (see payload-encryption.format.ts), the tag at
+ * 96-bit IV per payload, the key id in a header (see core/encryption-format.ts), the tag at
  * the end. Wrapped around a store, it stores only ciphertext there and is itself a PayloadStore
  * of the plaintext: `get` streams plaintext, `put` and `head` report plaintext sizes, and the
  * name is the inner store's, so tickets do not change when encryption is turned on.
@@ -50,7 +51,7 @@ export interface EncryptingPayloadStoreOptions {
  */
 export class EncryptingPayloadStore implements PayloadStore {
   readonly name: string;
-  private readonly keyring: PayloadKeyring;
+  private readonly keyring: EncryptionKeyring;
 
   /** @throws SequenceOptionsError when a key is missing, malformed or not 32 bytes. */
   constructor(
@@ -58,13 +59,13 @@ export class EncryptingPayloadStore implements PayloadStore {
     options: EncryptingPayloadStoreOptions,
   ) {
     this.name = inner.name;
-    this.keyring = new PayloadKeyring(options.keys);
+    this.keyring = new EncryptionKeyring(options.keys);
   }
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     if (payload instanceof Uint8Array) {
       // Already in memory: one ciphertext Buffer keeps the inner store's Buffer path.
-      const stored = await this.inner.put(encryptBuffer(this.keyring, payload), options);
+      const stored = await this.inner.put(sealBuffer(this.keyring, payload), options);
       return { ref: stored.ref, bytes: plaintextBytes(stored.bytes) };
     }
     const encrypting = new EncryptingStream(this.keyring);

@@ -5,12 +5,26 @@ import {
   type ResequencedEntry,
 } from '../../../ports/resequencer-store.port';
 
+/**
+ * An entry as the memory store holds it. When the store encrypts, `body` is the sealed entry
+ * (adapters/stores/sealed-entry.ts), `headers` are empty and `heldBytes` is what the plaintext
+ * counts for against the byte bounds, so that bounds mean the same with encryption on.
+ */
+export interface HeldEntry extends ResequencedEntry {
+  readonly heldBytes?: number;
+}
+
+/** The bytes an entry counts for ({@link heldEntryBytes} of its plaintext). */
+function entryBytes(entry: HeldEntry): number {
+  return entry.heldBytes ?? heldEntryBytes(entry);
+}
+
 /** The memory store's state of one resequencer key (see the port for what each part means). */
 export interface ResequencerKeyRecord {
   /** The next sequence to release. */
   next: number;
   /** Early events by sequence (not kept sorted: bounded by `maxBufferedPerKey`). */
-  readonly buffer: Map<number, ResequencedEntry>;
+  readonly buffer: Map<number, HeldEntry>;
   /** What is ready to deliver, in delivery order. */
   readonly handOff: HandOffItem[];
   /** Bytes of the buffer's events (counted by `heldEntryBytes`). */
@@ -43,14 +57,14 @@ export function newKeyRecord(start: number, now: number): ResequencerKeyRecord {
 }
 
 /** Buffers an event (copied), counting its bytes. */
-export function bufferEntry(record: ResequencerKeyRecord, entry: ResequencedEntry): void {
+export function bufferEntry(record: ResequencerKeyRecord, entry: HeldEntry): void {
   record.buffer.set(entry.seq, copyEntry(entry));
-  record.bufferBytes += heldEntryBytes(entry);
+  record.bufferBytes += entryBytes(entry);
 }
 
 /** The bytes an item holds: its event's, none for a gap record. */
 export function itemBytes(item: HandOffItem): number {
-  return item.kind === 'event' || item.kind === 'dead-letter' ? heldEntryBytes(item.entry) : 0;
+  return item.kind === 'event' || item.kind === 'dead-letter' ? entryBytes(item.entry) : 0;
 }
 
 /** Removes the first `count` items of the hand-off list (they were delivered). */
@@ -63,8 +77,9 @@ export function settleHandOff(record: ResequencerKeyRecord, count: number): void
  * A copy of an entry: the store must not share a Buffer with its caller, which may reuse it
  * (on the way in) or change what it was handed (on the way out, then handed out again).
  */
-export function copyEntry(entry: ResequencedEntry): ResequencedEntry {
-  return { seq: entry.seq, body: Buffer.from(entry.body), headers: { ...entry.headers } };
+export function copyEntry(entry: HeldEntry): HeldEntry {
+  const copy = { seq: entry.seq, body: Buffer.from(entry.body), headers: { ...entry.headers } };
+  return entry.heldBytes === undefined ? copy : { ...copy, heldBytes: entry.heldBytes };
 }
 
 export function copyItem(item: HandOffItem): HandOffItem {
@@ -86,9 +101,9 @@ export function appendHandOff(
 }
 
 /** Takes an event out of the buffer (to the hand-off list), its bytes with it. */
-function unbuffer(record: ResequencerKeyRecord, entry: ResequencedEntry): void {
+function unbuffer(record: ResequencerKeyRecord, entry: HeldEntry): void {
   record.buffer.delete(entry.seq);
-  record.bufferBytes = record.buffer.size === 0 ? 0 : record.bufferBytes - heldEntryBytes(entry);
+  record.bufferBytes = record.buffer.size === 0 ? 0 : record.bufferBytes - entryBytes(entry);
 }
 
 /**

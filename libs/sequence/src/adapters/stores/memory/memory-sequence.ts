@@ -18,8 +18,8 @@ export interface HeldSequence {
   readonly expiryMs: number;
   contentType?: string;
   contentEncoding?: string;
-  /** The producer's headers, from the first fragment stored. */
-  readonly userHeaders: HeaderMap;
+  /** The producer's headers, from the first fragment stored: their JSON, sealed when encrypted. */
+  readonly userHeaders: HeaderMap | Buffer;
   /** Set once complete: who reassembles it, and until when. */
   lease?: { consumerId: string; until: number };
 }
@@ -52,7 +52,8 @@ export function sequenceKey(ref: SequenceRef): string {
   return JSON.stringify([ref.scope, ref.sequenceId]);
 }
 
-export function describeComplete(held: HeldSequence): CompleteSequence {
+/** `userHeaders`: the held ones, opened when they are sealed. */
+export function describeComplete(held: HeldSequence, userHeaders: HeaderMap): CompleteSequence {
   const { state } = held;
   return {
     scope: held.ref.scope,
@@ -63,29 +64,42 @@ export function describeComplete(held: HeldSequence): CompleteSequence {
     declaredBytes: state.declaredBytes,
     contentType: held.contentType,
     contentEncoding: held.contentEncoding,
-    userHeaders: { ...held.userHeaders },
+    userHeaders: { ...userHeaders },
     firstFragmentAt: state.firstFragmentAt,
     lastFragmentAt: state.lastFragmentAt,
   };
 }
 
-/** The bodies in position order, one chunk each (never concatenated). */
-export function bodiesInOrder(bodies: ReadonlyMap<number, Buffer>): Buffer[] {
-  return [...bodies.entries()].sort(([a], [b]) => a - b).map(([, body]) => body);
+/** The bodies in position order, with their positions. */
+export function positionedBodies(
+  bodies: ReadonlyMap<number, Buffer>,
+): Array<{ readonly position: number; readonly body: Buffer }> {
+  return [...bodies.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([position, body]) => ({ position, body }));
 }
 
 /**
- * A byte stream over the given bodies, one chunk per body. A one-byte high-water mark keeps at
- * most one body in the stream's buffer, so `read()` never hands out several bodies joined.
+ * A byte stream over the given bodies, one chunk per body, each passed through `open` (which
+ * decrypts a sealed body, and fails the stream by throwing) as it is pushed. A one-byte
+ * high-water mark keeps at most one body in the stream's buffer, so `read()` never hands out
+ * several bodies joined.
  */
-export function streamOf(bodies: readonly Buffer[]): Readable {
+export function streamOf<T>(bodies: readonly T[], open: (body: T) => Buffer): Readable {
   let next = 0;
   return new Readable({
     highWaterMark: 1,
     read() {
-      // An empty chunk would end nothing and push nothing: skip empty bodies.
-      while (next < bodies.length && bodies[next].length === 0) next++;
-      this.push(next < bodies.length ? bodies[next++] : null);
+      try {
+        for (;;) {
+          if (next >= bodies.length) return void this.push(null);
+          const body = open(bodies[next++]);
+          // An empty chunk would end nothing and push nothing: skip empty bodies.
+          if (body.length > 0) return void this.push(body);
+        }
+      } catch (error) {
+        this.destroy(error as Error);
+      }
     },
   });
 }

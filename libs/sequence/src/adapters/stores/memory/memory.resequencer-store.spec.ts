@@ -1,14 +1,23 @@
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
-import type {
-  AcceptContext,
-  ResequencedEntry,
-  ResequencerKey,
+import {
+  heldEntryBytes,
+  type AcceptContext,
+  type ResequencedEntry,
+  type ResequencerKey,
 } from '../../../ports/resequencer-store.port';
+import { randomBytes } from 'node:crypto';
 import { MemoryResequencerStore } from './memory.resequencer-store';
+import type { ResequencerKeyRecord } from './memory-resequencer-record';
+
+const ENCRYPTION = { keys: [{ id: 'k1', key: randomBytes(32) }] };
 
 describeResequencerStoreConformance('memory', {
   create: async () => new MemoryResequencerStore(),
   // One process, one store: a second consumer in it shares the same object.
+  peer: async (store) => store,
+});
+describeResequencerStoreConformance('memory (encrypted)', {
+  create: async () => new MemoryResequencerStore({ encryption: ENCRYPTION }),
   peer: async (store) => store,
 });
 
@@ -135,5 +144,75 @@ describe('MemoryResequencerStore', () => {
 
   it.each([[{ retentionMs: 0 }], [{ retentionMs: 1.5 }]])('rejects the options %j', (options) => {
     expect(() => new MemoryResequencerStore(options)).toThrow(RangeError);
+  });
+
+  describe('with encryption', () => {
+    const secret = (seq: number): ResequencedEntry => ({
+      seq,
+      body: Buffer.from(`patient: Jane Doe #${seq}`),
+      headers: { 'x-patient': 'Jane Doe' },
+    });
+    let encrypted: MemoryResequencerStore;
+
+    beforeEach(() => {
+      encrypted = new MemoryResequencerStore({ encryption: ENCRYPTION });
+    });
+
+    /** What the store holds for `key` (its internals: what a heap dump would show). */
+    function recordOf(): ResequencerKeyRecord {
+      const { keys } = encrypted as unknown as {
+        keys: { find(k: ResequencerKey, now: number): ResequencerKeyRecord | undefined };
+      };
+      const record = keys.find(key, t0);
+      if (!record) throw new Error(`no record for ${key.key}`);
+      return record;
+    }
+
+    function heldBytes(record: ResequencerKeyRecord): Buffer[] {
+      return [
+        ...[...record.buffer.values()].map((entry) => entry.body),
+        ...record.handOff.flatMap((item) => ('entry' in item ? [item.entry.body] : [])),
+      ];
+    }
+
+    it('holds events sealed, hands them out as they came, and counts their plaintext', async () => {
+      await encrypted.accept(key, secret(2), at(t0));
+      await encrypted.accept(key, secret(1), at(t0));
+
+      const record = recordOf();
+      const held = heldBytes(record);
+      expect(held).toHaveLength(2);
+      expect(held.filter((bytes) => bytes.includes('Jane Doe'))).toEqual([]);
+      expect((await encrypted.inspect(key, 1)).heldBytes).toBe(
+        heldEntryBytes(secret(1)) + heldEntryBytes(secret(2)),
+      );
+      await expect(encrypted.claimDrain(key, drain(t0))).resolves.toEqual({
+        kind: 'claimed',
+        items: [
+          { kind: 'event', entry: secret(1) },
+          { kind: 'event', entry: secret(2) },
+        ],
+      });
+    });
+
+    it('hands out an event altered in memory as undecryptable, never as an event', async () => {
+      await encrypted.accept(key, secret(1), at(t0));
+      const [item] = recordOf().handOff;
+      if (item.kind !== 'event') throw new Error('expected a released event');
+      item.entry.body[100] ^= 0x01;
+
+      await expect(encrypted.claimDrain(key, drain(t0))).resolves.toEqual({
+        kind: 'claimed',
+        items: [
+          {
+            kind: 'undecryptable',
+            seq: 1,
+            detail: expect.stringMatching(
+              /^key order-1, event 1: the stored event did not decrypt \(authentication-failed, key id "k1"\)/,
+            ),
+          },
+        ],
+      });
+    });
   });
 });

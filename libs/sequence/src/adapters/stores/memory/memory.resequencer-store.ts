@@ -8,6 +8,7 @@ import {
   type DrainSettlement,
   type GapPolicy,
   type GapResolution,
+  type HandOffItem,
   type OpenGap,
   type ResequencedEntry,
   type ResequencerKey,
@@ -26,6 +27,9 @@ import {
   assertTime,
 } from '../../../ports/resequencer-store.arguments';
 import { MemoryResequencerKeys } from './memory-resequencer-keys';
+import { BodyCipher, type StoreEncryptionOptions } from '../../../core/body-cipher';
+import { SealedBufferFailure } from '../../../core/sealed-buffer';
+import { openEntry, sealEntry, undecryptableItem } from '../sealed-entry';
 import {
   applyPolicy,
   bufferedSeqs,
@@ -36,6 +40,7 @@ import {
   releaseRun,
   reopenGap,
   settleHandOff,
+  type HeldEntry,
   type ResequencerKeyRecord,
 } from './memory-resequencer-record';
 
@@ -46,6 +51,11 @@ export interface MemoryResequencerStoreOptions {
    * @default 604_800_000 (7 days)
    */
   readonly retentionMs?: number;
+  /**
+   * Keeps every event's body and headers AES-256-GCM encrypted in memory, bound to its key and
+   * sequence (see docs/security.md); the byte bounds count the plaintext. @default none
+   */
+  readonly encryption?: StoreEncryptionOptions;
 }
 
 /**
@@ -61,11 +71,16 @@ export class MemoryResequencerStore implements ResequencerStore {
   readonly name = 'memory';
 
   private readonly keys: MemoryResequencerKeys;
+  private readonly cipher?: BodyCipher;
 
+  /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
   constructor(options: MemoryResequencerStoreOptions = {}) {
     const retentionMs = options.retentionMs ?? 604_800_000;
     assertPositiveInteger('retentionMs', retentionMs);
     this.keys = new MemoryResequencerKeys(retentionMs);
+    if (options.encryption) {
+      this.cipher = new BodyCipher(options.encryption, 'MemoryResequencerStore encryption');
+    }
   }
 
   async accept(
@@ -108,7 +123,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     const record = existing ?? newKeyRecord(context.start, now);
     const wasEmpty = record.buffer.size === 0;
     const bufferBytesBefore = record.bufferBytes;
-    bufferEntry(record, entry);
+    bufferEntry(record, this.held(key, entry, bytes));
     if (entry.seq === next) {
       const count = releaseRun(record, now);
       this.keys.wrote(key, record, now, 1 - count, record.bufferBytes - bufferBytesBefore);
@@ -136,7 +151,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     if (lease && lease.holder !== holder && lease.until > now) return { kind: 'busy' };
     record.lease = { holder, until: now + context.leaseMs };
     this.keys.wrote(key, record, now, 0);
-    return { kind: 'claimed', items: head(record, context.limit) };
+    return { kind: 'claimed', items: this.opened(key, head(record, context.limit)) };
   }
 
   async settleDrain(
@@ -160,7 +175,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     }
     record.handOffAt = now;
     record.lease.until = now + context.leaseMs;
-    return { kind: 'claimed', items: head(record, context.limit) };
+    return { kind: 'claimed', items: this.opened(key, head(record, context.limit)) };
   }
 
   async renewDrain(
@@ -281,6 +296,31 @@ export class MemoryResequencerStore implements ResequencerStore {
   async bufferedBytes(scope: string): Promise<number> {
     assertScope(scope);
     return this.keys.bufferedBytesIn(scope);
+  }
+
+  /** The entry as held: sealed when the store encrypts (bounds still count `bytes`). */
+  private held(key: ResequencerKey, entry: ResequencedEntry, bytes: number): HeldEntry {
+    if (!this.cipher) return entry;
+    return {
+      seq: entry.seq,
+      body: sealEntry(this.cipher, key, entry),
+      headers: {},
+      heldBytes: bytes,
+    };
+  }
+
+  /** Items as handed out: sealed entries opened; one that does not open is `undecryptable`. */
+  private opened(key: ResequencerKey, items: HandOffItem[]): HandOffItem[] {
+    const cipher = this.cipher;
+    if (!cipher) return items;
+    return items.map((item) => {
+      if (item.kind !== 'event' && item.kind !== 'dead-letter') return item;
+      const entry = openEntry(cipher, key, item.entry.seq, item.entry.body);
+      if (entry instanceof SealedBufferFailure) {
+        return undecryptableItem(key, item.entry.seq, entry);
+      }
+      return { ...item, entry };
+    });
   }
 
   async ping(): Promise<void> {}

@@ -4,12 +4,21 @@ import {
   storedChargeOf,
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
+import { randomBytes } from 'node:crypto';
 import type { AcceptContext } from '../../../ports/sequence-store.port';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { StoredFragmentDecryptionError } from '../../../core/errors/stored-fragment-decryption.error';
+import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 import { MemorySequenceStore } from './memory.sequence-store';
+import type { HeldSequence } from './memory-sequence';
 
 const CONSUMER = 'consumer-a';
+const ENCRYPTION = { keys: [{ id: 'k1', key: randomBytes(32) }] };
 
 describeSequenceStoreConformance('memory', { create: async () => new MemorySequenceStore() });
+describeSequenceStoreConformance('memory (encrypted)', {
+  create: async () => new MemorySequenceStore({ encryption: ENCRYPTION }),
+});
 
 describe('MemorySequenceStore', () => {
   const t0 = 1_000_000;
@@ -155,5 +164,94 @@ describe('MemorySequenceStore', () => {
       await store.accept(sequenceFixture(scope, ['y', 'z']).fragments[0], context(t0 + 5_000));
     }
     expect(markers.size).toBe(0);
+  });
+
+  describe('with encryption', () => {
+    const SECRET = 'patient: Jane Doe';
+    let encrypted: MemorySequenceStore;
+
+    beforeEach(() => {
+      encrypted = new MemorySequenceStore({ encryption: ENCRYPTION });
+    });
+
+    /** The sequences the store holds (its internals: what a heap dump would show). */
+    function held(): HeldSequence[] {
+      return [...(encrypted as unknown as { held: Map<string, HeldSequence> }).held.values()];
+    }
+
+    it('holds bodies and user headers sealed, and reads the plaintext back', async () => {
+      const { fragments, ref, payload } = sequenceFixture('scope', [SECRET, `${SECRET}!`], {
+        userHeaders: { patient: SECRET },
+      });
+      let result;
+      for (const fragment of fragments) result = await encrypted.accept(fragment, context(t0));
+
+      const [sequence] = held();
+      const kept = [...sequence.bodies.values(), sequence.userHeaders as Buffer];
+      expect(kept.every((bytes) => Buffer.isBuffer(bytes))).toBe(true);
+      expect(kept.filter((bytes) => bytes.includes('Jane Doe'))).toEqual([]);
+      expect(result).toMatchObject({
+        status: 'complete',
+        sequence: { userHeaders: { patient: SECRET } },
+      });
+      expect(Buffer.concat(await readAll(encrypted.read(ref)))).toEqual(payload);
+    });
+
+    it('counts the plaintext against the budget, as without encryption', async () => {
+      const { fragments } = sequenceFixture('scope', ['abc', 'defg']);
+      await encrypted.accept(fragments[0], context(t0));
+      await encrypted.accept(fragments[1], context(t0));
+
+      expect((await encrypted.stats(t0)).bufferedBytes).toBe(storedChargeOf(3, 4));
+    });
+
+    it('fails the read with an integrity error when a held body was altered', async () => {
+      const { fragments, ref } = sequenceFixture('scope', ['first body', 'second body']);
+      for (const fragment of fragments) await encrypted.accept(fragment, context(t0));
+      // A byte of the ciphertext (after the 82 header bytes).
+      held()[0].bodies.get(2)![90] ^= 0x01;
+
+      const error = await readAll(encrypted.read(ref)).catch((caught: unknown) => caught);
+
+      expect(error).toBeInstanceOf(StoredFragmentIntegrityError);
+      expect(error).toBeInstanceOf(StoredFragmentDecryptionError);
+      expect(error).toMatchObject({ position: 2, reason: 'authentication-failed', keyId: 'k1' });
+    });
+
+    it('fails the read when two held bodies were swapped (each is bound to its position)', async () => {
+      const { fragments, ref } = sequenceFixture('scope', ['same length 1', 'same length 2']);
+      for (const fragment of fragments) await encrypted.accept(fragment, context(t0));
+      const { bodies } = held()[0];
+      const [one, two] = [bodies.get(1)!, bodies.get(2)!];
+      bodies.set(1, two);
+      bodies.set(2, one);
+
+      await expect(readAll(encrypted.read(ref))).rejects.toMatchObject({
+        position: 1,
+        reason: 'authentication-failed',
+      });
+    });
+
+    it('reports user headers that do not open as the sequence integrity failure', async () => {
+      const { fragments } = sequenceFixture('scope', ['a', 'b'], { userHeaders: { x: '1' } });
+      await encrypted.accept(fragments[0], context(t0));
+      (held()[0].userHeaders as Buffer)[90] ^= 0x01;
+
+      const result = await encrypted.accept(fragments[1], context(t0));
+
+      expect(result).toMatchObject({
+        status: 'complete',
+        sequence: {
+          userHeaders: {},
+          integrityFailure: expect.stringMatching(/user headers .* did not decrypt/),
+        },
+      });
+    });
+
+    it('refuses a key that is not 32 bytes at construction', () => {
+      expect(
+        () => new MemorySequenceStore({ encryption: { keys: [{ id: 'k', key: 'short' }] } }),
+      ).toThrow(SequenceOptionsError);
+    });
   });
 });

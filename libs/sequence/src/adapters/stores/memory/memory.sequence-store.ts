@@ -14,9 +14,19 @@ import {
   type FragmentFacts,
 } from '../../../core/completeness';
 import { deathReason } from '../../../core/errors/rejection-code';
+import {
+  BodyCipher,
+  openUserHeaders,
+  sequenceBodyIdentity,
+  sequenceHeadersIdentity,
+  type StoreEncryptionOptions,
+} from '../../../core/body-cipher';
+import { SealedBufferFailure } from '../../../core/sealed-buffer';
+import { StoredFragmentDecryptionError } from '../../../core/errors/stored-fragment-decryption.error';
 import type {
   AcceptContext,
   AcceptResult,
+  CompleteSequence,
   ExpiredSequence,
   FinishContext,
   FinishedOutcome,
@@ -26,16 +36,25 @@ import type {
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
 import {
-  bodiesInOrder,
   describeComplete,
   failingStream,
   isDue,
+  positionedBodies,
   sequenceKey,
   streamOf,
   type FinishedMarker,
   type HeldSequence,
   type RetainedFragments,
 } from './memory-sequence';
+
+/** Options of {@link MemorySequenceStore}. */
+export interface MemorySequenceStoreOptions {
+  /**
+   * Keeps bodies and user headers AES-256-GCM encrypted in memory (see docs/security.md).
+   * @default none
+   */
+  readonly encryption?: StoreEncryptionOptions;
+}
 
 /**
  * The default {@link SequenceStore}: fragments in this process's memory, for one consumer
@@ -48,9 +67,13 @@ import {
  * overheads, and a reservation ahead of its declared bytes no larger than what it stored); a
  * failed sequence's retained fragments count too, but are evicted, oldest first, before anything
  * is back-pressured for their sake.
+ *
+ * With `encryption`, bodies and user headers are held AES-256-GCM sealed (each under a fresh IV,
+ * bound to its sequence and position) and opened as they are read; budgets count the plaintext.
  */
 export class MemorySequenceStore implements SequenceStore {
   readonly name = 'memory';
+  private readonly cipher?: BodyCipher;
 
   /** Open sequences, and complete ones not finished yet. */
   private readonly held = new Map<string, HeldSequence>();
@@ -62,6 +85,13 @@ export class MemorySequenceStore implements SequenceStore {
   /** The same, per scope. */
   private readonly heldBytesByScope = new Map<string, number>();
   private retainedBytes = 0;
+
+  /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
+  constructor(options: MemorySequenceStoreOptions = {}) {
+    if (options.encryption) {
+      this.cipher = new BodyCipher(options.encryption, 'MemorySequenceStore encryption');
+    }
+  }
 
   async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
     const { now, limits } = context;
@@ -128,8 +158,14 @@ export class MemorySequenceStore implements SequenceStore {
     const before = accountedBytes(sequence.state);
     recordFragment(sequence.state, facts, now);
     this.charge(fragment.scope, accountedBytes(sequence.state) - before);
-    // A copy: the caller may reuse its buffer, and a slice would pin a larger one.
-    sequence.bodies.set(fragment.position, Buffer.from(fragment.body));
+    // A copy (sealing copies too): the caller may reuse its buffer, and a slice would pin a
+    // larger one.
+    sequence.bodies.set(
+      fragment.position,
+      this.cipher
+        ? this.cipher.seal(fragment.body, sequenceBodyIdentity(fragment, fragment.position))
+        : Buffer.from(fragment.body),
+    );
     sequence.contentType ??= fragment.contentType;
     sequence.contentEncoding ??= fragment.contentEncoding;
     if (context.expiry.strategy === 'sliding') sequence.deadline = now + context.expiry.ms;
@@ -137,7 +173,7 @@ export class MemorySequenceStore implements SequenceStore {
     const opened = held === undefined;
     if (!isComplete(sequence.state)) return { status: 'stored', opened };
     sequence.lease = { consumerId: context.consumerId, until: now + context.leaseMs };
-    return { status: 'complete', opened, sequence: describeComplete(sequence) };
+    return { status: 'complete', opened, sequence: this.describe(sequence) };
   }
 
   async renewLease(
@@ -169,7 +205,23 @@ export class MemorySequenceStore implements SequenceStore {
         ),
       );
     }
-    return streamOf(bodiesInOrder(bodies));
+    const cipher = this.cipher;
+    if (!cipher) return streamOf(positionedBodies(bodies), ({ body }) => body);
+    return streamOf(positionedBodies(bodies), ({ position, body }) => {
+      try {
+        return cipher.open(body, sequenceBodyIdentity(ref, position));
+      } catch (error) {
+        if (!(error instanceof SealedBufferFailure)) throw error;
+        const crc32 = held?.state.crcByPosition.get(position) ?? Number.NaN;
+        throw new StoredFragmentDecryptionError(
+          ref.sequenceId,
+          position,
+          crc32,
+          error.reason,
+          error.keyId,
+        );
+      }
+    });
   }
 
   async finish(
@@ -271,7 +323,12 @@ export class MemorySequenceStore implements SequenceStore {
       bodies: new Map(),
       deadline: context.now + context.expiry.ms,
       expiryMs: context.expiry.ms,
-      userHeaders: { ...fragment.userHeaders },
+      userHeaders: this.cipher
+        ? this.cipher.seal(
+            Buffer.from(JSON.stringify(fragment.userHeaders)),
+            sequenceHeadersIdentity(fragment),
+          )
+        : { ...fragment.userHeaders },
     };
     this.held.set(sequenceKey(fragment), sequence);
     return sequence;
@@ -281,7 +338,18 @@ export class MemorySequenceStore implements SequenceStore {
   private claimCompletion(sequence: HeldSequence, context: AcceptContext): AcceptResult {
     if (sequence.lease && sequence.lease.until > context.now) return { status: 'in-progress' };
     sequence.lease = { consumerId: context.consumerId, until: context.now + context.leaseMs };
-    return { status: 'complete', opened: false, sequence: describeComplete(sequence) };
+    return { status: 'complete', opened: false, sequence: this.describe(sequence) };
+  }
+
+  /** The complete sequence for its caller, with its user headers opened when sealed. */
+  private describe(sequence: HeldSequence): CompleteSequence {
+    const { userHeaders } = sequence;
+    if (!Buffer.isBuffer(userHeaders)) return describeComplete(sequence, userHeaders);
+    const opened = openUserHeaders(this.cipher as BodyCipher, userHeaders, sequence.ref);
+    const complete = describeComplete(sequence, opened.headers);
+    return opened.failure === undefined
+      ? complete
+      : { ...complete, integrityFailure: opened.failure };
   }
 
   /** Evicts failed sequences' fragments until `increase` more bytes fit; false if they cannot. */

@@ -2,6 +2,8 @@ import { Readable } from 'node:stream';
 import { crc32Continued } from '../../../core/checksum';
 import { StoredFragmentIntegrityError } from '../../../core/errors/stored-fragment-integrity.error';
 import { asError } from '../../../core/errors/caught';
+import { StoredFragmentDecryptionError } from '../../../core/errors/stored-fragment-decryption.error';
+import { SealedBufferFailure, type SealedBufferOpener } from '../../../core/sealed-buffer';
 
 /**
  * One piece of a sequence's bytes: a whole body (`bytes` unknown: a small body, kept inline) or
@@ -30,6 +32,9 @@ export function bodyGoneError(position: number): Error {
  */
 export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | readonly Buffer[] | null>;
 
+/** For a store that encrypts: opens the sealed body at a position, as its pieces arrive. */
+export type BodyOpenerFactory = (position: number) => SealedBufferOpener;
+
 /**
  * The bytes of a sequence as a stream, in order: each piece in the one or more parts it was
  * fetched in, one chunk per part. At most `readAhead` pieces (at least one) are being fetched or
@@ -41,6 +46,10 @@ export type BodyFetcher = (piece: BodyPiece) => Promise<Buffer | readonly Buffer
  * is computed over its pieces and checked, before any part of its last piece is pushed, against
  * the one it was stored with: a mismatch fails the stream with a
  * {@link StoredFragmentIntegrityError}.
+ *
+ * With `openBody` (a store that encrypts), pieces are of the sealed body: they are decrypted as
+ * they come and the CRC-32 is checked on the plaintext, after the body's authentication tag. A
+ * body that does not decrypt fails the stream with a {@link StoredFragmentDecryptionError}.
  */
 export class RedisBodyReader extends Readable {
   private readonly pending: Array<Promise<Buffer | readonly Buffer[] | null>> = [];
@@ -51,6 +60,8 @@ export class RedisBodyReader extends Readable {
   private running = 0;
   /** Parts of the last piece fetched that are not pushed yet: one is pushed per _read call. */
   private ready: Buffer[] = [];
+  /** Opens the sealed body being read (with `openBody`). */
+  private opener?: SealedBufferOpener;
   /** _read was called and nothing was pushed since. */
   private wanted = false;
   private pumping = false;
@@ -60,6 +71,7 @@ export class RedisBodyReader extends Readable {
     private readonly fetch: BodyFetcher,
     private readonly readAhead: number,
     private readonly sequenceId: string,
+    private readonly openBody?: BodyOpenerFactory,
   ) {
     super({ highWaterMark: 1 });
   }
@@ -117,9 +129,10 @@ export class RedisBodyReader extends Readable {
       if (this.destroyed) return;
       if (piece === undefined) throw new Error('a body was fetched for no planned piece');
       if (fetched === null) throw bodyGoneError(piece.position);
-      const parts = Buffer.isBuffer(fetched) ? [fetched] : fetched;
-      const bytes = parts.reduce((sum, part) => sum + part.length, 0);
+      const fetchedParts = Buffer.isBuffer(fetched) ? [fetched] : fetched;
+      const bytes = fetchedParts.reduce((sum, part) => sum + part.length, 0);
       if (piece.bytes !== undefined && bytes !== piece.bytes) throw bodyGoneError(piece.position);
+      const parts = this.openBody ? this.decrypted(piece, fetchedParts) : fetchedParts;
       let running = piece.start === 0 ? 0 : this.running;
       for (const part of parts) running = crc32Continued(part, running);
       this.running = running;
@@ -138,6 +151,28 @@ export class RedisBodyReader extends Readable {
         this.push(first);
         return;
       }
+    }
+  }
+
+  /** The plaintext a sealed piece releases; all of the body's rest once its last piece came. */
+  private decrypted(piece: BodyPiece, parts: readonly Buffer[]): Buffer[] {
+    if (piece.start === 0) this.opener = this.openBody?.(piece.position);
+    const opener = this.opener;
+    if (opener === undefined) throw new Error('a sealed body was read from its middle');
+    try {
+      const plaintext = parts.flatMap((part) => opener.update(part));
+      // Only a body's last piece carries its CRC-32.
+      if (piece.crc32 !== undefined) plaintext.push(...opener.final());
+      return plaintext;
+    } catch (error) {
+      if (!(error instanceof SealedBufferFailure)) throw error;
+      throw new StoredFragmentDecryptionError(
+        this.sequenceId,
+        piece.position,
+        piece.crc32 ?? Number.NaN,
+        error.reason,
+        error.keyId,
+      );
     }
   }
 

@@ -8,7 +8,7 @@ import type {
   OpenGap,
   ResequencerKeyState,
 } from '../../../ports/resequencer-store.port';
-import { CorruptRecord, decodeItem } from './redis-resequencer.codec';
+import { CorruptRecord, decodeItem, type EntrySealing } from './redis-resequencer.codec';
 import { RedisResequencerStoreError } from './redis-resequencer-store.error';
 
 /*
@@ -46,6 +46,8 @@ export interface ReplySource {
   readonly operation: string;
   readonly scope: string;
   readonly key?: string;
+  /** How the key's entries are kept, when the store encrypts. */
+  readonly sealing?: EntrySealing;
 }
 
 /**
@@ -299,7 +301,7 @@ export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
 /** A stored item, decoded; a corrupt one raises the store's error (and stays in Redis). */
 function decodeStored(text: string, source: ReplySource): HandOffItem {
   try {
-    return decodeItem(text);
+    return decodeItem(text, source.sealing);
   } catch (error) {
     if (!(error instanceof CorruptRecord)) throw error;
     throw new RedisResequencerStoreError(

@@ -9,7 +9,7 @@ import type {
   FragmentRecord,
   SequenceRef,
 } from '../../../ports/sequence-store.port';
-import { missingPositions } from '../../../core/completeness';
+import { missingPositions, userHeaderBytes } from '../../../core/completeness';
 import type { Grant, Settlement } from './redis-budget';
 import type { ScriptArgument } from './redis-scripts';
 import { RedisSequenceStoreError } from './redis-store.error';
@@ -31,6 +31,15 @@ export type BodyArgument =
   { readonly kind: 'inline' } | { readonly kind: 'staged'; readonly id: string };
 
 /**
+ * What a store that encrypts keeps instead of the fragment's own body and user headers: the
+ * sealed body, and the base64 of the sealed headers' JSON. Lengths and checks stay the plaintext's.
+ */
+export interface SealedFragment {
+  readonly body: Buffer;
+  readonly userHeaders: string;
+}
+
+/**
  * ARGV of lua/accept-5.lua; without the body (`false`), the script only admits the fragment.
  * `true` sends it inline.
  */
@@ -42,6 +51,7 @@ export function acceptArguments(
   withBody: BodyArgument | boolean,
   /** `context.now` as the store sends it (see RedisClock.stamp). */
   now: ScriptArgument = context.now,
+  sealed?: SealedFragment,
 ): ScriptArgument[] {
   const body: BodyArgument | undefined =
     withBody === true ? { kind: 'inline' } : withBody === false ? undefined : withBody;
@@ -64,12 +74,14 @@ export function acceptArguments(
     fragment.body.length,
     fragment.contentType ?? '',
     fragment.contentEncoding ?? '',
-    JSON.stringify(fragment.userHeaders),
+    sealed?.userHeaders ?? JSON.stringify(fragment.userHeaders),
+    // Budgets count the headers' JSON whether or not they are kept sealed.
+    userHeaderBytes(fragment.userHeaders),
     grant.epoch,
     grant.bytes,
     grant.id,
   ];
-  if (body?.kind === 'inline') args.push('inline', fragment.body);
+  if (body?.kind === 'inline') args.push('inline', sealed?.body ?? fragment.body);
   if (body?.kind === 'staged') args.push('staged', body.id);
   return args;
 }
@@ -94,10 +106,30 @@ export type AcceptStep =
   | { readonly kind: 'void'; readonly forgetEpoch: number };
 
 /**
+ * The user headers a sequence keeps, from what the store holds: their JSON, or (a store that
+ * encrypts) whatever opens it; `failure` when they cannot be read back.
+ */
+export type UserHeadersDecoder = (
+  stored: string,
+  ref: SequenceRef,
+) => {
+  readonly headers: HeaderMap;
+  readonly failure?: string;
+};
+
+const plainUserHeaders: UserHeadersDecoder = (stored) => ({
+  headers: JSON.parse(stored) as HeaderMap,
+});
+
+/**
  * The one place where the accept script's codes become {@link AcceptResult}s (or errors): see
  * the Returns section of lua/accept-5.lua for the layout.
  */
-export function interpretAccept(reply: unknown, ref: SequenceRef): AcceptStep {
+export function interpretAccept(
+  reply: unknown,
+  ref: SequenceRef,
+  decodeHeaders: UserHeadersDecoder = plainUserHeaders,
+): AcceptStep {
   const [code, rawSettlement, rawForget, ...rest] = reply as [
     string,
     RawSettlement,
@@ -120,7 +152,11 @@ export function interpretAccept(reply: unknown, ref: SequenceRef): AcceptStep {
     case 'in-progress':
       return result({ status: 'in-progress' });
     case 'complete':
-      return result({ status: 'complete', opened: rest[0] === 1, sequence: completeOf(ref, rest) });
+      return result({
+        status: 'complete',
+        opened: rest[0] === 1,
+        sequence: completeOf(ref, rest, decodeHeaders),
+      });
     case 'finished': {
       const outcome = rest[0] as FinishedOutcome;
       const reason = optional(rest[1]);
@@ -156,10 +192,15 @@ export function interpretAccept(reply: unknown, ref: SequenceRef): AcceptStep {
   }
 }
 
-function completeOf(ref: SequenceRef, fields: unknown[]): CompleteSequence {
+function completeOf(
+  ref: SequenceRef,
+  fields: unknown[],
+  decodeHeaders: UserHeadersDecoder,
+): CompleteSequence {
   const [, fragments, bytes, sha256, declaredBytes, contentType, contentEncoding, headers] = fields;
   const [first, last] = fields.slice(8);
   const declared = optional(declaredBytes);
+  const kept = decodeHeaders(String(headers), ref);
   const complete: CompleteSequence = {
     scope: ref.scope,
     sequenceId: ref.sequenceId,
@@ -169,9 +210,10 @@ function completeOf(ref: SequenceRef, fields: unknown[]): CompleteSequence {
     declaredBytes: declared === undefined ? undefined : Number(declared),
     contentType: optional(contentType),
     contentEncoding: optional(contentEncoding),
-    userHeaders: JSON.parse(String(headers)) as HeaderMap,
+    userHeaders: kept.headers,
     firstFragmentAt: Number(first),
     lastFragmentAt: Number(last),
+    integrityFailure: kept.failure,
   };
   return withoutUndefined(complete);
 }

@@ -1,5 +1,5 @@
 import calculateSlot from 'cluster-key-slot';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { describeResequencerStoreConformance } from '../../../testing/conformance/resequencer-store.conformance';
@@ -44,14 +44,20 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
     /** Prefix of each store the harness created (peers are not in it: they own a client). */
     const prefixes = new Map<ResequencerStore, string>();
 
-    for (const [name, unsafeSocketTricks] of [
-      ['redis', false],
-      ['redis (unsafeSocketTricks)', true],
+    const encryption = { keys: [{ id: 'conformance', key: randomBytes(32) }] };
+    for (const [name, unsafeSocketTricks, encrypted] of [
+      ['redis', false, false],
+      ['redis (unsafeSocketTricks)', true, false],
+      ['redis (encrypted)', false, true],
     ] as const) {
       describeResequencerStoreConformance(name, {
         create: async () => {
           const prefix = `nseq-test:${randomUUID()}`;
-          const store = new RedisResequencerStore(redis, { prefix, unsafeSocketTricks });
+          const store = new RedisResequencerStore(redis, {
+            prefix,
+            unsafeSocketTricks,
+            ...(encrypted && { encryption }),
+          });
           prefixes.set(store, prefix);
           return store;
         },
@@ -60,6 +66,7 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
           RedisResequencerStore.connect(SERVERS.redis.url, {
             prefix: prefixes.get(store)!,
             unsafeSocketTricks,
+            ...(encrypted && { encryption }),
           }),
         close: async (store) => {
           await store.close();

@@ -73,7 +73,10 @@ import {
   assertStart,
   assertTime,
 } from '../../../ports/resequencer-store.arguments';
-import { encodeEntry } from './redis-resequencer.codec';
+import { encodeEntry, type EntrySealing } from './redis-resequencer.codec';
+import { BodyCipher, type StoreEncryptionOptions } from '../../../core/body-cipher';
+import { SealedBufferFailure } from '../../../core/sealed-buffer';
+import { openEntry, sealEntry, undecryptableDetail } from '../sealed-entry';
 import { clockProblem, RedisClock } from './redis-clock';
 import { RedisResequencerIndex } from './redis-resequencer-index';
 import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
@@ -83,6 +86,7 @@ import {
   interpretInspect,
   interpretResolve,
   interpretSettle,
+  type ReplySource,
   type ScopeTotals,
   type WithRecord,
 } from './redis-resequencer-replies';
@@ -129,6 +133,13 @@ export interface RedisResequencerStoreOptions {
    * @default Date.now
    */
   readonly clock?: () => number;
+  /**
+   * Keeps every event's body and headers AES-256-GCM encrypted in Redis, bound to its key and
+   * sequence (see docs/security.md); the byte bounds count the plaintext. An event that does not
+   * decrypt is dead-lettered `integrity-mismatch`, never delivered.
+   * @default none
+   */
+  readonly encryption?: StoreEncryptionOptions;
 }
 
 /**
@@ -148,6 +159,7 @@ export class RedisResequencerStore implements ResequencerStore {
   private readonly retentionMs: number;
   /** On Redis Cluster the index step is a second script (another slot); on one node, inline. */
   private readonly isCluster: boolean;
+  private readonly cipher?: BodyCipher;
   private ownsClient = false;
 
   constructor(
@@ -165,6 +177,9 @@ export class RedisResequencerStore implements ResequencerStore {
     if (tricks) throw new TypeError(tricks);
     const clock = clockProblem(options.clock);
     if (clock) throw new TypeError(clock);
+    if (options.encryption) {
+      this.cipher = new BodyCipher(options.encryption, 'RedisResequencerStore encryption');
+    }
     const scripts = loadScripts(redis);
     this.scripts = socketTricksEnabled(
       options.unsafeSocketTricks ?? false,
@@ -204,7 +219,7 @@ export class RedisResequencerStore implements ResequencerStore {
     assertStart(context.start);
     assertLimits(context.limits);
     if (context.drain) assertDrainArguments(key, { ...context.drain, now: context.now });
-    const encoded = encodeEntry(entry);
+    const encoded = encodeEntry(entry, this.sealingOf(key));
     const outcome = await this.acceptOnce(
       key,
       entry.seq,
@@ -240,7 +255,11 @@ export class RedisResequencerStore implements ResequencerStore {
       this.retentionMs,
     ]);
     // 'empty' brings the key's record: it repairs an index entry a crash left stale.
-    return this.indexed(key, interpretClaim(reply, source('claimDrain', key)), context.now);
+    return this.indexed(
+      key,
+      interpretClaim(reply, source('claimDrain', key, this.sealingOf(key))),
+      context.now,
+    );
   }
 
   async settleDrain(
@@ -259,7 +278,11 @@ export class RedisResequencerStore implements ResequencerStore {
       this.retentionMs,
       randomUUID(), // the settle token: a resent call (ioredis, after a reconnect) trims once
     ]);
-    return this.indexed(key, interpretSettle(reply, source('settleDrain', key)), context.now);
+    return this.indexed(
+      key,
+      interpretSettle(reply, source('settleDrain', key, this.sealingOf(key))),
+      context.now,
+    );
   }
 
   async renewDrain(
@@ -313,7 +336,7 @@ export class RedisResequencerStore implements ResequencerStore {
     ]);
     return this.indexed(
       key,
-      interpretResolve(reply, source('resolveGap', key), policy),
+      interpretResolve(reply, source('resolveGap', key, this.sealingOf(key)), policy),
       context.now,
     );
   }
@@ -329,7 +352,7 @@ export class RedisResequencerStore implements ResequencerStore {
     assertResequencerArguments(key);
     assertStart(start);
     const reply = await this.scripts['rsq-inspect'](keyKeyList(this.keys.of(key)), []);
-    return interpretInspect(reply, source('inspect', key), start);
+    return interpretInspect(reply, source('inspect', key, this.sealingOf(key)), start);
   }
 
   async bufferedTotal(scope: string): Promise<number> {
@@ -376,7 +399,11 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limits.maxBufferedBytesTotal ?? 0,
       seen.bytes,
     ]);
-    return this.indexed(key, interpretAccept(reply, source('accept', key)), context.now);
+    return this.indexed(
+      key,
+      interpretAccept(reply, source('accept', key, this.sealingOf(key))),
+      context.now,
+    );
   }
 
   /**
@@ -398,6 +425,23 @@ export class RedisResequencerStore implements ResequencerStore {
     );
   }
 
+  /** How `key`'s entries are kept when the store encrypts (see redis-resequencer.codec.ts). */
+  private sealingOf(key: ResequencerKey): EntrySealing | undefined {
+    const cipher = this.cipher;
+    if (!cipher) return undefined;
+    return {
+      seal: (entry) => sealEntry(cipher, key, entry),
+      open: (seq, sealed) => {
+        if (sealed === undefined)
+          return { undecryptable: undecryptableDetail(key, seq, 'not-sealed') };
+        const entry = openEntry(cipher, key, seq, sealed);
+        return entry instanceof SealedBufferFailure
+          ? { undecryptable: undecryptableDetail(key, seq, entry) }
+          : entry;
+      },
+    };
+  }
+
   /** Step 2 of every change: the key's record into its scope's index (see the top of the file). */
   private async indexed<T>(key: ResequencerKey, step: WithRecord<T>, now: number): Promise<T> {
     if (step.totals) this.index.remember(key.scope, step.totals);
@@ -406,6 +450,6 @@ export class RedisResequencerStore implements ResequencerStore {
   }
 }
 
-function source(operation: string, key: ResequencerKey) {
-  return { operation, scope: key.scope, key: key.key };
+function source(operation: string, key: ResequencerKey, sealing?: EntrySealing): ReplySource {
+  return { operation, scope: key.scope, key: key.key, sealing };
 }

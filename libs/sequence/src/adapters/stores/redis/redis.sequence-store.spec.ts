@@ -56,14 +56,21 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
   describe('conformance', () => {
     const prefixes = new Map<SequenceStore, string>();
 
-    for (const [name, unsafeSocketTricks] of [
-      ['redis', false],
-      ['redis (unsafeSocketTricks)', true],
+    const encryption = { keys: [{ id: 'conformance', key: randomBytes(32) }] };
+    for (const [name, unsafeSocketTricks, encrypted] of [
+      ['redis', false, false],
+      ['redis (unsafeSocketTricks)', true, false],
+      ['redis (encrypted)', false, true],
+      ['redis (encrypted, unsafeSocketTricks)', true, true],
     ] as const) {
       describeSequenceStoreConformance(name, {
         create: async () => {
           const prefix = `nseq-test:${randomUUID()}`;
-          const store = new RedisSequenceStore(redis, { prefix, unsafeSocketTricks });
+          const store = new RedisSequenceStore(redis, {
+            prefix,
+            unsafeSocketTricks,
+            ...(encrypted && { encryption }),
+          });
           prefixes.set(store, prefix);
           return store;
         },

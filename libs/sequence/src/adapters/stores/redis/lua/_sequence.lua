@@ -57,7 +57,7 @@ end
 local SEQUENCE_FIELDS = {'state', 'epoch', 'claim', 'ver', 'size', 'lastPosition',
   'declaredBytes', 'sha256', 'highestPosition', 'storedBytes', 'firstAt', 'lastAt', 'deadline',
   'expiryMs', 'leaseOwner', 'leaseUntil', 'contentType', 'contentEncoding', 'userHeaders',
-  'retainUntil'}
+  'headerBytes', 'retainUntil'}
 
 -- The sequence held in meta; state is nil when none is ('open' or 'failed' otherwise). Read by
 -- name: meta also holds one 'g:<id>' field per budget grant the sequence consumed.
@@ -88,6 +88,8 @@ local function readSequence(metaKey, crcKey)
     contentType = h.contentType,
     contentEncoding = h.contentEncoding,
     userHeaders = h.userHeaders or '{}',
+    -- The kept headers' budget bytes: their JSON's length, also when they are kept sealed.
+    headerBytes = tonumber(h.headerBytes) or #(h.userHeaders or '{}'),
     retainUntil = tonumber(h.retainUntil),
   }
 end
@@ -96,7 +98,8 @@ local function saveSequence(metaKey, s)
   local fields = {'state', s.state, 'epoch', int(s.epoch), 'claim', int(s.claim),
     'ver', int(s.ver), 'highestPosition', int(s.highestPosition),
     'storedBytes', int(s.storedBytes), 'firstAt', int(s.firstAt), 'lastAt', int(s.lastAt),
-    'deadline', int(s.deadline), 'expiryMs', int(s.expiryMs), 'userHeaders', s.userHeaders}
+    'deadline', int(s.deadline), 'expiryMs', int(s.expiryMs), 'userHeaders', s.userHeaders,
+    'headerBytes', int(s.headerBytes)}
   local optional = {size = s.size, lastPosition = s.lastPosition,
     declaredBytes = s.declaredBytes, leaseUntil = s.leaseUntil, retainUntil = s.retainUntil}
   for name, value in pairs(optional) do
@@ -118,7 +121,7 @@ local FRAGMENT_OVERHEAD_BYTES = {{FRAGMENT_OVERHEAD_BYTES}}
 
 -- core/completeness.ts storedCharge: bodies, the kept user headers and the fixed overheads.
 local function storedCharge(s)
-  return SEQUENCE_OVERHEAD_BYTES + #s.userHeaders + s.count * FRAGMENT_OVERHEAD_BYTES +
+  return SEQUENCE_OVERHEAD_BYTES + s.headerBytes + s.count * FRAGMENT_OVERHEAD_BYTES +
     s.storedBytes
 end
 
@@ -126,7 +129,7 @@ end
 -- bodyBytes is stored (opening: with headers of headerBytes): its declared fragments and bytes
 -- are reserved from the moment they are known.
 local function accountedAfter(s, opening, bodyBytes, headerBytes, declared, size)
-  local headers = opening and headerBytes or #s.userHeaders
+  local headers = opening and headerBytes or s.headerBytes
   local fragments = math.max(s.count + 1, s.size or size or 0)
   local body = math.max(declared or 0, s.storedBytes + bodyBytes)
   return SEQUENCE_OVERHEAD_BYTES + headers + fragments * FRAGMENT_OVERHEAD_BYTES + body

@@ -11,10 +11,11 @@
   ARGV[10] position                ARGV[11] size, or ''            ARGV[12] '1' when last
   ARGV[13] crc32                   ARGV[14] sha256, or ''          ARGV[15] bytes, or ''
   ARGV[16] body length             ARGV[17] content-type, or ''    ARGV[18] content-encoding, or ''
-  ARGV[19] user headers (JSON)     ARGV[20] grant epoch (0: none)  ARGV[21] grant bytes
-  ARGV[22] grant id (unique)       ARGV[23] 'inline' or 'staged'; when absent the fragment is
-                                   only admitted ('go' instead of storing it)
-  ARGV[24] inline: the body, stored in the body hash; staged: the id of a string key in this
+  ARGV[19] user headers as kept: their JSON, or its base64 sealed (a store that encrypts)
+  ARGV[20] the user headers' budget bytes (their JSON's length)
+  ARGV[21] grant epoch (0: none)   ARGV[22] grant bytes            ARGV[23] grant id (unique)
+  ARGV[24] 'inline' or 'staged'; when absent the fragment is only admitted ('go', not stored)
+  ARGV[25] inline: the body, stored in the body hash; staged: the id of a string key in this
            slot, <sequence>:staged:<id> (KEYS[3] with `:body` replaced), holding the body (set by
            the client just before, with a short TTL), renamed to body:<position> when stored and
            deleted otherwise: a large body never goes through Lua, which copies an argument into
@@ -55,11 +56,11 @@ local crc = tonumber(ARGV[13])
 local sha256 = ARGV[14] ~= '' and ARGV[14] or nil
 local bytes = tonumber(ARGV[15])
 local bodyBytes = tonumber(ARGV[16])
-local grantEpoch = tonumber(ARGV[20])
-local grantBytes = tonumber(ARGV[21])
-local grantField = 'g:' .. ARGV[22]
-local hasBody = #ARGV >= 24
-local stagedKey = ARGV[23] == 'staged' and stagedBodyKey(bodyKey, ARGV[24]) or nil
+local grantEpoch = tonumber(ARGV[21])
+local grantBytes = tonumber(ARGV[22])
+local grantField = 'g:' .. ARGV[23]
+local hasBody = #ARGV >= 25
+local stagedKey = ARGV[24] == 'staged' and stagedBodyKey(bodyKey, ARGV[25]) or nil
 
 local function run()
 
@@ -231,7 +232,7 @@ if grantEpoch > 0 then
     return {'void', {}, grantEpoch}
   end
 end
-local headerBytes = #ARGV[19]
+local headerBytes = tonumber(ARGV[20])
 local accounted = accountedAfter(s, opening, bodyBytes, headerBytes, declaredBytes, size)
 local available = s.claim + grantBytes
 if opening and grantEpoch == 0 then
@@ -251,6 +252,7 @@ if opening then
   s = readSequence(metaKey, crcKey)
   s.state, s.epoch, s.firstAt = 'open', grantEpoch, now
   s.expiryMs, s.deadline, s.userHeaders = expiryMs, now + expiryMs, ARGV[19]
+  s.headerBytes = headerBytes
 end
 rcall('HSET', crcKey, int(position), int(crc))
 if stagedKey then
@@ -259,7 +261,7 @@ if stagedKey then
   stagedKey = nil
   rcall('PEXPIRE', target, math.max(sequenceTtl(s, now, leaseMs, margin), rcall('PTTL', metaKey)))
 else
-  rcall('HSET', bodyKey, int(position), ARGV[24])
+  rcall('HSET', bodyKey, int(position), ARGV[25])
 end
 s.count = s.count + 1
 s.highestPosition = math.max(s.highestPosition, position)

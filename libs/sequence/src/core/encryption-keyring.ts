@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, type CipherGCM, type DecipherGCM } from 'node:crypto';
-import type { PayloadEncryptionKey } from '../../../core/encryption-key';
-import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import type { PayloadEncryptionKey } from './encryption-key';
+import { SequenceOptionsError } from './errors/sequence-options.error';
 
 export const PAYLOAD_KEY_BYTES = 32;
 export const PAYLOAD_KEY_ID_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
@@ -16,13 +16,16 @@ const BASE64_OF_32_BYTES = /^(?:[A-Za-z0-9+/]{43}=?|[A-Za-z0-9_-]{43})$/;
  * Key material is copied and kept in a private field, out of sight of `JSON.stringify`,
  * `util.inspect` and loggers.
  */
-export class PayloadKeyring {
+export class EncryptionKeyring {
   /** The id of the key new payloads are encrypted with. */
   readonly encryptionKeyId: string;
   readonly #keys: ReadonlyMap<string, Buffer>;
 
-  /** @throws SequenceOptionsError listing every problem with the keys at once. */
-  constructor(keys: readonly PayloadEncryptionKey[]) {
+  /**
+   * @param where names the option in the error (`SequenceOptionsError.where`).
+   * @throws SequenceOptionsError listing every problem with the keys at once.
+   */
+  constructor(keys: readonly PayloadEncryptionKey[], where = 'payload encryption keys') {
     const problems: string[] = [];
     const material = new Map<string, Buffer>();
     if (!Array.isArray(keys) || keys.length === 0) {
@@ -48,7 +51,7 @@ export class PayloadKeyring {
         }
       });
     }
-    if (problems.length > 0) throw new SequenceOptionsError('payload encryption keys', problems);
+    if (problems.length > 0) throw new SequenceOptionsError(where, problems);
     this.#keys = material;
     this.encryptionKeyId = [...material.keys()][0];
   }

@@ -1,5 +1,6 @@
 /*
- * How an encrypted payload is laid out at rest (format version 1):
+ * How an encrypted payload, or one encrypted body of a store, is laid out at rest (format
+ * version 1):
  *
  *   offset  bytes  field
  *   0       4      magic, ASCII "NSQE"
@@ -11,11 +12,13 @@
  *   82+P    16     GCM authentication tag
  *
  * The 82 header bytes are the GCM additional authenticated data: a change to any of them fails
- * the tag even where parsing would let it through. The key id field has a fixed size so that
- * the overhead is a constant: the plaintext size is the stored size minus 98, and `head` can tell
- * it without reading the payload.
+ * the tag even where parsing would let it through. A store body adds its identity after the
+ * header (see core/sealed-buffer.ts `context`), so it opens only where it was stored; a payload
+ * adds nothing, so payloads stay readable as they were written. The key id field has a fixed
+ * size so that the overhead is a constant: the plaintext size is the stored size minus 98, and
+ * `head` can tell it without reading the payload.
  */
-import { GCM_IV_BYTES, GCM_TAG_BYTES, PAYLOAD_KEY_ID_PATTERN } from './payload-encryption.keys';
+import { GCM_IV_BYTES, GCM_TAG_BYTES, PAYLOAD_KEY_ID_PATTERN } from './encryption-keyring';
 
 const MAGIC = Buffer.from('NSQE', 'ascii');
 export const PAYLOAD_FORMAT_VERSION = 1;
