@@ -213,6 +213,12 @@ export interface AdversarialApp {
   pending(channel: string): Promise<number>;
   /** Runs every sweeper once, as at `now`. */
   sweep(now: number): Promise<void>;
+  /** Each sweeper on its own. */
+  readonly sweepers: {
+    readonly expiry: ExpirySweeper;
+    readonly gaps: GapSweeper;
+    readonly orphans: OrphanSweeper;
+  };
   close(): Promise<void>;
 }
 
@@ -221,7 +227,17 @@ export interface AdversarialApp {
  * payload store, SQLite inbox) or RabbitMQ with every Redis store under a prefix of the run's
  * own. Timers are off: the suite sweeps by calling {@link AdversarialApp.sweep}.
  */
-export async function createAdversarialApp(target: Target): Promise<AdversarialApp> {
+export async function createAdversarialApp(
+  target: Target,
+  options: {
+    /**
+     * `sequence.retentionMs`: how long completion markers drop late duplicates. The catalogue
+     * keeps it short, so that Redis holds no marker for long after a sweep.
+     * @default 1
+     */
+    retentionMs?: number;
+  } = {},
+): Promise<AdversarialApp> {
   const run = randomUUID();
   const resources: Closer[] = [];
   let channels: AdversarialChannels | undefined;
@@ -299,7 +315,7 @@ export async function createAdversarialApp(target: Target): Promise<AdversarialA
         maxHeaderBytes: BUDGETS.maxHeaderBytes,
         maxOpenSequences: BUDGETS.maxOpenSequences,
         timeoutMs: 60_000,
-        retentionMs: 1,
+        retentionMs: options.retentionMs ?? 1,
       },
       resequencer: {
         ...(target === 'embedded' ? { store: new MemoryResequencerStore() } : {}),
@@ -326,6 +342,11 @@ export async function createAdversarialApp(target: Target): Promise<AdversarialA
     logger: process.env.TEST_LOGS ? ['log', 'warn', 'error'] : false,
     resources,
   });
+  const sweepers = {
+    expiry: app.get(ExpirySweeper),
+    gaps: app.get(GapSweeper),
+    orphans: app.get(OrphanSweeper),
+  };
   const memoryTransport = target === 'embedded' ? (transport as InMemoryTransport) : undefined;
   return {
     target,
@@ -355,10 +376,11 @@ export async function createAdversarialApp(target: Target): Promise<AdversarialA
       return admin!.readyCount(channel);
     },
     async sweep(now) {
-      await app.get(ExpirySweeper).sweep(now);
-      await app.get(GapSweeper).sweep(now);
-      await app.get(OrphanSweeper).sweep(now);
+      await sweepers.expiry.sweep(now);
+      await sweepers.gaps.sweep(now);
+      await sweepers.orphans.sweep(now);
     },
+    sweepers,
     close: async () => {
       await close();
       if (redis) await deleteUnder(redis.client, redis.prefix).catch(() => undefined);
