@@ -371,10 +371,11 @@ const sequenceCases: HostileCase[] = [
   {
     name: 'flood: declared bytes squat one channel without starving another',
     channel: 'reassemble',
-    // Each reserves 256 KiB when it opens: one fills the channel's 512 KiB share.
-    messages: ({ id }) => Array.from({ length: 6 }, (_, i) => firstOf(id(`${i}`), 4, 64 * KiB)),
+    // Each reserves 256 KiB when it opens: one fills the channel's 512 KiB share. Together they
+    // declare 5 MiB, more than the store's 4 MiB: without the share they would starve the others.
+    messages: ({ id }) => Array.from({ length: 20 }, (_, i) => firstOf(id(`${i}`), 4, 64 * KiB)),
     deadLetters: [],
-    afterSweep: Array<RejectionCode>(6).fill('sequence-expired'),
+    afterSweep: Array<RejectionCode>(20).fill('sequence-expired'),
     backpressure: true,
   },
 ];
