@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { InMemoryTransport, type RejectionCode } from 'nest-sequence';
+import { InMemoryTransport, ResequencerService, type RejectionCode } from 'nest-sequence';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
@@ -284,11 +284,14 @@ function messagesOf(kind: ChannelKind, run: Run, id: string) {
 describe(`fuzzing header maps through the real receive path (seed ${SEED})`, () => {
   let app: AdversarialApp;
   let transport: InMemoryTransport;
+  let resequencers: ResequencerService;
 
   beforeAll(async () => {
-    // Markers outlive a run: a duplicate sent within it must be dropped, not delivered again.
-    app = await createAdversarialApp('embedded', { retentionMs: LATER_MS * 2 });
+    // Markers outlive a run, so a duplicate sent within it is dropped, not delivered again; the
+    // sweep after it, as of LATER_MS, ends their retention (and that of failed sequences).
+    app = await createAdversarialApp('embedded', { retentionMs: LATER_MS / 2 });
     transport = app.producer as InMemoryTransport;
+    resequencers = app.app.get(ResequencerService);
   });
   afterAll(async () => {
     await app?.close();
@@ -340,9 +343,19 @@ describe(`fuzzing header maps through the real receive path (seed ${SEED})`, () 
             }
           }
           await settled(`run ${id}`);
+          // Within the budgets, before any sweep.
+          const held = await app.sequenceStore.stats(Date.now());
+          expect(held.bufferedBytes + (held.reservedBytes ?? 0)).toBeLessThanOrEqual(
+            BUDGETS.maxBufferedBytes,
+          );
+          for (const buffers of Object.values(await resequencers.buffers())) {
+            expect(buffers.bytes).toBeLessThanOrEqual(buffers.maxBytes);
+            expect(buffers.events).toBeLessThanOrEqual(buffers.maxEvents);
+          }
           // Empties what the run left open (the fuzzer cannot park payloads: no orphan sweep).
           const later = Date.now() + LATER_MS;
-          if ((await app.sequenceStore.stats(later)).openSequences > 0) {
+          const left = await app.sequenceStore.stats(later);
+          if (left.openSequences > 0 || left.bufferedBytes > 0) {
             await app.sweepers.expiry.sweep(later);
           }
           if (kind === 'stream' || kind === 'resequenced') await app.sweepers.gaps.sweep(later);
@@ -414,12 +427,15 @@ describe(`fuzzing header maps through the real receive path (seed ${SEED})`, () 
             expect(delivered()).toBe(true);
           }
 
-          // Within the budgets, and empty after the sweep.
-          const stats = await app.sequenceStore.stats(Date.now());
-          expect(stats.openSequences).toBe(0);
-          expect(stats.bufferedBytes + (stats.reservedBytes ?? 0)).toBeLessThanOrEqual(
-            BUDGETS.maxBufferedBytes,
-          );
+          // Empty after the sweep (failed sequences' fragments are kept until their retention
+          // ends, as of the sweep's time).
+          expect(await app.sequenceStore.stats(later)).toMatchObject({
+            openSequences: 0,
+            bufferedBytes: 0,
+          });
+          for (const buffers of Object.values(await resequencers.buffers())) {
+            expect(buffers.events).toBe(0);
+          }
         }),
         { seed: SEED, numRuns: RUNS_PER_CHANNEL },
       );
