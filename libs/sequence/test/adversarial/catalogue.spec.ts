@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { HeaderMap } from 'nest-sequence/wire';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { ResequenceHeader } from 'nest-sequence/wire';
+import { AggregatorService, ResequencerService } from 'nest-sequence';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describeOnRealServers } from '../faults/support/real-servers';
@@ -322,6 +323,44 @@ function describeCatalogue(target: Target): void {
       await runCase(app, hostile, index, memory);
     });
   });
+
+  if (target === 'embedded') {
+    // Transports hand over Buffers; a subscriber of the user's own may hand over anything.
+    it('a body that is not bytes, from a subscriber of your own, is refused with its reason', async () => {
+      const aggregator = app.app.get(AggregatorService);
+      const consumer = aggregator.createConsumer('adv.own-subscriber', () => undefined);
+      const resequencer = app.app
+        .get(ResequencerService)
+        .create(
+          { channel: 'adv.own-resequencer', gap: { timeoutMs: 60_000, policy: 'skip' } },
+          () => undefined,
+        );
+      const fragment = makeFragments('adv-own-1', bytes(100, 1), 100)[0];
+      for (const body of ['text', { type: 'Buffer', data: [1] }, [1, 2], null, 42]) {
+        expect(
+          await aggregator.receive(
+            {
+              channel: 'adv.own-subscriber',
+              body: body as unknown as Buffer,
+              headers: fragment.headers,
+              redelivered: false,
+            },
+            consumer,
+          ),
+        ).toEqual({ action: 'dead-letter', reason: expect.stringMatching(/^malformed-header: /) });
+        expect(
+          await resequencer.receive({
+            body: body as unknown as Buffer,
+            headers: { [ResequenceHeader.key]: 'k', [ResequenceHeader.seq]: 1 },
+          }),
+        ).toEqual({
+          action: 'dead-letter',
+          reason: expect.stringMatching(/^invalid-resequence-event: /),
+        });
+      }
+      expect(await app.sequenceStore.stats(Date.now())).toMatchObject({ openSequences: 0 });
+    });
+  }
 
   if (target === 'rabbitmq-redis') {
     it('leaves in Redis only markers that expire', async () => {
