@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { deathReason } from '../core/errors/rejection-code';
+import { hasLoneSurrogate } from '../core/unicode';
 import { inboxOf, type InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
 import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
@@ -134,8 +135,12 @@ function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<strin
   for (const [name, value] of Object.entries(headers)) {
     if (
       typeof value === 'string' &&
-      !value.includes('\u0000') && // the database could not store it
+      // Neither database stores a NUL, nor PostgreSQL's jsonb a lone surrogate: such a header
+      // would make the whole message unrecordable, requeued until it is dead-lettered.
+      !value.includes('\u0000') &&
       !name.includes('\u0000') &&
+      !hasLoneSurrogate(value) &&
+      !hasLoneSurrogate(name) &&
       !name.startsWith('x-death') &&
       name !== 'x-requeue-count'
     ) {
