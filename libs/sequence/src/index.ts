@@ -70,7 +70,6 @@ export { SequenceHandlerConflictError } from './core/errors/sequence-handler-con
 export { ClaimCheckNotFoundError } from './core/errors/claim-check-not-found.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
-export { ClaimTicketAudienceError } from './core/errors/claim-ticket-audience.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';
 export { PayloadMetadataCorruptError } from './core/errors/payload-metadata-corrupt.error';
 export { ClaimCheckPublishError } from './core/errors/claim-check-publish.error';
@@ -81,8 +80,6 @@ export { OutboxStoreBusyError } from './core/errors/outbox-store-busy.error';
 export { OutboxStoreClosedError } from './core/errors/outbox-store-closed.error';
 export { OutboxTransactionFinishedError } from './core/errors/outbox-transaction-finished.error';
 export { PayloadDecryptionError } from './core/errors/payload-decryption.error';
-export { StoredFragmentDecryptionError } from './core/errors/stored-fragment-decryption.error';
-export type { StoreEncryptionOptions } from './core/body-cipher';
 
 // Ports (their full contracts, for adapter authors: `nest-sequence/ports`)
 export type { Disposition, InboundMessage, Subscription, Transport } from './ports/transport.port';

@@ -95,3 +95,5 @@ export type {
 export { BOX_NAMES } from './ports/outbox-store.port';
 export type { StoreSet } from './ports/store-set.port';
 export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';
+export type { StoreEncryptionOptions } from './core/body-cipher';
+export { StoredFragmentDecryptionError } from './core/errors/stored-fragment-decryption.error';

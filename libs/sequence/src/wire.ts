@@ -29,6 +29,7 @@ export {
   type ClaimTicketFields,
 } from './core/claim-ticket';
 export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
+export { ClaimTicketAudienceError } from './core/errors/claim-ticket-audience.error';
 export { ResequenceHeader } from './core/resequence-input';
 export {
   MESSAGE_ID_HEADER,
