@@ -1,3 +1,4 @@
+import { storedChargeOf } from 'nest-sequence/testing';
 import { randomUUID } from 'node:crypto';
 import { InMemoryTransport } from 'nest-sequence';
 import { RedisSequenceStore } from 'nest-sequence/redis';
@@ -55,7 +56,7 @@ describeWithServer('redis', 'metrics on the shared Redis store', () => {
         buffered: await metricValue(metrics.registry, 'nest_sequence_buffered_bytes'),
       })),
     );
-    expect(gauges[0]).toEqual({ open: 3, buffered: 3_000 });
+    expect(gauges[0]).toEqual({ open: 3, buffered: 3 * storedChargeOf(1_000) });
     expect(gauges[1]).toEqual(gauges[0]);
   });
 });
