@@ -351,13 +351,29 @@ export function budgetIncrease(state: SequenceState | undefined, fragment: Fragm
   return Math.max(0, accountedAfter(state, fragment) - accountedBytes(state));
 }
 
-/** Why a sequence needing `bytes` of budget can never open. */
-export function neverFits(bytes: number, maxBufferedBytes: number, channelLimit: number): string {
+/** The budget of one channel's open sequences: `maxChannelBufferedBytes`, else the store's. */
+export function channelBudget(limits: BudgetLimits): number {
+  return limits.maxChannelBufferedBytes ?? limits.maxBufferedBytes;
+}
+
+/**
+ * Why a sequence that needs `bytes` of budget to open can never open, even alone (over the
+ * store's budget or its channel's); undefined when it can.
+ */
+export function neverFits(bytes: number, limits: BudgetLimits): string | undefined {
+  const channel = channelBudget(limits);
   const [limit, name] =
-    channelLimit < maxBufferedBytes
-      ? [channelLimit, 'maxChannelBufferedBytes']
-      : [maxBufferedBytes, 'maxBufferedBytes'];
+    channel < limits.maxBufferedBytes
+      ? [channel, 'maxChannelBufferedBytes']
+      : [limits.maxBufferedBytes, 'maxBufferedBytes'];
+  if (bytes <= limit) return undefined;
   return `the sequence needs ${bytes} budget bytes with its overheads, more than ${name} (${limit})`;
+}
+
+/** The store-wide budgets, as a store's limits carry them. */
+export interface BudgetLimits {
+  readonly maxBufferedBytes: number;
+  readonly maxChannelBufferedBytes?: number;
 }
 
 function charge(headerBytes: number, fragments: number, bodyBytes: number): number {

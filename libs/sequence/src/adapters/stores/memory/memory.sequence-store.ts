@@ -5,6 +5,7 @@ import {
   budgetIncrease,
   emptySequenceState,
   isComplete,
+  channelBudget,
   missingPositions,
   neverFits,
   recordFragment,
@@ -134,13 +135,13 @@ export class MemorySequenceStore implements SequenceStore {
       return { status: 'backpressure', limit: 'maxOpenSequences' };
     }
     const increase = budgetIncrease(held?.state, facts);
-    const channelLimit = limits.maxChannelBufferedBytes ?? limits.maxBufferedBytes;
-    if (!held && increase > Math.min(limits.maxBufferedBytes, channelLimit)) {
+    const tooLarge = held ? undefined : neverFits(increase, limits);
+    if (tooLarge) {
       // It could never fit, even alone: refused, rather than back-pressured forever.
       return {
         status: 'rejected',
         code: 'sequence-too-large',
-        detail: neverFits(increase, limits.maxBufferedBytes, channelLimit),
+        detail: tooLarge,
         sequenceRejected: false,
       };
     }
@@ -149,7 +150,7 @@ export class MemorySequenceStore implements SequenceStore {
     }
     if (
       increase > 0 &&
-      (this.heldBytesByScope.get(fragment.scope) ?? 0) + increase > channelLimit
+      (this.heldBytesByScope.get(fragment.scope) ?? 0) + increase > channelBudget(limits)
     ) {
       return { status: 'backpressure', limit: 'maxChannelBufferedBytes' };
     }

@@ -1,3 +1,4 @@
+import { channelBudget } from '../../../core/completeness';
 import type { SequenceLimits, SequenceStoreStats } from '../../../ports/sequence-store.port';
 import { globalKeyList, type RedisKeys } from './redis-keys';
 import { RedisClock } from './redis-clock';
@@ -71,7 +72,7 @@ export class RedisBudget {
       context.limits.maxBufferedBytes,
       context.ttl + this.marginMs,
       EVICTION_BATCH,
-      context.limits.maxChannelBufferedBytes ?? context.limits.maxBufferedBytes,
+      channelBudget(context.limits),
     ])) as [string, ...unknown[]];
     switch (reply[0]) {
       case 'granted':

@@ -200,11 +200,6 @@ const STAGED_BODY_TTL_MS = 60_000;
 /** Rounds of accept before giving up on a sequence that other instances keep changing. */
 const MAX_ACCEPT_ROUNDS = 8;
 
-/** The most budget one sequence can ever hold: the store's, or its channel's if smaller. */
-function sequenceBudget(context: AcceptContext): number {
-  const { maxBufferedBytes, maxChannelBufferedBytes } = context.limits;
-  return Math.min(maxBufferedBytes, maxChannelBufferedBytes ?? maxBufferedBytes);
-}
 const MAX_EVICTION_ROUNDS = 8;
 const RETENTION_PURGE_BATCH = 100;
 /** Bodies whose length one pipeline asks for when a read plans its pieces. */
@@ -344,17 +339,14 @@ export class RedisSequenceStore implements SequenceStore {
           withBody = inline;
           break;
         case 'need': {
-          if (step.opening && step.bytes > sequenceBudget(context)) {
+          const tooLarge = step.opening ? neverFits(step.bytes, context.limits) : undefined;
+          if (tooLarge) {
             // It could never fit, even alone: refused, rather than back-pressured forever.
             if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
             return {
               status: 'rejected',
               code: 'sequence-too-large',
-              detail: neverFits(
-                step.bytes,
-                context.limits.maxBufferedBytes,
-                context.limits.maxChannelBufferedBytes ?? context.limits.maxBufferedBytes,
-              ),
+              detail: tooLarge,
               sequenceRejected: false,
             };
           }
