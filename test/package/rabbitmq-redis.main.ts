@@ -2,7 +2,8 @@
 // REDIS_PREFIX, SCAN_CHANNEL from the environment). See test/package.e2e-spec.ts.
 import { Module, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { SequenceModule, type StoreSet, type Transport } from 'nest-sequence';
+import { SequenceModule, type Transport } from 'nest-sequence';
+import type { StoreSet } from 'nest-sequence/ports';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { redis } from 'nest-sequence/redis';
 import { report, ScanRoundTrip } from './scan-round-trip';

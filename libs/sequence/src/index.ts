@@ -32,6 +32,7 @@ export { AggregatorService } from './sequence/aggregator.service';
 export { ClaimCheckService } from './claim-check/claim-check.service';
 export { ResequencerService } from './resequencer/resequencer.service';
 export { OutboxService } from './outbox/outbox.service';
+export { SequenceEvents, type LifecycleEvent } from './observability/lifecycle-events';
 
 // Payloads, events and what the services take and return
 export type { RecordSource } from './core/payload-source';
@@ -85,10 +86,8 @@ export { PayloadDecryptionError } from './core/errors/payload-decryption.error';
 export type { Disposition, InboundMessage, Subscription, Transport } from './ports/transport.port';
 export type { SequenceStore } from './ports/sequence-store.port';
 export type { PayloadStore } from './ports/payload-store.port';
-export type { ClaimLedger } from './ports/claim-ledger.port';
 export type { ResequencerStore } from './ports/resequencer-store.port';
 export type { OutboxStore } from './ports/outbox-store.port';
-export type { StoreSet } from './ports/store-set.port';
 
 // Embedded adapters: the defaults, and what tests and single-process apps use
 export { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';

@@ -46,6 +46,7 @@ import { resolveModuleOptions } from './options/resolve-options';
 import type { ResolvedOptions } from './options/resolved-options';
 import { InboxHandlerKind } from './outbox/inbox-handler.kind';
 import { InboxHandlers } from './outbox/inbox-handlers';
+import { SequenceEvents } from './observability/lifecycle-events';
 import { OutboxMetrics } from './outbox/outbox.metrics';
 import { OutboxRuntime } from './outbox/outbox.runtime';
 import { OutboxService } from './outbox/outbox.service';
@@ -118,6 +119,7 @@ const providers: Provider[] = [
     inject: [ModuleMetrics],
     useFactory: (metrics: ModuleMetrics) => metrics.registry,
   },
+  SequenceEvents,
   ChannelRegistry,
   HandlerExplorer,
   ConsumerHost,
@@ -192,6 +194,7 @@ const providers: Provider[] = [
     ClaimCheckService,
     ResequencerService,
     OutboxService,
+    SequenceEvents,
     SEQUENCE_TRANSPORT,
     SEQUENCE_METRICS_REGISTRY,
     // For nest-sequence/health: what its indicators ping, and the budgets they report against

@@ -2,6 +2,7 @@ import { MAX_TIMER_MS } from '../core/async';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
+import type { DeadLetterBox } from './dead-letter-box.port';
 import { assertEncodableHeaders } from './transport-headers';
 
 const DEATH_REASON_HEADER = SequenceHeader.deathReason;
@@ -164,6 +165,11 @@ export interface Transport {
    * letters leave this undefined. The module reports it as a metric.
    */
   droppedDeadLetters?(): number;
+  /**
+   * Browsing, replaying and discarding the dead letters this transport holds (the operator
+   * console). Undefined where the transport cannot.
+   */
+  deadLetters?(): DeadLetterBox;
 }
 
 /**

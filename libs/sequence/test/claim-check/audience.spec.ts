@@ -1,10 +1,5 @@
-import {
-  MemoryClaimLedger,
-  SequenceOptionsError,
-  SplitterService,
-  type ClaimLedger,
-} from 'nest-sequence';
-import type { ClaimKey, ClaimOutcome, Completion } from 'nest-sequence/ports';
+import { MemoryClaimLedger, SequenceOptionsError, SplitterService } from 'nest-sequence';
+import type { ClaimKey, ClaimLedger, ClaimOutcome, Completion } from 'nest-sequence/ports';
 import { serializeTicket, ticketSigningInput, type ClaimTicket } from '../../src/core/claim-ticket';
 import { bytes } from '../support/sequence-test-app';
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';

@@ -7,10 +7,10 @@ import {
   ClaimCheckService,
   ClaimedPayload,
   type ClaimCheckHandlerOptions,
-  type ClaimLedger,
   type PayloadStore,
   type Transport,
 } from 'nest-sequence';
+import type { ClaimLedger } from 'nest-sequence/ports';
 import { OrphanSweeper } from '../../../src/claim-check/orphan.sweeper';
 import { RedisClaimLedger, RedisPayloadStore } from 'nest-sequence/redis';
 import { ModuleMetrics } from '../../../src/kernel/module-metrics';

@@ -1,0 +1,69 @@
+/** One dead letter, as an operator browses it. Nothing here removes it from its channel. */
+export interface DeadLetter {
+  /** Opaque, stable while the dead letter stays in its channel, unique within that channel. */
+  readonly id: string;
+  /** The channel the message was dead-lettered from, where a replay sends it back. */
+  readonly channel: string;
+  /** The dead-letter channel holding it (`<channel>.dlq` by default). */
+  readonly deadLetterChannel: string;
+  /** `x-death-reason`: the reason code and message (`integrity-mismatch: …`). */
+  readonly reason: string;
+  /** Every header as the transport holds it, `x-death-reason` included. */
+  readonly headers: Readonly<Record<string, unknown>>;
+  readonly bytes: number;
+  /** When it was dead-lettered (ms since the epoch), where the transport knows. */
+  readonly deadLetteredAt?: number;
+  /** How many times an operator replayed it before (`x-replay-count`). */
+  readonly replays: number;
+}
+
+export interface DeadLetterPage {
+  /** Oldest first. */
+  readonly items: readonly DeadLetter[];
+  /** Dead letters in the channel, where the transport can count them cheaply. */
+  readonly total?: number;
+}
+
+/** What an action did to the ids it was given: each id lands in exactly one list. */
+export interface DeadLetterActionResult {
+  /** Replayed (republished, confirmed, then removed) or discarded. */
+  readonly done: readonly string[];
+  /** Not in the channel (any more): already replayed, discarded or expired. Nothing changed. */
+  readonly missing: readonly string[];
+  /** Tried and failed, with why; the dead letter stays where it was. */
+  readonly failed: readonly { readonly id: string; readonly error: string }[];
+}
+
+/**
+ * Browsing and acting on a transport's dead letters: what the operator console needs.
+ * Optional: a transport that offers it returns one from `Transport.deadLetters()`.
+ *
+ * Contract:
+ * - `browse` never removes, reorders for good, or redelivers a dead letter to a consumer.
+ * - `replay` publishes each dead letter's body and headers to its original channel, minus
+ *   `x-death-reason`, plus `x-replay-count` (previous count + 1) and `x-replayed-at`; only after
+ *   the broker confirmed that publish is the dead letter removed. A crash in between can leave
+ *   both (at-least-once), never neither.
+ * - `replay` paces itself to `ratePerSecond`.
+ * - `discard` removes for good.
+ * - Ids not found are reported in `missing`, not thrown.
+ */
+export interface DeadLetterBox {
+  browse(
+    channel: string,
+    options: { readonly limit: number; readonly reason?: string },
+  ): Promise<DeadLetterPage>;
+  /** The body of one dead letter, or undefined when it is not there. */
+  body(channel: string, id: string): Promise<Buffer | undefined>;
+  replay(
+    channel: string,
+    ids: readonly string[],
+    options: { readonly ratePerSecond: number },
+  ): Promise<DeadLetterActionResult>;
+  discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult>;
+}
+
+/** Header a replay adds: how many times the message was replayed from a dead-letter channel. */
+export const REPLAY_COUNT_HEADER = 'x-replay-count';
+/** Header a replay adds: when (ms since the epoch). */
+export const REPLAYED_AT_HEADER = 'x-replayed-at';
