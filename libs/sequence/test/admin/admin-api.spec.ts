@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import {
+  ClaimCheckService,
   SequencedHandler,
   SEQUENCE_TRANSPORT,
   type ReassembledPayload,
@@ -91,6 +92,8 @@ describe('the admin API on the embedded defaults', () => {
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({
       mutations: false,
+      problems: [],
+      deadLetters: { total: 0, channels: 0, supported: true },
       sequences: { open: 1, storedBytes: expect.any(Number), limitBytes: expect.any(Number) },
       resequencer: { openGaps: 0 },
       outbox: { pending: 0, failed: 0, lagMs: 0 },
@@ -106,8 +109,55 @@ describe('the admin API on the embedded defaults', () => {
     ]);
   });
 
+  it('tells a claim-check payload by ref, bare or store-qualified, and finds it', async () => {
+    const ticket = await admin.app.get(ClaimCheckService).checkIn(bytes(5000));
+    // Refs may hold slashes: path parameters are URL-encoded.
+    const bare = await admin.get(`claims/${encodeURIComponent(ticket.ref)}`);
+    expect(bare).toEqual({
+      status: 200,
+      body: expect.objectContaining({
+        ref: ticket.ref,
+        status: 'published',
+        store: ticket.store,
+        bytes: 5000,
+      }),
+    });
+    const qualified = await admin.get(
+      `claims/${encodeURIComponent(`${ticket.store}:${ticket.ref}`)}`,
+    );
+    expect(qualified.body).toMatchObject({ status: 'published', bytes: 5000 });
+    const found = await admin.get<{ matches: Record<string, unknown>[] }>(
+      `find/${encodeURIComponent(ticket.ref)}`,
+    );
+    expect(found.body.matches).toEqual([expect.objectContaining({ kind: 'claim', bytes: 5000 })]);
+  });
+
   it('says a claim ref it does not hold is not-found', async () => {
     const answer = await admin.get('claims/no-such-ref');
     expect(answer).toEqual({ status: 200, body: { ref: 'no-such-ref', status: 'not-found' } });
+  });
+});
+
+describe('the admin API mounted elsewhere, from forRootAsync', () => {
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      async: { path: 'ops/sequence', factory: async () => ({ mutations: true, maxBatch: 10 }) },
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it('serves under its path, with the options the factory gave', async () => {
+    expect(admin.api).toMatch(/\/ops\/sequence\/api$/);
+    expect((await admin.get('overview')).body).toMatchObject({ mutations: true });
+    expect((await admin.get('sequences?limit=11')).status).toBe(400);
+    expect((await admin.get('sequences?limit=10')).status).toBe(200);
+  });
+
+  it('answers 404 for a route it does not have', async () => {
+    const answer = await admin.get('no-such-route');
+    expect(answer.status).toBe(404);
   });
 });

@@ -3,7 +3,11 @@ import type { AddressInfo } from 'node:net';
 import type { CanActivate, INestApplication, Provider } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
-import { SequenceAdminModule, type SequenceAdminOptions } from 'nest-sequence/admin';
+import {
+  SequenceAdminModule,
+  type SequenceAdminFactoryOptions,
+  type SequenceAdminOptions,
+} from 'nest-sequence/admin';
 
 /** An HTTP answer: status and parsed JSON body. */
 export interface Answer<T = Record<string, unknown>> {
@@ -23,6 +27,11 @@ export interface AdminApp {
 export interface AdminAppOptions {
   readonly sequence?: SequenceModuleOptions;
   readonly admin?: SequenceAdminOptions;
+  /** Registers the console with forRootAsync instead: the path given, the rest from `factory`. */
+  readonly async?: {
+    readonly path: string;
+    readonly factory: () => Promise<SequenceAdminFactoryOptions>;
+  };
   readonly providers?: Provider[];
 }
 
@@ -38,14 +47,20 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
         ...options.sequence,
         tuning: { sweepers: { expiry: { intervalMs: false } }, ...options.sequence?.tuning },
       }),
-      SequenceAdminModule.forRoot(options.admin),
+      options.async
+        ? SequenceAdminModule.forRootAsync({
+            path: options.async.path,
+            useFactory: options.async.factory,
+          })
+        : SequenceAdminModule.forRoot(options.admin),
     ],
     providers: options.providers ?? [],
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false });
   await app.listen(0, '127.0.0.1');
   const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-  const api = `http://127.0.0.1:${port}/${options.admin?.path ?? 'sequence-admin'}/api`;
+  const path = options.async?.path ?? options.admin?.path ?? 'sequence-admin';
+  const api = `http://127.0.0.1:${port}/${path}/api`;
   const call = async <T>(method: string, route: string, body?: unknown): Promise<Answer<T>> => {
     const response = await fetch(`${api}/${route}`, {
       method,
