@@ -1,11 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import {
   ClaimCheckService,
+  InMemoryTransport,
+  MemorySequenceStore,
   SequencedHandler,
   SEQUENCE_TRANSPORT,
   type ReassembledPayload,
   type Transport,
 } from 'nest-sequence';
+import { ForwardingTransport } from 'nest-sequence/testing';
 import { bytes, makeFragments, publishAll } from '../support/sequence-test-app';
 import { createAdminApp, type AdminApp } from './admin-app';
 
@@ -159,5 +162,56 @@ describe('the admin API mounted elsewhere, from forRootAsync', () => {
   it('answers 404 for a route it does not have', async () => {
     const answer = await admin.get('no-such-route');
     expect(answer.status).toBe(404);
+  });
+});
+
+/** The in-memory transport without its dead-letter box, as a transport that has none. */
+class BoxlessTransport extends ForwardingTransport {
+  readonly name = 'boxless';
+}
+
+describe('the admin API over adapters lacking its capabilities', () => {
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true },
+      sequence: {
+        transport: new BoxlessTransport(new InMemoryTransport()),
+        sequence: {
+          store: Object.assign(new MemorySequenceStore(), {
+            listOpen: undefined,
+            inspect: undefined,
+          }),
+        },
+      },
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it('answers 501 unsupported for dead letters when the transport has no dead-letter box', async () => {
+    for (const answer of [
+      await admin.get('dead-letters'),
+      await admin.get('dead-letters/some.channel'),
+      await admin.post('dead-letters/some.channel/replay', { all: true }),
+    ]) {
+      expect(answer).toEqual({
+        status: 501,
+        body: { error: 'unsupported', message: expect.stringContaining('boxless') },
+      });
+    }
+  });
+
+  it('answers 501 unsupported for open sequences when the store cannot list them', async () => {
+    expect((await admin.get('sequences')).status).toBe(501);
+    expect((await admin.get('sequences/some.channel/seq-1')).status).toBe(501);
+  });
+
+  it('still gives the overview and finds what the other sources hold', async () => {
+    expect((await admin.get('overview')).body).toMatchObject({
+      deadLetters: { total: 0, channels: 0, supported: false },
+    });
+    expect(await admin.get('find/anything')).toEqual({ status: 200, body: { matches: [] } });
   });
 });
