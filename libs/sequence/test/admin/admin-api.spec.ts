@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { type CanActivate, type ExecutionContext, Injectable, Module } from '@nestjs/common';
 import {
   ClaimCheckService,
   InMemoryTransport,
@@ -141,26 +141,65 @@ describe('the admin API on the embedded defaults', () => {
   });
 });
 
-describe('the admin API mounted elsewhere, from forRootAsync', () => {
+/** Knows operators by a token; a dependency injected into the guard class. */
+@Injectable()
+class Operators {
+  named(token: unknown): string | undefined {
+    return token === 'secret-1' ? 'alice' : undefined;
+  }
+}
+
+/** A guard class with a dependency: provided in the console's module, from `imports`. */
+@Injectable()
+class TokenGuard implements CanActivate {
+  constructor(private readonly operators: Operators) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    const request = context
+      .switchToHttp()
+      .getRequest<{ headers: Record<string, unknown>; user?: unknown }>();
+    const name = this.operators.named(request.headers['x-operator-token']);
+    request.user = name;
+    return name !== undefined;
+  }
+}
+
+@Module({ providers: [Operators], exports: [Operators] })
+class OperatorsModule {}
+
+describe('the admin API mounted elsewhere, from forRootAsync, behind a guard class', () => {
   let admin: AdminApp;
 
   beforeAll(async () => {
     admin = await createAdminApp({
-      async: { path: 'ops/sequence', factory: async () => ({ mutations: true, maxBatch: 10 }) },
+      async: {
+        path: 'ops/sequence',
+        guard: TokenGuard,
+        imports: [OperatorsModule],
+        factory: async () => ({ mutations: true, maxBatch: 10 }),
+      },
     });
+  });
+
+  it('lets in the requests its guard class accepts, and only those', async () => {
+    expect((await admin.get('overview')).body).toMatchObject({ error: 'forbidden' });
+    const wrong = await admin.getWith('overview', { 'x-operator-token': 'guess' });
+    expect(wrong.status).toBe(403);
+    const right = await admin.getWith('overview', { 'x-operator-token': 'secret-1' });
+    expect(right).toMatchObject({ status: 200, body: { mutations: true } });
   });
 
   afterAll(() => admin.close());
 
   it('serves under its path, with the options the factory gave', async () => {
+    const token = { 'x-operator-token': 'secret-1' };
     expect(admin.api).toMatch(/\/ops\/sequence\/api$/);
-    expect((await admin.get('overview')).body).toMatchObject({ mutations: true });
-    expect((await admin.get('sequences?limit=11')).status).toBe(400);
-    expect((await admin.get('sequences?limit=10')).status).toBe(200);
+    expect((await admin.getWith('sequences?limit=11', token)).status).toBe(400);
+    expect((await admin.getWith('sequences?limit=10', token)).status).toBe(200);
   });
 
   it('answers 404 for a route it does not have', async () => {
-    const answer = await admin.get('no-such-route');
+    const answer = await admin.getWith('no-such-route', { 'x-operator-token': 'secret-1' });
     expect(answer.status).toBe(404);
   });
 });

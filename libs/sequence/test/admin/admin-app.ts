@@ -21,6 +21,11 @@ export interface AdminApp {
   readonly api: string;
   get<T = Record<string, unknown>>(route: string): Promise<Answer<T>>;
   post<T = Record<string, unknown>>(route: string, body?: unknown): Promise<Answer<T>>;
+  /** A GET with headers of its own (what a guard may read). */
+  getWith<T = Record<string, unknown>>(
+    route: string,
+    headers: Record<string, string>,
+  ): Promise<Answer<T>>;
   close(): Promise<void>;
 }
 
@@ -30,6 +35,8 @@ export interface AdminAppOptions {
   /** Registers the console with forRootAsync instead: the path given, the rest from `factory`. */
   readonly async?: {
     readonly path: string;
+    readonly guard?: SequenceAdminOptions['guard'];
+    readonly imports?: SequenceAdminOptions['imports'];
     readonly factory: () => Promise<SequenceAdminFactoryOptions>;
   };
   readonly providers?: Provider[];
@@ -50,6 +57,8 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
       options.async
         ? SequenceAdminModule.forRootAsync({
             path: options.async.path,
+            guard: options.async.guard,
+            imports: options.async.imports,
             useFactory: options.async.factory,
           })
         : SequenceAdminModule.forRoot(options.admin),
@@ -61,10 +70,15 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
   const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
   const path = options.async?.path ?? options.admin?.path ?? 'sequence-admin';
   const api = `http://127.0.0.1:${port}/${path}/api`;
-  const call = async <T>(method: string, route: string, body?: unknown): Promise<Answer<T>> => {
+  const call = async <T>(
+    method: string,
+    route: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<Answer<T>> => {
     const response = await fetch(`${api}/${route}`, {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     return { status: response.status, body: (await response.json()) as T };
@@ -74,6 +88,7 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
     api,
     get: (route) => call('GET', route),
     post: (route, body) => call('POST', route, body ?? {}),
+    getWith: (route, headers) => call('GET', route, undefined, headers),
     close: () => app.close(),
   };
 }
