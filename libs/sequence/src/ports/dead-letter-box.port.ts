@@ -39,7 +39,10 @@ export interface DeadLetterActionResult {
  * Optional: a transport that offers it returns one from `Transport.deadLetters()`.
  *
  * Contract:
- * - `browse` never removes, reorders for good, or redelivers a dead letter to a consumer.
+ * - `browse` never removes a dead letter. Where the broker reads a queue only by taking from it
+ *   (RabbitMQ), what a call took it puts back before it returns: such a dead letter is redelivered
+ *   to a consumer of the dead-letter channel flagged `redelivered`, and on some queue types its
+ *   place in the queue may change (each transport's documentation says).
  * - `replay` publishes each dead letter's body and headers to its original channel, minus
  *   `x-death-reason`, plus `x-replay-count` (previous count + 1) and `x-replayed-at`; only after
  *   the broker confirmed that publish is the dead letter removed. A crash in between can leave
@@ -47,6 +50,14 @@ export interface DeadLetterActionResult {
  * - `replay` paces itself to `ratePerSecond`.
  * - `discard` removes for good.
  * - Ids not found are reported in `missing`, not thrown.
+ * - `browse` reads at most {@link MAX_DEAD_LETTER_BROWSE} dead letters from the head of the
+ *   dead-letter channel (fewer with a small `limit` and no `reason`), so `replay` and `discard`
+ *   find ids among those: a dead letter deeper than that is reached once the ones ahead of it are
+ *   gone. `limit` must be an integer from 1 to {@link MAX_DEAD_LETTER_BROWSE}.
+ * - `reason` filters on the whole reason or on its code, the text before the first `:`
+ *   (`integrity-mismatch` matches `integrity-mismatch: crc32 of fragment 3 …`).
+ * - `ratePerSecond` is a positive number of replays per second (publishes, not ids: an id
+ *   found missing takes no slot).
  */
 export interface DeadLetterBox {
   browse(
@@ -62,6 +73,9 @@ export interface DeadLetterBox {
   ): Promise<DeadLetterActionResult>;
   discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult>;
 }
+
+/** Most dead letters one `browse` reads, and the most `limit` takes. */
+export const MAX_DEAD_LETTER_BROWSE = 1_000;
 
 /** Header a replay adds: how many times the message was replayed from a dead-letter channel. */
 export const REPLAY_COUNT_HEADER = 'x-replay-count';
