@@ -20,6 +20,7 @@ import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { HANDLER_KINDS } from './kernel/channel-binding';
 import { ChannelRegistry } from './kernel/channel.registry';
 import { ConsumerHost } from './kernel/consumer.host';
+import { DeadLetterMetrics } from './kernel/dead-letter.metrics';
 import { HandlerExplorer } from './kernel/handler.explorer';
 import { ModuleMetrics } from './kernel/module-metrics';
 import { TransportMetrics } from './kernel/transport.metrics';
@@ -114,6 +115,7 @@ const providers: Provider[] = [
   // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
   ModuleMetrics,
   TransportMetrics,
+  DeadLetterMetrics,
   {
     provide: SEQUENCE_METRICS_REGISTRY,
     inject: [ModuleMetrics],

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { Counter, Gauge } from 'prom-client';
 import type { AcceptOutcome } from '../ports/resequencer-store.port';
+import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
 import { ModuleMetrics } from '../kernel/module-metrics';
 
 /** What became of an input event: the store's answer, or a refusal before it. */
@@ -18,7 +19,10 @@ export class ResequencerMetrics {
   private readonly buffered: Gauge<'resequencer'>;
   private readonly bufferedBytes: Gauge<'resequencer'>;
 
-  constructor(metrics: ModuleMetrics) {
+  constructor(
+    metrics: ModuleMetrics,
+    private readonly sentDeadLetters: DeadLetterMetrics,
+  ) {
     const counter = metrics.counter.bind(metrics);
     const gauge = metrics.gauge.bind(metrics);
 
@@ -75,6 +79,14 @@ export class ResequencerMetrics {
 
   deadLettered(resequencer: string, reason: string): void {
     this.deadLetters.inc({ resequencer, reason });
+  }
+
+  /**
+   * A dead letter or gap record the resequencer published itself, to the dead-letter channel of
+   * `channel` (its input), confirmed: for the module-wide `dead_letters_total`.
+   */
+  deadLetterSent(channel: string, reason: string): void {
+    this.sentDeadLetters.deadLettered(channel, reason);
   }
 
   gap(resequencer: string, type: 'alert' | 'skipped' | 'dead-lettered'): void {
