@@ -54,6 +54,7 @@ import { OutboxService } from './outbox/outbox.service';
 import { RuntimeBridge } from './microservices/runtime.bridge';
 import { GapReporter } from './resequencer/gap.reporter';
 import { GapSweeper } from './resequencer/gap.sweeper';
+import { GapTimeoutMetrics } from './resequencer/gap-timeout.metrics';
 import { ResequencedHandlerKind } from './resequencer/resequenced-handler.kind';
 import { ResequencerCatalog } from './resequencer/resequencer.catalog';
 import { ResequencerMetrics } from './resequencer/resequencer.metrics';
@@ -142,6 +143,7 @@ const providers: Provider[] = [
   ClaimCheckHandlerKind,
   // Resequencer
   ResequencerMetrics,
+  GapTimeoutMetrics,
   ResequencerCatalog,
   GapReporter,
   ResequencerService,
