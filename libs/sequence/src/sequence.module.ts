@@ -41,6 +41,8 @@ import {
   SEQUENCE_STORE,
   SEQUENCE_METRICS_REGISTRY,
   SEQUENCE_TRANSPORT,
+  SWEEP_TIMING,
+  type SweepTiming,
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { resolveModuleOptions } from './options/resolve-options';
@@ -104,6 +106,14 @@ const providers: Provider[] = [
         ({ options: { sequence } }: Composition): SequenceBudgets => ({
           maxBufferedBytes: sequence.maxBufferedBytes,
           maxChannelBufferedBytes: sequence.maxChannelBufferedBytes,
+        }),
+      ],
+      [
+        SWEEP_TIMING,
+        ({ options: { sequence, tuning } }: Composition): SweepTiming => ({
+          sequenceTimeout: sequence.consumer.timeout,
+          expirySweepMs: tuning.sweepers.expiry.intervalMs,
+          gapSweepMs: tuning.sweepers.gaps.intervalMs,
         }),
       ],
       [SEQUENCE_TRANSPORT, (c: Composition) => c.adapters.transport],
@@ -201,9 +211,10 @@ const providers: Provider[] = [
     SequenceEvents,
     SEQUENCE_TRANSPORT,
     SEQUENCE_METRICS_REGISTRY,
-    // For nest-sequence/health: what its indicators ping, and the budgets they report against
-    // (the symbols are not exported).
+    // For nest-sequence/health: what its indicators ping, and the budgets and timeouts they
+    // judge against (the symbols are not exported).
     SEQUENCE_BUDGETS,
+    SWEEP_TIMING,
     SEQUENCE_STORE,
     RESEQUENCER_STORE,
     CLAIM_CHECK_STORES,
