@@ -1,6 +1,7 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { SequenceModule, type SequenceModuleOptions, type Transport } from 'nest-sequence';
 import { MAX_SEQUENCE_BYTES, readDemoEnvironment } from './demo.environment';
+import { MetricsEndpointModule } from './metrics-endpoint';
 import { AiModule } from './imaging/ai.module';
 import { PacsRouterModule } from './imaging/pacs-router.module';
 import type { Registry } from 'prom-client';
@@ -75,22 +76,25 @@ function sequenceModule(
 const Sequence = sequenceModule();
 
 /** Both roles in one process: `npm start`. */
-@Module({ imports: [Sequence, PacsRouterModule, AiModule] })
+@Module({ imports: [Sequence, MetricsEndpointModule, PacsRouterModule, AiModule] })
 export class AppModule {}
 
 /** The AI service alone: `npm run demo:consumer`. */
-@Module({ imports: [Sequence, AiModule] })
+@Module({ imports: [Sequence, MetricsEndpointModule, AiModule] })
 export class ConsumerAppModule {}
 
 /** The PACS router alone: `npm run demo:producer`. */
-@Module({ imports: [Sequence, PacsRouterModule] })
+@Module({ imports: [Sequence, MetricsEndpointModule, PacsRouterModule] })
 export class ProducerAppModule {}
 
 /** The instant-payment transfers demo, with its HTTP API: `npm run demo:transfers`. */
 @Module({})
 export class TransfersAppModule {
   static register(settings: TransfersSettings): DynamicModule {
-    return { module: TransfersAppModule, imports: [Sequence, TransfersModule.register(settings)] };
+    return {
+      module: TransfersAppModule,
+      imports: [Sequence, MetricsEndpointModule, TransfersModule.register(settings)],
+    };
   }
 }
 
@@ -105,6 +109,9 @@ export class OrdersAppModule {
     const sequence = sequenceModule(() => ({
       outbox: ordersOutboxOptions(settings),
     }));
-    return { module: OrdersAppModule, imports: [sequence, OrdersModule.register(settings)] };
+    return {
+      module: OrdersAppModule,
+      imports: [sequence, MetricsEndpointModule, OrdersModule.register(settings)],
+    };
   }
 }

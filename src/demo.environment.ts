@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type ClaimTicketKey } from 'nest-sequence/wire';
 import { DemoEnvironmentError } from './demo-environment.error';
+import { metricsEndpointProblems } from './metrics-endpoint';
 
 const MiB = 1024 * 1024;
 
@@ -115,6 +116,8 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
       );
     }
   }
+
+  for (const [variable, text] of metricsEndpointProblems(env)) problem(variable, text);
 
   if (problems.length > 0) throw new DemoEnvironmentError(variables, problems);
   return { broker, claimCheckAboveBytes, signingKeys, studyBytes };

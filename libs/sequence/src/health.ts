@@ -6,6 +6,7 @@
  */
 export {
   SequenceHealthIndicator,
+  type SequenceBufferHealth,
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
   type SequenceHealthDetails,
@@ -20,6 +21,10 @@ export {
 } from './observability/resequencer-health.indicator';
 export {
   OutboxHealthIndicator,
+  type BoxHealth,
   type OutboxHealthDetails,
 } from './observability/outbox-health.indicator';
+export type { BoxHealthThresholds, SequenceHealthOptions } from './observability/health.options';
+export type { HealthFinding, HealthFindings } from './observability/health-verdict';
+export type { ResequencerGaps } from './resequencer/resequencer';
 export { SequenceHealthModule } from './observability/sequence-health.module';

@@ -20,6 +20,7 @@ import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { HANDLER_KINDS } from './kernel/channel-binding';
 import { ChannelRegistry } from './kernel/channel.registry';
 import { ConsumerHost } from './kernel/consumer.host';
+import { DeadLetterMetrics } from './kernel/dead-letter.metrics';
 import { HandlerExplorer } from './kernel/handler.explorer';
 import { ModuleMetrics } from './kernel/module-metrics';
 import { TransportMetrics } from './kernel/transport.metrics';
@@ -40,6 +41,8 @@ import {
   SEQUENCE_STORE,
   SEQUENCE_METRICS_REGISTRY,
   SEQUENCE_TRANSPORT,
+  SWEEP_TIMING,
+  type SweepTiming,
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { resolveModuleOptions } from './options/resolve-options';
@@ -53,6 +56,7 @@ import { OutboxService } from './outbox/outbox.service';
 import { RuntimeBridge } from './microservices/runtime.bridge';
 import { GapReporter } from './resequencer/gap.reporter';
 import { GapSweeper } from './resequencer/gap.sweeper';
+import { GapTimeoutMetrics } from './resequencer/gap-timeout.metrics';
 import { ResequencedHandlerKind } from './resequencer/resequenced-handler.kind';
 import { ResequencerCatalog } from './resequencer/resequencer.catalog';
 import { ResequencerMetrics } from './resequencer/resequencer.metrics';
@@ -104,6 +108,14 @@ const providers: Provider[] = [
           maxChannelBufferedBytes: sequence.maxChannelBufferedBytes,
         }),
       ],
+      [
+        SWEEP_TIMING,
+        ({ options: { sequence, tuning } }: Composition): SweepTiming => ({
+          sequenceTimeout: sequence.consumer.timeout,
+          expirySweepMs: tuning.sweepers.expiry.intervalMs,
+          gapSweepMs: tuning.sweepers.gaps.intervalMs,
+        }),
+      ],
       [SEQUENCE_TRANSPORT, (c: Composition) => c.adapters.transport],
       [SEQUENCE_STORE, (c: Composition) => c.adapters.sequenceStore],
       [RESEQUENCER_STORE, (c: Composition) => c.adapters.resequencerStore],
@@ -114,6 +126,7 @@ const providers: Provider[] = [
   // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
   ModuleMetrics,
   TransportMetrics,
+  DeadLetterMetrics,
   {
     provide: SEQUENCE_METRICS_REGISTRY,
     inject: [ModuleMetrics],
@@ -140,6 +153,7 @@ const providers: Provider[] = [
   ClaimCheckHandlerKind,
   // Resequencer
   ResequencerMetrics,
+  GapTimeoutMetrics,
   ResequencerCatalog,
   GapReporter,
   ResequencerService,
@@ -197,9 +211,10 @@ const providers: Provider[] = [
     SequenceEvents,
     SEQUENCE_TRANSPORT,
     SEQUENCE_METRICS_REGISTRY,
-    // For nest-sequence/health: what its indicators ping, and the budgets they report against
-    // (the symbols are not exported).
+    // For nest-sequence/health: what its indicators ping, and the budgets and timeouts they
+    // judge against (the symbols are not exported).
     SEQUENCE_BUDGETS,
+    SWEEP_TIMING,
     SEQUENCE_STORE,
     RESEQUENCER_STORE,
     CLAIM_CHECK_STORES,

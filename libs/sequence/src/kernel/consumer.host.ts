@@ -2,8 +2,14 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import type { ResolvedOptions } from '../options/resolved-options';
-import type { Disposition, Subscription, Transport } from '../ports/transport.port';
+import {
+  toDisposition,
+  type Disposition,
+  type Subscription,
+  type Transport,
+} from '../ports/transport.port';
 import type { ChannelBinding } from './channel-binding';
+import { DeadLetterMetrics } from './dead-letter.metrics';
 import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from './tokens';
 
 /**
@@ -23,6 +29,7 @@ export class ConsumerHost {
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    private readonly deadLetters: DeadLetterMetrics,
   ) {}
 
   /**
@@ -44,7 +51,7 @@ export class ConsumerHost {
     const { channel, prefetch, deadLetterChannel } = binding;
     const subscription = await this.transport.subscribe(
       channel,
-      (message) => this.track(() => binding.receive(message)),
+      (message) => this.track(channel, () => binding.receive(message)),
       { prefetch, deadLetterChannel },
     );
     this.subscriptions.push(subscription);
@@ -81,13 +88,18 @@ export class ConsumerHost {
     }
   }
 
-  private track(receive: () => Promise<Disposition>): Promise<Disposition> {
+  private track(channel: string, receive: () => Promise<Disposition>): Promise<Disposition> {
     if (this.drained) {
       // Held, not settled, until the subscriptions close: they hand unsettled messages back to
       // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
       return this.drained.then(() => ({ action: 'requeue', reason: 'shutting down' }));
     }
-    const pending = receive();
+    const pending = receive().then((disposition) => {
+      // Every pattern's dead-letter dispositions pass here, on their way to the transport.
+      const settled = toDisposition(disposition);
+      if (settled.action === 'dead-letter') this.deadLetters.deadLettered(channel, settled.reason);
+      return disposition;
+    });
     this.inFlight.add(pending);
     void pending.finally(() => this.inFlight.delete(pending));
     return pending;

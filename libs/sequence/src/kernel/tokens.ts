@@ -1,6 +1,7 @@
 import type { ClaimLedger } from '../ports/claim-ledger.port';
 import type { OutboxStore } from '../ports/outbox-store.port';
 import type { PayloadStore } from '../ports/payload-store.port';
+import type { ExpiryPolicy } from '../ports/sequence-store.port';
 
 // Injection tokens of what the module (the composition root) hands the patterns: the resolved
 // options and the adapters it chose. Only SEQUENCE_TRANSPORT and SEQUENCE_METRICS_REGISTRY are
@@ -26,6 +27,22 @@ export const SEQUENCE_BUDGETS = Symbol('nest-sequence:sequence-budgets');
 export interface SequenceBudgets {
   readonly maxBufferedBytes: number;
   readonly maxChannelBufferedBytes: number;
+}
+
+/**
+ * Injection token of the timeouts and sweep intervals ({@link SweepTiming}) that the health
+ * indicators judge ages against, without the rest of the resolved options.
+ */
+export const SWEEP_TIMING = Symbol('nest-sequence:sweep-timing');
+
+/** When the sweepers act on what is left open, as `SWEEP_TIMING` provides it. */
+export interface SweepTiming {
+  /** `sequence.timeoutMs` and `sequence.timeoutStrategy` (channels may set their own). */
+  readonly sequenceTimeout: ExpiryPolicy;
+  /** The expiry sweeper's interval; `false` when it does not run. */
+  readonly expirySweepMs: number | false;
+  /** The gap sweeper's interval; `false` when it does not run. */
+  readonly gapSweepMs: number | false;
 }
 
 /** Injection token of the active {@link SequenceStore}. */

@@ -1,6 +1,13 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { OutboxService, SequenceModule, type OutboxStore } from 'nest-sequence';
+import {
+  InMemoryTransport,
+  OutboxService,
+  SequenceModule,
+  type OutboxStore,
+  type Transport,
+} from 'nest-sequence';
+import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { OutboxHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 
@@ -12,11 +19,15 @@ describe('OutboxHealthIndicator', () => {
     app = undefined;
   });
 
-  async function start(store?: OutboxStore): Promise<INestApplicationContext> {
+  async function start(
+    store?: OutboxStore,
+    transport?: Transport,
+  ): Promise<INestApplicationContext> {
     const moduleRef = await Test.createTestingModule({
       imports: [
         SequenceModule.forRoot({
           isGlobal: true,
+          transport,
           outbox: {
             store,
             outboxEvents: {
@@ -34,17 +45,27 @@ describe('OutboxHealthIndicator', () => {
     return app;
   }
 
-  it('is up with the embedded SQLite store, and counts FAILED records per box', async () => {
-    const started = await start();
+  it('is up with the embedded SQLite store, and down once a record FAILED (the default threshold)', async () => {
+    // A broker that refuses every publish: with one attempt, the record fails at once.
+    const transport = new FaultInjectingTransport(new InMemoryTransport());
+    transport.beforePublish = () => {
+      throw new Error('broker refused');
+    };
+    const started = await start(undefined, transport);
     const health = started.get(OutboxHealthIndicator);
+    const empty = { pending: 0, failed: 0 };
     await expect(health.isHealthy('outbox')).resolves.toEqual({
       outbox: {
         status: 'up',
         store: { name: 'sqlite', status: 'up' },
-        failed: { outbox_events: 0, outbox_commands: 0, inbox_events: 0, inbox_commands: 0 },
+        boxes: {
+          outbox_events: empty,
+          outbox_commands: empty,
+          inbox_events: empty,
+          inbox_commands: empty,
+        },
       },
     });
-    // A route that throws: the record fails at once (no retry can fix it).
     const outbox = started.get(OutboxService);
     await outbox.transaction(async (tx) =>
       tx.publishEvent({ type: 'T', aggregateType: 'A', aggregateId: '1', payload: 'x'.repeat(10) }),
@@ -53,7 +74,19 @@ describe('OutboxHealthIndicator', () => {
     while ((await outbox.stats('outbox_events')).pending > 0 && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
-    expect((await health.isHealthy('outbox')).outbox.status).toBe('up');
+    const result = await health.isHealthy('outbox');
+    expect(result.outbox.status).toBe('down');
+    expect(result.outbox.boxes?.outbox_events).toEqual({ pending: 0, failed: 1 });
+    expect(result.outbox.tripped).toEqual([
+      {
+        threshold: 'outbox.failed',
+        subject: 'outbox_events',
+        value: 1,
+        limit: 0,
+        message: 'outbox_events: 1 failed records, limit 0',
+        runbook: 'docs/operations.md#failed-outbox-rows',
+      },
+    ]);
   });
 
   it('answers within its timeout, without the counts, when the counts do not come (a slow table)', async () => {

@@ -1,46 +1,68 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { withTimeout } from '../core/async';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
-import { BOX_NAMES, type BoxName } from '../ports/outbox-store.port';
+import { BOX_NAMES, type BoxName, type BoxStats } from '../ports/outbox-store.port';
 import {
   probe,
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
 } from './sequence-health.indicator';
+import { HEALTH_OPTIONS, resolveHealthOptions, type ResolvedHealthOptions } from './health.options';
+import { formatMs, HealthVerdict, RUNBOOKS, type HealthFindings } from './health-verdict';
+
+/** One box's records, as the outbox indicator reports them. */
+export type BoxHealth = {
+  readonly pending: number;
+  /** `FAILED` records: they wait for an operator to retry or discard them. */
+  readonly failed: number;
+  /** Age of the oldest `PENDING` record in ms (the lag); absent when none is pending. */
+  readonly lagMs?: number;
+};
 
 // A type alias, not an interface: terminus takes the details as a `Record<string, unknown>`.
 export type OutboxHealthDetails = {
   readonly store: SequenceDependencyHealth;
   /**
-   * `FAILED` records per box (they wait for an operator; they do not make the check fail).
-   * Left out when counting failed or took longer than the timeout.
+   * Each box's (`outbox_events`, `outbox_commands`, `inbox_events`, `inbox_commands`) pending
+   * and failed records and its lag. Left out when counting failed or took
+   * longer than the timeout (the thresholds are then not judged).
    */
-  readonly failed?: Readonly<Partial<Record<BoxName, number>>>;
-};
+  readonly boxes?: Readonly<Record<BoxName, BoxHealth>>;
+} & HealthFindings;
 
 const DEFAULT_TIMEOUT_MS = 1_000;
 
 /**
  * `@nestjs/terminus` health indicator of the Outbox / Inbox: pings its database within a timeout
- * (opening it first, if the outbox has not started yet), and lists the `FAILED` records per box.
- * While the database is down nothing is lost: commits fail for their callers, relays wait, and
- * inbox messages are requeued.
+ * (opening it first, if the outbox has not started yet), and reports each box's pending and
+ * failed records and its lag (the age of the oldest pending record). Down when the database does
+ * not answer, or when a threshold of `SequenceHealthModule.forRoot` is passed (by default a lag
+ * over 5 minutes, or any failed record): `tripped` names each with its value and limit. While
+ * the database is down nothing is lost: commits fail for their callers, relays wait, and inbox
+ * messages are requeued.
  *
  * @example
  * ```ts
  * check() {
  *   return this.health.check([() => this.outbox.isHealthy('outbox')]);
  * }
- * // { "outbox": { "status": "up", "store": { "name": "postgres", "status": "up" }, "failed": { ... } } }
+ * // { "outbox": { "status": "up", "store": { "name": "postgres", "status": "up" },
+ * //   "boxes": { "outbox_events": { "pending": 3, "failed": 0, "lagMs": 420 },
+ * //              "outbox_commands": { "pending": 0, "failed": 0 }, ... } } }
  * ```
  */
 @Injectable()
 export class OutboxHealthIndicator {
+  private readonly thresholds: ResolvedHealthOptions;
+
   constructor(
     private readonly health: HealthIndicatorService,
     private readonly runtime: OutboxRuntime,
-  ) {}
+    @Optional() @Inject(HEALTH_OPTIONS) thresholds?: ResolvedHealthOptions,
+  ) {
+    this.thresholds = thresholds ?? resolveHealthOptions();
+  }
 
   async isHealthy<const Key extends string>(
     key: Key,
@@ -57,14 +79,53 @@ export class OutboxHealthIndicator {
     const ready = await opened;
     // The counts are details: counting slowly (a large table) or failing must neither hold the
     // probe past its timeout nor turn a database that answered into a failed check.
-    const failed = await withTimeout(
-      Promise.all(BOX_NAMES.map(async (box) => [box, (await ready.stats(box)).failed] as const)),
+    const boxes = await withTimeout(
+      Promise.all(BOX_NAMES.map(async (box) => [box, boxHealth(await ready.stats(box))] as const)),
       timeoutMs,
-      () => new Error(`the FAILED counts took over ${timeoutMs} ms`),
+      () => new Error(`the box counts took over ${timeoutMs} ms`),
     ).then(
-      (counts): Partial<Record<BoxName, number>> => Object.fromEntries(counts),
+      (counts) => Object.fromEntries(counts) as Record<BoxName, BoxHealth>,
       () => undefined,
     );
-    return indicator.up({ store: { ...store, name: ready.name }, ...(failed && { failed }) });
+    const verdict = new HealthVerdict(this.thresholds.warnRatio);
+    for (const box of BOX_NAMES) if (boxes) this.judge(box, boxes[box], verdict);
+    const details: OutboxHealthDetails = {
+      store: { ...store, name: ready.name },
+      ...(boxes && { boxes }),
+      ...verdict.findings(),
+    };
+    return verdict.down ? indicator.down(details) : indicator.up(details);
   }
+
+  private judge(box: BoxName, health: BoxHealth, verdict: HealthVerdict): void {
+    const side = box.startsWith('inbox') ? 'inbox' : 'outbox';
+    const { lagMs, failed } = this.thresholds[side];
+    if (health.lagMs !== undefined) {
+      verdict.judge({
+        threshold: `${side}.lagMs`,
+        subject: box,
+        value: health.lagMs,
+        limit: lagMs,
+        runbook: RUNBOOKS.outboxLag,
+        describe: (value, limit) =>
+          `${box} lag ${formatMs(value)} (oldest pending record), limit ${formatMs(limit)}`,
+      });
+    }
+    verdict.judge({
+      threshold: `${side}.failed`,
+      subject: box,
+      value: health.failed,
+      limit: failed,
+      runbook: RUNBOOKS.failedOutboxRows,
+      describe: (value, limit) => `${box}: ${value} failed records, limit ${limit}`,
+    });
+  }
+}
+
+function boxHealth(stats: BoxStats, now = Date.now()): BoxHealth {
+  const { pending, failed, oldestPendingAt } = stats;
+  // Another instance's clock wrote createdAt: a little ahead of this one's, the lag is 0.
+  return oldestPendingAt === null
+    ? { pending, failed }
+    : { pending, failed, lagMs: Math.max(0, now - oldestPendingAt) };
 }

@@ -40,7 +40,12 @@ describe('ResequencerHealthIndicator', () => {
   it('is up with the store that answers (the embedded memory store)', async () => {
     const health = await indicator(new MemoryResequencerStore());
     await expect(health.isHealthy('resequencer')).resolves.toEqual({
-      resequencer: { status: 'up', store: { name: 'memory', status: 'up' }, buffers: {} },
+      resequencer: {
+        status: 'up',
+        store: { name: 'memory', status: 'up' },
+        buffers: {},
+        gaps: {},
+      },
     });
   });
 

@@ -47,6 +47,8 @@ const IDLE_BUFFER = {
   bufferedBytes: 0,
   reservedBytes: 0,
   maxBufferedBytes: 1024 ** 3,
+  storedPercent: 0,
+  reservedPercent: 0,
   usedPercent: 0,
 };
 
@@ -129,7 +131,10 @@ describe('SequenceHealthIndicator', () => {
       // Declared and not there yet: 2 fragments and 29,000 bytes.
       reservedBytes: reserved,
       maxBufferedBytes: 100_000,
+      storedPercent: Math.round((stored / 100_000) * 1000) / 10,
+      reservedPercent: Math.round((reserved / 100_000) * 1000) / 10,
       usedPercent: Math.round(((stored + reserved) / 100_000) * 1000) / 10,
+      oldestOpenAgeMs: expect.any(Number),
     });
   });
 

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
@@ -6,9 +6,13 @@ import {
   SEQUENCE_BUDGETS,
   SEQUENCE_STORE,
   SEQUENCE_TRANSPORT,
+  SWEEP_TIMING,
   type SequenceBudgets,
+  type SweepTiming,
 } from '../kernel/tokens';
 import { errorMessage } from '../core/errors/caught';
+import { HEALTH_OPTIONS, resolveHealthOptions, type ResolvedHealthOptions } from './health.options';
+import { formatMs, HealthVerdict, RUNBOOKS, type HealthFindings } from './health-verdict';
 
 /** What the indicator reports of the transport or the store. */
 export type SequenceDependencyHealth = {
@@ -27,8 +31,17 @@ export type SequenceBufferHealth = {
   /** Budget held ahead of stored bytes: reservations for declared bytes, grants in flight. */
   readonly reservedBytes: number;
   readonly maxBufferedBytes: number;
-  /** `(bufferedBytes + reservedBytes) / maxBufferedBytes`, in percent (one decimal). */
+  /** `bufferedBytes / maxBufferedBytes`, in percent (one decimal). */
+  readonly storedPercent: number;
+  /** `reservedBytes / maxBufferedBytes`, in percent (one decimal). */
+  readonly reservedPercent: number;
+  /**
+   * `(bufferedBytes + reservedBytes) / maxBufferedBytes`, in percent (one decimal): what
+   * `sequence.bufferPercent` is judged on.
+   */
   readonly usedPercent: number;
+  /** Age of the oldest open sequence (from its first fragment), in ms; absent when none is open. */
+  readonly oldestOpenAgeMs?: number;
 };
 
 // Type aliases, not interfaces: terminus takes the details as a `Record<string, unknown>`.
@@ -37,7 +50,7 @@ export type SequenceHealthDetails = {
   readonly store: SequenceDependencyHealth;
   /** The store's budget, when the store is up and its stats answered within the timeout. */
   readonly buffer?: SequenceBufferHealth;
-};
+} & HealthFindings;
 
 export interface SequenceHealthCheckOptions {
   /** How long each ping may take before it counts as down. @default 1000 */
@@ -48,8 +61,11 @@ const DEFAULT_TIMEOUT_MS = 1_000;
 
 /**
  * `@nestjs/terminus` health indicator of Message Sequence: pings the transport and the sequence
- * store at once, each within a timeout, and is up only when both answer. The result names each
- * adapter and, for one that is down, why.
+ * store at once, each within a timeout, and reports the store's budget (stored and reserved bytes
+ * against `sequence.maxBufferedBytes`) and the age of the oldest open sequence. Down when the
+ * transport or the store does not answer, or when a threshold of `SequenceHealthModule.forRoot`
+ * is passed (by default the budget 80% used, or a sequence open past its timeout): `tripped`
+ * names each with its value and limit; `warnings` lists values close to theirs.
  *
  * Needs `TerminusModule` and the `SequenceModule`'s providers in scope: import
  * `SequenceHealthModule` (with `SequenceModule` registered `isGlobal`), or add this class to the
@@ -63,17 +79,23 @@ const DEFAULT_TIMEOUT_MS = 1_000;
  *   return this.health.check([() => this.sequence.isHealthy('sequence')]);
  * }
  * // { "sequence": { "status": "up", "transport": { "name": "rabbitmq", "status": "up" },
- * //                 "store": { "name": "redis", "status": "up" } } }
+ * //                 "store": { "name": "redis", "status": "up" }, "buffer": { ... } } }
  * ```
  */
 @Injectable()
 export class SequenceHealthIndicator {
+  private readonly thresholds: ResolvedHealthOptions;
+
   constructor(
     private readonly health: HealthIndicatorService,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_BUDGETS) private readonly budgets: SequenceBudgets,
-  ) {}
+    @Inject(SWEEP_TIMING) private readonly timing: SweepTiming,
+    @Optional() @Inject(HEALTH_OPTIONS) thresholds?: ResolvedHealthOptions,
+  ) {
+    this.thresholds = thresholds ?? resolveHealthOptions();
+  }
 
   async isHealthy<const Key extends string>(
     key: Key,
@@ -85,29 +107,67 @@ export class SequenceHealthIndicator {
       probe(this.store, timeoutMs),
     ]);
     const buffer = store.status === 'up' ? await this.buffer(timeoutMs) : undefined;
-    const details: SequenceHealthDetails = buffer
-      ? { transport, store, buffer }
-      : { transport, store };
+    const verdict = new HealthVerdict(this.thresholds.warnRatio);
+    if (buffer) this.judge(buffer, verdict);
+    const details: SequenceHealthDetails = {
+      transport,
+      store,
+      ...(buffer && { buffer }),
+      ...verdict.findings(),
+    };
     const indicator = this.health.check(key);
-    return transport.status === 'up' && store.status === 'up'
+    return transport.status === 'up' && store.status === 'up' && !verdict.down
       ? indicator.up(details)
       : indicator.down(details);
   }
 
+  private judge(buffer: SequenceBufferHealth, verdict: HealthVerdict): void {
+    const { bufferPercent, oldestOpenAgeMs } = this.thresholds.sequence;
+    verdict.judge({
+      threshold: 'sequence.bufferPercent',
+      value: buffer.usedPercent,
+      limit: bufferPercent,
+      downAtLimit: true,
+      runbook: RUNBOOKS.bufferFull,
+      describe: (value, limit) =>
+        `sequence buffer ${value}% used (stored and reserved of ${buffer.maxBufferedBytes} ` +
+        `bytes), limit ${limit}%`,
+    });
+    if (buffer.oldestOpenAgeMs === undefined) return;
+    const { sequenceTimeout, expirySweepMs } = this.timing;
+    verdict.judge({
+      threshold: 'sequence.oldestOpenAgeMs',
+      value: buffer.oldestOpenAgeMs,
+      limit:
+        oldestOpenAgeMs === 'timeout'
+          ? sequenceTimeout.ms + (expirySweepMs === false ? 0 : expirySweepMs)
+          : oldestOpenAgeMs,
+      runbook: RUNBOOKS.sequenceTooOld,
+      describe: (value, limit) =>
+        `oldest open sequence ${formatMs(value)} old, limit ${formatMs(limit)}` +
+        (oldestOpenAgeMs === 'timeout' ? ' (sequence.timeoutMs and one expiry sweep)' : ''),
+    });
+  }
+
   private async buffer(timeoutMs: number): Promise<SequenceBufferHealth | undefined> {
-    const stats = await withinTimeout(this.store.stats(Date.now()), timeoutMs).catch(
-      () => undefined,
-    );
+    const now = Date.now();
+    const stats = await withinTimeout(this.store.stats(now), timeoutMs).catch(() => undefined);
     if (!stats) return undefined;
     const { maxBufferedBytes } = this.budgets;
     const reservedBytes = stats.reservedBytes ?? 0;
-    const used = ((stats.bufferedBytes + reservedBytes) / maxBufferedBytes) * 100;
+    const percentOf = (bytes: number) => Math.round((bytes / maxBufferedBytes) * 1000) / 10;
     return {
       openSequences: stats.openSequences,
       bufferedBytes: stats.bufferedBytes,
       reservedBytes,
       maxBufferedBytes,
-      usedPercent: Math.round(used * 10) / 10,
+      storedPercent: percentOf(stats.bufferedBytes),
+      reservedPercent: percentOf(reservedBytes),
+      usedPercent: percentOf(stats.bufferedBytes + reservedBytes),
+      // Another instance's clock wrote oldestOpenAt: a little ahead of this one's, it is 0.
+      ...(stats.oldestOpenAt !== undefined && {
+        oldestOpenAgeMs: Math.max(0, now - stats.oldestOpenAt),
+      }),
     };
   }
 }

@@ -172,6 +172,14 @@ export interface OpenGap {
 
 export type GapPolicy = 'alert' | 'skip' | 'dead-letter';
 
+/** A scope's open gaps at a glance, as `gapStats` reads them for gauges and health checks. */
+export interface GapStats {
+  /** Keys of the scope waiting on a gap, alerted or not (every gap `listGaps` can list). */
+  readonly openGaps: number;
+  /** How long the oldest of them has been open at `now`, in ms (>= 0); absent when none is. */
+  readonly oldestGapAgeMs?: number;
+}
+
 /**
  * What `resolveGap` did: `none` when the key no longer had a gap opened at or before
  * `openedBefore` (another instance resolved it, or it filled); otherwise the hand-off items it
@@ -217,7 +225,8 @@ export interface ResequencerKeyState {
  *   empty. `renewDrain` extends a lease its holder still has, and never takes one. A drainer that
  *   dies leaves its items in place for the next holder: nothing is lost or reordered (items
  *   delivered but not settled are delivered again: at-least-once).
- * - Gaps: every key with a non-empty buffer is listed by `listGaps` with the time its gap opened.
+ * - Gaps: every key with a non-empty buffer is listed by `listGaps` with the time its gap opened,
+ *   and counted by `gapStats`, which also tells the oldest one's age.
  *   `resolveGap` applies a policy atomically, only if the key still has a gap opened at or before
  *   `openedBefore` (so instances sweeping at once resolve each gap once):
  *   - `alert`: appends a `gap-alert` item and marks the gap alerted (no longer listed as due
@@ -272,6 +281,12 @@ export interface ResequencerStore {
    * redelivery drains them.
    */
   listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]>;
+  /**
+   * How many keys of `scope` wait on a gap now, alerted or not, and how long the oldest has
+   * waited at `now`. Cheap whatever the number of keys (a gauge reads it at every scrape); keys
+   * past their retention are not counted.
+   */
+  gapStats(scope: string, now: number): Promise<GapStats>;
   /** A key's state, for inspection. */
   inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState>;
   /** Events buffered in `scope` now (what `maxBufferedTotal` bounds). */

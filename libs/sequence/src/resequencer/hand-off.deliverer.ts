@@ -378,6 +378,7 @@ export class HandOffDeliverer {
     }
     if (!ok) return false;
     metrics.deadLettered(definition.name, code);
+    metrics.deadLetterSent(definition.channel, reason);
     logger.warn(`${definition.name}: dead-lettered: ${reason}`);
     return true;
   }
@@ -404,6 +405,7 @@ export class HandOffDeliverer {
     );
     if (!outcome.ok) return false;
     metrics.gap(definition.name, event.type);
+    metrics.deadLetterSent(definition.channel, code);
     await this.targets.reportGap(event);
     return true;
   }

@@ -15,7 +15,7 @@ import type {
 } from '../ports/resequencer-store.port';
 import type { Disposition, Transport } from '../ports/transport.port';
 import { GapReporter, type GapListener } from './gap.reporter';
-import { Resequencer, type ResequencerBuffers } from './resequencer';
+import { Resequencer, type ResequencerBuffers, type ResequencerGaps } from './resequencer';
 import { ResequencerCatalog } from './resequencer.catalog';
 import type { ResequencedEvent } from './resequenced-event';
 
@@ -142,6 +142,16 @@ export class ResequencerService implements OrderedIntake {
       this.catalog
         .all()
         .map(async ({ resequencer }) => [resequencer.name, await resequencer.buffers()] as const),
+    );
+    return Object.fromEntries(entries);
+  }
+
+  /** Every resequencer's open gaps and the age of its oldest, against its gap timeout, by name. */
+  async gapStats(): Promise<Record<string, ResequencerGaps>> {
+    const entries = await Promise.all(
+      this.catalog
+        .all()
+        .map(async ({ resequencer }) => [resequencer.name, await resequencer.gapStats()] as const),
     );
     return Object.fromEntries(entries);
   }

@@ -11,6 +11,8 @@ import type {
   DrainClaim,
   DrainContext,
   DrainSettlement,
+  GapPolicy,
+  GapStats,
   OpenGap,
   ResequencerKey,
   ResequencerKeyState,
@@ -46,6 +48,13 @@ export interface ResequencerBuffers {
   readonly bytes: number;
   /** `resequencer.maxBufferedBytesTotal`. */
   readonly maxBytes: number;
+}
+
+/** A resequencer's open gaps (`GapStats`) with the gap option they are judged against. */
+export interface ResequencerGaps extends GapStats {
+  /** `gap.timeoutMs`: how long a gap may stay open before `policy` applies. */
+  readonly timeoutMs: number;
+  readonly policy: GapPolicy;
 }
 
 /** What one sweep of one resequencer did. */
@@ -311,6 +320,12 @@ export class Resequencer {
     const { maxBufferedTotal } = options.resequencer;
     const maxBytes = this.definition.maxBufferedBytesTotal;
     return { events, maxEvents: maxBufferedTotal, bytes, maxBytes };
+  }
+
+  /** How many keys wait on a gap now and how long the oldest has, against `gap.timeoutMs`. */
+  async gapStats(): Promise<ResequencerGaps> {
+    const stats = await this.deps.store.gapStats(this.name, Date.now());
+    return { ...stats, ...this.definition.gap };
   }
 
   /** The key's next expected sequence, buffered sequences and hand-off backlog. */

@@ -4,6 +4,7 @@ import { withTimeout } from '../core/async';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
+import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
 import { Sweeper } from '../kernel/sweeper';
 import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
@@ -29,6 +30,7 @@ export class ExpirySweeper extends Sweeper<number> {
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
+    private readonly deadLetters: DeadLetterMetrics,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
     super(
@@ -136,6 +138,7 @@ export class ExpirySweeper extends Sweeper<number> {
         confirmMs,
         () => new PublishTimeoutError(deadLetterChannel, confirmMs),
       );
+      this.deadLetters.deadLettered(channel, 'sequence-expired');
     } catch (error) {
       this.logger.error(
         `could not publish the expiry record of sequence ${expired.sequenceId} to ${deadLetterChannel}: ${String(error)}`,

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { Counter, Histogram } from 'prom-client';
 import { oneAtATime, withTimeout } from '../core/async';
 import { ModuleMetrics, STATS_TIMEOUT_MS } from '../kernel/module-metrics';
-import { SEQUENCE_STORE } from '../kernel/tokens';
+import { SEQUENCE_BUDGETS, SEQUENCE_STORE, type SequenceBudgets } from '../kernel/tokens';
 import type { SequenceStore, SequenceStoreStats } from '../ports/sequence-store.port';
 
 /**
@@ -24,7 +24,11 @@ export class SequenceMetrics {
   private readonly latency: Histogram<'channel'>;
   private readonly statsFailures: Counter;
 
-  constructor(metrics: ModuleMetrics, @Inject(SEQUENCE_STORE) store: SequenceStore) {
+  constructor(
+    metrics: ModuleMetrics,
+    @Inject(SEQUENCE_STORE) store: SequenceStore,
+    @Inject(SEQUENCE_BUDGETS) budgets: SequenceBudgets,
+  ) {
     const counter = metrics.counter.bind(metrics);
     this.started = counter('sequences_started_total', 'Sequences whose first fragment was stored', [
       'channel',
@@ -118,6 +122,13 @@ export class SequenceMetrics {
         if (current) gauge.set(current.reservedBytes ?? 0);
       },
     );
+    // What buffered_bytes + reserved_bytes is measured against (the shipped buffer alert).
+    metrics
+      .gauge(
+        'max_buffered_bytes',
+        'The budget of buffered plus reserved bytes (sequence.maxBufferedBytes)',
+      )
+      .set(budgets.maxBufferedBytes);
     metrics.gauge(
       'oldest_open_age_seconds',
       'Age of the oldest open sequence',

@@ -4,6 +4,7 @@ import { describeAcceptCases } from './resequencer-store/accept.cases';
 import { describeConcurrencyCases } from './resequencer-store/concurrency.cases';
 import { describeDrainCases } from './resequencer-store/drain.cases';
 import { describeGapCases } from './resequencer-store/gaps.cases';
+import { describeGapStatsCases } from './resequencer-store/gap-stats.cases';
 import { describeHeldLimitCases } from './resequencer-store/held-limits.cases';
 import {
   acceptAt,
@@ -74,6 +75,7 @@ export function describeResequencerStoreConformance(
     describeAcceptCases(context);
     describeDrainCases(context);
     describeGapCases(context);
+    describeGapStatsCases(context);
     describeHeldLimitCases(context);
     describeConcurrencyCases(context);
 
@@ -117,6 +119,8 @@ export function describeResequencerStoreConformance(
         ['a settle count of 0', () => store().settleDrain(key(), 0, drainAt(now()))],
         ['a fractional settle count', () => store().settleDrain(key(), 1.5, drainAt(now()))],
         ['an invalid key to inspect', () => store().inspect({ ...key(), key: '' }, 1)],
+        ['gap stats of an empty scope', () => store().gapStats('', now())],
+        ['gap stats at a time that is not a number', () => store().gapStats('s', Number.NaN)],
       ])('rejects %s with a RangeError', async (_case, call) => {
         await expect(call()).rejects.toThrow(RangeError);
       });

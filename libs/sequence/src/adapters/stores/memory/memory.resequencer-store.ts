@@ -8,6 +8,7 @@ import {
   type DrainSettlement,
   type GapPolicy,
   type GapResolution,
+  type GapStats,
   type HandOffItem,
   type OpenGap,
   type ResequencedEntry,
@@ -65,7 +66,7 @@ export interface MemoryResequencerStoreOptions {
  * Every method runs synchronously to its end once called, so each is one atomic step. Records
  * expire `retentionMs` after their last write, judged against the latest `now` any caller
  * passed: lazily when touched, a few at a time on every write, and in the scans of
- * `listGaps`, `listStalledHandOffs` and `bufferedTotal`.
+ * `listGaps`, `gapStats`, `listStalledHandOffs` and `bufferedTotal`.
  */
 export class MemoryResequencerStore implements ResequencerStore {
   readonly name = 'memory';
@@ -227,6 +228,21 @@ export class MemoryResequencerStore implements ResequencerStore {
         gapSince: record.gapSince!,
         alerted: record.alerted,
       }));
+  }
+
+  async gapStats(scope: string, now: number): Promise<GapStats> {
+    assertScope(scope);
+    assertTime('now', now);
+    // One pass over the scope's keys, in this process: no index to keep for a read that a
+    // scrape makes every few seconds.
+    let openGaps = 0;
+    let oldest = Number.POSITIVE_INFINITY;
+    for (const record of this.keys.live(scope).values()) {
+      if (record.gapSince === undefined) continue;
+      openGaps++;
+      oldest = Math.min(oldest, record.gapSince);
+    }
+    return openGaps === 0 ? { openGaps } : { openGaps, oldestGapAgeMs: Math.max(0, now - oldest) };
   }
 
   async resolveGap(

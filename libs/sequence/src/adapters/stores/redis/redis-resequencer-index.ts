@@ -1,4 +1,4 @@
-import type { OpenGap } from '../../../ports/resequencer-store.port';
+import type { GapStats, OpenGap } from '../../../ports/resequencer-store.port';
 import { indexKeyList, type RedisResequencerKeys } from './redis-resequencer-keys';
 import {
   interpretGaps,
@@ -137,6 +137,31 @@ export class RedisResequencerIndex {
       [this.clock.stamp(openedBefore), limit, includeAlerted ? 1 : 0],
     );
     return interpretGaps(reply, { operation: 'listGaps', scope });
+  }
+
+  /** The scope's open gaps and the oldest one's age at `now`, after pruning expired records. */
+  async gapStats(scope: string, now: number): Promise<GapStats> {
+    const reply = await this.scripts['rsq-gap-stats'](indexKeyList(this.names.index(scope)), [
+      this.clock.stamp(now),
+      this.retentionMs,
+      PRUNE_ON_DEMAND_BATCH,
+    ]);
+    const [openGaps, oldestGapAgeMs] = Array.isArray(reply) ? (reply as unknown[]) : [];
+    if (
+      !Number.isSafeInteger(openGaps) ||
+      !Number.isSafeInteger(oldestGapAgeMs) ||
+      (openGaps as number) < 0
+    ) {
+      throw new RedisResequencerStoreError(
+        'rsq-gap-stats',
+        scope,
+        undefined,
+        `the script answered ${JSON.stringify(reply)}; deploy the library's lua/ files with its code`,
+      );
+    }
+    return (oldestGapAgeMs as number) < 0
+      ? { openGaps: openGaps as number }
+      : { openGaps: openGaps as number, oldestGapAgeMs: oldestGapAgeMs as number };
   }
 
   async stalled(scope: string, idleSince: number, limit: number): Promise<string[]> {

@@ -34,6 +34,7 @@ export type ScriptName =
   | 'rsq-resolve-ix'
   | 'rsq-inspect'
   | 'rsq-gaps'
+  | 'rsq-gap-stats'
   | 'rsq-index'
   | 'rsq-prune';
 
@@ -116,6 +117,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-gaps',
   'rsq-index',
   'rsq-prune',
+  'rsq-gap-stats',
 ];
 
 /** Values the scripts share with the TypeScript rules they mirror: `{{NAME}}` in the Lua. */

@@ -57,6 +57,7 @@ import {
   type DrainSettlement,
   type GapPolicy,
   type GapResolution,
+  type GapStats,
   type OpenGap,
   type ResequencedEntry,
   type ResequencerKey,
@@ -318,6 +319,12 @@ export class RedisResequencerStore implements ResequencerStore {
     assertTime('openedBefore', openedBefore);
     assertPositiveInteger('limit', limit);
     return this.index.gaps(scope, openedBefore, limit, includeAlerted);
+  }
+
+  async gapStats(scope: string, now: number): Promise<GapStats> {
+    assertScope(scope);
+    assertTime('now', now);
+    return this.index.gapStats(scope, now);
   }
 
   async resolveGap(
