@@ -153,7 +153,7 @@ export interface SequenceModuleOptions {
   /** prom-client metrics; `false` turns them off. @default a Registry of the module's own */
   metrics?: false | MetricsOptions;
   /**
-   * OpenTelemetry spans of the module (see {@link TracingOptions}); `false`: none (the trace
+   * OpenTelemetry spans of the module (see docs/tracing.md); `false`: none (the trace
    * context of a span of yours that is active when the module sends still travels).
    * @default { parent: 'link', maxLinks: 32 }
    */
