@@ -13,6 +13,7 @@ import {
   type ResequencerTestApp,
 } from '../resequencer/resequencer-test-app';
 import { createTestApp } from '../support/test-app';
+import { createClaimCheckTestApp } from '../claim-check/claim-check-test-app';
 import { eventually } from '../support/sequence-test-app';
 import { idOf, named, useInMemoryTracing } from './in-memory-tracing';
 
@@ -126,5 +127,28 @@ describe('tracing: Outbox, Inbox, Resequencer and Claim Check (in-memory broker)
     expect((await payload.toBuffer()).length).toBe(1024);
     const [checkOut] = named(tracing.moduleSpans(), 'check-out');
     expect(checkOut.links.map((link) => idOf(link.context))).toEqual([idOf(checkIn.spanContext())]);
+  });
+
+  it("links a claim ticket's check-out, where its handler runs, to the publisher's send span", async () => {
+    const t = await createClaimCheckTestApp({ claimCheck: { inlineMaxBytes: 0 } });
+    closing.push(() => t.close());
+    let handlerSpan: string | undefined;
+    t.handler.onCall = async () => {
+      handlerSpan = trace.getActiveSpan()?.spanContext().spanId;
+    };
+
+    const receipt = await t.claimCheck.publish(t.channel, Buffer.alloc(4096, 3));
+    expect(receipt.via).toBe('ticket');
+    await eventually(() => t.handler.deliveries.length === 1, 'the handler to run');
+
+    const spans = tracing.moduleSpans();
+    const [send] = named(spans, `send ${t.channel}`);
+    expect(send.attributes['nest_sequence.claim_check.via']).toBe('ticket');
+    const [checkIn] = named(spans, 'check-in');
+    expect(checkIn.parentSpanContext?.spanId).toBe(send.spanContext().spanId);
+    const [checkOut] = named(spans, 'check-out');
+    expect(checkOut.attributes['messaging.destination.name']).toBe(t.channel);
+    expect(checkOut.links.map((link) => idOf(link.context))).toEqual([idOf(send.spanContext())]);
+    expect(handlerSpan).toBe(checkOut.spanContext().spanId);
   });
 });
