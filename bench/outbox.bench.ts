@@ -57,6 +57,7 @@
  * Environment, besides the above: AMQP_URL, DATABASE_URL [postgres://postgres:postgres@
  * 127.0.0.1:5432/test], BENCH_OUTBOX_ONLY [all; comma-separated: raw, pg, module, relay, pto,
  * pto-relay, latency], BENCH_OUTBOX_PTO_BATCH [5], BENCH_OUTBOX_PTO_POLL_MS [500],
+ * BENCH_TRACING [0; 1 registers an OpenTelemetry SDK in this process: harness/tracing.ts],
  * BENCH_OUTBOX_TRACE [1; 0 gives the module its store without the timing wrapper],
  * BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every path without, then every path with; the
  * module's transport's `unsafeSocketTricks`, echoed as `unsafeSocketTricks` in each JSON line].
@@ -89,6 +90,9 @@ import {
   type BenchEvent,
 } from './outbox.settings';
 import { ORDER, rateOf, summarize, type Round, type ThroughputPath } from './outbox.summary';
+import { registerBenchTracing } from './harness/tracing';
+
+registerBenchTracing();
 
 function measure(
   path: ThroughputPath,

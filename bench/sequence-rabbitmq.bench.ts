@@ -20,6 +20,8 @@
  * Environment (defaults in brackets):
  *   AMQP_URL [amqp://guest:guest@127.0.0.1:5672]   REDIS_URL [redis://127.0.0.1:6379]
  *   BENCH_MB [180]  BENCH_FRAGMENTS_MIB [8,1]  BENCH_ROUNDS [3]
+ *   BENCH_TRACING [0; 1 registers an OpenTelemetry SDK in the producer and the module consumer,
+ *     see harness/tracing.ts; the raw baseline has no spans to record]
  *   BENCH_PREFETCH [library default, 16]  BENCH_IN_FLIGHT [library default, 2]   (a and b alike;
  *     b's prefetch is then lowered by the library's prefetchBytes, reported as modulePrefetch)
  *
@@ -97,6 +99,9 @@ import {
   RATIO_TARGETS,
   type LineSettings,
 } from './sequence-rabbitmq.summary';
+import { registerBenchTracing } from './harness/tracing';
+
+registerBenchTracing();
 
 const settings = readSettings(() => {
   const prefetch = positiveInteger('BENCH_PREFETCH', LIBRARY_DEFAULTS.prefetch);

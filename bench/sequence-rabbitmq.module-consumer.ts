@@ -25,6 +25,9 @@ import { nestLogger } from './harness/nest-logger';
 import type { Consumer, Run } from './sequence-rabbitmq.consumer';
 import type { ConsumerConfig } from './sequence-rabbitmq.protocol';
 import { TracedStore, TraceRecorder, traceRedisCommands } from './sequence-rabbitmq.traced-store';
+import { registerBenchTracing } from './harness/tracing';
+
+registerBenchTracing();
 
 /**
  * A transport that hands every call to the broker's, keeping its name, and notes the prefetch

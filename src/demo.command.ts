@@ -13,6 +13,9 @@ import {
 import { NestFactory } from '@nestjs/core';
 import { DemoEnvironmentError } from './demo-environment.error';
 import { readDemoEnvironment } from './demo.environment';
+import { flushDemoTracing, startDemoTracing } from './tracing';
+
+startDemoTracing();
 
 /** Exit code of a command used wrongly (bad arguments or environment). */
 export const USAGE_ERROR = 2;
@@ -45,7 +48,10 @@ export class StderrLogger extends ConsoleLogger {
  * when it fails.
  */
 export function runToCompletion(command: () => Promise<number>): void {
-  command().then((code) => process.exit(code), exitOnError);
+  command().then(async (code) => {
+    await flushDemoTracing();
+    process.exit(code);
+  }, exitOnError);
 }
 
 /**
@@ -53,8 +59,10 @@ export function runToCompletion(command: () => Promise<number>): void {
  * (`'serving'`: the process stays up until a signal); 1, printing the error, when it fails.
  */
 export function runUntilServingOrDone(command: () => Promise<number | 'serving'>): void {
-  command().then((outcome) => {
-    if (outcome !== 'serving') process.exit(outcome);
+  command().then(async (outcome) => {
+    if (outcome === 'serving') return;
+    await flushDemoTracing();
+    process.exit(outcome);
   }, exitOnError);
 }
 

@@ -25,6 +25,7 @@ import {
 import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
+import { ClaimCheckTracing } from './claim-check.tracing';
 import { PayloadParking } from './payload-parking';
 import { carriesFragmentHeaders } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
@@ -55,7 +56,11 @@ export class ClaimCheckReceiver {
     private readonly parking: PayloadParking,
     @Inject(SEQUENCE_REASSEMBLER) private readonly reassembler: SequenceReassembler,
     private readonly metrics: ClaimCheckMetrics,
-  ) {}
+  ) {
+    this.traces = new ClaimCheckTracing(options.tracing);
+  }
+
+  private readonly traces: ClaimCheckTracing;
 
   async receive(message: InboundMessage, consumer: ClaimCheckConsumer): Promise<Disposition> {
     try {
@@ -94,16 +99,7 @@ export class ClaimCheckReceiver {
       return this.reject(channel, 'claim-ticket-invalid', 'the message body is not binary');
     }
     if (!viaTicket) {
-      const contentType = headers[ClaimCheckHeader.contentType];
-      const payload = ClaimedPayload.inline(
-        body,
-        userHeadersOf(headers),
-        typeof contentType === 'string' ? contentType : undefined,
-      );
-      const outcome = await this.runHandler(payload, consumer, 'an inline payload');
-      if (outcome.ok) return ACK;
-      const { code, detail } = handlerRejection('an inline payload', outcome);
-      return this.reject(channel, code, detail);
+      return this.traces.inline(message, () => this.deliverInline(body, consumer, headers));
     }
 
     let ticket: ClaimTicket;
@@ -124,7 +120,26 @@ export class ClaimCheckReceiver {
       }
       throw error;
     }
-    return this.deliverTicket(ticket, store, headers, consumer);
+    return this.traces.checkOut(channel, ticket, headers, () =>
+      this.deliverTicket(ticket, store, headers, consumer),
+    );
+  }
+
+  private async deliverInline(
+    body: Buffer,
+    consumer: ClaimCheckConsumer,
+    headers: Readonly<Record<string, unknown>>,
+  ): Promise<Disposition> {
+    const contentType = headers[ClaimCheckHeader.contentType];
+    const payload = ClaimedPayload.inline(
+      body,
+      userHeadersOf(headers),
+      typeof contentType === 'string' ? contentType : undefined,
+    );
+    const outcome = await this.runHandler(payload, consumer, 'an inline payload');
+    if (outcome.ok) return ACK;
+    const { code, detail } = handlerRejection('an inline payload', outcome);
+    return this.reject(consumer.channel, code, detail);
   }
 
   /**

@@ -14,6 +14,7 @@ import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../kernel/publish-with-retry';
+import { ClaimCheckTracing } from './claim-check.tracing';
 import { isRecordSource, type RecordSource, type SequencePayload } from '../core/payload-source';
 import { SEQUENCE_SENDER, type SequenceSender } from '../kernel/pattern-contracts';
 import { isStringRecord } from '../core/objects';
@@ -98,7 +99,11 @@ export class ClaimCheckService {
     private readonly metrics: ClaimCheckMetrics,
     private readonly parking: PayloadParking,
     @Inject(SEQUENCE_SENDER) private readonly sequences: SequenceSender,
-  ) {}
+  ) {
+    this.traces = new ClaimCheckTracing(resolved.tracing);
+  }
+
+  private readonly traces: ClaimCheckTracing;
 
   private get options(): ResolvedOptions['claimCheck'] {
     return this.resolved.claimCheck;
@@ -122,7 +127,7 @@ export class ClaimCheckService {
       audience = audienceOption(options.audience);
     });
     const { audience: _audience, ...parkOptions } = options;
-    return this.parking.park(payload, parkOptions, true, audience);
+    return this.traces.checkIn(() => this.parking.park(payload, parkOptions, true, audience));
   }
 
   /**
@@ -134,10 +139,14 @@ export class ClaimCheckService {
    */
   async checkOut(ticket: unknown, headers: HeaderMap = {}): Promise<ClaimedPayload> {
     const { ticket: verified, store } = this.parking.resolve(ticket);
-    const info = await store.head(verified.ref);
-    if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
-    this.metrics.checkedOut(store.name);
-    return ClaimedPayload.resolved(verified, headers, info.metadata, () => store.get(verified.ref));
+    return this.traces.checkOut(undefined, verified, headers, async () => {
+      const info = await store.head(verified.ref);
+      if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
+      this.metrics.checkedOut(store.name);
+      return ClaimedPayload.resolved(verified, headers, info.metadata, () =>
+        store.get(verified.ref),
+      );
+    });
   }
 
   /**
@@ -157,10 +166,25 @@ export class ClaimCheckService {
    * orphan sweeper; kept when the confirm timed out, since the ticket may still arrive) and
    * {@link ClaimCheckPublishError} is thrown.
    */
-  async publish(
+  publish(
     channel: string,
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
+  ): Promise<ClaimPublishReceipt> {
+    return this.traces.send(channel, async (span) => {
+      const receipt = await this.publishTraced(channel, payload, options);
+      span.set({
+        'nest_sequence.claim_check.via': receipt.via,
+        'messaging.message.body.size': receipt.bytes,
+      });
+      return receipt;
+    });
+  }
+
+  private async publishTraced(
+    channel: string,
+    payload: Buffer | Readable | RecordSource,
+    options: ClaimPublishOptions,
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.inlineMaxBytes ?? this.options.inlineMaxBytes;
     checkedBeforeReading(payload, () => {
@@ -210,7 +234,9 @@ export class ClaimCheckService {
       return this.sendSequence(channel, sized.stream, options);
     }
 
-    const ticket = await this.parking.park(sized.stream, options, false, [channel]);
+    const ticket = await this.traces.checkIn(() =>
+      this.parking.park(sized.stream, options, false, [channel]),
+    );
     const headers: HeaderMap = { ...options.headers, [ClaimCheckHeader.claimCheck]: 1 };
     try {
       await this.send(channel, serializeTicket(ticket), headers, 'ticket', ticket);

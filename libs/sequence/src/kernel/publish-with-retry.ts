@@ -4,6 +4,7 @@ import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
 import { isUnsendable, type PublishOptions, type Transport } from '../ports/transport.port';
 import type { ResolvedPublishPolicy } from '../options/resolved-options';
+import { withTraceHeaders } from './tracing/message-spans';
 
 /**
  * Publishes one message and waits for the broker's confirm, retrying with exponential backoff and
@@ -49,7 +50,8 @@ export async function publishWithRetry(
 
 /**
  * One publish attempt, its `timeoutMs` enforced here too: a transport that never answers cannot
- * hang it (it rejects with `PublishTimeoutError`).
+ * hang it (it rejects with `PublishTimeoutError`). The active span's trace context goes into the
+ * headers (see `withTraceHeaders`).
  */
 export function publishOnce(
   transport: Transport,
@@ -61,7 +63,7 @@ export function publishOnce(
   // Called at once, as the async wrapper runs up to its first await; a transport that throws
   // instead of rejecting is one failed attempt, never an exception out of a caller that has
   // other publishes in flight.
-  const sent = (async () => transport.publish(channel, body, headers, options))();
+  const sent = (async () => transport.publish(channel, body, withTraceHeaders(headers), options))();
   return withTimeout(
     sent,
     options.timeoutMs,

@@ -11,6 +11,7 @@ export const DEFAULTS = {
   prefetch: 16,
   shutdownTimeoutMs: 10_000,
   metricsPrefix: 'nest_sequence_',
+  tracing: { parent: 'link', maxLinks: 32 },
   publish: {
     confirmTimeoutMs: 10_000,
     inFlight: 2,

@@ -43,6 +43,24 @@ export interface MetricsOptions {
   prefix?: string;
 }
 
+/**
+ * OpenTelemetry tracing, through `@opentelemetry/api` (an optional peer): spans are recorded
+ * once the application registers an SDK, and cost nothing otherwise. See docs/tracing.md.
+ */
+export interface TracingOptions {
+  /**
+   * How a consumer's span relates to the producer's: `'link'` starts it in the consumer's own
+   * trace with a link to the producer's span (what the messaging semantic conventions prefer);
+   * `'child'` makes it a child of the producer's span, so one trace holds both. @default 'link'
+   */
+  parent?: 'link' | 'child';
+  /**
+   * Most links one span carries: a sequence's `process` span links the producer's span and the
+   * `receive` spans of its fragments that this instance took, up to this many. @default 32
+   */
+  maxLinks?: number;
+}
+
 /** A periodic job of this instance. */
 export interface SweeperOptions {
   /** How often it runs; `false`: never on this instance (another one sweeps). */
@@ -134,6 +152,12 @@ export interface SequenceModuleOptions {
   shutdownTimeoutMs?: number;
   /** prom-client metrics; `false` turns them off. @default a Registry of the module's own */
   metrics?: false | MetricsOptions;
+  /**
+   * OpenTelemetry spans of the module (see docs/tracing.md); `false`: none (the trace
+   * context of a span of yours that is active when the module sends still travels).
+   * @default { parent: 'link', maxLinks: 32 }
+   */
+  tracing?: false | TracingOptions;
   /** Identifies this instance in leases. @default `<hostname>-<pid>-<random>` */
   consumerId?: string;
   /** Message Sequence: its store, fragment size, limits and expiry. */

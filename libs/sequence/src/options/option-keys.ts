@@ -63,6 +63,7 @@ export const MODULE_KEYS: KeyTree = {
   prefetch: true,
   shutdownTimeoutMs: true,
   metrics: { registry: true, prefix: true },
+  tracing: { parent: true, maxLinks: true },
   consumerId: true,
   sequence: {
     ...SEQUENCE_LIMIT_KEYS,

@@ -245,6 +245,28 @@ describe('resolveModuleOptions', () => {
     });
   });
 
+  describe('tracing', () => {
+    it("links by default, with at most 32 links a span; false turns the module's spans off", () => {
+      expect(resolve({}).tracing).toEqual({ enabled: true, parent: 'link', maxLinks: 32 });
+      expect(resolve({ tracing: { parent: 'child', maxLinks: 4 } }).tracing).toEqual({
+        enabled: true,
+        parent: 'child',
+        maxLinks: 4,
+      });
+      expect(resolve({ tracing: false }).tracing.enabled).toBe(false);
+    });
+
+    it('refuses an unknown parent mode, a negative maxLinks and unknown keys', () => {
+      expect(
+        problemsOf({ tracing: { parent: 'sibling', maxLinks: -1, sampled: true } as never }),
+      ).toEqual([
+        expect.stringContaining('tracing.sampled'),
+        `tracing.parent must be 'link' or 'child', got "sibling"`,
+        'tracing.maxLinks must be an integer >= 0, got -1',
+      ]);
+    });
+  });
+
   describe('validation', () => {
     it.each<[string, SequenceModuleOptions, string]>([
       [

@@ -14,6 +14,7 @@ import {
   resolveMetrics,
   resolvePublishPolicy,
   resolveRetryPolicy,
+  resolveTracing,
   resolveTuning,
 } from './resolve-shared';
 
@@ -62,6 +63,7 @@ export function resolveModuleOptions(
     prefetch,
     shutdownTimeoutMs,
     metrics: resolveMetrics(problems, options.metrics),
+    tracing: resolveTracing(problems, options.tracing),
     tuning,
     sequence,
     claimCheck: resolveClaimCheckOptions(problems, options.claimCheck, {

@@ -7,12 +7,14 @@ import { DEFAULTS } from './defaults';
 import type {
   MetricsOptions,
   PublishPolicy,
+  TracingOptions,
   RetryPolicy,
   SequenceModuleOptions,
   SweeperOptions,
   TuningOptions,
 } from './module-options';
 import type {
+  ResolvedTracing,
   ResolvedPublishPolicy,
   ResolvedRetryPolicy,
   ResolvedSweeper,
@@ -133,6 +135,22 @@ export function resolveMetrics(
     );
   }
   return { registry: given?.registry, prefix };
+}
+
+export function resolveTracing(
+  problems: string[],
+  given: false | TracingOptions | undefined,
+): ResolvedTracing {
+  const parent = (given || undefined)?.parent ?? DEFAULTS.tracing.parent;
+  const maxLinks = (given || undefined)?.maxLinks ?? DEFAULTS.tracing.maxLinks;
+  if (given !== undefined && given !== false && (typeof given !== 'object' || given === null)) {
+    problems.push('tracing must be false or an object');
+  }
+  if (parent !== 'link' && parent !== 'child') {
+    problems.push(`tracing.parent must be 'link' or 'child', got ${JSON.stringify(parent)}`);
+  }
+  checkInteger(problems, 'tracing.maxLinks', maxLinks, 0);
+  return { enabled: given !== false, parent, maxLinks };
 }
 
 export function resolveConsumerId(

@@ -150,6 +150,13 @@ export interface ResolvedOutboxOptions {
   readonly boxes: Readonly<Record<BoxName, ResolvedBoxOptions>>;
 }
 
+/** `tracing`, resolved: `enabled` false for `tracing: false`. */
+export interface ResolvedTracing {
+  readonly enabled: boolean;
+  readonly parent: 'link' | 'child';
+  readonly maxLinks: number;
+}
+
 /** Every module option, resolved. */
 export interface ResolvedOptions {
   readonly consumerId: string;
@@ -160,6 +167,7 @@ export interface ResolvedOptions {
   readonly prefetch: number;
   readonly shutdownTimeoutMs: number;
   readonly metrics: false | { readonly registry?: Registry; readonly prefix: string };
+  readonly tracing: ResolvedTracing;
   readonly tuning: ResolvedTuning;
   readonly sequence: ResolvedSequenceOptions;
   readonly claimCheck: ResolvedClaimCheckOptions;

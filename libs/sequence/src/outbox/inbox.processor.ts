@@ -1,3 +1,5 @@
+import type { ResolvedTracing } from '../options/resolved-options';
+import { OutboxTracing } from './outbox.tracing';
 import type { InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
 import type {
@@ -33,6 +35,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     metrics: OutboxMetrics,
     /** Boxes whose appends take partition locks (see `OutboxRuntime.orderedBoxes`). */
     private readonly orderedBoxes: ReadonlySet<BoxName>,
+    private readonly tracing: ResolvedTracing = { enabled: false, parent: 'link', maxLinks: 0 },
   ) {
     super(box, store, options, metrics);
   }
@@ -139,7 +142,11 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
         // Joinable only until the handler's call settles (or is abandoned): what it left running
         // opens its own.
-        await batch.handlerCall(() => transaction.within(() => callHandler(call, attempt, limit)));
+        await batch.handlerCall(() =>
+          OutboxTracing.process(this.tracing, this.box, handler.channel, record, () =>
+            transaction.within(() => callHandler(call, attempt, limit)),
+          ),
+        );
       });
     } catch (error) {
       // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.

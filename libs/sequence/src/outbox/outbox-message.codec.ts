@@ -10,6 +10,7 @@ import {
   type EventInput,
 } from '../core/outbox-message';
 import { messageValidation } from './outbox-message.rules';
+import { OutboxTracing } from './outbox.tracing';
 
 /** Wire headers of a relayed message; the body is the message as JSON. */
 export const MESSAGE_ID_HEADER = 'x-message-id';
@@ -137,7 +138,7 @@ export function eventRecord(
     type: event.type,
     partitionKey: partitionOf(event),
     body: JSON.stringify(plainOf(event)),
-    headers,
+    headers: OutboxTracing.recordHeaders(headers),
   };
 }
 
@@ -152,7 +153,7 @@ export function commandRecord(
     type: command.type,
     partitionKey: null,
     body: JSON.stringify(plainOf(command)),
-    headers,
+    headers: OutboxTracing.recordHeaders(headers),
   };
 }
 

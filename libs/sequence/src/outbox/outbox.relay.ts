@@ -15,6 +15,7 @@ import {
 } from './outbox-message.codec';
 import type { ResolvedOptions } from '../options/resolved-options';
 import { BoxWorker, type CycleState } from './box-worker';
+import { OutboxTracing } from './outbox.tracing';
 
 /**
  * The relay of one outbox box: claims due records, publishes each to its channel(s) with a
@@ -35,7 +36,7 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     box: 'outbox_events' | 'outbox_commands',
     store: OutboxStore,
     private readonly transport: Transport,
-    private readonly resolved: Pick<ResolvedOptions, 'outbox' | 'publish'>,
+    private readonly resolved: Pick<ResolvedOptions, 'outbox' | 'publish' | 'tracing'>,
     metrics: OutboxMetrics,
   ) {
     super(box, store, resolved.outbox.boxes[box], metrics);
@@ -101,11 +102,19 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     };
     const body = Buffer.from(record.body);
     try {
-      for (const channel of channels) {
-        await this.transport.publish(channel, body, headers, {
-          timeoutMs: this.resolved.publish.confirmTimeoutMs,
-        });
-      }
+      await OutboxTracing.relay(
+        this.resolved.tracing,
+        this.box,
+        record,
+        channels,
+        async (traced) => {
+          for (const channel of channels) {
+            await this.transport.publish(channel, body, traced(headers), {
+              timeoutMs: this.resolved.publish.confirmTimeoutMs,
+            });
+          }
+        },
+      );
     } catch (error) {
       const final = isUnsendable(error); // too large, or headers it cannot encode: no retry helps
       if (!final) {

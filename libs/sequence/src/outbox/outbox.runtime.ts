@@ -203,7 +203,15 @@ export class OutboxRuntime implements LifecyclePart {
     const worker: Worker =
       box === 'outbox_events' || box === 'outbox_commands'
         ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
-        : new InboxProcessor(box, store, this.handlers, options, this.metrics, this.orderedBoxes);
+        : new InboxProcessor(
+            box,
+            store,
+            this.handlers,
+            options,
+            this.metrics,
+            this.orderedBoxes,
+            this.options.tracing,
+          );
     const role = box.startsWith('outbox') ? 'relay' : 'processor';
     const loops = Array.from(
       { length: options.concurrency },

@@ -1,4 +1,7 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { RESOLVED_OPTIONS } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
+import { OutboxTracing } from './outbox.tracing';
 import type { BoxName, BoxStats, SqlExecutor, StoredRecord } from '../ports/outbox-store.port';
 import type { CommandInput, EventInput } from '../core/outbox-message';
 import { commandRecord, eventRecord, toCommand, toEvent } from './outbox-message.codec';
@@ -33,7 +36,10 @@ export interface JoinOptions {
  */
 @Injectable()
 export class OutboxService {
-  constructor(private readonly runtime: OutboxRuntime) {}
+  constructor(
+    private readonly runtime: OutboxRuntime,
+    @Inject(RESOLVED_OPTIONS) private readonly resolved: ResolvedOptions,
+  ) {}
 
   /**
    * Runs `work` in one transaction of the outbox store: commits when it resolves (the business
@@ -42,7 +48,13 @@ export class OutboxService {
    * recorded is then written with the enclosing transaction's records, after those recorded
    * before it, and what any transaction recorded inside it is dropped if it throws.
    */
-  async transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
+  transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
+    return OutboxTracing.append(this.resolved.tracing, 'transaction', () =>
+      this.inTransaction(work),
+    );
+  }
+
+  private async inTransaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     const store = await this.runtime.ready();
     const touched: BoxName[] = [];
     let restore: (() => void) | undefined;
@@ -75,6 +87,15 @@ export class OutboxService {
     if (options.client instanceof OutboxTransaction) {
       return options.client.publishEvent(event, options.headers);
     }
+    return OutboxTracing.append(this.resolved.tracing, 'event', () =>
+      this.appendEvent(event, options),
+    );
+  }
+
+  private async appendEvent<Payload>(
+    event: EventInput<Payload>,
+    options: JoinOptions,
+  ): Promise<string> {
     const record = eventRecord(toEvent(event), checkedHeaders('event', options.headers ?? {}));
     const store = await this.runtime.ready();
     if (this.runtime.orderedBoxes.has('outbox_events')) {
@@ -92,6 +113,15 @@ export class OutboxService {
     if (options.client instanceof OutboxTransaction) {
       return options.client.sendCommand(command, options.headers);
     }
+    return OutboxTracing.append(this.resolved.tracing, 'command', () =>
+      this.appendCommand(command, options),
+    );
+  }
+
+  private async appendCommand<Payload>(
+    command: CommandInput<Payload>,
+    options: JoinOptions,
+  ): Promise<string> {
     const record = commandRecord(
       toCommand(command),
       checkedHeaders('command', options.headers ?? {}),

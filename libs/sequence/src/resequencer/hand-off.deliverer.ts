@@ -1,3 +1,5 @@
+import type { ResolvedTracing } from '../options/resolved-options';
+import { ResequencerTracing } from './resequencer.tracing';
 import { ResequenceHeader } from '../core/resequence-input';
 import type { Logger } from '@nestjs/common';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
@@ -34,7 +36,11 @@ export interface HandOffTargets {
   readonly logger: Logger;
   /** Reports a gap outcome to the listeners (never throws). */
   readonly reportGap: (event: GapEvent) => Promise<void>;
+  /** The module's `tracing`; none: no spans. */
+  readonly tracing?: ResolvedTracing;
 }
+
+const TRACING_OFF: ResolvedTracing = { enabled: false, parent: 'link', maxLinks: 0 };
 
 /**
  * What the drain lease still allows, asked before each publish attempt and each handler retry:
@@ -58,7 +64,11 @@ const UNGUARDED: DeliveryGuard = { allows: () => true };
  * is dead-lettered (`handler-failed`, `resequencer-output-unsendable`) and the key moves on.
  */
 export class HandOffDeliverer {
-  constructor(private readonly targets: HandOffTargets) {}
+  private readonly traces: ResequencerTracing;
+
+  constructor(private readonly targets: HandOffTargets) {
+    this.traces = new ResequencerTracing(targets.tracing ?? TRACING_OFF, targets.definition.name);
+  }
 
   /**
    * Delivers `items[from]` and, with `outputInFlight` above 1, the events right after it, with up
@@ -84,7 +94,11 @@ export class HandOffDeliverer {
     for (const { entry, headers } of window) {
       // Each publish must be confirmed before the lease could pass on, as in `deliver`.
       if (!guard.allows(timeoutMs)) break;
-      sent.push(publishOnce(transport, output, entry.body, headers, { timeoutMs, resend: false }));
+      sent.push(
+        this.traces.release(key, entry, () =>
+          publishOnce(transport, output, entry.body, headers, { timeoutMs, resend: false }),
+        ),
+      );
     }
     if (sent.length === 0) {
       logger.warn(
@@ -182,7 +196,9 @@ export class HandOffDeliverer {
     const resequencer = definition.name;
     switch (item.kind) {
       case 'event':
-        return this.deliverEvent(key, item.entry, guard);
+        return this.traces.release(key, item.entry, () =>
+          this.deliverEvent(key, item.entry, guard),
+        );
       case 'dead-letter': {
         const detail =
           `key ${key}: event ${item.entry.seq} was buffered while ${item.expected} stayed missing ` +
@@ -258,7 +274,8 @@ export class HandOffDeliverer {
     }
     if (definition.callHandler && this.targets.handler) {
       const handler = this.targets.handler;
-      const event = new ResequencedEvent(key, entry.seq, entry.body, entry.headers);
+      const headers = ResequencerTracing.delivered(entry.headers);
+      const event = new ResequencedEvent(key, entry.seq, entry.body, headers);
       let final = false;
       let leaseEnding = false;
       const call = (context: HandlerContext) => {
@@ -437,5 +454,6 @@ export class HandOffDeliverer {
 
 /** The event's own headers, plus its key and sequence (a `key`/`seq` function may have read them from the body). */
 function outputHeaders(key: string, entry: ResequencedEntry): HeaderMap {
-  return { ...entry.headers, [ResequenceHeader.key]: key, [ResequenceHeader.seq]: entry.seq };
+  const headers = ResequencerTracing.delivered(entry.headers);
+  return { ...headers, [ResequenceHeader.key]: key, [ResequenceHeader.seq]: entry.seq };
 }

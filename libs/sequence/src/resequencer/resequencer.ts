@@ -1,3 +1,5 @@
+import type { TraceSpan } from '../kernel/tracing/message-spans';
+import { ResequencerTracing } from './resequencer.tracing';
 import { claimCheckMarking } from '../core/claim-check-headers';
 import { carriesFragmentHeaders } from '../core/headers';
 import { type ResequencerInput } from '../core/resequence-input';
@@ -102,8 +104,12 @@ export class Resequencer {
       publish: deps.options.publish,
       metrics: deps.metrics,
       logger: deps.logger,
+      tracing: deps.options.tracing,
     });
+    this.traces = new ResequencerTracing(deps.options.tracing, definition.name);
   }
+
+  private readonly traces: ResequencerTracing;
 
   get name(): string {
     return this.definition.name;
@@ -125,7 +131,11 @@ export class Resequencer {
     );
   }
 
-  async receive(message: ResequencerInput): Promise<Disposition> {
+  receive(message: ResequencerInput): Promise<Disposition> {
+    return this.traces.hold(message.headers, (span) => this.take(message, span));
+  }
+
+  private async take(message: ResequencerInput, span: TraceSpan): Promise<Disposition> {
     const { definition, deps } = this;
     const position = positionOf(message, definition.key, definition.seq);
     if (!position.ok) {
@@ -148,7 +158,11 @@ export class Resequencer {
     try {
       outcome = await deps.store.accept(
         this.ref(key),
-        { seq, body, headers: entryHeaders(message.headers) },
+        {
+          seq,
+          body,
+          headers: ResequencerTracing.stored(span, entryHeaders(message.headers), key, seq),
+        },
         {
           start: definition.start,
           limits: {

@@ -6,7 +6,7 @@ import { MalformedFragmentError } from '../core/errors/malformed-fragment.error'
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
 import { SequenceMetrics } from './sequence.metrics';
-import type { AcceptResult, SequenceStore } from '../ports/sequence-store.port';
+import type { AcceptResult, CompleteSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
 import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import {
@@ -27,6 +27,7 @@ import { claimCheckMarking } from '../core/claim-check-headers';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
 import { SequenceDelivery } from './sequence-delivery';
+import { SequenceTracing } from './sequence.tracing';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
@@ -57,6 +58,7 @@ export class AggregatorService implements SequenceReassembler {
   private readonly deadLetterChannels = new Map<string, string>();
   private readonly delivery: SequenceDelivery;
   private readonly digests = new IntakeDigests(INTAKE_DIGEST_CAPACITY);
+  private readonly traces: SequenceTracing;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -66,6 +68,7 @@ export class AggregatorService implements SequenceReassembler {
     @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
   ) {
     this.delivery = new SequenceDelivery(store, options, metrics, this.logger);
+    this.traces = new SequenceTracing(options.tracing);
   }
 
   /** Binds a handler to a channel, validating its option overrides. */
@@ -95,7 +98,11 @@ export class AggregatorService implements SequenceReassembler {
    * once it is stored (or known to be a duplicate); the fragment that completes a sequence is acked
    * only after the handler succeeded.
    */
-  async receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+  receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+    return this.traces.receive(message, consumer.channel, () => this.take(message, consumer));
+  }
+
+  private async take(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
     const taken: FragmentIntake = {};
     try {
       const disposition = await this.intake(message, consumer, taken);
@@ -257,13 +264,21 @@ export class AggregatorService implements SequenceReassembler {
         );
       case 'complete':
         if (result.opened) this.metrics.sequenceStarted(channel);
-        return this.delivery.deliver(
-          result.sequence,
-          consumer,
-          leaseToken,
-          await this.digests.take(channel, sequenceId, result.sequence.fragments),
-        );
+        return this.deliver(message, consumer, result.sequence, leaseToken);
     }
+  }
+
+  private async deliver(
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+    sequence: CompleteSequence,
+    leaseToken: string,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    const digest = await this.digests.take(channel, sequence.sequenceId, sequence.fragments);
+    return this.traces.process(channel, sequence, message, () =>
+      this.delivery.deliver(sequence, consumer, leaseToken, digest),
+    );
   }
 
   /**

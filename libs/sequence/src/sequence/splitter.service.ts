@@ -28,6 +28,8 @@ import { resolvePublishPolicy } from '../options/resolve-shared';
 import { checkKeys, SEND_KEYS, SEND_RENAMES } from '../options/option-keys';
 import type { Transport } from '../ports/transport.port';
 import type { SendOptions, SequenceReceipt } from './splitter.types';
+import { SequenceTracing } from './sequence.tracing';
+import type { TraceSpan } from '../kernel/tracing/message-spans';
 
 interface OutgoingFragment {
   readonly body: Buffer;
@@ -44,11 +46,15 @@ interface OutgoingFragment {
  */
 @Injectable()
 export class SplitterService implements SequenceSender {
+  private readonly traces: SequenceTracing;
+
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
-  ) {}
+  ) {
+    this.traces = new SequenceTracing(options.tracing);
+  }
 
   /**
    * Sends `payload` as one sequence. Resolves once every fragment is confirmed; rejects with
@@ -66,6 +72,27 @@ export class SplitterService implements SequenceSender {
     const policy = checkedBeforeReading(payload, () =>
       this.validate(channel, sequenceId, fragmentBytes, options),
     );
+    return this.traces.send(channel, sequenceId, async (span) => {
+      const receipt = await this.sendTraced(channel, sequenceId, fragmentBytes, payload, options, {
+        policy,
+        span,
+      });
+      span.set({
+        'messaging.message.body.size': receipt.bytes,
+        'messaging.batch.message_count': receipt.fragments,
+      });
+      return receipt;
+    });
+  }
+
+  private async sendTraced(
+    channel: string,
+    sequenceId: string,
+    fragmentBytes: number,
+    payload: SequencePayload,
+    options: SendOptions,
+    { policy, span }: { policy: ResolvedPublishPolicy; span: TraceSpan },
+  ): Promise<SequenceReceipt> {
     const base = {
       sequenceId,
       userHeaders: options.headers,
@@ -100,7 +127,7 @@ export class SplitterService implements SequenceSender {
           yield { body, position, headers };
         }
       })();
-      await this.publishAll(channel, sequenceId, fragments, policy, options.via);
+      await this.publishAll(channel, sequenceId, fragments, policy, options.via, span);
       return { channel, sequenceId, fragments: plan.length, bytes: whole.length, sha256 };
     }
 
@@ -127,7 +154,7 @@ export class SplitterService implements SequenceSender {
         yield { body, position, headers };
       }
     })();
-    await this.publishAll(channel, sequenceId, fragments, policy, options.via);
+    await this.publishAll(channel, sequenceId, fragments, policy, options.via, span);
     return { channel, sequenceId, ...totals };
   }
 
@@ -142,6 +169,7 @@ export class SplitterService implements SequenceSender {
     fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
     policy: ResolvedPublishPolicy,
     via: SendOptions['via'] = 'broker',
+    span?: TraceSpan,
   ): Promise<void> {
     const inFlight = new Set<Promise<void>>();
     let failure: SequencePublishError | undefined;
@@ -164,6 +192,8 @@ export class SplitterService implements SequenceSender {
             policy,
           )
         : await publishWithRetry(this.transport, channel, body, headers, policy);
+      if (outcome.ok && span)
+        SequenceTracing.published(span, position, body.length, outcome.attempts);
       if (!outcome.ok) {
         failure ??= new SequencePublishError(
           channel,

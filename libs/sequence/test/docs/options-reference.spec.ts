@@ -31,7 +31,7 @@ const GUIDE_WORD_LIMIT = 4000;
  * Option objects that also take a scalar (`metrics: false`): their own path is a row too. The
  * key trees cannot say so; `SequenceModuleOptions` in module-options.ts does.
  */
-const ALSO_SCALAR: ReadonlySet<string> = new Set(['metrics']);
+const ALSO_SCALAR: ReadonlySet<string> = new Set(['metrics', 'tracing']);
 
 /** What `SequenceModule.forRoot` takes besides `SequenceModuleOptions` (sequence.module-definition.ts). */
 const FOR_ROOT_EXTRAS: KeyTree = { isGlobal: true };
