@@ -125,6 +125,17 @@ describe('health thresholds', () => {
       ]);
     });
 
+    it('judges no threshold when the call says thresholds: false (a readiness probe)', async () => {
+      const started = await start();
+      await openSequence(started.get<SequenceStore>(SEQUENCE_STORE), 85_000);
+      const result = await started
+        .get(SequenceHealthIndicator)
+        .isHealthy('sequence', { thresholds: false });
+      expect(result.sequence.status).toBe('up');
+      expect(result.sequence.buffer?.usedPercent).toBeGreaterThanOrEqual(80);
+      expect(result.sequence).not.toHaveProperty('tripped');
+    });
+
     it('judges the percent given to forRoot instead', async () => {
       const started = await start({ sequence: { bufferPercent: 95 }, warnRatio: false });
       await openSequence(started.get<SequenceStore>(SEQUENCE_STORE), 85_000);

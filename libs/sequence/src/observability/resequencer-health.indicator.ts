@@ -87,7 +87,9 @@ export class ResequencerHealthIndicator {
       ).catch(() => undefined),
     ]);
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
-    for (const [name, each] of Object.entries(gaps ?? {})) this.judge(name, each, verdict);
+    if (options.thresholds !== false) {
+      for (const [name, each] of Object.entries(gaps ?? {})) this.judge(name, each, verdict);
+    }
     const details: ResequencerHealthDetails = {
       store,
       ...(buffers && { buffers }),

@@ -55,6 +55,12 @@ export type SequenceHealthDetails = {
 export interface SequenceHealthCheckOptions {
   /** How long each ping may take before it counts as down. @default 1000 */
   readonly timeoutMs?: number;
+  /**
+   * `false`: report the figures but judge no threshold, so that only a dependency that does not
+   * answer makes the indicator down (a readiness probe; see docs/health.md).
+   * @default true
+   */
+  readonly thresholds?: boolean;
 }
 
 const DEFAULT_TIMEOUT_MS = 1_000;
@@ -108,7 +114,7 @@ export class SequenceHealthIndicator {
     ]);
     const buffer = store.status === 'up' ? await this.buffer(timeoutMs) : undefined;
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
-    if (buffer) this.judge(buffer, verdict);
+    if (buffer && options.thresholds !== false) this.judge(buffer, verdict);
     const details: SequenceHealthDetails = {
       transport,
       store,

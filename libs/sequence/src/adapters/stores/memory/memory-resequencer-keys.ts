@@ -43,6 +43,12 @@ export class MemoryResequencerKeys {
     return undefined;
   }
 
+  /** Takes `now` as the time if it is later than any seen (a read that passes its time). */
+  advance(now: number): void {
+    assertTime('now', now);
+    this.clock = Math.max(this.clock, now);
+  }
+
   /**
    * Records a write of `record` (stored under `key` if it is new): `buffered` more events in
    * its buffer (negative when released) and `bufferedBytes` more bytes, its retention restarted,

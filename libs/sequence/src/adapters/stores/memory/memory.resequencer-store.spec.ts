@@ -52,6 +52,20 @@ describe('MemoryResequencerStore', () => {
       await expect(store.inspect(key, 1)).resolves.toMatchObject({ buffered: [], handOff: 1 });
     });
 
+    it('counts no gap of a key past its retention in gapStats', async () => {
+      await store.accept(key, event(3), at(t0));
+      await store.accept({ ...key, key: 'other' }, event(2), at(t0 + 10));
+      await expect(store.gapStats(key.scope, t0 + 100)).resolves.toEqual({
+        openGaps: 2,
+        oldestGapAgeMs: 100,
+      });
+
+      await expect(store.gapStats(key.scope, t0 + RETENTION_MS + 5)).resolves.toEqual({
+        openGaps: 1,
+        oldestGapAgeMs: RETENTION_MS - 5,
+      });
+    });
+
     it('restarts retention on every write, a drain claim included', async () => {
       await store.accept(key, event(2), at(t0));
       await store.accept(key, event(1), at(t0 + RETENTION_MS - 1));

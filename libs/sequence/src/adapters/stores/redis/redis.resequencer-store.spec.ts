@@ -181,6 +181,20 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       expect(gaps.map((gap) => gap.key)).toEqual(['order-2']);
     });
 
+    it('counts no gap of a key past its retention in gapStats, though nothing pruned it yet', async () => {
+      await store.accept(key, entry(5), at(t0));
+      await store.accept({ ...key, key: 'order-2' }, entry(3), at(t0 + 10));
+      await expect(store.gapStats(key.scope, t0 + 100)).resolves.toEqual({
+        openGaps: 2,
+        oldestGapAgeMs: 100,
+      });
+
+      await expect(store.gapStats(key.scope, t0 + RETENTION_MS + 5)).resolves.toEqual({
+        openGaps: 1,
+        oldestGapAgeMs: RETENTION_MS - 5,
+      });
+    });
+
     it('frees the room of expired keys for maxBufferedTotal before refusing an event', async () => {
       await store.accept(key, entry(2), at(t0, { maxBufferedTotal: 1 }));
       const later = t0 + RETENTION_MS;
