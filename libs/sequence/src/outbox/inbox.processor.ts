@@ -1,5 +1,6 @@
 import type { InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
+import type { BoxLifecycle } from './outbox.events';
 import type {
   BoxName,
   ClaimedBatch,
@@ -33,8 +34,13 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     metrics: OutboxMetrics,
     /** Boxes whose appends take partition locks (see `OutboxRuntime.orderedBoxes`). */
     private readonly orderedBoxes: ReadonlySet<BoxName>,
+    lifecycle: BoxLifecycle,
   ) {
-    super(box, store, options, metrics);
+    super(box, store, options, metrics, lifecycle);
+  }
+
+  protected channelOf(record: StoredRecord): string {
+    return this.handlers.find(record.kind, record.type)?.channel ?? '';
   }
 
   protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
@@ -83,6 +89,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       return outcomes.filter((outcome) => outcome.status !== 'completed');
     }
     for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
+    for (const record of handled) this.lifecycle.handled(record, this.channelOf(record));
     return outcomes;
   }
 
