@@ -56,7 +56,7 @@ export type SequenceLifecycleEvent =
     })
   | (LifecycleEventBase<'sequence.failed'> & {
       readonly sequenceId: string;
-      /** `handler-failed`, `handler-timeout` or `handler-refused`. */
+      /** `handler-failed`, `handler-timeout`, or the code of the `MessageRefusedError` it threw. */
       readonly reason: string;
       readonly detail: string;
       readonly attempts: number;
