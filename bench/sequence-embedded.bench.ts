@@ -14,6 +14,11 @@
  * BENCH_ENCRYPTION=1 adds (c), in each round after b: the same as b on an application whose
  * memory store encrypts (`sequence.encryption`), reported as `encryptedMBps` and
  * `encryptionRatio` (median per-round c/b), on the same `default` line.
+ *
+ * BENCH_EVENTS=1 adds (d), in each round after b: the same as b with a subscriber on
+ * `SequenceEvents.events$` (counting every event), reported as `subscribedMBps` and `eventsRatio`
+ * (median per-round d/b: what listening to the lifecycle events costs), and a 16 KiB fragment
+ * case, where the per-fragment events weigh most.
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
@@ -24,6 +29,7 @@ import {
   ReassembledPayload,
   SequenceModule,
   SequencedHandler,
+  SequenceEvents,
   SplitterService,
   type SequenceModuleOptions,
 } from 'nest-sequence';
@@ -38,6 +44,7 @@ const settings = readSettings(() => ({
   totalBytes: Math.round(positiveNumber('BENCH_MB', 180) * MiB),
   rounds: positiveInteger('BENCH_ROUNDS', 3),
   encryption: process.env.BENCH_ENCRYPTION === '1',
+  events: process.env.BENCH_EVENTS === '1',
 }));
 const CHANNEL = 'bench.embedded';
 
@@ -101,16 +108,34 @@ async function main(): Promise<void> {
   const closeEncrypted = onCleanup('close the encrypting app', async () => encrypted?.app.close());
   const payload = Buffer.alloc(settings.totalBytes, 7);
 
-  for (const fragmentBytes of [8 * MiB, 1 * MiB]) {
+  const events = app.get(SequenceEvents);
+  let eventCount = 0;
+  /** (d): b with a subscriber counting every lifecycle event. */
+  const listened = async (fragmentBytes: number) => {
+    const subscription = events.events$.subscribe(() => eventCount++);
+    try {
+      return await timed(() => sendAndDrain(splitter, payload, fragmentBytes));
+    } finally {
+      subscription.unsubscribe();
+    }
+  };
+  const fragmentSizes = settings.events ? [8 * MiB, 1 * MiB, 16 * 1024] : [8 * MiB, 1 * MiB];
+  for (const fragmentBytes of fragmentSizes) {
     const a: number[] = [];
     const b: number[] = [];
     const c: number[] = [];
+    const d: number[] = [];
     for (const round of roundsOf({ rounds: settings.rounds, warmUp: true, alternate: false })) {
       const rawSeconds = await timed(() => raw(transport, payload, fragmentBytes));
+      // (d) before b in even rounds, after it in odd ones: a drifting load favours neither.
+      const listenFirst = settings.events && round.number % 2 === 0;
+      let subscribedSeconds = listenFirst ? await listened(fragmentBytes) : undefined;
       const moduleSeconds = await timed(() => sendAndDrain(splitter, payload, fragmentBytes));
+      if (settings.events && !listenFirst) subscribedSeconds = await listened(fragmentBytes);
       const encryptedSeconds =
         encrypted && (await timed(() => sendAndDrain(encrypted.splitter, payload, fragmentBytes)));
       if (round.warmUp) continue;
+      if (subscribedSeconds) d.push(mbPerSecond(settings.totalBytes, subscribedSeconds));
       a.push(mbPerSecond(settings.totalBytes, rawSeconds));
       b.push(mbPerSecond(settings.totalBytes, moduleSeconds));
       if (encryptedSeconds) c.push(mbPerSecond(settings.totalBytes, encryptedSeconds));
@@ -120,8 +145,15 @@ async function main(): Promise<void> {
       encryptedMBps: median(c),
       encryptionRatio: ratiosOf(b.map((baseline, i) => ({ baseline, module: c[i] }))).ratio,
     };
+    const subscribed = settings.events && {
+      subscribedMBps: median(d),
+      eventsRatio: ratiosOf(b.map((baseline, i) => ({ baseline, module: d[i] }))).ratio,
+      eventsSeen: eventCount,
+    };
+    const fragmentCase =
+      fragmentBytes >= MiB ? `${fragmentBytes / MiB}MiB` : `${fragmentBytes / 1024}KiB`;
     report(
-      { bench: 'sequence-embedded', case: `${fragmentBytes / MiB}MiB`, variant: 'default', ratio },
+      { bench: 'sequence-embedded', case: fragmentCase, variant: 'default', ratio },
       {
         mb: settings.totalBytes / MiB,
         fragmentMiB: fragmentBytes / MiB,
@@ -129,6 +161,7 @@ async function main(): Promise<void> {
         rawMBps: median(a),
         moduleMBps: median(b),
         ...encryption,
+        ...subscribed,
       },
     );
   }

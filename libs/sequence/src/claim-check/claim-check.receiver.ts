@@ -226,6 +226,7 @@ export class ClaimCheckReceiver {
     }
 
     this.metrics.checkedOut(store.name);
+    const startedAt = this.parking.lifecycle.clock();
     const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, () =>
       store.get(ticket.ref),
     );
@@ -255,6 +256,7 @@ export class ClaimCheckReceiver {
       const { code, detail } = handlerRejection(`ticket ${key.ticket}`, outcome);
       return this.reject(channel, code, detail);
     }
+    this.parking.lifecycle.checkedOut(channel, ticket, startedAt);
     return this.completed(ticket, store, key, holder, consumer);
   }
 
@@ -296,6 +298,7 @@ export class ClaimCheckReceiver {
     await store.delete(ticket.ref).then(
       (deleted) => {
         if (deleted) this.metrics.payloadDeleted(store.name, 'consumed');
+        if (deleted) this.parking.lifecycle.deleted(channel, store.name, ticket.ref, 'consumed');
       },
       (error: unknown) =>
         this.logger.warn(

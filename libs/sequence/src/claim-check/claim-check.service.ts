@@ -143,6 +143,7 @@ export class ClaimCheckService {
       const info = await store.head(verified.ref);
       if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
       this.metrics.checkedOut(store.name);
+      this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, 0);
       return ClaimedPayload.resolved(verified, headers, info.metadata, () =>
         store.get(verified.ref),
       );
@@ -156,7 +157,10 @@ export class ClaimCheckService {
   async release(ticket: unknown): Promise<boolean> {
     // Expiry is no reason to keep a payload: check the ticket as of the epoch.
     const { ticket: verified, store } = this.parking.resolve(ticket, 0);
-    return store.delete(verified.ref);
+    const deleted = await store.delete(verified.ref);
+    const channel = verified.audience?.[0] ?? '';
+    if (deleted) this.parking.lifecycle.deleted(channel, store.name, verified.ref, 'released');
+    return deleted;
   }
 
   /**

@@ -45,7 +45,7 @@ export class ClaimCheckFragmentParking implements FragmentParking {
           detail: `${parked.ticket.bytes}-byte parked body exceeds maxFragmentBytes (${maxBytes})`,
         };
       }
-      const body = await this.parking.readWhole(parked);
+      const body = await this.parking.readWhole(parked, channel);
       return { body, release: () => this.parking.releaseParked(parked) };
     } catch (error) {
       const refused = refusal(error);

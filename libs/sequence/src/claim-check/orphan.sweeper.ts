@@ -5,6 +5,8 @@ import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../
 import type { ResolvedOptions } from '../options/resolved-options';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { ClaimCheckMetrics } from './claim-check.metrics';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { ClaimCheckLifecycle } from './claim-check.events';
 
 export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
 
@@ -24,11 +26,13 @@ export interface OrphanSweepReport {
 @Injectable()
 export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
   protected readonly what = 'orphan sweep';
+  private readonly lifecycle: ClaimCheckLifecycle;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     private readonly metrics: ClaimCheckMetrics,
+    events: SequenceEvents,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
     super(
@@ -37,6 +41,7 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
       new Logger('ClaimCheck'),
       schedulerRegistry,
     );
+    this.lifecycle = new ClaimCheckLifecycle(events);
   }
 
   /**
@@ -108,6 +113,7 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
       if (!outcome.value) return; // another instance was first
       totals[reason]++;
       this.metrics.payloadDeleted(store.name, reason);
+      this.lifecycle.deleted('', store.name, ref, reason);
     });
     if (totals.expired + totals.orphaned > 0) {
       this.logger.log(

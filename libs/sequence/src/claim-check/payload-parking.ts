@@ -22,6 +22,8 @@ import {
 import type { Transport } from '../ports/transport.port';
 import type { ResolvedClaimCheckOptions, ResolvedOptions } from '../options/resolved-options';
 import { asError } from '../core/errors/caught';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { ClaimCheckLifecycle } from './claim-check.events';
 
 /** How a payload is parked. */
 export interface ParkOptions {
@@ -50,13 +52,17 @@ export class PayloadParking implements OnApplicationShutdown {
   private readonly options: ResolvedClaimCheckOptions;
   private stopped = false;
   private keysWarned = false;
+  /** Claim Check's lifecycle events, for the receiver and the service too. */
+  readonly lifecycle: ClaimCheckLifecycle;
   constructor(
     @Inject(RESOLVED_OPTIONS) { claimCheck }: ResolvedOptions,
     @Inject(CLAIM_CHECK_STORES) private readonly stores: ClaimCheckStores,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     private readonly metrics: ClaimCheckMetrics,
+    events: SequenceEvents,
   ) {
     this.options = claimCheck;
+    this.lifecycle = new ClaimCheckLifecycle(events);
   }
 
   /**
@@ -98,6 +104,7 @@ export class PayloadParking implements OnApplicationShutdown {
     audience: readonly string[],
   ): Promise<ClaimTicket> {
     const store = this.stores.store;
+    const startedAt = this.lifecycle.clock();
     const now = Date.now();
     const expiresAt = now + (options.ttlMs ?? this.options.ttlMs);
     const putOptions = {
@@ -145,6 +152,7 @@ export class PayloadParking implements OnApplicationShutdown {
       throw error;
     }
     this.metrics.checkedIn(store.name, digest.bytes);
+    this.lifecycle.checkedIn(ticket, audience, startedAt);
     return ticket;
   }
 
@@ -175,7 +183,8 @@ export class PayloadParking implements OnApplicationShutdown {
    * A small payload (a fragment body) read whole, checked against its ticket.
    * @throws ClaimCheckNotFoundError, ClaimCheckIntegrityError
    */
-  async readWhole({ ticket, store }: ResolvedTicket): Promise<Buffer> {
+  async readWhole({ ticket, store }: ResolvedTicket, channel = ''): Promise<Buffer> {
+    const startedAt = this.lifecycle.clock();
     const chunks: Buffer[] = [];
     let read = 0;
     const source = await store.get(ticket.ref);
@@ -199,6 +208,7 @@ export class PayloadParking implements OnApplicationShutdown {
       );
     }
     this.metrics.checkedOut(store.name);
+    this.lifecycle.checkedOut(channel, ticket, startedAt);
     return body;
   }
 
@@ -213,6 +223,10 @@ export class PayloadParking implements OnApplicationShutdown {
     if (!published) {
       await store
         .delete(ticket.ref)
+        .then((deleted) => {
+          const channel = ticket.audience?.[0] ?? '';
+          if (deleted) this.lifecycle.deleted(channel, store.name, ticket.ref, 'publish-failed');
+        })
         .catch((error: unknown) =>
           this.logger.warn(
             `could not delete payload ${what} after its ticket failed to publish; the orphan ` +
@@ -273,7 +287,10 @@ export class PayloadParking implements OnApplicationShutdown {
   async releaseParked({ ticket, store }: ResolvedTicket): Promise<void> {
     if (this.options.deleteAfter !== 'ack') return;
     try {
-      if (await store.delete(ticket.ref)) this.metrics.payloadDeleted(store.name, 'consumed');
+      if (await store.delete(ticket.ref)) {
+        this.metrics.payloadDeleted(store.name, 'consumed');
+        this.lifecycle.deleted(ticket.audience?.[0] ?? '', store.name, ticket.ref, 'consumed');
+      }
     } catch (error) {
       this.logger.warn(
         `could not delete parked ${store.name}:${ticket.ref}; it expires at ` +

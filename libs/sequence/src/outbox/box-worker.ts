@@ -8,6 +8,7 @@ import type {
 } from '../ports/outbox-store.port';
 import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { failedAttempt } from './retry-schedule';
+import type { BoxLifecycle } from './outbox.events';
 
 /** What one claim's handling tells its cycle. */
 export interface CycleState {
@@ -32,6 +33,7 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     protected readonly store: OutboxStore,
     protected readonly options: ResolvedBoxOptions,
     protected readonly metrics: OutboxMetrics,
+    protected readonly lifecycle: BoxLifecycle,
   ) {}
 
   /** One claim; true when the batch was full (there may be more due at once). */
@@ -57,6 +59,10 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
   protected failed(record: StoredRecord, error: unknown, final = false): RecordOutcome {
     const outcome = failedAttempt(record, error, Date.now(), this.options, final);
     this.metrics.attemptFailed(this.box, outcome.status === 'failed' ? 'failed' : 'retry');
+    this.lifecycle.attemptFailed(record, outcome, () => this.channelOf(record));
     return outcome;
   }
+
+  /** The channel a record's events name (see BoxLifecycleEvent); asked only for a listener. */
+  protected abstract channelOf(record: StoredRecord): string;
 }

@@ -2,6 +2,7 @@ import type { ResolvedTracing } from '../options/resolved-options';
 import { OutboxTracing } from './outbox.tracing';
 import type { InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
+import type { BoxLifecycle } from './outbox.events';
 import type {
   BoxName,
   ClaimedBatch,
@@ -35,9 +36,14 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     metrics: OutboxMetrics,
     /** Boxes whose appends take partition locks (see `OutboxRuntime.orderedBoxes`). */
     private readonly orderedBoxes: ReadonlySet<BoxName>,
+    lifecycle: BoxLifecycle,
     private readonly tracing: ResolvedTracing = { enabled: false, parent: 'link', maxLinks: 0 },
   ) {
-    super(box, store, options, metrics);
+    super(box, store, options, metrics, lifecycle);
+  }
+
+  protected channelOf(record: StoredRecord): string {
+    return this.handlers.find(record.kind, record.type)?.channel ?? '';
   }
 
   protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
@@ -86,6 +92,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       return outcomes.filter((outcome) => outcome.status !== 'completed');
     }
     for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
+    for (const record of handled) this.lifecycle.handled(record, this.channelOf(record));
     return outcomes;
   }
 

@@ -4,6 +4,7 @@ import { deathReason } from '../core/errors/rejection-code';
 import { hasLoneSurrogate } from '../core/unicode';
 import { inboxOf, type InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
+import type { BoxLifecycle } from './outbox.events';
 import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
 import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
 import {
@@ -34,6 +35,7 @@ export class InboxReceiver {
     private readonly logger: Logger,
     /** Called after a record was added to a box (to wake its processor). */
     private readonly onAdded: (kind: MessageKind) => void,
+    private readonly lifecycle: BoxLifecycle,
   ) {}
 
   /** Records one message; exported for users who consume with their own subscriber. */
@@ -63,6 +65,7 @@ export class InboxReceiver {
     try {
       const result = await this.store.receive(box, record);
       this.metrics.receivedOne(box, result);
+      if (result === 'duplicate') this.lifecycle.duplicate(message.channel, record);
       if (result === 'added') this.onAdded(record.kind);
       return { action: 'ack' };
     } catch (error) {

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { OutboxMetrics } from './outbox.metrics';
+import type { BoxLifecycle } from './outbox.events';
 import type {
   ClaimedBatch,
   OutboxStore,
@@ -38,8 +39,17 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
     private readonly transport: Transport,
     private readonly resolved: Pick<ResolvedOptions, 'outbox' | 'publish' | 'tracing'>,
     metrics: OutboxMetrics,
+    lifecycle: BoxLifecycle,
   ) {
-    super(box, store, resolved.outbox.boxes[box], metrics);
+    super(box, store, resolved.outbox.boxes[box], metrics, lifecycle);
+  }
+
+  protected channelOf(record: StoredRecord): string {
+    try {
+      return this.channelsOf(record)[0];
+    } catch {
+      return '';
+    }
   }
 
   protected async handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]> {
@@ -124,6 +134,7 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
       return this.failed(record, error, final);
     }
     this.metrics.publishedOne(this.box, record.createdAt);
+    this.lifecycle.published(record, channels);
     return { id: record.id, status: 'completed' };
   }
 

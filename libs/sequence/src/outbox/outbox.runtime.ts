@@ -17,6 +17,8 @@ import { InboxReceiver } from './inbox.receiver';
 import { OutboxMetrics } from './outbox.metrics';
 import { OutboxPurge } from './outbox.purge';
 import { OutboxRelay } from './outbox.relay';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { BoxLifecycle } from './outbox.events';
 import { messageValidation } from './outbox-message.rules';
 
 type Worker = OutboxRelay | InboxProcessor;
@@ -50,6 +52,7 @@ export class OutboxRuntime implements LifecyclePart {
     @Inject(OUTBOX_STORE_SOURCE) private readonly source: OutboxStoreSource,
     private readonly handlers: InboxHandlers,
     private readonly metrics: OutboxMetrics,
+    private readonly events: SequenceEvents,
     @Optional() private readonly schedulerRegistry?: SchedulerRegistry,
   ) {
     this.orderedBoxes = new Set(BOX_NAMES.filter((box) => options.outbox.boxes[box].ordered));
@@ -170,8 +173,13 @@ export class OutboxRuntime implements LifecyclePart {
       for (const box of BOX_NAMES) loops.push(...this.loopsFor(box, store));
       this.unwatch = await store.watch((box) => this.wake(box));
       if (this.handlers.all().length > 0) {
-        this.receiver = new InboxReceiver(store, this.handlers, this.metrics, this.logger, (kind) =>
-          this.wake(inboxOf(kind)),
+        this.receiver = new InboxReceiver(
+          store,
+          this.handlers,
+          this.metrics,
+          this.logger,
+          (kind) => this.wake(inboxOf(kind)),
+          new BoxLifecycle(this.events, 'inbox_events'),
         );
       }
     } catch (error) {
@@ -200,9 +208,10 @@ export class OutboxRuntime implements LifecyclePart {
     const enabled =
       options.enabled ?? this.handlers.has(box === 'inbox_events' ? 'event' : 'command');
     if (!enabled) return [];
+    const lifecycle = new BoxLifecycle(this.events, box);
     const worker: Worker =
       box === 'outbox_events' || box === 'outbox_commands'
-        ? new OutboxRelay(box, store, this.transport, this.options, this.metrics)
+        ? new OutboxRelay(box, store, this.transport, this.options, this.metrics, lifecycle)
         : new InboxProcessor(
             box,
             store,
@@ -210,6 +219,7 @@ export class OutboxRuntime implements LifecyclePart {
             options,
             this.metrics,
             this.orderedBoxes,
+            lifecycle,
             this.options.tracing,
           );
     const role = box.startsWith('outbox') ? 'relay' : 'processor';

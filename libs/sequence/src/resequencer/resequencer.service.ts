@@ -18,6 +18,7 @@ import { GapReporter, type GapListener } from './gap.reporter';
 import { Resequencer, type ResequencerBuffers, type ResequencerGaps } from './resequencer';
 import { ResequencerCatalog } from './resequencer.catalog';
 import type { ResequencedEvent } from './resequenced-event';
+import { SequenceEvents } from '../kernel/lifecycle-events';
 
 /**
  * Resequencers by hand, for applications that consume with their own subscriber, and inspection
@@ -41,6 +42,7 @@ export class ResequencerService implements OrderedIntake {
     private readonly catalog: ResequencerCatalog,
     private readonly metrics: ResequencerMetrics,
     private readonly gaps: GapReporter,
+    private readonly events: SequenceEvents,
   ) {}
 
   /**
@@ -97,6 +99,7 @@ export class ResequencerService implements OrderedIntake {
         options: this.options,
         metrics: this.metrics,
         logger: this.logger,
+        events: this.events,
       },
       {
         handler,

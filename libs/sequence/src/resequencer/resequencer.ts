@@ -28,6 +28,8 @@ import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import { LocalDrains } from './local-drains';
 import type { ResolvedOptions, ResolvedResequencer } from '../options/resolved-options';
 import { positionOf } from './resequencer-fields';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { ResequencerLifecycle } from './resequencer.events';
 
 /** How a drain ended: the list emptied, another holder drains it, or delivery must wait. */
 export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
@@ -70,6 +72,8 @@ export interface ResequencerDependencies {
   readonly options: ResolvedOptions;
   readonly metrics: ResequencerMetrics;
   readonly logger: Logger;
+  /** Where its gap events go; none: nobody hears them (a resequencer built by hand, in a test). */
+  readonly events?: SequenceEvents;
 }
 
 const ACK: Disposition = { action: 'ack' };
@@ -91,12 +95,18 @@ export class Resequencer {
   private readonly deliverer: HandOffDeliverer;
   private readonly localDrains = new LocalDrains();
   private readonly abandoned = new AbandonedCalls();
+  private readonly lifecycle: ResequencerLifecycle;
 
   constructor(
     readonly definition: ResolvedResequencer,
     private readonly deps: ResequencerDependencies,
     targets: Omit<HandOffTargets, 'definition' | 'publish' | 'metrics' | 'logger' | 'abandoned'>,
   ) {
+    this.lifecycle = new ResequencerLifecycle(
+      deps.events ?? new SequenceEvents(),
+      definition.name,
+      definition.channel,
+    );
     this.deliverer = new HandOffDeliverer({
       ...targets,
       abandoned: this.abandoned,
@@ -189,6 +199,7 @@ export class Resequencer {
       return this.requeue('resequencer store unavailable');
     }
     deps.metrics.received(this.name, outcome.kind);
+    this.lifecycle.accepted(key, seq, outcome);
     switch (outcome.kind) {
       case 'buffered':
       case 'duplicate':
@@ -305,6 +316,7 @@ export class Resequencer {
         now: clock(),
       });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
+      this.lifecycle.resolved(gap, policy, resolution.appended, timeoutMs, clock());
       gapsResolved++;
       await this.drainQuietly(gap.key);
     }

@@ -28,6 +28,8 @@ import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
 import { SequenceDelivery } from './sequence-delivery';
 import { SequenceTracing } from './sequence.tracing';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { SequenceLifecycle, type FragmentIds } from './sequence.events';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
@@ -59,6 +61,7 @@ export class AggregatorService implements SequenceReassembler {
   private readonly delivery: SequenceDelivery;
   private readonly digests = new IntakeDigests(INTAKE_DIGEST_CAPACITY);
   private readonly traces: SequenceTracing;
+  private readonly lifecycle: SequenceLifecycle;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -66,8 +69,10 @@ export class AggregatorService implements SequenceReassembler {
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,
     @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
+    events: SequenceEvents,
   ) {
-    this.delivery = new SequenceDelivery(store, options, metrics, this.logger);
+    this.lifecycle = new SequenceLifecycle(events);
+    this.delivery = new SequenceDelivery(store, options, metrics, this.logger, this.lifecycle);
     this.traces = new SequenceTracing(options.tracing);
   }
 
@@ -167,6 +172,7 @@ export class AggregatorService implements SequenceReassembler {
         channel,
         headersRefused.code,
         `sequence ${sequenceId} fragment ${position}: ${headersRefused.detail}`,
+        fragment,
       );
     }
     const bodyCrc = crc32(body);
@@ -175,6 +181,7 @@ export class AggregatorService implements SequenceReassembler {
         channel,
         'crc-mismatch',
         `sequence ${sequenceId} fragment ${position}: body CRC-32 is ${bodyCrc}, header says ${fragment.crc32}`,
+        fragment,
       );
     }
 
@@ -222,9 +229,12 @@ export class AggregatorService implements SequenceReassembler {
     switch (result.status) {
       case 'stored':
         if (result.opened) this.metrics.sequenceStarted(channel);
+        if (result.opened) this.lifecycle.started(channel, fragment);
+        this.lifecycle.fragmentAccepted(channel, fragment, body.length);
         return ACK;
       case 'duplicate':
         this.metrics.duplicateFragment(channel);
+        this.lifecycle.fragmentDuplicate(channel, fragment);
         return ACK;
       case 'in-progress':
         return this.requeue(`sequence ${sequenceId} is being delivered`);
@@ -234,6 +244,7 @@ export class AggregatorService implements SequenceReassembler {
       case 'finished':
         if (result.outcome === 'completed') {
           this.metrics.duplicateFragment(channel);
+          this.lifecycle.fragmentDuplicate(channel, fragment);
           return ACK;
         }
         if (result.outcome === 'failed' && result.reason) {
@@ -243,10 +254,12 @@ export class AggregatorService implements SequenceReassembler {
           // fragment that was cannot be told, so late duplicates of the others go there too,
           // rather than the failure's only record being acked away.
           this.metrics.duplicateFragment(channel);
+          this.lifecycle.fragmentDuplicate(channel, fragment);
           return { action: 'dead-letter', reason: result.reason };
         }
         if (result.outcome === 'failed') {
           this.metrics.duplicateFragment(channel);
+          this.lifecycle.fragmentDuplicate(channel, fragment);
           return ACK;
         }
         return this.rejectFragment(
@@ -254,16 +267,23 @@ export class AggregatorService implements SequenceReassembler {
           result.outcome === 'rejected' ? 'sequence-rejected' : 'sequence-expired',
           `sequence ${sequenceId} fragment ${position} arrived after the sequence was ` +
             `${result.outcome}${result.reason ? ` (${result.reason})` : ''}`,
+          fragment,
         );
       case 'rejected':
         if (result.sequenceRejected) this.metrics.sequenceRejected(channel, result.code);
+        if (result.sequenceRejected) {
+          this.lifecycle.rejected(channel, sequenceId, result.code, result.detail);
+        }
         return this.rejectFragment(
           channel,
           result.code,
           `sequence ${sequenceId} fragment ${position}: ${result.detail}`,
+          fragment,
         );
       case 'complete':
         if (result.opened) this.metrics.sequenceStarted(channel);
+        if (result.opened) this.lifecycle.started(channel, fragment);
+        this.lifecycle.fragmentAccepted(channel, fragment, body.length);
         return this.deliver(message, consumer, result.sequence, leaseToken);
     }
   }
@@ -303,8 +323,14 @@ export class AggregatorService implements SequenceReassembler {
     }
   }
 
-  private rejectFragment(channel: string, code: RejectionCode, detail: string): Disposition {
+  private rejectFragment(
+    channel: string,
+    code: RejectionCode,
+    detail: string,
+    fragment?: FragmentIds,
+  ): Disposition {
     this.metrics.fragmentRejected(channel, code);
+    this.lifecycle.fragmentRejected(channel, code, detail, fragment);
     this.logger.warn(`${channel}: dead-lettered a fragment: ${deathReason(code, detail)}`);
     return { action: 'dead-letter', reason: deathReason(code, detail) };
   }

@@ -12,6 +12,8 @@ import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.por
 import type { Transport } from '../ports/transport.port';
 import { AggregatorService } from './aggregator.service';
 import { SequenceMetrics } from './sequence.metrics';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { SequenceLifecycle } from './sequence.events';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 
@@ -23,6 +25,7 @@ export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 @Injectable()
 export class ExpirySweeper extends Sweeper<number> {
   protected readonly what = 'expiry sweep';
+  private readonly lifecycle: SequenceLifecycle;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -31,6 +34,7 @@ export class ExpirySweeper extends Sweeper<number> {
     private readonly aggregator: AggregatorService,
     private readonly metrics: SequenceMetrics,
     private readonly deadLetters: DeadLetterMetrics,
+    events: SequenceEvents,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
     super(
@@ -39,6 +43,7 @@ export class ExpirySweeper extends Sweeper<number> {
       new Logger('SequenceModule'),
       schedulerRegistry,
     );
+    this.lifecycle = new SequenceLifecycle(events);
   }
 
   /** How long the `onExpired` hook of one expired sequence is awaited. */
@@ -98,6 +103,7 @@ export class ExpirySweeper extends Sweeper<number> {
   private async report(expired: ExpiredSequence): Promise<void> {
     const channel = expired.scope;
     this.metrics.sequenceExpired(channel);
+    this.lifecycle.expired(channel, expired);
     const detail =
       `sequence ${expired.sequenceId} expired after ${expired.ageMs} ms with ` +
       `${expired.receivedPositions.length} fragment(s) received, ` +

@@ -15,6 +15,8 @@ import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
+import type { FragmentIds, SequenceLifecycle } from './sequence.events';
+import { StreamLifecycle } from './stream.events';
 
 /** A function that receives a streamed sequence's fragments, in order. */
 export type FragmentHandlerFn = (fragment: StreamedFragment, context: HandlerContext) => unknown;
@@ -39,6 +41,7 @@ export class FragmentStream {
   private readonly logger = new Logger('SequenceModule');
   private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
+  private readonly events: StreamLifecycle;
 
   constructor(
     readonly channel: string,
@@ -49,7 +52,9 @@ export class FragmentStream {
     definedBy: string,
     /** What the channel's buffered fragments may hold in all: its sequence budget. */
     channelBudgetBytes: number,
+    private readonly lifecycle: SequenceLifecycle,
   ) {
+    this.events = new StreamLifecycle(lifecycle, channel, options.handlerRetry.attempts);
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
     this.intake = ordering.defineIntake(
       definedBy,
@@ -104,18 +109,21 @@ export class FragmentStream {
       return this.reject(
         headersRefused.code,
         `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${headersRefused.detail}`,
+        fragment,
       );
     }
     if (fragment.bytes !== undefined && fragment.bytes > this.options.maxSequenceBytes) {
       return this.reject(
         'sequence-too-large',
         `sequence ${fragment.sequenceId} declares ${fragment.bytes} bytes, over maxSequenceBytes (${this.options.maxSequenceBytes})`,
+        fragment,
       );
     }
     if (fragment.position > this.options.maxFragments) {
       return this.reject(
         'too-many-fragments',
         `sequence ${fragment.sequenceId} fragment ${fragment.position} is beyond maxFragments (${this.options.maxFragments})`,
+        fragment,
       );
     }
     const bodyCrc = crc32(body);
@@ -123,6 +131,7 @@ export class FragmentStream {
       return this.reject(
         'crc-mismatch',
         `sequence ${fragment.sequenceId} fragment ${fragment.position}: body CRC-32 is ${bodyCrc}, header says ${fragment.crc32}`,
+        fragment,
       );
     }
     return this.intake.receive(message);
@@ -135,12 +144,12 @@ export class FragmentStream {
     this.digests.feed(sequenceId, position, event.body);
     const streamed = this.digests.bytesOf(sequenceId);
     if (streamed !== undefined && streamed > this.options.maxSequenceBytes) {
-      // Final: the deliverer dead-letters this fragment without retrying the handler.
-      throw new MessageRefusedError(
-        'sequence-too-large',
+      const detail =
         `sequence ${sequenceId} fragment ${position}: ${streamed} bytes streamed pass ` +
-          `maxSequenceBytes (${this.options.maxSequenceBytes})`,
-      );
+        `maxSequenceBytes (${this.options.maxSequenceBytes})`;
+      this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
+      // Final: the deliverer dead-letters this fragment without retrying the handler.
+      throw new MessageRefusedError('sequence-too-large', detail);
     }
     let verified: boolean | undefined;
     if (fragment.last) {
@@ -150,6 +159,8 @@ export class FragmentStream {
         // the hand-off list, and must meet the same mismatch rather than an unverifiable check.
         if (this.digests.markRejected(sequenceId, position, fragment.sha256)) {
           this.metrics.sequenceRejected(this.channel, 'integrity-mismatch');
+          const error = new SequenceIntegrityError(sequenceId, fragment, check);
+          this.lifecycle.rejected(this.channel, sequenceId, 'integrity-mismatch', error.message);
         }
         // Final: the deliverer dead-letters this fragment without retrying the handler.
         throw new SequenceIntegrityError(sequenceId, fragment, check);
@@ -162,7 +173,8 @@ export class FragmentStream {
         );
       }
     }
-    await this.handler(
+    this.events.delivering(fragment);
+    const handled = this.handler(
       new StreamedFragment(
         sequenceId,
         position,
@@ -176,11 +188,19 @@ export class FragmentStream {
       ),
       context,
     );
+    try {
+      await handled;
+    } catch (error) {
+      this.events.handlerFailed(fragment, error, context.attempt);
+      throw error;
+    }
+    this.events.delivered(fragment, event.body.length, streamed ?? 0, context.attempt);
     if (fragment.last) this.digests.forget(sequenceId);
   }
 
-  private reject(code: RejectionCode, detail: string): Disposition {
+  private reject(code: RejectionCode, detail: string, fragment?: FragmentIds): Disposition {
     this.metrics.fragmentRejected(this.channel, code);
+    this.lifecycle.fragmentRejected(this.channel, code, detail, fragment);
     const reason = deathReason(code, detail);
     this.logger.warn(`${this.channel}: dead-lettered a fragment: ${reason}`);
     return { action: 'dead-letter', reason };

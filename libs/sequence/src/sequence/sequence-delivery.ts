@@ -22,6 +22,7 @@ import {
 import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { ReassembledPayload } from './reassembled-payload';
+import type { SequenceLifecycle } from './sequence.events';
 import type { SequenceConsumer } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
@@ -38,6 +39,7 @@ export class SequenceDelivery {
     private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,
     private readonly logger: Logger,
+    private readonly lifecycle: SequenceLifecycle,
   ) {}
 
   /**
@@ -113,9 +115,10 @@ export class SequenceDelivery {
       }
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${ref.sequenceId}`, outcome);
-        return await this.fail(ref, leaseToken, consumer.channel, code, detail);
+        const failure = { attempts: outcome.attempts };
+        return await this.fail(ref, leaseToken, consumer.channel, code, detail, failure);
       }
-      return await this.complete(ref, leaseToken, consumer.channel, sequence.firstFragmentAt);
+      return await this.complete(ref, leaseToken, consumer.channel, sequence, outcome.attempts);
     } finally {
       stopRenewing();
     }
@@ -134,8 +137,10 @@ export class SequenceDelivery {
     ref: SequenceRef,
     leaseToken: string,
     channel: string,
-    firstFragmentAt: number,
+    sequence: CompleteSequence,
+    attempts: number,
   ): Promise<Disposition> {
+    const { firstFragmentAt } = sequence;
     try {
       const finished = await this.store.finish(ref, 'completed', this.finishContext(leaseToken));
       if (!finished) {
@@ -154,6 +159,7 @@ export class SequenceDelivery {
       return this.handBack(ref, leaseToken);
     }
     this.metrics.sequenceCompleted(channel, firstFragmentAt);
+    this.lifecycle.completed(channel, sequence, attempts);
     return ACK;
   }
 
@@ -195,6 +201,8 @@ export class SequenceDelivery {
     channel: string,
     code: RejectionCode,
     detail: string,
+    /** Set when the handler failed (else the sequence was rejected before or after it). */
+    handler?: { attempts: number },
   ): Promise<Disposition> {
     const reason = deathReason(code, detail);
     try {
@@ -218,6 +226,8 @@ export class SequenceDelivery {
       return this.handBack(ref, leaseToken);
     }
     this.metrics.sequenceRejected(channel, code);
+    if (handler) this.lifecycle.failed(channel, ref.sequenceId, code, detail, handler.attempts);
+    else this.lifecycle.rejected(channel, ref.sequenceId, code, detail);
     this.logger.error(`${channel}: ${reason}`);
     return { action: 'dead-letter', reason };
   }

@@ -20,6 +20,8 @@ import { FragmentStream } from './fragment-stream';
 import type { ReassembledPayload } from './reassembled-payload';
 import { SequenceMetrics } from './sequence.metrics';
 import type { StreamedFragment } from './streamed-fragment';
+import { SequenceEvents } from '../kernel/lifecycle-events';
+import { SequenceLifecycle } from './sequence.events';
 
 const DECORATOR = '@SequencedHandler';
 
@@ -36,6 +38,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(RESEQUENCER_STORE) private readonly resequencerStore: ResequencerStore,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    private readonly events: SequenceEvents,
   ) {}
 
   bind({
@@ -71,6 +74,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
         this.ordering,
         where,
         this.options.sequence.maxChannelBufferedBytes,
+        new SequenceLifecycle(this.events),
       );
       return [
         {

@@ -1,0 +1,99 @@
+import { eventually } from '../support/sequence-test-app';
+import {
+  createResequencerTestApp,
+  publishEvent,
+  type ResequencerTestApp,
+} from '../resequencer/resequencer-test-app';
+import { recordEvents } from './event-recorder';
+
+const TIMEOUT_MS = 10_000;
+
+/** The Resequencer's gap events, on the embedded defaults; sweeps run by the test. */
+describe('lifecycle events: Resequencer', () => {
+  let t: ResequencerTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  async function bufferBehindGap(channel: string, key: string, seqs: number[]) {
+    for (const seq of seqs) await publishEvent(t!.transport, channel, key, seq);
+    await eventually(
+      async () => (await t!.service.buffered(channel, key)).length === seqs.length,
+      `${seqs.length} buffered events of ${key}`,
+    );
+  }
+
+  it('an event ahead of its turn opens a gap; the missing one closes it, releasing both', async () => {
+    const channel = 'events.gaps.close';
+    t = await createResequencerTestApp({
+      channel,
+      gap: { timeoutMs: TIMEOUT_MS, policy: 'alert' },
+    });
+    const recorder = recordEvents(t.app);
+
+    await bufferBehindGap(channel, 'T1', [2]);
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => t!.handler.received.length === 2, 'both delivered');
+
+    const base = { at: expect.any(Number), channel, resequencer: channel, key: 'T1' };
+    expect(recorder.events).toEqual([
+      { ...base, type: 'gap.opened', expected: 1, seq: 2, held: 1 },
+      { ...base, type: 'gap.closed', expected: 1, released: 2, waitedMs: expect.any(Number) },
+    ]);
+  });
+
+  it("policy 'skip': the sweep gives up the missing range, with the wait and the reason", async () => {
+    const channel = 'events.gaps.skip';
+    t = await createResequencerTestApp({ channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' } });
+    await bufferBehindGap(channel, 'T2', [4, 5]);
+    const recorder = recordEvents(t.app);
+
+    await t.sweeper.sweep(Date.now() + TIMEOUT_MS + 1);
+    await eventually(() => t!.handler.received.length === 2, 'the held events released');
+
+    expect(recorder.events).toEqual([
+      {
+        type: 'gap.skipped',
+        at: expect.any(Number),
+        channel,
+        resequencer: channel,
+        key: 'T2',
+        from: 1,
+        to: 3,
+        waitedMs: expect.any(Number),
+        reason: `1 missing past gap.timeoutMs (${TIMEOUT_MS} ms)`,
+      },
+    ]);
+    const [skipped] = recorder.events as Array<{ waitedMs: number }>;
+    expect(skipped.waitedMs).toBeGreaterThan(TIMEOUT_MS);
+  });
+
+  it("policy 'dead-letter': the events held behind the gap are dead-lettered, counted", async () => {
+    const channel = 'events.gaps.dead-letter';
+    t = await createResequencerTestApp({
+      channel,
+      gap: { timeoutMs: TIMEOUT_MS, policy: 'dead-letter' },
+    });
+    await bufferBehindGap(channel, 'T3', [3, 4]);
+    const recorder = recordEvents(t.app);
+
+    await t.sweeper.sweep(Date.now() + TIMEOUT_MS + 1);
+    await eventually(() => t!.transport.peek(`${channel}.dlq`).length === 2, 'dead letters');
+
+    expect(recorder.events).toEqual([
+      {
+        type: 'gap.dead-lettered',
+        at: expect.any(Number),
+        channel,
+        resequencer: channel,
+        key: 'T3',
+        expected: 1,
+        events: 2,
+        waitedMs: expect.any(Number),
+        reason: `1 missing past gap.timeoutMs (${TIMEOUT_MS} ms)`,
+      },
+    ]);
+    expect(t.handler.received).toEqual([]);
+  });
+});
