@@ -7,7 +7,7 @@ const common = {
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: {
     '^nest-sequence$': '<rootDir>/libs/sequence/src/index.ts',
-    '^nest-sequence/(rabbitmq|nats|microservices|redis|postgres|sqlite|s3|health|testing|wire|ports)$': '<rootDir>/libs/sequence/src/$1.ts',
+    '^nest-sequence/(rabbitmq|nats|microservices|redis|postgres|sqlite|s3|health|admin|testing|wire|ports)$': '<rootDir>/libs/sequence/src/$1.ts',
   },
   testEnvironment: 'node',
   // Build output: `npm run package` stages a second package.json named nest-sequence there.

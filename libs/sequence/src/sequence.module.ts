@@ -204,6 +204,9 @@ const providers: Provider[] = [
     RESEQUENCER_STORE,
     CLAIM_CHECK_STORES,
     OutboxRuntime,
+    // For nest-sequence/admin: the channels consumed and the resequencers, to list and act on.
+    ChannelRegistry,
+    ResequencerCatalog,
   ],
 })
 export class SequenceModule

@@ -64,6 +64,14 @@ export class OutboxRuntime implements LifecyclePart {
     await this.ready();
   }
 
+  /**
+   * Whether the application uses the outbox or inbox (a store configured, or inbox handlers): the
+   * operator console reads the store only then, rather than open an embedded one for nothing.
+   */
+  get inUse(): boolean {
+    return this.options.outbox.configured || this.handlers.all().length > 0;
+  }
+
   /** The store, once opened, migrated and running (started now if it was not). */
   ready(): Promise<OutboxStore> {
     if (this.stopped) return Promise.reject(new Error('the outbox has been shut down'));

@@ -256,6 +256,11 @@ export interface OutboxStore {
   /** `FAILED` records, oldest first (at most `limit`). */
   listFailed(box: BoxName, limit: number): Promise<StoredRecord[]>;
   retry(box: BoxName, ids: readonly string[], now: number): Promise<number>;
+  /**
+   * Deletes `FAILED` records by id, for good (an operator gave up on them); other ids, and records
+   * that are not `FAILED`, are left alone. Resolves with how many it deleted. Optional.
+   */
+  discard?(box: BoxName, ids: readonly string[]): Promise<number>;
   purge(box: BoxName, options: PurgeOptions): Promise<number>;
   stats(box: BoxName): Promise<BoxStats>;
   /** Subscribes to wake-ups; resolves with a function that unsubscribes. */

@@ -147,6 +147,42 @@ export interface SequenceStoreStats {
   readonly oldestOpenAt?: number;
 }
 
+/**
+ * An open sequence as an operator inspects it (`listOpen`, `inspect`): what is held, what is
+ * missing, and who holds the completion lease, if anyone.
+ */
+export interface OpenSequenceInfo {
+  readonly scope: string;
+  readonly sequenceId: string;
+  /** Positions stored, ascending. */
+  readonly receivedPositions: readonly number[];
+  /** Positions known to be missing: up to the size when known, else up to the highest seen. */
+  readonly missingPositions: readonly number[];
+  /** The number of fragments, once a fragment declared it. */
+  readonly size?: number;
+  /** Body bytes stored. */
+  readonly bytes: number;
+  /** `x-sequence-bytes`, once declared. */
+  readonly declaredBytes?: number;
+  readonly firstFragmentAt: number;
+  readonly lastFragmentAt: number;
+  /** When it expires if still incomplete (fixed from the first fragment, or sliding). */
+  readonly deadline: number;
+  /** Every fragment is stored: a consumer is reassembling it (or will take it over). */
+  readonly complete: boolean;
+  /** The consumer holding a live completion lease, if any. */
+  readonly leaseHolder?: string;
+}
+
+/** What `listOpen` lists. */
+export interface OpenSequenceQuery {
+  /** Only this scope (consuming channel). */
+  readonly scope?: string;
+  /** At most this many, earliest deadline first. */
+  readonly limit: number;
+  readonly now: number;
+}
+
 export interface SequenceRef {
   readonly scope: string;
   readonly sequenceId: string;
@@ -211,6 +247,13 @@ export interface SequenceStore {
   listExpired(now: number, limit: number): Promise<SequenceRef[]>;
   expire(ref: SequenceRef, now: number, retentionMs: number): Promise<ExpiredSequence | null>;
   stats(now: number): Promise<SequenceStoreStats>;
+  /**
+   * Open sequences (complete ones awaiting `finish` included), earliest deadline first, at most
+   * `limit`: for the operator console. Read-only. Optional: a store without it cannot be listed.
+   */
+  listOpen?(query: OpenSequenceQuery): Promise<OpenSequenceInfo[]>;
+  /** One open sequence, or `undefined` when it is not open (finished, expired, never seen). */
+  inspect?(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined>;
   /** Answers when the store is reachable (for health checks). */
   ping(): Promise<void>;
   close(): Promise<void>;

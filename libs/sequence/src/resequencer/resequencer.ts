@@ -323,6 +323,21 @@ export class Resequencer {
     return this.deps.store.listGaps(this.name, Date.now(), limit, true);
   }
 
+  /**
+   * Skips the key's gap now, as the `'skip'` gap policy does when a gap times out (an operator's
+   * action): the missing sequences are given up (a `gap-skipped` item, reported as that policy's
+   * are), the run held behind them is released and drained. 0 when the key had no gap.
+   */
+  async skipGap(key: string, now: number = Date.now()): Promise<number> {
+    const resolution = await this.deps.store.resolveGap(this.ref(key), 'skip', {
+      openedBefore: now,
+      now,
+    });
+    if (resolution.kind === 'none') return 0;
+    await this.drainQuietly(key);
+    return resolution.appended;
+  }
+
   private async drainQuietly(key: string): Promise<void> {
     try {
       await this.drain(key);

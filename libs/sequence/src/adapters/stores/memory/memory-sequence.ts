@@ -1,9 +1,10 @@
 import { Readable } from 'node:stream';
-import type { SequenceState } from '../../../core/completeness';
+import { isComplete, missingPositions, type SequenceState } from '../../../core/completeness';
 import type { HeaderMap } from '../../../core/headers';
 import type {
   CompleteSequence,
   FinishedOutcome,
+  OpenSequenceInfo,
   SequenceRef,
 } from '../../../ports/sequence-store.port';
 
@@ -111,4 +112,24 @@ export function failingStream(error: Error): Readable {
       this.destroy(error);
     },
   });
+}
+
+/** A held sequence as `listOpen` and `inspect` describe it. */
+export function openSequenceInfo(held: HeldSequence, now: number): OpenSequenceInfo {
+  const { state, lease } = held;
+  const receivedPositions = [...state.crcByPosition.keys()].sort((a, b) => a - b);
+  return {
+    scope: held.ref.scope,
+    sequenceId: held.ref.sequenceId,
+    receivedPositions,
+    missingPositions: missingPositions(receivedPositions, state.size),
+    size: state.size,
+    bytes: state.storedBytes,
+    declaredBytes: state.declaredBytes,
+    firstFragmentAt: state.firstFragmentAt,
+    lastFragmentAt: state.lastFragmentAt,
+    deadline: held.deadline,
+    complete: isComplete(state),
+    leaseHolder: lease && lease.until > now ? lease.consumerId : undefined,
+  };
 }

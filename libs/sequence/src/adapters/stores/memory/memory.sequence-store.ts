@@ -32,6 +32,8 @@ import type {
   FinishContext,
   FinishedOutcome,
   FragmentRecord,
+  OpenSequenceInfo,
+  OpenSequenceQuery,
   SequenceRef,
   SequenceStore,
   SequenceStoreStats,
@@ -40,6 +42,7 @@ import {
   describeComplete,
   failingStream,
   isDue,
+  openSequenceInfo,
   positionedBodies,
   sequenceKey,
   streamOf,
@@ -304,6 +307,22 @@ export class MemorySequenceStore implements SequenceStore {
       if (retained.until > now) bufferedBytes += retained.bytes;
     }
     return { openSequences: this.held.size, bufferedBytes, reservedBytes, oldestOpenAt };
+  }
+
+  async listOpen(query: OpenSequenceQuery): Promise<OpenSequenceInfo[]> {
+    const listed: HeldSequence[] = [];
+    for (const sequence of this.held.values()) {
+      if (query.scope === undefined || sequence.ref.scope === query.scope) listed.push(sequence);
+    }
+    return listed
+      .sort((a, b) => a.deadline - b.deadline)
+      .slice(0, Math.max(0, query.limit))
+      .map((sequence) => openSequenceInfo(sequence, query.now));
+  }
+
+  async inspect(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined> {
+    const sequence = this.held.get(sequenceKey(ref));
+    return sequence && openSequenceInfo(sequence, now);
   }
 
   async ping(): Promise<void> {}

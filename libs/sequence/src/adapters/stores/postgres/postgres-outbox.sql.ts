@@ -16,6 +16,7 @@ export type StatementName =
   | 'get'
   | 'list-failed'
   | 'retry-failed'
+  | 'discard-failed'
   | 'purge'
   | 'stats'
   | 'lock-partitions';
@@ -32,6 +33,7 @@ const STATEMENT_NAMES: readonly StatementName[] = [
   'get',
   'list-failed',
   'retry-failed',
+  'discard-failed',
   'purge',
   'stats',
   'lock-partitions',

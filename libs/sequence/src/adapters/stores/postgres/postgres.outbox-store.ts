@@ -235,6 +235,16 @@ export class PostgresOutboxStore implements OutboxStore {
     return Number(rows[0].retried);
   }
 
+  async discard(box: BoxName, ids: readonly string[]): Promise<number> {
+    const statements = this.statementsOf(box, 'discard');
+    if (ids.length === 0) return 0;
+    const { rows } = await this.reader().query<{ discarded: string }>(
+      statements['discard-failed'],
+      [ids],
+    );
+    return Number(rows[0].discarded);
+  }
+
   async purge(box: BoxName, options: PurgeOptions): Promise<number> {
     const statements = this.statementsOf(box, 'purge');
     assertTime('purge', 'completedBefore', options.completedBefore);

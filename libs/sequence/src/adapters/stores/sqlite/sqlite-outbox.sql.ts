@@ -21,6 +21,7 @@ export const BOX_STATEMENTS = [
   'settle-failed',
   'list-failed',
   'retry-failed',
+  'discard-failed',
   'purge-completed',
   'stats',
 ] as const;

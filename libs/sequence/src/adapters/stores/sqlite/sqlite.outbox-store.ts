@@ -221,6 +221,16 @@ export class SqliteOutboxStore implements OutboxStore {
     });
   }
 
+  async discard(box: BoxName, ids: readonly string[]): Promise<number> {
+    this.statements.table(box);
+    assertIds(ids);
+    if (ids.length === 0) return 0;
+    return this.inTransaction(
+      async () =>
+        this.statements.box('discard-failed', box).run({ ids: JSON.stringify(ids) }).changes,
+    );
+  }
+
   /** Deletes in batches, each its own transaction, letting other work in between. */
   async purge(box: BoxName, options: PurgeOptions): Promise<number> {
     this.statements.table(box);

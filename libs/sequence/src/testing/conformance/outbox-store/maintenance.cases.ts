@@ -62,6 +62,32 @@ export function describeMaintenanceCases(c: OutboxSuiteContext): void {
     });
   });
 
+  describe('discard', () => {
+    it('deletes FAILED records among the ids for good, leaving the others as they were', async () => {
+      const discard = c.store.discard?.bind(c.store);
+      if (!discard) throw new Error(`${c.store.name} does not implement discard`);
+      await appendCommitted(c.store, BOX, records('r', 4));
+      await settle({ 'r-1': 'failed', 'r-2': 'completed', 'r-3': 'retry', 'r-4': 'failed' });
+      const before = await getAll(c.store, BOX, ['r-2', 'r-3', 'r-4']);
+
+      await expect(discard(BOX, ['r-1', 'r-2', 'r-3', 'absent'])).resolves.toBe(1);
+      await expect(c.store.get(BOX, 'r-1')).resolves.toBeUndefined();
+      await expect(getAll(c.store, BOX, ['r-2', 'r-3', 'r-4'])).resolves.toEqual(before);
+      expect(idsOf(await c.store.listFailed(BOX, 10))).toEqual(['r-4']);
+    });
+
+    it('changes nothing the second time, nor for an empty list', async () => {
+      const discard = c.store.discard?.bind(c.store);
+      if (!discard) throw new Error(`${c.store.name} does not implement discard`);
+      await appendCommitted(c.store, BOX, records('r', 1));
+      await settle({ 'r-1': 'failed' });
+      await expect(discard(BOX, ['r-1'])).resolves.toBe(1);
+      await expect(discard(BOX, ['r-1'])).resolves.toBe(0);
+      await expect(discard(BOX, [])).resolves.toBe(0);
+      await expect(c.store.stats(BOX)).resolves.toMatchObject({ pending: 0, failed: 0 });
+    });
+  });
+
   describe('retry', () => {
     it('puts FAILED records back to PENDING with 0 attempts, due at the now it is given', async () => {
       await appendCommitted(c.store, BOX, records('r', 2));

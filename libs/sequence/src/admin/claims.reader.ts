@@ -1,0 +1,64 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
+import type { PayloadInfo } from '../ports/payload-store.port';
+
+/** A claim-check payload's status by ref. */
+export interface ClaimStatus {
+  readonly ref: string;
+  /** `stored`: parked, its ticket not published yet (or never); `published`: ticket sent. */
+  readonly status: 'stored' | 'published' | 'not-found';
+  /** The payload store holding it. */
+  readonly store?: string;
+  readonly bytes?: number;
+  readonly createdAt?: number;
+  readonly expiresAt?: number;
+  readonly contentType?: string;
+}
+
+/** Claim-check payloads, through the payload stores tickets may name. */
+@Injectable()
+export class ClaimsReader {
+  constructor(@Inject(CLAIM_CHECK_STORES) private readonly claimCheck: ClaimCheckStores) {}
+
+  /** `ref` alone, or `<store>:<ref>` as a ticket's identity names it. */
+  async status(ref: string): Promise<ClaimStatus> {
+    for (const [name, store] of this.candidates(ref)) {
+      const info = await this.head(store.head.bind(store), strip(ref, name));
+      if (info) return describe(ref, name, info);
+    }
+    return { ref, status: 'not-found' };
+  }
+
+  private candidates(ref: string) {
+    const named = [...this.claimCheck.stores].filter(([name]) => ref.startsWith(`${name}:`));
+    return named.length > 0 ? named : [...this.claimCheck.stores];
+  }
+
+  /** A ref no store could have made is not found, not an error. */
+  private async head(
+    head: (ref: string) => Promise<PayloadInfo | undefined>,
+    ref: string,
+  ): Promise<PayloadInfo | undefined> {
+    try {
+      return await head(ref);
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+function strip(ref: string, store: string): string {
+  return ref.startsWith(`${store}:`) ? ref.slice(store.length + 1) : ref;
+}
+
+function describe(ref: string, store: string, info: PayloadInfo): ClaimStatus {
+  return {
+    ref,
+    status: info.published ? 'published' : 'stored',
+    store,
+    bytes: info.bytes,
+    createdAt: info.createdAt,
+    expiresAt: info.expiresAt,
+    contentType: info.contentType,
+  };
+}

@@ -1,0 +1,161 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { ChannelRegistry } from '../kernel/channel.registry';
+import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type {
+  DeadLetter,
+  DeadLetterActionResult,
+  DeadLetterBox,
+} from '../ports/dead-letter-box.port';
+import type { Transport } from '../ports/transport.port';
+import type { MutationAnswer } from './admin-actions';
+import type { DeadLetterSelection } from './admin-input';
+import { unsupported } from './admin.errors';
+import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
+
+export interface DeadLetterChannelSummary {
+  readonly channel: string;
+  readonly deadLetterChannel: string;
+  readonly total: number;
+  readonly byReason: readonly { readonly reason: string; readonly count: number }[];
+}
+
+export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
+
+/** The reason code of an `x-death-reason` (`integrity-mismatch: …` → `integrity-mismatch`). */
+export function reasonCode(reason: string): string {
+  const colon = reason.indexOf(':');
+  return (colon < 0 ? reason : reason.slice(0, colon)).trim();
+}
+
+/** A reason filter matches the code or the whole reason. */
+function matches(letter: DeadLetter, reason: string): boolean {
+  return reasonCode(letter.reason) === reason || letter.reason === reason;
+}
+
+/** Dead letters, through the transport's {@link DeadLetterBox}. */
+@Injectable()
+export class DeadLettersReader {
+  constructor(
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    @Inject(ADMIN_OPTIONS) private readonly options: ResolvedAdminOptions,
+    private readonly channels: ChannelRegistry,
+  ) {}
+
+  /** Most dead letters one request reads from a channel. */
+  get maxBatch(): number {
+    return this.options.maxBatch;
+  }
+
+  /** The transport's box, or undefined when it has none. */
+  get box(): DeadLetterBox | undefined {
+    return this.transport.deadLetters?.();
+  }
+
+  /** The channels whose dead letters are browsed: those consumed here, and the configured ones. */
+  channelNames(): string[] {
+    const names = this.channels.all().map((binding) => binding.channel);
+    return [...new Set([...names, ...this.options.deadLetterChannels])].sort();
+  }
+
+  async summary(): Promise<DeadLetterChannelSummary[]> {
+    const box = this.required();
+    const summaries: DeadLetterChannelSummary[] = [];
+    for (const channel of this.channelNames()) {
+      const page = await box.browse(channel, { limit: this.options.maxBatch });
+      const counts = new Map<string, number>();
+      for (const letter of page.items) {
+        const code = reasonCode(letter.reason);
+        counts.set(code, (counts.get(code) ?? 0) + 1);
+      }
+      summaries.push({
+        channel,
+        deadLetterChannel:
+          page.items[0]?.deadLetterChannel ??
+          this.channels.get(channel)?.deadLetterChannel ??
+          `${channel}.dlq`,
+        total: page.total ?? page.items.length,
+        byReason: [...counts]
+          .map(([reason, count]) => ({ reason, count }))
+          .sort((a, b) => b.count - a.count || a.reason.localeCompare(b.reason)),
+      });
+    }
+    return summaries;
+  }
+
+  /** Oldest first; `reason` matches a reason code or a whole reason. */
+  async list(channel: string, reason: string | undefined, limit: number): Promise<DeadLetter[]> {
+    const box = this.required();
+    if (reason === undefined) return [...(await box.browse(channel, { limit })).items];
+    const page = await box.browse(channel, { limit: this.options.maxBatch });
+    return page.items.filter((letter) => matches(letter, reason)).slice(0, limit);
+  }
+
+  async replay(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
+    const box = this.required();
+    const ids = await this.select(box, channel, selection);
+    if (ids.length === 0) return nothingSelected(channel, selection);
+    const result = await box.replay(channel, ids, {
+      ratePerSecond: this.options.replayRatePerSecond,
+    });
+    return answer('replayed', channel, result);
+  }
+
+  async discard(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
+    const box = this.required();
+    const ids = await this.select(box, channel, selection);
+    if (ids.length === 0) return nothingSelected(channel, selection);
+    return answer('discarded', channel, await box.discard(channel, ids));
+  }
+
+  private async select(
+    box: DeadLetterBox,
+    channel: string,
+    selection: DeadLetterSelection,
+  ): Promise<string[]> {
+    if (selection.kind === 'ids') return [...selection.ids];
+    const page = await box.browse(channel, { limit: this.options.maxBatch });
+    const chosen =
+      selection.kind === 'all'
+        ? page.items
+        : page.items.filter((letter) => matches(letter, selection.reason));
+    return chosen.map((letter) => letter.id);
+  }
+
+  private required(): DeadLetterBox {
+    const box = this.box;
+    if (!box) {
+      throw unsupported(`the ${this.transport.name} transport offers no dead-letter browsing`);
+    }
+    return box;
+  }
+}
+
+function nothingSelected(channel: string, selection: DeadLetterSelection): DeadLetterAnswer {
+  const what = selection.kind === 'reason' ? `with reason ${selection.reason}` : 'at all';
+  return {
+    changed: 0,
+    message: `nothing changed: channel ${channel} has no dead letters ${what}`,
+    done: [],
+    missing: [],
+    failed: [],
+  };
+}
+
+function answer(verb: string, channel: string, result: DeadLetterActionResult): DeadLetterAnswer {
+  const parts = [`${result.done.length} ${verb}`];
+  if (result.missing.length > 0) {
+    parts.push(
+      `${result.missing.length} no longer in the dead-letter channel ` +
+        '(already replayed, discarded or expired): nothing changed for them',
+    );
+  }
+  if (result.failed.length > 0) parts.push(`${result.failed.length} failed and stay dead-lettered`);
+  const prefix = result.done.length === 0 ? 'nothing changed: ' : '';
+  return {
+    changed: result.done.length,
+    message: `${prefix}${parts.join('; ')} (channel ${channel})`,
+    done: result.done,
+    missing: result.missing,
+    failed: result.failed,
+  };
+}

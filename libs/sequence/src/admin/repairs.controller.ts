@@ -1,0 +1,123 @@
+import {
+  Body,
+  Get,
+  HttpCode,
+  Inject,
+  Param,
+  Post,
+  Query,
+  Req,
+  UseFilters,
+  UseGuards,
+} from '@nestjs/common';
+import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
+import { AdminActions, type MutationAnswer } from './admin-actions';
+import { AdminErrorFilter } from './admin-error.filter';
+import { parseIds, parseLimit, parseText } from './admin-input';
+import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
+import { BoxesReader, type BoxSide, type FailedRowItem } from './boxes.reader';
+import { ResequencerReader, type GapAnswer, type GapItem } from './resequencer.reader';
+
+/** Resequencer gaps (skip, release) and failed outbox and inbox rows (retry, discard). */
+@UseGuards(AdminAccessGuard)
+@UseFilters(AdminErrorFilter)
+export class RepairsController {
+  constructor(
+    @Inject(ADMIN_OPTIONS) private readonly options: ResolvedAdminOptions,
+    private readonly resequencers: ResequencerReader,
+    private readonly boxes: BoxesReader,
+    private readonly actions: AdminActions,
+  ) {}
+
+  @Get('resequencer/gaps')
+  async gaps(@Query('limit') limit: unknown): Promise<{ items: GapItem[] }> {
+    return { items: await this.resequencers.gaps(parseLimit(limit, this.options.maxBatch)) };
+  }
+
+  @Post('resequencer/gaps/:resequencer/:key/skip')
+  @HttpCode(200)
+  @AdminMutation()
+  async skip(
+    @Param('resequencer') name: string,
+    @Param('key') key: string,
+    @Req() request: object,
+  ): Promise<GapAnswer> {
+    const answer = await this.resequencers.skip(
+      parseText('resequencer', name),
+      parseText('key', key),
+    );
+    this.actions.record(request, 'gap.skip', name, [key], answer.changed);
+    return answer;
+  }
+
+  @Post('resequencer/gaps/:resequencer/:key/release')
+  @HttpCode(200)
+  @AdminMutation()
+  async release(
+    @Param('resequencer') name: string,
+    @Param('key') key: string,
+    @Req() request: object,
+  ): Promise<GapAnswer> {
+    const answer = await this.resequencers.release(
+      parseText('resequencer', name),
+      parseText('key', key),
+    );
+    this.actions.record(request, 'gap.release', name, [key], answer.changed);
+    return answer;
+  }
+
+  @Get('outbox/failed')
+  outboxFailed(@Query('limit') limit: unknown): Promise<{ items: FailedRowItem[] }> {
+    return this.failed('outbox', limit);
+  }
+
+  @Get('inbox/failed')
+  inboxFailed(@Query('limit') limit: unknown): Promise<{ items: FailedRowItem[] }> {
+    return this.failed('inbox', limit);
+  }
+
+  @Post('outbox/retry')
+  @HttpCode(200)
+  @AdminMutation()
+  outboxRetry(@Body() body: unknown, @Req() request: object): Promise<MutationAnswer> {
+    return this.act('outbox', 'retry', body, request);
+  }
+
+  @Post('outbox/discard')
+  @HttpCode(200)
+  @AdminMutation()
+  outboxDiscard(@Body() body: unknown, @Req() request: object): Promise<MutationAnswer> {
+    return this.act('outbox', 'discard', body, request);
+  }
+
+  @Post('inbox/retry')
+  @HttpCode(200)
+  @AdminMutation()
+  inboxRetry(@Body() body: unknown, @Req() request: object): Promise<MutationAnswer> {
+    return this.act('inbox', 'retry', body, request);
+  }
+
+  @Post('inbox/discard')
+  @HttpCode(200)
+  @AdminMutation()
+  inboxDiscard(@Body() body: unknown, @Req() request: object): Promise<MutationAnswer> {
+    return this.act('inbox', 'discard', body, request);
+  }
+
+  private async failed(side: BoxSide, limit: unknown): Promise<{ items: FailedRowItem[] }> {
+    return { items: await this.boxes.failed(side, parseLimit(limit, this.options.maxBatch)) };
+  }
+
+  private async act(
+    side: BoxSide,
+    verb: 'retry' | 'discard',
+    body: unknown,
+    request: object,
+  ): Promise<MutationAnswer> {
+    const ids = parseIds(body, this.options.maxBatch);
+    const answer =
+      verb === 'retry' ? await this.boxes.retry(side, ids) : await this.boxes.discard(side, ids);
+    this.actions.record(request, `${side}.${verb}`, side, ids, answer.changed);
+    return answer;
+  }
+}

@@ -1,0 +1,115 @@
+import { Injectable } from '@nestjs/common';
+import type { Resequencer } from '../resequencer/resequencer';
+import { ResequencerCatalog } from '../resequencer/resequencer.catalog';
+import type { MutationAnswer } from './admin-actions';
+import { notFound } from './admin.errors';
+
+/** A resequencer key waiting on a gap. */
+export interface GapItem {
+  readonly resequencer: string;
+  readonly key: string;
+  /** The sequence the key waits for. */
+  readonly expected: number;
+  /** Events held behind the gap. */
+  readonly held: number;
+  /** The lowest held sequence. */
+  readonly lowest: number;
+  /** When the gap opened (ms since the epoch). */
+  readonly since: number;
+  readonly ageMs: number;
+  /** The resequencer's gap timeout: older gaps are overdue for its policy. */
+  readonly timeoutMs: number;
+  /** The `'alert'` policy reported it already. */
+  readonly alerted: boolean;
+}
+
+/** What a skip or a release did to a key. */
+export type GapAnswer = MutationAnswer & {
+  /** Gaps skipped (each given up as the `'skip'` policy would). */
+  readonly skippedGaps: number;
+  /** Held events released to the handler or output channel. */
+  readonly released: number;
+  /** The key's next expected sequence afterwards. */
+  readonly next: number;
+};
+
+/** Resequencer keys and their gaps, through the resequencers of the application. */
+@Injectable()
+export class ResequencerReader {
+  constructor(private readonly catalog: ResequencerCatalog) {}
+
+  names(): string[] {
+    return this.catalog.all().map(({ resequencer }) => resequencer.name);
+  }
+
+  async gaps(limit: number): Promise<GapItem[]> {
+    const now = Date.now();
+    const items: GapItem[] = [];
+    for (const { resequencer } of this.catalog.all()) {
+      for (const gap of await resequencer.openGaps(limit)) {
+        items.push({
+          resequencer: resequencer.name,
+          key: gap.key,
+          expected: gap.expected,
+          held: gap.buffered,
+          lowest: gap.lowest,
+          since: gap.gapSince,
+          ageMs: Math.max(0, now - gap.gapSince),
+          timeoutMs: resequencer.definition.gap.timeoutMs,
+          alerted: gap.alerted,
+        });
+      }
+    }
+    return items.sort((a, b) => a.since - b.since).slice(0, limit);
+  }
+
+  /** The key's state when it holds anything or has moved on, else undefined. */
+  async key(name: string, key: string) {
+    const resequencer = this.resequencer(name);
+    const state = await resequencer.inspect(key);
+    const known =
+      state.buffered.length > 0 || state.handOff > 0 || state.next !== resequencer.definition.start;
+    return known ? { resequencer: name, key, ...state } : undefined;
+  }
+
+  /** Skips the first gap: the missing sequences are given up, the run behind them released. */
+  async skip(name: string, key: string): Promise<GapAnswer> {
+    return this.resolve(name, key, 1);
+  }
+
+  /** Skips every gap of the key, until nothing is held: everything held is released, in order. */
+  async release(name: string, key: string): Promise<GapAnswer> {
+    return this.resolve(name, key, Number.POSITIVE_INFINITY);
+  }
+
+  private async resolve(name: string, key: string, maxGaps: number): Promise<GapAnswer> {
+    const resequencer = this.resequencer(name);
+    const before = await resequencer.inspect(key);
+    let skippedGaps = 0;
+    // Each skip releases at least one held event, so this ends within `buffered` rounds.
+    const rounds = Math.min(maxGaps, before.buffered.length);
+    for (let round = 0; round < rounds; round++) {
+      if ((await resequencer.skipGap(key)) === 0) break;
+      skippedGaps++;
+    }
+    const after = await resequencer.inspect(key);
+    const released = Math.max(0, before.buffered.length - after.buffered.length);
+    const message =
+      skippedGaps === 0
+        ? `nothing changed: key ${key} of resequencer ${name} has no open gap ` +
+          '(it filled, or was skipped or resolved already)'
+        : `skipped ${skippedGaps} gap(s) of key ${key}, released ${released} held event(s); ` +
+          `next expected is now ${after.next}`;
+    return { changed: skippedGaps, message, skippedGaps, released, next: after.next };
+  }
+
+  private resequencer(name: string): Resequencer {
+    const entry = this.catalog.get(name);
+    if (!entry) {
+      throw notFound(
+        `no resequencer named ${name} in this application (known: ${this.names().join(', ') || 'none'})`,
+      );
+    }
+    return entry.resequencer;
+  }
+}

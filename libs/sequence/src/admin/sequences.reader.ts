@@ -1,0 +1,84 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { SEQUENCE_STORE } from '../kernel/tokens';
+import type { OpenSequenceInfo, SequenceStore } from '../ports/sequence-store.port';
+import { notFound, unsupported } from './admin.errors';
+
+/** An open sequence as the API shows it. */
+export interface SequenceItem {
+  readonly channel: string;
+  readonly sequenceId: string;
+  readonly receivedPositions: readonly number[];
+  readonly missingPositions: readonly number[];
+  readonly declaredFragments: number | null;
+  readonly bytes: number;
+  readonly declaredBytes: number | null;
+  readonly openedAt: number;
+  readonly lastFragmentAt: number;
+  readonly ageMs: number;
+  readonly deadlineAt: number;
+  /** Every fragment is stored; a consumer (the lease holder) is reassembling it. */
+  readonly complete: boolean;
+  readonly leaseHolder: string | null;
+}
+
+export function sequenceItem(info: OpenSequenceInfo, now: number): SequenceItem {
+  return {
+    channel: info.scope,
+    sequenceId: info.sequenceId,
+    receivedPositions: info.receivedPositions,
+    missingPositions: info.missingPositions,
+    declaredFragments: info.size ?? null,
+    bytes: info.bytes,
+    declaredBytes: info.declaredBytes ?? null,
+    openedAt: info.firstFragmentAt,
+    lastFragmentAt: info.lastFragmentAt,
+    ageMs: Math.max(0, now - info.firstFragmentAt),
+    deadlineAt: info.deadline,
+    complete: info.complete,
+    leaseHolder: info.leaseHolder ?? null,
+  };
+}
+
+/** Open sequences, from the sequence store. */
+@Injectable()
+export class SequencesReader {
+  constructor(@Inject(SEQUENCE_STORE) private readonly store: SequenceStore) {}
+
+  get canList(): boolean {
+    return typeof this.store.listOpen === 'function';
+  }
+
+  get canInspect(): boolean {
+    return typeof this.store.inspect === 'function';
+  }
+
+  async list(channel: string | undefined, limit: number): Promise<SequenceItem[]> {
+    if (!this.store.listOpen) {
+      throw unsupported(`the ${this.store.name} sequence store cannot list open sequences`);
+    }
+    const now = Date.now();
+    const open = await this.store.listOpen({ scope: channel, limit, now });
+    return open.map((info) => sequenceItem(info, now));
+  }
+
+  /** The sequence, or undefined when it is not open. */
+  async find(channel: string, sequenceId: string): Promise<SequenceItem | undefined> {
+    if (!this.store.inspect) {
+      throw unsupported(`the ${this.store.name} sequence store cannot inspect open sequences`);
+    }
+    const now = Date.now();
+    const info = await this.store.inspect({ scope: channel, sequenceId }, now);
+    return info && sequenceItem(info, now);
+  }
+
+  async one(channel: string, sequenceId: string): Promise<SequenceItem> {
+    const item = await this.find(channel, sequenceId);
+    if (!item) {
+      throw notFound(
+        `sequence ${sequenceId} is not open on channel ${channel} ` +
+          '(it completed, expired, failed, or never started)',
+      );
+    }
+    return item;
+  }
+}
