@@ -22,6 +22,17 @@ export {
   requeueCount,
 } from './ports/transport.port';
 export type {
+  DeadLetter,
+  DeadLetterActionResult,
+  DeadLetterBox,
+  DeadLetterPage,
+} from './ports/dead-letter-box.port';
+export {
+  MAX_DEAD_LETTER_BROWSE,
+  REPLAY_COUNT_HEADER,
+  REPLAYED_AT_HEADER,
+} from './ports/dead-letter-box.port';
+export type {
   AcceptContext,
   AcceptResult,
   CompleteSequence,

@@ -40,4 +40,8 @@ export {
   describeOutboxStoreConformance,
   type OutboxStoreHarness,
 } from './testing/conformance/outbox-store.conformance';
+export {
+  describeDeadLetterBoxConformance,
+  type DeadLetterBoxHarness,
+} from './testing/conformance/dead-letter-box.conformance';
 export { ForwardingTransport } from './testing/forwarding.transport';

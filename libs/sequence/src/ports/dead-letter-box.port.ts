@@ -47,6 +47,14 @@ export interface DeadLetterActionResult {
  * - `replay` paces itself to `ratePerSecond`.
  * - `discard` removes for good.
  * - Ids not found are reported in `missing`, not thrown.
+ * - `browse` reads at most {@link MAX_DEAD_LETTER_BROWSE} dead letters from the head of the
+ *   dead-letter channel (fewer with a small `limit` and no `reason`), so `replay` and `discard`
+ *   find ids among those: a dead letter deeper than that is reached once the ones ahead of it are
+ *   gone. `limit` must be an integer from 1 to {@link MAX_DEAD_LETTER_BROWSE}.
+ * - `reason` filters on the whole reason or on its code, the text before the first `:`
+ *   (`integrity-mismatch` matches `integrity-mismatch: crc32 of fragment 3 …`).
+ * - `ratePerSecond` is a positive number of replays per second (publishes, not ids: an id
+ *   found missing takes no slot).
  */
 export interface DeadLetterBox {
   browse(
@@ -62,6 +70,9 @@ export interface DeadLetterBox {
   ): Promise<DeadLetterActionResult>;
   discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult>;
 }
+
+/** Most dead letters one `browse` reads, and the most `limit` takes. */
+export const MAX_DEAD_LETTER_BROWSE = 1_000;
 
 /** Header a replay adds: how many times the message was replayed from a dead-letter channel. */
 export const REPLAY_COUNT_HEADER = 'x-replay-count';

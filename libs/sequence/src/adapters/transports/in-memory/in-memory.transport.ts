@@ -21,6 +21,8 @@ import {
   type Subscription,
   type Transport,
 } from '../../../ports/transport.port';
+import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
+import { InMemoryDeadLetterBox, type QueuedMessage } from './in-memory.dead-letter-box';
 
 export interface InMemoryTransportOptions {
   /**
@@ -46,12 +48,6 @@ const DEAD_LETTER_SUFFIX = '.dlq';
 const DEFAULT_PREFETCH = 16;
 /** Reply channels are `nseq.reply.<uuid>`: names of this prefix are theirs alone. */
 const REPLY_CHANNEL_PREFIX = 'nseq.reply.';
-
-interface QueuedMessage {
-  readonly body: Buffer;
-  readonly headers: HeaderMap;
-  redelivered: boolean;
-}
 
 interface Subscriber {
   readonly channel: string;
@@ -106,6 +102,7 @@ export class InMemoryTransport implements Transport {
   /** Channels subscriptions dead-letter into (besides every `*.dlq`). */
   private readonly deadLetterTargets = new Set<string>();
   private dropped = 0;
+  private deadLetterBox?: InMemoryDeadLetterBox;
 
   constructor(options: InMemoryTransportOptions = {}) {
     const positive = (name: string, value: number): number => {
@@ -140,13 +137,45 @@ export class InMemoryTransport implements Transport {
     _options?: PublishOptions,
   ): Promise<void> {
     // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
+    this.publishNow(channel, body, headers);
+  }
+
+  private publishNow(channel: string, body: Buffer, headers: HeaderMap): void {
     if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
     assertSendable(channel, body, headers, this.maxMessageBytes);
     if (isReplyChannel(channel) && !this.replyChannels.has(channel)) {
       const gone = new Error(`no open reply channel ${channel}`);
       throw new PublishRejectedError(channel, gone, 'its reply channel is closed');
     }
-    this.enqueue(channel, { body: Buffer.from(body), headers: { ...headers }, redelivered: false });
+    this.enqueue(channel, {
+      body: Buffer.from(body),
+      headers: { ...headers },
+      redelivered: false,
+      queuedAt: Date.now(),
+    });
+  }
+
+  /**
+   * The dead letters waiting in this transport's dead-letter channels, to browse, replay and
+   * discard. Ids are numbers given on the first browse that shows a message. A dead letter that a
+   * subscriber of the dead-letter channel holds unsettled is not waiting: browse does not show it.
+   */
+  deadLetters(): DeadLetterBox {
+    this.deadLetterBox ??= new InMemoryDeadLetterBox({
+      waiting: (channel) => this.channels.get(channel)?.ready ?? [],
+      remove: (channel, message) => {
+        const queue = this.channels.get(channel);
+        const index = queue?.ready.indexOf(message) ?? -1;
+        if (!queue || index < 0) return false;
+        queue.ready.splice(index, 1);
+        queue.bytes -= sizeOf(message);
+        this.notifyIfIdle();
+        return true;
+      },
+      publishNow: (channel, body, headers) => this.publishNow(channel, body, headers),
+      deadLetterChannel: (channel) => this.deadLetterChannel(channel),
+    });
+    return this.deadLetterBox;
   }
 
   async subscribe(
@@ -383,6 +412,7 @@ export class InMemoryTransport implements Transport {
           body: message.body,
           headers: deadLetterHeaders(message.headers, disposition.reason) as HeaderMap,
           redelivered: false,
+          queuedAt: Date.now(),
         });
       }
     } else if (disposition.action === 'requeue') {
@@ -409,6 +439,7 @@ export class InMemoryTransport implements Transport {
       body: message.body,
       headers: withRequeueCount(message.headers),
       redelivered: true,
+      queuedAt: Date.now(),
     };
     const timer = setTimeout(() => {
       this.delayed.delete(timer);
