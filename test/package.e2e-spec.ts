@@ -104,7 +104,7 @@ describe('the nest-sequence package', () => {
   it('holds every Lua script, SQL file and console page file next to the code that loads them', () => {
     const assets = filesUnder(join(LIBRARY, 'src')).filter(
       (file) =>
-        /\.(lua|sql)$/.test(file) || /^admin\/console\/page\/[^/]+\.(html|css|js)$/.test(file),
+        /\.(lua|sql)$/.test(file) || /^admin\/console\/page\/[^/]+\.(html|css|js|svg)$/.test(file),
     );
     expect(assets).toEqual(expect.arrayContaining(['admin/console/page/index.html']));
     expect(assets.filter((asset) => !files.includes(asset))).toEqual([]);

@@ -89,6 +89,9 @@ export async function launchChromium(): Promise<TestBrowser> {
   page.on('console', (message) => {
     if (message.type() === 'error') pageErrors.push(message.text());
   });
+  page.on('response', (response) => {
+    if (response.status() >= 400) pageErrors.push(`${response.status()} ${response.url()}`);
+  });
   mkdirSync(SCREENSHOT_DIRECTORY, { recursive: true });
   return {
     context,
@@ -96,6 +99,8 @@ export async function launchChromium(): Promise<TestBrowser> {
     pageErrors,
     async screenshot(name) {
       const path = join(SCREENSHOT_DIRECTORY, `${name}.png`);
+      // From the top: the sticky header then sits where a reader sees it.
+      await page.evaluate('window.scrollTo(0, 0)');
       await page.screenshot({ path, fullPage: true });
       return path;
     },

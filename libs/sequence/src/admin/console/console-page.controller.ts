@@ -1,4 +1,7 @@
-import { Controller, Get, Param, Req, Res } from '@nestjs/common';
+import { Get, Param, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
+import { AdminAccessGuard } from '../admin-access.guard';
+import { AdminErrorFilter } from '../admin-error.filter';
+import { AdminRequestError } from '../admin.errors';
 import {
   CONSOLE_INDEX,
   CONSOLE_SECURITY_HEADERS,
@@ -24,8 +27,10 @@ interface PageResponse {
  * Serves the operator console: the page at the admin path (`/sequence-admin/`) and its stylesheet
  * and modules beside it, from the files read once at startup. The page finds the API relative to
  * its own address (`api/…`), so it works under any path and behind a proxy that adds a prefix.
+ * Mounted by SequenceAdminModule at its path, behind the same guard as the API.
  */
-@Controller()
+@UseGuards(AdminAccessGuard)
+@UseFilters(AdminErrorFilter)
 export class ConsolePageController {
   private readonly files = loadConsoleFiles();
 
@@ -49,13 +54,7 @@ export class ConsolePageController {
     @Res() response: PageResponse,
   ): void {
     const file = name === CONSOLE_INDEX ? undefined : this.files.get(name);
-    if (!file) {
-      response.status(404).setHeader('content-type', 'application/json; charset=utf-8');
-      response.end(
-        JSON.stringify({ error: 'not-found', message: `the console has no file ${name}` }),
-      );
-      return;
-    }
+    if (!file) throw new AdminRequestError('not-found', `the console has no file ${name}`);
     this.send(file, request, response);
   }
 

@@ -15,6 +15,7 @@ const CONTENT_TYPES: Readonly<Record<string, string>> = {
   '.html': 'text/html; charset=utf-8',
   '.css': 'text/css; charset=utf-8',
   '.js': 'text/javascript; charset=utf-8',
+  '.svg': 'image/svg+xml',
 };
 
 /**
@@ -64,7 +65,7 @@ export function loadConsoleFiles(
   } catch (error) {
     throw new Error(
       `the operator console's page is not in ${directory} (${(error as Error).message}): a build ` +
-        `must copy admin/console/page/*.{html,css,js} next to the compiled admin module, as ` +
+        `must copy admin/console/page/*.{html,css,js,svg} next to the compiled admin module, as ` +
         `nest-cli.json's assets do`,
     );
   }

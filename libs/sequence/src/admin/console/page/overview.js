@@ -98,10 +98,16 @@ function cards(overview) {
         ['Reserved', size(sequences.reservedBytes)],
       ],
     ),
-    card('Dead letters', (deadLetters.total ?? 0) > 0, [
-      ['Dead letters', String(deadLetters.total ?? 0)],
-      ['Channels with dead letters', String(deadLetters.channels ?? 0)],
-    ]),
+    card(
+      'Dead letters',
+      (deadLetters.total ?? 0) > 0,
+      deadLetters.supported === false
+        ? [['Dead letters', 'not browsable on this transport']]
+        : [
+            ['Dead letters', String(deadLetters.total ?? 0)],
+            ['Channels with dead letters', String(deadLetters.channels ?? 0)],
+          ],
+    ),
     card('Resequencer', (resequencer.openGaps ?? 0) > 0, [
       ['Open gaps', String(resequencer.openGaps ?? 0)],
       ['Oldest gap', duration(resequencer.oldestGapAgeMs)],

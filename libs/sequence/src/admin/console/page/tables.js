@@ -66,7 +66,11 @@ function sequenceTable(items) {
           size(item.bytes),
           duration(item.ageMs),
           instant(item.deadlineAt),
-          item.leaseHolder ? String(item.leaseHolder) : 'none',
+          item.leaseHolder
+            ? String(item.leaseHolder)
+            : item.complete
+              ? 'none'
+              : 'none (incomplete)',
         ]),
     ),
   ];
@@ -75,6 +79,7 @@ function sequenceTable(items) {
 /** @param {any} item an open sequence */
 function missing(item) {
   const positions = item.missingPositions ?? [];
+  if (item.complete) return 'none: complete, its handler is running';
   if (positions.length > 0) return h('span', { class: 'missing' }, ranges(positions));
   return item.declaredFragments === null || item.declaredFragments === undefined
     ? 'none so far (the size is not known yet)'
@@ -96,9 +101,11 @@ function gapTable(items) {
           h('code', {}, String(gap.key)),
           String(gap.resequencer),
           `seq ${gap.expected}`,
-          Array.isArray(gap.held) ? ranges(gap.held) : String(gap.held),
+          gap.lowest === undefined ? String(gap.held) : `${gap.held} (from seq ${gap.lowest})`,
           instant(gap.since),
-          duration(gap.ageMs),
+          gap.timeoutMs !== undefined && gap.ageMs > gap.timeoutMs
+            ? `${duration(gap.ageMs)} (overdue: timeout ${duration(gap.timeoutMs)})`
+            : duration(gap.ageMs),
           h(
             'div',
             { class: 'buttons' },
@@ -163,9 +170,10 @@ function failedRows(box, items) {
     ),
     table(
       `${count(items.length, what)}`,
-      ['Id', 'Channel', 'Attempts', 'Last error', 'Failed at', 'Actions'],
+      ['Id', 'Type', 'Table', 'Attempts', 'Last error', 'Last attempt', 'Actions'],
       items.map((item) => [
         h('code', {}, String(item.id)),
+        [item.kind, item.type].filter(Boolean).join(' '),
         String(item.channel ?? ''),
         String(item.attempts ?? ''),
         h('span', { class: 'error' }, String(item.lastError ?? '')),
