@@ -31,7 +31,7 @@ export interface SequenceAdminOptions {
   readonly replayRatePerSecond?: number;
   /**
    * Most items one request lists or acts on (a replay or discard `all`, or by reason, takes the
-   * first this many: repeat it for more).
+   * first this many: repeat it for more). At most 1000.
    * @default 500
    */
   readonly maxBatch?: number;
@@ -70,8 +70,8 @@ export function resolveAdminOptions(given: SequenceAdminOptions = {}): ResolvedA
     problems.push(`replayRatePerSecond must be a number > 0, got ${String(replayRatePerSecond)}`);
   }
   const maxBatch = given.maxBatch ?? 500;
-  if (!(Number.isSafeInteger(maxBatch) && maxBatch >= 1 && maxBatch <= 10_000)) {
-    problems.push(`maxBatch must be an integer from 1 to 10000, got ${String(maxBatch)}`);
+  if (!(Number.isSafeInteger(maxBatch) && maxBatch >= 1 && maxBatch <= 1_000)) {
+    problems.push(`maxBatch must be an integer from 1 to 1000, got ${String(maxBatch)}`);
   }
   const guard = given.guard;
   if (

@@ -84,10 +84,8 @@ export class DeadLettersReader {
 
   /** Oldest first; `reason` matches a reason code or a whole reason. */
   async list(channel: string, reason: string | undefined, limit: number): Promise<DeadLetter[]> {
-    const box = this.required();
-    if (reason === undefined) return [...(await box.browse(channel, { limit })).items];
-    const page = await box.browse(channel, { limit: this.options.maxBatch });
-    return page.items.filter((letter) => matches(letter, reason)).slice(0, limit);
+    const page = await this.required().browse(channel, { limit, reason });
+    return page.items.filter((letter) => reason === undefined || matches(letter, reason));
   }
 
   async replay(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
@@ -113,12 +111,11 @@ export class DeadLettersReader {
     selection: DeadLetterSelection,
   ): Promise<string[]> {
     if (selection.kind === 'ids') return [...selection.ids];
-    const page = await box.browse(channel, { limit: this.options.maxBatch });
-    const chosen =
-      selection.kind === 'all'
-        ? page.items
-        : page.items.filter((letter) => matches(letter, selection.reason));
-    return chosen.map((letter) => letter.id);
+    const reason = selection.kind === 'reason' ? selection.reason : undefined;
+    const page = await box.browse(channel, { limit: this.options.maxBatch, reason });
+    return page.items
+      .filter((letter) => reason === undefined || matches(letter, reason))
+      .map((letter) => letter.id);
   }
 
   private required(): DeadLetterBox {

@@ -35,8 +35,15 @@ export function sequenceItem(info: OpenSequenceInfo, now: number): SequenceItem 
     ageMs: Math.max(0, now - info.firstFragmentAt),
     deadlineAt: info.deadline,
     complete: info.complete,
-    leaseHolder: info.leaseHolder ?? null,
+    leaseHolder: info.leaseHolder === undefined ? null : instanceOf(info.leaseHolder),
   };
+}
+
+/** A completion lease's holder is `<consumerId>:<uuid of the attempt>`: the instance is the first part. */
+const ATTEMPT = /:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function instanceOf(holder: string): string {
+  return holder.replace(ATTEMPT, '');
 }
 
 /** Open sequences, from the sequence store. */

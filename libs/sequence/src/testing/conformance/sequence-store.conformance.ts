@@ -11,12 +11,18 @@ import type {
   SequenceRef,
   SequenceStore,
 } from '../../ports/sequence-store.port';
+import { describeOpenSequenceCases } from './sequence-store/open-sequences.cases';
 
 export interface SequenceStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a key prefix of its own). */
   create(): Promise<SequenceStore>;
   /** Closes it and cleans up; `store.close()` when absent. */
   close?(store: SequenceStore): Promise<void>;
+  /**
+   * Whether the adapter implements the optional `listOpen` and `inspect` (the operator console's
+   * reads): their cases run only then. @default true
+   */
+  readonly openSequences?: boolean;
 }
 
 interface Fixture {
@@ -1045,6 +1051,17 @@ export function describeSequenceStoreConformance(
         expect(await payloadOf(thereRef)).toBe('abcd');
       });
     });
+
+    if (harness.openSequences !== false) {
+      describeOpenSequenceCases({
+        store: () => store,
+        scope: () => scope,
+        t0: () => t0,
+        accept: (fragment, at) => accept(fragment, at),
+        fixture: (of, bodies) => sequenceFixture(of, bodies),
+        finish: (ref, at) => finishCompleted(ref, at),
+      });
+    }
 
     it('answers ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();

@@ -18,6 +18,7 @@ export type ScriptName =
   | 'forget'
   | 'release-retained'
   | 'stats'
+  | 'inspect'
   | 'clock'
   | 'claim-acquire'
   | 'claim-complete'
@@ -97,6 +98,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'forget',
   'release-retained',
   'stats',
+  'inspect',
   'clock',
   'claim-acquire',
   'claim-complete',

@@ -75,6 +75,8 @@ import type {
   FinishContext,
   FinishedOutcome,
   FragmentRecord,
+  OpenSequenceInfo,
+  OpenSequenceQuery,
   SequenceRef,
   SequenceStore,
   SequenceStoreStats,
@@ -100,6 +102,7 @@ import {
   type UserHeadersDecoder,
 } from './redis-script-codec';
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
+import { RedisOpenSequences } from './redis-open-sequences';
 import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkInteger } from '../../../core/option-checks';
@@ -221,6 +224,7 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly scripts: Scripts;
   private readonly budget: RedisBudget;
   private readonly clock: RedisClock;
+  private readonly openSequences: RedisOpenSequences;
   private readonly marginMs: number;
   private readonly readAhead: number;
   private readonly readPieceBytes: number;
@@ -275,6 +279,7 @@ export class RedisSequenceStore implements SequenceStore {
     this.scripts = this.socketTricks ? withCoalescedWrites(redis, scripts) : scripts;
     this.clock = new RedisClock(this.scripts, options.clock);
     this.budget = new RedisBudget(redis, this.scripts, this.keys, this.marginMs, this.clock);
+    this.openSequences = new RedisOpenSequences(redis, this.scripts, this.keys, this.clock);
     if (this.socketTricks && !isCluster(redis)) {
       this.directReads = new RedisDirectReads(redis);
     }
@@ -589,6 +594,14 @@ export class RedisSequenceStore implements SequenceStore {
 
   async stats(now: number): Promise<SequenceStoreStats> {
     return this.budget.stats(now);
+  }
+
+  listOpen(query: OpenSequenceQuery): Promise<OpenSequenceInfo[]> {
+    return this.openSequences.list(query);
+  }
+
+  inspect(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined> {
+    return this.openSequences.inspect(ref, now);
   }
 
   /**

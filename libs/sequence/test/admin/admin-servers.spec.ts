@@ -1,0 +1,113 @@
+import { Injectable } from '@nestjs/common';
+import { SequencedHandler, type ReassembledPayload } from 'nest-sequence';
+import { RedisSequenceStore } from 'nest-sequence/redis';
+import { describeOnRealServers } from '../faults/support/real-servers';
+import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
+import { useRedis } from '../support/redis.fixture';
+import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
+import { SERVERS } from '../support/servers';
+import { createAdminApp, type AdminApp } from './admin-app';
+
+jest.setTimeout(60_000);
+
+/** The channel of the test running now (a fresh queue per test). */
+let channel = '';
+
+/** Holds the handler of `held-*` sequences until `release` is called. */
+const gate = { release: (): void => undefined };
+
+interface Item {
+  readonly sequenceId: string;
+  readonly [field: string]: unknown;
+}
+
+describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
+  const redis = useRedis({ stem: 'nseq-admin' });
+  const rabbit = useRabbitMq();
+  let admin: AdminApp | undefined;
+
+  afterEach(async () => {
+    gate.release();
+    await admin?.close();
+    admin = undefined;
+  });
+
+  it('lists an open sequence with its missing positions, and the instance reassembling one', async () => {
+    channel = rabbit.admin.newChannel();
+    @Injectable()
+    class Handler {
+      @SequencedHandler({ channel })
+      async handle(payload: ReassembledPayload): Promise<void> {
+        if (payload.sequenceId.startsWith('held-')) {
+          await new Promise<void>((resolve) => (gate.release = resolve));
+        }
+        await payload.toBuffer();
+      }
+    }
+    const transport = await namedTransport(`nseq-admin-${channel}`);
+    const store = RedisSequenceStore.connect(SERVERS.redis.url, { prefix: redis.prefix });
+    try {
+      admin = await createAdminApp({
+        providers: [Handler],
+        sequence: { transport, consumerId: 'instance-a', sequence: { store } },
+      });
+    } catch (error) {
+      await store.close();
+      await transport.close();
+      throw error;
+    }
+    const close = admin.close;
+    admin = {
+      ...admin,
+      close: async () => {
+        await close();
+        await store.close();
+        await transport.close();
+      },
+    };
+
+    const open = makeFragments('study-rmq', bytes(4_000), 1_000);
+    await publishAll(transport, channel, [open[0], open[2]]);
+    const held = makeFragments('held-rmq', bytes(2_000), 1_000);
+    await publishAll(transport, channel, held);
+
+    const list = async () =>
+      (await admin!.get<{ items: Item[] }>(`sequences?channel=${channel}`)).body.items;
+    await eventually(
+      async () => {
+        const items = await list();
+        return (
+          items.some((i) => i.sequenceId === 'study-rmq' && i.bytes === 2_000) &&
+          items.some((i) => i.sequenceId === 'held-rmq' && i.leaseHolder !== null)
+        );
+      },
+      'both sequences listed',
+      20_000,
+    );
+
+    const items = await list();
+    expect(items.find((i) => i.sequenceId === 'study-rmq')).toMatchObject({
+      channel,
+      receivedPositions: [1, 3],
+      missingPositions: [2, 4],
+      declaredFragments: 4,
+      complete: false,
+      leaseHolder: null,
+    });
+    expect(items.find((i) => i.sequenceId === 'held-rmq')).toMatchObject({
+      receivedPositions: [1, 2],
+      missingPositions: [],
+      complete: true,
+      leaseHolder: 'instance-a',
+    });
+    const one = await admin.get(`sequences/${channel}/study-rmq`);
+    expect(one.body).toMatchObject({ missingPositions: [2, 4] });
+
+    gate.release();
+    await eventually(
+      async () => !(await list()).some((i) => i.sequenceId === 'held-rmq'),
+      'the held sequence completed and left the list',
+      20_000,
+    );
+  });
+});
