@@ -71,7 +71,7 @@ interface ConsoleApp {
   readonly url: string;
 }
 
-async function startApp(): Promise<ConsoleApp> {
+async function startApp(mutations = true): Promise<ConsoleApp> {
   const transport = new RefusingTransport();
   @Module({
     imports: [
@@ -85,7 +85,7 @@ async function startApp(): Promise<ConsoleApp> {
           },
         },
       }),
-      SequenceAdminModule.forRoot({ mutations: true }),
+      SequenceAdminModule.forRoot({ mutations }),
     ],
     providers: [ScanIntake, ReportIntake],
   })
@@ -95,6 +95,27 @@ async function startApp(): Promise<ConsoleApp> {
   await app.listen(0, '127.0.0.1');
   const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
   return { app, transport, url: `http://127.0.0.1:${port}/sequence-admin/` };
+}
+
+/** Appends an event the broker refuses, and waits until its row is FAILED (one attempt). */
+async function failOneOutboxRow(subject: ConsoleApp): Promise<{ id: string }> {
+  subject.transport.refused.add(ARCHIVED);
+  const outbox = subject.app.get(OutboxService);
+  await outbox.transaction(async (tx) => {
+    tx.publishEvent({
+      type: 'ScanArchived',
+      aggregateType: 'Scan',
+      aggregateId: 'scan-0042',
+      payload: { archive: 'cold' },
+    });
+  });
+  await eventually(
+    async () => (await outbox.failed('outbox_events')).length === 1,
+    'the row to fail',
+    PAGE_WAIT_MS,
+  );
+  const [failed] = await outbox.failed('outbox_events');
+  return failed;
 }
 
 /** Opens the console and waits for its first complete read of the API. */
@@ -115,13 +136,22 @@ describeWithChromium('the operator console in Chromium', () => {
   let subject: ConsoleApp;
   let browser: TestBrowser;
 
-  beforeEach(async () => {
-    subject = await startApp();
+  // One browser for the block; each test opens the page afresh on an application of its own.
+  beforeAll(async () => {
     browser = await launchChromium();
   });
 
-  afterEach(async () => {
+  afterAll(async () => {
     await browser?.close();
+  });
+
+  beforeEach(async () => {
+    browser.pageErrors.length = 0;
+    subject = await startApp();
+  });
+
+  afterEach(async () => {
+    await browser.page.goto('about:blank');
     await subject?.app.close();
   });
 
@@ -167,22 +197,8 @@ describeWithChromium('the operator console in Chromium', () => {
       received.push(message.body);
       return { action: 'ack' };
     });
-    subject.transport.refused.add(ARCHIVED);
+    const failed = await failOneOutboxRow(subject);
     const outbox = subject.app.get(OutboxService);
-    await outbox.transaction(async (tx) => {
-      tx.publishEvent({
-        type: 'ScanArchived',
-        aggregateType: 'Scan',
-        aggregateId: 'scan-0042',
-        payload: { archive: 'cold' },
-      });
-    });
-    await eventually(
-      async () => (await outbox.failed('outbox_events')).length === 1,
-      'the row to fail',
-      PAGE_WAIT_MS,
-    );
-    const [failed] = await outbox.failed('outbox_events');
 
     const { page } = browser;
     await openConsole(page, subject.url);
@@ -279,5 +295,48 @@ describeWithChromium('the operator console in Chromium', () => {
     expect(await outcome.textContent()).toMatch(/nothing changed: /);
     await browser.screenshot('nothing-changed');
     expect(subject.app.get(ReportIntake).handled).toEqual(['report-20']);
+  });
+});
+
+describeWithChromium('the operator console in Chromium, mutations off', () => {
+  let subject: ConsoleApp;
+  let browser: TestBrowser;
+
+  // One browser for the block; each test opens the page afresh on an application of its own.
+  beforeAll(async () => {
+    browser = await launchChromium();
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  beforeEach(async () => {
+    browser.pageErrors.length = 0;
+    subject = await startApp(false);
+  });
+
+  afterEach(async () => {
+    await browser.page.goto('about:blank');
+    await subject?.app.close();
+  });
+
+  it('shows the failed row with its actions disabled, and says why', async () => {
+    const failed = await failOneOutboxRow(subject);
+    const { page } = browser;
+    await openConsole(page, subject.url);
+
+    const note = page.locator('#mutations-note');
+    await note.waitFor({ state: 'visible', timeout: PAGE_WAIT_MS });
+    expect(await note.textContent()).toMatch(/Read-only: .*mutations option/);
+    const row = page.locator('#outbox tr', { hasText: failed.id });
+    await row.waitFor({ timeout: PAGE_WAIT_MS });
+    const retry = row.getByRole('button', { name: 'Retry', exact: true });
+    expect(await retry.isDisabled()).toBe(true);
+    expect(await retry.getAttribute('aria-describedby')).toBe('mutations-note');
+    await browser.screenshot('mutations-off');
+    // Nothing was retried: the row is still FAILED.
+    expect(await subject.app.get(OutboxService).failed('outbox_events')).toHaveLength(1);
+    expect(browser.pageErrors).toEqual([]);
   });
 });
