@@ -39,7 +39,10 @@ export interface DeadLetterActionResult {
  * Optional: a transport that offers it returns one from `Transport.deadLetters()`.
  *
  * Contract:
- * - `browse` never removes, reorders for good, or redelivers a dead letter to a consumer.
+ * - `browse` never removes a dead letter. Where the broker reads a queue only by taking from it
+ *   (RabbitMQ), what a call took it puts back before it returns: such a dead letter is redelivered
+ *   to a consumer of the dead-letter channel flagged `redelivered`, and on some queue types its
+ *   place in the queue may change (each transport's documentation says).
  * - `replay` publishes each dead letter's body and headers to its original channel, minus
  *   `x-death-reason`, plus `x-replay-count` (previous count + 1) and `x-replayed-at`; only after
  *   the broker confirmed that publish is the dead letter removed. A crash in between can leave

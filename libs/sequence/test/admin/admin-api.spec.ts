@@ -1,10 +1,14 @@
-import { Injectable } from '@nestjs/common';
+import { type CanActivate, type ExecutionContext, Injectable, Module } from '@nestjs/common';
 import {
+  ClaimCheckService,
+  InMemoryTransport,
+  MemorySequenceStore,
   SequencedHandler,
   SEQUENCE_TRANSPORT,
   type ReassembledPayload,
   type Transport,
 } from 'nest-sequence';
+import { ForwardingTransport } from 'nest-sequence/testing';
 import { bytes, makeFragments, publishAll } from '../support/sequence-test-app';
 import { createAdminApp, type AdminApp } from './admin-app';
 
@@ -91,6 +95,8 @@ describe('the admin API on the embedded defaults', () => {
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({
       mutations: false,
+      problems: [],
+      deadLetters: { total: 0, channels: 0, supported: true },
       sequences: { open: 1, storedBytes: expect.any(Number), limitBytes: expect.any(Number) },
       resequencer: { openGaps: 0 },
       outbox: { pending: 0, failed: 0, lagMs: 0 },
@@ -106,8 +112,145 @@ describe('the admin API on the embedded defaults', () => {
     ]);
   });
 
+  it('tells a claim-check payload by ref, bare or store-qualified, and finds it', async () => {
+    const ticket = await admin.app.get(ClaimCheckService).checkIn(bytes(5000));
+    // Refs may hold slashes: path parameters are URL-encoded.
+    const bare = await admin.get(`claims/${encodeURIComponent(ticket.ref)}`);
+    expect(bare).toEqual({
+      status: 200,
+      body: expect.objectContaining({
+        ref: ticket.ref,
+        status: 'published',
+        store: ticket.store,
+        bytes: 5000,
+      }),
+    });
+    const qualified = await admin.get(
+      `claims/${encodeURIComponent(`${ticket.store}:${ticket.ref}`)}`,
+    );
+    expect(qualified.body).toMatchObject({ status: 'published', bytes: 5000 });
+    const found = await admin.get<{ matches: Record<string, unknown>[] }>(
+      `find/${encodeURIComponent(ticket.ref)}`,
+    );
+    expect(found.body.matches).toEqual([expect.objectContaining({ kind: 'claim', bytes: 5000 })]);
+  });
+
   it('says a claim ref it does not hold is not-found', async () => {
     const answer = await admin.get('claims/no-such-ref');
     expect(answer).toEqual({ status: 200, body: { ref: 'no-such-ref', status: 'not-found' } });
+  });
+});
+
+/** Knows operators by a token; a dependency injected into the guard class. */
+@Injectable()
+class Operators {
+  named(token: unknown): string | undefined {
+    return token === 'secret-1' ? 'alice' : undefined;
+  }
+}
+
+/** A guard class with a dependency: provided in the console's module, from `imports`. */
+@Injectable()
+class TokenGuard implements CanActivate {
+  constructor(private readonly operators: Operators) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    const request = context
+      .switchToHttp()
+      .getRequest<{ headers: Record<string, unknown>; user?: unknown }>();
+    const name = this.operators.named(request.headers['x-operator-token']);
+    request.user = name;
+    return name !== undefined;
+  }
+}
+
+@Module({ providers: [Operators], exports: [Operators] })
+class OperatorsModule {}
+
+describe('the admin API mounted elsewhere, from forRootAsync, behind a guard class', () => {
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      async: {
+        path: 'ops/sequence',
+        guard: TokenGuard,
+        imports: [OperatorsModule],
+        factory: async () => ({ mutations: true, maxBatch: 10 }),
+      },
+    });
+  });
+
+  it('lets in the requests its guard class accepts, and only those', async () => {
+    expect((await admin.get('overview')).body).toMatchObject({ error: 'forbidden' });
+    const wrong = await admin.getWith('overview', { 'x-operator-token': 'guess' });
+    expect(wrong.status).toBe(403);
+    const right = await admin.getWith('overview', { 'x-operator-token': 'secret-1' });
+    expect(right).toMatchObject({ status: 200, body: { mutations: true } });
+  });
+
+  afterAll(() => admin.close());
+
+  it('serves under its path, with the options the factory gave', async () => {
+    const token = { 'x-operator-token': 'secret-1' };
+    expect(admin.api).toMatch(/\/ops\/sequence\/api$/);
+    expect((await admin.getWith('sequences?limit=11', token)).status).toBe(400);
+    expect((await admin.getWith('sequences?limit=10', token)).status).toBe(200);
+  });
+
+  it('answers 404 for a route it does not have', async () => {
+    const answer = await admin.getWith('no-such-route', { 'x-operator-token': 'secret-1' });
+    expect(answer.status).toBe(404);
+  });
+});
+
+/** The in-memory transport without its dead-letter box, as a transport that has none. */
+class BoxlessTransport extends ForwardingTransport {
+  readonly name = 'boxless';
+}
+
+describe('the admin API over adapters lacking its capabilities', () => {
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true },
+      sequence: {
+        transport: new BoxlessTransport(new InMemoryTransport()),
+        sequence: {
+          store: Object.assign(new MemorySequenceStore(), {
+            listOpen: undefined,
+            inspect: undefined,
+          }),
+        },
+      },
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it('answers 501 unsupported for dead letters when the transport has no dead-letter box', async () => {
+    for (const answer of [
+      await admin.get('dead-letters'),
+      await admin.get('dead-letters/some.channel'),
+      await admin.post('dead-letters/some.channel/replay', { all: true }),
+    ]) {
+      expect(answer).toEqual({
+        status: 501,
+        body: { error: 'unsupported', message: expect.stringContaining('boxless') },
+      });
+    }
+  });
+
+  it('answers 501 unsupported for open sequences when the store cannot list them', async () => {
+    expect((await admin.get('sequences')).status).toBe(501);
+    expect((await admin.get('sequences/some.channel/seq-1')).status).toBe(501);
+  });
+
+  it('still gives the overview and finds what the other sources hold', async () => {
+    expect((await admin.get('overview')).body).toMatchObject({
+      deadLetters: { total: 0, channels: 0, supported: false },
+    });
+    expect(await admin.get('find/anything')).toEqual({ status: 200, body: { matches: [] } });
   });
 });

@@ -3,7 +3,11 @@ import type { AddressInfo } from 'node:net';
 import type { CanActivate, INestApplication, Provider } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
-import { SequenceAdminModule, type SequenceAdminOptions } from 'nest-sequence/admin';
+import {
+  SequenceAdminModule,
+  type SequenceAdminFactoryOptions,
+  type SequenceAdminOptions,
+} from 'nest-sequence/admin';
 
 /** An HTTP answer: status and parsed JSON body. */
 export interface Answer<T = Record<string, unknown>> {
@@ -17,12 +21,24 @@ export interface AdminApp {
   readonly api: string;
   get<T = Record<string, unknown>>(route: string): Promise<Answer<T>>;
   post<T = Record<string, unknown>>(route: string, body?: unknown): Promise<Answer<T>>;
+  /** A GET with headers of its own (what a guard may read). */
+  getWith<T = Record<string, unknown>>(
+    route: string,
+    headers: Record<string, string>,
+  ): Promise<Answer<T>>;
   close(): Promise<void>;
 }
 
 export interface AdminAppOptions {
   readonly sequence?: SequenceModuleOptions;
   readonly admin?: SequenceAdminOptions;
+  /** Registers the console with forRootAsync instead: the path given, the rest from `factory`. */
+  readonly async?: {
+    readonly path: string;
+    readonly guard?: SequenceAdminOptions['guard'];
+    readonly imports?: SequenceAdminOptions['imports'];
+    readonly factory: () => Promise<SequenceAdminFactoryOptions>;
+  };
   readonly providers?: Provider[];
 }
 
@@ -38,18 +54,31 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
         ...options.sequence,
         tuning: { sweepers: { expiry: { intervalMs: false } }, ...options.sequence?.tuning },
       }),
-      SequenceAdminModule.forRoot(options.admin),
+      options.async
+        ? SequenceAdminModule.forRootAsync({
+            path: options.async.path,
+            guard: options.async.guard,
+            imports: options.async.imports,
+            useFactory: options.async.factory,
+          })
+        : SequenceAdminModule.forRoot(options.admin),
     ],
     providers: options.providers ?? [],
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false });
   await app.listen(0, '127.0.0.1');
   const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
-  const api = `http://127.0.0.1:${port}/${options.admin?.path ?? 'sequence-admin'}/api`;
-  const call = async <T>(method: string, route: string, body?: unknown): Promise<Answer<T>> => {
+  const path = options.async?.path ?? options.admin?.path ?? 'sequence-admin';
+  const api = `http://127.0.0.1:${port}/${path}/api`;
+  const call = async <T>(
+    method: string,
+    route: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<Answer<T>> => {
     const response = await fetch(`${api}/${route}`, {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     return { status: response.status, body: (await response.json()) as T };
@@ -59,6 +88,7 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
     api,
     get: (route) => call('GET', route),
     post: (route, body) => call('POST', route, body ?? {}),
+    getWith: (route, headers) => call('GET', route, undefined, headers),
     close: () => app.close(),
   };
 }

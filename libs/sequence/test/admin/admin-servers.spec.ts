@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, type Type } from '@nestjs/common';
 import { SequencedHandler, type ReassembledPayload } from 'nest-sequence';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { describeOnRealServers } from '../faults/support/real-servers';
@@ -6,6 +6,7 @@ import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { useRedis } from '../support/redis.fixture';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
 import { SERVERS } from '../support/servers';
+import type { SequenceAdminOptions } from 'nest-sequence/admin';
 import { createAdminApp, type AdminApp } from './admin-app';
 
 jest.setTimeout(60_000);
@@ -32,6 +33,33 @@ describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
     admin = undefined;
   });
 
+  /** The app on RabbitMQ and the Redis store, with `Handler` consuming `channel`. */
+  async function start(handler: Type, adminOptions: SequenceAdminOptions = {}) {
+    const transport = await namedTransport(`nseq-admin-${channel}`);
+    const store = RedisSequenceStore.connect(SERVERS.redis.url, { prefix: redis.prefix });
+    let app: AdminApp;
+    try {
+      app = await createAdminApp({
+        providers: [handler],
+        admin: adminOptions,
+        sequence: { transport, consumerId: 'instance-a', sequence: { store } },
+      });
+    } catch (error) {
+      await store.close();
+      await transport.close();
+      throw error;
+    }
+    admin = {
+      ...app,
+      close: async () => {
+        await app.close();
+        await store.close();
+        await transport.close();
+      },
+    };
+    return { transport };
+  }
+
   it('lists an open sequence with its missing positions, and the instance reassembling one', async () => {
     channel = rabbit.admin.newChannel();
     @Injectable()
@@ -44,28 +72,7 @@ describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
         await payload.toBuffer();
       }
     }
-    const transport = await namedTransport(`nseq-admin-${channel}`);
-    const store = RedisSequenceStore.connect(SERVERS.redis.url, { prefix: redis.prefix });
-    try {
-      admin = await createAdminApp({
-        providers: [Handler],
-        sequence: { transport, consumerId: 'instance-a', sequence: { store } },
-      });
-    } catch (error) {
-      await store.close();
-      await transport.close();
-      throw error;
-    }
-    const close = admin.close;
-    admin = {
-      ...admin,
-      close: async () => {
-        await close();
-        await store.close();
-        await transport.close();
-      },
-    };
-
+    const { transport } = await start(Handler);
     const open = makeFragments('study-rmq', bytes(4_000), 1_000);
     await publishAll(transport, channel, [open[0], open[2]]);
     const held = makeFragments('held-rmq', bytes(2_000), 1_000);
@@ -100,13 +107,52 @@ describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
       complete: true,
       leaseHolder: 'instance-a',
     });
-    const one = await admin.get(`sequences/${channel}/study-rmq`);
+    const one = await admin!.get(`sequences/${channel}/study-rmq`);
     expect(one.body).toMatchObject({ missingPositions: [2, 4] });
 
     gate.release();
     await eventually(
       async () => !(await list()).some((i) => i.sequenceId === 'held-rmq'),
       'the held sequence completed and left the list',
+      20_000,
+    );
+  });
+
+  it('browses a dead letter of RabbitMQ, replays it once, then says it is gone', async () => {
+    channel = rabbit.admin.newChannel();
+    @Injectable()
+    class Handler {
+      @SequencedHandler({ channel })
+      async handle(payload: ReassembledPayload): Promise<void> {
+        await payload.toBuffer();
+      }
+    }
+    const { transport } = await start(Handler, { mutations: true, replayRatePerSecond: 100 });
+    const [fragment] = makeFragments('broken-rmq', bytes(500), 500);
+    await transport.publish(
+      channel,
+      Buffer.from('a body its crc does not match'),
+      fragment.headers,
+    );
+
+    const letters = async () =>
+      (await admin!.get<{ items: { id: string; replays: number }[] }>(`dead-letters/${channel}`))
+        .body.items;
+    await eventually(async () => (await letters()).length === 1, 'dead-lettered', 20_000);
+    const summary = await admin!.get<{ channels: Record<string, unknown>[] }>('dead-letters');
+    expect(summary.body.channels).toContainEqual(
+      expect.objectContaining({ channel, deadLetterChannel: `${channel}.dlq`, total: 1 }),
+    );
+    const [{ id }] = await letters();
+
+    const replay = await admin!.post(`dead-letters/${channel}/replay`, { ids: [id] });
+    expect(replay.body).toMatchObject({ changed: 1, done: [id] });
+    const again = await admin!.post(`dead-letters/${channel}/replay`, { ids: [id] });
+    expect(again.body).toMatchObject({ changed: 0, missing: [id] });
+    // Still corrupt: it is dead-lettered again, counted as replayed once.
+    await eventually(
+      async () => (await letters()).some((letter) => letter.replays === 1),
+      'dead-lettered again after the replay',
       20_000,
     );
   });

@@ -19,7 +19,14 @@ import { eventually, type TransportHarness } from './transport.conformance';
  * As {@link TransportHarness}, for a transport that defines `deadLetters()`. Give it a modest
  * `maxMessageBytes` (64 KiB to a few MiB): one case dead-letters a message of exactly that size.
  */
-export type DeadLetterBoxHarness = TransportHarness;
+export interface DeadLetterBoxHarness extends TransportHarness {
+  /**
+   * False where browsing may change the order of the dead letters it puts back (RabbitMQ quorum
+   * queues): the cases then check which dead letters a browse shows, not their order.
+   * @default true
+   */
+  readonly browseKeepsOrder?: boolean;
+}
 
 const REASON_HEADER = 'x-conformance-reason';
 const SENTINEL = 'x-conformance-sentinel';
@@ -54,6 +61,10 @@ export function describeDeadLetterBoxConformance(
     });
 
     const newChannel = (): string => `conf-dlq.${randomUUID()}`;
+    const keepsOrder = harness.browseKeepsOrder ?? true;
+    /** `values` as the order of a browse can be checked: as they are, or sorted. */
+    const ordered = <T>(values: readonly T[]): T[] =>
+      keepsOrder ? [...values] : [...values].sort();
 
     /**
      * A channel whose subscriber dead-letters every message it has not seen replayed (with the
@@ -89,7 +100,9 @@ export function describeDeadLetterBoxConformance(
         const headers = { ...letter.headers, [REASON_HEADER]: letter.reason, 'x-index': index };
         await transport.publish(channel, body, headers);
       }
-      return waitForDeadLetters(channel, letters.length);
+      const items = await waitForDeadLetters(channel, letters.length);
+      const index = (letter: DeadLetter) => Number(letter.headers['x-index']);
+      return keepsOrder ? items : items.sort((a, b) => index(a) - index(b));
     }
 
     async function waitForDeadLetters(channel: string, count: number): Promise<DeadLetter[]> {
@@ -128,7 +141,8 @@ export function describeDeadLetterBoxConformance(
         { reason: 'sequence-expired: 2 of 5 fragments' },
       ]);
 
-      expect(items.map((item) => item.headers['x-index'])).toEqual([0, 1]);
+      const page = await box.browse(channel, { limit: 10 });
+      expect(ordered(page.items.map((item) => item.headers['x-index']))).toEqual([0, 1]);
       const [first] = items;
       expect(first).toMatchObject({
         channel,
@@ -145,7 +159,7 @@ export function describeDeadLetterBoxConformance(
 
       // Browsing again removes nothing and gives the same ids.
       const again = await box.browse(channel, { limit: 10 });
-      expect(again.items.map((item) => item.id)).toEqual(items.map((item) => item.id));
+      expect(ordered(again.items.map((item) => item.id))).toEqual(ordered(items.map((i) => i.id)));
       if (again.total !== undefined) expect(again.total).toBe(2);
     });
 
@@ -160,18 +174,20 @@ export function describeDeadLetterBoxConformance(
       ]);
 
       const byCode = await box.browse(channel, { limit: 10, reason: 'integrity-mismatch' });
-      expect(byCode.items.map((item) => item.reason)).toEqual([
-        'integrity-mismatch: one',
-        'integrity-mismatch: three',
-        'integrity-mismatch: four',
-      ]);
+      expect(ordered(byCode.items.map((item) => item.reason))).toEqual(
+        ordered([
+          'integrity-mismatch: one',
+          'integrity-mismatch: three',
+          'integrity-mismatch: four',
+        ]),
+      );
       const whole = await box.browse(channel, { limit: 10, reason: 'sequence-expired: two' });
       expect(whole.items.map((item) => item.reason)).toEqual(['sequence-expired: two']);
       const limited = await box.browse(channel, { limit: 2, reason: 'integrity-mismatch' });
-      expect(limited.items.map((item) => item.reason)).toEqual([
-        'integrity-mismatch: one',
-        'integrity-mismatch: three',
-      ]);
+      const firstTwo = ['integrity-mismatch: one', 'integrity-mismatch: three'];
+      if (keepsOrder) expect(limited.items.map((item) => item.reason)).toEqual(firstTwo);
+      expect(limited.items).toHaveLength(2);
+      for (const item of limited.items) expect(item.reason).toMatch(/^integrity-mismatch: /);
       const none = await box.browse(channel, { limit: 10, reason: 'integrity' });
       expect(none.items).toEqual([]);
     });
@@ -311,7 +327,7 @@ export function describeDeadLetterBoxConformance(
       await transport.publish(channel, Buffer.alloc(size, 7), headers);
       const [large] = await waitForDeadLetters(channel, 1);
       await transport.publish(channel, Buffer.from('small'), { [REASON_HEADER]: 'r' });
-      const [, small] = await waitForDeadLetters(channel, 2);
+      const small = (await waitForDeadLetters(channel, 2)).find((item) => item.id !== large.id)!;
 
       const result = await box.replay(channel, [large.id, small.id], FAST);
 

@@ -26,6 +26,8 @@ import {
   type RabbitMqTransportOptions,
   type ResolvedRabbitMqTransportOptions,
 } from './rabbitmq.options';
+import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
+import { RabbitMqDeadLetterBox } from './rabbitmq.dead-letter-box';
 import { RabbitMqSubscription } from './rabbitmq.subscription';
 import { REPLY_QUEUE_PREFIX, RabbitMqTopology } from './rabbitmq.topology';
 import { assertEncodableHeaders } from '../../../ports/transport-headers';
@@ -89,6 +91,7 @@ export class RabbitMqTransport implements Transport {
   /** Why the broker blocks this connection's publishes (a resource alarm), while it does. */
   private blockedBy?: string;
   private ownsConnection = false;
+  private deadLetterBox?: RabbitMqDeadLetterBox;
   private closed = false;
   private closing?: Promise<void>;
 
@@ -232,6 +235,27 @@ export class RabbitMqTransport implements Transport {
   /** `<channel><deadLetterSuffix>`: `<channel>.dlq` unless the `deadLetterSuffix` option says. */
   deadLetterChannel(channel: string): string {
     return this.topology.deadLetterQueue(channel);
+  }
+
+  /**
+   * The dead letters ready in this transport's dead-letter queues, to browse, replay and discard.
+   * RabbitMQ cannot read a queue without taking from it: each call takes up to 1,000 messages
+   * from the head with `basic.get` and puts back, within the call, those it does not remove
+   * (docs/transports.md tells what that means for a consumer of the dead-letter queue). Replays
+   * go through `publish` and are acked only after the confirm.
+   */
+  deadLetters(): DeadLetterBox {
+    this.deadLetterBox ??= new RabbitMqDeadLetterBox({
+      connection: () => {
+        this.assertOpen('read', 'dead letters');
+        const connection = this.manager().connection;
+        if (!connection) throw new Error('not connected to RabbitMQ (reconnecting)');
+        return connection;
+      },
+      publish: (channel, body, headers) => this.publish(channel, body, headers),
+      deadLetterChannel: (channel) => this.deadLetterChannel(channel),
+    });
+    return this.deadLetterBox;
   }
 
   /**

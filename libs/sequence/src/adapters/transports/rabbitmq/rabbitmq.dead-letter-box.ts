@@ -1,0 +1,304 @@
+import type { Channel, GetMessage } from 'amqplib';
+import { errorMessage } from '../../../core/errors/caught';
+import type { HeaderMap } from '../../../core/headers';
+import {
+  actOnEach,
+  browseLimit,
+  ChannelLocks,
+  contentId,
+  deathReasonOf,
+  OccurrenceIds,
+  Pacer,
+  reasonMatches,
+  replayHeaders,
+  replaysOf,
+  type ActionOutcome,
+} from '../../../ports/dead-letter-actions';
+import {
+  MAX_DEAD_LETTER_BROWSE,
+  type DeadLetter,
+  type DeadLetterActionResult,
+  type DeadLetterBox,
+  type DeadLetterPage,
+} from '../../../ports/dead-letter-box.port';
+import { headerBytes } from '../../../ports/transport.port';
+import type { BrokerConnection } from './amqp.types';
+
+/** What the box needs of the RabbitMQ transport. */
+export interface RabbitMqDeadLetterAccess {
+  /** The current connection; throws when there is none. */
+  connection(): BrokerConnection;
+  /** The transport's publish: resolves on the broker's confirm. */
+  publish(channel: string, body: Buffer, headers: HeaderMap): Promise<void>;
+  deadLetterChannel(channel: string): string;
+}
+
+/** A dead letter taken with `basic.get`, held unacknowledged until it is acked or put back. */
+interface Held {
+  readonly message: GetMessage;
+  readonly id: string;
+}
+
+/** The broker's own records of a dead-lettering (and of deliveries): left out of a replay. */
+function isBrokerRecord(name: string): boolean {
+  return (
+    name === 'x-death' ||
+    name === 'x-delivery-count' ||
+    name.startsWith('x-first-death-') ||
+    name.startsWith('x-last-death-')
+  );
+}
+
+/** AMQP reply code of a queue that does not exist. */
+const NOT_FOUND = 404;
+
+/**
+ * The RabbitMQ transport's dead letters: the messages ready in a channel's dead-letter queue.
+ *
+ * RabbitMQ has no way to read a queue without taking messages off it, so each call reads with
+ * `basic.get` (unacknowledged) on a channel of its own, up to {@link MAX_DEAD_LETTER_BROWSE}
+ * messages from the head, and puts back what it does not remove with `basic.nack` (requeue),
+ * within the call; closing that channel puts back whatever a failure left held. Meanwhile those
+ * messages are not delivered to a consumer of the dead-letter queue; put back, they return to
+ * their place in the queue and are redelivered flagged as such.
+ *
+ * Ids: the message's `messageId` property (the transport gives every message it publishes, dead
+ * letters included, an id of its own), or a hash of its content when it has none; a second message
+ * with the same id within one read gets `~2`. Actions on one dead-letter queue run one at a time
+ * within the process; a read in another process at the same moment does not see the messages this
+ * one holds (they are missing for it, and come back).
+ */
+export class RabbitMqDeadLetterBox implements DeadLetterBox {
+  private readonly locks = new ChannelLocks();
+
+  constructor(private readonly access: RabbitMqDeadLetterAccess) {}
+
+  async browse(
+    channel: string,
+    options: { readonly limit: number; readonly reason?: string },
+  ): Promise<DeadLetterPage> {
+    const limit = browseLimit(options.limit);
+    const queue = this.access.deadLetterChannel(channel);
+    const empty: DeadLetterPage = { items: [], total: 0 };
+    return this.locks.run(queue, () =>
+      this.session(queue, empty, async (amqp, ready) => {
+        const items: DeadLetter[] = [];
+        const { taken, readAll } = await this.read(amqp, queue, (held) => {
+          const letter = describe(channel, queue, held);
+          if (reasonMatches(letter.reason, options.reason)) items.push(letter);
+          // Without a filter, the first `limit` are all there is to read.
+          return items.length >= limit ? 'stop' : 'more';
+        });
+        putBack(amqp, taken);
+        // Read to the end, it counted them all; else the broker's count, which may lag.
+        return { items, total: readAll ? taken.length : Math.max(ready, taken.length) };
+      }),
+    );
+  }
+
+  async body(channel: string, id: string): Promise<Buffer | undefined> {
+    const queue = this.access.deadLetterChannel(channel);
+    return this.locks.run(queue, () =>
+      this.session<Buffer | undefined>(queue, undefined, async (amqp) => {
+        let found: Buffer | undefined;
+        const { taken } = await this.read(amqp, queue, (held) => {
+          if (held.id !== id) return 'more';
+          found = Buffer.from(held.message.content);
+          return 'stop';
+        });
+        putBack(amqp, taken);
+        return found;
+      }),
+    );
+  }
+
+  /**
+   * Replays in rounds of about a second's worth of replays at `ratePerSecond`: each round reads
+   * the queue again, holds the dead letters it replays, puts the others back at once, then
+   * publishes the ones it holds, acking each after its confirm.
+   */
+  async replay(
+    channel: string,
+    ids: readonly string[],
+    options: { readonly ratePerSecond: number },
+  ): Promise<DeadLetterActionResult> {
+    const pacer = new Pacer(options.ratePerSecond);
+    const perRound = Math.max(1, Math.min(Math.ceil(options.ratePerSecond), 100));
+    const queue = this.access.deadLetterChannel(channel);
+    return this.locks.run(queue, () =>
+      this.inRounds(queue, ids, perRound, async (amqp, held) => {
+        await pacer.next();
+        await this.access.publish(
+          channel,
+          held.message.content,
+          replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord) as HeaderMap,
+        );
+        amqp.ack(held.message);
+      }),
+    );
+  }
+
+  async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
+    const queue = this.access.deadLetterChannel(channel);
+    return this.locks.run(queue, () =>
+      this.inRounds(queue, ids, MAX_DEAD_LETTER_BROWSE, async (amqp, held) => {
+        amqp.ack(held.message);
+      }),
+    );
+  }
+
+  /**
+   * Acts on the dead letters `ids` name, at most `perRound` held at once. A dead letter `act`
+   * fails on is put back and reported failed; ids not among the messages read are missing.
+   */
+  private async inRounds(
+    queue: string,
+    ids: readonly string[],
+    perRound: number,
+    act: (amqp: Channel, held: Held) => Promise<void>,
+  ): Promise<DeadLetterActionResult> {
+    const outcomes = new Map<string, ActionOutcome | Error>();
+    const wanted = new Set(ids);
+    while (wanted.size > 0) {
+      const round = await this.session(queue, { readAll: true, found: 0 }, async (amqp) => {
+        const targets: Held[] = [];
+        const others: GetMessage[] = [];
+        const { readAll } = await this.read(amqp, queue, (held) => {
+          if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
+          else others.push(held.message);
+          return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
+        });
+        // Back at once: only the ones acted on stay held while they are.
+        putBack(amqp, others);
+        for (const held of targets) {
+          wanted.delete(held.id);
+          try {
+            await act(amqp, held);
+            outcomes.set(held.id, 'done');
+          } catch (error) {
+            outcomes.set(held.id, error instanceof Error ? error : new Error(errorMessage(error)));
+            try {
+              amqp.nack(held.message, false, true);
+            } catch {
+              // The channel is gone: closing it put the message back already.
+            }
+          }
+        }
+        return { readAll, found: targets.length };
+      });
+      if (round.readAll || round.found === 0) {
+        // Read to the end: what was not found is not there.
+        for (const id of wanted) outcomes.set(id, 'missing');
+        wanted.clear();
+      }
+    }
+    return actOnEach(ids, async (id) => {
+      const outcome = outcomes.get(id) ?? 'missing';
+      if (outcome instanceof Error) throw outcome;
+      return outcome;
+    });
+  }
+
+  /**
+   * Reads up to {@link MAX_DEAD_LETTER_BROWSE} messages from the head of `queue`, handing each to
+   * `visit` until it says stop. Gives what it took (held: the caller puts it back or acks it) and
+   * whether it read all there was to read. Reads until the queue answers empty rather than
+   * counting on `ready`: a quorum queue's count lags behind the messages just put back.
+   */
+  private async read(
+    amqp: Channel,
+    queue: string,
+    visit: (held: Held) => 'stop' | 'more',
+  ): Promise<{ taken: GetMessage[]; readAll: boolean }> {
+    const ids = new OccurrenceIds();
+    const taken: GetMessage[] = [];
+    while (taken.length < MAX_DEAD_LETTER_BROWSE) {
+      const message = await amqp.get(queue, { noAck: false });
+      if (message === false) return { taken, readAll: true };
+      taken.push(message);
+      if (visit({ message, id: ids.next(baseIdOf(message)) }) === 'stop') {
+        return { taken, readAll: false };
+      }
+    }
+    return { taken, readAll: false };
+  }
+
+  /**
+   * Runs `work` on a channel of its own, with the count of messages ready in `queue` the broker
+   * gives, then closes the channel (which puts back anything still held). A queue that does not
+   * exist is empty: `work` is not run, `empty` is the answer.
+   */
+  private async session<T>(
+    queue: string,
+    empty: T,
+    work: (amqp: Channel, ready: number) => Promise<T>,
+  ): Promise<T> {
+    const amqp = await this.access.connection().createChannel();
+    // Without a listener, a channel closed by the broker (a missing queue) throws.
+    amqp.on('error', () => undefined);
+    try {
+      let ready: number;
+      try {
+        ready = (await amqp.checkQueue(queue)).messageCount;
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== NOT_FOUND) throw error;
+        return empty;
+      }
+      return await work(amqp, ready);
+    } finally {
+      await amqp.close().catch(() => undefined);
+    }
+  }
+}
+
+/**
+ * Puts messages back one by one, in the order they were taken: a quorum queue re-enqueues returns
+ * in the order it receives them (a single `nackAll` gives it no order).
+ */
+function putBack(amqp: Channel, messages: readonly GetMessage[]): void {
+  for (const message of messages) amqp.nack(message, false, true);
+}
+
+function headersOf(message: GetMessage): Record<string, unknown> {
+  return message.properties.headers ?? {};
+}
+
+function baseIdOf(message: GetMessage): string {
+  const messageId: unknown = message.properties.messageId;
+  if (typeof messageId === 'string' && messageId.length > 0) return messageId;
+  return contentId(message.content, headersOf(message));
+}
+
+function describe(channel: string, queue: string, held: Held): DeadLetter {
+  const headers = headersOf(held.message);
+  return {
+    id: held.id,
+    channel,
+    deadLetterChannel: queue,
+    reason: deathReasonOf(headers, brokerReason(headers)),
+    headers: { ...headers },
+    bytes: held.message.content.length + headerBytes(headers as HeaderMap),
+    deadLetteredAt: brokerDeathTime(headers),
+    replays: replaysOf(headers),
+  };
+}
+
+/**
+ * The reason of a message the broker dead-lettered itself (rejected, expired, over a length or
+ * delivery limit), from its `x-first-death-*` headers: `expired: dead-lettered by RabbitMQ from q`.
+ */
+function brokerReason(headers: Readonly<Record<string, unknown>>): string {
+  const reason = headers['x-first-death-reason'];
+  if (typeof reason !== 'string') return '';
+  const queue = headers['x-first-death-queue'];
+  return `${reason}: dead-lettered by RabbitMQ${typeof queue === 'string' ? ` from ${queue}` : ''}`;
+}
+
+/** When the broker dead-lettered it (`x-death[0].time`, in seconds), where it did. */
+function brokerDeathTime(headers: Readonly<Record<string, unknown>>): number | undefined {
+  const deaths = headers['x-death'];
+  if (!Array.isArray(deaths) || deaths.length === 0) return undefined;
+  const time = (deaths[0] as { time?: unknown } | null)?.time;
+  const seconds = typeof time === 'number' ? time : (time as { value?: unknown } | null)?.value;
+  return typeof seconds === 'number' ? seconds * 1_000 : undefined;
+}
