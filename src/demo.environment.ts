@@ -34,6 +34,12 @@ export interface DemoEnvironment {
   readonly signingKeys?: ClaimTicketKey[];
   /** `STUDY_BYTES`: the size of the study `npm start` sends. @default 188743680 (180 MiB) */
   readonly studyBytes: number;
+  /**
+   * `CONSOLE_PORT`: `npm start` serves the operator console on this port of 127.0.0.1, and goes
+   * on serving it after the run, until Ctrl-C (0 picks a free port). Unset: no console, and the
+   * demo exits after the run.
+   */
+  readonly consolePort?: number;
 }
 
 export const DEFAULT_STUDY_BYTES = 180 * MiB;
@@ -118,9 +124,20 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
   }
 
   for (const [variable, text] of metricsEndpointProblems(env)) problem(variable, text);
+  let consolePort: number | undefined;
+  const port = env.CONSOLE_PORT;
+  if (port !== undefined && port !== '') {
+    consolePort = Number(port);
+    if (!/^\d+$/.test(port) || consolePort > 65535) {
+      problem(
+        'CONSOLE_PORT',
+        `must be a TCP port, 0 to 65535 (0 picks a free one), got ${JSON.stringify(port)}`,
+      );
+    }
+  }
 
   if (problems.length > 0) throw new DemoEnvironmentError(variables, problems);
-  return { broker, claimCheckAboveBytes, signingKeys, studyBytes };
+  return { broker, claimCheckAboveBytes, signingKeys, studyBytes, consolePort };
 }
 
 /**

@@ -1,9 +1,10 @@
 import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { AppModule } from './app.module';
-import { createDemoApp, runToCompletion } from './demo.command';
+import { createDemoApp, runUntilServingOrDone } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
 import { deliveryIdOf, RESULTS_CHANNEL, type StudyReport } from './imaging/imaging.channels';
 import { PacsRouterService } from './imaging/pacs-router.service';
+import { serveConsole } from './operator-console';
 
 const MB = 1024 * 1024;
 const REPORT_TIMEOUT_MS = 300_000;
@@ -15,10 +16,14 @@ const RECEIVED = { sequence: 'reassembled', ticket: 'claimed', inline: 'received
  * `npm start`: both roles in one process. Sends one synthetic study (as a Message Sequence, or
  * through the claim check above CLAIM_CHECK_ABOVE_BYTES) and waits for the AI service's report; on
  * RabbitMQ (AMQP_URL) or NATS JetStream (NATS_URL), and Redis (REDIS_URL), when they are set.
+ * With CONSOLE_PORT, the operator console is served from the start, and still after the run,
+ * until Ctrl-C.
  */
-async function main(): Promise<number> {
-  const app = await createDemoApp(AppModule);
-  const { studyBytes } = readDemoEnvironment(process.env);
+async function main(): Promise<number | 'serving'> {
+  const { studyBytes, consolePort } = readDemoEnvironment(process.env);
+  const app =
+    consolePort === undefined ? await createDemoApp(AppModule) : await serveConsole(consolePort);
+  let serving = false;
   try {
     const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
     const reports = new Map<string, StudyReport>();
@@ -58,10 +63,13 @@ async function main(): Promise<number> {
         `  sha256 ${receipt.sha256} ${matched ? 'matched' : 'DID NOT MATCH'}`,
       ].join('\n'),
     );
-    return matched ? 0 : 1;
+    if (consolePort === undefined) return matched ? 0 : 1;
+    console.log('the console goes on serving; Ctrl-C stops it');
+    serving = true;
+    return 'serving';
   } finally {
-    await app.close();
+    if (!serving) await app.close();
   }
 }
 
-runToCompletion(main);
+runUntilServingOrDone(main);

@@ -101,9 +101,12 @@ describe('the nest-sequence package', () => {
     expect(files.filter((file) => /^(test|libs|src)\//.test(file))).toEqual([]);
   });
 
-  it('holds every Lua script and SQL file next to the code that loads them', () => {
-    const assets = filesUnder(join(LIBRARY, 'src')).filter((file) => /\.(lua|sql)$/.test(file));
-    expect(assets.length).toBeGreaterThan(0);
+  it('holds every Lua script, SQL file and console page file next to the code that loads them', () => {
+    const assets = filesUnder(join(LIBRARY, 'src')).filter(
+      (file) =>
+        /\.(lua|sql)$/.test(file) || /^admin\/console\/page\/[^/]+\.(html|css|js|svg)$/.test(file),
+    );
+    expect(assets).toEqual(expect.arrayContaining(['admin/console/page/index.html']));
     expect(assets.filter((asset) => !files.includes(asset))).toEqual([]);
   });
 

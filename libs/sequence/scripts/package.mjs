@@ -2,7 +2,8 @@
 // (`npm run package`):
 //
 // 1. `nest build sequence` compiles libs/sequence/src into dist/libs/sequence (JavaScript,
-//    declarations, source maps) and copies the Lua and SQL files next to the code that reads them.
+//    declarations, source maps) and copies the Lua and SQL files, and the operator console's page
+//    (HTML, CSS, an icon and browser modules), next to the code that reads them.
 // 2. dist/package is staged with the compiled files (no tests, no TypeScript sources), the
 //    package README, the repository's LICENSE and CHANGELOG.md, and a package.json derived from
 //    libs/sequence/package.json.
@@ -23,7 +24,7 @@ const staging = path.join(root, 'dist/package');
 const destination = path.join(root, 'dist');
 
 /** What the build writes, shipped as it is except source maps (see shipSourceMap). */
-const SHIPPED = ['.d.ts', '.js', '.js.map', '.lua', '.sql'];
+const SHIPPED = ['.d.ts', '.js', '.js.map', '.lua', '.sql', '.html', '.css', '.svg'];
 const TEST_FILE = /\.(e2e-)?spec\./;
 
 function run(command, args) {

@@ -17,6 +17,7 @@ import {
   type SequenceAdminOptions,
 } from './admin.options';
 import { BoxesReader } from './boxes.reader';
+import { ConsolePageController } from './console/console-page.controller';
 import { ClaimsReader } from './claims.reader';
 import { DeadLettersController } from './dead-letters.controller';
 import { DeadLettersReader } from './dead-letters.reader';
@@ -61,11 +62,11 @@ const READERS: Provider[] = [
   OverviewReader,
 ];
 
-/** A subclass of `base` mounted under `<path>/api` (each forRoot its own path). */
-function mounted(base: Type, path: string): Type {
+/** A subclass of `base` mounted under `prefix` (each forRoot its own path). */
+function mounted(base: Type, prefix: string): Type {
   const controller = class extends (base as new (...args: never[]) => object) {};
   Object.defineProperty(controller, 'name', { value: base.name });
-  Controller(`${path}/api`)(controller);
+  Controller(prefix)(controller);
   return controller;
 }
 
@@ -124,7 +125,11 @@ export class SequenceAdminModule {
     return {
       module: SequenceAdminModule,
       imports: [...(options.imports ?? [])],
-      controllers: API_CONTROLLERS.map((controller) => mounted(controller, path)),
+      controllers: [
+        ...API_CONTROLLERS.map((controller) => mounted(controller, `${path}/api`)),
+        // The web page at `<path>/`, after the API so that its `:file` route never shadows it.
+        mounted(ConsolePageController, path),
+      ],
       providers: [...optionsProviders, ...guardProviders(options.guard), ...READERS],
     };
   }

@@ -48,6 +48,8 @@ import {
 } from './nats.options';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { isReplyChannel, REPLY_SUBJECT_PREFIX } from './nats.naming';
+import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
+import { NatsDeadLetterBox } from './nats.dead-letter-box';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
 import { NatsTopology } from './nats.topology';
 
@@ -104,6 +106,7 @@ export class NatsTransport implements Transport {
   private readonly maxPayload: number;
   private manager?: Promise<JetStreamManager>;
   private ownsConnection = false;
+  private deadLetterBox?: NatsDeadLetterBox;
   /** False between a `disconnect` status and the next `reconnect`. */
   private connected = true;
   private closed = false;
@@ -173,6 +176,26 @@ export class NatsTransport implements Transport {
     this.topology.assertChannel(channel);
     const timeoutMs = publishTimeoutMs(channel, options.timeoutMs, this.settings.publishTimeoutMs);
     await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
+  }
+
+  /**
+   * The dead letters in this transport's dead-letter streams, to browse, replay and discard. They
+   * are read by sequence number (`STREAM.MSG.GET`), which neither takes them from the stream nor
+   * touches its consumer; an id is the message's sequence in the dead-letter stream.
+   */
+  deadLetters(): DeadLetterBox {
+    this.deadLetterBox ??= new NatsDeadLetterBox({
+      jsm: () => this.jsm(),
+      stream: (channel) => this.topology.stream(channel),
+      deadLetterChannel: (channel) => this.deadLetterChannel(channel),
+      publish: (channel, body, headers, msgId) => {
+        this.assertOpen('publish to', channel);
+        assertSendable(channel, body, headers, this.maxMessageBytes);
+        this.topology.assertChannel(channel);
+        return this.send(channel, body, headers, this.settings.publishTimeoutMs, true, msgId);
+      },
+    });
+    return this.deadLetterBox;
   }
 
   async subscribe(
@@ -297,7 +320,9 @@ export class NatsTransport implements Transport {
       ackWaitMs,
       // Not size-checked: the server already holds this message, and refusing to forward it (as
       // a dead letter or a requeued copy) would requeue it forever.
-      publish: (target, body, headers) => this.send(target, body, headers, publishTimeoutMs),
+      publish: async (target, body, headers) => {
+        await this.send(target, body, headers, publishTimeoutMs);
+      },
       removeFromStream: async (sequence) => {
         const jsm = await this.jsm();
         // Without a flush the delete could overtake the term and find the message still pending.
@@ -364,12 +389,12 @@ export class NatsTransport implements Transport {
     headers: Readonly<Record<string, unknown>>,
     timeoutMs: number,
     resend = true,
-  ): Promise<void> {
+    msgId: string = randomUUID(),
+  ): Promise<{ readonly duplicate: boolean }> {
     const encoded = encodeHeaders(headers);
     if (encoded.problem !== undefined) {
       throw new InvalidHeaderError(channel, encoded.name, encoded.problem);
     }
-    const msgId = randomUUID();
     const wireBytes = body.length + encodedHeaderBytes([...encoded.pairs, [MSG_ID_HEADER, msgId]]);
     if (wireBytes > this.maxPayload) {
       throw new MessageTooLargeError(channel, wireBytes, this.maxMessageBytes);
@@ -397,14 +422,13 @@ export class NatsTransport implements Transport {
       if (remaining <= 0) throw timedOut();
       try {
         handedOver = true;
-        await this.js.publish(channel, body, {
+        return await this.js.publish(channel, body, {
           msgID: msgId,
           headers: wire as unknown as JetStreamPublishOptions['headers'],
           timeout: resend
             ? Math.min(remaining, Math.max(MIN_ATTEMPT_MS, timeoutMs / 4))
             : remaining,
         });
-        return;
       } catch (error) {
         if (isNoResponders(error)) {
           // No stream listens on the subject (deleted while we were connected): declare again.

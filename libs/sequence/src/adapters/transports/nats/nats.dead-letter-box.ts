@@ -1,0 +1,177 @@
+import {
+  JetStreamApiError,
+  type JetStreamManager,
+  type MsgRequest,
+  type StoredMsg,
+} from '@nats-io/jetstream';
+import type { HeaderMap } from '../../../core/headers';
+import {
+  actOnEach,
+  browseLimit,
+  ChannelLocks,
+  deathReasonOf,
+  Pacer,
+  reasonMatches,
+  replayHeaders,
+  replaysOf,
+} from '../../../ports/dead-letter-actions';
+import {
+  MAX_DEAD_LETTER_BROWSE,
+  type DeadLetter,
+  type DeadLetterActionResult,
+  type DeadLetterBox,
+  type DeadLetterPage,
+} from '../../../ports/dead-letter-box.port';
+import { headerBytes } from '../../../ports/transport.port';
+import { decodeHeaders } from './nats.headers';
+
+/** What the box needs of the NATS transport. */
+export interface NatsDeadLetterAccess {
+  jsm(): Promise<JetStreamManager>;
+  /** The stream holding `channel`'s messages. */
+  stream(channel: string): string;
+  deadLetterChannel(channel: string): string;
+  /** The transport's publish with a `Nats-Msg-Id` of the caller's, resolving on the PubAck. */
+  publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    msgId: string,
+  ): Promise<{ readonly duplicate: boolean }>;
+}
+
+/** JetStream API error: the stream does not exist. */
+const STREAM_NOT_FOUND = 10059;
+
+/**
+ * The NATS transport's dead letters: the messages of a channel's dead-letter stream (work-queue
+ * retention: a message stays until a consumer of the dead-letter channel acks it, or it is
+ * deleted). Reading by sequence number takes nothing from the stream and leaves its consumer as
+ * it was, so browsing changes nothing. Ids are sequence numbers in the dead-letter stream.
+ *
+ * A replay publishes with a `Nats-Msg-Id` made of the dead-letter stream, the sequence and the
+ * time it was stored, then deletes the dead letter: two replays of one dead letter at once (two
+ * processes, say) are stored once by the original channel's stream, within its duplicate window.
+ */
+export class NatsDeadLetterBox implements DeadLetterBox {
+  private readonly locks = new ChannelLocks();
+
+  constructor(private readonly access: NatsDeadLetterAccess) {}
+
+  async browse(
+    channel: string,
+    options: { readonly limit: number; readonly reason?: string },
+  ): Promise<DeadLetterPage> {
+    const limit = browseLimit(options.limit);
+    const subject = this.access.deadLetterChannel(channel);
+    const stream = this.access.stream(subject);
+    const jsm = await this.access.jsm();
+    const info = await jsm.streams.info(stream).catch((error: unknown) => {
+      if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
+      throw error;
+    });
+    const total = info?.state.messages ?? 0;
+    const items: DeadLetter[] = [];
+    if (!info || total === 0) return { items, total };
+    let next = info.state.first_seq;
+    for (let read = 0; read < MAX_DEAD_LETTER_BROWSE && items.length < limit; read++) {
+      const query = { seq: next, next_by_subj: subject } as unknown as MsgRequest;
+      const stored = await jsm.streams.getMessage(stream, query);
+      if (!stored) break;
+      next = stored.seq + 1;
+      const letter = describe(channel, subject, stored);
+      if (reasonMatches(letter.reason, options.reason)) items.push(letter);
+    }
+    return { items, total };
+  }
+
+  async body(channel: string, id: string): Promise<Buffer | undefined> {
+    const subject = this.access.deadLetterChannel(channel);
+    const stored = await this.get(subject, id);
+    return stored && Buffer.from(stored.data);
+  }
+
+  async replay(
+    channel: string,
+    ids: readonly string[],
+    options: { readonly ratePerSecond: number },
+  ): Promise<DeadLetterActionResult> {
+    const pacer = new Pacer(options.ratePerSecond);
+    const subject = this.access.deadLetterChannel(channel);
+    const stream = this.access.stream(subject);
+    return this.locks.run(subject, () =>
+      actOnEach(ids, async (id) => {
+        if (!(await this.get(subject, id))) return 'missing';
+        await pacer.next();
+        const stored = await this.get(subject, id);
+        if (!stored) return 'missing';
+        const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
+        const msgId = `nseq-replay:${stream}:${stored.seq}:${stored.time.getTime()}`;
+        const { duplicate } = await this.access.publish(
+          channel,
+          Buffer.from(stored.data),
+          headers,
+          msgId,
+        );
+        const removed = await this.remove(stream, stored.seq);
+        // Gone meanwhile and our publish a duplicate: another replay did it, not this one.
+        return removed || !duplicate ? 'done' : 'missing';
+      }),
+    );
+  }
+
+  async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
+    const subject = this.access.deadLetterChannel(channel);
+    const stream = this.access.stream(subject);
+    return this.locks.run(subject, () =>
+      actOnEach(ids, async (id) => {
+        const stored = await this.get(subject, id);
+        if (!stored) return 'missing';
+        return (await this.remove(stream, stored.seq)) ? 'done' : 'missing';
+      }),
+    );
+  }
+
+  /** The dead letter `id` of the dead-letter channel `subject`, or undefined. */
+  private async get(subject: string, id: string): Promise<StoredMsg | undefined> {
+    const seq = Number(id);
+    if (!/^[1-9][0-9]*$/.test(id) || !Number.isSafeInteger(seq)) return undefined;
+    const jsm = await this.access.jsm();
+    try {
+      const stored = await jsm.streams.getMessage(this.access.stream(subject), { seq });
+      return stored && stored.subject === subject ? stored : undefined;
+    } catch (error) {
+      if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
+      throw error;
+    }
+  }
+
+  /** Deletes one message; false when it was not there (any more). */
+  private async remove(stream: string, seq: number): Promise<boolean> {
+    const jsm = await this.access.jsm();
+    try {
+      return await jsm.streams.deleteMessage(stream, seq, false);
+    } catch (error) {
+      if (error instanceof JetStreamApiError) return false;
+      throw error;
+    }
+  }
+}
+
+function decode(stored: StoredMsg): Record<string, unknown> {
+  return decodeHeaders(stored.header ?? []);
+}
+
+function describe(channel: string, subject: string, stored: StoredMsg): DeadLetter {
+  const headers = decode(stored);
+  return {
+    id: String(stored.seq),
+    channel,
+    deadLetterChannel: subject,
+    reason: deathReasonOf(headers),
+    headers,
+    bytes: stored.data.length + headerBytes(headers as HeaderMap),
+    deadLetteredAt: stored.time.getTime(),
+    replays: replaysOf(headers),
+  };
+}

@@ -1,0 +1,196 @@
+// @ts-check
+// Dead letters by channel and reason; the messages of a group on demand; replay and discard.
+import { actionButton } from './actions.js';
+import { apiPath, get } from './api.js';
+import { h, table, Section } from './dom.js';
+import { count, instant, size } from './format.js';
+import { failure } from './overview.js';
+
+/** How many dead letters of one group the page lists. */
+const LIMIT = 50;
+const section = new Section('dead-letters');
+/** The groups whose messages are shown: "<channel>\n<reason>". */
+const expanded = new Set();
+
+/** @param {boolean} mutations */
+export async function refreshDeadLetters(mutations) {
+  try {
+    const { channels = [] } = await get('dead-letters');
+    const open = channels.filter((/** @type {any} */ channel) => channel.total > 0);
+    /** @type {Record<string, any[]>} */
+    const messages = {};
+    await Promise.all(
+      [...expanded].map(async (group) => {
+        const [channel, reason] = group.split('\n');
+        const still = open.some(
+          (/** @type {any} */ c) =>
+            c.channel === channel && c.byReason.some((/** @type {any} */ r) => r.reason === reason),
+        );
+        if (!still) return void expanded.delete(group);
+        const { items = [] } = await get(apiPath('dead-letters', channel), {
+          reason,
+          limit: LIMIT,
+        });
+        messages[group] = items;
+      }),
+    );
+    section.show({ open, messages, mutations }, () => render(open, messages));
+  } catch (error) {
+    section.unavailable(`Unavailable: ${failure(error)}`);
+  }
+}
+
+/** @type {() => Promise<void>} */
+let redraw = async () => {};
+/** @param {() => Promise<void>} refresh */
+export function onToggle(refresh) {
+  redraw = refresh;
+}
+
+/**
+ * @param {any[]} channels
+ * @param {Record<string, any[]>} messages
+ */
+function render(channels, messages) {
+  if (channels.length === 0) return [h('p', { class: 'none' }, 'No dead letter in any channel.')];
+  return channels.map((channel) => {
+    const name = String(channel.channel);
+    const all = count(channel.total, 'dead letter');
+    return h(
+      'section',
+      { class: 'channel', 'aria-label': `Dead letters of ${name}` },
+      h('h3', {}, name, ' ', h('span', { class: 'sub' }, `${all} in ${channel.deadLetterChannel}`)),
+      h(
+        'div',
+        { class: 'buttons bulk' },
+        actionButton({
+          label: `Replay all ${channel.total}`,
+          key: `dl-replay-all-${name}`,
+          question: `Replay all ${all} of ${name} to ${name}?`,
+          confirm: 'Replay all',
+          path: apiPath('dead-letters', name, 'replay'),
+          body: { all: true },
+          describe: `Replay all dead letters of ${name}`,
+        }),
+        actionButton({
+          label: `Discard all ${channel.total}`,
+          key: `dl-discard-all-${name}`,
+          question: `Discard all ${all} of ${name}? They are deleted for good.`,
+          confirm: 'Discard all',
+          path: apiPath('dead-letters', name, 'discard'),
+          body: { all: true },
+          describe: `Discard all dead letters of ${name}`,
+          danger: true,
+        }),
+      ),
+      table(
+        `Dead letters of ${name} by reason`,
+        ['Reason', 'Count', 'Actions'],
+        channel.byReason.map((/** @type {any} */ group) => reasonRow(name, group)),
+      ),
+      ...channel.byReason
+        .filter((/** @type {any} */ group) => expanded.has(`${name}\n${group.reason}`))
+        .map((/** @type {any} */ group) =>
+          messageTable(name, group.reason, messages[`${name}\n${group.reason}`] ?? []),
+        ),
+    );
+  });
+}
+
+/**
+ * @param {string} channel
+ * @param {any} group { reason, count }
+ */
+function reasonRow(channel, group) {
+  const reason = String(group.reason);
+  const key = `${channel}\n${reason}`;
+  const these = count(group.count, 'dead letter');
+  return [
+    h('span', { class: 'reason' }, reason),
+    String(group.count),
+    h(
+      'div',
+      { class: 'buttons' },
+      h(
+        'button',
+        {
+          type: 'button',
+          'data-key': `dl-show-${key}`,
+          'aria-expanded': String(expanded.has(key)),
+          onclick: () => {
+            if (expanded.has(key)) expanded.delete(key);
+            else expanded.add(key);
+            void redraw();
+          },
+        },
+        expanded.has(key) ? 'Hide messages' : 'Show messages',
+      ),
+      actionButton({
+        label: 'Replay group',
+        key: `dl-replay-group-${key}`,
+        question: `Replay ${these} of ${channel} with reason "${reason}" to ${channel}?`,
+        confirm: 'Replay',
+        path: apiPath('dead-letters', channel, 'replay'),
+        body: { reason },
+        describe: `Replay ${channel} dead letters "${reason}"`,
+      }),
+      actionButton({
+        label: 'Discard group',
+        key: `dl-discard-group-${key}`,
+        question: `Discard ${these} of ${channel} with reason "${reason}"? They are deleted for good.`,
+        confirm: 'Discard',
+        path: apiPath('dead-letters', channel, 'discard'),
+        body: { reason },
+        describe: `Discard ${channel} dead letters "${reason}"`,
+        danger: true,
+      }),
+    ),
+  ];
+}
+
+/**
+ * @param {string} channel
+ * @param {string} reason
+ * @param {any[]} items
+ */
+function messageTable(channel, reason, items) {
+  return table(
+    `${channel}, "${reason}": ${items.length >= LIMIT ? `the oldest ${LIMIT}` : count(items.length, 'message')}`,
+    ['Id', 'Dead-lettered', 'Bytes', 'Replays', 'Headers', 'Actions'],
+    items.map((item) => [
+      h('code', {}, String(item.id)),
+      instant(item.deadLetteredAt),
+      size(item.bytes),
+      String(item.replays ?? 0),
+      h(
+        'details',
+        {},
+        h('summary', {}, 'Headers'),
+        h('pre', { class: 'details' }, JSON.stringify(item.headers ?? {}, null, 2)),
+      ),
+      h(
+        'div',
+        { class: 'buttons' },
+        actionButton({
+          label: 'Replay',
+          key: `dl-replay-${channel}-${item.id}`,
+          question: `Replay dead letter ${item.id} to ${channel}?`,
+          confirm: 'Replay',
+          path: apiPath('dead-letters', channel, 'replay'),
+          body: { ids: [String(item.id)] },
+          describe: `Replay dead letter ${item.id} of ${channel}`,
+        }),
+        actionButton({
+          label: 'Discard',
+          key: `dl-discard-${channel}-${item.id}`,
+          question: `Discard dead letter ${item.id} of ${channel}? It is deleted for good.`,
+          confirm: 'Discard',
+          path: apiPath('dead-letters', channel, 'discard'),
+          body: { ids: [String(item.id)] },
+          describe: `Discard dead letter ${item.id} of ${channel}`,
+          danger: true,
+        }),
+      ),
+    ]),
+  );
+}
