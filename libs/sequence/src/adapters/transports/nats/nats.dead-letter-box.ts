@@ -8,7 +8,6 @@ import type { HeaderMap } from '../../../core/headers';
 import {
   actOnEach,
   browseLimit,
-  ChannelLocks,
   deathReasonOf,
   Pacer,
   reasonMatches,
@@ -51,11 +50,12 @@ const STREAM_NOT_FOUND = 10059;
  *
  * A replay publishes with a `Nats-Msg-Id` made of the dead-letter stream, the sequence and the
  * time it was stored, then deletes the dead letter: two replays of one dead letter at once (two
- * processes, say) are stored once by the original channel's stream, within its duplicate window.
+ * processes, say) are stored once by the original channel's stream, within its duplicate window,
+ * and a call whose publish was such a duplicate and whose delete found nothing reports the id
+ * missing (the other did it). Nothing is held, so
+ * calls need no lock: a long replay does not hold up a browse or a discard.
  */
 export class NatsDeadLetterBox implements DeadLetterBox {
-  private readonly locks = new ChannelLocks();
-
   constructor(private readonly access: NatsDeadLetterAccess) {}
 
   async browse(
@@ -99,37 +99,33 @@ export class NatsDeadLetterBox implements DeadLetterBox {
     const pacer = new Pacer(options.ratePerSecond);
     const subject = this.access.deadLetterChannel(channel);
     const stream = this.access.stream(subject);
-    return this.locks.run(subject, () =>
-      actOnEach(ids, async (id) => {
-        if (!(await this.get(subject, id))) return 'missing';
-        await pacer.next();
-        const stored = await this.get(subject, id);
-        if (!stored) return 'missing';
-        const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
-        const msgId = `nseq-replay:${stream}:${stored.seq}:${stored.time.getTime()}`;
-        const { duplicate } = await this.access.publish(
-          channel,
-          Buffer.from(stored.data),
-          headers,
-          msgId,
-        );
-        const removed = await this.remove(stream, stored.seq);
-        // Gone meanwhile and our publish a duplicate: another replay did it, not this one.
-        return removed || !duplicate ? 'done' : 'missing';
-      }),
-    );
+    return actOnEach(ids, async (id) => {
+      if (!(await this.get(subject, id))) return 'missing';
+      await pacer.next();
+      const stored = await this.get(subject, id);
+      if (!stored) return 'missing';
+      const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
+      const msgId = `nseq-replay:${stream}:${stored.seq}:${stored.time.getTime()}`;
+      const { duplicate } = await this.access.publish(
+        channel,
+        Buffer.from(stored.data),
+        headers,
+        msgId,
+      );
+      const removed = await this.remove(stream, stored.seq);
+      // Gone meanwhile and our publish a duplicate: another replay did it, not this one.
+      return removed || !duplicate ? 'done' : 'missing';
+    });
   }
 
   async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
     const subject = this.access.deadLetterChannel(channel);
     const stream = this.access.stream(subject);
-    return this.locks.run(subject, () =>
-      actOnEach(ids, async (id) => {
-        const stored = await this.get(subject, id);
-        if (!stored) return 'missing';
-        return (await this.remove(stream, stored.seq)) ? 'done' : 'missing';
-      }),
-    );
+    return actOnEach(ids, async (id) => {
+      const stored = await this.get(subject, id);
+      if (!stored) return 'missing';
+      return (await this.remove(stream, stored.seq)) ? 'done' : 'missing';
+    });
   }
 
   /** The dead letter `id` of the dead-letter channel `subject`, or undefined. */

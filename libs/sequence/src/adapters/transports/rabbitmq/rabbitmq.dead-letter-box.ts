@@ -64,9 +64,9 @@ const NOT_FOUND = 404;
  *
  * Ids: the message's `messageId` property (the transport gives every message it publishes, dead
  * letters included, an id of its own), or a hash of its content when it has none; a second message
- * with the same id within one read gets `~2`. Actions on one dead-letter queue run one at a time
- * within the process; a read in another process at the same moment does not see the messages this
- * one holds (they are missing for it, and come back).
+ * with the same id within one read gets `~2`. Reads of one dead-letter queue (a browse, a round of
+ * a replay) run one at a time within the process; a read in another process at the same moment
+ * does not see the messages this one holds (they are missing for it, and come back).
  */
 export class RabbitMqDeadLetterBox implements DeadLetterBox {
   private readonly locks = new ChannelLocks();
@@ -125,26 +125,22 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     const pacer = new Pacer(options.ratePerSecond);
     const perRound = Math.max(1, Math.min(Math.ceil(options.ratePerSecond), 100));
     const queue = this.access.deadLetterChannel(channel);
-    return this.locks.run(queue, () =>
-      this.inRounds(queue, ids, perRound, async (amqp, held) => {
-        await pacer.next();
-        await this.access.publish(
-          channel,
-          held.message.content,
-          replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord) as HeaderMap,
-        );
-        amqp.ack(held.message);
-      }),
-    );
+    return this.inRounds(queue, ids, perRound, async (amqp, held) => {
+      await pacer.next();
+      await this.access.publish(
+        channel,
+        held.message.content,
+        replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord) as HeaderMap,
+      );
+      amqp.ack(held.message);
+    });
   }
 
   async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
     const queue = this.access.deadLetterChannel(channel);
-    return this.locks.run(queue, () =>
-      this.inRounds(queue, ids, MAX_DEAD_LETTER_BROWSE, async (amqp, held) => {
-        amqp.ack(held.message);
-      }),
-    );
+    return this.inRounds(queue, ids, MAX_DEAD_LETTER_BROWSE, async (amqp, held) => {
+      amqp.ack(held.message);
+    });
   }
 
   /**
@@ -160,32 +156,39 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     const outcomes = new Map<string, ActionOutcome | Error>();
     const wanted = new Set(ids);
     while (wanted.size > 0) {
-      const round = await this.session(queue, { readAll: true, found: 0 }, async (amqp) => {
-        const targets: Held[] = [];
-        const others: GetMessage[] = [];
-        const { readAll } = await this.read(amqp, queue, (held) => {
-          if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
-          else others.push(held.message);
-          return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
-        });
-        // Back at once: only the ones acted on stay held while they are.
-        putBack(amqp, others);
-        for (const held of targets) {
-          wanted.delete(held.id);
-          try {
-            await act(amqp, held);
-            outcomes.set(held.id, 'done');
-          } catch (error) {
-            outcomes.set(held.id, error instanceof Error ? error : new Error(errorMessage(error)));
+      // One round at a time per queue in this process, so that a browse in between cannot hold
+      // what a round looks for; a long replay still lets browses through between its rounds.
+      const round = await this.locks.run(queue, () =>
+        this.session(queue, { readAll: true, found: 0 }, async (amqp) => {
+          const targets: Held[] = [];
+          const others: GetMessage[] = [];
+          const { readAll } = await this.read(amqp, queue, (held) => {
+            if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
+            else others.push(held.message);
+            return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
+          });
+          // Back at once: only the ones acted on stay held while they are.
+          putBack(amqp, others);
+          for (const held of targets) {
+            wanted.delete(held.id);
             try {
-              amqp.nack(held.message, false, true);
-            } catch {
-              // The channel is gone: closing it put the message back already.
+              await act(amqp, held);
+              outcomes.set(held.id, 'done');
+            } catch (error) {
+              outcomes.set(
+                held.id,
+                error instanceof Error ? error : new Error(errorMessage(error)),
+              );
+              try {
+                amqp.nack(held.message, false, true);
+              } catch {
+                // The channel is gone: closing it put the message back already.
+              }
             }
           }
-        }
-        return { readAll, found: targets.length };
-      });
+          return { readAll, found: targets.length };
+        }),
+      );
       if (round.readAll || round.found === 0) {
         // Read to the end: what was not found is not there.
         for (const id of wanted) outcomes.set(id, 'missing');
