@@ -153,6 +153,33 @@ export async function actOnEach(
   return { done, missing, failed };
 }
 
+/**
+ * At most `max` pieces of work at once within this process, the others waiting in turn: bounds how
+ * many reads that take messages (and hold them) a burst of requests can start together.
+ */
+export class Permits {
+  private active = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(private readonly max: number) {}
+
+  async run<T>(work: () => Promise<T>): Promise<T> {
+    if (this.active >= this.max) {
+      await new Promise<void>((resolve) => this.waiting.push(resolve));
+    } else {
+      this.active += 1;
+    }
+    try {
+      return await work();
+    } finally {
+      // Hand the permit straight to the next in line, or give it back.
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.active -= 1;
+    }
+  }
+}
+
 /** An empty result: nothing asked, nothing done. */
 export const NOTHING_DONE: DeadLetterActionResult = { done: [], missing: [], failed: [] };
 

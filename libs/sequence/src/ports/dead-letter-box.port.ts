@@ -28,6 +28,11 @@ export interface DeadLetterPage {
 export interface DeadLetterActionResult {
   /** Replayed (republished, confirmed, then removed) or discarded. */
   readonly done: readonly string[];
+  /**
+   * Replayed (republished and confirmed) but not removed: removing it failed, so the dead letter
+   * may still be in its channel. Do not replay these again: the message was delivered once already.
+   */
+  readonly uncertain?: readonly { readonly id: string; readonly error: string }[];
   /** Not in the channel (any more): already replayed, discarded or expired. Nothing changed. */
   readonly missing: readonly string[];
   /** Tried and failed, with why; the dead letter stays where it was. */
@@ -60,6 +65,17 @@ export interface DeadLetterActionResult {
  *   found missing takes no slot).
  */
 export interface DeadLetterBox {
+  /**
+   * False where a browse reads by taking messages and putting them back (RabbitMQ): each read
+   * disturbs the queue (redelivery flags, delivery counts, order on some queue types), so callers
+   * browse on an operator's request only, never on a timer. True where reading takes nothing.
+   */
+  readonly browseIsNonDestructive: boolean;
+  /**
+   * How many dead letters `channel` holds, without reading any: the broker's own count
+   * (undefined where the transport cannot count cheaply). 0 for a channel with none.
+   */
+  count(channel: string): Promise<number | undefined>;
   browse(
     channel: string,
     options: { readonly limit: number; readonly reason?: string },

@@ -47,7 +47,13 @@ export class InMemoryDeadLetterBox implements DeadLetterBox {
   private readonly ids = new WeakMap<QueuedMessage, string>();
   private nextId = 1;
 
+  readonly browseIsNonDestructive = true;
+
   constructor(private readonly queues: InMemoryQueues) {}
+
+  async count(channel: string): Promise<number> {
+    return this.queues.waiting(this.queues.deadLetterChannel(channel)).length;
+  }
 
   async browse(
     channel: string,

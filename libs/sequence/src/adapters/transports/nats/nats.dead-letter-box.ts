@@ -56,7 +56,19 @@ const STREAM_NOT_FOUND = 10059;
  * calls need no lock: a long replay does not hold up a browse or a discard.
  */
 export class NatsDeadLetterBox implements DeadLetterBox {
+  readonly browseIsNonDestructive = true;
+
   constructor(private readonly access: NatsDeadLetterAccess) {}
+
+  async count(channel: string): Promise<number> {
+    const stream = this.access.stream(this.access.deadLetterChannel(channel));
+    const jsm = await this.access.jsm();
+    const info = await jsm.streams.info(stream).catch((error: unknown) => {
+      if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
+      throw error;
+    });
+    return info?.state.messages ?? 0;
+  }
 
   async browse(
     channel: string,

@@ -7,6 +7,7 @@ import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import type { InboundMessage, Transport } from '../../../ports/transport.port';
 import type { RabbitMqQueueType } from './rabbitmq.options';
+import { UNLIMITED_DELIVERIES } from './rabbitmq.topology';
 import { RabbitMqTransport } from './rabbitmq.transport';
 
 const silent: LoggerService = {
@@ -149,6 +150,35 @@ describeWithServer('rabbitmq', 'RabbitMqTransport dead letters', () => {
       for (const name of Object.keys(first.headers))
         expect(name).not.toMatch(/^x-(death|first-death|last-death)/);
       expect((await box.browse(channel, { limit: 10 })).items).toEqual([]);
+    });
+  });
+  describe('quorum dead-letter queues', () => {
+    it('are declared with no effective delivery limit, so browsing never drops a dead letter', async () => {
+      const transport = tracked(
+        await RabbitMqTransport.connect(
+          SERVERS.rabbitmq.url,
+          { queueType: 'quorum' },
+          { logger: silent, enableDirectReplyTo: false, registerHandlers: false },
+        ),
+      );
+      try {
+        const channel = `rmq-dlq-limit.${randomUUID()}`;
+        const deadLetters = transport.deadLetterChannel(channel);
+        await transport.publish(channel, Buffer.from('x'), {});
+        const amqp = await admin.createChannel();
+        amqp.on('error', () => undefined);
+        // The broker refuses a redeclaration whose delivery limit differs (406).
+        await expect(
+          amqp.assertQueue(deadLetters, {
+            durable: true,
+            arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': UNLIMITED_DELIVERIES },
+          }),
+        ).resolves.toMatchObject({ queue: deadLetters });
+        await amqp.close();
+      } finally {
+        await transport.close();
+        await deleteQueues();
+      }
     });
   });
 });

@@ -1,18 +1,17 @@
-import type { Channel, GetMessage } from 'amqplib';
+import type { Channel, GetMessage, Message } from 'amqplib';
 import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
-  actOnEach,
   browseLimit,
   ChannelLocks,
   contentId,
   deathReasonOf,
   OccurrenceIds,
   Pacer,
+  Permits,
   reasonMatches,
   replayHeaders,
   replaysOf,
-  type ActionOutcome,
 } from '../../../ports/dead-letter-actions';
 import {
   MAX_DEAD_LETTER_BROWSE,
@@ -38,6 +37,23 @@ interface Held {
   readonly message: GetMessage;
   readonly id: string;
 }
+
+/** What is kept of a message taken only to be put back: enough to nack it, not its body. */
+type TakenMessage = Pick<Message, 'fields'>;
+
+/** Replayed (published and confirmed) but the ack that removes the dead letter failed. */
+class RemovalFailed extends Error {
+  override readonly name = 'RemovalFailed';
+}
+
+/** What an action came to for one id. */
+type Outcome = 'done' | 'missing' | { readonly failed: string } | { readonly uncertain: string };
+
+/** Reads that take messages at once, across all dead-letter queues, in this process. */
+const CONCURRENT_READS = 2;
+
+/** Header of a message's stable id, kept on a replayed copy so that an inbox deduplicates it. */
+const MESSAGE_ID_HEADER = 'x-message-id';
 
 /** The broker's own records of a dead-lettering (and of deliveries): left out of a replay. */
 function isBrokerRecord(name: string): boolean {
@@ -69,9 +85,18 @@ const NOT_FOUND = 404;
  * does not see the messages this one holds (they are missing for it, and come back).
  */
 export class RabbitMqDeadLetterBox implements DeadLetterBox {
+  /** Browsing takes messages and puts them back: each read is a redelivery. */
+  readonly browseIsNonDestructive = false;
   private readonly locks = new ChannelLocks();
+  private readonly permits = new Permits(CONCURRENT_READS);
 
   constructor(private readonly access: RabbitMqDeadLetterAccess) {}
+
+  /** The broker's count of messages ready in the dead-letter queue (`queue.declare` passive). */
+  async count(channel: string): Promise<number> {
+    const queue = this.access.deadLetterChannel(channel);
+    return this.session(queue, 0, async (_amqp, ready) => ready, false);
+  }
 
   async browse(
     channel: string,
@@ -127,12 +152,18 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     const queue = this.access.deadLetterChannel(channel);
     return this.inRounds(queue, ids, perRound, async (amqp, held) => {
       await pacer.next();
-      await this.access.publish(
-        channel,
-        held.message.content,
-        replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord) as HeaderMap,
-      );
-      amqp.ack(held.message);
+      const headers = replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord);
+      headers[MESSAGE_ID_HEADER] ??= baseIdOf(held.message);
+      await this.access.publish(channel, held.message.content, headers as HeaderMap);
+      try {
+        amqp.ack(held.message);
+      } catch (error) {
+        // Published already: the channel closing put the dead letter back, a copy is out.
+        throw new RemovalFailed(
+          `replayed, but removing the dead letter failed (${errorMessage(error)}): it may still ` +
+            'be in the dead-letter queue; do not replay it again',
+        );
+      }
     });
   }
 
@@ -145,7 +176,9 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
 
   /**
    * Acts on the dead letters `ids` name, at most `perRound` held at once. A dead letter `act`
-   * fails on is put back and reported failed; ids not among the messages read are missing.
+   * fails on is put back and reported failed (uncertain when `act` failed after publishing); ids
+   * not among the messages read are missing. A round that fails as a whole (no channel, the queue
+   * check refused) marks the ids still wanted failed and keeps what earlier rounds did.
    */
   private async inRounds(
     queue: string,
@@ -153,53 +186,62 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     perRound: number,
     act: (amqp: Channel, held: Held) => Promise<void>,
   ): Promise<DeadLetterActionResult> {
-    const outcomes = new Map<string, ActionOutcome | Error>();
+    const outcomes = new Map<string, Outcome>();
     const wanted = new Set(ids);
     while (wanted.size > 0) {
-      // One round at a time per queue in this process, so that a browse in between cannot hold
-      // what a round looks for; a long replay still lets browses through between its rounds.
-      const round = await this.locks.run(queue, () =>
-        this.session(queue, { readAll: true, found: 0 }, async (amqp) => {
-          const targets: Held[] = [];
-          const others: GetMessage[] = [];
-          const { readAll } = await this.read(amqp, queue, (held) => {
-            if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
-            else others.push(held.message);
-            return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
-          });
-          // Back at once: only the ones acted on stay held while they are.
-          putBack(amqp, others);
-          for (const held of targets) {
-            wanted.delete(held.id);
-            try {
-              await act(amqp, held);
-              outcomes.set(held.id, 'done');
-            } catch (error) {
-              outcomes.set(
-                held.id,
-                error instanceof Error ? error : new Error(errorMessage(error)),
-              );
-              try {
-                amqp.nack(held.message, false, true);
-              } catch {
-                // The channel is gone: closing it put the message back already.
-              }
+      let round: { readAll: boolean; found: number };
+      try {
+        // One round at a time per queue in this process, so that a browse in between cannot hold
+        // what a round looks for; a long replay still lets browses through between its rounds.
+        round = await this.locks.run(queue, () =>
+          this.session(queue, { readAll: true, found: 0 }, async (amqp) => {
+            const targets: Held[] = [];
+            const others: TakenMessage[] = [];
+            const { readAll } = await this.read(amqp, queue, (held) => {
+              if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
+              else others.push(held.message);
+              return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
+            });
+            // Back at once: only the ones acted on stay held while they are.
+            putBack(amqp, others);
+            for (const held of targets) {
+              wanted.delete(held.id);
+              outcomes.set(held.id, await this.actOn(amqp, held, act));
             }
-          }
-          return { readAll, found: targets.length };
-        }),
-      );
+            return { readAll, found: targets.length };
+          }),
+        );
+      } catch (error) {
+        for (const id of wanted) outcomes.set(id, { failed: errorMessage(error) });
+        break;
+      }
       if (round.readAll || round.found === 0) {
         // Read to the end: what was not found is not there.
         for (const id of wanted) outcomes.set(id, 'missing');
         wanted.clear();
       }
     }
-    return actOnEach(ids, async (id) => {
-      const outcome = outcomes.get(id) ?? 'missing';
-      if (outcome instanceof Error) throw outcome;
-      return outcome;
-    });
+    return sortOutcomes(ids, outcomes);
+  }
+
+  private async actOn(
+    amqp: Channel,
+    held: Held,
+    act: (amqp: Channel, held: Held) => Promise<void>,
+  ): Promise<Outcome> {
+    try {
+      await act(amqp, held);
+      return 'done';
+    } catch (error) {
+      try {
+        amqp.nack(held.message, false, true);
+      } catch {
+        // The channel is gone: closing it put the message back already.
+      }
+      return error instanceof RemovalFailed
+        ? { uncertain: error.message }
+        : { failed: errorMessage(error) };
+    }
   }
 
   /**
@@ -212,13 +254,14 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     amqp: Channel,
     queue: string,
     visit: (held: Held) => 'stop' | 'more',
-  ): Promise<{ taken: GetMessage[]; readAll: boolean }> {
+  ): Promise<{ taken: TakenMessage[]; readAll: boolean }> {
     const ids = new OccurrenceIds();
-    const taken: GetMessage[] = [];
+    // Only what a nack needs: a body is kept by `visit` alone, when it wants it.
+    const taken: TakenMessage[] = [];
     while (taken.length < MAX_DEAD_LETTER_BROWSE) {
       const message = await amqp.get(queue, { noAck: false });
       if (message === false) return { taken, readAll: true };
-      taken.push(message);
+      taken.push({ fields: message.fields });
       if (visit({ message, id: ids.next(baseIdOf(message)) }) === 'stop') {
         return { taken, readAll: false };
       }
@@ -235,7 +278,9 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     queue: string,
     empty: T,
     work: (amqp: Channel, ready: number) => Promise<T>,
+    takes = true,
   ): Promise<T> {
+    if (takes) return this.permits.run(() => this.session(queue, empty, work, false));
     const amqp = await this.access.connection().createChannel();
     // Without a listener, a channel closed by the broker (a missing queue) throws.
     amqp.on('error', () => undefined);
@@ -258,8 +303,27 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
  * Puts messages back one by one, in the order they were taken: a quorum queue re-enqueues returns
  * in the order it receives them (a single `nackAll` gives it no order).
  */
-function putBack(amqp: Channel, messages: readonly GetMessage[]): void {
-  for (const message of messages) amqp.nack(message, false, true);
+function putBack(amqp: Channel, messages: readonly TakenMessage[]): void {
+  for (const message of messages) amqp.nack(message as Message, false, true);
+}
+
+/** The action's result, in the order the ids came, each distinct id once. */
+function sortOutcomes(
+  ids: readonly string[],
+  outcomes: ReadonlyMap<string, Outcome>,
+): DeadLetterActionResult {
+  const done: string[] = [];
+  const missing: string[] = [];
+  const failed: Array<{ id: string; error: string }> = [];
+  const uncertain: Array<{ id: string; error: string }> = [];
+  for (const id of new Set(ids)) {
+    const outcome = outcomes.get(id) ?? 'missing';
+    if (outcome === 'done') done.push(id);
+    else if (outcome === 'missing') missing.push(id);
+    else if ('failed' in outcome) failed.push({ id, error: outcome.failed });
+    else uncertain.push({ id, error: outcome.uncertain });
+  }
+  return uncertain.length > 0 ? { done, missing, failed, uncertain } : { done, missing, failed };
 }
 
 function headersOf(message: GetMessage): Record<string, unknown> {

@@ -7,6 +7,9 @@ import type { RabbitMqQueueType } from './rabbitmq.options';
 const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
 
 /** Reply queues are `nseq.reply.<uuid>`: queue names of this prefix are theirs alone. */
+/** `x-delivery-limit` of a quorum dead-letter queue: in effect none (2^31 - 1). */
+export const UNLIMITED_DELIVERIES = 2_147_483_647;
+
 export const REPLY_QUEUE_PREFIX = 'nseq.reply.';
 
 /**
@@ -141,7 +144,11 @@ export class RabbitMqTopology {
 
   private queueOptions(queue: string): Options.AssertQueue {
     if (this.isDeadLetterQueue(queue)) {
-      return { durable: true, arguments: { 'x-queue-type': this.queueType } };
+      // Browsing reads a dead-letter queue by taking and putting back, which a quorum queue counts
+      // as deliveries; RabbitMQ 4.0–4.2 default a limit of 20 and drop past it. -1 ("no limit"
+      // from 4.0) makes 3.x drop on the first put-back, so the largest limit the broker takes.
+      const limit = this.queueType === 'quorum' ? { 'x-delivery-limit': UNLIMITED_DELIVERIES } : {};
+      return { durable: true, arguments: { 'x-queue-type': this.queueType, ...limit } };
     }
     return {
       durable: true,
