@@ -35,6 +35,7 @@ export class AdminActions {
     channel: string,
     targets: readonly string[],
     changed: number,
+    error?: string,
   ): void {
     this.events.emit(() => ({
       type: 'admin.action',
@@ -44,6 +45,7 @@ export class AdminActions {
       targets: [...targets],
       changed,
       actor: actorOf(request),
+      ...(error === undefined ? {} : { error }),
     }));
   }
 }

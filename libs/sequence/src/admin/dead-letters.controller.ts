@@ -10,6 +10,7 @@ import {
   UseFilters,
   UseGuards,
 } from '@nestjs/common';
+import { errorMessage } from '../core/errors/caught';
 import type { DeadLetter } from '../ports/dead-letter-box.port';
 import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
@@ -43,6 +44,12 @@ export class DeadLettersController {
     return { channels: await this.deadLetters.summary() };
   }
 
+  /** One channel grouped by reason: reads its dead letters (at most once per 30 s). */
+  @Get('dead-letters/:channel/reasons')
+  reasons(@Param('channel') channel: string): Promise<DeadLetterChannelSummary> {
+    return this.deadLetters.channelReasons(parseText('channel', channel));
+  }
+
   @Get('dead-letters/:channel')
   async list(
     @Param('channel') channel: string,
@@ -66,9 +73,9 @@ export class DeadLettersController {
     @Req() request: object,
   ): Promise<DeadLetterAnswer> {
     const selection = parseSelection(body, this.options.maxBatch);
-    const answer = await this.deadLetters.replay(parseText('channel', channel), selection);
-    this.record(request, 'dead-letter.replay', channel, selection, answer);
-    return answer;
+    return this.recorded(request, 'dead-letter.replay', channel, selection, () =>
+      this.deadLetters.replay(parseText('channel', channel), selection),
+    );
   }
 
   @Post('dead-letters/:channel/discard')
@@ -80,22 +87,41 @@ export class DeadLettersController {
     @Req() request: object,
   ): Promise<DeadLetterAnswer> {
     const selection = parseSelection(body, this.options.maxBatch);
-    const answer = await this.deadLetters.discard(parseText('channel', channel), selection);
-    this.record(request, 'dead-letter.discard', channel, selection, answer);
-    return answer;
+    return this.recorded(request, 'dead-letter.discard', channel, selection, () =>
+      this.deadLetters.discard(parseText('channel', channel), selection),
+    );
   }
 
-  private record(
+  /** Runs the action and records it as `admin.action`, failed or not (then with its error). */
+  private async recorded(
     request: object,
     action: string,
     channel: string,
     selection: DeadLetterSelection,
-    answer: DeadLetterAnswer,
-  ): void {
-    const targets =
-      selection.kind === 'ids'
-        ? selection.ids
-        : [...answer.done, ...answer.missing, ...answer.failed.map((failure) => failure.id)];
-    this.actions.record(request, action, channel, targets, answer.changed);
+    run: () => Promise<DeadLetterAnswer>,
+  ): Promise<DeadLetterAnswer> {
+    let answer: DeadLetterAnswer | undefined;
+    let failure: unknown;
+    try {
+      answer = await run();
+      return answer;
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      const targets =
+        selection.kind === 'ids'
+          ? selection.ids
+          : answer
+            ? [
+                ...answer.done,
+                ...answer.missing,
+                ...answer.failed.map((failed) => failed.id),
+                ...(answer.uncertain ?? []).map((uncertain) => uncertain.id),
+              ]
+            : [];
+      const error = answer === undefined ? errorMessage(failure) : undefined;
+      this.actions.record(request, action, channel, targets, answer?.changed ?? 0, error);
+    }
   }
 }

@@ -16,7 +16,22 @@ export interface DeadLetterChannelSummary {
   readonly channel: string;
   readonly deadLetterChannel: string;
   readonly total: number;
-  readonly byReason: readonly { readonly reason: string; readonly count: number }[];
+  /**
+   * Counts per reason code, among the oldest `maxBatch`. Left out of the list of all channels
+   * unless a grouping of that channel read in the last 30 seconds is at hand, or the
+   * transport browses without disturbing its dead letters.
+   */
+  readonly byReason?: readonly { readonly reason: string; readonly count: number }[];
+}
+
+/** How long a channel's grouping by reason is reused before its dead letters are read again. */
+export const REASONS_CACHE_MS = 30_000;
+/** Most channels whose grouping is kept. */
+const REASONS_CACHED = 100;
+
+interface CachedReasons {
+  readonly at: number;
+  readonly summary: DeadLetterChannelSummary;
 }
 
 export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
@@ -35,6 +50,8 @@ function matches(letter: DeadLetter, reason: string): boolean {
 /** Dead letters, through the transport's {@link DeadLetterBox}. */
 @Injectable()
 export class DeadLettersReader {
+  private readonly reasons = new Map<string, CachedReasons>();
+
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(ADMIN_OPTIONS) private readonly options: ResolvedAdminOptions,
@@ -57,29 +74,74 @@ export class DeadLettersReader {
     return [...new Set([...names, ...this.options.deadLetterChannels])].sort();
   }
 
+  /**
+   * Every channel's count, from the broker's own count: nothing is read. Grouped by reason where
+   * a fresh grouping is cached, or where browsing takes nothing from the channel.
+   */
   async summary(): Promise<DeadLetterChannelSummary[]> {
     const box = this.required();
     const summaries: DeadLetterChannelSummary[] = [];
     for (const channel of this.channelNames()) {
-      const page = await box.browse(channel, { limit: this.options.maxBatch });
-      const counts = new Map<string, number>();
-      for (const letter of page.items) {
-        const code = reasonCode(letter.reason);
-        counts.set(code, (counts.get(code) ?? 0) + 1);
+      if (box.browseIsNonDestructive) {
+        summaries.push(await this.reasonsOf(box, channel));
+        continue;
       }
+      const cached = this.cachedReasons(channel);
+      const total = (await box.count(channel)) ?? cached?.total ?? 0;
       summaries.push({
         channel,
-        deadLetterChannel:
-          page.items[0]?.deadLetterChannel ??
-          this.channels.get(channel)?.deadLetterChannel ??
-          `${channel}.dlq`,
-        total: page.total ?? page.items.length,
-        byReason: [...counts]
-          .map(([reason, count]) => ({ reason, count }))
-          .sort((a, b) => b.count - a.count || a.reason.localeCompare(b.reason)),
+        deadLetterChannel: this.deadLetterChannelOf(channel),
+        total,
+        ...(cached && total > 0 ? { byReason: cached.byReason } : {}),
       });
     }
     return summaries;
+  }
+
+  /**
+   * One channel's dead letters grouped by reason code: read from the channel at most once per
+   * {@link REASONS_CACHE_MS} (an action on the channel reads it again).
+   */
+  async channelReasons(channel: string): Promise<DeadLetterChannelSummary> {
+    const box = this.required();
+    const cached = box.browseIsNonDestructive ? undefined : this.cachedReasons(channel);
+    return cached ?? this.reasonsOf(box, channel);
+  }
+
+  private cachedReasons(channel: string): DeadLetterChannelSummary | undefined {
+    const cached = this.reasons.get(channel);
+    if (cached && Date.now() - cached.at < REASONS_CACHE_MS) return cached.summary;
+    this.reasons.delete(channel);
+    return undefined;
+  }
+
+  private async reasonsOf(box: DeadLetterBox, channel: string): Promise<DeadLetterChannelSummary> {
+    const page = await box.browse(channel, { limit: this.options.maxBatch });
+    const counts = new Map<string, number>();
+    for (const letter of page.items) {
+      const code = reasonCode(letter.reason);
+      counts.set(code, (counts.get(code) ?? 0) + 1);
+    }
+    const summary: DeadLetterChannelSummary = {
+      channel,
+      deadLetterChannel: page.items[0]?.deadLetterChannel ?? this.deadLetterChannelOf(channel),
+      total: page.total ?? page.items.length,
+      byReason: [...counts]
+        .map(([reason, count]) => ({ reason, count }))
+        .sort((a, b) => b.count - a.count || a.reason.localeCompare(b.reason)),
+    };
+    this.reasons.delete(channel);
+    this.reasons.set(channel, { at: Date.now(), summary });
+    // Oldest first in a Map: drop from the front past the bound.
+    for (const oldest of this.reasons.keys()) {
+      if (this.reasons.size <= REASONS_CACHED) break;
+      this.reasons.delete(oldest);
+    }
+    return summary;
+  }
+
+  private deadLetterChannelOf(channel: string): string {
+    return this.channels.get(channel)?.deadLetterChannel ?? `${channel}.dlq`;
   }
 
   /** Oldest first; `reason` matches a reason code or a whole reason. */
@@ -92,9 +154,11 @@ export class DeadLettersReader {
     const box = this.required();
     const ids = await this.select(box, channel, selection);
     if (ids.length === 0) return nothingSelected(channel, selection);
+    this.reasons.delete(channel);
     const result = await box.replay(channel, ids, {
       ratePerSecond: this.options.replayRatePerSecond,
     });
+    this.reasons.delete(channel);
     return answer('replayed', channel, result);
   }
 
@@ -102,7 +166,9 @@ export class DeadLettersReader {
     const box = this.required();
     const ids = await this.select(box, channel, selection);
     if (ids.length === 0) return nothingSelected(channel, selection);
-    return answer('discarded', channel, await box.discard(channel, ids));
+    const result = await box.discard(channel, ids);
+    this.reasons.delete(channel);
+    return answer('discarded', channel, result);
   }
 
   private async select(
@@ -147,12 +213,21 @@ function answer(verb: string, channel: string, result: DeadLetterActionResult): 
     );
   }
   if (result.failed.length > 0) parts.push(`${result.failed.length} failed and stay dead-lettered`);
-  const prefix = result.done.length === 0 ? 'nothing changed: ' : '';
+  const uncertain = result.uncertain ?? [];
+  if (uncertain.length > 0) {
+    parts.push(
+      `${uncertain.length} ${verb}, but the dead letter may still be in the dead-letter channel: ` +
+        'do not replay it again',
+    );
+  }
+  const changed = result.done.length + uncertain.length;
+  const prefix = changed === 0 ? 'nothing changed: ' : '';
   return {
-    changed: result.done.length,
+    changed,
     message: `${prefix}${parts.join('; ')} (channel ${channel})`,
     done: result.done,
     missing: result.missing,
     failed: result.failed,
+    ...(uncertain.length > 0 ? { uncertain } : {}),
   };
 }

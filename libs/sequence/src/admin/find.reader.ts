@@ -39,10 +39,14 @@ export class FindReader {
     private readonly boxes: BoxesReader,
   ) {}
 
-  async find(id: string): Promise<FindMatch[]> {
+  /**
+   * `deadLetters`: look among the dead letters even where reading them disturbs them (RabbitMQ
+   * takes each and puts it back); where reading takes nothing, they are always looked at.
+   */
+  async find(id: string, options: { readonly deadLetters?: boolean } = {}): Promise<FindMatch[]> {
     const found = await Promise.all([
       this.findSequences(id),
-      this.findDeadLetters(id),
+      this.findDeadLetters(id, options.deadLetters === true),
       this.findClaim(id),
       this.findKeys(id),
       this.findRows('outbox', id),
@@ -69,8 +73,9 @@ export class FindReader {
     return matches;
   }
 
-  private async findDeadLetters(id: string): Promise<FindMatch[]> {
-    if (!this.deadLetters.box) return [];
+  private async findDeadLetters(id: string, asked: boolean): Promise<FindMatch[]> {
+    const box = this.deadLetters.box;
+    if (!box || !(asked || box.browseIsNonDestructive)) return [];
     const matches: FindMatch[] = [];
     for (const channel of this.deadLetters.channelNames()) {
       const letters = await this.deadLetters

@@ -46,9 +46,14 @@ export class InspectController {
     return this.sequences.one(parseText('channel', channel), parseText('sequenceId', sequenceId));
   }
 
+  /** `?deadLetters=1` looks among RabbitMQ's dead letters too (a read that redelivers them). */
   @Get('find/:id')
-  async find(@Param('id') id: string): Promise<{ matches: FindMatch[] }> {
-    return { matches: await this.finder.find(parseText('id', id)) };
+  async find(
+    @Param('id') id: string,
+    @Query('deadLetters') deadLetters: unknown,
+  ): Promise<{ matches: FindMatch[] }> {
+    const options = { deadLetters: deadLetters === '1' || deadLetters === 'true' };
+    return { matches: await this.finder.find(parseText('id', id), options) };
   }
 
   @Get('claims/:ref')

@@ -121,11 +121,11 @@ export class OverviewReader {
       const summaries = await this.deadLetters.summary();
       const holding = summaries.filter((summary) => summary.total > 0);
       for (const summary of holding) {
-        const reasons = summary.byReason.map((r) => `${r.reason} ×${r.count}`).join(', ');
+        const reasons = summary.byReason?.map((r) => `${r.reason} ×${r.count}`).join(', ');
         problems.push({
           severity: 'warning',
           pattern: 'dead-letters',
-          message: `${summary.total} dead letter(s) from ${summary.channel}: ${reasons}`,
+          message: `${summary.total} dead letter(s) from ${summary.channel}${reasons ? `: ${reasons}` : ''}`,
           target: summary.channel,
         });
       }

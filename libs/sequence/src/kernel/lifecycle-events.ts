@@ -203,6 +203,8 @@ export type AdminLifecycleEvent = LifecycleEventBase<'admin.action'> & {
   readonly changed: number;
   /** Who asked, as the app's guard put it on the request (`request.user`), when there is one. */
   readonly actor?: string;
+  /** Why the action failed as a whole (the route answered an error), when it did. */
+  readonly error?: string;
 };
 
 /** Every event the module emits, discriminated by `type`. */

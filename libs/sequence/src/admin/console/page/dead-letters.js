@@ -11,12 +11,25 @@ const LIMIT = 50;
 const section = new Section('dead-letters');
 /** The groups whose messages are shown: "<channel>\n<reason>". */
 const expanded = new Set();
+/**
+ * The channels the operator asked to group by reason. Where reading dead letters disturbs them
+ * (RabbitMQ), the list of channels gives counts only; a grouping is read on request, and the
+ * server reuses it for a while.
+ */
+const grouped = new Set();
 
 /** @param {boolean} mutations */
 export async function refreshDeadLetters(mutations) {
   try {
     const { channels = [] } = await get('dead-letters');
-    const open = channels.filter((/** @type {any} */ channel) => channel.total > 0);
+    const counted = channels.filter((/** @type {any} */ channel) => channel.total > 0);
+    const open = await Promise.all(
+      counted.map(async (/** @type {any} */ channel) =>
+        channel.byReason || !grouped.has(channel.channel)
+          ? channel
+          : { ...channel, ...(await get(apiPath('dead-letters', channel.channel, 'reasons'))) },
+      ),
+    );
     /** @type {Record<string, any[]>} */
     const messages = {};
     await Promise.all(
@@ -24,7 +37,8 @@ export async function refreshDeadLetters(mutations) {
         const [channel, reason] = group.split('\n');
         const still = open.some(
           (/** @type {any} */ c) =>
-            c.channel === channel && c.byReason.some((/** @type {any} */ r) => r.reason === reason),
+            c.channel === channel &&
+            (c.byReason ?? []).some((/** @type {any} */ r) => r.reason === reason),
         );
         if (!still) return void expanded.delete(group);
         const { items = [] } = await get(apiPath('dead-letters', channel), {
@@ -83,12 +97,25 @@ function render(channels, messages) {
           danger: true,
         }),
       ),
-      table(
-        `Dead letters of ${name} by reason`,
-        ['Reason', 'Count', 'Actions'],
-        channel.byReason.map((/** @type {any} */ group) => reasonRow(name, group)),
-      ),
-      ...channel.byReason
+      channel.byReason
+        ? table(
+            `Dead letters of ${name} by reason`,
+            ['Reason', 'Count', 'Actions'],
+            channel.byReason.map((/** @type {any} */ group) => reasonRow(name, group)),
+          )
+        : h(
+            'button',
+            {
+              type: 'button',
+              'data-key': `dl-group-${name}`,
+              onclick: () => {
+                grouped.add(name);
+                void redraw();
+              },
+            },
+            'Group by reason',
+          ),
+      ...(channel.byReason ?? [])
         .filter((/** @type {any} */ group) => expanded.has(`${name}\n${group.reason}`))
         .map((/** @type {any} */ group) =>
           messageTable(name, group.reason, messages[`${name}\n${group.reason}`] ?? []),

@@ -1,0 +1,147 @@
+import { InMemoryTransport, SequenceEvents, type LifecycleEvent } from 'nest-sequence';
+import type { DeadLetterActionResult, DeadLetterBox, DeadLetterPage } from 'nest-sequence/ports';
+import { ForwardingTransport } from 'nest-sequence/testing';
+import { createAdminApp, type AdminApp } from './admin-app';
+
+const CHANNEL = 'admin-dead-letters.orders';
+
+/**
+ * The in-memory transport's dead letters, as a transport whose browse disturbs them (RabbitMQ):
+ * every browse is counted, and actions can be made to fail as a whole.
+ */
+class DisturbingBox implements DeadLetterBox {
+  readonly browseIsNonDestructive = false;
+  browses = 0;
+  failActions = false;
+
+  constructor(private readonly inner: DeadLetterBox) {}
+
+  count(channel: string): Promise<number | undefined> {
+    return this.inner.count(channel);
+  }
+
+  browse(
+    channel: string,
+    options: { readonly limit: number; readonly reason?: string },
+  ): Promise<DeadLetterPage> {
+    this.browses += 1;
+    return this.inner.browse(channel, options);
+  }
+
+  body(channel: string, id: string): Promise<Buffer | undefined> {
+    return this.inner.body(channel, id);
+  }
+
+  async replay(
+    channel: string,
+    ids: readonly string[],
+    options: { readonly ratePerSecond: number },
+  ): Promise<DeadLetterActionResult> {
+    if (this.failActions) throw new Error('the broker connection is gone');
+    return this.inner.replay(channel, ids, options);
+  }
+
+  discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
+    return this.inner.discard(channel, ids);
+  }
+}
+
+class DisturbingTransport extends ForwardingTransport {
+  readonly name = 'disturbing';
+  readonly box: DisturbingBox;
+
+  constructor(inner: InMemoryTransport) {
+    super(inner);
+    this.box = new DisturbingBox(inner.deadLetters());
+  }
+
+  deadLetters(): DeadLetterBox {
+    return this.box;
+  }
+}
+
+describe('the admin API over dead letters that a browse disturbs', () => {
+  const inner = new InMemoryTransport();
+  const transport = new DisturbingTransport(inner);
+  const actions: LifecycleEvent[] = [];
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true, deadLetterChannels: [CHANNEL] },
+      sequence: { transport },
+    });
+    admin.app
+      .get(SequenceEvents)
+      .of('admin.action')
+      .subscribe((event) => actions.push(event));
+    const reasons = ['integrity-mismatch: crc', 'integrity-mismatch: crc', 'expired: old'];
+    for (const [index, reason] of reasons.entries()) {
+      await inner.publish(inner.deadLetterChannel(CHANNEL), Buffer.from('x'), {
+        'x-death-reason': reason,
+        'x-message-id': `order-${index}`,
+      });
+    }
+  });
+
+  afterAll(() => admin.close());
+
+  beforeEach(() => {
+    transport.box.browses = 0;
+    transport.box.failActions = false;
+    actions.length = 0;
+  });
+
+  it('counts them for the overview and the channel list without reading any', async () => {
+    const overview = await admin.get('overview');
+    const list = await admin.get<{ channels: Record<string, unknown>[] }>('dead-letters');
+
+    expect(overview.body).toMatchObject({ deadLetters: { total: 3, channels: 1 } });
+    expect(list.body.channels).toEqual([
+      { channel: CHANNEL, deadLetterChannel: `${CHANNEL}.dlq`, total: 3 },
+    ]);
+    expect(transport.box.browses).toBe(0);
+  });
+
+  it('groups one channel by reason on request, reading it once within the cache time', async () => {
+    const first = await admin.get(`dead-letters/${CHANNEL}/reasons`);
+    const again = await admin.get(`dead-letters/${CHANNEL}/reasons`);
+    const list = await admin.get<{ channels: Record<string, unknown>[] }>('dead-letters');
+
+    const byReason = [
+      { reason: 'integrity-mismatch', count: 2 },
+      { reason: 'expired', count: 1 },
+    ];
+    expect(first.body).toMatchObject({ channel: CHANNEL, total: 3, byReason });
+    expect(again.body).toEqual(first.body);
+    expect(list.body.channels).toEqual([expect.objectContaining({ total: 3, byReason })]);
+    expect(transport.box.browses).toBe(1);
+  });
+
+  it('looks among them when finding an id only when asked to', async () => {
+    const plain = await admin.get<{ matches: unknown[] }>('find/order-0');
+    expect(plain.body.matches).toEqual([]);
+    expect(transport.box.browses).toBe(0);
+
+    const asked = await admin.get<{ matches: unknown[] }>('find/order-0?deadLetters=1');
+    expect(asked.body.matches).toEqual([
+      expect.objectContaining({ kind: 'dead-letter', channel: CHANNEL }),
+    ]);
+  });
+
+  it('records an action that failed as a whole, with its error', async () => {
+    transport.box.failActions = true;
+    const answer = await admin.post(`dead-letters/${CHANNEL}/replay`, { ids: ['some-id'] });
+
+    expect(answer.status).toBe(500);
+    expect(actions).toEqual([
+      expect.objectContaining({
+        type: 'admin.action',
+        action: 'dead-letter.replay',
+        targets: ['some-id'],
+        changed: 0,
+        error: 'the broker connection is gone',
+      }),
+    ]);
+  });
+});
