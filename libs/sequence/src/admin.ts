@@ -11,7 +11,7 @@ export {
 export type { SequenceAdminOptions } from './admin/admin.options';
 export type { MutationAnswer } from './admin/admin-actions';
 export type { Overview, Problem } from './admin/overview.reader';
-export type { SequenceItem } from './admin/sequences.reader';
+export type { PositionRange, SequenceItem, SequenceView } from './admin/sequences.reader';
 export type { DeadLetterAnswer, DeadLetterChannelSummary } from './admin/dead-letters.reader';
 export type { GapAnswer, GapItem } from './admin/resequencer.reader';
 export type { FailedRowItem } from './admin/boxes.reader';

@@ -6,7 +6,7 @@ import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
 import { ClaimsReader, type ClaimStatus } from './claims.reader';
 import { FindReader, type FindMatch } from './find.reader';
 import { OverviewReader, type Overview } from './overview.reader';
-import { SequencesReader, type SequenceItem } from './sequences.reader';
+import { SequencesReader, type SequenceView } from './sequences.reader';
 import { Inject } from '@nestjs/common';
 
 /** The read-only routes: overview, open sequences, find by id, claim-check status. */
@@ -30,7 +30,7 @@ export class InspectController {
   async listSequences(
     @Query('channel') channel: unknown,
     @Query('limit') limit: unknown,
-  ): Promise<{ items: SequenceItem[] }> {
+  ): Promise<{ items: SequenceView[] }> {
     const items = await this.sequences.list(
       optionalText('channel', channel),
       parseLimit(limit, this.options.maxBatch),
@@ -42,7 +42,7 @@ export class InspectController {
   sequence(
     @Param('channel') channel: string,
     @Param('sequenceId') sequenceId: string,
-  ): Promise<SequenceItem> {
+  ): Promise<SequenceView> {
     return this.sequences.one(parseText('channel', channel), parseText('sequenceId', sequenceId));
   }
 

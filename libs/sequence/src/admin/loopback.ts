@@ -18,3 +18,17 @@ export function isLoopbackAddress(address: string | undefined): boolean {
   if (family === 0) return false;
   return LOOPBACK.check(candidate, family === 4 ? 'ipv4' : 'ipv6');
 }
+
+/**
+ * Whether a Host header names this machine: `localhost`, a 127.0.0.0/8 address or `[::1]`, with
+ * an optional port. Any other name may be a DNS name rebound to 127.0.0.1 by a hostile page.
+ */
+export function isLoopbackHost(host: string | undefined): boolean {
+  if (!host) return false;
+  const match = /^(\[[^\]]+\]|[^:]+)(:\d{1,5})?$/.exec(host.trim());
+  if (!match) return false;
+  const name = match[1].toLowerCase().replace(/\.$/, '');
+  if (name === 'localhost') return true;
+  if (name.startsWith('[')) return name === '[::1]';
+  return isIP(name) === 4 && LOOPBACK.check(name, 'ipv4');
+}

@@ -38,7 +38,7 @@ export interface Overview {
 
 /** The buffer fill at which the overview reports a problem. */
 const BUFFER_CRITICAL = 0.8;
-/** Gaps counted at most for the overview. */
+/** Gaps looked at, at most, for overdue problems; the count itself comes from the stores. */
 const GAP_SAMPLE = 1000;
 
 /** Each pattern's state at a glance, and the problems first. */
@@ -71,6 +71,7 @@ export class OverviewReader {
     }
     const deadLetters = await this.deadLetterTotals(problems);
     const gaps = await this.resequencers.gaps(GAP_SAMPLE);
+    const gapTotals = await this.resequencers.gapTotals();
     for (const gap of gaps.filter(overdue(now))) {
       problems.push({
         severity: 'warning',
@@ -106,10 +107,7 @@ export class OverviewReader {
         limitBytes,
       },
       deadLetters,
-      resequencer: {
-        openGaps: gaps.length,
-        oldestGapAgeMs: gaps.length === 0 ? 0 : Math.max(...gaps.map((gap) => gap.ageMs)),
-      },
+      resequencer: gapTotals,
       outbox,
       inbox: { pending: inbox.pending, failed: inbox.failed },
     };

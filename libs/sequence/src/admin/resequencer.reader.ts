@@ -42,6 +42,18 @@ export class ResequencerReader {
     return this.catalog.all().map(({ resequencer }) => resequencer.name);
   }
 
+  /** Keys waiting on a gap across every resequencer, counted by the stores (no cap). */
+  async gapTotals(): Promise<{ openGaps: number; oldestGapAgeMs: number }> {
+    let openGaps = 0;
+    let oldestGapAgeMs = 0;
+    for (const { resequencer } of this.catalog.all()) {
+      const stats = await resequencer.gapStats();
+      openGaps += stats.openGaps;
+      oldestGapAgeMs = Math.max(oldestGapAgeMs, stats.oldestGapAgeMs ?? 0);
+    }
+    return { openGaps, oldestGapAgeMs };
+  }
+
   async gaps(limit: number): Promise<GapItem[]> {
     const now = Date.now();
     const items: GapItem[] = [];

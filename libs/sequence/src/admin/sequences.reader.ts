@@ -3,7 +3,7 @@ import { SEQUENCE_STORE } from '../kernel/tokens';
 import type { OpenSequenceInfo, SequenceStore } from '../ports/sequence-store.port';
 import { notFound, unsupported } from './admin.errors';
 
-/** An open sequence as the API shows it. */
+/** An open sequence as the store tells it, every position listed. */
 export interface SequenceItem {
   readonly channel: string;
   readonly sequenceId: string;
@@ -39,6 +39,51 @@ export function sequenceItem(info: OpenSequenceInfo, now: number): SequenceItem 
   };
 }
 
+/** `[first, last]`: consecutive positions, both included. */
+export type PositionRange = readonly [number, number];
+
+/** Ranges listed at most per position list; the counts are always exact. */
+export const MAX_RANGES = 200;
+
+/**
+ * An open sequence as the API shows it: positions as ranges, at most 200 per list
+ * (`truncated` when either list was cut), so a sequence of 100,000 scattered fragments stays
+ * small.
+ */
+export interface SequenceView extends Omit<SequenceItem, 'receivedPositions' | 'missingPositions'> {
+  readonly received: readonly PositionRange[];
+  readonly missing: readonly PositionRange[];
+  readonly receivedCount: number;
+  readonly missingCount: number;
+  readonly truncated: boolean;
+}
+
+export function sequenceView(item: SequenceItem): SequenceView {
+  const { receivedPositions, missingPositions, ...rest } = item;
+  const received = toRanges(receivedPositions);
+  const missing = toRanges(missingPositions);
+  return {
+    ...rest,
+    received: received.slice(0, MAX_RANGES),
+    missing: missing.slice(0, MAX_RANGES),
+    receivedCount: new Set(receivedPositions).size,
+    missingCount: new Set(missingPositions).size,
+    truncated: received.length > MAX_RANGES || missing.length > MAX_RANGES,
+  };
+}
+
+/** Positions, in any order, as ascending ranges of consecutive ones: [1, 2, 4] → [[1, 2], [4, 4]]. */
+export function toRanges(positions: readonly number[]): PositionRange[] {
+  const sorted = [...positions].sort((a, b) => a - b);
+  const ranges: [number, number][] = [];
+  for (const position of sorted) {
+    const last = ranges[ranges.length - 1];
+    if (last && position <= last[1] + 1) last[1] = Math.max(last[1], position);
+    else ranges.push([position, position]);
+  }
+  return ranges;
+}
+
 /** A completion lease's holder is `<consumerId>:<uuid of the attempt>`: the instance is the first part. */
 const ATTEMPT = /:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -59,13 +104,13 @@ export class SequencesReader {
     return typeof this.store.inspect === 'function';
   }
 
-  async list(channel: string | undefined, limit: number): Promise<SequenceItem[]> {
+  async list(channel: string | undefined, limit: number): Promise<SequenceView[]> {
     if (!this.store.listOpen) {
       throw unsupported(`the ${this.store.name} sequence store cannot list open sequences`);
     }
     const now = Date.now();
     const open = await this.store.listOpen({ scope: channel, limit, now });
-    return open.map((info) => sequenceItem(info, now));
+    return open.map((info) => sequenceView(sequenceItem(info, now)));
   }
 
   /** The sequence, or undefined when it is not open. */
@@ -78,7 +123,7 @@ export class SequencesReader {
     return info && sequenceItem(info, now);
   }
 
-  async one(channel: string, sequenceId: string): Promise<SequenceItem> {
+  async one(channel: string, sequenceId: string): Promise<SequenceView> {
     const item = await this.find(channel, sequenceId);
     if (!item) {
       throw notFound(
@@ -86,6 +131,6 @@ export class SequencesReader {
           '(it completed, expired, failed, or never started)',
       );
     }
-    return item;
+    return sequenceView(item);
   }
 }

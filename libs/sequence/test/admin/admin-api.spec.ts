@@ -43,8 +43,17 @@ describe('the admin API on the embedded defaults', () => {
       expect.objectContaining({
         channel: CHANNEL,
         sequenceId: 'study-1',
-        receivedPositions: [1, 3],
-        missingPositions: [2, 4],
+        received: [
+          [1, 1],
+          [3, 3],
+        ],
+        missing: [
+          [2, 2],
+          [4, 4],
+        ],
+        receivedCount: 2,
+        missingCount: 2,
+        truncated: false,
         declaredFragments: 4,
         bytes: 2000,
         complete: false,
@@ -53,7 +62,14 @@ describe('the admin API on the embedded defaults', () => {
     ]);
     const one = await admin.get(`sequences/${CHANNEL}/study-1`);
     expect(one.status).toBe(200);
-    expect(one.body).toMatchObject({ sequenceId: 'study-1', missingPositions: [2, 4] });
+    expect(one.body).toMatchObject({
+      sequenceId: 'study-1',
+      missing: [
+        [2, 2],
+        [4, 4],
+      ],
+    });
+    expect(one.body).not.toHaveProperty('missingPositions');
   });
 
   it('answers 404 not-found for a sequence that is not open', async () => {

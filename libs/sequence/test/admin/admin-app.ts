@@ -21,6 +21,12 @@ export interface AdminApp {
   readonly api: string;
   get<T = Record<string, unknown>>(route: string): Promise<Answer<T>>;
   post<T = Record<string, unknown>>(route: string, body?: unknown): Promise<Answer<T>>;
+  /** A POST of a raw body with headers of its own (no console header added). */
+  postRaw<T = Record<string, unknown>>(
+    route: string,
+    body: string,
+    headers: Record<string, string>,
+  ): Promise<Answer<T>>;
   /** A GET with headers of its own (what a guard may read). */
   getWith<T = Record<string, unknown>>(
     route: string,
@@ -78,8 +84,11 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
   ): Promise<Answer<T>> => {
     const response = await fetch(`${api}/${route}`, {
       method,
-      headers: body === undefined ? headers : { ...headers, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      headers:
+        body === undefined
+          ? headers
+          : { 'content-type': 'application/json', 'x-sequence-admin': '1', ...headers },
+      body: body === undefined || typeof body === 'string' ? body : JSON.stringify(body),
     });
     return { status: response.status, body: (await response.json()) as T };
   };
@@ -88,6 +97,10 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
     api,
     get: (route) => call('GET', route),
     post: (route, body) => call('POST', route, body ?? {}),
+    postRaw: async (route, body, headers) => {
+      const response = await fetch(`${api}/${route}`, { method: 'POST', headers, body });
+      return { status: response.status, body: (await response.json()) as never };
+    },
     getWith: (route, headers) => call('GET', route, undefined, headers),
     close: () => app.close(),
   };

@@ -95,20 +95,33 @@ describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
     const items = await list();
     expect(items.find((i) => i.sequenceId === 'study-rmq')).toMatchObject({
       channel,
-      receivedPositions: [1, 3],
-      missingPositions: [2, 4],
+      received: [
+        [1, 1],
+        [3, 3],
+      ],
+      missing: [
+        [2, 2],
+        [4, 4],
+      ],
       declaredFragments: 4,
       complete: false,
       leaseHolder: null,
     });
     expect(items.find((i) => i.sequenceId === 'held-rmq')).toMatchObject({
-      receivedPositions: [1, 2],
-      missingPositions: [],
+      received: [[1, 2]],
+      missing: [],
+      receivedCount: 2,
+      missingCount: 0,
       complete: true,
       leaseHolder: 'instance-a',
     });
     const one = await admin!.get(`sequences/${channel}/study-rmq`);
-    expect(one.body).toMatchObject({ missingPositions: [2, 4] });
+    expect(one.body).toMatchObject({
+      missing: [
+        [2, 2],
+        [4, 4],
+      ],
+    });
 
     gate.release();
     await eventually(

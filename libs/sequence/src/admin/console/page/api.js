@@ -47,7 +47,11 @@ export async function post(path, body) {
   return answer(
     await fetch(url, {
       method: 'POST',
-      headers: { accept: 'application/json', 'content-type': 'application/json' },
+      headers: {
+        accept: 'application/json',
+        'content-type': 'application/json',
+        'x-sequence-admin': '1',
+      },
       body: JSON.stringify(body),
     }),
   );

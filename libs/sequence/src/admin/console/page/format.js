@@ -5,25 +5,20 @@
 const MAX_RANGES = 12;
 
 /**
- * Positions as compact ranges, ascending: [1, 2, 3, 4, 7] → "1–4, 7". Long lists end with
- * "… (+N more)" so that one sequence of 10,000 scattered fragments does not fill the page.
- * @param {readonly number[]} positions
+ * Position ranges as the API gives them, as text: [[1, 4], [7, 7]] → "1–4, 7". Long lists end with
+ * "…", as do lists the API cut short (`truncated`: the ranges cover fewer than `total` positions)
+ * so that one sequence of 10,000 scattered fragments does not fill the page.
+ * @param {readonly (readonly [number, number])[]} list
+ * @param {number} [total] how many positions the list holds in all
  * @returns {string}
  */
-export function ranges(positions) {
-  const sorted = [...new Set(positions)].sort((a, b) => a - b);
-  /** @type {string[]} */
-  const parts = [];
-  let index = 0;
-  while (index < sorted.length) {
-    const start = sorted[index];
-    let end = start;
-    while (index + 1 < sorted.length && sorted[index + 1] === end + 1) end = sorted[++index];
-    parts.push(start === end ? String(start) : `${start}–${end}`);
-    index++;
-  }
-  if (parts.length <= MAX_RANGES) return parts.join(', ');
-  return `${parts.slice(0, MAX_RANGES).join(', ')}, … (+${parts.length - MAX_RANGES} more ranges)`;
+export function ranges(list, total) {
+  const parts = list
+    .slice(0, MAX_RANGES)
+    .map(([start, end]) => (start === end ? String(start) : `${start}–${end}`));
+  const shown = list.reduce((sum, [start, end]) => sum + end - start + 1, 0);
+  const cut = list.length > MAX_RANGES || (total !== undefined && total > shown);
+  return cut ? `${parts.join(', ')}, …` : parts.join(', ');
 }
 
 /**

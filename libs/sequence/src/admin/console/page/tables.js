@@ -58,7 +58,7 @@ function sequenceTable(items) {
         .map((item) => [
           h('code', {}, String(item.sequenceId)),
           String(item.channel),
-          ranges(item.receivedPositions ?? []) || 'none',
+          ranges(item.received ?? [], item.receivedCount) || 'none',
           missing(item),
           item.declaredFragments === null || item.declaredFragments === undefined
             ? 'not declared yet'
@@ -78,9 +78,9 @@ function sequenceTable(items) {
 
 /** @param {any} item an open sequence */
 function missing(item) {
-  const positions = item.missingPositions ?? [];
+  const list = item.missing ?? [];
   if (item.complete) return 'none: complete, its handler is running';
-  if (positions.length > 0) return h('span', { class: 'missing' }, ranges(positions));
+  if (list.length > 0) return h('span', { class: 'missing' }, ranges(list, item.missingCount));
   return item.declaredFragments === null || item.declaredFragments === undefined
     ? 'none so far (the size is not known yet)'
     : 'none';
