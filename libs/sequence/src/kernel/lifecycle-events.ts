@@ -93,7 +93,8 @@ export type ClaimCheckLifecycleEvent =
       readonly bytes: number;
       /**
        * The read of a parked fragment body, or, for a `@ClaimCheck` handler, the handler's run
-       * (its retries included); 0 for `ClaimCheckService.checkOut`, whose caller reads later.
+       * (its retries included); for `ClaimCheckService.checkOut`, the ticket's check and the
+       * store's lookup (its caller reads the payload later).
        */
       readonly durationMs: number;
     })
