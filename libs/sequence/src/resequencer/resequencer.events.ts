@@ -84,8 +84,8 @@ export class ResequencerLifecycle {
   }
 
   /** True when a listener may want events of `type` (the caller skips reads made only for it). */
-  wants(_type: ResequencerLifecycleEvent['type']): boolean {
-    return this.events.listening;
+  wants(type: ResequencerLifecycleEvent['type']): boolean {
+    return this.events.listeningTo(type);
   }
 
   /**
@@ -94,7 +94,7 @@ export class ResequencerLifecycle {
    */
   skippedByOperator(key: string, before: ResequencerKeyState | undefined, now: number): void {
     this.openedAt.delete(key);
-    if (!this.events.listening || !before || before.buffered.length === 0) return;
+    if (!this.events.listeningTo('gap.skipped') || !before || before.buffered.length === 0) return;
     const lowest = before.buffered[0];
     const gapSince = before.gapSince;
     this.events.emit(() => ({
