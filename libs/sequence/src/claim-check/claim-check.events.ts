@@ -17,7 +17,7 @@ export class ClaimCheckLifecycle {
   }
 
   checkedIn(ticket: ClaimTicket, audience: readonly string[], startedAt: number): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('claim.checked-in')) return;
     const at = Date.now();
     this.events.emit(() => ({
       type: 'claim.checked-in',
@@ -34,7 +34,7 @@ export class ClaimCheckLifecycle {
   }
 
   checkedOut(channel: string, ticket: ClaimTicket, startedAt: number): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('claim.checked-out')) return;
     const at = Date.now();
     this.events.emit(() => ({
       type: 'claim.checked-out',
@@ -48,7 +48,7 @@ export class ClaimCheckLifecycle {
   }
 
   deleted(channel: string, store: string, ref: string, reason: ClaimDeletion): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('claim.deleted')) return;
     this.events.emit(() => ({
       type: 'claim.deleted',
       at: Date.now(),

@@ -138,12 +138,13 @@ export class ClaimCheckService {
    * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, ClaimCheckNotFoundError
    */
   async checkOut(ticket: unknown, headers: HeaderMap = {}): Promise<ClaimedPayload> {
+    const startedAt = this.parking.lifecycle.clock();
     const { ticket: verified, store } = this.parking.resolve(ticket);
     return this.traces.checkOut(undefined, verified, headers, async () => {
       const info = await store.head(verified.ref);
       if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
       this.metrics.checkedOut(store.name);
-      this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, 0);
+      this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, startedAt);
       return ClaimedPayload.resolved(verified, headers, info.metadata, () =>
         store.get(verified.ref),
       );

@@ -1,4 +1,4 @@
-import { claimCheckMarking } from './claim-check-headers';
+import { claimCheckMarking, userHeadersOf } from './claim-check-headers';
 
 /**
  * `x-claim-check` says whether a body is a ticket or the payload itself. Another program's AMQP
@@ -45,5 +45,23 @@ describe('claimCheckMarking', () => {
         `x-claim-check is ${quoted}; expected 1 or true (the body is a ticket), ` +
         '0 or false (the body is the payload), or no such header',
     });
+  });
+});
+
+describe('userHeadersOf', () => {
+  it("keeps the sender's headers, without ours, the transport's or the trace context", () => {
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const own = userHeadersOf({
+      'x-claim-check': 1,
+      'x-death': 'x',
+      traceparent,
+      tracestate: 'vendor=1',
+      'x-message-traceparent': traceparent,
+      'x-message-tracestate': 'vendor=1',
+      tenant: 'acme',
+      priority: 2,
+    });
+
+    expect(own).toEqual({ tenant: 'acme', priority: 2 });
   });
 });

@@ -1,4 +1,5 @@
 import { CLAIM_CHECK_HEADER, isTransportHeader, type HeaderMap } from './headers';
+import { isTraceHeader } from './trace-headers';
 
 /** Headers of Claim Check messages (part of the wire contract). */
 export const ClaimCheckHeader = {
@@ -47,12 +48,12 @@ export function claimCheckMarking(headers: Readonly<Record<string, unknown>>): C
   };
 }
 
-/** The sender's own headers of a Claim Check message: without the transport's and ours. */
+/** The sender's own headers of a Claim Check message: without the transport's, ours, or trace context. */
 export function userHeadersOf(headers: Readonly<Record<string, unknown>>): HeaderMap {
   const own: HeaderMap = {};
   for (const [name, value] of Object.entries(headers)) {
     if (name === ClaimCheckHeader.claimCheck || name === ClaimCheckHeader.contentType) continue;
-    if (isTransportHeader(name)) continue;
+    if (isTransportHeader(name) || isTraceHeader(name)) continue;
     if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') {
       own[name] = value;
     }

@@ -146,6 +146,21 @@ describe('parseFragmentHeaders separates user headers', () => {
     expect(parsed.userHeaders).toEqual({ tenant: 'acme' });
   });
 
+  it('keeps trace context headers out of userHeaders (the receiver reads them from the message)', () => {
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const parsed = parseFragmentHeaders(
+      middleFragment({
+        traceparent,
+        tracestate: 'vendor=1',
+        'x-message-traceparent': traceparent,
+        'X-Message-Tracestate': 'vendor=1',
+        tenant: 'acme',
+      }),
+    );
+
+    expect(parsed.userHeaders).toEqual({ tenant: 'acme' });
+  });
+
   it('keeps contract headers out of userHeaders', () => {
     const parsed = parseFragmentHeaders(lastFragment({ [SequenceHeader.bytes]: 10 }));
 

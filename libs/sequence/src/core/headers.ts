@@ -1,4 +1,5 @@
 import { MalformedFragmentError } from './errors/malformed-fragment.error';
+import { isTraceHeader } from './trace-headers';
 
 /** Header names of the wire contract, version 1 (see docs/message-sequence.md). */
 export const SequenceHeader = {
@@ -197,7 +198,7 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
 
   const userHeaders: HeaderMap = {};
   for (const [name, value] of Object.entries(headers)) {
-    if (isContractHeader(name) || isTransportHeader(name)) continue;
+    if (isContractHeader(name) || isTransportHeader(name) || isTraceHeader(name)) continue;
     if (value === undefined || value === null) continue;
     if (name === SequenceHeader.contentType || name === SequenceHeader.contentEncoding) continue;
     if (name === CLAIM_CHECK_HEADER) continue;

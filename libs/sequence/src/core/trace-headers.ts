@@ -15,6 +15,16 @@ export const TraceHeader = {
 /** The names of {@link TraceHeader}. */
 export const TRACE_HEADER_NAMES: readonly string[] = Object.values(TraceHeader);
 
+const TRACE_HEADERS: ReadonlySet<string> = new Set(TRACE_HEADER_NAMES);
+
+/**
+ * True for a trace context header (any case): it is not a user header. A receiver reads the
+ * context from the message as it arrived; its handler runs in the span instead.
+ */
+export function isTraceHeader(name: string): boolean {
+  return TRACE_HEADERS.has(name.toLowerCase());
+}
+
 /** A span context as a traceparent carries it. */
 export interface WireSpanContext {
   /** 32 lowercase hexadecimal characters, not all zero. */

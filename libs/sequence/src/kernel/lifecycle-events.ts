@@ -93,7 +93,8 @@ export type ClaimCheckLifecycleEvent =
       readonly bytes: number;
       /**
        * The read of a parked fragment body, or, for a `@ClaimCheck` handler, the handler's run
-       * (its retries included); 0 for `ClaimCheckService.checkOut`, whose caller reads later.
+       * (its retries included); for `ClaimCheckService.checkOut`, the ticket's check and the
+       * store's lookup (its caller reads the payload later).
        */
       readonly durationMs: number;
     })
@@ -223,7 +224,7 @@ type Listener = (event: LifecycleEvent) => void;
  * The module's lifecycle events, for audit trails and dashboards: inject it and subscribe to
  * `events$` (or `of(type)`). Delivery is synchronous, on the path that did the work, best effort
  * and not durable (see docs/events.md). With nobody listening an emission costs one size check:
- * the event object is only built for a listener.
+ * the event object is only built for a listener (most emission points ask for their own type).
  *
  * A subscriber cannot break the message path or the process: an error thrown by its `next` (or by
  * an operator piped from these observables) is logged, and the subscription goes on; an error
@@ -236,16 +237,19 @@ type Listener = (event: LifecycleEvent) => void;
 export class SequenceEvents {
   private readonly logger = new Logger('SequenceEvents');
   private readonly listeners = new Set<Listener>();
+  /** Subscribers of `events$`, and of `of()` by type: what `listeningTo` consults. */
+  private everyType = 0;
+  private readonly byType = new Map<string, number>();
 
   /** Every event, as it happens. */
-  readonly events$: Observable<LifecycleEvent> = this.observe((event) => event);
+  readonly events$: Observable<LifecycleEvent> = this.observe(undefined, (event) => event);
 
   /** The events of one or more types, typed by them. */
   of<T extends LifecycleEventType>(
     ...types: T[]
   ): Observable<Extract<LifecycleEvent, { type: T }>> {
     const wanted = new Set<string>(types);
-    return this.observe((event) =>
+    return this.observe(wanted, (event) =>
       wanted.has(event.type) ? (event as Extract<LifecycleEvent, { type: T }>) : undefined,
     );
   }
@@ -253,6 +257,14 @@ export class SequenceEvents {
   /** True while anything listens: callers skip measuring what only an event would carry. */
   get listening(): boolean {
     return this.listeners.size > 0;
+  }
+
+  /**
+   * True while something listens to events of `type` (`events$`, or `of()` with that type):
+   * emission points skip building events nobody asked for.
+   */
+  listeningTo(type: LifecycleEventType): boolean {
+    return this.everyType > 0 || (this.byType.get(type) ?? 0) > 0;
   }
 
   /**
@@ -278,6 +290,7 @@ export class SequenceEvents {
   }
 
   private observe<E extends LifecycleEvent>(
+    types: ReadonlySet<string> | undefined,
     pick: (event: LifecycleEvent) => E | undefined,
   ): Observable<E> {
     return new GuardedObservable<E>(
@@ -289,8 +302,23 @@ export class SequenceEvents {
           if (picked !== undefined) subscriber.next(picked);
         };
         this.listeners.add(listener);
-        return () => this.listeners.delete(listener);
+        this.count(types, 1);
+        return () => {
+          if (this.listeners.delete(listener)) this.count(types, -1);
+        };
       },
     );
+  }
+
+  private count(types: ReadonlySet<string> | undefined, by: 1 | -1): void {
+    if (!types) {
+      this.everyType += by;
+      return;
+    }
+    for (const type of types) {
+      const count = (this.byType.get(type) ?? 0) + by;
+      if (count > 0) this.byType.set(type, count);
+      else this.byType.delete(type);
+    }
   }
 }

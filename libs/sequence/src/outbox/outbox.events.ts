@@ -18,7 +18,7 @@ export class BoxLifecycle {
 
   /** The relay's broker confirmed `record` on every channel it routes to. */
   published(record: StoredRecord, channels: readonly string[]): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('outbox.published')) return;
     const at = Date.now();
     this.events.emit(() => ({
       type: 'outbox.published',
@@ -32,7 +32,7 @@ export class BoxLifecycle {
 
   /** An `@InboxHandler` handled `record` and its claim commits with it. */
   handled(record: StoredRecord, channel: string): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('inbox.handled')) return;
     const at = Date.now();
     this.events.emit(() => ({
       type: 'inbox.handled',
@@ -45,7 +45,7 @@ export class BoxLifecycle {
 
   /** The inbox already had a message with this id: dropped. */
   duplicate(channel: string, record: Pick<StoredRecord, 'id' | 'kind' | 'type'>): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('inbox.duplicate')) return;
     this.events.emit(() => ({
       type: 'inbox.duplicate',
       at: Date.now(),

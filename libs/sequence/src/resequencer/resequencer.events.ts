@@ -1,5 +1,5 @@
-import type { SequenceEvents } from '../kernel/lifecycle-events';
-import type { AcceptOutcome, OpenGap } from '../ports/resequencer-store.port';
+import type { ResequencerLifecycleEvent, SequenceEvents } from '../kernel/lifecycle-events';
+import type { AcceptOutcome, OpenGap, ResequencerKeyState } from '../ports/resequencer-store.port';
 import type { GapPolicy } from '../ports/resequencer-store.port';
 
 /** Gaps whose opening time one resequencer remembers at once (for `gap.closed`'s `waitedMs`). */
@@ -56,9 +56,9 @@ export class ResequencerLifecycle {
    * clock reading `now`.
    */
   resolved(gap: OpenGap, policy: GapPolicy, appended: number, timeoutMs: number, now: number) {
+    if (policy !== 'alert') this.openedAt.delete(gap.key);
     if (!this.events.listening || policy === 'alert') return;
     const at = Date.now();
-    this.openedAt.delete(gap.key);
     const waitedMs = Math.max(0, now - gap.gapSince);
     const reason = `${gap.expected} missing past gap.timeoutMs (${timeoutMs} ms)`;
     const common = { at, channel: this.channel, resequencer: this.resequencer, key: gap.key };
@@ -81,6 +81,33 @@ export class ResequencerLifecycle {
         reason,
       }));
     }
+  }
+
+  /** True when a listener may want events of `type` (the caller skips reads made only for it). */
+  wants(type: ResequencerLifecycleEvent['type']): boolean {
+    return this.events.listeningTo(type);
+  }
+
+  /**
+   * After an operator skipped the gap of `key` (`ResequencerService`/admin `skip`, `release`) on
+   * the clock reading `now`; `before`: the key's state read just before, when an event was wanted.
+   */
+  skippedByOperator(key: string, before: ResequencerKeyState | undefined, now: number): void {
+    this.openedAt.delete(key);
+    if (!this.events.listeningTo('gap.skipped') || !before || before.buffered.length === 0) return;
+    const lowest = before.buffered[0];
+    const gapSince = before.gapSince;
+    this.events.emit(() => ({
+      type: 'gap.skipped',
+      at: Date.now(),
+      channel: this.channel,
+      resequencer: this.resequencer,
+      key,
+      from: before.next,
+      to: lowest - 1,
+      waitedMs: gapSince !== undefined ? Math.max(0, now - gapSince) : 0,
+      reason: `${before.next} skipped by an operator`,
+    }));
   }
 
   private remember(key: string): void {

@@ -370,11 +370,16 @@ export class Resequencer {
    * are), the run held behind them is released and drained. 0 when the key had no gap.
    */
   async skipGap(key: string, now: number = Date.now()): Promise<number> {
+    // Read only for the `gap.skipped` event (the missing range and its wait), when one is wanted.
+    const before = this.lifecycle.wants('gap.skipped')
+      ? await this.deps.store.inspect(this.ref(key), this.definition.start)
+      : undefined;
     const resolution = await this.deps.store.resolveGap(this.ref(key), 'skip', {
       openedBefore: now,
       now,
     });
     if (resolution.kind === 'none') return 0;
+    this.lifecycle.skippedByOperator(key, before, now);
     await this.drainQuietly(key);
     return resolution.appended;
   }

@@ -3,7 +3,8 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { crc32 } from '../core/checksum';
 import { userHeadersRefusal } from '../core/completeness';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
-import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { deadLetterReasonLabel } from '../kernel/dead-letter.metrics';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
 import { SequenceMetrics } from './sequence.metrics';
 import type { AcceptResult, CompleteSequence, SequenceStore } from '../ports/sequence-store.port';
@@ -252,9 +253,11 @@ export class AggregatorService implements SequenceReassembler {
           // reason. When that dead letter could not be sent, the message came back and finds the
           // sequence failed: it goes to the dead-letter channel now, with the same reason. Which
           // fragment that was cannot be told, so late duplicates of the others go there too,
-          // rather than the failure's only record being acked away.
-          this.metrics.duplicateFragment(channel);
-          this.lifecycle.fragmentDuplicate(channel, fragment);
+          // rather than the failure's only record being acked away. Counted and reported as a
+          // rejected fragment, with the failure's code, as its dead letter says.
+          const { code, detail } = splitDeathReason(result.reason);
+          this.metrics.fragmentRejected(channel, deadLetterReasonLabel(result.reason));
+          this.lifecycle.fragmentRejected(channel, code, detail, fragment);
           return { action: 'dead-letter', reason: result.reason };
         }
         if (result.outcome === 'failed') {

@@ -21,7 +21,7 @@ export class SequenceLifecycle {
   }
 
   started(channel: string, fragment: FragmentHeaders): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('sequence.started')) return;
     this.events.emit(() => ({
       type: 'sequence.started',
       at: Date.now(),
@@ -37,7 +37,7 @@ export class SequenceLifecycle {
     sequence: Pick<CompleteSequence, 'sequenceId' | 'fragments' | 'bytes' | 'firstFragmentAt'>,
     attempts: number,
   ): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('sequence.completed')) return;
     const at = Date.now();
     this.events.emit(() => ({
       type: 'sequence.completed',
@@ -52,7 +52,7 @@ export class SequenceLifecycle {
   }
 
   expired(channel: string, expired: ExpiredSequence): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('sequence.expired')) return;
     this.events.emit(() => ({
       type: 'sequence.expired',
       at: Date.now(),
@@ -67,7 +67,7 @@ export class SequenceLifecycle {
   }
 
   rejected(channel: string, sequenceId: string, reason: string, detail: string): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('sequence.rejected')) return;
     this.events.emit(() => ({
       type: 'sequence.rejected',
       at: Date.now(),
@@ -85,7 +85,7 @@ export class SequenceLifecycle {
     detail: string,
     attempts: number,
   ): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('sequence.failed')) return;
     this.events.emit(() => ({
       type: 'sequence.failed',
       at: Date.now(),
@@ -98,7 +98,7 @@ export class SequenceLifecycle {
   }
 
   fragmentAccepted(channel: string, fragment: FragmentHeaders, bytes: number): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('fragment.accepted')) return;
     this.events.emit(() => ({
       type: 'fragment.accepted',
       at: Date.now(),
@@ -111,7 +111,7 @@ export class SequenceLifecycle {
   }
 
   fragmentDuplicate(channel: string, fragment: FragmentIds): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('fragment.duplicate')) return;
     this.events.emit(() => ({
       type: 'fragment.duplicate',
       at: Date.now(),
@@ -127,7 +127,7 @@ export class SequenceLifecycle {
     detail: string,
     fragment: FragmentIds | undefined,
   ): void {
-    if (!this.events.listening) return;
+    if (!this.events.listeningTo('fragment.rejected')) return;
     this.events.emit(() => ({
       type: 'fragment.rejected',
       at: Date.now(),

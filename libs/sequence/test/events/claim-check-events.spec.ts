@@ -59,6 +59,33 @@ describe('lifecycle events: Claim Check', () => {
     expect(recorder.events[2]).toMatchObject({ ref: ticket.ref, reason: 'released' });
   });
 
+  it("checkOut by hand: checked out with the ticket's bytes and the time the check-out took", async () => {
+    t = await createClaimCheckTestApp();
+    const ticket = await t.claimCheck.checkIn(bytes(10_000, 3));
+    const recorder = recordEvents(t.app);
+    // A clock that moves 5 ms at each reading: the duration is measured, not left at 0.
+    let now = Date.now();
+    const clock = jest.spyOn(Date, 'now').mockImplementation(() => (now += 5));
+    try {
+      await t.claimCheck.checkOut(ticket);
+    } finally {
+      clock.mockRestore();
+    }
+
+    expect(recorder.events).toEqual([
+      {
+        type: 'claim.checked-out',
+        at: expect.any(Number),
+        channel: '',
+        ref: ticket.ref,
+        store: 'filesystem',
+        bytes: 10_000,
+        durationMs: expect.any(Number),
+      },
+    ]);
+    expect((recorder.events[0] as { durationMs: number }).durationMs).toBeGreaterThan(0);
+  });
+
   it('the orphan sweeper deleting an expired payload: deleted with the reason expired', async () => {
     t = await createClaimCheckTestApp();
     const ticket = await t.claimCheck.checkIn(bytes(10_000, 2), { ttlMs: 1_000 });

@@ -1,3 +1,4 @@
+import { ResequencerCatalog } from '../../src/resequencer/resequencer.catalog';
 import { eventually } from '../support/sequence-test-app';
 import {
   createResequencerTestApp,
@@ -67,6 +68,33 @@ describe('lifecycle events: Resequencer', () => {
     ]);
     const [skipped] = recorder.events as Array<{ waitedMs: number }>;
     expect(skipped.waitedMs).toBeGreaterThan(TIMEOUT_MS);
+  });
+
+  it("an operator's skip gives up the missing range as the sweep does, with its own reason", async () => {
+    const channel = 'events.gaps.operator-skip';
+    t = await createResequencerTestApp({
+      channel,
+      gap: { timeoutMs: TIMEOUT_MS, policy: 'alert' },
+    });
+    const recorder = recordEvents(t.app);
+    await bufferBehindGap(channel, 'T4', [3, 4]);
+    const resequencer = t.app.get(ResequencerCatalog).get(channel)!.resequencer;
+
+    expect(await resequencer.skipGap('T4')).toBeGreaterThan(0);
+    await eventually(() => t!.handler.received.length === 2, 'the held events released');
+
+    const base = { at: expect.any(Number), channel, resequencer: channel, key: 'T4' };
+    expect(recorder.events).toEqual([
+      { ...base, type: 'gap.opened', expected: 1, seq: 3, held: 1 },
+      {
+        ...base,
+        type: 'gap.skipped',
+        from: 1,
+        to: 2,
+        waitedMs: expect.any(Number),
+        reason: '1 skipped by an operator',
+      },
+    ]);
   });
 
   it("policy 'dead-letter': the events held behind the gap are dead-lettered, counted", async () => {

@@ -150,6 +150,37 @@ describe('lifecycle events: Message Sequence', () => {
     ]);
   });
 
+  it("a fragment arriving after its sequence failed is rejected with the failure's code, as its dead letter", async () => {
+    const channel = 'events.sequence.failed-late';
+    t = await createSequenceTestApp(channel, {
+      handler: { handlerRetry: { attempts: 1, baseDelayMs: 1 } },
+    });
+    t.handler.failNext = 1;
+    const fragments = makeFragments('doomed-late', bytes(1_500, 4), 1_000);
+    await publishAll(t.transport, channel, fragments);
+    await t.transport.whenIdle();
+    expect(deadLetters(t.transport, channel)).toHaveLength(1);
+    const recorder = recordEvents(t.app);
+
+    await publishAll(t.transport, channel, [fragments[0]]);
+    await t.transport.whenIdle();
+
+    const letters = deadLetters(t.transport, channel);
+    expect(letters).toHaveLength(2);
+    expect(String(letters[1].headers['x-death-reason'])).toMatch(/^handler-failed: /);
+    expect(recorder.events).toEqual([
+      {
+        type: 'fragment.rejected',
+        at: expect.any(Number),
+        channel,
+        sequenceId: 'doomed-late',
+        position: 1,
+        reason: 'handler-failed',
+        detail: expect.stringContaining('handler failed 1 time(s)'),
+      },
+    ]);
+  });
+
   it('a sequence that outgrows maxSequenceBytes is rejected whole; its fragments with the reason', async () => {
     const channel = 'events.sequence.rejected';
     t = await createSequenceTestApp(channel, { handler: { maxSequenceBytes: 1_500 } });

@@ -142,7 +142,11 @@ describe('guarantees: a handler that throws', () => {
     const [failure, late] = deadLetters(app.transport, channel);
     expect(late.headers['x-death-reason']).toBe(failure.headers['x-death-reason']);
     expect(late.body.equals(fragments[0].body)).toBe(true);
-    expect(await sample(app, 'duplicate_fragments_total', { channel })).toBe(1);
+    // Dead-lettered, not dropped: counted as a rejected fragment with the failure's code.
+    expect(await sample(app, 'duplicate_fragments_total', { channel })).toBe(0);
+    expect(
+      await sample(app, 'fragments_rejected_total', { channel, reason: 'handler-failed' }),
+    ).toBe(1);
   });
 
   describe('whose store read failed and who returned all the same', () => {

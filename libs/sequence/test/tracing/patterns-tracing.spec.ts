@@ -140,6 +140,11 @@ describe('tracing: Outbox, Inbox, Resequencer and Claim Check (in-memory broker)
     const receipt = await t.claimCheck.publish(t.channel, Buffer.alloc(4096, 3));
     expect(receipt.via).toBe('ticket');
     await eventually(() => t.handler.deliveries.length === 1, 'the handler to run');
+    // The check-out span ends once the handler has returned, a little after its delivery.
+    await eventually(
+      () => named(tracing.moduleSpans(), 'check-out').length === 1,
+      'the check-out span to end',
+    );
 
     const spans = tracing.moduleSpans();
     const [send] = named(spans, `send ${t.channel}`);

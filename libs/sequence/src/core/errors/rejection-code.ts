@@ -94,3 +94,14 @@ export function deathReason(code: RejectionCode, detail: string): string {
     ? reason
     : `${reason.slice(0, MAX_DEATH_REASON_CHARS - 1)}…`;
 }
+
+/**
+ * Splits an `x-death-reason` value into its code (before the first `:`) and its detail; a value
+ * without `:` is all code. The inverse of `deathReason`, for any code (a handler's own too).
+ */
+export function splitDeathReason(reason: string): { code: string; detail: string } {
+  const separator = reason.indexOf(':');
+  return separator === -1
+    ? { code: reason.trim(), detail: '' }
+    : { code: reason.slice(0, separator).trim(), detail: reason.slice(separator + 1).trim() };
+}
