@@ -1,8 +1,4 @@
-import { context, trace } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import type { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 
 /**
  * The demos' optional trace export: with `OTEL_EXPORTER_OTLP_ENDPOINT` set (an OTLP/HTTP
@@ -16,6 +12,18 @@ let provider: BasicTracerProvider | undefined;
 export function startDemoTracing(env: NodeJS.ProcessEnv = process.env): boolean {
   const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (provider || !endpoint) return provider !== undefined;
+  // Loaded only when asked for: the SDK and its exporter add to every demo's start-up otherwise.
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const { context, trace } = require('@opentelemetry/api') as typeof import('@opentelemetry/api');
+  const { AsyncLocalStorageContextManager } =
+    require('@opentelemetry/context-async-hooks') as typeof import('@opentelemetry/context-async-hooks');
+  const { OTLPTraceExporter } =
+    require('@opentelemetry/exporter-trace-otlp-http') as typeof import('@opentelemetry/exporter-trace-otlp-http');
+  const { resourceFromAttributes } =
+    require('@opentelemetry/resources') as typeof import('@opentelemetry/resources');
+  const { BasicTracerProvider, BatchSpanProcessor } =
+    require('@opentelemetry/sdk-trace-base') as typeof import('@opentelemetry/sdk-trace-base');
+  /* eslint-enable @typescript-eslint/no-require-imports */
   provider = new BasicTracerProvider({
     resource: resourceFromAttributes({
       'service.name': env.OTEL_SERVICE_NAME ?? 'nest-sequence-demo',

@@ -4,7 +4,7 @@ import { BoxesReader, type BoxSide } from './boxes.reader';
 import { ClaimsReader } from './claims.reader';
 import { DeadLettersReader } from './dead-letters.reader';
 import { ResequencerReader } from './resequencer.reader';
-import { SequencesReader } from './sequences.reader';
+import { SequencesReader, sequenceView } from './sequences.reader';
 
 /** One thing an id names. */
 export interface FindMatch {
@@ -66,7 +66,8 @@ export class FindReader {
           summary:
             `open sequence on ${channel}: ${item.receivedPositions.length} fragment(s) received, ` +
             `${item.missingPositions.length} missing`,
-          ...item,
+          // As GET sequences gives it: positions as capped ranges, never whole arrays.
+          ...sequenceView(item),
         });
       }
     }

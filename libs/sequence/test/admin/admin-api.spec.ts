@@ -126,6 +126,9 @@ describe('the admin API on the embedded defaults', () => {
     expect(answer.body.matches).toEqual([
       expect.objectContaining({ kind: 'sequence', channel: CHANNEL, sequenceId: 'study-1' }),
     ]);
+    // As GET sequences answers: positions as capped ranges, never whole arrays.
+    expect(answer.body.matches[0]).toHaveProperty('received');
+    expect(answer.body.matches[0]).not.toHaveProperty('receivedPositions');
   });
 
   it('tells a claim-check payload by ref, bare or store-qualified, and finds it', async () => {
