@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { splitDeathReason } from '../core/errors/rejection-code';
 import { ChannelRegistry } from '../kernel/channel.registry';
 import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type {
@@ -36,15 +37,9 @@ interface CachedReasons {
 
 export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
 
-/** The reason code of an `x-death-reason` (`integrity-mismatch: …` → `integrity-mismatch`). */
-export function reasonCode(reason: string): string {
-  const colon = reason.indexOf(':');
-  return (colon < 0 ? reason : reason.slice(0, colon)).trim();
-}
-
 /** A reason filter matches the code or the whole reason. */
 function matches(letter: DeadLetter, reason: string): boolean {
-  return reasonCode(letter.reason) === reason || letter.reason === reason;
+  return splitDeathReason(letter.reason).code === reason || letter.reason === reason;
 }
 
 /** Dead letters, through the transport's {@link DeadLetterBox}. */
@@ -119,7 +114,7 @@ export class DeadLettersReader {
     const page = await box.browse(channel, { limit: this.options.maxBatch });
     const counts = new Map<string, number>();
     for (const letter of page.items) {
-      const code = reasonCode(letter.reason);
+      const { code } = splitDeathReason(letter.reason);
       counts.set(code, (counts.get(code) ?? 0) + 1);
     }
     const summary: DeadLetterChannelSummary = {

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { Counter } from 'prom-client';
-import type { RejectionCode } from '../core/errors/rejection-code';
+import { splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { ModuleMetrics } from './module-metrics';
 
 /**
@@ -55,8 +55,7 @@ const KNOWN_CODES: ReadonlySet<string> = new Set(REJECTION_CODES);
 
 /** The `reason` label of a dead letter: its reason's code (before the first `:`), or `other`. */
 export function deadLetterReasonLabel(reason: string): RejectionCode | 'other' {
-  const separator = reason.indexOf(':');
-  const code = (separator === -1 ? reason : reason.slice(0, separator)).trim();
+  const { code } = splitDeathReason(reason);
   return KNOWN_CODES.has(code) ? (code as RejectionCode) : 'other';
 }
 

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { delay } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
+import { splitDeathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import {
   MAX_DEAD_LETTER_BROWSE,
@@ -43,8 +44,7 @@ export function replayRate(ratePerSecond: unknown): number {
 export function reasonMatches(reason: string, filter: string | undefined): boolean {
   if (filter === undefined) return true;
   if (reason === filter) return true;
-  const colon = reason.indexOf(':');
-  return colon >= 0 && reason.slice(0, colon).trim() === filter;
+  return reason.includes(':') && splitDeathReason(reason).code === filter;
 }
 
 /** `x-death-reason` of a dead letter, or `fallback` when it has none (a broker-routed one). */
