@@ -9,6 +9,7 @@ export type {
   Disposition,
   InboundMessage,
   MessageHandler,
+  PartitionAddress,
   PublishOptions,
   ReplyChannelOptions,
   SubscribeOptions,
@@ -21,6 +22,8 @@ export {
   REQUEUE_COUNT_HEADER,
   requeueCount,
 } from './ports/transport.port';
+export { partitionIndex } from './core/partition';
+export { PartitionCountMismatchError } from './core/errors/partition-count-mismatch.error';
 export type {
   DeadLetter,
   DeadLetterActionResult,

@@ -50,6 +50,18 @@ export interface PublishOptions {
    * another. @default true
    */
   readonly resend?: boolean;
+  /**
+   * Publish to one partition of a partitioned channel (see {@link Transport.partitioned}):
+   * partition `index` of the channel split into `count`. Only on transports with `partitioned`;
+   * others reject the publish with a RangeError.
+   */
+  readonly partition?: PartitionAddress;
+}
+
+/** One partition of a channel split into `count`: `index` from 0 to `count - 1`. */
+export interface PartitionAddress {
+  readonly index: number;
+  readonly count: number;
 }
 
 export interface SubscribeOptions {
@@ -57,6 +69,12 @@ export interface SubscribeOptions {
   readonly prefetch?: number;
   /** Where `dead-letter` dispositions go. @default `transport.deadLetterChannel(channel)` */
   readonly deadLetterChannel?: string;
+  /**
+   * Subscribe to every partition of a channel split into this many (see
+   * {@link Transport.partitioned}) instead of the channel itself. `prefetch` then applies per
+   * partition. Only on transports with `partitioned`; others reject the subscribe.
+   */
+  readonly partitions?: number;
 }
 
 export interface Subscription {
@@ -107,6 +125,27 @@ export interface Transport {
   readonly name: string;
   /** Largest message (body plus headers) the broker accepts. */
   readonly maxMessageBytes: number;
+  /**
+   * Whether the transport has partitioned channels: `publish` with `partition`, `subscribe` with
+   * `partitions`. A partitioned channel is split into `count` partitions, each a queue of its own
+   * beside the channel's plain queue. Contract, checked by the partitioned-channel conformance
+   * suite:
+   * - A message published to partition `index` is delivered to subscribers with `partitions:
+   *   count`, never to the plain channel's subscribers, and vice versa.
+   * - At any moment each partition has at most one active subscriber across every process (the
+   *   broker's single active consumer, or the transport's own lease): all its messages go to that
+   *   subscriber, in the order they were published, up to `prefetch` unsettled at once. When that
+   *   subscriber closes or its process is lost, another subscriber takes the partition over and
+   *   gets the unsettled messages again (`redelivered: true`).
+   * - A subscriber may keep messages unsettled for as long as it lives (a handler whose promise
+   *   is pending): the transport does not give them to another subscriber meanwhile (each adapter
+   *   documents the broker limit on that time, such as RabbitMQ's `consumer_timeout`).
+   * - A `requeue` with `delayMs` puts the message at the tail of its own partition; `dead-letter`
+   *   sends it to the channel's dead-letter channel, as for a plain channel.
+   * - The partition count is part of the channel's topology: a publish or subscribe with a count
+   *   other than the one the channel was declared with rejects with `PartitionCountMismatchError`.
+   */
+  readonly partitioned?: boolean;
   publish(
     channel: string,
     body: Buffer,

@@ -27,3 +27,4 @@ export * from './outbox-foreign-transaction.error';
 export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';
 export * from './outbox-transaction-finished.error';
+export * from './partition-count-mismatch.error';
