@@ -183,6 +183,17 @@ export interface OpenSequenceQuery {
   readonly now: number;
 }
 
+/**
+ * What a store knows of a sequence (`status`): for consumers that hold fragments outside the store
+ * (broker-held reassembly) and keep only the completion marker in it.
+ */
+export type SequenceStatus =
+  | { readonly state: 'unknown' }
+  /** Fragments of it are stored (open, or complete and awaiting `finish`). */
+  | { readonly state: 'open' }
+  /** It finished: a live marker says how. */
+  | { readonly state: 'finished'; readonly outcome: FinishedOutcome; readonly reason?: string };
+
 export interface SequenceRef {
   readonly scope: string;
   readonly sequenceId: string;
@@ -252,6 +263,12 @@ export interface SequenceStore {
    * `limit`: for the operator console. Read-only. Optional: a store without it cannot be listed.
    */
   listOpen?(query: OpenSequenceQuery): Promise<OpenSequenceInfo[]>;
+  /**
+   * Whether the sequence finished (a live marker), has fragments stored, or is unknown. Read-only.
+   * `finish` of a sequence the store never saw writes its marker (nobody holds a lease), which is
+   * how broker-held reassembly records an outcome. Optional: broker-held reassembly needs it.
+   */
+  status?(ref: SequenceRef, now: number): Promise<SequenceStatus>;
   /** One open sequence, or `undefined` when it is not open (finished, expired, never seen). */
   inspect?(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined>;
   /** Answers when the store is reachable (for health checks). */

@@ -12,6 +12,7 @@ import type {
   SequenceStore,
 } from '../../ports/sequence-store.port';
 import { describeOpenSequenceCases } from './sequence-store/open-sequences.cases';
+import { describeStatusCases } from './sequence-store/status.cases';
 
 export interface SequenceStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a key prefix of its own). */
@@ -23,6 +24,8 @@ export interface SequenceStoreHarness {
    * reads): their cases run only then. @default true
    */
   readonly openSequences?: boolean;
+  /** Whether the adapter implements the optional `status`: its cases run only then. @default true */
+  readonly status?: boolean;
 }
 
 interface Fixture {
@@ -1054,6 +1057,17 @@ export function describeSequenceStoreConformance(
 
     if (harness.openSequences !== false) {
       describeOpenSequenceCases({
+        store: () => store,
+        scope: () => scope,
+        t0: () => t0,
+        accept: (fragment, at) => accept(fragment, at),
+        fixture: (of, bodies) => sequenceFixture(of, bodies),
+        finish: (ref, at) => finishCompleted(ref, at),
+      });
+    }
+
+    if (harness.status !== false) {
+      describeStatusCases({
         store: () => store,
         scope: () => scope,
         t0: () => t0,

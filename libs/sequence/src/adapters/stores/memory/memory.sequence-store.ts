@@ -35,6 +35,7 @@ import type {
   OpenSequenceInfo,
   OpenSequenceQuery,
   SequenceRef,
+  SequenceStatus,
   SequenceStore,
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
@@ -318,6 +319,13 @@ export class MemorySequenceStore implements SequenceStore {
       .sort((a, b) => a.deadline - b.deadline)
       .slice(0, Math.max(0, query.limit))
       .map((sequence) => openSequenceInfo(sequence, query.now));
+  }
+
+  async status(ref: SequenceRef, now: number): Promise<SequenceStatus> {
+    const key = sequenceKey(ref);
+    const marker = this.liveMarker(key, now);
+    if (marker) return { state: 'finished', outcome: marker.outcome, reason: marker.reason };
+    return this.held.has(key) ? { state: 'open' } : { state: 'unknown' };
   }
 
   async inspect(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined> {

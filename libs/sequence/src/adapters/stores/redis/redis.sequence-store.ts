@@ -78,6 +78,7 @@ import type {
   OpenSequenceInfo,
   OpenSequenceQuery,
   SequenceRef,
+  SequenceStatus,
   SequenceStore,
   SequenceStoreStats,
 } from '../../../ports/sequence-store.port';
@@ -598,6 +599,23 @@ export class RedisSequenceStore implements SequenceStore {
 
   listOpen(query: OpenSequenceQuery): Promise<OpenSequenceInfo[]> {
     return this.openSequences.list(query);
+  }
+
+  async status(ref: SequenceRef, now: number): Promise<SequenceStatus> {
+    const keys = this.keys.sequence(ref);
+    const [marker, state] = await Promise.all([
+      this.redis.hmget(keys.done, 'outcome', 'until', 'reason'),
+      this.redis.hget(keys.meta, 'state'),
+    ]);
+    const [outcome, until, reason] = marker;
+    if (outcome && Number(until) > now) {
+      return {
+        state: 'finished',
+        outcome: outcome as FinishedOutcome,
+        ...(reason ? { reason } : {}),
+      };
+    }
+    return state === 'open' ? { state: 'open' } : { state: 'unknown' };
   }
 
   inspect(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined> {
