@@ -45,6 +45,7 @@ export type {
   FinishedOutcome,
   FragmentRecord,
   SequenceLimits,
+  SequenceStatus,
   SequenceRef,
   SequenceStore,
   SequenceStoreStats,

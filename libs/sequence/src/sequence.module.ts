@@ -69,6 +69,7 @@ import {
   SEQUENCE_OPTIONS_TYPE,
 } from './sequence.module-definition';
 import { AggregatorService } from './sequence/aggregator.service';
+import { BrokerHeldReassembler } from './sequence/broker-held/broker-held.reassembler';
 import { ExpirySweeper } from './sequence/expiry.sweeper';
 import { SequencedHandlerKind } from './sequence/sequenced-handler.kind';
 import { SequenceMetrics } from './sequence/sequence.metrics';
@@ -141,6 +142,7 @@ const providers: Provider[] = [
   SequenceMetrics,
   SplitterService,
   AggregatorService,
+  BrokerHeldReassembler,
   ExpirySweeper,
   SequencedHandlerKind,
   // Claim Check

@@ -18,6 +18,18 @@ export interface ChannelBinding {
   readonly deadLetterChannel?: string;
   /** Takes one message and says what to do with it; never throws. */
   receive(message: InboundMessage): Promise<Disposition>;
+  /**
+   * Also consume the channel's partitions (see `Transport.partitioned`): `count` of them, each
+   * with `prefetch` unsettled at most, through `receive`, which may keep messages unsettled for
+   * long. `release`, called as shutdown begins, hands back what it keeps that no handler is
+   * working on, so that the drain does not wait for it.
+   */
+  readonly partitions?: {
+    readonly count: number;
+    readonly prefetch: number;
+    receive(message: InboundMessage): Promise<Disposition>;
+    release?(): void;
+  };
   /** What it does, for the log line at subscription: `consumes sequences from`... */
   readonly describe: string;
   /**

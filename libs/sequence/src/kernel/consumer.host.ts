@@ -23,6 +23,7 @@ export class ConsumerHost {
   private readonly logger = new Logger('SequenceModule');
   private readonly subscriptions: Subscription[] = [];
   private readonly inFlight = new Set<Promise<Disposition>>();
+  private readonly releases: Array<() => void> = [];
   /** Set at shutdown; resolves when deliveries in progress are done (or the wait timed out). */
   private drained: Promise<void> | undefined;
 
@@ -48,7 +49,20 @@ export class ConsumerHost {
   }
 
   private async subscribe(binding: ChannelBinding): Promise<void> {
-    const { channel, prefetch, deadLetterChannel } = binding;
+    const { channel, prefetch, deadLetterChannel, partitions } = binding;
+    if (partitions) {
+      const partitioned = await this.transport.subscribe(
+        channel,
+        (message) => this.track(channel, () => partitions.receive(message)),
+        { prefetch: partitions.prefetch, deadLetterChannel, partitions: partitions.count },
+      );
+      this.subscriptions.push(partitioned);
+      if (partitions.release) this.releases.push(partitions.release);
+      this.logger.log(
+        `${binding.definedBy} ${binding.describe} the ${partitions.count} partitions of ${channel} ` +
+          `(${this.transport.name}, window ${partitions.prefetch} per partition)`,
+      );
+    }
     const subscription = await this.transport.subscribe(
       channel,
       (message) => this.track(channel, () => binding.receive(message)),
@@ -62,6 +76,7 @@ export class ConsumerHost {
 
   /** Stops taking messages, waits for deliveries in progress, then closes the subscriptions. */
   async close(): Promise<void> {
+    for (const release of this.releases.splice(0)) release();
     this.drained = this.drain();
     await this.drained;
     await this.closeSubscriptions(this.subscriptions.splice(0));

@@ -21,6 +21,8 @@ export async function publishWithRetry(
   headers: HeaderMap,
   policy: ResolvedPublishPolicy,
   mayAttempt: (timeoutMs: number) => boolean = () => true,
+  /** Where on a partitioned channel (see `Transport.partitioned`); undefined: the channel. */
+  partition?: PublishOptions['partition'],
 ): Promise<PublishOutcome> {
   let attempt = 0;
   let maybeDelivered = false;
@@ -35,7 +37,10 @@ export async function publishWithRetry(
     }
     attempt++;
     try {
-      await publishOnce(transport, channel, body, headers, { timeoutMs: policy.confirmTimeoutMs });
+      await publishOnce(transport, channel, body, headers, {
+        timeoutMs: policy.confirmTimeoutMs,
+        ...(partition && { partition }),
+      });
       return { ok: true, attempts: attempt };
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);

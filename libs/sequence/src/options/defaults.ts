@@ -30,6 +30,10 @@ export const DEFAULTS = {
     maxBufferedBytes: 1024 * MiB,
     maxOpenSequences: 10_000,
     retentionMs: HOUR,
+    buffer: 'store',
+    partitions: 4,
+    window: 1024,
+    spoolMaxBytes: 4096 * MiB,
   },
   claimCheck: {
     inlineMaxBytes: 256 * KiB,

@@ -181,7 +181,7 @@ describe('checkKeys', () => {
     ]);
     expect(problemsOf({ prefech: 3 }, SEND_KEYS)).toEqual([
       'prefech is not an option; the options are sequenceId, fragmentBytes, headers, ' +
-        'contentType, contentEncoding, publish, via',
+        'contentType, contentEncoding, publish, via, buffer, partitions',
     ]);
   });
 

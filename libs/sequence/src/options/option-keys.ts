@@ -39,6 +39,9 @@ export const SEQUENCE_CONSUMER_KEYS = {
   prefetch: true,
   prefetchBytes: true,
   deadLetterChannel: true,
+  buffer: true,
+  partitions: true,
+  window: true,
 } as const;
 
 const BOX_KEYS = {
@@ -77,6 +80,10 @@ export const MODULE_KEYS: KeyTree = {
     retentionMs: true,
     onExpired: true,
     encryption: { keys: true },
+    buffer: true,
+    partitions: true,
+    window: true,
+    spool: { dir: true, maxBytes: true },
   },
   claimCheck: {
     store: true,
@@ -231,6 +238,8 @@ export const SEND_KEYS: KeyTree = {
   contentEncoding: true,
   publish: PUBLISH_POLICY_KEYS,
   via: true,
+  buffer: true,
+  partitions: true,
 };
 export const SEND_RENAMES: Renames = PUBLISH_RETRY_RENAMES;
 

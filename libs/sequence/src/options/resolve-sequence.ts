@@ -1,3 +1,6 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { partitionsProblem } from '../core/partition';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
 import type { ExpiryPolicy, SequenceLimits } from '../ports/sequence-store.port';
@@ -20,6 +23,7 @@ import type {
 } from './sequence.options';
 
 const STRATEGIES = ['fixed', 'sliding'] as const;
+const BUFFER_MODES = ['store', 'broker'] as const;
 
 /** The module's `sequence` options over the defaults; problems are added to `problems`. */
 export function resolveSequenceOptions(
@@ -56,6 +60,9 @@ export function resolveSequenceOptions(
     handlerTimeoutMs: context.handlerTimeoutMs,
     prefetch: context.prefetch,
     prefetchBytes: DEFAULTS.sequence.prefetchBytes,
+    buffer: DEFAULTS.sequence.buffer,
+    partitions: DEFAULTS.sequence.partitions,
+    window: DEFAULTS.sequence.window,
   });
   const maxBufferedBytes = options.maxBufferedBytes ?? DEFAULTS.sequence.maxBufferedBytes;
   const resolved: ResolvedSequenceOptions = {
@@ -68,7 +75,15 @@ export function resolveSequenceOptions(
     retentionMs: options.retentionMs ?? DEFAULTS.sequence.retentionMs,
     onExpired: options.onExpired,
     consumer,
+    spool: {
+      dir: options.spool?.dir ?? join(tmpdir(), 'nest-sequence-spool'),
+      maxBytes: options.spool?.maxBytes ?? DEFAULTS.sequence.spoolMaxBytes,
+    },
   };
+  checkInteger(problems, 'sequence.spool.maxBytes', resolved.spool.maxBytes, 1);
+  if (typeof resolved.spool.dir !== 'string' || resolved.spool.dir.length === 0) {
+    problems.push('sequence.spool.dir must be a non-empty path');
+  }
   checkInteger(problems, 'sequence.maxBufferedBytes', resolved.maxBufferedBytes, 1);
   if (
     checkInteger(
@@ -146,6 +161,9 @@ function resolveConsumerInto(
     prefetch?: number;
     prefetchBytes?: number;
     deadLetterChannel?: string;
+    buffer?: 'store' | 'broker';
+    partitions?: number;
+    window?: number;
   },
   base: ResolvedSequenceConsumer,
 ): ResolvedSequenceConsumer {
@@ -176,7 +194,14 @@ function resolveConsumerInto(
     prefetch: options.prefetch ?? base.prefetch,
     prefetchBytes: options.prefetchBytes ?? base.prefetchBytes,
     deadLetterChannel: options.deadLetterChannel ?? base.deadLetterChannel,
+    buffer: options.buffer ?? base.buffer,
+    partitions: options.partitions ?? base.partitions,
+    window: options.window ?? base.window,
   };
+  checkOneOf(problems, `${at}buffer`, resolved.buffer, BUFFER_MODES);
+  const partitions = partitionsProblem(resolved.partitions);
+  if (partitions) problems.push(`${at}${partitions}`);
+  checkPrefetch(problems, `${at}window`, resolved.window);
   checkInteger(problems, `${at}maxSequenceBytes`, resolved.maxSequenceBytes, 1);
   checkInteger(problems, `${at}maxFragments`, resolved.maxFragments, 1);
   checkInteger(problems, `${at}maxFragmentBytes`, resolved.maxFragmentBytes, 1);

@@ -56,6 +56,9 @@ export interface ResolvedSequenceConsumer {
   readonly prefetch: number;
   readonly prefetchBytes: number;
   readonly deadLetterChannel?: string;
+  readonly buffer: 'store' | 'broker';
+  readonly partitions: number;
+  readonly window: number;
 }
 
 export interface ResolvedSequenceOptions {
@@ -67,6 +70,7 @@ export interface ResolvedSequenceOptions {
   readonly onExpired?: (expired: ExpiredSequence) => void | Promise<void>;
   /** What a `@SequencedHandler` that sets nothing gets. */
   readonly consumer: ResolvedSequenceConsumer;
+  readonly spool: { readonly dir: string; readonly maxBytes: number };
 }
 
 export interface ResolvedClaimCheckOptions {

@@ -50,6 +50,37 @@ export interface SequenceConsumerOptions extends SequenceLimitOptions {
   prefetchBytes?: number;
   /** Where refused fragments and expiry records go. @default the transport's `<channel>.dlq` */
   deadLetterChannel?: string;
+  /**
+   * Where fragments wait for the rest of their sequence:
+   * - `'store'`: in the sequence store, each acked once stored; any instance may take any
+   *   fragment.
+   * - `'broker'`: unacknowledged in the broker, each partition of the channel consumed by one
+   *   instance at a time, the bodies spooled to a local file; only the completion marker goes to
+   *   the store. Needs a transport with partitioned channels, and producers that send with
+   *   `buffer: 'broker'` and the same `partitions`. See docs/message-sequence.md.
+   * @default the module's `sequence.buffer`, `'store'`
+   */
+  buffer?: 'store' | 'broker';
+  /** Partitions of the channel with `buffer: 'broker'`. @default the module's `sequence.partitions`, 4 */
+  partitions?: number;
+  /**
+   * With `buffer: 'broker'`: fragments each partition may hold unacknowledged at once, the
+   * broker's prefetch per partition. A sequence that declares more fragments, or a partition
+   * whose window fills up before any of its sequences completes, goes through the store instead.
+   * @default the module's `sequence.window`, 1024
+   */
+  window?: number;
+}
+
+/** The local files where broker-held sequences' bodies wait (`buffer: 'broker'`). */
+export interface SpoolOptions {
+  /** A directory of this host's disk; each process spools in a directory of its own under it. @default `<os tmpdir>/nest-sequence-spool` */
+  dir?: string;
+  /**
+   * Most bytes this process spools at once. A sequence that would go beyond (or meets a full
+   * disk) goes through the store instead. @default 4294967296 (4 GiB)
+   */
+  maxBytes?: number;
 }
 
 /** Message Sequence options: `SequenceModule.forRoot({ sequence })`. */
@@ -93,4 +124,12 @@ export interface MessageSequenceOptions extends SequenceLimitOptions {
    * (`redis(url, { encryption })`); see docs/security.md. @default none
    */
   encryption?: { keys: PayloadEncryptionKey[] };
+  /** See {@link SequenceConsumerOptions.buffer}; also what `send` uses by default. @default 'store' */
+  buffer?: 'store' | 'broker';
+  /** See {@link SequenceConsumerOptions.partitions}; also what `send` uses by default. @default 4 */
+  partitions?: number;
+  /** See {@link SequenceConsumerOptions.window}. @default 1024 */
+  window?: number;
+  /** Where broker-held sequences are spooled. */
+  spool?: SpoolOptions;
 }

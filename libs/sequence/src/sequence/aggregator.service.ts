@@ -1,11 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { crc32 } from '../core/checksum';
-import { userHeadersRefusal } from '../core/completeness';
-import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
-import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { deadLetterReasonLabel } from '../kernel/dead-letter.metrics';
-import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
 import { SequenceMetrics } from './sequence.metrics';
 import type { AcceptResult, CompleteSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
@@ -28,6 +24,7 @@ import { claimCheckMarking } from '../core/claim-check-headers';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
 import { SequenceDelivery } from './sequence-delivery';
+import { FragmentChecks, isRefusal } from './fragment-checks';
 import { SequenceTracing } from './sequence.tracing';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle, type FragmentIds } from './sequence.events';
@@ -63,6 +60,7 @@ export class AggregatorService implements SequenceReassembler {
   private readonly digests = new IntakeDigests(INTAKE_DIGEST_CAPACITY);
   private readonly traces: SequenceTracing;
   private readonly lifecycle: SequenceLifecycle;
+  private readonly checks: FragmentChecks;
 
   constructor(
     @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -75,6 +73,7 @@ export class AggregatorService implements SequenceReassembler {
     this.lifecycle = new SequenceLifecycle(events);
     this.delivery = new SequenceDelivery(store, options, metrics, this.logger, this.lifecycle);
     this.traces = new SequenceTracing(options.tracing);
+    this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
   }
 
   /** Binds a handler to a channel, validating its option overrides. */
@@ -148,43 +147,9 @@ export class AggregatorService implements SequenceReassembler {
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);
     }
-    this.metrics.fragmentReceived(channel, body.length);
-    if (body.length > options.maxFragmentBytes) {
-      return this.rejectFragment(
-        channel,
-        'fragment-too-large',
-        `${body.length}-byte body exceeds maxFragmentBytes (${options.maxFragmentBytes})`,
-      );
-    }
-
-    let fragment: FragmentHeaders;
-    try {
-      fragment = parseFragmentHeaders(toHeaderRecord(message.headers));
-    } catch (error) {
-      if (error instanceof MalformedFragmentError) {
-        return this.rejectFragment(channel, error.code, error.message);
-      }
-      return this.rejectFragment(channel, 'malformed-header', errorMessage(error));
-    }
+    const fragment = this.checks.check(channel, body, toHeaderRecord(message.headers), options);
+    if (isRefusal(fragment)) return fragment;
     const { sequenceId, position } = fragment;
-    const headersRefused = userHeadersRefusal(fragment.userHeaders, options.maxHeaderBytes);
-    if (headersRefused) {
-      return this.rejectFragment(
-        channel,
-        headersRefused.code,
-        `sequence ${sequenceId} fragment ${position}: ${headersRefused.detail}`,
-        fragment,
-      );
-    }
-    const bodyCrc = crc32(body);
-    if (bodyCrc !== fragment.crc32) {
-      return this.rejectFragment(
-        channel,
-        'crc-mismatch',
-        `sequence ${sequenceId} fragment ${position}: body CRC-32 is ${bodyCrc}, header says ${fragment.crc32}`,
-        fragment,
-      );
-    }
 
     // One lease token per delivery: two deliveries of one sequence, even in this process, are
     // two different holders.
@@ -332,10 +297,7 @@ export class AggregatorService implements SequenceReassembler {
     detail: string,
     fragment?: FragmentIds,
   ): Disposition {
-    this.metrics.fragmentRejected(channel, code);
-    this.lifecycle.fragmentRejected(channel, code, detail, fragment);
-    this.logger.warn(`${channel}: dead-lettered a fragment: ${deathReason(code, detail)}`);
-    return { action: 'dead-letter', reason: deathReason(code, detail) };
+    return this.checks.reject(channel, code, detail, fragment);
   }
 
   private requeue(reason: string): Disposition {

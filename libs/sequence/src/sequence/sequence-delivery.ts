@@ -95,7 +95,7 @@ export class SequenceDelivery {
         // byte count is checked all the same. Read back: checked just before, nothing to add.
         verifiedAtIntake ? { digest, hash: this.store.verifiesReads !== true } : undefined,
       );
-      const outcome = await this.runHandler(payload, consumer);
+      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger);
       if (payload.integrityFailure) {
         return await this.failIntegrity(
           ref,
@@ -161,37 +161,6 @@ export class SequenceDelivery {
     this.metrics.sequenceCompleted(channel, firstFragmentAt);
     this.lifecycle.completed(channel, sequence, attempts);
     return ACK;
-  }
-
-  private runHandler(
-    payload: ReassembledPayload,
-    consumer: SequenceConsumer,
-  ): Promise<HandlerOutcome> {
-    const { attempts } = consumer.options.handlerRetry;
-    const { handlerTimeoutMs } = consumer.options;
-    const limit: HandlerTimeLimit = {
-      ms: handlerTimeoutMs,
-      error: (attempt) =>
-        new HandlerTimeoutError(
-          consumer.channel,
-          `sequence ${payload.sequenceId}`,
-          handlerTimeoutMs!,
-          attempt,
-        ),
-    };
-    const call = (context: HandlerContext) => consumer.handler(payload, context);
-    return callHandlerWithRetry(call, consumer.options.handlerRetry, {
-      limit,
-      onFailure: (error, attempt) => {
-        this.metrics.handlerFailed(consumer.channel);
-        this.logger.warn(
-          `handler of ${consumer.channel} failed on sequence ${payload.sequenceId} ` +
-            `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
-        );
-      },
-      // The store's bytes are wrong, or it failed: retrying the handler now cannot help.
-      isFinal: () => !!(payload.integrityFailure || payload.readFailure),
-    });
   }
 
   /** Marks the sequence failed (its fragments stay for inspection) and dead-letters the message. */
@@ -282,9 +251,49 @@ export class SequenceDelivery {
 }
 
 /** Whether a digest is what the producer declared (the SHA-256 is always declared, on the last fragment). */
-function matches(digest: PayloadDigest, declared: { sha256?: string; bytes?: number }): boolean {
+export function matches(
+  digest: PayloadDigest,
+  declared: { sha256?: string; bytes?: number },
+): boolean {
   return (
     digest.sha256 === declared.sha256 &&
     (declared.bytes === undefined || digest.bytes === declared.bytes)
   );
+}
+
+/**
+ * Runs a sequence's handler under its retry policy and time limit, counting and logging each
+ * failure. A payload whose bytes failed their check, or could not be read, ends the retries: the
+ * handler cannot do better on another attempt.
+ */
+export function runSequenceHandler(
+  payload: ReassembledPayload,
+  consumer: SequenceConsumer,
+  metrics: SequenceMetrics,
+  logger: Logger,
+): Promise<HandlerOutcome> {
+  const { attempts } = consumer.options.handlerRetry;
+  const { handlerTimeoutMs } = consumer.options;
+  const limit: HandlerTimeLimit = {
+    ms: handlerTimeoutMs,
+    error: (attempt) =>
+      new HandlerTimeoutError(
+        consumer.channel,
+        `sequence ${payload.sequenceId}`,
+        handlerTimeoutMs!,
+        attempt,
+      ),
+  };
+  const call = (context: HandlerContext) => consumer.handler(payload, context);
+  return callHandlerWithRetry(call, consumer.options.handlerRetry, {
+    limit,
+    onFailure: (error, attempt) => {
+      metrics.handlerFailed(consumer.channel);
+      logger.warn(
+        `handler of ${consumer.channel} failed on sequence ${payload.sequenceId} ` +
+          `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
+      );
+    },
+    isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+  });
 }

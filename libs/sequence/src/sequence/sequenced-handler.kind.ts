@@ -11,7 +11,14 @@ import { requireChannel } from '../kernel/discovery.messages';
 import { checkKeys, CONSUMER_RENAMES, SEQUENCED_HANDLER_KEYS } from '../options/option-keys';
 import { resequencerStoreState, sequenceStoreState } from '../kernel/in-process-state.warning';
 import { ORDERED_INTAKE, type OrderedIntake } from '../kernel/pattern-contracts';
-import { RESEQUENCER_STORE, RESOLVED_OPTIONS, SEQUENCE_STORE } from '../kernel/tokens';
+import {
+  RESEQUENCER_STORE,
+  RESOLVED_OPTIONS,
+  SEQUENCE_STORE,
+  SEQUENCE_TRANSPORT,
+} from '../kernel/tokens';
+import type { InboundMessage, Transport } from '../ports/transport.port';
+import { BrokerHeldReassembler } from './broker-held/broker-held.reassembler';
 import type { ResolvedOptions } from '../options/resolved-options';
 import type { ResequencerStore } from '../ports/resequencer-store.port';
 import type { SequenceStore } from '../ports/sequence-store.port';
@@ -39,6 +46,8 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
     @Inject(RESEQUENCER_STORE) private readonly resequencerStore: ResequencerStore,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly events: SequenceEvents,
+    private readonly brokerHeld: BrokerHeldReassembler,
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
   ) {}
 
   bind({
@@ -65,6 +74,24 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
       overrides,
     );
     const { prefetch, deadLetterChannel } = consumer.options;
+    if (consumer.options.buffer === 'broker' && mode === 'stream') {
+      throw new SequenceOptionsError(where, [
+        "buffer: 'broker' reassembles whole sequences; mode 'stream' hands fragments over as " +
+          'they come and has nothing to hold: use one or the other',
+      ]);
+    }
+    if (consumer.options.buffer === 'broker' && !this.transport.partitioned) {
+      throw new SequenceOptionsError(where, [
+        `buffer: 'broker' needs a transport with partitioned channels; the ` +
+          `${this.transport.name} transport has none`,
+      ]);
+    }
+    if (consumer.options.buffer === 'broker' && !this.store.status) {
+      throw new SequenceOptionsError(where, [
+        `buffer: 'broker' keeps completion markers in the sequence store, and the ` +
+          `${this.store.name} store cannot tell a sequence's status (SequenceStore.status)`,
+      ]);
+    }
     if (mode === 'stream') {
       const stream = new FragmentStream(
         channel,
@@ -100,6 +127,14 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
         receive: (message) => this.aggregator.receive(message, consumer),
         describe: 'consumes sequences from',
         inProcessState: [sequenceStoreState(this.store)],
+        ...(consumer.options.buffer === 'broker' && {
+          partitions: {
+            count: consumer.options.partitions,
+            prefetch: consumer.options.window,
+            receive: (message: InboundMessage) => this.brokerHeld.receive(message, consumer),
+            release: () => this.brokerHeld.release(),
+          },
+        }),
       },
     ];
   }

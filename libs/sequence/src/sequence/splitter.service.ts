@@ -26,7 +26,8 @@ import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions, ResolvedPublishPolicy } from '../options/resolved-options';
 import { resolvePublishPolicy } from '../options/resolve-shared';
 import { checkKeys, SEND_KEYS, SEND_RENAMES } from '../options/option-keys';
-import type { Transport } from '../ports/transport.port';
+import type { PartitionAddress, Transport } from '../ports/transport.port';
+import { partitionIndex, partitionsProblem } from '../core/partition';
 import type { SendOptions, SequenceReceipt } from './splitter.types';
 import { SequenceTracing } from './sequence.tracing';
 import type { TraceSpan } from '../kernel/tracing/message-spans';
@@ -127,7 +128,7 @@ export class SplitterService implements SequenceSender {
           yield { body, position, headers };
         }
       })();
-      await this.publishAll(channel, sequenceId, fragments, policy, options.via, span);
+      await this.publishAll(channel, sequenceId, fragments, policy, options, span);
       return { channel, sequenceId, fragments: plan.length, bytes: whole.length, sha256 };
     }
 
@@ -154,7 +155,7 @@ export class SplitterService implements SequenceSender {
         yield { body, position, headers };
       }
     })();
-    await this.publishAll(channel, sequenceId, fragments, policy, options.via, span);
+    await this.publishAll(channel, sequenceId, fragments, policy, options, span);
     return { channel, sequenceId, ...totals };
   }
 
@@ -168,9 +169,11 @@ export class SplitterService implements SequenceSender {
     sequenceId: string,
     fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
     policy: ResolvedPublishPolicy,
-    via: SendOptions['via'] = 'broker',
+    options: Pick<SendOptions, 'via' | 'buffer' | 'partitions'>,
     span?: TraceSpan,
   ): Promise<void> {
+    const via = options.via ?? 'broker';
+    const partition = this.partitionOf(sequenceId, options);
     const inFlight = new Set<Promise<void>>();
     let failure: SequencePublishError | undefined;
     const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
@@ -190,8 +193,18 @@ export class SplitterService implements SequenceSender {
             parked.ticketBody,
             { ...headers, [CLAIM_CHECK_HEADER]: 1 },
             policy,
+            undefined,
+            partition,
           )
-        : await publishWithRetry(this.transport, channel, body, headers, policy);
+        : await publishWithRetry(
+            this.transport,
+            channel,
+            body,
+            headers,
+            policy,
+            undefined,
+            partition,
+          );
       if (outcome.ok && span)
         SequenceTracing.published(span, position, body.length, outcome.attempts);
       if (!outcome.ok) {
@@ -233,6 +246,27 @@ export class SplitterService implements SequenceSender {
     }
   }
 
+  /** The partition a sequence's fragments go to when consumers hold them in the broker. */
+  private partitionOf(
+    sequenceId: string,
+    options: Pick<SendOptions, 'buffer' | 'partitions'>,
+  ): PartitionAddress | undefined {
+    const { buffer, partitions } = this.bufferOf(options);
+    if (buffer !== 'broker') return undefined;
+    return { index: partitionIndex(sequenceId, partitions), count: partitions };
+  }
+
+  private bufferOf(options: Pick<SendOptions, 'buffer' | 'partitions'>): {
+    buffer: 'store' | 'broker';
+    partitions: number;
+  } {
+    const defaults = this.options.sequence.consumer;
+    return {
+      buffer: options.buffer ?? defaults.buffer,
+      partitions: options.partitions ?? defaults.partitions,
+    };
+  }
+
   /** Checks a send's arguments; returns its publish policy (module policy plus overrides). */
   private validate(
     channel: string,
@@ -269,6 +303,19 @@ export class SplitterService implements SequenceSender {
       );
     }
     problems.push(...userHeaderProblems(options.headers ?? {}));
+    const { buffer, partitions } = this.bufferOf(options);
+    if (buffer !== 'store' && buffer !== 'broker') {
+      problems.push(`buffer must be 'store' or 'broker', got ${String(buffer)}`);
+    } else if (buffer === 'broker') {
+      const refused = partitionsProblem(partitions);
+      if (refused) problems.push(refused);
+      if (!this.transport.partitioned) {
+        problems.push(
+          `buffer: 'broker' sends to partitions of the channel, and the ${this.transport.name} ` +
+            'transport has no partitioned channels',
+        );
+      }
+    }
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }

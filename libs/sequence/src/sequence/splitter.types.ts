@@ -21,6 +21,15 @@ export interface SendOptions {
    * the fragment, then deletes the parked body (claimCheck.deleteAfter). @default 'broker'
    */
   via?: 'broker' | 'claim-check';
+  /**
+   * `'broker'`: the fragments go to the partition of the channel their sequence id hashes to
+   * (`partitionIndex`), for consumers that hold them in the broker until the sequence completes
+   * (see docs/message-sequence.md, "Broker-held reassembly"). Needs a transport with partitioned
+   * channels. @default the module's `sequence.buffer`
+   */
+  buffer?: 'store' | 'broker';
+  /** How many partitions the channel has, with `buffer: 'broker'`. @default the module's `sequence.partitions` */
+  partitions?: number;
 }
 
 /** What a completed `send` reports. */

@@ -1,0 +1,565 @@
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { sha256Hasher } from '../../core/checksum';
+import { claimCheckMarking } from '../../core/claim-check-headers';
+import { admitFragment, recordFragment } from '../../core/completeness';
+import { errorMessage } from '../../core/errors/caught';
+import { deathReason, type RejectionCode } from '../../core/errors/rejection-code';
+import { SequenceIntegrityError } from '../../core/errors/sequence-integrity.error';
+import type { FragmentHeaders } from '../../core/headers';
+import { partitionIndex } from '../../core/partition';
+import { handlerRejection } from '../../kernel/handler-retry';
+import { SequenceEvents } from '../../kernel/lifecycle-events';
+import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../../kernel/tokens';
+import type { ResolvedOptions } from '../../options/resolved-options';
+import type { FinishedOutcome, SequenceRef, SequenceStore } from '../../ports/sequence-store.port';
+import type { Disposition, InboundMessage } from '../../ports/transport.port';
+import { AggregatorService } from '../aggregator.service';
+import { FragmentChecks, isRefusal } from '../fragment-checks';
+import type { PayloadDigest } from '../intake-digests';
+import { ReassembledPayload } from '../reassembled-payload';
+import { matches, runSequenceHandler } from '../sequence-delivery';
+import type { SequenceConsumer } from '../sequence-consumer';
+import { SequenceLifecycle } from '../sequence.events';
+import { SequenceMetrics } from '../sequence.metrics';
+import { SequenceTracing } from '../sequence.tracing';
+import { HeldSequence, type HeldFragment } from './held-sequence';
+import { Spool } from './spool';
+
+const ACK: Disposition = { action: 'ack' };
+
+/** Where a sequence this consumer is not holding goes. */
+type Route = { readonly to: 'store'; readonly until: number };
+
+/** Sequences at once remembered as going through the store (oldest forgotten first). */
+const STORE_ROUTES = 10_000;
+
+/**
+ * Message Sequence's broker-held reassembly (`buffer: 'broker'`). Each fragment's message stays
+ * unsettled in the broker while its sequence is incomplete: its body is checked (CRC-32, headers),
+ * written to a spool file of this process and hashed as fragments arrive in order. Once the
+ * sequence is complete and its SHA-256 verified, the handler reads it from the spool; then every
+ * fragment is acked (or, if it failed, dead-lettered with the reason) at once. Only the completion
+ * marker goes to the sequence store, so late duplicates are still recognised.
+ *
+ * Every fragment of a sequence must reach this consumer: the channel is partitioned by sequence
+ * id and each partition has one active consumer (see `Transport.partitioned`). A consumer that
+ * crashes leaves its fragments unsettled; the broker hands the partition to another instance,
+ * which gets them again and completes the sequence.
+ *
+ * What it cannot hold goes through the store-buffered path ({@link AggregatorService}) instead:
+ * a sequence declaring more fragments than the partition's window, one that would pass the spool's
+ * byte budget or meets a full disk, and, when a partition's window fills up before any of its
+ * sequences completes, the youngest of them. So do claim-checked fragments, and sequences the
+ * store already holds fragments of (after such a fallback on another instance).
+ */
+@Injectable()
+export class BrokerHeldReassembler implements OnModuleDestroy {
+  private readonly logger = new Logger('BrokerHeldReassembler');
+  private readonly held = new Map<string, HeldSequence>();
+  /** Sequences being looked up in the store, so that their concurrent fragments wait for one answer. */
+  private readonly opening = new Map<string, Promise<HeldSequence | Route | Disposition>>();
+  private readonly routes = new Map<string, Route>();
+  /** Fragments held per partition (`channel` and index). */
+  private readonly load = new Map<string, number>();
+  private readonly spool: Spool;
+  private readonly checks: FragmentChecks;
+  private readonly lifecycle: SequenceLifecycle;
+  private readonly traces: SequenceTracing;
+  private closed = false;
+
+  constructor(
+    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
+    private readonly metrics: SequenceMetrics,
+    private readonly aggregator: AggregatorService,
+    events: SequenceEvents,
+  ) {
+    this.lifecycle = new SequenceLifecycle(events);
+    this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
+    this.traces = new SequenceTracing(options.tracing);
+    this.spool = new Spool(options.sequence.spool.dir, options.sequence.spool.maxBytes);
+  }
+
+  /** Bytes spooled by this process now. */
+  get spooledBytes(): number {
+    return this.spool.bytes;
+  }
+
+  /**
+   * Takes one fragment from a partition of the consumer's channel. The returned promise settles
+   * when the fragment's fate is known: at once for a refused fragment or a duplicate, else once
+   * its sequence was handled (or failed, expired, or went through the store).
+   */
+  async receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
+    let held: Promise<Disposition> | undefined;
+    const now = await this.traces.receive(message, consumer.channel, async () => {
+      const taken = await this.take(message, consumer).catch((error: unknown) => {
+        this.logger.error(
+          `${consumer.channel}: unexpected error taking a fragment; requeued: ${errorMessage(error)}`,
+        );
+        return this.requeue('unexpected error');
+      });
+      if (taken instanceof Promise) {
+        held = taken;
+        return ACK; // the receive span ends here; the message stays held
+      }
+      return taken;
+    });
+    return held ?? now;
+  }
+
+  /**
+   * At shutdown: hands every held fragment of sequences not being delivered back to the broker
+   * (another instance completes them), so that the drain waits only for handlers running.
+   */
+  release(): void {
+    for (const sequence of [...this.held.values()]) {
+      if (sequence.phase !== 'holding') continue;
+      void this.finishWith(sequence, { action: 'requeue', reason: 'shutting down' });
+    }
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    this.closed = true;
+    this.release();
+    await this.spool.close().catch(() => undefined);
+  }
+
+  private async take(
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+  ): Promise<Disposition | Promise<Disposition>> {
+    const { channel, options } = consumer;
+    if (this.closed) return { action: 'requeue', reason: 'shutting down' };
+    const body: unknown = message.body;
+    const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
+    // Claim-checked fragments, and bodies that are not even bytes: the store path knows them.
+    if (!Buffer.isBuffer(body) || claimCheckMarking(headers).via !== 'inline') {
+      return this.aggregator.receive(message, consumer);
+    }
+    const fragment = this.checks.check(channel, body, headers, options);
+    if (isRefusal(fragment)) return fragment;
+    // It can never fit in the window: the store path from its first fragment on.
+    if (fragment.size !== undefined && fragment.size > options.window) {
+      return this.aggregator.receive(message, consumer);
+    }
+    const key = `${channel}\u0000${fragment.sequenceId}`;
+    const target = await this.sequenceOf(key, fragment, consumer);
+    if (!(target instanceof HeldSequence)) {
+      return 'to' in target ? this.aggregator.receive(message, consumer) : target;
+    }
+    return this.hold(target, fragment, body, message, consumer);
+  }
+
+  /** The held sequence of `fragment`, or where else it goes. */
+  private async sequenceOf(
+    key: string,
+    fragment: FragmentHeaders,
+    consumer: SequenceConsumer,
+  ): Promise<HeldSequence | Route | Disposition> {
+    const held = this.held.get(key);
+    if (held && held.phase !== 'done') return held;
+    const route = this.routes.get(key);
+    if (route && route.until > Date.now()) return route;
+    let opening = this.opening.get(key);
+    if (!opening) {
+      opening = this.open(key, fragment, consumer).finally(() => this.opening.delete(key));
+      this.opening.set(key, opening);
+    }
+    return opening;
+  }
+
+  /** Asks the store about a sequence this consumer does not hold: new, finished, or buffered there. */
+  private async open(
+    key: string,
+    fragment: FragmentHeaders,
+    consumer: SequenceConsumer,
+  ): Promise<HeldSequence | Route | Disposition> {
+    const ref: SequenceRef = { scope: consumer.channel, sequenceId: fragment.sequenceId };
+    let state: 'unknown' | 'open' | 'finished';
+    try {
+      state = (await this.store.status!(ref, Date.now())).state;
+    } catch (error) {
+      this.logger.warn(
+        `${this.store.name} store could not tell the status of sequence ${ref.sequenceId} on ` +
+          `${ref.scope}; requeued: ${errorMessage(error)}`,
+      );
+      return this.requeue('store unavailable');
+    }
+    // Finished (the store path answers late duplicates as it always does), or buffered there.
+    if (state !== 'unknown') return this.routeToStore(key, consumer);
+    const partition = partitionIndex(fragment.sequenceId, consumer.options.partitions);
+    try {
+      const file = await this.spool.create();
+      const sequence = new HeldSequence(
+        consumer.channel,
+        fragment.sequenceId,
+        partition,
+        file,
+        Date.now(),
+      );
+      this.held.set(key, sequence);
+      this.metrics.sequenceStarted(consumer.channel);
+      this.lifecycle.started(consumer.channel, fragment);
+      return sequence;
+    } catch (error) {
+      this.logger.warn(
+        `${consumer.channel}: could not open a spool file for sequence ${ref.sequenceId}; it ` +
+          `goes through the ${this.store.name} store: ${errorMessage(error)}`,
+      );
+      return this.routeToStore(key, consumer);
+    }
+  }
+
+  private hold(
+    sequence: HeldSequence,
+    fragment: FragmentHeaders,
+    body: Buffer,
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+  ): Disposition | Promise<Disposition> {
+    const { channel, options } = consumer;
+    const facts = { ...fragment, bodyBytes: body.length };
+    const admission = admitFragment(sequence.state, facts, options);
+    if (admission.kind === 'contradiction') {
+      return this.checks.reject(
+        channel,
+        admission.code,
+        `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${admission.detail}`,
+        fragment,
+      );
+    }
+    let settle!: (disposition: Disposition) => void;
+    const settled = new Promise<Disposition>((resolve) => (settle = resolve));
+    if (admission.kind === 'duplicate') {
+      // The broker delivered it again: after a lost channel the earlier delivery is gone, so the
+      // newest is the one to keep; the earlier one is acked (a no-op when it is gone).
+      const earlier = sequence.fragments.get(fragment.position)!;
+      sequence.fragments.set(fragment.position, {
+        ...earlier,
+        headers: message.headers,
+        redelivered: message.redelivered,
+        settle,
+      });
+      earlier.settle(ACK);
+      this.metrics.duplicateFragment(channel);
+      this.lifecycle.fragmentDuplicate(channel, fragment);
+      return settled;
+    }
+    if (admission.kind === 'limit') {
+      const reason = deathReason(
+        admission.code,
+        `sequence ${fragment.sequenceId}: ${admission.detail}`,
+      );
+      settle({ action: 'dead-letter', reason });
+      void this.end(sequence, consumer, 'rejected', admission.code, admission.detail);
+      return settled;
+    }
+    if (!this.spool.reserve(body.length)) {
+      this.logger.warn(
+        `${channel}: the spool is full (sequence.spool.maxBytes ${this.options.sequence.spool.maxBytes}); ` +
+          `sequence ${fragment.sequenceId} goes through the ${this.store.name} store`,
+      );
+      void this.spill(sequence, consumer);
+      return this.aggregator.receive(message, consumer);
+    }
+    sequence.describe(fragment);
+    recordFragment(sequence.state, facts, Date.now());
+    const range = sequence.spool(fragment.position, body);
+    const held: HeldFragment = {
+      ...range,
+      position: fragment.position,
+      headers: message.headers,
+      redelivered: message.redelivered,
+      settle,
+    };
+    sequence.fragments.set(fragment.position, held);
+    this.lifecycle.fragmentAccepted(channel, fragment, body.length);
+    const load = this.addLoad(sequence, 1);
+    this.scheduleExpiry(sequence, consumer);
+    if (sequence.complete) {
+      void this.deliver(sequence, consumer, message);
+    } else if (load >= options.window) {
+      this.relieve(sequence, consumer);
+    }
+    return settled;
+  }
+
+  /**
+   * A partition's window is full and none of its sequences is complete: the youngest goes
+   * through the store, which frees its part of the window.
+   */
+  private relieve(cause: HeldSequence, consumer: SequenceConsumer): void {
+    let youngest: HeldSequence | undefined;
+    for (const sequence of this.held.values()) {
+      if (sequence.channel !== cause.channel || sequence.partition !== cause.partition) continue;
+      if (sequence.phase !== 'holding') continue;
+      if (!youngest || sequence.state.firstFragmentAt >= youngest.state.firstFragmentAt) {
+        youngest = sequence;
+      }
+    }
+    if (!youngest) return;
+    this.logger.warn(
+      `${cause.channel}: partition ${cause.partition} holds ${consumer.options.window} fragments ` +
+        `(its window) with no sequence complete; sequence ${youngest.sequenceId} goes through ` +
+        `the ${this.store.name} store`,
+    );
+    void this.spill(youngest, consumer);
+  }
+
+  /**
+   * Hands a held sequence to the store path: each held fragment, read back from the spool, is
+   * taken as if just delivered, and settled as the store path says. Its later fragments go there
+   * too.
+   */
+  private async spill(sequence: HeldSequence, consumer: SequenceConsumer): Promise<void> {
+    if (sequence.phase !== 'holding') return;
+    sequence.phase = 'delivering';
+    clearTimeout(sequence.timer);
+    const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
+    this.routeToStore(key, consumer);
+    this.held.delete(key);
+    await sequence.written().catch(() => undefined);
+    const fragments = [...sequence.fragments.values()].sort((a, b) => a.position - b.position);
+    for (const fragment of fragments) {
+      let disposition: Disposition;
+      try {
+        const body = await readAll(sequence, fragment);
+        disposition = await this.aggregator.receive(
+          { channel: consumer.channel, body, headers: fragment.headers, redelivered: true },
+          consumer,
+        );
+      } catch (error) {
+        this.logger.warn(
+          `${consumer.channel}: could not read fragment ${fragment.position} of sequence ` +
+            `${sequence.sequenceId} back from the spool; requeued: ${errorMessage(error)}`,
+        );
+        disposition = this.requeue('spool unreadable');
+      }
+      fragment.settle(disposition);
+      this.addLoad(sequence, -1);
+    }
+    sequence.fragments.clear();
+    sequence.phase = 'done';
+    await this.discard(sequence).catch(() => undefined);
+  }
+
+  private async deliver(
+    sequence: HeldSequence,
+    consumer: SequenceConsumer,
+    completedBy: InboundMessage,
+  ): Promise<void> {
+    sequence.phase = 'delivering';
+    clearTimeout(sequence.timer);
+    const { channel } = consumer;
+    const complete = sequence.toComplete();
+    try {
+      await sequence.written();
+    } catch (error) {
+      this.logger.warn(
+        `${channel}: could not spool sequence ${sequence.sequenceId} (${errorMessage(error)}); ` +
+          `it goes through the ${this.store.name} store`,
+      );
+      sequence.phase = 'holding';
+      return this.spill(sequence, consumer);
+    }
+    await this.traces.process(channel, complete, completedBy, async () => {
+      const declared = { sha256: complete.sha256, bytes: complete.declaredBytes };
+      let digest: PayloadDigest;
+      try {
+        digest = sequence.inOrderDigest() ?? (await this.digest(sequence));
+      } catch (error) {
+        this.logger.warn(
+          `${channel}: could not read sequence ${sequence.sequenceId} back from the spool; ` +
+            `requeued: ${errorMessage(error)}`,
+        );
+        return this.giveBack(sequence, 'spool unreadable');
+      }
+      if (!matches(digest, declared)) {
+        const error = new SequenceIntegrityError(sequence.sequenceId, declared, digest);
+        return this.end(sequence, consumer, 'failed', 'integrity-mismatch', error.message);
+      }
+      const payload = new ReassembledPayload(
+        { ...complete, sha256: digest.sha256 },
+        () => sequence.file.read(sequence.ranges()),
+        { digest, hash: false },
+      );
+      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger);
+      if (payload.integrityFailure) {
+        const detail = `${payload.integrityFailure.message} (read back from the spool)`;
+        return this.end(sequence, consumer, 'failed', 'integrity-mismatch', detail);
+      }
+      if (payload.readFailure) {
+        this.logger.warn(
+          `the handler of ${channel} could not read sequence ${sequence.sequenceId} from the ` +
+            `spool; requeued: ${payload.readFailure.message}`,
+        );
+        return this.giveBack(sequence, 'spool unreadable');
+      }
+      if (!outcome.ok) {
+        const { code, detail } = handlerRejection(`sequence ${sequence.sequenceId}`, outcome);
+        return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
+      }
+      await this.record(sequence, 'completed');
+      this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
+      this.lifecycle.completed(channel, complete, outcome.attempts);
+      await this.finishWith(sequence, ACK);
+      return ACK;
+    });
+  }
+
+  /**
+   * Ends a sequence that will not be handled: its fragments are dead-lettered with the reason,
+   * and its marker recorded so that late duplicates get the same verdict.
+   */
+  private async end(
+    sequence: HeldSequence,
+    consumer: SequenceConsumer,
+    outcome: 'failed' | 'rejected' | 'expired',
+    code: RejectionCode,
+    detail: string,
+    handlerAttempts?: number,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    sequence.phase = 'delivering';
+    clearTimeout(sequence.timer);
+    const reason = deathReason(code, `sequence ${sequence.sequenceId}: ${detail}`);
+    await this.record(sequence, outcome === 'rejected' ? 'rejected' : 'failed', reason);
+    if (outcome === 'expired') {
+      const expired = sequence.toExpired(Date.now());
+      this.metrics.sequenceExpired(channel);
+      this.lifecycle.expired(channel, expired);
+      await this.callOnExpired(expired);
+    } else {
+      this.metrics.sequenceRejected(channel, code);
+      if (handlerAttempts !== undefined) {
+        this.lifecycle.failed(channel, sequence.sequenceId, code, detail, handlerAttempts);
+      } else {
+        this.lifecycle.rejected(channel, sequence.sequenceId, code, detail);
+      }
+    }
+    this.logger.error(`${channel}: dead-lettering the fragments of ${reason}`);
+    const disposition: Disposition = { action: 'dead-letter', reason };
+    await this.finishWith(sequence, disposition);
+    return disposition;
+  }
+
+  /** Gives every fragment back to the broker, behind what is queued, for another try. */
+  private async giveBack(sequence: HeldSequence, reason: string): Promise<Disposition> {
+    const disposition = this.requeue(reason);
+    await this.finishWith(sequence, disposition);
+    return disposition;
+  }
+
+  /** Settles every held fragment of the sequence alike, once its spool file is gone. */
+  private async finishWith(sequence: HeldSequence, disposition: Disposition): Promise<void> {
+    this.forget(sequence);
+    sequence.phase = 'done';
+    await this.discard(sequence).catch((error: unknown) =>
+      this.logger.warn(`could not delete a spool file: ${errorMessage(error)}`),
+    );
+    this.addLoad(sequence, -sequence.settleAll(disposition));
+  }
+
+  /** Writes the completion marker; a store that cannot is logged, the verdict stands. */
+  private async record(
+    sequence: HeldSequence,
+    outcome: Exclude<FinishedOutcome, 'expired'>,
+    reason?: string,
+  ): Promise<void> {
+    const ref = { scope: sequence.channel, sequenceId: sequence.sequenceId };
+    try {
+      await this.store.finish(ref, outcome, {
+        now: Date.now(),
+        retentionMs: this.options.sequence.retentionMs,
+        consumerId: this.options.consumerId,
+        reason,
+      });
+    } catch (error) {
+      this.logger.error(
+        `sequence ${ref.sequenceId} on ${ref.scope} was ${outcome} but its marker could not be ` +
+          `written to the ${this.store.name} store (a late duplicate would start it again): ` +
+          errorMessage(error),
+      );
+    }
+  }
+
+  private scheduleExpiry(sequence: HeldSequence, consumer: SequenceConsumer): void {
+    const { ms, strategy } = consumer.options.timeout;
+    if (sequence.timer && strategy === 'fixed') return;
+    clearTimeout(sequence.timer);
+    const from = strategy === 'fixed' ? sequence.state.firstFragmentAt : Date.now();
+    const wait = Math.max(0, from + ms - Date.now());
+    sequence.timer = setTimeout(() => {
+      if (sequence.phase !== 'holding') return;
+      const missing = sequence.toExpired(Date.now()).missingPositions;
+      const detail =
+        `expired after ${ms} ms with ${sequence.fragments.size} fragment(s) received` +
+        (missing.length > 0 ? `, ${missing.length} known to be missing` : ', the last not yet');
+      void this.end(sequence, consumer, 'expired', 'sequence-expired', detail);
+    }, wait);
+    sequence.timer.unref();
+  }
+
+  private async callOnExpired(expired: ReturnType<HeldSequence['toExpired']>): Promise<void> {
+    const hook = this.options.sequence.onExpired;
+    if (!hook) return;
+    try {
+      await hook(expired);
+    } catch (error) {
+      this.logger.warn(
+        `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
+      );
+    }
+  }
+
+  private async digest(sequence: HeldSequence): Promise<PayloadDigest> {
+    const hash = sha256Hasher();
+    let bytes = 0;
+    for await (const chunk of sequence.file.read(sequence.ranges())) {
+      hash.update(chunk as Buffer);
+      bytes += (chunk as Buffer).length;
+    }
+    return { sha256: hash.digest('hex'), bytes };
+  }
+
+  private routeToStore(key: string, consumer: SequenceConsumer): Route {
+    const route: Route = { to: 'store', until: Date.now() + consumer.options.timeout.ms };
+    this.routes.delete(key);
+    this.routes.set(key, route);
+    if (this.routes.size > STORE_ROUTES) {
+      this.routes.delete(this.routes.keys().next().value as string);
+    }
+    return route;
+  }
+
+  private addLoad(sequence: HeldSequence, change: number): number {
+    const key = `${sequence.channel}\u0000${sequence.partition}`;
+    const load = Math.max(0, (this.load.get(key) ?? 0) + change);
+    if (load === 0) this.load.delete(key);
+    else this.load.set(key, load);
+    return load;
+  }
+
+  private forget(sequence: HeldSequence): void {
+    const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
+    if (this.held.get(key) === sequence) this.held.delete(key);
+  }
+
+  private async discard(sequence: HeldSequence): Promise<void> {
+    this.spool.release(sequence.spooled);
+    sequence.spooled = 0;
+    await sequence.file.remove();
+  }
+
+  private requeue(reason: string): Disposition {
+    return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
+  }
+}
+
+/** One held fragment's body, read back from the spool. */
+async function readAll(sequence: HeldSequence, fragment: HeldFragment): Promise<Buffer> {
+  const pieces: Buffer[] = [];
+  for await (const piece of sequence.file.read([fragment])) pieces.push(piece as Buffer);
+  return Buffer.concat(pieces);
+}

@@ -1,0 +1,144 @@
+import { createHash, type Hash } from 'node:crypto';
+import {
+  emptySequenceState,
+  isComplete,
+  missingPositions,
+  type SequenceState,
+} from '../../core/completeness';
+import type { FragmentHeaders, HeaderMap } from '../../core/headers';
+import type { CompleteSequence, ExpiredSequence } from '../../ports/sequence-store.port';
+import type { Disposition } from '../../ports/transport.port';
+import type { SpoolFile, SpoolRange } from './spool';
+
+/** One fragment held unsettled in the broker, its body in the spool. */
+export interface HeldFragment extends SpoolRange {
+  readonly position: number;
+  /** The message's headers, to hand it to the store path should the sequence go there. */
+  readonly headers: Readonly<Record<string, unknown>>;
+  readonly redelivered: boolean;
+  /** Settles the message: the transport acts on it once called. */
+  readonly settle: (disposition: Disposition) => void;
+}
+
+/**
+ * A sequence whose fragments this consumer holds unacknowledged in the broker: what the
+ * admission rules need (core/completeness), where each body lies in its spool file, and the
+ * SHA-256 of the payload as far as it arrived in order.
+ */
+export class HeldSequence {
+  readonly state: SequenceState;
+  readonly fragments = new Map<number, HeldFragment>();
+  /** `holding` until complete; then `delivering`; `done` once every fragment is settled. */
+  phase: 'holding' | 'delivering' | 'done' = 'holding';
+  /** Bytes reserved in the spool for this sequence. */
+  spooled = 0;
+  userHeaders: HeaderMap = {};
+  contentType?: string;
+  contentEncoding?: string;
+  timer?: NodeJS.Timeout;
+  private readonly writes = new Set<Promise<void>>();
+  private writeFailure?: Error;
+  private readonly hash: Hash = createHash('sha256');
+  /** The next position the running hash takes; 0 once a fragment came out of order. */
+  private nextHashed = 1;
+
+  constructor(
+    readonly channel: string,
+    readonly sequenceId: string,
+    readonly partition: number,
+    readonly file: SpoolFile,
+    now: number,
+  ) {
+    this.state = emptySequenceState(now);
+  }
+
+  /** Takes the first fragment's description of the whole. */
+  describe(fragment: FragmentHeaders): void {
+    if (this.fragments.size > 0) return;
+    this.userHeaders = fragment.userHeaders;
+    this.contentType = fragment.contentType;
+    this.contentEncoding = fragment.contentEncoding;
+  }
+
+  /** Writes a new fragment's body at the end of the file; feeds the running hash when in order. */
+  spool(position: number, body: Buffer): SpoolRange {
+    const range = { offset: this.spooled, length: body.length };
+    this.spooled += body.length;
+    if (position === this.nextHashed) {
+      this.hash.update(body);
+      this.nextHashed++;
+    } else {
+      this.nextHashed = 0;
+    }
+    const writing = this.file.write(body, range.offset).catch((error: unknown) => {
+      this.writeFailure ??= error instanceof Error ? error : new Error(String(error));
+    });
+    this.writes.add(writing);
+    void writing.finally(() => this.writes.delete(writing));
+    return range;
+  }
+
+  /** Waits for every write; rejects with the first that failed. */
+  async written(): Promise<void> {
+    await Promise.all([...this.writes]);
+    if (this.writeFailure !== undefined) throw this.writeFailure;
+  }
+
+  get complete(): boolean {
+    return isComplete(this.state);
+  }
+
+  /** The payload's digest when every fragment came in order (else it must be read back). */
+  inOrderDigest(): { sha256: string; bytes: number } | undefined {
+    if (this.nextHashed === 0 || !this.complete) return undefined;
+    return { sha256: this.hash.digest('hex'), bytes: this.state.storedBytes };
+  }
+
+  /** The bodies' places in the spool, in position order. */
+  ranges(): SpoolRange[] {
+    return [...this.fragments.values()].sort((a, b) => a.position - b.position);
+  }
+
+  /** What a handler is told of the complete sequence. */
+  toComplete(): CompleteSequence {
+    return {
+      scope: this.channel,
+      sequenceId: this.sequenceId,
+      fragments: this.state.size ?? this.fragments.size,
+      bytes: this.state.storedBytes,
+      sha256: this.state.sha256,
+      declaredBytes: this.state.declaredBytes,
+      contentType: this.contentType,
+      contentEncoding: this.contentEncoding,
+      userHeaders: this.userHeaders,
+      firstFragmentAt: this.state.firstFragmentAt,
+      lastFragmentAt: this.state.lastFragmentAt,
+    };
+  }
+
+  /** What `onExpired` and the expiry event are told. */
+  toExpired(now: number): ExpiredSequence {
+    const received = [...this.fragments.keys()].sort((a, b) => a - b);
+    return {
+      scope: this.channel,
+      sequenceId: this.sequenceId,
+      receivedPositions: received,
+      missingPositions: missingPositions(received, this.state.size),
+      size: this.state.size,
+      bufferedBytes: this.state.storedBytes,
+      firstFragmentAt: this.state.firstFragmentAt,
+      lastFragmentAt: this.state.lastFragmentAt,
+      ageMs: now - this.state.firstFragmentAt,
+    };
+  }
+
+  /** Settles every held fragment the same way, once; returns how many there were. */
+  settleAll(disposition: Disposition): number {
+    const count = this.fragments.size;
+    for (const fragment of this.fragments.values()) fragment.settle(disposition);
+    this.fragments.clear();
+    this.phase = 'done';
+    clearTimeout(this.timer);
+    return count;
+  }
+}

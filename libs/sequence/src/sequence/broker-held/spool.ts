@@ -1,0 +1,135 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, open, readdir, rm, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+
+/** Largest piece a spool read hands over at once. */
+const READ_PIECE_BYTES = 1024 * 1024;
+
+/** Where one body lies in a spool file. */
+export interface SpoolRange {
+  readonly offset: number;
+  readonly length: number;
+}
+
+/**
+ * This process's spool: a directory of its own under the configured one, holding one file per
+ * broker-held sequence, within a byte budget. Directories of processes that are gone (crashed) are
+ * removed when a spool opens, so a crash leaves nothing behind for long.
+ */
+export class Spool {
+  private readonly dir: string;
+  private reserved = 0;
+  private opened?: Promise<void>;
+
+  constructor(
+    private readonly root: string,
+    private readonly maxBytes: number,
+  ) {
+    this.dir = join(root, `${process.pid}-${randomUUID().slice(0, 8)}`);
+  }
+
+  /** Bytes reserved by the files open now. */
+  get bytes(): number {
+    return this.reserved;
+  }
+
+  /** Reserves room for `bytes` more; false when that would pass `maxBytes`. */
+  reserve(bytes: number): boolean {
+    if (this.reserved + bytes > this.maxBytes) return false;
+    this.reserved += bytes;
+    return true;
+  }
+
+  release(bytes: number): void {
+    this.reserved = Math.max(0, this.reserved - bytes);
+  }
+
+  /** A new, empty file for one sequence. */
+  async create(): Promise<SpoolFile> {
+    this.opened ??= this.prepare();
+    await this.opened;
+    const path = join(this.dir, `${randomUUID()}.spool`);
+    return new SpoolFile(path, await open(path, 'w+'));
+  }
+
+  /** Removes this process's directory and everything in it. */
+  async close(): Promise<void> {
+    await rm(this.dir, { recursive: true, force: true });
+    this.opened = undefined;
+  }
+
+  private async prepare(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    for (const entry of await readdir(this.root).catch(() => [] as string[])) {
+      const pid = Number(entry.split('-')[0]);
+      if (Number.isSafeInteger(pid) && pid > 0 && !isAlive(pid)) {
+        await rm(join(this.root, entry), { recursive: true, force: true }).catch(() => undefined);
+      }
+    }
+  }
+}
+
+/** One sequence's bodies, written where the caller says and read back in the order it asks. */
+export class SpoolFile {
+  private closed?: Promise<void>;
+
+  constructor(
+    readonly path: string,
+    private readonly handle: FileHandle,
+  ) {}
+
+  /** Writes `body` at `offset`; resolves once the file holds it (in the page cache). */
+  async write(body: Buffer, offset: number): Promise<void> {
+    let written = 0;
+    while (written < body.length) {
+      const { bytesWritten } = await this.handle.write(
+        body,
+        written,
+        body.length - written,
+        offset + written,
+      );
+      written += bytesWritten;
+    }
+  }
+
+  /** The bytes of `ranges`, one after the other, a piece of at most 1 MiB at a time. */
+  read(ranges: readonly SpoolRange[]): Readable {
+    const handle = this.handle;
+    return Readable.from(
+      (async function* () {
+        for (const { offset, length } of ranges) {
+          let done = 0;
+          while (done < length) {
+            const piece = Buffer.allocUnsafe(Math.min(READ_PIECE_BYTES, length - done));
+            const { bytesRead } = await handle.read(piece, 0, piece.length, offset + done);
+            if (bytesRead === 0) {
+              throw new Error(`the spool file ${handle.fd} ended ${length - done} bytes short`);
+            }
+            done += bytesRead;
+            yield bytesRead === piece.length ? piece : piece.subarray(0, bytesRead);
+          }
+        }
+      })(),
+      { objectMode: false },
+    );
+  }
+
+  /** Closes and deletes the file; idempotent. */
+  remove(): Promise<void> {
+    this.closed ??= this.handle
+      .close()
+      .catch(() => undefined)
+      .then(() => rm(this.path, { force: true }));
+    return this.closed;
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

@@ -1,0 +1,311 @@
+import { readdir } from 'node:fs/promises';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { partitionIndex } from '../../src/core/partition';
+import type { InMemoryTransport, SequenceStore } from 'nest-sequence';
+import {
+  bytes,
+  createSequenceTestApp,
+  deadLetters,
+  eventually,
+  makeFragments,
+  shuffled,
+  type SequenceTestApp,
+  type TestFragment,
+} from '../support/sequence-test-app';
+
+const PARTITIONS = 4;
+
+/** Publishes fragments to their sequence's partition, as a producer with `buffer: 'broker'` does. */
+async function publishHeld(
+  transport: InMemoryTransport,
+  channel: string,
+  fragments: readonly TestFragment[],
+): Promise<void> {
+  for (const { body, headers } of fragments) {
+    const id = String(headers['x-sequence-id']);
+    await transport.publish(channel, body, headers, {
+      partition: { index: partitionIndex(id, PARTITIONS), count: PARTITIONS },
+    });
+  }
+}
+
+function unsettledIn(transport: InMemoryTransport, channel: string): number {
+  let count = 0;
+  for (let index = 0; index < PARTITIONS; index++) {
+    count += transport.unsettled(`${channel}.partition.${index}`);
+  }
+  return count;
+}
+
+async function spoolFiles(dir: string): Promise<string[]> {
+  const files: string[] = [];
+  for (const entry of await readdir(dir).catch(() => [] as string[])) {
+    files.push(...(await readdir(join(dir, entry)).catch(() => [] as string[])));
+  }
+  return files;
+}
+
+async function openInStore(store: SequenceStore): Promise<number> {
+  return (await store.stats(Date.now())).openSequences;
+}
+
+/**
+ * Broker-held reassembly (`buffer: 'broker'`) on the embedded transport: the guarantees table's
+ * rows hold with fragments kept unsettled in the broker and bodies in the spool.
+ */
+describe('guarantees: broker-held reassembly', () => {
+  let t: SequenceTestApp | undefined;
+  let spoolDir: string;
+
+  async function app(
+    channel: string,
+    sequence: Record<string, unknown> = {},
+    handler: Record<string, unknown> = {},
+  ): Promise<SequenceTestApp> {
+    spoolDir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    t = await createSequenceTestApp(channel, {
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir: spoolDir }, ...sequence },
+      handler,
+    });
+    return t;
+  }
+
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  it('delivers shuffled, duplicated fragments once, byte-exact, then acks every one', async () => {
+    const channel = 'held.shuffled';
+    const { transport, handler, store } = await app(channel);
+    const payload = bytes(20_000, 1);
+    const fragments = makeFragments('held-1', payload, 1_000);
+    await publishHeld(transport, channel, shuffled([...fragments, ...fragments.slice(3, 9)], 7));
+    await eventually(() => handler.deliveries.length === 1, 'the handler ran');
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+
+    expect(handler.of('held-1')[0].bytes.equals(payload)).toBe(true);
+    expect(handler.of('held-1')[0].payload.fragments).toBe(20);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    // Nothing but the marker went to the store, and the spool is empty again.
+    expect(await openInStore(store)).toBe(0);
+    expect(await store.status!({ scope: channel, sequenceId: 'held-1' }, Date.now())).toEqual({
+      state: 'finished',
+      outcome: 'completed',
+    });
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('holds every fragment unsettled until the sequence is complete', async () => {
+    const channel = 'held.unsettled';
+    const { transport, handler } = await app(channel);
+    const fragments = makeFragments('held-2', bytes(5_000, 2), 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 4));
+    await eventually(() => unsettledIn(transport, channel) === 4, 'four fragments held');
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'one spool file');
+    expect(handler.calls).toBe(0);
+
+    await publishHeld(transport, channel, fragments.slice(4));
+    await eventually(() => unsettledIn(transport, channel) === 0, 'all settled');
+    expect(handler.calls).toBe(1);
+  });
+
+  it('hands held fragments back to their partition at shutdown and removes its spool', async () => {
+    const channel = 'held.shutdown';
+    const { transport } = await app(channel, {}, {});
+    const fragments = makeFragments('held-stop', bytes(3_000, 15), 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 2));
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'spooled');
+    await t!.close();
+    t = undefined;
+
+    const partition = partitionIndex('held-stop', PARTITIONS);
+    expect(transport.depth(`${channel}.partition.${partition}`)).toBe(2);
+    expect(await readdir(spoolDir)).toEqual([]);
+  });
+
+  it('delivers 20 interleaved sequences each once', async () => {
+    const channel = 'held.interleaved';
+    const { transport, handler } = await app(channel);
+    const sequences = Array.from({ length: 20 }, (_, index) => ({
+      id: `inter-${index}`,
+      payload: bytes(1_000 + index * 977, index + 3),
+    }));
+    const all = shuffled(
+      sequences.flatMap(({ id, payload }) => makeFragments(id, payload, 700)),
+      3,
+    );
+    await publishHeld(transport, channel, all);
+    await eventually(() => handler.deliveries.length === 20, 'all twenty handled');
+    for (const { id, payload } of sequences) {
+      expect(handler.of(id)).toHaveLength(1);
+      expect(handler.of(id)[0].bytes.equals(payload)).toBe(true);
+    }
+  });
+
+  it('acks a late duplicate after completion without calling the handler again', async () => {
+    const channel = 'held.late';
+    const { transport, handler } = await app(channel);
+    const fragments = makeFragments('held-late', bytes(3_000, 4), 1_000);
+    await publishHeld(transport, channel, fragments);
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    await publishHeld(transport, channel, [fragments[1]]);
+    await eventually(
+      () => unsettledIn(transport, channel) === 0 && transport.depth(channel) === 0,
+      'the duplicate settled',
+    );
+    await transport.whenIdle();
+    expect(handler.calls).toBe(1);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+  });
+
+  it('never delivers a payload whose SHA-256 does not match: every fragment is dead-lettered', async () => {
+    const channel = 'held.sha';
+    const { transport, handler } = await app(channel);
+    const fragments = makeFragments('held-sha', bytes(4_000, 5), 1_000);
+    const last = fragments[3];
+    fragments[3] = {
+      body: last.body,
+      headers: { ...last.headers, 'x-sequence-sha256': 'ab'.repeat(32) },
+    };
+    await publishHeld(transport, channel, fragments);
+    await eventually(() => deadLetters(transport, channel).length === 4, 'four dead letters');
+
+    expect(handler.calls).toBe(0);
+    for (const letter of deadLetters(transport, channel)) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/^integrity-mismatch: /);
+    }
+  });
+
+  it('dead-letters every fragment with the reason once the handler failed its retries', async () => {
+    const channel = 'held.failing';
+    const { transport, handler } = await app(
+      channel,
+      {},
+      { handlerRetry: { attempts: 2, baseDelayMs: 1 } },
+    );
+    handler.failNext = 2;
+    await publishHeld(transport, channel, makeFragments('held-fail', bytes(3_000, 6), 1_000));
+    await eventually(() => deadLetters(transport, channel).length === 3, 'three dead letters');
+
+    expect(handler.calls).toBe(2);
+    const reasons = deadLetters(transport, channel).map((m) => String(m.headers['x-death-reason']));
+    expect(new Set(reasons).size).toBe(1);
+    expect(reasons[0]).toMatch(/^handler-failed: .*handler failure #2/);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('expires an incomplete sequence: its fragments are dead-lettered, its spool deleted, late ones refused', async () => {
+    const channel = 'held.expiry';
+    const expired: string[] = [];
+    const { transport, handler } = await app(channel, {
+      timeoutMs: 200,
+      onExpired: (sequence: { sequenceId: string }) => void expired.push(sequence.sequenceId),
+    });
+    const fragments = makeFragments('held-exp', bytes(4_000, 7), 1_000);
+    await publishHeld(transport, channel, [fragments[0], fragments[2]]);
+    await eventually(() => deadLetters(transport, channel).length === 2, 'two dead letters');
+
+    expect(handler.calls).toBe(0);
+    expect(expired).toEqual(['held-exp']);
+    for (const letter of deadLetters(transport, channel)) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/^sequence-expired: /);
+    }
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+
+    await publishHeld(transport, channel, [fragments[1]]);
+    await eventually(() => deadLetters(transport, channel).length === 3, 'the late one refused');
+    expect(String(deadLetters(transport, channel)[2].headers['x-death-reason'])).toMatch(
+      /^sequence-expired: /,
+    );
+  });
+
+  it('dead-letters a fragment that fails its CRC at once and keeps holding the rest', async () => {
+    const channel = 'held.crc';
+    const { transport, handler } = await app(channel);
+    const fragments = makeFragments('held-crc', bytes(3_000, 8), 1_000);
+    const bad = { body: Buffer.from(fragments[1].body).fill(0), headers: fragments[1].headers };
+    await publishHeld(transport, channel, [fragments[0], bad, fragments[2]]);
+    await eventually(() => deadLetters(transport, channel).length === 1, 'one dead letter');
+    expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
+      /^crc-mismatch: /,
+    );
+    await publishHeld(transport, channel, [fragments[1]]);
+    await eventually(() => handler.deliveries.length === 1, 'handled once the good copy came');
+    expect(
+      handler.of('held-crc')[0].bytes.equals(Buffer.concat(fragments.map((f) => f.body))),
+    ).toBe(true);
+  });
+
+  it('takes a sequence declaring more fragments than the window through the store', async () => {
+    const channel = 'held.too-many';
+    const { transport, handler, store } = await app(channel, { window: 4 });
+    const payload = bytes(6_000, 9);
+    const fragments = makeFragments('held-big', payload, 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 5));
+    await eventually(async () => (await openInStore(store)) === 1, 'stored');
+    await eventually(() => unsettledIn(transport, channel) === 0, 'acked once stored');
+    await publishHeld(transport, channel, fragments.slice(5));
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(handler.of('held-big')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('relieves a full window by sending the youngest sequence through the store', async () => {
+    const channel = 'held.window';
+    const { transport, handler, store } = await app(channel, { window: 4, partitions: 1 });
+    const a = makeFragments('win-a', bytes(3_000, 10), 1_000);
+    const b = makeFragments('win-b', bytes(3_000, 11), 1_000);
+    const one = async (fragment: TestFragment) =>
+      transport.publish(channel, fragment.body, fragment.headers, {
+        partition: { index: 0, count: 1 },
+      });
+    for (const fragment of [a[0], b[0], a[1], b[1]]) await one(fragment);
+    // The window (4) is full with neither complete: the youngest (win-b) went to the store.
+    await eventually(async () => (await openInStore(store)) === 1, 'win-b stored');
+    for (const fragment of [a[2], b[2]]) await one(fragment);
+    await eventually(() => handler.deliveries.length === 2, 'both handled');
+    expect(handler.of('win-a')).toHaveLength(1);
+    expect(handler.of('win-b')).toHaveLength(1);
+    expect(handler.of('win-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
+  });
+
+  it('takes a sequence beyond the spool budget through the store', async () => {
+    const channel = 'held.spool-full';
+    const { transport, handler, store } = await app(channel, { spool: { maxBytes: 2_500 } });
+    const payload = bytes(4_000, 12);
+    const fragments = makeFragments('held-spool', payload, 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 3));
+    await eventually(async () => (await openInStore(store)) === 1, 'moved to the store');
+    await publishHeld(transport, channel, fragments.slice(3));
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(handler.of('held-spool')[0].bytes.equals(payload)).toBe(true);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('takes fragments published to the plain channel through the store', async () => {
+    const channel = 'held.plain';
+    const { transport, handler } = await app(channel);
+    const payload = bytes(3_000, 13);
+    for (const { body, headers } of makeFragments('held-plain', payload, 1_000)) {
+      await transport.publish(channel, body, headers);
+    }
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(handler.of('held-plain')[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it("sends with buffer: 'broker' to the sequence's partition, end to end", async () => {
+    const channel = 'held.splitter';
+    const { splitter, handler, transport } = await app(channel);
+    const payload = bytes(50_000, 14);
+    const receipt = await splitter.send(channel, payload, {
+      sequenceId: 'held-sent',
+      fragmentBytes: 4_096,
+    });
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(receipt.fragments).toBe(13);
+    expect(handler.of('held-sent')[0].bytes.equals(payload)).toBe(true);
+    expect(transport.depth(channel)).toBe(0);
+  });
+});
