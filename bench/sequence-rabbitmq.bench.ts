@@ -33,6 +33,9 @@
  * server (its max_payload, 1 MiB unless configured, less the transport's and the module's header
  * room): BENCH_FRAGMENTS_MIB and BENCH_500_FRAGMENT_MIB must stay at or under it. There
  * BENCH_UNSAFE_SOCKET_TRICKS reaches the Redis store only: the NATS transport has no such option.
+ *   BENCH_BUFFER [both; store or broker]: the module consumer's sequence.buffer; broker-held lines
+ *     have `-broker-held` appended to their `variant` and their own raw baseline in the same run
+ *   BENCH_PARTITIONS [library default, 4]  BENCH_WINDOW [library default, 1024]   (broker-held)
  *   BENCH_500 [1; 0 skips]  BENCH_500_MB [500]  BENCH_500_FRAGMENT_MIB [8]
  *   BENCH_500_PREFETCH [BENCH_PREFETCH]  BENCH_RSS_SAMPLE_MS [10]  BENCH_RUN_TIMEOUT_S [300]
  *   BENCH_READ_AHEAD [store default, 4]: RedisSequenceStore readAhead, in pieces (b only)
@@ -96,6 +99,8 @@ import {
   bigCaseFigures,
   caseFigures,
   phasesOf,
+  BROKER_HELD_RATIO_TARGET,
+  BROKER_HELD_RSS_TARGET_MIB,
   RATIO_TARGETS,
   type LineSettings,
 } from './sequence-rabbitmq.summary';
@@ -130,8 +135,17 @@ const settings = readSettings(() => {
     consumerEnv: envPairsSetting('BENCH_CONSUMER_ENV'),
     socketTricks: socketTrickVariants(),
     encryption: onOffBoth('BENCH_ENCRYPTION'),
+    buffers: bufferModes(),
+    partitions: positiveInteger('BENCH_PARTITIONS', LIBRARY_DEFAULTS.partitions),
+    window: positiveInteger('BENCH_WINDOW', LIBRARY_DEFAULTS.window),
   };
 });
+
+/** BENCH_BUFFER: the module consumer's `sequence.buffer`, or both, one after the other. */
+function bufferModes(): Array<'store' | 'broker'> {
+  const value = choiceSetting('BENCH_BUFFER', ['store', 'broker', 'both'], 'both');
+  return value === 'both' ? ['store', 'broker'] : [value];
+}
 
 const runId = newRunId();
 const queuePrefix = `nseq-bench.${runId}`;
@@ -144,12 +158,24 @@ function onOffBoth(name: string): boolean[] {
   return value === 'both' ? [false, true] : [value === 'on'];
 }
 
-/** The result lines' `variant`: the socket tricks', `-encrypted` appended when the store encrypts. */
+/**
+ * The result lines' `variant`: the socket tricks', `-encrypted` appended when the store encrypts,
+ * `broker-held` for broker-held reassembly.
+ */
 function variantName(variant: Variant): string {
-  return `${variantOf(variant.unsafeSocketTricks)}${variant.encryption ? '-encrypted' : ''}`.replace(
-    /^default-/,
-    '',
-  );
+  const name = `${variantOf(variant.unsafeSocketTricks)}${variant.encryption ? '-encrypted' : ''}`;
+  const held = variant.buffer === 'broker' ? `${name}-broker-held` : name;
+  return held.replace(/^default-/, '');
+}
+
+/** What `send` adds for the variant's buffer mode. */
+function sendOptions(variant: Variant): { buffer?: 'broker'; partitions?: number } {
+  return variant.buffer === 'broker' ? { buffer: 'broker', partitions: settings.partitions } : {};
+}
+
+/** The partitions of the module path's channel. */
+function partitionsOf(variant: Variant): number {
+  return variant.buffer === 'broker' ? settings.partitions : 0;
 }
 
 /** What every case of one variant shares. */
@@ -162,6 +188,8 @@ interface Variant {
   unsafeSocketTricks: boolean;
   /** The module consumer's store encrypts. */
   encryption: boolean;
+  /** The module consumer's `sequence.buffer`. */
+  buffer: 'store' | 'broker';
 }
 
 function startConsumer(
@@ -183,6 +211,9 @@ function startConsumer(
     unsafeSocketTricks: variant.unsafeSocketTricks,
     encryptionKey: variant.encryption ? encryptionKey : undefined,
     rssSampleMs: settings.rssSampleMs,
+    buffer: variant.buffer,
+    partitions: settings.partitions,
+    window: settings.window,
   };
   return BenchChild.start<ToConsumer, FromConsumer>({
     label,
@@ -201,12 +232,12 @@ function caseName(fragmentMiB: number): string {
 
 async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): Promise<void> {
   const fragmentBytes = Math.round(fragmentMiB * MiB);
-  const label = `${caseName(fragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}`;
+  const label = `${caseName(fragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}${variant.buffer === 'broker' ? '-held' : ''}`;
   const { broker } = variant;
   const rawQueue = `${queuePrefix}.${label.replace('.', '_')}.raw`;
   const moduleQueue = `${queuePrefix}.${label.replace('.', '_')}.module`;
   await broker.declareRaw(rawQueue);
-  broker.trackModule(moduleQueue);
+  broker.trackModule(moduleQueue, partitionsOf(variant));
 
   const [rawConsumer, moduleConsumer] = await Promise.all([
     startConsumer(variant, 'raw', rawQueue, settings.prefetch, `raw ${label}`),
@@ -221,9 +252,9 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
     );
     await broker.assertDrained(rawQueue, 'raw');
     const b = await variant.runs.run(moduleConsumer, `${label} ${tag} b`, payload.length, () =>
-      variant.splitter.send(moduleQueue, payload, { fragmentBytes }),
+      variant.splitter.send(moduleQueue, payload, { fragmentBytes, ...sendOptions(variant) }),
     );
-    await broker.assertDrained(moduleQueue, 'module');
+    await broker.assertDrained(moduleQueue, 'module', partitionsOf(variant));
     await broker.assertDrained(`${moduleQueue}.dlq`, 'module dead letters');
     progress(
       `${label} ${tag}: a ${mbPerSecond(payload.length, a.seconds)} MB/s (rss ${a.hwmRssMiB ?? a.peakRssMiB} MiB), ` +
@@ -258,16 +289,17 @@ async function runCase(variant: Variant, payload: Buffer, fragmentMiB: number): 
       module,
       idleRssMiB: { raw: rawConsumer.ready.idleRssMiB, module: moduleConsumer.ready.idleRssMiB },
       modulePrefetch: moduleConsumer.ready.prefetch,
-      ratioTarget: RATIO_TARGETS[broker.transport],
+      ratioTarget:
+        variant.buffer === 'broker' ? BROKER_HELD_RATIO_TARGET : RATIO_TARGETS[broker.transport],
     }),
   );
 }
 
 async function runBigCase(variant: Variant): Promise<void> {
   const fragmentBytes = Math.round(settings.bigFragmentMiB * MiB);
-  const label = `big-${caseName(settings.bigFragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}`;
+  const label = `big-${caseName(settings.bigFragmentMiB)}${variant.unsafeSocketTricks ? '-tricks' : ''}${variant.encryption ? '-encrypted' : ''}${variant.buffer === 'broker' ? '-held' : ''}`;
   const queue = `${queuePrefix}.${label.replace('.', '_')}.module`;
-  variant.broker.trackModule(queue);
+  variant.broker.trackModule(queue, partitionsOf(variant));
   const consumer = await startConsumer(
     variant,
     'module',
@@ -277,9 +309,12 @@ async function runBigCase(variant: Variant): Promise<void> {
   );
   const block = randomBytes(MiB);
   const b = await variant.runs.run(consumer, `${label} b`, settings.bigBytes, () =>
-    variant.splitter.send(queue, streamed(settings.bigBytes, block), { fragmentBytes }),
+    variant.splitter.send(queue, streamed(settings.bigBytes, block), {
+      fragmentBytes,
+      ...sendOptions(variant),
+    }),
   );
-  await variant.broker.assertDrained(queue, 'module');
+  await variant.broker.assertDrained(queue, 'module', partitionsOf(variant));
   await variant.broker.assertDrained(`${queue}.dlq`, 'module dead letters');
   await consumer.stop();
   report(
@@ -296,6 +331,7 @@ async function runBigCase(variant: Variant): Promise<void> {
       run: b,
       idleRssMiB: consumer.ready.idleRssMiB,
       modulePrefetch: consumer.ready.prefetch,
+      ...(variant.buffer === 'broker' && { rssTargetMiB: BROKER_HELD_RSS_TARGET_MIB }),
     }),
   );
 }
@@ -369,7 +405,9 @@ async function main(): Promise<void> {
       () => broker.connectTransport(unsafeSocketTricks),
       settings.inFlight,
     );
-    for (const encryption of settings.encryption) {
+    for (const [encryption, buffer] of settings.encryption.flatMap((each) =>
+      settings.buffers.map((mode) => [each, mode] as const),
+    )) {
       const variant: Variant = {
         broker,
         splitter: producer.splitter,
@@ -377,6 +415,7 @@ async function main(): Promise<void> {
         runs: new RunDriver(redis, settings.runTimeoutMs, broker.server),
         unsafeSocketTricks,
         encryption,
+        buffer,
       };
       for (const fragmentMiB of settings.fragmentsMiB) await runCase(variant, payload, fragmentMiB);
       if (settings.big) await runBigCase(variant);

@@ -20,12 +20,15 @@ export interface BenchBroker {
   readonly server: ServerName;
   /** Declares the raw path's queue (or stream and consumer), deleted at the end. */
   declareRaw(channel: string): Promise<void>;
-  /** Deletes the module path's channel (and its dead-letter channel) at the end. */
-  trackModule(channel: string): void;
+  /**
+   * Deletes the module path's channel (and its dead-letter channel) at the end, and its
+   * `partitions` when it has some (broker-held).
+   */
+  trackModule(channel: string, partitions?: number): void;
   /** (a): the fragments as plain messages, at most `inFlight` awaiting their confirm at once. */
   publishRaw(channel: string, fragments: Iterable<Buffer>, inFlight: number): Promise<void>;
-  /** Fails when anything is left on `channel` once a run is over. */
-  assertDrained(channel: string, what: string): Promise<void>;
+  /** Fails when anything is left on `channel` (and its `partitions`) once a run is over. */
+  assertDrained(channel: string, what: string, partitions?: number): Promise<void>;
   /** The module path's producer transport. */
   connectTransport(unsafeSocketTricks: boolean): Promise<Transport>;
 }
@@ -60,20 +63,28 @@ export class RabbitMqBenchBroker implements BenchBroker {
     await this.admin.assertQueue(queue, { durable: true });
   }
 
-  trackModule(queue: string): void {
-    this.queues.track(queue, `${queue}.dlq`);
+  trackModule(queue: string, partitions = 0): void {
+    this.queues.track(queue, `${queue}.dlq`, ...partitionQueues(queue, partitions));
+    if (partitions > 0) this.queues.trackExchanges(`${queue}.partitions`);
   }
 
   publishRaw(queue: string, fragments: Iterable<Buffer>, inFlight: number): Promise<void> {
     return publishRaw(this.raw, queue, fragments, inFlight);
   }
 
-  async assertDrained(queue: string, what: string): Promise<void> {
-    const { messageCount } = await this.admin.checkQueue(queue);
-    if (messageCount > 0) throw new Error(`${messageCount} message(s) left in ${queue} (${what})`);
+  async assertDrained(queue: string, what: string, partitions = 0): Promise<void> {
+    for (const each of [queue, ...partitionQueues(queue, partitions)]) {
+      const { messageCount } = await this.admin.checkQueue(each);
+      if (messageCount > 0) throw new Error(`${messageCount} message(s) left in ${each} (${what})`);
+    }
   }
 
   connectTransport(unsafeSocketTricks: boolean): Promise<Transport> {
     return RabbitMqTransport.connect(this.url, { unsafeSocketTricks });
   }
+}
+
+/** The RabbitMQ transport's queues of a partitioned channel: `<queue>.partition.<i>`. */
+function partitionQueues(queue: string, partitions: number): string[] {
+  return Array.from({ length: partitions }, (_, index) => `${queue}.partition.${index}`);
 }

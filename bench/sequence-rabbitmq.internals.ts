@@ -11,6 +11,8 @@ import { DEFAULTS } from '../libs/sequence/src/options/defaults';
 export const LIBRARY_DEFAULTS = {
   prefetch: DEFAULTS.prefetch,
   inFlight: DEFAULTS.publish.inFlight,
+  partitions: DEFAULTS.sequence.partitions,
+  window: DEFAULTS.sequence.window,
 };
 
 /** NATS's default `max_payload`. */

@@ -36,11 +36,13 @@ registerBenchTracing();
 class PrefetchNotingTransport implements Transport {
   readonly name: string;
   readonly maxMessageBytes: number;
+  readonly partitioned?: boolean;
   readonly prefetchOf = new Map<string, number | undefined>();
 
   constructor(private readonly inner: Transport) {
     this.name = inner.name;
     this.maxMessageBytes = inner.maxMessageBytes;
+    this.partitioned = inner.partitioned;
   }
 
   publish(...args: Parameters<Transport['publish']>): Promise<void> {
@@ -51,7 +53,10 @@ class PrefetchNotingTransport implements Transport {
     handler: MessageHandler,
     options?: SubscribeOptions,
   ): Promise<Subscription> {
-    this.prefetchOf.set(channel, options?.prefetch);
+    // Broker-held: the partitions' prefetch (the window) is what the fragments meet.
+    if (options?.partitions !== undefined || !this.prefetchOf.has(channel)) {
+      this.prefetchOf.set(channel, options?.prefetch);
+    }
     return this.inner.subscribe(channel, handler, options);
   }
   deadLetterChannel(channel: string): string {
@@ -115,7 +120,12 @@ export async function startModuleConsumer(
     imports: [
       SequenceModule.forRoot({
         transport,
-        sequence: { store: traced },
+        sequence: {
+          store: traced,
+          buffer: config.buffer,
+          partitions: config.partitions,
+          window: config.window,
+        },
         prefetch: config.prefetch,
       }),
     ],

@@ -37,6 +37,10 @@ export interface ConsumerConfig {
   readonly encryptionKey?: string;
   /** How often the consumer samples its RSS. */
   readonly rssSampleMs: number;
+  /** module mode only: `sequence.buffer`, and with `'broker'` the partitions and window */
+  readonly buffer: 'store' | 'broker';
+  readonly partitions: number;
+  readonly window: number;
 }
 
 /** Producer → consumer: a run is about to start: reset the counters and the memory peak. */

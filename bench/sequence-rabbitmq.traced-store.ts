@@ -15,6 +15,7 @@ import type {
   FinishedOutcome,
   FragmentRecord,
   SequenceRef,
+  SequenceStatus,
   SequenceStoreStats,
 } from 'nest-sequence/ports';
 import { epochMs } from './harness/measure';
@@ -80,6 +81,11 @@ export class TracedStore implements SequenceStore {
       trace.concurrentAccepts--;
       trace.acceptMs += epochMs() - started;
     }
+  }
+
+  /** Broker-held reassembly's one read per sequence; not timed. */
+  status(ref: SequenceRef, now: number): Promise<SequenceStatus> {
+    return this.inner.status!(ref, now);
   }
 
   read(ref: SequenceRef): Readable {

@@ -57,6 +57,7 @@ export function temporaryDirectory(prefix: string, parent = tmpdir()): string {
  */
 export class QueueJanitor {
   private readonly queues = new Set<string>();
+  private readonly exchanges = new Set<string>();
   private connection?: Promise<amqp.ChannelModel>;
   private swept = false;
 
@@ -75,6 +76,11 @@ export class QueueJanitor {
     return queues[0];
   }
 
+  /** Tracks `exchanges` for deletion. */
+  trackExchanges(...exchanges: string[]): void {
+    for (const exchange of exchanges) this.exchanges.add(exchange);
+  }
+
   /** Deletes `queues` now (missing ones are fine). */
   async delete(...queues: string[]): Promise<void> {
     const channel = await (await this.connect()).createChannel();
@@ -84,6 +90,10 @@ export class QueueJanitor {
       for (const queue of queues) {
         await channel.deleteQueue(queue);
         this.queues.delete(queue);
+      }
+      for (const exchange of [...this.exchanges]) {
+        await channel.deleteExchange(exchange);
+        this.exchanges.delete(exchange);
       }
     } finally {
       await channel.close().catch(() => undefined);
