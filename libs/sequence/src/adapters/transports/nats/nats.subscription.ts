@@ -48,6 +48,13 @@ export interface NatsSubscriptionSettings {
   readonly flush: () => Promise<void>;
   /** Run at close, once the unsettled messages are handed back: removes what was its alone. */
   readonly release?: () => Promise<void>;
+  /**
+   * Whether this subscriber may still hold messages (a partition's lease): while false, no
+   * in-progress acks go out and what arrives is handed back at once. @default always
+   */
+  readonly mayHold?: () => boolean;
+  /** How long each pull request lasts. @default 5000 */
+  readonly fetchExpiresMs?: number;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -107,18 +114,31 @@ export class NatsSubscription implements Subscription {
   /** Starts pulling (the caller has declared the consumer). */
   start(): void {
     this.heartbeat = setInterval(
-      () => this.unsettled.forEach((message) => message.working()),
+      () => {
+        if (this.settings.mayHold?.() === false) return;
+        this.unsettled.forEach((message) => message.working());
+      },
       Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
     );
     this.pulling = this.pull();
   }
 
   close(): Promise<void> {
-    this.closing ??= this.shutdown();
+    this.closing ??= this.shutdown(true);
     return this.closing;
   }
 
-  private async shutdown(): Promise<void> {
+  /**
+   * Closes without handing the unsettled messages back: for a subscriber that lost its claim on
+   * them, whose `nak` could reach a message already delivered to another. The server delivers
+   * them again after `ack_wait`.
+   */
+  abandon(): Promise<void> {
+    this.closing ??= this.shutdown(false);
+    return this.closing;
+  }
+
+  private async shutdown(handBack: boolean): Promise<void> {
     this.closed = true;
     clearInterval(this.heartbeat);
     for (const timer of this.timers) clearTimeout(timer);
@@ -129,7 +149,15 @@ export class NatsSubscription implements Subscription {
     await this.settings.flush().catch(() => undefined);
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
-    for (const message of this.unsettled) message.nak(MIN_NAK_DELAY_MS);
+    if (handBack) {
+      for (const message of this.unsettled) {
+        try {
+          message.nak(MIN_NAK_DELAY_MS);
+        } catch {
+          // Closed connection: the server delivers it again after ack_wait.
+        }
+      }
+    }
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
@@ -153,12 +181,15 @@ export class NatsSubscription implements Subscription {
       try {
         const consumer = await this.settings.consumer();
         if (this.closed) return;
-        const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        const batch = await consumer.fetch({
+          max_messages: free,
+          expires: this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS,
+        });
         this.batch = batch;
         if (this.closed) batch.stop();
         for await (const message of batch) {
-          // Pulled as the subscription closed: straight back to the consumer.
-          if (this.closed) message.nak(MIN_NAK_DELAY_MS);
+          // Pulled as the subscription closed, or its claim lapsed: straight back to the consumer.
+          if (this.closed || this.settings.mayHold?.() === false) message.nak(MIN_NAK_DELAY_MS);
           else this.receive(message);
         }
         failures = 0;
