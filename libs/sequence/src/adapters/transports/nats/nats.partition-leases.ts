@@ -18,6 +18,8 @@ const NO_MESSAGE_FOUND = 10037;
  *   written, released, or expired by `max_age`);
  * - **renew**: expects the sequence of the holder's last write, so it fails once the lease has
  *   lapsed or another subscriber holds it;
+ * - a write refused while the subject's last message is the writer's own (a write whose PubAck
+ *   was lost) is made again on that message's sequence;
  * - **release**: deletes the holder's own last write (by sequence: never another's), then
  *   tells the channel's other subscribers on the core subject `nseq-lease-free.<channel>`.
  */
@@ -30,7 +32,7 @@ export class NatsPartitionLeases {
       readonly channel: string;
       /** The channel's lease stream. */
       readonly stream: string;
-      /** Who claims: written in the lease, for operators. */
+      /** Who claims, unique to this subscription: written in the lease. */
       readonly owner: string;
       readonly js: JetStreamClient;
       readonly jsm: () => Promise<JetStreamManager>;
@@ -85,7 +87,7 @@ export class NatsPartitionLeases {
     return () => subscription.unsubscribe();
   }
 
-  private async write(index: number, expected: number): Promise<number | undefined> {
+  private async write(index: number, expected: number, again = true): Promise<number | undefined> {
     try {
       const ack = await this.settings.js.publish(
         leaseSubject(this.settings.channel, index),
@@ -97,10 +99,29 @@ export class NatsPartitionLeases {
       );
       return ack.seq;
     } catch (error) {
-      if (error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE) {
-        return undefined;
-      }
-      throw error;
+      if (!(error instanceof JetStreamApiError && error.code === WRONG_LAST_SEQUENCE)) throw error;
+      const last = again ? await this.last(index) : undefined;
+      return last?.owner === this.settings.owner
+        ? this.write(index, last.sequence, false)
+        : undefined;
     }
+  }
+
+  /** The lease of partition `index` as the stream holds it, if any. */
+  private async last(index: number): Promise<{ sequence: number; owner?: string } | undefined> {
+    const jsm = await this.settings.jsm();
+    const stored = await jsm.streams
+      .getMessage(this.settings.stream, {
+        last_by_subj: leaseSubject(this.settings.channel, index),
+      })
+      .catch(() => null);
+    if (!stored) return undefined;
+    let owner: string | undefined;
+    try {
+      owner = stored.json<{ owner?: string }>().owner;
+    } catch {
+      owner = undefined; // not a lease of ours
+    }
+    return { sequence: stored.seq, owner };
   }
 }

@@ -56,8 +56,16 @@ export class NatsPartitionedSubscription implements Subscription {
   readonly channel: string;
 
   private readonly owned = new Map<number, OwnedPartition>();
+  /**
+   * Partitions let go because their lease was no longer trusted, with the sequence of the last
+   * write: renewed first when claiming, so that after a short outage the lease (still this
+   * subscriber's, unless it lapsed) is taken back without waiting for it to lapse.
+   */
+  private readonly lapsed = new Map<number, number>();
   private leaseMs = 0;
   private timer?: NodeJS.Timeout;
+  /** Lets go of untrusted leases even while a tick waits on an unanswered request. */
+  private fence?: NodeJS.Timeout;
   private ticking?: Promise<void>;
   private again = false;
   private unlisten?: () => void;
@@ -78,6 +86,17 @@ export class NatsPartitionedSubscription implements Subscription {
   async start(): Promise<void> {
     this.unlisten = this.settings.leases.onReleased(() => this.wake());
     await this.tick();
+    this.fence = setInterval(
+      () => this.letGoUntrusted(),
+      Math.max(50, Math.floor(this.leaseMs * CLAIM_SHARE)),
+    );
+  }
+
+  /** Stops the partitions whose lease could not be renewed in time, without handing back. */
+  private letGoUntrusted(): void {
+    for (const partition of this.owned.values()) {
+      if (!this.trusted(partition)) this.stop(partition, false);
+    }
   }
 
   close(): Promise<void> {
@@ -88,6 +107,7 @@ export class NatsPartitionedSubscription implements Subscription {
   private async shutdown(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    clearInterval(this.fence);
     this.unlisten?.();
     await this.ticking;
     await Promise.all(
@@ -134,10 +154,7 @@ export class NatsPartitionedSubscription implements Subscription {
         this.failing = true;
         this.settings.forget();
       } finally {
-        // A lease whose renewals failed past its trusted time is let go.
-        for (const partition of this.owned.values()) {
-          if (!this.trusted(partition)) this.stop(partition, false);
-        }
+        this.letGoUntrusted();
       }
     })();
     this.ticking = run;
@@ -181,9 +198,15 @@ export class NatsPartitionedSubscription implements Subscription {
     const held = await this.settings.leases.held();
     for (let index = 0; index < this.settings.count; index++) {
       if (this.closed) return;
-      if (held.has(index) || this.owned.has(index)) continue;
+      if (this.owned.has(index)) continue;
+      const previous = this.lapsed.get(index);
+      if (held.has(index) && previous === undefined) continue;
       const sentAt = Date.now();
-      const sequence = await this.settings.leases.claim(index);
+      const sequence =
+        previous === undefined
+          ? await this.settings.leases.claim(index)
+          : await this.settings.leases.renew(index, previous);
+      this.lapsed.delete(index);
       if (sequence === undefined) continue;
       const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };
       this.owned.set(index, partition);
@@ -202,6 +225,7 @@ export class NatsPartitionedSubscription implements Subscription {
   private stop(partition: OwnedPartition, handBack: boolean): void {
     if (this.owned.get(partition.index) !== partition) return;
     this.owned.delete(partition.index);
+    if (!handBack) this.lapsed.set(partition.index, partition.sequence);
     const subscription = partition.subscription;
     if (!subscription) return;
     void (handBack ? subscription.close() : subscription.abandon()).catch((error: unknown) =>

@@ -214,18 +214,18 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
 
   it("takes over a lost subscriber's partitions once its lease lapses, and it handles no more", async () => {
     const channel = newChannel();
-    const { url, cut } = await tcpProxy();
-    const lost = await newTransport(url);
+    const proxy = await tcpProxy();
+    const lost = await newTransport(proxy.url);
     const survivor = await newTransport();
     const held: InboundMessage[] = [];
-    await lost.subscribe(
+    const a = (await lost.subscribe(
       channel,
       async (message) => {
         held.push(message);
         return new Promise<Disposition>(() => undefined);
       },
       { partitions: 2 },
-    );
+    )) as NatsPartitionedSubscription;
     const taken: InboundMessage[] = [];
     const b = (await survivor.subscribe(channel, collect(taken), {
       partitions: 2,
@@ -235,15 +235,22 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     await eventually(() => held.length === 2, 'the held messages');
 
     const cutAt = Date.now();
-    cut(); // the lost subscriber's connection is gone, and it cannot reconnect
+    proxy.cut(); // the lost subscriber's connection is gone, and it cannot reconnect
     await eventually(() => taken.length === 2, 'the messages at the survivor', LEASE_MS * 10);
     const takeoverMs = Date.now() - cutAt;
     expect(taken.map(text)).toEqual(['one', 'two']);
     expect(taken.every((message) => message.redelivered)).toBe(true);
     expect(b.partitions).toEqual([0, 1]);
+    expect(a.partitions).toEqual([]);
+
+    // Back on the network, the lost subscriber finds its leases taken and stands by.
+    await proxy.restore();
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 2));
     await publishTo(survivor, channel, 1, 2, ['three']);
     await eventually(() => taken.length === 3, 'a later message');
     expect(held).toHaveLength(2);
+    expect(a.partitions).toEqual([]);
+    expect(b.partitions).toEqual([0, 1]);
     new Logger('nats.partitions.spec').log(
       `takeover after a lost connection: ${takeoverMs} ms (lease ${LEASE_MS} ms)`,
     );
@@ -339,27 +346,41 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     expect(state.state.messages).toBe(0);
   });
 
-  /** A TCP proxy to the NATS server; `cut` drops its connections and refuses new ones. */
-  async function tcpProxy(): Promise<{ url: string; cut: () => void }> {
+  /**
+   * A TCP proxy to the NATS server: `cut` drops its connections and refuses new ones, `restore`
+   * takes them again on the same port.
+   */
+  async function tcpProxy(): Promise<{
+    url: string;
+    cut: () => void;
+    restore: () => Promise<void>;
+  }> {
     const target = new URL(SERVERS.nats.url);
     const sockets = new Set<Socket>();
-    const proxy = createServer((client) => {
-      const upstream = connectTcp(Number(target.port) || 4222, target.hostname);
-      for (const socket of [client, upstream]) {
-        sockets.add(socket);
-        socket.on('error', () => undefined);
-        socket.on('close', () => sockets.delete(socket));
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    proxies.push(proxy);
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const listen = async (port: number) => {
+      const proxy = createServer((client) => {
+        const upstream = connectTcp(Number(target.port) || 4222, target.hostname);
+        for (const socket of [client, upstream]) {
+          sockets.add(socket);
+          socket.on('error', () => undefined);
+          socket.on('close', () => sockets.delete(socket));
+        }
+        client.pipe(upstream).pipe(client);
+      });
+      proxies.push(proxy);
+      await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
+      return proxy;
+    };
+    let proxy = await listen(0);
     const { port } = proxy.address() as { port: number };
     return {
       url: `nats://127.0.0.1:${port}`,
       cut: () => {
         proxy.close();
         for (const socket of sockets) socket.destroy();
+      },
+      restore: async () => {
+        proxy = await listen(port);
       },
     };
   }
