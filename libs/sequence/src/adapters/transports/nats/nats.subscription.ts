@@ -53,6 +53,8 @@ export interface NatsSubscriptionSettings {
    * in-progress acks go out and what arrives is handed back at once. @default always
    */
   readonly mayHold?: () => boolean;
+  /** The partition it reads, for a subscription with `partitions`: told on every message. */
+  readonly partition?: number;
   /** How long each pull request lasts. @default 5000 */
   readonly fetchExpiresMs?: number;
   readonly logger: Logger;
@@ -226,6 +228,7 @@ export class NatsSubscription implements Subscription {
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the server.
       redelivered: message.redelivered || requeueCount(headers) > 0,
+      ...(this.settings.partition === undefined ? {} : { partition: this.settings.partition }),
     };
     let outcome: unknown;
     try {

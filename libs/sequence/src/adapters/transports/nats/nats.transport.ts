@@ -324,6 +324,7 @@ export class NatsTransport implements Transport {
           // A stale pull request lasts no longer than a third of the lease.
           fetchExpiresMs: Math.min(5_000, Math.max(1_000, Math.floor(leaseMs / 3))),
           mayHold,
+          partition: index,
           consumer: async () => {
             if (!consumer) {
               await this.topology.ensurePartitionSubscription(channel, count);
@@ -421,7 +422,10 @@ export class NatsTransport implements Transport {
       | 'release'
     > &
       Partial<
-        Pick<NatsSubscriptionSettings, 'ackWaitMs' | 'fetchExpiresMs' | 'mayHold' | 'publish'>
+        Pick<
+          NatsSubscriptionSettings,
+          'ackWaitMs' | 'fetchExpiresMs' | 'mayHold' | 'partition' | 'publish'
+        >
       > & {
         /** The stream the consumer reads. @default the channel's */
         readonly stream?: string;
