@@ -14,6 +14,8 @@ import { NatsTransport } from './nats.transport';
 const ACK: Disposition = { action: 'ack' };
 /** Short, so that a lapse takes seconds; the partition consumers' ack_wait follows it. */
 const LEASE_MS = 1_500;
+/** Messages a subscriber holds when it closes. */
+const HELD = ['one', 'two', 'three', 'four', 'five'];
 
 describeWithServer('nats', 'NatsTransport partitioned channels', () => {
   let admin: NatsConnection;
@@ -47,10 +49,13 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     channels.clear();
   });
 
-  async function newTransport(servers = SERVERS.nats.url): Promise<NatsTransport> {
+  async function newTransport(
+    servers = SERVERS.nats.url,
+    partitionLeaseMs = LEASE_MS,
+  ): Promise<NatsTransport> {
     const transport = await NatsTransport.connect(
       { servers, reconnectTimeWait: 100 },
-      { nakDelayMs: 5, partitionLeaseMs: LEASE_MS },
+      { nakDelayMs: 5, partitionLeaseMs },
     );
     transports.push(transport);
     return transport;
@@ -183,7 +188,11 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
 
   it('hands a closed subscriber’s partitions and held messages to another at once', async () => {
     const channel = newChannel();
-    const [first, second] = [await newTransport(), await newTransport()];
+    // The default lease, and so an ack_wait of 10 s: nothing here waits for a redelivery.
+    const [first, second] = [
+      await newTransport(SERVERS.nats.url, 10_000),
+      await newTransport(SERVERS.nats.url, 10_000),
+    ];
     const held: InboundMessage[] = [];
     const a = await first.subscribe(
       channel,
@@ -197,19 +206,46 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     const b = (await second.subscribe(channel, collect(taken), {
       partitions: 2,
     })) as NatsPartitionedSubscription;
-    await publishTo(first, channel, 0, 2, ['one', 'two']);
-    await eventually(() => held.length === 2, 'the held messages');
+    await publishTo(first, channel, 0, 2, HELD);
+    await eventually(() => held.length === HELD.length, 'the held messages');
 
     const closedAt = Date.now();
     await a.close();
-    await eventually(() => taken.length === 2, 'the messages at the other subscriber');
+    await eventually(() => taken.length === HELD.length, 'the messages at the other subscriber');
     const takeoverMs = Date.now() - closedAt;
-    expect(taken.map(text)).toEqual(['one', 'two']);
+    expect(taken.map(text)).toEqual(HELD);
     expect(taken.every((message) => message.redelivered)).toBe(true);
     expect(b.partitions).toEqual([0, 1]);
     await publishTo(first, channel, 1, 2, ['three']);
-    await eventually(() => taken.length === 3, 'a later message');
+    await eventually(() => taken.length === HELD.length + 1, 'a later message');
     new Logger('nats.partitions.spec').log(`takeover after close: ${takeoverMs} ms`);
+  });
+
+  it('hands a closed subscriber’s held messages to a later subscriber, each once and in order', async () => {
+    const channel = newChannel();
+    const first = await newTransport(SERVERS.nats.url, 10_000);
+    const held: InboundMessage[] = [];
+    const a = await first.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined);
+      },
+      { partitions: 1 },
+    );
+    await publishTo(first, channel, 0, 1, HELD);
+    await eventually(() => held.length === HELD.length, 'the held messages');
+    await a.close();
+    // Handed back with nobody pulling: nats-server 2.9 must not give them to the closed pull.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    const taken: InboundMessage[] = [];
+    const second = await newTransport(SERVERS.nats.url, 10_000);
+    await second.subscribe(channel, collect(taken), { partitions: 1 });
+    await eventually(() => taken.length >= HELD.length, 'the handed-back messages');
+    await publishTo(second, channel, 0, 1, ['later']);
+    await eventually(() => taken.some((m) => text(m) === 'later'), 'a later message');
+    expect(taken.map(text)).toEqual([...HELD, 'later']);
   });
 
   it("takes over a lost subscriber's partitions once its lease lapses, and it handles no more", async () => {

@@ -57,6 +57,14 @@ export interface NatsSubscriptionSettings {
   readonly partition?: number;
   /** How long each pull request lasts. @default 5000 */
   readonly fetchExpiresMs?: number;
+  /**
+   * On close, let the pull request the server holds run out (at most `fetchExpiresMs`) before
+   * handing the unsettled messages back: nats-server 2.9 keeps a stopped pull request and sends
+   * messages that come due meanwhile to it, where nobody reads them (one handed-back message
+   * would wait `ack_wait`, another be delivered twice). What arrives meanwhile is handed back
+   * with the rest. @default false
+   */
+  readonly drainPullOnClose?: boolean;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -146,8 +154,13 @@ export class NatsSubscription implements Subscription {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.slotFreed?.();
-    // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
-    this.batch?.stop();
+    if (handBack && this.settings.drainPullOnClose) {
+      // No new pull is made once closed; the current one ends when the server lets it expire.
+      await this.pulling;
+    } else {
+      // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
+      this.batch?.stop();
+    }
     await this.settings.flush().catch(() => undefined);
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
@@ -190,9 +203,15 @@ export class NatsSubscription implements Subscription {
         this.batch = batch;
         if (this.closed) batch.stop();
         for await (const message of batch) {
-          // Pulled as the subscription closed, or its claim lapsed: straight back to the consumer.
-          if (this.closed || this.settings.mayHold?.() === false) message.nak(MIN_NAK_DELAY_MS);
-          else this.receive(message);
+          if (this.closed && this.settings.drainPullOnClose) {
+            // Pulled as the subscription closes: handed back with the others once the pull ends.
+            this.unsettled.add(message);
+          } else if (this.closed || this.settings.mayHold?.() === false) {
+            // Pulled as the subscription closed, or its claim lapsed: straight back.
+            message.nak(MIN_NAK_DELAY_MS);
+          } else {
+            this.receive(message);
+          }
         }
         failures = 0;
       } catch (error) {

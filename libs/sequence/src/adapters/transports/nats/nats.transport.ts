@@ -67,6 +67,8 @@ import { NatsTopology } from './nats.topology';
 const PING_TIMEOUT_MS = 5_000;
 /** Longest wait for an answer of the JetStream API (declarations, account info). */
 const API_TIMEOUT_MS = 3_000;
+/** How long a partition's pull request lasts: what closing a partitioned subscription waits. */
+const PARTITION_FETCH_EXPIRES_MS = 1_000;
 /** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
 const MIN_ATTEMPT_MS = 2_000;
 
@@ -321,8 +323,10 @@ export class NatsTransport implements Transport {
           deadLetterChannel,
           maxDeliver: this.settings.maxDeliver,
           ackWaitMs: Math.min(this.settings.ackWaitMs, leaseMs),
-          // A stale pull request lasts no longer than a third of the lease.
-          fetchExpiresMs: Math.min(5_000, Math.max(1_000, Math.floor(leaseMs / 3))),
+          // Short pull requests: a closing subscriber lets its last one run out before handing
+          // back what it holds, and one left by a lost subscriber is gone before its lease.
+          fetchExpiresMs: PARTITION_FETCH_EXPIRES_MS,
+          drainPullOnClose: true,
           mayHold,
           partition: index,
           consumer: async () => {
@@ -424,7 +428,7 @@ export class NatsTransport implements Transport {
       Partial<
         Pick<
           NatsSubscriptionSettings,
-          'ackWaitMs' | 'fetchExpiresMs' | 'mayHold' | 'partition' | 'publish'
+          'ackWaitMs' | 'drainPullOnClose' | 'fetchExpiresMs' | 'mayHold' | 'partition' | 'publish'
         >
       > & {
         /** The stream the consumer reads. @default the channel's */
