@@ -3,6 +3,7 @@ import { createServer, connect as connectTcp, type Server, type Socket } from 'n
 import { Logger } from '@nestjs/common';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
+import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
@@ -290,6 +291,46 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     new Logger('nats.partitions.spec').log(
       `takeover after a lost connection: ${takeoverMs} ms (lease ${LEASE_MS} ms)`,
     );
+  });
+
+  it('keeps its partitions through a server crash and restart, losing no message', async () => {
+    const server = await OwnedNatsServer.start();
+    try {
+      const transport = await newTransport(server.url);
+      const channel = newChannel();
+      const received: InboundMessage[] = [];
+      const a = (await transport.subscribe(channel, collect(received), {
+        partitions: 2,
+      })) as NatsPartitionedSubscription;
+      const bodies = () => new Set(received.map(text));
+      // A crash may lose an ack: a message may come again, redelivered, never lost.
+      const expectAtLeastOnce = () =>
+        received.forEach((message, n) => {
+          const first = received.findIndex((other) => text(other) === text(message)) === n;
+          expect(first || message.redelivered).toBe(true);
+        });
+      await publishTo(transport, channel, 1, 2, ['before']);
+      await eventually(() => received.length === 1, 'the message before the crash');
+
+      await server.stop('SIGKILL');
+      await server.restart();
+      await publishTo(transport, channel, 0, 2, ['after']);
+      await eventually(() => bodies().has('after'), 'the message after the restart', 30_000);
+      expect(a.partitions).toEqual([0, 1]);
+
+      // Down longer than the lease: the partitions are let go, then claimed again.
+      await server.stop('SIGKILL');
+      await eventually(() => a.partitions.length === 0, 'the partitions let go', LEASE_MS * 5);
+      await server.restart();
+      await publishTo(transport, channel, 1, 2, ['after a long outage']);
+      await eventually(() => bodies().has('after a long outage'), 'the last message', 30_000);
+      expect([...bodies()].sort()).toEqual(['after', 'after a long outage', 'before']);
+      expectAtLeastOnce();
+      expect(a.partitions).toEqual([0, 1]);
+    } finally {
+      await Promise.all(transports.splice(0).map((transport) => transport.close()));
+      await server.dispose();
+    }
   });
 
   it('refuses a partition count other than the one the channel was declared with', async () => {
