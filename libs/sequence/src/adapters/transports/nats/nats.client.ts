@@ -25,6 +25,13 @@ export interface NatsConnection {
   close(): Promise<void>;
   isClosed(): boolean;
   status(): AsyncIterable<NatsStatus>;
+  /** A core NATS publish (no JetStream, no confirm). */
+  publish(subject: string, payload?: Uint8Array | string): void;
+  /** A core NATS subscription whose messages go to `callback`. */
+  subscribe(
+    subject: string,
+    options: { callback: (error: Error | null, message: unknown) => void },
+  ): { unsubscribe(): void };
 }
 
 /** NATS message headers (`MsgHdrs`). */

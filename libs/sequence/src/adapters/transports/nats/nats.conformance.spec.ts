@@ -1,3 +1,4 @@
+import { describePartitionedChannelConformance } from '../../../testing/conformance/partitioned-channel.conformance';
 import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
 import { describeTransportConformance } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
@@ -33,6 +34,12 @@ describeWithServer('nats', 'NatsTransport', () => {
       ),
     // The reply stream takes it; with no consumer interested in its subject, it discards it.
     publishToClosed: 'resolves',
+    sharedBroker: true,
+  });
+
+  describePartitionedChannelConformance('nats (JetStream)', {
+    create: () =>
+      NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 }, { nakDelayMs: 5 }),
     sharedBroker: true,
   });
 });

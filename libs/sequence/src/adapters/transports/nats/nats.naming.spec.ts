@@ -1,7 +1,12 @@
 import {
   isReplyChannel,
   isValidJetStreamName,
+  leaseStreamName,
+  leaseSubject,
   MAX_STREAM_NAME_CHARS,
+  partitionConsumerName,
+  partitionStreamName,
+  partitionSubject,
   replyStreamName,
   streamName,
   subjectProblem,
@@ -41,5 +46,29 @@ describe('NATS naming', () => {
     }
     expect(isReplyChannel('nseq-reply.5f0c')).toBe(true);
     expect(isReplyChannel('nseq-replyx.5f0c')).toBe(false);
+  });
+
+  it("names a partitioned channel's subjects, consumers and streams", () => {
+    expect(partitionSubject('orders.v1', 3)).toBe('orders.v1.partition.3');
+    expect(leaseSubject('orders.v1', 3)).toBe('nseq-lease.orders.v1.3');
+    expect(partitionConsumerName('nest-sequence', 3)).toBe('nest-sequence-p3');
+    expect(partitionStreamName('NSEQ_', 'orders.v1')).toBe('NSEQ_orders_2Ev1_PARTITIONS');
+    expect(leaseStreamName('NSEQ_', 'orders.v1')).toBe('NSEQ_orders_2Ev1_LEASES');
+  });
+
+  it('keeps partition and lease streams apart from every channel stream', () => {
+    for (const channel of ['orders_PARTITIONS', 'orders.PARTITIONS', 'orders_LEASES']) {
+      expect(streamName('NSEQ_', channel)).not.toBe(partitionStreamName('NSEQ_', 'orders'));
+      expect(streamName('NSEQ_', channel)).not.toBe(leaseStreamName('NSEQ_', 'orders'));
+    }
+  });
+
+  it('shortens a long partitioned channel within the limit, its suffix kept', () => {
+    const long = `imaging.${'x'.repeat(300)}`;
+    for (const name of [partitionStreamName('NSEQ_', long), leaseStreamName('NSEQ_', long)]) {
+      expect(name.length).toBeLessThanOrEqual(MAX_STREAM_NAME_CHARS);
+      expect(name).toMatch(/_[0-9a-f]{16}_(PARTITIONS|LEASES)$/);
+      expect(isValidJetStreamName(name)).toBe(true);
+    }
   });
 });

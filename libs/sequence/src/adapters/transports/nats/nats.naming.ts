@@ -16,6 +16,13 @@ import { createHash } from 'node:crypto';
  * - **Reply channels**: subjects `nseq-reply.<uuid>`, all in one stream `<streamPrefix>_REPLY`
  *   (no channel's stream name can be that: an escape `_` is followed by two hex digits), each
  *   read by a consumer of its own, `reply-<uuid>`. Channels under `nseq-reply.` are reserved.
+ * - **Partitioned channels**: partition `i` of channel `<channel>` is the subject
+ *   `<channel>.partition.<i>`, in a stream of the channel's own, `<stream>_PARTITIONS` (the
+ *   channel's stream name with that suffix), read by one durable consumer per partition,
+ *   `<durableName>-p<i>`. Its leases are the subjects `nseq-lease.<channel>.<i>` of a stream
+ *   `<stream>_LEASES`. No channel's stream name ends that way: an escape `_` is followed by two
+ *   hex digits, and `P` and `L` are not. A released lease is announced on the core subject
+ *   `nseq-lease-free.<channel>`. Channels under `nseq-lease` are reserved.
  */
 
 /** The subjects of reply channels: `nseq-reply.<uuid>`. */
@@ -36,8 +43,42 @@ export const MAX_STREAM_NAME_CHARS = 200;
 
 const SAFE_STREAM_CHAR = /[A-Za-z0-9-]/;
 
-/** The stream that holds `channel`'s messages. */
-export function streamName(prefix: string, channel: string): string {
+/** The subjects of partition leases: `nseq-lease.<channel>.<partition>`. */
+export const LEASE_SUBJECT_PREFIX = 'nseq-lease.';
+
+/** Core subjects on which a released lease is announced: `nseq-lease-free.<channel>`. */
+export const LEASE_FREE_SUBJECT_PREFIX = 'nseq-lease-free.';
+
+/** Partition `index`'s subject of a partitioned channel: `<channel>.partition.<index>`. */
+export function partitionSubject(channel: string, index: number): string {
+  return `${channel}.partition.${index}`;
+}
+
+/** The subject of partition `index`'s lease: `nseq-lease.<channel>.<index>`. */
+export function leaseSubject(channel: string, index: number): string {
+  return `${LEASE_SUBJECT_PREFIX}${channel}.${index}`;
+}
+
+/** The durable consumer of partition `index`: `<durableName>-p<index>`. */
+export function partitionConsumerName(durableName: string, index: number): string {
+  return `${durableName}-p${index}`;
+}
+
+/** The stream of a partitioned channel's partitions: `<stream>_PARTITIONS`. */
+export function partitionStreamName(prefix: string, channel: string): string {
+  return streamName(prefix, channel, '_PARTITIONS');
+}
+
+/** The stream of a partitioned channel's leases: `<stream>_LEASES`. */
+export function leaseStreamName(prefix: string, channel: string): string {
+  return streamName(prefix, channel, '_LEASES');
+}
+
+/**
+ * The stream that holds `channel`'s messages, followed by `suffix` (which must not start with `_`
+ * and two hex digits); within {@link MAX_STREAM_NAME_CHARS}, suffix included.
+ */
+export function streamName(prefix: string, channel: string, suffix = ''): string {
   let escaped = '';
   for (const char of channel) {
     if (SAFE_STREAM_CHAR.test(char)) {
@@ -49,9 +90,10 @@ export function streamName(prefix: string, channel: string): string {
     }
   }
   const name = `${prefix}${escaped}`;
-  if (name.length <= MAX_STREAM_NAME_CHARS) return name;
+  const room = MAX_STREAM_NAME_CHARS - suffix.length;
+  if (name.length <= room) return `${name}${suffix}`;
   const digest = createHash('sha256').update(channel).digest('hex').slice(0, 16);
-  return `${name.slice(0, MAX_STREAM_NAME_CHARS - 17)}_${digest}`;
+  return `${name.slice(0, room - 17)}_${digest}${suffix}`;
 }
 
 /** Why `channel` cannot be a NATS subject, or undefined when it can. */

@@ -55,3 +55,11 @@ describe('NatsTransport reply stream options', () => {
     );
   });
 });
+
+describe('NatsTransport partition options', () => {
+  it.each([999, 1.5, 2 ** 31])('refuses a partitionLeaseMs of %p', (partitionLeaseMs) => {
+    expect(() => resolveNatsTransportOptions({ partitionLeaseMs })).toThrow(
+      expect.objectContaining({ problems: [expect.stringMatching(/^partitionLeaseMs/)] }) as Error,
+    );
+  });
+});

@@ -67,6 +67,16 @@ export interface NatsTransportOptions {
    * @default 268435456 (256 MiB)
    */
   readonly replyMaxBytes?: number;
+  /**
+   * Partitioned channels: how long a subscriber's claim on a partition lasts without renewal
+   * (the lease stream's `max_age`). The owner renews it every third of this; when its process
+   * is lost, another subscriber takes the partition over at most this long (plus a tenth of it)
+   * later. Partition consumers' `ack_wait` is the lesser of this and `ackWaitMs`, so that the lost
+   * owner's messages are back by then. Applies when the transport creates a channel's lease
+   * stream; an existing one's `max_age` is used as it is.
+   * @default 10000
+   */
+  readonly partitionLeaseMs?: number;
 }
 
 export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, 'maxMessageBytes'>> &
@@ -85,7 +95,11 @@ export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   duplicateWindowMs: 120_000,
   replyMaxAgeMs: 3_600_000,
   replyMaxBytes: 256 * 1024 * 1024,
+  partitionLeaseMs: 10_000,
 };
+
+/** Shortest `partitionLeaseMs`: a pull request lasts at least a second. */
+export const MIN_PARTITION_LEASE_MS = 1_000;
 
 /** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
 export function resolveNatsTransportOptions(
@@ -136,6 +150,15 @@ export function resolveNatsTransportOptions(
   if (!isInteger(resolved.replyMaxBytes, 1)) {
     problems.push(
       `replyMaxBytes must be a positive integer, got ${String(resolved.replyMaxBytes)}`,
+    );
+  }
+  if (
+    !isInteger(resolved.partitionLeaseMs, MIN_PARTITION_LEASE_MS) ||
+    resolved.partitionLeaseMs > MAX_TIMER_MS
+  ) {
+    problems.push(
+      `partitionLeaseMs must be an integer of milliseconds from ${MIN_PARTITION_LEASE_MS} to ` +
+        `${MAX_TIMER_MS}, got ${String(resolved.partitionLeaseMs)}`,
     );
   }
   if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {

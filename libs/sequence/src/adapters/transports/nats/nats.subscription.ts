@@ -48,6 +48,23 @@ export interface NatsSubscriptionSettings {
   readonly flush: () => Promise<void>;
   /** Run at close, once the unsettled messages are handed back: removes what was its alone. */
   readonly release?: () => Promise<void>;
+  /**
+   * Whether this subscriber may still hold messages (a partition's lease): while false, no
+   * in-progress acks go out and what arrives is handed back at once. @default always
+   */
+  readonly mayHold?: () => boolean;
+  /** The partition it reads, for a subscription with `partitions`: told on every message. */
+  readonly partition?: number;
+  /** How long each pull request lasts. @default 5000 */
+  readonly fetchExpiresMs?: number;
+  /**
+   * On close, let the pull request the server holds run out (at most `fetchExpiresMs`) before
+   * handing the unsettled messages back: nats-server 2.9 keeps a stopped pull request and sends
+   * messages that come due meanwhile to it, where nobody reads them (one handed-back message
+   * would wait `ack_wait`, another be delivered twice). What arrives meanwhile is handed back
+   * with the rest. @default false
+   */
+  readonly drainPullOnClose?: boolean;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -107,29 +124,55 @@ export class NatsSubscription implements Subscription {
   /** Starts pulling (the caller has declared the consumer). */
   start(): void {
     this.heartbeat = setInterval(
-      () => this.unsettled.forEach((message) => message.working()),
+      () => {
+        if (this.settings.mayHold?.() === false) return;
+        this.unsettled.forEach((message) => message.working());
+      },
       Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
     );
     this.pulling = this.pull();
   }
 
   close(): Promise<void> {
-    this.closing ??= this.shutdown();
+    this.closing ??= this.shutdown(true);
     return this.closing;
   }
 
-  private async shutdown(): Promise<void> {
+  /**
+   * Closes without handing the unsettled messages back: for a subscriber that lost its claim on
+   * them, whose `nak` could reach a message already delivered to another. The server delivers
+   * them again after `ack_wait`.
+   */
+  abandon(): Promise<void> {
+    this.closing ??= this.shutdown(false);
+    return this.closing;
+  }
+
+  private async shutdown(handBack: boolean): Promise<void> {
     this.closed = true;
     clearInterval(this.heartbeat);
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.slotFreed?.();
-    // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
-    this.batch?.stop();
+    if (handBack && this.settings.drainPullOnClose) {
+      // No new pull is made once closed; the current one ends when the server lets it expire.
+      await this.pulling;
+    } else {
+      // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
+      this.batch?.stop();
+    }
     await this.settings.flush().catch(() => undefined);
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
-    for (const message of this.unsettled) message.nak(MIN_NAK_DELAY_MS);
+    if (handBack) {
+      for (const message of this.unsettled) {
+        try {
+          message.nak(MIN_NAK_DELAY_MS);
+        } catch {
+          // Closed connection: the server delivers it again after ack_wait.
+        }
+      }
+    }
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
@@ -153,13 +196,22 @@ export class NatsSubscription implements Subscription {
       try {
         const consumer = await this.settings.consumer();
         if (this.closed) return;
-        const batch = await consumer.fetch({ max_messages: free, expires: FETCH_EXPIRES_MS });
+        const batch = await consumer.fetch({
+          max_messages: free,
+          expires: this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS,
+        });
         this.batch = batch;
         if (this.closed) batch.stop();
         for await (const message of batch) {
-          // Pulled as the subscription closed: straight back to the consumer.
-          if (this.closed) message.nak(MIN_NAK_DELAY_MS);
-          else this.receive(message);
+          if (this.closed && this.settings.drainPullOnClose) {
+            // Pulled as the subscription closes: handed back with the others once the pull ends.
+            this.unsettled.add(message);
+          } else if (this.closed || this.settings.mayHold?.() === false) {
+            // Pulled as the subscription closed, or its claim lapsed: straight back.
+            message.nak(MIN_NAK_DELAY_MS);
+          } else {
+            this.receive(message);
+          }
         }
         failures = 0;
       } catch (error) {
@@ -195,6 +247,7 @@ export class NatsSubscription implements Subscription {
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the server.
       redelivered: message.redelivered || requeueCount(headers) > 0,
+      ...(this.settings.partition === undefined ? {} : { partition: this.settings.partition }),
     };
     let outcome: unknown;
     try {

@@ -10,15 +10,24 @@ import {
 } from '@nats-io/jetstream';
 import { nanos } from './nats.client';
 import { errorMessage } from '../../../core/errors/caught';
+import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import {
   isReplyChannel,
+  LEASE_SUBJECT_PREFIX,
+  leaseStreamName,
+  partitionConsumerName,
+  partitionStreamName,
+  partitionSubject,
   REPLY_SUBJECT_PREFIX,
   replyStreamName,
   streamName,
   subjectProblem,
 } from './nats.naming';
-import type { ResolvedNatsTransportOptions } from './nats.options';
+import { MIN_PARTITION_LEASE_MS, type ResolvedNatsTransportOptions } from './nats.options';
+
+/** Channel names the partition leases use: `nseq-lease.` and `nseq-lease-free.`. */
+const RESERVED_LEASE_PREFIX = 'nseq-lease';
 
 /** JetStream API error codes the topology handles. */
 const STREAM_NOT_FOUND = 10059;
@@ -47,9 +56,21 @@ export const REPLY_INACTIVE_THRESHOLD_MS = 60_000;
  * and has not acked it), `max_age` and `max_bytes` (`discard: old`); each has a consumer of its
  * own filtered on its subject, removed at close or, when nobody closes it, by the server after
  * {@link REPLY_INACTIVE_THRESHOLD_MS} without a pull.
+ *
+ * A partitioned channel split `count` ways has a work-queue stream of its own,
+ * `<stream>_PARTITIONS`, on exactly the subjects `<channel>.partition.0` to `.<count-1>`: the
+ * count is part of the stream, and a declaration with another count is refused with
+ * `PartitionCountMismatchError`, whichever side declared first. Its subscribers add a durable
+ * pull consumer per partition (filtered on the partition's subject, `ack_wait` at most the lease
+ * time) and the lease stream `<stream>_LEASES` on `nseq-lease.<channel>.*` (one message per
+ * subject, `max_age` the lease time). Its dead letters go to the channel's dead-letter channel.
  */
 export class NatsTopology {
   private readonly declared = new Map<string, Promise<void>>();
+  /** Per partitioned channel, its partition stream's count once declared. */
+  private readonly partitionStreams = new Map<string, Promise<number>>();
+  /** Per partitioned channel, its consumers and lease stream: resolves to the lease time. */
+  private readonly partitionSubscriptions = new Map<string, Promise<number>>();
 
   constructor(
     private readonly settings: ResolvedNatsTransportOptions,
@@ -94,8 +115,168 @@ export class NatsTopology {
 
   /** Forgets what was declared: after a reconnect, or when a stream turned out to be gone. */
   forget(channel?: string): void {
-    if (channel === undefined) this.declared.clear();
-    else this.declared.delete(isReplyChannel(channel) ? REPLY_SUBJECTS : channel);
+    if (channel === undefined) {
+      this.declared.clear();
+      this.partitionStreams.clear();
+      this.partitionSubscriptions.clear();
+    } else {
+      this.declared.delete(isReplyChannel(channel) ? REPLY_SUBJECTS : channel);
+    }
+  }
+
+  /** Forgets a partitioned channel's declarations: declared again on next use. */
+  forgetPartitions(channel: string): void {
+    this.partitionStreams.delete(channel);
+    this.partitionSubscriptions.delete(channel);
+  }
+
+  partitionStream(channel: string): string {
+    return partitionStreamName(this.settings.streamPrefix, channel);
+  }
+
+  leaseStream(channel: string): string {
+    return leaseStreamName(this.settings.streamPrefix, channel);
+  }
+
+  /** Throws {@link NatsTopologyError} for a channel that cannot be partitioned. */
+  assertPartitionable(channel: string): void {
+    this.assertChannel(channel);
+    if (isReplyChannel(channel) || channel.startsWith(RESERVED_LEASE_PREFIX)) {
+      const why = `channels under ${REPLY_SUBJECT_PREFIX} and ${RESERVED_LEASE_PREFIX} are reserved`;
+      throw new NatsTopologyError(channel, this.partitionStream(channel), why);
+    }
+  }
+
+  /**
+   * Declares a partitioned channel's partition stream with `count` partitions, and its
+   * dead-letter channel, once. Rejects with {@link PartitionCountMismatchError} when the stream
+   * exists with another count.
+   */
+  async ensurePartitions(channel: string, count: number): Promise<void> {
+    let pending = this.partitionStreams.get(channel);
+    if (!pending) {
+      pending = this.declarePartitionStream(channel, count);
+      this.partitionStreams.set(channel, pending);
+      const declared = pending;
+      declared.catch(() => {
+        if (this.partitionStreams.get(channel) === declared) this.partitionStreams.delete(channel);
+      });
+    }
+    const declared = await pending;
+    if (declared !== count) throw new PartitionCountMismatchError(channel, count, declared);
+  }
+
+  /**
+   * What a subscriber of a partitioned channel needs besides {@link ensurePartitions}: a durable
+   * consumer per partition and the lease stream. Resolves to the lease time (the lease stream's
+   * `max_age`).
+   */
+  async ensurePartitionSubscription(channel: string, count: number): Promise<number> {
+    await this.ensurePartitions(channel, count);
+    let pending = this.partitionSubscriptions.get(channel);
+    if (!pending) {
+      pending = this.declarePartitionSubscription(channel, count);
+      this.partitionSubscriptions.set(channel, pending);
+      const declared = pending;
+      declared.catch(() => {
+        if (this.partitionSubscriptions.get(channel) === declared) {
+          this.partitionSubscriptions.delete(channel);
+        }
+      });
+    }
+    return pending;
+  }
+
+  /** The count a partition stream's subjects tell, or a topology error when they are not ours. */
+  private partitionCount(channel: string, name: string, subjects: readonly string[]): number {
+    const ours = subjects.every((subject, index) => subject === partitionSubject(channel, index));
+    if (!ours || subjects.length === 0) {
+      throw new NatsTopologyError(
+        channel,
+        name,
+        `the stream exists with subjects ${JSON.stringify(subjects)}, not ` +
+          `${partitionSubject(channel, 0)} and the following partitions; delete it or choose ` +
+          `another streamPrefix`,
+      );
+    }
+    return subjects.length;
+  }
+
+  private async declarePartitionStream(channel: string, count: number): Promise<number> {
+    this.assertPartitionable(channel);
+    await this.ensure(this.deadLetterChannel(channel));
+    const jsm = await this.manager();
+    const name = this.partitionStream(channel);
+    const existing = async () => {
+      const info = await jsm.streams.info(name);
+      return this.partitionCount(channel, name, info.config.subjects ?? []);
+    };
+    try {
+      return await existing();
+    } catch (error) {
+      if (!isApiError(error, STREAM_NOT_FOUND)) throw this.refused(channel, name, error);
+    }
+    const subjects = Array.from({ length: count }, (_, index) => partitionSubject(channel, index));
+    try {
+      await jsm.streams.add({
+        name,
+        subjects,
+        description: `nest-sequence: channel ${channel} in ${count} partitions`,
+        retention: RetentionPolicy.Workqueue,
+        storage: StorageType.File,
+        duplicate_window: nanos(this.settings.duplicateWindowMs),
+      });
+      return count;
+    } catch (error) {
+      // Declared by another instance meanwhile, perhaps with another count.
+      return existing().catch(() => {
+        throw this.refused(channel, name, error);
+      });
+    }
+  }
+
+  private async declarePartitionSubscription(channel: string, count: number): Promise<number> {
+    const jsm = await this.manager();
+    const leaseMs = await this.declareLeaseStream(jsm, channel);
+    const stream = this.partitionStream(channel);
+    for (let index = 0; index < count; index++) {
+      await this.declareConsumer(jsm, channel, stream, {
+        durable: partitionConsumerName(this.settings.durableName, index),
+        filterSubject: partitionSubject(channel, index),
+        ackWaitMs: Math.min(this.settings.ackWaitMs, leaseMs),
+        maxDeliver: this.settings.maxDeliver,
+      });
+    }
+    return leaseMs;
+  }
+
+  /** Declares the channel's lease stream; resolves to its `max_age`, the lease time. */
+  private async declareLeaseStream(jsm: JetStreamManager, channel: string): Promise<number> {
+    const name = this.leaseStream(channel);
+    const subject = `${LEASE_SUBJECT_PREFIX}${channel}.*`;
+    const leaseMs = this.settings.partitionLeaseMs;
+    await this.declareStream(jsm, channel, subject, {
+      name,
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      max_msgs_per_subject: 1,
+      max_age: nanos(leaseMs),
+      discard: DiscardPolicy.Old,
+      duplicate_window: nanos(Math.min(leaseMs, this.settings.duplicateWindowMs)),
+    });
+    const info = await jsm.streams.info(name).catch((error: unknown) => {
+      throw this.refused(channel, name, error);
+    });
+    const maxAgeMs = Math.floor((info.config.max_age ?? 0) / 1_000_000);
+    if (maxAgeMs < MIN_PARTITION_LEASE_MS || info.config.max_msgs_per_subject !== 1) {
+      throw new NatsTopologyError(
+        channel,
+        name,
+        `a lease stream needs max_msgs_per_subject 1 and a max_age of at least ${MIN_PARTITION_LEASE_MS} ` +
+          `ms; delete it and let the transport declare it`,
+      );
+    }
+    return maxAgeMs;
   }
 
   /**
@@ -161,7 +342,11 @@ export class NatsTopology {
         storage: StorageType.File,
         duplicate_window: nanos(this.settings.duplicateWindowMs),
       });
-      await this.declareConsumer(jsm, each);
+      await this.declareConsumer(jsm, each, this.stream(each), {
+        durable: this.settings.durableName,
+        ackWaitMs: this.settings.ackWaitMs,
+        maxDeliver: this.isDeadLetterChannel(each) ? -1 : this.settings.maxDeliver,
+      });
     }
   }
 
@@ -175,7 +360,7 @@ export class NatsTopology {
     subject: string,
     config: Partial<StreamConfig>,
   ): Promise<void> {
-    const name = this.stream(channel);
+    const name = config.name ?? this.stream(channel);
     try {
       const info = await jsm.streams.info(name);
       if (!info.config.subjects?.includes(subject)) {
@@ -199,11 +384,19 @@ export class NatsTopology {
     }
   }
 
-  private async declareConsumer(jsm: JetStreamManager, channel: string): Promise<void> {
-    const name = this.stream(channel);
-    const durable = this.settings.durableName;
-    const ackWait = nanos(this.settings.ackWaitMs);
-    const maxDeliver = this.isDeadLetterChannel(channel) ? -1 : this.settings.maxDeliver;
+  private async declareConsumer(
+    jsm: JetStreamManager,
+    channel: string,
+    name: string,
+    consumer: {
+      readonly durable: string;
+      readonly filterSubject?: string;
+      readonly ackWaitMs: number;
+      readonly maxDeliver: number;
+    },
+  ): Promise<void> {
+    const { durable, filterSubject, maxDeliver } = consumer;
+    const ackWait = nanos(consumer.ackWaitMs);
     try {
       const info = await jsm.consumers.info(name, durable);
       if (info.config.ack_wait !== ackWait || info.config.max_deliver !== maxDeliver) {
@@ -220,6 +413,7 @@ export class NatsTopology {
         deliver_policy: DeliverPolicy.All,
         ack_wait: ackWait,
         max_deliver: maxDeliver,
+        ...(filterSubject === undefined ? {} : { filter_subject: filterSubject }),
         // Each subscription bounds what it holds (its prefetch); the consumer does not.
         max_ack_pending: -1,
       });

@@ -22,6 +22,8 @@ import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
+import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
+import { partitionsProblem } from '../../../core/partition';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
@@ -29,6 +31,7 @@ import {
   publishTimeoutMs,
   prefetchProblem,
   type MessageHandler,
+  type PartitionAddress,
   type PublishOptions,
   type ReplyChannelOptions,
   type SubscribeOptions,
@@ -47,7 +50,14 @@ import {
   type ResolvedNatsTransportOptions,
 } from './nats.options';
 import { NatsTopologyError } from './errors/nats-topology.error';
-import { isReplyChannel, REPLY_SUBJECT_PREFIX } from './nats.naming';
+import {
+  isReplyChannel,
+  partitionConsumerName,
+  partitionSubject,
+  REPLY_SUBJECT_PREFIX,
+} from './nats.naming';
+import { NatsPartitionLeases } from './nats.partition-leases';
+import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { NatsDeadLetterBox } from './nats.dead-letter-box';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
@@ -57,6 +67,8 @@ import { NatsTopology } from './nats.topology';
 const PING_TIMEOUT_MS = 5_000;
 /** Longest wait for an answer of the JetStream API (declarations, account info). */
 const API_TIMEOUT_MS = 3_000;
+/** How long a partition's pull request lasts: what closing a partitioned subscription waits. */
+const PARTITION_FETCH_EXPIRES_MS = 1_000;
 /** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
 const MIN_ATTEMPT_MS = 2_000;
 
@@ -96,12 +108,14 @@ const MIN_ATTEMPT_MS = 2_000;
 export class NatsTransport implements Transport {
   readonly name = 'nats';
   readonly maxMessageBytes: number;
+  /** Partitioned channels: see {@link NatsTransport.subscribe} and docs/transports.md. */
+  readonly partitioned = true;
 
   private readonly settings: ResolvedNatsTransportOptions;
   private readonly logger = new Logger(NatsTransport.name);
   private readonly js: JetStreamClient;
   private readonly topology: NatsTopology;
-  private readonly subscriptions = new Set<NatsSubscription>();
+  private readonly subscriptions = new Set<Subscription>();
   /** The server's `max_payload`: a message over it is refused by the client. */
   private readonly maxPayload: number;
   private manager?: Promise<JetStreamManager>;
@@ -175,7 +189,20 @@ export class NatsTransport implements Transport {
     assertSendable(channel, body, headers, this.maxMessageBytes);
     this.topology.assertChannel(channel);
     const timeoutMs = publishTimeoutMs(channel, options.timeoutMs, this.settings.publishTimeoutMs);
-    await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
+    const { partition } = options;
+    if (partition !== undefined) {
+      assertPartitionAddress(channel, partition);
+      this.topology.assertPartitionable(channel);
+    }
+    await this.send(
+      channel,
+      body,
+      headers,
+      timeoutMs,
+      options.resend ?? true,
+      undefined,
+      partition,
+    );
   }
 
   /**
@@ -212,6 +239,9 @@ export class NatsTransport implements Transport {
       const why = `channels under ${REPLY_SUBJECT_PREFIX} are reply channels: open one with openReplyChannel`;
       throw new NatsTopologyError(channel, stream, why);
     }
+    if (options.partitions !== undefined) {
+      return this.subscribePartitioned(channel, handler, prefetch, options);
+    }
     // Connected: declared now, so that a refusal reaches the caller. Not connected: at once, and
     // the subscription declares its stream when the connection is back.
     this.topology.assertChannel(channel);
@@ -246,6 +276,91 @@ export class NatsTransport implements Transport {
         this.topology.forget(channel);
       },
     });
+  }
+
+  /**
+   * `subscribe` with `partitions`: claims the partitions nobody holds and pulls from those (see
+   * {@link NatsPartitionedSubscription}).
+   */
+  private async subscribePartitioned(
+    channel: string,
+    handler: MessageHandler,
+    prefetch: number,
+    options: SubscribeOptions,
+  ): Promise<Subscription> {
+    const count = options.partitions!;
+    const problem = partitionsProblem(count);
+    if (problem) throw new RangeError(`subscribe to ${channel}: ${problem}`);
+    this.topology.assertPartitionable(channel);
+    // Declared now, so that a refusal or a count mismatch reaches the caller.
+    const leaseMs = await this.topology.ensurePartitionSubscription(channel, count);
+    const stream = this.topology.partitionStream(channel);
+    const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
+    const leases = new NatsPartitionLeases({
+      channel,
+      stream: this.topology.leaseStream(channel),
+      owner: randomUUID(),
+      js: this.js,
+      jsm: () => this.jsm(),
+      connection: this.connection,
+      timeoutMs: Math.min(this.settings.publishTimeoutMs, Math.max(100, leaseMs / 3)),
+    });
+    const subscription = new NatsPartitionedSubscription({
+      channel,
+      count,
+      ensure: () => this.topology.ensurePartitionSubscription(channel, count),
+      forget: () => this.topology.forgetPartitions(channel),
+      leases,
+      logger: this.logger,
+      onClosed: (closed) => this.subscriptions.delete(closed),
+      open: (index, mayHold) => {
+        const partition = { index, count };
+        let consumer: Consumer | undefined;
+        return this.startSubscription({
+          channel,
+          handler,
+          prefetch,
+          deadLetterChannel,
+          maxDeliver: this.settings.maxDeliver,
+          ackWaitMs: Math.min(this.settings.ackWaitMs, leaseMs),
+          // Short pull requests: a closing subscriber lets its last one run out before handing
+          // back what it holds, and one left by a lost subscriber is gone before its lease.
+          fetchExpiresMs: PARTITION_FETCH_EXPIRES_MS,
+          drainPullOnClose: true,
+          mayHold,
+          partition: index,
+          consumer: async () => {
+            if (!consumer) {
+              await this.topology.ensurePartitionSubscription(channel, count);
+              consumer = await this.js.consumers.get(
+                stream,
+                partitionConsumerName(this.settings.durableName, index),
+              );
+            }
+            return consumer;
+          },
+          onConsumerLost: () => {
+            consumer = undefined;
+            this.topology.forgetPartitions(channel);
+          },
+          // A delayed requeue's copy goes to the tail of the same partition.
+          publish: (target, body, headers) =>
+            this.send(
+              target,
+              body,
+              headers,
+              this.settings.publishTimeoutMs,
+              true,
+              undefined,
+              target === channel ? partition : undefined,
+            ).then(() => undefined),
+          stream,
+        });
+      },
+    });
+    this.subscriptions.add(subscription);
+    await subscription.start();
+    return subscription;
   }
 
   /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
@@ -309,25 +424,37 @@ export class NatsTransport implements Transport {
       | 'consumer'
       | 'onConsumerLost'
       | 'release'
-    >,
+    > &
+      Partial<
+        Pick<
+          NatsSubscriptionSettings,
+          'ackWaitMs' | 'drainPullOnClose' | 'fetchExpiresMs' | 'mayHold' | 'partition' | 'publish'
+        >
+      > & {
+        /** The stream the consumer reads. @default the channel's */
+        readonly stream?: string;
+      },
   ): NatsSubscription {
     const { channel } = own;
     const { nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
+    const stream = own.stream ?? this.topology.stream(channel);
     const subscription = new NatsSubscription({
       ...own,
       nakDelayMs: (deliveries) =>
         Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
-      ackWaitMs,
+      ackWaitMs: own.ackWaitMs ?? ackWaitMs,
       // Not size-checked: the server already holds this message, and refusing to forward it (as
       // a dead letter or a requeued copy) would requeue it forever.
-      publish: async (target, body, headers) => {
-        await this.send(target, body, headers, publishTimeoutMs);
-      },
+      publish:
+        own.publish ??
+        (async (target, body, headers) => {
+          await this.send(target, body, headers, publishTimeoutMs);
+        }),
       removeFromStream: async (sequence) => {
         const jsm = await this.jsm();
         // Without a flush the delete could overtake the term and find the message still pending.
         await this.connection.flush();
-        await jsm.streams.deleteMessage(this.topology.stream(channel), sequence, false);
+        await jsm.streams.deleteMessage(stream, sequence, false);
       },
       flush: () => this.connection.flush(),
       logger: this.logger,
@@ -390,6 +517,7 @@ export class NatsTransport implements Transport {
     timeoutMs: number,
     resend = true,
     msgId: string = randomUUID(),
+    partition?: PartitionAddress,
   ): Promise<{ readonly duplicate: boolean }> {
     const encoded = encodeHeaders(headers);
     if (encoded.problem !== undefined) {
@@ -402,13 +530,26 @@ export class NatsTransport implements Transport {
     const deadline = Date.now() + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
+    const subject = partition ? partitionSubject(channel, partition.index) : channel;
+    const declare = () =>
+      partition
+        ? this.topology.ensurePartitions(channel, partition.count)
+        : this.topology.ensure(channel);
+    const forget = () =>
+      partition ? this.topology.forgetPartitions(channel) : this.topology.forget(channel);
     for (;;) {
       try {
-        await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+        await withTimeout(declare(), deadline - Date.now(), timedOut);
       } catch (error) {
         // A refusal is final; a server that is away or starting (its JetStream not answering
         // yet) is waited for, within the deadline.
-        if (error instanceof NatsTopologyError || error instanceof PublishTimeoutError) throw error;
+        if (
+          error instanceof NatsTopologyError ||
+          error instanceof PublishTimeoutError ||
+          error instanceof PartitionCountMismatchError
+        ) {
+          throw error;
+        }
         if (this.closed || Date.now() >= deadline) throw timedOut();
         await delay(50);
         continue;
@@ -422,7 +563,7 @@ export class NatsTransport implements Transport {
       if (remaining <= 0) throw timedOut();
       try {
         handedOver = true;
-        return await this.js.publish(channel, body, {
+        return await this.js.publish(subject, body, {
           msgID: msgId,
           headers: wire as unknown as JetStreamPublishOptions['headers'],
           timeout: resend
@@ -432,7 +573,7 @@ export class NatsTransport implements Transport {
       } catch (error) {
         if (isNoResponders(error)) {
           // No stream listens on the subject (deleted while we were connected): declare again.
-          this.topology.forget(channel);
+          forget();
           if (!resend) {
             throw new PublishRejectedError(channel, error, 'no stream took it; not sent again');
           }
@@ -489,6 +630,18 @@ export class NatsTransport implements Transport {
 
   private assertOpen(action: string, channel: string): void {
     if (this.closed) throw new Error(`nats transport is closed: cannot ${action} ${channel}`);
+  }
+}
+
+/** Throws a RangeError for a partition address that names no partition. */
+function assertPartitionAddress(channel: string, partition: PartitionAddress): void {
+  const problem = partitionsProblem(partition.count);
+  if (problem) throw new RangeError(`publish to ${channel}: ${problem}`);
+  const { index, count } = partition;
+  if (!Number.isSafeInteger(index) || index < 0 || index >= count) {
+    throw new RangeError(
+      `publish to ${channel}: partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`,
+    );
   }
 }
 

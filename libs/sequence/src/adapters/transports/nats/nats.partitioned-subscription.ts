@@ -1,0 +1,237 @@
+import type { Logger } from '@nestjs/common';
+import { errorMessage } from '../../../core/errors/caught';
+import type { Subscription } from '../../../ports/transport.port';
+import type { NatsPartitionLeases } from './nats.partition-leases';
+import type { NatsSubscription } from './nats.subscription';
+
+/**
+ * A lease is trusted for this share of the lease time after the write that took or renewed it
+ * was sent: the server counts its `max_age` from when it stored the write, later than that.
+ */
+const TRUSTED_SHARE = 0.9;
+/** Renewed every third of the lease time: two renewals may fail before it lapses. */
+const RENEW_SHARE = 1 / 3;
+/** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
+const CLAIM_SHARE = 1 / 10;
+
+export interface NatsPartitionedSubscriptionSettings {
+  readonly channel: string;
+  readonly count: number;
+  /** Declares what the subscription needs (cached); resolves to the lease time. */
+  readonly ensure: () => Promise<number>;
+  /** Forgets the declarations, after a failure that may mean they are gone. */
+  readonly forget: () => void;
+  readonly leases: NatsPartitionLeases;
+  /** Starts pulling partition `index`; `mayHold` tells whether its lease is still trusted. */
+  readonly open: (index: number, mayHold: () => boolean) => NatsSubscription;
+  readonly logger: Logger;
+  readonly onClosed: (subscription: NatsPartitionedSubscription) => void;
+}
+
+interface OwnedPartition {
+  readonly index: number;
+  /** Sequence of this subscriber's last write of the lease. */
+  sequence: number;
+  /** When that write was sent. */
+  writtenAt: number;
+  subscription?: NatsSubscription;
+}
+
+/**
+ * A subscription to every partition of a partitioned channel, pulling only from the partitions
+ * whose lease it holds (see {@link NatsPartitionLeases}):
+ *
+ * - every tenth of the lease time, and at once when another subscriber releases one, it claims
+ *   the partitions nobody holds, and starts pulling from each it gets;
+ * - it renews each lease every third of the lease time. A lease it could not renew for 90% of the
+ *   lease time (a lost connection, a paused process) is no longer trusted: no in-progress acks go
+ *   out for its messages, and the partition's pulling stops without handing them back, since
+ *   another subscriber may have them by then (the server redelivers them after `ack_wait`). A
+ *   renewal refused because the lease is another's stops the partition the same way, handing its
+ *   messages back at once when the lease was still trusted;
+ * - on close it stops every partition, handing its unsettled messages back (`nak`), then
+ *   releases the leases, so that another subscriber takes over at once.
+ */
+export class NatsPartitionedSubscription implements Subscription {
+  readonly channel: string;
+
+  private readonly owned = new Map<number, OwnedPartition>();
+  /**
+   * Partitions let go because their lease was no longer trusted, with the sequence of the last
+   * write: renewed first when claiming, so that after a short outage the lease (still this
+   * subscriber's, unless it lapsed) is taken back without waiting for it to lapse.
+   */
+  private readonly lapsed = new Map<number, number>();
+  private leaseMs = 0;
+  private timer?: NodeJS.Timeout;
+  /** Lets go of untrusted leases even while a tick waits on an unanswered request. */
+  private fence?: NodeJS.Timeout;
+  private ticking?: Promise<void>;
+  private again = false;
+  private unlisten?: () => void;
+  private failing = false;
+  private closed = false;
+  private closing?: Promise<void>;
+
+  constructor(private readonly settings: NatsPartitionedSubscriptionSettings) {
+    this.channel = settings.channel;
+  }
+
+  /** The partitions this subscriber holds now. */
+  get partitions(): readonly number[] {
+    return [...this.owned.keys()].sort((a, b) => a - b);
+  }
+
+  /** Starts: resolves once it has tried to claim every free partition. */
+  async start(): Promise<void> {
+    this.unlisten = this.settings.leases.onReleased(() => this.wake());
+    await this.tick();
+    this.fence = setInterval(
+      () => this.letGoUntrusted(),
+      Math.max(50, Math.floor(this.leaseMs * CLAIM_SHARE)),
+    );
+  }
+
+  /** Stops the partitions whose lease could not be renewed in time, without handing back. */
+  private letGoUntrusted(): void {
+    for (const partition of this.owned.values()) {
+      if (!this.trusted(partition)) this.stop(partition, false);
+    }
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    clearInterval(this.fence);
+    this.unlisten?.();
+    await this.ticking;
+    await Promise.all(
+      [...this.owned.values()].map(async (partition) => {
+        this.owned.delete(partition.index);
+        await partition.subscription?.close();
+        await this.settings.leases
+          .release(partition.sequence)
+          .catch((error: unknown) =>
+            this.settings.logger.warn(
+              `releasing partition ${partition.index} of ${this.channel}: ${errorMessage(error)}`,
+            ),
+          );
+      }),
+    );
+    this.settings.onClosed(this);
+  }
+
+  /** Runs a tick now, or right after the one running. */
+  private wake(): void {
+    if (this.closed) return;
+    if (this.ticking) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
+    void this.tick();
+  }
+
+  private async tick(): Promise<void> {
+    const run = (async () => {
+      try {
+        this.leaseMs = await this.settings.ensure();
+        await this.renew();
+        await this.claim();
+        if (this.failing) this.settings.logger.log(`partition leases of ${this.channel} resumed`);
+        this.failing = false;
+      } catch (error) {
+        if (!this.failing) {
+          this.settings.logger.warn(
+            `partition leases of ${this.channel}: ${errorMessage(error)}; trying again`,
+          );
+        }
+        this.failing = true;
+        this.settings.forget();
+      } finally {
+        this.letGoUntrusted();
+      }
+    })();
+    this.ticking = run;
+    await run;
+    this.ticking = undefined;
+    if (this.closed) return;
+    if (this.again) {
+      this.again = false;
+      return this.tick();
+    }
+    const every = Math.max(50, Math.floor((this.leaseMs || 1_000) * CLAIM_SHARE));
+    this.timer = setTimeout(() => void this.tick(), every);
+  }
+
+  private async renew(): Promise<void> {
+    const due = Date.now() - this.leaseMs * RENEW_SHARE;
+    const renewals = [...this.owned.values()]
+      .filter((partition) => partition.writtenAt <= due)
+      .map(async (partition) => {
+        const sentAt = Date.now();
+        const sequence = await this.settings.leases.renew(partition.index, partition.sequence);
+        if (this.owned.get(partition.index) !== partition) return;
+        if (sequence === undefined) {
+          this.settings.logger.warn(
+            `lost partition ${partition.index} of ${this.channel}: its lease is another's`,
+          );
+          this.stop(partition, this.trusted(partition));
+          return;
+        }
+        partition.sequence = sequence;
+        partition.writtenAt = sentAt;
+      });
+    const failed = (await Promise.allSettled(renewals)).find(
+      (outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected',
+    );
+    if (failed) throw failed.reason;
+  }
+
+  private async claim(): Promise<void> {
+    if (this.closed || this.owned.size === this.settings.count) return;
+    const held = await this.settings.leases.held();
+    for (let index = 0; index < this.settings.count; index++) {
+      if (this.closed) return;
+      if (this.owned.has(index)) continue;
+      const previous = this.lapsed.get(index);
+      if (held.has(index) && previous === undefined) continue;
+      const sentAt = Date.now();
+      const sequence =
+        previous === undefined
+          ? await this.settings.leases.claim(index)
+          : await this.settings.leases.renew(index, previous);
+      this.lapsed.delete(index);
+      if (sequence === undefined) continue;
+      const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };
+      this.owned.set(index, partition);
+      partition.subscription = this.settings.open(
+        index,
+        () => !this.closed && this.owned.get(index) === partition && this.trusted(partition),
+      );
+    }
+  }
+
+  private trusted(partition: OwnedPartition): boolean {
+    return Date.now() < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
+  }
+
+  /** Stops pulling a partition whose lease is gone: handing its messages back, or not. */
+  private stop(partition: OwnedPartition, handBack: boolean): void {
+    if (this.owned.get(partition.index) !== partition) return;
+    this.owned.delete(partition.index);
+    if (!handBack) this.lapsed.set(partition.index, partition.sequence);
+    const subscription = partition.subscription;
+    if (!subscription) return;
+    void (handBack ? subscription.close() : subscription.abandon()).catch((error: unknown) =>
+      this.settings.logger.warn(
+        `stopping partition ${partition.index} of ${this.channel}: ${errorMessage(error)}`,
+      ),
+    );
+  }
+}

@@ -1,0 +1,472 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, connect as connectTcp, type Server, type Socket } from 'node:net';
+import { Logger } from '@nestjs/common';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { eventually } from '../../../testing/conformance/transport.conformance';
+import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
+import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
+import type { Disposition, InboundMessage } from '../../../ports/transport.port';
+import { connectNats, type NatsConnection } from './nats.client';
+import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
+import type { NatsPartitionedSubscription } from './nats.partitioned-subscription';
+import { NatsTransport } from './nats.transport';
+
+const ACK: Disposition = { action: 'ack' };
+/** Short, so that a lapse takes seconds; the partition consumers' ack_wait follows it. */
+const LEASE_MS = 1_500;
+/** Messages a subscriber holds when it closes. */
+const HELD = ['one', 'two', 'three', 'four', 'five'];
+
+describeWithServer('nats', 'NatsTransport partitioned channels', () => {
+  let admin: NatsConnection;
+  let jsm: JetStreamManager;
+  const transports: NatsTransport[] = [];
+  const proxies: Server[] = [];
+  const channels = new Set<string>();
+
+  beforeAll(async () => {
+    admin = await connectNats({ servers: SERVERS.nats.url });
+    jsm = await jetstreamManager(admin);
+  });
+
+  afterAll(async () => {
+    await admin.close();
+  });
+
+  afterEach(async () => {
+    await Promise.all(transports.splice(0).map((transport) => transport.close()));
+    for (const proxy of proxies.splice(0)) proxy.close();
+    for (const channel of channels) {
+      for (const stream of [
+        streamName('NSEQ_', channel),
+        streamName('NSEQ_', `${channel}.dlq`),
+        partitionStreamName('NSEQ_', channel),
+        leaseStreamName('NSEQ_', channel),
+      ]) {
+        await jsm.streams.delete(stream).catch(() => undefined);
+      }
+    }
+    channels.clear();
+  });
+
+  async function newTransport(
+    servers = SERVERS.nats.url,
+    partitionLeaseMs = LEASE_MS,
+  ): Promise<NatsTransport> {
+    const transport = await NatsTransport.connect(
+      { servers, reconnectTimeWait: 100 },
+      { nakDelayMs: 5, partitionLeaseMs },
+    );
+    transports.push(transport);
+    return transport;
+  }
+
+  function newChannel(): string {
+    const channel = `nats-partitions.${randomUUID()}`;
+    channels.add(channel);
+    return channel;
+  }
+
+  function collect(received: InboundMessage[]) {
+    return async (message: InboundMessage): Promise<Disposition> => {
+      received.push(message);
+      return ACK;
+    };
+  }
+
+  const text = (message: InboundMessage) => message.body.toString();
+
+  async function publishTo(
+    transport: NatsTransport,
+    channel: string,
+    index: number,
+    count: number,
+    bodies: string[],
+  ): Promise<void> {
+    for (const body of bodies) {
+      await transport.publish(
+        channel,
+        Buffer.from(body),
+        { p: index },
+        {
+          partition: { index, count },
+        },
+      );
+    }
+  }
+
+  it('says it has partitioned channels', async () => {
+    expect((await newTransport()).partitioned).toBe(true);
+  });
+
+  it('keeps a partitioned channel apart from the plain channel of the same name', async () => {
+    const transport = await newTransport();
+    const channel = newChannel();
+    const plain: InboundMessage[] = [];
+    const partitioned: InboundMessage[] = [];
+    await transport.subscribe(channel, collect(plain));
+    await transport.subscribe(channel, collect(partitioned), { partitions: 3 });
+
+    await publishTo(transport, channel, 2, 3, ['to-partition']);
+    await transport.publish(channel, Buffer.from('to-plain'), {});
+
+    await eventually(() => plain.length === 1 && partitioned.length === 1, 'both messages');
+    expect(plain.map(text)).toEqual(['to-plain']);
+    expect(partitioned.map(text)).toEqual(['to-partition']);
+    expect(partitioned[0]).toMatchObject({ channel, headers: { p: 2 }, redelivered: false });
+  });
+
+  it("delivers each partition's messages in the order they were published", async () => {
+    const transport = await newTransport();
+    const channel = newChannel();
+    const bodies = (index: number) => Array.from({ length: 30 }, (_, n) => `${index}:${n}`);
+    for (let index = 0; index < 3; index++) {
+      await publishTo(transport, channel, index, 3, bodies(index));
+    }
+    const received: InboundMessage[] = [];
+    await transport.subscribe(channel, collect(received), { partitions: 3, prefetch: 1 });
+
+    await eventually(() => received.length === 90, 'every message');
+    for (let index = 0; index < 3; index++) {
+      const own = received.map(text).filter((body) => body.startsWith(`${index}:`));
+      expect(own).toEqual(bodies(index));
+    }
+  });
+
+  it('gives each partition to one subscriber across transports', async () => {
+    const channel = newChannel();
+    const [first, second] = [await newTransport(), await newTransport()];
+    const byFirst: InboundMessage[] = [];
+    const bySecond: InboundMessage[] = [];
+    const a = (await first.subscribe(channel, collect(byFirst), {
+      partitions: 4,
+    })) as NatsPartitionedSubscription;
+    const b = (await second.subscribe(channel, collect(bySecond), {
+      partitions: 4,
+    })) as NatsPartitionedSubscription;
+    expect(a.partitions).toEqual([0, 1, 2, 3]);
+    expect(b.partitions).toEqual([]);
+
+    for (let index = 0; index < 4; index++) {
+      await publishTo(first, channel, index, 4, ['x', 'y']);
+    }
+    await eventually(() => byFirst.length === 8, 'every message at the first subscriber');
+    // Standing by through several lease renewals, the second receives nothing.
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 2));
+    expect(bySecond).toHaveLength(0);
+    expect(a.partitions).toEqual([0, 1, 2, 3]);
+  });
+
+  it('does not deliver a held message again while its holder lives', async () => {
+    const channel = newChannel();
+    const [first, second] = [await newTransport(), await newTransport()];
+    const held: InboundMessage[] = [];
+    let release!: (disposition: Disposition) => void;
+    const verdict = new Promise<Disposition>((resolve) => (release = resolve));
+    await first.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return verdict;
+      },
+      { partitions: 2 },
+    );
+    const elsewhere: InboundMessage[] = [];
+    await second.subscribe(channel, collect(elsewhere), { partitions: 2 });
+    await publishTo(first, channel, 1, 2, ['held']);
+    await eventually(() => held.length === 1, 'the held message');
+
+    // Three lease times, each longer than the partition consumer's ack_wait.
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 3));
+    expect(held).toHaveLength(1);
+    expect(elsewhere).toHaveLength(0);
+
+    release(ACK);
+    const stream = partitionStreamName('NSEQ_', channel);
+    await eventuallyAsync(async () => (await jsm.streams.info(stream)).state.messages === 0);
+  });
+
+  it('hands a closed subscriber’s partitions and held messages to another at once', async () => {
+    const channel = newChannel();
+    // The default lease, and so an ack_wait of 10 s: nothing here waits for a redelivery.
+    const [first, second] = [
+      await newTransport(SERVERS.nats.url, 10_000),
+      await newTransport(SERVERS.nats.url, 10_000),
+    ];
+    const held: InboundMessage[] = [];
+    const a = await first.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined); // never settles
+      },
+      { partitions: 2 },
+    );
+    const taken: InboundMessage[] = [];
+    const b = (await second.subscribe(channel, collect(taken), {
+      partitions: 2,
+    })) as NatsPartitionedSubscription;
+    await publishTo(first, channel, 0, 2, HELD);
+    await eventually(() => held.length === HELD.length, 'the held messages');
+
+    const closedAt = Date.now();
+    await a.close();
+    await eventually(() => taken.length === HELD.length, 'the messages at the other subscriber');
+    const takeoverMs = Date.now() - closedAt;
+    expect(taken.map(text)).toEqual(HELD);
+    expect(taken.every((message) => message.redelivered)).toBe(true);
+    expect(b.partitions).toEqual([0, 1]);
+    await publishTo(first, channel, 1, 2, ['three']);
+    await eventually(() => taken.length === HELD.length + 1, 'a later message');
+    new Logger('nats.partitions.spec').log(`takeover after close: ${takeoverMs} ms`);
+  });
+
+  it('hands a closed subscriber’s held messages to a later subscriber, each once and in order', async () => {
+    const channel = newChannel();
+    const first = await newTransport(SERVERS.nats.url, 10_000);
+    const held: InboundMessage[] = [];
+    const a = await first.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined);
+      },
+      { partitions: 1 },
+    );
+    await publishTo(first, channel, 0, 1, HELD);
+    await eventually(() => held.length === HELD.length, 'the held messages');
+    await a.close();
+    // Handed back with nobody pulling: nats-server 2.9 must not give them to the closed pull.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    const taken: InboundMessage[] = [];
+    const second = await newTransport(SERVERS.nats.url, 10_000);
+    await second.subscribe(channel, collect(taken), { partitions: 1 });
+    await eventually(() => taken.length >= HELD.length, 'the handed-back messages');
+    await publishTo(second, channel, 0, 1, ['later']);
+    await eventually(() => taken.some((m) => text(m) === 'later'), 'a later message');
+    expect(taken.map(text)).toEqual([...HELD, 'later']);
+  });
+
+  it("takes over a lost subscriber's partitions once its lease lapses, and it handles no more", async () => {
+    const channel = newChannel();
+    const proxy = await tcpProxy();
+    const lost = await newTransport(proxy.url);
+    const survivor = await newTransport();
+    const held: InboundMessage[] = [];
+    const a = (await lost.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined);
+      },
+      { partitions: 2 },
+    )) as NatsPartitionedSubscription;
+    const taken: InboundMessage[] = [];
+    const b = (await survivor.subscribe(channel, collect(taken), {
+      partitions: 2,
+    })) as NatsPartitionedSubscription;
+    expect(b.partitions).toEqual([]);
+    await publishTo(survivor, channel, 0, 2, ['one', 'two']);
+    await eventually(() => held.length === 2, 'the held messages');
+
+    const cutAt = Date.now();
+    proxy.cut(); // the lost subscriber's connection is gone, and it cannot reconnect
+    await eventually(() => taken.length === 2, 'the messages at the survivor', LEASE_MS * 10);
+    const takeoverMs = Date.now() - cutAt;
+    expect(taken.map(text)).toEqual(['one', 'two']);
+    expect(taken.every((message) => message.redelivered)).toBe(true);
+    expect(b.partitions).toEqual([0, 1]);
+    expect(a.partitions).toEqual([]);
+
+    // Back on the network, the lost subscriber finds its leases taken and stands by.
+    await proxy.restore();
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 2));
+    await publishTo(survivor, channel, 1, 2, ['three']);
+    await eventually(() => taken.length === 3, 'a later message');
+    expect(held).toHaveLength(2);
+    expect(a.partitions).toEqual([]);
+    expect(b.partitions).toEqual([0, 1]);
+    new Logger('nats.partitions.spec').log(
+      `takeover after a lost connection: ${takeoverMs} ms (lease ${LEASE_MS} ms)`,
+    );
+  });
+
+  it('keeps its partitions through a server crash and restart, losing no message', async () => {
+    const server = await OwnedNatsServer.start();
+    try {
+      const transport = await newTransport(server.url);
+      const channel = newChannel();
+      const received: InboundMessage[] = [];
+      const a = (await transport.subscribe(channel, collect(received), {
+        partitions: 2,
+      })) as NatsPartitionedSubscription;
+      const bodies = () => new Set(received.map(text));
+      // A crash may lose an ack: a message may come again, redelivered, never lost.
+      const expectAtLeastOnce = () =>
+        received.forEach((message, n) => {
+          const first = received.findIndex((other) => text(other) === text(message)) === n;
+          expect(first || message.redelivered).toBe(true);
+        });
+      await publishTo(transport, channel, 1, 2, ['before']);
+      await eventually(() => received.length === 1, 'the message before the crash');
+
+      await server.stop('SIGKILL');
+      await server.restart();
+      await publishTo(transport, channel, 0, 2, ['after']);
+      await eventually(() => bodies().has('after'), 'the message after the restart', 30_000);
+      expect(a.partitions).toEqual([0, 1]);
+
+      // Down longer than the lease: the partitions are let go, then claimed again.
+      await server.stop('SIGKILL');
+      await eventually(() => a.partitions.length === 0, 'the partitions let go', LEASE_MS * 5);
+      await server.restart();
+      await publishTo(transport, channel, 1, 2, ['after a long outage']);
+      await eventually(() => bodies().has('after a long outage'), 'the last message', 30_000);
+      expect([...bodies()].sort()).toEqual(['after', 'after a long outage', 'before']);
+      expectAtLeastOnce();
+      expect(a.partitions).toEqual([0, 1]);
+    } finally {
+      await Promise.all(transports.splice(0).map((transport) => transport.close()));
+      await server.dispose();
+    }
+  });
+
+  it('refuses a partition count other than the one the channel was declared with', async () => {
+    const channel = newChannel();
+    const producer = await newTransport();
+    await publishTo(producer, channel, 0, 4, ['m']);
+    const consumer = await newTransport();
+    const refused = consumer.subscribe(channel, collect([]), { partitions: 8 });
+    await expect(refused).rejects.toBeInstanceOf(PartitionCountMismatchError);
+    await expect(refused).rejects.toMatchObject({ channel, requested: 8, declared: 4 });
+    // Declared by this process too: the other count is refused the same way.
+    await expect(publishTo(producer, channel, 0, 2, ['m'])).rejects.toMatchObject({
+      code: 'partition-count-mismatch',
+      requested: 2,
+      declared: 4,
+    });
+
+    // Consumer first, then a producer with another count.
+    const other = newChannel();
+    await consumer.subscribe(other, collect([]), { partitions: 3 });
+    const late = await newTransport();
+    await expect(publishTo(late, other, 0, 5, ['m'])).rejects.toMatchObject({
+      requested: 5,
+      declared: 3,
+    });
+  });
+
+  it('refuses a partition address or count that names no partition', async () => {
+    const transport = await newTransport();
+    const channel = newChannel();
+    for (const partition of [
+      { index: 4, count: 4 },
+      { index: -1, count: 4 },
+      { index: 0, count: 0 },
+      { index: 0, count: 257 },
+    ]) {
+      await expect(transport.publish(channel, Buffer.from('m'), {}, { partition })).rejects.toThrow(
+        RangeError,
+      );
+    }
+    await expect(transport.subscribe(channel, collect([]), { partitions: 0 })).rejects.toThrow(
+      RangeError,
+    );
+  });
+
+  it("dead-letters to the channel's dead-letter channel with x-death-reason", async () => {
+    const transport = await newTransport();
+    const channel = newChannel();
+    const dead: InboundMessage[] = [];
+    await transport.subscribe(transport.deadLetterChannel(channel), collect(dead));
+    await transport.subscribe(
+      channel,
+      async () => ({ action: 'dead-letter', reason: 'crc-mismatch: fragment 2' }),
+      { partitions: 2 },
+    );
+    await publishTo(transport, channel, 1, 2, ['bad']);
+
+    await eventually(() => dead.length === 1, 'the dead letter');
+    expect(text(dead[0])).toBe('bad');
+    expect(dead[0].headers).toMatchObject({ p: 1, 'x-death-reason': 'crc-mismatch: fragment 2' });
+    const stream = partitionStreamName('NSEQ_', channel);
+    await eventuallyAsync(async () => (await jsm.streams.info(stream)).state.messages === 0);
+  });
+
+  it('puts a delayed requeue at the tail of its own partition', async () => {
+    const transport = await newTransport();
+    const channel = newChannel();
+    const plain: InboundMessage[] = [];
+    await transport.subscribe(channel, collect(plain));
+    const received: InboundMessage[] = [];
+    await transport.subscribe(
+      channel,
+      async (message) => {
+        received.push(message);
+        const first = text(message) === 'first' && message.headers['x-requeue-count'] === undefined;
+        return first ? { action: 'requeue', delayMs: 50 } : ACK;
+      },
+      { partitions: 2, prefetch: 1 },
+    );
+    await publishTo(transport, channel, 1, 2, ['first', 'second']);
+
+    await eventually(() => received.length === 3, 'the requeued copy');
+    expect(received.map(text)).toEqual(['first', 'second', 'first']);
+    expect(received[2].headers).toMatchObject({ p: 1, 'x-requeue-count': 1 });
+    expect(received[2].redelivered).toBe(true);
+    expect(plain).toHaveLength(0);
+    const state = await jsm.streams.info(partitionStreamName('NSEQ_', channel), {
+      subjects_filter: '>',
+    });
+    expect(state.state.messages).toBe(0);
+  });
+
+  /**
+   * A TCP proxy to the NATS server: `cut` drops its connections and refuses new ones, `restore`
+   * takes them again on the same port.
+   */
+  async function tcpProxy(): Promise<{
+    url: string;
+    cut: () => void;
+    restore: () => Promise<void>;
+  }> {
+    const target = new URL(SERVERS.nats.url);
+    const sockets = new Set<Socket>();
+    const listen = async (port: number) => {
+      const proxy = createServer((client) => {
+        const upstream = connectTcp(Number(target.port) || 4222, target.hostname);
+        for (const socket of [client, upstream]) {
+          sockets.add(socket);
+          socket.on('error', () => undefined);
+          socket.on('close', () => sockets.delete(socket));
+        }
+        client.pipe(upstream).pipe(client);
+      });
+      proxies.push(proxy);
+      await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
+      return proxy;
+    };
+    let proxy = await listen(0);
+    const { port } = proxy.address() as { port: number };
+    return {
+      url: `nats://127.0.0.1:${port}`,
+      cut: () => {
+        proxy.close();
+        for (const socket of sockets) socket.destroy();
+      },
+      restore: async () => {
+        proxy = await listen(port);
+      },
+    };
+  }
+});
+
+async function eventuallyAsync(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
