@@ -20,6 +20,10 @@ export {
   type ReplyChannelHarness,
 } from './testing/conformance/reply-channel.conformance';
 export {
+  describePartitionedChannelConformance,
+  type PartitionedChannelHarness,
+} from './testing/conformance/partitioned-channel.conformance';
+export {
   describeSequenceStoreConformance,
   storedChargeOf,
   type SequenceStoreHarness,

@@ -19,6 +19,12 @@ export interface InboundMessage {
    * `delayMs`), a thrown handler, or a lost or closed consumer.
    */
   readonly redelivered: boolean;
+  /**
+   * The partition it was consumed from, from 0, for a subscription with `partitions` (see
+   * {@link Transport.partitioned}); `channel` is then the partitioned channel's name. Undefined
+   * for a message of a plain channel.
+   */
+  readonly partition?: number;
 }
 
 /**
