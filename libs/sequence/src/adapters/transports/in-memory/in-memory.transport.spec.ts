@@ -3,6 +3,7 @@ import {
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
 import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
+import { describePartitionedChannelConformance } from '../../../testing/conformance/partitioned-channel.conformance';
 import { Logger } from '@nestjs/common';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -16,6 +17,10 @@ describeTransportConformance('in-memory', {
 describeReplyChannelConformance('in-memory', {
   create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
   publishToClosed: 'rejects',
+});
+
+describePartitionedChannelConformance('in-memory', {
+  create: async () => new InMemoryTransport(),
 });
 
 describe('InMemoryTransport', () => {

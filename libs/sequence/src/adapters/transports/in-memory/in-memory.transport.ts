@@ -1,7 +1,9 @@
 import { AsyncResource } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
+import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import { partitionsProblem } from '../../../core/partition';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
@@ -15,6 +17,7 @@ import {
   withRequeueCount,
   type InboundMessage,
   type MessageHandler,
+  type PartitionAddress,
   type PublishOptions,
   type ReplyChannelOptions,
   type SubscribeOptions,
@@ -49,8 +52,21 @@ const DEFAULT_PREFETCH = 16;
 /** Reply channels are `nseq.reply.<uuid>`: names of this prefix are theirs alone. */
 const REPLY_CHANNEL_PREFIX = 'nseq.reply.';
 
-interface Subscriber {
+/** The queue of partition `index` of a partitioned channel: `<channel>.partition.<index>`. */
+export function inMemoryPartitionQueue(channel: string, index: number): string {
+  return `${channel}.partition.${index}`;
+}
+
+/** What a subscriber's handler is told a message came from. */
+interface Origin {
   readonly channel: string;
+  readonly partition?: number;
+}
+
+interface Subscriber {
+  /** The queue it consumes: a channel, or one partition of one. */
+  readonly channel: string;
+  readonly origin: Origin;
   readonly handler: MessageHandler;
   readonly prefetch: number;
   /** Undefined on a reply channel: a dead-lettered reply is dropped. */
@@ -67,6 +83,11 @@ interface Channel {
   /** Where the round-robin resumes. */
   next: number;
   pumpScheduled: boolean;
+  /**
+   * A partition's queue: only its first subscriber gets messages (single active subscriber); the
+   * next one takes over when it closes.
+   */
+  singleActive: boolean;
 }
 
 /**
@@ -84,10 +105,18 @@ interface Channel {
  * Reply channels ({@link InMemoryTransport.openReplyChannel}) are channels named
  * `nseq.reply.<uuid>`, removed with whatever they hold when closed; a publish to a name of that
  * prefix that is not an open reply channel rejects with `PublishRejectedError`.
+ *
+ * Partitioned channels ({@link Transport.partitioned}): partition `i` of channel `c` is a queue
+ * `c.partition.<i>` (what `depth`, `peek` and `take` name) beside the plain queue `c`. Its first
+ * subscriber is its active one and gets all its messages; when it closes, the next subscriber in
+ * subscription order takes over and gets the unsettled messages again, at the head, in their
+ * order. A message may stay unsettled for as long as its subscriber lives. The first publish or
+ * subscribe with a partition count fixes the channel's count for the transport's life.
  */
 export class InMemoryTransport implements Transport {
   readonly name = 'in-memory';
   readonly maxMessageBytes: number;
+  readonly partitioned = true;
 
   private readonly channels = new Map<string, Channel>();
   /** Requeue delays, each with the message it will put back. */
@@ -103,6 +132,8 @@ export class InMemoryTransport implements Transport {
   private readonly deadLetterTargets = new Set<string>();
   private dropped = 0;
   private deadLetterBox?: InMemoryDeadLetterBox;
+  /** The partition count of each partitioned channel, fixed by its first use. */
+  private readonly partitionCounts = new Map<string, number>();
 
   constructor(options: InMemoryTransportOptions = {}) {
     const positive = (name: string, value: number): number => {
@@ -134,20 +165,32 @@ export class InMemoryTransport implements Transport {
     channel: string,
     body: Buffer,
     headers: HeaderMap,
-    _options?: PublishOptions,
+    options: PublishOptions = {},
   ): Promise<void> {
     // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
-    this.publishNow(channel, body, headers);
+    this.publishNow(channel, body, headers, options.partition);
   }
 
-  private publishNow(channel: string, body: Buffer, headers: HeaderMap): void {
+  private publishNow(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    partition?: PartitionAddress,
+  ): void {
     if (this.closed) throw new Error(`in-memory transport is closed: cannot publish to ${channel}`);
     assertSendable(channel, body, headers, this.maxMessageBytes);
     if (isReplyChannel(channel) && !this.replyChannels.has(channel)) {
       const gone = new Error(`no open reply channel ${channel}`);
       throw new PublishRejectedError(channel, gone, 'its reply channel is closed');
     }
-    this.enqueue(channel, {
+    let queue = channel;
+    if (partition !== undefined) {
+      assertPartitionAddress(channel, partition);
+      this.claimPartitions(channel, partition.count);
+      queue = inMemoryPartitionQueue(channel, partition.index);
+      this.channel(queue).singleActive = true;
+    }
+    this.enqueue(queue, {
       body: Buffer.from(body),
       headers: { ...headers },
       redelivered: false,
@@ -185,13 +228,54 @@ export class InMemoryTransport implements Transport {
   ): Promise<Subscription> {
     if (this.closed)
       throw new Error(`in-memory transport is closed: cannot subscribe to ${channel}`);
-    const subscriber = this.addSubscriber(
-      channel,
-      handler,
-      options.prefetch ?? DEFAULT_PREFETCH,
-      options.deadLetterChannel ?? this.deadLetterChannel(channel),
-    );
+    const prefetch = options.prefetch ?? DEFAULT_PREFETCH;
+    const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
+    if (options.partitions !== undefined) {
+      return this.subscribePartitions(
+        channel,
+        handler,
+        options.partitions,
+        prefetch,
+        deadLetterChannel,
+      );
+    }
+    const subscriber = this.addSubscriber(channel, handler, prefetch, deadLetterChannel);
     return { channel, close: async () => this.unsubscribe(subscriber) };
+  }
+
+  /** A subscriber on each partition's queue, waiting behind the ones subscribed before it. */
+  private subscribePartitions(
+    channel: string,
+    handler: MessageHandler,
+    partitions: number,
+    prefetch: number,
+    deadLetterChannel: string,
+  ): Subscription {
+    const problem = partitionsProblem(partitions) ?? prefetchProblem(prefetch);
+    if (problem) throw new RangeError(`subscribe to ${channel}: ${problem}`);
+    if (isReplyChannel(channel)) {
+      throw new RangeError(`subscribe to ${channel}: a reply channel has no partitions`);
+    }
+    this.claimPartitions(channel, partitions);
+    const subscribers = Array.from({ length: partitions }, (_, index) => {
+      const queue = inMemoryPartitionQueue(channel, index);
+      this.channel(queue).singleActive = true;
+      return this.addSubscriber(queue, handler, prefetch, deadLetterChannel, {
+        channel,
+        partition: index,
+      });
+    });
+    return {
+      channel,
+      close: async () => subscribers.forEach((subscriber) => this.unsubscribe(subscriber)),
+    };
+  }
+
+  /** Fixes `channel`'s partition count at its first use; refuses any other count after. */
+  private claimPartitions(channel: string, count: number): void {
+    const declared = this.partitionCounts.get(channel);
+    if (declared === undefined) this.partitionCounts.set(channel, count);
+    else if (declared !== count) throw new PartitionCountMismatchError(channel, count, declared);
   }
 
   /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
@@ -228,6 +312,7 @@ export class InMemoryTransport implements Transport {
     handler: MessageHandler,
     prefetch: number,
     deadLetterChannel: string | undefined,
+    origin: Origin = { channel },
   ): Subscriber {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
@@ -237,6 +322,7 @@ export class InMemoryTransport implements Transport {
     const context = new AsyncResource('nest-sequence:in-memory-subscriber');
     const subscriber: Subscriber = {
       channel,
+      origin,
       handler: (message) => context.runInAsyncScope(handler, undefined, message),
       prefetch,
       deadLetterChannel,
@@ -279,7 +365,9 @@ export class InMemoryTransport implements Transport {
 
   /** Copies of the messages waiting in `channel`, oldest first; they stay queued. */
   peek(channel: string): InboundMessage[] {
-    return (this.channels.get(channel)?.ready ?? []).map((message) => inbound(channel, message));
+    return (this.channels.get(channel)?.ready ?? []).map((message) =>
+      inbound({ channel }, message),
+    );
   }
 
   /** Removes and returns the messages waiting in `channel`, oldest first. */
@@ -287,7 +375,9 @@ export class InMemoryTransport implements Transport {
     const queue = this.channels.get(channel);
     if (!queue) return [];
     queue.bytes = 0;
-    return queue.ready.splice(0, queue.ready.length).map((message) => inbound(channel, message));
+    return queue.ready
+      .splice(0, queue.ready.length)
+      .map((message) => inbound({ channel }, message));
   }
 
   /** Messages of `channel` delivered to a subscriber and not settled yet. */
@@ -312,7 +402,14 @@ export class InMemoryTransport implements Transport {
   private channel(name: string): Channel {
     let channel = this.channels.get(name);
     if (!channel) {
-      channel = { ready: [], bytes: 0, subscribers: [], next: 0, pumpScheduled: false };
+      channel = {
+        ready: [],
+        bytes: 0,
+        subscribers: [],
+        next: 0,
+        pumpScheduled: false,
+        singleActive: false,
+      };
       this.channels.set(name, channel);
     }
     return channel;
@@ -378,7 +475,9 @@ export class InMemoryTransport implements Transport {
       channel.bytes -= sizeOf(message);
       subscriber.unsettled.add(message);
       void Promise.resolve()
-        .then(() => (subscriber.closed ? undefined : subscriber.handler(inbound(name, message))))
+        .then(() =>
+          subscriber.closed ? undefined : subscriber.handler(inbound(subscriber.origin, message)),
+        )
         .then(
           (disposition) => this.settle(subscriber, message, disposition),
           () => this.settle(subscriber, message, { action: 'requeue' }),
@@ -387,6 +486,10 @@ export class InMemoryTransport implements Transport {
   }
 
   private nextWithRoom(channel: Channel): Subscriber | undefined {
+    if (channel.singleActive) {
+      const active = channel.subscribers[0];
+      return active && active.unsettled.size < active.prefetch ? active : undefined;
+    }
     const count = channel.subscribers.length;
     for (let offset = 0; offset < count; offset++) {
       const index = (channel.next + offset) % count;
@@ -489,13 +592,28 @@ function isReplyChannel(channel: string): boolean {
   return channel.startsWith(REPLY_CHANNEL_PREFIX);
 }
 
-function inbound(channel: string, message: QueuedMessage): InboundMessage {
+function inbound(origin: Origin, message: QueuedMessage): InboundMessage {
   return {
-    channel,
+    channel: origin.channel,
     body: Buffer.from(message.body),
     headers: { ...message.headers },
     redelivered: message.redelivered,
+    ...(origin.partition === undefined ? {} : { partition: origin.partition }),
   };
+}
+
+/** Throws a RangeError unless `partition` names a partition of a usable count. */
+function assertPartitionAddress(channel: string, partition: PartitionAddress): void {
+  const { index, count } = partition;
+  const problem =
+    partitionsProblem(count) ??
+    (Number.isSafeInteger(index) && index >= 0 && index < count
+      ? undefined
+      : `partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`);
+  if (problem) throw new RangeError(`publish to ${channel}: ${problem}`);
+  if (isReplyChannel(channel)) {
+    throw new RangeError(`publish to ${channel}: a reply channel has no partitions`);
+  }
 }
 
 function sizeOf(message: QueuedMessage): number {
