@@ -2,6 +2,7 @@ import { MAX_TIMER_MS } from '../core/async';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
+import { partitionsProblem } from '../core/partition';
 import type { DeadLetterBox } from './dead-letter-box.port';
 import { assertEncodableHeaders } from './transport-headers';
 
@@ -334,6 +335,20 @@ export function prefetchProblem(prefetch: unknown): string | undefined {
   return usable
     ? undefined
     : `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(prefetch)}`;
+}
+
+/**
+ * Why `partition` is not a partition a publish can address (a count from 1 to `MAX_PARTITIONS`, an
+ * index from 0 to `count - 1`), or undefined when it is.
+ */
+export function partitionAddressProblem(partition: PartitionAddress): string | undefined {
+  const { index, count } = partition;
+  return (
+    partitionsProblem(count) ??
+    (Number.isSafeInteger(index) && index >= 0 && index < count
+      ? undefined
+      : `partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`)
+  );
 }
 
 /** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */
