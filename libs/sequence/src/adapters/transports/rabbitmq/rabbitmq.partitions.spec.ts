@@ -202,6 +202,21 @@ describeWithServer('rabbitmq', 'RabbitMqTransport partitioned channels', () => {
     expect([received[0].partition, received[0].body.toString()]).toEqual([3, 'x']);
   });
 
+  it('still refuses another count when the channel name is too long for the broker to tell the declared one', async () => {
+    const producer = await connect();
+    const consumer = await connect();
+    // The broker cuts its reply text at 255 bytes: past it, the declared count is not in it.
+    const channel = newChannel(2).padEnd(200, 'x');
+    queues.add(`${channel}.dlq`).add(`${channel}.partition.0`).add(`${channel}.partition.1`);
+    exchanges.add(`${channel}.partitions`);
+    await producer.publish(channel, Buffer.from('x'), {}, to(0, 2));
+
+    const subscribed = consumer.subscribe(channel, async () => ACK, { partitions: 3 });
+    await expect(subscribed).rejects.toBeInstanceOf(PartitionCountMismatchError);
+    await expect(subscribed).rejects.toMatchObject({ channel, requested: 3, declared: undefined });
+    await expect(subscribed).rejects.toThrow(/partitioned with another count, not 3/);
+  });
+
   it('consumes every partition again on a new channel after the broker closes its channel (as on consumer_timeout), redelivering what was held', async () => {
     const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
     const transport = await connect();
