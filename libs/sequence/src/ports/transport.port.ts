@@ -143,10 +143,15 @@ export interface Transport {
    *   broker's single active consumer, or the transport's own lease): all its messages go to that
    *   subscriber, in the order they were published, up to `prefetch` unsettled at once. When that
    *   subscriber closes or its process is lost, another subscriber takes the partition over and
-   *   gets the unsettled messages again (`redelivered: true`).
+   *   gets the unsettled messages again (`redelivered: true`). Each delivery tells its
+   *   `partition`; its `channel` is the channel's own name.
    * - A subscriber may keep messages unsettled for as long as it lives (a handler whose promise
    *   is pending): the transport does not give them to another subscriber meanwhile (each adapter
-   *   documents the broker limit on that time, such as RabbitMQ's `consumer_timeout`).
+   *   documents the broker limit on that time, such as RabbitMQ's `consumer_timeout`). Past that
+   *   limit, or when the connection drops, the subscriber's consumer is lost and its unsettled
+   *   messages are redelivered, to another subscriber in line or, once it consumes again, to this
+   *   one: the verdicts on the earlier deliveries are then ignored, and only the latest delivery
+   *   of a message settles it.
    * - A `requeue` with `delayMs` puts the message at the tail of its own partition; `dead-letter`
    *   sends it to the channel's dead-letter channel, as for a plain channel.
    * - The partition count is part of the channel's topology: a publish or subscribe with a count
