@@ -2,6 +2,7 @@ import { MAX_TIMER_MS } from '../core/async';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
+import { partitionsProblem } from '../core/partition';
 import type { DeadLetterBox } from './dead-letter-box.port';
 import { assertEncodableHeaders } from './transport-headers';
 
@@ -142,10 +143,15 @@ export interface Transport {
    *   broker's single active consumer, or the transport's own lease): all its messages go to that
    *   subscriber, in the order they were published, up to `prefetch` unsettled at once. When that
    *   subscriber closes or its process is lost, another subscriber takes the partition over and
-   *   gets the unsettled messages again (`redelivered: true`).
+   *   gets the unsettled messages again (`redelivered: true`). Each delivery tells its
+   *   `partition`; its `channel` is the channel's own name.
    * - A subscriber may keep messages unsettled for as long as it lives (a handler whose promise
    *   is pending): the transport does not give them to another subscriber meanwhile (each adapter
-   *   documents the broker limit on that time, such as RabbitMQ's `consumer_timeout`).
+   *   documents the broker limit on that time, such as RabbitMQ's `consumer_timeout`). Past that
+   *   limit, or when the connection drops, the subscriber's consumer is lost and its unsettled
+   *   messages are redelivered, to another subscriber in line or, once it consumes again, to this
+   *   one: the verdicts on the earlier deliveries are then ignored, and only the latest delivery
+   *   of a message settles it.
    * - A `requeue` with `delayMs` puts the message at the tail of its own partition; `dead-letter`
    *   sends it to the channel's dead-letter channel, as for a plain channel.
    * - The partition count is part of the channel's topology: a publish or subscribe with a count
@@ -334,6 +340,20 @@ export function prefetchProblem(prefetch: unknown): string | undefined {
   return usable
     ? undefined
     : `prefetch must be an integer from 1 to ${MAX_PREFETCH}, got ${String(prefetch)}`;
+}
+
+/**
+ * Why `partition` is not a partition a publish can address (a count from 1 to `MAX_PARTITIONS`, an
+ * index from 0 to `count - 1`), or undefined when it is.
+ */
+export function partitionAddressProblem(partition: PartitionAddress): string | undefined {
+  const { index, count } = partition;
+  return (
+    partitionsProblem(count) ??
+    (Number.isSafeInteger(index) && index >= 0 && index < count
+      ? undefined
+      : `partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`)
+  );
 }
 
 /** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */

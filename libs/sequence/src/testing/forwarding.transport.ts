@@ -14,9 +14,12 @@ import type {
 export abstract class ForwardingTransport implements Transport {
   abstract readonly name: string;
   readonly maxMessageBytes: number;
+  /** The real transport's: its partition options are forwarded like any other. */
+  readonly partitioned?: boolean;
 
   constructor(readonly inner: Transport) {
     this.maxMessageBytes = inner.maxMessageBytes;
+    this.partitioned = inner.partitioned;
   }
 
   publish(

@@ -12,6 +12,7 @@ import {
   headerBytes,
   defaultDeadLetterChannel,
   droppedReplyWarning,
+  partitionAddressProblem,
   prefetchProblem,
   toDisposition,
   withRequeueCount,
@@ -604,12 +605,7 @@ function inbound(origin: Origin, message: QueuedMessage): InboundMessage {
 
 /** Throws a RangeError unless `partition` names a partition of a usable count. */
 function assertPartitionAddress(channel: string, partition: PartitionAddress): void {
-  const { index, count } = partition;
-  const problem =
-    partitionsProblem(count) ??
-    (Number.isSafeInteger(index) && index >= 0 && index < count
-      ? undefined
-      : `partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`);
+  const problem = partitionAddressProblem(partition);
   if (problem) throw new RangeError(`publish to ${channel}: ${problem}`);
   if (isReplyChannel(channel)) {
     throw new RangeError(`publish to ${channel}: a reply channel has no partitions`);

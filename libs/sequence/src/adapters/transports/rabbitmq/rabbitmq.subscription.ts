@@ -21,6 +21,11 @@ import type { RabbitMqTopology } from './rabbitmq.topology';
 
 export interface RabbitMqSubscriptionSettings {
   readonly channel: string;
+  /**
+   * Consume every partition of `channel` split into this many (each queue with a consumer of its
+   * own, `prefetch` each) instead of the channel's own queue.
+   */
+  readonly partitions?: number;
   readonly handler: MessageHandler;
   readonly prefetch: number;
   /** How long `start`, when connected, waits for the consumer to be registered. */
@@ -45,10 +50,17 @@ export interface RabbitMqSubscriptionSettings {
 /** How long a message whose dead letter or tail copy could not be published waits to go back. */
 export const FAILED_FORWARD_PAUSE_MS = 1_000;
 
+/** A queue this subscription consumes: the channel's own, or one of its partitions. */
+interface Source {
+  readonly queue: string;
+  readonly partition?: number;
+}
+
 /** A message in a handler's hands, with the channel that must settle it. */
 interface Delivery {
   readonly amqp: Channel;
   readonly message: ConsumeMessage;
+  readonly source: Source;
 }
 
 /** Waits before reopening a channel the broker closed: doubling from the first, up to the last. */
@@ -79,13 +91,22 @@ const REOPEN_MAX_DELAY_MS = 30_000;
  * `basic.nack` with requeue would put it back at the head, where a message that is always
  * back-pressured would be delivered first forever and starve the ones behind it. The copy arrives
  * with the broker's `redelivered` flag unset: `x-requeue-count` is what marks it redelivered.
+ *
+ * With `partitions`, it consumes each partition queue of the channel (see `RabbitMqTopology`) on
+ * its one channel, a consumer per queue: `basic.qos` applies per consumer, so `prefetch` is per
+ * partition. The queues have single active consumer: the broker makes this consumer the active one
+ * of a partition only when no earlier consumer of it is left. A `consumer_timeout` closes the
+ * channel and so every partition's consumer: the broker redelivers their unsettled messages (to
+ * the next consumer in line, when there is one), and the new channel consumes them all again.
  */
 export class RabbitMqSubscription implements Subscription {
   readonly channel: string;
 
   private manager?: ConnectionManager;
   private wrapper?: ManagedChannel;
-  private consumer?: { readonly amqp: Channel; readonly consumerTag: string };
+  private readonly sources: readonly Source[];
+  /** The consumers of the current channel, one per source. */
+  private consumers: Array<{ readonly amqp: Channel; readonly consumerTag: string }> = [];
   /** amqplib channels of this subscription that are still open. */
   private readonly openChannels = new WeakSet<Channel>();
   private readonly unsettled = new Set<Delivery>();
@@ -100,6 +121,14 @@ export class RabbitMqSubscription implements Subscription {
 
   constructor(private readonly settings: RabbitMqSubscriptionSettings) {
     this.channel = settings.channel;
+    const { topology, partitions } = settings;
+    this.sources =
+      partitions === undefined
+        ? [{ queue: settings.channel }]
+        : Array.from({ length: partitions }, (_, partition) => ({
+            queue: topology.partitionQueue(settings.channel, partition),
+            partition,
+          }));
   }
 
   /**
@@ -151,9 +180,10 @@ export class RabbitMqSubscription implements Subscription {
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     this.unsettled.clear();
-    const consumer = this.consumer;
-    if (consumer && this.openChannels.has(consumer.amqp)) {
-      await consumer.amqp.cancel(consumer.consumerTag).catch(() => undefined);
+    for (const consumer of this.consumers) {
+      if (this.openChannels.has(consumer.amqp)) {
+        await consumer.amqp.cancel(consumer.consumerTag).catch(() => undefined);
+      }
     }
     await this.wrapper?.close().catch(() => undefined);
     this.settings.onClosed(this);
@@ -239,35 +269,58 @@ export class RabbitMqSubscription implements Subscription {
   }
 
   private async consumeOn(amqp: Channel): Promise<void> {
-    await this.settings.topology.declareOn(amqp, this.channel);
-    await amqp.prefetch(this.settings.prefetch);
-    const { consumerTag } = await amqp.consume(
-      this.channel,
-      (message) => this.receive(amqp, message),
-      { noAck: false },
-    );
-    this.consumer = { amqp, consumerTag };
+    const { topology, partitions, prefetch } = this.settings;
+    if (partitions === undefined) await topology.declareOn(amqp, this.channel);
+    // On a channel of its own: a count other than the channel's is refused by closing the channel.
+    else await topology.ensurePartitions(this.channel, partitions);
+    // Per consumer (not global): each partition's consumer has `prefetch` of its own.
+    await amqp.prefetch(prefetch);
+    this.consumers = this.consumers.filter((consumer) => consumer.amqp === amqp);
+    for (const source of this.sources) await this.consumeQueue(amqp, source);
   }
 
-  private receive(amqp: Channel, message: ConsumeMessage | null): void {
+  private async consumeQueue(amqp: Channel, source: Source): Promise<void> {
+    const { consumerTag } = await amqp.consume(
+      source.queue,
+      (message) => this.receive(amqp, source, message),
+      { noAck: false },
+    );
+    this.consumers.push({ amqp, consumerTag });
+  }
+
+  private receive(amqp: Channel, source: Source, message: ConsumeMessage | null): void {
     if (message === null) {
       // The broker cancelled the consumer, e.g. because the queue was deleted: start over.
       if (this.closed || !this.openChannels.has(amqp)) return;
-      this.settings.logger.warn(`the broker cancelled the consumer of ${this.channel}; resuming`);
-      this.consumeOn(amqp).catch((error: Error) =>
-        this.settings.logger.error(`could not resume consuming ${this.channel}: ${error.message}`),
+      this.settings.logger.warn(`the broker cancelled the consumer of ${source.queue}; resuming`);
+      this.resume(amqp, source).catch((error: Error) =>
+        this.settings.logger.error(`could not resume consuming ${source.queue}: ${error.message}`),
       );
       return;
     }
     // Closing: leave it unsettled, the channel's close hands it back to the broker.
     if (this.closed) return;
-    const delivery: Delivery = { amqp, message };
+    const delivery: Delivery = { amqp, message, source };
     this.unsettled.add(delivery);
     void this.handle(delivery);
   }
 
+  /** Declares a queue whose consumer the broker cancelled again, and consumes it again. */
+  private async resume(amqp: Channel, source: Source): Promise<void> {
+    const { topology, partitions } = this.settings;
+    if (partitions === undefined) {
+      await topology.declareOn(amqp, source.queue);
+    } else {
+      // Its queue was deleted: declared again on the next `ensurePartitions`.
+      topology.forgetChannel(source.queue);
+      await topology.ensurePartitions(this.channel, partitions);
+    }
+    if (this.closed || !this.openChannels.has(amqp)) return;
+    await this.consumeQueue(amqp, source);
+  }
+
   private async handle(delivery: Delivery): Promise<void> {
-    const { message } = delivery;
+    const { message, source } = delivery;
     const headers = { ...(message.properties.headers ?? {}) };
     const inbound: InboundMessage = {
       channel: this.channel,
@@ -275,6 +328,7 @@ export class RabbitMqSubscription implements Subscription {
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the broker.
       redelivered: message.fields.redelivered || requeueCount(headers) > 0,
+      ...(source.partition === undefined ? {} : { partition: source.partition }),
     };
     let outcome: unknown;
     try {
@@ -329,11 +383,12 @@ export class RabbitMqSubscription implements Subscription {
       REQUEUE_COUNT_HEADER,
     ]);
     try {
-      await this.settings.publish(this.channel, message.content, headers);
+      // The tail of the queue it came from: its partition's, for a partitioned channel.
+      await this.settings.publish(delivery.source.queue, message.content, headers);
       this.finish(delivery, 'ack');
     } catch (error) {
       this.settings.logger.warn(
-        `could not requeue a message of ${this.channel} behind the queued ones: ` +
+        `could not requeue a message of ${delivery.source.queue} behind the queued ones: ` +
           `${(error as Error).message}; returning it to the head of the queue in ` +
           `${FAILED_FORWARD_PAUSE_MS} ms instead`,
       );

@@ -1,10 +1,15 @@
 import type { Channel, Options } from 'amqplib';
+import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import type { BrokerConnection, ConnectionManager } from './amqp.types';
 import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import type { RabbitMqQueueType } from './rabbitmq.options';
 
 /** AMQP reply codes by which the broker refuses a declaration (a soft error, not a lost link). */
 const REFUSAL_CODES: ReadonlySet<number> = new Set([403, 404, 405, 406]);
+/** AMQP reply code of a declaration whose arguments differ from the existing one's. */
+const PRECONDITION_FAILED = 406;
+/** A partition count marker's `alternate-exchange` is this prefix and the count. */
+const PARTITION_COUNT_PREFIX = 'nseq.partitions.';
 
 /** Reply queues are `nseq.reply.<uuid>`: queue names of this prefix are theirs alone. */
 /** `x-delivery-limit` of a quorum dead-letter queue: in effect none (2^31 - 1). */
@@ -36,12 +41,25 @@ const REPLY_QUEUE_OPTIONS: Options.AssertQueue = {
  * Reply queues (`nseq.reply.<uuid>`) are declared only by their consumer, on its own connection
  * (see `REPLY_QUEUE_OPTIONS`); a publisher never declares one, so a publish to a reply queue that
  * is gone is returned as unroutable rather than recreating it.
+ *
+ * A channel split into `count` partitions (see `ensurePartitions`) also has:
+ * - `count` partition queues `<channel>.partition.<i>` (i from 0), declared like the channel's
+ *   queue (same type) plus `x-single-active-consumer: true`, and dead-lettering into the
+ *   channel's dead-letter queue `<channel><suffix>`, which is declared with them;
+ * - a marker exchange `<channel>.partitions` (fanout, durable, never published to) whose
+ *   `alternate-exchange` argument names the count, `nseq.partitions.<count>` (an exchange that
+ *   need not exist: nothing is published to the marker). RabbitMQ does
+ *   not compare unknown queue arguments when a queue is declared again, but it does compare an
+ *   exchange's `alternate-exchange`: a declaration with another count is refused (406), which is
+ *   how producers and consumers that disagree on the count find out, whichever came first.
  */
 export class RabbitMqTopology {
-  /** Channels declared on the current connection, or being declared. */
+  /** Channels (and partition sets) declared on the current connection, or being declared. */
   private readonly declared = new Map<string, Promise<void>>();
-  /** The channels of `declared` whose declaration has succeeded (checked without a promise). */
+  /** The keys of `declared` whose declaration has succeeded (checked without a promise). */
   private readonly ready = new Set<string>();
+  /** Each partition queue declared so far (on any connection), with the set it belongs to. */
+  private readonly partitionQueues = new Map<string, { channel: string; count: number }>();
   private readonly connectionWaiters = new Set<(error?: Error) => void>();
   private disposed = false;
 
@@ -65,6 +83,83 @@ export class RabbitMqTopology {
     return queue.startsWith(REPLY_QUEUE_PREFIX);
   }
 
+  /** The queue of partition `index` of `channel`: `<channel>.partition.<index>`. */
+  partitionQueue(channel: string, index: number): string {
+    return `${channel}.partition.${index}`;
+  }
+
+  /** The exchange whose `alternate-exchange` records `channel`'s partition count. */
+  partitionMarker(channel: string): string {
+    return `${channel}.partitions`;
+  }
+
+  /**
+   * Declares `channel`'s partition queues, its dead-letter queue and its marker, once per
+   * connection and count, on a short-lived channel (a refused marker closes it). Rejects with
+   * `PartitionCountMismatchError` when the channel was declared with another count. Once it has
+   * resolved, `ensure` and `isReady` know each partition queue.
+   */
+  ensurePartitions(channel: string, count: number): Promise<void> {
+    const key = partitionSetKey(channel, count);
+    const queues = Array.from({ length: count }, (_, index) => this.partitionQueue(channel, index));
+    return this.ensureKey(
+      key,
+      (amqp) => this.declarePartitionsOn(amqp, channel, count, queues),
+      () => {
+        for (const queue of queues) {
+          this.partitionQueues.set(queue, { channel, count });
+          this.ready.add(queue);
+        }
+      },
+    );
+  }
+
+  /** True when `ensurePartitions(channel, count)` would have nothing to do. */
+  partitionsReady(channel: string, count: number): boolean {
+    return this.ready.has(partitionSetKey(channel, count));
+  }
+
+  private async declarePartitionsOn(
+    amqp: Channel,
+    channel: string,
+    count: number,
+    queues: readonly string[],
+  ): Promise<void> {
+    const marker = this.partitionMarker(channel);
+    try {
+      await amqp.assertExchange(marker, 'fanout', {
+        durable: true,
+        autoDelete: false,
+        arguments: { 'alternate-exchange': `${PARTITION_COUNT_PREFIX}${count}` },
+      });
+    } catch (error) {
+      if (replyCode(error) === PRECONDITION_FAILED) {
+        throw new PartitionCountMismatchError(channel, count, declaredCount(error));
+      }
+      throw error;
+    }
+    const deadLetterQueue = this.deadLetterQueue(channel);
+    await this.assertQueue(amqp, deadLetterQueue, this.queueOptions(deadLetterQueue));
+    for (const queue of queues) {
+      const options = this.queueOptions(queue, deadLetterQueue, {
+        'x-single-active-consumer': true,
+      });
+      await this.assertQueue(amqp, queue, options);
+    }
+  }
+
+  private async assertQueue(amqp: Channel, queue: string, options: Options.AssertQueue) {
+    try {
+      await amqp.assertQueue(queue, options);
+    } catch (error) {
+      const code = replyCode(error);
+      if (code !== undefined && REFUSAL_CODES.has(code)) {
+        throw new RabbitMqTopologyError(queue, code, error as Error);
+      }
+      throw error;
+    }
+  }
+
   /** Declares `channel`'s queue and (unless it is one) its dead-letter queue on an open channel. */
   async declareOn(amqp: Channel, channel: string): Promise<void> {
     if (this.isReplyQueue(channel)) {
@@ -74,17 +169,7 @@ export class RabbitMqTopology {
     const queues = this.isDeadLetterQueue(channel)
       ? [channel]
       : [channel, this.deadLetterQueue(channel)];
-    for (const queue of queues) {
-      try {
-        await amqp.assertQueue(queue, this.queueOptions(queue));
-      } catch (error) {
-        const code = replyCode(error);
-        if (code !== undefined && REFUSAL_CODES.has(code)) {
-          throw new RabbitMqTopologyError(queue, code, error as Error);
-        }
-        throw error;
-      }
-    }
+    for (const queue of queues) await this.assertQueue(amqp, queue, this.queueOptions(queue));
   }
 
   /**
@@ -94,17 +179,31 @@ export class RabbitMqTopology {
    */
   ensure(channel: string): Promise<void> {
     if (this.isReplyQueue(channel)) return Promise.resolve();
-    let pending = this.declared.get(channel);
+    // A partition queue is declared with its set (after a reconnect, say, for a delayed requeue).
+    const partitions = this.partitionQueues.get(channel);
+    if (partitions) return this.ensurePartitions(partitions.channel, partitions.count);
+    return this.ensureKey(channel, (amqp) => this.declareOn(amqp, channel));
+  }
+
+  /** Runs `declare` once per connection for `key`; `onReady` when it has succeeded. */
+  private ensureKey(
+    key: string,
+    declare: (amqp: Channel) => Promise<void>,
+    onReady?: () => void,
+  ): Promise<void> {
+    let pending = this.declared.get(key);
     if (!pending) {
-      pending = this.declareWhenConnected(channel);
-      this.declared.set(channel, pending);
+      pending = this.declareWhenConnected(declare);
+      this.declared.set(key, pending);
       const settled = pending;
       settled.then(
         () => {
-          if (this.declared.get(channel) === settled) this.ready.add(channel);
+          if (this.declared.get(key) !== settled) return;
+          this.ready.add(key);
+          onReady?.();
         },
         () => {
-          if (this.declared.get(channel) === settled) this.declared.delete(channel);
+          if (this.declared.get(key) === settled) this.declared.delete(key);
         },
       );
     }
@@ -130,6 +229,16 @@ export class RabbitMqTopology {
    * unroutable (its queue was deleted while we were connected). The next `ensure` declares it again.
    */
   forgetChannel(channel: string): void {
+    const partitions = this.partitionQueues.get(channel);
+    if (partitions) {
+      const key = partitionSetKey(partitions.channel, partitions.count);
+      this.declared.delete(key);
+      this.ready.delete(key);
+      for (let index = 0; index < partitions.count; index++) {
+        this.ready.delete(this.partitionQueue(partitions.channel, index));
+      }
+      return;
+    }
     this.declared.delete(channel);
     this.ready.delete(channel);
   }
@@ -142,7 +251,15 @@ export class RabbitMqTopology {
     for (const wake of [...this.connectionWaiters]) wake(new Error('the transport is closed'));
   }
 
-  private queueOptions(queue: string): Options.AssertQueue {
+  /**
+   * `deadLetterQueue`: where it dead-letters, when not its own `<queue><suffix>`; `extra`: more
+   * arguments of a queue that is not a dead-letter queue.
+   */
+  private queueOptions(
+    queue: string,
+    deadLetterQueue?: string,
+    extra: Readonly<Record<string, unknown>> = {},
+  ): Options.AssertQueue {
     if (this.isDeadLetterQueue(queue)) {
       // Browsing reads a dead-letter queue by taking and putting back, which a quorum queue counts
       // as deliveries; RabbitMQ 4.0–4.2 default a limit of 20 and drop past it. -1 ("no limit"
@@ -155,12 +272,13 @@ export class RabbitMqTopology {
       arguments: {
         'x-queue-type': this.queueType,
         'x-dead-letter-exchange': '',
-        'x-dead-letter-routing-key': this.deadLetterQueue(queue),
+        'x-dead-letter-routing-key': deadLetterQueue ?? this.deadLetterQueue(queue),
+        ...extra,
       },
     };
   }
 
-  private async declareWhenConnected(channel: string): Promise<void> {
+  private async declareWhenConnected(declare: (amqp: Channel) => Promise<void>): Promise<void> {
     for (;;) {
       const connection = await this.connection();
       try {
@@ -168,14 +286,18 @@ export class RabbitMqTopology {
         // Without a listener, a channel closed by the broker throws; the failed call reports it.
         amqp.on('error', () => undefined);
         try {
-          await this.declareOn(amqp, channel);
+          await declare(amqp);
         } finally {
           await amqp.close().catch(() => undefined);
         }
         return;
       } catch (error) {
         // The connection dropped under us: declare again on the next one. Anything else is real.
-        if (error instanceof RabbitMqTopologyError || this.manager().connection === connection) {
+        if (
+          error instanceof RabbitMqTopologyError ||
+          error instanceof PartitionCountMismatchError ||
+          this.manager().connection === connection
+        ) {
           throw error;
         }
       }
@@ -202,6 +324,27 @@ export class RabbitMqTopology {
       manager.on('connect', onConnect);
     });
   }
+}
+
+/** The key of a channel's partition set in `declared` and `ready`: never a queue's name. */
+function partitionSetKey(channel: string, count: number): string {
+  return `\0partitions\0${count}\0${channel}`;
+}
+
+/**
+ * The count a marker was declared with, from the broker's refusal ("inequivalent arg
+ * 'alternate-exchange' ... received 'nseq.partitions.2' but current is 'nseq.partitions.4'");
+ * undefined when the message does not tell (the broker cuts its reply text at 255 bytes, which a
+ * channel name of some 90 characters or more reaches).
+ */
+function declaredCount(error: unknown): number | undefined {
+  const message = (error as Error | undefined)?.message ?? '';
+  const count = /but current is '(?:[^']*\.)?(\d+)'/.exec(message)?.[1];
+  if (count === undefined || !message.includes(`current is '${PARTITION_COUNT_PREFIX}`)) {
+    return undefined;
+  }
+  const declared = Number(count);
+  return Number.isSafeInteger(declared) && declared > 0 ? declared : undefined;
 }
 
 function replyCode(error: unknown): number | undefined {

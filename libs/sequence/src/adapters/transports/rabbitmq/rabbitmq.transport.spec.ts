@@ -8,6 +8,7 @@ import {
   describeTransportConformance,
 } from '../../../testing/conformance/transport.conformance';
 import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
+import { describePartitionedChannelConformance } from '../../../testing/conformance/partitioned-channel.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
 import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
@@ -50,6 +51,8 @@ const connectionConfig = (reconnectSeconds = 0.2): Omit<RabbitMQConfig, 'uri'> =
 describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
   /** Every queue a test may have created; deleted after each test. */
   const queues = new Set<string>();
+  /** Every exchange likewise (partition count markers). */
+  const exchanges = new Set<string>();
   let admin: amqplib.ChannelModel;
 
   beforeAll(async () => {
@@ -65,6 +68,8 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     const channel = await admin.createChannel();
     for (const queue of queues) await channel.deleteQueue(queue);
     queues.clear();
+    for (const exchange of exchanges) await channel.deleteExchange(exchange);
+    exchanges.clear();
     await channel.close();
   }
 
@@ -77,19 +82,24 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
 
   /** Records every channel the suite touches, so that its queues can be deleted. */
   function tracked(transport: Transport): Transport {
-    const track = (channel: string) =>
+    const track = (channel: string, partitions?: number) => {
       queues.add(channel).add(transport.deadLetterChannel(channel));
+      if (partitions === undefined) return;
+      exchanges.add(`${channel}.partitions`);
+      for (let index = 0; index < partitions; index++) queues.add(`${channel}.partition.${index}`);
+    };
     return {
       name: transport.name,
       maxMessageBytes: transport.maxMessageBytes,
+      partitioned: transport.partitioned,
       deadLetterChannel: (channel) => transport.deadLetterChannel(channel),
       ping: () => transport.ping(),
       publish: (channel, body, headers, options) => {
-        track(channel);
+        track(channel, options?.partition?.count);
         return transport.publish(channel, body, headers, options);
       },
       subscribe: (channel, handler, options) => {
-        track(channel);
+        track(channel, options?.partitions);
         if (options?.deadLetterChannel) track(options.deadLetterChannel);
         return transport.subscribe(channel, handler, options);
       },
@@ -119,6 +129,18 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         await transport.close();
         await deleteQueues();
       },
+    });
+  }
+
+  for (const queueType of ['classic', 'quorum'] as const) {
+    describePartitionedChannelConformance(`rabbitmq (${queueType} queues)`, {
+      create: async () =>
+        tracked(await RabbitMqTransport.connect(URL, { queueType }, connectionConfig())),
+      close: async (transport) => {
+        await transport.close();
+        await deleteQueues();
+      },
+      sharedBroker: true,
     });
   }
 
@@ -160,9 +182,9 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
      * PRECONDITION_FAILED). The test reaches into the subscription for its amqplib channel.
      */
     async function breakChannelOf(subscription: Subscription): Promise<void> {
-      const { amqp: consumerChannel } = (
-        subscription as unknown as { consumer: { amqp: amqplib.Channel } }
-      ).consumer;
+      const [{ amqp: consumerChannel }] = (
+        subscription as unknown as { consumers: Array<{ amqp: amqplib.Channel }> }
+      ).consumers;
       const closed = new Promise((resolve) => consumerChannel.once('close', resolve));
       consumerChannel.ack({ fields: { deliveryTag: 999_999 } } as amqplib.Message);
       await closed;

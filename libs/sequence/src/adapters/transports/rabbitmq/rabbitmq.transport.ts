@@ -6,13 +6,16 @@ import { delay, withTimeout } from '../../../core/async';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { errorMessage } from '../../../core/errors/caught';
+import { partitionsProblem } from '../../../core/partition';
 import type { HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
   DEFAULT_REPLY_PREFETCH,
   publishTimeoutMs,
+  partitionAddressProblem,
   prefetchProblem,
   type MessageHandler,
+  type PartitionAddress,
   type PublishOptions,
   type ReplyChannelOptions,
   type SubscribeOptions,
@@ -54,6 +57,18 @@ const NEGATIVE_CONFIRM = 'message nacked';
  *   message goes back to its place near the head. A `requeue` with `delayMs` holds the delivery
  *   (and its prefetch slot) for the delay, then puts a copy at the tail of the queue, with
  *   `x-requeue-count` incremented, and acks the original.
+ * - Partitioned channels ({@link Transport.partitioned}): partition `i` of channel `c` is a durable
+ *   queue `c.partition.<i>` of the same type with `x-single-active-consumer: true`, dead-lettering
+ *   into `c`'s dead-letter queue; the exchange `c.partitions` records the count in its
+ *   `alternate-exchange` argument (`nseq.partitions.<count>`), which the broker compares on every
+ *   declaration, so that another count is refused with `PartitionCountMismatchError` in any order.
+ *   A publish with `partition` goes to its partition's queue; a subscription with `partitions`
+ *   consumes every partition queue, a consumer each with `prefetch` each. Each partition has one
+ *   active consumer across all processes (the first one subscribed); the broker moves the
+ *   partition, with its unacknowledged messages, to the next one when that consumer goes away.
+ *   A delivery may stay unacknowledged only up to the broker's `consumer_timeout` (30 minutes by
+ *   default): past it the broker closes the subscription's channel, its unsettled messages are
+ *   redelivered, and the subscription consumes again on a new channel.
  * - {@link RabbitMqTransport.openReplyChannel} declares an exclusive, auto-delete queue
  *   `nseq.reply.<uuid>` on the transport's connection: the broker deletes it when it is closed or
  *   when that connection ends. A publish to a reply queue that is gone is returned by the broker
@@ -75,6 +90,7 @@ const NEGATIVE_CONFIRM = 'message nacked';
 export class RabbitMqTransport implements Transport {
   readonly name = 'rabbitmq';
   readonly maxMessageBytes: number;
+  readonly partitioned = true;
 
   private readonly settings: ResolvedRabbitMqTransportOptions;
   /** `unsafeSocketTricks`, asked for and on the amqplib it was written for. */
@@ -165,7 +181,23 @@ export class RabbitMqTransport implements Transport {
     this.assertOpen('publish to', channel);
     assertSendable(channel, body, headers, this.maxMessageBytes);
     const timeoutMs = publishTimeoutMs(channel, options.timeoutMs, this.settings.publishTimeoutMs);
-    await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
+    const { partition } = options;
+    if (partition === undefined) {
+      await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
+      return;
+    }
+    const deadline = Date.now() + timeoutMs;
+    assertPartitionAddress(channel, partition, this.topology.isReplyQueue(channel));
+    if (!this.topology.partitionsReady(channel, partition.count)) {
+      await withTimeout(
+        this.topology.ensurePartitions(channel, partition.count),
+        timeoutMs,
+        () => new PublishTimeoutError(channel, timeoutMs, false),
+      );
+    }
+    const queue = this.topology.partitionQueue(channel, partition.index);
+    const left = Math.max(1, deadline - Date.now());
+    await this.send(queue, body, headers, left, options.resend ?? true);
   }
 
   async subscribe(
@@ -174,11 +206,20 @@ export class RabbitMqTransport implements Transport {
     options: SubscribeOptions = {},
   ): Promise<Subscription> {
     this.assertOpen('subscribe to', channel);
+    const { partitions } = options;
+    if (partitions !== undefined) {
+      const problem = partitionsProblem(partitions);
+      if (problem) throw new RangeError(`subscribe to ${channel}: ${problem}`);
+      if (this.topology.isReplyQueue(channel)) {
+        throw new RangeError(`subscribe to ${channel}: a reply channel has no partitions`);
+      }
+    }
     return this.consume(
       channel,
       handler,
       options.prefetch ?? this.settings.prefetch,
       options.deadLetterChannel ?? this.deadLetterChannel(channel),
+      partitions,
     );
   }
 
@@ -208,11 +249,13 @@ export class RabbitMqTransport implements Transport {
     handler: MessageHandler,
     prefetch: number,
     deadLetterChannel: string | undefined,
+    partitions?: number,
   ): Promise<Subscription> {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
     const subscription = new RabbitMqSubscription({
       channel,
+      partitions,
       handler,
       prefetch,
       startTimeoutMs: this.settings.subscribeTimeoutMs,
@@ -498,4 +541,16 @@ export class RabbitMqTransport implements Transport {
   private assertOpen(action: string, channel: string): void {
     if (this.closed) throw new Error(`rabbitmq transport is closed: cannot ${action} ${channel}`);
   }
+}
+
+/** Throws a RangeError unless `partition` names a partition of a usable count. */
+function assertPartitionAddress(
+  channel: string,
+  partition: PartitionAddress,
+  replyChannel: boolean,
+): void {
+  const problem = partitionAddressProblem(partition);
+  if (problem) throw new RangeError(`publish to ${channel}: ${problem}`);
+  if (replyChannel)
+    throw new RangeError(`publish to ${channel}: a reply channel has no partitions`);
 }
