@@ -19,7 +19,11 @@ import {
   connectNats,
   type NatsConnection,
 } from '../libs/sequence/src/adapters/transports/nats/nats.client';
-import { streamName } from '../libs/sequence/src/adapters/transports/nats/nats.naming';
+import {
+  leaseStreamName,
+  partitionStreamName,
+  streamName,
+} from '../libs/sequence/src/adapters/transports/nats/nats.naming';
 import { onCleanup } from './harness/cleanup';
 import { progress } from './harness/log';
 import type { BenchBroker } from './sequence-rabbitmq.brokers';
@@ -67,9 +71,13 @@ export class NatsBenchBroker implements BenchBroker {
     });
   }
 
-  trackModule(channel: string): void {
+  trackModule(channel: string, partitions = 0): void {
     for (const each of [channel, `${channel}.dlq`]) {
       this.streams.add(streamName(MODULE_STREAM_PREFIX, each));
+    }
+    if (partitions > 0) {
+      this.streams.add(partitionStreamName(MODULE_STREAM_PREFIX, channel));
+      this.streams.add(leaseStreamName(MODULE_STREAM_PREFIX, channel));
     }
   }
 
@@ -86,13 +94,24 @@ export class NatsBenchBroker implements BenchBroker {
     await Promise.all(pending);
   }
 
-  async assertDrained(subject: string, what: string): Promise<void> {
+  async assertDrained(subject: string, what: string, partitions = 0): Promise<void> {
     const stream = this.streams.has(rawNatsStream(subject))
       ? rawNatsStream(subject)
       : streamName(MODULE_STREAM_PREFIX, subject);
+    await this.drained(stream, what);
+    if (partitions > 0)
+      await this.drained(partitionStreamName(MODULE_STREAM_PREFIX, subject), what);
+  }
+
+  /** Waits until `stream` holds nothing (a stream never declared counts as empty). */
+  private async drained(stream: string, what: string): Promise<void> {
     const deadline = Date.now() + DRAIN_WAIT_MS;
     for (;;) {
-      const { messages } = (await this.jsm.streams.info(stream)).state;
+      const info = await this.jsm.streams.info(stream).catch((error: unknown) => {
+        if (/stream not found/i.test(String(error))) return undefined;
+        throw error;
+      });
+      const messages = info?.state.messages ?? 0;
       if (messages === 0) return;
       if (Date.now() > deadline) {
         throw new Error(`${messages} message(s) left in ${stream} (${what})`);

@@ -20,6 +20,8 @@ export interface BrokerAdmin {
   consumerCount(channel: string): Promise<number>;
   /** Takes every ready message off `channel` (acknowledged: they are gone afterwards). */
   drain(channel: string): Promise<QueuedMessage[]>;
+  /** Registers the partitions of `channel` (a partitioned channel's) for deletion in `cleanup`. */
+  partitioned(channel: string, count: number): void;
   /** Deletes what `newChannel` handed out (and forgets it); safe to call twice. */
   cleanup(): Promise<void>;
   close(): Promise<void>;

@@ -13,7 +13,11 @@ import {
 import { NatsTransport, type NatsTransportOptions } from 'nest-sequence/nats';
 import { connectNats, type NatsConnection } from '../../src/adapters/transports/nats/nats.client';
 import { decodeHeaders } from '../../src/adapters/transports/nats/nats.headers';
-import { streamName } from '../../src/adapters/transports/nats/nats.naming';
+import {
+  leaseStreamName,
+  partitionStreamName,
+  streamName,
+} from '../../src/adapters/transports/nats/nats.naming';
 import { NATS_TRANSPORT_DEFAULTS } from '../../src/adapters/transports/nats/nats.options';
 import type { BrokerAdmin, QueuedMessage } from './broker-admin';
 import { SERVERS } from './servers';
@@ -46,6 +50,7 @@ export function namedNatsTransport(
  */
 export class NatsAdmin implements BrokerAdmin {
   private readonly channels = new Set<string>();
+  private readonly streams = new Set<string>();
 
   private constructor(
     private readonly connection: NatsConnection,
@@ -109,11 +114,20 @@ export class NatsAdmin implements BrokerAdmin {
   }
 
   /** Deletes the streams of every channel handed out by `newChannel` (and forgets them). */
+  partitioned(channel: string): void {
+    this.streams.add(partitionStreamName(streamPrefix, channel));
+    this.streams.add(leaseStreamName(streamPrefix, channel));
+  }
+
   async cleanup(): Promise<void> {
     for (const channel of this.channels) {
       await this.jsm.streams.delete(streamName(streamPrefix, channel)).catch(() => undefined);
     }
+    for (const stream of this.streams) {
+      await this.jsm.streams.delete(stream).catch(() => undefined);
+    }
     this.channels.clear();
+    this.streams.clear();
   }
 
   async close(): Promise<void> {

@@ -69,6 +69,7 @@ export function namedTransport(
  */
 export class RabbitMqAdmin implements BrokerAdmin {
   private readonly queues = new Set<string>();
+  private readonly exchanges = new Set<string>();
 
   private constructor(private readonly connection: amqplib.ChannelModel) {}
 
@@ -81,6 +82,11 @@ export class RabbitMqAdmin implements BrokerAdmin {
     const channel = `fault.${randomUUID()}`;
     this.queues.add(channel).add(`${channel}.dlq`).add(`${channel}.dlq.dlq`);
     return channel;
+  }
+
+  partitioned(channel: string, count: number): void {
+    for (let index = 0; index < count; index++) this.queues.add(`${channel}.partition.${index}`);
+    this.exchanges.add(`${channel}.partitions`);
   }
 
   /** Ready messages of `queue` (not those delivered and unacknowledged). */
@@ -157,8 +163,10 @@ export class RabbitMqAdmin implements BrokerAdmin {
   async cleanup(): Promise<void> {
     await this.withChannel(async (channel) => {
       for (const queue of this.queues) await channel.deleteQueue(queue);
+      for (const exchange of this.exchanges) await channel.deleteExchange(exchange);
     });
     this.queues.clear();
+    this.exchanges.clear();
   }
 
   async close(): Promise<void> {

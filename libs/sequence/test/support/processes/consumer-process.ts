@@ -6,7 +6,7 @@ const SCRIPT = resolve(__dirname, 'fixtures/consumer.process.ts');
 
 /** A line of the consumer process's results file (see fixtures/consumer.process.ts). */
 export interface ConsumerEvent {
-  readonly event: 'ready' | 'started' | 'delivered';
+  readonly event: 'ready' | 'accepted' | 'started' | 'delivered';
   readonly pid: number;
   /** Epoch milliseconds. */
   readonly at: number;
@@ -14,6 +14,8 @@ export interface ConsumerEvent {
   readonly bytes?: number;
   readonly sha256?: string;
   readonly fragments?: number;
+  /** Of an `accepted` fragment. */
+  readonly position?: number;
 }
 
 export interface ConsumerProcessSettings {
@@ -28,6 +30,9 @@ export interface ConsumerProcessSettings {
   readonly handlerSleepMs?: number;
   /** How far ahead of the machine's the process's clock runs (`Date.now`); negative: behind. */
   readonly clockSkewMs?: number;
+  /** `sequence.buffer` (store unless given) and, broker-held, `sequence.partitions`. */
+  readonly buffer?: 'store' | 'broker';
+  readonly partitions?: number;
 }
 
 /** fixtures/consumer.process.ts running in a child process. */
@@ -45,6 +50,8 @@ export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
       LEASE_MS: String(settings.leaseMs ?? 30_000),
       HANDLER_SLEEP_MS: String(settings.handlerSleepMs ?? 0),
       CLOCK_SKEW_MS: String(settings.clockSkewMs ?? 0),
+      BUFFER: settings.buffer ?? 'store',
+      PARTITIONS: String(settings.partitions ?? 4),
     });
     return new ConsumerProcess(child, resultsFile).ready();
   }
