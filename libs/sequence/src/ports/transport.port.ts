@@ -26,6 +26,16 @@ export interface InboundMessage {
    * for a message of a plain channel.
    */
   readonly partition?: number;
+  /**
+   * Drops the transport's own reference to `body`, for a handler that keeps the message unsettled
+   * for long and has put its body elsewhere (broker-held reassembly spools it): the broker still
+   * holds the message whole, so held messages then cost the process no memory. Afterwards `body`
+   * is empty, and a `dead-letter` or a `requeue` with `delayMs` must give the body back in the
+   * disposition's `body`; without it the transport returns the message to its queue instead (a
+   * plain requeue: the broker delivers it again whole). Offered by transports whose broker keeps
+   * unsettled messages (RabbitMQ); undefined elsewhere.
+   */
+  readonly releaseBody?: () => void;
 }
 
 /**
@@ -40,8 +50,19 @@ export interface InboundMessage {
  */
 export type Disposition =
   | { readonly action: 'ack' }
-  | { readonly action: 'requeue'; readonly delayMs?: number; readonly reason?: string }
-  | { readonly action: 'dead-letter'; readonly reason: string };
+  | {
+      readonly action: 'requeue';
+      readonly delayMs?: number;
+      readonly reason?: string;
+      /** The body to put at the tail, for a message whose body was released (`releaseBody`). */
+      readonly body?: Buffer;
+    }
+  | {
+      readonly action: 'dead-letter';
+      readonly reason: string;
+      /** The body to dead-letter, for a message whose body was released (`releaseBody`). */
+      readonly body?: Buffer;
+    };
 
 /** Decides a message's fate. A handler that throws is treated as `requeue` with no delay. */
 export type MessageHandler = (message: InboundMessage) => Promise<Disposition>;
@@ -228,16 +249,23 @@ export interface Transport {
  * (a handler returning nothing, say) counts as a plain `requeue`, never as an ack.
  */
 export function toDisposition(outcome: unknown): Disposition {
-  const candidate = (outcome ?? {}) as { action?: unknown; reason?: unknown; delayMs?: unknown };
+  const candidate = (outcome ?? {}) as {
+    action?: unknown;
+    reason?: unknown;
+    delayMs?: unknown;
+    body?: unknown;
+  };
   if (candidate.action === 'ack') return { action: 'ack' };
+  const body = Buffer.isBuffer(candidate.body) ? { body: candidate.body } : {};
   if (candidate.action === 'dead-letter') {
     const reason =
       typeof candidate.reason === 'string' ? candidate.reason : 'dead-lettered by the handler';
-    return { action: 'dead-letter', reason };
+    return { action: 'dead-letter', reason, ...body };
   }
   return {
     action: 'requeue',
     delayMs: candidate.action === 'requeue' ? requeueDelay(candidate.delayMs) : undefined,
+    ...(candidate.action === 'requeue' ? body : {}),
   };
 }
 

@@ -61,7 +61,11 @@ interface Delivery {
   readonly amqp: Channel;
   readonly message: ConsumeMessage;
   readonly source: Source;
+  /** The handler released the body (`InboundMessage.releaseBody`): `message.content` is empty. */
+  released?: boolean;
 }
+
+const NO_BODY = Buffer.alloc(0);
 
 /** Waits before reopening a channel the broker closed: doubling from the first, up to the last. */
 const REOPEN_FIRST_DELAY_MS = 100;
@@ -320,23 +324,36 @@ export class RabbitMqSubscription implements Subscription {
   }
 
   private async handle(delivery: Delivery): Promise<void> {
+    let outcome: unknown;
+    try {
+      outcome = await this.settings.handler(this.inbound(delivery));
+    } catch {
+      outcome = undefined; // a failing handler means requeue
+    }
+    this.settle(delivery, toDisposition(outcome));
+  }
+
+  /**
+   * The message as the handler sees it. Its `releaseBody` empties the body here and in the
+   * delivery kept for the ack, so that nothing of this subscription holds it any more.
+   */
+  private inbound(delivery: Delivery): InboundMessage {
     const { message, source } = delivery;
     const headers = { ...(message.properties.headers ?? {}) };
-    const inbound: InboundMessage = {
+    const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
       channel: this.channel,
       body: message.content,
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the broker.
       redelivered: message.fields.redelivered || requeueCount(headers) > 0,
       ...(source.partition === undefined ? {} : { partition: source.partition }),
+      releaseBody: () => {
+        delivery.released = true;
+        delivery.message.content = NO_BODY;
+        inbound.body = NO_BODY;
+      },
     };
-    let outcome: unknown;
-    try {
-      outcome = await this.settings.handler(inbound);
-    } catch {
-      outcome = undefined; // a failing handler means requeue
-    }
-    this.settle(delivery, toDisposition(outcome));
+    return inbound;
   }
 
   private settle(delivery: Delivery, disposition: Disposition): void {
@@ -350,16 +367,40 @@ export class RabbitMqSubscription implements Subscription {
         this.finish(delivery, 'requeue');
         return;
       }
+      if (!this.bodyFor(delivery, disposition)) return;
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
-      this.holdFor(delayMs, () => this.forward(this.requeueAtTail(delivery)));
+      this.holdFor(delayMs, () =>
+        this.forward(this.requeueAtTail(delivery, this.bodyFor(delivery, disposition)!)),
+      );
     } else if (this.settings.deadLetterChannel === undefined) {
       this.settings.logger.warn(droppedReplyWarning(this.channel, disposition.reason));
       this.finish(delivery, 'ack');
     } else {
+      const body = this.bodyFor(delivery, disposition);
+      if (!body) return;
       this.forward(
-        this.deadLetterThenAck(delivery, this.settings.deadLetterChannel, disposition.reason),
+        this.deadLetterThenAck(delivery, this.settings.deadLetterChannel, disposition.reason, body),
       );
     }
+  }
+
+  /**
+   * The body a dead letter or a copy at the tail carries: the disposition's, else the message's
+   * own. A message whose body the handler released and did not give back goes back to its queue
+   * instead, whole (the broker still has it): undefined then, and the message is settled.
+   */
+  private bodyFor(
+    delivery: Delivery,
+    disposition: Extract<Disposition, { body?: Buffer }>,
+  ): Buffer | undefined {
+    if (disposition.body) return disposition.body;
+    if (!delivery.released) return delivery.message.content;
+    this.settings.logger.warn(
+      `a message of ${delivery.source.queue} was to be ${disposition.action === 'dead-letter' ? 'dead-lettered' : 'requeued behind the queued ones'} ` +
+        'after its handler released its body, without the body: returned to its queue instead',
+    );
+    this.finish(delivery, 'requeue');
+    return undefined;
   }
 
   private forward(pending: Promise<void>): void {
@@ -371,7 +412,7 @@ export class RabbitMqSubscription implements Subscription {
    * The original is acked only once its copy at the tail is confirmed; if that fails, it goes back
    * to the head as a plain requeue would, rather than being lost.
    */
-  private async requeueAtTail(delivery: Delivery): Promise<void> {
+  private async requeueAtTail(delivery: Delivery, body: Buffer): Promise<void> {
     const { amqp, message } = delivery;
     // Its channel closed during the delay: the broker has already put it back; a copy would be a
     // duplicate.
@@ -384,7 +425,7 @@ export class RabbitMqSubscription implements Subscription {
     ]);
     try {
       // The tail of the queue it came from: its partition's, for a partitioned channel.
-      await this.settings.publish(delivery.source.queue, message.content, headers);
+      await this.settings.publish(delivery.source.queue, body, headers);
       this.finish(delivery, 'ack');
     } catch (error) {
       this.settings.logger.warn(
@@ -401,6 +442,7 @@ export class RabbitMqSubscription implements Subscription {
     delivery: Delivery,
     deadLetterChannel: string,
     reason: string,
+    body: Buffer,
   ): Promise<void> {
     const { amqp, message } = delivery;
     // Its channel closed before the verdict: the broker has put it back (and may have delivered
@@ -416,7 +458,7 @@ export class RabbitMqSubscription implements Subscription {
       [SequenceHeader.deathReason],
     );
     try {
-      await this.settings.publish(deadLetterChannel, message.content, headers);
+      await this.settings.publish(deadLetterChannel, body, headers);
       this.finish(delivery, 'ack');
     } catch (error) {
       this.settings.logger.warn(
