@@ -3,7 +3,9 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
-import type { InMemoryTransport, SequenceStore } from 'nest-sequence';
+import { MemorySequenceStore, type InMemoryTransport, type SequenceStore } from 'nest-sequence';
+import { buildFragmentHeaders } from 'nest-sequence/wire';
+import { crc32 } from '../../src/core/checksum';
 import {
   bytes,
   createSequenceTestApp,
@@ -49,6 +51,31 @@ async function spoolFiles(dir: string): Promise<string[]> {
 
 async function openInStore(store: SequenceStore): Promise<number> {
   return (await store.stats(Date.now())).openSequences;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A memory store whose `finish` and `accept` can be slowed, counting accepts per sequence. */
+class SlowStore extends MemorySequenceStore {
+  finishDelayMs = 0;
+  acceptDelayMs = 0;
+  finishing = 0;
+  readonly accepts = new Map<string, number>();
+
+  override async finish(...args: Parameters<MemorySequenceStore['finish']>): Promise<boolean> {
+    this.finishing++;
+    if (this.finishDelayMs) await sleep(this.finishDelayMs);
+    return super.finish(...args);
+  }
+
+  override async accept(
+    ...args: Parameters<MemorySequenceStore['accept']>
+  ): ReturnType<MemorySequenceStore['accept']> {
+    const id = args[0].sequenceId;
+    this.accepts.set(id, (this.accepts.get(id) ?? 0) + 1);
+    if (this.acceptDelayMs) await sleep(this.acceptDelayMs);
+    return super.accept(...args);
+  }
 }
 
 /**
@@ -282,6 +309,63 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-spool')[0].bytes.equals(payload)).toBe(true);
     expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('keeps nothing open for a first fragment refused as a contradiction', async () => {
+    const channel = 'held.first-refused';
+    const { transport } = await app(channel);
+    const body = bytes(100, 16);
+    // Its body alone passes the bytes it declares for the whole sequence.
+    const headers = buildFragmentHeaders({
+      sequenceId: 'held-refused',
+      position: 1,
+      size: 2,
+      last: false,
+      crc32: crc32(body),
+      bytes: 10,
+    });
+    await publishHeld(transport, channel, [{ body, headers }]);
+    await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 0, 'no spool file left');
+    expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
+      /^declaration-changed: /,
+    );
+  });
+
+  it('never both handles and expires a sequence whose last fragment comes as it expires', async () => {
+    const channel = 'held.expiry-race';
+    const store = new SlowStore();
+    store.finishDelayMs = 300;
+    const { transport, handler } = await app(channel, { timeoutMs: 200, store });
+    const fragments = makeFragments('held-race', bytes(3_000, 17), 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 2));
+    await eventually(() => store.finishing > 0, 'expiry began');
+    await publishHeld(transport, channel, fragments.slice(2));
+    await eventually(() => deadLetters(transport, channel).length === 3, 'all three dead-lettered');
+    expect(handler.calls).toBe(0);
+    for (const letter of deadLetters(transport, channel)) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/^sequence-expired: /);
+    }
+  });
+
+  it('spills only the youngest sequence of a full window while the store takes it slowly', async () => {
+    const channel = 'held.no-cascade';
+    const store = new SlowStore();
+    store.acceptDelayMs = 60;
+    const { transport, handler } = await app(channel, { window: 4, partitions: 1, store });
+    const x = makeFragments('x', bytes(3_000, 18), 1_000);
+    const y = makeFragments('y', bytes(4_000, 19), 1_000);
+    const one = (fragment: TestFragment) =>
+      transport.publish(channel, fragment.body, fragment.headers, {
+        partition: { index: 0, count: 1 },
+      });
+    await one(x[0]);
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'x held');
+    for (const fragment of y.slice(0, 3)) await one(fragment);
+    for (const fragment of [x[1], x[2], y[3]]) await one(fragment);
+    await eventually(() => handler.deliveries.length === 2, 'both handled');
+    expect(store.accepts.get('x') ?? 0).toBe(0);
+    expect(store.accepts.get('y')).toBeGreaterThanOrEqual(4);
   });
 
   it('takes fragments published to the plain channel through the store', async () => {

@@ -99,8 +99,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         );
         return this.requeue('unexpected error');
       });
-      if (taken instanceof Promise) {
-        held = taken;
+      if ('held' in taken) {
+        held = taken.held;
         return ACK; // the receive span ends here; the message stays held
       }
       return taken;
@@ -128,7 +128,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private async take(
     message: InboundMessage,
     consumer: SequenceConsumer,
-  ): Promise<Disposition | Promise<Disposition>> {
+  ): Promise<Disposition | { held: Promise<Disposition> }> {
     const { channel, options } = consumer;
     if (this.closed) return { action: 'requeue', reason: 'shutting down' };
     const body: unknown = message.body;
@@ -148,7 +148,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (!(target instanceof HeldSequence)) {
       return 'to' in target ? this.aggregator.receive(message, consumer) : target;
     }
-    return this.hold(target, fragment, body, message, consumer);
+    if (this.closed) return { action: 'requeue', reason: 'shutting down' };
+    const verdict = this.hold(target, fragment, body, message, consumer);
+    return verdict instanceof Promise ? { held: verdict } : verdict;
   }
 
   /** The held sequence of `fragment`, or where else it goes. */
@@ -190,7 +192,12 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (state !== 'unknown') return this.routeToStore(key, consumer);
     const partition = partitionIndex(fragment.sequenceId, consumer.options.partitions);
     try {
+      if (this.closed) return { action: 'requeue', reason: 'shutting down' };
       const file = await this.spool.create();
+      if (this.closed) {
+        void file.remove();
+        return { action: 'requeue', reason: 'shutting down' };
+      }
       const sequence = new HeldSequence(
         consumer.channel,
         fragment.sequenceId,
@@ -221,7 +228,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const { channel, options } = consumer;
     const facts = { ...fragment, bodyBytes: body.length };
     const admission = admitFragment(sequence.state, facts, options);
+    // Being delivered, spilled, ended or released meanwhile: only a duplicate of a fragment still
+    // held may take its place; anything else comes back later and meets the sequence's verdict.
+    const superseding = admission.kind === 'duplicate' && sequence.fragments.has(fragment.position);
+    if (sequence.phase !== 'holding' && !(sequence.phase === 'delivering' && superseding)) {
+      return this.requeue(`sequence ${fragment.sequenceId} is being settled`);
+    }
     if (admission.kind === 'contradiction') {
+      // A first fragment refused: nothing is held, nothing to keep open.
+      if (sequence.fragments.size === 0) {
+        this.forget(sequence);
+        sequence.phase = 'done';
+        void this.discard(sequence);
+      }
       return this.checks.reject(
         channel,
         admission.code,
@@ -231,15 +250,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     let settle!: (disposition: Disposition) => void;
     const settled = new Promise<Disposition>((resolve) => (settle = resolve));
-    if (admission.kind === 'duplicate') {
+    if (admission.kind === 'duplicate' && superseding) {
       // The broker delivered it again: after a lost channel the earlier delivery is gone, so the
       // newest is the one to keep; the earlier one is acked (a no-op when it is gone).
       const earlier = sequence.fragments.get(fragment.position)!;
+      // The spool has these bytes already (the same CRC-32) once the earlier write went through.
+      const released = earlier.released && message.releaseBody !== undefined;
+      if (released) message.releaseBody();
       sequence.fragments.set(fragment.position, {
         ...earlier,
         headers: message.headers,
         redelivered: message.redelivered,
         settle,
+        released,
       });
       earlier.settle(ACK);
       this.metrics.duplicateFragment(channel);
@@ -265,15 +288,25 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     sequence.describe(fragment);
     recordFragment(sequence.state, facts, Date.now());
-    const range = sequence.spool(fragment.position, body);
+    const { offset, length, written } = sequence.spool(fragment.position, body);
     const held: HeldFragment = {
-      ...range,
+      offset,
+      length,
       position: fragment.position,
       headers: message.headers,
       redelivered: message.redelivered,
       settle,
+      released: false,
     };
     sequence.fragments.set(fragment.position, held);
+    // Spooled: the transport need not hold the body any more (the broker holds the message).
+    if (message.releaseBody) {
+      void written.then((ok) => {
+        if (!ok || sequence.fragments.get(fragment.position) !== held) return;
+        message.releaseBody!();
+        held.released = true;
+      });
+    }
     this.lifecycle.fragmentAccepted(channel, fragment, body.length);
     const load = this.addLoad(sequence, 1);
     this.scheduleExpiry(sequence, consumer);
@@ -319,6 +352,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
     this.routeToStore(key, consumer);
     this.held.delete(key);
+    // Out of the window at once: what it frees while it moves must not spill others.
+    this.addLoad(sequence, -sequence.fragments.size);
     await sequence.written().catch(() => undefined);
     const fragments = [...sequence.fragments.values()].sort((a, b) => a.position - b.position);
     for (const fragment of fragments) {
@@ -329,6 +364,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
           { channel: consumer.channel, body, headers: fragment.headers, redelivered: true },
           consumer,
         );
+        // The transport forwards what it no longer holds with the body read back here.
+        if (fragment.released && disposition.action !== 'ack')
+          disposition = { ...disposition, body };
       } catch (error) {
         this.logger.warn(
           `${consumer.channel}: could not read fragment ${fragment.position} of sequence ` +
@@ -337,7 +375,6 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         disposition = this.requeue('spool unreadable');
       }
       fragment.settle(disposition);
-      this.addLoad(sequence, -1);
     }
     sequence.fragments.clear();
     sequence.phase = 'done';
@@ -349,6 +386,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     consumer: SequenceConsumer,
     completedBy: InboundMessage,
   ): Promise<void> {
+    if (sequence.phase !== 'holding') return;
     sequence.phase = 'delivering';
     clearTimeout(sequence.timer);
     const { channel } = consumer;
@@ -469,12 +507,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   ): Promise<void> {
     const ref = { scope: sequence.channel, sequenceId: sequence.sequenceId };
     try {
-      await this.store.finish(ref, outcome, {
+      const recorded = await this.store.finish(ref, outcome, {
         now: Date.now(),
         retentionMs: this.options.sequence.retentionMs,
         consumerId: this.options.consumerId,
         reason,
       });
+      if (!recorded) {
+        this.logger.warn(
+          `sequence ${ref.sequenceId} on ${ref.scope} was ${outcome} here, but the ` +
+            `${this.store.name} store already holds another outcome for it (another instance ` +
+            'took the partition over meanwhile); the stored outcome stands',
+        );
+      }
     } catch (error) {
       this.logger.error(
         `sequence ${ref.sequenceId} on ${ref.scope} was ${outcome} but its marker could not be ` +

@@ -18,6 +18,11 @@ export interface HeldFragment extends SpoolRange {
   readonly redelivered: boolean;
   /** Settles the message: the transport acts on it once called. */
   readonly settle: (disposition: Disposition) => void;
+  /**
+   * The transport no longer holds the body (`InboundMessage.releaseBody`, once it was spooled):
+   * to forward it, the body must come from the spool, or the broker must deliver it again.
+   */
+  released: boolean;
 }
 
 /**
@@ -36,7 +41,7 @@ export class HeldSequence {
   contentType?: string;
   contentEncoding?: string;
   timer?: NodeJS.Timeout;
-  private readonly writes = new Set<Promise<void>>();
+  private readonly writes = new Set<Promise<boolean>>();
   private writeFailure?: Error;
   private readonly hash: Hash = createHash('sha256');
   /** The next position the running hash takes; 0 once a fragment came out of order. */
@@ -60,8 +65,11 @@ export class HeldSequence {
     this.contentEncoding = fragment.contentEncoding;
   }
 
-  /** Writes a new fragment's body at the end of the file; feeds the running hash when in order. */
-  spool(position: number, body: Buffer): SpoolRange {
+  /**
+   * Writes a new fragment's body at the end of the file; feeds the running hash when in order.
+   * `written` resolves true once the file holds it, false if the write failed.
+   */
+  spool(position: number, body: Buffer): SpoolRange & { written: Promise<boolean> } {
     const range = { offset: this.spooled, length: body.length };
     this.spooled += body.length;
     if (position === this.nextHashed) {
@@ -70,12 +78,16 @@ export class HeldSequence {
     } else {
       this.nextHashed = 0;
     }
-    const writing = this.file.write(body, range.offset).catch((error: unknown) => {
-      this.writeFailure ??= error instanceof Error ? error : new Error(String(error));
-    });
+    const writing = this.file.write(body, range.offset).then(
+      () => true,
+      (error: unknown) => {
+        this.writeFailure ??= error instanceof Error ? error : new Error(String(error));
+        return false;
+      },
+    );
     this.writes.add(writing);
     void writing.finally(() => this.writes.delete(writing));
-    return range;
+    return { ...range, written: writing };
   }
 
   /** Waits for every write; rejects with the first that failed. */
@@ -132,10 +144,22 @@ export class HeldSequence {
     };
   }
 
-  /** Settles every held fragment the same way, once; returns how many there were. */
+  /**
+   * Settles every held fragment the same way, once; returns how many there were. A fragment whose
+   * body was released cannot be forwarded by the transport: instead of a `dead-letter` or delayed
+   * `requeue` it goes back to its queue, and comes again whole (to meet the marker's verdict).
+   */
   settleAll(disposition: Disposition): number {
     const count = this.fragments.size;
-    for (const fragment of this.fragments.values()) fragment.settle(disposition);
+    for (const fragment of this.fragments.values()) {
+      const forwards =
+        disposition.action !== 'ack' && !(disposition.action === 'requeue' && !disposition.delayMs);
+      fragment.settle(
+        fragment.released && forwards
+          ? { action: 'requeue', reason: `returned for ${disposition.action}` }
+          : disposition,
+      );
+    }
     this.fragments.clear();
     this.phase = 'done';
     clearTimeout(this.timer);

@@ -21,6 +21,7 @@ export class Spool {
   private readonly dir: string;
   private reserved = 0;
   private opened?: Promise<void>;
+  private closed = false;
 
   constructor(
     private readonly root: string,
@@ -47,7 +48,12 @@ export class Spool {
 
   /** A new, empty file for one sequence. */
   async create(): Promise<SpoolFile> {
-    this.opened ??= this.prepare();
+    if (this.closed) throw new Error('the spool is closed');
+    // A failed preparation (a full disk, say) is tried again by the next sequence.
+    this.opened ??= this.prepare().catch((error: unknown) => {
+      this.opened = undefined;
+      throw error;
+    });
     await this.opened;
     const path = join(this.dir, `${randomUUID()}.spool`);
     return new SpoolFile(path, await open(path, 'w+'));
@@ -55,8 +61,8 @@ export class Spool {
 
   /** Removes this process's directory and everything in it. */
   async close(): Promise<void> {
+    this.closed = true;
     await rm(this.dir, { recursive: true, force: true });
-    this.opened = undefined;
   }
 
   private async prepare(): Promise<void> {

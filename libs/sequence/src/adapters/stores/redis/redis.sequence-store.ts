@@ -603,10 +603,10 @@ export class RedisSequenceStore implements SequenceStore {
 
   async status(ref: SequenceRef, now: number): Promise<SequenceStatus> {
     const keys = this.keys.sequence(ref);
-    const [marker, state] = await Promise.all([
-      this.redis.hmget(keys.done, 'outcome', 'until', 'reason'),
-      this.redis.hget(keys.meta, 'state'),
-    ]);
+    // The state first, then the marker: a finish between the two reads (which drops the state and
+    // writes the marker at once) is then seen as finished, never as unknown.
+    const state = await this.redis.hget(keys.meta, 'state');
+    const marker = await this.redis.hmget(keys.done, 'outcome', 'until', 'reason');
     const [outcome, until, reason] = marker;
     if (outcome && Number(until) > now) {
       return {
