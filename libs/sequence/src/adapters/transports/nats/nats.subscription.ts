@@ -261,6 +261,9 @@ export class NatsSubscription implements Subscription {
   private settle(message: JsMsg, inbound: InboundMessage, disposition: Disposition): void {
     // After close, the message went back to the consumer: a late verdict changes nothing.
     if (this.closed || !this.unsettled.has(message)) return;
+    // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
+    // for the server to deliver again rather than settled from here.
+    if (this.settings.mayHold?.() === false) return;
     if (disposition.action === 'ack') {
       this.finish(message, () => message.ack());
     } else if (disposition.action === 'dead-letter') {
