@@ -50,7 +50,8 @@ export interface NatsSubscriptionSettings {
   readonly release?: () => Promise<void>;
   /**
    * Whether this subscriber may still hold messages (a partition's lease): while false, no
-   * in-progress acks go out and what arrives is handed back at once. @default always
+   * in-progress acks go out, no verdict is sent, and what arrives is not handled (the owner of
+   * the lease stops the subscription). @default always
    */
   readonly mayHold?: () => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
@@ -203,11 +204,16 @@ export class NatsSubscription implements Subscription {
         this.batch = batch;
         if (this.closed) batch.stop();
         for await (const message of batch) {
-          if (this.closed && this.settings.drainPullOnClose) {
-            // Pulled as the subscription closes: handed back with the others once the pull ends.
+          if (
+            (this.closed && this.settings.drainPullOnClose) ||
+            this.settings.mayHold?.() === false
+          ) {
+            // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
+            // settled with the others at close. (A nak now would bring it straight back to this
+            // pull request, again and again.)
             this.unsettled.add(message);
-          } else if (this.closed || this.settings.mayHold?.() === false) {
-            // Pulled as the subscription closed, or its claim lapsed: straight back.
+          } else if (this.closed) {
+            // Pulled as the subscription closed: straight back to the consumer.
             message.nak(MIN_NAK_DELAY_MS);
           } else {
             this.receive(message);
