@@ -83,9 +83,12 @@ export class NatsPartitionedSubscription implements Subscription {
     this.channel = settings.channel;
   }
 
-  /** The partitions this subscriber holds now. */
+  /** The partitions this subscriber holds now (a lease it trusts). */
   get partitions(): readonly number[] {
-    return [...this.owned.keys()].sort((a, b) => a - b);
+    return [...this.owned.values()]
+      .filter((partition) => this.trusted(partition))
+      .map((partition) => partition.index)
+      .sort((a, b) => a - b);
   }
 
   /** Starts: resolves once it has tried to claim every free partition. */
