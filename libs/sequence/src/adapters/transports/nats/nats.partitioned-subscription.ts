@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { Logger } from '@nestjs/common';
 import { errorMessage } from '../../../core/errors/caught';
 import type { Subscription } from '../../../ports/transport.port';
@@ -13,6 +14,11 @@ const TRUSTED_SHARE = 0.9;
 const RENEW_SHARE = 1 / 3;
 /** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
 const CLAIM_SHARE = 1 / 10;
+
+/** Milliseconds of a clock that no wall-clock adjustment moves: lease times are durations. */
+function monotonicNow(): number {
+  return performance.now();
+}
 
 export interface NatsPartitionedSubscriptionSettings {
   readonly channel: string;
@@ -77,9 +83,12 @@ export class NatsPartitionedSubscription implements Subscription {
     this.channel = settings.channel;
   }
 
-  /** The partitions this subscriber holds now. */
+  /** The partitions this subscriber holds now (a lease it trusts). */
   get partitions(): readonly number[] {
-    return [...this.owned.keys()].sort((a, b) => a - b);
+    return [...this.owned.values()]
+      .filter((partition) => this.trusted(partition))
+      .map((partition) => partition.index)
+      .sort((a, b) => a - b);
   }
 
   /** Starts: resolves once it has tried to claim every free partition. */
@@ -170,11 +179,11 @@ export class NatsPartitionedSubscription implements Subscription {
   }
 
   private async renew(): Promise<void> {
-    const due = Date.now() - this.leaseMs * RENEW_SHARE;
+    const due = monotonicNow() - this.leaseMs * RENEW_SHARE;
     const renewals = [...this.owned.values()]
       .filter((partition) => partition.writtenAt <= due)
       .map(async (partition) => {
-        const sentAt = Date.now();
+        const sentAt = monotonicNow();
         const sequence = await this.settings.leases.renew(partition.index, partition.sequence);
         if (this.owned.get(partition.index) !== partition) return;
         if (sequence === undefined) {
@@ -201,7 +210,7 @@ export class NatsPartitionedSubscription implements Subscription {
       if (this.owned.has(index)) continue;
       const previous = this.lapsed.get(index);
       if (held.has(index) && previous === undefined) continue;
-      const sentAt = Date.now();
+      const sentAt = monotonicNow();
       const sequence =
         previous === undefined
           ? await this.settings.leases.claim(index)
@@ -218,7 +227,7 @@ export class NatsPartitionedSubscription implements Subscription {
   }
 
   private trusted(partition: OwnedPartition): boolean {
-    return Date.now() < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
+    return monotonicNow() < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
   }
 
   /** Stops pulling a partition whose lease is gone: handing its messages back, or not. */

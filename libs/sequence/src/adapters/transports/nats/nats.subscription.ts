@@ -50,7 +50,8 @@ export interface NatsSubscriptionSettings {
   readonly release?: () => Promise<void>;
   /**
    * Whether this subscriber may still hold messages (a partition's lease): while false, no
-   * in-progress acks go out and what arrives is handed back at once. @default always
+   * in-progress acks go out, no verdict is sent, and what arrives is not handled (the owner of
+   * the lease stops the subscription). @default always
    */
   readonly mayHold?: () => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
@@ -203,11 +204,16 @@ export class NatsSubscription implements Subscription {
         this.batch = batch;
         if (this.closed) batch.stop();
         for await (const message of batch) {
-          if (this.closed && this.settings.drainPullOnClose) {
-            // Pulled as the subscription closes: handed back with the others once the pull ends.
+          if (
+            (this.closed && this.settings.drainPullOnClose) ||
+            this.settings.mayHold?.() === false
+          ) {
+            // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
+            // settled with the others at close. (A nak now would bring it straight back to this
+            // pull request, again and again.)
             this.unsettled.add(message);
-          } else if (this.closed || this.settings.mayHold?.() === false) {
-            // Pulled as the subscription closed, or its claim lapsed: straight back.
+          } else if (this.closed) {
+            // Pulled as the subscription closed: straight back to the consumer.
             message.nak(MIN_NAK_DELAY_MS);
           } else {
             this.receive(message);
@@ -261,6 +267,9 @@ export class NatsSubscription implements Subscription {
   private settle(message: JsMsg, inbound: InboundMessage, disposition: Disposition): void {
     // After close, the message went back to the consumer: a late verdict changes nothing.
     if (this.closed || !this.unsettled.has(message)) return;
+    // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
+    // for the server to deliver again rather than settled from here.
+    if (this.settings.mayHold?.() === false) return;
     if (disposition.action === 'ack') {
       this.finish(message, () => message.ack());
     } else if (disposition.action === 'dead-letter') {
