@@ -65,7 +65,11 @@ local function acceptStep(A)
         return {'full', indexRecordIf(s, false), expected, refused}
       end
     end
-    beforeAppend(s, now)
+    -- As beforeAppend, with the length just read: an empty list starts its stall clock now.
+    if listed == 0 then
+      s.handOffAt = now
+      s.createdHandOff = true
+    end
     rcall('RPUSH', handOffKey, 'e' .. entry)
     s.next = seq + 1
     s.hoBytes = s.hoBytes + bytes

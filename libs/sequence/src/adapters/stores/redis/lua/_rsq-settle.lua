@@ -21,11 +21,14 @@ local function settleStep(A)
   -- Only a tracked hand-off (see indexRecordIf) is in the index: only its progress is news.
   local wasTracked = s.track
 
-  if not replayed then
-    trimHandOff(s, count)
-    rcall('HSET', stateKey, 'settled', token)
+  local left
+  if replayed then
+    left = rcall('LLEN', handOffKey)
+  else
+    left = trimHandOff(s, count)
+    s.settled = token -- written with the state, below
   end
-  if rcall('LLEN', handOffKey) == 0 then
+  if left == 0 then
     s.holder, s.leaseUntil, s.handOffAt, s.track = nil, nil, nil, false
     saveState(s, now, retentionMs)
     return {'empty', wasTracked and indexRecord(s) or {}}
