@@ -23,19 +23,23 @@
  * left by a lost step after the list emptied. listGaps and listStalledHandOffs may thus name a
  * key whose state moved on; the per-key scripts re-check everything (resolveGap answers 'none',
  * claimDrain 'empty'). On a single node (no Cluster) the changing scripts run as their '-ix'
- * variants, which apply step 2 inline: one round trip, and no window between the steps.
+ * variants, which apply step 2 inline: one round trip, and no window between the steps. There,
+ * too, the accepts (and the settles) made in one turn of the event loop go in one call
+ * (rsq-accept-batch, rsq-settle-batch), each taken as its own -ix call would take it.
  *
  * maxBufferedTotal and maxBufferedBytesTotal: the accept script cannot read the scope totals
  * (another slot). The caller passes the totals it last saw (from the last index step of this
  * instance, or a read at most TOTAL_MAX_AGE_MS old) and the script refuses to buffer past them. Events
  * accepted by other instances within that window are not seen: the bound may be overshot by
- * as many events as the instances buffer in ~100 ms. Before a refusal stands, the store prunes
+ * as many events as the instances buffer in ~100 ms (the accepts of one batch call are checked
+ * against the totals the ones before them left). Before a refusal stands, the store prunes
  * the records of expired keys (rsq-prune) and asks again with the total that is left.
  *
  * Retention: a key expires retentionMs after its last change, by the `now` the callers pass
  * (a script that finds it expired deletes it and starts afresh; the index step prunes expired
- * records, taking their events off the total) and in real time (every change PEXPIREs the
- * key's keys to retentionMs, the index keys to retentionMs + keyTtlMarginMs), the safety net
+ * records, taking their events off the total) and in real time (the key's keys live at least
+ * retentionMs after its last change, the index keys retentionMs + keyTtlMarginMs after the
+ * scope's: lua/_resequencer.lua and lua/_rsq-index.lua renew the TTLs lazily), the safety net
  * for keys and scopes nobody comes back to.
  *
  * Clocks: every time a caller passes (now, openedBefore, idleSince) goes to the scripts with the
