@@ -4,6 +4,7 @@ import type { Disposition } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
 import {
   inSpan,
+  NOT_RECORDING,
   messagingAttributes,
   withTraceHeaders,
   type TraceSpan,
@@ -31,6 +32,7 @@ export class ResequencerTracing {
     headers: Readonly<Record<string, unknown>>,
     work: (span: TraceSpan) => Promise<Disposition>,
   ): Promise<Disposition> {
+    if (!this.tracing.enabled) return work(NOT_RECORDING);
     return inSpan(
       this.tracing,
       {
@@ -59,6 +61,8 @@ export class ResequencerTracing {
   }
 
   release<T>(key: string, entry: ResequencedEntry, work: () => Promise<T>): Promise<T> {
+    // Tracing off (the default): not even the span's attributes are built, once per event.
+    if (!this.tracing.enabled) return work();
     const heldAt = entry.headers[HELD_AT_HEADER];
     const heldMs = typeof heldAt === 'number' ? Math.max(0, Date.now() - heldAt) : undefined;
     return inSpan(

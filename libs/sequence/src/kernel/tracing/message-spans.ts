@@ -57,7 +57,8 @@ export interface SpanPlan {
   readonly startTime?: number;
 }
 
-const NOT_RECORDING: TraceSpan = {
+/** The span that work run with tracing off gets: it records nothing. */
+export const NOT_RECORDING: TraceSpan = {
   recording: false,
   set: () => undefined,
   event: () => undefined,

@@ -106,6 +106,11 @@ export class RedisResequencerIndex {
     ];
   }
 
+  /** What rsq-accept-batch takes for its inline index steps: the index keys' TTL, the prune batch. */
+  batchArguments(): [number, number] {
+    return [this.retentionMs + this.marginMs, PRUNE_BATCH];
+  }
+
   /** The scope's totals as last seen, if at most {@link TOTAL_MAX_AGE_MS} old; else read now. */
   async recentTotals(scope: string): Promise<ScopeTotals> {
     const seen = this.totals.get(scope);

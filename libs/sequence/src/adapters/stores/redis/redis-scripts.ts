@@ -5,7 +5,10 @@ import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../../../core/
 
 export type RedisClient = Redis | Cluster;
 
-/** The Lua scripts of the store, one per atomic step (files `lua/<name>-<numberOfKeys>.lua`). */
+/**
+ * The Lua scripts of the store, one per atomic step (files `lua/<name>-<numberOfKeys>.lua`, or
+ * `lua/<name>-n.lua` for one that takes any number of keys).
+ */
 export type ScriptName =
   | 'accept'
   | 'renew-lease'
@@ -25,9 +28,11 @@ export type ScriptName =
   | 'claim-release'
   | 'rsq-accept'
   | 'rsq-accept-ix'
+  | 'rsq-accept-batch'
   | 'rsq-claim'
   | 'rsq-settle'
   | 'rsq-settle-ix'
+  | 'rsq-settle-batch'
   | 'rsq-release'
   | 'rsq-renew'
   | 'rsq-resolve'
@@ -40,14 +45,14 @@ export type ScriptName =
 
 export type ScriptArgument = string | number | Buffer;
 
-/** Runs one script: keys first (as many as its file name says), then arguments. */
+/** Runs one script: keys first (as many as its file name says, or any for "-n"), then arguments. */
 export type Script = (keys: readonly string[], args: readonly ScriptArgument[]) => Promise<unknown>;
 
 export type Scripts = Readonly<Record<ScriptName, Script>>;
 
 /** Next to this file in the sources (ts-jest) and in the build (nest-cli assets). */
 const LUA_DIRECTORY = join(__dirname, 'lua');
-const SCRIPT_FILE = /^([a-z-]+)-(\d+)\.lua$/;
+const SCRIPT_FILE = /^([a-z-]+)-(\d+|n)\.lua$/;
 const INCLUDE = /^--- @include "(_[a-z-]+)"$/gm;
 
 type CustomCommand = (...keysAndArgs: ScriptArgument[]) => Promise<unknown>;
@@ -68,8 +73,15 @@ export function loadScripts(client: RedisClient): Scripts {
     const match = SCRIPT_FILE.exec(file);
     if (!match) continue;
     const [, name, keys] = match;
-    const numberOfKeys = Number(keys);
     const command = `nseq_${name.replace(/-/g, '_')}`;
+    if (keys === 'n') {
+      // Without numberOfKeys, ioredis takes the number of keys as the first argument.
+      client.defineCommand(command, { lua: readLua(file) });
+      const run = (client as unknown as Record<string, CustomCommand>)[command].bind(client);
+      scripts[name as ScriptName] = (keyList, args) => run(keyList.length, ...keyList, ...args);
+      continue;
+    }
+    const numberOfKeys = Number(keys);
     client.defineCommand(command, { lua: readLua(file), numberOfKeys });
     const run = (client as unknown as Record<string, CustomCommand>)[command].bind(client);
     scripts[name as ScriptName] = (keyList, args) => {
@@ -106,9 +118,11 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'claim-release',
   'rsq-accept',
   'rsq-accept-ix',
+  'rsq-accept-batch',
   'rsq-claim',
   'rsq-settle',
   'rsq-settle-ix',
+  'rsq-settle-batch',
   'rsq-release',
   'rsq-renew',
   'rsq-resolve',

@@ -23,19 +23,23 @@
  * left by a lost step after the list emptied. listGaps and listStalledHandOffs may thus name a
  * key whose state moved on; the per-key scripts re-check everything (resolveGap answers 'none',
  * claimDrain 'empty'). On a single node (no Cluster) the changing scripts run as their '-ix'
- * variants, which apply step 2 inline: one round trip, and no window between the steps.
+ * variants, which apply step 2 inline: one round trip, and no window between the steps. There,
+ * too, the accepts (and the settles) made in one turn of the event loop go in one call
+ * (rsq-accept-batch, rsq-settle-batch), each taken as its own -ix call would take it.
  *
  * maxBufferedTotal and maxBufferedBytesTotal: the accept script cannot read the scope totals
  * (another slot). The caller passes the totals it last saw (from the last index step of this
  * instance, or a read at most TOTAL_MAX_AGE_MS old) and the script refuses to buffer past them. Events
  * accepted by other instances within that window are not seen: the bound may be overshot by
- * as many events as the instances buffer in ~100 ms. Before a refusal stands, the store prunes
+ * as many events as the instances buffer in ~100 ms (the accepts of one batch call are checked
+ * against the totals the ones before them left). Before a refusal stands, the store prunes
  * the records of expired keys (rsq-prune) and asks again with the total that is left.
  *
  * Retention: a key expires retentionMs after its last change, by the `now` the callers pass
  * (a script that finds it expired deletes it and starts afresh; the index step prunes expired
- * records, taking their events off the total) and in real time (every change PEXPIREs the
- * key's keys to retentionMs, the index keys to retentionMs + keyTtlMarginMs), the safety net
+ * records, taking their events off the total) and in real time (the key's keys live at least
+ * retentionMs after its last change, the index keys retentionMs + keyTtlMarginMs after the
+ * scope's: lua/_resequencer.lua and lua/_rsq-index.lua renew the TTLs lazily), the safety net
  * for keys and scopes nobody comes back to.
  *
  * Clocks: every time a caller passes (now, openedBefore, idleSince) goes to the scripts with the
@@ -80,6 +84,7 @@ import { SealedBufferFailure } from '../../../core/sealed-buffer';
 import { openEntry, sealEntry, undecryptableDetail } from '../sealed-entry';
 import { clockProblem, RedisClock } from './redis-clock';
 import { RedisResequencerIndex } from './redis-resequencer-index';
+import { RedisResequencerStoreError } from './redis-resequencer-store.error';
 import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
 import {
   interpretAccept,
@@ -93,6 +98,7 @@ import {
 } from './redis-resequencer-replies';
 import { loadScripts, type RedisClient, type ScriptArgument, type Scripts } from './redis-scripts';
 import { withCoalescedWrites } from './redis-command-writes';
+import { TickBatches } from './redis-tick-batches';
 import { socketTricksEnabled, unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 
 export interface RedisResequencerStoreOptions {
@@ -161,6 +167,16 @@ export class RedisResequencerStore implements ResequencerStore {
   /** On Redis Cluster the index step is a second script (another slot); on one node, inline. */
   private readonly isCluster: boolean;
   private readonly cipher?: BodyCipher;
+  /** On a single node, the accepts of one turn of the event loop, per scope and bounds. */
+  private readonly acceptBatches = new TickBatches<BatchedAccept, unknown>(
+    ACCEPT_BATCH_MAX,
+    (items) => this.acceptBatch(items),
+  );
+  /** On a single node, the settles of one turn of the event loop, per scope. */
+  private readonly settleBatches = new TickBatches<BatchedSettle, unknown>(
+    ACCEPT_BATCH_MAX,
+    (items) => this.settleBatch(items),
+  );
   private ownsClient = false;
 
   constructor(
@@ -270,20 +286,66 @@ export class RedisResequencerStore implements ResequencerStore {
   ): Promise<DrainSettlement> {
     assertDrainArguments(key, context);
     assertPositiveInteger('count', count);
-    const reply = await this.perKey('rsq-settle', key, context.now, [
+    // The settle token: a resent call (ioredis, after a reconnect) trims once.
+    const settle: BatchedSettle = { key, count, context, token: randomUUID() };
+    const reply = this.isCluster
+      ? await this.settleAlone(settle)
+      : await this.settleBatches.add(
+          JSON.stringify([key.scope, context.leaseMs, context.limit]),
+          settle,
+        );
+    return this.indexed(
+      key,
+      interpretSettle(reply, source('settleDrain', key, this.sealingOf(key))),
+      context.now,
+    );
+  }
+
+  /** One settle, one script call: rsq-settle-ix on a single node, rsq-settle on Redis Cluster. */
+  private settleAlone({ key, count, context, token }: BatchedSettle): Promise<unknown> {
+    return this.perKey('rsq-settle', key, context.now, [
       this.clock.stamp(context.now),
       context.holder,
       count,
       context.leaseMs,
       context.limit,
       this.retentionMs,
-      randomUUID(), // the settle token: a resent call (ioredis, after a reconnect) trims once
+      token,
     ]);
-    return this.indexed(
-      key,
-      interpretSettle(reply, source('settleDrain', key, this.sealingOf(key))),
-      context.now,
-    );
+  }
+
+  /**
+   * The settles of one turn in one scope (drains whose confirms came in together), on a single
+   * node: one rsq-settle-batch call, each answered as its own rsq-settle-ix call would be. A lone
+   * settle goes as rsq-settle-ix; when the batch call fails, each is tried alone (its token keeps
+   * one the failed call applied from trimming again).
+   */
+  private async settleBatch(
+    items: readonly BatchedSettle[],
+  ): Promise<PromiseSettledResult<unknown>[]> {
+    const alone = () => Promise.allSettled(items.map((item) => this.settleAlone(item)));
+    if (items.length === 1) return alone();
+    const { key: first, context } = items[0];
+    const keys = indexKeyList(this.keys.index(first.scope));
+    const args: ScriptArgument[] = [
+      context.leaseMs,
+      context.limit,
+      this.retentionMs,
+      ...this.index.batchArguments(),
+    ];
+    for (const item of items) {
+      keys.push(...keyKeyList(this.keys.of(item.key)));
+      args.push(
+        item.key.key,
+        this.clock.stamp(item.context.now),
+        item.context.holder,
+        item.count,
+        item.token,
+      );
+    }
+    return this.batchReplies('rsq-settle-batch', first.scope, items.length, () =>
+      this.scripts['rsq-settle-batch'](keys, args),
+    ).then((replies) => replies ?? alone());
   }
 
   async renewDrain(
@@ -390,7 +452,31 @@ export class RedisResequencerStore implements ResequencerStore {
     context: AcceptContext,
     seen: ScopeTotals,
   ): Promise<AcceptOutcome> {
-    const reply = await this.perKey('rsq-accept', key, context.now, [
+    const reply = this.isCluster
+      ? await this.acceptAlone(key, seq, encoded, context, seen)
+      : await this.acceptBatches.add(batchGroup(key.scope, context, seen), {
+          key,
+          seq,
+          encoded,
+          context,
+          seen,
+        });
+    return this.indexed(
+      key,
+      interpretAccept(reply, source('accept', key, this.sealingOf(key))),
+      context.now,
+    );
+  }
+
+  /** One accept, one script call: rsq-accept-ix on a single node, rsq-accept on Redis Cluster. */
+  private acceptAlone(
+    key: ResequencerKey,
+    seq: number,
+    encoded: string,
+    context: AcceptContext,
+    seen: ScopeTotals,
+  ): Promise<unknown> {
+    return this.perKey('rsq-accept', key, context.now, [
       this.clock.stamp(context.now),
       context.start,
       seq,
@@ -406,11 +492,83 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limits.maxBufferedBytesTotal ?? 0,
       seen.bytes,
     ]);
-    return this.indexed(
-      key,
-      interpretAccept(reply, source('accept', key, this.sealingOf(key))),
-      context.now,
+  }
+
+  /**
+   * The accepts of one turn that share a scope and bounds (see {@link batchGroup}), on a single
+   * node: one rsq-accept-batch call for them all, each answered as its own rsq-accept-ix call
+   * would be. A lone accept goes as rsq-accept-ix. When the batch call fails (Redis unreachable,
+   * or a script error on one event), each is tried alone, so that it fails or succeeds on its own:
+   * events the failed call took come back as duplicates or late, which is what their redelivery
+   * would answer.
+   */
+  private async acceptBatch(
+    items: readonly BatchedAccept[],
+  ): Promise<PromiseSettledResult<unknown>[]> {
+    const alone = () =>
+      Promise.allSettled(
+        items.map(({ key, seq, encoded, context, seen }) =>
+          this.acceptAlone(key, seq, encoded, context, seen),
+        ),
+      );
+    if (items.length === 1) return alone();
+    const { key: first, context, seen } = items[0];
+    const keys = indexKeyList(this.keys.index(first.scope));
+    const args: ScriptArgument[] = [
+      context.start,
+      context.limits.maxBufferedPerKey,
+      context.limits.maxBufferedTotal,
+      seen.events,
+      this.retentionMs,
+      context.drain?.leaseMs ?? 0,
+      context.drain?.limit ?? 0,
+      context.limits.maxBufferedBytesPerKey ?? 0,
+      context.limits.maxBufferedBytesTotal ?? 0,
+      seen.bytes,
+      ...this.index.batchArguments(),
+    ];
+    for (const item of items) {
+      keys.push(...keyKeyList(this.keys.of(item.key)));
+      args.push(
+        item.key.key,
+        this.clock.stamp(item.context.now),
+        item.seq,
+        item.encoded,
+        item.context.drain?.holder ?? '',
+      );
+    }
+    const replies = await this.batchReplies('rsq-accept-batch', first.scope, items.length, () =>
+      this.scripts['rsq-accept-batch'](keys, args),
     );
+    return replies ?? alone();
+  }
+
+  /**
+   * A batch script's replies, one per item, as settled results; undefined when the call failed,
+   * and each item is to be tried alone. A reply of another shape fails every item.
+   */
+  private async batchReplies(
+    script: 'rsq-accept-batch' | 'rsq-settle-batch',
+    scope: string,
+    count: number,
+    call: () => Promise<unknown>,
+  ): Promise<PromiseSettledResult<unknown>[] | undefined> {
+    let replies: unknown;
+    try {
+      replies = await call();
+    } catch {
+      return undefined;
+    }
+    if (!Array.isArray(replies) || replies.length !== count) {
+      const error = new RedisResequencerStoreError(
+        script,
+        scope,
+        undefined,
+        `the script answered ${JSON.stringify(replies)?.slice(0, 200)}; deploy the library's lua/ files with its code`,
+      );
+      return Array.from({ length: count }, () => ({ status: 'rejected', reason: error }));
+    }
+    return replies.map((value: unknown) => ({ status: 'fulfilled', value }));
   }
 
   /**
@@ -455,6 +613,43 @@ export class RedisResequencerStore implements ResequencerStore {
     else if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
     return step.result;
   }
+}
+
+/** The most accepts (or settles) one batch call takes (a script blocks Redis while it runs). */
+const ACCEPT_BATCH_MAX = 64;
+
+/** An accept waiting for its turn's batch. */
+interface BatchedAccept {
+  readonly key: ResequencerKey;
+  readonly seq: number;
+  readonly encoded: string;
+  readonly context: AcceptContext;
+  readonly seen: ScopeTotals;
+}
+
+/** A settle waiting for its turn's batch. */
+interface BatchedSettle {
+  readonly key: ResequencerKey;
+  readonly count: number;
+  readonly context: DrainContext;
+  readonly token: string;
+}
+
+/** Accepts batch together when all that the script takes once per call is the same for them. */
+function batchGroup(scope: string, context: AcceptContext, seen: ScopeTotals): string {
+  const { limits, drain } = context;
+  return JSON.stringify([
+    scope,
+    context.start,
+    limits.maxBufferedPerKey,
+    limits.maxBufferedTotal,
+    limits.maxBufferedBytesPerKey ?? 0,
+    limits.maxBufferedBytesTotal ?? 0,
+    drain?.leaseMs ?? 0,
+    drain?.limit ?? 0,
+    seen.events,
+    seen.bytes,
+  ]);
 }
 
 function source(operation: string, key: ResequencerKey, sealing?: EntrySealing): ReplySource {

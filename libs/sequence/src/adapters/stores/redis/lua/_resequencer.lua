@@ -97,6 +97,11 @@ local function saveState(s, now, retentionMs)
   setOrDelete(s, fields, deleted, 'handOffAt', s.handOffAt and int(s.handOffAt))
   setOrDelete(s, fields, deleted, 'holder', s.holder)
   setOrDelete(s, fields, deleted, 'until', s.leaseUntil and int(s.leaseUntil))
+  -- The token of the settle that made this change, if one did (see rsq-settle-3).
+  if s.settled then
+    fields[#fields + 1] = 'settled'
+    fields[#fields + 1] = s.settled
+  end
   if #deleted > 0 then
     rcall('HDEL', stateKey, unpack(deleted))
   end
@@ -151,7 +156,8 @@ local function itemBytes(item)
   return 0
 end
 
--- Takes `count` items off the head of the hand-off list, and their bytes off s.hoBytes.
+-- Takes `count` items off the head of the hand-off list, and their bytes off s.hoBytes. Returns
+-- how many items are left.
 local function trimHandOff(s, count)
   local bytes = 0
   for _, item in ipairs(rcall('LRANGE', handOffKey, 0, count - 1)) do
@@ -159,9 +165,11 @@ local function trimHandOff(s, count)
   end
   rcall('LTRIM', handOffKey, count, -1)
   s.hoBytes = math.max(0, s.hoBytes - bytes)
-  if rcall('LLEN', handOffKey) == 0 then
+  local left = rcall('LLEN', handOffKey)
+  if left == 0 then
     s.hoBytes = 0
   end
+  return left
 end
 
 local function indexRecord(s)

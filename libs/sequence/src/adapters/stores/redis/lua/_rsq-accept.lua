@@ -1,6 +1,8 @@
 -- The body of rsq-accept (see rsq-accept-3.lua for KEYS, ARGV and returns), as a function, so that
--- the single-node variant rsq-accept-ix-8 can apply the scope index inline after it.
-local function acceptStep()
+-- the single-node variants rsq-accept-ix-8 and rsq-accept-batch-n can apply the scope index inline
+-- after it. A: the arguments, laid out as rsq-accept-3's ARGV (default ARGV), as strings.
+local function acceptStep(A)
+  local ARGV = A or ARGV
   local now, start, seq = callerTime(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
   local entry = ARGV[4]
   local maxPerKey, maxTotal, seenTotal = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -63,7 +65,11 @@ local function acceptStep()
         return {'full', indexRecordIf(s, false), expected, refused}
       end
     end
-    beforeAppend(s, now)
+    -- As beforeAppend, with the length just read: an empty list starts its stall clock now.
+    if listed == 0 then
+      s.handOffAt = now
+      s.createdHandOff = true
+    end
     rcall('RPUSH', handOffKey, 'e' .. entry)
     s.next = seq + 1
     s.hoBytes = s.hoBytes + bytes

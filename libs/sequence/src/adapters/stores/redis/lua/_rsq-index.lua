@@ -58,6 +58,13 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   local ver, buffered = r[1], r[2]
   local gapSince, alerted, handOffAt, at = r[5], r[6] == 1, r[7], r[8]
   local cutoff = now - retentionMs
+  -- TTLs: every index key lives at least `ttl` after the last step. PEXPIRE on all five keys at
+  -- every step cost a third of the step: they are set for ttl + ttl / 10 and renewed together
+  -- once the activity key's TTL has fallen below ttl (one PTTL a step); a key that this step may
+  -- have created (a new field or member, a counter that was zero) gets its TTL at once, so none
+  -- is left without one. Each key's TTL thus never ends before the activity key's.
+  local longTtl = ttl + math.floor(ttl / 10)
+  local created = {}
 
   -- A key whose last change is retentionMs old is gone (the per-key scripts treat it as absent).
   -- Others are pruned when a key enters the index, and on about one call in 16 otherwise: the
@@ -77,32 +84,49 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   end
   if at > cutoff and (not raw or ver >= storedVer) then
     if buffered ~= storedBuffered then
-      redis.call('INCRBY', totalKey, buffered - storedBuffered)
+      local delta = buffered - storedBuffered
+      if redis.call('INCRBY', totalKey, delta) == delta then
+        created[#created + 1] = totalKey
+      end
     end
     local bytes = r[9] or 0
     if bytes ~= storedBytes then
       redis.call('HINCRBY', recordsKey, BYTES_FIELD, bytes - storedBytes)
     end
-    redis.call('HSET', recordsKey, member,
-      string.format('%d:%d:%d:%d:%d', r[1], r[2], r[3], r[4], bytes))
+    if redis.call('HSET', recordsKey, member,
+        string.format('%d:%d:%d:%d:%d', r[1], r[2], r[3], r[4], bytes)) > 0 then
+      created[#created + 1] = recordsKey
+    end
     -- Every open gap is indexed, an alerted one above any time a sweep asks for (_rsq-gap-score),
     -- so that instances that predate alerted entries read the same due gaps.
     if gapSince >= 0 then
       local score = alerted and gapSince + ALERTED_GAP_OFFSET or gapSince
-      redis.call('ZADD', gapsKey, scoreText(score), member)
+      if redis.call('ZADD', gapsKey, scoreText(score), member) > 0 then
+        created[#created + 1] = gapsKey
+      end
     else
       redis.call('ZREM', gapsKey, member)
     end
     if handOffAt >= 0 then
-      redis.call('ZADD', stalledKey, handOffAt, member)
+      if redis.call('ZADD', stalledKey, handOffAt, member) > 0 then
+        created[#created + 1] = stalledKey
+      end
     else
       redis.call('ZREM', stalledKey, member)
     end
-    redis.call('ZADD', activityKey, at, member)
+    if redis.call('ZADD', activityKey, at, member) > 0 then
+      created[#created + 1] = activityKey
+    end
   end
 
-  for i = 1, 5 do
-    redis.call('PEXPIRE', ik[i], ttl)
+  if redis.call('PTTL', activityKey) < ttl then
+    for i = 1, 5 do
+      redis.call('PEXPIRE', ik[i], longTtl)
+    end
+  else
+    for _, name in ipairs(created) do
+      redis.call('PEXPIRE', name, longTtl)
+    end
   end
   return indexTotals(ik)
 end

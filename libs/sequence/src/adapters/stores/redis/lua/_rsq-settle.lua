@@ -1,6 +1,8 @@
 -- The body of rsq-settle (see rsq-settle-3.lua for KEYS, ARGV and returns), as a function, so that
--- the single-node variant rsq-settle-ix-8 can apply the scope index inline after it.
-local function settleStep()
+-- the single-node variants rsq-settle-ix-8 and rsq-settle-batch-n can apply the scope index inline
+-- after it. A: the arguments, laid out as rsq-settle-3's ARGV (default ARGV), as strings.
+local function settleStep(A)
+  local ARGV = A or ARGV
   local now, holder, count = callerTime(ARGV[1]), ARGV[2], tonumber(ARGV[3])
   local leaseMs, limit, retentionMs = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
   local token = ARGV[7]
@@ -19,11 +21,14 @@ local function settleStep()
   -- Only a tracked hand-off (see indexRecordIf) is in the index: only its progress is news.
   local wasTracked = s.track
 
-  if not replayed then
-    trimHandOff(s, count)
-    rcall('HSET', stateKey, 'settled', token)
+  local left
+  if replayed then
+    left = rcall('LLEN', handOffKey)
+  else
+    left = trimHandOff(s, count)
+    s.settled = token -- written with the state, below
   end
-  if rcall('LLEN', handOffKey) == 0 then
+  if left == 0 then
     s.holder, s.leaseUntil, s.handOffAt, s.track = nil, nil, nil, false
     saveState(s, now, retentionMs)
     return {'empty', wasTracked and indexRecord(s) or {}}
