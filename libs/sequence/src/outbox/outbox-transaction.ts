@@ -161,7 +161,10 @@ export class OutboxTransaction {
       const records = this.queued.get(box)!;
       this.queued.delete(box);
       if (ordered.has(box)) await lockPartitionsOf(store, box, records, this.transaction);
-      await store.append(box, records, this.transaction);
+      // With the commit when the store can: the last writes of the transaction, whose result
+      // nobody waits for.
+      if (store.appendAtCommit) await store.appendAtCommit(box, records, this.transaction);
+      else await store.append(box, records, this.transaction);
     }
     return boxes;
   }

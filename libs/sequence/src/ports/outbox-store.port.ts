@@ -235,6 +235,18 @@ export interface OutboxStore {
     within: StoreTransaction | SqlExecutor,
   ): Promise<string[]>;
   /**
+   * Optional: appends as `append` does, inside `within` (a transaction of this store), but may
+   * send the records with the transaction's next statement or its commit rather than at once
+   * (fewer round trips); resolves once they are queued. A failure to write them fails that
+   * statement or the commit, so nothing of the transaction is written. `OutboxService` records a
+   * transaction's messages this way when the store has it.
+   */
+  appendAtCommit?(
+    box: BoxName,
+    records: readonly NewBoxRecord[],
+    within: StoreTransaction,
+  ): Promise<void>;
+  /**
    * Holds, until `within` ends, one lock per partition key, which other transactions taking the
    * same keys wait for: appends of one partition made after it commit in append order, which is
    * what `ordered` claims rely on. A store whose write transactions are serialized anyway (SQLite)

@@ -63,18 +63,18 @@ interface SortedOutcomes {
 }
 
 /**
- * Writes the outcomes `handle` gave for `records`: one statement per kind of outcome. A record
- * without an outcome is released (left as it was).
+ * Writes the outcomes `handle` gave for `records`: one statement per kind of outcome, sent with
+ * the claim's COMMIT. A record without an outcome is released (left as it was).
  */
-export async function settleOutcomes(
+export function settleOutcomes(
   transaction: PostgresStoreTransaction,
   statements: BoxStatements,
   records: readonly StoredRecord[],
   outcomes: readonly RecordOutcome[],
   now: number,
-): Promise<ClaimResult> {
+): ClaimResult {
   const sorted = sortOutcomes(records, outcomes);
-  await writeOutcomes(transaction, statements, sorted, now);
+  writeOutcomes(transaction, statements, sorted, now);
   return {
     claimed: records.length,
     completed: sorted.completed.length,
@@ -129,7 +129,7 @@ export async function settleLostClaim(
           unchanged.has(seqOf.get(outcome.id) as number),
       ),
     );
-    await writeOutcomes(transaction, statements, { completed: [], retry, failed }, now);
+    writeOutcomes(transaction, statements, { completed: [], retry, failed }, now);
     return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
   });
 }
@@ -186,20 +186,21 @@ function sortOutcomes(
   return { completed, retry, failed };
 }
 
-async function writeOutcomes(
+function writeOutcomes(
   transaction: PostgresStoreTransaction,
   statements: BoxStatements,
   { completed, retry, failed }: SortedOutcomes,
   now: number,
-): Promise<void> {
+): void {
+  // Sent with the COMMIT, in one round trip.
   if (completed.length > 0) {
-    await transaction.prepared(statements['settle-completed'], [completed, now]);
+    transaction.defer(statements['settle-completed'], [completed, now]);
   }
   if (retry.seqs.length > 0) {
-    await transaction.prepared(statements['settle-retry'], [retry.seqs, retry.times, retry.errors]);
+    transaction.defer(statements['settle-retry'], [retry.seqs, retry.times, retry.errors]);
   }
   if (failed.seqs.length > 0) {
-    await transaction.prepared(statements['settle-failed'], [failed.seqs, failed.errors]);
+    transaction.defer(statements['settle-failed'], [failed.seqs, failed.errors]);
   }
 }
 

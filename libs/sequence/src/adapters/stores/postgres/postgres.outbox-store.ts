@@ -133,6 +133,30 @@ export class PostgresOutboxStore implements OutboxStore {
     return addedIds(await within.query(statements.append, params), records);
   }
 
+  /**
+   * Appends `records` with the commit of `within`, a transaction of this store: sent with its
+   * next statement or its `COMMIT`, in the same round trip. Ids already in the box are skipped as
+   * by `append`; a failure fails that statement, or the commit, and nothing is written.
+   */
+  async appendAtCommit(
+    box: BoxName,
+    records: readonly NewBoxRecord[],
+    within: StoreTransaction,
+  ): Promise<void> {
+    if (!(within instanceof PostgresStoreTransaction)) {
+      await this.append(box, records, within);
+      return;
+    }
+    const statements = this.statementsOf(box, 'append');
+    assertNewRecords('append', records);
+    if (within.isSettled) throw new OutboxForeignTransactionError(this.name, 'settled');
+    if (records.length === 0) return;
+    const params = [...appendColumns(records), Date.now(), null, box];
+    within.defer(statements.append, params, (result) => {
+      if (addedIds(result, records).length > 0) within.appended.add(box);
+    });
+  }
+
   async lockPartitions(
     box: BoxName,
     keys: readonly string[],
@@ -386,6 +410,5 @@ function isStoreTransaction(within: StoreTransaction | SqlExecutor): within is S
 
 /** The server process id of a transaction's connection (pg's `Client.processID`), if known. */
 function backendOf(transaction: PostgresStoreTransaction): number | undefined {
-  const id = (transaction.client as { processID?: unknown } | undefined)?.processID;
-  return typeof id === 'number' && Number.isInteger(id) && id > 0 ? id : undefined;
+  return transaction.backend;
 }

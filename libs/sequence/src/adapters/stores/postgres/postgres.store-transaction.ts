@@ -1,15 +1,31 @@
 import { createHash } from 'node:crypto';
 import type { BoxName } from '../../../ports/outbox-store.port';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import { checkOut, isConnectionError } from './postgres-client';
+import { failedStepOf, runPipeline, type PipelineStep } from './postgres-pipeline';
+
+/** A statement whose result nobody awaits: sent with the transaction's next statement. */
+interface DeferredStep {
+  readonly step: PipelineStep;
+  readonly onResult?: (result: QueryResult) => void;
+}
+
+const BEGIN: PipelineStep = { text: 'BEGIN' };
+const COMMIT: PipelineStep = { text: 'COMMIT' };
 
 /**
  * One open transaction on a pool client. Savepoints are numbered per transaction (`sp_1`,
  * `sp_2`, ...) so that nested ones never reuse a name. Savepoints of one transaction nest; two
  * started side by side (not awaited one after the other) would interleave on the single
  * connection, so nested transactions of one transaction run one at a time.
+ *
+ * Round trips: `BEGIN` is sent with the first statement, in the same round trip (a transaction
+ * that sends none sends no `BEGIN` and no `COMMIT` either); statements the store defers (records
+ * written at commit, a claim's outcomes) go with the next statement or with the `COMMIT`. Each
+ * round trip costs both processes a few system calls and a wake-up: with one statement of its own,
+ * a transaction takes one round trip instead of three.
  */
 export class PostgresStoreTransaction implements StoreTransaction {
   readonly dialect = 'postgres' as const;
@@ -19,8 +35,32 @@ export class PostgresStoreTransaction implements StoreTransaction {
   private broken?: Error;
   /** Boxes appended to (or received into) in this transaction: announced after its commit. */
   readonly appended = new Set<BoxName>();
+  /** Whether BEGIN has been sent (it goes with the first statement). */
+  private begun = false;
+  private deferred: DeferredStep[] = [];
+  /** What was sent when `client` was handed out, not awaited yet. */
+  private handedOut: Promise<unknown> | undefined;
 
-  constructor(readonly client: PoolClient) {}
+  constructor(private readonly connection: PoolClient) {}
+
+  /**
+   * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` (and what waits for the next
+   * statement) first, so that what its holder sends on it runs inside the transaction.
+   */
+  get client(): PoolClient {
+    if (!this.settled && !this.broken && (!this.begun || this.deferred.length > 0)) {
+      const sending = this.send([]);
+      sending.catch(() => undefined); // awaited by the next statement, or the COMMIT
+      this.handedOut = sending;
+    }
+    return this.connection;
+  }
+
+  /** The server process of the connection (`pg`'s `processID`), without sending anything. */
+  get backend(): number | undefined {
+    const id = (this.connection as { processID?: unknown }).processID;
+    return typeof id === 'number' && Number.isInteger(id) && id > 0 ? id : undefined;
+  }
 
   /** The error that made the connection unusable, if a statement met one (caught or not). */
   get brokenBy(): Error | undefined {
@@ -31,7 +71,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
     sql: string,
     params: readonly unknown[] = [],
   ): Promise<{ rows: Row[]; rowCount: number }> {
-    return this.run<Row>({ text: sql, values: params as unknown[] });
+    return this.run<Row>({ text: sql, values: params });
   }
 
   /**
@@ -43,14 +83,30 @@ export class PostgresStoreTransaction implements StoreTransaction {
     sql: string,
     params: readonly unknown[],
   ): Promise<{ rows: Row[]; rowCount: number }> {
-    return this.run<Row>({ name: statementName(sql), text: sql, values: params as unknown[] });
+    return this.run<Row>({ name: statementName(sql), text: sql, values: params });
   }
 
-  private async run<Row>(query: {
-    name?: string;
-    text: string;
-    values: unknown[];
-  }): Promise<{ rows: Row[]; rowCount: number }> {
+  /**
+   * A statement of the store's own (prepared, as {@link prepared}) whose result is not awaited:
+   * it is sent with the transaction's next statement, or with its `COMMIT`, in the same round
+   * trip. If it fails, that statement (or the commit) fails with its error, and nothing of the
+   * transaction is written. `onResult` gets its result then.
+   */
+  defer(sql: string, params: readonly unknown[], onResult?: (result: QueryResult) => void): void {
+    this.assertUsable();
+    this.deferred.push({
+      step: { name: statementName(sql), text: sql, values: params },
+      onResult,
+    });
+  }
+
+  private async run<Row>(step: PipelineStep): Promise<{ rows: Row[]; rowCount: number }> {
+    this.assertUsable();
+    const [result] = await this.send([step]);
+    return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+  }
+
+  private assertUsable(): void {
     if (this.settled) {
       throw new PostgresOutboxError(
         'transaction',
@@ -61,13 +117,59 @@ export class PostgresStoreTransaction implements StoreTransaction {
     // A client whose statement timed out (query_timeout) is still busy with it: a statement sent
     // now would wait behind it for another timeout. Refused at once instead, with the first error.
     if (this.broken) throw this.broken;
+  }
+
+  /**
+   * Sends `BEGIN` (the first time), the deferred statements and `steps` in one round trip, queued
+   * on the client at once (before anything its holder sends after this call), and resolves with
+   * the results of `steps`.
+   */
+  private async send(steps: readonly PipelineStep[]): Promise<QueryResult[]> {
+    const head = this.begun ? [] : [BEGIN];
+    this.begun = true;
+    const deferred = this.deferred;
+    this.deferred = [];
+    const all = [...head, ...deferred.map((entry) => entry.step), ...steps];
+    const handedOut = this.handedOut;
+    this.handedOut = undefined;
+    const sending = all.length > 0 ? runPipeline(this.connection, all) : Promise.resolve([]);
+    let results: QueryResult[];
     try {
-      const result = await this.client.query(query);
-      return { rows: result.rows as Row[], rowCount: result.rowCount ?? 0 };
+      await handedOut;
+      results = await sending;
     } catch (error) {
+      sending.catch(() => undefined);
       if (isConnectionError(error)) this.broken ??= error as Error;
+      const step = failedStepOf(error);
+      if (step !== undefined && step >= head.length && step < head.length + deferred.length) {
+        DEFERRED_FAILURES.add(error as object);
+      }
       throw error;
     }
+    deferred.forEach((entry, index) => entry.onResult?.(results[head.length + index]));
+    return results.slice(head.length + deferred.length);
+  }
+
+  /**
+   * Commits (with the deferred statements, in one round trip); resolves with the command
+   * PostgreSQL answered (`ROLLBACK` for a transaction a failed statement aborted). A transaction
+   * that sent nothing has nothing to commit.
+   */
+  async commit(): Promise<string> {
+    if (!this.begun && this.deferred.length === 0) return 'COMMIT';
+    const results = await this.send([COMMIT]);
+    return results[0].command;
+  }
+
+  /** Rolls back what was sent (the deferred statements are dropped). */
+  async rollback(): Promise<void> {
+    this.deferred = [];
+    const handedOut = this.handedOut;
+    this.handedOut = undefined;
+    if (!this.begun) return;
+    const rolling = this.connection.query('ROLLBACK');
+    await handedOut?.catch(() => undefined);
+    await rolling;
   }
 
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
@@ -84,9 +186,11 @@ export class PostgresStoreTransaction implements StoreTransaction {
     try {
       await this.query(`RELEASE SAVEPOINT ${name}`);
     } catch (error) {
-      // The work swallowed an error of its own statements: the transaction is aborted, and only
-      // rolling back to the savepoint makes it usable again. Its work is then void: say so.
+      // A statement deferred inside the work, sent with the RELEASE, failed: its own error.
+      // Otherwise the work swallowed an error of its own statements: the transaction is aborted,
+      // and only rolling back to the savepoint makes it usable again. Its work is then void: say so.
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
+      if (DEFERRED_FAILURES.has(error as object)) throw error;
       throw new PostgresOutboxError(
         'savepoint',
         `the work inside savepoint ${name} left the transaction aborted (a failed statement ` +
@@ -126,19 +230,20 @@ export async function inTransaction<T>(
   const client = await checkOut(pool, onError);
   const transaction = new PostgresStoreTransaction(client);
   try {
-    await client.query('BEGIN');
     const result = await work(transaction);
     // Settled before COMMIT is sent: a statement a stray callback sends through the transaction
     // from now on is refused, rather than queued behind the COMMIT and run outside it.
     transaction.settle();
-    const committed = await client.query('COMMIT');
+    // The connection failed meanwhile (even with nothing sent yet): nothing more goes on it.
+    if (broken) throw broken;
+    const committed = await transaction.commit();
     // A statement failed inside and its error was caught: PostgreSQL has aborted the transaction
     // and answers COMMIT with ROLLBACK, without an error. Nothing was written; say so.
-    if (committed.command !== 'COMMIT') {
+    if (committed !== 'COMMIT') {
       throw new PostgresOutboxError(
         'transaction',
         `PostgreSQL rolled the transaction back instead of committing it (it answered ` +
-          `${committed.command}): a statement in it failed and its error was caught, which ` +
+          `${committed}): a statement in it failed and its error was caught, which ` +
           'aborts a PostgreSQL transaction. Nothing of it was written; let such errors ' +
           'propagate, or run a statement that may fail inside tx.savepoint()',
       );
@@ -152,7 +257,7 @@ export async function inTransaction<T>(
     broken ??= transaction.brokenBy;
     if (!broken) {
       try {
-        await client.query('ROLLBACK');
+        await transaction.rollback();
       } catch (rollbackError) {
         broken = rollbackError as Error;
       }
@@ -164,6 +269,9 @@ export async function inTransaction<T>(
     client.release(broken ?? false);
   }
 }
+
+/** Errors of deferred statements (see `defer`), which a savepoint's RELEASE then reports. */
+const DEFERRED_FAILURES = new WeakSet<object>();
 
 const statementNames = new Map<string, string>();
 
