@@ -11,7 +11,10 @@ import type {
   SequenceRef,
   SequenceStore,
 } from '../../ports/sequence-store.port';
-import { describeOpenSequenceCases } from './sequence-store/open-sequences.cases';
+import {
+  describeOpenSequenceCases,
+  type OpenSequenceCaseContext,
+} from './sequence-store/open-sequences.cases';
 import { describeStatusCases } from './sequence-store/status.cases';
 
 export interface SequenceStoreHarness {
@@ -1055,27 +1058,16 @@ export function describeSequenceStoreConformance(
       });
     });
 
-    if (harness.openSequences !== false) {
-      describeOpenSequenceCases({
-        store: () => store,
-        scope: () => scope,
-        t0: () => t0,
-        accept: (fragment, at) => accept(fragment, at),
-        fixture: (of, bodies) => sequenceFixture(of, bodies),
-        finish: (ref, at) => finishCompleted(ref, at),
-      });
-    }
-
-    if (harness.status !== false) {
-      describeStatusCases({
-        store: () => store,
-        scope: () => scope,
-        t0: () => t0,
-        accept: (fragment, at) => accept(fragment, at),
-        fixture: (of, bodies) => sequenceFixture(of, bodies),
-        finish: (ref, at) => finishCompleted(ref, at),
-      });
-    }
+    const optionalCases: OpenSequenceCaseContext = {
+      store: () => store,
+      scope: () => scope,
+      t0: () => t0,
+      accept: (fragment, at) => accept(fragment, at),
+      fixture: (of, bodies) => sequenceFixture(of, bodies),
+      finish: (ref, at) => finishCompleted(ref, at),
+    };
+    if (harness.openSequences !== false) describeOpenSequenceCases(optionalCases);
+    if (harness.status !== false) describeStatusCases(optionalCases);
 
     it('answers ping', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
