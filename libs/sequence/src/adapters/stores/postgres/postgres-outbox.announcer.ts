@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
 import type { BoxName } from '../../../ports/outbox-store.port';
+import { checkOut } from './postgres-client';
 import { runPipeline } from './postgres-pipeline';
 
 /** How long commits' announcements to other processes are gathered into one NOTIFY. */
@@ -50,8 +51,10 @@ export class PostgresOutboxAnnouncer {
    * polling, and the commits it announces are on disk already.
    */
   private async notify(boxes: readonly BoxName[]): Promise<void> {
-    const client = await this.pool.connect();
     let broken: Error | undefined;
+    // Listening from the hand-over on: a server going down mid-call must not be an unheard
+    // 'error' event (see checkOut).
+    const client = await checkOut(this.pool, (error) => (broken ??= error));
     try {
       await runPipeline(client, [
         { text: 'BEGIN' },
