@@ -115,6 +115,8 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
     await publish('T1', [1]);
     await eventually(() => t.handler.received.length === 3, 'the released run');
     expect(t.handler.of('T1')).toEqual([1, 2, 3]);
+    // Settles are sent a moment after the handler returns (batched per event-loop turn).
+    await eventually(async () => (await stateOf('T1')).handOff === 0, 'the run settled');
     expect(await stateOf('T1')).toEqual({ next: 4, buffered: [], handOff: 0 });
     expect(await dlq.collect()).toHaveLength(1);
   });
@@ -197,6 +199,8 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
       })),
     );
     expect(await gapMetric(t, 'dead-lettered')).toBe(2);
+    // Settles are sent a moment after the handler returns (batched per event-loop turn).
+    await eventually(async () => (await stateOf('T1')).handOff === 0, 'the run settled');
     expect(await stateOf('T1')).toEqual({ next: 4, buffered: [], handOff: 0 });
     expect(t.handler.received).toEqual([]);
 

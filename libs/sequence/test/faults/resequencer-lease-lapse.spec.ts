@@ -126,6 +126,8 @@ describeOnRealServers('faults: a Resequencer drainer whose lease lapsed while it
     // 3, delivered by the other instance, not again.
     await eventually(() => handled.includes(4), 'event 4 delivered', 3_000);
     expect(handled).toEqual([1, 2, 4]);
+    // Settles are sent a moment after the handler returns (batched per event-loop turn).
+    await eventually(async () => (await resequencer.inspect('K')).handOff === 0, 'settled');
     await expect(resequencer.inspect('K')).resolves.toEqual({
       next: 5,
       buffered: [],

@@ -123,6 +123,8 @@ describeOnRealServers('faults: a Resequencer key sent more than its budgets', ()
     await inspector.releaseDrain(key, 'stuck');
     await eventually(() => t!.handler.received.length === last, 'every event', 40_000);
     expect(t.handler.of(KEY)).toEqual(range(1, last));
+    // Settles are sent a moment after the handler returns (batched per event-loop turn).
+    await eventually(async () => (await inspector.inspect(key, 1)).handOff === 0, 'settled');
     await expect(inspector.inspect(key, 1)).resolves.toEqual({
       next: last + 1,
       buffered: [],

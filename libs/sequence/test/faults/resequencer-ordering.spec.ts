@@ -122,6 +122,11 @@ describeOnTransports(
       expect(t.handler.received.map((event) => event.body)).toEqual(
         [1, 2, 3, 4, 5].map((seq) => `T1#${seq}`),
       );
+      // Settles are sent a moment after the handler returns (batched per event-loop turn).
+      await eventually(
+        async () => (await inspector.inspect({ scope: channel, key: 'T1' }, 1)).handOff === 0,
+        'the run settled',
+      );
       expect(await inspector.inspect({ scope: channel, key: 'T1' }, 1)).toEqual({
         next: 6,
         buffered: [],
