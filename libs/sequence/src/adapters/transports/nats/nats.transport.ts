@@ -29,6 +29,7 @@ import {
   assertSendable,
   DEFAULT_REPLY_PREFETCH,
   publishTimeoutMs,
+  partitionAddressProblem,
   prefetchProblem,
   type MessageHandler,
   type PartitionAddress,
@@ -635,14 +636,8 @@ export class NatsTransport implements Transport {
 
 /** Throws a RangeError for a partition address that names no partition. */
 function assertPartitionAddress(channel: string, partition: PartitionAddress): void {
-  const problem = partitionsProblem(partition.count);
+  const problem = partitionAddressProblem(partition);
   if (problem) throw new RangeError(`publish to ${channel}: ${problem}`);
-  const { index, count } = partition;
-  if (!Number.isSafeInteger(index) || index < 0 || index >= count) {
-    throw new RangeError(
-      `publish to ${channel}: partition index must be an integer from 0 to ${count - 1}, got ${String(index)}`,
-    );
-  }
 }
 
 /** A JetStream error answer to a publish (not a lost request). */
