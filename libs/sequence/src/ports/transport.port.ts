@@ -32,8 +32,9 @@ export interface InboundMessage {
    * holds the message whole, so held messages then cost the process no memory. Afterwards `body`
    * is empty, and a `dead-letter` or a `requeue` with `delayMs` must give the body back in the
    * disposition's `body`; without it the transport returns the message to its queue instead (a
-   * plain requeue: the broker delivers it again whole). Offered by transports whose broker keeps
-   * unsettled messages (RabbitMQ); undefined elsewhere.
+   * plain requeue: the broker delivers it again whole; NATS JetStream reads it back from the
+   * stream instead). Offered by transports whose broker keeps unsettled messages (RabbitMQ, NATS
+   * JetStream); undefined elsewhere.
    */
   readonly releaseBody?: () => void;
 }

@@ -462,6 +462,79 @@ export function describeTransportConformance(adapterName: string, harness: Trans
       await eventually(() => received.length === 1, 'the message');
       expect(received[0].body.toString()).toBe('original');
     });
+
+    describe('releaseBody, where the transport offers it', () => {
+      /** Publishes one message and returns the first delivery's message, without settling it. */
+      async function firstDelivery(
+        channel: string,
+        body: Buffer,
+        then: (message: InboundMessage, deliveries: number) => Disposition,
+      ): Promise<InboundMessage> {
+        let deliveries = 0;
+        let first: InboundMessage | undefined;
+        await subscribe(channel, async (message) => {
+          deliveries++;
+          first ??= message;
+          return then(message, deliveries);
+        });
+        await transport.publish(channel, body, { 'x-text': 'kept' });
+        await eventually(() => first !== undefined, 'the delivery');
+        return first!;
+      }
+
+      it('empties the body it released, and an ack still removes the message', async () => {
+        const channel = newChannel();
+        let offered: boolean | undefined;
+        let after: number | undefined;
+        await firstDelivery(channel, randomBytes(4096), (message) => {
+          offered = message.releaseBody !== undefined;
+          message.releaseBody?.();
+          after = message.body.length;
+          return ACK;
+        });
+        if (offered) expect(after).toBe(0);
+        else expect(after).toBe(4096);
+        await subscriptions.pop()!.close();
+        expect(await leftoversIn(channel)).toEqual([]);
+      });
+
+      it('dead-letters a released message with the body the disposition gives back', async () => {
+        const channel = newChannel();
+        const body = randomBytes(4096);
+        const dead = await collect(transport.deadLetterChannel(channel));
+        await firstDelivery(channel, body, (message) => {
+          message.releaseBody?.();
+          return { action: 'dead-letter', reason: 'bad-fragment: given back', body };
+        });
+
+        await eventually(() => dead.received.length === 1, 'the dead letter');
+        expect(dead.received[0].body.equals(body)).toBe(true);
+        expect(dead.received[0].headers).toMatchObject({
+          'x-text': 'kept',
+          'x-death-reason': 'bad-fragment: given back',
+        });
+      });
+
+      it('never loses a released message dead-lettered without its body: dead-lettered whole, or delivered again whole', async () => {
+        const channel = newChannel();
+        const body = randomBytes(4096);
+        const dead = await collect(transport.deadLetterChannel(channel));
+        const again: InboundMessage[] = [];
+        await firstDelivery(channel, body, (message, deliveries) => {
+          if (deliveries > 1) {
+            again.push(message);
+            return ACK;
+          }
+          message.releaseBody?.();
+          return { action: 'dead-letter', reason: 'bad-fragment: body not given' };
+        });
+
+        await eventually(() => dead.received.length + again.length > 0, 'the message back');
+        const [back] = [...dead.received, ...again];
+        expect(back.body.equals(body)).toBe(true);
+        expect(back.headers['x-text']).toBe('kept');
+      });
+    });
   });
 }
 

@@ -36,6 +36,13 @@ describe('NatsTransport options', () => {
     });
   });
 
+  it('refuses a pullMaxBytes that is not a positive integer', () => {
+    expect(() => resolveNatsTransportOptions({ pullMaxBytes: 0 })).toThrow(
+      /pullMaxBytes must be a positive integer, got 0/,
+    );
+    expect(resolveNatsTransportOptions({ pullMaxBytes: 1 }).pullMaxBytes).toBe(1);
+  });
+
   it('refuses a duplicate window no longer than the publish timeout', () => {
     expect(() =>
       resolveNatsTransportOptions({ publishTimeoutMs: 60_000, duplicateWindowMs: 60_000 }),

@@ -20,6 +20,15 @@ export interface NatsTransportOptions {
   /** Unsettled messages per subscription when `subscribe` is given no `prefetch`. @default 16 */
   readonly prefetch?: number;
   /**
+   * Most bytes one pull request of a subscription asks the server for (raised to twice the
+   * server's `max_payload` when below it). The server sends what a pull asks for as fast as it can, and
+   * cuts a connection that leaves more than its `max_pending` (64 MiB by default) unread as a
+   * slow consumer; keep the subscriptions of one connection times this well under it. A large
+   * `prefetch` (a broker-held sequence's window) is then filled over several pulls.
+   * @default 8388608 (8 MiB)
+   */
+  readonly pullMaxBytes?: number;
+  /**
    * The consumer's `ack_wait`: how long a delivery may stay unsettled before the server delivers
    * it again. The transport sends in-progress acks (`working()`) every third of it while a
    * handler runs or a delayed requeue waits, so a long handler is not overtaken by a redelivery.
@@ -85,6 +94,7 @@ export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, '
 export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   publishTimeoutMs: 10_000,
   prefetch: 16,
+  pullMaxBytes: 8 * 1024 * 1024,
   ackWaitMs: 30_000,
   maxDeliver: 1_000,
   nakDelayMs: 20,
@@ -146,6 +156,9 @@ export function resolveNatsTransportOptions(
     problems.push(
       `replyMaxAgeMs must be a positive integer of milliseconds, got ${String(resolved.replyMaxAgeMs)}`,
     );
+  }
+  if (!isInteger(resolved.pullMaxBytes, 1)) {
+    problems.push(`pullMaxBytes must be a positive integer, got ${String(resolved.pullMaxBytes)}`);
   }
   if (!isInteger(resolved.replyMaxBytes, 1)) {
     problems.push(

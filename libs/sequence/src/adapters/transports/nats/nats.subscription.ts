@@ -1,5 +1,11 @@
 import type { Logger } from '@nestjs/common';
-import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import {
+  JetStreamError,
+  type Consumer,
+  type ConsumerMessages,
+  type FetchOptions,
+  type JsMsg,
+} from '@nats-io/jetstream';
 import { errorMessage } from '../../../core/errors/caught';
 import { SequenceHeader } from '../../../core/headers';
 import {
@@ -15,6 +21,16 @@ import {
   type Subscription,
 } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
+import {
+  ACK,
+  deliveryOf,
+  nak,
+  sendVerdict,
+  term,
+  WORKING,
+  type NatsDelivery,
+  type NatsVerdict,
+} from './nats.acks';
 import { decodeHeaders } from './nats.headers';
 
 export interface NatsSubscriptionSettings {
@@ -44,6 +60,18 @@ export interface NatsSubscriptionSettings {
    * terminated message in a work-queue stream, where nothing would ever remove it.
    */
   readonly removeFromStream: (streamSequence: number) => Promise<void>;
+  /** Reads a message's body back from the channel's stream, for a message whose body was released. */
+  readonly readFromStream: (streamSequence: number) => Promise<Buffer>;
+  /** Publishes a verdict to a delivery's ack subject (see {@link NatsDelivery}). */
+  readonly respond: (subject: string, payload: Uint8Array) => void;
+  /**
+   * Most bytes one pull request asks for (at least twice the server's `max_payload`), so that what the
+   * server has sent and this process not yet read stays far under the server's `max_pending`
+   * for the connection (past it, the server cuts the connection as a slow consumer).
+   */
+  readonly pullMaxBytes: number;
+  /** The server's `max_payload`: the largest message a pull can bring. */
+  readonly maxPayload: number;
   /** Resolves once what the connection has buffered (acks, naks) reached the server. */
   readonly flush: () => Promise<void>;
   /** Run at close, once the unsettled messages are handed back: removes what was its alone. */
@@ -76,6 +104,10 @@ export interface NatsSubscriptionSettings {
  */
 const MIN_NAK_DELAY_MS = 1;
 
+/** How many messages the client's byte-bounded pull asks for (it cannot be told a count too). */
+const BYTE_PULL_BATCH = 100;
+/** The body of a message whose handler released it. */
+const NO_BODY = Buffer.alloc(0);
 /** How long a pull request waits for messages before the next one is made. */
 const FETCH_EXPIRES_MS = 5_000;
 /** How long a message whose dead letter or tail copy could not be published waits to go back. */
@@ -89,7 +121,12 @@ const RETRY_MAX_DELAY_MS = 5_000;
  * has free `prefetch` slots, so it never holds more than `prefetch` unsettled; subscribers of one
  * channel share the consumer and so compete for its messages. A failed pull (a lost connection,
  * a consumer deleted under it) is retried after a backoff, declaring the consumer again: that is
- * how it resumes after a reconnect or a server restart.
+ * how it resumes after a reconnect or a server restart. Each pull asks for at most about
+ * `pullMaxBytes`.
+ *
+ * Only a message's ack subject is kept for settling it; its body stays with the handler's message
+ * until the handler releases it (`releaseBody`), and one to forward after that is read back from
+ * the stream.
  *
  * While a message is unsettled (its handler running, or a delayed requeue waiting) it gets an
  * in-progress ack every third of `ack_wait`, so the server does not deliver it again meanwhile.
@@ -108,13 +145,15 @@ const RETRY_MAX_DELAY_MS = 5_000;
 export class NatsSubscription implements Subscription {
   readonly channel: string;
 
-  private readonly unsettled = new Set<JsMsg>();
+  private readonly unsettled = new Set<NatsDelivery>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly forwarding = new Set<Promise<void>>();
   private slotFreed?: () => void;
   private batch?: ConsumerMessages;
   private heartbeat?: NodeJS.Timeout;
   private pulling?: Promise<void>;
+  /** Whether the current pull has brought a message yet. */
+  private pulledSome = false;
   private closed = false;
   private closing?: Promise<void>;
 
@@ -127,7 +166,7 @@ export class NatsSubscription implements Subscription {
     this.heartbeat = setInterval(
       () => {
         if (this.settings.mayHold?.() === false) return;
-        this.unsettled.forEach((message) => message.working());
+        this.unsettled.forEach((delivery) => this.respond(delivery, WORKING));
       },
       Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
     );
@@ -166,9 +205,9 @@ export class NatsSubscription implements Subscription {
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     if (handBack) {
-      for (const message of this.unsettled) {
+      for (const delivery of this.unsettled) {
         try {
-          message.nak(MIN_NAK_DELAY_MS);
+          sendVerdict(delivery, nak(MIN_NAK_DELAY_MS), this.settings.respond);
         } catch {
           // Closed connection: the server delivers it again after ack_wait.
         }
@@ -197,13 +236,12 @@ export class NatsSubscription implements Subscription {
       try {
         const consumer = await this.settings.consumer();
         if (this.closed) return;
-        const batch = await consumer.fetch({
-          max_messages: free,
-          expires: this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS,
-        });
+        const batch = await consumer.fetch(this.pullOptions(free));
         this.batch = batch;
         if (this.closed) batch.stop();
+        this.pulledSome = false;
         for await (const message of batch) {
+          this.pulledSome = true;
           if (
             (this.closed && this.settings.drainPullOnClose) ||
             this.settings.mayHold?.() === false
@@ -211,10 +249,10 @@ export class NatsSubscription implements Subscription {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
-            this.unsettled.add(message);
+            this.unsettled.add(deliveryOf(message));
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
-            message.nak(MIN_NAK_DELAY_MS);
+            this.respond(deliveryOf(message), nak(MIN_NAK_DELAY_MS));
           } else {
             this.receive(message);
           }
@@ -222,6 +260,8 @@ export class NatsSubscription implements Subscription {
         failures = 0;
       } catch (error) {
         if (this.closed) return;
+        // Done after the messages that fit (none fitting would be a real failure).
+        if (endsBytePull(error) && this.pulledSome) continue;
         const waitMs = Math.min(RETRY_FIRST_DELAY_MS * 2 ** failures, RETRY_MAX_DELAY_MS);
         failures++;
         this.settings.onConsumerLost();
@@ -238,16 +278,31 @@ export class NatsSubscription implements Subscription {
     }
   }
 
-  private receive(message: JsMsg): void {
-    this.unsettled.add(message);
-    void this.handle(message);
+  /**
+   * A pull of at most `free` messages and about `pullMaxBytes`. The client's byte-bounded pull
+   * asks for up to {@link BYTE_PULL_BATCH} messages, so it is used only when that many are free;
+   * below, the count is bounded by how many of the largest messages fit in `pullMaxBytes`.
+   */
+  private pullOptions(free: number): FetchOptions {
+    const expires = this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS;
+    const { pullMaxBytes, maxPayload } = this.settings;
+    if (free >= BYTE_PULL_BATCH) return { max_bytes: pullMaxBytes, expires };
+    const fit = Math.max(1, Math.floor(pullMaxBytes / maxPayload));
+    return { max_messages: Math.min(free, fit), expires };
   }
 
-  private async handle(message: JsMsg): Promise<void> {
+  /**
+   * Hands the message to the handler. From here on only its {@link NatsDelivery} is kept for
+   * settling, and the body only as long as the handler's message holds it (`releaseBody`).
+   */
+  private receive(message: JsMsg): void {
+    const delivery = deliveryOf(message);
+    this.unsettled.add(delivery);
     // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
     const headers = decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
     const data = message.data;
-    const inbound: InboundMessage = {
+    let released = false;
+    const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
       channel: this.channel,
       body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
       headers,
@@ -255,61 +310,93 @@ export class NatsSubscription implements Subscription {
       redelivered: message.redelivered || requeueCount(headers) > 0,
       ...(this.settings.partition === undefined ? {} : { partition: this.settings.partition }),
     };
+    // The message itself is kept for settling where its ack subject is not known: no release.
+    if (delivery.message === undefined) {
+      inbound.releaseBody = () => {
+        released = true;
+        inbound.body = NO_BODY;
+      };
+    }
+    void this.handle(delivery, inbound, () => released);
+  }
+
+  private async handle(
+    delivery: NatsDelivery,
+    inbound: InboundMessage,
+    released: () => boolean,
+  ): Promise<void> {
     let outcome: unknown;
     try {
       outcome = await this.settings.handler(inbound);
     } catch {
       outcome = undefined; // a failing handler means requeue
     }
-    this.settle(message, inbound, toDisposition(outcome));
+    this.settle(delivery, inbound, released(), toDisposition(outcome));
   }
 
-  private settle(message: JsMsg, inbound: InboundMessage, disposition: Disposition): void {
+  private settle(
+    delivery: NatsDelivery,
+    inbound: InboundMessage,
+    released: boolean,
+    disposition: Disposition,
+  ): void {
     // After close, the message went back to the consumer: a late verdict changes nothing.
-    if (this.closed || !this.unsettled.has(message)) return;
+    if (this.closed || !this.unsettled.has(delivery)) return;
     // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
     // for the server to deliver again rather than settled from here.
     if (this.settings.mayHold?.() === false) return;
+    // The body to forward: the handler's, else the message's, else read back from the stream.
+    const body = (): Promise<Buffer> =>
+      'body' in disposition && disposition.body
+        ? Promise.resolve(disposition.body)
+        : released
+          ? this.settings.readFromStream(delivery.streamSequence)
+          : Promise.resolve(inbound.body);
     if (disposition.action === 'ack') {
-      this.finish(message, () => message.ack());
+      this.finish(delivery, ACK);
     } else if (disposition.action === 'dead-letter') {
-      this.forward(this.deadLetter(message, inbound, disposition.reason));
+      this.forward(this.deadLetter(delivery, inbound, body, disposition.reason));
     } else if ((disposition.delayMs ?? 0) > 0) {
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
-      this.holdFor(disposition.delayMs!, () => this.forward(this.requeueAtTail(message, inbound)));
+      this.holdFor(disposition.delayMs!, () =>
+        this.forward(this.requeueAtTail(delivery, inbound, body)),
+      );
     } else {
-      const deliveries = message.info.deliveryCount;
+      const deliveries = delivery.deliveryCount;
       const { maxDeliver } = this.settings;
       if (maxDeliver !== undefined && deliveries >= maxDeliver) {
         const reason =
           `max-deliver: delivered ${deliveries} times (the consumer's max_deliver) and requeued ` +
           `each time${disposition.reason ? ` (${disposition.reason})` : ''}`;
-        this.forward(this.deadLetter(message, inbound, reason));
+        this.forward(this.deadLetter(delivery, inbound, body, reason));
         return;
       }
-      this.finish(message, () =>
-        message.nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))),
-      );
+      this.finish(delivery, nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))));
     }
   }
 
   /** The original is terminated only once its dead letter is stored; if that fails, it is requeued. */
-  private async deadLetter(message: JsMsg, inbound: InboundMessage, reason: string): Promise<void> {
+  private async deadLetter(
+    delivery: NatsDelivery,
+    inbound: InboundMessage,
+    body: () => Promise<Buffer>,
+    reason: string,
+  ): Promise<void> {
     const { deadLetterChannel } = this.settings;
     if (deadLetterChannel === undefined) {
       // Acked rather than terminated: servers 2.9 keep a terminated message in the stream.
       this.settings.logger.warn(droppedReplyWarning(this.channel, reason));
-      this.finish(message, () => message.ack());
+      this.finish(delivery, ACK);
       return;
     }
     const headers = forwardableHeaders(deadLetterHeaders(inbound.headers, reason), [
       SequenceHeader.deathReason,
     ]);
     try {
-      await this.settings.publish(deadLetterChannel, inbound.body, headers);
-      this.finish(message, () => message.term(reason.slice(0, 200)));
+      await this.settings.publish(deadLetterChannel, await body(), headers);
+      this.finish(delivery, term(reason.slice(0, 200)));
       await this.settings
-        .removeFromStream(message.info.streamSequence)
+        .removeFromStream(delivery.streamSequence)
         .catch((error: unknown) =>
           this.settings.logger.warn(
             `could not delete a dead-lettered message of ${this.channel} from its stream: ` +
@@ -321,22 +408,26 @@ export class NatsSubscription implements Subscription {
         `could not dead-letter a message of ${this.channel} to ${deadLetterChannel} ` +
           `(${reason}): ${errorMessage(error)}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
       );
-      this.finish(message, () => message.nak(FAILED_FORWARD_PAUSE_MS));
+      this.finish(delivery, nak(FAILED_FORWARD_PAUSE_MS));
     }
   }
 
   /** The original is acked only once its copy at the tail is stored; if that fails, it is naked. */
-  private async requeueAtTail(message: JsMsg, inbound: InboundMessage): Promise<void> {
+  private async requeueAtTail(
+    delivery: NatsDelivery,
+    inbound: InboundMessage,
+    body: () => Promise<Buffer>,
+  ): Promise<void> {
     const headers = forwardableHeaders(withRequeueCount(inbound.headers), [REQUEUE_COUNT_HEADER]);
     try {
-      await this.settings.publish(this.channel, inbound.body, headers);
-      this.finish(message, () => message.ack());
+      await this.settings.publish(this.channel, await body(), headers);
+      this.finish(delivery, ACK);
     } catch (error) {
       this.settings.logger.warn(
         `could not requeue a message of ${this.channel} behind the queued ones: ` +
           `${errorMessage(error)}; naking it for ${FAILED_FORWARD_PAUSE_MS} ms instead`,
       );
-      this.finish(message, () => message.nak(FAILED_FORWARD_PAUSE_MS));
+      this.finish(delivery, nak(FAILED_FORWARD_PAUSE_MS));
     }
   }
 
@@ -354,17 +445,36 @@ export class NatsSubscription implements Subscription {
     this.timers.add(timer);
   }
 
-  /** Settles `message` once (unless close handed it back already) and frees its slot. */
-  private finish(message: JsMsg, settle: () => void): void {
-    if (!this.unsettled.delete(message)) return;
+  /** Sends a verdict; on a closed connection the server delivers the message again after ack_wait. */
+  private respond(delivery: NatsDelivery, verdict: NatsVerdict): boolean {
     try {
-      settle();
+      sendVerdict(delivery, verdict, this.settings.respond);
+      return true;
     } catch (error) {
-      // Closed connection: the server delivers it again after ack_wait.
       this.settings.logger.warn(
         `could not settle a message of ${this.channel}: ${errorMessage(error)}`,
       );
+      return false;
     }
+  }
+
+  /** Settles `delivery` once (unless close handed it back already) and frees its slot. */
+  private finish(delivery: NatsDelivery, verdict: NatsVerdict): void {
+    if (!this.unsettled.delete(delivery)) return;
+    this.respond(delivery, verdict);
     this.slotFreed?.();
   }
+}
+
+/**
+ * How the client ends a byte-bounded pull whose next message would not fit in the bytes left:
+ * the server's `409 Message Size Exceeds MaxBytes`, which a fetch throws once it has yielded the
+ * messages that fit. The pull is simply done.
+ */
+function endsBytePull(error: unknown): boolean {
+  return (
+    error instanceof JetStreamError &&
+    (error as { code?: unknown }).code === 409 &&
+    error.message.toLowerCase() === 'message size exceeds maxbytes'
+  );
 }

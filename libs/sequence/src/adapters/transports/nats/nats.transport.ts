@@ -451,6 +451,17 @@ export class NatsTransport implements Transport {
         (async (target, body, headers) => {
           await this.send(target, body, headers, publishTimeoutMs);
         }),
+      readFromStream: async (sequence) => {
+        const jsm = await this.jsm();
+        const stored = await jsm.streams.getMessage(stream, { seq: sequence });
+        if (!stored) throw new Error(`message ${sequence} is no longer in stream ${stream}`);
+        const data = stored.data;
+        return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+      },
+      respond: (subject, payload) => this.connection.publish(subject, payload),
+      // Room for two of the largest messages: the server counts a message's subject and headers.
+      pullMaxBytes: Math.max(this.settings.pullMaxBytes, 2 * this.maxPayload),
+      maxPayload: this.maxPayload,
       removeFromStream: async (sequence) => {
         const jsm = await this.jsm();
         // Without a flush the delete could overtake the term and find the message still pending.

@@ -1,0 +1,101 @@
+import type { JsMsg } from '@nats-io/jetstream';
+
+/** What a subscription tells the server of a delivery. */
+export type NatsVerdict =
+  | { readonly kind: 'ack' }
+  /** Delivered again once `delayMs` has passed. */
+  | { readonly kind: 'nak'; readonly delayMs: number }
+  /** In progress: the server restarts the delivery's `ack_wait`. */
+  | { readonly kind: 'working' }
+  /** Never delivered again; `reason` goes to the server's advisory. */
+  | { readonly kind: 'term'; readonly reason: string };
+
+export const ACK: NatsVerdict = { kind: 'ack' };
+export const WORKING: NatsVerdict = { kind: 'working' };
+
+export function nak(delayMs: number): NatsVerdict {
+  return { kind: 'nak', delayMs };
+}
+
+export function term(reason: string): NatsVerdict {
+  return { kind: 'term', reason };
+}
+
+/**
+ * A JetStream delivery as far as settling it goes, for a subscription that may keep messages
+ * unsettled for long: without its body where it can be (the stream keeps the message, so the
+ * process need not).
+ *
+ * Such a delivery is settled by JetStream's acknowledgement protocol: a plain publish of `+ACK`,
+ * `-NAK {"delay":…}`, `+WPI` or `+TERM …` to its ack subject, what the client's `JsMsg` sends
+ * itself. The client does not expose that subject, but it is made of the delivery's info
+ * (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>`,
+ * the form nats-server sends without a JetStream domain). A delivery in any other form (a domain,
+ * an account hash) keeps its `JsMsg` and is settled through it.
+ */
+export interface NatsDelivery {
+  /** How many times the server has delivered it, this time included. */
+  readonly deliveryCount: number;
+  /** Its sequence in the stream: where its body can be read again. */
+  readonly streamSequence: number;
+  /** Its ack subject, where it is known from its info. */
+  readonly ackSubject?: string;
+  /** The message itself, where its ack subject is not known. */
+  readonly message?: JsMsg;
+}
+
+export function deliveryOf(message: JsMsg): NatsDelivery {
+  const info = message.info;
+  const { deliveryCount, streamSequence } = info;
+  const plain = !info.domain && !info.account_hash;
+  return plain
+    ? {
+        deliveryCount,
+        streamSequence,
+        ackSubject:
+          `$JS.ACK.${info.stream}.${info.consumer}.${deliveryCount}.${streamSequence}.` +
+          `${info.deliverySequence}.${message.timestampNanos}.${info.pending}`,
+      }
+    : { deliveryCount, streamSequence, message };
+}
+
+const encoder = new TextEncoder();
+
+/** The verdict as JetStream's acknowledgement protocol spells it. */
+export function encodeVerdict(verdict: NatsVerdict): Uint8Array {
+  switch (verdict.kind) {
+    case 'ack':
+      return encoder.encode('+ACK');
+    case 'working':
+      return encoder.encode('+WPI');
+    case 'nak':
+      return encoder.encode(
+        `-NAK ${JSON.stringify({ delay: Math.max(0, Math.round(verdict.delayMs)) * 1_000_000 })}`,
+      );
+    case 'term':
+      return encoder.encode(verdict.reason ? `+TERM ${verdict.reason}` : '+TERM');
+  }
+}
+
+/** Sends `verdict`: to the ack subject with `publish`, or through the message it was kept with. */
+export function sendVerdict(
+  delivery: NatsDelivery,
+  verdict: NatsVerdict,
+  publish: (subject: string, payload: Uint8Array) => void,
+): void {
+  if (delivery.ackSubject !== undefined) {
+    publish(delivery.ackSubject, encodeVerdict(verdict));
+    return;
+  }
+  const message = delivery.message!;
+  switch (verdict.kind) {
+    case 'ack':
+      return message.ack();
+    case 'working':
+      return message.working();
+    case 'nak':
+      return message.nak(verdict.delayMs);
+    case 'term':
+      return message.term(verdict.reason);
+  }
+}
