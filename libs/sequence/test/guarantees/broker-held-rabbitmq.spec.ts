@@ -1,0 +1,133 @@
+import { mkdtempSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { partitionIndex } from '../../src/core/partition';
+import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
+import { describeWithServer } from '../support/servers';
+import {
+  bytes,
+  createSequenceTestApp,
+  eventually,
+  makeFragments,
+  type SequenceTestApp,
+  type TestFragment,
+} from '../support/sequence-test-app';
+import type { QueuedMessage } from '../support/broker-admin';
+import { closeAll, type Closer } from '../support/test-app';
+
+jest.setTimeout(30_000);
+
+const PARTITIONS = 2;
+
+/**
+ * Broker-held reassembly on RabbitMQ, whose transport lets the reassembler release each body once
+ * spooled: a sequence that fails or expires is still dead-lettered whole, every byte of every
+ * fragment with the reason.
+ */
+describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ', () => {
+  const broker = useRabbitMq();
+  /**
+   * What the running test opened, in order: its consumer transport (the module does not close a
+   * transport it was given), its spool directory and its app; closed last first after it.
+   */
+  const opened: Closer[] = [];
+  let producer: RabbitMqTransport;
+  let channel: string;
+
+  beforeAll(async () => {
+    producer = await namedTransport('nseq-held-producer');
+  });
+  afterAll(async () => {
+    await producer.close();
+  });
+  beforeEach(() => {
+    channel = broker.admin.newChannel();
+    broker.admin.partitioned(channel, PARTITIONS);
+  });
+  afterEach(async () => {
+    await closeAll(opened.splice(0));
+  });
+
+  async function app(
+    sequence: Record<string, unknown>,
+    handler: Record<string, unknown> = {},
+  ): Promise<SequenceTestApp> {
+    const transport = await namedTransport('nseq-held-consumer');
+    opened.push(() => transport.close());
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-rmq-'));
+    opened.push(() => rm(dir, { recursive: true, force: true }));
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir }, ...sequence },
+      handler,
+    });
+    opened.push(() => t.close());
+    return t;
+  }
+
+  async function publishHeld(fragments: readonly TestFragment[]): Promise<void> {
+    for (const { body, headers } of fragments) {
+      const index = partitionIndex(String(headers['x-sequence-id']), PARTITIONS);
+      await producer.publish(channel, body, headers, { partition: { index, count: PARTITIONS } });
+    }
+  }
+
+  async function deadLettersOf(count: number): Promise<QueuedMessage[]> {
+    const letters: QueuedMessage[] = [];
+    await eventually(
+      async () => {
+        letters.push(...(await broker.admin.drain(`${channel}.dlq`)));
+        return letters.length >= count;
+      },
+      `${count} dead letters`,
+      20_000,
+    );
+    return letters.sort(
+      (a, b) => Number(a.headers['x-sequence-position']) - Number(b.headers['x-sequence-position']),
+    );
+  }
+
+  it('dead-letters every fragment whole, with the reason, once the handler failed', async () => {
+    const { handler } = await app({}, { handlerRetry: { attempts: 1 } });
+    handler.failNext = 1;
+    const fragments = makeFragments('held-rmq-fail', bytes(40_000, 31), 10_000);
+    await publishHeld(fragments);
+
+    const letters = await deadLettersOf(4);
+    expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
+    for (const letter of letters) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/^handler-failed: /);
+    }
+    expect(handler.calls).toBe(1);
+  });
+
+  it('dead-letters every fragment that arrived whole once the sequence expired', async () => {
+    const { handler } = await app({ timeoutMs: 500 });
+    const fragments = makeFragments('held-rmq-expired', bytes(40_000, 32), 10_000);
+    await publishHeld([fragments[0], fragments[2]]);
+
+    const letters = await deadLettersOf(2);
+    expect(letters.map((letter) => letter.body)).toEqual([fragments[0].body, fragments[2].body]);
+    for (const letter of letters) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/^sequence-expired: /);
+    }
+    expect(handler.calls).toBe(0);
+  });
+
+  it('hands a full window to the store, whole, and delivers both sequences', async () => {
+    const { handler } = await app({ window: 4, partitions: 1 });
+    broker.admin.partitioned(channel, 1);
+    const a = makeFragments('win-rmq-a', bytes(3_000, 33), 1_000);
+    const b = makeFragments('win-rmq-b', bytes(3_000, 34), 1_000);
+    for (const fragment of [a[0], b[0], a[1], b[1], a[2], b[2]]) {
+      await producer.publish(channel, fragment.body, fragment.headers, {
+        partition: { index: 0, count: 1 },
+      });
+    }
+    await eventually(() => handler.deliveries.length === 2, 'both handled', 20_000);
+    expect(handler.of('win-rmq-a')[0].bytes.equals(Buffer.concat(a.map((f) => f.body)))).toBe(true);
+    expect(handler.of('win-rmq-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
+  });
+});
