@@ -3,9 +3,8 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
-import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
-import { describeWithServer } from '../support/servers';
+import type { Transport } from 'nest-sequence';
+import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import {
   bytes,
   createSequenceTestApp,
@@ -22,22 +21,22 @@ jest.setTimeout(30_000);
 const PARTITIONS = 2;
 
 /**
- * Broker-held reassembly on RabbitMQ, whose transport lets the reassembler release each body once
- * spooled: a sequence that fails or expires is still dead-lettered whole, every byte of every
- * fragment with the reason.
+ * Broker-held reassembly on the real brokers, whose transports let the reassembler release each
+ * body once spooled: a sequence that fails or expires is still dead-lettered whole, every byte of
+ * every fragment with the reason.
  */
-describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ', () => {
-  const broker = useRabbitMq();
+describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
+  const broker = useTransportAdmin(on);
   /**
    * What the running test opened, in order: its consumer transport (the module does not close a
    * transport it was given), its spool directory and its app; closed last first after it.
    */
   const opened: Closer[] = [];
-  let producer: RabbitMqTransport;
+  let producer: Transport;
   let channel: string;
 
   beforeAll(async () => {
-    producer = await namedTransport('nseq-held-producer');
+    producer = await on.connect('nseq-held-producer');
   });
   afterAll(async () => {
     await producer.close();
@@ -54,9 +53,9 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ',
     sequence: Record<string, unknown>,
     handler: Record<string, unknown> = {},
   ): Promise<SequenceTestApp> {
-    const transport = await namedTransport('nseq-held-consumer');
+    const transport = await on.connect('nseq-held-consumer');
     opened.push(() => transport.close());
-    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-rmq-'));
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-'));
     opened.push(() => rm(dir, { recursive: true, force: true }));
     const t = await createSequenceTestApp(channel, {
       transport,
@@ -92,7 +91,7 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ',
   it('dead-letters every fragment whole, with the reason, once the handler failed', async () => {
     const { handler } = await app({}, { handlerRetry: { attempts: 1 } });
     handler.failNext = 1;
-    const fragments = makeFragments('held-rmq-fail', bytes(40_000, 31), 10_000);
+    const fragments = makeFragments('held-fail', bytes(40_000, 31), 10_000);
     await publishHeld(fragments);
 
     const letters = await deadLettersOf(4);
@@ -105,7 +104,7 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ',
 
   it('dead-letters every fragment that arrived whole once the sequence expired', async () => {
     const { handler } = await app({ timeoutMs: 500 });
-    const fragments = makeFragments('held-rmq-expired', bytes(40_000, 32), 10_000);
+    const fragments = makeFragments('held-expired', bytes(40_000, 32), 10_000);
     await publishHeld([fragments[0], fragments[2]]);
 
     const letters = await deadLettersOf(2);
@@ -119,15 +118,15 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly on RabbitMQ',
   it('hands a full window to the store, whole, and delivers both sequences', async () => {
     const { handler } = await app({ window: 4, partitions: 1 });
     broker.admin.partitioned(channel, 1);
-    const a = makeFragments('win-rmq-a', bytes(3_000, 33), 1_000);
-    const b = makeFragments('win-rmq-b', bytes(3_000, 34), 1_000);
+    const a = makeFragments('win-a', bytes(3_000, 33), 1_000);
+    const b = makeFragments('win-b', bytes(3_000, 34), 1_000);
     for (const fragment of [a[0], b[0], a[1], b[1], a[2], b[2]]) {
       await producer.publish(channel, fragment.body, fragment.headers, {
         partition: { index: 0, count: 1 },
       });
     }
     await eventually(() => handler.deliveries.length === 2, 'both handled', 20_000);
-    expect(handler.of('win-rmq-a')[0].bytes.equals(Buffer.concat(a.map((f) => f.body)))).toBe(true);
-    expect(handler.of('win-rmq-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
+    expect(handler.of('win-a')[0].bytes.equals(Buffer.concat(a.map((f) => f.body)))).toBe(true);
+    expect(handler.of('win-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
   });
 });
