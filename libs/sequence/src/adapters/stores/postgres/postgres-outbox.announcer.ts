@@ -52,9 +52,12 @@ export class PostgresOutboxAnnouncer {
    */
   private async notify(boxes: readonly BoxName[]): Promise<void> {
     let broken: Error | undefined;
+    const onError = (error: Error): void => {
+      broken ??= error;
+    };
     // Listening from the hand-over on: a server going down mid-call must not be an unheard
     // 'error' event (see checkOut).
-    const client = await checkOut(this.pool, (error) => (broken ??= error));
+    const client = await checkOut(this.pool, onError);
     try {
       await runPipeline(client, [
         { text: 'BEGIN' },
@@ -69,6 +72,8 @@ export class PostgresOutboxAnnouncer {
       broken = error as Error;
       throw error;
     } finally {
+      // The next holder listens for itself: a listener left behind would pile up on the client.
+      client.removeListener('error', onError);
       // Not put back inside a transaction that failed halfway.
       client.release(broken);
     }

@@ -442,6 +442,27 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       expect(pool.waitingCount).toBe(0);
     });
 
+    it("leaves no 'error' listener of its own on a client it hands back after announcing commits", async () => {
+      const listening = postgresClient();
+      await listening.connect();
+      try {
+        await listening.query(`LISTEN "${store.notifyChannel}"`);
+        for (let commit = 0; commit < 12; commit++) {
+          const announced = new Promise((resolve) => listening.once('notification', resolve));
+          await store.transaction((tx) => store.append(BOX, [record(`n${commit}`)], tx));
+          await announced; // the NOTIFY's transaction has committed on the pool's one client
+        }
+      } finally {
+        await listening.end();
+      }
+      const client = await pool.connect();
+      try {
+        expect(client.listenerCount('error')).toBe(0);
+      } finally {
+        client.release();
+      }
+    });
+
     it('uses the pool and leaves it open on close', async () => {
       await store.close();
       const { rows } = await pool.query(`SELECT id FROM ${tablePrefix}${BOX} ORDER BY seq`);
