@@ -217,7 +217,9 @@ export interface PurgeOptions {
  * - After `close`, every method rejects (`ping` included).
  * - `watch` calls `listener` with the box soon after a transaction that appended to it (or a
  *   `receive` or `retry`) commits (PostgreSQL `LISTEN/NOTIFY`; the SQLite store in its own
- *   process). It resolves once the subscription is live. A wake-up may be lost (during a
+ *   process). For the store's own `transaction`, this process's listeners are called before
+ *   the code awaiting it goes on: `OutboxService` relies on that to wake its relays. It resolves
+ *   once the subscription is live. A wake-up from another process may be lost (during a
  *   reconnect) or repeated: relays poll as well.
  * - Ordered claims follow `seq`, which is append order. Appends of one partition commit in that
  *   order when they took `lockPartitions` (PostgreSQL; SQLite's writes are serialized anyway);
