@@ -133,6 +133,16 @@ export interface ClaimOptions {
    * @default true
    */
   readonly joinable?: boolean;
+  /**
+   * Whether the claim's outcomes must be on disk when `claim()` resolves. A relay passes `false`:
+   * its outcomes record only what the broker already confirmed, so losing the latest of them to a
+   * database crash publishes those records again (at least once, same ids), in order, as a claim
+   * that died before settling would. The store may then commit without waiting for its disk
+   * (PostgreSQL: `synchronous_commit = off` for that transaction). A handler that writes through
+   * the claim's transaction needs the default.
+   * @default true
+   */
+  readonly durable?: boolean;
 }
 
 export interface ClaimedBatch {
