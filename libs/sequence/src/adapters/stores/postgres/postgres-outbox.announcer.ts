@@ -11,8 +11,10 @@ const NOTIFY_DEBOUNCE_MS = 5;
  * watchers at once, the other processes' through one NOTIFY per box, sent at most every
  * NOTIFY_DEBOUNCE_MS as a statement of its own. (A NOTIFY inside every business transaction
  * would make PostgreSQL serialize their commits: measured at about a third of the plain commit
- * rate with 16 writers.) A caller's own transaction, whose commit the store does not see, carries
- * its NOTIFY instead (append.sql).
+ * rate with 16 writers.) The NOTIFY goes on the store's LISTEN connection while it is up, which
+ * takes no connection from the application and hears back its own announcements for what they
+ * are; otherwise on a pool connection. A caller's own transaction, whose commit the store does
+ * not see, carries its NOTIFY instead (append.sql).
  */
 export class PostgresOutboxAnnouncer {
   private readonly pending = new Set<BoxName>();
@@ -22,6 +24,9 @@ export class PostgresOutboxAnnouncer {
     private readonly pool: Pool,
     private readonly channel: string,
     private readonly wakeLocal: (box: BoxName) => void,
+    /** Sends the NOTIFY on the LISTEN connection; false when there is none up. */
+    private readonly viaListener: (boxes: readonly BoxName[]) => Promise<boolean> = () =>
+      Promise.resolve(false),
   ) {}
 
   announce(boxes: Iterable<BoxName>): void {
@@ -41,7 +46,9 @@ export class PostgresOutboxAnnouncer {
     const boxes = [...this.pending];
     this.pending.clear();
     if (boxes.length === 0 || this.pool.ending) return;
-    await this.notify(boxes).catch(() => undefined); // a hint: the other processes poll as well
+    // A hint: the other processes poll as well.
+    const sent = await this.viaListener(boxes).catch(() => false);
+    if (!sent) await this.notify(boxes).catch(() => undefined);
   }
 
   /**

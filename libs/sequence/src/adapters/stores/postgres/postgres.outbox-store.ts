@@ -73,7 +73,12 @@ export class PostgresOutboxStore implements OutboxStore {
     this.tablePrefix = this.options.tablePrefix;
     this.notifyChannel = this.options.notifyChannel;
     this.statements = outboxStatements(this.tablePrefix);
-    this.announcer = new PostgresOutboxAnnouncer(pool, this.notifyChannel, (box) => this.wake(box));
+    this.announcer = new PostgresOutboxAnnouncer(
+      pool,
+      this.notifyChannel,
+      (box) => this.wake(box),
+      (boxes) => this.listener?.announce(boxes) ?? Promise.resolve(false),
+    );
   }
 
   /** A store with a pool of its own, which `close()` ends. */
