@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import { checkOut } from './postgres-client';
+import { NOTIFY_BOXES } from './postgres-outbox.listener';
 import { runPipeline } from './postgres-pipeline';
 
 /** How long commits' announcements to other processes are gathered into one NOTIFY. */
@@ -69,10 +70,7 @@ export class PostgresOutboxAnnouncer {
       await runPipeline(client, [
         { text: 'BEGIN' },
         { text: 'SET LOCAL synchronous_commit TO off' },
-        {
-          text: 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box',
-          values: [this.channel, boxes],
-        },
+        { text: NOTIFY_BOXES, values: [this.channel, boxes] },
         { text: 'COMMIT' },
       ]);
     } catch (error) {

@@ -2,8 +2,8 @@ import type { Client, ClientConfig, Notification } from 'pg';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
 import { newClient } from './postgres-client';
 
-/** One NOTIFY per box of $2 on channel $1 (a statement of its own: it commits at once). */
-const ANNOUNCE = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
+/** One NOTIFY per box of $2 (text[]) on channel $1. */
+export const NOTIFY_BOXES = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
 
 export interface OutboxListenerOptions {
   /** Where to connect (the pool's own settings, for a store over a pool). */
@@ -51,10 +51,11 @@ export class PostgresOutboxListener {
   }
 
   /**
-   * Sends one NOTIFY per box on this connection, when it is up and not already sending one;
-   * resolves false otherwise (the caller then takes another connection). It takes none from the application's pool, and
-   * the notifications PostgreSQL delivers back to it are its own (the sender's process id is this
-   * session's): they wake nothing here, as whoever asked woke this process already.
+   * Sends one NOTIFY per box on this connection (a statement of its own, committed at once), when
+   * it is up and not already sending one; resolves false otherwise, and the caller takes another
+   * connection. It takes none from the application's pool, and the notifications PostgreSQL
+   * delivers back to it are its own (the sender's process id is this session's): they wake
+   * nothing here, as whoever asked woke this process already.
    */
   async announce(boxes: readonly BoxName[]): Promise<boolean> {
     const client = this.client;
@@ -62,7 +63,7 @@ export class PostgresOutboxListener {
     if (!client || this.announcing) return false;
     this.announcing = true;
     try {
-      await client.query(ANNOUNCE, [this.options.channel, boxes]);
+      await client.query(NOTIFY_BOXES, [this.options.channel, boxes]);
     } finally {
       this.announcing = false;
     }
