@@ -3,6 +3,7 @@
  * (`rate` per second), its commit time noted right after the commit resolved; a consumer of the
  * output queue in this process notes when each message arrived. Latency = arrival − commit.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type * as amqp from 'amqplib';
 import { recordArrivals, waitForArrivals } from './outbox.broker';
 import { round1 } from './harness/report';
@@ -33,6 +34,13 @@ export interface LatencyResult {
   /** Messages that arrived before their commit's promise resolved here (the clock's resolution). */
   readonly arrivedBeforeCommitResolved: number;
   readonly duplicates: number;
+  /**
+   * How late this process's event loop ran its callbacks while commits and arrivals were noted
+   * (p99 and max, ms): writers, relay and consumer share it, so a stall here (a garbage
+   * collection, a busy core) delays arrivals, and shows in the latencies, whatever the outbox did.
+   */
+  readonly eventLoopDelayP99Ms: number;
+  readonly eventLoopDelayMaxMs: number;
 }
 
 export async function steadyLatency(options: LatencyOptions): Promise<LatencyResult> {
@@ -42,6 +50,8 @@ export async function steadyLatency(options: LatencyOptions): Promise<LatencyRes
   const pending: Promise<void>[] = [];
   let failure: Error | undefined;
   const interval = 1000 / rate;
+  const loopDelay = monitorEventLoopDelay({ resolution: 1 });
+  loopDelay.enable();
   const started = nowMs();
   try {
     let next = 0;
@@ -63,6 +73,7 @@ export async function steadyLatency(options: LatencyOptions): Promise<LatencyRes
     if (failure) throw failure;
     const lastCommit = Math.max(...committedAt.values());
     await waitForArrivals(recorder, count);
+    loopDelay.disable();
 
     const latencies: number[] = [];
     for (let i = 0; i < count; i++) {
@@ -80,8 +91,11 @@ export async function steadyLatency(options: LatencyOptions): Promise<LatencyRes
       maxMs: round1(latencies[latencies.length - 1]),
       arrivedBeforeCommitResolved: latencies.filter((ms) => ms < 0).length,
       duplicates: recorder.duplicates,
+      eventLoopDelayP99Ms: round1(loopDelay.percentile(99) / 1e6),
+      eventLoopDelayMaxMs: round1(loopDelay.max / 1e6),
     };
   } finally {
+    loopDelay.disable();
     await recorder.close();
   }
 }

@@ -51,9 +51,15 @@ export class TracedOutboxStore implements OutboxStore {
   private totals = zero();
   private windowStart = nowMs();
 
+  /** The inner store's, when it has it: writers then take the same path as without the wrapper. */
+  readonly appendAtCommit?: OutboxStore['appendAtCommit'];
+
   constructor(private readonly inner: OutboxStore) {
     this.dialect = inner.dialect;
     this.name = inner.name;
+    if (inner.appendAtCommit) {
+      this.appendAtCommit = (box, records, within) => inner.appendAtCommit!(box, records, within);
+    }
   }
 
   /** Starts a new measured window. */

@@ -33,6 +33,38 @@ describe('BoxLoop', () => {
     await loop.stop();
   });
 
+  it('runs up to its concurrency at once, and answers wake-ups during them with one more cycle', async () => {
+    let running = 0;
+    let most = 0;
+    let cycles = 0;
+    const releases: (() => void)[] = [];
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async () => {
+        running++;
+        most = Math.max(most, running);
+        cycles++;
+        if (cycles <= 3) await new Promise<void>((resolve) => releases.push(resolve));
+        running--;
+        return false;
+      },
+      quiet,
+      3,
+    );
+    loop.start(3_600_000); // its first cycle at once
+    loop.wake();
+    loop.wake(); // three cycles now
+    loop.wake();
+    loop.wake();
+    loop.wake(); // asked for during them: one more, after the first that ends
+    for (const release of releases) release();
+    await loop.idle();
+    expect(most).toBe(3);
+    expect(cycles).toBe(4);
+    await loop.stop();
+  });
+
   it('keeps cycling while a cycle reports more, and stops at once when stopped', async () => {
     let left = 5;
     const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(--left > 0), quiet);

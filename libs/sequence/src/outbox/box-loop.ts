@@ -5,14 +5,18 @@ import type { Logger } from '@nestjs/common';
 const RETRY_AFTER_FAILURE_MS = 250;
 
 /**
- * Runs one box's cycle (a relay's or an inbox processor's claim) whenever it is woken, and every
- * `pollIntervalMs` as a safety net. Cycles never overlap: a wake-up during a cycle runs one more
- * after it, so a record committed while a claim was looking is never left for the next poll. A
- * cycle that reports more work (a full batch) is followed by the next one at once.
+ * Runs one box's cycles (a relay's or an inbox processor's claims), up to `concurrency` at once,
+ * whenever it is woken, and every `pollIntervalMs` as a safety net.
+ *
+ * A wake-up starts one more cycle when fewer than `concurrency` run, and otherwise asks for one
+ * more after the first of them ends: a record committed while every claim was looking is never
+ * left for the next poll, and one commit never starts several claims that would race for its rows
+ * (all but one finding nothing). A cycle that reports more work (a full batch) is followed by
+ * the next one at once.
  */
 export class BoxLoop {
   private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
+  private readonly running = new Set<Promise<void>>();
   private again = false;
   /** Until start(): a wake-up before the outbox has fully started runs nothing. */
   private stopped = true;
@@ -25,6 +29,8 @@ export class BoxLoop {
     /** One claim; resolves true when there may be more due at once. */
     private readonly cycle: () => Promise<boolean>,
     private readonly logger: Logger,
+    /** Most cycles at once (the box's `concurrency`). */
+    private readonly concurrency = 1,
   ) {}
 
   start(pollIntervalMs: number): void {
@@ -34,22 +40,25 @@ export class BoxLoop {
     this.wake();
   }
 
-  /** Asks for a cycle soon (now, or right after the one in progress). */
+  /** Asks for a cycle soon (now, or right after one in progress). */
   wake(): void {
     if (this.stopped) return;
-    if (this.running) {
+    if (this.running.size >= this.concurrency) {
       this.again = true;
       return;
     }
-    this.running = this.drain().finally(() => (this.running = undefined));
+    // This cycle starts after the wake-up: it answers any asked for before.
+    this.again = false;
+    const drain: Promise<void> = this.drain().finally(() => this.running.delete(drain));
+    this.running.add(drain);
   }
 
   /** Resolves once no cycle is running or asked for (tests, shutdown). */
   async idle(): Promise<void> {
-    while (this.running) await this.running;
+    while (this.running.size > 0) await Promise.all(this.running);
   }
 
-  /** No more cycles; resolves once the one in progress has settled. */
+  /** No more cycles; resolves once those in progress have settled. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
@@ -60,8 +69,8 @@ export class BoxLoop {
   }
 
   private async drain(): Promise<void> {
-    do {
-      this.again = false;
+    let more = true;
+    while (more) {
       try {
         while (!this.stopped && (await this.cycle()));
       } catch (error) {
@@ -69,6 +78,7 @@ export class BoxLoop {
         // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.
         this.logger.warn(`${this.name}: ${(error as Error).message ?? String(error)}`);
         if (this.again && !this.stopped) {
+          this.again = false;
           this.retry ??= setTimeout(() => {
             this.retry = undefined;
             this.wake();
@@ -77,6 +87,9 @@ export class BoxLoop {
         }
         return;
       }
-    } while (this.again && !this.stopped);
+      // One wake-up asked for during the cycles is answered by one more cycle, of this drain.
+      more = this.again && !this.stopped;
+      this.again = false;
+    }
   }
 }

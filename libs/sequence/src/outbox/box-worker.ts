@@ -27,6 +27,8 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
   protected stopping = false;
   /** Whether a `transaction()` in this worker's handling joins its claim (see ClaimOptions). */
   protected readonly joinsClaim: boolean = true;
+  /** Whether its claims' outcomes must be on disk when they resolve (see ClaimOptions). */
+  protected readonly settlesDurably: boolean = true;
 
   protected constructor(
     readonly box: Box,
@@ -42,7 +44,13 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     const cycle: CycleState = { holdOff: false };
     const result = await this.store.claim(
       this.box,
-      { limit: batchSize, now: Date.now(), ordered, joinable: this.joinsClaim },
+      {
+        limit: batchSize,
+        now: Date.now(),
+        ordered,
+        joinable: this.joinsClaim,
+        durable: this.settlesDurably,
+      },
       (batch) => this.handleBatch(batch, cycle),
     );
     return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;

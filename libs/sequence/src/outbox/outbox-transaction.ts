@@ -149,10 +149,10 @@ export class OutboxTransaction {
   }
 
   /**
-   * Writes what was recorded into the outbox tables (called before the commit). Returns the boxes
-   * written to, for waking their relays.
+   * Writes what was recorded into the outbox tables (called before the commit); the store wakes
+   * their relays once the transaction commits.
    */
-  async flush(store: OutboxStore, ordered: ReadonlySet<BoxName> = new Set()): Promise<BoxName[]> {
+  async flush(store: OutboxStore, ordered: ReadonlySet<BoxName> = new Set()): Promise<void> {
     this.flushed = true;
     // Boxes in one fixed order, whatever was recorded first: two transactions that write to two
     // ordered boxes take their locks in the same order, and cannot deadlock.
@@ -166,7 +166,6 @@ export class OutboxTransaction {
       if (store.appendAtCommit) await store.appendAtCommit(box, records, this.transaction);
       else await store.append(box, records, this.transaction);
     }
-    return boxes;
   }
 
   private queue(box: BoxName, record: NewBoxRecord): void {

@@ -32,6 +32,11 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
   private readonly logger = new Logger(OutboxRelay.name);
   /** It only publishes: nothing in its handling opens a transaction to join the claim. */
   protected override readonly joinsClaim = false;
+  /**
+   * Its outcomes follow the broker's confirms: one a database crash loses only publishes its
+   * record again, as at-least-once allows, so its claims need not wait for a disk flush.
+   */
+  protected override readonly settlesDurably = false;
 
   constructor(
     box: 'outbox_events' | 'outbox_commands',

@@ -37,7 +37,7 @@ export class OutboxRuntime implements LifecyclePart {
   private readonly logger = new Logger('Outbox');
   private starting: Promise<OutboxStore> | undefined;
   private ownedStore: OutboxStore | undefined;
-  private readonly loops = new Map<BoxName, BoxLoop[]>();
+  private readonly loops = new Map<BoxName, BoxLoop>();
   private readonly workers: Worker[] = [];
   private receiver: InboxReceiver | undefined;
   private unwatch: (() => Promise<void>) | undefined;
@@ -102,7 +102,7 @@ export class OutboxRuntime implements LifecyclePart {
 
   /** Asks a box's relay or processor to look for due records now. */
   wake(box: BoxName): void {
-    for (const loop of this.loops.get(box) ?? []) loop.wake();
+    this.loops.get(box)?.wake();
   }
 
   /**
@@ -116,7 +116,7 @@ export class OutboxRuntime implements LifecyclePart {
 
   /** Resolves once no relay or processor cycle is running or asked for (for tests). */
   async idle(): Promise<void> {
-    for (const loop of [...this.loops.values()].flat()) await loop.idle();
+    for (const loop of this.loops.values()) await loop.idle();
   }
 
   /**
@@ -151,9 +151,7 @@ export class OutboxRuntime implements LifecyclePart {
   /** Stops the loops of the boxes `which` selects. */
   private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
     for (const worker of this.workers) if (which(worker.box)) worker.stop();
-    for (const [box, loops] of this.loops) {
-      if (which(box)) for (const loop of loops) await loop.stop();
-    }
+    for (const [box, loop] of this.loops) if (which(box)) await loop.stop();
   }
 
   private async run(): Promise<OutboxStore> {
@@ -200,8 +198,9 @@ export class OutboxRuntime implements LifecyclePart {
   }
 
   /**
-   * The relay or processor of `box`, registered, not started: `concurrency` loops over one worker
-   * (their claims never overlap: each takes rows the others do not hold); none when not enabled.
+   * The relay or processor of `box`, registered, not started: a loop of up to `concurrency`
+   * claims at once over one worker (their claims never overlap: each takes rows the others do not
+   * hold); none when not enabled.
    */
   private loopsFor(box: BoxName, store: OutboxStore): BoxLoop[] {
     const options = this.options.outbox.boxes[box];
@@ -223,12 +222,15 @@ export class OutboxRuntime implements LifecyclePart {
             this.options.tracing,
           );
     const role = box.startsWith('outbox') ? 'relay' : 'processor';
-    const loops = Array.from(
-      { length: options.concurrency },
-      () => new BoxLoop(box, `${box} ${role}`, () => worker.cycle(), this.logger),
+    const loop = new BoxLoop(
+      box,
+      `${box} ${role}`,
+      () => worker.cycle(),
+      this.logger,
+      options.concurrency,
     );
     this.workers.push(worker);
-    this.loops.set(box, loops);
-    return loops;
+    this.loops.set(box, loop);
+    return [loop];
   }
 }

@@ -56,7 +56,6 @@ export class OutboxService {
 
   private async inTransaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     const store = await this.runtime.ready();
-    const touched: BoxName[] = [];
     let restore: (() => void) | undefined;
     let result: T;
     try {
@@ -65,8 +64,9 @@ export class OutboxService {
         restore = OutboxTransaction.saveRecordedOn(storeTransaction);
         const transaction = new OutboxTransaction(storeTransaction);
         const value = await transaction.within(() => work(transaction));
+        // The store wakes the relays of what it wrote once it commits (OutboxStore.watch).
         if (enclosing) enclosing.adopt(transaction);
-        else touched.push(...(await transaction.flush(store, this.runtime.orderedBoxes)));
+        else await transaction.flush(store, this.runtime.orderedBoxes);
         return value;
       });
     } catch (error) {
@@ -75,7 +75,6 @@ export class OutboxService {
       restore?.();
       throw error;
     }
-    for (const box of touched) this.runtime.wake(box);
     return result;
   }
 

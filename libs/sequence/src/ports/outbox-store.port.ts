@@ -133,6 +133,16 @@ export interface ClaimOptions {
    * @default true
    */
   readonly joinable?: boolean;
+  /**
+   * Whether the claim's outcomes must be on disk when `claim()` resolves. A relay passes `false`:
+   * its outcomes record only what the broker already confirmed, so losing the latest of them to a
+   * database crash publishes those records again (at least once, same ids), in order, as a claim
+   * that died before settling would. The store may then commit without waiting for its disk
+   * (PostgreSQL: `synchronous_commit = off` for that transaction). A handler that writes through
+   * the claim's transaction needs the default.
+   * @default true
+   */
+  readonly durable?: boolean;
 }
 
 export interface ClaimedBatch {
@@ -217,7 +227,9 @@ export interface PurgeOptions {
  * - After `close`, every method rejects (`ping` included).
  * - `watch` calls `listener` with the box soon after a transaction that appended to it (or a
  *   `receive` or `retry`) commits (PostgreSQL `LISTEN/NOTIFY`; the SQLite store in its own
- *   process). It resolves once the subscription is live. A wake-up may be lost (during a
+ *   process). For the store's own `transaction`, this process's listeners are called before
+ *   the code awaiting it goes on: `OutboxService` relies on that to wake its relays. It resolves
+ *   once the subscription is live. A wake-up from another process may be lost (during a
  *   reconnect) or repeated: relays poll as well.
  * - Ordered claims follow `seq`, which is append order. Appends of one partition commit in that
  *   order when they took `lockPartitions` (PostgreSQL; SQLite's writes are serialized anyway);

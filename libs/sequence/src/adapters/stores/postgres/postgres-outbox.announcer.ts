@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import { checkOut } from './postgres-client';
+import { NOTIFY_BOXES } from './postgres-outbox.listener';
 import { runPipeline } from './postgres-pipeline';
 
 /** How long commits' announcements to other processes are gathered into one NOTIFY. */
@@ -11,8 +12,10 @@ const NOTIFY_DEBOUNCE_MS = 5;
  * watchers at once, the other processes' through one NOTIFY per box, sent at most every
  * NOTIFY_DEBOUNCE_MS as a statement of its own. (A NOTIFY inside every business transaction
  * would make PostgreSQL serialize their commits: measured at about a third of the plain commit
- * rate with 16 writers.) A caller's own transaction, whose commit the store does not see, carries
- * its NOTIFY instead (append.sql).
+ * rate with 16 writers.) The NOTIFY goes on the store's LISTEN connection while it is up, which
+ * takes no connection from the application and hears back its own announcements for what they
+ * are; otherwise on a pool connection. A caller's own transaction, whose commit the store does
+ * not see, carries its NOTIFY instead (append.sql).
  */
 export class PostgresOutboxAnnouncer {
   private readonly pending = new Set<BoxName>();
@@ -22,6 +25,9 @@ export class PostgresOutboxAnnouncer {
     private readonly pool: Pool,
     private readonly channel: string,
     private readonly wakeLocal: (box: BoxName) => void,
+    /** Sends the NOTIFY on the LISTEN connection; false when there is none up. */
+    private readonly viaListener: (boxes: readonly BoxName[]) => Promise<boolean> = () =>
+      Promise.resolve(false),
   ) {}
 
   announce(boxes: Iterable<BoxName>): void {
@@ -41,7 +47,9 @@ export class PostgresOutboxAnnouncer {
     const boxes = [...this.pending];
     this.pending.clear();
     if (boxes.length === 0 || this.pool.ending) return;
-    await this.notify(boxes).catch(() => undefined); // a hint: the other processes poll as well
+    // A hint: the other processes poll as well.
+    const sent = await this.viaListener(boxes).catch(() => false);
+    if (!sent) await this.notify(boxes).catch(() => undefined);
   }
 
   /**
@@ -52,23 +60,25 @@ export class PostgresOutboxAnnouncer {
    */
   private async notify(boxes: readonly BoxName[]): Promise<void> {
     let broken: Error | undefined;
+    const onError = (error: Error): void => {
+      broken ??= error;
+    };
     // Listening from the hand-over on: a server going down mid-call must not be an unheard
     // 'error' event (see checkOut).
-    const client = await checkOut(this.pool, (error) => (broken ??= error));
+    const client = await checkOut(this.pool, onError);
     try {
       await runPipeline(client, [
         { text: 'BEGIN' },
         { text: 'SET LOCAL synchronous_commit TO off' },
-        {
-          text: 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box',
-          values: [this.channel, boxes],
-        },
+        { text: NOTIFY_BOXES, values: [this.channel, boxes] },
         { text: 'COMMIT' },
       ]);
     } catch (error) {
       broken = error as Error;
       throw error;
     } finally {
+      // The next holder listens for itself: a listener left behind would pile up on the client.
+      client.removeListener('error', onError);
       // Not put back inside a transaction that failed halfway.
       client.release(broken);
     }

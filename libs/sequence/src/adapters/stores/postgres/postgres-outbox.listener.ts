@@ -2,6 +2,9 @@ import type { Client, ClientConfig, Notification } from 'pg';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
 import { newClient } from './postgres-client';
 
+/** One NOTIFY per box of $2 (text[]) on channel $1. */
+export const NOTIFY_BOXES = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
+
 export interface OutboxListenerOptions {
   /** Where to connect (the pool's own settings, for a store over a pool). */
   readonly connection: ClientConfig;
@@ -25,6 +28,7 @@ export class PostgresOutboxListener {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private failedAttempts = 0;
   private stopped = false;
+  private announcing = false;
 
   constructor(private readonly options: OutboxListenerOptions) {}
 
@@ -44,6 +48,26 @@ export class PostgresOutboxListener {
       this.stopped = true;
       throw error;
     }
+  }
+
+  /**
+   * Sends one NOTIFY per box on this connection (a statement of its own, committed at once), when
+   * it is up and not already sending one; resolves false otherwise, and the caller takes another
+   * connection. It takes none from the application's pool, and the notifications PostgreSQL
+   * delivers back to it are its own (the sender's process id is this session's): they wake
+   * nothing here, as whoever asked woke this process already.
+   */
+  async announce(boxes: readonly BoxName[]): Promise<boolean> {
+    const client = this.client;
+    // One statement at a time on a client; the caller's other connection meanwhile.
+    if (!client || this.announcing) return false;
+    this.announcing = true;
+    try {
+      await client.query(NOTIFY_BOXES, [this.options.channel, boxes]);
+    } finally {
+      this.announcing = false;
+    }
+    return true;
   }
 
   /** Ends the connection and any reconnect in progress; idempotent. */
@@ -68,6 +92,8 @@ export class PostgresOutboxListener {
     client.on('notification', (message) => this.notified(message));
     try {
       await client.connect();
+      // Its announcements need no disk flush (see PostgresOutboxAnnouncer).
+      await client.query('SET synchronous_commit TO off');
       await client.query(`LISTEN "${this.options.channel}"`);
     } catch (error) {
       await client.end().catch(() => undefined);
@@ -83,6 +109,10 @@ export class PostgresOutboxListener {
 
   private notified(message: Notification): void {
     if (message.channel !== this.options.channel) return;
+    // Its own announcement (see announce()).
+    if (message.processId === (this.client as { processID?: number } | undefined)?.processID) {
+      return;
+    }
     const box = message.payload as BoxName;
     if (BOX_NAMES.includes(box)) this.options.wake(box);
   }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Pool } from 'pg';
+import { Pool, type Notification } from 'pg';
 import { describeOutboxStoreConformance } from '../../../testing/conformance/outbox-store.conformance';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
 import {
@@ -7,6 +7,7 @@ import {
   postgresClient,
   postgresPool,
 } from '../../../../test/support/postgres.fixture';
+import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
@@ -440,6 +441,60 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         store.claim(BOX, { limit: 10, now: Date.now() }, completeAll),
       ).resolves.toMatchObject({ completed: 2 });
       expect(pool.waitingCount).toBe(0);
+    });
+
+    it("leaves no 'error' listener of its own on a client it hands back after announcing commits", async () => {
+      const listening = postgresClient();
+      await listening.connect();
+      try {
+        await listening.query(`LISTEN "${store.notifyChannel}"`);
+        for (let commit = 0; commit < 12; commit++) {
+          const announced = new Promise((resolve) => listening.once('notification', resolve));
+          await store.transaction((tx) => store.append(BOX, [record(`n${commit}`)], tx));
+          await announced; // the NOTIFY's transaction has committed on the pool's one client
+        }
+      } finally {
+        await listening.end();
+      }
+      const client = await pool.connect();
+      try {
+        expect(client.listenerCount('error')).toBe(0);
+      } finally {
+        client.release();
+      }
+    });
+
+    it('announces commits on its LISTEN connection, and takes no wake-up from hearing its own', async () => {
+      // Tables of their own: no announcement of the setup's commit on this channel.
+      const own = new PostgresOutboxStore(pool, { tablePrefix: uniquePrefix() });
+      const listening = postgresClient();
+      try {
+        await own.migrate();
+        const woken: string[] = [];
+        await own.watch((box) => void woken.push(box));
+        await listening.connect();
+        await listening.query(`LISTEN "${own.notifyChannel}"`);
+        const heard = new Promise<Notification>((resolve) =>
+          listening.once('notification', resolve),
+        );
+
+        await own.transaction((tx) => own.append(BOX, [record('announced')], tx));
+
+        const [{ pid }] = await adminQuery<{ pid: number }>(
+          'SELECT pid FROM pg_stat_activity WHERE application_name = $1',
+          [own.listenerApplicationName],
+        );
+        expect((await heard).processId).toBe(pid);
+        // Delivered after the announcement to every listener: once the store hears it, it has
+        // heard its own announcement too.
+        await listening.query(`NOTIFY "${own.notifyChannel}", 'outbox_commands'`);
+        await eventually(() => woken.includes('outbox_commands'), 'the later notification');
+        expect(woken.filter((box) => box === BOX)).toEqual([BOX]); // at the commit, only
+      } finally {
+        await listening.end().catch(() => undefined);
+        await own.close();
+        await dropTables(own.tablePrefix);
+      }
     });
 
     it('uses the pool and leaves it open on close', async () => {

@@ -172,4 +172,23 @@ describeWithServer('postgres', 'PostgresOutboxStore round trips', () => {
       expect(await store.get(BOX, id)).toMatchObject({ status: 'COMPLETED' });
     }
   });
+
+  it('settles a claim that need not be durable with the COMMIT, asking for no disk flush', async () => {
+    await store.transaction((tx) => store.appendAtCommit(BOX, [record('r1'), record('r2')], tx));
+    const completeAll = async (batch: { records: readonly { id: string }[] }) =>
+      batch.records.map((r) => ({ id: r.id, status: 'completed' as const }));
+    // Prepares the claim's statements on the connection.
+    await store.claim(BOX, { limit: 1, now: Date.now(), durable: false }, completeAll);
+
+    const result = await counted(() =>
+      store.claim(BOX, { limit: 10, now: Date.now(), durable: false }, completeAll),
+    );
+
+    expect(result).toMatchObject({ claimed: 1, completed: 1 });
+    expect(sent).toHaveLength(2);
+    expect(sent[1]).toMatch(/^SET LOCAL synchronous_commit TO off;\nUPDATE[\s\S]*;\nCOMMIT$/);
+    for (const id of ['r1', 'r2']) {
+      expect(await store.get(BOX, id)).toMatchObject({ status: 'COMPLETED' });
+    }
+  });
 });

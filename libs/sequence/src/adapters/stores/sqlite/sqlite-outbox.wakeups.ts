@@ -27,8 +27,9 @@ export function wakeupChannel(database: Database, tablePrefix: string): string {
 
 /**
  * In-process wake-ups of one store: after a commit that appended to a box, every listener of
- * the channel is called with the box, on a later turn of the event loop (never inside the
- * committing call). Other processes are not told: their relays poll.
+ * the channel is called with the box as soon as the committing call has returned (a microtask:
+ * never inside it, and before anything that awaits it goes on, so that a relay is woken before a
+ * shutdown that follows the commit stops it). Other processes are not told: their relays poll.
  */
 export class SqliteOutboxWakeups {
   private readonly own = new Set<Listener>();
@@ -49,7 +50,7 @@ export class SqliteOutboxWakeups {
   }
 
   notify(box: BoxName): void {
-    setImmediate(() => {
+    queueMicrotask(() => {
       for (const listener of channels.get(this.channel) ?? []) call(listener, box);
     });
   }
