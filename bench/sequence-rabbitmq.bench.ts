@@ -43,6 +43,8 @@
  *   BENCH_CONSUMER_ENV [unset]: NAME=VALUE pairs, comma-separated, added to both consumers'
  *     environment only (e.g. MALLOC_MMAP_THRESHOLD_=1048576, see docs/message-sequence.md on
  *     a consumer's memory); echoed as `consumerEnv` in every result line
+ *   BENCH_CONSUMER_NODE_ARGS [none]: more Node options for both consumers, space-separated,
+ *     e.g. `--trace-gc`; echoed as `consumerNodeArgs` in the result lines when set
  *   BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every case without, then every case with]:
  *     the producer's and the module consumer's `unsafeSocketTricks` (transport and store);
  *     echoed as `unsafeSocketTricks` in every result line
@@ -83,6 +85,7 @@ import {
   socketTrickVariants,
   switchSetting,
   textSetting,
+  wordsSetting,
 } from './harness/settings';
 import { NatsBenchBroker } from './sequence-nats.broker';
 import { RabbitMqBenchBroker, type BenchBroker } from './sequence-rabbitmq.brokers';
@@ -133,6 +136,7 @@ const settings = readSettings(() => {
     runTimeoutMs: positiveNumber('BENCH_RUN_TIMEOUT_S', 300) * 1000,
     cpuProfileDir: textSetting('BENCH_CPU_PROF_DIR'),
     consumerEnv: envPairsSetting('BENCH_CONSUMER_ENV'),
+    consumerNodeArgs: wordsSetting('BENCH_CONSUMER_NODE_ARGS'),
     socketTricks: socketTrickVariants(),
     encryption: onOffBoth('BENCH_ENCRYPTION'),
     buffers: bufferModes(),
@@ -222,6 +226,7 @@ function startConsumer(
     config,
     env: settings.consumerEnv,
     cpuProfileDir: settings.cpuProfileDir,
+    nodeArgs: settings.consumerNodeArgs,
   });
 }
 
@@ -345,6 +350,7 @@ function lineSettings(variant: Variant, prefetch: number): LineSettings {
     inFlight: settings.inFlight,
     readAhead: settings.readAhead,
     consumerEnv: settings.consumerEnv,
+    consumerNodeArgs: settings.consumerNodeArgs,
   };
 }
 

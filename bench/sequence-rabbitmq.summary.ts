@@ -22,6 +22,8 @@ export interface LineSettings {
   readonly inFlight: number;
   readonly readAhead?: number;
   readonly consumerEnv: Record<string, string>;
+  /** More Node options of both consumers (`BENCH_CONSUMER_NODE_ARGS`). */
+  readonly consumerNodeArgs: readonly string[];
 }
 
 /** Phases of a module run, in ms from the start of publishing (t0) or as durations. */
@@ -113,6 +115,7 @@ export function caseFigures(
     inFlight: input.inFlight,
     readAhead: input.readAhead ?? 'default (4)',
     consumerEnv: input.consumerEnv,
+    ...(input.consumerNodeArgs.length > 0 && { consumerNodeArgs: input.consumerNodeArgs }),
     modulePhasesMs: medianOf(module.map(phasesOf)),
     cpuSeconds: { raw: cpuSummary(raw), module: cpuSummary(module) },
     moduleRedisCalls: medianOf(module.map((run) => redisCallsOf(run.trace))),
@@ -151,6 +154,7 @@ export function bigCaseFigures(
     inFlight: input.inFlight,
     readAhead: input.readAhead ?? 'default (4)',
     consumerEnv: input.consumerEnv,
+    ...(input.consumerNodeArgs.length > 0 && { consumerNodeArgs: input.consumerNodeArgs }),
     modulePhasesMs: phasesOf(b),
     cpuSeconds: cpuSummary([b]),
     moduleRedisCalls: redisCallsOf(b.trace),
