@@ -96,8 +96,8 @@ function noTracerProvider(api: OtelApi): boolean {
  * Whether a span of `parent` could record anything or give its work another trace context:
  * false when tracing is off, `@opentelemetry/api` is not installed, or no tracer provider is
  * registered and the span would not be parented on a carried context (`'child'`). Callers skip
- * building a span's attributes when it is false: once per message, that was most of the cost
- * of tracing without an SDK.
+ * building a span's attributes when it is false: per message, building them (and a no-op span)
+ * is most of what tracing without an SDK would cost.
  */
 export function spansMatter(tracing: ResolvedTracing, parent?: SpanPlan['parent']): boolean {
   if (!tracing.enabled) return false;
@@ -123,8 +123,7 @@ export async function inSpan<T>(
   work: (span: TraceSpan) => Promise<T>,
 ): Promise<T> {
   const api = otelApi();
-  if (!api || !tracing.enabled) return work(NOT_RECORDING);
-  if (plan.parent !== 'child' && noTracerProvider(api)) return work(NOT_RECORDING);
+  if (!api || !spansMatter(tracing, plan.parent)) return work(NOT_RECORDING);
   const active = api.context.active();
   const carried = (plan.carriers ?? []).map((headers) => carriedSpanContext(api, headers));
   const links: OtelLink[] = [];
