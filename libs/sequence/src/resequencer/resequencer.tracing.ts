@@ -6,6 +6,7 @@ import {
   inSpan,
   NOT_RECORDING,
   messagingAttributes,
+  spansMatter,
   withTraceHeaders,
   type TraceSpan,
 } from '../kernel/tracing/message-spans';
@@ -32,13 +33,14 @@ export class ResequencerTracing {
     headers: Readonly<Record<string, unknown>>,
     work: (span: TraceSpan) => Promise<Disposition>,
   ): Promise<Disposition> {
-    if (!this.tracing.enabled) return work(NOT_RECORDING);
+    const parent = this.tracing.parent === 'child' ? 'child' : 'active';
+    if (!spansMatter(this.tracing, parent)) return work(NOT_RECORDING);
     return inSpan(
       this.tracing,
       {
         name: `hold ${this.name}`,
         kind: 'consumer',
-        parent: this.tracing.parent === 'child' ? 'child' : 'active',
+        parent,
         carriers: [headers ?? {}],
         attributes: messagingAttributes({ operation: 'receive', destination: this.name }),
       },
@@ -61,8 +63,8 @@ export class ResequencerTracing {
   }
 
   release<T>(key: string, entry: ResequencedEntry, work: () => Promise<T>): Promise<T> {
-    // Tracing off (the default): not even the span's attributes are built, once per event.
-    if (!this.tracing.enabled) return work();
+    // Tracing off, or no SDK registered: not even the span's attributes are built, once per event.
+    if (!spansMatter(this.tracing)) return work();
     const heldAt = entry.headers[HELD_AT_HEADER];
     const heldMs = typeof heldAt === 'number' ? Math.max(0, Date.now() - heldAt) : undefined;
     return inSpan(

@@ -15,6 +15,7 @@ import {
   type OtelAttributes,
   type OtelContext,
   type OtelLink,
+  type OtelProxyTracerProvider,
   type OtelSpan,
   type OtelSpanContext,
   type OtelTracer,
@@ -70,6 +71,41 @@ const OUTER = Symbol('nest-sequence:outer-context');
 
 let tracer: OtelTracer | undefined;
 
+/** The API's no-op tracer provider, once seen: the delegate while no SDK is registered. */
+let noopProvider: object | undefined;
+let lookedForNoop = false;
+
+/**
+ * Whether no tracer provider is registered with the API now (an SDK may be registered later).
+ * Its no-op tracer's spans record nothing and take the active context's span context: work run
+ * outside such a span sees the same trace context, and no span is lost. Answers false when it
+ * cannot tell (an API without a ProxyTracerProvider).
+ */
+function noTracerProvider(api: OtelApi): boolean {
+  const provider = api.trace.getTracerProvider?.() as Partial<OtelProxyTracerProvider> | undefined;
+  if (typeof provider?.getDelegate !== 'function') return false;
+  const delegate = provider.getDelegate();
+  if (!lookedForNoop && typeof provider.getDelegateTracer === 'function') {
+    lookedForNoop = true;
+    if (provider.getDelegateTracer(TRACER_NAME) === undefined) noopProvider = delegate;
+  }
+  return delegate === noopProvider;
+}
+
+/**
+ * Whether a span of `parent` could record anything or give its work another trace context:
+ * false when tracing is off, `@opentelemetry/api` is not installed, or no tracer provider is
+ * registered and the span would not be parented on a carried context (`'child'`). Callers skip
+ * building a span's attributes when it is false: per message, building them (and a no-op span)
+ * is most of what tracing without an SDK would cost.
+ */
+export function spansMatter(tracing: ResolvedTracing, parent?: SpanPlan['parent']): boolean {
+  if (!tracing.enabled) return false;
+  const api = otelApi();
+  if (!api) return false;
+  return parent === 'child' || !noTracerProvider(api);
+}
+
 function tracerOf(api: OtelApi): OtelTracer {
   tracer ??= api.trace.getTracer(TRACER_NAME);
   return tracer;
@@ -87,7 +123,7 @@ export async function inSpan<T>(
   work: (span: TraceSpan) => Promise<T>,
 ): Promise<T> {
   const api = otelApi();
-  if (!api || !tracing.enabled) return work(NOT_RECORDING);
+  if (!api || !spansMatter(tracing, plan.parent)) return work(NOT_RECORDING);
   const active = api.context.active();
   const carried = (plan.carriers ?? []).map((headers) => carriedSpanContext(api, headers));
   const links: OtelLink[] = [];

@@ -59,6 +59,8 @@ export interface OtelApi {
     setSpan(context: OtelContext, span: OtelSpan): OtelContext;
     setSpanContext(context: OtelContext, spanContext: OtelSpanContext): OtelContext;
     isSpanContextValid(spanContext: OtelSpanContext): boolean;
+    /** The global provider: a ProxyTracerProvider, whose delegate is a no-op until one is set. */
+    getTracerProvider?(): OtelProxyTracerProvider | object;
   };
   readonly context: {
     active(): OtelContext;
@@ -66,6 +68,14 @@ export interface OtelApi {
   };
   readonly ROOT_CONTEXT: OtelContext;
   createTraceState(raw?: string): { serialize(): string };
+}
+
+/** The API's ProxyTracerProvider, as far as the module asks it whether an SDK is registered. */
+export interface OtelProxyTracerProvider {
+  /** The registered provider, or the API's no-op provider when none is. */
+  getDelegate(): object;
+  /** The registered provider's tracer; undefined when no provider is registered. */
+  getDelegateTracer(name: string): unknown;
 }
 
 /** SpanKind values of the API. */

@@ -41,13 +41,13 @@ end
 -- first, keeping only its ver (so that the index takes the new key's records as newer).
 local function loadState(now, retentionMs)
   local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
-    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes')
+    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes', 'settled')
   local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
     at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
     alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
     leaseUntil = tonumber(present(raw[8])), ttlAt = tonumber(present(raw[9])),
     track = raw[10] == '1', bufBytes = tonumber(present(raw[11])) or 0,
-    hoBytes = tonumber(present(raw[12])) or 0}
+    hoBytes = tonumber(present(raw[12])) or 0, lastSettle = present(raw[13])}
   -- Optional fields stored now: saveState deletes those that became nil, in one HDEL.
   s.stored = {gapSince = raw[4] ~= false, handOffAt = raw[6] ~= false, holder = raw[7] ~= false,
     ['until'] = raw[8] ~= false}
@@ -126,12 +126,13 @@ end
 -- The key's index record. The scope index needs a key while it has buffered events (gaps,
 -- total) or a tracked hand-off (items a gap resolution appended, which no unacked input message
 -- covers: the sweeper drains them if their drainer dies). Unless `force`, a key that needs none
--- gets {} (no index step): a key whose events come in order costs no index work.
-local function indexRecordIf(s, force)
+-- gets {} (no index step): a key whose events come in order costs no index work. `buffered`:
+-- the buffer's size, when the caller knows it (else it is read).
+local function indexRecordIf(s, force, buffered)
   if not s.next then
     return {}
   end
-  local buffered = rcall('ZCARD', bufferKey)
+  buffered = buffered or rcall('ZCARD', bufferKey)
   if not force and not s.reset and buffered == 0 and not s.track then
     return {}
   end
@@ -172,8 +173,8 @@ local function trimHandOff(s, count)
   return left
 end
 
-local function indexRecord(s)
-  return indexRecordIf(s, true)
+local function indexRecord(s, buffered)
+  return indexRecordIf(s, true, buffered)
 end
 
 -- Call before appending to the hand-off list: an empty list starts its stall clock now (and is
@@ -214,12 +215,15 @@ local function releaseRun(s)
   end
 end
 
--- After a release: what is left in the buffer waits behind a new gap, opened now.
+-- After a release: what is left in the buffer waits behind a new gap, opened now. Returns the
+-- buffer's size.
 local function afterRelease(s, now)
-  if rcall('ZCARD', bufferKey) > 0 then
+  local left = rcall('ZCARD', bufferKey)
+  if left > 0 then
     s.gapSince = now
   else
     s.gapSince, s.bufBytes = nil, 0
   end
   s.alerted = false
+  return left
 end

@@ -76,12 +76,12 @@ local function acceptStep(A)
     -- The usual case, an event in order past an empty buffer, needs neither the buffer scan nor
     -- the index.
     local bufferEmpty = rcall('ZCARD', bufferKey) == 0
-    local moved = 0
+    local moved, left = 0, 0
     if bufferEmpty then
       s.gapSince, s.alerted, s.bufBytes = nil, false, 0
     else
       moved = releaseRun(s)
-      afterRelease(s, now)
+      left = afterRelease(s, now)
     end
     local reply = {'released', {}, s.next, 1 + moved}
     if holder ~= '' then
@@ -89,10 +89,10 @@ local function acceptStep(A)
     end
     saveState(s, now, retentionMs)
     if bufferEmpty then
-      reply[2] = (s.track or s.reset) and indexRecord(s) or {}
+      reply[2] = (s.track or s.reset) and indexRecord(s, 0) or {}
     else
       -- Events moved out of the buffer, or a new gap behind it: the index must know.
-      reply[2] = indexRecord(s)
+      reply[2] = indexRecord(s, left)
     end
     return reply
   end
@@ -122,5 +122,5 @@ local function acceptStep(A)
   end
   s.bufBytes = s.bufBytes + bytes
   saveState(s, now, retentionMs)
-  return {'buffered', indexRecord(s), expected, size + 1}
+  return {'buffered', indexRecord(s, size + 1), expected, size + 1}
 end

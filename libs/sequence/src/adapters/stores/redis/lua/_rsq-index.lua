@@ -20,11 +20,25 @@ local function parseIndexRecord(raw)
   return tonumber(storedVer), tonumber(storedBuffered), tonumber(storedBytes) or 0
 end
 
+-- The scope's buffered events and bytes as this script call last read or changed them (nil: not
+-- read yet). Only the functions here change them, each through a command that answers the new
+-- value, and a call works on one scope: a batch call reads them at most once, not per step.
+local knownEvents, knownBytes
+
 -- The scope's buffered events and bytes.
 local function indexTotals(ik)
-  return {tonumber(redis.call('GET', ik[5])) or 0,
-    tonumber(redis.call('HGET', ik[1], BYTES_FIELD)) or 0}
+  if knownEvents == nil then
+    knownEvents = tonumber(redis.call('GET', ik[5])) or 0
+  end
+  if knownBytes == nil then
+    knownBytes = tonumber(redis.call('HGET', ik[1], BYTES_FIELD)) or 0
+  end
+  return {knownEvents, knownBytes}
 end
+
+-- Whether this call has seen the activity key's TTL at or above the index TTL (or renewed every
+-- index key's): script time stands still, so one PTTL a call is enough.
+local indexTtlFresh = false
 
 -- Removes a key from the index, taking its buffered events and bytes off the totals.
 local function dropIndexed(ik, name)
@@ -32,10 +46,10 @@ local function dropIndexed(ik, name)
   if raw then
     local _, storedBuffered, storedBytes = parseIndexRecord(raw)
     if storedBuffered > 0 then
-      redis.call('DECRBY', ik[5], storedBuffered)
+      knownEvents = redis.call('DECRBY', ik[5], storedBuffered)
     end
     if storedBytes > 0 then
-      redis.call('HINCRBY', ik[1], BYTES_FIELD, -storedBytes)
+      knownBytes = redis.call('HINCRBY', ik[1], BYTES_FIELD, -storedBytes)
     end
     redis.call('HDEL', ik[1], name)
   end
@@ -85,13 +99,14 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   if at > cutoff and (not raw or ver >= storedVer) then
     if buffered ~= storedBuffered then
       local delta = buffered - storedBuffered
-      if redis.call('INCRBY', totalKey, delta) == delta then
+      knownEvents = redis.call('INCRBY', totalKey, delta)
+      if knownEvents == delta then
         created[#created + 1] = totalKey
       end
     end
     local bytes = r[9] or 0
     if bytes ~= storedBytes then
-      redis.call('HINCRBY', recordsKey, BYTES_FIELD, bytes - storedBytes)
+      knownBytes = redis.call('HINCRBY', recordsKey, BYTES_FIELD, bytes - storedBytes)
     end
     if redis.call('HSET', recordsKey, member,
         string.format('%d:%d:%d:%d:%d', r[1], r[2], r[3], r[4], bytes)) > 0 then
@@ -119,7 +134,7 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
     end
   end
 
-  if redis.call('PTTL', activityKey) < ttl then
+  if not indexTtlFresh and redis.call('PTTL', activityKey) < ttl then
     for i = 1, 5 do
       redis.call('PEXPIRE', ik[i], longTtl)
     end
@@ -128,5 +143,6 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
       redis.call('PEXPIRE', name, longTtl)
     end
   end
+  indexTtlFresh = true
   return indexTotals(ik)
 end

@@ -10,7 +10,7 @@ local function settleStep(A)
   local s = loadState(now, retentionMs)
   -- The client resending this very call after a reconnect (its reply was lost): it was applied,
   -- so it must not trim again, which would drop items nobody delivered.
-  local replayed = s.next ~= nil and rcall('HGET', stateKey, 'settled') == token
+  local replayed = s.next ~= nil and s.lastSettle == token
   if replayed and s.holder ~= holder then
     -- The first run emptied the list and let the lease go, or another holder has taken it since.
     return {rcall('LLEN', handOffKey) == 0 and 'empty' or 'lost', {}}
