@@ -33,7 +33,7 @@ export interface InboundMessage {
    * is empty, and a `dead-letter` or a `requeue` with `delayMs` must give the body back in the
    * disposition's `body`; without it the transport returns the message to its queue instead (a
    * plain requeue: the broker delivers it again whole; NATS JetStream reads it back from the
-   * stream instead). Offered by transports whose broker keeps unsettled messages (RabbitMQ, NATS
+   * stream only at the message's last allowed delivery). Offered by transports whose broker keeps unsettled messages (RabbitMQ, NATS
    * JetStream); undefined elsewhere.
    */
   readonly releaseBody?: () => void;

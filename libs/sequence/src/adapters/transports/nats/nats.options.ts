@@ -20,12 +20,13 @@ export interface NatsTransportOptions {
   /** Unsettled messages per subscription when `subscribe` is given no `prefetch`. @default 16 */
   readonly prefetch?: number;
   /**
-   * Most bytes one pull request of a subscription asks the server for (raised to twice the
-   * server's `max_payload` when below it). The server sends what a pull asks for as fast as it can, and
-   * cuts a connection that leaves more than its `max_pending` (64 MiB by default) unread as a
-   * slow consumer; keep the subscriptions of one connection times this well under it. A large
+   * Most bytes one pull request of a subscription may bring: a pull asks for as many messages as
+   * fit when each is as large as the server's `max_payload` (at least one, at most the free
+   * `prefetch` slots). The server sends what a pull asks for as fast as it can, and cuts a
+   * connection that leaves more than its `max_pending` (64 MiB by default) unread as a slow
+   * consumer; keep the subscriptions of one connection times this well under it. A large
    * `prefetch` (a broker-held sequence's window) is then filled over several pulls.
-   * @default 8388608 (8 MiB)
+   * @default 16777216 (16 MiB: 16 messages a pull at the default max_payload of 1 MiB)
    */
   readonly pullMaxBytes?: number;
   /**
@@ -94,7 +95,7 @@ export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, '
 export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   publishTimeoutMs: 10_000,
   prefetch: 16,
-  pullMaxBytes: 8 * 1024 * 1024,
+  pullMaxBytes: 16 * 1024 * 1024,
   ackWaitMs: 30_000,
   maxDeliver: 1_000,
   nakDelayMs: 20,

@@ -1,11 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import {
-  JetStreamError,
-  type Consumer,
-  type ConsumerMessages,
-  type FetchOptions,
-  type JsMsg,
-} from '@nats-io/jetstream';
+import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
 import { errorMessage } from '../../../core/errors/caught';
 import { SequenceHeader } from '../../../core/headers';
 import {
@@ -65,9 +59,10 @@ export interface NatsSubscriptionSettings {
   /** Publishes a verdict to a delivery's ack subject (see {@link NatsDelivery}). */
   readonly respond: (subject: string, payload: Uint8Array) => void;
   /**
-   * Most bytes one pull request asks for (at least twice the server's `max_payload`), so that what the
-   * server has sent and this process not yet read stays far under the server's `max_pending`
-   * for the connection (past it, the server cuts the connection as a slow consumer).
+   * Most bytes one pull request may bring, counting each message as the largest the server takes
+   * (at least one message a pull), so that what the server has sent and this process not yet
+   * read stays far under the server's `max_pending` for the connection (past it, the server cuts
+   * the connection as a slow consumer).
    */
   readonly pullMaxBytes: number;
   /** The server's `max_payload`: the largest message a pull can bring. */
@@ -104,8 +99,6 @@ export interface NatsSubscriptionSettings {
  */
 const MIN_NAK_DELAY_MS = 1;
 
-/** How many messages the client's byte-bounded pull asks for (it cannot be told a count too). */
-const BYTE_PULL_BATCH = 100;
 /** The body of a message whose handler released it. */
 const NO_BODY = Buffer.alloc(0);
 /** How long a pull request waits for messages before the next one is made. */
@@ -146,14 +139,14 @@ export class NatsSubscription implements Subscription {
   readonly channel: string;
 
   private readonly unsettled = new Set<NatsDelivery>();
+  /** The unsettled deliveries by stream sequence: how the server tells them apart. */
+  private readonly bySequence = new Map<number, NatsDelivery>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly forwarding = new Set<Promise<void>>();
   private slotFreed?: () => void;
   private batch?: ConsumerMessages;
   private heartbeat?: NodeJS.Timeout;
   private pulling?: Promise<void>;
-  /** Whether the current pull has brought a message yet. */
-  private pulledSome = false;
   private closed = false;
   private closing?: Promise<void>;
 
@@ -166,7 +159,16 @@ export class NatsSubscription implements Subscription {
     this.heartbeat = setInterval(
       () => {
         if (this.settings.mayHold?.() === false) return;
-        this.unsettled.forEach((delivery) => this.respond(delivery, WORKING));
+        try {
+          this.unsettled.forEach((delivery) =>
+            sendVerdict(delivery, WORKING, this.settings.respond),
+          );
+        } catch (error) {
+          // Closed connection: what this subscriber holds comes again after ack_wait.
+          this.settings.logger.warn(
+            `could not keep the messages of ${this.channel} in progress: ${errorMessage(error)}`,
+          );
+        }
       },
       Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
     );
@@ -214,6 +216,7 @@ export class NatsSubscription implements Subscription {
       }
     }
     this.unsettled.clear();
+    this.bySequence.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
     await this.settings
@@ -239,9 +242,7 @@ export class NatsSubscription implements Subscription {
         const batch = await consumer.fetch(this.pullOptions(free));
         this.batch = batch;
         if (this.closed) batch.stop();
-        this.pulledSome = false;
         for await (const message of batch) {
-          this.pulledSome = true;
           if (
             (this.closed && this.settings.drainPullOnClose) ||
             this.settings.mayHold?.() === false
@@ -249,7 +250,7 @@ export class NatsSubscription implements Subscription {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
-            this.unsettled.add(deliveryOf(message));
+            this.hold(deliveryOf(message));
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
             this.respond(deliveryOf(message), nak(MIN_NAK_DELAY_MS));
@@ -260,8 +261,6 @@ export class NatsSubscription implements Subscription {
         failures = 0;
       } catch (error) {
         if (this.closed) return;
-        // Done after the messages that fit (none fitting would be a real failure).
-        if (endsBytePull(error) && this.pulledSome) continue;
         const waitMs = Math.min(RETRY_FIRST_DELAY_MS * 2 ** failures, RETRY_MAX_DELAY_MS);
         failures++;
         this.settings.onConsumerLost();
@@ -279,14 +278,13 @@ export class NatsSubscription implements Subscription {
   }
 
   /**
-   * A pull of at most `free` messages and about `pullMaxBytes`. The client's byte-bounded pull
-   * asks for up to {@link BYTE_PULL_BATCH} messages, so it is used only when that many are free;
-   * below, the count is bounded by how many of the largest messages fit in `pullMaxBytes`.
+   * A pull of at most `free` messages and at most `pullMaxBytes`: as many of the largest
+   * messages as fit, at least one. (A byte-bounded pull of the client's asks for 100 messages
+   * whatever the free slots, and ends in an error when they come before the bytes run out.)
    */
   private pullOptions(free: number): FetchOptions {
     const expires = this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS;
     const { pullMaxBytes, maxPayload } = this.settings;
-    if (free >= BYTE_PULL_BATCH) return { max_bytes: pullMaxBytes, expires };
     const fit = Math.max(1, Math.floor(pullMaxBytes / maxPayload));
     return { max_messages: Math.min(free, fit), expires };
   }
@@ -297,7 +295,7 @@ export class NatsSubscription implements Subscription {
    */
   private receive(message: JsMsg): void {
     const delivery = deliveryOf(message);
-    this.unsettled.add(delivery);
+    this.hold(delivery);
     // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
     const headers = decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
     const data = message.data;
@@ -345,10 +343,27 @@ export class NatsSubscription implements Subscription {
     // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
     // for the server to deliver again rather than settled from here.
     if (this.settings.mayHold?.() === false) return;
-    // The body to forward: the handler's, else the message's, else read back from the stream.
+    const given = disposition.action === 'ack' ? undefined : disposition.body;
+    const deliveries = delivery.deliveryCount;
+    const { maxDeliver } = this.settings;
+    const lastDelivery = maxDeliver !== undefined && deliveries >= maxDeliver;
+    const forwarding =
+      disposition.action === 'dead-letter' ||
+      (disposition.action === 'requeue' && (disposition.delayMs ?? 0) > 0);
+    if (forwarding && released && given === undefined && !lastDelivery) {
+      // As on other transports: the server delivers it again whole, for the handler to decide.
+      this.settings.logger.warn(
+        `a message of ${this.channel} was to be ${disposition.action === 'dead-letter' ? 'dead-lettered' : 'requeued behind the queued ones'} ` +
+          'after its handler released its body, without the body: delivered again instead',
+      );
+      this.finish(delivery, nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))));
+      return;
+    }
+    // The body to forward: the handler's, else the message's, else (at its last delivery, when
+    // it could not come again) read back from the stream.
     const body = (): Promise<Buffer> =>
-      'body' in disposition && disposition.body
-        ? Promise.resolve(disposition.body)
+      given
+        ? Promise.resolve(given)
         : released
           ? this.settings.readFromStream(delivery.streamSequence)
           : Promise.resolve(inbound.body);
@@ -362,9 +377,7 @@ export class NatsSubscription implements Subscription {
         this.forward(this.requeueAtTail(delivery, inbound, body)),
       );
     } else {
-      const deliveries = delivery.deliveryCount;
-      const { maxDeliver } = this.settings;
-      if (maxDeliver !== undefined && deliveries >= maxDeliver) {
+      if (lastDelivery) {
         const reason =
           `max-deliver: delivered ${deliveries} times (the consumer's max_deliver) and requeued ` +
           `each time${disposition.reason ? ` (${disposition.reason})` : ''}`;
@@ -458,23 +471,25 @@ export class NatsSubscription implements Subscription {
     }
   }
 
+  /**
+   * Counts a delivery as unsettled. The server knows a message by its stream sequence only, so a
+   * verdict on an earlier delivery of the same message (delivered again after a lost connection,
+   * say) would settle this one too: the earlier one is forgotten, and its verdict ignored.
+   */
+  private hold(delivery: NatsDelivery): void {
+    const earlier = this.bySequence.get(delivery.streamSequence);
+    if (earlier) this.unsettled.delete(earlier);
+    this.bySequence.set(delivery.streamSequence, delivery);
+    this.unsettled.add(delivery);
+  }
+
   /** Settles `delivery` once (unless close handed it back already) and frees its slot. */
   private finish(delivery: NatsDelivery, verdict: NatsVerdict): void {
     if (!this.unsettled.delete(delivery)) return;
+    if (this.bySequence.get(delivery.streamSequence) === delivery) {
+      this.bySequence.delete(delivery.streamSequence);
+    }
     this.respond(delivery, verdict);
     this.slotFreed?.();
   }
-}
-
-/**
- * How the client ends a byte-bounded pull whose next message would not fit in the bytes left:
- * the server's `409 Message Size Exceeds MaxBytes`, which a fetch throws once it has yielded the
- * messages that fit. The pull is simply done.
- */
-function endsBytePull(error: unknown): boolean {
-  return (
-    error instanceof JetStreamError &&
-    (error as { code?: unknown }).code === 409 &&
-    error.message.toLowerCase() === 'message size exceeds maxbytes'
-  );
 }

@@ -459,8 +459,7 @@ export class NatsTransport implements Transport {
         return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
       },
       respond: (subject, payload) => this.connection.publish(subject, payload),
-      // Room for two of the largest messages: the server counts a message's subject and headers.
-      pullMaxBytes: Math.max(this.settings.pullMaxBytes, 2 * this.maxPayload),
+      pullMaxBytes: this.settings.pullMaxBytes,
       maxPayload: this.maxPayload,
       removeFromStream: async (sequence) => {
         const jsm = await this.jsm();
