@@ -118,8 +118,8 @@ const RETRY_MAX_DELAY_MS = 5_000;
  * `pullMaxBytes`.
  *
  * Only a message's ack subject is kept for settling it; its body stays with the handler's message
- * until the handler releases it (`releaseBody`), and one to forward after that is read back from
- * the stream.
+ * until the handler releases it (`releaseBody`). A released message to forward without a body is
+ * delivered again whole, or read back from the stream at its last allowed delivery.
  *
  * While a message is unsettled (its handler running, or a delayed requeue waiting) it gets an
  * in-progress ack every third of `ack_wait`, so the server does not deliver it again meanwhile.
@@ -138,9 +138,8 @@ const RETRY_MAX_DELAY_MS = 5_000;
 export class NatsSubscription implements Subscription {
   readonly channel: string;
 
-  private readonly unsettled = new Set<NatsDelivery>();
   /** The unsettled deliveries by stream sequence: how the server tells them apart. */
-  private readonly bySequence = new Map<number, NatsDelivery>();
+  private readonly unsettled = new Map<number, NatsDelivery>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly forwarding = new Set<Promise<void>>();
   private slotFreed?: () => void;
@@ -207,7 +206,7 @@ export class NatsSubscription implements Subscription {
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     if (handBack) {
-      for (const delivery of this.unsettled) {
+      for (const delivery of this.unsettled.values()) {
         try {
           sendVerdict(delivery, nak(MIN_NAK_DELAY_MS), this.settings.respond);
         } catch {
@@ -216,7 +215,6 @@ export class NatsSubscription implements Subscription {
       }
     }
     this.unsettled.clear();
-    this.bySequence.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
     await this.settings
@@ -339,7 +337,7 @@ export class NatsSubscription implements Subscription {
     disposition: Disposition,
   ): void {
     // After close, the message went back to the consumer: a late verdict changes nothing.
-    if (this.closed || !this.unsettled.has(delivery)) return;
+    if (this.closed || !this.isHeld(delivery)) return;
     // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
     // for the server to deliver again rather than settled from here.
     if (this.settings.mayHold?.() === false) return;
@@ -356,7 +354,7 @@ export class NatsSubscription implements Subscription {
         `a message of ${this.channel} was to be ${disposition.action === 'dead-letter' ? 'dead-lettered' : 'requeued behind the queued ones'} ` +
           'after its handler released its body, without the body: delivered again instead',
       );
-      this.finish(delivery, nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))));
+      this.finish(delivery, this.plainRequeue(deliveries));
       return;
     }
     // The body to forward: the handler's, else the message's, else (at its last delivery, when
@@ -384,7 +382,7 @@ export class NatsSubscription implements Subscription {
         this.forward(this.deadLetter(delivery, inbound, body, reason));
         return;
       }
-      this.finish(delivery, nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries))));
+      this.finish(delivery, this.plainRequeue(deliveries));
     }
   }
 
@@ -458,16 +456,19 @@ export class NatsSubscription implements Subscription {
     this.timers.add(timer);
   }
 
+  /** A plain requeue's `nak`: delayed more with each delivery. */
+  private plainRequeue(deliveries: number): NatsVerdict {
+    return nak(Math.max(MIN_NAK_DELAY_MS, this.settings.nakDelayMs(deliveries)));
+  }
+
   /** Sends a verdict; on a closed connection the server delivers the message again after ack_wait. */
-  private respond(delivery: NatsDelivery, verdict: NatsVerdict): boolean {
+  private respond(delivery: NatsDelivery, verdict: NatsVerdict): void {
     try {
       sendVerdict(delivery, verdict, this.settings.respond);
-      return true;
     } catch (error) {
       this.settings.logger.warn(
         `could not settle a message of ${this.channel}: ${errorMessage(error)}`,
       );
-      return false;
     }
   }
 
@@ -477,18 +478,18 @@ export class NatsSubscription implements Subscription {
    * say) would settle this one too: the earlier one is forgotten, and its verdict ignored.
    */
   private hold(delivery: NatsDelivery): void {
-    const earlier = this.bySequence.get(delivery.streamSequence);
-    if (earlier) this.unsettled.delete(earlier);
-    this.bySequence.set(delivery.streamSequence, delivery);
-    this.unsettled.add(delivery);
+    this.unsettled.set(delivery.streamSequence, delivery);
+  }
+
+  /** Whether `delivery` is unsettled, and not replaced by a newer delivery of its message. */
+  private isHeld(delivery: NatsDelivery): boolean {
+    return this.unsettled.get(delivery.streamSequence) === delivery;
   }
 
   /** Settles `delivery` once (unless close handed it back already) and frees its slot. */
   private finish(delivery: NatsDelivery, verdict: NatsVerdict): void {
-    if (!this.unsettled.delete(delivery)) return;
-    if (this.bySequence.get(delivery.streamSequence) === delivery) {
-      this.bySequence.delete(delivery.streamSequence);
-    }
+    if (!this.isHeld(delivery)) return;
+    this.unsettled.delete(delivery.streamSequence);
     this.respond(delivery, verdict);
     this.slotFreed?.();
   }
