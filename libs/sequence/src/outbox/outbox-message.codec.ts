@@ -57,8 +57,12 @@ function asJson(payload: unknown): { value?: unknown; problems: string[] } {
  * (their patterns, lengths, well-formed Unicode, no NUL), checked without class-validator.
  */
 const PLAIN_TEXT = /^[\x20-\x7e]{1,200}$/;
-/** `Date.prototype.toISOString`'s form (years 0–9999), which the ISO 8601 rule accepts. */
-const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+/**
+ * `Date.prototype.toISOString`'s form, years 1000–9999, which the ISO 8601 rule accepts. An
+ * earlier year is left to the rule: its calendar check reads the year without leading zeros
+ * (`99-12-31`), which `Date` takes for 1999, and so refuses such instants.
+ */
+const ISO_INSTANT = /^[1-9]\d{3}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /** What each field of a message must be for the quick check to vouch for it (else: the rules). */
 const QUICK_FIELDS: Record<MessageKind, Readonly<Record<string, (value: unknown) => boolean>>> = {

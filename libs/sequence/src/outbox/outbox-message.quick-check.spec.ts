@@ -105,6 +105,23 @@ describe('the quick check of outbox messages', () => {
     );
   });
 
+  it.each(['0099-12-31T23:59:59.999Z', '0999-01-01T00:00:00.000Z', '0000-01-01T00:00:00.000Z'])(
+    'answers as the rules do for an event that occurred at %s, before the year 1000',
+    (occurredAt) => {
+      const body = JSON.stringify({
+        id: 'o-1',
+        type: 'o-1',
+        aggregateType: 'o-1',
+        aggregateId: 'o-1',
+        occurredAt,
+        payload: [],
+      });
+      const quick = outcome(() => parseMessage('event', body));
+      const rules = outcome(() => validatedByRules('event', OutboxEvent, JSON.parse(body)));
+      expect(quick).toEqual(rules);
+    },
+  );
+
   it('builds a plainly valid event without the rules, as they would', () => {
     const body = JSON.stringify({
       id: 'e-1',
