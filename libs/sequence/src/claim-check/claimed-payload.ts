@@ -54,6 +54,10 @@ export class ClaimedPayload {
   private readError?: Error;
   /** Streams handed out by `stream()`, so that what a handler left half-read is closed. */
   private readonly streams = new Set<Readable>();
+  /** What those streams opened underneath (a file handle, a store's socket), not yet closed. */
+  private readonly sources = new Set<Readable>();
+  /** Set by `close()`: the handler returned, and nothing read after says anything about it. */
+  private closed = false;
 
   private constructor(
     init: ClaimedPayloadInit,
@@ -127,7 +131,7 @@ export class ClaimedPayload {
   stream(): Readable {
     const ticket = this.ticket;
     const record = (error: Error) => {
-      this.readError ??= error;
+      if (!this.closed) this.readError ??= error;
     };
     const onMismatch = (error: ClaimCheckIntegrityError) => {
       this.mismatch ??= error;
@@ -137,7 +141,17 @@ export class ClaimedPayload {
     const onVerified = () => {
       this.readError = undefined;
     };
-    const stream = Readable.from(verifying(this.open, ticket, record, onMismatch, onVerified), {
+    const open = async (): Promise<Readable> => {
+      const source = await this.open();
+      if (this.closed) {
+        source.destroy();
+      } else {
+        this.sources.add(source);
+        source.once('close', () => this.sources.delete(source));
+      }
+      return source;
+    };
+    const stream = Readable.from(verifying(open, ticket, record, onMismatch, onVerified), {
       objectMode: false,
       highWaterMark: 1,
     });
@@ -151,12 +165,15 @@ export class ClaimedPayload {
    * payload), so store connections and file handles are not held. Called after the handler.
    */
   close(): void {
-    for (const stream of this.streams) {
+    this.closed = true;
+    // The store's streams first and at once: the generator reading one may be waiting on its next
+    // chunk, and would only stop (and destroy it) once that chunk came.
+    for (const stream of [...this.sources, ...this.streams]) {
       // Nobody listens any more: an error now (e.g. "premature close") must not go unhandled.
       stream.on('error', () => undefined);
-      // Ends the generator, whose for-await then destroys the store's stream.
       stream.destroy();
     }
+    this.sources.clear();
     this.streams.clear();
   }
 

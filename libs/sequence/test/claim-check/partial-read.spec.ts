@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { PayloadStore } from 'nest-sequence';
 import { bytes } from '../support/sequence-test-app';
 import {
@@ -15,6 +15,9 @@ describe('claim check: a handler that reads part of its payload', () => {
   let t: ClaimCheckTestApp;
   const opened: Readable[] = [];
 
+  beforeEach(() => {
+    opened.length = 0;
+  });
   afterEach(() => t.close());
 
   it('has the store stream it left half-read closed after it returned', async () => {
@@ -46,6 +49,45 @@ describe('claim check: a handler that reads part of its payload', () => {
 
     expect(t.handler.deliveries).toHaveLength(1);
     expect(t.handler.deliveries[0].bytes.length).toBeLessThan(4 * 1024 * 1024);
+    expect(opened).toHaveLength(1);
+    expect(opened[0].destroyed).toBe(true);
+  });
+
+  it('closes a store stream that stalled after its first chunk, at once', async () => {
+    // A store whose stream gives one chunk, then waits (a slow disk, a stalled socket): reading
+    // on would wait for its next chunk, so closing cannot be left to the reader.
+    t = await createClaimCheckTestApp({
+      wrapStore: (inner): PayloadStore =>
+        new Proxy(inner, {
+          get: (target, property, receiver): unknown =>
+            property === 'get'
+              ? () => {
+                  let given = false;
+                  const stream = new Readable({
+                    read() {
+                      if (!given) this.push(Buffer.alloc(1024, 1));
+                      given = true;
+                    },
+                  });
+                  opened.push(stream);
+                  return Promise.resolve(stream);
+                }
+              : Reflect.get(target, property, receiver),
+        }),
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(64 * 1024, 5), { audience: t.channel });
+    t.handler.read = async (payload) => {
+      const stream = payload.stream();
+      const first = await new Promise<Buffer>((resolve) => stream.once('data', resolve));
+      stream.pause();
+      return first;
+    };
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].bytes.length).toBe(1024);
     expect(opened).toHaveLength(1);
     expect(opened[0].destroyed).toBe(true);
   });
