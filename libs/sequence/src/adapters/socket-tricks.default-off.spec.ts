@@ -62,6 +62,8 @@ describe('unsafeSocketTricks off (the default): public APIs of other libraries o
       const model = amqp.managedConnection.connection!;
       const accesses = new LibraryAccesses()
         .property(model.connection, 'muxer', 'amqplib Connection.muxer')
+        .property(model.connection, 'accept', 'amqplib Connection.accept')
+        .property(model.connection, 'rest', 'amqplib Connection.rest')
         .methods(Socket.prototype, SOCKET_METHODS, 'Socket');
       const channel = `socket-tricks.${randomUUID()}`;
       const transport = new RabbitMqTransport(amqp, { unsafeSocketTricks });
@@ -102,6 +104,7 @@ describe('unsafeSocketTricks off (the default): public APIs of other libraries o
         expect.arrayContaining([
           expect.stringMatching(/^read amqplib Connection\.muxer at .*amqp-frame-writes\.ts/),
           expect.stringMatching(/^called Socket\.cork\(\) at .*amqp-frame-writes\.ts/),
+          expect.stringMatching(/^wrote amqplib Connection\.accept at .*amqp-content-reads\.ts/),
         ]),
       );
     });

@@ -34,7 +34,9 @@ export interface InboundMessage {
    * disposition's `body`; without it the transport returns the message to its queue instead (a
    * plain requeue: the broker delivers it again whole; NATS JetStream reads it back from the
    * stream only at the message's last allowed delivery). Offered by transports whose broker keeps unsettled messages (RabbitMQ, NATS
-   * JetStream); undefined elsewhere.
+   * JetStream); undefined elsewhere. The caller must keep no reference to the released `Buffer`
+   * either: a transport may write a later message's body into it (RabbitMQ with
+   * `unsafeSocketTricks`).
    */
   readonly releaseBody?: () => void;
 }

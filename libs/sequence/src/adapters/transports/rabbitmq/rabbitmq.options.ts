@@ -53,9 +53,16 @@ export interface RabbitMqTransportOptions {
    * `AmqpConnection` you share included. In the resequencer benchmark it cut the CPU that
    * RabbitMQ and the process spend per event (docs/benchmarks.md).
    *
+   * It also has the connection receive each message body of 256 KiB or more into one buffer of
+   * its announced size as the frames' bytes are read, instead of amqplib's gathering each frame
+   * and then concatenating the frames (two to three new buffers per byte); a body whose message
+   * was released (`InboundMessage.releaseBody`, as broker-held reassembly does once it spooled
+   * it) is reused for a later body of the connection, so it must not be read after the release.
+   *
    * It relies on amqplib's internals (it patches the connection's private multiplexer,
-   * `connection.muxer`), written for amqplib 0.10.x: on any other version it logs a warning and
-   * stays off. Off, the transport uses amqplib's public API only.
+   * `connection.muxer`, and its frame reading, `connection.recvFrame` and `connection.accept`),
+   * written for amqplib 0.10.x: on any other version it logs a warning and stays off. Off, the
+   * transport uses amqplib's public API only.
    * @default false
    */
   readonly unsafeSocketTricks?: boolean;

@@ -16,6 +16,7 @@ import {
   type Subscription,
 } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
+import { recycleContent } from './amqp-content-reads';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import type { RabbitMqTopology } from './rabbitmq.topology';
 
@@ -349,7 +350,10 @@ export class RabbitMqSubscription implements Subscription {
       ...(source.partition === undefined ? {} : { partition: source.partition }),
       releaseBody: () => {
         delivery.released = true;
+        const body = delivery.message.content;
         delivery.message.content = NO_BODY;
+        // With unsafeSocketTricks, a large body goes back to the connection for the next one.
+        recycleContent(body);
         inbound.body = NO_BODY;
       },
     };

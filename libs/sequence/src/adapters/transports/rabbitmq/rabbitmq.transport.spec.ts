@@ -27,6 +27,7 @@ import type {
   Subscription,
   Transport,
 } from '../../../ports/transport.port';
+import { contentAssembledInPlace } from './amqp-content-reads';
 import { framesCoalesced } from './amqp-frame-writes';
 import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import type { RabbitMqQueueType } from './rabbitmq.options';
@@ -333,12 +334,14 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await transport.publish(channel, Buffer.from('first'), {});
       const first = amqp.managedConnection.connection;
       expect(framesCoalesced(first)).toBe(true);
+      expect(contentAssembledInPlace(first)).toBe(true);
 
       await dropConnection();
       await transport.publish(channel, Buffer.from('second'), {}, { timeoutMs: 10_000 });
       const second = amqp.managedConnection.connection;
       expect(second).not.toBe(first);
       expect(framesCoalesced(second)).toBe(true);
+      expect(contentAssembledInPlace(second)).toBe(true);
     });
 
     it('resumes consuming on a new channel after the broker closes its channel alone', async () => {

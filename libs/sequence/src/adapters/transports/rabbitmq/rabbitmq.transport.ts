@@ -22,6 +22,7 @@ import {
   type Subscription,
   type Transport,
 } from '../../../ports/transport.port';
+import { assembleContentInPlace } from './amqp-content-reads';
 import { coalesceFrameWrites } from './amqp-frame-writes';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import {
@@ -502,12 +503,14 @@ export class RabbitMqTransport implements Transport {
 
   /**
    * With `unsafeSocketTricks`, has amqplib's `connection` write the frames of one pass in one go
-   * (amqp-frame-writes). Never throws: an amqplib of another shape keeps writing frame by frame.
+   * (amqp-frame-writes) and assemble large bodies in place as their frames come
+   * (amqp-content-reads). Never throws: an amqplib of another shape is left as it is.
    */
   private coalesceFrames(connection: unknown): void {
     if (!this.coalescesFrames) return;
     try {
       coalesceFrameWrites(connection);
+      assembleContentInPlace(connection);
     } catch {
       // left as amqplib made it
     }
