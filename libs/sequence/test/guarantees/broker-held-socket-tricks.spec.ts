@@ -1,0 +1,113 @@
+import { mkdtempSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { partitionIndex } from '../../src/core/partition';
+import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import { describeWithServer } from '../support/servers';
+import { namedTransport, useRabbitMq, type QueuedMessage } from '../support/rabbitmq.fixture';
+import {
+  bytes,
+  createSequenceTestApp,
+  eventually,
+  makeFragments,
+  type SequenceTestApp,
+  type TestFragment,
+} from '../support/sequence-test-app';
+import { closeAll, type Closer } from '../support/test-app';
+
+jest.setTimeout(60_000);
+
+const PARTITIONS = 2;
+const KiB = 1024;
+
+/**
+ * Broker-held reassembly on RabbitMQ with `unsafeSocketTricks`: the consumer's connection
+ * receives fragments of 256 KiB or more in place and writes later ones into the bodies the
+ * reassembler released once spooled. The bytes handed to the handler, and those dead-lettered,
+ * must still be every fragment's own.
+ */
+describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSocketTricks', () => {
+  const broker = useRabbitMq();
+  const opened: Closer[] = [];
+  let producer: RabbitMqTransport;
+  let channel: string;
+
+  beforeAll(async () => {
+    producer = await namedTransport('nseq-held-tricks-producer');
+  });
+  afterAll(async () => {
+    await producer.close();
+  });
+  beforeEach(() => {
+    channel = broker.admin.newChannel();
+    broker.admin.partitioned(channel, PARTITIONS);
+  });
+  afterEach(async () => {
+    await closeAll(opened.splice(0));
+  });
+
+  async function app(handler: Record<string, unknown> = {}): Promise<SequenceTestApp> {
+    const transport = await namedTransport('nseq-held-tricks-consumer', {
+      transport: { unsafeSocketTricks: true },
+    });
+    opened.push(() => transport.close());
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-tricks-'));
+    opened.push(() => rm(dir, { recursive: true, force: true }));
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir } },
+      handler,
+    });
+    opened.push(() => t.close());
+    return t;
+  }
+
+  async function publishHeld(fragments: readonly TestFragment[]): Promise<void> {
+    for (const { body, headers } of fragments) {
+      const index = partitionIndex(String(headers['x-sequence-id']), PARTITIONS);
+      await producer.publish(channel, body, headers, { partition: { index, count: PARTITIONS } });
+    }
+  }
+
+  it('hands every handler its own bytes while bodies are reused', async () => {
+    const { handler } = await app();
+    const payloads = [bytes(1_500 * KiB + 3, 41), bytes(1_200 * KiB, 42), bytes(900 * KiB, 43)];
+    const sequences = payloads.map((payload, index) =>
+      makeFragments(`held-tricks-${index}`, payload, 300 * KiB),
+    );
+    // Interleaved: later fragments land in bodies released by other sequences.
+    const longest = Math.max(...sequences.map((fragments) => fragments.length));
+    for (let position = 0; position < longest; position++) {
+      await publishHeld(sequences.flatMap((fragments) => fragments.slice(position, position + 1)));
+    }
+
+    await eventually(() => handler.deliveries.length === payloads.length, 'every sequence', 20_000);
+    payloads.forEach((payload, index) => {
+      const [delivered] = handler.of(`held-tricks-${index}`);
+      expect(delivered.bytes.equals(payload)).toBe(true);
+    });
+  });
+
+  it('dead-letters every fragment whole, its own bytes, after its body was reused', async () => {
+    const { handler } = await app({ handlerRetry: { attempts: 1 } });
+    handler.failNext = 1;
+    const fragments = makeFragments('held-tricks-fail', bytes(1_200 * KiB, 44), 300 * KiB);
+    await publishHeld(fragments);
+
+    const letters: QueuedMessage[] = [];
+    await eventually(
+      async () => {
+        letters.push(...(await broker.admin.drain(`${channel}.dlq`)));
+        return letters.length >= fragments.length;
+      },
+      'every fragment dead-lettered',
+      40_000,
+    );
+    letters.sort(
+      (a, b) => Number(a.headers['x-sequence-position']) - Number(b.headers['x-sequence-position']),
+    );
+    expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
+    expect(handler.calls).toBe(1);
+  });
+});
