@@ -236,6 +236,7 @@ async function runVariant(
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
         relayConcurrency: settings.relayConcurrency ?? `default (${DEFAULT_RELAY_CONCURRENCY})`,
+        retentionMs: settings.retentionMs ?? 'default',
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
         ...summary,
         target: { ratioToRaw: 0.7 },

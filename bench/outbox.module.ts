@@ -91,6 +91,7 @@ class Scene {
               enabled: relay,
               batchSize: settings.batchSize,
               concurrency: settings.relayConcurrency,
+              retentionMs: settings.retentionMs,
             },
           },
           tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },

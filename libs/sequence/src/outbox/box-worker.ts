@@ -50,6 +50,8 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
         ordered,
         joinable: this.joinsClaim,
         durable: this.settlesDurably,
+        // Only an outbox may have no retention (an inbox's completed ids are its memory).
+        deleteCompleted: this.options.retentionMs === 0,
       },
       (batch) => this.handleBatch(batch, cycle),
     );
