@@ -125,6 +125,7 @@ function describe(path: ThroughputPath, result: Timed | ModuleTimed): string {
   }
   if ('relay' in result && result.relay) parts.push(`relay ${JSON.stringify(result.relay)}`);
   parts.push(`CPU ms/1k ${JSON.stringify(result.cpu)}`);
+  if (result.pgStats) parts.push(`PostgreSQL per 1k ${JSON.stringify(result.pgStats)}`);
   return parts.join(', ');
 }
 
