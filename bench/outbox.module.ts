@@ -239,18 +239,20 @@ export async function moduleLatency(
   events: readonly BenchEvent[],
   mode: 'notify' | 'same-app',
   unsafeSocketTricks: boolean,
-): Promise<LatencyResult> {
+): Promise<LatencyResult & { relay?: ModuleTimed['relay'] }> {
   const scene = new Scene(connection, unsafeSocketTricks);
   try {
     await declareQueue(connection, scene.queue);
     let writer: OutboxService;
+    const relayStore = scene.store(settings.trace);
     if (mode === 'same-app') {
-      writer = await (await scene.app(scene.store(false), true, true)).init();
+      writer = await (await scene.app(relayStore, true, true)).init();
     } else {
       writer = await (await scene.app(scene.store(false), false, true)).init();
-      await (await scene.app(scene.store(false), true, false)).init();
+      await (await scene.app(relayStore, true, false)).init();
     }
-    return await steadyLatency({
+    relayStore.reset?.();
+    const latency = await steadyLatency({
       connection,
       queue: scene.queue,
       count: events.length,
@@ -259,6 +261,7 @@ export async function moduleLatency(
       idOf: (i) => events[i].id,
       messageIdOf: (message) => message.properties.headers?.['x-message-id'] as string | undefined,
     });
+    return { ...latency, relay: relayStore.summary?.() };
   } finally {
     await scene.close();
   }
