@@ -125,6 +125,7 @@ function describe(path: ThroughputPath, result: Timed | ModuleTimed): string {
   }
   if ('relay' in result && result.relay) parts.push(`relay ${JSON.stringify(result.relay)}`);
   parts.push(`CPU ms/1k ${JSON.stringify(result.cpu)}`);
+  if (result.pgStats) parts.push(`PostgreSQL per 1k ${JSON.stringify(result.pgStats)}`);
   return parts.join(', ');
 }
 
@@ -236,6 +237,7 @@ async function runVariant(
         poolSize: settings.poolSize,
         batchSize: settings.batchSize,
         relayConcurrency: settings.relayConcurrency ?? `default (${DEFAULT_RELAY_CONCURRENCY})`,
+        retentionMs: settings.retentionMs ?? 'default',
         pto: { batchSize: settings.ptoBatchSize, pollIntervalMs: settings.ptoPollMs },
         ...summary,
         target: { ratioToRaw: 0.7 },

@@ -28,6 +28,7 @@ import {
   type BenchEvent,
 } from './outbox.settings';
 import { TracedOutboxStore } from './outbox.traced-store';
+import { pgStatsSince, walNow, type PgStatsPerThousand } from './outbox.pg-stats';
 
 /** What `migrate()` creates under a prefix. */
 const TABLES = [
@@ -53,6 +54,8 @@ class Scene {
   readonly prefix = `${RUN_PREFIX}${this.tag}_`;
   readonly queue = queueName(`mod-${this.tag}`);
   private readonly closers: (() => Promise<void>)[] = [];
+  /** Run once everything is closed, before the tables are dropped (their statistics). */
+  beforeDrop: (() => Promise<void>) | undefined;
   private readonly cleanup = onCleanup(`close the module's scene ${this.tag}`, () =>
     this.release(),
   );
@@ -91,6 +94,7 @@ class Scene {
               enabled: relay,
               batchSize: settings.batchSize,
               concurrency: settings.relayConcurrency,
+              retentionMs: settings.retentionMs,
             },
           },
           tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },
@@ -117,6 +121,7 @@ class Scene {
 
   private async release(): Promise<void> {
     for (const close of this.closers.reverse()) await close().catch(() => undefined);
+    await this.beforeDrop?.().catch(() => undefined);
     await dropPrefixedTables(this.prefix);
     await deleteQueue(this.queue);
   }
@@ -172,13 +177,19 @@ export async function moduleLive(
     const store = scene.store(settings.trace);
     const outbox = await (await scene.app(store, true, true)).init();
     store.reset?.();
+    const walBefore = await walNow();
     const timed = await timeUntilQueued(connection, scene.queue, events.length, () =>
       runWriters(events.length, settings.writers, (i) => commit(outbox, events[i])),
     );
     const { seconds, cpu, result: commitSeconds } = timed;
     const relay = store.summary?.();
     await verify(scene, store, events.length);
-    return { messages: events.length, seconds, commitSeconds, cpu, relay };
+    let pgStats: PgStatsPerThousand | undefined;
+    scene.beforeDrop = async () => {
+      pgStats = await pgStatsSince(walBefore, events.length, `${scene.prefix}outbox_events`);
+    };
+    await scene.close();
+    return { messages: events.length, seconds, commitSeconds, cpu, relay, pgStats };
   } finally {
     await scene.close();
   }
@@ -228,18 +239,20 @@ export async function moduleLatency(
   events: readonly BenchEvent[],
   mode: 'notify' | 'same-app',
   unsafeSocketTricks: boolean,
-): Promise<LatencyResult> {
+): Promise<LatencyResult & { relay?: ModuleTimed['relay'] }> {
   const scene = new Scene(connection, unsafeSocketTricks);
   try {
     await declareQueue(connection, scene.queue);
     let writer: OutboxService;
+    const relayStore = scene.store(settings.trace);
     if (mode === 'same-app') {
-      writer = await (await scene.app(scene.store(false), true, true)).init();
+      writer = await (await scene.app(relayStore, true, true)).init();
     } else {
       writer = await (await scene.app(scene.store(false), false, true)).init();
-      await (await scene.app(scene.store(false), true, false)).init();
+      await (await scene.app(relayStore, true, false)).init();
     }
-    return await steadyLatency({
+    relayStore.reset?.();
+    const latency = await steadyLatency({
       connection,
       queue: scene.queue,
       count: events.length,
@@ -248,6 +261,7 @@ export async function moduleLatency(
       idOf: (i) => events[i].id,
       messageIdOf: (message) => message.properties.headers?.['x-message-id'] as string | undefined,
     });
+    return { ...latency, relay: relayStore.summary?.() };
   } finally {
     await scene.close();
   }

@@ -11,6 +11,7 @@ import { Pool } from 'pg';
 import { onCleanup } from './harness/cleanup';
 import { cpuNow, cpuPerThousand, type CpuPerThousand } from './outbox.cpu';
 import { declareQueue, deleteQueue, messageCount } from './outbox.broker';
+import { pgStatsSince, walNow, type PgStatsPerThousand } from './outbox.pg-stats';
 import {
   nextTag,
   nowMs,
@@ -28,6 +29,8 @@ export interface Timed {
   readonly messages: number;
   readonly seconds: number;
   readonly cpu: CpuPerThousand;
+  /** PostgreSQL's counts (pg and live paths): WAL, and what was done to the outbox table. */
+  readonly pgStats?: PgStatsPerThousand;
 }
 
 export async function rawPublish(
@@ -82,6 +85,18 @@ export async function rawPublish(
   }
 }
 
+async function dropTable(table: string): Promise<void> {
+  const pool = new Pool({ connectionString: settings.databaseUrl, max: 1 });
+  pool.on('error', () => undefined);
+  try {
+    await pool.query(`DROP TABLE IF EXISTS ${table}`);
+  } catch {
+    // Swept with the run's tables at the end.
+  } finally {
+    await pool.end();
+  }
+}
+
 export async function rawCommits(events: readonly BenchEvent[]): Promise<Timed> {
   const table = `${RUN_PREFIX}pg_${nextTag()}`;
   const pool = new Pool({ connectionString: settings.databaseUrl, max: settings.poolSize });
@@ -93,6 +108,7 @@ export async function rawCommits(events: readonly BenchEvent[]): Promise<Timed> 
       `CREATE TABLE ${table} (seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, body TEXT NOT NULL)`,
     );
     const bodies = events.map((event) => rawBody(event).toString());
+    const walBefore = await walNow();
     const cpuBefore = cpuNow();
     const seconds = await runWriters(events.length, settings.writers, async (i) => {
       const client = await pool.connect();
@@ -107,13 +123,16 @@ export async function rawCommits(events: readonly BenchEvent[]): Promise<Timed> 
         client.release();
       }
     });
+    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    await closePool.run();
     return {
       messages: events.length,
       seconds,
-      cpu: cpuPerThousand(cpuBefore, cpuNow(), events.length),
+      cpu,
+      pgStats: await pgStatsSince(walBefore, events.length),
     };
   } finally {
-    await pool.query(`DROP TABLE IF EXISTS ${table}`).catch(() => undefined);
     await closePool.run();
+    await dropTable(table);
   }
 }

@@ -4,12 +4,14 @@
 import { randomUUID } from 'node:crypto';
 import { newRunId } from './harness/resources';
 import {
+  nonNegativeNumber,
   optionalPositiveInteger,
   positiveInteger as positive,
   readSettings,
   servers,
   subsetSetting,
   switchSetting,
+  textSetting,
 } from './harness/settings';
 
 /** The measurements `BENCH_OUTBOX_ONLY` can select (comma-separated); all when unset. */
@@ -36,6 +38,14 @@ export const settings = readSettings(() => {
     batchSize: positive('BENCH_OUTBOX_BATCH', 100),
     /** Claims the relay runs at once; unset keeps the library's default (DEFAULTS.outbox.outboxes). */
     relayConcurrency: optionalPositiveInteger('BENCH_OUTBOX_CONCURRENCY'),
+    /**
+     * The module's `outboxEvents.retentionMs`; unset keeps the library's default. `0`: the relay
+     * deletes what it published instead of marking it COMPLETED.
+     */
+    retentionMs:
+      textSetting('BENCH_OUTBOX_RETENTION_MS') === undefined
+        ? undefined
+        : Math.floor(nonNegativeNumber('BENCH_OUTBOX_RETENTION_MS', 0)),
     /** Connections of each pool the benchmark's writers use (the module store's default). */
     poolSize: positive('BENCH_OUTBOX_POOL', 10),
     rate: positive('BENCH_OUTBOX_RATE', 500),

@@ -90,5 +90,9 @@ export function summarize(rounds: Round[]) {
     writersCommitsPerSecond: { module: commitRates('module'), pto: commitRates('pto') },
     cpuMsPerThousandMessages: Object.fromEntries(ORDER.map((path) => [path, cpu(path)])),
     relayPhases: { module: relayPhases('module'), relayOnly: relayPhases('relay') },
+    pgStatsPerThousandMessages: {
+      pg: rounds.flatMap((round) => (round.pg?.pgStats ? [round.pg.pgStats] : [])),
+      module: rounds.flatMap((round) => (round.module?.pgStats ? [round.module.pgStats] : [])),
+    },
   };
 }

@@ -36,6 +36,19 @@ interface Totals {
   settleMs: number;
 }
 
+/** Per-claim milliseconds of each phase (claims that locked something), for percentiles. */
+interface Samples {
+  lock: number[];
+  publish: number[];
+  settle: number[];
+}
+
+const p99 = (values: number[]): number | undefined => {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  return round1(sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]);
+};
+
 const zero = (): Totals => ({
   claims: 0,
   emptyClaims: 0,
@@ -49,6 +62,7 @@ export class TracedOutboxStore implements OutboxStore {
   readonly dialect: OutboxStore['dialect'];
   readonly name: string;
   private totals = zero();
+  private samples: Samples = { lock: [], publish: [], settle: [] };
   private windowStart = nowMs();
 
   /** The inner store's, when it has it: writers then take the same path as without the wrapper. */
@@ -65,6 +79,7 @@ export class TracedOutboxStore implements OutboxStore {
   /** Starts a new measured window. */
   reset(): void {
     this.totals = zero();
+    this.samples = { lock: [], publish: [], settle: [] };
     this.windowStart = nowMs();
   }
 
@@ -85,6 +100,11 @@ export class TracedOutboxStore implements OutboxStore {
         between: Math.round(Math.max(0, wall - busy)),
       },
       perClaimMs: { lock: per(t.lockMs), publish: per(t.publishMs), settle: per(t.settleMs) },
+      p99PerClaimMs: {
+        lock: p99(this.samples.lock),
+        publish: p99(this.samples.publish),
+        settle: p99(this.samples.settle),
+      },
     };
   }
 
@@ -115,6 +135,9 @@ export class TracedOutboxStore implements OutboxStore {
       this.totals.lockMs += handleStart - started;
       this.totals.publishMs += handleEnd - handleStart;
       this.totals.settleMs += ended - handleEnd;
+      this.samples.lock.push(handleStart - started);
+      this.samples.publish.push(handleEnd - handleStart);
+      this.samples.settle.push(ended - handleEnd);
     }
     return result;
   }

@@ -37,7 +37,10 @@ export interface BoxOptions {
   /**
    * How long `COMPLETED` records (an inbox's: the ids that make duplicates recognisable) are
    * kept; `false` keeps them. An inbox's window must exceed the longest time a duplicate can
-   * arrive. @default 604800000 (7 days)
+   * arrive. Outboxes also take `0`: the relay deletes each record in the transaction that settles
+   * its publish instead of marking it `COMPLETED` (less work for the database per message; the
+   * box then forgets an id once it is published, so recording the same id again publishes it
+   * again). @default 604800000 (7 days)
    */
   retentionMs?: number | false;
   /** Inboxes: unsettled messages this consumer holds at once, per channel. @default 32 */

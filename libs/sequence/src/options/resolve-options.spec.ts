@@ -124,6 +124,12 @@ describe('resolveModuleOptions', () => {
       expect(resolve({ consumerId: 'pod-7' }).consumerId).toBe('pod-7');
     });
 
+    it('takes retentionMs 0 on an outbox: its relay deletes what it published', () => {
+      const { boxes } = resolve({ outbox: { outboxEvents: { retentionMs: 0 } } }).outbox;
+      expect(boxes.outbox_events.retentionMs).toBe(0);
+      expect(boxes.outbox_commands.retentionMs).toBe(DEFAULTS.outbox.retentionMs);
+    });
+
     it('configures the outbox as soon as it is given, even empty', () => {
       expect(resolve({ outbox: {} }).outbox.configured).toBe(true);
     });
@@ -463,6 +469,18 @@ describe('resolveModuleOptions', () => {
         { outbox: { outboxEvents: { retry: { baseDelayMs: 100, maxDelayMs: 10 } } } },
         'outbox.outboxEvents.retry.maxDelayMs (10) is below baseDelayMs (100); raise maxDelayMs ' +
           'or lower baseDelayMs',
+      ],
+      [
+        'retentionMs 0 on an inbox, whose completed ids recognise duplicates',
+        { outbox: { inboxEvents: { retentionMs: 0 } } },
+        "outbox.inboxEvents.retentionMs must be at least 1: an inbox's completed records are " +
+          'the ids that recognise duplicates, so keep them longer than a duplicate can take to ' +
+          'arrive',
+      ],
+      [
+        'a negative retentionMs on an outbox',
+        { outbox: { outboxCommands: { retentionMs: -1 } } },
+        'outbox.outboxCommands.retentionMs must be an integer >= 0, got -1',
       ],
       [
         'a prefetch on an outbox, which consumes nothing',

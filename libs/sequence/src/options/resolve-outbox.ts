@@ -53,8 +53,14 @@ function resolveBox(problems: string[], box: BoxName, given: BoxOptions = {}): R
   checkInteger(problems, `${at}.batchSize`, resolved.batchSize, 1);
   checkInteger(problems, `${at}.concurrency`, resolved.concurrency, 1);
   checkOneOf(problems, `${at}.ordered`, resolved.ordered, [true, false]);
-  if (resolved.retentionMs !== false) {
-    checkInteger(problems, `${at}.retentionMs`, resolved.retentionMs, 1);
+  if (resolved.retentionMs === 0 && inbox) {
+    problems.push(
+      `${at}.retentionMs must be at least 1: an inbox's completed records are the ids that ` +
+        'recognise duplicates, so keep them longer than a duplicate can take to arrive',
+    );
+  } else if (resolved.retentionMs !== false) {
+    // 0: an outbox's relay deletes what it published instead of marking it COMPLETED.
+    checkInteger(problems, `${at}.retentionMs`, resolved.retentionMs, 0);
   }
   if (given.prefetch !== undefined && !inbox) {
     problems.push(`${at}.prefetch is for inboxes (an outbox's relay consumes nothing)`);

@@ -41,10 +41,11 @@ describe('BoxLoop', () => {
     const loop = new BoxLoop(
       'outbox_events',
       'test',
-      async () => {
+      async (locked) => {
         running++;
         most = Math.max(most, running);
         cycles++;
+        locked(); // its batch in hand: it publishes now
         if (cycles <= 3) await new Promise<void>((resolve) => releases.push(resolve));
         running--;
         return false;
@@ -62,6 +63,44 @@ describe('BoxLoop', () => {
     await loop.idle();
     expect(most).toBe(3);
     expect(cycles).toBe(4);
+    await loop.stop();
+  });
+
+  it('starts no claim while another is locking its batch; one more once it has it, for what came meanwhile', async () => {
+    let cycles = 0;
+    let lockingAtOnce = 0;
+    let mostLocking = 0;
+    const locks: (() => void)[] = [];
+    const publishes: (() => void)[] = [];
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async (locked) => {
+        cycles++;
+        mostLocking = Math.max(mostLocking, ++lockingAtOnce);
+        await new Promise<void>((resolve) => locks.push(resolve));
+        lockingAtOnce--;
+        locked();
+        await new Promise<void>((resolve) => publishes.push(resolve));
+        return false;
+      },
+      quiet,
+      3,
+    );
+    loop.start(3_600_000); // its first cycle at once, locking
+    loop.wake();
+    loop.wake(); // commits while it locks: no claim racing it for the same rows
+    expect(cycles).toBe(1);
+    locks[0](); // it has its batch: one more claim, for what the wake-ups may have added
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(cycles).toBe(2);
+    locks[1]();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(cycles).toBe(2); // nothing asked for while the second one locked
+    for (const publish of publishes) publish();
+    await loop.idle();
+    expect(cycles).toBe(2);
+    expect(mostLocking).toBe(1);
     await loop.stop();
   });
 

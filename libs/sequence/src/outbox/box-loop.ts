@@ -4,20 +4,29 @@ import type { Logger } from '@nestjs/common';
 /** How soon a cycle that failed while woken is tried again. */
 const RETRY_AFTER_FAILURE_MS = 250;
 
+/** Tells the loop that a cycle has locked its batch (and goes on to handle it). */
+export type Locked = () => void;
+
 /**
  * Runs one box's cycles (a relay's or an inbox processor's claims), up to `concurrency` at once,
  * whenever it is woken, and every `pollIntervalMs` as a safety net.
  *
- * A wake-up starts one more cycle when fewer than `concurrency` run, and otherwise asks for one
- * more after the first of them ends: a record committed while every claim was looking is never
- * left for the next poll, and one commit never starts several claims that would race for its rows
- * (all but one finding nothing). A cycle that reports more work (a full batch) is followed by
- * the next one at once.
+ * A wake-up starts one more cycle when fewer than `concurrency` run and none is still locking
+ * its batch; otherwise it asks for one more, started as soon as the locking cycle has its batch
+ * (or after the first cycle that ends): a record committed while every claim was looking is never
+ * left for the next poll, and commits never start claims that would race for the same rows (all
+ * but one finding nothing). Claims then take what was committed while the one before them
+ * locked, in one batch. A cycle that reports more work (a full batch) is followed by the next
+ * one at once.
  */
 export class BoxLoop {
   private timer: NodeJS.Timeout | undefined;
   private readonly running = new Set<Promise<void>>();
+  /** Drains started, counted before their first cycle runs (which may start another). */
+  private drains = 0;
   private again = false;
+  /** Cycles that have not locked their batch yet. */
+  private locking = 0;
   /** Until start(): a wake-up before the outbox has fully started runs nothing. */
   private stopped = true;
   /** The one more try a wake-up during a failed cycle asked for. */
@@ -26,8 +35,11 @@ export class BoxLoop {
   constructor(
     readonly box: BoxName,
     readonly name: string,
-    /** One claim; resolves true when there may be more due at once. */
-    private readonly cycle: () => Promise<boolean>,
+    /**
+     * One claim; resolves true when there may be more due at once. It calls `locked` once it
+     * has its batch; a cycle that does not is taken to lock until it ends.
+     */
+    private readonly cycle: (locked: Locked) => Promise<boolean>,
     private readonly logger: Logger,
     /** Most cycles at once (the box's `concurrency`). */
     private readonly concurrency = 1,
@@ -40,17 +52,14 @@ export class BoxLoop {
     this.wake();
   }
 
-  /** Asks for a cycle soon (now, or right after one in progress). */
+  /** Asks for a cycle soon (now, right after the one locking, or after one in progress). */
   wake(): void {
     if (this.stopped) return;
-    if (this.running.size >= this.concurrency) {
+    if (this.drains >= this.concurrency || this.locking > 0) {
       this.again = true;
       return;
     }
-    // This cycle starts after the wake-up: it answers any asked for before.
-    this.again = false;
-    const drain: Promise<void> = this.drain().finally(() => this.running.delete(drain));
-    this.running.add(drain);
+    this.startDrain();
   }
 
   /** Resolves once no cycle is running or asked for (tests, shutdown). */
@@ -68,11 +77,45 @@ export class BoxLoop {
     await this.idle();
   }
 
+  private startDrain(): void {
+    // This cycle starts after the wake-up: it answers any asked for before.
+    this.again = false;
+    this.drains += 1;
+    const drain: Promise<void> = this.drain().finally(() => {
+      this.drains -= 1;
+      this.running.delete(drain);
+    });
+    this.running.add(drain);
+  }
+
+  /** One cycle, counted as locking until it says it has its batch (or ends). */
+  private async runCycle(): Promise<boolean> {
+    this.locking += 1;
+    let done = false;
+    const locked: Locked = () => {
+      if (done) return;
+      done = true;
+      this.locking -= 1;
+      // A wake-up while it locked: something was committed that it may not have seen. One more
+      // claim now, for what it did not take (or, with every slot taken, after the first that ends).
+      if (this.stopped || !this.again) return;
+      if (this.drains < this.concurrency && this.locking === 0) this.startDrain();
+    };
+    try {
+      return await this.cycle(locked);
+    } finally {
+      if (!done) {
+        done = true;
+        this.locking -= 1;
+      }
+    }
+  }
+
   private async drain(): Promise<void> {
     let more = true;
     while (more) {
       try {
-        while (!this.stopped && (await this.cycle()));
+        while (!this.stopped && (await this.runCycle()));
       } catch (error) {
         // The store or the broker is away: the next wake-up or poll tries again. A wake-up that
         // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.

@@ -38,8 +38,11 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     protected readonly lifecycle: BoxLifecycle,
   ) {}
 
-  /** One claim; true when the batch was full (there may be more due at once). */
-  async cycle(): Promise<boolean> {
+  /**
+   * One claim; true when the batch was full (there may be more due at once). `locked` is told
+   * when the batch is locked, before it is handled.
+   */
+  async cycle(locked?: () => void): Promise<boolean> {
     const { batchSize, ordered } = this.options;
     const cycle: CycleState = { holdOff: false };
     const result = await this.store.claim(
@@ -50,8 +53,13 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
         ordered,
         joinable: this.joinsClaim,
         durable: this.settlesDurably,
+        // Only an outbox may have no retention (an inbox's completed ids are its memory).
+        deleteCompleted: this.options.retentionMs === 0,
       },
-      (batch) => this.handleBatch(batch, cycle),
+      (batch) => {
+        locked?.();
+        return this.handleBatch(batch, cycle);
+      },
     );
     return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;
   }

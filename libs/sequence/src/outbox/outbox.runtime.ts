@@ -225,7 +225,7 @@ export class OutboxRuntime implements LifecyclePart {
     const loop = new BoxLoop(
       box,
       `${box} ${role}`,
-      () => worker.cycle(),
+      (locked) => worker.cycle(locked),
       this.logger,
       options.concurrency,
     );

@@ -143,6 +143,15 @@ export interface ClaimOptions {
    * @default true
    */
   readonly durable?: boolean;
+  /**
+   * Delete the records whose outcome is `completed`, in the claim's transaction, instead of
+   * marking them `COMPLETED`: the box then keeps no completed records, and forgets their ids (an
+   * append of the same id later is a new record). Retry and failed outcomes are written as usual.
+   * A relay whose box has `retentionMs: 0` passes `true`; an inbox never does (its completed
+   * records are the ids that recognise duplicates).
+   * @default false
+   */
+  readonly deleteCompleted?: boolean;
 }
 
 export interface ClaimedBatch {
@@ -207,7 +216,7 @@ export interface PurgeOptions {
  *   the appending process's clock.
  * - `claim` hands due `PENDING` records, in `seq` order, to `handle`, and writes the outcomes it
  *   returns in the same transaction as the claim (`completedAt` and attempts' times are
- *   `options.now`). While one claim holds a record, no concurrent
+ *   `options.now`; with `options.deleteCompleted`, completed records are deleted instead). While one claim holds a record, no concurrent
  *   claim (this process or another) hands it out. When `handle` throws, or the process dies, the
  *   claim's transaction rolls back: its records stay as they were (`PENDING`, same attempts).
  *   When the transaction broke under `handle` (`StoreTransaction.brokenBy`) and `handle` still

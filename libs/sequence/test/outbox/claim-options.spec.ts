@@ -63,4 +63,25 @@ describe('the claims of relays and inbox processors', () => {
       expect(claims.get(box)!.every((options) => options.joinable !== false)).toBe(true);
     }
   });
+
+  it('the relay of a box with retentionMs 0 claims with deleteCompleted; the others do not', async () => {
+    const { store, claims } = recordingClaims(
+      await SqliteOutboxStore.open({ filename: ':memory:' }),
+    );
+    t = await createOutboxTestApp({
+      store,
+      outboxEvents: { ...FAST_BOX, retentionMs: 0 },
+      outboxCommands: FAST_BOX,
+      inboxEvents: { ...FAST_BOX, enabled: true },
+    });
+    const boxes: BoxName[] = ['outbox_events', 'outbox_commands', 'inbox_events'];
+    await eventually(
+      () => boxes.every((box) => (claims.get(box)?.length ?? 0) > 0),
+      'a claim of every box',
+    );
+    expect(claims.get('outbox_events')!.every((options) => options.deleteCompleted)).toBe(true);
+    for (const box of ['outbox_commands', 'inbox_events'] as const) {
+      expect(claims.get(box)!.every((options) => !options.deleteCompleted)).toBe(true);
+    }
+  });
 });

@@ -252,6 +252,39 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     expect(t.transport.attempts[1].at - t.transport.attempts[0].at).toBeGreaterThanOrEqual(5);
   });
 
+  it('with retentionMs 0, deletes a record once its publish is confirmed', async () => {
+    await start({ outboxEvents: { ...FAST_BOX, retentionMs: 0 } });
+    const id = await t.outbox.transaction(async (tx) => tx.publishEvent(placed('o-del')));
+
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'published');
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id)) === undefined,
+      'the record deleted',
+    );
+    expect(await t.outbox.stats('outbox_events')).toMatchObject({ pending: 0, failed: 0 });
+    expect(t.broker.peek('events.OrderPlaced')[0].headers[MESSAGE_ID_HEADER]).toBe(id);
+  });
+
+  it('with retentionMs 0, keeps a refused record PENDING with its attempts, and deletes it once published', async () => {
+    await start({ outboxEvents: { ...FAST_BOX, retentionMs: 0 } });
+    let refusals = 1;
+    t.transport.beforePublish = () => {
+      if (refusals-- > 0) throw new PublishRejectedError('events.OrderPlaced', new Error('nack'));
+    };
+    const id = await t.outbox.transaction(async (tx) => tx.publishEvent(placed('o-retry')));
+
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id))?.attempts === 1,
+      'the refusal counted',
+    );
+    await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'published at last');
+    await eventually(
+      async () => (await t.outbox.record('outbox_events', id)) === undefined,
+      'the record deleted',
+    );
+    expect(t.broker.peek('events.OrderPlaced')).toHaveLength(1);
+  });
+
   it('a message the broker refuses every time is FAILED after maxAttempts; the others keep flowing', async () => {
     await start({
       outboxEvents: {

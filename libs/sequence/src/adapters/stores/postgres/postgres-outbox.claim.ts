@@ -64,17 +64,18 @@ interface SortedOutcomes {
 
 /**
  * Writes the outcomes `handle` gave for `records`: one statement per kind of outcome, sent with
- * the claim's COMMIT. A record without an outcome is released (left as it was).
+ * the claim's COMMIT. A record without an outcome is released (left as it was); a completed one
+ * is deleted when `options.deleteCompleted`.
  */
 export function settleOutcomes(
   transaction: PostgresStoreTransaction,
   statements: BoxStatements,
   records: readonly StoredRecord[],
   outcomes: readonly RecordOutcome[],
-  now: number,
+  options: Pick<ClaimOptions, 'now' | 'deleteCompleted'>,
 ): ClaimResult {
   const sorted = sortOutcomes(records, outcomes);
-  writeOutcomes(transaction, statements, sorted, now);
+  writeOutcomes(transaction, statements, sorted, options);
   return {
     claimed: records.length,
     completed: sorted.completed.length,
@@ -129,7 +130,7 @@ export async function settleLostClaim(
           unchanged.has(seqOf.get(outcome.id) as number),
       ),
     );
-    writeOutcomes(transaction, statements, { completed: [], retry, failed }, now);
+    writeOutcomes(transaction, statements, { completed: [], retry, failed }, { now });
     return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
   });
 }
@@ -190,10 +191,12 @@ function writeOutcomes(
   transaction: PostgresStoreTransaction,
   statements: BoxStatements,
   { completed, retry, failed }: SortedOutcomes,
-  now: number,
+  { now, deleteCompleted }: Pick<ClaimOptions, 'now' | 'deleteCompleted'>,
 ): void {
   // Sent with the COMMIT, in one round trip.
-  if (completed.length > 0) {
+  if (completed.length > 0 && deleteCompleted) {
+    transaction.defer(statements['delete-completed'], [completed]);
+  } else if (completed.length > 0) {
     transaction.defer(statements['settle-completed'], [completed, now]);
   }
   if (retry.seqs.length > 0) {

@@ -10,6 +10,7 @@ export type StatementName =
   | 'claim-heads'
   | 'claim-followers'
   | 'settle-completed'
+  | 'delete-completed'
   | 'settle-retry'
   | 'settle-failed'
   | 'relock'
@@ -27,6 +28,7 @@ const STATEMENT_NAMES: readonly StatementName[] = [
   'claim-heads',
   'claim-followers',
   'settle-completed',
+  'delete-completed',
   'settle-retry',
   'settle-failed',
   'relock',

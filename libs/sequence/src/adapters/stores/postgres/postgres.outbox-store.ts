@@ -223,7 +223,7 @@ export class PostgresOutboxStore implements OutboxStore {
       }
       // Sent with the COMMIT: no round trip, and no wait for the WAL flush (see ClaimOptions).
       if (options.durable === false) transaction.defer(LAZY_COMMIT, []);
-      return settleOutcomes(transaction, statements, records, outcomes, options.now);
+      return settleOutcomes(transaction, statements, records, outcomes, options);
     }).catch(async (error: unknown) => {
       if (!lost) throw error;
       // The server process of the lost transaction goes on with its statement (PostgreSQL does

@@ -38,19 +38,24 @@ export function selectClaimable(
   return (select.all({ now, limit }) as BoxRow[]).map(toStoredRecord);
 }
 
-/** Writes a claim's outcomes (checked by assertOutcomes); the counts of each. */
+/**
+ * Writes a claim's outcomes (checked by assertOutcomes); the counts of each. Completed records
+ * are deleted when `deleteCompleted` (see ClaimOptions).
+ */
 export function writeOutcomes(
   statements: SqliteOutboxStatements,
   box: BoxName,
   outcomes: readonly RecordOutcome[],
-  now: number,
+  { now, deleteCompleted }: Pick<ClaimOptions, 'now' | 'deleteCompleted'>,
 ): Omit<ClaimResult, 'claimed'> {
   const counts = { completed: 0, retried: 0, failed: 0 };
   for (const outcome of outcomes) {
     const { id } = outcome;
     switch (outcome.status) {
       case 'completed':
-        counts.completed += statements.box('settle-completed', box).run({ id, now }).changes;
+        counts.completed += deleteCompleted
+          ? statements.box('delete-completed', box).run({ id }).changes
+          : statements.box('settle-completed', box).run({ id, now }).changes;
         break;
       case 'retry':
         counts.retried += statements

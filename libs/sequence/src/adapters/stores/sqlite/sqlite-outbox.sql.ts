@@ -17,6 +17,7 @@ export const BOX_STATEMENTS = [
   'claim-due',
   'claim-due-ordered',
   'settle-completed',
+  'delete-completed',
   'settle-retry',
   'settle-failed',
   'list-failed',

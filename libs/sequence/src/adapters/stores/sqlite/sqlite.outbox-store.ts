@@ -180,7 +180,7 @@ export class SqliteOutboxStore implements OutboxStore {
       const outcomes = await handle({ records, transaction, handlerCall: (work) => work() });
       transaction.assertOpen();
       assertOutcomes(records, outcomes);
-      const counts = writeOutcomes(this.statements, box, outcomes, options.now);
+      const counts = writeOutcomes(this.statements, box, outcomes, options);
       return { claimed: records.length, ...counts };
     });
   }

@@ -144,6 +144,88 @@ export function describeClaimCases(c: OutboxSuiteContext): void {
       ]);
     });
 
+    describe('with deleteCompleted', () => {
+      const deleting = { limit: 10, deleteCompleted: true } as const;
+
+      it('deletes completed records in the claim, never handing them out again', async () => {
+        await appendCommitted(c.store, BOX, records('r', 3));
+        const result = await c.store.claim(BOX, { ...deleting, now: c.t0 }, async (batch) =>
+          completeAll(batch),
+        );
+        expect(result).toEqual({ claimed: 3, completed: 3, retried: 0, failed: 0 });
+        for (const id of ids) await expect(c.store.get(BOX, id)).resolves.toBeUndefined();
+        await expect(c.store.stats(BOX)).resolves.toEqual({
+          pending: 0,
+          failed: 0,
+          oldestPendingAt: null,
+        });
+        await expect(
+          claimAndComplete(c.store, BOX, { limit: 10, now: c.t0 + 86_400_000 }),
+        ).resolves.toEqual([]);
+      });
+
+      it('writes retry and failed outcomes, and leaves released records, as without it', async () => {
+        await appendCommitted(c.store, BOX, records('r', 4));
+        const before = await c.store.get(BOX, 'r-4');
+        const result = await c.store.claim(BOX, { ...deleting, now: c.t0 }, async () => [
+          { id: 'r-1', status: 'completed' },
+          { id: 'r-2', status: 'retry', nextAttemptAt: c.t0 + 1_000, error: 'later' },
+          { id: 'r-3', status: 'failed', error: 'never' },
+          { id: 'r-4', status: 'released' },
+        ]);
+        expect(result).toEqual({ claimed: 4, completed: 1, retried: 1, failed: 1 });
+        await expect(c.store.get(BOX, 'r-1')).resolves.toBeUndefined();
+        await expect(c.store.get(BOX, 'r-2')).resolves.toMatchObject({
+          status: 'PENDING',
+          attempts: 1,
+          lastError: 'later',
+        });
+        await expect(c.store.get(BOX, 'r-3')).resolves.toMatchObject({
+          status: 'FAILED',
+          lastError: 'never',
+        });
+        await expect(c.store.get(BOX, 'r-4')).resolves.toEqual(before);
+      });
+
+      it('deletes nothing when handle throws: every record is handed out again', async () => {
+        await appendCommitted(c.store, BOX, records('r', 3));
+        const before = await getAll(c.store, BOX, ids);
+        await expect(
+          c.store.claim(BOX, { ...deleting, now: c.t0 }, async (batch) => {
+            // Published, then the relay dies before it settles: the claim rolls back.
+            completeAll(batch);
+            throw new Error('relay crashed after publishing');
+          }),
+        ).rejects.toThrow('relay crashed after publishing');
+        await expect(getAll(c.store, BOX, ids)).resolves.toEqual(before);
+        await expect(claimAndComplete(c.store, BOX, { limit: 10, now: c.t0 })).resolves.toEqual(
+          ids,
+        );
+      });
+
+      it('lets an ordered claim take the next record of a partition once the earlier one is deleted', async () => {
+        await appendCommitted(c.store, BOX, records('p', 3, 'Order:1'));
+        const ordered = { ...deleting, limit: 1, ordered: true };
+        await expect(claimAndComplete(c.store, BOX, { ...ordered, now: c.t0 })).resolves.toEqual([
+          'p-1',
+        ]);
+        await expect(c.store.get(BOX, 'p-1')).resolves.toBeUndefined();
+        await expect(claimAndComplete(c.store, BOX, { ...ordered, now: c.t0 })).resolves.toEqual([
+          'p-2',
+        ]);
+      });
+
+      it('forgets a deleted id: the same id appended again is a new record', async () => {
+        await appendCommitted(c.store, BOX, [record('r-1')]);
+        await c.store.claim(BOX, { ...deleting, now: c.t0 }, async (batch) => completeAll(batch));
+        await appendCommitted(c.store, BOX, [record('r-1')]);
+        await expect(c.store.get(BOX, 'r-1')).resolves.toMatchObject({
+          status: 'PENDING',
+          attempts: 0,
+        });
+      });
+    });
+
     it('treats a record handle gives no outcome for as released', async () => {
       await appendCommitted(c.store, BOX, records('r', 3));
       const before = await getAll(c.store, BOX, ids);
