@@ -42,6 +42,8 @@ interface FrameAcceptor {
   rest: Buffer;
   recvSinceLastCheck: boolean;
   stream: { read(): Buffer | null };
+  /** The negotiated largest frame; amqplib before 0.10.7 refuses a frame over it. */
+  frameMax?: number;
 }
 
 /** AMQP 0-9-1 frame layout: type (1), channel (2), payload size (4), payload, end (1). */
@@ -72,24 +74,46 @@ const assembled = new WeakSet<object>();
 /** Released bodies kept per connection for the next large ones. */
 const POOLED_BODIES = 4;
 
+/** A released buffer is let go once this many bodies in a row were received without it. */
+const POOLED_IDLE_TAKES = 16;
+
 /**
  * Whole buffers of bodies released (`recycleContent`), handed out again for bodies of at least
  * half their size: a consumer that releases each body once it has put it elsewhere then reuses
  * the same few buffers, already in memory, instead of having new ones allocated and collected.
+ * It keeps at most {@link POOLED_BODIES}, and lets go of one that {@link POOLED_IDLE_TAKES}
+ * bodies in a row did not use: when the bodies' sizes change, buffers of the old size are not held
+ * for the connection's lifetime.
  */
-class BodyPool {
-  private readonly free: Buffer[] = [];
+export class BodyPool {
+  /** Oldest first, each with the number of bodies received since it was released. */
+  private free: { readonly whole: Buffer; idle: number }[] = [];
 
   take(size: number): Buffer {
-    const index = this.free.findIndex((whole) => whole.length >= size && whole.length <= 2 * size);
-    const whole = index === -1 ? Buffer.allocUnsafeSlow(size) : this.free.splice(index, 1)[0];
+    let index = -1;
+    for (let i = this.free.length - 1; i >= 0 && index === -1; i -= 1) {
+      const length = this.free[i].whole.length;
+      if (length >= size && length <= 2 * size) index = i;
+    }
+    const whole = index === -1 ? Buffer.allocUnsafeSlow(size) : this.free.splice(index, 1)[0].whole;
+    for (const entry of this.free) entry.idle += 1;
+    this.free = this.free.filter((entry) => entry.idle < POOLED_IDLE_TAKES);
     const body = whole.length === size ? whole : whole.subarray(0, size);
     lent.set(body, { pool: this, whole });
     return body;
   }
 
   give(whole: Buffer): void {
-    if (this.free.length < POOLED_BODIES) this.free.push(whole);
+    this.free.push({ whole, idle: 0 });
+    if (this.free.length > POOLED_BODIES) this.free.shift();
+  }
+
+  /** How many buffers it keeps, and their bytes (tests). */
+  get kept(): { buffers: number; bytes: number } {
+    return {
+      buffers: this.free.length,
+      bytes: this.free.reduce((sum, entry) => sum + entry.whole.length, 0),
+    };
   }
 }
 
@@ -191,6 +215,8 @@ export function assembleContentInPlace(model: unknown): boolean {
         if (
           into &&
           size <= into.body.length - into.filled &&
+          // A frame over the negotiated maximum goes to amqplib, to be refused as it would be.
+          (typeof this.frameMax !== 'number' || size <= this.frameMax) &&
           rest.length < FRAME_HEADER_BYTES + size + 1
         ) {
           streaming = { channel, into, left: size };
