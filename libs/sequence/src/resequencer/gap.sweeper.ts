@@ -37,6 +37,14 @@ export class GapSweeper extends Sweeper<GapSweepReport> {
     );
   }
 
+  /**
+   * At shutdown, once the subscriptions are closed: the drains that go on after acking their
+   * input (their settles) end before the store's connection closes.
+   */
+  async stopConsuming(): Promise<void> {
+    await Promise.all(this.catalog.all().map(({ resequencer }) => resequencer.settled()));
+  }
+
   protected sweepOnce(now: number): Promise<GapSweepReport> {
     return this.sweepAll(now);
   }

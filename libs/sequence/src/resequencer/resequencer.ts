@@ -95,6 +95,8 @@ export class Resequencer {
   private readonly deliverer: HandOffDeliverer;
   private readonly localDrains = new LocalDrains();
   private readonly abandoned = new AbandonedCalls();
+  /** Drains going on after their input was acked (see {@link drainFor}). */
+  private readonly finishing = new Set<Promise<void>>();
   private readonly lifecycle: ResequencerLifecycle;
 
   constructor(
@@ -226,8 +228,14 @@ export class Resequencer {
   /**
    * Delivers what waits in `key`'s hand-off list, in order, until it is empty. Answers `busy`
    * without delivering when another holder's lease is live.
+   *
+   * `onCovered` is called (once at most) as soon as every item the list held when this drain
+   * began is delivered, before the settle that trims them: a claim of fewer than
+   * `tuning.drain.batchSize` items is the whole list, so once they are delivered, so is every
+   * event appended before it was made. The drain then goes on (settle, and whatever was appended
+   * meanwhile).
    */
-  async drain(key: string, started?: StartedDrain): Promise<DrainResult> {
+  async drain(key: string, started?: StartedDrain, onCovered?: () => void): Promise<DrainResult> {
     const { store, options, logger } = this.deps;
     const { leaseMs, drain } = options.tuning;
     const ref = this.ref(key);
@@ -269,6 +277,10 @@ export class Resequencer {
             logger.warn(`${this.name}: stopped draining key ${key}: its lease ran out (leaseMs)`);
           }
           return lease.lost() ? 'lost' : 'failed';
+        }
+        if (onCovered && items.length < drain.batchSize) {
+          onCovered();
+          onCovered = undefined;
         }
         const sentAt = Date.now();
         claim = await store.settleDrain(ref, items.length, context());
@@ -405,10 +417,24 @@ export class Resequencer {
         ? { holder: first.holder, claim: first.claim, claimedAt: first.claimedAt }
         : undefined;
     for (;;) {
-      let result: DrainResult;
+      let result: DrainResult | 'covered';
       try {
-        result = await this.drain(key, started);
+        // Acked once its event is delivered (confirmed on the output, or handled): the settle
+        // that trims the delivered items, and the rest of the drain, go on without holding the
+        // input's prefetch slot. A crash before the settle leaves delivered items in the list:
+        // the key's next drain delivers them again, in order (at least once, as after any crash
+        // mid-delivery).
+        let covered!: () => void;
+        const coveredNow = new Promise<'covered'>(
+          (resolve) => (covered = () => resolve('covered')),
+        );
+        const running = this.drain(key, started, covered);
         started = undefined;
+        result = await Promise.race([running, coveredNow]);
+        if (result === 'covered') {
+          this.finishInBackground(key, running);
+          return ACK;
+        }
       } catch (error) {
         this.deps.logger.warn(
           `${this.name}: draining key ${key} failed; requeued: ${errorMessage(error)}`,
@@ -422,6 +448,28 @@ export class Resequencer {
       if (now >= deadline) return this.requeue(`key ${key} is being drained elsewhere`);
       await this.localDrains.wait(key, BUSY_POLL_MS, deadline - now);
     }
+  }
+
+  /**
+   * Resolves once the drains whose inputs were acked before their settle (see {@link drainFor})
+   * have ended: at shutdown, before the store's connection closes.
+   */
+  async settled(): Promise<void> {
+    while (this.finishing.size > 0) await Promise.all([...this.finishing]);
+  }
+
+  /** The rest of a drain whose input was acked: its settle, and what came meanwhile. */
+  private finishInBackground(key: string, running: Promise<DrainResult>): void {
+    const finishing = running.then(
+      () => undefined,
+      (error: unknown) =>
+        this.deps.logger.warn(
+          `${this.name}: could not settle key ${key} after delivering it; the key's next drain ` +
+            `delivers the unsettled items again: ${errorMessage(error)}`,
+        ),
+    );
+    this.finishing.add(finishing);
+    void finishing.finally(() => this.finishing.delete(finishing));
   }
 
   private newHolder(): string {

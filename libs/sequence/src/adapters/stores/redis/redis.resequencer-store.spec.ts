@@ -7,6 +7,7 @@ import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/re
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import {
   heldEntryBytes,
+  type AcceptOutcome,
   type DrainSettlement,
   type AcceptContext,
   type ResequencedEntry,
@@ -263,6 +264,63 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
         } finally {
           await client.quit();
         }
+      });
+
+      it('writes the scope totals once per call, exactly, when it replaces and prunes expired records', async () => {
+        const client = redisClient();
+        const batched = new RedisResequencerStore(client, { prefix, retentionMs: RETENTION_MS });
+        const ref = (name: string) => ({ ...key, key: name });
+        try {
+          await batched.accept(ref('a'), entry(5), at(t0));
+          await batched.accept(ref('b'), entry(7), at(t0));
+          const later = t0 + RETENTION_MS;
+          await batched.bufferedTotal(key.scope);
+          // One call: a comes back past its retention (its record replaced), c enters the index
+          // (b's expired record is pruned) and buffers twice.
+          let outcomes: AcceptOutcome[] = [];
+          const calls = await scriptCalls(client, async () => {
+            outcomes = await Promise.all([
+              batched.accept(ref('a'), entry(3), at(later)),
+              batched.accept(ref('c'), entry(2), at(later)),
+              batched.accept(ref('c'), entry(4), at(later)),
+            ]);
+          });
+          expect(calls).toBe(1);
+          expect(outcomes.map((outcome) => outcome.kind)).toEqual([
+            'buffered',
+            'buffered',
+            'buffered',
+          ]);
+          const held = async (name: string) => (await batched.inspect(ref(name), 1)).heldBytes ?? 0;
+          await expect(batched.bufferedTotal(key.scope)).resolves.toBe(3);
+          await expect(batched.bufferedBytes(key.scope)).resolves.toBe(
+            (await held('a')) + (await held('c')),
+          );
+          const gaps = await batched.listGaps(key.scope, later + 1, 10);
+          expect(gaps.map((gap) => gap.key).sort()).toEqual(['a', 'c']);
+        } finally {
+          await client.quit();
+        }
+      });
+
+      it('keeps the totals of the events a failing call took before the failure', async () => {
+        const broken = { ...key, key: 'broken' };
+        await redis.set(names.of(broken).state, 'not a hash');
+        await store.bufferedTotal(key.scope);
+        const [first, failed] = await Promise.allSettled([
+          store.accept(key, entry(4), at(t0)),
+          store.accept(broken, entry(1), at(t0)),
+        ]);
+        // Buffered by the call that failed; alone, it comes back as the duplicate it is.
+        expect(first).toEqual({
+          status: 'fulfilled',
+          value: { kind: 'duplicate', next: 1 },
+        });
+        expect(failed).toMatchObject({ status: 'rejected' });
+        await expect(store.bufferedTotal(key.scope)).resolves.toBe(1);
+        await expect(store.bufferedBytes(key.scope)).resolves.toBe(
+          (await store.inspect(key, 1)).heldBytes ?? 0,
+        );
       });
 
       it('answers each on its own when the call for them all fails', async () => {

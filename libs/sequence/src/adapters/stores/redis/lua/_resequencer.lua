@@ -158,19 +158,21 @@ local function itemBytes(item)
 end
 
 -- Takes `count` items off the head of the hand-off list, and their bytes off s.hoBytes. Returns
--- how many items are left.
+-- how many items are left. The usual settle takes the whole list: deleted, its items unread.
 local function trimHandOff(s, count)
+  local listed = rcall('LLEN', handOffKey)
+  if count >= listed then
+    rcall('DEL', handOffKey)
+    s.hoBytes = 0
+    return 0
+  end
   local bytes = 0
   for _, item in ipairs(rcall('LRANGE', handOffKey, 0, count - 1)) do
     bytes = bytes + itemBytes(item)
   end
   rcall('LTRIM', handOffKey, count, -1)
   s.hoBytes = math.max(0, s.hoBytes - bytes)
-  local left = rcall('LLEN', handOffKey)
-  if left == 0 then
-    s.hoBytes = 0
-  end
-  return left
+  return listed - count
 end
 
 local function indexRecord(s, buffered)

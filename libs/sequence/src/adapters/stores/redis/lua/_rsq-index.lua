@@ -36,6 +36,44 @@ local function indexTotals(ik)
   return {knownEvents, knownBytes}
 end
 
+-- Set by the batch scripts: the totals' changes of the call's steps are summed (pendingEvents,
+-- pendingBytes; knownEvents and knownBytes include them) and written once, by flushTotals,
+-- instead of one INCRBY and one HINCRBY per step.
+local deferTotals = false
+local pendingEvents, pendingBytes = 0, 0
+
+-- Adds to the scope's buffered totals; `created` (optional) gets the total key if this may have
+-- created it.
+local function addToTotals(ik, events, bytes, created)
+  if deferTotals then
+    indexTotals(ik)
+    knownEvents, knownBytes = knownEvents + events, knownBytes + bytes
+    pendingEvents, pendingBytes = pendingEvents + events, pendingBytes + bytes
+    return
+  end
+  if events ~= 0 then
+    knownEvents = redis.call('INCRBY', ik[5], events)
+    if created and knownEvents == events then
+      created[#created + 1] = ik[5]
+    end
+  end
+  if bytes ~= 0 then
+    knownBytes = redis.call('HINCRBY', ik[1], BYTES_FIELD, bytes)
+  end
+end
+
+-- Writes the changes deferTotals held back (a batch script calls it before it returns). `ttl`:
+-- the index TTL; a total key this may create gets its TTL, as in applyIndex.
+local function flushTotals(ik, ttl)
+  if pendingEvents ~= 0 and redis.call('INCRBY', ik[5], pendingEvents) == pendingEvents then
+    redis.call('PEXPIRE', ik[5], ttl + math.floor(ttl / 10))
+  end
+  if pendingBytes ~= 0 then
+    redis.call('HINCRBY', ik[1], BYTES_FIELD, pendingBytes)
+  end
+  pendingEvents, pendingBytes = 0, 0
+end
+
 -- Whether this call has seen the activity key's TTL at or above the index TTL (or renewed every
 -- index key's): script time stands still, so one PTTL a call is enough.
 local indexTtlFresh = false
@@ -45,12 +83,7 @@ local function dropIndexed(ik, name)
   local raw = redis.call('HGET', ik[1], name)
   if raw then
     local _, storedBuffered, storedBytes = parseIndexRecord(raw)
-    if storedBuffered > 0 then
-      knownEvents = redis.call('DECRBY', ik[5], storedBuffered)
-    end
-    if storedBytes > 0 then
-      knownBytes = redis.call('HINCRBY', ik[1], BYTES_FIELD, -storedBytes)
-    end
+    addToTotals(ik, -storedBuffered, -storedBytes)
     redis.call('HDEL', ik[1], name)
   end
   redis.call('ZREM', ik[2], name)
@@ -68,7 +101,7 @@ local function pruneIndex(ik, cutoff, batch, keep)
 end
 
 local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
-  local recordsKey, gapsKey, stalledKey, activityKey, totalKey = ik[1], ik[2], ik[3], ik[4], ik[5]
+  local recordsKey, gapsKey, stalledKey, activityKey = ik[1], ik[2], ik[3], ik[4]
   local ver, buffered = r[1], r[2]
   local gapSince, alerted, handOffAt, at = r[5], r[6] == 1, r[7], r[8]
   local cutoff = now - retentionMs
@@ -80,34 +113,22 @@ local function applyIndex(ik, member, r, now, retentionMs, ttl, pruneBatch)
   local longTtl = ttl + math.floor(ttl / 10)
   local created = {}
 
-  -- A key whose last change is retentionMs old is gone (the per-key scripts treat it as absent).
-  -- Others are pruned when a key enters the index, and on about one call in 16 otherwise: the
-  -- scan on every call cost as much as the rest of the step.
-  local lastSeen = tonumber(redis.call('ZSCORE', activityKey, member))
-  if not lastSeen or now % 16 == 0 then
+  -- Keys whose last change is retentionMs old are gone (the per-key scripts treat them as
+  -- absent): they are pruned when a key enters the index (it has no record), and on about one call
+  -- in 16 otherwise: the scan on every call cost as much as the rest of the step. The key's own
+  -- record, if it is one of them, is replaced below as if it had been dropped first: the totals
+  -- move by the difference, and its gap, hand-off and activity entries are all rewritten.
+  local raw = redis.call('HGET', recordsKey, member)
+  if not raw or now % 16 == 0 then
     pruneIndex(ik, cutoff, pruneBatch, member)
   end
-  if lastSeen and lastSeen <= cutoff then
-    dropIndexed(ik, member)
-  end
-
-  local raw = redis.call('HGET', recordsKey, member)
   local storedVer, storedBuffered, storedBytes = 0, 0, 0
   if raw then
     storedVer, storedBuffered, storedBytes = parseIndexRecord(raw)
   end
   if at > cutoff and (not raw or ver >= storedVer) then
-    if buffered ~= storedBuffered then
-      local delta = buffered - storedBuffered
-      knownEvents = redis.call('INCRBY', totalKey, delta)
-      if knownEvents == delta then
-        created[#created + 1] = totalKey
-      end
-    end
     local bytes = r[9] or 0
-    if bytes ~= storedBytes then
-      knownBytes = redis.call('HINCRBY', recordsKey, BYTES_FIELD, bytes - storedBytes)
-    end
+    addToTotals(ik, buffered - storedBuffered, bytes - storedBytes, created)
     if redis.call('HSET', recordsKey, member,
         string.format('%d:%d:%d:%d:%d', r[1], r[2], r[3], r[4], bytes)) > 0 then
       created[#created + 1] = recordsKey

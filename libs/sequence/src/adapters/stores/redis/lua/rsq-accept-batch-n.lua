@@ -27,10 +27,12 @@
 --- @include "_rsq-accept"
 
 local ik = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+-- One INCRBY and one HINCRBY of the scope's totals for the whole call (see _rsq-index).
+deferTotals = true
 local seenTotal, seenBytes = ARGV[4], ARGV[10]
 local retentionMs, ttl, pruneBatch = tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local replies = {}
-for i = 1, (#ARGV - 12) / 5 do
+local function take(i)
   local k, a = 5 + 3 * (i - 1), 12 + 5 * (i - 1)
   stateKey, bufferKey, handOffKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local member, now = ARGV[a + 1], ARGV[a + 2]
@@ -42,4 +44,13 @@ for i = 1, (#ARGV - 12) / 5 do
   end
   replies[i] = reply
 end
+for i = 1, (#ARGV - 12) / 5 do
+  local ok, failure = pcall(take, i)
+  if not ok then
+    -- The steps before this one stand (the client tries each event alone): so do their totals.
+    flushTotals(ik, ttl)
+    error(failure)
+  end
+end
+flushTotals(ik, ttl)
 return replies

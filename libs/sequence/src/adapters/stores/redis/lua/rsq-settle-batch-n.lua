@@ -21,9 +21,11 @@
 --- @include "_rsq-settle"
 
 local ik = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+-- One INCRBY and one HINCRBY of the scope's totals for the whole call (see _rsq-index).
+deferTotals = true
 local retentionMs, ttl, pruneBatch = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local replies = {}
-for i = 1, (#ARGV - 5) / 5 do
+local function take(i)
   local k, a = 5 + 3 * (i - 1), 5 + 5 * (i - 1)
   stateKey, bufferKey, handOffKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local member, now = ARGV[a + 1], ARGV[a + 2]
@@ -34,4 +36,13 @@ for i = 1, (#ARGV - 5) / 5 do
   end
   replies[i] = reply
 end
+for i = 1, (#ARGV - 5) / 5 do
+  local ok, failure = pcall(take, i)
+  if not ok then
+    -- The settles before this one stand (the client tries each alone): so do their totals.
+    flushTotals(ik, ttl)
+    error(failure)
+  end
+end
+flushTotals(ik, ttl)
 return replies
