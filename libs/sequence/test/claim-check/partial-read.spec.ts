@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import type { PayloadStore } from 'nest-sequence';
+import type { ClaimedPayload, PayloadStore } from 'nest-sequence';
 import { bytes } from '../support/sequence-test-app';
 import {
   createClaimCheckTestApp,
@@ -11,6 +11,14 @@ import {
  * A handler may read only part of its payload (sniffing a header, say). What it left open in the
  * payload store (a file handle, a pooled S3 socket) is closed once the handler returned.
  */
+/** Takes the first chunk and walks away, leaving the stream paused (not destroyed). */
+async function firstChunkOnly(payload: ClaimedPayload): Promise<Buffer> {
+  const stream = payload.stream();
+  const first = await new Promise<Buffer>((resolve) => stream.once('data', resolve));
+  stream.pause();
+  return first;
+}
+
 describe('claim check: a handler that reads part of its payload', () => {
   let t: ClaimCheckTestApp;
   const opened: Readable[] = [];
@@ -36,13 +44,7 @@ describe('claim check: a handler that reads part of its payload', () => {
     });
     // Several MiB: the filesystem stream reads it in many chunks, so one chunk is a partial read.
     const ticket = await t.claimCheck.checkIn(bytes(4 * 1024 * 1024, 3), { audience: t.channel });
-    // Takes the first chunk and walks away, leaving the stream paused (not destroyed).
-    t.handler.read = async (payload) => {
-      const stream = payload.stream();
-      const first = await new Promise<Buffer>((resolve) => stream.once('data', resolve));
-      stream.pause();
-      return first;
-    };
+    t.handler.read = firstChunkOnly;
 
     await publishTicket(t.transport, t.channel, ticket);
     await t.transport.whenIdle();
@@ -76,12 +78,7 @@ describe('claim check: a handler that reads part of its payload', () => {
         }),
     });
     const ticket = await t.claimCheck.checkIn(bytes(64 * 1024, 5), { audience: t.channel });
-    t.handler.read = async (payload) => {
-      const stream = payload.stream();
-      const first = await new Promise<Buffer>((resolve) => stream.once('data', resolve));
-      stream.pause();
-      return first;
-    };
+    t.handler.read = firstChunkOnly;
 
     await publishTicket(t.transport, t.channel, ticket);
     await t.transport.whenIdle();

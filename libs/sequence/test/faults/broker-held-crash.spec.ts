@@ -2,10 +2,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
-import { partitionIndex } from '../../src/core/partition';
-import type { Transport } from '../../src/ports/transport.port';
 import { SERVERS } from '../support/servers';
-import { bytes, eventually, makeFragments, type TestFragment } from '../support/sequence-test-app';
+import { bytes, eventually, makeFragments, publishHeld } from '../support/sequence-test-app';
 import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
 import { useFaultServersOn } from './support/fault-servers';
 import { keysUnder } from '../support/redis.fixture';
@@ -14,20 +12,6 @@ import { describeOnTransports } from '../support/transports.fixture';
 jest.setTimeout(60_000);
 
 const PARTITIONS = 2;
-
-/** Publishes fragments to their sequence's partition, as `send({ buffer: 'broker' })` does. */
-async function publishHeld(
-  producer: Transport,
-  channel: string,
-  fragments: readonly TestFragment[],
-): Promise<void> {
-  for (const { body, headers } of fragments) {
-    const index = partitionIndex(String(headers['x-sequence-id']), PARTITIONS);
-    await producer.publish(channel, body, headers, {
-      partition: { index, count: PARTITIONS },
-    });
-  }
-}
 
 /**
  * Broker-held reassembly on the real servers, with consumers in processes of their own that the
@@ -85,7 +69,7 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     const first = await startConsumer();
     const second = await startConsumer();
 
-    await publishHeld(servers.producer, channel, fragments.slice(0, 8));
+    await publishHeld(servers.producer, channel, fragments.slice(0, 8), PARTITIONS);
     // One of them is the partition's active consumer and holds the first eight, unacked.
     const holder = await Promise.race([
       first
@@ -105,13 +89,13 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     expect(eventsOf(other, other.events(), 'accepted', sequenceId)).toEqual([]);
     await holder.kill();
 
-    await publishHeld(servers.producer, channel, fragments.slice(8));
+    await publishHeld(servers.producer, channel, fragments.slice(8), PARTITIONS);
     await other.waitFor(
       (events) => eventsOf(other, events, 'delivered', sequenceId).length > 0,
       'the sequence delivered by the other instance',
     );
     // Late duplicates after completion are recognised by the marker, not delivered again.
-    await publishHeld(servers.producer, channel, fragments.slice(0, 2));
+    await publishHeld(servers.producer, channel, fragments.slice(0, 2), PARTITIONS);
     await eventually(
       async () => (await servers.admin.readyCount(`${channel}.dlq`)) === 0,
       'no dead letters',
@@ -146,7 +130,7 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     const first = await startConsumer({ handlerSleepMs: 60_000 });
     const second = await startConsumer({ handlerSleepMs: 0 });
 
-    await publishHeld(servers.producer, channel, fragments);
+    await publishHeld(servers.producer, channel, fragments, PARTITIONS);
     await first.waitFor(
       (events) => eventsOf(first, events, 'started', sequenceId).length === 1,
       'the handler running in the first process',

@@ -2,7 +2,6 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { partitionIndex } from '../../src/core/partition';
 import type { Transport } from 'nest-sequence';
 import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import {
@@ -10,8 +9,8 @@ import {
   createSequenceTestApp,
   eventually,
   makeFragments,
+  publishHeld,
   type SequenceTestApp,
-  type TestFragment,
 } from '../support/sequence-test-app';
 import type { QueuedMessage } from '../support/broker-admin';
 import { closeAll, type Closer } from '../support/test-app';
@@ -66,13 +65,6 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     return t;
   }
 
-  async function publishHeld(fragments: readonly TestFragment[]): Promise<void> {
-    for (const { body, headers } of fragments) {
-      const index = partitionIndex(String(headers['x-sequence-id']), PARTITIONS);
-      await producer.publish(channel, body, headers, { partition: { index, count: PARTITIONS } });
-    }
-  }
-
   async function deadLettersOf(count: number): Promise<QueuedMessage[]> {
     const letters: QueuedMessage[] = [];
     await eventually(
@@ -92,7 +84,7 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     const { handler } = await app({}, { handlerRetry: { attempts: 1 } });
     handler.failNext = 1;
     const fragments = makeFragments('held-fail', bytes(40_000, 31), 10_000);
-    await publishHeld(fragments);
+    await publishHeld(producer, channel, fragments, PARTITIONS);
 
     const letters = await deadLettersOf(4);
     expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
@@ -105,7 +97,7 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
   it('dead-letters every fragment that arrived whole once the sequence expired', async () => {
     const { handler } = await app({ timeoutMs: 500 });
     const fragments = makeFragments('held-expired', bytes(40_000, 32), 10_000);
-    await publishHeld([fragments[0], fragments[2]]);
+    await publishHeld(producer, channel, [fragments[0], fragments[2]], PARTITIONS);
 
     const letters = await deadLettersOf(2);
     expect(letters.map((letter) => letter.body)).toEqual([fragments[0].body, fragments[2].body]);

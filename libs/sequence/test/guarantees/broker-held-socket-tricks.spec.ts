@@ -2,7 +2,6 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { partitionIndex } from '../../src/core/partition';
 import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { describeWithServer } from '../support/servers';
 import { namedTransport, useRabbitMq, type QueuedMessage } from '../support/rabbitmq.fixture';
@@ -11,8 +10,8 @@ import {
   createSequenceTestApp,
   eventually,
   makeFragments,
+  publishHeld,
   type SequenceTestApp,
-  type TestFragment,
 } from '../support/sequence-test-app';
 import { closeAll, type Closer } from '../support/test-app';
 
@@ -63,13 +62,6 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSo
     return t;
   }
 
-  async function publishHeld(fragments: readonly TestFragment[]): Promise<void> {
-    for (const { body, headers } of fragments) {
-      const index = partitionIndex(String(headers['x-sequence-id']), PARTITIONS);
-      await producer.publish(channel, body, headers, { partition: { index, count: PARTITIONS } });
-    }
-  }
-
   it('hands every handler its own bytes while bodies are reused', async () => {
     const { handler } = await app();
     const payloads = [bytes(1_500 * KiB + 3, 41), bytes(1_200 * KiB, 42), bytes(900 * KiB, 43)];
@@ -79,7 +71,12 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSo
     // Interleaved: later fragments land in bodies released by other sequences.
     const longest = Math.max(...sequences.map((fragments) => fragments.length));
     for (let position = 0; position < longest; position++) {
-      await publishHeld(sequences.flatMap((fragments) => fragments.slice(position, position + 1)));
+      await publishHeld(
+        producer,
+        channel,
+        sequences.flatMap((fragments) => fragments.slice(position, position + 1)),
+        PARTITIONS,
+      );
     }
 
     await eventually(() => handler.deliveries.length === payloads.length, 'every sequence', 20_000);
@@ -93,7 +90,7 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSo
     const { handler } = await app({ handlerRetry: { attempts: 1 } });
     handler.failNext = 1;
     const fragments = makeFragments('held-tricks-fail', bytes(1_200 * KiB, 44), 300 * KiB);
-    await publishHeld(fragments);
+    await publishHeld(producer, channel, fragments, PARTITIONS);
 
     const letters: QueuedMessage[] = [];
     await eventually(

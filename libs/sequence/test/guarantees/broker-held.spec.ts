@@ -12,26 +12,13 @@ import {
   deadLetters,
   eventually,
   makeFragments,
+  publishHeld,
   shuffled,
   type SequenceTestApp,
   type TestFragment,
 } from '../support/sequence-test-app';
 
 const PARTITIONS = 4;
-
-/** Publishes fragments to their sequence's partition, as a producer with `buffer: 'broker'` does. */
-async function publishHeld(
-  transport: InMemoryTransport,
-  channel: string,
-  fragments: readonly TestFragment[],
-): Promise<void> {
-  for (const { body, headers } of fragments) {
-    const id = String(headers['x-sequence-id']);
-    await transport.publish(channel, body, headers, {
-      partition: { index: partitionIndex(id, PARTITIONS), count: PARTITIONS },
-    });
-  }
-}
 
 function unsettledIn(transport: InMemoryTransport, channel: string): number {
   let count = 0;
@@ -109,7 +96,12 @@ describe('guarantees: broker-held reassembly', () => {
     const { transport, handler, store } = await app(channel);
     const payload = bytes(20_000, 1);
     const fragments = makeFragments('held-1', payload, 1_000);
-    await publishHeld(transport, channel, shuffled([...fragments, ...fragments.slice(3, 9)], 7));
+    await publishHeld(
+      transport,
+      channel,
+      shuffled([...fragments, ...fragments.slice(3, 9)], 7),
+      PARTITIONS,
+    );
     await eventually(() => handler.deliveries.length === 1, 'the handler ran');
     await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
 
@@ -129,12 +121,12 @@ describe('guarantees: broker-held reassembly', () => {
     const channel = 'held.unsettled';
     const { transport, handler } = await app(channel);
     const fragments = makeFragments('held-2', bytes(5_000, 2), 1_000);
-    await publishHeld(transport, channel, fragments.slice(0, 4));
+    await publishHeld(transport, channel, fragments.slice(0, 4), PARTITIONS);
     await eventually(() => unsettledIn(transport, channel) === 4, 'four fragments held');
     await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'one spool file');
     expect(handler.calls).toBe(0);
 
-    await publishHeld(transport, channel, fragments.slice(4));
+    await publishHeld(transport, channel, fragments.slice(4), PARTITIONS);
     await eventually(() => unsettledIn(transport, channel) === 0, 'all settled');
     expect(handler.calls).toBe(1);
   });
@@ -143,7 +135,7 @@ describe('guarantees: broker-held reassembly', () => {
     const channel = 'held.shutdown';
     const { transport } = await app(channel, {}, {});
     const fragments = makeFragments('held-stop', bytes(3_000, 15), 1_000);
-    await publishHeld(transport, channel, fragments.slice(0, 2));
+    await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
     await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'spooled');
     await t!.close();
     t = undefined;
@@ -164,7 +156,7 @@ describe('guarantees: broker-held reassembly', () => {
       sequences.flatMap(({ id, payload }) => makeFragments(id, payload, 700)),
       3,
     );
-    await publishHeld(transport, channel, all);
+    await publishHeld(transport, channel, all, PARTITIONS);
     await eventually(() => handler.deliveries.length === 20, 'all twenty handled');
     for (const { id, payload } of sequences) {
       expect(handler.of(id)).toHaveLength(1);
@@ -176,9 +168,9 @@ describe('guarantees: broker-held reassembly', () => {
     const channel = 'held.late';
     const { transport, handler } = await app(channel);
     const fragments = makeFragments('held-late', bytes(3_000, 4), 1_000);
-    await publishHeld(transport, channel, fragments);
+    await publishHeld(transport, channel, fragments, PARTITIONS);
     await eventually(() => handler.deliveries.length === 1, 'handled');
-    await publishHeld(transport, channel, [fragments[1]]);
+    await publishHeld(transport, channel, [fragments[1]], PARTITIONS);
     await eventually(
       () => unsettledIn(transport, channel) === 0 && transport.depth(channel) === 0,
       'the duplicate settled',
@@ -197,7 +189,7 @@ describe('guarantees: broker-held reassembly', () => {
       body: last.body,
       headers: { ...last.headers, 'x-sequence-sha256': 'ab'.repeat(32) },
     };
-    await publishHeld(transport, channel, fragments);
+    await publishHeld(transport, channel, fragments, PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 4, 'four dead letters');
 
     expect(handler.calls).toBe(0);
@@ -214,7 +206,12 @@ describe('guarantees: broker-held reassembly', () => {
       { handlerRetry: { attempts: 2, baseDelayMs: 1 } },
     );
     handler.failNext = 2;
-    await publishHeld(transport, channel, makeFragments('held-fail', bytes(3_000, 6), 1_000));
+    await publishHeld(
+      transport,
+      channel,
+      makeFragments('held-fail', bytes(3_000, 6), 1_000),
+      PARTITIONS,
+    );
     await eventually(() => deadLetters(transport, channel).length === 3, 'three dead letters');
 
     expect(handler.calls).toBe(2);
@@ -232,7 +229,7 @@ describe('guarantees: broker-held reassembly', () => {
       onExpired: (sequence: { sequenceId: string }) => void expired.push(sequence.sequenceId),
     });
     const fragments = makeFragments('held-exp', bytes(4_000, 7), 1_000);
-    await publishHeld(transport, channel, [fragments[0], fragments[2]]);
+    await publishHeld(transport, channel, [fragments[0], fragments[2]], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 2, 'two dead letters');
 
     expect(handler.calls).toBe(0);
@@ -242,7 +239,7 @@ describe('guarantees: broker-held reassembly', () => {
     }
     expect(await spoolFiles(spoolDir)).toEqual([]);
 
-    await publishHeld(transport, channel, [fragments[1]]);
+    await publishHeld(transport, channel, [fragments[1]], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 3, 'the late one refused');
     expect(String(deadLetters(transport, channel)[2].headers['x-death-reason'])).toMatch(
       /^sequence-expired: /,
@@ -254,12 +251,12 @@ describe('guarantees: broker-held reassembly', () => {
     const { transport, handler } = await app(channel);
     const fragments = makeFragments('held-crc', bytes(3_000, 8), 1_000);
     const bad = { body: Buffer.from(fragments[1].body).fill(0), headers: fragments[1].headers };
-    await publishHeld(transport, channel, [fragments[0], bad, fragments[2]]);
+    await publishHeld(transport, channel, [fragments[0], bad, fragments[2]], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 1, 'one dead letter');
     expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
       /^crc-mismatch: /,
     );
-    await publishHeld(transport, channel, [fragments[1]]);
+    await publishHeld(transport, channel, [fragments[1]], PARTITIONS);
     await eventually(() => handler.deliveries.length === 1, 'handled once the good copy came');
     expect(
       handler.of('held-crc')[0].bytes.equals(Buffer.concat(fragments.map((f) => f.body))),
@@ -271,10 +268,10 @@ describe('guarantees: broker-held reassembly', () => {
     const { transport, handler, store } = await app(channel, { window: 4 });
     const payload = bytes(6_000, 9);
     const fragments = makeFragments('held-big', payload, 1_000);
-    await publishHeld(transport, channel, fragments.slice(0, 5));
+    await publishHeld(transport, channel, fragments.slice(0, 5), PARTITIONS);
     await eventually(async () => (await openInStore(store)) === 1, 'stored');
     await eventually(() => unsettledIn(transport, channel) === 0, 'acked once stored');
-    await publishHeld(transport, channel, fragments.slice(5));
+    await publishHeld(transport, channel, fragments.slice(5), PARTITIONS);
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-big')[0].bytes.equals(payload)).toBe(true);
   });
@@ -303,9 +300,9 @@ describe('guarantees: broker-held reassembly', () => {
     const { transport, handler, store } = await app(channel, { spool: { maxBytes: 2_500 } });
     const payload = bytes(4_000, 12);
     const fragments = makeFragments('held-spool', payload, 1_000);
-    await publishHeld(transport, channel, fragments.slice(0, 3));
+    await publishHeld(transport, channel, fragments.slice(0, 3), PARTITIONS);
     await eventually(async () => (await openInStore(store)) === 1, 'moved to the store');
-    await publishHeld(transport, channel, fragments.slice(3));
+    await publishHeld(transport, channel, fragments.slice(3), PARTITIONS);
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-spool')[0].bytes.equals(payload)).toBe(true);
     expect(await spoolFiles(spoolDir)).toEqual([]);
@@ -324,7 +321,7 @@ describe('guarantees: broker-held reassembly', () => {
       crc32: crc32(body),
       bytes: 10,
     });
-    await publishHeld(transport, channel, [{ body, headers }]);
+    await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
     await eventually(async () => (await spoolFiles(spoolDir)).length === 0, 'no spool file left');
     expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
@@ -338,9 +335,9 @@ describe('guarantees: broker-held reassembly', () => {
     store.finishDelayMs = 300;
     const { transport, handler } = await app(channel, { timeoutMs: 200, store });
     const fragments = makeFragments('held-race', bytes(3_000, 17), 1_000);
-    await publishHeld(transport, channel, fragments.slice(0, 2));
+    await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
     await eventually(() => store.finishing > 0, 'expiry began');
-    await publishHeld(transport, channel, fragments.slice(2));
+    await publishHeld(transport, channel, fragments.slice(2), PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 3, 'all three dead-lettered');
     expect(handler.calls).toBe(0);
     for (const letter of deadLetters(transport, channel)) {

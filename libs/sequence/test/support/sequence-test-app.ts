@@ -24,6 +24,7 @@ import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import { buildFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
 import { type PublishOptions } from 'nest-sequence/ports';
 import { crc32, sha256Hex } from '../../src/core/checksum';
+import { partitionIndex } from '../../src/core/partition';
 import { ForwardingTransport } from '../../src/testing/forwarding.transport';
 import { mergeOptions } from './merge-options';
 import { createTestApp } from './test-app';
@@ -168,6 +169,22 @@ export async function publishAll(
   fragments: readonly TestFragment[],
 ): Promise<void> {
   for (const { body, headers } of fragments) await transport.publish(channel, body, headers);
+}
+
+/**
+ * Publishes fragments to their sequence's partition of `partitions`, as a producer with
+ * `buffer: 'broker'` does.
+ */
+export async function publishHeld(
+  transport: Transport,
+  channel: string,
+  fragments: readonly TestFragment[],
+  partitions: number,
+): Promise<void> {
+  for (const { body, headers } of fragments) {
+    const index = partitionIndex(String(headers['x-sequence-id']), partitions);
+    await transport.publish(channel, body, headers, { partition: { index, count: partitions } });
+  }
 }
 
 /** Polls `check` until it returns true; fails naming `what` after `timeoutMs`. */
