@@ -451,8 +451,9 @@ export class Resequencer {
   }
 
   /**
-   * Resolves once the drains whose inputs were acked before their settle (see {@link drainFor})
-   * have ended: at shutdown, before the store's connection closes.
+   * Resolves once the drains whose inputs were acked before their settle (an input is acked once
+   * its run is delivered, and the trim follows) have ended: at shutdown, before the store's
+   * connection closes.
    */
   async settled(): Promise<void> {
     while (this.finishing.size > 0) await Promise.all([...this.finishing]);
