@@ -74,6 +74,19 @@ local function flushTotals(ik, ttl)
   pendingEvents, pendingBytes = 0, 0
 end
 
+-- A batch script's steps: take(1), ..., take(count), then the totals they changed. When a step
+-- fails, the steps before it stand (the client tries each item alone), and so do their totals.
+local function runBatch(count, take, ik, ttl)
+  for i = 1, count do
+    local ok, failure = pcall(take, i)
+    if not ok then
+      flushTotals(ik, ttl)
+      error(failure)
+    end
+  end
+  flushTotals(ik, ttl)
+end
+
 -- Whether this call has seen the activity key's TTL at or above the index TTL (or renewed every
 -- index key's): script time stands still, so one PTTL a call is enough.
 local indexTtlFresh = false

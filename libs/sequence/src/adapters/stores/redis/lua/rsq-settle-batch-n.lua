@@ -36,13 +36,5 @@ local function take(i)
   end
   replies[i] = reply
 end
-for i = 1, (#ARGV - 5) / 5 do
-  local ok, failure = pcall(take, i)
-  if not ok then
-    -- The settles before this one stand (the client tries each alone): so do their totals.
-    flushTotals(ik, ttl)
-    error(failure)
-  end
-end
-flushTotals(ik, ttl)
+runBatch((#ARGV - 5) / 5, take, ik, ttl)
 return replies
