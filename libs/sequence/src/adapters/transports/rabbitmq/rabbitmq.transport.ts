@@ -95,7 +95,7 @@ export class RabbitMqTransport implements Transport {
 
   private readonly settings: ResolvedRabbitMqTransportOptions;
   /** `unsafeSocketTricks`, asked for and on the amqplib it was written for. */
-  private readonly coalescesFrames: boolean;
+  private readonly socketTricks: boolean;
   private readonly logger = new Logger(RabbitMqTransport.name);
   private readonly topology: RabbitMqTopology;
   private readonly subscriptions = new Set<RabbitMqSubscription>();
@@ -122,7 +122,7 @@ export class RabbitMqTransport implements Transport {
   ) {
     this.settings = resolveRabbitMqTransportOptions(options);
     this.maxMessageBytes = this.settings.maxMessageBytes;
-    this.coalescesFrames = socketTricksEnabled(
+    this.socketTricks = socketTricksEnabled(
       this.settings.unsafeSocketTricks,
       'amqplib',
       RabbitMqTransport.name,
@@ -475,7 +475,7 @@ export class RabbitMqTransport implements Transport {
       manager.on('blocked', this.onBlocked);
       manager.on('unblocked', this.onUnblocked);
       this.listening = manager;
-      this.coalesceFrames(manager.connection);
+      this.applySocketTricks(manager.connection);
     }
     return manager;
   }
@@ -498,7 +498,7 @@ export class RabbitMqTransport implements Transport {
    */
   private readonly onConnect = ({ connection }: { connection: unknown }): void => {
     this.blockedBy = undefined;
-    this.coalesceFrames(connection);
+    this.applySocketTricks(connection);
   };
 
   /**
@@ -506,8 +506,8 @@ export class RabbitMqTransport implements Transport {
    * (amqp-frame-writes) and assemble large bodies in place as their frames come
    * (amqp-content-reads). Never throws: an amqplib of another shape is left as it is.
    */
-  private coalesceFrames(connection: unknown): void {
-    if (!this.coalescesFrames) return;
+  private applySocketTricks(connection: unknown): void {
+    if (!this.socketTricks) return;
     try {
       coalesceFrameWrites(connection);
       assembleContentInPlace(connection);
