@@ -3,6 +3,7 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
+import * as contentReads from '../../src/adapters/transports/rabbitmq/amqp-content-reads';
 import { describeWithServer } from '../support/servers';
 import { namedTransport, useRabbitMq, type QueuedMessage } from '../support/rabbitmq.fixture';
 import {
@@ -63,6 +64,9 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSo
   }
 
   it('hands every handler its own bytes while bodies are reused', async () => {
+    // Watches the released bodies go back to the connection (the real pool, called through).
+    const recycle = jest.spyOn(contentReads, 'recycleContent');
+    opened.push(() => recycle.mockRestore());
     const { handler } = await app();
     const payloads = [bytes(1_500 * KiB + 3, 41), bytes(1_200 * KiB, 42), bytes(900 * KiB, 43)];
     const sequences = payloads.map((payload, index) =>
@@ -84,6 +88,8 @@ describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSo
       const [delivered] = handler.of(`held-tricks-${index}`);
       expect(delivered.bytes.equals(payload)).toBe(true);
     });
+    // Bodies the connection assembled in place were taken back for later ones.
+    expect(recycle.mock.results.filter(({ value }) => value === true).length).toBeGreaterThan(0);
   });
 
   it('dead-letters every fragment whole, its own bytes, after its body was reused', async () => {
