@@ -50,7 +50,7 @@ describe('imaging demo on the embedded defaults', () => {
 
     const exit = await run(
       'npx',
-      ['ts-node', '-r', 'tsconfig-paths/register', '--transpile-only', 'src/main.ts'],
+      ['ts-node', '-r', 'tsconfig-paths/register', '--swc', 'src/main.ts'],
       { ...NO_SERVERS, STUDY_BYTES: String(studyBytes) },
     );
 
