@@ -47,6 +47,8 @@
  * taken when its commit resolved, each arrival time by a consumer (noAck) in this process; latency
  * = arrival − commit, p50 / p90 / p99 / max ms, and the commit rate achieved (when PostgreSQL
  * cannot commit at the offered rate, commits queue for the pool; the schedule is not slowed).
+ * - raw: the same commits on a plain table, each followed at once by its publish (a dual write):
+ *   the floor the machine sets; `p99ToRaw` divides each module p99 by its p99;
  * - module "notify": writers in an app whose relay is off, the relay in another app with its own
  *   pool, so only PostgreSQL's NOTIFY wakes it (poll interval left at 5 s), as with writers on
  *   other instances; module "same-app": writers and relay in one app (in-process wake-ups too);
@@ -74,14 +76,14 @@ import { Pool } from 'pg';
 import { onCleanup, runBench } from './harness/cleanup';
 import { progress } from './harness/log';
 import { nestLogger } from './harness/nest-logger';
-import { report, variantOf } from './harness/report';
+import { report, round2, variantOf } from './harness/report';
 import { connectAmqp } from './harness/resources';
 import { roundsOf } from './harness/rounds';
 import { socketTrickVariants } from './harness/settings';
 import { DEFAULT_RELAY_CONCURRENCY } from './outbox.internals';
 import { moduleLatency, moduleLive, moduleRelayOnly, type ModuleTimed } from './outbox.module';
 import { ptoLatency, ptoLive, ptoRelayOnly } from './outbox.pto';
-import { rawCommits, rawPublish, type Timed } from './outbox.raw';
+import { rawCommits, rawLatency, rawPublish, type Timed } from './outbox.raw';
 import {
   makeEvents,
   PTO_SCHEMA_PREFIX,
@@ -247,6 +249,8 @@ async function runVariant(
   }
   if (settings.only.has('latency')) {
     const latencyEvents = makeEvents(settings.rate * settings.seconds);
+    const raw = await rawLatency(connection, latencyEvents);
+    progress(`latency raw (commit, then publish): ${JSON.stringify(raw)}`);
     const moduleNotify = await moduleLatency(
       connection,
       latencyEvents,
@@ -282,8 +286,13 @@ async function runVariant(
         unsafeSocketTricks,
         ratePerSecond: settings.rate,
         seconds: settings.seconds,
+        raw,
         moduleNotify,
         moduleSameApp,
+        p99ToRaw: {
+          moduleNotify: round2(moduleNotify.p99Ms / raw.p99Ms),
+          moduleSameApp: round2(moduleSameApp.p99Ms / raw.p99Ms),
+        },
         pto: { ...pto, seconds: settings.ptoLatencySeconds },
         ptoSustained: { ...ptoSlow, seconds: settings.seconds },
         target: { moduleNotifyP99Ms: 100 },

@@ -4,13 +4,17 @@
  *   queue, with at most `batchSize` unconfirmed messages at once (the relay's concurrency);
  * - raw commits: the same number of transactions, each inserting one 1 KB row into a plain table
  *   and committing, on `writers` concurrent writers over a pool of `poolSize` connections (what
- *   PostgreSQL's commit rate allows the outboxes' writers at best).
+ *   PostgreSQL's commit rate allows the outboxes' writers at best);
+ * - raw latency: at the latency runs' rate, each such commit followed at once by its publish
+ *   (a dual write, which an outbox exists to avoid): the commit-to-arrival latency these cores,
+ *   PostgreSQL and RabbitMQ give when nothing stands between the commit and the broker.
  */
 import type * as amqp from 'amqplib';
 import { Pool } from 'pg';
 import { onCleanup } from './harness/cleanup';
 import { cpuNow, cpuPerThousand, type CpuPerThousand } from './outbox.cpu';
 import { declareQueue, deleteQueue, messageCount } from './outbox.broker';
+import { steadyLatency, type LatencyResult } from './outbox.latency';
 import { pgStatsSince, walNow, type PgStatsPerThousand } from './outbox.pg-stats';
 import {
   nextTag,
@@ -134,5 +138,62 @@ export async function rawCommits(events: readonly BenchEvent[]): Promise<Timed> 
   } finally {
     await closePool.run();
     await dropTable(table);
+  }
+}
+
+export async function rawLatency(
+  connection: amqp.ChannelModel,
+  events: readonly BenchEvent[],
+): Promise<LatencyResult> {
+  const table = `${RUN_PREFIX}pgl_${nextTag()}`;
+  const queue = queueName(`raw-latency-${nextTag()}`);
+  await declareQueue(connection, queue);
+  const pool = new Pool({ connectionString: settings.databaseUrl, max: settings.poolSize });
+  pool.on('error', () => undefined);
+  const closePool = onCleanup(`close the pool of ${table}`, () => pool.end());
+  const channel = await connection.createConfirmChannel();
+  channel.on('error', () => undefined);
+  try {
+    await pool.query(
+      `CREATE TABLE ${table} (seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, body TEXT NOT NULL)`,
+    );
+    const bodies = events.map(rawBody);
+    let failed: Error | undefined;
+    const result = await steadyLatency({
+      connection,
+      queue,
+      count: events.length,
+      rate: settings.rate,
+      commit: async (i) => {
+        const client = await pool.connect();
+        try {
+          await client.query('BEGIN');
+          await client.query(`INSERT INTO ${table} (id, body) VALUES ($1, $2)`, [
+            events[i].id,
+            bodies[i].toString(),
+          ]);
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+        channel.sendToQueue(
+          queue,
+          bodies[i],
+          { persistent: true, headers: rawHeaders(events[i]) },
+          (error: unknown) => {
+            if (error) failed ??= new Error('negative confirm');
+          },
+        );
+      },
+      idOf: (i) => events[i].id,
+      messageIdOf: (message) => message.properties.headers?.['x-message-id'] as string | undefined,
+    });
+    if (failed) throw failed;
+    return result;
+  } finally {
+    await channel.close().catch(() => undefined);
+    await closePool.run();
+    await dropTable(table);
+    await deleteQueue(queue);
   }
 }
