@@ -8,6 +8,7 @@ import type * as amqp from 'amqplib';
 import { recordArrivals, waitForArrivals } from './outbox.broker';
 import { round1 } from './harness/report';
 import { nowMs, percentile, sleep } from './outbox.settings';
+import type { ClaimTimes } from './outbox.traced-store';
 
 export interface LatencyOptions {
   readonly connection: amqp.ChannelModel;
@@ -20,6 +21,21 @@ export interface LatencyOptions {
   idOf(i: number): string;
   /** The message id a delivered message carries. */
   messageIdOf(message: amqp.ConsumeMessage): string | undefined;
+  /** When the relay's claim of message `id` started and locked its batch, where it is known. */
+  claimTimesOf?(id: string): ClaimTimes | undefined;
+}
+
+/**
+ * Where the slowest 1% of messages (latency at or above the p99) spent their time, as medians
+ * over them (ms): from the commit to the start of the claim that took it (the wake-up: the
+ * announcement, and waiting for a claim to start), the claim's lock, and from the lock to the
+ * arrival (publish, broker, consumer).
+ */
+export interface SlowestBreakdown {
+  readonly messages: number;
+  readonly commitToClaimMs: number;
+  readonly lockMs: number;
+  readonly lockedToArrivalMs: number;
 }
 
 export interface LatencyResult {
@@ -41,6 +57,7 @@ export interface LatencyResult {
    */
   readonly eventLoopDelayP99Ms: number;
   readonly eventLoopDelayMaxMs: number;
+  readonly slowest?: SlowestBreakdown;
 }
 
 export async function steadyLatency(options: LatencyOptions): Promise<LatencyResult> {
@@ -76,26 +93,71 @@ export async function steadyLatency(options: LatencyOptions): Promise<LatencyRes
     loopDelay.disable();
 
     const latencies: number[] = [];
+    const byLatency: { id: string; ms: number }[] = [];
     for (let i = 0; i < count; i++) {
       const id = options.idOf(i);
-      latencies.push((recorder.arrivals.get(id) as number) - (committedAt.get(id) as number));
+      const ms = (recorder.arrivals.get(id) as number) - (committedAt.get(id) as number);
+      latencies.push(ms);
+      byLatency.push({ id, ms });
     }
     latencies.sort((a, b) => a - b);
+    const p99 = percentile(latencies, 99);
+    const slowest = options.claimTimesOf
+      ? breakdown(
+          byLatency.filter(({ ms }) => ms >= p99).map(({ id }) => id),
+          (id) => options.claimTimesOf?.(id),
+          committedAt,
+          recorder.arrivals,
+        )
+      : undefined;
     return {
       events: count,
       offeredPerSecond: rate,
       committedPerSecond: Math.round(count / ((lastCommit - started) / 1000)),
       p50Ms: round1(percentile(latencies, 50)),
       p90Ms: round1(percentile(latencies, 90)),
-      p99Ms: round1(percentile(latencies, 99)),
+      p99Ms: round1(p99),
       maxMs: round1(latencies[latencies.length - 1]),
       arrivedBeforeCommitResolved: latencies.filter((ms) => ms < 0).length,
       duplicates: recorder.duplicates,
       eventLoopDelayP99Ms: round1(loopDelay.percentile(99) / 1e6),
       eventLoopDelayMaxMs: round1(loopDelay.max / 1e6),
+      ...(slowest ? { slowest } : {}),
     };
   } finally {
     loopDelay.disable();
     await recorder.close();
   }
+}
+
+function breakdown(
+  ids: readonly string[],
+  claimTimesOf: (id: string) => ClaimTimes | undefined,
+  committedAt: ReadonlyMap<string, number>,
+  arrivals: ReadonlyMap<string, number>,
+): SlowestBreakdown | undefined {
+  const toClaim: number[] = [];
+  const lock: number[] = [];
+  const toArrival: number[] = [];
+  for (const id of ids) {
+    const times = claimTimesOf(id);
+    if (!times) continue;
+    toClaim.push(times.startedAt - (committedAt.get(id) as number));
+    lock.push(times.lockedAt - times.startedAt);
+    toArrival.push((arrivals.get(id) as number) - times.lockedAt);
+  }
+  if (toClaim.length === 0) return undefined;
+  const median = (values: number[]) =>
+    round1(
+      percentile(
+        [...values].sort((a, b) => a - b),
+        50,
+      ),
+    );
+  return {
+    messages: toClaim.length,
+    commitToClaimMs: median(toClaim),
+    lockMs: median(lock),
+    lockedToArrivalMs: median(toArrival),
+  };
 }

@@ -66,7 +66,10 @@ class Scene {
   ) {}
 
   /** A store of this scene's tables, with a pool of its own (traced when asked). */
-  store(traced: boolean): OutboxStore & Partial<Pick<TracedOutboxStore, 'reset' | 'summary'>> {
+  store(
+    traced: boolean,
+  ): OutboxStore &
+    Partial<Pick<TracedOutboxStore, 'reset' | 'summary' | 'trackRecords' | 'claimTimesOf'>> {
     const store = PostgresOutboxStore.connect(settings.databaseUrl, {
       tablePrefix: this.prefix,
       pool: { max: settings.poolSize },
@@ -252,6 +255,7 @@ export async function moduleLatency(
       await (await scene.app(relayStore, true, false)).init();
     }
     relayStore.reset?.();
+    relayStore.trackRecords?.();
     const latency = await steadyLatency({
       connection,
       queue: scene.queue,
@@ -260,6 +264,7 @@ export async function moduleLatency(
       commit: (i) => commit(writer, events[i]),
       idOf: (i) => events[i].id,
       messageIdOf: (message) => message.properties.headers?.['x-message-id'] as string | undefined,
+      claimTimesOf: (id) => relayStore.claimTimesOf?.(id),
     });
     return { ...latency, relay: relayStore.summary?.() };
   } finally {

@@ -43,6 +43,12 @@ interface Samples {
   settle: number[];
 }
 
+/** When a record's claim started (`claim()` called) and when it had its batch locked. */
+export interface ClaimTimes {
+  readonly startedAt: number;
+  readonly lockedAt: number;
+}
+
 const p99 = (values: number[]): number | undefined => {
   if (values.length === 0) return undefined;
   const sorted = [...values].sort((a, b) => a - b);
@@ -64,6 +70,8 @@ export class TracedOutboxStore implements OutboxStore {
   private totals = zero();
   private samples: Samples = { lock: [], publish: [], settle: [] };
   private windowStart = nowMs();
+  /** Per record id, when its claim started and when that claim had its batch (latency runs). */
+  private claimTimes: Map<string, ClaimTimes> | undefined;
 
   /** The inner store's, when it has it: writers then take the same path as without the wrapper. */
   readonly appendAtCommit?: OutboxStore['appendAtCommit'];
@@ -81,6 +89,16 @@ export class TracedOutboxStore implements OutboxStore {
     this.totals = zero();
     this.samples = { lock: [], publish: [], settle: [] };
     this.windowStart = nowMs();
+  }
+
+  /** From now on, notes when each record's claim started and locked (see `claimTimesOf`). */
+  trackRecords(): void {
+    this.claimTimes = new Map();
+  }
+
+  /** When the claim that took record `id` started and had its batch, if it was tracked. */
+  claimTimesOf(id: string): ClaimTimes | undefined {
+    return this.claimTimes?.get(id);
   }
 
   /** The claims since `reset()`: counts, and milliseconds per phase (totals and per claim). */
@@ -119,6 +137,11 @@ export class TracedOutboxStore implements OutboxStore {
     let handleEnd: number | undefined;
     const result = await this.inner.claim(box, options, async (batch) => {
       handleStart = nowMs();
+      if (this.claimTimes) {
+        for (const record of batch.records) {
+          this.claimTimes.set(record.id, { startedAt: started, lockedAt: handleStart });
+        }
+      }
       try {
         return await handle(batch);
       } finally {
