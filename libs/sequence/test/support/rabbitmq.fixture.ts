@@ -9,7 +9,7 @@ import type { RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import * as amqplib from 'amqplib';
 import { RabbitMqTransport, type RabbitMqTransportOptions } from 'nest-sequence/rabbitmq';
 import { SERVERS } from './servers';
-import { rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
+import { closeConnectionsWhere, rabbitmqctl, rabbitmqctlRows } from './processes/rabbitmqctl';
 import {
   useBrokerAdmin,
   type BrokerAdmin,
@@ -141,12 +141,13 @@ export class RabbitMqAdmin implements BrokerAdmin {
    * leaving every other connection alone. Resolves once rabbitmqctl has closed it.
    */
   async closeConnection(name: string): Promise<void> {
-    await this.closeConnectionPid(await this.connectionPid(name));
+    const closed = await closeConnectionsWhere({ connectionName: name }, 'closed by a fault test');
+    if (closed !== 1) throw new Error(`expected one connection named ${name}, closed ${closed}`);
   }
 
   /**
-   * Has the broker close the connection whose pid {@link connectionPid} answered: one rabbitmqctl
-   * call (about a second) instead of two, for a test that must drop it at a point it controls.
+   * Has the broker close the connection whose pid {@link connectionPid} answered, for a test that
+   * needs the pid anyway (to tell the next connection from it).
    */
   async closeConnectionPid(pid: string): Promise<void> {
     await rabbitmqctl(['close_connection', pid, 'closed by a fault test']);
