@@ -10,7 +10,11 @@ import {
 import { describeReplyChannelConformance } from '../../../testing/conformance/reply-channel.conformance';
 import { describePartitionedChannelConformance } from '../../../testing/conformance/partitioned-channel.conformance';
 import { refuseEveryPublish } from '../../../../test/faults/support/broker-policy';
-import { rabbitmqctl, rabbitmqctlRows } from '../../../../test/support/processes/rabbitmqctl';
+import {
+  closeConnectionsWhere,
+  rabbitmqctl,
+  rabbitmqctlRows,
+} from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
@@ -176,7 +180,6 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       transport = new RabbitMqTransport(amqp);
     }
 
-    /** Has the broker close this connection (only ours), as an operator or a failover would. */
     /**
      * Has the broker close one subscription's channel, leaving the connection up, as it does on a
      * `consumer_timeout`: acking a delivery tag it never issued is a channel error (406
@@ -191,19 +194,17 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await closed;
     }
 
+    /** Has the broker close this connection (only ours), as an operator or a failover would. */
     async function dropConnection(): Promise<void> {
       const { connection } = amqp.managedConnection.connection as unknown as {
         connection: { stream: Socket };
       };
       const { localAddress, localPort, remoteAddress, remotePort } = connection.stream;
       const name = `${localAddress}:${localPort} -> ${remoteAddress}:${remotePort}`;
-      const rows = await rabbitmqctlRows('list_connections', ['pid', 'name']);
-      const ours = rows.find(([, listed]) => listed === name);
-      expect(ours).toBeDefined();
       const disconnected = new Promise((resolve) =>
         amqp.managedConnection.once('disconnect', resolve),
       );
-      await rabbitmqctl(['close_connection', ours![0], 'test']);
+      expect(await closeConnectionsWhere({ name }, 'test')).toBe(1);
       await disconnected;
     }
 
