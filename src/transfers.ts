@@ -56,7 +56,7 @@ async function runTransfers(
   const simulation = await app.get(UpstreamSimulator).run(environment.transfers);
   await app
     .get(TransferStatusProjection)
-    .whenFinal(simulation.transferIds, environment.gapTimeoutMs + SETTLE_MARGIN_MS);
+    .whenFinal(simulation, environment.gapTimeoutMs + SETTLE_MARGIN_MS);
   const elapsedMs = Date.now() - started;
 
   const resequencer = app.get(TransferStatusResequencer).name;

@@ -38,7 +38,7 @@ describe('demo metrics endpoint (METRICS_PORT)', () => {
     it("serves the module's metrics at /metrics on loopback, with the demo's activity in them", async () => {
       const started = await start({ METRICS_PORT: '0' });
       const simulation = await started.get(UpstreamSimulator).run(3);
-      await started.get(TransferStatusProjection).whenFinal(simulation.transferIds, 20_000);
+      await started.get(TransferStatusProjection).whenFinal(simulation, 20_000);
 
       const url = started.get(MetricsEndpoint).url();
       expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);

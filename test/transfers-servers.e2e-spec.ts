@@ -78,10 +78,13 @@ for (const broker of DEMO_BROKERS) {
           transfers: TRANSFERS,
           byStatus: { initiated: 1, processing: 0, settled: TRANSFERS - 1 },
           regressionsRefused: 0,
-          gapAlerts: 1,
           gaps: [{ id: expect.any(String), expected: 2 }],
         });
         const brokenId = summary.gaps[0].id;
+        // The broken transfer's gap is alerted; so may be others: a transfer whose statuses
+        // arrive more than the gap timeout apart (a loaded machine) has a gap open that long,
+        // which is alerted, once, before it fills. How many depends on timing.
+        expect(summary.gapAlerts).toBeGreaterThanOrEqual(1);
         expect(await get(`/transfers/${brokenId}/status`)).toEqual({
           status: 200,
           body: {
@@ -102,15 +105,26 @@ for (const broker of DEMO_BROKERS) {
           store.inspect({ scope: channels.shuffled, key: brokenId }, 1),
         ).resolves.toEqual(expect.objectContaining({ next: 2, buffered: [3], handOff: 0 }));
 
-        // The alert is also recorded on the shuffled channel's dead-letter channel; nothing is left
-        // unconsumed on the ordered one.
-        const record = await broker.nextMessage(`${channels.shuffled}.dlq`, 10_000);
-        expect(record.headers['x-death-reason']).toMatch(/^resequencer-gap-alert/);
-        expect(JSON.parse(record.body.toString('utf8'))).toMatchObject({
-          type: 'alert',
-          key: brokenId,
-          expected: 2,
-        });
+        // Each alert the projection heard is also recorded on the shuffled channel's dead-letter
+        // channel, the broken transfer's among them, and each gap once ("reported once per gap");
+        // nothing is left unconsumed on the ordered one.
+        const alerts: { key: string; expected: number; gapSince: number }[] = [];
+        for (let i = 0; i < summary.gapAlerts; i++) {
+          const record = await broker.nextMessage(`${channels.shuffled}.dlq`, 10_000);
+          expect(record.headers['x-death-reason']).toMatch(/^resequencer-gap-alert/);
+          const alert = JSON.parse(record.body.toString('utf8')) as (typeof alerts)[number];
+          expect(alert).toMatchObject({ type: 'alert', key: expect.any(String) });
+          alerts.push(alert);
+        }
+        const gaps = alerts.map(({ key, expected, gapSince }) => `${key}:${expected}@${gapSince}`);
+        expect(new Set(gaps).size).toBe(gaps.length);
+        expect(alerts).toContainEqual(
+          expect.objectContaining({
+            key: brokenId,
+            expected: 2,
+            gapSince: Date.parse(summary.gaps[0].since),
+          }),
+        );
         expect(await broker.pending(channels.ordered)).toBe(0);
 
         expect(await terminate(demo)).toMatchObject({

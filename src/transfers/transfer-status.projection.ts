@@ -26,6 +26,7 @@ import {
 import { TransferStatusResequencer } from './transfer-status.resequencer';
 import { TRANSFERS_SETTINGS } from './transfers.constants';
 import type { TransfersSettings } from './transfers.environment';
+import type { SimulationReport } from './upstream.simulator';
 
 /** One transfer as `GET /transfers/:id/status` shows it. */
 export interface TransferView {
@@ -58,7 +59,8 @@ export interface TransfersSummary {
 }
 
 interface Waiter {
-  readonly pending: Set<string>;
+  /** Transfers not done yet: true for one whose alerted gap is its end (the broken transfer). */
+  readonly pending: Map<string, boolean>;
   readonly resolve: () => void;
 }
 
@@ -112,12 +114,6 @@ export class TransferStatusProjection
     return this.views.get(id);
   }
 
-  /** Settled, or waiting on a gap that raised an alert: nothing more will happen on its own. */
-  isFinal(id: string): boolean {
-    const view = this.views.get(id);
-    return view !== undefined && (view.status === FINAL_STATUS || view.gap !== undefined);
-  }
-
   summary(): TransfersSummary {
     const byStatus = Object.fromEntries(TRANSFER_STATUSES.map((status) => [status, 0])) as Record<
       TransferStatus,
@@ -140,11 +136,21 @@ export class TransferStatusProjection
   }
 
   /**
-   * Resolves once every transfer of `ids` is final (see {@link isFinal}); rejects after
-   * `timeoutMs`, saying how many are not.
+   * Resolves once the simulation's statuses have all come through: every transfer settled but the
+   * broken one, which waits on a gap that raised an alert; rejects after `timeoutMs`, saying how
+   * many have not. An alert alone does not end any other transfer: one whose statuses arrive
+   * further apart than the gap timeout (a loaded machine) is alerted, then its missing status
+   * comes and it settles.
    */
-  async whenFinal(ids: Iterable<string>, timeoutMs: number): Promise<void> {
-    const pending = new Set([...ids].filter((id) => !this.isFinal(id)));
+  async whenFinal(
+    simulation: Pick<SimulationReport, 'transferIds' | 'brokenTransferId'>,
+    timeoutMs: number,
+  ): Promise<void> {
+    const pending = new Map(
+      simulation.transferIds
+        .map((id) => [id, id === simulation.brokenTransferId] as const)
+        .filter(([id, gapEnds]) => !this.isDone(id, gapEnds)),
+    );
     if (pending.size === 0) return;
     let timer: NodeJS.Timeout | undefined;
     let waiter: Waiter | undefined;
@@ -156,8 +162,8 @@ export class TransferStatusProjection
           () =>
             reject(
               new Error(
-                `${pending.size} transfer(s) not settled and without a gap alert after ` +
-                  `${timeoutMs} ms, e.g. ${[...pending].slice(0, 3).join(', ')}`,
+                `${pending.size} transfer(s) not settled (or, the broken one, without a gap ` +
+                  `alert) after ${timeoutMs} ms, e.g. ${[...pending.keys()].slice(0, 3).join(', ')}`,
               ),
             ),
           timeoutMs,
@@ -167,6 +173,12 @@ export class TransferStatusProjection
       clearTimeout(timer);
       if (waiter) this.waiters.delete(waiter);
     }
+  }
+
+  /** Settled; or, when `gapEnds`, waiting on a gap that raised an alert. */
+  private isDone(id: string, gapEnds: boolean): boolean {
+    const view = this.views.get(id);
+    return view !== undefined && (view.status === FINAL_STATUS || (gapEnds && !!view.gap));
   }
 
   /** One status from the ordered channel. */
@@ -206,9 +218,11 @@ export class TransferStatusProjection
   }
 
   private changed(id: string): void {
-    if (!this.isFinal(id)) return;
     for (const waiter of this.waiters) {
-      if (waiter.pending.delete(id) && waiter.pending.size === 0) waiter.resolve();
+      const gapEnds = waiter.pending.get(id);
+      if (gapEnds === undefined || !this.isDone(id, gapEnds)) continue;
+      waiter.pending.delete(id);
+      if (waiter.pending.size === 0) waiter.resolve();
     }
   }
 }

@@ -214,6 +214,30 @@ describeOnRealServers('faults: Resequencer gap policies on RabbitMQ and Redis', 
     expect(await dlq.collect()).toHaveLength(2);
   });
 
+  it("'alert': two instances sweeping the same Redis alert each gap once, however long it stays open", async () => {
+    const instances = [await start('alert'), await start('alert')];
+    const keys = Array.from({ length: 20 }, (_, i) => `A${i}`);
+    for (const key of keys) await publish(key, [2, 3]);
+
+    const alerts = () => instances.flatMap((app) => app.gaps);
+    await eventually(() => alerts().length >= keys.length, 'every key alerted', 5_000);
+    await dlq.atLeast(keys.length, 'one alert record per key');
+    // Many overlapping sweeps of both instances, each finding every gap past its timeout.
+    await pause(4 * TIMEOUT_MS);
+
+    expect(
+      alerts()
+        .map((gap) => `${gap.type}:${gap.key}`)
+        .sort(),
+    ).toEqual(keys.map((key) => `alert:${key}`).sort());
+    expect(await dlq.collect()).toHaveLength(keys.length);
+    const alerted = await Promise.all(instances.map((app) => gapMetric(app, 'alert')));
+    expect(alerted[0] + alerted[1]).toBe(keys.length);
+    for (const key of keys) {
+      expect(await stateOf(key)).toMatchObject({ next: 1, buffered: [2, 3] });
+    }
+  });
+
   it('two instances sweeping the same Redis at once resolve each gap exactly once', async () => {
     const instances = [await start('skip'), await start('skip')];
     const keys = Array.from({ length: 20 }, (_, i) => `K${i}`);

@@ -5,6 +5,7 @@ import {
   drainAll,
   event,
   eventSeqs,
+  range,
   type ResequencerSuiteContext,
 } from './resequencer-suite.context';
 
@@ -159,6 +160,39 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
         await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 400))).resolves.toMatchObject({
           kind: 'resolved',
         });
+      });
+
+      it('alerts a gap once when instances resolve it at once and again later, the clock moving on', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [3, 4], c.t0);
+        const instances = [c.store, await c.peer(), await c.peer()];
+        // Overlapping sweeps of three instances, then later ones, each with a later clock and a
+        // later openedBefore: the gap is due in every one of them.
+        const resolutions = [];
+        for (let round = 0; round < 3; round++) {
+          const now = c.t0 + 1_000 * (round + 1);
+          resolutions.push(
+            ...(await Promise.all(
+              range(0, 5).map((index) =>
+                instances[index % instances.length].resolveGap(key, 'alert', at(now + index)),
+              ),
+            )),
+          );
+        }
+        expect(resolutions.filter((resolution) => resolution.kind === 'resolved')).toEqual([
+          { kind: 'resolved', policy: 'alert', appended: 1 },
+        ]);
+        await expect(c.store.listGaps(c.scope, c.t0 + 10_000, 10)).resolves.toEqual([]);
+        expect(await drainAll(instances[1], key, c.t0 + 10_000)).toEqual<HandOffItem[]>([
+          { kind: 'gap-alert', expected: 1, buffered: 2, gapSince: c.t0 },
+        ]);
+        // Drained, the key still waits on the same gap: no later sweep alerts it again.
+        await expect(c.store.resolveGap(key, 'alert', at(c.t0 + 20_000))).resolves.toEqual({
+          kind: 'none',
+        });
+        await expect(c.store.listGaps(c.scope, c.t0 + 20_000, 10, true)).resolves.toEqual([
+          { key: key.key, expected: 1, buffered: 2, lowest: 3, gapSince: c.t0, alerted: true },
+        ]);
       });
 
       it('still lets an alerted gap be skipped or dead-lettered', async () => {
