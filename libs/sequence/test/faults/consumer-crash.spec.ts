@@ -74,6 +74,12 @@ describeOnTransports(
         'the channel drained',
       );
       await killed.kill();
+      // Until the broker has seen the connection go, it may still hand a message to the killed
+      // consumer (on NATS, to a pull request the process left open).
+      await eventually(
+        async () => (await servers.admin.consumerCount(channel)) === 0,
+        'the killed consumer gone from the broker',
+      );
 
       await publishAll(servers.producer, channel, fragments.slice(8));
       // Nobody consumes now: the rest waits on the channel (plus, on RabbitMQ, any stored fragment
