@@ -5,9 +5,11 @@ import {
   JetStreamApiError,
   RetentionPolicy,
   StorageType,
+  type ConsumerInfo,
   type JetStreamManager,
   type StreamConfig,
 } from '@nats-io/jetstream';
+import type { Logger } from '@nestjs/common';
 import { nanos } from './nats.client';
 import { errorMessage } from '../../../core/errors/caught';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
@@ -75,6 +77,7 @@ export class NatsTopology {
   constructor(
     private readonly settings: ResolvedNatsTransportOptions,
     private readonly manager: () => Promise<JetStreamManager>,
+    private readonly logger: Logger,
   ) {}
 
   deadLetterChannel(channel: string): string {
@@ -212,7 +215,9 @@ export class NatsTopology {
       return this.partitionCount(channel, name, info.config.subjects ?? []);
     };
     try {
-      return await existing();
+      const count = await existing();
+      await this.repairRolledBack(jsm, channel, name);
+      return count;
     } catch (error) {
       if (!isApiError(error, STREAM_NOT_FOUND)) throw this.refused(channel, name, error);
     }
@@ -347,6 +352,7 @@ export class NatsTopology {
         ackWaitMs: this.settings.ackWaitMs,
         maxDeliver: this.isDeadLetterChannel(each) ? -1 : this.settings.maxDeliver,
       });
+      await this.repairRolledBack(jsm, each, this.stream(each));
     }
   }
 
@@ -420,6 +426,44 @@ export class NatsTopology {
     } catch (error) {
       const info = await jsm.consumers.info(name, durable).catch(() => undefined);
       if (!info) throw this.refused(channel, name, error);
+    }
+  }
+
+  /**
+   * Makes again the consumers of a work-queue stream whose sequence went back below what they
+   * have delivered: a server killed at the wrong moment can come back with an emptied stream's
+   * sequence at 0 (see docs/transports.md). Its consumers would skip every message until the
+   * sequence caught up with theirs, so each that has delivered anything is deleted and added
+   * again with its configuration: a work-queue stream holds only what nobody has acked, and the
+   * new consumer delivers all of it (what was in flight comes again, marked delivered once).
+   * The consumers are read before the stream, so a message stored and delivered between the two
+   * reads cannot look like a step back.
+   */
+  private async repairRolledBack(
+    jsm: JetStreamManager,
+    channel: string,
+    stream: string,
+  ): Promise<void> {
+    const consumers: ConsumerInfo[] = [];
+    for await (const consumer of jsm.consumers.list(stream)) consumers.push(consumer);
+    const { state } = await jsm.streams.info(stream);
+    const ahead = consumers.filter((consumer) => consumer.delivered.stream_seq > state.last_seq);
+    if (ahead.length === 0) return;
+    this.logger.error(
+      `stream ${stream} of ${channel} is at sequence ${state.last_seq}, behind what its ` +
+        `consumers delivered (${ahead.map((c) => `${c.name}: ${c.delivered.stream_seq}`).join(', ')}): ` +
+        `the server lost its sequence in a crash; making its consumers again, to deliver what ` +
+        `it holds (${state.messages} messages)`,
+    );
+    for (const consumer of consumers) {
+      if (consumer.delivered.stream_seq === 0) continue;
+      await jsm.consumers.delete(stream, consumer.name).catch((error: unknown) => {
+        if (!isApiError(error, CONSUMER_NOT_FOUND)) throw error;
+      });
+      // Made again by another instance meanwhile: that one serves.
+      await jsm.consumers.add(stream, consumer.config).catch(async (error: unknown) => {
+        if (!(await jsm.consumers.info(stream, consumer.name).catch(() => undefined))) throw error;
+      });
     }
   }
 

@@ -370,6 +370,56 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         await own.close();
       }
     }, 40_000);
+
+    it('delivers again after a crash in which the server lost the stream sequence', async () => {
+      const own = await NatsTransport.connect(
+        { servers: server.url, reconnectTimeWait: 100 },
+        { nakDelayMs: 5 },
+      );
+      try {
+        const channel = `regressed.${randomUUID()}`;
+        const received: string[] = [];
+        await own.subscribe(channel, async (message) => {
+          received.push(message.body.toString());
+          return ACK;
+        });
+        for (const body of ['one', 'two', 'three'])
+          await own.publish(channel, Buffer.from(body), {});
+        await eventually(() => received.length === 3, 'the first messages');
+        const stream = streamName('NSEQ_', channel);
+        await eventuallyAsync(async () => (await streamState(stream)).messages === 0);
+
+        // What a crash between removing a work-queue stream's last block and writing the next
+        // leaves on some servers: no block at all, so the stream comes back at 0
+        // while its consumer has delivered up to 3.
+        await server.stop('SIGKILL');
+        server.removeMessageBlocks(stream);
+        await server.restart();
+        // Reconnected: the next publish declares the channel again.
+        await eventuallyAsync(() =>
+          own.ping().then(
+            () => true,
+            () => false,
+          ),
+        );
+        await own.publish(channel, Buffer.from('after'), {});
+        expect((await streamState(stream)).last_seq).toBeLessThan(3);
+
+        await eventually(() => received.length === 4, 'the message after the crash', 20_000);
+        expect(received).toEqual(['one', 'two', 'three', 'after']);
+      } finally {
+        await own.close();
+      }
+    }, 40_000);
+
+    async function streamState(stream: string) {
+      const ownAdmin = await connectNats({ servers: server.url });
+      try {
+        return (await (await jetstreamManager(ownAdmin)).streams.info(stream)).state;
+      } finally {
+        await ownAdmin.close();
+      }
+    }
   });
 });
 

@@ -153,7 +153,7 @@ export class NatsTransport implements Transport {
     }
     this.maxMessageBytes = asked ?? largest;
     this.js = jetstream(connection, { timeout: this.settings.publishTimeoutMs });
-    this.topology = new NatsTopology(this.settings, () => this.jsm());
+    this.topology = new NatsTopology(this.settings, () => this.jsm(), this.logger);
     void this.watchStatus();
   }
 
@@ -262,9 +262,11 @@ export class NatsTransport implements Transport {
       prefetch,
       deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : this.settings.maxDeliver,
+      // Declared again after a reconnect (which forgets the declarations), repairing what a
+      // server restart may have broken; cached otherwise.
       consumer: async () => {
+        await this.topology.ensure(channel);
         if (!consumer) {
-          await this.topology.ensure(channel);
           consumer = await this.js.consumers.get(
             this.topology.stream(channel),
             this.settings.durableName,
@@ -331,8 +333,8 @@ export class NatsTransport implements Transport {
           mayHold,
           partition: index,
           consumer: async () => {
+            await this.topology.ensurePartitionSubscription(channel, count);
             if (!consumer) {
-              await this.topology.ensurePartitionSubscription(channel, count);
               consumer = await this.js.consumers.get(
                 stream,
                 partitionConsumerName(this.settings.durableName, index),
