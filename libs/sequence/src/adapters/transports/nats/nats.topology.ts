@@ -73,6 +73,11 @@ export class NatsTopology {
   private readonly partitionStreams = new Map<string, Promise<number>>();
   /** Per partitioned channel, its consumers and lease stream: resolves to the lease time. */
   private readonly partitionSubscriptions = new Map<string, Promise<number>>();
+  /**
+   * Per stream, its repair under way (see `repairRolledBack`): kept apart from the declarations,
+   * which a failed pull forgets while the repair that made it fail still runs.
+   */
+  private readonly repairs = new Map<string, Promise<void>>();
 
   constructor(
     private readonly settings: ResolvedNatsTransportOptions,
@@ -214,12 +219,16 @@ export class NatsTopology {
       const info = await jsm.streams.info(name);
       return this.partitionCount(channel, name, info.config.subjects ?? []);
     };
+    let found: number | undefined;
     try {
-      const count = await existing();
-      await this.repairRolledBack(jsm, channel, name);
-      return count;
+      found = await existing();
     } catch (error) {
       if (!isApiError(error, STREAM_NOT_FOUND)) throw this.refused(channel, name, error);
+    }
+    if (found !== undefined) {
+      // Its errors are passing ones (the server just back), retried with the declaration.
+      await this.repairRolledBack(jsm, channel, name);
+      return found;
     }
     const subjects = Array.from({ length: count }, (_, index) => partitionSubject(channel, index));
     try {
@@ -437,9 +446,21 @@ export class NatsTopology {
    * again with its configuration: a work-queue stream holds only what nobody has acked, and the
    * new consumer delivers all of it (what was in flight comes again, marked delivered once).
    * The consumers are read before the stream, so a message stored and delivered between the two
-   * reads cannot look like a step back.
+   * reads cannot look like a step back. One check runs per stream at a time, and a consumer made
+   * again since it was listed (by another instance repairing too) is left alone.
    */
-  private async repairRolledBack(
+  private repairRolledBack(jsm: JetStreamManager, channel: string, stream: string): Promise<void> {
+    let pending = this.repairs.get(stream);
+    if (!pending) {
+      pending = this.checkRolledBack(jsm, channel, stream).finally(() =>
+        this.repairs.delete(stream),
+      );
+      this.repairs.set(stream, pending);
+    }
+    return pending;
+  }
+
+  private async checkRolledBack(
     jsm: JetStreamManager,
     channel: string,
     stream: string,
@@ -457,10 +478,12 @@ export class NatsTopology {
     );
     for (const consumer of consumers) {
       if (consumer.delivered.stream_seq === 0) continue;
+      // Made again already (by another instance repairing too): that one serves.
+      const now = await jsm.consumers.info(stream, consumer.name).catch(() => undefined);
+      if (now && now.created !== consumer.created) continue;
       await jsm.consumers.delete(stream, consumer.name).catch((error: unknown) => {
         if (!isApiError(error, CONSUMER_NOT_FOUND)) throw error;
       });
-      // Made again by another instance meanwhile: that one serves.
       await jsm.consumers.add(stream, consumer.config).catch(async (error: unknown) => {
         if (!(await jsm.consumers.info(stream, consumer.name).catch(() => undefined))) throw error;
       });
