@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
+import { SpoolFile } from '../../src/sequence/broker-held/spool';
 import { MemorySequenceStore, type InMemoryTransport, type SequenceStore } from 'nest-sequence';
 import { buildFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
@@ -87,6 +88,7 @@ describe('guarantees: broker-held reassembly', () => {
   }
 
   afterEach(async () => {
+    jest.restoreAllMocks();
     await t?.close();
     t = undefined;
   });
@@ -306,6 +308,35 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-spool')[0].bytes.equals(payload)).toBe(true);
     expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('takes a sequence through the store with the bodies the spool failed to write', async () => {
+    const channel = 'held.write-fails';
+    const { transport, handler } = await app(channel);
+    const payload = bytes(3_000, 41);
+    // The disk refuses the first body (ENOSPC); the two after it are written.
+    const write = SpoolFile.prototype.write;
+    jest.spyOn(SpoolFile.prototype, 'write').mockImplementation(function (
+      this: SpoolFile,
+      body: Buffer,
+      offset: number,
+    ) {
+      if (offset === 0) {
+        return Promise.reject(
+          Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' }),
+        );
+      }
+      return write.call(this, body, offset);
+    });
+    await publishHeld(transport, channel, makeFragments('held-enospc', payload, 1_000), PARTITIONS);
+    await eventually(
+      () => handler.deliveries.length === 1 || deadLetters(transport, channel).length > 0,
+      'handled or dead-lettered',
+    );
+    expect(deadLetters(transport, channel).map((m) => m.headers['x-death-reason'])).toEqual([]);
+    expect(handler.deliveries).toHaveLength(1);
+    expect(handler.of('held-enospc')[0].bytes.equals(payload)).toBe(true);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
   });
 
   it('keeps nothing open for a first fragment refused as a contradiction', async () => {

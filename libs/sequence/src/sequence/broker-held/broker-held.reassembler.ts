@@ -263,6 +263,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         redelivered: message.redelivered,
         settle,
         released,
+        // Until the earlier write is known to have gone through, this delivery's body stands in.
+        body: earlier.body && body,
       });
       earlier.settle(ACK);
       this.metrics.duplicateFragment(channel);
@@ -297,16 +299,18 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       redelivered: message.redelivered,
       settle,
       released: false,
+      body,
     };
     sequence.fragments.set(fragment.position, held);
-    // Spooled: the transport need not hold the body any more (the broker holds the message).
-    if (message.releaseBody) {
-      void written.then((ok) => {
-        if (!ok || sequence.fragments.get(fragment.position) !== held) return;
-        message.releaseBody!();
+    void written.then((ok) => {
+      if (!ok || sequence.fragments.get(fragment.position) !== held) return;
+      held.body = undefined;
+      // Spooled: the transport need not hold the body any more (the broker holds the message).
+      if (message.releaseBody) {
+        message.releaseBody();
         held.released = true;
-      });
-    }
+      }
+    });
     this.lifecycle.fragmentAccepted(channel, fragment, body.length);
     const load = this.addLoad(sequence, 1);
     this.scheduleExpiry(sequence, consumer);
@@ -359,7 +363,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     for (const fragment of fragments) {
       let disposition: Disposition;
       try {
-        const body = await readAll(sequence, fragment);
+        const body = fragment.body ?? (await readAll(sequence, fragment));
         disposition = await this.aggregator.receive(
           { channel: consumer.channel, body, headers: fragment.headers, redelivered: true },
           consumer,

@@ -23,6 +23,11 @@ export interface HeldFragment extends SpoolRange {
    * to forward it, the body must come from the spool, or the broker must deliver it again.
    */
   released: boolean;
+  /**
+   * The body itself, kept until the spool has it: a write that failed leaves a hole in the file,
+   * and the sequence then goes to the store with this body instead of what the hole reads as.
+   */
+  body?: Buffer;
 }
 
 /**
