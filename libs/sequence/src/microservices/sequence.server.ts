@@ -15,6 +15,7 @@ import { errorMessage } from '../core/errors/caught';
 import { checkInteger } from '../core/option-checks';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
+import { SequenceHeader } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import { checkKeys, SEQUENCE_SERVER_KEYS } from '../options/option-keys';
@@ -323,6 +324,29 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
    * `signal` is the call's: once it is aborted (the call ran past `handlerTimeoutMs`), what the
    * call's handlers return is ignored — no reply, nothing counted done.
    */
+  /**
+   * The pattern a message of `channel` is for: its `x-pattern`, except on a dead letter whose
+   * `x-pattern` is still that of the message it was, a pattern of another channel: then the
+   * channel's own, so that `@EventPattern('orders.dlq')` receives it.
+   */
+  private patternOf(
+    headers: Readonly<Record<string, unknown>>,
+    transportHeaders: Readonly<Record<string, unknown>> | undefined,
+    channel: string,
+  ): string {
+    const named = headerString(headers, RpcHeader.pattern);
+    if (named === undefined) return channel;
+    const deadLetter =
+      headers[SequenceHeader.deathReason] !== undefined ||
+      transportHeaders?.[SequenceHeader.deathReason] !== undefined;
+    if (!deadLetter) return named;
+    try {
+      return this.options.channelOf(named) === channel ? named : channel;
+    } catch {
+      return named;
+    }
+  }
+
   private async dispatch(
     channel: string,
     patterns: ReadonlyMap<string, Route[]>,
@@ -332,7 +356,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     signal: AbortSignal,
   ): Promise<void> {
     const { headers } = incoming.info;
-    const pattern = headerString(headers, RpcHeader.pattern) ?? channel;
+    const pattern = this.patternOf(headers, runtime.currentMessage()?.headers, channel);
     const routes = patterns.get(pattern);
     const request = requestOf(headers, runtime);
     if (!routes) {

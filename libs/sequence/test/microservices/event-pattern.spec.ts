@@ -17,6 +17,7 @@ import { IsInt, IsString, Min } from 'class-validator';
 import { lastValueFrom, tap } from 'rxjs';
 import { InMemoryTransport, type InboundMessage } from 'nest-sequence';
 import { RpcHeader, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
+import { eventually } from '../support/sequence-test-app';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 class StudyDto {
@@ -108,6 +109,16 @@ class StudyController {
   failing() {
     count('failing');
     throw new RpcException('the archive is read-only');
+  }
+
+  @EventPattern('ms.doomed')
+  doomed() {
+    throw new Error('the archive is gone');
+  }
+
+  @EventPattern('ms.doomed.dlq')
+  doomedDeadLetters(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
+    record({ data, reason: ctx.getDeadLetterReason() }, ctx);
   }
 
   @EventPattern('ms.flaky')
@@ -244,6 +255,19 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     const reason = String(dead.headers['x-death-reason']);
     expect(reason).toMatch(/^handler-failed: /);
     expect(reason).toContain('the archive is read-only');
+  });
+
+  it('hands a dead letter to the handler of the dead-letter channel, with its reason', async () => {
+    await emit('ms.doomed', { order: 'o-1' });
+    await eventually(() => seen.length === 1, 'the dead letter handled');
+    expect(seen[0]).toMatchObject({
+      pattern: 'ms.doomed.dlq',
+      data: {
+        data: { order: 'o-1' },
+        reason: expect.stringMatching(/^handler-failed: .*the archive is gone/),
+      },
+    });
+    expect(deadLetters('ms.doomed.dlq')).toHaveLength(0);
   });
 
   it('retries a thrown error and handles the message once it succeeds', async () => {
