@@ -133,10 +133,12 @@ export class SequenceClient extends ClientProxy {
     if (pattern === undefined || pattern === null || data === undefined || data === null) {
       return throwError(() => new InvalidMessageException());
     }
-    let observed = false;
+    // Subscribers still listening: a failure that comes when there is none is logged (one who
+    // unsubscribed first, a timeout() that fired, would not hear of it either).
+    let listening = 0;
     const sent = this.dispatchEvent({ pattern, data });
     sent.catch((error: unknown) => {
-      if (!observed) {
+      if (listening === 0) {
         this.logger.error(
           `emit to ${this.describe(pattern)} failed and nobody subscribed to its Observable: ` +
             errorMessage(error),
@@ -144,11 +146,14 @@ export class SequenceClient extends ClientProxy {
       }
     });
     return new Observable<TResult>((subscriber) => {
-      observed = true;
+      listening++;
       sent.then(
         () => subscriber.complete(),
         (error: unknown) => subscriber.error(error),
       );
+      return () => {
+        listening--;
+      };
     });
   }
 

@@ -20,6 +20,7 @@ import {
 } from 'nest-sequence/microservices';
 import { ForwardingTransport } from 'nest-sequence/testing';
 import { CLIENT, createMicroserviceTestApp } from './microservice-test-app';
+import { eventually } from '../support/sequence-test-app';
 
 /** Refuses every publish, as a broker that is gone would after the retries. */
 class RefusingTransport extends ForwardingTransport {
@@ -110,7 +111,10 @@ describe('SequenceClient.emit', () => {
     }
   });
 
-  it('logs a failure nobody subscribed to, rather than losing it unseen', async () => {
+  /** A client whose every publish is refused (one attempt), and the errors its logger wrote. */
+  async function withRefusedPublishes(
+    run: (client: SequenceClient, errors: string[]) => Promise<void>,
+  ): Promise<void> {
     const inner = new InMemoryTransport();
     const transport = new RefusingTransport(inner);
     const t = await createMicroserviceTestApp({
@@ -122,24 +126,44 @@ describe('SequenceClient.emit', () => {
       .spyOn(Logger.prototype, 'error')
       .mockImplementation((message: unknown) => void errors.push(String(message)));
     try {
-      t.client.emit('host.in', { n: 2 }); // nobody subscribes
-      await new Promise<void>((resolve) => {
-        const poll = setInterval(() => {
-          if (errors.length > 0) {
-            clearInterval(poll);
-            resolve();
-          }
-        }, 5);
-      });
-      expect(errors[0]).toMatch(
-        /emit to host\.in failed and nobody subscribed.*not confirmed after 1 attempt/,
-      );
+      await run(t.client, errors);
     } finally {
       spy.mockRestore();
       await t.close();
       await inner.close();
     }
-  });
+  }
+
+  it('logs a failure nobody subscribed to, rather than losing it unseen', () =>
+    withRefusedPublishes(async (client, errors) => {
+      client.emit('host.in', { n: 2 }); // nobody subscribes
+      await eventually(() => errors.length > 0, 'the failure logged');
+      expect(errors[0]).toMatch(
+        /emit to host\.in failed and nobody subscribed.*not confirmed after 1 attempt/,
+      );
+    }));
+
+  it('logs a failure whose only subscriber unsubscribed before it came', () =>
+    withRefusedPublishes(async (client, errors) => {
+      const seen: unknown[] = [];
+      // A component destroyed, take(0), a timeout() that fired: gone before the failure.
+      client
+        .emit('host.in', { n: 3 })
+        .subscribe({ error: (e) => seen.push(e) })
+        .unsubscribe();
+      await eventually(() => errors.length > 0, 'the failure logged');
+      expect(errors[0]).toMatch(/emit to host\.in failed and nobody subscribed/);
+      expect(seen).toEqual([]);
+    }));
+
+  it('does not log a failure its subscriber was told of', () =>
+    withRefusedPublishes(async (client, errors) => {
+      await expect(lastValueFrom(client.emit('host.in', { n: 4 }))).rejects.toThrow(
+        /not confirmed/,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(errors.filter((e) => e.includes('host.in'))).toEqual([]);
+    }));
 
   it('sends without a subscriber: the message is delivered all the same', async () => {
     const transport = new InMemoryTransport();
