@@ -266,10 +266,14 @@ export interface SequenceStore {
   /**
    * Whether the sequence finished (a live marker), has fragments stored, or is unknown. Read-only.
    * `finish` of a sequence the store never saw writes its marker (nobody holds a lease), which is
-   * how broker-held reassembly records an outcome. Optional: broker-held reassembly needs it.
+   * how broker-held reassembly records an outcome. Optional: broker-held reassembly needs it, and
+   * with `inspect` it tells a duplicate of a claim-checked fragment whose parked body is gone.
    */
   status?(ref: SequenceRef, now: number): Promise<SequenceStatus>;
-  /** One open sequence, or `undefined` when it is not open (finished, expired, never seen). */
+  /**
+   * One open sequence, or `undefined` when it is not open (finished, expired, never seen).
+   * Optional: the operator console, and duplicates of claim-checked fragments (see `status`).
+   */
   inspect?(ref: SequenceRef, now: number): Promise<OpenSequenceInfo | undefined>;
   /** Answers when the store is reachable (for health checks). */
   ping(): Promise<void>;

@@ -28,6 +28,7 @@ import { FragmentChecks, isRefusal } from './fragment-checks';
 import { SequenceTracing } from './sequence.tracing';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle, type FragmentIds } from './sequence.events';
+import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
@@ -144,6 +145,7 @@ export class AggregatorService implements SequenceReassembler {
     }
     if (marking.via === 'ticket') {
       const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
+      if ('gone' in resolved) return this.parkedBodyGone(channel, message, resolved.gone);
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);
     }
@@ -278,9 +280,12 @@ export class AggregatorService implements SequenceReassembler {
     channel: string,
     ticketBody: Buffer,
     maxFragmentBytes: number,
-  ): Promise<{ body: Buffer; parked: TakenFragment } | Disposition> {
+  ): Promise<{ body: Buffer; parked: TakenFragment } | { gone: string } | Disposition> {
     try {
       const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
+      if ('refused' in taken && taken.refused === 'claim-check-not-found') {
+        return { gone: taken.detail };
+      }
       if ('refused' in taken) return this.rejectFragment(channel, taken.refused, taken.detail);
       return { body: taken.body, parked: taken };
     } catch (error) {
@@ -289,6 +294,50 @@ export class AggregatorService implements SequenceReassembler {
       );
       return this.requeue('payload store unavailable');
     }
+  }
+
+  /**
+   * A fragment whose parked body is gone. Its body is deleted once a copy of the message was
+   * stored and acked, so this is most often the broker's duplicate of that copy (a publish retried
+   * after a lost confirm, a redelivery after a lost ack): acked as one when the store has the
+   * fragment, or has the sequence completed. Otherwise the body is lost: dead-lettered.
+   */
+  private async parkedBodyGone(
+    channel: string,
+    message: InboundMessage,
+    detail: string,
+  ): Promise<Disposition> {
+    let fragment: FragmentHeaders;
+    try {
+      fragment = parseFragmentHeaders(toHeaderRecord(message.headers));
+    } catch {
+      return this.rejectFragment(channel, 'claim-check-not-found', detail);
+    }
+    let stored: boolean;
+    try {
+      stored = await this.storeHas(channel, fragment);
+    } catch (error) {
+      this.logger.warn(
+        `${channel}: could not ask the ${this.store.name} store about sequence ` +
+          `${fragment.sequenceId}; requeued: ${errorMessage(error)}`,
+      );
+      return this.requeue('sequence store unavailable');
+    }
+    if (!stored) return this.rejectFragment(channel, 'claim-check-not-found', detail, fragment);
+    this.metrics.duplicateFragment(channel);
+    this.lifecycle.fragmentDuplicate(channel, fragment);
+    return ACK;
+  }
+
+  /** Whether the store holds the fragment's position, or completed its sequence. */
+  private async storeHas(channel: string, fragment: FragmentHeaders): Promise<boolean> {
+    const ref = { scope: channel, sequenceId: fragment.sequenceId };
+    const now = Date.now();
+    const status = await this.store.status?.(ref, now);
+    if (status?.state === 'finished') return status.outcome === 'completed';
+    if (status?.state === 'unknown') return false;
+    const open = await this.store.inspect?.(ref, now);
+    return open?.receivedPositions.includes(fragment.position) ?? false;
   }
 
   private rejectFragment(

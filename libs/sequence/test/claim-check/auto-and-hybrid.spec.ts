@@ -24,13 +24,29 @@ import { bytes, makeFragments } from '../support/sequence-test-app';
 import { createClaimCheckTestApp } from './claim-check-test-app';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 
-/** An in-memory transport that remembers the size of every message published to it. */
+/** An in-memory transport that remembers every message published to it. */
 class MeasuringTransport extends InMemoryTransport {
-  readonly published: Array<{ channel: string; bytes: number; headers: HeaderMap }> = [];
+  readonly published: Array<{ channel: string; bytes: number; body: Buffer; headers: HeaderMap }> =
+    [];
+
+  /** Messages it confirms but does not deliver (until `deliverWithheld`). */
+  withhold?: (headers: HeaderMap) => boolean;
+  private readonly withheld: Array<{ channel: string; body: Buffer; headers: HeaderMap }> = [];
 
   override publish(channel: string, body: Buffer, headers: HeaderMap, options?: object) {
-    this.published.push({ channel, bytes: body.length, headers });
+    this.published.push({ channel, bytes: body.length, body, headers });
+    if (this.withhold?.(headers)) {
+      this.withheld.push({ channel, body, headers });
+      return Promise.resolve();
+    }
     return super.publish(channel, body, headers, options);
+  }
+
+  async deliverWithheld(): Promise<void> {
+    this.withhold = undefined;
+    for (const { channel, body, headers } of this.withheld.splice(0)) {
+      await this.publish(channel, body, headers);
+    }
   }
 }
 
@@ -163,6 +179,59 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(receivers.reassembled[0].equals(payload)).toBe(true);
     // Parked bodies are deleted after each ack, in the background: the ack does not wait.
     await eventually(async () => (await payloadFiles()).length === 0, 'the parked bodies deleted');
+  });
+
+  /** Sends `payload` via claim check and waits until it is handled and its bodies deleted. */
+  async function sentAndSettled(payload: Buffer) {
+    await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+    await transport.whenIdle();
+    await eventually(async () => (await payloadFiles()).length === 0, 'the parked bodies deleted');
+    return transport.published.filter((m) => m.channel === HYBRID);
+  }
+
+  it('acks a duplicate of a fragment whose parked body its first copy had deleted', async () => {
+    const payload = randomBytes(200 * 1024);
+    const [first] = await sentAndSettled(payload);
+
+    // The broker delivers at least once: the first fragment comes again, after completion.
+    await transport.publish(HYBRID, first.body, first.headers);
+    await transport.whenIdle();
+
+    expect(deadLetters(transport, HYBRID)).toHaveLength(0);
+    expect(receivers.reassembled).toHaveLength(1);
+  });
+
+  it('acks a duplicate of a stored fragment of a sequence still open', async () => {
+    const payload = randomBytes(200 * 1024);
+    // The last fragment is held back: the sequence stays open with the others stored.
+    transport.withhold = (headers) => headers['x-sequence-position'] === 4;
+    await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+    await transport.whenIdle();
+    // Left: the held-back fragment's parked body and its metadata file.
+    await eventually(async () => (await payloadFiles()).length === 2, 'three bodies deleted');
+    const [first] = transport.published.filter((m) => m.channel === HYBRID);
+
+    await transport.publish(HYBRID, first.body, first.headers);
+    await transport.whenIdle();
+    expect(deadLetters(transport, HYBRID)).toHaveLength(0);
+
+    await transport.deliverWithheld();
+    await transport.whenIdle();
+    expect(receivers.reassembled).toHaveLength(1);
+    expect(receivers.reassembled[0].equals(payload)).toBe(true);
+    expect(deadLetters(transport, HYBRID)).toHaveLength(0);
+  });
+
+  it('dead-letters a fragment whose parked body is gone and which the store does not have', async () => {
+    const payload = randomBytes(200 * 1024);
+    const [first] = await sentAndSettled(payload);
+
+    await transport.publish(HYBRID, first.body, { ...first.headers, 'x-sequence-id': 'never-1' });
+    await transport.whenIdle();
+
+    const [dead, ...more] = deadLetters(transport, HYBRID);
+    expect(more).toHaveLength(0);
+    expect(deathReasonOf(dead)).toMatch(/^claim-check-not-found: /);
   });
 
   it('keeps a parked body until its message is acked: a completing fragment requeued after the handler could not read is resolved again and delivered once', async () => {

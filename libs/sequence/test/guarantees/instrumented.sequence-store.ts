@@ -49,8 +49,14 @@ export class InstrumentedStore implements SequenceStore {
   private rejectGate?: (error: Error) => void;
   private crashed = false;
 
+  /** The inner store's, when it has them: read-only, never faulted. */
+  readonly status?: SequenceStore['status'];
+  readonly inspect?: SequenceStore['inspect'];
+
   constructor(readonly inner: SequenceStore) {
     this.name = inner.name;
+    if (inner.status) this.status = (ref, now) => inner.status!(ref, now);
+    if (inner.inspect) this.inspect = (ref, now) => inner.inspect!(ref, now);
   }
 
   holdAccepts(): void {
