@@ -318,13 +318,6 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   }
 
   /**
-   * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
-   * `source` is the same object on every call of one delivery's `handlerRetry`: handlers of the
-   * pattern that already succeeded for it are not run again (a redelivery runs them all).
-   * `signal` is the call's: once it is aborted (the call ran past `handlerTimeoutMs`), what the
-   * call's handlers return is ignored — no reply, nothing counted done.
-   */
-  /**
    * The pattern a message of `channel` is for: its `x-pattern`, except on a dead letter whose
    * `x-pattern` is still that of the message it was, a pattern of another channel: then the
    * channel's own, so that `@EventPattern('orders.dlq')` receives it.
@@ -347,6 +340,13 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     }
   }
 
+  /**
+   * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
+   * `source` is the same object on every call of one delivery's `handlerRetry`: handlers of the
+   * pattern that already succeeded for it are not run again (a redelivery runs them all).
+   * `signal` is the call's: once it is aborted (the call ran past `handlerTimeoutMs`), what the
+   * call's handlers return is ignored — no reply, nothing counted done.
+   */
   private async dispatch(
     channel: string,
     patterns: ReadonlyMap<string, Route[]>,
