@@ -201,9 +201,7 @@ export class AggregatorService implements SequenceReassembler {
         this.lifecycle.fragmentAccepted(channel, fragment, body.length);
         return ACK;
       case 'duplicate':
-        this.metrics.duplicateFragment(channel);
-        this.lifecycle.fragmentDuplicate(channel, fragment);
-        return ACK;
+        return this.duplicate(channel, fragment);
       case 'in-progress':
         return this.requeue(`sequence ${sequenceId} is being delivered`);
       case 'backpressure':
@@ -211,9 +209,7 @@ export class AggregatorService implements SequenceReassembler {
         return this.requeue(`${result.limit} reached`);
       case 'finished':
         if (result.outcome === 'completed') {
-          this.metrics.duplicateFragment(channel);
-          this.lifecycle.fragmentDuplicate(channel, fragment);
-          return ACK;
+          return this.duplicate(channel, fragment);
         }
         if (result.outcome === 'failed' && result.reason) {
           // The fragment that completed a failed sequence is dead-lettered with the failure's
@@ -228,9 +224,7 @@ export class AggregatorService implements SequenceReassembler {
           return { action: 'dead-letter', reason: result.reason };
         }
         if (result.outcome === 'failed') {
-          this.metrics.duplicateFragment(channel);
-          this.lifecycle.fragmentDuplicate(channel, fragment);
-          return ACK;
+          return this.duplicate(channel, fragment);
         }
         return this.rejectFragment(
           channel,
@@ -283,10 +277,11 @@ export class AggregatorService implements SequenceReassembler {
   ): Promise<{ body: Buffer; parked: TakenFragment } | { gone: string } | Disposition> {
     try {
       const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
-      if ('refused' in taken && taken.refused === 'claim-check-not-found') {
-        return { gone: taken.detail };
+      if ('refused' in taken) {
+        // Gone: perhaps taken already by a copy of this message (see parkedBodyGone).
+        if (taken.refused === 'claim-check-not-found') return { gone: taken.detail };
+        return this.rejectFragment(channel, taken.refused, taken.detail);
       }
-      if ('refused' in taken) return this.rejectFragment(channel, taken.refused, taken.detail);
       return { body: taken.body, parked: taken };
     } catch (error) {
       this.logger.warn(
@@ -324,9 +319,7 @@ export class AggregatorService implements SequenceReassembler {
       return this.requeue('sequence store unavailable');
     }
     if (!stored) return this.rejectFragment(channel, 'claim-check-not-found', detail, fragment);
-    this.metrics.duplicateFragment(channel);
-    this.lifecycle.fragmentDuplicate(channel, fragment);
-    return ACK;
+    return this.duplicate(channel, fragment);
   }
 
   /** Whether the store holds the fragment's position, or completed its sequence. */
@@ -338,6 +331,13 @@ export class AggregatorService implements SequenceReassembler {
     if (status?.state === 'unknown') return false;
     const open = await this.store.inspect?.(ref, now);
     return open?.receivedPositions.includes(fragment.position) ?? false;
+  }
+
+  /** A fragment already taken (or of a sequence already done): counted, reported and acked. */
+  private duplicate(channel: string, fragment: FragmentIds): Disposition {
+    this.metrics.duplicateFragment(channel);
+    this.lifecycle.fragmentDuplicate(channel, fragment);
+    return ACK;
   }
 
   private rejectFragment(
