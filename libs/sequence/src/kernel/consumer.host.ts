@@ -17,6 +17,12 @@ import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from './tokens';
  * none: one that fails closes those opened before it) and, at shutdown, stops taking messages,
  * lets deliveries in progress finish (up to `shutdownTimeoutMs`), then closes them, so that a
  * graceful stop does not look like a crash. {@link SequenceLifecycle} drives it.
+ *
+ * From the start of a shutdown, a message to go back to its channel (a plain `requeue`, or a
+ * handler that threw) is not settled at once: it stays unsettled until its subscription closes,
+ * which hands it back. Settled at once, it could come straight back to this process, be held
+ * again and be handed back once more: two deliveries spent per stop, which a transport that
+ * limits deliveries (NATS JetStream's `max_deliver`) counts.
  */
 @Injectable()
 export class ConsumerHost {
@@ -26,6 +32,8 @@ export class ConsumerHost {
   private readonly releases: Array<() => void> = [];
   /** Set at shutdown; resolves when deliveries in progress are done (or the wait timed out). */
   private drained: Promise<void> | undefined;
+  /** Set at shutdown; resolves once the subscriptions are closed and have handed messages back. */
+  private closing: Promise<void> | undefined;
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -39,6 +47,7 @@ export class ConsumerHost {
    */
   async open(bindings: readonly ChannelBinding[]): Promise<void> {
     this.drained = undefined;
+    this.closing = undefined;
     const before = this.subscriptions.length;
     try {
       for (const binding of bindings) await this.subscribe(binding);
@@ -74,12 +83,18 @@ export class ConsumerHost {
     );
   }
 
-  /** Stops taking messages, waits for deliveries in progress, then closes the subscriptions. */
+  /**
+   * Stops taking messages, hands back what the patterns hold without handling it (their
+   * `release`), waits for deliveries in progress, then closes the subscriptions.
+   */
   async close(): Promise<void> {
+    let closed!: () => void;
+    this.closing = new Promise<void>((resolve) => (closed = resolve));
     for (const release of this.releases.splice(0)) release();
     this.drained = this.drain();
     await this.drained;
     await this.closeSubscriptions(this.subscriptions.splice(0));
+    closed();
   }
 
   private async closeSubscriptions(subscriptions: readonly Subscription[]): Promise<void> {
@@ -104,10 +119,10 @@ export class ConsumerHost {
   }
 
   private track(channel: string, receive: () => Promise<Disposition>): Promise<Disposition> {
-    if (this.drained) {
+    if (this.closing) {
       // Held, not settled, until the subscriptions close: they hand unsettled messages back to
       // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
-      return this.drained.then(() => ({ action: 'requeue', reason: 'shutting down' }));
+      return this.closing.then(() => SHUTTING_DOWN);
     }
     const pending = receive().then((disposition) => {
       // Every pattern's dead-letter dispositions pass here, on their way to the transport.
@@ -117,6 +132,20 @@ export class ConsumerHost {
     });
     this.inFlight.add(pending);
     void pending.finally(() => this.inFlight.delete(pending));
-    return pending;
+    // The drain waits for `pending`; a message that goes back meanwhile waits for the close.
+    return pending.then(
+      (disposition) => {
+        const settled = toDisposition(disposition);
+        const goesBack = settled.action === 'requeue' && !settled.delayMs;
+        return goesBack && this.closing ? this.closing.then(() => disposition) : disposition;
+      },
+      (error: unknown) => {
+        // A handler that threw: the message goes back too.
+        if (this.closing) return this.closing.then(() => SHUTTING_DOWN);
+        throw error;
+      },
+    );
   }
 }
+
+const SHUTTING_DOWN: Disposition = { action: 'requeue', reason: 'shutting down' };

@@ -2,7 +2,11 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Transport } from 'nest-sequence';
+import { MemorySequenceStore, type Transport } from 'nest-sequence';
+import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
+import { useBrokerAdmin } from '../support/broker-admin';
+import { NatsAdmin, namedNatsTransport } from '../support/nats.fixture';
+import { describeWithServer } from '../support/servers';
 import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import {
   bytes,
@@ -120,5 +124,82 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     await eventually(() => handler.deliveries.length === 2, 'both handled', 20_000);
     expect(handler.of('win-a')[0].bytes.equals(Buffer.concat(a.map((f) => f.body)))).toBe(true);
     expect(handler.of('win-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
+  });
+});
+
+/**
+ * A graceful stop costs each held fragment one delivery, the one it was taking: the next instance
+ * gets it as the server's next delivery. With `maxDeliver: 2` a sequence survives one restart;
+ * a fragment handed back at its last delivery is not left where nothing delivers it again.
+ */
+describeWithServer('nats', 'broker-held reassembly on NATS JetStream: graceful stops', () => {
+  const broker = useBrokerAdmin(() => NatsAdmin.connect());
+  const opened: Closer[] = [];
+  const store = new MemorySequenceStore();
+  let producer: Transport;
+  let channel: string;
+
+  beforeAll(async () => {
+    producer = await namedNatsTransport('nseq-held-producer');
+  });
+  afterAll(async () => {
+    await producer.close();
+  });
+  beforeEach(() => {
+    channel = broker.admin.newChannel();
+    broker.admin.partitioned(channel);
+  });
+  afterEach(async () => {
+    await closeAll(opened.splice(0));
+  });
+
+  async function instance(name: string): Promise<SequenceTestApp & { stop: () => Promise<void> }> {
+    const transport = await namedNatsTransport(name, { transport: { maxDeliver: 2 } });
+    opened.push(() => transport.close());
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-'));
+    opened.push(() => rm(dir, { recursive: true, force: true }));
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      sequence: { buffer: 'broker', partitions: 1, spool: { dir }, store },
+    });
+    let stopped: Promise<void> | undefined;
+    const stop = (): Promise<void> => (stopped ??= t.close().then(() => transport.close()));
+    opened.push(stop);
+    return { ...t, stop };
+  }
+
+  /**
+   * Publishes two of a sequence's four fragments; `stops` instances in turn take them and stop;
+   * then the rest are published and the next instance must complete the sequence, nothing
+   * dead-lettered.
+   */
+  async function completesAfter(stops: number, sequenceId: string): Promise<void> {
+    const fragments = makeFragments(sequenceId, bytes(40_000, 35 + stops), 10_000);
+    await publishHeld(producer, channel, fragments.slice(0, 2), 1);
+    for (let stop = 1; stop <= stops; stop++) {
+      const holder = await instance(`nseq-held-${stop}`);
+      await eventually(
+        () => holder.app.get(BrokerHeldReassembler).spooledBytes === 20_000,
+        `two fragments spooled by instance ${stop}`,
+        10_000,
+      );
+      await holder.stop();
+    }
+
+    const last = await instance('nseq-held-last');
+    await publishHeld(producer, channel, fragments.slice(2), 1);
+    await eventually(() => last.handler.deliveries.length === 1, 'the sequence handled', 20_000);
+    const payload = Buffer.concat(fragments.map((f) => f.body));
+    expect(last.handler.of(sequenceId)[0].bytes.equals(payload)).toBe(true);
+    expect(await broker.admin.drain(`${channel}.dlq`)).toEqual([]);
+  }
+
+  it('hands each held fragment back once, so the next instance completes it', async () => {
+    await completesAfter(1, 'held-restart');
+  });
+
+  it('puts a fragment handed back at its last delivery at the tail, not out of reach', async () => {
+    // The second stop hands the two fragments back at their last delivery.
+    await completesAfter(2, 'held-last');
   });
 });

@@ -133,13 +133,17 @@ const RETRY_MAX_DELAY_MS = 5_000;
  *   then `term`, then deleted from the stream (where the server keeps terminated messages).
  *
  * On close, its unsettled messages are `nak`ed without delay, so another subscriber gets them at
- * once; verdicts that come after are ignored.
+ * once; verdicts that come after are ignored. A message at its `max_deliver`-th delivery, which
+ * the server would never deliver again after a `nak`, is put at the tail instead (a copy with
+ * `x-requeue-count` incremented, then the original acked): a stop is not a failed delivery.
  */
 export class NatsSubscription implements Subscription {
   readonly channel: string;
 
   /** The unsettled deliveries by stream sequence: how the server tells them apart. */
   private readonly unsettled = new Map<number, NatsDelivery>();
+  /** What each unsettled delivery carries, to put it at the tail when handed back at close. */
+  private readonly carried = new WeakMap<NatsDelivery, Carried>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly forwarding = new Set<Promise<void>>();
   private slotFreed?: () => void;
@@ -206,17 +210,14 @@ export class NatsSubscription implements Subscription {
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     if (handBack) {
-      for (const delivery of this.unsettled.values()) {
-        try {
-          sendVerdict(delivery, nak(MIN_NAK_DELAY_MS), this.settings.respond);
-        } catch {
-          // Closed connection: the server delivers it again after ack_wait.
-        }
-      }
+      for (const delivery of [...this.unsettled.values()]) this.handBack(delivery);
+      await Promise.allSettled([...this.forwarding]);
     }
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
+    // Pulled while closing (without a pull request left to drain): handed back as it came.
+    await Promise.allSettled([...this.forwarding]);
     await this.settings
       .release?.()
       .catch((error: unknown) =>
@@ -248,10 +249,12 @@ export class NatsSubscription implements Subscription {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
-            this.hold(deliveryOf(message));
+            this.hold(deliveryOf(message), carriedOf(message));
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
-            this.respond(deliveryOf(message), nak(MIN_NAK_DELAY_MS));
+            const delivery = deliveryOf(message);
+            this.hold(delivery, carriedOf(message));
+            this.handBack(delivery);
           } else {
             this.receive(message);
           }
@@ -293,14 +296,11 @@ export class NatsSubscription implements Subscription {
    */
   private receive(message: JsMsg): void {
     const delivery = deliveryOf(message);
-    this.hold(delivery);
-    // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
-    const headers = decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
-    const data = message.data;
+    const { headers, body } = carriedOf(message);
     let released = false;
     const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
       channel: this.channel,
-      body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
+      body,
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the server.
       redelivered: message.redelivered || requeueCount(headers) > 0,
@@ -313,6 +313,13 @@ export class NatsSubscription implements Subscription {
         inbound.body = NO_BODY;
       };
     }
+    // The headers, and the body while the handler's message holds it.
+    this.hold(delivery, {
+      headers,
+      get body() {
+        return released ? undefined : inbound.body;
+      },
+    });
     void this.handle(delivery, inbound, () => released);
   }
 
@@ -477,8 +484,35 @@ export class NatsSubscription implements Subscription {
    * verdict on an earlier delivery of the same message (delivered again after a lost connection,
    * say) would settle this one too: the earlier one is forgotten, and its verdict ignored.
    */
-  private hold(delivery: NatsDelivery): void {
+  private hold(delivery: NatsDelivery, carried: Carried): void {
     this.unsettled.set(delivery.streamSequence, delivery);
+    this.carried.set(delivery, carried);
+  }
+
+  /**
+   * Hands an unsettled message back as the subscription closes: a `nak` without delay, or, at
+   * its last allowed delivery, a copy at the tail (its body read back from the stream if the
+   * handler released it) and the original acked.
+   */
+  private handBack(delivery: NatsDelivery): void {
+    const { maxDeliver } = this.settings;
+    const carried = this.carried.get(delivery);
+    if (maxDeliver === undefined || delivery.deliveryCount < maxDeliver || !carried) {
+      this.finish(delivery, nak(MIN_NAK_DELAY_MS));
+      return;
+    }
+    const { body } = carried;
+    const inbound: InboundMessage = {
+      channel: this.channel,
+      body: body ?? NO_BODY,
+      headers: carried.headers,
+      redelivered: true,
+    };
+    this.forward(
+      this.requeueAtTail(delivery, inbound, () =>
+        body ? Promise.resolve(body) : this.settings.readFromStream(delivery.streamSequence),
+      ),
+    );
   }
 
   /** Whether `delivery` is unsettled, and not replaced by a newer delivery of its message. */
@@ -493,4 +527,19 @@ export class NatsSubscription implements Subscription {
     this.respond(delivery, verdict);
     this.slotFreed?.();
   }
+}
+
+/** What a delivery carries: its headers, and its body unless the handler released it. */
+interface Carried {
+  readonly headers: Record<string, unknown>;
+  readonly body: Buffer | undefined;
+}
+
+function carriedOf(message: JsMsg): Carried & { readonly body: Buffer } {
+  const data = message.data;
+  return {
+    // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
+    headers: decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>),
+    body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
+  };
 }

@@ -137,6 +137,31 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(dead[0].headers['x-death-reason']).toMatch(/^max-deliver: delivered 3 times/);
   });
 
+  it('puts a message handed back at its max_deliver-th delivery at the tail on close', async () => {
+    await transport.close();
+    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, { maxDeliver: 2 });
+    const channel = newChannel();
+    await transport.publish(channel, Buffer.from('held twice'), { 'x-n': 1 });
+    // Two subscribers in turn take it and close without settling it; the second also released
+    // its body, which the copy reads back from the stream.
+    for (const release of [false, true]) {
+      let taken = false;
+      const held = await transport.subscribe(channel, (message) => {
+        if (release) message.releaseBody?.();
+        taken = true;
+        return new Promise<Disposition>(() => undefined);
+      });
+      await eventually(() => taken, 'taken');
+      await held.close();
+    }
+
+    const received = await collect(channel);
+    await eventually(() => received.length === 1, 'delivered a third time');
+    expect(received[0].body.toString()).toBe('held twice');
+    expect(received[0].headers['x-n']).toBe(1);
+    expect(received[0].headers['x-requeue-count']).toBe(1);
+  });
+
   it('delivers messages other programs publish, their headers as strings', async () => {
     const channel = newChannel();
     const received = await collect(channel);
