@@ -8,7 +8,7 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import { INTERCEPTORS_METADATA } from '@nestjs/common/constants';
+import { EXCEPTION_FILTERS_METADATA, INTERCEPTORS_METADATA } from '@nestjs/common/constants';
 import {
   DiscoveryService,
   ExternalContextCreator,
@@ -36,9 +36,10 @@ import {
   type SequenceRuntime,
 } from './sequence-runtime';
 
-/** Per call through the pipeline: how far it got. */
+/** Per call through the pipeline: how far it got, and what it threw. */
 interface CallState {
   stage: PipelineStage;
+  thrown?: unknown;
 }
 
 /**
@@ -126,7 +127,9 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     };
     const interceptors = (Reflect.getMetadata(INTERCEPTORS_METADATA, standIn) ?? []) as unknown[];
     Reflect.defineMetadata(INTERCEPTORS_METADATA, [...interceptors, pipesStart], standIn);
-    const invoke = this.controllerContexts().create(
+    const contexts = this.controllerContexts();
+    // Without the exception filters: the call fails with what was thrown, at the stage it was.
+    const invoke = contexts.create(
       target.instance,
       standIn,
       target.methodName,
@@ -134,21 +137,60 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       params,
       undefined,
       undefined,
-      { guards: true, interceptors: true, filters: true },
+      { guards: true, interceptors: true, filters: false },
       'rpc',
     );
+    const filter = this.exceptionFilters(target, contexts);
     return (...args) => {
       const state: CallState = { stage: 'before-pipes' };
       return calls.run(state, async (): Promise<PipelineOutcome> => {
         try {
-          let value: unknown = await invoke(...args);
-          // An exception filter's answer (`throwError(...)`, as Nest's RPC filters give) included.
-          if (isObservable(value)) value = await lastValueFrom(value, { defaultValue: undefined });
-          return { ok: true, value };
+          return { ok: true, value: await invoke(...args) };
         } catch (error) {
-          return { ok: false, error, stage: state.stage };
+          state.thrown = error;
+          try {
+            // An exception filter that answers with a value settles the call, as in any Nest app.
+            return { ok: true, value: await filter(...args) };
+          } catch (filtered) {
+            return { ok: false, error, stage: state.stage, filtered };
+          }
         }
       });
+    };
+  }
+
+  /**
+   * The exception filters of `target` (global, its class's and its method's), as Nest applies
+   * them: a stand-in that rethrows what the call threw, called with the call's arguments, carrying
+   * the method's filters. No guards, no interceptors, and no parameters, so no pipes: it is given
+   * a method name the class does not have (Nest caches parameters by class and method name).
+   * Rejects with what the filters made of the error; an Observable they answer with (`throwError`,
+   * as Nest's RPC filters give) is awaited to its last value.
+   */
+  private exceptionFilters(
+    target: ControllerMethod,
+    contexts: ExternalContextCreator,
+  ): (...args: unknown[]) => Promise<unknown> {
+    const calls = this.calls;
+    const rethrow = (): never => {
+      throw calls.getStore()?.thrown;
+    };
+    const filters = Reflect.getMetadata(EXCEPTION_FILTERS_METADATA, target.method) as unknown;
+    if (filters !== undefined) Reflect.defineMetadata(EXCEPTION_FILTERS_METADATA, filters, rethrow);
+    const handle = contexts.create(
+      target.instance,
+      rethrow,
+      `${target.methodName} (exception filters)`,
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+      { guards: false, interceptors: false, filters: true },
+      'rpc',
+    );
+    return async (...args) => {
+      const answer: unknown = await handle(...args);
+      return isObservable(answer) ? lastValueFrom(answer, { defaultValue: undefined }) : answer;
     };
   }
 

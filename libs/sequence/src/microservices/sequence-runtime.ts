@@ -29,10 +29,19 @@ export interface ParamsReader {
   exchangeKeyForValue(type: number, data: unknown, args: unknown[]): unknown;
 }
 
-/** How a call through Nest's pipeline ended. */
+/**
+ * How a call through Nest's pipeline ended. A failed call has `error`, thrown at `stage` before
+ * the exception filters ran, and `filtered`: what they made of it (what they threw, or what their
+ * Observable errored with; `error` itself when none caught it).
+ */
 export type PipelineOutcome =
   | { readonly ok: true; readonly value: unknown }
-  | { readonly ok: false; readonly error: unknown; readonly stage: PipelineStage };
+  | {
+      readonly ok: false;
+      readonly error: unknown;
+      readonly stage: PipelineStage;
+      readonly filtered: unknown;
+    };
 
 /** One channel a microservice consumes. */
 export type ConsumerSpec =
@@ -63,7 +72,8 @@ export interface SequenceRuntime {
   /**
    * Nest's pipeline (guards, interceptors, pipes, exception filters) around `target`, for the
    * `rpc` context: the returned function takes the call's arguments. An Observable the method or
-   * an exception filter returns is awaited to its last value (its error is the call's).
+   * an exception filter returns is awaited to its last value (its error is the call's). An
+   * exception filter that answers with a value makes the call a success.
    */
   pipeline(
     target: ControllerMethod,

@@ -107,8 +107,9 @@ const PARAMS: ParamsReader = {
  *
  * No message is dropped unseen: one whose pattern nothing handles is dead-lettered `no-handler`,
  * one that cannot be decoded `undecodable`, one a guard refuses `forbidden`, one a pipe refuses
- * `invalid-payload` (not retried); a handler that throws is retried per `handlerRetry`, then the
- * message is dead-lettered with its error.
+ * `invalid-payload` (not retried, whatever an exception filter makes of the refusal); a handler
+ * that throws is retried per `handlerRetry`, then the message is dead-lettered with its error (as
+ * the exception filters answered it).
  *
  * @example
  * const app = await NestFactory.createMicroservice(AppModule, { strategy: new SequenceServer() });
@@ -391,7 +392,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         const data = await decodePayload(incoming.payload, this.options);
         outcome = await route.invoke(data, context);
       } catch (error) {
-        outcome = { ok: false, error, stage: 'before-pipes' };
+        outcome = failure(error, 'before-pipes');
       }
       // Abandoned: a later call of the retry (or a redelivery) answers for the message.
       if (signal.aborted) return;
@@ -407,7 +408,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       }
       const refusal = refusalOf(outcome);
       if (refusal) throw refusal;
-      throw describedError(outcome.error);
+      throw describedError(outcome.filtered);
     }
   }
 
@@ -479,14 +480,15 @@ function requestOf(headers: Readonly<Record<string, unknown>>, runtime: Sequence
   return { ok: true, replyTo, correlationId };
 }
 
-function failure(error: unknown): PipelineOutcome {
-  return { ok: false, error, stage: 'handler' };
+function failure(error: unknown, stage: PipelineStage = 'handler'): PipelineOutcome {
+  return { ok: false, error, stage, filtered: error };
 }
 
 /**
  * A refusal for good: the handler refused the message, a pipe refused its payload (an
  * HttpException or RpcException thrown while the pipes run), or a guard refused it (Nest's
- * "Forbidden resource", or a 401 or 403 thrown before the pipes ran).
+ * "Forbidden resource", or a 401 or 403 thrown before the pipes ran). Judged by what was thrown,
+ * whatever an exception filter made of it.
  */
 function refusalOf(outcome: {
   error: unknown;
@@ -552,10 +554,11 @@ function describedError(error: unknown): unknown {
   return new Error(text, { cause: error });
 }
 
-function replyError(outcome: { error: unknown; stage: PipelineStage }): string {
+function replyError(outcome: Extract<PipelineOutcome, { ok: false }>): string {
   const refusal = refusalOf(outcome);
   if (refusal) return deathReason(refusal.code, refusal.message);
-  return rpcText(outcome.error);
+  // As a dead letter says it: what a filter's Observable errored with (an object) as JSON.
+  return errorMessage(describedError(outcome.filtered));
 }
 
 function fromClaimed(payload: ClaimedPayload): Incoming {

@@ -6,12 +6,15 @@ import {
   Scope,
   UseFilters,
   UseGuards,
+  UsePipes,
   ValidationPipe,
+  type ArgumentsHost,
   type CanActivate,
   type ExecutionContext,
   type RpcExceptionFilter,
 } from '@nestjs/common';
 import {
+  BaseRpcExceptionFilter,
   EventPattern,
   MessagePattern,
   ClientsModule,
@@ -24,6 +27,7 @@ import { lastValueFrom, of, throwError, type Observable } from 'rxjs';
 import { InMemoryTransport, SequenceModule, type Subscription } from 'nest-sequence';
 import type { MessageHandler, SubscribeOptions } from 'nest-sequence/ports';
 import {
+  MessageRefusedError,
   RpcHeader,
   SEQUENCE_TRANSPORT_ID,
   SequenceClient,
@@ -37,6 +41,22 @@ import { createMicroserviceTestApp, type MicroserviceTestApp } from './microserv
 
 const calls: Record<string, number> = {};
 const count = (name: string) => (calls[name] = (calls[name] ?? 0) + 1);
+
+function resetCalls(): void {
+  for (const key of Object.keys(calls)) delete calls[key];
+}
+
+/** Emits through the app's client; resolves once the transport confirmed it. */
+function emitVia(t: MicroserviceTestApp, pattern: string, data: unknown): Promise<unknown> {
+  return lastValueFrom(t.client.emit(pattern, data), { defaultValue: undefined });
+}
+
+/** The `x-death-reason` of each dead letter of `channel`, taken off its dead-letter channel. */
+function deathReasons(transport: InMemoryTransport, channel: string): string[] {
+  return transport
+    .take(transport.deadLetterChannel(channel))
+    .map((message) => String(message.headers['x-death-reason']));
+}
 let handlerName: string | undefined;
 
 @Catch(RpcException)
@@ -196,16 +216,10 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
 
   afterAll(() => t?.close());
 
-  beforeEach(() => {
-    for (const key of Object.keys(calls)) delete calls[key];
-  });
+  beforeEach(resetCalls);
 
-  const emit = (pattern: string, data: unknown) =>
-    lastValueFrom(t.client.emit(pattern, data), { defaultValue: undefined });
-  const reasons = (channel: string) =>
-    transport
-      .take(transport.deadLetterChannel(channel))
-      .map((message) => String(message.headers['x-death-reason']));
+  const emit = (pattern: string, data: unknown) => emitVia(t, pattern, data);
+  const reasons = (channel: string) => deathReasons(transport, channel);
 
   it('retries when an exception filter answers with an erroring Observable, then dead-letters', async () => {
     await emit('rg.filtered', { any: 1 });
@@ -412,5 +426,173 @@ describe('SequenceServer.listen', () => {
       await t.close();
       await inner.close();
     }
+  });
+});
+
+/** Nest's catch-all RPC filter, counting the exceptions it sees. */
+@Catch()
+class CountingCatchAll extends BaseRpcExceptionFilter {
+  override catch(exception: unknown, host: ArgumentsHost): Observable<unknown> {
+    count('catch-all');
+    return super.catch(exception, host);
+  }
+}
+
+/** A catch-all filter bound to a method or a class: any exception becomes a plain object. */
+@Catch()
+class Opaque implements RpcExceptionFilter {
+  catch(): Observable<never> {
+    count('opaque');
+    return throwError(() => ({ status: 'error', message: 'Internal server error' }));
+  }
+}
+
+@Injectable()
+class Refuses implements CanActivate {
+  canActivate(): boolean {
+    count('refuses');
+    return false;
+  }
+}
+
+@Controller()
+class UnderCatchAll {
+  @EventPattern('ca.validated')
+  @UsePipes(new ValidationPipe())
+  validated(@Payload() note: Note) {
+    count('validated');
+    return note;
+  }
+
+  @EventPattern('ca.guarded')
+  @UseGuards(Refuses)
+  guarded() {
+    count('guarded');
+  }
+
+  @MessagePattern('ca.guarded-request')
+  @UseGuards(Refuses)
+  guardedRequest() {
+    count('guarded-request');
+  }
+
+  @EventPattern('ca.guarded-opaque')
+  @UseGuards(Refuses)
+  @UseFilters(Opaque)
+  guardedOpaque() {
+    count('guarded-opaque');
+  }
+
+  @EventPattern('ca.refusing')
+  refusing() {
+    count('refusing');
+    throw new MessageRefusedError('invalid-payload', 'no such study');
+  }
+
+  @EventPattern('ca.failing')
+  failing() {
+    count('failing');
+    throw new Error('the archive is gone');
+  }
+
+  @MessagePattern('ca.failing-request')
+  failingRequest() {
+    throw new Error('the archive is gone');
+  }
+}
+
+@Controller()
+@UseFilters(Opaque)
+class OpaqueClass {
+  @EventPattern('ca.class-validated')
+  @UsePipes(new ValidationPipe())
+  validated(@Payload() note: Note) {
+    count('class-validated');
+    return note;
+  }
+}
+
+describe('SequenceServer under a catch-all exception filter', () => {
+  let transport: InMemoryTransport;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    transport = new InMemoryTransport();
+    t = await createMicroserviceTestApp({
+      sequence: { transport, handlerRetry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 2 } },
+      controllers: [UnderCatchAll, OpaqueClass],
+      providers: [Refuses],
+      client: { replyTimeoutMs: 3_000 },
+      // BaseRpcExceptionFilter logs the errors it does not know.
+      logger: false,
+      configure: (app) => app.useGlobalFilters(new CountingCatchAll()),
+    });
+  });
+
+  afterAll(() => t?.close());
+
+  beforeEach(resetCalls);
+
+  const emit = (pattern: string, data: unknown) => emitVia(t, pattern, data);
+  const reasons = (channel: string) => deathReasons(transport, channel);
+
+  it('dead-letters a ValidationPipe refusal invalid-payload, once, after the filter saw it', async () => {
+    await emit('ca.validated', { text: 7 });
+    await transport.whenIdle();
+    expect(calls).toEqual({ 'catch-all': 1 });
+    expect(reasons('ca.validated')).toEqual([
+      expect.stringMatching(/^invalid-payload: .*text must be a string/),
+    ]);
+  });
+
+  it('dead-letters a guard refusal forbidden, once, after the filter saw it', async () => {
+    await emit('ca.guarded', {});
+    await transport.whenIdle();
+    expect(calls).toEqual({ refuses: 1, 'catch-all': 1 });
+    expect(reasons('ca.guarded')).toEqual([expect.stringMatching(/^forbidden: /)]);
+  });
+
+  it('answers a request a guard refuses with forbidden', async () => {
+    await expect(lastValueFrom(t.client.send('ca.guarded-request', {}))).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^forbidden: /),
+    });
+    expect(calls).toEqual({ refuses: 1, 'catch-all': 1 });
+  });
+
+  it('classifies by the exception a method-level or class-level catch-all filter replaced', async () => {
+    await emit('ca.guarded-opaque', {});
+    await emit('ca.class-validated', { text: 7 });
+    await transport.whenIdle();
+    expect(calls).toEqual({ refuses: 1, opaque: 2 });
+    expect(reasons('ca.guarded-opaque')).toEqual([expect.stringMatching(/^forbidden: /)]);
+    expect(reasons('ca.class-validated')).toEqual([
+      expect.stringMatching(/^invalid-payload: .*text must be a string/),
+    ]);
+  });
+
+  it('dead-letters a MessageRefusedError with its code, not retried', async () => {
+    await emit('ca.refusing', {});
+    await transport.whenIdle();
+    expect(calls).toEqual({ refusing: 1, 'catch-all': 1 });
+    expect(reasons('ca.refusing')).toEqual([
+      expect.stringMatching(/^invalid-payload: .*no such study/),
+    ]);
+  });
+
+  it('answers a failed request with what the filter answered, as JSON', async () => {
+    await expect(lastValueFrom(t.client.send('ca.failing-request', {}))).rejects.toMatchObject({
+      status: 'error',
+      message: JSON.stringify({ status: 'error', message: 'Internal server error' }),
+    });
+  });
+
+  it('retries a handler’s error, then dead-letters it with what the filter answered', async () => {
+    await emit('ca.failing', {});
+    await transport.whenIdle();
+    expect(calls).toEqual({ failing: 3, 'catch-all': 3 });
+    expect(reasons('ca.failing')).toEqual([
+      expect.stringMatching(/^handler-failed: .*Internal server error/),
+    ]);
   });
 });
