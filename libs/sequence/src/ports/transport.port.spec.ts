@@ -12,6 +12,10 @@ describe('toDisposition', () => {
       { action: 'requeue', delayMs: 500 },
       { action: 'requeue', delayMs: 500 },
     ],
+    [
+      { action: 'requeue', reason: 'busy' },
+      { action: 'requeue', delayMs: undefined, reason: 'busy' },
+    ],
     [undefined, { action: 'requeue', delayMs: undefined }],
     [
       { action: 'whatever', delayMs: 500 },

@@ -265,10 +265,12 @@ export function toDisposition(outcome: unknown): Disposition {
       typeof candidate.reason === 'string' ? candidate.reason : 'dead-lettered by the handler';
     return { action: 'dead-letter', reason, ...body };
   }
+  if (candidate.action !== 'requeue') return { action: 'requeue', delayMs: undefined };
   return {
     action: 'requeue',
-    delayMs: candidate.action === 'requeue' ? requeueDelay(candidate.delayMs) : undefined,
-    ...(candidate.action === 'requeue' ? body : {}),
+    delayMs: requeueDelay(candidate.delayMs),
+    ...(typeof candidate.reason === 'string' ? { reason: candidate.reason } : {}),
+    ...body,
   };
 }
 

@@ -153,19 +153,33 @@ describeWithServer('nats', 'broker-held reassembly on NATS JetStream: graceful s
     await closeAll(opened.splice(0));
   });
 
-  async function instance(name: string): Promise<SequenceTestApp & { stop: () => Promise<void> }> {
+  async function instance(
+    name: string,
+    sequence: Record<string, unknown> = {},
+  ): Promise<SequenceTestApp & { stop: () => Promise<void> }> {
     const transport = await namedNatsTransport(name, { transport: { maxDeliver: 2 } });
     opened.push(() => transport.close());
     const dir = mkdtempSync(join(tmpdir(), 'nseq-held-'));
     opened.push(() => rm(dir, { recursive: true, force: true }));
     const t = await createSequenceTestApp(channel, {
       transport,
-      sequence: { buffer: 'broker', partitions: 1, spool: { dir }, store },
+      sequence: { buffer: 'broker', partitions: 1, spool: { dir }, store, ...sequence },
     });
     let stopped: Promise<void> | undefined;
     const stop = (): Promise<void> => (stopped ??= t.close().then(() => transport.close()));
     opened.push(stop);
     return { ...t, stop };
+  }
+
+  /** An instance that takes the two fragments published, then stops. */
+  async function holdThenStop(name: string): Promise<void> {
+    const holder = await instance(name);
+    await eventually(
+      () => holder.app.get(BrokerHeldReassembler).spooledBytes === 20_000,
+      `two fragments spooled by ${name}`,
+      10_000,
+    );
+    await holder.stop();
   }
 
   /**
@@ -176,15 +190,7 @@ describeWithServer('nats', 'broker-held reassembly on NATS JetStream: graceful s
   async function completesAfter(stops: number, sequenceId: string): Promise<void> {
     const fragments = makeFragments(sequenceId, bytes(40_000, 35 + stops), 10_000);
     await publishHeld(producer, channel, fragments.slice(0, 2), 1);
-    for (let stop = 1; stop <= stops; stop++) {
-      const holder = await instance(`nseq-held-${stop}`);
-      await eventually(
-        () => holder.app.get(BrokerHeldReassembler).spooledBytes === 20_000,
-        `two fragments spooled by instance ${stop}`,
-        10_000,
-      );
-      await holder.stop();
-    }
+    for (let stop = 1; stop <= stops; stop++) await holdThenStop(`nseq-held-${stop}`);
 
     const last = await instance('nseq-held-last');
     await publishHeld(producer, channel, fragments.slice(2), 1);
@@ -196,6 +202,29 @@ describeWithServer('nats', 'broker-held reassembly on NATS JetStream: graceful s
 
   it('hands each held fragment back once, so the next instance completes it', async () => {
     await completesAfter(1, 'held-restart');
+  });
+
+  it('dead-letters a sequence that expires at its last delivery with the expiry named', async () => {
+    const fragments = makeFragments('held-expires', bytes(40_000, 38), 10_000);
+    await publishHeld(producer, channel, fragments.slice(0, 2), 1);
+    await holdThenStop('nseq-held-1');
+    // The second delivery, the last: the fragments cannot come back to meet the verdict.
+    await instance('nseq-held-2', { timeoutMs: 300 });
+
+    const letters: QueuedMessage[] = [];
+    await eventually(
+      async () => {
+        letters.push(...(await broker.admin.drain(`${channel}.dlq`)));
+        return letters.length >= 2;
+      },
+      'two dead letters',
+      20_000,
+    );
+    for (const letter of letters) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(/sequence-expired/);
+    }
+    const bodies = letters.map((letter) => letter.body).sort(Buffer.compare);
+    expect(bodies).toEqual([fragments[0].body, fragments[1].body].sort(Buffer.compare));
   });
 
   it('puts a fragment handed back at its last delivery at the tail, not out of reach', async () => {

@@ -152,7 +152,9 @@ export class HeldSequence {
   /**
    * Settles every held fragment the same way, once; returns how many there were. A fragment whose
    * body was released cannot be forwarded by the transport: instead of a `dead-letter` or delayed
-   * `requeue` it goes back to its queue, and comes again whole (to meet the marker's verdict).
+   * `requeue` it goes back to its queue, and comes again whole (to meet the marker's verdict). The
+   * requeue names what it stands for, so that a transport that cannot deliver it again (at its
+   * last allowed delivery) dead-letters it with that reason in its own.
    */
   settleAll(disposition: Disposition): number {
     const count = this.fragments.size;
@@ -161,7 +163,7 @@ export class HeldSequence {
         disposition.action !== 'ack' && !(disposition.action === 'requeue' && !disposition.delayMs);
       fragment.settle(
         fragment.released && forwards
-          ? { action: 'requeue', reason: `returned for ${disposition.action}` }
+          ? { action: 'requeue', reason: returnedFor(disposition) }
           : disposition,
       );
     }
@@ -170,4 +172,10 @@ export class HeldSequence {
     clearTimeout(this.timer);
     return count;
   }
+}
+
+/** What a requeue in place of `disposition` says: `returned for dead-letter: <its reason>`. */
+function returnedFor(disposition: Disposition): string {
+  const reason = disposition.action === 'ack' ? undefined : disposition.reason;
+  return `returned for ${disposition.action}${reason ? `: ${reason}` : ''}`;
 }
