@@ -121,6 +121,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   private runtime: SequenceRuntime | undefined;
   /** The handlers of a delivery that succeeded, by the delivery (see `dispatch`'s `source`). */
   private readonly completed = new WeakMap<object, Set<Route>>();
+  /** Deliveries whose request was answered `no-handler` for want of a `@MessagePattern`. */
+  private readonly refusedRequests = new WeakSet<object>();
   private started: Promise<void> | undefined;
   private specs: ConsumerSpec[] | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
@@ -369,6 +371,21 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       // A caller waiting for a reply learns it now, rather than after its timeout.
       if (request.ok) await this.sendReply(request, pattern, failure(refusal), runtime);
       throw refusal;
+    }
+    if (
+      request.ok &&
+      !routes.some((route) => route.kind === 'message') &&
+      !this.refusedRequests.has(source)
+    ) {
+      // Nothing will reply: the caller learns it now, not at its timeout. The event handlers
+      // still run, as for emit().
+      this.refusedRequests.add(source);
+      const refusal = new MessageRefusedError(
+        'no-handler',
+        `no @MessagePattern of this application answers pattern ${JSON.stringify(pattern)} on ` +
+          `channel ${channel}; its @EventPattern handlers run as for an emit()`,
+      );
+      await this.sendReply(request, pattern, failure(refusal), runtime);
     }
     const done = this.completed.get(source) ?? new Set<Route>();
     this.completed.set(source, done);

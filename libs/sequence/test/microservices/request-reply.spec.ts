@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/common';
-import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { lastValueFrom, of } from 'rxjs';
 import { InMemoryTransport } from 'nest-sequence';
 import { ReplyTimeoutError } from 'nest-sequence/microservices';
@@ -14,6 +14,7 @@ class RefuseAll implements CanActivate {
 }
 
 let release: (() => void) | undefined;
+let events = 0;
 
 @Controller()
 class Answers {
@@ -41,6 +42,11 @@ class Answers {
   @UseGuards(RefuseAll)
   guarded() {
     return 'never';
+  }
+
+  @EventPattern('rr.event')
+  event() {
+    events++;
   }
 
   @MessagePattern('rr.slow')
@@ -125,6 +131,16 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
       status: 'error',
       message: expect.stringMatching(/^forbidden: /),
     });
+  });
+
+  it('errors send() at once for a pattern only @EventPattern handles, which still runs', async () => {
+    await expect(ask('rr.event', {})).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^no-handler: .*no @MessagePattern/),
+    });
+    await transport.whenIdle();
+    expect(events).toBe(1);
+    expect(transport.take(transport.deadLetterChannel('rr.event'))).toHaveLength(0);
   });
 
   it('errors send() with ReplyTimeoutError when no reply comes in time', async () => {
