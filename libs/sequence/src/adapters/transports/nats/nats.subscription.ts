@@ -249,11 +249,11 @@ export class NatsSubscription implements Subscription {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
-            this.hold(deliveryOf(message), carriedOf(message));
+            this.hold(deliveryOf(message), { headers: headersOf(message), body: undefined });
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
             const delivery = deliveryOf(message);
-            this.hold(delivery, carriedOf(message));
+            this.hold(delivery, { headers: headersOf(message), body: undefined });
             this.handBack(delivery);
           } else {
             this.receive(message);
@@ -296,11 +296,12 @@ export class NatsSubscription implements Subscription {
    */
   private receive(message: JsMsg): void {
     const delivery = deliveryOf(message);
-    const { headers, body } = carriedOf(message);
+    const headers = headersOf(message);
+    const data = message.data;
     let released = false;
     const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
       channel: this.channel,
-      body,
+      body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
       headers,
       // A copy put at the tail by a delayed requeue is a new message to the server.
       redelivered: message.redelivered || requeueCount(headers) > 0,
@@ -491,8 +492,8 @@ export class NatsSubscription implements Subscription {
 
   /**
    * Hands an unsettled message back as the subscription closes: a `nak` without delay, or, at
-   * its last allowed delivery, a copy at the tail (its body read back from the stream if the
-   * handler released it) and the original acked.
+   * its last allowed delivery, a copy at the tail (its body read back from the stream when it is
+   * not at hand) and the original acked.
    */
   private handBack(delivery: NatsDelivery): void {
     const { maxDeliver } = this.settings;
@@ -529,17 +530,16 @@ export class NatsSubscription implements Subscription {
   }
 }
 
-/** What a delivery carries: its headers, and its body unless the handler released it. */
+/**
+ * What an unsettled delivery carries: its headers, and its body while the handler's message holds
+ * it (undefined once released, and for a message held unhandled: read back from the stream).
+ */
 interface Carried {
   readonly headers: Record<string, unknown>;
   readonly body: Buffer | undefined;
 }
 
-function carriedOf(message: JsMsg): Carried & { readonly body: Buffer } {
-  const data = message.data;
-  return {
-    // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
-    headers: decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>),
-    body: Buffer.from(data.buffer, data.byteOffset, data.byteLength),
-  };
+function headersOf(message: JsMsg): Record<string, unknown> {
+  // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
+  return decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
 }
