@@ -7,6 +7,7 @@ import type { PayloadStore } from '../ports/payload-store.port';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { ClaimCheckLifecycle } from './claim-check.events';
+import { errorMessage } from '../core/errors/caught';
 
 export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
 
@@ -76,7 +77,7 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
         // One unreachable store (say, a read store being retired) must not leave the others
         // unswept; it is tried again next run, like a payload whose delete failed.
         this.logger.warn(
-          `could not sweep payload store ${store.name}; will retry next run: ${String(error)}`,
+          `could not sweep payload store ${store.name}; will retry next run: ${errorMessage(error)}`,
         );
         continue;
       }
@@ -106,7 +107,7 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
       const { ref, reason } = candidates[index];
       if (outcome.status === 'rejected') {
         this.logger.warn(
-          `could not delete ${reason} payload ${store.name}:${ref}: ${String(outcome.reason)}`,
+          `could not delete ${reason} payload ${store.name}:${ref}: ${errorMessage(outcome.reason)}`,
         );
         return;
       }

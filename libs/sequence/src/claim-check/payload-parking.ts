@@ -21,7 +21,7 @@ import {
 } from '../kernel/tokens';
 import type { Transport } from '../ports/transport.port';
 import type { ResolvedClaimCheckOptions, ResolvedOptions } from '../options/resolved-options';
-import { asError } from '../core/errors/caught';
+import { asError, errorMessage } from '../core/errors/caught';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { ClaimCheckLifecycle } from './claim-check.events';
 
@@ -230,7 +230,7 @@ export class PayloadParking implements OnApplicationShutdown {
         .catch((error: unknown) =>
           this.logger.warn(
             `could not delete payload ${what} after its ticket failed to publish; the orphan ` +
-              `sweeper will: ${String(error)}`,
+              `sweeper will: ${errorMessage(error)}`,
           ),
         );
       return;
@@ -271,7 +271,7 @@ export class PayloadParking implements OnApplicationShutdown {
         return true;
       } catch (error) {
         if (attempt === 3) {
-          this.logger.warn(`could not mark ${store.name}:${ref} published: ${String(error)}`);
+          this.logger.warn(`could not mark ${store.name}:${ref} published: ${errorMessage(error)}`);
         } else {
           await delay(100 * attempt);
         }
@@ -294,7 +294,7 @@ export class PayloadParking implements OnApplicationShutdown {
     } catch (error) {
       this.logger.warn(
         `could not delete parked ${store.name}:${ticket.ref}; it expires at ` +
-          `${new Date(ticket.expiresAt).toISOString()}: ${String(error)}`,
+          `${new Date(ticket.expiresAt).toISOString()}: ${errorMessage(error)}`,
       );
     }
   }

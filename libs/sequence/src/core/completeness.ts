@@ -1,5 +1,6 @@
 import type { RejectionCode } from './errors/rejection-code';
 import type { FragmentHeaders } from './headers';
+import { errorMessage } from './errors/caught';
 
 /**
  * Admission rules of one sequence: which fragment is new, a duplicate, a contradiction of what
@@ -53,7 +54,7 @@ export function userHeadersRefusal(
   try {
     bytes = userHeaderBytes(headers);
   } catch (error) {
-    const why = error instanceof Error ? error.message : String(error);
+    const why = errorMessage(error);
     return { code: 'malformed-header', detail: `the user headers cannot be stored: ${why}` };
   }
   if (bytes <= maxHeaderBytes) return undefined;

@@ -11,7 +11,7 @@ import {
   TRANSPORT_METADATA,
 } from '@nestjs/microservices/constants';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
-import { errorMessage } from '../core/errors/caught';
+import { errorMessage, textOf } from '../core/errors/caught';
 import { checkInteger } from '../core/option-checks';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
@@ -564,9 +564,9 @@ function describedError(error: unknown): unknown {
   if (error instanceof Error) return error;
   let text: string;
   try {
-    text = JSON.stringify(error) ?? String(error);
+    text = JSON.stringify(error) ?? textOf(error);
   } catch {
-    text = String(error);
+    text = textOf(error);
   }
   return new Error(text, { cause: error });
 }

@@ -1,5 +1,6 @@
 import type { BoxName } from '../ports/outbox-store.port';
 import type { Logger } from '@nestjs/common';
+import { errorMessage } from '../core/errors/caught';
 
 /** How soon a cycle that failed while woken is tried again. */
 const RETRY_AFTER_FAILURE_MS = 250;
@@ -119,7 +120,7 @@ export class BoxLoop {
       } catch (error) {
         // The store or the broker is away: the next wake-up or poll tries again. A wake-up that
         // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.
-        this.logger.warn(`${this.name}: ${(error as Error).message ?? String(error)}`);
+        this.logger.warn(`${this.name}: ${errorMessage(error)}`);
         if (this.again && !this.stopped) {
           this.again = false;
           this.retry ??= setTimeout(() => {

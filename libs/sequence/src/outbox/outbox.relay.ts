@@ -17,6 +17,7 @@ import {
 import type { ResolvedOptions } from '../options/resolved-options';
 import { BoxWorker, type CycleState } from './box-worker';
 import { OutboxTracing } from './outbox.tracing';
+import { errorMessage } from '../core/errors/caught';
 
 /**
  * The relay of one outbox box: claims due records, publishes each to its channel(s) with a
@@ -149,7 +150,7 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
       await this.transport.ping();
       return undefined;
     } catch (error) {
-      return (error as Error | undefined)?.message ?? String(error);
+      return errorMessage(error);
     }
   }
 

@@ -1,3 +1,4 @@
+import { textOf } from '../core/errors/caught';
 import type { RecordOutcome, StoredRecord } from '../ports/outbox-store.port';
 import type { ResolvedBoxOptions, ResolvedRetryPolicy } from '../options/resolved-options';
 
@@ -18,7 +19,7 @@ export function retryDelay(
 /** A short, single-line account of an error for `last_error`. */
 export function describeError(error: unknown): string {
   const text = (
-    error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${String(error)}`
+    error instanceof Error ? `${error.name}: ${error.message}` : `thrown: ${textOf(error)}`
   )
     .split('\u0000') // PostgreSQL text cannot hold NUL
     .join('');

@@ -14,6 +14,7 @@ import { AggregatorService } from './aggregator.service';
 import { SequenceMetrics } from './sequence.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle } from './sequence.events';
+import { errorMessage } from '../core/errors/caught';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 
@@ -123,7 +124,7 @@ export class ExpirySweeper extends Sweeper<number> {
       }
     } catch (error) {
       this.logger.error(
-        `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
+        `onExpired hook failed for sequence ${expired.sequenceId}: ${errorMessage(error)}`,
       );
     }
     const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
@@ -147,13 +148,13 @@ export class ExpirySweeper extends Sweeper<number> {
       this.deadLetters.deadLettered(channel, 'sequence-expired');
     } catch (error) {
       this.logger.error(
-        `could not publish the expiry record of sequence ${expired.sequenceId} to ${deadLetterChannel}: ${String(error)}`,
+        `could not publish the expiry record of sequence ${expired.sequenceId} to ${deadLetterChannel}: ${errorMessage(error)}`,
       );
     }
   }
 
   private logFailure(error: unknown): void {
-    this.logger.warn(`expiry sweep failed; will retry next interval: ${String(error)}`);
+    this.logger.warn(`expiry sweep failed; will retry next interval: ${errorMessage(error)}`);
   }
 }
 

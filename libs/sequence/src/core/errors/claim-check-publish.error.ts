@@ -1,4 +1,5 @@
 import { SequenceError } from './sequence.error';
+import { errorMessage } from './caught';
 
 /**
  * A Claim Check message (a ticket, or a payload sent inline) was not confirmed by the broker
@@ -27,7 +28,7 @@ export class ClaimCheckPublishError extends SequenceError {
   ) {
     super(
       `claim check on ${channel}: the ${via === 'ticket' ? `ticket for ${payload}` : 'inline payload'} ` +
-        `was not confirmed after ${attempts} attempt(s): ${cause instanceof Error ? cause.message : String(cause)}`,
+        `was not confirmed after ${attempts} attempt(s): ${errorMessage(cause)}`,
       { cause },
     );
   }

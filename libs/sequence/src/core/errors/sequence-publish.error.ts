@@ -1,4 +1,5 @@
 import { SequenceError } from './sequence.error';
+import { errorMessage } from './caught';
 
 /**
  * A fragment could not be published (no broker confirm) within the retry budget. The sequence
@@ -18,7 +19,7 @@ export class SequencePublishError extends SequenceError {
   ) {
     super(
       `sequence ${sequenceId} on ${channel}: fragment ${position} was not confirmed after ` +
-        `${attempts} attempt(s): ${cause instanceof Error ? cause.message : String(cause)}`,
+        `${attempts} attempt(s): ${errorMessage(cause)}`,
       { cause },
     );
   }

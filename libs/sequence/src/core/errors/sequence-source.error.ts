@@ -1,4 +1,5 @@
 import { SequenceError } from './sequence.error';
+import { errorMessage } from './caught';
 
 /**
  * The payload's source failed while `send` was reading it (a stream that errored, a chunk that is
@@ -18,7 +19,7 @@ export class SequenceSourceError extends SequenceError {
   ) {
     super(
       `sequence ${sequenceId} on ${channel}: its source failed after ${fragmentsSent} ` +
-        `fragment(s) were sent: ${cause instanceof Error ? cause.message : String(cause)}`,
+        `fragment(s) were sent: ${errorMessage(cause)}`,
       { cause },
     );
   }

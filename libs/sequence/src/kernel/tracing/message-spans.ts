@@ -20,6 +20,7 @@ import {
   type OtelSpanContext,
   type OtelTracer,
 } from './otel-api';
+import { textOf } from '../../core/errors/caught';
 
 /** The instrumentation scope of every span of the module. */
 export const TRACER_NAME = 'nest-sequence';
@@ -157,7 +158,7 @@ export async function inSpan<T>(
     settled(span, result);
     return result;
   } catch (error) {
-    span.recordException(error instanceof Error ? error : String(error));
+    span.recordException(error instanceof Error ? error : textOf(error));
     span.setStatus({ code: OTEL_STATUS_ERROR, message: (error as Error | undefined)?.message });
     throw error;
   } finally {
@@ -251,6 +252,6 @@ function settled(span: OtelSpan, result: unknown): void {
   if (action !== 'ack' && action !== 'requeue' && action !== 'dead-letter') return;
   span.setAttribute('nest_sequence.disposition', action);
   if (action === 'dead-letter') {
-    span.setStatus({ code: OTEL_STATUS_ERROR, message: String(reason) });
+    span.setStatus({ code: OTEL_STATUS_ERROR, message: textOf(reason) });
   }
 }

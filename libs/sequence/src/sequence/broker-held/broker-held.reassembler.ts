@@ -557,7 +557,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       await hook(expired);
     } catch (error) {
       this.logger.warn(
-        `onExpired hook failed for sequence ${expired.sequenceId}: ${String(error)}`,
+        `onExpired hook failed for sequence ${expired.sequenceId}: ${errorMessage(error)}`,
       );
     }
   }

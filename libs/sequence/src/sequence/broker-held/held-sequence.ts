@@ -9,6 +9,7 @@ import type { FragmentHeaders, HeaderMap } from '../../core/headers';
 import type { CompleteSequence, ExpiredSequence } from '../../ports/sequence-store.port';
 import type { Disposition } from '../../ports/transport.port';
 import type { SpoolFile, SpoolRange } from './spool';
+import { asError } from '../../core/errors/caught';
 
 /** One fragment held unsettled in the broker, its body in the spool. */
 export interface HeldFragment extends SpoolRange {
@@ -86,7 +87,7 @@ export class HeldSequence {
     const writing = this.file.write(body, range.offset).then(
       () => true,
       (error: unknown) => {
-        this.writeFailure ??= error instanceof Error ? error : new Error(String(error));
+        this.writeFailure ??= asError(error);
         return false;
       },
     );

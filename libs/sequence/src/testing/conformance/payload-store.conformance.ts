@@ -7,6 +7,7 @@ import type {
   SweepCandidate,
   SweepQuery,
 } from '../../ports/payload-store.port';
+import { textOf } from '../../core/errors/caught';
 
 export interface PayloadStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a prefix or bucket of its own). */
@@ -84,7 +85,7 @@ function refusalOf(error: unknown): string {
   if (error instanceof ClaimCheckNotFoundError || error instanceof InvalidPayloadRefError) {
     return error.code;
   }
-  return error instanceof Error ? `unexpected ${error.name}: ${error.message}` : String(error);
+  return error instanceof Error ? `unexpected ${error.name}: ${error.message}` : textOf(error);
 }
 
 const REFUSALS = ['claim-check-not-found', 'invalid-payload-ref'];

@@ -11,6 +11,7 @@
 import { newClient } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
 import { assertTablePrefix, outboxMigrations } from './postgres-outbox.sql';
+import { textOf } from '../../../core/errors/caught';
 
 const USAGE =
   'usage: nest-sequence-outbox-migrate --database-url <postgres://...> [--table-prefix <prefix>]\n' +
@@ -86,7 +87,7 @@ export async function runMigrateCli(
 }
 
 function describe(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
+  if (!(error instanceof Error)) return textOf(error);
   // Node reports a refused connection as an AggregateError with an empty message (IPv4 + IPv6).
   if (error.message) return error.message;
   const code = (error as { code?: string }).code;

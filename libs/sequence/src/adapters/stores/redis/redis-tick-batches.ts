@@ -1,3 +1,4 @@
+import { asError } from '../../../core/errors/caught';
 /**
  * Gathers calls made within one turn of the event loop into batches, one per group, sent together
  * once the turn's I/O callbacks have run (`setImmediate`), or as soon as a group holds `maxSize`.
@@ -47,7 +48,7 @@ export class TickBatches<T, R> {
     try {
       sent = this.send(batch.map(({ item }) => item));
     } catch (error) {
-      sent = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      sent = Promise.reject(asError(error));
     }
     sent.then(
       (outcomes) =>

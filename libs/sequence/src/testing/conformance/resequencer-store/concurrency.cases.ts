@@ -12,6 +12,7 @@ import {
   range,
   type ResequencerSuiteContext,
 } from './resequencer-suite.context';
+import { errorMessage } from '../../../core/errors/caught';
 
 /** Several instances at once, and a property over random arrival orders. */
 export function describeConcurrencyCases(c: ResequencerSuiteContext): void {
@@ -116,7 +117,7 @@ export function describeConcurrencyCases(c: ResequencerSuiteContext): void {
           await expect(c.store.bufferedTotal(c.scope)).resolves.toBe(0);
         } catch (error) {
           throw new Error(
-            `seed ${seed}, round ${round}, arrivals ${JSON.stringify(order)}: ${String(error)}`,
+            `seed ${seed}, round ${round}, arrivals ${JSON.stringify(order)}: ${errorMessage(error)}`,
           );
         }
       }
