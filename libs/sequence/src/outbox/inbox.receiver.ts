@@ -96,7 +96,14 @@ export class InboxReceiver {
         `${MESSAGE_KIND_HEADER} must be "event" or "command" (and the body the message as JSON)`,
       ]);
     }
-    const body = message.body.toString('utf8');
+    let body: string;
+    try {
+      body = UTF8.decode(message.body);
+    } catch {
+      // Decoded leniently, bytes that are not UTF-8 would become U+FFFD: two ids differing in
+      // them would be one, and the second message a "duplicate".
+      throw new InvalidOutboxMessageError(kind, ['the body is not UTF-8 (JSON on the wire is)']);
+    }
     const parsed = parseMessage(kind, body);
     const headerId = message.headers[MESSAGE_ID_HEADER];
     if (headerId !== undefined && headerId !== parsed.id) {
@@ -118,6 +125,9 @@ export class InboxReceiver {
     };
   }
 }
+
+/** Refuses bytes that are not UTF-8 rather than replacing them. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
 class NoInboxHandler extends Error {
   constructor(kind: MessageKind, type: string, channel: string) {
