@@ -127,7 +127,14 @@ export class OutboxTransaction {
     if (this.abandonedBy) throw this.abandonedBy;
     const restore = OutboxTransaction.saveRecordedOn(this.transaction);
     try {
-      return await this.transaction.savepoint(work);
+      // Abandoned meanwhile, the call's writes were rolled back and this savepoint with them.
+      const abandonment = (): Error | undefined => this.abandonedBy;
+      const result = await this.transaction.savepoint(work, {
+        abandoned: () => abandonment() !== undefined,
+      });
+      const abandonedBy = abandonment();
+      if (abandonedBy) throw abandonedBy;
+      return result;
     } catch (error) {
       restore();
       throw error;

@@ -96,8 +96,18 @@ export interface StoreTransaction {
    * Runs `work` inside a savepoint: when it throws, what it wrote is rolled back (and the error
    * rethrown) while the rest of the transaction goes on. Savepoints of one transaction share its
    * connection: run them one after the other, not concurrently.
+   *
+   * `abandoned`, when it answers true once `work` has settled, means the caller has already
+   * rolled back past this savepoint (a handler call that ran past its time limit): nothing more
+   * is sent for it (a `RELEASE` or `ROLLBACK TO` of a savepoint that no longer exists would fail
+   * and abort the transaction, now another call's), and `work`'s outcome is passed on as it is.
    */
-  savepoint<T>(work: () => Promise<T>): Promise<T>;
+  savepoint<T>(work: () => Promise<T>, options?: SavepointOptions): Promise<T>;
+}
+
+export interface SavepointOptions {
+  /** True once the savepoint was rolled back from outside: see {@link StoreTransaction.savepoint}. */
+  readonly abandoned?: () => boolean;
 }
 
 /**

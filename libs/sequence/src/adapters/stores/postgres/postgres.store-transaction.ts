@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
-import type { StoreTransaction } from '../../../ports/outbox-store.port';
+import type { SavepointOptions, StoreTransaction } from '../../../ports/outbox-store.port';
 import { checkOut, isConnectionError } from './postgres-client';
 import { failedStepOf, runPipeline, type PipelineStep } from './postgres-pipeline';
 
@@ -172,17 +172,19 @@ export class PostgresStoreTransaction implements StoreTransaction {
     await rolling;
   }
 
-  async savepoint<T>(work: () => Promise<T>): Promise<T> {
+  async savepoint<T>(work: () => Promise<T>, options: SavepointOptions = {}): Promise<T> {
     const name = `sp_${++this.savepoints}`;
     await this.query(`SAVEPOINT ${name}`);
     let result: T;
     try {
       result = await work();
     } catch (error) {
+      if (options.abandoned?.()) throw error;
       // When the connection is gone this fails too; the work's error is the one worth seeing.
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
       throw error;
     }
+    if (options.abandoned?.()) return result;
     try {
       await this.query(`RELEASE SAVEPOINT ${name}`);
     } catch (error) {

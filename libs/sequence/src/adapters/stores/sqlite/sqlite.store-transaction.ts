@@ -1,5 +1,5 @@
 import type { Database } from 'better-sqlite3';
-import type { StoreTransaction } from '../../../ports/outbox-store.port';
+import type { SavepointOptions, StoreTransaction } from '../../../ports/outbox-store.port';
 import type { SqliteStatementCache } from './sqlite-statement.cache';
 
 /**
@@ -50,7 +50,7 @@ export class SqliteStoreTransaction implements StoreTransaction {
     return { rows: [], rowCount: statement.run(...params).changes };
   }
 
-  async savepoint<T>(work: () => Promise<T>): Promise<T> {
+  async savepoint<T>(work: () => Promise<T>, options: SavepointOptions = {}): Promise<T> {
     this.assertOpen();
     const name = `nseq_savepoint_${++this.savepointCount}`;
     const hooksBefore = new Map(this.commitHooks);
@@ -60,11 +60,13 @@ export class SqliteStoreTransaction implements StoreTransaction {
     try {
       result = await work();
     } catch (error) {
+      if (options.abandoned?.()) throw error;
       this.leaveSavepoint(name, 'rollback');
       // What the rolled-back part appended will never commit: no wake-up for it.
       this.commitHooks = hooksBefore;
       throw error;
     }
+    if (options.abandoned?.()) return result;
     this.leaveSavepoint(name, 'release');
     return result;
   }
@@ -102,13 +104,16 @@ export class SqliteStoreTransaction implements StoreTransaction {
   }
 
   private leaveSavepoint(name: string, how: 'rollback' | 'release'): void {
-    if (this.savepoints.at(-1) !== name) {
+    const at = this.savepoints.lastIndexOf(name);
+    // Rolling back to a savepoint ends those opened inside it too (an abandoned call's, left
+    // open); releasing one that is not the innermost is a misuse.
+    if (at < 0 || (how === 'release' && at !== this.savepoints.length - 1)) {
       throw new Error(
         `savepoint ${name} is not the innermost one (${this.savepoints.at(-1) ?? 'none'} is): ` +
           'savepoints of one SQLite transaction must nest; run them one after another',
       );
     }
-    this.savepoints.pop();
+    this.savepoints.splice(at);
     // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
     if (!this.database.inTransaction) return;
     if (how === 'rollback') this.database.exec(`ROLLBACK TO ${name}`);
