@@ -361,14 +361,12 @@ function keyRefusal(
   bytes: number,
   limits: ResequencerLimits,
 ): 'maxBufferedPerKey' | 'maxBufferedBytesPerKey' | undefined {
-  if (!record) return undefined;
-  if (record.buffer.size + record.handOff.length >= limits.maxBufferedPerKey) {
-    return 'maxBufferedPerKey';
-  }
+  // A key without a record holds nothing: its first event is measured against the budgets too.
+  const held = record ? record.buffer.size + record.handOff.length : 0;
+  if (held >= limits.maxBufferedPerKey) return 'maxBufferedPerKey';
   const maxBytes = limits.maxBufferedBytesPerKey;
-  if (maxBytes !== undefined && record.bufferBytes + record.handOffBytes + bytes > maxBytes) {
-    return 'maxBufferedBytesPerKey';
-  }
+  const heldBytes = record ? record.bufferBytes + record.handOffBytes : 0;
+  if (maxBytes !== undefined && heldBytes + bytes > maxBytes) return 'maxBufferedBytesPerKey';
   return undefined;
 }
 

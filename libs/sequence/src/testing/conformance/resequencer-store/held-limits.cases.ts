@@ -113,6 +113,15 @@ export function describeHeldLimitCases(c: ResequencerSuiteContext): void {
       ).resolves.toMatchObject({ kind: 'buffered' });
     });
 
+    it('refuses the first event of a key that holds nothing past maxBufferedBytesPerKey', async () => {
+      const key = c.key();
+      const limits = { maxBufferedBytesPerKey: heldEntryBytes(sized(2, 500)) - 1 };
+      await expect(c.store.accept(key, sized(2, 500), acceptAt(c.t0, { limits }))).resolves.toEqual(
+        { kind: 'full', next: 1, limit: 'maxBufferedBytesPerKey' },
+      );
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ buffered: [] });
+    });
+
     it('counts the hand-off list against maxBufferedBytesPerKey', async () => {
       const key = c.key();
       const limits = { maxBufferedBytesPerKey: 3 * heldEntryBytes(sized(1, 1_000)) };
