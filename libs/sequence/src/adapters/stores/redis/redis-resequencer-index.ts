@@ -29,12 +29,17 @@ const PRUNE_ON_DEMAND_BATCH = 1_000;
 export class RedisResequencerIndex {
   private readonly totals = new Map<
     string,
-    { readonly value: ScopeTotals; readonly seenAt: number }
+    { readonly value: ScopeTotals; readonly seenAt: number; readonly seen: number }
   >();
-  /** The last {@link prune} per scope (real time): one at a time, one per TOTAL_MAX_AGE_MS. */
+  /** Counts the totals remembered, so that a prune's answer can tell whether newer ones came. */
+  private seen = 0;
+  /**
+   * The last {@link prune} per scope (real time): one at a time, one per TOTAL_MAX_AGE_MS, and
+   * `seen`, the count of totals remembered when it ended (undefined while it runs).
+   */
   private readonly prunes = new Map<
     string,
-    { readonly at: number; readonly total: Promise<ScopeTotals> }
+    { readonly at: number; readonly total: Promise<ScopeTotals>; readonly seen?: number }
   >();
 
   constructor(
@@ -72,11 +77,13 @@ export class RedisResequencerIndex {
    * Removes the records of keys past their retention now, rather than with later index steps;
    * resolves with the scope's totals after. A scope that is really full refuses many events in a
    * row: they share the prune in progress, or one that ended less than {@link TOTAL_MAX_AGE_MS}
-   * ago, instead of each scanning its expired records again.
+   * ago, instead of each scanning its expired records again; unless newer totals came since it
+   * ended (events this process buffered meanwhile), which its answer would not count.
    */
   prune(scope: string, now: number): Promise<ScopeTotals> {
     const last = this.prunes.get(scope);
-    if (last && Date.now() - last.at < TOTAL_MAX_AGE_MS) return last.total;
+    const current = last && (last.seen === undefined || last.seen === this.totals.get(scope)?.seen);
+    if (current && Date.now() - last.at < TOTAL_MAX_AGE_MS) return last.total;
     const total = (async () => {
       const reply = await this.scripts['rsq-prune'](indexKeyList(this.names.index(scope)), [
         this.clock.stamp(now),
@@ -86,7 +93,11 @@ export class RedisResequencerIndex {
       const after = this.totalsOf(reply, 'rsq-prune', scope);
       this.remember(scope, after);
       // Its age counts from its end: the next may start TOTAL_MAX_AGE_MS after this one is done.
-      this.prunes.set(scope, { at: Date.now(), total: Promise.resolve(after) });
+      this.prunes.set(scope, {
+        at: Date.now(),
+        total: Promise.resolve(after),
+        seen: this.totals.get(scope)?.seen,
+      });
       return after;
     })();
     // Until it ends, it is shared whatever its age; a failed one is not kept.
@@ -176,7 +187,7 @@ export class RedisResequencerIndex {
   }
 
   remember(scope: string, value: ScopeTotals): void {
-    this.totals.set(scope, { value, seenAt: Date.now() });
+    this.totals.set(scope, { value, seenAt: Date.now(), seen: ++this.seen });
   }
 
   private totalsOf(reply: unknown, script: string, scope: string): ScopeTotals {

@@ -168,6 +168,28 @@ export function describeHeldLimitCases(c: ResequencerSuiteContext): void {
       ).resolves.toMatchObject({ kind: 'buffered' });
     });
 
+    it('keeps to the scope limits after a refusal, one event after another', async () => {
+      const one = heldEntryBytes(sized(2, 30));
+      for (const limits of [
+        { maxBufferedBytesTotal: 5 * one },
+        // A byte refusal first, then the event count is the limit reached.
+        { maxBufferedBytesTotal: 20 * one, maxBufferedTotal: 5 },
+      ]) {
+        const scope = `${c.scope}.${Object.keys(limits).length}`;
+        // Alone past the byte limit: refused while nothing is buffered.
+        await expect(
+          c.store.accept({ scope, key: 'big' }, sized(2, 20 * one), acceptAt(c.t0, { limits })),
+        ).resolves.toMatchObject({ kind: 'full', limit: 'maxBufferedBytesTotal' });
+        const kinds: string[] = [];
+        for (const n of range(1, 15)) {
+          const key = { scope, key: `k${n}` };
+          kinds.push((await c.store.accept(key, sized(2, 30), acceptAt(c.t0, { limits }))).kind);
+        }
+        expect(kinds.filter((kind) => kind === 'buffered')).toHaveLength(5);
+        await expect(c.store.bufferedTotal(scope)).resolves.toBe(5);
+      }
+    });
+
     it('counts the buffered bytes of the scope in bufferedBytes, released or dead-lettered', async () => {
       await expect(c.store.bufferedBytes(c.scope)).resolves.toBe(0);
       await c.store.accept(c.key('a'), sized(2, 100), acceptAt(c.t0));
