@@ -97,17 +97,13 @@ export interface StoreTransaction {
    * rethrown) while the rest of the transaction goes on. Savepoints of one transaction share its
    * connection: run them one after the other, not concurrently.
    *
-   * `abandoned`, when it answers true once `work` has settled, means the caller has already
-   * rolled back past this savepoint (a handler call that ran past its time limit): nothing more
-   * is sent for it (a `RELEASE` or `ROLLBACK TO` of a savepoint that no longer exists would fail
-   * and abort the transaction, now another call's), and `work`'s outcome is passed on as it is.
+   * A savepoint that an enclosing one's rollback ended while its `work` ran (a handler call that
+   * ran past its time limit, rolled back by the claim) sends nothing more once `work` settles: a
+   * `RELEASE` or `ROLLBACK TO` of a savepoint that no longer exists would fail and abort the
+   * transaction, which has moved on to other work. It rejects instead (with `work`'s error, if
+   * it threw).
    */
-  savepoint<T>(work: () => Promise<T>, options?: SavepointOptions): Promise<T>;
-}
-
-export interface SavepointOptions {
-  /** True once the savepoint was rolled back from outside: see {@link StoreTransaction.savepoint}. */
-  readonly abandoned?: () => boolean;
+  savepoint<T>(work: () => Promise<T>): Promise<T>;
 }
 
 /**

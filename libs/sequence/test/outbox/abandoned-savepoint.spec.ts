@@ -4,7 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Injectable } from '@nestjs/common';
 import { Pool } from 'pg';
-import { InboxHandler, type InboxContext, type OutboxEvent, type OutboxStore } from 'nest-sequence';
+import {
+  InboxHandler,
+  OutboxService,
+  type InboxContext,
+  type OutboxEvent,
+  type OutboxStore,
+} from 'nest-sequence';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
@@ -51,46 +57,57 @@ function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
     return id;
   }
 
-  it('lets the record claimed after a timed-out one complete at its first attempt', async () => {
-    let healthyCalls = 0;
-    @Injectable()
-    class Handlers {
-      @InboxHandler({ event: 'Slow', processInTransaction: true, handlerTimeoutMs: 100 })
-      async slow(_event: OutboxEvent, { transaction }: InboxContext) {
-        // Opened before the limit, ends after it (ignoring the signal, as plenty of code does).
-        await transaction!.savepoint(() => sleep(300));
-      }
+  it.each(['Slow', 'SlowJoined'])(
+    'lets the record claimed after a timed-out one (%s) complete at its first attempt',
+    async (slowType) => {
+      let healthyCalls = 0;
+      @Injectable()
+      class Handlers {
+        constructor(private readonly outbox: OutboxService) {}
 
-      @InboxHandler({ event: 'Healthy', processInTransaction: true })
-      async healthy(_event: OutboxEvent, { transaction }: InboxContext) {
-        healthyCalls++;
-        await transaction!.query('SELECT 1');
-        await sleep(500); // still running when the abandoned call's savepoint ends
-      }
-    }
-    const inboxEvents = { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts: 5 } };
-    // Both recorded while no processor runs, so that one claim takes them together.
-    t = await createOutboxTestApp(
-      { store: await open(), inboxEvents: { ...inboxEvents, enabled: false } },
-      [Handlers],
-    );
-    await deliver('Slow', 1);
-    const healthy = await deliver('Healthy', 2);
-    await t.close();
-    t = await createOutboxTestApp({ store: await open(), inboxEvents }, [Handlers]);
+        // Each opens a savepoint before its limit that ends after it (ignoring the signal, as
+        // plenty of code does): its own, or by joining outbox.transaction().
+        @InboxHandler({ event: 'Slow', processInTransaction: true, handlerTimeoutMs: 100 })
+        async slow(_event: OutboxEvent, { transaction }: InboxContext) {
+          await transaction!.savepoint(() => sleep(300));
+        }
 
-    await eventually(
-      async () => (await t!.outbox.record('inbox_events', healthy))?.status === 'COMPLETED',
-      'the healthy one handled',
-      10_000,
-    );
-    const record = await t.outbox.record('inbox_events', healthy);
-    expect({
-      attempts: record?.attempts,
-      lastError: record?.lastError,
-      calls: healthyCalls,
-    }).toEqual({ attempts: 1, lastError: null, calls: 1 });
-  });
+        @InboxHandler({ event: 'SlowJoined', processInTransaction: true, handlerTimeoutMs: 100 })
+        async slowJoined() {
+          await this.outbox.transaction(() => sleep(300));
+        }
+
+        @InboxHandler({ event: 'Healthy', processInTransaction: true })
+        async healthy(_event: OutboxEvent, { transaction }: InboxContext) {
+          healthyCalls++;
+          await transaction!.query('SELECT 1');
+          await sleep(500); // still running when the abandoned call's savepoint ends
+        }
+      }
+      const inboxEvents = { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts: 5 } };
+      // Both recorded while no processor runs, so that one claim takes them together.
+      t = await createOutboxTestApp(
+        { store: await open(), inboxEvents: { ...inboxEvents, enabled: false } },
+        [Handlers],
+      );
+      await deliver(slowType, 1);
+      const healthy = await deliver('Healthy', 2);
+      await t.close();
+      t = await createOutboxTestApp({ store: await open(), inboxEvents }, [Handlers]);
+
+      await eventually(
+        async () => (await t!.outbox.record('inbox_events', healthy))?.status === 'COMPLETED',
+        'the healthy one handled',
+        10_000,
+      );
+      const record = await t.outbox.record('inbox_events', healthy);
+      expect({
+        attempts: record?.attempts,
+        lastError: record?.lastError,
+        calls: healthyCalls,
+      }).toEqual({ attempts: 1, lastError: null, calls: 1 });
+    },
+  );
 }
 
 describeWithServer(

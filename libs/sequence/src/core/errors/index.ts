@@ -27,4 +27,5 @@ export * from './outbox-foreign-transaction.error';
 export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';
 export * from './outbox-transaction-finished.error';
+export * from './savepoint-ended.error';
 export * from './partition-count-mismatch.error';

@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
-import type { SavepointOptions, StoreTransaction } from '../../../ports/outbox-store.port';
+import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
+import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import { checkOut, isConnectionError } from './postgres-client';
 import { failedStepOf, runPipeline, type PipelineStep } from './postgres-pipeline';
 
@@ -30,6 +31,8 @@ const COMMIT: PipelineStep = { text: 'COMMIT' };
 export class PostgresStoreTransaction implements StoreTransaction {
   readonly dialect = 'postgres' as const;
   private savepoints = 0;
+  /** The savepoints in effect, outermost first: a rollback to one ends those inside it. */
+  private readonly inEffect: string[] = [];
   private settled = false;
   /** Set when a statement found the connection gone or unusable: nothing more is sent on it. */
   private broken?: Error;
@@ -172,19 +175,27 @@ export class PostgresStoreTransaction implements StoreTransaction {
     await rolling;
   }
 
-  async savepoint<T>(work: () => Promise<T>, options: SavepointOptions = {}): Promise<T> {
+  async savepoint<T>(work: () => Promise<T>): Promise<T> {
     const name = `sp_${++this.savepoints}`;
-    await this.query(`SAVEPOINT ${name}`);
+    // In effect from now: a rollback to an enclosing one sent meanwhile ends it too.
+    this.inEffect.push(name);
+    try {
+      await this.query(`SAVEPOINT ${name}`);
+    } catch (error) {
+      this.leave(name);
+      throw error;
+    }
     let result: T;
     try {
       result = await work();
     } catch (error) {
-      if (options.abandoned?.()) throw error;
+      // Ended by an enclosing rollback meanwhile: nothing left to roll back.
+      if (!this.leave(name)) throw error;
       // When the connection is gone this fails too; the work's error is the one worth seeing.
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
       throw error;
     }
-    if (options.abandoned?.()) return result;
+    if (!this.leave(name)) throw new SavepointEndedError(name);
     try {
       await this.query(`RELEASE SAVEPOINT ${name}`);
     } catch (error) {
@@ -200,6 +211,17 @@ export class PostgresStoreTransaction implements StoreTransaction {
       );
     }
     return result;
+  }
+
+  /**
+   * Takes `name` and the savepoints inside it out of effect (a `RELEASE` or `ROLLBACK TO` of it
+   * is about to end them); false when an enclosing rollback already did.
+   */
+  private leave(name: string): boolean {
+    const at = this.inEffect.lastIndexOf(name);
+    if (at < 0) return false;
+    this.inEffect.splice(at);
+    return true;
   }
 
   /** Whether the transaction has committed or rolled back. */

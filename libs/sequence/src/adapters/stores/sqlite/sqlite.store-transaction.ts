@@ -1,5 +1,6 @@
 import type { Database } from 'better-sqlite3';
-import type { SavepointOptions, StoreTransaction } from '../../../ports/outbox-store.port';
+import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
+import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import type { SqliteStatementCache } from './sqlite-statement.cache';
 
 /**
@@ -50,7 +51,7 @@ export class SqliteStoreTransaction implements StoreTransaction {
     return { rows: [], rowCount: statement.run(...params).changes };
   }
 
-  async savepoint<T>(work: () => Promise<T>, options: SavepointOptions = {}): Promise<T> {
+  async savepoint<T>(work: () => Promise<T>): Promise<T> {
     this.assertOpen();
     const name = `nseq_savepoint_${++this.savepointCount}`;
     const hooksBefore = new Map(this.commitHooks);
@@ -60,13 +61,14 @@ export class SqliteStoreTransaction implements StoreTransaction {
     try {
       result = await work();
     } catch (error) {
-      if (options.abandoned?.()) throw error;
+      // Ended by an enclosing rollback meanwhile: nothing left to roll back.
+      if (!this.savepoints.includes(name)) throw error;
       this.leaveSavepoint(name, 'rollback');
       // What the rolled-back part appended will never commit: no wake-up for it.
       this.commitHooks = hooksBefore;
       throw error;
     }
-    if (options.abandoned?.()) return result;
+    if (!this.savepoints.includes(name)) throw new SavepointEndedError(name);
     this.leaveSavepoint(name, 'release');
     return result;
   }

@@ -1,3 +1,4 @@
+import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import { BOX, claimAndComplete, record, type OutboxSuiteContext } from './outbox-suite.context';
 
 /** `transaction`: commit, rollback, nesting as a savepoint, and `tx.savepoint`. */
@@ -150,6 +151,36 @@ export function describeTransactionCases(c: OutboxSuiteContext): void {
       });
       await expect(table.read('outer-savepoint')).resolves.toBe('kept');
       await expect(table.read('inner-savepoint')).resolves.toBeUndefined();
+    });
+
+    it('savepoint: one an enclosing rollback ended while it ran sends nothing more, and rejects', async () => {
+      const table = await c.businessTable();
+      let innerStarted!: () => void;
+      const started = new Promise<void>((resolve) => (innerStarted = resolve));
+      let innerGo!: () => void;
+      const go = new Promise<void>((resolve) => (innerGo = resolve));
+      await c.store.transaction(async (tx) => {
+        let inner: Promise<unknown> | undefined;
+        // The outer savepoint fails while the inner one, not awaited, still runs (an inbox
+        // handler call past its time limit, rolled back by its claim).
+        await expect(
+          tx.savepoint(async () => {
+            inner = tx.savepoint(async () => {
+              await table.insert(tx, 'inner', 'undone');
+              innerStarted();
+              await go;
+            });
+            await started;
+            throw new Error('outer savepoint fails');
+          }),
+        ).rejects.toThrow('outer savepoint fails');
+        innerGo();
+        await expect(inner).rejects.toThrow(SavepointEndedError);
+        // The transaction was not aborted by a statement about the ended savepoint.
+        await table.insert(tx, 'after', 'kept');
+      });
+      await expect(table.read('inner')).resolves.toBeUndefined();
+      await expect(table.read('after')).resolves.toBe('kept');
     });
 
     it('runs a query, reporting the rows read, or the rows changed as rowCount', async () => {
