@@ -90,11 +90,15 @@ export class ConsumerHost {
   async close(): Promise<void> {
     let closed!: () => void;
     this.closing = new Promise<void>((resolve) => (closed = resolve));
-    for (const release of this.releases.splice(0)) release();
-    this.drained = this.drain();
-    await this.drained;
-    await this.closeSubscriptions(this.subscriptions.splice(0));
-    closed();
+    try {
+      for (const release of this.releases.splice(0)) release();
+      this.drained = this.drain();
+      await this.drained;
+      await this.closeSubscriptions(this.subscriptions.splice(0));
+    } finally {
+      // Whatever failed, what is held is let go: its subscription has handed it back, or will.
+      closed();
+    }
   }
 
   private async closeSubscriptions(subscriptions: readonly Subscription[]): Promise<void> {

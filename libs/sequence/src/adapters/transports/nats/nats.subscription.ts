@@ -253,7 +253,9 @@ export class NatsSubscription implements Subscription {
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
             const delivery = deliveryOf(message);
-            this.hold(delivery, { headers: headersOf(message), body: undefined });
+            const data = message.data;
+            const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+            this.hold(delivery, { headers: headersOf(message), body });
             this.handBack(delivery);
           } else {
             this.receive(message);
