@@ -574,8 +574,9 @@ function describedError(error: unknown): unknown {
 function replyError(outcome: Extract<PipelineOutcome, { ok: false }>): string {
   const refusal = refusalOf(outcome);
   if (refusal) return deathReason(refusal.code, refusal.message);
-  // As a dead letter says it: what a filter's Observable errored with (an object) as JSON.
-  return errorMessage(describedError(outcome.filtered));
+  // A thrown text as it is; what a filter's Observable errored with (an object) as JSON.
+  const { filtered } = outcome;
+  return typeof filtered === 'string' ? filtered : errorMessage(describedError(filtered));
 }
 
 function fromClaimed(payload: ClaimedPayload): Incoming {

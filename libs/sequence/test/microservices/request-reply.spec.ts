@@ -49,6 +49,12 @@ class Answers {
     events++;
   }
 
+  @MessagePattern('rr.thrown-text')
+  thrownText() {
+    // eslint-disable-next-line @typescript-eslint/only-throw-error -- what some code throws
+    throw 'quote service down';
+  }
+
   @MessagePattern('rr.slow')
   async slow() {
     await new Promise<void>((resolve) => (release = resolve));
@@ -124,6 +130,13 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
     });
     await transport.whenIdle();
     expect(transport.take(transport.deadLetterChannel('rr.failing'))).toHaveLength(0);
+  });
+
+  it('errors send() with a thrown text as it is', async () => {
+    await expect(ask('rr.thrown-text', {})).rejects.toEqual({
+      status: 'error',
+      message: 'quote service down',
+    });
   });
 
   it('errors send() when a guard refuses the request', async () => {
