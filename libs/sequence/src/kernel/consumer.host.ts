@@ -139,9 +139,10 @@ export class ConsumerHost {
     // The drain waits for `pending`; a message that goes back meanwhile waits for the close.
     return pending.then(
       (disposition) => {
+        if (!this.closing) return disposition;
         const settled = toDisposition(disposition);
         const goesBack = settled.action === 'requeue' && !settled.delayMs;
-        return goesBack && this.closing ? this.closing.then(() => disposition) : disposition;
+        return goesBack ? this.closing.then(() => disposition) : disposition;
       },
       (error: unknown) => {
         // A handler that threw: the message goes back too.
