@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { ClaimTicketAudienceError } from './errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from './errors/claim-ticket-invalid.error';
 import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-keyring';
+import { strictUtf8 } from './unicode';
 
 /**
  * The claim ticket: what travels on the broker in place of a parked payload. DESIGN.md names the
@@ -282,10 +283,8 @@ export function parseTicketBody(body: Uint8Array): unknown {
       `the body is ${body.byteLength} bytes, over the ${MAX_TICKET_BODY_BYTES}-byte limit for tickets`,
     );
   }
-  let text: string;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
-  } catch {
+  const text = strictUtf8(body);
+  if (text === undefined) {
     throw new ClaimTicketInvalidError('malformed', 'the body is not valid UTF-8');
   }
   try {

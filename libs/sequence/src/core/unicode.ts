@@ -8,3 +8,24 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text);
 }
+
+// fatal: bytes that are not UTF-8 are refused, not each turned into U+FFFD (after which two
+// different byte strings could decode to one text). Stateless between decode() calls.
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });
+const STRICT_UTF8_KEEPING_BOM = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * `bytes` as text when they are valid UTF-8, else `undefined` (the caller says why it refuses
+ * them). A leading byte order mark is dropped, as `TextDecoder` does, unless `keepBom` (then it
+ * is the text's first character, U+FEFF).
+ */
+export function strictUtf8(
+  bytes: Uint8Array,
+  options: { readonly keepBom?: boolean } = {},
+): string | undefined {
+  try {
+    return (options.keepBom ? STRICT_UTF8_KEEPING_BOM : STRICT_UTF8).decode(bytes);
+  } catch {
+    return undefined;
+  }
+}

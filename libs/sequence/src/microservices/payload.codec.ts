@@ -3,6 +3,8 @@ import { isRecordSource, type RecordSource } from '../core/payload-source';
 import type { ClaimPublishOptions } from '../claim-check/claim-check.service';
 import type { HeaderMap } from '../core/headers';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
+import { errorMessage } from '../core/errors/caught';
+import { strictUtf8 } from '../core/unicode';
 import { SequenceRecord } from './sequence.record';
 
 export const JSON_CONTENT_TYPE = 'application/json';
@@ -37,8 +39,6 @@ export function isJson(contentType: string | undefined): boolean {
   return type === JSON_CONTENT_TYPE || (type.startsWith('application/') && type.endsWith('+json'));
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
 /**
  * The `@Payload()` value of a message: JSON parsed into a value, anything else a Buffer, or a
  * stream above `streamAboveBytes`.
@@ -58,10 +58,8 @@ export async function decodePayload(
       );
     }
     const bytes = await payload.buffer();
-    let text: string;
-    try {
-      text = utf8.decode(bytes);
-    } catch {
+    const text = strictUtf8(bytes);
+    if (text === undefined) {
       throw new MessageRefusedError('undecodable', 'the JSON payload is not valid UTF-8');
     }
     try {
@@ -69,7 +67,7 @@ export async function decodePayload(
     } catch (error) {
       throw new MessageRefusedError(
         'undecodable',
-        `the payload is not valid JSON: ${(error as Error).message}`,
+        `the payload is not valid JSON: ${errorMessage(error)}`,
       );
     }
   }

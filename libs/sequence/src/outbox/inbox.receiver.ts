@@ -1,7 +1,8 @@
 import type { Logger } from '@nestjs/common';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { deathReason } from '../core/errors/rejection-code';
-import { hasLoneSurrogate } from '../core/unicode';
+import { errorMessage } from '../core/errors/caught';
+import { hasLoneSurrogate, strictUtf8 } from '../core/unicode';
 import { inboxOf, type InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
 import type { BoxLifecycle } from './outbox.events';
@@ -57,7 +58,7 @@ export class InboxReceiver {
         const kind = kindOf(message) ?? 'event';
         this.metrics.receivedOne(inboxOf(kind), 'invalid');
       }
-      const reason = deathReason(code, (error as Error).message);
+      const reason = deathReason(code, errorMessage(error));
       this.logger.warn(`dead-lettering a message from ${message.channel}: ${reason}`);
       return { action: 'dead-letter', reason };
     }
@@ -69,7 +70,7 @@ export class InboxReceiver {
       if (result === 'added') this.onAdded(record.kind);
       return { action: 'ack' };
     } catch (error) {
-      const problem = (error as Error).message;
+      const problem = errorMessage(error);
       if (requeueCount(message.headers) >= MAX_STORE_REQUEUES) {
         // An outage this long, or an error no retry will fix (a value the database refuses):
         // out of the way, with the reason, rather than back every second forever.
@@ -96,12 +97,10 @@ export class InboxReceiver {
         `${MESSAGE_KIND_HEADER} must be "event" or "command" (and the body the message as JSON)`,
       ]);
     }
-    let body: string;
-    try {
-      body = UTF8.decode(message.body);
-    } catch {
-      // Decoded leniently, bytes that are not UTF-8 would become U+FFFD: two ids differing in
-      // them would be one, and the second message a "duplicate".
+    // Decoded leniently, bytes that are not UTF-8 would become U+FFFD: two ids differing in
+    // them would be one, and the second message a "duplicate".
+    const body = strictUtf8(message.body);
+    if (body === undefined) {
       throw new InvalidOutboxMessageError(kind, ['the body is not UTF-8 (JSON on the wire is)']);
     }
     const parsed = parseMessage(kind, body);
@@ -125,9 +124,6 @@ export class InboxReceiver {
     };
   }
 }
-
-/** Refuses bytes that are not UTF-8 rather than replacing them. */
-const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
 class NoInboxHandler extends Error {
   constructor(kind: MessageKind, type: string, channel: string) {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ValidationError } from 'class-validator';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
+import { errorMessage } from '../core/errors/caught';
 import { hasLoneSurrogate } from '../core/unicode';
 import type { MessageKind, NewBoxRecord } from '../ports/outbox-store.port';
 import {
@@ -48,7 +49,7 @@ function asJson(payload: unknown): { value?: unknown; problems: string[] } {
     if (text === 'null') return { problems: ['payload must not serialize to null'] };
     return { value: JSON.parse(text) as unknown, problems: [] };
   } catch (error) {
-    return { problems: [`payload is not JSON-serializable (${(error as Error).message})`] };
+    return { problems: [`payload is not JSON-serializable (${errorMessage(error)})`] };
   }
 }
 
@@ -254,7 +255,7 @@ export function parseMessage(kind: MessageKind, body: string): OutboxEvent | Out
   try {
     plain = JSON.parse(body);
   } catch (error) {
-    throw new InvalidOutboxMessageError(kind, [`body is not JSON (${(error as Error).message})`]);
+    throw new InvalidOutboxMessageError(kind, [`body is not JSON (${errorMessage(error)})`]);
   }
   return kind === 'event'
     ? validated('event', OutboxEvent, plain)

@@ -7,6 +7,7 @@ import {
 import type { ResequencerField } from '../options/resequencer.options';
 
 import { errorMessage } from '../core/errors/caught';
+import { strictUtf8 } from '../core/unicode';
 
 /** An event's key and sequence number, or why they could not be read. */
 export type EventPosition =
@@ -57,19 +58,13 @@ export function positionOf(
   return { ok: true, key: keyValue, seq: seqValue };
 }
 
-// ignoreBOM: a leading U+FEFF is part of the key (else BOM + 'T1' and 'T1' would be one key).
-const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-
 /**
  * Bytes as text when they are valid UTF-8; else the bytes themselves (refused as a key): a lenient
- * decoding would turn every invalid sequence into U+FFFD, and two keys into one.
+ * decoding would turn every invalid sequence into U+FFFD, and two keys into one. A leading U+FEFF
+ * is part of the key (else BOM + 'T1' and 'T1' would be one key).
  */
 function utf8(bytes: Buffer): string | Buffer {
-  try {
-    return STRICT_UTF8.decode(bytes);
-  } catch {
-    return bytes;
-  }
+  return strictUtf8(bytes, { keepBom: true }) ?? bytes;
 }
 
 function show(value: unknown): string {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname, join } from 'node:path';
+import { errorMessage } from '../../core/errors/caught';
 
 /**
  * Where the page's files are: next to this module, in the sources (ts-node, jest) as in the build
@@ -64,7 +65,7 @@ export function loadConsoleFiles(
     names = readdirSync(directory);
   } catch (error) {
     throw new Error(
-      `the operator console's page is not in ${directory} (${(error as Error).message}): a build ` +
+      `the operator console's page is not in ${directory} (${errorMessage(error)}): a build ` +
         `must copy admin/console/page/*.{html,css,js,svg} next to the compiled admin module, as ` +
         `nest-cli.json's assets do`,
     );

@@ -11,7 +11,7 @@
 import { newClient } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
 import { assertTablePrefix, outboxMigrations } from './postgres-outbox.sql';
-import { textOf } from '../../../core/errors/caught';
+import { errorMessage, textOf } from '../../../core/errors/caught';
 
 const USAGE =
   'usage: nest-sequence-outbox-migrate --database-url <postgres://...> [--table-prefix <prefix>]\n' +
@@ -44,7 +44,7 @@ export function parseArguments(
   try {
     assertTablePrefix(tablePrefix, '--table-prefix');
   } catch (error) {
-    return { error: (error as Error).message };
+    return { error: errorMessage(error) };
   }
   return { databaseUrl, tablePrefix };
 }

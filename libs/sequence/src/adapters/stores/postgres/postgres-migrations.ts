@@ -1,5 +1,6 @@
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { MAX_TIMER_MS } from '../../../core/async';
+import { errorMessage } from '../../../core/errors/caught';
 import { PostgresOutboxError } from './postgres-outbox.error';
 import { checkOut, isConnectionError } from './postgres-client';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
@@ -72,7 +73,7 @@ async function applyMigrations(
       throw new PostgresOutboxError(
         'migrate',
         `migration ${migration.name} (table prefix ${JSON.stringify(tablePrefix)}) failed and ` +
-          `was rolled back: ${(error as Error).message}`,
+          `was rolled back: ${errorMessage(error)}`,
         { cause: error },
       );
     }

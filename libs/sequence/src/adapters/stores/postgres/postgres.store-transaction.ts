@@ -3,6 +3,7 @@ import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
+import { errorMessage } from '../../../core/errors/caught';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import { checkOut, isConnectionError } from './postgres-client';
 import { failedStepOf, runPipeline, type PipelineStep } from './postgres-pipeline';
@@ -207,7 +208,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
       throw new PostgresOutboxError(
         'savepoint',
         `the work inside savepoint ${name} left the transaction aborted (a failed statement ` +
-          `whose error was caught), so what it wrote was rolled back: ${(error as Error).message}`,
+          `whose error was caught), so what it wrote was rolled back: ${errorMessage(error)}`,
       );
     }
     return result;

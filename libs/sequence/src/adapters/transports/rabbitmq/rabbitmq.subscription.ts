@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import type { Channel, ConsumeMessage } from 'amqplib';
 import { withTimeout } from '../../../core/async';
 import { SubscribeError } from '../../../core/errors/subscribe.error';
+import { errorMessage } from '../../../core/errors/caught';
 import { SequenceHeader } from '../../../core/headers';
 import {
   deadLetterHeaders,
@@ -434,7 +435,7 @@ export class RabbitMqSubscription implements Subscription {
     } catch (error) {
       this.settings.logger.warn(
         `could not requeue a message of ${delivery.source.queue} behind the queued ones: ` +
-          `${(error as Error).message}; returning it to the head of the queue in ` +
+          `${errorMessage(error)}; returning it to the head of the queue in ` +
           `${FAILED_FORWARD_PAUSE_MS} ms instead`,
       );
       this.requeueAfterPause(delivery);
@@ -467,7 +468,7 @@ export class RabbitMqSubscription implements Subscription {
     } catch (error) {
       this.settings.logger.warn(
         `could not dead-letter a message of ${this.channel} to ${deadLetterChannel} ` +
-          `(${reason}): ${(error as Error).message}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
+          `(${reason}): ${errorMessage(error)}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
       );
       this.requeueAfterPause(delivery);
     }

@@ -321,9 +321,7 @@ export class RabbitMqTransport implements Transport {
       Promise.all([...this.subscriptions].map((subscription) => subscription.close())),
       timeoutMs,
       () => new Error(`subscriptions still closing after ${timeoutMs} ms; not awaited`),
-    ).catch((error: unknown) =>
-      this.logger.warn(`closing the transport: ${(error as Error).message}`),
-    );
+    ).catch((error: unknown) => this.logger.warn(`closing the transport: ${errorMessage(error)}`));
     this.topology.dispose();
     this.unlisten();
     await this.publisherChannel?.close().catch(() => undefined);
