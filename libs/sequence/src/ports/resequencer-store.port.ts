@@ -170,6 +170,14 @@ export interface OpenGap {
   readonly alerted: boolean;
 }
 
+/**
+ * An open gap whose key is close to its retention (see `listExpiringGaps`): `changedAt` is the
+ * key's last change as the store recorded it, for `resolveGap`'s `unchangedSince`.
+ */
+export interface ExpiringGap extends OpenGap {
+  readonly changedAt: number;
+}
+
 export type GapPolicy = 'alert' | 'skip' | 'dead-letter';
 
 /** A scope's open gaps at a glance, as `gapStats` reads them for gauges and health checks. */
@@ -178,6 +186,17 @@ export interface GapStats {
   readonly openGaps: number;
   /** How long the oldest of them has been open at `now`, in ms (>= 0); absent when none is. */
   readonly oldestGapAgeMs?: number;
+}
+
+/** `resolveGap`'s conditions: the gap opened at or before `openedBefore`; the time is `now`. */
+export interface GapResolveContext {
+  readonly openedBefore: number;
+  readonly now: number;
+  /**
+   * When given, the gap is resolved only if its key has not changed since (its last change, as
+   * `ExpiringGap.changedAt` reports it, is at or before this).
+   */
+  readonly unchangedSince?: number;
 }
 
 /**
@@ -238,6 +257,8 @@ export interface ResequencerKeyState {
  *     moves `next` past the highest of them.
  * - Every record expires after `retentionMs` without activity (the adapter's option), so
  *   abandoned keys cannot leak memory; a key accepted again after that starts from `start`.
+ *   `listExpiringGaps` names the keys holding buffered events in the last tenth of that time, so
+ *   that their events are dead-lettered rather than deleted.
  */
 export interface ResequencerStore {
   /** Short name for logs and health checks (`memory`, `redis`). */
@@ -271,8 +292,15 @@ export interface ResequencerStore {
   resolveGap(
     key: ResequencerKey,
     policy: GapPolicy,
-    context: { readonly openedBefore: number; readonly now: number },
+    context: GapResolveContext,
   ): Promise<GapResolution>;
+  /**
+   * Up to `limit` open gaps of `scope`, alerted or not, whose key has not changed for nine tenths
+   * of the store's retention at `now` (and has not expired yet), least recently changed first:
+   * what retention would soon delete with the events held behind the gap. The sweeper
+   * dead-letters them (`resolveGap` with `'dead-letter'` and `unchangedSince`) instead.
+   */
+  listExpiringGaps(scope: string, now: number, limit: number): Promise<ExpiringGap[]>;
   /**
    * Up to `limit` keys of `scope` whose hand-off list holds items a gap resolution appended and
    * has not been settled since `idleSince`, oldest first: the sweeper drains them, since no

@@ -200,9 +200,14 @@ export class HandOffDeliverer {
           this.deliverEvent(key, item.entry, guard),
         );
       case 'dead-letter': {
+        // Under any other policy, only the sweep of keys close to retention moves events out.
+        const why =
+          definition.gap.policy === 'dead-letter'
+            ? `past gap.timeoutMs (${definition.gap.timeoutMs} ms)`
+            : "with no change to the key for nine tenths of the store's retention";
         const detail =
           `key ${key}: event ${item.entry.seq} was buffered while ${item.expected} stayed missing ` +
-          `past gap.timeoutMs (${definition.gap.timeoutMs} ms); moved out unreleased`;
+          `${why}; moved out unreleased`;
         const ok = await this.deadLetter(
           key,
           item.entry,

@@ -55,12 +55,12 @@ export class ResequencerLifecycle {
    * After the sweep resolved `gap` with `policy` (`appended`: hand-off items it queued) on its
    * clock reading `now`.
    */
-  resolved(gap: OpenGap, policy: GapPolicy, appended: number, timeoutMs: number, now: number) {
+  resolved(gap: OpenGap, policy: GapPolicy, appended: number, why: string, now: number) {
     if (policy !== 'alert') this.openedAt.delete(gap.key);
     if (!this.events.listening || policy === 'alert') return;
     const at = Date.now();
     const waitedMs = Math.max(0, now - gap.gapSince);
-    const reason = `${gap.expected} missing past gap.timeoutMs (${timeoutMs} ms)`;
+    const reason = `${gap.expected} missing ${why}`;
     const common = { at, channel: this.channel, resequencer: this.resequencer, key: gap.key };
     if (policy === 'skip') {
       this.events.emit(() => ({

@@ -328,10 +328,12 @@ export class Resequencer {
         now: clock(),
       });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
-      this.lifecycle.resolved(gap, policy, resolution.appended, timeoutMs, clock());
+      const why = `past gap.timeoutMs (${timeoutMs} ms)`;
+      this.lifecycle.resolved(gap, policy, resolution.appended, why, clock());
       gapsResolved++;
       await this.drainQuietly(gap.key);
     }
+    gapsResolved += await this.rescueExpiring(now, clock, stopping);
     const stalled = await store.listStalledHandOffs(this.name, now - leaseMs, batchSize);
     let stalledDrained = 0;
     for (const key of stalled) {
@@ -345,6 +347,55 @@ export class Resequencer {
       logger.warn(`${this.name}: could not read the buffered totals: ${errorMessage(error)}`);
     }
     return { gapsResolved, stalledDrained };
+  }
+
+  /**
+   * Keys that retention would soon delete with the events held behind their gap (an alerted gap
+   * nobody resolved, a timeout longer than the retention): their events are dead-lettered
+   * instead, unless the key changed since it was listed. A failure is logged: the rest of the
+   * sweep (stalled hand-offs) still runs.
+   */
+  private async rescueExpiring(
+    now: number,
+    clock: () => number,
+    stopping: () => boolean,
+  ): Promise<number> {
+    const { store, options, logger } = this.deps;
+    let rescued = 0;
+    try {
+      const listed = await store.listExpiringGaps(
+        this.name,
+        now,
+        options.tuning.sweepers.gaps.batchSize,
+      );
+      for (const gap of listed) {
+        if (stopping()) break;
+        const at = clock();
+        // openedBefore on the caller's clock, like every time passed in; the listing's
+        // changedAt is the store's own record of the key's last change.
+        const resolution = await store.resolveGap(this.ref(gap.key), 'dead-letter', {
+          openedBefore: at,
+          now: at,
+          unchangedSince: gap.changedAt,
+        });
+        if (resolution.kind === 'none') continue;
+        logger.warn(
+          `${this.name}: key ${gap.key} held ${gap.buffered} event(s) behind its gap ` +
+            `(${gap.expected} missing) with no change for nine tenths of the store's retention: ` +
+            'dead-lettered them before retention would delete them',
+        );
+        const why = "with no change to the key for nine tenths of the store's retention";
+        this.lifecycle.resolved(gap, 'dead-letter', resolution.appended, why, clock());
+        rescued++;
+        await this.drainQuietly(gap.key);
+      }
+    } catch (error) {
+      logger.warn(
+        `${this.name}: could not dead-letter the gaps close to retention; the next sweep ` +
+          `retries: ${errorMessage(error)}`,
+      );
+    }
+    return rescued;
   }
 
   /** What the buffers hold now against the scope-wide bounds (the gauges are set to it). */

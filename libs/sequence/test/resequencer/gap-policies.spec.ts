@@ -8,6 +8,8 @@ import {
 } from './resequencer-test-app';
 
 const TIMEOUT_MS = 10_000;
+/** The embedded store's retention (its default). */
+const RETENTION_MS = 604_800_000;
 const channel = 'transfers.status';
 const dlq = `${channel}.dlq`;
 
@@ -105,6 +107,33 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       await publishEvent(t.transport, channel, 'T1', 1);
       await eventually(() => t.handler.received.length === 3, 'the released run');
       expect(t.handler.of('T1')).toEqual([1, 2, 3]);
+    });
+
+    it("dead-letters what an alerted gap holds once its key has been idle for nine tenths of the store's retention", async () => {
+      await bufferBehindGap('T1', [2, 3]);
+      await t.sweeper.sweep(afterTimeout());
+      // The memory store's default retention is 7 days: nine tenths of it is the line.
+      const idle = RETENTION_MS - RETENTION_MS / 10;
+      await expect(t.sweeper.sweep(Date.now() + idle - 60_000)).resolves.toMatchObject({
+        gapsResolved: 0,
+      });
+      expect(await t.service.buffered(channel, 'T1')).toEqual([2, 3]);
+
+      await expect(t.sweeper.sweep(Date.now() + idle + 60_000)).resolves.toMatchObject({
+        gapsResolved: 1,
+      });
+      const records = t.transport.peek(dlq);
+      expect(reasons(records)).toEqual([
+        expect.stringMatching(/^resequencer-gap-alert: key T1 /),
+        expect.stringMatching(
+          /^resequencer-gap-dead-letter: key T1: event 2 was buffered while 1 stayed missing with no change to the key for nine tenths of the store's retention/,
+        ),
+        expect.stringMatching(/^resequencer-gap-dead-letter: key T1: event 3 /),
+      ]);
+      expect(records.slice(1).map((message) => message.body.toString())).toEqual(['T1#2', 'T1#3']);
+      expect(t.gaps.map((gap) => gap.type)).toEqual(['alert', 'dead-lettered', 'dead-lettered']);
+      expect(await t.service.inspect(channel, 'T1')).toMatchObject({ next: 4, buffered: [] });
+      expect(t.handler.received).toEqual([]);
     });
   });
 

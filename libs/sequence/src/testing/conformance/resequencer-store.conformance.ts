@@ -3,6 +3,7 @@ import type { ResequencerKey, ResequencerStore } from '../../ports/resequencer-s
 import { describeAcceptCases } from './resequencer-store/accept.cases';
 import { describeConcurrencyCases } from './resequencer-store/concurrency.cases';
 import { describeDrainCases } from './resequencer-store/drain.cases';
+import { describeExpiringGapCases } from './resequencer-store/expiring-gaps.cases';
 import { describeGapCases } from './resequencer-store/gaps.cases';
 import { describeGapStatsCases } from './resequencer-store/gap-stats.cases';
 import { describeHeldLimitCases } from './resequencer-store/held-limits.cases';
@@ -12,6 +13,9 @@ import {
   event,
   type ResequencerSuiteContext,
 } from './resequencer-store/resequencer-suite.context';
+
+/** What the bundled stores keep a key after its last change, unless told otherwise. */
+const DEFAULT_RETENTION_MS = 604_800_000;
 
 export interface ResequencerStoreHarness {
   /** A fresh, empty store (for a server-backed store: under a key prefix of its own). */
@@ -24,13 +28,16 @@ export interface ResequencerStoreHarness {
   peer(store: ResequencerStore): Promise<ResequencerStore>;
   /** Closes a store (created or peer) and cleans up; `store.close()` when absent. */
   close?(store: ResequencerStore): Promise<void>;
+  /** The `retentionMs` of the stores `create` makes. @default 604_800_000 (7 days) */
+  readonly retentionMs?: number;
 }
 
 /**
  * The {@link ResequencerStore} contract, run against every adapter. Each test has a scope of
  * its own and explicit `now` values near the real clock, so that adapters that also keep
  * server-side TTLs see realistic ones. Retention itself is adapter-specific (a server's TTL runs
- * on its own clock) and is tested by each adapter's spec.
+ * on its own clock) and is tested by each adapter's spec; `listExpiringGaps` is tested here, with
+ * times past `t0` by up to the harness's `retentionMs`.
  */
 export function describeResequencerStoreConformance(
   name: string,
@@ -50,6 +57,7 @@ export function describeResequencerStoreConformance(
         store,
         scope,
         t0: Date.now(),
+        retentionMs: harness.retentionMs ?? DEFAULT_RETENTION_MS,
         key: (key = 'order-1'): ResequencerKey => ({ scope, key }),
         peer: async () => {
           const other = await harness.peer(store);
@@ -76,6 +84,7 @@ export function describeResequencerStoreConformance(
     describeDrainCases(context);
     describeGapCases(context);
     describeGapStatsCases(context);
+    describeExpiringGapCases(context);
     describeHeldLimitCases(context);
     describeConcurrencyCases(context);
 
@@ -121,6 +130,21 @@ export function describeResequencerStoreConformance(
         ['an invalid key to inspect', () => store().inspect({ ...key(), key: '' }, 1)],
         ['gap stats of an empty scope', () => store().gapStats('', now())],
         ['gap stats at a time that is not a number', () => store().gapStats('s', Number.NaN)],
+        ['expiring gaps of an empty scope', () => store().listExpiringGaps('', now(), 10)],
+        ['expiring gaps with a limit of 0', () => store().listExpiringGaps('s', now(), 0)],
+        [
+          'expiring gaps at a time that is not a number',
+          () => store().listExpiringGaps('s', Number.NaN, 10),
+        ],
+        [
+          'a gap resolution with an unchangedSince that is not a number',
+          () =>
+            store().resolveGap(key(), 'dead-letter', {
+              openedBefore: now(),
+              now: now(),
+              unchangedSince: Number.NaN,
+            }),
+        ],
       ])('rejects %s with a RangeError', async (_case, call) => {
         await expect(call()).rejects.toThrow(RangeError);
       });

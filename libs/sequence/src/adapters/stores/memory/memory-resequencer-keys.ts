@@ -94,6 +94,16 @@ export class MemoryResequencerKeys {
     return this.scopes.get(scope)?.keys ?? new Map<string, ResequencerKeyRecord>();
   }
 
+  /**
+   * The scope's live records in the last tenth of their retention at `now` (no write for nine
+   * tenths of it), least recently written first.
+   */
+  expiring(scope: string, now: number): Array<[string, ResequencerKeyRecord]> {
+    this.advance(now);
+    const idleSince = now - this.retentionMs + Math.floor(this.retentionMs / 10);
+    return [...this.live(scope)].filter(([, record]) => record.lastWriteAt <= idleSince);
+  }
+
   clear(): void {
     this.scopes.clear();
   }

@@ -6,8 +6,10 @@ import {
   type DrainClaim,
   type DrainContext,
   type DrainSettlement,
+  type ExpiringGap,
   type GapPolicy,
   type GapResolution,
+  type GapResolveContext,
   type GapStats,
   type HandOffItem,
   type OpenGap,
@@ -220,14 +222,19 @@ export class MemoryResequencerStore implements ResequencerStore {
       )
       .sort(byTimeThenKey((record) => record.gapSince!))
       .slice(0, limit)
-      .map(([key, record]) => ({
-        key,
-        expected: record.next,
-        buffered: record.buffer.size,
-        lowest: lowestBuffered(record),
-        gapSince: record.gapSince!,
-        alerted: record.alerted,
-      }));
+      .map(([key, record]) => openGap(key, record));
+  }
+
+  async listExpiringGaps(scope: string, now: number, limit: number): Promise<ExpiringGap[]> {
+    assertScope(scope);
+    assertTime('now', now);
+    assertPositiveInteger('limit', limit);
+    return this.keys
+      .expiring(scope, now)
+      .filter(([, record]) => record.gapSince !== undefined)
+      .sort(byTimeThenKey((record) => record.lastWriteAt))
+      .slice(0, limit)
+      .map(([key, record]) => ({ ...openGap(key, record), changedAt: record.lastWriteAt }));
   }
 
   async gapStats(scope: string, now: number): Promise<GapStats> {
@@ -248,14 +255,19 @@ export class MemoryResequencerStore implements ResequencerStore {
   async resolveGap(
     key: ResequencerKey,
     policy: GapPolicy,
-    context: { readonly openedBefore: number; readonly now: number },
+    context: GapResolveContext,
   ): Promise<GapResolution> {
     assertResequencerArguments(key);
     assertGapPolicy(policy);
     assertTime('openedBefore', context.openedBefore);
-    const { now } = context;
+    const { now, unchangedSince } = context;
+    if (unchangedSince !== undefined) assertTime('unchangedSince', unchangedSince);
     const record = this.keys.find(key, now);
-    if (record?.gapSince === undefined || record.gapSince > context.openedBefore) {
+    if (
+      record?.gapSince === undefined ||
+      record.gapSince > context.openedBefore ||
+      (unchangedSince !== undefined && record.lastWriteAt > unchangedSince)
+    ) {
       return { kind: 'none' };
     }
     const before = record.buffer.size;
@@ -345,6 +357,18 @@ export class MemoryResequencerStore implements ResequencerStore {
   async close(): Promise<void> {
     this.keys.clear();
   }
+}
+
+/** A key waiting on a gap, as the listings report it. */
+function openGap(key: string, record: ResequencerKeyRecord): OpenGap {
+  return {
+    key,
+    expected: record.next,
+    buffered: record.buffer.size,
+    lowest: lowestBuffered(record),
+    gapSince: record.gapSince!,
+    alerted: record.alerted,
+  };
 }
 
 /** Oldest first; keys break ties, so that listings are stable. */

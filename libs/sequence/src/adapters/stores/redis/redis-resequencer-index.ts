@@ -1,6 +1,7 @@
-import type { GapStats, OpenGap } from '../../../ports/resequencer-store.port';
+import type { ExpiringGap, GapStats, OpenGap } from '../../../ports/resequencer-store.port';
 import { indexKeyList, type RedisResequencerKeys } from './redis-resequencer-keys';
 import {
+  interpretExpiringGaps,
   interpretGaps,
   scopeTotals,
   type IndexRecord,
@@ -153,6 +154,16 @@ export class RedisResequencerIndex {
       [this.clock.stamp(openedBefore), limit, includeAlerted ? 1 : 0],
     );
     return interpretGaps(reply, { operation: 'listGaps', scope });
+  }
+
+  /** The scope's open gaps whose key is in the last tenth of its retention at `now`. */
+  async expiring(scope: string, now: number, limit: number): Promise<ExpiringGap[]> {
+    const keys = this.names.index(scope);
+    const reply = await this.scripts['rsq-expiring'](
+      [keys.gaps, keys.records, keys.activity],
+      [this.clock.stamp(now), this.retentionMs, limit],
+    );
+    return interpretExpiringGaps(reply, { operation: 'listExpiringGaps', scope });
   }
 
   /** The scope's open gaps and the oldest one's age at `now`, after pruning expired records. */

@@ -2,6 +2,7 @@ import type {
   AcceptOutcome,
   DrainClaim,
   DrainSettlement,
+  ExpiringGap,
   GapPolicy,
   GapResolution,
   HandOffItem,
@@ -279,23 +280,48 @@ export function interpretGaps(raw: unknown, source: ReplySource): OpenGap[] {
   if (!Array.isArray(raw) || raw.length % 4 !== 0) throw unexpected(source, raw);
   const gaps: OpenGap[] = [];
   for (let i = 0; i < raw.length; i += 4) {
-    const [key, gapSince, record, alerted] = raw.slice(i, i + 4) as unknown[];
-    if (record === null) continue;
-    const fields = typeof record === 'string' ? record.split(':').map(Number) : [];
-    const since = Number(gapSince);
-    if (
-      typeof key !== 'string' ||
-      !Number.isSafeInteger(since) ||
-      (fields.length !== 4 && fields.length !== 5) ||
-      !fields.every(Number.isSafeInteger) ||
-      (alerted !== 0 && alerted !== 1)
-    ) {
-      throw unexpected(source, raw);
-    }
-    const [, buffered, expected, lowest] = fields;
-    gaps.push({ key, expected, buffered, lowest, gapSince: since, alerted: alerted === 1 });
+    const gap = openGapOf(raw.slice(i, i + 4) as unknown[], source, raw);
+    if (gap) gaps.push(gap);
   }
   return gaps;
+}
+
+/**
+ * rsq-expiring's reply: per key, rsq-gaps' four fields and the key's last change. A key whose
+ * record is gone is left out.
+ */
+export function interpretExpiringGaps(raw: unknown, source: ReplySource): ExpiringGap[] {
+  if (!Array.isArray(raw) || raw.length % 5 !== 0) throw unexpected(source, raw);
+  const gaps: ExpiringGap[] = [];
+  for (let i = 0; i < raw.length; i += 5) {
+    const gap = openGapOf(raw.slice(i, i + 4) as unknown[], source, raw);
+    const changedAt = Number(raw[i + 4]);
+    if (!Number.isSafeInteger(changedAt)) throw unexpected(source, raw);
+    if (gap) gaps.push({ ...gap, changedAt });
+  }
+  return gaps;
+}
+
+/** One listed gap: key, gapSince, index record (null: gone), alerted (1 | 0). */
+function openGapOf(
+  [key, gapSince, record, alerted]: unknown[],
+  source: ReplySource,
+  raw: unknown,
+): OpenGap | undefined {
+  if (record === null) return undefined;
+  const fields = typeof record === 'string' ? record.split(':').map(Number) : [];
+  const since = Number(gapSince);
+  if (
+    typeof key !== 'string' ||
+    !Number.isSafeInteger(since) ||
+    (fields.length !== 4 && fields.length !== 5) ||
+    !fields.every(Number.isSafeInteger) ||
+    (alerted !== 0 && alerted !== 1)
+  ) {
+    throw unexpected(source, raw);
+  }
+  const [, buffered, expected, lowest] = fields;
+  return { key, expected, buffered, lowest, gapSince: since, alerted: alerted === 1 };
 }
 
 /** A stored item, decoded; a corrupt one raises the store's error (and stays in Redis). */

@@ -39,6 +39,7 @@ export type ScriptName =
   | 'rsq-resolve-ix'
   | 'rsq-inspect'
   | 'rsq-gaps'
+  | 'rsq-expiring'
   | 'rsq-gap-stats'
   | 'rsq-index'
   | 'rsq-prune';
@@ -129,6 +130,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-resolve-ix',
   'rsq-inspect',
   'rsq-gaps',
+  'rsq-expiring',
   'rsq-index',
   'rsq-prune',
   'rsq-gap-stats',

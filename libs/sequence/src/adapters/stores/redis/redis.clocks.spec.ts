@@ -210,6 +210,31 @@ describeWithServer('redis', 'Redis stores with a skewed clock (Redis at REDIS_UR
         await early.resolveGap(key, 'skip', { openedBefore, now: ahead() + 1_000 }),
       ).toMatchObject({ kind: 'resolved' });
     });
+
+    it.each([
+      ['ahead', ahead],
+      ['behind', behind],
+    ])(
+      'an instance whose clock runs %s dead-letters a key close to retention as the sweeper asks',
+      async (_case, clock) => {
+        const onTime = instance(Date.now);
+        const skewed = instance(clock);
+        await onTime.accept(key, entry(3), { start: 1, limits, now: Date.now() });
+        // Nine tenths of the default retention (7 days) later, on the skewed machine's clock.
+        const now = clock() + 604_800_000 - 60_480_000 + 1_000;
+
+        const [gap] = await skewed.listExpiringGaps(key.scope, now, 10);
+        expect(gap).toMatchObject({ key: key.key, expected: 1, lowest: 3 });
+        // As Resequencer.sweep calls it: times on its own clock, changedAt as listed.
+        await expect(
+          skewed.resolveGap(key, 'dead-letter', {
+            openedBefore: now,
+            now,
+            unchangedSince: gap.changedAt,
+          }),
+        ).resolves.toEqual({ kind: 'resolved', policy: 'dead-letter', appended: 1 });
+      },
+    );
   });
 
   describe('RedisClaimLedger', () => {

@@ -416,6 +416,53 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       ).resolves.toEqual({ kind: 'full', next: 1, limit: 'maxBufferedTotal' });
     });
 
+    describe('gaps close to retention', () => {
+      const IDLE_MS = RETENTION_MS - RETENTION_MS / 10;
+
+      it('finds an idle key behind a thousand keys whose older gaps still change', async () => {
+        const roomy = { maxBufferedTotal: 10_000 };
+        for (let i = 0; i < 1_000; i++) {
+          await store.accept({ ...key, key: `busy-${i}` }, entry(3), at(t0, roomy));
+        }
+        await store.accept({ ...key, key: 'idle' }, entry(3), at(t0 + 1, roomy));
+        for (let i = 0; i < 1_000; i++) {
+          const accepted = store.accept(
+            { ...key, key: `busy-${i}` },
+            entry(4),
+            at(t0 + IDLE_MS, roomy),
+          );
+          await expect(accepted).resolves.toMatchObject({ kind: 'buffered' });
+        }
+
+        const gaps = await store.listExpiringGaps(key.scope, t0 + 1 + IDLE_MS, 10);
+        expect(gaps.map((gap) => gap.key)).toEqual(['idle']);
+      });
+
+      it('lists a key anew once a settle moved it after its last index step, and resolves it then', async () => {
+        await store.accept(key, entry(1), at(t0));
+        await store.accept(key, entry(3), at(t0 + 1));
+        await store.claimDrain(key, { ...DRAIN, now: t0 + 2 });
+        await store.settleDrain(key, 1, { ...DRAIN, now: t0 + 2 });
+        const now = t0 + 2 + IDLE_MS;
+
+        // The settle changed the key's state without an index step: the listing is stale and
+        // the resolution refused, which brings the index up to date.
+        const [stale] = await store.listExpiringGaps(key.scope, now, 10);
+        expect(stale.changedAt).toBe(t0 + 1);
+        const refused = { openedBefore: now, now, unchangedSince: stale.changedAt };
+        await expect(store.resolveGap(key, 'dead-letter', refused)).resolves.toEqual({
+          kind: 'none',
+        });
+        const [fresh] = await store.listExpiringGaps(key.scope, now, 10);
+        expect(fresh.changedAt).toBe(t0 + 2);
+        const resolved = { openedBefore: now, now, unchangedSince: fresh.changedAt };
+        await expect(store.resolveGap(key, 'dead-letter', resolved)).resolves.toMatchObject({
+          kind: 'resolved',
+          appended: 1,
+        });
+      });
+    });
+
     it('lets refusals that arrive together share one prune, and each ask again with the total it left', async () => {
       for (const name of ['a', 'b', 'c']) {
         await store.accept({ ...key, key: name }, entry(2), at(t0, { maxBufferedTotal: 3 }));

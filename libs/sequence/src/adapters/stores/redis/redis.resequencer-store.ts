@@ -59,8 +59,10 @@ import {
   type DrainClaim,
   type DrainContext,
   type DrainSettlement,
+  type ExpiringGap,
   type GapPolicy,
   type GapResolution,
+  type GapResolveContext,
   type GapStats,
   type OpenGap,
   type ResequencedEntry,
@@ -383,6 +385,13 @@ export class RedisResequencerStore implements ResequencerStore {
     return this.index.gaps(scope, openedBefore, limit, includeAlerted);
   }
 
+  async listExpiringGaps(scope: string, now: number, limit: number): Promise<ExpiringGap[]> {
+    assertScope(scope);
+    assertTime('now', now);
+    assertPositiveInteger('limit', limit);
+    return this.index.expiring(scope, now, limit);
+  }
+
   async gapStats(scope: string, now: number): Promise<GapStats> {
     assertScope(scope);
     assertTime('now', now);
@@ -392,16 +401,20 @@ export class RedisResequencerStore implements ResequencerStore {
   async resolveGap(
     key: ResequencerKey,
     policy: GapPolicy,
-    context: { readonly openedBefore: number; readonly now: number },
+    context: GapResolveContext,
   ): Promise<GapResolution> {
     assertResequencerArguments(key);
     assertGapPolicy(policy);
     assertTime('openedBefore', context.openedBefore);
+    const { unchangedSince } = context;
+    if (unchangedSince !== undefined) assertTime('unchangedSince', unchangedSince);
     const reply = await this.perKey('rsq-resolve', key, context.now, [
       this.clock.stamp(context.now),
       policy,
       this.clock.stamp(context.openedBefore),
       this.retentionMs,
+      // As listExpiringGaps reported it: a stored time, not a caller's clock reading.
+      unchangedSince ?? '',
     ]);
     return this.indexed(
       key,

@@ -22,6 +22,8 @@ export interface ResequencerSuiteContext {
   readonly scope: string;
   /** `Date.now()` when the test started: every `now` of the test is relative to it. */
   readonly t0: number;
+  /** The retention of the store under test (ms): tests may pass times that far past `t0`. */
+  readonly retentionMs: number;
   /** The key `name` of this test's scope. */
   key(name?: string): ResequencerKey;
   /** Another instance over the store's shared state; closed after the test. */

@@ -3,11 +3,13 @@
 local function resolveStep()
   local now, policy, openedBefore = callerTime(ARGV[1]), ARGV[2], callerTime(ARGV[3])
   local retentionMs = tonumber(ARGV[4])
+  -- Compared with the stored `at` as it is: it was read from the index, on the stored clock.
+  local unchangedSince = tonumber(ARGV[5])
 
   local s = loadState(now, retentionMs)
   local size = rcall('ZCARD', bufferKey)
   if not s.next or size == 0 or not s.gapSince or s.gapSince > openedBefore or
-      (policy == 'alert' and s.alerted) then
+      (policy == 'alert' and s.alerted) or (unchangedSince and s.at > unchangedSince) then
     return {'none', indexRecord(s)}
   end
 

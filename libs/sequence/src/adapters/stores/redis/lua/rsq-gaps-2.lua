@@ -28,17 +28,6 @@ if ARGV[3] == '1' then
     scoreText(latest + ALERTED_GAP_OFFSET), 'WITHSCORES', 'LIMIT', 0, limit)
 end
 
--- Byte order, as Redis orders members of equal score (Lua's < on strings follows the locale).
-local function beforeKey(a, b)
-  for k = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, k), string.byte(b, k)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
 local reply, i, j, n = {}, 1, 1, 0
 while n < limit and (i <= #due or j <= #alerted) do
   local dueSince = due[i] and tonumber(due[i + 1])

@@ -7,6 +7,8 @@
 
   ARGV[1] now (ms)      ARGV[2] policy: 'alert' | 'skip' | 'dead-letter'
   ARGV[3] openedBefore (ms)                 ARGV[4] retention ms
+  ARGV[5] unchangedSince: '' for none, else the key's last change (its state's `at`, as
+          rsq-expiring reported it) must be at or before it
 
   Returns {code, record, ...} (record: see _resequencer):
     'none', record
