@@ -194,7 +194,9 @@ export class ClaimCheckReceiver {
         // The handling was recorded, but maybe not the delete after it (the reply to `complete`
         // lost, the process gone): deleting again is harmless, and the payload would otherwise
         // wait for its expiry.
-        if (consumer.deleteAfter === 'ack') await this.deleteConsumed(store, ticket, channel);
+        if (await this.consumedBy(ticket, key, holder, consumer)) {
+          await this.deleteConsumed(store, ticket, channel);
+        }
         return ACK;
       }
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
@@ -281,12 +283,39 @@ export class ClaimCheckReceiver {
       );
       return this.requeue('claim ledger unavailable');
     }
-    const retention = consumer.deleteAfter;
-    const deleteNow =
-      retention === 'ack' || (typeof retention === 'object' && groups >= retention.consumers);
     // Before the ack: safe, since a redelivery now finds the group done in the ledger.
-    if (deleteNow) await this.deleteConsumed(store, ticket, consumer.channel);
+    if (deletesAfter(consumer, groups)) await this.deleteConsumed(store, ticket, consumer.channel);
     return ACK;
+  }
+
+  /**
+   * For a duplicate of a ticket its group completed: whether the payload's consumers are all done
+   * with it (its retention says delete now). With `{ consumers }`, the group count is asked
+   * again (`complete` is idempotent): the reply to the completion that reached the count may
+   * have been lost. Unknown (the ledger failing) counts as not done: the sweeper deletes the
+   * payload at its expiry.
+   */
+  private async consumedBy(
+    ticket: ClaimTicket,
+    key: ClaimKey,
+    holder: string,
+    consumer: ClaimCheckConsumer,
+  ): Promise<boolean> {
+    const retention = consumer.deleteAfter;
+    if (retention === 'ack') return true;
+    if (typeof retention !== 'object') return false;
+    try {
+      const now = Date.now();
+      const retainUntil = Math.max(ticket.expiresAt, now + 1);
+      const { groups } = await this.stores.ledger.complete(key, holder, retainUntil, now);
+      return deletesAfter(consumer, groups);
+    } catch (error) {
+      this.logger.warn(
+        `${consumer.channel}: could not count the channels done with ${key.ticket}; its payload ` +
+          `stays until the sweeper deletes it at its expiry: ${errorMessage(error)}`,
+      );
+      return false;
+    }
   }
 
   /** Deletes a payload its consumers are done with; a failure is left to the sweeper. */
@@ -395,4 +424,10 @@ export class ClaimCheckReceiver {
   private requeue(reason: string): Disposition {
     return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
+}
+
+/** Whether a consumer's retention deletes the payload once `groups` channels completed it. */
+function deletesAfter(consumer: ClaimCheckConsumer, groups: number): boolean {
+  const retention = consumer.deleteAfter;
+  return retention === 'ack' || (typeof retention === 'object' && groups >= retention.consumers);
 }

@@ -15,6 +15,23 @@ import {
  * succeeded, `'ttl'` leaves it to the sweeper at its expiry, `{ consumers: N }` deletes it once N
  * distinct channels handled it; a payload whose handler kept failing is kept until it expires.
  */
+/** A ledger whose `complete` call number `lostAt` is recorded, and then answers with an error. */
+class LostReply extends MemoryClaimLedger {
+  private completes = 0;
+
+  constructor(private readonly lostAt: number) {
+    super();
+  }
+
+  override async complete(...args: Parameters<MemoryClaimLedger['complete']>) {
+    const result = await super.complete(...args);
+    if (++this.completes === this.lostAt) {
+      throw new Error('the reply was lost (injected by the test)');
+    }
+    return result;
+  }
+}
+
 describe('claim check: retention', () => {
   let t: ClaimCheckTestApp;
   afterEach(() => t.close());
@@ -24,18 +41,9 @@ describe('claim check: retention', () => {
 
   describe("deleteAfter: 'ack'", () => {
     it('deletes the payload when a redelivery finds its handling recorded but the reply to that record was lost', async () => {
-      /** A ledger whose first `complete` is recorded, and then answers with an error. */
-      class LostReply extends MemoryClaimLedger {
-        lost = 1;
-        override async complete(...args: Parameters<MemoryClaimLedger['complete']>) {
-          const result = await super.complete(...args);
-          if (this.lost-- > 0) throw new Error('the reply was lost (injected by the test)');
-          return result;
-        }
-      }
       t = await createClaimCheckTestApp({
         handlers: [{ channel: 'cc.ack', deleteAfter: 'ack' }],
-        claimCheck: { ledger: new LostReply() },
+        claimCheck: { ledger: new LostReply(1) },
       });
       const ticket = await t.claimCheck.checkIn(bytes(2_000, 9), { audience: t.channel });
 
@@ -142,6 +150,30 @@ describe('claim check: retention', () => {
       await publishTicket(t.transport, 'cc.audit', ticket);
       await t.transport.whenIdle();
       expect(t.handlerOn('cc.audit').deliveries[0].bytes.equals(payload)).toBe(true);
+      expect(await t.store.head(ticket.ref)).toBeUndefined();
+      expect(await deletedAs('consumed')).toBe(1);
+    });
+
+    it('deletes the payload when the reply to the second completion was lost', async () => {
+      t = await createClaimCheckTestApp({
+        handlers: [
+          { channel: 'cc.billing', deleteAfter: { consumers: 2 } },
+          { channel: 'cc.audit', deleteAfter: { consumers: 2 } },
+        ],
+        claimCheck: { ledger: new LostReply(2) },
+      });
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 1), {
+        audience: ['cc.billing', 'cc.audit'],
+      });
+
+      await publishTicket(t.transport, 'cc.billing', ticket);
+      await t.transport.whenIdle();
+      await publishTicket(t.transport, 'cc.audit', ticket);
+      await t.transport.whenIdle();
+
+      // cc.audit's redelivery finds its completion recorded, and asks the count again.
+      expect(t.handlerOn('cc.billing').calls).toBe(1);
+      expect(t.handlerOn('cc.audit').calls).toBe(1);
       expect(await t.store.head(ticket.ref)).toBeUndefined();
       expect(await deletedAs('consumed')).toBe(1);
     });
