@@ -330,6 +330,10 @@ function checkCallOptions(where: string, options: ClaimPublishOptions, keys: Key
       problems.push(`${name} must be an integer ≥ ${min}, got ${String(value)}`);
     }
   };
+  const { mode } = options as { readonly mode?: unknown };
+  if (mode !== undefined && mode !== 'claim-check' && mode !== 'auto') {
+    problems.push(`mode must be 'claim-check' or 'auto', got ${JSON.stringify(mode)}`);
+  }
   integer('ttlMs', options.ttlMs, 1);
   if (options.ttlMs !== undefined && options.ttlMs > MAX_TTL_MS) {
     problems.push(`ttlMs must be at most ${MAX_TTL_MS} (100 years), got ${options.ttlMs}`);

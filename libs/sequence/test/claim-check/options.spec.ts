@@ -115,6 +115,11 @@ describe('claim check: options validation at boot', () => {
       await expect(t.claimCheck.checkIn(Buffer.alloc(10), { metadata })).rejects.toThrow(
         'metadata must be an object of strings',
       );
+      // A mode that is neither (a typo) is refused, not taken for 'claim-check'.
+      const mode = 'Auto' as unknown as 'auto';
+      await expect(
+        t.claimCheck.publish(DEFAULT_CHANNEL, Buffer.alloc(10), { mode }),
+      ).rejects.toThrow(`mode must be 'claim-check' or 'auto', got "Auto"`);
       expect(await filesUnder(t.root)).toEqual([]);
     } finally {
       await t.close();
