@@ -260,12 +260,15 @@ export class PayloadParking implements OnApplicationShutdown {
     for (let attempt = 1; attempt <= 3; attempt++) {
       try {
         if (!(await store.markPublished(ref))) {
-          // Swept as an orphan (or deleted) before its ticket's publish was confirmed: the ticket
-          // is out, and its consumers will find the payload gone (claim-check-not-found).
-          this.logger.error(
-            `${store.name}:${ref} was gone when its ticket had been published: its consumers ` +
-              'will dead-letter the ticket claim-check-not-found (was the payload deleted by ' +
-              'hand, or did the store write and the publish together take over orphanGraceMs?)',
+          // Gone before its ticket's publish was confirmed. Most often its consumers were faster
+          // than the confirm: they handled the ticket and deleted the payload (its retention).
+          // Otherwise it was swept as an orphan or deleted by hand, and its consumers will find
+          // it gone. Which of the two, only the consumers' dead-letter channel can tell.
+          this.logger.warn(
+            `${store.name}:${ref} was gone when its ticket's publish was confirmed: its ` +
+              'consumers handled it already and deleted it, or (if they dead-letter the ticket ' +
+              'claim-check-not-found) it was deleted by hand or swept as an orphan, the store ' +
+              'write and the publish together taking over orphanGraceMs',
           );
         }
         return true;

@@ -1,9 +1,11 @@
+import { Logger } from '@nestjs/common';
 import { Readable } from 'node:stream';
 import { ClaimCheckPublishError, SequenceError, SequenceOptionsError } from 'nest-sequence';
 import { bytes, FaultInjectingTransport } from '../support/sequence-test-app';
 import {
   claimMetric,
   createClaimCheckTestApp,
+  deathReasons,
   filesUnder,
   type ClaimCheckTestApp,
 } from './claim-check-test-app';
@@ -156,5 +158,57 @@ describe('claim check: publishing fails after the payload was stored', () => {
       expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 1 });
       expect(await filesUnder(t.root)).toEqual([]);
     });
+  });
+});
+
+describe('claim check: a consumer faster than the publish confirm', () => {
+  let t: ClaimCheckTestApp;
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    await t.close();
+  });
+
+  it('logs no error when the consumer deleted the payload before it was marked published', async () => {
+    const errors: string[] = [];
+    const warnings: string[] = [];
+    jest.spyOn(Logger.prototype, 'error').mockImplementation((message: unknown) => {
+      errors.push(String(message));
+    });
+    jest.spyOn(Logger.prototype, 'warn').mockImplementation((message: unknown) => {
+      warnings.push(String(message));
+    });
+    // The broker delivers the ticket before the producer has its confirm (RabbitMQ may): the
+    // payload is marked published once its consumer is done and has deleted it.
+    let consumed!: () => void;
+    const consumerDone = new Promise<void>((resolve) => (consumed = resolve));
+    t = await createClaimCheckTestApp({
+      claimCheck: { inlineMaxBytes: 100 },
+      wrapStore: (inner) => {
+        const store = new FaultInjectingPayloadStore(inner);
+        store.markPublished = async (ref) => {
+          await consumerDone;
+          return inner.markPublished(ref);
+        };
+        return store;
+      },
+    });
+    t.handler.onCall = async () => {
+      setTimeout(consumed, 20);
+    };
+    const payload = bytes(5_000, 4);
+
+    const receipt = await t.claimCheck.publish(t.channel, payload);
+    await t.transport.whenIdle();
+
+    expect(receipt.via).toBe('ticket');
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    expect(deathReasons(t.transport, t.channel)).toEqual([]);
+    expect(errors).toEqual([]);
+    expect(warnings).toEqual([
+      expect.stringMatching(
+        /was gone when its ticket's publish was confirmed: its consumers handled it already/,
+      ),
+    ]);
   });
 });
