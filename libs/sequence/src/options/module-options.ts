@@ -78,9 +78,10 @@ export interface TuningOptions {
   /** How long a sequence's completion lease, or a resequencer key's drain lease, lasts unrenewed. @default 30000 */
   leaseMs?: number;
   /**
-   * Redeliveries a Claim Check message may have had (its `x-requeue-count`) when the payload
-   * store or the claim ledger fails on it again: then it is dead-lettered `store-unavailable`
-   * (at the default backpressureDelayMs, 1200 is about 10 minutes of outage). @default 1200
+   * Redeliveries a Claim Check message may have had (its `x-requeue-count`, any requeue counted:
+   * a copy waiting on another delivery's lease too) when the payload store or the claim ledger
+   * fails on it: then it is dead-lettered `store-unavailable` (at the default
+   * backpressureDelayMs, 1200 is about 10 minutes). @default 1200
    */
   maxStoreRequeues?: number;
   /** Resequencer hand-offs. */
