@@ -88,6 +88,7 @@ export type {
 } from './ports/resequencer-store.port';
 export {
   assertResequencerArguments,
+  CLOSED_KEY_NEXT,
   isResequencerKey,
   isSequenceNumber,
   MAX_SEQUENCE_NUMBER,

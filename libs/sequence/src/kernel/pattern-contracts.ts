@@ -111,5 +111,11 @@ export interface OrderedIntake {
 export interface IntakeBounds {
   /** In place of `resequencer.maxBufferedBytesTotal`. */
   readonly maxBufferedBytesTotal?: number;
+  /**
+   * Once a gap's events are dead-lettered (its timeout, or retention near), the key is closed:
+   * every later event of it is dead-lettered with this code instead of released (stream mode: a
+   * sequence that lost a fragment never reaches its end).
+   */
+  readonly closeAfterDeadLetter?: RejectionCode;
 }
 export const ORDERED_INTAKE = Symbol('nest-sequence:ordered-intake');

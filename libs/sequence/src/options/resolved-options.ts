@@ -1,6 +1,7 @@
 import type { Registry } from 'prom-client';
 import type { ClaimTicketKeyring } from '../core/claim-ticket-keyring';
 import type { GapEvent } from '../core/gap-event';
+import type { RejectionCode } from '../core/errors/rejection-code';
 import type { OutboxCommand, OutboxEvent } from '../core/outbox-message';
 import type { BoxName } from '../ports/outbox-store.port';
 import type { GapPolicy } from '../ports/resequencer-store.port';
@@ -129,6 +130,11 @@ export interface ResolvedResequencer {
   readonly handlerTimeoutMs: number | undefined;
   readonly prefetch: number;
   readonly deadLetterChannel: string;
+  /**
+   * Set by a definer (stream mode): once a gap's events are dead-lettered, the key is closed and
+   * every later event of it is dead-lettered with this code, never released.
+   */
+  readonly closeAfterDeadLetter?: RejectionCode;
 }
 
 export interface ResolvedBoxOptions {

@@ -197,6 +197,11 @@ export interface GapResolveContext {
    * `ExpiringGap.changedAt` reports it, is at or before this).
    */
   readonly unchangedSince?: number;
+  /**
+   * With `'dead-letter'`: the key is closed as well: `next` moves to {@link CLOSED_KEY_NEXT},
+   * past every sequence, so that every later event of the key is `late`.
+   */
+  readonly close?: boolean;
 }
 
 /**
@@ -254,7 +259,8 @@ export interface ResequencerKeyState {
  *   - `skip`: appends `gap-skipped` for `next`..`lowest − 1`, moves `next` to the lowest buffered
  *     sequence and releases the contiguous run from there;
  *   - `dead-letter`: appends every buffered event as a `dead-letter` item, empties the buffer and
- *     moves `next` past the highest of them.
+ *     moves `next` past the highest of them (with `close`, to `CLOSED_KEY_NEXT`: every later
+ *     event of the key is late).
  * - Every record expires after `retentionMs` without activity (the adapter's option), so
  *   abandoned keys cannot leak memory; a key accepted again after that starts from `start`.
  *   `listExpiringGaps` names the keys holding buffered events in the last tenth of that time, so
@@ -363,6 +369,9 @@ export function isResequencerKey(value: unknown): value is string {
 
 /** The largest sequence number: its successor (the next expected) must still be exact. */
 export const MAX_SEQUENCE_NUMBER = Number.MAX_SAFE_INTEGER - 1;
+
+/** The `next` of a key `resolveGap` closed: past every sequence number. */
+export const CLOSED_KEY_NEXT = MAX_SEQUENCE_NUMBER + 1;
 
 /** An integer from 0 to {@link MAX_SEQUENCE_NUMBER}. */
 export function isSequenceNumber(value: unknown): value is number {

@@ -6,7 +6,7 @@ import { type ResequencerInput } from '../core/resequence-input';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import { clockFrom } from '../core/async';
-import { deathReason } from '../core/errors/rejection-code';
+import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
 import type { ResequencerMetrics } from './resequencer.metrics';
 import type {
@@ -20,6 +20,7 @@ import type {
   ResequencerKeyState,
   ResequencerStore,
 } from '../ports/resequencer-store.port';
+import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
 import { AbandonedCalls } from './abandoned-calls';
@@ -206,10 +207,22 @@ export class Resequencer {
       case 'buffered':
       case 'duplicate':
         return ACK;
-      case 'late':
+      case 'late': {
+        const closed = definition.closeAfterDeadLetter;
+        if (closed !== undefined && outcome.next >= CLOSED_KEY_NEXT) {
+          // A key closed when its gap's events were dead-lettered: this one goes the same way
+          // (a drain the accept may have claimed for what is left is given back).
+          if (outcome.drain)
+            void deps.store.releaseDrain(this.ref(key), holder).catch(() => undefined);
+          return this.reject(
+            closed,
+            `key ${key}, event ${seq}: the key was closed when the events behind its gap were dead-lettered`,
+          );
+        }
         return outcome.pending
           ? this.drainFor(key, { holder, claim: outcome.drain, claimedAt })
           : ACK;
+      }
       case 'released':
         return this.drainFor(key, { holder, claim: outcome.drain, claimedAt });
       case 'full': {
@@ -326,6 +339,7 @@ export class Resequencer {
       const resolution = await store.resolveGap(this.ref(gap.key), policy, {
         openedBefore,
         now: clock(),
+        close: this.definition.closeAfterDeadLetter !== undefined,
       });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
       const why = `past gap.timeoutMs (${timeoutMs} ms)`;
@@ -377,6 +391,7 @@ export class Resequencer {
           openedBefore: at,
           now: at,
           unchangedSince: gap.changedAt,
+          close: this.definition.closeAfterDeadLetter !== undefined,
         });
         if (resolution.kind === 'none') continue;
         logger.warn(
@@ -532,7 +547,7 @@ export class Resequencer {
     return { scope: this.name, key };
   }
 
-  private reject(code: 'invalid-resequence-event' | 'resequencer-buffer-full', detail: string) {
+  private reject(code: RejectionCode, detail: string) {
     this.deps.metrics.deadLettered(this.name, code);
     const reason = deathReason(code, detail);
     this.deps.logger.warn(`${this.name}: dead-lettered an input event: ${reason}`);

@@ -72,7 +72,9 @@ export class FragmentStream {
         maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
       (event, context) => this.deliver(event, context),
-      { maxBufferedBytesTotal: channelBudgetBytes },
+      // A sequence that lost a fragment never reaches its end: its later fragments are
+      // dead-lettered too, on whichever instance takes them.
+      { maxBufferedBytesTotal: channelBudgetBytes, closeAfterDeadLetter: 'sequence-expired' },
     );
   }
 

@@ -22,6 +22,9 @@ import {
   type TestFragment,
 } from '../support/sequence-test-app';
 import { mergeOptions } from '../support/merge-options';
+import { RedisResequencerStore } from 'nest-sequence/redis';
+import { deleteUnder, redisClient } from '../support/redis.fixture';
+import { describeWithServer } from '../support/servers';
 
 const channel = 'imaging.stream';
 const dlq = `${channel}.dlq`;
@@ -246,5 +249,51 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
       /^resequencer-gap-dead-letter: key lost: event 3 was buffered while 2 stayed missing/,
     );
     expect(received.some((each) => each.last)).toBe(false);
+  });
+
+  /** Fragment 2 never comes; 3 waits behind it past timeout.ms; then 4 and 5 (the last) come. */
+  async function loseFragmentTwo(): Promise<void> {
+    const fragments = makeFragments('lost', bytes(5_000, 8), 1_000);
+    await publishAll(transport, channel, [fragments[0], fragments[2]]);
+    await eventually(() => received.length === 1, 'fragment 1');
+    await eventually(() => transport.peek(channel).length === 0, 'fragment 3 buffered');
+    await app.get(GapSweeper).sweep(Date.now() + 5_001);
+    await publishAll(transport, channel, [fragments[3], fragments[4]]);
+    await eventually(() => transport.peek(dlq).length === 3, 'fragments 3, 4 and 5 dead-lettered');
+  }
+
+  it('dead-letters the fragments that come after the gap was given up: the handler never sees last', async () => {
+    await start({ timeoutMs: 5_000 });
+    await loseFragmentTwo();
+
+    expect(received.map((each) => each.position)).toEqual([1]);
+    const moved = transport.peek(dlq);
+    expect(moved.map((message) => message.headers['x-sequence-position'])).toEqual([3, 4, 5]);
+    expect(String(moved[1].headers['x-death-reason'])).toMatch(
+      /^sequence-expired: key lost, event 4: the key was closed when the events behind its gap were dead-lettered/,
+    );
+  });
+
+  describeWithServer('redis', 'on a Redis resequencer store', () => {
+    const redis = redisClient();
+    const prefix = `nseq-test:stream-${Date.now()}`;
+
+    afterAll(async () => {
+      await deleteUnder(redis, prefix);
+      await redis.quit();
+    });
+
+    it('dead-letters the fragments that come after the gap was given up', async () => {
+      await start(
+        { timeoutMs: 5_000 },
+        { resequencer: { store: new RedisResequencerStore(redis, { prefix }) } },
+      );
+      await loseFragmentTwo();
+
+      expect(received.map((each) => each.position)).toEqual([1]);
+      expect(String(transport.peek(dlq)[2].headers['x-death-reason'])).toMatch(
+        /^sequence-expired: key lost, event 5: /,
+      );
+    });
   });
 });

@@ -1,5 +1,6 @@
 import {
   assertResequencerArguments,
+  CLOSED_KEY_NEXT,
   heldEntryBytes,
   type AcceptContext,
   type AcceptOutcome,
@@ -273,6 +274,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     const before = record.buffer.size;
     const bytesBefore = record.bufferBytes;
     const appended = applyPolicy(record, policy, now);
+    if (appended > 0 && policy === 'dead-letter' && context.close) record.next = CLOSED_KEY_NEXT;
     if (appended > 0) record.tracked = true;
     if (appended === 0) return { kind: 'none' };
     this.keys.wrote(

@@ -2,6 +2,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Cluster, Redis } from 'ioredis';
 import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../../../core/completeness';
+import { CLOSED_KEY_NEXT } from '../../../ports/resequencer-store.port';
 
 export type RedisClient = Redis | Cluster;
 
@@ -140,6 +141,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
 const CONSTANTS: Readonly<Record<string, number>> = {
   SEQUENCE_OVERHEAD_BYTES,
   FRAGMENT_OVERHEAD_BYTES,
+  CLOSED_KEY_NEXT,
 };
 const CONSTANT = /\{\{([A-Z_]+)\}\}/g;
 

@@ -415,6 +415,7 @@ export class RedisResequencerStore implements ResequencerStore {
       this.retentionMs,
       // As listExpiringGaps reported it: a stored time, not a caller's clock reading.
       unchangedSince ?? '',
+      context.close ? 1 : 0,
     ]);
     return this.indexed(
       key,

@@ -1,4 +1,9 @@
-import { heldEntryBytes, type HandOffItem } from '../../../ports/resequencer-store.port';
+import {
+  CLOSED_KEY_NEXT,
+  heldEntryBytes,
+  MAX_SEQUENCE_NUMBER,
+  type HandOffItem,
+} from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
   acceptAt,
@@ -292,6 +297,26 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
       const items = await drainAll(c.store, key, c.t0 + 101);
       expect(items.map((item) => item.kind)).toEqual(['event', 'gap-skipped', 'event']);
       expect(eventSeqs(items)).toEqual([1, 3]);
+    });
+
+    it("closes the key with 'dead-letter' and close: every later event is late", async () => {
+      const key = c.key();
+      await acceptAll(c.store, key, [1, 3, 4], c.t0);
+      await expect(
+        c.store.resolveGap(key, 'dead-letter', { ...at(c.t0 + 100), close: true }),
+      ).resolves.toEqual({ kind: 'resolved', policy: 'dead-letter', appended: 2 });
+      const items = await drainAll(c.store, key, c.t0 + 101);
+      expect(items.map((item) => item.kind)).toEqual(['event', 'dead-letter', 'dead-letter']);
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ next: CLOSED_KEY_NEXT });
+
+      for (const seq of [2, 5, MAX_SEQUENCE_NUMBER]) {
+        await expect(c.store.accept(key, event(seq), acceptAt(c.t0 + 200))).resolves.toEqual({
+          kind: 'late',
+          next: CLOSED_KEY_NEXT,
+          pending: false,
+        });
+      }
+      await expect(c.store.listGaps(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
     });
   });
 }

@@ -41,6 +41,9 @@ local function resolveStep()
       rcall('ZREMRANGEBYRANK', bufferKey, 0, #items - 1)
     end
     s.next = highest + 1
+    if ARGV[6] == '1' then
+      s.next = {{CLOSED_KEY_NEXT}}
+    end
     s.gapSince, s.alerted = nil, false
     s.hoBytes, s.bufBytes = s.hoBytes + s.bufBytes, 0
     appended = size

@@ -9,6 +9,7 @@
   ARGV[3] openedBefore (ms)                 ARGV[4] retention ms
   ARGV[5] unchangedSince: '' for none, else the key's last change (its state's `at`, as
           rsq-expiring reported it) must be at or before it
+  ARGV[6] '1': with 'dead-letter', close the key (next = CLOSED_KEY_NEXT, past every sequence)
 
   Returns {code, record, ...} (record: see _resequencer):
     'none', record
