@@ -129,12 +129,16 @@ export class Pacer {
   }
 }
 
-/** What an adapter found an id to be. */
-export type ActionOutcome = 'done' | 'missing';
+/**
+ * What an adapter found an id to be; `uncertain`: replayed, but removing the dead letter failed
+ * (with why).
+ */
+export type ActionOutcome = 'done' | 'missing' | { readonly uncertain: string };
 
 /**
  * Runs `act` on each distinct id in turn (a repeated id counts once) and sorts them into the
- * result's lists: `done`, `missing`, or `failed` with the message of what `act` threw.
+ * result's lists: `done`, `missing`, `uncertain`, or `failed` with the message of what `act`
+ * threw.
  */
 export async function actOnEach(
   ids: readonly string[],
@@ -143,14 +147,18 @@ export async function actOnEach(
   const done: string[] = [];
   const missing: string[] = [];
   const failed: Array<{ id: string; error: string }> = [];
+  const uncertain: Array<{ id: string; error: string }> = [];
   for (const id of new Set(ids)) {
     try {
-      ((await act(id)) === 'done' ? done : missing).push(id);
+      const outcome = await act(id);
+      if (outcome === 'done') done.push(id);
+      else if (outcome === 'missing') missing.push(id);
+      else uncertain.push({ id, error: outcome.uncertain });
     } catch (error) {
       failed.push({ id, error: errorMessage(error) });
     }
   }
-  return { done, missing, failed };
+  return uncertain.length > 0 ? { done, missing, failed, uncertain } : { done, missing, failed };
 }
 
 /**

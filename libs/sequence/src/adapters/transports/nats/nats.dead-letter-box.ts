@@ -4,6 +4,7 @@ import {
   type MsgRequest,
   type StoredMsg,
 } from '@nats-io/jetstream';
+import { errorMessage } from '../../../core/errors/caught';
 import type { HeaderMap } from '../../../core/headers';
 import {
   actOnEach,
@@ -41,6 +42,17 @@ export interface NatsDeadLetterAccess {
 
 /** JetStream API error: the stream does not exist. */
 const STREAM_NOT_FOUND = 10059;
+/**
+ * Whether a message delete's error says there was nothing to delete: the stream is gone, or the
+ * message is. JetStream answers a delete of a missing message with error code 10057 (or 10037,
+ * 10043 on some versions) and "no message found"; the same 10057 also answers a delete the
+ * stream refuses (`deny_delete`: "message delete not permitted"), so the description decides.
+ */
+export function deleteFoundNothing(error: unknown): boolean {
+  if (!(error instanceof JetStreamApiError)) return false;
+  if (error.code === STREAM_NOT_FOUND) return true;
+  return /no message found|sequence not found/i.test(error.message);
+}
 
 /**
  * The NATS transport's dead letters: the messages of a channel's dead-letter stream (work-queue
@@ -124,7 +136,13 @@ export class NatsDeadLetterBox implements DeadLetterBox {
         headers,
         msgId,
       );
-      const removed = await this.remove(stream, stored.seq);
+      let removed: boolean;
+      try {
+        removed = await this.remove(stream, stored.seq);
+      } catch (error) {
+        // Republished and confirmed: replaying it again would deliver it twice.
+        return { uncertain: `republished, but not removed: ${errorMessage(error)}` };
+      }
       // Gone meanwhile and our publish a duplicate: another replay did it, not this one.
       return removed || !duplicate ? 'done' : 'missing';
     });
@@ -154,13 +172,16 @@ export class NatsDeadLetterBox implements DeadLetterBox {
     }
   }
 
-  /** Deletes one message; false when it was not there (any more). */
+  /**
+   * Deletes one message; false when it was not there (any more). Any other refusal (a stream
+   * that denies deletes, one without a leader) is thrown: the dead letter is still there.
+   */
   private async remove(stream: string, seq: number): Promise<boolean> {
     const jsm = await this.access.jsm();
     try {
       return await jsm.streams.deleteMessage(stream, seq, false);
     } catch (error) {
-      if (error instanceof JetStreamApiError) return false;
+      if (deleteFoundNothing(error)) return false;
       throw error;
     }
   }
