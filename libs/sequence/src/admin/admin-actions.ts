@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { errorMessage } from '../core/errors/caught';
 import { SequenceEvents } from '../observability/lifecycle-events';
 
 /** A mutation's answer: how many targets it changed, and a sentence saying so (or why not). */
@@ -28,6 +29,31 @@ export function actorOf(request: UserRequest): string | undefined {
 @Injectable()
 export class AdminActions {
   constructor(private readonly events: SequenceEvents) {}
+
+  /**
+   * Runs an action and records it as `admin.action`, failed or not (then with its error).
+   * `targets` names what it addressed, from its answer when there is one.
+   */
+  async recorded<T extends { readonly changed: number }>(
+    request: UserRequest,
+    action: string,
+    channel: string,
+    targets: (answer: T | undefined) => readonly string[],
+    run: () => Promise<T>,
+  ): Promise<T> {
+    let answer: T | undefined;
+    let failure: unknown;
+    try {
+      answer = await run();
+      return answer;
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      const error = answer === undefined ? errorMessage(failure) : undefined;
+      this.record(request, action, channel, targets(answer), answer?.changed ?? 0, error);
+    }
+  }
 
   record(
     request: UserRequest,

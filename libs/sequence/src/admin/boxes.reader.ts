@@ -89,10 +89,11 @@ export class BoxesReader {
     return found;
   }
 
-  async retry(side: BoxSide, ids: readonly string[]): Promise<MutationAnswer> {
+  /** Retries the failed rows with these ids, in `only` or in every box of the side. */
+  async retry(side: BoxSide, ids: readonly string[], only?: BoxName): Promise<MutationAnswer> {
     const store = await this.store(side);
     let changed = 0;
-    for (const box of BOXES[side]) {
+    for (const box of only ? [only] : BOXES[side]) {
       const retried = await store.retry(box, ids, Date.now());
       if (retried > 0) this.runtime.wake(box);
       changed += retried;
@@ -100,12 +101,13 @@ export class BoxesReader {
     return this.answer(side, 'retried', ids, changed);
   }
 
-  async discard(side: BoxSide, ids: readonly string[]): Promise<MutationAnswer> {
+  /** Deletes the failed rows with these ids, in `only` or in every box of the side. */
+  async discard(side: BoxSide, ids: readonly string[], only?: BoxName): Promise<MutationAnswer> {
     const store = await this.store(side);
     const discard = store.discard?.bind(store);
     if (!discard) throw unsupported(`the ${store.name} outbox store cannot discard rows`);
     let changed = 0;
-    for (const box of BOXES[side]) changed += await discard(box, ids);
+    for (const box of only ? [only] : BOXES[side]) changed += await discard(box, ids);
     return this.answer(side, 'discarded', ids, changed);
   }
 

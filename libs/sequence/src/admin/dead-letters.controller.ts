@@ -10,7 +10,6 @@ import {
   UseFilters,
   UseGuards,
 } from '@nestjs/common';
-import { errorMessage } from '../core/errors/caught';
 import type { DeadLetter } from '../ports/dead-letter-box.port';
 import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
@@ -93,35 +92,24 @@ export class DeadLettersController {
   }
 
   /** Runs the action and records it as `admin.action`, failed or not (then with its error). */
-  private async recorded(
+  private recorded(
     request: object,
     action: string,
     channel: string,
     selection: DeadLetterSelection,
     run: () => Promise<DeadLetterAnswer>,
   ): Promise<DeadLetterAnswer> {
-    let answer: DeadLetterAnswer | undefined;
-    let failure: unknown;
-    try {
-      answer = await run();
-      return answer;
-    } catch (error) {
-      failure = error;
-      throw error;
-    } finally {
-      const targets =
-        selection.kind === 'ids'
-          ? selection.ids
-          : answer
-            ? [
-                ...answer.done,
-                ...answer.missing,
-                ...answer.failed.map((failed) => failed.id),
-                ...(answer.uncertain ?? []).map((uncertain) => uncertain.id),
-              ]
-            : [];
-      const error = answer === undefined ? errorMessage(failure) : undefined;
-      this.actions.record(request, action, channel, targets, answer?.changed ?? 0, error);
-    }
+    const targets = (answer: DeadLetterAnswer | undefined): readonly string[] =>
+      selection.kind === 'ids'
+        ? selection.ids
+        : answer
+          ? [
+              ...answer.done,
+              ...answer.missing,
+              ...answer.failed.map((failed) => failed.id),
+              ...(answer.uncertain ?? []).map((uncertain) => uncertain.id),
+            ]
+          : [];
+    return this.actions.recorded(request, action, channel, targets, run);
   }
 }

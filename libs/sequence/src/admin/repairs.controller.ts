@@ -14,8 +14,10 @@ import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
 import { AdminActions, type MutationAnswer } from './admin-actions';
 import { AdminErrorFilter } from './admin-error.filter';
 import { parseIds, parseLimit, parseText } from './admin-input';
+import { badRequest } from './admin.errors';
 import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
-import { BoxesReader, type BoxSide, type FailedRowItem } from './boxes.reader';
+import { BOXES, BoxesReader, type BoxSide, type FailedRowItem } from './boxes.reader';
+import type { BoxName } from '../ports/outbox-store.port';
 import { ResequencerReader, type GapAnswer, type GapItem } from './resequencer.reader';
 
 /** Resequencer gaps (skip, release) and failed outbox and inbox rows (retry, discard). */
@@ -42,12 +44,15 @@ export class RepairsController {
     @Param('key') key: string,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    const answer = await this.resequencers.skip(
-      parseText('resequencer', name),
-      parseText('key', key),
+    const resequencer = parseText('resequencer', name);
+    const target = parseText('key', key);
+    return this.actions.recorded(
+      request,
+      'gap.skip',
+      name,
+      () => [key],
+      () => this.resequencers.skip(resequencer, target),
     );
-    this.actions.record(request, 'gap.skip', name, [key], answer.changed);
-    return answer;
   }
 
   @Post('resequencer/gaps/:resequencer/:key/release')
@@ -58,12 +63,15 @@ export class RepairsController {
     @Param('key') key: string,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    const answer = await this.resequencers.release(
-      parseText('resequencer', name),
-      parseText('key', key),
+    const resequencer = parseText('resequencer', name);
+    const target = parseText('key', key);
+    return this.actions.recorded(
+      request,
+      'gap.release',
+      name,
+      () => [key],
+      () => this.resequencers.release(resequencer, target),
     );
-    this.actions.record(request, 'gap.release', name, [key], answer.changed);
-    return answer;
   }
 
   @Get('outbox/failed')
@@ -115,9 +123,28 @@ export class RepairsController {
     request: object,
   ): Promise<MutationAnswer> {
     const ids = parseIds(body, this.options.maxBatch);
-    const answer =
-      verb === 'retry' ? await this.boxes.retry(side, ids) : await this.boxes.discard(side, ids);
-    this.actions.record(request, `${side}.${verb}`, side, ids, answer.changed);
-    return answer;
+    const box = parseBox(side, body);
+    return this.actions.recorded(
+      request,
+      `${side}.${verb}`,
+      box ?? side,
+      () => ids,
+      () =>
+        verb === 'retry' ? this.boxes.retry(side, ids, box) : this.boxes.discard(side, ids, box),
+    );
   }
+}
+
+/**
+ * The body's optional `channel`: the one box of the side its ids are taken in (a row of the
+ * failed list names its box as `channel`); absent, the ids are taken in every box of the side.
+ */
+function parseBox(side: BoxSide, body: unknown): BoxName | undefined {
+  const channel = (body as { channel?: unknown } | undefined)?.channel;
+  if (channel === undefined) return undefined;
+  const boxes = BOXES[side];
+  if (typeof channel !== 'string' || !(boxes as readonly string[]).includes(channel)) {
+    throw badRequest(`channel must be one of ${boxes.join(', ')} (the row's table)`);
+  }
+  return channel as BoxName;
 }

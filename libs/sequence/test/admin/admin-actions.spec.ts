@@ -12,6 +12,7 @@ import {
 } from 'nest-sequence';
 import { bytes, eventually, makeFragments } from '../support/sequence-test-app';
 import { createAdminApp, SwitchGuard, type AdminApp } from './admin-app';
+import { BoxesReader } from '../../src/admin/boxes.reader';
 
 const IMAGES = 'admin-actions.images';
 const STATUS = 'admin-actions.status';
@@ -54,6 +55,10 @@ describe('the admin API acting, with a guard and mutations on', () => {
               if (routes.failing) throw new Error('no route for this event yet');
               return ['admin-actions.orders'];
             },
+            command: () => {
+              if (routes.failing) throw new Error('no route for this command yet');
+              return 'admin-actions.shipping';
+            },
           },
         },
       },
@@ -91,6 +96,10 @@ describe('the admin API acting, with a guard and mutations on', () => {
       });
     }
     expect((await admin.post('outbox/retry', { ids: 'a' })).status).toBe(400);
+    // A table of the other side, or none the store has.
+    for (const channel of ['inbox_events', 'orders', 42]) {
+      expect((await admin.post('outbox/retry', { ids: ['a'], channel })).status).toBe(400);
+    }
   });
 
   describe('failed outbox rows', () => {
@@ -169,6 +178,49 @@ describe('the admin API acting, with a guard and mutations on', () => {
         changed: 0,
         message: expect.stringMatching(/^nothing changed/),
       });
+    });
+
+    it("acts in the row's table only when the body names it: an event and a command may share an id", async () => {
+      routes.failing = true;
+      await admin.app.get(OutboxService).transaction(async (tx) => {
+        tx.publishEvent({
+          id: 'dup-1',
+          type: 'OrderPlaced',
+          aggregateType: 'order',
+          aggregateId: 'o-1',
+          payload: {},
+        });
+        tx.sendCommand({ id: 'dup-1', type: 'ShipOrder', targetService: 'shipping', payload: {} });
+      });
+      const tables = async () =>
+        (await admin.get<{ items: { id: string; channel: string }[] }>('outbox/failed')).body.items
+          .filter((item) => item.id === 'dup-1')
+          .map((item) => item.channel)
+          .sort();
+      await eventually(async () => (await tables()).length === 2, 'both dup-1 rows failed');
+
+      const one = await admin.post('outbox/discard', { ids: ['dup-1'], channel: 'outbox_events' });
+      expect(one.body).toMatchObject({ changed: 1 });
+      expect(await tables()).toEqual(['outbox_commands']);
+
+      const rest = await admin.post('outbox/discard', { ids: ['dup-1'] });
+      expect(rest.body).toMatchObject({ changed: 1 });
+      expect(await tables()).toEqual([]);
+    });
+
+    it('records an action that failed as a whole, with its error', async () => {
+      const boxes = admin.app.get(BoxesReader);
+      jest.spyOn(boxes, 'retry').mockRejectedValueOnce(new Error('the outbox store is away'));
+
+      expect((await admin.post('outbox/retry', { ids: ['order-9'] })).status).toBe(500);
+      expect(actions).toEqual([
+        expect.objectContaining({
+          action: 'outbox.retry',
+          targets: ['order-9'],
+          changed: 0,
+          error: 'the outbox store is away',
+        }),
+      ]);
     });
 
     it('lists no failed inbox rows, and retrying one changes nothing', async () => {
