@@ -40,6 +40,12 @@ const FOLLOWED_SEQUENCES = 4096;
 export class FragmentStream {
   private readonly logger = new Logger('SequenceModule');
   private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
+  /**
+   * Sequences this process handed over to the end: their last position, so that a fragment
+   * claiming to come after it is refused rather than appended past the end (the most recent
+   * FOLLOWED_SEQUENCES, oldest forgotten first).
+   */
+  private readonly ended = new Map<string, number>();
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
   private readonly events: StreamLifecycle;
 
@@ -106,6 +112,8 @@ export class FragmentStream {
       const code = error instanceof MalformedFragmentError ? error.code : 'malformed-header';
       return this.reject(code, errorMessage(error));
     }
+    const pastEnd = this.pastEnd(fragment);
+    if (pastEnd) return this.reject('position-out-of-range', pastEnd, fragment);
     const headersRefused = userHeadersRefusal(fragment.userHeaders, this.options.maxHeaderBytes);
     if (headersRefused) {
       return this.reject(
@@ -143,6 +151,12 @@ export class FragmentStream {
   private async deliver(event: OrderedEvent, context: HandlerContext): Promise<void> {
     const fragment = parseFragmentHeaders(event.headers);
     const { sequenceId, position } = fragment;
+    // Released behind the last fragment (it was buffered before the last came): never handed over.
+    const pastEnd = this.pastEnd(fragment);
+    if (pastEnd) {
+      this.lifecycle.rejected(this.channel, sequenceId, 'position-out-of-range', pastEnd);
+      throw new MessageRefusedError('position-out-of-range', pastEnd);
+    }
     this.digests.feed(sequenceId, position, event.body);
     const streamed = this.digests.bytesOf(sequenceId);
     if (streamed !== undefined && streamed > this.options.maxSequenceBytes) {
@@ -197,7 +211,30 @@ export class FragmentStream {
       throw error;
     }
     this.events.delivered(fragment, event.body.length, streamed ?? 0, context.attempt);
-    if (fragment.last) this.digests.forget(sequenceId);
+    if (fragment.last) {
+      this.digests.forget(sequenceId);
+      this.ended.set(sequenceId, position);
+      if (this.ended.size > FOLLOWED_SEQUENCES) {
+        this.ended.delete(this.ended.keys().next().value as string);
+      }
+    }
+  }
+
+  /**
+   * Why a fragment of a sequence this process handed over to the end cannot belong to it (a
+   * position past the last, or another last), if it cannot. A repeat of a delivered one passes:
+   * the resequencer drops it as a duplicate.
+   */
+  private pastEnd(fragment: FragmentHeaders): string | undefined {
+    const last = this.ended.get(fragment.sequenceId);
+    if (last === undefined) return undefined;
+    if (fragment.position > last || (fragment.last && fragment.position !== last)) {
+      return (
+        `sequence ${fragment.sequenceId} fragment ${fragment.position}: the sequence ended ` +
+        `at fragment ${last}, handed over already`
+      );
+    }
+    return undefined;
   }
 
   private reject(code: RejectionCode, detail: string, fragment?: FragmentIds): Disposition {

@@ -23,6 +23,8 @@ import {
 } from '../support/sequence-test-app';
 import { mergeOptions } from '../support/merge-options';
 import { RedisResequencerStore } from 'nest-sequence/redis';
+import { buildFragmentHeaders } from 'nest-sequence/wire';
+import { crc32 } from '../../src/core/checksum';
 import { deleteUnder, redisClient } from '../support/redis.fixture';
 import { describeWithServer } from '../support/servers';
 
@@ -249,6 +251,48 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
       /^resequencer-gap-dead-letter: key lost: event 3 was buffered while 2 stayed missing/,
     );
     expect(received.some((each) => each.last)).toBe(false);
+  });
+
+  /** A fragment at `position` of `sequenceId` that does not declare the sequence's size. */
+  function strayFragment(sequenceId: string, position: number): Promise<void> {
+    const body = Buffer.from(`stray ${position}`);
+    const headers = buildFragmentHeaders({ sequenceId, position, last: false, crc32: crc32(body) });
+    return transport.publish(channel, body, headers);
+  }
+
+  const reasons = () =>
+    transport.peek(dlq).map((message) => String(message.headers['x-death-reason']));
+
+  it('refuses a fragment past the last one it handed over: position-out-of-range', async () => {
+    await start();
+    await publishAll(transport, channel, makeFragments('ended', bytes(3_000, 3), 1_000));
+    await eventually(() => received.some((each) => each.last), 'the last fragment');
+
+    await strayFragment('ended', 4);
+    await eventually(() => transport.peek(dlq).length === 1, 'the stray fragment dead-lettered');
+    expect(positions('ended')).toEqual([1, 2, 3]);
+    expect(reasons()).toEqual([
+      expect.stringMatching(
+        /^position-out-of-range: sequence ended fragment 4: the sequence ended at fragment 3/,
+      ),
+    ]);
+  });
+
+  it('refuses a fragment that waited behind the last one, once the last is handed over', async () => {
+    await start();
+    const fragments = makeFragments('behind', bytes(3_000, 4), 1_000);
+    await publishAll(transport, channel, fragments.slice(0, 2));
+    await strayFragment('behind', 4);
+    await eventually(() => transport.peek(channel).length === 0, 'fragment 4 buffered');
+    await publishAll(transport, channel, [fragments[2]]);
+
+    await eventually(() => transport.peek(dlq).length === 1, 'fragment 4 dead-lettered');
+    expect(positions('behind')).toEqual([1, 2, 3]);
+    expect(reasons()).toEqual([
+      expect.stringMatching(
+        /^position-out-of-range: key behind, event 4: sequence behind fragment 4: the sequence ended at fragment 3/,
+      ),
+    ]);
   });
 
   /** Fragment 2 never comes; 3 waits behind it past timeout.ms; then 4 and 5 (the last) come. */

@@ -6,10 +6,16 @@ import { SequenceError } from './sequence.error';
  * - `undecodable`: its payload cannot be decoded as its content type says;
  * - `forbidden`: a guard refused it;
  * - `invalid-payload`: a pipe (validation) refused it;
- * - `sequence-too-large`: a streamed sequence's fragments passed `maxSequenceBytes`.
+ * - `sequence-too-large`: a streamed sequence's fragments passed `maxSequenceBytes`;
+ * - `position-out-of-range`: a streamed fragment past its sequence's last one.
  */
 export type RefusalCode =
-  'no-handler' | 'undecodable' | 'forbidden' | 'invalid-payload' | 'sequence-too-large';
+  | 'no-handler'
+  | 'undecodable'
+  | 'forbidden'
+  | 'invalid-payload'
+  | 'sequence-too-large'
+  | 'position-out-of-range';
 
 /**
  * Thrown by a handler to refuse a message for good: it is not retried, and it is dead-lettered
