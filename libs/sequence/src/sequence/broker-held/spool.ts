@@ -17,6 +17,9 @@ export interface SpoolRange {
  * broker-held sequence, within a byte budget. Directories of processes that are gone (crashed) are
  * removed when a spool opens, so a crash leaves nothing behind for long.
  */
+/** The spool directories open in this process (several modules or apps may each have one). */
+const openHere = new Set<string>();
+
 export class Spool {
   private readonly dir: string;
   private reserved = 0;
@@ -28,6 +31,7 @@ export class Spool {
     private readonly maxBytes: number,
   ) {
     this.dir = join(root, `${process.pid}-${randomUUID().slice(0, 8)}`);
+    openHere.add(this.dir);
   }
 
   /** Bytes reserved by the files open now. */
@@ -62,6 +66,7 @@ export class Spool {
   /** Removes this process's directory and everything in it. */
   async close(): Promise<void> {
     this.closed = true;
+    openHere.delete(this.dir);
     await rm(this.dir, { recursive: true, force: true });
   }
 
@@ -69,7 +74,10 @@ export class Spool {
     await mkdir(this.dir, { recursive: true });
     for (const entry of await readdir(this.root).catch(() => [] as string[])) {
       const pid = Number(entry.split('-')[0]);
-      if (Number.isSafeInteger(pid) && pid > 0 && !isAlive(pid)) {
+      if (!Number.isSafeInteger(pid) || pid <= 0 || openHere.has(join(this.root, entry))) continue;
+      // This process's PID on a directory no spool of it has open: an earlier process that had
+      // the same PID (a container's node restarted as PID 1 again, a recycled PID), gone.
+      if (pid === process.pid || !isAlive(pid)) {
         await rm(join(this.root, entry), { recursive: true, force: true }).catch(() => undefined);
       }
     }

@@ -1,0 +1,56 @@
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Spool } from './spool';
+
+describe('Spool: directories left by earlier processes', () => {
+  let root: string;
+
+  beforeEach(() => {
+    root = mkdtempSync(join(tmpdir(), 'nseq-spool-'));
+  });
+
+  afterEach(() => {
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  /** A directory as a process of that PID leaves it when it is killed mid-sequence. */
+  function leftBy(pid: number, suffix: string): string {
+    const dir = join(root, `${pid}-${suffix}`);
+    mkdirSync(dir);
+    writeFileSync(join(dir, 'abandoned.spool'), Buffer.alloc(1024));
+    return dir;
+  }
+
+  it("removes a directory with this process's PID that is not its own (a PID used again), and keeps a live process's", async () => {
+    const samePid = leftBy(process.pid, 'deadbeef');
+    // PID 1 (init, or a container's first process) is alive and not this process: its directory
+    // may be in use, and stays.
+    const live = leftBy(1, '0badcafe');
+    const gone = leftBy(2 ** 22 + 7, 'feedf00d'); // above Linux's highest PID: nobody has it
+
+    const spool = new Spool(root, 1024 * 1024);
+    const file = await spool.create();
+
+    expect({
+      samePid: existsSync(samePid),
+      live: existsSync(live),
+      gone: existsSync(gone),
+      own: existsSync(file.path),
+    }).toEqual({ samePid: false, live: true, gone: false, own: true });
+    await file.remove();
+    await spool.close();
+  });
+
+  it('keeps the directory of another spool of this process (another module or app)', async () => {
+    const first = new Spool(root, 1024 * 1024);
+    const held = await first.create();
+    const second = new Spool(root, 1024 * 1024);
+    const other = await second.create();
+
+    const again = await first.create();
+    expect(existsSync(held.path) && existsSync(other.path) && existsSync(again.path)).toBe(true);
+    for (const file of [held, other, again]) await file.remove();
+    await Promise.all([first.close(), second.close()]);
+  });
+});
