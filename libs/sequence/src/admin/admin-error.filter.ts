@@ -14,8 +14,14 @@ const CODE_BY_STATUS: Readonly<Record<number, AdminErrorCode>> = {
   401: 'forbidden',
   403: 'forbidden',
   404: 'not-found',
+  413: 'too-large',
   501: 'unsupported',
 };
+
+/** The admin error code of an HTTP status. */
+export function codeOfStatus(status: number): AdminErrorCode {
+  return CODE_BY_STATUS[status] ?? (status >= 500 ? 'internal' : 'bad-request');
+}
 
 /** Every admin error as JSON `{ error: <code>, message }` with its status. */
 @Catch()
@@ -42,8 +48,7 @@ export class AdminErrorFilter implements ExceptionFilter {
     }
     if (exception instanceof HttpException) {
       const status = exception.getStatus();
-      const code = CODE_BY_STATUS[status] ?? (status >= 500 ? 'internal' : 'bad-request');
-      return { status, body: { error: code, message: exception.message } };
+      return { status, body: { error: codeOfStatus(status), message: exception.message } };
     }
     this.logger.error(`an admin request failed: ${errorMessage(exception)}`);
     return { status: 500, body: { error: 'internal', message: errorMessage(exception) } };

@@ -1,3 +1,5 @@
+import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
+import { isResequencerKey } from '../ports/resequencer-store.port';
 import { badRequest } from './admin.errors';
 
 /** What a dead-letter action addresses: these ids, the first of one reason, or the first of all. */
@@ -29,17 +31,77 @@ export function optionalText(name: string, raw: unknown, max = 512): string | un
   return raw === undefined || raw === '' ? undefined : parseText(name, raw, max);
 }
 
-/** `{ ids: string[] }`: 1 to `maxBatch` distinct ids. */
-export function parseIds(body: unknown, maxBatch: number): string[] {
-  const ids = (body as { ids?: unknown } | undefined)?.ids;
-  if (!Array.isArray(ids) || ids.length === 0 || ids.length > maxBatch) {
-    throw badRequest(`the body must be { "ids": [...] } with 1 to ${maxBatch} ids`);
+/**
+ * A dead-letter reason filter: a reason code or a whole reason, at most 512 characters. `''`
+ * names the dead letters without a reason (the group `GET dead-letters/:channel/reasons` lists as
+ * `""`); an absent one (undefined) filters nothing.
+ */
+export function optionalReason(raw: unknown): string | undefined {
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string' || raw.length > 512) {
+    throw badRequest('reason must be a string of at most 512 characters ("" for no reason)');
   }
+  return raw;
+}
+
+/**
+ * Whether `value` can be an outbox or inbox row's id: a message id, 1 to 200 characters without
+ * control characters (what recording or receiving a message requires of its id).
+ */
+export function isRowId(value: unknown): value is string {
+  return typeof value === 'string' && MESSAGE_ID_PATTERN.test(value);
+}
+
+/** A resequencer key as the stores take it: 1 to 256 characters without control characters. */
+export function parseResequencerKey(raw: unknown): string {
+  if (!isResequencerKey(raw)) {
+    throw badRequest(
+      `key ${shown(raw)} must be 1 to 256 characters without control characters ` +
+        '(what a resequencer key is)',
+    );
+  }
+  return raw;
+}
+
+/** `{ ids: string[] }` of outbox or inbox rows: 1 to `maxBatch` distinct row ids. */
+export function parseIds(body: unknown, maxBatch: number): string[] {
+  const ids = idList(body, maxBatch);
+  for (const id of ids) {
+    if (!isRowId(id)) {
+      throw badRequest(
+        `every id must be 1 to 200 characters without control characters (what an outbox or ` +
+          `inbox row's id is); ${shown(id)} is not`,
+      );
+    }
+  }
+  return [...new Set(ids as string[])];
+}
+
+/** `{ ids: string[] }` of dead letters: 1 to `maxBatch` distinct ids of 1 to 512 characters. */
+function parseDeadLetterIds(body: unknown, maxBatch: number): string[] {
+  const ids = idList(body, maxBatch);
   for (const id of ids) parseText('every id', id, 512);
   return [...new Set(ids as string[])];
 }
 
-/** `{ ids }`, `{ reason }` or `{ all: true }`: exactly one of them. */
+function idList(body: unknown, maxBatch: number): unknown[] {
+  const ids = (body as { ids?: unknown } | undefined)?.ids;
+  if (!Array.isArray(ids) || ids.length === 0 || ids.length > maxBatch) {
+    throw badRequest(`the body must be { "ids": [...] } with 1 to ${maxBatch} ids`);
+  }
+  return ids;
+}
+
+/** A value for a message: JSON, its first 60 characters. */
+function shown(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 60)}…` : text;
+}
+
+/**
+ * `{ ids }`, `{ reason }` or `{ all: true }`: exactly one of them. `{ "reason": "" }` addresses
+ * the dead letters without a reason.
+ */
 export function parseSelection(body: unknown, maxBatch: number): DeadLetterSelection {
   const given = (body ?? {}) as { ids?: unknown; reason?: unknown; all?: unknown };
   const chosen = [given.ids !== undefined, given.reason !== undefined, given.all !== undefined];
@@ -48,9 +110,10 @@ export function parseSelection(body: unknown, maxBatch: number): DeadLetterSelec
       'the body must hold exactly one of { "ids": [...] }, { "reason": "..." }, { "all": true }',
     );
   }
-  if (given.ids !== undefined) return { kind: 'ids', ids: parseIds(given, maxBatch) };
-  if (given.reason !== undefined)
-    return { kind: 'reason', reason: parseText('reason', given.reason) };
+  if (given.ids !== undefined) return { kind: 'ids', ids: parseDeadLetterIds(given, maxBatch) };
+  if (given.reason !== undefined) {
+    return { kind: 'reason', reason: optionalReason(given.reason) ?? '' };
+  }
   if (given.all !== true) throw badRequest('all must be true when given');
   return { kind: 'all' };
 }

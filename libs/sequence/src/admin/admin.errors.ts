@@ -1,12 +1,19 @@
 /** What the admin API answers with an error status: `{ error: code, message }`. */
 export type AdminErrorCode =
-  'bad-request' | 'forbidden' | 'mutations-disabled' | 'not-found' | 'unsupported' | 'internal';
+  | 'bad-request'
+  | 'forbidden'
+  | 'mutations-disabled'
+  | 'not-found'
+  | 'too-large'
+  | 'unsupported'
+  | 'internal';
 
 const STATUS: Readonly<Record<AdminErrorCode, number>> = {
   'bad-request': 400,
   forbidden: 403,
   'mutations-disabled': 403,
   'not-found': 404,
+  'too-large': 413,
   unsupported: 501,
   internal: 500,
 };

@@ -15,7 +15,7 @@ import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
 import { AdminErrorFilter } from './admin-error.filter';
 import {
-  optionalText,
+  optionalReason,
   parseLimit,
   parseSelection,
   parseText,
@@ -49,6 +49,7 @@ export class DeadLettersController {
     return this.deadLetters.channelReasons(parseText('channel', channel));
   }
 
+  /** `?reason=` (empty) lists those without a reason; no `reason`, all of them. */
   @Get('dead-letters/:channel')
   async list(
     @Param('channel') channel: string,
@@ -57,7 +58,7 @@ export class DeadLettersController {
   ): Promise<{ items: DeadLetter[] }> {
     const items = await this.deadLetters.list(
       parseText('channel', channel),
-      optionalText('reason', reason),
+      optionalReason(reason),
       parseLimit(limit, this.options.maxBatch),
     );
     return { items };

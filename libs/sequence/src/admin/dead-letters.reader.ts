@@ -2,10 +2,11 @@ import { Inject, Injectable } from '@nestjs/common';
 import { splitDeathReason } from '../core/errors/rejection-code';
 import { ChannelRegistry } from '../kernel/channel.registry';
 import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
-import type {
-  DeadLetter,
-  DeadLetterActionResult,
-  DeadLetterBox,
+import {
+  MAX_DEAD_LETTER_BROWSE,
+  type DeadLetter,
+  type DeadLetterActionResult,
+  type DeadLetterBox,
 } from '../ports/dead-letter-box.port';
 import type { Transport } from '../ports/transport.port';
 import type { MutationAnswer } from './admin-actions';
@@ -18,7 +19,8 @@ export interface DeadLetterChannelSummary {
   readonly deadLetterChannel: string;
   readonly total: number;
   /**
-   * Counts per reason code, among the oldest `maxBatch`. Left out of the list of all channels
+   * Counts per reason code, among the oldest {@link MAX_DEAD_LETTER_BROWSE} (1000); `""` counts
+   * those without a reason. Left out of the list of all channels
    * unless a grouping of that channel read in the last 30 seconds is at hand, or the
    * transport browses without disturbing its dead letters.
    */
@@ -37,7 +39,7 @@ interface CachedReasons {
 
 export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
 
-/** A reason filter matches the code or the whole reason. */
+/** A reason filter matches the code or the whole reason; `''` matches no reason. */
 function matches(letter: DeadLetter, reason: string): boolean {
   return splitDeathReason(letter.reason).code === reason || letter.reason === reason;
 }
@@ -111,7 +113,7 @@ export class DeadLettersReader {
   }
 
   private async reasonsOf(box: DeadLetterBox, channel: string): Promise<DeadLetterChannelSummary> {
-    const page = await box.browse(channel, { limit: this.options.maxBatch });
+    const page = await box.browse(channel, { limit: MAX_DEAD_LETTER_BROWSE });
     const counts = new Map<string, number>();
     for (const letter of page.items) {
       const { code } = splitDeathReason(letter.reason);
@@ -139,7 +141,7 @@ export class DeadLettersReader {
     return this.channels.get(channel)?.deadLetterChannel ?? `${channel}.dlq`;
   }
 
-  /** Oldest first; `reason` matches a reason code or a whole reason. */
+  /** Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. */
   async list(channel: string, reason: string | undefined, limit: number): Promise<DeadLetter[]> {
     const page = await this.required().browse(channel, { limit, reason });
     return page.items.filter((letter) => reason === undefined || matches(letter, reason));
@@ -189,7 +191,12 @@ export class DeadLettersReader {
 }
 
 function nothingSelected(channel: string, selection: DeadLetterSelection): DeadLetterAnswer {
-  const what = selection.kind === 'reason' ? `with reason ${selection.reason}` : 'at all';
+  const what =
+    selection.kind !== 'reason'
+      ? 'at all'
+      : selection.reason === ''
+        ? 'without a reason'
+        : `with reason ${selection.reason}`;
   return {
     changed: 0,
     message: `nothing changed: channel ${channel} has no dead letters ${what}`,

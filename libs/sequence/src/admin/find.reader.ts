@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { ChannelRegistry } from '../kernel/channel.registry';
+import { isRowId } from './admin-input';
 import { BoxesReader, type BoxSide } from './boxes.reader';
 import { ClaimsReader } from './claims.reader';
 import { DeadLettersReader } from './dead-letters.reader';
@@ -130,8 +131,10 @@ export class FindReader {
     return matches;
   }
 
+  /** Only an id a row can have is asked for (a store refuses the others, PostgreSQL a NUL). */
   private async findRows(side: BoxSide, id: string): Promise<FindMatch[]> {
-    const rows = await this.boxes.find(side, id);
+    if (!isRowId(id)) return [];
+    const rows = await this.boxes.find(side, id).catch(() => []);
     return rows.map(({ box, record }) => ({
       kind: side,
       summary: `${side} row in ${box}: ${record.type}, ${record.status}, ${record.attempts} attempt(s)`,

@@ -1,7 +1,9 @@
 import { Injectable } from '@nestjs/common';
+import { isResequencerKey } from '../ports/resequencer-store.port';
 import type { Resequencer } from '../resequencer/resequencer';
 import { ResequencerCatalog } from '../resequencer/resequencer.catalog';
 import type { MutationAnswer } from './admin-actions';
+import { parseResequencerKey } from './admin-input';
 import { notFound } from './admin.errors';
 
 /** A resequencer key waiting on a gap. */
@@ -78,6 +80,7 @@ export class ResequencerReader {
   /** The key's state when it holds anything or has moved on, else undefined. */
   async key(name: string, key: string) {
     const resequencer = this.resequencer(name);
+    if (!isResequencerKey(key)) return undefined;
     const state = await resequencer.inspect(key);
     const known =
       state.buffered.length > 0 || state.handOff > 0 || state.next !== resequencer.definition.start;
@@ -94,8 +97,10 @@ export class ResequencerReader {
     return this.resolve(name, key, Number.POSITIVE_INFINITY);
   }
 
+  /** @throws AdminRequestError 400 for a key no store could hold, 404 for an unknown resequencer */
   private async resolve(name: string, key: string, maxGaps: number): Promise<GapAnswer> {
     const resequencer = this.resequencer(name);
+    parseResequencerKey(key);
     const before = await resequencer.inspect(key);
     let skippedGaps = 0;
     // Each skip releases at least one held event, so this ends within `buffered` rounds.

@@ -9,6 +9,7 @@ import {
 } from '@nestjs/common';
 import { AdminAccessGuard } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
+import { AdminBodyErrors } from './admin-body-errors';
 import { AdminErrorFilter } from './admin-error.filter';
 import {
   ADMIN_GUARD,
@@ -53,6 +54,7 @@ const READERS: Provider[] = [
   AdminActions,
   AdminAccessGuard,
   AdminErrorFilter,
+  AdminBodyErrors,
   SequencesReader,
   DeadLettersReader,
   ResequencerReader,

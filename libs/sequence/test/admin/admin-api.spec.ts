@@ -3,14 +3,16 @@ import {
   ClaimCheckService,
   InMemoryTransport,
   MemorySequenceStore,
+  Resequenced,
   SequencedHandler,
   SEQUENCE_TRANSPORT,
   type ReassembledPayload,
+  type ResequencedEvent,
   type Transport,
 } from 'nest-sequence';
 import { ForwardingTransport } from 'nest-sequence/testing';
 import { bytes, makeFragments, publishAll } from '../support/sequence-test-app';
-import { createAdminApp, type AdminApp } from './admin-app';
+import { createAdminApp, SwitchGuard, type AdminApp } from './admin-app';
 
 const CHANNEL = 'admin-api.images';
 
@@ -271,5 +273,110 @@ describe('the admin API over adapters lacking its capabilities', () => {
       deadLetters: { total: 0, channels: 0, supported: false },
     });
     expect(await admin.get('find/anything')).toEqual({ status: 200, body: { matches: [] } });
+  });
+});
+
+const STATUS = 'admin-api.status';
+
+@Injectable()
+class StatusHandler {
+  @Resequenced({ channel: STATUS, gap: { timeoutMs: 3_600_000, policy: 'alert' } })
+  handle(_event: ResequencedEvent): void {}
+}
+
+/** `count` ids of `length` characters each, all different. */
+function longIds(count: number, length: number): string[] {
+  return Array.from({ length: count }, (_, index) => `${index}-`.padEnd(length, 'x'));
+}
+
+describe('the admin API on ids, keys and bodies past what the stores hold', () => {
+  const guard = new SwitchGuard();
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      providers: [StatusHandler],
+      admin: { guard, mutations: true, maxBatch: 1000 },
+      sequence: { outbox: { routes: { event: () => ['admin-api.orders'] } } },
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it('answers 400 bad-request for a row id no outbox or inbox row can have', async () => {
+    for (const id of ['x'.repeat(201), 'a\nb', 'a\u0000b']) {
+      for (const route of ['outbox/retry', 'outbox/discard', 'inbox/retry', 'inbox/discard']) {
+        const answer = await admin.post(route, { ids: ['order-1', id] });
+        expect({ route, id, ...answer }).toEqual({
+          route,
+          id,
+          status: 400,
+          body: { error: 'bad-request', message: expect.stringContaining('200 characters') },
+        });
+      }
+    }
+    // As long as a message id may be: taken, and nothing to change.
+    const longest = await admin.post('outbox/retry', { ids: ['x'.repeat(200)] });
+    expect(longest).toMatchObject({ status: 200, body: { changed: 0 } });
+  });
+
+  it('finds nothing, without an error, for an id no outbox or inbox row can have', async () => {
+    for (const id of ['x'.repeat(300), 'a\u0000b']) {
+      const answer = await admin.get(`find/${encodeURIComponent(id)}`);
+      expect(answer).toEqual({ status: 200, body: { matches: [] } });
+    }
+  });
+
+  it('answers 400 bad-request for a resequencer key no store can hold', async () => {
+    for (const route of [
+      `resequencer/gaps/${STATUS}/${'k'.repeat(300)}/skip`,
+      `resequencer/gaps/${STATUS}/a%0Ab/release`,
+    ]) {
+      const answer = await admin.post(route);
+      expect({ route, ...answer }).toEqual({
+        route,
+        status: 400,
+        body: { error: 'bad-request', message: expect.stringContaining('256 characters') },
+      });
+    }
+  });
+
+  it("answers a batch past the app's JSON body limit with 413 too-large, and takes it once the app raises that limit", async () => {
+    // 1000 ids of 150 characters: about 150 kB of JSON, past Express's default 100 kB.
+    const ids = longIds(1000, 150);
+    const refused = await admin.post('outbox/retry', { ids });
+    expect(refused).toEqual({
+      status: 413,
+      body: {
+        error: 'too-large',
+        message: expect.stringMatching(/JSON body limit.*useBodyParser/),
+      },
+    });
+
+    const raised = await createAdminApp({
+      admin: { guard, mutations: true, maxBatch: 1000 },
+      sequence: { outbox: { routes: { event: () => ['admin-api.orders'] } } },
+      configure: (app) => app.useBodyParser('json', { limit: '1mb' }),
+    });
+    try {
+      const taken = await raised.post('outbox/retry', { ids: longIds(1000, 200) });
+      expect(taken).toEqual({
+        status: 200,
+        body: { changed: 0, message: expect.stringMatching(/^nothing changed/) },
+      });
+    } finally {
+      await raised.close();
+    }
+  });
+
+  it('answers a body that is not JSON with 400 bad-request', async () => {
+    const answer = await admin.postRaw('outbox/retry', '{"ids": [', {
+      'content-type': 'application/json',
+      'x-sequence-admin': '1',
+    });
+    expect(answer).toEqual({
+      status: 400,
+      body: { error: 'bad-request', message: expect.any(String) },
+    });
   });
 });

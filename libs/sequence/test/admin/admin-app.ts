@@ -1,6 +1,6 @@
-import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { CanActivate, INestApplication, Provider } from '@nestjs/common';
+import type { NestExpressApplication } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import { SequenceModule, type SequenceModuleOptions } from 'nest-sequence';
 import {
@@ -46,6 +46,8 @@ export interface AdminAppOptions {
     readonly factory: () => Promise<SequenceAdminFactoryOptions>;
   };
   readonly providers?: Provider[];
+  /** Sets the application up before it starts (its body parser, say), as a `main.ts` would. */
+  readonly configure?: (app: NestExpressApplication) => void;
 }
 
 /**
@@ -71,9 +73,10 @@ export async function createAdminApp(options: AdminAppOptions = {}): Promise<Adm
     ],
     providers: options.providers ?? [],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false });
+  const app = moduleRef.createNestApplication<NestExpressApplication>({ logger: false });
+  options.configure?.(app);
   await app.listen(0, '127.0.0.1');
-  const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
+  const { port } = app.getHttpServer().address() as AddressInfo;
   const path = options.async?.path ?? options.admin?.path ?? 'sequence-admin';
   const api = `http://127.0.0.1:${port}/${path}/api`;
   const call = async <T>(

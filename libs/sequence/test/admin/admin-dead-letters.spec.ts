@@ -145,3 +145,66 @@ describe('the admin API over dead letters that a browse disturbs', () => {
     ]);
   });
 });
+
+describe('the admin API grouping dead letters by reason', () => {
+  const transport = new InMemoryTransport();
+  const MANY = 'admin-dead-letters.many';
+  const BARE = 'admin-dead-letters.bare';
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true, deadLetterChannels: [MANY, BARE] },
+      sequence: { transport },
+    });
+    for (let index = 0; index < 600; index++) {
+      await transport.publish(transport.deadLetterChannel(MANY), Buffer.from(`m${index}`), {
+        'x-death-reason': `integrity-mismatch: fragment ${index}`,
+      });
+    }
+    // Dead letters without x-death-reason (put there by another system, or by a broker).
+    for (const body of ['bare-1', 'bare-2']) {
+      await transport.publish(transport.deadLetterChannel(BARE), Buffer.from(body), {});
+    }
+    await transport.publish(transport.deadLetterChannel(BARE), Buffer.from('timed out'), {
+      'x-death-reason': 'expired: too old',
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it('groups the first 1000 dead letters of a channel, beyond maxBatch (500)', async () => {
+    const answer = await admin.get(`dead-letters/${MANY}/reasons`);
+    expect(answer).toEqual({
+      status: 200,
+      body: expect.objectContaining({
+        total: 600,
+        byReason: [{ reason: 'integrity-mismatch', count: 600 }],
+      }),
+    });
+  });
+
+  it('lists the dead letters without a reason as the group "", and shows and acts on that group', async () => {
+    const groups = await admin.get<{ byReason: unknown[] }>(`dead-letters/${BARE}/reasons`);
+    expect(groups.body.byReason).toEqual([
+      { reason: '', count: 2 },
+      { reason: 'expired', count: 1 },
+    ]);
+
+    // `?reason=` (empty) shows that group; no reason at all, every dead letter.
+    const shown = await admin.get<{ items: { reason: string }[] }>(`dead-letters/${BARE}?reason=`);
+    expect(shown.body.items.map((item) => item.reason)).toEqual(['', '']);
+    const all = await admin.get<{ items: unknown[] }>(`dead-letters/${BARE}`);
+    expect(all.body.items).toHaveLength(3);
+
+    const discard = await admin.post(`dead-letters/${BARE}/discard`, { reason: '' });
+    expect(discard).toMatchObject({ status: 200, body: { changed: 2 } });
+    const again = await admin.post(`dead-letters/${BARE}/replay`, { reason: '' });
+    expect(again.body).toMatchObject({
+      changed: 0,
+      message: `nothing changed: channel ${BARE} has no dead letters without a reason`,
+    });
+    const left = await admin.get<{ byReason: unknown[] }>(`dead-letters/${BARE}/reasons`);
+    expect(left.body.byReason).toEqual([{ reason: 'expired', count: 1 }]);
+  });
+});

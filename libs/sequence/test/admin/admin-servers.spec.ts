@@ -1,11 +1,13 @@
 import { Injectable, type Type } from '@nestjs/common';
 import { SequencedHandler, type ReassembledPayload } from 'nest-sequence';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { describeOnRealServers } from '../faults/support/real-servers';
+import { usePostgres } from '../support/postgres.fixture';
 import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { useRedis } from '../support/redis.fixture';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
-import { SERVERS } from '../support/servers';
+import { describeWithServer, SERVERS } from '../support/servers';
 import type { SequenceAdminOptions } from 'nest-sequence/admin';
 import { createAdminApp, type AdminApp } from './admin-app';
 
@@ -168,5 +170,32 @@ describeOnRealServers('the admin API over RabbitMQ and Redis', () => {
       'dead-lettered again after the replay',
       20_000,
     );
+  });
+});
+
+describeWithServer('postgres', 'the admin API over the PostgreSQL outbox store', () => {
+  const pg = usePostgres({ beforeCleanup: () => admin?.close() ?? Promise.resolve() });
+  let admin: AdminApp | undefined;
+
+  beforeEach(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true },
+      sequence: {
+        outbox: {
+          store: PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: pg.tablePrefix }),
+          routes: { event: () => ['admin-servers.orders'] },
+        },
+      },
+    });
+  });
+
+  // PostgreSQL refuses a NUL in text: no row can have such an id.
+  it('finds nothing, without an error, for an id with a NUL character', async () => {
+    expect(await admin!.get('find/a%00b')).toEqual({ status: 200, body: { matches: [] } });
+  });
+
+  it('answers 400 bad-request for a row id with a NUL character', async () => {
+    const answer = await admin!.post('outbox/discard', { ids: ['a\u0000b'] });
+    expect(answer).toMatchObject({ status: 400, body: { error: 'bad-request' } });
   });
 });

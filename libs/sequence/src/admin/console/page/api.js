@@ -26,13 +26,14 @@ export function apiPath(...segments) {
 
 /**
  * @param {string} path under api/, e.g. "sequences" or apiPath(...)
- * @param {Record<string, string | number | undefined>} [query]
+ * @param {Record<string, string | number | undefined>} [query] undefined values are left out;
+ *   an empty string is sent (`?reason=` names the dead letters without a reason)
  * @returns {Promise<any>}
  */
 export async function get(path, query = {}) {
   const url = new URL(`api/${path}`, document.baseURI);
   for (const [name, value] of Object.entries(query)) {
-    if (value !== undefined && value !== '') url.searchParams.set(name, String(value));
+    if (value !== undefined) url.searchParams.set(name, String(value));
   }
   return answer(await fetch(url, { headers: { accept: 'application/json' } }));
 }

@@ -8,6 +8,8 @@ import { failure } from './overview.js';
 
 /** How many dead letters of one group the page lists. */
 const LIMIT = 50;
+/** How the page shows the group of dead letters without a reason (the API's reason `""`). */
+const NO_REASON = '(no reason)';
 const section = new Section('dead-letters');
 /** The groups whose messages are shown: "<channel>\n<reason>". */
 const expanded = new Set();
@@ -125,6 +127,14 @@ function render(channels, messages) {
 }
 
 /**
+ * A reason as the page shows it.
+ * @param {string} reason
+ */
+function shownReason(reason) {
+  return reason === '' ? NO_REASON : reason;
+}
+
+/**
  * @param {string} channel
  * @param {any} group { reason, count }
  */
@@ -132,8 +142,9 @@ function reasonRow(channel, group) {
   const reason = String(group.reason);
   const key = `${channel}\n${reason}`;
   const these = count(group.count, 'dead letter');
+  const shown = reason === '' ? 'without a reason' : `with reason "${reason}"`;
   return [
-    h('span', { class: 'reason' }, reason),
+    h('span', { class: 'reason' }, shownReason(reason)),
     String(group.count),
     h(
       'div',
@@ -155,20 +166,20 @@ function reasonRow(channel, group) {
       actionButton({
         label: 'Replay group',
         key: `dl-replay-group-${key}`,
-        question: `Replay ${these} of ${channel} with reason "${reason}" to ${channel}?`,
+        question: `Replay ${these} of ${channel} ${shown} to ${channel}?`,
         confirm: 'Replay',
         path: apiPath('dead-letters', channel, 'replay'),
         body: { reason },
-        describe: `Replay ${channel} dead letters "${reason}"`,
+        describe: `Replay ${channel} dead letters "${shownReason(reason)}"`,
       }),
       actionButton({
         label: 'Discard group',
         key: `dl-discard-group-${key}`,
-        question: `Discard ${these} of ${channel} with reason "${reason}"? They are deleted for good.`,
+        question: `Discard ${these} of ${channel} ${shown}? They are deleted for good.`,
         confirm: 'Discard',
         path: apiPath('dead-letters', channel, 'discard'),
         body: { reason },
-        describe: `Discard ${channel} dead letters "${reason}"`,
+        describe: `Discard ${channel} dead letters "${shownReason(reason)}"`,
         danger: true,
       }),
     ),
@@ -182,7 +193,7 @@ function reasonRow(channel, group) {
  */
 function messageTable(channel, reason, items) {
   return table(
-    `${channel}, "${reason}": ${items.length >= LIMIT ? `the oldest ${LIMIT}` : count(items.length, 'message')}`,
+    `${channel}, "${shownReason(reason)}": ${items.length >= LIMIT ? `the oldest ${LIMIT}` : count(items.length, 'message')}`,
     ['Id', 'Dead-lettered', 'Bytes', 'Replays', 'Headers', 'Actions'],
     items.map((item) => [
       h('code', {}, String(item.id)),
