@@ -199,7 +199,9 @@ export interface GapResolveContext {
   readonly unchangedSince?: number;
   /**
    * With `'dead-letter'`: the key is closed as well: `next` moves to {@link CLOSED_KEY_NEXT},
-   * past every sequence, so that every later event of the key is `late`.
+   * past every sequence, so that every later event of the key is `late`, answered with that
+   * `next`; one released before (a repeat, below the sequence that went missing) is answered
+   * with the missing sequence as `next`, as a plain late one.
    */
   readonly close?: boolean;
 }

@@ -295,9 +295,11 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     ]);
   });
 
+  const lost = makeFragments('lost', bytes(5_000, 8), 1_000);
+
   /** Fragment 2 never comes; 3 waits behind it past timeout.ms; then 4 and 5 (the last) come. */
   async function loseFragmentTwo(): Promise<void> {
-    const fragments = makeFragments('lost', bytes(5_000, 8), 1_000);
+    const fragments = lost;
     await publishAll(transport, channel, [fragments[0], fragments[2]]);
     await eventually(() => received.length === 1, 'fragment 1');
     await eventually(() => transport.peek(channel).length === 0, 'fragment 3 buffered');
@@ -316,6 +318,15 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     expect(String(moved[1].headers['x-death-reason'])).toMatch(
       /^sequence-expired: key lost, event 4: the key was closed when the events behind its gap were dead-lettered/,
     );
+
+    // Then fragment 1 again (a redelivery: dropped as a repeat) and the missing 2, too late.
+    await publishAll(transport, channel, [lost[0], lost[1]]);
+    await eventually(() => transport.peek(dlq).length === 4, 'fragment 2 dead-lettered');
+    await transport.whenIdle();
+    expect(transport.peek(dlq).map((message) => message.headers['x-sequence-position'])).toEqual([
+      3, 4, 5, 2,
+    ]);
+    expect(received.map((each) => each.position)).toEqual([1]);
   });
 
   describeWithServer('redis', 'on a Redis resequencer store', () => {

@@ -42,6 +42,8 @@ export interface ResequencerKeyRecord {
   tracked?: boolean;
   /** The last write: the record expires `retentionMs` after it. */
   lastWriteAt: number;
+  /** Set once the key was closed (`next` is then CLOSED_KEY_NEXT): the sequence that went missing. */
+  closedFrom?: number;
 }
 
 export function newKeyRecord(start: number, now: number): ResequencerKeyRecord {

@@ -97,7 +97,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     assertLimits(context.limits);
     const { now, limits } = context;
     const existing = this.keys.find(key, now);
-    const next = existing?.next ?? context.start;
+    const next = lateNext(existing, entry.seq) ?? existing?.next ?? context.start;
     if (entry.seq < next) {
       const pending = (existing?.handOff.length ?? 0) > 0;
       if (!pending || !context.drain) return { kind: 'late', next, pending };
@@ -273,8 +273,12 @@ export class MemoryResequencerStore implements ResequencerStore {
     }
     const before = record.buffer.size;
     const bytesBefore = record.bufferBytes;
+    const missing = record.next;
     const appended = applyPolicy(record, policy, now);
-    if (appended > 0 && policy === 'dead-letter' && context.close) record.next = CLOSED_KEY_NEXT;
+    if (appended > 0 && policy === 'dead-letter' && context.close) {
+      record.closedFrom = missing;
+      record.next = CLOSED_KEY_NEXT;
+    }
     if (appended > 0) record.tracked = true;
     if (appended === 0) return { kind: 'none' };
     this.keys.wrote(
@@ -359,6 +363,15 @@ export class MemoryResequencerStore implements ResequencerStore {
   async close(): Promise<void> {
     this.keys.clear();
   }
+}
+
+/**
+ * A closed key's answer to an event released before it closed (a repeat): the sequence that went
+ * missing, so that the event is an ordinary late one rather than one the close refuses.
+ */
+function lateNext(record: ResequencerKeyRecord | undefined, seq: number): number | undefined {
+  const closedFrom = record?.closedFrom;
+  return closedFrom !== undefined && seq < closedFrom ? closedFrom : undefined;
 }
 
 /** A key waiting on a gap, as the listings report it. */

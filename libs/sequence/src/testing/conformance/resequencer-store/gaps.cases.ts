@@ -299,7 +299,7 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
       expect(eventSeqs(items)).toEqual([1, 3]);
     });
 
-    it("closes the key with 'dead-letter' and close: every later event is late", async () => {
+    it("closes the key with 'dead-letter' and close: every later event from the missing one on is late", async () => {
       const key = c.key();
       await acceptAll(c.store, key, [1, 3, 4], c.t0);
       await expect(
@@ -309,13 +309,20 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
       expect(items.map((item) => item.kind)).toEqual(['event', 'dead-letter', 'dead-letter']);
       await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ next: CLOSED_KEY_NEXT });
 
-      for (const seq of [2, 5, MAX_SEQUENCE_NUMBER]) {
+      // The missing 2, the dead-lettered 3 and 4, and anything after: refused by the close.
+      for (const seq of [2, 4, 5, MAX_SEQUENCE_NUMBER]) {
         await expect(c.store.accept(key, event(seq), acceptAt(c.t0 + 200))).resolves.toEqual({
           kind: 'late',
           next: CLOSED_KEY_NEXT,
           pending: false,
         });
       }
+      // A repeat of 1, released before: a plain late event.
+      await expect(c.store.accept(key, event(1), acceptAt(c.t0 + 200))).resolves.toEqual({
+        kind: 'late',
+        next: 2,
+        pending: false,
+      });
       await expect(c.store.listGaps(c.scope, c.t0 + 1_000, 10)).resolves.toEqual([]);
     });
   });

@@ -3,7 +3,8 @@
   Every per-key script works on the keys of ONE resequencer key, which share a hash tag:
     KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until,
                             ttlAt, bufBytes, hoBytes (bytes of the buffer's and the hand-off
-                            list's events; see entryBytes)
+                            list's events; see entryBytes), closedFrom (the sequence a closed
+                            key was missing when it closed)
     KEYS[2] buffer   zset   score = sequence, member = the entry as the client encoded it
     KEYS[3] handoff  list   hand-off items, head first, each a one-character kind tag and fields:
                               'e' .. entry                                        event
@@ -41,13 +42,14 @@ end
 -- first, keeping only its ver (so that the index takes the new key's records as newer).
 local function loadState(now, retentionMs)
   local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
-    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes', 'settled')
+    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes', 'settled', 'closedFrom')
   local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
     at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
     alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
     leaseUntil = tonumber(present(raw[8])), ttlAt = tonumber(present(raw[9])),
     track = raw[10] == '1', bufBytes = tonumber(present(raw[11])) or 0,
-    hoBytes = tonumber(present(raw[12])) or 0, lastSettle = present(raw[13])}
+    hoBytes = tonumber(present(raw[12])) or 0, lastSettle = present(raw[13]),
+    closedFrom = tonumber(present(raw[14]))}
   -- Optional fields stored now: saveState deletes those that became nil, in one HDEL.
   s.stored = {gapSince = raw[4] ~= false, handOffAt = raw[6] ~= false, holder = raw[7] ~= false,
     ['until'] = raw[8] ~= false}
@@ -97,6 +99,11 @@ local function saveState(s, now, retentionMs)
   setOrDelete(s, fields, deleted, 'handOffAt', s.handOffAt and int(s.handOffAt))
   setOrDelete(s, fields, deleted, 'holder', s.holder)
   setOrDelete(s, fields, deleted, 'until', s.leaseUntil and int(s.leaseUntil))
+  -- Where a closed key closed (see rsq-resolve-3's close): set once, never removed.
+  if s.closedFrom then
+    fields[#fields + 1] = 'closedFrom'
+    fields[#fields + 1] = int(s.closedFrom)
+  end
   -- The token of the settle that made this change, if one did (see rsq-settle-3).
   if s.settled then
     fields[#fields + 1] = 'settled'

@@ -42,6 +42,11 @@ local function acceptStep(A)
 
   local s = loadState(now, retentionMs)
   local expected = s.next or start
+  -- A closed key answers an event released before it closed (a repeat) with the sequence that
+  -- went missing: an ordinary late event, not one the close refuses.
+  if s.closedFrom and seq < s.closedFrom then
+    expected = s.closedFrom
+  end
 
   if seq < expected then
     local pending = rcall('LLEN', handOffKey) > 0 and 1 or 0

@@ -26,7 +26,7 @@ local function resolveStep()
     appended = 1 + releaseRun(s)
     afterRelease(s, now)
   elseif policy == 'dead-letter' then
-    local expected, highest = int(s.next), s.next
+    local expected, highest, missing = int(s.next), s.next, s.next
     while true do
       local head = rcall('ZRANGE', bufferKey, 0, BATCH - 1, 'WITHSCORES')
       if #head == 0 then
@@ -42,6 +42,7 @@ local function resolveStep()
     end
     s.next = highest + 1
     if ARGV[6] == '1' then
+      s.closedFrom = missing
       s.next = {{CLOSED_KEY_NEXT}}
     end
     s.gapSince, s.alerted = nil, false
