@@ -4,7 +4,7 @@ import type { Resequencer } from '../resequencer/resequencer';
 import { ResequencerCatalog } from '../resequencer/resequencer.catalog';
 import type { MutationAnswer } from './admin-actions';
 import { parseResequencerKey } from './admin-input';
-import { notFound } from './admin.errors';
+import { badRequest, notFound } from './admin.errors';
 
 /** A resequencer key waiting on a gap. */
 export interface GapItem {
@@ -97,10 +97,21 @@ export class ResequencerReader {
     return this.resolve(name, key, Number.POSITIVE_INFINITY);
   }
 
-  /** @throws AdminRequestError 400 for a key no store could hold, 404 for an unknown resequencer */
+  /**
+   * @throws AdminRequestError 400 for a key no store could hold or a stream mode resequencer, 404
+   * for an unknown resequencer
+   */
   private async resolve(name: string, key: string, maxGaps: number): Promise<GapAnswer> {
     const resequencer = this.resequencer(name);
     parseResequencerKey(key);
+    if (resequencer.definition.closeAfterDeadLetter !== undefined) {
+      // Skipped, the sequence would reach its end with a fragment missing.
+      throw badRequest(
+        `resequencer ${name} orders the fragments of streamed sequences: a gap of sequence ${key} ` +
+          'cannot be skipped (its handler would see the end of a payload with a fragment ' +
+          'missing); it is dead-lettered when its timeout passes',
+      );
+    }
     const before = await resequencer.inspect(key);
     let skippedGaps = 0;
     // Each skip releases at least one held event, so this ends within `buffered` rounds.

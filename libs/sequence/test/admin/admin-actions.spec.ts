@@ -8,6 +8,7 @@ import {
   SEQUENCE_TRANSPORT,
   type LifecycleEvent,
   type ReassembledPayload,
+  StreamedFragment,
   type Transport,
 } from 'nest-sequence';
 import { bytes, eventually, makeFragments } from '../support/sequence-test-app';
@@ -15,6 +16,7 @@ import { createAdminApp, SwitchGuard, type AdminApp } from './admin-app';
 import { BoxesReader } from '../../src/admin/boxes.reader';
 
 const IMAGES = 'admin-actions.images';
+const STREAM = 'admin-actions.stream';
 const STATUS = 'admin-actions.status';
 
 @Injectable()
@@ -22,6 +24,16 @@ class ImagesHandler {
   @SequencedHandler({ channel: IMAGES })
   async handle(payload: ReassembledPayload): Promise<void> {
     await payload.toBuffer();
+  }
+}
+
+@Injectable()
+class StreamHandler {
+  readonly positions: number[] = [];
+
+  @SequencedHandler({ channel: STREAM, mode: 'stream' })
+  handle(fragment: StreamedFragment): void {
+    this.positions.push(fragment.position);
   }
 }
 
@@ -46,7 +58,7 @@ describe('the admin API acting, with a guard and mutations on', () => {
 
   beforeAll(async () => {
     admin = await createAdminApp({
-      providers: [ImagesHandler, StatusHandler],
+      providers: [ImagesHandler, StatusHandler, StreamHandler],
       admin: { guard, mutations: true, replayRatePerSecond: 1000 },
       sequence: {
         outbox: {
@@ -274,6 +286,27 @@ describe('the admin API acting, with a guard and mutations on', () => {
         ['gap.release'],
         ['gap.skip'],
       ]);
+    });
+
+    it("refuses to skip a stream mode sequence's gap: its handler would see the end of a payload with a hole", async () => {
+      const fragments = makeFragments('study-7', bytes(3_000), 1_000);
+      await transport.publish(STREAM, fragments[2].body, fragments[2].headers);
+      const resequencer = `sequence-stream:${STREAM}`;
+      await eventually(async () => {
+        const gaps = await admin.get<{ items: { resequencer: string; key: string }[] }>(
+          'resequencer/gaps',
+        );
+        return gaps.body.items.some((gap) => gap.resequencer === resequencer);
+      }, 'the stream gap listed');
+
+      for (const action of ['skip', 'release']) {
+        const answer = await admin.post(`resequencer/gaps/${resequencer}/study-7/${action}`);
+        expect(answer).toMatchObject({
+          status: 400,
+          body: { error: 'bad-request', message: expect.stringContaining('cannot be skipped') },
+        });
+      }
+      expect(admin.app.get(StreamHandler).positions).toEqual([]);
     });
 
     it('answers 404 not-found for a resequencer the app does not have', async () => {
