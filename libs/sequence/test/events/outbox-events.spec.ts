@@ -7,6 +7,7 @@ import {
   FAST_BOX,
   inboxHandler,
   type OutboxTestApp,
+  publishInboxEvent,
 } from '../outbox/outbox-test-app';
 import { recordEvents } from './event-recorder';
 
@@ -136,21 +137,13 @@ describe('lifecycle events: Outbox and Inbox', () => {
       if (failures-- > 0) throw new Error('database busy');
     };
     const recorder = recordEvents(t.app);
-    const id = randomUUID();
-    const body = {
-      id,
-      type: 'TaskCreated',
-      aggregateType: 'Task',
-      aggregateId: 't',
-      payload: {},
-      occurredAt: new Date().toISOString(),
-    };
 
-    await t.broker.publish('events.TaskCreated', Buffer.from(JSON.stringify(body)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
-      [MESSAGE_TYPE_HEADER]: 'TaskCreated',
-    });
+    const id = await publishInboxEvent(
+      t.broker,
+      'TaskCreated',
+      { aggregateType: 'Task', aggregateId: 't' },
+      { [MESSAGE_TYPE_HEADER]: 'TaskCreated' },
+    );
     await eventually(() => recorder.only('inbox.handled').length === 1, 'handled');
 
     expect(recorder.events.map((event) => event.type)).toEqual(['inbox.retried', 'inbox.handled']);

@@ -11,13 +11,17 @@ import {
   type OutboxEvent,
   type OutboxStore,
 } from 'nest-sequence';
-import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { postgresPool } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
-import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+import {
+  createOutboxTestApp,
+  FAST_BOX,
+  publishInboxEvent,
+  type OutboxTestApp,
+} from './outbox-test-app';
 
 /**
  * Past `handlerTimeoutMs`, `context.transaction` refuses every later statement of that call: a
@@ -37,18 +41,10 @@ function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
   });
 
   async function deliver(type: string, n: number): Promise<string> {
-    const id = randomUUID();
-    const event = {
-      id,
-      type,
+    const id = await publishInboxEvent(t!.broker, type, {
       aggregateType: 'Payment',
       aggregateId: `p${n}`,
       payload: { n },
-      occurredAt: new Date().toISOString(),
-    };
-    await t!.broker.publish(`events.${type}`, Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
     });
     await eventually(
       async () => (await t!.outbox.record('inbox_events', id))?.status === 'PENDING',

@@ -1,8 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import { HandlerTimeoutError, type InboxContext } from 'nest-sequence';
-import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { eventually } from '../support/sequence-test-app';
-import { createOutboxTestApp, FAST_BOX, inboxHandler, type OutboxTestApp } from './outbox-test-app';
+import {
+  createOutboxTestApp,
+  FAST_BOX,
+  inboxHandler,
+  publishInboxEvent,
+  type OutboxTestApp,
+} from './outbox-test-app';
 
 const TIMEOUT_MS = 30;
 const TaskCreated = inboxHandler({
@@ -43,21 +48,12 @@ describe('Inbox: a handler that runs past handlerTimeoutMs (embedded SQLite)', (
         ),
       );
     };
-    const id = randomUUID();
-    const event = {
-      id,
-      type: 'TaskCreated',
-      aggregateType: 'Task',
-      aggregateId: 't-1',
-      payload: {},
-      occurredAt: new Date().toISOString(),
-    };
-    await t.broker.publish('events.TaskCreated', Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
-      [MESSAGE_TYPE_HEADER]: 'TaskCreated',
-      'content-type': 'application/json',
-    });
+    const id = await publishInboxEvent(
+      t.broker,
+      'TaskCreated',
+      { aggregateType: 'Task', aggregateId: 't-1' },
+      { [MESSAGE_TYPE_HEADER]: 'TaskCreated', 'content-type': 'application/json' },
+    );
 
     await eventually(
       async () => (await t!.outbox.record('inbox_events', id))?.status === 'FAILED',

@@ -10,6 +10,9 @@ import {
   type SequenceModuleOptions,
   type Transport,
 } from 'nest-sequence';
+import { randomUUID } from 'node:crypto';
+import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
+import type { HeaderMap } from '../../src/core/headers';
 import { OutboxRuntime } from '../../src/outbox/outbox.runtime';
 import { ModuleMetrics } from '../../src/kernel/module-metrics';
 import type { BoxOptions, OutboxOptions } from '../../src/options/outbox.options';
@@ -112,4 +115,36 @@ export async function createOutboxTestApp(
     handler: (type) => app.get(type),
     close,
   };
+}
+
+/**
+ * Publishes an event on `events.<type>` as another service's relay would: its JSON (a fresh id,
+ * `occurredAt` now, the aggregate and payload given) with the id and kind headers, plus
+ * `headers`. Resolves with the event's id.
+ */
+export async function publishInboxEvent(
+  broker: Transport,
+  type: string,
+  event: {
+    readonly aggregateType: string;
+    readonly aggregateId: string;
+    readonly payload?: unknown;
+  },
+  headers: HeaderMap = {},
+): Promise<string> {
+  const id = randomUUID();
+  const body = {
+    id,
+    type,
+    aggregateType: event.aggregateType,
+    aggregateId: event.aggregateId,
+    payload: event.payload ?? {},
+    occurredAt: new Date().toISOString(),
+  };
+  await broker.publish(`events.${type}`, Buffer.from(JSON.stringify(body)), {
+    [MESSAGE_ID_HEADER]: id,
+    [MESSAGE_KIND_HEADER]: 'event',
+    ...headers,
+  });
+  return id;
 }

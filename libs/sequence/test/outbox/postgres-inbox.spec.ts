@@ -2,13 +2,17 @@ import { randomUUID } from 'node:crypto';
 import { Injectable, type Type } from '@nestjs/common';
 import { Pool } from 'pg';
 import { InboxHandler, OutboxService, type InboxContext, type OutboxEvent } from 'nest-sequence';
-import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import type { OutboxOptions } from '../../src/options/outbox.options';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { postgresPool } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
-import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+import {
+  createOutboxTestApp,
+  FAST_BOX,
+  publishInboxEvent,
+  type OutboxTestApp,
+} from './outbox-test-app';
 
 const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
 
@@ -52,20 +56,11 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
   });
 
   async function deliver(n: number): Promise<string> {
-    const id = randomUUID();
-    const event = {
-      id,
-      type: 'PaymentSettled',
+    return publishInboxEvent(t!.broker, 'PaymentSettled', {
       aggregateType: 'Payment',
       aggregateId: `p${n}`,
       payload: { n },
-      occurredAt: new Date().toISOString(),
-    };
-    await t!.broker.publish('events.PaymentSettled', Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
     });
-    return id;
   }
 
   const statusOf = async (id: string) => (await t!.outbox.record('inbox_events', id))?.status;
@@ -491,21 +486,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
       },
       [Settled],
     );
-    const id = randomUUID();
-    const event = {
-      id,
-      type: 'PaymentSettled',
-      aggregateType: 'Payment',
-      aggregateId: 'p1',
-      payload: {},
-      occurredAt: new Date().toISOString(),
-    };
     // AMQP allows any bytes in a header name; another program's client may send a NUL.
-    await t.broker.publish('events.PaymentSettled', Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
-      'trace\u0000id': 'x',
-    });
+    const id = await publishInboxEvent(
+      t.broker,
+      'PaymentSettled',
+      { aggregateType: 'Payment', aggregateId: 'p1' },
+      { 'trace\u0000id': 'x' },
+    );
     await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'handled');
     expect((await t.outbox.record('inbox_events', id))?.headers).not.toHaveProperty(
       'trace\u0000id',
@@ -528,23 +515,13 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
       },
       [Settled],
     );
-    const id = randomUUID();
-    const event = {
-      id,
-      type: 'PaymentSettled',
-      aggregateType: 'Payment',
-      aggregateId: 'p1',
-      payload: {},
-      occurredAt: new Date().toISOString(),
-    };
     // JSON keeps a lone surrogate as an escape, which jsonb refuses: the whole record would be.
-    await t.broker.publish('events.PaymentSettled', Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
-      tenant: 'a\ud800b',
-      'trace\udc00id': 'x',
-      kept: 'yes',
-    });
+    const id = await publishInboxEvent(
+      t.broker,
+      'PaymentSettled',
+      { aggregateType: 'Payment', aggregateId: 'p1' },
+      { tenant: 'a\ud800b', 'trace\udc00id': 'x', kept: 'yes' },
+    );
     await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'handled');
     const { headers } = (await t.outbox.record('inbox_events', id))!;
     expect(headers).not.toHaveProperty('tenant');

@@ -1,7 +1,12 @@
-import { randomUUID } from 'node:crypto';
-import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import { MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { eventually } from '../support/sequence-test-app';
-import { createOutboxTestApp, FAST_BOX, inboxHandler, type OutboxTestApp } from './outbox-test-app';
+import {
+  createOutboxTestApp,
+  FAST_BOX,
+  inboxHandler,
+  publishInboxEvent,
+  type OutboxTestApp,
+} from './outbox-test-app';
 
 /**
  * A thrown value that `String()` cannot convert (an object without a prototype, as some libraries
@@ -33,20 +38,12 @@ describe('outbox and inbox: a thrown value String() cannot convert', () => {
     handler.onCall = () => {
       throw undescribable();
     };
-    const id = randomUUID();
-    const event = {
-      id,
-      type: 'TaskCreated',
-      aggregateType: 'Task',
-      aggregateId: 't-1',
-      payload: {},
-      occurredAt: new Date().toISOString(),
-    };
-    await t.broker.publish('events.TaskCreated', Buffer.from(JSON.stringify(event)), {
-      [MESSAGE_ID_HEADER]: id,
-      [MESSAGE_KIND_HEADER]: 'event',
-      [MESSAGE_TYPE_HEADER]: 'TaskCreated',
-    });
+    const id = await publishInboxEvent(
+      t.broker,
+      'TaskCreated',
+      { aggregateType: 'Task', aggregateId: 't-1' },
+      { [MESSAGE_TYPE_HEADER]: 'TaskCreated' },
+    );
     // FAST_BOX backs off 10-40 ms: three attempts take well under a second.
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const record = await t.outbox.record('inbox_events', id);
