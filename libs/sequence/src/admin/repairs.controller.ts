@@ -44,15 +44,7 @@ export class RepairsController {
     @Param('key') key: string,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    const resequencer = parseText('resequencer', name);
-    const target = parseText('key', key);
-    return this.actions.recorded(
-      request,
-      'gap.skip',
-      name,
-      () => [key],
-      () => this.resequencers.skip(resequencer, target),
-    );
+    return this.gapAction('skip', name, key, request);
   }
 
   @Post('resequencer/gaps/:resequencer/:key/release')
@@ -63,15 +55,7 @@ export class RepairsController {
     @Param('key') key: string,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    const resequencer = parseText('resequencer', name);
-    const target = parseText('key', key);
-    return this.actions.recorded(
-      request,
-      'gap.release',
-      name,
-      () => [key],
-      () => this.resequencers.release(resequencer, target),
-    );
+    return this.gapAction('release', name, key, request);
   }
 
   @Get('outbox/failed')
@@ -110,6 +94,27 @@ export class RepairsController {
   @AdminMutation()
   inboxDiscard(@Body() body: unknown, @Req() request: object): Promise<MutationAnswer> {
     return this.act('inbox', 'discard', body, request);
+  }
+
+  /** Skips the key's first gap, or all of them (release), recorded as `gap.<verb>`. */
+  private gapAction(
+    verb: 'skip' | 'release',
+    name: string,
+    key: string,
+    request: object,
+  ): Promise<GapAnswer> {
+    const resequencer = parseText('resequencer', name);
+    const target = parseText('key', key);
+    return this.actions.recorded(
+      request,
+      `gap.${verb}`,
+      name,
+      () => [key],
+      () =>
+        verb === 'skip'
+          ? this.resequencers.skip(resequencer, target)
+          : this.resequencers.release(resequencer, target),
+    );
   }
 
   private async failed(side: BoxSide, limit: unknown): Promise<{ items: FailedRowItem[] }> {
