@@ -270,12 +270,9 @@ export class ClaimCheckReceiver {
     holder: string,
     consumer: ClaimCheckConsumer,
   ): Promise<Disposition> {
-    const now = Date.now();
     let groups: number;
     try {
-      // Kept while a duplicate could still pass the ticket's expiry check.
-      const retainUntil = Math.max(ticket.expiresAt, now + 1);
-      ({ groups } = await this.stores.ledger.complete(key, holder, retainUntil, now));
+      groups = await this.completeGroup(ticket, key, holder);
     } catch (error) {
       // The handler ran; unrecorded, the ticket may be handled again: at-least-once, never lost.
       this.logger.error(
@@ -305,10 +302,7 @@ export class ClaimCheckReceiver {
     if (retention === 'ack') return true;
     if (typeof retention !== 'object') return false;
     try {
-      const now = Date.now();
-      const retainUntil = Math.max(ticket.expiresAt, now + 1);
-      const { groups } = await this.stores.ledger.complete(key, holder, retainUntil, now);
-      return deletesAfter(consumer, groups);
+      return deletesAfter(consumer, await this.completeGroup(ticket, key, holder));
     } catch (error) {
       this.logger.warn(
         `${consumer.channel}: could not count the channels done with ${key.ticket}; its payload ` +
@@ -316,6 +310,17 @@ export class ClaimCheckReceiver {
       );
       return false;
     }
+  }
+
+  /**
+   * Records the group's completion of the ticket (idempotent: a repeat answers the same count);
+   * resolves with how many groups have completed it.
+   */
+  private async completeGroup(ticket: ClaimTicket, key: ClaimKey, holder: string): Promise<number> {
+    const now = Date.now();
+    // Kept while a duplicate could still pass the ticket's expiry check.
+    const retainUntil = Math.max(ticket.expiresAt, now + 1);
+    return (await this.stores.ledger.complete(key, holder, retainUntil, now)).groups;
   }
 
   /** Deletes a payload its consumers are done with; a failure is left to the sweeper. */
