@@ -130,8 +130,8 @@ export class Pacer {
 }
 
 /**
- * What an adapter found an id to be; `uncertain`: replayed, but removing the dead letter failed
- * (with why).
+ * What an adapter found an id to be; `uncertain`: maybe replayed while the dead letter stays (see
+ * `DeadLetterActionResult.uncertain`), with why.
  */
 export type ActionOutcome = 'done' | 'missing' | { readonly uncertain: string };
 

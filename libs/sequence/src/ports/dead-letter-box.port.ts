@@ -29,8 +29,9 @@ export interface DeadLetterActionResult {
   /** Replayed (republished, confirmed, then removed) or discarded. */
   readonly done: readonly string[];
   /**
-   * Replayed (republished and confirmed) but not removed: removing it failed, so the dead letter
-   * may still be in its channel. Do not replay these again: the message was delivered once already.
+   * Maybe replayed while the dead letter stays in its channel: republished and confirmed but
+   * removing it failed, or republished without a confirm (the broker may have stored it). Do not
+   * replay these again before checking: the message may have been delivered once already.
    */
   readonly uncertain?: readonly { readonly id: string; readonly error: string }[];
   /** Not in the channel (any more): already replayed, discarded or expired. Nothing changed. */

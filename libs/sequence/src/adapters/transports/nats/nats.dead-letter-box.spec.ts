@@ -6,7 +6,9 @@ import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.s
 import { describeWithServer } from '../../../../test/support/servers';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connectNats } from './nats.client';
-import { deleteFoundNothing } from './nats.dead-letter-box';
+import { deleteFoundNothing, NatsDeadLetterBox } from './nats.dead-letter-box';
+import { streamName } from './nats.naming';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { NatsTransport } from './nats.transport';
 
 // On a server of its own (and a fresh store, removed after): the suite's streams go with it.
@@ -87,9 +89,9 @@ describeWithServer('nats', 'NatsTransport dead letters', () => {
 
     afterEach(() => transport.close());
 
-    /** Dead-letters one message, then has its dead-letter stream refuse deletes. */
-    async function undeletableDeadLetter(): Promise<string> {
-      await transport.publish(channel, Buffer.from('payment-1'), {});
+    /** Publishes a message the handler dead-letters; gives the dead letter's id. */
+    async function deadLettered(body: string): Promise<string> {
+      await transport.publish(channel, Buffer.from(body), {});
       const box = transport.deadLetters();
       let id: string | undefined;
       for (let tries = 0; id === undefined && tries < 200; tries++) {
@@ -97,6 +99,12 @@ describeWithServer('nats', 'NatsTransport dead letters', () => {
         if (id === undefined) await new Promise((resolve) => setTimeout(resolve, 20));
       }
       if (id === undefined) throw new Error('the message was not dead-lettered');
+      return id;
+    }
+
+    /** Dead-letters one message, then has its dead-letter stream refuse deletes. */
+    async function undeletableDeadLetter(): Promise<string> {
+      const id = await deadLettered('payment-1');
       const nc = await connectNats({ servers: server.url });
       try {
         const jsm = await jetstreamManager(nc);
@@ -141,6 +149,34 @@ describeWithServer('nats', 'NatsTransport dead letters', () => {
       const id = await undeletableDeadLetter();
       const result = await transport.deadLetters().discard(channel, [id]);
       expect(result).toEqual({ done: [], missing: [], failed: [expect.objectContaining({ id })] });
+      expect(await listed()).toEqual([id]);
+    });
+
+    it('reports a replay whose PubAck never came as uncertain, and keeps the dead letter', async () => {
+      const id = await deadLettered('payment-2');
+      const nc = await connectNats({ servers: server.url });
+      try {
+        const box = new NatsDeadLetterBox({
+          jsm: () => jetstreamManager(nc),
+          stream: (name) => streamName('NSEQ_', name),
+          deadLetterChannel: (name) => transport.deadLetterChannel(name),
+          // Stored by the server, whose PubAck is lost on the way back.
+          publish: async (target, body, headers) => {
+            await transport.publish(target, body, headers);
+            throw new PublishTimeoutError(target, 50, true);
+          },
+        });
+        const result = await box.replay(channel, [id], { ratePerSecond: 100 });
+        expect(result).toEqual({
+          done: [],
+          missing: [],
+          failed: [],
+          uncertain: [{ id, error: expect.stringContaining('not confirmed within 50 ms') }],
+        });
+        expect(result.uncertain?.[0]?.error).toContain('do not replay it again');
+      } finally {
+        await nc.close();
+      }
       expect(await listed()).toEqual([id]);
     });
 

@@ -5,6 +5,7 @@ import {
   type StoredMsg,
 } from '@nats-io/jetstream';
 import { errorMessage } from '../../../core/errors/caught';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import type { HeaderMap } from '../../../core/headers';
 import {
   actOnEach,
@@ -130,12 +131,26 @@ export class NatsDeadLetterBox implements DeadLetterBox {
       if (!stored) return 'missing';
       const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
       const msgId = `nseq-replay:${stream}:${stored.seq}:${stored.time.getTime()}`;
-      const { duplicate } = await this.access.publish(
-        channel,
-        Buffer.from(stored.data),
-        headers,
-        msgId,
-      );
+      let duplicate: boolean;
+      try {
+        ({ duplicate } = await this.access.publish(
+          channel,
+          Buffer.from(stored.data),
+          headers,
+          msgId,
+        ));
+      } catch (error) {
+        // Handed to the server without a PubAck: it may be stored and delivered already.
+        if (error instanceof PublishTimeoutError && error.maybeSent) {
+          return {
+            uncertain:
+              `${error.message}: it may have been replayed, so the dead letter is kept; check ` +
+              'whether it was delivered and do not replay it again (a replay within the ' +
+              "stream's duplicate window is stored once)",
+          };
+        }
+        throw error;
+      }
       let removed: boolean;
       try {
         removed = await this.remove(stream, stored.seq);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type * as amqplib from 'amqplib';
 import { describeWithServer } from '../../../../test/support/servers';
 import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import type { HeaderMap } from '../../../core/headers';
 import type { BrokerConnection } from './amqp.types';
 import { RabbitMqDeadLetterBox, type RabbitMqDeadLetterAccess } from './rabbitmq.dead-letter-box';
@@ -111,6 +112,46 @@ describeWithServer('rabbitmq', 'RabbitMqDeadLetterBox failures', () => {
     const copy = await setup.get(channel, { noAck: true });
     expect(copy && copy.properties.headers?.['x-message-id']).toBe('only');
     // Closing the channel put the dead letter back: it is still there, as the answer warns.
+    expect((await setup.checkQueue(queue)).messageCount).toBe(1);
+  });
+
+  it('reports a replay whose confirm never came as uncertain, and keeps the dead letter', async () => {
+    await deadLetter('only');
+    const box = new RabbitMqDeadLetterBox(
+      access({
+        // Handed to the broker, which may have stored it: only the confirm is missing.
+        publish: async (target, body, headers) => {
+          await publish(target, body, headers);
+          throw new PublishTimeoutError(target, 50, true);
+        },
+      }),
+    );
+
+    const result = await box.replay(channel, ['only'], { ratePerSecond: 100 });
+
+    expect(result.done).toEqual([]);
+    expect(result.failed).toEqual([]);
+    expect(result.uncertain).toEqual([
+      { id: 'only', error: expect.stringContaining('was not confirmed within 50 ms') as string },
+    ]);
+    expect(result.uncertain?.[0]?.error).toContain('do not replay it again');
+    expect((await setup.checkQueue(queue)).messageCount).toBe(1);
+  });
+
+  it('reports a replay that never reached the broker as failed', async () => {
+    await deadLetter('only');
+    const box = new RabbitMqDeadLetterBox(
+      access({
+        publish: () => Promise.reject(new PublishTimeoutError(channel, 50, false)),
+      }),
+    );
+
+    const result = await box.replay(channel, ['only'], { ratePerSecond: 100 });
+
+    expect(result.failed).toEqual([
+      { id: 'only', error: expect.stringContaining('was not confirmed') as string },
+    ]);
+    expect(result.uncertain).toBeUndefined();
     expect((await setup.checkQueue(queue)).messageCount).toBe(1);
   });
 

@@ -1,5 +1,6 @@
 import type { Channel, GetMessage, Message } from 'amqplib';
 import { errorMessage } from '../../../core/errors/caught';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import type { HeaderMap } from '../../../core/headers';
 import {
   browseLimit,
@@ -41,9 +42,13 @@ interface Held {
 /** What is kept of a message taken only to be put back: enough to nack it, not its body. */
 type TakenMessage = Pick<Message, 'fields'>;
 
-/** Replayed (published and confirmed) but the ack that removes the dead letter failed. */
-class RemovalFailed extends Error {
-  override readonly name = 'RemovalFailed';
+/**
+ * A replay that may have been delivered while its dead letter stays: the publish was not
+ * confirmed after it reached the broker, or it was confirmed and the ack that removes the dead
+ * letter failed.
+ */
+class MaybeReplayed extends Error {
+  override readonly name = 'MaybeReplayed';
 }
 
 /** What an action came to for one id. */
@@ -154,12 +159,23 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
       await pacer.next();
       const headers = replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord);
       headers[MESSAGE_ID_HEADER] ??= baseIdOf(held.message);
-      await this.access.publish(channel, held.message.content, headers as HeaderMap);
+      try {
+        await this.access.publish(channel, held.message.content, headers as HeaderMap);
+      } catch (error) {
+        // Handed to the broker without a confirm: it may be stored and delivered already.
+        if (error instanceof PublishTimeoutError && error.maybeSent) {
+          throw new MaybeReplayed(
+            `${error.message}: it may have been replayed, so the dead letter is kept; check ` +
+              'whether it was delivered and do not replay it again',
+          );
+        }
+        throw error;
+      }
       try {
         amqp.ack(held.message);
       } catch (error) {
         // Published already: the channel closing put the dead letter back, a copy is out.
-        throw new RemovalFailed(
+        throw new MaybeReplayed(
           `replayed, but removing the dead letter failed (${errorMessage(error)}): it may still ` +
             'be in the dead-letter queue; do not replay it again',
         );
@@ -238,7 +254,7 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
       } catch {
         // The channel is gone: closing it put the message back already.
       }
-      return error instanceof RemovalFailed
+      return error instanceof MaybeReplayed
         ? { uncertain: error.message }
         : { failed: errorMessage(error) };
     }
