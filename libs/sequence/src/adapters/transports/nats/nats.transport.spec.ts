@@ -162,6 +162,34 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(received[0].headers['x-requeue-count']).toBe(1);
   });
 
+  it('puts a message held at its max_deliver-th delivery at the tail when the transport closes', async () => {
+    await transport.close();
+    const first = await NatsTransport.connect({ servers: SERVERS.nats.url }, { maxDeliver: 2 });
+    const channel = newChannel();
+    await first.publish(channel, Buffer.from('in flight at shutdown'), { 'x-n': 1 });
+    let taken = false;
+    const earlier = await first.subscribe(channel, () => {
+      taken = true;
+      return new Promise<Disposition>(() => undefined);
+    });
+    await eventually(() => taken, 'the first delivery');
+    await earlier.close();
+    // The second delivery, its last, is still in its handler when the application shuts down.
+    taken = false;
+    await first.subscribe(channel, () => {
+      taken = true;
+      return new Promise<Disposition>(() => undefined);
+    });
+    await eventually(() => taken, 'the second delivery');
+    await first.close();
+
+    transport = await NatsTransport.connect({ servers: SERVERS.nats.url });
+    const received = await collect(channel);
+    await eventually(() => received.length === 1, 'delivered by the next instance');
+    expect(received[0].body.toString()).toBe('in flight at shutdown');
+    expect(received[0].headers['x-requeue-count']).toBe(1);
+  });
+
   it('delivers messages other programs publish, their headers as strings', async () => {
     const channel = newChannel();
     const received = await collect(channel);

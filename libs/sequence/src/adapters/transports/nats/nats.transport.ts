@@ -124,7 +124,13 @@ export class NatsTransport implements Transport {
   private deadLetterBox?: NatsDeadLetterBox;
   /** False between a `disconnect` status and the next `reconnect`. */
   private connected = true;
+  /** Set as `close()` starts: new publishes and subscriptions are refused. */
   private closed = false;
+  /**
+   * Set once the subscriptions have closed: until then, their own forwards (dead letters, the
+   * copy at the tail of a message handed back at its last delivery) still publish.
+   */
+  private stopped = false;
   private closing?: Promise<void>;
 
   /**
@@ -513,6 +519,7 @@ export class NatsTransport implements Transport {
       timeoutMs,
       () => new Error(`subscriptions still closing after ${timeoutMs} ms; not awaited`),
     ).catch((error: unknown) => this.logger.warn(`closing the transport: ${errorMessage(error)}`));
+    this.stopped = true;
     if (this.ownsConnection && !this.connection.isClosed()) {
       await this.connection.drain().catch(() => this.connection.close());
     }
@@ -563,11 +570,11 @@ export class NatsTransport implements Transport {
         ) {
           throw error;
         }
-        if (this.closed || Date.now() >= deadline) throw timedOut();
+        if (this.stopped || Date.now() >= deadline) throw timedOut();
         await delay(50);
         continue;
       }
-      if (this.closed && !handedOver) {
+      if (this.stopped && !handedOver) {
         throw new Error(`nats transport is closed: cannot publish to ${channel}`);
       }
       const wire = natsHeaders();
@@ -604,7 +611,7 @@ export class NatsTransport implements Transport {
             `${errorMessage(error)}; not sent again (resend: false)`,
           );
         }
-        if (this.closed || this.connection.isClosed()) throw timedOut();
+        if (this.stopped || this.connection.isClosed()) throw timedOut();
         if (Date.now() >= deadline) throw timedOut();
         await delay(20);
       }
