@@ -112,6 +112,7 @@ export type {
 } from './ports/outbox-store.port';
 export { BOX_NAMES } from './ports/outbox-store.port';
 export { SavepointEndedError } from './core/errors/savepoint-ended.error';
+export { InboxCallEndedError } from './core/errors/inbox-call-ended.error';
 export type { StoreSet } from './ports/store-set.port';
 export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';
 export type { StoreEncryptionOptions } from './core/body-cipher';

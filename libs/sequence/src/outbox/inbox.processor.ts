@@ -15,6 +15,7 @@ import { OutboxTransaction } from './outbox-transaction';
 import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { BoxWorker } from './box-worker';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
 /**
@@ -156,12 +157,15 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         );
       });
     } catch (error) {
+      // What the failed call left running must not land in the next record's savepoint.
+      transaction.abandon(new InboxCallEndedError(record.id, 'failed'));
       // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
       if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
       return this.failed(record, error);
     }
     // Kept only once its savepoint is released: a handler undone takes its messages with it.
     recorded.adopt(transaction);
+    transaction.abandon(new InboxCallEndedError(record.id, 'completed'));
     return { id: record.id, status: 'completed' };
   }
 }

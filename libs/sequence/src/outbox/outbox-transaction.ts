@@ -32,7 +32,14 @@ export class OutboxTransaction {
   /** Set when the handler this was handed to was abandoned: everything is refused with it. */
   private abandonedBy: Error | undefined;
 
-  constructor(private readonly transaction: StoreTransaction) {}
+  /**
+   * @param enclosing the transaction this one was opened inside (a joined `transaction()`): once
+   *   that one is abandoned, so is this one.
+   */
+  constructor(
+    private readonly transaction: StoreTransaction,
+    private readonly enclosing?: OutboxTransaction,
+  ) {}
 
   /**
    * The innermost outbox transaction whose work is running on `storeTransaction`: a nested
@@ -90,12 +97,13 @@ export class OutboxTransaction {
   }
 
   /**
-   * The inbox handler this was handed to ran past its `handlerTimeoutMs`: from now on every
-   * statement, savepoint, message and access to `client` is refused with `reason`, so that what
-   * the abandoned call does later cannot land in the claim's transaction.
+   * The inbox handler call this was handed to is over (it ran past its `handlerTimeoutMs`, threw,
+   * or returned): from now on every statement, savepoint, message and access to `client`, here
+   * and on the transactions joined inside it, is refused with `reason`, so that what the call
+   * left running cannot land in the claim's transaction, which has moved on to other records.
    */
   abandon(reason: Error): void {
-    this.abandonedBy = reason;
+    this.abandonedBy ??= reason;
     this.flushed = true;
     this.queued.clear();
   }
@@ -104,13 +112,15 @@ export class OutboxTransaction {
     return this.transaction.dialect;
   }
 
+  /** Why this transaction, or one it was opened inside, was abandoned. */
   private abandonment(): Error | undefined {
-    return this.abandonedBy;
+    return this.abandonedBy ?? this.enclosing?.abandonment();
   }
 
   /** The driver's handle: a `pg` `PoolClient` inside `BEGIN`, or the `better-sqlite3` `Database`. */
   get client(): unknown {
-    if (this.abandonedBy) throw this.abandonedBy;
+    const abandoned = this.abandonment();
+    if (abandoned) throw abandoned;
     return this.transaction.client;
   }
 
@@ -119,7 +129,8 @@ export class OutboxTransaction {
     sql: string,
     params?: readonly unknown[],
   ): Promise<{ rows: Row[]; rowCount: number }> {
-    if (this.abandonedBy) return Promise.reject(this.abandonedBy);
+    const abandoned = this.abandonment();
+    if (abandoned) return Promise.reject(abandoned);
     return this.transaction.query<Row>(sql, params);
   }
 
@@ -128,7 +139,8 @@ export class OutboxTransaction {
    * commands recorded during it; the error is rethrown.
    */
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
-    if (this.abandonedBy) throw this.abandonedBy;
+    const abandoned = this.abandonment();
+    if (abandoned) throw abandoned;
     const restore = OutboxTransaction.saveRecordedOn(this.transaction);
     try {
       return await this.transaction.savepoint(work);
@@ -175,7 +187,8 @@ export class OutboxTransaction {
   }
 
   private queue(box: BoxName, record: NewBoxRecord): void {
-    if (this.abandonedBy) throw this.abandonedBy;
+    const abandoned = this.abandonment();
+    if (abandoned) throw abandoned;
     if (this.flushed) throw new OutboxTransactionFinishedError(record.kind, record.type);
     const records = this.queued.get(box) ?? [];
     records.push(record);

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Injectable } from '@nestjs/common';
+import { Injectable, type Type } from '@nestjs/common';
 import { Pool } from 'pg';
 import {
   InboxHandler,
@@ -11,6 +11,7 @@ import {
   type OutboxEvent,
   type OutboxStore,
 } from 'nest-sequence';
+import { InboxCallEndedError } from 'nest-sequence/ports';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { describeWithServer, SERVERS } from '../support/servers';
@@ -27,10 +28,26 @@ import {
  * Past `handlerTimeoutMs`, `context.transaction` refuses every later statement of that call: a
  * savepoint the handler opened before its limit and whose work ends after it sends nothing more.
  * (Its `RELEASE` would fail, the savepoint being gone with the call's writes, and abort the
- * claim's transaction in the middle of the next record's handler.)
+ * claim's transaction in the middle of the next record's handler.) The same once a call threw or
+ * returned: what it left running would otherwise land in the next record's savepoint and commit
+ * with the claim.
  */
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
+
+/** An inbox event of `type` with payload `{ n }`, once the inbox has recorded it; gives its id. */
+async function deliverTo(t: OutboxTestApp, type: string, n: number): Promise<string> {
+  const id = await publishInboxEvent(t.broker, type, {
+    aggregateType: 'Payment',
+    aggregateId: `p${n}`,
+    payload: { n },
+  });
+  await eventually(
+    async () => (await t.outbox.record('inbox_events', id))?.status === 'PENDING',
+    `message ${n} recorded`,
+  );
+  return id;
+}
 
 /** The scenario, on stores `open()` makes (each call a new store on the same database). */
 function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
@@ -40,18 +57,7 @@ function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
     t = undefined;
   });
 
-  async function deliver(type: string, n: number): Promise<string> {
-    const id = await publishInboxEvent(t!.broker, type, {
-      aggregateType: 'Payment',
-      aggregateId: `p${n}`,
-      payload: { n },
-    });
-    await eventually(
-      async () => (await t!.outbox.record('inbox_events', id))?.status === 'PENDING',
-      `message ${n} recorded`,
-    );
-    return id;
-  }
+  const deliver = (type: string, n: number) => deliverTo(t!, type, n);
 
   it.each(['Slow', 'SlowJoined'])(
     'lets the record claimed after a timed-out one (%s) complete at its first attempt',
@@ -106,6 +112,123 @@ function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
   );
 }
 
+/** Writes a handler's call left running when it ended, on stores `open()` makes: none commits. */
+function strayWritesCase(open: () => Promise<OutboxStore>, ledger: () => string): void {
+  let t: OutboxTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  const write = (transaction: { query(sql: string): Promise<unknown> }, n: number, at: number) =>
+    transaction.query(`INSERT INTO ${ledger()} (n, attempt) VALUES (${n}, ${at})`);
+
+  /** Runs `types` in one claim (recorded while no processor ran); gives the ledger's rows. */
+  async function inOneClaim(handlers: Type, types: string[], attempts = 5) {
+    const inboxEvents = { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts } };
+    t = await createOutboxTestApp(
+      { store: await open(), inboxEvents: { ...inboxEvents, enabled: false } },
+      [handlers],
+    );
+    await t.app.get(OutboxService).transaction(async (tx) => {
+      await tx.query(`CREATE TABLE IF NOT EXISTS ${ledger()} (n integer, attempt integer)`);
+    });
+    const ids: string[] = [];
+    for (const [n, type] of types.entries()) ids.push(await deliverTo(t, type, n));
+    await t.close();
+    t = await createOutboxTestApp({ store: await open(), inboxEvents }, [handlers]);
+    await eventually(
+      async () => {
+        for (const id of ids) {
+          const status = (await t!.outbox.record('inbox_events', id))?.status;
+          if (status !== 'COMPLETED' && status !== 'FAILED') return false;
+        }
+        return true;
+      },
+      'every record settled',
+      10_000,
+    );
+    await sleep(400); // what the calls left running has run by now
+    return t.app.get(OutboxService).transaction(async (tx) => {
+      const { rows } = await tx.query(`SELECT n, attempt FROM ${ledger()} ORDER BY n, attempt`);
+      return rows.map((row) => ({ n: Number(row.n), attempt: Number(row.attempt) }));
+    });
+  }
+
+  it('commits no write a call started before it threw', async () => {
+    @Injectable()
+    class Handlers {
+      @InboxHandler({ event: 'Capture', processInTransaction: true })
+      async capture(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        if (attempt === 1) {
+          // The ledger write and the payment provider's call side by side; the provider fails.
+          await Promise.all([
+            sleep(30).then(() => write(transaction!, event.payload.n, attempt)),
+            sleep(5).then(() => Promise.reject(new Error('declined'))),
+          ]);
+        }
+        await write(transaction!, event.payload.n, attempt);
+      }
+
+      @InboxHandler({ event: 'Next', processInTransaction: true })
+      async next(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        await sleep(200); // the claim is still on this record when the stray write comes
+        await write(transaction!, event.payload.n, attempt);
+      }
+    }
+    expect(await inOneClaim(Handlers, ['Capture', 'Next'])).toEqual([
+      { n: 0, attempt: 2 },
+      { n: 1, attempt: 1 },
+    ]);
+  });
+
+  it('commits no write of a transaction() joined by a call past its time limit', async () => {
+    @Injectable()
+    class Handlers {
+      constructor(private readonly outbox: OutboxService) {}
+
+      @InboxHandler({ event: 'Slow', processInTransaction: true, handlerTimeoutMs: 100 })
+      async slow(event: OutboxEvent<{ n: number }>, { attempt }: InboxContext) {
+        await this.outbox.transaction(async (tx) => {
+          await sleep(200);
+          await write(tx, event.payload.n, attempt);
+        });
+      }
+
+      @InboxHandler({ event: 'Next', processInTransaction: true })
+      async next(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        await sleep(500);
+        await write(transaction!, event.payload.n, attempt);
+      }
+    }
+    expect(await inOneClaim(Handlers, ['Slow', 'Next'], 1)).toEqual([{ n: 1, attempt: 1 }]);
+  });
+
+  it('refuses a statement after the call returned with InboxCallEndedError', async () => {
+    const late: unknown[] = [];
+    @Injectable()
+    class Handlers {
+      @InboxHandler({ event: 'Careless', processInTransaction: true })
+      careless(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        // Not awaited: it comes after the handler returned.
+        void sleep(30)
+          .then(() => write(transaction!, event.payload.n, attempt))
+          .catch((error: unknown) => late.push(error));
+        return Promise.resolve();
+      }
+
+      @InboxHandler({ event: 'Next', processInTransaction: true })
+      async next(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        await sleep(200);
+        await write(transaction!, event.payload.n, attempt);
+      }
+    }
+    expect(await inOneClaim(Handlers, ['Careless', 'Next'])).toEqual([{ n: 1, attempt: 1 }]);
+    expect(late).toEqual([expect.any(InboxCallEndedError)]);
+    expect((late[0] as InboxCallEndedError).ended).toBe('completed');
+  });
+}
+
 describeWithServer(
   'postgres',
   'inbox on PostgreSQL: a timed-out handler whose savepoint ends late',
@@ -121,7 +244,7 @@ describeWithServer(
     });
     afterEach(async () => {
       for (const store of stores.splice(0)) await store.close().catch(() => undefined);
-      for (const table of [...BOXES, 'outbox_migrations']) {
+      for (const table of [...BOXES, 'outbox_migrations', 'ledger']) {
         await admin.query(`DROP TABLE IF EXISTS ${prefix}${table}`);
       }
     });
@@ -129,10 +252,14 @@ describeWithServer(
       await admin.end();
     });
 
-    timedOutSavepointCase(async () => {
+    const open = async () => {
       const store = PostgresOutboxStore.connect(SERVERS.postgres.url, { tablePrefix: prefix });
       stores.push(store);
       return store;
+    };
+    timedOutSavepointCase(open);
+    describe('writes a call left running when it ended', () => {
+      strayWritesCase(open, () => `${prefix}ledger`);
     });
   },
 );
@@ -146,5 +273,9 @@ describe('inbox on SQLite: a timed-out handler whose savepoint ends late', () =>
     rmSync(dir, { recursive: true, force: true });
   });
 
-  timedOutSavepointCase(() => SqliteOutboxStore.open({ filename: join(dir, 'outbox.db') }));
+  const open = () => SqliteOutboxStore.open({ filename: join(dir, 'outbox.db') });
+  timedOutSavepointCase(open);
+  describe('writes a call left running when it ended', () => {
+    strayWritesCase(open, () => 'ledger');
+  });
 });

@@ -28,4 +28,5 @@ export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';
 export * from './outbox-transaction-finished.error';
 export * from './savepoint-ended.error';
+export * from './inbox-call-ended.error';
 export * from './partition-count-mismatch.error';
