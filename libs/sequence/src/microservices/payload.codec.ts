@@ -83,8 +83,8 @@ export interface OutgoingPayload {
 }
 
 /**
- * The message for `data`: a Buffer, a Readable, records (`{ records }`) or a
- * {@link SequenceRecord} as they are; anything else as JSON.
+ * The message for `data`: a Buffer, a Readable, records (`{ records }` alone, see
+ * `isRecordsOnly`) or a {@link SequenceRecord} as they are; anything else as JSON.
  * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt)
  */
 export function encodePayload(data: unknown): OutgoingPayload {
@@ -96,7 +96,7 @@ export function encodePayload(data: unknown): OutgoingPayload {
     const payload = Buffer.isBuffer(value) ? value : Buffer.from(value);
     return { payload, contentType: given ?? BINARY_CONTENT_TYPE, bytes: payload.length, headers };
   }
-  if (value instanceof Readable || isRecordSource(value)) {
+  if (value instanceof Readable || isRecordsOnly(value)) {
     return {
       payload: value,
       contentType: given ?? BINARY_CONTENT_TYPE,
@@ -107,6 +107,25 @@ export function encodePayload(data: unknown): OutgoingPayload {
   const json = JSON.stringify(value === undefined ? null : value);
   const payload = Buffer.from(json, 'utf8');
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
+}
+
+/**
+ * Whether `value` is records to send as bytes rather than an object to send as JSON: an object
+ * whose one property is `records`, holding a stream of chunks (an iterable or async iterable
+ * other than an array) or a non-empty array of `Uint8Array`s. A query result such as
+ * `{ records: [...], total }`, or `{ records: [] }`, is JSON.
+ */
+function isRecordsOnly(value: unknown): value is RecordSource {
+  if (!isRecordSource(value) || Object.keys(value).length !== 1) return false;
+  const { records } = value as { records: unknown };
+  if (Array.isArray(records)) {
+    return records.length > 0 && records.every((record) => record instanceof Uint8Array);
+  }
+  return (
+    typeof records === 'object' &&
+    records !== null &&
+    (Symbol.iterator in records || Symbol.asyncIterator in records)
+  );
 }
 
 /** What `publish` takes for an encoded payload: its description, `headers` added to its own. */

@@ -1,0 +1,79 @@
+import { Controller } from '@nestjs/common';
+import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
+import { InMemoryTransport } from 'nest-sequence';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+
+const received: unknown[] = [];
+
+@Controller()
+class Pages {
+  @EventPattern('shapes.in')
+  page(@Payload() data: unknown) {
+    received.push(data);
+  }
+
+  @MessagePattern('shapes.query')
+  query() {
+    // The usual shape of a paged query's result.
+    return { records: [{ id: 1 }, { id: 2 }], total: 2 };
+  }
+}
+
+/** What `emit` and a reply take for records, and what they send as JSON. */
+describe('SequenceClient payloads with a records property', () => {
+  let transport: InMemoryTransport;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    transport = new InMemoryTransport();
+    t = await createMicroserviceTestApp({
+      sequence: { transport, handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 } },
+      controllers: [Pages],
+      client: { replyTimeoutMs: 2_000 },
+    });
+  });
+
+  afterAll(() => t?.close());
+
+  beforeEach(() => {
+    received.length = 0;
+  });
+
+  async function emitted(data: unknown): Promise<unknown> {
+    await lastValueFrom(t.client.emit('shapes.in', data), { defaultValue: undefined });
+    await transport.whenIdle();
+    expect(received).toHaveLength(1);
+    return received[0];
+  }
+
+  it.each([
+    ['a page of objects with its total', { records: [{ id: 1 }, { id: 2 }], total: 2 }],
+    ['an empty page with its number', { records: [], page: 3 }],
+    ['an empty records array alone', { records: [] }],
+    ['records of objects alone', { records: [{ id: 1 }] }],
+  ])('sends %s as JSON, received as the same object', async (_what, page) => {
+    expect(await emitted(page)).toEqual(page);
+  });
+
+  it('sends { records } of byte chunks as their bytes, one after the other', async () => {
+    const body = await emitted({ records: [Buffer.from('ab'), Buffer.from('cd')] });
+    expect(Buffer.isBuffer(body) && body.toString()).toBe('abcd');
+  });
+
+  it('sends { records } of a generator of byte chunks as their bytes', async () => {
+    function* chunks() {
+      yield Buffer.from('one,');
+      yield Buffer.from('two');
+    }
+    const body = await emitted({ records: chunks() });
+    expect(Buffer.isBuffer(body) && body.toString()).toBe('one,two');
+  });
+
+  it('answers send() with a @MessagePattern result { records: [...], total } as the object', async () => {
+    await expect(lastValueFrom(t.client.send('shapes.query', {}))).resolves.toEqual({
+      records: [{ id: 1 }, { id: 2 }],
+      total: 2,
+    });
+  });
+});
