@@ -15,7 +15,12 @@ import {
   MetadataScanner,
   ModulesContainer,
 } from '@nestjs/core';
-import { isObservable, lastValueFrom, type Subscription as RxSubscription } from 'rxjs';
+import {
+  defaultIfEmpty,
+  isObservable,
+  lastValueFrom,
+  type Subscription as RxSubscription,
+} from 'rxjs';
 import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
@@ -110,7 +115,10 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const standIn = function (this: unknown, ...args: unknown[]): unknown {
       const state = calls.getStore();
       if (state) state.stage = 'handler';
-      return method.apply(this, args);
+      const result: unknown = method.apply(this, args);
+      // Nest settles the call with the stream's last value: one that completes without a value
+      // (work done, nothing to answer) succeeds with none, as Nest's own servers take it.
+      return isObservable(result) ? result.pipe(defaultIfEmpty(undefined)) : result;
     };
     Object.defineProperty(standIn, 'name', { value: target.methodName });
     for (const key of Reflect.getMetadataKeys(method) as unknown[]) {

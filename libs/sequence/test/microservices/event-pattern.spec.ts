@@ -14,7 +14,7 @@ import {
 } from '@nestjs/common';
 import { Ctx, EventPattern, Payload, RpcException } from '@nestjs/microservices';
 import { IsInt, IsString, Min } from 'class-validator';
-import { lastValueFrom, tap } from 'rxjs';
+import { EMPTY, lastValueFrom, tap } from 'rxjs';
 import { InMemoryTransport, type InboundMessage } from 'nest-sequence';
 import { RpcHeader, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
 import { eventually } from '../support/sequence-test-app';
@@ -125,6 +125,14 @@ class StudyController {
   flaky(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
     if (count('flaky') < 2) throw new Error('not yet');
     record(data, ctx);
+  }
+
+  @EventPattern('ms.empty')
+  empty(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
+    count('empty');
+    record(data, ctx);
+    // Work done, nothing to emit (a save$().pipe(ignoreElements()), say).
+    return EMPTY;
   }
 
   @EventPattern('ms.shared.a')
@@ -276,6 +284,14 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     expect(calls.flaky).toBe(2);
     expect(seen.map((s) => s.data)).toEqual([{ n: 1 }]);
     expect(deadLetters('ms.flaky')).toHaveLength(0);
+  });
+
+  it('acks a message whose handler returns an Observable that completes without a value', async () => {
+    await emit('ms.empty', { order: 'o-2' });
+    await transport.whenIdle();
+    expect(calls.empty).toBe(1);
+    expect(seen.map((s) => s.data)).toEqual([{ order: 'o-2' }]);
+    expect(deadLetters('ms.empty')).toHaveLength(0);
   });
 
   it('dead-letters a message whose pattern nothing handles as no-handler', async () => {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
-import { lastValueFrom, of } from 'rxjs';
+import { EMPTY, lastValueFrom, of } from 'rxjs';
 import { InMemoryTransport } from 'nest-sequence';
 import { ReplyTimeoutError } from 'nest-sequence/microservices';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
@@ -31,6 +31,11 @@ class Answers {
   @MessagePattern('rr.many')
   many() {
     return of(1, 2, 3);
+  }
+
+  @MessagePattern('rr.none')
+  none() {
+    return EMPTY;
   }
 
   @MessagePattern('rr.failing')
@@ -121,6 +126,10 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
 
   it('answers with the last value of an Observable', async () => {
     await expect(ask('rr.many', {})).resolves.toBe(3);
+  });
+
+  it('answers null for an Observable that completes without a value, as for no value', async () => {
+    await expect(ask('rr.none', {})).resolves.toBeNull();
   });
 
   it('errors send() with the handler’s error, without a retry or a dead letter', async () => {
