@@ -562,6 +562,8 @@ function rpcText(error: unknown): string {
 function describedError(error: unknown): unknown {
   if (error instanceof RpcException) return new Error(rpcText(error), { cause: error });
   if (error instanceof Error) return error;
+  // A thrown text is the message itself, as send() answers it: not quoted as JSON.
+  if (typeof error === 'string') return new Error(error, { cause: error });
   let text: string;
   try {
     text = JSON.stringify(error) ?? textOf(error);

@@ -14,7 +14,7 @@ import {
 } from '@nestjs/common';
 import { Ctx, EventPattern, Payload, RpcException } from '@nestjs/microservices';
 import { IsInt, IsString, Min } from 'class-validator';
-import { EMPTY, lastValueFrom, tap } from 'rxjs';
+import { EMPTY, lastValueFrom, tap, throwError } from 'rxjs';
 import { InMemoryTransport, type InboundMessage } from 'nest-sequence';
 import { RpcHeader, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
 import { eventually } from '../support/sequence-test-app';
@@ -125,6 +125,17 @@ class StudyController {
   flaky(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
     if (count('flaky') < 2) throw new Error('not yet');
     record(data, ctx);
+  }
+
+  @EventPattern('ms.thrown-text')
+  thrownText() {
+    // eslint-disable-next-line @typescript-eslint/only-throw-error -- what some code throws
+    throw 'inventory service down';
+  }
+
+  @EventPattern('ms.erroring-text')
+  erroringText() {
+    return throwError(() => 'inventory service down');
   }
 
   @EventPattern('ms.empty')
@@ -276,6 +287,19 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
       },
     });
     expect(deadLetters('ms.doomed.dlq')).toHaveLength(0);
+  });
+
+  it('dead-letters a thrown text with that text, unquoted, as the last error', async () => {
+    await emit('ms.thrown-text', { any: 1 });
+    await emit('ms.erroring-text', { any: 1 });
+    await transport.whenIdle();
+    const reasons = ['ms.thrown-text', 'ms.erroring-text'].flatMap((channel) =>
+      deadLetters(channel).map((message) => String(message.headers['x-death-reason'])),
+    );
+    expect(reasons).toEqual([
+      expect.stringMatching(/last error: inventory service down$/),
+      expect.stringMatching(/last error: inventory service down$/),
+    ]);
   });
 
   it('retries a thrown error and handles the message once it succeeds', async () => {
