@@ -211,7 +211,25 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
   private controllerContexts(): ExternalContextCreator {
     const modules = this.modules;
     const shared = this.contexts;
+    const calls = this.calls;
     return Object.create(shared, {
+      // The guards' run is a stage of its own: what one throws is a refusal (see refusalOf).
+      createGuardsFn: {
+        value(
+          this: ExternalContextCreator,
+          ...args: Parameters<ExternalContextCreator['createGuardsFn']>
+        ) {
+          const canActivate = shared.createGuardsFn.apply(this, args) as
+            ((callArgs: unknown[]) => Promise<void>) | null;
+          if (!canActivate) return null;
+          return async (callArgs: unknown[]) => {
+            const state = calls.getStore();
+            if (state) state.stage = 'guards';
+            await canActivate(callArgs);
+            if (state) state.stage = 'before-pipes';
+          };
+        },
+      },
       getContextModuleKey: {
         value(classRef: (abstract new (...args: never[]) => unknown) | undefined): string {
           for (const [key, moduleRef] of modules.entries()) {

@@ -21,8 +21,11 @@ export interface ControllerMethod {
   readonly singleton: boolean;
 }
 
-/** Where in Nest's pipeline a call stopped: a guard (or an interceptor before), a pipe, the method. */
-export type PipelineStage = 'before-pipes' | 'pipes' | 'handler';
+/**
+ * Where in Nest's pipeline a call stopped: a guard, an interceptor before the pipes (or the
+ * decoding before the pipeline), a pipe, the method.
+ */
+export type PipelineStage = 'guards' | 'before-pipes' | 'pipes' | 'handler';
 
 /** Reads a parameter's value from the call's arguments, as Nest's `ParamsFactory` does. */
 export interface ParamsReader {

@@ -503,9 +503,9 @@ function failure(error: unknown, stage: PipelineStage = 'handler'): PipelineOutc
 
 /**
  * A refusal for good: the handler refused the message, a pipe refused its payload (an
- * HttpException or RpcException thrown while the pipes run), or a guard refused it (Nest's
- * "Forbidden resource", or a 401 or 403 thrown before the pipes ran). Judged by what was thrown,
- * whatever an exception filter made of it.
+ * HttpException or RpcException thrown while the pipes run), or a guard refused it (it returned
+ * false, or threw an HttpException or RpcException; or a 401 or 403 was thrown before the pipes
+ * ran). Judged by what was thrown, whatever an exception filter made of it.
  */
 function refusalOf(outcome: {
   error: unknown;
@@ -516,6 +516,13 @@ function refusalOf(outcome: {
   if (stage === 'pipes' && (error instanceof HttpException || error instanceof RpcException)) {
     // What a validating pipe throws; any other error of a pipe (a lookup that failed) is retried.
     return new MessageRefusedError('invalid-payload', pipeMessages(error), { cause: error });
+  }
+  if (stage === 'guards' && (error instanceof HttpException || error instanceof RpcException)) {
+    // A guard's refusal; any other error of a guard (a lookup that failed) is retried.
+    const text = error instanceof RpcException ? rpcText(error) : error.message;
+    return new MessageRefusedError('forbidden', `a guard refused the message: ${text}`, {
+      cause: error,
+    });
   }
   if (stage !== 'before-pipes' || !(error instanceof HttpException)) return undefined;
   const status = error.getStatus();

@@ -59,6 +59,24 @@ class RefuseAll implements CanActivate {
   }
 }
 
+/** Refuses as Nest's microservices docs show: with an RpcException. */
+@Injectable()
+class RefuseWithRpcException implements CanActivate {
+  canActivate(): boolean {
+    count('rpc-guard');
+    throw new RpcException('no such tenant');
+  }
+}
+
+/** Its lookup fails once (a database away), then it lets the message through. */
+@Injectable()
+class LookupOnce implements CanActivate {
+  canActivate(): boolean {
+    if (count('lookup') < 2) throw new Error('the tenants table did not answer');
+    return true;
+  }
+}
+
 @Injectable()
 class Around implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler) {
@@ -96,6 +114,18 @@ class StudyController {
   @UseGuards(RefuseAll)
   guarded() {
     count('guarded');
+  }
+
+  @EventPattern('ms.rpc-guarded')
+  @UseGuards(RefuseWithRpcException)
+  rpcGuarded() {
+    count('rpc-guarded');
+  }
+
+  @EventPattern('ms.lookup-guarded')
+  @UseGuards(LookupOnce)
+  lookupGuarded(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
+    record(data, ctx);
   }
 
   @EventPattern('ms.intercepted')
@@ -173,7 +203,7 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
         handlerRetry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 5 },
       },
       controllers: [StudyController],
-      providers: [RefuseAll, Around],
+      providers: [RefuseAll, RefuseWithRpcException, LookupOnce, Around],
       server: {
         streamAboveBytes: 512 * 1024,
         channelOf: (pattern) => (pattern.startsWith('ms.shared.') ? 'ms.shared' : pattern),
@@ -258,6 +288,26 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     expect(calls.guarded).toBeUndefined();
     const [dead] = deadLetters('ms.guarded');
     expect(String(dead.headers['x-death-reason'])).toMatch(/^forbidden: /);
+  });
+
+  it('dead-letters a message a guard refuses with an RpcException as forbidden, not retried', async () => {
+    await emit('ms.rpc-guarded', { any: 1 });
+    await transport.whenIdle();
+    expect({ guard: calls['rpc-guard'], handler: calls['rpc-guarded'] }).toEqual({
+      guard: 1,
+      handler: undefined,
+    });
+    expect(deadLetters('ms.rpc-guarded').map((m) => m.headers['x-death-reason'])).toEqual([
+      expect.stringMatching(/^forbidden: .*a guard refused the message: no such tenant$/),
+    ]);
+  });
+
+  it('retries a message whose guard failed otherwise, and handles it once the guard passes', async () => {
+    await emit('ms.lookup-guarded', { n: 2 });
+    await transport.whenIdle();
+    expect(calls.lookup).toBe(2);
+    expect(seen.map((s) => s.data)).toEqual([{ n: 2 }]);
+    expect(deadLetters('ms.lookup-guarded')).toHaveLength(0);
   });
 
   it('runs interceptors around the handler', async () => {
