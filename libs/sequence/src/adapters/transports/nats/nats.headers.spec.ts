@@ -1,9 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import {
   decodeHeaders,
   encodedHeaderBytes,
   encodeHeaders,
+  fitForwardedHeaders,
   HEADER_TYPES_HEADER,
   headerNameProblem,
+  MSG_ID_HEADER,
 } from './nats.headers';
 
 /** The pairs of `headers` as NATS hands them back: one value list per name. */
@@ -56,5 +59,64 @@ describe('NATS header codec', () => {
   it('counts the bytes of the header block as NATS writes it', () => {
     // NATS/1.0\r\n a: b\r\n \r\n
     expect(encodedHeaderBytes([['a', 'b']])).toBe(10 + 6 + 2);
+  });
+});
+
+describe('fitForwardedHeaders', () => {
+  const names = {
+    reason: 'x-death-reason',
+    dropped: 'x-dropped-headers',
+    keep: ['x-requeue-count'],
+  };
+  const bytes = (headers: Record<string, unknown>) => {
+    const encoded = encodeHeaders(headers);
+    if (encoded.problem !== undefined) throw new Error(encoded.problem);
+    return encodedHeaderBytes([...encoded.pairs, [MSG_ID_HEADER, randomUUID()]]);
+  };
+  const headers = {
+    'x-sequence-id': 'seq-1',
+    'x-note': 'n'.repeat(300),
+    'x-death-reason': `handler-failed: ${'not a known SKU; '.repeat(30)}`,
+  };
+
+  it('gives headers that fit as they are, the same object', () => {
+    expect(fitForwardedHeaders(headers, bytes(headers), names)).toBe(headers);
+  });
+
+  it("cuts a long reason first, keeping the message's own headers", () => {
+    const room = bytes({ ...headers, 'x-death-reason': 'r'.repeat(100) });
+    const fitted = fitForwardedHeaders(headers, room, names)!;
+    expect({ ...fitted, 'x-death-reason': undefined }).toEqual({
+      ...headers,
+      'x-death-reason': undefined,
+    });
+    expect(String(fitted['x-death-reason'])).toMatch(/^handler-failed: not a known SKU; .*…$/);
+    expect(bytes(fitted)).toBeLessThanOrEqual(room);
+  });
+
+  it('then leaves out the largest other headers, naming them', () => {
+    const fitted = fitForwardedHeaders(headers, bytes(headers) - 500, names)!;
+    expect(fitted['x-note']).toBeUndefined();
+    expect(fitted['x-dropped-headers']).toBe('x-note');
+    expect(fitted['x-sequence-id']).toBe('seq-1');
+    expect(String(fitted['x-death-reason'])).toMatch(/^handler-failed: not a known SKU; /);
+    expect(bytes(fitted)).toBeLessThanOrEqual(bytes(headers) - 500);
+  });
+
+  it('then cuts the reason further, keeping its start', () => {
+    const room = bytes({ 'x-dropped-headers': 'x-note,x-sequence-id', 'x-death-reason': 'h' }) + 20;
+    const fitted = fitForwardedHeaders(headers, room, names)!;
+    expect(String(fitted['x-death-reason'])).toMatch(/^handler-failed.*…$/);
+    expect(bytes(fitted)).toBeLessThanOrEqual(room);
+  });
+
+  it('keeps the headers named in keep', () => {
+    const requeued = { 'x-requeue-count': 3, 'x-big': 'b'.repeat(100) };
+    const fitted = fitForwardedHeaders(requeued, bytes({ 'x-requeue-count': 3 }) + 40, names);
+    expect(fitted).toEqual({ 'x-requeue-count': 3, 'x-dropped-headers': 'x-big' });
+  });
+
+  it('gives undefined when nothing makes them fit', () => {
+    expect(fitForwardedHeaders(headers, 60, names)).toBeUndefined();
   });
 });

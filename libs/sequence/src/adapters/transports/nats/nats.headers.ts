@@ -132,3 +132,72 @@ export function encodedHeaderBytes(pairs: ReadonlyArray<readonly [string, string
   }
   return bytes;
 }
+
+/** As long as any `Nats-Msg-Id` the transport sends (a UUID), to count its bytes ahead of time. */
+const MSG_ID_SIZED = '00000000-0000-0000-0000-000000000000';
+/** A reason is cut to no less than this many characters before other headers are left out. */
+const SHORT_REASON_CHARS = 40;
+
+/** Bytes of the header block NATS writes for `headers` and a `Nats-Msg-Id` (0: not encodable). */
+function forwardedHeaderBytes(headers: Readonly<Record<string, unknown>>): number {
+  const encoded = encodeHeaders(headers);
+  if (encoded.problem !== undefined) return 0; // send() refuses it with its reason
+  return encodedHeaderBytes([...encoded.pairs, [MSG_ID_HEADER, MSG_ID_SIZED]]);
+}
+
+/** `text` cut to at most `chars` characters, an ellipsis last when it was cut. */
+function cut(text: string, chars: number): string {
+  const characters = [...text];
+  if (characters.length <= chars) return text;
+  return chars === 0 ? '' : `${characters.slice(0, chars - 1).join('')}…`;
+}
+
+/**
+ * The headers of a message the transport forwards on its own (a dead letter, a copy requeued at
+ * the tail) cut to fit the server's `max_payload` with its body: the server already holds the
+ * message, so the forward must not be refused for the headers it adds. `room` is `max_payload`
+ * less the body's bytes. The message's own headers matter most (a replay needs them): while the
+ * whole does not fit, `reason` (`x-death-reason`) is cut, keeping its first 40 characters; then
+ * the largest other headers are left out (except those in `keep`), their names listed in
+ * `dropped` (`x-dropped-headers`); then `reason` is cut further. Gives the headers unchanged when
+ * they fit, undefined when nothing makes them fit (a body of nearly `max_payload`).
+ */
+export function fitForwardedHeaders(
+  headers: Readonly<Record<string, unknown>>,
+  room: number,
+  names: { readonly reason: string; readonly dropped: string; readonly keep: readonly string[] },
+): Readonly<Record<string, unknown>> | undefined {
+  if (forwardedHeaderBytes(headers) <= room) return headers;
+  const fitted: Record<string, unknown> = { ...headers };
+  const fits = () => forwardedHeaderBytes(fitted) <= room;
+  const reason = fitted[names.reason];
+  /** Cuts the reason until the whole fits, or it is down to `floor` characters. */
+  const cutReason = (floor: number) => {
+    if (typeof reason !== 'string') return;
+    // Each character is at least a byte: cutting as many as the excess (and the ellipsis) nears it.
+    let chars = [...String(fitted[names.reason])].length;
+    while (!fits() && chars > floor) {
+      chars = Math.max(floor, chars - (forwardedHeaderBytes(fitted) - room) - 3);
+      fitted[names.reason] = cut(reason, chars);
+    }
+  };
+  cutReason(SHORT_REASON_CHARS);
+  const earlier = typeof fitted[names.dropped] === 'string' ? [fitted[names.dropped]] : [];
+  const dropped: string[] = [];
+  const kept = new Set([names.reason, names.dropped, ...names.keep]);
+  while (!fits()) {
+    let largest: string | undefined;
+    let largestBytes = -1;
+    for (const [name, value] of Object.entries(fitted)) {
+      if (kept.has(name) || value === undefined) continue;
+      const bytes = forwardedHeaderBytes({ [name]: value });
+      if (bytes > largestBytes) [largest, largestBytes] = [name, bytes];
+    }
+    if (largest === undefined) break;
+    delete fitted[largest];
+    dropped.push(largest);
+    fitted[names.dropped] = [...earlier, ...dropped].join(',').slice(0, 1_000);
+  }
+  cutReason(0);
+  return fits() ? fitted : undefined;
+}

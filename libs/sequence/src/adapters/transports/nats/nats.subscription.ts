@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
 import { errorMessage } from '../../../core/errors/caught';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { SequenceHeader } from '../../../core/headers';
 import {
   deadLetterHeaders,
@@ -425,10 +426,16 @@ export class NatsSubscription implements Subscription {
           ),
         );
     } catch (error) {
-      this.settings.logger.warn(
-        `could not dead-letter a message of ${this.channel} to ${deadLetterChannel} ` +
-          `(${reason}): ${errorMessage(error)}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`,
-      );
+      const problem =
+        `could not dead-letter message ${delivery.streamSequence} of ${this.channel} to ` +
+        `${deadLetterChannel} (${reason}): ${errorMessage(error)}`;
+      if (error instanceof MessageTooLargeError) {
+        // Its body alone leaves no room for the dead letter's headers: no retry helps. Past
+        // max_deliver it stays in the channel's stream, at this sequence, for an operator.
+        this.settings.logger.error(`${problem}; it stays in the stream`);
+      } else {
+        this.settings.logger.warn(`${problem}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`);
+      }
       this.finish(delivery, nak(FAILED_FORWARD_PAUSE_MS));
     }
   }

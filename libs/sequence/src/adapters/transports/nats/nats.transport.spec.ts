@@ -5,8 +5,9 @@ import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
+import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
-import type { Disposition, InboundMessage } from '../../../ports/transport.port';
+import { headerBytes, type Disposition, type InboundMessage } from '../../../ports/transport.port';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
 import { HEADER_OVERHEAD_BYTES } from './nats.headers';
@@ -135,6 +136,76 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     await eventually(() => dead.length === 1, 'the dead letter');
     expect(deliveries).toBe(3);
     expect(dead[0].headers['x-death-reason']).toMatch(/^max-deliver: delivered 3 times/);
+  });
+
+  describe('a message as large as the server takes, forwarded', () => {
+    const reason = `handler-failed: ${'ValidationError: items[3].sku is not a known SKU; '.repeat(6)}`;
+
+    beforeEach(async () => {
+      await transport.close();
+      transport = await NatsTransport.connect(
+        { servers: SERVERS.nats.url },
+        { maxDeliver: 2, nakDelayMs: 5 },
+      );
+    });
+
+    /** Publishes `body` with `headers`; gives the deliveries of `disposition` and the dead letters. */
+    async function forwarded(
+      disposition: Disposition,
+      publish: (channel: string) => Promise<void>,
+    ) {
+      const channel = newChannel();
+      const dead = await collect(transport.deadLetterChannel(channel));
+      let deliveries = 0;
+      await transport.subscribe(channel, async () => {
+        deliveries++;
+        return disposition;
+      });
+      await publish(channel);
+      await eventually(() => dead.length === 1, 'the dead letter', 15_000);
+      const { state } = await jsm.streams.info(streamName('NSEQ_', channel));
+      return { deliveries, dead: dead[0], left: state.messages };
+    }
+
+    const fullSize = (headers: HeaderMap) => (channel: string) =>
+      transport.publish(
+        channel,
+        Buffer.alloc(transport.maxMessageBytes - headerBytes(headers), 7),
+        headers,
+      );
+
+    it('dead-letters one of maxMessageBytes at once, its long reason cut to fit', async () => {
+      const headers = { 'x-sequence-id': 's-1', 'x-sequence-position': 1 };
+      const { deliveries, dead, left } = await forwarded(
+        { action: 'dead-letter', reason },
+        fullSize(headers),
+      );
+      expect({ deliveries, left }).toEqual({ deliveries: 1, left: 0 });
+      expect(dead.headers['x-sequence-id']).toBe('s-1');
+      expect(reason.startsWith(String(dead.headers['x-death-reason']).slice(0, -1))).toBe(true);
+      expect(String(dead.headers['x-death-reason'])).toMatch(/^handler-failed: .*…$/);
+    });
+
+    it('dead-letters one of maxMessageBytes requeued until its max_deliver-th delivery', async () => {
+      const { deliveries, dead, left } = await forwarded(
+        { action: 'requeue', reason },
+        fullSize({ 'x-sequence-id': 's-2' }),
+      );
+      expect({ deliveries, left }).toEqual({ deliveries: 2, left: 0 });
+      expect(String(dead.headers['x-death-reason'])).toMatch(/^max-deliver: delivered 2 times/);
+    });
+
+    it("dead-letters another program's message of nearly max_payload", async () => {
+      const maxPayload = (admin.info as { max_payload: number }).max_payload;
+      const { dead, left } = await forwarded(
+        { action: 'dead-letter', reason: 'no-handler' },
+        async (channel) => {
+          await jetstream(admin).publish(channel, Buffer.alloc(maxPayload - 200, 2));
+        },
+      );
+      expect(left).toBe(0);
+      expect(dead.headers['x-death-reason']).toBe('no-handler');
+    });
   });
 
   it('puts a message handed back at its max_deliver-th delivery at the tail on close', async () => {

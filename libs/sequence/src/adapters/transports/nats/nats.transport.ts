@@ -24,11 +24,13 @@ import { PublishRejectedError } from '../../../core/errors/publish-rejected.erro
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import { partitionsProblem } from '../../../core/partition';
-import type { HeaderMap } from '../../../core/headers';
+import { DROPPED_HEADERS_HEADER } from '../../../ports/transport-headers';
+import { SequenceHeader, type HeaderMap } from '../../../core/headers';
 import {
   assertSendable,
   DEFAULT_REPLY_PREFETCH,
   publishTimeoutMs,
+  REQUEUE_COUNT_HEADER,
   partitionAddressProblem,
   prefetchProblem,
   type MessageHandler,
@@ -42,6 +44,7 @@ import {
 import {
   encodedHeaderBytes,
   encodeHeaders,
+  fitForwardedHeaders,
   HEADER_OVERHEAD_BYTES,
   MSG_ID_HEADER,
 } from './nats.headers';
@@ -70,6 +73,12 @@ const PING_TIMEOUT_MS = 5_000;
 const API_TIMEOUT_MS = 3_000;
 /** How long a partition's pull request lasts: what closing a partitioned subscription waits. */
 const PARTITION_FETCH_EXPIRES_MS = 1_000;
+/** The headers a forward adds and keeps while others are left out to fit `max_payload`. */
+const FORWARDED_HEADERS = {
+  reason: SequenceHeader.deathReason,
+  dropped: DROPPED_HEADERS_HEADER,
+  keep: [REQUEUE_COUNT_HEADER],
+} as const;
 /** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
 const MIN_ATTEMPT_MS = 2_000;
 
@@ -354,15 +363,7 @@ export class NatsTransport implements Transport {
           },
           // A delayed requeue's copy goes to the tail of the same partition.
           publish: (target, body, headers) =>
-            this.send(
-              target,
-              body,
-              headers,
-              this.settings.publishTimeoutMs,
-              true,
-              undefined,
-              target === channel ? partition : undefined,
-            ).then(() => undefined),
+            this.forward(target, body, headers, target === channel ? partition : undefined),
           stream,
         });
       },
@@ -445,20 +446,14 @@ export class NatsTransport implements Transport {
       },
   ): NatsSubscription {
     const { channel } = own;
-    const { nakDelayMs, maxNakDelayMs, ackWaitMs, publishTimeoutMs } = this.settings;
+    const { nakDelayMs, maxNakDelayMs, ackWaitMs } = this.settings;
     const stream = own.stream ?? this.topology.stream(channel);
     const subscription = new NatsSubscription({
       ...own,
       nakDelayMs: (deliveries) =>
         Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
       ackWaitMs: own.ackWaitMs ?? ackWaitMs,
-      // Not size-checked: the server already holds this message, and refusing to forward it (as
-      // a dead letter or a requeued copy) would requeue it forever.
-      publish:
-        own.publish ??
-        (async (target, body, headers) => {
-          await this.send(target, body, headers, publishTimeoutMs);
-        }),
+      publish: own.publish ?? ((target, body, headers) => this.forward(target, body, headers)),
       readFromStream: async (sequence) => {
         const jsm = await this.jsm();
         const stored = await jsm.streams.getMessage(stream, { seq: sequence });
@@ -523,6 +518,27 @@ export class NatsTransport implements Transport {
     if (this.ownsConnection && !this.connection.isClosed()) {
       await this.connection.drain().catch(() => this.connection.close());
     }
+  }
+
+  /**
+   * Publishes a message a subscription forwards on its own (a dead letter, a copy requeued at the
+   * tail). Not checked against `maxMessageBytes`: the server already holds the message, and
+   * refusing to forward it would requeue it until `max_deliver`. The headers the forward adds are
+   * cut to fit `max_payload` instead ({@link fitForwardedHeaders});
+   * @throws MessageTooLargeError when even that cannot make them fit
+   */
+  private async forward(
+    target: string,
+    body: Buffer,
+    headers: Readonly<Record<string, unknown>>,
+    partition?: PartitionAddress,
+  ): Promise<void> {
+    const fitted = fitForwardedHeaders(headers, this.maxPayload - body.length, FORWARDED_HEADERS);
+    if (fitted === undefined) {
+      throw new MessageTooLargeError(target, body.length, this.maxMessageBytes);
+    }
+    const { publishTimeoutMs } = this.settings;
+    await this.send(target, body, fitted, publishTimeoutMs, true, undefined, partition);
   }
 
   /**
