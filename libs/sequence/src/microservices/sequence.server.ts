@@ -1,6 +1,5 @@
 import { Readable } from 'node:stream';
 import { HttpException, Logger } from '@nestjs/common';
-import { FORBIDDEN_MESSAGE } from '@nestjs/core/guards/constants';
 import { RpcException, Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum';
 import { RpcParamtype } from '@nestjs/microservices/enums/rpc-paramtype.enum';
@@ -504,8 +503,8 @@ function failure(error: unknown, stage: PipelineStage = 'handler'): PipelineOutc
 /**
  * A refusal for good: the handler refused the message, a pipe refused its payload (an
  * HttpException or RpcException thrown while the pipes run), or a guard refused it (it returned
- * false, or threw an HttpException or RpcException; or a 401 or 403 was thrown before the pipes
- * ran). Judged by what was thrown, whatever an exception filter made of it.
+ * false, or threw an RpcException or a 401 or 403; or an interceptor threw a 401 or 403 before
+ * the pipes). Judged by what was thrown, whatever an exception filter made of it.
  */
 function refusalOf(outcome: {
   error: unknown;
@@ -517,21 +516,19 @@ function refusalOf(outcome: {
     // What a validating pipe throws; any other error of a pipe (a lookup that failed) is retried.
     return new MessageRefusedError('invalid-payload', pipeMessages(error), { cause: error });
   }
-  if (stage === 'guards' && (error instanceof HttpException || error instanceof RpcException)) {
-    // A guard's refusal; any other error of a guard (a lookup that failed) is retried.
-    const text = error instanceof RpcException ? rpcText(error) : error.message;
-    return new MessageRefusedError('forbidden', `a guard refused the message: ${text}`, {
-      cause: error,
-    });
-  }
-  if (stage !== 'before-pipes' || !(error instanceof HttpException)) return undefined;
-  const status = error.getStatus();
-  if (status === 401 || status === 403 || error.message === FORBIDDEN_MESSAGE) {
-    return new MessageRefusedError('forbidden', `a guard refused the message: ${error.message}`, {
-      cause: error,
-    });
-  }
-  return undefined;
+  // A guard's refusal: an RpcException, or a 401 or 403, from a guard (a guard returning false
+  // throws Nest's 403) or from an interceptor before the pipes. Anything else is retried: a
+  // guard's lookup that failed, a 429 of a rate limit, a 503 of an auth service away.
+  const refused =
+    (stage === 'guards' && error instanceof RpcException) ||
+    ((stage === 'guards' || stage === 'before-pipes') &&
+      error instanceof HttpException &&
+      (error.getStatus() === 401 || error.getStatus() === 403));
+  if (!refused) return undefined;
+  const text = error instanceof RpcException ? rpcText(error) : (error as Error).message;
+  return new MessageRefusedError('forbidden', `a guard refused the message: ${text}`, {
+    cause: error,
+  });
 }
 
 /** What a pipe said: a ValidationPipe's list of messages, an RpcException's error. */

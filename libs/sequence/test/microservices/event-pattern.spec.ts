@@ -2,7 +2,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import {
   Controller,
+  HttpException,
+  HttpStatus,
   Injectable,
+  ServiceUnavailableException,
   UseGuards,
   UseInterceptors,
   UsePipes,
@@ -68,11 +71,13 @@ class RefuseWithRpcException implements CanActivate {
   }
 }
 
-/** Its lookup fails once (a database away), then it lets the message through. */
+/** Fails for passing reasons (an auth service away, a rate limit), once each; then passes. */
 @Injectable()
-class LookupOnce implements CanActivate {
+class FailsThenPasses implements CanActivate {
   canActivate(): boolean {
-    if (count('lookup') < 2) throw new Error('the tenants table did not answer');
+    const call = count('lookup');
+    if (call === 1) throw new ServiceUnavailableException('auth service unavailable');
+    if (call === 2) throw new HttpException('Too Many Requests', HttpStatus.TOO_MANY_REQUESTS);
     return true;
   }
 }
@@ -123,7 +128,7 @@ class StudyController {
   }
 
   @EventPattern('ms.lookup-guarded')
-  @UseGuards(LookupOnce)
+  @UseGuards(FailsThenPasses)
   lookupGuarded(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
     record(data, ctx);
   }
@@ -203,7 +208,7 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
         handlerRetry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 5 },
       },
       controllers: [StudyController],
-      providers: [RefuseAll, RefuseWithRpcException, LookupOnce, Around],
+      providers: [RefuseAll, RefuseWithRpcException, FailsThenPasses, Around],
       server: {
         streamAboveBytes: 512 * 1024,
         channelOf: (pattern) => (pattern.startsWith('ms.shared.') ? 'ms.shared' : pattern),
@@ -302,10 +307,10 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     ]);
   });
 
-  it('retries a message whose guard failed otherwise, and handles it once the guard passes', async () => {
+  it('retries a message whose guard failed otherwise (a 503, a 429) until it passes', async () => {
     await emit('ms.lookup-guarded', { n: 2 });
     await transport.whenIdle();
-    expect(calls.lookup).toBe(2);
+    expect(calls.lookup).toBe(3);
     expect(seen.map((s) => s.data)).toEqual([{ n: 2 }]);
     expect(deadLetters('ms.lookup-guarded')).toHaveLength(0);
   });
