@@ -2,6 +2,7 @@ import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import {
   assertEncodableHeaders,
   DROPPED_HEADERS_HEADER,
+  droppedHeadersList,
   encodedHeaders,
   forwardableHeaders,
   MAX_ENCODED_HEADER_BYTES,
@@ -181,5 +182,19 @@ describe('forwardableHeaders (a dead letter or requeued copy of a message from e
       second: 's'.repeat(70_000),
     });
     expect(forwarded).toEqual({ [DROPPED_HEADERS_HEADER]: 'first,second' });
+  });
+});
+
+describe('droppedHeadersList', () => {
+  it('adds the names to an earlier list, comma-separated', () => {
+    expect(droppedHeadersList('a', ['b', 'c'])).toBe('a,b,c');
+    expect(droppedHeadersList(undefined, ['b'])).toBe('b');
+    expect(droppedHeadersList(7, [])).toBe('');
+  });
+
+  it('keeps whole names only, within 1,000 characters', () => {
+    const earlier = 'e'.repeat(992);
+    expect(droppedHeadersList(earlier, ['x-1', 'x-foreign'])).toBe(`${earlier},x-1`);
+    expect(droppedHeadersList('e'.repeat(2_000), ['x-1']).length).toBe(1_000);
   });
 });

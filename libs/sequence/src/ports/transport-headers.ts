@@ -74,6 +74,21 @@ const MAX_REPLACEMENT_CHARS = 200;
 const MAX_DROPPED_LIST_CHARS = 1_000;
 
 /**
+ * The value of {@link DROPPED_HEADERS_HEADER} for a forward that leaves out `dropped`: the names
+ * an earlier forward left out (its value, `earlier`) and these, comma-separated, as many whole
+ * names as fit in {@link MAX_DROPPED_LIST_CHARS}.
+ */
+export function droppedHeadersList(earlier: unknown, dropped: readonly string[]): string {
+  let list = typeof earlier === 'string' ? earlier.slice(0, MAX_DROPPED_LIST_CHARS) : '';
+  for (const name of dropped) {
+    const longer = list ? `${list},${name}` : name;
+    if (longer.length > MAX_DROPPED_LIST_CHARS) break;
+    list = longer;
+  }
+  return list;
+}
+
+/**
  * `headers` as a message the transport forwards on its own (a dead letter, a copy requeued behind
  * the queued ones) can always carry them, for a message another program published: a value
  * amqplib cannot encode is replaced by a string saying why, a name AMQP cannot carry is left out,
@@ -105,11 +120,7 @@ export function forwardableHeaders(
       changed = true;
     }
   }
-  const earlier = headers[DROPPED_HEADERS_HEADER];
-  const droppedList = (): string =>
-    [...(typeof earlier === 'string' && earlier ? [earlier] : []), ...dropped]
-      .join(',')
-      .slice(0, MAX_DROPPED_LIST_CHARS);
+  const droppedList = (): string => droppedHeadersList(headers[DROPPED_HEADERS_HEADER], dropped);
   const size = (): number => {
     let bytes = 0;
     for (const { bytes: each } of kept.values()) bytes += each;

@@ -1,3 +1,5 @@
+import { droppedHeadersList } from '../../../ports/transport-headers';
+
 /**
  * Header values on NATS are strings, and the client trims them: this codec keeps the port's
  * promise that values travel with their type and value. Each message carries one more header,
@@ -182,7 +184,7 @@ export function fitForwardedHeaders(
     }
   };
   cutReason(SHORT_REASON_CHARS);
-  const earlier = typeof fitted[names.dropped] === 'string' ? [fitted[names.dropped]] : [];
+  const earlier = fitted[names.dropped];
   const dropped: string[] = [];
   const kept = new Set([names.reason, names.dropped, ...names.keep]);
   while (!fits()) {
@@ -196,7 +198,7 @@ export function fitForwardedHeaders(
     if (largest === undefined) break;
     delete fitted[largest];
     dropped.push(largest);
-    fitted[names.dropped] = [...earlier, ...dropped].join(',').slice(0, 1_000);
+    fitted[names.dropped] = droppedHeadersList(earlier, dropped);
   }
   cutReason(0);
   return fits() ? fitted : undefined;

@@ -149,7 +149,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       );
     });
 
-    /** Publishes `body` with `headers`; gives the deliveries of `disposition` and the dead letters. */
+    /** Runs `publish`, answering `disposition`; gives the deliveries, the dead letter, what is left. */
     async function forwarded(
       disposition: Disposition,
       publish: (channel: string) => Promise<void>,
@@ -195,16 +195,44 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       expect(String(dead.headers['x-death-reason'])).toMatch(/^max-deliver: delivered 2 times/);
     });
 
-    it("dead-letters another program's message of nearly max_payload", async () => {
+    /** Another program's message: `header` a large header, the body filling the rest. */
+    const foreign = (channel: string, room: number) => {
       const maxPayload = (admin.info as { max_payload: number }).max_payload;
+      const headers = natsHeaders();
+      headers.append('x-sequence-id', 'seq-9');
+      headers.append('x-foreign', 'f'.repeat(150));
+      return jetstream(admin).publish(channel, Buffer.alloc(maxPayload - room, 2), {
+        headers: headers as never,
+      });
+    };
+
+    it("dead-letters another program's message, leaving out its largest header to fit", async () => {
       const { dead, left } = await forwarded(
         { action: 'dead-letter', reason: 'no-handler' },
         async (channel) => {
-          await jetstream(admin).publish(channel, Buffer.alloc(maxPayload - 200, 2));
+          await foreign(channel, 260);
         },
       );
       expect(left).toBe(0);
-      expect(dead.headers['x-death-reason']).toBe('no-handler');
+      expect(dead.headers).toMatchObject({
+        'x-death-reason': 'no-handler',
+        'x-sequence-id': 'seq-9',
+        'x-dropped-headers': 'x-foreign',
+      });
+      expect(dead.headers['x-foreign']).toBeUndefined();
+    });
+
+    it('never leaves a header out of a copy requeued on its own channel', async () => {
+      const channel = newChannel();
+      const seen: InboundMessage[] = [];
+      await transport.subscribe(channel, async (message) => {
+        seen.push(message);
+        return seen.length === 1 ? { action: 'requeue', delayMs: 1 } : ACK;
+      });
+      await foreign(channel, 260);
+      await eventually(() => seen.length === 2, 'delivered again');
+      expect(seen[1].headers).toMatchObject({ 'x-sequence-id': 'seq-9' });
+      expect(seen[1].headers['x-foreign']).toBe('f'.repeat(150));
     });
   });
 

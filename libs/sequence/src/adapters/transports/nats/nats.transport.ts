@@ -363,7 +363,7 @@ export class NatsTransport implements Transport {
           },
           // A delayed requeue's copy goes to the tail of the same partition.
           publish: (target, body, headers) =>
-            this.forward(target, body, headers, target === channel ? partition : undefined),
+            this.forward(target, body, headers, { channel, partition }),
           stream,
         });
       },
@@ -453,7 +453,9 @@ export class NatsTransport implements Transport {
       nakDelayMs: (deliveries) =>
         Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
       ackWaitMs: own.ackWaitMs ?? ackWaitMs,
-      publish: own.publish ?? ((target, body, headers) => this.forward(target, body, headers)),
+      publish:
+        own.publish ??
+        ((target, body, headers) => this.forward(target, body, headers, { channel })),
       readFromStream: async (sequence) => {
         const jsm = await this.jsm();
         const stored = await jsm.streams.getMessage(stream, { seq: sequence });
@@ -521,24 +523,29 @@ export class NatsTransport implements Transport {
   }
 
   /**
-   * Publishes a message a subscription forwards on its own (a dead letter, a copy requeued at the
-   * tail). Not checked against `maxMessageBytes`: the server already holds the message, and
-   * refusing to forward it would requeue it until `max_deliver`. The headers the forward adds are
-   * cut to fit `max_payload` instead ({@link fitForwardedHeaders});
-   * @throws MessageTooLargeError when even that cannot make them fit
+   * Publishes a message the subscription of `from.channel` forwards on its own: a dead letter, or
+   * a copy requeued at the tail of the channel (of `from.partition`, if any). Not checked against
+   * `maxMessageBytes` (the server already holds the message), and allowed while `close()` waits
+   * for the subscriptions. A dead letter's headers are cut to fit `max_payload`
+   * ({@link fitForwardedHeaders}); a copy keeps every header, which its next handler reads.
+   * @throws MessageTooLargeError when the forward does not fit `max_payload`
    */
   private async forward(
     target: string,
     body: Buffer,
     headers: Readonly<Record<string, unknown>>,
-    partition?: PartitionAddress,
+    from: { readonly channel: string; readonly partition?: PartitionAddress },
   ): Promise<void> {
-    const fitted = fitForwardedHeaders(headers, this.maxPayload - body.length, FORWARDED_HEADERS);
+    const copy = target === from.channel;
+    const fitted = copy
+      ? headers
+      : fitForwardedHeaders(headers, this.maxPayload - body.length, FORWARDED_HEADERS);
     if (fitted === undefined) {
       throw new MessageTooLargeError(target, body.length, this.maxMessageBytes);
     }
     const { publishTimeoutMs } = this.settings;
-    await this.send(target, body, fitted, publishTimeoutMs, true, undefined, partition);
+    const partition = copy ? from.partition : undefined;
+    await this.send(target, body, fitted, publishTimeoutMs, true, undefined, partition, true);
   }
 
   /**
@@ -554,7 +561,11 @@ export class NatsTransport implements Transport {
     resend = true,
     msgId: string = randomUUID(),
     partition?: PartitionAddress,
+    forwarding = false,
   ): Promise<{ readonly duplicate: boolean }> {
+    // A subscription's own forwards may go on until the subscriptions have closed; others stop
+    // as close() starts.
+    const ended = () => (forwarding ? this.stopped : this.closed);
     const encoded = encodeHeaders(headers);
     if (encoded.problem !== undefined) {
       throw new InvalidHeaderError(channel, encoded.name, encoded.problem);
@@ -586,11 +597,11 @@ export class NatsTransport implements Transport {
         ) {
           throw error;
         }
-        if (this.stopped || Date.now() >= deadline) throw timedOut();
+        if (ended() || Date.now() >= deadline) throw timedOut();
         await delay(50);
         continue;
       }
-      if (this.stopped && !handedOver) {
+      if (ended() && !handedOver) {
         throw new Error(`nats transport is closed: cannot publish to ${channel}`);
       }
       const wire = natsHeaders();
@@ -627,7 +638,7 @@ export class NatsTransport implements Transport {
             `${errorMessage(error)}; not sent again (resend: false)`,
           );
         }
-        if (this.stopped || this.connection.isClosed()) throw timedOut();
+        if (ended() || this.connection.isClosed()) throw timedOut();
         if (Date.now() >= deadline) throw timedOut();
         await delay(20);
       }
