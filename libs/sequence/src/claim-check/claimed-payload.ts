@@ -214,16 +214,25 @@ async function* verifying(
     onMismatch(error);
     return error;
   };
+  let verified = false;
   // Only what the store's stream throws is a read failure (see sourceChunks).
   for await (const chunk of sourceChunks(open, onReadError)) {
     hash?.update(chunk);
     bytes += chunk.length;
     // More than the ticket says: stop here rather than hand (or buffer) all of it.
     if (ticket && bytes > ticket.bytes) throw mismatch(hash!.digest('hex'));
+    if (ticket && bytes === ticket.bytes) {
+      // The last byte the ticket promises is checked before it is handed out: a reader that stops
+      // at the declared size never asks for the stream's end. A mismatch is withheld until that
+      // end, so that the store's own error (a decryption that failed) comes first if it has one.
+      if (hash!.copy().digest('hex') !== ticket.sha256) continue;
+      verified = true;
+      onVerified();
+    }
     yield chunk;
   }
   if (!ticket || !hash) return onVerified();
   const sha256 = hash.digest('hex');
   if (sha256 !== ticket.sha256 || bytes !== ticket.bytes) throw mismatch(sha256);
-  onVerified();
+  if (!verified) onVerified();
 }

@@ -23,9 +23,10 @@ import {
 
 /**
  * Claim Check: the bytes a handler reads are checked against the SHA-256 and size the ticket was
- * signed with, as they stream. On a mismatch the stream errors at its end (instead of ending),
- * `toBuffer()` rejects, the handler is not retried (the bytes would not change), the message is
- * dead-lettered `integrity-mismatch`, and the payload is kept for inspection.
+ * signed with, as they stream. On a mismatch the stream errors before it hands over the last byte
+ * the ticket promises (or at its end, when fewer come), `toBuffer()` rejects, the handler is not
+ * retried (the bytes would not change), the message is dead-lettered `integrity-mismatch`, and
+ * the payload is kept for inspection.
  */
 describe('claim check: payload bytes that do not match the ticket', () => {
   const payload = bytes(20_000, 1);
@@ -56,7 +57,7 @@ describe('claim check: payload bytes that do not match the ticket', () => {
     expect(await t.store.head(genuine.ref)).toBeDefined();
   }
 
-  it('stream(): every byte flows, then the stream errors with ClaimCheckIntegrityError', async () => {
+  it('stream(): errors with ClaimCheckIntegrityError before the last promised byte', async () => {
     const streamed: Buffer[] = [];
     t.handler.read = async (claimed: ClaimedPayload) => {
       for await (const chunk of claimed.stream()) streamed.push(chunk as Buffer);
@@ -66,7 +67,9 @@ describe('claim check: payload bytes that do not match the ticket', () => {
     await publishTicket(t.transport, t.channel, lyingTicket({ sha256: otherSha256 }));
     await t.transport.whenIdle();
 
-    expect(Buffer.concat(streamed).equals(payload)).toBe(true);
+    const got = Buffer.concat(streamed);
+    expect(got.length).toBeLessThan(payload.length);
+    expect(got.equals(payload.subarray(0, got.length))).toBe(true);
     expect(t.handler.readErrors).toHaveLength(1);
     const error = t.handler.readErrors[0] as ClaimCheckIntegrityError;
     expect(error).toBeInstanceOf(ClaimCheckIntegrityError);
@@ -111,6 +114,57 @@ describe('claim check: payload bytes that do not match the ticket', () => {
     expect(t.handler.calls).toBe(1);
     expect(t.handler.readErrors[0]).toBeInstanceOf(ClaimCheckIntegrityError);
     await expectDeadLetteredAsMismatch();
+  });
+
+  describe('a reader that stops once it holds the declared bytes', () => {
+    const large = bytes(1_000_000, 5);
+    let altered: ClaimTicket;
+
+    /** Reads until it holds `claimed.bytes` bytes, then stops: never asks for the stream's end. */
+    async function readDeclaredLength(claimed: ClaimedPayload): Promise<Buffer> {
+      const got: Buffer[] = [];
+      let n = 0;
+      for await (const chunk of claimed.stream()) {
+        got.push(chunk as Buffer);
+        n += (chunk as Buffer).length;
+        if (n >= claimed.bytes) break;
+      }
+      return Buffer.concat(got);
+    }
+
+    beforeEach(async () => {
+      altered = await t.claimCheck.checkIn(large, { audience: t.channel });
+      // The same length, one byte flipped in the last chunk the store hands out.
+      const file = await open(join(t.root, ...altered.ref.split('/')), 'r+');
+      await file.write(Buffer.from([large[large.length - 10] ^ 0xff]), 0, 1, large.length - 10);
+      await file.close();
+    });
+
+    it('@ClaimCheck: never gets the last bytes; dead-lettered, the payload kept', async () => {
+      t.handler.read = readDeclaredLength;
+      await publishTicket(t.transport, t.channel, altered);
+      await t.transport.whenIdle();
+
+      expect(t.handler.deliveries).toHaveLength(0);
+      expect(t.handler.readErrors[0]).toBeInstanceOf(ClaimCheckIntegrityError);
+      expect(t.transport.actionsOn(t.channel)).toEqual(['dead-letter']);
+      expect(deathReasons(t.transport, t.channel)[0]).toMatch(/^integrity-mismatch: /);
+      expect(await t.store.head(altered.ref)).toBeDefined();
+    });
+
+    it('checkOut by hand: the read rejects, and integrityFailure says why', async () => {
+      const claimed = await t.claimCheck.checkOut(altered);
+      await expect(readDeclaredLength(claimed)).rejects.toBeInstanceOf(ClaimCheckIntegrityError);
+      expect(claimed.integrityFailure).toBeInstanceOf(ClaimCheckIntegrityError);
+    });
+
+    it('gets every byte of a genuine payload', async () => {
+      const claimed = await t.claimCheck.checkOut(
+        await t.claimCheck.checkIn(large, { audience: t.channel }),
+      );
+      expect((await readDeclaredLength(claimed)).equals(large)).toBe(true);
+      expect(claimed.integrityFailure).toBeUndefined();
+    });
   });
 
   it('metadata the store cannot read (a corrupt sidecar): dead-lettered integrity-mismatch at once, not requeued as an outage', async () => {
