@@ -11,11 +11,34 @@ const PRECONDITION_FAILED = 406;
 /** A partition count marker's `alternate-exchange` is this prefix and the count. */
 const PARTITION_COUNT_PREFIX = 'nseq.partitions.';
 
-/** Reply queues are `nseq.reply.<uuid>`: queue names of this prefix are theirs alone. */
 /** `x-delivery-limit` of a quorum dead-letter queue: in effect none (2^31 - 1). */
 export const UNLIMITED_DELIVERIES = 2_147_483_647;
 
+/** Reply queues are `nseq.reply.<uuid>`: queue names of this prefix are theirs alone. */
 export const REPLY_QUEUE_PREFIX = 'nseq.reply.';
+const REPLY_QUEUE = /^nseq\.reply\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** Longest queue name AMQP carries (a short string), in bytes. */
+const MAX_QUEUE_NAME_BYTES = 255;
+
+/** Whether `queue` is a reply queue's name: `nseq.reply.<uuid>`, exactly. */
+export function isReplyQueueName(queue: string): boolean {
+  return REPLY_QUEUE.test(queue);
+}
+
+/**
+ * Why the transport cannot publish to `queue` at all, or undefined: a name AMQP cannot carry
+ * (amqplib would fail to encode the publish), or one of the reply prefix that is no reply queue.
+ */
+export function queueNameProblem(queue: string): string | undefined {
+  const bytes = Buffer.byteLength(queue);
+  if (bytes > MAX_QUEUE_NAME_BYTES) {
+    return `its name is ${bytes} bytes; AMQP carries at most ${MAX_QUEUE_NAME_BYTES}`;
+  }
+  if (queue.startsWith(REPLY_QUEUE_PREFIX) && !isReplyQueueName(queue)) {
+    return `names under ${REPLY_QUEUE_PREFIX} are reply queues, ${REPLY_QUEUE_PREFIX}<uuid>`;
+  }
+  return undefined;
+}
 
 /**
  * A reply queue: exclusive to the connection that consumes it (the broker deletes it with that
@@ -80,7 +103,7 @@ export class RabbitMqTopology {
 
   /** True for a reply queue: declared by its consumer alone. */
   isReplyQueue(queue: string): boolean {
-    return queue.startsWith(REPLY_QUEUE_PREFIX);
+    return isReplyQueueName(queue);
   }
 
   /** The queue of partition `index` of `channel`: `<channel>.partition.<index>`. */

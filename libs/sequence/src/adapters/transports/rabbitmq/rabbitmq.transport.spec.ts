@@ -323,6 +323,38 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       expect(deliveries[3].body.toString()).toBe('later');
     });
 
+    it('refuses at once a queue name AMQP cannot carry, every other publish going on', async () => {
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('warm-up'), { n: -1 });
+      // What a remote request could name as its reply channel: the prefix, then too long a name.
+      const refused = transport
+        .publish(`nseq.reply.${'x'.repeat(300)}`, Buffer.from('reply'), {})
+        .catch((error: unknown) => error);
+      const others = Array.from({ length: 50 }, (_, n) =>
+        transport.publish(channel, Buffer.from(`m${n}`), { n }),
+      );
+      await Promise.all(others);
+      const error = await refused;
+      expect(error).toBeInstanceOf(RabbitMqTopologyError);
+      expect((error as RabbitMqTopologyError).replyCode).toBe(0);
+      expect((error as Error).message).toMatch(/its name is 311 bytes; AMQP carries at most 255/);
+
+      const check = await admin.createChannel();
+      const { messageCount } = await check.checkQueue(channel);
+      await check.close();
+      expect(messageCount).toBe(51); // each once: the publishing channel was not torn down
+    });
+
+    it('takes only nseq.reply.<uuid> for a reply channel, and refuses other names of its prefix', async () => {
+      transport = new RabbitMqTransport(amqp);
+      expect(transport.isReplyChannel(`nseq.reply.${randomUUID()}`)).toBe(true);
+      expect(transport.isReplyChannel('nseq.reply.orders')).toBe(false);
+      await expect(
+        transport.publish('nseq.reply.orders', Buffer.from('x'), {}),
+      ).rejects.toBeInstanceOf(RabbitMqTopologyError);
+    });
+
     it('leaves the frame writes of its connection as amqplib makes them, by default', async () => {
       transport = new RabbitMqTransport(amqp);
       await transport.publish(newChannel(), Buffer.from('first'), {});

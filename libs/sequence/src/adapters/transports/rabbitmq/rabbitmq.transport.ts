@@ -33,7 +33,13 @@ import {
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { RabbitMqDeadLetterBox } from './rabbitmq.dead-letter-box';
 import { RabbitMqSubscription } from './rabbitmq.subscription';
-import { REPLY_QUEUE_PREFIX, RabbitMqTopology } from './rabbitmq.topology';
+import {
+  isReplyQueueName,
+  queueNameProblem,
+  REPLY_QUEUE_PREFIX,
+  RabbitMqTopology,
+} from './rabbitmq.topology';
+import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import { assertEncodableHeaders } from '../../../ports/transport-headers';
 import { socketTricksEnabled } from '../../socket-tricks.guard';
 
@@ -226,7 +232,7 @@ export class RabbitMqTransport implements Transport {
 
   /** Whether `channel` is one of this transport's reply channels (see the Transport port). */
   isReplyChannel(channel: string): boolean {
-    return channel.startsWith(REPLY_QUEUE_PREFIX);
+    return isReplyQueueName(channel);
   }
 
   /**
@@ -342,7 +348,10 @@ export class RabbitMqTransport implements Transport {
     resend = true,
   ): Promise<void> {
     // The callers have checked the headers (assertEncodableHeaders): one amqplib fails to encode
-    // would leave a confirm callback behind that no message owns.
+    // would leave a confirm callback behind that no message owns. So is the queue's name: one it
+    // fails to encode fails in the channel wrapper, which would tear the channel down.
+    const problem = queueNameProblem(channel);
+    if (problem !== undefined) throw new RabbitMqTopologyError(channel, 0, new Error(problem));
     const deadline = Date.now() + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
