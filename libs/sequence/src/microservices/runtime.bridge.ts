@@ -15,12 +15,7 @@ import {
   MetadataScanner,
   ModulesContainer,
 } from '@nestjs/core';
-import {
-  defaultIfEmpty,
-  isObservable,
-  lastValueFrom,
-  type Subscription as RxSubscription,
-} from 'rxjs';
+import { isObservable, lastValueFrom, type Subscription as RxSubscription } from 'rxjs';
 import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
@@ -115,10 +110,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const standIn = function (this: unknown, ...args: unknown[]): unknown {
       const state = calls.getStore();
       if (state) state.stage = 'handler';
-      const result: unknown = method.apply(this, args);
-      // Nest settles the call with the stream's last value: one that completes without a value
-      // (work done, nothing to answer) succeeds with none, as Nest's own servers take it.
-      return isObservable(result) ? result.pipe(defaultIfEmpty(undefined)) : result;
+      return method.apply(this, args);
     };
     Object.defineProperty(standIn, 'name', { value: target.methodName });
     for (const key of Reflect.getMetadataKeys(method) as unknown[]) {
@@ -213,6 +205,16 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const shared = this.contexts;
     const calls = this.calls;
     return Object.create(shared, {
+      // The call settles with the last value of an Observable (the handler's, or an
+      // interceptor's): one that completes without a value (work done, nothing to answer)
+      // succeeds with none, where Nest's lastValueFrom would fail with EmptyError.
+      transformToResult: {
+        value(result: unknown): Promise<unknown> {
+          return isObservable(result)
+            ? lastValueFrom(result, { defaultValue: undefined })
+            : Promise.resolve(result);
+        },
+      },
       // The guards' run is a stage of its own: what one throws is a refusal (see refusalOf).
       createGuardsFn: {
         value(

@@ -17,7 +17,7 @@ import {
 } from '@nestjs/common';
 import { Ctx, EventPattern, Payload, RpcException } from '@nestjs/microservices';
 import { IsInt, IsString, Min } from 'class-validator';
-import { EMPTY, lastValueFrom, tap, throwError } from 'rxjs';
+import { EMPTY, ignoreElements, lastValueFrom, tap, throwError } from 'rxjs';
 import { InMemoryTransport, type InboundMessage } from 'nest-sequence';
 import { RpcHeader, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
 import { eventually } from '../support/sequence-test-app';
@@ -87,6 +87,14 @@ class Around implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler) {
     around.push(`before ${context.getType()}`);
     return next.handle().pipe(tap(() => around.push('after')));
+  }
+}
+
+/** Lets the work run and emits nothing, as a fire-and-forget audit interceptor does. */
+@Injectable()
+class Quiet implements NestInterceptor {
+  intercept(_context: ExecutionContext, next: CallHandler) {
+    return next.handle().pipe(ignoreElements());
   }
 }
 
@@ -181,6 +189,14 @@ class StudyController {
     return EMPTY;
   }
 
+  @EventPattern('ms.quiet')
+  @UseInterceptors(Quiet)
+  quiet(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
+    count('quiet');
+    record(data, ctx);
+    return 'saved';
+  }
+
   @EventPattern('ms.shared.a')
   sharedA(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
     record(data, ctx);
@@ -208,7 +224,7 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
         handlerRetry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 5 },
       },
       controllers: [StudyController],
-      providers: [RefuseAll, RefuseWithRpcException, FailsThenPasses, Around],
+      providers: [RefuseAll, RefuseWithRpcException, FailsThenPasses, Around, Quiet],
       server: {
         streamAboveBytes: 512 * 1024,
         channelOf: (pattern) => (pattern.startsWith('ms.shared.') ? 'ms.shared' : pattern),
@@ -371,6 +387,13 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     expect(calls.empty).toBe(1);
     expect(seen.map((s) => s.data)).toEqual([{ order: 'o-2' }]);
     expect(deadLetters('ms.empty')).toHaveLength(0);
+  });
+
+  it('acks a message whose interceptor turns the result into an empty Observable', async () => {
+    await emit('ms.quiet', { order: 'o-3' });
+    await transport.whenIdle();
+    expect(calls.quiet).toBe(1);
+    expect(deadLetters('ms.quiet')).toHaveLength(0);
   });
 
   it('dead-letters a message whose pattern nothing handles as no-handler', async () => {
