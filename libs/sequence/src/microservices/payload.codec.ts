@@ -110,13 +110,17 @@ export function encodePayload(data: unknown): OutgoingPayload {
 }
 
 /**
- * Whether `value` is records to send as bytes rather than an object to send as JSON: an object
- * whose one property is `records`, holding a stream of chunks (an iterable or async iterable
- * other than an array) or a non-empty array of `Uint8Array`s. A query result such as
- * `{ records: [...], total }`, or `{ records: [] }`, is JSON.
+ * Whether `value` is records to send as bytes rather than an object to send as JSON: its
+ * `records` is a non-empty array of `Uint8Array`s or another iterable or async iterable (a
+ * generator, a Set, a stream; not a string nor a Buffer, whose items are not chunks), and, for a
+ * plain object, its only property. A query result such as `{ records: [...], total }`, or
+ * `{ records: [] }`, is JSON; an instance of a class of yours with a `records` source is records.
  */
 function isRecordsOnly(value: unknown): value is RecordSource {
-  if (!isRecordSource(value) || Object.keys(value).length !== 1) return false;
+  if (!isRecordSource(value)) return false;
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  const plain = prototype === Object.prototype || prototype === null;
+  if (plain && Object.keys(value).length !== 1) return false;
   const { records } = value as { records: unknown };
   if (Array.isArray(records)) {
     return records.length > 0 && records.every((record) => record instanceof Uint8Array);
@@ -124,6 +128,7 @@ function isRecordsOnly(value: unknown): value is RecordSource {
   return (
     typeof records === 'object' &&
     records !== null &&
+    !(records instanceof Uint8Array) &&
     (Symbol.iterator in records || Symbol.asyncIterator in records)
   );
 }

@@ -70,6 +70,29 @@ describe('SequenceClient payloads with a records property', () => {
     expect(Buffer.isBuffer(body) && body.toString()).toBe('one,two');
   });
 
+  it('sends { records } of a Set of byte chunks as their bytes', async () => {
+    const body = await emitted({ records: new Set([Buffer.from('a'), Buffer.from('b')]) });
+    expect(Buffer.isBuffer(body) && body.toString()).toBe('ab');
+  });
+
+  it('sends an instance of a class whose records are a getter as their bytes', async () => {
+    class Export {
+      readonly name = 'export-7';
+      readonly rows = 2;
+      get records() {
+        return [Buffer.from('x,'), Buffer.from('y')];
+      }
+    }
+    const body = await emitted(new Export());
+    expect(Buffer.isBuffer(body) && body.toString()).toBe('x,y');
+  });
+
+  it('sends { records: <a Buffer> } as JSON: a Buffer holds bytes, not chunks', async () => {
+    expect(await emitted({ records: Buffer.from('ab') })).toEqual({
+      records: { type: 'Buffer', data: [97, 98] },
+    });
+  });
+
   it('answers send() with a @MessagePattern result { records: [...], total } as the object', async () => {
     await expect(lastValueFrom(t.client.send('shapes.query', {}))).resolves.toEqual({
       records: [{ id: 1 }, { id: 2 }],
