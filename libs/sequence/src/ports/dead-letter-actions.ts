@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { delay } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
+import type { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { splitDeathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import {
@@ -127,6 +128,17 @@ export class Pacer {
     const wait = due - this.now();
     if (wait > 0) await this.sleep(wait);
   }
+}
+
+/**
+ * Why a replay is `uncertain` when its publish reached the broker but was not confirmed in time:
+ * the broker may have stored it, and the dead letter stays.
+ */
+export function unconfirmedReplay(error: PublishTimeoutError): string {
+  return (
+    `${error.message}: it may have been replayed, so the dead letter is kept; check whether it ` +
+    'was delivered before you replay it again or discard it'
+  );
 }
 
 /**

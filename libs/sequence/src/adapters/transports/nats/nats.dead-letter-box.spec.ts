@@ -173,7 +173,9 @@ describeWithServer('nats', 'NatsTransport dead letters', () => {
           failed: [],
           uncertain: [{ id, error: expect.stringContaining('not confirmed within 50 ms') }],
         });
-        expect(result.uncertain?.[0]?.error).toContain('do not replay it again');
+        expect(result.uncertain?.[0]?.error).toContain(
+          'check whether it was delivered before you replay it again',
+        );
       } finally {
         await nc.close();
       }

@@ -15,6 +15,7 @@ import {
   reasonMatches,
   replayHeaders,
   replaysOf,
+  unconfirmedReplay,
 } from '../../../ports/dead-letter-actions';
 import {
   MAX_DEAD_LETTER_BROWSE,
@@ -142,12 +143,7 @@ export class NatsDeadLetterBox implements DeadLetterBox {
       } catch (error) {
         // Handed to the server without a PubAck: it may be stored and delivered already.
         if (error instanceof PublishTimeoutError && error.maybeSent) {
-          return {
-            uncertain:
-              `${error.message}: it may have been replayed, so the dead letter is kept; check ` +
-              'whether it was delivered and do not replay it again (a replay within the ' +
-              "stream's duplicate window is stored once)",
-          };
+          return { uncertain: unconfirmedReplay(error) };
         }
         throw error;
       }

@@ -134,7 +134,9 @@ describeWithServer('rabbitmq', 'RabbitMqDeadLetterBox failures', () => {
     expect(result.uncertain).toEqual([
       { id: 'only', error: expect.stringContaining('was not confirmed within 50 ms') as string },
     ]);
-    expect(result.uncertain?.[0]?.error).toContain('do not replay it again');
+    expect(result.uncertain?.[0]?.error).toContain(
+      'check whether it was delivered before you replay it again',
+    );
     expect((await setup.checkQueue(queue)).messageCount).toBe(1);
   });
 

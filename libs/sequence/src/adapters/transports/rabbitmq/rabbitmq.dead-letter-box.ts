@@ -13,6 +13,7 @@ import {
   reasonMatches,
   replayHeaders,
   replaysOf,
+  unconfirmedReplay,
 } from '../../../ports/dead-letter-actions';
 import {
   MAX_DEAD_LETTER_BROWSE,
@@ -164,10 +165,7 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
       } catch (error) {
         // Handed to the broker without a confirm: it may be stored and delivered already.
         if (error instanceof PublishTimeoutError && error.maybeSent) {
-          throw new MaybeReplayed(
-            `${error.message}: it may have been replayed, so the dead letter is kept; check ` +
-              'whether it was delivered and do not replay it again',
-          );
+          throw new MaybeReplayed(unconfirmedReplay(error));
         }
         throw error;
       }
