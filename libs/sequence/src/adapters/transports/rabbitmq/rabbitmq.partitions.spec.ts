@@ -287,6 +287,41 @@ describeWithServer('rabbitmq', 'RabbitMqTransport partitioned channels', () => {
     warn.mockRestore();
   });
 
+  it('hands a partition over on close with what it held first, before what is published meanwhile', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const count = 8;
+    const [first, second, producer] = [await connect(), await connect(), await connect()];
+    const channel = newChannel(count);
+    const held: InboundMessage[] = [];
+    const active = await first.subscribe(
+      channel,
+      (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined); // unsettled until the close
+      },
+      { partitions: count },
+    );
+    const taken: string[] = [];
+    await second.subscribe(
+      channel,
+      async (message) => {
+        taken.push(message.body.toString());
+        return ACK;
+      },
+      { partitions: count },
+    );
+    await producer.publish(channel, Buffer.from('m1'), {}, to(0, count));
+    await eventually(() => held.length === 1, 'm1 held by the active subscriber');
+
+    // A producer goes on publishing to the partition while the active subscriber closes.
+    const closing = active.close();
+    const later = producer.publish(channel, Buffer.from('m2'), {}, to(0, count));
+    await Promise.all([closing, later]);
+    await eventually(() => taken.length === 2, 'both messages at the next subscriber');
+    expect(taken).toEqual(['m1', 'm2']);
+    warn.mockRestore();
+  });
+
   it('keeps the dead letters of partitions in the channel’s dead-letter queue, browsable under the channel and replayed to its plain queue', async () => {
     const transport = await connect();
     const channel = newChannel(2);

@@ -172,7 +172,7 @@ export class RabbitMqSubscription implements Subscription {
     }
   }
 
-  /** Cancels the consumer and closes its channel; the broker requeues what was not settled. */
+  /** Cancels the consumers (of a plain channel) and closes the channel; the broker requeues what was not settled. */
   close(): Promise<void> {
     this.closing ??= this.shutdown();
     return this.closing;
@@ -186,9 +186,15 @@ export class RabbitMqSubscription implements Subscription {
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     this.unsettled.clear();
-    for (const consumer of this.consumers) {
-      if (this.openChannels.has(consumer.amqp)) {
-        await consumer.amqp.cancel(consumer.consumerTag).catch(() => undefined);
+    // A partition's consumer is not cancelled first: with single active consumer the broker would
+    // hand the partition to the next subscriber at once, while this channel still holds what it
+    // has not settled, and messages published meanwhile would reach that one before them. The
+    // channel's close requeues what it holds and ends its consumers in one step.
+    if (this.settings.partitions === undefined) {
+      for (const consumer of this.consumers) {
+        if (this.openChannels.has(consumer.amqp)) {
+          await consumer.amqp.cancel(consumer.consumerTag).catch(() => undefined);
+        }
       }
     }
     await this.wrapper?.close().catch(() => undefined);
