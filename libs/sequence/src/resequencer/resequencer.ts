@@ -226,10 +226,16 @@ export class Resequencer {
       case 'released':
         return this.drainFor(key, { holder, claim: outcome.drain, claimedAt });
       case 'full': {
-        const detail =
-          seq === outcome.next
-            ? `key ${key}, event ${seq}: ${outcome.limit} reached while its released events wait to be delivered`
-            : `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
+        if (seq === outcome.next) {
+          // Refused only while the key's released events wait in its hand-off list: drained
+          // here, so that this event finds room when it comes again. Nothing else might drain
+          // the list: a settle that failed after its input was acked leaves it to the next one.
+          await this.drainQuietly(key);
+          return this.requeue(
+            `key ${key}, event ${seq}: ${outcome.limit} reached while its released events wait to be delivered`,
+          );
+        }
+        const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
           return this.reject('resequencer-buffer-full', detail);
         }
