@@ -60,20 +60,22 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // One savepoint around the handlers and that write: when the write fails, every handler's
       // writes go with it, and each handled record counts a failed attempt (retried, FAILED after
       // retry.attempts) rather than the whole claim failing again at every poll.
-      await batch.transaction.savepoint(async () => {
-        for (const record of batch.records) {
-          if (this.stopping) break;
-          if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
-          const outcome = await this.process(record, batch, recorded);
-          outcomes.push(outcome);
-          // The claim's transaction is lost (see below): nothing more can run in it.
-          if (batch.transaction.brokenBy) return;
-          if (outcome.status === 'completed') handled.push(record);
-          else if (record.partitionKey !== null) heldBack.add(record.partitionKey);
-        }
-        // Events and commands the handlers recorded go out with their writes.
-        await recorded.flush(this.store, this.orderedBoxes);
-      });
+      await OutboxTransaction.inHandlerCalls(() =>
+        batch.transaction.savepoint(async () => {
+          for (const record of batch.records) {
+            if (this.stopping) break;
+            if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
+            const outcome = await this.process(record, batch, recorded);
+            outcomes.push(outcome);
+            // The claim's transaction is lost (see below): nothing more can run in it.
+            if (batch.transaction.brokenBy) return;
+            if (outcome.status === 'completed') handled.push(record);
+            else if (record.partitionKey !== null) heldBack.add(record.partitionKey);
+          }
+          // Events and commands the handlers recorded go out with their writes.
+          await recorded.flush(this.store, this.orderedBoxes);
+        }),
+      );
     } catch (error) {
       if (!batch.transaction.brokenBy) {
         const undone = new Map(handled.map((record) => [record.id, record]));
@@ -152,7 +154,9 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         // opens its own.
         await batch.handlerCall(() =>
           OutboxTracing.process(this.tracing, this.box, handler.channel, record, () =>
-            transaction.within(() => callHandler(call, attempt, limit)),
+            OutboxTransaction.asHandlerCall(transaction, () =>
+              transaction.within(() => callHandler(call, attempt, limit)),
+            ),
           ),
         );
       });

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { hasLoneSurrogate } from '../core/unicode';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { OutboxTransactionFinishedError } from '../core/errors/outbox-transaction-finished.error';
@@ -35,11 +36,46 @@ export class OutboxTransaction {
   /**
    * @param enclosing the transaction this one was opened inside (a joined `transaction()`): once
    *   that one is abandoned, so is this one.
+   * @param call the inbox handler call whose async context opened this one on the claim's
+   *   transaction (see {@link handlerCallOn}): abandoned with it too. It joined after the call
+   *   returned when `enclosing` is not that call (another record's call, or none).
    */
   constructor(
     private readonly transaction: StoreTransaction,
     private readonly enclosing?: OutboxTransaction,
+    private readonly call?: OutboxTransaction,
   ) {}
+
+  /**
+   * Runs the inbox handler call `work` as `call`'s, for everything it starts: see
+   * {@link handlerCallOn}. Within {@link inHandlerCalls}.
+   */
+  static asHandlerCall<T>(call: OutboxTransaction, work: () => Promise<T>): Promise<T> {
+    return CALLS.run(call, work);
+  }
+
+  /**
+   * Runs `work`, a claim's handler calls, with the handler-call context on: on only while claims
+   * run (Node tracks async context for every promise while it is), and off once none does. Work a
+   * call left running past its claim finds no call then; it finds no claim to join either.
+   */
+  static async inHandlerCalls<T>(work: () => Promise<T>): Promise<T> {
+    claimsRunning++;
+    try {
+      return await work();
+    } finally {
+      if (--claimsRunning === 0) CALLS.disable();
+    }
+  }
+
+  /**
+   * The inbox handler call whose async context is running, when it runs on `storeTransaction`
+   * (the claim's): what a `transaction()` it started joins, whenever that is.
+   */
+  static handlerCallOn(storeTransaction: StoreTransaction): OutboxTransaction | undefined {
+    const call = CALLS.getStore();
+    return call?.transaction === storeTransaction ? call : undefined;
+  }
 
   /**
    * The innermost outbox transaction whose work is running on `storeTransaction`: a nested
@@ -112,9 +148,9 @@ export class OutboxTransaction {
     return this.transaction.dialect;
   }
 
-  /** Why this transaction, or one it was opened inside, was abandoned. */
+  /** Why this transaction, the call that opened it, or one it was opened inside, was abandoned. */
   private abandonment(): Error | undefined {
-    return this.abandonedBy ?? this.enclosing?.abandonment();
+    return this.abandonedBy ?? this.call?.abandonment() ?? this.enclosing?.abandonment();
   }
 
   /** The driver's handle: a `pg` `PoolClient` inside `BEGIN`, or the `better-sqlite3` `Database`. */
@@ -198,6 +234,11 @@ export class OutboxTransaction {
 
 /** The outbox transactions whose work is running, per store transaction, outermost first. */
 const OPEN = new WeakMap<StoreTransaction, OutboxTransaction[]>();
+
+/** The inbox handler call of the async context (see `OutboxTransaction.handlerCallOn`). */
+const CALLS = new AsyncLocalStorage<OutboxTransaction>();
+/** Claims whose handler calls are running; the context is turned off when this falls to 0. */
+let claimsRunning = 0;
 
 /**
  * Takes the partition locks of `records` (ordered boxes): a later transaction appending to the same

@@ -62,7 +62,8 @@ export class OutboxService {
       result = await store.transaction(async (storeTransaction) => {
         const enclosing = OutboxTransaction.innermostOn(storeTransaction);
         restore = OutboxTransaction.saveRecordedOn(storeTransaction);
-        const transaction = new OutboxTransaction(storeTransaction, enclosing);
+        const call = OutboxTransaction.handlerCallOn(storeTransaction);
+        const transaction = new OutboxTransaction(storeTransaction, enclosing, call);
         const value = await transaction.within(() => work(transaction));
         // The store wakes the relays of what it wrote once it commits (OutboxStore.watch).
         if (enclosing) enclosing.adopt(transaction);

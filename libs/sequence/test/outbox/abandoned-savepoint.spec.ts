@@ -113,7 +113,11 @@ function timedOutSavepointCase(open: () => Promise<OutboxStore>): void {
 }
 
 /** Writes a handler's call left running when it ended, on stores `open()` makes: none commits. */
-function strayWritesCase(open: () => Promise<OutboxStore>, ledger: () => string): void {
+function strayWritesCase(
+  open: () => Promise<OutboxStore>,
+  ledger: () => string,
+  store: 'postgres' | 'sqlite',
+): void {
   let t: OutboxTestApp | undefined;
   afterEach(async () => {
     await t?.close();
@@ -227,6 +231,37 @@ function strayWritesCase(open: () => Promise<OutboxStore>, ledger: () => string)
     expect(late).toEqual([expect.any(InboxCallEndedError)]);
     expect((late[0] as InboxCallEndedError).ended).toBe('completed');
   });
+
+  // PostgreSQL only: on SQLite such a transaction() opens its savepoint inside the call, whose
+  // release then fails, since savepoints of one SQLite transaction must nest.
+  if (store !== 'postgres') return;
+  it('refuses a statement of a transaction() joined by a call that returned before it', async () => {
+    const late: unknown[] = [];
+    @Injectable()
+    class Handlers {
+      constructor(private readonly outbox: OutboxService) {}
+
+      @InboxHandler({ event: 'Careless', processInTransaction: true })
+      careless(event: OutboxEvent<{ n: number }>, { attempt }: InboxContext) {
+        // Joined while the call runs, written after it returned.
+        void this.outbox
+          .transaction(async (tx) => {
+            await sleep(30);
+            await write(tx, event.payload.n, attempt);
+          })
+          .catch((error: unknown) => late.push(error));
+        return Promise.resolve();
+      }
+
+      @InboxHandler({ event: 'Next', processInTransaction: true })
+      async next(event: OutboxEvent<{ n: number }>, { transaction, attempt }: InboxContext) {
+        await sleep(200);
+        await write(transaction!, event.payload.n, attempt);
+      }
+    }
+    expect(await inOneClaim(Handlers, ['Careless', 'Next'])).toEqual([{ n: 1, attempt: 1 }]);
+    expect(late).toEqual([expect.any(InboxCallEndedError)]);
+  });
 }
 
 describeWithServer(
@@ -259,7 +294,7 @@ describeWithServer(
     };
     timedOutSavepointCase(open);
     describe('writes a call left running when it ended', () => {
-      strayWritesCase(open, () => `${prefix}ledger`);
+      strayWritesCase(open, () => `${prefix}ledger`, 'postgres');
     });
   },
 );
@@ -276,6 +311,6 @@ describe('inbox on SQLite: a timed-out handler whose savepoint ends late', () =>
   const open = () => SqliteOutboxStore.open({ filename: join(dir, 'outbox.db') });
   timedOutSavepointCase(open);
   describe('writes a call left running when it ended', () => {
-    strayWritesCase(open, () => 'ledger');
+    strayWritesCase(open, () => 'ledger', 'sqlite');
   });
 });
