@@ -84,6 +84,7 @@ export class OutboxService {
    * commit. Resolves with its id once the row is written (not yet committed).
    */
   async publishEvent<Payload>(event: EventInput<Payload>, options: JoinOptions): Promise<string> {
+    options ??= {} as JoinOptions; // the store refuses the missing client with a typed error
     if (options.client instanceof OutboxTransaction) {
       return options.client.publishEvent(event, options.headers);
     }
@@ -110,6 +111,7 @@ export class OutboxService {
     command: CommandInput<Payload>,
     options: JoinOptions,
   ): Promise<string> {
+    options ??= {} as JoinOptions; // the store refuses the missing client with a typed error
     if (options.client instanceof OutboxTransaction) {
       return options.client.sendCommand(command, options.headers);
     }

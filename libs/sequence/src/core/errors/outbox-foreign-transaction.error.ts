@@ -5,9 +5,11 @@ import { SequenceError } from './sequence.error';
  * - `executor`: a {@link SqlExecutor}-like connection of the caller's (joining a transaction
  *   opened elsewhere is PostgreSQL-only);
  * - `other-store`: a transaction of another store (another database connection);
- * - `settled`: a transaction of this store that has already committed or rolled back.
+ * - `settled`: a transaction of this store that has already committed or rolled back;
+ * - `no-transaction`: no client at all, nothing with `query`, or a pool, whose statements each
+ *   run and commit on their own, outside the caller's transaction.
  */
-export type ForeignTransactionReason = 'executor' | 'other-store' | 'settled';
+export type ForeignTransactionReason = 'executor' | 'other-store' | 'settled' | 'no-transaction';
 
 const ADVICE: Record<ForeignTransactionReason, string> = {
   executor:
@@ -20,6 +22,10 @@ const ADVICE: Record<ForeignTransactionReason, string> = {
   settled:
     'that transaction has already committed or rolled back (was it used after its work ' +
     'returned?); append inside the work function, before it resolves',
+  'no-transaction':
+    'it is no connection inside a transaction (missing, without query(), or a pool, which runs ' +
+    'each statement on a connection of its own and commits it at once); pass the client you ' +
+    'ran BEGIN on',
 };
 
 /** `append` was given a transaction that the store cannot write in; nothing was appended. */

@@ -121,6 +121,7 @@ export class PostgresOutboxStore implements OutboxStore {
   ): Promise<string[]> {
     const statements = this.statementsOf(box, 'append');
     assertNewRecords('append', records);
+    this.assertJoinable(within);
     if (within instanceof PostgresStoreTransaction && within.isSettled) {
       throw new OutboxForeignTransactionError(this.name, 'settled');
     }
@@ -170,7 +171,21 @@ export class PostgresOutboxStore implements OutboxStore {
     within: StoreTransaction | SqlExecutor,
   ): Promise<void> {
     const statements = this.statementsOf(box, 'lockPartitions');
+    this.assertJoinable(within);
     if (keys.length > 0) await within.query(statements['lock-partitions'], [[...keys]]);
+  }
+
+  /** Throws unless `within` can hold a statement of the caller's transaction: see the reasons. */
+  private assertJoinable(within: StoreTransaction | SqlExecutor): void {
+    const candidate = within as unknown as Record<string, unknown> | null | undefined;
+    const isPool =
+      typeof candidate?.connect === 'function' &&
+      typeof candidate.release !== 'function' &&
+      'totalCount' in candidate &&
+      'idleCount' in candidate;
+    if (typeof candidate?.query !== 'function' || isPool) {
+      throw new OutboxForeignTransactionError(this.name, 'no-transaction');
+    }
   }
 
   async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
