@@ -163,8 +163,13 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       });
       await publish(channel);
       await eventually(() => dead.length === 1, 'the dead letter', 15_000);
-      const { state } = await jsm.streams.info(streamName('NSEQ_', channel));
-      return { deliveries, dead: dead[0], left: state.messages };
+      // The original is terminated and deleted once its dead letter is stored: a moment later.
+      let left = -1;
+      for (let tries = 0; tries < 100 && left !== 0; tries++) {
+        if (tries > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+        left = (await jsm.streams.info(streamName('NSEQ_', channel))).state.messages;
+      }
+      return { deliveries, dead: dead[0], left };
     }
 
     const fullSize = (headers: HeaderMap) => (channel: string) =>
