@@ -89,6 +89,26 @@ export function droppedHeadersList(earlier: unknown, dropped: readonly string[])
 }
 
 /**
+ * Leaves out headers of a forward, the largest first (of equal ones, the first), none named in
+ * `keep`, until `fits()`: `sizes` are their sizes by name, `leaveOut` takes each one out (and
+ * names it in {@link DROPPED_HEADERS_HEADER}, which `fits` counts).
+ */
+export function leaveOutLargest(
+  sizes: ReadonlyMap<string, number>,
+  keep: readonly string[],
+  fits: () => boolean,
+  leaveOut: (name: string) => void,
+): void {
+  const largestFirst = [...sizes]
+    .filter(([name]) => !keep.includes(name))
+    .sort(([, a], [, b]) => b - a);
+  for (const [name] of largestFirst) {
+    if (fits()) return;
+    leaveOut(name);
+  }
+}
+
+/**
  * `headers` as a message the transport forwards on its own (a dead letter, a copy requeued behind
  * the queued ones) can always carry them, for a message another program published: a value
  * amqplib cannot encode is replaced by a string saying why, a name AMQP cannot carry is left out,
@@ -128,16 +148,15 @@ export function forwardableHeaders(
     if (list) bytes += 6 + DROPPED_HEADERS_HEADER.length + Buffer.byteLength(list);
     return bytes;
   };
-  while (size() > MAX_ENCODED_HEADER_BYTES) {
-    let largest: string | undefined;
-    let largestBytes = -1;
-    for (const [name, { bytes }] of kept) {
-      if (!keep.includes(name) && bytes > largestBytes) [largest, largestBytes] = [name, bytes];
-    }
-    if (largest === undefined) break;
-    kept.delete(largest);
-    dropped.push(largest);
-  }
+  leaveOutLargest(
+    new Map([...kept].map(([name, { bytes }]) => [name, bytes])),
+    keep,
+    () => size() <= MAX_ENCODED_HEADER_BYTES,
+    (name) => {
+      kept.delete(name);
+      dropped.push(name);
+    },
+  );
   if (!changed && dropped.length === 0) return headers;
   const forwarded: Record<string, unknown> = {};
   for (const [name, { value }] of kept) forwarded[name] = value;

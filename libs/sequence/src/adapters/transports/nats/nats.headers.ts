@@ -1,4 +1,4 @@
-import { droppedHeadersList } from '../../../ports/transport-headers';
+import { droppedHeadersList, leaveOutLargest } from '../../../ports/transport-headers';
 
 /**
  * Header values on NATS are strings, and the client trims them: this codec keeps the port's
@@ -186,20 +186,16 @@ export function fitForwardedHeaders(
   cutReason(SHORT_REASON_CHARS);
   const earlier = fitted[names.dropped];
   const dropped: string[] = [];
-  const kept = new Set([names.reason, names.dropped, ...names.keep]);
-  while (!fits()) {
-    let largest: string | undefined;
-    let largestBytes = -1;
-    for (const [name, value] of Object.entries(fitted)) {
-      if (kept.has(name) || value === undefined) continue;
-      const bytes = forwardedHeaderBytes({ [name]: value });
-      if (bytes > largestBytes) [largest, largestBytes] = [name, bytes];
-    }
-    if (largest === undefined) break;
-    delete fitted[largest];
-    dropped.push(largest);
+  const sizes = new Map(
+    Object.entries(fitted)
+      .filter(([, value]) => value !== undefined)
+      .map(([name, value]) => [name, forwardedHeaderBytes({ [name]: value })]),
+  );
+  leaveOutLargest(sizes, [names.reason, names.dropped, ...names.keep], fits, (name) => {
+    delete fitted[name];
+    dropped.push(name);
     fitted[names.dropped] = droppedHeadersList(earlier, dropped);
-  }
+  });
   cutReason(0);
   return fits() ? fitted : undefined;
 }
