@@ -172,7 +172,10 @@ export class RabbitMqSubscription implements Subscription {
     }
   }
 
-  /** Cancels the consumers (of a plain channel) and closes the channel; the broker requeues what was not settled. */
+  /**
+   * Cancels the consumers (of a plain channel) and closes the channel; the broker requeues what
+   * was not settled.
+   */
   close(): Promise<void> {
     this.closing ??= this.shutdown();
     return this.closing;
