@@ -297,6 +297,32 @@ describe('guarantees: broker-held reassembly', () => {
     expect(handler.of('win-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
   });
 
+  it('moves nothing while a complete sequence of the full window is being handled', async () => {
+    const channel = 'held.window-complete';
+    const { transport, handler, store } = await app(channel, { window: 4, partitions: 1 });
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    handler.onCall = (payload) => (payload.sequenceId === 'done-a' ? gate : Promise.resolve());
+    const one = (fragment: TestFragment) =>
+      transport.publish(channel, fragment.body, fragment.headers, {
+        partition: { index: 0, count: 1 },
+      });
+    const a = makeFragments('done-a', bytes(3_000, 71), 1_000);
+    const b = makeFragments('next-b', bytes(2_000, 72), 1_000);
+    for (const fragment of a) await one(fragment);
+    await eventually(() => handler.calls === 1, 'done-a complete, its handler running');
+    // The window (4) is full: done-a's three fragments and next-b's first.
+    await one(b[0]);
+    await sleep(100);
+    // done-a frees the window when it settles: next-b stays held, out of the store.
+    expect(await openInStore(store)).toBe(0);
+    open();
+    await one(b[1]);
+    await eventually(() => handler.deliveries.length === 2, 'both handled');
+    expect(await openInStore(store)).toBe(0);
+    expect(handler.of('next-b')[0].bytes.equals(Buffer.concat(b.map((f) => f.body)))).toBe(true);
+  });
+
   it('takes a sequence beyond the spool budget through the store', async () => {
     const channel = 'held.spool-full';
     const { transport, handler, store } = await app(channel, { spool: { maxBytes: 2_500 } });
@@ -337,6 +363,27 @@ describe('guarantees: broker-held reassembly', () => {
     expect(handler.deliveries).toHaveLength(1);
     expect(handler.of('held-enospc')[0].bytes.equals(payload)).toBe(true);
     await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+  });
+
+  it('moves a sequence to the store at its first failed spool write, before it is complete', async () => {
+    const channel = 'held.disk-full';
+    const { transport, handler, store } = await app(channel);
+    // The disk is full: every spool write fails with ENOSPC.
+    jest
+      .spyOn(SpoolFile.prototype, 'write')
+      .mockRejectedValue(
+        Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' }),
+      );
+    const payload = bytes(5_000, 10);
+    const fragments = makeFragments('held-disk-full', payload, 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 3), PARTITIONS);
+    // Not kept in memory until the sequence completes: in the store, its fragments acked.
+    await eventually(async () => (await openInStore(store)) === 1, 'moved to the store');
+    await eventually(() => unsettledIn(transport, channel) === 0, 'acked as stored');
+    await publishHeld(transport, channel, fragments.slice(3), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(handler.of('held-disk-full')[0].bytes.equals(payload)).toBe(true);
+    expect(deadLetters(transport, channel)).toEqual([]);
   });
 
   it('keeps nothing open for a first fragment refused as a contradiction', async () => {

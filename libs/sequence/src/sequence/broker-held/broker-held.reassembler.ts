@@ -303,7 +303,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     };
     sequence.fragments.set(fragment.position, held);
     void written.then((ok) => {
-      if (!ok || sequence.fragments.get(fragment.position) !== held) return;
+      if (sequence.fragments.get(fragment.position) !== held) return;
+      if (!ok) {
+        // The disk refused it (full, or failing): waiting for the sequence to complete would keep
+        // every later body in memory. The store takes it now, as when the spool is over its size.
+        if (sequence.phase === 'holding') {
+          this.logger.warn(
+            `${channel}: could not spool fragment ${fragment.position} of sequence ` +
+              `${fragment.sequenceId}; it goes through the ${this.store.name} store`,
+          );
+          void this.spill(sequence, consumer);
+        }
+        return;
+      }
       held.body = undefined;
       // Spooled: the transport need not hold the body any more (the broker holds the message).
       if (message.releaseBody) {
@@ -324,12 +336,14 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
 
   /**
    * A partition's window is full and none of its sequences is complete: the youngest goes
-   * through the store, which frees its part of the window.
+   * through the store, which frees its part of the window. A complete one being delivered frees
+   * its part when it settles: nothing moves meanwhile.
    */
   private relieve(cause: HeldSequence, consumer: SequenceConsumer): void {
     let youngest: HeldSequence | undefined;
     for (const sequence of this.held.values()) {
       if (sequence.channel !== cause.channel || sequence.partition !== cause.partition) continue;
+      if (sequence.phase === 'delivering') return;
       if (sequence.phase !== 'holding') continue;
       if (!youngest || sequence.state.firstFragmentAt >= youngest.state.firstFragmentAt) {
         youngest = sequence;
