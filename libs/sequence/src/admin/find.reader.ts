@@ -84,9 +84,8 @@ export class FindReader {
         .list(channel, undefined, this.deadLetters.maxBatch)
         .catch(() => []);
       for (const letter of letters) {
-        const named =
-          letter.id === id || ID_HEADERS.some((header) => String(letter.headers[header]) === id);
-        if (!named) continue;
+        const named = ID_HEADERS.some((header) => headerIs(letter.headers[header], id));
+        if (letter.id !== id && !named) continue;
         matches.push({
           kind: 'dead-letter',
           summary: `dead letter on ${letter.deadLetterChannel}: ${letter.reason}`,
@@ -148,4 +147,9 @@ export class FindReader {
       completedAt: record.completedAt,
     }));
   }
+}
+
+/** Whether a header holds `id`: an absent or null one holds nothing, not the text "undefined". */
+function headerIs(value: unknown, id: string): boolean {
+  return (typeof value === 'string' || typeof value === 'number') && String(value) === id;
 }

@@ -184,6 +184,14 @@ describe('the admin API grouping dead letters by reason', () => {
     });
   });
 
+  it('finds no dead letter by the name of a header it lacks ("undefined", "null")', async () => {
+    for (const id of ['undefined', 'null']) {
+      const answer = await admin.get<{ matches: { kind: string }[] }>(`find/${id}`);
+      expect(answer.status).toBe(200);
+      expect(answer.body.matches.filter((match) => match.kind === 'dead-letter')).toEqual([]);
+    }
+  });
+
   it('lists the dead letters without a reason as the group "", and shows and acts on that group', async () => {
     const groups = await admin.get<{ byReason: unknown[] }>(`dead-letters/${BARE}/reasons`);
     expect(groups.body.byReason).toEqual([
