@@ -424,6 +424,16 @@ export function describeTransportConformance(adapterName: string, harness: Trans
       expect(await leftoversIn(channel)).toEqual([]);
     });
 
+    it('refuses a publish timeoutMs that is not a timer range of milliseconds, sending nothing', async () => {
+      const channel = newChannel();
+      for (const timeoutMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+        await expect(
+          transport.publish(channel, Buffer.from('m'), {}, { timeoutMs }),
+        ).rejects.toBeInstanceOf(RangeError);
+      }
+      expect(await leftoversIn(channel)).toEqual([]);
+    });
+
     it('rejects a message larger than maxMessageBytes with MessageTooLargeError', async () => {
       const channel = newChannel();
       const headers: HeaderMap = { 'x-text': 'some header' };

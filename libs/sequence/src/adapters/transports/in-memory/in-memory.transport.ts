@@ -1,6 +1,7 @@
 import { AsyncResource } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
+import { MAX_TIMER_MS } from '../../../core/async';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { partitionsProblem } from '../../../core/partition';
@@ -14,6 +15,7 @@ import {
   droppedReplyWarning,
   partitionAddressProblem,
   prefetchProblem,
+  publishTimeoutMs,
   toDisposition,
   withRequeueCount,
   type InboundMessage,
@@ -168,7 +170,9 @@ export class InMemoryTransport implements Transport {
     headers: HeaderMap,
     options: PublishOptions = {},
   ): Promise<void> {
-    // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse.
+    // Enqueueing is the confirm: there is nothing to wait for, so `timeoutMs` cannot elapse. It
+    // is still checked, so that a value the broker transports refuse fails here too.
+    publishTimeoutMs(channel, options.timeoutMs, MAX_TIMER_MS);
     this.publishNow(channel, body, headers, options.partition);
   }
 
