@@ -592,6 +592,22 @@ export function describeSequenceStoreConformance(
         expect(await accept(fragments[0], t0)).toEqual({ status: 'stored', opened: true });
       });
 
+      it('rejects a sequence that could never fit even at maxOpenSequences, not back-pressured', async () => {
+        const limits = { maxBufferedBytes: 2_000, maxOpenSequences: 1 };
+        const open = sequenceFixture(scope, ['a', 'b']);
+        expect(await accept(open.fragments[0], t0, { limits })).toEqual({
+          status: 'stored',
+          opened: true,
+        });
+        // Another sequence ending would not make room for it: refused now, not requeued until then.
+        const { fragments } = sequenceFixture(scope, Array<string>(10).fill('z'.repeat(100)));
+        expect(await accept(fragments[0], t0, { limits })).toMatchObject({
+          status: 'rejected',
+          code: 'sequence-too-large',
+          sequenceRejected: false,
+        });
+      });
+
       it('charges empty fragments: a flood of them meets maxBufferedBytes', async () => {
         const limits = { maxBufferedBytes: 100 * storedChargeOf(0) };
         let stored = 0;

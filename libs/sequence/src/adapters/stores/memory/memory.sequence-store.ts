@@ -135,19 +135,20 @@ export class MemorySequenceStore implements SequenceStore {
         break;
     }
 
-    if (!held && this.held.size >= limits.maxOpenSequences) {
-      return { status: 'backpressure', limit: 'maxOpenSequences' };
-    }
     const increase = budgetIncrease(held?.state, facts);
     const tooLarge = held ? undefined : neverFits(increase, limits);
     if (tooLarge) {
-      // It could never fit, even alone: refused, rather than back-pressured forever.
+      // It could never fit, even alone: refused, rather than back-pressured forever (and before
+      // the open-sequence limit, which would only put the refusal off).
       return {
         status: 'rejected',
         code: 'sequence-too-large',
         detail: tooLarge,
         sequenceRejected: false,
       };
+    }
+    if (!held && this.held.size >= limits.maxOpenSequences) {
+      return { status: 'backpressure', limit: 'maxOpenSequences' };
     }
     if (increase > 0 && !this.makeRoom(increase, limits.maxBufferedBytes)) {
       return { status: 'backpressure', limit: 'maxBufferedBytes' };
