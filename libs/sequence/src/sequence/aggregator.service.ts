@@ -91,11 +91,16 @@ export class AggregatorService implements SequenceReassembler {
   }
 
   /**
-   * Where dead-letters of `channel` go: its consumer's `deadLetterChannel`, else the transport's
-   * own naming (`<channel>.dlq` unless the transport is configured otherwise).
+   * Where dead-letters of `channel` go: its consumer's `deadLetterChannel` when it consumes here,
+   * else the module's `sequence.deadLetterChannel` (an instance that sweeps a channel it does not
+   * consume), else the transport's own naming (`<channel>.dlq` unless configured otherwise).
    */
   deadLetterChannelOf(channel: string): string {
-    return this.deadLetterChannels.get(channel) ?? this.transport.deadLetterChannel(channel);
+    return (
+      this.deadLetterChannels.get(channel) ??
+      this.options.sequence.consumer.deadLetterChannel ??
+      this.transport.deadLetterChannel(channel)
+    );
   }
 
   /**

@@ -349,6 +349,25 @@ describe('guarantees: expiry of incomplete sequences', () => {
     expect(counted[0] + counted[1]).toBe(1);
   });
 
+  it("puts the record on the module's sequence.deadLetterChannel when an instance not consuming the channel sweeps", async () => {
+    const transport = new InMemoryTransport();
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    // Two roles on one store and one module configuration, each consuming a channel of its own.
+    const sequence = { store, deadLetterChannel: 'guarantees.expiry.all.dlq' };
+    await start('guarantees.expiry.x', { transport, sequence });
+    const other = await start('guarantees.expiry.y', { transport, sequence });
+    await publishAll(transport, 'guarantees.expiry.x', [
+      makeFragments('gap', bytes(2_000, 5), 1_000)[0],
+    ]);
+    await transport.whenIdle();
+    const now = store.accepts[0].now + 300_000; // the default timeout
+
+    expect(await other.sweeper.sweep(now)).toBe(1);
+
+    expect(transport.peek('guarantees.expiry.x.dlq')).toHaveLength(0);
+    expect(transport.peek('guarantees.expiry.all.dlq')).toHaveLength(1);
+  });
+
   it('is run by the scheduler every sweepIntervalMs', async () => {
     const channel = 'guarantees.expiry.scheduled';
     const onExpired = jest.fn<void, [ExpiredSequence]>();
