@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { delay } from '../core/async';
 import { sha256Hasher } from '../core/checksum';
 import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
@@ -26,6 +27,9 @@ import type { SequenceLifecycle } from './sequence.events';
 import type { SequenceConsumer } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
+/** How soon a failed write of a handled sequence's outcome is tried again, doubling up to the last. */
+const FINISH_RETRY_FIRST_MS = 50;
+const FINISH_RETRY_MAX_MS = 2_000;
 
 /**
  * Delivers one complete sequence: verifies it, runs the handler (with retries) and records the
@@ -142,7 +146,7 @@ export class SequenceDelivery {
   ): Promise<Disposition> {
     const { firstFragmentAt } = sequence;
     try {
-      const finished = await this.store.finish(ref, 'completed', this.finishContext(leaseToken));
+      const finished = await this.finishAfterHandler(ref, 'completed', leaseToken);
       if (!finished) {
         this.logger.warn(
           `sequence ${ref.sequenceId} was handled after this delivery lost its lease; another ` +
@@ -152,11 +156,11 @@ export class SequenceDelivery {
       }
     } catch (error) {
       // The handler ran; if the marker cannot be written the sequence may be delivered again
-      // after the lease lapses: at-least-once, never lost.
+      // once the lease lapses: at-least-once, never lost.
       this.logger.error(
         `sequence ${ref.sequenceId} was handled but not marked completed: ${errorMessage(error)}`,
       );
-      return this.handBack(ref, leaseToken);
+      return this.keepLeaseAndRequeue();
     }
     this.metrics.sequenceCompleted(channel, firstFragmentAt);
     this.lifecycle.completed(channel, sequence, attempts);
@@ -175,10 +179,9 @@ export class SequenceDelivery {
   ): Promise<Disposition> {
     const reason = deathReason(code, detail);
     try {
-      const finished = await this.store.finish(ref, 'failed', {
-        ...this.finishContext(leaseToken),
-        reason,
-      });
+      const finished = handler
+        ? await this.finishAfterHandler(ref, 'failed', leaseToken, reason)
+        : await this.store.finish(ref, 'failed', { ...this.finishContext(leaseToken), reason });
       if (!finished) {
         // Another delivery took the sequence over after this one's lease lapsed: its verdict
         // stands, and this failure is not the sequence's.
@@ -192,7 +195,7 @@ export class SequenceDelivery {
       this.logger.warn(
         `could not mark sequence ${ref.sequenceId} failed; requeued: ${errorMessage(error)}`,
       );
-      return this.handBack(ref, leaseToken);
+      return handler ? this.keepLeaseAndRequeue() : this.handBack(ref, leaseToken);
     }
     this.metrics.sequenceRejected(channel, code);
     if (handler) this.lifecycle.failed(channel, ref.sequenceId, code, detail, handler.attempts);
@@ -229,6 +232,49 @@ export class SequenceDelivery {
     );
     timer.unref();
     return () => clearInterval(timer);
+  }
+
+  /**
+   * Records the outcome of a sequence whose handler ran. A store error is tried again, with the
+   * lease renewed meanwhile, for up to half the lease: handing the sequence back at the first
+   * error would let its redelivered fragment take it over at once and run the handler again
+   * after a mere blip. Throws the last error once that time is up.
+   */
+  private async finishAfterHandler(
+    ref: SequenceRef,
+    outcome: 'completed' | 'failed',
+    leaseToken: string,
+    reason?: string,
+  ): Promise<boolean> {
+    const deadline = Date.now() + this.options.tuning.leaseMs / 2;
+    for (
+      let delayMs = FINISH_RETRY_FIRST_MS;
+      ;
+      delayMs = Math.min(delayMs * 2, FINISH_RETRY_MAX_MS)
+    ) {
+      try {
+        return await this.store.finish(ref, outcome, { ...this.finishContext(leaseToken), reason });
+      } catch (error) {
+        if (Date.now() + delayMs > deadline) throw error;
+        this.logger.warn(
+          `could not mark sequence ${ref.sequenceId} ${outcome}; trying again in ${delayMs} ms: ` +
+            errorMessage(error),
+        );
+        await delay(delayMs);
+      }
+    }
+  }
+
+  /**
+   * The handler ran but its outcome could not be recorded: the lease is kept (it lapses by
+   * itself), so that the redelivered fragment takes the sequence over only after `leaseMs`.
+   */
+  private keepLeaseAndRequeue(): Disposition {
+    return {
+      action: 'requeue',
+      delayMs: this.options.tuning.backpressureDelayMs,
+      reason: 'store unavailable',
+    };
   }
 
   /** After a transient failure: let the lease go so the redelivered fragment can retry at once. */

@@ -226,3 +226,67 @@ describe('guarantees: a handler that throws', () => {
     });
   });
 });
+
+/** A memory store whose next `finish` calls fail, as one command does when the store blips. */
+class FinishBlipStore extends MemorySequenceStore {
+  failNextFinishes = 0;
+  finishCalls = 0;
+
+  override async finish(
+    ...args: Parameters<MemorySequenceStore['finish']>
+  ): ReturnType<MemorySequenceStore['finish']> {
+    this.finishCalls++;
+    if (this.failNextFinishes > 0) {
+      this.failNextFinishes--;
+      throw new Error('injected fault: the store did not answer this one call');
+    }
+    return super.finish(...args);
+  }
+}
+
+/**
+ * The store fails to record a handled sequence's outcome for a moment: the handler is not run
+ * again (message-sequence.md, "At-least-once window": only a crash, or a store away longer than
+ * the lease, may run it twice).
+ */
+describe('guarantees: a store blip after the handler ran', () => {
+  let t: SequenceTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  it('records the completion once the store answers, without calling the handler again', async () => {
+    const channel = 'guarantees.handler.finish-blip';
+    const store = new FinishBlipStore();
+    t = await createSequenceTestApp(channel, { sequence: { store } });
+    store.failNextFinishes = 2;
+    const payload = bytes(3_000, 91);
+    await publishAll(t.transport, channel, makeFragments('blip', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(store.finishCalls).toBe(3);
+    expect(t.handler.calls).toBe(1);
+    expect(t.handler.of('blip')[0].bytes.equals(payload)).toBe(true);
+    expect(deadLetters(t.transport, channel)).toEqual([]);
+    expect(t.transport.unsettled(channel)).toBe(0);
+  });
+
+  it('records the failure once the store answers, without running the retries again', async () => {
+    const channel = 'guarantees.handler.fail-blip';
+    const store = new FinishBlipStore();
+    t = await createSequenceTestApp(channel, {
+      handler: { handlerRetry: { attempts: 2, baseDelayMs: 1 } },
+      sequence: { store },
+    });
+    t.handler.failNext = 10;
+    store.failNextFinishes = 1;
+    await publishAll(t.transport, channel, makeFragments('fail-blip', bytes(3_000, 92), 1_000));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(2);
+    expect(deadLetters(t.transport, channel).map(deathReasonOf)).toEqual([
+      expect.stringMatching(/^handler-failed: /),
+    ]);
+  });
+});
