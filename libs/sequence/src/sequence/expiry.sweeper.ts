@@ -1,10 +1,10 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { withTimeout } from '../core/async';
-import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
+import { publishWithRetry } from '../kernel/publish-with-retry';
 import { Sweeper } from '../kernel/sweeper';
 import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
@@ -129,28 +129,29 @@ export class ExpirySweeper extends Sweeper<number> {
     }
     const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
     const record = Buffer.from(JSON.stringify(expiryRecord(channel, expired)));
-    const confirmMs = this.options.publish.confirmTimeoutMs;
-    try {
-      await withTimeout(
-        this.transport.publish(
-          deadLetterChannel,
-          record,
-          {
-            [SequenceHeader.deathReason]: deathReason('sequence-expired', detail),
-            [SequenceHeader.id]: expired.sequenceId,
-            [SequenceHeader.contentType]: 'application/json',
-          },
-          { timeoutMs: confirmMs },
-        ),
-        confirmMs,
-        () => new PublishTimeoutError(deadLetterChannel, confirmMs),
-      );
+    // Retried per `publish.retry`: the sequence is already claimed, so no later sweep would
+    // report it. Shutting down ends the retries, not the first attempt (see leftRunning).
+    let attempts = 0;
+    const outcome = await publishWithRetry(
+      this.transport,
+      deadLetterChannel,
+      record,
+      {
+        [SequenceHeader.deathReason]: deathReason('sequence-expired', detail),
+        [SequenceHeader.id]: expired.sequenceId,
+        [SequenceHeader.contentType]: 'application/json',
+      },
+      this.options.publish,
+      () => attempts++ === 0 || !this.stopping,
+    );
+    if (outcome.ok) {
       this.deadLetters.deadLettered(channel, 'sequence-expired');
-    } catch (error) {
-      this.logger.error(
-        `could not publish the expiry record of sequence ${expired.sequenceId} to ${deadLetterChannel}: ${errorMessage(error)}`,
-      );
+      return;
     }
+    this.logger.error(
+      `could not publish the expiry record of sequence ${expired.sequenceId} to ` +
+        `${deadLetterChannel} (${outcome.attempts} attempt(s)): ${errorMessage(outcome.error)}`,
+    );
   }
 
   private logFailure(error: unknown): void {

@@ -9,6 +9,7 @@ import {
   deadLetters,
   deathReasonOf,
   eventually,
+  FaultInjectingTransport,
   makeFragments,
   makeStreamingFragments,
   metricValue,
@@ -366,6 +367,32 @@ describe('guarantees: expiry of incomplete sequences', () => {
 
     expect(transport.peek('guarantees.expiry.x.dlq')).toHaveLength(0);
     expect(transport.peek('guarantees.expiry.all.dlq')).toHaveLength(1);
+  });
+
+  it('publishes the record again when the broker refuses it once', async () => {
+    const channel = 'guarantees.expiry.record-retried';
+    const inner = new InMemoryTransport();
+    const transport = new FaultInjectingTransport(inner);
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    const t = await start(channel, {
+      transport: transport as unknown as InMemoryTransport,
+      sequence: { store },
+      publish: { retry: { attempts: 3, baseDelayMs: 1 } },
+    });
+    await publishAll(transport, channel, [makeFragments('refused', bytes(2_000, 3), 1_000)[0]]);
+    await inner.whenIdle();
+    let refusals = 1;
+    transport.beforePublish = (attempt) => {
+      if (attempt.channel === `${channel}.dlq` && refusals-- > 0) {
+        throw new Error('injected fault: the broker nacked the publish');
+      }
+    };
+
+    expect(await t.sweeper.sweep(store.accepts[0].now + 300_000)).toBe(1);
+
+    // Claimed by that sweep, which no later one would list again: its record was sent again.
+    expect(transport.attempts.filter((a) => a.channel === `${channel}.dlq`)).toHaveLength(2);
+    expect(inner.peek(`${channel}.dlq`)).toHaveLength(1);
   });
 
   it('is run by the scheduler every sweepIntervalMs', async () => {
