@@ -39,6 +39,16 @@ export interface InboundMessage {
    * `unsafeSocketTricks`).
    */
   readonly releaseBody?: () => void;
+  /**
+   * Aborted once this delivery can no longer be settled here: its subscription closed, or the
+   * broker took the subscription's unsettled messages back (a lost channel, RabbitMQ's
+   * `consumer_timeout`, a NATS partition lease that lapsed). The broker delivers the message
+   * again, to this subscriber or another, and a verdict given afterwards is ignored. A handler
+   * that holds messages unsettled for long (broker-held reassembly) drops what it held when it
+   * fires. One signal serves every delivery of a subscription's broker channel; undefined where
+   * the transport cannot tell.
+   */
+  readonly abandoned?: AbortSignal;
 }
 
 /**

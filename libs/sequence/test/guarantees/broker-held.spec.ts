@@ -4,7 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
 import { SpoolFile } from '../../src/sequence/broker-held/spool';
-import { MemorySequenceStore, type InMemoryTransport, type SequenceStore } from 'nest-sequence';
+import {
+  InMemoryTransport,
+  MemorySequenceStore,
+  type ExpiredSequence,
+  type SequenceStore,
+  type Subscription,
+} from 'nest-sequence';
 import { buildFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
 import {
@@ -384,6 +390,69 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-disk-full')[0].bytes.equals(payload)).toBe(true);
     expect(deadLetters(transport, channel)).toEqual([]);
+  });
+
+  it('drops a sequence whose partition the broker moved to another instance: no expiry, no marker', async () => {
+    const channel = 'held.taken-over';
+    const transport = new InMemoryTransport();
+    const store = new MemorySequenceStore();
+    const expired: string[] = [];
+    const options = () => ({
+      transport,
+      sequence: {
+        store,
+        buffer: 'broker' as const,
+        partitions: 1,
+        timeoutMs: 400,
+        spool: { dir: mkdtempSync(join(tmpdir(), 'nseq-spool-test-')) },
+        onExpired: (sequence: ExpiredSequence) => void expired.push(sequence.sequenceId),
+      },
+    });
+    // Instance a subscribes first, so it is the partition's active consumer; its partition
+    // subscription is kept, to take the partition from it as the broker would
+    // (RabbitMQ's consumer_timeout, a NATS lease that lapsed) while it runs on.
+    const partitioned: Subscription[] = [];
+    const subscribe = transport.subscribe.bind(transport);
+    const spy = jest
+      .spyOn(transport, 'subscribe')
+      .mockImplementation(async (name, handler, opts) => {
+        const subscription = await subscribe(name, handler, opts);
+        if (opts?.partitions !== undefined) partitioned.push(subscription);
+        return subscription;
+      });
+    const a = await createSequenceTestApp(channel, options());
+    spy.mockRestore();
+    const b = await createSequenceTestApp(channel, options());
+    try {
+      const payload = bytes(4_000, 61);
+      const fragments = makeFragments('moved', payload, 1_000);
+      await publishHeld(transport, channel, fragments.slice(0, 2), 1);
+      await eventually(() => transport.unsettled(`${channel}.partition.0`) === 2, 'a holds two');
+      await sleep(250);
+      await partitioned[0].close();
+      await eventually(() => transport.unsettled(`${channel}.partition.0`) === 2, 'b holds two');
+      // The rest comes within b's timeout, after a's would have fired.
+      await sleep(250);
+      await publishHeld(transport, channel, fragments.slice(2), 1);
+      await eventually(() => b.handler.deliveries.length === 1, 'b handled it');
+      expect(b.handler.of('moved')[0].bytes.equals(payload)).toBe(true);
+      await sleep(100);
+
+      expect(a.handler.calls).toBe(0);
+      expect(expired).toEqual([]);
+      expect(await store.status({ scope: channel, sequenceId: 'moved' }, Date.now())).toEqual({
+        state: 'finished',
+        outcome: 'completed',
+      });
+      // A late duplicate is acked as one of a completed sequence.
+      await publishHeld(transport, channel, [fragments[0]], 1);
+      await eventually(() => transport.unsettled(`${channel}.partition.0`) === 0, 'settled');
+      await transport.whenIdle();
+      expect(deadLetters(transport, channel)).toEqual([]);
+    } finally {
+      await a.close();
+      await b.close();
+    }
   });
 
   it('keeps nothing open for a first fragment refused as a contradiction', async () => {

@@ -61,6 +61,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private readonly routes = new Map<string, Route>();
   /** Fragments held per partition (`channel` and index). */
   private readonly load = new Map<string, number>();
+  /** Held sequences per `abandoned` signal of the deliveries they hold (one listener each). */
+  private readonly watched = new WeakMap<AbortSignal, Set<HeldSequence>>();
   private readonly spool: Spool;
   private readonly checks: FragmentChecks;
   private readonly lifecycle: SequenceLifecycle;
@@ -226,6 +228,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     consumer: SequenceConsumer,
   ): Disposition | Promise<Disposition> {
     const { channel, options } = consumer;
+    // Its subscription lost it before it got here: the broker delivers it again.
+    if (message.abandoned?.aborted) return this.requeue('no longer held by this consumer');
     const facts = { ...fragment, bodyBytes: body.length };
     const admission = admitFragment(sequence.state, facts, options);
     // Being delivered, spilled, ended or released meanwhile: only a duplicate of a fragment still
@@ -262,10 +266,12 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         headers: message.headers,
         redelivered: message.redelivered,
         settle,
+        abandoned: message.abandoned,
         released,
         // Until the earlier write is known to have gone through, this delivery's body stands in.
         body: earlier.body && body,
       });
+      this.watch(sequence, message.abandoned);
       earlier.settle(ACK);
       this.metrics.duplicateFragment(channel);
       this.lifecycle.fragmentDuplicate(channel, fragment);
@@ -298,10 +304,12 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       headers: message.headers,
       redelivered: message.redelivered,
       settle,
+      abandoned: message.abandoned,
       released: false,
       body,
     };
     sequence.fragments.set(fragment.position, held);
+    this.watch(sequence, message.abandoned);
     void written.then((ok) => {
       if (sequence.fragments.get(fragment.position) !== held) return;
       if (!ok) {
@@ -369,7 +377,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     clearTimeout(sequence.timer);
     const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
     this.routeToStore(key, consumer);
-    this.held.delete(key);
+    this.forget(sequence);
     // Out of the window at once: what it frees while it moves must not spill others.
     this.addLoad(sequence, -sequence.fragments.size);
     await sequence.written().catch(() => undefined);
@@ -607,6 +615,54 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private forget(sequence: HeldSequence): void {
     const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
     if (this.held.get(key) === sequence) this.held.delete(key);
+    for (const signal of sequence.watchedSignals) this.watched.get(signal)?.delete(sequence);
+    sequence.watchedSignals.clear();
+  }
+
+  /**
+   * Watches the signal that tells when a fragment's delivery can no longer be settled here: one
+   * listener per signal (a subscription's channel), whatever number of sequences it serves.
+   */
+  private watch(sequence: HeldSequence, signal: AbortSignal | undefined): void {
+    if (!signal || sequence.watchedSignals.has(signal)) return;
+    let sequences = this.watched.get(signal);
+    if (!sequences) {
+      const watching = new Set<HeldSequence>();
+      sequences = watching;
+      this.watched.set(signal, watching);
+      signal.addEventListener(
+        'abort',
+        () => {
+          for (const lost of [...watching]) this.abandon(lost, signal);
+        },
+        { once: true },
+      );
+    }
+    sequences.add(sequence);
+    sequence.watchedSignals.add(signal);
+  }
+
+  /**
+   * The broker took back the deliveries `signal` stood for (the partition went to another
+   * consumer, or its channel was lost): a sequence still holding one of them is dropped here,
+   * silently (no marker, no expiry, no dead letter), and left to whichever consumer gets its
+   * fragments again. One already complete goes on: its handler is running.
+   */
+  private abandon(sequence: HeldSequence, signal: AbortSignal): void {
+    if (sequence.phase !== 'holding') return;
+    const fragments = [...sequence.fragments.values()];
+    if (!fragments.some((fragment) => fragment.abandoned === signal)) return;
+    if (!this.closed) {
+      this.logger.warn(
+        `${sequence.channel}: the broker took back the unsettled fragments of partition ` +
+          `${sequence.partition}; sequence ${sequence.sequenceId} (${fragments.length} ` +
+          'fragment(s) held) is dropped here and completes wherever they are delivered again',
+      );
+    }
+    void this.finishWith(sequence, {
+      action: 'requeue',
+      reason: 'no longer held by this consumer',
+    });
   }
 
   private async discard(sequence: HeldSequence): Promise<void> {

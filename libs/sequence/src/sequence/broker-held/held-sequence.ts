@@ -19,6 +19,8 @@ export interface HeldFragment extends SpoolRange {
   readonly redelivered: boolean;
   /** Settles the message: the transport acts on it once called. */
   readonly settle: (disposition: Disposition) => void;
+  /** Aborted once the transport can no longer settle it (`InboundMessage.abandoned`). */
+  readonly abandoned?: AbortSignal;
   /**
    * The transport no longer holds the body (`InboundMessage.releaseBody`, once it was spooled):
    * to forward it, the body must come from the spool, or the broker must deliver it again.
@@ -47,6 +49,8 @@ export class HeldSequence {
   contentType?: string;
   contentEncoding?: string;
   timer?: NodeJS.Timeout;
+  /** The `abandoned` signals of its fragments' deliveries that the reassembler watches for it. */
+  readonly watchedSignals = new Set<AbortSignal>();
   private readonly writes = new Set<Promise<boolean>>();
   private writeFailure?: Error;
   private readonly hash: Hash = createHash('sha256');

@@ -335,6 +335,23 @@ export function describeTransportConformance(adapterName: string, harness: Trans
       expect(second.received[1].body.toString()).toBe('after');
     });
 
+    it("aborts an unsettled delivery's abandoned signal once its subscription closes, where offered", async () => {
+      const channel = newChannel();
+      let held: InboundMessage | undefined;
+      // Never settled: the close hands it back.
+      const subscription = await subscribe(channel, (message) => {
+        held = message;
+        return new Promise<Disposition>(() => undefined);
+      });
+      await transport.publish(channel, Buffer.from('held'), {});
+      await eventually(() => held !== undefined, 'the delivery');
+      const abandoned = held!.abandoned;
+      if (abandoned === undefined) return; // the transport cannot tell
+      expect(abandoned.aborted).toBe(false);
+      await subscription.close();
+      expect(abandoned.aborted).toBe(true);
+    });
+
     it('shares a channel between competing subscribers; each message goes to one', async () => {
       const channel = newChannel();
       const count = 20;

@@ -76,6 +76,8 @@ interface Subscriber {
   readonly deadLetterChannel: string | undefined;
   readonly unsettled: Set<QueuedMessage>;
   closed: boolean;
+  /** Aborted when it closes: what it held unsettled went back to the channel. */
+  readonly lost: AbortController;
 }
 
 interface Channel {
@@ -333,6 +335,7 @@ export class InMemoryTransport implements Transport {
       deadLetterChannel,
       unsettled: new Set(),
       closed: false,
+      lost: new AbortController(),
     };
     this.channel(channel).subscribers.push(subscriber);
     this.schedulePump(channel);
@@ -481,7 +484,9 @@ export class InMemoryTransport implements Transport {
       subscriber.unsettled.add(message);
       void Promise.resolve()
         .then(() =>
-          subscriber.closed ? undefined : subscriber.handler(inbound(subscriber.origin, message)),
+          subscriber.closed
+            ? undefined
+            : subscriber.handler(inbound(subscriber.origin, message, subscriber.lost.signal)),
         )
         .then(
           (disposition) => this.settle(subscriber, message, disposition),
@@ -574,6 +579,7 @@ export class InMemoryTransport implements Transport {
       channel.bytes += sizeOf(message);
     }
     channel.ready.unshift(...returned);
+    subscriber.lost.abort();
     this.schedulePump(subscriber.channel);
     this.notifyIfIdle();
   }
@@ -597,13 +603,14 @@ function isReplyChannel(channel: string): boolean {
   return channel.startsWith(REPLY_CHANNEL_PREFIX);
 }
 
-function inbound(origin: Origin, message: QueuedMessage): InboundMessage {
+function inbound(origin: Origin, message: QueuedMessage, abandoned?: AbortSignal): InboundMessage {
   return {
     channel: origin.channel,
     body: Buffer.from(message.body),
     headers: { ...message.headers },
     redelivered: message.redelivered,
     ...(origin.partition === undefined ? {} : { partition: origin.partition }),
+    ...(abandoned && { abandoned }),
   };
 }
 

@@ -153,6 +153,8 @@ export class NatsSubscription implements Subscription {
   private pulling?: Promise<void>;
   private closed = false;
   private closing?: Promise<void>;
+  /** Aborted as it starts closing: verdicts are ignored from then on. */
+  private readonly lost = new AbortController();
 
   constructor(private readonly settings: NatsSubscriptionSettings) {
     this.channel = settings.channel;
@@ -196,6 +198,7 @@ export class NatsSubscription implements Subscription {
 
   private async shutdown(handBack: boolean): Promise<void> {
     this.closed = true;
+    this.lost.abort();
     clearInterval(this.heartbeat);
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
@@ -309,6 +312,7 @@ export class NatsSubscription implements Subscription {
       // A copy put at the tail by a delayed requeue is a new message to the server.
       redelivered: message.redelivered || requeueCount(headers) > 0,
       ...(this.settings.partition === undefined ? {} : { partition: this.settings.partition }),
+      abandoned: this.lost.signal,
     };
     // The message itself is kept for settling where its ack subject is not known: no release.
     if (delivery.message === undefined) {

@@ -63,6 +63,8 @@ interface Delivery {
   readonly amqp: Channel;
   readonly message: ConsumeMessage;
   readonly source: Source;
+  /** Aborted once its channel closed or this subscription started closing. */
+  readonly abandoned: AbortSignal;
   /** The handler released the body (`InboundMessage.releaseBody`): `message.content` is empty. */
   released?: boolean;
 }
@@ -116,6 +118,8 @@ export class RabbitMqSubscription implements Subscription {
   /** amqplib channels of this subscription that are still open. */
   private readonly openChannels = new WeakSet<Channel>();
   private readonly unsettled = new Set<Delivery>();
+  /** Per open channel: aborted when it closes (the broker has its unsettled messages back). */
+  private readonly channelLost = new Map<Channel, AbortController>();
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
   /** Dead letters and requeued copies being published; their originals are acked after. */
   private readonly forwarding = new Set<Promise<void>>();
@@ -183,6 +187,8 @@ export class RabbitMqSubscription implements Subscription {
 
   private async shutdown(): Promise<void> {
     this.closed = true;
+    // Verdicts are ignored from here on: the channel's close gives everything back.
+    for (const lost of this.channelLost.values()) lost.abort();
     clearTimeout(this.reopenTimer);
     for (const timer of this.requeueTimers) clearTimeout(timer);
     this.requeueTimers.clear();
@@ -258,7 +264,13 @@ export class RabbitMqSubscription implements Subscription {
 
   private async setup(wrapper: ManagedChannel, amqp: Channel): Promise<void> {
     this.openChannels.add(amqp);
-    amqp.once('close', () => this.openChannels.delete(amqp));
+    const lost = new AbortController();
+    this.channelLost.set(amqp, lost);
+    amqp.once('close', () => {
+      this.openChannels.delete(amqp);
+      this.channelLost.delete(amqp);
+      lost.abort();
+    });
     // Emitted when the broker closes this channel alone (a lost connection only emits 'close').
     // Without a listener, amqplib would throw it.
     amqp.on('error', (error: Error) => this.onChannelError(wrapper, error));
@@ -315,7 +327,8 @@ export class RabbitMqSubscription implements Subscription {
     }
     // Closing: leave it unsettled, the channel's close hands it back to the broker.
     if (this.closed) return;
-    const delivery: Delivery = { amqp, message, source };
+    const abandoned = this.channelLost.get(amqp)?.signal ?? AbortSignal.abort();
+    const delivery: Delivery = { amqp, message, source, abandoned };
     this.unsettled.add(delivery);
     void this.handle(delivery);
   }
@@ -358,6 +371,7 @@ export class RabbitMqSubscription implements Subscription {
       // A copy put at the tail by a delayed requeue is a new message to the broker.
       redelivered: message.fields.redelivered || requeueCount(headers) > 0,
       ...(source.partition === undefined ? {} : { partition: source.partition }),
+      abandoned: delivery.abandoned,
       releaseBody: () => {
         delivery.released = true;
         const body = delivery.message.content;

@@ -401,6 +401,33 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       warn.mockRestore();
     });
 
+    it("aborts a held message's abandoned signal when the broker closes its channel, and delivers it again", async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const received: InboundMessage[] = [];
+      const subscription = await transport.subscribe(channel, (message) => {
+        received.push(message);
+        // The first delivery is held unsettled; the second is acked.
+        return received.length === 1
+          ? new Promise<Disposition>(() => undefined)
+          : Promise.resolve(ACK);
+      });
+      await transport.publish(channel, Buffer.from('held'), {});
+      await eventually(() => received.length === 1, 'the delivery');
+      const first = received[0].abandoned;
+      expect(first?.aborted).toBe(false);
+
+      await breakChannelOf(subscription);
+
+      expect(first?.aborted).toBe(true);
+      await eventually(() => received.length === 2, 'the same message again, on the new channel');
+      expect(received[1].body.toString()).toBe('held');
+      expect(received[1].redelivered).toBe(true);
+      expect(received[1].abandoned?.aborted).toBe(false);
+      warn.mockRestore();
+    });
+
     /**
      * Makes the next `createChannel` on the transport's connection open its channel on the broker
      * but hold it back from its caller until `releaseAndAwaitClose()`: a channel still opening.
