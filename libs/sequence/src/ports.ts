@@ -28,6 +28,7 @@ export type {
   DeadLetter,
   DeadLetterActionResult,
   DeadLetterBox,
+  DeadLetterLocation,
   DeadLetterPage,
 } from './ports/dead-letter-box.port';
 export {

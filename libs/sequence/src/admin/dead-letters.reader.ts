@@ -7,6 +7,7 @@ import {
   type DeadLetter,
   type DeadLetterActionResult,
   type DeadLetterBox,
+  type DeadLetterLocation,
 } from '../ports/dead-letter-box.port';
 import type { Transport } from '../ports/transport.port';
 import type { MutationAnswer } from './admin-actions';
@@ -84,7 +85,7 @@ export class DeadLettersReader {
         continue;
       }
       const cached = this.cachedReasons(channel);
-      const total = (await box.count(channel)) ?? cached?.total ?? 0;
+      const total = (await box.count(channel, this.locationOf(channel))) ?? cached?.total ?? 0;
       summaries.push({
         channel,
         deadLetterChannel: this.deadLetterChannelOf(channel),
@@ -113,7 +114,10 @@ export class DeadLettersReader {
   }
 
   private async reasonsOf(box: DeadLetterBox, channel: string): Promise<DeadLetterChannelSummary> {
-    const page = await box.browse(channel, { limit: MAX_DEAD_LETTER_BROWSE });
+    const page = await box.browse(channel, {
+      limit: MAX_DEAD_LETTER_BROWSE,
+      ...this.locationOf(channel),
+    });
     const counts = new Map<string, number>();
     for (const letter of page.items) {
       const { code } = splitDeathReason(letter.reason);
@@ -138,12 +142,25 @@ export class DeadLettersReader {
   }
 
   private deadLetterChannelOf(channel: string): string {
-    return this.channels.get(channel)?.deadLetterChannel ?? `${channel}.dlq`;
+    return this.locationOf(channel).deadLetterChannel ?? this.transport.deadLetterChannel(channel);
+  }
+
+  /**
+   * Where the dead letters of a channel consumed here are, when its consumers were given a
+   * `deadLetterChannel` of their own; the transport's naming otherwise.
+   */
+  private locationOf(channel: string): DeadLetterLocation {
+    const deadLetterChannel = this.channels.get(channel)?.deadLetterChannel;
+    return deadLetterChannel === undefined ? {} : { deadLetterChannel };
   }
 
   /** Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. */
   async list(channel: string, reason: string | undefined, limit: number): Promise<DeadLetter[]> {
-    const page = await this.required().browse(channel, { limit, reason });
+    const page = await this.required().browse(channel, {
+      limit,
+      reason,
+      ...this.locationOf(channel),
+    });
     return page.items.filter((letter) => reason === undefined || matches(letter, reason));
   }
 
@@ -154,6 +171,7 @@ export class DeadLettersReader {
     this.reasons.delete(channel);
     const result = await box.replay(channel, ids, {
       ratePerSecond: this.options.replayRatePerSecond,
+      ...this.locationOf(channel),
     });
     this.reasons.delete(channel);
     return answer('replayed', channel, result);
@@ -163,7 +181,7 @@ export class DeadLettersReader {
     const box = this.required();
     const ids = await this.select(box, channel, selection);
     if (ids.length === 0) return nothingSelected(channel, selection);
-    const result = await box.discard(channel, ids);
+    const result = await box.discard(channel, ids, this.locationOf(channel));
     this.reasons.delete(channel);
     return answer('discarded', channel, result);
   }
@@ -175,7 +193,11 @@ export class DeadLettersReader {
   ): Promise<string[]> {
     if (selection.kind === 'ids') return [...selection.ids];
     const reason = selection.kind === 'reason' ? selection.reason : undefined;
-    const page = await box.browse(channel, { limit: this.options.maxBatch, reason });
+    const page = await box.browse(channel, {
+      limit: this.options.maxBatch,
+      reason,
+      ...this.locationOf(channel),
+    });
     return page.items
       .filter((letter) => reason === undefined || matches(letter, reason))
       .map((letter) => letter.id);

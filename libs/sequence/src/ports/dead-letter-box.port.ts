@@ -76,19 +76,32 @@ export interface DeadLetterBox {
    * How many dead letters `channel` holds, without reading any: the broker's own count
    * (undefined where the transport cannot count cheaply). 0 for a channel with none.
    */
-  count(channel: string): Promise<number | undefined>;
+  count(channel: string, at?: DeadLetterLocation): Promise<number | undefined>;
   browse(
     channel: string,
-    options: { readonly limit: number; readonly reason?: string },
+    options: { readonly limit: number; readonly reason?: string } & DeadLetterLocation,
   ): Promise<DeadLetterPage>;
   /** The body of one dead letter, or undefined when it is not there. */
-  body(channel: string, id: string): Promise<Buffer | undefined>;
+  body(channel: string, id: string, at?: DeadLetterLocation): Promise<Buffer | undefined>;
   replay(
     channel: string,
     ids: readonly string[],
-    options: { readonly ratePerSecond: number },
+    options: { readonly ratePerSecond: number } & DeadLetterLocation,
   ): Promise<DeadLetterActionResult>;
-  discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult>;
+  discard(
+    channel: string,
+    ids: readonly string[],
+    at?: DeadLetterLocation,
+  ): Promise<DeadLetterActionResult>;
+}
+
+/**
+ * Where the dead letters of `channel` are, when not where the transport names them
+ * (`transport.deadLetterChannel(channel)`): the `deadLetterChannel` its consumers were given.
+ * A replay still goes back to `channel`.
+ */
+export interface DeadLetterLocation {
+  readonly deadLetterChannel?: string;
 }
 
 /** Most dead letters one `browse` reads, and the most `limit` takes. */

@@ -1,6 +1,14 @@
-import { InMemoryTransport, SequenceEvents, type LifecycleEvent } from 'nest-sequence';
+import { Injectable } from '@nestjs/common';
+import {
+  InMemoryTransport,
+  SequencedHandler,
+  SequenceEvents,
+  type LifecycleEvent,
+  type ReassembledPayload,
+} from 'nest-sequence';
 import type { DeadLetterActionResult, DeadLetterBox, DeadLetterPage } from 'nest-sequence/ports';
 import { ForwardingTransport } from 'nest-sequence/testing';
+import { bytes, makeFragments, publishAll } from '../support/sequence-test-app';
 import { createAdminApp, type AdminApp } from './admin-app';
 
 const CHANNEL = 'admin-dead-letters.orders';
@@ -214,5 +222,94 @@ describe('the admin API grouping dead letters by reason', () => {
     });
     const left = await admin.get<{ byReason: unknown[] }>(`dead-letters/${BARE}/reasons`);
     expect(left.body.byReason).toEqual([{ reason: 'expired', count: 1 }]);
+  });
+});
+
+const OWN = 'admin-dead-letters.images';
+const PARKED = 'admin-dead-letters.parked';
+
+@Injectable()
+class ParkingHandler {
+  @SequencedHandler({ channel: OWN, deadLetterChannel: PARKED })
+  async handle(payload: ReassembledPayload): Promise<void> {
+    await payload.toBuffer();
+  }
+}
+
+/** A handler's own `deadLetterChannel`: the console reads and acts on that channel. */
+describe('the admin API over a channel with a dead-letter channel of its own', () => {
+  const transport = new InMemoryTransport();
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { mutations: true },
+      sequence: { transport },
+      providers: [ParkingHandler],
+    });
+    for (const id of ['corrupt-1', 'corrupt-2']) {
+      const [fragment] = makeFragments(id, bytes(2_000, 3), 1_000);
+      await publishAll(transport, OWN, [{ ...fragment, body: Buffer.alloc(1_000) }]);
+    }
+    await transport.whenIdle();
+    expect(transport.depth(PARKED)).toBe(2);
+  });
+
+  afterAll(() => admin.close());
+
+  it('counts, lists and discards the dead letters in it', async () => {
+    const summary = await admin.get<{ channels: Record<string, unknown>[] }>('dead-letters');
+    expect(summary.body.channels.find((entry) => entry.channel === OWN)).toMatchObject({
+      deadLetterChannel: PARKED,
+      total: 2,
+    });
+    const listed = await admin.get<{ items: { id: string; deadLetterChannel: string }[] }>(
+      `dead-letters/${OWN}`,
+    );
+    expect(listed.body.items.map((item) => item.deadLetterChannel)).toEqual([PARKED, PARKED]);
+
+    const discard = await admin.post(`dead-letters/${OWN}/discard`, {
+      ids: [listed.body.items[0].id],
+    });
+    expect(discard).toMatchObject({ status: 200, body: { changed: 1 } });
+    expect(transport.depth(PARKED)).toBe(1);
+  });
+
+  it('replays them to the channel they came from', async () => {
+    const replay = await admin.post(`dead-letters/${OWN}/replay`, { all: true });
+    expect(replay).toMatchObject({ status: 200, body: { changed: 1 } });
+    await transport.whenIdle();
+    // Corrupt still: dead-lettered again into the handler's channel, counted as replayed once.
+    const listed = await admin.get<{ items: { replays: number }[] }>(`dead-letters/${OWN}`);
+    expect(listed.body.items.map((item) => item.replays)).toEqual([1]);
+  });
+});
+
+/** A transport whose dead-letter channels are `<channel>.dead` (as RabbitMQ's `deadLetterSuffix`). */
+class SuffixTransport extends InMemoryTransport {
+  override deadLetterChannel(channel: string): string {
+    return `${channel}.dead`;
+  }
+}
+
+describe('the admin API on a transport that names dead-letter channels its own way', () => {
+  const transport = new SuffixTransport();
+  const OTHER = 'admin-dead-letters.other';
+  let admin: AdminApp;
+
+  beforeAll(async () => {
+    admin = await createAdminApp({
+      admin: { deadLetterChannels: [OTHER] },
+      sequence: { transport },
+    });
+  });
+
+  afterAll(() => admin.close());
+
+  it("names the transport's dead-letter channel", async () => {
+    const answer = await admin.get<{ channels: Record<string, unknown>[] }>('dead-letters');
+    expect(answer.body.channels.find((entry) => entry.channel === OTHER)).toMatchObject({
+      deadLetterChannel: `${OTHER}.dead`,
+    });
   });
 });

@@ -365,6 +365,43 @@ export function describeDeadLetterBoxConformance(
       });
       expect(await extraDeliveries(channel, replayed)).toBe(0);
     });
+
+    it('reads and acts on a dead-letter channel given at subscribe, when told where it is', async () => {
+      const channel = newChannel();
+      const at = { deadLetterChannel: `${newChannel()}.parked` };
+      const replayed: InboundMessage[] = [];
+      const subscription = await transport.subscribe(
+        channel,
+        async (message) => {
+          if (message.headers[REPLAY_COUNT_HEADER] !== undefined) {
+            replayed.push(message);
+            return { action: 'ack' };
+          }
+          return { action: 'dead-letter', reason: 'parked: elsewhere' };
+        },
+        { prefetch: 1, deadLetterChannel: at.deadLetterChannel },
+      );
+      subscriptions.push(subscription);
+      for (const index of [0, 1]) await transport.publish(channel, Buffer.from(`p${index}`), {});
+      const items = await until(async () => {
+        const page = await box.browse(channel, { limit: 10, ...at });
+        return page.items.length >= 2 ? page.items : undefined;
+      }, 'both dead letters in the given channel');
+
+      expect(items.map((item) => [item.channel, item.deadLetterChannel])).toEqual([
+        [channel, at.deadLetterChannel],
+        [channel, at.deadLetterChannel],
+      ]);
+      expect((await box.browse(channel, { limit: 10 })).items).toEqual([]);
+      expect(await box.count(channel, at)).toBe(2);
+      expect(await box.body(channel, items[0].id, at)).toBeDefined();
+      expect(await box.discard(channel, [items[0].id], at)).toMatchObject({ done: [items[0].id] });
+      expect(await box.replay(channel, [items[1].id], { ...FAST, ...at })).toMatchObject({
+        done: [items[1].id],
+      });
+      await eventually(() => replayed.length === 1, 'the replay, on the original channel');
+      expect(await box.count(channel, at)).toBe(0);
+    });
   });
 }
 

@@ -13,6 +13,7 @@ import {
   type DeadLetter,
   type DeadLetterActionResult,
   type DeadLetterBox,
+  type DeadLetterLocation,
   type DeadLetterPage,
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
@@ -51,16 +52,16 @@ export class InMemoryDeadLetterBox implements DeadLetterBox {
 
   constructor(private readonly queues: InMemoryQueues) {}
 
-  async count(channel: string): Promise<number> {
-    return this.queues.waiting(this.queues.deadLetterChannel(channel)).length;
+  async count(channel: string, at?: DeadLetterLocation): Promise<number> {
+    return this.queues.waiting(this.where(channel, at)).length;
   }
 
   async browse(
     channel: string,
-    options: { readonly limit: number; readonly reason?: string },
+    options: { readonly limit: number; readonly reason?: string } & DeadLetterLocation,
   ): Promise<DeadLetterPage> {
     const limit = browseLimit(options.limit);
-    const deadLetterChannel = this.queues.deadLetterChannel(channel);
+    const deadLetterChannel = this.where(channel, options);
     const waiting = this.queues.waiting(deadLetterChannel);
     const items: DeadLetter[] = [];
     for (const message of waiting.slice(0, MAX_DEAD_LETTER_BROWSE)) {
@@ -71,18 +72,18 @@ export class InMemoryDeadLetterBox implements DeadLetterBox {
     return { items, total: waiting.length };
   }
 
-  async body(channel: string, id: string): Promise<Buffer | undefined> {
-    const found = this.find(this.queues.deadLetterChannel(channel), id);
+  async body(channel: string, id: string, at?: DeadLetterLocation): Promise<Buffer | undefined> {
+    const found = this.find(this.where(channel, at), id);
     return found && Buffer.from(found.body);
   }
 
   async replay(
     channel: string,
     ids: readonly string[],
-    options: { readonly ratePerSecond: number },
+    options: { readonly ratePerSecond: number } & DeadLetterLocation,
   ): Promise<DeadLetterActionResult> {
     const pacer = new Pacer(options.ratePerSecond);
-    const deadLetterChannel = this.queues.deadLetterChannel(channel);
+    const deadLetterChannel = this.where(channel, options);
     return actOnEach(ids, async (id) => {
       if (!this.find(deadLetterChannel, id)) return 'missing';
       await pacer.next();
@@ -97,12 +98,20 @@ export class InMemoryDeadLetterBox implements DeadLetterBox {
     });
   }
 
-  async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
-    const deadLetterChannel = this.queues.deadLetterChannel(channel);
+  async discard(
+    channel: string,
+    ids: readonly string[],
+    at?: DeadLetterLocation,
+  ): Promise<DeadLetterActionResult> {
+    const deadLetterChannel = this.where(channel, at);
     return actOnEach(ids, async (id) => {
       const message = this.find(deadLetterChannel, id);
       return message && this.queues.remove(deadLetterChannel, message) ? 'done' : 'missing';
     });
+  }
+
+  private where(channel: string, at: DeadLetterLocation | undefined): string {
+    return at?.deadLetterChannel ?? this.queues.deadLetterChannel(channel);
   }
 
   private describe(channel: string, deadLetterChannel: string, message: QueuedMessage): DeadLetter {

@@ -22,6 +22,7 @@ import {
   type DeadLetter,
   type DeadLetterActionResult,
   type DeadLetterBox,
+  type DeadLetterLocation,
   type DeadLetterPage,
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
@@ -74,8 +75,8 @@ export class NatsDeadLetterBox implements DeadLetterBox {
 
   constructor(private readonly access: NatsDeadLetterAccess) {}
 
-  async count(channel: string): Promise<number> {
-    const stream = this.access.stream(this.access.deadLetterChannel(channel));
+  async count(channel: string, at?: DeadLetterLocation): Promise<number> {
+    const stream = this.access.stream(this.where(channel, at));
     const jsm = await this.access.jsm();
     const info = await jsm.streams.info(stream).catch((error: unknown) => {
       if (error instanceof JetStreamApiError && error.code === STREAM_NOT_FOUND) return undefined;
@@ -86,10 +87,10 @@ export class NatsDeadLetterBox implements DeadLetterBox {
 
   async browse(
     channel: string,
-    options: { readonly limit: number; readonly reason?: string },
+    options: { readonly limit: number; readonly reason?: string } & DeadLetterLocation,
   ): Promise<DeadLetterPage> {
     const limit = browseLimit(options.limit);
-    const subject = this.access.deadLetterChannel(channel);
+    const subject = this.where(channel, options);
     const stream = this.access.stream(subject);
     const jsm = await this.access.jsm();
     const info = await jsm.streams.info(stream).catch((error: unknown) => {
@@ -111,8 +112,8 @@ export class NatsDeadLetterBox implements DeadLetterBox {
     return { items, total };
   }
 
-  async body(channel: string, id: string): Promise<Buffer | undefined> {
-    const subject = this.access.deadLetterChannel(channel);
+  async body(channel: string, id: string, at?: DeadLetterLocation): Promise<Buffer | undefined> {
+    const subject = this.where(channel, at);
     const stored = await this.get(subject, id);
     return stored && Buffer.from(stored.data);
   }
@@ -120,10 +121,10 @@ export class NatsDeadLetterBox implements DeadLetterBox {
   async replay(
     channel: string,
     ids: readonly string[],
-    options: { readonly ratePerSecond: number },
+    options: { readonly ratePerSecond: number } & DeadLetterLocation,
   ): Promise<DeadLetterActionResult> {
     const pacer = new Pacer(options.ratePerSecond);
-    const subject = this.access.deadLetterChannel(channel);
+    const subject = this.where(channel, options);
     const stream = this.access.stream(subject);
     return actOnEach(ids, async (id) => {
       if (!(await this.get(subject, id))) return 'missing';
@@ -159,14 +160,22 @@ export class NatsDeadLetterBox implements DeadLetterBox {
     });
   }
 
-  async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
-    const subject = this.access.deadLetterChannel(channel);
+  async discard(
+    channel: string,
+    ids: readonly string[],
+    at?: DeadLetterLocation,
+  ): Promise<DeadLetterActionResult> {
+    const subject = this.where(channel, at);
     const stream = this.access.stream(subject);
     return actOnEach(ids, async (id) => {
       const stored = await this.get(subject, id);
       if (!stored) return 'missing';
       return (await this.remove(stream, stored.seq)) ? 'done' : 'missing';
     });
+  }
+
+  private where(channel: string, at: DeadLetterLocation | undefined): string {
+    return at?.deadLetterChannel ?? this.access.deadLetterChannel(channel);
   }
 
   /** The dead letter `id` of the dead-letter channel `subject`, or undefined. */

@@ -20,6 +20,7 @@ import {
   type DeadLetter,
   type DeadLetterActionResult,
   type DeadLetterBox,
+  type DeadLetterLocation,
   type DeadLetterPage,
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
@@ -99,17 +100,17 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
   constructor(private readonly access: RabbitMqDeadLetterAccess) {}
 
   /** The broker's count of messages ready in the dead-letter queue (`queue.declare` passive). */
-  async count(channel: string): Promise<number> {
-    const queue = this.access.deadLetterChannel(channel);
+  async count(channel: string, at?: DeadLetterLocation): Promise<number> {
+    const queue = this.where(channel, at);
     return this.session(queue, 0, async (_amqp, ready) => ready, false);
   }
 
   async browse(
     channel: string,
-    options: { readonly limit: number; readonly reason?: string },
+    options: { readonly limit: number; readonly reason?: string } & DeadLetterLocation,
   ): Promise<DeadLetterPage> {
     const limit = browseLimit(options.limit);
-    const queue = this.access.deadLetterChannel(channel);
+    const queue = this.where(channel, options);
     const empty: DeadLetterPage = { items: [], total: 0 };
     return this.locks.run(queue, () =>
       this.session(queue, empty, async (amqp, ready) => {
@@ -127,8 +128,8 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     );
   }
 
-  async body(channel: string, id: string): Promise<Buffer | undefined> {
-    const queue = this.access.deadLetterChannel(channel);
+  async body(channel: string, id: string, at?: DeadLetterLocation): Promise<Buffer | undefined> {
+    const queue = this.where(channel, at);
     return this.locks.run(queue, () =>
       this.session<Buffer | undefined>(queue, undefined, async (amqp) => {
         let found: Buffer | undefined;
@@ -151,11 +152,11 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
   async replay(
     channel: string,
     ids: readonly string[],
-    options: { readonly ratePerSecond: number },
+    options: { readonly ratePerSecond: number } & DeadLetterLocation,
   ): Promise<DeadLetterActionResult> {
     const pacer = new Pacer(options.ratePerSecond);
     const perRound = Math.max(1, Math.min(Math.ceil(options.ratePerSecond), 100));
-    const queue = this.access.deadLetterChannel(channel);
+    const queue = this.where(channel, options);
     return this.inRounds(queue, ids, perRound, async (amqp, held) => {
       await pacer.next();
       const headers = replayHeaders(headersOf(held.message), Date.now(), isBrokerRecord);
@@ -181,11 +182,19 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     });
   }
 
-  async discard(channel: string, ids: readonly string[]): Promise<DeadLetterActionResult> {
-    const queue = this.access.deadLetterChannel(channel);
+  async discard(
+    channel: string,
+    ids: readonly string[],
+    at?: DeadLetterLocation,
+  ): Promise<DeadLetterActionResult> {
+    const queue = this.where(channel, at);
     return this.inRounds(queue, ids, MAX_DEAD_LETTER_BROWSE, async (amqp, held) => {
       amqp.ack(held.message);
     });
+  }
+
+  private where(channel: string, at: DeadLetterLocation | undefined): string {
+    return at?.deadLetterChannel ?? this.access.deadLetterChannel(channel);
   }
 
   /**
