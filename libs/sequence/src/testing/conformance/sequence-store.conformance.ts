@@ -836,6 +836,32 @@ export function describeSequenceStoreConformance(
         expect(await store.stats(t0 + 10_001)).toMatchObject({ bufferedBytes: 0 });
       });
 
+      it('failed: evicts kept fragments oldest first, only as far as a new fragment needs', async () => {
+        const kept = [0, 1, 2].map(() => sequenceFixture(scope, ['x'.repeat(100)]));
+        for (const [index, { fragments, ref }] of kept.entries()) {
+          await accept(fragments[0], t0 + index);
+          await store.finish(ref, 'failed', {
+            now: t0 + index,
+            retentionMs: 600_000,
+            consumerId: CONSUMER,
+            reason: 'integrity-mismatch: x',
+          });
+        }
+        const each = storedChargeOf(100);
+        const next = sequenceFixture(scope, ['y'.repeat(600)]);
+        // Room for the three kept ones and a bit: the new one needs the oldest one's room only.
+        const limits = { maxBufferedBytes: 3 * each + storedChargeOf(600) - each + 1 };
+
+        expect(await accept(next.fragments[0], t0 + 10, { limits })).toMatchObject({
+          status: 'complete',
+        });
+        await expect(payloadOf(kept[0].ref)).rejects.toThrow();
+        for (const { ref } of kept.slice(1)) expect(await payloadOf(ref)).toBe('x'.repeat(100));
+        expect(await store.stats(t0 + 10)).toMatchObject({
+          bufferedBytes: 2 * each + storedChargeOf(600),
+        });
+      });
+
       it('rejected: drops the fragments; late fragments get finished rejected', async () => {
         const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
         await accept(fragments[0]);

@@ -11,7 +11,8 @@
   Returns:
     {'granted', epoch, increase, grantId}   grantId: unique, lets the sequence ignore a resent call
     {'backpressure', 'maxOpenSequences' | 'maxChannelBufferedBytes' | 'maxBufferedBytes'}
-    {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest first
+    {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest
+                                           first, as many as cover the shortfall (at most a batch)
 ]]
 --- @include "_clock"
 --- @include "_global"
@@ -27,9 +28,22 @@ local record = readRecord(member)
 if not record and rcall('HLEN', openKey) >= maxOpen then
   return {'backpressure', 'maxOpenSequences'}
 end
-if increase > 0 and total('claimed') + total('retained') + increase > maxBytes then
+local shortfall = total('claimed') + total('retained') + increase - maxBytes
+if increase > 0 and shortfall > 0 then
   if total('retained') > 0 then
-    return {'evict', rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')}
+    -- The oldest kept fragments that make the room (up to a batch), and no more.
+    local oldest = rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')
+    local victims, freed = {}, 0
+    for i = 1, #oldest, 2 do
+      victims[#victims + 1] = oldest[i]
+      victims[#victims + 1] = oldest[i + 1]
+      local kept = rcall('HGET', retainedKey, oldest[i])
+      freed = freed + (tonumber(kept and string.match(kept, ':(%d+)$')) or 0)
+      if freed >= shortfall then
+        break
+      end
+    end
+    return {'evict', victims}
   end
   return {'backpressure', 'maxBufferedBytes'}
 end
