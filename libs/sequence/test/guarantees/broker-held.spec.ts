@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
+import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
 import { SpoolFile } from '../../src/sequence/broker-held/spool';
 import {
   InMemoryTransport,
@@ -53,6 +54,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 class SlowStore extends MemorySequenceStore {
   finishDelayMs = 0;
   acceptDelayMs = 0;
+  statusDelayMs = 0;
   finishing = 0;
   readonly accepts = new Map<string, number>();
 
@@ -60,6 +62,13 @@ class SlowStore extends MemorySequenceStore {
     this.finishing++;
     if (this.finishDelayMs) await sleep(this.finishDelayMs);
     return super.finish(...args);
+  }
+
+  override async status(
+    ...args: Parameters<MemorySequenceStore['status']>
+  ): ReturnType<MemorySequenceStore['status']> {
+    if (this.statusDelayMs) await sleep(this.statusDelayMs);
+    return super.status(...args);
   }
 
   override async accept(
@@ -392,25 +401,26 @@ describe('guarantees: broker-held reassembly', () => {
     expect(deadLetters(transport, channel)).toEqual([]);
   });
 
-  it('drops a sequence whose partition the broker moved to another instance: no expiry, no marker', async () => {
-    const channel = 'held.taken-over';
+  /**
+   * Two instances of one partition on one transport and store: a, subscribed first, is its
+   * active consumer; `takeFromA()` closes a's partition subscription while a runs on, as the broker
+   * takes a partition away (RabbitMQ's consumer_timeout, a NATS lease that lapsed).
+   */
+  async function twoInstances(channel: string, store: MemorySequenceStore) {
     const transport = new InMemoryTransport();
-    const store = new MemorySequenceStore();
     const expired: string[] = [];
-    const options = () => ({
+    const spools = [0, 1].map(() => mkdtempSync(join(tmpdir(), 'nseq-spool-test-')));
+    const options = (dir: string) => ({
       transport,
       sequence: {
         store,
         buffer: 'broker' as const,
         partitions: 1,
         timeoutMs: 400,
-        spool: { dir: mkdtempSync(join(tmpdir(), 'nseq-spool-test-')) },
+        spool: { dir },
         onExpired: (sequence: ExpiredSequence) => void expired.push(sequence.sequenceId),
       },
     });
-    // Instance a subscribes first, so it is the partition's active consumer; its partition
-    // subscription is kept, to take the partition from it as the broker would
-    // (RabbitMQ's consumer_timeout, a NATS lease that lapsed) while it runs on.
     const partitioned: Subscription[] = [];
     const subscribe = transport.subscribe.bind(transport);
     const spy = jest
@@ -420,16 +430,28 @@ describe('guarantees: broker-held reassembly', () => {
         if (opts?.partitions !== undefined) partitioned.push(subscription);
         return subscription;
       });
-    const a = await createSequenceTestApp(channel, options());
+    const a = await createSequenceTestApp(channel, options(spools[0]));
     spy.mockRestore();
-    const b = await createSequenceTestApp(channel, options());
+    const b = await createSequenceTestApp(channel, options(spools[1]));
+    const takeFromA = () => partitioned[0].close();
+    const close = async () => {
+      await a.close();
+      await b.close();
+    };
+    return { transport, a, b, expired, spoolOfA: spools[0], takeFromA, close };
+  }
+
+  it('drops a sequence whose partition the broker moved to another instance: no expiry, no marker', async () => {
+    const channel = 'held.taken-over';
+    const store = new MemorySequenceStore();
+    const { transport, a, b, expired, takeFromA, close } = await twoInstances(channel, store);
     try {
       const payload = bytes(4_000, 61);
       const fragments = makeFragments('moved', payload, 1_000);
       await publishHeld(transport, channel, fragments.slice(0, 2), 1);
       await eventually(() => transport.unsettled(`${channel}.partition.0`) === 2, 'a holds two');
       await sleep(250);
-      await partitioned[0].close();
+      await takeFromA();
       await eventually(() => transport.unsettled(`${channel}.partition.0`) === 2, 'b holds two');
       // The rest comes within b's timeout, after a's would have fired.
       await sleep(250);
@@ -450,8 +472,38 @@ describe('guarantees: broker-held reassembly', () => {
       await transport.whenIdle();
       expect(deadLetters(transport, channel)).toEqual([]);
     } finally {
-      await a.close();
-      await b.close();
+      await close();
+    }
+  });
+
+  it('keeps nothing open for a sequence whose first fragment was taken back while it was opened', async () => {
+    const channel = 'held.taken-while-opening';
+    const store = new SlowStore();
+    store.statusDelayMs = 150;
+    const { transport, a, b, spoolOfA, takeFromA, close } = await twoInstances(channel, store);
+    try {
+      const payload = bytes(3_000, 5);
+      const fragments = makeFragments('opening', payload, 1_000);
+      await publishHeld(transport, channel, fragments.slice(0, 1), 1);
+      await eventually(() => transport.unsettled(`${channel}.partition.0`) === 1, 'a has it');
+      // a is asking the store about the sequence when the broker takes its delivery back.
+      await sleep(30);
+      await takeFromA();
+      await sleep(300);
+      store.statusDelayMs = 0;
+      await publishHeld(transport, channel, fragments.slice(1), 1);
+      await eventually(() => b.handler.deliveries.length === 1, 'b handled it');
+      await sleep(100);
+
+      // Else a stale open sequence on a would take the late duplicates of a completed sequence.
+      const reassembler: unknown = a.app.get(BrokerHeldReassembler);
+      const { held } = reassembler as { held: Map<string, unknown> };
+      expect({ held: held.size, spool: await spoolFiles(spoolOfA) }).toEqual({
+        held: 0,
+        spool: [],
+      });
+    } finally {
+      await close();
     }
   });
 

@@ -26,6 +26,8 @@ import { HeldSequence, type HeldFragment } from './held-sequence';
 import { Spool } from './spool';
 
 const ACK: Disposition = { action: 'ack' };
+/** Why a fragment whose delivery its subscription lost is handed back. */
+const NOT_HELD_HERE = 'no longer held by this consumer';
 
 /** Where a sequence this consumer is not holding goes. */
 type Route = { readonly to: 'store'; readonly until: number };
@@ -145,6 +147,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (fragment.size !== undefined && fragment.size > options.window) {
       return this.aggregator.receive(message, consumer);
     }
+    // Its subscription lost it already: the broker delivers it again, here or elsewhere.
+    if (message.abandoned?.aborted) return this.requeue(NOT_HELD_HERE);
     const key = `${channel}\u0000${fragment.sequenceId}`;
     const target = await this.sequenceOf(key, fragment, consumer);
     if (!(target instanceof HeldSequence)) {
@@ -228,8 +232,16 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     consumer: SequenceConsumer,
   ): Disposition | Promise<Disposition> {
     const { channel, options } = consumer;
-    // Its subscription lost it before it got here: the broker delivers it again.
-    if (message.abandoned?.aborted) return this.requeue('no longer held by this consumer');
+    // Its subscription lost it while the sequence was being opened: nothing may stay open for a
+    // sequence this consumer holds nothing of (a later delivery would start it afresh here).
+    if (message.abandoned?.aborted) {
+      if (sequence.fragments.size === 0 && sequence.phase === 'holding') {
+        this.forget(sequence);
+        sequence.phase = 'done';
+        void this.discard(sequence);
+      }
+      return this.requeue(NOT_HELD_HERE);
+    }
     const facts = { ...fragment, bodyBytes: body.length };
     const admission = admitFragment(sequence.state, facts, options);
     // Being delivered, spilled, ended or released meanwhile: only a duplicate of a fragment still
@@ -661,7 +673,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     void this.finishWith(sequence, {
       action: 'requeue',
-      reason: 'no longer held by this consumer',
+      reason: NOT_HELD_HERE,
     });
   }
 
