@@ -182,7 +182,7 @@ const providers: Provider[] = [
   {
     // Started in this order, stopped in the reverse one.
     provide: LIFECYCLE_PARTS,
-    inject: [OutboxRuntime, ExpirySweeper, OrphanSweeper, GapSweeper],
+    inject: [AggregatorService, OutboxRuntime, ExpirySweeper, OrphanSweeper, GapSweeper],
     useFactory: (...parts: unknown[]) => parts,
   },
 ];

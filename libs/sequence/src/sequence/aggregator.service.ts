@@ -19,6 +19,7 @@ import {
   sequenceLimits,
 } from '../options/resolve-sequence';
 import type { SequenceConsumerOptions } from '../options/sequence.options';
+import type { LifecyclePart } from '../kernel/sequence.lifecycle';
 import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 import { claimCheckMarking } from '../core/claim-check-headers';
 import { IntakeDigests } from './intake-digests';
@@ -53,7 +54,7 @@ const INTAKE_DIGEST_CAPACITY = 1024;
  * myBroker.onMessage(async (msg) => settle(msg, await aggregator.receive(msg, consumer)));
  */
 @Injectable()
-export class AggregatorService implements SequenceReassembler {
+export class AggregatorService implements SequenceReassembler, LifecyclePart {
   private readonly logger = new Logger(AggregatorService.name);
   /** Dead-letter channel of every consumer created here, for records published on its behalf. */
   private readonly deadLetterChannels = new Map<string, string>();
@@ -75,6 +76,11 @@ export class AggregatorService implements SequenceReassembler {
     this.delivery = new SequenceDelivery(store, options, metrics, this.logger, this.lifecycle);
     this.traces = new SequenceTracing(options.tracing);
     this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
+  }
+
+  /** After the shutdown's drain: a handled sequence's outcome is no longer retried. */
+  async stop(): Promise<void> {
+    this.delivery.stop();
   }
 
   /** Binds a handler to a channel, validating its option overrides. */

@@ -38,6 +38,9 @@ const FINISH_RETRY_MAX_MS = 2_000;
  * after this one's lease lapsed) is a different holder: only the current holder may finish.
  */
 export class SequenceDelivery {
+  /** Set once the module stops: outcomes are no longer retried. */
+  private stopped = false;
+
   constructor(
     private readonly store: SequenceStore,
     private readonly options: ResolvedOptions,
@@ -126,6 +129,11 @@ export class SequenceDelivery {
     } finally {
       stopRenewing();
     }
+  }
+
+  /** Ends the retries of outcomes in progress (after the shutdown's drain). */
+  stop(): void {
+    this.stopped = true;
   }
 
   private failIntegrity(
@@ -236,9 +244,13 @@ export class SequenceDelivery {
 
   /**
    * Records the outcome of a sequence whose handler ran. A store error is tried again, with the
-   * lease renewed meanwhile, for up to half the lease: handing the sequence back at the first
-   * error would let its redelivered fragment take it over at once and run the handler again
-   * after a mere blip. Throws the last error once that time is up.
+   * lease renewed meanwhile, for up to half the lease (and not once the module stops): handing
+   * the sequence back at the first error would let its redelivered fragment take it over at once
+   * and run the handler again after a mere blip. Throws the last error once that time is up.
+   *
+   * `finish` refuses a sequence that already has a marker, this delivery's own included: after
+   * an attempt that failed (its write may have gone through with the reply lost), a refusal is
+   * this delivery's success when the marker holds this outcome.
    */
   private async finishAfterHandler(
     ref: SequenceRef,
@@ -247,15 +259,21 @@ export class SequenceDelivery {
     reason?: string,
   ): Promise<boolean> {
     const deadline = Date.now() + this.options.tuning.leaseMs / 2;
+    let failedBefore = false;
     for (
       let delayMs = FINISH_RETRY_FIRST_MS;
       ;
       delayMs = Math.min(delayMs * 2, FINISH_RETRY_MAX_MS)
     ) {
       try {
-        return await this.store.finish(ref, outcome, { ...this.finishContext(leaseToken), reason });
+        const finished = await this.store.finish(ref, outcome, {
+          ...this.finishContext(leaseToken),
+          reason,
+        });
+        return finished || (failedBefore && (await this.markedAs(ref, outcome)));
       } catch (error) {
-        if (Date.now() + delayMs > deadline) throw error;
+        failedBefore = true;
+        if (this.stopped || Date.now() + delayMs > deadline) throw error;
         this.logger.warn(
           `could not mark sequence ${ref.sequenceId} ${outcome}; trying again in ${delayMs} ms: ` +
             errorMessage(error),
@@ -263,6 +281,12 @@ export class SequenceDelivery {
         await delay(delayMs);
       }
     }
+  }
+
+  /** Whether the store's live marker of the sequence says `outcome` (false where it cannot tell). */
+  private async markedAs(ref: SequenceRef, outcome: 'completed' | 'failed'): Promise<boolean> {
+    const status = await this.store.status?.(ref, Date.now()).catch(() => undefined);
+    return status?.state === 'finished' && status.outcome === outcome;
   }
 
   /**

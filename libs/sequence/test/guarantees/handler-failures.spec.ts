@@ -227,20 +227,25 @@ describe('guarantees: a handler that throws', () => {
   });
 });
 
-/** A memory store whose next `finish` calls fail, as one command does when the store blips. */
+/**
+ * A memory store whose next `finish` calls fail, as one command does when the store blips: before
+ * writing anything, or (`afterWrite`) once written, the reply lost.
+ */
 class FinishBlipStore extends MemorySequenceStore {
   failNextFinishes = 0;
+  afterWrite = false;
   finishCalls = 0;
 
   override async finish(
     ...args: Parameters<MemorySequenceStore['finish']>
   ): ReturnType<MemorySequenceStore['finish']> {
     this.finishCalls++;
+    const written = this.afterWrite ? await super.finish(...args) : undefined;
     if (this.failNextFinishes > 0) {
       this.failNextFinishes--;
       throw new Error('injected fault: the store did not answer this one call');
     }
-    return super.finish(...args);
+    return written ?? super.finish(...args);
   }
 }
 
@@ -270,6 +275,40 @@ describe('guarantees: a store blip after the handler ran', () => {
     expect(t.handler.of('blip')[0].bytes.equals(payload)).toBe(true);
     expect(deadLetters(t.transport, channel)).toEqual([]);
     expect(t.transport.unsettled(channel)).toBe(0);
+  });
+
+  it('counts a completion whose marker went in although its reply was lost', async () => {
+    const channel = 'guarantees.handler.finish-reply-lost';
+    const store = new FinishBlipStore();
+    t = await createSequenceTestApp(channel, { sequence: { store } });
+    store.afterWrite = true;
+    store.failNextFinishes = 1;
+    await publishAll(t.transport, channel, makeFragments('lost-ok', bytes(3_000, 8), 1_000));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(
+      await metricValue(t.metrics.registry, 'nest_sequence_sequences_completed_total', { channel }),
+    ).toBe(1);
+  });
+
+  it('dead-letters a failure whose marker went in although its reply was lost', async () => {
+    const channel = 'guarantees.handler.fail-reply-lost';
+    const store = new FinishBlipStore();
+    t = await createSequenceTestApp(channel, {
+      handler: { handlerRetry: { attempts: 1, baseDelayMs: 1 } },
+      sequence: { store },
+    });
+    t.handler.failNext = 10;
+    store.afterWrite = true;
+    store.failNextFinishes = 1;
+    await publishAll(t.transport, channel, makeFragments('lost-fail', bytes(3_000, 7), 1_000));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(deadLetters(t.transport, channel).map(deathReasonOf)).toEqual([
+      expect.stringMatching(/^handler-failed: /),
+    ]);
   });
 
   it('records the failure once the store answers, without running the retries again', async () => {
