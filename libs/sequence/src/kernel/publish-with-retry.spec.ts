@@ -185,6 +185,32 @@ describe('publishWithRetry', () => {
     expect(third.at - second.at).toBeLessThan(30 + 200);
   });
 
+  it('asks mayAttempt before a backoff, with the wait counted, and does not wait when told no', async () => {
+    transport.beforePublish = () => {
+      throw new Error('nack');
+    };
+    const asked: number[] = [];
+    const started = Date.now();
+
+    const outcome = await publishWithRetry(
+      transport,
+      'q',
+      Buffer.from('a'),
+      {},
+      policy({ baseDelayMs: 60_000, maxDelayMs: 60_000, confirmTimeoutMs: 100 }),
+      (longestMs) => {
+        asked.push(longestMs);
+        return asked.length === 1;
+      },
+    );
+
+    expect(outcome).toMatchObject({ ok: false, attempts: 1 });
+    // Before the first attempt its timeout; before the backoff, the wait (30–60 s) on top.
+    expect(asked[0]).toBe(100);
+    expect(asked[1]).toBeGreaterThanOrEqual(30_000 + 100);
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
   it('gives up on a publish that is never confirmed after confirmTimeoutMs', async () => {
     transport.beforePublish = () => new Promise<void>(() => undefined);
 

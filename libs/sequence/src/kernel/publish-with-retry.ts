@@ -11,8 +11,9 @@ import { withTraceHeaders } from './tracing/message-spans';
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
  * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
  * too large, or headers the transport cannot encode) is not retried. `mayAttempt`, when given, is
- * asked before each attempt with the longest the attempt may take: false ends the retries there
- * (a resequencer's drain lease that would lapse before the confirm).
+ * asked before each attempt with the longest the attempt may take, and before each backoff with
+ * that wait added: false ends the retries there (a resequencer's drain lease that would lapse
+ * before the confirm, a module that stops).
  */
 export async function publishWithRetry(
   transport: Transport,
@@ -27,14 +28,15 @@ export async function publishWithRetry(
   let attempt = 0;
   let maybeDelivered = false;
   let lastError: unknown;
+  const stopped = (): PublishOutcome => {
+    const error = new Error(
+      `no further attempt to publish to ${channel}: it could not be confirmed in time` +
+        (lastError === undefined ? '' : ` (last error: ${errorMessage(lastError)})`),
+    );
+    return { ok: false, attempts: attempt, error, maybeDelivered };
+  };
   for (;;) {
-    if (!mayAttempt(policy.confirmTimeoutMs)) {
-      const stopped = new Error(
-        `no further attempt to publish to ${channel}: it could not be confirmed in time` +
-          (lastError === undefined ? '' : ` (last error: ${errorMessage(lastError)})`),
-      );
-      return { ok: false, attempts: attempt, error: stopped, maybeDelivered };
-    }
+    if (!mayAttempt(policy.confirmTimeoutMs)) return stopped();
     attempt++;
     try {
       await publishOnce(transport, channel, body, headers, {
@@ -48,7 +50,10 @@ export async function publishWithRetry(
       if (isUnsendable(error) || attempt >= policy.retry.attempts) {
         return { ok: false, attempts: attempt, error, maybeDelivered };
       }
-      await delay(backoff(attempt, policy.retry.baseDelayMs, policy.retry.maxDelayMs));
+      const waitMs = backoff(attempt, policy.retry.baseDelayMs, policy.retry.maxDelayMs);
+      // Asked before the wait too, with the wait counted: no backoff for an attempt never made.
+      if (!mayAttempt(waitMs + policy.confirmTimeoutMs)) return stopped();
+      await delay(waitMs);
     }
   }
 }
