@@ -293,6 +293,22 @@ export function describePayloadStoreConformance(name: string, harness: PayloadSt
         expect(candidates.map((candidate) => candidate.ref)).toEqual([ref]);
       });
 
+      it.each([false, true])(
+        'rejects with the cause of a source that fails before the store reads it (published: %p)',
+        async (published) => {
+          const source = new Readable({ read() {} });
+          const cause = new Error('upload aborted by the client');
+          const put = store.put(source, options({ published }));
+          // At once, as an aborted upload or a file that cannot be opened does: the store is still
+          // at its own I/O (a directory, a transaction, a marker). Unhandled, the process dies.
+          source.destroy(cause);
+
+          const error = await rejectionOf(put);
+
+          expect(error === cause ? error : (error as Error).cause).toBe(cause);
+        },
+      );
+
       it('rejects when the source is destroyed before its end, and leaves nothing', async () => {
         let pushed = 0;
         const source = new Readable({

@@ -37,6 +37,7 @@ import {
 } from './filesystem.payload-sidecar';
 import * as layoutFiles from './filesystem.payload-layout';
 import { findSweepCandidates } from './filesystem.payload-sweep';
+import { holdSourceErrors } from '../put-source';
 
 /**
  * The embedded default payload store: files under a root directory.
@@ -64,6 +65,7 @@ export class FilesystemPayloadStore implements PayloadStore {
   }
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    holdSourceErrors(payload);
     assertPutOptions(options);
     const layout = await this.ready();
     const id = randomUUID();

@@ -53,6 +53,7 @@ import {
 import { decodeUserMetadata } from '../stored-metadata';
 import { RedisChunkReader } from './redis-chunk.reader';
 import { writePayload } from './redis-payload.writer';
+import { holdSourceErrors } from '../put-source';
 
 /**
  * TTL given to a meta hash that markPublished may have recreated for a payload deleted
@@ -103,6 +104,7 @@ export class RedisPayloadStore implements PayloadStore {
   }
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    holdSourceErrors(payload);
     const ref = randomUUID();
     const bytes = await writePayload(this.redis, payload, {
       ...options,

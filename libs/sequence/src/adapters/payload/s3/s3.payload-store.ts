@@ -21,6 +21,7 @@ import {
   type S3ConnectOptions,
   type S3PayloadStoreOptions,
 } from './s3.payload-store.options';
+import { holdSourceErrors } from '../put-source';
 
 /**
  * {@link PayloadStore} on S3 or any S3-compatible service (MinIO, Ceph, R2, s3rver), through
@@ -88,6 +89,7 @@ export class S3PayloadStore implements PayloadStore {
 
   /** See `uploadObject` for how the bytes travel and what a failure leaves. */
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    holdSourceErrors(payload);
     let ref: string;
     try {
       ref = generateRef(options.now, options.expiresAt);

@@ -1,0 +1,16 @@
+import { Readable } from 'node:stream';
+
+/**
+ * Called by a store's `put` before its first await. A source stream that fails while the store
+ * is still at its own I/O (a directory, a transaction, a marker), as an aborted upload or a file
+ * that cannot be opened does, would emit `'error'` with no listener: an uncaught exception that
+ * ends the process. With this listener the stream keeps the error (`readable.errored`) and the
+ * store's later read of it rejects with it, so `put` does.
+ */
+export function holdSourceErrors(payload: Buffer | Readable): void {
+  if (payload instanceof Readable) payload.once('error', keptByTheStream);
+}
+
+function keptByTheStream(): void {
+  // The stream holds the error for whoever reads it.
+}
