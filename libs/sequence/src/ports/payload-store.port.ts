@@ -64,7 +64,9 @@ export interface SweepQuery {
  *   when the ref is unknown or deleted, and with `ClaimCheckNotFoundError` or
  *   `InvalidPayloadRefError` for a ref this store could not have generated (a ref is untrusted
  *   input: it comes from a message). It never reads outside the store's own space. A payload
- *   deleted while it is being read makes the stream error with `ClaimCheckNotFoundError`.
+ *   deleted while it is being read either streams to its end whole (a file or an object already
+ *   opened: filesystem, S3) or makes the stream error with `ClaimCheckNotFoundError` (Redis,
+ *   whose chunks are read one by one); it never yields other bytes.
  * - `head` resolves the payload's info, or `undefined` when it is not there.
  * - `delete` is idempotent: `true` when it removed something.
  * - `markPublished` flips `published`; `false` when the payload is gone.
