@@ -95,6 +95,8 @@ export class NatsPartitionedSubscription implements Subscription {
   async start(): Promise<void> {
     this.unlisten = this.settings.leases.onReleased(() => this.wake());
     await this.tick();
+    // Closed during the first claim: shutdown() found no fence to clear.
+    if (this.closed) return;
     this.fence = setInterval(
       () => this.letGoUntrusted(),
       Math.max(50, Math.floor(this.leaseMs * CLAIM_SHARE)),

@@ -9,7 +9,7 @@ import { PartitionCountMismatchError } from '../../../core/errors/partition-coun
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
 import { connectNats, type NatsConnection } from './nats.client';
 import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
-import type { NatsPartitionedSubscription } from './nats.partitioned-subscription';
+import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import { NatsTransport } from './nats.transport';
 
 const ACK: Disposition = { action: 'ack' };
@@ -348,6 +348,30 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     } finally {
       await Promise.all(transports.splice(0).map((transport) => transport.close()));
       await server.dispose();
+    }
+  });
+
+  it('leaves no timer running when the transport closes while a subscription starts', async () => {
+    const transport = await NatsTransport.connect(
+      { servers: SERVERS.nats.url },
+      { partitionLeaseMs: 1_000 },
+    );
+    const fence = jest.spyOn(NatsPartitionedSubscription.prototype as never, 'letGoUntrusted');
+    try {
+      const subscribing = transport.subscribe(newChannel(), collect([]), { partitions: 2 });
+      // Shut down while subscribe() is still claiming its partitions.
+      const open = (transport as unknown as { subscriptions: Set<unknown> }).subscriptions;
+      await eventually(
+        () => [...open].some((each) => each instanceof NatsPartitionedSubscription),
+        'the partitioned subscription',
+      );
+      await transport.close();
+      await subscribing.catch(() => undefined);
+      fence.mockClear();
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(fence).not.toHaveBeenCalled();
+    } finally {
+      fence.mockRestore();
     }
   });
 
