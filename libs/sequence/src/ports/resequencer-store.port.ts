@@ -263,7 +263,8 @@ export interface ResequencerKeyState {
  *   - `dead-letter`: appends every buffered event as a `dead-letter` item, empties the buffer and
  *     moves `next` past the highest of them (with `close`, to `CLOSED_KEY_NEXT`: every later
  *     event of the key is late).
- * - Every record expires after `retentionMs` without activity (the adapter's option), so
+ * - Every record expires after `retentionMs` without activity (a change, or a drain claim: a
+ *   key whose drainers keep claiming it keeps its hand-off list) (the adapter's option), so
  *   abandoned keys cannot leak memory; a key accepted again after that starts from `start`.
  *   `listExpiringGaps` names the keys holding buffered events in the last tenth of that time, so
  *   that their events are dead-lettered rather than deleted.

@@ -205,7 +205,8 @@ export function interpretClaim(raw: unknown, source: ReplySource): WithRecord<Dr
     case 'busy':
       return { result: { kind: 'busy' } };
     case 'claimed':
-      return { result: { kind: 'claimed', items: reply.items(2) } };
+      // With the key's record when the claim renewed its TTLs (its activity entry moves too).
+      return reply.with({ kind: 'claimed', items: reply.items(2) });
     default:
       throw reply.error();
   }

@@ -194,6 +194,29 @@ export function describeDrainCases(c: ResequencerSuiteContext): void {
       });
     });
 
+    it('counts claims as activity: a key its drainers keep claiming outlives the retention', async () => {
+      const key = c.key();
+      const R = c.retentionMs;
+      await acceptAll(c.store, key, [1], c.t0);
+      // Its delivery keeps failing: claimed, nothing settled, the lease let go each time.
+      await c.store.claimDrain(key, drainAt(c.t0 + R / 2, 'a'));
+      await c.store.releaseDrain(key, 'a');
+      const drain = { holder: 'b', leaseMs: LEASE_MS, limit: 10 };
+      await c.store.accept(key, event(1), { ...acceptAt(c.t0 + R * 0.95), drain });
+      await c.store.releaseDrain(key, 'b');
+
+      // Past t0 + retention, but within it of the last claim: event 1 is still to be delivered,
+      // and the key still expects 2.
+      const later = c.t0 + R * 1.2;
+      const claim = await c.store.claimDrain(key, drainAt(later, 'c'));
+      expect(claim.kind === 'claimed' && eventSeqs(claim.items)).toEqual([1]);
+      await c.store.settleDrain(key, 1, drainAt(later, 'c'));
+      await expect(c.store.accept(key, event(2), acceptAt(later + 1))).resolves.toMatchObject({
+        kind: 'released',
+        next: 3,
+      });
+    });
+
     it('renews the lease of its holder, so that nobody takes it over meanwhile', async () => {
       const key = c.key();
       await acceptAll(c.store, key, [1], c.t0);

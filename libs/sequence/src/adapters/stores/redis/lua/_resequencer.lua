@@ -186,6 +186,21 @@ local function indexRecord(s, buffered)
   return indexRecordIf(s, true, buffered)
 end
 
+-- Writes a drain claim (s.holder and s.leaseUntil set by the caller). A claim is activity: a key
+-- its drainers keep claiming must not expire under them with its hand-off items undelivered and
+-- its `next` lost, so `at` moves to `now`. When the TTLs are due for renewal, the claim is saved
+-- as a change (TTLs renewed) and returns the key's index record, whose activity entry moves too;
+-- else it writes the lease and `at` only, and returns nil.
+local function saveClaim(s, now, retentionMs)
+  if not s.ttlAt or now - s.ttlAt >= retentionMs / 10 then
+    saveState(s, now, retentionMs)
+    return indexRecord(s)
+  end
+  s.at = math.max(s.at, now)
+  rcall('HSET', stateKey, 'holder', s.holder, 'until', int(s.leaseUntil), 'at', int(s.at))
+  return nil
+end
+
 -- Call before appending to the hand-off list: an empty list starts its stall clock now (and is
 -- created by the append: it needs its TTL).
 local function beforeAppend(s, now)

@@ -56,7 +56,10 @@ local function acceptStep(A)
     end
     claimFor(s, reply)
     if reply[5] == 'claimed' then
-      rcall('HSET', stateKey, 'holder', holder, 'until', int(s.leaseUntil))
+      local record = saveClaim(s, now, retentionMs)
+      if record then
+        reply[2] = record
+      end
     end
     return reply
   end

@@ -1,7 +1,7 @@
 --[[
   rsq-claim: takes the drain lease of a key and the head of its hand-off list (the resequencer
-  store's `claimDrain`). Only the lease changes: nothing the scope index records, so no record
-  is returned and the key's TTL is left as its last change set it.
+  store's `claimDrain`). The lease changes, and the key's last activity (see saveClaim): when
+  its TTLs are due for renewal, the claim returns the key's index record, else {}.
 
   KEYS: see _resequencer (state, buffer, handoff)
 
@@ -12,7 +12,7 @@
     'empty', record  nothing waits (the holder's own lease, if any, is released); the key's
                      index record (see _resequencer), to repair a stale index entry
     'busy', {}       another holder's lease is live (until > now)
-    'claimed', {}, items...   the lease is the holder's until now + lease ms
+    'claimed', record, items...   the lease is the holder's until now + lease ms
 ]]
 --- @include "_clock"
 --- @include "_resequencer"
@@ -33,12 +33,9 @@ if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
   return {'busy', {}}
 end
 
-rcall('HSET', stateKey, 'holder', holder, 'until', int(now + leaseMs))
--- A state key always has its TTL already (set with the change that filled the list).
-if rcall('PTTL', stateKey) == -1 then
-  rcall('PEXPIRE', stateKey, retentionMs)
-end
+s.holder, s.leaseUntil = holder, now + leaseMs
+local record = saveClaim(s, now, retentionMs) or {}
 local reply = rcall('LRANGE', handOffKey, 0, limit - 1)
-table.insert(reply, 1, {})
+table.insert(reply, 1, record)
 table.insert(reply, 1, 'claimed')
 return reply
