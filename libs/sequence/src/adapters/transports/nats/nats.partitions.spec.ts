@@ -307,6 +307,47 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     );
   });
 
+  it("gives the next holder a lost holder's messages before later ones, whenever the connection drops", async () => {
+    const channel = newChannel();
+    // Cut right after an in-progress ack sent a quarter of the lease after the last lease write:
+    // the acks a holder sends must not keep its messages past the moment its lease may lapse.
+    let lastLeaseWrite = 0;
+    let armed = false;
+    let cut!: () => void;
+    const dropped = new Promise<void>((resolve) => (cut = resolve));
+    const proxy = await tcpProxy((chunk) => {
+      const text = chunk.toString('latin1');
+      if (text.includes('nseq-lease.')) lastLeaseWrite = Date.now();
+      if (!armed || !text.includes('+WPI') || Date.now() - lastLeaseWrite < LEASE_MS / 4) return;
+      armed = false;
+      proxy.cut();
+      cut();
+    });
+    const lost = await newTransport(proxy.url);
+    const survivor = await newTransport();
+    const held: InboundMessage[] = [];
+    await lost.subscribe(
+      channel,
+      async (message) => {
+        held.push(message);
+        return new Promise<Disposition>(() => undefined);
+      },
+      { partitions: 1 },
+    );
+    const taken: InboundMessage[] = [];
+    await survivor.subscribe(channel, collect(taken), { partitions: 1 });
+    await publishTo(survivor, channel, 0, 1, ['one', 'two']);
+    await eventually(() => held.length === 2, 'the held messages');
+
+    armed = true;
+    await dropped;
+    await publishTo(survivor, channel, 0, 1, ['three']);
+
+    await eventually(() => taken.length >= 3, 'the three messages', LEASE_MS * 10);
+    // A lost holder's messages may come again (at least once); never after later ones.
+    expect([...new Set(taken.map(text))]).toEqual(['one', 'two', 'three']);
+  });
+
   it('keeps its partitions through a server crash and restart, losing no message', async () => {
     const server = await OwnedNatsServer.start();
     try {
@@ -469,7 +510,10 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
    * A TCP proxy to the NATS server: `cut` drops its connections and refuses new ones, `restore`
    * takes them again on the same port.
    */
-  async function tcpProxy(): Promise<{
+  async function tcpProxy(
+    /** Sees what the client sends, each chunk once it is forwarded. */
+    sent?: (chunk: Buffer) => void,
+  ): Promise<{
     url: string;
     cut: () => void;
     restore: () => Promise<void>;
@@ -484,7 +528,8 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
           socket.on('error', () => undefined);
           socket.on('close', () => sockets.delete(socket));
         }
-        client.pipe(upstream).pipe(client);
+        client.on('data', (chunk: Buffer) => upstream.write(chunk, () => sent?.(chunk)));
+        upstream.pipe(client);
       });
       proxies.push(proxy);
       await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));

@@ -78,6 +78,11 @@ export interface NatsSubscriptionSettings {
    * the lease stops the subscription). @default always
    */
   readonly mayHold?: () => boolean;
+  /**
+   * Whether in-progress acks may go out now, besides `mayHold` (a partition's lease: only while
+   * the messages they keep would still come back before the lease could lapse). @default always
+   */
+  readonly mayExtend?: () => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
   readonly partition?: number;
   /** How long each pull request lasts. @default 5000 */
@@ -164,7 +169,7 @@ export class NatsSubscription implements Subscription {
   start(): void {
     this.heartbeat = setInterval(
       () => {
-        if (this.settings.mayHold?.() === false) return;
+        if (this.settings.mayHold?.() === false || this.settings.mayExtend?.() === false) return;
         try {
           this.unsettled.forEach((delivery) =>
             sendVerdict(delivery, WORKING, this.settings.respond),

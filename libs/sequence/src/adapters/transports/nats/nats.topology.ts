@@ -45,6 +45,15 @@ const REPLY_SUBJECTS = `${REPLY_SUBJECT_PREFIX}>`;
 export const REPLY_INACTIVE_THRESHOLD_MS = 60_000;
 
 /**
+ * `ack_wait` of a partition's consumer: at most half the lease, so that a holder renewing its
+ * lease every third of it can keep its messages in progress and still stop early enough that,
+ * lost, its messages come back before its lease lapses (see NatsPartitionedSubscription).
+ */
+export function partitionAckWaitMs(ackWaitMs: number, leaseMs: number): number {
+  return Math.min(ackWaitMs, Math.floor(leaseMs / 2));
+}
+
+/**
  * The JetStream objects behind a channel, declared idempotently: a stream `streamName(channel)`
  * on the one subject `<channel>` (file storage, work-queue retention: a message leaves the stream
  * once acked or terminated), and on it a durable pull consumer with explicit acks, `ack_wait` and
@@ -257,7 +266,7 @@ export class NatsTopology {
       await this.declareConsumer(jsm, channel, stream, {
         durable: partitionConsumerName(this.settings.durableName, index),
         filterSubject: partitionSubject(channel, index),
-        ackWaitMs: Math.min(this.settings.ackWaitMs, leaseMs),
+        ackWaitMs: partitionAckWaitMs(this.settings.ackWaitMs, leaseMs),
         maxDeliver: this.settings.maxDeliver,
       });
     }

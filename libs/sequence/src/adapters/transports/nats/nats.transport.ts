@@ -65,7 +65,7 @@ import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { NatsDeadLetterBox } from './nats.dead-letter-box';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
-import { NatsTopology } from './nats.topology';
+import { NatsTopology, partitionAckWaitMs } from './nats.topology';
 
 /** How long `ping` waits for the server's answer. */
 const PING_TIMEOUT_MS = 5_000;
@@ -331,7 +331,8 @@ export class NatsTransport implements Transport {
       leases,
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
-      open: (index, mayHold) => {
+      ackWaitMs: this.settings.ackWaitMs,
+      open: (index, mayHold, mayExtend) => {
         const partition = { index, count };
         let consumer: Consumer | undefined;
         return this.startSubscription({
@@ -340,12 +341,13 @@ export class NatsTransport implements Transport {
           prefetch,
           deadLetterChannel,
           maxDeliver: this.settings.maxDeliver,
-          ackWaitMs: Math.min(this.settings.ackWaitMs, leaseMs),
+          ackWaitMs: partitionAckWaitMs(this.settings.ackWaitMs, leaseMs),
           // Short pull requests: a closing subscriber lets its last one run out before handing
           // back what it holds, and one left by a lost subscriber is gone before its lease.
           fetchExpiresMs: PARTITION_FETCH_EXPIRES_MS,
           drainPullOnClose: true,
           mayHold,
+          mayExtend,
           partition: index,
           consumer: async () => {
             await this.topology.ensurePartitionSubscription(channel, count);
@@ -438,7 +440,13 @@ export class NatsTransport implements Transport {
       Partial<
         Pick<
           NatsSubscriptionSettings,
-          'ackWaitMs' | 'drainPullOnClose' | 'fetchExpiresMs' | 'mayHold' | 'partition' | 'publish'
+          | 'ackWaitMs'
+          | 'drainPullOnClose'
+          | 'fetchExpiresMs'
+          | 'mayHold'
+          | 'mayExtend'
+          | 'partition'
+          | 'publish'
         >
       > & {
         /** The stream the consumer reads. @default the channel's */
