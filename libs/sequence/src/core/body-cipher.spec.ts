@@ -86,6 +86,22 @@ describe('BodyCipher', () => {
     expect(failureOf(() => cipher.open(sealed.subarray(0, 90), identity)).reason).toBe('truncated');
   });
 
+  it('reports a value cut short inside its header as truncated', () => {
+    const sealed = cipher.seal(plaintext, identity);
+
+    for (const length of [0, 2, 5, 40]) {
+      expect(failureOf(() => cipher.open(sealed.subarray(0, length), identity)).reason).toBe(
+        'truncated',
+      );
+    }
+  });
+
+  it('reports plaintext shorter than a header, stored before encryption, as malformed-header', () => {
+    const stored = Buffer.from('{"plain":true}');
+
+    expect(failureOf(() => cipher.open(stored, identity)).reason).toBe('malformed-header');
+  });
+
   it('opens values sealed under a retired key while sealing under the new one (rotation)', () => {
     const old = cipher.seal(plaintext, identity);
     const rotated = new BodyCipher({ keys: [B, A] }, 'test store encryption');

@@ -1,6 +1,6 @@
 import { randomBytes, type CipherGCM, type DecipherGCM } from 'node:crypto';
 import type { PayloadDecryptionFailure } from './errors/payload-decryption.error';
-import { encodeHeader, HEADER_BYTES, parseHeader } from './encryption-format';
+import { encodeHeader, HEADER_BYTES, mayStartHeader, parseHeader } from './encryption-format';
 import { GCM_IV_BYTES, GCM_TAG_BYTES, type EncryptionKeyring } from './encryption-keyring';
 
 /*
@@ -101,6 +101,10 @@ export class SealedBufferOpener {
    */
   final(): Buffer[] {
     const decipher = this.#decipher;
+    // Ended inside the header: cut short, or not sealed at all (plaintext shorter than a header).
+    if (decipher === undefined && !mayStartHeader(this.#pending)) {
+      throw new SealedBufferFailure('malformed-header');
+    }
     if (decipher === undefined || this.#tail.length < GCM_TAG_BYTES) {
       throw new SealedBufferFailure('truncated', this.#keyId);
     }
