@@ -4,7 +4,6 @@ import { errorMessage } from '../../../core/errors/caught';
 import type { Subscription } from '../../../ports/transport.port';
 import type { NatsPartitionLeases } from './nats.partition-leases';
 import type { NatsSubscription } from './nats.subscription';
-import { partitionAckWaitMs } from './nats.topology';
 
 /**
  * A lease is trusted for this share of the lease time after the write that took or renewed it
@@ -29,16 +28,14 @@ export interface NatsPartitionedSubscriptionSettings {
   /** Forgets the declarations, after a failure that may mean they are gone. */
   readonly forget: () => void;
   readonly leases: NatsPartitionLeases;
-  /** The transport's `ackWaitMs`: partitions' consumers get `partitionAckWaitMs` of it. */
-  readonly ackWaitMs: number;
   /**
    * Starts pulling partition `index`; `mayHold` tells whether its lease is still trusted,
-   * `mayExtend` whether in-progress acks may still go out.
+   * `mayExtend` whether in-progress acks keeping its messages `ackWaitMs` more may go out.
    */
   readonly open: (
     index: number,
     mayHold: () => boolean,
-    mayExtend: () => boolean,
+    mayExtend: (ackWaitMs: number) => boolean,
   ) => NatsSubscription;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsPartitionedSubscription) => void;
@@ -231,12 +228,10 @@ export class NatsPartitionedSubscription implements Subscription {
       if (sequence === undefined) continue;
       const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };
       this.owned.set(index, partition);
-      const mayHold = () =>
-        !this.closed && this.owned.get(index) === partition && this.trusted(partition);
       partition.subscription = this.settings.open(
         index,
-        mayHold,
-        () => mayHold() && this.extendable(partition),
+        () => !this.closed && this.owned.get(index) === partition && this.trusted(partition),
+        (ackWaitMs) => this.extendable(partition, ackWaitMs),
       );
     }
   }
@@ -247,12 +242,11 @@ export class NatsPartitionedSubscription implements Subscription {
 
   /**
    * Whether an in-progress ack sent now keeps the partition's messages no later than its lease
-   * could lapse: the server delivers them again `ack_wait` after the last one, and another
+   * could lapse: the server delivers them again `ackWaitMs` after the last one, and another
    * subscriber may claim the partition once the lease lapses. Later ones would let that
    * subscriber pull messages published meanwhile before them, out of order.
    */
-  private extendable(partition: OwnedPartition): boolean {
-    const ackWaitMs = partitionAckWaitMs(this.settings.ackWaitMs, this.leaseMs);
+  private extendable(partition: OwnedPartition, ackWaitMs: number): boolean {
     return monotonicNow() + ackWaitMs < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
   }
 

@@ -79,10 +79,11 @@ export interface NatsSubscriptionSettings {
    */
   readonly mayHold?: () => boolean;
   /**
-   * Whether in-progress acks may go out now, besides `mayHold` (a partition's lease: only while
-   * the messages they keep would still come back before the lease could lapse). @default always
+   * Whether in-progress acks, each keeping the messages for `ackWaitMs` more, may go out now,
+   * besides `mayHold` (a partition's lease: only while the messages would still come back
+   * before the lease could lapse). @default always
    */
-  readonly mayExtend?: () => boolean;
+  readonly mayExtend?: (ackWaitMs: number) => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
   readonly partition?: number;
   /** How long each pull request lasts. @default 5000 */
@@ -169,7 +170,8 @@ export class NatsSubscription implements Subscription {
   start(): void {
     this.heartbeat = setInterval(
       () => {
-        if (this.settings.mayHold?.() === false || this.settings.mayExtend?.() === false) return;
+        const { mayHold, mayExtend, ackWaitMs } = this.settings;
+        if (mayHold?.() === false || mayExtend?.(ackWaitMs) === false) return;
         try {
           this.unsettled.forEach((delivery) =>
             sendVerdict(delivery, WORKING, this.settings.respond),

@@ -331,7 +331,6 @@ export class NatsTransport implements Transport {
       leases,
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
-      ackWaitMs: this.settings.ackWaitMs,
       open: (index, mayHold, mayExtend) => {
         const partition = { index, count };
         let consumer: Consumer | undefined;
