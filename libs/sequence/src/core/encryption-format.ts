@@ -49,10 +49,6 @@ export function encodeHeader({ keyId, iv }: PayloadHeader): Buffer {
 }
 
 /**
- * Reads the first {@link HEADER_BYTES} bytes of a stored payload; `undefined` when they are not
- * a header of this format (other magic or version, a key id of another shape, padding not zero).
- */
-/**
  * Whether `bytes`, shorter than a header, may be the start of one: the magic and the version as
  * far as they go. False for plaintext stored before encryption was turned on, however short.
  */
@@ -62,6 +58,10 @@ export function mayStartHeader(bytes: Buffer): boolean {
   return bytes.length <= VERSION_OFFSET || bytes[VERSION_OFFSET] === PAYLOAD_FORMAT_VERSION;
 }
 
+/**
+ * Reads the first {@link HEADER_BYTES} bytes of a stored payload; `undefined` when they are not
+ * a header of this format (other magic or version, a key id of another shape, padding not zero).
+ */
 export function parseHeader(header: Buffer): PayloadHeader | undefined {
   if (header.length !== HEADER_BYTES) return undefined;
   if (!header.subarray(0, MAGIC.length).equals(MAGIC)) return undefined;

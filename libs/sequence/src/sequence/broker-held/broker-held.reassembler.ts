@@ -656,9 +656,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
 
   /**
    * The broker took back the deliveries `signal` stood for (the partition went to another
-   * consumer, or its channel was lost): a sequence still holding one of them is dropped here,
-   * silently (no marker, no expiry, no dead letter), and left to whichever consumer gets its
-   * fragments again. One already complete goes on: its handler is running.
+   * consumer, or its channel was lost): a sequence still holding one of them is dropped here
+   * with a warning (no marker, no expiry, no dead letter), and left to whichever consumer gets
+   * its fragments again. One already complete goes on: its handler is running.
    */
   private abandon(sequence: HeldSequence, signal: AbortSignal): void {
     if (sequence.phase !== 'holding') return;
