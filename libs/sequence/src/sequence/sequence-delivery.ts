@@ -163,12 +163,12 @@ export class SequenceDelivery {
         return ACK;
       }
     } catch (error) {
-      // The handler ran; if the marker cannot be written the sequence may be delivered again
-      // once the lease lapses: at-least-once, never lost.
+      // The handler ran; the lease is kept (it lapses by itself), so the redelivered fragment
+      // takes the sequence over only after `leaseMs`: at-least-once, never lost.
       this.logger.error(
         `sequence ${ref.sequenceId} was handled but not marked completed: ${errorMessage(error)}`,
       );
-      return this.keepLeaseAndRequeue();
+      return this.storeUnavailable();
     }
     this.metrics.sequenceCompleted(channel, firstFragmentAt);
     this.lifecycle.completed(channel, sequence, attempts);
@@ -203,7 +203,8 @@ export class SequenceDelivery {
       this.logger.warn(
         `could not mark sequence ${ref.sequenceId} failed; requeued: ${errorMessage(error)}`,
       );
-      return handler ? this.keepLeaseAndRequeue() : this.handBack(ref, leaseToken);
+      // The handler ran: its lease is kept, as for a completion (see complete).
+      return handler ? this.storeUnavailable() : this.handBack(ref, leaseToken);
     }
     this.metrics.sequenceRejected(channel, code);
     if (handler) this.lifecycle.failed(channel, ref.sequenceId, code, detail, handler.attempts);
@@ -289,21 +290,14 @@ export class SequenceDelivery {
     return status?.state === 'finished' && status.outcome === outcome;
   }
 
-  /**
-   * The handler ran but its outcome could not be recorded: the lease is kept (it lapses by
-   * itself), so that the redelivered fragment takes the sequence over only after `leaseMs`.
-   */
-  private keepLeaseAndRequeue(): Disposition {
-    return {
-      action: 'requeue',
-      delayMs: this.options.tuning.backpressureDelayMs,
-      reason: 'store unavailable',
-    };
-  }
-
   /** After a transient failure: let the lease go so the redelivered fragment can retry at once. */
   private async handBack(ref: SequenceRef, leaseToken: string): Promise<Disposition> {
     await this.store.releaseLease(ref, leaseToken, Date.now()).catch(() => undefined); // the lease then lapses by itself
+    return this.storeUnavailable();
+  }
+
+  /** The fragment comes back later, behind what is queued. */
+  private storeUnavailable(): Disposition {
     return {
       action: 'requeue',
       delayMs: this.options.tuning.backpressureDelayMs,
