@@ -131,7 +131,7 @@ export class ExpirySweeper extends Sweeper<number> {
     const record = Buffer.from(JSON.stringify(expiryRecord(channel, expired)));
     // Retried per `publish.retry`: the sequence is already claimed, so no later sweep would
     // report it. Shutting down ends the retries, not the first attempt (see leftRunning).
-    let attempts = 0;
+    let asked = 0;
     const outcome = await publishWithRetry(
       this.transport,
       deadLetterChannel,
@@ -142,7 +142,7 @@ export class ExpirySweeper extends Sweeper<number> {
         [SequenceHeader.contentType]: 'application/json',
       },
       this.options.publish,
-      () => attempts++ === 0 || !this.stopping,
+      () => asked++ === 0 || !this.stopping,
     );
     if (outcome.ok) {
       this.deadLetters.deadLettered(channel, 'sequence-expired');
