@@ -22,6 +22,11 @@ export interface TransportHarness {
   create(): Promise<Transport>;
   /** Closes it and cleans up; `transport.close()` when absent. */
   close?(transport: Transport): Promise<void>;
+  /**
+   * Whether every delivery carries `abandoned` (an `AbortSignal`): then the suite requires it.
+   * Leave it unset for a transport that cannot tell when its deliveries can no longer be settled.
+   */
+  offersAbandoned?: boolean;
 }
 
 const ACK: Disposition = { action: 'ack' };
@@ -346,6 +351,7 @@ export function describeTransportConformance(adapterName: string, harness: Trans
       await transport.publish(channel, Buffer.from('held'), {});
       await eventually(() => held !== undefined, 'the delivery');
       const abandoned = held!.abandoned;
+      if (harness.offersAbandoned) expect(abandoned).toBeInstanceOf(AbortSignal);
       if (abandoned === undefined) return; // the transport cannot tell
       expect(abandoned.aborted).toBe(false);
       await subscription.close();

@@ -12,6 +12,7 @@ import { InMemoryTransport } from './in-memory.transport';
 
 describeTransportConformance('in-memory', {
   create: async () => new InMemoryTransport({ maxMessageBytes: 4 * 1024 * 1024 }),
+  offersAbandoned: true,
 });
 
 describeReplyChannelConformance('in-memory', {

@@ -24,6 +24,7 @@ describeWithServer('nats', 'NatsTransport', () => {
         { servers: server.url, reconnectTimeWait: 100 },
         { maxMessageBytes: 4 * 1024 * 1024, nakDelayMs: 5 },
       ),
+    offersAbandoned: true,
   });
 
   describeReplyChannelConformance('nats (JetStream)', {

@@ -134,6 +134,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
         await transport.close();
         await deleteQueues();
       },
+      offersAbandoned: true,
     });
   }
 
