@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { SchedulerRegistry } from '@nestjs/schedule';
+import { clockFrom } from '../core/async';
 import { asError } from '../core/errors/caught';
 import { Sweeper } from '../kernel/sweeper';
 import type { ResolvedOptions } from '../options/resolved-options';
@@ -29,7 +30,8 @@ export class OutboxPurge extends Sweeper<number> {
     );
   }
 
-  protected async sweepOnce(): Promise<number> {
+  protected async sweepOnce(now: number): Promise<number> {
+    const clock = clockFrom(now);
     let deleted = 0;
     let failure: Error | undefined;
     const { batchSize } = this.settings;
@@ -38,7 +40,7 @@ export class OutboxPurge extends Sweeper<number> {
       if (retentionMs === false || this.stopping) continue;
       try {
         // A retention longer than the epoch is old reaches before it: nothing is that old.
-        const completedBefore = Math.max(0, Date.now() - retentionMs);
+        const completedBefore = Math.max(0, clock() - retentionMs);
         while (!this.stopping) {
           const purged = await this.store.purge(box, { completedBefore, batchSize, maxBatches: 1 });
           deleted += purged;
