@@ -41,7 +41,9 @@ function failedRow(box: BoxName, record: StoredRecord): FailedRowItem {
     attempts: record.attempts,
     lastError: record.lastError,
     createdAt: record.createdAt,
-    failedAt: record.nextAttemptAt,
+    // A row's first attempt is due when it is created (stores write the epoch there, so that
+    // every clock finds it due): one that failed at once was due at its creation.
+    failedAt: Math.max(record.nextAttemptAt, record.createdAt),
   };
 }
 
