@@ -109,7 +109,12 @@ export class BoxesReader {
     const discard = store.discard?.bind(store);
     if (!discard) throw unsupported(`the ${store.name} outbox store cannot discard rows`);
     let changed = 0;
-    for (const box of only ? [only] : BOXES[side]) changed += await discard(box, ids);
+    for (const box of only ? [only] : BOXES[side]) {
+      const discarded = await discard(box, ids);
+      // In an ordered box, what was held back behind a discarded row is due now.
+      if (discarded > 0) this.runtime.wake(box);
+      changed += discarded;
+    }
     return this.answer(side, 'discarded', ids, changed);
   }
 

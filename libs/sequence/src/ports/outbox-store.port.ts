@@ -297,7 +297,9 @@ export interface OutboxStore {
   retry(box: BoxName, ids: readonly string[], now: number): Promise<number>;
   /**
    * Deletes `FAILED` records by id, for good (an operator gave up on them); other ids, and records
-   * that are not `FAILED`, are left alone. Resolves with how many it deleted. Optional.
+   * that are not `FAILED`, are left alone. Resolves with how many it deleted, and wakes the box's
+   * watchers when that is any (as `retry` does): in an ordered box, the records held back behind
+   * a discarded one are due now. Optional.
    */
   discard?(box: BoxName, ids: readonly string[]): Promise<number>;
   purge(box: BoxName, options: PurgeOptions): Promise<number>;

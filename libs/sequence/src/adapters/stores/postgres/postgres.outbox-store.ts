@@ -288,7 +288,7 @@ export class PostgresOutboxStore implements OutboxStore {
     if (ids.length === 0) return 0;
     const { rows } = await this.reader().query<{ discarded: string }>(
       statements['discard-failed'],
-      [ids],
+      [ids, this.notifyChannel, box],
     );
     return Number(rows[0].discarded);
   }

@@ -225,10 +225,16 @@ export class SqliteOutboxStore implements OutboxStore {
     this.statements.table(box);
     assertIds(ids);
     if (ids.length === 0) return 0;
-    return this.inTransaction(
-      async () =>
-        this.statements.box('discard-failed', box).run({ ids: JSON.stringify(ids) }).changes,
-    );
+    return this.inTransaction(async (transaction) => {
+      const changes = this.statements
+        .box('discard-failed', box)
+        .run({ ids: JSON.stringify(ids) }).changes;
+      // In an ordered box, what was held back behind a discarded record is due now.
+      if (changes > 0) {
+        transaction.afterCommit(`${this.channel}\u0000${box}`, () => this.wakeups.notify(box));
+      }
+      return changes;
+    });
   }
 
   /** Deletes in batches, each its own transaction, letting other work in between. */

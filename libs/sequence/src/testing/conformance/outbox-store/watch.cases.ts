@@ -1,6 +1,7 @@
 import type { BoxName } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
+  BOX,
   eventually,
   record,
   sleep,
@@ -59,6 +60,31 @@ export function describeWatchCases(c: OutboxSuiteContext): void {
       await sleep(300);
       expect(boxes).not.toContain('outbox_events');
     });
+
+    for (const change of ['retry', 'discard'] as const) {
+      it(`calls the listener after a ${change} changed a FAILED record`, async () => {
+        const discard = c.store.discard?.bind(c.store);
+        if (change === 'discard' && !discard) {
+          throw new Error(`${c.store.name} does not implement discard`);
+        }
+        const { boxes } = await watchBoxes();
+        await appendCommitted(c.store, BOX, [record('poison')]);
+        await c.store.claim(BOX, { limit: 10, now: c.t0 }, async (batch) =>
+          batch.records.map((each) => ({ id: each.id, status: 'failed', error: 'poison' })),
+        );
+        await eventually(() => boxes.includes(BOX), 'the wake-up of the append');
+        // Past the append's wake-ups, late or repeated ones included.
+        await sleep(300);
+        boxes.length = 0;
+
+        const changed =
+          change === 'retry'
+            ? await c.store.retry(BOX, ['poison'], c.t0)
+            : await discard!(BOX, ['poison']);
+        expect(changed).toBe(1);
+        await eventually(() => boxes.includes(BOX), `a wake-up after the ${change}`);
+      });
+    }
 
     it('stops calling a listener once it unsubscribed, other listeners going on', async () => {
       const gone = await watchBoxes();
