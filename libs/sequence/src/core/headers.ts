@@ -82,6 +82,12 @@ export function userHeaderProblems(headers: Readonly<Record<string, unknown>>): 
   for (const [name, value] of Object.entries(headers)) {
     if (isContractHeader(name) || name === CLAIM_CHECK_HEADER) {
       problems.push(`header ${name} belongs to the wire contract; rename yours`);
+    } else if (hasFragmentPrefix(name)) {
+      // A receiver takes a message with any such header for a fragment of a sequence.
+      problems.push(
+        `header ${name} is in the wire contract's x-sequence-* / x-fragment-* space ` +
+          '(any case); rename yours',
+      );
     }
     // Copied from a delivery (a dead letter forwarded whole), they would mislead the receiver:
     // an old x-requeue-count, say, counts against the new message's requeue budget.
@@ -122,11 +128,13 @@ export function isTransportHeader(name: string): boolean {
  * its own. One whose headers are incomplete is refused as a fragment (`malformed-header`).
  */
 export function carriesFragmentHeaders(headers: Readonly<Record<string, unknown>>): boolean {
-  for (const name of Object.keys(headers)) {
-    const lower = name.toLowerCase();
-    if (lower.startsWith('x-sequence-') || lower.startsWith('x-fragment-')) return true;
-  }
-  return false;
+  return Object.keys(headers).some(hasFragmentPrefix);
+}
+
+/** True for a name in the fragment contract's space: `x-sequence-*` or `x-fragment-*`, any case. */
+function hasFragmentPrefix(name: string): boolean {
+  const lower = name.toLowerCase();
+  return lower.startsWith('x-sequence-') || lower.startsWith('x-fragment-');
 }
 
 /**

@@ -126,6 +126,30 @@ describe('claim check: options validation at boot', () => {
     }
   });
 
+  it.each([
+    ['x-sequence-note', 100],
+    ['x-fragment-note', 100],
+    ['X-Sequence-Id', 100],
+    ['x-sequence-note', 300 * 1024], // would go as a ticket
+  ])(
+    'per call: a header %s in the fragment space is refused (%d bytes): receivers take it for a fragment',
+    async (name, size) => {
+      const t = await createClaimCheckTestApp({});
+      try {
+        const refusal = await t.claimCheck
+          .publish(DEFAULT_CHANNEL, Buffer.alloc(size), { headers: { [name]: 'a' } })
+          .catch((error: unknown) => error);
+
+        expect(refusal).toBeInstanceOf(SequenceOptionsError);
+        expect((refusal as SequenceOptionsError).problems).toEqual([
+          `header ${name} is in the wire contract's x-sequence-* / x-fragment-* space (any case); rename yours`,
+        ]);
+      } finally {
+        await t.close();
+      }
+    },
+  );
+
   it('a signing secret under 32 bytes: refused, naming the key', async () => {
     const error = await bootFailure({ signingKeys: [{ id: 'k-2026', secret: 'too-short' }] });
     expect(error.problems).toEqual([
