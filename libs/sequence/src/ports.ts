@@ -55,6 +55,7 @@ export type {
   PayloadInfo,
   PayloadMetadata,
   PayloadStore,
+  GetOptions,
   PutOptions,
   StoredPayload,
   SweepCandidate,

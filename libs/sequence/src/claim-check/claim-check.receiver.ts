@@ -229,8 +229,8 @@ export class ClaimCheckReceiver {
 
     this.metrics.checkedOut(store.name);
     const startedAt = this.parking.lifecycle.clock();
-    const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, () =>
-      store.get(ticket.ref),
+    const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, (signal) =>
+      store.get(ticket.ref, { signal }),
     );
     const stopRenewing = this.keepLease(key, holder);
     let outcome: HandlerOutcome;

@@ -145,8 +145,8 @@ export class ClaimCheckService {
       if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
       this.metrics.checkedOut(store.name);
       this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, startedAt);
-      return ClaimedPayload.resolved(verified, headers, info.metadata, () =>
-        store.get(verified.ref),
+      return ClaimedPayload.resolved(verified, headers, info.metadata, (signal) =>
+        store.get(verified.ref, { signal }),
       );
     });
   }

@@ -58,10 +58,12 @@ export class ClaimedPayload {
   private readonly sources = new Set<Readable>();
   /** Set by `close()`: the handler returned, and nothing read after says anything about it. */
   private closed = false;
+  /** Aborted by `close()`: a store still opening the payload gives up and closes what it opened. */
+  private readonly closing = new AbortController();
 
   private constructor(
     init: ClaimedPayloadInit,
-    private readonly open: () => Promise<Readable>,
+    private readonly open: (signal: AbortSignal) => Promise<Readable>,
   ) {
     this.via = init.via;
     this.bytes = init.bytes;
@@ -110,7 +112,7 @@ export class ClaimedPayload {
     ticket: ClaimTicket,
     headers: HeaderMap,
     metadata: Readonly<Record<string, string>> | undefined,
-    open: () => Promise<Readable>,
+    open: (signal: AbortSignal) => Promise<Readable>,
   ): ClaimedPayload {
     return new ClaimedPayload(
       {
@@ -142,7 +144,7 @@ export class ClaimedPayload {
       this.readError = undefined;
     };
     const open = async (): Promise<Readable> => {
-      const source = await this.open();
+      const source = await this.open(this.closing.signal);
       if (this.closed) {
         source.destroy();
       } else {
@@ -166,6 +168,7 @@ export class ClaimedPayload {
    */
   close(): void {
     this.closed = true;
+    this.closing.abort(new Error('the payload was closed: its handler is done with it'));
     // The store's streams first and at once: the generator reading one may be waiting on its next
     // chunk, and would only stop (and destroy it) once that chunk came.
     for (const stream of [...this.sources, ...this.streams]) {

@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { ClaimedPayload, PayloadStore } from 'nest-sequence';
-import { bytes } from '../support/sequence-test-app';
+import { bytes, eventually } from '../support/sequence-test-app';
 import {
   createClaimCheckTestApp,
+  deathReasons,
   publishTicket,
   type ClaimCheckTestApp,
 } from './claim-check-test-app';
@@ -87,5 +89,34 @@ describe('claim check: a handler that reads part of its payload', () => {
     expect(t.handler.deliveries[0].bytes.length).toBe(1024);
     expect(opened).toHaveLength(1);
     expect(opened[0].destroyed).toBe(true);
+  });
+
+  it('closes a store stream that stalled before its first byte once the handler was abandoned, encrypted too', async () => {
+    // Encrypted at rest, the store's get reads the header before it resolves: the stream is not
+    // the handler's yet, and only the payload's close can end the wait.
+    t = await createClaimCheckTestApp({
+      handlers: [{ channel: 'cc.test', handlerTimeoutMs: 200, handlerRetry: { attempts: 1 } }],
+      claimCheck: { encryption: { keys: [{ id: 'k1', key: randomBytes(32) }] } },
+      wrapStore: (inner): PayloadStore =>
+        new Proxy(inner, {
+          get: (target, property, receiver): unknown =>
+            property === 'get'
+              ? () => {
+                  const stream = new Readable({ read() {} }); // never gives a byte
+                  opened.push(stream);
+                  return Promise.resolve(stream);
+                }
+              : Reflect.get(target, property, receiver),
+        }),
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(64 * 1024, 5), { audience: t.channel });
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await t.transport.whenIdle();
+
+    expect(deathReasons(t.transport, t.channel)[0]).toMatch(/^handler-timeout/);
+    expect(opened).toHaveLength(1);
+    // Through the decrypting stream's pipeline, a tick or two after the close.
+    await eventually(() => opened[0].destroyed, 'the stalled store stream destroyed', 1_000);
   });
 });

@@ -1,6 +1,7 @@
 import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { pipeline, type Readable } from 'node:stream';
 import type {
+  GetOptions,
   PayloadInfo,
   PayloadStore,
   PutOptions,
@@ -82,14 +83,24 @@ export class EncryptingPayloadStore implements PayloadStore {
     }
   }
 
-  async get(ref: string): Promise<Readable> {
-    const stored = await this.inner.get(ref);
+  async get(ref: string, options: GetOptions = {}): Promise<Readable> {
+    const stored = await this.inner.get(ref, options);
     const decrypting = new DecryptingStream(
       this.keyring,
       (reason, keyId) => new PayloadDecryptionError(this.name, ref, reason, keyId),
     );
     pipeline(stored, decrypting, () => undefined);
-    await decrypting.header;
+    // Waiting for the header, the stream is not the caller's yet: if the store stalls before
+    // its first byte, only the caller's signal can close it (and, through the pipeline, `stored`).
+    const { signal } = options;
+    const abandon = () => decrypting.destroy(abortReason(signal!));
+    if (signal?.aborted) abandon();
+    signal?.addEventListener('abort', abandon, { once: true });
+    try {
+      await decrypting.header;
+    } finally {
+      signal?.removeEventListener('abort', abandon);
+    }
     return decrypting;
   }
 
@@ -127,4 +138,10 @@ export class EncryptingPayloadStore implements PayloadStore {
  */
 function plaintextBytes(storedBytes: number): number {
   return Math.max(0, storedBytes - ENCRYPTION_OVERHEAD_BYTES);
+}
+
+/** The signal's reason as an Error (an `abort()` without one gives an `AbortError`). */
+function abortReason(signal: AbortSignal): Error {
+  const reason: unknown = signal.reason;
+  return reason instanceof Error ? reason : new Error(`aborted: ${String(reason)}`);
 }
