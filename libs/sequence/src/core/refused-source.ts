@@ -1,15 +1,24 @@
 import { Readable } from 'node:stream';
+import { isRecordSource } from './payload-source';
 
 /**
  * Runs the checks of a call that was given `payload`: when they throw, the call refuses the
- * payload before reading it, and a stream given to it (a file, say) is destroyed first, or its
- * handle would stay open.
+ * payload before reading it, and a stream given to it (a file, say; or the records stream of a
+ * record source) is destroyed first, or its handle would stay open.
  */
 export function checkedBeforeReading<T>(payload: unknown, check: () => T): T {
   try {
     return check();
   } catch (error) {
-    if (payload instanceof Readable) payload.destroy();
+    destroySource(payload);
     throw error;
+  }
+}
+
+/** Destroys `payload` when it is (or its records are) a Readable; other sources are left alone. */
+export function destroySource(payload: unknown): void {
+  if (payload instanceof Readable) payload.destroy();
+  else if (isRecordSource(payload) && payload.records instanceof Readable) {
+    payload.records.destroy();
   }
 }

@@ -2,9 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Inject, Injectable } from '@nestjs/common';
 import { crc32, sha256Hasher } from '../core/checksum';
+import { CONTENT_TYPE_PATTERN } from '../core/claim-ticket';
+import { userHeadersRefusal } from '../core/completeness';
 import { SequencePublishError } from '../core/errors/sequence-publish.error';
 import { SequenceSourceError } from '../core/errors/sequence-source.error';
-import { checkedBeforeReading } from '../core/refused-source';
+import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
 import {
@@ -101,7 +103,7 @@ export class SplitterService implements SequenceSender {
       contentEncoding: options.contentEncoding,
     };
 
-    if (payload instanceof Uint8Array) {
+    if (isByteArray(payload)) {
       const whole = Buffer.isBuffer(payload)
         ? payload
         : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
@@ -155,7 +157,9 @@ export class SplitterService implements SequenceSender {
         yield { body, position, headers };
       }
     })();
-    await this.publishAll(channel, sequenceId, fragments, policy, options, span);
+    await this.publishAll(channel, sequenceId, fragments, policy, options, span, () =>
+      destroySource(payload),
+    );
     return { channel, sequenceId, ...totals };
   }
 
@@ -163,6 +167,8 @@ export class SplitterService implements SequenceSender {
    * Publishes fragments with up to `inFlight` awaiting their confirm. The source is pulled only
    * when a slot frees, which is what bounds memory for streams. On the first final failure no
    * further fragment is read; the ones in flight are allowed to settle, then the error is thrown.
+   * A read of the source still waiting then (a live stream with nothing new) is not waited for:
+   * `abandonSource` closes the source.
    */
   private async publishAll(
     channel: string,
@@ -171,18 +177,25 @@ export class SplitterService implements SequenceSender {
     policy: ResolvedPublishPolicy,
     options: Pick<SendOptions, 'via' | 'buffer' | 'partitions'>,
     span?: TraceSpan,
+    abandonSource?: () => void,
   ): Promise<void> {
     const via = options.via ?? 'broker';
     const partition = this.partitionOf(sequenceId, options);
     const inFlight = new Set<Promise<void>>();
     let failure: SequencePublishError | undefined;
+    /** Ends the wait for the source's next fragment, if one is waited for. */
+    let stopWaiting: (() => void) | undefined;
+    const fail = (error: SequencePublishError) => {
+      failure ??= error;
+      stopWaiting?.();
+    };
     const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
       let parked: ParkedFragment | undefined;
       if (via === 'claim-check') {
         try {
           parked = await this.parking.park(body, channel);
         } catch (error) {
-          failure ??= new SequencePublishError(channel, sequenceId, position, 0, error);
+          fail(new SequencePublishError(channel, sequenceId, position, 0, error));
           return;
         }
       }
@@ -208,12 +221,8 @@ export class SplitterService implements SequenceSender {
       if (outcome.ok && span)
         SequenceTracing.published(span, position, body.length, outcome.attempts);
       if (!outcome.ok) {
-        failure ??= new SequencePublishError(
-          channel,
-          sequenceId,
-          position,
-          outcome.attempts,
-          outcome.error,
+        fail(
+          new SequencePublishError(channel, sequenceId, position, outcome.attempts, outcome.error),
         );
       }
       // A fragment whose confirm timed out may still arrive: keep its body (until expiry).
@@ -221,23 +230,46 @@ export class SplitterService implements SequenceSender {
     };
     let sent = 0;
     let sourceFailure: unknown;
+    const iterator =
+      Symbol.asyncIterator in fragments
+        ? fragments[Symbol.asyncIterator]()
+        : fragments[Symbol.iterator]();
+    let done = false;
     try {
-      for await (const fragment of fragments) {
-        // A publish may have failed for good while this fragment was being read: send no more.
-        if (failure) break;
-        sent++;
-        const pending = publishOne(fragment).finally(() => inFlight.delete(pending));
-        inFlight.add(pending);
-        if (inFlight.size >= policy.inFlight) {
-          await Promise.race(inFlight);
-          // Failed while this one was confirmed: read nothing more from the source.
-          if (failure) break;
+      while (!failure) {
+        const reading = Promise.resolve(iterator.next());
+        // Not a Promise.race with one long-lived promise: each race would leave a reaction on it
+        // holding its result, every fragment's body.
+        const step = await new Promise<IteratorResult<OutgoingFragment> | typeof STOPPED>(
+          (resolve, reject) => {
+            stopWaiting = () => resolve(STOPPED);
+            reading.then(resolve, reject);
+          },
+        );
+        stopWaiting = undefined;
+        if (step === STOPPED) {
+          // Failed for good while the source had nothing to give: it may never give more.
+          reading.catch(() => undefined);
+          abandonSource?.();
+          break;
         }
+        if (step.done) {
+          done = true;
+          break;
+        }
+        sent++;
+        const pending = publishOne(step.value).finally(() => inFlight.delete(pending));
+        inFlight.add(pending);
+        if (inFlight.size >= policy.inFlight) await Promise.race(inFlight);
       }
     } catch (error) {
       // Only reading the source throws here (a publish's failure is recorded, not thrown).
       sourceFailure = error;
+      done = true;
     } finally {
+      // As a `for await` that breaks: the generators close what they read (not awaited when the
+      // source was abandoned mid-read: its pending read settles first).
+      if (!done) void Promise.resolve(iterator.return?.()).catch(() => undefined);
       await Promise.all(inFlight);
     }
     if (failure) throw failure;
@@ -302,7 +334,28 @@ export class SplitterService implements SequenceSender {
           `${this.transport.maxMessageBytes - headerAllowanceBytes}`,
       );
     }
-    problems.push(...userHeaderProblems(options.headers ?? {}));
+    const headerProblems = userHeaderProblems(options.headers ?? {});
+    problems.push(...headerProblems);
+    if (headerProblems.length === 0) {
+      // Its consumers would dead-letter every fragment (headers-too-large).
+      const refused = userHeadersRefusal(
+        options.headers ?? {},
+        this.options.sequence.consumer.maxHeaderBytes,
+      );
+      if (refused)
+        problems.push(`headers: ${refused.detail}, the module's sequence.maxHeaderBytes`);
+    }
+    if (options.via !== undefined && options.via !== 'broker' && options.via !== 'claim-check') {
+      problems.push(`via must be 'broker' or 'claim-check', got ${String(options.via)}`);
+    }
+    for (const name of ['contentType', 'contentEncoding'] as const) {
+      const value: unknown = options[name];
+      if (value !== undefined && (typeof value !== 'string' || !CONTENT_TYPE_PATTERN.test(value))) {
+        problems.push(
+          `${name} must be 1-255 printable ASCII characters, got ${JSON.stringify(value)}`,
+        );
+      }
+    }
     const { buffer, partitions } = this.bufferOf(options);
     if (buffer !== 'store' && buffer !== 'broker') {
       problems.push(`buffer must be 'store' or 'broker', got ${String(buffer)}`);
@@ -328,4 +381,19 @@ async function* toAsyncIterable(
   for await (const chunk of payload as AsyncIterable<Uint8Array | string>) {
     yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
   }
+}
+
+/** What `publishAll`'s wait for the source gives when a publish failed for good meanwhile. */
+const STOPPED = Symbol('stopped');
+
+/**
+ * A whole payload in memory: a Buffer or any Uint8Array, from this realm or another (a `vm`
+ * context, a worker's transferred array), as stream chunks are taken.
+ */
+function isByteArray(payload: unknown): payload is Uint8Array {
+  return (
+    payload instanceof Uint8Array ||
+    (ArrayBuffer.isView(payload) &&
+      Object.prototype.toString.call(payload) === '[object Uint8Array]')
+  );
 }
