@@ -74,6 +74,10 @@ export class FragmentStream {
         handlerTimeoutMs: options.handlerTimeoutMs ?? false,
         prefetch: options.prefetch,
         deadLetterChannel: options.deadLetterChannel,
+        // Fragments ahead of a missing one wait in the broker, whatever the module's
+        // resequencer.overflow says for @Resequenced handlers: one dead-lettered here would leave
+        // a hole no expiry comes for.
+        overflow: 'backpressure',
         maxBufferedPerKey: options.maxFragments,
         maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
@@ -154,7 +158,9 @@ export class FragmentStream {
     // Released behind the last fragment (it was buffered before the last came): never handed over.
     const pastEnd = this.pastEnd(fragment);
     if (pastEnd) {
-      this.lifecycle.rejected(this.channel, sequenceId, 'position-out-of-range', pastEnd);
+      // The sequence itself ended (completed, or refused at its last fragment): only this
+      // fragment is refused, as one arriving after the last is.
+      this.lifecycle.fragmentRejected(this.channel, 'position-out-of-range', pastEnd, fragment);
       throw new MessageRefusedError('position-out-of-range', pastEnd);
     }
     this.digests.feed(sequenceId, position, event.body);
@@ -163,7 +169,10 @@ export class FragmentStream {
       const detail =
         `sequence ${sequenceId} fragment ${position}: ${streamed} bytes streamed pass ` +
         `maxSequenceBytes (${this.options.maxSequenceBytes})`;
-      this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
+      // Once per sequence: for the fragment that crossed the limit, not each one after it.
+      if (streamed - event.body.length <= this.options.maxSequenceBytes) {
+        this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
+      }
       // Final: the deliverer dead-letters this fragment without retrying the handler.
       throw new MessageRefusedError('sequence-too-large', detail);
     }
@@ -178,6 +187,8 @@ export class FragmentStream {
           const error = new SequenceIntegrityError(sequenceId, fragment, check);
           this.lifecycle.rejected(this.channel, sequenceId, 'integrity-mismatch', error.message);
         }
+        // Its end: no other last, nor any fragment past it, is handed over after this one.
+        this.markEnded(sequenceId, position);
         // Final: the deliverer dead-letters this fragment without retrying the handler.
         throw new SequenceIntegrityError(sequenceId, fragment, check);
       }
@@ -189,34 +200,59 @@ export class FragmentStream {
         );
       }
     }
-    this.events.delivering(fragment);
-    const handled = this.handler(
-      new StreamedFragment(
-        sequenceId,
-        position,
-        fragment.last,
-        event.body,
-        fragment.userHeaders,
-        fragment.size,
-        fragment.bytes,
-        fragment.contentType,
-        verified,
-      ),
-      context,
-    );
-    try {
-      await handled;
-    } catch (error) {
+    this.events.delivering(fragment, context.attempt);
+    // Past handlerTimeoutMs the call is abandoned, not failed: the deliverer retries or
+    // dead-letters the fragment now, so its events go now too, and none when the call returns.
+    const failed = (error: unknown) => {
       this.events.handlerFailed(fragment, error, context.attempt);
+      // Dead-lettered, not handled: the handler did not take every byte, so the SHA-256 of what
+      // it took cannot vouch for the payload (its last fragment goes with verified: false).
+      const final =
+        error instanceof MessageRefusedError ||
+        context.attempt >= this.options.handlerRetry.attempts;
+      if (final) this.digests.forget(sequenceId);
+    };
+    const abandoned = () => failed(context.signal.reason);
+    context.signal.addEventListener('abort', abandoned, { once: true });
+    // Called inside the try: a handler that throws at once fails as one that rejects.
+    const call = () =>
+      this.handler(
+        new StreamedFragment(
+          sequenceId,
+          position,
+          fragment.last,
+          event.body,
+          fragment.userHeaders,
+          fragment.size,
+          fragment.bytes,
+          fragment.contentType,
+          verified,
+        ),
+        context,
+      );
+    try {
+      await call();
+    } catch (error) {
+      if (!context.signal.aborted) failed(error);
       throw error;
+    } finally {
+      context.signal.removeEventListener('abort', abandoned);
     }
-    this.events.delivered(fragment, event.body.length, streamed ?? 0, context.attempt);
+    if (context.signal.aborted) return;
+    // Not followed from fragment 1 here (another instance, a restart): what the last declares.
+    const bytes = streamed ?? fragment.bytes ?? 0;
+    this.events.delivered(fragment, event.body.length, bytes, context.attempt);
     if (fragment.last) {
       this.digests.forget(sequenceId);
-      this.ended.set(sequenceId, position);
-      if (this.ended.size > FOLLOWED_SEQUENCES) {
-        this.ended.delete(this.ended.keys().next().value as string);
-      }
+      this.markEnded(sequenceId, position);
+    }
+  }
+
+  /** Notes where `sequenceId` ended, for {@link pastEnd}; the oldest are forgotten first. */
+  private markEnded(sequenceId: string, position: number): void {
+    this.ended.set(sequenceId, position);
+    if (this.ended.size > FOLLOWED_SEQUENCES) {
+      this.ended.delete(this.ended.keys().next().value as string);
     }
   }
 

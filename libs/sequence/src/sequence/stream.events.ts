@@ -21,8 +21,8 @@ export class StreamLifecycle {
     private readonly attempts: number,
   ) {}
 
-  /** Before the handler is called with `fragment`. */
-  delivering(fragment: FragmentHeaders): void {
+  /** Before the handler is called with `fragment` (`attempt`: 1 for the first call). */
+  delivering(fragment: FragmentHeaders, attempt: number): void {
     if (!this.lifecycle.events.listening) return;
     const { sequenceId } = fragment;
     if (!this.startedAt.has(sequenceId)) {
@@ -31,7 +31,8 @@ export class StreamLifecycle {
       }
       this.startedAt.set(sequenceId, Date.now());
     }
-    if (fragment.position === 1) this.lifecycle.started(this.channel, fragment);
+    // Once per sequence, not again when the handler is retried.
+    if (fragment.position === 1 && attempt === 1) this.lifecycle.started(this.channel, fragment);
   }
 
   /** After the handler took `fragment` (`bytes`: the sequence's bytes streamed so far). */

@@ -1,0 +1,201 @@
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  InMemoryTransport,
+  SequencedHandler,
+  SequenceModule,
+  StreamedFragment,
+  type SequencedHandlerOptions,
+  type SequenceModuleOptions,
+} from 'nest-sequence';
+import { buildFragmentHeaders } from 'nest-sequence/wire';
+import { crc32 } from '../../src/core/checksum';
+import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
+import { mergeOptions } from '../support/merge-options';
+import { recordEvents, type EventRecorder } from '../events/event-recorder';
+import { createHash } from 'node:crypto';
+
+const channel = 'stream.rejected';
+const dlq = `${channel}.dlq`;
+
+describe('stream mode: after a fragment was refused', () => {
+  let app: INestApplicationContext;
+  let transport: InMemoryTransport;
+  let received: StreamedFragment[];
+  let recorder: EventRecorder;
+  let fail: (fragment: StreamedFragment) => boolean;
+
+  async function start(
+    options: Partial<SequencedHandlerOptions> = {},
+    moduleOptions: Partial<SequenceModuleOptions> = {},
+  ) {
+    received = [];
+    fail = () => false;
+    transport = new InMemoryTransport();
+    @Injectable()
+    class StreamingReader {
+      @SequencedHandler({ channel, mode: 'stream', ...options })
+      read(fragment: StreamedFragment): void {
+        if (fail(fragment)) throw new Error('handler down');
+        received.push(fragment);
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot(
+          mergeOptions<SequenceModuleOptions>(
+            { ...moduleOptions, transport },
+            { tuning: { sweepers: { gaps: { intervalMs: false } } } },
+          ),
+        ),
+      ],
+      providers: [StreamingReader],
+    }).compile();
+    moduleRef.useLogger(false);
+    app = await moduleRef.init();
+    recorder = recordEvents(app);
+  }
+
+  afterEach(async () => {
+    recorder?.stop();
+    await app?.close();
+    await transport?.close();
+  });
+
+  const reasons = () =>
+    transport.peek(dlq).map((message) => String(message.headers['x-death-reason']));
+
+  /** A last fragment at `position` claiming the sequence has `position` fragments. */
+  function lastAt(sequenceId: string, position: number, payload: Buffer) {
+    const body = Buffer.from(`tail ${position}`);
+    const sha256 = createHash('sha256')
+      .update(Buffer.concat([payload, body]))
+      .digest('hex');
+    return {
+      body,
+      headers: buildFragmentHeaders({
+        sequenceId,
+        position,
+        size: position,
+        last: true,
+        crc32: crc32(body),
+        sha256,
+      }),
+    };
+  }
+
+  it('never hands over a last fragment, nor reports the sequence completed, once its last failed the SHA-256', async () => {
+    await start();
+    const payload = bytes(3_000, 7);
+    const fragments = makeFragments('tampered', payload, 1_000);
+    fragments[2].headers = { ...fragments[2].headers, 'x-sequence-sha256': '0'.repeat(64) };
+    await publishAll(transport, channel, fragments);
+    await eventually(() => transport.peek(dlq).length === 1, 'the last fragment refused');
+    expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(
+      /^integrity-mismatch: /,
+    );
+    expect(recorder.only('sequence.rejected')).toHaveLength(1);
+
+    // A contradicting fragment claiming to be the last one, past the refused last.
+    await publishAll(transport, channel, [lastAt('tampered', 4, payload)]);
+    await eventually(() => transport.peek(channel).length === 0, 'the stray fragment taken');
+    await transport.whenIdle();
+
+    // The handler must not see `last` of a sequence whose payload failed its check, and the
+    // sequence, rejected integrity-mismatch, must not also be reported completed.
+    expect(recorder.only('sequence.completed')).toEqual([]);
+    expect(received.filter((each) => each.last)).toEqual([]);
+    expect(received.map((each) => each.position)).toEqual([1, 2]);
+  });
+
+  it('refuses a fragment past the end of a sequence whose last fragment was refused (integrity-mismatch)', async () => {
+    await start();
+    const payload = bytes(3_000, 9);
+    const fragments = makeFragments('tampered-2', payload, 1_000);
+    fragments[2].headers = { ...fragments[2].headers, 'x-sequence-sha256': '0'.repeat(64) };
+    await publishAll(transport, channel, fragments);
+    await eventually(() => transport.peek(dlq).length === 1, 'the last fragment refused');
+
+    const body = Buffer.from('after the end');
+    await transport.publish(
+      channel,
+      body,
+      buildFragmentHeaders({
+        sequenceId: 'tampered-2',
+        position: 4,
+        last: false,
+        crc32: crc32(body),
+      }),
+    );
+    await eventually(() => transport.peek(channel).length === 0, 'the stray fragment taken');
+    await transport.whenIdle();
+    expect(received.map((each) => each.position)).toEqual([1, 2]);
+  });
+  it('does not hand over the last fragment as verified when a fragment before it was dead-lettered handler-failed', async () => {
+    await start({ handlerRetry: { attempts: 1 } });
+    fail = (fragment) => fragment.position === 2;
+    const fragments = makeFragments('holed', bytes(3_000, 11), 1_000);
+    await publishAll(transport, channel, fragments);
+    await eventually(() => received.some((each) => each.last), 'the last fragment');
+    await transport.whenIdle();
+    // Fragment 2 never reached the handler: it was dead-lettered handler-failed.
+    expect(String(transport.peek(dlq)[0].headers['x-death-reason'])).toMatch(/^handler-failed: /);
+    expect(received.map((each) => each.position)).toEqual([1, 3]);
+    // "verified: true when this instance hashed every fragment, in order, and the SHA-256 matched":
+    // the handler did not get every fragment, so what it holds is not the verified payload.
+    expect(received[1].verified).not.toBe(true);
+  });
+  it('emits sequence.rejected once for a sequence streamed past maxSequenceBytes (once per cluster)', async () => {
+    await start({ maxSequenceBytes: 2_500 });
+    const streamed = makeFragments('streamed', bytes(5_000, 9), 1_000).map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed);
+    await eventually(() => transport.peek(dlq).length === 3, 'fragments 3, 4 and 5 refused');
+    await transport.whenIdle();
+    expect(received.map((each) => each.position)).toEqual([1, 2]);
+    expect(
+      recorder.only('sequence.rejected').map((event) => (event as { reason: string }).reason),
+    ).toEqual(['sequence-too-large']);
+  });
+
+  it('does not report a completed sequence as rejected when a stray fragment waited behind its last', async () => {
+    await start();
+    const fragments = makeFragments('behind', bytes(3_000, 4), 1_000);
+    await publishAll(transport, channel, fragments.slice(0, 2));
+    const body = Buffer.from('stray 4');
+    await transport.publish(
+      channel,
+      body,
+      buildFragmentHeaders({ sequenceId: 'behind', position: 4, last: false, crc32: crc32(body) }),
+    );
+    await eventually(() => transport.peek(channel).length === 0, 'fragment 4 buffered');
+    await publishAll(transport, channel, [fragments[2]]);
+    await eventually(() => transport.peek(dlq).length === 1, 'fragment 4 dead-lettered');
+    await transport.whenIdle();
+    expect(recorder.only('sequence.completed')).toHaveLength(1);
+    // The sequence completed; only the stray fragment was refused (as it is when it comes after).
+    expect(recorder.only('sequence.rejected')).toEqual([]);
+  });
+  it("back-pressures fragments past the channel's budget, whatever resequencer.overflow the module sets for its @Resequenced handlers", async () => {
+    // Room for about two 1,000-byte fragments (with their headers and overhead), not six.
+    await start(
+      {},
+      {
+        sequence: { maxBufferedBytes: 2_600, maxSequenceBytes: 2_000 },
+        resequencer: { overflow: 'dead-letter' },
+      },
+    );
+    const streamed = makeFragments('budget', bytes(7_000, 10), 1_000).map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed.slice(1, 7));
+    await eventually(() => transport.peek(channel).length < 6, 'fragments taken');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Stream mode at its budget: back-pressure (docs/security.md), never a dead letter that
+    // leaves the sequence with a hole.
+    expect(reasons()).toEqual([]);
+  });
+});
