@@ -25,7 +25,7 @@ const ESCAPED = /%(25|7B|7D|3A)/g;
 
 /**
  * Key names of a store under `prefix`. One sequence's keys share the hash tag
- * `{<encoded scope>:<sequence id>}` (its *member* name in the global index), so each
+ * `{seq:<encoded scope>:<sequence id>}` (`seq:` and its *member* name in the global index), so each
  * per-sequence script stays in one slot on Redis Cluster; the global keys share `{idx}`.
  * Sequence ids are `[A-Za-z0-9._:-]`; scopes (channel names) may hold anything, so `%`, `{`, `}`
  * and `:` are percent-encoded in them: the tag cannot end early, and the first `:` of a member
@@ -52,7 +52,7 @@ export class RedisKeys {
     };
   }
 
-  /** The sequence's name in the global index (also the content of its hash tag). */
+  /** The sequence's name in the global index (its hash tag is `seq:` and this). */
   member(ref: SequenceRef): string {
     const scope = ref.scope.replace(
       SCOPE_ESCAPES,
@@ -76,7 +76,10 @@ export class RedisKeys {
   }
 
   sequenceOf(member: string): SequenceKeys {
-    const tag = `${this.prefix}:{${member}}`;
+    // `seq:` first: a member is producer-chosen text (`<scope>:<id>`), and without a namespace of
+    // its own it could spell the tag of another store under the same prefix (`{payload:<ref>}`,
+    // `{claim:<digest>}`, `{rsq:…}`), whose keys a sequence would then overwrite or delete.
+    const tag = `${this.prefix}:{seq:${member}}`;
     return {
       meta: `${tag}:meta`,
       crc: `${tag}:crc`,
