@@ -19,7 +19,10 @@ local now, leaseMs, margin = callerTime(ARGV[3]), tonumber(ARGV[4]), tonumber(AR
 
 local retainUntil = tonumber(rcall('HGET', doneKey, group))
 if retainUntil then
-  if retainUntil > now then return 'done' end
+  -- Also on the caller's own clock: a caller whose clock runs behind checked the ticket's expiry
+  -- on it, and still takes the ticket for valid; its duplicate must meet the completion.
+  local callerNow = tonumber(string.match(ARGV[3], '^[^:]+'))
+  if retainUntil > math.min(now, callerNow) then return 'done' end
   -- Past its retention: the record is gone (its key's TTL would remove it soon anyway).
   rcall('HDEL', doneKey, group)
 end

@@ -1,0 +1,52 @@
+/**
+ * docs/configuration.md "Clocks": a machine whose clock is off cannot run a Claim Check handler a
+ * second time. The receiver retains a completion until the ticket's expiresAt and checks a
+ * ticket's expiry on the instance's own clock, while the ledger moves a `now` more than 1 s off
+ * onto Redis's clock. An instance whose clock is behind still takes the ticket for valid: its
+ * claim must still meet the completion ('done'), not find it past ('claimed': handled twice).
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { describeWithServer } from '../../../../test/support/servers';
+import { deleteUnder, redisClient } from '../../../../test/support/redis.fixture';
+import { RedisClaimLedger } from './redis.claim-ledger';
+
+describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock behind', () => {
+  let client: Redis;
+  let prefix: string;
+
+  beforeAll(() => {
+    client = redisClient();
+  });
+  afterAll(async () => {
+    await client.quit();
+  });
+  beforeEach(() => {
+    prefix = `nseq-test-claim-clock:${randomUUID()}`;
+  });
+  afterEach(async () => {
+    await deleteUnder(client, prefix);
+  });
+
+  it('answers done to an instance whose clock is behind, while by its clock the retention runs', async () => {
+    const behindMs = 60_000;
+    const inSync = new RedisClaimLedger(client, { prefix });
+    const behindClock = () => Date.now() - behindMs;
+    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    const key = { ticket: `redis:${randomUUID()}`, group: 'archive' };
+
+    const t0 = Date.now();
+    // What the receiver does: retainUntil = max(ticket.expiresAt, now + 1); the ticket expires soon.
+    const expiresAt = t0 + 500;
+    expect(await inSync.claim(key, 'a', 30_000, t0)).toBe('claimed');
+    expect((await inSync.complete(key, 'a', expiresAt, t0)).first).toBe(true);
+
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+
+    // The late duplicate reaches the instance whose clock is a minute behind: by that clock the
+    // ticket has not expired (verifyTicket: expiresAt <= now fails), so it asks the ledger.
+    const now = behindClock();
+    expect(expiresAt > now).toBe(true);
+    await expect(behind.claim(key, 'b', 30_000, now)).resolves.toBe('done');
+  });
+});
