@@ -1,6 +1,7 @@
 import { PostgresOutboxError } from './postgres-outbox.error';
 import type { NewBoxRecord, StoredRecord } from '../../../ports/outbox-store.port';
 import { storedRecordOf, type BoxRecordColumns } from '../sql/box-record.columns';
+import type { BoxStatements } from './postgres-outbox.sql';
 
 /** A row as `_record-columns.sql` selects it (`pg` turns bigint into text, float8 into number). */
 export interface RecordRow extends BoxRecordColumns {
@@ -13,8 +14,33 @@ export function toStoredRecord(row: RecordRow): StoredRecord {
   return storedRecordOf(row, Number(row.seq), row.headers);
 }
 
+/**
+ * The statement that appends `records` and its parameters $1–$6: `append-one.sql` with plain
+ * values for a single record (the common case), else `append.sql` with one array per column.
+ */
+export function appendStatement(
+  statements: Pick<BoxStatements, 'append' | 'append-one'>,
+  records: readonly NewBoxRecord[],
+): { readonly sql: string; readonly columns: unknown[] } {
+  if (records.length === 1) {
+    const [record] = records;
+    return {
+      sql: statements['append-one'],
+      columns: [
+        record.id,
+        record.kind,
+        record.type,
+        record.partitionKey,
+        record.body,
+        JSON.stringify(record.headers),
+      ],
+    };
+  }
+  return { sql: statements.append, columns: appendColumns(records) };
+}
+
 /** The parameters $1–$6 of `append.sql`: one array per column. */
-export function appendColumns(records: readonly NewBoxRecord[]): unknown[] {
+function appendColumns(records: readonly NewBoxRecord[]): unknown[] {
   return [
     records.map((record) => record.id),
     records.map((record) => record.kind),

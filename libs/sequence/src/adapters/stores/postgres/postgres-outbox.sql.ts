@@ -6,6 +6,7 @@ import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
 /** The statements of the store, one file each (`sql/<name>.sql`). */
 export type StatementName =
   | 'append'
+  | 'append-one'
   | 'claim-due'
   | 'claim-heads'
   | 'claim-followers'
@@ -24,6 +25,7 @@ export type StatementName =
 
 const STATEMENT_NAMES: readonly StatementName[] = [
   'append',
+  'append-one',
   'claim-due',
   'claim-heads',
   'claim-followers',

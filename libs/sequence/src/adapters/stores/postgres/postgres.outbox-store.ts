@@ -31,7 +31,7 @@ import {
   type ResolvedPostgresOutboxOptions,
 } from './postgres-outbox.options';
 import { assertCount, assertNewRecords, assertTime } from './postgres-outbox.arguments';
-import { addedIds, appendColumns, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
+import { addedIds, appendStatement, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import { outboxStatements, type BoxStatements } from './postgres-outbox.sql';
 import { inTransaction, PostgresStoreTransaction } from './postgres.store-transaction';
 
@@ -130,15 +130,16 @@ export class PostgresOutboxStore implements OutboxStore {
     }
     if (records.length === 0) return [];
     // Our own transaction is announced after its commit; a caller's carries its NOTIFY.
+    const { sql, columns } = appendStatement(statements, records);
     if (within instanceof PostgresStoreTransaction) {
-      const params = [...appendColumns(records), Date.now(), null, box];
-      const result = await within.prepared(statements.append, params);
+      const params = [...columns, Date.now(), null, box];
+      const result = await within.prepared(sql, params);
       const added = addedIds(result, records);
       if (added.length > 0) within.appended.add(box);
       return added;
     }
-    const params = [...appendColumns(records), Date.now(), this.notifyChannel, box];
-    return addedIds(await within.query(statements.append, params), records);
+    const params = [...columns, Date.now(), this.notifyChannel, box];
+    return addedIds(await within.query(sql, params), records);
   }
 
   /**
@@ -159,8 +160,9 @@ export class PostgresOutboxStore implements OutboxStore {
     assertNewRecords('append', records);
     if (within.isSettled) throw new OutboxForeignTransactionError(this.name, 'settled');
     if (records.length === 0) return;
-    const params = [...appendColumns(records), Date.now(), null, box];
-    within.defer(statements.append, params, (result) => {
+    const { sql, columns } = appendStatement(statements, records);
+    const params = [...columns, Date.now(), null, box];
+    within.defer(sql, params, (result) => {
       if (addedIds(result, records).length > 0) within.appended.add(box);
     });
   }
@@ -192,12 +194,8 @@ export class PostgresOutboxStore implements OutboxStore {
     const statements = this.statementsOf(box, 'receive');
     assertNewRecords('receive', [record]);
     // One statement: its own transaction, committed before this resolves.
-    const result = await this.pool.query(statements.append, [
-      ...appendColumns([record]),
-      Date.now(),
-      null,
-      box,
-    ]);
+    const { sql, columns } = appendStatement(statements, [record]);
+    const result = await this.pool.query(sql, [...columns, Date.now(), null, box]);
     const added = addedIds(result, [record]).length === 1;
     if (added) this.announcer.announce(new Set([box]));
     return added ? 'added' : 'duplicate';

@@ -66,17 +66,25 @@ describeWithServer('postgres', 'PostgresOutboxStore round trips', () => {
     );
 
   it('commits a transaction whose only writes are records appended at commit in one round trip', async () => {
-    // The first use of a connection prepares the statement: not counted here.
+    // The first use of a connection prepares each statement (one record, several): not counted.
     await store.transaction((tx) => store.appendAtCommit(BOX, [record('warm-up')], tx));
+    await store.transaction((tx) =>
+      store.appendAtCommit(BOX, [record('warm-1'), record('warm-2')], tx),
+    );
 
     await counted(() =>
       store.transaction((tx) => store.appendAtCommit(BOX, [record('a'), record('b')], tx)),
     );
+    await counted(() => store.transaction((tx) => store.appendAtCommit(BOX, [record('c')], tx)));
 
-    expect(sent).toHaveLength(1);
-    expect(sent[0]).toMatch(/^BEGIN;[\s\S]*INSERT INTO[\s\S]*;\nCOMMIT$/);
-    expect(await store.get(BOX, 'a')).toMatchObject({ status: 'PENDING' });
-    expect(await store.get(BOX, 'b')).toMatchObject({ status: 'PENDING' });
+    expect(sent).toHaveLength(2);
+    expect(sent[0]).toMatch(/^BEGIN;[\s\S]*unnest[\s\S]*INSERT INTO[\s\S]*;\nCOMMIT$/);
+    // One record: its columns as plain parameters, no arrays.
+    expect(sent[1]).toMatch(/^BEGIN;[\s\S]*INSERT INTO[\s\S]*VALUES[\s\S]*;\nCOMMIT$/);
+    expect(sent[1]).not.toContain('unnest');
+    for (const id of ['a', 'b', 'c']) {
+      expect(await store.get(BOX, id)).toMatchObject({ status: 'PENDING' });
+    }
   });
 
   it('sends BEGIN with the first statement, and the records with the COMMIT', async () => {
