@@ -185,15 +185,47 @@ describe('checkKeys', () => {
     ]);
   });
 
-  it('leaves values that are not plain objects to their own checks', () => {
+  it('leaves values of options (a store instance, a list of stores) to their own checks', () => {
     class Store {
       readonly whatever = 1;
     }
     expect(
       problemsOf(
-        { sequence: { store: new Store() }, stores: [{ any: 1 }], metrics: false, tuning: 'x' },
+        { sequence: { store: new Store() }, stores: [{ any: 1 }], metrics: false, tracing: false },
         MODULE_KEYS,
       ),
     ).toEqual([]);
+  });
+
+  it('refuses a group of options given as anything but an object, rather than its defaults', () => {
+    expect(
+      problemsOf(
+        {
+          tuning: 'x',
+          publish: 5000,
+          sequence: { spool: '/data/spool' },
+          outbox: { outboxEvents: null },
+        },
+        MODULE_KEYS,
+      ),
+    ).toEqual([
+      'tuning must be an object of options (headerAllowanceBytes, backpressureDelayMs, leaseMs, maxStoreRequeues, drain, sweepers), got "x"',
+      'publish must be an object of options (confirmTimeoutMs, retry, inFlight), got 5000',
+      'sequence.spool must be an object of options (dir, maxBytes), got "/data/spool"',
+      expect.stringMatching(/^outbox\.outboxEvents must be an object of options \(.*\), got null$/),
+    ]);
+    expect(problemsOf({ tuning: { sweepers: { expiry: false } } }, MODULE_KEYS)).toEqual([
+      'tuning.sweepers.expiry must be an object of options (intervalMs, batchSize), got false',
+    ]);
+  });
+
+  it('checks the keys of options given as a class instance (a config class) as of a literal', () => {
+    class Config {
+      handlerTimeotMs = 5_000;
+      sequence = { timeoutMs: 1_000 };
+    }
+    expect(problemsOf(new Config(), MODULE_KEYS)).toEqual([
+      expect.stringMatching(/^handlerTimeotMs is not an option/),
+    ]);
   });
 });

@@ -278,16 +278,23 @@ export const SEQUENCE_CLIENT_KEYS: KeyTree = {
   maxReplyBytes: true,
 };
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const prototype = Object.getPrototypeOf(value) as unknown;
-  return prototype === Object.prototype || prototype === null;
+/**
+ * An object whose own keys are options: a plain object, or an instance of a class (a config
+ * class, what `plainToInstance` builds), whose own properties count as they would in a literal.
+ */
+function isOptionsObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
+
+/** Groups of options that may also be `false` (off), by path. */
+const GROUPS_THAT_MAY_BE_FALSE: ReadonlySet<string> = new Set(['metrics', 'tracing']);
 
 /**
  * Adds a problem to `problems` for each key of `value` (and of the option objects within it)
- * that `keys` does not have: what replaced it when it was renamed, else the keys there are.
- * Values that are not plain objects are left to the checks of their values.
+ * that `keys` does not have: what replaced it when it was renamed, else the keys there are; and
+ * for a group of options given as anything but an object (`publish: 5000`, a sweeper given as
+ * `false`), which would otherwise fall back to its defaults without a word. A `value` that is
+ * not an object is left to the checks of the caller.
  */
 export function checkKeys(
   problems: string[],
@@ -296,7 +303,7 @@ export function checkKeys(
   renames: Renames = {},
   at = '',
 ): void {
-  if (!isPlainObject(value)) return;
+  if (!isOptionsObject(value)) return;
   for (const [key, given] of Object.entries(value)) {
     const path = at ? `${at}.${key}` : key;
     const known = keys[key];
@@ -309,7 +316,28 @@ export function checkKeys(
               `${Object.keys(keys).join(', ')}`,
       );
     } else if (known !== true && given !== undefined) {
-      checkKeys(problems, given, known, renames, path);
+      if (isOptionsObject(given)) checkKeys(problems, given, known, renames, path);
+      else if (!(given === false && GROUPS_THAT_MAY_BE_FALSE.has(path))) {
+        problems.push(
+          `${path} must be an object of options (${Object.keys(known).join(', ')}), got ` +
+            describe(given),
+        );
+      }
     }
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'number':
+    case 'boolean':
+    case 'bigint':
+      return String(value);
+    default:
+      return `a ${typeof value}`;
   }
 }

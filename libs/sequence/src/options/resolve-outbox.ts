@@ -30,9 +30,11 @@ export const defaultEventChannel = (event: Pick<OutboxEvent, 'type'>): string =>
 export const defaultCommandChannel = (command: Pick<OutboxCommand, 'targetService'>): string =>
   `commands.${command.targetService}`;
 
-function resolveBox(problems: string[], box: BoxName, given: BoxOptions = {}): ResolvedBoxOptions {
+function resolveBox(problems: string[], box: BoxName, options?: BoxOptions): ResolvedBoxOptions {
   const inbox = box.startsWith('inbox');
   const at = `outbox.${BOX_OPTIONS[box]}`;
+  // Not an object (null from an empty YAML key): refused by the key check; its defaults here.
+  const given: BoxOptions = typeof options === 'object' && options !== null ? options : {};
   const { retry, ...rest } = given;
   const kind = inbox ? DEFAULTS.outbox.inboxes : DEFAULTS.outbox.outboxes;
   const resolved: ResolvedBoxOptions = {
