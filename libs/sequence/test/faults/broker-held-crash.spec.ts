@@ -119,7 +119,7 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     const keys = await keysUnder(servers.redis, servers.prefix);
     expect(keys.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
     expect(
-      await servers.redis.hget(`${servers.prefix}:{${channel}:${sequenceId}}:done`, 'outcome'),
+      await servers.redis.hget(`${servers.prefix}:{seq:${channel}:${sequenceId}}:done`, 'outcome'),
     ).toBe('completed');
   });
 

@@ -127,7 +127,7 @@ describeOnTransports(
       expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
       expect(
         await servers.redis.hget(
-          `${servers.prefix}:{${channel}:killed-between-fragments}:done`,
+          `${servers.prefix}:{seq:${channel}:killed-between-fragments}:done`,
           'outcome',
         ),
       ).toBe('completed');

@@ -106,7 +106,7 @@ describeOnTransports(
       const left = await keysUnder(servers.redis, servers.prefix);
       expect(left.filter((key) => /:(meta|crc|body)$/.test(key))).toEqual([]);
       expect(left.filter((key) => key.endsWith(':done')).sort()).toEqual(
-        sequences.map(({ id }) => `${servers.prefix}:{${channel}:${id}}:done`).sort(),
+        sequences.map(({ id }) => `${servers.prefix}:{seq:${channel}:${id}}:done`).sort(),
       );
     });
   },

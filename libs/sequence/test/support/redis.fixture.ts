@@ -37,7 +37,7 @@ export async function deleteUnder(redis: Redis, prefix: string): Promise<void> {
 /** The key of one sequence's CRC hash, whose field count is the number of positions stored. */
 export function crcKey(prefix: string, channel: string, sequenceId: string): string {
   // Channels made by the fault tests have none of the characters the store percent-encodes.
-  return `${prefix}:{${channel}:${sequenceId}}:crc`;
+  return `${prefix}:{seq:${channel}:${sequenceId}}:crc`;
 }
 
 /** What {@link useRedis} connected, and the current test's key prefix. */

@@ -138,7 +138,7 @@ describeWithServer('redis', 'Redis stores with a skewed clock (Redis at REDIS_UR
       await expect(broken.accept(fragments[0], context('broken', Date.now()))).rejects.toThrow(
         /clock must return the time in ms, returned NaN/,
       );
-      expect(await redis.exists(`${prefix}:{${ref.scope}:${ref.sequenceId}}:meta`)).toBe(0);
+      expect(await redis.exists(`${prefix}:{seq:${ref.scope}:${ref.sequenceId}}:meta`)).toBe(0);
     });
 
     it('refuses a clock that is not a function', () => {

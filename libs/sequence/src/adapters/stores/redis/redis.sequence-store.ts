@@ -2,13 +2,13 @@
  * The Redis sequence store, and the protocol that keeps it correct on Redis Cluster.
  *
  * Keys (prefix `nseq` by default; `<member>` is `<scope, percent-encoded>:<sequence id>`):
- *   <prefix>:{<member>}:meta   hash    sizes, declarations, times, deadline, lease, epoch, claim, ver
- *   <prefix>:{<member>}:crc    hash    position -> CRC-32
- *   <prefix>:{<member>}:body   hash    position -> body, for bodies up to 64 KiB (inline)
- *   <prefix>:{<member>}:body:<position>  string  a larger body
- *   <prefix>:{<member>}:staged:<uuid>    string  a larger body on its way in (60 s TTL)
- *   <prefix>:{<member>}:done   hash    finished marker {outcome, reason, until, fence}
- *   <prefix>:{<member>}:fence  string  epoch fence while there is no marker (rare, short-lived)
+ *   <prefix>:{seq:<member>}:meta   hash    sizes, declarations, times, deadline, lease, epoch, claim, ver
+ *   <prefix>:{seq:<member>}:crc    hash    position -> CRC-32
+ *   <prefix>:{seq:<member>}:body   hash    position -> body, for bodies up to 64 KiB (inline)
+ *   <prefix>:{seq:<member>}:body:<position>  string  a larger body
+ *   <prefix>:{seq:<member>}:staged:<uuid>    string  a larger body on its way in (60 s TTL)
+ *   <prefix>:{seq:<member>}:done   hash    finished marker {outcome, reason, until, fence}
+ *   <prefix>:{seq:<member>}:fence  string  epoch fence while there is no marker (rare, short-lived)
  *   <prefix>:{idx}:open        hash    member -> budget record "epoch:claim:ver:storedBytes"
  *   <prefix>:{idx}:due         zset    member -> when the sweeper may take it
  *   <prefix>:{idx}:first       zset    member -> first fragment time (oldestOpenAt)
