@@ -257,6 +257,8 @@ export class SplitterService implements SequenceSender {
           done = true;
           break;
         }
+        // Failed for good after this fragment was read (and before this turn): send no more.
+        if (failure) break;
         sent++;
         const pending = publishOne(step.value).finally(() => inFlight.delete(pending));
         inFlight.add(pending);

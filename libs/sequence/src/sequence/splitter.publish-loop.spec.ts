@@ -1,0 +1,186 @@
+import { Readable } from 'node:stream';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  InMemoryTransport,
+  SequenceModule,
+  SplitterService,
+  type SequenceModuleOptions,
+  type Transport,
+} from 'nest-sequence';
+import { FaultInjectingTransport, bytes } from '../../test/support/sequence-test-app';
+import { mergeOptions } from '../../test/support/merge-options';
+import * as errors from '../core/errors/sequence-publish.error';
+
+const apps: INestApplicationContext[] = [];
+async function bootSplitter(
+  options: SequenceModuleOptions & { transport: Transport },
+): Promise<SplitterService> {
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      SequenceModule.forRoot(
+        mergeOptions<SequenceModuleOptions>(
+          { tuning: { sweepers: { expiry: { intervalMs: false } } } },
+          options,
+        ),
+      ),
+    ],
+  }).compile();
+  moduleRef.useLogger(false);
+  const app = await moduleRef.init();
+  apps.push(app);
+  return app.get(SplitterService);
+}
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.close()));
+});
+
+const tick = async (n: number) => {
+  for (let i = 0; i < n; i++) await Promise.resolve();
+};
+
+/**
+ * SplitterService's publish loop when a publish fails for good: the source is closed by the time
+ * send rejects, and no fragment goes to the transport after the failure was recorded, however
+ * the failure and the source's next fragment interleave.
+ */
+describe('SplitterService: the publish loop after a publish failed for good', () => {
+  it('has closed an async-iterable source (its finally ran) by the time send rejects after a publish failed for good', async () => {
+    const faulty = new FaultInjectingTransport(new InMemoryTransport());
+    faulty.beforePublish = () => {
+      throw new Error('broker refused');
+    };
+    const splitter = await bootSplitter({
+      transport: faulty,
+      publish: { retry: { attempts: 1, baseDelayMs: 0 }, inFlight: 1 },
+    });
+    let closed = false;
+    async function* source() {
+      try {
+        for (let i = 0; i < 100; i++) yield bytes(10, i);
+      } finally {
+        closed = true; // e.g. a DB cursor / file handle released
+      }
+    }
+    const error = await splitter.send('scans', source(), { fragmentBytes: 10 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const closedAtRejection = closed;
+    await tick(50);
+    expect(error).toBeInstanceOf(errors.SequencePublishError);
+    expect(closed).toBe(true); // eventually closed
+    expect(closedAtRejection).toBe(true);
+  });
+
+  it('has destroyed a Readable source by the time send rejects after a publish failed for good', async () => {
+    const faulty = new FaultInjectingTransport(new InMemoryTransport());
+    faulty.beforePublish = () => {
+      throw new Error('broker refused');
+    };
+    const splitter = await bootSplitter({
+      transport: faulty,
+      publish: { retry: { attempts: 1, baseDelayMs: 0 }, inFlight: 1 },
+    });
+    const source = Readable.from(Array.from({ length: 100 }, (_, i) => bytes(10, i)));
+    const error = await splitter.send('scans', source, { fragmentBytes: 10 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const destroyedAtRejection = source.destroyed;
+    await tick(50);
+    expect(error).toBeInstanceOf(errors.SequencePublishError);
+    expect(source.destroyed).toBe(true);
+    expect(destroyedAtRejection).toBe(true);
+  });
+
+  it('publishes no fragment once a publish failed for good (sweep of microtask offsets)', async () => {
+    const log: string[] = [];
+    const Original = errors.SequencePublishError;
+    class Recording extends Original {
+      constructor(...args: ConstructorParameters<typeof Original>) {
+        super(...args);
+        log.push('failure');
+      }
+    }
+    (errors as { SequencePublishError: unknown }).SequencePublishError = Recording;
+    const hits: number[] = [];
+    try {
+      for (const order of ['gate-first', 'fail-first'] as const) {
+        for (let k = 0; k < 40; k++) {
+          log.length = 0;
+          let rejectFirst!: (e: Error) => void;
+          const faulty = new FaultInjectingTransport(new InMemoryTransport());
+          faulty.beforePublish = (attempt) => {
+            log.push(`publish:${attempt.position}`);
+            if (attempt.position === 1) {
+              return new Promise<void>((_, reject) => (rejectFirst = reject));
+            }
+            return undefined;
+          };
+          const splitter = await bootSplitter({
+            transport: faulty,
+            publish: { retry: { attempts: 1, baseDelayMs: 0 }, inFlight: 8 },
+          });
+          let gate!: () => void;
+          let i = 0;
+          const frag = (position: number) => ({
+            body: Buffer.from([position]),
+            position,
+            headers: { 'x-sequence-position': position },
+          });
+          const iterable = {
+            [Symbol.asyncIterator]() {
+              return {
+                next() {
+                  i++;
+                  if (i === 1) return Promise.resolve({ done: false, value: frag(1) });
+                  if (i === 2) {
+                    return new Promise((resolve) => {
+                      gate = () => resolve({ done: false, value: frag(2) });
+                    });
+                  }
+                  return Promise.resolve({ done: true, value: undefined });
+                },
+                return() {
+                  return Promise.resolve({ done: true, value: undefined });
+                },
+              };
+            },
+          };
+          const policy = {
+            confirmTimeoutMs: 5_000,
+            inFlight: 8,
+            retry: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0 },
+          };
+          const running = (
+            splitter as unknown as {
+              publishAll(...args: unknown[]): Promise<void>;
+            }
+          )
+            .publishAll('ch', 'seq', iterable, policy, {}, undefined, () => undefined)
+            .catch(() => undefined);
+          await tick(20);
+          if (order === 'gate-first') {
+            gate();
+            await tick(k);
+            rejectFirst(new Error('refused'));
+          } else {
+            rejectFirst(new Error('refused'));
+            await tick(k);
+            gate();
+          }
+          await running;
+          const failedAt = log.indexOf('failure');
+          const secondAt = log.indexOf('publish:2');
+          if (failedAt >= 0 && secondAt > failedAt) hits.push(order === 'gate-first' ? k : -k - 1);
+          await Promise.all(apps.splice(0).map((app) => app.close()));
+        }
+      }
+    } finally {
+      (errors as { SequencePublishError: unknown }).SequencePublishError = Original;
+    }
+    // A fragment must never be handed to the transport after the failure was recorded.
+    expect(hits).toEqual([]);
+  });
+});
