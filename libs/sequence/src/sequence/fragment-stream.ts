@@ -46,6 +46,8 @@ export class FragmentStream {
    * FOLLOWED_SEQUENCES, oldest forgotten first).
    */
   private readonly ended = new Map<string, number>();
+  /** Sequences reported `sequence-too-large` here (the most recent ones). */
+  private readonly tooLarge = new Set<string>();
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
   private readonly events: StreamLifecycle;
 
@@ -169,8 +171,13 @@ export class FragmentStream {
       const detail =
         `sequence ${sequenceId} fragment ${position}: ${streamed} bytes streamed pass ` +
         `maxSequenceBytes (${this.options.maxSequenceBytes})`;
-      // Once per sequence: for the fragment that crossed the limit, not each one after it.
-      if (streamed - event.body.length <= this.options.maxSequenceBytes) {
+      // Once per sequence: for the fragment that crossed the limit (not each one after it, nor
+      // that one again when its dead letter could not be sent and it comes back).
+      if (!this.tooLarge.has(sequenceId)) {
+        this.tooLarge.add(sequenceId);
+        if (this.tooLarge.size > FOLLOWED_SEQUENCES) {
+          this.tooLarge.delete(this.tooLarge.values().next().value as string);
+        }
         this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
       }
       // Final: the deliverer dead-letters this fragment without retrying the handler.

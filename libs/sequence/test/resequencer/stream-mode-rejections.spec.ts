@@ -7,10 +7,17 @@ import {
   StreamedFragment,
   type SequencedHandlerOptions,
   type SequenceModuleOptions,
+  type Transport,
 } from 'nest-sequence';
 import { buildFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
-import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
+import {
+  bytes,
+  eventually,
+  FaultInjectingTransport,
+  makeFragments,
+  publishAll,
+} from '../support/sequence-test-app';
 import { mergeOptions } from '../support/merge-options';
 import { recordEvents, type EventRecorder } from '../events/event-recorder';
 import { createHash } from 'node:crypto';
@@ -28,6 +35,7 @@ describe('stream mode: after a fragment was refused', () => {
   async function start(
     options: Partial<SequencedHandlerOptions> = {},
     moduleOptions: Partial<SequenceModuleOptions> = {},
+    wrap: (inner: InMemoryTransport) => Transport = (inner) => inner,
   ) {
     received = [];
     fail = () => false;
@@ -44,7 +52,7 @@ describe('stream mode: after a fragment was refused', () => {
       imports: [
         SequenceModule.forRoot(
           mergeOptions<SequenceModuleOptions>(
-            { ...moduleOptions, transport },
+            { ...moduleOptions, transport: wrap(transport) },
             { tuning: { sweepers: { gaps: { intervalMs: false } } } },
           ),
         ),
@@ -155,6 +163,30 @@ describe('stream mode: after a fragment was refused', () => {
     await eventually(() => transport.peek(dlq).length === 3, 'fragments 3, 4 and 5 refused');
     await transport.whenIdle();
     expect(received.map((each) => each.position)).toEqual([1, 2]);
+    expect(
+      recorder.only('sequence.rejected').map((event) => (event as { reason: string }).reason),
+    ).toEqual(['sequence-too-large']);
+  });
+
+  it('emits sequence.rejected once when the dead letter of the fragment past the limit is sent again', async () => {
+    let refusals = 1;
+    const once = { publish: { retry: { attempts: 1 } } };
+    await start({ maxSequenceBytes: 2_500 }, once, (inner) => {
+      const faulty = new FaultInjectingTransport(inner);
+      faulty.beforePublish = (attempt) => {
+        // The first dead letter is refused: the fragment comes back and is refused again.
+        if (attempt.channel === dlq && refusals-- > 0) throw new Error('dead-letter refused');
+      };
+      return faulty;
+    });
+    const streamed = makeFragments('again', bytes(3_000, 9), 1_000).map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed);
+    await eventually(() => transport.peek(dlq).length === 1, 'fragment 3 refused');
+    await transport.whenIdle();
+    expect(refusals).toBeLessThan(0);
     expect(
       recorder.only('sequence.rejected').map((event) => (event as { reason: string }).reason),
     ).toEqual(['sequence-too-large']);
