@@ -49,4 +49,28 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
     expect(expiresAt > now).toBe(true);
     await expect(behind.claim(key, 'b', 30_000, now)).resolves.toBe('done');
   });
+
+  it("answers done to an instance behind after another group's complete ran on the ticket", async () => {
+    const behindMs = 60_000;
+    const inSync = new RedisClaimLedger(client, { prefix });
+    const behindClock = () => Date.now() - behindMs;
+    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    const ticket = `redis:${randomUUID()}`;
+    const a = { ticket, group: 'archive' };
+    const b = { ticket, group: 'index' };
+
+    const t0 = Date.now();
+    const expiresAt = t0 + 500;
+    expect(await inSync.claim(a, 'a1', 30_000, t0)).toBe('claimed');
+    await inSync.complete(a, 'a1', expiresAt, t0);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // Another consumer group of the same ticket completes now (an in-sync instance).
+    expect(await inSync.claim(b, 'b1', 30_000, Date.now())).toBe('claimed');
+    await inSync.complete(b, 'b1', expiresAt + 60_000, Date.now());
+
+    // The duplicate of group archive reaches the instance a minute behind: ticket still valid there.
+    const now = behindClock();
+    expect(expiresAt > now).toBe(true);
+    await expect(behind.claim(a, 'a2', 30_000, now)).resolves.toBe('done');
+  });
 });

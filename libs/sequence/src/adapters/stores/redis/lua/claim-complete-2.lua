@@ -11,8 +11,10 @@
 
   Returns {groups, first}: groups is the number of completed groups still retained at now (this
   one included), first 1 when this call marked the group done, 0 when it already was (its
-  retainUntil becomes the later of the two). Groups past their retention are removed first. The
-  done key lives until the latest retainUntil of its groups, plus the margin.
+  retainUntil becomes the later of the two). Groups past their retention by more than the margin
+  are removed first: until then, a claimant whose clock runs behind (by up to the margin) still
+  finds them (claim-acquire). The done key lives until the latest retainUntil of its groups, plus
+  the margin.
 ]]
 --- @include "_clock"
 local rcall = redis.call
@@ -27,7 +29,7 @@ local fields = rcall('HGETALL', doneKey)
 for i = 1, #fields, 2 do
   local name, untilMs = fields[i], tonumber(fields[i + 1])
   if untilMs <= now then
-    rcall('HDEL', doneKey, name)
+    if untilMs <= now - margin then rcall('HDEL', doneKey, name) end
   else
     groups = groups + 1
     if name == group then
