@@ -148,8 +148,11 @@ export function resolveClaimCheckConsumer(
     handlerRetry: resolved.handlerRetry,
     handlerTimeoutMs: resolved.handlerTimeoutMs,
     prefetch: resolved.prefetch,
-    deadLetterChannel: resolved.deadLetterChannel,
-    sequence: resolved,
+    // The handler's own, else the transport's `<channel>.dlq`: not the module's
+    // sequence.deadLetterChannel, which is Message Sequence's. The same for the sequences that
+    // reach this channel, so that one channel's refusals go to one place.
+    deadLetterChannel,
+    sequence: { ...resolved, deadLetterChannel },
   };
 }
 

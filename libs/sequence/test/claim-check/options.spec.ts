@@ -10,6 +10,8 @@ import type { ClaimCheckOptions, ClaimRetention } from '../../src/options/claim-
 import { recordingHandler } from '../support/sequence-test-app';
 import {
   createClaimCheckTestApp,
+  deathReasons,
+  publishTicket,
   DEFAULT_CHANNEL,
   filesUnder,
   type ClaimCheckTestAppOptions,
@@ -149,6 +151,23 @@ describe('claim check: options validation at boot', () => {
       }
     },
   );
+
+  it("dead-letters to the channel's <channel>.dlq, not the module's sequence.deadLetterChannel", async () => {
+    const t = await createClaimCheckTestApp({
+      module: { sequence: { deadLetterChannel: 'sequences.dlq' } },
+    });
+    try {
+      await publishTicket(t.transport, t.channel, Buffer.from('not a ticket'));
+      await t.transport.whenIdle();
+
+      expect(deathReasons(t.transport, t.channel)).toEqual([
+        expect.stringMatching(/^claim-ticket-invalid: /),
+      ]);
+      expect(t.transport.peek('sequences.dlq')).toEqual([]);
+    } finally {
+      await t.close();
+    }
+  });
 
   it('a signing secret under 32 bytes: refused, naming the key', async () => {
     const error = await bootFailure({ signingKeys: [{ id: 'k-2026', secret: 'too-short' }] });
