@@ -22,15 +22,15 @@ interface CliArguments {
   readonly tablePrefix: string;
 }
 
-/** What the command line asks for, or a message saying what is wrong with it. */
+/** What the command line asks for, the usage when it asks for help, or what is wrong with it. */
 export function parseArguments(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,
-): CliArguments | { readonly error: string } {
+): CliArguments | { readonly help: string } | { readonly error: string } {
   const values: Record<string, string> = {};
   for (let index = 0; index < argv.length; index++) {
     const argument = argv[index];
-    if (argument === '--help' || argument === '-h') return { error: USAGE };
+    if (argument === '--help' || argument === '-h') return { help: USAGE };
     const match = /^--(database-url|table-prefix)(?:=(.*))?$/.exec(argument);
     if (!match) return { error: `unknown argument ${JSON.stringify(argument)}\n${USAGE}` };
     const value = match[2] ?? argv[++index];
@@ -57,18 +57,24 @@ export async function runMigrateCli(
   err: (line: string) => void,
 ): Promise<number> {
   const parsed = parseArguments(argv, env);
+  if ('help' in parsed) {
+    out(parsed.help);
+    return 0;
+  }
   if ('error' in parsed) {
     err(parsed.error);
     return 1;
   }
   const { databaseUrl, tablePrefix } = parsed;
-  const client = newClient({
-    connectionString: databaseUrl,
-    application_name: 'nest-sequence migrate',
-  });
-  // A connection dropped between statements surfaces as the failing query's error.
-  client.on('error', () => undefined);
+  let client: ReturnType<typeof newClient> | undefined;
   try {
+    // Inside the try: pg refuses a URL it cannot parse (a port out of range) right here.
+    client = newClient({
+      connectionString: databaseUrl,
+      application_name: 'nest-sequence migrate',
+    });
+    // A connection dropped between statements surfaces as the failing query's error.
+    client.on('error', () => undefined);
     await client.connect();
     const applied = await migrateOutbox(client, { tablePrefix });
     const prefix = JSON.stringify(tablePrefix);
@@ -82,7 +88,7 @@ export async function runMigrateCli(
     err(`nest-sequence-outbox-migrate: ${describe(error)} (database ${redact(databaseUrl)})`);
     return 1;
   } finally {
-    await client.end().catch(() => undefined);
+    await client?.end().catch(() => undefined);
   }
 }
 

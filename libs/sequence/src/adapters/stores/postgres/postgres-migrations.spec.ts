@@ -176,5 +176,22 @@ describeWithServer('postgres', 'migrateOutbox', () => {
       expect(run.code).toBe(1);
       expect(run.stderr).toContain('--database-url');
     });
+
+    it('exits 1 saying why, in one line, for a URL pg cannot parse, without printing the password', async () => {
+      // A port typo: pg refuses such a URL when the client is made, before it connects.
+      const run = await runCli([
+        '--database-url',
+        'postgres://someone:secret@127.0.0.1:99999/none',
+      ]);
+      expect(run.code).toBe(1);
+      expect(run.stderr).toMatch(/^nest-sequence-outbox-migrate: /);
+      expect(run.stderr).not.toContain('secret');
+    });
+
+    it('prints the usage on stdout and exits 0 for --help', async () => {
+      const run = await runCli(['--help']);
+      expect(run).toMatchObject({ code: 0, stderr: '' });
+      expect(run.stdout).toContain('usage: nest-sequence-outbox-migrate');
+    });
   });
 });
