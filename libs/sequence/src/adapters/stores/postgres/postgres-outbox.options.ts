@@ -1,5 +1,6 @@
 import type { ClientConfig, PoolConfig } from 'pg';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { checkDelay } from '../../../core/option-checks';
 import { assertTablePrefix } from './postgres-outbox.sql';
 
 /** Options of a {@link PostgresOutboxStore} over a pool, whoever created it. */
@@ -69,12 +70,26 @@ export const POSTGRES_OUTBOX_DEFAULTS = {
 } as const;
 
 const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+/** The keys of the store's options (`pool`, `connect`'s, holds `pg`'s own: not checked here). */
+const POSTGRES_STORE_KEYS: readonly string[] = [
+  'tablePrefix',
+  'notifyChannel',
+  'listenConnection',
+  'listenBackoffMs',
+  'listenMaxBackoffMs',
+  'pool',
+];
 const WHERE = 'PostgresOutboxStore options';
 
 /** Defaults applied and every option checked; throws a {@link SequenceOptionsError}. */
 export function resolvePostgresOutboxOptions(
   options: PostgresOutboxStoreOptions,
 ): ResolvedPostgresOutboxOptions {
+  // A misspelt key (tablePrefx) would otherwise leave its option at the default: other tables.
+  const misspelt = Object.keys(options ?? {})
+    .filter((key) => !POSTGRES_STORE_KEYS.includes(key))
+    .map((key) => `${key} is not an option; the options are ${POSTGRES_STORE_KEYS.join(', ')}`);
+  if (misspelt.length > 0) throw new SequenceOptionsError(WHERE, misspelt);
   assertTablePrefix(options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix, WHERE);
   // Unquoted in SQL, the prefix is folded to lower case by PostgreSQL: 'App_' and 'app_' name
   // the same tables, so they must also give the same lock keys and notify channel.
@@ -92,8 +107,11 @@ export function resolvePostgresOutboxOptions(
         '(an unquoted PostgreSQL identifier of at most 63 characters)',
     );
   }
-  if (!(listenBackoffMs > 0)) problems.push('listenBackoffMs must be a positive number of ms');
-  if (!(listenMaxBackoffMs >= listenBackoffMs)) {
+  // Whole ms a timer can wait: past 2^31 - 1 ms Node fires it after 1 ms, and a LISTEN
+  // connection that keeps failing would be retried in a tight loop.
+  const backoffOk = checkDelay(problems, 'listenBackoffMs', listenBackoffMs, 1);
+  const maxOk = checkDelay(problems, 'listenMaxBackoffMs', listenMaxBackoffMs, 1);
+  if (backoffOk && maxOk && listenMaxBackoffMs < listenBackoffMs) {
     problems.push('listenMaxBackoffMs must be at least listenBackoffMs');
   }
   if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
