@@ -237,7 +237,9 @@ export class ClaimCheckReceiver {
     try {
       outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`);
     } finally {
-      stopRenewing();
+      // Waits for a renewal on its way: landing after a release, it would take the lease again
+      // for this holder, and the redelivery would find the ticket busy until it lapsed.
+      await stopRenewing();
       payload.close();
     }
     if (payload.integrityFailure) {
@@ -374,22 +376,38 @@ export class ClaimCheckReceiver {
     return swallowed ? { ok: false, attempts: outcome.attempts, error: swallowed } : outcome;
   }
 
-  private keepLease(key: ClaimKey, holder: string): () => void {
+  /**
+   * Renews the group's lease while the handler runs; the function returned stops renewing and
+   * resolves once no renewal is on its way any more.
+   */
+  private keepLease(key: ClaimKey, holder: string): () => Promise<void> {
     const { leaseMs } = this.options.tuning;
+    let renewing: Promise<void> | undefined;
     const timer = setInterval(
       () => {
-        this.stores.ledger.claim(key, holder, leaseMs, Date.now()).then(
-          (outcome) => {
-            if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
-          },
-          (error: unknown) =>
-            this.logger.warn(`could not renew the claim on ${key.ticket}: ${errorMessage(error)}`),
-        );
+        if (renewing) return; // one at a time: a slow ledger must not pile them up
+        renewing = this.stores.ledger
+          .claim(key, holder, leaseMs, Date.now())
+          .then(
+            (outcome) => {
+              if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
+            },
+            (error: unknown) =>
+              this.logger.warn(
+                `could not renew the claim on ${key.ticket}: ${errorMessage(error)}`,
+              ),
+          )
+          .finally(() => {
+            renewing = undefined;
+          });
       },
       Math.max(50, Math.floor(leaseMs / 3)),
     );
     timer.unref();
-    return () => clearInterval(timer);
+    return async () => {
+      clearInterval(timer);
+      await renewing;
+    };
   }
 
   private reject(channel: string, code: RejectionCode, detail: string): Disposition {

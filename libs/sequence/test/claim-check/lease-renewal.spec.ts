@@ -1,0 +1,60 @@
+import { MemoryClaimLedger } from 'nest-sequence';
+import type { ClaimKey, ClaimLedger } from 'nest-sequence/ports';
+import { bytes, eventually } from '../support/sequence-test-app';
+import {
+  createClaimCheckTestApp,
+  publishTicket,
+  type ClaimCheckTestApp,
+} from './claim-check-test-app';
+
+/**
+ * While a handler runs, the receiver renews its group's lease on the ticket. A renewal still on
+ * its way when the handler fails must not land after the release: it would take the lease again
+ * for the finished call, and the ticket's next delivery would find it busy (and be requeued)
+ * until that lease lapsed.
+ */
+describe('claim check: the lease renewal of a call that failed', () => {
+  let t: ClaimCheckTestApp;
+  afterEach(() => t?.close());
+
+  it('lands before the release, so the next delivery finds the ticket free', async () => {
+    const memory = new MemoryClaimLedger();
+    const answers: string[] = [];
+    const holders = new Set<string>();
+    // Renewals (a holder's second claim and later) take 200 ms to come back.
+    const ledger = new Proxy(memory, {
+      get(target, property, receiver): unknown {
+        if (property !== 'claim') return Reflect.get(target, property, receiver);
+        return async (key: ClaimKey, holder: string, leaseMs: number, now: number) => {
+          const renewal = holders.has(holder);
+          holders.add(holder);
+          if (renewal) await new Promise((resolve) => setTimeout(resolve, 200));
+          const outcome = await target.claim(key, holder, leaseMs, renewal ? Date.now() : now);
+          answers.push(outcome);
+          return outcome;
+        };
+      },
+    }) as ClaimLedger;
+    t = await createClaimCheckTestApp({
+      handlers: [{ channel: 'cc.test', handlerRetry: { attempts: 1 } }],
+      claimCheck: { ledger, deleteAfter: 'ttl' },
+      module: { tuning: { leaseMs: 3_000, backpressureDelayMs: 10 } },
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(10_000, 3), { audience: t.channel });
+    // The first call outlives one renewal interval (leaseMs / 3), then fails.
+    t.handler.failNext = 1;
+    t.handler.onCall = async () => {
+      if (t.handler.calls === 1) await new Promise((resolve) => setTimeout(resolve, 1_100));
+    };
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await eventually(() => t.handler.calls === 1 && answers.length >= 2, 'the call and a renewal');
+    await t.transport.whenIdle();
+    await new Promise((resolve) => setTimeout(resolve, 300)); // a late renewal would be in now
+    // The ticket again (a duplicate, or a republish after the failure).
+    await publishTicket(t.transport, t.channel, ticket);
+    await eventually(() => t.handler.deliveries.length === 1, 'the second delivery handled', 2_000);
+
+    expect(answers).not.toContain('busy');
+  });
+});
