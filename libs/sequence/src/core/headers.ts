@@ -79,6 +79,10 @@ export const MAX_HEADER_NAME_BYTES = 255;
  */
 export function userHeaderProblems(headers: Readonly<Record<string, unknown>>): string[] {
   const problems: string[] = [];
+  // A string would be taken as headers '0', '1', ... (its characters).
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
+    return ['headers must be an object of string, number or boolean values'];
+  }
   for (const [name, value] of Object.entries(headers)) {
     if (isContractHeader(name) || name === CLAIM_CHECK_HEADER) {
       problems.push(`header ${name} belongs to the wire contract; rename yours`);

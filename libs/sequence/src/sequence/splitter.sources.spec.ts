@@ -57,12 +57,10 @@ describe('SplitterService: sources and per-call options', () => {
     source.write(bytes(25));
 
     const outcome = await Promise.race([
-      splitter
-        .send('scans', source, { fragmentBytes: 10, sequenceId: 'live-1' })
-        .then(
-          () => 'resolved',
-          (error: unknown) => error,
-        ),
+      splitter.send('scans', source, { fragmentBytes: 10, sequenceId: 'live-1' }).then(
+        () => 'resolved',
+        (error: unknown) => error,
+      ),
       new Promise((resolve) => setTimeout(() => resolve(HUNG), 1_000)),
     ]);
     const destroyed = source.destroyed;
@@ -109,6 +107,30 @@ describe('SplitterService: sources and per-call options', () => {
     expect(transport.depth('scans')).toBe(0);
   });
 
+  it.each([
+    ['a string', 'abc'],
+    ['an array', ['a']],
+  ])(
+    'refuses headers given as %s, which would become headers 0, 1, ...',
+    async (_what, headers) => {
+      const transport = new InMemoryTransport();
+      const splitter = await bootSplitter({ transport });
+
+      const error = await splitter
+        .send('scans', bytes(10), { headers: headers as unknown as Record<string, string> })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toContain(
+        'headers must be an object of string, number or boolean values',
+      );
+      expect(transport.depth('scans')).toBe(0);
+    },
+  );
+
   it('sends a Uint8Array made in another realm (vm, worker) as bytes, as it does for stream chunks', async () => {
     const transport = new InMemoryTransport();
     const splitter = await bootSplitter({ transport });
@@ -128,12 +150,10 @@ describe('SplitterService: sources and per-call options', () => {
     const splitter = await bootSplitter({ transport });
     const records = Readable.from([bytes(10, 1), bytes(10, 2)]);
 
-    const error = await splitter
-      .send('scans', { records }, { fragmentBytes: 0 })
-      .then(
-        () => undefined,
-        (e: unknown) => e,
-      );
+    const error = await splitter.send('scans', { records }, { fragmentBytes: 0 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
 
     expect(error).toBeInstanceOf(SequenceOptionsError);
     expect(records.destroyed).toBe(true);
