@@ -4,6 +4,8 @@ import type { ResolvedTracing } from '../options/resolved-options';
 import {
   inSpan,
   messagingAttributes,
+  NOT_RECORDING,
+  spansMatter,
   withTraceHeaders,
   type TraceSpan,
 } from '../kernel/tracing/message-spans';
@@ -17,6 +19,8 @@ import {
 export const OutboxTracing = {
   /** `create outbox`: a transaction, or one record written outside `transaction()`. */
   append<T>(tracing: ResolvedTracing, what: string, work: () => Promise<T>): Promise<T> {
+    // Per transaction: no attributes built for a span that would record nothing.
+    if (!spansMatter(tracing)) return work();
     return inSpan(
       tracing,
       {
@@ -47,12 +51,15 @@ export const OutboxTracing = {
     channels: readonly string[],
     work: (traced: (headers: HeaderMap) => HeaderMap, span: TraceSpan) => Promise<T>,
   ): Promise<T> {
+    const parent = tracing.parent === 'child' ? 'child' : 'active';
+    // Per message: no attributes built for a span that would record nothing.
+    if (!spansMatter(tracing, parent)) return work(withTraceHeaders, NOT_RECORDING);
     return inSpan(
       tracing,
       {
         name: `send ${channels.join(',')}`,
         kind: 'producer',
-        parent: tracing.parent === 'child' ? 'child' : 'active',
+        parent,
         carriers: [record.headers],
         attributes: {
           ...messagingAttributes({
