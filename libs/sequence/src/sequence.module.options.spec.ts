@@ -22,9 +22,7 @@ async function bootstrapError(
 
 describe('SequenceModule: forRoot and forRootAsync check the same options alike', () => {
   it('forRoot refuses the misspelt key of a config object', async () => {
-    const error = await bootstrapError(
-      SequenceModule.forRoot(new SequenceConfig()),
-    );
+    const error = await bootstrapError(SequenceModule.forRoot(new SequenceConfig()));
     expect(error).toBeInstanceOf(SequenceOptionsError);
     expect(String((error as Error).message)).toMatch(/handlerTimeotMs is not an option/);
   });

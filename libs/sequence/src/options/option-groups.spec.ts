@@ -12,7 +12,7 @@ function setPath(path: string[], value: unknown): Record<string, unknown> {
   let node = root;
   path.forEach((key, i) => {
     if (i === path.length - 1) node[key] = value;
-    else node = (node[key] = {});
+    else node = node[key] = {};
   });
   return root;
 }
