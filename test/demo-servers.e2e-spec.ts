@@ -89,7 +89,7 @@ for (const broker of DEMO_BROKERS) {
         expect(await broker.pending('imaging.ai.intake')).toBe(0);
         // The sequence store was Redis: the completed study left its completion marker there.
         const markers = (await redis.keys(`${prefix}:*`)).filter((key) =>
-          /^[^{]*:\{imaging\.ai\.intake:[^}]+\}:done$/.test(key),
+          /^[^{]*:\{seq:imaging\.ai\.intake:[^}]+\}:done$/.test(key),
         );
         expect(markers).toHaveLength(1);
       });
