@@ -1,39 +1,10 @@
 import { Readable } from 'node:stream';
-import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import {
-  InMemoryTransport,
-  SequenceModule,
-  SplitterService,
-  type SequenceModuleOptions,
-  type Transport,
-} from 'nest-sequence';
+import { InMemoryTransport } from 'nest-sequence';
 import { FaultInjectingTransport, bytes } from '../../test/support/sequence-test-app';
-import { mergeOptions } from '../../test/support/merge-options';
+import { bootSplitter, closeSplitters } from '../../test/support/splitter-app';
 import * as errors from '../core/errors/sequence-publish.error';
 
-const apps: INestApplicationContext[] = [];
-async function bootSplitter(
-  options: SequenceModuleOptions & { transport: Transport },
-): Promise<SplitterService> {
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { tuning: { sweepers: { expiry: { intervalMs: false } } } },
-          options,
-        ),
-      ),
-    ],
-  }).compile();
-  moduleRef.useLogger(false);
-  const app = await moduleRef.init();
-  apps.push(app);
-  return app.get(SplitterService);
-}
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close()));
-});
+afterEach(closeSplitters);
 
 const tick = async (n: number) => {
   for (let i = 0; i < n; i++) await Promise.resolve();
@@ -174,7 +145,7 @@ describe('SplitterService: the publish loop after a publish failed for good', ()
           const failedAt = log.indexOf('failure');
           const secondAt = log.indexOf('publish:2');
           if (failedAt >= 0 && secondAt > failedAt) hits.push(order === 'gate-first' ? k : -k - 1);
-          await Promise.all(apps.splice(0).map((app) => app.close()));
+          await closeSplitters();
         }
       }
     } finally {

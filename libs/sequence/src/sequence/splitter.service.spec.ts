@@ -4,54 +4,25 @@ import { Readable } from 'node:stream';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { crc32 } from 'node:zlib';
-import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import {
   InMemoryTransport,
   MessageTooLargeError,
   PublishTimeoutError,
-  SequenceModule,
   SequenceOptionsError,
   SequencePublishError,
   SequenceSourceError,
   SplitterService,
   type InboundMessage,
   type SendOptions,
-  type SequenceModuleOptions,
-  type Transport,
 } from 'nest-sequence';
 import { FaultInjectingTransport, bytes, eventually } from '../../test/support/sequence-test-app';
-import { mergeOptions } from '../../test/support/merge-options';
+import { bootSplitter, closeSplitters } from '../../test/support/splitter-app';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-const apps: INestApplicationContext[] = [];
-
-/** SequenceModule alone, on `transport`: nothing consumes, so fragments stay queued to inspect. */
-async function bootSplitter(
-  options: SequenceModuleOptions & { transport: Transport },
-): Promise<SplitterService> {
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { tuning: { sweepers: { expiry: { intervalMs: false } } } },
-          options,
-        ),
-      ),
-    ],
-  }).compile();
-  moduleRef.useLogger(false);
-  const app = await moduleRef.init();
-  apps.push(app);
-  return app.get(SplitterService);
-}
-
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close()));
-});
+afterEach(closeSplitters);
 
 function sha256(payload: Buffer): string {
   return createHash('sha256').update(payload).digest('hex');

@@ -1,44 +1,15 @@
 import { PassThrough, Readable } from 'node:stream';
 import { runInNewContext } from 'node:vm';
-import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import {
   InMemoryTransport,
-  SequenceModule,
   SequenceOptionsError,
   SequencePublishError,
-  SplitterService,
   type SendOptions,
-  type SequenceModuleOptions,
-  type Transport,
 } from 'nest-sequence';
 import { FaultInjectingTransport, bytes } from '../../test/support/sequence-test-app';
-import { mergeOptions } from '../../test/support/merge-options';
+import { bootSplitter, closeSplitters } from '../../test/support/splitter-app';
 
-const apps: INestApplicationContext[] = [];
-
-async function bootSplitter(
-  options: SequenceModuleOptions & { transport: Transport },
-): Promise<SplitterService> {
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      SequenceModule.forRoot(
-        mergeOptions<SequenceModuleOptions>(
-          { tuning: { sweepers: { expiry: { intervalMs: false } } } },
-          options,
-        ),
-      ),
-    ],
-  }).compile();
-  moduleRef.useLogger(false);
-  const app = await moduleRef.init();
-  apps.push(app);
-  return app.get(SplitterService);
-}
-
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close()));
-});
+afterEach(closeSplitters);
 
 const HUNG = Symbol('hung');
 

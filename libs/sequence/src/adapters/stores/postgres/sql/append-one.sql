@@ -14,8 +14,4 @@ WITH added AS (
   ON CONFLICT (id) DO NOTHING
   RETURNING id
 )
-SELECT
-  (SELECT array_agg(id) FROM added) AS added,
-  (SELECT count(*) FROM (
-    SELECT pg_notify($8, $9) FROM added WHERE $8::text IS NOT NULL LIMIT 1
-  ) AS woken) AS woken
+-- @include _append-answer
