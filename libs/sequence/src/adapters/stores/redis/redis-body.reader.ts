@@ -62,6 +62,11 @@ export class RedisBodyReader extends Readable {
   private ready: Buffer[] = [];
   /** Opens the sealed body being read (with `openBody`). */
   private opener?: SealedBufferOpener;
+  /**
+   * Plaintext of a sealed body's pieces before its last: not authenticated until the tag is
+   * checked at the body's end, so not released before then (at most one body's worth).
+   */
+  private heldBack: Buffer[] = [];
   /** _read was called and nothing was pushed since. */
   private wanted = false;
   private pumping = false;
@@ -154,17 +159,27 @@ export class RedisBodyReader extends Readable {
     }
   }
 
-  /** The plaintext a sealed piece releases; all of the body's rest once its last piece came. */
+  /**
+   * The plaintext a sealed piece releases: nothing before the body's last piece, then the whole
+   * body once its tag checked. GCM's plaintext is unauthenticated until then, and an altered
+   * ciphertext byte alters the same plaintext byte: released early, it would reach the handler.
+   */
   private decrypted(piece: BodyPiece, parts: readonly Buffer[]): Buffer[] {
-    if (piece.start === 0) this.opener = this.openBody?.(piece.position);
+    if (piece.start === 0) {
+      this.opener = this.openBody?.(piece.position);
+      this.heldBack = [];
+    }
     const opener = this.opener;
     if (opener === undefined) throw new Error('a sealed body was read from its middle');
     try {
-      const plaintext = parts.flatMap((part) => opener.update(part));
+      for (const part of parts) this.heldBack.push(...opener.update(part));
       // Only a body's last piece carries its CRC-32.
-      if (piece.crc32 !== undefined) plaintext.push(...opener.final());
+      if (piece.crc32 === undefined) return [];
+      const plaintext = [...this.heldBack, ...opener.final()];
+      this.heldBack = [];
       return plaintext;
     } catch (error) {
+      this.heldBack = [];
       if (!(error instanceof SealedBufferFailure)) throw error;
       throw new StoredFragmentDecryptionError(
         this.sequenceId,
