@@ -101,8 +101,9 @@ export class SealedBufferOpener {
    */
   final(): Buffer[] {
     const decipher = this.#decipher;
-    // Ended inside the header: cut short, or not sealed at all (plaintext shorter than a header).
-    if (decipher === undefined && !mayStartHeader(this.#pending)) {
+    // Ended inside the header: cut short, or not sealed at all (plaintext shorter than a header;
+    // nothing at all, as an empty body or the headers "{}" of a sequence stored before, decode).
+    if (decipher === undefined && (this.#pending.length === 0 || !mayStartHeader(this.#pending))) {
       throw new SealedBufferFailure('malformed-header');
     }
     if (decipher === undefined || this.#tail.length < GCM_TAG_BYTES) {
