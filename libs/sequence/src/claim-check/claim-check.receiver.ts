@@ -10,7 +10,12 @@ import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.e
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { ClaimKey } from '../ports/claim-ledger.port';
 import type { PayloadStore } from '../ports/payload-store.port';
-import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
+import {
+  requeueCount,
+  type Disposition,
+  type InboundMessage,
+  type Transport,
+} from '../ports/transport.port';
 import {
   callHandlerWithRetry,
   handlerRejection,
@@ -22,7 +27,12 @@ import {
   type ReassemblyConsumer,
   type SequenceReassembler,
 } from '../kernel/pattern-contracts';
-import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
+import {
+  CLAIM_CHECK_STORES,
+  RESOLVED_OPTIONS,
+  SEQUENCE_TRANSPORT,
+  type ClaimCheckStores,
+} from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { ClaimCheckTracing } from './claim-check.tracing';
@@ -56,6 +66,7 @@ export class ClaimCheckReceiver {
     private readonly parking: PayloadParking,
     @Inject(SEQUENCE_REASSEMBLER) private readonly reassembler: SequenceReassembler,
     private readonly metrics: ClaimCheckMetrics,
+    @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
   ) {
     this.traces = new ClaimCheckTracing(options.tracing);
   }
@@ -168,7 +179,10 @@ export class ClaimCheckReceiver {
           handlerRetry: consumer.handlerRetry,
           handlerTimeoutMs: consumer.handlerTimeoutMs ?? false,
           prefetch: consumer.prefetch,
-          deadLetterChannel: consumer.deadLetterChannel,
+          // Where the channel's other refusals go (its expiry records too): never the module's
+          // sequence.deadLetterChannel, which is Message Sequence's.
+          deadLetterChannel:
+            consumer.deadLetterChannel ?? this.transport.deadLetterChannel(consumer.channel),
         },
       );
       this.sequenceConsumers.set(consumer, sequenceConsumer);

@@ -149,10 +149,10 @@ export function resolveClaimCheckConsumer(
     handlerTimeoutMs: resolved.handlerTimeoutMs,
     prefetch: resolved.prefetch,
     // The handler's own, else the transport's `<channel>.dlq`: not the module's
-    // sequence.deadLetterChannel, which is Message Sequence's. The same for the sequences that
-    // reach this channel, so that one channel's refusals go to one place.
+    // sequence.deadLetterChannel, which is Message Sequence's (the receiver gives the sequences
+    // that reach this channel the same place).
     deadLetterChannel,
-    sequence: { ...resolved, deadLetterChannel },
+    sequence: resolved,
   };
 }
 
