@@ -21,6 +21,7 @@ import {
   handlerRejection,
   type HandlerOutcome,
 } from '../kernel/handler-retry';
+import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import {
   SEQUENCE_REASSEMBLER,
@@ -251,10 +252,10 @@ export class ClaimCheckReceiver {
     try {
       outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`);
     } finally {
+      payload.close();
       // Waits for a renewal on its way: landing after a release, it would take the lease again
       // for this holder, and the redelivery would find the ticket busy until it lapsed.
       await stopRenewing();
-      payload.close();
     }
     if (payload.integrityFailure) {
       await release();
@@ -420,7 +421,13 @@ export class ClaimCheckReceiver {
     timer.unref();
     return async () => {
       clearInterval(timer);
-      await renewing;
+      // Not for ever: a ledger call that never answers must not hold the message unsettled.
+      if (renewing && !(await settlesWithin(renewing, leaseMs))) {
+        this.logger.warn(
+          `a renewal of the claim on ${key.ticket} has not answered within ${leaseMs} ms; ` +
+            'going on without it',
+        );
+      }
     };
   }
 

@@ -57,4 +57,36 @@ describe('claim check: the lease renewal of a call that failed', () => {
 
     expect(answers).not.toContain('busy');
   });
+
+  it('does not wait for ever for a renewal that never answers: the handled ticket is acked', async () => {
+    const memory = new MemoryClaimLedger();
+    const holders = new Set<string>();
+    // Renewals never answer (a lost reply, and no command timeout).
+    const ledger = new Proxy(memory, {
+      get(target, property, receiver): unknown {
+        if (property !== 'claim') return Reflect.get(target, property, receiver);
+        return (key: ClaimKey, holder: string, leaseMs: number, now: number) => {
+          const renewal = holders.has(holder);
+          holders.add(holder);
+          if (renewal) return new Promise(() => undefined);
+          return target.claim(key, holder, leaseMs, now);
+        };
+      },
+    }) as ClaimLedger;
+    t = await createClaimCheckTestApp({
+      handlers: [{ channel: 'cc.test', handlerRetry: { attempts: 1 } }],
+      claimCheck: { ledger, deleteAfter: 'ttl' },
+      module: { tuning: { leaseMs: 600, backpressureDelayMs: 10 } },
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(1_000, 3), { audience: t.channel });
+    // Outlives one renewal interval (leaseMs / 3).
+    t.handler.onCall = () => new Promise((resolve) => setTimeout(resolve, 300));
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await eventually(() => t.handler.deliveries.length === 1, 'handled');
+
+    // Within the lease's time after the call, not never.
+    await eventually(() => t.transport.actionsOn(t.channel).length === 1, 'settled', 3_000);
+    expect(t.transport.actionsOn(t.channel)).toEqual(['ack']);
+  });
 });
