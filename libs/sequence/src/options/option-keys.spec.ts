@@ -219,13 +219,14 @@ describe('checkKeys', () => {
     ]);
   });
 
-  it('checks the keys of options given as a class instance (a config class) as of a literal', () => {
+  it('leaves the keys of options given as a class instance to the resolvers', () => {
+    // A config class may hold an injected service and give its options through getters.
     class Config {
-      handlerTimeotMs = 5_000;
-      sequence = { timeoutMs: 1_000 };
+      constructor(readonly config: { get(key: string): unknown }) {}
+      get handlerTimeoutMs(): number {
+        return 5_000;
+      }
     }
-    expect(problemsOf(new Config(), MODULE_KEYS)).toEqual([
-      expect.stringMatching(/^handlerTimeotMs is not an option/),
-    ]);
+    expect(problemsOf(new Config({ get: () => undefined }), MODULE_KEYS)).toEqual([]);
   });
 });

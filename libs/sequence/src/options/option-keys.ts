@@ -278,12 +278,19 @@ export const SEQUENCE_CLIENT_KEYS: KeyTree = {
   maxReplyBytes: true,
 };
 
-/**
- * An object whose own keys are options: a plain object, or an instance of a class (a config
- * class, what `plainToInstance` builds), whose own properties count as they would in a literal.
- */
-function isOptionsObject(value: unknown): value is Record<string, unknown> {
+function isObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * An object whose own keys are all options: a literal. An instance of a class (a config class)
+ * may hold other fields (injected services, fields left undefined) and give its options through
+ * getters: its keys are left unchecked.
+ */
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (!isObject(value)) return false;
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
 }
 
 /** Groups of options that may also be `false` (off), by path. */
@@ -303,7 +310,7 @@ export function checkKeys(
   renames: Renames = {},
   at = '',
 ): void {
-  if (!isOptionsObject(value)) return;
+  if (!isPlainObject(value)) return;
   for (const [key, given] of Object.entries(value)) {
     const path = at ? `${at}.${key}` : key;
     const known = keys[key];
@@ -316,7 +323,7 @@ export function checkKeys(
               `${Object.keys(keys).join(', ')}`,
       );
     } else if (known !== true && given !== undefined) {
-      if (isOptionsObject(given)) checkKeys(problems, given, known, renames, path);
+      if (isObject(given)) checkKeys(problems, given, known, renames, path);
       else if (!(given === false && GROUPS_THAT_MAY_BE_FALSE.has(path))) {
         problems.push(
           `${path} must be an object of options (${Object.keys(known).join(', ')}), got ` +
