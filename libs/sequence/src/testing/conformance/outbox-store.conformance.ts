@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { OutboxStore } from '../../ports/outbox-store.port';
 import { describeAppendCases } from './outbox-store/append.cases';
+import { describeArgumentCases } from './outbox-store/arguments.cases';
 import { describeClaimCases } from './outbox-store/claim.cases';
 import { describeConcurrencyCases } from './outbox-store/concurrency.cases';
 import { describeExternalTransactionCases } from './outbox-store/external-transaction.cases';
@@ -138,5 +139,6 @@ export function describeOutboxStoreConformance(name: string, harness: OutboxStor
     describeMaintenanceCases(context);
     describeConcurrencyCases(context);
     describeWatchCases(context);
+    describeArgumentCases(context);
   });
 }

@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import { PostgresOutboxError } from './postgres-outbox.error';
+import { assertOutcomes } from '../../../ports/outbox-store.arguments';
 import type {
   ClaimOptions,
   ClaimResult,
@@ -139,34 +139,20 @@ function sortOutcomes(
   records: readonly StoredRecord[],
   outcomes: readonly RecordOutcome[],
 ): SortedOutcomes {
+  // Refused (a RangeError) before anything is written: the claim rolls back.
+  assertOutcomes(records, outcomes);
   const seqOf = new Map(records.map((record) => [record.id, record.seq]));
-  const seen = new Set<string>();
   const completed: number[] = [];
   const retry = { seqs: [] as number[], times: [] as number[], errors: [] as string[] };
   const failed = { seqs: [] as number[], errors: [] as string[] };
 
   for (const outcome of outcomes) {
-    const seq = seqOf.get(outcome.id);
-    if (seq === undefined) {
-      throw new PostgresOutboxError(
-        'claim',
-        `the handler returned an outcome for record ${outcome.id}, which this claim did not ` +
-          'hand out; return outcomes only for batch.records',
-      );
-    }
-    if (seen.has(outcome.id)) {
-      throw new PostgresOutboxError(
-        'claim',
-        `the handler returned two outcomes for record ${outcome.id}; return one per record`,
-      );
-    }
-    seen.add(outcome.id);
+    const seq = seqOf.get(outcome.id) as number;
     switch (outcome.status) {
       case 'completed':
         completed.push(seq);
         break;
       case 'retry':
-        assertTime(outcome.nextAttemptAt, outcome.id);
         retry.seqs.push(seq);
         retry.times.push(outcome.nextAttemptAt);
         retry.errors.push(outcome.error);
@@ -177,11 +163,6 @@ function sortOutcomes(
         break;
       case 'released':
         break;
-      default:
-        throw new PostgresOutboxError(
-          'claim',
-          `the handler returned an unknown outcome status for record ${(outcome as RecordOutcome).id}`,
-        );
     }
   }
   return { completed, retry, failed };
@@ -204,14 +185,5 @@ function writeOutcomes(
   }
   if (failed.seqs.length > 0) {
     transaction.defer(statements['settle-failed'], [failed.seqs, failed.errors]);
-  }
-}
-
-function assertTime(time: number, id: string): void {
-  if (!Number.isFinite(time)) {
-    throw new PostgresOutboxError(
-      'claim',
-      `the retry outcome of record ${id} has nextAttemptAt ${String(time)}; give a time in ms`,
-    );
   }
 }

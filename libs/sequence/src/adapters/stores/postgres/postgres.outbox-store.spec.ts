@@ -221,10 +221,23 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       await expect(
         store.transaction((tx) => store.append(BOX, [record('x'.repeat(201))], tx)),
       ).rejects.toThrow(/1 to 200 characters/);
-      await expect(store.receive('inbox_events', record(''))).rejects.toBeInstanceOf(
-        PostgresOutboxError,
-      );
+      await expect(store.receive('inbox_events', record(''))).rejects.toBeInstanceOf(RangeError);
     });
+    it('refuses partition keys and records out of the contract in lockPartitions and appendAtCommit, before sending anything', async () => {
+      await store.transaction(async (tx) => {
+        // A string is no list of keys (spread, it would lock one key per character).
+        await expect(store.lockPartitions(BOX, 'Order:1' as never, tx)).rejects.toThrow(RangeError);
+        await expect(store.lockPartitions(BOX, ['Order:1', 7] as never, tx)).rejects.toThrow(
+          /lockPartitions: every one of keys must be a string, got 7/,
+        );
+        await expect(store.appendAtCommit(BOX, [record('')], tx)).rejects.toThrow(RangeError);
+        // Nothing was sent: the transaction goes on.
+        await store.append(BOX, [record('kept')], tx);
+      });
+      await expect(store.get(BOX, 'kept')).resolves.toMatchObject({ status: 'PENDING' });
+      await expect(store.get(BOX, '')).rejects.toThrow(RangeError);
+    });
+
     it('rejects an outcome for a record the claim did not hand out, writing nothing', async () => {
       await appendCommitted(['a']);
       await expect(
@@ -435,7 +448,7 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
           store.claim(BOX, { limit: 1, now: Date.now() }, async (batch) => [
             { id: batch.records[0].id, status: 'unknown' } as never,
           ]),
-        ).rejects.toThrow(/unknown outcome/);
+        ).rejects.toThrow(/status "unknown"/);
       }
       await expect(
         store.claim(BOX, { limit: 10, now: Date.now() }, completeAll),

@@ -1,22 +1,33 @@
 import type { ClientConfig, Pool } from 'pg';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
-import { PostgresOutboxError } from './postgres-outbox.error';
-import {
-  BOX_NAMES,
-  type BoxName,
-  type BoxStats,
-  type ClaimedBatch,
-  type ClaimOptions,
-  type ClaimResult,
-  type NewBoxRecord,
-  type OutboxStore,
-  type PurgeOptions,
-  type RecordOutcome,
-  type SqlExecutor,
-  type StoredRecord,
-  type StoreTransaction,
+import type {
+  BoxName,
+  BoxStats,
+  ClaimedBatch,
+  ClaimOptions,
+  ClaimResult,
+  NewBoxRecord,
+  OutboxStore,
+  PurgeOptions,
+  RecordOutcome,
+  SqlExecutor,
+  StoredRecord,
+  StoreTransaction,
 } from '../../../ports/outbox-store.port';
+import {
+  assertBox,
+  assertClaimOptions,
+  assertIds,
+  assertLimit,
+  assertListener,
+  assertNewRecord,
+  assertNewRecords,
+  assertPartitionKeys,
+  assertPurgeOptions,
+  assertRecordId,
+  assertTime,
+} from '../../../ports/outbox-store.arguments';
 import { TransactionScope } from '../sql/transaction-scope';
 import { PostgresOutboxAnnouncer } from './postgres-outbox.announcer';
 import { newPool } from './postgres-client';
@@ -30,7 +41,6 @@ import {
   type PostgresOutboxStoreOptions,
   type ResolvedPostgresOutboxOptions,
 } from './postgres-outbox.options';
-import { assertCount, assertNewRecords, assertTime } from './postgres-outbox.arguments';
 import { addedIds, appendStatement, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import { outboxStatements, type BoxStatements } from './postgres-outbox.sql';
 import { inTransaction, PostgresStoreTransaction } from './postgres.store-transaction';
@@ -156,8 +166,8 @@ export class PostgresOutboxStore implements OutboxStore {
       await this.append(box, records, within);
       return;
     }
-    const statements = this.statementsOf(box, 'append');
-    assertNewRecords('append', records);
+    const statements = this.statementsOf(box, 'appendAtCommit');
+    assertNewRecords('appendAtCommit', records);
     if (within.isSettled) throw new OutboxForeignTransactionError(this.name, 'settled');
     if (records.length === 0) return;
     const { sql, columns } = appendStatement(statements, records);
@@ -173,6 +183,7 @@ export class PostgresOutboxStore implements OutboxStore {
     within: StoreTransaction | SqlExecutor,
   ): Promise<void> {
     const statements = this.statementsOf(box, 'lockPartitions');
+    assertPartitionKeys('lockPartitions', keys);
     this.assertJoinable(within);
     if (keys.length > 0) await within.query(statements['lock-partitions'], [[...keys]]);
   }
@@ -192,7 +203,7 @@ export class PostgresOutboxStore implements OutboxStore {
 
   async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
     const statements = this.statementsOf(box, 'receive');
-    assertNewRecords('receive', [record]);
+    assertNewRecord('receive', record);
     // One statement: its own transaction, committed before this resolves.
     const { sql, columns } = appendStatement(statements, [record]);
     const result = await this.pool.query(sql, [...columns, Date.now(), null, box]);
@@ -207,8 +218,7 @@ export class PostgresOutboxStore implements OutboxStore {
     handle: (batch: ClaimedBatch) => Promise<readonly RecordOutcome[]>,
   ): Promise<ClaimResult> {
     const statements = this.statementsOf(box, 'claim');
-    assertCount('claim', 'limit', options.limit);
-    assertTime('claim', 'now', options.now);
+    assertClaimOptions(options);
     // Always a transaction of its own, even when called inside another one: the claim's locks
     // must last exactly as long as its handler.
     let claimed: PostgresStoreTransaction | undefined;
@@ -257,19 +267,22 @@ export class PostgresOutboxStore implements OutboxStore {
   }
 
   async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
-    const { rows } = await this.reader().query<RecordRow>(this.statementsOf(box, 'get').get, [id]);
+    const statements = this.statementsOf(box, 'get');
+    assertRecordId('get', id);
+    const { rows } = await this.reader().query<RecordRow>(statements.get, [id]);
     return rows.length > 0 ? toStoredRecord(rows[0]) : undefined;
   }
 
   async listFailed(box: BoxName, limit: number): Promise<StoredRecord[]> {
     const statements = this.statementsOf(box, 'listFailed');
-    assertCount('listFailed', 'limit', limit);
+    assertLimit('listFailed', 'limit', limit);
     const { rows } = await this.reader().query<RecordRow>(statements['list-failed'], [limit]);
     return rows.map(toStoredRecord);
   }
 
   async retry(box: BoxName, ids: readonly string[], now: number): Promise<number> {
     const statements = this.statementsOf(box, 'retry');
+    assertIds('retry', ids);
     assertTime('retry', 'now', now);
     if (ids.length === 0) return 0;
     const { rows } = await this.reader().query<{ retried: string }>(statements['retry-failed'], [
@@ -283,6 +296,7 @@ export class PostgresOutboxStore implements OutboxStore {
 
   async discard(box: BoxName, ids: readonly string[]): Promise<number> {
     const statements = this.statementsOf(box, 'discard');
+    assertIds('discard', ids);
     if (ids.length === 0) return 0;
     const { rows } = await this.reader().query<{ discarded: string }>(
       statements['discard-failed'],
@@ -293,9 +307,7 @@ export class PostgresOutboxStore implements OutboxStore {
 
   async purge(box: BoxName, options: PurgeOptions): Promise<number> {
     const statements = this.statementsOf(box, 'purge');
-    assertTime('purge', 'completedBefore', options.completedBefore);
-    assertCount('purge', 'batchSize', options.batchSize);
-    if (options.maxBatches !== undefined) assertCount('purge', 'maxBatches', options.maxBatches);
+    assertPurgeOptions(options);
     let purged = 0;
     for (let batch = 0; options.maxBatches === undefined || batch < options.maxBatches; batch++) {
       const { rowCount } = await this.pool.query(statements.purge, [
@@ -330,6 +342,7 @@ export class PostgresOutboxStore implements OutboxStore {
    */
   async watch(listener: (box: BoxName) => void): Promise<() => Promise<void>> {
     this.assertOpen('watch');
+    assertListener(listener);
     const watcher = { listener };
     this.watchers.add(watcher);
     if (!this.listener) {
@@ -416,12 +429,7 @@ export class PostgresOutboxStore implements OutboxStore {
 
   private statementsOf(box: BoxName, operation: string): BoxStatements {
     this.assertOpen(operation);
-    if (!(BOX_NAMES as readonly string[]).includes(box)) {
-      throw new PostgresOutboxError(
-        operation,
-        `unknown box ${JSON.stringify(box)}; use one of ${BOX_NAMES.join(', ')}`,
-      );
-    }
+    assertBox(operation, box);
     return this.statements[box];
   }
 }

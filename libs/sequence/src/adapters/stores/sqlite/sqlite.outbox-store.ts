@@ -17,16 +17,18 @@ import type {
   StoreTransaction,
 } from '../../../ports/outbox-store.port';
 import {
-  assertArray,
+  assertBox,
   assertClaimOptions,
   assertIds,
   assertLimit,
+  assertListener,
   assertNewRecord,
+  assertNewRecords,
   assertOutcomes,
   assertPurgeOptions,
   assertRecordId,
   assertTime,
-} from './outbox-store.arguments';
+} from '../../../ports/outbox-store.arguments';
 import { appendParameters, toStoredRecord, type BoxRow } from './sqlite-outbox.codec';
 import { SqliteOutboxConnection } from './sqlite-outbox.connection';
 import {
@@ -129,9 +131,8 @@ export class SqliteOutboxStore implements OutboxStore {
     records: readonly NewBoxRecord[],
     within: StoreTransaction | SqlExecutor,
   ): Promise<string[]> {
-    this.statements.table(box);
-    assertArray('records', records);
-    records.forEach(assertNewRecord);
+    assertBox('append', box);
+    assertNewRecords('append', records);
     const transaction = this.ownTransaction(within);
     const insert = this.statements.box('append', box);
     const createdAt = Date.now();
@@ -146,8 +147,8 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
-    this.statements.table(box);
-    assertNewRecord(record);
+    assertBox('receive', box);
+    assertNewRecord('receive', record);
     // Its own transaction, committed before this resolves (the caller acks the broker then).
     // Joining one would let the caller ack a row that may still roll back; waiting for one the
     // caller is inside would never end.
@@ -166,7 +167,7 @@ export class SqliteOutboxStore implements OutboxStore {
     options: ClaimOptions,
     handle: (batch: ClaimedBatch) => Promise<readonly RecordOutcome[]>,
   ): Promise<ClaimResult> {
-    this.statements.table(box);
+    assertBox('claim', box);
     assertClaimOptions(options);
     // A transaction of its own, taken in turn, never the one the code that woke the relay runs
     // in: joining it would publish rows that transaction might still roll back.
@@ -186,8 +187,8 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {
-    this.statements.table(box);
-    assertRecordId(id);
+    assertBox('get', box);
+    assertRecordId('get', id);
     const row = await this.read(
       'get',
       () => this.statements.box('get', box).get({ id }) as BoxRow | undefined,
@@ -196,8 +197,8 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async listFailed(box: BoxName, limit: number): Promise<StoredRecord[]> {
-    this.statements.table(box);
-    assertLimit('listFailed limit', limit);
+    assertBox('listFailed', box);
+    assertLimit('listFailed', 'limit', limit);
     const rows = await this.read(
       'listFailed',
       () => this.statements.box('list-failed', box).all({ limit }) as BoxRow[],
@@ -206,9 +207,9 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async retry(box: BoxName, ids: readonly string[], now: number): Promise<number> {
-    this.statements.table(box);
-    assertIds(ids);
-    assertTime('retry now', now);
+    assertBox('retry', box);
+    assertIds('retry', ids);
+    assertTime('retry', 'now', now);
     if (ids.length === 0) return 0;
     return this.inTransaction(async (transaction) => {
       const changes = this.statements
@@ -222,8 +223,8 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async discard(box: BoxName, ids: readonly string[]): Promise<number> {
-    this.statements.table(box);
-    assertIds(ids);
+    assertBox('discard', box);
+    assertIds('discard', ids);
     if (ids.length === 0) return 0;
     return this.inTransaction(async (transaction) => {
       const changes = this.statements
@@ -239,7 +240,7 @@ export class SqliteOutboxStore implements OutboxStore {
 
   /** Deletes in batches, each its own transaction, letting other work in between. */
   async purge(box: BoxName, options: PurgeOptions): Promise<number> {
-    this.statements.table(box);
+    assertBox('purge', box);
     assertPurgeOptions(options);
     const { completedBefore: before, batchSize: limit, maxBatches = Infinity } = options;
     let deleted = 0;
@@ -255,7 +256,7 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async stats(box: BoxName): Promise<BoxStats> {
-    this.statements.table(box);
+    assertBox('stats', box);
     const row = await this.read(
       'stats',
       () =>
@@ -271,6 +272,7 @@ export class SqliteOutboxStore implements OutboxStore {
   /** Listeners hear of commits of the stores on this database file in this process only. */
   async watch(listener: (box: BoxName) => void): Promise<() => Promise<void>> {
     this.assertOpen('watch');
+    assertListener(listener);
     const remove = this.wakeups.add(listener);
     return async () => remove();
   }
