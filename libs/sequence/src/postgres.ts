@@ -13,5 +13,8 @@ export {
   migrateOutbox,
   type MigrateOutboxOptions,
 } from './adapters/stores/postgres/postgres-migrations';
-export { PostgresOutboxError } from './adapters/stores/postgres/postgres-outbox.error';
+export {
+  PostgresMigrationOutcomeUnknownError,
+  PostgresOutboxError,
+} from './adapters/stores/postgres/postgres-outbox.error';
 export { postgres } from './adapters/presets/postgres.preset';

@@ -5,17 +5,28 @@
  *
  *   nest-sequence-outbox-migrate --database-url postgres://user@host/db [--table-prefix app_]
  *
- * The URL may come from DATABASE_URL instead. Prints each migration it applied; exits 1, saying
- * why, when it could not connect or a migration failed (which then left nothing of itself).
+ * The URL may come from DATABASE_URL instead. Prints each migration it applied. Exit codes:
+ * - 0: the tables are up to date;
+ * - 1: a bad command line, no connection, or a migration that failed (it left nothing of itself);
+ * - 3: the connection failed while a migration was being committed, so it may or may not have
+ *   been applied: run the command again, which applies only what is missing and says so.
  */
 import { newClient } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
+import { PostgresMigrationOutcomeUnknownError } from './postgres-outbox.error';
 import { assertTablePrefix, outboxMigrations } from './postgres-outbox.sql';
 import { errorMessage, textOf } from '../../../core/errors/caught';
 
 const USAGE =
   'usage: nest-sequence-outbox-migrate --database-url <postgres://...> [--table-prefix <prefix>]\n' +
   '       (the URL may also come from DATABASE_URL)';
+
+/** The tables are up to date. */
+export const EXIT_OK = 0;
+/** Nothing was done, or the migration that failed was rolled back: see the message. */
+export const EXIT_FAILED = 1;
+/** A migration's commit was lost with the connection: it may or may not have been applied. */
+export const EXIT_OUTCOME_UNKNOWN = 3;
 
 interface CliArguments {
   readonly databaseUrl: string;
@@ -59,11 +70,11 @@ export async function runMigrateCli(
   const parsed = parseArguments(argv, env);
   if ('help' in parsed) {
     out(parsed.help);
-    return 0;
+    return EXIT_OK;
   }
   if ('error' in parsed) {
     err(parsed.error);
-    return 1;
+    return EXIT_FAILED;
   }
   const { databaseUrl, tablePrefix } = parsed;
   let client: ReturnType<typeof newClient> | undefined;
@@ -83,10 +94,20 @@ export async function runMigrateCli(
       const latest = outboxMigrations().at(-1)?.name;
       out(`outbox tables up to date (table prefix ${prefix}, at ${latest}): nothing to apply`);
     }
-    return 0;
+    return EXIT_OK;
   } catch (error) {
-    err(`nest-sequence-outbox-migrate: ${describe(error)} (database ${redact(databaseUrl)})`);
-    return 1;
+    const database = `(database ${redact(databaseUrl)})`;
+    if (error instanceof PostgresMigrationOutcomeUnknownError) {
+      err(`nest-sequence-outbox-migrate: outcome unknown: ${describe(error)} ${database}`);
+      err(
+        'nest-sequence-outbox-migrate: run this command again with the same arguments to find ' +
+          `out whether ${error.migration} was applied: it applies only what is missing, and ` +
+          'prints what it applied',
+      );
+      return EXIT_OUTCOME_UNKNOWN;
+    }
+    err(`nest-sequence-outbox-migrate: ${describe(error)} ${database}`);
+    return EXIT_FAILED;
   } finally {
     await client?.end().catch(() => undefined);
   }

@@ -1,10 +1,15 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { Pool } from 'pg';
+import { Client, Pool } from 'pg';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { postgresClient, postgresPool } from '../../../../test/support/postgres.fixture';
-import { PostgresOutboxError } from './postgres-outbox.error';
+import {
+  postgresStatementProxy,
+  type PostgresStatementProxy,
+  type StatementFate,
+} from '../../../../test/support/postgres-statement-proxy';
+import { PostgresMigrationOutcomeUnknownError, PostgresOutboxError } from './postgres-outbox.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { BOX_NAMES } from '../../../ports/outbox-store.port';
 import { migrateOutbox } from './postgres-migrations';
@@ -145,6 +150,65 @@ describeWithServer('postgres', 'migrateOutbox', () => {
     expect(await tablesOfPrefix()).toEqual([`${tablePrefix}outbox_commands`]);
   });
 
+  describe('when the connection fails', () => {
+    let proxy: PostgresStatementProxy | undefined;
+
+    afterEach(async () => {
+      await proxy?.close();
+      proxy = undefined;
+    });
+
+    /** Migrates on a client of its own through a proxy that drops the connection at `fate`. */
+    async function migrateThrough(fate: (sql: string) => StatementFate): Promise<unknown> {
+      proxy = await postgresStatementProxy(URL, fate);
+      const client = new Client({ connectionString: proxy.url });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        await migrateOutbox(client, { tablePrefix });
+        throw new Error('the migration resolved, though its connection was dropped');
+      } catch (error) {
+        return error;
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    }
+
+    it('says the outcome is unknown, not rolled back, when the connection fails at COMMIT', async () => {
+      // PostgreSQL runs the COMMIT; the connection closes before its answer reaches the client.
+      const error = await migrateThrough((sql) => (sql === 'COMMIT' ? 'drop-after' : 'pass'));
+      expect(proxy!.dropped).toEqual(['COMMIT', '(its answer)']);
+      expect(error).toBeInstanceOf(PostgresMigrationOutcomeUnknownError);
+      expect(error).toBeInstanceOf(PostgresOutboxError);
+      expect(error).toMatchObject({ migration: '001_outbox_boxes', tablePrefix });
+      expect((error as Error).message).toMatch(
+        /001_outbox_boxes.*may or may not have been applied/,
+      );
+      expect((error as Error).message).not.toMatch(/rolled back/);
+      // It was in fact applied, which "rolled back" would have denied; migrating again says so.
+      await expect(recorded()).resolves.toEqual(['001_outbox_boxes']);
+      await expect(migrateOutbox(pool, { tablePrefix })).resolves.toEqual([]);
+    });
+
+    it('says the outcome is unknown when the connection fails as COMMIT is sent', async () => {
+      // This time PostgreSQL never receives it and rolls back; the client cannot tell the two apart.
+      const error = await migrateThrough((sql) => (sql === 'COMMIT' ? 'drop-before' : 'pass'));
+      expect(error).toBeInstanceOf(PostgresMigrationOutcomeUnknownError);
+      await expect(migrateOutbox(pool, { tablePrefix })).resolves.toEqual(['001_outbox_boxes']);
+    });
+
+    it('still says rolled back when the connection fails before COMMIT', async () => {
+      const error = await migrateThrough((sql) =>
+        sql.includes(`INSERT INTO ${tablePrefix}outbox_migrations`) ? 'drop-before' : 'pass',
+      );
+      expect(proxy!.dropped).toHaveLength(1);
+      expect(error).toBeInstanceOf(PostgresOutboxError);
+      expect(error).not.toBeInstanceOf(PostgresMigrationOutcomeUnknownError);
+      expect((error as Error).message).toMatch(/001_outbox_boxes.*rolled back/);
+      expect(await tablesOfPrefix()).toEqual([]);
+    });
+  });
+
   describe('the migrate CLI', () => {
     it('applies the migrations, then finds nothing new to apply', async () => {
       const first = await runCli(['--database-url', URL, '--table-prefix', tablePrefix]);
@@ -186,6 +250,29 @@ describeWithServer('postgres', 'migrateOutbox', () => {
       expect(run.code).toBe(1);
       expect(run.stderr).toMatch(/^nest-sequence-outbox-migrate: /);
       expect(run.stderr).not.toContain('secret');
+    });
+
+    it('exits 3 saying the outcome is unknown, and how to find it out, when the connection fails at COMMIT', async () => {
+      const proxy = await postgresStatementProxy(URL, (sql) =>
+        sql === 'COMMIT' ? 'drop-after' : 'pass',
+      );
+      try {
+        const run = await runCli(['--database-url', proxy.url, '--table-prefix', tablePrefix]);
+        expect(proxy.dropped).toEqual(['COMMIT', '(its answer)']);
+        expect(run.code).toBe(3);
+        expect(run.stdout).toBe('');
+        expect(run.stderr).toMatch(/^nest-sequence-outbox-migrate: outcome unknown: /);
+        expect(run.stderr).toContain('001_outbox_boxes');
+        expect(run.stderr).toContain('may or may not have been applied');
+        expect(run.stderr).toContain('run this command again with the same arguments');
+        expect(run.stderr).not.toMatch(/rolled back/);
+      } finally {
+        await proxy.close();
+      }
+      // Run again, it tells: applied (by the lost commit), nothing left to do.
+      const again = await runCli(['--database-url', URL, '--table-prefix', tablePrefix]);
+      expect(again).toMatchObject({ code: 0, stderr: '' });
+      expect(again.stdout).toContain('up to date');
     });
 
     it('prints the usage on stdout and exits 0 for --help', async () => {

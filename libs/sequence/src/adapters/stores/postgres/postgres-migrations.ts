@@ -1,7 +1,7 @@
 import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { MAX_TIMER_MS } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
-import { PostgresOutboxError } from './postgres-outbox.error';
+import { PostgresMigrationOutcomeUnknownError, PostgresOutboxError } from './postgres-outbox.error';
 import { checkOut, isConnectionError } from './postgres-client';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
 
@@ -21,6 +21,9 @@ export interface MigrateOutboxOptions {
  * that is not inside a transaction.
  *
  * @returns the names of the migrations this call applied (`[]` when the schema was up to date)
+ * @throws PostgresOutboxError when a migration failed: it was rolled back, nothing of it applied
+ * @throws PostgresMigrationOutcomeUnknownError (a PostgresOutboxError) when the connection failed
+ *   while a migration was being committed: it may or may not have been applied; migrate again
  */
 export async function migrateOutbox(
   clientOrPool: Pool | Client | PoolClient,
@@ -55,6 +58,7 @@ async function applyMigrations(
   const statements = migrationStatements(tablePrefix);
   const applied: string[] = [];
   for (const migration of outboxMigrations()) {
+    let committing = false;
     await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
     try {
       // A multi-statement query resolves to one result per statement; the last lists the names.
@@ -67,8 +71,16 @@ async function applyMigrations(
         await client.query(statements.record, [migration.name]);
         applied.push(migration.name);
       }
+      committing = true;
       await client.query('COMMIT');
     } catch (error) {
+      // An error PostgreSQL answered COMMIT with means it rolled back; a connection that failed
+      // under it leaves no answer: the commit may have happened.
+      if (committing && isConnectionError(error)) {
+        throw new PostgresMigrationOutcomeUnknownError(migration.name, tablePrefix, {
+          cause: error,
+        });
+      }
       await client.query('ROLLBACK').catch(() => undefined);
       throw new PostgresOutboxError(
         'migrate',
