@@ -309,6 +309,14 @@ function readInteger(raw: unknown): number | undefined {
   return Number.isSafeInteger(value) ? value : undefined;
 }
 
+/**
+ * Whether fragment headers say `x-sequence-last: true`, reading that header only (the headers of
+ * a fragment already taken: {@link parseFragmentHeaders} checked them all).
+ */
+export function isLastFragment(headers: Readonly<Record<string, unknown>>): boolean {
+  return readBoolean(headers[SequenceHeader.last]) === true;
+}
+
 function readBoolean(raw: unknown): boolean | undefined {
   if (typeof raw === 'boolean') return raw;
   const text = readString(raw);

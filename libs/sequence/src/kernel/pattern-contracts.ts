@@ -3,6 +3,7 @@ import type { RejectionCode } from '../core/errors/rejection-code';
 import type { HeaderMap, HeaderValue } from '../core/headers';
 import type { SequencePayload } from '../core/payload-source';
 import type { ResequencerDefinition } from '../options/resequencer.options';
+import type { DeadLetterListener, KeyRetirement } from '../options/resolved-options';
 import type { SequenceConsumerOptions } from '../options/sequence.options';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { HandlerContext } from './handler-call';
@@ -107,7 +108,10 @@ export interface OrderedIntake {
   ): { receive(message: InboundMessage): Promise<Disposition> };
 }
 
-/** Bounds an intake's definer sets besides the definition's (stream mode: its own budget). */
+/**
+ * What an intake's definer sets besides the definition (stream mode: its own budget, keys that
+ * end, and the dead letters its handler never sees).
+ */
 export interface IntakeBounds {
   /** In place of `resequencer.maxBufferedBytesTotal`. */
   readonly maxBufferedBytesTotal?: number;
@@ -117,5 +121,24 @@ export interface IntakeBounds {
    * sequence that lost a fragment never reaches its end).
    */
   readonly closeAfterDeadLetter?: RejectionCode;
+  /**
+   * Keys that come to an end (stream mode: a sequence, at its last fragment). Once a drain has
+   * handed over (delivered or dead-lettered) an event `ends` says true of, or the events
+   * dead-lettered when the key closed (`closeAfterDeadLetter`), and left the key holding nothing,
+   * the key's state (which drops repeats of its events) is kept `afterMs` more rather than the
+   * store's retention (`ResequencerStore.retire`).
+   */
+  readonly retire?: KeyRetirement;
+  /**
+   * Told of each event of a key the resequencer dead-letters itself, which the handler never
+   * sees (a gap's, one refused after its key closed, one that does not decrypt), once its dead
+   * letter is sent (or, for an input refused, decided); never of the handler's own failures.
+   */
+  readonly deadLettered?: DeadLetterListener;
+  /**
+   * Told of each event the handler refused (threw `MessageRefusedError`), once its dead letter is
+   * sent: a refusal whose dead letter could not be sent comes back, and is told of only then.
+   */
+  readonly refused?: DeadLetterListener;
 }
 export const ORDERED_INTAKE = Symbol('nest-sequence:ordered-intake');

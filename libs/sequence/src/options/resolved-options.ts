@@ -4,7 +4,7 @@ import type { GapEvent } from '../core/gap-event';
 import type { RejectionCode } from '../core/errors/rejection-code';
 import type { OutboxCommand, OutboxEvent } from '../core/outbox-message';
 import type { BoxName } from '../ports/outbox-store.port';
-import type { GapPolicy } from '../ports/resequencer-store.port';
+import type { GapPolicy, ResequencedEntry } from '../ports/resequencer-store.port';
 import type { ExpiredSequence, ExpiryPolicy } from '../ports/sequence-store.port';
 import type { ClaimRetention } from './claim-check.options';
 import type { OverflowPolicy, ResequencerField } from './resequencer.options';
@@ -135,7 +135,28 @@ export interface ResolvedResequencer {
    * every later event of it is dead-lettered with this code, never released.
    */
   readonly closeAfterDeadLetter?: RejectionCode;
+  /** Set by a definer (stream mode): keys that end, retired once drained (see `IntakeBounds`). */
+  readonly retire?: KeyRetirement;
+  /** Set by a definer (stream mode): told of the dead letters the handler never sees. */
+  readonly deadLettered?: DeadLetterListener;
+  /** Set by a definer (stream mode): told of the handler's refusals once dead-lettered. */
+  readonly refused?: DeadLetterListener;
 }
+
+/** A resequencer's keys that come to an end, and how long an ended key's state is kept. */
+export interface KeyRetirement {
+  readonly afterMs: number;
+  /** Whether event `entry` of `key`, handed over (delivered or dead-lettered), ends the key. */
+  ends(key: string, entry: ResequencedEntry): boolean;
+}
+
+/** Told of an event of `key` that a resequencer dead-lettered itself, with its reason. */
+export type DeadLetterListener = (
+  key: string,
+  seq: number,
+  code: RejectionCode,
+  detail: string,
+) => void;
 
 export interface ResolvedBoxOptions {
   /** `undefined` for an inbox left to decide by its handlers. */

@@ -268,6 +268,10 @@ export interface ResequencerKeyState {
  *   abandoned keys cannot leak memory; a key accepted again after that starts from `start`.
  *   `listExpiringGaps` names the keys holding buffered events in the last tenth of that time, so
  *   that their events are dead-lettered rather than deleted.
+ * - `retire` shortens that time for a key that holds nothing and is not expected to get more
+ *   (stream mode: a sequence that ended): its record expires `retainMs` after the call, or at its
+ *   ordinary expiry if sooner, answering its events `late` until then; a change after it (an
+ *   event buffered or released) gives the key the ordinary retention again, from that change.
  */
 export interface ResequencerStore {
   /** Short name for logs and health checks (`memory`, `redis`). */
@@ -324,6 +328,14 @@ export interface ResequencerStore {
    * past their retention are not counted.
    */
   gapStats(scope: string, now: number): Promise<GapStats>;
+  /**
+   * Lets the key's record expire at `now + retainMs` (or at its ordinary expiry, if that comes
+   * first) when its buffer and hand-off list are both empty; true when it did. Until then its
+   * `next` still stands (events below it are `late`), and a change of the key (see the contract
+   * above) restores the ordinary retention. A key holding anything, or without state, is left as
+   * it is (false). A late event, a duplicate or a refused one is no change.
+   */
+  retire(key: ResequencerKey, retainMs: number, now: number): Promise<boolean>;
   /** A key's state, for inspection. */
   inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState>;
   /** Events buffered in `scope` now (what `maxBufferedTotal` bounds). */

@@ -11,6 +11,7 @@ import { assertSendable, isUnsendable, type Transport } from '../ports/transport
 import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { callHandlerWithRetry, handlerRejection } from '../kernel/handler-retry';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { MessageRefusedError } from '../core/errors/message-refused.error';
 import type { AbandonedCalls } from './abandoned-calls';
 import {
   mayHaveReachedTheBroker,
@@ -208,7 +209,7 @@ export class HandOffDeliverer {
         const detail =
           `key ${key}: event ${item.entry.seq} was buffered while ${item.expected} stayed missing ` +
           `${why}; moved out unreleased`;
-        const ok = await this.deadLetter(
+        const ok = await this.moveOut(
           key,
           item.entry,
           'resequencer-gap-dead-letter',
@@ -250,7 +251,7 @@ export class HandOffDeliverer {
       case 'undecryptable': {
         // Its bytes cannot be trusted, or read: the dead letter carries the reason only.
         const entry: ResequencedEntry = { seq: item.seq, body: Buffer.alloc(0), headers: {} };
-        return this.deadLetter(key, entry, 'integrity-mismatch', item.detail, guard);
+        return this.moveOut(key, entry, 'integrity-mismatch', item.detail, guard);
       }
     }
   }
@@ -273,7 +274,7 @@ export class HandOffDeliverer {
         const detail =
           `key ${key}, event ${entry.seq}: the transport cannot send it to ${definition.output} ` +
           `(${errorMessage(outcome.error)}); the key moved on`;
-        return this.deadLetter(key, entry, 'resequencer-output-unsendable', detail, guard);
+        return this.moveOut(key, entry, 'resequencer-output-unsendable', detail, guard);
       }
       if (!outcome.ok) return false;
     }
@@ -317,7 +318,12 @@ export class HandOffDeliverer {
       }
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`key ${key}, event ${entry.seq}`, outcome);
-        return this.deadLetter(key, entry, code, `${detail}; the key moved on`, guard);
+        const reason = `${detail}; the key moved on`;
+        const ok = await this.deadLetter(key, entry, code, reason, guard);
+        if (ok && outcome.error instanceof MessageRefusedError) {
+          definition.refused?.(key, entry.seq, code, reason);
+        }
+        return ok;
       }
     }
     metrics.delivered(definition.name);
@@ -348,6 +354,22 @@ export class HandOffDeliverer {
         );
       },
     };
+  }
+
+  /**
+   * {@link deadLetter} for an event the resequencer dead-letters itself, whatever the handler: the
+   * definer hears of it once it is sent (`deadLettered`), since its handler never sees it.
+   */
+  private async moveOut(
+    key: string,
+    entry: ResequencedEntry,
+    code: RejectionCode,
+    detail: string,
+    guard: DeliveryGuard,
+  ): Promise<boolean> {
+    const ok = await this.deadLetter(key, entry, code, detail, guard);
+    if (ok) this.targets.definition.deadLettered?.(key, entry.seq, code, detail);
+    return ok;
   }
 
   /**

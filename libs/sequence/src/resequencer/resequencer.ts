@@ -15,6 +15,7 @@ import type {
   DrainSettlement,
   GapPolicy,
   GapStats,
+  HandOffItem,
   OpenGap,
   ResequencerKey,
   ResequencerKeyState,
@@ -217,6 +218,7 @@ export class Resequencer {
           return this.reject(
             closed,
             `key ${key}, event ${seq}: the key was closed when the events behind its gap were dead-lettered`,
+            { key, seq },
           );
         }
         return outcome.pending
@@ -237,7 +239,7 @@ export class Resequencer {
         }
         const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
-          return this.reject('resequencer-buffer-full', detail);
+          return this.reject('resequencer-buffer-full', detail, { key, seq });
         }
         return this.requeue(detail);
       }
@@ -272,6 +274,8 @@ export class Resequencer {
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
     const lease = new DrainLease(store, ref, holder, leaseMs, claimedAt, logger);
+    // Whether this drain handed over what ends the key (see IntakeBounds.retire).
+    let ended = false;
     this.localDrains.begin(key);
     try {
       while (claim.kind === 'claimed') {
@@ -280,6 +284,11 @@ export class Resequencer {
         while (delivered < items.length && !lease.lost()) {
           const count = await this.deliverer.deliverFrom(key, items, delivered, lease);
           if (count === 0) break;
+          if (this.definition.retire) {
+            for (let i = delivered; i < delivered + count && !ended; i++) {
+              ended = this.ends(key, items[i]);
+            }
+          }
           delivered += count;
         }
         // Before the settle that may let the lease go: while a call this drain abandoned still
@@ -320,6 +329,8 @@ export class Resequencer {
     if (claim.kind === 'lost') {
       logger.warn(`${this.name}: lost the drain lease of key ${key} (slower than leaseMs?)`);
     }
+    // Emptied after what ended the key: its state need not outlive the definer's horizon.
+    if (claim.kind === 'empty' && ended) await this.retire(key, this.definition.retire!.afterMs);
     return claim.kind === 'empty' ? 'drained' : claim.kind;
   }
 
@@ -553,11 +564,39 @@ export class Resequencer {
     return { scope: this.name, key };
   }
 
-  private reject(code: RejectionCode, detail: string) {
+  /** An input event dead-lettered; `event` when its key and sequence could be read. */
+  private reject(code: RejectionCode, detail: string, event?: { key: string; seq: number }) {
     this.deps.metrics.deadLettered(this.name, code);
     const reason = deathReason(code, detail);
     this.deps.logger.warn(`${this.name}: dead-lettered an input event: ${reason}`);
+    if (event) this.definition.deadLettered?.(event.key, event.seq, code, detail);
     return { action: 'dead-letter', reason } as const;
+  }
+
+  /**
+   * Whether `item`, handed over, ends its key (see `IntakeBounds.retire`): an event the definer
+   * says ends it, or an event dead-lettered when the key closed.
+   */
+  private ends(key: string, item: HandOffItem): boolean {
+    const { retire, closeAfterDeadLetter } = this.definition;
+    if (!retire) return false;
+    if (item.kind === 'event') return retire.ends(key, item.entry);
+    return item.kind === 'dead-letter' && closeAfterDeadLetter !== undefined;
+  }
+
+  /**
+   * Lets the state of a key that ended, and was drained, expire after `retire.afterMs` rather
+   * than the store's retention. A failure leaves it the store's retention: logged, not thrown.
+   */
+  private async retire(key: string, afterMs: number): Promise<void> {
+    try {
+      await this.deps.store.retire(this.ref(key), afterMs, Date.now());
+    } catch (error) {
+      this.deps.logger.warn(
+        `${this.name}: key ${key} ended, but the ${this.deps.store.name} store could not let ` +
+          `it go early; it is kept for the store's retention: ${errorMessage(error)}`,
+      );
+    }
   }
 
   private requeue(reason: string): Disposition {

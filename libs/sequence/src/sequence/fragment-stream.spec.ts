@@ -48,6 +48,7 @@ describe('FragmentStream: sequence.completed of a sequence this instance did not
       'Stream.handle',
       64 * 1024 * 1024,
       new SequenceLifecycle(events),
+      3_600_000,
     );
     const fragments = makeFragments('second-half', bytes(2_500, 3), 1_000);
     const context = { signal: new AbortController().signal, attempt: 1 } as HandlerContext;

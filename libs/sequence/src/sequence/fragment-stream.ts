@@ -4,7 +4,13 @@ import { userHeadersRefusal } from '../core/completeness';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
-import { parseFragmentHeaders, SequenceHeader, type FragmentHeaders } from '../core/headers';
+import {
+  isLastFragment,
+  parseFragmentHeaders,
+  SequenceHeader,
+  type FragmentHeaders,
+  type HeaderValue,
+} from '../core/headers';
 import type { SequenceMetrics } from './sequence.metrics';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { HandlerContext } from '../kernel/handler-call';
@@ -61,6 +67,11 @@ export class FragmentStream {
     /** What the channel's buffered fragments may hold in all: its sequence budget. */
     channelBudgetBytes: number,
     private readonly lifecycle: SequenceLifecycle,
+    /**
+     * `sequence.retentionMs`: how long the state of a sequence that ended is kept (its key in the
+     * resequencer store), as a completion marker is in reassembly.
+     */
+    retentionMs: number,
   ) {
     this.events = new StreamLifecycle(lifecycle, channel, options.handlerRetry.attempts);
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
@@ -84,10 +95,34 @@ export class FragmentStream {
         maxBufferedBytesPerKey: options.maxSequenceBytes,
       },
       (event, context) => this.deliver(event, context),
-      // A sequence that lost a fragment never reaches its end: its later fragments are
-      // dead-lettered too, on whichever instance takes them.
-      { maxBufferedBytesTotal: channelBudgetBytes, closeAfterDeadLetter: 'sequence-expired' },
+      {
+        maxBufferedBytesTotal: channelBudgetBytes,
+        // A sequence that lost a fragment never reaches its end: its later fragments are
+        // dead-lettered too, on whichever instance takes them.
+        closeAfterDeadLetter: 'sequence-expired',
+        // A sequence that ended keeps its key (which drops late copies of its fragments) for
+        // retentionMs, not for the store's retention: the store holds what is open, not history.
+        retire: { afterMs: retentionMs, ends: (key, entry) => this.ends(key, entry.headers) },
+        // The fragments the resequencer dead-letters itself (those behind a lost one, those
+        // that come after the sequence closed) are reported as any refused fragment is.
+        deadLettered: (sequenceId, position, code, detail) =>
+          this.rejected(code, detail, { sequenceId, position }),
+        // Of the fragments `deliver` refuses, those past maxSequenceBytes are reported once their
+        // dead letter is sent (one that could not be sent comes back: reported once still); the
+        // others `deliver` reports itself.
+        refused: (sequenceId, position, code, detail) => {
+          if (code === 'sequence-too-large') this.rejected(code, detail, { sequenceId, position });
+        },
+      },
     );
+  }
+
+  /**
+   * Whether a fragment of `sequenceId` handed over (delivered or dead-lettered) ends its
+   * sequence: the last one, or one behind the end this process handed over.
+   */
+  private ends(sequenceId: string, headers: Readonly<Record<string, HeaderValue>>): boolean {
+    return this.ended.has(sequenceId) || isLastFragment(headers);
   }
 
   /** Takes one fragment message; never throws. */
@@ -180,7 +215,8 @@ export class FragmentStream {
         }
         this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
       }
-      // Final: the deliverer dead-letters this fragment without retrying the handler.
+      // Final: the deliverer dead-letters this fragment without retrying the handler, then
+      // reports it (`refused`), as reassembly reports each fragment it refuses past the limit.
       throw new MessageRefusedError('sequence-too-large', detail);
     }
     let verified: boolean | undefined;
@@ -281,10 +317,15 @@ export class FragmentStream {
   }
 
   private reject(code: RejectionCode, detail: string, fragment?: FragmentIds): Disposition {
-    this.metrics.fragmentRejected(this.channel, code);
-    this.lifecycle.fragmentRejected(this.channel, code, detail, fragment);
+    this.rejected(code, detail, fragment);
     const reason = deathReason(code, detail);
     this.logger.warn(`${this.channel}: dead-lettered a fragment: ${reason}`);
     return { action: 'dead-letter', reason };
+  }
+
+  /** A fragment refused: counted (`fragments_rejected_total`) and reported (`fragment.rejected`). */
+  private rejected(code: RejectionCode, detail: string, fragment?: FragmentIds): void {
+    this.metrics.fragmentRejected(this.channel, code);
+    this.lifecycle.fragmentRejected(this.channel, code, detail, fragment);
   }
 }

@@ -102,6 +102,7 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
         where,
         this.options.sequence.maxChannelBufferedBytes,
         new SequenceLifecycle(this.events),
+        this.options.sequence.retentionMs,
       );
       return [
         {

@@ -7,6 +7,7 @@ import { describeExpiringGapCases } from './resequencer-store/expiring-gaps.case
 import { describeGapCases } from './resequencer-store/gaps.cases';
 import { describeGapStatsCases } from './resequencer-store/gap-stats.cases';
 import { describeHeldLimitCases } from './resequencer-store/held-limits.cases';
+import { describeRetireCases } from './resequencer-store/retire.cases';
 import {
   acceptAt,
   drainAt,
@@ -86,6 +87,7 @@ export function describeResequencerStoreConformance(
     describeGapStatsCases(context);
     describeExpiringGapCases(context);
     describeHeldLimitCases(context);
+    describeRetireCases(context);
     describeConcurrencyCases(context);
 
     describe('arguments', () => {
@@ -136,6 +138,10 @@ export function describeResequencerStoreConformance(
           'expiring gaps at a time that is not a number',
           () => store().listExpiringGaps('s', Number.NaN, 10),
         ],
+        ['a retirement of 0 ms', () => store().retire(key(), 0, now())],
+        ['a retirement of a fractional time', () => store().retire(key(), 1.5, now())],
+        ['a retirement at a time that is not a number', () => store().retire(key(), 1, Number.NaN)],
+        ['a retirement of an invalid key', () => store().retire({ ...key(), key: '' }, 1, now())],
         [
           'a gap resolution with an unchangedSince that is not a number',
           () =>

@@ -9,6 +9,11 @@ import type { ResequencerKeyRecord } from './memory-resequencer-record';
 interface ScopeState {
   /** In order of last write: the head is what expires first. */
   readonly keys: Map<string, ResequencerKeyRecord>;
+  /**
+   * The retired keys (see {@link MemoryResequencerKeys.retire}), in order of retirement: the head
+   * expires first, as long as the scope's keys are retired for one time (stream mode's are).
+   */
+  readonly retired: Map<string, ResequencerKeyRecord>;
   buffered: number;
   bufferedBytes: number;
 }
@@ -18,10 +23,10 @@ const PRUNE_PER_WRITE = 8;
 
 /**
  * Where the memory resequencer store keeps its key records: by scope, each scope with its
- * buffered total, every record expiring `retentionMs` after its last write. Time is the latest
- * `now` any caller passed (the store has no clock of its own): records expire lazily when
- * looked up, a few at a time from the head of a scope on every write, and all at once when a
- * scope is scanned.
+ * buffered total, every record expiring `retentionMs` after its last write, or sooner once
+ * retired. Time is the latest `now` any caller passed (the store has no clock of its own):
+ * records expire lazily when looked up, a few at a time from the head of a scope (and of its
+ * retired keys) on every write, and all at once when a scope is scanned.
  */
 export class MemoryResequencerKeys {
   private readonly scopes = new Map<string, ScopeState>();
@@ -63,13 +68,32 @@ export class MemoryResequencerKeys {
   ): void {
     let scope = this.scopes.get(key.scope);
     if (!scope) {
-      this.scopes.set(key.scope, (scope = { keys: new Map(), buffered: 0, bufferedBytes: 0 }));
+      scope = { keys: new Map(), retired: new Map(), buffered: 0, bufferedBytes: 0 };
+      this.scopes.set(key.scope, scope);
     }
     record.lastWriteAt = now;
+    // A change: the key is no longer retired.
+    if (record.retiredUntil !== undefined) {
+      record.retiredUntil = undefined;
+      scope.retired.delete(key.key);
+    }
     scope.keys.delete(key.key);
     scope.keys.set(key.key, record);
     scope.buffered += buffered;
     scope.bufferedBytes += bufferedBytes;
+    this.pruneHead(key.scope);
+  }
+
+  /**
+   * Retires a stored key (see `ResequencerStore.retire`): it expires at `until`, unless that is
+   * after its ordinary expiry or a write comes first; a few expired keys are pruned.
+   */
+  retire(key: ResequencerKey, record: ResequencerKeyRecord, until: number): void {
+    const scope = this.scopes.get(key.scope);
+    if (!scope) return;
+    record.retiredUntil = Math.min(until, record.retiredUntil ?? until);
+    scope.retired.delete(key.key);
+    scope.retired.set(key.key, record);
     this.pruneHead(key.scope);
   }
 
@@ -109,15 +133,26 @@ export class MemoryResequencerKeys {
   }
 
   /**
-   * Drops expired keys from the head of the scope (the least recently written): at most a few,
-   * stopping at the first live one. Callers' clocks may disagree a little, so a key behind the
-   * head may expire first: the next lookup or scan of it drops it.
+   * Drops expired keys from the head of the scope (the least recently written) and from the head
+   * of its retired keys: at most a few of each, stopping at the first live one. Callers' clocks
+   * may disagree a little, so a key behind a head may expire first: the next lookup or scan of
+   * it drops it.
    */
   private pruneHead(scopeName: string): void {
     const scope = this.scopes.get(scopeName);
     if (!scope) return;
+    // Most scopes have no retired keys: no iterator for them on every write.
+    if (scope.retired.size > 0) this.pruneQueue(scopeName, scope, scope.retired);
+    this.pruneQueue(scopeName, scope, scope.keys);
+  }
+
+  private pruneQueue(
+    scopeName: string,
+    scope: ScopeState,
+    queue: Map<string, ResequencerKeyRecord>,
+  ): void {
     let budget = PRUNE_PER_WRITE;
-    for (const [key, record] of scope.keys) {
+    for (const [key, record] of queue) {
       if (budget-- <= 0 || !this.isExpired(record)) break;
       this.drop(scopeName, scope, key, record);
     }
@@ -133,12 +168,17 @@ export class MemoryResequencerKeys {
 
   private drop(scopeName: string, scope: ScopeState, key: string, record: ResequencerKeyRecord) {
     scope.keys.delete(key);
+    scope.retired.delete(key);
     scope.buffered -= record.buffer.size;
     scope.bufferedBytes -= record.bufferBytes;
     if (scope.keys.size === 0) this.scopes.delete(scopeName);
   }
 
   private isExpired(record: ResequencerKeyRecord): boolean {
-    return record.lastWriteAt + this.retentionMs <= this.clock;
+    const until = Math.min(
+      record.lastWriteAt + this.retentionMs,
+      record.retiredUntil ?? Number.POSITIVE_INFINITY,
+    );
+    return until <= this.clock;
   }
 }

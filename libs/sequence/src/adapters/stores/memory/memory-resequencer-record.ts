@@ -42,6 +42,8 @@ export interface ResequencerKeyRecord {
   tracked?: boolean;
   /** The last write: the record expires `retentionMs` after it. */
   lastWriteAt: number;
+  /** Set while the key is retired (`ResequencerStore.retire`): it expires then, if not before. */
+  retiredUntil?: number;
   /** Set once the key was closed (`next` is then CLOSED_KEY_NEXT): the sequence that went missing. */
   closedFrom?: number;
 }

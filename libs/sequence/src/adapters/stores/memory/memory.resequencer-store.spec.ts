@@ -108,6 +108,22 @@ describe('MemoryResequencerStore', () => {
       ).resolves.toEqual({ kind: 'buffered', next: 1, buffered: 1 });
     });
 
+    it('frees a retired key once its time is up, with the next write, whatever keys were written before it', async () => {
+      // Written before the retired key: ahead of it in order of last write, and live.
+      await store.accept({ ...key, key: 'busy' }, event(1), at(t0));
+      await store.accept(key, event(1), at(t0 + 1));
+      await store.claimDrain(key, drain(t0 + 1));
+      await store.settleDrain(key, 1, drain(t0 + 1));
+      await expect(store.retire(key, 1_000, t0 + 2)).resolves.toBe(true);
+
+      await store.accept({ ...key, key: 'later' }, event(1), at(t0 + 1_002));
+      // Not looked up, not scanned: pruned from the retired keys' queue by that write.
+      const { keys } = store as unknown as {
+        keys: { scopes: Map<string, { keys: Map<string, unknown> }> };
+      };
+      expect([...keys.scopes.get(key.scope)!.keys.keys()]).toEqual(['busy', 'later']);
+    });
+
     it('keeps no state for a late event or a refused one', async () => {
       await store.accept({ ...key, key: 'filler' }, event(3), at(t0, 1));
       await expect(store.accept(key, event(0), at(t0, 1))).resolves.toMatchObject({ kind: 'late' });

@@ -67,9 +67,10 @@ export interface MemoryResequencerStoreOptions {
  * resequencer of the process (another process does not see it, and it is lost on restart).
  *
  * Every method runs synchronously to its end once called, so each is one atomic step. Records
- * expire `retentionMs` after their last write, judged against the latest `now` any caller
- * passed: lazily when touched, a few at a time on every write, and in the scans of
- * `listGaps`, `gapStats`, `listStalledHandOffs` and `bufferedTotal`.
+ * expire `retentionMs` after their last write (a retired one at its retirement's end, if
+ * sooner), judged against the latest `now` any caller passed: lazily when touched, a few at a
+ * time on every write and retirement, and in the scans of `listGaps`, `gapStats`,
+ * `listStalledHandOffs` and `bufferedTotal`.
  */
 export class MemoryResequencerStore implements ResequencerStore {
   readonly name = 'memory';
@@ -305,6 +306,15 @@ export class MemoryResequencerStore implements ResequencerStore {
       .sort(byTimeThenKey((record) => record.handOffAt!))
       .slice(0, limit)
       .map(([key]) => key);
+  }
+
+  async retire(key: ResequencerKey, retainMs: number, now: number): Promise<boolean> {
+    assertResequencerArguments(key);
+    assertPositiveInteger('retainMs', retainMs);
+    const record = this.keys.find(key, now);
+    if (!record || record.buffer.size > 0 || record.handOff.length > 0) return false;
+    this.keys.retire(key, record, now + retainMs);
+    return true;
   }
 
   async inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState> {

@@ -75,6 +75,14 @@ export class RedisResequencerIndex {
   }
 
   /**
+   * Drops a retired key's entries (rsq-unindex), unless the index holds a record newer than `ver`
+   * (a change after the retirement).
+   */
+  async unindex(scope: string, key: string, ver: number): Promise<void> {
+    await this.scripts['rsq-unindex'](indexKeyList(this.names.index(scope)), [key, ver]);
+  }
+
+  /**
    * Removes the records of keys past their retention now, rather than with later index steps;
    * resolves with the scope's totals after. A scope that is really full refuses many events in a
    * row: they share the prune in progress, or one that ended less than {@link TOTAL_MAX_AGE_MS}

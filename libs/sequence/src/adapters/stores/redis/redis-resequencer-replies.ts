@@ -59,6 +59,11 @@ export interface WithRecord<T> {
   readonly result: T;
   readonly record?: IndexRecord;
   readonly totals?: ScopeTotals;
+  /**
+   * The ver of a retired key, instead of a record: its index entries (up to that ver) are to be
+   * dropped, repairing any that a step the retirement overtook put back (see rsq-retire-3.lua).
+   */
+  readonly retiredVer?: number;
 }
 
 /** An index script's {events, bytes}; undefined for anything else. */
@@ -110,6 +115,14 @@ class ScriptReply {
     return scopeTotals(raw) ?? this.fail();
   }
 
+  /** A retired key's {ver}, in the record's place (see lua/_resequencer.lua's repairRecord). */
+  retiredVer(): number | undefined {
+    const raw = this.fields[1] as unknown[];
+    if (raw.length !== 1) return undefined;
+    if (!Number.isSafeInteger(raw[0])) throw this.error();
+    return raw[0] as number;
+  }
+
   record(): IndexRecord | undefined {
     const raw = this.fields[1] as unknown[];
     if (raw.length === 0 || raw.length === 2) return undefined;
@@ -148,6 +161,8 @@ class ScriptReply {
   with<T>(result: T): WithRecord<T> {
     const totals = this.appliedTotals();
     if (totals) return { result, totals };
+    const retiredVer = this.retiredVer();
+    if (retiredVer !== undefined) return { result, retiredVer };
     const record = this.record();
     return record ? { result, record } : { result };
   }

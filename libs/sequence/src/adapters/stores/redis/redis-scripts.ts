@@ -38,6 +38,9 @@ export type ScriptName =
   | 'rsq-renew'
   | 'rsq-resolve'
   | 'rsq-resolve-ix'
+  | 'rsq-retire'
+  | 'rsq-retire-ix'
+  | 'rsq-unindex'
   | 'rsq-inspect'
   | 'rsq-gaps'
   | 'rsq-expiring'
@@ -129,6 +132,9 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'rsq-renew',
   'rsq-resolve',
   'rsq-resolve-ix',
+  'rsq-retire',
+  'rsq-retire-ix',
+  'rsq-unindex',
   'rsq-inspect',
   'rsq-gaps',
   'rsq-expiring',

@@ -23,6 +23,8 @@ import { RedisPayloadStore } from '../../payload/redis/redis.payload-store';
 import { RedisClaimKeys } from './redis-claim-keys';
 import { RedisKeys } from './redis-keys';
 import { RedisClaimLedger } from './redis.claim-ledger';
+import { indexKeyList, RedisResequencerKeys } from './redis-resequencer-keys';
+import { loadScripts } from './redis-scripts';
 import { RedisResequencerStore } from './redis.resequencer-store';
 import { RedisSequenceStore } from './redis.sequence-store';
 
@@ -295,6 +297,69 @@ suite('Redis adapters on a 3-master Redis Cluster', () => {
         prefixes.delete(store);
         await removeKeysUnder(prefix);
       },
+    });
+
+    it("takes a retired key out of its scope's index, which lives in another slot", async () => {
+      const prefix = uniquePrefix();
+      const store = new RedisResequencerStore(cluster, { prefix });
+      const key = { scope: 'orders', key: 'order-1' };
+      const entry = (seq: number) => ({ seq, body: Buffer.from([seq]), headers: {} });
+      const context = {
+        start: 1,
+        limits: { maxBufferedPerKey: 10, maxBufferedTotal: 100 },
+        now: Date.now(),
+      };
+      const drain = { holder: 'drainer', leaseMs: 30_000, limit: 10, now: context.now };
+      // A gap, then filled: the key has a record in the index.
+      await store.accept(key, entry(2), context);
+      await store.accept(key, entry(1), context);
+      await store.claimDrain(key, drain);
+      await store.settleDrain(key, 2, drain);
+      const records = new RedisResequencerKeys(prefix).index('orders').records;
+      expect(await cluster.hget(records, 'order-1')).not.toBeNull();
+
+      await expect(store.retire(key, 60_000, context.now)).resolves.toBe(true);
+      expect(await cluster.hget(records, 'order-1')).toBeNull();
+
+      // Another instance's index step from before the retirement (a closed key's stalled
+      // hand-off), delayed until after it: the sweeper's claim finds the key empty and drops it.
+      const day = 86_400_000;
+      await loadScripts(cluster)['rsq-index'](
+        indexKeyList(new RedisResequencerKeys(prefix).index('orders')),
+        ['order-1', 1, 0, 3, -1, -1, 0, context.now, context.now, context.now, day, day, 10, 0],
+      );
+      const idle = context.now + 1;
+      await expect(store.listStalledHandOffs('orders', idle, 10)).resolves.toEqual(['order-1']);
+      await expect(store.claimDrain(key, { ...drain, now: idle })).resolves.toEqual({
+        kind: 'empty',
+      });
+      await expect(store.listStalledHandOffs('orders', idle, 10)).resolves.toEqual([]);
+      expect(await cluster.hget(records, 'order-1')).toBeNull();
+      await removeKeysUnder(prefix);
+    });
+
+    it('retires a key even when its index step fails (the key expires all the same)', async () => {
+      const prefix = uniquePrefix();
+      const store = new RedisResequencerStore(cluster, { prefix });
+      const key = { scope: 'orders', key: 'order-2' };
+      const now = Date.now();
+      await store.accept(
+        key,
+        { seq: 1, body: Buffer.from([1]), headers: {} },
+        {
+          start: 1,
+          limits: { maxBufferedPerKey: 10, maxBufferedTotal: 100 },
+          now,
+        },
+      );
+      const drain = { holder: 'drainer', leaseMs: 30_000, limit: 10, now };
+      await store.claimDrain(key, drain);
+      await store.settleDrain(key, 1, drain);
+      const { index } = store as unknown as { index: { unindex(): Promise<void> } };
+      index.unindex = () => Promise.reject(new Error('CLUSTERDOWN'));
+
+      await expect(store.retire(key, 60_000, now)).resolves.toBe(true);
+      await removeKeysUnder(prefix);
     });
   });
 });

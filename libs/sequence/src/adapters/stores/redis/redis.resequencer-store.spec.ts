@@ -111,6 +111,123 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       await deleteUnder(redis, prefix);
     });
 
+    describe('retire', () => {
+      /** A key released, drained and with a gap in its past: it has a record in the index. */
+      async function endedKey(): Promise<void> {
+        await store.accept(key, entry(2), at(t0));
+        await store.accept(key, entry(1), at(t0));
+        await store.claimDrain(key, { ...DRAIN, now: t0 });
+        await store.settleDrain(key, 2, { ...DRAIN, now: t0 });
+      }
+      const indexed = async () => ({
+        record: await redis.hget(names.index(key.scope).records, key.key),
+        activity: await redis.zscore(names.index(key.scope).activity, key.key),
+      });
+
+      it("shortens the key's TTL to about retainMs, and a change gives it the retention again", async () => {
+        await endedKey();
+        await expect(store.retire(key, 60_000, t0)).resolves.toBe(true);
+        const ttl = await redis.pttl(names.of(key).state);
+        expect(ttl).toBeGreaterThan(60_000 - 5_000);
+        expect(ttl).toBeLessThanOrEqual(66_000);
+
+        await store.accept(key, entry(4), at(t0 + 1));
+        expect(await redis.pttl(names.of(key).state)).toBeGreaterThan(RETENTION_MS);
+        expect(await redis.hget(names.of(key).state, 'retireAt')).toBeNull();
+      });
+
+      it('takes the key out of the index, and a claim that finds it empty does not put it back', async () => {
+        await endedKey();
+        expect((await indexed()).record).not.toBeNull();
+
+        await expect(store.retire(key, 60_000, t0)).resolves.toBe(true);
+        await expect(indexed()).resolves.toEqual({ record: null, activity: null });
+        // A drainer that was waiting on the key (the sweeper's, a waiter's) finds nothing.
+        await expect(store.claimDrain(key, { ...DRAIN, now: t0 + 1 })).resolves.toEqual({
+          kind: 'empty',
+        });
+        await expect(indexed()).resolves.toEqual({ record: null, activity: null });
+      });
+
+      it('ends a retirement once the key changed, even by an instance that kept its fields', async () => {
+        await endedKey();
+        await expect(store.retire(key, 60_000, t0)).resolves.toBe(true);
+        // Gone: the next change renews the TTLs, whatever instance makes it.
+        expect(await redis.hget(names.of(key).state, 'ttlAt')).toBeNull();
+        const state = await redis.hgetall(names.of(key).state);
+        const retirement = Object.fromEntries(
+          Object.entries(state).filter(([field]) => field.startsWith('retire')),
+        );
+
+        // A change by an instance that predates retirement: the retirement's fields stay.
+        await store.accept(key, entry(4), at(t0 + 1));
+        await redis.hset(names.of(key).state, retirement);
+        // Past the retirement's end, the key (changed since) keeps what it holds.
+        await expect(store.accept(key, entry(3), at(t0 + 60_000))).resolves.toEqual({
+          kind: 'released',
+          next: 5,
+          count: 2,
+        });
+      });
+
+      it('repairs index entries that a step it overtook put back, with the next claim or gap resolution', async () => {
+        await endedKey();
+        await expect(store.retire(key, 60_000, t0 + 1)).resolves.toBe(true);
+        // Another instance's index step from before the retirement, delayed until after it.
+        const scripts = loadScripts(redis);
+        const ik = indexKeyList(names.index(key.scope));
+        const staleStep = (gapSince: number, handOffAt: number) =>
+          scripts['rsq-index'](ik, [
+            key.key,
+            1,
+            0,
+            3,
+            -1,
+            gapSince,
+            0,
+            handOffAt,
+            t0,
+            t0 + 2,
+            RETENTION_MS,
+            RETENTION_MS + MARGIN_MS,
+            10,
+            0,
+          ]);
+
+        // A stalled hand-off: the sweeper's claim finds the key empty, and drops the entries.
+        await staleStep(-1, t0);
+        await expect(store.listStalledHandOffs(key.scope, t0 + 10, 10)).resolves.toEqual([key.key]);
+        await expect(store.claimDrain(key, { ...DRAIN, now: t0 + 10 })).resolves.toEqual({
+          kind: 'empty',
+        });
+        await expect(store.listStalledHandOffs(key.scope, t0 + 10, 10)).resolves.toEqual([]);
+        await expect(indexed()).resolves.toEqual({ record: null, activity: null });
+
+        // A gap: the sweeper's resolution finds none, and drops the entries.
+        await staleStep(t0, -1);
+        await expect(store.listGaps(key.scope, t0 + 10, 10)).resolves.toHaveLength(1);
+        await expect(
+          store.resolveGap(key, 'dead-letter', { openedBefore: t0 + 10, now: t0 + 10 }),
+        ).resolves.toEqual({ kind: 'none' });
+        await expect(store.listGaps(key.scope, t0 + 10, 10)).resolves.toEqual([]);
+        await expect(indexed()).resolves.toEqual({ record: null, activity: null });
+      });
+
+      it('leaves the index record of a change newer than the one it retired', async () => {
+        await endedKey();
+        const ver = Number((await redis.hget(names.of(key).state, 'ver'))!);
+        // A change of the key indexed after the retirement was decided (another instance's).
+        await store.accept(key, entry(5), at(t0 + 1));
+        const newer = await redis.hget(names.index(key.scope).records, key.key);
+
+        const scripts = loadScripts(redis);
+        await scripts['rsq-unindex'](indexKeyList(names.index(key.scope)), [key.key, ver]);
+        expect(await redis.hget(names.index(key.scope).records, key.key)).toBe(newer);
+        await scripts['rsq-unindex'](indexKeyList(names.index(key.scope)), [key.key, ver + 1e6]);
+        await expect(indexed()).resolves.toEqual({ record: null, activity: null });
+      });
+    });
+
     it('gives every key it writes a TTL: retentionMs, plus the margin for the index', async () => {
       await store.accept(key, entry(3), at(t0));
       await store.accept(key, entry(1), at(t0));

@@ -40,7 +40,10 @@
  * records, taking their events off the total) and in real time (the key's keys live at least
  * retentionMs after its last change, the index keys retentionMs + keyTtlMarginMs after the
  * scope's: lua/_resequencer.lua and lua/_rsq-index.lua renew the TTLs lazily), the safety net
- * for keys and scopes nobody comes back to.
+ * for keys and scopes nobody comes back to. A retired key (`retire`) expires at its retirement's
+ * end, both ways, and leaves the index at once (rsq-retire; rsq-unindex on Redis Cluster); a
+ * claim or gap resolution that finds it retired drops its index entries again, which a step the
+ * retirement overtook (another instance's) may have put back.
  *
  * Clocks: every time a caller passes (now, openedBefore, idleSince) goes to the scripts with the
  * caller's clock reading, and runs on Redis's clock when that clock is more than 1 s off
@@ -431,6 +434,38 @@ export class RedisResequencerStore implements ResequencerStore {
     return this.index.stalled(scope, idleSince, limit);
   }
 
+  /**
+   * On a single node one script (rsq-retire-ix) retires the key and drops its index record; on
+   * Redis Cluster rsq-retire, then rsq-unindex in the index's slot.
+   */
+  async retire(key: ResequencerKey, retainMs: number, now: number): Promise<boolean> {
+    assertResequencerArguments(key);
+    assertPositiveInteger('retainMs', retainMs);
+    assertTime('now', now);
+    const keys = keyKeyList(this.keys.of(key));
+    const index = indexKeyList(this.keys.index(key.scope));
+    const args = [this.clock.stamp(now), retainMs, this.retentionMs];
+    const reply = this.isCluster
+      ? await this.scripts['rsq-retire'](keys, args)
+      : await this.scripts['rsq-retire-ix']([...keys, ...index], [...args, key.key]);
+    const [retired, ver] = Array.isArray(reply) ? (reply as unknown[]) : [];
+    if ((retired !== 0 && retired !== 1) || !Number.isSafeInteger(ver)) {
+      throw new RedisResequencerStoreError(
+        'rsq-retire',
+        key.scope,
+        key.key,
+        `the script answered ${JSON.stringify(reply)}; deploy the library's lua/ files with its code`,
+      );
+    }
+    if (retired === 1 && this.isCluster) {
+      // The key is retired whatever happens here: a record this leaves is repaired by the next
+      // claim or gap resolution of the key (see repairRecord in lua/_resequencer.lua), or pruned
+      // with the key's retention. The failure is not the caller's: the key's state does expire.
+      await this.index.unindex(key.scope, key.key, ver as number).catch(() => undefined);
+    }
+    return retired === 1;
+  }
+
   async inspect(key: ResequencerKey, start: number): Promise<ResequencerKeyState> {
     assertResequencerArguments(key);
     assertStart(start);
@@ -625,6 +660,9 @@ export class RedisResequencerStore implements ResequencerStore {
   private async indexed<T>(key: ResequencerKey, step: WithRecord<T>, now: number): Promise<T> {
     if (step.totals) this.index.remember(key.scope, step.totals);
     else if (step.record) await this.index.apply(key.scope, key.key, step.record, now);
+    else if (step.retiredVer !== undefined) {
+      await this.index.unindex(key.scope, key.key, step.retiredVer);
+    }
     return step.result;
   }
 }

@@ -4,7 +4,9 @@
     KEYS[1] state    hash   next, ver, at, gapSince, alerted ('1' | '0'), handOffAt, holder, until,
                             ttlAt, bufBytes, hoBytes (bytes of the buffer's and the hand-off
                             list's events; see entryBytes), closedFrom (the sequence a closed
-                            key was missing when it closed)
+                            key was missing when it closed), retireAt and retireVer (the
+                            key's retirement, in force while its ver is retireVer: see
+                            rsq-retire-3)
     KEYS[2] buffer   zset   score = sequence, member = the entry as the client encoded it
     KEYS[3] handoff  list   hand-off items, head first, each a one-character kind tag and fields:
                               'e' .. entry                                        event
@@ -13,9 +15,10 @@
                               's' .. from .. ':' .. to                            gap-skipped
   `ttlAt` is when the keys' TTLs were last set (see saveState). Times are the callers' `now` (ms). `ver` grows with every change the scope index must see
   (max(ver + 1, now): it also grows across a key that expired and came back); `at` is the time
-  of the last such change. A key expires retentionMs after `at`: logically (a script that finds
-  it expired deletes it and starts afresh) and in real time (PEXPIRE retentionMs on each change:
-  the safety net for keys nobody comes back to).
+  of the last such change. A key expires retentionMs after `at`, or at `retireAt` if sooner:
+  logically (a script that finds it expired deletes it and starts afresh) and in real time
+  (PEXPIRE retentionMs on each change, shorter on retirement: the safety net for keys nobody
+  comes back to).
 
   The index record a script returns for the scope index (see rsq-index-5.lua), or {} when the
   key has no state or needs no index step (see indexRecordIf): {ver, buffered, next,
@@ -42,18 +45,24 @@ end
 -- first, keeping only its ver (so that the index takes the new key's records as newer).
 local function loadState(now, retentionMs)
   local raw = rcall('HMGET', stateKey, 'next', 'ver', 'at', 'gapSince', 'alerted', 'handOffAt',
-    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes', 'settled', 'closedFrom')
+    'holder', 'until', 'ttlAt', 'track', 'bufBytes', 'hoBytes', 'settled', 'closedFrom',
+    'retireAt', 'retireVer')
   local s = {next = tonumber(present(raw[1])), ver = tonumber(present(raw[2])) or 0,
     at = tonumber(present(raw[3])) or 0, gapSince = tonumber(present(raw[4])),
     alerted = raw[5] == '1', handOffAt = tonumber(present(raw[6])), holder = present(raw[7]),
     leaseUntil = tonumber(present(raw[8])), ttlAt = tonumber(present(raw[9])),
     track = raw[10] == '1', bufBytes = tonumber(present(raw[11])) or 0,
     hoBytes = tonumber(present(raw[12])) or 0, lastSettle = present(raw[13]),
-    closedFrom = tonumber(present(raw[14]))}
+    closedFrom = tonumber(present(raw[14])), retireAt = tonumber(present(raw[15]))}
   -- Optional fields stored now: saveState deletes those that became nil, in one HDEL.
   s.stored = {gapSince = raw[4] ~= false, handOffAt = raw[6] ~= false, holder = raw[7] ~= false,
-    ['until'] = raw[8] ~= false}
-  if s.next and s.at + retentionMs <= now then
+    ['until'] = raw[8] ~= false, retire = raw[15] ~= false}
+  -- A retirement holds only while the key is as it was retired: a change that did not end it (an
+  -- instance that predates retirement keeps the fields) leaves a ver it was not made for.
+  if s.retireAt and tonumber(present(raw[16])) ~= s.ver then
+    s.retireAt = nil
+  end
+  if s.next and (s.at + retentionMs <= now or (s.retireAt and s.retireAt <= now)) then
     rcall('DEL', stateKey, bufferKey, handOffKey)
     -- reset: the index may still count the expired key's events; the next record must reach it.
     return {ver = s.ver, at = 0, alerted = false, stored = {}, reset = true, bufBytes = 0,
@@ -83,11 +92,11 @@ end
 -- retentionMs after its last change. Setting three TTLs on every change cost as much as the
 -- change, so they are set for retentionMs * 1.1 and renewed once retentionMs / 10 has passed;
 -- a key this change created (s.createdBuffer, s.createdHandOff) gets its TTL at once. Real
--- expiry thus stays >= at + retentionMs.
+-- expiry thus stays >= at + retentionMs. A change ends a retirement (the TTLs are set anew).
 local function saveState(s, now, retentionMs)
   s.ver = math.max(s.ver + 1, now)
   s.at = math.max(s.at, now)
-  local renew = not s.ttlAt or now - s.ttlAt >= retentionMs / 10
+  local renew = not s.ttlAt or now - s.ttlAt >= retentionMs / 10 or s.retireAt ~= nil
   if renew then
     s.ttlAt = now
   end
@@ -95,6 +104,11 @@ local function saveState(s, now, retentionMs)
     s.alerted and '1' or '0', 'ttlAt', int(s.ttlAt), 'track', s.track and '1' or '0',
     'bufBytes', int(s.bufBytes), 'hoBytes', int(s.hoBytes)}
   local deleted = {}
+  if s.stored.retire then
+    deleted[#deleted + 1] = 'retireAt'
+    deleted[#deleted + 1] = 'retireVer'
+    s.stored.retire, s.retireAt = false, nil
+  end
   setOrDelete(s, fields, deleted, 'gapSince', s.gapSince and int(s.gapSince))
   setOrDelete(s, fields, deleted, 'handOffAt', s.handOffAt and int(s.handOffAt))
   setOrDelete(s, fields, deleted, 'holder', s.holder)
@@ -186,13 +200,24 @@ local function indexRecord(s, buffered)
   return indexRecordIf(s, true, buffered)
 end
 
+-- What a script that changed nothing returns to repair the key's index entry: its record, or for
+-- a retired key {ver}, which tells the caller to drop the key's index entries up to that ver
+-- (rsq-unindex-5): a step a retirement overtook (another instance's, delayed) may have put back
+-- the entries its retirement removed (see rsq-retire-3).
+local function repairRecord(s)
+  if s.retireAt then
+    return {s.ver}
+  end
+  return indexRecord(s)
+end
+
 -- Writes a drain claim (s.holder and s.leaseUntil set by the caller). A claim is activity: a key
 -- its drainers keep claiming must not expire under them with its hand-off items undelivered and
 -- its `next` lost, so `at` moves to `now`. When the TTLs are due for renewal, the claim is saved
 -- as a change (TTLs renewed) and returns the key's index record, whose activity entry moves too;
 -- else it writes the lease and `at` only, and returns nil.
 local function saveClaim(s, now, retentionMs)
-  if not s.ttlAt or now - s.ttlAt >= retentionMs / 10 then
+  if not s.ttlAt or now - s.ttlAt >= retentionMs / 10 or s.retireAt then
     saveState(s, now, retentionMs)
     return indexRecord(s)
   end

@@ -104,6 +104,19 @@ local function dropIndexed(ik, name)
   redis.call('ZREM', ik[4], name)
 end
 
+-- Removes a key from the index unless its record there is newer than `ver` (a change of the key
+-- that came after what the caller saw).
+local function dropIndexedUpTo(ik, name, ver)
+  local raw = redis.call('HGET', ik[1], name)
+  if not raw then
+    return
+  end
+  local storedVer = parseIndexRecord(raw)
+  if storedVer <= ver then
+    dropIndexed(ik, name)
+  end
+end
+
 -- Drops at most `batch` keys whose last indexed change is at or before `cutoff`, except `keep`.
 local function pruneIndex(ik, cutoff, batch, keep)
   for _, name in ipairs(redis.call('ZRANGEBYSCORE', ik[4], '-inf', cutoff, 'LIMIT', 0, batch)) do

@@ -3,10 +3,15 @@
 -- ARGV the member, now, retention ms, index TTL ms and the prune batch.
 local function withIndex(reply)
   local record = reply[2]
+  local n = #ARGV
+  local ik = {KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}
   if #record == 9 then
-    local n = #ARGV
-    reply[2] = applyIndex({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, ARGV[n - 4], record,
-      callerTime(ARGV[n - 3]), tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
+    reply[2] = applyIndex(ik, ARGV[n - 4], record, callerTime(ARGV[n - 3]), tonumber(ARGV[n - 2]),
+      tonumber(ARGV[n - 1]), tonumber(ARGV[n]))
+  elseif #record == 1 then
+    -- A retired key's {ver} (see repairRecord): its entries are dropped.
+    dropIndexedUpTo(ik, ARGV[n - 4], record[1])
+    reply[2] = indexTotals(ik)
   end
   return reply
 end

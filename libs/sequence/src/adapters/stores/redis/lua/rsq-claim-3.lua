@@ -10,7 +10,8 @@
 
   Returns {code, {}, ...}:
     'empty', record  nothing waits (the holder's own lease, if any, is released); the key's
-                     index record (see _resequencer), to repair a stale index entry
+                     index record (see _resequencer), to repair a stale index entry ({ver}
+                     for a retired key: see repairRecord)
     'busy', {}       another holder's lease is live (until > now)
     'claimed', record, items...   the lease is the holder's until now + lease ms
 ]]
@@ -27,7 +28,8 @@ if rcall('LLEN', handOffKey) == 0 then
   end
   -- The key's record, forced: the sweeper's and waiters' claims that find nothing repair an
   -- index entry (a stalled hand-off, a gap) whose update a crash lost (rare: not a hot path).
-  return {'empty', indexRecord(s)}
+  -- A retired key's is {ver}: its entries are dropped (see repairRecord).
+  return {'empty', repairRecord(s)}
 end
 if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
   return {'busy', {}}

@@ -12,7 +12,7 @@
   ARGV[6] '1': with 'dead-letter', close the key (next = CLOSED_KEY_NEXT, past every sequence)
 
   Returns {code, record, ...} (record: see _resequencer):
-    'none', record
+    'none', record   ({ver} for a retired key: see repairRecord)
     'resolved', record, appended (hand-off items appended)
 ]]
 --- @include "_clock"
