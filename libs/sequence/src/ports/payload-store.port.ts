@@ -12,6 +12,7 @@ export interface PayloadMetadata {
    * never published is an orphan once its grace period has passed.
    */
   readonly published: boolean;
+  /** The payload's media type: 1-255 printable ASCII characters, not starting with a space. */
   readonly contentType?: string;
   /** Small string pairs for the receiver (not secrets: tickets and stores are not vaults). */
   readonly metadata?: Readonly<Record<string, string>>;
@@ -70,7 +71,9 @@ export interface SweepQuery {
  *
  * - `put` streams the payload into the store: a Readable is never buffered whole. The store
  *   generates the ref; a failed or aborted `put` (the source stream errors) leaves no readable
- *   payload behind and rejects with the cause.
+ *   payload behind and rejects with the cause. It refuses a `contentType` that is not 1-255
+ *   printable ASCII characters (not starting with a space) with `SequenceOptionsError`, before
+ *   it writes anything: no ticket can carry one, nor an HTTP header.
  * - `get` resolves a stream of exactly the bytes put; it rejects with `ClaimCheckNotFoundError`
  *   when the ref is unknown or deleted, and with `ClaimCheckNotFoundError` or
  *   `InvalidPayloadRefError` for a ref this store could not have generated (a ref is untrusted

@@ -1,6 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../core/errors';
+import {
+  ClaimCheckNotFoundError,
+  InvalidPayloadRefError,
+  SequenceOptionsError,
+} from '../../core/errors';
 import type {
   PayloadStore,
   PutOptions,
@@ -139,6 +143,22 @@ const DERIVED_REFS: ReadonlyArray<readonly [string, (ref: string) => string]> = 
   ['with .tmp appended', (ref) => `${ref}.tmp`],
   ['with :0 appended', (ref) => `${ref}:0`],
   ['with :meta appended', (ref) => `${ref}:meta`],
+];
+
+/**
+ * Content types no ticket carries and no HTTP header can (S3 sends it as `Content-Type`): `put`
+ * refuses them all, whatever the store, before it writes anything.
+ */
+const UNFIT_CONTENT_TYPES: ReadonlyArray<readonly [string, unknown]> = [
+  ['a Latin-1 letter', 'application/dicom; charset=ü'],
+  ['a character beyond Latin-1', 'text/plain; name=報告'],
+  ['a line break and a header after it', 'text/plain\r\nx-amz-acl: public-read'],
+  ['a NUL', 'text/plain\0'],
+  ['a tab', 'text/plain;\tcharset=utf-8'],
+  ['the empty string', ''],
+  ['a leading space', ' text/plain'],
+  ['256 characters', `application/${'x'.repeat(244)}`],
+  ['a number', 42],
 ];
 
 /**
@@ -324,6 +344,37 @@ export function describePayloadStoreConformance(name: string, harness: PayloadSt
         await expect(store.put(source, options())).rejects.toThrow();
 
         expect(await store.sweepCandidates(everything())).toEqual([]);
+      });
+    });
+
+    describe('a put with a content type that is not a media type', () => {
+      it.each(UNFIT_CONTENT_TYPES)(
+        'refuses %s with SequenceOptionsError and writes nothing',
+        async (_label, contentType) => {
+          const unfit = (published: boolean) => options({ published, contentType } as PutOptions);
+
+          const refusals = [
+            await rejectionOf(store.put(Buffer.from('a payload'), unfit(false))),
+            await rejectionOf(store.put(Buffer.from('a payload'), unfit(true))),
+            await rejectionOf(store.put(generatedSource(1_000).stream, unfit(true))),
+          ];
+
+          for (const refusal of refusals) {
+            expect(refusal).toBeInstanceOf(SequenceOptionsError);
+            expect((refusal as SequenceOptionsError).problems).toEqual([
+              expect.stringContaining('contentType must be 1-255 printable ASCII characters'),
+            ]);
+          }
+          expect(await store.sweepCandidates(everything())).toEqual([]);
+        },
+      );
+
+      it('keeps a content type of 255 printable ASCII characters', async () => {
+        const contentType = `application/${'x'.repeat(243)}; q="a b"`.slice(0, 255);
+        const { ref } = await store.put(Buffer.from('a payload'), options({ contentType }));
+
+        expect(contentType).toHaveLength(255);
+        expect((await store.head(ref))?.contentType).toBe(contentType);
       });
     });
 

@@ -37,6 +37,7 @@ import {
 } from './filesystem.payload-sidecar';
 import * as layoutFiles from './filesystem.payload-layout';
 import { findSweepCandidates } from './filesystem.payload-sweep';
+import { checkPutOptions } from '../put-options';
 import { holdSourceErrors } from '../put-source';
 
 /**
@@ -66,6 +67,7 @@ export class FilesystemPayloadStore implements PayloadStore {
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     holdSourceErrors(payload);
+    checkPutOptions(this.name, options);
     assertPutOptions(options);
     const layout = await this.ready();
     const id = randomUUID();

@@ -53,6 +53,7 @@ import {
 import { decodeUserMetadata } from '../stored-metadata';
 import { RedisChunkReader } from './redis-chunk.reader';
 import { writePayload } from './redis-payload.writer';
+import { checkPutOptions } from '../put-options';
 import { holdSourceErrors } from '../put-source';
 
 /**
@@ -105,6 +106,7 @@ export class RedisPayloadStore implements PayloadStore {
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     holdSourceErrors(payload);
+    checkPutOptions(this.name, options);
     const ref = randomUUID();
     const bytes = await writePayload(this.redis, payload, {
       ...options,

@@ -283,6 +283,26 @@ describe('S3PayloadStore', () => {
       },
     );
 
+    it.each([
+      ['a Latin-1 letter, sent raw as Content-Type', 'application/dicom; charset=ü', 1024],
+      ['a character beyond Latin-1', 'text/plain; name=報告', 1024],
+      ['a line break, in a multipart upload', 'text/plain\r\nx-amz-acl: public-read', 6 * MIB],
+    ])(
+      'refuses a content type with %s before it sends any request, its marker included',
+      async (_label, contentType, length) => {
+        store = storeOf({ partBytes: 5 * MIB });
+
+        for (const payload of [randomBytes(length), generatedSource(length).stream]) {
+          await expect(
+            store.put(payload, options({ published: true, contentType })),
+          ).rejects.toBeInstanceOf(SequenceOptionsError);
+        }
+
+        expect(traffic.sent).toEqual([]);
+        expect(await keysUnder(prefixOf(store))).toEqual([]);
+      },
+    );
+
     it('records publication as an empty marker beside the payload; delete removes both', async () => {
       store = storeOf();
       const prefix = prefixOf(store);

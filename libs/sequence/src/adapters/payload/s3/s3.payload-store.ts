@@ -21,6 +21,7 @@ import {
   type S3ConnectOptions,
   type S3PayloadStoreOptions,
 } from './s3.payload-store.options';
+import { checkPutOptions } from '../put-options';
 import { holdSourceErrors } from '../put-source';
 
 /**
@@ -92,6 +93,8 @@ export class S3PayloadStore implements PayloadStore {
     holdSourceErrors(payload);
     let ref: string;
     try {
+      // Before the marker: a content type S3 cannot carry as a header fails nothing half-way.
+      checkPutOptions(this.name, options);
       ref = generateRef(options.now, options.expiresAt);
     } catch (error) {
       if (!Buffer.isBuffer(payload)) payload.destroy();
