@@ -5,6 +5,7 @@ import type { ResolvedOptions } from '../options/resolved-options';
 import {
   toDisposition,
   type Disposition,
+  type InboundMessage,
   type Subscription,
   type Transport,
 } from '../ports/transport.port';
@@ -62,7 +63,7 @@ export class ConsumerHost {
     if (partitions) {
       const partitioned = await this.transport.subscribe(
         channel,
-        (message) => this.track(channel, () => partitions.receive(message)),
+        (message) => this.track(channel, message, () => partitions.receive(message)),
         { prefetch: partitions.prefetch, deadLetterChannel, partitions: partitions.count },
       );
       this.subscriptions.push(partitioned);
@@ -74,7 +75,7 @@ export class ConsumerHost {
     }
     const subscription = await this.transport.subscribe(
       channel,
-      (message) => this.track(channel, () => binding.receive(message)),
+      (message) => this.track(channel, message, () => binding.receive(message)),
       { prefetch, deadLetterChannel },
     );
     this.subscriptions.push(subscription);
@@ -122,16 +123,25 @@ export class ConsumerHost {
     }
   }
 
-  private track(channel: string, receive: () => Promise<Disposition>): Promise<Disposition> {
+  private track(
+    channel: string,
+    message: InboundMessage,
+    receive: () => Promise<Disposition>,
+  ): Promise<Disposition> {
     if (this.closing) {
       // Held, not settled, until the subscriptions close: they hand unsettled messages back to
       // the queue. Settling now would redeliver it at once, in a loop, for the whole drain.
       return this.closing.then(() => SHUTTING_DOWN);
     }
     const pending = receive().then((disposition) => {
-      // Every pattern's dead-letter dispositions pass here, on their way to the transport.
+      // Every pattern's dead-letter dispositions pass here, on their way to the transport. One
+      // given once the delivery was abandoned (its subscription closed, as after
+      // shutdownTimeoutMs, or its consumer lost) is ignored by the transport: the message goes
+      // back to its channel, and is counted if and when a later delivery is dead-lettered.
       const settled = toDisposition(disposition);
-      if (settled.action === 'dead-letter') this.deadLetters.deadLettered(channel, settled.reason);
+      if (settled.action === 'dead-letter' && message.abandoned?.aborted !== true) {
+        this.deadLetters.deadLettered(channel, settled.reason);
+      }
       return disposition;
     });
     this.inFlight.add(pending);

@@ -65,7 +65,8 @@ export function deadLetterReasonLabel(reason: string): RejectionCode | 'other' {
  * channel), `reason` the code of its `x-death-reason` ({@link deadLetterReasonLabel}).
  *
  * Two paths lead there, and each counts in one place: the dead-letter dispositions of the
- * module's subscriptions (counted by the consumer host as it hands them to the transport), and
+ * module's subscriptions (counted by the consumer host as it hands them to the transport, unless
+ * the delivery was abandoned by then: the transport ignores that verdict), and
  * the records the module publishes to a dead-letter channel itself (an expired sequence, a
  * resequencer's gap outcome or dead-lettered event), counted once the broker confirmed them.
  */
