@@ -19,7 +19,8 @@ const NO_MESSAGE_FOUND = 10037;
  * - **renew**: expects the sequence of the holder's last write, so it fails once the lease has
  *   lapsed or another subscriber holds it;
  * - a write refused while the subject's last message is the writer's own (a write whose PubAck
- *   was lost) is made again on that message's sequence;
+ *   was lost) is made again on that message's sequence; the subscription claims again a
+ *   partition whose claim got no answer, so that such a lease is taken back at once;
  * - **release**: deletes the holder's own last write (by sequence: never another's), then
  *   tells the channel's other subscribers on the core subject `nseq-lease-free.<channel>`.
  */
@@ -107,14 +108,17 @@ export class NatsPartitionLeases {
     }
   }
 
-  /** The lease of partition `index` as the stream holds it, if any. */
+  /**
+   * The lease of partition `index` as the stream holds it, if any. Rejects when the stream does
+   * not answer: taken for "not ours", a lease of this subscriber's own (written by a write whose
+   * PubAck was lost) would be left to lapse, and the partition idle until then.
+   */
   private async last(index: number): Promise<{ sequence: number; owner?: string } | undefined> {
     const jsm = await this.settings.jsm();
-    const stored = await jsm.streams
-      .getMessage(this.settings.stream, {
-        last_by_subj: leaseSubject(this.settings.channel, index),
-      })
-      .catch(() => null);
+    // Null when the subject holds no message.
+    const stored = await jsm.streams.getMessage(this.settings.stream, {
+      last_by_subj: leaseSubject(this.settings.channel, index),
+    });
     if (!stored) return undefined;
     let owner: string | undefined;
     try {

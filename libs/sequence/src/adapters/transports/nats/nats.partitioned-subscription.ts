@@ -72,7 +72,9 @@ export class NatsPartitionedSubscription implements Subscription {
   /**
    * Partitions let go because their lease was no longer trusted, with the sequence of the last
    * write: renewed first when claiming, so that after a short outage the lease (still this
-   * subscriber's, unless it lapsed) is taken back without waiting for it to lapse.
+   * subscriber's, unless it lapsed) is taken back without waiting for it to lapse. A claim that
+   * got no answer is kept here with sequence 0: claimed again, even while the partition looks
+   * held, since the holder may be this subscriber.
    */
   private readonly lapsed = new Map<number, number>();
   private leaseMs = 0;
@@ -220,10 +222,20 @@ export class NatsPartitionedSubscription implements Subscription {
       const previous = this.lapsed.get(index);
       if (held.has(index) && previous === undefined) continue;
       const sentAt = monotonicNow();
-      const sequence =
-        previous === undefined
-          ? await this.settings.leases.claim(index)
-          : await this.settings.leases.renew(index, previous);
+      let sequence: number | undefined;
+      try {
+        sequence =
+          previous === undefined
+            ? await this.settings.leases.claim(index)
+            : await this.settings.leases.renew(index, previous);
+      } catch (error) {
+        // No answer (a lost PubAck, a timeout): the claim may be stored, the lease this
+        // subscriber's own. The next tick claims again although the partition then looks held:
+        // refused on a lease of its own, the claim is made again on it (NatsPartitionLeases), so
+        // the partition is not left idle until that lease lapses.
+        if (previous === undefined) this.lapsed.set(index, 0);
+        throw error;
+      }
       this.lapsed.delete(index);
       if (sequence === undefined) continue;
       const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };

@@ -1,14 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, connect as connectTcp, type Server, type Socket } from 'node:net';
 import { Logger } from '@nestjs/common';
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
 import { connectNats, type NatsConnection } from './nats.client';
-import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
+import { leaseStreamName, leaseSubject, partitionStreamName, streamName } from './nats.naming';
+import { NatsPartitionLeases } from './nats.partition-leases';
 import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import { NatsTransport } from './nats.transport';
 
@@ -307,6 +308,116 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     );
   });
 
+  it('holds a partition at once when the PubAck of its stored claim was lost, not a lease time later', async () => {
+    const leaseMs = 4_000;
+    const channel = newChannel();
+    const claim = `PUB ${leaseSubject(channel, 0)} `;
+    let claimSentAt = 0;
+    const proxy = await tcpProxy((chunk) => {
+      if (claimSentAt !== 0 || !chunk.toString('latin1').includes(claim)) return;
+      claimSentAt = Date.now();
+      // The server stores the claim; its PubAck reaches the client only after the claim gave up
+      // waiting for it (a lease write waits a third of the lease time).
+      proxy.holdReplies(leaseMs / 3 + 300);
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const transport = await newTransport(proxy.url, leaseMs);
+    const received: InboundMessage[] = [];
+    const subscription = (await transport.subscribe(channel, collect(received), {
+      partitions: 1,
+    })) as NatsPartitionedSubscription;
+    expect(claimSentAt).toBeGreaterThan(0);
+    expect(subscription.partitions).toEqual([]);
+    expect(warn).toHaveBeenCalledWith(expect.stringContaining(`partition leases of ${channel}`));
+    // The claim is stored: the lease is held, by this subscriber.
+    expect((await jsm.streams.info(leaseStreamName('NSEQ_', channel))).state.messages).toBe(1);
+
+    await eventually(() => subscription.partitions.length === 1, 'the partition', leaseMs * 3);
+    const heldAfterMs = Date.now() - claimSentAt;
+    await publishTo(transport, channel, 0, 1, ['one']);
+    await eventually(() => received.length === 1, 'the message');
+    warn.mockRestore();
+
+    // Taken back from its own lease, not claimed anew once that lapsed (max_age, 4 s).
+    expect(heldAfterMs).toBeLessThan(leaseMs * 0.9);
+  });
+
+  it('keeps a partition whose renewal was stored but its PubAck lost: the next renewal follows it', async () => {
+    const leaseMs = 6_000;
+    const channel = newChannel();
+    const lease = `PUB ${leaseSubject(channel, 0)} `;
+    let armed = false;
+    let renewalSentAt = 0;
+    const proxy = await tcpProxy((chunk) => {
+      if (!armed || !chunk.toString('latin1').includes(lease)) return;
+      armed = false;
+      renewalSentAt = Date.now();
+      proxy.holdReplies(leaseMs / 3 + 100);
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const transport = await newTransport(proxy.url, leaseMs);
+    const received: InboundMessage[] = [];
+    const subscription = (await transport.subscribe(channel, collect(received), {
+      partitions: 1,
+    })) as NatsPartitionedSubscription;
+    expect(subscription.partitions).toEqual([0]);
+    const streamName = leaseStreamName('NSEQ_', channel);
+    const claimed = (await jsm.streams.info(streamName)).state.last_seq;
+
+    armed = true;
+    const seen = new Set<string>();
+    await eventuallyAsync(async () => {
+      seen.add(JSON.stringify(subscription.partitions));
+      const { last_seq: last } = (await jsm.streams.info(streamName)).state;
+      // The lost renewal, then the one made again on it once its PubAck was missed.
+      return renewalSentAt > 0 && last >= claimed + 2 && Date.now() - renewalSentAt > leaseMs / 3;
+    }, leaseMs * 2);
+    await publishTo(transport, channel, 0, 1, ['one']);
+    await eventually(() => received.length === 1, 'the message');
+    // The renewal did time out waiting for its PubAck.
+    expect(warn).toHaveBeenCalledWith(expect.stringContaining(`partition leases of ${channel}`));
+    warn.mockRestore();
+
+    expect([...seen]).toEqual(['[0]']);
+    expect(subscription.partitions).toEqual([0]);
+  });
+
+  it('rejects a renewal refused while it cannot read who holds the lease, rather than give its own up', async () => {
+    const channel = newChannel();
+    const stream = leaseStreamName('NSEQ_', channel);
+    await jsm.streams.add({
+      name: stream,
+      subjects: [`nseq-lease.${channel}.*`],
+      max_msgs_per_subject: 1,
+    });
+    let readsFail = false;
+    const failingReads = {
+      ...jsm,
+      streams: Object.assign(Object.create(jsm.streams) as JetStreamManager['streams'], {
+        getMessage: () => Promise.reject(new Error('TIMEOUT')),
+      }),
+    } as JetStreamManager;
+    const leases = new NatsPartitionLeases({
+      channel,
+      stream,
+      owner: 'this-subscriber',
+      js: jetstream(admin),
+      jsm: async () => (readsFail ? failingReads : jsm),
+      connection: admin,
+      timeoutMs: 1_000,
+    });
+    const claimed = (await leases.claim(0))!;
+    // A renewal the server stored and whose PubAck was lost: the subscriber still knows `claimed`.
+    const stored = (await leases.renew(0, claimed))!;
+
+    readsFail = true;
+    await expect(leases.renew(0, claimed)).rejects.toThrow('TIMEOUT');
+    readsFail = false;
+    const renewed = await leases.renew(0, claimed);
+
+    expect(renewed).toBeGreaterThan(stored);
+  });
+
   it("gives the next holder a lost holder's messages before later ones, whenever the connection drops", async () => {
     const channel = newChannel();
     // Cut right after an in-progress ack sent a quarter of the lease after the last lease write:
@@ -517,9 +628,12 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     url: string;
     cut: () => void;
     restore: () => Promise<void>;
+    /** Holds what the server sends back for `ms`, then passes it on in order. */
+    holdReplies: (ms: number) => void;
   }> {
     const target = new URL(SERVERS.nats.url);
     const sockets = new Set<Socket>();
+    let heldUntil = 0;
     const listen = async (port: number) => {
       const proxy = createServer((client) => {
         const upstream = connectTcp(Number(target.port) || 4222, target.hostname);
@@ -529,7 +643,24 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
           socket.on('close', () => sockets.delete(socket));
         }
         client.on('data', (chunk: Buffer) => upstream.write(chunk, () => sent?.(chunk)));
-        upstream.pipe(client);
+        const held: Buffer[] = [];
+        let flushing: NodeJS.Timeout | undefined;
+        const flush = () => {
+          flushing = undefined;
+          if (Date.now() < heldUntil) {
+            flushing = setTimeout(flush, heldUntil - Date.now());
+            return;
+          }
+          for (const chunk of held.splice(0)) client.write(chunk);
+        };
+        upstream.on('data', (chunk: Buffer) => {
+          if (Date.now() >= heldUntil && held.length === 0) {
+            client.write(chunk);
+            return;
+          }
+          held.push(chunk);
+          flushing ??= setTimeout(flush, Math.max(0, heldUntil - Date.now()));
+        });
       });
       proxies.push(proxy);
       await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
@@ -545,6 +676,9 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
       },
       restore: async () => {
         proxy = await listen(port);
+      },
+      holdReplies: (ms) => {
+        heldUntil = Date.now() + ms;
       },
     };
   }
