@@ -197,7 +197,7 @@ export class FragmentStream {
     if (pastEnd) {
       // The sequence itself ended (completed, or refused at its last fragment): only this
       // fragment is refused, as one arriving after the last is.
-      this.lifecycle.fragmentRejected(this.channel, 'position-out-of-range', pastEnd, fragment);
+      this.rejected('position-out-of-range', pastEnd, fragment);
       throw new MessageRefusedError('position-out-of-range', pastEnd);
     }
     this.digests.feed(sequenceId, position, event.body);

@@ -293,6 +293,13 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
         /^position-out-of-range: key behind, event 4: sequence behind fragment 4: the sequence ended at fragment 3/,
       ),
     ]);
+    // Counted as a fragment refused on arrival is.
+    expect(
+      await metricValue(app.get(ModuleMetrics).registry, 'nest_sequence_fragments_rejected_total', {
+        channel,
+        reason: 'position-out-of-range',
+      }),
+    ).toBe(1);
   });
 
   const lost = makeFragments('lost', bytes(5_000, 8), 1_000);
