@@ -9,6 +9,13 @@ export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text);
 }
 
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
+
+/** `text` with each lone surrogate replaced by U+FFFD, as a UTF-8 encoder would write it once. */
+export function replaceLoneSurrogates(text: string): string {
+  return text.replace(LONE_SURROGATES, '\uFFFD');
+}
+
 // fatal: bytes that are not UTF-8 are refused, not each turned into U+FFFD (after which two
 // different byte strings could decode to one text). Stateless between decode() calls.
 const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });

@@ -3,6 +3,7 @@
  * a `RangeError` naming the method and the argument (as the other ports' stores do), so that a
  * call out of the contract fails alike on every store and does nothing.
  */
+import { hasLoneSurrogate, replaceLoneSurrogates } from '../core/unicode';
 import {
   BOX_NAMES,
   type BoxName,
@@ -18,6 +19,28 @@ export const MAX_RECORD_ID_LENGTH = 200;
 
 /** The latest time a store takes (ms since the epoch): the latest a `Date` can hold. */
 export const LATEST_TIME_MS = 8_640_000_000_000_000;
+
+/**
+ * What in `text` no store keeps as given, or undefined: NUL (PostgreSQL's text and JSONB refuse
+ * it) and lone surrogates (UTF-8 has none: a driver writes U+FFFD, so two ids could become one).
+ */
+function unstorable(text: string): string | undefined {
+  if (text.includes('\u0000')) return 'NUL (U+0000)';
+  if (hasLoneSurrogate(text)) return 'a lone UTF-16 surrogate';
+  return undefined;
+}
+
+/**
+ * An outcome's error as every store keeps it: NUL and lone surrogates replaced by U+FFFD. An
+ * error's text comes from anywhere (a broker's reply, a handler's exception quoting its input),
+ * so it is kept rather than refused: refusing it would roll the claim back and publish the
+ * record again.
+ */
+export function storableError(error: string): string {
+  return unstorable(error) === undefined
+    ? error
+    : replaceLoneSurrogates(error.replaceAll('\u0000', '\uFFFD'));
+}
 
 function refusal(operation: string, detail: string): RangeError {
   return new RangeError(`outbox store ${operation}: ${detail}`);
@@ -92,6 +115,15 @@ export function assertRecordId(
       `${name} must be a string of 1 to ${MAX_RECORD_ID_LENGTH} characters, got ${shown(value)}`,
     );
   }
+  assertStorable(operation, name, value as string);
+}
+
+/** Throws unless every store keeps `text` as given (see `unstorable`). */
+function assertStorable(operation: string, name: string, text: string): void {
+  const problem = unstorable(text);
+  if (problem !== undefined) {
+    throw refusal(operation, `${name} must not hold ${problem}, got ${shown(text)}`);
+  }
 }
 
 /** Record ids to act on (`retry`, `discard`): an array of ids, possibly empty. */
@@ -130,12 +162,17 @@ export function assertNewRecord(operation: string, record: NewBoxRecord): void {
       `${about}: type must be a non-empty string, got ${shown(record.type)}`,
     );
   }
+  assertStorable(operation, `${about}: type`, record.type);
   if (record.partitionKey != null && typeof record.partitionKey !== 'string') {
     throw refusal(operation, `${about}: partitionKey must be a string or null`);
+  }
+  if (record.partitionKey != null) {
+    assertStorable(operation, `${about}: partitionKey`, record.partitionKey);
   }
   if (typeof record.body !== 'string') {
     throw refusal(operation, `${about}: body must be a string (the message as JSON text)`);
   }
+  assertStorable(operation, `${about}: body`, record.body);
   const headers: unknown = record.headers;
   if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) {
     throw refusal(operation, `${about}: headers must be an object of strings`);
@@ -144,6 +181,8 @@ export function assertNewRecord(operation: string, record: NewBoxRecord): void {
     if (typeof value !== 'string') {
       throw refusal(operation, `${about}: header ${name} must be a string, got ${typeof value}`);
     }
+    assertStorable(operation, `${about}: a header name`, name);
+    assertStorable(operation, `${about}: header ${JSON.stringify(name)}`, value);
   }
 }
 

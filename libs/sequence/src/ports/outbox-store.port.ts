@@ -240,13 +240,17 @@ export interface PurgeOptions {
  * - Arguments out of this contract are refused with a `RangeError` naming the method and the
  *   argument, before anything is done: an unknown box; a record id (appended, or given to `get`,
  *   `retry` or `discard`) that is not a string of 1 to 200 characters (code points); a record
- *   whose other fields are not as `NewBoxRecord` says (headers of strings); ids or records that
+ *   whose other fields are not as `NewBoxRecord` says (headers of strings); an id, type,
+ *   partition key, body, header name or header value holding NUL (U+0000) or a lone UTF-16
+ *   surrogate, which no database column keeps as given; ids or records that
  *   are not an array (an empty one is no error: nothing to do); a time (`now`,
  *   `completedBefore`, `nextAttemptAt`) that is not a whole number of ms from 0 to 8.64e15 (the
  *   latest a `Date` holds); a count (`limit`, `batchSize`, `maxBatches`) that is not a whole
  *   number of at least 1; a `watch` listener that is not a function. So are a claim handler's
  *   outcomes that are not an array, name a record the batch does not hold (or one twice), or lack
- *   the error (and time) their status needs: the claim rejects, rolled back.
+ *   the error (and time) their status needs: the claim rejects, rolled back. An outcome's error
+ *   holding NUL or a lone surrogate is kept with U+FFFD in their place (`lastError`), not
+ *   refused: an error's text quotes what it likes, and a refusal would hand the record out again.
  * - After `close`, every method rejects (`ping` included).
  * - `watch` calls `listener` with the box soon after a transaction that appended to it (or a
  *   `receive` or `retry`) commits (PostgreSQL `LISTEN/NOTIFY`; the SQLite store in its own

@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import { assertOutcomes } from '../../../ports/outbox-store.arguments';
+import { assertOutcomes, storableError } from '../../../ports/outbox-store.arguments';
 import type {
   ClaimOptions,
   ClaimResult,
@@ -155,11 +155,11 @@ function sortOutcomes(
       case 'retry':
         retry.seqs.push(seq);
         retry.times.push(outcome.nextAttemptAt);
-        retry.errors.push(outcome.error);
+        retry.errors.push(storableError(outcome.error));
         break;
       case 'failed':
         failed.seqs.push(seq);
-        failed.errors.push(outcome.error);
+        failed.errors.push(storableError(outcome.error));
         break;
       case 'released':
         break;

@@ -5,6 +5,7 @@ import type {
   RecordOutcome,
   StoredRecord,
 } from '../../../ports/outbox-store.port';
+import { storableError } from '../../../ports/outbox-store.arguments';
 import { BOX_NAMES } from '../../../ports/outbox-store.port';
 import { toStoredRecord, type BoxRow } from './sqlite-outbox.codec';
 import { forTable, sqliteOutboxSql, type SqliteOutboxStatements } from './sqlite-outbox.sql';
@@ -58,14 +59,16 @@ export function writeOutcomes(
           : statements.box('settle-completed', box).run({ id, now }).changes;
         break;
       case 'retry':
-        counts.retried += statements
-          .box('settle-retry', box)
-          .run({ id, nextAttemptAt: outcome.nextAttemptAt, error: outcome.error }).changes;
+        counts.retried += statements.box('settle-retry', box).run({
+          id,
+          nextAttemptAt: outcome.nextAttemptAt,
+          error: storableError(outcome.error),
+        }).changes;
         break;
       case 'failed':
         counts.failed += statements
           .box('settle-failed', box)
-          .run({ id, error: outcome.error }).changes;
+          .run({ id, error: storableError(outcome.error) }).changes;
         break;
       case 'released':
         break;

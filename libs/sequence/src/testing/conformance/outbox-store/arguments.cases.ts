@@ -46,6 +46,8 @@ const NOT_AN_ID: ReadonlyArray<readonly [string, unknown]> = [
   ['empty', ''],
   ['201 characters', 'i'.repeat(201)],
   ['201 emoji (code points, not UTF-16 units)', '😀'.repeat(201)],
+  ['holding NUL', 'r-\u00001'],
+  ['holding a lone surrogate', 'r-\ud8001'],
   ['null', null],
   ['absent', undefined],
 ];
@@ -70,6 +72,15 @@ const NOT_A_RECORD: ReadonlyArray<readonly [string, unknown]> = [
   ['a body that is not a string', record('x', { body: bad({ orderId: 'x' }) })],
   ['headers that are not an object', record('x', { headers: bad('x-a: 1') })],
   ['a header value that is not a string', record('x', { headers: bad({ 'x-a': 1 }) })],
+  // Text no database column holds alike: PostgreSQL refuses NUL, and UTF-8 has no lone surrogate
+  // (a driver would store U+FFFD, so two ids could become one).
+  ['a type holding NUL', record('x', { type: 'order\u0000placed' })],
+  ['a partition key holding a lone surrogate', record('x', { partitionKey: 'p-\udc00' })],
+  ['a body holding NUL', record('x', { body: '{"a":"\u0000"}' })],
+  ['a body holding a lone surrogate', record('x', { body: '{"a":"\ud800"}' })],
+  ['a header name holding NUL', record('x', { headers: { 'x-\u0000': '1' } })],
+  ['a header value holding NUL', record('x', { headers: { 'x-a': '1\u0000' } })],
+  ['a header value holding a lone surrogate', record('x', { headers: { 'x-a': '\ud800' } })],
   ['null', null],
 ];
 
@@ -250,6 +261,25 @@ export function describeArgumentCases(c: OutboxSuiteContext): void {
           }
         },
       );
+
+      // An error's text comes from anywhere (a broker's reply, a handler's exception): it is
+      // kept, with U+FFFD for what no column holds, rather than failing the claim's settle.
+      it('keeps an error holding NUL or a lone surrogate, each replaced by U+FFFD', async () => {
+        await appendCommitted(c.store, BOX, [record('r-1'), record('r-2')]);
+        await claimWith(c.store, BOX, { limit: 10, now: c.t0 }, (each) =>
+          each.id === 'r-1'
+            ? { id: each.id, status: 'failed', error: 'refused\u0000 by \ud800 broker' }
+            : { id: each.id, status: 'retry', nextAttemptAt: c.t0, error: '\udc00\u0000' },
+        );
+        await expect(c.store.get(BOX, 'r-1')).resolves.toMatchObject({
+          status: 'FAILED',
+          lastError: 'refused\ufffd by \ufffd broker',
+        });
+        await expect(c.store.get(BOX, 'r-2')).resolves.toMatchObject({
+          status: 'PENDING',
+          lastError: '\ufffd\ufffd',
+        });
+      });
     });
 
     describe('get', () => {
