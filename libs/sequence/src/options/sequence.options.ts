@@ -74,7 +74,11 @@ export interface SequenceConsumerOptions extends SequenceLimitOptions {
 
 /** The local files where broker-held sequences' bodies wait (`buffer: 'broker'`). */
 export interface SpoolOptions {
-  /** A directory of this host's disk; each process spools in a directory of its own under it. @default `<os tmpdir>/nest-sequence-spool` */
+  /**
+   * A directory of this host's disk; each process spools in a directory of its own under it
+   * (`<pid>-<8 hex digits>`), and removes only such directories of processes that are gone.
+   * @default `<os tmpdir>/nest-sequence-spool`
+   */
   dir?: string;
   /**
    * Most bytes this process spools at once. A sequence that would go beyond (or meets a full

@@ -42,6 +42,30 @@ describe('Spool: directories left by earlier processes', () => {
     await spool.close();
   });
 
+  it("keeps what is not a spool's directory, even named after a PID nobody has", async () => {
+    // A spool directory shared with other data: a volume with room, or the OS temp directory.
+    const archive = join(root, `${2 ** 22 + 11}-studies`);
+    mkdirSync(archive);
+    writeFileSync(join(archive, 'study.dcm'), Buffer.alloc(1024));
+    const report = join(root, `${2 ** 22 + 13}-0badf00d.csv`);
+    writeFileSync(report, 'a,b\n');
+    const numbered = join(root, `${2 ** 22 + 9}`);
+    mkdirSync(numbered);
+    const gone = leftBy(2 ** 22 + 7, 'feedf00d');
+
+    const spool = new Spool(root, 1024 * 1024);
+    const file = await spool.create();
+
+    expect({
+      archive: existsSync(join(archive, 'study.dcm')),
+      report: existsSync(report),
+      numbered: existsSync(numbered),
+      gone: existsSync(gone),
+    }).toEqual({ archive: true, report: true, numbered: true, gone: false });
+    await file.remove();
+    await spool.close();
+  });
+
   it('keeps the directory of another spool of this process (another module or app)', async () => {
     const first = new Spool(root, 1024 * 1024);
     const held = await first.create();

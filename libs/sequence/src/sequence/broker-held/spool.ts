@@ -5,6 +5,10 @@ import { Readable } from 'node:stream';
 
 /** Largest piece a spool read hands over at once. */
 const READ_PIECE_BYTES = 1024 * 1024;
+/** Hex digits after the PID in the name of a process's directory. */
+const SUFFIX_LENGTH = 8;
+/** A process's directory: `<pid>-<8 hex digits>`; nothing else under the root is the spool's. */
+const PROCESS_DIR = new RegExp(`^([1-9][0-9]*)-[0-9a-f]{${SUFFIX_LENGTH}}$`);
 
 /** Where one body lies in a spool file. */
 export interface SpoolRange {
@@ -30,7 +34,7 @@ export class Spool {
     private readonly root: string,
     private readonly maxBytes: number,
   ) {
-    this.dir = join(root, `${process.pid}-${randomUUID().slice(0, 8)}`);
+    this.dir = join(root, `${process.pid}-${randomUUID().slice(0, SUFFIX_LENGTH)}`);
     openHere.add(this.dir);
   }
 
@@ -72,13 +76,17 @@ export class Spool {
 
   private async prepare(): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    for (const entry of await readdir(this.root).catch(() => [] as string[])) {
-      const pid = Number(entry.split('-')[0]);
-      if (!Number.isSafeInteger(pid) || pid <= 0 || openHere.has(join(this.root, entry))) continue;
+    const entries = await readdir(this.root, { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      // Only a process's spool directory: the root may hold other data (a shared volume, /tmp).
+      const named = entry.isDirectory() ? PROCESS_DIR.exec(entry.name) : null;
+      const pid = Number(named?.[1]);
+      const path = join(this.root, entry.name);
+      if (!named || !Number.isSafeInteger(pid) || openHere.has(path)) continue;
       // This process's PID on a directory no spool of it has open: an earlier process that had
       // the same PID (a container's node restarted as PID 1 again, a recycled PID), gone.
       if (pid === process.pid || !isAlive(pid)) {
-        await rm(join(this.root, entry), { recursive: true, force: true }).catch(() => undefined);
+        await rm(path, { recursive: true, force: true }).catch(() => undefined);
       }
     }
   }
