@@ -263,6 +263,38 @@ describe('guarantees: broker-held reassembly', () => {
     );
   });
 
+  it('dead-letters an expired sequence and frees its window without waiting for onExpired', async () => {
+    const channel = 'held.expiry-hook';
+    const called: string[] = [];
+    const { transport, handler } = await app(channel, {
+      timeoutMs: 200,
+      window: 4,
+      partitions: 1,
+      // A hook that never settles (a webhook without a timeout, say).
+      onExpired: (sequence: { sequenceId: string }) => {
+        called.push(sequence.sequenceId);
+        return new Promise<void>(() => undefined);
+      },
+    });
+    const partition = { partition: { index: 0, count: 1 } };
+    const stuck = makeFragments('held-hook', bytes(4_000, 22), 1_000);
+    for (const { body, headers } of stuck.slice(0, 3)) {
+      await transport.publish(channel, body, headers, partition);
+    }
+    await eventually(() => deadLetters(transport, channel).length === 3, 'three dead letters');
+    expect(called).toEqual(['held-hook']);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+
+    // The partition's window is free again for the next sequence.
+    const next = bytes(4_000, 23);
+    for (const { body, headers } of makeFragments('held-after-hook', next, 1_000)) {
+      await transport.publish(channel, body, headers, partition);
+    }
+    await eventually(() => handler.deliveries.length === 1, 'the next sequence handled');
+    expect(handler.of('held-after-hook')[0].bytes.equals(next)).toBe(true);
+    await eventually(() => transport.unsettled(`${channel}.partition.0`) === 0, 'all settled');
+  });
+
   it('dead-letters a fragment that fails its CRC at once and keeps holding the rest', async () => {
     const channel = 'held.crc';
     const { transport, handler } = await app(channel);

@@ -11,7 +11,12 @@ import { handlerRejection } from '../../kernel/handler-retry';
 import { SequenceEvents } from '../../kernel/lifecycle-events';
 import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../../kernel/tokens';
 import type { ResolvedOptions } from '../../options/resolved-options';
-import type { FinishedOutcome, SequenceRef, SequenceStore } from '../../ports/sequence-store.port';
+import type {
+  ExpiredSequence,
+  FinishedOutcome,
+  SequenceRef,
+  SequenceStore,
+} from '../../ports/sequence-store.port';
 import type { Disposition, InboundMessage } from '../../ports/transport.port';
 import { AggregatorService } from '../aggregator.service';
 import { FragmentChecks, isRefusal } from '../fragment-checks';
@@ -501,11 +506,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     clearTimeout(sequence.timer);
     const reason = deathReason(code, `sequence ${sequence.sequenceId}: ${detail}`);
     await this.record(sequence, outcome === 'rejected' ? 'rejected' : 'failed', reason);
+    let expired: ExpiredSequence | undefined;
     if (outcome === 'expired') {
-      const expired = sequence.toExpired(Date.now());
+      expired = sequence.toExpired(Date.now());
       this.metrics.sequenceExpired(channel);
       this.lifecycle.expired(channel, expired);
-      await this.callOnExpired(expired);
     } else {
       this.metrics.sequenceRejected(channel, code);
       if (handlerAttempts !== undefined) {
@@ -517,6 +522,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.logger.error(`${channel}: dead-lettering the fragments of ${reason}`);
     const disposition: Disposition = { action: 'dead-letter', reason };
     await this.finishWith(sequence, disposition);
+    if (expired) this.callOnExpired(expired);
     return disposition;
   }
 
@@ -584,16 +590,20 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     sequence.timer.unref();
   }
 
-  private async callOnExpired(expired: ReturnType<HeldSequence['toExpired']>): Promise<void> {
+  /**
+   * Calls `onExpired` once the sequence's fragments are settled, without awaiting it: a hook that
+   * is slow, or never settles, holds no fragment, spool file or room in the window.
+   */
+  private callOnExpired(expired: ExpiredSequence): void {
     const hook = this.options.sequence.onExpired;
     if (!hook) return;
-    try {
-      await hook(expired);
-    } catch (error) {
-      this.logger.warn(
-        `onExpired hook failed for sequence ${expired.sequenceId}: ${errorMessage(error)}`,
+    void Promise.resolve()
+      .then(() => hook(expired))
+      .catch((error: unknown) =>
+        this.logger.warn(
+          `onExpired hook failed for sequence ${expired.sequenceId}: ${errorMessage(error)}`,
+        ),
       );
-    }
   }
 
   private async digest(sequence: HeldSequence): Promise<PayloadDigest> {
