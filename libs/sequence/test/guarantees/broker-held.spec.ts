@@ -1,5 +1,5 @@
 import { readdir } from 'node:fs/promises';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
@@ -381,6 +381,26 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 1, 'handled');
     expect(handler.of('held-spool')[0].bytes.equals(payload)).toBe(true);
     expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it("keeps spooling after its process's spool directory was removed under it", async () => {
+    const channel = 'held.spool-removed';
+    const store = new SlowStore();
+    const { transport, handler } = await app(channel, { store });
+    const first = bytes(3_000, 24);
+    await publishHeld(transport, channel, makeFragments('held-before', first, 1_000), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'the first handled');
+    // A temp-directory cleaner (systemd-tmpfiles, tmpreaper) removes the idle directory.
+    for (const entry of await readdir(spoolDir)) {
+      rmSync(join(spoolDir, entry), { recursive: true, force: true });
+    }
+
+    const second = bytes(3_000, 25);
+    await publishHeld(transport, channel, makeFragments('held-after', second, 1_000), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 2, 'the second handled');
+    expect(handler.of('held-after')[0].bytes.equals(second)).toBe(true);
+    // Spooled and held in the broker, not moved to the store.
+    expect(store.accepts.get('held-after') ?? 0).toBe(0);
   });
 
   it('takes a sequence through the store with the bodies the spool failed to write', async () => {

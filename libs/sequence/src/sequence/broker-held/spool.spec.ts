@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Spool } from './spool';
 
 describe('Spool: directories left by earlier processes', () => {
@@ -63,6 +63,19 @@ describe('Spool: directories left by earlier processes', () => {
       gone: existsSync(gone),
     }).toEqual({ archive: true, report: true, numbered: true, gone: false });
     await file.remove();
+    await spool.close();
+  });
+
+  it('makes its directory again when something removed it (a temp-directory cleaner)', async () => {
+    const spool = new Spool(root, 1024 * 1024);
+    const first = await spool.create();
+    await first.remove();
+    rmSync(dirname(first.path), { recursive: true, force: true });
+
+    const next = await spool.create();
+    await next.write(Buffer.from('spooled'), 0);
+    expect(existsSync(next.path)).toBe(true);
+    await next.remove();
     await spool.close();
   });
 

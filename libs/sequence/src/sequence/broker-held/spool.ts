@@ -64,7 +64,7 @@ export class Spool {
     });
     await this.opened;
     const path = join(this.dir, `${randomUUID()}.spool`);
-    return new SpoolFile(path, await open(path, 'w+'));
+    return new SpoolFile(path, await this.openFile(path));
   }
 
   /** Removes this process's directory and everything in it. */
@@ -72,6 +72,18 @@ export class Spool {
     this.closed = true;
     openHere.delete(this.dir);
     await rm(this.dir, { recursive: true, force: true });
+  }
+
+  private async openFile(path: string): Promise<FileHandle> {
+    try {
+      return await open(path, 'w+');
+    } catch (error) {
+      // The directory was removed under the running process (a temp-directory cleaner, an
+      // operator): made again, else every later sequence would go through the store.
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || this.closed) throw error;
+      await mkdir(this.dir, { recursive: true });
+      return open(path, 'w+');
+    }
   }
 
   private async prepare(): Promise<void> {
