@@ -210,7 +210,9 @@ export interface SequenceRef {
  * - Limits: `maxSequenceBytes` / `maxFragments` reject and drop the whole sequence (marker
  *   `rejected`); a first fragment over them is rejected alone, leaving no marker, so rejections
  *   cost the store nothing to remember. So is a first fragment whose sequence could never fit
- *   the budget (`sequence-too-large`). `maxOpenSequences`, `maxBufferedBytes` and
+ *   the budget (`sequence-too-large`); an open sequence that grows past what it could ever hold
+ *   (a streamed one, with no declared bytes) is rejected and dropped like one over
+ *   `maxSequenceBytes`. `maxOpenSequences`, `maxBufferedBytes` and
  *   `maxChannelBufferedBytes` answer `backpressure` without storing. The budget counts
  *   core/completeness `accountedBytes`: bodies, kept headers, fixed overheads per sequence and
  *   fragment; a sequence that declares its bytes and size reserves them when it opens, so

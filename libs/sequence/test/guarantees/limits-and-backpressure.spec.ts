@@ -13,6 +13,8 @@ import {
 } from '../support/sequence-test-app';
 import { sampleStats } from './instrumented.sequence-store';
 
+const MiB = 1024 * 1024;
+
 /**
  * Guarantees table, rows "sequence over maxSequenceBytes / maxFragments" and "buffer full
  * (maxBufferedBytes, maxOpenSequences)", on the embedded defaults.
@@ -76,6 +78,32 @@ describe('guarantees: limits and back-pressure', () => {
       ]);
       expect(await stats(app)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
       expect(app.handler.calls).toBe(0);
+    });
+
+    it('is refused (sequence-too-large) once a streamed one outgrows its channel budget, not requeued until it expires', async () => {
+      // The handler allows 8 MiB, its channel may hold 6 MiB (three quarters of the module's
+      // budget): a 7 MiB stream can never be buffered whole.
+      const name = channel('outgrown');
+      t = await createSequenceTestApp(name, {
+        sequence: { maxBufferedBytes: 8 * MiB, maxSequenceBytes: MiB },
+        handler: { maxSequenceBytes: 8 * MiB },
+      });
+      const fragments = makeStreamingFragments('outgrown', bytes(7 * MiB, 37), MiB / 2);
+      await publishAll(t.transport, name, fragments);
+
+      const app = t;
+      await eventually(() => deadLetters(app.transport, name).length === 3, 'three dead letters');
+      expect(reasons(t, name)).toEqual([
+        'sequence-too-large',
+        'sequence-rejected',
+        'sequence-rejected',
+      ]);
+      expect(deathReasonOf(deadLetters(t.transport, name)[0])).toMatch(
+        /^sequence-too-large: sequence outgrown fragment 12: .*maxChannelBufferedBytes \(6291456\)/,
+      );
+      await t.transport.whenIdle();
+      expect(await stats(t)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+      expect(t.handler.calls).toBe(0);
     });
 
     it('is refused at each fragment when it declares more bytes than allowed, keeping nothing', async () => {

@@ -608,6 +608,33 @@ export function describeSequenceStoreConformance(
         });
       });
 
+      it('rejects and drops an open sequence once it grows past what the budget could ever hold', async () => {
+        // Streamed, no declared bytes: 3 × 1,000 bytes need 4,794 budget bytes with their
+        // overheads, within maxSequenceBytes but never within a 4,000-byte budget, even alone.
+        const { fragments } = sequenceFixture(scope, Array<string>(5).fill('s'.repeat(1_000)), {
+          declareBytes: false,
+          streamed: true,
+        });
+        const limits = { maxBufferedBytes: 4_000, maxSequenceBytes: 4_000 };
+        expect(await acceptAll(fragments.slice(0, 2), t0, { limits })).toEqual([
+          { status: 'stored', opened: true },
+          { status: 'stored', opened: false },
+        ]);
+
+        expect(await accept(fragments[2], t0, { limits })).toEqual({
+          status: 'rejected',
+          code: 'sequence-too-large',
+          detail: expect.stringMatching(/maxBufferedBytes \(4000\)/),
+          sequenceRejected: true,
+        });
+        expect(await store.stats(t0)).toMatchObject({ openSequences: 0, bufferedBytes: 0 });
+        expect(await accept(fragments[3], t0 + 1, { limits })).toMatchObject({
+          status: 'finished',
+          outcome: 'rejected',
+          reason: expect.stringMatching(/^sequence-too-large: /),
+        });
+      });
+
       it('charges empty fragments: a flood of them meets maxBufferedBytes', async () => {
         const limits = { maxBufferedBytes: 100 * storedChargeOf(0) };
         let stored = 0;

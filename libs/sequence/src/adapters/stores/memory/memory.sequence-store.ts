@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import {
+  accountedAfter,
   accountedBytes,
   admitFragment,
   budgetIncrease,
@@ -119,14 +120,7 @@ export class MemorySequenceStore implements SequenceStore {
         // A first fragment over a limit stored nothing: it leaves no marker behind either.
         if (!held)
           return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: false };
-        this.drop(key);
-        this.mark(
-          key,
-          'rejected',
-          now + context.retentionMs,
-          deathReason(admission.code, admission.detail),
-        );
-        return { status: 'rejected', ...codeAndDetail(admission), sequenceRejected: true };
+        return this.rejectSequence(key, admission.code, admission.detail, context);
       case 'duplicate':
         return held && isComplete(held.state)
           ? this.claimCompletion(held, context)
@@ -136,10 +130,13 @@ export class MemorySequenceStore implements SequenceStore {
     }
 
     const increase = budgetIncrease(held?.state, facts);
-    const tooLarge = held ? undefined : neverFits(increase, limits);
+    const tooLarge =
+      increase > 0 ? neverFits(accountedAfter(held?.state, facts), limits) : undefined;
     if (tooLarge) {
       // It could never fit, even alone: refused, rather than back-pressured forever (and before
-      // the open-sequence limit, which would only put the refusal off).
+      // the open-sequence limit, which would only put the refusal off). An open sequence grown
+      // that far (streamed, with no declared bytes) goes, as one past maxSequenceBytes does.
+      if (held) return this.rejectSequence(key, 'sequence-too-large', tooLarge, context);
       return {
         status: 'rejected',
         code: 'sequence-too-large',
@@ -361,6 +358,18 @@ export class MemorySequenceStore implements SequenceStore {
     };
     this.held.set(sequenceKey(fragment), sequence);
     return sequence;
+  }
+
+  /** Drops an open sequence over a limit and marks it rejected: its later fragments are refused. */
+  private rejectSequence(
+    key: string,
+    code: 'sequence-too-large' | 'too-many-fragments',
+    detail: string,
+    context: AcceptContext,
+  ): AcceptResult {
+    this.drop(key);
+    this.mark(key, 'rejected', context.now + context.retentionMs, deathReason(code, detail));
+    return { status: 'rejected', code, detail, sequenceRejected: true };
   }
 
   /** `complete` for a caller taking over a lapsed (or never taken) lease, else `in-progress`. */

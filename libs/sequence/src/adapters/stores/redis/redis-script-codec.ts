@@ -101,6 +101,8 @@ export type AcceptStep =
       readonly bytes: number;
       /** True when the grant would open the sequence (its first stored fragment). */
       readonly opening: boolean;
+      /** The budget bytes the sequence holds once this fragment is stored. */
+      readonly total: number;
     }
   | { readonly kind: 'go' }
   | { readonly kind: 'void'; readonly forgetEpoch: number };
@@ -177,7 +179,12 @@ export function interpretAccept(
       });
     }
     case 'need':
-      return { kind: 'need', bytes: Number(rest[0]), opening: Number(rest[1]) === 1 };
+      return {
+        kind: 'need',
+        bytes: Number(rest[0]),
+        opening: Number(rest[1]) === 1,
+        total: Number(rest[2]),
+      };
     case 'go':
       return { kind: 'go' };
     case 'void':

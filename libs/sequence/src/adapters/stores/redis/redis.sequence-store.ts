@@ -108,6 +108,7 @@ import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkInteger } from '../../../core/option-checks';
 import { errorMessage } from '../../../core/errors/caught';
+import { deathReason } from '../../../core/errors/rejection-code';
 import { neverFits } from '../../../core/completeness';
 import {
   BodyCipher,
@@ -345,16 +346,22 @@ export class RedisSequenceStore implements SequenceStore {
           withBody = inline;
           break;
         case 'need': {
-          const tooLarge = step.opening ? neverFits(step.bytes, context.limits) : undefined;
+          const tooLarge = neverFits(step.total, context.limits);
           if (tooLarge) {
-            // It could never fit, even alone: refused, rather than back-pressured forever.
-            if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
-            return {
-              status: 'rejected',
-              code: 'sequence-too-large',
-              detail: tooLarge,
-              sequenceRejected: false,
-            };
+            // It could never fit, even alone: refused, rather than back-pressured forever. An open
+            // sequence grown that far (streamed, with no declared bytes) goes, as one past
+            // maxSequenceBytes does; unless it finished meanwhile: the next round says how.
+            if (step.opening || (await this.rejectOpen(fragment, context, tooLarge))) {
+              if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
+              return {
+                status: 'rejected',
+                code: 'sequence-too-large',
+                detail: tooLarge,
+                sequenceRejected: !step.opening,
+              };
+            }
+            withBody = inline;
+            break;
           }
           const reservation = await this.reserve(member, step.bytes, context);
           if (reservation.kind === 'backpressure') {
@@ -377,6 +384,19 @@ export class RedisSequenceStore implements SequenceStore {
       `fragment ${fragment.position} found no stable state after ${MAX_ACCEPT_ROUNDS} rounds ` +
         'of concurrent changes; it will be redelivered',
     );
+  }
+
+  /**
+   * Drops an open sequence that can never fit the budget and marks it rejected, as the accept
+   * script does one over maxSequenceBytes; false when it finished (or completed) meanwhile.
+   */
+  private rejectOpen(ref: SequenceRef, context: AcceptContext, detail: string): Promise<boolean> {
+    return this.finish(ref, 'rejected', {
+      now: context.now,
+      retentionMs: context.retentionMs,
+      reason: deathReason('sequence-too-large', detail),
+      consumerId: context.consumerId,
+    });
   }
 
   /** What Redis keeps of the fragment when the store encrypts: sealed body and headers. */

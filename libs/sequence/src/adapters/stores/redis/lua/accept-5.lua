@@ -32,7 +32,8 @@
     'stored', opened
     'complete', opened, fragments, bytes, sha256 | false, declaredBytes | false,
                 contentType | false, contentEncoding | false, userHeaders, firstAt, lastAt
-    'need', bytes, opening                     reserve that many more bytes (opening: 1; any grant)
+    'need', bytes, opening, total              reserve that many more bytes (opening: 1; any grant);
+                                               total: the budget the sequence holds once stored
     'go'                                       admissible with the budget held: send the body
     'void'                                     the grant's epoch is dead (fenced): forget, retry
 ]]
@@ -236,10 +237,10 @@ local headerBytes = tonumber(ARGV[20])
 local accounted = accountedAfter(s, opening, bodyBytes, headerBytes, declaredBytes, size)
 local available = s.claim + grantBytes
 if opening and grantEpoch == 0 then
-  return {'need', {}, 0, int(accounted), 1}
+  return {'need', {}, 0, int(accounted), 1, int(accounted)}
 end
 if accounted > available then
-  return {'need', {}, 0, int(accounted - available), opening and 1 or 0}
+  return {'need', {}, 0, int(accounted - available), opening and 1 or 0, int(accounted)}
 end
 -- A staged body gone (its TTL ran out before this call): as if it had not been sent.
 if not hasBody or (stagedKey and rcall('EXISTS', stagedKey) == 0) then
