@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Logger } from '@nestjs/common';
+import { Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
 import { Observable, throwError } from 'rxjs';
@@ -51,6 +51,8 @@ interface PendingRequest {
  *   `data` is a Buffer, a Readable, records (`{ records }`), a {@link SequenceRecord} or any
  *   JSON value. The Observable completes once the transport confirmed every message; the send
  *   starts at once, subscribed or not, and a failure nobody subscribed to is logged as an error.
+ *   The application's shutdown (and `close()`) waits for the sends under way to be confirmed or
+ *   to fail, before the module's stores and the transport close.
  * - `send(pattern, data)` is request-reply, where the transport routes replies (in-memory,
  *   RabbitMQ, NATS JetStream): the reply travels by the same size rule.
  *
@@ -59,11 +61,13 @@ interface PendingRequest {
  * // ...
  * await lastValueFrom(client.emit('imaging.ai.intake', new SequenceRecord(stream, { bytes })));
  */
-export class SequenceClient extends ClientProxy {
+export class SequenceClient extends ClientProxy implements BeforeApplicationShutdown {
   private readonly logger = new Logger('SequenceClient');
   private runtime: SequenceRuntime | undefined;
   private replies: Promise<Subscription> | undefined;
   private readonly pending = new Map<string, PendingRequest>();
+  /** `emit()` sends not settled yet: a shutdown waits for them. */
+  private readonly sending = new Set<Promise<unknown>>();
   private readonly settings: {
     replyTimeoutMs: number;
     channelOf: (pattern: string) => string;
@@ -106,8 +110,19 @@ export class SequenceClient extends ClientProxy {
     return Promise.resolve();
   }
 
-  /** Closes the reply channel; requests still waiting error. */
+  /**
+   * Waits for the `emit()` sends under way: a message emitted just before the application stops
+   * (fire and forget, as a request handler does) is confirmed while the transport and the stores
+   * are still open, or its failure reported, rather than dropped when they close or the process
+   * exits. All `beforeApplicationShutdown` hooks run before any connection closes.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.whenSent();
+  }
+
+  /** Waits for the sends under way, then closes the reply channel; requests still waiting error. */
   async close(): Promise<void> {
+    await this.whenSent();
     const replies = this.replies;
     this.replies = undefined;
     for (const [id, request] of this.pending) {
@@ -137,6 +152,9 @@ export class SequenceClient extends ClientProxy {
     // unsubscribed first, a timeout() that fired, would not hear of it either).
     let listening = 0;
     const sent = this.dispatchEvent({ pattern, data });
+    this.sending.add(sent);
+    const settled = () => this.sending.delete(sent);
+    sent.then(settled, settled);
     sent.catch((error: unknown) => {
       if (listening === 0) {
         this.logger.error(
@@ -266,6 +284,11 @@ export class SequenceClient extends ClientProxy {
       return;
     }
     request.callback({ response, isDisposed: true });
+  }
+
+  /** Resolves once no send is under way (those started meanwhile included). */
+  private async whenSent(): Promise<void> {
+    while (this.sending.size > 0) await Promise.allSettled([...this.sending]);
   }
 
   private attached(): SequenceRuntime {

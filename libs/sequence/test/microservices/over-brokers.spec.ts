@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Controller, UsePipes, ValidationPipe } from '@nestjs/common';
-import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { ClientsModule, Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
 import { IsString } from 'class-validator';
 import { lastValueFrom } from 'rxjs';
-import type { Transport } from 'nest-sequence';
-import { SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
+import { SequenceModule, type Transport } from 'nest-sequence';
+import { SequenceClient, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
 import { eventually } from '../support/sequence-test-app';
 import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
@@ -154,6 +155,42 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     expect(metadata[0]).toMatch(/^invalid-payload: .*studyId must be a string/);
     expect(study[0]).toMatch(/^no-handler: .*"bk\.unknown"/);
     expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-9' }]);
+  });
+
+  it('confirms the emits in flight before the application closes', async () => {
+    const { channels } = await start(Studies);
+    const transport = await on.connect(`microservices-producer-${Date.now()}`);
+    opened.push(transport);
+    const producer = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({
+          transport,
+          sequence: { fragmentBytes: 512 * 1024 },
+          claimCheck: { inlineMaxBytes: 256 * 1024, sequenceMaxBytes: 4 * 1024 * 1024 },
+        }),
+        ClientsModule.register([
+          {
+            name: 'PRODUCER',
+            customClass: SequenceClient,
+            options: { channelOf: () => channels['bk.study'] },
+          },
+        ]),
+      ],
+    }).compile();
+    producer.useLogger(false);
+    await producer.init();
+    const client = producer.get<SequenceClient>('PRODUCER');
+    const sequence = bytes(2 * 1024 * 1024);
+    // Fire and forget, as a request handler does; then the process stops (a rolling deploy),
+    // closing the application, then the transport it owns.
+    client.emit('bk.study', { studyId: 'CT-5' });
+    client.emit('bk.study', sequence);
+    await producer.close();
+    await transport.close();
+    await eventually(() => seen.length === 2, 'both payloads handled', 10_000);
+    const byVia = Object.fromEntries(seen.map((s) => [s.via, s]));
+    expect(byVia.inline?.sha256).toBe(sha(Buffer.from(JSON.stringify({ studyId: 'CT-5' }))));
+    expect(byVia.sequence?.sha256).toBe(sha(sequence));
   });
 
   it('answers send() with small and large replies', async () => {
