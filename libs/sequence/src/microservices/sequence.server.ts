@@ -430,7 +430,9 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
   /**
    * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
-   * any message. A result that cannot be encoded goes back as an error.
+   * any message. A result that cannot be encoded goes back as an error; so does one that cannot
+   * be sent (a stream that fails as it is read, a payload store that refuses it), so that the
+   * caller learns why at once rather than at its `replyTimeoutMs`.
    */
   private async sendReply(
     request: Extract<Request, { ok: true }>,
@@ -446,21 +448,20 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       );
     } catch (error) {
       failed = true;
-      out = encodePayload({
-        status: 'error',
-        message: `the reply cannot be encoded: ${errorMessage(error)}`,
-      });
+      out = errorReply(`the reply cannot be encoded: ${errorMessage(error)}`);
     }
-    try {
-      await runtime.publish(
-        request.replyTo,
-        out.payload,
-        publishOptionsOf(out, {
-          [RpcHeader.correlationId]: request.correlationId,
-          [RpcHeader.replyStatus]: failed ? 'error' : 'ok',
-        }),
+    let error = await publishReply(request, out, failed, runtime);
+    if (error !== undefined && !failed) {
+      const unsent = errorMessage(error);
+      error = await publishReply(
+        request,
+        errorReply(`the reply could not be sent: ${unsent}`),
+        true,
+        runtime,
       );
-    } catch (error) {
+      if (error !== undefined) error = `${unsent}; then its error reply: ${errorMessage(error)}`;
+    }
+    if (error !== undefined) {
       // The requester is gone (its reply channel with it), or the broker refused: the request
       // was handled; its caller times out.
       new Logger('SequenceServer').warn(
@@ -468,6 +469,33 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
           `${request.replyTo}: ${errorMessage(error)}`,
       );
     }
+  }
+}
+
+/** A reply saying the request failed, and why. */
+function errorReply(message: string): ReturnType<typeof encodePayload> {
+  return encodePayload({ status: 'error', message });
+}
+
+/** Publishes a reply to the requester; resolves with what failed it, if anything. */
+async function publishReply(
+  request: Extract<Request, { ok: true }>,
+  out: ReturnType<typeof encodePayload>,
+  failed: boolean,
+  runtime: SequenceRuntime,
+): Promise<unknown> {
+  try {
+    await runtime.publish(
+      request.replyTo,
+      out.payload,
+      publishOptionsOf(out, {
+        [RpcHeader.correlationId]: request.correlationId,
+        [RpcHeader.replyStatus]: failed ? 'error' : 'ok',
+      }),
+    );
+    return undefined;
+  } catch (error) {
+    return error ?? new Error('the publish failed without an error');
   }
 }
 

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { EMPTY, lastValueFrom, of } from 'rxjs';
@@ -58,6 +59,19 @@ class Answers {
   thrownText() {
     // eslint-disable-next-line @typescript-eslint/only-throw-error -- what some code throws
     throw 'quote service down';
+  }
+
+  @MessagePattern('rr.unreadable')
+  unreadable() {
+    // A file whose read fails part-way: the reply's upload to the payload store fails with it.
+    let sent = false;
+    return new Readable({
+      read() {
+        if (sent) return this.destroy(new Error('disk read failed'));
+        sent = true;
+        this.push(Buffer.alloc(64 * 1024, 1));
+      },
+    });
   }
 
   @MessagePattern('rr.slow')
@@ -163,6 +177,15 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
     await transport.whenIdle();
     expect(events).toBe(1);
     expect(transport.take(transport.deadLetterChannel('rr.event'))).toHaveLength(0);
+  });
+
+  it('errors send() at once, saying why, when the reply cannot be sent', async () => {
+    const asked = Date.now();
+    await expect(ask('rr.unreadable', {})).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^the reply could not be sent: .*disk read failed/),
+    });
+    expect(Date.now() - asked).toBeLessThan(1_000); // not at replyTimeoutMs (2 s)
   });
 
   it('errors send() with ReplyTimeoutError when no reply comes in time', async () => {
