@@ -1,3 +1,5 @@
+import type { HeaderMap } from '../core/headers';
+
 /**
  * Headers of the microservices integration, on top of the wire contract. They travel as user
  * headers: on every fragment of a sequence, on a ticket's message, on an inline payload.
@@ -22,4 +24,24 @@ export function headerString(
   if (typeof value === 'string') return value;
   if (Buffer.isBuffer(value)) return value.toString('utf8');
   return undefined;
+}
+
+/**
+ * The sender's `headers`, with the headers above that the transport's message carries as bytes
+ * added as text: AMQP clients of other languages may send a header as a byte array (a Java
+ * `byte[]`, Python `bytes`), which amqplib hands over as a Buffer, and a payload's headers keep
+ * strings, numbers and booleans only. Without it such a message would lose its pattern.
+ */
+export function withRpcHeaders(
+  headers: Readonly<HeaderMap>,
+  transportHeaders: Readonly<Record<string, unknown>> | undefined,
+): Readonly<HeaderMap> {
+  let merged: HeaderMap | undefined;
+  for (const name of Object.values(RpcHeader)) {
+    const value = transportHeaders?.[name];
+    if (headers[name] !== undefined || !Buffer.isBuffer(value)) continue;
+    merged ??= { ...headers };
+    merged[name] = value.toString('utf8');
+  }
+  return merged ?? headers;
 }

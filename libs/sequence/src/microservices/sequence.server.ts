@@ -17,6 +17,7 @@ import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
+import type { InboundMessage } from '../ports/transport.port';
 import { checkKeys, SEQUENCE_SERVER_KEYS } from '../options/option-keys';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
@@ -29,7 +30,7 @@ import {
   publishOptionsOf,
   type IncomingPayload,
 } from './payload.codec';
-import { headerString, RpcHeader } from './rpc-headers';
+import { headerString, RpcHeader, withRpcHeaders } from './rpc-headers';
 import { SequenceContext, type SequenceMessageInfo } from './sequence.context';
 import {
   ATTACH_RUNTIME,
@@ -307,15 +308,17 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       options: { ...consumer, channel },
       // A sequence's payload object is made anew for each call of a retry; the message whose
       // delivery completed it is the same.
-      handler: (payload, { signal }) =>
-        this.dispatch(
+      handler: (payload, { signal }) => {
+        const message = runtime.currentMessage();
+        return this.dispatch(
           channel,
           patterns,
-          runtime.currentMessage() ?? payload,
-          fromClaimed(payload),
+          message ?? payload,
+          fromClaimed(payload, message),
           runtime,
           signal,
-        ),
+        );
+      },
     };
   }
 
@@ -613,10 +616,11 @@ function replyError(outcome: Extract<PipelineOutcome, { ok: false }>): string {
   return typeof filtered === 'string' ? filtered : errorMessage(describedError(filtered));
 }
 
-function fromClaimed(payload: ClaimedPayload): Incoming {
+/** `message`: the transport's, whose headers may carry ours as bytes (see withRpcHeaders). */
+function fromClaimed(payload: ClaimedPayload, message: InboundMessage | undefined): Incoming {
   return {
     info: {
-      headers: payload.headers,
+      headers: withRpcHeaders(payload.headers, message?.headers),
       via: payload.via,
       bytes: payload.bytes,
       fragments: payload.fragments,

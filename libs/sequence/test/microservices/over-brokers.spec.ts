@@ -7,7 +7,9 @@ import { IsString } from 'class-validator';
 import { lastValueFrom } from 'rxjs';
 import { SequenceModule, type Transport } from 'nest-sequence';
 import { SequenceClient, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
+import { amqpConnection, namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { eventually } from '../support/sequence-test-app';
+import { describeWithServer } from '../support/servers';
 import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
@@ -200,5 +202,44 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     });
     const large = await lastValueFrom(t.client.send<Buffer>('bk.ask', { size: 3 * 1024 * 1024 }));
     expect(sha(large)).toBe(sha(bytes(3 * 1024 * 1024)));
+  });
+});
+
+/** Producers in other languages: what their AMQP clients put in the headers. */
+describeWithServer('rabbitmq', 'microservices: a producer of another language on RabbitMQ', () => {
+  const opened: Array<{ close(): Promise<unknown> }> = [];
+  const broker = useRabbitMq({
+    beforeCleanup: async () => {
+      for (const each of opened.splice(0).reverse()) await each.close();
+    },
+  });
+
+  beforeEach(() => {
+    seen.length = 0;
+  });
+
+  it('routes by an x-pattern sent as a byte array', async () => {
+    const channel = broker.admin.newChannel();
+    const transport = await namedTransport(`microservices-bytes-${Date.now()}`);
+    opened.push(transport);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Studies],
+      server: { channelOf: () => channel },
+    });
+    opened.push(t);
+    // A Java client's byte[] header, Python's bytes: an AMQP byte array, a Buffer to amqplib.
+    const connection = await amqpConnection();
+    try {
+      const amqp = await connection.createChannel();
+      amqp.sendToQueue(channel, Buffer.from(JSON.stringify({ studyId: 'CT-7' })), {
+        headers: { 'x-pattern': Buffer.from('bk.metadata'), 'content-type': 'application/json' },
+      });
+      await amqp.close();
+    } finally {
+      await connection.close();
+    }
+    await eventually(() => seen.length === 1, 'the payload handled by its pattern');
+    expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-7' }]);
   });
 });
