@@ -45,7 +45,7 @@ export class StudySender {
         headers: { [STUDY_HEADER]: JSON.stringify(metadata) },
       },
     );
-    await lastValueFrom(this.client.emit(INTAKE_CHANNEL, study), { defaultValue: undefined });
+    await lastValueFrom(this.client.emit(INTAKE_CHANNEL, study));
     return { bytes: totalBytes, sha256: hash.digest('hex') };
   }
 }

@@ -49,8 +49,9 @@ interface PendingRequest {
  * `ClientsModule.register([{ name, customClass: SequenceClient, options }])`:
  * - `emit(pattern, data)` sends by size: inline, as a Message Sequence, or behind a claim ticket.
  *   `data` is a Buffer, a Readable, records (`{ records }`), a {@link SequenceRecord} or any
- *   JSON value. The Observable completes once the transport confirmed every message; the send
- *   starts at once, subscribed or not, and a failure nobody subscribed to is logged as an error.
+ *   JSON value. Once the transport confirmed every message the Observable emits `undefined` and
+ *   completes (so `lastValueFrom` needs no default); the send starts at once, subscribed or not,
+ *   and a failure nobody subscribed to is logged as an error.
  *   The application's shutdown (and `close()`) waits for the sends under way to be confirmed or
  *   to fail, before the module's stores and the transport close.
  * - `send(pattern, data)` is request-reply, where the transport routes replies (in-memory,
@@ -165,8 +166,13 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     });
     return new Observable<TResult>((subscriber) => {
       listening++;
+      // One value, then complete, as Nest's own clients' emit: `lastValueFrom(client.emit(...))`
+      // resolves (an Observable that only completes would reject it with EmptyError).
       sent.then(
-        () => subscriber.complete(),
+        () => {
+          subscriber.next(undefined as TResult);
+          subscriber.complete();
+        },
         (error: unknown) => subscriber.error(error),
       );
       return () => {

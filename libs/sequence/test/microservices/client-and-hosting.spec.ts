@@ -3,7 +3,7 @@ import { IsString } from 'class-validator';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
-import { lastValueFrom } from 'rxjs';
+import { firstValueFrom, lastValueFrom } from 'rxjs';
 import {
   ClaimCheck,
   type ClaimedPayload,
@@ -173,6 +173,24 @@ describe('SequenceClient.emit', () => {
       await new Promise((resolve) => setTimeout(resolve, 20));
       await settle(transport);
       expect(received).toEqual([{ fire: 'and forget' }]);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('emits one value once confirmed, as Nest’s clients do: lastValueFrom needs no default', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({ sequence: { transport }, controllers: [Handlers] });
+    try {
+      const emitted = t.client.emit('host.in', { awaited: 'last' });
+      await expect(lastValueFrom(emitted)).resolves.toBeUndefined();
+      // A subscriber that comes after the confirm hears of it too.
+      await expect(firstValueFrom(emitted)).resolves.toBeUndefined();
+      await expect(firstValueFrom(t.client.emit('host.in', { awaited: 'first' }))).resolves.toBe(
+        undefined,
+      );
+      await settle(transport);
+      expect(received).toEqual([{ awaited: 'last' }, { awaited: 'first' }]);
     } finally {
       await t.close();
     }
