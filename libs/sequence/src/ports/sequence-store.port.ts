@@ -228,7 +228,10 @@ export interface SequenceRef {
  *   took over after this caller's lease lapsed): then it resolves `false` and changes nothing, so
  *   a stale holder can never overwrite the outcome. `completed` drops its fragments; `failed` keeps them for
  *   inspection until `retentionMs`; both leave a marker for `retentionMs` so late duplicates
- *   get `finished`.
+ *   get `finished`. Kept fragments count against `maxBufferedBytes` but are evicted, oldest
+ *   first, as far as a fragment needs room; only when that admits it: a fragment back-pressured
+ *   without them (open sequences alone fill the budget, or its channel is at
+ *   `maxChannelBufferedBytes`) evicts none.
  * - `listExpired` returns open sequences whose deadline passed, and complete ones abandoned for
  *   longer than the expiry time after their lease lapsed (nobody redelivered a fragment to take
  *   them over); `expire` atomically claims one (null when another sweeper already did, or it was

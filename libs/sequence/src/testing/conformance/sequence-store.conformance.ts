@@ -889,6 +889,71 @@ export function describeSequenceStoreConformance(
         });
       });
 
+      /** Two failed sequences of `keptScope`, one fragment of 100 bytes each, kept for inspection. */
+      async function keepTwoFailed(keptScope: string) {
+        const kept = [0, 1].map(() => sequenceFixture(keptScope, ['x'.repeat(100)]));
+        for (const [index, { fragments, ref }] of kept.entries()) {
+          await accept(fragments[0], t0 + index);
+          await store.finish(ref, 'failed', {
+            now: t0 + index,
+            retentionMs: 600_000,
+            consumerId: CONSUMER,
+            reason: 'integrity-mismatch: x',
+          });
+        }
+        return kept;
+      }
+
+      it('failed: keeps kept fragments when a fragment is back-pressured at its channel budget', async () => {
+        const kept = await keepTwoFailed(`${scope}.kept`);
+        const each = storedChargeOf(100);
+        // An open sequence whose claim is all its channel may hold.
+        const hog = sequenceFixture(scope, ['h'.repeat(100), 'i']);
+        await accept(hog.fragments[0], t0 + 5);
+        const stats = await store.stats(t0 + 5);
+        const hogClaim = stats.bufferedBytes + (stats.reservedBytes ?? 0) - 2 * each;
+        const next = sequenceFixture(scope, ['n']);
+        // The store is one byte short for `next`: evicting the oldest kept one would make room.
+        const limits = {
+          maxBufferedBytes: 2 * each + hogClaim + storedChargeOf(1) - 1,
+          maxChannelBufferedBytes: hogClaim,
+        };
+
+        expect(await accept(next.fragments[0], t0 + 10, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxChannelBufferedBytes',
+        });
+        for (const { ref } of kept) expect(await payloadOf(ref)).toBe('x'.repeat(100));
+        expect(await store.stats(t0 + 10)).toMatchObject({ bufferedBytes: stats.bufferedBytes });
+
+        // A fragment of another channel is let in: for it, the oldest kept one goes.
+        const other = sequenceFixture(`${scope}.other`, ['o']);
+        expect(await accept(other.fragments[0], t0 + 10, { limits })).toMatchObject({
+          status: 'complete',
+        });
+        await expect(payloadOf(kept[0].ref)).rejects.toThrow();
+        expect(await payloadOf(kept[1].ref)).toBe('x'.repeat(100));
+      });
+
+      it('failed: keeps kept fragments when evicting them all would not make room', async () => {
+        const kept = await keepTwoFailed(scope);
+        const each = storedChargeOf(100);
+        const hog = sequenceFixture(scope, ['h'.repeat(100), 'i']);
+        await accept(hog.fragments[0], t0 + 5);
+        const stats = await store.stats(t0 + 5);
+        const hogClaim = stats.bufferedBytes + (stats.reservedBytes ?? 0) - 2 * each;
+        // Needs more than the kept ones hold: back-pressured even without them.
+        const next = sequenceFixture(scope, ['n'.repeat(3_000)]);
+        const limits = { maxBufferedBytes: 2 * each + hogClaim };
+
+        expect(await accept(next.fragments[0], t0 + 10, { limits })).toEqual({
+          status: 'backpressure',
+          limit: 'maxBufferedBytes',
+        });
+        for (const { ref } of kept) expect(await payloadOf(ref)).toBe('x'.repeat(100));
+        expect(await store.stats(t0 + 10)).toMatchObject({ bufferedBytes: stats.bufferedBytes });
+      });
+
       it('rejected: drops the fragments; late fragments get finished rejected', async () => {
         const { fragments, ref } = sequenceFixture(scope, ['a', 'b', 'c']);
         await accept(fragments[0]);

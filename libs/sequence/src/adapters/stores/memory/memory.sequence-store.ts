@@ -72,7 +72,8 @@ export interface MemorySequenceStoreOptions {
  * Budget: an open sequence counts core/completeness `accountedBytes` (bodies, kept headers, fixed
  * overheads, and a reservation ahead of its declared bytes no larger than what it stored); a
  * failed sequence's retained fragments count too, but are evicted, oldest first, before anything
- * is back-pressured for their sake.
+ * is back-pressured for their sake; never for a fragment back-pressured without them (the open
+ * sequences alone leave it no room, or its channel is at its budget).
  *
  * With `encryption`, bodies and user headers are held AES-256-GCM sealed (each under a fresh IV,
  * bound to its sequence and position) and opened as they are read; budgets count the plaintext.
@@ -147,7 +148,9 @@ export class MemorySequenceStore implements SequenceStore {
     if (!held && this.held.size >= limits.maxOpenSequences) {
       return { status: 'backpressure', limit: 'maxOpenSequences' };
     }
-    if (increase > 0 && !this.makeRoom(increase, limits.maxBufferedBytes)) {
+    // Kept fragments of failed sequences go only to let this fragment in: not when it would be
+    // back-pressured without them anyway (they count in no channel's budget).
+    if (increase > 0 && this.heldBytes + increase > limits.maxBufferedBytes) {
       return { status: 'backpressure', limit: 'maxBufferedBytes' };
     }
     if (
@@ -156,6 +159,7 @@ export class MemorySequenceStore implements SequenceStore {
     ) {
       return { status: 'backpressure', limit: 'maxChannelBufferedBytes' };
     }
+    if (increase > 0) this.makeRoom(increase, limits.maxBufferedBytes);
 
     const sequence = held ?? this.open(fragment, context);
     const before = accountedBytes(sequence.state);
@@ -390,13 +394,15 @@ export class MemorySequenceStore implements SequenceStore {
       : { ...complete, integrityFailure: opened.failure };
   }
 
-  /** Evicts failed sequences' fragments until `increase` more bytes fit; false if they cannot. */
-  private makeRoom(increase: number, maxBufferedBytes: number): boolean {
+  /**
+   * Evicts failed sequences' fragments, oldest first, until `increase` more bytes fit; called
+   * once the open sequences alone leave room for them.
+   */
+  private makeRoom(increase: number, maxBufferedBytes: number): void {
     for (const key of this.retained.keys()) {
-      if (this.heldBytes + this.retainedBytes + increase <= maxBufferedBytes) break;
+      if (this.heldBytes + this.retainedBytes + increase <= maxBufferedBytes) return;
       this.dropRetained(key);
     }
-    return this.heldBytes + this.retainedBytes + increase <= maxBufferedBytes;
   }
 
   private liveMarker(key: string, now: number): FinishedMarker | undefined {

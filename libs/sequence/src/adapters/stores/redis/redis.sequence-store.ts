@@ -33,7 +33,8 @@
  *      sequence always needs a grant to open).
  *   2. reserve script ({idx}): checks maxOpenSequences / maxBufferedBytes and adds N to the
  *      sequence's budget record, creating it (new epoch, counted open, provisional due time) if
- *      absent; or answers back-pressure (after evicting failed sequences' kept fragments).
+ *      absent; or answers back-pressure (after evicting failed sequences' kept fragments, when
+ *      that is what lets the grant through).
  *   3. accept script again, with the body and the grant {epoch, N}: re-checks everything, stores,
  *      and reports a settlement {epoch, ver, storedBytes, firstAt, dueAt, refund}.
  *   4. settle script ({idx}): applies the settlement if its ver is newer than the record's, and

@@ -12,7 +12,8 @@
     {'granted', epoch, increase, grantId}   grantId: unique, lets the sequence ignore a resent call
     {'backpressure', 'maxOpenSequences' | 'maxChannelBufferedBytes' | 'maxBufferedBytes'}
     {'evict', {member, retainUntil, ...}}  failed sequences' kept fragments to drop first, oldest
-                                           first, as many as cover the shortfall (at most a batch)
+                                           first, as many as cover the shortfall (at most a batch);
+                                           only when the grant then passes every limit
 ]]
 --- @include "_clock"
 --- @include "_global"
@@ -28,27 +29,30 @@ local record = readRecord(member)
 if not record and rcall('HLEN', openKey) >= maxOpen then
   return {'backpressure', 'maxOpenSequences'}
 end
-local shortfall = total('claimed') + total('retained') + increase - maxBytes
-if increase > 0 and shortfall > 0 then
-  if total('retained') > 0 then
-    -- The oldest kept fragments that make the room (up to a batch), and no more.
-    local oldest = rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')
-    local victims, freed = {}, 0
-    for i = 1, #oldest, 2 do
-      victims[#victims + 1] = oldest[i]
-      victims[#victims + 1] = oldest[i + 1]
-      local kept = rcall('HGET', retainedKey, oldest[i])
-      freed = freed + (tonumber(kept and string.match(kept, ':(%d+)$')) or 0)
-      if freed >= shortfall then
-        break
-      end
-    end
-    return {'evict', victims}
-  end
+-- Kept fragments of failed sequences go only to let this grant through: not when it would be
+-- back-pressured without them anyway (they count in no scope's claim).
+local claimed = total('claimed')
+if increase > 0 and claimed + increase > maxBytes then
   return {'backpressure', 'maxBufferedBytes'}
 end
 if increase > 0 and scopeClaimed(member) + increase > maxChannelBytes then
   return {'backpressure', 'maxChannelBufferedBytes'}
+end
+local shortfall = claimed + total('retained') + increase - maxBytes
+if increase > 0 and shortfall > 0 then
+  -- The oldest kept fragments that make the room (up to a batch), and no more.
+  local oldest = rcall('ZRANGE', retentionKey, 0, evictBatch - 1, 'WITHSCORES')
+  local victims, freed = {}, 0
+  for i = 1, #oldest, 2 do
+    victims[#victims + 1] = oldest[i]
+    victims[#victims + 1] = oldest[i + 1]
+    local kept = rcall('HGET', retainedKey, oldest[i])
+    freed = freed + (tonumber(kept and string.match(kept, ':(%d+)$')) or 0)
+    if freed >= shortfall then
+      break
+    end
+  end
+  return {'evict', victims}
 end
 
 -- Epochs and grant ids never repeat, even if these keys expired meanwhile: the counter never
