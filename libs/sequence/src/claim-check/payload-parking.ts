@@ -10,6 +10,7 @@ import {
   type ClaimTicket,
 } from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { PayloadStore } from '../ports/payload-store.port';
@@ -96,6 +97,8 @@ export class PayloadParking implements OnApplicationShutdown {
    * Streams `payload` into the store (never buffering a Readable whole) and signs its ticket for
    * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
    * orphan-to-be until `markPublished` (see OrphanSweeper).
+   * @throws ClaimTicketInvalidError (`expired`) when storing took past the ticket's ttl: the
+   * payload is deleted again
    */
   async park(
     payload: Buffer | Readable,
@@ -134,6 +137,7 @@ export class PayloadParking implements OnApplicationShutdown {
     this.warnIfKeysAreLocal();
     let ticket: ClaimTicket;
     try {
+      assertUnexpired(expiresAt, now);
       ticket = signTicket(
         {
           store: store.name,
@@ -146,8 +150,9 @@ export class PayloadParking implements OnApplicationShutdown {
         this.options.keyring,
       );
     } catch (error) {
-      // A ticket that cannot be made (a store's ref too long for one, say) leaves a payload no
-      // one can claim, and a checked-in one no sweeper takes before its expiry: delete it now.
+      // A ticket that cannot be made (a store's ref too long for one, say, or one that expired
+      // while the payload was stored) leaves a payload no one can claim, and a checked-in one no
+      // sweeper takes before its expiry: delete it now.
       await store.delete(ref).catch(() => undefined);
       throw error;
     }
@@ -308,6 +313,21 @@ export class PayloadParking implements OnApplicationShutdown {
     if (!store) throw new UnknownPayloadStoreError(name, [...this.stores.stores.keys()]);
     return store;
   }
+}
+
+/**
+ * The ticket expires `ttlMs` after the upload began: one whose upload took longer would be
+ * refused by every consumer (`expired`) while its sender took it for sent.
+ * @throws ClaimTicketInvalidError (`expired`)
+ */
+function assertUnexpired(expiresAt: number, startedAt: number): void {
+  const now = Date.now();
+  if (expiresAt > now) return;
+  throw new ClaimTicketInvalidError(
+    'expired',
+    `the payload took ${now - startedAt} ms to store, past its ttlMs ` +
+      `(${expiresAt - startedAt} ms): its ticket would be refused on arrival`,
+  );
 }
 
 /** Hashes and counts the bytes passing through. */

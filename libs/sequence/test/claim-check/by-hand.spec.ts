@@ -162,8 +162,8 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
     });
 
     it('throws ClaimTicketInvalidError for an expired ticket', async () => {
-      const short = await t.claimCheck.checkIn(payload, { ttlMs: 1 });
-      await new Promise((resolve) => setTimeout(resolve, 10));
+      const short = await t.claimCheck.checkIn(payload, { ttlMs: 500 });
+      await new Promise((resolve) => setTimeout(resolve, 600));
       await expect(t.claimCheck.checkOut(short)).rejects.toMatchObject({
         name: 'ClaimTicketInvalidError',
         reason: 'expired',
@@ -195,8 +195,8 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
     });
 
     it('accepts an expired ticket: expiry is no reason to keep a payload', async () => {
-      const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 1 });
-      await new Promise((resolve) => setTimeout(resolve, 10));
+      const ticket = await t.claimCheck.checkIn(payload, { ttlMs: 500 });
+      await new Promise((resolve) => setTimeout(resolve, 600));
       expect(await t.claimCheck.release(ticket)).toBe(true);
     });
 

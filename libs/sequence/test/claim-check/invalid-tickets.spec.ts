@@ -142,8 +142,8 @@ describe('claim check: invalid tickets', () => {
   });
 
   it('expired: dead-lettered as expired, though genuine and its payload still there', async () => {
-    const short = await t.claimCheck.checkIn(bytes(100, 4), { audience: t.channel, ttlMs: 1 });
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    const short = await t.claimCheck.checkIn(bytes(100, 4), { audience: t.channel, ttlMs: 500 });
+    await new Promise((resolve) => setTimeout(resolve, 600));
     expect(await t.store.head(short.ref)).toBeDefined();
     await expectRefused(serializeTicket(short), 'claim-ticket-invalid', /\(expired\)/);
   });

@@ -103,7 +103,7 @@ describe('claim check: orphan sweeper', () => {
         tuning: { sweepers: { orphans: { intervalMs: 20 } } },
       },
     });
-    const ticket = await t.claimCheck.checkIn(bytes(100, 5), { audience: t.channel, ttlMs: 1 });
+    const ticket = await t.claimCheck.checkIn(bytes(100, 5), { audience: t.channel, ttlMs: 500 });
     await eventually(async () => (await t.store.head(ticket.ref)) === undefined, 'the sweep');
     expect(await filesUnder(t.root)).toEqual([]);
   });
