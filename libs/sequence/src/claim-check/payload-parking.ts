@@ -10,6 +10,7 @@ import {
   type ClaimTicket,
 } from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
@@ -98,7 +99,7 @@ export class PayloadParking implements OnApplicationShutdown {
    * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
    * orphan-to-be until `markPublished` (see OrphanSweeper).
    * @throws ClaimTicketInvalidError (`expired`) when storing took past the ticket's ttl: the
-   * payload is deleted again
+   * payload is deleted again; the store's error when a slow upload could not be marked published
    */
   async park(
     payload: Buffer | Readable,
@@ -149,16 +150,35 @@ export class PayloadParking implements OnApplicationShutdown {
         },
         this.options.keyring,
       );
+      if (!published) await this.markIfStoredSlowly(store, ref, now);
     } catch (error) {
       // A ticket that cannot be made (a store's ref too long for one, say, or one that expired
       // while the payload was stored) leaves a payload no one can claim, and a checked-in one no
-      // sweeper takes before its expiry: delete it now.
+      // sweeper takes before its expiry: delete it now. So does a slow upload left unmarked.
       await store.delete(ref).catch(() => undefined);
       throw error;
     }
     this.metrics.checkedIn(store.name, digest.bytes);
     this.lifecycle.checkedIn(ticket, audience, startedAt);
     return ticket;
+  }
+
+  /**
+   * An unpublished payload is an orphan `orphanGraceMs` after its upload began (the `createdAt`
+   * its store records), and the module leaves its ticket's publish at most half of that grace. An
+   * upload that took the other half or more leaves the publish less than it may need: a sweep
+   * could delete the payload while its ticket is on its way. Such a payload is marked published
+   * before its ticket is sent: a failed publish still deletes it (`settle`), and a process that
+   * dies before then leaves it to its expiry instead.
+   * @throws the store's error, or ClaimCheckNotFoundError when it was swept already
+   */
+  private async markIfStoredSlowly(
+    store: PayloadStore,
+    ref: string,
+    startedAt: number,
+  ): Promise<void> {
+    if (Date.now() - startedAt < this.options.orphanGraceMs / 2) return;
+    if (!(await store.markPublished(ref))) throw new ClaimCheckNotFoundError(store.name, ref);
   }
 
   /**

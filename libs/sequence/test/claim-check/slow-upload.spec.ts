@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import { ClaimTicketInvalidError } from 'nest-sequence';
-import { bytes } from '../support/sequence-test-app';
+import { bytes, FaultInjectingTransport } from '../support/sequence-test-app';
 import {
   createClaimCheckTestApp,
   deathReasons,
@@ -22,8 +22,9 @@ function slowSource(payload: Buffer, pieces: number, gapMs: number): Readable {
 }
 
 /**
- * Claim Check: a payload's ticket expires `ttlMs` after its upload began. A payload whose upload
- * takes longer must not go out behind a ticket every consumer refuses.
+ * Claim Check: a payload's ticket expires `ttlMs` after its upload began, and an unpublished
+ * payload is an orphan `orphanGraceMs` after it. A payload whose upload takes long must neither
+ * go out behind a ticket its consumers refuse, nor be swept while its ticket is being published.
  */
 describe('claim check: a payload that takes long to store', () => {
   let t: ClaimCheckTestApp;
@@ -70,6 +71,51 @@ describe('claim check: a payload that takes long to store', () => {
       expect(receipt.via).toBe('ticket');
       expect(t.handler.deliveries).toHaveLength(1);
       expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    });
+  });
+
+  describe('past half its orphanGraceMs', () => {
+    // orphanGraceMs must be above twice the publish budget: 1 × (100 + 10) ms.
+    const ORPHAN_GRACE_MS = 300;
+    let transport: FaultInjectingTransport;
+    beforeEach(async () => {
+      t = await createClaimCheckTestApp({
+        claimCheck: { inlineMaxBytes: 100, orphanGraceMs: ORPHAN_GRACE_MS },
+        module: {
+          publish: {
+            confirmTimeoutMs: 100,
+            retry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 10 },
+          },
+        },
+        wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
+      });
+    });
+
+    it('is not swept as an orphan by a sweep that runs while its ticket is published', async () => {
+      // The sweep of any instance, landing between the end of the upload and the confirm.
+      transport.beforePublish = async ({ channel }) => {
+        if (channel === t.channel) await t.sweeper.sweep(Date.now());
+      };
+      const payload = bytes(1_000, 4);
+
+      const receipt = await t.claimCheck.publish(t.channel, slowSource(payload, 4, 100));
+      await t.transport.whenIdle();
+
+      expect(receipt.via).toBe('ticket');
+      expect(deathReasons(t.transport, t.channel)).toEqual([]);
+      expect(t.handler.deliveries).toHaveLength(1);
+      expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    });
+
+    it('is still deleted when its ticket cannot be published', async () => {
+      transport.beforePublish = () => {
+        throw new Error('the broker refused the message (injected)');
+      };
+
+      await expect(
+        t.claimCheck.publish(t.channel, slowSource(bytes(1_000, 5), 4, 100)),
+      ).rejects.toMatchObject({ name: 'ClaimCheckPublishError' });
+      expect(await filesUnder(t.root)).toEqual([]);
     });
   });
 });
