@@ -228,10 +228,12 @@ export class ClaimCheckReceiver {
 
     const release = () => ledger.release(key, holder).catch(() => undefined); // lapses anyway
     let metadata: Readonly<Record<string, string>> | undefined;
+    let unpublished = false;
     try {
       const info = await store.head(ticket.ref);
       if (!info) throw new ClaimCheckNotFoundError(store.name, ticket.ref);
       metadata = info.metadata;
+      unpublished = !info.published;
     } catch (error) {
       await release();
       const rejection = payloadReadRejection(error);
@@ -247,6 +249,10 @@ export class ClaimCheckReceiver {
     const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, (signal) =>
       store.get(ticket.ref, { signal }),
     );
+    // A payload this delivery leaves in the store, found unpublished although its ticket is out
+    // (see PayloadParking.markDelivered): marked, lest the orphan sweeper take it.
+    const keep = () =>
+      unpublished ? this.parking.markDelivered(store, ticket.ref, channel) : Promise.resolve();
     const stopRenewing = this.keepLease(key, holder);
     let outcome: HandlerOutcome;
     try {
@@ -272,11 +278,12 @@ export class ClaimCheckReceiver {
         );
         return this.requeue('payload store unavailable');
       }
+      await keep(); // for its dead letter to be republished
       const { code, detail } = handlerRejection(`ticket ${key.ticket}`, outcome);
       return this.reject(channel, code, detail);
     }
     this.parking.lifecycle.checkedOut(channel, ticket, startedAt);
-    return this.completed(ticket, store, key, holder, consumer);
+    return this.completed(ticket, store, key, holder, consumer, keep);
   }
 
   /** Records the group's completion, then applies the channel's retention. */
@@ -286,6 +293,7 @@ export class ClaimCheckReceiver {
     key: ClaimKey,
     holder: string,
     consumer: ClaimCheckConsumer,
+    keep: () => Promise<void>,
   ): Promise<Disposition> {
     let groups: number;
     try {
@@ -299,6 +307,7 @@ export class ClaimCheckReceiver {
     }
     // Before the ack: safe, since a redelivery now finds the group done in the ledger.
     if (deletesAfter(consumer, groups)) await this.deleteConsumed(store, ticket, consumer.channel);
+    else await keep(); // for the other channels of its audience
     return ACK;
   }
 

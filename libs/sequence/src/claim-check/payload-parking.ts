@@ -281,6 +281,25 @@ export class PayloadParking implements OnApplicationShutdown {
     })();
   }
 
+  /**
+   * A payload that a consumer of its ticket leaves in the store (its handler failed, or the
+   * channel's retention keeps it for the others of its audience) and found unpublished: its
+   * sender died between the broker's confirm and the mark, or its store failed for longer than
+   * the sender kept trying. Its ticket is out, so it is no orphan: marked now, lest the sweeper
+   * take it while its dead letter waits to be republished, or before the other channels had it.
+   * Never throws: unmarked, it is swept as it would have been.
+   */
+  async markDelivered(store: PayloadStore, ref: string, channel: string): Promise<void> {
+    try {
+      await store.markPublished(ref);
+    } catch (error) {
+      this.logger.warn(
+        `${channel}: could not mark ${store.name}:${ref} published, which its sender did not; ` +
+          `it may be swept as an orphan: ${errorMessage(error)}`,
+      );
+    }
+  }
+
   private async tryMarkPublished(store: PayloadStore, ref: string): Promise<boolean> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       try {
