@@ -1,5 +1,5 @@
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
-import { callHandler, type HandlerContext, type HandlerTimeLimit } from './handler-call';
+import { callHandler, handOver, type HandlerContext, type HandlerTimeLimit } from './handler-call';
 
 function limitOf(ms: number | undefined, abandoned: Array<Promise<void>> = []): HandlerTimeLimit {
   return {
@@ -91,5 +91,47 @@ describe('callHandler', () => {
     expect(seen?.signal.aborted).toBe(false);
     expect(jest.getTimerCount()).toBe(0);
     void calling;
+  });
+
+  it('runs the work a call handed over after it returned, outside its limit', async () => {
+    let sent = false;
+    const calling = callHandler(
+      (context) =>
+        handOver(context, {
+          afterCall: async () => {
+            await new Promise((resolve) => setTimeout(resolve, 200));
+            sent = true;
+          },
+        }),
+      1,
+      limitOf(50),
+    );
+    const outcome = calling.then(
+      () => 'done',
+      (error: unknown) => error,
+    );
+    await jest.advanceTimersByTimeAsync(200);
+
+    await expect(outcome).resolves.toBe('done');
+    expect(sent).toBe(true);
+  });
+
+  it('never runs the work an abandoned call hands over', async () => {
+    let finish!: () => void;
+    let ran = false;
+    const calling = callHandler(
+      async (context) => {
+        await new Promise<void>((resolve) => (finish = resolve));
+        handOver(context, { afterCall: () => Promise.resolve(void (ran = true)) });
+      },
+      1,
+      limitOf(50),
+    ).catch((error: unknown) => error);
+    await jest.advanceTimersByTimeAsync(50);
+    await expect(calling).resolves.toBeInstanceOf(HandlerTimeoutError);
+
+    finish();
+    await jest.advanceTimersByTimeAsync(10);
+    expect(ran).toBe(false);
   });
 });

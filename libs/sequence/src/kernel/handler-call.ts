@@ -30,10 +30,31 @@ export interface HandlerTimeLimit {
 }
 
 /**
+ * What a handler call leaves to finish outside its time limit, handed over with
+ * {@link handOver}: the microservices integration's replies. Not part of `HandlerContext`.
+ */
+export interface UntimedWork {
+  /**
+   * Awaited once the call has returned within its limit, untimed, before the attempt counts as
+   * done (so before its message is settled): the publish of a reply, which the limit must not
+   * cut short. What it throws fails the attempt.
+   */
+  afterCall?(): Promise<void>;
+}
+
+const handedOver = new WeakMap<HandlerContext, UntimedWork>();
+
+/** Hands the kernel work of the call `context` is for, to run outside its time limit. */
+export function handOver(context: HandlerContext, work: UntimedWork): void {
+  handedOver.set(context, { ...handedOver.get(context), ...work });
+}
+
+/**
  * Makes one handler call with a fresh {@link HandlerContext}. With a limit, a call that has not
  * settled after `limit.ms` is abandoned: its signal is aborted, the attempt throws the limit's
  * error, and the call's late result is dropped (a late rejection is observed, never reported
- * as unhandled).
+ * as unhandled). A call that returns in time is done once the work it handed over
+ * ({@link handOver}) is, untimed; an abandoned call's is never run.
  */
 export async function callHandler(
   call: (context: HandlerContext) => unknown,
@@ -44,6 +65,7 @@ export async function callHandler(
   const context: HandlerContext = { signal: controller.signal, attempt };
   if (limit?.ms === undefined) {
     await call(context);
+    await handedOver.get(context)?.afterCall?.();
     return;
   }
   const running = Promise.resolve().then(() => call(context));
@@ -51,11 +73,15 @@ export async function callHandler(
   const expired = new Promise<'expired'>((resolve) => {
     timer = setTimeout(() => resolve('expired'), limit.ms);
   });
+  let first: 'settled' | 'expired';
   try {
-    const first = await Promise.race([running.then(() => 'settled' as const), expired]);
-    if (first === 'settled') return;
+    first = await Promise.race([running.then(() => 'settled' as const), expired]);
   } finally {
     clearTimeout(timer);
+  }
+  if (first === 'settled') {
+    await handedOver.get(context)?.afterCall?.();
+    return;
   }
   const error = limit.error(attempt);
   controller.abort(error);

@@ -12,6 +12,7 @@ import {
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage, textOf } from '../core/errors/caught';
 import { checkInteger } from '../core/option-checks';
+import { handOver, type HandlerContext } from '../kernel/handler-call';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
@@ -298,8 +299,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         kind: 'ordered',
         definedBy,
         definition: { ...resequence, channel },
-        handler: (event, { signal }) =>
-          this.dispatch(channel, patterns, event, fromEvent(event), runtime, signal),
+        handler: (event, call) =>
+          this.dispatch(channel, patterns, event, fromEvent(event), runtime, call),
       };
     }
     return {
@@ -308,7 +309,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       options: { ...consumer, channel },
       // A sequence's payload object is made anew for each call of a retry; the message whose
       // delivery completed it is the same.
-      handler: (payload, { signal }) => {
+      handler: (payload, call) => {
         const message = runtime.currentMessage();
         return this.dispatch(
           channel,
@@ -316,7 +317,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
           message ?? payload,
           fromClaimed(payload, message),
           runtime,
-          signal,
+          call,
         );
       },
     };
@@ -349,8 +350,9 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
    * Runs the handlers of the message's pattern; throws what fails it (see the class comment).
    * `source` is the same object on every call of one delivery's `handlerRetry`: handlers of the
    * pattern that already succeeded for it are not run again (a redelivery runs them all).
-   * `signal` is the call's: once it is aborted (the call ran past `handlerTimeoutMs`), what the
-   * call's handlers return is ignored — no reply, nothing counted done.
+   * `call` is the kernel's: once its signal is aborted (the call ran past `handlerTimeoutMs`),
+   * what the call's handlers return is ignored — no reply, nothing counted done. A
+   * `@MessagePattern`'s reply is handed over to be sent after the call, outside its time limit.
    */
   private async dispatch(
     channel: string,
@@ -358,8 +360,9 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     source: object,
     incoming: Incoming,
     runtime: SequenceRuntime,
-    signal: AbortSignal,
+    call: HandlerContext,
   ): Promise<void> {
+    const { signal } = call;
     const { headers } = incoming.info;
     const pattern = this.patternOf(headers, runtime.currentMessage()?.headers, channel);
     const routes = patterns.get(pattern);
@@ -416,10 +419,17 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       // Abandoned: a later call of the retry (or a redelivery) answers for the message.
       if (signal.aborted) return;
       if (route.kind === 'message' && request.ok) {
-        // The request is done either way: the caller gets the result, or the error.
-        await this.sendReply(request, route.definedBy, outcome, runtime);
-        done.add(route);
-        continue;
+        // The request is done either way: the caller gets the result, or the error. The reply
+        // goes out once the call has returned, outside its time limit (a large reply's publish
+        // must not make a handler that returned in time run again); the message is settled
+        // after it. The pattern's only handler: nothing runs after it.
+        handOver(call, {
+          afterCall: async () => {
+            await this.sendReply(request, route.definedBy, outcome, runtime);
+            done.add(route);
+          },
+        });
+        return;
       }
       if (outcome.ok) {
         done.add(route);

@@ -1,5 +1,6 @@
+import { Readable } from 'node:stream';
 import { Controller } from '@nestjs/common';
-import { Ctx, EventPattern, Payload } from '@nestjs/microservices';
+import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
 import type { SequenceContext } from 'nest-sequence/microservices';
@@ -59,5 +60,53 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
 
     expect(signals).toHaveLength(1);
     expect(signals[0].aborted).toBe(false);
+  });
+});
+
+let quotes = 0;
+
+@Controller()
+class SlowAnswers {
+  @MessagePattern('rr.slow-reply')
+  slowReply(): Readable {
+    quotes++;
+    // Returned at once; the reply's bytes take longer than the limit to go out.
+    let left = 5;
+    return new Readable({
+      read() {
+        const chunk = left-- > 0 ? Buffer.alloc(1024, 7) : null;
+        setTimeout(() => this.push(chunk), 4 * TIMEOUT_MS);
+      },
+    });
+  }
+}
+
+describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => {
+  const transport = new InMemoryTransport();
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    t = await createMicroserviceTestApp({
+      sequence: { transport, handlerRetry: { attempts: 2, baseDelayMs: 1, maxDelayMs: 1 } },
+      controllers: [SlowAnswers],
+      server: {
+        channels: {
+          'rr.slow-reply': { handlerTimeoutMs: TIMEOUT_MS },
+        },
+      },
+      client: { replyTimeoutMs: 5_000 },
+    });
+  });
+  afterAll(() => t?.close());
+
+  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+
+  it('does not run a handler again because its reply took longer than the limit to send', async () => {
+    quotes = 0;
+    const reply = (await ask('rr.slow-reply', {})) as Buffer;
+    expect(reply).toEqual(Buffer.alloc(5 * 1024, 7));
+    await transport.whenIdle();
+    expect(quotes).toBe(1);
+    expect(transport.take(transport.deadLetterChannel('rr.slow-reply'))).toHaveLength(0);
   });
 });
