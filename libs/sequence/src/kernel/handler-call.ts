@@ -40,6 +40,12 @@ export interface UntimedWork {
    * cut short. What it throws fails the attempt.
    */
   afterCall?(): Promise<void>;
+  /**
+   * Awaited when a failure of the call (its time limit included) ends the retries, before the
+   * message is dead-lettered with the same outcome: an error reply. A call past its limit may
+   * never return, so it hands this over before its work begins. Resolves, never rejects.
+   */
+  onGiveUp?(outcome: { readonly attempts: number; readonly error: unknown }): Promise<void>;
 }
 
 const handedOver = new WeakMap<HandlerContext, UntimedWork>();
@@ -47,6 +53,11 @@ const handedOver = new WeakMap<HandlerContext, UntimedWork>();
 /** Hands the kernel work of the call `context` is for, to run outside its time limit. */
 export function handOver(context: HandlerContext, work: UntimedWork): void {
   handedOver.set(context, { ...handedOver.get(context), ...work });
+}
+
+/** The work the call `context` is for handed over, if any. */
+export function handedOverBy(context: HandlerContext): UntimedWork | undefined {
+  return handedOver.get(context);
 }
 
 /**

@@ -4,7 +4,12 @@ import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import type { RejectionCode } from '../core/errors/rejection-code';
 import type { ResolvedRetryPolicy } from '../options/resolved-options';
-import { callHandler, type HandlerContext, type HandlerTimeLimit } from './handler-call';
+import {
+  callHandler,
+  handedOverBy,
+  type HandlerContext,
+  type HandlerTimeLimit,
+} from './handler-call';
 import { backoff } from './publish-with-retry';
 
 export type HandlerOutcome =
@@ -17,7 +22,9 @@ export type HandlerOutcome =
  * (wrong bytes, a store that cannot be read: calling the handler again now cannot help). A
  * {@link MessageRefusedError} stops at once too: the handler refused the message for good.
  * With `hooks.limit`, a call that runs past it fails with a {@link HandlerTimeoutError} (see
- * {@link callHandler}): a failed attempt like any other. Shared by every pattern's consumers.
+ * {@link callHandler}): a failed attempt like any other. When a failure ends the retries, the
+ * `onGiveUp` work its call handed over is awaited before the outcome is returned (and the message
+ * dead-lettered). Shared by every pattern's consumers.
  */
 export async function callHandlerWithRetry(
   call: (context: HandlerContext) => unknown,
@@ -32,15 +39,25 @@ export async function callHandlerWithRetry(
 ): Promise<HandlerOutcome> {
   const { attempts, baseDelayMs, maxDelayMs } = policy;
   for (let attempt = 1; ; attempt++) {
+    let context = undefined as HandlerContext | undefined;
     try {
       await hooks.beforeCall?.();
-      await callHandler(call, attempt, hooks.limit);
+      await callHandler(
+        (called) => {
+          context = called;
+          return call(called);
+        },
+        attempt,
+        hooks.limit,
+      );
       return { ok: true, attempts: attempt };
     } catch (error) {
       const refused = error instanceof MessageRefusedError;
       if (!refused) hooks.onFailure(error, attempt);
       if (refused || attempt >= attempts || hooks.isFinal()) {
-        return { ok: false, attempts: attempt, error };
+        const outcome = { ok: false, attempts: attempt, error } as const;
+        if (context) await handedOverBy(context)?.onGiveUp?.(outcome);
+        return outcome;
       }
       await delay(backoff(attempt, baseDelayMs, maxDelayMs));
     }

@@ -11,8 +11,10 @@ import {
 } from '@nestjs/microservices/constants';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage, textOf } from '../core/errors/caught';
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { checkInteger } from '../core/option-checks';
 import { handOver, type HandlerContext } from '../kernel/handler-call';
+import { handlerRejection } from '../kernel/handler-retry';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
@@ -352,7 +354,9 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
    * pattern that already succeeded for it are not run again (a redelivery runs them all).
    * `call` is the kernel's: once its signal is aborted (the call ran past `handlerTimeoutMs`),
    * what the call's handlers return is ignored — no reply, nothing counted done. A
-   * `@MessagePattern`'s reply is handed over to be sent after the call, outside its time limit.
+   * `@MessagePattern`'s reply is handed over to be sent after the call, outside its time limit;
+   * should the retries end on a call of it that failed (ran past the limit), the caller gets the
+   * dead letter's reason as an error reply.
    */
   private async dispatch(
     channel: string,
@@ -401,6 +405,18 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
           'undecodable',
           `a request for ${pattern}: ${request.problem}`,
         );
+      }
+      if (route.kind === 'message' && request.ok) {
+        // A call past its limit may never return: when the retries end on it, the caller learns
+        // why at once, as the message is dead-lettered, rather than at its replyTimeoutMs.
+        handOver(call, {
+          onGiveUp: (given) => {
+            const what = given.error instanceof HandlerTimeoutError ? given.error.subject : pattern;
+            const { code, detail } = handlerRejection(what, given);
+            const error = new Error(deathReason(code, detail));
+            return this.sendReply(request, route.definedBy, failure(error), runtime);
+          },
+        });
       }
       const context = new SequenceContext({
         ...incoming.info,

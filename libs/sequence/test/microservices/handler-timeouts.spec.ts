@@ -67,6 +67,11 @@ let quotes = 0;
 
 @Controller()
 class SlowAnswers {
+  @MessagePattern('rr.stuck')
+  stuck(): Promise<string> {
+    return new Promise<string>(() => undefined); // never settles
+  }
+
   @MessagePattern('rr.slow-reply')
   slowReply(): Readable {
     quotes++;
@@ -91,6 +96,7 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
       controllers: [SlowAnswers],
       server: {
         channels: {
+          'rr.stuck': { handlerTimeoutMs: TIMEOUT_MS },
           'rr.slow-reply': { handlerTimeoutMs: TIMEOUT_MS },
         },
       },
@@ -100,6 +106,22 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
   afterAll(() => t?.close());
 
   const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+
+  it('errors send() at once, saying why, when the request is dead-lettered handler-timeout', async () => {
+    const asked = Date.now();
+    await expect(ask('rr.stuck', { sku: 'A-1' })).rejects.toEqual({
+      status: 'error',
+      message: expect.stringMatching(
+        new RegExp(`^handler-timeout: .*handler timed out after ${TIMEOUT_MS} ms.*after 2 call`),
+      ) as unknown,
+    });
+    expect(Date.now() - asked).toBeLessThan(2_000); // not at replyTimeoutMs (5 s)
+    await transport.whenIdle();
+    const dead = transport.take(transport.deadLetterChannel('rr.stuck'));
+    expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
+      expect.stringMatching(/^handler-timeout: /),
+    ]);
+  });
 
   it('does not run a handler again because its reply took longer than the limit to send', async () => {
     quotes = 0;

@@ -1,0 +1,52 @@
+import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { handOver } from './handler-call';
+import { callHandlerWithRetry } from './handler-retry';
+
+const policy = { attempts: 2, baseDelayMs: 1, maxDelayMs: 1 };
+const limit = {
+  ms: 20,
+  error: (attempt: number) => new HandlerTimeoutError('orders', 'event 7', 20, attempt),
+};
+
+describe('callHandlerWithRetry', () => {
+  it('awaits the give-up work of the call the retries end on, before it answers', async () => {
+    const given: Array<{ call: number; attempts: number; error: unknown }> = [];
+    let calls = 0;
+    const outcome = await callHandlerWithRetry(
+      (context) => {
+        const call = ++calls;
+        handOver(context, {
+          onGiveUp: async ({ attempts, error }) => {
+            await new Promise((resolve) => setTimeout(resolve, 10));
+            given.push({ call, attempts, error });
+          },
+        });
+        return new Promise(() => undefined); // never settles
+      },
+      policy,
+      { limit, onFailure: () => undefined, isFinal: () => false },
+    );
+
+    expect(outcome).toMatchObject({ ok: false, attempts: 2 });
+    expect(given).toEqual([
+      { call: 2, attempts: 2, error: outcome.ok ? undefined : outcome.error },
+    ]);
+    expect(given[0].error).toBeInstanceOf(HandlerTimeoutError);
+  });
+
+  it('does not run the give-up work of a call that a later one made good', async () => {
+    let gaveUp = false;
+    let calls = 0;
+    const outcome = await callHandlerWithRetry(
+      (context) => {
+        handOver(context, { onGiveUp: () => Promise.resolve(void (gaveUp = true)) });
+        if (++calls === 1) throw new Error('store away');
+      },
+      policy,
+      { limit, onFailure: () => undefined, isFinal: () => false },
+    );
+
+    expect(outcome).toEqual({ ok: true, attempts: 2 });
+    expect(gaveUp).toBe(false);
+  });
+});
