@@ -9,6 +9,19 @@ export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text);
 }
 
+/**
+ * What in `text` no database column keeps as given, or undefined: NUL (PostgreSQL's text and
+ * JSONB refuse it) and lone surrogates (UTF-8 has none: a driver writes U+FFFD, so two ids could
+ * become one).
+ */
+export function unstorableText(
+  text: string,
+): 'NUL (U+0000)' | 'a lone UTF-16 surrogate' | undefined {
+  if (text.includes('\u0000')) return 'NUL (U+0000)';
+  if (hasLoneSurrogate(text)) return 'a lone UTF-16 surrogate';
+  return undefined;
+}
+
 const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
 
 /** `text` with each lone surrogate replaced by U+FFFD, as a UTF-8 encoder would write it once. */

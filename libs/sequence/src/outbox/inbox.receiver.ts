@@ -2,7 +2,7 @@ import type { Logger } from '@nestjs/common';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
 import { deathReason } from '../core/errors/rejection-code';
 import { errorMessage } from '../core/errors/caught';
-import { hasLoneSurrogate, strictUtf8 } from '../core/unicode';
+import { strictUtf8, unstorableText } from '../core/unicode';
 import { inboxOf, type InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
 import type { BoxLifecycle } from './outbox.events';
@@ -146,10 +146,8 @@ function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<strin
       typeof value === 'string' &&
       // Neither database stores a NUL, nor PostgreSQL's jsonb a lone surrogate: such a header
       // would make the whole message unrecordable, requeued until it is dead-lettered.
-      !value.includes('\u0000') &&
-      !name.includes('\u0000') &&
-      !hasLoneSurrogate(value) &&
-      !hasLoneSurrogate(name) &&
+      unstorableText(value) === undefined &&
+      unstorableText(name) === undefined &&
       !name.startsWith('x-death') &&
       name !== 'x-requeue-count'
     ) {

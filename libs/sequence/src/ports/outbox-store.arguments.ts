@@ -3,7 +3,7 @@
  * a `RangeError` naming the method and the argument (as the other ports' stores do), so that a
  * call out of the contract fails alike on every store and does nothing.
  */
-import { hasLoneSurrogate, replaceLoneSurrogates } from '../core/unicode';
+import { replaceLoneSurrogates, unstorableText } from '../core/unicode';
 import {
   BOX_NAMES,
   type BoxName,
@@ -21,23 +21,13 @@ export const MAX_RECORD_ID_LENGTH = 200;
 export const LATEST_TIME_MS = 8_640_000_000_000_000;
 
 /**
- * What in `text` no store keeps as given, or undefined: NUL (PostgreSQL's text and JSONB refuse
- * it) and lone surrogates (UTF-8 has none: a driver writes U+FFFD, so two ids could become one).
- */
-function unstorable(text: string): string | undefined {
-  if (text.includes('\u0000')) return 'NUL (U+0000)';
-  if (hasLoneSurrogate(text)) return 'a lone UTF-16 surrogate';
-  return undefined;
-}
-
-/**
  * An outcome's error as every store keeps it: NUL and lone surrogates replaced by U+FFFD. An
  * error's text comes from anywhere (a broker's reply, a handler's exception quoting its input),
  * so it is kept rather than refused: refusing it would roll the claim back and publish the
  * record again.
  */
 export function storableError(error: string): string {
-  return unstorable(error) === undefined
+  return unstorableText(error) === undefined
     ? error
     : replaceLoneSurrogates(error.replaceAll('\u0000', '\uFFFD'));
 }
@@ -118,9 +108,9 @@ export function assertRecordId(
   assertStorable(operation, name, value as string);
 }
 
-/** Throws unless every store keeps `text` as given (see `unstorable`). */
+/** Throws unless every store keeps `text` as given (see `unstorableText`). */
 function assertStorable(operation: string, name: string, text: string): void {
-  const problem = unstorable(text);
+  const problem = unstorableText(text);
   if (problem !== undefined) {
     throw refusal(operation, `${name} must not hold ${problem}, got ${shown(text)}`);
   }
