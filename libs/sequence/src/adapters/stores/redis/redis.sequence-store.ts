@@ -351,18 +351,20 @@ export class RedisSequenceStore implements SequenceStore {
           if (tooLarge) {
             // It could never fit, even alone: refused, rather than back-pressured forever. An open
             // sequence grown that far (streamed, with no declared bytes) goes, as one past
-            // maxSequenceBytes does; unless it finished meanwhile: the next round says how.
-            if (step.opening || (await this.rejectOpen(fragment, context, tooLarge))) {
+            // maxSequenceBytes does (finish forgets its budget record); unless it finished
+            // meanwhile: the next round says how.
+            if (step.opening) {
               if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
-              return {
-                status: 'rejected',
-                code: 'sequence-too-large',
-                detail: tooLarge,
-                sequenceRejected: !step.opening,
-              };
+            } else if (!(await this.rejectOpen(fragment, context, tooLarge))) {
+              withBody = inline;
+              break;
             }
-            withBody = inline;
-            break;
+            return {
+              status: 'rejected',
+              code: 'sequence-too-large',
+              detail: tooLarge,
+              sequenceRejected: !step.opening,
+            };
           }
           const reservation = await this.reserve(member, step.bytes, context);
           if (reservation.kind === 'backpressure') {
