@@ -38,7 +38,7 @@ import type { ResolvedOptions } from '../options/resolved-options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import { PayloadParking } from './payload-parking';
-import { carriesFragmentHeaders } from '../core/headers';
+import { carriesFragmentHeaders, headerText } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
 import { payloadReadRejection } from './payload-read-rejection';
@@ -142,11 +142,12 @@ export class ClaimCheckReceiver {
     consumer: ClaimCheckConsumer,
     headers: Readonly<Record<string, unknown>>,
   ): Promise<Disposition> {
-    const contentType = headers[ClaimCheckHeader.contentType];
+    // Sent as a byte array (a Java producer's AMQP header), it is still the payload's type: read
+    // as none, a JSON payload would reach a microservices `@Payload()` as a Buffer.
     const payload = ClaimedPayload.inline(
       body,
       userHeadersOf(headers),
-      typeof contentType === 'string' ? contentType : undefined,
+      headerText(headers[ClaimCheckHeader.contentType]),
     );
     const outcome = await this.runHandler(payload, consumer, 'an inline payload');
     if (outcome.ok) return ACK;

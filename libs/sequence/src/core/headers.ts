@@ -149,7 +149,7 @@ function hasFragmentPrefix(name: string): boolean {
  */
 export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>): FragmentHeaders {
   const rawId = headers[SequenceHeader.id];
-  const sequenceId = readString(rawId);
+  const sequenceId = headerText(rawId);
   if (sequenceId === undefined) {
     throw new MalformedFragmentError('malformed-header', SequenceHeader.id, 'missing');
   }
@@ -189,7 +189,7 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
   if (last === undefined) fail(SequenceHeader.last, 'must be a boolean');
 
   const rawSha = headers[SequenceHeader.sha256];
-  const sha256 = rawSha === undefined ? undefined : readString(rawSha)?.toLowerCase();
+  const sha256 = rawSha === undefined ? undefined : headerText(rawSha)?.toLowerCase();
   if (rawSha !== undefined && (sha256 === undefined || !/^[0-9a-f]{64}$/.test(sha256))) {
     fail(SequenceHeader.sha256, 'must be 64 hexadecimal characters');
   }
@@ -226,8 +226,8 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
     crc32,
     sha256,
     bytes,
-    contentType: readString(headers[SequenceHeader.contentType]),
-    contentEncoding: readString(headers[SequenceHeader.contentEncoding]),
+    contentType: headerText(headers[SequenceHeader.contentType]),
+    contentEncoding: headerText(headers[SequenceHeader.contentEncoding]),
     userHeaders,
   };
 }
@@ -303,7 +303,7 @@ function readInteger(raw: unknown): number | undefined {
       ? Number(raw)
       : undefined;
   }
-  const text = readString(raw);
+  const text = headerText(raw);
   if (text === undefined || !/^-?(0|[1-9][0-9]{0,15})$/.test(text)) return undefined;
   const value = Number(text);
   return Number.isSafeInteger(value) ? value : undefined;
@@ -319,13 +319,18 @@ export function isLastFragment(headers: Readonly<Record<string, unknown>>): bool
 
 function readBoolean(raw: unknown): boolean | undefined {
   if (typeof raw === 'boolean') return raw;
-  const text = readString(raw);
+  const text = headerText(raw);
   if (text === 'true') return true;
   if (text === 'false') return false;
   return undefined;
 }
 
-function readString(raw: unknown): string | undefined {
+/**
+ * A header's text: a string as it is, a Buffer as UTF-8 (AMQP clients of other languages may
+ * send a header as a byte array, a Java `byte[]`, which amqplib hands over as a Buffer), else
+ * undefined.
+ */
+export function headerText(raw: unknown): string | undefined {
   if (typeof raw === 'string') return raw;
   if (Buffer.isBuffer(raw)) return raw.toString('utf8');
   return undefined;
@@ -340,7 +345,7 @@ export function toHeaderValue(raw: unknown): HeaderValue | undefined {
 }
 
 function describe(raw: unknown): string {
-  const text = readString(raw);
+  const text = headerText(raw);
   if (text !== undefined) {
     return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text);
   }

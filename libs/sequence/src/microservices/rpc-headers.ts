@@ -1,4 +1,4 @@
-import type { HeaderMap } from '../core/headers';
+import { headerText, type HeaderMap } from '../core/headers';
 
 /**
  * Headers of the microservices integration, on top of the wire contract. They travel as user
@@ -20,10 +20,7 @@ export function headerString(
   headers: Readonly<Record<string, unknown>>,
   name: string,
 ): string | undefined {
-  const value = headers[name];
-  if (typeof value === 'string') return value;
-  if (Buffer.isBuffer(value)) return value.toString('utf8');
-  return undefined;
+  return headerText(headers[name]);
 }
 
 /**

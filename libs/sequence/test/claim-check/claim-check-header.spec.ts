@@ -64,3 +64,27 @@ describe('claim check: the x-claim-check header', () => {
     ).toBe(1);
   });
 });
+
+/**
+ * The `content-type` of an inline payload sent as a byte array (a Java producer's `byte[]` AMQP
+ * header) is read as its UTF-8 text, as every other header of the contract is: dropped, a JSON
+ * payload would reach a `@Payload()` as a Buffer instead of its decoded value.
+ */
+describe('claim check: a content-type sent as bytes', () => {
+  let t: ClaimCheckTestApp;
+  beforeEach(async () => (t = await createClaimCheckTestApp()));
+  afterEach(() => t.close());
+
+  it('is the inline payload content type, as text', async () => {
+    const payload = Buffer.from('{"studyId":"CT-7"}');
+    await t.transport.publish(t.channel, payload, {
+      'content-type': Buffer.from('application/json') as unknown as string,
+    });
+    await t.transport.whenIdle();
+
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].payload.contentType).toBe('application/json');
+    expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    expect(deathReasons(t.transport, t.channel)).toEqual([]);
+  });
+});

@@ -242,4 +242,31 @@ describeWithServer('rabbitmq', 'microservices: a producer of another language on
     await eventually(() => seen.length === 1, 'the payload handled by its pattern');
     expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-7' }]);
   });
+
+  it('decodes a JSON payload whose content-type is sent as a byte array', async () => {
+    const channel = broker.admin.newChannel();
+    const transport = await namedTransport(`microservices-bytes-ct-${Date.now()}`);
+    opened.push(transport);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Studies],
+      server: { channelOf: () => channel },
+    });
+    opened.push(t);
+    const connection = await amqpConnection();
+    try {
+      const amqp = await connection.createChannel();
+      amqp.sendToQueue(channel, Buffer.from(JSON.stringify({ studyId: 'CT-8' })), {
+        headers: { 'x-pattern': 'bk.metadata', 'content-type': Buffer.from('application/json') },
+      });
+      await amqp.close();
+    } finally {
+      await connection.close();
+    }
+    // Read as no content type, the payload would reach the ValidationPipe as a Buffer and be
+    // dead-lettered instead.
+    await eventually(() => seen.length === 1, 'the payload decoded as JSON and handled');
+    expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-8' }]);
+    expect(await broker.admin.drain(transport.deadLetterChannel(channel))).toEqual([]);
+  });
 });
