@@ -46,6 +46,7 @@ import {
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { resolveModuleOptions } from './options/resolve-options';
+import { payloadStoreRetentionProblems } from './options/resolve-claim-check';
 import type { ResolvedOptions } from './options/resolved-options';
 import { InboxHandlerKind } from './outbox/inbox-handler.kind';
 import { InboxHandlers } from './outbox/inbox-handlers';
@@ -93,6 +94,12 @@ function compose(given: SequenceModuleOptions | undefined): Composition {
   const problems: string[] = [];
   const adapters = composeAdapters(raw, problems);
   const options = resolveModuleOptions(problems, raw, adapters.transport);
+  problems.push(
+    ...payloadStoreRetentionProblems(
+      adapters.claimCheck.stores.values(),
+      options.claimCheck.expiredGraceMs,
+    ),
+  );
   if (problems.length > 0) throw new SequenceOptionsError('SequenceModule options', problems);
   return { adapters, options };
 }

@@ -47,8 +47,8 @@ export interface ClaimCheckOptions {
   /**
    * How long after its expiry the sweeper keeps a payload, for handlers still reading it: keep it
    * above the longest handler run on one delivery plus the clock skew between instances. The
-   * Redis payload store drops its keys at `expiresAt + keyTtlMarginMs`: keep that margin at or
-   * above this grace. @default 300000 (5 min)
+   * Redis payload store drops its keys at `expiresAt + keyTtlMarginMs`: a grace above that
+   * margin is refused at boot. @default 300000 (5 min)
    */
   expiredGraceMs?: number;
   /**

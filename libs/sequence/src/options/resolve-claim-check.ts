@@ -124,6 +124,30 @@ export function payloadStoreProblems(stores: readonly PayloadStore[]): string[] 
 }
 
 /**
+ * Problems with stores that drop expired payloads on their own (Redis keys expire): each must
+ * keep a payload `expiredGraceMs` past its expiry, as long as a handler that took its ticket
+ * just before then may read it.
+ */
+export function payloadStoreRetentionProblems(
+  stores: Iterable<PayloadStore>,
+  expiredGraceMs: number,
+): string[] {
+  const problems: string[] = [];
+  for (const store of stores) {
+    const keptMs = store.expiredRetentionMs;
+    if (typeof keptMs !== 'number' || !(keptMs < expiredGraceMs)) continue;
+    problems.push(
+      `claimCheck.expiredGraceMs (${expiredGraceMs}) is longer than the ` +
+        `${JSON.stringify(store.name)} payload store keeps an expired payload (${keptMs} ms ` +
+        'after its expiry): a handler that took a ticket just before its expiry could lose the ' +
+        `payload mid-read; give the store a keyTtlMarginMs of at least ${expiredGraceMs}, or ` +
+        'lower claimCheck.expiredGraceMs',
+    );
+  }
+  return problems;
+}
+
+/**
  * A `@ClaimCheck` handler's options over the module's; throws {@link SequenceOptionsError}
  * naming `where`.
  */

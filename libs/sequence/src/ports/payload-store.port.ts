@@ -93,6 +93,13 @@ export interface SweepQuery {
 export interface PayloadStore {
   /** The store's name as tickets carry it (`ticket.store`), e.g. `filesystem`, `redis`, `s3`. */
   readonly name: string;
+  /**
+   * How long after a payload's `expiresAt` the store drops it on its own, if it does (Redis keys
+   * expire then: `RedisPayloadStore`'s `keyTtlMarginMs`); undefined when it keeps a payload
+   * until it is deleted. The module refuses a `claimCheck.expiredGraceMs` above it: a handler
+   * that took a ticket just before its expiry may read its payload that long.
+   */
+  readonly expiredRetentionMs?: number;
   put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload>;
   get(ref: string, options?: GetOptions): Promise<Readable>;
   head(ref: string): Promise<PayloadInfo | undefined>;

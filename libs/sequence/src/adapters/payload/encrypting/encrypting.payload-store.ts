@@ -63,6 +63,11 @@ export class EncryptingPayloadStore implements PayloadStore {
     this.keyring = new EncryptionKeyring(options.keys);
   }
 
+  /** The wrapped store's: it keeps what it keeps. */
+  get expiredRetentionMs(): number | undefined {
+    return this.inner.expiredRetentionMs;
+  }
+
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     if (payload instanceof Uint8Array) {
       // Already in memory: one ciphertext Buffer keeps the inner store's Buffer path.

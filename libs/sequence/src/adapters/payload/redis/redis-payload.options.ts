@@ -22,7 +22,9 @@ export interface RedisPayloadStoreOptions {
   readonly chunkBytes?: number;
   /**
    * How much longer than the payload's `expiresAt` its keys live in Redis, so that a payload
-   * the sweeper never got to (the sweeper was down) still leaves memory.
+   * the sweeper never got to (the sweeper was down) still leaves memory. At least the module's
+   * `claimCheck.expiredGraceMs`, for handlers still reading an expired payload: the module
+   * refuses to start with a shorter margin.
    * @default 300_000
    */
   readonly keyTtlMarginMs?: number;

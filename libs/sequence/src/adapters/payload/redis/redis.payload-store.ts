@@ -93,6 +93,11 @@ export class RedisPayloadStore implements PayloadStore {
     }
   }
 
+  /** `keyTtlMarginMs`: every key of a payload expires that long after the payload's `expiresAt`. */
+  get expiredRetentionMs(): number {
+    return this.options.keyTtlMarginMs;
+  }
+
   /** A store with a client of its own, which `close()` quits. */
   static connect(
     url: string,
