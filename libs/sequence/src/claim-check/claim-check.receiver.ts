@@ -121,6 +121,9 @@ export class ClaimCheckReceiver {
       // replayed from another channel must not claim, read or (by retention) delete its payload.
       ({ ticket, store } = this.parking.resolveOn(channel, body));
     } catch (error) {
+      if (error instanceof ClaimTicketInvalidError && error.reason === 'expired') {
+        return this.expiredCopy(body, consumer, error);
+      }
       if (error instanceof ClaimTicketInvalidError) {
         return this.reject(channel, 'claim-ticket-invalid', error.message);
       }
@@ -205,16 +208,7 @@ export class ClaimCheckReceiver {
     const { leaseMs } = this.options.tuning;
     try {
       const claim = await ledger.claim(key, holder, leaseMs, Date.now());
-      if (claim === 'done') {
-        this.metrics.duplicate(channel);
-        // The handling was recorded, but maybe not the delete after it (the reply to `complete`
-        // lost, the process gone): deleting again is harmless, and the payload would otherwise
-        // wait for its expiry.
-        if (await this.consumedBy(ticket, key, holder, consumer)) {
-          await this.deleteConsumed(store, ticket, channel);
-        }
-        return ACK;
-      }
+      if (claim === 'done') return await this.duplicate(ticket, store, key, holder, consumer);
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
     } catch (error) {
       this.logger.warn(
@@ -287,6 +281,65 @@ export class ClaimCheckReceiver {
     return this.completed(ticket, store, key, holder, consumer, keep);
   }
 
+  /** A copy of a ticket its group completed: acked without calling the handler. */
+  private async duplicate(
+    ticket: ClaimTicket,
+    store: PayloadStore,
+    key: ClaimKey,
+    holder: string,
+    consumer: ClaimCheckConsumer,
+  ): Promise<Disposition> {
+    this.metrics.duplicate(consumer.channel);
+    // The handling was recorded, but maybe not the delete after it (the reply to `complete`
+    // lost, the process gone): deleting again is harmless, and the payload would otherwise
+    // wait for its expiry.
+    if (await this.consumedBy(ticket, key, holder, consumer)) {
+      await this.deleteConsumed(store, ticket, consumer.channel);
+    }
+    return ACK;
+  }
+
+  /**
+   * A ticket refused `expired`. A copy of one this channel handled (a redelivery whose ack was
+   * lost, arriving past the expiry) is a duplicate, not a refusal: the ledger, which keeps the
+   * completion `expiredGraceMs` past the expiry, is asked first. Only a ticket that would pass
+   * every other check is: one replayed from another channel touches no ledger. A copy being
+   * handled elsewhere (a live lease) is requeued, to be told apart once that ends.
+   */
+  private async expiredCopy(
+    body: Buffer,
+    consumer: ClaimCheckConsumer,
+    expired: ClaimTicketInvalidError,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    const refuse = (note = '') =>
+      this.reject(channel, 'claim-ticket-invalid', `${expired.message}${note}`);
+    let ticket: ClaimTicket;
+    let store: PayloadStore;
+    try {
+      ({ ticket, store } = this.parking.resolveExpiredOn(channel, body));
+    } catch {
+      return refuse();
+    }
+    const { ledger } = this.stores;
+    const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
+    const holder = `${this.options.consumerId}:${randomUUID()}`;
+    try {
+      const claim = await ledger.claim(key, holder, this.options.tuning.leaseMs, Date.now());
+      if (claim === 'done') return await this.duplicate(ticket, store, key, holder, consumer);
+      if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
+    } catch (error) {
+      void ledger.release(key, holder).catch(() => undefined);
+      return refuse(
+        ` (the ${ledger.name} claim ledger could not tell whether it was handled: ` +
+          `${errorMessage(error)})`,
+      );
+    }
+    // Not handled here: the claim only asked, and is given back for any other copy.
+    await ledger.release(key, holder).catch(() => undefined);
+    return refuse();
+  }
+
   /** Records the group's completion, then applies the channel's retention. */
   private async completed(
     ticket: ClaimTicket,
@@ -345,8 +398,13 @@ export class ClaimCheckReceiver {
    */
   private async completeGroup(ticket: ClaimTicket, key: ClaimKey, holder: string): Promise<number> {
     const now = Date.now();
-    // Kept while a duplicate could still pass the ticket's expiry check.
-    const retainUntil = Math.max(ticket.expiresAt, now + 1);
+    // Kept while a duplicate could still pass the ticket's expiry check, and expiredGraceMs
+    // longer: a copy whose first delivery was handled just before the expiry (its ack lost) is
+    // still told apart from an expired ticket (see expiredCopy).
+    const retainUntil = Math.max(
+      ticket.expiresAt + this.options.claimCheck.expiredGraceMs,
+      now + 1,
+    );
     return (await this.stores.ledger.complete(key, holder, retainUntil, now)).groups;
   }
 

@@ -7,6 +7,7 @@ import {
   parseTicketBody,
   signTicket,
   verifyTicket,
+  verifyTicketSignature,
   type ClaimTicket,
 } from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
@@ -200,6 +201,17 @@ export class PayloadParking implements OnApplicationShutdown {
    */
   resolveOn(channel: string, ticketBody: Buffer): ResolvedTicket {
     const verified = verifyTicket(parseTicketBody(ticketBody), this.options.keyring, Date.now());
+    checkTicketAudience(verified, channel, this.options.acceptTicketsWithoutAudience);
+    return { ticket: verified, store: this.storeNamed(verified.store) };
+  }
+
+  /**
+   * {@link resolveOn} for a ticket it refused `expired`: the same checks but the expiry, so that
+   * the receiver can ask the claim ledger whether the copy is a duplicate of a handled one.
+   * @throws ClaimTicketInvalidError, ClaimTicketAudienceError, UnknownPayloadStoreError
+   */
+  resolveExpiredOn(channel: string, ticketBody: Buffer): ResolvedTicket {
+    const verified = verifyTicketSignature(parseTicketBody(ticketBody), this.options.keyring);
     checkTicketAudience(verified, channel, this.options.acceptTicketsWithoutAudience);
     return { ticket: verified, store: this.storeNamed(verified.store) };
   }

@@ -162,6 +162,23 @@ export function verifyTicket(
 ): ClaimTicket {
   // A NaN `now` would make every ticket look unexpired.
   if (!Number.isFinite(now)) throw new RangeError(`now must be a finite epoch ms, got ${now}`);
+  const ticket = verifyTicketSignature(candidate, keys);
+  if (ticket.expiresAt <= now) {
+    throw new ClaimTicketInvalidError(
+      'expired',
+      `expired at ${new Date(ticket.expiresAt).toISOString()}, ${now - ticket.expiresAt} ms ago`,
+      ticket.kid,
+    );
+  }
+  return ticket;
+}
+
+/**
+ * {@link verifyTicket} but for the expiry: for a ticket already refused `expired`, whose signed
+ * fields may still tell a duplicate of one that was handled.
+ * @throws ClaimTicketInvalidError naming the first check that failed (never `expired`).
+ */
+export function verifyTicketSignature(candidate: unknown, keys: ClaimTicketKeyring): ClaimTicket {
   if (typeof candidate !== 'object' || candidate === null || Array.isArray(candidate)) {
     throw new ClaimTicketInvalidError('malformed', 'a ticket is a JSON object');
   }
@@ -228,13 +245,6 @@ export function verifyTicket(
   const given = decoded?.toString('base64url') === sig ? decoded : undefined;
   if (given === undefined || !timingSafeEqual(given, hmac(keys, ticket))) {
     throw new ClaimTicketInvalidError('bad-signature', 'sig does not match the fields', kid);
-  }
-  if (ticket.expiresAt <= now) {
-    throw new ClaimTicketInvalidError(
-      'expired',
-      `expired at ${new Date(ticket.expiresAt).toISOString()}, ${now - ticket.expiresAt} ms ago`,
-      kid,
-    );
   }
   return ticket;
 }

@@ -111,6 +111,99 @@ describe('claim check: a ticket delivered twice', () => {
     expect(await duplicates()).toBe(1);
   });
 
+  describe('a copy that arrives after the ticket expired', () => {
+    const TTL_MS = 400;
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    /** A memory ledger that counts its claims. */
+    class CountingLedger extends MemoryClaimLedger {
+      claims = 0;
+      override claim(...args: Parameters<MemoryClaimLedger['claim']>) {
+        this.claims += 1;
+        return super.claim(...args);
+      }
+    }
+
+    it.each(['ack', 'ttl'] as const)(
+      'deleteAfter %p, handled before: acked as a duplicate, not dead-lettered expired',
+      async (deleteAfter) => {
+        t = await createClaimCheckTestApp({ claimCheck: { deleteAfter } });
+        const ticket = await t.claimCheck.checkIn(bytes(3_000, 4), {
+          audience: t.channel,
+          ttlMs: TTL_MS,
+        });
+        await publishTicket(t.transport, t.channel, ticket);
+        await t.transport.whenIdle();
+        expect(t.handler.calls).toBe(1);
+
+        await pause(ticket.expiresAt - Date.now() + 50);
+        await publishTicket(t.transport, t.channel, ticket);
+        await t.transport.whenIdle();
+
+        expect(t.handler.calls).toBe(1);
+        expect(deathReasons(t.transport, t.channel)).toEqual([]);
+        expect(t.transport.actionsOn(t.channel)).toEqual(['ack', 'ack']);
+        expect(await duplicates()).toBe(1);
+      },
+    );
+
+    it('never handled: dead-lettered expired, and its claim given back', async () => {
+      const ledger = new CountingLedger();
+      t = await createClaimCheckTestApp({ claimCheck: { ledger } });
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 5), {
+        audience: t.channel,
+        ttlMs: TTL_MS,
+      });
+      await pause(ticket.expiresAt - Date.now() + 50);
+      await publishTicket(t.transport, t.channel, ticket);
+      await t.transport.whenIdle();
+
+      expect(t.handler.calls).toBe(0);
+      expect(deathReasons(t.transport, t.channel)).toEqual([
+        expect.stringMatching(/^claim-ticket-invalid: claim ticket refused \(expired\)/),
+      ]);
+      expect(await duplicates()).toBe(0);
+      // Released: another copy asks again rather than finding the ticket busy.
+      const key = { ticket: `${ticket.store}:${ticket.ref}`, group: t.channel };
+      await expect(ledger.claim(key, 'someone-else', 60_000, Date.now())).resolves.toBe('claimed');
+    });
+
+    it('handled, but later than expiredGraceMs after its expiry: dead-lettered expired', async () => {
+      t = await createClaimCheckTestApp({ claimCheck: { expiredGraceMs: 100 } });
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 6), {
+        audience: t.channel,
+        ttlMs: TTL_MS,
+      });
+      await publishTicket(t.transport, t.channel, ticket);
+      await t.transport.whenIdle();
+
+      await pause(ticket.expiresAt - Date.now() + 300);
+      await publishTicket(t.transport, t.channel, ticket);
+      await t.transport.whenIdle();
+
+      expect(t.handler.calls).toBe(1);
+      expect(deathReasons(t.transport, t.channel)).toEqual([
+        expect.stringMatching(/^claim-ticket-invalid: claim ticket refused \(expired\)/),
+      ]);
+    });
+
+    it('issued for another channel: dead-lettered expired, the ledger not asked', async () => {
+      const ledger = new CountingLedger();
+      t = await createClaimCheckTestApp({ claimCheck: { ledger } });
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 7), {
+        audience: 'cc.elsewhere',
+        ttlMs: TTL_MS,
+      });
+      await pause(ticket.expiresAt - Date.now() + 50);
+      await publishTicket(t.transport, t.channel, ticket);
+      await t.transport.whenIdle();
+
+      expect(ledger.claims).toBe(0);
+      expect(deathReasons(t.transport, t.channel)).toEqual([
+        expect.stringMatching(/^claim-ticket-invalid: claim ticket refused \(expired\)/),
+      ]);
+    });
+  });
+
   it('an inline payload is not deduplicated: two messages, two calls', async () => {
     // Inline messages carry no ticket to recognise; the guarantee is for tickets only.
     t = await createClaimCheckTestApp();
