@@ -19,3 +19,4 @@ export { RpcHeader } from './microservices/rpc-headers';
 export { MessageRefusedError, type RefusalCode } from './core/errors/message-refused.error';
 export { ReplyNotSupportedError } from './microservices/errors/reply-not-supported.error';
 export { ReplyTimeoutError } from './microservices/errors/reply-timeout.error';
+export { ClientClosedError } from './microservices/errors/client-closed.error';

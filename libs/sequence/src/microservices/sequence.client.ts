@@ -10,6 +10,7 @@ import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { checkDelay, checkInteger } from '../core/option-checks';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
 import type { Subscription } from '../ports/transport.port';
+import { ClientClosedError } from './errors/client-closed.error';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
 import { ReplyTimeoutError } from './errors/reply-timeout.error';
 import { channelOfOption } from './channel-of';
@@ -121,14 +122,17 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     await this.whenSent();
   }
 
-  /** Waits for the sends under way, then closes the reply channel; requests still waiting error. */
+  /**
+   * Waits for the sends under way, then closes the reply channel; `send()` calls still waiting
+   * for their reply error with ClientClosedError.
+   */
   async close(): Promise<void> {
     await this.whenSent();
     const replies = this.replies;
     this.replies = undefined;
     for (const [id, request] of this.pending) {
       clearTimeout(request.timer);
-      request.callback({ err: new Error(`SequenceClient closed before the reply to ${id}`) });
+      request.callback({ err: new ClientClosedError(request.pattern, id) });
     }
     this.pending.clear();
     const subscription = await replies?.catch(() => undefined);

@@ -14,6 +14,7 @@ import {
   type Transport,
 } from 'nest-sequence';
 import {
+  ClientClosedError,
   ReplyNotSupportedError,
   SequenceClient,
   SequenceServer,
@@ -66,6 +67,17 @@ class Replier {
   @MessagePattern('host.ask')
   answer(@Payload() data: unknown) {
     return data;
+  }
+}
+
+let answerHeld: (() => void) | undefined;
+
+@Controller()
+class HeldReplier {
+  @MessagePattern('host.held')
+  async answer() {
+    await new Promise<void>((resolve) => (answerHeld = resolve));
+    return 'too late';
   }
 }
 
@@ -208,6 +220,36 @@ describe('SequenceClient.emit', () => {
       );
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('SequenceClient.close', () => {
+  it('errors the send() calls still waiting with ClientClosedError', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [HeldReplier],
+      client: { replyTimeoutMs: 10_000 },
+    });
+    try {
+      const waiting = lastValueFrom(t.client.send('host.held', { n: 1 }));
+      waiting.catch(() => undefined);
+      await eventually(() => answerHeld !== undefined, 'the handler called');
+      await t.client.close();
+      const error: unknown = await waiting.then(
+        () => undefined,
+        (caught: unknown) => caught,
+      );
+      expect(error).toBeInstanceOf(ClientClosedError);
+      expect(error).toMatchObject({ code: 'client-closed', pattern: 'host.held' });
+      expect((error as ClientClosedError).correlationId).toEqual(expect.any(String));
+      expect((error as Error).message).toMatch(
+        /^SequenceClient closed before the reply to host\.held \(correlation id [^)]+\) came/,
+      );
+    } finally {
+      answerHeld?.();
+      await t.close();
     }
   });
 });
