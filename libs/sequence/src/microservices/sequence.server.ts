@@ -124,8 +124,6 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   private runtime: SequenceRuntime | undefined;
   /** The handlers of a delivery that succeeded, by the delivery (see `dispatch`'s `source`). */
   private readonly completed = new WeakMap<object, Set<Route>>();
-  /** Deliveries whose request was answered `no-handler` for want of a `@MessagePattern`. */
-  private readonly refusedRequests = new WeakSet<object>();
   private started: Promise<void> | undefined;
   private specs: ConsumerSpec[] | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
@@ -377,24 +375,27 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         `no @EventPattern or @MessagePattern of this application handles pattern ` +
           `${JSON.stringify(pattern)} on channel ${channel}`,
       );
-      // A caller waiting for a reply learns it now, rather than after its timeout.
-      if (request.ok) await this.sendReply(request, pattern, failure(refusal), runtime);
+      // A caller waiting for a reply learns it as the request is dead-lettered, rather than at
+      // its timeout; the refusal ends the retries at once. Sent outside the call's time limit,
+      // as any reply: a slow publish must not turn the refusal into a handler-timeout.
+      if (request.ok) {
+        handOver(call, {
+          onGiveUp: () => this.sendReply(request, pattern, failure(refusal), runtime),
+        });
+      }
       throw refusal;
     }
-    if (
-      request.ok &&
-      !routes.some((route) => route.kind === 'message') &&
-      !this.refusedRequests.has(source)
-    ) {
-      // Nothing will reply: the caller learns it now, not at its timeout. The event handlers
-      // still run, as for emit().
-      this.refusedRequests.add(source);
+    if (request.ok && !routes.some((route) => route.kind === 'message')) {
+      // Nothing will reply: the caller learns it once the event handlers have run (as for an
+      // emit()), or their retries ended, rather than at its timeout; sent outside the call's
+      // time limit, as any reply.
       const refusal = new MessageRefusedError(
         'no-handler',
         `no @MessagePattern of this application answers pattern ${JSON.stringify(pattern)} on ` +
           `channel ${channel}; its @EventPattern handlers run as for an emit()`,
       );
-      await this.sendReply(request, pattern, failure(refusal), runtime);
+      const answer = () => this.sendReply(request, pattern, failure(refusal), runtime);
+      handOver(call, { afterCall: answer, onGiveUp: answer });
     }
     const done = this.completed.get(source) ?? new Set<Route>();
     this.completed.set(source, done);

@@ -1,8 +1,16 @@
 import { Readable } from 'node:stream';
-import { Controller } from '@nestjs/common';
+import { Controller, Logger } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
+import type {
+  HeaderMap,
+  MessageHandler,
+  PublishOptions,
+  ReplyChannelOptions,
+  Subscription,
+} from 'nest-sequence/ports';
+import { ForwardingTransport } from 'nest-sequence/testing';
 import type { SequenceContext } from 'nest-sequence/microservices';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
@@ -130,5 +138,115 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
     await transport.whenIdle();
     expect(quotes).toBe(1);
     expect(transport.take(transport.deadLetterChannel('rr.slow-reply'))).toHaveLength(0);
+  });
+});
+
+/** Delays each reply's publish past the handlers' limit; counts the replies published. */
+class SlowReplies extends ForwardingTransport {
+  readonly name = 'slow-replies';
+  replies = 0;
+
+  override async publish(
+    channel: string,
+    body: Buffer,
+    headers: HeaderMap,
+    options?: PublishOptions,
+  ): Promise<void> {
+    if (this.isReplyChannel(channel)) {
+      this.replies++;
+      await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
+    }
+    return super.publish(channel, body, headers, options);
+  }
+
+  openReplyChannel(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription> {
+    return this.inner.openReplyChannel!(handler, options);
+  }
+
+  isReplyChannel(channel: string): boolean {
+    return this.inner.isReplyChannel!(channel);
+  }
+}
+
+let heard = 0;
+
+@Controller()
+class OnlyEvents {
+  @EventPattern('nh.event')
+  event(): void {
+    heard++;
+  }
+
+  @MessagePattern('nh.known')
+  known(): string {
+    return 'known';
+  }
+}
+
+describe('microservices: a no-handler reply and handlerTimeoutMs', () => {
+  const inner = new InMemoryTransport();
+  const transport = new SlowReplies(inner);
+  const channelOf = (pattern: string) => (pattern.startsWith('nh.shared.') ? 'nh.known' : pattern);
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    t = await createMicroserviceTestApp({
+      sequence: { transport, handlerRetry: { attempts: 2, baseDelayMs: 1, maxDelayMs: 1 } },
+      controllers: [OnlyEvents],
+      server: {
+        channelOf,
+        channels: {
+          'nh.event': { handlerTimeoutMs: TIMEOUT_MS },
+          'nh.known': { handlerTimeoutMs: TIMEOUT_MS },
+        },
+      },
+      client: { channelOf, replyTimeoutMs: 5_000 },
+    });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await inner.close();
+  });
+  beforeEach(() => {
+    transport.replies = 0;
+    heard = 0;
+  });
+
+  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+
+  it('answers a request no handler takes once, however long its reply takes to send', async () => {
+    await expect(ask('nh.shared.unknown', {})).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/^no-handler: /) as unknown,
+    });
+    await inner.whenIdle();
+    expect(transport.replies).toBe(1);
+    const dead = inner.take(inner.deadLetterChannel('nh.known'));
+    expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
+      expect.stringMatching(/^no-handler: /),
+    ]);
+  });
+
+  it('runs the @EventPattern handlers of a request once, in time, however long its refusal takes to send', async () => {
+    const warnings: string[] = [];
+    const spy = jest
+      .spyOn(Logger.prototype, 'warn')
+      .mockImplementation((message: unknown) => void warnings.push(String(message)));
+    try {
+      await expect(ask('nh.event', {})).rejects.toMatchObject({
+        status: 'error',
+        message: expect.stringMatching(/^no-handler: .*no @MessagePattern/) as unknown,
+      });
+      await inner.whenIdle();
+      // An abandoned call goes on unseen: long enough for one to have run the handler too.
+      await new Promise((resolve) => setTimeout(resolve, 8 * TIMEOUT_MS));
+    } finally {
+      spy.mockRestore();
+    }
+    // The first call ran the handler within its limit: no call failed, none was abandoned.
+    expect(warnings.filter((warning) => warning.includes('nh.event'))).toEqual([]);
+    expect(heard).toBe(1);
+    expect(transport.replies).toBe(1);
+    expect(inner.take(inner.deadLetterChannel('nh.event'))).toHaveLength(0);
   });
 });
