@@ -267,7 +267,7 @@ export class ClaimCheckReceiver {
       const readFailure = payload.readFailure;
       const rejection = payloadReadRejection(readFailure);
       if (rejection) return this.reject(channel, rejection, readFailure!.message);
-      if (readFailure) {
+      if (readFailure && requeuedForItsRead(payload)) {
         this.logger.warn(
           `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,
         );
@@ -450,6 +450,9 @@ export class ClaimCheckReceiver {
         },
         // Wrong bytes, or a store that cannot be read: retrying the handler now cannot help.
         isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+        // Requeued whatever the handler answered: a reply would be an answer the redelivery
+        // contradicts.
+        handsBack: () => requeuedForItsRead(payload),
       },
     );
     if (!outcome.ok) return outcome;
@@ -542,4 +545,17 @@ export class ClaimCheckReceiver {
 function deletesAfter(consumer: ClaimCheckConsumer, groups: number): boolean {
   const retention = consumer.deleteAfter;
   return retention === 'ack' || (typeof retention === 'object' && groups >= retention.consumers);
+}
+
+/**
+ * Whether a delivery of `payload` is requeued whatever its handler did: the store failed to give
+ * its bytes back for a reason that may pass (an outage, not a verdict on the payload).
+ */
+function requeuedForItsRead(payload: ClaimedPayload): boolean {
+  const { integrityFailure, readFailure } = payload;
+  return (
+    integrityFailure === undefined &&
+    readFailure !== undefined &&
+    payloadReadRejection(readFailure) === undefined
+  );
 }

@@ -65,18 +65,25 @@ export function handedOverBy(context: HandlerContext): UntimedWork | undefined {
  * settled after `limit.ms` is abandoned: its signal is aborted, the attempt throws the limit's
  * error, and the call's late result is dropped (a late rejection is observed, never reported
  * as unhandled). A call that returns in time is done once the work it handed over
- * ({@link handOver}) is, untimed; an abandoned call's is never run.
+ * ({@link handOver}) is, untimed; an abandoned call's is never run, nor is it when `handsBack()`
+ * says, once the call has returned, that the message goes back to be delivered again whatever
+ * the call did (its payload could not be read): the call's outcome is not the message's.
  */
 export async function callHandler(
   call: (context: HandlerContext) => unknown,
   attempt: number,
   limit?: HandlerTimeLimit,
+  handsBack?: () => boolean,
 ): Promise<void> {
   const controller = new AbortController();
   const context: HandlerContext = { signal: controller.signal, attempt };
+  const afterCall = async () => {
+    if (handsBack?.()) return;
+    await handedOver.get(context)?.afterCall?.();
+  };
   if (limit?.ms === undefined) {
     await call(context);
-    await handedOver.get(context)?.afterCall?.();
+    await afterCall();
     return;
   }
   const running = Promise.resolve().then(() => call(context));
@@ -91,7 +98,7 @@ export async function callHandler(
     clearTimeout(timer);
   }
   if (first === 'settled') {
-    await handedOver.get(context)?.afterCall?.();
+    await afterCall();
     return;
   }
   const error = limit.error(attempt);

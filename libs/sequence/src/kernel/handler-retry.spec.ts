@@ -49,4 +49,48 @@ describe('callHandlerWithRetry', () => {
     expect(outcome).toEqual({ ok: true, attempts: 2 });
     expect(gaveUp).toBe(false);
   });
+
+  it('runs no handed-over work of a call whose message the consumer hands back', async () => {
+    const ran: string[] = [];
+    const work = (context: Parameters<typeof handOver>[0]) =>
+      handOver(context, {
+        afterCall: () => Promise.resolve(void ran.push('afterCall')),
+        onGiveUp: () => Promise.resolve(void ran.push('onGiveUp')),
+      });
+    let readFailed = false;
+    const hooks = {
+      limit,
+      onFailure: () => undefined,
+      isFinal: () => readFailed,
+      handsBack: () => readFailed,
+    };
+
+    // A call that returns in time after its read failed, then one that runs past its limit.
+    readFailed = true;
+    const returned = await callHandlerWithRetry((context) => work(context), policy, hooks);
+    const abandoned = await callHandlerWithRetry(
+      (context) => {
+        work(context);
+        return new Promise(() => undefined); // never settles
+      },
+      policy,
+      hooks,
+    );
+    expect(returned).toEqual({ ok: true, attempts: 1 });
+    expect(abandoned).toMatchObject({ ok: false, attempts: 1 });
+    expect(ran).toEqual([]);
+
+    // The same calls, handed back by none: the work runs.
+    readFailed = false;
+    await callHandlerWithRetry((context) => work(context), policy, hooks);
+    await callHandlerWithRetry(
+      (context) => {
+        work(context);
+        return new Promise(() => undefined);
+      },
+      policy,
+      hooks,
+    );
+    expect(ran).toEqual(['afterCall', 'onGiveUp']);
+  });
 });

@@ -24,7 +24,10 @@ export type HandlerOutcome =
  * With `hooks.limit`, a call that runs past it fails with a {@link HandlerTimeoutError} (see
  * {@link callHandler}): a failed attempt like any other. When a failure ends the retries, the
  * `onGiveUp` work its call handed over is awaited before the outcome is returned (and the message
- * dead-lettered). Shared by every pattern's consumers.
+ * dead-lettered). `handsBack()`, asked once a call has ended, says the consumer will hand the
+ * message back to be delivered again whatever the outcome (its payload could not be read): the
+ * work the call handed over (a reply) is then not run, on success or give-up alike, so that the
+ * redelivery's outcome is the only one. Shared by every pattern's consumers.
  */
 export async function callHandlerWithRetry(
   call: (context: HandlerContext) => unknown,
@@ -35,6 +38,8 @@ export async function callHandlerWithRetry(
     limit?: HandlerTimeLimit;
     /** Awaited before each call, outside its time limit. */
     beforeCall?(): Promise<void>;
+    /** Whether the consumer hands the message back whatever the outcome (see above). */
+    handsBack?(): boolean;
   },
 ): Promise<HandlerOutcome> {
   const { attempts, baseDelayMs, maxDelayMs } = policy;
@@ -49,6 +54,7 @@ export async function callHandlerWithRetry(
         },
         attempt,
         hooks.limit,
+        hooks.handsBack,
       );
       return { ok: true, attempts: attempt };
     } catch (error) {
@@ -56,7 +62,7 @@ export async function callHandlerWithRetry(
       if (!refused) hooks.onFailure(error, attempt);
       if (refused || attempt >= attempts || hooks.isFinal()) {
         const outcome = { ok: false, attempts: attempt, error } as const;
-        if (context) await handedOverBy(context)?.onGiveUp?.(outcome);
+        if (context && !hooks.handsBack?.()) await handedOverBy(context)?.onGiveUp?.(outcome);
         return outcome;
       }
       await delay(backoff(attempt, baseDelayMs, maxDelayMs));

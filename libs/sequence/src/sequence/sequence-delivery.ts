@@ -359,5 +359,8 @@ export function runSequenceHandler(
       );
     },
     isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+    // Handed back whatever the handler answered (see deliver): a reply would be an answer the
+    // redelivery contradicts.
+    handsBack: () => !payload.integrityFailure && !!payload.readFailure,
   });
 }
