@@ -1,9 +1,10 @@
-import { mkdtempSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { mkdtempSync, truncateSync } from 'node:fs';
+import { readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemorySequenceStore, type Transport } from 'nest-sequence';
 import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
+import { SpoolFile, type SpoolRange } from '../../src/sequence/broker-held/spool';
 import { useBrokerAdmin } from '../support/broker-admin';
 import { NatsAdmin, namedNatsTransport } from '../support/nats.fixture';
 import { describeWithServer } from '../support/servers';
@@ -22,6 +23,32 @@ import { closeAll, type Closer } from '../support/test-app';
 jest.setTimeout(30_000);
 
 const PARTITIONS = 2;
+
+/** What a disk does to a spool file between its writes and a read: the reads it was done to. */
+function damageSpoolReads(damage: (path: string, ranges: readonly SpoolRange[]) => boolean): {
+  damaged: number;
+  reads: number;
+} {
+  const count = { damaged: 0, reads: 0 };
+  const read = SpoolFile.prototype.read;
+  jest.spyOn(SpoolFile.prototype, 'read').mockImplementation(function (
+    this: SpoolFile,
+    ...args: Parameters<SpoolFile['read']>
+  ) {
+    count.reads++;
+    if (damage(this.path, args[0])) count.damaged++;
+    return read.apply(this, args);
+  });
+  return count;
+}
+
+async function spoolFilesIn(dir: string): Promise<string[]> {
+  const files: string[] = [];
+  for (const entry of await readdir(dir).catch(() => [] as string[])) {
+    files.push(...(await readdir(join(dir, entry)).catch(() => [] as string[])));
+  }
+  return files;
+}
 
 /**
  * Broker-held reassembly on the real brokers, whose transports let the reassembler release each
@@ -48,7 +75,9 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     channel = broker.admin.newChannel();
     broker.admin.partitioned(channel, PARTITIONS);
   });
+  let spoolDir: string;
   afterEach(async () => {
+    jest.restoreAllMocks();
     await closeAll(opened.splice(0));
   });
 
@@ -59,6 +88,7 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     const transport = await on.connect('nseq-held-consumer');
     opened.push(() => transport.close());
     const dir = mkdtempSync(join(tmpdir(), 'nseq-held-'));
+    spoolDir = dir;
     opened.push(() => rm(dir, { recursive: true, force: true }));
     const t = await createSequenceTestApp(channel, {
       transport,
@@ -109,6 +139,30 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
       expect(String(letter.headers['x-death-reason'])).toMatch(/^sequence-expired: /);
     }
     expect(handler.calls).toBe(0);
+  });
+
+  it('dead-letters a sequence whose spool cannot be read back, whole, after handlerRetry.attempts tries', async () => {
+    const attempts = 2;
+    const { handler } = await app({}, { handlerRetry: { attempts, baseDelayMs: 10 } });
+    // The spool file lost its bytes on disk each time it is read back.
+    const spool = damageSpoolReads((path) => {
+      truncateSync(path, 0);
+      return true;
+    });
+    const fragments = makeFragments('held-unreadable', bytes(40_000, 36), 10_000);
+    await publishHeld(producer, channel, fragments, PARTITIONS);
+
+    const letters = await deadLettersOf(4);
+    expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
+    for (const letter of letters) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(
+        /^store-unavailable: sequence held-unreadable: .*spool.*2 tries/,
+      );
+    }
+    // Spooled again from the broker for each try, read back once each, never delivered.
+    expect(spool.reads).toBe(attempts);
+    expect(handler.deliveries).toEqual([]);
+    expect(await spoolFilesIn(spoolDir)).toEqual([]);
   });
 
   it('hands a full window to the store, whole, and delivers both sequences', async () => {

@@ -39,6 +39,8 @@ type Route = { readonly to: 'store'; readonly until: number };
 
 /** Sequences at once remembered as going through the store (oldest forgotten first). */
 const STORE_ROUTES = 10_000;
+/** Sequences at once remembered as having failed to be read back from the spool (likewise). */
+const SPOOL_FAULTS = 10_000;
 
 /**
  * Message Sequence's broker-held reassembly (`buffer: 'broker'`). Each fragment's message stays
@@ -66,6 +68,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   /** Sequences being looked up in the store, so that their concurrent fragments wait for one answer. */
   private readonly opening = new Map<string, Promise<HeldSequence | Route | Disposition>>();
   private readonly routes = new Map<string, Route>();
+  /** Times each sequence could not be read back from the spool (see `spoolFault`). */
+  private readonly spoolFaults = new Map<string, number>();
   /** Fragments held per partition (`channel` and index). */
   private readonly load = new Map<string, number>();
   /** Held sequences per `abandoned` signal of the deliveries they hold (one listener each). */
@@ -392,7 +396,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (sequence.phase !== 'holding') return;
     sequence.phase = 'delivering';
     clearTimeout(sequence.timer);
-    const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
+    const key = keyOf(sequence);
     this.routeToStore(key, consumer);
     this.forget(sequence);
     // Out of the window at once: what it frees while it moves must not spill others.
@@ -450,11 +454,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       try {
         digest = sequence.inOrderDigest() ?? (await this.digest(sequence));
       } catch (error) {
-        this.logger.warn(
-          `${channel}: could not read sequence ${sequence.sequenceId} back from the spool; ` +
-            `requeued: ${errorMessage(error)}`,
-        );
-        return this.giveBack(sequence, 'spool unreadable');
+        return this.spoolFault(sequence, consumer, errorMessage(error));
       }
       if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(sequence.sequenceId, declared, digest);
@@ -471,16 +471,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         return this.end(sequence, consumer, 'failed', 'integrity-mismatch', detail);
       }
       if (payload.readFailure) {
-        this.logger.warn(
-          `the handler of ${channel} could not read sequence ${sequence.sequenceId} from the ` +
-            `spool; requeued: ${payload.readFailure.message}`,
-        );
-        return this.giveBack(sequence, 'spool unreadable');
+        return this.spoolFault(sequence, consumer, payload.readFailure.message);
       }
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${sequence.sequenceId}`, outcome);
         return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
       }
+      this.spoolFaults.delete(keyOf(sequence));
       await this.record(sequence, 'completed');
       this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
       this.lifecycle.completed(channel, complete, outcome.attempts);
@@ -504,6 +501,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const { channel } = consumer;
     sequence.phase = 'delivering';
     clearTimeout(sequence.timer);
+    this.spoolFaults.delete(keyOf(sequence));
     const reason = deathReason(code, `sequence ${sequence.sequenceId}: ${detail}`);
     await this.record(sequence, outcome === 'rejected' ? 'rejected' : 'failed', reason);
     let expired: ExpiredSequence | undefined;
@@ -524,6 +522,39 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     await this.finishWith(sequence, disposition);
     if (expired) this.callOnExpired(expired);
     return disposition;
+  }
+
+  /**
+   * The spool could not give a complete sequence back to be verified or handled. Its fragments are
+   * still in the broker: they are given back, and spooled afresh when they come again, until the
+   * sequence has been read back `handlerRetry.attempts` times; then it is dead-lettered whole
+   * `store-unavailable`, with the spool's error (a failing disk would otherwise have the sequence
+   * spooled again for ever, on a queue without a delivery limit).
+   */
+  private async spoolFault(
+    sequence: HeldSequence,
+    consumer: SequenceConsumer,
+    problem: string,
+  ): Promise<Disposition> {
+    const key = keyOf(sequence);
+    const tries = (this.spoolFaults.get(key) ?? 0) + 1;
+    const { attempts } = consumer.options.handlerRetry;
+    this.spoolFaults.delete(key);
+    if (tries >= attempts) {
+      const detail =
+        `the spool could not give it back in ${tries} tries (handlerRetry.attempts ` +
+        `${attempts}): ${problem}`;
+      return this.end(sequence, consumer, 'failed', 'store-unavailable', detail);
+    }
+    this.spoolFaults.set(key, tries);
+    if (this.spoolFaults.size > SPOOL_FAULTS) {
+      this.spoolFaults.delete(this.spoolFaults.keys().next().value as string);
+    }
+    this.logger.warn(
+      `${consumer.channel}: could not read sequence ${sequence.sequenceId} back from the spool ` +
+        `(try ${tries} of ${attempts}); its fragments are given back to be spooled again: ${problem}`,
+    );
+    return this.giveBack(sequence, 'spool unreadable');
   }
 
   /** Gives every fragment back to the broker, behind what is queued, for another try. */
@@ -635,7 +666,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   }
 
   private forget(sequence: HeldSequence): void {
-    const key = `${sequence.channel}\u0000${sequence.sequenceId}`;
+    const key = keyOf(sequence);
     if (this.held.get(key) === sequence) this.held.delete(key);
     for (const signal of sequence.watchedSignals) this.watched.get(signal)?.delete(sequence);
     sequence.watchedSignals.clear();
@@ -696,6 +727,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private requeue(reason: string): Disposition {
     return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
+}
+
+/** The key of a sequence in the maps of the reassembler. */
+function keyOf(sequence: HeldSequence): string {
+  return `${sequence.channel}\u0000${sequence.sequenceId}`;
 }
 
 /** One held fragment's body, read back from the spool. */
