@@ -1,4 +1,4 @@
-import { mkdtempSync, truncateSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readSync, truncateSync, writeSync } from 'node:fs';
 import { readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,6 +40,19 @@ function damageSpoolReads(damage: (path: string, ranges: readonly SpoolRange[]) 
     return read.apply(this, args);
   });
   return count;
+}
+
+/** Flips every bit of the byte `at` in the file: bytes changed on disk after they were written. */
+function flipByte(path: string, at: number): void {
+  const fd = openSync(path, 'r+');
+  try {
+    const byte = Buffer.alloc(1);
+    readSync(fd, byte, 0, 1, at);
+    byte[0] ^= 0xff;
+    writeSync(fd, byte, 0, 1, at);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 async function spoolFilesIn(dir: string): Promise<string[]> {
@@ -156,13 +169,53 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
     for (const letter of letters) {
       expect(String(letter.headers['x-death-reason'])).toMatch(
-        /^store-unavailable: sequence held-unreadable: .*spool.*2 tries/,
+        /^store-unavailable: sequence held-unreadable: failed 2 reads back from the spool/,
       );
     }
     // Spooled again from the broker for each try, read back once each, never delivered.
     expect(spool.reads).toBe(attempts);
     expect(handler.deliveries).toEqual([]);
     expect(await spoolFilesIn(spoolDir)).toEqual([]);
+  });
+
+  it('never hands over bytes changed in the spool: spools the sequence again from the broker', async () => {
+    const { handler } = await app({});
+    // The disk changes a byte of the second body once, after it was written.
+    const spool = damageSpoolReads((path, ranges) => {
+      if (spool.damaged > 0) return false;
+      flipByte(path, ranges[1].offset + 17);
+      return true;
+    });
+    const fragments = makeFragments('held-bitrot', bytes(40_000, 37), 10_000);
+    await publishHeld(producer, channel, fragments, PARTITIONS);
+
+    await eventually(() => handler.deliveries.length === 1, 'the sequence handled', 20_000);
+    const payload = Buffer.concat(fragments.map((f) => f.body));
+    expect(handler.of('held-bitrot')[0].bytes.equals(payload)).toBe(true);
+    expect(spool.damaged).toBe(1);
+    expect(handler.calls).toBe(2);
+    await eventually(async () => (await spoolFilesIn(spoolDir)).length === 0, 'spool emptied');
+    expect(await broker.admin.drain(`${channel}.dlq`)).toEqual([]);
+  });
+
+  it('dead-letters a sequence whose spooled bytes keep changing, whole, integrity-mismatch', async () => {
+    const { handler } = await app({}, { handlerRetry: { attempts: 2, baseDelayMs: 10 } });
+    const spool = damageSpoolReads((path, ranges) => {
+      flipByte(path, ranges[2].offset);
+      return true;
+    });
+    const fragments = makeFragments('held-bad-disk', bytes(40_000, 38), 10_000);
+    await publishHeld(producer, channel, fragments, PARTITIONS);
+
+    const letters = await deadLettersOf(4);
+    expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
+    for (const letter of letters) {
+      expect(String(letter.headers['x-death-reason'])).toMatch(
+        /^integrity-mismatch: sequence held-bad-disk: .*position 3 read back from the spool/,
+      );
+    }
+    expect(spool.damaged).toBe(2);
+    expect(handler.deliveries).toEqual([]);
   });
 
   it('hands a full window to the store, whole, and delivers both sequences', async () => {

@@ -1,5 +1,5 @@
 import { readdir } from 'node:fs/promises';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
@@ -614,6 +614,41 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 2, 'both handled');
     expect(store.accepts.get('x') ?? 0).toBe(0);
     expect(store.accepts.get('y')).toBeGreaterThanOrEqual(4);
+  });
+
+  it('spools again, rather than fails, a shuffled sequence whose spooled bytes changed on disk', async () => {
+    const channel = 'held.bitrot-shuffled';
+    const { transport, handler } = await app(channel);
+    // Once, before the spool is read back (for its SHA-256: the fragments came out of order), the
+    // disk changes the first byte of the body at position 2.
+    let damaged = 0;
+    const read = SpoolFile.prototype.read;
+    jest.spyOn(SpoolFile.prototype, 'read').mockImplementation(function (
+      this: SpoolFile,
+      ...args: Parameters<SpoolFile['read']>
+    ) {
+      const second = args[0].find((range) => range.position === 2);
+      if (damaged === 0 && second) {
+        damaged++;
+        const fd = openSync(this.path, 'r+');
+        writeSync(fd, Buffer.from([0x5a ^ 0xff]), 0, 1, second.offset);
+        closeSync(fd);
+      }
+      return read.apply(this, args);
+    });
+    const payload = bytes(8_000, 26);
+    payload[1_000] = 0x5a; // the first byte of position 2
+    await publishHeld(
+      transport,
+      channel,
+      shuffled(makeFragments('held-bitrot', payload, 1_000), 3),
+      PARTITIONS,
+    );
+    await eventually(() => handler.deliveries.length === 1, 'handled', 10_000);
+    expect(handler.of('held-bitrot')[0].bytes.equals(payload)).toBe(true);
+    expect(damaged).toBe(1);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+    expect(deadLetters(transport, channel)).toEqual([]);
   });
 
   it('takes fragments published to the plain channel through the store', async () => {

@@ -5,6 +5,7 @@ import { admitFragment, recordFragment } from '../../core/completeness';
 import { errorMessage } from '../../core/errors/caught';
 import { deathReason, type RejectionCode } from '../../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../../core/errors/sequence-integrity.error';
+import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
 import type { FragmentHeaders } from '../../core/headers';
 import { partitionIndex } from '../../core/partition';
 import { handlerRejection } from '../../kernel/handler-retry';
@@ -322,6 +323,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       offset,
       length,
       position: fragment.position,
+      crc32: fragment.crc32,
       headers: message.headers,
       redelivered: message.redelivered,
       settle,
@@ -454,21 +456,26 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       try {
         digest = sequence.inOrderDigest() ?? (await this.digest(sequence));
       } catch (error) {
-        return this.spoolFault(sequence, consumer, errorMessage(error));
+        // A body whose CRC-32 differs was changed on disk; a SHA-256 mismatch below is the producer's.
+        const code =
+          error instanceof StoredFragmentIntegrityError ? 'integrity-mismatch' : undefined;
+        return this.spoolFault(sequence, consumer, errorMessage(error), code);
       }
       if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(sequence.sequenceId, declared, digest);
         return this.end(sequence, consumer, 'failed', 'integrity-mismatch', error.message);
       }
+      // Each body is checked against its CRC-32 as the spool reads it (as the store path does with
+      // a store that `verifiesReads`), which spares a second SHA-256 pass; the count is checked.
       const payload = new ReassembledPayload(
         { ...complete, sha256: digest.sha256 },
-        () => sequence.file.read(sequence.ranges()),
+        () => sequence.read(),
         { digest, hash: false },
       );
       const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger);
       if (payload.integrityFailure) {
-        const detail = `${payload.integrityFailure.message} (read back from the spool)`;
-        return this.end(sequence, consumer, 'failed', 'integrity-mismatch', detail);
+        const { message } = payload.integrityFailure;
+        return this.spoolFault(sequence, consumer, message, 'integrity-mismatch');
       }
       if (payload.readFailure) {
         return this.spoolFault(sequence, consumer, payload.readFailure.message);
@@ -525,16 +532,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   }
 
   /**
-   * The spool could not give a complete sequence back to be verified or handled. Its fragments are
-   * still in the broker: they are given back, and spooled afresh when they come again, until the
-   * sequence has been read back `handlerRetry.attempts` times; then it is dead-lettered whole
-   * `store-unavailable`, with the spool's error (a failing disk would otherwise have the sequence
-   * spooled again for ever, on a queue without a delivery limit).
+   * The spool could not give a complete sequence back to be verified or handled: a read failed,
+   * or (`integrity-mismatch`) a body read back differs from the one spooled (its CRC-32), the
+   * handler's stream failing with it. Its fragments are still in the broker: they are given back,
+   * and spooled afresh when they come again, until the sequence has been read back
+   * `handlerRetry.attempts` times; then it is dead-lettered whole, `store-unavailable` or
+   * `integrity-mismatch`, with the spool's error (a failing disk would otherwise have the
+   * sequence spooled again for ever, on a queue without a delivery limit).
    */
   private async spoolFault(
     sequence: HeldSequence,
     consumer: SequenceConsumer,
     problem: string,
+    code: 'store-unavailable' | 'integrity-mismatch' = 'store-unavailable',
   ): Promise<Disposition> {
     const key = keyOf(sequence);
     const tries = (this.spoolFaults.get(key) ?? 0) + 1;
@@ -542,9 +552,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.spoolFaults.delete(key);
     if (tries >= attempts) {
       const detail =
-        `the spool could not give it back in ${tries} tries (handlerRetry.attempts ` +
-        `${attempts}): ${problem}`;
-      return this.end(sequence, consumer, 'failed', 'store-unavailable', detail);
+        `failed ${tries} reads back from the spool (handlerRetry.attempts ${attempts}): ` + problem;
+      return this.end(sequence, consumer, 'failed', code, detail);
     }
     this.spoolFaults.set(key, tries);
     if (this.spoolFaults.size > SPOOL_FAULTS) {
@@ -554,7 +563,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       `${consumer.channel}: could not read sequence ${sequence.sequenceId} back from the spool ` +
         `(try ${tries} of ${attempts}); its fragments are given back to be spooled again: ${problem}`,
     );
-    return this.giveBack(sequence, 'spool unreadable');
+    return this.giveBack(
+      sequence,
+      code === 'integrity-mismatch' ? 'spool bytes changed' : 'spool unreadable',
+    );
   }
 
   /** Gives every fragment back to the broker, behind what is queued, for another try. */
@@ -640,7 +652,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private async digest(sequence: HeldSequence): Promise<PayloadDigest> {
     const hash = sha256Hasher();
     let bytes = 0;
-    for await (const chunk of sequence.file.read(sequence.ranges())) {
+    for await (const chunk of sequence.read()) {
       hash.update(chunk as Buffer);
       bytes += (chunk as Buffer).length;
     }
@@ -737,6 +749,8 @@ function keyOf(sequence: HeldSequence): string {
 /** One held fragment's body, read back from the spool. */
 async function readAll(sequence: HeldSequence, fragment: HeldFragment): Promise<Buffer> {
   const pieces: Buffer[] = [];
-  for await (const piece of sequence.file.read([fragment])) pieces.push(piece as Buffer);
+  for await (const piece of sequence.file.read([fragment], sequence.sequenceId)) {
+    pieces.push(piece as Buffer);
+  }
   return Buffer.concat(pieces);
 }

@@ -1,4 +1,5 @@
 import { createHash, type Hash } from 'node:crypto';
+import type { Readable } from 'node:stream';
 import {
   emptySequenceState,
   isComplete,
@@ -8,12 +9,11 @@ import {
 import type { FragmentHeaders, HeaderMap } from '../../core/headers';
 import type { CompleteSequence, ExpiredSequence } from '../../ports/sequence-store.port';
 import type { Disposition } from '../../ports/transport.port';
-import type { SpoolFile, SpoolRange } from './spool';
+import type { CheckedRange, SpoolFile, SpoolRange } from './spool';
 import { asError } from '../../core/errors/caught';
 
-/** One fragment held unsettled in the broker, its body in the spool. */
-export interface HeldFragment extends SpoolRange {
-  readonly position: number;
+/** One fragment held unsettled in the broker, its body in the spool (checked as it is read back). */
+export interface HeldFragment extends CheckedRange {
   /** The message's headers, to hand it to the store path should the sequence go there. */
   readonly headers: Readonly<Record<string, unknown>>;
   readonly redelivered: boolean;
@@ -117,8 +117,13 @@ export class HeldSequence {
   }
 
   /** The bodies' places in the spool, in position order. */
-  ranges(): SpoolRange[] {
+  ranges(): CheckedRange[] {
     return [...this.fragments.values()].sort((a, b) => a.position - b.position);
+  }
+
+  /** The payload read back from the spool, each body checked against its CRC-32. */
+  read(): Readable {
+    return this.file.read(this.ranges(), this.sequenceId);
   }
 
   /** What a handler is told of the complete sequence. */

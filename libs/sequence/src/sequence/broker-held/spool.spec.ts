@@ -1,6 +1,17 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { crc32 } from '../../core/checksum';
+import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
 import { Spool } from './spool';
 
 describe('Spool: directories left by earlier processes', () => {
@@ -89,5 +100,77 @@ describe('Spool: directories left by earlier processes', () => {
     expect(existsSync(held.path) && existsSync(other.path) && existsSync(again.path)).toBe(true);
     for (const file of [held, other, again]) await file.remove();
     await Promise.all([first.close(), second.close()]);
+  });
+});
+
+describe('SpoolFile: reading back', () => {
+  let root: string;
+
+  beforeEach(() => {
+    root = mkdtempSync(join(tmpdir(), 'nseq-spool-'));
+  });
+
+  afterEach(() => {
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  const bodies = [Buffer.alloc(3_000, 1), Buffer.alloc(2_000, 2), Buffer.alloc(1_500_000, 3)];
+  const ranges = [
+    { offset: 0, length: 3_000, position: 1, crc32: crc32(bodies[0]) },
+    { offset: 3_000, length: 2_000, position: 2, crc32: crc32(bodies[1]) },
+    { offset: 5_000, length: 1_500_000, position: 3, crc32: crc32(bodies[2]) },
+  ];
+
+  async function spooled(spool: Spool) {
+    const file = await spool.create();
+    for (const [index, body] of bodies.entries()) await file.write(body, ranges[index].offset);
+    return file;
+  }
+
+  async function readAll(stream: NodeJS.ReadableStream) {
+    const pieces: Buffer[] = [];
+    let failure: unknown;
+    try {
+      for await (const piece of stream) pieces.push(piece as Buffer);
+    } catch (error) {
+      failure = error;
+    }
+    return { bytes: Buffer.concat(pieces), failure };
+  }
+
+  it('reads the bodies back as written, each checked against its CRC-32', async () => {
+    const spool = new Spool(root, 8 * 1024 * 1024);
+    const file = await spooled(spool);
+    const { bytes, failure } = await readAll(file.read(ranges, 's-1'));
+    expect(failure).toBeUndefined();
+    expect(bytes.equals(Buffer.concat(bodies))).toBe(true);
+    await spool.close();
+  });
+
+  it('fails on a body changed on disk, before handing over any byte of it', async () => {
+    const spool = new Spool(root, 8 * 1024 * 1024);
+    const file = await spooled(spool);
+    const fd = openSync(file.path, 'r+');
+    writeSync(fd, Buffer.from([9]), 0, 1, 3_000 + 1_999); // the last byte of position 2
+    closeSync(fd);
+
+    const { bytes, failure } = await readAll(file.read(ranges, 's-1'));
+    expect(failure).toBeInstanceOf(StoredFragmentIntegrityError);
+    expect(failure).toMatchObject({ sequenceId: 's-1', position: 2, from: 'spool' });
+    expect((failure as Error).message).toMatch(/position 2 read back from the spool/);
+    expect(bytes.equals(bodies[0])).toBe(true);
+    await spool.close();
+  });
+
+  it('fails on a body of more than one piece changed on disk', async () => {
+    const spool = new Spool(root, 8 * 1024 * 1024);
+    const file = await spooled(spool);
+    const fd = openSync(file.path, 'r+');
+    writeSync(fd, Buffer.from([9]), 0, 1, 5_000 + 10); // in the first MiB of position 3
+    closeSync(fd);
+
+    const { failure } = await readAll(file.read(ranges, 's-1'));
+    expect(failure).toMatchObject({ position: 3, from: 'spool' });
+    await spool.close();
   });
 });

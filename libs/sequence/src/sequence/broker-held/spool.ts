@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, open, readdir, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
+import { crc32Continued } from '../../core/checksum';
+import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
 
 /** Largest piece a spool read hands over at once. */
 const READ_PIECE_BYTES = 1024 * 1024;
@@ -14,6 +16,12 @@ const PROCESS_DIR = new RegExp(`^([1-9][0-9]*)-[0-9a-f]{${SUFFIX_LENGTH}}$`);
 export interface SpoolRange {
   readonly offset: number;
   readonly length: number;
+}
+
+/** A body's place in a spool file, with its position and CRC-32 (its `x-fragment-crc32`). */
+export interface CheckedRange extends SpoolRange {
+  readonly position: number;
+  readonly crc32: number;
 }
 
 /**
@@ -127,13 +135,19 @@ export class SpoolFile {
     }
   }
 
-  /** The bytes of `ranges`, one after the other, a piece of at most 1 MiB at a time. */
-  read(ranges: readonly SpoolRange[]): Readable {
+  /**
+   * The bytes of `ranges`, one after the other, a piece of at most 1 MiB at a time. Each body is
+   * checked against its CRC-32 as it is read: bytes changed on disk since they were written fail
+   * the stream with a {@link StoredFragmentIntegrityError} before the body's last piece is passed
+   * on (so before any of a body of 1 MiB or less).
+   */
+  read(ranges: readonly CheckedRange[], sequenceId: string): Readable {
     const handle = this.handle;
     return Readable.from(
       (async function* () {
-        for (const { offset, length } of ranges) {
+        for (const { offset, length, position, crc32 } of ranges) {
           let done = 0;
+          let crc = 0;
           while (done < length) {
             const piece = Buffer.allocUnsafe(Math.min(READ_PIECE_BYTES, length - done));
             const { bytesRead } = await handle.read(piece, 0, piece.length, offset + done);
@@ -141,7 +155,12 @@ export class SpoolFile {
               throw new Error(`the spool file ${handle.fd} ended ${length - done} bytes short`);
             }
             done += bytesRead;
-            yield bytesRead === piece.length ? piece : piece.subarray(0, bytesRead);
+            const read = bytesRead === piece.length ? piece : piece.subarray(0, bytesRead);
+            crc = crc32Continued(read, crc);
+            if (done === length && crc !== crc32) {
+              throw new StoredFragmentIntegrityError(sequenceId, position, crc32, crc, 'spool');
+            }
+            yield read;
           }
         }
       })(),
