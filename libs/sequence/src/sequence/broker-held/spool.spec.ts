@@ -4,6 +4,7 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
+  readdirSync,
   rmSync,
   writeFileSync,
   writeSync,
@@ -13,6 +14,19 @@ import { dirname, join } from 'node:path';
 import { crc32 } from '../../core/checksum';
 import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
 import { Spool } from './spool';
+
+/** A slow disk: while set, a directory is made this many ms after it is asked for. */
+const slowMkdir = { ms: 0 };
+jest.mock('node:fs/promises', () => {
+  const actual = jest.requireActual<typeof import('node:fs/promises')>('node:fs/promises');
+  return {
+    ...actual,
+    mkdir: async (...args: Parameters<typeof actual.mkdir>) => {
+      if (slowMkdir.ms > 0) await new Promise((resolve) => setTimeout(resolve, slowMkdir.ms));
+      return actual.mkdir(...args);
+    },
+  };
+});
 
 describe('Spool: directories left by earlier processes', () => {
   let root: string;
@@ -172,5 +186,38 @@ describe('SpoolFile: reading back', () => {
     const { failure } = await readAll(file.read(ranges, 's-1'));
     expect(failure).toMatchObject({ position: 3, from: 'spool' });
     await spool.close();
+  });
+});
+
+describe('Spool: closing while it opens', () => {
+  let root: string;
+
+  beforeEach(() => {
+    root = mkdtempSync(join(tmpdir(), 'nseq-spool-'));
+  });
+
+  afterEach(() => {
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  afterEach(() => {
+    slowMkdir.ms = 0;
+  });
+
+  it('leaves no directory behind when closed while it makes its directory again', async () => {
+    const spool = new Spool(root, 1024 * 1024);
+    const first = await spool.create();
+    await first.remove();
+    rmSync(dirname(first.path), { recursive: true, force: true }); // a temp-directory cleaner
+    slowMkdir.ms = 50;
+
+    const creating = spool.create().then(
+      (file) => file.remove(),
+      () => undefined,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await spool.close();
+    await creating;
+    expect(readdirSync(root)).toEqual([]);
   });
 });

@@ -36,6 +36,8 @@ export class Spool {
   private readonly dir: string;
   private reserved = 0;
   private opened?: Promise<void>;
+  /** Files being made now (`create`), which `close` waits for. */
+  private readonly creating = new Set<Promise<SpoolFile>>();
   private closed = false;
 
   constructor(
@@ -65,6 +67,27 @@ export class Spool {
   /** A new, empty file for one sequence. */
   async create(): Promise<SpoolFile> {
     if (this.closed) throw new Error('the spool is closed');
+    const creating = this.createFile();
+    this.creating.add(creating);
+    try {
+      return await creating;
+    } finally {
+      this.creating.delete(creating);
+    }
+  }
+
+  /**
+   * Removes this process's directory and everything in it, once the files being made are: each
+   * may make the directory (again), which would otherwise outlive the spool.
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    openHere.delete(this.dir);
+    await Promise.allSettled([...this.creating]);
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  private async createFile(): Promise<SpoolFile> {
     // A failed preparation (a full disk, say) is tried again by the next sequence.
     this.opened ??= this.prepare().catch((error: unknown) => {
       this.opened = undefined;
@@ -73,13 +96,6 @@ export class Spool {
     await this.opened;
     const path = join(this.dir, `${randomUUID()}.spool`);
     return new SpoolFile(path, await this.openFile(path));
-  }
-
-  /** Removes this process's directory and everything in it. */
-  async close(): Promise<void> {
-    this.closed = true;
-    openHere.delete(this.dir);
-    await rm(this.dir, { recursive: true, force: true });
   }
 
   private async openFile(path: string): Promise<FileHandle> {
