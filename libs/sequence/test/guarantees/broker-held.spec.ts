@@ -651,6 +651,46 @@ describe('guarantees: broker-held reassembly', () => {
     expect(deadLetters(transport, channel)).toEqual([]);
   });
 
+  it('settles a duplicate that meets its sequence as it moves to the store', async () => {
+    const channel = 'held.spill-duplicate';
+    const store = new SlowStore();
+    store.acceptDelayMs = 100;
+    const dir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    const {
+      app: nest,
+      transport,
+      handler,
+    } = await app(channel, {
+      store,
+      spool: { dir, maxBytes: 2_500 },
+    });
+    const payload = bytes(4_000, 27);
+    const fragments = makeFragments('held-spill-dup', payload, 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
+    const reassembler = nest.get(BrokerHeldReassembler);
+    await eventually(() => reassembler.spooledBytes === 2_000, 'two held');
+    // The broker delivers the second again (after a lost channel, say), and the event loop is
+    // slow to go on with it once it found the sequence held: meanwhile the third fragment passes
+    // the spool's budget and the sequence starts moving to the store.
+    type Find = (...args: unknown[]) => Promise<unknown>;
+    const holder = reassembler as unknown as { sequenceOf: Find };
+    const find = holder.sequenceOf.bind(reassembler);
+    jest.spyOn(holder, 'sequenceOf').mockImplementationOnce(async (...args: unknown[]) => {
+      const found = await find(...args);
+      await sleep(50);
+      return found;
+    });
+    await publishHeld(transport, channel, [fragments[1]], PARTITIONS);
+    await publishHeld(transport, channel, [fragments[2]], PARTITIONS);
+    await publishHeld(transport, channel, [fragments[3]], PARTITIONS);
+
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(handler.of('held-spill-dup')[0].bytes.equals(payload)).toBe(true);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every delivery settled');
+    expect(deadLetters(transport, channel)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('takes fragments published to the plain channel through the store', async () => {
     const channel = 'held.plain';
     const { transport, handler } = await app(channel);

@@ -255,8 +255,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const facts = { ...fragment, bodyBytes: body.length };
     const admission = admitFragment(sequence.state, facts, options);
     // Being delivered, spilled, ended or released meanwhile: only a duplicate of a fragment still
-    // held may take its place; anything else comes back later and meets the sequence's verdict.
-    const superseding = admission.kind === 'duplicate' && sequence.fragments.has(fragment.position);
+    // held by a sequence being handled may take its place; anything else comes back later and
+    // meets the sequence's verdict. Not while it moves to the store: it settles the fragments it
+    // took, one by one, as the store takes them, and would leave the newer delivery unsettled.
+    const superseding =
+      admission.kind === 'duplicate' &&
+      sequence.fragments.has(fragment.position) &&
+      !sequence.spilling;
     if (sequence.phase !== 'holding' && !(sequence.phase === 'delivering' && superseding)) {
       return this.requeue(`sequence ${fragment.sequenceId} is being settled`);
     }
@@ -397,6 +402,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private async spill(sequence: HeldSequence, consumer: SequenceConsumer): Promise<void> {
     if (sequence.phase !== 'holding') return;
     sequence.phase = 'delivering';
+    sequence.spilling = true;
     clearTimeout(sequence.timer);
     const key = keyOf(sequence);
     this.routeToStore(key, consumer);

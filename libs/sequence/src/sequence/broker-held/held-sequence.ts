@@ -43,6 +43,8 @@ export class HeldSequence {
   readonly fragments = new Map<number, HeldFragment>();
   /** `holding` until complete; then `delivering`; `done` once every fragment is settled. */
   phase: 'holding' | 'delivering' | 'done' = 'holding';
+  /** Being moved to the store (`delivering` too): its fragments are settled one by one. */
+  spilling = false;
   /** Bytes reserved in the spool for this sequence. */
   spooled = 0;
   userHeaders: HeaderMap = {};
