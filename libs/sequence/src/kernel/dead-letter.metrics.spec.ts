@@ -8,6 +8,12 @@ describe('deadLetterReasonLabel', () => {
     expect(deadLetterReasonLabel('handler-failed: a: b: c')).toBe('handler-failed');
   });
 
+  it("takes the code of a transport's own dead letter", () => {
+    expect(
+      deadLetterReasonLabel("max-deliver: delivered 3 times (the consumer's max_deliver)"),
+    ).toBe('max-deliver');
+  });
+
   it('takes a bare known code', () => {
     expect(deadLetterReasonLabel('sequence-expired')).toBe('sequence-expired');
   });

@@ -51,12 +51,21 @@ const everyCodeListed: [Exclude<RejectionCode, (typeof REJECTION_CODES)[number]>
   : never = true;
 void everyCodeListed;
 
-const KNOWN_CODES: ReadonlySet<string> = new Set(REJECTION_CODES);
+/**
+ * Codes of the dead letters a transport stores on its own (`Transport.onDeadLetter`): NATS
+ * JetStream's `max-deliver`, a message requeued or left unsettled up to its `max_deliver`.
+ */
+const TRANSPORT_CODES = ['max-deliver'] as const;
+export type TransportDeathCode = (typeof TRANSPORT_CODES)[number];
+
+const KNOWN_CODES: ReadonlySet<string> = new Set([...REJECTION_CODES, ...TRANSPORT_CODES]);
 
 /** The `reason` label of a dead letter: its reason's code (before the first `:`), or `other`. */
-export function deadLetterReasonLabel(reason: string): RejectionCode | 'other' {
+export function deadLetterReasonLabel(
+  reason: string,
+): RejectionCode | TransportDeathCode | 'other' {
   const { code } = splitDeathReason(reason);
-  return KNOWN_CODES.has(code) ? (code as RejectionCode) : 'other';
+  return KNOWN_CODES.has(code) ? (code as RejectionCode | TransportDeathCode) : 'other';
 }
 
 /**
@@ -82,7 +91,10 @@ export class DeadLetterMetrics {
     );
   }
 
-  /** One dead letter of a message of `channel`, `reason` its `x-death-reason`. */
+  /**
+   * One dead letter of a message of `channel`, `reason` its `x-death-reason`: given by a
+   * subscription of the module, published by the module, or stored by the transport on its own.
+   */
   deadLettered(channel: string, reason: string): void {
     this.sent.inc({ channel, reason: deadLetterReasonLabel(reason) });
   }

@@ -1,7 +1,13 @@
 import { Test } from '@nestjs/testing';
 import { Registry } from 'prom-client';
+import { randomUUID } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { InMemoryTransport } from '../adapters/transports/in-memory/in-memory.transport';
+import { NatsTransport } from '../adapters/transports/nats/nats.transport';
+import { streamName } from '../adapters/transports/nats/nats.naming';
 import { SequenceModule } from '../sequence.module';
+import { connectNats } from '../adapters/transports/nats/nats.client';
+import { describeWithServer, SERVERS } from '../../test/support/servers';
 
 describe('TransportMetrics', () => {
   it('reports the dead letters the in-memory transport dropped', async () => {
@@ -22,6 +28,44 @@ describe('TransportMetrics', () => {
     } finally {
       await app.close();
       await transport.close();
+    }
+  });
+});
+
+describeWithServer('nats', 'TransportMetrics on NATS JetStream', () => {
+  it("counts the transport's own max-deliver dead letters in dead_letters_total", async () => {
+    const transport = await NatsTransport.connect(
+      { servers: SERVERS.nats.url },
+      { maxDeliver: 2, nakDelayMs: 0 },
+    );
+    const channel = `nats-metrics.${randomUUID()}`;
+    const registry = new Registry();
+    const app = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ transport, metrics: { registry } })],
+    })
+      .compile()
+      .then((moduleRef) => moduleRef.init());
+    const counted = async () =>
+      (await registry.getSingleMetric('nest_sequence_dead_letters_total')?.get())?.values ?? [];
+    try {
+      app.useLogger(false);
+      await transport.subscribe(channel, async () => ({ action: 'requeue' }));
+      await transport.publish(channel, Buffer.from('poison'), {});
+      let values = await counted();
+      for (let tries = 0; tries < 200 && values.length === 0; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+        values = await counted();
+      }
+      expect(values).toEqual([{ labels: { channel, reason: 'max-deliver' }, value: 1 }]);
+    } finally {
+      await app.close();
+      await transport.close();
+      const admin = await connectNats({ servers: SERVERS.nats.url });
+      const jsm = await jetstreamManager(admin);
+      for (const each of [channel, `${channel}.dlq`]) {
+        await jsm.streams.delete(streamName('NSEQ_', each)).catch(() => undefined);
+      }
+      await admin.close();
     }
   });
 });

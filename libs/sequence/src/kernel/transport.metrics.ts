@@ -1,15 +1,27 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import type { Transport } from '../ports/transport.port';
+import { DeadLetterMetrics } from './dead-letter.metrics';
 import { ModuleMetrics } from './module-metrics';
 import { SEQUENCE_TRANSPORT } from './tokens';
 
 /**
  * What the transport itself counts: `nest_sequence_transport_dead_letters_dropped`, the dead
- * letters a transport that bounds them (the in-memory one) dropped so far, read at every scrape.
+ * letters a transport that bounds them (the in-memory one) dropped so far, read at every scrape;
+ * and the dead letters it stores on its own (NATS's `max-deliver`), counted in
+ * `dead_letters_total` as it tells them.
  */
 @Injectable()
-export class TransportMetrics {
-  constructor(metrics: ModuleMetrics, @Inject(SEQUENCE_TRANSPORT) transport: Transport) {
+export class TransportMetrics implements OnModuleDestroy {
+  private readonly unlisten?: () => void;
+
+  constructor(
+    metrics: ModuleMetrics,
+    deadLetters: DeadLetterMetrics,
+    @Inject(SEQUENCE_TRANSPORT) transport: Transport,
+  ) {
+    this.unlisten = transport.onDeadLetter?.((channel, reason) =>
+      deadLetters.deadLettered(channel, reason),
+    );
     const dropped = transport.droppedDeadLetters?.bind(transport);
     if (!dropped) return;
     metrics.gauge(
@@ -21,5 +33,9 @@ export class TransportMetrics {
         return Promise.resolve();
       },
     );
+  }
+
+  onModuleDestroy(): void {
+    this.unlisten?.();
   }
 }

@@ -251,6 +251,15 @@ export interface Transport {
    */
   droppedDeadLetters?(): number;
   /**
+   * Calls `listener` for each dead letter the transport stores on its own, once the broker
+   * confirmed it: not one given as a `dead-letter` disposition (the module counts those), but one
+   * of the transport's own limits, such as NATS JetStream's `max_deliver` (`max-deliver: …`).
+   * `channel` is the channel the message came from. Returns a function that stops telling it.
+   * The module counts them in `dead_letters_total`. Transports that dead-letter nothing on their
+   * own (or whose broker does it unseen) leave this undefined.
+   */
+  onDeadLetter?(listener: (channel: string, reason: string) => void): () => void;
+  /**
    * Browsing, replaying and discarding the dead letters this transport holds (the operator
    * console). Undefined where the transport cannot.
    */

@@ -49,7 +49,7 @@ export interface NatsSubscriptionSettings {
     channel: string,
     body: Buffer,
     headers: Record<string, unknown>,
-  ) => Promise<void>;
+  ) => Promise<unknown>;
   /**
    * Deletes a terminated message from the channel's stream: some servers (2.9 among them) keep a
    * terminated message in a work-queue stream, where nothing would ever remove it.
@@ -70,6 +70,8 @@ export interface NatsSubscriptionSettings {
   readonly maxPayload: number;
   /** Resolves once what the connection has buffered (acks, naks) reached the server. */
   readonly flush: () => Promise<void>;
+  /** A dead letter it stored on its own (`max-deliver: …`), not given as a disposition. */
+  readonly onOwnDeadLetter?: (reason: string) => void;
   /** Run at close, once the unsettled messages are handed back: removes what was its alone. */
   readonly release?: () => Promise<void>;
   /**
@@ -401,7 +403,7 @@ export class NatsSubscription implements Subscription {
         const reason =
           `max-deliver: delivered ${deliveries} times (the consumer's max_deliver) and requeued ` +
           `each time${disposition.reason ? ` (${disposition.reason})` : ''}`;
-        this.forward(this.deadLetter(delivery, inbound, body, reason));
+        this.forward(this.deadLetter(delivery, inbound, body, reason, true));
         return;
       }
       this.finish(delivery, this.plainRequeue(deliveries));
@@ -414,6 +416,7 @@ export class NatsSubscription implements Subscription {
     inbound: InboundMessage,
     body: () => Promise<Buffer>,
     reason: string,
+    own = false,
   ): Promise<void> {
     const { deadLetterChannel } = this.settings;
     if (deadLetterChannel === undefined) {
@@ -428,6 +431,7 @@ export class NatsSubscription implements Subscription {
     try {
       await this.settings.publish(deadLetterChannel, await body(), headers);
       this.finish(delivery, term(reason.slice(0, 200)));
+      if (own) this.settings.onOwnDeadLetter?.(reason);
       await this.settings
         .removeFromStream(delivery.streamSequence)
         .catch((error: unknown) =>

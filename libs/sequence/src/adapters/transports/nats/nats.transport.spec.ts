@@ -138,6 +138,72 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(dead[0].headers['x-death-reason']).toMatch(/^max-deliver: delivered 3 times/);
   });
 
+  it('tells its dead-letter listeners of the max-deliver dead letters it sends on its own', async () => {
+    await transport.close();
+    transport = await NatsTransport.connect(
+      { servers: SERVERS.nats.url },
+      { maxDeliver: 2, nakDelayMs: 0 },
+    );
+    const told: Array<[string, string]> = [];
+    transport.onDeadLetter((channel, reason) => told.push([channel, reason]));
+    const channel = newChannel();
+    const dead = await collect(transport.deadLetterChannel(channel));
+    await transport.subscribe(channel, async () => ({ action: 'requeue' }));
+    await transport.subscribe(`${channel}-2`, async () => ({ action: 'dead-letter', reason: 'x' }));
+    channels.add(`${channel}-2`);
+    await transport.publish(channel, Buffer.from('poison'), {});
+    await transport.publish(`${channel}-2`, Buffer.from('given'), {});
+
+    await eventually(() => dead.length === 1 && told.length === 1, 'the dead letter, told');
+    // A dead letter given as a disposition is counted by the module, not told here.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(told).toEqual([[channel, expect.stringMatching(/^max-deliver: delivered 2 times/)]]);
+  });
+
+  it('dead-letters a message the server stopped delivering at max_deliver unsettled', async () => {
+    await transport.close();
+    transport = await NatsTransport.connect(
+      { servers: SERVERS.nats.url },
+      { maxDeliver: 2, ackWaitMs: 1_000 },
+    );
+    const told: Array<[string, string]> = [];
+    transport.onDeadLetter((channel, reason) => told.push([channel, reason]));
+    const channel = newChannel();
+    await transport.publish(channel, Buffer.from('stranded'), { 'x-sequence-id': 's-7' });
+    // A consumer that crashed holding it, twice: its max_deliver-th delivery was never settled.
+    const consumer = await jetstream(admin).consumers.get(
+      streamName('NSEQ_', channel),
+      'nest-sequence',
+    );
+    for (let delivery = 1; delivery <= 2; delivery++) {
+      const batch = await consumer.fetch({ max_messages: 1, expires: 3_000 });
+      let got = 0;
+      for await (const message of batch) got = message.info.deliveryCount;
+      expect(got).toBe(delivery);
+    }
+    const handled: InboundMessage[] = [];
+    await transport.subscribe(channel, async (message) => {
+      handled.push(message);
+      return ACK;
+    });
+    const dead = await collect(transport.deadLetterChannel(channel));
+
+    await eventually(() => dead.length === 1, 'the dead letter', 10_000);
+    expect(dead[0].body.toString()).toBe('stranded');
+    expect(dead[0].headers).toMatchObject({ 'x-sequence-id': 's-7' });
+    expect(String(dead[0].headers['x-death-reason'])).toMatch(
+      /^max-deliver: delivered 2 times \(the consumer's max_deliver\)/,
+    );
+    let left = -1;
+    for (let tries = 0; tries < 100 && left !== 0; tries++) {
+      if (tries > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      left = (await jsm.streams.info(streamName('NSEQ_', channel))).state.messages;
+    }
+    expect(left).toBe(0);
+    expect(handled).toEqual([]);
+    expect(told).toEqual([[channel, String(dead[0].headers['x-death-reason'])]]);
+  });
+
   describe('a message as large as the server takes, forwarded', () => {
     const reason = `handler-failed: ${'ValidationError: items[3].sku is not a known SKU; '.repeat(6)}`;
 

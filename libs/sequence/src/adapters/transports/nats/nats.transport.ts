@@ -63,7 +63,8 @@ import {
 import { NatsPartitionLeases } from './nats.partition-leases';
 import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
-import { NatsDeadLetterBox } from './nats.dead-letter-box';
+import { deleteFoundNothing, NatsDeadLetterBox } from './nats.dead-letter-box';
+import { NatsDeliveryLimitWatch } from './nats.delivery-limit';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
 import { NatsTopology, partitionAckWaitMs } from './nats.topology';
 
@@ -141,6 +142,7 @@ export class NatsTransport implements Transport {
    */
   private stopped = false;
   private closing?: Promise<void>;
+  private readonly deadLetterListeners = new Set<(channel: string, reason: string) => void>();
 
   /**
    * @param connection a connected `NatsConnection`; it stays the caller's to close. Give it
@@ -277,6 +279,7 @@ export class NatsTransport implements Transport {
       prefetch,
       deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
       maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : this.settings.maxDeliver,
+      consumerName: this.settings.durableName,
       // Declared again after a reconnect (which forgets the declarations), repairing what a
       // server restart may have broken; cached otherwise.
       consumer: async () => {
@@ -340,6 +343,7 @@ export class NatsTransport implements Transport {
           prefetch,
           deadLetterChannel,
           maxDeliver: this.settings.maxDeliver,
+          consumerName: partitionConsumerName(this.settings.durableName, index),
           ackWaitMs: partitionAckWaitMs(this.settings.ackWaitMs, leaseMs),
           // Short pull requests: a closing subscriber lets its last one run out before handing
           // back what it holds, and one left by a lost subscriber is gone before its lease.
@@ -407,6 +411,7 @@ export class NatsTransport implements Transport {
       prefetch,
       deadLetterChannel: undefined,
       maxDeliver,
+      consumerName: name,
       consumer: async () => {
         if (!consumer) {
           // Made again when the server lost it (a restart) or removed it (inactive too long).
@@ -450,13 +455,54 @@ export class NatsTransport implements Transport {
       > & {
         /** The stream the consumer reads. @default the channel's */
         readonly stream?: string;
+        /** The name of the durable consumer it pulls from. */
+        readonly consumerName: string;
       },
   ): NatsSubscription {
-    const { channel } = own;
+    const { channel, deadLetterChannel } = own;
     const { nakDelayMs, maxNakDelayMs, ackWaitMs } = this.settings;
     const stream = own.stream ?? this.topology.stream(channel);
+    const readStored = async (sequence: number) => {
+      const jsm = await this.jsm();
+      return (await jsm.streams.getMessage(stream, { seq: sequence })) ?? undefined;
+    };
+    const watch =
+      deadLetterChannel === undefined || own.maxDeliver === undefined
+        ? undefined
+        : new NatsDeliveryLimitWatch({
+            channel,
+            stream,
+            consumer: own.consumerName,
+            deadLetterChannel,
+            connection: this.connection,
+            read: (sequence) =>
+              readStored(sequence).catch((error: unknown) => {
+                if (deleteFoundNothing(error)) return undefined;
+                throw error;
+              }),
+            publish: (body, headers, msgId) =>
+              this.forward(deadLetterChannel, body, headers, { channel }, msgId),
+            remove: async (sequence) => {
+              const jsm = await this.jsm();
+              return jsm.streams.deleteMessage(stream, sequence, false).catch((error: unknown) => {
+                if (deleteFoundNothing(error)) return false;
+                throw error;
+              });
+            },
+            deadLettered: (reason) => this.toldDeadLetter(channel, reason),
+            logger: this.logger,
+          });
+    const { release } = own;
     const subscription = new NatsSubscription({
       ...own,
+      release:
+        watch || release
+          ? async () => {
+              await watch?.stop();
+              await release?.();
+            }
+          : undefined,
+      onOwnDeadLetter: (reason) => this.toldDeadLetter(channel, reason),
       nakDelayMs: (deliveries) =>
         Math.min(nakDelayMs * 2 ** Math.max(0, deliveries - 1), maxNakDelayMs),
       ackWaitMs: own.ackWaitMs ?? ackWaitMs,
@@ -464,8 +510,7 @@ export class NatsTransport implements Transport {
         own.publish ??
         ((target, body, headers) => this.forward(target, body, headers, { channel })),
       readFromStream: async (sequence) => {
-        const jsm = await this.jsm();
-        const stored = await jsm.streams.getMessage(stream, { seq: sequence });
+        const stored = await readStored(sequence);
         if (!stored) throw new Error(`message ${sequence} is no longer in stream ${stream}`);
         const data = stored.data;
         return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
@@ -485,7 +530,29 @@ export class NatsTransport implements Transport {
     });
     this.subscriptions.add(subscription);
     subscription.start();
+    watch?.start();
     return subscription;
+  }
+
+  /**
+   * Calls `listener` for each dead letter the transport stores on its own, once stored: a message
+   * still requeued at its `maxDeliver`-th delivery, and one the server stopped delivering at its
+   * `max_deliver` unsettled (`max-deliver: …`). Dead letters given as a `dead-letter` disposition
+   * are not told. Returns a function that stops telling it.
+   */
+  onDeadLetter(listener: (channel: string, reason: string) => void): () => void {
+    this.deadLetterListeners.add(listener);
+    return () => this.deadLetterListeners.delete(listener);
+  }
+
+  private toldDeadLetter(channel: string, reason: string): void {
+    for (const listener of this.deadLetterListeners) {
+      try {
+        listener(channel, reason);
+      } catch (error) {
+        this.logger.warn(`a dead-letter listener failed: ${errorMessage(error)}`);
+      }
+    }
   }
 
   /** `<channel><deadLetterSuffix>`: `<channel>.dlq` unless the `deadLetterSuffix` option says. */
@@ -542,7 +609,8 @@ export class NatsTransport implements Transport {
     body: Buffer,
     headers: Readonly<Record<string, unknown>>,
     from: { readonly channel: string; readonly partition?: PartitionAddress },
-  ): Promise<void> {
+    msgId?: string,
+  ): Promise<{ readonly duplicate: boolean }> {
     const copy = target === from.channel;
     const fitted = copy
       ? headers
@@ -552,7 +620,7 @@ export class NatsTransport implements Transport {
     }
     const { publishTimeoutMs } = this.settings;
     const partition = copy ? from.partition : undefined;
-    await this.send(target, body, fitted, publishTimeoutMs, true, undefined, partition, true);
+    return this.send(target, body, fitted, publishTimeoutMs, true, msgId, partition, true);
   }
 
   /**

@@ -1,0 +1,177 @@
+import type { Logger } from '@nestjs/common';
+import type { StoredMsg } from '@nats-io/jetstream';
+import { errorMessage } from '../../../core/errors/caught';
+import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
+import { SequenceHeader } from '../../../core/headers';
+import { deadLetterHeaders } from '../../../ports/transport.port';
+import { forwardableHeaders } from '../../../ports/transport-headers';
+import type { NatsConnection } from './nats.client';
+import { decodeHeaders } from './nats.headers';
+
+/** Where nats-server tells that a consumer stopped delivering a message at its `max_deliver`. */
+export const MAX_DELIVERIES_ADVISORY = '$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES';
+/** Most advisories waiting to be acted on; past it, the message is reported and left. */
+const MAX_WAITING = 10_000;
+/** Attempts at moving one message, a pause apart, before it is left in the stream. */
+const ATTEMPTS = 5;
+const PAUSE_MS = 1_000;
+
+export interface NatsDeliveryLimitSettings {
+  readonly channel: string;
+  /** The stream and durable consumer whose advisories are watched. */
+  readonly stream: string;
+  readonly consumer: string;
+  readonly deadLetterChannel: string;
+  readonly connection: NatsConnection;
+  /** The message at `sequence` of the stream, or undefined when it is gone. */
+  readonly read: (sequence: number) => Promise<StoredMsg | undefined>;
+  /** Publishes the dead letter with the given `Nats-Msg-Id`, its headers cut to fit. */
+  readonly publish: (
+    body: Buffer,
+    headers: Record<string, unknown>,
+    msgId: string,
+  ) => Promise<{ readonly duplicate: boolean }>;
+  /** Deletes the message at `sequence` from the stream; false when it was not there. */
+  readonly remove: (sequence: number) => Promise<boolean>;
+  /** A dead letter this watch stored (not a duplicate of another process's). */
+  readonly deadLettered: (reason: string) => void;
+  readonly logger: Logger;
+}
+
+/**
+ * Dead-letters the messages a consumer stopped delivering at its `max_deliver` without anyone
+ * settling their last delivery: a subscriber that crashed or lost its lease holding it, or whose
+ * dead letter could not be published. nats-server then leaves the message in the work-queue
+ * stream, never delivered again, and tells so in a `MAX_DELIVERIES` advisory (core NATS: heard by
+ * whoever listens at that moment, which a subscriber pulling from the consumer does).
+ *
+ * On each advisory the message is read from the stream, published to the dead-letter channel
+ * (headers kept, `x-death-reason: max-deliver: …`) with a `Nats-Msg-Id` of the stream, sequence
+ * and time, then deleted from the stream: every subscriber of the channel hears the advisory, and
+ * the dead-letter stream stores their publishes once (within its duplicate window); only the one
+ * stored is told to `deadLettered`. One message is moved at a time. A message whose dead letter
+ * does not fit `max_payload` even with its headers cut, or that could not be moved in
+ * {@link ATTEMPTS} tries, is left in the stream and logged as an error naming its stream and
+ * sequence: the server never delivers it again, and nothing else removes it.
+ */
+export class NatsDeliveryLimitWatch {
+  private subscription?: { unsubscribe(): void };
+  private readonly waiting: Array<{ sequence: number; deliveries: number }> = [];
+  private running?: Promise<void>;
+  private stopped = false;
+
+  constructor(private readonly settings: NatsDeliveryLimitSettings) {}
+
+  start(): void {
+    const { stream, consumer, connection } = this.settings;
+    this.subscription = connection.subscribe(`${MAX_DELIVERIES_ADVISORY}.${stream}.${consumer}`, {
+      callback: (error, message) => {
+        if (!error) this.heard(message);
+      },
+    });
+  }
+
+  /** Stops listening, and waits for the move under way (those waiting are left). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.subscription?.unsubscribe();
+    for (const { sequence } of this.waiting.splice(0)) {
+      this.left(sequence, undefined, 'its subscription closed first');
+    }
+    await this.running;
+  }
+
+  private heard(message: unknown): void {
+    let advisory: { stream_seq?: unknown; deliveries?: unknown };
+    try {
+      advisory = (message as { json(): typeof advisory }).json();
+    } catch {
+      return;
+    }
+    const sequence = advisory.stream_seq;
+    if (typeof sequence !== 'number' || !Number.isSafeInteger(sequence) || sequence < 1) return;
+    const deliveries = typeof advisory.deliveries === 'number' ? advisory.deliveries : 0;
+    if (this.stopped) return;
+    if (this.waiting.length >= MAX_WAITING) {
+      this.left(sequence, undefined, `${MAX_WAITING} others wait to be moved`);
+      return;
+    }
+    this.waiting.push({ sequence, deliveries });
+    this.running ??= this.drain();
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      for (let next = this.waiting.shift(); next; next = this.waiting.shift()) {
+        await this.move(next.sequence, next.deliveries);
+      }
+    } finally {
+      this.running = undefined;
+    }
+  }
+
+  private async move(sequence: number, deliveries: number): Promise<void> {
+    const { channel, stream, deadLetterChannel } = this.settings;
+    const reason =
+      `max-deliver: delivered ${deliveries} times (the consumer's max_deliver), the last ` +
+      'delivery left unsettled (its subscriber stopped, or its dead letter was not stored)';
+    let headers: Record<string, unknown> | undefined;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const stored = await this.settings.read(sequence);
+        // Gone: another subscriber moved it, or an operator deleted it.
+        if (!stored) return;
+        headers = decodeHeaders(stored.header ?? []);
+        const letter = forwardableHeaders(deadLetterHeaders(headers, reason), [
+          SequenceHeader.deathReason,
+        ]);
+        const data = stored.data;
+        const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+        const msgId = `nseq-max-deliver:${stream}:${sequence}:${stored.time.getTime()}`;
+        const { duplicate } = await this.settings.publish(body, letter, msgId);
+        await this.settings
+          .remove(sequence)
+          .catch((error: unknown) =>
+            this.settings.logger.error(
+              `message ${sequence} of ${channel} was dead-lettered to ${deadLetterChannel} (${reason}) ` +
+                `but could not be deleted from stream ${stream}: ${errorMessage(error)}; ` +
+                'delete it there, it is not delivered again',
+            ),
+          );
+        if (!duplicate) this.settings.deadLettered(reason);
+        return;
+      } catch (error) {
+        if (error instanceof MessageTooLargeError || attempt >= ATTEMPTS || this.stopped) {
+          this.left(sequence, headers, `${reason}; ${errorMessage(error)}`);
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, PAUSE_MS).unref());
+      }
+    }
+  }
+
+  /** Logs a message the server no longer delivers and that could not be dead-lettered. */
+  private left(
+    sequence: number,
+    headers: Readonly<Record<string, unknown>> | undefined,
+    why: string,
+  ): void {
+    const { channel, stream, deadLetterChannel } = this.settings;
+    this.settings.logger.error(
+      `message ${sequence} of ${channel}${describeSequence(headers)} reached its max_deliver and ` +
+        `could not be dead-lettered to ${deadLetterChannel} (${why}): it stays in stream ` +
+        `${stream} at sequence ${sequence}, never delivered again; read it with ` +
+        `\`nats stream get ${stream} ${sequence}\`, then republish it smaller or delete it`,
+    );
+  }
+}
+
+/** ` (sequence <id>, position <n>)` from a fragment's headers, or nothing. */
+export function describeSequence(headers: Readonly<Record<string, unknown>> | undefined): string {
+  const text = (value: unknown) =>
+    typeof value === 'string' || typeof value === 'number' ? String(value) : undefined;
+  const id = text(headers?.[SequenceHeader.id]);
+  if (id === undefined) return '';
+  const position = text(headers?.[SequenceHeader.position]);
+  return ` (sequence ${id}${position === undefined ? '' : `, position ${position}`})`;
+}
