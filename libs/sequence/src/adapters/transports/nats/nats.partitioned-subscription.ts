@@ -48,6 +48,8 @@ interface OwnedPartition {
   /** When that write was sent. */
   writtenAt: number;
   subscription?: NatsSubscription;
+  /** Fires as the lease stops being trusted: its subscription is abandoned then. */
+  distrust?: NodeJS.Timeout;
 }
 
 /**
@@ -57,8 +59,9 @@ interface OwnedPartition {
  * - every tenth of the lease time, and at once when another subscriber releases one, it claims
  *   the partitions nobody holds, and starts pulling from each it gets;
  * - it renews each lease every third of the lease time. A lease it could not renew for 90% of the
- *   lease time (a lost connection, a paused process) is no longer trusted: no in-progress acks go
- *   out for its messages, and the partition's pulling stops without handing them back, since
+ *   lease time (a lost connection, a paused process) is no longer trusted: from that moment (a
+ *   timer per lease) no in-progress acks go out for its messages, verdicts on them are ignored
+ *   (and logged), and the partition's pulling stops without handing them back, since
  *   another subscriber may have them by then (the server redelivers them after `ack_wait`). A
  *   renewal refused because the lease is another's stops the partition the same way, handing its
  *   messages back at once when the lease was still trusted;
@@ -112,6 +115,25 @@ export class NatsPartitionedSubscription implements Subscription {
     );
   }
 
+  /**
+   * Lets go of `partition` as its lease stops being trusted, to the moment: its subscription's
+   * messages are abandoned then (their `abandoned` signal aborted), so that a verdict given
+   * later, which the subscription ignores, is not counted by the module either.
+   */
+  private watchTrust(partition: OwnedPartition): void {
+    clearTimeout(partition.distrust);
+    if (this.closed || this.owned.get(partition.index) !== partition) return;
+    const leftMs = partition.writtenAt + this.leaseMs * TRUSTED_SHARE - monotonicNow();
+    partition.distrust = setTimeout(
+      () => {
+        // A timer may fire a little early: then it is set again for what is left.
+        if (this.trusted(partition)) this.watchTrust(partition);
+        else this.stop(partition, false);
+      },
+      Math.max(1, Math.ceil(leftMs)),
+    );
+  }
+
   /** Stops the partitions whose lease could not be renewed in time, without handing back. */
   private letGoUntrusted(): void {
     for (const partition of this.owned.values()) {
@@ -132,6 +154,7 @@ export class NatsPartitionedSubscription implements Subscription {
     await this.ticking;
     await Promise.all(
       [...this.owned.values()].map(async (partition) => {
+        clearTimeout(partition.distrust);
         this.owned.delete(partition.index);
         await partition.subscription?.close();
         await this.settings.leases
@@ -206,6 +229,7 @@ export class NatsPartitionedSubscription implements Subscription {
         }
         partition.sequence = sequence;
         partition.writtenAt = sentAt;
+        this.watchTrust(partition);
       });
     const failed = (await Promise.allSettled(renewals)).find(
       (outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected',
@@ -240,6 +264,7 @@ export class NatsPartitionedSubscription implements Subscription {
       if (sequence === undefined) continue;
       const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };
       this.owned.set(index, partition);
+      this.watchTrust(partition);
       partition.subscription = this.settings.open(
         index,
         () => !this.closed && this.owned.get(index) === partition && this.trusted(partition),
@@ -265,6 +290,7 @@ export class NatsPartitionedSubscription implements Subscription {
   /** Stops pulling a partition whose lease is gone: handing its messages back, or not. */
   private stop(partition: OwnedPartition, handBack: boolean): void {
     if (this.owned.get(partition.index) !== partition) return;
+    clearTimeout(partition.distrust);
     this.owned.delete(partition.index);
     if (!handBack) this.lapsed.set(partition.index, partition.sequence);
     const subscription = partition.subscription;

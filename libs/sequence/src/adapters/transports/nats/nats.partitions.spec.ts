@@ -308,6 +308,41 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     );
   });
 
+  it('abandons held messages as their lease stops being trusted, and logs verdicts it then ignores', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn');
+    const channel = newChannel();
+    const proxy = await tcpProxy();
+    const leaseMs = 3_000;
+    const lost = await newTransport(proxy.url, leaseMs);
+    const held: InboundMessage[] = [];
+    const verdicts: Array<(disposition: Disposition) => void> = [];
+    const a = (await lost.subscribe(
+      channel,
+      (message) => {
+        held.push(message);
+        return new Promise<Disposition>((resolve) => verdicts.push(resolve));
+      },
+      { partitions: 1 },
+    )) as NatsPartitionedSubscription;
+    await publishTo(await newTransport(), channel, 0, 1, ['one']);
+    await eventually(() => held.length === 1, 'the held message');
+
+    proxy.cut(); // its renewals fail: the lease stops being trusted 90% of a lease time later
+    await eventually(() => a.partitions.length === 0, 'the lease untrusted', leaseMs * 2);
+    // Abandoned then, not up to a tenth of the lease time later: a verdict given now is ignored
+    // by the transport, and the module, reading the signal, does not count it.
+    expect(held[0].abandoned?.aborted).toBe(true);
+    verdicts[0]({ action: 'dead-letter', reason: 'no-handler' });
+    await eventually(
+      () =>
+        warn.mock.calls.some(([line]) =>
+          /dead-letter verdict on message \d+ of .* partition 0 .*ignored/.test(String(line)),
+        ),
+      'the ignored verdict logged',
+    );
+    warn.mockRestore();
+  });
+
   it('holds a partition at once when the PubAck of its stored claim was lost, not a lease time later', async () => {
     const leaseMs = 4_000;
     const channel = newChannel();

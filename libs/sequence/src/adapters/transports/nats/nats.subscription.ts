@@ -163,6 +163,8 @@ export class NatsSubscription implements Subscription {
   private closing?: Promise<void>;
   /** Aborted as it starts closing: verdicts are ignored from then on. */
   private readonly lost = new AbortController();
+  /** Set when it closed without handing its messages back: its claim on them was lost. */
+  private abandoned = false;
 
   constructor(private readonly settings: NatsSubscriptionSettings) {
     this.channel = settings.channel;
@@ -207,6 +209,7 @@ export class NatsSubscription implements Subscription {
 
   private async shutdown(handBack: boolean): Promise<void> {
     this.closed = true;
+    this.abandoned = !handBack;
     this.lost.abort();
     clearInterval(this.heartbeat);
     for (const timer of this.timers) clearTimeout(timer);
@@ -361,10 +364,16 @@ export class NatsSubscription implements Subscription {
     disposition: Disposition,
   ): void {
     // After close, the message went back to the consumer: a late verdict changes nothing.
-    if (this.closed || !this.isHeld(delivery)) return;
+    if (this.closed || !this.isHeld(delivery)) {
+      if (this.abandoned) this.ignored(delivery, disposition);
+      return;
+    }
     // Its claim lapsed (a partition's lease): another may hold the message by now, so it is left
     // for the server to deliver again rather than settled from here.
-    if (this.settings.mayHold?.() === false) return;
+    if (this.settings.mayHold?.() === false) {
+      this.ignored(delivery, disposition);
+      return;
+    }
     const given = disposition.action === 'ack' ? undefined : disposition.body;
     const deliveries = delivery.deliveryCount;
     const { maxDeliver } = this.settings;
@@ -408,6 +417,22 @@ export class NatsSubscription implements Subscription {
       }
       this.finish(delivery, this.plainRequeue(deliveries));
     }
+  }
+
+  /**
+   * Logs a verdict given after this subscriber lost its claim on the message (a partition's lease
+   * no longer trusted): it is not sent, and the server delivers the message again after
+   * `ack_wait`, to whoever holds the partition then.
+   */
+  private ignored(delivery: NatsDelivery, disposition: Disposition): void {
+    const where =
+      this.settings.partition === undefined ? '' : ` partition ${this.settings.partition}`;
+    const why = disposition.action === 'ack' ? '' : ` (${disposition.reason ?? 'no reason'})`;
+    this.settings.logger.warn(
+      `${disposition.action} verdict on message ${delivery.streamSequence} of ${this.channel}` +
+        `${where}${why} ignored: given after this subscriber's lease on it was lost; the server ` +
+        `delivers it again after ack_wait (${this.settings.ackWaitMs} ms) to the lease's holder`,
+    );
   }
 
   /** The original is terminated only once its dead letter is stored; if that fails, it is requeued. */
