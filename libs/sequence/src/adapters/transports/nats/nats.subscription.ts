@@ -26,6 +26,7 @@ import {
   type NatsDelivery,
   type NatsVerdict,
 } from './nats.acks';
+import { describeSequence } from './nats.delivery-limit';
 import { decodeHeaders } from './nats.headers';
 
 export interface NatsSubscriptionSettings {
@@ -467,12 +468,22 @@ export class NatsSubscription implements Subscription {
         );
     } catch (error) {
       const problem =
-        `could not dead-letter message ${delivery.streamSequence} of ${this.channel} to ` +
-        `${deadLetterChannel} (${reason}): ${errorMessage(error)}`;
+        `could not dead-letter message ${delivery.streamSequence} of ${this.channel}` +
+        `${describeSequence(inbound.headers)} to ${deadLetterChannel} (${reason}): ` +
+        errorMessage(error);
       if (error instanceof MessageTooLargeError) {
         // Its body alone leaves no room for the dead letter's headers: no retry helps. Past
-        // max_deliver it stays in the channel's stream, at this sequence, for an operator.
-        this.settings.logger.error(`${problem}; it stays in the stream`);
+        // max_deliver it stays in the channel's stream, at this sequence, for an operator (the
+        // MAX_DELIVERIES advisory's watch reports it once more then).
+        const { maxDeliver } = this.settings;
+        this.settings.logger.error(
+          `${problem}; its body leaves no room for the dead letter's headers: ` +
+            (maxDeliver !== undefined && delivery.deliveryCount >= maxDeliver
+              ? `delivery ${delivery.deliveryCount} was its last (max_deliver ${maxDeliver})`
+              : `delivered again until its max_deliver-th delivery (this was ` +
+                `${delivery.deliveryCount} of ${maxDeliver ?? 'unlimited'})`) +
+            `, then it stays in the stream at sequence ${delivery.streamSequence}`,
+        );
       } else {
         this.settings.logger.warn(`${problem}; requeuing it in ${FAILED_FORWARD_PAUSE_MS} ms`);
       }

@@ -293,6 +293,54 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       expect(dead.headers['x-foreign']).toBeUndefined();
     });
 
+    it('leaves a message whose dead letter cannot fit in its stream after max_deliver, reported', async () => {
+      const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+      try {
+        const told: string[] = [];
+        transport.onDeadLetter((_channel, reason) => told.push(reason));
+        const channel = newChannel();
+        const dead = await collect(transport.deadLetterChannel(channel));
+        let deliveries = 0;
+        await transport.subscribe(channel, async () => {
+          deliveries++;
+          return { action: 'dead-letter', reason: 'no-handler' };
+        });
+        // Another program's message, its body leaving room for its own small headers only.
+        const maxPayload = (admin.info as { max_payload: number }).max_payload;
+        const headers = natsHeaders();
+        headers.append('x-sequence-id', 'seq-9');
+        headers.append('x-sequence-position', '3');
+        await jetstream(admin).publish(channel, Buffer.alloc(maxPayload - 70, 2), {
+          headers: headers as never,
+        });
+        const logged = () => error.mock.calls.map(([line]) => String(line));
+        const final = (line: string) =>
+          /stays in stream .* at sequence 1, never delivered again/.test(line);
+        await eventually(() => logged().some(final), 'the final report', 15_000);
+
+        // Each delivery's failure names the message, its sequence and what comes next.
+        expect(deliveries).toBe(2);
+        const attempts = logged().filter((line) => !final(line));
+        expect(attempts).toHaveLength(2);
+        for (const line of attempts) {
+          expect(line).toMatch(/message 1 of .* \(sequence seq-9, position 3\) .*no-handler/);
+          expect(line).toMatch(/max_deliver/);
+        }
+        expect(logged().find(final)).toMatch(/\(sequence seq-9, position 3\)/);
+        // Left for an operator: not dead-lettered, not counted, not delivered again.
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        expect({ deliveries, dead: dead.length, told }).toEqual({
+          deliveries: 2,
+          dead: 0,
+          told: [],
+        });
+        const info = await jsm.streams.info(streamName('NSEQ_', channel));
+        expect(info.state.messages).toBe(1);
+      } finally {
+        error.mockRestore();
+      }
+    });
+
     it('never leaves a header out of a copy requeued on its own channel', async () => {
       const channel = newChannel();
       const seen: InboundMessage[] = [];
