@@ -63,7 +63,9 @@
  * BENCH_OUTBOX_TRACE [1; 0 gives the module its store without the timing wrapper],
  * BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every path without, then every path with; the
  * module's transport's `unsafeSocketTricks`, echoed as `unsafeSocketTricks` in each JSON line].
- * Progress goes to stderr. Tables (`nseq_bench_ob_<run>_*`), schemas (`nseq_bench_pto_<run>_*`)
+ * BENCH_TS_NODE [off: everything runs in a second process, this file's plain-JavaScript build
+ * (harness/plain-js-run.ts); on: in this ts-node process]. Progress goes to stderr. Tables
+ * (`nseq_bench_ob_<run>_*`), schemas (`nseq_bench_pto_<run>_*`)
  * and queues (`nseq-bench-ob.<run>.*`) are unique to the run, removed after each path and swept
  * at the end, also after a failure or Ctrl-C (harness/cleanup.ts); any failure exits non-zero.
  * Each line has the harness's envelope: `case` (`throughput`, `latency`), `variant` (`default`,
@@ -73,7 +75,8 @@
 import { Logger } from '@nestjs/common';
 import type * as amqp from 'amqplib';
 import { Pool } from 'pg';
-import { onCleanup, runBench } from './harness/cleanup';
+import { onCleanup } from './harness/cleanup';
+import { runBenchAsPlainJs } from './harness/plain-js-run';
 import { progress } from './harness/log';
 import { nestLogger } from './harness/nest-logger';
 import { report, round2, variantOf } from './harness/report';
@@ -302,4 +305,4 @@ async function runVariant(
   }
 }
 
-runBench('outbox', main);
+runBenchAsPlainJs('outbox', __filename, main);

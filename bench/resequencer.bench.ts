@@ -27,13 +27,15 @@
  * for profiling], BENCH_RSQ_IN_FLIGHT [1: the resequencer's `outputInFlight`], BENCH_RSQ_STORE
  * [`redis`; `memory`: a MemoryResequencerStore, one process only, for comparison],
  * BENCH_UNSAFE_SOCKET_TRICKS [`off`; `on`, or `both` for a line without then one with: the
- * transport's and the store's `unsafeSocketTricks`]. Queues and Redis keys are unique to the run
+ * transport's and the store's `unsafeSocketTricks`], BENCH_TS_NODE [off: both paths run in a
+ * second process, this file's plain-JavaScript build (harness/plain-js-run.ts); on: in this
+ * ts-node process]. Queues and Redis keys are unique to the run
  * and removed after each round, and at the latest at the end, also on failure or Ctrl-C
  * (harness/cleanup.ts). The line has the harness's envelope: `case` (`<events>-events`),
  * `variant` (`default`, `socket-tricks`) and `at`.
  */
 import { Logger } from '@nestjs/common';
-import { runBench } from './harness/cleanup';
+import { runBenchAsPlainJs } from './harness/plain-js-run';
 import { CpuMeter } from './harness/cpu';
 import { progress } from './harness/log';
 import { nestLogger } from './harness/nest-logger';
@@ -202,4 +204,4 @@ async function runVariant(context: PathContext, unsafeSocketTricks: boolean): Pr
   );
 }
 
-runBench('resequencer', main);
+runBenchAsPlainJs('resequencer', __filename, main);

@@ -3,8 +3,9 @@
  * so that a measured process runs without ts-node: the TypeScript compiler that ts-node keeps
  * loaded would otherwise count in that process's RSS (tens of MiB that are not the library's).
  * Same transform as `ts-node --transpile-only` (isolated modules, decorator metadata), from the
- * same tsconfig.json. The Lua scripts of the Redis store are copied next to their loader. The
- * output is removed when the benchmark ends (cleanup.ts).
+ * same tsconfig.json. The Lua scripts of the Redis store and the SQL statements of the PostgreSQL
+ * store are copied next to their loaders. The output is removed when the benchmark ends
+ * (cleanup.ts).
  */
 import {
   copyFileSync,
@@ -55,7 +56,7 @@ export function buildPlainJs(root = PROJECT_ROOT): PlainJsBuild {
     for (const file of walk(join(root, sourceDirectory))) {
       const target = join(dir, relative(root, file));
       mkdirSync(dirname(target), { recursive: true });
-      if (file.endsWith('.lua')) {
+      if (file.endsWith('.lua') || file.endsWith('.sql')) {
         copyFileSync(file, target);
       } else if (file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.includes('.spec.')) {
         const { outputText } = ts.transpileModule(readFileSync(file, 'utf8'), {
