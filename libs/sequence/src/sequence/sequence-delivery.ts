@@ -335,6 +335,8 @@ export function runSequenceHandler(
   consumer: SequenceConsumer,
   metrics: SequenceMetrics,
   logger: Logger,
+  // The store path's rule: a read failure is requeued, a payload whose bytes failed is not.
+  handsBack: () => boolean = () => !payload.integrityFailure && !!payload.readFailure,
 ): Promise<HandlerOutcome> {
   const { attempts } = consumer.options.handlerRetry;
   const { handlerTimeoutMs } = consumer.options;
@@ -361,6 +363,6 @@ export function runSequenceHandler(
     isFinal: () => !!(payload.integrityFailure || payload.readFailure),
     // Handed back whatever the handler answered (see deliver): a reply would be an answer the
     // redelivery contradicts.
-    handsBack: () => !payload.integrityFailure && !!payload.readFailure,
+    handsBack,
   });
 }

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { partitionIndex } from '../../src/core/partition';
 import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
 import { SpoolFile } from '../../src/sequence/broker-held/spool';
+import { handOver } from '../../src/kernel/handler-call';
 import {
   InMemoryTransport,
   MemorySequenceStore,
@@ -648,6 +649,43 @@ describe('guarantees: broker-held reassembly', () => {
     expect(handler.of('held-bitrot')[0].bytes.equals(payload)).toBe(true);
     expect(damaged).toBe(1);
     await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+    expect(deadLetters(transport, channel)).toEqual([]);
+  });
+
+  it('runs no reply of a call whose spooled bytes failed, until the delivery that settles it', async () => {
+    const channel = 'held.bitrot-reply';
+    const { transport, handler } = await app(channel, {}, {});
+    // What a request's handler hands over (its reply): run only for the delivery that settles.
+    const ran: string[] = [];
+    handler.onCall = async (_payload, context) =>
+      handOver(context, {
+        afterCall: async () => void ran.push('afterCall'),
+        onGiveUp: async () => void ran.push('onGiveUp'),
+      });
+    let damaged = 0;
+    const read = SpoolFile.prototype.read;
+    jest.spyOn(SpoolFile.prototype, 'read').mockImplementation(function (
+      this: SpoolFile,
+      ...args: Parameters<SpoolFile['read']>
+    ) {
+      const [first] = args[0];
+      if (damaged === 0 && first) {
+        damaged++;
+        const fd = openSync(this.path, 'r+');
+        writeSync(fd, Buffer.from([0x61 ^ 0xff]), 0, 1, first.offset);
+        closeSync(fd);
+      }
+      return read.apply(this, args);
+    });
+    const payload = bytes(4_000, 0x61);
+    payload.fill(0x61, 0, 1);
+    // In order: the SHA-256 is hashed as the fragments arrive, the spool read only by the handler.
+    await publishHeld(transport, channel, makeFragments('held-reply', payload, 1_000), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'handled', 10_000);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+    expect(damaged).toBe(1);
+    expect(handler.calls).toBe(2);
+    expect(ran).toEqual(['afterCall']);
     expect(deadLetters(transport, channel)).toEqual([]);
   });
 

@@ -478,7 +478,18 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         () => sequence.read(),
         { digest, hash: false },
       );
-      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger);
+      // A spool fault gives the fragments back, but for the last try (see spoolFault): a
+      // request's reply then waits for the delivery that settles it.
+      const handsBack = () =>
+        !!(payload.integrityFailure || payload.readFailure) &&
+        this.givesBackOnFault(sequence, consumer);
+      const outcome = await runSequenceHandler(
+        payload,
+        consumer,
+        this.metrics,
+        this.logger,
+        handsBack,
+      );
       if (payload.integrityFailure) {
         const { message } = payload.integrityFailure;
         return this.spoolFault(sequence, consumer, message, 'integrity-mismatch');
@@ -546,6 +557,12 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
    * `integrity-mismatch`, with the spool's error (a failing disk would otherwise have the
    * sequence spooled again for ever, on a queue without a delivery limit).
    */
+  /** Whether a spool fault of `sequence` now gives its fragments back rather than ending it. */
+  private givesBackOnFault(sequence: HeldSequence, consumer: SequenceConsumer): boolean {
+    const tries = (this.spoolFaults.get(keyOf(sequence)) ?? 0) + 1;
+    return tries < consumer.options.handlerRetry.attempts;
+  }
+
   private async spoolFault(
     sequence: HeldSequence,
     consumer: SequenceConsumer,
@@ -555,8 +572,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const key = keyOf(sequence);
     const tries = (this.spoolFaults.get(key) ?? 0) + 1;
     const { attempts } = consumer.options.handlerRetry;
+    const givesBack = this.givesBackOnFault(sequence, consumer);
     this.spoolFaults.delete(key);
-    if (tries >= attempts) {
+    if (!givesBack) {
       const detail =
         `failed ${tries} reads back from the spool (handlerRetry.attempts ${attempts}): ` + problem;
       return this.end(sequence, consumer, 'failed', code, detail);
