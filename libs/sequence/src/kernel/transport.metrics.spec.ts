@@ -1,3 +1,4 @@
+import { Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Registry } from 'prom-client';
 import { randomUUID } from 'node:crypto';
@@ -8,6 +9,10 @@ import { streamName } from '../adapters/transports/nats/nats.naming';
 import { SequenceModule } from '../sequence.module';
 import { connectNats } from '../adapters/transports/nats/nats.client';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { ForwardingTransport } from '../testing/forwarding.transport';
+import { SequencedHandler } from '../discovery/sequenced-handler.decorator';
+import type { Subscription, Transport } from '../ports/transport.port';
+import { DeadLetterMetrics } from './dead-letter.metrics';
 
 describe('TransportMetrics', () => {
   it('reports the dead letters the in-memory transport dropped', async () => {
@@ -67,5 +72,53 @@ describeWithServer('nats', 'TransportMetrics on NATS JetStream', () => {
       }
       await admin.close();
     }
+  });
+});
+
+describe('TransportMetrics at shutdown', () => {
+  /** Stores a dead letter of its own as each subscription closes (a forward awaited in a drain). */
+  class DeadLettersAtClose extends ForwardingTransport {
+    readonly name = 'dead-letters-at-close';
+    private readonly listeners = new Set<(channel: string, reason: string) => void>();
+
+    onDeadLetter(listener: (channel: string, reason: string) => void): () => void {
+      this.listeners.add(listener);
+      return () => this.listeners.delete(listener);
+    }
+
+    override async subscribe(...args: Parameters<Transport['subscribe']>): Promise<Subscription> {
+      const subscription = await super.subscribe(...args);
+      return {
+        channel: subscription.channel,
+        close: async () => {
+          await subscription.close();
+          for (const listener of this.listeners) listener(args[0], 'max-deliver: at close');
+        },
+      };
+    }
+  }
+
+  @Injectable()
+  class Handlers {
+    @SequencedHandler({ channel: 'closing.channel' })
+    handle(): void {}
+  }
+
+  it('counts the dead letters the transport stores while its subscriptions close', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new DeadLettersAtClose(inner);
+    const app = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ transport, metrics: { registry: new Registry() } })],
+      providers: [Handlers],
+    })
+      .compile()
+      .then((moduleRef) => moduleRef.init());
+    app.useLogger(false);
+    // The registry loses the module's metrics as the app shuts down: the counter is read by
+    // what it is told, up to the end.
+    const told = jest.spyOn(app.get(DeadLetterMetrics), 'deadLettered');
+    await app.close();
+    expect(told.mock.calls).toEqual([['closing.channel', 'max-deliver: at close']]);
+    await inner.close();
   });
 });

@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { Transport } from '../ports/transport.port';
 import { DeadLetterMetrics } from './dead-letter.metrics';
 import { ModuleMetrics } from './module-metrics';
@@ -11,7 +11,7 @@ import { SEQUENCE_TRANSPORT } from './tokens';
  * `dead_letters_total` as it tells them.
  */
 @Injectable()
-export class TransportMetrics implements OnModuleDestroy {
+export class TransportMetrics implements OnApplicationShutdown {
   private readonly unlisten?: () => void;
 
   constructor(
@@ -35,7 +35,11 @@ export class TransportMetrics implements OnModuleDestroy {
     );
   }
 
-  onModuleDestroy(): void {
+  /**
+   * Last: consumers close before (onModuleDestroy), and a transport may store dead letters of its
+   * own while their subscriptions drain.
+   */
+  onApplicationShutdown(): void {
     this.unlisten?.();
   }
 }
