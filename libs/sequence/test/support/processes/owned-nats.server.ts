@@ -14,7 +14,9 @@ export class OwnedNatsServer extends OwnedServerProcess {
     return `nats://127.0.0.1:${this.port}`;
   }
 
-  static async start(options: { maxPayloadBytes?: number } = {}): Promise<OwnedNatsServer> {
+  static async start(
+    options: { maxPayloadBytes?: number; configLines?: readonly string[] } = {},
+  ): Promise<OwnedNatsServer> {
     const server = new OwnedNatsServer(
       await sparePort(),
       mkdtempSync(join(tmpdir(), 'nseq-nats-')),
@@ -24,6 +26,7 @@ export class OwnedNatsServer extends OwnedServerProcess {
       `jetstream { store_dir: ${JSON.stringify(join(server.dir, 'store'))} }`,
     ];
     if (options.maxPayloadBytes) lines.push(`max_payload: ${options.maxPayloadBytes}`);
+    lines.push(...(options.configLines ?? []));
     writeFileSync(server.config, lines.join('\n'));
     await server.restart();
     return server;

@@ -59,6 +59,8 @@ export class NatsDeliveryLimitWatch {
   private readonly waiting: Array<{ sequence: number; deliveries: number }> = [];
   private running?: Promise<void>;
   private stopped = false;
+  /** Whether the server refused the advisories' subscription (reported once). */
+  private refused = false;
 
   constructor(private readonly settings: NatsDeliveryLimitSettings) {}
 
@@ -66,7 +68,16 @@ export class NatsDeliveryLimitWatch {
     const { stream, consumer, connection } = this.settings;
     this.subscription = connection.subscribe(`${MAX_DELIVERIES_ADVISORY}.${stream}.${consumer}`, {
       callback: (error, message) => {
-        if (!error) this.heard(message);
+        if (!error) return this.heard(message);
+        // A permission refused, most often: nothing given up by the server is moved then.
+        if (this.refused) return;
+        this.refused = true;
+        this.settings.logger.error(
+          `${this.settings.channel}: cannot hear the server's ${MAX_DELIVERIES_ADVISORY} ` +
+            `advisories for consumer ${consumer} of stream ${stream} (${errorMessage(error)}): ` +
+            'a message whose last allowed delivery is left unsettled will stay in the stream, ' +
+            'not dead-lettered; allow this connection to subscribe to $JS.EVENT.ADVISORY.>',
+        );
       },
     });
   }

@@ -545,6 +545,36 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
   });
 
+  it('says so when the server refuses it the MAX_DELIVERIES advisories', async () => {
+    // A user that may not subscribe to advisories: nothing the server gives up is moved then.
+    const server = await OwnedNatsServer.start({
+      configLines: [
+        'authorization { users = [ { user: app, password: app, permissions: ' +
+          '{ subscribe: { deny: ["$JS.EVENT.ADVISORY.>"] } } } ] }',
+      ],
+    });
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    const own = await NatsTransport.connect({ servers: server.url, user: 'app', pass: 'app' });
+    try {
+      const channel = `advisories.${randomUUID()}`;
+      await own.subscribe(channel, async () => ACK);
+      await eventually(
+        () => errors.mock.calls.some(([text]) => String(text).includes('cannot hear')),
+        'the refusal logged',
+      );
+      const said = errors.mock.calls
+        .map(([text]) => String(text))
+        .filter((text) => text.includes('cannot hear'));
+      expect(said).toHaveLength(1);
+      expect(said[0]).toContain(channel);
+      expect(said[0]).toContain('$JS.EVENT.ADVISORY.>');
+    } finally {
+      errors.mockRestore();
+      await own.close();
+      await server.dispose();
+    }
+  }, 30_000);
+
   describe('on a server of its own, stopped and restarted', () => {
     let server: OwnedNatsServer;
 
