@@ -53,6 +53,11 @@ export function runBenchAsPlainJs(name: string, entry: string, main: () => Promi
     console.error(error);
     return exit(1);
   }
+  // A child that could not be started.
+  child.once('error', (error) => {
+    console.error(error);
+    exit(1);
+  });
   // The build's directory is this process's to remove, once the child is done with it.
   child.once('exit', (code, signal) =>
     exit(code ?? (signal === 'SIGINT' ? 130 : signal === 'SIGTERM' ? 143 : 1)),
