@@ -278,14 +278,23 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
             call: (event, context) =>
               spec.handler(event as Parameters<typeof spec.handler>[0], context as HandlerContext),
           });
-    return bindings.map((binding) => this.tracked(binding));
+    return bindings.map((binding) => this.tracked(binding, spec.refused));
   }
 
-  /** The binding, with the message it is taking kept for `currentMessage()`. */
-  private tracked(binding: ChannelBinding): ChannelBinding {
+  /**
+   * The binding, with the message it is taking kept for `currentMessage()`, and `refused` told of
+   * each message it dead-letters.
+   */
+  private tracked(binding: ChannelBinding, refused?: ConsumerSpec['refused']): ChannelBinding {
     return {
       ...binding,
-      receive: (message) => this.deliveries.run(message, () => binding.receive(message)),
+      receive: async (message) => {
+        const disposition = await this.deliveries.run(message, () => binding.receive(message));
+        if (disposition.action === 'dead-letter' && refused) {
+          await refused(message, disposition.reason);
+        }
+        return disposition;
+      },
     };
   }
 

@@ -46,11 +46,18 @@ export type PipelineOutcome =
       readonly filtered: unknown;
     };
 
+/**
+ * A message of the channel the consumer dead-letters as it takes it, with the dead letter's
+ * `x-death-reason`; awaited before the message is settled. Never throws.
+ */
+export type RefusedHook = (message: InboundMessage, reason: string) => Promise<void>;
+
 /** One channel a microservice consumes. */
 export type ConsumerSpec =
   | {
       readonly kind: 'payloads';
       readonly definedBy: string;
+      readonly refused?: RefusedHook;
       /** `@ClaimCheck` options, the channel included: inline, sequenced or ticketed payloads. */
       readonly options: ClaimCheckHandlerOptions;
       readonly handler: (payload: ClaimedPayload, context: HandlerContext) => unknown;
@@ -58,6 +65,7 @@ export type ConsumerSpec =
   | {
       readonly kind: 'ordered';
       readonly definedBy: string;
+      readonly refused?: RefusedHook;
       readonly definition: ResequencerDefinition;
       readonly handler: (event: ResequencedEvent, context: HandlerContext) => unknown;
     };

@@ -16,8 +16,8 @@ import { checkInteger } from '../core/option-checks';
 import { handOver, type HandlerContext } from '../kernel/handler-call';
 import { handlerRejection } from '../kernel/handler-retry';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
-import { deathReason } from '../core/errors/rejection-code';
-import { SequenceHeader } from '../core/headers';
+import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import type { InboundMessage } from '../ports/transport.port';
@@ -124,6 +124,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   private runtime: SequenceRuntime | undefined;
   /** The handlers of a delivery that succeeded, by the delivery (see `dispatch`'s `source`). */
   private readonly completed = new WeakMap<object, Set<Route>>();
+  /** Correlation ids of the latest requests answered, oldest first (see `answerRefused`). */
+  private readonly answered = new Set<string>();
   private started: Promise<void> | undefined;
   private specs: ConsumerSpec[] | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
@@ -294,10 +296,13 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       .map((route) => route.definedBy)
       .join(', ');
     const { resequence, ...consumer } = this.options.channels[channel] ?? {};
+    const refused = (message: InboundMessage, reason: string) =>
+      this.answerRefused(definedBy, message, reason, runtime);
     if (resequence) {
       return {
         kind: 'ordered',
         definedBy,
+        refused,
         definition: { ...resequence, channel },
         handler: (event, call) =>
           this.dispatch(channel, patterns, event, fromEvent(event), runtime, call),
@@ -306,6 +311,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     return {
       kind: 'payloads',
       definedBy,
+      refused,
       options: { ...consumer, channel },
       // A sequence's payload object is made anew for each call of a retry; the message whose
       // delivery completed it is the same.
@@ -459,6 +465,37 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   }
 
   /**
+   * A message the consumer dead-letters: a request that no handler answered (its payload could
+   * not be had, its sequence was refused) gets the dead letter's reason as its error at once,
+   * rather than its caller waiting out `replyTimeoutMs`. A fragment is answered only for a reason
+   * that ends its sequence: one refused for its own body (a bad CRC-32) may have a good copy
+   * that completes it. Each request is answered once: a refused sequence's fragments are all
+   * dead-lettered, and a request its handlers answered is not answered again.
+   */
+  private async answerRefused(
+    definedBy: string,
+    message: InboundMessage,
+    reason: string,
+    runtime: SequenceRuntime,
+  ): Promise<void> {
+    const { headers } = message;
+    if (headers[SequenceHeader.deathReason] !== undefined) return; // a dead letter, read back
+    if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(codeOf(reason))) return;
+    const request = requestOf(headers, runtime);
+    if (!request.ok || this.answered.has(request.correlationId)) return;
+    await this.sendReply(request, definedBy, failure(new Error(reason)), runtime);
+  }
+
+  /** Notes a request as answered, keeping the latest {@link ANSWERED_KEPT}. */
+  private noteAnswered(correlationId: string): void {
+    this.answered.delete(correlationId);
+    this.answered.add(correlationId);
+    if (this.answered.size <= ANSWERED_KEPT) return;
+    const [oldest] = this.answered;
+    this.answered.delete(oldest);
+  }
+
+  /**
    * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
    * any message. A result that cannot be encoded goes back as an error; so does one that cannot
    * be sent (a stream that fails as it is read, a payload store that refuses it), so that the
@@ -470,6 +507,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     outcome: PipelineOutcome,
     runtime: SequenceRuntime,
   ): Promise<void> {
+    this.noteAnswered(request.correlationId);
     let out: ReturnType<typeof encodePayload>;
     let failed = !outcome.ok;
     try {
@@ -500,6 +538,34 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       );
     }
   }
+}
+
+/** How many answered requests a server remembers, not to answer a refused one twice. */
+const ANSWERED_KEPT = 10_000;
+
+/**
+ * Why a fragment is dead-lettered when its whole sequence never completes: the sequence was
+ * refused or expired, or the fragment's body cannot be had (its store, its ticket), nor its
+ * headers kept (every fragment carries the same).
+ */
+const SEQUENCE_ENDING: ReadonlySet<string> = new Set<RejectionCode>([
+  'unsupported-version',
+  'headers-too-large',
+  'sequence-too-large',
+  'too-many-fragments',
+  'sequence-rejected',
+  'sequence-expired',
+  'store-unavailable',
+  'claim-ticket-invalid',
+  'wrong-audience',
+  'unknown-payload-store',
+  'claim-check-not-found',
+]);
+
+/** The code of an `x-death-reason` (`<code>: <detail>`). */
+function codeOf(reason: string): string {
+  const colon = reason.indexOf(':');
+  return colon < 0 ? reason : reason.slice(0, colon);
 }
 
 /** A reply saying the request failed, and why. */

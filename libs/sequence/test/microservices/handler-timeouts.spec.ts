@@ -3,15 +3,9 @@ import { Controller, Logger } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
-import type {
-  HeaderMap,
-  MessageHandler,
-  PublishOptions,
-  ReplyChannelOptions,
-  Subscription,
-} from 'nest-sequence/ports';
-import { ForwardingTransport } from 'nest-sequence/testing';
+import type { HeaderMap, PublishOptions } from 'nest-sequence/ports';
 import type { SequenceContext } from 'nest-sequence/microservices';
+import { CountedReplies } from './counted-replies.transport';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 const TIMEOUT_MS = 30;
@@ -142,9 +136,8 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
 });
 
 /** Delays each reply's publish past the handlers' limit; counts the replies published. */
-class SlowReplies extends ForwardingTransport {
-  readonly name = 'slow-replies';
-  replies = 0;
+class SlowReplies extends CountedReplies {
+  override readonly name = 'slow-replies';
 
   override async publish(
     channel: string,
@@ -153,18 +146,9 @@ class SlowReplies extends ForwardingTransport {
     options?: PublishOptions,
   ): Promise<void> {
     if (this.isReplyChannel(channel)) {
-      this.replies++;
       await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
     }
     return super.publish(channel, body, headers, options);
-  }
-
-  openReplyChannel(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription> {
-    return this.inner.openReplyChannel!(handler, options);
-  }
-
-  isReplyChannel(channel: string): boolean {
-    return this.inner.isReplyChannel!(channel);
   }
 }
 

@@ -6,7 +6,12 @@ import { Test } from '@nestjs/testing';
 import { IsString } from 'class-validator';
 import { lastValueFrom } from 'rxjs';
 import { SequenceModule, type Transport } from 'nest-sequence';
-import { SequenceClient, SequenceRecord, type SequenceContext } from 'nest-sequence/microservices';
+import {
+  SequenceClient,
+  SequenceRecord,
+  type SequenceContext,
+  type SequenceServerOptions,
+} from 'nest-sequence/microservices';
 import { amqpConnection, namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { eventually } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
@@ -93,7 +98,10 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
 
   const PATTERNS = ['bk.study', 'bk.metadata', 'bk.ask'];
 
-  async function start(controller: typeof Studies | typeof Answers): Promise<{
+  async function start(
+    controller: typeof Studies | typeof Answers,
+    limits: (channels: Record<string, string>) => SequenceServerOptions['channels'] = () => ({}),
+  ): Promise<{
     t: MicroserviceTestApp;
     transport: Transport;
     channels: Record<string, string>;
@@ -111,7 +119,7 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
         claimCheck: { inlineMaxBytes: 256 * 1024, sequenceMaxBytes: 4 * 1024 * 1024 },
       },
       controllers: [controller],
-      server: { channelOf, streamAboveBytes: 1024 * 1024 },
+      server: { channelOf, streamAboveBytes: 1024 * 1024, channels: limits(channels) },
       client: { channelOf },
     });
     opened.push(t);
@@ -202,6 +210,23 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     });
     const large = await lastValueFrom(t.client.send<Buffer>('bk.ask', { size: 3 * 1024 * 1024 }));
     expect(sha(large)).toBe(sha(bytes(3 * 1024 * 1024)));
+  });
+
+  it('answers a request whose sequence the consumer refuses with the reason, at once', async () => {
+    const { t, transport, channels } = await start(Answers, (named) => ({
+      [named['bk.ask']]: { sequence: { maxSequenceBytes: 1024 * 1024 } },
+    }));
+    // Four fragments, each refused: the first for its size, the others for their sequence.
+    const refused = await lastValueFrom(t.client.send('bk.ask', bytes(2 * 1024 * 1024))).catch(
+      (error: unknown) => error,
+    );
+    expect(refused).toMatchObject({ status: 'error' });
+    expect((refused as { message: string }).message).toMatch(/^sequence-too-large: /);
+    let dead = 0;
+    await eventually(async () => {
+      dead += (await broker.admin.drain(transport.deadLetterChannel(channels['bk.ask']))).length;
+      return dead === 4;
+    }, 'every fragment dead-lettered');
   });
 });
 

@@ -6,49 +6,18 @@ import { Controller } from '@nestjs/common';
 import { MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { FilesystemPayloadStore, MemorySequenceStore } from 'nest-sequence';
-import type {
-  HeaderMap,
-  MessageHandler,
-  PublishOptions,
-  ReplyChannelOptions,
-  Subscription,
-} from 'nest-sequence/ports';
-import { ForwardingTransport } from 'nest-sequence/testing';
 import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { describeWithServer } from '../support/servers';
 import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
 import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.payload-store';
 import { overrideMethods } from '../support/override-methods';
+import { CountedReplies } from './counted-replies.transport';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 const TIMEOUT_MS = 50;
 
 const ask = (app: MicroserviceTestApp, pattern: string, data: unknown) =>
   lastValueFrom(app.client.send(pattern, data));
-
-/** Counts the replies published. */
-class CountedReplies extends ForwardingTransport {
-  readonly name = 'counted-replies';
-  replies = 0;
-
-  override publish(
-    channel: string,
-    body: Buffer,
-    headers: HeaderMap,
-    options?: PublishOptions,
-  ): Promise<void> {
-    if (this.isReplyChannel(channel)) this.replies++;
-    return super.publish(channel, body, headers, options);
-  }
-
-  openReplyChannel(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription> {
-    return this.inner.openReplyChannel!(handler, options);
-  }
-
-  isReplyChannel(channel: string): boolean {
-    return this.inner.isReplyChannel!(channel);
-  }
-}
 
 let calls = 0;
 

@@ -1,0 +1,127 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Controller } from '@nestjs/common';
+import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
+import { FilesystemPayloadStore } from 'nest-sequence';
+import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
+import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.payload-store';
+import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
+import { CountedReplies } from './counted-replies.transport';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+
+let calls = 0;
+
+@Controller()
+class Sizes {
+  @MessagePattern('refused.size')
+  size(@Payload() data: { text: string }): number {
+    calls++;
+    return data.text.length;
+  }
+
+  @MessagePattern('refused.small')
+  small(@Payload() data: { text: string }): number {
+    calls++;
+    return data.text.length;
+  }
+
+  @EventPattern('refused.events')
+  event(): void {
+    calls++;
+  }
+}
+
+/**
+ * A request refused before any handler takes it (its payload cannot be had, its sequence is
+ * refused) is answered with the reason as it is dead-lettered: its caller does not wait for its
+ * replyTimeoutMs. One answer per request, however many of its fragments are refused.
+ */
+describe('microservices: a request refused before its handler', () => {
+  const inner = new SettlementRecordingTransport();
+  const transport = new CountedReplies(inner);
+  let dir: string;
+  let store: FaultInjectingPayloadStore;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'ms-refused-'));
+    store = new FaultInjectingPayloadStore(new FilesystemPayloadStore({ root: dir }));
+    t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        sequence: { fragmentBytes: 1024 },
+        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 32 * 1024 },
+        handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
+        tuning: { backpressureDelayMs: 10, maxStoreRequeues: 2 },
+      },
+      controllers: [Sizes],
+      server: {
+        channels: {
+          'refused.small': { sequence: { maxSequenceBytes: 4 * 1024 } },
+          'refused.events': { sequence: { maxSequenceBytes: 4 * 1024 } },
+        },
+      },
+      // Long enough that an error within the test's own timeout can only be the answer.
+      client: { replyTimeoutMs: 20_000 },
+    });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await inner.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+  beforeEach(() => {
+    transport.replies = 0;
+    calls = 0;
+    store.failGets = 0;
+  });
+
+  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+
+  it('answers a claim-checked request whose payload the store never gives back with store-unavailable', async () => {
+    store.failGets = 1_000;
+    const answer = await ask('refused.size', { text: 'x'.repeat(40 * 1024) }).catch(
+      (error: unknown) => error,
+    );
+    expect(answer).toMatchObject({ status: 'error' });
+    expect((answer as { message: string }).message).toMatch(/^store-unavailable: /);
+    await inner.whenIdle();
+    expect(calls).toBe(0);
+    expect(transport.replies).toBe(1);
+    expect(inner.actionsOn('refused.size')).toEqual(['requeue', 'requeue', 'dead-letter']);
+    expect(deathReasonOf(deadLetters(inner, 'refused.size')[0])).toMatch(/^store-unavailable: /);
+  });
+
+  it('answers a request sent as a sequence the consumer refuses once, with the reason', async () => {
+    const answer = await ask('refused.small', { text: 'y'.repeat(8 * 1024) }).catch(
+      (error: unknown) => error,
+    );
+    expect(answer).toMatchObject({ status: 'error' });
+    expect((answer as { message: string }).message).toMatch(/^sequence-too-large: /);
+    await inner.whenIdle();
+    // Every fragment is dead-lettered; the caller is answered once.
+    expect(deadLetters(inner, 'refused.small').length).toBeGreaterThan(1);
+    expect(calls).toBe(0);
+    expect(transport.replies).toBe(1);
+  });
+
+  it('answers nothing for an event refused the same way', async () => {
+    await lastValueFrom(t.client.emit('refused.events', { text: 'z'.repeat(8 * 1024) }));
+    await eventually(
+      () => deadLetters(inner, 'refused.events').length > 1,
+      'the fragments dead-lettered',
+    );
+    await inner.whenIdle();
+    expect(calls).toBe(0);
+    expect(transport.replies).toBe(0);
+  });
+
+  it('still answers a request that reaches its handler once, with its result', async () => {
+    await expect(ask('refused.size', { text: 'w'.repeat(40 * 1024) })).resolves.toBe(40 * 1024);
+    await inner.whenIdle();
+    expect(calls).toBe(1);
+    expect(transport.replies).toBe(1);
+  });
+});
