@@ -81,7 +81,7 @@ describe('TransportMetrics at shutdown', () => {
     readonly name = 'dead-letters-at-close';
     private readonly listeners = new Set<(channel: string, reason: string) => void>();
 
-    onDeadLetter(listener: (channel: string, reason: string) => void): () => void {
+    override onDeadLetter(listener: (channel: string, reason: string) => void): () => void {
       this.listeners.add(listener);
       return () => this.listeners.delete(listener);
     }

@@ -228,6 +228,10 @@ describe('the admin API mounted elsewhere, from forRootAsync, behind a guard cla
 /** The in-memory transport without its dead-letter box, as a transport that has none. */
 class BoxlessTransport extends ForwardingTransport {
   readonly name = 'boxless';
+
+  constructor(inner: Transport) {
+    super(inner, ['deadLetters']);
+  }
 }
 
 describe('the admin API over adapters lacking its capabilities', () => {

@@ -63,7 +63,7 @@ class DisturbingTransport extends ForwardingTransport {
     this.box = new DisturbingBox(inner.deadLetters());
   }
 
-  deadLetters(): DeadLetterBox {
+  override deadLetters(): DeadLetterBox {
     return this.box;
   }
 }

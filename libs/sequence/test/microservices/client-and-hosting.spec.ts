@@ -38,6 +38,10 @@ class RefusingTransport extends ForwardingTransport {
 /** A transport that cannot route replies: everything but openReplyChannel. */
 class NoRepliesTransport extends ForwardingTransport {
   readonly name = 'no-replies';
+
+  constructor(inner: Transport) {
+    super(inner, ['openReplyChannel', 'isReplyChannel']);
+  }
 }
 
 const received: unknown[] = [];

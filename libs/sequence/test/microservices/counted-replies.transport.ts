@@ -1,10 +1,4 @@
-import type {
-  HeaderMap,
-  MessageHandler,
-  PublishOptions,
-  ReplyChannelOptions,
-  Subscription,
-} from 'nest-sequence/ports';
+import type { HeaderMap, PublishOptions } from 'nest-sequence/ports';
 import { ForwardingTransport } from 'nest-sequence/testing';
 
 /** Counts the replies published (messages to the inner transport's reply channels). */
@@ -18,15 +12,7 @@ export class CountedReplies extends ForwardingTransport {
     headers: HeaderMap,
     options?: PublishOptions,
   ): Promise<void> {
-    if (this.isReplyChannel(channel)) this.replies++;
+    if (this.isReplyChannel?.(channel) === true) this.replies++;
     return super.publish(channel, body, headers, options);
-  }
-
-  openReplyChannel(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription> {
-    return this.inner.openReplyChannel!(handler, options);
-  }
-
-  isReplyChannel(channel: string): boolean {
-    return this.inner.isReplyChannel!(channel);
   }
 }

@@ -145,7 +145,7 @@ class SlowReplies extends CountedReplies {
     headers: HeaderMap,
     options?: PublishOptions,
   ): Promise<void> {
-    if (this.isReplyChannel(channel)) {
+    if (this.isReplyChannel?.(channel) === true) {
       await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
     }
     return super.publish(channel, body, headers, options);
