@@ -291,7 +291,8 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       receive: async (message) => {
         const disposition = await this.deliveries.run(message, () => binding.receive(message));
         if (disposition.action === 'dead-letter' && refused) {
-          await refused(message, disposition.reason);
+          // Never in the way of the settlement: the reply is a courtesy to the caller.
+          await refused(message, disposition.reason).catch(() => undefined);
         }
         return disposition;
       },

@@ -478,7 +478,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     reason: string,
     runtime: SequenceRuntime,
   ): Promise<void> {
-    const { headers } = message;
+    const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     if (headers[SequenceHeader.deathReason] !== undefined) return; // a dead letter, read back
     if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(codeOf(reason))) return;
     const request = requestOf(headers, runtime);
@@ -545,12 +545,16 @@ const ANSWERED_KEPT = 10_000;
 
 /**
  * Why a fragment is dead-lettered when its whole sequence never completes: the sequence was
- * refused or expired, or the fragment's body cannot be had (its store, its ticket), nor its
- * headers kept (every fragment carries the same).
+ * refused, expired or failed its check, or the fragment's body cannot be had (its store, its
+ * ticket) or taken (every copy of it is as large), nor its headers kept, nor its key (every
+ * fragment carries the same).
  */
 const SEQUENCE_ENDING: ReadonlySet<string> = new Set<RejectionCode>([
   'unsupported-version',
+  'fragment-too-large',
   'headers-too-large',
+  'integrity-mismatch',
+  'invalid-resequence-event',
   'sequence-too-large',
   'too-many-fragments',
   'sequence-rejected',

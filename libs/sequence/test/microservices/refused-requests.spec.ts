@@ -27,6 +27,12 @@ class Sizes {
     return data.text.length;
   }
 
+  @MessagePattern('refused.ordered')
+  ordered(): string {
+    calls++;
+    return 'in order';
+  }
+
   @EventPattern('refused.events')
   event(): void {
     calls++;
@@ -61,6 +67,7 @@ describe('microservices: a request refused before its handler', () => {
         channels: {
           'refused.small': { sequence: { maxSequenceBytes: 4 * 1024 } },
           'refused.events': { sequence: { maxSequenceBytes: 4 * 1024 } },
+          'refused.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } },
         },
       },
       // Long enough that an error within the test's own timeout can only be the answer.
@@ -105,6 +112,17 @@ describe('microservices: a request refused before its handler', () => {
     expect(deadLetters(inner, 'refused.small').length).toBeGreaterThan(1);
     expect(calls).toBe(0);
     expect(transport.replies).toBe(1);
+  });
+
+  it('answers a request to a resequenced channel sent without its key, inline or as fragments', async () => {
+    for (const text of ['short', 'v'.repeat(8 * 1024)]) {
+      const answer = await ask('refused.ordered', { text }).catch((error: unknown) => error);
+      expect(answer).toMatchObject({ status: 'error' });
+      expect((answer as { message: string }).message).toMatch(/^invalid-resequence-event: /);
+    }
+    await inner.whenIdle();
+    expect(calls).toBe(0);
+    expect(transport.replies).toBe(2);
   });
 
   it('answers nothing for an event refused the same way', async () => {
