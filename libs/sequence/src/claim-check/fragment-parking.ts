@@ -36,7 +36,7 @@ export class ClaimCheckFragmentParking implements FragmentParking {
     ticketBody: Buffer,
     channel: string,
     maxBytes: number,
-  ): Promise<TakenFragment | { refused: RejectionCode; detail: string }> {
+  ): Promise<TakenFragment | { refused: RejectionCode; detail: string; expiredOnly?: true }> {
     try {
       const parked = this.parking.resolveOn(channel, ticketBody);
       if (parked.ticket.bytes > maxBytes) {
@@ -49,8 +49,22 @@ export class ClaimCheckFragmentParking implements FragmentParking {
       return { body, release: () => this.parking.releaseParked(parked) };
     } catch (error) {
       const refused = refusal(error);
-      if (refused) return { refused, detail: errorMessage(error) };
-      throw error;
+      if (!refused) throw error;
+      const detail = errorMessage(error);
+      return this.expiredOnly(error, ticketBody, channel)
+        ? { refused, detail, expiredOnly: true }
+        : { refused, detail };
+    }
+  }
+
+  /** Whether `error` refused a ticket that passes every other check on `channel`. */
+  private expiredOnly(error: unknown, ticketBody: Buffer, channel: string): boolean {
+    if (!(error instanceof ClaimTicketInvalidError) || error.reason !== 'expired') return false;
+    try {
+      this.parking.resolveExpiredOn(channel, ticketBody);
+      return true;
+    } catch {
+      return false;
     }
   }
 }

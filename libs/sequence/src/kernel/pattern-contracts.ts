@@ -75,14 +75,18 @@ export interface FragmentParking {
   /**
    * The body behind a ticket message taken on `channel`, or why it is refused for good (a bad
    * ticket, one issued for another channel, an unknown store, bytes that do not match, a body
-   * over `maxBytes`).
+   * over `maxBytes`). `expiredOnly`: the ticket passes every check but its expiry, so the
+   * message may be a late copy of a fragment taken before.
    * @throws when the payload store cannot be read now (the message is redelivered later)
    */
   take(
     ticketBody: Buffer,
     channel: string,
     maxBytes: number,
-  ): Promise<TakenFragment | { readonly refused: RejectionCode; readonly detail: string }>;
+  ): Promise<
+    | TakenFragment
+    | { readonly refused: RejectionCode; readonly detail: string; readonly expiredOnly?: true }
+  >;
 }
 export const FRAGMENT_PARKING = Symbol('nest-sequence:fragment-parking');
 

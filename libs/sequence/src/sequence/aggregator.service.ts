@@ -156,7 +156,9 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     }
     if (marking.via === 'ticket') {
       const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
-      if ('gone' in resolved) return this.parkedBodyGone(channel, message, resolved.gone);
+      if ('gone' in resolved) {
+        return this.parkedBodyGone(channel, message, resolved.code, resolved.gone);
+      }
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);
     }
@@ -285,12 +287,17 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     channel: string,
     ticketBody: Buffer,
     maxFragmentBytes: number,
-  ): Promise<{ body: Buffer; parked: TakenFragment } | { gone: string } | Disposition> {
+  ): Promise<
+    { body: Buffer; parked: TakenFragment } | { gone: string; code: RejectionCode } | Disposition
+  > {
     try {
       const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
       if ('refused' in taken) {
-        // Gone: perhaps taken already by a copy of this message (see parkedBodyGone).
-        if (taken.refused === 'claim-check-not-found') return { gone: taken.detail };
+        // Gone, or its ticket expired: perhaps taken already by a copy of this message (see
+        // parkedBodyGone).
+        if (taken.refused === 'claim-check-not-found' || taken.expiredOnly) {
+          return { gone: taken.detail, code: taken.refused };
+        }
         return this.rejectFragment(channel, taken.refused, taken.detail);
       }
       return { body: taken.body, parked: taken };
@@ -303,21 +310,24 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
   }
 
   /**
-   * A fragment whose parked body is gone. Its body is deleted once a copy of the message was
-   * stored and acked, so this is most often the broker's duplicate of that copy (a publish retried
-   * after a lost confirm, a redelivery after a lost ack): acked as one when the store has the
-   * fragment, or has the sequence completed. Otherwise the body is lost: dead-lettered.
+   * A fragment whose parked body is gone, or whose ticket expired (and passes every other check).
+   * Its body is deleted once a copy of the message was stored and acked, so this is most often
+   * the broker's duplicate of that copy (a publish retried after a lost confirm, a redelivery
+   * after a lost ack, perhaps past the ticket's expiry): acked as one when the store has the
+   * fragment, or has the sequence completed. Otherwise the body is lost, or its ticket no longer
+   * valid: dead-lettered with `code`.
    */
   private async parkedBodyGone(
     channel: string,
     message: InboundMessage,
+    code: RejectionCode,
     detail: string,
   ): Promise<Disposition> {
     let fragment: FragmentHeaders;
     try {
       fragment = parseFragmentHeaders(toHeaderRecord(message.headers));
     } catch {
-      return this.rejectFragment(channel, 'claim-check-not-found', detail);
+      return this.rejectFragment(channel, code, detail);
     }
     let stored: boolean;
     try {
@@ -329,7 +339,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       );
       return this.requeue('sequence store unavailable');
     }
-    if (!stored) return this.rejectFragment(channel, 'claim-check-not-found', detail, fragment);
+    if (!stored) return this.rejectFragment(channel, code, detail, fragment);
     return this.duplicate(channel, fragment);
   }
 

@@ -97,6 +97,8 @@ describe('claim check: mode auto and fragments via claim check', () => {
             store: new FilesystemPayloadStore({ root }),
             sequenceMaxBytes: 1024 * 1024,
             inlineMaxBytes: 16 * 1024,
+            // Shorter than the sequence store's retention (1 h): a late copy can outlive its ticket.
+            ttlMs: 60_000,
           },
           tuning: {
             sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
@@ -232,6 +234,41 @@ describe('claim check: mode auto and fragments via claim check', () => {
     const [dead, ...more] = deadLetters(transport, HYBRID);
     expect(more).toHaveLength(0);
     expect(deathReasonOf(dead)).toMatch(/^claim-check-not-found: /);
+  });
+
+  describe('a copy that arrives after its ticket expired', () => {
+    afterEach(() => jest.restoreAllMocks());
+    const later = (ms: number) => {
+      const now = Date.now();
+      jest.spyOn(Date, 'now').mockReturnValue(now + ms);
+    };
+
+    it('is acked as a duplicate when its sequence completed', async () => {
+      const payload = randomBytes(200 * 1024);
+      const [first] = await sentAndSettled(payload);
+      later(120_000);
+
+      await transport.publish(HYBRID, first.body, first.headers);
+      await transport.whenIdle();
+
+      expect(deadLetters(transport, HYBRID)).toHaveLength(0);
+      expect(receivers.reassembled).toHaveLength(1);
+    });
+
+    it('is dead-lettered claim-ticket-invalid when the store never had it', async () => {
+      const payload = randomBytes(200 * 1024);
+      const [first] = await sentAndSettled(payload);
+      later(120_000);
+
+      await transport.publish(HYBRID, first.body, { ...first.headers, 'x-sequence-id': 'never-2' });
+      await transport.whenIdle();
+
+      const [dead, ...more] = deadLetters(transport, HYBRID);
+      expect(more).toHaveLength(0);
+      expect(deathReasonOf(dead)).toMatch(
+        /^claim-ticket-invalid: claim ticket refused \(expired\)/,
+      );
+    });
   });
 
   it('keeps a parked body until its message is acked: a completing fragment requeued after the handler could not read is resolved again and delivered once', async () => {
