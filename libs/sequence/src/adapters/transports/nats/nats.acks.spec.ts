@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { AckPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
-import { deliveryOf, encodeVerdict, nak, term } from './nats.acks';
+import { deliveryOf, encodeVerdict, forwardMsgId, nak, term } from './nats.acks';
 import { connectNats, type NatsConnection } from './nats.client';
 
 describe('encodeVerdict', () => {
@@ -56,6 +56,26 @@ describeWithServer('nats', 'deliveryOf on NATS JetStream', () => {
     expect(delivery.streamSequence).toBe(message.seq);
     expect(delivery.deliveryCount).toBe(1);
     message.ack();
+  });
+
+  it('names the stored message the same on every delivery, and its forwards by it', async () => {
+    await jetstream(connection).publish(subject, 'b');
+    const first = await next();
+    first.nak();
+    const second = await next();
+    second.ack();
+    await jetstream(connection).publish(subject, 'c');
+    const other = await next();
+    other.ack();
+
+    const [one, two, three] = [first, second, other].map(deliveryOf);
+    expect(two.deliveryCount).toBe(2);
+    expect(two.stored).toBe(one.stored);
+    expect(one.stored).toBe(`${stream}:${first.seq}:${first.timestampNanos}`);
+    expect(three.stored).not.toBe(one.stored);
+    expect(forwardMsgId('dead-letter', two)).toBe(forwardMsgId('dead-letter', one));
+    expect(forwardMsgId('dead-letter', three)).not.toBe(forwardMsgId('dead-letter', one));
+    expect(forwardMsgId('dead-letter', one)).toHaveLength(randomUUID().length);
   });
 
   it('settles through that subject: a nak brings the message back, an ack removes it', async () => {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { JsMsg } from '@nats-io/jetstream';
 
 /** What a subscription tells the server of a delivery. */
@@ -38,6 +39,11 @@ export interface NatsDelivery {
   readonly deliveryCount: number;
   /** Its sequence in the stream: where its body can be read again. */
   readonly streamSequence: number;
+  /**
+   * The stored message it is, the same on every delivery: its stream, sequence and the time it
+   * was stored (a stream made again starts its sequences over).
+   */
+  readonly stored: string;
   /** Its ack subject, where it is known from its info. */
   readonly ackSubject?: string;
   /** The message itself, where its ack subject is not known. */
@@ -48,15 +54,33 @@ export function deliveryOf(message: JsMsg): NatsDelivery {
   const info = message.info;
   const { deliveryCount, streamSequence } = info;
   const plain = !info.domain && !info.account_hash;
+  const stored = `${info.stream}:${streamSequence}:${message.timestampNanos}`;
   return plain
     ? {
         deliveryCount,
         streamSequence,
+        stored,
         ackSubject:
           `$JS.ACK.${info.stream}.${info.consumer}.${deliveryCount}.${streamSequence}.` +
           `${info.deliverySequence}.${message.timestampNanos}.${info.pending}`,
       }
-    : { deliveryCount, streamSequence, message };
+    : { deliveryCount, streamSequence, stored, message };
+}
+
+/**
+ * A `Nats-Msg-Id` for what the transport forwards of a delivery on its own (`kind`: a dead
+ * letter), the same on every delivery of the stored message, shaped and sized as the UUID the
+ * forwards' headers make room for.
+ */
+export function forwardMsgId(kind: string, delivery: NatsDelivery): string {
+  const hex = createHash('sha256').update(`${kind}:${delivery.stored}`).digest('hex');
+  return [
+    hex.slice(0, 8),
+    hex.slice(8, 12),
+    hex.slice(12, 16),
+    hex.slice(16, 20),
+    hex.slice(20, 32),
+  ].join('-');
 }
 
 const encoder = new TextEncoder();

@@ -19,6 +19,7 @@ import { forwardableHeaders } from '../../../ports/transport-headers';
 import {
   ACK,
   deliveryOf,
+  forwardMsgId,
   nak,
   sendVerdict,
   term,
@@ -45,11 +46,16 @@ export interface NatsSubscriptionSettings {
   readonly consumer: () => Promise<Consumer>;
   /** Called when the consumer could not be fetched from: declare it again next time. */
   readonly onConsumerLost: () => void;
-  /** Publishes to a channel and resolves on its `PubAck`: dead letters and requeued copies. */
+  /**
+   * Publishes to a channel and resolves on its `PubAck`: dead letters and requeued copies. With
+   * `msgId`, the `Nats-Msg-Id`: the stream stores a second publish with it (within its
+   * `duplicate_window`) once.
+   */
   readonly publish: (
     channel: string,
     body: Buffer,
     headers: Record<string, unknown>,
+    msgId?: string,
   ) => Promise<unknown>;
   /**
    * Deletes a terminated message from the channel's stream: some servers (2.9 among them) keep a
@@ -455,7 +461,14 @@ export class NatsSubscription implements Subscription {
       SequenceHeader.deathReason,
     ]);
     try {
-      await this.settings.publish(deadLetterChannel, await body(), headers);
+      // One dead letter per stored message: should the term be lost, the message's next delivery
+      // dead-lettered again within the dead-letter stream's duplicate_window is stored once.
+      await this.settings.publish(
+        deadLetterChannel,
+        await body(),
+        headers,
+        forwardMsgId('dead-letter', delivery),
+      );
       this.finish(delivery, term(reason.slice(0, 200)));
       if (own) this.settings.onOwnDeadLetter?.(reason);
       await this.settings

@@ -118,6 +118,31 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     );
   });
 
+  it('gives a dead letter a Nats-Msg-Id of the stored message, so that a second one of it is stored once', async () => {
+    const channel = newChannel();
+    await transport.subscribe(channel, async () => ({
+      action: 'dead-letter',
+      reason: 'handler-failed: no',
+    }));
+    await transport.publish(channel, Buffer.from('bad'), {});
+
+    const dlq = streamName('NSEQ_', `${channel}.dlq`);
+    let stored: Awaited<ReturnType<typeof jsm.streams.getMessage>> = null;
+    await eventuallyAsync(async () => {
+      stored = await jsm.streams.getMessage(dlq, { seq: 1 }).catch(() => null);
+      return stored !== null;
+    });
+    // Made of the stored message (see nats.acks.spec.ts), as long as a UUID.
+    const msgId = stored!.header.get('Nats-Msg-Id');
+    expect(msgId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    // What a delivery after a lost term would send again.
+    const again = await jetstream(admin).publish(`${channel}.dlq`, Buffer.from('bad'), {
+      msgID: msgId ?? '',
+    });
+    expect(again.duplicate).toBe(true);
+    expect((await jsm.streams.info(dlq)).state.messages).toBe(1);
+  });
+
   it('dead-letters a message still requeued at its max_deliver-th delivery', async () => {
     await transport.close();
     transport = await NatsTransport.connect(

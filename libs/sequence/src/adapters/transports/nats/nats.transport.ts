@@ -367,8 +367,8 @@ export class NatsTransport implements Transport {
             this.topology.forgetPartitions(channel);
           },
           // A delayed requeue's copy goes to the tail of the same partition.
-          publish: (target, body, headers) =>
-            this.forward(target, body, headers, { channel, partition }),
+          publish: (target, body, headers, msgId) =>
+            this.forward(target, body, headers, { channel, partition }, msgId),
           stream,
         });
       },
@@ -508,7 +508,7 @@ export class NatsTransport implements Transport {
       ackWaitMs: own.ackWaitMs ?? ackWaitMs,
       publish:
         own.publish ??
-        ((target, body, headers) => this.forward(target, body, headers, { channel })),
+        ((target, body, headers, msgId) => this.forward(target, body, headers, { channel }, msgId)),
       readFromStream: async (sequence) => {
         const stored = await readStored(sequence);
         if (!stored) throw new Error(`message ${sequence} is no longer in stream ${stream}`);
