@@ -156,9 +156,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     }
     if (marking.via === 'ticket') {
       const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
-      if ('gone' in resolved) {
-        return this.parkedBodyGone(channel, message, resolved.code, resolved.gone);
-      }
+      if ('gone' in resolved) return this.parkedBodyGone(channel, message, resolved);
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);
     }
@@ -287,16 +285,14 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     channel: string,
     ticketBody: Buffer,
     maxFragmentBytes: number,
-  ): Promise<
-    { body: Buffer; parked: TakenFragment } | { gone: string; code: RejectionCode } | Disposition
-  > {
+  ): Promise<{ body: Buffer; parked: TakenFragment } | ParkedBodyGone | Disposition> {
     try {
       const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
       if ('refused' in taken) {
         // Gone, or its ticket expired: perhaps taken already by a copy of this message (see
         // parkedBodyGone).
         if (taken.refused === 'claim-check-not-found' || taken.expiredOnly) {
-          return { gone: taken.detail, code: taken.refused };
+          return { gone: taken.detail, code: taken.refused, expired: taken.expiredOnly === true };
         }
         return this.rejectFragment(channel, taken.refused, taken.detail);
       }
@@ -315,13 +311,18 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
    * the broker's duplicate of that copy (a publish retried after a lost confirm, a redelivery
    * after a lost ack, perhaps past the ticket's expiry): acked as one when the store has the
    * fragment, or has the sequence completed. Otherwise the body is lost, or its ticket no longer
-   * valid: dead-lettered with `code`.
+   * valid: dead-lettered with its code.
+   *
+   * A copy whose ticket expired may also be the completing fragment itself, requeued while its
+   * complete sequence waits to be delivered (a handler still at work, a consumer that crashed):
+   * acked, it would leave nothing to start that delivery again. While a consumer holds the
+   * sequence it is requeued, to be told apart once that one finishes; with nobody holding it, it
+   * is dead-lettered.
    */
   private async parkedBodyGone(
     channel: string,
     message: InboundMessage,
-    code: RejectionCode,
-    detail: string,
+    { gone: detail, code, expired }: ParkedBodyGone,
   ): Promise<Disposition> {
     let fragment: FragmentHeaders;
     try {
@@ -329,7 +330,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     } catch {
       return this.rejectFragment(channel, code, detail);
     }
-    let stored: boolean;
+    let stored: StoredPosition;
     try {
       stored = await this.storeHas(channel, fragment);
     } catch (error) {
@@ -339,19 +340,30 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       );
       return this.requeue('sequence store unavailable');
     }
-    if (!stored) return this.rejectFragment(channel, code, detail, fragment);
-    return this.duplicate(channel, fragment);
+    if (stored === 'has' || (stored !== 'lacks' && !expired)) {
+      return this.duplicate(channel, fragment);
+    }
+    if (stored === 'delivering') {
+      return this.requeue(`sequence ${fragment.sequenceId} is being delivered`);
+    }
+    return this.rejectFragment(channel, code, detail, fragment);
   }
 
-  /** Whether the store holds the fragment's position, or completed its sequence. */
-  private async storeHas(channel: string, fragment: FragmentHeaders): Promise<boolean> {
+  /**
+   * Whether the store holds the fragment's position or completed its sequence (`has`), or holds
+   * the position of a sequence complete but not yet delivered (`delivering` while a consumer
+   * holds it, else `undelivered`).
+   */
+  private async storeHas(channel: string, fragment: FragmentHeaders): Promise<StoredPosition> {
     const ref = { scope: channel, sequenceId: fragment.sequenceId };
     const now = Date.now();
     const status = await this.store.status?.(ref, now);
-    if (status?.state === 'finished') return status.outcome === 'completed';
-    if (status?.state === 'unknown') return false;
+    if (status?.state === 'finished') return status.outcome === 'completed' ? 'has' : 'lacks';
+    if (status?.state === 'unknown') return 'lacks';
     const open = await this.store.inspect?.(ref, now);
-    return open?.receivedPositions.includes(fragment.position) ?? false;
+    if (!open?.receivedPositions.includes(fragment.position)) return 'lacks';
+    if (!open.complete) return 'has';
+    return open.leaseHolder === undefined ? 'undelivered' : 'delivering';
   }
 
   /** A fragment already taken (or of a sequence already done): counted, reported and acked. */
@@ -374,6 +386,16 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
   }
 }
+
+/** A parked fragment body that is gone, or whose ticket expired (`expired`), and why. */
+interface ParkedBodyGone {
+  readonly gone: string;
+  readonly code: RejectionCode;
+  readonly expired: boolean;
+}
+
+/** What the sequence store holds of a fragment's position (see `storeHas`). */
+type StoredPosition = 'has' | 'lacks' | 'delivering' | 'undelivered';
 
 /** Headers as an object, whatever the subscriber handed over (amqplib gives undefined for none). */
 function toHeaderRecord(headers: unknown): Readonly<Record<string, unknown>> {

@@ -36,8 +36,11 @@ export interface ForwardingTransport {
  *
  * The port's optional methods (reply channels, dead-letter counts and listeners, the dead-letter
  * box) are forwarded too, each only where the real transport has it: a wrapped transport can do
- * what the real one can. A subclass that defines one of them keeps its own; one that must not
- * have one (to test an adapter without reply channels, say) names it in `without`.
+ * what the real one can. They are set on the instance, bound to `inner`: a subclass that defines
+ * one of them keeps its own, and calls the real one as `this.inner.openReplyChannel!(...)` (not
+ * `super`); one that must not have one (to test an adapter without reply channels, say) names it
+ * in `without`. The dead-letter box is the real transport's: its replays publish through `inner`,
+ * not through the subclass's `publish`.
  *
  * @example
  * class SlowPublishes extends ForwardingTransport {

@@ -19,6 +19,7 @@ import {
 } from 'nest-sequence';
 import { ExpirySweeper } from '../../src/sequence/expiry.sweeper';
 import { parseFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
+import { recordEvents } from '../events/event-recorder';
 import { InstrumentedStore } from '../guarantees/instrumented.sequence-store';
 import { bytes, makeFragments } from '../support/sequence-test-app';
 import { createClaimCheckTestApp } from './claim-check-test-app';
@@ -57,6 +58,9 @@ const HYBRID = 'cc.hybrid';
 class Receivers {
   readonly claimed: Array<{ via: string; bytes: Buffer; headers: HeaderMap }> = [];
   readonly reassembled: Buffer[] = [];
+  /** Holds each call of onHybrid until it resolves. */
+  gate?: Promise<void>;
+  calls = 0;
 
   @ClaimCheck({ channel: AUTO })
   async onAuto(payload: ClaimedPayload): Promise<void> {
@@ -69,6 +73,8 @@ class Receivers {
 
   @SequencedHandler({ channel: HYBRID })
   async onHybrid(payload: ReassembledPayload): Promise<void> {
+    this.calls++;
+    await this.gate;
     this.reassembled.push(await payload.toBuffer());
   }
 }
@@ -102,6 +108,8 @@ describe('claim check: mode auto and fragments via claim check', () => {
           },
           tuning: {
             sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
+            // Longer than the clock is moved on below: a handler at work keeps its lease.
+            leaseMs: 600_000,
             backpressureDelayMs: 10,
           },
           sequence: { store: sequenceStore, fragmentBytes: 64 * 1024 },
@@ -253,6 +261,35 @@ describe('claim check: mode auto and fragments via claim check', () => {
 
       expect(deadLetters(transport, HYBRID)).toHaveLength(0);
       expect(receivers.reassembled).toHaveLength(1);
+    });
+
+    it('is requeued, not acked, while its complete sequence is being delivered', async () => {
+      let open!: () => void;
+      receivers.gate = new Promise<void>((resolve) => (open = resolve));
+      const payload = randomBytes(200 * 1024);
+      await app.get(SplitterService).send(HYBRID, payload, { via: 'claim-check' });
+      await eventually(() => receivers.calls === 1, 'the handler at work');
+      const sent = transport.published.filter((m) => m.channel === HYBRID);
+      const last = sent[sent.length - 1];
+      later(120_000);
+
+      // The completing fragment comes again while its handler works (its first delivery
+      // requeued, or a copy): acked, it could no longer start a delivery that did not happen.
+      const recorder = recordEvents(app);
+      await transport.publish(HYBRID, last.body, last.headers);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(deadLetters(transport, HYBRID)).toHaveLength(0);
+      expect(recorder.only('fragment.duplicate')).toHaveLength(0); // requeued, again and again
+
+      open();
+      await eventually(
+        () => recorder.only('fragment.duplicate').length === 1,
+        'the copy acked once the sequence was delivered',
+      );
+      recorder.stop();
+      await transport.whenIdle();
+      expect(receivers.reassembled).toHaveLength(1);
+      expect(deadLetters(transport, HYBRID)).toHaveLength(0);
     });
 
     it('is dead-lettered claim-ticket-invalid when the store never had it', async () => {
