@@ -20,27 +20,16 @@ const OPTIONAL_METHODS = [
 
 type OptionalMethod = (typeof OPTIONAL_METHODS)[number];
 
-// The optional methods, as the constructor forwards them (methods, so that a subclass may define its own).
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
-export interface ForwardingTransport {
-  openReplyChannel?(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription>;
-  isReplyChannel?(channel: string): boolean;
-  droppedDeadLetters?(): number;
-  onDeadLetter?(listener: (channel: string, reason: string) => void): () => void;
-  deadLetters?(): DeadLetterBox;
-}
-
 /**
  * A {@link Transport} that hands every call to a real one: the base of test transports that
  * change what `publish` does (inject a fault, stop at a crash point) and nothing else.
  *
  * The port's optional methods (reply channels, dead-letter counts and listeners, the dead-letter
  * box) are forwarded too, each only where the real transport has it: a wrapped transport can do
- * what the real one can. They are set on the instance, bound to `inner`: a subclass that defines
- * one of them keeps its own, and calls the real one as `this.inner.openReplyChannel!(...)` (not
- * `super`); one that must not have one (to test an adapter without reply channels, say) names it
- * in `without`. The dead-letter box is the real transport's: its replays publish through `inner`,
- * not through the subclass's `publish`.
+ * what the real one can. A subclass may override one (and call `super`'s); one that must not have
+ * one (to test an adapter without reply channels, say) names it in `without`. The dead-letter box
+ * is the real transport's: its replays publish through `inner`, not through the subclass's
+ * `publish`.
  *
  * @example
  * class SlowPublishes extends ForwardingTransport {
@@ -51,7 +40,6 @@ export interface ForwardingTransport {
  *   }
  * }
  */
-// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
 export abstract class ForwardingTransport implements Transport {
   abstract readonly name: string;
   readonly maxMessageBytes: number;
@@ -65,16 +53,36 @@ export abstract class ForwardingTransport implements Transport {
   ) {
     this.maxMessageBytes = inner.maxMessageBytes;
     this.partitioned = inner.partitioned;
+    // What the real transport lacks (or `without` names) this one lacks too, unless a subclass
+    // defines its own: hidden on the instance, as the module tells capabilities by presence.
+    const base = ForwardingTransport.prototype as unknown as Record<OptionalMethod, unknown>;
     for (const name of OPTIONAL_METHODS) {
-      const method = inner[name] as ((...args: never[]) => unknown) | undefined;
-      // A subclass's own method (on its prototype) wins.
-      if (typeof method !== 'function' || without.includes(name) || name in this) continue;
-      Object.defineProperty(this, name, {
-        value: method.bind(inner),
-        configurable: true,
-        writable: true,
-      });
+      const lacking = typeof inner[name] !== 'function' || without.includes(name);
+      const own = (this as unknown as Record<OptionalMethod, unknown>)[name] !== base[name];
+      if (lacking && !own) {
+        Object.defineProperty(this, name, { value: undefined, configurable: true, writable: true });
+      }
     }
+  }
+
+  openReplyChannel?(handler: MessageHandler, options?: ReplyChannelOptions): Promise<Subscription> {
+    return this.inner.openReplyChannel!(handler, options);
+  }
+
+  isReplyChannel?(channel: string): boolean {
+    return this.inner.isReplyChannel!(channel);
+  }
+
+  droppedDeadLetters?(): number {
+    return this.inner.droppedDeadLetters!();
+  }
+
+  onDeadLetter?(listener: (channel: string, reason: string) => void): () => void {
+    return this.inner.onDeadLetter!(listener);
+  }
+
+  deadLetters?(): DeadLetterBox {
+    return this.inner.deadLetters!();
   }
 
   publish(
