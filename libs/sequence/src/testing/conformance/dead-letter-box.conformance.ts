@@ -383,6 +383,12 @@ export function describeDeadLetterBoxConformance(
       );
       subscriptions.push(subscription);
       for (const index of [0, 1]) await transport.publish(channel, Buffer.from(`p${index}`), {});
+      // Counted first (the broker's count, no message read): a quorum queue just declared may
+      // not serve a read yet, and RabbitMQ answers one with an error on the whole connection.
+      await until(async () => {
+        const counted = await box.count(channel, at);
+        return counted === undefined || counted >= 2 ? true : undefined;
+      }, 'both dead letters counted in the given channel');
       const items = await until(async () => {
         const page = await box.browse(channel, { limit: 10, ...at });
         return page.items.length >= 2 ? page.items : undefined;
