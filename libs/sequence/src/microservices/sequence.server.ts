@@ -16,7 +16,7 @@ import { checkInteger } from '../core/option-checks';
 import { handOver, type HandlerContext } from '../kernel/handler-call';
 import { handlerRejection } from '../kernel/handler-retry';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
-import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
@@ -480,7 +480,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   ): Promise<void> {
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     if (headers[SequenceHeader.deathReason] !== undefined) return; // a dead letter, read back
-    if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(codeOf(reason))) return;
+    if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(splitDeathReason(reason).code))
+      return;
     const request = requestOf(headers, runtime);
     if (!request.ok || this.answered.has(request.correlationId)) return;
     await this.sendReply(request, definedBy, failure(new Error(reason)), runtime);
@@ -565,12 +566,6 @@ const SEQUENCE_ENDING: ReadonlySet<string> = new Set<RejectionCode>([
   'unknown-payload-store',
   'claim-check-not-found',
 ]);
-
-/** The code of an `x-death-reason` (`<code>: <detail>`). */
-function codeOf(reason: string): string {
-  const colon = reason.indexOf(':');
-  return colon < 0 ? reason : reason.slice(0, colon);
-}
 
 /** A reply saying the request failed, and why. */
 function errorReply(message: string): ReturnType<typeof encodePayload> {

@@ -482,7 +482,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       // request's reply then waits for the delivery that settles it.
       const handsBack = () =>
         !!(payload.integrityFailure || payload.readFailure) &&
-        this.givesBackOnFault(sequence, consumer);
+        this.givesBackAt(this.spoolTry(sequence), consumer);
       const outcome = await runSequenceHandler(
         payload,
         consumer,
@@ -548,6 +548,16 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     return disposition;
   }
 
+  /** Which read of `sequence` back from the spool a fault now is, earlier faults counted. */
+  private spoolTry(sequence: HeldSequence): number {
+    return (this.spoolFaults.get(keyOf(sequence)) ?? 0) + 1;
+  }
+
+  /** Whether a spool fault at read `tries` gives the fragments back rather than ending it. */
+  private givesBackAt(tries: number, consumer: SequenceConsumer): boolean {
+    return tries < consumer.options.handlerRetry.attempts;
+  }
+
   /**
    * The spool could not give a complete sequence back to be verified or handled: a read failed,
    * or (`integrity-mismatch`) a body read back differs from the one spooled (its CRC-32), the
@@ -557,12 +567,6 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
    * `integrity-mismatch`, with the spool's error (a failing disk would otherwise have the
    * sequence spooled again for ever, on a queue without a delivery limit).
    */
-  /** Whether a spool fault of `sequence` now gives its fragments back rather than ending it. */
-  private givesBackOnFault(sequence: HeldSequence, consumer: SequenceConsumer): boolean {
-    const tries = (this.spoolFaults.get(keyOf(sequence)) ?? 0) + 1;
-    return tries < consumer.options.handlerRetry.attempts;
-  }
-
   private async spoolFault(
     sequence: HeldSequence,
     consumer: SequenceConsumer,
@@ -570,11 +574,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     code: 'store-unavailable' | 'integrity-mismatch' = 'store-unavailable',
   ): Promise<Disposition> {
     const key = keyOf(sequence);
-    const tries = (this.spoolFaults.get(key) ?? 0) + 1;
+    const tries = this.spoolTry(sequence);
     const { attempts } = consumer.options.handlerRetry;
-    const givesBack = this.givesBackOnFault(sequence, consumer);
     this.spoolFaults.delete(key);
-    if (!givesBack) {
+    if (!this.givesBackAt(tries, consumer)) {
       const detail =
         `failed ${tries} reads back from the spool (handlerRetry.attempts ${attempts}): ` + problem;
       return this.end(sequence, consumer, 'failed', code, detail);
