@@ -1,15 +1,8 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Controller } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
-import { FilesystemPayloadStore } from 'nest-sequence';
-import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
-import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.payload-store';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
-import { CountedReplies } from './counted-replies.transport';
-import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+import { useFaultyStoreApp } from './faulty-store-app';
 
 let calls = 0;
 
@@ -45,50 +38,37 @@ class Sizes {
  * replyTimeoutMs. One answer per request, however many of its fragments are refused.
  */
 describe('microservices: a request refused before its handler', () => {
-  const inner = new SettlementRecordingTransport();
-  const transport = new CountedReplies(inner);
-  let dir: string;
-  let store: FaultInjectingPayloadStore;
-  let t: MicroserviceTestApp;
+  const fx = useFaultyStoreApp('ms-refused-', ({ transport, store }) => ({
+    sequence: {
+      transport,
+      sequence: { fragmentBytes: 1024 },
+      claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 32 * 1024 },
+      handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
+      tuning: { backpressureDelayMs: 10, maxStoreRequeues: 2 },
+    },
+    controllers: [Sizes],
+    server: {
+      channels: {
+        'refused.small': { sequence: { maxSequenceBytes: 4 * 1024 } },
+        'refused.events': { sequence: { maxSequenceBytes: 4 * 1024 } },
+        'refused.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } },
+      },
+    },
+    // Long enough that an error within the test's own timeout can only be the answer.
+    client: { replyTimeoutMs: 20_000 },
+  }));
+  const { inner, transport } = fx;
 
-  beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'ms-refused-'));
-    store = new FaultInjectingPayloadStore(new FilesystemPayloadStore({ root: dir }));
-    t = await createMicroserviceTestApp({
-      sequence: {
-        transport,
-        sequence: { fragmentBytes: 1024 },
-        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 32 * 1024 },
-        handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
-        tuning: { backpressureDelayMs: 10, maxStoreRequeues: 2 },
-      },
-      controllers: [Sizes],
-      server: {
-        channels: {
-          'refused.small': { sequence: { maxSequenceBytes: 4 * 1024 } },
-          'refused.events': { sequence: { maxSequenceBytes: 4 * 1024 } },
-          'refused.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } },
-        },
-      },
-      // Long enough that an error within the test's own timeout can only be the answer.
-      client: { replyTimeoutMs: 20_000 },
-    });
-  });
-  afterAll(async () => {
-    await t?.close();
-    await inner.close();
-    await rm(dir, { recursive: true, force: true });
-  });
   beforeEach(() => {
     transport.replies = 0;
     calls = 0;
-    store.failGets = 0;
+    fx.store.failGets = 0;
   });
 
-  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+  const ask = (pattern: string, data: unknown) => lastValueFrom(fx.app.client.send(pattern, data));
 
   it('answers a claim-checked request whose payload the store never gives back with store-unavailable', async () => {
-    store.failGets = 1_000;
+    fx.store.failGets = 1_000;
     const answer = await ask('refused.size', { text: 'x'.repeat(40 * 1024) }).catch(
       (error: unknown) => error,
     );
@@ -126,7 +106,7 @@ describe('microservices: a request refused before its handler', () => {
   });
 
   it('answers nothing for an event refused the same way', async () => {
-    await lastValueFrom(t.client.emit('refused.events', { text: 'z'.repeat(8 * 1024) }));
+    await lastValueFrom(fx.app.client.emit('refused.events', { text: 'z'.repeat(8 * 1024) }));
     await eventually(
       () => deadLetters(inner, 'refused.events').length > 1,
       'the fragments dead-lettered',

@@ -12,6 +12,7 @@ import { SettlementRecordingTransport } from '../claim-check/claim-check-test-ap
 import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.payload-store';
 import { overrideMethods } from '../support/override-methods';
 import { CountedReplies } from './counted-replies.transport';
+import { useFaultyStoreApp } from './faulty-store-app';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 const TIMEOUT_MS = 50;
@@ -48,45 +49,32 @@ class Measures {
  * gets one outcome, the answer of the delivery that read it.
  */
 describe('microservices: a request whose payload cannot be read from the store', () => {
-  const inner = new SettlementRecordingTransport();
-  const transport = new CountedReplies(inner);
-  let dir: string;
-  let store: FaultInjectingPayloadStore;
-  let t: MicroserviceTestApp;
+  const fx = useFaultyStoreApp('ms-store-reads-', ({ transport, store }) => ({
+    sequence: {
+      transport,
+      claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
+      handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
+      tuning: { backpressureDelayMs: 10 },
+    },
+    controllers: [Measures],
+    server: {
+      streamAboveBytes: 1024,
+      channels: { 'sr.stream': { handlerTimeoutMs: TIMEOUT_MS } },
+    },
+    client: { replyTimeoutMs: 5_000 },
+  }));
+  const { inner, transport } = fx;
 
-  beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'ms-store-reads-'));
-    store = new FaultInjectingPayloadStore(new FilesystemPayloadStore({ root: dir }));
-    t = await createMicroserviceTestApp({
-      sequence: {
-        transport,
-        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
-        handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
-        tuning: { backpressureDelayMs: 10 },
-      },
-      controllers: [Measures],
-      server: {
-        streamAboveBytes: 1024,
-        channels: { 'sr.stream': { handlerTimeoutMs: TIMEOUT_MS } },
-      },
-      client: { replyTimeoutMs: 5_000 },
-    });
-  });
-  afterAll(async () => {
-    await t?.close();
-    await inner.close();
-    await rm(dir, { recursive: true, force: true });
-  });
   beforeEach(() => {
     transport.replies = 0;
     calls = 0;
     inner.settlements.length = 0;
   });
 
-  const ask = (pattern: string, data: unknown) => lastValueFrom(t.client.send(pattern, data));
+  const ask = (pattern: string, data: unknown) => lastValueFrom(fx.app.client.send(pattern, data));
 
   it('answers once, with the result, when the first read of a claim-checked request fails', async () => {
-    store.failGets = 1;
+    fx.store.failGets = 1;
     await expect(ask('sr.size', { text: 'x'.repeat(8 * 1024) })).resolves.toBe(8 * 1024);
     await inner.whenIdle();
     expect(calls).toBe(1); // the first delivery's payload never reached it
@@ -95,7 +83,7 @@ describe('microservices: a request whose payload cannot be read from the store',
   });
 
   it('answers once, with the result, when a call that failed to read runs past its limit', async () => {
-    store.failGets = 1;
+    fx.store.failGets = 1;
     await expect(ask('sr.stream', Buffer.alloc(8 * 1024, 4))).resolves.toBe(8 * 1024);
     await inner.whenIdle();
     expect(calls).toBe(2);
