@@ -10,6 +10,7 @@ import {
   REPLAYED_AT_HEADER,
   type DeadLetterActionResult,
 } from './dead-letter-box.port';
+import { countIn } from './transport.port';
 
 /**
  * What every {@link DeadLetterBox} adapter shares: argument checks, the reason filter, the headers
@@ -56,8 +57,7 @@ export function deathReasonOf(headers: Readonly<Record<string, unknown>>, fallba
 
 /** How many times a dead letter was replayed before (`x-replay-count`), 0 when never. */
 export function replaysOf(headers: Readonly<Record<string, unknown>>): number {
-  const value = Number(headers[REPLAY_COUNT_HEADER] ?? 0);
-  return Number.isSafeInteger(value) && value > 0 ? value : 0;
+  return countIn(headers[REPLAY_COUNT_HEADER]);
 }
 
 /**

@@ -142,6 +142,9 @@ describe('forwardableHeaders (a dead letter or requeued copy of a message from e
       nan: [Number.NaN],
       bang: { '!': 'x' },
       own: { hasOwnProperty: 'x' },
+      // Types and values String() cannot convert (another program's JSON header, say).
+      typeless: { '!': { toString: 1 } },
+      valueless: { '!': 'int', value: { toString: 1 } },
     };
 
     const forwarded = forwardableHeaders(headers);
@@ -151,6 +154,8 @@ describe('forwardableHeaders (a dead letter or requeued copy of a message from e
       nan: expect.stringMatching(/^\(not forwarded: holds a value at \[0\] that is NaN/) as string,
       bang: expect.stringMatching(/typed value of type x/) as string,
       own: expect.stringMatching(/without a hasOwnProperty method/) as string,
+      typeless: expect.stringMatching(/typed value of type \{"toString":1\}/) as string,
+      valueless: expect.stringMatching(/is a int of \{"toString":1\}, out of its range/) as string,
     });
     expect(() => assertEncodableHeaders('orders.dlq', forwarded)).not.toThrow();
     expect(amqplibEncodes(forwarded)).toBeLessThan(64 * 1024);

@@ -1,3 +1,4 @@
+import { textOf } from '../core/errors/caught';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MAX_HEADER_NAME_BYTES } from '../core/headers';
 
@@ -246,11 +247,11 @@ function typedValue(type: unknown, value: unknown, depth: number): Field {
   const inRange = (min: number, max: number, bytes: number): Field =>
     typeof value === 'number' && value >= min && value <= max
       ? { bytes: 1 + bytes }
-      : { problem: `is a ${String(type)} of ${String(value).slice(0, 40)}, out of its range` };
+      : { problem: `is a ${textOf(type)} of ${textOf(value).slice(0, 40)}, out of its range` };
   const integer = (min: number, max: number): Field =>
     typeof value === 'number' && Number.isInteger(value) && value >= min && value < max
       ? { bytes: 9 }
-      : { problem: `is a ${String(type)} of ${String(value).slice(0, 40)}, not such an integer` };
+      : { problem: `is a ${textOf(type)} of ${textOf(value).slice(0, 40)}, not such an integer` };
   switch (type) {
     case 'string':
       return typeof value === 'string'
@@ -307,7 +308,7 @@ function typedValue(type: unknown, value: unknown, depth: number): Field {
     }
     default:
       return {
-        problem: `is a typed value of type ${String(type).slice(0, 40)}, which amqplib cannot send`,
+        problem: `is a typed value of type ${textOf(type).slice(0, 40)}, which amqplib cannot send`,
       };
   }
 }

@@ -1,4 +1,16 @@
-import { toDisposition, type Transport } from './transport.port';
+import { requeueCount, toDisposition, type Transport } from './transport.port';
+
+describe('requeueCount', () => {
+  it('reads a count as a number or decimal text, and anything else as none', () => {
+    const count = (value: unknown) => requeueCount({ 'x-requeue-count': value });
+    expect([count(3), count('4'), count(undefined), count(0), count(-2), count(1.5)]).toEqual([
+      3, 4, 0, 0, 0, 0,
+    ]);
+    // What Number() throws on: an object without a usable toString (another program's header).
+    expect(count({ toString: 1 })).toBe(0);
+    expect(count(Object.create(null))).toBe(0);
+  });
+});
 
 describe('toDisposition', () => {
   it.each<[unknown, unknown]>([

@@ -410,7 +410,15 @@ export function partitionAddressProblem(partition: PartitionAddress): string | u
 
 /** How many delayed requeues `headers` record; 0 when none (or when the value is not a count). */
 export function requeueCount(headers: Readonly<Record<string, unknown>>): number {
-  const value = Number(headers[REQUEUE_COUNT_HEADER] ?? 0);
+  return countIn(headers[REQUEUE_COUNT_HEADER]);
+}
+
+/**
+ * A count a header carries (a positive integer, as a number or decimal text), else 0: a value
+ * of any other shape, such as an object that `Number()` cannot convert, counts none.
+ */
+export function countIn(raw: unknown): number {
+  const value = typeof raw === 'number' ? raw : typeof raw === 'string' ? Number(raw) : 0;
   return Number.isSafeInteger(value) && value > 0 ? value : 0;
 }
 

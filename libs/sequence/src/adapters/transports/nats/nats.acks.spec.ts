@@ -73,9 +73,11 @@ describeWithServer('nats', 'deliveryOf on NATS JetStream', () => {
     expect(two.stored).toBe(one.stored);
     expect(one.stored).toBe(`${stream}:${first.seq}:${first.timestampNanos}`);
     expect(three.stored).not.toBe(one.stored);
-    expect(forwardMsgId('dead-letter', two)).toBe(forwardMsgId('dead-letter', one));
-    expect(forwardMsgId('dead-letter', three)).not.toBe(forwardMsgId('dead-letter', one));
-    expect(forwardMsgId('dead-letter', one)).toHaveLength(randomUUID().length);
+    expect(forwardMsgId('dead-letter', two.stored)).toBe(forwardMsgId('dead-letter', one.stored));
+    expect(forwardMsgId('dead-letter', three.stored)).not.toBe(
+      forwardMsgId('dead-letter', one.stored),
+    );
+    expect(forwardMsgId('dead-letter', one.stored)).toHaveLength(randomUUID().length);
   });
 
   it('settles through that subject: a nak brings the message back, an ack removes it', async () => {

@@ -68,12 +68,12 @@ export function deliveryOf(message: JsMsg): NatsDelivery {
 }
 
 /**
- * A `Nats-Msg-Id` for what the transport forwards of a delivery on its own (`kind`: a dead
- * letter), the same on every delivery of the stored message, shaped and sized as the UUID the
- * forwards' headers make room for.
+ * A `Nats-Msg-Id` for what the transport forwards of a stored message on its own (`kind`: a dead
+ * letter), the same on every delivery of it (`stored`: {@link NatsDelivery.stored}, or another key
+ * of the stored message), shaped and sized as the UUID the forwards' headers make room for.
  */
-export function forwardMsgId(kind: string, delivery: NatsDelivery): string {
-  const hex = createHash('sha256').update(`${kind}:${delivery.stored}`).digest('hex');
+export function forwardMsgId(kind: string, stored: string): string {
+  const hex = createHash('sha256').update(`${kind}:${stored}`).digest('hex');
   return [
     hex.slice(0, 8),
     hex.slice(8, 12),

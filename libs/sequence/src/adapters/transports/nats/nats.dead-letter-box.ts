@@ -26,7 +26,8 @@ import {
   type DeadLetterPage,
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
-import { decodeHeaders } from './nats.headers';
+import { forwardMsgId } from './nats.acks';
+import { readHeaders } from './nats.headers';
 
 /** What the box needs of the NATS transport. */
 export interface NatsDeadLetterAccess {
@@ -132,7 +133,7 @@ export class NatsDeadLetterBox implements DeadLetterBox {
       const stored = await this.get(subject, id);
       if (!stored) return 'missing';
       const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
-      const msgId = `nseq-replay:${stream}:${stored.seq}:${stored.time.getTime()}`;
+      const msgId = forwardMsgId('replay', `${stream}:${stored.seq}:${stored.time.getTime()}`);
       let duplicate: boolean;
       try {
         ({ duplicate } = await this.access.publish(
@@ -207,17 +208,21 @@ export class NatsDeadLetterBox implements DeadLetterBox {
   }
 }
 
+/** A stored dead letter's headers; none when the client cannot read them (see readHeaders). */
 function decode(stored: StoredMsg): Record<string, unknown> {
-  return decodeHeaders(stored.header ?? []);
+  return readHeaders(() => stored.header).headers;
 }
 
 function describe(channel: string, subject: string, stored: StoredMsg): DeadLetter {
-  const headers = decode(stored);
+  const { headers, problem } = readHeaders(() => stored.header);
   return {
     id: String(stored.seq),
     channel,
     deadLetterChannel: subject,
-    reason: deathReasonOf(headers),
+    reason:
+      problem === undefined
+        ? deathReasonOf(headers)
+        : `malformed-header: its NATS headers cannot be read (${problem})`,
     headers,
     bytes: stored.data.length + headerBytes(headers as HeaderMap),
     deadLetteredAt: stored.time.getTime(),

@@ -6,7 +6,8 @@ import { SequenceHeader } from '../../../core/headers';
 import { deadLetterHeaders } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
 import type { NatsConnection } from './nats.client';
-import { decodeHeaders } from './nats.headers';
+import { forwardMsgId } from './nats.acks';
+import { readHeaders } from './nats.headers';
 
 /** Where nats-server tells that a consumer stopped delivering a message at its `max_deliver`. */
 export const MAX_DELIVERIES_ADVISORY = '$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES';
@@ -132,13 +133,21 @@ export class NatsDeliveryLimitWatch {
         const stored = await this.settings.read(sequence);
         // Gone: another subscriber moved it, or an operator deleted it.
         if (!stored) return;
-        headers = decodeHeaders(stored.header ?? []);
-        const letter = forwardableHeaders(deadLetterHeaders(headers, reason), [
+        // Headers the client cannot read are left out: the dead letter says so.
+        const read = readHeaders(() => stored.header);
+        headers = read.headers;
+        const why =
+          read.problem === undefined
+            ? reason
+            : `${reason}; its NATS headers cannot be read (${read.problem}), left out`;
+        const letter = forwardableHeaders(deadLetterHeaders(headers, why), [
           SequenceHeader.deathReason,
         ]);
         const data = stored.data;
         const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-        const msgId = `nseq-max-deliver:${stream}:${sequence}:${stored.time.getTime()}`;
+        // Sized as the forwards' headers make room for (a longer id could push a message of
+        // maxMessageBytes over the limit).
+        const msgId = forwardMsgId('max-deliver', `${stream}:${sequence}:${stored.time.getTime()}`);
         const { duplicate } = await this.settings.publish(body, letter, msgId);
         await this.settings
           .remove(sequence)

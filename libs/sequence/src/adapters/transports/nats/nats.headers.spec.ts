@@ -7,6 +7,7 @@ import {
   HEADER_TYPES_HEADER,
   headerNameProblem,
   MSG_ID_HEADER,
+  readHeaders,
 } from './nats.headers';
 
 /** The pairs of `headers` as NATS hands them back: one value list per name. */
@@ -44,6 +45,26 @@ describe('NATS header codec', () => {
       ['Nats-Msg-Id', ['abc']],
     ]);
     expect(decoded).toEqual({ 'x-count': '3' });
+  });
+
+  it("keeps headers named after Object.prototype's members as headers of their own", () => {
+    const decoded = decodeHeaders([
+      ['constructor', ['a']],
+      ['toString', ['b']],
+      ['__proto__', ['c']],
+      ['x-a', ['d']],
+    ]);
+    expect(Object.keys(decoded)).toEqual(['constructor', 'toString', '__proto__', 'x-a']);
+    expect(Object.getPrototypeOf(decoded)).toBe(Object.prototype);
+    expect(decoded.toString).toBe('b');
+  });
+
+  it('reads headers the client cannot decode as none, saying why', () => {
+    expect(readHeaders(() => [['x-a', ['1']]])).toEqual({ headers: { 'x-a': '1' } });
+    const broken = readHeaders(() => {
+      throw new Error('invalid header name: Bad Name');
+    });
+    expect(broken).toEqual({ headers: {}, problem: 'invalid header name: Bad Name' });
   });
 
   it('refuses names NATS cannot carry and names that steer the server', () => {

@@ -1,3 +1,4 @@
+import { errorMessage } from '../../../core/errors/caught';
 import { droppedHeadersList, leaveOutLargest } from '../../../ports/transport-headers';
 
 /**
@@ -102,10 +103,37 @@ export function decodeHeaders(
   const typed = types !== undefined && types.length === own.length;
   const headers: Record<string, unknown> = {};
   own.forEach(([name, text], index) => {
-    if (name in headers) return;
-    headers[name] = typed ? decodeValue(types![index] as TypeCode, text) : text;
+    // Own properties only, defined rather than assigned: a header named `constructor` or
+    // `__proto__` is a header like any other.
+    if (Object.hasOwn(headers, name)) return;
+    Object.defineProperty(headers, name, {
+      value: typed ? decodeValue(types![index] as TypeCode, text) : text,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
   });
   return headers;
+}
+
+/** A message's headers as {@link decodeHeaders} gives them, or why they cannot be read. */
+export type ReadHeaders =
+  | { readonly headers: Record<string, unknown>; readonly problem?: undefined }
+  | { readonly headers: Record<string, never>; readonly problem: string };
+
+/**
+ * The headers `read` gives (a received or stored message's), decoded; when the NATS client cannot
+ * read them (a header name with a space or a byte outside ASCII, which other clients can send and
+ * the server stores), none, and the client's reason.
+ */
+export function readHeaders(
+  read: () => Iterable<readonly [string, readonly string[]]> | undefined,
+): ReadHeaders {
+  try {
+    return { headers: decodeHeaders(read() ?? []) };
+  } catch (error) {
+    return { headers: {}, problem: errorMessage(error) };
+  }
 }
 
 function decodeValue(code: TypeCode, text: string): unknown {

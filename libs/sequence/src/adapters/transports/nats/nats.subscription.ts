@@ -28,7 +28,7 @@ import {
   type NatsVerdict,
 } from './nats.acks';
 import { describeSequence } from './nats.delivery-limit';
-import { decodeHeaders } from './nats.headers';
+import { readHeaders, type ReadHeaders } from './nats.headers';
 
 export interface NatsSubscriptionSettings {
   readonly channel: string;
@@ -272,13 +272,16 @@ export class NatsSubscription implements Subscription {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
-            this.hold(deliveryOf(message), { headers: headersOf(message), body: undefined });
+            this.hold(deliveryOf(message), {
+              headers: headersOf(message).headers,
+              body: undefined,
+            });
           } else if (this.closed) {
             // Pulled as the subscription closed: straight back to the consumer.
             const delivery = deliveryOf(message);
             const data = message.data;
             const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-            this.hold(delivery, { headers: headersOf(message), body });
+            this.hold(delivery, { headers: headersOf(message).headers, body });
             this.handBack(delivery);
           } else {
             this.receive(message);
@@ -321,7 +324,7 @@ export class NatsSubscription implements Subscription {
    */
   private receive(message: JsMsg): void {
     const delivery = deliveryOf(message);
-    const headers = headersOf(message);
+    const { headers, problem } = headersOf(message);
     const data = message.data;
     let released = false;
     const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
@@ -347,6 +350,12 @@ export class NatsSubscription implements Subscription {
         return released ? undefined : inbound.body;
       },
     });
+    if (problem !== undefined) {
+      // Nothing could tell the handler what the message is: dead-lettered, without its headers.
+      const reason = `malformed-header: its NATS headers cannot be read (${problem})`;
+      this.settle(delivery, inbound, false, { action: 'dead-letter', reason });
+      return;
+    }
     void this.handle(delivery, inbound, () => released);
   }
 
@@ -457,17 +466,17 @@ export class NatsSubscription implements Subscription {
       this.finish(delivery, ACK);
       return;
     }
-    const headers = forwardableHeaders(deadLetterHeaders(inbound.headers, reason), [
-      SequenceHeader.deathReason,
-    ]);
     try {
+      const headers = forwardableHeaders(deadLetterHeaders(inbound.headers, reason), [
+        SequenceHeader.deathReason,
+      ]);
       // One dead letter per stored message: should the term be lost, the message's next delivery
       // dead-lettered again within the dead-letter stream's duplicate_window is stored once.
       await this.settings.publish(
         deadLetterChannel,
         await body(),
         headers,
-        forwardMsgId('dead-letter', delivery),
+        forwardMsgId('dead-letter', delivery.stored),
       );
       this.finish(delivery, term(reason.slice(0, 200)));
       if (own) this.settings.onOwnDeadLetter?.(reason);
@@ -510,8 +519,8 @@ export class NatsSubscription implements Subscription {
     inbound: InboundMessage,
     body: () => Promise<Buffer>,
   ): Promise<void> {
-    const headers = forwardableHeaders(withRequeueCount(inbound.headers), [REQUEUE_COUNT_HEADER]);
     try {
+      const headers = forwardableHeaders(withRequeueCount(inbound.headers), [REQUEUE_COUNT_HEADER]);
       await this.settings.publish(this.channel, await body(), headers);
       this.finish(delivery, ACK);
     } catch (error) {
@@ -524,8 +533,13 @@ export class NatsSubscription implements Subscription {
   }
 
   private forward(pending: Promise<void>): void {
-    this.forwarding.add(pending);
-    void pending.finally(() => this.forwarding.delete(pending));
+    // Each forward settles its message on every path; a failure past that is logged, never left
+    // to crash the process as an unhandled rejection.
+    const settled = pending.catch((error: unknown) =>
+      this.settings.logger.error(`forwarding a message of ${this.channel}: ${errorMessage(error)}`),
+    );
+    this.forwarding.add(settled);
+    void settled.finally(() => this.forwarding.delete(settled));
   }
 
   /** Runs `then` after `ms`, unless the subscription closes first (its timers are cleared). */
@@ -612,7 +626,7 @@ interface Carried {
   readonly body: Buffer | undefined;
 }
 
-function headersOf(message: JsMsg): Record<string, unknown> {
+function headersOf(message: JsMsg): ReadHeaders {
   // Typed `MsgHdrs` (an iterable of [name, values]) in a declaration TypeScript cannot resolve.
-  return decodeHeaders((message.headers ?? []) as Iterable<[string, string[]]>);
+  return readHeaders(() => message.headers as Iterable<[string, string[]]> | undefined);
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
 import { Logger } from '@nestjs/common';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
@@ -10,7 +11,7 @@ import { PublishRejectedError } from '../../../core/errors/publish-rejected.erro
 import { headerBytes, type Disposition, type InboundMessage } from '../../../ports/transport.port';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
-import { HEADER_OVERHEAD_BYTES } from './nats.headers';
+import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
 import { streamName } from './nats.naming';
 import { NatsTransport } from './nats.transport';
 
@@ -185,6 +186,20 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(told).toEqual([[channel, expect.stringMatching(/^max-deliver: delivered 2 times/)]]);
   });
 
+  /** A consumer that crashed holding the channel's message `times` times, never settling it. */
+  async function strand(channel: string, times: number): Promise<void> {
+    const consumer = await jetstream(admin).consumers.get(
+      streamName('NSEQ_', channel),
+      'nest-sequence',
+    );
+    for (let delivery = 1; delivery <= times; delivery++) {
+      const batch = await consumer.fetch({ max_messages: 1, expires: 3_000 });
+      let got = 0;
+      for await (const message of batch) got = message.info.deliveryCount;
+      expect(got).toBe(delivery);
+    }
+  }
+
   it('dead-letters a message the server stopped delivering at max_deliver unsettled', async () => {
     await transport.close();
     transport = await NatsTransport.connect(
@@ -195,17 +210,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     transport.onDeadLetter((channel, reason) => told.push([channel, reason]));
     const channel = newChannel();
     await transport.publish(channel, Buffer.from('stranded'), { 'x-sequence-id': 's-7' });
-    // A consumer that crashed holding it, twice: its max_deliver-th delivery was never settled.
-    const consumer = await jetstream(admin).consumers.get(
-      streamName('NSEQ_', channel),
-      'nest-sequence',
-    );
-    for (let delivery = 1; delivery <= 2; delivery++) {
-      const batch = await consumer.fetch({ max_messages: 1, expires: 3_000 });
-      let got = 0;
-      for await (const message of batch) got = message.info.deliveryCount;
-      expect(got).toBe(delivery);
-    }
+    await strand(channel, 2);
     const handled: InboundMessage[] = [];
     await transport.subscribe(channel, async (message) => {
       handled.push(message);
@@ -366,6 +371,25 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       }
     });
 
+    it('dead-letters one of maxMessageBytes the server stopped delivering at max_deliver', async () => {
+      await transport.close();
+      transport = await NatsTransport.connect(
+        { servers: SERVERS.nats.url },
+        { maxDeliver: 2, ackWaitMs: 1_000 },
+      );
+      const channel = newChannel();
+      await fullSize({ 'x-sequence-id': 's-3' })(channel);
+      await strand(channel, 2);
+      const dead = await collect(transport.deadLetterChannel(channel));
+      await transport.subscribe(channel, async () => ACK);
+
+      await eventually(() => dead.length === 1, 'the dead letter', 10_000);
+      expect(dead[0].body.length).toBe(
+        transport.maxMessageBytes - headerBytes({ 'x-sequence-id': 's-3' }),
+      );
+      expect(String(dead[0].headers['x-death-reason'])).toMatch(/^max-deliver: delivered 2 times/);
+    });
+
     it('never leaves a header out of a copy requeued on its own channel', async () => {
       const channel = newChannel();
       const seen: InboundMessage[] = [];
@@ -444,6 +468,89 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
 
     await eventually(() => received.length === 1, 'the message');
     expect(received[0].headers).toEqual({ 'x-sequence-position': '7' });
+  });
+
+  describe("another program's message with headers this transport cannot take as they are", () => {
+    /** Publishes with NATS's wire protocol, as a client sending header names the JS client refuses. */
+    async function publishRaw(subject: string, headerLines: string, body: string): Promise<void> {
+      const { hostname, port } = new URL(SERVERS.nats.url);
+      const socket = connect(Number(port), hostname);
+      const block = `NATS/1.0\r\n${headerLines}\r\n\r\n`;
+      const total = Buffer.byteLength(block) + Buffer.byteLength(body);
+      try {
+        await new Promise<void>((resolve, reject) => {
+          let seen = '';
+          socket.on('error', reject);
+          socket.on('data', (chunk: Buffer) => {
+            seen += chunk.toString();
+            if (seen.includes('-ERR')) reject(new Error(seen));
+            if (seen.includes('PONG')) resolve();
+          });
+          socket.write(
+            `CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}\r\n` +
+              `HPUB ${subject} ${Buffer.byteLength(block)} ${total}\r\n${block}${body}\r\nPING\r\n`,
+          );
+        });
+      } finally {
+        socket.destroy();
+      }
+    }
+
+    it('dead-letters one whose header names the client cannot read, delivering the others', async () => {
+      const channel = newChannel();
+      const received = await collect(channel);
+      const dead = await collect(transport.deadLetterChannel(channel));
+      await transport.publish(channel, Buffer.from('before'), {});
+      await publishRaw(channel, 'Bad Name: x', 'poison');
+      await transport.publish(channel, Buffer.from('after'), {});
+
+      await eventually(() => dead.length === 1 && received.length === 2, 'all three', 10_000);
+      expect(received.map((message) => message.body.toString())).toEqual(['before', 'after']);
+      expect(dead[0].body.toString()).toBe('poison');
+      expect(String(dead[0].headers['x-death-reason'])).toMatch(
+        /^malformed-header: its NATS headers cannot be read \(/,
+      );
+    });
+
+    it('lists a dead letter whose headers the client cannot read, with a reason that says so', async () => {
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares both streams'), {});
+      await publishRaw(transport.deadLetterChannel(channel), 'Bad Name: x', 'unreadable');
+
+      let page = await transport.deadLetters().browse(channel, { limit: 10 });
+      for (let tries = 0; tries < 50 && page.items.length === 0; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        page = await transport.deadLetters().browse(channel, { limit: 10 });
+      }
+      expect(page.items).toHaveLength(1);
+      expect(page.items[0]).toMatchObject({ headers: {}, bytes: 'unreadable'.length });
+      expect(page.items[0].reason).toMatch(/^malformed-header: its NATS headers cannot be read/);
+    });
+
+    it.each([
+      ['dead-lettered', { action: 'dead-letter', reason: 'no-handler' }],
+      ['requeued behind the others', { action: 'requeue', delayMs: 1 }],
+    ] as Array<[string, Disposition]>)(
+      'forwards one whose typed header cannot be checked as it is, %s',
+      async (_, disposition) => {
+        const channel = newChannel();
+        const dead = await collect(transport.deadLetterChannel(channel));
+        const seen: InboundMessage[] = [];
+        await transport.subscribe(channel, async (message) => {
+          seen.push(message);
+          return seen.length === 1 ? disposition : { action: 'dead-letter', reason: 'no-handler' };
+        });
+        // A JSON header value amqplib would take for a typed field, whose type has no text form.
+        const headers = natsHeaders();
+        headers.append('x-meta', '{"!":{"toString":1}}');
+        headers.append(HEADER_TYPES_HEADER, 'j');
+        await jetstream(admin).publish(channel, Buffer.from('odd'), { headers: headers as never });
+
+        await eventually(() => dead.length === 1, 'the dead letter', 10_000);
+        expect(dead[0].body.toString()).toBe('odd');
+        expect(dead[0].headers['x-death-reason']).toBe('no-handler');
+      },
+    );
   });
 
   it('refuses header names NATS cannot carry or that steer the server, sending nothing', async () => {
