@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import { Injectable, Logger } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { errorMessage } from '../core/errors/caught';
@@ -297,10 +298,13 @@ export class SequenceEvents {
       (error) =>
         this.logger.error(`a subscriber of the lifecycle events threw: ${errorMessage(error)}`),
       (subscriber) => {
-        const listener: Listener = (event) => {
+        // Run in the async context of the subscription, not of the emitting work: a listener
+        // that opens `OutboxService.transaction` from a relay's or inbox's claim must get a
+        // transaction of its own, not join the claim's (which commits under it).
+        const listener: Listener = AsyncResource.bind((event: LifecycleEvent) => {
           const picked = pick(event);
           if (picked !== undefined) subscriber.next(picked);
-        };
+        });
         this.listeners.add(listener);
         this.count(types, 1);
         return () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { PublishRejectedError, type LifecycleEvent } from 'nest-sequence';
+import { PublishRejectedError, SequenceEvents, type LifecycleEvent } from 'nest-sequence';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER, MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { eventually } from '../support/sequence-test-app';
 import {
@@ -60,6 +60,35 @@ describe('lifecycle events: Outbox and Inbox', () => {
         lagMs: expect.any(Number),
       },
     ]);
+  });
+
+  it("a subscriber's own transaction, opened as the relay emits, is not the relay's claim", async () => {
+    t = await createOutboxTestApp({ outboxEvents: FAST_BOX });
+    const { outbox } = t;
+    await outbox.transaction((tx) => tx.query('CREATE TABLE audit (n TEXT)'));
+    const audits: Promise<unknown>[] = [];
+    t.app
+      .get(SequenceEvents)
+      .of('outbox.published')
+      .subscribe(() => {
+        // Not awaited: the listener hands the work off, as docs/events.md advises.
+        audits.push(
+          outbox.transaction(async (tx) => {
+            await tx.query("INSERT INTO audit VALUES ('first')");
+            await new Promise((resolve) => setTimeout(resolve, 20));
+            await tx.query("INSERT INTO audit VALUES ('second')");
+          }),
+        );
+      });
+
+    await outbox.transaction(async (tx) => tx.publishEvent(placed('o-audit')));
+    await eventually(() => audits.length === 1, 'the audit transaction');
+
+    await expect(audits[0]).resolves.toBeUndefined();
+    const { rows } = await outbox.transaction((tx) =>
+      tx.query<{ n: string }>('SELECT n FROM audit'),
+    );
+    expect(rows.map((row) => row.n)).toEqual(['first', 'second']);
   });
 
   it('a row out of attempts: failed; retried by hand, then published', async () => {
