@@ -84,8 +84,10 @@ export interface OutgoingPayload {
 
 /**
  * The message for `data`: a Buffer, a Readable, records (`{ records }` alone, see
- * `isRecordsOnly`) or a {@link SequenceRecord} as they are; anything else as JSON.
- * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt)
+ * `isRecordsOnly`) or a {@link SequenceRecord} as they are; anything else as JSON. A
+ * `SequenceRecord` whose content type is not JSON sends a string as its UTF-8 bytes.
+ * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt), or is a
+ * `SequenceRecord` of a content type other than JSON holding neither bytes nor text
  */
 export function encodePayload(data: unknown): OutgoingPayload {
   const record = data instanceof SequenceRecord ? data : undefined;
@@ -104,6 +106,17 @@ export function encodePayload(data: unknown): OutgoingPayload {
       headers,
     };
   }
+  if (given !== undefined && !isJson(given)) {
+    // Labelled as something else, JSON would be wrong bytes: `"a,b\n"` for the CSV `a,b`.
+    if (typeof value !== 'string') {
+      throw new TypeError(
+        `a SequenceRecord of content type ${given} holds ${describeValue(value)}: give it bytes, ` +
+          'a stream, records or a string (sent as UTF-8), or leave the content type to JSON',
+      );
+    }
+    const payload = Buffer.from(value, 'utf8');
+    return { payload, contentType: given, bytes: payload.length, headers };
+  }
   const json = JSON.stringify(value === undefined ? null : value);
   const payload = Buffer.from(json, 'utf8');
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
@@ -116,6 +129,12 @@ export function encodePayload(data: unknown): OutgoingPayload {
  * plain object, its only property. A query result such as `{ records: [...], total }`, or
  * `{ records: [] }`, is JSON; an instance of a class of yours with a `records` source is records.
  */
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
 function isRecordsOnly(value: unknown): value is RecordSource {
   if (!isRecordSource(value)) return false;
   const prototype = Object.getPrototypeOf(value) as unknown;

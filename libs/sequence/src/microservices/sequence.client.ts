@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
-import { Observable, throwError } from 'rxjs';
+import { Observable } from 'rxjs';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -150,13 +150,15 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     pattern: unknown,
     data: TInput,
   ): Observable<TResult> {
-    if (pattern === undefined || pattern === null || data === undefined || data === null) {
-      return throwError(() => new InvalidMessageException());
-    }
+    // Refused as Nest's own clients refuse it, and, like any failure, logged when nobody hears.
+    const refused =
+      pattern === undefined || pattern === null || data === undefined || data === null;
     // Subscribers still listening: a failure that comes when there is none is logged (one who
     // unsubscribed first, a timeout() that fired, would not hear of it either).
     let listening = 0;
-    const sent = this.dispatchEvent({ pattern, data });
+    const sent = refused
+      ? Promise.reject(new InvalidMessageException())
+      : this.dispatchEvent({ pattern, data });
     this.sending.add(sent);
     const settled = () => this.sending.delete(sent);
     sent.then(settled, settled);

@@ -341,10 +341,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   ): string {
     const named = headerString(headers, RpcHeader.pattern);
     if (named === undefined) return channel;
-    const deadLetter =
-      headers[SequenceHeader.deathReason] !== undefined ||
-      transportHeaders?.[SequenceHeader.deathReason] !== undefined;
-    if (!deadLetter) return named;
+    if (!isDeadLetter(headers, transportHeaders)) return named;
     try {
       return this.options.channelOf(named) === channel ? named : channel;
     } catch {
@@ -372,9 +369,14 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   ): Promise<void> {
     const { signal } = call;
     const { headers } = incoming.info;
-    const pattern = this.patternOf(headers, runtime.currentMessage()?.headers, channel);
+    const transportHeaders = runtime.currentMessage()?.headers;
+    const pattern = this.patternOf(headers, transportHeaders, channel);
     const routes = patterns.get(pattern);
-    const request = requestOf(headers, runtime);
+    // A dead letter keeps its request's reply headers, but is never answered: its caller had
+    // its answer (or timed out) when it was dead-lettered.
+    const request: Request = isDeadLetter(headers, transportHeaders)
+      ? { ok: false, problem: 'it is a dead letter, which is never answered' }
+      : requestOf(headers, runtime);
     if (!routes) {
       const refusal = new MessageRefusedError(
         'no-handler',
@@ -598,6 +600,17 @@ async function publishReply(
 type Request =
   | { readonly ok: true; readonly replyTo: string; readonly correlationId: string }
   | { readonly ok: false; readonly problem: string };
+
+/** Whether the message is a dead letter read back (its payload's or its message's headers say). */
+function isDeadLetter(
+  headers: Readonly<Record<string, unknown>>,
+  transportHeaders: Readonly<Record<string, unknown>> | undefined,
+): boolean {
+  return (
+    headers[SequenceHeader.deathReason] !== undefined ||
+    transportHeaders?.[SequenceHeader.deathReason] !== undefined
+  );
+}
 
 function requestOf(headers: Readonly<Record<string, unknown>>, runtime: SequenceRuntime): Request {
   const replyTo = headerString(headers, RpcHeader.replyTo);

@@ -2,6 +2,7 @@ import { Controller, Injectable, Logger, Module, ValidationPipe } from '@nestjs/
 import { IsString } from 'class-validator';
 import { NestFactory } from '@nestjs/core';
 import { ClientsModule, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
 import { Test } from '@nestjs/testing';
 import { firstValueFrom, lastValueFrom } from 'rxjs';
 import {
@@ -156,6 +157,19 @@ describe('SequenceClient.emit', () => {
       await eventually(() => errors.length > 0, 'the failure logged');
       expect(errors[0]).toMatch(
         /emit to host\.in failed and nobody subscribed.*not confirmed after 1 attempt/,
+      );
+    }));
+
+  it('refuses null and undefined data as Nest does, logged when nobody subscribed', () =>
+    withRefusedPublishes(async (client, errors) => {
+      client.emit('host.in', null); // nobody subscribes
+      client.emit('host.in', undefined);
+      await eventually(() => errors.length === 2, 'both refusals logged');
+      for (const error of errors) {
+        expect(error).toMatch(/emit to host\.in failed and nobody subscribed.*invalid data/i);
+      }
+      await expect(lastValueFrom(client.emit('host.in', null))).rejects.toBeInstanceOf(
+        InvalidMessageException,
       );
     }));
 

@@ -264,6 +264,22 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
     expect(seen[0].message?.channel).toBe('ms.any');
   });
 
+  it('sends a string of a content type other than JSON as its UTF-8 bytes, as they are', async () => {
+    const csv = 'id,qty\n1,2\n';
+    await emit('ms.any', new SequenceRecord(csv, { contentType: 'text/csv; charset=utf-8' }));
+    await transport.whenIdle();
+    expect(seen).toHaveLength(1);
+    expect(Buffer.isBuffer(seen[0].data)).toBe(true);
+    expect((seen[0].data as Buffer).toString('utf8')).toBe(csv);
+
+    // Anything else under such a label would be sent wrong: refused, nothing sent.
+    await expect(
+      emit('ms.any', new SequenceRecord({ id: 1 }, { contentType: 'text/csv' })),
+    ).rejects.toThrow(/content type text\/csv holds an object/);
+    await transport.whenIdle();
+    expect(seen).toHaveLength(1);
+  });
+
   it('reassembles a Message Sequence and hands over the verified bytes as a Buffer', async () => {
     const bytes = randomBytes(300 * 1024);
     await emit('ms.any', bytes);

@@ -6,6 +6,7 @@ import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
 import type { HeaderMap, PublishOptions } from 'nest-sequence/ports';
 import type { SequenceContext } from 'nest-sequence/microservices';
 import { CountedReplies } from './counted-replies.transport';
+import { eventually } from '../support/sequence-test-app';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 const TIMEOUT_MS = 30;
@@ -66,12 +67,24 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
 });
 
 let quotes = 0;
+let deadLettersRead = 0;
 
 @Controller()
 class SlowAnswers {
   @MessagePattern('rr.stuck')
   stuck(): Promise<string> {
     return new Promise<string>(() => undefined); // never settles
+  }
+
+  @MessagePattern('rr.stuck-read')
+  stuckToo(): Promise<string> {
+    return new Promise<string>(() => undefined);
+  }
+
+  /** Reads rr.stuck-read's dead letters back: requests, their reply headers kept. */
+  @EventPattern('rr.stuck-read.dlq')
+  readBack(): void {
+    deadLettersRead++;
   }
 
   @MessagePattern('rr.slow-reply')
@@ -89,7 +102,8 @@ class SlowAnswers {
 }
 
 describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => {
-  const transport = new InMemoryTransport();
+  const inner = new InMemoryTransport();
+  const transport = new CountedReplies(inner);
   let t: MicroserviceTestApp;
 
   beforeAll(async () => {
@@ -99,6 +113,7 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
       server: {
         channels: {
           'rr.stuck': { handlerTimeoutMs: TIMEOUT_MS },
+          'rr.stuck-read': { handlerTimeoutMs: TIMEOUT_MS },
           'rr.slow-reply': { handlerTimeoutMs: TIMEOUT_MS },
         },
       },
@@ -118,8 +133,8 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
       ) as unknown,
     });
     expect(Date.now() - asked).toBeLessThan(2_000); // not at replyTimeoutMs (5 s)
-    await transport.whenIdle();
-    const dead = transport.take(transport.deadLetterChannel('rr.stuck'));
+    await inner.whenIdle();
+    const dead = inner.take(inner.deadLetterChannel('rr.stuck'));
     expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
       expect.stringMatching(/^handler-timeout: /),
     ]);
@@ -129,9 +144,17 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
     quotes = 0;
     const reply = (await ask('rr.slow-reply', {})) as Buffer;
     expect(reply).toEqual(Buffer.alloc(5 * 1024, 7));
-    await transport.whenIdle();
+    await inner.whenIdle();
     expect(quotes).toBe(1);
-    expect(transport.take(transport.deadLetterChannel('rr.slow-reply'))).toHaveLength(0);
+    expect(inner.take(inner.deadLetterChannel('rr.slow-reply'))).toHaveLength(0);
+  });
+
+  it('never answers a dead-lettered request again when a handler reads its dead letter', async () => {
+    transport.replies = 0;
+    await expect(ask('rr.stuck-read', {})).rejects.toMatchObject({ status: 'error' });
+    await eventually(() => deadLettersRead === 1, 'the dead letter read back');
+    await inner.whenIdle();
+    expect(transport.replies).toBe(1);
   });
 });
 
