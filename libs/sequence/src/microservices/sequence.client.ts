@@ -20,7 +20,7 @@ import {
   encodePayload,
   publishOptionsOf,
 } from './payload.codec';
-import { headerString, RpcHeader } from './rpc-headers';
+import { headerString, RpcHeader, withRpcHeaders } from './rpc-headers';
 import { ATTACH_RUNTIME, type SequenceRuntime } from './sequence-runtime';
 
 export interface SequenceClientOptions {
@@ -259,7 +259,9 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
   }
 
   private async onReply(payload: ClaimedPayload): Promise<void> {
-    const correlationId = headerString(payload.headers, RpcHeader.correlationId);
+    // A responder of another language may send our headers as byte arrays (see withRpcHeaders).
+    const headers = withRpcHeaders(payload.headers, this.runtime?.currentMessage()?.headers);
+    const correlationId = headerString(headers, RpcHeader.correlationId);
     const request = correlationId ? this.pending.get(correlationId) : undefined;
     if (!correlationId || !request) {
       // Its request timed out, or was unsubscribed: nobody waits for it.
@@ -291,8 +293,14 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     // It may have timed out while the reply was read.
     if (!this.pending.delete(correlationId)) return;
     clearTimeout(request.timer);
-    if (headerString(payload.headers, RpcHeader.replyStatus) === 'error') {
-      request.callback({ err: response });
+    if (headerString(headers, RpcHeader.replyStatus) === 'error') {
+      // Nest takes a falsy `err` for no error (and the call would never settle): an error reply
+      // without a body still errors.
+      const err = response || {
+        status: 'error',
+        message: `an error reply without a message (body ${JSON.stringify(response) ?? 'empty'})`,
+      };
+      request.callback({ err });
       return;
     }
     request.callback({ response, isDisposed: true });

@@ -268,6 +268,42 @@ describeWithServer('rabbitmq', 'microservices: a producer of another language on
     expect(seen).toEqual([{ pattern: 'bk.metadata', via: 'inline', fragments: 1, sha256: 'CT-7' }]);
   });
 
+  it.each([
+    ['its message', '{"status":"error","message":"out of stock"}', 'out of stock'],
+    ['no body at all', 'null', 'an error reply without a message (body null)'],
+  ])(
+    'errors send() with a reply whose headers come as byte arrays, an error with %s',
+    async (_, body, message) => {
+      const channel = broker.admin.newChannel();
+      const transport = await namedTransport(`microservices-bytes-reply-${Date.now()}`);
+      opened.push(transport);
+      const t = await createMicroserviceTestApp({
+        sequence: { transport },
+        client: { channelOf: () => channel, replyTimeoutMs: 20_000 },
+      });
+      opened.push(t);
+      // The responder: another program, answering with its AMQP client's byte-array headers.
+      const connection = await amqpConnection();
+      opened.push(connection);
+      const amqp = await connection.createChannel();
+      await transport.subscribe(channel, async (request) => {
+        amqp.sendToQueue(String(request.headers['x-reply-to']), Buffer.from(body), {
+          headers: {
+            'x-correlation-id': Buffer.from(String(request.headers['x-correlation-id'])),
+            'x-reply-status': Buffer.from('error'),
+            'content-type': 'application/json',
+          },
+        });
+        return { action: 'ack' };
+      });
+
+      await expect(lastValueFrom(t.client.send('bk.ask-foreign', { sku: 'A-1' }))).rejects.toEqual({
+        status: 'error',
+        message,
+      });
+    },
+  );
+
   it('decodes a JSON payload whose content-type is sent as a byte array', async () => {
     const channel = broker.admin.newChannel();
     const transport = await namedTransport(`microservices-bytes-ct-${Date.now()}`);
