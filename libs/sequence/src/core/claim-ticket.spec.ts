@@ -366,6 +366,8 @@ describe('claim tickets', () => {
       ['expiresAt', 'an infinite expiresAt', Infinity],
       ['expiresAt', 'a fractional expiresAt', NOW + 0.5],
       ['expiresAt', 'a string expiresAt', String(NOW)],
+      ['expiresAt', 'an expiresAt past the last instant a Date holds', 8.64e15 + 1],
+      ['expiresAt', 'the largest safe integer as expiresAt', Number.MAX_SAFE_INTEGER],
       ['kid', 'a kid with a space', 'key a'],
       ['kid', 'a missing kid', undefined],
       ['sig', 'a numeric sig', 7],

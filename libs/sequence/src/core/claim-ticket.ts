@@ -63,6 +63,9 @@ export type ClaimTicketFields = Omit<ClaimTicket, 'v' | 'kid' | 'sig' | 'audienc
 export const CLAIM_TICKET_VERSION = 2;
 /** Tickets of earlier releases: no `audience`. */
 const LEGACY_TICKET_VERSION = 1;
+/** Latest `expiresAt` a ticket may have: the last instant a `Date` holds. */
+export const MAX_EXPIRES_AT = 8.64e15;
+
 /** Longest channel name a ticket's audience holds. */
 export const MAX_AUDIENCE_CHANNEL_LENGTH = 255;
 /** Ticket bodies larger than this are refused before they are parsed. */
@@ -332,8 +335,15 @@ function fieldProblem(fields: Record<string, unknown>): string | undefined {
   }
   // An integer, not merely finite: fractions and exponents are where JSON number formatting
   // differs between languages, and the signing input must be rebuilt byte for byte.
-  if (typeof expiresAt !== 'number' || !Number.isSafeInteger(expiresAt) || expiresAt < 0) {
-    return 'expiresAt must be a non-negative safe integer (epoch ms)';
+  // At most the last instant a Date holds: a later one, "never", would overflow the times kept
+  // after it (a completion's retention past the expiry, a store's TTL).
+  if (
+    typeof expiresAt !== 'number' ||
+    !Number.isSafeInteger(expiresAt) ||
+    expiresAt < 0 ||
+    expiresAt > MAX_EXPIRES_AT
+  ) {
+    return `expiresAt must be an integer of epoch ms from 0 to ${MAX_EXPIRES_AT} (+275760-09-13)`;
   }
   return undefined;
 }
