@@ -22,6 +22,8 @@ export {
   signTicket,
   verifyTicket,
   checkTicketAudience,
+  fragmentAudience,
+  FRAGMENT_AUDIENCE_PREFIX,
   parseTicketBody,
   serializeTicket,
   CLAIM_TICKET_VERSION,

@@ -1,5 +1,5 @@
 import type { SequenceEvents } from '../kernel/lifecycle-events';
-import type { ClaimTicket } from '../core/claim-ticket';
+import { audienceChannel, type ClaimTicket } from '../core/claim-ticket';
 
 /** Why a payload was deleted, as `claim.deleted` says. */
 export type ClaimDeletion = 'consumed' | 'expired' | 'orphaned' | 'released' | 'publish-failed';
@@ -22,7 +22,7 @@ export class ClaimCheckLifecycle {
     this.events.emit(() => ({
       type: 'claim.checked-in',
       at,
-      channel: audience[0] ?? '',
+      channel: audienceChannel(audience[0] ?? ''),
       ref: ticket.ref,
       store: ticket.store,
       bytes: ticket.bytes,

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { serializeTicket, type ClaimTicket } from '../core/claim-ticket';
+import { fragmentAudience, serializeTicket, type ClaimTicket } from '../core/claim-ticket';
 import { errorMessage } from '../core/errors/caught';
 import { ClaimTicketAudienceError } from '../core/errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
@@ -15,16 +15,17 @@ interface ParkedFragmentTicket extends ParkedFragment {
 
 /**
  * Claim Check's side of fragments sent `via: 'claim-check'`: each body is parked in the payload
- * store under a ticket issued for the fragment's channel (unpublished until its message is
- * confirmed, like any `publish()`), and the consumer of that channel takes it back, checked,
- * before storing the fragment.
+ * store under a ticket issued for the fragments of the fragment's channel (`fragment of
+ * <channel>`: unpublished until its message is confirmed, like any `publish()`), and the consumer
+ * of that channel takes it back, checked, before storing the fragment. Its audience keeps it from
+ * passing for a whole payload's ticket there, and a whole payload's ticket for a fragment's.
  */
 @Injectable()
 export class ClaimCheckFragmentParking implements FragmentParking {
   constructor(private readonly parking: PayloadParking) {}
 
   async park(body: Buffer, channel: string): Promise<ParkedFragmentTicket> {
-    const ticket = await this.parking.park(body, {}, false, [channel]);
+    const ticket = await this.parking.park(body, {}, false, [fragmentAudience(channel)]);
     return { ticket, ticketBody: serializeTicket(ticket) };
   }
 
@@ -38,7 +39,7 @@ export class ClaimCheckFragmentParking implements FragmentParking {
     maxBytes: number,
   ): Promise<TakenFragment | { refused: RejectionCode; detail: string; expiredOnly?: true }> {
     try {
-      const parked = this.parking.resolveOn(channel, ticketBody);
+      const parked = this.parking.resolveOn(fragmentAudience(channel), ticketBody);
       if (parked.ticket.bytes > maxBytes) {
         return {
           refused: 'fragment-too-large',
@@ -61,7 +62,7 @@ export class ClaimCheckFragmentParking implements FragmentParking {
   private expiredOnly(error: unknown, ticketBody: Buffer, channel: string): boolean {
     if (!(error instanceof ClaimTicketInvalidError) || error.reason !== 'expired') return false;
     try {
-      this.parking.resolveExpiredOn(channel, ticketBody);
+      this.parking.resolveExpiredOn(fragmentAudience(channel), ticketBody);
       return true;
     } catch {
       return false;

@@ -3,6 +3,7 @@ import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/
 import { delay } from '../core/async';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import {
+  audienceChannel,
   checkTicketAudience,
   parseTicketBody,
   signTicket,
@@ -261,7 +262,7 @@ export class PayloadParking implements OnApplicationShutdown {
       await store
         .delete(ticket.ref)
         .then((deleted) => {
-          const channel = ticket.audience?.[0] ?? '';
+          const channel = audienceChannel(ticket.audience?.[0] ?? '');
           if (deleted) this.lifecycle.deleted(channel, store.name, ticket.ref, 'publish-failed');
         })
         .catch((error: unknown) =>
@@ -348,7 +349,12 @@ export class PayloadParking implements OnApplicationShutdown {
     try {
       if (await store.delete(ticket.ref)) {
         this.metrics.payloadDeleted(store.name, 'consumed');
-        this.lifecycle.deleted(ticket.audience?.[0] ?? '', store.name, ticket.ref, 'consumed');
+        this.lifecycle.deleted(
+          audienceChannel(ticket.audience?.[0] ?? ''),
+          store.name,
+          ticket.ref,
+          'consumed',
+        );
       }
     } catch (error) {
       this.logger.warn(

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import { inspect } from 'node:util';
 import {
   checkTicketAudience,
+  fragmentAudience,
   type ClaimTicket,
   type ClaimTicketFields,
   MAX_TICKET_BODY_BYTES,
@@ -64,6 +65,14 @@ describe('claim tickets', () => {
         kid: 'key-a',
         sig: ticket.sig,
       });
+    });
+
+    it("binds a fragment's ticket to the fragments of its channel only", () => {
+      const channel = 'c'.repeat(255);
+      const ticket = signTicket({ ...fields, audience: [fragmentAudience(channel)] }, keysA);
+
+      expect(() => checkTicketAudience(ticket, fragmentAudience(channel), false)).not.toThrow();
+      expect(() => checkTicketAudience(ticket, channel, false)).toThrow(ClaimTicketAudienceError);
     });
 
     it('signs with an HMAC-SHA256 of the canonical input, base64url without padding', () => {
@@ -376,6 +385,12 @@ describe('claim tickets', () => {
       ['audience', 'an audience with an empty channel', ['']],
       ['audience', 'an audience with a numeric channel', [7]],
       ['audience', 'an audience with a channel over 255 characters', ['c'.repeat(256)]],
+      ['audience', "an audience with a fragment's entry of no channel", [fragmentAudience('')]],
+      [
+        'audience',
+        "a fragment's entry of a channel over 255 characters",
+        [fragmentAudience('c'.repeat(256))],
+      ],
       ['audience', 'an audience naming a channel twice', ['a', 'a']],
     ];
 

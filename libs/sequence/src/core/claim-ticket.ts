@@ -68,6 +68,26 @@ export const MAX_EXPIRES_AT = 8.64e15;
 
 /** Longest channel name a ticket's audience holds. */
 export const MAX_AUDIENCE_CHANNEL_LENGTH = 255;
+
+/**
+ * What the audience of a fragment's ticket (a Message Sequence fragment sent `via:
+ * 'claim-check'`) names before its channel. Such a ticket is taken only as a fragment of that
+ * channel, and a ticket naming the channel itself only as a whole payload: neither passes for the
+ * other when replayed. No channel name starts so on NATS, whose subjects hold no spaces.
+ */
+export const FRAGMENT_AUDIENCE_PREFIX = 'fragment of ';
+
+/** The audience entry of the tickets of fragments sent on `channel`. */
+export function fragmentAudience(channel: string): string {
+  return FRAGMENT_AUDIENCE_PREFIX + channel;
+}
+
+/** The channel an audience entry names: a fragment's channel, or the entry itself. */
+export function audienceChannel(entry: string): string {
+  return entry.startsWith(FRAGMENT_AUDIENCE_PREFIX)
+    ? entry.slice(FRAGMENT_AUDIENCE_PREFIX.length)
+    : entry;
+}
 /** Ticket bodies larger than this are refused before they are parsed. */
 export const MAX_TICKET_BODY_BYTES = 8 * 1024;
 /** A payload store's name as tickets carry it: `filesystem`, `redis`, `s3`, `archive-eu.1`. */
@@ -358,8 +378,8 @@ export function ticketAudienceProblem(audience: unknown): string | undefined {
   for (const channel of audience as unknown[]) {
     if (
       typeof channel !== 'string' ||
-      channel.length < 1 ||
-      channel.length > MAX_AUDIENCE_CHANNEL_LENGTH
+      audienceChannel(channel).length < 1 ||
+      audienceChannel(channel).length > MAX_AUDIENCE_CHANNEL_LENGTH
     ) {
       return `audience must hold channel names of 1-${MAX_AUDIENCE_CHANNEL_LENGTH} characters`;
     }

@@ -1,6 +1,7 @@
 import { MemoryClaimLedger, SequenceOptionsError, SplitterService } from 'nest-sequence';
 import type { ClaimKey, ClaimLedger, ClaimOutcome, Completion } from 'nest-sequence/ports';
 import { serializeTicket, ticketSigningInput, type ClaimTicket } from '../../src/core/claim-ticket';
+import { ClaimCheckFragmentParking } from '../../src/claim-check/fragment-parking';
 import { bytes } from '../support/sequence-test-app';
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 import type { HeaderMap } from 'nest-sequence/wire';
@@ -155,6 +156,40 @@ describe('claim check: tickets bound to their channel', () => {
       expect(reasons).toHaveLength(4);
       expect(reasons.every((reason) => reason.startsWith('wrong-audience: '))).toBe(true);
       expect(store.calls).toEqual({ head: 0, get: 0, delete: 0 });
+    });
+
+    it("a parked fragment's ticket replayed alone on its own channel does not pass for a payload's", async () => {
+      const parked = await t.app.get(ClaimCheckFragmentParking).park(bytes(64 * 1024, 5), ORDERS);
+
+      await publishTicket(t.transport, ORDERS, parked.ticketBody);
+      await t.transport.whenIdle();
+
+      expect(t.handlerOn(ORDERS).calls).toBe(0);
+      expect(deathReasons(t.transport, ORDERS)).toEqual([
+        expect.stringMatching(
+          `^wrong-audience: claim ticket filesystem:\\S+ was issued for "fragment of ${ORDERS}"`,
+        ),
+      ]);
+      expectUntouched();
+    });
+
+    it("a payload's ticket carried as a fragment does not pass for a fragment's", async () => {
+      const ticket = await t.claimCheck.checkIn(bytes(3_000, 6), { audience: ORDERS });
+      await t.app
+        .get(SplitterService)
+        .send(UNCONSUMED, bytes(100, 7), { via: 'claim-check', fragmentBytes: 64 * 1024 });
+      const [fragment] = t.transport.peek(UNCONSUMED);
+
+      await t.transport.publish(ORDERS, serializeTicket(ticket), fragment.headers as HeaderMap);
+      await t.transport.whenIdle();
+
+      expect(t.handlerOn(ORDERS).calls).toBe(0);
+      expect(deathReasons(t.transport, ORDERS)).toEqual([
+        expect.stringMatching(
+          `^wrong-audience: .* was issued for "${ORDERS}", not for "fragment of`,
+        ),
+      ]);
+      expectUntouched();
     });
 
     it('a ticket checked in without an audience is taken on no channel, but checkOut reads it', async () => {
