@@ -239,15 +239,18 @@ export class ClaimCheckReceiver {
       return this.requeue('payload store unavailable');
     }
 
+    // Found unpublished although its ticket is out: marked before its handler reads it, lest the
+    // orphan sweeper take it meanwhile; a mark that failed is tried again should it be kept.
+    if (unpublished) unpublished = !(await this.parking.markDelivered(store, ticket.ref, channel));
     this.metrics.checkedOut(store.name);
     const startedAt = this.parking.lifecycle.clock();
     const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, (signal) =>
       store.get(ticket.ref, { signal }),
     );
-    // A payload this delivery leaves in the store, found unpublished although its ticket is out
-    // (see PayloadParking.markDelivered): marked, lest the orphan sweeper take it.
-    const keep = () =>
-      unpublished ? this.parking.markDelivered(store, ticket.ref, channel) : Promise.resolve();
+    // A payload this delivery leaves in the store, still unmarked (see PayloadParking.markDelivered).
+    const keep = async () => {
+      if (unpublished) await this.parking.markDelivered(store, ticket.ref, channel);
+    };
     const stopRenewing = this.keepLease(key, holder);
     let outcome: HandlerOutcome;
     try {

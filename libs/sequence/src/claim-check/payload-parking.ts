@@ -300,16 +300,18 @@ export class PayloadParking implements OnApplicationShutdown {
    * sender died between the broker's confirm and the mark, or its store failed for longer than
    * the sender kept trying. Its ticket is out, so it is no orphan: marked now, lest the sweeper
    * take it while its dead letter waits to be republished, or before the other channels had it.
-   * Never throws: unmarked, it is swept as it would have been.
+   * Never throws: unmarked, it is swept as it would have been. Resolves true once marked.
    */
-  async markDelivered(store: PayloadStore, ref: string, channel: string): Promise<void> {
+  async markDelivered(store: PayloadStore, ref: string, channel: string): Promise<boolean> {
     try {
       await store.markPublished(ref);
+      return true;
     } catch (error) {
       this.logger.warn(
         `${channel}: could not mark ${store.name}:${ref} published, which its sender did not; ` +
           `it may be swept as an orphan: ${errorMessage(error)}`,
       );
+      return false;
     }
   }
 

@@ -60,6 +60,23 @@ describe('claim check: a delivered payload its sender left unpublished', () => {
     expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
   });
 
+  it('is not swept while its handler runs', async () => {
+    t = await createClaimCheckTestApp();
+    const payload = bytes(4_000, 3);
+    const later = Date.now() + t.options.claimCheck.orphanGraceMs + 60_000;
+    const swept: unknown[] = [];
+    t.handler.onCall = async () => {
+      swept.push(await t.sweeper.sweep(later));
+    };
+    await publishedButUnmarked([t.channel], payload);
+    await t.transport.whenIdle();
+
+    expect(swept).toEqual([{ expired: 0, orphaned: 0 }]);
+    expect(deathReasons(t.transport, t.channel)).toEqual([]);
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+  });
+
   it('is kept for the other channels of its audience after one handled it', async () => {
     t = await createClaimCheckTestApp({
       handlers: [
