@@ -1,4 +1,5 @@
 import { MAX_TIMER_MS } from '../core/async';
+import { textOf } from '../core/errors/caught';
 import { InvalidHeaderError } from '../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
 import { SequenceHeader, type HeaderMap } from '../core/headers';
@@ -442,11 +443,15 @@ export function deadLetterHeaders(
   return { ...own, [DEATH_REASON_HEADER]: reason };
 }
 
-/** Rough size of a header map on the wire: what `maxMessageBytes` must also hold. */
+/**
+ * Rough size of a header map on the wire: what `maxMessageBytes` must also hold. Total: a value
+ * `String()` cannot convert (another program's table with a field named `toString`) is measured
+ * by its JSON.
+ */
 export function headerBytes(headers: HeaderMap): number {
   let bytes = 0;
   for (const [name, value] of Object.entries(headers)) {
-    bytes += Buffer.byteLength(name) + Buffer.byteLength(String(value)) + 8;
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(textOf(value)) + 8;
   }
   return bytes;
 }

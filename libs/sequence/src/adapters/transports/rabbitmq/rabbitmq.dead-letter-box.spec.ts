@@ -151,6 +151,42 @@ describeWithServer('rabbitmq', 'RabbitMqTransport dead letters', () => {
         expect(name).not.toMatch(/^x-(death|first-death|last-death)/);
       expect((await box.browse(channel, { limit: 10 })).items).toEqual([]);
     });
+
+    it("lists and replays another program's dead letter whose table String() cannot convert", async () => {
+      const channel = `rmq-dlq.${randomUUID()}`;
+      await transport.publish(channel, Buffer.from('declares both queues'), {});
+      const amqp = await admin.createConfirmChannel();
+      // A legal AMQP table; amqplib decodes it into an object whose own toString is a string.
+      amqp.sendToQueue(transport.deadLetterChannel(channel), Buffer.from('odd'), {
+        headers: { meta: { toString: 'x' }, 'x-death-reason': 'no-handler' },
+      });
+      await amqp.waitForConfirms();
+      await amqp.close();
+
+      const box = transport.deadLetters!();
+      let page = await box.browse(channel, { limit: 10 });
+      for (let tries = 0; page.items.length < 1 && tries < 100; tries++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        page = await box.browse(channel, { limit: 10 });
+      }
+      expect(page.items).toHaveLength(1);
+      expect(page.items[0]).toMatchObject({
+        reason: 'no-handler',
+        headers: { meta: { toString: 'x' } },
+      });
+
+      const replayed: InboundMessage[] = [];
+      await transport.subscribe(channel, async (message) => {
+        replayed.push(message);
+        return { action: 'ack' };
+      });
+      const result = await box.replay(channel, [page.items[0].id], { ratePerSecond: 100 });
+      expect(result).toEqual({ done: [page.items[0].id], missing: [], failed: [] });
+      await eventually(
+        () => replayed.some((message) => message.body.toString() === 'odd'),
+        'the replay',
+      );
+    });
   });
   describe('quorum dead-letter queues', () => {
     it('are declared with no effective delivery limit, so browsing never drops a dead letter', async () => {
