@@ -376,11 +376,9 @@ export function ticketAudienceProblem(audience: unknown): string | undefined {
   if (!Array.isArray(audience)) return 'audience must be an array of channel names';
   const seen = new Set<string>();
   for (const channel of audience as unknown[]) {
-    if (
-      typeof channel !== 'string' ||
-      audienceChannel(channel).length < 1 ||
-      audienceChannel(channel).length > MAX_AUDIENCE_CHANNEL_LENGTH
-    ) {
+    // A fragment's entry (`fragment of <channel>`) is held to its channel's length.
+    const length = typeof channel === 'string' ? audienceChannel(channel).length : 0;
+    if (typeof channel !== 'string' || length < 1 || length > MAX_AUDIENCE_CHANNEL_LENGTH) {
       return `audience must hold channel names of 1-${MAX_AUDIENCE_CHANNEL_LENGTH} characters`;
     }
     if (seen.has(channel)) return `audience names ${JSON.stringify(channel)} twice`;

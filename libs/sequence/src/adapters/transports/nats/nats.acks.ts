@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { JsMsg } from '@nats-io/jetstream';
+import type { JsMsg, StoredMsg } from '@nats-io/jetstream';
 
 /** What a subscription tells the server of a delivery. */
 export type NatsVerdict =
@@ -65,6 +65,11 @@ export function deliveryOf(message: JsMsg): NatsDelivery {
           `${info.deliverySequence}.${message.timestampNanos}.${info.pending}`,
       }
     : { deliveryCount, streamSequence, stored, message };
+}
+
+/** A key of a message read from its stream (a stream made again starts its sequences over). */
+export function storedKey(stream: string, stored: Pick<StoredMsg, 'seq' | 'time'>): string {
+  return `${stream}:${stored.seq}:${stored.time.getTime()}`;
 }
 
 /**

@@ -26,8 +26,8 @@ import {
   type DeadLetterPage,
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
-import { forwardMsgId } from './nats.acks';
-import { readHeaders } from './nats.headers';
+import { forwardMsgId, storedKey } from './nats.acks';
+import { readHeaders, unreadableHeadersReason } from './nats.headers';
 
 /** What the box needs of the NATS transport. */
 export interface NatsDeadLetterAccess {
@@ -133,7 +133,7 @@ export class NatsDeadLetterBox implements DeadLetterBox {
       const stored = await this.get(subject, id);
       if (!stored) return 'missing';
       const headers = replayHeaders(decode(stored), Date.now()) as HeaderMap;
-      const msgId = forwardMsgId('replay', `${stream}:${stored.seq}:${stored.time.getTime()}`);
+      const msgId = forwardMsgId('replay', storedKey(stream, stored));
       let duplicate: boolean;
       try {
         ({ duplicate } = await this.access.publish(
@@ -219,10 +219,7 @@ function describe(channel: string, subject: string, stored: StoredMsg): DeadLett
     id: String(stored.seq),
     channel,
     deadLetterChannel: subject,
-    reason:
-      problem === undefined
-        ? deathReasonOf(headers)
-        : `malformed-header: its NATS headers cannot be read (${problem})`,
+    reason: problem === undefined ? deathReasonOf(headers) : unreadableHeadersReason(problem),
     headers,
     bytes: stored.data.length + headerBytes(headers as HeaderMap),
     deadLetteredAt: stored.time.getTime(),

@@ -6,7 +6,7 @@ import { SequenceHeader } from '../../../core/headers';
 import { deadLetterHeaders } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
 import type { NatsConnection } from './nats.client';
-import { forwardMsgId } from './nats.acks';
+import { forwardMsgId, storedKey } from './nats.acks';
 import { readHeaders } from './nats.headers';
 
 /** Where nats-server tells that a consumer stopped delivering a message at its `max_deliver`. */
@@ -147,7 +147,7 @@ export class NatsDeliveryLimitWatch {
         const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
         // Sized as the forwards' headers make room for (a longer id could push a message of
         // maxMessageBytes over the limit).
-        const msgId = forwardMsgId('max-deliver', `${stream}:${sequence}:${stored.time.getTime()}`);
+        const msgId = forwardMsgId('max-deliver', storedKey(stream, stored));
         const { duplicate } = await this.settings.publish(body, letter, msgId);
         await this.settings
           .remove(sequence)

@@ -121,6 +121,11 @@ export type ReadHeaders =
   | { readonly headers: Record<string, unknown>; readonly problem?: undefined }
   | { readonly headers: Record<string, never>; readonly problem: string };
 
+/** Why a message whose headers the client cannot read (see readHeaders) is a dead letter. */
+export function unreadableHeadersReason(problem: string): string {
+  return `malformed-header: its NATS headers cannot be read (${problem})`;
+}
+
 /**
  * The headers `read` gives (a received or stored message's), decoded; when the NATS client cannot
  * read them (a header name with a space or a byte outside ASCII, which other clients can send and

@@ -28,7 +28,7 @@ import {
   type NatsVerdict,
 } from './nats.acks';
 import { describeSequence } from './nats.delivery-limit';
-import { readHeaders, type ReadHeaders } from './nats.headers';
+import { readHeaders, unreadableHeadersReason, type ReadHeaders } from './nats.headers';
 
 export interface NatsSubscriptionSettings {
   readonly channel: string;
@@ -352,7 +352,7 @@ export class NatsSubscription implements Subscription {
     });
     if (problem !== undefined) {
       // Nothing could tell the handler what the message is: dead-lettered, without its headers.
-      const reason = `malformed-header: its NATS headers cannot be read (${problem})`;
+      const reason = unreadableHeadersReason(problem);
       this.settle(delivery, inbound, false, { action: 'dead-letter', reason });
       return;
     }
