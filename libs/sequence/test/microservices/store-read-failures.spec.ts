@@ -5,7 +5,8 @@ import { Readable } from 'node:stream';
 import { Controller } from '@nestjs/common';
 import { MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
-import { FilesystemPayloadStore, MemorySequenceStore } from 'nest-sequence';
+import { FilesystemPayloadStore, MemorySequenceStore, type Transport } from 'nest-sequence';
+import type { PayloadStore } from 'nest-sequence/ports';
 import { namedTransport, useRabbitMq } from '../support/rabbitmq.fixture';
 import { describeWithServer } from '../support/servers';
 import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
@@ -13,7 +14,11 @@ import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.paylo
 import { overrideMethods } from '../support/override-methods';
 import { CountedReplies } from './counted-replies.transport';
 import { useFaultyStoreApp } from './faulty-store-app';
-import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
+import {
+  createMicroserviceTestApp,
+  type MicroserviceTestApp,
+  type MicroserviceTestAppOptions,
+} from './microservice-test-app';
 
 const TIMEOUT_MS = 50;
 
@@ -45,11 +50,18 @@ class Measures {
 }
 
 /**
- * A request whose payload the store fails to give back is requeued, not answered: the caller
- * gets one outcome, the answer of the delivery that read it.
+ * The app of both suites over `transport` and `store`: requests of over 1 KiB travel by ticket,
+ * one handler call each, `sr.stream`'s handler limited to TIMEOUT_MS; `channelOf` maps the
+ * patterns to channels on both sides.
  */
-describe('microservices: a request whose payload cannot be read from the store', () => {
-  const fx = useFaultyStoreApp('ms-store-reads-', ({ transport, store }) => ({
+function measuresApp(
+  transport: Transport,
+  store: PayloadStore,
+  replyTimeoutMs: number,
+  channelOf?: (pattern: string) => string,
+): MicroserviceTestAppOptions {
+  const routing = channelOf ? { channelOf } : {};
+  return {
     sequence: {
       transport,
       claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
@@ -58,11 +70,22 @@ describe('microservices: a request whose payload cannot be read from the store',
     },
     controllers: [Measures],
     server: {
+      ...routing,
       streamAboveBytes: 1024,
-      channels: { 'sr.stream': { handlerTimeoutMs: TIMEOUT_MS } },
+      channels: { [channelOf?.('sr.stream') ?? 'sr.stream']: { handlerTimeoutMs: TIMEOUT_MS } },
     },
-    client: { replyTimeoutMs: 5_000 },
-  }));
+    client: { ...routing, replyTimeoutMs },
+  };
+}
+
+/**
+ * A request whose payload the store fails to give back is requeued, not answered: the caller
+ * gets one outcome, the answer of the delivery that read it.
+ */
+describe('microservices: a request whose payload cannot be read from the store', () => {
+  const fx = useFaultyStoreApp('ms-store-reads-', ({ transport, store }) =>
+    measuresApp(transport, store, 5_000),
+  );
   const { inner, transport } = fx;
 
   beforeEach(() => {
@@ -166,21 +189,7 @@ describeWithServer('rabbitmq', 'microservices: an unreadable request payload on 
     const transport = new CountedReplies(await namedTransport(`ms-store-reads-${Date.now()}`));
     opened.push(transport);
     const store = new FaultInjectingPayloadStore(new FilesystemPayloadStore({ root: dir }));
-    const t = await createMicroserviceTestApp({
-      sequence: {
-        transport,
-        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
-        handlerRetry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
-        tuning: { backpressureDelayMs: 10 },
-      },
-      controllers: [Measures],
-      server: {
-        channelOf,
-        streamAboveBytes: 1024,
-        channels: { [channels['sr.stream']]: { handlerTimeoutMs: TIMEOUT_MS } },
-      },
-      client: { channelOf, replyTimeoutMs: 10_000 },
-    });
+    const t = await createMicroserviceTestApp(measuresApp(transport, store, 10_000, channelOf));
     opened.push(t);
 
     store.failGets = 1;

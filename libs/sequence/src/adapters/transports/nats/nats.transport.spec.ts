@@ -13,6 +13,7 @@ import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
 import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
 import { streamName } from './nats.naming';
+import type { NatsTransportOptions } from './nats.options';
 import { NatsTransport } from './nats.transport';
 
 const ACK: Disposition = { action: 'ack' };
@@ -46,6 +47,12 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     }
     channels.clear();
   });
+
+  /** Closes the test's transport and connects it again with `options`. */
+  async function reconnectWith(options: NatsTransportOptions): Promise<void> {
+    await transport.close();
+    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, options);
+  }
 
   function newChannel(): string {
     const channel = `nats-spec.${randomUUID()}`;
@@ -145,11 +152,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   });
 
   it('dead-letters a message still requeued at its max_deliver-th delivery', async () => {
-    await transport.close();
-    transport = await NatsTransport.connect(
-      { servers: SERVERS.nats.url },
-      { maxDeliver: 3, nakDelayMs: 0 },
-    );
+    await reconnectWith({ maxDeliver: 3, nakDelayMs: 0 });
     const channel = newChannel();
     const dead = await collect(transport.deadLetterChannel(channel));
     let deliveries = 0;
@@ -165,11 +168,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   });
 
   it('tells its dead-letter listeners of the max-deliver dead letters it sends on its own', async () => {
-    await transport.close();
-    transport = await NatsTransport.connect(
-      { servers: SERVERS.nats.url },
-      { maxDeliver: 2, nakDelayMs: 0 },
-    );
+    await reconnectWith({ maxDeliver: 2, nakDelayMs: 0 });
     const told: Array<[string, string]> = [];
     transport.onDeadLetter((channel, reason) => told.push([channel, reason]));
     const channel = newChannel();
@@ -201,11 +200,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   }
 
   it('dead-letters a message the server stopped delivering at max_deliver unsettled', async () => {
-    await transport.close();
-    transport = await NatsTransport.connect(
-      { servers: SERVERS.nats.url },
-      { maxDeliver: 2, ackWaitMs: 1_000 },
-    );
+    await reconnectWith({ maxDeliver: 2, ackWaitMs: 1_000 });
     const told: Array<[string, string]> = [];
     transport.onDeadLetter((channel, reason) => told.push([channel, reason]));
     const channel = newChannel();
@@ -238,11 +233,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     const reason = `handler-failed: ${'ValidationError: items[3].sku is not a known SKU; '.repeat(6)}`;
 
     beforeEach(async () => {
-      await transport.close();
-      transport = await NatsTransport.connect(
-        { servers: SERVERS.nats.url },
-        { maxDeliver: 2, nakDelayMs: 5 },
-      );
+      await reconnectWith({ maxDeliver: 2, nakDelayMs: 5 });
     });
 
     /** Runs `publish`, answering `disposition`; gives the deliveries, the dead letter, what is left. */
@@ -372,11 +363,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
 
     it('dead-letters one of maxMessageBytes the server stopped delivering at max_deliver', async () => {
-      await transport.close();
-      transport = await NatsTransport.connect(
-        { servers: SERVERS.nats.url },
-        { maxDeliver: 2, ackWaitMs: 1_000 },
-      );
+      await reconnectWith({ maxDeliver: 2, ackWaitMs: 1_000 });
       const channel = newChannel();
       await fullSize({ 'x-sequence-id': 's-3' })(channel);
       await strand(channel, 2);
@@ -405,8 +392,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   });
 
   it('puts a message handed back at its max_deliver-th delivery at the tail on close', async () => {
-    await transport.close();
-    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, { maxDeliver: 2 });
+    await reconnectWith({ maxDeliver: 2 });
     const channel = newChannel();
     await transport.publish(channel, Buffer.from('held twice'), { 'x-n': 1 });
     // Two subscribers in turn take it and close without settling it; the second also released
@@ -584,8 +570,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   });
 
   it("keeps a long handler's message from redelivery with in-progress acks", async () => {
-    await transport.close();
-    transport = await NatsTransport.connect({ servers: SERVERS.nats.url }, { ackWaitMs: 600 });
+    await reconnectWith({ ackWaitMs: 600 });
     const channel = newChannel();
     const deliveries: InboundMessage[] = [];
     await transport.subscribe(channel, async (message) => {
