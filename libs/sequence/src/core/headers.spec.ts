@@ -100,6 +100,12 @@ describe('parseFragmentHeaders accepts', () => {
     expect(parsed).toMatchObject({ position: 3, size: 3, crc32: 4294967295, bytes: 0, last: true });
   });
 
+  it('a numeric -0, as a JSON-typed header may carry it, as 0', () => {
+    const parsed = parseFragmentHeaders(lastFragment({ [SequenceHeader.bytes]: -0 }));
+
+    expect(Object.is(parsed.bytes, 0)).toBe(true);
+  });
+
   it('Buffer-valued headers, as amqplib may deliver them, read as strings', () => {
     const parsed = parseFragmentHeaders(
       lastFragment({
@@ -274,6 +280,13 @@ describe('parseFragmentHeaders rejects', () => {
     expect(rejection(middleFragment({ [SequenceHeader.crc32]: crc32 }))).toMatchObject({
       code: 'malformed-header',
       header: SequenceHeader.crc32,
+    });
+  });
+
+  it('a byte count of "-0" (not canonical)', () => {
+    expect(rejection(middleFragment({ [SequenceHeader.bytes]: '-0' }))).toMatchObject({
+      code: 'malformed-header',
+      header: SequenceHeader.bytes,
     });
   });
 

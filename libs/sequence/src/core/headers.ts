@@ -297,14 +297,15 @@ function checkInteger(
 
 /** An integer from a number or a canonical decimal string; undefined for anything else. */
 function readInteger(raw: unknown): number | undefined {
-  if (typeof raw === 'number') return Number.isSafeInteger(raw) ? raw : undefined;
+  // `+ 0` turns a -0 (JSON.parse('-0')) into 0: the integer the header means.
+  if (typeof raw === 'number') return Number.isSafeInteger(raw) ? raw + 0 : undefined;
   if (typeof raw === 'bigint') {
     return raw <= BigInt(Number.MAX_SAFE_INTEGER) && raw >= BigInt(Number.MIN_SAFE_INTEGER)
       ? Number(raw)
       : undefined;
   }
   const text = headerText(raw);
-  if (text === undefined || !/^-?(0|[1-9][0-9]{0,15})$/.test(text)) return undefined;
+  if (text === undefined || !/^(0|-?[1-9][0-9]{0,15})$/.test(text)) return undefined;
   const value = Number(text);
   return Number.isSafeInteger(value) ? value : undefined;
 }
