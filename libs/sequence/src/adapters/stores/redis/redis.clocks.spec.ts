@@ -131,6 +131,24 @@ describeWithServer('redis', 'Redis stores with a skewed clock (Redis at REDIS_UR
       expect(await early.expire(ref, pastDeadline, RETENTION_MS)).toMatchObject(ref);
     });
 
+    it('an instance whose clock runs ahead by more than the retention sees a finished sequence', async () => {
+      const onTime = instance(Date.now);
+      const early = instance(ahead);
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+      for (const fragment of fragments)
+        await onTime.accept(fragment, context('on-time', Date.now()));
+      const retentionMs = SKEW_MS / 2;
+      expect(
+        await onTime.finish(ref, 'completed', {
+          now: Date.now(),
+          retentionMs,
+          consumerId: 'on-time',
+        }),
+      ).toBe(true);
+
+      expect(await early.status(ref, ahead())).toEqual({ state: 'finished', outcome: 'completed' });
+    });
+
     it('refuses a time that is not a number from its clock, before anything is stored', async () => {
       const broken = instance(() => Number.NaN);
       const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);

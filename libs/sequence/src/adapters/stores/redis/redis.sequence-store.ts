@@ -631,7 +631,8 @@ export class RedisSequenceStore implements SequenceStore {
     const state = await this.redis.hget(keys.meta, 'state');
     const marker = await this.redis.hmget(keys.done, 'outcome', 'until', 'reason');
     const [outcome, until, reason] = marker;
-    if (outcome && Number(until) > now) {
+    // The marker's `until` is on the scripts' clock (lua/_clock.lua): compare on that clock.
+    if (outcome && Number(until) > (await this.clock.onRedisClock(now))) {
       return {
         state: 'finished',
         outcome: outcome as FinishedOutcome,
