@@ -252,6 +252,23 @@ describe('SequenceModule', () => {
         'publish.retry.attempts must be an integer >= 1, got 0',
       ]);
     });
+
+    it.each([
+      ['undefined (a factory that forgot its return)', undefined, /got undefined/],
+      ['null', null, /got null/],
+      ['a string', 'amqp://broker', /got "amqp:\/\/broker"/],
+      ['an array', [{ prefetch: 4 }], /got an array/],
+    ])(
+      'fails the bootstrap when the factory returns %s rather than falling back to the defaults',
+      async (_, returned, says) => {
+        const error = await bootError({
+          imports: [SequenceModule.forRootAsync({ useFactory: async () => returned as never })],
+        });
+
+        expect(error).toBeInstanceOf(SequenceOptionsError);
+        expect((error as SequenceOptionsError).problems).toEqual([expect.stringMatching(says)]);
+      },
+    );
   });
 
   describe('isGlobal', () => {

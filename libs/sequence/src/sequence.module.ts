@@ -46,6 +46,7 @@ import {
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { resolveModuleOptions } from './options/resolve-options';
+import { optionsObjectProblem } from './options/option-keys';
 import { payloadStoreRetentionProblems } from './options/resolve-claim-check';
 import type { ResolvedOptions } from './options/resolved-options';
 import { InboxHandlerKind } from './outbox/inbox-handler.kind';
@@ -89,8 +90,9 @@ interface Composition {
  * defaults) and checks every option against them, listing every problem at once. Bad options
  * fail the bootstrap here.
  */
-function compose(given: SequenceModuleOptions | undefined): Composition {
-  const raw = given ?? {};
+function compose(raw: SequenceModuleOptions): Composition {
+  const notAnObject = optionsObjectProblem(raw);
+  if (notAnObject) throw new SequenceOptionsError('SequenceModule options', [notAnObject]);
   const problems: string[] = [];
   const adapters = composeAdapters(raw, problems);
   const options = resolveModuleOptions(problems, raw, adapters.transport);

@@ -334,7 +334,21 @@ export function checkKeys(
   }
 }
 
+/**
+ * What is wrong with the module's options as a whole, if they are not an object: a
+ * `forRootAsync` factory that resolves to nothing (a missing `return`), `null`, a string or an
+ * array would otherwise boot on the embedded defaults without a word.
+ */
+export function optionsObjectProblem(value: unknown): string | undefined {
+  if (isObject(value)) return undefined;
+  return (
+    `the options must be an object, got ${describe(value)} (does the forRootAsync factory ` +
+    'return them? {} selects the embedded defaults)'
+  );
+}
+
 function describe(value: unknown): string {
+  if (value === undefined) return 'undefined';
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
   switch (typeof value) {
