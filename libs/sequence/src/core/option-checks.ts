@@ -69,6 +69,17 @@ export function checkInterval(
   return checkDelay(problems, name, value, min);
 }
 
+/** Adds a problem unless `value` is undefined or a channel name: a string that is not empty. */
+export function checkOptionalChannel(problems: string[], name: string, value: unknown): boolean {
+  if (value === undefined || (typeof value === 'string' && value.length > 0)) return true;
+  problems.push(
+    typeof value === 'string'
+      ? `${name} must not be empty`
+      : `${name} must be a channel name, got ${value === null ? 'null' : `a ${typeof value}`}`,
+  );
+  return false;
+}
+
 /** Adds a problem unless `value` is undefined or a function. */
 export function checkFunction(problems: string[], name: string, value: unknown): boolean {
   if (value === undefined || typeof value === 'function') return true;

@@ -386,6 +386,11 @@ describe('resolveModuleOptions', () => {
         'sequence.deadLetterChannel must not be empty',
       ],
       [
+        'a deadLetterChannel that is not a string',
+        { sequence: { deadLetterChannel: 5 as never } },
+        'sequence.deadLetterChannel must be a channel name, got a number',
+      ],
+      [
         'maxBufferedBytes 0',
         { sequence: { maxBufferedBytes: 0 } },
         'sequence.maxBufferedBytes must be an integer >= 1, got 0',

@@ -1,6 +1,12 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ResequenceHeader } from '../core/resequence-input';
-import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
+import {
+  checkFunction,
+  checkInteger,
+  checkOneOf,
+  checkOptionalChannel,
+  checkPrefetch,
+} from '../core/option-checks';
 import { isSequenceNumber, MAX_SEQUENCE_NUMBER } from '../ports/resequencer-store.port';
 import { DEFAULTS } from './defaults';
 import { checkKeys, RESEQUENCER_DEFINITION_KEYS } from './option-keys';
@@ -155,9 +161,7 @@ export function resolveResequencerDefinition(
   );
   const prefetch = definition.prefetch ?? options.prefetch;
   checkPrefetch(problems, 'prefetch', prefetch);
-  if (definition.deadLetterChannel !== undefined && definition.deadLetterChannel.length === 0) {
-    problems.push('deadLetterChannel must not be empty');
-  }
+  checkOptionalChannel(problems, 'deadLetterChannel', definition.deadLetterChannel);
   const inFlight = definition.outputInFlight;
   if (Number.isSafeInteger(inFlight) && (inFlight as number) > drain.batchSize) {
     problems.push(

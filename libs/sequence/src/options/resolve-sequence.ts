@@ -2,7 +2,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { partitionsProblem } from '../core/partition';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { checkFunction, checkInteger, checkOneOf, checkPrefetch } from '../core/option-checks';
+import {
+  checkFunction,
+  checkInteger,
+  checkOneOf,
+  checkOptionalChannel,
+  checkPrefetch,
+} from '../core/option-checks';
 import type { ExpiryPolicy, SequenceLimits } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
 import { DEFAULTS } from './defaults';
@@ -209,9 +215,7 @@ function resolveConsumerInto(
   // The module's own prefetch is checked where it is given.
   if (options.prefetch !== undefined) checkPrefetch(problems, `${at}prefetch`, resolved.prefetch);
   checkInteger(problems, `${at}prefetchBytes`, resolved.prefetchBytes, 1);
-  if (resolved.deadLetterChannel !== undefined && resolved.deadLetterChannel.length === 0) {
-    problems.push(`${at}deadLetterChannel must not be empty`);
-  }
+  checkOptionalChannel(problems, `${at}deadLetterChannel`, resolved.deadLetterChannel);
   return resolved;
 }
 

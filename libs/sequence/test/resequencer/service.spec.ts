@@ -156,6 +156,11 @@ describe('ResequencerService', () => {
       /outputInFlight \(33\) must be at most the module's tuning\.drain\.batchSize \(32\)/,
     ],
     [
+      'a deadLetterChannel of null (from a config file)',
+      { deadLetterChannel: null as never },
+      /deadLetterChannel must be a channel name, got null/,
+    ],
+    [
       'outputInFlight without output',
       { outputInFlight: 4 },
       /outputInFlight above 1 needs an output channel/,
