@@ -22,7 +22,9 @@ export function wakeupChannel(database: Database, tablePrefix: string): string {
   } else {
     place = `file:${resolve(database.name)}`;
   }
-  return `${place}\u0000${tablePrefix}`;
+  // SQLite matches table names without regard to ASCII case (the only letters a prefix may
+  // hold): 'App_' and 'app_' name the same tables, so they share a channel.
+  return `${place}\u0000${tablePrefix.toLowerCase()}`;
 }
 
 /**

@@ -74,7 +74,13 @@ describe('SqliteOutboxStore', () => {
     let filename: string;
     const stores: SqliteOutboxStore[] = [];
 
-    async function open(options: { busyTimeoutMs?: number; synchronous?: 'FULL' | 'NORMAL' } = {}) {
+    async function open(
+      options: {
+        busyTimeoutMs?: number;
+        synchronous?: 'FULL' | 'NORMAL';
+        tablePrefix?: string;
+      } = {},
+    ) {
       const store = await SqliteOutboxStore.open({ filename, tablePrefix: 'app_', ...options });
       stores.push(store);
       return store;
@@ -158,6 +164,20 @@ describe('SqliteOutboxStore', () => {
       await other.receive('inbox_commands', record('cmd-1', { kind: 'command' }));
       const deadline = Date.now() + 2_000;
       while (!woken.includes('inbox_commands') && Date.now() < deadline) await sleep(5);
+      expect(woken).toContain('inbox_commands');
+      await unsubscribe();
+    });
+
+    it('wakes the listeners of a store whose prefix differs only in case (the same tables)', async () => {
+      const store = await open();
+      await store.migrate();
+      const other = await open({ tablePrefix: 'App_' });
+      const woken: string[] = [];
+      const unsubscribe = await store.watch((box) => woken.push(box));
+      await other.receive('inbox_commands', record('cmd-1', { kind: 'command' }));
+      const deadline = Date.now() + 200;
+      while (!woken.includes('inbox_commands') && Date.now() < deadline) await sleep(5);
+      expect((await store.get('inbox_commands', 'cmd-1'))?.id).toBe('cmd-1');
       expect(woken).toContain('inbox_commands');
       await unsubscribe();
     });
