@@ -10,6 +10,7 @@ import {
   type DeadLetterLocation,
 } from '../ports/dead-letter-box.port';
 import type { Transport } from '../ports/transport.port';
+import { reasonMatches } from '../ports/dead-letter-actions';
 import type { MutationAnswer } from './admin-actions';
 import type { DeadLetterSelection } from './admin-input';
 import { unsupported } from './admin.errors';
@@ -39,11 +40,6 @@ interface CachedReasons {
 }
 
 export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
-
-/** A reason filter matches the code or the whole reason; `''` matches no reason. */
-function matches(letter: DeadLetter, reason: string): boolean {
-  return splitDeathReason(letter.reason).code === reason || letter.reason === reason;
-}
 
 /** Dead letters, through the transport's {@link DeadLetterBox}. */
 @Injectable()
@@ -161,7 +157,7 @@ export class DeadLettersReader {
       reason,
       ...this.locationOf(channel),
     });
-    return page.items.filter((letter) => reason === undefined || matches(letter, reason));
+    return page.items.filter((letter) => reasonMatches(letter.reason, reason));
   }
 
   async replay(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
@@ -199,7 +195,7 @@ export class DeadLettersReader {
       ...this.locationOf(channel),
     });
     return page.items
-      .filter((letter) => reason === undefined || matches(letter, reason))
+      .filter((letter) => reasonMatches(letter.reason, reason))
       .map((letter) => letter.id);
   }
 

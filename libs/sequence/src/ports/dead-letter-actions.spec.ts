@@ -52,6 +52,9 @@ describe('dead-letter actions', () => {
     expect(reasonMatches('integrity-mismatch: crc', 'integrity-mismatch: crc')).toBe(true);
     expect(reasonMatches('integrity-mismatch: crc', 'integrity')).toBe(false);
     expect(reasonMatches('anything', undefined)).toBe(true);
+    expect(reasonMatches('expired ', 'expired')).toBe(true);
+    expect(reasonMatches(' ', '')).toBe(true);
+    expect(reasonMatches('expired', '')).toBe(false);
   });
 
   it('replays with x-death-reason dropped, the count incremented and the time set', () => {

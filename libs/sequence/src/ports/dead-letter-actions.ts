@@ -42,11 +42,14 @@ export function replayRate(ratePerSecond: unknown): number {
   return ratePerSecond;
 }
 
-/** Whether a dead letter's `reason` passes the filter: the whole reason or its code. */
+/**
+ * Whether a dead letter's `reason` passes the filter: the whole reason or its code, the group
+ * the reasons are counted in (`splitDeathReason`, trimmed: `'expired '` is in `expired`, `' '` in
+ * `''`).
+ */
 export function reasonMatches(reason: string, filter: string | undefined): boolean {
   if (filter === undefined) return true;
-  if (reason === filter) return true;
-  return reason.includes(':') && splitDeathReason(reason).code === filter;
+  return reason === filter || splitDeathReason(reason).code === filter;
 }
 
 /** `x-death-reason` of a dead letter, or `fallback` when it has none (a broker-routed one). */

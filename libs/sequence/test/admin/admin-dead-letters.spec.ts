@@ -158,11 +158,12 @@ describe('the admin API grouping dead letters by reason', () => {
   const transport = new InMemoryTransport();
   const MANY = 'admin-dead-letters.many';
   const BARE = 'admin-dead-letters.bare';
+  const PADDED = 'admin-dead-letters.padded';
   let admin: AdminApp;
 
   beforeAll(async () => {
     admin = await createAdminApp({
-      admin: { mutations: true, deadLetterChannels: [MANY, BARE] },
+      admin: { mutations: true, deadLetterChannels: [MANY, BARE, PADDED] },
       sequence: { transport },
     });
     for (let index = 0; index < 600; index++) {
@@ -177,6 +178,12 @@ describe('the admin API grouping dead letters by reason', () => {
     await transport.publish(transport.deadLetterChannel(BARE), Buffer.from('timed out'), {
       'x-death-reason': 'expired: too old',
     });
+    // Reasons another system padded with spaces, without a detail.
+    for (const reason of [' ', 'expired ']) {
+      await transport.publish(transport.deadLetterChannel(PADDED), Buffer.from(reason), {
+        'x-death-reason': reason,
+      });
+    }
   });
 
   afterAll(() => admin.close());
@@ -222,6 +229,24 @@ describe('the admin API grouping dead letters by reason', () => {
     });
     const left = await admin.get<{ byReason: unknown[] }>(`dead-letters/${BARE}/reasons`);
     expect(left.body.byReason).toEqual([{ reason: 'expired', count: 1 }]);
+  });
+
+  it('lists and acts on each group it shows, when reasons are padded and have no detail', async () => {
+    const groups = await admin.get<{ byReason: { reason: string; count: number }[] }>(
+      `dead-letters/${PADDED}/reasons`,
+    );
+    expect(groups.body.byReason).toEqual([
+      { reason: '', count: 1 },
+      { reason: 'expired', count: 1 },
+    ]);
+    for (const { reason, count } of groups.body.byReason) {
+      const shown = await admin.get<{ items: unknown[] }>(
+        `dead-letters/${PADDED}?reason=${encodeURIComponent(reason)}`,
+      );
+      expect({ reason, shown: shown.body.items.length }).toEqual({ reason, shown: count });
+      const discard = await admin.post(`dead-letters/${PADDED}/discard`, { reason });
+      expect({ reason, discard }).toMatchObject({ reason, discard: { body: { changed: count } } });
+    }
   });
 });
 
