@@ -126,6 +126,19 @@ export function describeDeadLetterBoxConformance(
       if (page.total !== undefined) expect(page.total).toBe(0);
     });
 
+    it('reads a channel whose name is too long for the broker to hold as empty', async () => {
+      const channel = `${newChannel()}.${'x'.repeat(300)}`;
+
+      expect([0, undefined]).toContain(await box.count(channel));
+      expect((await box.browse(channel, { limit: 10 })).items).toEqual([]);
+      expect(await box.body(channel, 'no-such-id')).toBeUndefined();
+      expect(await box.discard(channel, ['no-such-id'])).toEqual({
+        done: [],
+        missing: ['no-such-id'],
+        failed: [],
+      });
+    });
+
     it('refuses a limit outside 1..MAX_DEAD_LETTER_BROWSE with a RangeError', async () => {
       const channel = newChannel();
       for (const limit of [0, -1, 1.5, MAX_DEAD_LETTER_BROWSE + 1]) {

@@ -25,6 +25,7 @@ import {
 } from '../../../ports/dead-letter-box.port';
 import { headerBytes } from '../../../ports/transport.port';
 import type { BrokerConnection } from './amqp.types';
+import { MAX_QUEUE_NAME_BYTES } from './rabbitmq.topology';
 
 /** What the box needs of the RabbitMQ transport. */
 export interface RabbitMqDeadLetterAccess {
@@ -295,7 +296,8 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
   /**
    * Runs `work` on a channel of its own, with the count of messages ready in `queue` the broker
    * gives, then closes the channel (which puts back anything still held). A queue that does not
-   * exist is empty: `work` is not run, `empty` is the answer.
+   * exist is empty: `work` is not run, `empty` is the answer. So is one whose name is too long
+   * for AMQP to carry (amqplib would throw a TypeError): no queue has it.
    */
   private async session<T>(
     queue: string,
@@ -303,6 +305,7 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
     work: (amqp: Channel, ready: number) => Promise<T>,
     takes = true,
   ): Promise<T> {
+    if (Buffer.byteLength(queue) > MAX_QUEUE_NAME_BYTES) return empty;
     if (takes) return this.permits.run(() => this.session(queue, empty, work, false));
     const amqp = await this.access.connection().createChannel();
     // Without a listener, a channel closed by the broker (a missing queue) throws.

@@ -18,7 +18,7 @@ export const UNLIMITED_DELIVERIES = 2_147_483_647;
 export const REPLY_QUEUE_PREFIX = 'nseq.reply.';
 const REPLY_QUEUE = /^nseq\.reply\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Longest queue name AMQP carries (a short string), in bytes. */
-const MAX_QUEUE_NAME_BYTES = 255;
+export const MAX_QUEUE_NAME_BYTES = 255;
 
 /** Whether `queue` is a reply queue's name: `nseq.reply.<uuid>`, exactly. */
 export function isReplyQueueName(queue: string): boolean {
