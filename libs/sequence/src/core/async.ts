@@ -78,3 +78,9 @@ export function oneAtATime<T>(start: () => Promise<T>): () => Promise<T> {
     return running;
   };
 }
+
+/** An aborted signal's reason as an Error (an `abort()` without one gives an `AbortError`). */
+export function abortReason(signal: AbortSignal): Error {
+  const reason: unknown = signal.reason;
+  return reason instanceof Error ? reason : new Error(`aborted: ${String(reason)}`);
+}

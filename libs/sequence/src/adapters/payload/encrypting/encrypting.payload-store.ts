@@ -10,6 +10,7 @@ import type {
   SweepQuery,
 } from '../../../ports/payload-store.port';
 import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
+import { abortReason } from '../../../core/async';
 import { ENCRYPTION_OVERHEAD_BYTES } from '../../../core/encryption-format';
 import { EncryptionKeyring } from '../../../core/encryption-keyring';
 import { sealBuffer } from '../../../core/sealed-buffer';
@@ -143,10 +144,4 @@ export class EncryptingPayloadStore implements PayloadStore {
  */
 function plaintextBytes(storedBytes: number): number {
   return Math.max(0, storedBytes - ENCRYPTION_OVERHEAD_BYTES);
-}
-
-/** The signal's reason as an Error (an `abort()` without one gives an `AbortError`). */
-function abortReason(signal: AbortSignal): Error {
-  const reason: unknown = signal.reason;
-  return reason instanceof Error ? reason : new Error(`aborted: ${String(reason)}`);
 }

@@ -7,7 +7,9 @@ import {
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
+import { setTimeout as delay } from 'node:timers/promises';
 import {
   describePayloadStoreConformance,
   digestOf,
@@ -21,7 +23,9 @@ import {
 } from '../../../../test/support/processes/s3rver';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import type { PutOptions } from '../../../ports/payload-store.port';
+import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port';
+import { EncryptingPayloadStore } from '../encrypting/encrypting.payload-store';
+import { eventually } from '../../../../test/support/sequence-test-app';
 import { S3PayloadStore } from './s3.payload-store';
 import type { S3PayloadStoreOptions } from './s3.payload-store.options';
 
@@ -443,6 +447,66 @@ describe('S3PayloadStore', () => {
       await own.close();
       await expect(own.close()).resolves.toBeUndefined();
     });
+  });
+
+  describe('on an S3 that accepts connections and never answers', () => {
+    let silent: Server;
+    const sockets = new Set<Socket>();
+    let endpoint: string;
+    const ref = '000000000001-0000ffffffff-4b7f2a8e-1c2d-4e5f-8a9b-0c1d2e3f4a5b';
+
+    beforeAll(async () => {
+      silent = createServer((socket) => {
+        sockets.add(socket);
+        socket.on('close', () => sockets.delete(socket));
+        socket.resume(); // reads the request, and so sees the client close
+      });
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      endpoint = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    });
+
+    afterAll(async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    });
+
+    it.each([
+      ['itself', (store: PayloadStore) => store],
+      [
+        'under the encrypting wrapper',
+        (store: PayloadStore) =>
+          new EncryptingPayloadStore(store, {
+            keys: [{ id: 'k1', key: Buffer.alloc(32, 7).toString('base64') }],
+          }),
+      ],
+    ])(
+      '%s: a get stops waiting once its signal aborts, with its reason, and closes its request',
+      async (_, wrap) => {
+        const inner = S3PayloadStore.connect({
+          endpoint,
+          region: 'us-east-1',
+          forcePathStyle: true,
+          bucket: BUCKET,
+          credentials: CREDENTIALS,
+          client: { maxAttempts: 1 },
+        });
+        const controller = new AbortController();
+        const outcome = wrap(inner)
+          .get(ref, { signal: controller.signal })
+          .then(
+            () => 'resolved',
+            (error: Error) => error.message,
+          );
+        await eventually(() => sockets.size > 0, 'the GetObject request');
+
+        controller.abort(new Error('the handler is over'));
+        const settled = await Promise.race([outcome, delay(2_000).then(() => 'still waiting')]);
+        await inner.close();
+
+        expect(settled).toBe('the handler is over');
+        await eventually(() => sockets.size === 0, 'the request to be closed', 2_000);
+      },
+    );
   });
 
   describe('options', () => {

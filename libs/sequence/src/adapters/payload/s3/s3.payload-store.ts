@@ -1,8 +1,10 @@
 import type { HeadObjectCommandOutput, S3Client } from '@aws-sdk/client-s3';
 import { Readable } from 'node:stream';
+import { abortReason } from '../../../core/async';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { definedOnly } from '../../../core/objects';
 import type {
+  GetOptions,
   PayloadInfo,
   PayloadStore,
   PutOptions,
@@ -137,19 +139,24 @@ export class S3PayloadStore implements PayloadStore {
     return { ref, bytes };
   }
 
-  /** The object's body as S3 streams it; one `GetObject`. */
-  async get(ref: string): Promise<Readable> {
+  /**
+   * The object's body as S3 streams it; one `GetObject`, which stops waiting for S3's answer
+   * once `signal` aborts (the request is destroyed; the rejection is the signal's reason).
+   */
+  async get(ref: string, { signal }: GetOptions = {}): Promise<Readable> {
     const { GetObjectCommand } = s3Sdk();
     const key = this.keys.payloadOf(ref);
     try {
       const { Body } = await this.client.send(
         new GetObjectCommand({ Bucket: this.options.bucket, Key: key }),
+        { abortSignal: signal },
       );
       if (!(Body instanceof Readable)) {
         throw new TypeError(`S3 answered GetObject ${key} with a body that is not a Node stream`);
       }
       return Body;
     } catch (error) {
+      if (signal?.aborted) throw abortReason(signal);
       if (isNotFound(error)) throw new ClaimCheckNotFoundError(this.name, ref);
       throw error;
     }
