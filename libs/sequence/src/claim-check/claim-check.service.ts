@@ -15,7 +15,13 @@ import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../kernel/publish-with-retry';
 import { ClaimCheckTracing } from './claim-check.tracing';
-import { isRecordSource, type RecordSource, type SequencePayload } from '../core/payload-source';
+import {
+  byteChunk,
+  declaredBytes,
+  isRecordSource,
+  type RecordSource,
+  type SequencePayload,
+} from '../core/payload-source';
 import { SEQUENCE_SENDER, type SequenceSender } from '../kernel/pattern-contracts';
 import { isStringRecord } from '../core/objects';
 import { sha256Hex } from '../core/checksum';
@@ -212,8 +218,13 @@ export class ClaimCheckService {
         bytes > threshold &&
         bytes <= sequenceMaxBytes
       ) {
-        // Record-aware: no record is cut across two fragments.
-        return this.sendSequence(channel, payload, options);
+        // Record-aware: no record is cut across two fragments. Held to `bytes`, which chose the
+        // route: records that pass it fail the send rather than make a sequence too large.
+        return this.sendSequence(
+          channel,
+          { records: declaredBytes(payload.records, bytes) },
+          options,
+        );
       }
       payload = Readable.from(payload.records, { objectMode: false });
     }
@@ -236,7 +247,10 @@ export class ClaimCheckService {
 
     const knownBytes = Buffer.isBuffer(sized.stream) ? sized.stream.length : options.bytes;
     if (options.mode === 'auto' && knownBytes !== undefined && knownBytes <= sequenceMaxBytes) {
-      return this.sendSequence(channel, sized.stream, options);
+      const body = Buffer.isBuffer(sized.stream)
+        ? sized.stream
+        : declaredBytes(sized.stream, knownBytes);
+      return this.sendSequence(channel, body, options);
     }
 
     const ticket = await this.traces.checkIn(() =>
@@ -364,13 +378,19 @@ async function fitsInline(
   if (Buffer.isBuffer(payload)) {
     return payload.length <= threshold ? { inline: payload } : { stream: payload };
   }
-  const iterator = payload[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
+  const iterator = payload[Symbol.asyncIterator]() as AsyncIterator<unknown>;
   const head: Buffer[] = [];
   let bytes = 0;
   for (;;) {
     const next = await iterator.next();
     if (next.done) return { inline: Buffer.concat(head, bytes) };
-    const chunk = typeof next.value === 'string' ? Buffer.from(next.value) : next.value;
+    let chunk: Buffer;
+    try {
+      chunk = byteChunk(next.value);
+    } catch (error) {
+      payload.destroy();
+      throw error;
+    }
     head.push(chunk);
     bytes += chunk.length;
     if (bytes > threshold) break;
@@ -380,7 +400,7 @@ async function fitsInline(
     for (;;) {
       const next = await iterator.next();
       if (next.done) return;
-      yield typeof next.value === 'string' ? Buffer.from(next.value) : next.value;
+      yield byteChunk(next.value);
     }
   }
   const stream = Readable.from(rest(), { objectMode: false });

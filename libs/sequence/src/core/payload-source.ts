@@ -26,3 +26,42 @@ export function isRecordSource(payload: unknown): payload is RecordSource {
     !(payload instanceof Readable)
   );
 }
+
+/**
+ * A chunk of a payload stream as bytes: a string as UTF-8, a typed array as a view of its bytes.
+ * Anything else (an object-mode stream's objects) is a TypeError.
+ */
+export function byteChunk(chunk: unknown): Buffer {
+  if (Buffer.isBuffer(chunk)) return chunk;
+  if (typeof chunk === 'string') return Buffer.from(chunk);
+  // `ArrayBuffer.isView` rather than `instanceof`: typed arrays from another realm fail it.
+  if (ArrayBuffer.isView(chunk))
+    return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  throw new TypeError(
+    `expected byte chunks (Buffer, Uint8Array or string), got ${chunk === null ? 'null' : typeof chunk}; ` +
+      'an object-mode stream cannot be a payload',
+  );
+}
+
+/**
+ * The chunks of `source`, held to the size its sender declared: a RangeError as soon as they
+ * pass `bytes`, or at their end if they fall short, so that a size that decided how the payload
+ * travels cannot be wrong.
+ */
+export async function* declaredBytes(
+  source: Iterable<unknown> | AsyncIterable<unknown>,
+  bytes: number,
+): AsyncGenerator<Buffer> {
+  let seen = 0;
+  for await (const chunk of source) {
+    const body = byteChunk(chunk);
+    seen += body.length;
+    if (seen > bytes) {
+      throw new RangeError(`the payload is longer than its declared bytes (${bytes})`);
+    }
+    yield body;
+  }
+  if (seen !== bytes) {
+    throw new RangeError(`the payload is ${seen} bytes, not its declared ${bytes}`);
+  }
+}

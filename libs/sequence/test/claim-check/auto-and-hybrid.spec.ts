@@ -14,6 +14,7 @@ import {
   MemorySequenceStore,
   SequenceModule,
   SequencedHandler,
+  SequenceSourceError,
   SplitterService,
   type ReassembledPayload,
 } from 'nest-sequence';
@@ -173,6 +174,52 @@ describe('claim check: mode auto and fragments via claim check', () => {
 
     expect([unknown.via, told.via]).toEqual(['ticket', 'sequence']);
     expect(receivers.claimed.map((c) => c.bytes.equals(bytes))).toEqual([true, true]);
+  });
+
+  it.each([
+    ['a stream longer than', () => Readable.from([randomBytes(100_000), randomBytes(200_000)])],
+    ['a stream shorter than', () => Readable.from([randomBytes(50_000)])],
+    ['records longer than', () => ({ records: [randomBytes(100_000), randomBytes(200_000)] })],
+  ])(
+    'refuses %s its declared bytes, which chose a sequence, and delivers nothing of it',
+    async (_, payload) => {
+      const claimCheck = app.get(ClaimCheckService);
+
+      const error = await claimCheck
+        .publish(AUTO, payload(), { mode: 'auto', bytes: 100_000 })
+        .catch((caught: unknown) => caught);
+      await transport.whenIdle();
+
+      expect(error).toBeInstanceOf(SequenceSourceError);
+      expect((error as Error).message).toMatch(/declared/);
+      // The last fragment never went: the consumer holds an incomplete sequence, to expire.
+      const sent = transport.published.filter((m) => m.channel === AUTO);
+      expect(sent.some((m) => m.headers['x-sequence-last'] === true)).toBe(false);
+      expect(sent.reduce((total, m) => total + m.bytes, 0)).toBeLessThanOrEqual(100_000);
+      expect(receivers.claimed).toEqual([]);
+    },
+  );
+
+  it('refuses an object-mode stream with a TypeError without reading it whole', async () => {
+    let pulled = 0;
+    function* rows() {
+      for (let row = 0; row < 50_000; row++) {
+        pulled += 1;
+        yield { row };
+      }
+    }
+    const source = Readable.from(rows());
+
+    const error = await app
+      .get(ClaimCheckService)
+      .publish(AUTO, source, { mode: 'auto' })
+      .catch((caught: unknown) => caught);
+
+    expect(error).toBeInstanceOf(TypeError);
+    expect((error as Error).message).toMatch(/object-mode stream/);
+    expect(pulled).toBeLessThan(100);
+    expect(source.destroyed).toBe(true);
+    expect(transport.published.filter((m) => m.channel === AUTO)).toEqual([]);
   });
 
   it('parks every fragment sent via claim check and puts only small tickets on the broker; the handler gets the payload and the parked bodies are deleted', async () => {

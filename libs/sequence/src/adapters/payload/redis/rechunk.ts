@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { byteChunk } from '../../../core/payload-source';
 
 /**
  * Cuts a byte source of arbitrary piece sizes into pieces of exactly `size` bytes (the last one
@@ -13,7 +14,7 @@ export async function* rechunk(source: Buffer | Readable, size: number): AsyncGe
     ? [source]
     : source;
   for await (const piece of pieces) {
-    let rest = toBuffer(piece);
+    let rest = byteChunk(piece);
     while (held + rest.length >= size) {
       const take = size - held;
       parts.push(rest.subarray(0, take));
@@ -28,14 +29,4 @@ export async function* rechunk(source: Buffer | Readable, size: number): AsyncGe
     }
   }
   if (held > 0) yield Buffer.concat(parts, held);
-}
-
-function toBuffer(piece: unknown): Buffer {
-  if (Buffer.isBuffer(piece)) return piece;
-  if (piece instanceof Uint8Array) return Buffer.from(piece.buffer, piece.byteOffset, piece.length);
-  // A stream with an encoding set yields strings; re-encoding them is the best that can be done.
-  if (typeof piece === 'string') return Buffer.from(piece);
-  throw new TypeError(
-    `a payload stream must yield bytes (Buffer, Uint8Array or string), got ${typeof piece}`,
-  );
 }

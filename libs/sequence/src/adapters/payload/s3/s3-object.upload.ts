@@ -1,5 +1,6 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Readable } from 'node:stream';
+import { byteChunk } from '../../../core/payload-source';
 import { s3Sdk } from './s3-sdk';
 import { S3_MAX_PARTS } from './s3.payload-store.options';
 import { S3PayloadTooLargeError } from './s3-payload-too-large.error';
@@ -41,7 +42,7 @@ export async function uploadObject(
   let upload: MultipartUpload | undefined;
   try {
     for await (const chunk of source) {
-      const bytes = asBuffer(chunk);
+      const bytes = byteChunk(chunk);
       total += bytes.length;
       pending.push(bytes);
       pendingBytes += bytes.length;
@@ -199,11 +200,4 @@ function takeBytes(chunks: Buffer[], count: number): Buffer {
     }
   }
   return taken.length === 1 ? taken[0] : Buffer.concat(taken, count);
-}
-
-function asBuffer(chunk: unknown): Buffer {
-  if (Buffer.isBuffer(chunk)) return chunk;
-  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
-  if (typeof chunk === 'string') return Buffer.from(chunk);
-  throw new TypeError(`a payload stream must yield bytes, got a ${typeof chunk} chunk`);
 }
