@@ -1,4 +1,4 @@
-import { SequenceHeader } from '../core/headers';
+import { headerText, SEQUENCE_ID_PATTERN, SequenceHeader } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
@@ -53,8 +53,10 @@ export class SequenceTracing {
     work: () => Promise<Disposition>,
   ): Promise<Disposition> {
     const headers = message.headers ?? {};
-    const sequenceId = stringOf(headers[SequenceHeader.id]);
-    const position = headers[SequenceHeader.position];
+    // Read before the fragment's checks: only what the wire contract allows is recorded, or
+    // remembered for the process span's links (another program may send any header).
+    const sequenceId = sequenceIdOf(headers[SequenceHeader.id]);
+    const position = positionOf(headers[SequenceHeader.position]);
     return inSpan(
       this.tracing,
       {
@@ -66,11 +68,12 @@ export class SequenceTracing {
           ...messagingAttributes({
             operation: 'receive',
             destination: channel,
-            messageId: sequenceId && `${sequenceId}:${String(position)}`,
+            messageId:
+              sequenceId && position !== undefined ? `${sequenceId}:${position}` : undefined,
             conversationId: sequenceId,
             bodyBytes: message.body?.length,
           }),
-          'nest_sequence.fragment.position': Number(position) || undefined,
+          'nest_sequence.fragment.position': position,
           'nest_sequence.redelivered': message.redelivered,
         },
       },
@@ -132,6 +135,12 @@ export class SequenceTracing {
   }
 }
 
-function stringOf(value: unknown): string | undefined {
-  return typeof value === 'string' ? value : undefined;
+function sequenceIdOf(value: unknown): string | undefined {
+  const text = headerText(value);
+  return text !== undefined && SEQUENCE_ID_PATTERN.test(text) ? text : undefined;
+}
+
+function positionOf(value: unknown): number | undefined {
+  const position = typeof value === 'number' ? value : Number(headerText(value));
+  return Number.isSafeInteger(position) && position >= 1 ? position : undefined;
 }
