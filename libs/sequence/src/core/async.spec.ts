@@ -86,4 +86,16 @@ describe('oneAtATime', () => {
     void read();
     expect(calls).toHaveLength(2);
   });
+
+  it('turns a call that throws before returning a promise into a rejection, and calls again', async () => {
+    let throws = true;
+    const read = oneAtATime((): Promise<number> => {
+      if (throws) throw new Error('client is closed');
+      return Promise.resolve(1);
+    });
+
+    await expect(read()).rejects.toThrow('client is closed');
+    throws = false;
+    await expect(read()).resolves.toBe(1);
+  });
 });

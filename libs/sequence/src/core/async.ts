@@ -68,7 +68,8 @@ export function oneAtATime<T>(start: () => Promise<T>): () => Promise<T> {
   let running: Promise<T> | undefined;
   return () => {
     if (!running) {
-      const current = start();
+      // Called at once; a `start` that throws before it returns a promise rejects, like any.
+      const current = (async () => start())();
       running = current;
       const done = () => {
         if (running === current) running = undefined;
