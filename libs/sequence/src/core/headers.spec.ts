@@ -283,6 +283,13 @@ describe('parseFragmentHeaders rejects', () => {
     });
   });
 
+  it.each([undefined, null])('headers that are %p (a message published without any)', (headers) => {
+    expect(rejection(headers as never)).toMatchObject({
+      code: 'malformed-header',
+      header: SequenceHeader.id,
+    });
+  });
+
   it('a byte count of "-0" (not canonical)', () => {
     expect(rejection(middleFragment({ [SequenceHeader.bytes]: '-0' }))).toMatchObject({
       code: 'malformed-header',

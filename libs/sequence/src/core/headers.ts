@@ -148,6 +148,10 @@ function hasFragmentPrefix(name: string): boolean {
  * header at fault.
  */
 export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>): FragmentHeaders {
+  // amqplib gives `properties.headers` as undefined for a message published without any.
+  if (typeof headers !== 'object' || headers === null) {
+    throw new MalformedFragmentError('malformed-header', SequenceHeader.id, 'missing');
+  }
   const rawId = headers[SequenceHeader.id];
   const sequenceId = headerText(rawId);
   if (sequenceId === undefined) {
