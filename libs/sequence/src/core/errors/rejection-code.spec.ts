@@ -14,4 +14,20 @@ describe('deathReason', () => {
     expect(reason.startsWith('handler-failed: xxx')).toBe(true);
     expect(reason.endsWith('…')).toBe(true);
   });
+
+  it('never cuts inside a character of two UTF-16 units (an emoji)', () => {
+    const prefix = 'handler-failed: ';
+    const detail = 'x'.repeat(MAX_DEATH_REASON_CHARS - 2 - prefix.length) + '😀'.repeat(10);
+
+    const reason = deathReason('handler-failed', detail);
+
+    expect(reason.endsWith('x…')).toBe(true);
+    expect(Buffer.from(reason, 'utf8').toString('utf8')).toBe(reason);
+  });
+
+  it('writes a lone surrogate of the detail as U+FFFD, as UTF-8 would carry it', () => {
+    expect(deathReason('handler-failed', 'bad \ud800 input')).toBe(
+      'handler-failed: bad \ufffd input',
+    );
+  });
 });

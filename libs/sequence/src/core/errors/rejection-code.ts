@@ -1,3 +1,5 @@
+import { replaceLoneSurrogates } from '../unicode';
+
 /**
  * Why a fragment or a whole sequence was refused. These codes travel in the `x-death-reason`
  * header of dead-lettered messages (as `<code>: <detail>`), so they are part of the public contract.
@@ -89,10 +91,17 @@ export const MAX_DEATH_REASON_CHARS = 1_024;
 
 /** Formats the `x-death-reason` header value for a rejection (cut at MAX_DEATH_REASON_CHARS). */
 export function deathReason(code: RejectionCode, detail: string): string {
-  const reason = `${code}: ${detail}`;
-  return reason.length <= MAX_DEATH_REASON_CHARS
-    ? reason
-    : `${reason.slice(0, MAX_DEATH_REASON_CHARS - 1)}…`;
+  // A lone surrogate (from a handler's error message) is written as U+FFFD, as UTF-8 carries it.
+  const reason = replaceLoneSurrogates(`${code}: ${detail}`);
+  if (reason.length <= MAX_DEATH_REASON_CHARS) return reason;
+  let end = MAX_DEATH_REASON_CHARS - 1;
+  // Not between the two halves of one character (an emoji), which would leave half of it.
+  if (isHighSurrogate(reason.charCodeAt(end - 1))) end -= 1;
+  return `${reason.slice(0, end)}…`;
+}
+
+function isHighSurrogate(unit: number): boolean {
+  return unit >= 0xd800 && unit <= 0xdbff;
 }
 
 /**
