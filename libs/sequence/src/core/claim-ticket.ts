@@ -153,7 +153,7 @@ export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring):
     ref: fields.ref,
     bytes: fields.bytes,
     sha256: fields.sha256,
-    ...(fields.contentType === undefined ? {} : { contentType: fields.contentType }),
+    ...(fields.contentType == null ? {} : { contentType: fields.contentType }),
     expiresAt: fields.expiresAt,
     audience: Object.freeze([...fields.audience]),
     kid: keys.signingKeyId,
@@ -248,7 +248,9 @@ export function verifyTicketSignature(candidate: unknown, keys: ClaimTicketKeyri
     ref: fields.ref as string,
     bytes: fields.bytes as number,
     sha256: fields.sha256 as string,
-    ...(fields.contentType === undefined ? {} : { contentType: fields.contentType as string }),
+    // `null` (how the signing input writes an absent one, and another language's encoder may
+    // write it in the body) is absent.
+    ...(fields.contentType == null ? {} : { contentType: fields.contentType as string }),
     expiresAt: fields.expiresAt as number,
     ...(version === LEGACY_TICKET_VERSION
       ? {}
@@ -348,7 +350,7 @@ function fieldProblem(fields: Record<string, unknown>): string | undefined {
     return 'sha256 must be 64 lowercase hex digits';
   }
   if (
-    contentType !== undefined &&
+    contentType != null &&
     (typeof contentType !== 'string' || !CONTENT_TYPE_PATTERN.test(contentType))
   ) {
     return 'contentType, when present, must be 1-255 printable ASCII characters';
