@@ -12,6 +12,7 @@ import {
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DemoEnvironmentError } from './demo-environment.error';
+import { checkDemoServers, DemoServerError } from './demo-servers';
 import { readDemoEnvironment } from './demo.environment';
 import { flushDemoTracing, startDemoTracing } from './tracing';
 
@@ -30,7 +31,24 @@ export async function createDemoApp(
   logger: LogLevel[] | LoggerService = ['error', 'warn', 'log'],
 ): Promise<INestApplicationContext> {
   readDemoEnvironment(process.env);
+  await checkDemoServers(process.env);
   return NestFactory.createApplicationContext(module, { logger });
+}
+
+/**
+ * Closes `app` on SIGINT or SIGTERM, then ends the process: with 0 once the run is over and the
+ * app only goes on serving (how such a demo is stopped), else with 128 + the signal's number (130,
+ * 143), as a shell reports a command it interrupted.
+ */
+export function closeOnSignals(app: INestApplicationContext, serving: () => boolean): void {
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+  ] as const) {
+    process.once(signal, () => {
+      void closeQuietly(app).finally(() => process.exit(serving() ? 0 : code));
+    });
+  }
 }
 
 /**
@@ -85,14 +103,16 @@ export interface HttpScenario {
 }
 
 /**
- * A demo with an HTTP API: starts the app (closed, and the process ended, on SIGINT or SIGTERM),
- * runs the scenario, prints its summary and any failed check. Resolves to the exit code (0 when
- * every check passed) after closing the app, or to `'serving'` with `serve`, leaving it up.
+ * A demo with an HTTP API: starts the app (closed, and the process ended, on SIGINT or SIGTERM:
+ * see {@link closeOnSignals}), runs the scenario, prints its summary and any failed check.
+ * Resolves to the exit code (0 when every check passed) after closing the app, or to `'serving'`
+ * with `serve`, leaving it up.
  */
 export async function runHttpScenario(scenario: HttpScenario): Promise<'serving' | number> {
+  await checkDemoServers(process.env);
   const app = await NestFactory.create(scenario.module, { logger: ['error', 'warn'] });
-  app.enableShutdownHooks(['SIGINT', 'SIGTERM'], { useProcessExit: true });
   let serving = false;
+  closeOnSignals(app, () => serving);
   try {
     await app.listen(scenario.port);
     const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
@@ -119,11 +139,18 @@ export async function closeQuietly(app: INestApplicationContext): Promise<void> 
   await app.close().catch((error: unknown) => console.error('closing the app failed:', error));
 }
 
-/** Ends the command: a usage error (exit 2) for a bad environment, else 1 with the error. */
+/**
+ * Ends the command: a usage error (exit 2) for a bad environment, 1 with a line per server for one
+ * it cannot reach, else 1 with the error.
+ */
 export function exitOnError(error: unknown): never {
   if (error instanceof DemoEnvironmentError) {
     console.error(error.message);
     process.exit(USAGE_ERROR);
+  }
+  if (error instanceof DemoServerError) {
+    console.error(error.message);
+    process.exit(1);
   }
   console.error(error);
   process.exit(1);

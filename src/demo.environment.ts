@@ -74,6 +74,7 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
   } else if (env.NATS_URL) {
     broker = { kind: 'nats', url: env.NATS_URL };
   }
+  for (const [variable, text] of serverUrlProblems(env)) problem(variable, text);
 
   let claimCheckAboveBytes = DEFAULT_CLAIM_CHECK_ABOVE_BYTES;
   const above = env.CLAIM_CHECK_ABOVE_BYTES;
@@ -147,4 +148,61 @@ export function readDemoEnvironment(env: NodeJS.ProcessEnv = process.env): DemoE
  */
 function keyIdOf(secret: string): string {
   return `env-${createHash('sha256').update(secret, 'utf8').digest('hex').slice(0, 12)}`;
+}
+
+/** The URL schemes each server variable takes, and an example of one. */
+const SERVER_URLS = {
+  AMQP_URL: { schemes: ['amqp:', 'amqps:'], example: 'amqp://guest:guest@localhost:5672' },
+  REDIS_URL: { schemes: ['redis:', 'rediss:'], example: 'redis://localhost:6379' },
+  DATABASE_URL: {
+    schemes: ['postgres:', 'postgresql:'],
+    example: 'postgres://postgres@localhost:5432/test',
+  },
+} as const;
+
+/** NATS takes a comma-separated list of servers, each a URL or `host:port`. */
+const NATS_SCHEMES = ['nats:', 'tls:', 'ws:', 'wss:'];
+
+/**
+ * Each server variable set to something that is not a URL of its server's kind, with what to set
+ * instead. The value is not echoed: it may hold a password.
+ */
+function serverUrlProblems(env: NodeJS.ProcessEnv): Array<[string, string]> {
+  const problems: Array<[string, string]> = [];
+  for (const [variable, { schemes, example }] of Object.entries(SERVER_URLS)) {
+    const value = env[variable];
+    if (!value) continue;
+    const scheme = schemeOf(value);
+    if (scheme === undefined || !(schemes as readonly string[]).includes(scheme)) {
+      problems.push([
+        variable,
+        `must be a URL starting ${schemes.map((each) => `${each}//`).join(' or ')}, e.g. ` +
+          `${example}; ` +
+          `got ${scheme === undefined ? 'something that is not a URL' : `a ${scheme}// URL`}`,
+      ]);
+    }
+  }
+  const nats = env.NATS_URL;
+  if (nats) {
+    const servers = nats.split(',').map((server) => server.trim());
+    const usable = (server: string) =>
+      /^[^\s/:@]+:\d{1,5}$/.test(server) || NATS_SCHEMES.includes(schemeOf(server) ?? '');
+    if (!servers.every(usable)) {
+      problems.push([
+        'NATS_URL',
+        'must be a comma-separated list of NATS servers, each a nats://, tls://, ws:// or wss:// ' +
+          'URL or host:port, e.g. nats://localhost:4222',
+      ]);
+    }
+  }
+  return problems;
+}
+
+function schemeOf(value: string): string | undefined {
+  try {
+    const url = new URL(value);
+    return url.host === '' ? undefined : url.protocol;
+  } catch {
+    return undefined;
+  }
 }

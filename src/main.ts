@@ -21,9 +21,11 @@ const RECEIVED = { sequence: 'reassembled', ticket: 'claimed', inline: 'received
  */
 async function main(): Promise<number | 'serving'> {
   const { studyBytes, consolePort } = readDemoEnvironment(process.env);
-  const app =
-    consolePort === undefined ? await createDemoApp(AppModule) : await serveConsole(consolePort);
   let serving = false;
+  const app =
+    consolePort === undefined
+      ? await createDemoApp(AppModule)
+      : await serveConsole(consolePort, () => serving);
   try {
     const transport = app.get<Transport>(SEQUENCE_TRANSPORT);
     const reports = new Map<string, StudyReport>();

@@ -5,6 +5,7 @@ import { SEQUENCE_TRANSPORT, type Transport } from 'nest-sequence';
 import { SequenceServer } from 'nest-sequence/microservices';
 import { runToCompletion, USAGE_ERROR } from './demo.command';
 import { readDemoEnvironment } from './demo.environment';
+import { checkDemoServers } from './demo-servers';
 import { INTAKE_CHANNEL } from './imaging/imaging.channels';
 import { watchDeadLetters } from './microservice/dead-letter.watch';
 import { MicroserviceAppModule } from './microservice/microservice-app.module';
@@ -37,6 +38,7 @@ async function main(): Promise<number> {
   }
   // Refuses settings it cannot use (AMQP_URL and NATS_URL both set among them) before connecting.
   const { studyBytes } = readDemoEnvironment(process.env);
+  await checkDemoServers(process.env);
 
   const app = await NestFactory.createMicroservice(MicroserviceAppModule, {
     // Studies reach the handler as a stream whatever their size.

@@ -57,9 +57,27 @@ describe('npm start with CONSOLE_PORT', () => {
     expect(page.headers.get('content-type')).toMatch(/^text\/html/);
     expect(await page.text()).toContain('<title>nest-sequence console</title>');
 
+    // Stopping it after the run is how it ends: a success.
     demo.child.kill('SIGINT');
     const exit = await demo.exited;
-    expect(exit.code === 0 || exit.signal === 'SIGINT').toBe(true);
+    expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 0 });
+  });
+
+  it('exits 130, not 0, when interrupted during its run', async () => {
+    const port = await freePort();
+    const [command, args] = npmScript('start');
+    demo = start(command, args, {
+      ...NO_SERVERS,
+      STUDY_BYTES: String(180 * 1024 * 1024),
+      CONSOLE_PORT: String(port),
+    });
+    await demo.waitForOutput('operator console on', 180_000);
+
+    demo.child.kill('SIGINT');
+    const exit = await demo.exited;
+
+    expect({ code: exit.code, stdout: exit.stdout }).toMatchObject({ code: 130 });
+    expect(exit.stdout).not.toContain('matched');
   });
 
   it('refuses a CONSOLE_PORT that is not a port, naming it (exit code 2)', async () => {

@@ -145,6 +145,42 @@ describe('imaging demo on the embedded defaults', () => {
     );
   });
 
+  it('npm start refuses a server variable that is not a URL of its kind, naming each', async () => {
+    const exit = await run('npm', ['start'], {
+      ...NO_SERVERS,
+      AMQP_URL: 'guest:secret@localhost',
+      REDIS_URL: '127.0.0.1:6379',
+      DATABASE_URL: 'mysql://localhost/test',
+    });
+
+    expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 2 });
+    expect(exit.stderr).toContain('AMQP_URL must be a URL starting amqp:// or amqps://');
+    expect(exit.stderr).toContain('REDIS_URL must be a URL starting redis:// or rediss://');
+    expect(exit.stderr).toContain(
+      'DATABASE_URL must be a URL starting postgres:// or postgresql://',
+    );
+    expect(exit.stderr).not.toContain('secret');
+  });
+
+  it('npm start names each server it cannot reach in a line, and exits 1', async () => {
+    // Nothing listens on port 1.
+    const exit = await run('npm', ['start'], {
+      ...NO_SERVERS,
+      AMQP_URL: 'amqp://guest:secret@127.0.0.1:1',
+      REDIS_URL: 'redis://127.0.0.1:1',
+    });
+
+    expect({ code: exit.code, stderr: exit.stderr }).toMatchObject({ code: 1 });
+    expect(exit.stderr).toContain(
+      'cannot reach RabbitMQ at amqp://guest:***@127.0.0.1:1 (AMQP_URL): connect ECONNREFUSED',
+    );
+    expect(exit.stderr).toContain(
+      'cannot reach Redis at redis://127.0.0.1:1 (REDIS_URL): connect ECONNREFUSED',
+    );
+    expect(exit.stderr).not.toContain('secret');
+    expect(exit.stderr).not.toMatch(/^\s+at /m);
+  });
+
   it.each([
     ['npm start', 'npm', ['start']],
     ['demo:consumer', ...npmScript('demo:consumer')],
