@@ -155,6 +155,28 @@ describe('SequenceHealthIndicator', () => {
     });
   });
 
+  it('answers without the buffer when the store answers its ping but its stats() throws at once', async () => {
+    const store = new Proxy(new MemorySequenceStore(), {
+      get: (target, property, receiver): unknown =>
+        property === 'stats'
+          ? () => {
+              throw new Error('client is closed');
+            }
+          : Reflect.get(target, property, receiver),
+    });
+    const app = await start({ sequence: { store } });
+
+    const result = await app.get(SequenceHealthIndicator).isHealthy('sequence');
+
+    expect(result).toEqual({
+      sequence: {
+        status: 'up',
+        transport: { name: 'in-memory', status: 'up' },
+        store: { name: 'memory', status: 'up' },
+      },
+    });
+  });
+
   it('is down when a ping hangs past the timeout', async () => {
     const store = storeWithPing(() => new Promise<void>(() => undefined));
     const app = await start({

@@ -157,7 +157,11 @@ export class SequenceHealthIndicator {
 
   private async buffer(timeoutMs: number): Promise<SequenceBufferHealth | undefined> {
     const now = Date.now();
-    const stats = await withinTimeout(this.store.stats(now), timeoutMs).catch(() => undefined);
+    // Called in an async function: a store whose stats() throws before it returns a promise
+    // leaves the buffer out, as a rejection does, rather than failing the whole check.
+    const stats = await withinTimeout((async () => this.store.stats(now))(), timeoutMs).catch(
+      () => undefined,
+    );
     if (!stats) return undefined;
     const { maxBufferedBytes } = this.budgets;
     const reservedBytes = stats.reservedBytes ?? 0;
