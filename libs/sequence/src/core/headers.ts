@@ -299,8 +299,11 @@ function checkInteger(
   return value;
 }
 
-/** An integer from a number or a canonical decimal string; undefined for anything else. */
-function readInteger(raw: unknown): number | undefined {
+/**
+ * An integer header's value as the wire contract allows it: a safe integer from a number, a
+ * bigint or a canonical decimal string (a Buffer read as UTF-8); undefined for anything else.
+ */
+export function readInteger(raw: unknown): number | undefined {
   // `+ 0` turns a -0 (JSON.parse('-0')) into 0: the integer the header means.
   if (typeof raw === 'number') return Number.isSafeInteger(raw) ? raw + 0 : undefined;
   if (typeof raw === 'bigint') {

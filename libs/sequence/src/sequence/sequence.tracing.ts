@@ -1,4 +1,4 @@
-import { headerText, SEQUENCE_ID_PATTERN, SequenceHeader } from '../core/headers';
+import { headerText, readInteger, SEQUENCE_ID_PATTERN, SequenceHeader } from '../core/headers';
 import type { CompleteSequence } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
@@ -141,6 +141,6 @@ function sequenceIdOf(value: unknown): string | undefined {
 }
 
 function positionOf(value: unknown): number | undefined {
-  const position = typeof value === 'number' ? value : Number(headerText(value));
-  return Number.isSafeInteger(position) && position >= 1 ? position : undefined;
+  const position = readInteger(value);
+  return position !== undefined && position >= 1 ? position : undefined;
 }
