@@ -1,5 +1,8 @@
+import { Test } from '@nestjs/testing';
+import { SequenceModule } from '../sequence.module';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { resolveAdminOptions } from './admin.options';
+import { SequenceAdminModule } from './sequence-admin.module';
 
 describe('resolveAdminOptions', () => {
   it('defaults to a read-only console at sequence-admin', () => {
@@ -29,5 +32,26 @@ describe('resolveAdminOptions', () => {
       expect(message).toContain('replayRatePerSecond');
       expect(message).toContain('maxBatch');
     }
+  });
+});
+
+describe('SequenceAdminModule.forRootAsync', () => {
+  it.each([
+    ['undefined (a factory that forgot its return)', undefined],
+    ['null', null],
+    ['a string', 'mutations'],
+    ['an array', [{ mutations: true }]],
+  ])('fails the bootstrap when the factory returns %s', async (_, returned) => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        SequenceModule.forRoot({ isGlobal: true }),
+        SequenceAdminModule.forRootAsync({ useFactory: async () => returned as never }),
+      ],
+    })
+      .compile()
+      .catch((error: unknown) => error);
+
+    expect(moduleRef).toBeInstanceOf(SequenceOptionsError);
+    expect((moduleRef as SequenceOptionsError).message).toMatch(/options must be an object/);
   });
 });

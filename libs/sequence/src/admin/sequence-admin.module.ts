@@ -7,6 +7,8 @@ import {
   type Provider,
   type Type,
 } from '@nestjs/common';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { optionsObjectProblem } from '../options/option-keys';
 import { AdminAccessGuard } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
 import { AdminBodyErrors } from './admin-body-errors';
@@ -109,12 +111,18 @@ export class SequenceAdminModule {
       {
         provide: ADMIN_OPTIONS,
         inject: options.inject ?? [],
-        useFactory: async (...args: never[]) =>
-          resolveAdminOptions({
-            ...(await options.useFactory(...args)),
+        useFactory: async (...args: never[]) => {
+          const given: unknown = await options.useFactory(...args);
+          // Spread, a factory's undefined (a missing return) or string would pass for defaults.
+          const notAnObject = optionsObjectProblem(given);
+          if (notAnObject)
+            throw new SequenceOptionsError('SequenceAdminModule options', [notAnObject]);
+          return resolveAdminOptions({
+            ...(given as SequenceAdminFactoryOptions),
             path: options.path,
             guard: options.guard,
-          }),
+          });
+        },
       },
     ]);
   }
