@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
+import { settlesWithin } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { SequenceHeader } from '../../../core/headers';
@@ -95,16 +96,6 @@ export interface NatsSubscriptionSettings {
   readonly mayExtend?: (ackWaitMs: number) => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
   readonly partition?: number;
-  /** How long each pull request lasts. @default 5000 */
-  readonly fetchExpiresMs?: number;
-  /**
-   * On close, let the pull request the server holds run out (at most `fetchExpiresMs`) before
-   * handing the unsettled messages back: nats-server 2.9 keeps a stopped pull request and sends
-   * messages that come due meanwhile to it, where nobody reads them (one handed-back message
-   * would wait `ack_wait`, another be delivered twice). What arrives meanwhile is handed back
-   * with the rest. @default false
-   */
-  readonly drainPullOnClose?: boolean;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -117,8 +108,11 @@ const MIN_NAK_DELAY_MS = 1;
 
 /** The body of a message whose handler released it. */
 const NO_BODY = Buffer.alloc(0);
-/** How long a pull request waits for messages before the next one is made. */
-const FETCH_EXPIRES_MS = 5_000;
+/**
+ * How long a pull request waits for messages before the next one is made; what closing a
+ * subscription waits at most (see `shutdown`).
+ */
+const FETCH_EXPIRES_MS = 1_000;
 /** How long a message whose dead letter or tail copy could not be published waits to go back. */
 export const FAILED_FORWARD_PAUSE_MS = 1_000;
 /** Waits after a failed pull: doubling from the first, up to the last. */
@@ -222,9 +216,16 @@ export class NatsSubscription implements Subscription {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.slotFreed?.();
-    if (handBack && this.settings.drainPullOnClose) {
-      // No new pull is made once closed; the current one ends when the server lets it expire.
-      await this.pulling;
+    if (handBack) {
+      // No new pull is made once closed; the current one runs out (FETCH_EXPIRES_MS) rather than
+      // being stopped. A stopped pull loses what the server sent it before it read the stop: the
+      // client unsubscribes its inbox at once and drops such a message, which the server counts
+      // as delivered until `ack_wait`; and nats-server 2.9 keeps a stopped pull request and sends
+      // messages that come due meanwhile to it, where nobody reads them. What this pull brings
+      // meanwhile is held unhandled and handed back with the rest. With the server away the
+      // pull does not run out: it is stopped after a while (nothing reaches it then anyway).
+      const pulling = this.pulling ?? Promise.resolve();
+      if (!(await settlesWithin(pulling, 2 * FETCH_EXPIRES_MS))) this.batch?.stop();
     } else {
       // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
       this.batch?.stop();
@@ -239,8 +240,6 @@ export class NatsSubscription implements Subscription {
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.pulling;
-    // Pulled while closing (without a pull request left to drain): handed back as it came.
-    await Promise.allSettled([...this.forwarding]);
     await this.settings
       .release?.()
       .catch((error: unknown) =>
@@ -263,12 +262,10 @@ export class NatsSubscription implements Subscription {
         if (this.closed) return;
         const batch = await consumer.fetch(this.pullOptions(free));
         this.batch = batch;
-        if (this.closed) batch.stop();
+        // Abandoned meanwhile: stopped (what it brings would not be handed back anyway).
+        if (this.closed && this.abandoned) batch.stop();
         for await (const message of batch) {
-          if (
-            (this.closed && this.settings.drainPullOnClose) ||
-            this.settings.mayHold?.() === false
-          ) {
+          if (this.closed || this.settings.mayHold?.() === false) {
             // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
             // settled with the others at close. (A nak now would bring it straight back to this
             // pull request, again and again.)
@@ -276,13 +273,6 @@ export class NatsSubscription implements Subscription {
               headers: headersOf(message).headers,
               body: undefined,
             });
-          } else if (this.closed) {
-            // Pulled as the subscription closed: straight back to the consumer.
-            const delivery = deliveryOf(message);
-            const data = message.data;
-            const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-            this.hold(delivery, { headers: headersOf(message).headers, body });
-            this.handBack(delivery);
           } else {
             this.receive(message);
           }
@@ -312,7 +302,7 @@ export class NatsSubscription implements Subscription {
    * whatever the free slots, and ends in an error when they come before the bytes run out.)
    */
   private pullOptions(free: number): FetchOptions {
-    const expires = this.settings.fetchExpiresMs ?? FETCH_EXPIRES_MS;
+    const expires = FETCH_EXPIRES_MS;
     const { pullMaxBytes, maxPayload } = this.settings;
     const fit = Math.max(1, Math.floor(pullMaxBytes / maxPayload));
     return { max_messages: Math.min(free, fit), expires };

@@ -443,6 +443,39 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(received[0].headers['x-requeue-count']).toBe(1);
   });
 
+  it('hands back a message the server sent as the subscription closed, not leaving it for ack_wait', async () => {
+    // A message in flight to the pull inbox as close() stops the pull must be naked too, not
+    // dropped by the client (the server would count it delivered until ack_wait). A race: rounds.
+    const js = jetstream(admin);
+    for (let round = 0; round < 4; round++) {
+      await reconnectWith({ ackWaitMs: 10_000 });
+      const channel = newChannel();
+      let handled = 0;
+      await transport.subscribe(channel, () => {
+        handled++;
+        return new Promise<Disposition>(() => undefined); // held until close
+      });
+      let publishing = true;
+      const publisher = (async () => {
+        while (publishing) await js.publish(channel, Buffer.alloc(1000)).catch(() => undefined);
+      })();
+      await eventually(() => handled >= 3, 'the first deliveries');
+      await transport.close();
+      publishing = false;
+      await publisher;
+
+      await reconnectWith({ ackWaitMs: 10_000 });
+      await transport.subscribe(channel, async () => ACK);
+      const stream = streamName('NSEQ_', channel);
+      const started = Date.now();
+      await eventuallyAsync(async () => {
+        const info = await jsm.consumers.info(stream, 'nest-sequence');
+        return info.num_pending === 0 && info.num_ack_pending === 0;
+      }, 15_000);
+      expect(Date.now() - started).toBeLessThan(3_000); // not ack_wait (10 s)
+    }
+  }, 60_000);
+
   it('delivers messages other programs publish, their headers as strings', async () => {
     const channel = newChannel();
     const received = await collect(channel);

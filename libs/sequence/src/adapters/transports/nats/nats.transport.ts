@@ -72,8 +72,6 @@ import { NatsTopology, partitionAckWaitMs } from './nats.topology';
 const PING_TIMEOUT_MS = 5_000;
 /** Longest wait for an answer of the JetStream API (declarations, account info). */
 const API_TIMEOUT_MS = 3_000;
-/** How long a partition's pull request lasts: what closing a partitioned subscription waits. */
-const PARTITION_FETCH_EXPIRES_MS = 1_000;
 /** The headers a forward adds and keeps while others are left out to fit `max_payload`. */
 const FORWARDED_HEADERS = {
   reason: SequenceHeader.deathReason,
@@ -345,10 +343,6 @@ export class NatsTransport implements Transport {
           maxDeliver: this.settings.maxDeliver,
           consumerName: partitionConsumerName(this.settings.durableName, index),
           ackWaitMs: partitionAckWaitMs(this.settings.ackWaitMs, leaseMs),
-          // Short pull requests: a closing subscriber lets its last one run out before handing
-          // back what it holds, and one left by a lost subscriber is gone before its lease.
-          fetchExpiresMs: PARTITION_FETCH_EXPIRES_MS,
-          drainPullOnClose: true,
           mayHold,
           mayExtend,
           partition: index,
@@ -444,13 +438,7 @@ export class NatsTransport implements Transport {
       Partial<
         Pick<
           NatsSubscriptionSettings,
-          | 'ackWaitMs'
-          | 'drainPullOnClose'
-          | 'fetchExpiresMs'
-          | 'mayHold'
-          | 'mayExtend'
-          | 'partition'
-          | 'publish'
+          'ackWaitMs' | 'mayHold' | 'mayExtend' | 'partition' | 'publish'
         >
       > & {
         /** The stream the consumer reads. @default the channel's */
