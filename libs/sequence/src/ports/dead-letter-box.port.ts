@@ -60,8 +60,12 @@ export interface DeadLetterActionResult {
  *   dead-letter channel (fewer with a small `limit` and no `reason`), so `replay` and `discard`
  *   find ids among those: a dead letter deeper than that is reached once the ones ahead of it are
  *   gone. `limit` must be an integer from 1 to {@link MAX_DEAD_LETTER_BROWSE}.
- * - `reason` filters on the whole reason or on its code, the text before the first `:`
- *   (`integrity-mismatch` matches `integrity-mismatch: crc32 of fragment 3 …`).
+ * - `reason` filters on the whole reason or on its code, the text before the first `:`, trimmed
+ *   (`integrity-mismatch` matches `integrity-mismatch: crc32 of fragment 3 …` and a bare
+ *   `integrity-mismatch `; `''` matches a dead letter without a reason): `reasonMatches`.
+ * - A channel whose name the broker cannot hold (too long for a queue or stream name) has no
+ *   dead letters: `count` and `browse` answer empty, `body` undefined, actions report `missing`,
+ *   and nothing throws (the console takes channel names typed by hand).
  * - `ratePerSecond` is a positive number of replays per second (publishes, not ids: an id
  *   found missing takes no slot).
  */
