@@ -39,6 +39,19 @@ describe('NATS header codec', () => {
     });
   });
 
+  it('round-trips every number, and keeps as text what another program typed n in other forms', () => {
+    const numbers = [0, -5, 1.5, 1e21, 1e-7, -2.5e-300, Number.MAX_SAFE_INTEGER, Infinity, NaN];
+    const headers = Object.fromEntries(numbers.map((value, index) => [`x-${index}`, value]));
+    expect(roundTrip(headers)).toEqual(headers);
+
+    const texts = ['', ' 12', '012', '0x10', '1e3', '+1', '1.'];
+    const decoded = decodeHeaders([
+      ...texts.map((text, index) => [`x-${index}`, [text]] as const),
+      [HEADER_TYPES_HEADER, ['n'.repeat(texts.length)]],
+    ]);
+    expect(Object.values(decoded)).toEqual(texts);
+  });
+
   it('reads the headers of a message from another program as strings, NATS-* left out', () => {
     const decoded = decodeHeaders([
       ['x-count', ['3']],

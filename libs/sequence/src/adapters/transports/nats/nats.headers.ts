@@ -141,10 +141,17 @@ export function readHeaders(
   }
 }
 
+/**
+ * A number as `String()` writes one (how `encodeValue` sends it): no leading zeros, spaces, hex
+ * or unsigned exponents. Any other text typed `n` (another program's) stays text, for the header
+ * checks to judge as they would a string, not slip through as the number `Number()` makes of it.
+ */
+const NUMBER_TEXT = /^(-?(0|[1-9]\d*)(\.\d+)?(e[+-][1-9]\d*)?|-?Infinity|NaN)$/;
+
 function decodeValue(code: TypeCode, text: string): unknown {
   switch (code) {
     case 'n':
-      return Number(text);
+      return NUMBER_TEXT.test(text) ? Number(text) : text;
     case 'b':
       return text === 'true';
     case 'j':
