@@ -1,4 +1,11 @@
-import { delay, MAX_TIMER_MS, oneAtATime, settlesWithin, withTimeout } from './async';
+import {
+  delay,
+  MAX_TIMER_MS,
+  oneAtATime,
+  settlesWithin,
+  unlessAborted,
+  withTimeout,
+} from './async';
 
 describe('delay', () => {
   it('resolves after the given time, not before', async () => {
@@ -97,5 +104,21 @@ describe('oneAtATime', () => {
     await expect(read()).rejects.toThrow('client is closed');
     throws = false;
     await expect(read()).resolves.toBe(1);
+  });
+});
+
+describe('unlessAborted', () => {
+  it("settles as the promise does, or rejects with the signal's reason once it aborts", async () => {
+    await expect(unlessAborted(Promise.resolve(1), undefined)).resolves.toBe(1);
+    await expect(unlessAborted(Promise.resolve(2), new AbortController().signal)).resolves.toBe(2);
+
+    const controller = new AbortController();
+    const waiting = unlessAborted(new Promise<never>(() => undefined), controller.signal);
+    controller.abort(new Error('the handler is over'));
+    await expect(waiting).rejects.toThrow('the handler is over');
+
+    await expect(unlessAborted(Promise.resolve(3), controller.signal)).rejects.toThrow(
+      'the handler is over',
+    );
   });
 });

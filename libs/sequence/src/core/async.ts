@@ -85,3 +85,30 @@ export function abortReason(signal: AbortSignal): Error {
   const reason: unknown = signal.reason;
   return reason instanceof Error ? reason : new Error(`aborted: ${String(reason)}`);
 }
+
+/**
+ * `promise`, unless `signal` aborts first: then a rejection with the signal's reason (the work
+ * behind `promise` goes on; its outcome is dropped). For a wait on a service that cannot be
+ * cancelled, by a caller that no longer wants its answer.
+ */
+export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  if (signal.aborted) {
+    promise.catch(() => undefined);
+    return Promise.reject(abortReason(signal));
+  }
+  return new Promise<T>((resolve, reject) => {
+    const abandon = () => reject(abortReason(signal));
+    signal.addEventListener('abort', abandon, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', abandon);
+        resolve(value);
+      },
+      (error: Error) => {
+        signal.removeEventListener('abort', abandon);
+        reject(error);
+      },
+    );
+  });
+}

@@ -1,5 +1,6 @@
 import calculateSlot from 'cluster-key-slot';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { Redis } from 'ioredis';
 import {
@@ -402,5 +403,38 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       expect(build).toThrow(SequenceOptionsError);
       expect(build).toThrow(message);
     });
+  });
+});
+
+describe('RedisPayloadStore on a Redis that accepts connections and never answers', () => {
+  it("stops waiting for a get's metadata once its signal aborts, with the signal's reason", async () => {
+    const sockets = new Set<Socket>();
+    const silent = createServer((socket) => {
+      sockets.add(socket);
+      socket.resume();
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as AddressInfo;
+    const redis = new Redis({ port, host: '127.0.0.1', retryStrategy: () => null });
+    redis.on('error', () => undefined);
+    const store = new RedisPayloadStore(redis);
+    try {
+      const controller = new AbortController();
+      const outcome = store.get(randomUUID(), { signal: controller.signal }).then(
+        () => 'resolved',
+        (error: Error) => error.message,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+
+      controller.abort(new Error('the handler is over'));
+
+      await expect(
+        Promise.race([outcome, new Promise((r) => setTimeout(() => r('still waiting'), 2_000))]),
+      ).resolves.toBe('the handler is over');
+    } finally {
+      redis.disconnect();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
   });
 });

@@ -29,7 +29,9 @@ import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { InvalidPayloadRefError } from '../../../core/errors/invalid-payload-ref.error';
+import { unlessAborted } from '../../../core/async';
 import type {
+  GetOptions,
   PayloadInfo,
   PayloadStore,
   PutOptions,
@@ -124,9 +126,13 @@ export class RedisPayloadStore implements PayloadStore {
     return { ref, bytes };
   }
 
-  async get(ref: string): Promise<Readable> {
+  /** The payload's chunks as a stream; its metadata read first, until `signal` aborts. */
+  async get(ref: string, { signal }: GetOptions = {}): Promise<Readable> {
     const keys = this.keysOf(ref);
-    const [state, chunks, bytes] = await this.redis.hmget(keys.meta, 'state', 'chunks', 'bytes');
+    const [state, chunks, bytes] = await unlessAborted(
+      this.redis.hmget(keys.meta, 'state', 'chunks', 'bytes'),
+      signal,
+    );
     if (state !== 'ready') throw new ClaimCheckNotFoundError(this.name, ref);
     const direct = Number(bytes) >= DIRECT_READS_MIN_BYTES;
     return new RedisChunkReader(
