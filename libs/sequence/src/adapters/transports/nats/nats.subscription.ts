@@ -302,10 +302,9 @@ export class NatsSubscription implements Subscription {
    * whatever the free slots, and ends in an error when they come before the bytes run out.)
    */
   private pullOptions(free: number): FetchOptions {
-    const expires = FETCH_EXPIRES_MS;
     const { pullMaxBytes, maxPayload } = this.settings;
     const fit = Math.max(1, Math.floor(pullMaxBytes / maxPayload));
-    return { max_messages: Math.min(free, fit), expires };
+    return { max_messages: Math.min(free, fit), expires: FETCH_EXPIRES_MS };
   }
 
   /**
