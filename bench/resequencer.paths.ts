@@ -112,6 +112,27 @@ async function waitForCount(
   await current.close();
 }
 
+/**
+ * Declares `queue` and fills it with the events, the same way for both paths: the input stands
+ * for an upstream's messages, so each path consumes identical messages (persistent, the two
+ * headers, no other property) and only what it does with them differs. `declare`: the queue's
+ * arguments, which must be those its consumer declares it with.
+ */
+async function preload(
+  connection: amqp.ChannelModel,
+  queue: string,
+  events: BenchEvent[],
+  declare: amqp.Options.AssertQueue = { durable: true },
+): Promise<void> {
+  const channel = await openConfirmChannel(connection);
+  await channel.assertQueue(queue, declare);
+  for (const event of events) {
+    channel.sendToQueue(queue, event.body, { persistent: true, headers: headersOf(event) });
+  }
+  await channel.waitForConfirms();
+  await channel.close();
+}
+
 /** (a) amqplib consumes the input, publishes each message to the output, acks once confirmed. */
 export async function baselineRound(
   context: PathContext,
@@ -121,13 +142,9 @@ export async function baselineRound(
   const input = `${context.queuePrefix}.base-in.${randomUUID().slice(0, 6)}`;
   const output = queues.track(`${input}.out`);
   queues.track(input);
+  await preload(connection, input, events);
   const admin = await openConfirmChannel(connection);
-  await admin.assertQueue(input, { durable: true });
   await admin.assertQueue(output, { durable: true });
-  for (const event of events) {
-    admin.sendToQueue(input, event.body, { persistent: true, headers: headersOf(event) });
-  }
-  await admin.waitForConfirms();
 
   const consumer = await openChannel(connection);
   const publisher = await openConfirmChannel(connection);
@@ -175,13 +192,16 @@ export async function moduleRound(
     context.store === 'memory'
       ? new MemoryResequencerStore()
       : new RedisResequencerStore(redis, { prefix, unsafeSocketTricks });
-  for (let i = 0; i < events.length; i += 500) {
-    await Promise.all(
-      events
-        .slice(i, i + 500)
-        .map((event) => transport.publish(input, event.body, headersOf(event))),
-    );
-  }
+  // Declared as RabbitMqTransport declares a channel's queue (a classic queue dead-lettering
+  // into `<queue>.dlq`); were they to differ, its subscribe would fail with PRECONDITION_FAILED.
+  await preload(connection, input, events, {
+    durable: true,
+    arguments: {
+      'x-queue-type': 'classic',
+      'x-dead-letter-exchange': '',
+      'x-dead-letter-routing-key': `${input}.dlq`,
+    },
+  });
   const moduleRef = await Test.createTestingModule({
     imports: [
       SequenceModule.forRoot({
