@@ -95,7 +95,10 @@ export interface StoreTransaction {
   /**
    * Runs `work` inside a savepoint: when it throws, what it wrote is rolled back (and the error
    * rethrown) while the rest of the transaction goes on. Savepoints of one transaction share its
-   * connection: run them one after the other, not concurrently.
+   * connection: run them one after the other, not concurrently. A store that cannot keep
+   * concurrent ones apart (SQLite nests every savepoint in the one opened before it) refuses the
+   * one that ends while a later one is still open: it rejects and what it wrote is rolled back,
+   * as when its `work` throws, never committed with the transaction.
    *
    * A savepoint that an enclosing one's rollback ended while its `work` ran (a handler call that
    * ran past its time limit, rolled back by the claim) sends nothing more once `work` settles: a

@@ -124,6 +124,8 @@ function strayWritesCase(
     t = undefined;
   });
 
+  /** The ids of the records of the last `inOneClaim`, in the order of its `types`. */
+  let ids: string[] = [];
   const write = (transaction: { query(sql: string): Promise<unknown> }, n: number, at: number) =>
     transaction.query(`INSERT INTO ${ledger()} (n, attempt) VALUES (${n}, ${at})`);
 
@@ -137,7 +139,7 @@ function strayWritesCase(
     await t.app.get(OutboxService).transaction(async (tx) => {
       await tx.query(`CREATE TABLE IF NOT EXISTS ${ledger()} (n integer, attempt integer)`);
     });
-    const ids: string[] = [];
+    ids = [];
     for (const [n, type] of types.entries()) ids.push(await deliverTo(t, type, n));
     await t.close();
     t = await createOutboxTestApp({ store: await open(), inboxEvents }, [handlers]);
@@ -232,9 +234,9 @@ function strayWritesCase(
     expect((late[0] as InboxCallEndedError).ended).toBe('completed');
   });
 
-  // PostgreSQL only: on SQLite such a transaction() opens its savepoint inside the call, whose
-  // release then fails, since savepoints of one SQLite transaction must nest.
-  if (store !== 'postgres') return;
+  // On SQLite such a transaction() opens its savepoint inside the call's, whose release is then
+  // refused (savepoints of one SQLite transaction must nest): each attempt of the call fails, and
+  // its savepoint is rolled back with the one left open inside it.
   it('refuses a statement of a transaction() joined by a call that returned before it', async () => {
     const late: unknown[] = [];
     @Injectable()
@@ -260,7 +262,16 @@ function strayWritesCase(
       }
     }
     expect(await inOneClaim(Handlers, ['Careless', 'Next'])).toEqual([{ n: 1, attempt: 1 }]);
-    expect(late).toEqual([expect.any(InboxCallEndedError)]);
+    if (store === 'postgres') {
+      expect(late).toEqual([expect.any(InboxCallEndedError)]);
+      return;
+    }
+    const careless = await t!.outbox.record('inbox_events', ids[0]);
+    expect({ status: careless?.status, lastError: careless?.lastError }).toEqual({
+      status: 'FAILED',
+      lastError: expect.stringMatching(/must nest/),
+    });
+    expect(late).toHaveLength(5);
   });
 }
 

@@ -118,6 +118,30 @@ describe('SqliteOutboxStore transactions', () => {
     expect(rows.rowCount).toBe(0);
   });
 
+  it('rolls back a savepoint refused beside another, when the transaction commits anyway', async () => {
+    const outcomes = await store.transaction(async (tx) => {
+      await tx.query("INSERT INTO business (id, value) VALUES ('outer', 'x')");
+      return Promise.allSettled([
+        tx.savepoint(async () => {
+          await store.append(BOX, [record('first-side')], tx);
+          await tx.query("INSERT INTO business (id, value) VALUES ('first-side', 'x')");
+          await sleep(5);
+        }),
+        tx.savepoint(async () => {
+          await tx.query("INSERT INTO business (id, value) VALUES ('second-side', 'x')");
+          await sleep(20);
+        }),
+      ]);
+    });
+    // The first is refused (the second is open inside it) and undone with the second, which
+    // then rejects too: the commit keeps only what ran outside both.
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(['rejected', 'rejected']);
+    expect(String((outcomes[0] as PromiseRejectedResult).reason)).toMatch(/must nest/);
+    const rows = await store.transaction((tx) => tx.query('SELECT id FROM business ORDER BY id'));
+    expect(rows.rows).toEqual([{ id: 'outer' }]);
+    expect(await store.get(BOX, 'first-side')).toBeUndefined();
+  });
+
   it('reports a transaction whose work sent COMMIT itself as failed', async () => {
     await expect(
       store.transaction(async (tx) => {

@@ -69,6 +69,19 @@ export class SqliteStoreTransaction implements StoreTransaction {
       throw error;
     }
     if (!this.savepoints.includes(name)) throw new SavepointEndedError(name);
+    const innermost = this.savepoints.at(-1);
+    if (innermost !== name) {
+      // Another savepoint opened after this one is still open (two side by side, or one a call
+      // left running): SQLite nests them, so releasing this one would fold that one's writes into
+      // the transaction, and left open, COMMIT would commit this one's. Refused, this one's work
+      // is undone, with that one's (which then rejects too), as if it had thrown.
+      this.leaveSavepoint(name, 'rollback');
+      this.commitHooks = hooksBefore;
+      throw new Error(
+        `savepoint ${name} is not the innermost one (${innermost} is): its writes were rolled ` +
+          'back; savepoints of one SQLite transaction must nest, so run them one after another',
+      );
+    }
     this.leaveSavepoint(name, 'release');
     return result;
   }
@@ -106,15 +119,9 @@ export class SqliteStoreTransaction implements StoreTransaction {
   }
 
   private leaveSavepoint(name: string, how: 'rollback' | 'release'): void {
+    // Only `name` itself when released (savepoint() checked it is the innermost); rolled back,
+    // those opened inside it too (an abandoned call's, left open).
     const at = this.savepoints.lastIndexOf(name);
-    // Rolling back to a savepoint ends those opened inside it too (an abandoned call's, left
-    // open); releasing one that is not the innermost is a misuse.
-    if (at < 0 || (how === 'release' && at !== this.savepoints.length - 1)) {
-      throw new Error(
-        `savepoint ${name} is not the innermost one (${this.savepoints.at(-1) ?? 'none'} is): ` +
-          'savepoints of one SQLite transaction must nest; run them one after another',
-      );
-    }
     this.savepoints.splice(at);
     // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
     if (!this.database.inTransaction) return;
