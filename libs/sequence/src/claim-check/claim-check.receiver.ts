@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ConsumerHost } from '../kernel/consumer.host';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { ClaimTicket } from '../core/claim-ticket';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
@@ -68,6 +69,7 @@ export class ClaimCheckReceiver {
     @Inject(SEQUENCE_REASSEMBLER) private readonly reassembler: SequenceReassembler,
     private readonly metrics: ClaimCheckMetrics,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
+    private readonly host: ConsumerHost,
   ) {
     this.traces = new ClaimCheckTracing(options.tracing);
   }
@@ -154,6 +156,7 @@ export class ClaimCheckReceiver {
     );
     const outcome = await this.runHandler(payload, consumer, 'an inline payload');
     if (outcome.ok) return ACK;
+    if (outcome.stopped) return this.requeue('shutting down');
     const { code, detail } = handlerRejection('an inline payload', outcome);
     return this.reject(consumer.channel, code, detail);
   }
@@ -267,6 +270,8 @@ export class ClaimCheckReceiver {
     }
     if (!outcome.ok) {
       await release();
+      // Shutting down between two attempts: neither handled nor given up on; delivered again.
+      if (outcome.stopped) return this.requeue('shutting down');
       const readFailure = payload.readFailure;
       const rejection = payloadReadRejection(readFailure);
       if (rejection) return this.reject(channel, rejection, readFailure!.message);
@@ -456,6 +461,7 @@ export class ClaimCheckReceiver {
         // Requeued whatever the handler answered: a reply would be an answer the redelivery
         // contradicts.
         handsBack: () => requeuedForItsRead(payload),
+        stop: this.host.stopping,
       },
     );
     if (!outcome.ok) return outcome;

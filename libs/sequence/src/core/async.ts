@@ -7,10 +7,20 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * Resolves after `ms` milliseconds, at most {@link MAX_TIMER_MS} (a computed backoff past it would
- * otherwise fire after 1 ms).
+ * otherwise fire after 1 ms); at once, its timer cleared, when `signal` aborts first.
  */
-export function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.min(ms, MAX_TIMER_MS)));
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  if (!signal) return new Promise((resolve) => setTimeout(resolve, Math.min(ms, MAX_TIMER_MS)));
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.min(ms, MAX_TIMER_MS));
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 /**

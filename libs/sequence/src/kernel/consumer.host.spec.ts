@@ -115,6 +115,46 @@ describe('ConsumerHost: dead_letters_total', () => {
   });
 });
 
+describe('ConsumerHost: shutdown', () => {
+  it('aborts stopping once the drain is over, not before', async () => {
+    const transport = new InMemoryTransport();
+    const handler = new HeldVerdicts();
+    const { host } = await hostOn(transport, CHANNEL, handler);
+    await transport.publish(CHANNEL, Buffer.from('order 8'), {});
+    await eventually(() => handler.received.length === 1, 'the delivery');
+
+    const closing = host.close();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(host.stopping.aborted).toBe(false); // within shutdownTimeoutMs (50 ms)
+    await closing;
+    expect(host.stopping.aborted).toBe(true);
+    await transport.close();
+  });
+
+  it('leaves no unhandled rejection when a binding rejects', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    const transport = new InMemoryTransport();
+    const rejecting = new HeldVerdicts();
+    rejecting.receive = (message) => {
+      rejecting.received.push(message);
+      return Promise.reject(new Error('boom'));
+    };
+    const { host } = await hostOn(transport, CHANNEL, rejecting);
+    try {
+      await transport.publish(CHANNEL, Buffer.from('order 9'), {});
+      await eventually(() => rejecting.received.length >= 1, 'the delivery');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await host.close();
+      await transport.close();
+    }
+  });
+});
+
 describeWithServer('rabbitmq', 'ConsumerHost on RabbitMQ: dead_letters_total', () => {
   let amqp: AmqpConnection;
   let admin: amqplib.ChannelModel;

@@ -35,6 +35,7 @@ export class ConsumerHost {
   private drained: Promise<void> | undefined;
   /** Set at shutdown; resolves once the subscriptions are closed and have handed messages back. */
   private closing: Promise<void> | undefined;
+  private readonly stopper = new AbortController();
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -85,6 +86,16 @@ export class ConsumerHost {
   }
 
   /**
+   * Aborted at shutdown once the wait for deliveries in progress is over, as the subscriptions
+   * close and hand their unsettled messages back: a handler's retry must not start after that
+   * (`callHandlerWithRetry`'s `stop`), since its message will be delivered again, here or
+   * elsewhere, and the application's clients are closing.
+   */
+  get stopping(): AbortSignal {
+    return this.stopper.signal;
+  }
+
+  /**
    * Stops taking messages, hands back what the patterns hold without handling it (their
    * `release`), waits for deliveries in progress, then closes the subscriptions.
    */
@@ -95,6 +106,7 @@ export class ConsumerHost {
       for (const release of this.releases.splice(0)) release();
       this.drained = this.drain();
       await this.drained;
+      this.stopper.abort(new Error('the module is shutting down'));
       await this.closeSubscriptions(this.subscriptions.splice(0));
     } finally {
       // Whatever failed, what is held is let go: its subscription has handed it back, or will.
@@ -145,7 +157,9 @@ export class ConsumerHost {
       return disposition;
     });
     this.inFlight.add(pending);
-    void pending.finally(() => this.inFlight.delete(pending));
+    // Both ways, so that a rejection (returned to the transport below) has no unhandled twin here.
+    const forget = () => void this.inFlight.delete(pending);
+    pending.then(forget, forget);
     // The drain waits for `pending`; a message that goes back meanwhile waits for the close.
     return pending.then(
       (disposition) => {

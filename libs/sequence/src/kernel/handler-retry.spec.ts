@@ -34,6 +34,27 @@ describe('callHandlerWithRetry', () => {
     expect(given[0].error).toBeInstanceOf(HandlerTimeoutError);
   });
 
+  it('ends a retry waiting for its backoff once stop aborts, without give-up work', async () => {
+    const stop = new AbortController();
+    let calls = 0;
+    let gaveUp = false;
+    const answer = callHandlerWithRetry(
+      (context) => {
+        calls++;
+        handOver(context, { onGiveUp: async () => void (gaveUp = true) });
+        throw new Error('downstream unavailable');
+      },
+      { attempts: 3, baseDelayMs: 60_000, maxDelayMs: 60_000 },
+      { onFailure: () => undefined, isFinal: () => false, stop: stop.signal },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stop.abort();
+    const outcome = await answer;
+
+    expect(outcome).toMatchObject({ ok: false, attempts: 1, stopped: true });
+    expect({ calls, gaveUp }).toEqual({ calls: 1, gaveUp: false });
+  });
+
   it('does not run the give-up work of a call that a later one made good', async () => {
     let gaveUp = false;
     let calls = 0;

@@ -12,9 +12,19 @@ import {
 } from './handler-call';
 import { backoff } from './publish-with-retry';
 
+/**
+ * How the calls of one message's handler ended: `ok`, or not, with the last error. `stopped`: the
+ * retries were cut short by `hooks.stop` (the module is shutting down): the message was neither
+ * handled nor given up on, and goes back to be delivered again (see {@link callHandlerWithRetry}).
+ */
 export type HandlerOutcome =
   | { readonly ok: true; readonly attempts: number }
-  | { readonly ok: false; readonly attempts: number; readonly error: unknown };
+  | {
+      readonly ok: false;
+      readonly attempts: number;
+      readonly error: unknown;
+      readonly stopped?: boolean;
+    };
 
 /**
  * Calls a message handler until it returns, or `policy.attempts` calls have thrown, waiting with
@@ -27,7 +37,11 @@ export type HandlerOutcome =
  * dead-lettered). `handsBack()`, asked once a call has ended, says the consumer will hand the
  * message back to be delivered again whatever the outcome (its payload could not be read): the
  * work the call handed over (a reply) is then not run, on success or give-up alike, so that the
- * redelivery's outcome is the only one. Shared by every pattern's consumers.
+ * redelivery's outcome is the only one. Once `hooks.stop` has aborted (the consumers' subscriptions
+ * are closing, handing their unsettled messages back), no further call is made: a retry waiting
+ * for its backoff ends at once with a `stopped` outcome, on which the caller neither dead-letters
+ * nor records a failure, nor runs the handed-over give-up work: another delivery will call the
+ * handler again. Shared by every pattern's consumers.
  */
 export async function callHandlerWithRetry(
   call: (context: HandlerContext) => unknown,
@@ -40,6 +54,8 @@ export async function callHandlerWithRetry(
     beforeCall?(): Promise<void>;
     /** Whether the consumer hands the message back whatever the outcome (see above). */
     handsBack?(): boolean;
+    /** Aborted when no further call may start (see above). */
+    stop?: AbortSignal;
   },
 ): Promise<HandlerOutcome> {
   const { attempts, baseDelayMs, maxDelayMs } = policy;
@@ -65,7 +81,8 @@ export async function callHandlerWithRetry(
         if (context && !hooks.handsBack?.()) await handedOverBy(context)?.onGiveUp?.(outcome);
         return outcome;
       }
-      await delay(backoff(attempt, baseDelayMs, maxDelayMs));
+      await delay(backoff(attempt, baseDelayMs, maxDelayMs), hooks.stop);
+      if (hooks.stop?.aborted) return { ok: false, attempts: attempt, error, stopped: true };
     }
   }
 }

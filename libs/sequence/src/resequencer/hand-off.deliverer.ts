@@ -39,6 +39,11 @@ export interface HandOffTargets {
   readonly reportGap: (event: GapEvent) => Promise<void>;
   /** The module's `tracing`; none: no spans. */
   readonly tracing?: ResolvedTracing;
+  /**
+   * Aborted at shutdown, once deliveries in progress had their time: a handler's retry stops
+   * there, its event left in the hand-off list for the key's next drain.
+   */
+  readonly stop?: AbortSignal;
 }
 
 const TRACING_OFF: ResolvedTracing = { enabled: false, parent: 'link', maxLinks: 0 };
@@ -311,8 +316,9 @@ export class HandOffDeliverer {
           );
         },
         isFinal: () => final || leaseEnding,
+        stop: this.targets.stop,
       });
-      if (!outcome.ok && leaseEnding) return false;
+      if (!outcome.ok && (leaseEnding || outcome.stopped)) return false;
       if (!outcome.ok && outcome.error instanceof SequenceIntegrityError) {
         return this.deadLetter(key, entry, 'integrity-mismatch', outcome.error.message, guard);
       }

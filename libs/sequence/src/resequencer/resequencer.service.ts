@@ -1,4 +1,5 @@
 import { type ResequencerInput } from '../core/resequence-input';
+import { ConsumerHost } from '../kernel/consumer.host';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { HandlerContext } from '../kernel/handler-call';
@@ -43,6 +44,7 @@ export class ResequencerService implements OrderedIntake {
     private readonly metrics: ResequencerMetrics,
     private readonly gaps: GapReporter,
     private readonly events: SequenceEvents,
+    private readonly host: ConsumerHost,
   ) {}
 
   /**
@@ -105,6 +107,7 @@ export class ResequencerService implements OrderedIntake {
         handler,
         transport: this.transport,
         reportGap: (event) => this.gaps.report(event),
+        stop: this.host.stopping,
       },
     );
     this.catalog.add({ definedBy, resequencer });

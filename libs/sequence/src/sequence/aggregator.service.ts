@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
+import { ConsumerHost } from '../kernel/consumer.host';
 import { deadLetterReasonLabel } from '../kernel/dead-letter.metrics';
 import { SequenceMetrics } from './sequence.metrics';
 import type { AcceptResult, CompleteSequence, SequenceStore } from '../ports/sequence-store.port';
@@ -71,9 +72,17 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     private readonly metrics: SequenceMetrics,
     @Inject(FRAGMENT_PARKING) private readonly parking: FragmentParking,
     events: SequenceEvents,
+    host: ConsumerHost,
   ) {
     this.lifecycle = new SequenceLifecycle(events);
-    this.delivery = new SequenceDelivery(store, options, metrics, this.logger, this.lifecycle);
+    this.delivery = new SequenceDelivery(
+      store,
+      options,
+      metrics,
+      this.logger,
+      this.lifecycle,
+      host.stopping,
+    );
     this.traces = new SequenceTracing(options.tracing);
     this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
   }

@@ -47,6 +47,8 @@ export class SequenceDelivery {
     private readonly metrics: SequenceMetrics,
     private readonly logger: Logger,
     private readonly lifecycle: SequenceLifecycle,
+    /** Aborted at shutdown once deliveries in progress had their time (ConsumerHost.stopping). */
+    private readonly stopping?: AbortSignal,
   ) {}
 
   /**
@@ -102,7 +104,9 @@ export class SequenceDelivery {
         // byte count is checked all the same. Read back: checked just before, nothing to add.
         verifiedAtIntake ? { digest, hash: this.store.verifiesReads !== true } : undefined,
       );
-      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger);
+      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
+        stop: this.stopping,
+      });
       if (payload.integrityFailure) {
         return await this.failIntegrity(
           ref,
@@ -120,6 +124,8 @@ export class SequenceDelivery {
         );
         return await this.handBack(ref, leaseToken);
       }
+      // Shutting down between two attempts: the handler neither succeeded nor gave up.
+      if (!outcome.ok && outcome.stopped) return await this.handBack(ref, leaseToken);
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${ref.sequenceId}`, outcome);
         const failure = { attempts: outcome.attempts };
@@ -328,15 +334,18 @@ export function matches(
 /**
  * Runs a sequence's handler under its retry policy and time limit, counting and logging each
  * failure. A payload whose bytes failed their check, or could not be read, ends the retries: the
- * handler cannot do better on another attempt.
+ * handler cannot do better on another attempt. `stop`: see `callHandlerWithRetry`.
  */
 export function runSequenceHandler(
   payload: ReassembledPayload,
   consumer: SequenceConsumer,
   metrics: SequenceMetrics,
   logger: Logger,
-  // The store path's rule: a read failure is requeued, a payload whose bytes failed is not.
-  handsBack: () => boolean = () => !payload.integrityFailure && !!payload.readFailure,
+  {
+    // The store path's rule: a read failure is requeued, a payload whose bytes failed is not.
+    handsBack = () => !payload.integrityFailure && !!payload.readFailure,
+    stop,
+  }: { handsBack?: () => boolean; stop?: AbortSignal } = {},
 ): Promise<HandlerOutcome> {
   const { attempts } = consumer.options.handlerRetry;
   const { handlerTimeoutMs } = consumer.options;
@@ -364,5 +373,6 @@ export function runSequenceHandler(
     // Handed back whatever the handler answered (see deliver): a reply would be an answer the
     // redelivery contradicts.
     handsBack,
+    stop,
   });
 }

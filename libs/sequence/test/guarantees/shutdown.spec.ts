@@ -85,4 +85,32 @@ describe('guarantees: graceful shutdown', () => {
     expect(transport.depth(channel)).toBe(1); // and handed back to the queue
     expect(deadLetters(transport, channel)).toHaveLength(0);
   });
+
+  it('calls a failing handler no more once the drain is over, and hands its sequence back', async () => {
+    const channel = 'guarantees.shutdown.retry-backoff';
+    const transport = new InMemoryTransport();
+    const t = await createSequenceTestApp(channel, {
+      transport,
+      shutdownTimeoutMs: 100,
+      handler: { handlerRetry: { attempts: 3, baseDelayMs: 1_000, maxDelayMs: 1_000 } },
+    });
+    let closed = false;
+    const callsAfterClose: number[] = [];
+    t.handler.onCall = async () => {
+      if (closed) callsAfterClose.push(t.handler.calls);
+      throw new Error('downstream unavailable');
+    };
+    await publishAll(transport, channel, makeFragments('retrying', bytes(1_500, 95), 1_000));
+    await eventually(() => t.handler.calls === 1, 'the first attempt failed');
+
+    // The retry waits 500-1,000 ms; the drain gives up after 100.
+    await t.close();
+    closed = true;
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+
+    expect(callsAfterClose).toEqual([]);
+    expect(t.handler.calls).toBe(1);
+    expect(transport.depth(channel)).toBe(1); // the completing fragment, for the next delivery
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+  });
 });

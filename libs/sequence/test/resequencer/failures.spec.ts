@@ -248,4 +248,32 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
       /^handler-failed: key T1, event 2: handler failed 2 time\(s\); last error: handler failure/,
     );
   });
+
+  it('calls a failing handler no more once the shutdown drain is over, dead-letters nothing', async () => {
+    const transport = new InMemoryTransport();
+    t = await createResequencerTestApp(
+      { channel, gap: GAP, handlerRetry: { attempts: 3, baseDelayMs: 1_000, maxDelayMs: 1_000 } },
+      { transport, shutdownTimeoutMs: 100 },
+    );
+    let calls = 0;
+    let closed = false;
+    let callsAfterClose = 0;
+    t.handler.onCall = async () => {
+      calls++;
+      if (closed) callsAfterClose++;
+      throw new Error('downstream unavailable');
+    };
+    await publishEvent(transport, channel, 'T1', 1);
+    await eventually(() => calls === 1, 'the first attempt failed');
+
+    // The retry waits 500-1,000 ms; the drain gives up after 100.
+    await t.close();
+    closed = true;
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+
+    expect({ calls, callsAfterClose }).toEqual({ calls: 1, callsAfterClose: 0 });
+    expect(transport.peek(dlq)).toEqual([]);
+    expect(transport.depth(channel)).toBe(1); // its input, back for the next delivery
+    await transport.close();
+  });
 });

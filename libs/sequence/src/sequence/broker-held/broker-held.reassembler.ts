@@ -1,3 +1,4 @@
+import { ConsumerHost } from '../../kernel/consumer.host';
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { sha256Hasher } from '../../core/checksum';
 import { claimCheckMarking } from '../../core/claim-check-headers';
@@ -87,6 +88,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     private readonly metrics: SequenceMetrics,
     private readonly aggregator: AggregatorService,
     events: SequenceEvents,
+    private readonly host: ConsumerHost,
   ) {
     this.lifecycle = new SequenceLifecycle(events);
     this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
@@ -483,13 +485,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       const handsBack = () =>
         !!(payload.integrityFailure || payload.readFailure) &&
         this.givesBackAt(this.spoolTry(sequence), consumer);
-      const outcome = await runSequenceHandler(
-        payload,
-        consumer,
-        this.metrics,
-        this.logger,
+      const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
         handsBack,
-      );
+        stop: this.host.stopping,
+      });
       if (payload.integrityFailure) {
         const { message } = payload.integrityFailure;
         return this.spoolFault(sequence, consumer, message, 'integrity-mismatch');
@@ -497,6 +496,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (payload.readFailure) {
         return this.spoolFault(sequence, consumer, payload.readFailure.message);
       }
+      // Shutting down between two attempts: the fragments go back, for another instance.
+      if (!outcome.ok && outcome.stopped) return this.giveBack(sequence, 'shutting down');
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${sequence.sequenceId}`, outcome);
         return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
