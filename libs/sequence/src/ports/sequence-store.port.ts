@@ -250,7 +250,10 @@ export interface SequenceStore {
    * take the sequence over at once instead of waiting for the lease to lapse. No-op for others.
    */
   releaseLease(ref: SequenceRef, consumerId: string, now: number): Promise<void>;
-  /** The bodies of a complete sequence, in position order. */
+  /**
+   * The bodies of a complete sequence, in position order, in Buffers of the reader's own: one it
+   * changes (a handler decoding in place) changes nothing that a later read returns.
+   */
   read(ref: SequenceRef): Readable;
   /** `read` checks every body against its stored CRC-32 (see the contract above). */
   readonly verifiesReads?: boolean;

@@ -301,6 +301,15 @@ export function describeSequenceStoreConformance(
           });
         }
       });
+
+      it('hands out chunks of their own: a reader that changes them changes no later read', async () => {
+        // A handler may decode in place, then fail: its retry reads the sequence again.
+        const { fragments, ref, payload } = sequenceFixture(scope, ['abc', 'def']);
+        await acceptAll(fragments);
+        for (const chunk of await readAll(store.read(ref))) chunk.fill(0x58);
+
+        expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
+      });
     });
 
     describe('contradictions', () => {

@@ -213,7 +213,9 @@ export class MemorySequenceStore implements SequenceStore {
       );
     }
     const cipher = this.cipher;
-    if (!cipher) return streamOf(positionedBodies(bodies), ({ body }) => body);
+    // A copy each: a reader that changes what it was handed (decoding in place) must not change
+    // what a retry, or an inspection of a failed sequence, reads next.
+    if (!cipher) return streamOf(positionedBodies(bodies), ({ body }) => Buffer.from(body));
     return streamOf(positionedBodies(bodies), ({ position, body }) => {
       try {
         return cipher.open(body, sequenceBodyIdentity(ref, position));
