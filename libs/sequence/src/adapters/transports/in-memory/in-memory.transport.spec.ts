@@ -233,6 +233,43 @@ describe('InMemoryTransport', () => {
     expect(calls).toBe(1);
   });
 
+  it('hands a partition taken over its unsettled messages in publish order, one requeued too', async () => {
+    const partition = { index: 0, count: 1 };
+    const seen: string[] = [];
+    let requeued = false;
+    const first = await transport.subscribe(
+      'p',
+      async (message: InboundMessage): Promise<Disposition> => {
+        const body = message.body.toString();
+        seen.push(body);
+        if (body === 'm1' && !requeued) {
+          requeued = true;
+          return { action: 'requeue' };
+        }
+        return new Promise<Disposition>(() => undefined); // held unsettled
+      },
+      { partitions: 1, prefetch: 3 },
+    );
+    for (const body of ['m1', 'm2', 'm3']) {
+      await transport.publish('p', Buffer.from(body), {}, { partition });
+    }
+    await eventually(() => seen.length === 4, 'm1 twice, m2 and m3');
+    const taken: string[] = [];
+    await transport.subscribe(
+      'p',
+      async (message: InboundMessage): Promise<Disposition> => {
+        taken.push(message.body.toString());
+        return { action: 'ack' };
+      },
+      { partitions: 1, prefetch: 3 },
+    );
+    await first.close();
+    await transport.whenIdle();
+
+    expect(seen).toEqual(['m1', 'm2', 'm3', 'm1']);
+    expect(taken).toEqual(['m1', 'm2', 'm3']);
+  });
+
   it('rejects prefetch below 1', async () => {
     await expect(
       transport.subscribe('x', async () => ({ action: 'ack' }), { prefetch: 0 }),

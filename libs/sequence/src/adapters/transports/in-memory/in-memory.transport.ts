@@ -135,6 +135,9 @@ export class InMemoryTransport implements Transport {
   private readonly maxDeadLetterBytes: number;
   /** Channels subscriptions dead-letter into (besides every `*.dlq`). */
   private readonly deadLetterTargets = new Set<string>();
+  /** Each message's place in its channel, given when it is first queued (see `unsubscribe`). */
+  private readonly arrival = new WeakMap<QueuedMessage, number>();
+  private arrivals = 0;
   private dropped = 0;
   private deadLetterBox?: InMemoryDeadLetterBox;
   /** The partition count of each partitioned channel, fixed by its first use. */
@@ -435,6 +438,7 @@ export class InMemoryTransport implements Transport {
   }
 
   private append(queue: Channel, message: QueuedMessage): void {
+    if (!this.arrival.has(message)) this.arrival.set(message, ++this.arrivals);
     queue.ready.push(message);
     queue.bytes += sizeOf(message);
   }
@@ -571,8 +575,11 @@ export class InMemoryTransport implements Transport {
     const index = channel.subscribers.indexOf(subscriber);
     if (index >= 0) channel.subscribers.splice(index, 1);
     if (channel.next >= channel.subscribers.length) channel.next = 0;
-    // Handed back at the head of the queue, as a broker does for a lost consumer's messages.
-    const returned = [...subscriber.unsettled];
+    // Handed back at the head of the queue, as a broker does for a lost consumer's messages, in
+    // the order they were queued (one redelivered after a plain requeue is last in `unsettled`):
+    // a partition's next active subscriber gets them in publish order.
+    const place = (message: QueuedMessage) => this.arrival.get(message) ?? 0;
+    const returned = [...subscriber.unsettled].sort((a, b) => place(a) - place(b));
     subscriber.unsettled.clear();
     for (const message of returned) {
       message.redelivered = true;
