@@ -28,6 +28,13 @@ export interface ResequencerOptions {
   maxBufferedBytesPerKey?: number;
   /** Most bytes buffered per resequencer, all keys together. @default 256 MiB */
   maxBufferedBytesTotal?: number;
+  /**
+   * Furthest ahead of a key's next expected sequence an event may be buffered: one more than
+   * this past it is refused like at any bound (`overflow`), so that a sequence number far in the
+   * future (a producer's bug) cannot wait in the buffer until a gap policy moves the key past it
+   * and leaves every later event of the key late. @default none
+   */
+  maxSeqAhead?: number;
   /** Over a bound: redeliver later (`tuning.backpressureDelayMs`), or dead-letter. @default 'backpressure' */
   overflow?: OverflowPolicy;
   /** Called for every gap alert, skip and dead-lettered event, by the instance that delivered it. */
@@ -74,6 +81,8 @@ export interface ResequencerDefinition {
   maxBufferedPerKey?: number;
   /** @default the module's `resequencer.maxBufferedBytesPerKey` */
   maxBufferedBytesPerKey?: number;
+  /** @default the module's `resequencer.maxSeqAhead` */
+  maxSeqAhead?: number;
   /** @default the module's `resequencer.overflow` */
   overflow?: OverflowPolicy;
   /** Handler calls per event before the event is dead-lettered (the key then moves on). @default the module's handlerRetry */

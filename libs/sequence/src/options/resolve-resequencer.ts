@@ -41,6 +41,7 @@ export function resolveResequencerOptions(
     maxBufferedTotal: options.maxBufferedTotal ?? defaults.maxBufferedTotal,
     maxBufferedBytesPerKey: options.maxBufferedBytesPerKey ?? defaults.maxBufferedBytesPerKey,
     maxBufferedBytesTotal: options.maxBufferedBytesTotal ?? defaults.maxBufferedBytesTotal,
+    maxSeqAhead: options.maxSeqAhead,
     overflow: options.overflow ?? defaults.overflow,
     onGap: options.onGap,
   };
@@ -48,6 +49,9 @@ export function resolveResequencerOptions(
   checkInteger(problems, 'resequencer.maxBufferedTotal', resolved.maxBufferedTotal, 1);
   checkInteger(problems, 'resequencer.maxBufferedBytesPerKey', resolved.maxBufferedBytesPerKey, 1);
   checkInteger(problems, 'resequencer.maxBufferedBytesTotal', resolved.maxBufferedBytesTotal, 1);
+  if (options.maxSeqAhead !== undefined) {
+    checkInteger(problems, 'resequencer.maxSeqAhead', options.maxSeqAhead, 1);
+  }
   checkOneOf(problems, 'resequencer.overflow', resolved.overflow, OVERFLOWS);
   checkFunction(problems, 'resequencer.onGap', options.onGap);
   return resolved;
@@ -112,6 +116,9 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
   }
   if (definition.maxBufferedBytesPerKey !== undefined) {
     checkInteger(problems, 'maxBufferedBytesPerKey', definition.maxBufferedBytesPerKey, 1);
+  }
+  if (definition.maxSeqAhead !== undefined) {
+    checkInteger(problems, 'maxSeqAhead', definition.maxSeqAhead, 1);
   }
   if (definition.overflow !== undefined) {
     checkOneOf(problems, 'overflow', definition.overflow, OVERFLOWS);
@@ -185,6 +192,7 @@ export function resolveResequencerDefinition(
     maxBufferedBytesPerKey:
       definition.maxBufferedBytesPerKey ?? options.resequencer.maxBufferedBytesPerKey,
     maxBufferedBytesTotal: options.resequencer.maxBufferedBytesTotal,
+    maxSeqAhead: definition.maxSeqAhead ?? options.resequencer.maxSeqAhead,
     overflow: definition.overflow ?? options.resequencer.overflow,
     handlerRetry,
     handlerTimeoutMs,

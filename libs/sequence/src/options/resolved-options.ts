@@ -106,6 +106,7 @@ export interface ResolvedResequencerOptions {
   readonly maxBufferedTotal: number;
   readonly maxBufferedBytesPerKey: number;
   readonly maxBufferedBytesTotal: number;
+  readonly maxSeqAhead?: number;
   readonly overflow: OverflowPolicy;
   readonly onGap?: (event: GapEvent) => void | Promise<void>;
 }
@@ -125,6 +126,8 @@ export interface ResolvedResequencer {
   readonly maxBufferedBytesPerKey: number;
   /** `resequencer.maxBufferedBytesTotal`, or what the definer set (stream mode: its store budget). */
   readonly maxBufferedBytesTotal: number;
+  /** None: no bound (see `ResequencerLimits.maxSeqAhead`). */
+  readonly maxSeqAhead?: number;
   readonly overflow: OverflowPolicy;
   readonly handlerRetry: ResolvedRetryPolicy;
   readonly handlerTimeoutMs: number | undefined;

@@ -33,6 +33,7 @@ export function assertLimits(limits: ResequencerLimits): void {
   if (limits.maxBufferedBytesTotal !== undefined) {
     assertPositiveInteger('maxBufferedBytesTotal', limits.maxBufferedBytesTotal);
   }
+  if (limits.maxSeqAhead !== undefined) assertPositiveInteger('maxSeqAhead', limits.maxSeqAhead);
 }
 
 export function assertStart(start: number): void {

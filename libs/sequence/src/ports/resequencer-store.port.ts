@@ -34,6 +34,13 @@ export interface ResequencerLimits {
   readonly maxBufferedBytesPerKey?: number;
   /** Most bytes of events buffered for the whole scope (checked as `maxBufferedTotal` is). */
   readonly maxBufferedBytesTotal?: number;
+  /**
+   * Furthest an event to be buffered may be ahead of the key's next expected sequence: one whose
+   * `seq` is more than `next + maxSeqAhead` is refused (`full`), so that a sequence number far in
+   * the future (a producer's bug) cannot sit in the buffer until a gap policy moves `next` past
+   * it and every later event of the key is late. Absent: no bound.
+   */
+  readonly maxSeqAhead?: number;
 }
 
 /**

@@ -184,6 +184,7 @@ export class Resequencer {
             maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
             maxBufferedBytesPerKey: definition.maxBufferedBytesPerKey,
             maxBufferedBytesTotal: definition.maxBufferedBytesTotal,
+            maxSeqAhead: definition.maxSeqAhead,
           },
           now: Date.now(),
           drain: {
@@ -237,7 +238,11 @@ export class Resequencer {
             `key ${key}, event ${seq}: ${outcome.limit} reached while its released events wait to be delivered`,
           );
         }
-        const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
+        const detail =
+          outcome.limit === 'maxSeqAhead'
+            ? `key ${key}, event ${seq}: more than maxSeqAhead (${definition.maxSeqAhead}) past ` +
+              `${outcome.next}, the next expected`
+            : `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
           return this.reject('resequencer-buffer-full', detail, { key, seq });
         }

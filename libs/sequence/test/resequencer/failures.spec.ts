@@ -223,6 +223,24 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     ]);
   });
 
+  it('dead-letters an event more than maxSeqAhead past next, and the key goes on', async () => {
+    t = await createResequencerTestApp({
+      channel,
+      gap: { timeoutMs: 60_000, policy: 'skip' },
+      maxSeqAhead: 100,
+      overflow: 'dead-letter',
+    });
+    await publishEvent(t.transport, channel, 'T1', 9_000_000); // a producer's bug
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the far-future event');
+    for (const seq of [2, 1, 3]) await publishEvent(t.transport, channel, 'T1', seq);
+    await eventually(() => t.handler.received.length === 3, 'events 1 to 3');
+
+    expect(t.handler.of('T1')).toEqual([1, 2, 3]);
+    expect(deathReasons()).toEqual([
+      'resequencer-buffer-full: key T1, event 9000000: more than maxSeqAhead (100) past 1, the next expected',
+    ]);
+  });
+
   it('bounds all keys together with maxBufferedTotal', async () => {
     t = await createResequencerTestApp(
       { channel, gap: GAP, overflow: 'dead-letter' },

@@ -105,6 +105,9 @@ export class MemoryResequencerStore implements ResequencerStore {
       return { kind: 'late', next, pending, drain: await this.claimDrain(key, drainAt(context)) };
     }
     if (existing?.buffer.has(entry.seq)) return { kind: 'duplicate', next };
+    if (limits.maxSeqAhead !== undefined && entry.seq - next > limits.maxSeqAhead) {
+      return { kind: 'full', next, limit: 'maxSeqAhead' };
+    }
     const bytes = heldEntryBytes(entry);
     // The event that fills the gap is refused only while a drain will make room for it.
     const refused =

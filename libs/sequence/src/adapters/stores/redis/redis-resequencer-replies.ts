@@ -202,6 +202,7 @@ export function interpretAccept(raw: unknown, source: ReplySource): WithRecord<A
         'maxBufferedTotal',
         'maxBufferedBytesPerKey',
         'maxBufferedBytesTotal',
+        'maxSeqAhead',
       ] as const);
       return reply.with({ kind: 'full', next, limit });
     }

@@ -540,6 +540,7 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limits.maxBufferedBytesPerKey ?? 0,
       context.limits.maxBufferedBytesTotal ?? 0,
       seen.bytes,
+      context.limits.maxSeqAhead ?? 0,
     ]);
   }
 
@@ -575,6 +576,7 @@ export class RedisResequencerStore implements ResequencerStore {
       context.limits.maxBufferedBytesTotal ?? 0,
       seen.bytes,
       ...this.index.batchArguments(),
+      context.limits.maxSeqAhead ?? 0,
     ];
     for (const item of items) {
       keys.push(...keyKeyList(this.keys.of(item.key)));
@@ -697,6 +699,7 @@ function batchGroup(scope: string, context: AcceptContext, seen: ScopeTotals): s
     limits.maxBufferedTotal,
     limits.maxBufferedBytesPerKey ?? 0,
     limits.maxBufferedBytesTotal ?? 0,
+    limits.maxSeqAhead ?? 0,
     drain?.leaseMs ?? 0,
     drain?.limit ?? 0,
     seen.events,

@@ -35,6 +35,33 @@ export function describeHeldLimitCases(c: ResequencerSuiteContext): void {
       await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ next: 4, handOff: 3 });
     });
 
+    it('refuses an event more than maxSeqAhead past next, alone or with others at once', async () => {
+      const key = c.key();
+      const limits = { maxBufferedPerKey: 100, maxSeqAhead: 5 };
+      await expect(c.store.accept(key, event(7), acceptAt(c.t0, { limits }))).resolves.toEqual({
+        kind: 'full',
+        next: 1,
+        limit: 'maxSeqAhead',
+      });
+      // At once, as a store may take them in one call: each judged against next as it stands.
+      const outcomes = await Promise.all(
+        [6, 9_000_000, 2, 1].map((seq) =>
+          c.store.accept(key, event(seq), acceptAt(c.t0, { limits })),
+        ),
+      );
+      expect(outcomes.map((outcome) => outcome.kind)).toEqual([
+        'buffered',
+        'full',
+        'buffered',
+        'released',
+      ]);
+      // Further along, the bound moves with next.
+      await expect(
+        c.store.accept(key, event(8), acceptAt(c.t0, { limits })),
+      ).resolves.toMatchObject({ kind: 'buffered', next: 3 });
+      await expect(c.store.inspect(key, 1)).resolves.toMatchObject({ buffered: [6, 8] });
+    });
+
     it("names maxBufferedPerKey when the hand-off list refuses the gap's event", async () => {
       const key = c.key();
       const limits = { maxBufferedPerKey: 2 };

@@ -11,6 +11,8 @@ local function acceptStep(A)
   -- Byte bounds (0: none), and the scope's buffered bytes as the caller last saw them.
   local maxBytesPerKey, maxBytesTotal = tonumber(ARGV[12]) or 0, tonumber(ARGV[13]) or 0
   local seenBytes = tonumber(ARGV[14]) or 0
+  -- Furthest an event to be buffered may be ahead of next (0: no bound).
+  local maxAhead = tonumber(ARGV[15]) or 0
   local bytes = entryBytes(entry)
 
   -- The per-key bound that holding this event as well would pass, if any: the buffer and the
@@ -108,6 +110,9 @@ local function acceptStep(A)
   -- The buffer's scores are its sequences: one of them equal to seq is the same event.
   if rcall('ZCOUNT', bufferKey, ARGV[3], ARGV[3]) > 0 then
     return {'duplicate', indexRecordIf(s, false), expected}
+  end
+  if maxAhead > 0 and seq - expected > maxAhead then
+    return {'full', indexRecordIf(s, false), expected, 'maxSeqAhead'}
   end
   local size = rcall('ZCARD', bufferKey)
   local refused = keyRefusal(s, size, rcall('LLEN', handOffKey))

@@ -1,7 +1,7 @@
 --[[
   rsq-accept: one event offered to its resequencer key (the resequencer store's `accept`).
   Checks, in order: late (below next), next in line (released with the contiguous run after it),
-  duplicate (already buffered), the limits, and else buffers it.
+  duplicate (already buffered), how far ahead of next, the limits, and else buffers it.
 
   KEYS: see _resequencer (state, buffer, handoff)
 
@@ -13,6 +13,7 @@
   ARGV[9] drain holder ('' for none)  ARGV[10] lease ms   ARGV[11] limit (most items returned)
   ARGV[12] maxBufferedBytesPerKey (0: none)    ARGV[13] maxBufferedBytesTotal (0: none)
   ARGV[14] the scope's buffered bytes as the caller last saw them (checked against ARGV[13])
+  ARGV[15] maxSeqAhead (0: none): an event to be buffered more than this past next is refused
 
   The per-key bounds count the buffer and the hand-off list; the event that fills the gap is
   refused for them only while the hand-off list is not empty.
@@ -25,7 +26,7 @@
   followed by the head items of the hand-off list (the lease is then the holder's, as rsq-claim)
     'duplicate', record, next
     'full', record, next, 'maxBufferedPerKey' | 'maxBufferedTotal' | 'maxBufferedBytesPerKey'
-      | 'maxBufferedBytesTotal'
+      | 'maxBufferedBytesTotal' | 'maxSeqAhead'
     'buffered', record, next, buffered
 ]]
 --- @include "_clock"

@@ -15,7 +15,8 @@
   ARGV[7] limit (most items a claim returns)       ARGV[8] maxBufferedBytesPerKey (0: none)
   ARGV[9] maxBufferedBytesTotal (0: none)          ARGV[10] the scope's buffered bytes as last seen
   ARGV[11] TTL of the index keys (ms)              ARGV[12] most expired records pruned per step
-  ARGV[13..]  per event, five: member (the key's name), now (ms), seq, the entry (encoded by the
+  ARGV[13] maxSeqAhead (0: none)
+  ARGV[14..]  per event, five: member (the key's name), now (ms), seq, the entry (encoded by the
               client), drain holder ('' for none)
 
   Returns one reply per event, in order, each as rsq-accept-ix-8 returns it.
@@ -33,16 +34,16 @@ local seenTotal, seenBytes = ARGV[4], ARGV[10]
 local retentionMs, ttl, pruneBatch = tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local replies = {}
 local function take(i)
-  local k, a = 5 + 3 * (i - 1), 12 + 5 * (i - 1)
+  local k, a = 5 + 3 * (i - 1), 13 + 5 * (i - 1)
   stateKey, bufferKey, handOffKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local member, now = ARGV[a + 1], ARGV[a + 2]
   local reply = acceptStep({now, ARGV[1], ARGV[a + 3], ARGV[a + 4], ARGV[2], ARGV[3], seenTotal,
-    ARGV[5], ARGV[a + 5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], seenBytes})
+    ARGV[5], ARGV[a + 5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], seenBytes, ARGV[13]})
   if #reply[2] == 9 then
     reply[2] = applyIndex(ik, member, reply[2], callerTime(now), retentionMs, ttl, pruneBatch)
     seenTotal, seenBytes = tostring(reply[2][1]), tostring(reply[2][2])
   end
   replies[i] = reply
 end
-runBatch((#ARGV - 12) / 5, take, ik, ttl)
+runBatch((#ARGV - 13) / 5, take, ik, ttl)
 return replies
