@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
@@ -35,7 +36,8 @@ export class ConsumerHost {
   private drained: Promise<void> | undefined;
   /** Set at shutdown; resolves once the subscriptions are closed and have handed messages back. */
   private closing: Promise<void> | undefined;
-  private readonly stopper = new AbortController();
+  /** One for the host's life: a host is not opened again once closed. */
+  private readonly stopper = stopperSignal();
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -178,3 +180,13 @@ export class ConsumerHost {
 }
 
 const SHUTTING_DOWN: Disposition = { action: 'requeue', reason: 'shutting down' };
+
+/**
+ * The controller behind `stopping`: every retry waiting for its backoff listens on its signal
+ * (prefetch 16 and more at once in an outage), past Node's default of 10 listeners.
+ */
+function stopperSignal(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
+}

@@ -55,6 +55,19 @@ describe('callHandlerWithRetry', () => {
     expect({ calls, gaveUp }).toEqual({ calls: 1, gaveUp: false });
   });
 
+  it('makes no call at all once stop has aborted', async () => {
+    const stop = new AbortController();
+    stop.abort();
+    let calls = 0;
+    const outcome = await callHandlerWithRetry(
+      () => void calls++,
+      { attempts: 1, baseDelayMs: 1, maxDelayMs: 1 },
+      { onFailure: () => undefined, isFinal: () => false, stop: stop.signal },
+    );
+    expect(outcome).toMatchObject({ ok: false, attempts: 0, stopped: true });
+    expect(calls).toBe(0);
+  });
+
   it('does not run the give-up work of a call that a later one made good', async () => {
     let gaveUp = false;
     let calls = 0;

@@ -1,4 +1,4 @@
-import { delay } from '../core/async';
+import { abortReason, delay } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -38,8 +38,8 @@ export type HandlerOutcome =
  * message back to be delivered again whatever the outcome (its payload could not be read): the
  * work the call handed over (a reply) is then not run, on success or give-up alike, so that the
  * redelivery's outcome is the only one. Once `hooks.stop` has aborted (the consumers' subscriptions
- * are closing, handing their unsettled messages back), no further call is made: a retry waiting
- * for its backoff ends at once with a `stopped` outcome, on which the caller neither dead-letters
+ * are closing, handing their unsettled messages back), no further call starts: a retry waiting
+ * for its backoff ends at once, and a first call not yet made is not made, with a `stopped` outcome, on which the caller neither dead-letters
  * nor records a failure, nor runs the handed-over give-up work: another delivery will call the
  * handler again. Shared by every pattern's consumers.
  */
@@ -60,6 +60,11 @@ export async function callHandlerWithRetry(
 ): Promise<HandlerOutcome> {
   const { attempts, baseDelayMs, maxDelayMs } = policy;
   for (let attempt = 1; ; attempt++) {
+    // Aborted before this call (a delivery that reached its handler only after the drain):
+    // not called at all, and handed back as if stopped between two attempts.
+    if (hooks.stop?.aborted) {
+      return { ok: false, attempts: attempt - 1, error: abortReason(hooks.stop), stopped: true };
+    }
     let context = undefined as HandlerContext | undefined;
     try {
       await hooks.beforeCall?.();
