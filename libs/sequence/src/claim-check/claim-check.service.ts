@@ -285,6 +285,10 @@ export class ClaimCheckService {
     const receipt = await this.sequences.send(channel, payload, {
       headers: options.headers,
       contentType: options.contentType,
+      // Store-buffered whatever the module's `sequence.buffer`: a @ClaimCheck channel (a
+      // microservice's pattern, a reply channel) reassembles from the channel itself and reads
+      // no partition.
+      buffer: 'store',
     });
     return {
       channel,

@@ -14,12 +14,16 @@ import type { HandlerContext } from './handler-call';
 // fragments with the Resequencer), it injects the other's capability by the token below, and the
 // module binds each token to the pattern that provides it.
 
-/** Message Sequence's sending side: what `SplitterService` offers. */
+/**
+ * Message Sequence's sending side: what `SplitterService` offers. `buffer: 'store'` sends to the
+ * channel itself whatever the module's `sequence.buffer` (a consumer that reassembles from the
+ * channel, not from its partitions).
+ */
 export interface SequenceSender {
   send(
     channel: string,
     payload: SequencePayload,
-    options: { headers?: HeaderMap; contentType?: string },
+    options: { headers?: HeaderMap; contentType?: string; buffer?: 'store' },
   ): Promise<{ sequenceId: string; fragments: number; bytes: number; sha256: string }>;
 }
 export const SEQUENCE_SENDER = Symbol('nest-sequence:sequence-sender');
