@@ -83,6 +83,8 @@ export async function runMigrateCli(
     client = newClient({
       connectionString: databaseUrl,
       application_name: 'nest-sequence migrate',
+      // pg itself waits for ever on a server that accepts the connection and never answers.
+      connectionTimeoutMillis: connectTimeoutMs(databaseUrl),
     });
     // A connection dropped between statements surfaces as the failing query's error.
     client.on('error', () => undefined);
@@ -121,11 +123,30 @@ function describe(error: unknown): string {
   return code ? `could not connect (${code})` : error.name;
 }
 
-/** The URL without its password, for messages. */
+/** How long connecting may take: the URL's `connect_timeout` (seconds, as libpq's), else 30 s. */
+function connectTimeoutMs(url: string): number {
+  try {
+    const seconds = Number(new URL(url).searchParams.get('connect_timeout') ?? Number.NaN);
+    if (Number.isSafeInteger(seconds) && seconds > 0) return seconds * 1000;
+  } catch {
+    // pg reports a URL it cannot parse itself.
+  }
+  return CONNECT_TIMEOUT_MS;
+}
+
+const CONNECT_TIMEOUT_MS = 30_000;
+
+/**
+ * The URL without its secrets, for messages: the password, and any query parameter pg would
+ * take one from (`password`, `sslpassword`, `sslkey`, or whatever names a key or a secret).
+ */
 function redact(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password) parsed.password = '***';
+    for (const name of [...parsed.searchParams.keys()]) {
+      if (/pass|secret|key|token/i.test(name)) parsed.searchParams.set(name, '***');
+    }
     return parsed.toString();
   } catch {
     return '(an unparsable URL)';

@@ -1,3 +1,4 @@
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
@@ -233,6 +234,34 @@ describeWithServer('postgres', 'migrateOutbox', () => {
       expect(run.code).toBe(1);
       expect(run.stderr).toMatch(/ECONNREFUSED|could not connect/);
       expect(run.stderr).not.toContain('secret');
+    });
+
+    it('prints no password given as a query parameter of the URL', async () => {
+      const run = await runCli([
+        '--database-url',
+        'postgres://someone@127.0.0.1:1/none?password=secret&sslpassword=hidden&application_name=x',
+      ]);
+      expect(run.code).toBe(1);
+      expect(run.stderr).not.toMatch(/secret|hidden/);
+      expect(run.stderr).toContain('application_name=x');
+    });
+
+    it("exits 1 when a server takes the connection and never answers, at the URL's connect_timeout", async () => {
+      const sockets: Socket[] = [];
+      const silent = createServer((socket) => sockets.push(socket));
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      try {
+        const { port } = silent.address() as AddressInfo;
+        const run = await runCli([
+          '--database-url',
+          `postgres://someone@127.0.0.1:${port}/none?connect_timeout=1`,
+        ]);
+        expect(run.code).toBe(1);
+        expect(run.stderr).toMatch(/timeout/i);
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => silent.close(resolve));
+      }
     });
 
     it('exits 1 with the usage when no database is given', async () => {
