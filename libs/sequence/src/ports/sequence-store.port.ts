@@ -257,6 +257,11 @@ export interface SequenceStore {
   read(ref: SequenceRef): Readable;
   /** `read` checks every body against its stored CRC-32 (see the contract above). */
   readonly verifiesReads?: boolean;
+  /**
+   * The store encrypts the bodies and user headers it keeps: broker-held reassembly, whose bodies
+   * wait in a local spool file instead, then encrypts that file too.
+   */
+  readonly encrypts?: boolean;
   /** Resolves `true` when this caller finished the sequence (see the contract above). */
   finish(
     ref: SequenceRef,

@@ -1,4 +1,5 @@
-import { readdir } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
 import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,6 +48,17 @@ async function spoolFiles(dir: string): Promise<string[]> {
 
 async function openInStore(store: SequenceStore): Promise<number> {
   return (await store.stats(Date.now())).openSequences;
+}
+
+/** Every byte in the spool files under `dir`. */
+async function spooledBytes(dir: string): Promise<Buffer> {
+  const contents: Buffer[] = [];
+  for (const entry of await readdir(dir).catch(() => [] as string[])) {
+    for (const file of await readdir(join(dir, entry)).catch(() => [] as string[])) {
+      contents.push(await readFile(join(dir, entry, file)).catch(() => Buffer.alloc(0)));
+    }
+  }
+  return Buffer.concat(contents);
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -133,6 +145,28 @@ describe('guarantees: broker-held reassembly', () => {
       outcome: 'completed',
     });
     expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('spools no body in clear when the store encrypts, and delivers it byte-exact', async () => {
+    const channel = 'held.encrypted';
+    const store = new MemorySequenceStore({
+      encryption: { keys: [{ id: 'k1', key: randomBytes(32) }] },
+    });
+    const { transport, handler } = await app(channel, { store });
+    const secret = Buffer.from('PATIENT=DOE^JOHN;MRN=123-45-6789;'.repeat(100));
+    const fragments = makeFragments('phi-1', secret, 1_000);
+    // All but the last: the sequence stays open, its bodies in the spool.
+    await publishHeld(transport, channel, fragments.slice(0, -1), PARTITIONS);
+    await eventually(async () => (await spooledBytes(spoolDir)).length > 0, 'bodies spooled');
+    await eventually(
+      async () => (await spooledBytes(spoolDir)).length === 3_000, // 3 of 1,000 bytes
+      'every held body spooled',
+    );
+    expect((await spooledBytes(spoolDir)).includes('MRN=123-45-6789')).toBe(false);
+
+    await publishHeld(transport, channel, fragments.slice(-1), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'the handler ran');
+    expect(handler.of('phi-1')[0].bytes.equals(secret)).toBe(true);
   });
 
   it('holds every fragment unsettled until the sequence is complete', async () => {

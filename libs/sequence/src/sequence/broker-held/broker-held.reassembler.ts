@@ -93,7 +93,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.lifecycle = new SequenceLifecycle(events);
     this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);
     this.traces = new SequenceTracing(options.tracing);
-    this.spool = new Spool(options.sequence.spool.dir, options.sequence.spool.maxBytes);
+    // Encrypted when the store encrypts: the bodies wait in the spool instead of the store.
+    this.spool = new Spool(options.sequence.spool.dir, options.sequence.spool.maxBytes, {
+      encrypt: store.encrypts === true,
+    });
   }
 
   /** Bytes spooled by this process now. */

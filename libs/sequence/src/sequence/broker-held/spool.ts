@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createCipheriv, randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, open, readdir, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -34,18 +34,33 @@ const openHere = new Set<string>();
 
 export class Spool {
   private readonly dir: string;
+  /** With `encrypt`: this spool's key, in this process's memory only. */
+  private readonly key?: Buffer;
   private reserved = 0;
   private opened?: Promise<void>;
   /** Files being made now (`create`), which `close` waits for. */
   private readonly creating = new Set<Promise<SpoolFile>>();
   private closed = false;
 
+  /**
+   * `encrypt`: every body is written encrypted (AES-256-CTR, a key made for this spool and kept
+   * in memory, an IV per file): what a crash leaves on disk, or another user of the host reads,
+   * is unreadable. The layout does not change (CTR keeps lengths and reads at any offset); each
+   * body's CRC-32 is still checked on the plaintext as it is read back.
+   */
   constructor(
     private readonly root: string,
     private readonly maxBytes: number,
+    { encrypt = false }: { encrypt?: boolean } = {},
   ) {
     this.dir = join(root, `${process.pid}-${randomUUID().slice(0, SUFFIX_LENGTH)}`);
+    if (encrypt) this.key = randomBytes(KEY_BYTES);
     openHere.add(this.dir);
+  }
+
+  /** Whether bodies are written encrypted. */
+  get encrypts(): boolean {
+    return this.key !== undefined;
   }
 
   /** Bytes reserved by the files open now. */
@@ -95,7 +110,8 @@ export class Spool {
     });
     await this.opened;
     const path = join(this.dir, `${randomUUID()}.spool`);
-    return new SpoolFile(path, await this.openFile(path));
+    const cipher = this.key && new SpoolCipher(this.key, randomBytes(IV_BYTES));
+    return new SpoolFile(path, await this.openFile(path), cipher);
   }
 
   private async openFile(path: string): Promise<FileHandle> {
@@ -135,10 +151,12 @@ export class SpoolFile {
   constructor(
     readonly path: string,
     private readonly handle: FileHandle,
+    private readonly cipher?: SpoolCipher,
   ) {}
 
   /** Writes `body` at `offset`; resolves once the file holds it (in the page cache). */
-  async write(body: Buffer, offset: number): Promise<void> {
+  async write(plain: Buffer, offset: number): Promise<void> {
+    const body = this.cipher ? this.cipher.at(offset, plain) : plain;
     let written = 0;
     while (written < body.length) {
       const { bytesWritten } = await this.handle.write(
@@ -158,7 +176,7 @@ export class SpoolFile {
    * on (so before any of a body of 1 MiB or less).
    */
   read(ranges: readonly CheckedRange[], sequenceId: string): Readable {
-    const handle = this.handle;
+    const { handle, cipher } = this;
     return Readable.from(
       (async function* () {
         for (const { offset, length, position, crc32 } of ranges) {
@@ -170,8 +188,9 @@ export class SpoolFile {
             if (bytesRead === 0) {
               throw new Error(`the spool file ${handle.fd} ended ${length - done} bytes short`);
             }
+            const stored = bytesRead === piece.length ? piece : piece.subarray(0, bytesRead);
+            const read = cipher ? cipher.at(offset + done, stored) : stored;
             done += bytesRead;
-            const read = bytesRead === piece.length ? piece : piece.subarray(0, bytesRead);
             crc = crc32Continued(read, crc);
             if (done === length && crc !== crc32) {
               throw new StoredFragmentIntegrityError(sequenceId, position, crc32, crc, 'spool');
@@ -200,5 +219,36 @@ function isAlive(pid: number): boolean {
     return true;
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+const KEY_BYTES = 32;
+const IV_BYTES = 16;
+const BLOCK_BYTES = 16;
+
+/**
+ * AES-256-CTR over one spool file: the bytes at any offset are encrypted (or decrypted: the same
+ * operation) with the key stream from that offset on, so that bodies written and read in any
+ * order at their own offsets need no framing.
+ */
+class SpoolCipher {
+  constructor(
+    private readonly key: Buffer,
+    private readonly iv: Buffer,
+  ) {}
+
+  /** `bytes` as they are at `offset` of the file, encrypted or decrypted: a new Buffer. */
+  at(offset: number, bytes: Buffer): Buffer {
+    const skip = offset % BLOCK_BYTES;
+    const cipher = createCipheriv('aes-256-ctr', this.key, this.counterAt(offset - skip));
+    if (skip > 0) cipher.update(Buffer.alloc(skip));
+    return cipher.update(bytes);
+  }
+
+  /** The 128-bit counter block of the block that starts at `offset`: the IV plus its index. */
+  private counterAt(offset: number): Buffer {
+    const block =
+      (BigInt(`0x${this.iv.toString('hex')}`) + BigInt(offset / BLOCK_BYTES)) % 2n ** 128n;
+    return Buffer.from(block.toString(16).padStart(IV_BYTES * 2, '0'), 'hex');
   }
 }

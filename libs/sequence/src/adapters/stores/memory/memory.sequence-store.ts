@@ -82,6 +82,10 @@ export class MemorySequenceStore implements SequenceStore {
   readonly name = 'memory';
   private readonly cipher?: BodyCipher;
 
+  get encrypts(): boolean {
+    return this.cipher !== undefined;
+  }
+
   /** Open sequences, and complete ones not finished yet. */
   private readonly held = new Map<string, HeldSequence>();
   private readonly markers = new Map<string, FinishedMarker>();

@@ -221,6 +221,7 @@ const PIECE_PLAN_BATCH = 512;
 export class RedisSequenceStore implements SequenceStore {
   readonly name = 'redis';
   readonly verifiesReads: boolean;
+  readonly encrypts: boolean;
 
   private readonly logger = new Logger('RedisSequenceStore');
   private readonly keys: RedisKeys;
@@ -247,6 +248,7 @@ export class RedisSequenceStore implements SequenceStore {
     this.readAhead = options.readAhead ?? options.readAheadFragments ?? 4;
     this.readPieceBytes = options.readPieceBytes ?? 1024 * 1024;
     this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
+    this.encrypts = !!options.encryption;
     const problems: string[] = [];
     // Redis refuses PX 0 and a fractional TTL, after a script's earlier writes (not undone).
     checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 1);
