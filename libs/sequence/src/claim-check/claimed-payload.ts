@@ -103,7 +103,9 @@ export class ClaimedPayload {
         contentType,
         headers,
       },
-      () => Promise.resolve(Readable.from([body], { objectMode: false })),
+      // A copy per read: a handler that changes its bytes in place, then fails, must not hand
+      // its retry the changed ones.
+      () => Promise.resolve(Readable.from([Buffer.from(body)], { objectMode: false })),
     );
   }
 

@@ -286,7 +286,6 @@ export class HandOffDeliverer {
     if (definition.callHandler && this.targets.handler) {
       const handler = this.targets.handler;
       const headers = ResequencerTracing.delivered(entry.headers);
-      const event = new ResequencedEvent(key, entry.seq, entry.body, headers);
       let final = false;
       let leaseEnding = false;
       const call = (context: HandlerContext) => {
@@ -297,7 +296,10 @@ export class HandOffDeliverer {
           leaseEnding = true;
           throw new Error('the drain lease may lapse: no further call');
         }
-        return handler(event, context);
+        // A body of its own per call: a handler that changes it in place, then fails, must not
+        // hand its retry the changed bytes.
+        const body = Buffer.from(entry.body);
+        return handler(new ResequencedEvent(key, entry.seq, body, headers), context);
       };
       const outcome = await callHandlerWithRetry(call, definition.handlerRetry, {
         limit: this.limitOf(key, entry.seq),

@@ -267,6 +267,24 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     );
   });
 
+  it('hands a retry the event body as it was sent, whatever the failed call did to it', async () => {
+    t = await createResequencerTestApp({
+      channel,
+      gap: GAP,
+      handlerRetry: { attempts: 2, baseDelayMs: 1 },
+    });
+    const seen: string[] = [];
+    t.handler.onCall = async (event) => {
+      seen.push(event.text());
+      event.body.fill(0x58); // decoded in place
+      if (seen.length === 1) throw new Error('downstream unavailable');
+    };
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => seen.length === 2, 'the retry');
+
+    expect(seen).toEqual(['T1#1', 'T1#1']);
+  });
+
   it('calls a failing handler no more once the shutdown drain is over, dead-letters nothing', async () => {
     const transport = new InMemoryTransport();
     t = await createResequencerTestApp(
