@@ -169,6 +169,37 @@ describe('guarantees: broker-held reassembly', () => {
     expect(handler.of('phi-1')[0].bytes.equals(secret)).toBe(true);
   });
 
+  it('hands a sequence back at shutdown when its handler waits to retry, calling it no more', async () => {
+    const channel = 'held.retry-at-shutdown';
+    spoolDir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    t = await createSequenceTestApp(channel, {
+      shutdownTimeoutMs: 100,
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir: spoolDir } },
+      handler: { handlerRetry: { attempts: 3, baseDelayMs: 1_000, maxDelayMs: 1_000 } },
+    });
+    const { transport, handler } = t;
+    handler.failNext = 10;
+    await publishHeld(
+      transport,
+      channel,
+      makeFragments('retrying', bytes(3_000, 4), 1_000),
+      PARTITIONS,
+    );
+    await eventually(() => handler.calls === 1, 'the first attempt failed');
+
+    await t.close(); // the retry waits 500-1,000 ms; the drain gives up after 100
+    t = undefined;
+    await sleep(1_200);
+
+    expect(handler.calls).toBe(1);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    let queued = 0;
+    for (let index = 0; index < PARTITIONS; index++) {
+      queued += transport.depth(`${channel}.partition.${index}`);
+    }
+    expect(queued).toBe(3); // every fragment, for the next instance
+  });
+
   it('holds every fragment unsettled until the sequence is complete', async () => {
     const channel = 'held.unsettled';
     const { transport, handler } = await app(channel);
