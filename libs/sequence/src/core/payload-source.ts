@@ -44,6 +44,16 @@ export function byteChunk(chunk: unknown): Buffer {
 }
 
 /**
+ * A `pipeline` stage that passes a payload stream's chunks on as bytes ({@link byteChunk}), for a
+ * stream piped into a byte sink (a file, a Transform): such a sink throws on an object inside the
+ * pipe's own `'data'` handler, an uncaught exception that also ends the sink cleanly, cut short.
+ * Here the TypeError fails the pipeline instead.
+ */
+export async function* byteChunks(chunks: AsyncIterable<unknown>): AsyncGenerator<Buffer> {
+  for await (const chunk of chunks) yield byteChunk(chunk);
+}
+
+/**
  * The chunks of `source`, held to the size its sender declared: a RangeError as soon as they
  * pass `bytes`, or at their end if they fall short, so that a size that decided how the payload
  * travels cannot be wrong.

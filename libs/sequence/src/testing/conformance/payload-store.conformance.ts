@@ -329,6 +329,16 @@ export function describePayloadStoreConformance(name: string, harness: PayloadSt
         },
       );
 
+      it('rejects with a TypeError a stream that yields an object after some bytes, and leaves nothing', async () => {
+        // An object-mode stream: piped into a byte sink, its object would throw in the pipe's
+        // 'data' handler (an uncaught exception) and end the sink cleanly, cut short.
+        const source = Readable.from([randomBytes(5_000), { not: 'bytes' }], { objectMode: true });
+
+        await expect(store.put(source, options())).rejects.toThrow(TypeError);
+
+        expect(await store.sweepCandidates(everything())).toEqual([]);
+      });
+
       it('rejects when the source is destroyed before its end, and leaves nothing', async () => {
         let pushed = 0;
         const source = new Readable({

@@ -15,6 +15,7 @@ import { ENCRYPTION_OVERHEAD_BYTES } from '../../../core/encryption-format';
 import { EncryptionKeyring } from '../../../core/encryption-keyring';
 import { sealBuffer } from '../../../core/sealed-buffer';
 import { DecryptingStream, EncryptingStream } from './payload-encryption.streams';
+import { byteChunks } from '../../../core/payload-source';
 
 /** Options of {@link EncryptingPayloadStore}. */
 export interface EncryptingPayloadStoreOptions {
@@ -79,7 +80,8 @@ export class EncryptingPayloadStore implements PayloadStore {
     // pipeline, not pipe: a source that fails or is destroyed early fails `encrypting` with the
     // same error, so the inner put rejects with the cause and keeps nothing; and an inner put
     // that gives up destroys the source.
-    pipeline(payload, encrypting, () => undefined);
+    // Chunks that are not bytes fail the pipeline, and so the inner put (see byteChunks).
+    pipeline(payload, byteChunks, encrypting, () => undefined);
     try {
       const stored = await this.inner.put(encrypting, options);
       return { ref: stored.ref, bytes: plaintextBytes(stored.bytes) };

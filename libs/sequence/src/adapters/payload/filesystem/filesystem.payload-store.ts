@@ -39,6 +39,7 @@ import * as layoutFiles from './filesystem.payload-layout';
 import { findSweepCandidates } from './filesystem.payload-sweep';
 import { checkPutOptions } from '../put-options';
 import { holdSourceErrors } from '../put-source';
+import { byteChunks } from '../../../core/payload-source';
 
 /**
  * The embedded default payload store: files under a root directory.
@@ -207,7 +208,7 @@ export class FilesystemPayloadStore implements PayloadStore {
     // `wx`: a file or link already at the temporary name makes the put fail, never followed.
     const sink = createWriteStream(temporary, { flags: 'wx', mode: FILE_MODE, flush: this.fsync });
     const source = Buffer.isBuffer(payload) ? Readable.from([payload]) : payload;
-    await pipeline(source, sink);
+    await pipeline(source, byteChunks, sink);
     return sink.bytesWritten;
   }
 
