@@ -10,6 +10,7 @@ import {
   replyStreamName,
   streamName,
   subjectProblem,
+  MAX_CHANNEL_BYTES,
 } from './nats.naming';
 
 describe('NATS naming', () => {
@@ -36,6 +37,14 @@ describe('NATS naming', () => {
     for (const bad of ['', 'a..b', '.a', 'a.', 'a.*.b', 'a.>', 'a b', 'a\tb']) {
       expect({ bad, problem: subjectProblem(bad) }).toEqual({ bad, problem: expect.any(String) });
     }
+  });
+
+  it('takes a channel of at most MAX_CHANNEL_BYTES bytes of UTF-8', () => {
+    expect(subjectProblem('x'.repeat(MAX_CHANNEL_BYTES))).toBeUndefined();
+    expect(subjectProblem('x'.repeat(MAX_CHANNEL_BYTES + 1))).toMatch(/more than 1024/);
+    // 512 two-byte characters are 1,024 bytes; one more is over.
+    expect(subjectProblem('é'.repeat(512))).toBeUndefined();
+    expect(subjectProblem('é'.repeat(513))).toMatch(/1026 bytes long/);
   });
 
   it('names the reply stream so that no channel maps to it', () => {

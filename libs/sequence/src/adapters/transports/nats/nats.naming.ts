@@ -96,9 +96,21 @@ export function streamName(prefix: string, channel: string, suffix = ''): string
   return `${name.slice(0, room - 17)}_${digest}${suffix}`;
 }
 
+/**
+ * Longest channel name, in UTF-8 bytes. nats-server cuts the whole connection on a protocol line
+ * over its `max_control_line` (4,096 bytes by default), and a publish's line holds the subject,
+ * a reply inbox and two lengths: this leaves room for the subjects the transport derives from a
+ * channel (`<channel>.dlq`, `<channel>.partition.<i>`, `nseq-lease.<channel>.<i>`).
+ */
+export const MAX_CHANNEL_BYTES = 1024;
+
 /** Why `channel` cannot be a NATS subject, or undefined when it can. */
 export function subjectProblem(channel: string): string | undefined {
   if (channel.length === 0) return 'is empty';
+  const bytes = Buffer.byteLength(channel);
+  if (bytes > MAX_CHANNEL_BYTES) {
+    return `is ${bytes} bytes long, more than ${MAX_CHANNEL_BYTES} (UTF-8)`;
+  }
   if (hasControlOrSpace(channel)) return 'holds whitespace or a control character';
   const tokens = channel.split('.');
   if (tokens.some((token) => token.length === 0)) {

@@ -587,6 +587,20 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     );
   });
 
+  it('refuses a channel too long for the server, keeping its connection', async () => {
+    // nats-server drops the connection of a publish whose subject passes its control line; the
+    // transport refuses it first, and a dead-letter subject 4 bytes longer would pass it too.
+    const long = `${newChannel()}.${'x'.repeat(4_100)}`;
+    await expect(transport.publish(long, Buffer.from('m'), {})).rejects.toBeInstanceOf(
+      NatsTopologyError,
+    );
+    await expect(transport.subscribe(long, async () => ({ action: 'ack' }))).rejects.toBeInstanceOf(
+      NatsTopologyError,
+    );
+    const channel = newChannel();
+    await transport.publish(channel, Buffer.from('still connected'), {}, { timeoutMs: 2_000 });
+  });
+
   it('rejects a publish the stream refuses (full) with PublishRejectedError', async () => {
     const channel = newChannel();
     await jsm.streams.add({
