@@ -422,6 +422,18 @@ describe('S3PayloadStore', () => {
       await expect(missing.ping()).rejects.toThrow();
     });
 
+    it('rejects head on a bucket that does not exist, as get and delete do, rather than answer gone', async () => {
+      store = storeOf();
+      const { ref } = await store.put(Buffer.from('x'), options());
+      const missing = new S3PayloadStore(client, { bucket: 'nseq-no-such-bucket' });
+
+      await expect(missing.get(ref)).rejects.toThrow();
+      await expect(missing.head(ref)).rejects.toThrow(/bucket nseq-no-such-bucket does not exist/);
+      // A ref that is not there, in a bucket that is: gone, as before.
+      await store.delete(ref);
+      await expect(store.head(ref)).resolves.toBeUndefined();
+    });
+
     it('leaves a client passed in usable after close', async () => {
       store = storeOf();
       await store.close();

@@ -168,7 +168,13 @@ export class S3PayloadStore implements PayloadStore {
       this.headObject(this.keys.payloadOf(ref)),
       this.headObject(this.keys.markerOf(ref)),
     ]);
-    if (!object) return undefined;
+    if (!object) {
+      // HeadObject answers a missing bucket as it answers a missing key (a bare 404): asked of
+      // the bucket, so that a misconfigured one fails as an outage rather than reading every
+      // payload as gone (its tickets dead-lettered claim-check-not-found).
+      await this.assertBucket();
+      return undefined;
+    }
     return {
       ref,
       bytes: object.ContentLength ?? 0,
@@ -270,6 +276,18 @@ export class S3PayloadStore implements PayloadStore {
     } catch (error) {
       if (isNotFound(error)) return undefined;
       throw error;
+    }
+  }
+
+  /** Throws when the bucket does not exist (or cannot be reached). */
+  private async assertBucket(): Promise<void> {
+    const { HeadBucketCommand } = s3Sdk();
+    const { bucket } = this.options;
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: bucket }));
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+      throw new Error(`the S3 bucket ${bucket} does not exist`, { cause: error });
     }
   }
 
