@@ -777,6 +777,53 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       });
     });
 
+    it.each(['completed', 'failed'] as const)(
+      'answers a %s finish resent after a reconnect as it answered it, and no other holder so',
+      async (outcome) => {
+        const keys = new RedisKeys(prefix);
+        const scripts = loadScripts(redis);
+        const { fragments, ref } = sequenceFixture(scope, ['abc', 'def']);
+        for (const fragment of fragments) await store.accept(fragment, context(t0));
+        const call = (consumerId: string) =>
+          scripts.finish(sequenceKeyList(keys.sequence(ref)), [
+            outcome,
+            t0,
+            60_000,
+            'handler failed',
+            300_000,
+            consumerId,
+          ]) as Promise<number[]>;
+
+        const first = (await call('consumer-a')).map(Number);
+        expect(first[0]).toBe(1);
+        const resent = (await call('consumer-a')).map(Number);
+        // The same answer but the marker's TTL, a few ms lower by now.
+        expect(resent.slice(0, 5)).toEqual(first.slice(0, 5));
+        expect((await call('consumer-b')).map(Number)).toEqual([0]);
+      },
+    );
+
+    it('answers an expire resent after a reconnect with its expiry, and another sweeper stale', async () => {
+      const keys = new RedisKeys(prefix);
+      const scripts = loadScripts(redis);
+      const { fragments, ref } = sequenceFixture(scope, ['abc', 'def']);
+      await store.accept(fragments[0], context(t0));
+      const epoch = await new RedisBudget(redis, scripts, keys, 300_000).epochOf(keys.member(ref));
+      const call = (token: string) =>
+        scripts.expire(sequenceKeyList(keys.sequence(ref)), [
+          t0 + 120_000,
+          60_000,
+          epoch!,
+          300_000,
+          token,
+        ]) as Promise<unknown[]>;
+
+      const first = await call('sweep-1');
+      expect(first[0]).toBe('expired');
+      expect(await call('sweep-1')).toEqual(first);
+      expect((await call('sweep-2'))[0]).toBe('stale');
+    });
+
     it("evicts failed sequences' kept fragments before back-pressuring for them", async () => {
       // Room for one of the two sequences below, not for both.
       const limits = { ...context(t0).limits, maxBufferedBytes: 3_000 };

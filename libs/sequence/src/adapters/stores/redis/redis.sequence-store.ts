@@ -586,7 +586,8 @@ export class RedisSequenceStore implements SequenceStore {
     if (epoch === undefined) return null;
     const [code, ...rest] = (await this.scripts.expire(
       sequenceKeyList(this.keys.sequenceOf(member)),
-      [this.clock.stamp(now), retentionMs, epoch, this.marginMs],
+      // A token of this call: a reply lost and the command sent again finds its own expiry.
+      [this.clock.stamp(now), retentionMs, epoch, this.marginMs, randomUUID()],
     )) as [string, ...unknown[]];
     switch (code) {
       case 'expired':

@@ -4,7 +4,10 @@
 
   KEYS[1] meta, KEYS[2] crc, KEYS[3] body, KEYS[4] done, KEYS[5] fence
   ARGV[1] now (ms), ARGV[2] retention ms, ARGV[3] epoch of the index's record, ARGV[4] key TTL
-  margin ms
+  margin ms, ARGV[5] this call's token (unique per call)
+
+  A call that finds the live 'expired' marker it wrote itself (its token: its reply was lost and
+  the client sent it again) answers 'expired' again, from the marker.
 
   Returns:
     {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}}
@@ -23,7 +26,14 @@ local metaKey, crcKey, bodyKey, doneKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], K
 local now, retentionMs = callerTime(ARGV[1]), tonumber(ARGV[2])
 local epoch, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
 
+local token = ARGV[5] or ''
 local s = readSequence(metaKey, crcKey)
+if s.state ~= 'open' and token ~= '' then
+  local marker = rcall('HMGET', doneKey, 'outcome', 'by', 'report')
+  if marker[1] == 'expired' and marker[2] == token and marker[3] then
+    return cjson.decode(marker[3])
+  end
+end
 if s.state ~= 'open' then
   raiseFence(doneKey, fenceKey, epoch, margin)
   if s.state == 'failed' and s.epoch == epoch and (s.retainUntil or 0) > now then
@@ -45,5 +55,9 @@ local ageMs = now - s.firstAt
 dropSequence(metaKey, crcKey, bodyKey)
 local markerTtl = writeMarker(doneKey, fenceKey, 'expired', int(missing) ..
   ' fragment(s) missing after ' .. int(ageMs) .. ' ms', now + retentionMs, s.epoch, now, margin)
-return {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),
+local reply = {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),
   int(s.firstAt), int(s.lastAt), positions}
+if token ~= '' then
+  rcall('HSET', doneKey, 'by', token, 'report', cjson.encode(reply))
+end
+return reply

@@ -9,6 +9,9 @@
   ARGV[1] outcome, ARGV[2] now (ms), ARGV[3] retention ms, ARGV[4] reason, or '',
   ARGV[5] key TTL margin ms, ARGV[6] consumer id
 
+  A call that finds the live marker it wrote itself (the same consumer id and outcome: its reply
+  was lost and the client sent it again) answers what it answered then, from the marker.
+
   Returns {0} when refused, else {1, forgetEpoch, retainedBytes, retainUntil, releasedUntil,
   markerTtl}:
     forgetEpoch    epoch of the open sequence's budget record, 0 when none was open
@@ -24,8 +27,17 @@ local reason = ARGV[4] ~= '' and ARGV[4] or nil
 local margin, consumerId = tonumber(ARGV[5]), ARGV[6]
 local untilAt = now + retentionMs
 
-local markerUntil = tonumber(rcall('HGET', doneKey, 'until'))
+local marker = rcall('HMGET', doneKey, 'until', 'outcome', 'by', 'reply')
+local markerUntil = tonumber(marker[1])
 if markerUntil and markerUntil > now then
+  if marker[2] == outcome and marker[3] == consumerId and marker[4] then
+    local again = {1}
+    for value in string.gmatch(marker[4], '[^:]+') do
+      again[#again + 1] = tonumber(value)
+    end
+    again[#again + 1] = rcall('PTTL', doneKey)
+    return again
+  end
   return {0}
 end
 local s = readSequence(metaKey, crcKey)
@@ -48,5 +60,7 @@ elseif s.state == 'open' then
   end
 end
 local markerTtl = writeMarker(doneKey, fenceKey, outcome, reason, untilAt, s.epoch, now, margin)
-return {1, int(forgetEpoch), int(retainedBytes), int(outcome == 'failed' and forgetEpoch > 0 and untilAt or 0),
-  int(releasedUntil), int(markerTtl)}
+local reply = {int(forgetEpoch), int(retainedBytes),
+  int(outcome == 'failed' and forgetEpoch > 0 and untilAt or 0), int(releasedUntil)}
+rcall('HSET', doneKey, 'by', consumerId, 'reply', table.concat(reply, ':'))
+return {1, reply[1], reply[2], reply[3], reply[4], int(markerTtl)}
