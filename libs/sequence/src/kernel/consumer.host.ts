@@ -48,6 +48,7 @@ export class ConsumerHost {
   /**
    * Subscribes to every binding's channel; on a failure, closes what this call opened and throws.
    * Called again later (a microservice's handlers, once it listens), it adds to what is open.
+   * Not after {@link close}: `stopping` stays aborted, and every handler's retries with it.
    */
   async open(bindings: readonly ChannelBinding[]): Promise<void> {
     this.drained = undefined;
