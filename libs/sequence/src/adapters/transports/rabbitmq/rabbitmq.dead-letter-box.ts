@@ -224,7 +224,10 @@ export class RabbitMqDeadLetterBox implements DeadLetterBox {
             const { readAll } = await this.read(amqp, queue, (held) => {
               if (wanted.has(held.id) && !targets.some((t) => t.id === held.id)) targets.push(held);
               else others.push(held.message);
-              return targets.length >= Math.min(perRound, wanted.size) ? 'stop' : 'more';
+              if (targets.length < Math.min(perRound, wanted.size)) return 'more';
+              // Identical dead letters (`<id>`, `<id>~2`, …) are numbered afresh by each read: a
+              // group split across rounds would be looked for under ids its rest no longer has.
+              return splitsGroup(targets, wanted) ? 'more' : 'stop';
             });
             // Back at once: only the ones acted on stay held while they are.
             putBack(amqp, others);
@@ -394,4 +397,19 @@ function brokerDeathTime(headers: Readonly<Record<string, unknown>>): number | u
   const time = (deaths[0] as { time?: unknown } | null)?.time;
   const seconds = typeof time === 'number' ? time : (time as { value?: unknown } | null)?.value;
   return typeof seconds === 'number' ? seconds * 1_000 : undefined;
+}
+
+/** The id of the first of a group of identical dead letters: `<id>` for `<id>~<k>`. */
+function groupOf(id: string): string {
+  return id.replace(/~\d+$/, '');
+}
+
+/** Whether an id still wanted belongs to the group of one of `targets` but is not held yet. */
+function splitsGroup(targets: readonly Held[], wanted: ReadonlySet<string>): boolean {
+  const held = new Set(targets.map((target) => target.id));
+  const groups = new Set(targets.map((target) => groupOf(target.id)));
+  for (const id of wanted) {
+    if (!held.has(id) && groups.has(groupOf(id))) return true;
+  }
+  return false;
 }
