@@ -170,12 +170,17 @@ export class FragmentStream {
         fragment,
       );
     }
-    if (fragment.position > this.options.maxFragments) {
-      return this.reject(
-        'too-many-fragments',
-        `sequence ${fragment.sequenceId} fragment ${fragment.position} is beyond maxFragments (${this.options.maxFragments})`,
-        fragment,
-      );
+    // Declared or received, as reassembly counts them: a sequence that declares more is refused
+    // from its first fragment, before its handler gets any part of it.
+    const fragments = Math.max(fragment.size ?? 0, fragment.position);
+    if (fragments > this.options.maxFragments) {
+      const counted =
+        fragments === fragment.position ? `position ${fragments}` : `declared size ${fragments}`;
+      const detail =
+        `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${counted} is beyond ` +
+        `maxFragments (${this.options.maxFragments})`;
+      this.rejectOnce(fragment.sequenceId, 'too-many-fragments', detail);
+      return this.reject('too-many-fragments', detail, fragment);
     }
     const bodyCrc = crc32(body);
     if (bodyCrc !== fragment.crc32) {
@@ -206,15 +211,7 @@ export class FragmentStream {
       const detail =
         `sequence ${sequenceId} fragment ${position}: ${streamed} bytes streamed pass ` +
         `maxSequenceBytes (${this.options.maxSequenceBytes})`;
-      // Once per sequence: for the fragment that crossed the limit (not each one after it, nor
-      // that one again when its dead letter could not be sent and it comes back).
-      if (!this.tooLarge.has(sequenceId)) {
-        this.tooLarge.add(sequenceId);
-        if (this.tooLarge.size > FOLLOWED_SEQUENCES) {
-          this.tooLarge.delete(this.tooLarge.values().next().value as string);
-        }
-        this.lifecycle.rejected(this.channel, sequenceId, 'sequence-too-large', detail);
-      }
+      this.rejectOnce(sequenceId, 'sequence-too-large', detail);
       // Final: the deliverer dead-letters this fragment without retrying the handler, then
       // reports it (`refused`), as reassembly reports each fragment it refuses past the limit.
       throw new MessageRefusedError('sequence-too-large', detail);
@@ -253,7 +250,11 @@ export class FragmentStream {
       const final =
         error instanceof MessageRefusedError ||
         context.attempt >= this.options.handlerRetry.attempts;
-      if (final) this.digests.forget(sequenceId);
+      if (final) {
+        this.digests.spoil(sequenceId);
+        // Its last fragment dead-lettered: the sequence ended here all the same.
+        if (fragment.last) this.markEnded(sequenceId, position);
+      }
     };
     const abandoned = () => failed(context.signal.reason);
     context.signal.addEventListener('abort', abandoned, { once: true });
@@ -314,6 +315,23 @@ export class FragmentStream {
       );
     }
     return undefined;
+  }
+
+  /**
+   * Reports the sequence rejected, once: for the fragment that crossed a limit (not each one after
+   * it, nor that one again when its dead letter could not be sent and it comes back).
+   */
+  private rejectOnce(
+    sequenceId: string,
+    code: 'sequence-too-large' | 'too-many-fragments',
+    detail: string,
+  ): void {
+    if (this.tooLarge.has(sequenceId)) return;
+    this.tooLarge.add(sequenceId);
+    if (this.tooLarge.size > FOLLOWED_SEQUENCES) {
+      this.tooLarge.delete(this.tooLarge.values().next().value as string);
+    }
+    this.lifecycle.rejected(this.channel, sequenceId, code, detail);
   }
 
   private reject(code: RejectionCode, detail: string, fragment?: FragmentIds): Disposition {

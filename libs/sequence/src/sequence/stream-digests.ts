@@ -10,6 +10,7 @@ interface Running {
    * letter could not be sent) it meets the same verdict, counted once.
    */
   rejected?: { readonly position: number; readonly sha256?: string };
+  spoiled?: boolean;
 }
 
 /** The whole-payload check of a streamed sequence, when this instance saw all of it. */
@@ -71,7 +72,12 @@ export class StreamDigests {
       this.running.delete(sequenceId);
       return { kind: 'unverifiable' };
     }
-    if (!state || state.next !== lastPosition + 1 || declared.sha256 === undefined) {
+    if (
+      !state ||
+      state.spoiled ||
+      state.next !== lastPosition + 1 ||
+      declared.sha256 === undefined
+    ) {
       return { kind: 'unverifiable' };
     }
     const sha256 = state.hash.copy().digest('hex');
@@ -87,6 +93,12 @@ export class StreamDigests {
     if (!state || state.rejected) return false;
     state.rejected = { position, sha256 };
     return true;
+  }
+
+  /** Keeps counting the sequence's bytes, but it can no longer be verified. */
+  spoil(sequenceId: string): void {
+    const state = this.running.get(sequenceId);
+    if (state) state.spoiled = true;
   }
 
   forget(sequenceId: string): void {

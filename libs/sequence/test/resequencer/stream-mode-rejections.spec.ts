@@ -230,4 +230,77 @@ describe('stream mode: after a fragment was refused', () => {
     // leaves the sequence with a hole.
     expect(reasons()).toEqual([]);
   });
+
+  it('refuses a sequence that declares more fragments than maxFragments from its first', async () => {
+    await start({ maxFragments: 3 });
+    // Five fragments, each declaring size 5 (makeFragments declares size and bytes).
+    const fragments = makeFragments('declares-5', bytes(5_000, 3), 1_000);
+    await publishAll(transport, channel, fragments);
+    await eventually(() => transport.peek(channel).length === 0, 'taken');
+    await transport.whenIdle();
+
+    expect(received.map((fragment) => fragment.position)).toEqual([]);
+    expect(new Set(reasons().map((reason) => reason.split(':')[0]))).toEqual(
+      new Set(['too-many-fragments']),
+    );
+    expect(reasons()[0]).toMatch(/declared size 5 is beyond maxFragments \(3\)/);
+    expect(recorder.only('sequence.rejected')).toHaveLength(1);
+  });
+
+  it('reports a sequence refused too-many-fragments as rejected, once', async () => {
+    await start({ maxFragments: 3 });
+    const all = makeFragments('many', bytes(5_000, 3), 1_000);
+    // Streamed: no size until the last fragment.
+    const streamed = all.map(({ body, headers }, index) => {
+      if (index === all.length - 1) return { body, headers };
+      const { ['x-sequence-size']: _size, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed);
+    await eventually(() => transport.peek(channel).length === 0, 'taken');
+    await transport.whenIdle();
+
+    expect(received.map((fragment) => fragment.position)).toEqual([1, 2, 3]);
+    expect(recorder.only('sequence.rejected')).toHaveLength(1);
+  });
+
+  it('hands over no fragment past the end of a sequence whose last was dead-lettered', async () => {
+    await start({ handlerRetry: { attempts: 1 } });
+    fail = (fragment) => fragment.last;
+    await publishAll(transport, channel, makeFragments('failed-last', bytes(3_000, 5), 1_000));
+    await eventually(() => transport.peek(dlq).length === 1, 'the last dead-lettered');
+    await transport.whenIdle();
+    const body = Buffer.from('after the end');
+    await transport.publish(
+      channel,
+      body,
+      buildFragmentHeaders({
+        sequenceId: 'failed-last',
+        position: 4,
+        last: false,
+        crc32: crc32(body),
+      }),
+    );
+    await eventually(() => transport.peek(channel).length === 0, 'the stray taken');
+    await transport.whenIdle();
+
+    expect(received.map((fragment) => fragment.position)).toEqual([1, 2]);
+    expect(reasons()[1]).toMatch(/^position-out-of-range/);
+  });
+
+  it('keeps counting streamed bytes against maxSequenceBytes after a fragment was dead-lettered', async () => {
+    await start({ maxSequenceBytes: 2_500, handlerRetry: { attempts: 1 } });
+    fail = (fragment) => fragment.position === 1;
+    const streamed = makeFragments('uncounted', bytes(6_000, 9), 1_000).map(({ body, headers }) => {
+      const { ['x-sequence-bytes']: _bytes, ...rest } = headers;
+      return { body, headers: rest };
+    });
+    await publishAll(transport, channel, streamed);
+    await eventually(() => transport.peek(channel).length === 0, 'taken');
+    await transport.whenIdle();
+
+    const handed = received.reduce((sum, fragment) => sum + fragment.body.length, 0);
+    expect(handed).toBeLessThanOrEqual(2_500);
+    expect(reasons().filter((reason) => reason.startsWith('sequence-too-large'))).not.toEqual([]);
+  });
 });
