@@ -225,6 +225,9 @@ export class ClaimCheckReceiver {
     }
 
     const release = () => ledger.release(key, holder).catch(() => undefined); // lapses anyway
+    // Renewed from the claim on, not from the handler's start: a slow store (the head, the mark
+    // below) would otherwise let the lease lapse first, and a copy of the ticket be handled too.
+    const stopRenewing = this.keepLease(key, holder);
     let metadata: Readonly<Record<string, string>> | undefined;
     let unpublished = false;
     try {
@@ -233,6 +236,7 @@ export class ClaimCheckReceiver {
       metadata = info.metadata;
       unpublished = !info.published;
     } catch (error) {
+      await stopRenewing();
       await release();
       const rejection = payloadReadRejection(error);
       if (rejection) return this.reject(channel, rejection, errorMessage(error));
@@ -254,7 +258,6 @@ export class ClaimCheckReceiver {
     const keep = async () => {
       if (unpublished) await this.parking.markDelivered(store, ticket.ref, channel);
     };
-    const stopRenewing = this.keepLease(key, holder);
     let outcome: HandlerOutcome;
     try {
       outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`);

@@ -90,3 +90,44 @@ describe('claim check: the lease renewal of a call that failed', () => {
     expect(t.transport.actionsOn(t.channel)).toEqual(['ack']);
   });
 });
+
+/**
+ * The lease is renewed from the claim on: a store slow to answer before the handler starts (its
+ * `head`) must not let the lease lapse, and a copy of the ticket be handled as well.
+ */
+describe('claim check: the lease before the handler starts', () => {
+  let t: ClaimCheckTestApp;
+  afterEach(() => t?.close());
+
+  it('runs the handler once for two copies of a ticket when the store is slow to answer', async () => {
+    let heads = 0;
+    t = await createClaimCheckTestApp({
+      handlers: [{ channel: 'cc.test', handlerRetry: { attempts: 1 } }],
+      claimCheck: { ledger: new MemoryClaimLedger(), deleteAfter: 'ttl' },
+      module: { tuning: { leaseMs: 300, backpressureDelayMs: 10 } },
+      wrapStore: (store) =>
+        new Proxy(store, {
+          get(target, property, receiver): unknown {
+            if (property !== 'head') return Reflect.get(target, property, receiver);
+            return async (ref: string) => {
+              // The first head outlasts the lease (300 ms).
+              if (++heads === 1) await new Promise((resolve) => setTimeout(resolve, 500));
+              return target.head(ref);
+            };
+          },
+        }),
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(1_000, 3), { audience: t.channel });
+    t.handler.onCall = () => new Promise((resolve) => setTimeout(resolve, 200));
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await publishTicket(t.transport, t.channel, ticket); // a copy: a publisher's retry
+    await eventually(() => t.handler.deliveries.length >= 1, 'handled');
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(1);
+    expect(t.transport.actionsOn(t.channel).filter((action) => action === 'ack')).toHaveLength(2);
+  });
+});
