@@ -6,8 +6,9 @@
   ARGV[1] now (ms), ARGV[2] retention ms, ARGV[3] epoch of the index's record, ARGV[4] key TTL
   margin ms, ARGV[5] this call's token (unique per call)
 
-  A call that finds the live 'expired' marker it wrote itself (its token: its reply was lost and
-  the client sent it again) answers 'expired' again, from the marker.
+  A call sent again within a minute of one that expired the sequence (its reply was lost and the
+  client resent it: the same token) answers 'expired' again, from a report kept that long (at
+  most as long as the marker) in `<done>:expire-report` (the sequence's hash tag, so its slot).
 
   Returns:
     {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}}
@@ -27,11 +28,15 @@ local now, retentionMs = callerTime(ARGV[1]), tonumber(ARGV[2])
 local epoch, margin = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local token = ARGV[5] or ''
+local reportKey = doneKey .. ':expire-report'
 local s = readSequence(metaKey, crcKey)
 if s.state ~= 'open' and token ~= '' then
-  local marker = rcall('HMGET', doneKey, 'outcome', 'by', 'report')
-  if marker[1] == 'expired' and marker[2] == token and marker[3] then
-    return cjson.decode(marker[3])
+  local stored = rcall('GET', reportKey)
+  if stored then
+    local report = cjson.decode(stored)
+    if report[1] == token then
+      return report[2]
+    end
   end
 end
 if s.state ~= 'open' then
@@ -58,6 +63,8 @@ local markerTtl = writeMarker(doneKey, fenceKey, 'expired', int(missing) ..
 local reply = {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),
   int(s.firstAt), int(s.lastAt), positions}
 if token ~= '' then
-  rcall('HSET', doneKey, 'by', token, 'report', cjson.encode(reply))
+  -- A minute is ample for a client's resend (positions can be many: not for the retention), and
+  -- never longer than the marker.
+  rcall('SET', reportKey, cjson.encode({token, reply}), 'PX', math.max(1, math.min(60000, markerTtl)))
 end
 return reply
