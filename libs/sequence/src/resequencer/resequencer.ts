@@ -238,11 +238,16 @@ export class Resequencer {
             `key ${key}, event ${seq}: ${outcome.limit} reached while its released events wait to be delivered`,
           );
         }
-        const detail =
-          outcome.limit === 'maxSeqAhead'
-            ? `key ${key}, event ${seq}: more than maxSeqAhead (${definition.maxSeqAhead}) past ` +
-              `${outcome.next}, the next expected`
-            : `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
+        if (outcome.limit === 'maxSeqAhead') {
+          // Dead-lettered whatever `overflow` says: waiting does not bring a bogus sequence number
+          // within reach (refused, it opens no gap for a policy to move the key past), so a
+          // requeue would bring it back for ever.
+          const detail =
+            `key ${key}, event ${seq}: more than maxSeqAhead (${definition.maxSeqAhead}) past ` +
+            `${outcome.next}, the next expected`;
+          return this.reject('invalid-resequence-event', detail, { key, seq });
+        }
+        const detail = `key ${key}, event ${seq}: ${outcome.limit} reached while waiting for ${outcome.next}`;
         if (definition.overflow === 'dead-letter') {
           return this.reject('resequencer-buffer-full', detail, { key, seq });
         }
