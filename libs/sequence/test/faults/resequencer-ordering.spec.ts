@@ -240,22 +240,28 @@ describeOnTransports(
       await publish('P1', [2, 3, 4], USER_HEADERS);
       const refusals = () =>
         metricValue(t!.registry, 'nest_sequence_resequencer_events_total', { outcome: 'full' });
-      // Event 4 is refused, goes back to the tail of the queue (x-requeue-count), and again.
-      await eventually(async () => (await refusals()) >= 2, 'event 4 refused twice');
-      expect(await inspector.inspect({ scope: channel, key: 'P1' }, 1)).toMatchObject({
+      // The event accepted last is refused, goes back to the tail of the queue (x-requeue-count),
+      // and again. Most often 4; under load two accepts can reach the store in another order
+      // (one waits on a read of the scope's totals): which one waits is not part of the order.
+      await eventually(async () => (await refusals()) >= 2, 'an event refused twice');
+      const state = await inspector.inspect({ scope: channel, key: 'P1' }, 1);
+      expect({ next: state.next, buffered: state.buffered.length }).toEqual({
         next: 1,
-        buffered: [2, 3],
+        buffered: 2,
       });
 
       await publish('P1', [1], USER_HEADERS);
       const reader = new QueueCollector(servers.admin, output);
       await reader.atLeast(4, 'four outputs');
       expect(reader.seqsByKey().get('P1')).toEqual([1, 2, 3, 4]);
-      expect(reader.messages[3].headers).toEqual({
-        ...USER_HEADERS,
-        'x-resequence-key': 'P1',
-        'x-resequence-seq': 4,
-      });
+      // The requeued one included: no transport header (x-requeue-count) goes out.
+      for (const [index, message] of reader.messages.entries()) {
+        expect(message.headers).toEqual({
+          ...USER_HEADERS,
+          'x-resequence-key': 'P1',
+          'x-resequence-seq': index + 1,
+        });
+      }
       await eventually(drained, 'every input acked');
       expect(await reader.collect()).toHaveLength(4);
       expect(await servers.admin.readyCount(`${channel}.dlq`)).toBe(0);
