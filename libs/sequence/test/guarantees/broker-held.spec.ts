@@ -30,12 +30,15 @@ import {
 
 const PARTITIONS = 4;
 
+/** Messages of every partition of `channel`, as `count` gives them for one partition queue. */
+function acrossPartitions(channel: string, count: (queue: string) => number): number {
+  let total = 0;
+  for (let index = 0; index < PARTITIONS; index++) total += count(`${channel}.partition.${index}`);
+  return total;
+}
+
 function unsettledIn(transport: InMemoryTransport, channel: string): number {
-  let count = 0;
-  for (let index = 0; index < PARTITIONS; index++) {
-    count += transport.unsettled(`${channel}.partition.${index}`);
-  }
-  return count;
+  return acrossPartitions(channel, (queue) => transport.unsettled(queue));
 }
 
 async function spoolFiles(dir: string): Promise<string[]> {
@@ -193,11 +196,8 @@ describe('guarantees: broker-held reassembly', () => {
 
     expect(handler.calls).toBe(1);
     expect(deadLetters(transport, channel)).toHaveLength(0);
-    let queued = 0;
-    for (let index = 0; index < PARTITIONS; index++) {
-      queued += transport.depth(`${channel}.partition.${index}`);
-    }
-    expect(queued).toBe(3); // every fragment, for the next instance
+    // Every fragment, back in its partition for the next instance.
+    expect(acrossPartitions(channel, (queue) => transport.depth(queue))).toBe(3);
   });
 
   it('holds every fragment unsettled until the sequence is complete', async () => {
