@@ -4,6 +4,15 @@ import { errorMessage } from '../core/errors/caught';
 import type { DeliveryGuard } from './hand-off.deliverer';
 
 /**
+ * Milliseconds of a clock that no wall-clock adjustment moves (an NTP step, a VM resumed): what a
+ * holder counts its lease's time left on. The store runs the lease on Redis's clock; measured on
+ * `Date.now`, a step back would let a holder whose renewals fail deliver after the lease passed on.
+ */
+export function leaseClock(): number {
+  return performance.now();
+}
+
+/**
  * A key's drain lease as its holder keeps it while it delivers: renewed every third of
  * `leaseMs`, and counted as lost as soon as it may have passed to another holder — when a
  * renewal finds it gone, or when no claim, settle or renewal has confirmed it for most of
@@ -27,7 +36,10 @@ export class DrainLease implements DeliveryGuard {
     private readonly ref: ResequencerKey,
     private readonly holder: string,
     private readonly leaseMs: number,
-    /** When the claim that granted the lease was sent (the lease runs from the store's `now`). */
+    /**
+     * When the claim that granted the lease was sent (the lease runs from the store's `now`), on
+     * {@link leaseClock}.
+     */
     claimedAt: number,
     private readonly logger: Logger,
   ) {
@@ -48,10 +60,10 @@ export class DrainLease implements DeliveryGuard {
    * which is why a handler is not retried once the lease may lapse.
    */
   allows(ms: number): boolean {
-    return !this.renewedAway && Date.now() + ms < this.validUntil - this.marginMs;
+    return !this.renewedAway && leaseClock() + ms < this.validUntil - this.marginMs;
   }
 
-  /** A settle sent at `sentAt` renewed the lease (it answered with the next batch). */
+  /** A settle sent at `sentAt` ({@link leaseClock}) renewed the lease (it answered with the next batch). */
   confirmed(sentAt: number): void {
     this.validUntil = Math.max(this.validUntil, sentAt + this.leaseMs);
   }
@@ -71,8 +83,8 @@ export class DrainLease implements DeliveryGuard {
 
   private renew(): void {
     if (this.paused || this.renewedAway) return;
-    const sentAt = Date.now();
-    this.inFlight = this.store.renewDrain(this.ref, this.holder, this.leaseMs, sentAt).then(
+    const sentAt = leaseClock();
+    this.inFlight = this.store.renewDrain(this.ref, this.holder, this.leaseMs, Date.now()).then(
       (renewed) => {
         if (renewed) this.confirmed(sentAt);
         else this.renewedAway = true;

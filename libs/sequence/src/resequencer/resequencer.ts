@@ -25,7 +25,7 @@ import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
 import { AbandonedCalls } from './abandoned-calls';
-import { DrainLease } from './drain-lease';
+import { DrainLease, leaseClock } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import { LocalDrains } from './local-drains';
 import type { ResolvedOptions, ResolvedResequencer } from '../options/resolved-options';
@@ -40,7 +40,7 @@ export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
 interface StartedDrain {
   readonly holder: string;
   readonly claim: DrainClaim;
-  /** When the call that made the claim was sent. */
+  /** When the call that made the claim was sent, on leaseClock (not Date.now). */
   readonly claimedAt: number;
 }
 
@@ -167,7 +167,7 @@ export class Resequencer {
     }
     // Whoever releases drains: the lease comes with the release, in the same store step.
     const holder = this.newHolder();
-    const claimedAt = Date.now();
+    const claimedAt = leaseClock();
     let outcome;
     try {
       outcome = await deps.store.accept(
@@ -280,7 +280,7 @@ export class Resequencer {
     // A handler call abandoned on this key still runs here: the drain that abandoned it holds
     // the key until it returns (below), and a new one must not start behind its back.
     if (!started && this.abandoned.has(key)) return 'busy';
-    const claimedAt = started?.claimedAt ?? Date.now();
+    const claimedAt = started?.claimedAt ?? leaseClock();
     let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
     const lease = new DrainLease(store, ref, holder, leaseMs, claimedAt, logger);
@@ -320,7 +320,7 @@ export class Resequencer {
           onCovered();
           onCovered = undefined;
         }
-        const sentAt = Date.now();
+        const sentAt = leaseClock();
         claim = await store.settleDrain(ref, items.length, context());
         if (claim.kind === 'claimed') lease.confirmed(sentAt);
         lease.resume();
