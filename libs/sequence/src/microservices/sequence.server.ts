@@ -18,6 +18,7 @@ import { handlerRejection } from '../kernel/handler-retry';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
+import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import type { InboundMessage } from '../ports/transport.port';
@@ -621,6 +622,16 @@ function requestOf(headers: Readonly<Record<string, unknown>>, runtime: Sequence
       problem:
         `it has no ${RpcHeader.replyTo} and ${RpcHeader.correlationId}: ` +
         'send it with SequenceClient.send()',
+    };
+  }
+  // SequenceClient sends a UUID. A bound on each id keeps bounded the ids of the requests a
+  // server answered (ANSWERED_KEPT of them), whatever a sender puts there.
+  if (!MESSAGE_ID_PATTERN.test(correlationId)) {
+    return {
+      ok: false,
+      problem:
+        `its ${RpcHeader.correlationId} is not 1 to 200 characters without control characters ` +
+        `(${correlationId.length} characters)`,
     };
   }
   if (runtime.transport.isReplyChannel?.(replyTo) !== true) {

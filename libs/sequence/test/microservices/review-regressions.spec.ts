@@ -275,6 +275,22 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     ]);
   });
 
+  it('refuses a request whose x-correlation-id is over 200 characters, without running the handler', async () => {
+    // A server keeps the ids it answered: a sender must not make each of them megabytes.
+    await transport.publish('rg.ask', Buffer.from('{"q":1}'), {
+      'content-type': 'application/json',
+      [RpcHeader.replyTo]: 'nseq.reply.00000000-0000-4000-8000-000000000000',
+      [RpcHeader.correlationId]: 'c'.repeat(201),
+    });
+    await transport.whenIdle();
+    expect(calls.ask).toBeUndefined();
+    expect(reasons('rg.ask')).toEqual([
+      expect.stringMatching(
+        /^undecodable: .*x-correlation-id is not 1 to 200 .*\(201 characters\)/,
+      ),
+    ]);
+  });
+
   it('refuses an emit() to a @MessagePattern before running it', async () => {
     await emit('rg.ask', { q: 2 });
     await transport.whenIdle();
