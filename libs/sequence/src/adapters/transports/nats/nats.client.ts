@@ -24,7 +24,8 @@ export interface NatsConnection {
   drain(): Promise<void>;
   close(): Promise<void>;
   isClosed(): boolean;
-  status(): AsyncIterable<NatsStatus>;
+  /** Status events; `stop()` (the client's QueuedIterator has it) ends them and drops the listener. */
+  status(): AsyncIterable<NatsStatus> & { stop?(): void };
   /** A core NATS publish (no JetStream, no confirm). */
   publish(subject: string, payload?: Uint8Array | string): void;
   /** A core NATS subscription whose messages go to `callback`. */

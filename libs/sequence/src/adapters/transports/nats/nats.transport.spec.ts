@@ -709,6 +709,26 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
   });
 
+  it('stops watching a connection the application keeps once it is closed', async () => {
+    const nc = await connectNats({ servers: SERVERS.nats.url });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const lost = () =>
+      warn.mock.calls.filter(([message]) => String(message).includes('NATS connection lost'));
+    try {
+      await new NatsTransport(nc).close();
+      await new NatsTransport(nc).close();
+      const live = new NatsTransport(nc);
+      await (nc as unknown as { reconnect(): Promise<void> }).reconnect();
+      await eventually(() => lost().length > 0, 'the live transport saw the reconnect');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(lost()).toHaveLength(1);
+      await live.close();
+    } finally {
+      warn.mockRestore();
+      await nc.close();
+    }
+  });
+
   it('says so when the server refuses it the MAX_DELIVERIES advisories', async () => {
     // A user that may not subscribe to advisories: nothing the server gives up is moved then.
     const server = await OwnedNatsServer.start({

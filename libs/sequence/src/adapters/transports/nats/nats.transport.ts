@@ -129,6 +129,8 @@ export class NatsTransport implements Transport {
   private readonly maxPayload: number;
   private manager?: Promise<JetStreamManager>;
   private ownsConnection = false;
+  /** The connection's status events, watched from construction until close. */
+  private statuses?: { stop?(): void };
   private deadLetterBox?: NatsDeadLetterBox;
   /** False between a `disconnect` status and the next `reconnect`. */
   private connected = true;
@@ -579,6 +581,7 @@ export class NatsTransport implements Transport {
       () => new Error(`subscriptions still closing after ${timeoutMs} ms; not awaited`),
     ).catch((error: unknown) => this.logger.warn(`closing the transport: ${errorMessage(error)}`));
     this.stopped = true;
+    this.statuses?.stop?.();
     if (this.ownsConnection && !this.connection.isClosed()) {
       await this.connection.drain().catch(() => this.connection.close());
     }
@@ -726,7 +729,11 @@ export class NatsTransport implements Transport {
 
   /** On a reconnect, the server may be another or restarted empty: declare everything again. */
   private async watchStatus(): Promise<void> {
-    for await (const status of this.connection.status()) {
+    // Stopped at close: a connection the application keeps would otherwise go on notifying a
+    // closed transport for ever.
+    const statuses = this.connection.status();
+    this.statuses = statuses;
+    for await (const status of statuses) {
       if (status.type === 'reconnect') {
         this.connected = true;
         this.topology.forget();
