@@ -3,8 +3,11 @@ import { FilesystemPayloadStore } from './adapters/payload/filesystem/filesystem
 import { MemoryClaimLedger } from './adapters/stores/memory/memory.claim-ledger';
 import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequencer-store';
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
+import { Logger } from '@nestjs/common';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
+import { errorMessage } from './core/errors/caught';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import type { LifecyclePart } from './kernel/sequence.lifecycle';
 import type { ClaimCheckStores, OutboxStoreSource } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { payloadStoreProblems } from './options/resolve-claim-check';
@@ -28,6 +31,36 @@ export interface ModuleAdapters {
   readonly outbox: OutboxStoreSource;
   /** What the module opened (defaults) or took over (`stores` sets), closed at shutdown in order. */
   readonly owned: readonly Closeable[];
+}
+
+/**
+ * The lifecycle part that closes what the module owns (`ModuleAdapters.owned`), in order, last
+ * at shutdown and also when the application fails to start (Nest then runs no shutdown hook, and
+ * a `stores` set's connection would keep the process alive). One failing to close is logged and
+ * does not keep the others open.
+ */
+export class OwnedAdapters implements LifecyclePart {
+  private readonly logger = new Logger('SequenceModule');
+
+  constructor(private readonly owned: readonly Closeable[]) {}
+
+  async close(): Promise<void> {
+    for (const adapter of this.owned) {
+      try {
+        await adapter.close();
+      } catch (error) {
+        this.logger.warn(`closing ${adapterName(adapter)} failed: ${errorMessage(error)}`);
+      }
+    }
+  }
+}
+
+/** An owned adapter in a log line: its class, or the name of a `stores` set (a plain object). */
+function adapterName(adapter: object): string {
+  const name = (adapter as { name?: unknown }).name;
+  return adapter.constructor === Object || adapter.constructor === undefined
+    ? `the store set ${String(name)}`
+    : adapter.constructor.name;
 }
 
 /**

@@ -1008,6 +1008,14 @@ describe('SequenceModule', () => {
       expect((await store.stats(Date.now())).openSequences).toBe(0);
     });
 
+    /** Refuses every subscription. */
+    class Refuses extends ForwardingTransport {
+      readonly name = 'refuses';
+      override subscribe(): Promise<Subscription> {
+        return Promise.reject(new Error('no channel'));
+      }
+    }
+
     it('closes the subscriptions it opened when a later one fails the bootstrap', async () => {
       class RefusingSecond extends ForwardingTransport {
         readonly name = 'refusing-second';
@@ -1039,6 +1047,30 @@ describe('SequenceModule', () => {
       await publishAll(inner, 'first', makeFragments('s-1', bytes(10), 10));
       await inner.whenIdle();
       expect(inner.depth('first')).toBe(1);
+      await inner.close();
+    });
+
+    it('closes its store sets and takes its metrics out of a given registry when the bootstrap fails', async () => {
+      // Nest runs no shutdown hook after a failed init: a preset's connection would keep the
+      // process alive, and the next application in it could not register the metrics again.
+      const inner = new InMemoryTransport();
+      const closed: string[] = [];
+      const registry = new Registry();
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            transport: new Refuses(inner),
+            stores: { name: 'preset', close: async () => void closed.push('preset') },
+            metrics: { registry },
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
+        providers: [recordingHandler({ channel: 'refused' })],
+      });
+
+      expect((error as Error).message).toBe('no channel');
+      expect(closed).toEqual(['preset']);
+      expect(registry.getMetricsAsArray()).toEqual([]);
       await inner.close();
     });
 

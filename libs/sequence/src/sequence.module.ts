@@ -1,12 +1,4 @@
-import {
-  Inject,
-  Logger,
-  Module,
-  type DynamicModule,
-  type OnApplicationShutdown,
-  type OnModuleInit,
-  type Provider,
-} from '@nestjs/common';
+import { Module, type DynamicModule, type OnModuleInit, type Provider } from '@nestjs/common';
 import { DiscoveryModule, ModulesContainer } from '@nestjs/core';
 import { ClaimCheckHandlerKind } from './claim-check/claim-check-handler.kind';
 import { ClaimCheckMetrics } from './claim-check/claim-check.metrics';
@@ -15,7 +7,6 @@ import { ClaimCheckService } from './claim-check/claim-check.service';
 import { ClaimCheckFragmentParking } from './claim-check/fragment-parking';
 import { OrphanSweeper } from './claim-check/orphan.sweeper';
 import { PayloadParking } from './claim-check/payload-parking';
-import { errorMessage } from './core/errors/caught';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import { HANDLER_KINDS } from './kernel/channel-binding';
 import { ChannelRegistry } from './kernel/channel.registry';
@@ -63,7 +54,7 @@ import { ResequencedHandlerKind } from './resequencer/resequenced-handler.kind';
 import { ResequencerCatalog } from './resequencer/resequencer.catalog';
 import { ResequencerMetrics } from './resequencer/resequencer.metrics';
 import { ResequencerService } from './resequencer/resequencer.service';
-import { composeAdapters, type ModuleAdapters } from './sequence.adapters';
+import { composeAdapters, OwnedAdapters, type ModuleAdapters } from './sequence.adapters';
 import {
   ConfigurableSequenceModule,
   SEQUENCE_ASYNC_OPTIONS_TYPE,
@@ -133,6 +124,11 @@ const providers: Provider[] = [
       [OUTBOX_STORE_SOURCE, (c: Composition) => c.adapters.outbox],
     ] as const
   ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
+  {
+    provide: OwnedAdapters,
+    inject: [COMPOSITION],
+    useFactory: ({ adapters }: Composition) => new OwnedAdapters(adapters.owned),
+  },
   // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
   ModuleMetrics,
   TransportMetrics,
@@ -191,7 +187,15 @@ const providers: Provider[] = [
   {
     // Started in this order, stopped in the reverse one.
     provide: LIFECYCLE_PARTS,
-    inject: [AggregatorService, OutboxRuntime, ExpirySweeper, OrphanSweeper, GapSweeper],
+    inject: [
+      ModuleMetrics,
+      OwnedAdapters,
+      AggregatorService,
+      OutboxRuntime,
+      ExpirySweeper,
+      OrphanSweeper,
+      GapSweeper,
+    ],
     useFactory: (...parts: unknown[]) => parts,
   },
 ];
@@ -235,14 +239,8 @@ const providers: Provider[] = [
     ResequencerCatalog,
   ],
 })
-export class SequenceModule
-  extends ConfigurableSequenceModule
-  implements OnModuleInit, OnApplicationShutdown
-{
-  constructor(
-    @Inject(COMPOSITION) private readonly composition: Composition,
-    private readonly modules: ModulesContainer,
-  ) {
+export class SequenceModule extends ConfigurableSequenceModule implements OnModuleInit {
+  constructor(private readonly modules: ModulesContainer) {
     super();
   }
 
@@ -270,28 +268,4 @@ export class SequenceModule
   static forRootAsync(options: typeof SEQUENCE_ASYNC_OPTIONS_TYPE): DynamicModule {
     return super.forRootAsync(options);
   }
-
-  /**
-   * Closes what the module opened itself (the embedded defaults) and the `stores` sets, in order;
-   * one failing to close is logged and does not keep the others open.
-   */
-  async onApplicationShutdown(): Promise<void> {
-    for (const adapter of this.composition.adapters.owned) {
-      try {
-        await adapter.close();
-      } catch (error) {
-        new Logger('SequenceModule').warn(
-          `closing ${adapterName(adapter)} failed: ${errorMessage(error)}`,
-        );
-      }
-    }
-  }
-}
-
-/** An owned adapter in a log line: its class, or the name of a `stores` set (a plain object). */
-function adapterName(adapter: object): string {
-  const name = (adapter as { name?: unknown }).name;
-  return adapter.constructor === Object || adapter.constructor === undefined
-    ? `the store set ${String(name)}`
-    : adapter.constructor.name;
 }

@@ -1,7 +1,8 @@
-import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { DEFAULTS } from '../options/defaults';
 import type { ResolvedOptions } from '../options/resolved-options';
+import type { LifecyclePart } from './sequence.lifecycle';
 import { RESOLVED_OPTIONS } from './tokens';
 
 /** How long a scrape waits for a store's statistics before the gauges keep their last value. */
@@ -13,7 +14,7 @@ export const STATS_TIMEOUT_MS = 1_000;
  * with. With `metrics: false` they are still counted, and registered nowhere.
  */
 @Injectable()
-export class ModuleMetrics implements OnApplicationShutdown {
+export class ModuleMetrics implements LifecyclePart {
   /** The registry holding the metrics (the one passed in options, or the module's own). */
   readonly registry: Registry;
   private readonly prefix: string;
@@ -74,12 +75,15 @@ export class ModuleMetrics implements OnApplicationShutdown {
    * Takes the module's metrics out of a registry the application passed in (say prom-client's
    * global one): the next application in the process (a test suite's next test) can then
    * register them again, and scrapes no longer call this one's closed store. The module's own
-   * registry keeps them, with their final values.
+   * registry keeps them, with their final values. Last at shutdown, and when the application
+   * fails to start.
    */
-  onApplicationShutdown(): void {
-    if (this.ownRegistry) return;
-    for (const name of this.names) this.registry.removeSingleMetric(name);
-    this.names.clear();
+  close(): Promise<void> {
+    if (!this.ownRegistry) {
+      for (const name of this.names) this.registry.removeSingleMetric(name);
+      this.names.clear();
+    }
+    return Promise.resolve();
   }
 
   private named(name: string): string {
