@@ -116,7 +116,17 @@ export function composeAdapters(
     owned.push(adapter);
     return adapter;
   };
-  const transport = options.transport ?? own(new InMemoryTransport());
+  const closeTransport = options.closeTransport ?? false;
+  if (typeof closeTransport !== 'boolean') {
+    problems.push(`closeTransport must be true or false, got ${JSON.stringify(closeTransport)}`);
+  }
+  const given = options.transport;
+  const transport =
+    given === undefined
+      ? own(new InMemoryTransport())
+      : closeTransport === true
+        ? own(given)
+        : given;
   const sequenceEncryption = options.sequence?.encryption;
   const givenSequenceStore = options.sequence?.store ?? fromSets('sequenceStore');
   if (givenSequenceStore && sequenceEncryption) problems.push(encryptionOfGivenStore('sequence'));

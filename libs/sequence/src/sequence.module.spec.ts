@@ -621,6 +621,67 @@ describe('SequenceModule', () => {
     });
   });
 
+  describe('closeTransport', () => {
+    /** An in-memory transport that notes when it closes, in `closed`. */
+    function noting(closed: string[]): InMemoryTransport {
+      const transport = new InMemoryTransport();
+      const close = transport.close.bind(transport);
+      transport.close = async () => {
+        closed.push('transport');
+        await close();
+      };
+      return transport;
+    }
+    const set = (closed: string[]) => ({
+      name: 'preset',
+      close: async () => void closed.push('preset'),
+    });
+
+    it('closes a given transport with the application, before the store sets', async () => {
+      const closed: string[] = [];
+      const transport = noting(closed);
+      const app = await boot({
+        imports: [SequenceModule.forRoot({ transport, closeTransport: true, stores: set(closed) })],
+      });
+
+      await app.close();
+      apps.splice(apps.indexOf(app), 1);
+
+      expect(closed).toEqual(['transport', 'preset']);
+      await expect(transport.publish('after', Buffer.from('x'), {})).rejects.toThrow(
+        'in-memory transport is closed',
+      );
+    });
+
+    it('leaves a given transport open without it', async () => {
+      const closed: string[] = [];
+      const transport = noting(closed);
+      const app = await boot({
+        imports: [SequenceModule.forRoot({ transport, stores: set(closed) })],
+      });
+
+      await app.close();
+      apps.splice(apps.indexOf(app), 1);
+
+      expect(closed).toEqual(['preset']);
+      await transport.publish('after', Buffer.from('x'), {});
+      expect(transport.depth('after')).toBe(1);
+      await transport.close();
+    });
+
+    it('refuses a value that is not a boolean', async () => {
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            transport: new InMemoryTransport(),
+            closeTransport: 'yes' as unknown as boolean,
+          }),
+        ],
+      });
+      expect((error as Error).message).toContain('closeTransport must be true or false, got "yes"');
+    });
+  });
+
   describe('stores that keep state in the process only', () => {
     /** The in-memory broker under another name: a broker that keeps messages, to the module. */
     class DurableBroker extends ForwardingTransport {

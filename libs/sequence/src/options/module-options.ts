@@ -114,6 +114,7 @@ export interface TuningOptions {
  * @example
  * SequenceModule.forRoot({
  *   transport: await RabbitMqTransport.connect(process.env.AMQP_URL),
+ *   closeTransport: true,
  *   stores: redis(process.env.REDIS_URL, { prefix: 'imaging' }),
  *   sequence: { fragmentBytes: 8 * 1024 * 1024, timeoutMs: 120_000 },
  * })
@@ -121,6 +122,14 @@ export interface TuningOptions {
 export interface SequenceModuleOptions {
   /** The broker. @default a new InMemoryTransport (one process, no server) */
   transport?: Transport;
+  /**
+   * Close `transport` at shutdown, after the module's subscriptions and before its stores (and
+   * when the application fails to start): for a transport made for this module alone, as
+   * `RabbitMqTransport.connect(url)` in `forRootAsync`'s factory. Leave it off for a transport
+   * that outlives the application or that several share; close that one yourself.
+   * @default false (the default in-memory transport is closed either way)
+   */
+  closeTransport?: boolean;
   /**
    * Stores of a backend over one connection, from a preset: `redis(url, { prefix })`,
    * `postgres(url)`, or both in a list (the first set that has a store wins). A pattern's own

@@ -59,6 +59,7 @@ const BOXES = ['outboxEvents', 'outboxCommands', 'inboxEvents', 'inboxCommands']
 
 export const MODULE_KEYS: KeyTree = {
   transport: true,
+  closeTransport: true,
   stores: true,
   publish: PUBLISH_POLICY_KEYS,
   handlerRetry: RETRY_POLICY_KEYS,
