@@ -22,7 +22,7 @@ import {
   handlerRejection,
   type HandlerOutcome,
 } from '../kernel/handler-retry';
-import { settlesWithin } from '../core/async';
+import { retryWithin, settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import {
   SEQUENCE_REASSEMBLER,
@@ -362,7 +362,21 @@ export class ClaimCheckReceiver {
   ): Promise<Disposition> {
     let groups: number;
     try {
-      groups = await this.completeGroup(ticket, key, holder);
+      // Tried again for half the lease (last renewed at most a third of it ago): a ledger back
+      // within it records the completion, where giving up at once would leave the redelivery
+      // busy until the lease lapsed, then handled a second time.
+      groups = await retryWithin(
+        () => this.completeGroup(ticket, key, holder),
+        this.options.tuning.leaseMs / 2,
+        {
+          stopped: () => this.host.stopping.aborted,
+          onRetry: (error, waitMs) =>
+            this.logger.warn(
+              `${consumer.channel}: could not record ${key.ticket} as handled; trying again in ` +
+                `${waitMs} ms: ${errorMessage(error)}`,
+            ),
+        },
+      );
     } catch (error) {
       // The handler ran; unrecorded, the ticket may be handled again: at-least-once, never lost.
       this.logger.error(

@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import { delay } from '../core/async';
+import { retryWithin } from '../core/async';
 import { sha256Hasher } from '../core/checksum';
 import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
@@ -27,9 +27,6 @@ import type { SequenceLifecycle } from './sequence.events';
 import type { SequenceConsumer } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
-/** How soon a failed write of a handled sequence's outcome is tried again, doubling up to the last. */
-const FINISH_RETRY_FIRST_MS = 50;
-const FINISH_RETRY_MAX_MS = 2_000;
 
 /**
  * Delivers one complete sequence: verifies it, runs the handler (with retries) and records the
@@ -265,29 +262,22 @@ export class SequenceDelivery {
     leaseToken: string,
     reason?: string,
   ): Promise<boolean> {
-    const deadline = Date.now() + this.options.tuning.leaseMs / 2;
     let failedBefore = false;
-    for (
-      let delayMs = FINISH_RETRY_FIRST_MS;
-      ;
-      delayMs = Math.min(delayMs * 2, FINISH_RETRY_MAX_MS)
-    ) {
-      try {
-        const finished = await this.store.finish(ref, outcome, {
-          ...this.finishContext(leaseToken),
-          reason,
-        });
-        return finished || (failedBefore && (await this.markedAs(ref, outcome)));
-      } catch (error) {
-        failedBefore = true;
-        if (this.stopped || Date.now() + delayMs > deadline) throw error;
-        this.logger.warn(
-          `could not mark sequence ${ref.sequenceId} ${outcome}; trying again in ${delayMs} ms: ` +
-            errorMessage(error),
-        );
-        await delay(delayMs);
-      }
-    }
+    const finished = await retryWithin(
+      () => this.store.finish(ref, outcome, { ...this.finishContext(leaseToken), reason }),
+      this.options.tuning.leaseMs / 2,
+      {
+        stopped: () => this.stopped,
+        onRetry: (error, waitMs) => {
+          failedBefore = true;
+          this.logger.warn(
+            `could not mark sequence ${ref.sequenceId} ${outcome}; trying again in ${waitMs} ms: ` +
+              errorMessage(error),
+          );
+        },
+      },
+    );
+    return finished || (failedBefore && (await this.markedAs(ref, outcome)));
   }
 
   /** Whether the store's live marker of the sequence says `outcome` (false where it cannot tell). */

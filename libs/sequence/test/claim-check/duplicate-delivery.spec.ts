@@ -59,6 +59,32 @@ describe('claim check: a ticket delivered twice', () => {
     expect(t.transport.actionsOn(t.channel)).toEqual(['requeue', 'ack']);
   });
 
+  it('a completion the ledger refuses for a moment is tried again: handled once, acked', async () => {
+    /** A ledger that fails its first three `complete` calls before recording anything. */
+    class BriefOutage extends MemoryClaimLedger {
+      failures = 3;
+      completes = 0;
+      override async complete(...args: Parameters<MemoryClaimLedger['complete']>) {
+        this.completes++;
+        if (this.failures-- > 0) throw new Error('ledger unreachable (injected by the test)');
+        return super.complete(...args);
+      }
+    }
+    const ledger = new BriefOutage();
+    t = await createClaimCheckTestApp({
+      module: { tuning: { leaseMs: 6_000 } },
+      claimCheck: { ledger },
+    });
+    const ticket = await t.claimCheck.checkIn(bytes(2_000, 9), { audience: t.channel });
+
+    await publishTicket(t.transport, t.channel, ticket);
+    await eventually(() => t.transport.actionsOn(t.channel).length > 0, 'settled', 5_000);
+
+    expect(t.transport.actionsOn(t.channel)).toEqual(['ack']);
+    expect(t.handler.calls).toBe(1);
+    expect(ledger.completes).toBe(4);
+  });
+
   it('two copies queued at once: one handler call, both acked, nothing dead-lettered', async () => {
     t = await createClaimCheckTestApp({ claimCheck: { deleteAfter: 'ttl' } });
     const payload = bytes(5_000, 2);
