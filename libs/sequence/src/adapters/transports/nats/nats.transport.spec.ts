@@ -5,6 +5,7 @@ import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jet
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { delay } from '../../../core/async';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -792,6 +793,51 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         await own.close();
       }
     }, 30_000);
+
+    describe('frozen (a network black hole)', () => {
+      const warn = () => jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+
+      /** What `closing` came to within `ms`: `closed`, or `still closing`. */
+      async function within(closing: Promise<unknown>, ms: number): Promise<string> {
+        const outcome = closing.then(() => 'closed');
+        const late = delay(ms).then(() => 'still closing');
+        return Promise.race([outcome, late]);
+      }
+
+      it('closes a subscription within about publishTimeoutMs', async () => {
+        const warning = warn();
+        const own = await NatsTransport.connect(
+          { servers: server.url, reconnectTimeWait: 100 },
+          { publishTimeoutMs: 1_000 },
+        );
+        try {
+          const channel = `frozen.${randomUUID()}`;
+          const subscription = await own.subscribe(channel, async () => ACK);
+          server.pause();
+          expect(await within(subscription.close(), 8_000)).toBe('closed');
+        } finally {
+          server.resume();
+          await own.close();
+          warning.mockRestore();
+        }
+      }, 30_000);
+
+      it('closes the transport within about publishTimeoutMs', async () => {
+        const warning = warn();
+        const own = await NatsTransport.connect(
+          { servers: server.url, reconnectTimeWait: 100 },
+          { publishTimeoutMs: 1_000 },
+        );
+        try {
+          await own.subscribe(`frozen.${randomUUID()}`, async () => ACK);
+          server.pause();
+          expect(await within(own.close(), 8_000)).toBe('closed');
+        } finally {
+          server.resume();
+          warning.mockRestore();
+        }
+      }, 30_000);
+    });
 
     it('subscribes and publishes while the server is down, delivering once it is back', async () => {
       const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });

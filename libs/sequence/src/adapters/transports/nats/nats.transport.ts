@@ -16,7 +16,7 @@ import {
   type NatsConnection,
   type NatsConnectionOptions,
 } from './nats.client';
-import { delay, withTimeout } from '../../../core/async';
+import { delay, settlesWithin, withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -511,10 +511,10 @@ export class NatsTransport implements Transport {
       removeFromStream: async (sequence) => {
         const jsm = await this.jsm();
         // Without a flush the delete could overtake the term and find the message still pending.
-        await this.connection.flush();
+        await this.flush();
         await jsm.streams.deleteMessage(stream, sequence, false);
       },
-      flush: () => this.connection.flush(),
+      flush: () => this.flush(),
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
     });
@@ -583,7 +583,12 @@ export class NatsTransport implements Transport {
     this.stopped = true;
     this.statuses?.stop?.();
     if (this.ownsConnection && !this.connection.isClosed()) {
-      await this.connection.drain().catch(() => this.connection.close());
+      // Bounded as a flush is: a drain ends with one.
+      const drained = this.connection.drain().catch(() => this.connection.close());
+      if (!(await settlesWithin(drained, timeoutMs))) {
+        this.logger.warn(`the connection did not drain within ${timeoutMs} ms; closed it`);
+        await this.connection.close().catch(() => undefined);
+      }
     }
   }
 
@@ -728,6 +733,21 @@ export class NatsTransport implements Transport {
   }
 
   /** On a reconnect, the server may be another or restarted empty: declare everything again. */
+  /**
+   * Waits for the server to have what was sent, for at most `publishTimeoutMs`: a server that
+   * stops answering (frozen, a network black hole) never answers a flush's PING, and what waits
+   * on it (a subscription closing, a dead letter's delete) would wait until the client's own
+   * pings found the connection stale, minutes later.
+   */
+  private flush(): Promise<void> {
+    const timeoutMs = this.settings.publishTimeoutMs;
+    return withTimeout(
+      this.connection.flush(),
+      timeoutMs,
+      () => new Error(`NATS did not answer a flush within ${timeoutMs} ms`),
+    );
+  }
+
   private async watchStatus(): Promise<void> {
     // Stopped at close: a connection the application keeps would otherwise go on notifying a
     // closed transport for ever.
