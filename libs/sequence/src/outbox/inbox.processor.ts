@@ -146,6 +146,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       abandoned: () => transaction.abandon(limit.error(attempt)),
     };
     let called = false;
+    let returned = false;
     try {
       await batch.transaction.savepoint(async () => {
         called = true;
@@ -159,12 +160,19 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
             ),
           ),
         );
+        // Returned with the connection still usable as far as its statements saw: a statement of
+        // its own that broke it (outran query_timeout, error swallowed) still counts an attempt.
+        returned = !batch.transaction.brokenBy;
       });
     } catch (error) {
       // What the failed call left running must not land in the next record's savepoint.
       transaction.abandon(new InboxCallEndedError(record.id, 'failed'));
-      // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
-      if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
+      // The connection failed before the handler was called (at its SAVEPOINT), or after it
+      // returned (at the RELEASE: the connection was lost under a call that succeeded, a database
+      // restart or a terminated session): the handler did not fail, so it is not an attempt.
+      if ((!called || returned) && batch.transaction.brokenBy) {
+        return { id: record.id, status: 'released' };
+      }
       return this.failed(record, error);
     }
     // Kept only once its savepoint is released: a handler undone takes its messages with it.

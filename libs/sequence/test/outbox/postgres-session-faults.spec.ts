@@ -1,0 +1,105 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { Pool } from 'pg';
+import { InboxHandler } from 'nest-sequence';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
+import { describeWithServer, SERVERS } from '../support/servers';
+import { postgresPool } from '../support/postgres.fixture';
+import { eventually } from '../support/sequence-test-app';
+import { createOutboxTestApp, publishInboxEvent, type OutboxTestApp } from './outbox-test-app';
+
+const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The outbox and inbox when PostgreSQL ends their sessions under them. */
+describeWithServer(
+  'postgres',
+  'Outbox and inbox on PostgreSQL: sessions ended by the server',
+  () => {
+    let admin: Pool;
+    let prefix: string;
+    let t: OutboxTestApp | undefined;
+    const stores: PostgresOutboxStore[] = [];
+
+    beforeAll(() => {
+      admin = postgresPool({ max: 2 });
+    });
+
+    beforeEach(() => {
+      prefix = `sf${randomUUID().replace(/-/g, '').slice(0, 10)}_`;
+    });
+
+    afterEach(async () => {
+      await t?.close();
+      t = undefined;
+      for (const store of stores.splice(0)) await store.close().catch(() => undefined);
+      for (const table of [...BOXES, 'outbox_migrations']) {
+        await admin.query(`DROP TABLE IF EXISTS ${prefix}${table}`);
+      }
+    });
+
+    afterAll(async () => {
+      await admin.end();
+    });
+
+    /** A store whose sessions carry this test's application_name; closed after the test. */
+    function connect(pool: Record<string, unknown> = {}): PostgresOutboxStore {
+      const store = PostgresOutboxStore.connect(SERVERS.postgres.url, {
+        tablePrefix: prefix,
+        pool: { application_name: prefix, ...pool },
+      });
+      stores.push(store);
+      return store;
+    }
+
+    async function row(box: string, id: string) {
+      const { rows } = await admin.query<{ status: string; attempts: number }>(
+        `SELECT status, attempts FROM ${prefix}${box} WHERE id = $1`,
+        [id],
+      );
+      return rows[0];
+    }
+
+    it('a handler that succeeded while its claim’s session was ended is not charged an attempt', async () => {
+      let calls = 0;
+      @Injectable()
+      class Mailer {
+        @InboxHandler({ event: 'PaymentSettled' })
+        async handle(): Promise<void> {
+          if (++calls > 1) return;
+          // The claim's session ends under the handler (a failover, a terminated backend).
+          await admin.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE application_name = $1 AND state = 'idle in transaction'`,
+            [prefix],
+          );
+          await sleep(100);
+        }
+      }
+      t = await createOutboxTestApp(
+        {
+          store: connect(),
+          inboxEvents: {
+            pollIntervalMs: 200,
+            retry: { attempts: 1, baseDelayMs: 10, maxDelayMs: 40 },
+          },
+        },
+        [Mailer],
+      );
+      const id = await publishInboxEvent(t.broker, 'PaymentSettled', {
+        aggregateType: 'Payment',
+        aggregateId: 'p-1',
+        payload: {},
+      });
+
+      await eventually(
+        async () => ['COMPLETED', 'FAILED'].includes((await row('inbox_events', id))?.status ?? ''),
+        'the record settled',
+        15_000,
+      );
+      // Handed out again, uncounted, rather than FAILED after its one attempt.
+      expect(await row('inbox_events', id)).toEqual({ status: 'COMPLETED', attempts: 1 });
+      expect(calls).toBe(2);
+    });
+  },
+);
