@@ -9,7 +9,7 @@ import { eventually } from '../support/sequence-test-app';
 import { createOutboxTestApp, publishInboxEvent, type OutboxTestApp } from './outbox-test-app';
 
 const BOXES = ['outbox_events', 'outbox_commands', 'inbox_events', 'inbox_commands'];
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** The outbox and inbox when PostgreSQL ends their sessions under them. */
 describeWithServer(
@@ -100,6 +100,36 @@ describeWithServer(
       // Handed out again, uncounted, rather than FAILED after its one attempt.
       expect(await row('inbox_events', id)).toEqual({ status: 'COMPLETED', attempts: 1 });
       expect(calls).toBe(2);
+    });
+
+    it('a claim outlasting the server’s idle_in_transaction_session_timeout still settles: published once', async () => {
+      t = await createOutboxTestApp({
+        store: connect({ idle_in_transaction_session_timeout: 300 }),
+        outboxEvents: { pollIntervalMs: 200, retry: { baseDelayMs: 10, maxDelayMs: 40 } },
+      });
+      // Each confirm takes longer than the timeout: the claim's transaction idles meanwhile.
+      t.transport.beforePublish = () => sleep(700);
+      const id = await t.outbox.transaction(async (tx) =>
+        tx.publishEvent({
+          type: 'OrderPlaced',
+          aggregateType: 'Order',
+          aggregateId: 'o-1',
+          payload: {},
+        }),
+      );
+      const copies = () => t!.broker.peek('events.OrderPlaced').length;
+
+      await eventually(
+        async () => copies() > 1 || (await row('outbox_events', id))?.status === 'COMPLETED',
+        'completed, or published again',
+        10_000,
+      );
+      await sleep(500);
+      expect({ ...(await row('outbox_events', id)), copies: copies() }).toEqual({
+        status: 'COMPLETED',
+        attempts: 1,
+        copies: 1,
+      });
     });
   },
 );

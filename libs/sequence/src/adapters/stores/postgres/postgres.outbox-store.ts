@@ -48,6 +48,15 @@ import { inTransaction, PostgresStoreTransaction } from './postgres.store-transa
 const NOTHING_CLAIMED: ClaimResult = { claimed: 0, completed: 0, retried: 0, failed: 0 };
 /** A claim's commit that does not wait for its WAL record to reach the disk. */
 const LAZY_COMMIT = 'SET LOCAL synchronous_commit TO off';
+/**
+ * A claim's transaction is idle while its batch is published or handled (a broker's confirm, a
+ * handler's outside call): a server-side idle_in_transaction_session_timeout shorter than that
+ * would end every such claim before it settles, and its records would be handed out (published)
+ * again at every poll, forever and uncounted. Claims are bounded by the library's own limits
+ * (confirmTimeoutMs, handlerTimeoutMs, query_timeout) instead. Sent with the claim's first
+ * statement, in the same round trip.
+ */
+const NO_IDLE_TIMEOUT = 'SET LOCAL idle_in_transaction_session_timeout TO 0';
 
 /**
  * The outbox store on PostgreSQL: one table per box (`<tablePrefix><box>`, see
@@ -226,6 +235,7 @@ export class PostgresOutboxStore implements OutboxStore {
       { records: StoredRecord[]; outcomes: readonly RecordOutcome[]; backend?: number } | undefined;
     const result = await inTransaction(this.pool, async (transaction) => {
       claimed = transaction;
+      transaction.defer(NO_IDLE_TIMEOUT, []);
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       const joinable = options.joinable !== false;
