@@ -670,6 +670,43 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
       await expect(store.bufferedBytes(key.scope)).resolves.toBe(0);
     });
 
+    describe('a key whose Redis keys are partly gone (evicted, or a partial restore)', () => {
+      it('drops the gap of a key whose state is gone, and its share of the buffered total', async () => {
+        await store.accept(key, entry(3), at(t0));
+        await store.accept(key, entry(4), at(t0 + 1));
+        expect(await store.bufferedTotal(key.scope)).toBe(2);
+        await redis.del(names.of(key).state);
+
+        await expect(
+          store.resolveGap(key, 'skip', { openedBefore: t0 + 10, now: t0 + 5_000 }),
+        ).resolves.toEqual({ kind: 'none' });
+
+        // Not listed again at every sweep, ahead of the live keys, until retention.
+        await expect(store.listGaps(key.scope, t0 + 10, 10, true)).resolves.toEqual([]);
+        await expect(store.bufferedTotal(key.scope)).resolves.toBe(0);
+        await expect(store.gapStats(key.scope, t0 + 5_000)).resolves.toMatchObject({
+          openGaps: 0,
+        });
+      });
+
+      it('stops listing as stalled a hand-off whose list is gone', async () => {
+        await store.accept(key, entry(3), at(t0));
+        await expect(
+          store.resolveGap(key, 'skip', { openedBefore: t0 + 10, now: t0 + 10 }),
+        ).resolves.toMatchObject({ kind: 'resolved' });
+        await redis.del(names.of(key).handOff);
+        await expect(store.listStalledHandOffs(key.scope, t0 + 1_000, 10)).resolves.toEqual([
+          key.key,
+        ]);
+
+        await expect(store.claimDrain(key, { ...DRAIN, now: t0 + 1_000 })).resolves.toEqual({
+          kind: 'empty',
+        });
+
+        await expect(store.listStalledHandOffs(key.scope, t0 + 2_000, 10)).resolves.toEqual([]);
+      });
+    });
+
     it('does not reuse a buffer or hand-off list left from a previous life of the key', async () => {
       // Left behind when the state expired first (their TTLs were set when they were created).
       await redis.zadd(names.of(key).buffer, 2, encodeEntry(entry(2)));

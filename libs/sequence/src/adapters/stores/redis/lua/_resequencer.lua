@@ -204,9 +204,17 @@ end
 -- a retired key {ver}, which tells the caller to drop the key's index entries up to that ver
 -- (rsq-unindex-5): a step a retirement overtook (another instance's, delayed) may have put back
 -- the entries its retirement removed (see rsq-retire-3).
-local function repairRecord(s)
+local function repairRecord(s, now)
   if s.retireAt then
     return {s.ver}
+  end
+  if not s.next and now then
+    -- No state (lost, or expired just now): whatever the index still holds for the key is stale
+    -- (a gap, buffered events, a stalled hand-off nobody can resolve); drop it, or every sweep
+    -- lists it again until retention, ahead of the live keys. Only records older than the
+    -- callers' clock tolerance: on Redis Cluster the drop is a second step, and a key another
+    -- instance recreated meanwhile must keep its record (a later sweep drops what is left).
+    return {math.max(s.ver, now - CLOCK_TOLERANCE_MS)}
   end
   return indexRecord(s)
 end

@@ -10,7 +10,7 @@ local function resolveStep()
   local size = rcall('ZCARD', bufferKey)
   if not s.next or size == 0 or not s.gapSince or s.gapSince > openedBefore or
       (policy == 'alert' and s.alerted) or (unchangedSince and s.at > unchangedSince) then
-    return {'none', repairRecord(s)}
+    return {'none', repairRecord(s, now)}
   end
 
   beforeAppend(s, now)

@@ -26,10 +26,17 @@ if rcall('LLEN', handOffKey) == 0 then
   if s.holder == holder then
     rcall('HDEL', stateKey, 'holder', 'until')
   end
+  -- A hand-off list gone while the state still tracks it (lost to eviction, a partial restore):
+  -- nothing waits, so its stall entry must go, or every sweep lists the key again.
+  if s.next and (s.track or s.handOffAt) then
+    s.track, s.handOffAt = false, nil
+    rcall('HSET', stateKey, 'track', '0')
+    rcall('HDEL', stateKey, 'handOffAt')
+  end
   -- The key's record, forced: the sweeper's and waiters' claims that find nothing repair an
   -- index entry (a stalled hand-off, a gap) whose update a crash lost (rare: not a hot path).
   -- A retired key's is {ver}: its entries are dropped (see repairRecord).
-  return {'empty', repairRecord(s)}
+  return {'empty', repairRecord(s, now)}
 end
 if s.holder and s.holder ~= holder and s.leaseUntil and s.leaseUntil > now then
   return {'busy', {}}
