@@ -16,6 +16,7 @@ import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { BoxWorker } from './box-worker';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
+import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
 /**
@@ -28,7 +29,18 @@ import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kern
  * loses the claim's transaction (it outran `query_timeout`), the batch stops there and that
  * record alone counts a failed attempt.
  */
+/** The most records InboxProcessor keeps as handed back once after their session ended. */
+const LOST_AFTER_CALL_KEPT = 10_000;
+
 export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'> {
+  /**
+   * Records handed back uncounted once because the database session ended after their handler
+   * returned (most recent last, at most LOST_AFTER_CALL_KEPT): the next such end counts an
+   * attempt, lest a handler that always outlasts a pooler's or the server's idle timeout run again
+   * at every poll, for ever.
+   */
+  private readonly lostAfterCall = new Set<string>();
+
   constructor(
     box: 'inbox_events' | 'inbox_commands',
     store: OutboxStore,
@@ -167,14 +179,24 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     } catch (error) {
       // What the failed call left running must not land in the next record's savepoint.
       transaction.abandon(new InboxCallEndedError(record.id, 'failed'));
-      // The connection failed before the handler was called (at its SAVEPOINT), or after it
-      // returned (at the RELEASE: the connection was lost under a call that succeeded, a database
-      // restart or a terminated session): the handler did not fail, so it is not an attempt.
-      if ((!called || returned) && batch.transaction.brokenBy) {
+      // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
+      if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
+      // Or after it returned (at the RELEASE: a failover, a terminated session): the handler did
+      // not fail. Handed back uncounted once; the same end again counts an attempt.
+      if (returned && batch.transaction.brokenBy) {
+        if (this.lostAfterCall.delete(record.id)) {
+          return this.failed(record, new InboxSessionEndedError(record.id, error));
+        }
+        this.lostAfterCall.add(record.id);
+        if (this.lostAfterCall.size > LOST_AFTER_CALL_KEPT) {
+          const [oldest] = this.lostAfterCall;
+          this.lostAfterCall.delete(oldest);
+        }
         return { id: record.id, status: 'released' };
       }
       return this.failed(record, error);
     }
+    this.lostAfterCall.delete(record.id);
     // Kept only once its savepoint is released: a handler undone takes its messages with it.
     recorded.adopt(transaction);
     transaction.abandon(new InboxCallEndedError(record.id, 'completed'));

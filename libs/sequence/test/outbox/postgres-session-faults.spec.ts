@@ -102,6 +102,51 @@ describeWithServer(
       expect(calls).toBe(2);
     });
 
+    it('a handler whose session ends after every call counts every second end: FAILED, not run for ever', async () => {
+      let calls = 0;
+      @Injectable()
+      class Mailer {
+        @InboxHandler({ event: 'PaymentSettled' })
+        async handle(): Promise<void> {
+          calls++;
+          await admin.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1 AND state = 'idle in transaction'`,
+            [prefix],
+          );
+          await sleep(100);
+        }
+      }
+      t = await createOutboxTestApp(
+        {
+          store: connect(),
+          inboxEvents: {
+            pollIntervalMs: 100,
+            retry: { attempts: 3, baseDelayMs: 10, maxDelayMs: 40 },
+          },
+        },
+        [Mailer],
+      );
+      const id = await publishInboxEvent(t.broker, 'PaymentSettled', {
+        aggregateType: 'Payment',
+        aggregateId: 'p-2',
+        payload: {},
+      });
+
+      await eventually(
+        async () => (await row('inbox_events', id))?.status === 'FAILED',
+        'the record FAILED',
+        20_000,
+      );
+      expect(await row('inbox_events', id)).toEqual({ status: 'FAILED', attempts: 3 });
+      expect(calls).toBe(6);
+      const { rows } = await admin.query<{ last_error: string }>(
+        `SELECT last_error FROM ${prefix}inbox_events WHERE id = $1`,
+        [id],
+      );
+      expect(rows[0].last_error).toContain('session ended after the handler');
+    });
+
     it('a claim outlasting the server’s idle_in_transaction_session_timeout still settles: published once', async () => {
       t = await createOutboxTestApp({
         store: connect({ idle_in_transaction_session_timeout: 300 }),

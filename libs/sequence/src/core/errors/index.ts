@@ -30,3 +30,4 @@ export * from './outbox-transaction-finished.error';
 export * from './savepoint-ended.error';
 export * from './inbox-call-ended.error';
 export * from './partition-count-mismatch.error';
+export * from './inbox-session-ended.error';
