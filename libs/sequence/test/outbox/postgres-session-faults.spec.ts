@@ -60,55 +60,17 @@ describeWithServer(
       return rows[0];
     }
 
-    it('a handler that succeeded while its claim’s session was ended is not charged an attempt', async () => {
-      let calls = 0;
+    /**
+     * An app whose PaymentSettled handler ends its own claim's session (a failover, a terminated
+     * backend) on the calls `ends` picks, then returns; and one such message, its id returned.
+     */
+    async function endingSessions(ends: (call: number) => boolean, attempts: number) {
+      const handler = { calls: 0 };
       @Injectable()
       class Mailer {
         @InboxHandler({ event: 'PaymentSettled' })
         async handle(): Promise<void> {
-          if (++calls > 1) return;
-          // The claim's session ends under the handler (a failover, a terminated backend).
-          await admin.query(
-            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-           WHERE application_name = $1 AND state = 'idle in transaction'`,
-            [prefix],
-          );
-          await sleep(100);
-        }
-      }
-      t = await createOutboxTestApp(
-        {
-          store: connect(),
-          inboxEvents: {
-            pollIntervalMs: 200,
-            retry: { attempts: 1, baseDelayMs: 10, maxDelayMs: 40 },
-          },
-        },
-        [Mailer],
-      );
-      const id = await publishInboxEvent(t.broker, 'PaymentSettled', {
-        aggregateType: 'Payment',
-        aggregateId: 'p-1',
-        payload: {},
-      });
-
-      await eventually(
-        async () => ['COMPLETED', 'FAILED'].includes((await row('inbox_events', id))?.status ?? ''),
-        'the record settled',
-        15_000,
-      );
-      // Handed out again, uncounted, rather than FAILED after its one attempt.
-      expect(await row('inbox_events', id)).toEqual({ status: 'COMPLETED', attempts: 1 });
-      expect(calls).toBe(2);
-    });
-
-    it('a handler whose session ends after every call counts every second end: FAILED, not run for ever', async () => {
-      let calls = 0;
-      @Injectable()
-      class Mailer {
-        @InboxHandler({ event: 'PaymentSettled' })
-        async handle(): Promise<void> {
-          calls++;
+          if (!ends(++handler.calls)) return;
           await admin.query(
             `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE application_name = $1 AND state = 'idle in transaction'`,
@@ -122,16 +84,34 @@ describeWithServer(
           store: connect(),
           inboxEvents: {
             pollIntervalMs: 100,
-            retry: { attempts: 3, baseDelayMs: 10, maxDelayMs: 40 },
+            retry: { attempts, baseDelayMs: 10, maxDelayMs: 40 },
           },
         },
         [Mailer],
       );
       const id = await publishInboxEvent(t.broker, 'PaymentSettled', {
         aggregateType: 'Payment',
-        aggregateId: 'p-2',
+        aggregateId: 'p-1',
         payload: {},
       });
+      return { handler, id };
+    }
+
+    it('a handler that succeeded while its claim’s session was ended is not charged an attempt', async () => {
+      const { handler, id } = await endingSessions((call) => call === 1, 1);
+
+      await eventually(
+        async () => ['COMPLETED', 'FAILED'].includes((await row('inbox_events', id))?.status ?? ''),
+        'the record settled',
+        15_000,
+      );
+      // Handed out again, uncounted, rather than FAILED after its one attempt.
+      expect(await row('inbox_events', id)).toEqual({ status: 'COMPLETED', attempts: 1 });
+      expect(handler.calls).toBe(2);
+    });
+
+    it('a handler whose session ends after every call counts every second end: FAILED, not run for ever', async () => {
+      const { handler, id } = await endingSessions(() => true, 3);
 
       await eventually(
         async () => (await row('inbox_events', id))?.status === 'FAILED',
@@ -139,7 +119,7 @@ describeWithServer(
         20_000,
       );
       expect(await row('inbox_events', id)).toEqual({ status: 'FAILED', attempts: 3 });
-      expect(calls).toBe(6);
+      expect(handler.calls).toBe(6);
       const { rows } = await admin.query<{ last_error: string }>(
         `SELECT last_error FROM ${prefix}inbox_events WHERE id = $1`,
         [id],
