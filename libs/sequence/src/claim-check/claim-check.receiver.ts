@@ -369,7 +369,7 @@ export class ClaimCheckReceiver {
         () => this.completeGroup(ticket, key, holder),
         this.options.tuning.leaseMs / 2,
         {
-          stopped: () => this.host.stopping.aborted,
+          signal: this.host.stopping,
           onRetry: (error, waitMs) =>
             this.logger.warn(
               `${consumer.channel}: could not record ${key.ticket} as handled; trying again in ` +

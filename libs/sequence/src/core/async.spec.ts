@@ -2,6 +2,7 @@ import {
   delay,
   MAX_TIMER_MS,
   oneAtATime,
+  retryWithin,
   settlesWithin,
   unlessAborted,
   withTimeout,
@@ -120,5 +121,45 @@ describe('unlessAborted', () => {
     await expect(unlessAborted(Promise.resolve(3), controller.signal)).rejects.toThrow(
       'the handler is over',
     );
+  });
+});
+
+describe('retryWithin', () => {
+  const failing = (times: number) => {
+    let calls = 0;
+    const attempt = jest.fn(async () => {
+      if (++calls <= times) throw new Error(`failure ${calls}`);
+      return 'done';
+    });
+    return attempt;
+  };
+
+  it('calls again after each failure until one resolves, within the time', async () => {
+    const attempt = failing(2);
+    const waits: number[] = [];
+    await expect(
+      retryWithin(attempt, 5_000, { onRetry: (_error, waitMs) => waits.push(waitMs) }),
+    ).resolves.toBe('done');
+    expect(attempt).toHaveBeenCalledTimes(3);
+    expect(waits).toEqual([50, 100]);
+  });
+
+  it('rethrows the last error once the next wait would end past the time', async () => {
+    await expect(retryWithin(failing(100), 120)).rejects.toThrow('failure 2');
+  });
+
+  it('ends a wait at once when the signal aborts, rethrowing the last error', async () => {
+    const controller = new AbortController();
+    const attempt = failing(100);
+    const started = Date.now();
+    const retried = retryWithin(attempt, 60_000, {
+      signal: controller.signal,
+      onRetry: (_error, waitMs) => {
+        if (waitMs >= 400) controller.abort();
+      },
+    });
+    await expect(retried).rejects.toThrow('failure 4');
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(attempt).toHaveBeenCalledTimes(4);
   });
 });

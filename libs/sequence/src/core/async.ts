@@ -26,25 +26,30 @@ export function delay(ms: number, signal?: AbortSignal): Promise<void> {
 /**
  * Calls `attempt` until it resolves: after a failure it waits 50 ms, then twice as long each time
  * (at most 2 s), and calls again. Rethrows the last error once the next wait would end more than
- * `withinMs` after the first call, or once `stopped()` says so. `onRetry` hears each error about
- * to be retried, with the wait before the next call.
+ * `withinMs` after the first call, or once `stopped()` says so or `signal` aborts (which also
+ * ends a wait at once). `onRetry` hears each error about to be retried, with the wait before the
+ * next call.
  */
 export async function retryWithin<T>(
   attempt: () => Promise<T>,
   withinMs: number,
   options: {
     readonly stopped?: () => boolean;
+    readonly signal?: AbortSignal;
     readonly onRetry?: (error: unknown, waitMs: number) => void;
   } = {},
 ): Promise<T> {
+  const { signal } = options;
   const deadline = Date.now() + withinMs;
   for (let waitMs = RETRY_FIRST_MS; ; waitMs = Math.min(waitMs * 2, RETRY_MAX_MS)) {
     try {
       return await attempt();
     } catch (error) {
-      if (options.stopped?.() || Date.now() + waitMs > deadline) throw error;
+      const over = () => options.stopped?.() || signal?.aborted === true;
+      if (over() || Date.now() + waitMs > deadline) throw error;
       options.onRetry?.(error, waitMs);
-      await delay(waitMs);
+      await delay(waitMs, signal);
+      if (over()) throw error;
     }
   }
 }
