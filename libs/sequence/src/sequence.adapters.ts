@@ -35,7 +35,7 @@ export interface ModuleAdapters {
 
 /**
  * The lifecycle part that closes what the module owns (`ModuleAdapters.owned`), in order, last
- * at shutdown and also when the application fails to start (Nest then runs no shutdown hook, and
+ * at shutdown and also when the module's own start fails at bootstrap (Nest then runs no shutdown hook, and
  * a `stores` set's connection would keep the process alive). One failing to close is logged and
  * does not keep the others open.
  */

@@ -75,8 +75,8 @@ export class ModuleMetrics implements LifecyclePart {
    * Takes the module's metrics out of a registry the application passed in (say prom-client's
    * global one): the next application in the process (a test suite's next test) can then
    * register them again, and scrapes no longer call this one's closed store. The module's own
-   * registry keeps them, with their final values. Last at shutdown, and when the application
-   * fails to start.
+   * registry keeps them, with their final values. Last at shutdown, and when the module's own
+   * start fails at bootstrap.
    */
   close(): Promise<void> {
     if (!this.ownRegistry) {

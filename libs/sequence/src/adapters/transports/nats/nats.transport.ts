@@ -732,7 +732,6 @@ export class NatsTransport implements Transport {
     return this.manager;
   }
 
-  /** On a reconnect, the server may be another or restarted empty: declare everything again. */
   /**
    * Waits for the server to have what was sent, for at most `publishTimeoutMs`: a server that
    * stops answering (frozen, a network black hole) never answers a flush's PING, and what waits
@@ -748,6 +747,7 @@ export class NatsTransport implements Transport {
     );
   }
 
+  /** On a reconnect, the server may be another or restarted empty: declare everything again. */
   private async watchStatus(): Promise<void> {
     // Stopped at close: a connection the application keeps would otherwise go on notifying a
     // closed transport for ever.
