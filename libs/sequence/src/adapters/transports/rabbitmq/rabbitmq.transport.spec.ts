@@ -17,6 +17,7 @@ import {
 } from '../../../../test/support/processes/rabbitmqctl';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
+import { FreezingProxy } from '../../../../test/support/freezing-proxy';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { FAILED_FORWARD_PAUSE_MS } from './rabbitmq.subscription';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -1073,6 +1074,35 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     await transport.close();
     expect(own.connected).toBe(false);
   });
+
+  it('closes within about publishTimeoutMs a connection whose broker stopped answering', async () => {
+    const broker = new globalThis.URL(SERVERS.rabbitmq.url);
+    const channel = `frozen.${randomUUID()}`;
+    const proxy = await FreezingProxy.start({
+      host: broker.hostname,
+      port: Number(broker.port || 5672),
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    try {
+      broker.hostname = '127.0.0.1';
+      broker.port = String(proxy.port);
+      const own = await RabbitMqTransport.connect(broker.toString(), { publishTimeoutMs: 500 });
+      await own.subscribe(channel, async () => ({ action: 'ack' }));
+      proxy.freeze();
+      const closed = own.close().then(() => 'closed');
+      const late = new Promise((resolve) => setTimeout(() => resolve('still closing'), 4_000));
+      expect(await Promise.race([closed, late])).toBe('closed');
+    } finally {
+      await proxy.close();
+      warn.mockRestore();
+      error.mockRestore();
+      const admin = await amqpConnection();
+      const adminChannel = await admin.createChannel();
+      for (const queue of [channel, `${channel}.dlq`]) await adminChannel.deleteQueue(queue);
+      await admin.close();
+    }
+  }, 30_000);
 
   it('connect() rejects when no broker answers, without retrying forever', async () => {
     const startedAt = Date.now();

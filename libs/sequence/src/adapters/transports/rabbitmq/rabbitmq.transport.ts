@@ -330,9 +330,24 @@ export class RabbitMqTransport implements Transport {
     ).catch((error: unknown) => this.logger.warn(`closing the transport: ${errorMessage(error)}`));
     this.topology.dispose();
     this.unlisten();
-    await this.publisherChannel?.close().catch(() => undefined);
+    // Each close waits for the broker's answer: bounded too, for a broker that stopped answering
+    // (frozen, a network black hole), which amqplib's heartbeats would only notice later.
+    const bounded = (closing: Promise<unknown>, what: string) =>
+      withTimeout(
+        closing,
+        timeoutMs,
+        () => new Error(`${what} still closing after ${timeoutMs} ms; not awaited`),
+      );
+    await bounded(
+      this.publisherChannel?.close() ?? Promise.resolve(),
+      'the publishing channel',
+    ).catch(() => undefined);
     this.publisherChannel = undefined;
-    if (this.ownsConnection) await this.connection.close();
+    if (this.ownsConnection) {
+      await bounded(this.connection.close(), 'the connection').catch((error: unknown) =>
+        this.logger.warn(`closing the transport: ${errorMessage(error)}`),
+      );
+    }
   }
 
   /**
