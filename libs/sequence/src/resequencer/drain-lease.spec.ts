@@ -32,4 +32,23 @@ describe('DrainLease', () => {
       lease.stop();
     }
   });
+
+  it('counts the lease lost after leaseMs of wall-clock time, while the monotonic clock stood still', async () => {
+    // A suspended machine: its monotonic clock stops, its wall clock (and Redis's) goes on.
+    const renewDrain = jest.fn().mockRejectedValue(new Error('connection lost'));
+    const store = { renewDrain } as unknown as ResequencerStore;
+    const logger = new Logger('DrainLeaseSpec');
+    jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
+    const lease = new DrainLease(store, { scope: 's', key: 'k' }, 'h', 300, leaseClock(), logger);
+    try {
+      expect(lease.lost()).toBe(false);
+      const mono = performance.now();
+      const wall = Date.now();
+      jest.spyOn(performance, 'now').mockImplementation(() => mono);
+      jest.spyOn(Date, 'now').mockImplementation(() => wall + 60_000);
+      expect(lease.lost()).toBe(true);
+    } finally {
+      lease.stop();
+    }
+  });
 });

@@ -4,12 +4,19 @@ import { errorMessage } from '../core/errors/caught';
 import type { DeliveryGuard } from './hand-off.deliverer';
 
 /**
- * Milliseconds of a clock that no wall-clock adjustment moves (an NTP step, a VM resumed): what a
- * holder counts its lease's time left on. The store runs the lease on Redis's clock; measured on
- * `Date.now`, a step back would let a holder whose renewals fail deliver after the lease passed on.
+ * An instant on the two clocks a holder counts its lease's time left on: `mono`, which no step of
+ * the wall clock moves (an NTP step back), and `wall`, which keeps counting while the machine or
+ * the virtual machine is suspended (where `mono` stops). The lease counts as lapsed when either
+ * says so: the store runs it on Redis's clock, which moved on meanwhile.
  */
-export function leaseClock(): number {
-  return performance.now();
+export interface LeaseInstant {
+  readonly mono: number;
+  readonly wall: number;
+}
+
+/** Now, on both clocks of {@link LeaseInstant}. */
+export function leaseClock(): LeaseInstant {
+  return { mono: performance.now(), wall: Date.now() };
 }
 
 /**
@@ -23,7 +30,7 @@ export function leaseClock(): number {
  * in flight never races the settle that releases the lease.
  */
 export class DrainLease implements DeliveryGuard {
-  private validUntil: number;
+  private validUntil: LeaseInstant;
   private renewedAway = false;
   private paused = false;
   private inFlight: Promise<void> = Promise.resolve();
@@ -36,14 +43,11 @@ export class DrainLease implements DeliveryGuard {
     private readonly ref: ResequencerKey,
     private readonly holder: string,
     private readonly leaseMs: number,
-    /**
-     * When the claim that granted the lease was sent (the lease runs from the store's `now`), on
-     * {@link leaseClock}.
-     */
-    claimedAt: number,
+    /** When the claim that granted the lease was sent (the lease runs from the store's `now`). */
+    claimedAt: LeaseInstant,
     private readonly logger: Logger,
   ) {
-    this.validUntil = claimedAt + leaseMs;
+    this.validUntil = later(claimedAt, leaseMs);
     this.marginMs = Math.floor(leaseMs / 5);
     this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(leaseMs / 3)));
     this.timer.unref();
@@ -60,12 +64,19 @@ export class DrainLease implements DeliveryGuard {
    * which is why a handler is not retried once the lease may lapse.
    */
   allows(ms: number): boolean {
-    return !this.renewedAway && leaseClock() + ms < this.validUntil - this.marginMs;
+    if (this.renewedAway) return false;
+    const now = leaseClock();
+    const { mono, wall } = this.validUntil;
+    return now.mono + ms < mono - this.marginMs && now.wall + ms < wall - this.marginMs;
   }
 
-  /** A settle sent at `sentAt` ({@link leaseClock}) renewed the lease (it answered with the next batch). */
-  confirmed(sentAt: number): void {
-    this.validUntil = Math.max(this.validUntil, sentAt + this.leaseMs);
+  /** A settle sent at `sentAt` renewed the lease (it answered with the next batch). */
+  confirmed(sentAt: LeaseInstant): void {
+    const renewed = later(sentAt, this.leaseMs);
+    this.validUntil = {
+      mono: Math.max(this.validUntil.mono, renewed.mono),
+      wall: Math.max(this.validUntil.wall, renewed.wall),
+    };
   }
 
   async pause(): Promise<void> {
@@ -96,4 +107,9 @@ export class DrainLease implements DeliveryGuard {
         ),
     );
   }
+}
+
+/** `instant` plus `ms`, on both clocks. */
+function later(instant: LeaseInstant, ms: number): LeaseInstant {
+  return { mono: instant.mono + ms, wall: instant.wall + ms };
 }

@@ -25,7 +25,7 @@ import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
 import { AbandonedCalls } from './abandoned-calls';
-import { DrainLease, leaseClock } from './drain-lease';
+import { DrainLease, leaseClock, type LeaseInstant } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
 import { LocalDrains } from './local-drains';
 import type { ResolvedOptions, ResolvedResequencer } from '../options/resolved-options';
@@ -40,8 +40,8 @@ export type DrainResult = 'drained' | 'busy' | 'lost' | 'failed';
 interface StartedDrain {
   readonly holder: string;
   readonly claim: DrainClaim;
-  /** When the call that made the claim was sent, on leaseClock (not Date.now). */
-  readonly claimedAt: number;
+  /** When the call that made the claim was sent. */
+  readonly claimedAt: LeaseInstant;
 }
 
 /** What a resequencer's buffers hold now against its scope-wide bounds. */
