@@ -115,6 +115,7 @@ export type {
 export { BOX_NAMES } from './ports/outbox-store.port';
 export { SavepointEndedError } from './core/errors/savepoint-ended.error';
 export { InboxCallEndedError } from './core/errors/inbox-call-ended.error';
+export { InboxSessionEndedError } from './core/errors/inbox-session-ended.error';
 export type { StoreSet } from './ports/store-set.port';
 export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';
 export type { StoreEncryptionOptions } from './core/body-cipher';

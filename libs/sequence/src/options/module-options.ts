@@ -124,7 +124,7 @@ export interface SequenceModuleOptions {
   transport?: Transport;
   /**
    * Close `transport` at shutdown, after the module's subscriptions and before its stores (and
-   * when its subscriptions fail to open at bootstrap): for a transport made for this module alone, as
+   * when its own start fails at bootstrap): for a transport made for this module alone, as
    * `RabbitMqTransport.connect(url)` in `forRootAsync`'s factory. Leave it off for a transport
    * that outlives the application or that several share; close that one yourself.
    * @default false (the default in-memory transport is closed either way)

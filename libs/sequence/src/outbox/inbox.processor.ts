@@ -19,6 +19,9 @@ import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
+/** The most records InboxProcessor keeps as handed back once after their session ended. */
+const LOST_AFTER_CALL_KEPT = 10_000;
+
 /**
  * The processor of one inbox box: claims received records and runs their handler, one record at
  * a time, each inside a savepoint of the claim's transaction, then marks it `COMPLETED` in that
@@ -29,9 +32,6 @@ import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kern
  * loses the claim's transaction (it outran `query_timeout`), the batch stops there and that
  * record alone counts a failed attempt.
  */
-/** The most records InboxProcessor keeps as handed back once after their session ended. */
-const LOST_AFTER_CALL_KEPT = 10_000;
-
 export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'> {
   /**
    * Records handed back uncounted once because the database session ended after their handler
@@ -194,6 +194,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         }
         return { id: record.id, status: 'released' };
       }
+      this.lostAfterCall.delete(record.id);
       return this.failed(record, error);
     }
     this.lostAfterCall.delete(record.id);

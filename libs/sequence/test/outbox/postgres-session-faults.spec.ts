@@ -127,6 +127,42 @@ describeWithServer(
       expect(rows[0].last_error).toContain('session ended after the handler');
     });
 
+    it('an inbox handler outlasting the server’s idle_in_transaction_session_timeout runs once', async () => {
+      let calls = 0;
+      @Injectable()
+      class Slow {
+        @InboxHandler({ event: 'PaymentSettled' })
+        async handle(): Promise<void> {
+          calls++;
+          await sleep(700); // the claim's transaction idles meanwhile
+        }
+      }
+      t = await createOutboxTestApp(
+        {
+          store: connect({ idle_in_transaction_session_timeout: 300 }),
+          inboxEvents: { pollIntervalMs: 100, retry: { baseDelayMs: 10, maxDelayMs: 40 } },
+        },
+        [Slow],
+      );
+      const id = await publishInboxEvent(t.broker, 'PaymentSettled', {
+        aggregateType: 'Payment',
+        aggregateId: 'p-3',
+        payload: {},
+      });
+
+      await eventually(
+        async () => (await row('inbox_events', id))?.status === 'COMPLETED' || calls > 1,
+        'completed, or handled again',
+        10_000,
+      );
+      await sleep(300);
+      expect({ ...(await row('inbox_events', id)), calls }).toEqual({
+        status: 'COMPLETED',
+        attempts: 1,
+        calls: 1,
+      });
+    });
+
     it('a claim outlasting the server’s idle_in_transaction_session_timeout still settles: published once', async () => {
       t = await createOutboxTestApp({
         store: connect({ idle_in_transaction_session_timeout: 300 }),

@@ -49,13 +49,14 @@ const NOTHING_CLAIMED: ClaimResult = { claimed: 0, completed: 0, retried: 0, fai
 /** A claim's commit that does not wait for its WAL record to reach the disk. */
 const LAZY_COMMIT = 'SET LOCAL synchronous_commit TO off';
 /**
- * A relay's claim idles in its transaction while its batch is published (the broker's confirms):
- * a server-side idle_in_transaction_session_timeout shorter than that would end every such claim
- * before it settles, and its records would be published again at every poll, for ever and
- * uncounted. The relay bounds that time itself (publish.confirmTimeoutMs and its retries). Not
- * an inbox claim's: its handler may hang, and the operator's timeout then still ends it (the
- * inbox then counts the attempt, see InboxProcessor). Sent with the claim's first statement, in
- * the same round trip.
+ * A claim idles in its transaction while its batch is published (the broker's confirms) or
+ * handled (an inbox handler's work outside the database). A server-side
+ * idle_in_transaction_session_timeout shorter than that would end the claim under it: a relay's
+ * records would be published again at every poll, for ever and uncounted, and an inbox record
+ * would be freed for another instance while its handler still ran, which would run it a second
+ * time. The relay bounds its claims itself (publish.confirmTimeoutMs and its retries); an inbox
+ * claim by handlerTimeoutMs, which a handler that may hang needs. Sent with the claim's first
+ * statement, in the same round trip.
  */
 const NO_IDLE_TIMEOUT = 'SET LOCAL idle_in_transaction_session_timeout TO 0';
 
@@ -236,7 +237,7 @@ export class PostgresOutboxStore implements OutboxStore {
       { records: StoredRecord[]; outcomes: readonly RecordOutcome[]; backend?: number } | undefined;
     const result = await inTransaction(this.pool, async (transaction) => {
       claimed = transaction;
-      if (box.startsWith('outbox')) transaction.defer(NO_IDLE_TIMEOUT, []);
+      transaction.defer(NO_IDLE_TIMEOUT, []);
       const records = await lockBatch(transaction, statements, options);
       if (records.length === 0) return NOTHING_CLAIMED;
       const joinable = options.joinable !== false;
