@@ -268,6 +268,7 @@ export class SequenceDelivery {
       this.options.tuning.leaseMs / 2,
       {
         stopped: () => this.stopped,
+        signal: this.stopping,
         onRetry: (error, waitMs) => {
           failedBefore = true;
           this.logger.warn(
