@@ -22,7 +22,7 @@ describe('DrainLease', () => {
     );
     try {
       expect(lease.lost()).toBe(false);
-      // The wall clock steps back a minute (an NTP step, a resumed VM).
+      // The wall clock steps back a minute (an NTP step).
       const wall = Date.now();
       jest.spyOn(Date, 'now').mockImplementation(() => wall - 60_000);
       await new Promise((resolve) => setTimeout(resolve, 2 * leaseMs));

@@ -1089,6 +1089,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       broker.port = String(proxy.port);
       const own = await RabbitMqTransport.connect(broker.toString(), { publishTimeoutMs: 500 });
       await own.subscribe(channel, async () => ({ action: 'ack' }));
+      await own.publish(channel, Buffer.from('opens the publishing channel'), {});
       proxy.freeze();
       const closed = own.close().then(() => 'closed');
       const late = new Promise((resolve) => setTimeout(() => resolve('still closing'), 4_000));
