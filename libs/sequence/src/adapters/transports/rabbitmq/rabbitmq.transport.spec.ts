@@ -1087,13 +1087,24 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     try {
       broker.hostname = '127.0.0.1';
       broker.port = String(proxy.port);
-      const own = await RabbitMqTransport.connect(broker.toString(), { publishTimeoutMs: 500 });
+      const own = await RabbitMqTransport.connect(
+        broker.toString(),
+        { publishTimeoutMs: 500 },
+        { connectionManagerOptions: { reconnectTimeInSeconds: 0.1 } },
+      );
       await own.subscribe(channel, async () => ({ action: 'ack' }));
       await own.publish(channel, Buffer.from('opens the publishing channel'), {});
       proxy.freeze();
       const closed = own.close().then(() => 'closed');
       const late = new Promise((resolve) => setTimeout(() => resolve('still closing'), 4_000));
       expect(await Promise.race([closed, late])).toBe('closed');
+      // Its connection gone too, nothing tries to connect again (which would keep the process up).
+      await proxy.close();
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const reconnects = error.mock.calls.filter(([line]) =>
+        String(line).includes('Unable to establish a connection'),
+      );
+      expect(reconnects).toEqual([]);
     } finally {
       await proxy.close();
       warn.mockRestore();

@@ -344,9 +344,13 @@ export class RabbitMqTransport implements Transport {
     ).catch(() => undefined);
     this.publisherChannel = undefined;
     if (this.ownsConnection) {
-      await bounded(this.connection.close(), 'the connection').catch((error: unknown) =>
-        this.logger.warn(`closing the transport: ${errorMessage(error)}`),
-      );
+      await bounded(this.connection.close(), 'the connection').catch((error: unknown) => {
+        this.logger.warn(`closing the transport: ${errorMessage(error)}`);
+        // golevelup closes its channels before the connection manager: stuck on them, it never
+        // told the manager, which would reconnect for ever once the socket died. The manager
+        // stops reconnecting at once; its close completes, or ends with the socket.
+        void this.connection.managedConnection?.close().catch(() => undefined);
+      });
     }
   }
 
