@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { ResequencerStore } from '../ports/resequencer-store.port';
-import { DrainLease, leaseClock } from './drain-lease';
+import { leaseClock } from '../core/lease-clock';
+import { DrainLease } from './drain-lease';
 
 describe('DrainLease', () => {
   afterEach(() => jest.restoreAllMocks());

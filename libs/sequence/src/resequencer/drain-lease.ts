@@ -2,22 +2,13 @@ import type { Logger } from '@nestjs/common';
 import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
 import { errorMessage } from '../core/errors/caught';
 import type { DeliveryGuard } from './hand-off.deliverer';
-
-/**
- * An instant on the two clocks a holder counts its lease's time left on: `mono`, which no step of
- * the wall clock moves (an NTP step back), and `wall`, which keeps counting while the machine or
- * the virtual machine is suspended (where `mono` stops). The lease counts as lapsed when either
- * says so: the store runs it on Redis's clock, which moved on meanwhile.
- */
-export interface LeaseInstant {
-  readonly mono: number;
-  readonly wall: number;
-}
-
-/** Now, on both clocks of {@link LeaseInstant}. */
-export function leaseClock(): LeaseInstant {
-  return { mono: performance.now(), wall: Date.now() };
-}
+import {
+  leaseClock,
+  leaseLater,
+  leaseLatest,
+  leaseMsLeft,
+  type LeaseInstant,
+} from '../core/lease-clock';
 
 /**
  * A key's drain lease as its holder keeps it while it delivers: renewed every third of
@@ -47,7 +38,7 @@ export class DrainLease implements DeliveryGuard {
     claimedAt: LeaseInstant,
     private readonly logger: Logger,
   ) {
-    this.validUntil = later(claimedAt, leaseMs);
+    this.validUntil = leaseLater(claimedAt, leaseMs);
     this.marginMs = Math.floor(leaseMs / 5);
     this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(leaseMs / 3)));
     this.timer.unref();
@@ -64,19 +55,12 @@ export class DrainLease implements DeliveryGuard {
    * which is why a handler is not retried once the lease may lapse.
    */
   allows(ms: number): boolean {
-    if (this.renewedAway) return false;
-    const now = leaseClock();
-    const { mono, wall } = this.validUntil;
-    return now.mono + ms < mono - this.marginMs && now.wall + ms < wall - this.marginMs;
+    return !this.renewedAway && leaseMsLeft(this.validUntil) > ms + this.marginMs;
   }
 
   /** A settle sent at `sentAt` renewed the lease (it answered with the next batch). */
   confirmed(sentAt: LeaseInstant): void {
-    const renewed = later(sentAt, this.leaseMs);
-    this.validUntil = {
-      mono: Math.max(this.validUntil.mono, renewed.mono),
-      wall: Math.max(this.validUntil.wall, renewed.wall),
-    };
+    this.validUntil = leaseLatest(this.validUntil, leaseLater(sentAt, this.leaseMs));
   }
 
   async pause(): Promise<void> {
@@ -107,9 +91,4 @@ export class DrainLease implements DeliveryGuard {
         ),
     );
   }
-}
-
-/** `instant` plus `ms`, on both clocks. */
-function later(instant: LeaseInstant, ms: number): LeaseInstant {
-  return { mono: instant.mono + ms, wall: instant.wall + ms };
 }

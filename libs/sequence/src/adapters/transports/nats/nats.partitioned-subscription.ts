@@ -1,9 +1,9 @@
-import { performance } from 'node:perf_hooks';
 import type { Logger } from '@nestjs/common';
 import { errorMessage } from '../../../core/errors/caught';
 import type { Subscription } from '../../../ports/transport.port';
 import type { NatsPartitionLeases } from './nats.partition-leases';
 import type { NatsSubscription } from './nats.subscription';
+import { leaseClock, leaseLater, leaseMsLeft, type LeaseInstant } from '../../../core/lease-clock';
 
 /**
  * A lease is trusted for this share of the lease time after the write that took or renewed it
@@ -14,11 +14,6 @@ const TRUSTED_SHARE = 0.9;
 const RENEW_SHARE = 1 / 3;
 /** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
 const CLAIM_SHARE = 1 / 10;
-
-/** Milliseconds of a clock that no wall-clock adjustment moves: lease times are durations. */
-function monotonicNow(): number {
-  return performance.now();
-}
 
 export interface NatsPartitionedSubscriptionSettings {
   readonly channel: string;
@@ -45,8 +40,8 @@ interface OwnedPartition {
   readonly index: number;
   /** Sequence of this subscriber's last write of the lease. */
   sequence: number;
-  /** When that write was sent. */
-  writtenAt: number;
+  /** When that write was sent (lease times count on both clocks: see core/lease-clock). */
+  writtenAt: LeaseInstant;
   subscription?: NatsSubscription;
   /** Fires as the lease stops being trusted: its subscription is abandoned then. */
   distrust?: NodeJS.Timeout;
@@ -123,7 +118,7 @@ export class NatsPartitionedSubscription implements Subscription {
   private watchTrust(partition: OwnedPartition): void {
     clearTimeout(partition.distrust);
     if (this.closed || this.owned.get(partition.index) !== partition) return;
-    const leftMs = partition.writtenAt + this.leaseMs * TRUSTED_SHARE - monotonicNow();
+    const leftMs = this.trustLeftMs(partition);
     partition.distrust = setTimeout(
       () => {
         // A timer may fire a little early: then it is set again for what is left.
@@ -213,11 +208,13 @@ export class NatsPartitionedSubscription implements Subscription {
   }
 
   private async renew(): Promise<void> {
-    const due = monotonicNow() - this.leaseMs * RENEW_SHARE;
     const renewals = [...this.owned.values()]
-      .filter((partition) => partition.writtenAt <= due)
+      .filter(
+        (partition) =>
+          leaseMsLeft(leaseLater(partition.writtenAt, this.leaseMs * RENEW_SHARE)) <= 0,
+      )
       .map(async (partition) => {
-        const sentAt = monotonicNow();
+        const sentAt = leaseClock();
         const sequence = await this.settings.leases.renew(partition.index, partition.sequence);
         if (this.owned.get(partition.index) !== partition) return;
         if (sequence === undefined) {
@@ -245,7 +242,7 @@ export class NatsPartitionedSubscription implements Subscription {
       if (this.owned.has(index)) continue;
       const previous = this.lapsed.get(index);
       if (held.has(index) && previous === undefined) continue;
-      const sentAt = monotonicNow();
+      const sentAt = leaseClock();
       let sequence: number | undefined;
       try {
         sequence =
@@ -274,7 +271,12 @@ export class NatsPartitionedSubscription implements Subscription {
   }
 
   private trusted(partition: OwnedPartition): boolean {
-    return monotonicNow() < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
+    return this.trustLeftMs(partition) > 0;
+  }
+
+  /** How long the partition's lease is still trusted, by the clock that leaves the less. */
+  private trustLeftMs(partition: OwnedPartition): number {
+    return leaseMsLeft(leaseLater(partition.writtenAt, this.leaseMs * TRUSTED_SHARE));
   }
 
   /**
@@ -284,7 +286,7 @@ export class NatsPartitionedSubscription implements Subscription {
    * subscriber pull messages published meanwhile before them, out of order.
    */
   private extendable(partition: OwnedPartition, ackWaitMs: number): boolean {
-    return monotonicNow() + ackWaitMs < partition.writtenAt + this.leaseMs * TRUSTED_SHARE;
+    return this.trustLeftMs(partition) > ackWaitMs;
   }
 
   /** Stops pulling a partition whose lease is gone: handing its messages back, or not. */
