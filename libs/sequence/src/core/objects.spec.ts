@@ -1,4 +1,4 @@
-import { definedOnly } from './objects';
+import { definedOnly, rememberRecent } from './objects';
 
 describe('definedOnly', () => {
   it('drops undefined entries, so spreading it keeps the defaults they would have erased', () => {
@@ -16,5 +16,15 @@ describe('definedOnly', () => {
       c: false,
       d: null,
     });
+  });
+});
+
+describe('rememberRecent', () => {
+  it('keeps the latest values, the one added again counting as newest', () => {
+    const recent = new Set<string>();
+    for (const value of ['a', 'b', 'c']) rememberRecent(recent, value, 3);
+    rememberRecent(recent, 'a', 3);
+    rememberRecent(recent, 'd', 3);
+    expect([...recent]).toEqual(['c', 'a', 'd']);
   });
 });

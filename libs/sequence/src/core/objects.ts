@@ -17,3 +17,16 @@ export function isStringRecord(value: unknown): value is Record<string, string> 
     Object.values(value).every((entry) => typeof entry === 'string')
   );
 }
+
+/**
+ * Adds `value` to `recent` as its newest entry (a Set keeps insertion order), then drops the
+ * oldest while more than `max` are kept: a memory of the latest values, bounded.
+ */
+export function rememberRecent<T>(recent: Set<T>, value: T, max: number): void {
+  recent.delete(value);
+  recent.add(value);
+  while (recent.size > max) {
+    const [oldest] = recent;
+    recent.delete(oldest);
+  }
+}

@@ -19,6 +19,7 @@ import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
 import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
+import { rememberRecent } from '../core/objects';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import type { InboundMessage } from '../ports/transport.port';
@@ -492,11 +493,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
   /** Notes a request as answered, keeping the latest {@link ANSWERED_KEPT}. */
   private noteAnswered(correlationId: string): void {
-    this.answered.delete(correlationId);
-    this.answered.add(correlationId);
-    if (this.answered.size <= ANSWERED_KEPT) return;
-    const [oldest] = this.answered;
-    this.answered.delete(oldest);
+    rememberRecent(this.answered, correlationId, ANSWERED_KEPT);
   }
 
   /**

@@ -17,6 +17,7 @@ import { BoxWorker } from './box-worker';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
+import { rememberRecent } from '../core/objects';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
 /** The most records InboxProcessor keeps as handed back once after their session ended. */
@@ -187,11 +188,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         if (this.lostAfterCall.delete(record.id)) {
           return this.failed(record, new InboxSessionEndedError(record.id, error));
         }
-        this.lostAfterCall.add(record.id);
-        if (this.lostAfterCall.size > LOST_AFTER_CALL_KEPT) {
-          const [oldest] = this.lostAfterCall;
-          this.lostAfterCall.delete(oldest);
-        }
+        rememberRecent(this.lostAfterCall, record.id, LOST_AFTER_CALL_KEPT);
         return { id: record.id, status: 'released' };
       }
       this.lostAfterCall.delete(record.id);
