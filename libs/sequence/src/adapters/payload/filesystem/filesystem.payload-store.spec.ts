@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import {
   mkdir,
   mkdtemp,
+  open,
   readdir,
   readFile,
   rm,
@@ -198,6 +199,19 @@ describe('FilesystemPayloadStore', () => {
       }
 
       await expect(store.put(Readable.from(source()), options())).rejects.toThrow('was cut');
+
+      expect(await filesUnder(root)).toEqual([]);
+    });
+
+    it('leaves no file behind when the source fails at once, however the file opening races it', async () => {
+      // The failure outruns the temporary file's opening about once in a hundred puts.
+      for (let put = 0; put < 500; put++) {
+        // eslint-disable-next-line require-yield
+        async function* source(): AsyncGenerator<Buffer> {
+          throw new Error('the upload was cut');
+        }
+        await expect(store.put(Readable.from(source()), options())).rejects.toThrow('was cut');
+      }
 
       expect(await filesUnder(root)).toEqual([]);
     });
@@ -403,6 +417,26 @@ describe('FilesystemPayloadStore with fsync: what it syncs', () => {
       ]),
     );
   });
+
+  it.each([true, false])(
+    'syncs the payload bytes and the sidecar before they are renamed into place (fsync: %p)',
+    async (fsync) => {
+      const store = new FilesystemPayloadStore({ root: freshRoot(), fsync });
+      const probe = await open(join(workspace, randomUUID()), 'wx');
+      const fileHandle = Object.getPrototypeOf(probe) as { sync: () => Promise<void> };
+      await probe.close();
+      const sync = jest.spyOn(fileHandle, 'sync');
+      try {
+        const directories = await directoriesSynced(() =>
+          store.put(Readable.from([Buffer.from('stu'), Buffer.from('dy')]), options(Date.now())),
+        );
+        // Each directory is synced through a handle of its own too.
+        expect(sync.mock.calls.length - directories.length).toBe(fsync ? 2 : 0);
+      } finally {
+        sync.mockRestore();
+      }
+    },
+  );
 
   it('syncs the directory after markPublished, so the published state and the gone marker last', async () => {
     const root = freshRoot();

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { constants, createWriteStream } from 'node:fs';
-import { access, lstat, mkdir, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, lstat, mkdir, open, realpath, rename, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -206,10 +206,18 @@ export class FilesystemPayloadStore implements PayloadStore {
 
   private async writeBytes(payload: Buffer | Readable, temporary: string): Promise<number> {
     // `wx`: a file or link already at the temporary name makes the put fail, never followed.
-    const sink = createWriteStream(temporary, { flags: 'wx', mode: FILE_MODE, flush: this.fsync });
-    const source = Buffer.isBuffer(payload) ? Readable.from([payload]) : payload;
-    await pipeline(source, byteChunks, sink);
-    return sink.bytesWritten;
+    // Opened here, not by the write stream: a stream opens its file in the background, so a
+    // source failing at once could leave that open to create the file after put's cleanup.
+    const handle = await open(temporary, 'wx', FILE_MODE);
+    try {
+      const sink = handle.createWriteStream({ flush: this.fsync });
+      const source = Buffer.isBuffer(payload) ? Readable.from([payload]) : payload;
+      await pipeline(source, byteChunks, sink);
+      return sink.bytesWritten;
+    } finally {
+      // The stream closes the file as it ends or fails; this waits for that.
+      await handle.close();
+    }
   }
 
   private async readSidecar(
