@@ -16,6 +16,7 @@ const common = {
 
 module.exports = {
   testTimeout: 60000,
+  reporters: ['default', '<rootDir>/test/support/slowest-files.reporter.js'],
   projects: [
     { ...common, displayName: 'unit', testMatch: ['<rootDir>/libs/**/*.spec.ts'] },
     { ...common, displayName: 'e2e', testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'] },
