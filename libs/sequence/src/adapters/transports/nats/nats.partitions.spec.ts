@@ -485,11 +485,21 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     );
     const taken: InboundMessage[] = [];
     await survivor.subscribe(channel, collect(taken), { partitions: 1 });
+    // A subscription of the lost holder's connection: gone from the server once it has let that
+    // connection go, with the holder's pull requests.
+    const probe = `nats-partitions-probe.${randomUUID()}`;
+    const lostConnection = (lost as unknown as { connection: NatsConnection }).connection;
+    lostConnection.subscribe(probe, { callback: () => undefined });
+    await lostConnection.flush();
     await publishTo(survivor, channel, 0, 1, ['one', 'two']);
     await eventually(() => held.length === 2, 'the held messages');
 
     armed = true;
     await dropped;
+    // Published once the server has let the lost connection go: before that, its open pull
+    // request would take "three" too, as one of the lost holder's messages (which nats-server then
+    // redelivers by ack deadline, or at once as not delivered, ahead of "one" and "two").
+    await eventuallyAsync(() => hasNoResponders(admin, probe));
     await publishTo(survivor, channel, 0, 1, ['three']);
 
     await eventually(() => taken.length >= 3, 'the three messages', LEASE_MS * 10);
@@ -722,6 +732,21 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     };
   }
 });
+
+/** Whether nobody subscribes to `subject` any more, as the server sees it. */
+async function hasNoResponders(connection: NatsConnection, subject: string): Promise<boolean> {
+  const requester = connection as unknown as {
+    request(subject: string, payload: string, options: { timeout: number }): Promise<unknown>;
+  };
+  try {
+    // Answered at once when nobody subscribes; a subscriber cut off never answers.
+    await requester.request(subject, '', { timeout: 100 });
+    return false;
+  } catch (error) {
+    const noResponders = (error as { isNoResponders?: () => boolean }).isNoResponders?.();
+    return noResponders === true || /no responders/i.test(String(error));
+  }
+}
 
 async function eventuallyAsync(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
