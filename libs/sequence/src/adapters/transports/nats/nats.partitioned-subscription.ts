@@ -10,8 +10,13 @@ import { leaseClock, leaseLater, leaseMsLeft, type LeaseInstant } from '../../..
  * was sent: the server counts its `max_age` from when it stored the write, later than that.
  */
 const TRUSTED_SHARE = 0.9;
-/** Renewed every third of the lease time: two renewals may fail before it lapses. */
-const RENEW_SHARE = 1 / 3;
+/**
+ * Renewed every quarter of the lease time, checked every tenth: a renewal goes out by 35% of it,
+ * while in-progress acks may still go out (they stop at 40%: the lease is trusted for 90% of its
+ * time, `ack_wait` is at most half), so that they keep coming while renewals are stored. A
+ * renewal that fails is tried again at every check until the lease is no longer trusted.
+ */
+const RENEW_SHARE = 1 / 4;
 /** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
 const CLAIM_SHARE = 1 / 10;
 
@@ -53,7 +58,7 @@ interface OwnedPartition {
  *
  * - every tenth of the lease time, and at once when another subscriber releases one, it claims
  *   the partitions nobody holds, and starts pulling from each it gets;
- * - it renews each lease every third of the lease time. A lease it could not renew for 90% of the
+ * - it renews each lease every quarter of the lease time. A lease it could not renew for 90% of the
  *   lease time (a lost connection, a paused process) is no longer trusted: from that moment (a
  *   timer per lease) no in-progress acks go out for its messages, verdicts on them are ignored
  *   (and logged), and the partition's pulling stops without handing them back, since

@@ -46,7 +46,7 @@ export const REPLY_INACTIVE_THRESHOLD_MS = 60_000;
 
 /**
  * `ack_wait` of a partition's consumer: at most half the lease, so that a holder renewing its
- * lease every third of it can keep its messages in progress and still stop early enough that,
+ * lease every quarter of it can keep its messages in progress and still stop early enough that,
  * lost, its messages come back before its lease lapses (see NatsPartitionedSubscription).
  */
 export function partitionAckWaitMs(ackWaitMs: number, leaseMs: number): number {

@@ -1,0 +1,71 @@
+import { Logger } from '@nestjs/common';
+import type { NatsPartitionLeases } from './nats.partition-leases';
+import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
+import type { NatsSubscription } from './nats.subscription';
+import { partitionAckWaitMs } from './nats.topology';
+
+const LEASE_MS = 10_000;
+const ACK_WAIT_MS = partitionAckWaitMs(30_000, LEASE_MS);
+
+/** A write's round trip to the server. */
+const ROUND_TRIP_MS = 50;
+
+/** Leases that the server grants: every write stored, every claim free. */
+function grantingLeases(): { leases: NatsPartitionLeases; renewals: number[] } {
+  let sequence = 0;
+  const renewals: number[] = [];
+  const answer = () =>
+    new Promise<number>((resolve) => setTimeout(() => resolve(++sequence), ROUND_TRIP_MS));
+  const leases = {
+    claim: answer,
+    renew: () => {
+      renewals.push(Date.now());
+      return answer();
+    },
+    release: async () => undefined,
+    held: async () => new Set<number>(),
+    onReleased: () => () => undefined,
+  } as unknown as NatsPartitionLeases;
+  return { leases, renewals };
+}
+
+describe('NatsPartitionedSubscription', () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+
+  it('renews a held lease before in-progress acks would keep its messages past it', async () => {
+    const { leases, renewals } = grantingLeases();
+    let mayExtend: ((ackWaitMs: number) => boolean) | undefined;
+    const subscription = new NatsPartitionedSubscription({
+      channel: 'orders',
+      count: 1,
+      ensure: async () => LEASE_MS,
+      forget: () => undefined,
+      leases,
+      open: (_index, _mayHold, extend) => {
+        mayExtend = extend;
+        return { close: async () => undefined, abandon: async () => undefined } as NatsSubscription;
+      },
+      logger: new Logger('nats.partitioned-subscription.spec'),
+      onClosed: () => undefined,
+    });
+    const started = subscription.start();
+    await jest.advanceTimersByTimeAsync(ROUND_TRIP_MS);
+    await started;
+    expect(mayExtend).toBeDefined();
+
+    // While every renewal is stored, the holder may keep its messages in progress at
+    // every moment: a pause in its in-progress acks longer than ack_wait would let the server
+    // deliver them again while it still holds the lease.
+    const closedAt: number[] = [];
+    for (let step = 0; step < (5 * LEASE_MS) / 10; step++) {
+      await jest.advanceTimersByTimeAsync(10);
+      if (!mayExtend!(ACK_WAIT_MS)) closedAt.push(Date.now());
+    }
+
+    expect(renewals.length).toBeGreaterThanOrEqual(10);
+    expect(closedAt).toEqual([]);
+    jest.useRealTimers();
+    await subscription.close();
+  });
+});
