@@ -47,7 +47,9 @@ export function describeTransportConformance(adapterName: string, harness: Trans
     });
 
     afterEach(async () => {
-      for (const subscription of subscriptions) await subscription.close().catch(() => undefined);
+      await Promise.all(
+        subscriptions.map((subscription) => subscription.close().catch(() => undefined)),
+      );
       await (harness.close ? harness.close(transport) : transport.close());
     });
 
