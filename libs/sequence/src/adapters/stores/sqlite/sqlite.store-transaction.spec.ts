@@ -142,6 +142,34 @@ describe('SqliteOutboxStore transactions', () => {
     expect(await store.get(BOX, 'first-side')).toBeUndefined();
   });
 
+  it('leaves the next transaction alone when a savepoint left running ends after its own', async () => {
+    let left!: Promise<unknown>;
+    await expect(
+      store.transaction(async () => {
+        // Not awaited: it is still running when this transaction rolls back.
+        left = store.transaction(async (tx) => {
+          await tx.query("INSERT INTO business (id, value) VALUES ('left', 'x')");
+          await sleep(30);
+          throw new Error('left running fails');
+        });
+        left.catch(() => undefined);
+        await sleep(5);
+        throw new Error('outer fails');
+      }),
+    ).rejects.toThrow('outer fails');
+    // Its savepoint has the name this one's nested transaction takes: the first of its transaction.
+    await store.transaction(async (tx) => {
+      await tx.query("INSERT INTO business (id, value) VALUES ('next', 'x')");
+      await store.transaction(async (nested) => {
+        await nested.query("INSERT INTO business (id, value) VALUES ('next-nested', 'x')");
+        await sleep(60);
+      });
+    });
+    await expect(left).rejects.toThrow('left running fails');
+    const rows = await store.transaction((tx) => tx.query('SELECT id FROM business ORDER BY id'));
+    expect(rows.rows).toEqual([{ id: 'next' }, { id: 'next-nested' }]);
+  });
+
   it('reports a transaction whose work sent COMMIT itself as failed', async () => {
     await expect(
       store.transaction(async (tx) => {

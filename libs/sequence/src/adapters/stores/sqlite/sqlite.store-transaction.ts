@@ -123,6 +123,9 @@ export class SqliteStoreTransaction implements StoreTransaction {
     // those opened inside it too (an abandoned call's, left open).
     const at = this.savepoints.lastIndexOf(name);
     this.savepoints.splice(at);
+    // Ended with its transaction (a call left running past it): the connection may be in the
+    // next transaction by now, whose savepoints take the same names.
+    if (!this.open) return;
     // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
     if (!this.database.inTransaction) return;
     if (how === 'rollback') this.database.exec(`ROLLBACK TO ${name}`);
