@@ -113,6 +113,7 @@ export type {
   StoreTransaction,
 } from './ports/outbox-store.port';
 export { BOX_NAMES } from './ports/outbox-store.port';
+export { NestedTransactionOpenError } from './core/errors/nested-transaction-open.error';
 export { SavepointEndedError } from './core/errors/savepoint-ended.error';
 export { InboxCallEndedError } from './core/errors/inbox-call-ended.error';
 export { InboxSessionEndedError } from './core/errors/inbox-session-ended.error';

@@ -26,6 +26,7 @@ export * from './invalid-outbox-message.error';
 export * from './outbox-foreign-transaction.error';
 export * from './outbox-store-busy.error';
 export * from './outbox-store-closed.error';
+export * from './nested-transaction-open.error';
 export * from './outbox-transaction-finished.error';
 export * from './savepoint-ended.error';
 export * from './inbox-call-ended.error';

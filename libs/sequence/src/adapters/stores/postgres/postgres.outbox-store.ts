@@ -124,9 +124,12 @@ export class PostgresOutboxStore implements OutboxStore {
     let opened: PostgresStoreTransaction | undefined;
     const result = await this.scope.join(
       (inner) =>
-        inTransaction(this.pool, (transaction) => {
+        inTransaction(this.pool, async (transaction) => {
           opened = transaction;
-          return inner(transaction);
+          const result = await inner(transaction);
+          // Not in a claim's: what an inbox handler left running there is refused every statement.
+          transaction.assertSavepointsEnded();
+          return result;
         }),
       work,
     );

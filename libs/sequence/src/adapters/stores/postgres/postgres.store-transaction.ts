@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { BoxName } from '../../../ports/outbox-store.port';
 import type { Pool, PoolClient, QueryResult } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
+import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import { errorMessage } from '../../../core/errors/caught';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
@@ -212,6 +213,19 @@ export class PostgresStoreTransaction implements StoreTransaction {
       );
     }
     return result;
+  }
+
+  /**
+   * Throws NestedTransactionOpenError when a savepoint opened in this transaction is still in
+   * effect: a nested transaction() left running (not awaited), whose writes so far COMMIT would
+   * keep whatever it does next. Its savepoints end here, with the transaction, which the caller
+   * rolls back; their work, when it ends, rejects.
+   */
+  assertSavepointsEnded(): void {
+    const open = this.inEffect[0];
+    if (open === undefined) return;
+    this.inEffect.length = 0;
+    throw new NestedTransactionOpenError(open);
   }
 
   /**

@@ -318,7 +318,13 @@ export class SqliteOutboxStore implements OutboxStore {
     const active = this.connection.activeTransaction();
     if (active) return active.savepoint(() => work(active));
     this.assertOpen('transaction');
-    return this.connection.transaction(this.busyTimeoutMs, work);
+    return this.connection.transaction(this.busyTimeoutMs, async (transaction) => {
+      const result = await work(transaction);
+      // Not in a claim's (isolated): what a handler left running joins it refused every
+      // statement, so that it has nothing to commit.
+      transaction.assertSavepointsEnded();
+      return result;
+    });
   }
 
   /** `work` in a new transaction, after the one in progress, whatever the async context. */

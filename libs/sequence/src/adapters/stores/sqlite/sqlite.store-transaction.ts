@@ -1,4 +1,5 @@
 import type { Database } from 'better-sqlite3';
+import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
 import type { SqliteStatementCache } from './sqlite-statement.cache';
@@ -100,6 +101,19 @@ export class SqliteStoreTransaction implements StoreTransaction {
           'query, or SQLite rolling back after an I/O error): nothing more can run in it',
       );
     }
+  }
+
+  /**
+   * Throws NestedTransactionOpenError when a savepoint opened in this transaction is still open:
+   * a nested transaction() left running (not awaited), whose writes so far COMMIT would keep
+   * whatever it does next. Its savepoints end here, with the transaction, which the caller rolls
+   * back; their work, when it ends, rejects.
+   */
+  assertSavepointsEnded(): void {
+    const open = this.savepoints[0];
+    if (open === undefined) return;
+    this.savepoints.length = 0;
+    throw new NestedTransactionOpenError(open);
   }
 
   /** Runs `hook` after the outermost commit; a second hook with the same key is ignored. */

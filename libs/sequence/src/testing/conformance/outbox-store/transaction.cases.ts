@@ -1,3 +1,4 @@
+import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import { BOX, claimAndComplete, record, type OutboxSuiteContext } from './outbox-suite.context';
 
@@ -181,6 +182,42 @@ export function describeTransactionCases(c: OutboxSuiteContext): void {
       });
       await expect(table.read('inner')).resolves.toBeUndefined();
       await expect(table.read('after')).resolves.toBe('kept');
+    });
+
+    it('rolls back a transaction whose work returned while a nested one was still open, and both reject', async () => {
+      const table = await c.businessTable();
+      let nested: Promise<unknown> | undefined;
+      let nestedWrote!: () => void;
+      const wrote = new Promise<void>((resolve) => (nestedWrote = resolve));
+      let nestedGo!: () => void;
+      const go = new Promise<void>((resolve) => (nestedGo = resolve));
+      await expect(
+        c.store.transaction(async (outer) => {
+          await table.insert(outer, 'outer', 'undone');
+          // Not awaited: still open when this work returns. A COMMIT now would keep what it
+          // wrote so far, whatever it does next.
+          nested = c.store.transaction(async (inner) => {
+            await table.insert(inner, 'nested', 'undone');
+            await c.store.append(BOX, [record('nested-record')], inner);
+            nestedWrote();
+            await go;
+          });
+          nested.catch(() => undefined);
+          await wrote;
+        }),
+      ).rejects.toThrow(NestedTransactionOpenError);
+      nestedGo();
+      await expect(nested).rejects.toThrow(SavepointEndedError);
+
+      for (const id of ['outer', 'nested']) {
+        await expect(table.read(id)).resolves.toBeUndefined();
+      }
+      await expect(c.store.get(BOX, 'nested-record')).resolves.toBeUndefined();
+      // The store goes on: the next transaction, with a nested one of its own, commits.
+      await c.store.transaction(async () => {
+        await c.store.transaction((inner) => table.insert(inner, 'next', 'kept'));
+      });
+      await expect(table.read('next')).resolves.toBe('kept');
     });
 
     it('runs a query, reporting the rows read, or the rows changed as rowCount', async () => {
