@@ -124,19 +124,35 @@ async function* reading(
   const { onReadError, onMismatch, onWhole } = on;
   const hash = verify?.hash ? sha256Hasher() : undefined;
   let bytes = 0;
+  const mismatch = (sha256: string): SequenceIntegrityError => {
+    const error = new SequenceIntegrityError(sequenceId, verify!.digest, { sha256, bytes });
+    onMismatch(error);
+    return error;
+  };
+  // Without hashing, the store vouched for each body's content: only the count is checked.
+  const actualSha256 = () => (hash ? hash.copy().digest('hex') : verify!.digest.sha256);
+  let verified = false;
   for await (const chunk of sourceChunks(open, onReadError)) {
     hash?.update(chunk);
     bytes += chunk.length;
+    if (verify) {
+      const { digest } = verify;
+      // More than was verified: stop here rather than hand the bytes that pass it.
+      if (bytes > digest.bytes) throw mismatch(actualSha256());
+      // The last verified byte is checked before it is handed out: a reader that stops at
+      // `bytes` never asks for the stream's end. A mismatch is withheld until that end, so that
+      // the store's own error comes first if it has one.
+      if (bytes === digest.bytes) {
+        if (actualSha256() !== digest.sha256) continue;
+        verified = true;
+      }
+    }
     yield chunk;
   }
-  if (!verify) return onWhole(); // read back: checked against the declaration just before
-  // Without hashing, the store vouched for each body's content: only the count is checked here.
-  const { digest } = verify;
-  const actual = { sha256: hash ? hash.digest('hex') : digest.sha256, bytes };
-  if (actual.sha256 !== digest.sha256 || actual.bytes !== digest.bytes) {
-    const error = new SequenceIntegrityError(sequenceId, digest, actual);
-    onMismatch(error);
-    throw error;
-  }
+  // Read back: checked against the declaration just before.
+  if (!verify || verified) return onWhole();
+  // Fewer bytes than verified (or none were expected), or a mismatch withheld above.
+  const sha256 = actualSha256();
+  if (sha256 !== verify.digest.sha256 || bytes !== verify.digest.bytes) throw mismatch(sha256);
   onWhole();
 }

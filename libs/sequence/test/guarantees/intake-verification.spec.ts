@@ -127,4 +127,37 @@ describe('guarantees: verifying a sequence at intake', () => {
       /^integrity-mismatch: sequence corrupt-store: .*read back from the memory store/,
     );
   });
+  it('fails the handler stream before its last declared byte when the store gives back other bytes: a reader that stops there is not acked', async () => {
+    const channel = 'guarantees.intake.corrupt-store-exact';
+    const store = new InstrumentedStore(new MemorySequenceStore());
+    t = await createSequenceTestApp(channel, {
+      handlerRetry: { attempts: 3, baseDelayMs: 1 },
+      sequence: { store },
+    });
+    const payload = bytes(4_000, 66);
+    store.corruptNextReads = 1;
+    let streamError: unknown;
+    t.handler.onCall = async (delivered) => {
+      // Stops at the declared size, as a reader that knows it does: it never asks for the end.
+      let read = 0;
+      try {
+        for await (const chunk of delivered.stream()) {
+          read += (chunk as Buffer).length;
+          if (read >= delivered.bytes) break;
+        }
+      } catch (error) {
+        streamError = error;
+        throw error;
+      }
+    };
+
+    await publishAll(t.transport, channel, makeFragments('corrupt-store-exact', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(streamError).toBeInstanceOf(SequenceIntegrityError);
+    expect(t.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(/^integrity-mismatch: sequence corrupt-store-exact/);
+  });
 });
