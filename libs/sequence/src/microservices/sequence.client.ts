@@ -8,6 +8,7 @@ import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { checkDelay, checkInteger } from '../core/option-checks';
+import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
 import type { Subscription } from '../ports/transport.port';
 import { ClientClosedError } from './errors/client-closed.error';
@@ -22,6 +23,7 @@ import {
 } from './payload.codec';
 import { headerString, RpcHeader, withRpcHeaders } from './rpc-headers';
 import { ATTACH_RUNTIME, type SequenceRuntime } from './sequence-runtime';
+import { SequenceRecord } from './sequence.record';
 
 export interface SequenceClientOptions {
   /** How long `send()` waits for its reply before it errors with ReplyTimeoutError. @default 30000 */
@@ -188,7 +190,8 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
   }
 
   protected async dispatchEvent<T = unknown>(packet: ReadPacket): Promise<T> {
-    const runtime = this.attached();
+    // Refused before it is read: a stream given (a file) is destroyed, or its handle stays open.
+    const runtime = checkedBeforeReading(sourceOf(packet.data), () => this.attached());
     const pattern = this.normalizePattern(packet.pattern as string);
     await this.sendTo(runtime, pattern, packet.data, {});
     return undefined as T;
@@ -216,7 +219,12 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     wait();
     void (async () => {
       const runtime = this.attached();
-      const replies = await this.replyChannel(runtime);
+      const replies = await this.replyChannel(runtime).catch((error: unknown) => {
+        // The request is never sent: a stream given (a file) is destroyed, or its handle stays
+        // open.
+        destroySource(sourceOf(packet.data));
+        throw error;
+      });
       await this.sendTo(runtime, pattern, packet.data, {
         [RpcHeader.replyTo]: replies.channel,
         [RpcHeader.correlationId]: correlationId,
@@ -326,4 +334,9 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       return String(pattern);
     }
   }
+}
+
+/** The payload `data` carries: a SequenceRecord's data, or `data` itself. */
+function sourceOf(data: unknown): unknown {
+  return data instanceof SequenceRecord ? data.data : data;
 }

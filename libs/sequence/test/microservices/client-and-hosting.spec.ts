@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import { Controller, Injectable, Logger, Module, ValidationPipe } from '@nestjs/common';
 import { IsString } from 'class-validator';
 import { NestFactory } from '@nestjs/core';
@@ -18,6 +19,7 @@ import {
   ClientClosedError,
   ReplyNotSupportedError,
   SequenceClient,
+  SequenceRecord,
   SequenceServer,
 } from 'nest-sequence/microservices';
 import { ForwardingTransport } from 'nest-sequence/testing';
@@ -236,6 +238,46 @@ describe('SequenceClient.emit', () => {
       await expect(lastValueFrom(client.emit('host.in', { n: 1 }))).rejects.toThrow(
         /no SequenceModule in this application/,
       );
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('SequenceClient: a stream it cannot send', () => {
+  /** A stream that stays open until read or destroyed, as a file's does. */
+  const openStream = () => new Readable({ read() {} });
+
+  it('destroys the stream of a send() refused on a transport without reply channels', async () => {
+    const inner = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({
+      sequence: { transport: new NoRepliesTransport(inner) },
+      controllers: [Handlers],
+    });
+    try {
+      const source = openStream();
+      await expect(lastValueFrom(t.client.send('host.ask', source))).rejects.toThrow(
+        ReplyNotSupportedError,
+      );
+      expect(source.destroyed).toBe(true);
+    } finally {
+      await t.close();
+      await inner.close();
+    }
+  });
+
+  it('destroys the stream of an emit() without a SequenceModule', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [ClientsModule.register([{ name: CLIENT, customClass: SequenceClient }])],
+    }).compile();
+    const app = await moduleRef.init();
+    try {
+      const source = openStream();
+      const client = app.get<SequenceClient>(CLIENT);
+      await expect(
+        lastValueFrom(client.emit('host.in', new SequenceRecord(source, { bytes: 10 }))),
+      ).rejects.toThrow(/no SequenceModule/);
+      expect(source.destroyed).toBe(true);
     } finally {
       await app.close();
     }
