@@ -15,7 +15,14 @@ import {
   MetadataScanner,
   ModulesContainer,
 } from '@nestjs/core';
-import { isObservable, lastValueFrom, type Subscription as RxSubscription } from 'rxjs';
+import {
+  fromEvent,
+  isObservable,
+  lastValueFrom,
+  takeUntil,
+  type Observable,
+  type Subscription as RxSubscription,
+} from 'rxjs';
 import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
@@ -40,6 +47,8 @@ import {
 interface CallState {
   stage: PipelineStage;
   thrown?: unknown;
+  /** The call's `@Ctx()` signal: aborted when the call is abandoned (past handlerTimeoutMs). */
+  signal?: AbortSignal;
 }
 
 /**
@@ -142,7 +151,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     );
     const filter = this.exceptionFilters(target, contexts);
     return (...args) => {
-      const state: CallState = { stage: 'before-pipes' };
+      const state: CallState = { stage: 'before-pipes', signal: signalOf(args[1]) };
       return calls.run(state, async (): Promise<PipelineOutcome> => {
         try {
           return { ok: true, value: await invoke(...args) };
@@ -211,7 +220,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       transformToResult: {
         value(result: unknown): Promise<unknown> {
           return isObservable(result)
-            ? lastValueFrom(result, { defaultValue: undefined })
+            ? lastValueUntilAborted(result, calls.getStore()?.signal)
             : Promise.resolve(result);
         },
       },
@@ -327,6 +336,27 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       return subscription;
     });
   }
+}
+
+/** The signal of a call's context (`SequenceContext.getSignal()`), if it has one. */
+function signalOf(context: unknown): AbortSignal | undefined {
+  const getSignal = (context as { getSignal?: unknown } | undefined)?.getSignal;
+  return typeof getSignal === 'function' ? (getSignal.call(context) as AbortSignal) : undefined;
+}
+
+/**
+ * The last value of `source`, or undefined; unsubscribed once `signal` aborts: an abandoned
+ * call's Observable (an interval, a socket) must not run on, nor keep the process open.
+ */
+function lastValueUntilAborted(
+  source: Observable<unknown>,
+  signal: AbortSignal | undefined,
+): Promise<unknown> {
+  if (!signal) return lastValueFrom(source, { defaultValue: undefined });
+  if (signal.aborted) return Promise.resolve(undefined);
+  return lastValueFrom(source.pipe(takeUntil(fromEvent(signal, 'abort'))), {
+    defaultValue: undefined,
+  });
 }
 
 function splitDefinedBy(definedBy: string): [string, string] {

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { Controller, Logger } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
-import { lastValueFrom } from 'rxjs';
+import { lastValueFrom, Observable } from 'rxjs';
 import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
 import type { HeaderMap, PublishOptions } from 'nest-sequence/ports';
 import type { SequenceContext } from 'nest-sequence/microservices';
@@ -11,6 +11,8 @@ import { createMicroserviceTestApp, type MicroserviceTestApp } from './microserv
 
 const TIMEOUT_MS = 30;
 const signals: AbortSignal[] = [];
+/** Subscriptions to the Observables `ms.ticking` returned, and those let go of. */
+const ticking = { subscribed: 0, unsubscribed: 0 };
 
 @Controller()
 class StuckController {
@@ -18,6 +20,19 @@ class StuckController {
   stuck(@Payload() _data: unknown, @Ctx() ctx: SequenceContext): Promise<void> {
     signals.push(ctx.getSignal());
     return new Promise<void>(() => undefined); // never settles
+  }
+
+  @EventPattern('ms.ticking')
+  tick(): Observable<number> {
+    // Never completes: a feed, a poll.
+    return new Observable<number>((subscriber) => {
+      ticking.subscribed += 1;
+      const timer = setInterval(() => subscriber.next(Date.now()), 5);
+      return () => {
+        ticking.unsubscribed += 1;
+        clearInterval(timer);
+      };
+    });
   }
 
   @EventPattern('ms.free')
@@ -34,7 +49,12 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
     t = await createMicroserviceTestApp({
       sequence: { transport, handlerRetry: { attempts: 2, baseDelayMs: 1, maxDelayMs: 1 } },
       controllers: [StuckController],
-      server: { channels: { 'ms.stuck': { handlerTimeoutMs: TIMEOUT_MS } } },
+      server: {
+        channels: {
+          'ms.stuck': { handlerTimeoutMs: TIMEOUT_MS },
+          'ms.ticking': { handlerTimeoutMs: TIMEOUT_MS },
+        },
+      },
     });
   });
   afterAll(() => t?.close());
@@ -55,6 +75,18 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
         new RegExp(`^handler-timeout: an inline payload: handler timed out after ${TIMEOUT_MS} ms`),
       ),
     ]);
+  });
+
+  it('unsubscribes from the Observable of a call it abandoned', async () => {
+    await emit('ms.ticking', { feed: 'vitals' });
+    await transport.whenIdle();
+
+    const dead = transport.take(transport.deadLetterChannel('ms.ticking'));
+    expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
+      expect.stringMatching(/^handler-timeout: /),
+    ]);
+    // Each call's Observable is let go of as it is abandoned: no interval runs on.
+    expect(ticking).toEqual({ subscribed: 2, unsubscribed: 2 });
   });
 
   it('hands a signal that is never aborted to a channel without a limit', async () => {
