@@ -79,11 +79,11 @@ export interface NatsTransportOptions {
   readonly replyMaxBytes?: number;
   /**
    * Partitioned channels: how long a subscriber's claim on a partition lasts without renewal
-   * (the lease stream's `max_age`). The owner renews it every quarter of this; when its process
-   * is lost, another subscriber takes the partition over at most this long (plus a tenth of it)
-   * later. Partition consumers' `ack_wait` is the lesser of half of this and `ackWaitMs`, so that
-   * the lost owner's messages are back by then. Applies when the transport creates a channel's lease
-   * stream; an existing one's `max_age` is used as it is.
+   * (the lease stream's `max_age`). The owner renews it once a quarter of this has passed; when
+   * its process is lost, another subscriber takes the partition over at most this long (plus a
+   * tenth of it) later. Partition consumers' `ack_wait` is the lesser of half of this and
+   * `ackWaitMs`, so that the lost owner's messages are back by then. Applies when the transport
+   * creates a channel's lease stream; an existing one's `max_age` is used as it is.
    * @default 10000
    */
   readonly partitionLeaseMs?: number;

@@ -10,17 +10,24 @@ const ACK_WAIT_MS = partitionAckWaitMs(30_000, LEASE_MS);
 /** A write's round trip to the server. */
 const ROUND_TRIP_MS = 50;
 
-/** Leases that the server grants: every write stored, every claim free. */
-function grantingLeases(): { leases: NatsPartitionLeases; renewals: number[] } {
+/**
+ * Leases that the server stores: every write of partition 0 answered after a round trip; a claim
+ * of any other partition answered "held by another" after `otherClaimMs`.
+ */
+function leasesOfPartitionZero(otherClaimMs: number): {
+  leases: NatsPartitionLeases;
+  renewals: number[];
+} {
   let sequence = 0;
   const renewals: number[] = [];
-  const answer = () =>
-    new Promise<number>((resolve) => setTimeout(() => resolve(++sequence), ROUND_TRIP_MS));
+  const answer = <T>(value: () => T, ms: number) =>
+    new Promise<T>((resolve) => setTimeout(() => resolve(value()), ms));
   const leases = {
-    claim: answer,
+    claim: (index: number) =>
+      index === 0 ? answer(() => ++sequence, ROUND_TRIP_MS) : answer(() => undefined, otherClaimMs),
     renew: () => {
       renewals.push(Date.now());
-      return answer();
+      return answer(() => ++sequence, ROUND_TRIP_MS);
     },
     release: async () => undefined,
     held: async () => new Set<number>(),
@@ -33,39 +40,49 @@ describe('NatsPartitionedSubscription', () => {
   beforeEach(() => jest.useFakeTimers());
   afterEach(() => jest.useRealTimers());
 
-  it('renews a held lease before in-progress acks would keep its messages past it', async () => {
-    const { leases, renewals } = grantingLeases();
-    let mayExtend: ((ackWaitMs: number) => boolean) | undefined;
-    const subscription = new NatsPartitionedSubscription({
-      channel: 'orders',
-      count: 1,
-      ensure: async () => LEASE_MS,
-      forget: () => undefined,
-      leases,
-      open: (_index, _mayHold, extend) => {
-        mayExtend = extend;
-        return { close: async () => undefined, abandon: async () => undefined } as NatsSubscription;
-      },
-      logger: new Logger('nats.partitioned-subscription.spec'),
-      onClosed: () => undefined,
-    });
-    const started = subscription.start();
-    await jest.advanceTimersByTimeAsync(ROUND_TRIP_MS);
-    await started;
-    expect(mayExtend).toBeDefined();
+  it.each([
+    ['every claim answered at once', 1, ROUND_TRIP_MS],
+    ["another partition's claim answered only after 60% of the lease", 2, 0.6 * LEASE_MS],
+  ])(
+    'renews a held lease before in-progress acks would keep its messages past it: %s',
+    async (_label, count, otherClaimMs) => {
+      const { leases, renewals } = leasesOfPartitionZero(otherClaimMs);
+      let mayExtend: ((ackWaitMs: number) => boolean) | undefined;
+      const subscription = new NatsPartitionedSubscription({
+        channel: 'orders',
+        count,
+        ensure: async () => LEASE_MS,
+        forget: () => undefined,
+        leases,
+        open: (index, _mayHold, extend) => {
+          if (index === 0) mayExtend = extend;
+          return {
+            close: async () => undefined,
+            abandon: async () => undefined,
+          } as NatsSubscription;
+        },
+        logger: new Logger('nats.partitioned-subscription.spec'),
+        onClosed: () => undefined,
+      });
+      const started = subscription.start();
+      await jest.advanceTimersByTimeAsync(otherClaimMs + 2 * ROUND_TRIP_MS);
+      await started;
+      expect(mayExtend).toBeDefined();
 
-    // While every renewal is stored, the holder may keep its messages in progress at
-    // every moment: a pause in its in-progress acks longer than ack_wait would let the server
-    // deliver them again while it still holds the lease.
-    const closedAt: number[] = [];
-    for (let step = 0; step < (5 * LEASE_MS) / 10; step++) {
-      await jest.advanceTimersByTimeAsync(10);
-      if (!mayExtend!(ACK_WAIT_MS)) closedAt.push(Date.now());
-    }
+      // While every renewal is stored, the holder may keep its messages in progress at every
+      // moment: a pause in its in-progress acks longer than ack_wait would let the server
+      // deliver them again while it still holds the lease.
+      const closedAt: number[] = [];
+      for (let step = 0; step < (5 * LEASE_MS) / 10; step++) {
+        await jest.advanceTimersByTimeAsync(10);
+        if (!mayExtend!(ACK_WAIT_MS)) closedAt.push(Date.now());
+      }
 
-    expect(renewals.length).toBeGreaterThanOrEqual(10);
-    expect(closedAt).toEqual([]);
-    jest.useRealTimers();
-    await subscription.close();
-  });
+      expect(renewals.length).toBeGreaterThanOrEqual(10);
+      expect(closedAt).toEqual([]);
+      const closing = subscription.close();
+      await jest.advanceTimersByTimeAsync(otherClaimMs + 2 * ROUND_TRIP_MS);
+      await closing;
+    },
+  );
 });

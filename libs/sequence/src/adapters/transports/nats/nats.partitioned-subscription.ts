@@ -11,10 +11,11 @@ import { leaseClock, leaseLater, leaseMsLeft, type LeaseInstant } from '../../..
  */
 const TRUSTED_SHARE = 0.9;
 /**
- * Renewed every quarter of the lease time, checked every tenth: a renewal goes out by 35% of it,
- * while in-progress acks may still go out (they stop at 40%: the lease is trusted for 90% of its
- * time, `ack_wait` is at most half), so that they keep coming while renewals are stored. A
- * renewal that fails is tried again at every check until the lease is no longer trusted.
+ * Renewed once a quarter of the lease time has passed, checked every tenth on a timer of its own
+ * (claims never hold a renewal up): a renewal goes out by 35% of it, while in-progress acks may
+ * still go out (they stop at 40%: the lease is trusted for 90% of its time, `ack_wait` is at most
+ * half), so that they keep coming while renewals are stored. A renewal that fails is tried again
+ * at every check until the lease is no longer trusted.
  */
 const RENEW_SHARE = 1 / 4;
 /** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
@@ -58,7 +59,8 @@ interface OwnedPartition {
  *
  * - every tenth of the lease time, and at once when another subscriber releases one, it claims
  *   the partitions nobody holds, and starts pulling from each it gets;
- * - it renews each lease every quarter of the lease time. A lease it could not renew for 90% of the
+ * - every tenth of the lease time, it renews each lease a quarter of the lease time old, whatever
+ *   a claim is waiting for. A lease it could not renew for 90% of the
  *   lease time (a lost connection, a paused process) is no longer trusted: from that moment (a
  *   timer per lease) no in-progress acks go out for its messages, verdicts on them are ignored
  *   (and logged), and the partition's pulling stops without handing them back, since
@@ -82,8 +84,12 @@ export class NatsPartitionedSubscription implements Subscription {
   private readonly lapsed = new Map<number, number>();
   private leaseMs = 0;
   private timer?: NodeJS.Timeout;
-  /** Lets go of untrusted leases even while a tick waits on an unanswered request. */
+  /**
+   * Renews the leases due and lets go of untrusted ones, every tenth of the lease time, even
+   * while a tick waits on an unanswered claim.
+   */
   private fence?: NodeJS.Timeout;
+  private renewing?: Promise<void>;
   private ticking?: Promise<void>;
   private again = false;
   private unlisten?: () => void;
@@ -107,10 +113,17 @@ export class NatsPartitionedSubscription implements Subscription {
   async start(): Promise<void> {
     this.unlisten = this.settings.leases.onReleased(() => this.wake());
     await this.tick();
-    // Closed during the first claim: shutdown() found no fence to clear.
-    if (this.closed) return;
+  }
+
+  /** Starts the fence once the lease time is known, before the first claim. */
+  private startFence(): void {
+    // Closed meanwhile: shutdown() found no fence to clear.
+    if (this.fence || this.closed) return;
     this.fence = setInterval(
-      () => this.letGoUntrusted(),
+      () => {
+        this.letGoUntrusted();
+        this.renewDue();
+      },
       Math.max(50, Math.floor(this.leaseMs * CLAIM_SHARE)),
     );
   }
@@ -152,6 +165,7 @@ export class NatsPartitionedSubscription implements Subscription {
     clearInterval(this.fence);
     this.unlisten?.();
     await this.ticking;
+    await this.renewing;
     await Promise.all(
       [...this.owned.values()].map(async (partition) => {
         clearTimeout(partition.distrust);
@@ -184,18 +198,11 @@ export class NatsPartitionedSubscription implements Subscription {
     const run = (async () => {
       try {
         this.leaseMs = await this.settings.ensure();
-        await this.renew();
+        this.startFence();
         await this.claim();
-        if (this.failing) this.settings.logger.log(`partition leases of ${this.channel} resumed`);
-        this.failing = false;
+        this.succeeded();
       } catch (error) {
-        if (!this.failing) {
-          this.settings.logger.warn(
-            `partition leases of ${this.channel}: ${errorMessage(error)}; trying again`,
-          );
-        }
-        this.failing = true;
-        this.settings.forget();
+        this.failed(error);
       } finally {
         this.letGoUntrusted();
       }
@@ -210,6 +217,35 @@ export class NatsPartitionedSubscription implements Subscription {
     }
     const every = Math.max(50, Math.floor((this.leaseMs || 1_000) * CLAIM_SHARE));
     this.timer = setTimeout(() => void this.tick(), every);
+  }
+
+  /** Renews the leases due, unless a renewal is still running. */
+  private renewDue(): void {
+    if (this.closed || this.renewing) return;
+    this.renewing = this.renew()
+      .then(
+        () => this.succeeded(),
+        (error: unknown) => this.failed(error),
+      )
+      .finally(() => {
+        this.renewing = undefined;
+        this.letGoUntrusted();
+      });
+  }
+
+  private succeeded(): void {
+    if (this.failing) this.settings.logger.log(`partition leases of ${this.channel} resumed`);
+    this.failing = false;
+  }
+
+  private failed(error: unknown): void {
+    if (!this.failing) {
+      this.settings.logger.warn(
+        `partition leases of ${this.channel}: ${errorMessage(error)}; trying again`,
+      );
+    }
+    this.failing = true;
+    this.settings.forget();
   }
 
   private async renew(): Promise<void> {
