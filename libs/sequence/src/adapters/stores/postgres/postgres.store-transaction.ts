@@ -197,6 +197,13 @@ export class PostgresStoreTransaction implements StoreTransaction {
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
       throw error;
     }
+    const innermost = this.inEffect.at(-1);
+    if (innermost !== name && this.leave(name)) {
+      // A savepoint opened inside this one is still in effect (a nested transaction not awaited):
+      // RELEASE would fold its writes so far into this one's. Both are rolled back instead.
+      await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
+      throw new NestedTransactionOpenError(innermost!, `savepoint ${name}`);
+    }
     if (!this.leave(name)) throw new SavepointEndedError(name);
     try {
       await this.query(`RELEASE SAVEPOINT ${name}`);
@@ -247,6 +254,8 @@ export class PostgresStoreTransaction implements StoreTransaction {
   /** After COMMIT or ROLLBACK: the client may serve someone else from now on. */
   settle(): void {
     this.settled = true;
+    // Ended with it: the work of one left running rejects when it ends (SavepointEndedError).
+    this.inEffect.length = 0;
   }
 }
 

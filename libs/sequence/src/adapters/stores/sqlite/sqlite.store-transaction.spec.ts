@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import type { NewBoxRecord } from '../../../ports/outbox-store.port';
 import { SqliteStatementCache } from './sqlite-statement.cache';
 import { SqliteOutboxStore } from './sqlite.outbox-store';
@@ -113,7 +114,7 @@ describe('SqliteOutboxStore transactions', () => {
           tx.savepoint(async () => sleep(20)),
         ]);
       }),
-    ).rejects.toThrow(/must nest/);
+    ).rejects.toThrow(NestedTransactionOpenError);
     const rows = await store.transaction((tx) => tx.query('SELECT id FROM business'));
     expect(rows.rowCount).toBe(0);
   });
@@ -136,7 +137,9 @@ describe('SqliteOutboxStore transactions', () => {
     // The first is refused (the second is open inside it) and undone with the second, which
     // then rejects too: the commit keeps only what ran outside both.
     expect(outcomes.map((outcome) => outcome.status)).toEqual(['rejected', 'rejected']);
-    expect(String((outcomes[0] as PromiseRejectedResult).reason)).toMatch(/must nest/);
+    expect(String((outcomes[0] as PromiseRejectedResult).reason)).toMatch(
+      /^NestedTransactionOpenError: /,
+    );
     const rows = await store.transaction((tx) => tx.query('SELECT id FROM business ORDER BY id'));
     expect(rows.rows).toEqual([{ id: 'outer' }]);
     expect(await store.get(BOX, 'first-side')).toBeUndefined();

@@ -78,10 +78,7 @@ export class SqliteStoreTransaction implements StoreTransaction {
       // is undone, with that one's (which then rejects too), as if it had thrown.
       this.leaveSavepoint(name, 'rollback');
       this.commitHooks = hooksBefore;
-      throw new Error(
-        `savepoint ${name} is not the innermost one (${innermost} is): its writes were rolled ` +
-          'back; savepoints of one SQLite transaction must nest, so run them one after another',
-      );
+      throw new NestedTransactionOpenError(innermost!, `savepoint ${name}`);
     }
     this.leaveSavepoint(name, 'release');
     return result;
@@ -124,6 +121,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
   /** Called by the connection when the work settled, before COMMIT or ROLLBACK. */
   settle(): void {
     this.open = false;
+    // Ended with it: the work of one left running rejects when it ends (SavepointEndedError).
+    this.savepoints.length = 0;
   }
 
   /** Called by the connection after COMMIT. */

@@ -2,6 +2,13 @@ import { NestedTransactionOpenError } from '../../../core/errors/nested-transact
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import { BOX, claimAndComplete, record, type OutboxSuiteContext } from './outbox-suite.context';
 
+/** A promise to wait for, and what resolves it. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
 /** `transaction`: commit, rollback, nesting as a savepoint, and `tx.savepoint`. */
 export function describeTransactionCases(c: OutboxSuiteContext): void {
   describe('transaction', () => {
@@ -187,10 +194,8 @@ export function describeTransactionCases(c: OutboxSuiteContext): void {
     it('rolls back a transaction whose work returned while a nested one was still open, and both reject', async () => {
       const table = await c.businessTable();
       let nested: Promise<unknown> | undefined;
-      let nestedWrote!: () => void;
-      const wrote = new Promise<void>((resolve) => (nestedWrote = resolve));
-      let nestedGo!: () => void;
-      const go = new Promise<void>((resolve) => (nestedGo = resolve));
+      const wrote = gate();
+      const go = gate();
       await expect(
         c.store.transaction(async (outer) => {
           await table.insert(outer, 'outer', 'undone');
@@ -199,14 +204,14 @@ export function describeTransactionCases(c: OutboxSuiteContext): void {
           nested = c.store.transaction(async (inner) => {
             await table.insert(inner, 'nested', 'undone');
             await c.store.append(BOX, [record('nested-record')], inner);
-            nestedWrote();
-            await go;
+            wrote.open();
+            await go.opened;
           });
           nested.catch(() => undefined);
-          await wrote;
+          await wrote.opened;
         }),
       ).rejects.toThrow(NestedTransactionOpenError);
-      nestedGo();
+      go.open();
       await expect(nested).rejects.toThrow(SavepointEndedError);
 
       for (const id of ['outer', 'nested']) {
@@ -218,6 +223,64 @@ export function describeTransactionCases(c: OutboxSuiteContext): void {
         await c.store.transaction((inner) => table.insert(inner, 'next', 'kept'));
       });
       await expect(table.read('next')).resolves.toBe('kept');
+    });
+
+    it('rolls back a nested transaction that returned while one it started was still open; the outer one goes on', async () => {
+      const table = await c.businessTable();
+      let innermost: Promise<unknown> | undefined;
+      const wrote = gate();
+      const go = gate();
+      await c.store.transaction(async (outer) => {
+        await table.insert(outer, 'outer', 'kept');
+        await expect(
+          c.store.transaction(async (nested) => {
+            await table.insert(nested, 'nested', 'undone');
+            // Not awaited: still open when this nested work returns.
+            innermost = c.store.transaction(async (inner) => {
+              await table.insert(inner, 'innermost', 'undone');
+              await c.store.append(BOX, [record('innermost-record')], inner);
+              wrote.open();
+              await go.opened;
+            });
+            innermost.catch(() => undefined);
+            await wrote.opened;
+          }),
+        ).rejects.toThrow(NestedTransactionOpenError);
+        go.open();
+        await expect(innermost).rejects.toThrow(SavepointEndedError);
+        await table.insert(outer, 'after', 'kept');
+      });
+
+      await expect(table.read('outer')).resolves.toBe('kept');
+      await expect(table.read('after')).resolves.toBe('kept');
+      await expect(table.read('nested')).resolves.toBeUndefined();
+      await expect(table.read('innermost')).resolves.toBeUndefined();
+      await expect(c.store.get(BOX, 'innermost-record')).resolves.toBeUndefined();
+    });
+
+    it('rejects a nested transaction left running that resolves after the outer one rolled back', async () => {
+      const table = await c.businessTable();
+      let nested: Promise<unknown> | undefined;
+      const wrote = gate();
+      const go = gate();
+      await expect(
+        c.store.transaction(async () => {
+          nested = c.store.transaction(async (inner) => {
+            await table.insert(inner, 'nested', 'undone');
+            wrote.open();
+            await go.opened;
+            return 'done';
+          });
+          nested.catch(() => undefined);
+          await wrote.opened;
+          throw new Error('outer fails');
+        }),
+      ).rejects.toThrow('outer fails');
+      go.open();
+
+      // Its writes went with the rollback: it must not report success.
+      await expect(nested).rejects.toThrow(SavepointEndedError);
+      await expect(table.read('nested')).resolves.toBeUndefined();
     });
 
     it('runs a query, reporting the rows read, or the rows changed as rowCount', async () => {
