@@ -33,9 +33,10 @@ export class ReassembledPayload {
 
   /**
    * @param verifyWhileReading when set, every `stream()` checks the bytes read from the store
-   * against this digest and fails at its end, instead of ending, if they differ: all of it, or
-   * only the byte count when `hash` is false (a store that checks every body it reads against its
-   * CRC-32, `verifiesReads`, and reports a mismatch as an integrity failure itself).
+   * against this digest as the last of them arrives, and fails rather than hand that byte out if
+   * they differ (at once on a byte past the count): all of it, or only the byte count when `hash`
+   * is false (a store that checks every body it reads against its CRC-32, `verifiesReads`, and
+   * reports a mismatch as an integrity failure itself).
    */
   constructor(
     sequence: CompleteSequence & { readonly sha256: string },
