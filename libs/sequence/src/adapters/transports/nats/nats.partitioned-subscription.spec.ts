@@ -85,4 +85,41 @@ describe('NatsPartitionedSubscription', () => {
       await closing;
     },
   );
+
+  it('logs a failing claim loop once while renewals go on, and no recovery it did not make', async () => {
+    const { leases, renewals } = leasesOfPartitionZero(ROUND_TRIP_MS);
+    let claimsFail = false;
+    const held = leases.held.bind(leases);
+    leases.held = () => (claimsFail ? Promise.reject(new Error('TIMEOUT')) : held());
+    const logger = new Logger('nats.partitioned-subscription.spec');
+    const warn = jest.spyOn(logger, 'warn').mockImplementation(() => undefined);
+    const log = jest.spyOn(logger, 'log').mockImplementation(() => undefined);
+    const subscription = new NatsPartitionedSubscription({
+      channel: 'orders',
+      count: 2,
+      ensure: async () => LEASE_MS,
+      forget: () => undefined,
+      leases,
+      open: () =>
+        ({ close: async () => undefined, abandon: async () => undefined }) as NatsSubscription,
+      logger,
+      onClosed: () => undefined,
+    });
+    const started = subscription.start();
+    await jest.advanceTimersByTimeAsync(3 * ROUND_TRIP_MS);
+    await started;
+
+    claimsFail = true;
+    await jest.advanceTimersByTimeAsync(3 * LEASE_MS);
+
+    expect(renewals.length).toBeGreaterThanOrEqual(6);
+    expect(subscription.partitions).toEqual([0]);
+    expect(warn.mock.calls.map(([message]) => String(message))).toEqual([
+      'partition leases of orders: claims failed: TIMEOUT; trying again',
+    ]);
+    expect(log).not.toHaveBeenCalled();
+    const closing = subscription.close();
+    await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
+    await closing;
+  });
 });

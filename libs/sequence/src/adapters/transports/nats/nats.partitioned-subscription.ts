@@ -12,10 +12,11 @@ import { leaseClock, leaseLater, leaseMsLeft, type LeaseInstant } from '../../..
 const TRUSTED_SHARE = 0.9;
 /**
  * Renewed once a quarter of the lease time has passed, checked every tenth on a timer of its own
- * (claims never hold a renewal up): a renewal goes out by 35% of it, while in-progress acks may
- * still go out (they stop at 40%: the lease is trusted for 90% of its time, `ack_wait` is at most
- * half), so that they keep coming while renewals are stored. A renewal that fails is tried again
- * at every check until the lease is no longer trusted.
+ * (claims never hold a renewal up): a renewal goes out by 35% of it, unless the previous ones
+ * still wait for their answers, while in-progress acks may still go out (they stop at 40%: the
+ * lease is trusted for 90% of its time, `ack_wait` is at most half), so that they keep coming
+ * while renewals are stored. A renewal that fails is tried again at every check until the lease
+ * is no longer trusted.
  */
 const RENEW_SHARE = 1 / 4;
 /** Free partitions are looked for every tenth of the lease time, and whenever one is released. */
@@ -90,10 +91,13 @@ export class NatsPartitionedSubscription implements Subscription {
    */
   private fence?: NodeJS.Timeout;
   private renewing?: Promise<void>;
+  /** Partitions whose renewal waits for its answer: not claimed again meanwhile. */
+  private readonly writing = new Set<number>();
   private ticking?: Promise<void>;
   private again = false;
   private unlisten?: () => void;
-  private failing = false;
+  /** The loops whose last attempt failed: each logs its failure once, and its recovery. */
+  private readonly failing = new Set<'claims' | 'renewals'>();
   private closed = false;
   private closing?: Promise<void>;
 
@@ -200,9 +204,9 @@ export class NatsPartitionedSubscription implements Subscription {
         this.leaseMs = await this.settings.ensure();
         this.startFence();
         await this.claim();
-        this.succeeded();
+        this.succeeded('claims');
       } catch (error) {
-        this.failed(error);
+        this.failed('claims', error);
       } finally {
         this.letGoUntrusted();
       }
@@ -219,13 +223,18 @@ export class NatsPartitionedSubscription implements Subscription {
     this.timer = setTimeout(() => void this.tick(), every);
   }
 
-  /** Renews the leases due, unless a renewal is still running. */
+  /** Renews the leases due, unless the previous renewals still wait for their answers. */
   private renewDue(): void {
     if (this.closed || this.renewing) return;
     this.renewing = this.renew()
       .then(
-        () => this.succeeded(),
-        (error: unknown) => this.failed(error),
+        (sent) => {
+          // Nothing sent says nothing of the server.
+          if (sent > 0) this.succeeded('renewals');
+        },
+        (error: unknown) => {
+          if (!this.closed) this.failed('renewals', error);
+        },
       )
       .finally(() => {
         this.renewing = undefined;
@@ -233,22 +242,24 @@ export class NatsPartitionedSubscription implements Subscription {
       });
   }
 
-  private succeeded(): void {
-    if (this.failing) this.settings.logger.log(`partition leases of ${this.channel} resumed`);
-    this.failing = false;
+  private succeeded(loop: 'claims' | 'renewals'): void {
+    if (this.failing.delete(loop)) {
+      this.settings.logger.log(`partition leases of ${this.channel}: ${loop} resumed`);
+    }
   }
 
-  private failed(error: unknown): void {
-    if (!this.failing) {
+  private failed(loop: 'claims' | 'renewals', error: unknown): void {
+    if (!this.failing.has(loop)) {
       this.settings.logger.warn(
-        `partition leases of ${this.channel}: ${errorMessage(error)}; trying again`,
+        `partition leases of ${this.channel}: ${loop} failed: ${errorMessage(error)}; trying again`,
       );
     }
-    this.failing = true;
+    this.failing.add(loop);
     this.settings.forget();
   }
 
-  private async renew(): Promise<void> {
+  /** Renews the leases due; resolves to the number of renewals sent. */
+  private async renew(): Promise<number> {
     const renewals = [...this.owned.values()]
       .filter(
         (partition) =>
@@ -256,8 +267,21 @@ export class NatsPartitionedSubscription implements Subscription {
       )
       .map(async (partition) => {
         const sentAt = leaseClock();
-        const sequence = await this.settings.leases.renew(partition.index, partition.sequence);
-        if (this.owned.get(partition.index) !== partition) return;
+        this.writing.add(partition.index);
+        let sequence: number | undefined;
+        try {
+          sequence = await this.settings.leases.renew(partition.index, partition.sequence);
+        } finally {
+          this.writing.delete(partition.index);
+        }
+        if (this.owned.get(partition.index) !== partition) {
+          // Let go meanwhile (no longer trusted): the lease, if still this subscriber's, is
+          // taken back on the sequence this write stored.
+          if (sequence !== undefined && this.lapsed.has(partition.index)) {
+            this.lapsed.set(partition.index, sequence);
+          }
+          return;
+        }
         if (sequence === undefined) {
           this.settings.logger.warn(
             `lost partition ${partition.index} of ${this.channel}: its lease is another's`,
@@ -273,6 +297,7 @@ export class NatsPartitionedSubscription implements Subscription {
       (outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected',
     );
     if (failed) throw failed.reason;
+    return renewals.length;
   }
 
   private async claim(): Promise<void> {
@@ -280,7 +305,7 @@ export class NatsPartitionedSubscription implements Subscription {
     const held = await this.settings.leases.held();
     for (let index = 0; index < this.settings.count; index++) {
       if (this.closed) return;
-      if (this.owned.has(index)) continue;
+      if (this.owned.has(index) || this.writing.has(index)) continue;
       const previous = this.lapsed.get(index);
       if (held.has(index) && previous === undefined) continue;
       const sentAt = leaseClock();
