@@ -198,13 +198,13 @@ export class PostgresStoreTransaction implements StoreTransaction {
       throw error;
     }
     const innermost = this.inEffect.at(-1);
-    if (innermost !== name && this.leave(name)) {
+    if (!this.leave(name)) throw new SavepointEndedError(name);
+    if (innermost !== name) {
       // A savepoint opened inside this one is still in effect (a nested transaction not awaited):
       // RELEASE would fold its writes so far into this one's. Both are rolled back instead.
       await this.query(`ROLLBACK TO SAVEPOINT ${name}`).catch(() => undefined);
       throw new NestedTransactionOpenError(innermost!, `savepoint ${name}`);
     }
-    if (!this.leave(name)) throw new SavepointEndedError(name);
     try {
       await this.query(`RELEASE SAVEPOINT ${name}`);
     } catch (error) {

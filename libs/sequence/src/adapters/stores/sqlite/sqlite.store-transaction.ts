@@ -121,7 +121,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
   /** Called by the connection when the work settled, before COMMIT or ROLLBACK. */
   settle(): void {
     this.open = false;
-    // Ended with it: the work of one left running rejects when it ends (SavepointEndedError).
+    // Ended with it: the work of one left running rejects when it ends (SavepointEndedError),
+    // sending nothing into the next transaction, whose savepoints take the same names.
     this.savepoints.length = 0;
   }
 
@@ -136,9 +137,6 @@ export class SqliteStoreTransaction implements StoreTransaction {
     // those opened inside it too (an abandoned call's, left open).
     const at = this.savepoints.lastIndexOf(name);
     this.savepoints.splice(at);
-    // Ended with its transaction (a call left running past it): the connection may be in the
-    // next transaction by now, whose savepoints take the same names.
-    if (!this.open) return;
     // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
     if (!this.database.inTransaction) return;
     if (how === 'rollback') this.database.exec(`ROLLBACK TO ${name}`);
