@@ -1,4 +1,8 @@
-import { MemorySequenceStore, SequenceIntegrityError } from 'nest-sequence';
+import {
+  MemorySequenceStore,
+  SequenceIntegrityError,
+  type ReassembledPayload,
+} from 'nest-sequence';
 import {
   bytes,
   createSequenceTestApp,
@@ -98,65 +102,68 @@ describe('guarantees: verifying a sequence at intake', () => {
     expect(deathReasonOf(dead[0])).toMatch(/^integrity-mismatch: sequence forged-in-order/);
   });
 
-  it('fails the handler stream at its end, without retrying the handler, and dead-letters the sequence when the store gives back other bytes than it took', async () => {
-    const channel = 'guarantees.intake.corrupt-store';
+  /**
+   * Sends a 4,000-byte sequence `id` in order to `guarantees.intake.<id>`, through a memory store
+   * that gives back the first read altered, to a handler that reads it with `read`: the app, and
+   * the error the handler's stream failed with, if any.
+   */
+  async function readBackCorrupted(
+    id: string,
+    read: (delivered: ReassembledPayload) => Promise<unknown>,
+  ): Promise<{ app: SequenceTestApp; streamError: unknown }> {
+    const channel = `guarantees.intake.${id}`;
     const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, {
+    const app = await createSequenceTestApp(channel, {
       handlerRetry: { attempts: 3, baseDelayMs: 1 },
       sequence: { store },
     });
-    const payload = bytes(4_000, 65);
+    t = app;
     store.corruptNextReads = 1;
     let streamError: unknown;
-    t.handler.onCall = async (delivered) => {
-      await delivered.toBuffer().catch((error: unknown) => {
+    app.handler.onCall = async (delivered) => {
+      await read(delivered).catch((error: unknown) => {
         streamError = error;
         throw error;
       });
     };
+    await publishAll(app.transport, channel, makeFragments(id, bytes(4_000, 65), 1_000));
+    await app.transport.whenIdle();
+    return { app, streamError };
+  }
 
-    await publishAll(t.transport, channel, makeFragments('corrupt-store', payload, 1_000));
-    await t.transport.whenIdle();
+  it('fails the handler stream at its end, without retrying the handler, and dead-letters the sequence when the store gives back other bytes than it took', async () => {
+    const channel = 'guarantees.intake.corrupt-store';
+    const { app, streamError } = await readBackCorrupted('corrupt-store', (delivered) =>
+      delivered.toBuffer(),
+    );
 
     expect(streamError).toBeInstanceOf(SequenceIntegrityError);
-    expect(t.handler.calls).toBe(1);
-    expect(t.handler.deliveries).toHaveLength(0);
-    const dead = deadLetters(t.transport, channel);
+    expect(app.handler.calls).toBe(1);
+    expect(app.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(app.transport, channel);
     expect(dead).toHaveLength(1);
     expect(deathReasonOf(dead[0])).toMatch(
       /^integrity-mismatch: sequence corrupt-store: .*read back from the memory store/,
     );
   });
+
   it('fails the handler stream before its last declared byte when the store gives back other bytes: a reader that stops there is not acked', async () => {
     const channel = 'guarantees.intake.corrupt-store-exact';
-    const store = new InstrumentedStore(new MemorySequenceStore());
-    t = await createSequenceTestApp(channel, {
-      handlerRetry: { attempts: 3, baseDelayMs: 1 },
-      sequence: { store },
-    });
-    const payload = bytes(4_000, 66);
-    store.corruptNextReads = 1;
-    let streamError: unknown;
-    t.handler.onCall = async (delivered) => {
-      // Stops at the declared size, as a reader that knows it does: it never asks for the end.
-      let read = 0;
-      try {
+    const { app, streamError } = await readBackCorrupted(
+      'corrupt-store-exact',
+      async (delivered) => {
+        // Stops at the declared size, as a reader that knows it does: it never asks for the end.
+        let read = 0;
         for await (const chunk of delivered.stream()) {
           read += (chunk as Buffer).length;
           if (read >= delivered.bytes) break;
         }
-      } catch (error) {
-        streamError = error;
-        throw error;
-      }
-    };
-
-    await publishAll(t.transport, channel, makeFragments('corrupt-store-exact', payload, 1_000));
-    await t.transport.whenIdle();
+      },
+    );
 
     expect(streamError).toBeInstanceOf(SequenceIntegrityError);
-    expect(t.handler.deliveries).toHaveLength(0);
-    const dead = deadLetters(t.transport, channel);
+    expect(app.handler.deliveries).toHaveLength(0);
+    const dead = deadLetters(app.transport, channel);
     expect(dead).toHaveLength(1);
     expect(deathReasonOf(dead[0])).toMatch(/^integrity-mismatch: sequence corrupt-store-exact/);
   });
