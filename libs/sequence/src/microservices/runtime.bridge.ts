@@ -42,7 +42,6 @@ import {
   type PipelineStage,
   type SequenceRuntime,
 } from './sequence-runtime';
-import { SequenceContext } from './sequence.context';
 
 /** Per call through the pipeline: how far it got, and what it threw. */
 interface CallState {
@@ -152,9 +151,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     );
     const filter = this.exceptionFilters(target, contexts);
     return (...args) => {
-      const context: unknown = args[1];
-      const signal = context instanceof SequenceContext ? context.getSignal() : undefined;
-      const state: CallState = { stage: 'before-pipes', signal };
+      const state: CallState = { stage: 'before-pipes', signal: signalOf(args[1]) };
       return calls.run(state, async (): Promise<PipelineOutcome> => {
         try {
           return { ok: true, value: await invoke(...args) };
@@ -339,6 +336,16 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       return subscription;
     });
   }
+}
+
+/**
+ * The signal of a call's context (`SequenceContext.getSignal()`), if it has one. Looked up by
+ * name: SequenceContext extends a class of `@nestjs/microservices`, an optional peer, and this
+ * file is loaded by every application of the module.
+ */
+function signalOf(context: unknown): AbortSignal | undefined {
+  const getSignal = (context as { getSignal?: unknown } | undefined)?.getSignal;
+  return typeof getSignal === 'function' ? (getSignal.call(context) as AbortSignal) : undefined;
 }
 
 /**
