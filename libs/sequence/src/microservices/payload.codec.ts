@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { isAnyArrayBuffer } from 'node:util/types';
 import { isRecordSource, type RecordSource } from '../core/payload-source';
 import type { ClaimPublishOptions } from '../claim-check/claim-check.service';
 import type { HeaderMap } from '../core/headers';
@@ -84,7 +85,8 @@ export interface OutgoingPayload {
 
 /**
  * The message for `data`: a Buffer, a Readable, records (`{ records }` alone, see
- * `isRecordsOnly`) or a {@link SequenceRecord} as they are; anything else as JSON. A
+ * `isRecordsOnly`) or a {@link SequenceRecord} as they are, other binary data (a typed array, a
+ * `DataView`, an `ArrayBuffer`) as its bytes; anything else as JSON. A
  * `SequenceRecord` whose content type is not JSON sends a string as its UTF-8 bytes.
  * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt), or is a
  * `SequenceRecord` of a content type other than JSON holding neither bytes nor text
@@ -94,9 +96,14 @@ export function encodePayload(data: unknown): OutgoingPayload {
   const value: unknown = record ? record.data : data;
   const headers = { ...record?.options.headers };
   const given = record?.options.contentType;
-  if (Buffer.isBuffer(value) || value instanceof Uint8Array) {
-    const payload = Buffer.isBuffer(value) ? value : Buffer.from(value);
-    return { payload, contentType: given ?? BINARY_CONTENT_TYPE, bytes: payload.length, headers };
+  const binary = bytesOf(value);
+  if (binary) {
+    return {
+      payload: binary,
+      contentType: given ?? BINARY_CONTENT_TYPE,
+      bytes: binary.length,
+      headers,
+    };
   }
   if (value instanceof Readable || isRecordsOnly(value)) {
     return {
@@ -122,6 +129,25 @@ export function encodePayload(data: unknown): OutgoingPayload {
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
 }
 
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+/**
+ * The bytes of binary data, without a copy: a Buffer as it is, any other typed array or a
+ * `DataView` over the bytes it views, an `ArrayBuffer` or `SharedArrayBuffer` whole. JSON would
+ * send an `ArrayBuffer` as `{}` and a `Uint16Array` as an object of numbers.
+ */
+function bytesOf(value: unknown): Buffer | undefined {
+  if (Buffer.isBuffer(value)) return value;
+  if (ArrayBuffer.isView(value)) {
+    return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  }
+  return isAnyArrayBuffer(value) ? Buffer.from(value) : undefined;
+}
+
 /**
  * Whether `value` is records to send as bytes rather than an object to send as JSON: its
  * `records` is a non-empty array of `Uint8Array`s or another iterable or async iterable (a
@@ -129,12 +155,6 @@ export function encodePayload(data: unknown): OutgoingPayload {
  * plain object, its only property. A query result such as `{ records: [...], total }`, or
  * `{ records: [] }`, is JSON; an instance of a class of yours with a `records` source is records.
  */
-function describeValue(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
-}
-
 function isRecordsOnly(value: unknown): value is RecordSource {
   if (!isRecordSource(value)) return false;
   const prototype = Object.getPrototypeOf(value) as unknown;

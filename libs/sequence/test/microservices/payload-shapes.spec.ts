@@ -18,6 +18,11 @@ class Pages {
     // The usual shape of a paged query's result.
     return { records: [{ id: 1 }, { id: 2 }], total: 2 };
   }
+
+  @MessagePattern('shapes.samples')
+  samples() {
+    return new Float32Array([1.5, -2]);
+  }
 }
 
 /** What `emit` and a reply take for records, and what they send as JSON. */
@@ -93,10 +98,34 @@ describe('SequenceClient payloads with a records property', () => {
     });
   });
 
+  it.each([
+    ['an ArrayBuffer', () => new Uint8Array([1, 2, 3]).buffer],
+    ['a Uint16Array', () => new Uint16Array([0x0201, 0x0403]).subarray(0, 2)],
+    [
+      'a DataView over part of its buffer',
+      () => new DataView(new Uint8Array([9, 1, 2, 9]).buffer, 1, 2),
+    ],
+    ['a Uint8Array', () => new Uint8Array([5, 6])],
+  ])('sends %s as binary bytes, not as JSON', async (_what, data) => {
+    const value = data();
+    const view = ArrayBuffer.isView(value)
+      ? Buffer.from(value.buffer, value.byteOffset, value.byteLength)
+      : Buffer.from(value);
+    const body = await emitted(value);
+    expect(Buffer.isBuffer(body) && [...body]).toEqual([...view]);
+  });
+
   it('answers send() with a @MessagePattern result { records: [...], total } as the object', async () => {
     await expect(lastValueFrom(t.client.send('shapes.query', {}))).resolves.toEqual({
       records: [{ id: 1 }, { id: 2 }],
       total: 2,
     });
+  });
+
+  it('answers send() with a @MessagePattern result that is a Float32Array with its bytes', async () => {
+    const reply = await lastValueFrom(t.client.send<Buffer>('shapes.samples', {}));
+    expect(Buffer.isBuffer(reply) && [...reply]).toEqual([
+      ...Buffer.from(new Float32Array([1.5, -2]).buffer),
+    ]);
   });
 });
