@@ -5,7 +5,7 @@ import { join, relative } from 'node:path';
 import * as amqplib from 'amqplib';
 import { Redis } from 'ioredis';
 import * as ts from 'typescript';
-import { describeWithServer, SERVERS } from '../libs/sequence/test/support/servers';
+import { describeWithServer, isReachable, SERVERS } from '../libs/sequence/test/support/servers';
 import { assertSucceeded, ConsumerApp, exec, ROOT, type Exit } from './support/consumer-app';
 
 /**
@@ -92,6 +92,43 @@ function compileAll(app: ConsumerApp, projects: readonly string[]): Map<string, 
   return exits;
 }
 
+interface Prepared {
+  app: ConsumerApp;
+  compiles: Map<string, Promise<Exit>>;
+}
+
+/** Preparations registered by the blocks that will run, started once the tarball is packed. */
+const preparations: (() => void)[] = [];
+
+/**
+ * Installs an application (`ConsumerApp.install(options)`), lets `setUp` add to it, and starts
+ * compiling its `projects`. It starts as soon as the top-level beforeAll has packed the tarball,
+ * so that each application's install (npm, mostly waiting on its cache and the disk) and compiles
+ * overlap the other application's and the checks of the tarball; the block's own beforeAll awaits
+ * it (and starts it, if packing failed). `runs` says whether the calling block will run: a skipped
+ * block's afterAll would not remove the application.
+ */
+function prepareOncePacked(
+  runs: boolean,
+  options: Parameters<typeof ConsumerApp.install>[0],
+  projects: readonly string[],
+  setUp: (app: ConsumerApp) => void = () => undefined,
+): () => Promise<Prepared> {
+  let preparing: Promise<Prepared> | undefined;
+  const prepare = () =>
+    (preparing ??= ConsumerApp.install(options).then((app) => {
+      try {
+        setUp(app);
+      } catch (error) {
+        app.remove();
+        throw error;
+      }
+      return { app, compiles: compileAll(app, projects) };
+    }));
+  if (runs) preparations.push(() => void prepare().catch(() => undefined));
+  return prepare;
+}
+
 describe('the nest-sequence package', () => {
   let files: string[];
   let manifest: Manifest;
@@ -108,6 +145,7 @@ describe('the nest-sequence package', () => {
       .filter(Boolean)
       .map((path) => path.replace(/^package\//, ''));
     manifest = JSON.parse(readFileSync(join(STAGED, 'package.json'), 'utf8')) as Manifest;
+    for (const start of preparations) start();
   }, 300_000);
 
   it('holds no tests and no TypeScript sources', () => {
@@ -187,9 +225,9 @@ describe('the nest-sequence package', () => {
   describe('in an application on the embedded defaults', () => {
     let app: ConsumerApp | undefined;
     let compiles: Map<string, Promise<Exit>>;
-
-    beforeAll(async () => {
-      app = await ConsumerApp.install({
+    const prepare = prepareOncePacked(
+      true,
+      {
         name: 'embedded',
         tarball: TARBALL,
         dependencies: [...requiredPeers, '@types/node'],
@@ -199,15 +237,20 @@ describe('the nest-sequence package', () => {
           'probes/redis-without-ioredis.ts': 'test/package/redis-without-ioredis.ts',
         },
         probes: ['probes/redis-without-ioredis.ts'],
-      });
-      // The README's example, as installed: it compiles with the application.
-      const readme = readFileSync(join(app.dir, 'node_modules/nest-sequence/README.md'), 'utf8');
-      app.write('src/readme-example.ts', /```ts\n([\s\S]*?)```/.exec(readme)![1]);
-      compiles = compileAll(app, [
-        'tsconfig.json',
-        'tsconfig.node16.json',
-        'tsconfig.redis-without-ioredis.json',
-      ]);
+      },
+      ['tsconfig.json', 'tsconfig.node16.json', 'tsconfig.redis-without-ioredis.json'],
+      (installed) => {
+        // The README's example, as installed: it compiles with the application.
+        const readme = readFileSync(
+          join(installed.dir, 'node_modules/nest-sequence/README.md'),
+          'utf8',
+        );
+        installed.write('src/readme-example.ts', /```ts\n([\s\S]*?)```/.exec(readme)![1]);
+      },
+    );
+
+    beforeAll(async () => {
+      ({ app, compiles } = await prepare());
     }, 300_000);
 
     afterAll(() => app?.remove());
@@ -258,9 +301,9 @@ describe('the nest-sequence package', () => {
       const unique = `package-e2e-${randomUUID().slice(0, 8)}`;
       let app: ConsumerApp | undefined;
       let compiles: Map<string, Promise<Exit>>;
-
-      beforeAll(async () => {
-        app = await ConsumerApp.install({
+      const prepare = prepareOncePacked(
+        isReachable('rabbitmq') && isReachable('redis'),
+        {
           name: 'rabbitmq-redis',
           tarball: TARBALL,
           dependencies: [
@@ -276,8 +319,12 @@ describe('the nest-sequence package', () => {
             'src/main.ts': 'test/package/rabbitmq-redis.main.ts',
             'src/scan-round-trip.ts': 'test/package/scan-round-trip.ts',
           },
-        });
-        compiles = compileAll(app, ['tsconfig.json', 'tsconfig.node16.json']);
+        },
+        ['tsconfig.json', 'tsconfig.node16.json'],
+      );
+
+      beforeAll(async () => {
+        ({ app, compiles } = await prepare());
       }, 300_000);
 
       afterAll(async () => {
