@@ -56,7 +56,9 @@ export function describePartitionedChannelConformance(
     });
 
     afterEach(async () => {
-      for (const subscription of subscriptions) await subscription.close().catch(() => undefined);
+      await Promise.all(
+        subscriptions.map((subscription) => subscription.close().catch(() => undefined)),
+      );
       const close = (t: Transport) => (harness.close ? harness.close(t) : t.close());
       if (other !== transport) await close(other);
       await close(transport);

@@ -59,7 +59,9 @@ export function describeReplyChannelConformance(
     });
 
     afterEach(async () => {
-      for (const subscription of subscriptions) await subscription.close().catch(() => undefined);
+      await Promise.all(
+        subscriptions.map((subscription) => subscription.close().catch(() => undefined)),
+      );
       for (const each of new Set([responder, transport])) {
         await (harness.close ? harness.close(each) : each.close());
       }
