@@ -623,13 +623,14 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     const deliveries: InboundMessage[] = [];
     await transport.subscribe(channel, async (message) => {
       deliveries.push(message);
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      // Two and a half ack_waits: kept only by in-progress acks sent one after another.
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
       return ACK;
     });
     await transport.publish(channel, Buffer.from('slow'), {});
 
     await eventually(() => deliveries.length === 1, 'the delivery');
-    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    await new Promise((resolve) => setTimeout(resolve, 1_900));
     expect(deliveries).toHaveLength(1);
   }, 15_000);
 
@@ -777,10 +778,15 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         const channel = `dedup.${randomUUID()}`;
         await own.publish(channel, Buffer.from('declares'), {});
         // Frozen: the first attempt gets no PubAck within its 2 s and is sent again; both reach
-        // the stream once it thaws.
+        // the stream once it thaws. Thawed once the second attempt has gone out, not before.
+        const js = (own as unknown as { js: { publish: (...args: unknown[]) => unknown } }).js;
+        const attempts = jest.spyOn(js, 'publish');
         server.pause();
         const published = own.publish(channel, Buffer.from('once'), {}, { timeoutMs: 8_000 });
-        await new Promise((resolve) => setTimeout(resolve, 3_500));
+        await eventually(() => attempts.mock.calls.length === 2, 'the second attempt', 6_000);
+        attempts.mockRestore();
+        // Room for the client to write it out (it writes on the next turn of the event loop).
+        await new Promise((resolve) => setTimeout(resolve, 200));
         server.resume();
         await published;
 
