@@ -191,8 +191,9 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     await publishTo(first, channel, 1, 2, ['held']);
     await eventually(() => held.length === 1, 'the held message');
 
-    // Three lease times, each longer than the partition consumer's ack_wait.
-    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 3));
+    // Two lease times: four of the partition consumer's ack_wait (half a lease), and past the
+    // moment the lease would have lapsed had it not been renewed.
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS * 2));
     expect(held).toHaveLength(1);
     expect(elsewhere).toHaveLength(0);
 
