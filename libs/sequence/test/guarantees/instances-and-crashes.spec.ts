@@ -119,8 +119,11 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const crashing = new InstrumentedStore(shared);
       // Fragments of 1,000 bytes: a maxFragmentBytes that keeps the prefetch at 16, so that the
       // three fragments below are in the consumer's hands at once.
+      // It goes away with fragments in hand: its shutdown gives up on them after
+      // shutdownTimeoutMs (the default, 10 s, would only make the test wait).
       const first = await start(channel, {
         transport,
+        shutdownTimeoutMs: 100,
         handler: { maxFragmentBytes: 64 * 1024 },
         sequence: { store: crashing },
       });
@@ -162,8 +165,10 @@ describe('guarantees: store outages, crashes and several instances', () => {
       const transport = new InMemoryTransport();
       const shared = new MemorySequenceStore();
       const dying = new InstrumentedStore(shared);
+      // It goes away in its handler: its shutdown gives up on the call after shutdownTimeoutMs.
       const first = await start(channel, {
         transport,
+        shutdownTimeoutMs: 100,
         handler: { handlerRetry: { attempts: 1 } },
         sequence: { store: dying },
         tuning: { leaseMs: 100 },
