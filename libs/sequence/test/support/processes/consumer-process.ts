@@ -39,8 +39,26 @@ export interface ConsumerProcessSettings {
 export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
   /** Starts one and resolves once it consumes (its "ready" line). */
   static async start(settings: ConsumerProcessSettings): Promise<ConsumerProcess> {
+    return ConsumerProcess.spawn(settings, false).ready();
+  }
+
+  /**
+   * Spawns one held: it loads its code (the second or two a process takes to start) but neither
+   * connects nor consumes until {@link ConsumerProcess.go}, so that a test can have a process
+   * start consuming within moments, as a restart that was already under way would.
+   */
+  static held(settings: ConsumerProcessSettings): ConsumerProcess {
+    return ConsumerProcess.spawn(settings, true);
+  }
+
+  /** Lets a process spawned {@link ConsumerProcess.held} connect; resolves once it consumes. */
+  go(): Promise<this> {
+    return this.release();
+  }
+
+  private static spawn(settings: ConsumerProcessSettings, held: boolean): ConsumerProcess {
     const resultsFile = join(settings.dir, 'results.jsonl');
-    const child = FixtureProcess.spawnFixture(SCRIPT, {
+    const env = {
       ...settings.on.processEnv,
       REDIS_URL: settings.redisUrl,
       CHANNEL: settings.channel,
@@ -52,7 +70,9 @@ export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
       CLOCK_SKEW_MS: String(settings.clockSkewMs ?? 0),
       BUFFER: settings.buffer ?? 'store',
       PARTITIONS: String(settings.partitions ?? 4),
-    });
-    return new ConsumerProcess(child, resultsFile).ready();
+      HELD: held ? '1' : undefined,
+    };
+    const child = FixtureProcess.spawnFixture(SCRIPT, env, held ? 'pipe' : 'ignore');
+    return new ConsumerProcess(child, resultsFile);
   }
 }

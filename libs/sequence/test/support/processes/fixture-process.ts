@@ -26,20 +26,33 @@ export abstract class FixtureProcess<E extends FixtureEvent> {
     child.stderr?.on('data', (chunk: Buffer) => (this.output += chunk.toString()));
   }
 
-  /** Spawns `script` with `env` on top of this process's environment. */
+  /**
+   * Spawns `script` with `env` on top of this process's environment; `stdin` piped for a
+   * fixture that waits on it (see {@link FixtureProcess.release}).
+   */
   protected static spawnFixture(
     script: string,
     env: Readonly<Record<string, string | undefined>>,
+    stdin: 'ignore' | 'pipe' = 'ignore',
   ): ChildProcess {
     return spawn(
       process.execPath,
       ['-r', 'ts-node/register/transpile-only', '-r', 'tsconfig-paths/register', script],
       {
         cwd: ROOT,
-        stdio: ['ignore', 'pipe', 'pipe'],
+        stdio: [stdin, 'pipe', 'pipe'],
         env: { ...process.env, TS_NODE_PROJECT: join(ROOT, 'tsconfig.json'), ...env },
       },
     );
+  }
+
+  /**
+   * Lets a process spawned held (its fixture loaded, waiting on stdin before it connects) go on,
+   * and resolves once it consumes.
+   */
+  protected async release(): Promise<this> {
+    this.child.stdin?.end('go\n');
+    return this.ready();
   }
 
   /** Resolves once this process wrote its "ready" line. */
