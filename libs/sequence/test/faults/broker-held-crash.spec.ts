@@ -39,17 +39,27 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function startConsumer(settings: { handlerSleepMs?: number } = {}) {
-    const consumer = await ConsumerProcess.start({
-      on,
-      redisUrl: SERVERS.redis.url,
-      channel,
-      prefix: servers.prefix,
-      dir,
-      buffer: 'broker',
-      partitions: PARTITIONS,
-      ...settings,
-    });
+  type Settings = { handlerSleepMs?: number };
+  const settingsOf = (settings: Settings) => ({
+    on,
+    redisUrl: SERVERS.redis.url,
+    channel,
+    prefix: servers.prefix,
+    dir,
+    buffer: 'broker' as const,
+    partitions: PARTITIONS,
+    ...settings,
+  });
+
+  async function startConsumer(settings: Settings = {}) {
+    const consumer = await ConsumerProcess.start(settingsOf(settings));
+    consumers.push(consumer);
+    return consumer;
+  }
+
+  /** Spawned at once, loading its code; it connects and consumes only on `go()`. */
+  function spawnHeld(settings: Settings = {}) {
+    const consumer = ConsumerProcess.held(settingsOf(settings));
     consumers.push(consumer);
     return consumer;
   }
@@ -66,8 +76,8 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     const sequenceId = 'held-killed-mid-sequence';
     const payload = bytes(256_000, 91);
     const fragments = makeFragments(sequenceId, payload, 16_000);
-    const first = await startConsumer();
-    const second = await startConsumer();
+    // Started together: which one becomes the partition's consumer does not matter here.
+    const [first, second] = await Promise.all([startConsumer(), startConsumer()]);
 
     await publishHeld(servers.producer, channel, fragments.slice(0, 8), PARTITIONS);
     // One of them is the partition's active consumer and holds the first eight, unacked.
@@ -127,8 +137,11 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     const sequenceId = 'held-killed-in-handler';
     const payload = bytes(64_000, 92);
     const fragments = makeFragments(sequenceId, payload, 16_000);
-    const first = await startConsumer({ handlerSleepMs: 60_000 });
-    const second = await startConsumer({ handlerSleepMs: 0 });
+    // Both load their code at once; the first consumes first, so the partition is its own.
+    const first = spawnHeld({ handlerSleepMs: 60_000 });
+    const second = spawnHeld({ handlerSleepMs: 0 });
+    await first.go();
+    await second.go();
 
     await publishHeld(servers.producer, channel, fragments, PARTITIONS);
     await first.waitFor(
