@@ -72,7 +72,9 @@ describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () =>
     ).flat();
     const stream = shuffled(events, 41);
     const split = Math.floor(stream.length * BEFORE_THE_DROP);
-    const droppedPid = await servers.admin.connectionPid(t.connectionName);
+    // Looked up (a rabbitmqctl call, a second or two) while the first events flow.
+    const lookingUp = servers.admin.connectionPid(t.connectionName);
+    lookingUp.catch(() => undefined); // awaited below: its failure is reported there
     const loading = publishKeyedEvents(
       servers.producer,
       channel,
@@ -84,6 +86,7 @@ describeOnRealServers('faults: a Resequencer with outputInFlight above 1', () =>
     // rest of the input is only published after the drop, so the drop always lands mid-run.
     const reader = new QueueCollector(servers.admin, output);
     await reader.atLeast(200, 'the first events on the output', 20_000);
+    const droppedPid = await lookingUp;
     await servers.admin.closeConnectionPid(droppedPid);
     await loading;
     const seenAtTheDrop = new Set((await reader.collect()).map(idOf));
