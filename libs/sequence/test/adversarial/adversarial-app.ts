@@ -236,6 +236,12 @@ export async function createAdversarialApp(
      * @default 1
      */
     retentionMs?: number;
+    /**
+     * `tuning.backpressureDelayMs`: how long a fragment the app hands back (its sequence busy,
+     * the budget full) waits before it comes again.
+     * @default 20
+     */
+    backpressureDelayMs?: number;
   } = {},
 ): Promise<AdversarialApp> {
   const run = randomUUID();
@@ -330,7 +336,7 @@ export async function createAdversarialApp(
         inboxEvents: { pollIntervalMs: 50, retry: { baseDelayMs: 10, maxDelayMs: 40 } },
       },
       tuning: {
-        backpressureDelayMs: 20,
+        backpressureDelayMs: options.backpressureDelayMs ?? 20,
         sweepers: {
           expiry: { intervalMs: false },
           gaps: { intervalMs: false },
