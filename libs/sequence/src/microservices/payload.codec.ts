@@ -88,7 +88,8 @@ export interface OutgoingPayload {
  * `isRecordsOnly`) or a {@link SequenceRecord} as they are, other binary data (a typed array, a
  * `DataView`, an `ArrayBuffer`) as its bytes; anything else as JSON. A
  * `SequenceRecord` whose content type is not JSON sends a string as its UTF-8 bytes.
- * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt), or is a
+ * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt) or holds a Map or a
+ * Set (JSON would send it as `{}`), or is a
  * `SequenceRecord` of a content type other than JSON holding neither bytes nor text
  */
 export function encodePayload(data: unknown): OutgoingPayload {
@@ -124,9 +125,25 @@ export function encodePayload(data: unknown): OutgoingPayload {
     const payload = Buffer.from(value, 'utf8');
     return { payload, contentType: given, bytes: payload.length, headers };
   }
-  const json = JSON.stringify(value === undefined ? null : value);
+  const json = JSON.stringify(value === undefined ? null : value, refuseCollections);
   const payload = Buffer.from(json, 'utf8');
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
+}
+
+/**
+ * A `JSON.stringify` replacer that refuses a Map or a Set, anywhere in the data: JSON would send
+ * each as `{}`, its entries lost without a word.
+ */
+function refuseCollections(key: string, value: unknown): unknown {
+  if (value instanceof Map || value instanceof Set) {
+    const what = value instanceof Map ? 'a Map' : 'a Set';
+    const where = key === '' ? 'the data' : `the property ${JSON.stringify(key)}`;
+    const instead = value instanceof Map ? 'Object.fromEntries(map)' : '[...set]';
+    throw new TypeError(
+      `${where} is ${what}, which JSON would send as {}: send ${instead} instead`,
+    );
+  }
+  return value;
 }
 
 function describeValue(value: unknown): string {

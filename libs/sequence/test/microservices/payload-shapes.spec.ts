@@ -19,6 +19,11 @@ class Pages {
     return { records: [{ id: 1 }, { id: 2 }], total: 2 };
   }
 
+  @MessagePattern('shapes.totals')
+  totals() {
+    return { totals: new Map([['a', 1]]) };
+  }
+
   @MessagePattern('shapes.samples')
   samples() {
     return new Float32Array([1.5, -2]);
@@ -113,6 +118,26 @@ describe('SequenceClient payloads with a records property', () => {
       : Buffer.from(value);
     const body = await emitted(value);
     expect(Buffer.isBuffer(body) && [...body]).toEqual([...view]);
+  });
+
+  it.each([
+    ['a Map', () => new Map([['a', 1]]), /the data is a Map, which JSON would send as \{\}/],
+    ['a Set in a property', () => ({ tags: new Set(['x']) }), /property "tags" is a Set/],
+    ['a Map deep in an array', () => ({ rows: [{ by: new Map() }] }), /property "by" is a Map/],
+  ])('refuses %s with a TypeError rather than send {}', async (_what, data, message) => {
+    await expect(
+      lastValueFrom(t.client.emit('shapes.in', data()), { defaultValue: undefined }),
+    ).rejects.toThrow(message);
+    await transport.whenIdle();
+    expect(received).toHaveLength(0);
+  });
+
+  it('answers send() with an error when the @MessagePattern result holds a Map', async () => {
+    // Answered as any failed request is: the error's message, as Nest's clients deliver it.
+    await expect(lastValueFrom(t.client.send('shapes.totals', {}))).rejects.toMatchObject({
+      status: 'error',
+      message: expect.stringMatching(/the reply cannot be encoded: the property "totals" is a Map/),
+    });
   });
 
   it('answers send() with a @MessagePattern result { records: [...], total } as the object', async () => {
