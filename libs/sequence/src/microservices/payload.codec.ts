@@ -6,6 +6,7 @@ import type { HeaderMap } from '../core/headers';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { errorMessage } from '../core/errors/caught';
 import { strictUtf8 } from '../core/unicode';
+import { jsonText } from '../core/json-text';
 import { SequenceRecord } from './sequence.record';
 
 export const JSON_CONTENT_TYPE = 'application/json';
@@ -125,25 +126,9 @@ export function encodePayload(data: unknown): OutgoingPayload {
     const payload = Buffer.from(value, 'utf8');
     return { payload, contentType: given, bytes: payload.length, headers };
   }
-  const json = JSON.stringify(value === undefined ? null : value, refuseCollections);
+  const json = jsonText(value === undefined ? null : value)!;
   const payload = Buffer.from(json, 'utf8');
   return { payload, contentType: given ?? JSON_CONTENT_TYPE, bytes: payload.length, headers };
-}
-
-/**
- * A `JSON.stringify` replacer that refuses a Map or a Set, anywhere in the data: JSON would send
- * each as `{}`, its entries lost without a word.
- */
-function refuseCollections(key: string, value: unknown): unknown {
-  if (value instanceof Map || value instanceof Set) {
-    const what = value instanceof Map ? 'a Map' : 'a Set';
-    const where = key === '' ? 'the data' : `the property ${JSON.stringify(key)}`;
-    const instead = value instanceof Map ? 'Object.fromEntries(map)' : '[...set]';
-    throw new TypeError(
-      `${where} is ${what}, which JSON would send as {}: send ${instead} instead`,
-    );
-  }
-  return value;
 }
 
 function describeValue(value: unknown): string {

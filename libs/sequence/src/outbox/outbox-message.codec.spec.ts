@@ -130,6 +130,15 @@ describe('outbox messages', () => {
     expect(problemsOf(() => toEvent({ ...event, payload: { n: 10n } })).join()).toMatch(
       /not JSON-serializable/,
     );
+    // JSON would carry a Map or a Set as {}: refused rather than relayed empty.
+    expect(
+      problemsOf(() =>
+        toEvent({ ...event, payload: { lines: [{ tags: new Set(['a']) }] } }),
+      ).join(),
+    ).toMatch(/not JSON-serializable \(the property "tags" is a Set/);
+    expect(problemsOf(() => toCommand({ ...command, payload: new Map() })).join()).toMatch(
+      /the data is a Map/,
+    );
     expect(problemsOf(() => toCommand({ ...command, payload: undefined })).join()).toMatch(
       /payload/,
     );

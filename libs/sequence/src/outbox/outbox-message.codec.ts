@@ -14,6 +14,7 @@ import {
 } from '../core/outbox-message';
 import { messageValidation } from './outbox-message.rules';
 import { OutboxTracing } from './outbox.tracing';
+import { jsonText } from '../core/json-text';
 
 /** Wire headers of a relayed message; the body is the message as JSON. */
 export const MESSAGE_ID_HEADER = 'x-message-id';
@@ -39,11 +40,12 @@ function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
 
 /**
  * `payload` as the JSON it travels as (a copy, detached from the caller's objects), or the
- * problem: a value JSON cannot carry (BigInt, a cycle) is refused.
+ * problem: a value JSON cannot carry (BigInt, a cycle) or would carry as `{}` (a Map, a Set) is
+ * refused.
  */
 function asJson(payload: unknown): { value?: unknown; problems: string[] } {
   try {
-    const text = JSON.stringify(payload);
+    const text = jsonText(payload);
     if (text === undefined) return { problems: ['payload must be a JSON value'] };
     // NaN, an invalid Date, a toJSON() answering null: JSON null, which every inbox refuses.
     if (text === 'null') return { problems: ['payload must not serialize to null'] };
