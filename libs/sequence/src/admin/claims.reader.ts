@@ -1,4 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
 import type { PayloadInfo } from '../ports/payload-store.port';
 
@@ -20,12 +21,23 @@ export interface ClaimStatus {
 export class ClaimsReader {
   constructor(@Inject(CLAIM_CHECK_STORES) private readonly claimCheck: ClaimCheckStores) {}
 
-  /** `ref` alone, or `<store>:<ref>` as a ticket's identity names it. */
+  /**
+   * `ref` alone, or `<store>:<ref>` as a ticket's identity names it.
+   *
+   * @throws the error of a store that could not be asked (down, its bucket gone), when no other
+   *   store holds the ref: that store has not said the payload is gone
+   */
   async status(ref: string): Promise<ClaimStatus> {
+    let failure: { readonly error: unknown } | undefined;
     for (const [name, store] of this.candidates(ref)) {
-      const info = await this.head(store.head.bind(store), strip(ref, name));
-      if (info) return describe(ref, name, info);
+      try {
+        const info = await this.head(store.head.bind(store), strip(ref, name));
+        if (info) return describe(ref, name, info);
+      } catch (error) {
+        failure ??= { error };
+      }
     }
+    if (failure) throw failure.error;
     return { ref, status: 'not-found' };
   }
 
@@ -41,8 +53,9 @@ export class ClaimsReader {
   ): Promise<PayloadInfo | undefined> {
     try {
       return await head(ref);
-    } catch {
-      return undefined;
+    } catch (error) {
+      if (error instanceof InvalidPayloadRefError) return undefined;
+      throw error;
     }
   }
 }

@@ -103,8 +103,8 @@ export class FindReader {
   }
 
   private async findClaim(id: string): Promise<FindMatch[]> {
-    const status = await this.claims.status(id);
-    if (status.status === 'not-found') return [];
+    const status = await this.claims.status(id).catch(() => undefined);
+    if (!status || status.status === 'not-found') return [];
     return [
       {
         kind: 'claim',

@@ -1,0 +1,37 @@
+import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
+import type { ClaimCheckStores } from '../kernel/tokens';
+import type { PayloadStore } from '../ports/payload-store.port';
+import { ClaimsReader } from './claims.reader';
+
+function readerOf(head: PayloadStore['head']): ClaimsReader {
+  const store = { name: 's3', head } as unknown as PayloadStore;
+  return new ClaimsReader({
+    store,
+    stores: new Map([['s3', store]]),
+  } as unknown as ClaimCheckStores);
+}
+
+/**
+ * docs/console.md: `not-found` means deleted, expired, or never there. A store that cannot be
+ * asked (down, its bucket gone) has not said so.
+ */
+describe('ClaimsReader.status', () => {
+  it('says not-found for a ref the store could not have made', async () => {
+    const reader = readerOf(async (ref) => {
+      throw new InvalidPayloadRefError('s3', ref, 'not a ref of this store');
+    });
+
+    await expect(reader.status('../etc/passwd')).resolves.toEqual({
+      ref: '../etc/passwd',
+      status: 'not-found',
+    });
+  });
+
+  it('fails, rather than saying not-found, when the store cannot be asked', async () => {
+    const reader = readerOf(async () => {
+      throw new Error('connect ECONNREFUSED 127.0.0.1:9000');
+    });
+
+    await expect(reader.status('2f9c')).rejects.toThrow('ECONNREFUSED');
+  });
+});
