@@ -35,6 +35,21 @@ describe('resolveAdminOptions', () => {
   });
 });
 
+/**
+ * A misspelt option, or one of the wrong type (a forRootAsync factory reading the environment),
+ * is refused at boot, as SequenceModule's are, rather than silently keeping its default.
+ */
+describe('resolveAdminOptions: options it cannot take', () => {
+  it.each([
+    ['a misspelt mutations', { mutation: true }, /mutation is not an option/],
+    ['mutations as a string', { mutations: 'true' }, /mutations must be true or false/],
+    ['deadLetterChannels as a string', { deadLetterChannels: 'images.dlq' }, /deadLetterChannels/],
+    ['an empty dead-letter channel', { deadLetterChannels: ['images', ''] }, /deadLetterChannels/],
+  ])('refuses %s', (_, given, problem) => {
+    expect(() => resolveAdminOptions(given as never)).toThrow(problem);
+  });
+});
+
 describe('SequenceAdminModule.forRootAsync', () => {
   it.each([
     ['undefined (a factory that forgot its return)', undefined],

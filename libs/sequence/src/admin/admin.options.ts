@@ -1,5 +1,6 @@
 import type { CanActivate, ModuleMetadata, Type } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { checkKeys, SEQUENCE_ADMIN_KEYS } from '../options/option-keys';
 
 /** Options of `SequenceAdminModule.forRoot`. */
 export interface SequenceAdminOptions {
@@ -58,6 +59,7 @@ const PATH = /^[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*$/;
 /** @throws SequenceOptionsError listing every option to fix */
 export function resolveAdminOptions(given: SequenceAdminOptions = {}): ResolvedAdminOptions {
   const problems: string[] = [];
+  checkKeys(problems, given, SEQUENCE_ADMIN_KEYS);
   const path = (given.path ?? 'sequence-admin').replace(/^\/+|\/+$/g, '');
   if (!PATH.test(path)) {
     problems.push(
@@ -73,6 +75,16 @@ export function resolveAdminOptions(given: SequenceAdminOptions = {}): ResolvedA
   if (!(Number.isSafeInteger(maxBatch) && maxBatch >= 1 && maxBatch <= 1_000)) {
     problems.push(`maxBatch must be an integer from 1 to 1000, got ${String(maxBatch)}`);
   }
+  if (given.mutations !== undefined && typeof given.mutations !== 'boolean') {
+    problems.push(`mutations must be true or false, got ${JSON.stringify(given.mutations)}`);
+  }
+  const deadLetterChannels: unknown = given.deadLetterChannels ?? [];
+  if (
+    !Array.isArray(deadLetterChannels) ||
+    !deadLetterChannels.every((channel) => typeof channel === 'string' && channel.length > 0)
+  ) {
+    problems.push('deadLetterChannels must be an array of channel names (non-empty strings)');
+  }
   const guard = given.guard;
   if (
     guard !== undefined &&
@@ -87,7 +99,7 @@ export function resolveAdminOptions(given: SequenceAdminOptions = {}): ResolvedA
     mutations: given.mutations === true,
     replayRatePerSecond,
     maxBatch,
-    deadLetterChannels: [...(given.deadLetterChannels ?? [])],
+    deadLetterChannels: [...(deadLetterChannels as readonly string[])],
     guard,
   };
 }

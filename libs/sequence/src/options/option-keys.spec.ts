@@ -14,6 +14,7 @@ import {
   RESEQUENCER_DEFINITION_KEYS,
   SEND_KEYS,
   SEND_RENAMES,
+  SEQUENCE_ADMIN_KEYS,
   SEQUENCE_CONSUMER_KEYS,
   SEQUENCED_HANDLER_KEYS,
   SEQUENCE_CLIENT_KEYS,
@@ -42,6 +43,7 @@ const TREES: ReadonlyArray<{ type: string; keys: KeyTree; renames?: Renames }> =
   { type: 'ClaimPublishOptions', keys: CLAIM_PUBLISH_KEYS, renames: CLAIM_PUBLISH_RENAMES },
   { type: 'SequenceServerOptions', keys: SEQUENCE_SERVER_KEYS },
   { type: 'SequenceClientOptions', keys: SEQUENCE_CLIENT_KEYS },
+  { type: 'SequenceAdminOptions', keys: SEQUENCE_ADMIN_KEYS },
 ];
 
 /**
@@ -96,6 +98,7 @@ function typesByName(): Map<string, { checker: ts.TypeChecker; type: ts.Type }> 
     'claim-check/claim-check.service.ts',
     'microservices/sequence.server.ts',
     'microservices/sequence.client.ts',
+    'admin/admin.options.ts',
   ].map((file) => join(SRC, file));
   const program = ts.createProgram(files, { ...parsed.options, noEmit: true });
   const checker = program.getTypeChecker();

@@ -271,6 +271,17 @@ export const SEQUENCE_SERVER_KEYS: KeyTree = {
   maxJsonBytes: true,
 };
 
+/** `SequenceAdminModule.forRoot`'s options (`nest-sequence/admin`). */
+export const SEQUENCE_ADMIN_KEYS: KeyTree = {
+  path: true,
+  guard: true,
+  imports: true,
+  mutations: true,
+  replayRatePerSecond: true,
+  maxBatch: true,
+  deadLetterChannels: true,
+};
+
 /** `SequenceClient`'s options (`nest-sequence/microservices`). */
 export const SEQUENCE_CLIENT_KEYS: KeyTree = {
   replyTimeoutMs: true,
