@@ -20,9 +20,10 @@ interface AdminRequest {
 
 /**
  * Answers the errors of reading an admin API request's body (JSON the application's body parser
- * refused: larger than its limit, malformed) as `{ error, message }`, as every other admin error.
- * That parser is the application's and runs before any route, so these errors never reach the
- * admin routes' filter: an Express error handler for the admin API's path answers them,
+ * refused: larger than its limit, malformed), and of decoding its path parameters (malformed
+ * percent-encoding), as `{ error, message }`, as every other admin error.
+ * The body parser is the application's and runs before any route, and the router decodes the
+ * parameters before the route is entered, so these errors never reach the admin routes' filter: an Express error handler for the admin API's path answers them,
  * registered after the routes and before Nest's own error handler. Every other error, and every
  * error of another path, goes on to the application's handling untouched.
  */
@@ -48,7 +49,10 @@ export class AdminBodyErrors implements OnModuleInit {
       ) => {
         const status = typeof error?.status === 'number' ? error.status : 0;
         const path = (request.originalUrl ?? request.url ?? '').split('?')[0];
-        if (status < 400 || status > 499 || error.expose !== true || !api.test(path)) {
+        // A path parameter that is not valid percent-encoding: the router's URIError, its
+        // message naming the parameter, not marked `expose` as http-errors would mark it.
+        const exposed = error.expose === true || error instanceof URIError;
+        if (status < 400 || status > 499 || !exposed || !api.test(path)) {
           next(error);
           return;
         }

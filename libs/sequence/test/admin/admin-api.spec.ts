@@ -373,6 +373,18 @@ describe('the admin API on ids, keys and bodies past what the stores hold', () =
     }
   });
 
+  it('answers a path parameter that is not valid percent-encoding with 400 bad-request', async () => {
+    for (const route of ['dead-letters/images%E0%A4%A', 'sequences/images/%C3%28', 'find/%zz%ff']) {
+      const response = await fetch(`${admin.api}/${route}`);
+      const text = await response.text();
+      expect({ route, status: response.status, text }).toEqual({
+        route,
+        status: 400,
+        text: expect.stringMatching(/^\{"error":"bad-request","message":".*decode/),
+      });
+    }
+  });
+
   it('answers a body that is not JSON with 400 bad-request', async () => {
     const answer = await admin.postRaw('outbox/retry', '{"ids": [', {
       'content-type': 'application/json',
