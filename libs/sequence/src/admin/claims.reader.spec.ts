@@ -1,4 +1,5 @@
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
+import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import type { ClaimCheckStores } from '../kernel/tokens';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { ClaimsReader } from './claims.reader';
@@ -25,6 +26,14 @@ describe('ClaimsReader.status', () => {
       ref: '../etc/passwd',
       status: 'not-found',
     });
+  });
+
+  it('says not-found when the store answers that it holds no such payload', async () => {
+    const reader = readerOf(async (ref) => {
+      throw new ClaimCheckNotFoundError('s3', ref);
+    });
+
+    await expect(reader.status('2f9c')).resolves.toEqual({ ref: '2f9c', status: 'not-found' });
   });
 
   it('fails, rather than saying not-found, when the store cannot be asked', async () => {

@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
+import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
 import type { PayloadInfo } from '../ports/payload-store.port';
 
@@ -46,7 +47,10 @@ export class ClaimsReader {
     return named.length > 0 ? named : [...this.claimCheck.stores];
   }
 
-  /** A ref no store could have made is not found, not an error. */
+  /**
+   * A ref no store could have made, or one a store says it does not hold (the refusals the
+   * payload store conformance suite allows for `head`), is not found, not an error.
+   */
   private async head(
     head: (ref: string) => Promise<PayloadInfo | undefined>,
     ref: string,
@@ -54,7 +58,9 @@ export class ClaimsReader {
     try {
       return await head(ref);
     } catch (error) {
-      if (error instanceof InvalidPayloadRefError) return undefined;
+      if (error instanceof InvalidPayloadRefError || error instanceof ClaimCheckNotFoundError) {
+        return undefined;
+      }
       throw error;
     }
   }
