@@ -38,16 +38,26 @@ describeOnTransports(
       rmSync(dir, { recursive: true, force: true });
     });
 
-    async function startConsumer(settings: { handlerSleepMs?: number; clockSkewMs?: number }) {
-      const consumer = await ConsumerProcess.start({
-        on,
-        redisUrl: SERVERS.redis.url,
-        channel,
-        prefix: servers.prefix,
-        dir,
-        leaseMs: 30_000,
-        ...settings,
-      });
+    type Settings = { handlerSleepMs?: number; clockSkewMs?: number };
+    const settingsOf = (settings: Settings) => ({
+      on,
+      redisUrl: SERVERS.redis.url,
+      channel,
+      prefix: servers.prefix,
+      dir,
+      leaseMs: 30_000,
+      ...settings,
+    });
+
+    async function startConsumer(settings: Settings) {
+      const consumer = await ConsumerProcess.start(settingsOf(settings));
+      consumers.push(consumer);
+      return consumer;
+    }
+
+    /** Spawned ahead, its code loaded: it connects on `go()`, within moments. */
+    function spawnHeld(settings: Settings) {
+      const consumer = ConsumerProcess.held(settingsOf(settings));
       consumers.push(consumer);
       return consumer;
     }
@@ -59,14 +69,18 @@ describeOnTransports(
       const sequenceId = 'clock-ahead';
       const payload = bytes(64_000, 91);
       const fragments = makeFragments(sequenceId, payload, 16_000);
-      const onTime = await startConsumer({ handlerSleepMs: 12_000 });
+      // The handler's run is the window in which the other instance must not run it: long enough
+      // for that one to connect (spawned ahead) and take the resent fragments, which takes a
+      // second or two.
+      const onTime = await startConsumer({ handlerSleepMs: 6_000 });
+      const spawned = spawnHeld({ clockSkewMs: 60_000 });
 
       await publishAll(servers.producer, channel, fragments);
       await onTime.waitFor(
         (events) => eventsOf(events, 'started', sequenceId).length === 1,
         'the handler running on the instance whose clock is right',
       );
-      const early = await startConsumer({ clockSkewMs: 60_000 });
+      const early = await spawned.go();
       // The producer sends the sequence again (a retry): both instances get its fragments while
       // the handler still runs.
       await publishAll(servers.producer, channel, fragments);
