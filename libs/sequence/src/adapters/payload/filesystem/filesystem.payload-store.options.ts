@@ -1,5 +1,7 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { checkInteger, checkOneOf } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 /** Options of {@link FilesystemPayloadStore}. */
 export interface FilesystemPayloadStoreOptions {
@@ -28,3 +30,29 @@ export interface FilesystemPayloadStoreOptions {
 export const DEFAULT_FILESYSTEM_PAYLOAD_ROOT = join(tmpdir(), 'nest-sequence-payloads');
 
 export const DEFAULT_STALE_TEMPORARY_MS = 3_600_000;
+
+export type ResolvedFilesystemPayloadStoreOptions = Required<FilesystemPayloadStoreOptions>;
+
+/** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
+export function resolveFilesystemPayloadStoreOptions(
+  options: FilesystemPayloadStoreOptions = {},
+): ResolvedFilesystemPayloadStoreOptions {
+  const resolved = {
+    root: options.root ?? DEFAULT_FILESYSTEM_PAYLOAD_ROOT,
+    fsync: options.fsync ?? false,
+    staleTemporaryMs: options.staleTemporaryMs ?? DEFAULT_STALE_TEMPORARY_MS,
+  };
+  const problems: string[] = [];
+  // An empty root would resolve to the working directory.
+  if (typeof resolved.root !== 'string' || resolved.root.length === 0) {
+    problems.push(
+      `root must be a directory path, got ${typeof resolved.root === 'string' ? 'an empty string' : String(resolved.root)}`,
+    );
+  }
+  checkOneOf(problems, 'fsync', resolved.fsync, [true, false]);
+  checkInteger(problems, 'staleTemporaryMs', resolved.staleTemporaryMs, 1);
+  if (problems.length > 0) {
+    throw new SequenceOptionsError('FilesystemPayloadStore options', problems);
+  }
+  return resolved;
+}

@@ -20,10 +20,15 @@ import {
   digestOf,
   digestOfBuffer,
 } from '../../../testing/conformance/payload-store.conformance';
-import { ClaimCheckNotFoundError, InvalidPayloadRefError } from '../../../core/errors';
+import {
+  ClaimCheckNotFoundError,
+  InvalidPayloadRefError,
+  SequenceOptionsError,
+} from '../../../core/errors';
 import type { PutOptions } from '../../../ports/payload-store.port';
 import * as layoutFiles from './filesystem.payload-layout';
 import { FilesystemPayloadStore } from './filesystem.payload-store';
+import type { FilesystemPayloadStoreOptions } from './filesystem.payload-store.options';
 
 /** One directory per run; each store gets a root inside it, removed with it after the run. */
 let workspace: string;
@@ -116,6 +121,48 @@ describe('FilesystemPayloadStore', () => {
       await writeFile(root, 'a file where the root should be');
 
       await expect(store.ping()).rejects.toMatchObject({ code: 'EEXIST' });
+    });
+  });
+
+  describe('its options', () => {
+    it.each<[string, FilesystemPayloadStoreOptions, RegExp]>([
+      // An empty root resolved to the working directory: payloads were written there.
+      ['an empty root', { root: '' }, /root must be a directory path/],
+      ['a root that is not a string', { root: 42 as never }, /root must be a directory path/],
+      // 'false' from the environment is truthy: it turned fsync on.
+      ['fsync as a string', { fsync: 'false' as never }, /fsync must be true or false/],
+      // NaN kept every leftover forever; 0 or less removed the temporary files of puts under way.
+      [
+        'a NaN staleTemporaryMs',
+        { staleTemporaryMs: NaN },
+        /staleTemporaryMs must be an integer >= 1/,
+      ],
+      [
+        'a zero staleTemporaryMs',
+        { staleTemporaryMs: 0 },
+        /staleTemporaryMs must be an integer >= 1/,
+      ],
+      [
+        'a negative staleTemporaryMs',
+        { staleTemporaryMs: -1 },
+        /staleTemporaryMs must be an integer >= 1/,
+      ],
+      [
+        'a staleTemporaryMs read from the environment',
+        { staleTemporaryMs: '3600000' as never },
+        /staleTemporaryMs must be an integer >= 1, got the string "3600000"/,
+      ],
+    ])('refuses %s with SequenceOptionsError', (_label, invalid, message) => {
+      const build = () => new FilesystemPayloadStore(invalid);
+
+      expect(build).toThrow(SequenceOptionsError);
+      expect(build).toThrow(message);
+    });
+
+    it('lists every invalid option at once', () => {
+      expect(
+        () => new FilesystemPayloadStore({ root: '', fsync: 1 as never, staleTemporaryMs: 0.5 }),
+      ).toThrow(/root[\s\S]*fsync[\s\S]*staleTemporaryMs/);
     });
   });
 

@@ -25,8 +25,8 @@ import {
 } from './filesystem.payload-layout';
 import {
   DEFAULT_FILESYSTEM_PAYLOAD_ROOT,
-  DEFAULT_STALE_TEMPORARY_MS,
   type FilesystemPayloadStoreOptions,
+  resolveFilesystemPayloadStoreOptions,
 } from './filesystem.payload-store.options';
 import {
   encodeSidecar,
@@ -61,9 +61,10 @@ export class FilesystemPayloadStore implements PayloadStore {
   private layout?: Promise<FilesystemPayloadLayout>;
 
   constructor(options: FilesystemPayloadStoreOptions = {}) {
-    this.root = resolve(options.root ?? DEFAULT_FILESYSTEM_PAYLOAD_ROOT);
-    this.fsync = options.fsync ?? false;
-    this.staleTemporaryMs = options.staleTemporaryMs ?? DEFAULT_STALE_TEMPORARY_MS;
+    const resolved = resolveFilesystemPayloadStoreOptions(options);
+    this.root = resolve(resolved.root);
+    this.fsync = resolved.fsync;
+    this.staleTemporaryMs = resolved.staleTemporaryMs;
   }
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
