@@ -91,6 +91,10 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     checkDelay(problems, 'replyTimeoutMs', replyTimeoutMs, 1);
     checkInteger(problems, 'maxJsonBytes', maxJsonBytes, 0);
     checkInteger(problems, 'maxReplyBytes', maxReplyBytes, 0);
+    // Checked by every publish otherwise, which would fail each emit() and send() instead.
+    for (const name of ['inlineMaxBytes', 'sequenceMaxBytes'] as const) {
+      if (options[name] !== undefined) checkInteger(problems, name, options[name], 0);
+    }
     const channelOf = channelOfOption(problems, options.channelOf);
     if (problems.length > 0) throw new SequenceOptionsError('SequenceClient', problems);
     this.settings = {

@@ -416,6 +416,17 @@ describe('SequenceServer hosting', () => {
     );
   });
 
+  it('refuses a size threshold that is not a whole number of bytes when built', () => {
+    // They were kept as given and failed every emit() and send() later instead.
+    expect(() => new SequenceClient({ inlineMaxBytes: '65536' as never })).toThrow(
+      /invalid SequenceClient:[\s\S]*inlineMaxBytes must be an integer >= 0, got the string "65536"/,
+    );
+    expect(() => new SequenceClient({ sequenceMaxBytes: NaN, inlineMaxBytes: -1 })).toThrow(
+      /inlineMaxBytes must be an integer >= 0, got -1[\s\S]*sequenceMaxBytes must be an integer >= 0, got NaN/,
+    );
+    expect(() => new SequenceClient({ inlineMaxBytes: 0, sequenceMaxBytes: 1024 })).not.toThrow();
+  });
+
   it('refuses channel options for a channel no handler consumes', async () => {
     const moduleRef = await Test.createTestingModule({
       imports: [SequenceModule.forRoot({ transport: new InMemoryTransport() })],
