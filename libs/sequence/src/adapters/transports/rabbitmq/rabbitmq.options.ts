@@ -94,18 +94,13 @@ export function resolveRabbitMqTransportOptions(
       `maxMessageBytes must be a positive integer (at most the broker's max_message_size), got ${String(resolved.maxMessageBytes)}`,
     );
   }
-  if (!isPositiveInteger(resolved.publishTimeoutMs)) {
-    problems.push(
-      `publishTimeoutMs must be a positive integer of milliseconds, got ${String(resolved.publishTimeoutMs)}`,
-    );
-  }
-  if (
-    !isPositiveInteger(resolved.subscribeTimeoutMs) ||
-    resolved.subscribeTimeoutMs > MAX_TIMER_MS
-  ) {
-    problems.push(
-      `subscribeTimeoutMs must be an integer of milliseconds from 1 to ${MAX_TIMER_MS}, got ${String(resolved.subscribeTimeoutMs)}`,
-    );
+  // Publishes wait on a timer: past its range each one would fail (or time out at once).
+  for (const key of ['publishTimeoutMs', 'subscribeTimeoutMs'] as const) {
+    if (!isPositiveInteger(resolved[key]) || resolved[key] > MAX_TIMER_MS) {
+      problems.push(
+        `${key} must be an integer of milliseconds from 1 to ${MAX_TIMER_MS}, got ${String(resolved[key])}`,
+      );
+    }
   }
   if (typeof resolved.deadLetterSuffix !== 'string' || resolved.deadLetterSuffix.length === 0) {
     problems.push(`deadLetterSuffix must be a non-empty string such as '.dlq'`);

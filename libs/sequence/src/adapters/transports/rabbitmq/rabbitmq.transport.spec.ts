@@ -1165,6 +1165,12 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     expect(() => new RabbitMqTransport(amqp, { unsafeSocketTricks: 'yes' as never })).toThrow(
       /unsafeSocketTricks must be true or false/,
     );
+    // Past a timer's range it was accepted, and then every publish failed with a RangeError.
+    for (const publishTimeoutMs of [0, 1.5, 2 ** 31]) {
+      expect(() => new RabbitMqTransport(amqp, { publishTimeoutMs })).toThrow(
+        /publishTimeoutMs must be an integer of milliseconds from 1 to 2147483647/,
+      );
+    }
     for (const subscribeTimeoutMs of [0, 1.5, 2 ** 31]) {
       expect(() => new RabbitMqTransport(amqp, { subscribeTimeoutMs })).toThrow(
         /subscribeTimeoutMs must be an integer of milliseconds from 1/,
