@@ -4,7 +4,11 @@ import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishHeld } from '../support/sequence-test-app';
-import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
+import {
+  ConsumerProcess,
+  consumerLauncher,
+  type ConsumerEvent,
+} from '../support/processes/consumer-process';
 import { useFaultServersOn } from './support/fault-servers';
 import { keysUnder } from '../support/redis.fixture';
 import { describeOnTransports } from '../support/transports.fixture';
@@ -39,30 +43,21 @@ describeOnTransports('faults: broker-held reassembly, a consumer killed', ['redi
     rmSync(dir, { recursive: true, force: true });
   });
 
-  type Settings = { handlerSleepMs?: number };
-  const settingsOf = (settings: Settings) => ({
-    on,
-    redisUrl: SERVERS.redis.url,
-    channel,
-    prefix: servers.prefix,
-    dir,
-    buffer: 'broker' as const,
-    partitions: PARTITIONS,
-    ...settings,
-  });
-
-  async function startConsumer(settings: Settings = {}) {
-    const consumer = await ConsumerProcess.start(settingsOf(settings));
-    consumers.push(consumer);
-    return consumer;
-  }
-
+  const launch = consumerLauncher(
+    () => ({
+      on,
+      redisUrl: SERVERS.redis.url,
+      channel,
+      prefix: servers.prefix,
+      dir,
+      buffer: 'broker' as const,
+      partitions: PARTITIONS,
+    }),
+    consumers,
+  );
+  const startConsumer = launch.start;
   /** Spawned at once, loading its code; it connects and consumes only on `go()`. */
-  function spawnHeld(settings: Settings = {}) {
-    const consumer = ConsumerProcess.held(settingsOf(settings));
-    consumers.push(consumer);
-    return consumer;
-  }
+  const spawnHeld = launch.held;
 
   /** Both processes write one results file: each one's own lines are told apart by pid. */
   const eventsOf = (

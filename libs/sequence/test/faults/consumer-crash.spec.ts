@@ -4,7 +4,11 @@ import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
-import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
+import {
+  ConsumerProcess,
+  consumerLauncher,
+  type ConsumerEvent,
+} from '../support/processes/consumer-process';
 import { useFaultServersOn } from './support/fault-servers';
 import { crcKey, keysUnder } from '../support/redis.fixture';
 import { describeOnTransports } from '../support/transports.fixture';
@@ -39,32 +43,17 @@ describeOnTransports(
       rmSync(dir, { recursive: true, force: true });
     });
 
-    type Settings = { leaseMs?: number; handlerSleepMs?: number };
-    const settingsOf = (settings: Settings) => ({
-      on,
-      redisUrl: SERVERS.redis.url,
-      channel,
-      prefix: servers.prefix,
-      dir,
-      ...settings,
-    });
-
-    async function startConsumer(settings: Settings = {}) {
-      const consumer = await ConsumerProcess.start(settingsOf(settings));
-      consumers.push(consumer);
-      return consumer;
-    }
-
+    const launch = consumerLauncher(
+      () => ({ on, redisUrl: SERVERS.redis.url, channel, prefix: servers.prefix, dir }),
+      consumers,
+    );
+    const startConsumer = launch.start;
     /**
      * The process a restart runs, spawned ahead: it loads its code meanwhile, and connects only on
      * `go()`. A restart then takes what connecting and subscribing take, not the second or two of a
      * process's start as well.
      */
-    function spawnRestart(settings: Settings = {}) {
-      const consumer = ConsumerProcess.held(settingsOf(settings));
-      consumers.push(consumer);
-      return consumer;
-    }
+    const spawnRestart = launch.held;
 
     const eventsOf = (events: ConsumerEvent[], event: ConsumerEvent['event'], sequenceId: string) =>
       events.filter((e) => e.event === event && e.sequenceId === sequenceId);

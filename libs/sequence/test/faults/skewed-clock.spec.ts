@@ -4,7 +4,11 @@ import { join } from 'node:path';
 import { sha256Hex } from '../../src/core/checksum';
 import { SERVERS } from '../support/servers';
 import { bytes, eventually, makeFragments, publishAll } from '../support/sequence-test-app';
-import { ConsumerProcess, type ConsumerEvent } from '../support/processes/consumer-process';
+import {
+  ConsumerProcess,
+  consumerLauncher,
+  type ConsumerEvent,
+} from '../support/processes/consumer-process';
 import { useFaultServersOn } from './support/fault-servers';
 import { describeOnTransports } from '../support/transports.fixture';
 
@@ -38,29 +42,20 @@ describeOnTransports(
       rmSync(dir, { recursive: true, force: true });
     });
 
-    type Settings = { handlerSleepMs?: number; clockSkewMs?: number };
-    const settingsOf = (settings: Settings) => ({
-      on,
-      redisUrl: SERVERS.redis.url,
-      channel,
-      prefix: servers.prefix,
-      dir,
-      leaseMs: 30_000,
-      ...settings,
-    });
-
-    async function startConsumer(settings: Settings) {
-      const consumer = await ConsumerProcess.start(settingsOf(settings));
-      consumers.push(consumer);
-      return consumer;
-    }
-
+    const launch = consumerLauncher(
+      () => ({
+        on,
+        redisUrl: SERVERS.redis.url,
+        channel,
+        prefix: servers.prefix,
+        dir,
+        leaseMs: 30_000,
+      }),
+      consumers,
+    );
+    const startConsumer = launch.start;
     /** Spawned ahead, its code loaded: it connects on `go()`, within moments. */
-    function spawnHeld(settings: Settings) {
-      const consumer = ConsumerProcess.held(settingsOf(settings));
-      consumers.push(consumer);
-      return consumer;
-    }
+    const spawnHeld = launch.held;
 
     const eventsOf = (events: ConsumerEvent[], event: ConsumerEvent['event'], sequenceId: string) =>
       events.filter((e) => e.event === event && e.sequenceId === sequenceId);

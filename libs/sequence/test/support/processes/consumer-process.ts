@@ -76,3 +76,24 @@ export class ConsumerProcess extends FixtureProcess<ConsumerEvent> {
     return new ConsumerProcess(child, resultsFile);
   }
 }
+
+/**
+ * Starts a test file's consumer processes: each on `base()` (read as it starts, so a test's own
+ * channel and directory), with `settings` on top, recorded in `started` for the file's cleanup.
+ */
+export function consumerLauncher(base: () => ConsumerProcessSettings, started: ConsumerProcess[]) {
+  return {
+    /** Starts one and resolves once it consumes. */
+    async start(settings: Partial<ConsumerProcessSettings> = {}): Promise<ConsumerProcess> {
+      const consumer = await ConsumerProcess.start({ ...base(), ...settings });
+      started.push(consumer);
+      return consumer;
+    },
+    /** Spawns one held: its code loads now, it connects and consumes on `go()`. */
+    held(settings: Partial<ConsumerProcessSettings> = {}): ConsumerProcess {
+      const consumer = ConsumerProcess.held({ ...base(), ...settings });
+      started.push(consumer);
+      return consumer;
+    },
+  };
+}
