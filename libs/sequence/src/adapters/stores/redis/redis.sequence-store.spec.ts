@@ -300,6 +300,56 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(read.equals(Buffer.concat([big('a'), big('b'), big('c')]))).toBe(true);
       });
 
+      it('opens a sequence whose fragments arrive at once with one reservation, within a budget for one', async () => {
+        // Room for the sequence once (each reservation to open it is of its whole declared
+        // size), not twice: a reservation per concurrent fragment would back-pressure some.
+        const bodies = ['a', 'b', 'c', 'd', 'e', 'f'].map(big);
+        const { fragments, ref, payload } = sequenceFixture(scope, bodies);
+        const limits = { ...context(t0).limits, maxBufferedBytes: payload.length * 1.5 };
+        const results = await Promise.all(
+          fragments.map((fragment) => store.accept(fragment, context(t0, { limits }))),
+        );
+        expect(results.map((result) => result.status).sort()).toEqual([
+          'complete',
+          'stored',
+          'stored',
+          'stored',
+          'stored',
+          'stored',
+        ]);
+        expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
+        const keys = await keysUnder(redis, prefix);
+        expect(keys.filter((key) => key.includes(':staged:'))).toEqual([]);
+      });
+
+      it('sends the body of an open sequence with its first call, and stores it once', async () => {
+        const { fragments, ref, payload } = sequenceFixture(scope, [big('p'), big('q'), big('r')]);
+        await store.accept(fragments[0], context(t0));
+        const before = await redis.info('commandstats');
+        expect(await store.accept(fragments[1], context(t0))).toEqual({
+          status: 'stored',
+          opened: false,
+        });
+        // The duplicate's body goes with its first call too: dropped, no staged key left.
+        expect(await store.accept(fragments[1], context(t0))).toEqual({ status: 'duplicate' });
+        const after = await redis.info('commandstats');
+        const calls = (info: string, name: string) =>
+          Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
+        // One accept call each, and the stored one's settle (evalsha; eval when a server first
+        // sees a script): without the body first, each accept would take two.
+        expect(
+          calls(after, 'evalsha') +
+            calls(after, 'eval') -
+            calls(before, 'evalsha') -
+            calls(before, 'eval'),
+        ).toBe(3);
+        expect((await keysUnder(redis, prefix)).filter((key) => key.includes(':staged:'))).toEqual(
+          [],
+        );
+        await store.accept(fragments[2], context(t0));
+        expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
+      });
+
       it.each([
         ['finish completed', 'completed'],
         ['expire', 'expired'],

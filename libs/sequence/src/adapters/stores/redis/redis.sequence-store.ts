@@ -30,7 +30,12 @@
  *   1. accept script, without the body unless small: answers everything that needs no budget
  *      (finished, contradiction, duplicate, lease take-over, limit drop), or 'go' (the sequence
  *      holds enough budget: send the body), or 'need N' (a grant of N more bytes is needed; a
- *      sequence always needs a grant to open).
+ *      sequence always needs a grant to open). A large body of a sequence this store saw stored
+ *      to recently goes with this first call, as in step 3: staged by a SET sent right before
+ *      the script, in the same flight, not awaited first (a script that runs before the SET
+ *      lands, possible only on a Cluster redirection, finds no staged key and answers 'go'; the
+ *      late SET's key expires unused). When the answer is not 'stored' the script deletes the
+ *      staged body, and a later round sends it again.
  *   2. reserve script ({idx}): checks maxOpenSequences / maxBufferedBytes and adds N to the
  *      sequence's budget record, creating it (new epoch, counted open, provisional due time) if
  *      absent; or answers back-pressure (after evicting failed sequences' kept fragments, when
@@ -66,7 +71,7 @@ import {
   RedisDirectReads,
 } from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
-import { withCoalescedWrites } from './redis-command-writes';
+import { coalesceCommandWrites, withCoalescedWrites } from './redis-command-writes';
 import { socketTricksEnabled, unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 import type { Readable } from 'node:stream';
 import type {
@@ -203,6 +208,11 @@ const READ_VERIFICATIONS: ReadonlySet<string> = new Set(['crc32', 'sha256']);
 const INLINE_BODY_BYTES = 64 * 1024;
 /** Lifetime of a staged body: it is renamed or deleted by the accept call that follows. */
 const STAGED_BODY_TTL_MS = 60_000;
+/**
+ * Sequences remembered as open (stored to by this store, not yet finished): a large body of one
+ * goes with the first accept call. Oldest forgotten first; one forgotten costs a round trip.
+ */
+const KNOWN_OPEN_MAX = 1024;
 /** Rounds of accept before giving up on a sequence that other instances keep changing. */
 const MAX_ACCEPT_ROUNDS = 8;
 
@@ -238,6 +248,10 @@ export class RedisSequenceStore implements SequenceStore {
   private readonly cipher?: BodyCipher;
   private readonly decodeHeaders?: UserHeadersDecoder;
   private ownsClient = false;
+  /** See KNOWN_OPEN_MAX: members, in the order they were last stored to. */
+  private readonly knownOpen = new Set<string>();
+  /** Sequences an accept of this store is opening (reserving their first grant), by member. */
+  private readonly openings = new Map<string, Promise<void>>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -308,79 +322,116 @@ export class RedisSequenceStore implements SequenceStore {
     const sealed = this.seal(fragment);
     const stored = sealed?.body ?? fragment.body;
     const inline = stored.length <= INLINE_BODY_BYTES;
-    let withBody = inline;
-    for (let round = 1; round <= MAX_ACCEPT_ROUNDS; round++) {
-      let body: BodyArgument | false = false;
-      if (withBody && inline) body = { kind: 'inline' };
-      if (withBody && !inline) {
-        // The script renames the key into place or deletes it; the TTL covers a crash between.
-        body = { kind: 'staged', id: randomUUID() };
-        const stagedKey = stagedBodyKey(sequenceKeys, body.id);
-        await (this.socketTricks
-          ? setBodyUncopied(this.redis, stagedKey, stored, STAGED_BODY_TTL_MS)
-          : this.redis.set(stagedKey, stored, 'PX', STAGED_BODY_TTL_MS));
-      }
-      const reply = await this.scripts.accept(
-        keys,
-        acceptArguments(
-          fragment,
-          context,
-          grant,
-          this.marginMs,
-          body,
-          this.clock.stamp(context.now),
-          sealed,
-        ),
-      );
-      const step = interpretAccept(reply, fragment, this.decodeHeaders);
-      switch (step.kind) {
-        case 'result':
-          if (step.settlement) await this.budget.settle(member, step.settlement);
-          if (step.forgetEpoch > 0) {
-            await this.budget.forget(member, step.forgetEpoch, context.retentionMs + this.marginMs);
-          }
-          return step.result;
-        case 'go':
-          withBody = true;
-          break;
-        case 'void':
-          await this.budget.forget(member, step.forgetEpoch, this.marginMs);
-          grant = NO_GRANT;
-          withBody = inline;
-          break;
-        case 'need': {
-          const tooLarge = neverFits(step.total, context.limits);
-          if (tooLarge) {
-            // It could never fit, even alone: refused, rather than back-pressured forever. An open
-            // sequence grown that far (streamed, with no declared bytes) goes, as one past
-            // maxSequenceBytes does (finish forgets its budget record); unless it finished
-            // meanwhile: the next round says how.
-            if (step.opening) {
-              if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
-            } else if (!(await this.rejectOpen(fragment, context, tooLarge))) {
-              withBody = inline;
-              break;
-            }
-            return {
-              status: 'rejected',
-              code: 'sequence-too-large',
-              detail: tooLarge,
-              sequenceRejected: !step.opening,
-            };
-          }
-          const reservation = await this.reserve(member, step.bytes, context);
-          if (reservation.kind === 'backpressure') {
-            return { status: 'backpressure', limit: reservation.limit };
-          }
-          const granted = reservation.grant;
-          // A grant the script found short is topped up (under the newest id: the sum is used once).
-          grant =
-            granted.epoch === grant.epoch
-              ? { ...granted, bytes: grant.bytes + granted.bytes }
-              : granted;
-          withBody = true;
-          break;
+    let withBody = inline || this.knownOpen.has(member);
+    /** Set while this call is the one opening the sequence here (see the 'need' case). */
+    let opened: (() => void) | undefined;
+    let waits = 0;
+    try {
+      for (let round = 1; round <= MAX_ACCEPT_ROUNDS; round++) {
+        let body: BodyArgument | false = false;
+        let staging: Promise<unknown> | undefined;
+        if (withBody && inline) body = { kind: 'inline' };
+        if (withBody && !inline) {
+          // The script renames the key into place or deletes it; the TTL covers a crash between.
+          // Sent ahead of the script on the same connection, so Redis runs it first (see above).
+          body = { kind: 'staged', id: randomUUID() };
+          const stagedKey = stagedBodyKey(sequenceKeys, body.id);
+          // With socket tricks, the SET's three writes and the script's go out as one.
+          if (this.socketTricks) coalesceCommandWrites(this.redis);
+          staging = this.socketTricks
+            ? setBodyUncopied(this.redis, stagedKey, stored, STAGED_BODY_TTL_MS)
+            : this.redis.set(stagedKey, stored, 'PX', STAGED_BODY_TTL_MS);
         }
+        const accepting = this.scripts.accept(
+          keys,
+          acceptArguments(
+            fragment,
+            context,
+            grant,
+            this.marginMs,
+            body,
+            this.clock.stamp(context.now),
+            sealed,
+          ),
+        );
+        // A failed SET fails the call with its own error (the script then found no staged body).
+        const reply = staging ? (await Promise.all([staging, accepting]))[1] : await accepting;
+        const step = interpretAccept(reply, fragment, this.decodeHeaders);
+        switch (step.kind) {
+          case 'result':
+            this.noteOpen(member, step.result.status === 'stored');
+            if (step.settlement) await this.budget.settle(member, step.settlement);
+            if (step.forgetEpoch > 0) {
+              await this.budget.forget(
+                member,
+                step.forgetEpoch,
+                context.retentionMs + this.marginMs,
+              );
+            }
+            return step.result;
+          case 'go':
+            withBody = true;
+            break;
+          case 'void':
+            await this.budget.forget(member, step.forgetEpoch, this.marginMs);
+            grant = NO_GRANT;
+            withBody = inline;
+            break;
+          case 'need': {
+            if (step.opening && grant.epoch === 0 && !opened) {
+              const opening = this.openings.get(member);
+              if (opening && waits < MAX_ACCEPT_ROUNDS) {
+                // Another fragment of the sequence is opening it from here: wait for it rather
+                // than reserve a second time (each reservation is of the whole declared size, and
+                // a burst of them can add up to back-pressure), then ask again.
+                waits++;
+                round--;
+                await opening;
+                withBody = inline || this.knownOpen.has(member);
+                break;
+              }
+              if (!opening) {
+                this.openings.set(member, new Promise<void>((resolve) => (opened = resolve)));
+              }
+            }
+            const tooLarge = neverFits(step.total, context.limits);
+            if (tooLarge) {
+              // It could never fit, even alone: refused, rather than back-pressured forever. An open
+              // sequence grown that far (streamed, with no declared bytes) goes, as one past
+              // maxSequenceBytes does (finish forgets its budget record); unless it finished
+              // meanwhile: the next round says how.
+              if (step.opening) {
+                if (grant.epoch > 0) await this.budget.forget(member, grant.epoch, this.marginMs);
+              } else if (!(await this.rejectOpen(fragment, context, tooLarge))) {
+                withBody = inline;
+                break;
+              }
+              return {
+                status: 'rejected',
+                code: 'sequence-too-large',
+                detail: tooLarge,
+                sequenceRejected: !step.opening,
+              };
+            }
+            const reservation = await this.reserve(member, step.bytes, context);
+            if (reservation.kind === 'backpressure') {
+              return { status: 'backpressure', limit: reservation.limit };
+            }
+            const granted = reservation.grant;
+            // A grant the script found short is topped up (under the newest id: the sum is used once).
+            grant =
+              granted.epoch === grant.epoch
+                ? { ...granted, bytes: grant.bytes + granted.bytes }
+                : granted;
+            withBody = true;
+            break;
+          }
+        }
+      }
+    } finally {
+      if (opened) {
+        this.openings.delete(member);
+        opened();
       }
     }
     throw new RedisSequenceStoreError(
@@ -389,6 +440,17 @@ export class RedisSequenceStore implements SequenceStore {
       `fragment ${fragment.position} found no stable state after ${MAX_ACCEPT_ROUNDS} rounds ` +
         'of concurrent changes; it will be redelivered',
     );
+  }
+
+  /** Remembers (or forgets) that the sequence is open, for the next fragment's first call. */
+  private noteOpen(member: string, open: boolean): void {
+    this.knownOpen.delete(member);
+    if (!open) return;
+    this.knownOpen.add(member);
+    if (this.knownOpen.size > KNOWN_OPEN_MAX) {
+      const oldest = this.knownOpen.values().next().value;
+      if (oldest !== undefined) this.knownOpen.delete(oldest);
+    }
   }
 
   /**
