@@ -64,7 +64,8 @@
  * BENCH_UNSAFE_SOCKET_TRICKS [off; on, or both: every path without, then every path with; the
  * module's transport's `unsafeSocketTricks`, echoed as `unsafeSocketTricks` in each JSON line].
  * BENCH_TS_NODE [off: everything runs in a second process, this file's plain-JavaScript build
- * (harness/plain-js-run.ts); on: in this ts-node process]. Progress goes to stderr. Tables
+ * (harness/plain-js-run.ts); on: in this ts-node process], BENCH_CPU_PROF_DIR [unset; when set, that
+ * plain-JavaScript process runs with --cpu-prof into that directory]. Progress goes to stderr. Tables
  * (`nseq_bench_ob_<run>_*`), schemas (`nseq_bench_pto_<run>_*`)
  * and queues (`nseq-bench-ob.<run>.*`) are unique to the run, removed after each path and swept
  * at the end, also after a failure or Ctrl-C (harness/cleanup.ts); any failure exits non-zero.

@@ -29,7 +29,8 @@
  * BENCH_UNSAFE_SOCKET_TRICKS [`off`; `on`, or `both` for a line without then one with: the
  * transport's and the store's `unsafeSocketTricks`], BENCH_TS_NODE [off: both paths run in a
  * second process, this file's plain-JavaScript build (harness/plain-js-run.ts); on: in this
- * ts-node process]. Queues and Redis keys are unique to the run
+ * ts-node process], BENCH_CPU_PROF_DIR [unset; when set, the plain-JavaScript process runs with
+ * --cpu-prof into that directory]. Queues and Redis keys are unique to the run
  * and removed after each round, and at the latest at the end, also on failure or Ctrl-C
  * (harness/cleanup.ts). The line has the harness's envelope: `case` (`<events>-events`),
  * `variant` (`default`, `socket-tricks`) and `at`.

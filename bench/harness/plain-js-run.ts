@@ -13,6 +13,7 @@
  * reaches it once, forwarded, and it cleans up after itself as any benchmark does.
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
 import { cleanUp, runBench } from './cleanup';
 import { progress, setProgressTag } from './log';
 import { buildPlainJs } from './plain-js-build';
@@ -44,7 +45,7 @@ export function runBenchAsPlainJs(name: string, entry: string, main: () => Promi
   try {
     const build = buildPlainJs();
     child = fork(build.jsOf(entry), process.argv.slice(2), {
-      execArgv: build.execArgv,
+      execArgv: [...build.execArgv, ...cpuProfileArgs(process.env.BENCH_CPU_PROF_DIR)],
       env: { ...process.env, ...build.env },
       stdio: 'inherit',
       detached: true,
@@ -62,4 +63,10 @@ export function runBenchAsPlainJs(name: string, entry: string, main: () => Promi
   child.once('exit', (code, signal) =>
     exit(code ?? (signal === 'SIGINT' ? 130 : signal === 'SIGTERM' ? 143 : 1)),
   );
+}
+
+/** `--cpu-prof` into `dir` (BENCH_CPU_PROF_DIR), for the process that runs the paths. */
+function cpuProfileArgs(dir: string | undefined): string[] {
+  if (!dir) return [];
+  return ['--cpu-prof', `--cpu-prof-dir=${resolve(dir)}`];
 }
