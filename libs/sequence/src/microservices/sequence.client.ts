@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
-import { Observable } from 'rxjs';
+import { defer, Observable } from 'rxjs';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -162,6 +162,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     // Subscribers still listening: a failure that comes when there is none is logged (one who
     // unsubscribed first, a timeout() that fired, would not hear of it either).
     let listening = 0;
+    if (refused) destroySource(sourceOf(data));
     const sent = refused
       ? Promise.reject(new InvalidMessageException())
       : this.dispatchEvent({ pattern, data });
@@ -190,6 +191,21 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       return () => {
         listening--;
       };
+    });
+  }
+
+  override send<TResult = unknown, TInput = unknown>(
+    pattern: unknown,
+    data: TInput,
+  ): Observable<TResult> {
+    // A request refused before it is published (no pattern or data; no SequenceModule, which
+    // fails Nest's connect() on subscribe) never reads its data: a stream given (a file) is
+    // destroyed, or its handle stays open.
+    const source = sourceOf(data);
+    if (pattern === undefined || pattern === null) destroySource(source);
+    return defer(() => {
+      if (!this.runtime) destroySource(source);
+      return super.send<TResult, TInput>(pattern, data);
     });
   }
 

@@ -266,20 +266,41 @@ describe('SequenceClient: a stream it cannot send', () => {
     }
   });
 
-  it('destroys the stream of an emit() without a SequenceModule', async () => {
+  it.each([
+    [
+      'emit',
+      (client: SequenceClient, source: Readable) =>
+        client.emit('host.in', new SequenceRecord(source, { bytes: 10 })),
+    ],
+    ['send', (client: SequenceClient, source: Readable) => client.send('host.ask', source)],
+  ] as const)('destroys the stream of a %s() without a SequenceModule', async (_, call) => {
     const moduleRef = await Test.createTestingModule({
       imports: [ClientsModule.register([{ name: CLIENT, customClass: SequenceClient }])],
     }).compile();
     const app = await moduleRef.init();
     try {
       const source = openStream();
-      const client = app.get<SequenceClient>(CLIENT);
-      await expect(
-        lastValueFrom(client.emit('host.in', new SequenceRecord(source, { bytes: 10 }))),
-      ).rejects.toThrow(/no SequenceModule/);
+      await expect(lastValueFrom(call(app.get<SequenceClient>(CLIENT), source))).rejects.toThrow(
+        /no SequenceModule/,
+      );
       expect(source.destroyed).toBe(true);
     } finally {
       await app.close();
+    }
+  });
+
+  it('destroys the stream of an emit() refused for its pattern', async () => {
+    const inner = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({ sequence: { transport: inner } });
+    try {
+      const source = openStream();
+      await expect(lastValueFrom(t.client.emit(undefined, source))).rejects.toBeInstanceOf(
+        InvalidMessageException,
+      );
+      expect(source.destroyed).toBe(true);
+    } finally {
+      await t.close();
+      await inner.close();
     }
   });
 });
