@@ -114,14 +114,18 @@ export class ResequencerReader {
     }
     const before = await resequencer.inspect(key);
     let skippedGaps = 0;
+    // Counted from what each skip released, not from the buffer's size before and after, which
+    // events arriving meanwhile change.
+    let released = 0;
     // Each skip releases at least one held event, so this ends within `buffered` rounds.
     const rounds = Math.min(maxGaps, before.buffered.length);
     for (let round = 0; round < rounds; round++) {
-      if ((await resequencer.skipGap(key)) === 0) break;
+      const appended = await resequencer.skipGap(key);
+      if (appended === 0) break;
       skippedGaps++;
+      released += appended - 1;
     }
     const after = await resequencer.inspect(key);
-    const released = Math.max(0, before.buffered.length - after.buffered.length);
     const message =
       skippedGaps === 0
         ? `nothing changed: key ${key} of resequencer ${name} has no open gap ` +

@@ -473,7 +473,9 @@ export class Resequencer {
   /**
    * Skips the key's gap now, as the `'skip'` gap policy does when a gap times out (an operator's
    * action): the missing sequences are given up (a `gap-skipped` item, reported as that policy's
-   * are), the run held behind them is released and drained. 0 when the key had no gap.
+   * are), the run held behind them is released and drained. Answers the hand-off items the skip
+   * appended, the `gap-skipped` item and the events released (so at least 2), or 0 when the key
+   * had no gap.
    */
   async skipGap(key: string, now: number = Date.now()): Promise<number> {
     // Read only for the `gap.skipped` event (the missing range and its wait), when one is wanted.

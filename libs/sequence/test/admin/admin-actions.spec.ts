@@ -41,8 +41,12 @@ class StreamHandler {
 class StatusHandler {
   readonly delivered: string[] = [];
 
+  /** Awaited before each event is noted delivered. */
+  before?: (event: ResequencedEvent) => Promise<void>;
+
   @Resequenced({ channel: STATUS, gap: { timeoutMs: 3_600_000, policy: 'alert' } })
-  handle(event: ResequencedEvent): void {
+  async handle(event: ResequencedEvent): Promise<void> {
+    await this.before?.(event);
     this.delivered.push(`${event.key}#${event.seq}`);
   }
 }
@@ -288,6 +292,35 @@ describe('the admin API acting, with a guard and mutations on', () => {
       ]);
     });
 
+    it('counts the events a skip released, whatever arrives for the key meanwhile', async () => {
+      const handler = admin.app.get(StatusHandler);
+      const delivered = handler.delivered.length;
+      for (const seq of [3, 4, 6]) await send('transfer-2', seq);
+      const held = async (key: string) => {
+        const found = await admin.get<{ matches: { buffered?: number[] }[] }>(`find/${key}`);
+        return found.body.matches.flatMap((match) => match.buffered ?? []);
+      };
+      await eventually(async () => (await held('transfer-2')).length === 3, 'three events held');
+      // An event for the key that arrives while the skip is under way (before the released
+      // events are delivered) is held behind the next gap: the buffer then holds one event
+      // fewer than before the skip, where two were released.
+      handler.before = async (event) => {
+        if (event.key !== 'transfer-2' || event.seq !== 3) return;
+        await send('transfer-2', 9);
+        await eventually(async () => (await held('transfer-2')).includes(9), '#9 held');
+      };
+      try {
+        const skip = await admin.post(`resequencer/gaps/${STATUS}/transfer-2/skip`);
+        expect(skip.body).toMatchObject({ changed: 1, skippedGaps: 1, released: 2, next: 5 });
+      } finally {
+        handler.before = undefined;
+      }
+      await eventually(() => handler.delivered.length === delivered + 2, '#3 and #4 delivered');
+      const found = await admin.get<{ matches: Record<string, unknown>[] }>('find/transfer-2');
+      expect(found.body.matches).toContainEqual(
+        expect.objectContaining({ kind: 'resequencer-key', next: 5, buffered: [6, 9] }),
+      );
+    });
     it("refuses to skip a stream mode sequence's gap: its handler would see the end of a payload with a hole", async () => {
       const fragments = makeFragments('study-7', bytes(3_000), 1_000);
       await transport.publish(STREAM, fragments[2].body, fragments[2].headers);
