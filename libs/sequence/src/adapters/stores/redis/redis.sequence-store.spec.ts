@@ -350,6 +350,20 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
       });
 
+      it('sends the body of a streamed sequence once, after the grant each fragment needs', async () => {
+        const bodies = [big('s'), big('t'), big('u'), big('v')];
+        const { fragments, ref, payload } = sequenceFixture(scope, bodies, {
+          streamed: true,
+          declareBytes: false,
+        });
+        const sets = async () =>
+          Number(/cmdstat_set:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+        const before = await sets();
+        for (const fragment of fragments) await store.accept(fragment, context(t0));
+        expect((await sets()) - before).toBe(bodies.length);
+        expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
+      });
+
       it.each([
         ['finish completed', 'completed'],
         ['expire', 'expired'],

@@ -31,11 +31,12 @@
  *      (finished, contradiction, duplicate, lease take-over, limit drop), or 'go' (the sequence
  *      holds enough budget: send the body), or 'need N' (a grant of N more bytes is needed; a
  *      sequence always needs a grant to open). A large body of a sequence this store saw stored
- *      to recently goes with this first call, as in step 3: staged by a SET sent right before
- *      the script, in the same flight, not awaited first (a script that runs before the SET
- *      lands, possible only on a Cluster redirection, finds no staged key and answers 'go'; the
- *      late SET's key expires unused). When the answer is not 'stored' the script deletes the
- *      staged body, and a later round sends it again.
+ *      to recently, whose fragment declares the sequence's size and bytes (so that the grant the
+ *      sequence opened with covers it), goes with this first call, as in step 3: staged by a SET
+ *      sent right before the script, in the same flight, not awaited first (a script that runs
+ *      before the SET lands, possible only on a Cluster redirection, finds no staged key and
+ *      answers 'go'; the late SET's key expires unused). When the answer is not 'stored' the
+ *      script deletes the staged body, and a later round sends it again.
  *   2. reserve script ({idx}): checks maxOpenSequences / maxBufferedBytes and adds N to the
  *      sequence's budget record, creating it (new epoch, counted open, provisional due time) if
  *      absent; or answers back-pressure (after evicting failed sequences' kept fragments, when
@@ -322,7 +323,11 @@ export class RedisSequenceStore implements SequenceStore {
     const sealed = this.seal(fragment);
     const stored = sealed?.body ?? fragment.body;
     const inline = stored.length <= INLINE_BODY_BYTES;
-    let withBody = inline || this.knownOpen.has(member);
+    // Only when it declares its sequence's size and bytes: the grant that opened the sequence
+    // then covers it, where one of a streamed sequence needs a grant of its own ('need'), and
+    // its body would go twice.
+    const covered = fragment.size !== undefined && fragment.bytes !== undefined;
+    let withBody = inline || (covered && this.knownOpen.has(member));
     /** Set while this call is the one opening the sequence here (see the 'need' case). */
     let opened: (() => void) | undefined;
     let waits = 0;
@@ -387,7 +392,7 @@ export class RedisSequenceStore implements SequenceStore {
                 waits++;
                 round--;
                 await opening;
-                withBody = inline || this.knownOpen.has(member);
+                withBody = inline || (covered && this.knownOpen.has(member));
                 break;
               }
               if (!opening) {
