@@ -5,13 +5,14 @@
  * JavaScript). `option-keys.spec.ts` holds these trees equal to the options' types.
  */
 
+import { isPlainObject, unknownKeyProblem, type Renames } from '../core/option-keys';
+
+export type { Renames } from '../core/option-keys';
+
 /** An options object's keys: a nested tree for an object of options, `true` for a value. */
 export interface KeyTree {
   readonly [key: string]: KeyTree | true;
 }
-
-/** Options that were renamed or moved, by their old path: where they are now. */
-export type Renames = Readonly<Record<string, string>>;
 
 export const RETRY_POLICY_KEYS = { attempts: true, baseDelayMs: true, maxDelayMs: true } as const;
 
@@ -296,17 +297,6 @@ function isObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/**
- * An object whose own keys are all options: a literal. An instance of a class (a config class)
- * may hold other fields (injected services, fields left undefined) and give its options through
- * getters: its keys are left unchecked.
- */
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (!isObject(value)) return false;
-  const prototype = Object.getPrototypeOf(value) as unknown;
-  return prototype === Object.prototype || prototype === null;
-}
-
 /** Groups of options that may also be `false` (off), by path. */
 const GROUPS_THAT_MAY_BE_FALSE: ReadonlySet<string> = new Set(['metrics', 'tracing']);
 
@@ -329,13 +319,7 @@ export function checkKeys(
     const path = at ? `${at}.${key}` : key;
     const known = keys[key];
     if (known === undefined) {
-      const renamed = renames[path];
-      problems.push(
-        renamed
-          ? `${path} is no longer an option: use ${renamed}`
-          : `${path} is not an option; ${at ? `${at} takes` : 'the options are'} ` +
-              `${Object.keys(keys).join(', ')}`,
-      );
+      problems.push(unknownKeyProblem(path, at, Object.keys(keys), renames));
     } else if (known !== true && given !== undefined) {
       if (isObject(given)) checkKeys(problems, given, known, renames, path);
       else if (!(given === false && GROUPS_THAT_MAY_BE_FALSE.has(path))) {

@@ -5,6 +5,7 @@ import { RedisPayloadStore } from '../payload/redis/redis.payload-store';
 import type { RedisPayloadStoreOptions } from '../payload/redis/redis-payload.options';
 import { RedisClaimLedger, type RedisClaimLedgerOptions } from '../stores/redis/redis.claim-ledger';
 import { newRedisClient, quitRedisClient } from '../stores/redis/redis-client';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../core/option-keys';
 import {
   RedisResequencerStore,
   type RedisResequencerStoreOptions,
@@ -45,6 +46,17 @@ export interface RedisStoresOptions {
   readonly payloadStore?: Omit<RedisPayloadStoreOptions, 'prefix' | 'unsafeSocketTricks'> | false;
 }
 
+const REDIS_STORES_KEYS = {
+  prefix: true,
+  redis: true,
+  unsafeSocketTricks: true,
+  encryption: true,
+  sequenceStore: true,
+  resequencerStore: true,
+  claimLedger: true,
+  payloadStore: true,
+} as const satisfies OptionKeysOf<RedisStoresOptions>;
+
 /**
  * Every Redis store of the module over one connection: the sequence store, the resequencer store,
  * the claim ledger and the payload store, for `SequenceModule.forRoot({ stores })`. Given a URL,
@@ -58,6 +70,8 @@ export function redis(
   urlOrClient: string | Redis | Cluster,
   options: RedisStoresOptions = {},
 ): StoreSet {
+  // The stores check the options given to each of them: these are the groups and shared ones.
+  refuseUnknownKeys('redis() options', options, REDIS_STORES_KEYS);
   const ownsClient = typeof urlOrClient === 'string';
   const client = ownsClient ? newRedisClient(urlOrClient, options.redis) : urlOrClient;
   const shared = { prefix: options.prefix, unsafeSocketTricks: options.unsafeSocketTricks };

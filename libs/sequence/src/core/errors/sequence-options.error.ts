@@ -1,6 +1,6 @@
 import { SequenceError } from './sequence.error';
 
-/** Module or decorator options are invalid; `problems` lists each one and how to fix it. */
+/** Module, decorator or adapter options are invalid; `problems` lists each one and how to fix it. */
 export class SequenceOptionsError extends SequenceError {
   readonly code = 'invalid-options' as const;
 

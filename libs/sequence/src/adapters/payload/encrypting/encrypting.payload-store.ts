@@ -16,6 +16,7 @@ import { EncryptionKeyring } from '../../../core/encryption-keyring';
 import { sealBuffer } from '../../../core/sealed-buffer';
 import { DecryptingStream, EncryptingStream } from './payload-encryption.streams';
 import { byteChunks } from '../../../core/payload-source';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 
 /** Options of {@link EncryptingPayloadStore}. */
 export interface EncryptingPayloadStoreOptions {
@@ -26,6 +27,10 @@ export interface EncryptingPayloadStoreOptions {
    */
   readonly keys: readonly PayloadEncryptionKey[];
 }
+
+const ENCRYPTING_PAYLOAD_STORE_KEYS = {
+  keys: true,
+} as const satisfies OptionKeysOf<EncryptingPayloadStoreOptions>;
 
 /**
  * Encryption at rest for any {@link PayloadStore}: AES-256-GCM, streamed both ways, a random
@@ -61,6 +66,7 @@ export class EncryptingPayloadStore implements PayloadStore {
     private readonly inner: PayloadStore,
     options: EncryptingPayloadStoreOptions,
   ) {
+    refuseUnknownKeys('EncryptingPayloadStore options', options, ENCRYPTING_PAYLOAD_STORE_KEYS);
     this.name = inner.name;
     this.keyring = new EncryptionKeyring(options.keys);
   }

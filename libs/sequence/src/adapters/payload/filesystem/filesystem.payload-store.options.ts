@@ -2,6 +2,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { checkInteger, checkOneOf } from '../../../core/option-checks';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 
 /** Options of {@link FilesystemPayloadStore}. */
 export interface FilesystemPayloadStoreOptions {
@@ -27,6 +28,12 @@ export interface FilesystemPayloadStoreOptions {
   readonly staleTemporaryMs?: number;
 }
 
+const FILESYSTEM_PAYLOAD_STORE_KEYS = {
+  root: true,
+  fsync: true,
+  staleTemporaryMs: true,
+} as const satisfies OptionKeysOf<FilesystemPayloadStoreOptions>;
+
 export const DEFAULT_FILESYSTEM_PAYLOAD_ROOT = join(tmpdir(), 'nest-sequence-payloads');
 
 export const DEFAULT_STALE_TEMPORARY_MS = 3_600_000;
@@ -43,6 +50,7 @@ export function resolveFilesystemPayloadStoreOptions(
     staleTemporaryMs: options.staleTemporaryMs ?? DEFAULT_STALE_TEMPORARY_MS,
   };
   const problems: string[] = [];
+  checkOptionKeys(problems, options, FILESYSTEM_PAYLOAD_STORE_KEYS);
   // An empty root would resolve to the working directory.
   if (typeof resolved.root !== 'string' || resolved.root.length === 0) {
     problems.push(

@@ -1,7 +1,8 @@
 import type { Cluster, Redis } from 'ioredis';
 import { definedOnly } from '../../../core/objects';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import { directReadsReplaced } from '../../stores/redis/redis-direct-reads';
+import { DIRECT_READS_RENAMED } from '../../stores/redis/redis-direct-reads';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 
 /** A single-node client or a Cluster client: every command the store sends stays in one slot. */
@@ -49,6 +50,15 @@ export interface RedisPayloadStoreOptions {
   readonly unsafeSocketTricks?: boolean;
 }
 
+export const REDIS_PAYLOAD_STORE_KEYS = {
+  prefix: true,
+  chunkBytes: true,
+  keyTtlMarginMs: true,
+  readAheadChunks: true,
+  unsafeSocketTricks: true,
+} as const satisfies OptionKeysOf<RedisPayloadStoreOptions>;
+export const REDIS_PAYLOAD_STORE_WHERE = 'RedisPayloadStore options';
+
 export type ResolvedRedisPayloadStoreOptions = Required<RedisPayloadStoreOptions>;
 
 export const REDIS_PAYLOAD_STORE_DEFAULTS: ResolvedRedisPayloadStoreOptions = {
@@ -68,6 +78,7 @@ export function resolveRedisPayloadStoreOptions(
 ): ResolvedRedisPayloadStoreOptions {
   const resolved = { ...REDIS_PAYLOAD_STORE_DEFAULTS, ...definedOnly(options) };
   const problems: string[] = [];
+  checkOptionKeys(problems, options, REDIS_PAYLOAD_STORE_KEYS, DIRECT_READS_RENAMED);
   if (typeof resolved.prefix !== 'string' || /[{}]/.test(resolved.prefix)) {
     problems.push(
       `prefix must be a string without { or } (they would break the hash tag that keeps each ` +
@@ -91,9 +102,7 @@ export function resolveRedisPayloadStoreOptions(
   }
   const tricks = unsafeSocketTricksProblem(resolved.unsafeSocketTricks);
   if (tricks) problems.push(tricks);
-  const replaced = directReadsReplaced(options);
-  if (replaced) problems.push(replaced);
-  if (problems.length > 0) throw new SequenceOptionsError('RedisPayloadStore options', problems);
+  if (problems.length > 0) throw new SequenceOptionsError(REDIS_PAYLOAD_STORE_WHERE, problems);
   return resolved;
 }
 

@@ -395,7 +395,7 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       [
         'directReads, which unsafeSocketTricks replaced',
         { directReads: true } as RedisPayloadStoreOptions,
-        /directReads was replaced by unsafeSocketTricks/,
+        /directReads is no longer an option: use unsafeSocketTricks: true/,
       ],
     ])('refuses %s with SequenceOptionsError', (_label, options, message) => {
       const build = () => new RedisPayloadStore(redis, options);

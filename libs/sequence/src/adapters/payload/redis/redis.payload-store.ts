@@ -22,8 +22,12 @@
  * leaks nothing either.
  */
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
-import { DIRECT_READS_MIN_BYTES, RedisDirectReads } from '../../stores/redis/redis-direct-reads';
+import { isCluster, newOwnedRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
+import {
+  DIRECT_READS_MIN_BYTES,
+  DIRECT_READS_RENAMED,
+  RedisDirectReads,
+} from '../../stores/redis/redis-direct-reads';
 import { socketTricksEnabled } from '../../socket-tricks.guard';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
@@ -47,6 +51,8 @@ import {
   type PayloadKeys,
 } from './redis-payload-keys';
 import {
+  REDIS_PAYLOAD_STORE_KEYS,
+  REDIS_PAYLOAD_STORE_WHERE,
   resolveRedisPayloadStoreOptions,
   type RedisPayloadClient,
   type RedisPayloadStoreOptions,
@@ -105,8 +111,14 @@ export class RedisPayloadStore implements PayloadStore {
     url: string,
     options: RedisPayloadStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisPayloadStore {
-    const { redis, ...storeOptions } = options;
-    const store = new RedisPayloadStore(newRedisClient(url, redis), storeOptions);
+    const [client, storeOptions] = newOwnedRedisClient(
+      url,
+      options,
+      REDIS_PAYLOAD_STORE_WHERE,
+      REDIS_PAYLOAD_STORE_KEYS,
+      DIRECT_READS_RENAMED,
+    );
+    const store = new RedisPayloadStore(client, storeOptions);
     store.ownsClient = true;
     return store;
   }

@@ -1,6 +1,7 @@
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 
 const MIB = 1024 * 1024;
 
@@ -40,6 +41,14 @@ export interface S3PayloadStoreOptions {
   readonly listPageSize?: number;
 }
 
+const S3_PAYLOAD_STORE_KEYS = {
+  bucket: true,
+  prefix: true,
+  partBytes: true,
+  partsInFlight: true,
+  listPageSize: true,
+} as const satisfies OptionKeysOf<S3PayloadStoreOptions>;
+
 /** Options of {@link S3PayloadStore.connect}: the store's options and the client's. */
 export interface S3ConnectOptions extends S3PayloadStoreOptions {
   /** For S3-compatible services, e.g. `http://127.0.0.1:9000`. Absent for AWS itself. */
@@ -62,6 +71,15 @@ export interface S3ConnectOptions extends S3PayloadStoreOptions {
   readonly client?: Omit<S3ClientConfig, 'endpoint' | 'region' | 'credentials' | 'forcePathStyle'>;
 }
 
+export const S3_CONNECT_KEYS = {
+  ...S3_PAYLOAD_STORE_KEYS,
+  endpoint: true,
+  region: true,
+  credentials: true,
+  forcePathStyle: true,
+  client: true,
+} as const satisfies OptionKeysOf<S3ConnectOptions>;
+
 export type ResolvedS3PayloadStoreOptions = Required<S3PayloadStoreOptions>;
 
 export const S3_PAYLOAD_STORE_DEFAULTS = {
@@ -79,6 +97,7 @@ const PREFIX_PATTERN = /^(?:[A-Za-z0-9!_.*'()-]+\/)*$/;
 /** Fills in defaults; throws `SequenceOptionsError` listing every invalid option. */
 export function resolveS3PayloadStoreOptions(
   options: S3PayloadStoreOptions,
+  keys: object = S3_PAYLOAD_STORE_KEYS,
 ): ResolvedS3PayloadStoreOptions {
   const resolved = {
     ...S3_PAYLOAD_STORE_DEFAULTS,
@@ -86,6 +105,7 @@ export function resolveS3PayloadStoreOptions(
     bucket: options.bucket,
   };
   const problems: string[] = [];
+  checkOptionKeys(problems, options, keys);
   if (typeof resolved.bucket !== 'string' || resolved.bucket.length === 0) {
     problems.push('bucket must name an existing bucket');
   }

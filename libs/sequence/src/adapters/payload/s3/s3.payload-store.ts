@@ -19,6 +19,7 @@ import { S3PayloadKeys, S3_STORE_NAME, generateRef, parseRef } from './s3-payloa
 import { s3Sdk } from './s3-sdk';
 import {
   resolveS3PayloadStoreOptions,
+  S3_CONNECT_KEYS,
   type ResolvedS3PayloadStoreOptions,
   type S3ConnectOptions,
   type S3PayloadStoreOptions,
@@ -80,7 +81,8 @@ export class S3PayloadStore implements PayloadStore {
   /** A store with an `S3Client` of its own, which `close()` destroys. Nothing is sent yet. */
   static connect(options: S3ConnectOptions): S3PayloadStore {
     const { endpoint, region, credentials, forcePathStyle, client, ...storeOptions } = options;
-    resolveS3PayloadStoreOptions(storeOptions); // fail on bad options before making a client
+    // Fail on bad options (an unknown key among them) before making a client.
+    resolveS3PayloadStoreOptions(storeOptions, S3_CONNECT_KEYS);
     const { S3Client: Client } = s3Sdk();
     const store = new S3PayloadStore(
       new Client({ ...client, ...definedOnly({ endpoint, region, credentials, forcePathStyle }) }),

@@ -1,3 +1,4 @@
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertClaimArguments,
   type ClaimKey,
@@ -23,6 +24,11 @@ export interface MemoryClaimLedgerOptions {
    */
   readonly sweepIntervalMs?: number;
 }
+
+const MEMORY_CLAIM_LEDGER_KEYS = {
+  maxEntries: true,
+  sweepIntervalMs: true,
+} as const satisfies OptionKeysOf<MemoryClaimLedgerOptions>;
 
 interface Lease {
   readonly holder: string;
@@ -56,6 +62,7 @@ export class MemoryClaimLedger implements ClaimLedger {
   private nextSweepAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: MemoryClaimLedgerOptions = {}) {
+    refuseUnknownKeys('MemoryClaimLedger options', options, MEMORY_CLAIM_LEDGER_KEYS);
     this.maxEntries = options.maxEntries ?? 100_000;
     this.sweepIntervalMs = options.sweepIntervalMs ?? 10_000;
     if (!Number.isSafeInteger(this.maxEntries) || this.maxEntries < 1) {

@@ -1,3 +1,4 @@
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertResequencerArguments,
   CLOSED_KEY_NEXT,
@@ -62,6 +63,11 @@ export interface MemoryResequencerStoreOptions {
   readonly encryption?: StoreEncryptionOptions;
 }
 
+const MEMORY_RESEQUENCER_STORE_KEYS = {
+  retentionMs: true,
+  encryption: true,
+} as const satisfies OptionKeysOf<MemoryResequencerStoreOptions>;
+
 /**
  * The default {@link ResequencerStore}: state in this process's memory, shared by every
  * resequencer of the process (another process does not see it, and it is lost on restart).
@@ -80,6 +86,7 @@ export class MemoryResequencerStore implements ResequencerStore {
 
   /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
   constructor(options: MemoryResequencerStoreOptions = {}) {
+    refuseUnknownKeys('MemoryResequencerStore options', options, MEMORY_RESEQUENCER_STORE_KEYS);
     const retentionMs = options.retentionMs ?? 604_800_000;
     assertPositiveInteger('retentionMs', retentionMs);
     this.keys = new MemoryResequencerKeys(retentionMs);

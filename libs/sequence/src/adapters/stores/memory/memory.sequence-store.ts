@@ -1,3 +1,4 @@
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import type { Readable } from 'node:stream';
 import {
   accountedAfter,
@@ -62,6 +63,10 @@ export interface MemorySequenceStoreOptions {
   readonly encryption?: StoreEncryptionOptions;
 }
 
+const MEMORY_SEQUENCE_STORE_KEYS = {
+  encryption: true,
+} as const satisfies OptionKeysOf<MemorySequenceStoreOptions>;
+
 /**
  * The default {@link SequenceStore}: fragments in this process's memory, for one consumer
  * instance (state is lost on restart, and other instances do not see it).
@@ -99,6 +104,7 @@ export class MemorySequenceStore implements SequenceStore {
 
   /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
   constructor(options: MemorySequenceStoreOptions = {}) {
+    refuseUnknownKeys('MemorySequenceStore options', options, MEMORY_SEQUENCE_STORE_KEYS);
     if (options.encryption) {
       this.cipher = new BodyCipher(options.encryption, 'MemorySequenceStore encryption');
     }

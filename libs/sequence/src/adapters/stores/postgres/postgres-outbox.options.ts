@@ -1,6 +1,7 @@
 import type { ClientConfig, PoolConfig } from 'pg';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkDelay } from '../../../core/option-checks';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { assertTablePrefix } from './postgres-outbox.sql';
 
 /** Options of a {@link PostgresOutboxStore} over a pool, whoever created it. */
@@ -71,14 +72,14 @@ export const POSTGRES_OUTBOX_DEFAULTS = {
 
 const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 /** The keys of the store's options (`pool`, `connect`'s, holds `pg`'s own: not checked here). */
-const POSTGRES_STORE_KEYS: readonly string[] = [
-  'tablePrefix',
-  'notifyChannel',
-  'listenConnection',
-  'listenBackoffMs',
-  'listenMaxBackoffMs',
-  'pool',
-];
+const POSTGRES_STORE_KEYS = {
+  tablePrefix: true,
+  notifyChannel: true,
+  listenConnection: true,
+  listenBackoffMs: true,
+  listenMaxBackoffMs: true,
+  pool: true,
+} as const satisfies OptionKeysOf<PostgresOutboxConnectOptions>;
 const WHERE = 'PostgresOutboxStore options';
 
 /** Defaults applied and every option checked; throws a {@link SequenceOptionsError}. */
@@ -86,10 +87,7 @@ export function resolvePostgresOutboxOptions(
   options: PostgresOutboxStoreOptions,
 ): ResolvedPostgresOutboxOptions {
   // A misspelt key (tablePrefx) would otherwise leave its option at the default: other tables.
-  const misspelt = Object.keys(options ?? {})
-    .filter((key) => !POSTGRES_STORE_KEYS.includes(key))
-    .map((key) => `${key} is not an option; the options are ${POSTGRES_STORE_KEYS.join(', ')}`);
-  if (misspelt.length > 0) throw new SequenceOptionsError(WHERE, misspelt);
+  refuseUnknownKeys(WHERE, options, POSTGRES_STORE_KEYS);
   assertTablePrefix(options.tablePrefix ?? POSTGRES_OUTBOX_DEFAULTS.tablePrefix, WHERE);
   // Unquoted in SQL, the prefix is folded to lower case by PostgreSQL: 'App_' and 'app_' name
   // the same tables, so they must also give the same lock keys and notify channel.

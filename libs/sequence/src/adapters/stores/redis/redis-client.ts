@@ -1,5 +1,6 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RedisClient } from './redis-scripts';
+import { refuseUnknownKeys, type Renames } from '../../../core/option-keys';
 
 /**
  * A new ioredis client for `url`, for an adapter's `connect()` (which then owns it). ioredis is
@@ -9,6 +10,23 @@ export function newRedisClient(url: string, options: RedisOptions = {}): Redis {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const { Redis: Client } = require('ioredis') as typeof import('ioredis');
   return new Client(url, options);
+}
+
+/**
+ * For an adapter's `connect(url, options)`: refuses a key of `options` that is neither one of
+ * `keys` nor `redis` (ioredis's own options, not checked here) before opening anything, then
+ * opens a client with `redis`; returns it with the adapter's own options.
+ */
+export function newOwnedRedisClient<T extends { readonly redis?: RedisOptions }>(
+  url: string,
+  options: T,
+  where: string,
+  keys: object,
+  renames?: Renames,
+): [Redis, Omit<T, 'redis'>] {
+  refuseUnknownKeys(where, options, { ...keys, redis: true }, renames);
+  const { redis, ...own } = options;
+  return [newRedisClient(url, redis), own];
 }
 
 /** Quits a client an adapter owns; one that is not connected just drops its connection attempts. */

@@ -4,6 +4,7 @@ import { Logger } from '@nestjs/common';
 import { withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { BulkReplyParser, type BulkReply } from './redis-bulk-replies';
+import type { Renames } from '../../../core/option-keys';
 
 /** The connection's name in `CLIENT LIST`. */
 export const DIRECT_READS_CONNECTION_NAME = 'nest-sequence-reads';
@@ -15,17 +16,14 @@ export const DIRECT_READS_CONNECTION_NAME = 'nest-sequence-reads';
 export const DIRECT_READS_MIN_BYTES = 1024 * 1024;
 
 /**
- * The problem with options that still pass `directReads`, the stores' switch for direct reads
- * until `unsafeSocketTricks` subsumed it.
+ * `directReads`, the stores' switch for direct reads until `unsafeSocketTricks` subsumed it: what
+ * a store says to options that still pass it.
  */
-export function directReadsReplaced(options: object): string | undefined {
-  if ((options as { directReads?: unknown }).directReads === undefined) return undefined;
-  return (
-    'directReads was replaced by unsafeSocketTricks (default false), which turns direct reads ' +
-    'on with the other socket tricks: remove directReads, and pass unsafeSocketTricks: true to ' +
-    'keep reading large values on a connection of their own'
-  );
-}
+export const DIRECT_READS_RENAMED: Renames = {
+  directReads:
+    'unsafeSocketTricks: true (default false), which turns direct reads on with the other ' +
+    'socket tricks, to keep reading large values on a connection of their own',
+};
 
 /**
  * Error replies that will come back for every read on this connection (its user may not run

@@ -1,5 +1,6 @@
 import type { RedisOptions } from 'ioredis';
-import { newRedisClient, quitRedisClient } from './redis-client';
+import { newOwnedRedisClient, quitRedisClient } from './redis-client';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertClaimArguments,
   type ClaimKey,
@@ -48,6 +49,14 @@ export interface RedisClaimLedgerOptions {
   readonly clock?: () => number;
 }
 
+const REDIS_CLAIM_LEDGER_KEYS = {
+  prefix: true,
+  keyTtlMarginMs: true,
+  unsafeSocketTricks: true,
+  clock: true,
+} as const satisfies OptionKeysOf<RedisClaimLedgerOptions>;
+const WHERE = 'RedisClaimLedger options';
+
 const CLAIM_OUTCOMES: ReadonlySet<unknown> = new Set<ClaimOutcome>(['claimed', 'done', 'busy']);
 
 /**
@@ -75,6 +84,7 @@ export class RedisClaimLedger implements ClaimLedger {
     private readonly redis: RedisClient,
     options: RedisClaimLedgerOptions = {},
   ) {
+    refuseUnknownKeys(WHERE, options, REDIS_CLAIM_LEDGER_KEYS);
     this.keys = new RedisClaimKeys(options.prefix ?? 'nseq');
     this.marginMs = options.keyTtlMarginMs ?? 60_000;
     if (!Number.isSafeInteger(this.marginMs) || this.marginMs < 0) {
@@ -100,7 +110,8 @@ export class RedisClaimLedger implements ClaimLedger {
     url: string,
     options: RedisClaimLedgerOptions & { readonly redis?: RedisOptions } = {},
   ): RedisClaimLedger {
-    const ledger = new RedisClaimLedger(newRedisClient(url, options.redis), options);
+    const [client, own] = newOwnedRedisClient(url, options, WHERE, REDIS_CLAIM_LEDGER_KEYS);
+    const ledger = new RedisClaimLedger(client, own);
     ledger.ownsClient = true;
     return ledger;
   }

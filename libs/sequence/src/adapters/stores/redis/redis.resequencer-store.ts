@@ -54,7 +54,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, newOwnedRedisClient, quitRedisClient } from './redis-client';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertResequencerArguments,
   type AcceptContext,
@@ -154,6 +155,16 @@ export interface RedisResequencerStoreOptions {
   readonly encryption?: StoreEncryptionOptions;
 }
 
+const REDIS_RESEQUENCER_STORE_KEYS = {
+  prefix: true,
+  retentionMs: true,
+  keyTtlMarginMs: true,
+  unsafeSocketTricks: true,
+  clock: true,
+  encryption: true,
+} as const satisfies OptionKeysOf<RedisResequencerStoreOptions>;
+const WHERE = 'RedisResequencerStore options';
+
 /**
  * {@link ResequencerStore} on Redis (single node or Cluster), shared by any number of consumer
  * instances. See the top of this file for the key layout and the two-step index protocol.
@@ -188,6 +199,7 @@ export class RedisResequencerStore implements ResequencerStore {
     private readonly redis: RedisClient,
     options: RedisResequencerStoreOptions = {},
   ) {
+    refuseUnknownKeys(WHERE, options, REDIS_RESEQUENCER_STORE_KEYS);
     this.keys = new RedisResequencerKeys(options.prefix ?? 'nseq');
     this.retentionMs = options.retentionMs ?? 604_800_000;
     const marginMs = options.keyTtlMarginMs ?? 60_000;
@@ -227,7 +239,8 @@ export class RedisResequencerStore implements ResequencerStore {
     url: string,
     options: RedisResequencerStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisResequencerStore {
-    const store = new RedisResequencerStore(newRedisClient(url, options.redis), options);
+    const [client, own] = newOwnedRedisClient(url, options, WHERE, REDIS_RESEQUENCER_STORE_KEYS);
+    const store = new RedisResequencerStore(client, own);
     store.ownsClient = true;
     return store;
   }

@@ -163,7 +163,10 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
 
     it.each([
       [{ unsafeSocketTricks: 'yes' as never }, /unsafeSocketTricks must be true or false/],
-      [{ directReads: false } as never, /directReads was replaced by unsafeSocketTricks/],
+      [
+        { directReads: false } as never,
+        /directReads is no longer an option: use unsafeSocketTricks: true/,
+      ],
     ])('refuses %p, naming what to pass instead', (options, message) => {
       expect(() => new RedisSequenceStore(redis, { prefix, ...options })).toThrow(
         SequenceOptionsError,

@@ -65,10 +65,10 @@
  */
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, newOwnedRedisClient, quitRedisClient } from './redis-client';
 import {
   DIRECT_READS_MIN_BYTES,
-  directReadsReplaced,
+  DIRECT_READS_RENAMED,
   RedisDirectReads,
 } from './redis-direct-reads';
 import { setBodyUncopied } from './redis-body.writer';
@@ -114,6 +114,7 @@ import { RedisOpenSequences } from './redis-open-sequences';
 import { RedisSequenceStoreError } from './redis-store.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { checkInteger } from '../../../core/option-checks';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { errorMessage } from '../../../core/errors/caught';
 import { deathReason } from '../../../core/errors/rejection-code';
 import { neverFits } from '../../../core/completeness';
@@ -200,6 +201,19 @@ export interface RedisSequenceStoreOptions {
   readonly encryption?: StoreEncryptionOptions;
 }
 
+const REDIS_SEQUENCE_STORE_KEYS = {
+  prefix: true,
+  keyTtlMarginMs: true,
+  readAhead: true,
+  readAheadFragments: true,
+  readPieceBytes: true,
+  unsafeSocketTricks: true,
+  readVerification: true,
+  clock: true,
+  encryption: true,
+} as const satisfies OptionKeysOf<RedisSequenceStoreOptions>;
+const WHERE = 'RedisSequenceStore options';
+
 const READ_VERIFICATIONS: ReadonlySet<string> = new Set(['crc32', 'sha256']);
 
 /**
@@ -265,14 +279,13 @@ export class RedisSequenceStore implements SequenceStore {
     this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
     this.encrypts = !!options.encryption;
     const problems: string[] = [];
+    checkOptionKeys(problems, options, REDIS_SEQUENCE_STORE_KEYS, DIRECT_READS_RENAMED);
     // Redis refuses PX 0 and a fractional TTL, after a script's earlier writes (not undone).
     checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 1);
     checkInteger(problems, 'readAhead', this.readAhead, 1);
     checkInteger(problems, 'readPieceBytes', this.readPieceBytes, INLINE_BODY_BYTES);
     const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
     if (tricks) problems.push(tricks);
-    const replaced = directReadsReplaced(options);
-    if (replaced) problems.push(replaced);
     if (
       options.readVerification !== undefined &&
       !READ_VERIFICATIONS.has(options.readVerification)
@@ -283,7 +296,7 @@ export class RedisSequenceStore implements SequenceStore {
     }
     const clock = clockProblem(options.clock);
     if (clock) problems.push(clock);
-    if (problems.length > 0) throw new SequenceOptionsError('RedisSequenceStore options', problems);
+    if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
     if (options.encryption) {
       const cipher = new BodyCipher(options.encryption, 'RedisSequenceStore encryption');
       this.cipher = cipher;
@@ -310,7 +323,14 @@ export class RedisSequenceStore implements SequenceStore {
     url: string,
     options: RedisSequenceStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisSequenceStore {
-    const store = new RedisSequenceStore(newRedisClient(url, options.redis), options);
+    const [client, own] = newOwnedRedisClient(
+      url,
+      options,
+      WHERE,
+      REDIS_SEQUENCE_STORE_KEYS,
+      DIRECT_READS_RENAMED,
+    );
+    const store = new RedisSequenceStore(client, own);
     store.ownsClient = true;
     return store;
   }

@@ -1,4 +1,5 @@
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 
 export interface SqliteOutboxStoreOptions {
   /**
@@ -16,6 +17,11 @@ export interface SqliteOutboxStoreOptions {
   readonly busyTimeoutMs?: number;
 }
 
+const SQLITE_OUTBOX_STORE_KEYS = {
+  tablePrefix: true,
+  busyTimeoutMs: true,
+} as const satisfies OptionKeysOf<SqliteOutboxStoreOptions>;
+
 export interface SqliteOutboxOpenOptions extends SqliteOutboxStoreOptions {
   /** The database file (created when absent), or `':memory:'` for a database of this store alone. */
   readonly filename: string;
@@ -29,8 +35,22 @@ export interface SqliteOutboxOpenOptions extends SqliteOutboxStoreOptions {
   readonly synchronous?: 'FULL' | 'NORMAL';
 }
 
+const SQLITE_OUTBOX_OPEN_KEYS = {
+  ...SQLITE_OUTBOX_STORE_KEYS,
+  filename: true,
+  synchronous: true,
+} as const satisfies OptionKeysOf<SqliteOutboxOpenOptions>;
+
 const WHERE = 'SQLite outbox store options';
 const DEFAULT_BUSY_TIMEOUT_MS = 5_000;
+
+/**
+ * Refuses a key that is not an option: of `open` when `opening`, else of the constructor. Call it
+ * before opening anything.
+ */
+export function refuseUnknownSqliteKeys(options: object, opening: boolean): void {
+  refuseUnknownKeys(WHERE, options, opening ? SQLITE_OUTBOX_OPEN_KEYS : SQLITE_OUTBOX_STORE_KEYS);
+}
 
 export function busyTimeoutOf(options: SqliteOutboxStoreOptions): number {
   const value = options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;

@@ -33,6 +33,7 @@ import { appendParameters, toStoredRecord, type BoxRow } from './sqlite-outbox.c
 import { SqliteOutboxConnection } from './sqlite-outbox.connection';
 import {
   busyTimeoutOf,
+  refuseUnknownSqliteKeys,
   synchronousOf,
   type SqliteOutboxOpenOptions,
   type SqliteOutboxStoreOptions,
@@ -84,6 +85,7 @@ export class SqliteOutboxStore implements OutboxStore {
    */
   constructor(database: Database, options: SqliteOutboxStoreOptions = {}) {
     const owned = openedByStore.delete(database);
+    refuseUnknownSqliteKeys(options, owned);
     const tablePrefix = options.tablePrefix ?? '';
     this.busyTimeoutMs = busyTimeoutOf(options);
     this.statements = new SqliteOutboxStatements(database, tablePrefix);
@@ -99,6 +101,7 @@ export class SqliteOutboxStore implements OutboxStore {
    * in WAL mode (readers of other processes do not block its writes).
    */
   static async open(options: SqliteOutboxOpenOptions): Promise<SqliteOutboxStore> {
+    refuseUnknownSqliteKeys(options, true);
     const synchronous = synchronousOf(options);
     const database = openSqliteDatabase(options.filename);
     openedByStore.add(database);

@@ -29,6 +29,7 @@ import {
 } from '../../../ports/transport.port';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { InMemoryDeadLetterBox, type QueuedMessage } from './in-memory.dead-letter-box';
+import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 
 export interface InMemoryTransportOptions {
   /**
@@ -46,6 +47,12 @@ export interface InMemoryTransportOptions {
   /** Most bytes (bodies plus headers) one dead-letter channel keeps waiting, likewise. @default 134217728 (128 MiB) */
   readonly maxDeadLetterBytes?: number;
 }
+
+const IN_MEMORY_TRANSPORT_KEYS = {
+  maxMessageBytes: true,
+  maxDeadLetters: true,
+  maxDeadLetterBytes: true,
+} as const satisfies OptionKeysOf<InMemoryTransportOptions>;
 
 const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const DEFAULT_MAX_DEAD_LETTERS = 10_000;
@@ -144,6 +151,7 @@ export class InMemoryTransport implements Transport {
   private readonly partitionCounts = new Map<string, number>();
 
   constructor(options: InMemoryTransportOptions = {}) {
+    refuseUnknownKeys('InMemoryTransport options', options, IN_MEMORY_TRANSPORT_KEYS);
     const positive = (name: string, value: number): number => {
       if (!Number.isSafeInteger(value) || value < 1) {
         throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);

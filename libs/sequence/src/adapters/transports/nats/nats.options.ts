@@ -1,6 +1,7 @@
 import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { prefetchProblem } from '../../../ports/transport.port';
 import { isValidJetStreamName } from './nats.naming';
 
@@ -89,6 +90,24 @@ export interface NatsTransportOptions {
   readonly partitionLeaseMs?: number;
 }
 
+const NATS_TRANSPORT_KEYS = {
+  maxMessageBytes: true,
+  publishTimeoutMs: true,
+  prefetch: true,
+  pullMaxBytes: true,
+  ackWaitMs: true,
+  maxDeliver: true,
+  nakDelayMs: true,
+  maxNakDelayMs: true,
+  deadLetterSuffix: true,
+  streamPrefix: true,
+  durableName: true,
+  duplicateWindowMs: true,
+  replyMaxAgeMs: true,
+  replyMaxBytes: true,
+  partitionLeaseMs: true,
+} as const satisfies OptionKeysOf<NatsTransportOptions>;
+
 export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, 'maxMessageBytes'>> &
   Pick<NatsTransportOptions, 'maxMessageBytes'>;
 
@@ -118,6 +137,7 @@ export function resolveNatsTransportOptions(
 ): ResolvedNatsTransportOptions {
   const resolved = { ...NATS_TRANSPORT_DEFAULTS, ...definedOnly(options) };
   const problems: string[] = [];
+  checkOptionKeys(problems, options, NATS_TRANSPORT_KEYS);
   if (resolved.maxMessageBytes !== undefined && !isInteger(resolved.maxMessageBytes, 1)) {
     problems.push(
       `maxMessageBytes must be a positive integer, got ${String(resolved.maxMessageBytes)}`,

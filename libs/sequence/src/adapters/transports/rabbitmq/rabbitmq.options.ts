@@ -1,6 +1,7 @@
 import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { prefetchProblem } from '../../../ports/transport.port';
 import { unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 
@@ -68,6 +69,16 @@ export interface RabbitMqTransportOptions {
   readonly unsafeSocketTricks?: boolean;
 }
 
+const RABBITMQ_TRANSPORT_KEYS = {
+  queueType: true,
+  maxMessageBytes: true,
+  publishTimeoutMs: true,
+  subscribeTimeoutMs: true,
+  deadLetterSuffix: true,
+  prefetch: true,
+  unsafeSocketTricks: true,
+} as const satisfies OptionKeysOf<RabbitMqTransportOptions>;
+
 export type ResolvedRabbitMqTransportOptions = Required<RabbitMqTransportOptions>;
 
 export const RABBITMQ_TRANSPORT_DEFAULTS: ResolvedRabbitMqTransportOptions = {
@@ -86,6 +97,7 @@ export function resolveRabbitMqTransportOptions(
 ): ResolvedRabbitMqTransportOptions {
   const resolved = { ...RABBITMQ_TRANSPORT_DEFAULTS, ...definedOnly(options) };
   const problems: string[] = [];
+  checkOptionKeys(problems, options, RABBITMQ_TRANSPORT_KEYS);
   if (resolved.queueType !== 'classic' && resolved.queueType !== 'quorum') {
     problems.push(`queueType must be 'classic' or 'quorum', got ${String(resolved.queueType)}`);
   }
