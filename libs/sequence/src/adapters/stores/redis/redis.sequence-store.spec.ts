@@ -367,6 +367,39 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
         expect(Buffer.concat(await readAll(store.read(ref))).equals(payload)).toBe(true);
       });
 
+      it('sends no body ahead of a script call it cannot make (a clock that fails), and leaves no SET unheard', async () => {
+        const { fragments } = sequenceFixture(scope, [big('w'), big('x'), big('y')]);
+        let broken = false;
+        const clocked = new RedisSequenceStore(redis, {
+          prefix,
+          clock: () => (broken ? Number.NaN : Date.now()),
+        });
+        const unhandled: unknown[] = [];
+        const onUnhandled = (reason: unknown) => unhandled.push(reason);
+        process.on('unhandledRejection', onUnhandled);
+        try {
+          await clocked.accept(fragments[0], context(t0));
+          broken = true;
+          // The body's first call goes with its staged SET (an open sequence): the call fails.
+          await expect(clocked.accept(fragments[1], context(t0))).rejects.toThrow(TypeError);
+          expect(
+            (await keysUnder(redis, prefix)).filter((key) => key.includes(':staged:')),
+          ).toEqual([]);
+          // And a SET that fails then is not left with nobody to hear it.
+          const set = jest.spyOn(redis, 'set').mockRejectedValue(new Error('SET refused'));
+          try {
+            await expect(clocked.accept(fragments[1], context(t0))).rejects.toThrow(TypeError);
+            await new Promise((resolve) => setTimeout(resolve, 20));
+          } finally {
+            set.mockRestore();
+          }
+          expect(unhandled).toEqual([]);
+        } finally {
+          process.off('unhandledRejection', onUnhandled);
+          await clocked.close();
+        }
+      });
+
       it.each([
         ['finish completed', 'completed'],
         ['expire', 'expired'],

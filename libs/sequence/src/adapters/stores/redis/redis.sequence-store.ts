@@ -354,12 +354,22 @@ export class RedisSequenceStore implements SequenceStore {
     try {
       for (let round = 1; round <= MAX_ACCEPT_ROUNDS; round++) {
         let body: BodyArgument | false = false;
+        if (withBody) body = inline ? { kind: 'inline' } : { kind: 'staged', id: randomUUID() };
+        // Built before the body's SET is sent: what can throw here (the clock) must not leave a
+        // staged body behind, nor a SET whose failure nobody hears (an unhandled rejection).
+        const args = acceptArguments(
+          fragment,
+          context,
+          grant,
+          this.marginMs,
+          body,
+          this.clock.stamp(context.now),
+          sealed,
+        );
         let staging: Promise<unknown> | undefined;
-        if (withBody && inline) body = { kind: 'inline' };
-        if (withBody && !inline) {
+        if (body && body.kind === 'staged') {
           // The script renames the key into place or deletes it; the TTL covers a crash between.
           // Sent ahead of the script on the same connection, so Redis runs it first (see above).
-          body = { kind: 'staged', id: randomUUID() };
           const stagedKey = stagedBodyKey(sequenceKeys, body.id);
           // With socket tricks, the SET's three writes and the script's go out as one.
           if (this.socketTricks) coalesceCommandWrites(this.redis);
@@ -367,18 +377,7 @@ export class RedisSequenceStore implements SequenceStore {
             ? setBodyUncopied(this.redis, stagedKey, stored, STAGED_BODY_TTL_MS)
             : this.redis.set(stagedKey, stored, 'PX', STAGED_BODY_TTL_MS);
         }
-        const accepting = this.scripts.accept(
-          keys,
-          acceptArguments(
-            fragment,
-            context,
-            grant,
-            this.marginMs,
-            body,
-            this.clock.stamp(context.now),
-            sealed,
-          ),
-        );
+        const accepting = this.scripts.accept(keys, args);
         // A failed SET fails the call with its own error (the script then found no staged body).
         const reply = staging ? (await Promise.all([staging, accepting]))[1] : await accepting;
         const step = interpretAccept(reply, fragment, this.decodeHeaders);
