@@ -120,6 +120,9 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
 
   it('answers with the handler’s value', async () => {
     await expect(ask('rr.echo', { sku: 'A-1' })).resolves.toEqual({ echoed: { sku: 'A-1' } });
+    // Typed as ClientProxy.send is: a reply read without a type given is Nest's default, any.
+    const reply = await lastValueFrom(t.client.send('rr.echo', { sku: 'B-2' }));
+    expect(reply.echoed.sku).toBe('B-2');
   });
 
   it('answers concurrent requests each with its own reply', async () => {
