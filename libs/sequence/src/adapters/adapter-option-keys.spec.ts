@@ -208,6 +208,23 @@ describe('adapter options: an unknown key is refused', () => {
     return store.close();
   });
 
+  it.each([
+    ['RedisSequenceStore', (o: object) => RedisSequenceStore.connect(SERVERS.redis.url, o)],
+    ['RedisResequencerStore', (o: object) => RedisResequencerStore.connect(SERVERS.redis.url, o)],
+    ['RedisClaimLedger', (o: object) => RedisClaimLedger.connect(SERVERS.redis.url, o)],
+    ['RedisPayloadStore', (o: object) => RedisPayloadStore.connect(SERVERS.redis.url, o)],
+  ])('%s.connect closes the client it opened for options it then refuses', async (_, connect) => {
+    const connectionName = `nseq-refused-${randomBytes(6).toString('hex')}`;
+    // A value no store takes, found by the constructor once the client exists.
+    expect(() => connect({ keyTtlMarginMs: -1, redis: { connectionName } })).toThrow(
+      /keyTtlMarginMs/,
+    );
+    // Left open, the client would connect within milliseconds on loopback, and stay.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const list = await lazyRedis.client('LIST');
+    expect(String(list)).not.toContain(connectionName);
+  });
+
   it('SqliteOutboxStore.open refuses before creating the file', async () => {
     const filename = join(dir, 'refused.db');
     await expect(SqliteOutboxStore.open({ filename, tablePrefx: 'a_' } as never)).rejects.toThrow(

@@ -22,7 +22,7 @@
  * leaks nothing either.
  */
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newOwnedRedisClient, quitRedisClient } from '../../stores/redis/redis-client';
+import { isCluster, connectOwned, quitRedisClient } from '../../stores/redis/redis-client';
 import {
   DIRECT_READS_MIN_BYTES,
   DIRECT_READS_RENAMED,
@@ -111,16 +111,18 @@ export class RedisPayloadStore implements PayloadStore {
     url: string,
     options: RedisPayloadStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisPayloadStore {
-    const [client, storeOptions] = newOwnedRedisClient(
+    return connectOwned(
       url,
       options,
       REDIS_PAYLOAD_STORE_WHERE,
       REDIS_PAYLOAD_STORE_KEYS,
+      (client, storeOptions) => {
+        const store = new RedisPayloadStore(client, storeOptions);
+        store.ownsClient = true;
+        return store;
+      },
       DIRECT_READS_RENAMED,
     );
-    const store = new RedisPayloadStore(client, storeOptions);
-    store.ownsClient = true;
-    return store;
   }
 
   async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {

@@ -14,19 +14,28 @@ export function newRedisClient(url: string, options: RedisOptions = {}): Redis {
 
 /**
  * For an adapter's `connect(url, options)`: refuses a key of `options` that is neither one of
- * `keys` nor `redis` (ioredis's own options, not checked here) before opening anything, then
- * opens a client with `redis`; returns it with the adapter's own options.
+ * `keys` nor `redis` (ioredis's own options, not checked here) before opening anything, opens a
+ * client with `redis`, and builds the adapter on it with its own options. A client whose adapter
+ * refuses its options is disconnected: else it would stay, connected or reconnecting, for the
+ * life of the process, with nobody to close it.
  */
-export function newOwnedRedisClient<T extends { readonly redis?: RedisOptions }>(
+export function connectOwned<T extends { readonly redis?: RedisOptions }, A>(
   url: string,
   options: T,
   where: string,
   keys: object,
+  build: (client: Redis, own: Omit<T, 'redis'>) => A,
   renames?: Renames,
-): [Redis, Omit<T, 'redis'>] {
+): A {
   refuseUnknownKeys(where, options, { ...keys, redis: true }, renames);
   const { redis, ...own } = options;
-  return [newRedisClient(url, redis), own];
+  const client = newRedisClient(url, redis);
+  try {
+    return build(client, own);
+  } catch (error) {
+    client.disconnect();
+    throw error;
+  }
 }
 
 /** Quits a client an adapter owns; one that is not connected just drops its connection attempts. */

@@ -1,5 +1,5 @@
 import type { RedisOptions } from 'ioredis';
-import { newOwnedRedisClient, quitRedisClient } from './redis-client';
+import { connectOwned, quitRedisClient } from './redis-client';
 import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertClaimArguments,
@@ -110,10 +110,11 @@ export class RedisClaimLedger implements ClaimLedger {
     url: string,
     options: RedisClaimLedgerOptions & { readonly redis?: RedisOptions } = {},
   ): RedisClaimLedger {
-    const [client, own] = newOwnedRedisClient(url, options, WHERE, REDIS_CLAIM_LEDGER_KEYS);
-    const ledger = new RedisClaimLedger(client, own);
-    ledger.ownsClient = true;
-    return ledger;
+    return connectOwned(url, options, WHERE, REDIS_CLAIM_LEDGER_KEYS, (client, own) => {
+      const ledger = new RedisClaimLedger(client, own);
+      ledger.ownsClient = true;
+      return ledger;
+    });
   }
 
   async claim(key: ClaimKey, holder: string, leaseMs: number, now: number): Promise<ClaimOutcome> {

@@ -54,7 +54,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newOwnedRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, connectOwned, quitRedisClient } from './redis-client';
 import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertResequencerArguments,
@@ -239,10 +239,11 @@ export class RedisResequencerStore implements ResequencerStore {
     url: string,
     options: RedisResequencerStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisResequencerStore {
-    const [client, own] = newOwnedRedisClient(url, options, WHERE, REDIS_RESEQUENCER_STORE_KEYS);
-    const store = new RedisResequencerStore(client, own);
-    store.ownsClient = true;
-    return store;
+    return connectOwned(url, options, WHERE, REDIS_RESEQUENCER_STORE_KEYS, (client, own) => {
+      const store = new RedisResequencerStore(client, own);
+      store.ownsClient = true;
+      return store;
+    });
   }
 
   async accept(

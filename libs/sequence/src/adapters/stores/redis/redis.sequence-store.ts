@@ -65,7 +65,7 @@
  */
 import { Logger } from '@nestjs/common';
 import type { RedisOptions } from 'ioredis';
-import { isCluster, newOwnedRedisClient, quitRedisClient } from './redis-client';
+import { isCluster, connectOwned, quitRedisClient } from './redis-client';
 import {
   DIRECT_READS_MIN_BYTES,
   DIRECT_READS_RENAMED,
@@ -323,16 +323,18 @@ export class RedisSequenceStore implements SequenceStore {
     url: string,
     options: RedisSequenceStoreOptions & { readonly redis?: RedisOptions } = {},
   ): RedisSequenceStore {
-    const [client, own] = newOwnedRedisClient(
+    return connectOwned(
       url,
       options,
       WHERE,
       REDIS_SEQUENCE_STORE_KEYS,
+      (client, own) => {
+        const store = new RedisSequenceStore(client, own);
+        store.ownsClient = true;
+        return store;
+      },
       DIRECT_READS_RENAMED,
     );
-    const store = new RedisSequenceStore(client, own);
-    store.ownsClient = true;
-    return store;
   }
 
   async accept(fragment: FragmentRecord, context: AcceptContext): Promise<AcceptResult> {
