@@ -201,6 +201,24 @@ describe('adapter options: an unknown key is refused', () => {
     ]);
   });
 
+  it.each([
+    ['InMemoryTransport', () => new InMemoryTransport({ maxMessageBytes: 0, maxDeadLetters: 1.5 })],
+    ['MemoryClaimLedger', () => new MemoryClaimLedger({ maxEntries: 0, sweepIntervalMs: -1 })],
+    [
+      'RedisClaimLedger',
+      () => new RedisClaimLedger(lazyRedis, { keyTtlMarginMs: -1, clock: 1 as never }),
+    ],
+  ])('%s reports every value it refuses in one SequenceOptionsError', (_, build) => {
+    let thrown: unknown;
+    try {
+      build();
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(SequenceOptionsError);
+    expect((thrown as SequenceOptionsError).problems).toHaveLength(2);
+  });
+
   it('does not look into the options of another library', () => {
     const store = RedisClaimLedger.connect(SERVERS.redis.url, {
       redis: { lazyConnect: true, notAnIoredisOption: 1 } as never,

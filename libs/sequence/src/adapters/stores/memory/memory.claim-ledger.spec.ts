@@ -1,6 +1,7 @@
 import { describeClaimLedgerConformance } from '../../../testing/conformance/claim-ledger.conformance';
 import type { ClaimKey } from '../../../ports/claim-ledger.port';
 import { MemoryClaimLedger } from './memory.claim-ledger';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 describeClaimLedgerConformance('memory', {
   create: async () => new MemoryClaimLedger(),
@@ -121,7 +122,10 @@ describe('MemoryClaimLedger', () => {
   it.each([[{ maxEntries: 0 }], [{ maxEntries: 1.5 }], [{ sweepIntervalMs: -1 }]])(
     'rejects the options %j',
     (options) => {
-      expect(() => new MemoryClaimLedger(options)).toThrow(RangeError);
+      expect(() => new MemoryClaimLedger(options)).toThrow(SequenceOptionsError);
+      const [[name, value]] = Object.entries(options);
+      expect(() => new MemoryClaimLedger(options)).toThrow(`${name} must be an integer >= `);
+      expect(() => new MemoryClaimLedger(options)).toThrow(`got ${String(value)}`);
     },
   );
 });

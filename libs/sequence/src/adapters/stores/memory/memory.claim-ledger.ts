@@ -1,4 +1,4 @@
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertClaimArguments,
   type ClaimKey,
@@ -6,6 +6,8 @@ import {
   type ClaimOutcome,
   type Completion,
 } from '../../../ports/claim-ledger.port';
+import { checkInteger } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface MemoryClaimLedgerOptions {
   /**
@@ -62,17 +64,13 @@ export class MemoryClaimLedger implements ClaimLedger {
   private nextSweepAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: MemoryClaimLedgerOptions = {}) {
-    refuseUnknownKeys('MemoryClaimLedger options', options, MEMORY_CLAIM_LEDGER_KEYS);
     this.maxEntries = options.maxEntries ?? 100_000;
     this.sweepIntervalMs = options.sweepIntervalMs ?? 10_000;
-    if (!Number.isSafeInteger(this.maxEntries) || this.maxEntries < 1) {
-      throw new RangeError(`maxEntries must be a positive integer, got ${this.maxEntries}`);
-    }
-    if (!Number.isSafeInteger(this.sweepIntervalMs) || this.sweepIntervalMs < 0) {
-      throw new RangeError(
-        `sweepIntervalMs must be a non-negative integer, got ${this.sweepIntervalMs}`,
-      );
-    }
+    const problems: string[] = [];
+    checkOptionKeys(problems, options, MEMORY_CLAIM_LEDGER_KEYS);
+    checkInteger(problems, 'maxEntries', this.maxEntries, 1);
+    checkInteger(problems, 'sweepIntervalMs', this.sweepIntervalMs, 0);
+    if (problems.length > 0) throw new SequenceOptionsError('MemoryClaimLedger options', problems);
   }
 
   /** Records held now (leases plus completions), lapsed ones not swept yet included. */

@@ -8,6 +8,7 @@ import {
 import { randomBytes } from 'node:crypto';
 import { MemoryResequencerStore } from './memory.resequencer-store';
 import type { ResequencerKeyRecord } from './memory-resequencer-record';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 const ENCRYPTION = { keys: [{ id: 'k1', key: randomBytes(32) }] };
 
@@ -173,7 +174,10 @@ describe('MemoryResequencerStore', () => {
   }
 
   it.each([[{ retentionMs: 0 }], [{ retentionMs: 1.5 }]])('rejects the options %j', (options) => {
-    expect(() => new MemoryResequencerStore(options)).toThrow(RangeError);
+    expect(() => new MemoryResequencerStore(options)).toThrow(SequenceOptionsError);
+    expect(() => new MemoryResequencerStore(options)).toThrow(
+      `retentionMs must be an integer >= 1, got ${options.retentionMs}`,
+    );
   });
 
   describe('with encryption', () => {

@@ -1,4 +1,4 @@
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertResequencerArguments,
   CLOSED_KEY_NEXT,
@@ -48,6 +48,8 @@ import {
   type HeldEntry,
   type ResequencerKeyRecord,
 } from './memory-resequencer-record';
+import { checkInteger } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface MemoryResequencerStoreOptions {
   /**
@@ -86,9 +88,13 @@ export class MemoryResequencerStore implements ResequencerStore {
 
   /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
   constructor(options: MemoryResequencerStoreOptions = {}) {
-    refuseUnknownKeys('MemoryResequencerStore options', options, MEMORY_RESEQUENCER_STORE_KEYS);
     const retentionMs = options.retentionMs ?? 604_800_000;
-    assertPositiveInteger('retentionMs', retentionMs);
+    const problems: string[] = [];
+    checkOptionKeys(problems, options, MEMORY_RESEQUENCER_STORE_KEYS);
+    checkInteger(problems, 'retentionMs', retentionMs, 1);
+    if (problems.length > 0) {
+      throw new SequenceOptionsError('MemoryResequencerStore options', problems);
+    }
     this.keys = new MemoryResequencerKeys(retentionMs);
     if (options.encryption) {
       this.cipher = new BodyCipher(options.encryption, 'MemoryResequencerStore encryption');

@@ -8,6 +8,7 @@ import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/re
 import type { ClaimKey, ClaimLedger } from '../../../ports/claim-ledger.port';
 import { RedisClaimKeys } from './redis-claim-keys';
 import { RedisClaimLedger } from './redis.claim-ledger';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 const LEASE_MS = 30_000;
 const RETAIN_MS = 3_600_000;
@@ -173,7 +174,9 @@ describeWithServer('redis', 'RedisClaimLedger (Redis at REDIS_URL)', () => {
     });
 
     it('rejects a negative keyTtlMarginMs', () => {
-      expect(() => new RedisClaimLedger(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(RangeError);
+      expect(() => new RedisClaimLedger(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(
+        SequenceOptionsError,
+      );
     });
 
     it('rejects an unsafeSocketTricks that is not a boolean', () => {

@@ -1,6 +1,6 @@
 import type { RedisOptions } from 'ioredis';
 import { connectOwned, quitRedisClient } from './redis-client';
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertClaimArguments,
   type ClaimKey,
@@ -14,6 +14,8 @@ import { RedisClaimLedgerError } from './redis-claim-ledger.error';
 import { loadScripts, type RedisClient, type Scripts } from './redis-scripts';
 import { withCoalescedWrites } from './redis-command-writes';
 import { socketTricksEnabled, unsafeSocketTricksProblem } from '../../socket-tricks.guard';
+import { checkInteger } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface RedisClaimLedgerOptions {
   /**
@@ -84,16 +86,16 @@ export class RedisClaimLedger implements ClaimLedger {
     private readonly redis: RedisClient,
     options: RedisClaimLedgerOptions = {},
   ) {
-    refuseUnknownKeys(WHERE, options, REDIS_CLAIM_LEDGER_KEYS);
     this.keys = new RedisClaimKeys(options.prefix ?? 'nseq');
     this.marginMs = options.keyTtlMarginMs ?? 60_000;
-    if (!Number.isSafeInteger(this.marginMs) || this.marginMs < 0) {
-      throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${this.marginMs}`);
-    }
+    const problems: string[] = [];
+    checkOptionKeys(problems, options, REDIS_CLAIM_LEDGER_KEYS);
+    checkInteger(problems, 'keyTtlMarginMs', this.marginMs, 0);
     const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
-    if (tricks) throw new TypeError(tricks);
+    if (tricks) problems.push(tricks);
     const clock = clockProblem(options.clock);
-    if (clock) throw new TypeError(clock);
+    if (clock) problems.push(clock);
+    if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
     const scripts = loadScripts(redis);
     this.scripts = socketTricksEnabled(
       options.unsafeSocketTricks ?? false,

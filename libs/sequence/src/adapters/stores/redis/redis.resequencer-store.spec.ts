@@ -19,6 +19,7 @@ import { indexKeyList, keyKeyList, RedisResequencerKeys } from './redis-resequen
 import { RedisResequencerStoreError } from './redis-resequencer-store.error';
 import { loadScripts } from './redis-scripts';
 import { RedisResequencerStore } from './redis.resequencer-store';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 const RETENTION_MS = 3_600_000;
 const MARGIN_MS = 60_000;
@@ -895,7 +896,7 @@ describeWithServer('redis', 'RedisResequencerStore (Redis at REDIS_URL)', () => 
     it('rejects a prefix with braces, a negative keyTtlMarginMs, an unsafeSocketTricks not a boolean', () => {
       expect(() => new RedisResequencerStore(redis, { prefix: 'nseq{x}' })).toThrow(/\{ or \}/);
       expect(() => new RedisResequencerStore(redis, { prefix, keyTtlMarginMs: -1 })).toThrow(
-        RangeError,
+        SequenceOptionsError,
       );
       expect(
         () => new RedisResequencerStore(redis, { prefix, unsafeSocketTricks: 'yes' as never }),

@@ -55,7 +55,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
 import { isCluster, connectOwned, quitRedisClient } from './redis-client';
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import {
   assertResequencerArguments,
   type AcceptContext,
@@ -106,6 +106,8 @@ import { loadScripts, type RedisClient, type ScriptArgument, type Scripts } from
 import { withCoalescedWrites } from './redis-command-writes';
 import { TickBatches } from './redis-tick-batches';
 import { socketTricksEnabled, unsafeSocketTricksProblem } from '../../socket-tricks.guard';
+import { checkInteger } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface RedisResequencerStoreOptions {
   /**
@@ -199,18 +201,18 @@ export class RedisResequencerStore implements ResequencerStore {
     private readonly redis: RedisClient,
     options: RedisResequencerStoreOptions = {},
   ) {
-    refuseUnknownKeys(WHERE, options, REDIS_RESEQUENCER_STORE_KEYS);
     this.keys = new RedisResequencerKeys(options.prefix ?? 'nseq');
     this.retentionMs = options.retentionMs ?? 604_800_000;
     const marginMs = options.keyTtlMarginMs ?? 60_000;
-    assertPositiveInteger('retentionMs', this.retentionMs);
-    if (!Number.isSafeInteger(marginMs) || marginMs < 0) {
-      throw new RangeError(`keyTtlMarginMs must be a non-negative integer, got ${marginMs}`);
-    }
+    const problems: string[] = [];
+    checkOptionKeys(problems, options, REDIS_RESEQUENCER_STORE_KEYS);
+    checkInteger(problems, 'retentionMs', this.retentionMs, 1);
+    checkInteger(problems, 'keyTtlMarginMs', marginMs, 0);
     const tricks = unsafeSocketTricksProblem(options.unsafeSocketTricks);
-    if (tricks) throw new TypeError(tricks);
+    if (tricks) problems.push(tricks);
     const clock = clockProblem(options.clock);
-    if (clock) throw new TypeError(clock);
+    if (clock) problems.push(clock);
+    if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
     if (options.encryption) {
       this.cipher = new BodyCipher(options.encryption, 'RedisResequencerStore encryption');
     }

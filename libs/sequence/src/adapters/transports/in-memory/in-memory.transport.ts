@@ -29,7 +29,9 @@ import {
 } from '../../../ports/transport.port';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { InMemoryDeadLetterBox, type QueuedMessage } from './in-memory.dead-letter-box';
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
+import { checkInteger } from '../../../core/option-checks';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 export interface InMemoryTransportOptions {
   /**
@@ -151,25 +153,15 @@ export class InMemoryTransport implements Transport {
   private readonly partitionCounts = new Map<string, number>();
 
   constructor(options: InMemoryTransportOptions = {}) {
-    refuseUnknownKeys('InMemoryTransport options', options, IN_MEMORY_TRANSPORT_KEYS);
-    const positive = (name: string, value: number): number => {
-      if (!Number.isSafeInteger(value) || value < 1) {
-        throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
-      }
-      return value;
-    };
-    this.maxMessageBytes = positive(
-      'maxMessageBytes',
-      options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
-    );
-    this.maxDeadLetters = positive(
-      'maxDeadLetters',
-      options.maxDeadLetters ?? DEFAULT_MAX_DEAD_LETTERS,
-    );
-    this.maxDeadLetterBytes = positive(
-      'maxDeadLetterBytes',
-      options.maxDeadLetterBytes ?? DEFAULT_MAX_DEAD_LETTER_BYTES,
-    );
+    this.maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    this.maxDeadLetters = options.maxDeadLetters ?? DEFAULT_MAX_DEAD_LETTERS;
+    this.maxDeadLetterBytes = options.maxDeadLetterBytes ?? DEFAULT_MAX_DEAD_LETTER_BYTES;
+    const problems: string[] = [];
+    checkOptionKeys(problems, options, IN_MEMORY_TRANSPORT_KEYS);
+    checkInteger(problems, 'maxMessageBytes', this.maxMessageBytes, 1);
+    checkInteger(problems, 'maxDeadLetters', this.maxDeadLetters, 1);
+    checkInteger(problems, 'maxDeadLetterBytes', this.maxDeadLetterBytes, 1);
+    if (problems.length > 0) throw new SequenceOptionsError('InMemoryTransport options', problems);
   }
 
   /** Dead letters dropped so far, oldest first, to keep within `maxDeadLetters` / `maxDeadLetterBytes`. */
