@@ -304,6 +304,39 @@ describe('guarantees: broker-held reassembly', () => {
     expect(await spoolFiles(spoolDir)).toEqual([]);
   });
 
+  it('names the sequence once in the reason of a failed handler or a SHA-256 mismatch, as the store path does', async () => {
+    const channel = 'held.reasons';
+    const { transport, handler } = await app(channel, {}, { handlerRetry: { attempts: 1 } });
+    handler.failNext = 1;
+    await publishHeld(
+      transport,
+      channel,
+      makeFragments('held-reason-a', bytes(2_000, 42), 1_000),
+      PARTITIONS,
+    );
+    const mismatched = makeFragments('held-reason-b', bytes(2_000, 43), 1_000);
+    mismatched[1] = {
+      body: mismatched[1].body,
+      headers: { ...mismatched[1].headers, 'x-sequence-sha256': 'cd'.repeat(32) },
+    };
+    await publishHeld(transport, channel, mismatched, PARTITIONS);
+    await eventually(() => deadLetters(transport, channel).length === 4, 'four dead letters');
+
+    const reasons = deadLetters(transport, channel).map((m) => String(m.headers['x-death-reason']));
+    const failed = reasons.filter((reason) => reason.startsWith('handler-failed: '));
+    const mismatch = reasons.filter((reason) => reason.startsWith('integrity-mismatch: '));
+    expect(failed).toHaveLength(2);
+    expect(mismatch).toHaveLength(2);
+    for (const reason of failed) {
+      expect(reason).toMatch(
+        /^handler-failed: sequence held-reason-a: handler failed 1 time\(s\); last error: handler failure #1$/,
+      );
+    }
+    for (const reason of mismatch) {
+      expect(reason).toMatch(/^integrity-mismatch: sequence held-reason-b: reassembled 2000 bytes/);
+    }
+  });
+
   it('expires an incomplete sequence: its fragments are dead-lettered, its spool deleted, late ones refused', async () => {
     const channel = 'held.expiry';
     const expired: string[] = [];

@@ -310,12 +310,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       return settled;
     }
     if (admission.kind === 'limit') {
-      const reason = deathReason(
-        admission.code,
-        `sequence ${fragment.sequenceId}: ${admission.detail}`,
-      );
-      settle({ action: 'dead-letter', reason });
-      void this.end(sequence, consumer, 'rejected', admission.code, admission.detail);
+      const detail = `sequence ${fragment.sequenceId}: ${admission.detail}`;
+      settle({ action: 'dead-letter', reason: deathReason(admission.code, detail) });
+      void this.end(sequence, consumer, 'rejected', admission.code, detail);
       return settled;
     }
     if (!this.spool.reserve(body.length)) {
@@ -516,7 +513,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
 
   /**
    * Ends a sequence that will not be handled: its fragments are dead-lettered with the reason,
-   * and its marker recorded so that late duplicates get the same verdict.
+   * and its marker recorded so that late duplicates get the same verdict. `detail` names the
+   * sequence (`sequence <id>: …`), as the store path's reasons do.
    */
   private async end(
     sequence: HeldSequence,
@@ -530,7 +528,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     sequence.phase = 'delivering';
     clearTimeout(sequence.timer);
     this.spoolFaults.delete(keyOf(sequence));
-    const reason = deathReason(code, `sequence ${sequence.sequenceId}: ${detail}`);
+    const reason = deathReason(code, detail);
     await this.record(sequence, outcome === 'rejected' ? 'rejected' : 'failed', reason);
     let expired: ExpiredSequence | undefined;
     if (outcome === 'expired') {
@@ -583,7 +581,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.spoolFaults.delete(key);
     if (!this.givesBackAt(tries, consumer)) {
       const detail =
-        `failed ${tries} reads back from the spool (handlerRetry.attempts ${attempts}): ` + problem;
+        `sequence ${sequence.sequenceId}: failed ${tries} reads back from the spool ` +
+        `(handlerRetry.attempts ${attempts}): ${problem}`;
       return this.end(sequence, consumer, 'failed', code, detail);
     }
     this.spoolFaults.set(key, tries);
@@ -657,7 +656,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (sequence.phase !== 'holding') return;
       const missing = sequence.toExpired(Date.now()).missingPositions;
       const detail =
-        `expired after ${ms} ms with ${sequence.fragments.size} fragment(s) received` +
+        `sequence ${sequence.sequenceId}: expired after ${ms} ms with ${sequence.fragments.size} fragment(s) received` +
         (missing.length > 0 ? `, ${missing.length} known to be missing` : ', the last not yet');
       void this.end(sequence, consumer, 'expired', 'sequence-expired', detail);
     }, wait);
