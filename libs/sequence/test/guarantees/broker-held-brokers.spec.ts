@@ -154,6 +154,38 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
     expect(handler.calls).toBe(0);
   });
 
+  it('releases the body of a duplicate that comes while the first copy is still being spooled', async () => {
+    const t = await app({});
+    // A slow disk: the first copy's write is still under way when the duplicate comes.
+    const write = SpoolFile.prototype.write;
+    jest.spyOn(SpoolFile.prototype, 'write').mockImplementation(async function (
+      this: SpoolFile,
+      ...args: Parameters<SpoolFile['write']>
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      return write.apply(this, args);
+    });
+    const fragments = makeFragments('held-dup-writing', bytes(30_000, 39), 10_000);
+    // A producer that published the first fragment twice (a publish retried after a lost confirm).
+    await publishHeld(producer, channel, [fragments[0], fragments[0], fragments[1]], PARTITIONS);
+
+    const reassembler: unknown = t.app.get(BrokerHeldReassembler);
+    const { held } = reassembler as {
+      held: Map<string, { fragments: Map<number, { released: boolean; body?: Buffer }> }>;
+    };
+    const kept = () => [...held.values()].flatMap((sequence) => [...sequence.fragments.values()]);
+    await eventually(
+      () => kept().length === 2 && kept().every((fragment) => fragment.body === undefined),
+      'both bodies spooled, none kept in memory',
+      5_000,
+    );
+    expect(kept().map((fragment) => fragment.released)).toEqual([true, true]);
+
+    await publishHeld(producer, channel, fragments.slice(2), PARTITIONS);
+    await eventually(() => t.handler.deliveries.length === 1, 'handled', 10_000);
+    expect(t.handler.of('held-dup-writing')[0].bytes.equals(bytes(30_000, 39))).toBe(true);
+  });
+
   it('dead-letters a sequence whose spool cannot be read back, whole, after handlerRetry.attempts tries', async () => {
     const attempts = 2;
     const { handler } = await app({}, { handlerRetry: { attempts, baseDelayMs: 10 } });

@@ -300,6 +300,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         settle,
         abandoned: message.abandoned,
         released,
+        releaseBody: releaserOf(message),
         // Until the earlier write is known to have gone through, this delivery's body stands in.
         body: earlier.body && body,
       });
@@ -336,12 +337,16 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       settle,
       abandoned: message.abandoned,
       released: false,
+      releaseBody: releaserOf(message),
       body,
     };
     sequence.fragments.set(fragment.position, held);
     this.watch(sequence, message.abandoned);
     void written.then((ok) => {
-      if (sequence.fragments.get(fragment.position) !== held) return;
+      // The delivery holding these bytes now: this one, or a duplicate that took its place while
+      // they were being written (it has the same place in the file, and its body stands in).
+      const holder = sequence.fragments.get(fragment.position);
+      if (holder === undefined || holder.offset !== offset) return;
       if (!ok) {
         // The disk refused it (full, or failing): waiting for the sequence to complete would keep
         // every later body in memory. The store takes it now, as when the spool is over its size.
@@ -354,11 +359,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         }
         return;
       }
-      held.body = undefined;
+      holder.body = undefined;
       // Spooled: the transport need not hold the body any more (the broker holds the message).
-      if (message.releaseBody) {
-        message.releaseBody();
-        held.released = true;
+      if (holder.releaseBody && !holder.released) {
+        holder.releaseBody();
+        holder.released = true;
       }
     });
     this.lifecycle.fragmentAccepted(channel, fragment, body.length);
@@ -774,6 +779,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
 /** The key of a sequence in the maps of the reassembler. */
 function keyOf(sequence: HeldSequence): string {
   return `${sequence.channel}\u0000${sequence.sequenceId}`;
+}
+
+/** What releases `message`'s body in its transport, where the transport offers that. */
+function releaserOf(message: InboundMessage): (() => void) | undefined {
+  return message.releaseBody && (() => message.releaseBody?.());
 }
 
 /** One held fragment's body, read back from the spool. */

@@ -26,6 +26,8 @@ export interface HeldFragment extends CheckedRange {
    * to forward it, the body must come from the spool, or the broker must deliver it again.
    */
   released: boolean;
+  /** Releases the body in the transport (`InboundMessage.releaseBody`), where it offers that. */
+  readonly releaseBody?: () => void;
   /**
    * The body itself, kept until the spool has it: a write that failed leaves a hole in the file,
    * and the sequence then goes to the store with this body instead of what the hole reads as.
