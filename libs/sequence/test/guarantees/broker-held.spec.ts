@@ -22,6 +22,7 @@ import {
   deadLetters,
   eventually,
   makeFragments,
+  makeStreamingFragments,
   publishHeld,
   shuffled,
   type SequenceTestApp,
@@ -392,6 +393,38 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => handler.deliveries.length === 1, 'the next sequence handled');
     expect(handler.of('held-after-hook')[0].bytes.equals(next)).toBe(true);
     await eventually(() => transport.unsettled(`${channel}.partition.0`) === 0, 'all settled');
+  });
+
+  it('moves what it holds of a streamed sequence to the store when its last fragment declares more than the window', async () => {
+    const channel = 'held.late-size';
+    const expired: ExpiredSequence[] = [];
+    const { transport, store, sweeper } = await app(channel, {
+      window: 4,
+      partitions: 1,
+      timeoutMs: 500,
+      onExpired: (sequence: ExpiredSequence) => void expired.push(sequence),
+    });
+    // Streamed: only the last fragment tells the size (5, over the window). The third never
+    // comes (dead-lettered on its way for a bad CRC, say), the fourth not yet.
+    const fragments = makeStreamingFragments('held-late-size', bytes(5_000, 44), 1_000);
+    const partition = { partition: { index: 0, count: 1 } };
+    for (const { body, headers } of [fragments[0], fragments[1], fragments[4]]) {
+      await transport.publish(channel, body, headers, partition);
+    }
+    // One place for the whole sequence: the store, every fragment taken there and acked.
+    await sleep(150);
+    expect(transport.unsettled(`${channel}.partition.0`)).toBe(0);
+    expect(await openInStore(store)).toBe(1);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+
+    await sleep(500);
+    await sweeper.sweep(Date.now());
+    await eventually(() => expired.length === 1, 'expired once');
+    expect(expired[0].receivedPositions).toEqual([1, 2, 5]);
+    // The store path's expiry record, which knows the last fragment came.
+    expect(deadLetters(transport, channel).map((m) => m.headers['x-death-reason'])).toEqual([
+      expect.stringMatching(/with 3 fragment\(s\) received, missing 3-4$/),
+    ]);
   });
 
   it('dead-letters a fragment that fails its CRC at once and keeps holding the rest', async () => {

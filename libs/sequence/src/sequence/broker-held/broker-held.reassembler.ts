@@ -158,13 +158,17 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     const fragment = this.checks.check(channel, body, headers, options);
     if (isRefusal(fragment)) return fragment;
-    // It can never fit in the window: the store path from its first fragment on.
+    const key = `${channel}\u0000${fragment.sequenceId}`;
+    // It can never fit in the window: the store path from its first fragment on. A streamed
+    // sequence tells its size with its last fragment: what is held of it here goes there too,
+    // else the sequence would be split between the spool and the store, and neither complete.
     if (fragment.size !== undefined && fragment.size > options.window) {
+      const held = this.held.get(key) ?? (await this.opening.get(key));
+      if (held instanceof HeldSequence) void this.spill(held, consumer);
       return this.aggregator.receive(message, consumer);
     }
     // Its subscription lost it already: the broker delivers it again, here or elsewhere.
     if (message.abandoned?.aborted) return this.requeue(NOT_HELD_HERE);
-    const key = `${channel}\u0000${fragment.sequenceId}`;
     const target = await this.sequenceOf(key, fragment, consumer);
     if (!(target instanceof HeldSequence)) {
       return 'to' in target ? this.aggregator.receive(message, consumer) : target;
