@@ -349,9 +349,10 @@ export class RedisSequenceStore implements SequenceStore {
     // then covers it, where one of a streamed sequence needs a grant of its own ('need'), and
     // its body would go twice.
     const covered = fragment.size !== undefined && fragment.bytes !== undefined;
-    let withBody = inline || (covered && this.knownOpen.has(member));
+    const bodyFirst = () => inline || (covered && this.knownOpen.has(member));
+    let withBody = bodyFirst();
     /** Set while this call is the one opening the sequence here (see the 'need' case). */
-    let opened: (() => void) | undefined;
+    let endOpening: (() => void) | undefined;
     let waits = 0;
     try {
       for (let round = 1; round <= MAX_ACCEPT_ROUNDS; round++) {
@@ -404,7 +405,7 @@ export class RedisSequenceStore implements SequenceStore {
             withBody = inline;
             break;
           case 'need': {
-            if (step.opening && grant.epoch === 0 && !opened) {
+            if (step.opening && grant.epoch === 0 && !endOpening) {
               const opening = this.openings.get(member);
               if (opening && waits < MAX_ACCEPT_ROUNDS) {
                 // Another fragment of the sequence is opening it from here: wait for it rather
@@ -413,11 +414,11 @@ export class RedisSequenceStore implements SequenceStore {
                 waits++;
                 round--;
                 await opening;
-                withBody = inline || (covered && this.knownOpen.has(member));
+                withBody = bodyFirst();
                 break;
               }
               if (!opening) {
-                this.openings.set(member, new Promise<void>((resolve) => (opened = resolve)));
+                this.openings.set(member, new Promise<void>((resolve) => (endOpening = resolve)));
               }
             }
             const tooLarge = neverFits(step.total, context.limits);
@@ -455,9 +456,9 @@ export class RedisSequenceStore implements SequenceStore {
         }
       }
     } finally {
-      if (opened) {
+      if (endOpening) {
         this.openings.delete(member);
-        opened();
+        endOpening();
       }
     }
     throw new RedisSequenceStoreError(
