@@ -219,6 +219,25 @@ describe('adapter options: an unknown key is refused', () => {
     expect((thrown as SequenceOptionsError).problems).toHaveLength(2);
   });
 
+  describe.each([
+    ['MemorySequenceStore', (o: object) => new MemorySequenceStore(o)],
+    ['MemoryResequencerStore', (o: object) => new MemoryResequencerStore(o)],
+    ['RedisSequenceStore', (o: object) => new RedisSequenceStore(lazyRedis, o)],
+    ['RedisResequencerStore', (o: object) => new RedisResequencerStore(lazyRedis, o)],
+  ])('%s encryption', (store, build) => {
+    // `encryption: process.env.KEY && { keys }` must not store plaintext without a word.
+    it.each([null, false, 0, '', 'a key in the wrong place'])('refuses %p, not off', (value) => {
+      expect(() => build({ encryption: value })).toThrow(SequenceOptionsError);
+      expect(() => build({ encryption: value })).toThrow(
+        new RegExp(`${store} encryption[\\s\\S]*must be an object: \\{ keys: `),
+      );
+    });
+
+    it('is off when left out or undefined', () => {
+      expect(() => build({ encryption: undefined })).not.toThrow();
+    });
+  });
+
   it('does not look into the options of another library', () => {
     const store = RedisClaimLedger.connect(SERVERS.redis.url, {
       redis: { lazyConnect: true, notAnIoredisOption: 1 } as never,

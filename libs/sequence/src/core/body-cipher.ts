@@ -1,6 +1,8 @@
 import type { PayloadEncryptionKey } from './encryption-key';
 import { ENCRYPTION_OVERHEAD_BYTES } from './encryption-format';
 import { EncryptionKeyring } from './encryption-keyring';
+import { SequenceOptionsError } from './errors/sequence-options.error';
+import { isPlainObject, kindOf } from './option-keys';
 import type { HeaderMap } from './headers';
 import { openBuffer, sealBuffer, SealedBufferFailure, SealedBufferOpener } from './sealed-buffer';
 
@@ -34,10 +36,16 @@ export class BodyCipher {
 
   /**
    * @param where names the option in errors (`RedisSequenceStore encryption`).
-   * @throws SequenceOptionsError when a key is missing, malformed or not 32 bytes.
+   * @throws SequenceOptionsError when `options` is not an object, or a key is missing, malformed
+   *   or not 32 bytes.
    */
   constructor(options: StoreEncryptionOptions, where: string) {
-    this.keyring = new EncryptionKeyring(options?.keys, `${where} keys`);
+    if (!isPlainObject(options)) {
+      throw new SequenceOptionsError(where, [
+        `must be an object: { keys: [{ id, key }] }, got ${kindOf(options)} (leave it out for no encryption)`,
+      ]);
+    }
+    this.keyring = new EncryptionKeyring(options.keys, `${where} keys`);
   }
 
   /** The id of the key new values are sealed under. */

@@ -28,6 +28,16 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
 }
 
 /**
+ * What a value given where an object was expected is, for an error message: its kind only, never
+ * its content (it may be a key or a password put in the wrong place).
+ */
+export function kindOf(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (Array.isArray(value)) return 'an array';
+  return `a ${typeof value}`;
+}
+
+/**
  * The problem with `path`, a key that the options at `at` (`''` for the top level), whose keys
  * are `keys`, do not have: what replaced it when it was renamed, else the keys there are.
  */

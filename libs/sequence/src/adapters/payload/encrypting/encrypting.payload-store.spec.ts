@@ -424,6 +424,22 @@ describe('EncryptingPayloadStore', () => {
       expect(problemsOf([])).toEqual([expect.stringMatching(/at least one key/)]);
     });
 
+    it.each([
+      ['no options', undefined],
+      ['null', null],
+      ['a key list without its object', [K1]],
+    ])('refuses %s with a typed error naming the options it takes', (_label, options) => {
+      const construct = () => new EncryptingPayloadStore(inner, options as never);
+      expect(construct).toThrow(SequenceOptionsError);
+      expect(construct).toThrow(/options must be an object: \{ keys: \[\{ id, key \}\] \}/);
+    });
+
+    it('refuses a missing inner store with a typed error, together with bad options', () => {
+      const construct = () => new EncryptingPayloadStore(undefined as never, undefined as never);
+      expect(construct).toThrow(SequenceOptionsError);
+      expect(construct).toThrow(/the store to wrap must be a PayloadStore[\s\S]*options must be/);
+    });
+
     it('reports a duplicate id and a bad id together', () => {
       expect(problemsOf([K1, { ...K2, id: 'k1' }, { ...K2, id: 'x'.repeat(65) }])).toEqual([
         expect.stringMatching(/key "k1": the id is used twice/),

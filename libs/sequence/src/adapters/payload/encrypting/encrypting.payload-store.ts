@@ -16,7 +16,13 @@ import { EncryptionKeyring } from '../../../core/encryption-keyring';
 import { sealBuffer } from '../../../core/sealed-buffer';
 import { DecryptingStream, EncryptingStream } from './payload-encryption.streams';
 import { byteChunks } from '../../../core/payload-source';
-import { refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
+import {
+  isPlainObject,
+  kindOf,
+  refuseUnknownKeys,
+  type OptionKeysOf,
+} from '../../../core/option-keys';
+import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 /** Options of {@link EncryptingPayloadStore}. */
 export interface EncryptingPayloadStoreOptions {
@@ -66,6 +72,15 @@ export class EncryptingPayloadStore implements PayloadStore {
     private readonly inner: PayloadStore,
     options: EncryptingPayloadStoreOptions,
   ) {
+    const problems = [
+      ...(typeof inner === 'object' && inner !== null
+        ? []
+        : [`the store to wrap must be a PayloadStore, got ${kindOf(inner)}`]),
+      ...(isPlainObject(options)
+        ? []
+        : [`options must be an object: { keys: [{ id, key }] }, got ${kindOf(options)}`]),
+    ];
+    if (problems.length > 0) throw new SequenceOptionsError('EncryptingPayloadStore', problems);
     refuseUnknownKeys('EncryptingPayloadStore options', options, ENCRYPTING_PAYLOAD_STORE_KEYS);
     this.name = inner.name;
     this.keyring = new EncryptionKeyring(options.keys);

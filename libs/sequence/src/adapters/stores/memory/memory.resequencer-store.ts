@@ -96,7 +96,7 @@ export class MemoryResequencerStore implements ResequencerStore {
       throw new SequenceOptionsError('MemoryResequencerStore options', problems);
     }
     this.keys = new MemoryResequencerKeys(retentionMs);
-    if (options.encryption) {
+    if (options.encryption !== undefined) {
       this.cipher = new BodyCipher(options.encryption, 'MemoryResequencerStore encryption');
     }
   }

@@ -105,7 +105,7 @@ export class MemorySequenceStore implements SequenceStore {
   /** @throws SequenceOptionsError when an encryption key is missing, malformed or not 32 bytes. */
   constructor(options: MemorySequenceStoreOptions = {}) {
     refuseUnknownKeys('MemorySequenceStore options', options, MEMORY_SEQUENCE_STORE_KEYS);
-    if (options.encryption) {
+    if (options.encryption !== undefined) {
       this.cipher = new BodyCipher(options.encryption, 'MemorySequenceStore encryption');
     }
   }

@@ -213,7 +213,7 @@ export class RedisResequencerStore implements ResequencerStore {
     const clock = clockProblem(options.clock);
     if (clock) problems.push(clock);
     if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
-    if (options.encryption) {
+    if (options.encryption !== undefined) {
       this.cipher = new BodyCipher(options.encryption, 'RedisResequencerStore encryption');
     }
     const scripts = loadScripts(redis);

@@ -277,7 +277,7 @@ export class RedisSequenceStore implements SequenceStore {
     this.readAhead = options.readAhead ?? options.readAheadFragments ?? 4;
     this.readPieceBytes = options.readPieceBytes ?? 1024 * 1024;
     this.verifiesReads = (options.readVerification ?? 'crc32') === 'crc32';
-    this.encrypts = !!options.encryption;
+    this.encrypts = options.encryption !== undefined;
     const problems: string[] = [];
     checkOptionKeys(problems, options, REDIS_SEQUENCE_STORE_KEYS, DIRECT_READS_RENAMED);
     // Redis refuses PX 0 and a fractional TTL, after a script's earlier writes (not undone).
@@ -297,7 +297,7 @@ export class RedisSequenceStore implements SequenceStore {
     const clock = clockProblem(options.clock);
     if (clock) problems.push(clock);
     if (problems.length > 0) throw new SequenceOptionsError(WHERE, problems);
-    if (options.encryption) {
+    if (options.encryption !== undefined) {
       const cipher = new BodyCipher(options.encryption, 'RedisSequenceStore encryption');
       this.cipher = cipher;
       this.decodeHeaders = (stored, ref: SequenceRef) =>
