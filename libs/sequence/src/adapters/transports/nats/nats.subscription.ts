@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
-import { settlesWithin } from '../../../core/async';
+import { settlesWithin, withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
 import { SequenceHeader } from '../../../core/headers';
@@ -96,6 +96,8 @@ export interface NatsSubscriptionSettings {
   readonly mayExtend?: (ackWaitMs: number) => boolean;
   /** The partition it reads, for a subscription with `partitions`: told on every message. */
   readonly partition?: number;
+  /** How long a pull request waits for messages before the next one is made. @default 1000 */
+  readonly pullExpiresMs?: number;
   readonly logger: Logger;
   readonly onClosed: (subscription: NatsSubscription) => void;
 }
@@ -109,8 +111,9 @@ const MIN_NAK_DELAY_MS = 1;
 /** The body of a message whose handler released it. */
 const NO_BODY = Buffer.alloc(0);
 /**
- * How long a pull request waits for messages before the next one is made; what closing a
- * subscription waits at most (see `shutdown`).
+ * How long a pull request waits for messages before the next one is made (the least the client
+ * takes); what closing a subscription waits at most, unless its consumer has nothing to deliver
+ * (see `shutdown`).
  */
 const FETCH_EXPIRES_MS = 1_000;
 /** How long a message whose dead letter or tail copy could not be published waits to go back. */
@@ -216,21 +219,23 @@ export class NatsSubscription implements Subscription {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.slotFreed?.();
-    if (handBack) {
-      // No new pull is made once closed; the current one runs out (FETCH_EXPIRES_MS) rather than
+    if (handBack && this.batch !== undefined && !(await this.nothingToDeliver())) {
+      // No new pull is made once closed; the current one runs out (its `expires`) rather than
       // being stopped. A stopped pull loses what the server sent it before it read the stop: the
       // client unsubscribes its inbox at once and drops such a message, which the server counts
-      // as delivered until `ack_wait`; and nats-server 2.9 keeps a stopped pull request and sends
-      // messages that come due meanwhile to it, where nobody reads them. What this pull brings
-      // meanwhile is held unhandled and handed back with the rest. With the server away the
-      // pull does not run out: it is stopped after a while (nothing reaches it then anyway).
+      // as delivered until `ack_wait`. What this pull brings meanwhile is held unhandled and
+      // handed back with the rest. With the server away the pull does not run out: it is stopped
+      // after a while (nothing reaches it then anyway).
       const pulling = this.pulling ?? Promise.resolve();
-      if (!(await settlesWithin(pulling, 2 * FETCH_EXPIRES_MS))) this.batch?.stop();
-    } else {
-      // Stop pulling first, so that what is handed back below is not pulled by this subscriber.
-      this.batch?.stop();
+      if (!(await settlesWithin(pulling, 2 * this.pullExpiresMs))) this.batch?.stop();
     }
+    // Stopped at once when abandoned (what it brings would not be handed back anyway), or when
+    // the consumer had nothing to deliver: then nothing is on its way to the pull, which would
+    // only hold the close until it runs out.
+    this.batch?.stop();
     await this.settings.flush().catch(() => undefined);
+    // The pull ends with what it had brought: held by then.
+    await this.pulling;
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
     if (handBack) {
@@ -239,13 +244,29 @@ export class NatsSubscription implements Subscription {
     }
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
-    await this.pulling;
     await this.settings
       .release?.()
       .catch((error: unknown) =>
         this.settings.logger.warn(`closing ${this.channel}: ${errorMessage(error)}`),
       );
     this.settings.onClosed(this);
+  }
+
+  private get pullExpiresMs(): number {
+    return this.settings.pullExpiresMs ?? FETCH_EXPIRES_MS;
+  }
+
+  /**
+   * Whether the consumer has no message to deliver, to this pull or another: none pending and
+   * none unacknowledged (a held one comes due once naked, this subscriber's own included). False
+   * when the server does not answer within a pull's `expires`.
+   */
+  private async nothingToDeliver(): Promise<boolean> {
+    const asked = (async () => {
+      const info = await (await this.settings.consumer()).info(false);
+      return info.num_pending === 0 && info.num_ack_pending === 0;
+    })();
+    return withTimeout(asked, this.pullExpiresMs, () => new Error('no answer')).catch(() => false);
   }
 
   private async pull(): Promise<void> {
@@ -304,7 +325,7 @@ export class NatsSubscription implements Subscription {
   private pullOptions(free: number): FetchOptions {
     const { pullMaxBytes, maxPayload } = this.settings;
     const fit = Math.max(1, Math.floor(pullMaxBytes / maxPayload));
-    return { max_messages: Math.min(free, fit), expires: FETCH_EXPIRES_MS };
+    return { max_messages: Math.min(free, fit), expires: this.pullExpiresMs };
   }
 
   /**
