@@ -37,6 +37,10 @@ export interface NatsDeliveryLimitSettings {
   /** A dead letter this watch stored (not a duplicate of another process's). */
   readonly deadLettered: (reason: string) => void;
   readonly logger: Logger;
+  /** How long one publish may take, retries included (the transport's `publishTimeoutMs`). */
+  readonly publishTimeoutMs: number;
+  /** The dead-letter stream's duplicate window (the transport's `duplicateWindowMs`). */
+  readonly duplicateWindowMs: number;
 }
 
 /**
@@ -53,7 +57,10 @@ export interface NatsDeliveryLimitSettings {
  * stored is told to `deadLettered`. One message is moved at a time. A message whose dead letter
  * does not fit `max_payload` even with its headers cut, or that could not be moved in
  * {@link ATTEMPTS} tries, is left in the stream and logged as an error naming its stream and
- * sequence: the server never delivers it again, and nothing else removes it.
+ * sequence: the server never delivers it again, and nothing else removes it. No try starts that
+ * could reach the server after the dead-letter stream's duplicate window from the first one:
+ * a try whose confirm was lost may have stored the dead letter, and the server would store a
+ * later one again.
  */
 export class NatsDeliveryLimitWatch {
   private subscription?: { unsubscribe(): void };
@@ -128,6 +135,8 @@ export class NatsDeliveryLimitWatch {
       `max-deliver: delivered ${deliveries} times (the consumer's max_deliver), the last ` +
       'delivery left unsettled (its subscriber stopped, or its dead letter was not stored)';
     let headers: Record<string, unknown> | undefined;
+    // When the first publish started: the window within which the server drops a second copy.
+    let firstPublish: number | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
         const stored = await this.settings.read(sequence);
@@ -148,6 +157,18 @@ export class NatsDeliveryLimitWatch {
         // Sized as the forwards' headers make room for (a longer id could push a message of
         // maxMessageBytes over the limit).
         const msgId = forwardMsgId('max-deliver', storedKey(stream, stored));
+        const now = performance.now();
+        firstPublish ??= now;
+        if (now + this.settings.publishTimeoutMs > firstPublish + this.settings.duplicateWindowMs) {
+          this.left(
+            sequence,
+            headers,
+            `${reason}; one more try could be stored after the dead-letter stream's duplicate ` +
+              `window (${this.settings.duplicateWindowMs} ms), a second copy of one an earlier ` +
+              `try may have stored without its confirm: look in ${deadLetterChannel} first`,
+          );
+          return;
+        }
         const { duplicate } = await this.settings.publish(body, letter, msgId);
         await this.settings
           .remove(sequence)

@@ -481,6 +481,8 @@ export class NatsTransport implements Transport {
             },
             deadLettered: (reason) => this.toldDeadLetter(channel, reason),
             logger: this.logger,
+            publishTimeoutMs: this.settings.publishTimeoutMs,
+            duplicateWindowMs: this.settings.duplicateWindowMs,
           });
     const { release } = own;
     const subscription = new NatsSubscription({
