@@ -7,7 +7,10 @@ import { partitionIndex } from '../../src/core/partition';
 import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
 import { SpoolFile } from '../../src/sequence/broker-held/spool';
 import { handOver } from '../../src/kernel/handler-call';
+import { FRAGMENT_PARKING, type FragmentParking } from '../../src/kernel/pattern-contracts';
+import { CLAIM_CHECK_HEADER } from '../../src/core/headers';
 import {
+  FilesystemPayloadStore,
   InMemoryTransport,
   MemorySequenceStore,
   type ExpiredSequence,
@@ -858,6 +861,47 @@ describe('guarantees: broker-held reassembly', () => {
     await eventually(() => unsettledIn(transport, channel) === 0, 'every delivery settled');
     expect(deadLetters(transport, channel)).toEqual([]);
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('completes once a held sequence whose producer claim-checked some of its fragments', async () => {
+    const channel = 'held.mixed-claim-check';
+    spoolDir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    const root = mkdtempSync(join(tmpdir(), 'nseq-parked-test-'));
+    t = await createSequenceTestApp(channel, {
+      claimCheck: { store: new FilesystemPayloadStore({ root }) },
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir: spoolDir } },
+    });
+    const { transport, handler, app: nest } = t;
+    // A producer of its own, which parks some bodies and publishes their tickets instead.
+    const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
+    const ticketed = async ({ body, headers }: TestFragment): Promise<TestFragment> => {
+      const parked = await parking.park(body, channel);
+      await parking.settle(parked, true);
+      return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
+    };
+    // The ticket comes once the sequence is held here, ...
+    const held = bytes(3_000, 45);
+    const heldFirst = makeFragments('held-mixed', held, 1_000);
+    await publishHeld(transport, channel, [heldFirst[0]], PARTITIONS);
+    await eventually(() => unsettledIn(transport, channel) === 1, 'the first fragment held');
+    await publishHeld(transport, channel, [await ticketed(heldFirst[1]), heldFirst[2]], PARTITIONS);
+    // ... or first, its inline fragments right behind it.
+    const parked = bytes(3_000, 46);
+    const parkedFirst = makeFragments('parked-first', parked, 1_000);
+    await publishHeld(
+      transport,
+      channel,
+      [await ticketed(parkedFirst[0]), ...parkedFirst.slice(1)],
+      PARTITIONS,
+    );
+
+    await eventually(() => handler.deliveries.length === 2, 'both sequences handled', 3_000);
+    expect(handler.of('held-mixed')[0].bytes.equals(held)).toBe(true);
+    expect(handler.of('parked-first')[0].bytes.equals(parked)).toBe(true);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+    rmSync(root, { recursive: true, force: true });
   });
 
   it('takes fragments published to the plain channel through the store', async () => {

@@ -7,7 +7,7 @@ import { errorMessage } from '../../core/errors/caught';
 import { deathReason, type RejectionCode } from '../../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../../core/errors/sequence-integrity.error';
 import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
-import type { FragmentHeaders } from '../../core/headers';
+import { parseFragmentHeaders, type FragmentHeaders } from '../../core/headers';
 import { partitionIndex } from '../../core/partition';
 import { handlerRejection } from '../../kernel/handler-retry';
 import { SequenceEvents } from '../../kernel/lifecycle-events';
@@ -60,8 +60,9 @@ const SPOOL_FAULTS = 10_000;
  * What it cannot hold goes through the store-buffered path ({@link AggregatorService}) instead:
  * a sequence declaring more fragments than the partition's window, one that would pass the spool's
  * byte budget or meets a full disk, and, when a partition's window fills up before any of its
- * sequences completes, the youngest of them. So do claim-checked fragments, and sequences the
- * store already holds fragments of (after such a fallback on another instance).
+ * sequences completes, the youngest of them. So do claim-checked fragments (with the rest of
+ * their sequence), and sequences the store already holds fragments of (after such a fallback on
+ * another instance).
  */
 @Injectable()
 export class BrokerHeldReassembler implements OnModuleDestroy {
@@ -153,7 +154,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const body: unknown = message.body;
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
     // Claim-checked fragments, and bodies that are not even bytes: the store path knows them.
-    if (!Buffer.isBuffer(body) || claimCheckMarking(headers).via !== 'inline') {
+    const marking = claimCheckMarking(headers);
+    if (Buffer.isBuffer(body) && marking.via === 'ticket') {
+      return this.ticketed(message, headers, consumer);
+    }
+    if (!Buffer.isBuffer(body) || marking.via !== 'inline') {
       return this.aggregator.receive(message, consumer);
     }
     const fragment = this.checks.check(channel, body, headers, options);
@@ -176,6 +181,42 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (this.closed) return { action: 'requeue', reason: 'shutting down' };
     const verdict = this.hold(target, fragment, body, message, consumer);
     return verdict instanceof Promise ? { held: verdict } : verdict;
+  }
+
+  /**
+   * A claim-checked fragment goes through the store path, and so does the rest of its sequence: a
+   * producer that claim-checked only some fragments of a sequence would otherwise have it split
+   * between the spool and the store, and neither would ever complete. What is held of it here
+   * moves to the store, and its later fragments follow. One being handled here meanwhile has this
+   * fragment come back later, to meet its verdict.
+   */
+  private async ticketed(
+    message: InboundMessage,
+    headers: Readonly<Record<string, unknown>>,
+    consumer: SequenceConsumer,
+  ): Promise<Disposition> {
+    let sequenceId: string;
+    try {
+      ({ sequenceId } = parseFragmentHeaders(headers));
+    } catch {
+      return this.aggregator.receive(message, consumer); // it refuses the headers with the reason
+    }
+    const key = `${consumer.channel}\u0000${sequenceId}`;
+    // At once: its inline fragments delivered right behind it must not open it here meanwhile.
+    this.routeToStore(key, consumer);
+    const opening = this.opening.get(key);
+    const held = this.held.get(key) ?? (opening && (await opening));
+    if (held instanceof HeldSequence && held.phase === 'delivering' && !held.spilling) {
+      return this.requeue(`sequence ${sequenceId} is being settled`);
+    }
+    if (held instanceof HeldSequence && held.phase === 'holding') {
+      this.logger.warn(
+        `${consumer.channel}: sequence ${sequenceId} has claim-checked fragments; what is held ` +
+          `of it goes through the ${this.store.name} store`,
+      );
+      void this.spill(held, consumer);
+    }
+    return this.aggregator.receive(message, consumer);
   }
 
   /** The held sequence of `fragment`, or where else it goes. */
