@@ -63,6 +63,23 @@ async function spoolFilesIn(dir: string): Promise<string[]> {
   return files;
 }
 
+/** A store whose completion markers cannot be written; counts status reads per sequence. */
+class UnmarkableStore extends MemorySequenceStore {
+  readonly statuses = new Map<string, number>();
+
+  override async status(
+    ...args: Parameters<MemorySequenceStore['status']>
+  ): ReturnType<MemorySequenceStore['status']> {
+    const id = args[0].sequenceId;
+    this.statuses.set(id, (this.statuses.get(id) ?? 0) + 1);
+    return super.status(...args);
+  }
+
+  override async finish(): Promise<boolean> {
+    throw new Error('the store refuses writes (test)');
+  }
+}
+
 /**
  * Broker-held reassembly on the real brokers, whose transports let the reassembler release each
  * body once spooled: a sequence that fails or expires is still dead-lettered whole, every byte of
@@ -152,6 +169,26 @@ describeOnTransports('guarantees: broker-held reassembly', [], (on) => {
       expect(String(letter.headers['x-death-reason'])).toMatch(/^sequence-expired: /);
     }
     expect(handler.calls).toBe(0);
+  });
+
+  it('dead-letters a sequence whose marker cannot be written, spooling it no more', async () => {
+    const store = new UnmarkableStore();
+    const t = await app({ timeoutMs: 300, store }, { handlerRetry: { attempts: 1 } });
+    t.handler.failNext = 1;
+    const failed = makeFragments('held-unmarked-failed', bytes(20_000, 42), 10_000);
+    const expired = makeFragments('held-unmarked-expired', bytes(40_000, 41), 10_000);
+    await publishHeld(producer, channel, [...failed, expired[0], expired[2]], PARTITIONS);
+
+    const letters = await deadLettersOf(4);
+    const reasons = letters.map((letter) => String(letter.headers['x-death-reason']));
+    expect(reasons.filter((reason) => /^handler-failed: /.test(reason))).toHaveLength(2);
+    expect(reasons.filter((reason) => /^sequence-expired: /.test(reason))).toHaveLength(2);
+    expect(letters.map((letter) => letter.body).sort(Buffer.compare)).toEqual(
+      [...failed, expired[0], expired[2]].map((f) => f.body).sort(Buffer.compare),
+    );
+    // Each opened once: neither was spooled again, nor its handler called again.
+    expect(t.handler.calls).toBe(1);
+    expect([...store.statuses.values()]).toEqual([1, 1]);
   });
 
   it('releases the body of a duplicate that comes while the first copy is still being spooled', async () => {

@@ -4,11 +4,16 @@ import { sha256Hasher } from '../../core/checksum';
 import { claimCheckMarking } from '../../core/claim-check-headers';
 import { admitFragment, recordFragment } from '../../core/completeness';
 import { errorMessage } from '../../core/errors/caught';
-import { deathReason, type RejectionCode } from '../../core/errors/rejection-code';
+import {
+  deathReason,
+  splitDeathReason,
+  type RejectionCode,
+} from '../../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../../core/errors/sequence-integrity.error';
 import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-integrity.error';
 import { parseFragmentHeaders, type FragmentHeaders } from '../../core/headers';
 import { partitionIndex } from '../../core/partition';
+import { deadLetterReasonLabel } from '../../kernel/dead-letter.metrics';
 import { handlerRejection } from '../../kernel/handler-retry';
 import { SequenceEvents } from '../../kernel/lifecycle-events';
 import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../../kernel/tokens';
@@ -43,6 +48,20 @@ type Route = { readonly to: 'store'; readonly until: number };
 const STORE_ROUTES = 10_000;
 /** Sequences at once remembered as having failed to be read back from the spool (likewise). */
 const SPOOL_FAULTS = 10_000;
+/** Verdicts at once remembered for want of their marker in the store (likewise). */
+const UNRECORDED = 10_000;
+
+/**
+ * The verdict on a sequence ended here whose marker the store did not take: its fragments, given
+ * back to the broker to be dead-lettered whole, meet it here instead of the marker.
+ */
+interface UnrecordedVerdict {
+  readonly outcome: 'failed' | 'rejected';
+  readonly reason: string;
+  readonly until: number;
+  /** The marker's write being tried again, for the fragments that meet the verdict meanwhile. */
+  retry?: Promise<boolean>;
+}
 
 /**
  * Message Sequence's broker-held reassembly (`buffer: 'broker'`). Each fragment's message stays
@@ -73,6 +92,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private readonly routes = new Map<string, Route>();
   /** Times each sequence could not be read back from the spool (see `spoolFault`). */
   private readonly spoolFaults = new Map<string, number>();
+  /** Verdicts whose marker the store did not take (see `end`). */
+  private readonly unrecorded = new Map<string, UnrecordedVerdict>();
   /** Fragments held per partition (`channel` and index). */
   private readonly load = new Map<string, number>();
   /** Held sequences per `abandoned` signal of the deliveries they hold (one listener each). */
@@ -164,6 +185,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     const fragment = this.checks.check(channel, body, headers, options);
     if (isRefusal(fragment)) return fragment;
     const key = `${channel}\u0000${fragment.sequenceId}`;
+    // Its sequence ended here without a marker: it meets the verdict, as it would the marker's.
+    const unrecorded = this.unrecordedVerdict(key);
+    if (unrecorded) return this.meet(unrecorded, fragment, consumer);
     // It can never fit in the window: the store path from its first fragment on. A streamed
     // sequence tells its size with its last fragment: what is held of it here goes there too,
     // else the sequence would be split between the spool and the store, and neither complete.
@@ -579,7 +603,16 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     clearTimeout(sequence.timer);
     this.spoolFaults.delete(keyOf(sequence));
     const reason = deathReason(code, detail);
-    await this.record(sequence, outcome === 'rejected' ? 'rejected' : 'failed', reason);
+    const marker = outcome === 'rejected' ? 'rejected' : 'failed';
+    if (!(await this.record(sequence, marker, reason))) {
+      // Without a marker, its fragments given back to be dead-lettered whole (their bodies
+      // released) would be taken for a new sequence: spooled, and expired or handled, again.
+      this.remember(keyOf(sequence), {
+        outcome: marker,
+        reason,
+        until: Date.now() + this.options.sequence.retentionMs,
+      });
+    }
     let expired: ExpiredSequence | undefined;
     if (outcome === 'expired') {
       expired = sequence.toExpired(Date.now());
@@ -666,13 +699,19 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.addLoad(sequence, -sequence.settleAll(disposition));
   }
 
-  /** Writes the completion marker; a store that cannot is logged, the verdict stands. */
+  /**
+   * Writes the completion marker; a store that cannot is logged, the verdict stands. False when
+   * the store failed (not when it holds another outcome already: that one stands).
+   */
   private async record(
-    sequence: HeldSequence,
+    sequence: SequenceRef | HeldSequence,
     outcome: Exclude<FinishedOutcome, 'expired'>,
     reason?: string,
-  ): Promise<void> {
-    const ref = { scope: sequence.channel, sequenceId: sequence.sequenceId };
+  ): Promise<boolean> {
+    const ref =
+      sequence instanceof HeldSequence
+        ? { scope: sequence.channel, sequenceId: sequence.sequenceId }
+        : sequence;
     try {
       const recorded = await this.store.finish(ref, outcome, {
         now: Date.now(),
@@ -687,13 +726,59 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
             'took the partition over meanwhile); the stored outcome stands',
         );
       }
+      return true;
     } catch (error) {
       this.logger.error(
         `sequence ${ref.sequenceId} on ${ref.scope} was ${outcome} but its marker could not be ` +
           `written to the ${this.store.name} store (a late duplicate would start it again): ` +
           errorMessage(error),
       );
+      return false;
     }
+  }
+
+  /** Remembers a verdict the store did not take, for a while and for so many sequences. */
+  private remember(key: string, verdict: UnrecordedVerdict): void {
+    this.unrecorded.delete(key);
+    this.unrecorded.set(key, verdict);
+    if (this.unrecorded.size > UNRECORDED) {
+      this.unrecorded.delete(this.unrecorded.keys().next().value as string);
+    }
+  }
+
+  /** The live verdict on `key` that the store did not take, if any. */
+  private unrecordedVerdict(key: string): UnrecordedVerdict | undefined {
+    const verdict = this.unrecorded.get(key);
+    if (!verdict || verdict.until > Date.now()) return verdict;
+    this.unrecorded.delete(key);
+    return undefined;
+  }
+
+  /**
+   * A fragment of a sequence ended here whose marker the store did not take: given back for its
+   * dead letter, or late. The marker is written again (once at a time); the fragment is
+   * dead-lettered with the verdict's reason whether it then lands or not, as it would be by the
+   * store path on meeting the marker.
+   */
+  private async meet(
+    verdict: UnrecordedVerdict,
+    fragment: FragmentHeaders,
+    consumer: SequenceConsumer,
+  ): Promise<Disposition> {
+    const { channel } = consumer;
+    const key = `${channel}\u0000${fragment.sequenceId}`;
+    verdict.retry ??= this.record(
+      { scope: channel, sequenceId: fragment.sequenceId },
+      verdict.outcome,
+      verdict.reason,
+    ).finally(() => (verdict.retry = undefined));
+    if (await verdict.retry) {
+      if (this.unrecorded.get(key) === verdict) this.unrecorded.delete(key);
+    }
+    const { code, detail } = splitDeathReason(verdict.reason);
+    this.metrics.fragmentRejected(channel, deadLetterReasonLabel(verdict.reason));
+    this.lifecycle.fragmentRejected(channel, code, detail, fragment);
+    return { action: 'dead-letter', reason: verdict.reason };
   }
 
   private scheduleExpiry(sequence: HeldSequence, consumer: SequenceConsumer): void {
