@@ -1,7 +1,10 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { hasLoneSurrogate } from '../core/unicode';
 import { InvalidOutboxMessageError } from '../core/errors/invalid-outbox-message.error';
-import { OutboxTransactionFinishedError } from '../core/errors/outbox-transaction-finished.error';
+import {
+  OutboxTransactionFinishedError,
+  type FinishedTransactionUse,
+} from '../core/errors/outbox-transaction-finished.error';
 import {
   BOX_NAMES,
   type BoxName,
@@ -32,6 +35,13 @@ export class OutboxTransaction {
   private flushed = false;
   /** Set when the handler this was handed to was abandoned: everything is refused with it. */
   private abandonedBy: Error | undefined;
+  /**
+   * Set once the work of the `transaction()` this was handed to has returned or thrown: what that
+   * work left running is refused everything from then on, here and in the transactions joined
+   * inside it, rather than run outside the transaction (its connection back in the pool) or in
+   * the enclosing one, which a nested one's work that ended is no longer part of.
+   */
+  private finished = false;
 
   /**
    * @param enclosing the transaction this one was opened inside (a joined `transaction()`): once
@@ -144,18 +154,31 @@ export class OutboxTransaction {
     this.queued.clear();
   }
 
+  /**
+   * The work of the `transaction()` this was handed to has returned or thrown: see `finished`.
+   * What it recorded is still written (`flush`) or handed to the enclosing one (`adopt`).
+   */
+  finish(): void {
+    this.finished = true;
+  }
+
   get dialect(): OutboxDialect {
     return this.transaction.dialect;
   }
 
-  /** Why this transaction, the call that opened it, or one it was opened inside, was abandoned. */
-  private abandonment(): Error | undefined {
-    return this.abandonedBy ?? this.call?.abandonment() ?? this.enclosing?.abandonment();
+  /**
+   * Why `use` is refused: this transaction, the call that opened it, or one it was opened inside,
+   * was abandoned, or its work is over.
+   */
+  private abandonment(use: FinishedTransactionUse, type?: string): Error | undefined {
+    if (this.abandonedBy) return this.abandonedBy;
+    if (this.finished) return new OutboxTransactionFinishedError(use, type);
+    return this.call?.abandonment(use, type) ?? this.enclosing?.abandonment(use, type);
   }
 
   /** The driver's handle: a `pg` `PoolClient` inside `BEGIN`, or the `better-sqlite3` `Database`. */
   get client(): unknown {
-    const abandoned = this.abandonment();
+    const abandoned = this.abandonment('client');
     if (abandoned) throw abandoned;
     return this.transaction.client;
   }
@@ -165,7 +188,7 @@ export class OutboxTransaction {
     sql: string,
     params?: readonly unknown[],
   ): Promise<{ rows: Row[]; rowCount: number }> {
-    const abandoned = this.abandonment();
+    const abandoned = this.abandonment('statement');
     if (abandoned) return Promise.reject(abandoned);
     return this.transaction.query<Row>(sql, params);
   }
@@ -175,7 +198,7 @@ export class OutboxTransaction {
    * commands recorded during it; the error is rethrown.
    */
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
-    const abandoned = this.abandonment();
+    const abandoned = this.abandonment('savepoint');
     if (abandoned) throw abandoned;
     const restore = OutboxTransaction.saveRecordedOn(this.transaction);
     try {
@@ -184,7 +207,7 @@ export class OutboxTransaction {
       restore();
       // Abandoned meanwhile, the call's writes were rolled back, this savepoint with them: the
       // time limit is what ended it. (A function: `abandonedBy` read directly stays narrowed.)
-      throw this.abandonment() ?? error;
+      throw this.abandonment('savepoint') ?? error;
     }
   }
 
@@ -223,7 +246,7 @@ export class OutboxTransaction {
   }
 
   private queue(box: BoxName, record: NewBoxRecord): void {
-    const abandoned = this.abandonment();
+    const abandoned = this.abandonment(record.kind, record.type);
     if (abandoned) throw abandoned;
     if (this.flushed) throw new OutboxTransactionFinishedError(record.kind, record.type);
     const records = this.queued.get(box) ?? [];

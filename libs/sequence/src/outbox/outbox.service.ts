@@ -64,7 +64,13 @@ export class OutboxService {
         restore = OutboxTransaction.saveRecordedOn(storeTransaction);
         const call = OutboxTransaction.handlerCallOn(storeTransaction);
         const transaction = new OutboxTransaction(storeTransaction, enclosing, call);
-        const value = await transaction.within(() => work(transaction));
+        let value: T;
+        try {
+          value = await transaction.within(() => work(transaction));
+        } finally {
+          // What the work left running is refused from now on: see OutboxTransaction.finish.
+          transaction.finish();
+        }
         // The store wakes the relays of what it wrote once it commits (OutboxStore.watch).
         if (enclosing) enclosing.adopt(transaction);
         else await transaction.flush(store, this.runtime.orderedBoxes);
