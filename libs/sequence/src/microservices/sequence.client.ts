@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
-import { defer, Observable } from 'rxjs';
+import { defer, mergeMap, Observable, throwError } from 'rxjs';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
@@ -198,14 +198,31 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
   // SequenceClient reads its replies as it would through a ClientProxy.
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- ClientProxy.send's defaults
   override send<TResult = any, TInput = any>(pattern: unknown, data: TInput): Observable<TResult> {
-    // A request refused before it is published (no pattern or data; no SequenceModule, which
-    // fails Nest's connect() on subscribe) never reads its data: a stream given (a file) is
-    // destroyed, or its handle stays open.
+    // As ClientProxy.send, but a request that is never published never reads its data: refused
+    // (no pattern or data; no SequenceModule, which fails connect()), or unsubscribed before the
+    // client connected. A stream given (a file) is then destroyed, or its handle stays open.
     const source = sourceOf(data);
-    if (pattern === undefined || pattern === null) destroySource(source);
-    return defer(() => {
-      if (!this.runtime) destroySource(source);
-      return super.send<TResult, TInput>(pattern, data);
+    if (pattern === undefined || pattern === null || data === undefined || data === null) {
+      destroySource(source);
+      return throwError(() => new InvalidMessageException());
+    }
+    return new Observable<TResult>((subscriber) => {
+      let published = false;
+      const request = defer(() => this.connect())
+        .pipe(
+          mergeMap(
+            () =>
+              new Observable<TResult>((observer) => {
+                published = true;
+                return this.publish({ pattern, data }, this.createObserver(observer));
+              }),
+          ),
+        )
+        .subscribe(subscriber);
+      return () => {
+        request.unsubscribe();
+        if (!published) destroySource(source);
+      };
     });
   }
 
@@ -245,6 +262,12 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
         destroySource(sourceOf(packet.data));
         throw error;
       });
+      if (!this.pending.has(correlationId)) {
+        // Unsubscribed (or the client closed) while the reply channel opened: nobody waits for
+        // an answer, so the request is not sent.
+        destroySource(sourceOf(packet.data));
+        return;
+      }
       await this.sendTo(runtime, pattern, packet.data, {
         [RpcHeader.replyTo]: replies.channel,
         [RpcHeader.correlationId]: correlationId,

@@ -15,6 +15,7 @@ import {
   SequenceModule,
   type Transport,
 } from 'nest-sequence';
+import type { Subscription } from 'nest-sequence/ports';
 import {
   ClientClosedError,
   ReplyNotSupportedError,
@@ -35,6 +36,30 @@ class RefusingTransport extends ForwardingTransport {
     return Promise.reject(
       new PublishRejectedError(channel, new Error('the broker is unreachable')),
     );
+  }
+}
+
+/** Opens its reply channels once `open()` is called: a broker slow to declare the queue. */
+class HeldReplyChannels extends ForwardingTransport {
+  readonly name = 'held-reply-channels';
+  readonly published: string[] = [];
+  private opened!: () => void;
+  private readonly gate = new Promise<void>((resolve) => (this.opened = resolve));
+
+  open(): void {
+    this.opened();
+  }
+
+  override publish(...args: Parameters<Transport['publish']>): Promise<void> {
+    this.published.push(args[0]);
+    return super.publish(...args);
+  }
+
+  override async openReplyChannel(
+    ...args: Parameters<NonNullable<Transport['openReplyChannel']>>
+  ): Promise<Subscription> {
+    await this.gate;
+    return super.openReplyChannel!(...args);
   }
 }
 
@@ -286,6 +311,32 @@ describe('SequenceClient: a stream it cannot send', () => {
       expect(source.destroyed).toBe(true);
     } finally {
       await app.close();
+    }
+  });
+
+  it('destroys the stream of a send() unsubscribed before its request is sent', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new HeldReplyChannels(inner);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Replier],
+    });
+    try {
+      // Unsubscribed at once: before the client connected.
+      const first = openStream();
+      t.client.send('host.ask', first).subscribe().unsubscribe();
+      // Unsubscribed while the reply channel opens.
+      const second = openStream();
+      const waiting = t.client.send('host.ask', second).subscribe();
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      waiting.unsubscribe();
+      transport.open();
+      await eventually(() => first.destroyed && second.destroyed, 'both streams destroyed');
+      await settle(inner);
+      expect(transport.published).toEqual([]); // nobody waits for an answer
+    } finally {
+      await t.close();
+      await inner.close();
     }
   });
 
