@@ -1,5 +1,6 @@
 import type { HandlerContext } from '../kernel/handler-call';
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { Readable } from 'node:stream';
 import {
   Inject,
   Injectable,
@@ -24,6 +25,8 @@ import {
   type Subscription as RxSubscription,
 } from 'rxjs';
 import { ClaimCheckHandlerKind } from '../claim-check/claim-check-handler.kind';
+import { isRecordSource } from '../core/payload-source';
+import { destroySource } from '../core/refused-source';
 import { ClaimCheckService } from '../claim-check/claim-check.service';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import type { ChannelBinding } from '../kernel/channel-binding';
@@ -42,6 +45,7 @@ import {
   type PipelineStage,
   type SequenceRuntime,
 } from './sequence-runtime';
+import { SequenceRecord } from './sequence.record';
 
 /** Per call through the pipeline: how far it got, and what it threw. */
 interface CallState {
@@ -119,7 +123,9 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const standIn = function (this: unknown, ...args: unknown[]): unknown {
       const state = calls.getStore();
       if (state) state.stage = 'handler';
-      return method.apply(this, args);
+      const result = method.apply(this, args);
+      if (state?.signal) destroyIfAbandoned(result, state.signal);
+      return result;
     };
     Object.defineProperty(standIn, 'name', { value: target.methodName });
     for (const key of Reflect.getMetadataKeys(method) as unknown[]) {
@@ -361,6 +367,25 @@ function lastValueUntilAborted(
   return lastValueFrom(source.pipe(takeUntil(fromEvent(signal, 'abort'))), {
     defaultValue: undefined,
   });
+}
+
+/**
+ * Destroys the stream a call returned (a file to reply with, a `SequenceRecord`'s) once the call
+ * is abandoned, whether it returned before or after: what an abandoned call returns is never
+ * sent, and the stream's handle would stay open. An Observable is unsubscribed instead (see
+ * {@link lastValueUntilAborted}).
+ */
+function destroyIfAbandoned(result: unknown, signal: AbortSignal): void {
+  if (isObservable(result)) return;
+  Promise.resolve(result).then(
+    (value: unknown) => {
+      const source: unknown = value instanceof SequenceRecord ? value.data : value;
+      if (!(source instanceof Readable) && !isRecordSource(source)) return;
+      if (signal.aborted) destroySource(source);
+      else signal.addEventListener('abort', () => destroySource(source), { once: true });
+    },
+    () => undefined, // the call's own rejection is the pipeline's to report
+  );
 }
 
 function splitDefinedBy(definedBy: string): [string, string] {

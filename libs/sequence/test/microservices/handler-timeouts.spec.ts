@@ -100,6 +100,8 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
 
 let quotes = 0;
 let deadLettersRead = 0;
+/** The streams `rr.late-stream` returned, each after its call was abandoned. */
+const lateReplies: Readable[] = [];
 
 @Controller()
 class SlowAnswers {
@@ -117,6 +119,15 @@ class SlowAnswers {
   @EventPattern('rr.stuck-read.dlq')
   readBack(): void {
     deadLettersRead++;
+  }
+
+  @MessagePattern('rr.late-stream')
+  async lateStream(): Promise<Readable> {
+    // Opens its reply (a file, say) only after the limit: a call that was abandoned.
+    await new Promise((resolve) => setTimeout(resolve, 4 * TIMEOUT_MS));
+    const reply = new Readable({ read() {} });
+    lateReplies.push(reply);
+    return reply;
   }
 
   @MessagePattern('rr.slow-reply')
@@ -147,6 +158,7 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
           'rr.stuck': { handlerTimeoutMs: TIMEOUT_MS },
           'rr.stuck-read': { handlerTimeoutMs: TIMEOUT_MS },
           'rr.slow-reply': { handlerTimeoutMs: TIMEOUT_MS },
+          'rr.late-stream': { handlerTimeoutMs: TIMEOUT_MS },
         },
       },
       client: { replyTimeoutMs: 5_000 },
@@ -179,6 +191,17 @@ describe('microservices: a @MessagePattern handler and handlerTimeoutMs', () => 
     await inner.whenIdle();
     expect(quotes).toBe(1);
     expect(inner.take(inner.deadLetterChannel('rr.slow-reply'))).toHaveLength(0);
+  });
+
+  it('destroys the stream an abandoned call returns, which is never sent', async () => {
+    await expect(ask('rr.late-stream', {})).rejects.toMatchObject({
+      message: expect.stringMatching(/^handler-timeout: /) as unknown,
+    });
+    await eventually(() => lateReplies.length === 2, 'both calls returned');
+    await eventually(
+      () => lateReplies.every((reply) => reply.destroyed),
+      'the unsent replies destroyed',
+    );
   });
 
   it('never answers a dead-lettered request again when a handler reads its dead letter', async () => {
