@@ -904,6 +904,53 @@ describe('guarantees: broker-held reassembly', () => {
     rmSync(root, { recursive: true, force: true });
   });
 
+  it('dead-letters a late claim-checked fragment with a verdict whose marker never landed', async () => {
+    const channel = 'held.mixed-unmarked';
+    spoolDir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    const root = mkdtempSync(join(tmpdir(), 'nseq-parked-test-'));
+    const expired: string[] = [];
+    // The store takes fragments, but refuses every completion marker (Redis refusing writes).
+    const store = new (class extends MemorySequenceStore {
+      override async finish(): Promise<boolean> {
+        throw new Error('the store refuses writes (test)');
+      }
+    })();
+    t = await createSequenceTestApp(channel, {
+      claimCheck: { store: new FilesystemPayloadStore({ root }) },
+      sequence: {
+        buffer: 'broker',
+        partitions: PARTITIONS,
+        spool: { dir: spoolDir },
+        store,
+        timeoutMs: 200,
+        onExpired: (sequence: { sequenceId: string }) => void expired.push(sequence.sequenceId),
+      },
+    });
+    const { transport, handler, app: nest } = t;
+    const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
+    const fragments = makeFragments('held-mixed-unmarked', bytes(3_000, 47), 1_000);
+    // The inline fragments are held here and expire; their marker cannot be written.
+    await publishHeld(transport, channel, [fragments[0], fragments[2]], PARTITIONS);
+    await eventually(() => deadLetters(transport, channel).length === 2, 'two dead letters');
+    // The claim-checked one comes late: it meets the verdict, as an inline one would.
+    const parked = await parking.park(fragments[1].body, channel);
+    await parking.settle(parked, true);
+    const late = {
+      body: parked.ticketBody,
+      headers: { ...fragments[1].headers, [CLAIM_CHECK_HEADER]: 1 },
+    };
+    await publishHeld(transport, channel, [late], PARTITIONS);
+    await eventually(() => deadLetters(transport, channel).length === 3, 'the late one refused');
+    expect(String(deadLetters(transport, channel)[2].headers['x-death-reason'])).toMatch(
+      /^sequence-expired: sequence held-mixed-unmarked: expired after 200 ms/,
+    );
+    expect(await openInStore(store)).toBe(0);
+    await sleep(400); // a sequence opened in the store would expire there meanwhile, a second time
+    expect(expired).toEqual(['held-mixed-unmarked']);
+    expect(handler.calls).toBe(0);
+    rmSync(root, { recursive: true, force: true });
+  });
+
   it('takes fragments published to the plain channel through the store', async () => {
     const channel = 'held.plain';
     const { transport, handler } = await app(channel);

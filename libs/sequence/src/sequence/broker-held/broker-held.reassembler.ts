@@ -219,13 +219,17 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     headers: Readonly<Record<string, unknown>>,
     consumer: SequenceConsumer,
   ): Promise<Disposition> {
-    let sequenceId: string;
+    let fragment: FragmentHeaders;
     try {
-      ({ sequenceId } = parseFragmentHeaders(headers));
+      fragment = parseFragmentHeaders(headers);
     } catch {
       return this.aggregator.receive(message, consumer); // it refuses the headers with the reason
     }
+    const { sequenceId } = fragment;
     const key = `${consumer.channel}\u0000${sequenceId}`;
+    // Its sequence ended here without a marker: the store would take it for a new one.
+    const unrecorded = this.unrecordedVerdict(key);
+    if (unrecorded) return this.meet(unrecorded, fragment, consumer);
     // At once: its inline fragments delivered right behind it must not open it here meanwhile.
     this.routeToStore(key, consumer);
     const opening = this.opening.get(key);
