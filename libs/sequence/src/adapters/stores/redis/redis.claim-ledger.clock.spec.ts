@@ -3,7 +3,8 @@
  * second time. The receiver retains a completion until the ticket's expiresAt and checks a
  * ticket's expiry on the instance's own clock, while the ledger moves a `now` more than 1 s off
  * onto Redis's clock. An instance whose clock is behind still takes the ticket for valid: its
- * claim must still meet the completion ('done'), not find it past ('claimed': handled twice).
+ * claim must still meet the completion ('done'), not find it past ('claimed': handled twice); nor
+ * may an instance whose clock is ahead record a completion that ends before the ticket expired.
  */
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -11,7 +12,7 @@ import { describeWithServer } from '../../../../test/support/servers';
 import { deleteUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { RedisClaimLedger } from './redis.claim-ledger';
 
-describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock behind', () => {
+describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock off', () => {
   let client: Redis;
   let prefix: string;
 
@@ -72,5 +73,29 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
     const now = behindClock();
     expect(expiresAt > now).toBe(true);
     await expect(behind.claim(a, 'a2', 30_000, now)).resolves.toBe('done');
+  });
+
+  it('keeps a completion recorded by an instance whose clock is ahead until the ticket expired', async () => {
+    // The completion's retainUntil comes from the ticket (its expiresAt, on the sender's clock),
+    // not from the completing instance's clock: moving it onto Redis's clock by that instance's
+    // offset would end the retention early, and an in-sync instance, for which the ticket is
+    // still valid, would handle its duplicate a second time.
+    const aheadMs = 10_000;
+    const inSync = new RedisClaimLedger(client, { prefix });
+    const aheadClock = () => Date.now() + aheadMs;
+    const ahead = new RedisClaimLedger(client, { prefix, clock: aheadClock });
+    const key = { ticket: `redis:${randomUUID()}`, group: 'archive' };
+
+    const t0 = Date.now();
+    // The ticket expires 30 s from now on every correct clock (20 s by the instance ahead).
+    const expiresAt = t0 + 30_000;
+    expect(await ahead.claim(key, 'a', 30_000, aheadClock())).toBe('claimed');
+    expect((await ahead.complete(key, 'a', expiresAt, aheadClock())).first).toBe(true);
+
+    // A duplicate reaches an in-sync instance 25 s on (its `now` passed as is): the ticket is
+    // still valid there, so the claim must meet the completion.
+    const now = t0 + 25_000;
+    expect(expiresAt > now).toBe(true);
+    await expect(inSync.claim(key, 'b', 30_000, now)).resolves.toBe('done');
   });
 });

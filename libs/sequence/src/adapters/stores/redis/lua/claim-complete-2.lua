@@ -20,7 +20,12 @@
 local rcall = redis.call
 local doneKey, leaseKey = KEYS[1], KEYS[2]
 local group = ARGV[1]
-local retainUntil, now, margin = callerTime(ARGV[2]), callerTime(ARGV[3]), tonumber(ARGV[4])
+local now, margin = callerTime(ARGV[3]), tonumber(ARGV[4])
+-- retainUntil comes from the ticket's expiresAt, which each instance checks on its own clock: it
+-- counts until it is past on both clocks, so it is moved onto Redis's only when that makes it
+-- later (a caller behind). Made earlier (a caller ahead), the completion would be gone before an
+-- in-sync instance takes the ticket for expired, and that one would handle a duplicate again.
+local retainUntil = math.max(callerTime(ARGV[2]), tonumber(string.match(ARGV[2], '^[^:]+')))
 
 rcall('DEL', leaseKey)
 
