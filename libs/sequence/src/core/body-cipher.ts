@@ -1,8 +1,7 @@
 import type { PayloadEncryptionKey } from './encryption-key';
 import { ENCRYPTION_OVERHEAD_BYTES } from './encryption-format';
-import { EncryptionKeyring } from './encryption-keyring';
+import { EncryptionKeyring, keysObjectProblem } from './encryption-keyring';
 import { SequenceOptionsError } from './errors/sequence-options.error';
-import { isPlainObject, kindOf } from './option-keys';
 import type { HeaderMap } from './headers';
 import { openBuffer, sealBuffer, SealedBufferFailure, SealedBufferOpener } from './sealed-buffer';
 
@@ -40,10 +39,9 @@ export class BodyCipher {
    *   or not 32 bytes.
    */
   constructor(options: StoreEncryptionOptions, where: string) {
-    if (!isPlainObject(options)) {
-      throw new SequenceOptionsError(where, [
-        `must be an object: { keys: [{ id, key }] }, got ${kindOf(options)} (leave it out for no encryption)`,
-      ]);
+    const notAnObject = keysObjectProblem(options);
+    if (notAnObject) {
+      throw new SequenceOptionsError(where, [`${notAnObject} (leave it out for no encryption)`]);
     }
     this.keyring = new EncryptionKeyring(options.keys, `${where} keys`);
   }

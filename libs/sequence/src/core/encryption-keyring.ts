@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, type CipherGCM, type DecipherGCM } from 'node:crypto';
 import type { PayloadEncryptionKey } from './encryption-key';
 import { SequenceOptionsError } from './errors/sequence-options.error';
+import { isPlainObject, kindOf } from './option-keys';
 
 export const PAYLOAD_KEY_BYTES = 32;
 export const PAYLOAD_KEY_ID_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
@@ -16,6 +17,16 @@ const BASE64_OF_32_BYTES = /^(?:[A-Za-z0-9+/]{43}=?|[A-Za-z0-9_-]{43})$/;
  * Key material is copied and kept in a private field, out of sight of `JSON.stringify`,
  * `util.inspect` and loggers.
  */
+/**
+ * What is wrong with encryption options (`{ keys }`, for a keyring) given as something that is
+ * not an object at all, or undefined when they are one: the keys inside are the keyring's to
+ * check.
+ */
+export function keysObjectProblem(options: unknown): string | undefined {
+  if (isPlainObject(options)) return undefined;
+  return `must be an object: { keys: [{ id, key }] }, got ${kindOf(options)}`;
+}
+
 export class EncryptionKeyring {
   /** The id of the key new payloads are encrypted with. */
   readonly encryptionKeyId: string;

@@ -12,16 +12,11 @@ import type {
 import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
 import { abortReason } from '../../../core/async';
 import { ENCRYPTION_OVERHEAD_BYTES } from '../../../core/encryption-format';
-import { EncryptionKeyring } from '../../../core/encryption-keyring';
+import { EncryptionKeyring, keysObjectProblem } from '../../../core/encryption-keyring';
 import { sealBuffer } from '../../../core/sealed-buffer';
 import { DecryptingStream, EncryptingStream } from './payload-encryption.streams';
 import { byteChunks } from '../../../core/payload-source';
-import {
-  isPlainObject,
-  kindOf,
-  refuseUnknownKeys,
-  type OptionKeysOf,
-} from '../../../core/option-keys';
+import { kindOf, refuseUnknownKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 
 /** Options of {@link EncryptingPayloadStore}. */
@@ -72,14 +67,12 @@ export class EncryptingPayloadStore implements PayloadStore {
     private readonly inner: PayloadStore,
     options: EncryptingPayloadStoreOptions,
   ) {
-    const problems = [
-      ...(typeof inner === 'object' && inner !== null
-        ? []
-        : [`the store to wrap must be a PayloadStore, got ${kindOf(inner)}`]),
-      ...(isPlainObject(options)
-        ? []
-        : [`options must be an object: { keys: [{ id, key }] }, got ${kindOf(options)}`]),
-    ];
+    const problems: string[] = [];
+    if (typeof inner !== 'object' || inner === null) {
+      problems.push(`the store to wrap must be a PayloadStore, got ${kindOf(inner)}`);
+    }
+    const notAnObject = keysObjectProblem(options);
+    if (notAnObject) problems.push(`options ${notAnObject}`);
     if (problems.length > 0) throw new SequenceOptionsError('EncryptingPayloadStore', problems);
     refuseUnknownKeys('EncryptingPayloadStore options', options, ENCRYPTING_PAYLOAD_STORE_KEYS);
     this.name = inner.name;
