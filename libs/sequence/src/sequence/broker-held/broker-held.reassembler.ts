@@ -184,10 +184,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     const fragment = this.checks.check(channel, body, headers, options);
     if (isRefusal(fragment)) return fragment;
-    const key = `${channel}\u0000${fragment.sequenceId}`;
+    const key = sequenceKey(channel, fragment.sequenceId);
     // Its sequence ended here without a marker: it meets the verdict, as it would the marker's.
     const unrecorded = this.unrecordedVerdict(key);
-    if (unrecorded) return this.meet(unrecorded, fragment, consumer);
+    if (unrecorded) return this.meet(unrecorded, key, fragment, consumer);
     // It can never fit in the window: the store path from its first fragment on. A streamed
     // sequence tells its size with its last fragment: what is held of it here goes there too,
     // else the sequence would be split between the spool and the store, and neither complete.
@@ -226,10 +226,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       return this.aggregator.receive(message, consumer); // it refuses the headers with the reason
     }
     const { sequenceId } = fragment;
-    const key = `${consumer.channel}\u0000${sequenceId}`;
+    const key = sequenceKey(consumer.channel, sequenceId);
     // Its sequence ended here without a marker: the store would take it for a new one.
     const unrecorded = this.unrecordedVerdict(key);
-    if (unrecorded) return this.meet(unrecorded, fragment, consumer);
+    if (unrecorded) return this.meet(unrecorded, key, fragment, consumer);
     // At once: its inline fragments delivered right behind it must not open it here meanwhile.
     this.routeToStore(key, consumer);
     const opening = this.opening.get(key);
@@ -581,7 +581,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
       }
       this.spoolFaults.delete(keyOf(sequence));
-      await this.record(sequence, 'completed');
+      await this.record(refOf(sequence), 'completed');
       this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
       this.lifecycle.completed(channel, complete, outcome.attempts);
       await this.finishWith(sequence, ACK);
@@ -608,7 +608,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.spoolFaults.delete(keyOf(sequence));
     const reason = deathReason(code, detail);
     const marker = outcome === 'rejected' ? 'rejected' : 'failed';
-    if (!(await this.record(sequence, marker, reason))) {
+    if (!(await this.record(refOf(sequence), marker, reason))) {
       // Without a marker, its fragments given back to be dead-lettered whole (their bodies
       // released) would be taken for a new sequence: spooled, and expired or handled, again.
       this.remember(keyOf(sequence), {
@@ -708,14 +708,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
    * the store failed (not when it holds another outcome already: that one stands).
    */
   private async record(
-    sequence: SequenceRef | HeldSequence,
+    ref: SequenceRef,
     outcome: Exclude<FinishedOutcome, 'expired'>,
     reason?: string,
   ): Promise<boolean> {
-    const ref =
-      sequence instanceof HeldSequence
-        ? { scope: sequence.channel, sequenceId: sequence.sequenceId }
-        : sequence;
     try {
       const recorded = await this.store.finish(ref, outcome, {
         now: Date.now(),
@@ -766,11 +762,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
    */
   private async meet(
     verdict: UnrecordedVerdict,
+    key: string,
     fragment: FragmentHeaders,
     consumer: SequenceConsumer,
   ): Promise<Disposition> {
     const { channel } = consumer;
-    const key = `${channel}\u0000${fragment.sequenceId}`;
     verdict.retry ??= this.record(
       { scope: channel, sequenceId: fragment.sequenceId },
       verdict.outcome,
@@ -911,8 +907,18 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
 }
 
 /** The key of a sequence in the maps of the reassembler. */
+/** The key of a channel's sequence in the reassembler's maps. */
+function sequenceKey(channel: string, sequenceId: string): string {
+  return `${channel}\u0000${sequenceId}`;
+}
+
 function keyOf(sequence: HeldSequence): string {
-  return `${sequence.channel}\u0000${sequence.sequenceId}`;
+  return sequenceKey(sequence.channel, sequence.sequenceId);
+}
+
+/** The store's name for a held sequence (its completion marker's). */
+function refOf(sequence: HeldSequence): SequenceRef {
+  return { scope: sequence.channel, sequenceId: sequence.sequenceId };
 }
 
 /** What releases `message`'s body in its transport, where the transport offers that. */
