@@ -104,6 +104,59 @@ describe('BoxLoop', () => {
     await loop.stop();
   });
 
+  it('drains a backlog with all its claims: a claim that reports more starts one beside the next', async () => {
+    let running = 0;
+    let most = 0;
+    let left = 10; // full batches due
+    const releases: (() => void)[] = [];
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async (locked) => {
+        running++;
+        most = Math.max(most, running);
+        const full = left-- > 0;
+        locked();
+        await new Promise<void>((resolve) => releases.push(resolve));
+        running--;
+        return full;
+      },
+      quiet,
+      3,
+    );
+    loop.start(3_600_000); // its first cycle at once; no commit wakes it again
+    const settle = () => new Promise((resolve) => setImmediate(resolve));
+    // Each claim ends in turn: every drain goes on while its batches are full.
+    while (releases.length > 0) {
+      releases.shift()?.();
+      for (let turn = 0; turn < 5; turn++) await settle();
+    }
+    await loop.idle();
+    expect(most).toBe(3);
+    expect(left).toBeLessThan(0); // every full batch claimed, then the claims that found less
+    await loop.stop();
+  });
+
+  it('starts no more claims for a full batch its cycle held off (a broker away)', async () => {
+    let cycles = 0;
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async (locked) => {
+        cycles++;
+        locked(); // a full batch, released untouched: the cycle reports no more
+        await new Promise((resolve) => setImmediate(resolve));
+        return false;
+      },
+      quiet,
+      3,
+    );
+    loop.start(3_600_000);
+    await loop.idle();
+    expect(cycles).toBe(1);
+    await loop.stop();
+  });
+
   it('keeps cycling while a cycle reports more, and stops at once when stopped', async () => {
     let left = 5;
     const loop = new BoxLoop('outbox_events', 'test', () => Promise.resolve(--left > 0), quiet);

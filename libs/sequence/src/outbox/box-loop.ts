@@ -18,7 +18,9 @@ export type Locked = () => void;
  * left for the next poll, and commits never start claims that would race for the same rows (all
  * but one finding nothing). Claims then take what was committed while the one before them
  * locked, in one batch. A cycle that reports more work (a full batch) is followed by the next
- * one at once.
+ * one at once, and starts one more beside it when fewer than `concurrency` run and none is
+ * locking: a backlog (rows committed while no relay ran) is drained by all the claims allowed,
+ * not by one until a commit in this process wakes the loop.
  */
 export class BoxLoop {
   private timer: NodeJS.Timeout | undefined;
@@ -78,6 +80,11 @@ export class BoxLoop {
     await this.idle();
   }
 
+  /** One more drain beside those running, for a backlog: when a slot is free and none locks. */
+  private spread(): void {
+    if (this.drains < this.concurrency && this.locking === 0) this.startDrain();
+  }
+
   private startDrain(): void {
     // This cycle starts after the wake-up: it answers any asked for before.
     this.again = false;
@@ -116,7 +123,7 @@ export class BoxLoop {
     let more = true;
     while (more) {
       try {
-        while (!this.stopped && (await this.runCycle()));
+        while (!this.stopped && (await this.runCycle())) this.spread();
       } catch (error) {
         // The store or the broker is away: the next wake-up or poll tries again. A wake-up that
         // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.
