@@ -137,6 +137,28 @@ describe('BoxLoop', () => {
     await loop.stop();
   });
 
+  it('starts no claim beside a full one that ends after it was stopped', async () => {
+    let cycles = 0;
+    let release: () => void = () => undefined;
+    const loop = new BoxLoop(
+      'outbox_events',
+      'test',
+      async (locked) => {
+        cycles++;
+        locked();
+        await new Promise<void>((resolve) => (release = resolve));
+        return true; // a full batch: more may be due
+      },
+      quiet,
+      3,
+    );
+    loop.start(3_600_000);
+    const stopped = loop.stop();
+    release();
+    await stopped;
+    expect(cycles).toBe(1);
+  });
+
   it('starts no more claims for a full batch its cycle held off (a broker away)', async () => {
     let cycles = 0;
     const loop = new BoxLoop(

@@ -82,7 +82,7 @@ export class BoxLoop {
 
   /** One more drain beside those running, for a backlog: when a slot is free and none locks. */
   private spread(): void {
-    if (this.drains < this.concurrency && this.locking === 0) this.startDrain();
+    if (!this.stopped && this.drains < this.concurrency && this.locking === 0) this.startDrain();
   }
 
   private startDrain(): void {
