@@ -6,7 +6,8 @@ export type AdminErrorCode =
   | 'not-found'
   | 'too-large'
   | 'unsupported'
-  | 'internal';
+  | 'internal'
+  | 'unavailable';
 
 const STATUS: Readonly<Record<AdminErrorCode, number>> = {
   'bad-request': 400,
@@ -16,6 +17,7 @@ const STATUS: Readonly<Record<AdminErrorCode, number>> = {
   'too-large': 413,
   unsupported: 501,
   internal: 500,
+  unavailable: 503,
 };
 
 /** An admin request that cannot be answered as asked; the filter turns it into its status. */

@@ -1,3 +1,4 @@
+import { types } from 'node:util';
 import type { Client, ClientConfig, Pool, PoolClient, PoolConfig } from 'pg';
 import { PostgresOutboxError } from './postgres-outbox.error';
 
@@ -58,7 +59,7 @@ export function checkOut(pool: Pool, onError: (error: Error) => void): Promise<P
  * failing on a working connection): the client is then destroyed instead of going back to a pool.
  */
 export function isConnectionError(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
+  if (!isError(error)) return false;
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string') {
     // Class 08: connection exception; 57P01-57P03: terminated by the administrator, crash
@@ -71,4 +72,12 @@ export function isConnectionError(error: unknown): boolean {
   return /Connection terminated|not queryable|Client was closed|Query read timeout/i.test(
     error.message,
   );
+}
+
+/**
+ * Whether `value` is an Error, also one made in another realm (a Node socket error seen from a
+ * `vm` context, as under Jest), which `instanceof Error` does not recognise.
+ */
+export function isError(value: unknown): value is Error {
+  return value instanceof Error || types.isNativeError(value);
 }

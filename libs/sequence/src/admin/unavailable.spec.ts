@@ -1,0 +1,116 @@
+import { Redis, type RedisOptions } from 'ioredis';
+import { Pool } from 'pg';
+import { sparePort } from '../../test/support/processes/server-process';
+import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { isUnavailable } from './unavailable';
+
+/** What `run` rejects with (it must reject). */
+async function rejectionOf(run: () => Promise<unknown>): Promise<unknown> {
+  try {
+    await run();
+  } catch (error) {
+    return error;
+  }
+  throw new Error('it did not reject');
+}
+
+/** What a command of an ioredis client with `options`, pointed at a closed port, rejects with. */
+async function redisDownError(options: RedisOptions): Promise<unknown> {
+  const client = new Redis(`redis://127.0.0.1:${await sparePort()}`, {
+    retryStrategy: () => 20,
+    ...options,
+  });
+  client.on('error', () => undefined);
+  try {
+    return await rejectionOf(() => client.get('key'));
+  } finally {
+    client.disconnect();
+  }
+}
+
+describe('isUnavailable over what the clients throw with their server away', () => {
+  it('tells a command ioredis gave up after maxRetriesPerRequest reconnections', async () => {
+    const error = await redisDownError({ maxRetriesPerRequest: 1 });
+    expect(error).toMatchObject({ name: 'MaxRetriesPerRequestError' });
+    expect(isUnavailable(error)).toBe(true);
+  });
+
+  it('tells a command ioredis refused without an offline queue', async () => {
+    const error = await redisDownError({ enableOfflineQueue: false });
+    expect(isUnavailable(error)).toBe(true);
+  });
+
+  it('tells a command on an ioredis client that stopped reconnecting', async () => {
+    const client = new Redis(`redis://127.0.0.1:${await sparePort()}`, {
+      retryStrategy: () => null,
+      lazyConnect: true,
+    });
+    client.on('error', () => undefined);
+    await rejectionOf(() => client.connect());
+    const error = await rejectionOf(() => client.get('key'));
+    client.disconnect();
+    expect(error).toMatchObject({ message: 'Connection is closed.' });
+    expect(isUnavailable(error)).toBe(true);
+  });
+
+  it('tells a pg pool refused a connection, also as the cause of another error', async () => {
+    const pool = new Pool({
+      connectionString: `postgres://postgres@127.0.0.1:${await sparePort()}/test`,
+    });
+    const error = await rejectionOf(() => pool.query('SELECT 1'));
+    await pool.end();
+    expect(error).toMatchObject({ code: 'ECONNREFUSED' });
+    expect(isUnavailable(error)).toBe(true);
+    expect(isUnavailable(new Error('listing the outbox failed', { cause: error }))).toBe(true);
+  });
+
+  it('does not take an error that is no outage for one', () => {
+    expect(isUnavailable(new Error('route of event x gave no channel'))).toBe(false);
+    expect(isUnavailable(new TypeError("Cannot read properties of undefined (reading 'id')"))).toBe(
+      false,
+    );
+    expect(isUnavailable('Connection is closed.')).toBe(false);
+    expect(isUnavailable(undefined)).toBe(false);
+  });
+});
+
+describeWithServer('postgres', 'isUnavailable over what a reachable PostgreSQL answers', () => {
+  let pool: Pool;
+
+  beforeAll(() => {
+    pool = new Pool({ connectionString: SERVERS.postgres.url, max: 2 });
+    pool.on('error', () => undefined);
+  });
+
+  afterAll(() => pool.end());
+
+  it('tells a connection the server terminated (57P01)', async () => {
+    const client = await pool.connect();
+    client.on('error', () => undefined);
+    const error = await rejectionOf(() =>
+      client.query('SELECT pg_terminate_backend(pg_backend_pid())'),
+    );
+    client.release(true);
+    expect(error).toMatchObject({ code: '57P01' });
+    expect(isUnavailable(error)).toBe(true);
+  });
+
+  it('does not take a statement that fails on a working connection for an outage', async () => {
+    const error = await rejectionOf(() => pool.query('SELECT * FROM no_such_table_nseq'));
+    expect(error).toMatchObject({ code: '42P01' });
+    expect(isUnavailable(error)).toBe(false);
+  });
+});
+
+describeWithServer('redis', 'isUnavailable over what a reachable Redis answers', () => {
+  it('does not take an error reply for an outage', async () => {
+    const client = new Redis(SERVERS.redis.url);
+    try {
+      const error = await rejectionOf(() => client.call('NO-SUCH-COMMAND-NSEQ'));
+      expect(error).toMatchObject({ name: 'ReplyError' });
+      expect(isUnavailable(error)).toBe(false);
+    } finally {
+      client.disconnect();
+    }
+  });
+});
