@@ -1,4 +1,4 @@
-import { isConnectionError, isError } from '../adapters/stores/postgres/postgres-client';
+import { isConnectionError, isError } from '../core/errors/connection-errors';
 
 /**
  * Error names of the clients the adapters use, for a connection that is gone or not answering:

@@ -2,7 +2,8 @@ import type { Client, Pool, PoolClient, QueryResult } from 'pg';
 import { MAX_TIMER_MS } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { PostgresMigrationOutcomeUnknownError, PostgresOutboxError } from './postgres-outbox.error';
-import { checkOut, isConnectionError } from './postgres-client';
+import { checkOut } from './postgres-client';
+import { isConnectionError } from '../../../core/errors/connection-errors';
 import { assertTablePrefix, migrationStatements, outboxMigrations } from './postgres-outbox.sql';
 
 export interface MigrateOutboxOptions {

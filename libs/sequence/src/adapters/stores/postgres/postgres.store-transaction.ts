@@ -6,7 +6,8 @@ import { NestedTransactionOpenError } from '../../../core/errors/nested-transact
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import { errorMessage } from '../../../core/errors/caught';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
-import { checkOut, isConnectionError } from './postgres-client';
+import { checkOut } from './postgres-client';
+import { isConnectionError } from '../../../core/errors/connection-errors';
 import { failedStepOf, runPipeline, type PipelineStep } from './postgres-pipeline';
 
 /** A statement whose result nobody awaits: sent with the transaction's next statement. */
