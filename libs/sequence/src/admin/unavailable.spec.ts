@@ -1,3 +1,7 @@
+import { readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect } from 'amqplib';
 import { Redis, type RedisOptions } from 'ioredis';
 import { Pool } from 'pg';
 import { sparePort } from '../../test/support/processes/server-process';
@@ -111,6 +115,53 @@ describeWithServer('redis', 'isUnavailable over what a reachable Redis answers',
       expect(isUnavailable(error)).toBe(false);
     } finally {
       client.disconnect();
+    }
+  });
+});
+
+describe('isUnavailable over file-system errors', () => {
+  it('does not take a file that cannot be read for an outage (a misconfiguration, not "later")', async () => {
+    const directory = await rejectionOf(() => readFile(tmpdir()));
+    const missing = await rejectionOf(() => readFile(join(tmpdir(), 'no-such-file-nseq')));
+    expect(directory).toMatchObject({ code: 'EISDIR' });
+    expect(missing).toMatchObject({ code: 'ENOENT' });
+    expect(isUnavailable(directory)).toBe(false);
+    expect(isUnavailable(missing)).toBe(false);
+  });
+});
+
+describeWithServer('rabbitmq', 'isUnavailable over what amqplib throws', () => {
+  it('tells a call the connection dropped under, and a channel asked of a closed connection', async () => {
+    const connection = await connect(SERVERS.rabbitmq.url);
+    connection.on('error', () => undefined);
+    const channel = await connection.createChannel();
+    channel.on('error', () => undefined);
+    const pending = rejectionOf(() => channel.checkExchange('amq.direct'));
+    // The socket lost, as in a network outage: the call's reply never comes.
+    const socket = (connection.connection as unknown as { stream: { destroy(e: Error): void } })
+      .stream;
+    socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
+    const dropped = await pending;
+    expect(dropped).toMatchObject({ message: expect.stringMatching(/^Channel ended/) });
+    expect(isUnavailable(dropped)).toBe(true);
+    const closed = await rejectionOf(() => connection.createChannel());
+    expect(closed).toMatchObject({ message: expect.stringMatching(/^Connection closed/) });
+    expect(isUnavailable(closed)).toBe(true);
+  });
+
+  it('does not take a channel the broker closed for what was asked of it for an outage', async () => {
+    const connection = await connect(SERVERS.rabbitmq.url);
+    try {
+      const channel = await connection.createChannel();
+      channel.on('error', () => undefined);
+      const refused = await rejectionOf(() => channel.checkQueue('no-such-queue-nseq'));
+      const afterwards = await rejectionOf(() => channel.checkQueue('no-such-queue-nseq'));
+      expect(refused).toMatchObject({ code: 404 });
+      expect(afterwards).toMatchObject({ name: 'IllegalOperationError' });
+      expect(isUnavailable(refused)).toBe(false);
+      expect(isUnavailable(afterwards)).toBe(false);
+    } finally {
+      await connection.close();
     }
   });
 });

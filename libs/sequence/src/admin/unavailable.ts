@@ -1,35 +1,40 @@
-import { isConnectionError, isError } from '../core/errors/connection-errors';
+import {
+  isError,
+  isNetworkError,
+  isPostgresConnectionError,
+} from '../core/errors/connection-errors';
 
 /**
  * Error names of the clients the adapters use, for a connection that is gone or not answering:
- * ioredis's command given up after `maxRetriesPerRequest` reconnections, amqplib's operation on a
- * closed connection or channel, NATS's closed or failed connection and request timeout. Matched
- * by name: these clients are optional peers, not loaded here.
+ * ioredis's command given up after `maxRetriesPerRequest` reconnections, NATS's closed or failed
+ * connection and request timeout. Matched by name: these clients are optional peers, not loaded
+ * here. Not amqplib's IllegalOperationError: a channel the broker closed for what was asked of it
+ * throws it too.
  */
 const UNAVAILABLE_NAMES: ReadonlySet<string> = new Set([
   'MaxRetriesPerRequestError',
-  'IllegalOperationError',
   'ClosedConnectionError',
   'ConnectionError',
   'TimeoutError',
 ]);
 
 /**
- * What ioredis and the RabbitMQ transport throw as plain `Error`s while disconnected: a command
- * on a client that is closed or reconnecting (no offline queue), or that `commandTimeout` gave up
- * on; a dead-letter read while the transport reconnects.
+ * What ioredis, amqplib and the RabbitMQ transport throw while disconnected: a command on a
+ * client that is closed or reconnecting (no offline queue), or that `commandTimeout` gave up on;
+ * a call whose connection dropped before its reply, or made on a closed connection; a dead-letter
+ * read while the transport reconnects.
  */
 const UNAVAILABLE_MESSAGE =
-  /^(Connection is closed\.|Stream isn't writeable|Command timed out$|not connected to RabbitMQ)/;
+  /^(Connection is closed\.|Stream isn't writeable|Command timed out$|Channel ended, no reply will be forthcoming|Connection closed|not connected to RabbitMQ)/;
 
 /**
  * Whether `error` (or an error it was caused by) means a store or the broker cannot be reached
- * now, rather than a bug: the request may succeed when tried again later. PostgreSQL and socket
- * errors are told by `isConnectionError`, the rest by the client's error name or message.
+ * now, rather than a bug: the request may succeed when tried again later. Told by the network
+ * error code, PostgreSQL's connection errors, or the client's error name or message.
  */
 export function isUnavailable(error: unknown): boolean {
   for (let depth = 0; isError(error) && depth < 5; depth++) {
-    if (isConnectionError(error)) return true;
+    if (isNetworkError(error) || isPostgresConnectionError(error)) return true;
     if (UNAVAILABLE_NAMES.has(error.name) || UNAVAILABLE_MESSAGE.test(error.message)) return true;
     error = error.cause;
   }
