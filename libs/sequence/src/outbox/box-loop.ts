@@ -58,7 +58,7 @@ export class BoxLoop {
   /** Asks for a cycle soon (now, right after the one locking, or after one in progress). */
   wake(): void {
     if (this.stopped) return;
-    if (this.drains >= this.concurrency || this.locking > 0) {
+    if (!this.mayStart()) {
       this.again = true;
       return;
     }
@@ -80,9 +80,14 @@ export class BoxLoop {
     await this.idle();
   }
 
-  /** One more drain beside those running, for a backlog: when a slot is free and none locks. */
+  /** Whether a cycle may start now: a slot is free and none is still locking its batch. */
+  private mayStart(): boolean {
+    return this.drains < this.concurrency && this.locking === 0;
+  }
+
+  /** One more drain beside those running, if one may start (a backlog, or a wake-up). */
   private spread(): void {
-    if (!this.stopped && this.drains < this.concurrency && this.locking === 0) this.startDrain();
+    if (!this.stopped && this.mayStart()) this.startDrain();
   }
 
   private startDrain(): void {
@@ -106,8 +111,7 @@ export class BoxLoop {
       this.locking -= 1;
       // A wake-up while it locked: something was committed that it may not have seen. One more
       // claim now, for what it did not take (or, with every slot taken, after the first that ends).
-      if (this.stopped || !this.again) return;
-      if (this.drains < this.concurrency && this.locking === 0) this.startDrain();
+      if (this.again) this.spread();
     };
     try {
       return await this.cycle(locked);
