@@ -12,12 +12,6 @@ const ALGORITHM = 'aes-256-gcm';
 const BASE64_OF_32_BYTES = /^(?:[A-Za-z0-9+/]{43}=?|[A-Za-z0-9_-]{43})$/;
 
 /**
- * The validated payload encryption keys: the first encrypts, every one decrypts, so keys rotate
- * (put the new key first; keep the old one listed while payloads encrypted under it remain).
- * Key material is copied and kept in a private field, out of sight of `JSON.stringify`,
- * `util.inspect` and loggers.
- */
-/**
  * What is wrong with encryption options (`{ keys }`, for a keyring) given as something that is
  * not an object at all, or undefined when they are one: the keys inside are the keyring's to
  * check.
@@ -27,6 +21,12 @@ export function keysObjectProblem(options: unknown): string | undefined {
   return `must be an object: { keys: [{ id, key }] }, got ${kindOf(options)}`;
 }
 
+/**
+ * The validated payload encryption keys: the first encrypts, every one decrypts, so keys rotate
+ * (put the new key first; keep the old one listed while payloads encrypted under it remain).
+ * Key material is copied and kept in a private field, out of sight of `JSON.stringify`,
+ * `util.inspect` and loggers.
+ */
 export class EncryptionKeyring {
   /** The id of the key new payloads are encrypted with. */
   readonly encryptionKeyId: string;
