@@ -18,8 +18,11 @@ export interface BoxOptions {
   /** Most records one claim takes. @default 100 (outboxes), 16 (inboxes) */
   batchSize?: number;
   /**
-   * Claims this instance runs at once for the box (they never overlap: each takes rows the
-   * others do not hold); each holds a pool connection while it runs. @default 3 (outboxes), 1 (inboxes)
+   * Most claims this instance runs at once for the box (they never overlap: each takes rows the
+   * others do not hold); each holds a pool connection while it runs. A relay runs more than one
+   * only while its claims come back full (a backlog): commits during a claim go out in the next
+   * one. An inbox processor also starts one for a commit while others run.
+   * @default 3 (outboxes), 1 (inboxes)
    */
   concurrency?: number;
   /**

@@ -191,6 +191,72 @@ describe('BoxLoop', () => {
     expect(left).toBe(0);
   });
 
+  describe("widening only when behind (a relay's loop)", () => {
+    /** A loop whose cycles lock a batch, wait, and report it full as `fullBatches` says. */
+    function relayLoop(fullBatches: (cycle: number) => boolean) {
+      const state = { cycles: 0, running: 0, most: 0, releases: [] as (() => void)[] };
+      const loop = new BoxLoop(
+        'outbox_events',
+        'test',
+        async (locked) => {
+          const cycle = ++state.cycles;
+          state.most = Math.max(state.most, ++state.running);
+          locked(); // its batch in hand: it publishes now
+          await new Promise<void>((resolve) => state.releases.push(resolve));
+          state.running--;
+          return fullBatches(cycle);
+        },
+        quiet,
+        3,
+        'when-behind',
+      );
+      return { loop, state };
+    }
+    const settle = async () => {
+      for (let turn = 0; turn < 5; turn++) await new Promise((resolve) => setImmediate(resolve));
+    };
+
+    it('answers commits during a claim with one claim after it, never one beside it', async () => {
+      const { loop, state } = relayLoop(() => false);
+      loop.start(3_600_000); // its first cycle at once: it takes what is due and publishes
+      loop.wake();
+      loop.wake();
+      loop.wake(); // commits meanwhile: they wait for it, to go out in one larger claim
+      await settle();
+      expect(state.cycles).toBe(1);
+      state.releases.shift()?.();
+      await settle();
+      expect(state.cycles).toBe(2);
+      state.releases.shift()?.();
+      await loop.idle();
+      expect(state.cycles).toBe(2);
+      expect(state.most).toBe(1);
+      await loop.stop();
+    });
+
+    it('widens after a claim that came back full, up to its concurrency', async () => {
+      const { loop, state } = relayLoop((cycle) => cycle <= 3);
+      loop.start(3_600_000); // its first cycle at once, which will come back full
+      loop.wake(); // waits for it
+      await settle();
+      expect(state.cycles).toBe(1);
+      state.releases.shift()?.(); // full: the next claim, and one beside it
+      await settle();
+      expect(state.cycles).toBe(3);
+      expect(state.running).toBe(2);
+      state.releases.shift()?.(); // full again: the next, and a third beside them
+      await settle();
+      expect(state.running).toBe(3);
+      while (state.releases.length > 0) {
+        state.releases.shift()?.();
+        await settle();
+      }
+      await loop.idle();
+      expect(state.most).toBe(3);
+      await loop.stop();
+    });
+  });
+
   it('a failing cycle is logged, and the next wake-up tries again', async () => {
     let calls = 0;
     const loop = new BoxLoop(

@@ -9,18 +9,28 @@ const RETRY_AFTER_FAILURE_MS = 250;
 export type Locked = () => void;
 
 /**
+ * What may start a claim beside those running. `on-wake`: a wake-up, or a claim that took a full
+ * batch. `when-behind`: only a claim that took a full batch (the box is behind); a wake-up while
+ * a claim runs waits for it to end and is answered by one claim after it, which takes everything
+ * committed meanwhile. A claim's own costs (its statements, its commit, the broker's confirms)
+ * are then paid once per larger batch, and the claims widen to `concurrency` only on a backlog.
+ */
+export type Widening = 'on-wake' | 'when-behind';
+
+/**
  * Runs one box's cycles (a relay's or an inbox processor's claims), up to `concurrency` at once,
  * whenever it is woken, and every `pollIntervalMs` as a safety net.
  *
- * A wake-up starts one more cycle when fewer than `concurrency` run and none is still locking
- * its batch; otherwise it asks for one more, started as soon as the locking cycle has its batch
- * (or after the first cycle that ends): a record committed while every claim was looking is never
- * left for the next poll, and commits never start claims that would race for the same rows (all
- * but one finding nothing). Claims then take what was committed while the one before them
- * locked, in one batch. A cycle that reports more work (a full batch) is followed by the next
- * one at once, and starts one more beside it when fewer than `concurrency` run and none is
- * locking: a backlog (rows committed while no relay ran) is drained by all the claims allowed,
- * not by one until a commit in this process wakes the loop.
+ * A wake-up starts one more cycle when fewer than `concurrency` run, none is still locking its
+ * batch, and the loop's `widening` allows it (see Widening); otherwise it asks for one more,
+ * started as soon as the locking cycle has its batch (when wake-ups widen) or after the first
+ * cycle that ends: a record committed while every claim was looking is never left for the
+ * next poll, and commits never start claims that would race for the same rows (all but one
+ * finding nothing). Claims then take what was committed while the one before them locked, in one
+ * batch. A cycle that reports more work (a full batch) is followed by the next one at once, and
+ * starts one more beside it when fewer than `concurrency` run and none is locking: a backlog
+ * (rows committed while no relay ran) is drained by all the claims allowed, not by one until a
+ * commit in this process wakes the loop.
  */
 export class BoxLoop {
   private timer: NodeJS.Timeout | undefined;
@@ -46,6 +56,7 @@ export class BoxLoop {
     private readonly logger: Logger,
     /** Most cycles at once (the box's `concurrency`). */
     private readonly concurrency = 1,
+    private readonly widening: Widening = 'on-wake',
   ) {}
 
   start(pollIntervalMs: number): void {
@@ -58,7 +69,7 @@ export class BoxLoop {
   /** Asks for a cycle soon (now, right after the one locking, or after one in progress). */
   wake(): void {
     if (this.stopped) return;
-    if (!this.mayStart()) {
+    if (!this.mayStart() || !this.mayWiden()) {
       this.again = true;
       return;
     }
@@ -83,6 +94,11 @@ export class BoxLoop {
   /** Whether a cycle may start now: a slot is free and none is still locking its batch. */
   private mayStart(): boolean {
     return this.drains < this.concurrency && this.locking === 0;
+  }
+
+  /** Whether a wake-up may add a cycle to those running (always when none runs). */
+  private mayWiden(): boolean {
+    return this.drains === 0 || this.widening === 'on-wake';
   }
 
   /** One more drain beside those running, if one may start (a backlog, or a wake-up). */
@@ -110,8 +126,9 @@ export class BoxLoop {
       done = true;
       this.locking -= 1;
       // A wake-up while it locked: something was committed that it may not have seen. One more
-      // claim now, for what it did not take (or, with every slot taken, after the first that ends).
-      if (this.again) this.spread();
+      // claim now, for what it did not take (or, with every slot taken or when wake-ups do not
+      // widen, after the first that ends).
+      if (this.again && this.mayWiden()) this.spread();
     };
     try {
       return await this.cycle(locked);

@@ -221,13 +221,17 @@ export class OutboxRuntime implements LifecyclePart {
             lifecycle,
             this.options.tracing,
           );
-    const role = box.startsWith('outbox') ? 'relay' : 'processor';
+    const relays = box.startsWith('outbox');
+    // A relay's claims cost about the same whatever their size, and its publishes are quick: a
+    // steady stream goes out in larger claims, one after the other, until one comes back full.
+    // A processor's handlers are the app's and may take long: commits start claims beside them.
     const loop = new BoxLoop(
       box,
-      `${box} ${role}`,
+      `${box} ${relays ? 'relay' : 'processor'}`,
       (locked) => worker.cycle(locked),
       this.logger,
       options.concurrency,
+      relays ? 'when-behind' : 'on-wake',
     );
     this.workers.push(worker);
     this.loops.set(box, loop);
