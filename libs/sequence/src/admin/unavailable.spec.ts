@@ -6,6 +6,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { Pool } from 'pg';
 import { sparePort } from '../../test/support/processes/server-process';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
+import { BrokerUnavailableError } from '../core/errors/broker-unavailable.error';
 import { isUnavailable } from './unavailable';
 
 /** What `run` rejects with (it must reject). */
@@ -66,6 +67,16 @@ describe('isUnavailable over what the clients throw with their server away', () 
     expect(error).toMatchObject({ code: 'ECONNREFUSED' });
     expect(isUnavailable(error)).toBe(true);
     expect(isUnavailable(new Error('listing the outbox failed', { cause: error }))).toBe(true);
+  });
+
+  it("tells a transport's BrokerUnavailableError, also as the cause of another error", () => {
+    for (const reason of ['reconnecting', 'blocked', 'not-answering'] as const) {
+      const error = new BrokerUnavailableError('rabbitmq', reason, 'the broker is away');
+      expect(isUnavailable(error)).toBe(true);
+      expect(isUnavailable(new Error('listing failed', { cause: error }))).toBe(true);
+    }
+    // The same words from elsewhere are no outage: only the type says so.
+    expect(isUnavailable(new Error('not connected to RabbitMQ (reconnecting)'))).toBe(false);
   });
 
   it('does not take an error that is no outage for one', () => {

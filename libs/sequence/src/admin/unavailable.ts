@@ -1,3 +1,4 @@
+import { BrokerUnavailableError } from '../core/errors/broker-unavailable.error';
 import {
   isError,
   isNetworkError,
@@ -19,21 +20,22 @@ const UNAVAILABLE_NAMES: ReadonlySet<string> = new Set([
 ]);
 
 /**
- * What ioredis, amqplib and the RabbitMQ transport throw while disconnected: a command on a
- * client that is closed or reconnecting (no offline queue), or that `commandTimeout` gave up on;
- * a call whose connection dropped before its reply, or made on a closed connection; a dead-letter
- * read while the transport reconnects.
+ * What ioredis and amqplib throw while disconnected: a command on a client that is closed or
+ * reconnecting (no offline queue), or that `commandTimeout` gave up on; a call whose connection
+ * dropped before its reply, or made on a closed connection.
  */
 const UNAVAILABLE_MESSAGE =
-  /^(Connection is closed\.|Stream isn't writeable|Command timed out$|Channel ended, no reply will be forthcoming|Connection closed|not connected to RabbitMQ)/;
+  /^(Connection is closed\.|Stream isn't writeable|Command timed out$|Channel ended, no reply will be forthcoming|Connection closed)/;
 
 /**
  * Whether `error` (or an error it was caused by) means a store or the broker cannot be reached
- * now, rather than a bug: the request may succeed when tried again later. Told by the network
- * error code, PostgreSQL's connection errors, or the client's error name or message.
+ * now, rather than a bug: the request may succeed when tried again later. Told by a transport's
+ * BrokerUnavailableError, the network error code, PostgreSQL's connection errors, or the client's
+ * error name or message.
  */
 export function isUnavailable(error: unknown): boolean {
   for (let depth = 0; isError(error) && depth < 5; depth++) {
+    if (error instanceof BrokerUnavailableError) return true;
     if (isNetworkError(error) || isPostgresConnectionError(error)) return true;
     if (UNAVAILABLE_NAMES.has(error.name) || UNAVAILABLE_MESSAGE.test(error.message)) return true;
     error = error.cause;

@@ -1,3 +1,4 @@
+import { BrokerUnavailableError } from 'nest-sequence';
 import { eventually } from '../support/sequence-test-app';
 import { raiseMemoryAlarm } from './support/broker-alarm';
 import {
@@ -67,6 +68,8 @@ describeOnOutboxServers('faults: the broker blocks publishing (a resource alarm)
         t.transport.ping().then(
           () => false,
           (error: Error) =>
+            error instanceof BrokerUnavailableError &&
+            error.reason === 'blocked' &&
             /blocked publishing on this connection: low on memory/.test(error.message),
         ),
       'the transport reports the broker blocking it',

@@ -6,6 +6,7 @@ import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { delay } from '../../../core/async';
+import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
@@ -890,6 +891,13 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
 
         await server.stop();
         const during = own.publish(channel, Buffer.from('during'), {}, { timeoutMs: 20_000 });
+        await eventuallyAsync(() =>
+          own.ping().then(
+            () => false,
+            (error: unknown) =>
+              error instanceof BrokerUnavailableError && error.reason === 'reconnecting',
+          ),
+        );
         await new Promise((resolve) => setTimeout(resolve, 500));
         await server.restart();
         await during;

@@ -17,6 +17,7 @@ import {
   type NatsConnectionOptions,
 } from './nats.client';
 import { delay, settlesWithin, withTimeout } from '../../../core/async';
+import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
 import { errorMessage } from '../../../core/errors/caught';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -555,13 +556,26 @@ export class NatsTransport implements Transport {
   /** Resolves when the server answers a round trip and JetStream answers an account query. */
   async ping(): Promise<void> {
     if (this.closed || this.connection.isClosed()) throw new Error('nats transport is closed');
+    // Lost, and the client is making it again: said at once rather than after the timeout.
+    if (!this.connected) {
+      throw new BrokerUnavailableError(
+        'nats',
+        'reconnecting',
+        'not connected to NATS (reconnecting)',
+      );
+    }
     await withTimeout(
       (async () => {
         await this.connection.rtt();
         await (await this.jsm()).getAccountInfo();
       })(),
       PING_TIMEOUT_MS,
-      () => new Error(`NATS did not answer within ${PING_TIMEOUT_MS} ms`),
+      () =>
+        new BrokerUnavailableError(
+          'nats',
+          'not-answering',
+          `NATS did not answer within ${PING_TIMEOUT_MS} ms`,
+        ),
     );
   }
 

@@ -632,7 +632,7 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       }
     });
 
-    it('while disconnected, publish rejects with PublishTimeoutError and subscribe waits; both work once reconnected', async () => {
+    it('while disconnected, ping rejects with BrokerUnavailableError, publish with PublishTimeoutError, and subscribe waits; both work once reconnected', async () => {
       await reconnectWith(URL, connectionConfig(2)); // a slow reconnect
       const channel = newChannel();
       const received: string[] = [];
@@ -643,6 +643,12 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       await transport.subscribe(channel, collect);
 
       await dropConnection();
+      await expect(transport.ping()).rejects.toMatchObject({
+        name: 'BrokerUnavailableError',
+        code: 'broker-unavailable',
+        transport: 'rabbitmq',
+        reason: 'reconnecting',
+      });
       const startedAt = Date.now();
       const lost = transport.publish(channel, Buffer.from('lost'), {}, { timeoutMs: 300 });
       await expect(lost).rejects.toBeInstanceOf(PublishTimeoutError);

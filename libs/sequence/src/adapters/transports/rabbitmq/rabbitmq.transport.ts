@@ -3,6 +3,7 @@ import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
 import { delay, withTimeout } from '../../../core/async';
+import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import { errorMessage } from '../../../core/errors/caught';
@@ -42,6 +43,9 @@ import {
 import { RabbitMqTopologyError } from './errors/rabbitmq-topology.error';
 import { assertEncodableHeaders } from '../../../ports/transport-headers';
 import { socketTricksEnabled } from '../../socket-tricks.guard';
+
+/** What a call that needs the connection says while it is being made again. */
+const NOT_CONNECTED = 'not connected to RabbitMQ (reconnecting)';
 
 /** What amqp-connection-manager and amqplib reject a publish with (their messages are the API). */
 const CONFIRM_TIMEOUT = 'timeout';
@@ -299,7 +303,8 @@ export class RabbitMqTransport implements Transport {
       connection: () => {
         this.assertOpen('read', 'dead letters');
         const connection = this.manager().connection;
-        if (!connection) throw new Error('not connected to RabbitMQ (reconnecting)');
+        if (!connection)
+          throw new BrokerUnavailableError('rabbitmq', 'reconnecting', NOT_CONNECTED);
         return connection;
       },
       publish: (channel, body, headers) => this.publish(channel, body, headers),
@@ -476,12 +481,16 @@ export class RabbitMqTransport implements Transport {
   async ping(): Promise<void> {
     if (this.closed) throw new Error('rabbitmq transport is closed');
     if (!this.manager().isConnected()) {
-      throw new Error('not connected to RabbitMQ (reconnecting)');
+      throw new BrokerUnavailableError('rabbitmq', 'reconnecting', NOT_CONNECTED);
     }
     // Connected, but the broker holds every publish of this connection until a resource alarm
     // clears (memory or disk): as unable to publish as a lost connection, and for as long.
     if (this.blockedBy !== undefined) {
-      throw new Error(`RabbitMQ has blocked publishing on this connection: ${this.blockedBy}`);
+      throw new BrokerUnavailableError(
+        'rabbitmq',
+        'blocked',
+        `RabbitMQ has blocked publishing on this connection: ${this.blockedBy}`,
+      );
     }
   }
 
