@@ -257,6 +257,36 @@ describe('BoxLoop', () => {
     });
   });
 
+  it('answers a wake-up that comes however soon after a drain ended its last cycle', async () => {
+    for (const widening of ['on-wake', 'when-behind'] as const) {
+      for (let ticks = 0; ticks < 12; ticks++) {
+        let cycles = 0;
+        const loop: BoxLoop = new BoxLoop(
+          'outbox_events',
+          'test',
+          async () => {
+            cycles++;
+            if (cycles === 1) {
+              // A commit that wakes the loop `ticks` microtasks after this cycle returns.
+              let later = Promise.resolve();
+              for (let i = 0; i < ticks; i++) later = later.then(() => undefined);
+              void later.then(() => loop.wake());
+            }
+            return false;
+          },
+          quiet,
+          widening === 'on-wake' ? 1 : 3,
+          widening,
+        );
+        loop.start(3_600_000); // no poll during the test
+        await new Promise((resolve) => setImmediate(resolve));
+        await loop.idle();
+        expect({ widening, ticks, cycles }).toEqual({ widening, ticks, cycles: 2 });
+        await loop.stop();
+      }
+    }
+  });
+
   it('a failing cycle is logged, and the next wake-up tries again', async () => {
     let calls = 0;
     const loop = new BoxLoop(

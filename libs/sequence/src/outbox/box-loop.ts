@@ -110,10 +110,7 @@ export class BoxLoop {
     // This cycle starts after the wake-up: it answers any asked for before.
     this.again = false;
     this.drains += 1;
-    const drain: Promise<void> = this.drain().finally(() => {
-      this.drains -= 1;
-      this.running.delete(drain);
-    });
+    const drain: Promise<void> = this.drain().finally(() => this.running.delete(drain));
     this.running.add(drain);
   }
 
@@ -140,28 +137,38 @@ export class BoxLoop {
     }
   }
 
+  /**
+   * Cycles until none reports more and no wake-up asked for one. Its slot is given back in the
+   * same step as its last look at `again` (no await between): a wake-up right after it finds the
+   * slot free, and starts a drain of its own.
+   */
   private async drain(): Promise<void> {
     let more = true;
-    while (more) {
-      try {
-        while (!this.stopped && (await this.runCycle())) this.spread();
-      } catch (error) {
-        // The store or the broker is away: the next wake-up or poll tries again. A wake-up that
-        // came during the failed cycle (a commit) is kept: one more try shortly, not at the poll.
-        this.logger.warn(`${this.name}: ${errorMessage(error)}`);
-        if (this.again && !this.stopped) {
-          this.again = false;
-          this.retry ??= setTimeout(() => {
-            this.retry = undefined;
-            this.wake();
-          }, RETRY_AFTER_FAILURE_MS);
-          this.retry.unref();
+    try {
+      while (more) {
+        try {
+          while (!this.stopped && (await this.runCycle())) this.spread();
+        } catch (error) {
+          // The store or the broker is away: the next wake-up or poll tries again. A wake-up
+          // that came during the failed cycle (a commit) is kept: one more try shortly, not at
+          // the poll.
+          this.logger.warn(`${this.name}: ${errorMessage(error)}`);
+          if (this.again && !this.stopped) {
+            this.again = false;
+            this.retry ??= setTimeout(() => {
+              this.retry = undefined;
+              this.wake();
+            }, RETRY_AFTER_FAILURE_MS);
+            this.retry.unref();
+          }
+          return;
         }
-        return;
+        // One wake-up asked for during the cycles is answered by one more cycle, of this drain.
+        more = this.again && !this.stopped;
+        this.again = false;
       }
-      // One wake-up asked for during the cycles is answered by one more cycle, of this drain.
-      more = this.again && !this.stopped;
-      this.again = false;
+    } finally {
+      this.drains -= 1;
     }
   }
 }
