@@ -21,7 +21,8 @@ export interface BoxOptions {
    * Most claims this instance runs at once for the box (they never overlap: each takes rows the
    * others do not hold); each holds a pool connection while it runs. A relay runs more than one
    * only while its claims come back full (a backlog): commits during a claim go out in the next
-   * one. An inbox processor also starts one for a commit while others run.
+   * one (a claim held up by a slow broker holds them back until it ends). An inbox processor
+   * also starts one for a commit while others run.
    * @default 3 (outboxes), 1 (inboxes)
    */
   concurrency?: number;
