@@ -81,10 +81,6 @@ export { OutboxStoreBusyError } from './core/errors/outbox-store-busy.error';
 export { OutboxStoreClosedError } from './core/errors/outbox-store-closed.error';
 export { OutboxTransactionFinishedError } from './core/errors/outbox-transaction-finished.error';
 export { PayloadDecryptionError } from './core/errors/payload-decryption.error';
-export {
-  BrokerUnavailableError,
-  type BrokerUnavailableReason,
-} from './core/errors/broker-unavailable.error';
 
 // Ports (their full contracts, for adapter authors: `nest-sequence/ports`)
 export type { Disposition, InboundMessage, Subscription, Transport } from './ports/transport.port';

@@ -8,3 +8,4 @@ export { NatsTransport } from './adapters/transports/nats/nats.transport';
 export type { NatsTransportOptions } from './adapters/transports/nats/nats.options';
 export type { NatsConnection, NatsConnectionOptions } from './adapters/transports/nats/nats.client';
 export { NatsTopologyError } from './adapters/transports/nats/errors/nats-topology.error';
+export { BrokerUnavailableError } from './core/errors/broker-unavailable.error';

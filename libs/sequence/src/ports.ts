@@ -24,6 +24,10 @@ export {
 } from './ports/transport.port';
 export { partitionIndex } from './core/partition';
 export { PartitionCountMismatchError } from './core/errors/partition-count-mismatch.error';
+export {
+  BrokerUnavailableError,
+  type BrokerUnavailableReason,
+} from './core/errors/broker-unavailable.error';
 export type {
   DeadLetter,
   DeadLetterActionResult,

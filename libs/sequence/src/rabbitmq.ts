@@ -9,3 +9,4 @@ export type {
   RabbitMqTransportOptions,
 } from './adapters/transports/rabbitmq/rabbitmq.options';
 export { RabbitMqTopologyError } from './adapters/transports/rabbitmq/errors/rabbitmq-topology.error';
+export { BrokerUnavailableError } from './core/errors/broker-unavailable.error';

@@ -1,4 +1,4 @@
-import { BrokerUnavailableError } from 'nest-sequence';
+import { BrokerUnavailableError } from 'nest-sequence/rabbitmq';
 import { eventually } from '../support/sequence-test-app';
 import { raiseMemoryAlarm } from './support/broker-alarm';
 import {
