@@ -101,7 +101,7 @@ export class BoxLoop {
     return this.drains === 0 || this.widening === 'on-wake';
   }
 
-  /** One more drain beside those running, if one may start (a backlog, or a wake-up). */
+  /** One more drain beside those running, if one may start: a full batch (a backlog). */
   private spread(): void {
     if (!this.stopped && this.mayStart()) this.startDrain();
   }
@@ -122,10 +122,10 @@ export class BoxLoop {
       if (done) return;
       done = true;
       this.locking -= 1;
-      // A wake-up while it locked: something was committed that it may not have seen. One more
-      // claim now, for what it did not take (or, with every slot taken or when wake-ups do not
-      // widen, after the first that ends).
-      if (this.again && this.mayWiden()) this.spread();
+      // A wake-up while it locked: something was committed that it may not have seen. Asked
+      // again now that none locks: one more claim now, for what it did not take, where a
+      // wake-up may start one (else after the first that ends).
+      if (this.again) this.wake();
     };
     try {
       return await this.cycle(locked);
