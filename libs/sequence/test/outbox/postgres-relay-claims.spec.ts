@@ -1,8 +1,13 @@
 /**
- * A relay started on a backlog, on PostgreSQL: rows committed while no relay ran are drained by
- * several claims at once (a claim that took a full batch starts one more beside the next, up to
- * `concurrency`), and those claims, each locking its rows with `FOR UPDATE SKIP LOCKED`, still
- * publish every event exactly once, each aggregate's in commit order when the box is ordered.
+ * How a relay's claims run, on PostgreSQL.
+ *
+ * On a backlog: rows committed while no relay ran are drained by several claims at once (a claim
+ * that took a full batch starts one more beside the next, up to `concurrency`), and those claims,
+ * each locking its rows with `FOR UPDATE SKIP LOCKED`, still publish every event exactly once,
+ * each aggregate's in commit order when the box is ordered.
+ *
+ * Under a steady stream: a commit while a claim publishes starts no claim beside it; the next
+ * claim takes everything committed meanwhile, in one batch.
  */
 import type { OutboxStore } from 'nest-sequence/ports';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
@@ -39,7 +44,7 @@ interface ClaimCounts {
 
 describeWithServer(
   'postgres',
-  'Outbox relay on PostgreSQL: a backlog drained by several claims',
+  'Outbox relay on PostgreSQL: its claims on a backlog and under a steady stream',
   () => {
     const apps: OutboxTestApp[] = [];
     const stores: PostgresOutboxStore[] = [];
@@ -176,6 +181,67 @@ describeWithServer(
       const { counts } = await relay(false, committed);
       expect(counts.mostHolding).toBeGreaterThan(1);
       expect(counts.mostHolding).toBeLessThanOrEqual(CONCURRENCY);
+    });
+
+    it('steady stream: commits during a claim go out together in the claim after it, not beside it', async () => {
+      const store = connectStore();
+      /** The size of each `outbox_events` batch the relay locked, in order. */
+      const batches: number[] = [];
+      const recording = overrideMethods<OutboxStore>(store, {
+        claim: (box, options, handle) =>
+          store.claim(box, options, (batch) => {
+            if (box === 'outbox_events') batches.push(batch.records.length);
+            return handle(batch);
+          }),
+      });
+      const t = await createOutboxTestApp({
+        store: recording,
+        outboxEvents: {
+          ...FAST_BOX,
+          // No poll during the test: only commits and the relay's own claims start claims.
+          pollIntervalMs: 600_000,
+          batchSize: 100,
+          concurrency: CONCURRENCY,
+        },
+      });
+      apps.push(t);
+      let release: () => void = () => undefined;
+      const slowBroker = new Promise<void>((resolve) => (release = resolve));
+      t.transport.beforePublish = () =>
+        t.transport.attempts.length === 1 ? slowBroker : undefined;
+      const commit = (n: number) =>
+        t.outbox.transaction(async (tx) =>
+          tx.publishEvent({
+            type: 'Step',
+            aggregateType: 'Agg',
+            aggregateId: `a${n}`,
+            payload: { n },
+          }),
+        );
+
+      await commit(0);
+      await eventually(() => t.transport.attempts.length === 1, 'the first publish started');
+      for (let n = 1; n <= 4; n++) await commit(n); // each wakes the relay
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect({ batches, publishes: t.transport.attempts.length }).toEqual({
+        batches: [1],
+        publishes: 1,
+      });
+
+      release();
+      await eventually(
+        async () => (await t.outbox.stats('outbox_events')).pending === 0,
+        'no record left PENDING',
+      );
+      await t.runtime.idle();
+      expect(batches).toEqual([1, 4]);
+      const published = t.broker
+        .peek('events.Step')
+        .map(
+          (message) =>
+            (JSON.parse(message.body.toString()) as { payload: { n: number } }).payload.n,
+        );
+      expect(published.sort()).toEqual([0, 1, 2, 3, 4]);
     });
   },
 );
