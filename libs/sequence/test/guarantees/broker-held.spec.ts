@@ -76,11 +76,17 @@ class SlowStore extends MemorySequenceStore {
   acceptDelayMs = 0;
   statusDelayMs = 0;
   finishing = 0;
+  /** How many `completed` markers to fail (the store unreachable as each is written). */
+  failCompleted = 0;
   readonly accepts = new Map<string, number>();
 
   override async finish(...args: Parameters<MemorySequenceStore['finish']>): Promise<boolean> {
     this.finishing++;
     if (this.finishDelayMs) await sleep(this.finishDelayMs);
+    if (args[1] === 'completed' && this.failCompleted > 0) {
+      this.failCompleted--;
+      throw new Error('store unreachable');
+    }
     return super.finish(...args);
   }
 
@@ -265,6 +271,30 @@ describe('guarantees: broker-held reassembly', () => {
     await transport.whenIdle();
     expect(handler.calls).toBe(1);
     expect(deadLetters(transport, channel)).toHaveLength(0);
+  });
+
+  it('acks a late duplicate after completion whose marker the store failed to write', async () => {
+    const channel = 'held.late-unrecorded';
+    const store = new SlowStore();
+    store.failCompleted = 1;
+    const expired: string[] = [];
+    const onExpired = (sequence: ExpiredSequence) => void expired.push(sequence.sequenceId);
+    const { transport, handler } = await app(channel, { store, timeoutMs: 200, onExpired });
+    const fragments = makeFragments('held-late-unrecorded', bytes(3_000, 41), 1_000);
+    await publishHeld(transport, channel, fragments, PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    // Past the marker's failed write: the duplicate must not open the sequence afresh.
+    await publishHeld(transport, channel, [fragments[1]], PARTITIONS);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'the duplicate settled');
+    await sleep(400); // beyond timeoutMs: a sequence opened again would have expired by now
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    expect(expired).toEqual([]);
+    expect(handler.calls).toBe(1);
+    // The marker, written again as the duplicate came, answers for the sequence from now on.
+    expect(
+      (await store.status({ scope: channel, sequenceId: 'held-late-unrecorded' }, Date.now()))
+        .state,
+    ).toBe('finished');
   });
 
   it('never delivers a payload whose SHA-256 does not match: every fragment is dead-lettered', async () => {

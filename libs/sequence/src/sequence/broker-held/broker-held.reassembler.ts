@@ -56,8 +56,9 @@ const UNRECORDED = 10_000;
  * back to the broker to be dead-lettered whole, meet it here instead of the marker.
  */
 interface UnrecordedVerdict {
-  readonly outcome: 'failed' | 'rejected';
-  readonly reason: string;
+  readonly outcome: 'completed' | 'failed' | 'rejected';
+  /** The dead-letter reason (none for `completed`: its late fragments are acked). */
+  readonly reason?: string;
   readonly until: number;
   /** The marker's write being tried again, for the fragments that meet the verdict meanwhile. */
   retry?: Promise<boolean>;
@@ -581,7 +582,14 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
       }
       this.spoolFaults.delete(keyOf(sequence));
-      await this.record(refOf(sequence), 'completed');
+      if (!(await this.record(refOf(sequence), 'completed'))) {
+        // Without a marker a late duplicate would start the sequence afresh here: spooled, then
+        // expired and dead-lettered, or handled again if the whole sequence came again.
+        this.remember(keyOf(sequence), {
+          outcome: 'completed',
+          until: Date.now() + this.options.sequence.retentionMs,
+        });
+      }
       this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
       this.lifecycle.completed(channel, complete, outcome.attempts);
       await this.finishWith(sequence, ACK);
@@ -758,7 +766,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
    * A fragment of a sequence ended here whose marker the store did not take: given back for its
    * dead letter, or late. The marker is written again (once at a time); the fragment is
    * dead-lettered with the verdict's reason whether it then lands or not, as it would be by the
-   * store path on meeting the marker.
+   * store path on meeting the marker, or, of a completed sequence, acked as a duplicate.
    */
   private async meet(
     verdict: UnrecordedVerdict,
@@ -774,6 +782,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     ).finally(() => (verdict.retry = undefined));
     if (await verdict.retry) {
       if (this.unrecorded.get(key) === verdict) this.unrecorded.delete(key);
+    }
+    if (verdict.reason === undefined) {
+      this.metrics.duplicateFragment(channel);
+      this.lifecycle.fragmentDuplicate(channel, fragment);
+      return ACK;
     }
     const { code, detail } = splitDeathReason(verdict.reason);
     this.metrics.fragmentRejected(channel, deadLetterReasonLabel(verdict.reason));
