@@ -477,6 +477,33 @@ describe('guarantees: broker-held reassembly', () => {
     ).toBe(true);
   });
 
+  it('dead-letters alone a fragment whose size beyond the window the held fragments contradict', async () => {
+    const channel = 'held.size-beyond';
+    const { transport, handler, store } = await app(channel, { window: 4 });
+    const fragments = makeFragments('held-size', bytes(3_000, 42), 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 1, 'held');
+    const body = bytes(500, 43);
+    const headers = buildFragmentHeaders({
+      sequenceId: 'held-size',
+      position: 1,
+      size: 10, // more than the window; the held fragments say 3
+      last: false,
+      crc32: crc32(body),
+    });
+    await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+    await eventually(() => deadLetters(transport, channel).length === 1, 'refused');
+    await publishHeld(transport, channel, fragments.slice(2), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    expect(deadLetters(transport, channel).map((m) => String(m.headers['x-death-reason']))).toEqual(
+      [expect.stringMatching(/^size-changed: sequence held-size fragment 1: /)],
+    );
+    expect(
+      handler.of('held-size')[0].bytes.equals(Buffer.concat(fragments.map((f) => f.body))),
+    ).toBe(true);
+    expect(await openInStore(store)).toBe(0);
+  });
+
   it('takes a sequence declaring more fragments than the window through the store', async () => {
     const channel = 'held.too-many';
     const { transport, handler, store } = await app(channel, { window: 4 });

@@ -194,7 +194,21 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     // else the sequence would be split between the spool and the store, and neither complete.
     if (fragment.size !== undefined && fragment.size > options.window) {
       const held = this.held.get(key) ?? (await this.opening.get(key));
-      if (held instanceof HeldSequence) void this.spill(held, consumer);
+      if (held instanceof HeldSequence && held.phase !== 'done') {
+        // A size the fragments held here contradict (theirs fits the window): this fragment
+        // alone is refused, as it would be in the window; the sequence stays held.
+        const facts = { ...fragment, bodyBytes: body.length };
+        const admission = admitFragment(held.state, facts, options);
+        if (admission.kind === 'contradiction') {
+          return this.checks.reject(
+            channel,
+            admission.code,
+            `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${admission.detail}`,
+            fragment,
+          );
+        }
+        void this.spill(held, consumer);
+      }
       return this.aggregator.receive(message, consumer);
     }
     // Its subscription lost it already: the broker delivers it again, here or elsewhere.
