@@ -808,6 +808,33 @@ describe('guarantees: broker-held reassembly', () => {
     expect(store.accepts.get('y')).toBeGreaterThanOrEqual(4);
   });
 
+  it('relieves a full window once a sequence refused at its first fragment has settled', async () => {
+    const channel = 'held.refused-in-full';
+    const store = new SlowStore();
+    store.finishDelayMs = 300; // the refused sequence is settling while the window fills
+    const { transport, handler } = await app(channel, {
+      window: 4,
+      partitions: 1,
+      store,
+      timeoutMs: 2_000,
+      maxSequenceBytes: 10_000,
+    });
+    const one = (fragment: TestFragment) =>
+      transport.publish(channel, fragment.body, fragment.headers, {
+        partition: { index: 0, count: 1 },
+      });
+    const a = makeFragments('full-a', bytes(4_000, 44), 1_000);
+    const b = makeFragments('full-b', bytes(20_000, 45), 10_000); // over maxSequenceBytes
+    const c = makeFragments('full-c', bytes(2_000, 46), 1_000);
+    for (const fragment of [...a.slice(0, 3), b[0], c[0], a[3], c[1]]) await one(fragment);
+    await eventually(() => handler.deliveries.length === 2, 'both handled before they expire');
+    expect(handler.of('full-a')).toHaveLength(1);
+    expect(handler.of('full-c')).toHaveLength(1);
+    expect(deadLetters(transport, channel).map((m) => String(m.headers['x-death-reason']))).toEqual(
+      [expect.stringMatching(/^sequence-too-large: /)],
+    );
+  });
+
   it('spools again, rather than fails, a shuffled sequence whose spooled bytes changed on disk', async () => {
     const channel = 'held.bitrot-shuffled';
     const { transport, handler } = await app(channel);

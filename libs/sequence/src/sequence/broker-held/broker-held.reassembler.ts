@@ -590,7 +590,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         return this.spoolFault(sequence, consumer, payload.readFailure.message);
       }
       // Shutting down between two attempts: the fragments go back, for another instance.
-      if (!outcome.ok && outcome.stopped) return this.giveBack(sequence, 'shutting down');
+      if (!outcome.ok && outcome.stopped) {
+        return this.giveBack(sequence, 'shutting down', consumer);
+      }
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${sequence.sequenceId}`, outcome);
         return this.end(sequence, consumer, 'failed', code, detail, outcome.attempts);
@@ -606,7 +608,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       }
       this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
       this.lifecycle.completed(channel, complete, outcome.attempts);
-      await this.finishWith(sequence, ACK);
+      await this.finishWith(sequence, ACK, consumer);
       return ACK;
     });
   }
@@ -654,7 +656,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     this.logger.error(`${channel}: dead-lettering the fragments of ${reason}`);
     const disposition: Disposition = { action: 'dead-letter', reason };
-    await this.finishWith(sequence, disposition);
+    await this.finishWith(sequence, disposition, consumer);
     if (expired) this.callOnExpired(expired);
     return disposition;
   }
@@ -705,24 +707,40 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     return this.giveBack(
       sequence,
       code === 'integrity-mismatch' ? 'spool bytes changed' : 'spool unreadable',
+      consumer,
     );
   }
 
   /** Gives every fragment back to the broker, behind what is queued, for another try. */
-  private async giveBack(sequence: HeldSequence, reason: string): Promise<Disposition> {
+  private async giveBack(
+    sequence: HeldSequence,
+    reason: string,
+    consumer: SequenceConsumer,
+  ): Promise<Disposition> {
     const disposition = this.requeue(reason);
-    await this.finishWith(sequence, disposition);
+    await this.finishWith(sequence, disposition, consumer);
     return disposition;
   }
 
-  /** Settles every held fragment of the sequence alike, once its spool file is gone. */
-  private async finishWith(sequence: HeldSequence, disposition: Disposition): Promise<void> {
+  /**
+   * Settles every held fragment of the sequence alike, once its spool file is gone. Its part of
+   * the window freed, a partition still full is relieved: a full partition waits for a sequence
+   * being settled rather than spill another (see relieve), and no new fragment comes to ask.
+   */
+  private async finishWith(
+    sequence: HeldSequence,
+    disposition: Disposition,
+    consumer?: SequenceConsumer,
+  ): Promise<void> {
     this.forget(sequence);
     sequence.phase = 'done';
     await this.discard(sequence).catch((error: unknown) =>
       this.logger.warn(`could not delete a spool file: ${errorMessage(error)}`),
     );
-    this.addLoad(sequence, -sequence.settleAll(disposition));
+    const load = this.addLoad(sequence, -sequence.settleAll(disposition));
+    if (consumer && !this.closed && load >= consumer.options.window) {
+      this.relieve(sequence, consumer);
+    }
   }
 
   /**
