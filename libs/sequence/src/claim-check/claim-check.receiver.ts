@@ -369,7 +369,7 @@ export class ClaimCheckReceiver {
         () => this.completeGroup(ticket, key, holder),
         this.options.tuning.leaseMs / 2,
         {
-          signal: this.host.stopping,
+          signal: this.host.stoppingOf(consumer.channel),
           onRetry: (error, waitMs) =>
             this.logger.warn(
               `${consumer.channel}: could not record ${key.ticket} as handled; trying again in ` +
@@ -478,7 +478,7 @@ export class ClaimCheckReceiver {
         // Requeued whatever the handler answered: a reply would be an answer the redelivery
         // contradicts.
         handsBack: () => requeuedForItsRead(payload),
-        stop: this.host.stopping,
+        stop: this.host.stoppingOf(channel),
       },
     );
     if (!outcome.ok) return outcome;

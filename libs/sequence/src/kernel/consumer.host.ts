@@ -99,6 +99,16 @@ export class ConsumerHost {
   }
 
   /**
+   * What stops the handler calls of `channel`'s messages: {@link stopping}, but nothing for a
+   * reply channel (`Transport.isReplyChannel`). The host does not subscribe to reply channels:
+   * the client that opened one reads it until it closes it, after the module's shutdown began,
+   * so that a request still in flight then (a graceful service finishing its work) gets its reply.
+   */
+  stoppingOf(channel: string): AbortSignal | undefined {
+    return this.transport.isReplyChannel?.(channel) === true ? undefined : this.stopper.signal;
+  }
+
+  /**
    * Stops taking messages, hands back what the patterns hold without handling it (their
    * `release`), waits for deliveries in progress, then closes the subscriptions.
    */

@@ -81,7 +81,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       metrics,
       this.logger,
       this.lifecycle,
-      host.stopping,
+      (channel) => host.stoppingOf(channel),
     );
     this.traces = new SequenceTracing(options.tracing);
     this.checks = new FragmentChecks(metrics, this.lifecycle, this.logger);

@@ -44,8 +44,11 @@ export class SequenceDelivery {
     private readonly metrics: SequenceMetrics,
     private readonly logger: Logger,
     private readonly lifecycle: SequenceLifecycle,
-    /** Aborted at shutdown once deliveries in progress had their time (ConsumerHost.stopping). */
-    private readonly stopping?: AbortSignal,
+    /**
+     * A channel's signal aborted at shutdown once deliveries in progress had their time
+     * (ConsumerHost.stoppingOf).
+     */
+    private readonly stoppingOf: (channel: string) => AbortSignal | undefined,
   ) {}
 
   /**
@@ -102,7 +105,7 @@ export class SequenceDelivery {
         verifiedAtIntake ? { digest, hash: this.store.verifiesReads !== true } : undefined,
       );
       const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
-        stop: this.stopping,
+        stop: this.stoppingOf(consumer.channel),
       });
       if (payload.integrityFailure) {
         return await this.failIntegrity(
@@ -268,7 +271,7 @@ export class SequenceDelivery {
       this.options.tuning.leaseMs / 2,
       {
         stopped: () => this.stopped,
-        signal: this.stopping,
+        signal: this.stoppingOf(ref.scope),
         onRetry: (error, waitMs) => {
           failedBefore = true;
           this.logger.warn(
