@@ -19,4 +19,5 @@ export { RpcHeader } from './microservices/rpc-headers';
 export { MessageRefusedError, type RefusalCode } from './core/errors/message-refused.error';
 export { ReplyNotSupportedError } from './microservices/errors/reply-not-supported.error';
 export { ReplyTimeoutError } from './microservices/errors/reply-timeout.error';
+export { ReplyUnreadableError } from './microservices/errors/reply-unreadable.error';
 export { ClientClosedError } from './microservices/errors/client-closed.error';

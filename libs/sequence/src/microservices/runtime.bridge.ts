@@ -319,7 +319,8 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
 
   openReplyChannel(
     definedBy: string,
-    handler: (payload: ClaimedPayload) => unknown,
+    handler: (payload: ClaimedPayload, signal: AbortSignal) => unknown,
+    readTimeoutMs: number,
   ): Promise<Subscription> | undefined {
     const open = this.transport.openReplyChannel?.bind(this.transport);
     if (!open) return undefined;
@@ -334,8 +335,15 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
         .bind({
           className,
           methodName,
-          options: { channel: subscription.channel },
-          call: (payload) => handler(payload as ClaimedPayload),
+          // The module's handlerTimeoutMs and handlerRetry are for its handlers: a reply is read
+          // once, within the client's own limit, by when its caller has had an answer anyway.
+          options: {
+            channel: subscription.channel,
+            handlerTimeoutMs: readTimeoutMs,
+            handlerRetry: { attempts: 1 },
+          },
+          call: (payload, context) =>
+            handler(payload as ClaimedPayload, (context as HandlerContext).signal),
         })
         .map((bound) => this.tracked(bound));
       this.logger.debug(`${definedBy} receives replies on ${subscription.channel}`);

@@ -107,10 +107,14 @@ export interface SequenceRuntime {
   /**
    * A private reply channel (the transport's `openReplyChannel`) whose payloads, inline,
    * sequenced or ticketed, reach `handler`; undefined when the transport cannot route replies.
+   * Each reply is read once, within `readTimeoutMs` (the client's `replyTimeoutMs`), not under
+   * the module's `handlerTimeoutMs` and `handlerRetry`: `signal` is aborted when its call runs
+   * past it, and what it reads is cut short.
    */
   openReplyChannel(
     definedBy: string,
-    handler: (payload: ClaimedPayload) => unknown,
+    handler: (payload: ClaimedPayload, signal: AbortSignal) => unknown,
+    readTimeoutMs: number,
   ): Promise<Subscription> | undefined;
 }
 

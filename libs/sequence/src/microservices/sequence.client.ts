@@ -14,6 +14,7 @@ import type { Subscription } from '../ports/transport.port';
 import { ClientClosedError } from './errors/client-closed.error';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
 import { ReplyTimeoutError } from './errors/reply-timeout.error';
+import { ReplyUnreadableError } from './errors/reply-unreadable.error';
 import { channelOfOption } from './channel-of';
 import {
   DEFAULT_DECODE_LIMITS,
@@ -295,8 +296,10 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
 
   private replyChannel(runtime: SequenceRuntime): Promise<Subscription> {
     if (!this.replies) {
-      const opened = runtime.openReplyChannel('SequenceClient.replies', (payload) =>
-        this.onReply(payload),
+      const opened = runtime.openReplyChannel(
+        'SequenceClient.replies',
+        (payload, signal) => this.onReply(payload, signal),
+        this.settings.replyTimeoutMs,
       );
       if (!opened) {
         return Promise.reject(new ReplyNotSupportedError(runtime.transport.name, 'send()'));
@@ -309,7 +312,8 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     return this.replies;
   }
 
-  private async onReply(payload: ClaimedPayload): Promise<void> {
+  /** `signal`: aborted when reading the reply runs past replyTimeoutMs (the read is cut short). */
+  private async onReply(payload: ClaimedPayload, signal: AbortSignal): Promise<void> {
     // A responder of another language may send our headers as byte arrays (see withRpcHeaders).
     const headers = withRpcHeaders(payload.headers, this.runtime?.currentMessage()?.headers);
     const correlationId = headerString(headers, RpcHeader.correlationId);
@@ -338,7 +342,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     } catch (error) {
       if (!this.pending.delete(correlationId)) return;
       clearTimeout(request.timer);
-      request.callback({ err: error });
+      request.callback({ err: this.readFailure(request, correlationId, error, signal) });
       return;
     }
     // It may have timed out while the reply was read.
@@ -355,6 +359,26 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       return;
     }
     request.callback({ response, isDisposed: true });
+  }
+
+  /**
+   * What `send()` errors with when its reply came but was not read: a refusal as it is (larger
+   * than maxReplyBytes, JSON that does not parse), ReplyTimeoutError when the read ran past
+   * replyTimeoutMs (and was cut short), else ReplyUnreadableError around the read's error, never
+   * a raw store or stream error.
+   */
+  private readFailure(
+    request: PendingRequest,
+    correlationId: string,
+    error: unknown,
+    signal: AbortSignal,
+  ): unknown {
+    if (error instanceof MessageRefusedError) return error;
+    const { pattern } = request;
+    if (signal.aborted) {
+      return new ReplyTimeoutError(pattern, correlationId, this.settings.replyTimeoutMs);
+    }
+    return new ReplyUnreadableError(pattern, correlationId, error);
   }
 
   /** Resolves once no send is under way (those started meanwhile included). */

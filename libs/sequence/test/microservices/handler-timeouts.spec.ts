@@ -1,10 +1,18 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { Controller, Logger } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom, Observable } from 'rxjs';
-import { HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
-import type { HeaderMap, PublishOptions } from 'nest-sequence/ports';
-import type { SequenceContext } from 'nest-sequence/microservices';
+import { FilesystemPayloadStore, HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
+import type { GetOptions, HeaderMap, PublishOptions } from 'nest-sequence/ports';
+import {
+  ReplyTimeoutError,
+  ReplyUnreadableError,
+  type SequenceContext,
+} from 'nest-sequence/microservices';
+import { FaultInjectingPayloadStore } from '../claim-check/fault-injecting.payload-store';
 import { CountedReplies } from './counted-replies.transport';
 import { eventually } from '../support/sequence-test-app';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
@@ -310,5 +318,92 @@ describe('microservices: a no-handler reply and handlerTimeoutMs', () => {
     expect(heard).toBe(1);
     expect(transport.replies).toBe(1);
     expect(inner.take(inner.deadLetterChannel('nh.event'))).toHaveLength(0);
+  });
+});
+
+/** Takes `readDelayMs` to open each payload it is asked for, as a store far away does. */
+class SlowReads extends FaultInjectingPayloadStore {
+  readDelayMs = 0;
+
+  override async get(ref: string, options?: GetOptions): Promise<Readable> {
+    await delay(this.readDelayMs, options?.signal);
+    // Given up on meanwhile: not a read that counts against failGets.
+    options?.signal?.throwIfAborted();
+    return super.get(ref);
+  }
+}
+
+function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}
+
+/** 10 KiB: past `sequenceMaxBytes` (2 KiB), so the reply goes behind a claim ticket. */
+const TICKETED = 10 * 1024;
+
+@Controller()
+class Reports {
+  @MessagePattern('rr.report')
+  report(): Buffer {
+    return Buffer.alloc(TICKETED, 7);
+  }
+}
+
+describe("microservices: reading a reply, whatever the module's handlerTimeoutMs", () => {
+  const transport = new InMemoryTransport();
+  const REPLY_TIMEOUT_MS = 1_000;
+  let dir: string;
+  let store: SlowReads;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'reply-reads-'));
+    store = new SlowReads(new FilesystemPayloadStore({ root: dir }));
+    t = await createMicroserviceTestApp({
+      sequence: {
+        transport,
+        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
+        handlerTimeoutMs: TIMEOUT_MS,
+        handlerRetry: { attempts: 1 },
+      },
+      controllers: [Reports],
+      client: { replyTimeoutMs: REPLY_TIMEOUT_MS },
+    });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+  afterEach(() => {
+    store.readDelayMs = 0;
+    store.failGets = 0;
+  });
+
+  const ask = () => lastValueFrom(t.client.send('rr.report', {}));
+
+  it('reads a claim-checked reply that takes longer than handlerTimeoutMs to read', async () => {
+    store.readDelayMs = 10 * TIMEOUT_MS;
+    await expect(ask()).resolves.toEqual(Buffer.alloc(TICKETED, 7));
+  });
+
+  it('errors send() with ReplyTimeoutError when reading its reply outlasts replyTimeoutMs', async () => {
+    store.readDelayMs = 3 * REPLY_TIMEOUT_MS;
+    await expect(ask()).rejects.toBeInstanceOf(ReplyTimeoutError);
+  });
+
+  it('errors send() with ReplyUnreadableError when its reply cannot be read from the store', async () => {
+    store.failGets = 1;
+    const error: unknown = await ask().then(
+      () => undefined,
+      (caught: unknown) => caught,
+    );
+    expect(error).toBeInstanceOf(ReplyUnreadableError);
+    expect(error).toMatchObject({ code: 'reply-unreadable', pattern: 'rr.report' });
+    expect((error as Error).message).toMatch(
+      /^the reply to rr\.report \(correlation id [^)]+\) came but could not be read: payload store unreachable/,
+    );
+    expect((error as Error).cause).toBeInstanceOf(Error);
   });
 });
