@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { HttpException, Logger } from '@nestjs/common';
 import { RpcException, Server, type CustomTransportStrategy } from '@nestjs/microservices';
@@ -126,7 +127,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   private runtime: SequenceRuntime | undefined;
   /** The handlers of a delivery that succeeded, by the delivery (see `dispatch`'s `source`). */
   private readonly completed = new WeakMap<object, Set<Route>>();
-  /** Correlation ids of the latest requests answered, oldest first (see `answerRefused`). */
+  /** The latest requests answered, by {@link answeredKey}, oldest first (see `answerRefused`). */
   private readonly answered = new Set<string>();
   private started: Promise<void> | undefined;
   private specs: ConsumerSpec[] | undefined;
@@ -487,13 +488,13 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(splitDeathReason(reason).code))
       return;
     const request = requestOf(headers, runtime);
-    if (!request.ok || this.answered.has(request.correlationId)) return;
+    if (!request.ok || this.answered.has(answeredKey(request))) return;
     await this.sendReply(request, definedBy, failure(new Error(reason)), runtime);
   }
 
   /** Notes a request as answered, keeping the latest {@link ANSWERED_KEPT}. */
-  private noteAnswered(correlationId: string): void {
-    rememberRecent(this.answered, correlationId, ANSWERED_KEPT);
+  private noteAnswered(request: Extract<Request, { ok: true }>): void {
+    rememberRecent(this.answered, answeredKey(request), ANSWERED_KEPT);
   }
 
   /**
@@ -508,7 +509,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     outcome: PipelineOutcome,
     runtime: SequenceRuntime,
   ): Promise<void> {
-    this.noteAnswered(request.correlationId);
+    this.noteAnswered(request);
     let out: ReturnType<typeof encodePayload>;
     let failed = !outcome.ok;
     try {
@@ -543,6 +544,20 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
 /** How many answered requests a server remembers, not to answer a refused one twice. */
 const ANSWERED_KEPT = 10_000;
+
+/**
+ * A request among those answered: its reply channel with its correlation id, since each
+ * requester picks its ids alone (two may both send an id 1). Hashed, so that each key stays the
+ * same small size whatever the length of the reply channel's name a sender gives.
+ */
+function answeredKey(request: {
+  readonly replyTo: string;
+  readonly correlationId: string;
+}): string {
+  return createHash('sha256')
+    .update(JSON.stringify([request.replyTo, request.correlationId]))
+    .digest('base64');
+}
 
 /**
  * Why a fragment is dead-lettered when its whole sequence never completes: the sequence was
@@ -621,8 +636,8 @@ function requestOf(headers: Readonly<Record<string, unknown>>, runtime: Sequence
         'send it with SequenceClient.send()',
     };
   }
-  // SequenceClient sends a UUID. A bound on each id keeps bounded the ids of the requests a
-  // server answered (ANSWERED_KEPT of them), whatever a sender puts there.
+  // SequenceClient sends a UUID. Bounded as a message id is, whatever a sender puts there: the
+  // id goes back in the reply's headers and into log lines.
   if (!MESSAGE_ID_PATTERN.test(correlationId)) {
     return {
       ok: false,

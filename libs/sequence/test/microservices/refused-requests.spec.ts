@@ -1,8 +1,10 @@
 import { Controller } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
+import { InMemoryTransport, type InboundMessage } from 'nest-sequence';
 import { deadLetters, deathReasonOf, eventually } from '../support/sequence-test-app';
 import { useFaultyStoreApp } from './faulty-store-app';
+import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 let calls = 0;
 
@@ -121,5 +123,53 @@ describe('microservices: a request refused before its handler', () => {
     await inner.whenIdle();
     expect(calls).toBe(1);
     expect(transport.replies).toBe(1);
+  });
+});
+
+/**
+ * Correlation ids are each requester's own (a producer of another language may number its
+ * requests 1, 2, 3...): requests of two requesters that share one are two requests.
+ */
+describe('microservices: requests of two requesters under one correlation id', () => {
+  const transport = new InMemoryTransport();
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    t = await createMicroserviceTestApp({ sequence: { transport }, controllers: [Sizes] });
+  });
+  afterAll(() => t?.close());
+
+  /** A requester's reply channel, opened on the transport, and the replies it received. */
+  const requester = async () => {
+    const replies: InboundMessage[] = [];
+    const { channel } = await transport.openReplyChannel(async (reply) => {
+      replies.push(reply);
+      return { action: 'ack' };
+    });
+    const ask = (correlationId: string, body: Buffer, headers: Record<string, string | number>) =>
+      transport.publish('refused.size', body, {
+        ...headers,
+        'x-reply-to': channel,
+        'x-correlation-id': correlationId,
+      });
+    return { replies, ask };
+  };
+
+  it('answers a refused request whose correlation id another requester’s answered request had', async () => {
+    const [a, b] = [await requester(), await requester()];
+    await a.ask('1', Buffer.from(JSON.stringify({ text: 'abc' })), {
+      'content-type': 'application/json',
+    });
+    await transport.whenIdle();
+    // B's own request 1, dead-lettered as it is taken: its ticket is no ticket.
+    await b.ask('1', Buffer.from('not a ticket'), { 'x-claim-check': 1 });
+    await transport.whenIdle();
+
+    expect(a.replies.map((reply) => reply.headers['x-correlation-id'])).toEqual(['1']);
+    expect(b.replies.map((reply) => reply.headers['x-correlation-id'])).toEqual(['1']);
+    expect(b.replies[0].headers['x-reply-status']).toBe('error');
+    expect(JSON.parse(String(b.replies[0].body))).toMatchObject({
+      message: expect.stringMatching(/^claim-ticket-invalid: /) as unknown,
+    });
   });
 });
