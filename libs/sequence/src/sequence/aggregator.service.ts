@@ -57,7 +57,10 @@ const INTAKE_DIGEST_CAPACITY = 1024;
 @Injectable()
 export class AggregatorService implements SequenceReassembler, LifecyclePart {
   private readonly logger = new Logger(AggregatorService.name);
-  /** Dead-letter channel of every consumer created here, for records published on its behalf. */
+  /**
+   * Dead-letter channel of every consumer created here, for records published on its behalf; a
+   * reply channel has none (and a process opens new ones for as long as it runs).
+   */
   private readonly deadLetterChannels = new Map<string, string>();
   private readonly delivery: SequenceDelivery;
   private readonly digests = new IntakeDigests(INTAKE_DIGEST_CAPACITY);
@@ -101,7 +104,9 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     const where = `sequence consumer of ${channel}`;
     const resolved = resolveSequenceConsumer(where, overrides, this.options);
     const options = { ...resolved, prefetch: fragmentPrefetch(resolved) };
-    if (options.deadLetterChannel) this.deadLetterChannels.set(channel, options.deadLetterChannel);
+    if (options.deadLetterChannel && this.transport.isReplyChannel?.(channel) !== true) {
+      this.deadLetterChannels.set(channel, options.deadLetterChannel);
+    }
     return { channel, handler, options };
   }
 

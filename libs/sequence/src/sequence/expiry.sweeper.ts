@@ -127,6 +127,9 @@ export class ExpirySweeper extends Sweeper<number> {
         `onExpired hook failed for sequence ${expired.sequenceId}: ${errorMessage(error)}`,
       );
     }
+    // A reply channel has no dead-letter channel (see Transport.openReplyChannel): its expired
+    // reply goes, as its dead letters do, with the warning above; its caller times out.
+    if (this.transport.isReplyChannel?.(channel) === true) return;
     const deadLetterChannel = this.aggregator.deadLetterChannelOf(channel);
     const record = Buffer.from(JSON.stringify(expiryRecord(channel, expired)));
     // Retried per `publish.retry`: the sequence is already claimed, so no later sweep would
