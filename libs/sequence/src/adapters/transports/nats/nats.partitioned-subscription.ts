@@ -328,11 +328,20 @@ export class NatsPartitionedSubscription implements Subscription {
       const partition: OwnedPartition = { index, sequence, writtenAt: sentAt };
       this.owned.set(index, partition);
       this.watchTrust(partition);
-      partition.subscription = this.settings.open(
-        index,
-        () => !this.closed && this.owned.get(index) === partition && this.trusted(partition),
-        (ackWaitMs) => this.extendable(partition, ackWaitMs),
-      );
+      try {
+        partition.subscription = this.settings.open(
+          index,
+          () => !this.closed && this.owned.get(index) === partition && this.trusted(partition),
+          (ackWaitMs) => this.extendable(partition, ackWaitMs),
+        );
+      } catch (error) {
+        // Nothing pulls the partition (a closed connection, say): its lease is let go at once
+        // rather than renewed with nobody reading it.
+        clearTimeout(partition.distrust);
+        this.owned.delete(index);
+        await this.settings.leases.release(sequence).catch(() => undefined);
+        throw error;
+      }
     }
   }
 

@@ -566,7 +566,10 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     );
     const fence = jest.spyOn(NatsPartitionedSubscription.prototype as never, 'letGoUntrusted');
     try {
-      const subscribing = transport.subscribe(newChannel(), collect([]), { partitions: 2 });
+      // Rejected when close() catches it claiming (settled here, not left unhandled meanwhile).
+      const subscribing = transport
+        .subscribe(newChannel(), collect([]), { partitions: 2 })
+        .catch(() => undefined);
       // Shut down while subscribe() is still claiming its partitions.
       const open = (transport as unknown as { subscriptions: Set<unknown> }).subscriptions;
       await eventually(
@@ -574,7 +577,7 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
         'the partitioned subscription',
       );
       await transport.close();
-      await subscribing.catch(() => undefined);
+      await subscribing;
       fence.mockClear();
       await new Promise((resolve) => setTimeout(resolve, 600));
       expect(fence).not.toHaveBeenCalled();

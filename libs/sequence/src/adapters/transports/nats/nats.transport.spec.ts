@@ -14,8 +14,9 @@ import { headerBytes, type Disposition, type InboundMessage } from '../../../por
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
 import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
-import { streamName } from './nats.naming';
+import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
 import type { NatsTransportOptions } from './nats.options';
+import { NatsSubscription } from './nats.subscription';
 import { NatsTransport } from './nats.transport';
 
 const ACK: Disposition = { action: 'ack' };
@@ -43,8 +44,13 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   afterEach(async () => {
     await transport.close();
     for (const channel of channels) {
-      for (const each of [channel, `${channel}.dlq`]) {
-        await jsm.streams.delete(streamName('NSEQ_', each)).catch(() => undefined);
+      for (const stream of [
+        streamName('NSEQ_', channel),
+        streamName('NSEQ_', `${channel}.dlq`),
+        partitionStreamName('NSEQ_', channel),
+        leaseStreamName('NSEQ_', channel),
+      ]) {
+        await jsm.streams.delete(stream).catch(() => undefined);
       }
     }
     channels.clear();
@@ -730,6 +736,95 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       warn.mockRestore();
       await nc.close();
     }
+  });
+
+  describe('closed while a subscribe or a reply channel is still being declared', () => {
+    /** The subscriptions a transport holds open: none may outlive its close. */
+    const open = (of: NatsTransport) =>
+      (of as unknown as { subscriptions: Set<unknown> }).subscriptions;
+
+    it.each([
+      ['a subscribe', 'plain'],
+      ['a partitioned subscribe', 'partitioned'],
+      ['openReplyChannel', 'reply'],
+    ] as const)(
+      '%s racing close() on a connection the application keeps rejects and starts nothing',
+      async (_label, kind) => {
+        const nc = await connectNats({ servers: SERVERS.nats.url });
+        const closing = new NatsTransport(nc, { partitionLeaseMs: 1_000 });
+        const channel = newChannel();
+        const seen: string[] = [];
+        const handler = async (message: InboundMessage) => {
+          seen.push(message.body.toString());
+          return ACK;
+        };
+        const started = jest.spyOn(NatsSubscription.prototype, 'start');
+        try {
+          const subscribing =
+            kind === 'reply'
+              ? closing.openReplyChannel(handler)
+              : closing.subscribe(
+                  channel,
+                  handler,
+                  kind === 'partitioned' ? { partitions: 1 } : {},
+                );
+          // Settled as it comes (during close), not left unhandled until close resolves.
+          const outcome = subscribing.then(
+            () => 'resolved',
+            (error: Error) => error.message,
+          );
+          await closing.close();
+          expect(await outcome).toMatch(/^nats transport is closed: cannot /);
+          expect(started).not.toHaveBeenCalled();
+          started.mockRestore();
+          if (kind === 'reply') return;
+
+          // A subscriber left running would take what is published now, and a partition lease
+          // left held would keep the live subscriber from the partition.
+          const seenByLive: string[] = [];
+          if (kind === 'partitioned') {
+            await transport.subscribe(
+              channel,
+              async (message) => (seenByLive.push(message.body.toString()), ACK),
+              { partitions: 1 },
+            );
+          }
+          await transport.publish(
+            channel,
+            Buffer.from('after close'),
+            {},
+            kind === 'partitioned' ? { partition: { index: 0, count: 1 } } : {},
+          );
+          if (kind === 'partitioned') {
+            await eventually(() => seenByLive.length === 1, 'the live subscriber', 10_000);
+          } else {
+            await delay(2_000);
+            const stream = await jsm.streams.info(streamName('NSEQ_', channel));
+            expect(stream.state.messages).toBe(1);
+          }
+          expect({ open: open(closing).size, seen }).toEqual({ open: 0, seen: [] });
+        } finally {
+          started.mockRestore();
+          for (const each of open(closing)) await (each as { close(): Promise<void> }).close();
+          await nc.close();
+        }
+      },
+      30_000,
+    );
+
+    it('rejects a subscribe racing close() on a connection of its own, leaving nothing open', async () => {
+      const own = await NatsTransport.connect({ servers: SERVERS.nats.url });
+      const channel = newChannel();
+      const outcome = own
+        .subscribe(channel, async () => ACK)
+        .then(
+          () => 'resolved',
+          (error: Error) => error.message,
+        );
+      await own.close();
+      expect(await outcome).toMatch(/^nats transport is closed: cannot subscribe to /);
+      expect(open(own).size).toBe(0);
+    });
   });
 
   it('says so when the server refuses it the MAX_DELIVERIES advisories', async () => {

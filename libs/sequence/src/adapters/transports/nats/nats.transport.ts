@@ -265,13 +265,15 @@ export class NatsTransport implements Transport {
     // the subscription declares its stream when the connection is back.
     this.topology.assertChannel(channel);
     if (this.connected) {
-      await this.topology.ensure(channel).catch((error: unknown) => {
-        if (error instanceof NatsTopologyError) throw error;
-        // The server is away: the subscription declares its stream once it can, and then pulls.
-        this.logger.warn(
-          `could not declare ${channel} yet (${errorMessage(error)}); subscribing anyway`,
-        );
-      });
+      await this.whileOpen('subscribe to', channel, this.topology.ensure(channel)).catch(
+        (error) => {
+          if (error instanceof NatsTopologyError || this.closed) throw error;
+          // The server is away: the subscription declares its stream once it can, and then pulls.
+          this.logger.warn(
+            `could not declare ${channel} yet (${errorMessage(error)}); subscribing anyway`,
+          );
+        },
+      );
     }
     let consumer: Consumer | undefined;
     return this.startSubscription({
@@ -315,7 +317,11 @@ export class NatsTransport implements Transport {
     if (problem) throw new RangeError(`subscribe to ${channel}: ${problem}`);
     this.topology.assertPartitionable(channel);
     // Declared now, so that a refusal or a count mismatch reaches the caller.
-    const leaseMs = await this.topology.ensurePartitionSubscription(channel, count);
+    const leaseMs = await this.whileOpen(
+      'subscribe to',
+      channel,
+      this.topology.ensurePartitionSubscription(channel, count),
+    );
     const stream = this.topology.partitionStream(channel);
     const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
     const leases = new NatsPartitionLeases({
@@ -372,6 +378,11 @@ export class NatsTransport implements Transport {
     });
     this.subscriptions.add(subscription);
     await subscription.start();
+    if (this.closed) {
+      // close() closes it too (it was in the set): its leases are released once it has.
+      await subscription.close();
+      this.assertOpen('subscribe to', channel);
+    }
     return subscription;
   }
 
@@ -400,7 +411,13 @@ export class NatsTransport implements Transport {
     const channel = `${REPLY_SUBJECT_PREFIX}${id}`;
     const name = `reply-${id}`;
     const { maxDeliver } = this.settings;
-    await this.topology.ensureReplyConsumer(channel, name, maxDeliver);
+    // Made as close() started, the consumer is deleted: nothing will pull from it.
+    await this.whileOpen(
+      'open',
+      'a reply channel',
+      this.topology.ensureReplyConsumer(channel, name, maxDeliver),
+      () => this.topology.deleteReplyConsumer(channel, name),
+    );
     let consumer: Consumer | undefined;
     return this.startSubscription({
       channel,
@@ -521,9 +538,10 @@ export class NatsTransport implements Transport {
       logger: this.logger,
       onClosed: (closed) => this.subscriptions.delete(closed),
     });
+    // The watch first: it throws on a closed or draining connection, with nothing started yet.
+    watch?.start();
     this.subscriptions.add(subscription);
     subscription.start();
-    watch?.start();
     return subscription;
   }
 
@@ -581,7 +599,8 @@ export class NatsTransport implements Transport {
 
   /**
    * Closes every subscription (their unsettled messages go back to the consumer at once) and,
-   * when {@link NatsTransport.connect} made the connection, drains and closes it. Idempotent.
+   * when {@link NatsTransport.connect} made the connection, drains and closes it. A `subscribe`
+   * or `openReplyChannel` still under way rejects, starting nothing. Idempotent.
    */
   close(): Promise<void> {
     this.closing ??= this.shutdown();
@@ -779,6 +798,34 @@ export class NatsTransport implements Transport {
         this.logger.warn(`NATS connection lost; reconnecting`);
       }
     }
+  }
+
+  /**
+   * What `pending` comes to, unless `close()` started meanwhile: then the error a call made after
+   * close gets, whatever `pending` came to (a draining connection's own error, say), so that a
+   * subscribe racing close starts nothing that close() would not stop. `undo`, if given, removes
+   * what `pending` made; it is not awaited (the server may be what close() waits for).
+   */
+  private async whileOpen<T>(
+    action: string,
+    channel: string,
+    pending: Promise<T>,
+    undo?: () => Promise<unknown>,
+  ): Promise<T> {
+    let outcome: T;
+    try {
+      outcome = await pending;
+    } catch (error) {
+      this.assertOpen(action, channel);
+      throw error;
+    }
+    if (this.closed && undo) {
+      undo().catch((error: unknown) =>
+        this.logger.warn(`cleaning up after close(): ${errorMessage(error)}`),
+      );
+    }
+    this.assertOpen(action, channel);
+    return outcome;
   }
 
   private assertOpen(action: string, channel: string): void {
