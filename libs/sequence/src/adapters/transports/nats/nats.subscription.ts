@@ -39,6 +39,12 @@ export interface NatsSubscriptionSettings {
   readonly deadLetterChannel: string | undefined;
   /** The consumer's `max_deliver`; undefined on a dead-letter channel (no limit). */
   readonly maxDeliver: number | undefined;
+  /**
+   * Whether the channel is itself a dead-letter channel: the end of the line, which nothing the
+   * subscription does on its own dead-letters out of. A message whose headers cannot be read is
+   * handed to the handler then. @default false
+   */
+  readonly endOfLine?: boolean;
   /** Delay of the `nak` for a plain requeue of a message delivered `deliveries` times. */
   readonly nakDelayMs: (deliveries: number) => number;
   /** The consumer's `ack_wait`: in-progress acks go out every third of it. */
@@ -334,7 +340,13 @@ export class NatsSubscription implements Subscription {
    */
   private receive(message: JsMsg): void {
     const delivery = deliveryOf(message);
-    const { headers, problem } = headersOf(message);
+    const { problem, ...read } = headersOf(message);
+    // In a dead-letter channel it goes to the handler, with the reason the console lists it by.
+    const unreadable = problem === undefined ? undefined : unreadableHeadersReason(problem);
+    const headers =
+      unreadable !== undefined && this.settings.endOfLine
+        ? { [SequenceHeader.deathReason]: unreadable }
+        : read.headers;
     const data = message.data;
     let released = false;
     const inbound: { -readonly [K in keyof InboundMessage]: InboundMessage[K] } = {
@@ -360,10 +372,9 @@ export class NatsSubscription implements Subscription {
         return released ? undefined : inbound.body;
       },
     });
-    if (problem !== undefined) {
+    if (unreadable !== undefined && !this.settings.endOfLine) {
       // Nothing could tell the handler what the message is: dead-lettered, without its headers.
-      const reason = unreadableHeadersReason(problem);
-      this.settle(delivery, inbound, false, { action: 'dead-letter', reason });
+      this.settle(delivery, inbound, false, { action: 'dead-letter', reason: unreadable });
       return;
     }
     void this.handle(delivery, inbound, () => released);

@@ -47,6 +47,7 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       for (const stream of [
         streamName('NSEQ_', channel),
         streamName('NSEQ_', `${channel}.dlq`),
+        streamName('NSEQ_', `${channel}.dlq.dlq`),
         partitionStreamName('NSEQ_', channel),
         leaseStreamName('NSEQ_', channel),
       ]) {
@@ -552,6 +553,27 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       expect(page.items).toHaveLength(1);
       expect(page.items[0]).toMatchObject({ headers: {}, bytes: 'unreadable'.length });
       expect(page.items[0].reason).toMatch(/^malformed-header: its NATS headers cannot be read/);
+    });
+
+    it('hands one in a dead-letter channel to its subscriber, not to a dead-letter channel behind it', async () => {
+      const channel = newChannel();
+      const dlq = transport.deadLetterChannel(channel);
+      await transport.publish(channel, Buffer.from('declares both streams'), {});
+      await publishRaw(dlq, 'Bad Name: x', 'unreadable');
+      const dead = await collect(dlq);
+
+      await eventually(() => dead.length === 1, 'the dead letter', 10_000);
+      expect(dead[0].body.toString()).toBe('unreadable');
+      expect(dead[0].headers).toEqual({
+        'x-death-reason': expect.stringMatching(
+          /^malformed-header: its NATS headers cannot be read \(/,
+        ),
+      });
+      // The end of the line: nothing declared behind it, the dead letter acked from its stream.
+      await expect(jsm.streams.info(streamName('NSEQ_', `${dlq}.dlq`))).rejects.toThrow();
+      await eventuallyAsync(
+        async () => (await jsm.streams.info(streamName('NSEQ_', dlq))).state.messages === 0,
+      );
     });
 
     it.each([

@@ -275,13 +275,15 @@ export class NatsTransport implements Transport {
         },
       );
     }
+    const endOfLine = this.topology.isDeadLetterChannel(channel);
     let consumer: Consumer | undefined;
     return this.startSubscription({
       channel,
       handler,
       prefetch,
       deadLetterChannel: options.deadLetterChannel ?? this.deadLetterChannel(channel),
-      maxDeliver: this.topology.isDeadLetterChannel(channel) ? undefined : this.settings.maxDeliver,
+      maxDeliver: endOfLine ? undefined : this.settings.maxDeliver,
+      endOfLine,
       consumerName: this.settings.durableName,
       // Declared again after a reconnect (which forgets the declarations), repairing what a
       // server restart may have broken; cached otherwise.
@@ -458,7 +460,7 @@ export class NatsTransport implements Transport {
       Partial<
         Pick<
           NatsSubscriptionSettings,
-          'ackWaitMs' | 'mayHold' | 'mayExtend' | 'partition' | 'publish'
+          'ackWaitMs' | 'mayHold' | 'mayExtend' | 'partition' | 'publish' | 'endOfLine'
         >
       > & {
         /** The stream the consumer reads. @default the channel's */
