@@ -122,4 +122,67 @@ describe('NatsPartitionedSubscription', () => {
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await closing;
   });
+  it('does not trust a lease again on a renewal answered after its trust ran out, without letting go first', async () => {
+    let sequence = 0;
+    let holdAnswers = false;
+    const unanswered: Array<() => void> = [];
+    const leases = {
+      claim: () => new Promise((resolve) => setTimeout(() => resolve(++sequence), ROUND_TRIP_MS)),
+      renew: () =>
+        new Promise((resolve) => {
+          const answer = () => resolve(++sequence);
+          if (holdAnswers) unanswered.push(answer);
+          else setTimeout(answer, ROUND_TRIP_MS);
+        }),
+      release: async () => undefined,
+      held: async () => new Set<number>(),
+      onReleased: () => () => undefined,
+    } as unknown as NatsPartitionLeases;
+    const opened: Array<{ mayHold: () => boolean; abandoned: boolean }> = [];
+    const subscription = new NatsPartitionedSubscription({
+      channel: 'orders',
+      count: 1,
+      ensure: async () => LEASE_MS,
+      forget: () => undefined,
+      leases,
+      open: (_index, mayHold) => {
+        const partition = { mayHold, abandoned: false };
+        opened.push(partition);
+        return {
+          close: async () => undefined,
+          abandon: async () => void (partition.abandoned = true),
+        } as unknown as NatsSubscription;
+      },
+      logger: new Logger('nats.partitioned-subscription.spec'),
+      onClosed: () => undefined,
+    });
+    const started = subscription.start();
+    await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
+    await started;
+    expect(opened).toHaveLength(1);
+
+    holdAnswers = true;
+    for (let step = 0; step < LEASE_MS / 10 && unanswered.length === 0; step++) {
+      await jest.advanceTimersByTimeAsync(10);
+    }
+    expect(unanswered).toHaveLength(1);
+    // The wall clock steps forward (a resumed virtual machine) past the lease's trusted time,
+    // which fires neither the distrust timer nor the fence: the lease is not trusted now.
+    jest.setSystemTime(Date.now() + 0.65 * LEASE_MS);
+    const [first] = opened;
+    expect(first.mayHold()).toBe(false);
+
+    unanswered.shift()!();
+    await jest.advanceTimersByTimeAsync(0);
+    // The late answer does not make the messages held through the gap this subscriber's again.
+    expect({ mayHold: first.mayHold(), abandoned: first.abandoned }).toEqual({
+      mayHold: false,
+      abandoned: true,
+    });
+
+    holdAnswers = false;
+    const closing = subscription.close();
+    await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
+    await closing;
+  });
 });

@@ -289,6 +289,14 @@ export class NatsPartitionedSubscription implements Subscription {
           this.stop(partition, this.trusted(partition));
           return;
         }
+        if (!this.trusted(partition)) {
+          // Answered after the lease stopped being trusted (a wall clock stepped forward fires
+          // neither the distrust timer nor the fence): another may have claimed it meanwhile, so
+          // its subscription is let go first; the next claim takes the lease back on this write.
+          this.stop(partition, false);
+          this.lapsed.set(partition.index, sequence);
+          return;
+        }
         partition.sequence = sequence;
         partition.writtenAt = sentAt;
         this.watchTrust(partition);

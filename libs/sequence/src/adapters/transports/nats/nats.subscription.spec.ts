@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { AckPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { delay } from '../../../core/async';
 import { connectNats, nanos, type NatsConnection } from './nats.client';
 import { NatsSubscription } from './nats.subscription';
 
@@ -29,16 +30,25 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
 
   /** A subscription of the consumer whose pull requests wait `pullExpiresMs` for messages. */
   function subscription(pullExpiresMs: number): NatsSubscription {
+    return new NatsSubscription(settings(stream, subject, pullExpiresMs));
+  }
+
+  /** Settings of a subscription of consumer `c` of `of`, acking every message. */
+  function settings(
+    of: string,
+    channel: string,
+    pullExpiresMs: number,
+  ): ConstructorParameters<typeof NatsSubscription>[0] {
     const js = jetstream(connection);
-    return new NatsSubscription({
-      channel: subject,
+    return {
+      channel,
       handler: async () => ({ action: 'ack' }),
       prefetch: 4,
       deadLetterChannel: undefined,
       maxDeliver: undefined,
       nakDelayMs: () => 5,
       ackWaitMs: 30_000,
-      consumer: () => js.consumers.get(stream, 'c'),
+      consumer: () => js.consumers.get(of, 'c'),
       onConsumerLost: () => undefined,
       publish: () => Promise.reject(new Error('not expected')),
       removeFromStream: () => Promise.reject(new Error('not expected')),
@@ -50,7 +60,7 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
       pullExpiresMs,
       logger: new Logger('NatsSubscription'),
       onClosed: () => undefined,
-    });
+    };
   }
 
   async function waitingPulls(): Promise<number> {
@@ -85,5 +95,50 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
     expect(next?.string()).toBe('after the close');
     expect(next?.info.deliveryCount).toBe(1);
     next?.ack();
+  }, 30_000);
+  it('delivers again a message pulled while it may not hold messages, not keeping it in progress', async () => {
+    const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
+    const ownSubject = `nseq-sub.${randomUUID()}`;
+    const ackWaitMs = 1_000;
+    await jsm.streams.add({ name: own, subjects: [ownSubject] });
+    await jsm.consumers.add(own, {
+      durable_name: 'c',
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: nanos(ackWaitMs),
+    });
+    const js = jetstream(connection);
+    const handled: string[] = [];
+    let hold = true;
+    const partition = new NatsSubscription({
+      ...settings(own, ownSubject, 1_000),
+      handler: async (message) => {
+        handled.push(message.body.toString());
+        return { action: 'ack' };
+      },
+      ackWaitMs,
+      mayHold: () => hold,
+    });
+    try {
+      partition.start();
+      const waiting = async () => (await jsm.consumers.info(own, 'c')).num_waiting;
+      for (let tries = 0; tries < 200 && (await waiting()) === 0; tries++) await delay(10);
+
+      // Its lease not trusted for a moment (say): the waiting pull brings a message meanwhile.
+      hold = false;
+      await js.publish(ownSubject, 'pulled while not held');
+      await delay(200);
+      hold = true;
+      await delay(3 * ackWaitMs);
+
+      const { num_ack_pending, num_pending } = await jsm.consumers.info(own, 'c');
+      expect({ handled, num_ack_pending, num_pending }).toEqual({
+        handled: ['pulled while not held'],
+        num_ack_pending: 0,
+        num_pending: 0,
+      });
+    } finally {
+      await partition.close();
+      await jsm.streams.delete(own).catch(() => undefined);
+    }
   }, 30_000);
 });

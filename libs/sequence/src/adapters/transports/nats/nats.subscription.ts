@@ -90,8 +90,9 @@ export interface NatsSubscriptionSettings {
   readonly release?: () => Promise<void>;
   /**
    * Whether this subscriber may still hold messages (a partition's lease): while false, no
-   * in-progress acks go out, no verdict is sent, and what arrives is not handled (the owner of
-   * the lease stops the subscription). @default always
+   * in-progress acks go out, no verdict is sent, no pull is made, and what a pull made before
+   * brings is handed back unhandled (the owner of the lease stops the subscription).
+   * @default always
    */
   readonly mayHold?: () => boolean;
   /**
@@ -124,6 +125,8 @@ const NO_BODY = Buffer.alloc(0);
 const FETCH_EXPIRES_MS = 1_000;
 /** How long a message whose dead letter or tail copy could not be published waits to go back. */
 export const FAILED_FORWARD_PAUSE_MS = 1_000;
+/** How often a subscription that may not hold messages (see `mayHold`) asks again. */
+const NOT_HOLDING_CHECK_MS = 100;
 /** Waits after a failed pull: doubling from the first, up to the last. */
 const RETRY_FIRST_DELAY_MS = 100;
 const RETRY_MAX_DELAY_MS = 5_000;
@@ -284,6 +287,15 @@ export class NatsSubscription implements Subscription {
         this.slotFreed = undefined;
         continue;
       }
+      if (this.settings.mayHold?.() === false) {
+        // Nothing is pulled that could not be handled: woken early by close.
+        await new Promise<void>((resolve) => {
+          this.slotFreed = resolve;
+          setTimeout(resolve, NOT_HOLDING_CHECK_MS).unref();
+        });
+        this.slotFreed = undefined;
+        continue;
+      }
       try {
         const consumer = await this.settings.consumer();
         if (this.closed) return;
@@ -292,14 +304,19 @@ export class NatsSubscription implements Subscription {
         // Abandoned meanwhile: stopped (what it brings would not be handed back anyway).
         if (this.closed && this.abandoned) batch.stop();
         for await (const message of batch) {
-          if (this.closed || this.settings.mayHold?.() === false) {
-            // Pulled as the subscription closes, or after its claim lapsed: kept unhandled, and
-            // settled with the others at close. (A nak now would bring it straight back to this
-            // pull request, again and again.)
+          if (this.closed) {
+            // Pulled as the subscription closes: kept unhandled, and settled with the others at
+            // close. (A nak now would bring it straight back to this pull request, again and
+            // again.)
             this.hold(deliveryOf(message), {
               headers: headersOf(message).headers,
               body: undefined,
             });
+          } else if (this.settings.mayHold?.() === false) {
+            // Pulled after its claim lapsed: handed back, not kept (in-progress acks would keep
+            // it unhandled for good once the claim is trusted again). Delayed past this pull
+            // request, the last one made until then.
+            this.respond(deliveryOf(message), nak(this.pullExpiresMs));
           } else {
             this.receive(message);
           }
