@@ -313,10 +313,7 @@ export class NatsSubscription implements Subscription {
               body: undefined,
             });
           } else if (this.settings.mayHold?.() === false) {
-            // Pulled after its claim lapsed: handed back, not kept (in-progress acks would keep
-            // it unhandled for good once the claim is trusted again). Delayed past this pull
-            // request, the last one made until then.
-            this.respond(deliveryOf(message), nak(this.pullExpiresMs));
+            this.notHeld(message);
           } else {
             this.receive(message);
           }
@@ -613,6 +610,24 @@ export class NatsSubscription implements Subscription {
   private hold(delivery: NatsDelivery, carried: Carried): void {
     this.unsettled.set(delivery.streamSequence, delivery);
     this.carried.set(delivery, carried);
+  }
+
+  /**
+   * A message pulled while this subscriber may not hold messages (its partition's claim lapsed,
+   * or its owner is closing): handed back unhandled, not kept (in-progress acks would keep it so
+   * for good were the claim trusted again). A `nak` delayed past the pull request that brought
+   * it, the last one made until then; at its last allowed delivery, where a `nak` would end it
+   * unhandled, it is kept instead for the stop that follows, which hands it back as a copy at
+   * the tail (see handBack).
+   */
+  private notHeld(message: JsMsg): void {
+    const delivery = deliveryOf(message);
+    const { maxDeliver } = this.settings;
+    if (maxDeliver !== undefined && delivery.deliveryCount >= maxDeliver) {
+      this.hold(delivery, { headers: headersOf(message).headers, body: undefined });
+      return;
+    }
+    this.respond(delivery, nak(this.pullExpiresMs));
   }
 
   /**
