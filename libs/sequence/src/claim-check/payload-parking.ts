@@ -2,6 +2,7 @@ import { Readable, Transform, pipeline, type TransformCallback } from 'node:stre
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { delay } from '../core/async';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
+import { byteChunks } from '../core/payload-source';
 import {
   audienceChannel,
   checkTicketAudience,
@@ -127,7 +128,8 @@ export class PayloadParking implements OnApplicationShutdown {
       digest = { sha256: sha256Hex(payload), bytes: payload.length };
     } else {
       const meter = new DigestingStream();
-      pipeline(payload, meter, () => undefined); // errors reach put through `meter`
+      // Errors reach put through `meter`; chunks that are not bytes fail it (see byteChunks).
+      pipeline(payload, byteChunks, meter, () => undefined);
       try {
         ({ ref } = await store.put(meter, putOptions));
       } catch (error) {

@@ -65,6 +65,28 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
       expect((await (await t.claimCheck.checkOut(ticket)).toBuffer()).equals(payload)).toBe(true);
     });
 
+    it('refuses an object-mode stream with a TypeError, storing nothing and throwing nowhere else', async () => {
+      const uncaught: unknown[] = [];
+      const onUncaught = (error: unknown) => void uncaught.push(error);
+      process.prependListener('uncaughtException', onUncaught);
+      const put = jest.spyOn(t.store, 'put');
+      try {
+        const source = Readable.from([payload.subarray(0, 5_000), { not: 'bytes' }], {
+          objectMode: true,
+        });
+        await expect(t.claimCheck.checkIn(source)).rejects.toThrow(TypeError);
+        // The store was handed the stream, and its put failed with it: nothing kept.
+        const putting = put.mock.results[0]?.value as Promise<unknown> | undefined;
+        const stored = await putting?.then(
+          () => 'stored',
+          () => 'refused',
+        );
+        expect({ stored, uncaught }).toEqual({ stored: 'refused', uncaught: [] });
+      } finally {
+        process.removeListener('uncaughtException', onUncaught);
+      }
+    });
+
     it('deletes what it stored when no ticket can be made for it (a ref too long for a ticket)', async () => {
       const deleted: string[] = [];
       const u = await createClaimCheckTestApp({
