@@ -765,6 +765,45 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     const open = (of: NatsTransport) =>
       (of as unknown as { subscriptions: Set<unknown> }).subscriptions;
 
+    it.each(['plain', 'reply'] as const)(
+      'a %s subscribe whose declaration answers as close() starts is closed by it or starts nothing',
+      async (kind) => {
+        const channel = newChannel();
+        await transport.publish(channel, Buffer.from('declares it'), {});
+        // Every microtask offset between the declaration's answer and close(): whichever the
+        // subscribe's last look at `closed` falls on, nothing outlives the close.
+        for (let ticks = 0; ticks <= 8; ticks++) {
+          const nc = await connectNats({ servers: SERVERS.nats.url });
+          const closing = new NatsTransport(nc);
+          const topology = (
+            closing as unknown as {
+              topology: { ensure(c: string): Promise<void>; ensureReplyConsumer(): Promise<void> };
+            }
+          ).topology;
+          jest.spyOn(topology, 'ensure').mockResolvedValue(undefined);
+          jest.spyOn(topology, 'ensureReplyConsumer').mockResolvedValue(undefined);
+          const subscribing = (
+            kind === 'reply'
+              ? closing.openReplyChannel(async () => ACK)
+              : closing.subscribe(channel, async () => ACK)
+          ).then(
+            () => 'resolved',
+            (error: Error) => error.message,
+          );
+          for (let tick = 0; tick < ticks; tick++) await Promise.resolve();
+          await closing.close();
+          const outcome = await subscribing;
+          expect({ ticks, outcome, running: open(closing).size }).toEqual({
+            ticks,
+            outcome: expect.stringMatching(/^(resolved|nats transport is closed: cannot )/),
+            running: 0,
+          });
+          await nc.close();
+        }
+      },
+      60_000,
+    );
+
     it.each([
       ['a subscribe', 'plain'],
       ['a partitioned subscribe', 'partitioned'],

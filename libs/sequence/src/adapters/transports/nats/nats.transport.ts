@@ -420,6 +420,15 @@ export class NatsTransport implements Transport {
       this.topology.ensureReplyConsumer(channel, name, maxDeliver),
       () => this.topology.deleteReplyConsumer(channel, name),
     );
+    // Closed since (a microtask or two): its consumer goes, nothing starts.
+    if (this.closed) {
+      this.topology
+        .deleteReplyConsumer(channel, name)
+        .catch((error: unknown) =>
+          this.logger.warn(`cleaning up after close(): ${errorMessage(error)}`),
+        );
+      this.assertOpen('open', 'a reply channel');
+    }
     let consumer: Consumer | undefined;
     return this.startSubscription({
       channel,
@@ -470,6 +479,9 @@ export class NatsTransport implements Transport {
       },
   ): NatsSubscription {
     const { channel, deadLetterChannel } = own;
+    // The callers' last look at `closed` may be a microtask or two behind: a close() started
+    // since has taken its list of subscriptions, and would leave this one running.
+    this.assertOpen('subscribe to', channel);
     const { nakDelayMs, maxNakDelayMs, ackWaitMs } = this.settings;
     const stream = own.stream ?? this.topology.stream(channel);
     const readStored = async (sequence: number) => {
