@@ -2,7 +2,9 @@ import { Readable } from 'node:stream';
 import { Inject, Injectable } from '@nestjs/common';
 import {
   CONTENT_TYPE_PATTERN,
+  MAX_TICKET_BODY_BYTES,
   serializeTicket,
+  smallestTicketBytes,
   ticketAudienceProblem,
   type ClaimTicket,
 } from '../core/claim-ticket';
@@ -336,6 +338,14 @@ function audienceOption(given: CheckInOptions['audience']): readonly string[] {
   const audience = typeof given === 'string' ? [given] : given;
   const problem = ticketAudienceProblem(audience);
   if (problem !== undefined) throw new SequenceOptionsError('checkIn()', [problem]);
+  // Refused before the payload is stored, rather than once signing its ticket fails.
+  const smallest = smallestTicketBytes(audience);
+  if (smallest > MAX_TICKET_BODY_BYTES) {
+    throw new SequenceOptionsError('checkIn()', [
+      `audience makes a ticket of at least ${smallest} bytes, over the ` +
+        `${MAX_TICKET_BODY_BYTES}-byte limit for tickets; name fewer or shorter channels`,
+    ]);
+  }
   return audience;
 }
 

@@ -389,6 +389,26 @@ export function ticketAudienceProblem(audience: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The size of the smallest ticket for `audience` (one-character store, ref and key id, no
+ * content type): over {@link MAX_TICKET_BODY_BYTES}, no ticket for it can be signed, whatever
+ * the payload, so a sender can refuse it before storing anything.
+ */
+export function smallestTicketBytes(audience: readonly string[]): number {
+  const smallest: ClaimTicket = {
+    v: CLAIM_TICKET_VERSION,
+    store: 's',
+    ref: 'r',
+    bytes: 0,
+    sha256: '0'.repeat(64),
+    expiresAt: Date.now(),
+    audience,
+    kid: 'k',
+    sig: '0'.repeat(43), // an HMAC-SHA256 in base64url
+  };
+  return serializeTicket(smallest).byteLength;
+}
+
 function hmac(keys: ClaimTicketKeyring, ticket: Omit<ClaimTicket, 'sig'>): Buffer {
   const mac = keys.hmac(ticket.kid, ticketSigningInput(ticket));
   if (mac === undefined)

@@ -327,12 +327,18 @@ describe('claim check: tickets bound to their channel', () => {
       ['an empty channel name', ''],
       ['a channel named twice', [ORDERS, ORDERS]],
       ['a channel name over 255 characters', 'c'.repeat(256)],
+      [
+        'more channels than a ticket holds',
+        Array.from({ length: 40 }, (_, i) => `${i}.${'c'.repeat(240)}`),
+      ],
     ])('checkIn refuses an audience with %s before storing anything', async (_case, audience) => {
       await start();
+      const put = jest.spyOn(t.store, 'put');
 
       await expect(t.claimCheck.checkIn(bytes(10, 12), { audience })).rejects.toBeInstanceOf(
         SequenceOptionsError,
       );
+      expect(put).not.toHaveBeenCalled();
       expect(await filesUnder(t.root)).toEqual([]);
     });
   });
