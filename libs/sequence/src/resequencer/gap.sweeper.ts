@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { clockFrom } from '../core/async';
+import { clockFrom, settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import { Sweeper } from '../kernel/sweeper';
 import { RESOLVED_OPTIONS } from '../kernel/tokens';
@@ -25,7 +25,7 @@ export class GapSweeper extends Sweeper<GapSweepReport> {
   protected readonly what = 'gap sweep';
 
   constructor(
-    @Inject(RESOLVED_OPTIONS) options: ResolvedOptions,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly catalog: ResequencerCatalog,
     @Optional() schedulerRegistry?: SchedulerRegistry,
   ) {
@@ -39,10 +39,35 @@ export class GapSweeper extends Sweeper<GapSweepReport> {
 
   /**
    * At shutdown, once the subscriptions are closed: the drains that go on after acking their
-   * input (their settles) end before the store's connection closes.
+   * input (their settles, and events of the key that came meanwhile) end before the store's
+   * connection closes, for up to `shutdownTimeoutMs`. One still running then (its handler slow
+   * or hung) is left: what it has not settled stays in its key's hand-off list, delivered again
+   * by the key's next drain.
    */
   async stopConsuming(): Promise<void> {
-    await Promise.all(this.catalog.all().map(({ resequencer }) => resequencer.settled()));
+    const { shutdownTimeoutMs } = this.options;
+    const drains = Promise.all(this.catalog.all().map(({ resequencer }) => resequencer.settled()));
+    if (!(await settlesWithin(drains, shutdownTimeoutMs))) {
+      this.logger.warn(
+        `resequencer drains still running after shutdownTimeoutMs (${shutdownTimeoutMs} ms); ` +
+          'shutting down without them: what they have not settled is delivered again by the ' +
+          "key's next drain",
+      );
+    }
+  }
+
+  /** A sweep's drains call handlers: waited for as deliveries are, up to `shutdownTimeoutMs`. */
+  protected override stopWaitMs(): number {
+    return this.options.shutdownTimeoutMs;
+  }
+
+  protected override leftRunning(): void {
+    this.logger.warn(
+      `the gap sweep in progress did not finish within shutdownTimeoutMs ` +
+        `(${this.options.shutdownTimeoutMs} ms); shutting down without it: the gaps it had not ` +
+        "resolved stay due for the next sweep, and what its drains had not settled stays in its key's " +
+        'hand-off list',
+    );
   }
 
   protected sweepOnce(now: number): Promise<GapSweepReport> {

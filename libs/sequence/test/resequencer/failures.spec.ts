@@ -5,6 +5,7 @@ import {
   publishEvent,
   type ResequencerTestApp,
 } from './resequencer-test-app';
+import { sleep } from './resequencer-parts';
 
 const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
 const channel = 'transfers.status';
@@ -311,5 +312,58 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     expect(transport.peek(dlq)).toEqual([]);
     expect(transport.depth(channel)).toBe(1); // its input, back for the next delivery
     await transport.close();
+  });
+
+  describe('shutdown with a handler that does not return', () => {
+    /** Closes `t`, telling whether it had closed within `ms`; the slow handler is then let go. */
+    async function closesWithin(ms: number, release: () => void): Promise<boolean> {
+      const closing = t.close().then(() => true);
+      const outcome = await Promise.race([closing, sleep(ms).then(() => false)]);
+      release();
+      await closing;
+      return outcome;
+    }
+
+    it('closes within shutdownTimeoutMs while a drain whose input was acked is in a handler', async () => {
+      t = await createResequencerTestApp({ channel, gap: GAP }, { shutdownTimeoutMs: 300 });
+      let release!: () => void;
+      const slow = new Promise<void>((resolve) => (release = resolve));
+      let slowStarted = false;
+      t.handler.onCall = async (event) => {
+        if (event.seq === 1) {
+          // 2 comes while 1 is handled: the drain goes on to it after acking 1's input.
+          await publishEvent(t.transport, channel, 'T1', 2);
+          await sleep(200);
+        }
+        if (event.seq === 2) {
+          slowStarted = true;
+          await slow;
+        }
+      };
+      await publishEvent(t.transport, channel, 'T1', 1);
+      await eventually(() => slowStarted, 'the handler of 2 running');
+
+      expect(await closesWithin(3_000, release)).toBe(true);
+    });
+
+    it("closes within shutdownTimeoutMs while the gap sweeper's drain is in a handler", async () => {
+      t = await createResequencerTestApp(
+        { channel, gap: { timeoutMs: 100, policy: 'skip' } },
+        { shutdownTimeoutMs: 300, tuning: { sweepers: { gaps: { intervalMs: 50 } } } },
+      );
+      let release!: () => void;
+      const slow = new Promise<void>((resolve) => (release = resolve));
+      let slowStarted = false;
+      t.handler.onCall = async (event) => {
+        if (event.seq === 2) {
+          slowStarted = true;
+          await slow;
+        }
+      };
+      await publishEvent(t.transport, channel, 'T1', 2); // 1 never comes: the sweeper skips it
+      await eventually(() => slowStarted, '2 released by the sweeper, in its handler', 5_000);
+
+      expect(await closesWithin(3_000, release)).toBe(true);
+    });
   });
 });
