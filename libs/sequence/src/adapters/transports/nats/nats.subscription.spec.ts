@@ -96,49 +96,58 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
     expect(next?.info.deliveryCount).toBe(1);
     next?.ack();
   }, 30_000);
-  it('keeps a message pulled at its last delivery while it may not hold messages, for the stop to hand back', async () => {
-    const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
-    const ownSubject = `nseq-sub.${randomUUID()}`;
-    await jsm.streams.add({ name: own, subjects: [ownSubject] });
-    await jsm.consumers.add(own, {
-      durable_name: 'c',
-      ack_policy: AckPolicy.Explicit,
-      ack_wait: nanos(30_000),
-      max_deliver: 1,
-    });
-    const js = jetstream(connection);
-    const handled: string[] = [];
-    const copies: string[] = [];
-    let hold = true;
-    const partition = new NatsSubscription({
-      ...settings(own, ownSubject, 1_000),
-      maxDeliver: 1,
-      handler: async (message) => {
-        handled.push(message.body.toString());
-        return { action: 'ack' };
-      },
-      mayHold: () => hold,
-      publish: async (_channel, body) => void copies.push(body.toString()),
-      readFromStream: async (sequence) =>
-        Buffer.from((await jsm.streams.getMessage(own, { seq: sequence }))!.data),
-    });
-    const waiting = async () => (await jsm.consumers.info(own, 'c')).num_waiting;
-    try {
-      partition.start();
-      for (let tries = 0; tries < 200 && (await waiting()) === 0; tries++) await delay(10);
-      // Its owner closing (say): the waiting pull brings a message at its only allowed delivery.
-      hold = false;
-      await js.publish(ownSubject, 'last delivery');
-      await delay(300);
-      // A nak would have ended it: it is kept, unhandled.
-      expect((await jsm.consumers.info(own, 'c')).num_ack_pending).toBe(1);
-      await partition.close();
-      expect({ handled, copies }).toEqual({ handled: [], copies: ['last delivery'] });
-    } finally {
-      await partition.close();
-      await jsm.streams.delete(own).catch(() => undefined);
-    }
-  }, 30_000);
+  it.each(['close', 'abandon'] as const)(
+    'hands back as a copy a message pulled at its last delivery while it may not hold messages, at %s',
+    async (stop) => {
+      const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
+      const ownSubject = `nseq-sub.${randomUUID()}`;
+      await jsm.streams.add({ name: own, subjects: [ownSubject] });
+      await jsm.consumers.add(own, {
+        durable_name: 'c',
+        ack_policy: AckPolicy.Explicit,
+        ack_wait: nanos(30_000),
+        max_deliver: 1,
+      });
+      const js = jetstream(connection);
+      const handled: string[] = [];
+      const copies: string[] = [];
+      let hold = true;
+      const partition = new NatsSubscription({
+        ...settings(own, ownSubject, 1_000),
+        maxDeliver: 1,
+        handler: async (message) => {
+          handled.push(message.body.toString());
+          return { action: 'ack' };
+        },
+        mayHold: () => hold,
+        publish: async (_channel, body) => void copies.push(body.toString()),
+        readFromStream: async (sequence) =>
+          Buffer.from((await jsm.streams.getMessage(own, { seq: sequence }))!.data),
+      });
+      const waiting = async () => (await jsm.consumers.info(own, 'c')).num_waiting;
+      try {
+        partition.start();
+        for (let tries = 0; tries < 200 && (await waiting()) === 0; tries++) await delay(10);
+        // Its owner closing, or its claim lapsed: the waiting pull brings a message at its only
+        // allowed delivery, which a nak would end unhandled.
+        hold = false;
+        await js.publish(ownSubject, 'last delivery');
+        await delay(300);
+        await (stop === 'close' ? partition.close() : partition.abandon());
+        const { num_ack_pending } = await jsm.consumers.info(own, 'c');
+        // The copy is at the tail (for the partition's next holder), the original acked.
+        expect({ handled, copies, num_ack_pending }).toEqual({
+          handled: [],
+          copies: ['last delivery'],
+          num_ack_pending: 0,
+        });
+      } finally {
+        await partition.close();
+        await jsm.streams.delete(own).catch(() => undefined);
+      }
+    },
+    30_000,
+  );
 
   it('delivers again a message pulled while it may not hold messages, not keeping it in progress', async () => {
     const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;

@@ -164,6 +164,8 @@ export class NatsSubscription implements Subscription {
 
   /** The unsettled deliveries by stream sequence: how the server tells them apart. */
   private readonly unsettled = new Map<number, NatsDelivery>();
+  /** Held unhandled at their last allowed delivery while this subscriber may not hold messages. */
+  private readonly keptAtLastDelivery = new Set<NatsDelivery>();
   /** What each unsettled delivery carries, to put it at the tail when handed back at close. */
   private readonly carried = new WeakMap<NatsDelivery, Carried>();
   private readonly timers = new Set<NodeJS.Timeout>();
@@ -247,10 +249,15 @@ export class NatsSubscription implements Subscription {
     await this.pulling;
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
     await Promise.allSettled([...this.forwarding]);
-    if (handBack) {
-      for (const delivery of [...this.unsettled.values()]) this.handBack(delivery);
-      await Promise.allSettled([...this.forwarding]);
-    }
+    // Abandoned, what it holds goes to whichever subscriber gets it again, but for what was kept
+    // unhandled at its last allowed delivery (see notHeld): nobody can get that again, so it is
+    // handed back all the same, as a copy at the tail.
+    const handingBack = handBack
+      ? [...this.unsettled.values()]
+      : [...this.keptAtLastDelivery].filter((delivery) => this.isHeld(delivery));
+    for (const delivery of handingBack) this.handBack(delivery);
+    await Promise.allSettled([...this.forwarding]);
+    this.keptAtLastDelivery.clear();
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
     await this.settings
@@ -618,13 +625,14 @@ export class NatsSubscription implements Subscription {
    * for good were the claim trusted again). A `nak` delayed past the pull request that brought
    * it, the last one made until then; at its last allowed delivery, where a `nak` would end it
    * unhandled, it is kept instead for the stop that follows, which hands it back as a copy at
-   * the tail (see handBack).
+   * the tail (see handBack), also when it abandons the rest.
    */
   private notHeld(message: JsMsg): void {
     const delivery = deliveryOf(message);
     const { maxDeliver } = this.settings;
     if (maxDeliver !== undefined && delivery.deliveryCount >= maxDeliver) {
       this.hold(delivery, { headers: headersOf(message).headers, body: undefined });
+      this.keptAtLastDelivery.add(delivery);
       return;
     }
     this.respond(delivery, nak(this.pullExpiresMs));
