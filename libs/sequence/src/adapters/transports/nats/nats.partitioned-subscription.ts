@@ -206,7 +206,8 @@ export class NatsPartitionedSubscription implements Subscription {
         await this.claim();
         this.succeeded('claims');
       } catch (error) {
-        this.failed('claims', error);
+        // Closed meanwhile: a claim refused by the closing transport is no failure to retry.
+        if (!this.closed) this.failed('claims', error);
       } finally {
         this.letGoUntrusted();
       }
