@@ -2,9 +2,10 @@ import { errorMessage } from '../../core/errors/caught';
 import { SequenceError } from '../../core/errors/sequence.error';
 
 /**
- * The reply to a `send()` came but could not be read: its payload store failed or no longer has
- * it, or its bytes are not those its ticket or sequence names. `cause` is the read's error. The
- * request was handled.
+ * The reply to a `send()` came but its read failed: its payload store failed as it was read, or
+ * its bytes are not those its ticket names. `cause` is the read's error. The request was handled.
+ * (A reply refused before it is read, its payload already gone say, is dead-lettered: its caller
+ * gets `ReplyTimeoutError`.)
  */
 export class ReplyUnreadableError extends SequenceError {
   readonly code = 'reply-unreadable' as const;
