@@ -414,19 +414,16 @@ export class NatsTransport implements Transport {
     const name = `reply-${id}`;
     const { maxDeliver } = this.settings;
     // Made as close() started, the consumer is deleted: nothing will pull from it.
+    const deleteConsumer = () => this.topology.deleteReplyConsumer(channel, name);
     await this.whileOpen(
       'open',
       'a reply channel',
       this.topology.ensureReplyConsumer(channel, name, maxDeliver),
-      () => this.topology.deleteReplyConsumer(channel, name),
+      deleteConsumer,
     );
     // Closed since (a microtask or two): its consumer goes, nothing starts.
     if (this.closed) {
-      this.topology
-        .deleteReplyConsumer(channel, name)
-        .catch((error: unknown) =>
-          this.logger.warn(`cleaning up after close(): ${errorMessage(error)}`),
-        );
+      this.undoAfterClose(deleteConsumer);
       this.assertOpen('open', 'a reply channel');
     }
     let consumer: Consumer | undefined;
@@ -833,13 +830,16 @@ export class NatsTransport implements Transport {
       this.assertOpen(action, channel);
       throw error;
     }
-    if (this.closed && undo) {
-      undo().catch((error: unknown) =>
-        this.logger.warn(`cleaning up after close(): ${errorMessage(error)}`),
-      );
-    }
+    if (this.closed && undo) this.undoAfterClose(undo);
     this.assertOpen(action, channel);
     return outcome;
+  }
+
+  /** Runs `undo` (what a call that close() overtook had made), not awaited; a failure is logged. */
+  private undoAfterClose(undo: () => Promise<unknown>): void {
+    undo().catch((error: unknown) =>
+      this.logger.warn(`cleaning up after close(): ${errorMessage(error)}`),
+    );
   }
 
   private assertOpen(action: string, channel: string): void {
