@@ -601,10 +601,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (!(await this.record(refOf(sequence), 'completed'))) {
         // Without a marker a late duplicate would start the sequence afresh here: spooled, then
         // expired and dead-lettered, or handled again if the whole sequence came again.
-        this.remember(keyOf(sequence), {
-          outcome: 'completed',
-          until: Date.now() + this.options.sequence.retentionMs,
-        });
+        this.remember(keyOf(sequence), { outcome: 'completed' });
       }
       this.metrics.sequenceCompleted(channel, complete.firstFragmentAt);
       this.lifecycle.completed(channel, complete, outcome.attempts);
@@ -635,11 +632,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     if (!(await this.record(refOf(sequence), marker, reason))) {
       // Without a marker, its fragments given back to be dead-lettered whole (their bodies
       // released) would be taken for a new sequence: spooled, and expired or handled, again.
-      this.remember(keyOf(sequence), {
-        outcome: marker,
-        reason,
-        until: Date.now() + this.options.sequence.retentionMs,
-      });
+      this.remember(keyOf(sequence), { outcome: marker, reason });
     }
     let expired: ExpiredSequence | undefined;
     if (outcome === 'expired') {
@@ -777,10 +770,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
   }
 
-  /** Remembers a verdict the store did not take, for a while and for so many sequences. */
-  private remember(key: string, verdict: UnrecordedVerdict): void {
+  /** Remembers a verdict the store did not take, for `retentionMs` and for so many sequences. */
+  private remember(key: string, verdict: Pick<UnrecordedVerdict, 'outcome' | 'reason'>): void {
     this.unrecorded.delete(key);
-    this.unrecorded.set(key, verdict);
+    this.unrecorded.set(key, {
+      ...verdict,
+      until: Date.now() + this.options.sequence.retentionMs,
+    });
     if (this.unrecorded.size > UNRECORDED) {
       this.unrecorded.delete(this.unrecorded.keys().next().value as string);
     }
