@@ -121,6 +121,7 @@ export { NestedTransactionOpenError } from './core/errors/nested-transaction-ope
 export { SavepointEndedError } from './core/errors/savepoint-ended.error';
 export { InboxCallEndedError } from './core/errors/inbox-call-ended.error';
 export { InboxSessionEndedError } from './core/errors/inbox-session-ended.error';
+export { ClaimCommitRefusedError } from './core/errors/claim-commit-refused.error';
 export type { StoreSet } from './ports/store-set.port';
 export type { FragmentHeaders, HeaderMap, HeaderValue } from './core/headers';
 export type { StoreEncryptionOptions } from './core/body-cipher';

@@ -1,7 +1,9 @@
 import type { OutboxMetrics } from './outbox.metrics';
+import { ClaimCommitRefusedError } from '../core/errors/claim-commit-refused.error';
 import type {
   BoxName,
   ClaimedBatch,
+  ClaimResult,
   OutboxStore,
   RecordOutcome,
   StoredRecord,
@@ -17,6 +19,14 @@ export interface CycleState {
    * (a relay whose broker is unreachable).
    */
   holdOff: boolean;
+  /** Called once the claim's transaction has committed. */
+  committed?: () => void;
+  /**
+   * Called when the database refused the claim's COMMIT (`ClaimCommitRefusedError`); true when
+   * the worker took it in hand: the cycle then reports more to do (claim again at once) rather
+   * than failing.
+   */
+  refused?: (error: ClaimCommitRefusedError) => boolean;
 }
 
 /**
@@ -45,22 +55,29 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
   async cycle(locked?: () => void): Promise<boolean> {
     const { batchSize, ordered } = this.options;
     const cycle: CycleState = { holdOff: false };
-    const result = await this.store.claim(
-      this.box,
-      {
-        limit: batchSize,
-        now: Date.now(),
-        ordered,
-        joinable: this.joinsClaim,
-        durable: this.settlesDurably,
-        // Only an outbox may have no retention (an inbox's completed ids are its memory).
-        deleteCompleted: this.options.retentionMs === 0,
-      },
-      (batch) => {
-        locked?.();
-        return this.handleBatch(batch, cycle);
-      },
-    );
+    let result: ClaimResult;
+    try {
+      result = await this.store.claim(
+        this.box,
+        {
+          limit: batchSize,
+          now: Date.now(),
+          ordered,
+          joinable: this.joinsClaim,
+          durable: this.settlesDurably,
+          // Only an outbox may have no retention (an inbox's completed ids are its memory).
+          deleteCompleted: this.options.retentionMs === 0,
+        },
+        (batch) => {
+          locked?.();
+          return this.handleBatch(batch, cycle);
+        },
+      );
+    } catch (error) {
+      if (error instanceof ClaimCommitRefusedError && cycle.refused?.(error)) return !this.stopping;
+      throw error;
+    }
+    cycle.committed?.();
     return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;
   }
 

@@ -13,7 +13,9 @@ import type {
 import { parseMessage } from './outbox-message.codec';
 import { OutboxTransaction } from './outbox-transaction';
 import type { ResolvedBoxOptions } from '../options/resolved-options';
-import { BoxWorker } from './box-worker';
+import { BoxWorker, type CycleState } from './box-worker';
+import { Logger } from '@nestjs/common';
+import { ClaimCommitRefusedError } from '../core/errors/claim-commit-refused.error';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
@@ -22,6 +24,8 @@ import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kern
 
 /** The most records InboxProcessor keeps as handed back once after their session ended. */
 const LOST_AFTER_CALL_KEPT = 10_000;
+/** The most records InboxProcessor keeps as suspected, or found, to break their claim's COMMIT. */
+const REFUSED_KEPT = 10_000;
 
 /**
  * The processor of one inbox box: claims received records and runs their handler, one record at
@@ -31,7 +35,9 @@ const LOST_AFTER_CALL_KEPT = 10_000;
  * handler's writes commit exactly when the record is marked done. If the process dies during a
  * handler, the claim rolls back and the record is handled again later; when a handler's statement
  * loses the claim's transaction (it outran `query_timeout`), the batch stops there and that
- * record alone counts a failed attempt.
+ * record alone counts a failed attempt. When the database refuses the claim's COMMIT (a deferred
+ * constraint the handlers' writes break), the batch's records are handled one per claim, and the
+ * one whose claim is refused alone counts the refusal as a failed attempt.
  */
 export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'> {
   /**
@@ -41,6 +47,19 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
    * at every poll, for ever.
    */
   private readonly lostAfterCall = new Set<string>();
+  /**
+   * Records handled in a claim of several that the database refused to commit: each is handled
+   * in a claim of its own until one commits, which tells whose writes it refuses (most recent
+   * last, at most REFUSED_KEPT).
+   */
+  private readonly suspects = new Set<string>();
+  /**
+   * Records whose claim, handling them alone, the database refused to commit, with its error: the
+   * next claim that holds one counts that as its failed attempt without calling the handler (the
+   * refused transaction could not count it: it rolled back). At most REFUSED_KEPT.
+   */
+  private readonly refused = new Map<string, ClaimCommitRefusedError>();
+  private readonly logger = new Logger('Outbox');
 
   constructor(
     box: 'inbox_events' | 'inbox_commands',
@@ -60,9 +79,17 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     return this.handlers.find(record.kind, record.type)?.channel ?? '';
   }
 
-  protected async handleBatch(batch: ClaimedBatch): Promise<RecordOutcome[]> {
-    const outcomes: RecordOutcome[] = [];
+  protected async handleBatch(batch: ClaimedBatch, cycle: CycleState): Promise<RecordOutcome[]> {
+    const { records, outcomes, charged } = this.narrowed(batch.records);
     const handled: StoredRecord[] = [];
+    cycle.committed = () => {
+      for (const id of charged) this.refused.delete(id);
+      // Claimed alone or in a batch that committed: none of them is what the database refused.
+      for (const record of records) this.suspects.delete(record.id);
+      for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
+      for (const record of handled) this.lifecycle.handled(record, this.channelOf(record));
+    };
+    cycle.refused = (error) => this.refusedAtCommit(handled, error);
     const heldBack = new Set<string>();
     // What the batch's handlers recorded, written once at its end. Written record by record, an
     // ordered box's aggregate locks were taken in the order of the records, and held to the
@@ -75,7 +102,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // retry.attempts) rather than the whole claim failing again at every poll.
       await OutboxTransaction.inHandlerCalls(() =>
         batch.transaction.savepoint(async () => {
-          for (const record of batch.records) {
+          for (const record of records) {
             if (this.stopping) break;
             if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
             const outcome = await this.process(record, batch, recorded);
@@ -91,7 +118,8 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       );
     } catch (error) {
       if (!batch.transaction.brokenBy) {
-        const undone = new Map(handled.map((record) => [record.id, record]));
+        // Not handled after all: nothing of theirs commits.
+        const undone = new Map(handled.splice(0).map((record) => [record.id, record]));
         return outcomes.map((outcome) => {
           const record = undone.get(outcome.id);
           return record ? this.failed(record, error) : outcome;
@@ -105,11 +133,72 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // they did not fail. The store writes the failed attempt of the record whose handler broke
       // it in a transaction of its own, so that the box moves on and a handler that always does
       // this ends FAILED after retry.attempts.
+      handled.length = 0;
       return outcomes.filter((outcome) => outcome.status !== 'completed');
     }
-    for (const record of handled) this.metrics.processedOne(this.box, record.createdAt);
-    for (const record of handled) this.lifecycle.handled(record, this.channelOf(record));
     return outcomes;
+  }
+
+  /**
+   * The records of a batch to handle, and the outcomes of the others. While it holds a record
+   * suspected of breaking its claim's COMMIT, or found to, it handles one record, each refused
+   * one counts its attempt (without a call), and the rest are released: due again at once.
+   */
+  private narrowed(batch: readonly StoredRecord[]): {
+    records: readonly StoredRecord[];
+    outcomes: RecordOutcome[];
+    charged: string[];
+  } {
+    const outcomes: RecordOutcome[] = [];
+    const charged: string[] = [];
+    if (!batch.some((record) => this.refused.has(record.id) || this.suspects.has(record.id))) {
+      return { records: batch, outcomes, charged };
+    }
+    const records: StoredRecord[] = [];
+    // Partitions of an ordered box with an earlier record not handled in this claim.
+    const heldBack = new Set<string>();
+    for (const record of batch) {
+      const refusal = this.refused.get(record.id);
+      const held = record.partitionKey !== null && heldBack.has(record.partitionKey);
+      if (!refusal && !held && records.length === 0) {
+        records.push(record);
+        continue;
+      }
+      if (refusal) charged.push(record.id);
+      outcomes.push(refusal ? this.failed(record, refusal) : { id: record.id, status: 'released' });
+      if (record.partitionKey !== null) heldBack.add(record.partitionKey);
+    }
+    return { records, outcomes, charged };
+  }
+
+  /**
+   * The database refused to commit a claim after `handled` were handled: nothing of it was
+   * written. One record alone is found: its next claim counts the attempt. Several are each
+   * handled alone from now on, until the one refused is found.
+   */
+  private refusedAtCommit(
+    handled: readonly StoredRecord[],
+    error: ClaimCommitRefusedError,
+  ): boolean {
+    if (handled.length === 0) return false;
+    if (handled.length === 1) {
+      const [{ id }] = handled;
+      this.suspects.delete(id);
+      this.refused.delete(id);
+      this.refused.set(id, error);
+      for (const [oldest] of this.refused) {
+        if (this.refused.size <= REFUSED_KEPT) break;
+        this.refused.delete(oldest);
+      }
+      this.logger.warn(`${this.box}: ${error.message}; counted as a failed attempt of ${id}`);
+    } else {
+      for (const { id } of handled) rememberRecent(this.suspects, id, REFUSED_KEPT);
+      this.logger.warn(
+        `${this.box}: ${error.message}; its ${handled.length} records are handled one per ` +
+          'claim to find whose writes it refuses',
+      );
+    }
+    return true;
   }
 
   private async process(

@@ -232,7 +232,10 @@ export interface PurgeOptions {
  *   returned outcomes, the failed attempts among them (`retry`, `failed`) are written in a short
  *   transaction of the store's own, on the records still as the claim found them; `completed`
  *   outcomes are dropped (what was done with them was lost with the transaction), and those
- *   records are handed out again.
+ *   records are handed out again. When the database refuses the claim's COMMIT after `handle`
+ *   returned (a deferred constraint or constraint trigger that what `handle` wrote breaks, a
+ *   serialization failure), `claim` rejects with a `ClaimCommitRefusedError` whose `cause` is
+ *   the database's error; nothing of the claim is written.
  * - `receive` is the inbox's insert-if-absent: `added` or `duplicate` (by id, whatever the
  *   status of the record already there).
  * - `purge` deletes `COMPLETED` records older than a time, in batches that are each a short

@@ -79,6 +79,25 @@ export interface OutboxTestApp {
 }
 
 /** Quick loops, short backoff: what the tests need to see retries within a second. */
+/**
+ * An inbox handler of PaymentSettled events (payload `{ n }`) that writes ledger entry n through
+ * the claim's transaction with `insert` (parameters: n, then the account): entry 1 names account
+ * `missing`, the others `main`. `calls` counts its calls per n.
+ */
+export function ledgerWriter(insert: string): { Ledger: Type; calls: Map<number, number> } {
+  const calls = new Map<number, number>();
+  @Injectable()
+  class Ledger {
+    @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+    async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+      const { n } = event.payload;
+      calls.set(n, (calls.get(n) ?? 0) + 1);
+      await transaction!.query(insert, [n, n === 1 ? 'missing' : 'main']);
+    }
+  }
+  return { Ledger, calls };
+}
+
 export const FAST_BOX = {
   pollIntervalMs: 50,
   retry: { baseDelayMs: 10, maxDelayMs: 40 },

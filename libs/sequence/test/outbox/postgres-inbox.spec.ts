@@ -10,6 +10,7 @@ import { eventually } from '../support/sequence-test-app';
 import {
   createOutboxTestApp,
   FAST_BOX,
+  ledgerWriter,
   publishInboxEvent,
   type OutboxTestApp,
 } from './outbox-test-app';
@@ -46,7 +47,7 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     // The app does not close a store it was given: left open, their pools add up to the
     // server's max_connections over this file.
     for (const store of stores.splice(0)) await store.close().catch(() => undefined);
-    for (const table of [...BOXES, 'outbox_migrations', 'ledger']) {
+    for (const table of [...BOXES, 'outbox_migrations', 'ledger', 'account']) {
       await admin.query(`DROP TABLE IF EXISTS ${prefix}${table}`);
     }
   });
@@ -186,6 +187,41 @@ describeWithServer('postgres', 'Inbox on PostgreSQL: handlers that misbehave', (
     }
     const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
     expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+  });
+
+  it('a handler whose writes break a deferred constraint, found only at COMMIT, counts an attempt (FAILED after maxAttempts); its neighbours complete once', async () => {
+    // Accepted at the INSERT, checked at COMMIT: entry 1 names an account that does not exist.
+    const { Ledger, calls } = ledgerWriter(`INSERT INTO ${prefix}ledger VALUES ($1, $2)`);
+    await admin.query(`CREATE TABLE ${prefix}account (name text PRIMARY KEY)`);
+    await admin.query(`INSERT INTO ${prefix}account VALUES ('main')`);
+    await admin.query(
+      `CREATE TABLE ${prefix}ledger (n int PRIMARY KEY, account text NOT NULL
+         REFERENCES ${prefix}account DEFERRABLE INITIALLY DEFERRED)`,
+    );
+    const [first, broken, last] = await deliverInOneClaim(
+      {
+        store: () => connectStore(SERVERS.postgres.url, { tablePrefix: prefix }),
+        inboxEvents: { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts: 3 } },
+      },
+      [Ledger],
+      3,
+    );
+    await eventually(async () => (await statusOf(broken)) === 'FAILED', 'the broken one failed');
+    expect(await t!.outbox.record('inbox_events', broken)).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringMatching(/foreign key constraint/),
+    });
+    for (const id of [first, last]) {
+      expect(await t!.outbox.record('inbox_events', id)).toMatchObject({
+        status: 'COMPLETED',
+        attempts: 1,
+      });
+    }
+    const { rows } = await admin.query(`SELECT n FROM ${prefix}ledger ORDER BY n`);
+    expect(rows).toEqual([{ n: 0 }, { n: 2 }]);
+    // One call in the first claim, then one per attempt: not a call at every poll.
+    expect(calls.get(1)).toBeLessThanOrEqual(4);
+    expect(calls.get(0)).toBeLessThanOrEqual(2);
   });
 
   it("a handler statement waiting on a lock past query_timeout counts an attempt too: the lost claim's server process is ended, so its row locks do not outlast it", async () => {

@@ -2,12 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Injectable } from '@nestjs/common';
+import { Injectable, type Type } from '@nestjs/common';
+import BetterSqlite3 from 'better-sqlite3';
 import { InboxHandler, OutboxService, type OutboxEvent } from 'nest-sequence';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { eventually } from '../support/sequence-test-app';
-import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
+import { createOutboxTestApp, FAST_BOX, ledgerWriter, type OutboxTestApp } from './outbox-test-app';
 
 /**
  * Inbox handlers that misbehave, on SQLite. One connection writes at a time there: the claim's
@@ -26,6 +27,48 @@ describe('Inbox on SQLite: handlers that misbehave', () => {
     t = undefined;
     rmSync(dir, { recursive: true, force: true });
   });
+
+  /**
+   * `count` PaymentSettled events (payload `{ n }`) recorded with the inbox off, then an app
+   * whose inbox handles them, in one claim; their ids, in order.
+   */
+  async function deliverInOneClaim(
+    filename: string,
+    providers: Type[],
+    count: number,
+    attempts: number,
+  ): Promise<string[]> {
+    const start = async (enabled: boolean) =>
+      createOutboxTestApp(
+        {
+          store: await SqliteOutboxStore.open({ filename }),
+          inboxEvents: { ...FAST_BOX, enabled, retry: { ...FAST_BOX.retry, attempts } },
+        },
+        providers,
+      );
+    t = await start(false);
+    const ids: string[] = [];
+    for (let n = 0; n < count; n++) {
+      const id = randomUUID();
+      const event = { id, type: 'PaymentSettled', aggregateType: 'Payment', aggregateId: `p${n}` };
+      await t.broker.publish(
+        'events.PaymentSettled',
+        Buffer.from(
+          JSON.stringify({ ...event, payload: { n }, occurredAt: new Date().toISOString() }),
+        ),
+        { [MESSAGE_ID_HEADER]: id, [MESSAGE_KIND_HEADER]: 'event' },
+      );
+      const recorded = t;
+      await eventually(
+        async () => (await recorded.outbox.record('inbox_events', id))?.status === 'PENDING',
+        `message ${n} recorded`,
+      );
+      ids.push(id);
+    }
+    await t.close();
+    t = await start(true);
+    return ids;
+  }
 
   it('a transaction() a handler left running joins the claim: waited for by a later handler of the batch, it does not deadlock', async () => {
     const filename = join(dir, 'outbox.db');
@@ -50,45 +93,9 @@ describe('Inbox on SQLite: handlers that misbehave', () => {
         await detached;
       }
     }
-    const start = async (enabled: boolean) =>
-      createOutboxTestApp(
-        {
-          store: await SqliteOutboxStore.open({ filename }),
-          inboxEvents: {
-            ...FAST_BOX,
-            enabled,
-            retry: {
-              ...FAST_BOX.retry,
-              attempts: 1,
-            },
-          },
-        },
-        [Notifier],
-      );
-    // Recorded with the inbox off, then handled in one claim.
-    t = await start(false);
-    const ids: string[] = [];
-    for (let n = 0; n < 2; n++) {
-      const id = randomUUID();
-      const event = { id, type: 'PaymentSettled', aggregateType: 'Payment', aggregateId: `p${n}` };
-      await t.broker.publish(
-        'events.PaymentSettled',
-        Buffer.from(
-          JSON.stringify({ ...event, payload: { n }, occurredAt: new Date().toISOString() }),
-        ),
-        { [MESSAGE_ID_HEADER]: id, [MESSAGE_KIND_HEADER]: 'event' },
-      );
-      const recorded = t;
-      await eventually(
-        async () => (await recorded.outbox.record('inbox_events', id))?.status === 'PENDING',
-        `message ${n} recorded`,
-      );
-      ids.push(id);
-    }
-    await t.close();
-    t = await start(true);
+    const ids = await deliverInOneClaim(filename, [Notifier], 2, 1);
 
-    const app = t;
+    const app = t!;
     await eventually(
       async () => {
         const statuses = await Promise.all(
@@ -99,5 +106,41 @@ describe('Inbox on SQLite: handlers that misbehave', () => {
       'both handled',
       5_000,
     );
+  }, 15_000);
+
+  it('a handler whose writes break a deferred foreign key, found only at COMMIT, counts an attempt (FAILED after maxAttempts); its neighbours complete once', async () => {
+    const filename = join(dir, 'outbox.db');
+    const setup = new BetterSqlite3(filename);
+    setup.exec(`CREATE TABLE account (name TEXT PRIMARY KEY);
+      INSERT INTO account VALUES ('main');
+      CREATE TABLE ledger (n INTEGER PRIMARY KEY, account TEXT NOT NULL
+        REFERENCES account DEFERRABLE INITIALLY DEFERRED);`);
+    setup.close();
+    // Accepted at the INSERT, checked at COMMIT: entry 1 names an account that does not exist.
+    const { Ledger, calls } = ledgerWriter('INSERT INTO ledger VALUES (?, ?)');
+    const [first, broken, last] = await deliverInOneClaim(filename, [Ledger], 3, 3);
+    const app = t!;
+    await eventually(
+      async () => (await app.outbox.record('inbox_events', broken))?.status === 'FAILED',
+      'the broken one failed',
+    );
+    expect(await app.outbox.record('inbox_events', broken)).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringMatching(/FOREIGN KEY constraint failed/),
+    });
+    for (const id of [first, last]) {
+      expect(await app.outbox.record('inbox_events', id)).toMatchObject({
+        status: 'COMPLETED',
+        attempts: 1,
+      });
+    }
+    await app.close();
+    t = undefined;
+    const check = new BetterSqlite3(filename, { readonly: true });
+    expect(check.prepare('SELECT n FROM ledger ORDER BY n').all()).toEqual([{ n: 0 }, { n: 2 }]);
+    check.close();
+    // One call in the first claim, then one per attempt: not a call at every poll.
+    expect(calls.get(1)).toBeLessThanOrEqual(4);
+    expect(calls.get(0)).toBeLessThanOrEqual(2);
   }, 15_000);
 });

@@ -32,4 +32,5 @@ export * from './savepoint-ended.error';
 export * from './inbox-call-ended.error';
 export * from './partition-count-mismatch.error';
 export * from './inbox-session-ended.error';
+export * from './claim-commit-refused.error';
 export * from './broker-unavailable.error';

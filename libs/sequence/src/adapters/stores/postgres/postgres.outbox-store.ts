@@ -1,6 +1,7 @@
 import type { ClientConfig, Pool } from 'pg';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import { ClaimCommitRefusedError } from '../../../core/errors/claim-commit-refused.error';
 import type {
   BoxName,
   BoxStats,
@@ -43,7 +44,11 @@ import {
 } from './postgres-outbox.options';
 import { addedIds, appendStatement, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import { outboxStatements, type BoxStatements } from './postgres-outbox.sql';
-import { inTransaction, PostgresStoreTransaction } from './postgres.store-transaction';
+import {
+  inTransaction,
+  isCommitRefusal,
+  PostgresStoreTransaction,
+} from './postgres.store-transaction';
 
 const NOTHING_CLAIMED: ClaimResult = { claimed: 0, completed: 0, retried: 0, failed: 0 };
 /** A claim's commit that does not wait for its WAL record to reach the disk. */
@@ -236,6 +241,8 @@ export class PostgresOutboxStore implements OutboxStore {
     // Always a transaction of its own, even when called inside another one: the claim's locks
     // must last exactly as long as its handler.
     let claimed: PostgresStoreTransaction | undefined;
+    /** Set once the batch is handled and its outcomes queued: what fails after is the COMMIT. */
+    let handled = false;
     let lost:
       { records: StoredRecord[]; outcomes: readonly RecordOutcome[]; backend?: number } | undefined;
     const result = await inTransaction(this.pool, async (transaction) => {
@@ -261,9 +268,12 @@ export class PostgresOutboxStore implements OutboxStore {
       }
       // Sent with the COMMIT: no round trip, and no wait for the WAL flush (see ClaimOptions).
       if (options.durable === false) transaction.defer(LAZY_COMMIT, []);
-      return settleOutcomes(transaction, statements, records, outcomes, options);
+      const settled = settleOutcomes(transaction, statements, records, outcomes, options);
+      handled = true;
+      return settled;
     }).catch(async (error: unknown) => {
-      if (!lost) throw error;
+      if (!lost)
+        throw handled && isCommitRefusal(error) ? new ClaimCommitRefusedError(error) : error;
       // The server process of the lost transaction goes on with its statement (PostgreSQL does
       // not notice a client that gave up while it waits on a lock), holding the claim's row
       // locks: the failed attempts could not be written behind it. Ended, it lets them go.

@@ -319,6 +319,29 @@ export async function inTransaction<T>(
   }
 }
 
+/**
+ * SQLSTATE classes of errors the server may answer a COMMIT with that say nothing about what the
+ * transaction did: insufficient resources (53), a program limit (54), an operator's intervention
+ * (57: a cancel, a shutdown), a system (58) or internal (XX) error, a connection exception (08).
+ */
+const NOT_A_REFUSAL = /^(08|53|54|57|58|XX)/;
+
+/**
+ * Whether the server refused a COMMIT for what the transaction did (a deferred constraint or
+ * constraint trigger it broke, a serialization failure): an error the server answered for the
+ * COMMIT itself, not for a statement deferred to go with it, nor the connection's.
+ */
+export function isCommitRefusal(error: unknown): boolean {
+  if (error === null || typeof error !== 'object' || DEFERRED_FAILURES.has(error)) return false;
+  const code = (error as { code?: unknown }).code;
+  return (
+    typeof code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(code) &&
+    !NOT_A_REFUSAL.test(code) &&
+    !isConnectionError(error)
+  );
+}
+
 /** Errors of deferred statements (see `defer`), which a savepoint's RELEASE then reports. */
 const DEFERRED_FAILURES = new WeakSet<object>();
 

@@ -2,6 +2,7 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Database, Statement } from 'better-sqlite3';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
 import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed.error';
+import { ClaimCommitRefusedError } from '../../../core/errors/claim-commit-refused.error';
 import type {
   BoxName,
   BoxStats,
@@ -174,6 +175,8 @@ export class SqliteOutboxStore implements OutboxStore {
     assertClaimOptions(options);
     // A transaction of its own, taken in turn, never the one the code that woke the relay runs
     // in: joining it would publish rows that transaction might still roll back.
+    /** Set once the batch is handled and its outcomes written: what fails after is the COMMIT. */
+    let handled = false;
     return this.isolated(async (transaction) => {
       const records = selectClaimable(this.statements, box, options);
       if (records.length === 0) return NOTHING_CLAIMED;
@@ -185,7 +188,11 @@ export class SqliteOutboxStore implements OutboxStore {
       transaction.assertOpen();
       assertOutcomes(records, outcomes);
       const counts = writeOutcomes(this.statements, box, outcomes, options);
+      handled = true;
       return { claimed: records.length, ...counts };
+    }).catch((error: unknown) => {
+      // A deferred foreign key that what the handlers wrote breaks: SQLite checks it at COMMIT.
+      throw handled && isConstraintError(error) ? new ClaimCommitRefusedError(error) : error;
     });
   }
 
@@ -365,4 +372,11 @@ export class SqliteOutboxStore implements OutboxStore {
   private assertOpen(operation: string): void {
     if (this.closing) throw new OutboxStoreClosedError(this.name, operation);
   }
+}
+
+/** Whether `error` is SQLite's for a constraint (`SQLITE_CONSTRAINT_FOREIGNKEY` and the like). */
+function isConstraintError(error: unknown): boolean {
+  const code =
+    error !== null && typeof error === 'object' ? (error as { code?: unknown }).code : undefined;
+  return typeof code === 'string' && code.startsWith('SQLITE_CONSTRAINT');
 }

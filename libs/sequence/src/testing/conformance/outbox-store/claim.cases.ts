@@ -1,3 +1,4 @@
+import { ClaimCommitRefusedError } from '../../../core/errors/claim-commit-refused.error';
 import type { RecordOutcome } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
@@ -7,6 +8,7 @@ import {
   completeAll,
   getAll,
   idsOf,
+  placeholders,
   record,
   records,
   type OutboxSuiteContext,
@@ -268,6 +270,41 @@ export function describeClaimCases(c: OutboxSuiteContext): void {
 
       await expect(getAll(c.store, BOX, ids)).resolves.toEqual(before);
       await expect(claimAndComplete(c.store, BOX, { limit: 10, now: c.t0 })).resolves.toEqual(ids);
+    });
+
+    it('rejects with ClaimCommitRefusedError when the database refuses the COMMIT (a deferred constraint what handle wrote breaks), leaving every record as it was', async () => {
+      const parent = await c.businessTable();
+      const child = `${parent.name}_child`;
+      // The same statement on PostgreSQL and SQLite: checked at COMMIT, not at the INSERT.
+      await c.store.transaction((tx) =>
+        tx.query(
+          `CREATE TABLE ${child} (id TEXT PRIMARY KEY, parent TEXT NOT NULL ` +
+            `REFERENCES ${parent.name} (id) DEFERRABLE INITIALLY DEFERRED)`,
+        ),
+      );
+      try {
+        await appendCommitted(c.store, BOX, records('r', 3));
+        const before = await getAll(c.store, BOX, ids);
+        const refused = c.store.claim(BOX, { limit: 10, now: c.t0 }, async (batch) => {
+          const [first, second] = placeholders(batch.transaction.dialect, 2).split(', ');
+          await batch.transaction.query(`INSERT INTO ${child} VALUES (${first}, ${second})`, [
+            'c-1',
+            'missing',
+          ]);
+          return completeAll(batch);
+        });
+        await expect(refused).rejects.toBeInstanceOf(ClaimCommitRefusedError);
+        await expect(refused).rejects.toMatchObject({
+          cause: expect.objectContaining({ message: expect.any(String) }),
+        });
+
+        await expect(getAll(c.store, BOX, ids)).resolves.toEqual(before);
+        await expect(claimAndComplete(c.store, BOX, { limit: 10, now: c.t0 })).resolves.toEqual(
+          ids,
+        );
+      } finally {
+        await c.store.transaction((tx) => tx.query(`DROP TABLE IF EXISTS ${child}`));
+      }
     });
 
     it("commits what handle writes through the batch's transaction with the outcomes", async () => {
