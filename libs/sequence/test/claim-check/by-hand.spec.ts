@@ -166,6 +166,39 @@ describe('claim check: checkIn, checkOut and release by hand', () => {
       expect(await t.store.head(ticket.ref)).toBeDefined();
     });
 
+    it('leaves it to the sweeper after its expiry, never before', async () => {
+      await (await t.claimCheck.checkOut(ticket)).toBuffer();
+      const { orphanGraceMs, expiredGraceMs } = t.options.claimCheck;
+      expect(await t.sweeper.sweep(Date.now() + orphanGraceMs + 1)).toEqual({
+        expired: 0,
+        orphaned: 0,
+      });
+      expect(await t.sweeper.sweep(ticket.expiresAt + expiredGraceMs)).toEqual({
+        expired: 1,
+        orphaned: 0,
+      });
+    });
+
+    it('marks published a payload its sender left unmarked: its ticket is out', async () => {
+      // What publish() leaves when its process dies between the broker's confirm and the mark.
+      const now = Date.now();
+      const expiresAt = now + t.options.claimCheck.ttlMs;
+      const { ref } = await t.store.put(payload, { now, expiresAt, published: false });
+      const unmarked = signedByApp(t, {
+        store: t.store.name,
+        ref,
+        bytes: payload.length,
+        sha256,
+        expiresAt,
+        audience: [],
+      });
+
+      const claimed = await t.claimCheck.checkOut(unmarked);
+      const later = now + t.options.claimCheck.orphanGraceMs + 60_000;
+      expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 0 });
+      expect((await claimed.toBuffer()).equals(payload)).toBe(true);
+    });
+
     it.each<[string, (fields: Record<string, unknown>) => void, string]>([
       [
         'a tampered ref',
