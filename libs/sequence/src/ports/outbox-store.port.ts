@@ -302,6 +302,11 @@ export interface OutboxStore {
     keys: readonly string[],
     within: StoreTransaction | SqlExecutor,
   ): Promise<void>;
+  /**
+   * Adds a received record in a transaction of its own; `'duplicate'` when the box holds its id.
+   * Receives of one partition commit in seq order, as appends after `lockPartitions` do: an
+   * `ordered` claim must not hand out a record while an earlier one of its partition commits.
+   */
   receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'>;
   claim(
     box: BoxName,

@@ -7,6 +7,7 @@ import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
 export type StatementName =
   | 'append'
   | 'append-one'
+  | 'receive'
   | 'claim-due'
   | 'claim-heads'
   | 'claim-followers'
@@ -26,6 +27,7 @@ export type StatementName =
 const STATEMENT_NAMES: readonly StatementName[] = [
   'append',
   'append-one',
+  'receive',
   'claim-due',
   'claim-heads',
   'claim-followers',

@@ -191,6 +191,57 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       }
     });
 
+    it('commits the receives of one partition in seq order: an ordered claim never hands out a later one ahead of a receive still committing', async () => {
+      const INBOX = 'inbox_events';
+      const table = `${tablePrefix}${INBOX}`;
+      const waitingOnLocks = async () =>
+        (
+          await adminQuery<{ waiting: number }>(
+            `SELECT count(*)::int AS waiting FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+            [`%${table}%`],
+          )
+        )[0].waiting;
+      // Another consumer records a copy of A and has not committed: A's receive takes its seq,
+      // then waits for that transaction (a receive slow to commit).
+      const holder = postgresClient();
+      await holder.connect();
+      const handed: string[][] = [];
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let first: Promise<unknown> | undefined;
+      try {
+        await holder.query('BEGIN');
+        await store.append(INBOX, [record('A', { partitionKey: 'order:1' })], holder);
+        const receivedA = store.receive(INBOX, record('A', { partitionKey: 'order:1' }));
+        await eventually(async () => (await waitingOnLocks()) === 1, 'A waiting');
+        const receivedB = store.receive(INBOX, record('B', { partitionKey: 'order:1' }));
+        await Promise.race([receivedB, new Promise((resolve) => setTimeout(resolve, 300))]);
+
+        let claimedFirst!: () => void;
+        const called = new Promise<void>((resolve) => (claimedFirst = resolve));
+        first = store.claim(INBOX, { limit: 10, now: Date.now(), ordered: true }, async (batch) => {
+          handed.push(batch.records.map((each) => each.id));
+          claimedFirst();
+          await gate;
+          return [];
+        });
+        await Promise.race([first, called]);
+
+        await holder.query('ROLLBACK');
+        await expect(Promise.all([receivedA, receivedB])).resolves.toEqual(['added', 'added']);
+        await store.claim(INBOX, { limit: 10, now: Date.now(), ordered: true }, async (batch) => {
+          handed.push(batch.records.map((each) => each.id));
+          return [];
+        });
+      } finally {
+        open();
+        await first;
+        await holder.end();
+      }
+      expect(handed.flat()).toEqual(['A', 'B']);
+    });
+
     it('refuses to append through a transaction that has settled', async () => {
       let settled: StoreTransaction | undefined;
       await store.transaction(async (tx) => {

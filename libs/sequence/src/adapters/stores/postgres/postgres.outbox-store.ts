@@ -223,9 +223,10 @@ export class PostgresOutboxStore implements OutboxStore {
   async receive(box: BoxName, record: NewBoxRecord): Promise<'added' | 'duplicate'> {
     const statements = this.statementsOf(box, 'receive');
     assertNewRecord('receive', record);
-    // One statement: its own transaction, committed before this resolves.
-    const { sql, columns } = appendStatement(statements, [record]);
-    const result = await this.pool.query(sql, [...columns, Date.now(), null, box]);
+    // One statement: its own transaction, committed before this resolves, having taken the
+    // record's partition lock first (see receive.sql).
+    const { columns } = appendStatement(statements, [record]);
+    const result = await this.pool.query(statements.receive, [...columns, Date.now(), null, box]);
     const added = addedIds(result, [record]).length === 1;
     if (added) this.announcer.announce(new Set([box]));
     return added ? 'added' : 'duplicate';
