@@ -319,10 +319,12 @@ export interface OutboxStore {
   listFailed(box: BoxName, limit: number): Promise<StoredRecord[]>;
   retry(box: BoxName, ids: readonly string[], now: number): Promise<number>;
   /**
-   * Deletes `FAILED` records by id, for good (an operator gave up on them); other ids, and records
-   * that are not `FAILED`, are left alone. Resolves with how many it deleted, and wakes the box's
-   * watchers when that is any (as `retry` does): in an ordered box, the records held back behind
-   * a discarded one are due now. Optional.
+   * Gives up on `FAILED` records by id (an operator's decision): each becomes `COMPLETED` as of
+   * now, never handed out again and purged after the box's retention like a completed record.
+   * Its id stays known meanwhile: a redelivered copy is a `receive` duplicate, as after handling.
+   * Other ids, and records that are not `FAILED`, are left alone. Resolves with how many it
+   * discarded, and wakes the box's watchers when that is any (as `retry` does): in an ordered
+   * box, the records held back behind a discarded one are due now. Optional.
    */
   discard?(box: BoxName, ids: readonly string[]): Promise<number>;
   purge(box: BoxName, options: PurgeOptions): Promise<number>;

@@ -188,7 +188,10 @@ describe('the admin API acting, with a guard and mutations on', () => {
         changed: 1,
       });
       expect(await ids('outbox/failed')).not.toContain('order-2');
-      expect((await admin.get<{ matches: unknown[] }>('find/order-2')).body.matches).toEqual([]);
+      // Kept, its id still known, until the purge: a copy appended again is a duplicate.
+      expect((await admin.get<{ matches: unknown[] }>('find/order-2')).body.matches).toEqual([
+        expect.objectContaining({ box: 'outbox_events', status: 'COMPLETED' }),
+      ]);
       const again = await admin.post('outbox/discard', { ids: ['order-2'] });
       expect(again.body).toEqual({
         changed: 0,

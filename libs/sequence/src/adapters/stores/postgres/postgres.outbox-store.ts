@@ -326,7 +326,7 @@ export class PostgresOutboxStore implements OutboxStore {
     if (ids.length === 0) return 0;
     const { rows } = await this.reader().query<{ discarded: string }>(
       statements['discard-failed'],
-      [ids, this.notifyChannel, box],
+      [ids, this.notifyChannel, box, Date.now()],
     );
     return Number(rows[0].discarded);
   }

@@ -239,7 +239,7 @@ export class SqliteOutboxStore implements OutboxStore {
     return this.inTransaction(async (transaction) => {
       const changes = this.statements
         .box('discard-failed', box)
-        .run({ ids: JSON.stringify(ids) }).changes;
+        .run({ ids: JSON.stringify(ids), now: Date.now() }).changes;
       // In an ordered box, what was held back behind a discarded record is due now.
       if (changes > 0) {
         transaction.afterCommit(`${this.channel}\u0000${box}`, () => this.wakeups.notify(box));

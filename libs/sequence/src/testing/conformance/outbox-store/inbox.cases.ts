@@ -56,6 +56,21 @@ export function describeInboxCases(c: OutboxSuiteContext): void {
       },
     );
 
+    it('answers duplicate for the id of a FAILED record an operator discarded', async () => {
+      const discard = c.store.discard?.bind(c.store);
+      if (!discard) throw new Error(`${c.store.name} does not implement discard`);
+      await c.store.receive(INBOX, record('msg-1'));
+      await claimWith(c.store, INBOX, { limit: 10, now: c.t0 }, (each) => ({
+        id: each.id,
+        status: 'failed',
+        error: 'poison',
+      }));
+      await expect(discard(INBOX, ['msg-1'])).resolves.toBe(1);
+
+      await expect(c.store.receive(INBOX, record('msg-1'))).resolves.toBe('duplicate');
+      await expect(claimAndComplete(c.store, INBOX, { limit: 10, now: c.t0 })).resolves.toEqual([]);
+    });
+
     it('keeps received records apart from the same ids in another box', async () => {
       await c.store.receive('inbox_events', record('msg-1'));
       await expect(c.store.receive('inbox_commands', record('msg-1'))).resolves.toBe('added');

@@ -1,12 +1,16 @@
--- discard-failed: deletes FAILED records by id, for good (an operator gave up on them), and wakes
--- up watchers when it deleted any (in an ordered box, the records held back behind a discarded one
--- are due now). Records that are not FAILED (pending, completed) and unknown ids are left alone.
+-- discard-failed: gives up on FAILED records by id (an operator's decision): each is marked
+-- COMPLETED as of now, never handed out again and purged with the completed records after the
+-- box's retention. Its id stays known meanwhile, so that a copy received or appended again is a
+-- duplicate rather than a new record. Wakes up watchers when it discarded any (in an ordered box,
+-- the records held back behind a discarded one are due now). Records that are not FAILED
+-- (pending, completed) and unknown ids are left alone.
 --
--- $1 text[]  ids      $2 text  notify channel      $3 text  box name
+-- $1 text[]  ids      $2 text  notify channel      $3 text  box name      $4 float8  now (ms)
 --
 -- Returns one row: discarded bigint.
 WITH discarded AS (
-  DELETE FROM {{table}}
+  UPDATE {{table}}
+  SET status = 'COMPLETED', completed_at = to_timestamp($4::float8 / 1000)
   WHERE id = ANY($1::text[]) AND status = 'FAILED'
   RETURNING 1
 )
