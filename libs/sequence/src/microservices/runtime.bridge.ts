@@ -1,11 +1,13 @@
 import type { HandlerContext } from '../kernel/handler-call';
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { setMaxListeners } from 'node:events';
 import { Readable } from 'node:stream';
 import {
   Inject,
   Injectable,
   Logger,
   type NestInterceptor,
+  type OnApplicationShutdown,
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
@@ -20,7 +22,10 @@ import {
   fromEvent,
   isObservable,
   lastValueFrom,
+  merge,
+  NEVER,
   takeUntil,
+  tap,
   type Observable,
   type Subscription as RxSubscription,
 } from 'rxjs';
@@ -62,9 +67,17 @@ interface CallState {
  * `@nestjs/microservices`: an application without it pays nothing.
  */
 @Injectable()
-export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDestroy {
+export class RuntimeBridge
+  implements SequenceRuntime, OnModuleInit, OnModuleDestroy, OnApplicationShutdown
+{
   private readonly logger = new Logger('SequenceModule');
   private readonly calls = new AsyncLocalStorage<CallState>();
+  /**
+   * Aborted at application shutdown, once the module's waits for the calls in progress are over
+   * (the consumers', the resequencer drains', the sweeps'): the Observables those calls still
+   * run are unsubscribed (see {@link lastValueUntilAborted}). Every such call listens on it.
+   */
+  private readonly shutdown = unlimitedListeners(new AbortController());
   private readonly deliveries = new AsyncLocalStorage<InboundMessage>();
   private targets: RxSubscription | undefined;
   private readonly bound = new WeakMap<ConsumerSpec, ChannelBinding[]>();
@@ -96,6 +109,10 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
 
   onModuleDestroy(): void {
     this.targets?.unsubscribe();
+  }
+
+  onApplicationShutdown(): void {
+    this.shutdown.abort(new Error('the module is shutting down'));
   }
 
   methodsWith(metadataKey: string): ControllerMethod[] {
@@ -219,6 +236,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
     const modules = this.modules;
     const shared = this.contexts;
     const calls = this.calls;
+    const shutdown = this.shutdown.signal;
     return Object.create(shared, {
       // The call settles with the last value of an Observable (the handler's, or an
       // interceptor's): one that completes without a value (work done, nothing to answer)
@@ -226,7 +244,7 @@ export class RuntimeBridge implements SequenceRuntime, OnModuleInit, OnModuleDes
       transformToResult: {
         value(result: unknown): Promise<unknown> {
           return isObservable(result)
-            ? lastValueUntilAborted(result, calls.getStore()?.signal)
+            ? lastValueUntilAborted(result, calls.getStore()?.signal, shutdown)
             : Promise.resolve(result);
         },
       },
@@ -363,18 +381,33 @@ function signalOf(context: unknown): AbortSignal | undefined {
 }
 
 /**
- * The last value of `source`, or undefined; unsubscribed once `signal` aborts: an abandoned
- * call's Observable (an interval, a socket) must not run on, nor keep the process open.
+ * The last value of `source`, or undefined (its error, rejected). Unsubscribed once the call's
+ * `signal` aborts (resolving with what it had: an abandoned call's result is ignored), or once
+ * `shutdown` does: an Observable of a call the module no longer waits for (an interval, a socket)
+ * must not run on, nor keep the process open. The call then never settles, as a handler's Promise
+ * that never does: its message, left unsettled, is delivered again.
  */
 function lastValueUntilAborted(
   source: Observable<unknown>,
   signal: AbortSignal | undefined,
+  shutdown: AbortSignal,
 ): Promise<unknown> {
-  if (!signal) return lastValueFrom(source, { defaultValue: undefined });
-  if (signal.aborted) return Promise.resolve(undefined);
-  return lastValueFrom(source.pipe(takeUntil(fromEvent(signal, 'abort'))), {
-    defaultValue: undefined,
-  });
+  if (signal?.aborted) return Promise.resolve(undefined);
+  if (shutdown.aborted) return new Promise(() => undefined);
+  let givenUp = false;
+  const stop = merge(
+    signal ? fromEvent(signal, 'abort') : NEVER,
+    fromEvent(shutdown, 'abort').pipe(tap(() => (givenUp = true))),
+  );
+  return lastValueFrom(source.pipe(takeUntil(stop)), { defaultValue: undefined }).then((value) =>
+    givenUp ? new Promise(() => undefined) : value,
+  );
+}
+
+/** The controller, its signal listened on by any number of calls at once (past Node's 10). */
+function unlimitedListeners(controller: AbortController): AbortController {
+  setMaxListeners(0, controller.signal);
+  return controller;
 }
 
 /**

@@ -106,6 +106,64 @@ describe('microservices: an @EventPattern handler that runs past handlerTimeoutM
   });
 });
 
+/** Subscriptions to the Observables `sd.*` returned, those let go of, and their values. */
+const feeds = { subscribed: 0, unsubscribed: 0, values: 0 };
+
+/** An Observable that never completes (a feed, a poll), counted in `feeds`. */
+function endlessFeed(): Observable<number> {
+  return new Observable<number>((subscriber) => {
+    feeds.subscribed += 1;
+    const timer = setInterval(() => {
+      feeds.values += 1;
+      subscriber.next(Date.now());
+    }, 5);
+    return () => {
+      feeds.unsubscribed += 1;
+      clearInterval(timer);
+    };
+  });
+}
+
+@Controller()
+class EndlessFeeds {
+  @EventPattern('sd.feed')
+  feed(): Observable<number> {
+    return endlessFeed();
+  }
+
+  @MessagePattern('sd.quote')
+  quote(): Observable<number> {
+    return endlessFeed();
+  }
+}
+
+describe('microservices: an Observable that never completes, at shutdown', () => {
+  it('is unsubscribed once the shutdown stops waiting for it; its message goes back', async () => {
+    const transport = new InMemoryTransport();
+    const t = await createMicroserviceTestApp({
+      sequence: { transport, shutdownTimeoutMs: 200 },
+      controllers: [EndlessFeeds],
+    });
+    await lastValueFrom(t.client.emit('sd.feed', { feed: 'vitals' }), { defaultValue: undefined });
+    const asked = lastValueFrom(t.client.send('sd.quote', { sku: 'A-1' })).catch(
+      (error: unknown) => error,
+    );
+    await eventually(() => feeds.subscribed === 2, 'both handlers subscribed to');
+
+    const closing = Date.now();
+    await t.close();
+    expect(Date.now() - closing).toBeLessThan(2_000);
+    expect(await asked).toMatchObject({ code: 'client-closed' });
+    const valuesAtClose = feeds.values;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+
+    // No interval runs on after the application closed, and neither message was settled.
+    expect(feeds).toEqual({ subscribed: 2, unsubscribed: 2, values: valuesAtClose });
+    expect(transport.depth('sd.feed') + transport.depth('sd.quote')).toBe(2);
+    await transport.close();
+  });
+});
+
 let quotes = 0;
 let deadLettersRead = 0;
 /** The streams `rr.late-stream` returned, each after its call was abandoned. */
