@@ -46,6 +46,8 @@ interface PendingRequest {
   readonly callback: (packet: WritePacket) => void;
   /** Set once the request is confirmed: the wait for its reply. */
   timer: NodeJS.Timeout | undefined;
+  /** Set while its reply is read: cuts the read short, once nobody waits for the reply. */
+  stopReading?: () => void;
 }
 
 /**
@@ -138,10 +140,9 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     const replies = this.replies;
     this.replies = undefined;
     for (const [id, request] of this.pending) {
-      clearTimeout(request.timer);
+      this.forget(id, request);
       request.callback({ err: new ClientClosedError(request.pattern, id) });
     }
-    this.pending.clear();
     const subscription = await replies?.catch(() => undefined);
     await subscription?.close().catch((error: unknown) => {
       this.logger.warn(`closing the reply channel failed: ${errorMessage(error)}`);
@@ -241,9 +242,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     const request: PendingRequest = { pattern, callback, timer: undefined };
     this.pending.set(correlationId, request);
     const fail = (error: unknown) => {
-      if (!this.pending.delete(correlationId)) return;
-      clearTimeout(request.timer);
-      callback({ err: error });
+      if (this.forget(correlationId, request)) callback({ err: error });
     };
     const wait = () => {
       clearTimeout(request.timer);
@@ -275,9 +274,19 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       });
       if (this.pending.has(correlationId)) wait();
     })().catch(fail);
-    return () => {
-      if (this.pending.delete(correlationId)) clearTimeout(request.timer);
-    };
+    return () => void this.forget(correlationId, request);
+  }
+
+  /**
+   * Stops waiting for the request's reply (it timed out, its caller unsubscribed, the client
+   * closes): a reply being read meanwhile is cut short, not read whole for nobody (its store
+   * connection held, its bytes in memory). False when it was not waited for any more.
+   */
+  private forget(correlationId: string, request: PendingRequest): boolean {
+    if (!this.pending.delete(correlationId)) return false;
+    clearTimeout(request.timer);
+    request.stopReading?.();
+    return true;
   }
 
   private async sendTo(
@@ -325,6 +334,8 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       );
       return;
     }
+    // Its streams closed, the read below fails; the reply is then settled as one nobody waits for.
+    request.stopReading = () => payload.close();
     let response: unknown;
     try {
       if (payload.bytes > this.settings.maxReplyBytes) {

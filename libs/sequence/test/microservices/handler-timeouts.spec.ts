@@ -2,10 +2,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { Controller, Logger } from '@nestjs/common';
+import { Controller, Logger, type Type } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom, Observable } from 'rxjs';
-import { FilesystemPayloadStore, HandlerTimeoutError, InMemoryTransport } from 'nest-sequence';
+import {
+  FilesystemPayloadStore,
+  HandlerTimeoutError,
+  InMemoryTransport,
+  type SequenceModuleOptions,
+} from 'nest-sequence';
 import type { GetOptions, HeaderMap, PublishOptions } from 'nest-sequence/ports';
 import {
   ReplyTimeoutError,
@@ -409,31 +414,49 @@ class Reports {
   }
 }
 
+/**
+ * An app of `controller` whose replies past 2 KiB go behind a claim ticket, in a store of a
+ * temporary directory that `store` wraps; `close()` closes it and deletes the directory.
+ */
+async function ticketedReplies<S extends FaultInjectingPayloadStore>(
+  transport: InMemoryTransport,
+  store: (inner: FilesystemPayloadStore) => S,
+  controller: Type,
+  options: { replyTimeoutMs: number } & Partial<SequenceModuleOptions>,
+): Promise<MicroserviceTestApp & { store: S }> {
+  const dir = await mkdtemp(join(tmpdir(), 'reply-reads-'));
+  const wrapped = store(new FilesystemPayloadStore({ root: dir }));
+  const { replyTimeoutMs, ...sequence } = options;
+  const t = await createMicroserviceTestApp({
+    sequence: {
+      ...sequence,
+      transport,
+      claimCheck: { store: wrapped, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
+    },
+    controllers: [controller],
+    client: { replyTimeoutMs },
+  });
+  const close = async () => {
+    await t.close();
+    await rm(dir, { recursive: true, force: true });
+  };
+  return { ...t, store: wrapped, close };
+}
+
 describe("microservices: reading a reply, whatever the module's handlerTimeoutMs", () => {
   const transport = new InMemoryTransport();
   const REPLY_TIMEOUT_MS = 1_000;
-  let dir: string;
   let store: SlowReads;
   let t: MicroserviceTestApp;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'reply-reads-'));
-    store = new SlowReads(new FilesystemPayloadStore({ root: dir }));
-    t = await createMicroserviceTestApp({
-      sequence: {
-        transport,
-        claimCheck: { store, inlineMaxBytes: 1024, sequenceMaxBytes: 2048 },
-        handlerTimeoutMs: TIMEOUT_MS,
-        handlerRetry: { attempts: 1 },
-      },
-      controllers: [Reports],
-      client: { replyTimeoutMs: REPLY_TIMEOUT_MS },
-    });
+    ({ store, ...t } = await ticketedReplies(transport, (inner) => new SlowReads(inner), Reports, {
+      replyTimeoutMs: REPLY_TIMEOUT_MS,
+      handlerTimeoutMs: TIMEOUT_MS,
+      handlerRetry: { attempts: 1 },
+    }));
   });
-  afterAll(async () => {
-    await t?.close();
-    await rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => t?.close());
   afterEach(() => {
     store.readDelayMs = 0;
     store.failGets = 0;
@@ -463,5 +486,99 @@ describe("microservices: reading a reply, whatever the module's handlerTimeoutMs
       /^the reply to rr\.report \(correlation id [^)]+\) came but could not be read: payload store unreachable/,
     );
     expect((error as Error).cause).toBeInstanceOf(Error);
+  });
+});
+
+/** A read of the store: how many chunks it handed out, and when it was closed, if it was. */
+interface TrickledRead {
+  chunks: number;
+  closedAt?: number;
+}
+
+/** Hands each payload out 1 KiB at a time, one chunk every `chunkMs`, as a slow link does. */
+class TricklingReads extends FaultInjectingPayloadStore {
+  chunkMs = 100;
+  readonly reads: TrickledRead[] = [];
+
+  override async get(ref: string): Promise<Readable> {
+    const whole = Buffer.concat(await (await super.get(ref)).toArray());
+    const read: TrickledRead = { chunks: 0 };
+    this.reads.push(read);
+    const { chunkMs } = this;
+    let offset = 0;
+    let timer: NodeJS.Timeout | undefined;
+    return new Readable({
+      read() {
+        timer = setTimeout(() => {
+          const chunk = offset < whole.length ? whole.subarray(offset, offset + 1024) : null;
+          offset += 1024;
+          if (chunk) read.chunks++;
+          this.push(chunk);
+        }, chunkMs);
+      },
+      destroy(error, callback) {
+        clearTimeout(timer);
+        read.closedAt = Date.now();
+        callback(error);
+      },
+    });
+  }
+}
+
+@Controller()
+class SlowReports {
+  @MessagePattern('rr.trickled')
+  report(): Buffer {
+    return Buffer.alloc(TICKETED, 7);
+  }
+
+  @MessagePattern('rr.late-trickled')
+  async late(): Promise<Buffer> {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    return Buffer.alloc(TICKETED, 7);
+  }
+}
+
+describe('microservices: a reply whose caller is gone while it is read', () => {
+  const transport = new InMemoryTransport();
+  let store: TricklingReads;
+  let t: MicroserviceTestApp;
+
+  beforeAll(async () => {
+    const trickling = (inner: FilesystemPayloadStore) => new TricklingReads(inner);
+    ({ store, ...t } = await ticketedReplies(transport, trickling, SlowReports, {
+      replyTimeoutMs: 500,
+    }));
+  });
+  afterAll(() => t?.close());
+  beforeEach(() => (store.reads.length = 0));
+
+  it('stops reading the reply of a send() its caller unsubscribed from', async () => {
+    // 10 chunks, 100 ms apart: a read of 1 s, past the reply's own time limit (500 ms).
+    const deletes = store.calls.delete;
+    const asked = t.client.send('rr.trickled', {}).subscribe({ error: () => undefined });
+    await eventually(() => store.reads[0]?.chunks === 2, 'the reply being read');
+    const unsubscribedAt = Date.now();
+    asked.unsubscribe();
+
+    await eventually(() => store.reads[0].closedAt !== undefined, 'the read closed', 2_000);
+    expect(store.reads[0].closedAt! - unsubscribedAt).toBeLessThan(150);
+    expect(store.reads[0].chunks).toBeLessThan(5);
+    await transport.whenIdle();
+    // Settled and deleted from the store, as a reply read whole: nobody waits for it.
+    expect(transport.depth(transport.deadLetterChannel('rr.trickled'))).toBe(0);
+    expect(store.calls.delete - deletes).toBe(1);
+  });
+
+  it('stops reading the reply of a send() whose replyTimeoutMs passed', async () => {
+    // Answered after 300 ms: the request times out 200 ms into its reply's read.
+    const error = lastValueFrom(t.client.send('rr.late-trickled', {})).catch(
+      (caught: unknown) => caught,
+    );
+    expect(await error).toBeInstanceOf(ReplyTimeoutError);
+    const timedOutAt = Date.now();
+
+    await eventually(() => store.reads[0]?.closedAt !== undefined, 'the read closed', 2_000);
+    expect(store.reads[0].closedAt! - timedOutAt).toBeLessThan(150);
   });
 });
