@@ -4,6 +4,7 @@ import { AckPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { delay } from '../../../core/async';
 import { connectNats, nanos, type NatsConnection } from './nats.client';
+import type { Disposition, MessageHandler } from '../../../ports/transport.port';
 import { NatsSubscription } from './nats.subscription';
 
 describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
@@ -63,6 +64,62 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
     };
   }
 
+  /** A stream of its own, with a consumer `c` of the given `ack_wait` and `max_deliver`. */
+  async function ownStream(
+    ackWaitMs: number,
+    maxDeliver?: number,
+  ): Promise<{ own: string; ownSubject: string }> {
+    const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
+    const ownSubject = `nseq-sub.${randomUUID()}`;
+    await jsm.streams.add({ name: own, subjects: [ownSubject] });
+    await jsm.consumers.add(own, {
+      durable_name: 'c',
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: nanos(ackWaitMs),
+      ...(maxDeliver === undefined ? {} : { max_deliver: maxDeliver }),
+    });
+    return { own, ownSubject };
+  }
+
+  /** A handler that records the body of each message it gets and answers `disposition`. */
+  function recording(handled: string[], disposition: Disposition): MessageHandler {
+    return async (message) => {
+      handled.push(message.body.toString());
+      return disposition;
+    };
+  }
+
+  /**
+   * A subscription answering `disposition`, of consumer `c` (`ack_wait` `ackWaitMs`,
+   * `max_deliver` `maxDeliver`) of a stream of its own, that may hold messages while
+   * `state.hold`: it records the bodies it handles and the copies it publishes.
+   */
+  async function heldSubscription(
+    disposition: Disposition,
+    { ackWaitMs, maxDeliver }: { ackWaitMs: number; maxDeliver?: number },
+  ) {
+    const { own, ownSubject } = await ownStream(ackWaitMs, maxDeliver);
+    const state = { hold: true, handled: [] as string[], copies: [] as string[] };
+    const subscription = new NatsSubscription({
+      ...settings(own, ownSubject, 1_000),
+      maxDeliver,
+      ackWaitMs,
+      handler: recording(state.handled, disposition),
+      mayHold: () => state.hold,
+      publish: async (_channel, body) => void state.copies.push(body.toString()),
+      readFromStream: async (sequence) =>
+        Buffer.from((await jsm.streams.getMessage(own, { seq: sequence }))!.data),
+    });
+    /** Resolves once the subscription's pull request waits for messages. */
+    const pulling = async () => {
+      for (let tries = 0; tries < 200; tries++) {
+        if ((await jsm.consumers.info(own, 'c')).num_waiting > 0) return;
+        await delay(10);
+      }
+    };
+    return { own, ownSubject, subscription, state, pulling };
+  }
+
   async function waitingPulls(): Promise<number> {
     return (await jsm.consumers.info(stream, 'c')).num_waiting;
   }
@@ -99,44 +156,22 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
   it.each(['close', 'abandon'] as const)(
     'hands back as a copy a message pulled at its last delivery while it may not hold messages, at %s',
     async (stop) => {
-      const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
-      const ownSubject = `nseq-sub.${randomUUID()}`;
-      await jsm.streams.add({ name: own, subjects: [ownSubject] });
-      await jsm.consumers.add(own, {
-        durable_name: 'c',
-        ack_policy: AckPolicy.Explicit,
-        ack_wait: nanos(30_000),
-        max_deliver: 1,
-      });
       const js = jetstream(connection);
-      const handled: string[] = [];
-      const copies: string[] = [];
-      let hold = true;
-      const partition = new NatsSubscription({
-        ...settings(own, ownSubject, 1_000),
-        maxDeliver: 1,
-        handler: async (message) => {
-          handled.push(message.body.toString());
-          return { action: 'ack' };
-        },
-        mayHold: () => hold,
-        publish: async (_channel, body) => void copies.push(body.toString()),
-        readFromStream: async (sequence) =>
-          Buffer.from((await jsm.streams.getMessage(own, { seq: sequence }))!.data),
-      });
-      const waiting = async () => (await jsm.consumers.info(own, 'c')).num_waiting;
+      const held = await heldSubscription({ action: 'ack' }, { ackWaitMs: 30_000, maxDeliver: 1 });
+      const { own, ownSubject, subscription: partition, state } = held;
       try {
         partition.start();
-        for (let tries = 0; tries < 200 && (await waiting()) === 0; tries++) await delay(10);
+        await held.pulling();
         // Its owner closing, or its claim lapsed: the waiting pull brings a message at its only
         // allowed delivery, which a nak would end unhandled.
-        hold = false;
+        state.hold = false;
         await js.publish(ownSubject, 'last delivery');
         await delay(300);
         await (stop === 'close' ? partition.close() : partition.abandon());
         const { num_ack_pending } = await jsm.consumers.info(own, 'c');
         // The copy is at the tail (for the partition's next holder), the original acked.
-        expect({ handled, copies, num_ack_pending }).toEqual({
+        expect({ ...state, num_ack_pending }).toEqual({
+          hold: false,
           handled: [],
           copies: ['last delivery'],
           num_ack_pending: 0,
@@ -149,42 +184,59 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
     30_000,
   );
 
-  it('delivers again a message pulled while it may not hold messages, not keeping it in progress', async () => {
-    const own = `NSEQSUB_${randomUUID().slice(0, 8)}`;
-    const ownSubject = `nseq-sub.${randomUUID()}`;
-    const ackWaitMs = 1_000;
-    await jsm.streams.add({ name: own, subjects: [ownSubject] });
-    await jsm.consumers.add(own, {
-      durable_name: 'c',
-      ack_policy: AckPolicy.Explicit,
-      ack_wait: nanos(ackWaitMs),
-    });
+  it('leaves a delayed requeue whose delay ends once it may not hold messages to the server', async () => {
     const js = jetstream(connection);
-    const handled: string[] = [];
-    let hold = true;
-    const partition = new NatsSubscription({
-      ...settings(own, ownSubject, 1_000),
-      handler: async (message) => {
-        handled.push(message.body.toString());
-        return { action: 'ack' };
-      },
-      ackWaitMs,
-      mayHold: () => hold,
-    });
+    const held = await heldSubscription({ action: 'requeue', delayMs: 300 }, { ackWaitMs: 1_000 });
+    const { own, ownSubject, subscription: partition, state } = held;
     try {
       partition.start();
-      const waiting = async () => (await jsm.consumers.info(own, 'c')).num_waiting;
-      for (let tries = 0; tries < 200 && (await waiting()) === 0; tries++) await delay(10);
+      await js.publish(ownSubject, 'requeued later');
+      for (let tries = 0; tries < 200 && state.handled.length === 0; tries++) await delay(10);
+      expect(state.handled).toEqual(['requeued later']);
+
+      // Its claim lapses during the delay (a partition's lease, another subscriber holding it
+      // next), before its owner stops it: the delay ends meanwhile.
+      state.hold = false;
+      await delay(600);
+      await partition.abandon();
+
+      // No copy at the tail from here, and the original is not acked: it comes again.
+      const consumer = await js.consumers.get(own, 'c');
+      const again = await consumer.next({ expires: 5_000 });
+      expect({
+        copies: state.copies,
+        again: again?.string(),
+        deliveries: again?.info.deliveryCount,
+      }).toEqual({
+        copies: [],
+        again: 'requeued later',
+        deliveries: 2,
+      });
+      again?.ack();
+    } finally {
+      await partition.close();
+      await jsm.streams.delete(own).catch(() => undefined);
+    }
+  }, 30_000);
+
+  it('delivers again a message pulled while it may not hold messages, not keeping it in progress', async () => {
+    const ackWaitMs = 1_000;
+    const js = jetstream(connection);
+    const held = await heldSubscription({ action: 'ack' }, { ackWaitMs });
+    const { own, ownSubject, subscription: partition, state } = held;
+    try {
+      partition.start();
+      await held.pulling();
 
       // Its lease not trusted for a moment (say): the waiting pull brings a message meanwhile.
-      hold = false;
+      state.hold = false;
       await js.publish(ownSubject, 'pulled while not held');
       await delay(200);
-      hold = true;
+      state.hold = true;
       await delay(3 * ackWaitMs);
 
       const { num_ack_pending, num_pending } = await jsm.consumers.info(own, 'c');
-      expect({ handled, num_ack_pending, num_pending }).toEqual({
+      expect({ handled: state.handled, num_ack_pending, num_pending }).toEqual({
         handled: ['pulled while not held'],
         num_ack_pending: 0,
         num_pending: 0,

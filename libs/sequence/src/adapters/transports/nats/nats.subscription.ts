@@ -462,9 +462,16 @@ export class NatsSubscription implements Subscription {
       this.forward(this.deadLetter(delivery, inbound, body, disposition.reason));
     } else if ((disposition.delayMs ?? 0) > 0) {
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
-      this.holdFor(disposition.delayMs!, () =>
-        this.forward(this.requeueAtTail(delivery, inbound, body)),
-      );
+      // A claim that lapsed meanwhile (before its owner stopped the subscription) leaves it to
+      // the server, as above: a copy at the tail would come to the next holder besides the
+      // original, which the server delivers again.
+      this.holdFor(disposition.delayMs!, () => {
+        if (this.settings.mayHold?.() === false) {
+          this.ignored(delivery, disposition, 'its delay ended');
+          return;
+        }
+        this.forward(this.requeueAtTail(delivery, inbound, body));
+      });
     } else {
       if (lastDelivery) {
         const reason =
@@ -478,17 +485,22 @@ export class NatsSubscription implements Subscription {
   }
 
   /**
-   * Logs a verdict given after this subscriber lost its claim on the message (a partition's lease
-   * no longer trusted): it is not sent, and the server delivers the message again after
-   * `ack_wait`, to whoever holds the partition then.
+   * Logs a verdict given (or a delayed requeue's delay ended) after this subscriber lost its claim
+   * on the message (a partition's lease no longer trusted): it is not sent, and the server
+   * delivers the message again after `ack_wait`, to whoever holds the partition then.
    */
-  private ignored(delivery: NatsDelivery, disposition: Disposition): void {
+  private ignored(
+    delivery: NatsDelivery,
+    disposition: Disposition,
+    /** What came after the loss: the verdict, or the end of a delayed requeue's delay. */
+    came: 'given' | 'its delay ended' = 'given',
+  ): void {
     const where =
       this.settings.partition === undefined ? '' : ` partition ${this.settings.partition}`;
     const why = disposition.action === 'ack' ? '' : ` (${disposition.reason ?? 'no reason'})`;
     this.settings.logger.warn(
       `${disposition.action} verdict on message ${delivery.streamSequence} of ${this.channel}` +
-        `${where}${why} ignored: given after this subscriber's lease on it was lost; the server ` +
+        `${where}${why} ignored: ${came} after this subscriber's lease on it was lost; the server ` +
         `delivers it again after ack_wait (${this.settings.ackWaitMs} ms) to the lease's holder`,
     );
   }
