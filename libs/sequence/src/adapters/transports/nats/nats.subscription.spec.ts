@@ -5,6 +5,7 @@ import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { delay } from '../../../core/async';
 import { connectNats, nanos, type NatsConnection } from './nats.client';
 import type { Disposition, MessageHandler } from '../../../ports/transport.port';
+import { MAX_DELIVERIES_ADVISORY } from './nats.delivery-limit';
 import { NatsSubscription } from './nats.subscription';
 
 describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
@@ -81,22 +82,30 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
     return { own, ownSubject };
   }
 
-  /** A handler that records the body of each message it gets and answers `disposition`. */
-  function recording(handled: string[], disposition: Disposition): MessageHandler {
+  /**
+   * A handler that records the body of each message it gets and answers `disposition` (never,
+   * when undefined).
+   */
+  function recording(handled: string[], disposition: Disposition | undefined): MessageHandler {
     return async (message) => {
       handled.push(message.body.toString());
-      return disposition;
+      return disposition ?? new Promise<Disposition>(() => undefined);
     };
   }
 
   /**
    * A subscription answering `disposition`, of consumer `c` (`ack_wait` `ackWaitMs`,
-   * `max_deliver` `maxDeliver`) of a stream of its own, that may hold messages while
+   * `max_deliver` `maxDeliver`) of a stream of its own, pulling at most `perPull` messages at a
+   * time (as `pullMaxBytes` allows: @default 1), that may hold messages while
    * `state.hold`: it records the bodies it handles and the copies it publishes.
    */
   async function heldSubscription(
-    disposition: Disposition,
-    { ackWaitMs, maxDeliver }: { ackWaitMs: number; maxDeliver?: number },
+    disposition: Disposition | undefined,
+    {
+      ackWaitMs,
+      maxDeliver,
+      perPull = 1,
+    }: { ackWaitMs: number; maxDeliver?: number; perPull?: number },
   ) {
     const { own, ownSubject } = await ownStream(ackWaitMs, maxDeliver);
     const state = { hold: true, handled: [] as string[], copies: [] as string[] };
@@ -104,6 +113,7 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
       ...settings(own, ownSubject, 1_000),
       maxDeliver,
       ackWaitMs,
+      pullMaxBytes: perPull * 1024 * 1024,
       handler: recording(state.handled, disposition),
       mayHold: () => state.hold,
       publish: async (_channel, body) => void state.copies.push(body.toString()),
@@ -177,6 +187,46 @@ describeWithServer('nats', 'NatsSubscription on NATS JetStream', () => {
           num_ack_pending: 0,
         });
       } finally {
+        await partition.close();
+        await jsm.streams.delete(own).catch(() => undefined);
+      }
+    },
+    30_000,
+  );
+
+  it.each(['kept unhandled', 'being handled', 'being handled, its owner closing'] as const)(
+    'keeps a message at its last delivery in progress until its close hands it back: %s',
+    async (how) => {
+      // An ack_wait shorter than the pull request the close lets run out (a partition lease of a
+      // second gives 500 ms), and a pull request of several messages, as the transport's: it
+      // goes on waiting once one came.
+      const held = await heldSubscription(undefined, { ackWaitMs: 500, maxDeliver: 1, perPull: 4 });
+      const { own, ownSubject, subscription: partition, state } = held;
+      // What the server tells when it gives a message up (the transport then dead-letters it).
+      const givenUp: unknown[] = [];
+      const advisories = connection.subscribe(`${MAX_DELIVERIES_ADVISORY}.${own}.c`, {
+        callback: (_error, message) => givenUp.push((message as { json(): unknown }).json()),
+      });
+      try {
+        partition.start();
+        await held.pulling();
+        // Kept unhandled: its owner is closing as the waiting pull brings the message.
+        if (how === 'kept unhandled') state.hold = false;
+        await jetstream(connection).publish(ownSubject, 'last delivery');
+        await delay(50);
+        // A partition's owner closing, its lease still trusted: it closes this subscription next.
+        if (how === 'being handled, its owner closing') state.hold = false;
+        await partition.close();
+        await connection.flush();
+        const { num_ack_pending } = await jsm.consumers.info(own, 'c');
+        // Handed back as a copy at the tail, the original acked; never given up by the server.
+        expect({ copies: state.copies, givenUp, num_ack_pending }).toEqual({
+          copies: ['last delivery'],
+          givenUp: [],
+          num_ack_pending: 0,
+        });
+      } finally {
+        advisories.unsubscribe();
         await partition.close();
         await jsm.streams.delete(own).catch(() => undefined);
       }

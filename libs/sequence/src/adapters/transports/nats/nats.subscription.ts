@@ -143,8 +143,9 @@ const RETRY_MAX_DELAY_MS = 5_000;
  * until the handler releases it (`releaseBody`). A released message to forward without a body is
  * delivered again whole, or read back from the stream at its last allowed delivery.
  *
- * While a message is unsettled (its handler running, or a delayed requeue waiting) it gets an
- * in-progress ack every third of `ack_wait`, so the server does not deliver it again meanwhile.
+ * While a message is unsettled (its handler running, or a delayed requeue waiting, or a close
+ * waiting to hand it back) it gets an in-progress ack every third of `ack_wait`, so the server
+ * does not deliver it again meanwhile.
  *
  * - `ack`: `ack`.
  * - plain `requeue` (or a throwing handler): `nak` with a short delay growing with its deliveries;
@@ -188,23 +189,37 @@ export class NatsSubscription implements Subscription {
   /** Starts pulling (the caller has declared the consumer). */
   start(): void {
     this.heartbeat = setInterval(
-      () => {
-        const { mayHold, mayExtend, ackWaitMs } = this.settings;
-        if (mayHold?.() === false || mayExtend?.(ackWaitMs) === false) return;
-        try {
-          this.unsettled.forEach((delivery) =>
-            sendVerdict(delivery, WORKING, this.settings.respond),
-          );
-        } catch (error) {
-          // Closed connection: what this subscriber holds comes again after ack_wait.
-          this.settings.logger.warn(
-            `could not keep the messages of ${this.channel} in progress: ${errorMessage(error)}`,
-          );
-        }
-      },
+      () => this.keepInProgress(),
       Math.max(100, Math.floor(this.settings.ackWaitMs / 3)),
     );
     this.pulling = this.pull();
+  }
+
+  /**
+   * Sends an in-progress ack for each unsettled message while this subscriber may hold them and
+   * keep them longer, and while it closes (until close has handed them back) as long as they may
+   * be kept longer (a partition's lease trusted, though its owner, closing, holds no more).
+   * Abandoned, or while it may not hold them, only for those kept at their last allowed delivery
+   * (see notHeld): nobody else can get those. Left past `ack_wait` with a pull request waiting
+   * (its own, which a close lets run out), the server would give up a message at its last
+   * allowed delivery (the transport then dead-letters it) before the close hands it back as a
+   * copy at the tail.
+   */
+  private keepInProgress(): void {
+    const { mayHold, mayExtend, ackWaitMs } = this.settings;
+    const all =
+      !this.abandoned && (this.closed || mayHold?.() !== false) && mayExtend?.(ackWaitMs) !== false;
+    const deliveries = all
+      ? [...this.unsettled.values()]
+      : [...this.keptAtLastDelivery].filter((delivery) => this.isHeld(delivery));
+    try {
+      deliveries.forEach((delivery) => sendVerdict(delivery, WORKING, this.settings.respond));
+    } catch (error) {
+      // Closed connection: what this subscriber holds comes again after ack_wait.
+      this.settings.logger.warn(
+        `could not keep the messages of ${this.channel} in progress: ${errorMessage(error)}`,
+      );
+    }
   }
 
   close(): Promise<void> {
@@ -226,7 +241,6 @@ export class NatsSubscription implements Subscription {
     this.closed = true;
     this.abandoned = !handBack;
     this.lost.abort();
-    clearInterval(this.heartbeat);
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     this.slotFreed?.();
@@ -257,6 +271,8 @@ export class NatsSubscription implements Subscription {
       : [...this.keptAtLastDelivery].filter((delivery) => this.isHeld(delivery));
     for (const delivery of handingBack) this.handBack(delivery);
     await Promise.allSettled([...this.forwarding]);
+    // Kept in progress until now (see keepInProgress): all is handed back.
+    clearInterval(this.heartbeat);
     this.keptAtLastDelivery.clear();
     this.unsettled.clear();
     await this.settings.flush().catch(() => undefined);
