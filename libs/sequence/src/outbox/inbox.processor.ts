@@ -244,8 +244,9 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
           calls,
         ),
       // Its savepoint rolls back now: what it would write later must not land in the claim's
-      // transaction (with the next record's work, or this one's failed attempt).
-      abandoned: () => transaction.abandon(limit.error(attempt)),
+      // transaction (with the next record's work, or this one's failed attempt), nor commit in
+      // one of its own.
+      abandoned: (settled) => transaction.outrun(limit.error(attempt), settled),
     };
     let called = false;
     let returned = false;

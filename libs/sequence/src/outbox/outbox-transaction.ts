@@ -35,6 +35,8 @@ export class OutboxTransaction {
   private flushed = false;
   /** Set when the handler this was handed to was abandoned: everything is refused with it. */
   private abandonedBy: Error | undefined;
+  /** Set when the handler call this was handed to ran past its time limit: see {@link outrun}. */
+  private outrunBy: Error | undefined;
   /**
    * Set once the work of the `transaction()` this was handed to has returned or thrown: what that
    * work left running is refused everything from then on, here and in the transactions joined
@@ -70,12 +72,21 @@ export class OutboxTransaction {
    * call left running past its claim finds no call then; it finds no claim to join either.
    */
   static async inHandlerCalls<T>(work: () => Promise<T>): Promise<T> {
-    claimsRunning++;
+    callsRunning++;
     try {
       return await work();
     } finally {
-      if (--claimsRunning === 0) CALLS.disable();
+      callsEnded();
     }
+  }
+
+  /**
+   * Throws when the async context is that of an inbox handler call that ran past its time limit
+   * (see {@link outrun}): a `transaction()` it starts is refused.
+   */
+  static assertNotOutrun(): void {
+    const outrun = CALLS.getStore()?.outrunBy;
+    if (outrun) throw outrun;
   }
 
   /**
@@ -152,6 +163,20 @@ export class OutboxTransaction {
     this.abandonedBy ??= reason;
     this.flushed = true;
     this.queued.clear();
+  }
+
+  /**
+   * The inbox handler call this was handed to ran past its time limit, and runs on until
+   * `settled`: {@link abandon}ed with `reason`, and a `transaction()` it starts is refused with
+   * it too (the handler-call context stays on until then). Opening one of its own, the call would
+   * commit what its failed attempt undid, and its retry would write it again. (Work a call left
+   * running once it returned in time does open its own.)
+   */
+  outrun(reason: Error, settled: Promise<void>): void {
+    this.abandon(reason);
+    this.outrunBy ??= reason;
+    callsRunning++;
+    void settled.then(callsEnded);
   }
 
   /**
@@ -260,8 +285,16 @@ const OPEN = new WeakMap<StoreTransaction, OutboxTransaction[]>();
 
 /** The inbox handler call of the async context (see `OutboxTransaction.handlerCallOn`). */
 const CALLS = new AsyncLocalStorage<OutboxTransaction>();
-/** Claims whose handler calls are running; the context is turned off when this falls to 0. */
-let claimsRunning = 0;
+/**
+ * Claims whose handler calls are running, and calls past their time limit that still run; the
+ * context is turned off when this falls to 0.
+ */
+let callsRunning = 0;
+
+/** One of {@link callsRunning} ended. */
+function callsEnded(): void {
+  if (--callsRunning === 0) CALLS.disable();
+}
 
 /**
  * Takes the partition locks of `records` (ordered boxes): a later transaction appending to the same

@@ -46,7 +46,9 @@ export class OutboxService {
    * writes and the recorded messages together), rolls back when it throws (and rethrows). Inside
    * another transaction of the store (or an inbox handler's), it joins it as a savepoint: what it
    * recorded is then written with the enclosing transaction's records, after those recorded
-   * before it, and what any transaction recorded inside it is dropped if it throws.
+   * before it, and what any transaction recorded inside it is dropped if it throws. Started by
+   * an inbox handler call that ran past its `handlerTimeoutMs`, it is refused with the call's
+   * `HandlerTimeoutError`.
    */
   transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     return OutboxTracing.append(this.resolved.tracing, 'transaction', () =>
@@ -55,6 +57,8 @@ export class OutboxService {
   }
 
   private async inTransaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
+    // Started by an inbox handler call past its time limit: nothing of it may commit.
+    OutboxTransaction.assertNotOutrun();
     const store = await this.runtime.ready();
     let restore: (() => void) | undefined;
     let result: T;

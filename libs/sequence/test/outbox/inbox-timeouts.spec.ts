@@ -1,5 +1,17 @@
-import { HandlerTimeoutError, type InboxContext } from 'nest-sequence';
+import { Injectable } from '@nestjs/common';
+import {
+  HandlerTimeoutError,
+  InboxHandler,
+  OutboxService,
+  type InboxContext,
+  type OutboxEvent,
+  type OutboxStore,
+} from 'nest-sequence';
+import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
+import type { BoxOptions } from '../../src/options/outbox.options';
+import { describeWithServer, SERVERS } from '../support/servers';
+import { usePostgres } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
 import {
   createOutboxTestApp,
@@ -75,5 +87,119 @@ describe('Inbox: a handler that runs past handlerTimeoutMs (embedded SQLite)', (
     );
     expect(rows).toEqual([]);
     expect((await t.outbox.record('inbox_events', id))?.status).toBe('FAILED');
+  });
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const LIMIT_MS = 150;
+
+/**
+ * What a call past its limit does afterwards, and what its aggregate's next calls wait for, on the
+ * store `open()` makes (`undefined`: the embedded SQLite one) with its tables named by `table()`.
+ */
+function abandonedCallCase(open: () => OutboxStore | undefined, table: (name: string) => string) {
+  let t: OutboxTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  const start = async (providers: [unknown], inboxEvents: BoxOptions) => {
+    const store = open();
+    t = await createOutboxTestApp({ ...(store && { store }), inboxEvents }, providers as never);
+    return t;
+  };
+  const deliver = (aggregateId: string) =>
+    publishInboxEvent(t!.broker, 'TaskCreated', { aggregateType: 'Task', aggregateId });
+  const statusOf = async (id: string) => (await t!.outbox.record('inbox_events', id))?.status;
+
+  it('refuses a transaction() a call starts once past its limit: nothing of it commits, the retry writes once', async () => {
+    const refused: unknown[] = [];
+    const announced: Array<{ attempt: number; id: string }> = [];
+    let lateCallDone = false;
+    @Injectable()
+    class Tasks {
+      constructor(private readonly outbox: OutboxService) {}
+      @InboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS })
+      async handle(event: OutboxEvent, { attempt }: InboxContext) {
+        if (attempt === 1) await sleep(LIMIT_MS * 2); // ignores its signal, then carries on
+        try {
+          await this.outbox.transaction(async (tx) => {
+            await tx.query(`INSERT INTO ${table('tasks')} (attempt) VALUES (${attempt})`);
+            const id = tx.publishEvent({
+              type: 'TaskAnnounced',
+              aggregateType: 'Task',
+              aggregateId: event.aggregateId,
+              payload: {},
+            });
+            announced.push({ attempt, id });
+          });
+        } catch (error) {
+          refused.push(error);
+          throw error;
+        } finally {
+          if (attempt === 1) lateCallDone = true;
+        }
+      }
+    }
+    await start([Tasks], { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts: 3 } });
+    await t!.outbox.transaction((tx) =>
+      tx.query(`CREATE TABLE ${table('tasks')} (attempt integer)`),
+    );
+    const id = await deliver('t-1');
+
+    await eventually(async () => (await statusOf(id)) === 'COMPLETED', 'the record handled');
+    await eventually(() => lateCallDone, 'the abandoned call to finish');
+    await sleep(100);
+    const rows = await t!.outbox.transaction(
+      async (tx) => (await tx.query(`SELECT attempt FROM ${table('tasks')}`)).rows,
+    );
+    const stored = await Promise.all(
+      announced.map(async ({ attempt, id }) => ({
+        attempt,
+        stored: (await t!.outbox.record('outbox_events', id)) !== undefined,
+      })),
+    );
+    expect({
+      rows: rows.map((row) => Number(row.attempt)),
+      announced: stored.filter((event) => event.stored).map((event) => event.attempt),
+      refused,
+      record: (await t!.outbox.record('inbox_events', id))?.attempts,
+    }).toEqual({
+      rows: [2],
+      announced: [2],
+      refused: [expect.any(HandlerTimeoutError)],
+      record: 2,
+    });
+  });
+}
+
+describe('Inbox: a call abandoned past handlerTimeoutMs (embedded SQLite)', () => {
+  abandonedCallCase(
+    () => undefined,
+    (name) => name,
+  );
+});
+
+describeWithServer('postgres', 'Inbox: a call abandoned past handlerTimeoutMs (PostgreSQL)', () => {
+  const stores: PostgresOutboxStore[] = [];
+  const pg = usePostgres({
+    beforeCleanup: async () => {
+      for (const store of stores.splice(0)) await store.close().catch(() => undefined);
+    },
+  });
+
+  // Nested: its app closes before the block drops the tables.
+  describe('on a store of the module', () => {
+    abandonedCallCase(
+      () => {
+        const store = PostgresOutboxStore.connect(SERVERS.postgres.url, {
+          tablePrefix: pg.tablePrefix,
+        });
+        stores.push(store);
+        return store;
+      },
+      (name) => `${pg.tablePrefix}${name}`,
+    );
   });
 });
