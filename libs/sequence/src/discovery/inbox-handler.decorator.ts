@@ -18,7 +18,7 @@ interface InboxHandlerCommon {
    * Longest one call of this handler may run before it is abandoned: `context.signal` is
    * aborted, what it wrote through `context.transaction` is rolled back (the transaction refuses
    * its later statements, as does a `transaction()` it starts), and the call counts as a failed
-   * attempt under the inbox's `retry`.
+   * attempt under the inbox's `retry`; in an ordered box, its aggregate waits until it returns.
    * `false`: no limit, whatever the module's. @default the module's handlerTimeoutMs (none)
    */
   handlerTimeoutMs?: number | false;

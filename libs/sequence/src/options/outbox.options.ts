@@ -35,7 +35,8 @@ export interface BoxOptions {
    * Outboxes: keep each aggregate's events in commit order: a record is taken only after every
    * earlier one of its aggregate completed; appends take a lock per aggregate. Inboxes: handle
    * each aggregate's events in the order this instance received them (its channels are then
-   * consumed one message at a time). @default false
+   * consumed one message at a time), one call at a time: a call past `handlerTimeoutMs` holds
+   * back its aggregate here until it returns. @default false
    */
   ordered?: boolean;
   /**

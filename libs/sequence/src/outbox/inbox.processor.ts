@@ -20,6 +20,7 @@ import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
 import { rememberRecent } from '../core/objects';
+import { AbandonedCalls } from '../kernel/abandoned-calls';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
 /** The most records InboxProcessor keeps as handed back once after their session ended. */
@@ -59,6 +60,12 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
    * refused transaction could not count it: it rolled back). At most REFUSED_KEPT.
    */
   private readonly refused = new Map<string, ClaimCommitRefusedError>();
+  /**
+   * An ordered box's handler calls past their time limit that still run, per partition: its
+   * records are not handed to a handler until they return (released, due again at once), lest two
+   * calls for one aggregate run at once in this process. Other partitions go on meanwhile.
+   */
+  private readonly abandoned = new AbandonedCalls();
   private readonly logger = new Logger('Outbox');
 
   constructor(
@@ -91,6 +98,9 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     };
     cycle.refused = (error) => this.refusedAtCommit(handled, error);
     const heldBack = new Set<string>();
+    // Records handed to a handler, and those passed over while a call of their partition runs.
+    let calls = 0;
+    let waiting = 0;
     // What the batch's handlers recorded, written once at its end. Written record by record, an
     // ordered box's aggregate locks were taken in the order of the records, and held to the
     // claim's commit: a business transaction locking the same aggregates (in key order) deadlocked
@@ -105,6 +115,12 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
           for (const record of records) {
             if (this.stopping) break;
             if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
+            if (record.partitionKey !== null && this.abandoned.has(record.partitionKey)) {
+              heldBack.add(record.partitionKey);
+              waiting++;
+              continue;
+            }
+            calls++;
             const outcome = await this.process(record, batch, recorded);
             outcomes.push(outcome);
             // The claim's transaction is lost (see below): nothing more can run in it.
@@ -116,6 +132,9 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
           await recorded.flush(this.store, this.orderedBoxes);
         }),
       );
+      // Only records whose partition waits were claimed: the next claim waits for a wake-up or the
+      // poll, rather than taking them again at once (and again, for as long as the call runs).
+      if (waiting > 0 && calls === 0) cycle.holdOff = true;
     } catch (error) {
       if (!batch.transaction.brokenBy) {
         // Not handled after all: nothing of theirs commits.
@@ -246,7 +265,15 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // Its savepoint rolls back now: what it would write later must not land in the claim's
       // transaction (with the next record's work, or this one's failed attempt), nor commit in
       // one of its own.
-      abandoned: (settled) => transaction.outrun(limit.error(attempt), settled),
+      abandoned: (settled) => {
+        transaction.outrun(limit.error(attempt), settled);
+        if (!this.options.ordered || record.partitionKey === null) return;
+        this.abandoned.add(record.partitionKey, settled);
+        this.logger.warn(
+          `${this.box}: the handler ran past handlerTimeoutMs (${handler.handlerTimeoutMs} ms) on ` +
+            `${record.id}; aggregate ${record.partitionKey} waits until the call returns`,
+        );
+      },
     };
     let called = false;
     let returned = false;

@@ -12,7 +12,7 @@ import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { callHandlerWithRetry, handlerRejection } from '../kernel/handler-retry';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
-import type { AbandonedCalls } from './abandoned-calls';
+import type { AbandonedCalls } from '../kernel/abandoned-calls';
 import {
   mayHaveReachedTheBroker,
   publishOnce,

@@ -24,7 +24,7 @@ import type {
 import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
-import { AbandonedCalls } from './abandoned-calls';
+import { AbandonedCalls } from '../kernel/abandoned-calls';
 import { leaseClock, type LeaseInstant } from '../core/lease-clock';
 import { DrainLease } from './drain-lease';
 import { HandOffDeliverer, type HandOffTargets } from './hand-off.deliverer';
@@ -97,6 +97,10 @@ const BUSY_POLL_MS = 10;
 export class Resequencer {
   private readonly deliverer: HandOffDeliverer;
   private readonly localDrains = new LocalDrains();
+  /**
+   * A key's drain keeps its lease until these end: its calls never overlap, on this instance or
+   * another.
+   */
   private readonly abandoned = new AbandonedCalls();
   /** Drains going on after their input was acked (see {@link drainFor}). */
   private readonly finishing = new Set<Promise<void>>();

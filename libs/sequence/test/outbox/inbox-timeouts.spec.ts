@@ -172,6 +172,57 @@ function abandonedCallCase(open: () => OutboxStore | undefined, table: (name: st
       record: 2,
     });
   });
+
+  it('in an ordered box, calls no handler for an aggregate while its abandoned call still runs; other aggregates go on', async () => {
+    const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
+    const running = new Map<string, number>();
+    const events: string[] = [];
+    await start([Handler], { ...FAST_BOX, ordered: true });
+    t!.handler(Handler).onCall = async (message, { attempt }) => {
+      const key = (message as OutboxEvent).aggregateId;
+      running.set(key, (running.get(key) ?? 0) + 1);
+      events.push(`${key}${attempt} starts with ${running.get(key)} running`);
+      try {
+        if (key === 'a' && attempt === 1) await sleep(LIMIT_MS * 6); // ignores its signal
+      } finally {
+        running.set(key, running.get(key)! - 1);
+        events.push(`${key}${attempt} ends`);
+      }
+    };
+    const a = await deliver('a');
+    await eventually(() => events.length > 0, 'a1 called');
+    const b = await deliver('b');
+
+    await eventually(async () => (await statusOf(b)) === 'COMPLETED', 'b handled meanwhile');
+    expect(running.get('a')).toBe(1);
+    await eventually(async () => (await statusOf(a)) === 'COMPLETED', 'a handled', 5_000);
+    expect(events).toEqual([
+      'a1 starts with 1 running',
+      'b1 starts with 1 running',
+      'b1 ends',
+      'a1 ends',
+      'a2 starts with 1 running',
+      'a2 ends',
+    ]);
+  });
+
+  it('in an ordered box, an abandoned call that never returns holds back its aggregate, not the claims or the shutdown', async () => {
+    const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
+    // A full batch of one held record: claimed again at the poll's pace, not at once, for ever.
+    await start([Handler], { ...FAST_BOX, ordered: true, batchSize: 1 });
+    t!.handler(Handler).onCall = () => new Promise(() => undefined);
+    const a = await deliver('a');
+    await eventually(
+      async () => (await t!.outbox.record('inbox_events', a))?.attempts === 1,
+      'the first attempt counted',
+    );
+    await sleep(LIMIT_MS * 3);
+    expect(t!.handler(Handler).calls).toHaveLength(1);
+    const closing = Date.now();
+    await t!.close();
+    t = undefined;
+    expect(Date.now() - closing).toBeLessThan(2_000);
+  });
 }
 
 describe('Inbox: a call abandoned past handlerTimeoutMs (embedded SQLite)', () => {

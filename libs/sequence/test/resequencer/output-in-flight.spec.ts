@@ -5,7 +5,7 @@ import { PublishRejectedError } from '../../src/core/errors/publish-rejected.err
 import { PublishTimeoutError } from '../../src/core/errors/publish-timeout.error';
 import type { ResequencerMetrics } from '../../src/resequencer/resequencer.metrics';
 import type { PublishOptions, Transport } from '../../src/ports/transport.port';
-import { AbandonedCalls } from '../../src/resequencer/abandoned-calls';
+import { AbandonedCalls } from '../../src/kernel/abandoned-calls';
 import { HandOffDeliverer } from '../../src/resequencer/hand-off.deliverer';
 import { Resequencer } from '../../src/resequencer/resequencer';
 import { resolveResequencerDefinition } from '../../src/options/resolve-resequencer';

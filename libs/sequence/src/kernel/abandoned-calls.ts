@@ -1,8 +1,8 @@
 /**
  * Handler calls of this process that ran past `handlerTimeoutMs` and have not returned yet, per
- * key. A key's next call waits for them, and its drain keeps the key's lease until they end: two
- * calls for one key never overlap, on this instance or another. A handler that ignores its
- * `AbortSignal` keeps its key blocked for as long as it runs.
+ * key (a resequenced key, an ordered inbox's aggregate). A key's next call waits for them: two
+ * calls for one key never overlap. A handler that ignores its `AbortSignal` keeps its key blocked
+ * for as long as it runs.
  */
 export class AbandonedCalls {
   private readonly running = new Map<string, Set<Promise<void>>>();
