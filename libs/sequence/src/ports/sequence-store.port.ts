@@ -42,6 +42,13 @@ export interface AcceptContext {
   /** How long the completion lease lasts before another instance may take over. */
   readonly leaseMs: number;
   readonly expiry: ExpiryPolicy;
+  /**
+   * When the sequence's first fragment was taken, on `now`'s clock, if before this store saw it
+   * (a broker-held sequence moving to the store): a fragment that opens the sequence opens it as
+   * of then, so its age and its fixed deadline count from then. Ignored for an open sequence, and
+   * when later than `now`.
+   */
+  readonly startedAt?: number;
   readonly limits: SequenceLimits;
   /** How long a finished sequence's marker lives (late duplicates are recognised meanwhile). */
   readonly retentionMs: number;

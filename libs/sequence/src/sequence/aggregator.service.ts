@@ -40,6 +40,8 @@ const ACK: Disposition = { action: 'ack' };
 interface FragmentIntake {
   /** Its body was parked in the payload store (sent `via: 'claim-check'`). */
   parked?: TakenFragment;
+  /** When its sequence began before the store saw it (`AcceptContext.startedAt`). */
+  readonly startedAt?: number;
 }
 
 /** Sequences at once whose in-order arrivals are hashed as they come (see IntakeDigests). */
@@ -127,14 +129,25 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
    * Takes one fragment and says what to do with its message. Never throws: bad input becomes a
    * `dead-letter` with a reason, an unreachable store a delayed `requeue`. A fragment is acked only
    * once it is stored (or known to be a duplicate); the fragment that completes a sequence is acked
-   * only after the handler succeeded.
+   * only after the handler succeeded. `startedAt`: when the sequence began before the store saw it
+   * (see `AcceptContext.startedAt`).
    */
-  receive(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
-    return this.traces.receive(message, consumer.channel, () => this.take(message, consumer));
+  receive(
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+    startedAt?: number,
+  ): Promise<Disposition> {
+    return this.traces.receive(message, consumer.channel, () =>
+      this.take(message, consumer, startedAt),
+    );
   }
 
-  private async take(message: InboundMessage, consumer: SequenceConsumer): Promise<Disposition> {
-    const taken: FragmentIntake = {};
+  private async take(
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+    startedAt: number | undefined,
+  ): Promise<Disposition> {
+    const taken: FragmentIntake = { startedAt };
     try {
       const disposition = await this.intake(message, consumer, taken);
       // A fragment sent via claim check: its bytes are in the sequence store and its message is
@@ -190,6 +203,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
           consumerId: leaseToken,
           leaseMs: this.options.tuning.leaseMs,
           expiry: options.timeout,
+          startedAt: taken.startedAt,
           limits: sequenceLimits(options, this.options.sequence),
           retentionMs: this.options.sequence.retentionMs,
         },

@@ -128,6 +128,16 @@ describe('guarantees: broker-held reassembly', () => {
     return t;
   }
 
+  /** One partition with a window of 4, and the sequences its `onExpired` is told of. */
+  async function oneNarrowPartition(
+    channel: string,
+    timeoutMs: number,
+  ): Promise<{ app: SequenceTestApp; expired: ExpiredSequence[] }> {
+    const expired: ExpiredSequence[] = [];
+    const onExpired = (sequence: ExpiredSequence) => void expired.push(sequence);
+    return { app: await app(channel, { window: 4, partitions: 1, timeoutMs, onExpired }), expired };
+  }
+
   afterEach(async () => {
     jest.restoreAllMocks();
     await t?.close();
@@ -430,13 +440,8 @@ describe('guarantees: broker-held reassembly', () => {
 
   it('moves what it holds of a streamed sequence to the store when its last fragment declares more than the window', async () => {
     const channel = 'held.late-size';
-    const expired: ExpiredSequence[] = [];
-    const { transport, store, sweeper } = await app(channel, {
-      window: 4,
-      partitions: 1,
-      timeoutMs: 500,
-      onExpired: (sequence: ExpiredSequence) => void expired.push(sequence),
-    });
+    const { app: narrow, expired } = await oneNarrowPartition(channel, 500);
+    const { transport, store, sweeper } = narrow;
     // Streamed: only the last fragment tells the size (5, over the window). The third never
     // comes (dead-lettered on its way for a bad CRC, say), the fourth not yet.
     const fragments = makeStreamingFragments('held-late-size', bytes(5_000, 44), 1_000);
@@ -458,6 +463,28 @@ describe('guarantees: broker-held reassembly', () => {
     expect(deadLetters(transport, channel).map((m) => m.headers['x-death-reason'])).toEqual([
       expect.stringMatching(/with 3 fragment\(s\) received, missing 3-4$/),
     ]);
+  });
+
+  it('expires a sequence moved to the store timeoutMs after its first fragment, not after the move', async () => {
+    const channel = 'held.moved-deadline';
+    const { app: narrow, expired } = await oneNarrowPartition(channel, 1_000);
+    const { transport, sweeper } = narrow;
+    const fragments = makeStreamingFragments('held-moved', bytes(5_000, 45), 1_000);
+    const partition = { partition: { index: 0, count: 1 } };
+    const firstAt = Date.now();
+    for (const { body, headers } of fragments.slice(0, 2)) {
+      await transport.publish(channel, body, headers, partition);
+    }
+    // Most of its time gone, its last fragment declares more than the window: it moves.
+    await sleep(700);
+    await transport.publish(channel, fragments[4].body, fragments[4].headers, partition);
+    await eventually(() => transport.unsettled(`${channel}.partition.0`) === 0, 'moved');
+
+    await sleep(Math.max(0, firstAt + 1_100 - Date.now()));
+    await sweeper.sweep(Date.now());
+    await eventually(() => expired.length === 1, "expired at its first fragment's deadline");
+    expect(expired[0].firstFragmentAt).toBeLessThan(firstAt + 100);
+    expect(expired[0].ageMs).toBeGreaterThanOrEqual(1_000);
   });
 
   it('dead-letters a fragment that fails its CRC at once and keeps holding the rest', async () => {

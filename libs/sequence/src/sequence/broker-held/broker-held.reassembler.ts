@@ -41,8 +41,8 @@ const ACK: Disposition = { action: 'ack' };
 /** Why a fragment whose delivery its subscription lost is handed back. */
 const NOT_HELD_HERE = 'no longer held by this consumer';
 
-/** Where a sequence this consumer is not holding goes. */
-type Route = { readonly to: 'store'; readonly until: number };
+/** Where a sequence this consumer is not holding goes; `startedAt`: when it began here, if it moved. */
+type Route = { readonly to: 'store'; readonly until: number; readonly startedAt?: number };
 
 /** Sequences at once remembered as going through the store (oldest forgotten first). */
 const STORE_ROUTES = 10_000;
@@ -209,13 +209,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         }
         void this.spill(held, consumer);
       }
-      return this.aggregator.receive(message, consumer);
+      return this.toStore(key, message, consumer);
     }
     // Its subscription lost it already: the broker delivers it again, here or elsewhere.
     if (message.abandoned?.aborted) return this.requeue(NOT_HELD_HERE);
     const target = await this.sequenceOf(key, fragment, consumer);
     if (!(target instanceof HeldSequence)) {
-      return 'to' in target ? this.aggregator.receive(message, consumer) : target;
+      return 'to' in target ? this.aggregator.receive(message, consumer, target.startedAt) : target;
     }
     if (this.closed) return { action: 'requeue', reason: 'shutting down' };
     const verdict = this.hold(target, fragment, body, message, consumer);
@@ -259,7 +259,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       );
       void this.spill(held, consumer);
     }
-    return this.aggregator.receive(message, consumer);
+    return this.toStore(key, message, consumer);
   }
 
   /** The held sequence of `fragment`, or where else it goes. */
@@ -410,7 +410,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
           `sequence ${fragment.sequenceId} goes through the ${this.store.name} store`,
       );
       void this.spill(sequence, consumer);
-      return this.aggregator.receive(message, consumer);
+      return this.toStore(keyOf(sequence), message, consumer);
     }
     sequence.describe(fragment);
     recordFragment(sequence.state, facts, Date.now());
@@ -500,7 +500,8 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     sequence.spilling = true;
     clearTimeout(sequence.timer);
     const key = keyOf(sequence);
-    this.routeToStore(key, consumer);
+    // The store counts its deadline (and age) from its first fragment here, not from the move.
+    const { startedAt } = this.routeToStore(key, consumer, sequence.state.firstFragmentAt);
     this.forget(sequence);
     // Out of the window at once: what it frees while it moves must not spill others.
     this.addLoad(sequence, -sequence.fragments.size);
@@ -513,6 +514,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         disposition = await this.aggregator.receive(
           { channel: consumer.channel, body, headers: fragment.headers, redelivered: true },
           consumer,
+          startedAt,
         );
         // The transport forwards what it no longer holds with the body read back here.
         if (fragment.released && disposition.action !== 'ack')
@@ -865,14 +867,27 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     return { sha256: hash.digest('hex'), bytes };
   }
 
-  private routeToStore(key: string, consumer: SequenceConsumer): Route {
-    const route: Route = { to: 'store', until: Date.now() + consumer.options.timeout.ms };
+  private routeToStore(key: string, consumer: SequenceConsumer, startedAt?: number): Route {
+    const route: Route = {
+      to: 'store',
+      until: Date.now() + consumer.options.timeout.ms,
+      startedAt,
+    };
     this.routes.delete(key);
     this.routes.set(key, route);
     if (this.routes.size > STORE_ROUTES) {
       this.routes.delete(this.routes.keys().next().value as string);
     }
     return route;
+  }
+
+  /** Hands `message` to the store path, with when its sequence began here if it moved from here. */
+  private toStore(
+    key: string,
+    message: InboundMessage,
+    consumer: SequenceConsumer,
+  ): Promise<Disposition> {
+    return this.aggregator.receive(message, consumer, this.routes.get(key)?.startedAt);
   }
 
   private addLoad(sequence: HeldSequence, change: number): number {

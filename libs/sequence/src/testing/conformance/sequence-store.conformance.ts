@@ -995,6 +995,21 @@ export function describeSequenceStoreConformance(
         expect(await store.listExpired(t0 + 1_001, 100)).toContainEqual(ref);
       });
 
+      it('fixed: counts from startedAt the sequence it opens, not from when it opened', async () => {
+        const { fragments, ref } = sequenceFixture(scope, ['aa', 'bb', 'cc']);
+        const expiry = { ms: 1_000, strategy: 'fixed' as const };
+        await accept(fragments[0], t0 + 700, { expiry, startedAt: t0 });
+        await accept(fragments[1], t0 + 800, { expiry, startedAt: t0 + 800 });
+
+        expect(refs(await store.listExpired(t0 + 900, 100))).not.toContain(ref.sequenceId);
+        expect(await store.listExpired(t0 + 1_001, 100)).toContainEqual(ref);
+        expect(await store.expire(ref, t0 + 1_001, 10_000)).toMatchObject({
+          firstFragmentAt: t0,
+          lastFragmentAt: t0 + 800,
+          ageMs: 1_001,
+        });
+      });
+
       it('sliding: lists an incomplete sequence once latest fragment + ms has passed', async () => {
         const { fragments, ref } = sequenceFixture(scope, ['1', '2', '3']);
         const sliding = { expiry: { ms: 1_000, strategy: 'sliding' as const } };

@@ -359,11 +359,12 @@ export class MemorySequenceStore implements SequenceStore {
   }
 
   private open(fragment: FragmentRecord, context: AcceptContext): HeldSequence {
+    const startedAt = Math.min(context.startedAt ?? context.now, context.now);
     const sequence: HeldSequence = {
       ref: { scope: fragment.scope, sequenceId: fragment.sequenceId },
-      state: emptySequenceState(context.now),
+      state: emptySequenceState(startedAt),
       bodies: new Map(),
-      deadline: context.now + context.expiry.ms,
+      deadline: startedAt + context.expiry.ms,
       expiryMs: context.expiry.ms,
       userHeaders: this.cipher
         ? this.cipher.seal(

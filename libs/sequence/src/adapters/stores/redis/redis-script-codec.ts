@@ -80,6 +80,8 @@ export function acceptArguments(
     grant.epoch,
     grant.bytes,
     grant.id,
+    // Relative, so that it moves onto Redis's clock with `now` (see _clock.lua).
+    Math.max(0, context.now - (context.startedAt ?? context.now)),
   ];
   if (body?.kind === 'inline') args.push('inline', sealed?.body ?? fragment.body);
   if (body?.kind === 'staged') args.push('staged', body.id);

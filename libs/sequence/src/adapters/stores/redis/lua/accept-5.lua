@@ -14,8 +14,10 @@
   ARGV[19] user headers as kept: their JSON, or its base64 sealed (a store that encrypts)
   ARGV[20] the user headers' budget bytes (their JSON's length)
   ARGV[21] grant epoch (0: none)   ARGV[22] grant bytes            ARGV[23] grant id (unique)
-  ARGV[24] 'inline' or 'staged'; when absent the fragment is only admitted ('go', not stored)
-  ARGV[25] inline: the body, stored in the body hash; staged: the id of a string key in this
+  ARGV[24] ms the sequence started before now (AcceptContext.startedAt): when it opens, its
+           first fragment's time and fixed deadline count from then
+  ARGV[25] 'inline' or 'staged'; when absent the fragment is only admitted ('go', not stored)
+  ARGV[26] inline: the body, stored in the body hash; staged: the id of a string key in this
            slot, <sequence>:staged:<id> (KEYS[3] with `:body` replaced), holding the body (set by
            the client just before, with a short TTL), renamed to body:<position> when stored and
            deleted otherwise: a large body never goes through Lua, which copies an argument into
@@ -60,8 +62,9 @@ local bodyBytes = tonumber(ARGV[16])
 local grantEpoch = tonumber(ARGV[21])
 local grantBytes = tonumber(ARGV[22])
 local grantField = 'g:' .. ARGV[23]
-local hasBody = #ARGV >= 25
-local stagedKey = ARGV[24] == 'staged' and stagedBodyKey(bodyKey, ARGV[25]) or nil
+local startedAt = now - tonumber(ARGV[24])
+local hasBody = #ARGV >= 26
+local stagedKey = ARGV[25] == 'staged' and stagedBodyKey(bodyKey, ARGV[26]) or nil
 
 local function run()
 
@@ -251,8 +254,8 @@ end
 if opening then
   dropSequence(metaKey, crcKey, bodyKey)
   s = readSequence(metaKey, crcKey)
-  s.state, s.epoch, s.firstAt = 'open', grantEpoch, now
-  s.expiryMs, s.deadline, s.userHeaders = expiryMs, now + expiryMs, ARGV[19]
+  s.state, s.epoch, s.firstAt = 'open', grantEpoch, startedAt
+  s.expiryMs, s.deadline, s.userHeaders = expiryMs, startedAt + expiryMs, ARGV[19]
   s.headerBytes = headerBytes
 end
 rcall('HSET', crcKey, int(position), int(crc))
@@ -262,7 +265,7 @@ if stagedKey then
   stagedKey = nil
   rcall('PEXPIRE', target, math.max(sequenceTtl(s, now, leaseMs, margin), rcall('PTTL', metaKey)))
 else
-  rcall('HSET', bodyKey, int(position), ARGV[25])
+  rcall('HSET', bodyKey, int(position), ARGV[26])
 end
 s.count = s.count + 1
 s.highestPosition = math.max(s.highestPosition, position)
