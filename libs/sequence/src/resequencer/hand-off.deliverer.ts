@@ -40,8 +40,9 @@ export interface HandOffTargets {
   /** The module's `tracing`; none: no spans. */
   readonly tracing?: ResolvedTracing;
   /**
-   * Aborted at shutdown, once deliveries in progress had their time: a handler's retry stops
-   * there, its event left in the hand-off list for the key's next drain.
+   * Aborted at shutdown, once deliveries in progress had their time: no handler call (a retry
+   * included) or output publish starts after it, its event left in the hand-off list for the
+   * key's next drain.
    */
   readonly stop?: AbortSignal;
 }
@@ -96,6 +97,7 @@ export class HandOffDeliverer {
     const { definition, transport, publish, metrics, logger } = this.targets;
     const output = definition.output as string;
     const timeoutMs = publish.confirmTimeoutMs;
+    if (this.stopping()) return 0;
     const sent: Promise<void>[] = [];
     for (const { entry, headers } of window) {
       // Each publish must be confirmed before the lease could pass on, as in `deliver`.
@@ -268,12 +270,10 @@ export class HandOffDeliverer {
   ): Promise<boolean> {
     const { definition, metrics } = this.targets;
     if (definition.output !== undefined) {
-      const outcome = await this.publish(
-        definition.output,
-        entry.body,
-        outputHeaders(key, entry),
-        guard,
-      );
+      if (this.stopping()) return false;
+      const outcome = await this.publish(definition.output, entry.body, outputHeaders(key, entry), {
+        allows: (ms) => !this.stopping() && guard.allows(ms),
+      });
       if (!outcome.ok && isUnsendable(outcome.error)) {
         // No retry can send it: waiting would hold every later event of the key behind it.
         const detail =
@@ -336,6 +336,14 @@ export class HandOffDeliverer {
     }
     metrics.delivered(definition.name);
     return true;
+  }
+
+  /**
+   * Whether the module is stopping (`stop`): an output publish, its retries included, does not
+   * start then, as a handler call does not (`callHandlerWithRetry`'s `stop`).
+   */
+  private stopping(): boolean {
+    return this.targets.stop?.aborted === true;
   }
 
   /** The time limit of one handler call on `key`'s event `seq`. */

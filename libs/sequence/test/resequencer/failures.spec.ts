@@ -1,5 +1,7 @@
+import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import { InMemoryTransport } from '../../src/adapters/transports/in-memory/in-memory.transport';
-import { eventually } from '../support/sequence-test-app';
+import { ConsumerHost } from '../../src/kernel/consumer.host';
+import { eventually, FaultInjectingTransport } from '../support/sequence-test-app';
 import {
   createResequencerTestApp,
   publishEvent,
@@ -10,6 +12,7 @@ import { sleep } from './resequencer-parts';
 const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
 const channel = 'transfers.status';
 const dlq = `${channel}.dlq`;
+const OUTPUT = 'transfers.ordered';
 
 describe('Resequencer: bad input and failures (embedded defaults)', () => {
   let t: ResequencerTestApp;
@@ -313,6 +316,59 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     expect(transport.depth(channel)).toBe(1); // its input, back for the next delivery
     await transport.close();
   });
+
+  it.each([1, 4])(
+    'publishes no event to output once the shutdown drain is over, and the next drain delivers the rest (outputInFlight %i)',
+    async (outputInFlight) => {
+      const broker = new InMemoryTransport();
+      // Each confirm from the output takes 20 ms; counts the publishes begun after the stop.
+      const transport = new FaultInjectingTransport(broker);
+      let stopped = false;
+      let sentAfterStop = 0;
+      transport.beforePublish = async ({ channel: to }) => {
+        if (to !== OUTPUT) return;
+        if (stopped) sentAfterStop++;
+        await sleep(20);
+      };
+      const onOutput = () => broker.peek(OUTPUT).map((m) => Number(m.headers['x-resequence-seq']));
+      const store = new MemoryResequencerStore();
+      const definition = { channel, output: OUTPUT, outputInFlight, gap: GAP };
+      const options = { transport, resequencer: { store }, shutdownTimeoutMs: 100 };
+      t = await createResequencerTestApp(definition, options);
+      t.app.get(ConsumerHost).stopping.addEventListener('abort', () => (stopped = true));
+      const events = 40;
+      for (let seq = 2; seq <= events; seq++) await publishEvent(transport, channel, 'T1', seq);
+      await eventually(
+        async () => (await t.service.buffered(channel, 'T1')).length === events - 1,
+        'every event but the first held',
+      );
+
+      // 1 releases the key's events: its drain publishes them, 20 ms each, past the 100 ms the
+      // shutdown waits for it.
+      await publishEvent(transport, channel, 'T1', 1);
+      await eventually(() => onOutput().length >= 2, 'the drain publishing');
+      await t.close();
+      await sleep(events * 20);
+
+      expect(sentAfterStop).toBe(0);
+      const published = onOutput().length;
+      expect(published).toBeLessThan(events);
+      expect(await store.inspect({ scope: channel, key: 'T1' }, 1)).toMatchObject({
+        next: events + 1,
+        buffered: [],
+        handOff: events - published, // settled what it published; the rest waits
+      });
+      expect(broker.peek(dlq)).toEqual([]);
+      expect(t.gaps).toEqual([]);
+
+      // The key's next drain (its input, delivered again) publishes the rest, once each.
+      t = await createResequencerTestApp(definition, options);
+      await eventually(() => onOutput().length === events, 'the rest on the output');
+      expect(onOutput()).toEqual(Array.from({ length: events }, (_, i) => i + 1));
+      await t.close();
+      await broker.close();
+    },
+  );
 
   describe('shutdown with a handler that does not return', () => {
     /** Closes `t`, telling whether it had closed within `ms`; the slow handler is then let go. */
