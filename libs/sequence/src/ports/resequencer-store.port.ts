@@ -300,8 +300,9 @@ export interface ResequencerStore {
   releaseDrain(key: ResequencerKey, holder: string): Promise<void>;
   /**
    * Up to `limit` gaps of `scope` opened at or before `openedBefore`, oldest first: those not
-   * alerted yet (what a sweep resolves); with `includeAlerted`, also those whose alert went out
-   * and which still wait (`alerted: true`), that is every open gap.
+   * alerted yet (what a sweep under `'alert'` resolves); with `includeAlerted`, also those whose
+   * alert went out and which still wait (`alerted: true`), that is every open gap (what a sweep
+   * under another policy resolves).
    */
   listGaps(
     scope: string,

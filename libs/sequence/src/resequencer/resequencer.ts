@@ -366,7 +366,10 @@ export class Resequencer {
     // open dates from when its key was resolved, or it would be acted on before its timeout.
     const clock = clockFrom(now);
     let gapsResolved = 0;
-    for (const gap of await store.listGaps(this.name, openedBefore, batchSize)) {
+    // An alerted gap is due again under any other policy: instances of the resequencer may
+    // still alert (a rolling deploy), or the policy was 'alert' when the gap timed out.
+    const alertedToo = policy !== 'alert';
+    for (const gap of await store.listGaps(this.name, openedBefore, batchSize, alertedToo)) {
       if (stopping()) return { gapsResolved, stalledDrained: 0 };
       const resolution = await store.resolveGap(this.ref(gap.key), policy, {
         openedBefore,

@@ -1,5 +1,5 @@
 import { ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
-import type { InboundMessage } from 'nest-sequence';
+import { MemoryResequencerStore, type InboundMessage } from 'nest-sequence';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import {
   createResequencerTestApp,
@@ -213,6 +213,34 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       await eventually(() => t.handler.received.length === 1, 'event 4');
       expect(t.handler.of('T1')).toEqual([4]);
     });
+  });
+
+  it("applies 'skip' to a gap that 'alert' reported before the policy changed", async () => {
+    // Instances of one resequencer share its keys: one still on 'alert' (a rolling deploy, or
+    // the policy changed since), one on 'skip'.
+    const store = new MemoryResequencerStore();
+    const alerting = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'alert' } },
+      { resequencer: { store } },
+    );
+    try {
+      t = await createResequencerTestApp(
+        { channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' } },
+        { resequencer: { store } },
+      );
+      await bufferBehindGap('T1', [3, 4]);
+      await alerting.sweeper.sweep(afterTimeout());
+      expect(alerting.gaps).toEqual([expect.objectContaining({ type: 'alert', key: 'T1' })]);
+
+      await expect(t.sweeper.sweep(afterTimeout())).resolves.toMatchObject({ gapsResolved: 1 });
+      expect(t.gaps).toEqual([
+        expect.objectContaining({ type: 'skipped', key: 'T1', from: 1, to: 2 }),
+      ]);
+      expect(t.handler.of('T1')).toEqual([3, 4]);
+      expect(await t.service.inspect(channel, 'T1')).toMatchObject({ next: 5, buffered: [] });
+    } finally {
+      await alerting.close();
+    }
   });
 
   it('every instance may sweep at once: each gap is resolved once', async () => {
