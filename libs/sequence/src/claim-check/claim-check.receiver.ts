@@ -269,6 +269,7 @@ export class ClaimCheckReceiver {
     }
     if (payload.integrityFailure) {
       await release();
+      await keep(); // bytes it cannot decrypt yet are republished once the key is added
       return this.reject(channel, 'integrity-mismatch', payload.integrityFailure.message);
     }
     if (!outcome.ok) {
@@ -277,7 +278,10 @@ export class ClaimCheckReceiver {
       if (outcome.stopped) return this.requeue('shutting down');
       const readFailure = payload.readFailure;
       const rejection = payloadReadRejection(readFailure);
-      if (rejection) return this.reject(channel, rejection, readFailure!.message);
+      if (rejection) {
+        if (rejection === 'integrity-mismatch') await keep(); // as above
+        return this.reject(channel, rejection, readFailure!.message);
+      }
       if (readFailure && requeuedForItsRead(payload)) {
         this.logger.warn(
           `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,

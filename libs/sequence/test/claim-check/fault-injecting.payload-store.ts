@@ -22,6 +22,8 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   failDeletes = 0;
   /** Upcoming `put` calls that fail before reading the payload. */
   failPuts = 0;
+  /** Upcoming `markPublished` calls that fail. */
+  failMarks = 0;
   /** Upcoming `sweepCandidates` calls that fail. */
   failSweeps = 0;
   /** `sweepCandidates` calls do not settle (as on a hung network mount) until {@link releaseSweeps}. */
@@ -70,7 +72,11 @@ export class FaultInjectingPayloadStore implements PayloadStore {
     return this.inner.delete(ref);
   }
 
-  markPublished(ref: string): Promise<boolean> {
+  async markPublished(ref: string): Promise<boolean> {
+    if (this.failMarks > 0) {
+      this.failMarks--;
+      throw new Error('payload store unreachable (markPublished, injected by the test)');
+    }
     return this.inner.markPublished(ref);
   }
 

@@ -8,6 +8,7 @@ import {
   signedByApp,
   type ClaimCheckTestApp,
 } from './claim-check-test-app';
+import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 
 const HOUR = 3_600_000;
 
@@ -26,6 +27,8 @@ describe('claim check: a delivered payload its sender left unpublished', () => {
     audience: string[],
     payload: Buffer,
     channel: string = audience[0],
+    /** The bytes the ticket names (other than `payload`: an integrity mismatch). */
+    named: Buffer = payload,
   ): Promise<ClaimTicket> {
     const now = Date.now();
     const expiresAt = now + 24 * HOUR;
@@ -34,7 +37,7 @@ describe('claim check: a delivered payload its sender left unpublished', () => {
       store: t.store.name,
       ref,
       bytes: payload.length,
-      sha256: createHash('sha256').update(payload).digest('hex'),
+      sha256: createHash('sha256').update(named).digest('hex'),
       expiresAt,
       audience,
     });
@@ -58,6 +61,22 @@ describe('claim check: a delivered payload its sender left unpublished', () => {
     await t.transport.whenIdle();
     expect(t.handler.deliveries).toHaveLength(1);
     expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('is kept for its dead letter to be republished when its bytes are refused, though the mark before its handler failed', async () => {
+    let store!: FaultInjectingPayloadStore;
+    t = await createClaimCheckTestApp({
+      wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
+    });
+    store.failMarks = 1;
+    const payload = bytes(4_000, 5);
+    await publishedButUnmarked([t.channel], payload, t.channel, bytes(4_000, 6));
+    await t.transport.whenIdle();
+    expect(deathReasons(t.transport, t.channel)[0]).toMatch(/^integrity-mismatch: /);
+
+    // Refused bytes may be bytes this side cannot decrypt yet: kept until expiry, not swept.
+    const later = Date.now() + t.options.claimCheck.orphanGraceMs + 60_000;
+    expect(await t.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 0 });
   });
 
   it('is not swept while its handler runs', async () => {
