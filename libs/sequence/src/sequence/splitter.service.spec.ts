@@ -554,6 +554,30 @@ describe('SplitterService', () => {
       expect(small.depth('scans')).toBe(0);
     });
 
+    it.each([
+      ['a Buffer', () => bytes(2 * 3_616)],
+      ['a stream', () => Readable.from([bytes(2 * 3_616)])],
+    ])(
+      'refuses, before sending, headers within maxHeaderBytes that a full last fragment of %s could not carry within maxMessageBytes',
+      async (_, payload) => {
+        // fragmentBytes is derived: 20,000 − the 16 KiB header allowance = 3,616. The user headers
+        // (about 16,160 bytes, within the 16 KiB maxHeaderBytes) and the contract's own leave a
+        // full fragment room, but not a full last one, which adds the SHA-256 and the last flag.
+        const small = new InMemoryTransport({ maxMessageBytes: 20_000 });
+        const smallSplitter = await bootSplitter({ transport: small });
+
+        const error = await smallSplitter
+          .send('scans', payload(), { headers: { note: 'x'.repeat(16_150) } })
+          .catch((e: unknown) => e);
+
+        expect({ error, queued: small.depth('scans') }).toEqual({
+          error: expect.any(SequenceOptionsError),
+          queued: 0,
+        });
+        expect((error as SequenceOptionsError).message).toContain('maxMessageBytes (20000)');
+      },
+    );
+
     it("refuses a fragmentBytes above the module's maxFragmentBytes, which its consumers would dead-letter", async () => {
       const bounded = await bootSplitter({
         transport: new InMemoryTransport(),
@@ -841,15 +865,17 @@ describe('SplitterService', () => {
     });
 
     it('does not retry a message the transport finds too large', async () => {
-      const tiny = new FaultInjectingTransport(new InMemoryTransport({ maxMessageBytes: 1_000 }));
-      const noAllowance = await bootSplitter({
+      // As a broker whose own limit is below the transport's maxMessageBytes refuses it.
+      const tiny = new FaultInjectingTransport(new InMemoryTransport());
+      tiny.beforePublish = () => {
+        throw new MessageTooLargeError('scans', 1_200, 1_000);
+      };
+      const retrying = await bootSplitter({
         transport: tiny,
         publish: { retry: { attempts: 5, baseDelayMs: 1 } },
-        tuning: { headerAllowanceBytes: 0 },
-        sequence: { fragmentBytes: 1_000 },
       });
 
-      const error = await noAllowance.send('scans', bytes(1_000)).catch((e: unknown) => e);
+      const error = await retrying.send('scans', bytes(1_000)).catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(SequencePublishError);
       expect((error as SequencePublishError).attempts).toBe(1);

@@ -8,12 +8,19 @@ import { SequencePublishError } from '../core/errors/sequence-publish.error';
 import { SequenceSourceError } from '../core/errors/sequence-source.error';
 import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { chunkBytes, packRecords, planFragments, withLast } from '../core/fragment-planner';
+import {
+  chunkBytes,
+  fragmentCount,
+  packRecords,
+  planFragments,
+  withLast,
+} from '../core/fragment-planner';
 import {
   buildFragmentHeaders,
   CLAIM_CHECK_HEADER,
   userHeaderProblems,
   SEQUENCE_ID_PATTERN,
+  type FragmentHeaderInput,
   type HeaderMap,
 } from '../core/headers';
 import { isRecordSource, type SequencePayload } from '../core/payload-source';
@@ -28,7 +35,7 @@ import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions, ResolvedPublishPolicy } from '../options/resolved-options';
 import { resolvePublishPolicy } from '../options/resolve-shared';
 import { checkKeys, SEND_KEYS, SEND_RENAMES } from '../options/option-keys';
-import type { PartitionAddress, Transport } from '../ports/transport.port';
+import { headerBytes, type PartitionAddress, type Transport } from '../ports/transport.port';
 import { partitionIndex, partitionsProblem } from '../core/partition';
 import type { SendOptions, SequenceReceipt } from './splitter.types';
 import { SequenceTracing } from './sequence.tracing';
@@ -73,7 +80,7 @@ export class SplitterService implements SequenceSender {
     const sequenceId = options.sequenceId ?? randomUUID();
     const fragmentBytes = options.fragmentBytes ?? this.options.sequence.fragmentBytes;
     const policy = checkedBeforeReading(payload, () =>
-      this.validate(channel, sequenceId, fragmentBytes, options),
+      this.validate(channel, sequenceId, fragmentBytes, options, payload),
     );
     return this.traces.send(channel, sequenceId, async (span) => {
       const receipt = await this.sendTraced(channel, sequenceId, fragmentBytes, payload, options, {
@@ -307,6 +314,7 @@ export class SplitterService implements SequenceSender {
     sequenceId: string,
     fragmentBytes: number,
     options: SendOptions,
+    payload: SequencePayload,
   ): ResolvedPublishPolicy {
     const problems: string[] = [];
     checkKeys(problems, options, SEND_KEYS, SEND_RENAMES);
@@ -371,6 +379,27 @@ export class SplitterService implements SequenceSender {
         );
       }
     }
+    if (problems.length === 0 && (options.via ?? 'broker') === 'broker') {
+      // Checked last, on arguments found valid: a claim ticket replaces the body otherwise.
+      const { maxMessageBytes, name } = this.transport;
+      const largest = largestMessageBytes(
+        {
+          sequenceId,
+          userHeaders: options.headers,
+          contentType: options.contentType,
+          contentEncoding: options.contentEncoding,
+        },
+        fragmentBytes,
+        isByteArray(payload) ? payload.byteLength : undefined,
+      );
+      if (largest > maxMessageBytes) {
+        problems.push(
+          `headers: with the sequence's own, they make a ${largest}-byte fragment message, ` +
+            `over the ${name} transport's maxMessageBytes (${maxMessageBytes}); ` +
+            'send fewer header bytes or a smaller fragmentBytes',
+        );
+      }
+    }
     if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
     return policy;
   }
@@ -383,6 +412,35 @@ async function* toAsyncIterable(
   for await (const chunk of payload as AsyncIterable<Uint8Array | string>) {
     yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
   }
+}
+
+/**
+ * Body plus headers of the largest fragment message a send publishes, trace headers aside (alike
+ * on every fragment). The last fragment's headers are the widest (it alone carries the SHA-256
+ * and the last flag), so a send could otherwise publish every fragment but the last. A payload of
+ * unknown length (`payloadBytes` undefined) is taken to end on a full fragment, with the widest
+ * position and byte count.
+ */
+function largestMessageBytes(
+  base: Pick<FragmentHeaderInput, 'sequenceId' | 'userHeaders' | 'contentType' | 'contentEncoding'>,
+  fragmentBytes: number,
+  payloadBytes?: number,
+): number {
+  const size = payloadBytes === undefined ? undefined : fragmentCount(payloadBytes, fragmentBytes);
+  const widest = {
+    ...base,
+    size: size ?? Number.MAX_SAFE_INTEGER,
+    crc32: 0xffff_ffff,
+    bytes: payloadBytes ?? Number.MAX_SAFE_INTEGER,
+  };
+  const last = headerBytes(
+    buildFragmentHeaders({ ...widest, position: widest.size, last: true, sha256: '0'.repeat(64) }),
+  );
+  if (size === undefined || payloadBytes === undefined) return fragmentBytes + last;
+  const lastBody = payloadBytes - (size - 1) * fragmentBytes;
+  if (size === 1) return lastBody + last;
+  const full = headerBytes(buildFragmentHeaders({ ...widest, position: size - 1, last: false }));
+  return Math.max(fragmentBytes + full, lastBody + last);
 }
 
 /** What `publishAll`'s wait for the source gives when a publish failed for good meanwhile. */
