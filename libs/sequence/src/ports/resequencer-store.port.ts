@@ -214,13 +214,35 @@ export interface GapResolveContext {
 }
 
 /**
+ * The gap a `'skip'` resolution gave up, as the key was when it did: the sequences `from`..`to`
+ * (its `gap-skipped` item's) and when that gap had opened. A key listed by `listGaps` may have
+ * changed before its resolution (an event buffered below the listed `lowest`): this is what the
+ * store skipped.
+ */
+export interface SkippedGap {
+  readonly from: number;
+  readonly to: number;
+  readonly gapSince: number;
+}
+
+/**
  * What `resolveGap` did: `none` when the key no longer had a gap opened at or before
  * `openedBefore` (another instance resolved it, or it filled); otherwise the hand-off items it
- * appended (drain them).
+ * appended (drain them), and with `'skip'` the gap it gave up.
  */
 export type GapResolution =
   | { readonly kind: 'none' }
-  | { readonly kind: 'resolved'; readonly policy: GapPolicy; readonly appended: number };
+  | {
+      readonly kind: 'resolved';
+      readonly policy: Exclude<GapPolicy, 'skip'>;
+      readonly appended: number;
+    }
+  | {
+      readonly kind: 'resolved';
+      readonly policy: 'skip';
+      readonly appended: number;
+      readonly skipped: SkippedGap;
+    };
 
 /** A key's state, for inspection. */
 export interface ResequencerKeyState {
@@ -266,7 +288,7 @@ export interface ResequencerKeyState {
  *     until a new gap opens; listed with `alerted: true` when alerted gaps are asked for); the
  *     buffer stays;
  *   - `skip`: appends `gap-skipped` for `next`..`lowest − 1`, moves `next` to the lowest buffered
- *     sequence and releases the contiguous run from there;
+ *     sequence and releases the contiguous run from there; answers that range (`skipped`);
  *   - `dead-letter`: appends every buffered event as a `dead-letter` item, empties the buffer and
  *     moves `next` past the highest of them (with `close`, to `CLOSED_KEY_NEXT`: every later
  *     event of the key is late).

@@ -1,6 +1,13 @@
-import type { ResequencerLifecycleEvent, SequenceEvents } from '../kernel/lifecycle-events';
-import type { AcceptOutcome, OpenGap, ResequencerKeyState } from '../ports/resequencer-store.port';
-import type { GapPolicy } from '../ports/resequencer-store.port';
+import type { SequenceEvents } from '../kernel/lifecycle-events';
+import type {
+  AcceptOutcome,
+  GapResolution,
+  OpenGap,
+  SkippedGap,
+} from '../ports/resequencer-store.port';
+
+/** A `resolveGap` that did something. */
+type ResolvedGap = Exclude<GapResolution, { kind: 'none' }>;
 
 /** Gaps whose opening time one resequencer remembers at once (for `gap.closed`'s `waitedMs`). */
 const REMEMBERED_GAPS = 4096;
@@ -52,62 +59,54 @@ export class ResequencerLifecycle {
   }
 
   /**
-   * After the sweep resolved `gap` with `policy` (`appended`: hand-off items it queued) on its
-   * clock reading `now`.
+   * After the sweep resolved the listed `gap` (`resolution`: what the store did) on its clock
+   * reading `now`. A skip is reported as the store made it: the key may have changed since it was
+   * listed (an event buffered below the listed lowest gives up fewer sequences).
    */
-  resolved(gap: OpenGap, policy: GapPolicy, appended: number, why: string, now: number) {
-    if (policy !== 'alert') this.openedAt.delete(gap.key);
-    if (!this.events.listening || policy === 'alert') return;
-    const at = Date.now();
-    const waitedMs = Math.max(0, now - gap.gapSince);
-    const reason = `${gap.expected} missing ${why}`;
-    const common = { at, channel: this.channel, resequencer: this.resequencer, key: gap.key };
-    if (policy === 'skip') {
-      this.events.emit(() => ({
-        type: 'gap.skipped',
-        ...common,
-        from: gap.expected,
-        to: gap.lowest - 1,
-        waitedMs,
-        reason,
-      }));
-    } else {
-      this.events.emit(() => ({
-        type: 'gap.dead-lettered',
-        ...common,
-        expected: gap.expected,
-        events: appended,
-        waitedMs,
-        reason,
-      }));
+  resolved(gap: OpenGap, resolution: ResolvedGap, why: string, now: number) {
+    if (resolution.policy !== 'alert') this.openedAt.delete(gap.key);
+    if (!this.events.listening || resolution.policy === 'alert') return;
+    if (resolution.policy === 'skip') {
+      const { skipped } = resolution;
+      this.skipped(gap.key, skipped, now, `${skipped.from} missing ${why}`);
+      return;
     }
-  }
-
-  /** True when a listener may want events of `type` (the caller skips reads made only for it). */
-  wants(type: ResequencerLifecycleEvent['type']): boolean {
-    return this.events.listeningTo(type);
+    const common = this.common(gap.key);
+    this.events.emit(() => ({
+      type: 'gap.dead-lettered',
+      ...common,
+      expected: gap.expected,
+      events: resolution.appended,
+      waitedMs: Math.max(0, now - gap.gapSince),
+      reason: `${gap.expected} missing ${why}`,
+    }));
   }
 
   /**
    * After an operator skipped the gap of `key` (`ResequencerService`/admin `skip`, `release`) on
-   * the clock reading `now`; `before`: the key's state read just before, when an event was wanted.
+   * the clock reading `now`; `skipped`: what the store gave up.
    */
-  skippedByOperator(key: string, before: ResequencerKeyState | undefined, now: number): void {
+  skippedByOperator(key: string, skipped: SkippedGap, now: number): void {
     this.openedAt.delete(key);
-    if (!this.events.listeningTo('gap.skipped') || !before || before.buffered.length === 0) return;
-    const lowest = before.buffered[0];
-    const gapSince = before.gapSince;
+    if (!this.events.listeningTo('gap.skipped')) return;
+    this.skipped(key, skipped, now, `${skipped.from} skipped by an operator`);
+  }
+
+  private skipped(key: string, skipped: SkippedGap, now: number, reason: string): void {
+    const common = this.common(key);
     this.events.emit(() => ({
       type: 'gap.skipped',
-      at: Date.now(),
-      channel: this.channel,
-      resequencer: this.resequencer,
-      key,
-      from: before.next,
-      to: lowest - 1,
-      waitedMs: gapSince !== undefined ? Math.max(0, now - gapSince) : 0,
-      reason: `${before.next} skipped by an operator`,
+      ...common,
+      from: skipped.from,
+      to: skipped.to,
+      waitedMs: Math.max(0, now - skipped.gapSince),
+      reason,
     }));
+  }
+
+  /** The fields every gap resolution's event has, `at` now. */
+  private common(key: string) {
+    return { at: Date.now(), channel: this.channel, resequencer: this.resequencer, key };
   }
 
   private remember(key: string): void {

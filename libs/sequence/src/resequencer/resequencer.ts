@@ -378,7 +378,7 @@ export class Resequencer {
       });
       if (resolution.kind === 'none') continue; // another instance was first, or it filled
       const why = `past gap.timeoutMs (${timeoutMs} ms)`;
-      this.lifecycle.resolved(gap, policy, resolution.appended, why, clock());
+      this.lifecycle.resolved(gap, resolution, why, clock());
       gapsResolved++;
       await this.drainQuietly(gap.key);
     }
@@ -435,7 +435,7 @@ export class Resequencer {
             'dead-lettered them before retention would delete them',
         );
         const why = "with no change to the key for nine tenths of the store's retention";
-        this.lifecycle.resolved(gap, 'dead-letter', resolution.appended, why, clock());
+        this.lifecycle.resolved(gap, resolution, why, clock());
         rescued++;
         await this.drainQuietly(gap.key);
       }
@@ -485,16 +485,14 @@ export class Resequencer {
    * had no gap.
    */
   async skipGap(key: string, now: number = Date.now()): Promise<number> {
-    // Read only for the `gap.skipped` event (the missing range and its wait), when one is wanted.
-    const before = this.lifecycle.wants('gap.skipped')
-      ? await this.deps.store.inspect(this.ref(key), this.definition.start)
-      : undefined;
     const resolution = await this.deps.store.resolveGap(this.ref(key), 'skip', {
       openedBefore: now,
       now,
     });
     if (resolution.kind === 'none') return 0;
-    this.lifecycle.skippedByOperator(key, before, now);
+    if (resolution.policy === 'skip') {
+      this.lifecycle.skippedByOperator(key, resolution.skipped, now);
+    }
     await this.drainQuietly(key);
     return resolution.appended;
   }

@@ -1,3 +1,9 @@
+import { MemoryResequencerStore } from 'nest-sequence';
+import type {
+  GapPolicy,
+  GapResolveContext,
+  ResequencerKey,
+} from '../../src/ports/resequencer-store.port';
 import { ResequencerCatalog } from '../../src/resequencer/resequencer.catalog';
 import { eventually } from '../support/sequence-test-app';
 import {
@@ -94,6 +100,70 @@ describe('lifecycle events: Resequencer', () => {
         waitedMs: expect.any(Number),
         reason: '1 skipped by an operator',
       },
+    ]);
+  });
+
+  it("policy 'skip': reports the range the skip gave up, not the gap as it was listed", async () => {
+    const channel = 'events.gaps.skip-moved';
+    t = await createResequencerTestApp({ channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'skip' } });
+    // Listed oldest first: A's gap is resolved and drained before B's turn.
+    await bufferBehindGap(channel, 'A', [2]);
+    await bufferBehindGap(channel, 'B', [5]);
+    const recorder = recordEvents(t.app);
+    // While A's drain delivers, B:3 comes: B's skip then gives up 1-2 only, and releases 3.
+    t.handler.onCall = async (event) => {
+      if (event.key !== 'A') return;
+      await publishEvent(t!.transport, channel, 'B', 3);
+      await eventually(async () => (await t!.service.buffered(channel, 'B')).length === 2, 'B:3');
+    };
+
+    await t.sweeper.sweep(Date.now() + TIMEOUT_MS + 1);
+    await eventually(() => t!.handler.of('B').length === 1, "B's released event");
+
+    expect(t.handler.of('B')).toEqual([3]);
+    const skipped = recorder.events.filter((event) => event.type === 'gap.skipped');
+    expect(skipped).toEqual([
+      expect.objectContaining({ key: 'A', from: 1, to: 1 }),
+      expect.objectContaining({ key: 'B', from: 1, to: 2 }),
+    ]);
+    expect(t.gaps.filter((gap) => gap.key === 'B')).toEqual([
+      expect.objectContaining({ type: 'skipped', from: 1, to: 2 }),
+    ]);
+  });
+
+  it("an operator's skip reports the range it gave up, whatever came after the key was read", async () => {
+    const channel = 'events.gaps.operator-skip-moved';
+    let beforeResolve: (() => Promise<void>) | undefined;
+    // Runs the hook between whatever the skip read before and the store's step.
+    class HookedStore extends MemoryResequencerStore {
+      override async resolveGap(
+        key: ResequencerKey,
+        policy: GapPolicy,
+        context: GapResolveContext,
+      ) {
+        await beforeResolve?.();
+        return super.resolveGap(key, policy, context);
+      }
+    }
+    t = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: TIMEOUT_MS, policy: 'alert' } },
+      { resequencer: { store: new HookedStore() } },
+    );
+    await bufferBehindGap(channel, 'T5', [5]);
+    const recorder = recordEvents(t.app);
+    beforeResolve = async () => {
+      beforeResolve = undefined;
+      await publishEvent(t!.transport, channel, 'T5', 3);
+      await eventually(async () => (await t!.service.buffered(channel, 'T5')).length === 2, '3');
+    };
+    const resequencer = t.app.get(ResequencerCatalog).get(channel)!.resequencer;
+
+    await resequencer.skipGap('T5');
+    await eventually(() => t!.handler.received.length === 1, 'the released event');
+
+    expect(t.handler.of('T5')).toEqual([3]);
+    expect(recorder.events.filter((event) => event.type === 'gap.skipped')).toEqual([
+      expect.objectContaining({ key: 'T5', from: 1, to: 2 }),
     ]);
   });
 

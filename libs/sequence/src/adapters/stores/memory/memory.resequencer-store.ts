@@ -291,6 +291,7 @@ export class MemoryResequencerStore implements ResequencerStore {
     const before = record.buffer.size;
     const bytesBefore = record.bufferBytes;
     const missing = record.next;
+    const gapSince = record.gapSince;
     const appended = applyPolicy(record, policy, now);
     if (appended > 0 && policy === 'dead-letter' && context.close) {
       record.closedFrom = missing;
@@ -305,7 +306,14 @@ export class MemoryResequencerStore implements ResequencerStore {
       record.buffer.size - before,
       record.bufferBytes - bytesBefore,
     );
-    return { kind: 'resolved', policy, appended };
+    if (policy !== 'skip') return { kind: 'resolved', policy, appended };
+    // The gap-skipped item it appended first, ahead of the run it released.
+    const item = record.handOff[record.handOff.length - appended] as Extract<
+      HandOffItem,
+      { kind: 'gap-skipped' }
+    >;
+    const skipped = { from: item.from, to: item.to, gapSince };
+    return { kind: 'resolved', policy, appended, skipped };
   }
 
   async listStalledHandOffs(scope: string, idleSince: number, limit: number): Promise<string[]> {

@@ -251,8 +251,12 @@ export function interpretResolve(
   switch (reply.code) {
     case 'none':
       return reply.with({ kind: 'none' });
-    case 'resolved':
-      return reply.with({ kind: 'resolved', policy, appended: reply.integer(2) });
+    case 'resolved': {
+      const appended = reply.integer(2);
+      if (policy !== 'skip') return reply.with({ kind: 'resolved', policy, appended });
+      const skipped = { from: reply.integer(3), to: reply.integer(4), gapSince: reply.integer(5) };
+      return reply.with({ kind: 'resolved', policy, appended, skipped });
+    }
     default:
       throw reply.error();
   }

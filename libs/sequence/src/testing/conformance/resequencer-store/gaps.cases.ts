@@ -3,6 +3,8 @@ import {
   heldEntryBytes,
   MAX_SEQUENCE_NUMBER,
   type HandOffItem,
+  type ResequencerKey,
+  type SkippedGap,
 } from '../../../ports/resequencer-store.port';
 import {
   acceptAll,
@@ -208,21 +210,33 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
           kind: 'resolved',
           policy: 'skip',
           appended: 2,
+          skipped: { from: 1, to: 2, gapSince: c.t0 },
         });
       });
     });
 
     describe("policy 'skip'", () => {
+      /**
+       * Skips the key's gap at t0 + 100, expecting it to give up `skipped` (answered, and as its
+       * `gap-skipped` item says); answers the items it appended, drained.
+       */
+      async function skips(key: ResequencerKey, skipped: SkippedGap): Promise<HandOffItem[]> {
+        const resolution = await c.store.resolveGap(key, 'skip', at(c.t0 + 100));
+        const items = await drainAll(c.store, key, c.t0 + 101);
+        expect(resolution).toEqual({
+          kind: 'resolved',
+          policy: 'skip',
+          appended: items.length,
+          skipped,
+        });
+        expect(items[0]).toEqual({ kind: 'gap-skipped', from: skipped.from, to: skipped.to });
+        return items;
+      }
+
       it('gives up next..lowest-1 and releases the contiguous run from the lowest', async () => {
         const key = c.key();
         await acceptAll(c.store, key, [4, 5, 7], c.t0);
-        await expect(c.store.resolveGap(key, 'skip', at(c.t0 + 100))).resolves.toEqual({
-          kind: 'resolved',
-          policy: 'skip',
-          appended: 3,
-        });
-        const items = await drainAll(c.store, key, c.t0 + 101);
-        expect(items[0]).toEqual({ kind: 'gap-skipped', from: 1, to: 3 });
+        const items = await skips(key, { from: 1, to: 3, gapSince: c.t0 });
         expect(eventSeqs(items)).toEqual([4, 5]);
         await expect(c.store.inspect(key, 1)).resolves.toEqual({
           next: 6,
@@ -231,6 +245,16 @@ export function describeGapCases(c: ResequencerSuiteContext): void {
           gapSince: c.t0 + 100,
           heldBytes: heldEntryBytes(event(7)),
         });
+      });
+
+      it('answers the range it gave up as the key is then, not as it was listed', async () => {
+        const key = c.key();
+        await acceptAll(c.store, key, [5], c.t0);
+        const [listed] = await c.store.listGaps(c.scope, c.t0 + 100, 10);
+        expect(listed).toMatchObject({ expected: 1, lowest: 5 });
+        await acceptAll(c.store, key, [3], c.t0 + 50);
+        const items = await skips(key, { from: 1, to: 2, gapSince: c.t0 });
+        expect(eventSeqs(items)).toEqual([3]);
       });
 
       it('opens a new, unalerted gap when events stay buffered', async () => {

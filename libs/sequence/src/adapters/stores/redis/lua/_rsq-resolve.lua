@@ -14,7 +14,7 @@ local function resolveStep()
   end
 
   beforeAppend(s, now)
-  local appended
+  local appended, skipped
   if policy == 'alert' then
     rcall('RPUSH', handOffKey, 'a' .. int(s.next) .. ':' .. int(size) .. ':' .. int(s.gapSince))
     s.alerted = true
@@ -22,6 +22,7 @@ local function resolveStep()
   elseif policy == 'skip' then
     local lowest = lowestBuffered()
     rcall('RPUSH', handOffKey, 's' .. int(s.next) .. ':' .. int(lowest - 1))
+    skipped = {s.next, lowest - 1, s.gapSince}
     s.next = lowest
     appended = 1 + releaseRun(s)
     afterRelease(s, now)
@@ -53,5 +54,8 @@ local function resolveStep()
   end
   s.track = true -- appended items no input message covers: the index lists them when stalled
   saveState(s, now, retentionMs)
+  if skipped then
+    return {'resolved', indexRecord(s), appended, skipped[1], skipped[2], skipped[3]}
+  end
   return {'resolved', indexRecord(s), appended}
 end

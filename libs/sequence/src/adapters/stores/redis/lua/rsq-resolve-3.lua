@@ -14,6 +14,7 @@
   Returns {code, record, ...} (record: see _resequencer):
     'none', record   ({ver} for a retired key: see repairRecord)
     'resolved', record, appended (hand-off items appended)
+      and with 'skip': from, to (the sequences given up), gapSince (when that gap opened)
 ]]
 --- @include "_clock"
 --- @include "_resequencer"
