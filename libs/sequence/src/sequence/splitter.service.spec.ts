@@ -594,6 +594,28 @@ describe('SplitterService', () => {
       );
     });
 
+    it.each([
+      ['maxSequenceBytes', bytes(1_001), {}, 'sequence.maxSequenceBytes (1000)'],
+      ['maxFragments', bytes(1_000), { fragmentBytes: 333 }, 'sequence.maxFragments (3)'],
+    ])(
+      "refuses, before sending, a Buffer over the module's %s, which its consumers would dead-letter",
+      async (_, payload, options, limit) => {
+        const small = new InMemoryTransport({ maxMessageBytes: 20_000 });
+        const bounded = await bootSplitter({
+          transport: small,
+          sequence: { maxSequenceBytes: 1_000, maxFragments: 3 },
+        });
+
+        const error = await bounded.send('scans', payload, options).catch((e: unknown) => e);
+
+        expect({ error, queued: small.depth('scans') }).toEqual({
+          error: expect.any(SequenceOptionsError),
+          queued: 0,
+        });
+        expect((error as SequenceOptionsError).message).toContain(limit);
+      },
+    );
+
     it.each([0, -1, 1.5, Number.NaN])('refuses fragmentBytes %p', async (fragmentBytes) => {
       await expectRefused(
         splitter.send('scans', bytes(10), { fragmentBytes }),

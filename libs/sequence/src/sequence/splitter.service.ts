@@ -379,8 +379,29 @@ export class SplitterService implements SequenceSender {
         );
       }
     }
-    if (problems.length === 0 && (options.via ?? 'broker') === 'broker') {
-      // Checked last, on arguments found valid: a claim ticket replaces the body otherwise.
+    // Checked last, on arguments found valid.
+    if (problems.length === 0) {
+      const payloadBytes = isByteArray(payload) ? payload.byteLength : undefined;
+      problems.push(...this.sizeProblems(sequenceId, fragmentBytes, options, payloadBytes));
+    }
+    if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
+    return policy;
+  }
+
+  /**
+   * What a send of valid arguments could not deliver to consumers configured like this module:
+   * a fragment message the transport refuses (a claim ticket replaces the body via claim check),
+   * and, for a payload of known length (`payloadBytes`), a sequence its consumers would
+   * dead-letter as a whole (`sequence-too-large`, `too-many-fragments`).
+   */
+  private sizeProblems(
+    sequenceId: string,
+    fragmentBytes: number,
+    options: Pick<SendOptions, 'headers' | 'contentType' | 'contentEncoding' | 'via'>,
+    payloadBytes: number | undefined,
+  ): string[] {
+    const problems: string[] = [];
+    if ((options.via ?? 'broker') === 'broker') {
       const { maxMessageBytes, name } = this.transport;
       const largest = largestMessageBytes(
         {
@@ -390,7 +411,7 @@ export class SplitterService implements SequenceSender {
           contentEncoding: options.contentEncoding,
         },
         fragmentBytes,
-        isByteArray(payload) ? payload.byteLength : undefined,
+        payloadBytes,
       );
       if (largest > maxMessageBytes) {
         problems.push(
@@ -400,8 +421,22 @@ export class SplitterService implements SequenceSender {
         );
       }
     }
-    if (problems.length > 0) throw new SequenceOptionsError(`send() to ${channel}`, problems);
-    return policy;
+    if (payloadBytes === undefined) return problems;
+    const { maxSequenceBytes, maxFragments } = this.options.sequence.consumer;
+    const fragments = fragmentCount(payloadBytes, fragmentBytes);
+    if (payloadBytes > maxSequenceBytes) {
+      problems.push(
+        `payload (${payloadBytes} bytes) exceeds the module's sequence.maxSequenceBytes ` +
+          `(${maxSequenceBytes}): its consumers would dead-letter it (sequence-too-large)`,
+      );
+    } else if (fragments > maxFragments) {
+      problems.push(
+        `payload makes ${fragments} fragments of ${fragmentBytes} bytes, over the module's ` +
+          `sequence.maxFragments (${maxFragments}): its consumers would dead-letter it ` +
+          '(too-many-fragments); send a larger fragmentBytes',
+      );
+    }
+    return problems;
   }
 }
 
