@@ -14,7 +14,7 @@ import { userHeaderProblems, type HeaderMap } from '../core/headers';
 import { checkedBeforeReading } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
-import type { Transport } from '../ports/transport.port';
+import { headerBytes, type Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../kernel/publish-with-retry';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import {
@@ -61,8 +61,10 @@ export interface ClaimPublishOptions extends ParkOptions {
   /**
    * `'claim-check'`: inline up to `inlineMaxBytes`, a ticket above. `'auto'`: inline up to
    * `inlineMaxBytes`, a Message Sequence up to `sequenceMaxBytes`, a ticket above; a stream goes as a
-   * sequence only when `bytes` says its size (otherwise a ticket: its size is unknown). The
-   * receiving `@ClaimCheck` handler takes all three. @default 'claim-check'
+   * sequence only when `bytes` says its size (otherwise a ticket: its size is unknown). Either way,
+   * with its headers counted: a payload goes inline only if it fits one message, as a sequence only
+   * if `SplitterService.send` takes it, else the next way. The receiving `@ClaimCheck` handler takes
+   * all three. @default 'claim-check'
    */
   mode?: 'claim-check' | 'auto';
   /** With `mode: 'auto'`: the largest payload sent as a sequence. @default claimCheck.sequenceMaxBytes */
@@ -177,7 +179,8 @@ export class ClaimCheckService {
   }
 
   /**
-   * Publishes `payload` on `channel`: inline when it is at most `inlineMaxBytes` bytes, otherwise as
+   * Publishes `payload` on `channel`: inline when it is at most `inlineMaxBytes` bytes and fits one
+   * message with its headers, otherwise as
    * a ticket (`x-claim-check: 1`, issued for `channel` alone) to a payload stored first. If the
    * ticket is not confirmed, the stored payload is deleted again (or, failing that, left to the
    * orphan sweeper; kept when the confirm timed out, since the ticket may still arrive) and
@@ -216,14 +219,25 @@ export class ClaimCheckService {
       }
     });
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
+    const inlineHeaders: HeaderMap = {
+      ...options.headers,
+      [ClaimCheckHeader.claimCheck]: 0,
+      ...(options.contentType ? { [ClaimCheckHeader.contentType]: options.contentType } : {}),
+    };
+    // Inline only within one message with its headers, a sequence only when send() takes it:
+    // a payload either would refuse goes the next way, rather than fail once published.
+    const inlineMaxBytes = Math.min(
+      threshold,
+      this.transport.maxMessageBytes - headerBytes(inlineHeaders),
+    );
+    const asSequence = (bytes: number | undefined): bytes is number =>
+      options.mode === 'auto' &&
+      bytes !== undefined &&
+      bytes <= sequenceMaxBytes &&
+      this.sequences.fits(bytes, options);
     if (isRecordSource(payload)) {
       const { bytes } = options;
-      if (
-        options.mode === 'auto' &&
-        bytes !== undefined &&
-        bytes > threshold &&
-        bytes <= sequenceMaxBytes
-      ) {
+      if (bytes !== undefined && bytes > inlineMaxBytes && asSequence(bytes)) {
         // Record-aware: no record is cut across two fragments. Held to `bytes`, which chose the
         // route: records that pass it fail the send rather than make a sequence too large.
         return this.sendSequence(
@@ -234,14 +248,9 @@ export class ClaimCheckService {
       }
       payload = Readable.from(payload.records, { objectMode: false });
     }
-    const sized = await fitsInline(payload, threshold);
+    const sized = await fitsInline(payload, inlineMaxBytes);
     if (sized.inline) {
-      const headers: HeaderMap = {
-        ...options.headers,
-        [ClaimCheckHeader.claimCheck]: 0,
-        ...(options.contentType ? { [ClaimCheckHeader.contentType]: options.contentType } : {}),
-      };
-      await this.send(channel, sized.inline, headers, 'inline');
+      await this.send(channel, sized.inline, inlineHeaders, 'inline');
       return {
         channel,
         via: 'inline',
@@ -252,7 +261,7 @@ export class ClaimCheckService {
     }
 
     const knownBytes = Buffer.isBuffer(sized.stream) ? sized.stream.length : options.bytes;
-    if (options.mode === 'auto' && knownBytes !== undefined && knownBytes <= sequenceMaxBytes) {
+    if (asSequence(knownBytes)) {
       const body = Buffer.isBuffer(sized.stream)
         ? sized.stream
         : declaredBytes(sized.stream, knownBytes);

@@ -25,6 +25,11 @@ export interface SequenceSender {
     payload: SequencePayload,
     options: { headers?: HeaderMap; contentType?: string; buffer?: 'store' },
   ): Promise<{ sequenceId: string; fragments: number; bytes: number; sha256: string }>;
+  /**
+   * Whether `send` takes a payload of `payloadBytes` with these headers: every fragment message
+   * within the transport's limit, and the sequence within the module's own consumer limits.
+   */
+  fits(payloadBytes: number, options: { headers?: HeaderMap; contentType?: string }): boolean;
 }
 export const SEQUENCE_SENDER = Symbol('nest-sequence:sequence-sender');
 

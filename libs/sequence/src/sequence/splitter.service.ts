@@ -95,6 +95,16 @@ export class SplitterService implements SequenceSender {
     });
   }
 
+  /**
+   * Whether `send` (with the module's `fragmentBytes`, by broker) takes a payload of
+   * `payloadBytes` with these headers, rather than refusing it with SequenceOptionsError: for a
+   * caller that can send it another way.
+   */
+  fits(payloadBytes: number, options: Pick<SendOptions, 'headers' | 'contentType'>): boolean {
+    const { fragmentBytes } = this.options.sequence;
+    return this.sizeProblems(randomUUID(), fragmentBytes, options, payloadBytes).length === 0;
+  }
+
   private async sendTraced(
     channel: string,
     sequenceId: string,

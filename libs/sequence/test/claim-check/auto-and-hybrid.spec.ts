@@ -17,6 +17,7 @@ import {
   SequenceSourceError,
   SplitterService,
   type ReassembledPayload,
+  type SequenceModuleOptions,
 } from 'nest-sequence';
 import { ExpirySweeper } from '../../src/sequence/expiry.sweeper';
 import { parseFragmentHeaders, type HeaderMap } from 'nest-sequence/wire';
@@ -80,6 +81,16 @@ class Receivers {
   }
 }
 
+/** An application of `options` with the `Receivers` handlers. */
+async function bootReceivers(options: SequenceModuleOptions): Promise<INestApplicationContext> {
+  const moduleRef = await Test.createTestingModule({
+    imports: [SequenceModule.forRoot(options)],
+    providers: [Receivers],
+  }).compile();
+  moduleRef.useLogger(false);
+  return moduleRef.init();
+}
+
 /**
  * `mode: 'auto'` (inline, a sequence or a ticket by size, one @ClaimCheck handler for all three)
  * and `send(..., { via: 'claim-check' })` (fragments parked, tickets on the broker).
@@ -96,30 +107,23 @@ describe('claim check: mode auto and fragments via claim check', () => {
     root = await mkdtemp(join(tmpdir(), 'cc-auto-'));
     transport = new MeasuringTransport();
     sequenceStore = new InstrumentedStore(new MemorySequenceStore());
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        SequenceModule.forRoot({
-          transport,
-          claimCheck: {
-            store: new FilesystemPayloadStore({ root }),
-            sequenceMaxBytes: 1024 * 1024,
-            inlineMaxBytes: 16 * 1024,
-            // Shorter than the sequence store's retention (1 h): a late copy can outlive its ticket.
-            ttlMs: 60_000,
-          },
-          tuning: {
-            sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
-            // Longer than the clock is moved on below: a handler at work keeps its lease.
-            leaseMs: 600_000,
-            backpressureDelayMs: 10,
-          },
-          sequence: { store: sequenceStore, fragmentBytes: 64 * 1024 },
-        }),
-      ],
-      providers: [Receivers],
-    }).compile();
-    moduleRef.useLogger(false);
-    app = await moduleRef.init();
+    app = await bootReceivers({
+      transport,
+      claimCheck: {
+        store: new FilesystemPayloadStore({ root }),
+        sequenceMaxBytes: 1024 * 1024,
+        inlineMaxBytes: 16 * 1024,
+        // Shorter than the sequence store's retention (1 h): a late copy can outlive its ticket.
+        ttlMs: 60_000,
+      },
+      tuning: {
+        sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } },
+        // Longer than the clock is moved on below: a handler at work keeps its lease.
+        leaseMs: 600_000,
+        backpressureDelayMs: 10,
+      },
+      sequence: { store: sequenceStore, fragmentBytes: 64 * 1024 },
+    });
     receivers = app.get(Receivers);
   });
 
@@ -423,6 +427,69 @@ describe('claim check: mode auto and fragments via claim check', () => {
     expect(dead).toHaveLength(1);
     expect(deathReasonOf(dead[0])).toMatch(/^claim-ticket-invalid: .*bad-signature/);
     expect(receivers.reassembled).toHaveLength(0);
+  });
+});
+
+describe('claim check: choosing by size with headers, on a transport of small messages', () => {
+  // 40,000-byte messages less the 16 KiB header allowance: inlineMaxBytes is 23,616.
+  const INLINE_MAX = 40_000 - 16 * 1024;
+  // Within the 16 KiB maxHeaderBytes, but too many bytes for an inline payload of INLINE_MAX.
+  const heavy = { note: 'x'.repeat(16_370) };
+  let app: INestApplicationContext;
+  let root: string;
+  let transport: MeasuringTransport;
+  let receivers: Receivers;
+
+  beforeEach(async () => {
+    root = await mkdtemp(join(tmpdir(), 'cc-fit-'));
+    transport = new MeasuringTransport({ maxMessageBytes: 40_000 });
+    app = await bootReceivers({
+      transport,
+      claimCheck: { store: new FilesystemPayloadStore({ root }) },
+      tuning: { sweepers: { orphans: { intervalMs: false }, expiry: { intervalMs: false } } },
+      sequence: { fragmentBytes: 8 * 1024, maxSequenceBytes: 100_000 },
+    });
+    receivers = app.get(Receivers);
+  });
+
+  afterEach(async () => {
+    await app.close();
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it.each([
+    { mode: 'claim-check', what: 'at inlineMaxBytes', headers: heavy, via: 'ticket' },
+    { mode: 'auto', what: 'at inlineMaxBytes', headers: heavy, via: 'sequence' },
+    { mode: 'auto', what: 'streamed at inlineMaxBytes', headers: heavy, via: 'sequence' },
+    { mode: 'auto', what: "over the module's maxSequenceBytes", headers: {}, via: 'ticket' },
+  ] as const)(
+    'in mode $mode, sends a payload $what that one message or a sequence could not carry as a $via',
+    async ({ mode, what, headers, via }) => {
+      const sent = randomBytes(what.startsWith('over') ? 100_001 : INLINE_MAX);
+      const streamed = what.startsWith('streamed');
+
+      const receipt = await app
+        .get(ClaimCheckService)
+        .publish(AUTO, streamed ? Readable.from([sent]) : sent, {
+          mode,
+          headers,
+          ...(streamed && { bytes: sent.length }),
+        });
+      await transport.whenIdle();
+
+      expect(receipt.via).toBe(via);
+      expect(receivers.claimed.map((c) => c.via)).toEqual([via]);
+      expect(receivers.claimed[0].bytes.equals(sent)).toBe(true);
+      expect(deadLetters(transport, AUTO)).toHaveLength(0);
+    },
+  );
+
+  it('still sends a payload at inlineMaxBytes inline when its headers leave room', async () => {
+    const receipt = await app
+      .get(ClaimCheckService)
+      .publish(AUTO, randomBytes(INLINE_MAX), { mode: 'auto', headers: { note: 'x' } });
+
+    expect(receipt.via).toBe('inline');
   });
 });
 
