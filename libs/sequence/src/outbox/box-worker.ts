@@ -53,15 +53,18 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
    * when the batch is locked, before it is handled.
    */
   async cycle(locked?: () => void): Promise<boolean> {
-    const { batchSize, ordered } = this.options;
+    const { batchSize, ordered, retry } = this.options;
     const cycle: CycleState = { holdOff: false };
+    const now = Date.now();
     let result: ClaimResult;
     try {
       result = await this.store.claim(
         this.box,
         {
           limit: batchSize,
-          now: Date.now(),
+          now,
+          // A retry time further ahead than this box ever schedules one is a clock's error.
+          horizon: now + retry.maxDelayMs,
           ordered,
           joinable: this.joinsClaim,
           durable: this.settlesDurably,

@@ -182,6 +182,7 @@ export function assertClaimOptions(options: ClaimOptions): void {
   }
   assertLimit('claim', 'limit', options.limit);
   assertTime('claim', 'now', options.now);
+  if (options.horizon !== undefined) assertTime('claim', 'horizon', options.horizon);
 }
 
 export function assertPurgeOptions(options: PurgeOptions): void {

@@ -127,6 +127,14 @@ export interface ClaimOptions {
   /** Records with `nextAttemptAt <= now` are due. */
   readonly now: number;
   /**
+   * Records with `nextAttemptAt > horizon` are due too. A relay or processor passes `now` plus its
+   * `retry.maxDelayMs`, the furthest ahead it ever schedules a retry: a later time was written on
+   * a clock ahead of this one (another instance's, or this machine's before a step set it back),
+   * and waiting for it could hold the record, and in an ordered box its partition, for days.
+   * @default none: only `now` decides
+   */
+  readonly horizon?: number;
+  /**
    * Hand out a record only when every earlier record (lower `seq`) of its partition key is
    * `COMPLETED` or comes before it in this same batch: a `PENDING` (even not yet due) or `FAILED`
    * record holds back the rest of its partition, and only its partition. Records without a

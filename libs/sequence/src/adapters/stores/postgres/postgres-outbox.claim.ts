@@ -24,12 +24,17 @@ export async function lockBatch(
   options: ClaimOptions,
 ): Promise<StoredRecord[]> {
   const { now, limit } = options;
+  const horizon = options.horizon ?? null;
   if (!options.ordered) {
-    const due = await transaction.prepared<RecordRow>(statements['claim-due'], [now, limit]);
+    const due = await transaction.prepared<RecordRow>(statements['claim-due'], [
+      now,
+      limit,
+      horizon,
+    ]);
     return due.rows.map(toStoredRecord);
   }
   const heads = (
-    await transaction.prepared<RecordRow>(statements['claim-heads'], [now, limit])
+    await transaction.prepared<RecordRow>(statements['claim-heads'], [now, limit, horizon])
   ).rows.map(toStoredRecord);
   const partitions = [
     ...new Set(heads.flatMap((head) => (head.partitionKey === null ? [] : [head.partitionKey]))),
@@ -38,7 +43,7 @@ export async function lockBatch(
 
   const followers = await transaction.prepared<RecordRow & { open_before: string }>(
     statements['claim-followers'],
-    [now, partitions, heads.map((head) => head.seq), limit - heads.length],
+    [now, partitions, heads.map((head) => head.seq), limit - heads.length, horizon],
   );
   const inBatch = new Map(partitions.map((key) => [key, 1]));
   const batch = [...heads];

@@ -33,10 +33,10 @@ export function applyMigrations(statements: SqliteOutboxStatements): void {
 export function selectClaimable(
   statements: SqliteOutboxStatements,
   box: BoxName,
-  { limit, now, ordered }: ClaimOptions,
+  { limit, now, horizon, ordered }: ClaimOptions,
 ): StoredRecord[] {
   const select = statements.box(ordered ? 'claim-due-ordered' : 'claim-due', box);
-  return (select.all({ now, limit }) as BoxRow[]).map(toStoredRecord);
+  return (select.all({ now, horizon: horizon ?? null, limit }) as BoxRow[]).map(toStoredRecord);
 }
 
 /**

@@ -85,6 +85,23 @@ export function describeClaimCases(c: OutboxSuiteContext): void {
       });
     });
 
+    it('retry: due at once when nextAttemptAt is past options.horizon (written on a clock ahead)', async () => {
+      await appendCommitted(c.store, BOX, [record('r-1')]);
+      const retryAt = c.t0 + 86_400_000;
+      await claimWith(c.store, BOX, { limit: 10, now: c.t0 }, (each) => ({
+        id: each.id,
+        status: 'retry',
+        nextAttemptAt: retryAt,
+        error: 'refused',
+      }));
+      await expect(
+        claimAndComplete(c.store, BOX, { limit: 10, now: c.t0, horizon: retryAt }),
+      ).resolves.toEqual([]);
+      await expect(
+        claimAndComplete(c.store, BOX, { limit: 10, now: c.t0, horizon: retryAt - 1 }),
+      ).resolves.toEqual(['r-1']);
+    });
+
     it('retry: counts every attempt, keeping the latest error', async () => {
       await appendCommitted(c.store, BOX, [record('r-1')]);
       for (const attempt of [1, 2, 3]) {

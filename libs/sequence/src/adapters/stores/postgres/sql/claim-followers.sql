@@ -6,6 +6,7 @@
 --
 -- $1 float8    now (ms)                 $2 text[]   partition keys of the heads
 -- $3 bigint[]  seqs already in the batch    $4 integer  most records to add
+-- $5 float8    horizon (ms) or NULL: due as in claim-due
 --
 -- Returns the records (_record-columns) and open_before (bigint: earlier unfinished records of
 -- the partition), seq ascending.
@@ -21,7 +22,10 @@ SELECT
 FROM {{table}} AS record
 WHERE record.partition_key = ANY($2::text[])
   AND record.status = 'PENDING'
-  AND record.next_attempt_at <= to_timestamp($1::float8 / 1000)
+  AND (
+    record.next_attempt_at <= to_timestamp($1::float8 / 1000)
+    OR record.next_attempt_at > coalesce(to_timestamp($5::float8 / 1000), record.next_attempt_at)
+  )
   AND record.seq <> ALL($3::bigint[])
   AND NOT EXISTS (
     SELECT 1 FROM {{table}} AS blocking
@@ -30,7 +34,11 @@ WHERE record.partition_key = ANY($2::text[])
       AND blocking.status <> 'COMPLETED'
       AND NOT (
         blocking.status = 'PENDING'
-        AND blocking.next_attempt_at <= to_timestamp($1::float8 / 1000)
+        AND (
+          blocking.next_attempt_at <= to_timestamp($1::float8 / 1000)
+          OR blocking.next_attempt_at
+            > coalesce(to_timestamp($5::float8 / 1000), blocking.next_attempt_at)
+        )
       )
   )
 ORDER BY record.seq

@@ -5,14 +5,19 @@
 -- Records appended by transactions that have not committed yet are invisible here: appends to
 -- one partition that commit out of seq order may be handed out in commit order.
 --
--- $1 float8  now (ms)       $2 integer  limit
+-- Due as in claim-due.
+--
+-- $1 float8  now (ms)       $2 integer  limit       $3 float8  horizon (ms) or NULL
 --
 -- Returns the records (_record-columns), seq ascending.
 SELECT
   -- @include _record-columns
 FROM {{table}} AS record
 WHERE record.status = 'PENDING'
-  AND record.next_attempt_at <= to_timestamp($1::float8 / 1000)
+  AND (
+    record.next_attempt_at <= to_timestamp($1::float8 / 1000)
+    OR record.next_attempt_at > coalesce(to_timestamp($3::float8 / 1000), record.next_attempt_at)
+  )
   AND (
     record.partition_key IS NULL
     OR NOT EXISTS (
