@@ -1,4 +1,4 @@
-import { definedOnly, rememberRecent } from './objects';
+import { definedOnly, rememberRecent, rememberRecentEntry } from './objects';
 
 describe('definedOnly', () => {
   it('drops undefined entries, so spreading it keeps the defaults they would have erased', () => {
@@ -26,5 +26,25 @@ describe('rememberRecent', () => {
     rememberRecent(recent, 'a', 3);
     rememberRecent(recent, 'd', 3);
     expect([...recent]).toEqual(['c', 'a', 'd']);
+  });
+});
+
+describe('rememberRecentEntry', () => {
+  it('keeps the latest keys with their latest values, a key set again counting as newest', () => {
+    const recent = new Map<string, number>();
+    for (const [key, value] of [
+      ['a', 1],
+      ['b', 2],
+      ['c', 3],
+    ] as const) {
+      rememberRecentEntry(recent, key, value, 3);
+    }
+    rememberRecentEntry(recent, 'a', 4, 3);
+    rememberRecentEntry(recent, 'd', 5, 3);
+    expect([...recent]).toEqual([
+      ['c', 3],
+      ['a', 4],
+      ['d', 5],
+    ]);
   });
 });

@@ -25,8 +25,20 @@ export function isStringRecord(value: unknown): value is Record<string, string> 
 export function rememberRecent<T>(recent: Set<T>, value: T, max: number): void {
   recent.delete(value);
   recent.add(value);
+  forgetOldest(recent, max);
+}
+
+/** {@link rememberRecent} for a Map: `key` with `value` as its newest entry, at most `max` kept. */
+export function rememberRecentEntry<K, V>(recent: Map<K, V>, key: K, value: V, max: number): void {
+  recent.delete(key);
+  recent.set(key, value);
+  forgetOldest(recent, max);
+}
+
+/** Drops the oldest entries of `recent` (insertion order) while more than `max` are kept. */
+function forgetOldest<K>(recent: Set<K> | Map<K, unknown>, max: number): void {
   while (recent.size > max) {
-    const [oldest] = recent;
+    const [oldest] = recent.keys();
     recent.delete(oldest);
   }
 }

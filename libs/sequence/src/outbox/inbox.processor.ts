@@ -19,7 +19,7 @@ import { ClaimCommitRefusedError } from '../core/errors/claim-commit-refused.err
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
-import { rememberRecent } from '../core/objects';
+import { rememberRecent, rememberRecentEntry } from '../core/objects';
 import { AbandonedCalls } from '../kernel/abandoned-calls';
 import { callHandler, type HandlerContext, type HandlerTimeLimit } from '../kernel/handler-call';
 
@@ -203,12 +203,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     if (handled.length === 1) {
       const [{ id }] = handled;
       this.suspects.delete(id);
-      this.refused.delete(id);
-      this.refused.set(id, error);
-      for (const [oldest] of this.refused) {
-        if (this.refused.size <= REFUSED_KEPT) break;
-        this.refused.delete(oldest);
-      }
+      rememberRecentEntry(this.refused, id, error, REFUSED_KEPT);
       this.logger.warn(`${this.box}: ${error.message}; counted as a failed attempt of ${id}`);
     } else {
       for (const { id } of handled) rememberRecent(this.suspects, id, REFUSED_KEPT);
