@@ -71,7 +71,8 @@ export interface SweepQuery {
  *
  * - `put` streams the payload into the store: a Readable is never buffered whole. The store
  *   generates the ref; a failed or aborted `put` (the source stream errors) leaves no readable
- *   payload behind and rejects with the cause. It refuses a `contentType` that is not 1-255
+ *   payload behind and rejects with the cause. A `put` that rejects, for whatever reason, has
+ *   destroyed a source stream: the caller's file or socket is not left open. It refuses a `contentType` that is not 1-255
  *   printable ASCII characters (not starting with a space) with `SequenceOptionsError`, before
  *   it writes anything: no ticket can carry one, nor an HTTP header.
  * - `get` resolves a stream of exactly the bytes put; it rejects with `ClaimCheckNotFoundError`

@@ -363,11 +363,15 @@ export function describePayloadStoreConformance(name: string, harness: PayloadSt
         async (_label, contentType) => {
           const unfit = (published: boolean) => options({ published, contentType } as PutOptions);
 
+          const source = generatedSource(1_000).stream;
           const refusals = [
             await rejectionOf(store.put(Buffer.from('a payload'), unfit(false))),
             await rejectionOf(store.put(Buffer.from('a payload'), unfit(true))),
-            await rejectionOf(store.put(generatedSource(1_000).stream, unfit(true))),
+            await rejectionOf(store.put(source, unfit(true))),
           ];
+
+          // The caller's stream is not left open (a file descriptor, an upload's socket).
+          expect(source.destroyed).toBe(true);
 
           for (const refusal of refusals) {
             expect(refusal).toBeInstanceOf(SequenceOptionsError);

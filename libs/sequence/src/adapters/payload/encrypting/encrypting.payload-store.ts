@@ -92,15 +92,16 @@ export class EncryptingPayloadStore implements PayloadStore {
     }
     const encrypting = new EncryptingStream(this.keyring);
     // pipeline, not pipe: a source that fails or is destroyed early fails `encrypting` with the
-    // same error, so the inner put rejects with the cause and keeps nothing; and an inner put
-    // that gives up destroys the source.
+    // same error, so the inner put rejects with the cause and keeps nothing.
     // Chunks that are not bytes fail the pipeline, and so the inner put (see byteChunks).
     pipeline(payload, byteChunks, encrypting, () => undefined);
     try {
       const stored = await this.inner.put(encrypting, options);
       return { ref: stored.ref, bytes: plaintextBytes(stored.bytes) };
     } catch (error) {
+      // The source too, now: through the pipeline it would close a tick after the rejection.
       encrypting.destroy();
+      payload.destroy();
       throw error;
     }
   }

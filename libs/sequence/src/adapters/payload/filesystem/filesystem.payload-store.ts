@@ -38,7 +38,7 @@ import {
 import * as layoutFiles from './filesystem.payload-layout';
 import { findSweepCandidates } from './filesystem.payload-sweep';
 import { checkPutOptions } from '../put-options';
-import { holdSourceErrors } from '../put-source';
+import { putFromSource } from '../put-source';
 import { byteChunks } from '../../../core/payload-source';
 
 /**
@@ -67,8 +67,11 @@ export class FilesystemPayloadStore implements PayloadStore {
     this.staleTemporaryMs = resolved.staleTemporaryMs;
   }
 
-  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
-    holdSourceErrors(payload);
+  put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    return putFromSource(payload, () => this.putOnce(payload, options));
+  }
+
+  private async putOnce(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
     checkPutOptions(this.name, options);
     assertPutOptions(options);
     const layout = await this.ready();

@@ -62,7 +62,7 @@ import { decodeUserMetadata } from '../stored-metadata';
 import { RedisChunkReader } from './redis-chunk.reader';
 import { writePayload } from './redis-payload.writer';
 import { checkPutOptions } from '../put-options';
-import { holdSourceErrors } from '../put-source';
+import { putFromSource } from '../put-source';
 
 /**
  * TTL given to a meta hash that markPublished may have recreated for a payload deleted
@@ -125,19 +125,20 @@ export class RedisPayloadStore implements PayloadStore {
     );
   }
 
-  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
-    holdSourceErrors(payload);
-    checkPutOptions(this.name, options);
-    const ref = randomUUID();
-    const bytes = await writePayload(this.redis, payload, {
-      ...options,
-      ref,
-      keys: this.keys.payload(ref),
-      index: this.keys.index,
-      chunkBytes: this.options.chunkBytes,
-      ttlMs: this.ttlOf(options),
+  put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    return putFromSource(payload, async () => {
+      checkPutOptions(this.name, options);
+      const ref = randomUUID();
+      const bytes = await writePayload(this.redis, payload, {
+        ...options,
+        ref,
+        keys: this.keys.payload(ref),
+        index: this.keys.index,
+        chunkBytes: this.options.chunkBytes,
+        ttlMs: this.ttlOf(options),
+      });
+      return { ref, bytes };
     });
-    return { ref, bytes };
   }
 
   /** The payload's chunks as a stream; its metadata read first, until `signal` aborts. */

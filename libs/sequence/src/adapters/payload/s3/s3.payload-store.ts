@@ -25,7 +25,7 @@ import {
   type S3PayloadStoreOptions,
 } from './s3.payload-store.options';
 import { checkPutOptions } from '../put-options';
-import { holdSourceErrors } from '../put-source';
+import { putFromSource } from '../put-source';
 
 /**
  * {@link PayloadStore} on S3 or any S3-compatible service (MinIO, Ceph, R2, s3rver), through
@@ -93,34 +93,23 @@ export class S3PayloadStore implements PayloadStore {
   }
 
   /** See `uploadObject` for how the bytes travel and what a failure leaves. */
-  async put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
-    holdSourceErrors(payload);
-    let ref: string;
-    try {
-      // Before the marker: a content type S3 cannot carry as a header fails nothing half-way.
-      checkPutOptions(this.name, options);
-      ref = generateRef(options.now, options.expiresAt);
-    } catch (error) {
-      if (!Buffer.isBuffer(payload)) payload.destroy();
-      throw error;
-    }
+  put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    return putFromSource(payload, () => this.putOnce(payload, options));
+  }
+
+  private async putOnce(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
+    // Before the marker: a content type S3 cannot carry as a header fails nothing half-way.
+    checkPutOptions(this.name, options);
+    const ref = generateRef(options.now, options.expiresAt);
     const key = this.keys.payloadOf(ref);
     // A published payload's marker is written before its bytes: a sweep takes a listed payload
     // without a marker, created (at upload start) before the grace instant, for an orphan. Put
     // after the upload, the marker left a window in which a long upload's payload was listable
     // and unmarked, and a checkIn's payload could be swept under its new ticket.
     const markerKey = options.published ? this.keys.markerOf(ref) : undefined;
-    if (markerKey) {
-      try {
-        await this.putMarker(markerKey);
-      } catch (error) {
-        if (!Buffer.isBuffer(payload)) payload.destroy();
-        throw error;
-      }
-    }
-    let bytes: number;
+    if (markerKey) await this.putMarker(markerKey);
     try {
-      bytes = await uploadObject(
+      const bytes = await uploadObject(
         {
           client: this.client,
           bucket: this.options.bucket,
@@ -132,13 +121,13 @@ export class S3PayloadStore implements PayloadStore {
         },
         payload,
       );
+      return { ref, bytes };
     } catch (error) {
       // A put that rejects leaves nothing behind, its marker included (a marker left by a failed
       // delete here, or by a crash mid-upload, is an empty object that no sweep lists).
       if (markerKey) await this.deleteObject(markerKey).catch(() => undefined);
       throw error;
     }
-    return { ref, bytes };
   }
 
   /**
