@@ -40,9 +40,9 @@ export interface HandOffTargets {
   /** The module's `tracing`; none: no spans. */
   readonly tracing?: ResolvedTracing;
   /**
-   * Aborted at shutdown, once deliveries in progress had their time: no handler call (a retry
-   * included) or output publish starts after it, its event left in the hand-off list for the
-   * key's next drain.
+   * Aborted at shutdown, once deliveries in progress had their time: no handler call or publish
+   * (to the output or the dead-letter channel, a retry included) starts after it, its item left
+   * in the hand-off list for the key's next drain.
    */
   readonly stop?: AbortSignal;
 }
@@ -64,11 +64,12 @@ const UNGUARDED: DeliveryGuard = { allows: () => true };
 /**
  * Delivers one hand-off item: an event to the output channel (confirmed) and/or the handler;
  * a gap record or a dead-lettered event to the dead-letter channel. Answers false when the broker
- * could not take a message after the publish retries, or when the lease leaves no time for
- * another attempt: the drainer then stops, leaving the item (and everything after it) in the
- * hand-off list for a later attempt — nothing skipped, nothing reordered. Neither a handler that
- * keeps failing nor an event the transport can never send to `output` blocks the key: the event
- * is dead-lettered (`handler-failed`, `resequencer-output-unsendable`) and the key moves on.
+ * could not take a message after the publish retries, when the lease leaves no time for another
+ * attempt, or once the module is stopping: the drainer then stops, leaving the item (and
+ * everything after it) in the hand-off list for a later attempt — nothing skipped, nothing
+ * reordered. Neither a handler that keeps failing nor an event the transport can never send to
+ * `output` blocks the key: the event is dead-lettered (`handler-failed`,
+ * `resequencer-output-unsendable`) and the key moves on.
  */
 export class HandOffDeliverer {
   private readonly traces: ResequencerTracing;
@@ -270,10 +271,12 @@ export class HandOffDeliverer {
   ): Promise<boolean> {
     const { definition, metrics } = this.targets;
     if (definition.output !== undefined) {
-      if (this.stopping()) return false;
-      const outcome = await this.publish(definition.output, entry.body, outputHeaders(key, entry), {
-        allows: (ms) => !this.stopping() && guard.allows(ms),
-      });
+      const outcome = await this.publish(
+        definition.output,
+        entry.body,
+        outputHeaders(key, entry),
+        guard,
+      );
       if (!outcome.ok && isUnsendable(outcome.error)) {
         // No retry can send it: waiting would hold every later event of the key behind it.
         const detail =
@@ -339,8 +342,8 @@ export class HandOffDeliverer {
   }
 
   /**
-   * Whether the module is stopping (`stop`): an output publish, its retries included, does not
-   * start then, as a handler call does not (`callHandlerWithRetry`'s `stop`).
+   * Whether the module is stopping (`stop`): no publish, its retries included, starts then, as no
+   * handler call does (`callHandlerWithRetry`'s `stop`).
    */
   private stopping(): boolean {
     return this.targets.stop?.aborted === true;
@@ -470,7 +473,10 @@ export class HandOffDeliverer {
     return true;
   }
 
-  /** Publishes with retries, each attempt only while the lease leaves time for its confirm. */
+  /**
+   * Publishes with retries, each attempt only while the lease leaves time for its confirm and the
+   * module is not stopping.
+   */
   private async publish(
     channel: string,
     body: Buffer,
@@ -483,9 +489,10 @@ export class HandOffDeliverer {
       body,
       headers,
       this.targets.publish,
-      (timeoutMs) => guard.allows(timeoutMs),
+      (timeoutMs) => !this.stopping() && guard.allows(timeoutMs),
     );
-    if (!outcome.ok) {
+    // Stopping, it is left for the key's next drain: nothing to warn of.
+    if (!outcome.ok && !this.stopping()) {
       this.targets.logger.warn(
         `${this.targets.definition.name}: could not publish to ${channel} after ` +
           `${outcome.attempts} attempt(s): ${errorMessage(outcome.error)}`,

@@ -370,6 +370,58 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     },
   );
 
+  it('dead-letters no event once the shutdown drain is over, and the next drain moves out the rest', async () => {
+    const broker = new InMemoryTransport();
+    // Each confirm from the dead-letter channel takes 20 ms; counts the publishes begun after the
+    // stop.
+    const transport = new FaultInjectingTransport(broker);
+    let stopped = false;
+    let sentAfterStop = 0;
+    transport.beforePublish = async ({ channel: to }) => {
+      if (to !== dlq) return;
+      if (stopped) sentAfterStop++;
+      await sleep(20);
+    };
+    const onDlq = () => broker.peek(dlq).map((m) => Number(m.headers['x-resequence-seq']));
+    const store = new MemoryResequencerStore();
+    const definition = { channel, gap: { timeoutMs: 60_000, policy: 'dead-letter' } } as const;
+    const options = { transport, resequencer: { store }, shutdownTimeoutMs: 100 };
+    t = await createResequencerTestApp(definition, options);
+    t.app.get(ConsumerHost).stopping.addEventListener('abort', () => (stopped = true));
+    const events = 40;
+    for (let seq = 2; seq <= events; seq++) await publishEvent(transport, channel, 'T1', seq);
+    await eventually(
+      async () => (await t.service.buffered(channel, 'T1')).length === events - 1,
+      'every event but the first held',
+    );
+
+    // 1 never comes: the sweep dead-letters the events held behind it, 20 ms each, past the
+    // 100 ms the shutdown waits for it.
+    const sweep = t.sweeper.sweep(Date.now() + 60_000);
+    await eventually(() => onDlq().length >= 2, 'the drain dead-lettering');
+    await t.close();
+    await sweep;
+    await sleep(events * 20);
+
+    expect(sentAfterStop).toBe(0);
+    const moved = onDlq().length;
+    expect(moved).toBeLessThan(events - 1);
+    expect(await store.inspect({ scope: channel, key: 'T1' }, 1)).toMatchObject({
+      next: events + 1,
+      buffered: [],
+      handOff: events - 1 - moved, // settled what it moved out; the rest waits
+    });
+    expect(t.handler.received).toEqual([]);
+
+    // The key's next drain (the sweep of hand-off lists nobody drains) moves out the rest, once
+    // each.
+    t = await createResequencerTestApp(definition, options);
+    await t.sweeper.sweep(Date.now() + 60_000);
+    expect(onDlq()).toEqual(Array.from({ length: events - 1 }, (_, i) => i + 2));
+    await t.close();
+    await broker.close();
+  });
+
   describe('shutdown with a handler that does not return', () => {
     /** Closes `t`, telling whether it had closed within `ms`; the slow handler is then let go. */
     async function closesWithin(ms: number, release: () => void): Promise<boolean> {
