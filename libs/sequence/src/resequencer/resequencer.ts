@@ -105,6 +105,8 @@ export class Resequencer {
   /** Drains going on after their input was acked (see {@link drainFor}). */
   private readonly finishing = new Set<Promise<void>>();
   private readonly lifecycle: ResequencerLifecycle;
+  /** `HandOffTargets.stop`: aborted at shutdown. */
+  private readonly stop?: AbortSignal;
 
   constructor(
     readonly definition: ResolvedResequencer,
@@ -126,6 +128,7 @@ export class Resequencer {
       tracing: deps.options.tracing,
     });
     this.traces = new ResequencerTracing(deps.options.tracing, definition.name);
+    this.stop = targets.stop;
   }
 
   private readonly traces: ResequencerTracing;
@@ -543,7 +546,11 @@ export class Resequencer {
         return this.requeue('resequencer store unavailable');
       }
       if (result === 'drained') return ACK;
-      if (result === 'failed') return this.requeue(`key ${key}: output unreachable`);
+      if (result === 'failed') {
+        // Stopping, the deliverer starts no publish or handler call: nothing was unreachable.
+        const why = this.stop?.aborted ? 'the resequencer is stopping' : 'output unreachable';
+        return this.requeue(`key ${key}: ${why}`);
+      }
       // busy or lost: another drainer is delivering this key; its drain covers our event.
       const now = Date.now();
       if (now >= deadline) return this.requeue(`key ${key} is being drained elsewhere`);

@@ -422,6 +422,33 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     await broker.close();
   });
 
+  it('requeues the input of a drain the shutdown stopped, saying the resequencer is stopping', async () => {
+    const broker = new InMemoryTransport();
+    // Each confirm from the output takes 20 ms: the drain is still publishing at the stop.
+    const transport = new FaultInjectingTransport(broker);
+    transport.beforePublish = async ({ channel: to }) => {
+      if (to === OUTPUT) await sleep(20);
+    };
+    t = await createResequencerTestApp({ channel, gap: GAP }, { transport });
+    const resequencer = t.service.create({ channel: 'transfers.fed', output: OUTPUT, gap: GAP });
+    const event = (seq: number) => ({
+      body: Buffer.from(`T1#${seq}`),
+      headers: { 'x-resequence-key': 'T1', 'x-resequence-seq': seq },
+    });
+    for (let seq = 2; seq <= 20; seq++) await resequencer.receive(event(seq));
+
+    const received = resequencer.receive(event(1));
+    await eventually(() => broker.peek(OUTPUT).length >= 2, 'the drain publishing');
+    await t.close();
+
+    await expect(received).resolves.toEqual({
+      action: 'requeue',
+      delayMs: 500,
+      reason: 'key T1: the resequencer is stopping',
+    });
+    await broker.close();
+  });
+
   describe('shutdown with a handler that does not return', () => {
     /** Closes `t`, telling whether it had closed within `ms`; the slow handler is then let go. */
     async function closesWithin(ms: number, release: () => void): Promise<boolean> {
