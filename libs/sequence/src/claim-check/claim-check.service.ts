@@ -18,9 +18,12 @@ import { headerBytes, type Transport } from '../ports/transport.port';
 import { publishWithRetry } from '../kernel/publish-with-retry';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import {
+  asBufferPayload,
   byteChunk,
   declaredBytes,
   isRecordSource,
+  payloadProblem,
+  type PayloadTaker,
   type RecordSource,
   type SequencePayload,
 } from '../core/payload-source';
@@ -133,11 +136,13 @@ export class ClaimCheckService {
   async checkIn(payload: Buffer | Readable, options: CheckInOptions = {}): Promise<ClaimTicket> {
     let audience: readonly string[] = [];
     checkedBeforeReading(payload, () => {
+      refusePayload('checkIn()', payload, 'checkIn');
       checkCallOptions('checkIn()', options, CHECK_IN_KEYS);
       audience = audienceOption(options.audience);
     });
     const { audience: _audience, ...parkOptions } = options;
-    return this.traces.checkIn(() => this.parking.park(payload, parkOptions, true, audience));
+    const bytes = asBufferPayload(payload);
+    return this.traces.checkIn(() => this.parking.park(bytes, parkOptions, true, audience));
   }
 
   /**
@@ -208,6 +213,7 @@ export class ClaimCheckService {
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.inlineMaxBytes ?? this.options.inlineMaxBytes;
     checkedBeforeReading(payload, () => {
+      refusePayload(`publish() to ${channel}`, payload, 'publish');
       checkCallOptions(`publish() to ${channel}`, options, CLAIM_PUBLISH_KEYS);
       if (threshold > this.options.maxInlineBytes) {
         // It would read a stream up to it into memory, then fail to send it inline anyway.
@@ -218,6 +224,7 @@ export class ClaimCheckService {
         ]);
       }
     });
+    payload = asBufferPayload(payload);
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
     const inlineHeaders: HeaderMap = {
       ...options.headers,
@@ -437,4 +444,10 @@ async function fitsInline(
     if (!payload.readableEnded) payload.destroy();
   });
   return { stream };
+}
+
+/** A payload of a type `taker` does not take, refused before anything is read or stored. */
+function refusePayload(call: string, payload: unknown, taker: PayloadTaker): void {
+  const refused = payloadProblem(payload, taker);
+  if (refused) throw new SequenceOptionsError(call, [refused]);
 }

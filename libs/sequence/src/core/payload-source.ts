@@ -27,6 +27,65 @@ export function isRecordSource(payload: unknown): payload is RecordSource {
   );
 }
 
+/** What a call takes as its payload: `send()`, Claim Check's `publish()`, its `checkIn()`. */
+export type PayloadTaker = 'send' | 'publish' | 'checkIn';
+
+const TAKES: Record<PayloadTaker, string> = {
+  send:
+    'a Buffer or Uint8Array, a Readable, an AsyncIterable of byte chunks, or { records } (an ' +
+    'Iterable or AsyncIterable of them)',
+  publish:
+    'a Buffer or Uint8Array, a Readable, or { records } (an Iterable or AsyncIterable of them)',
+  checkIn: 'a Buffer or Uint8Array, or a Readable',
+};
+
+/**
+ * Why `payload` is not one `taker` takes, or `undefined` when it is: checked before the call
+ * starts, so that a value of another type (from JavaScript, or cast) is refused as an option is,
+ * instead of failing as a source once under way. A string is refused too: iterated, it would
+ * travel one character per chunk.
+ */
+export function payloadProblem(payload: unknown, taker: PayloadTaker): string | undefined {
+  if (ArrayBuffer.isView(payload) || payload instanceof Readable) return undefined;
+  if (isRecordSource(payload)) {
+    if (taker !== 'checkIn' && isIterable(payload.records)) return undefined;
+  } else if (
+    taker === 'send' &&
+    typeof payload === 'object' &&
+    isIterable(payload) &&
+    !Array.isArray(payload)
+  ) {
+    return undefined;
+  }
+  const got =
+    isRecordSource(payload) && taker !== 'checkIn'
+      ? `records of type ${describe(payload.records)}`
+      : describe(payload);
+  const hint = typeof payload === 'string' ? ': pass Buffer.from(text)' : '';
+  return `payload must be ${TAKES[taker]}, got ${got}${hint}`;
+}
+
+/** A payload's bytes as a Buffer when it is a Uint8Array (or another view): no copy. */
+export function asBufferPayload<T>(payload: T): T | Buffer {
+  if (!ArrayBuffer.isView(payload) || Buffer.isBuffer(payload)) return payload;
+  return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+}
+
+function isIterable(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const candidate = value as Partial<Record<symbol, unknown>>;
+  return (
+    typeof candidate[Symbol.asyncIterator] === 'function' ||
+    typeof candidate[Symbol.iterator] === 'function'
+  );
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? (value.constructor?.name ?? 'an object') : typeof value;
+}
+
 /**
  * A chunk of a payload stream as bytes: a string as UTF-8, a typed array as a view of its bytes.
  * Anything else (an object-mode stream's objects) is a TypeError.

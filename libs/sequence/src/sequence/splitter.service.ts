@@ -23,7 +23,7 @@ import {
   type FragmentHeaderInput,
   type HeaderMap,
 } from '../core/headers';
-import { isRecordSource, type SequencePayload } from '../core/payload-source';
+import { isRecordSource, payloadProblem, type SequencePayload } from '../core/payload-source';
 import {
   FRAGMENT_PARKING,
   type FragmentParking,
@@ -327,6 +327,8 @@ export class SplitterService implements SequenceSender {
     payload: SequencePayload,
   ): ResolvedPublishPolicy {
     const problems: string[] = [];
+    const refused = payloadProblem(payload, 'send');
+    if (refused) problems.push(refused);
     checkKeys(problems, options, SEND_KEYS, SEND_RENAMES);
     const policy = resolvePublishPolicy(problems, 'publish', options.publish, this.options.publish);
     const { maxFragmentBytes } = this.options.sequence.consumer;

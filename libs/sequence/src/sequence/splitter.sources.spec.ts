@@ -102,6 +102,33 @@ describe('SplitterService: sources and per-call options', () => {
     },
   );
 
+  it.each([
+    ['a number', 42],
+    ['null', null],
+    ['a plain object', { id: 7 }],
+    ['a string', 'a report'],
+    ['records that are not iterable', { records: 42 }],
+  ])(
+    'refuses %s as the payload with a SequenceOptionsError naming what it takes, sending nothing',
+    async (_label, payload) => {
+      const transport = new InMemoryTransport();
+      const splitter = await bootSplitter({ transport });
+
+      const error = await splitter.send('scans', payload as never).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        expect.stringMatching(
+          /^payload must be a Buffer or Uint8Array, a Readable, an AsyncIterable/,
+        ),
+      ]);
+      expect(transport.depth('scans')).toBe(0);
+    },
+  );
+
   it('sends a Uint8Array made in another realm (vm, worker) as bytes, as it does for stream chunks', async () => {
     const transport = new InMemoryTransport();
     const splitter = await bootSplitter({ transport });

@@ -152,6 +152,59 @@ describe('claim check: options validation at boot', () => {
     },
   );
 
+  it.each<[string, unknown]>([
+    ['a number', 42],
+    ['null', null],
+    ['a plain object', { id: 7 }],
+    ['a string', 'a report'],
+  ])(
+    'per call: %s as the payload is refused with the types publish and checkIn take, nothing stored',
+    async (_label, payload) => {
+      const t = await createClaimCheckTestApp({});
+      try {
+        const published = await t.claimCheck
+          .publish(DEFAULT_CHANNEL, payload as Buffer)
+          .catch((error: unknown) => error);
+        const checkedIn = await t.claimCheck
+          .checkIn(payload as Buffer)
+          .catch((error: unknown) => error);
+
+        expect(published).toBeInstanceOf(SequenceOptionsError);
+        expect((published as SequenceOptionsError).problems).toEqual([
+          expect.stringMatching(
+            /^payload must be a Buffer or Uint8Array, a Readable, or \{ records \}/,
+          ),
+        ]);
+        expect(checkedIn).toBeInstanceOf(SequenceOptionsError);
+        expect((checkedIn as SequenceOptionsError).problems).toEqual([
+          expect.stringMatching(/^payload must be a Buffer or Uint8Array, or a Readable, got/),
+        ]);
+        expect(await filesUnder(t.root)).toEqual([]);
+      } finally {
+        await t.close();
+      }
+    },
+  );
+
+  it('per call: a Uint8Array that is not a Buffer is taken as its bytes, as send() takes it', async () => {
+    const t = await createClaimCheckTestApp({});
+    try {
+      const small = new Uint8Array([1, 2, 3]);
+      const large = new Uint8Array(300 * 1024).fill(7);
+
+      const inline = await t.claimCheck.publish(DEFAULT_CHANNEL, small as Buffer);
+      const ticketed = await t.claimCheck.publish(DEFAULT_CHANNEL, large as Buffer);
+      const ticket = await t.claimCheck.checkIn(large as Buffer);
+      const back = await t.claimCheck.checkOut(ticket);
+
+      expect(inline).toMatchObject({ via: 'inline', bytes: 3 });
+      expect(ticketed).toMatchObject({ via: 'ticket', bytes: large.length });
+      expect(await back.toBuffer()).toEqual(Buffer.from(large));
+    } finally {
+      await t.close();
+    }
+  });
+
   it("dead-letters to the channel's <channel>.dlq, not the module's sequence.deadLetterChannel", async () => {
     const t = await createClaimCheckTestApp({
       module: { sequence: { deadLetterChannel: 'sequences.dlq' } },
