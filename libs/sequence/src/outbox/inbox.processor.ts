@@ -261,7 +261,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // transaction (with the next record's work, or this one's failed attempt), nor commit in
       // one of its own.
       abandoned: (settled) => {
-        transaction.outrun(limit.error(attempt), settled);
+        transaction.fail(limit.error(attempt));
         if (!this.options.ordered || record.partitionKey === null) return;
         this.abandoned.add(record.partitionKey, settled);
         this.logger.warn(
@@ -277,7 +277,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         called = true;
         // Open while the handler runs: an OutboxService.transaction inside it records into it.
         // Joinable only until the handler's call settles (or is abandoned): what it left running
-        // opens its own.
+        // opens its own once the call returned, and is refused once it failed.
         await batch.handlerCall(() =>
           OutboxTracing.process(this.tracing, this.box, handler.channel, record, () =>
             OutboxTransaction.asHandlerCall(transaction, () =>
@@ -290,8 +290,9 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         returned = !batch.transaction.brokenBy;
       });
     } catch (error) {
-      // What the failed call left running must not land in the next record's savepoint.
-      transaction.abandon(new InboxCallEndedError(record.id, 'failed'));
+      // What the failed call left running must not land in the next record's savepoint, nor
+      // commit in a transaction() of its own beside the retry.
+      transaction.fail(new InboxCallEndedError(record.id, 'failed'));
       // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
       if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
       // Or after it returned (at the RELEASE: a failover, a terminated session): the handler did

@@ -35,8 +35,8 @@ export class OutboxTransaction {
   private flushed = false;
   /** Set when the handler this was handed to was abandoned: everything is refused with it. */
   private abandonedBy: Error | undefined;
-  /** Set when the handler call this was handed to ran past its time limit: see {@link outrun}. */
-  private outrunBy: Error | undefined;
+  /** Set when the handler call this was handed to failed: see {@link fail}. */
+  private failedBy: Error | undefined;
   /**
    * Set once the work of the `transaction()` this was handed to has returned or thrown: what that
    * work left running is refused everything from then on, here and in the transactions joined
@@ -68,8 +68,9 @@ export class OutboxTransaction {
 
   /**
    * Runs `work`, a claim's handler calls, with the handler-call context on: on only while claims
-   * run (Node tracks async context for every promise while it is), and off once none does. Work a
-   * call left running past its claim finds no call then; it finds no claim to join either.
+   * run, or a failed call may (see {@link fail}), since Node tracks async context for every
+   * promise while it is on. Work a call that returned left running past its claim finds no call
+   * then; it finds no claim to join either.
    */
   static async inHandlerCalls<T>(work: () => Promise<T>): Promise<T> {
     callsRunning++;
@@ -81,12 +82,12 @@ export class OutboxTransaction {
   }
 
   /**
-   * Throws when the async context is that of an inbox handler call that ran past its time limit
-   * (see {@link outrun}): a `transaction()` it starts is refused.
+   * Throws when the async context is that of an inbox handler call that failed (see
+   * {@link fail}): a `transaction()` it starts is refused.
    */
-  static assertNotOutrun(): void {
-    const outrun = CALLS.getStore()?.outrunBy;
-    if (outrun) throw outrun;
+  static assertCallNotFailed(): void {
+    const failed = CALLS.getStore()?.failedBy;
+    if (failed) throw failed;
   }
 
   /**
@@ -166,17 +167,20 @@ export class OutboxTransaction {
   }
 
   /**
-   * The inbox handler call this was handed to ran past its time limit, and runs on until
-   * `settled`: {@link abandon}ed with `reason`, and a `transaction()` it starts is refused with
-   * it too (the handler-call context stays on until then). Opening one of its own, the call would
-   * commit what its failed attempt undid, and its retry would write it again. (Work a call left
-   * running once it returned in time does open its own.)
+   * The inbox handler call this was handed to failed (it threw, or ran past its time limit), and
+   * its record is to be handled again: {@link abandon}ed with `reason`, and a `transaction()`
+   * started from its async context from now on, by the call or by work it left running, is
+   * refused with it too. Opening one of its own, that work would commit what the failed attempt
+   * undid, and the retry would write it again. The handler-call context stays on for as long as
+   * anything of the call can run: until this object is garbage (each async resource created in
+   * the call's context holds it). Work a call left running once it returned does open its own.
    */
-  outrun(reason: Error, settled: Promise<void>): void {
+  fail(reason: Error): void {
     this.abandon(reason);
-    this.outrunBy ??= reason;
+    if (this.failedBy) return;
+    this.failedBy = reason;
     callsRunning++;
-    void settled.then(callsEnded);
+    FAILED_CALLS.register(this, undefined);
   }
 
   /**
@@ -286,10 +290,12 @@ const OPEN = new WeakMap<StoreTransaction, OutboxTransaction[]>();
 /** The inbox handler call of the async context (see `OutboxTransaction.handlerCallOn`). */
 const CALLS = new AsyncLocalStorage<OutboxTransaction>();
 /**
- * Claims whose handler calls are running, and calls past their time limit that still run; the
- * context is turned off when this falls to 0.
+ * Claims whose handler calls are running, and failed calls that something may still run in (see
+ * `OutboxTransaction.fail`); the context is turned off when this falls to 0.
  */
 let callsRunning = 0;
+/** Counts a failed call off {@link callsRunning} once nothing can run in its context any more. */
+const FAILED_CALLS = new FinalizationRegistry<undefined>(() => callsEnded());
 
 /** One of {@link callsRunning} ended. */
 function callsEnded(): void {

@@ -47,8 +47,9 @@ export class OutboxService {
    * another transaction of the store (or an inbox handler's), it joins it as a savepoint: what it
    * recorded is then written with the enclosing transaction's records, after those recorded
    * before it, and what any transaction recorded inside it is dropped if it throws. Started by
-   * an inbox handler call that ran past its `handlerTimeoutMs`, it is refused with the call's
-   * `HandlerTimeoutError`.
+   * an inbox handler call once it failed (by work it left running), it is refused: with the
+   * call's `HandlerTimeoutError` when it ran past its `handlerTimeoutMs`, with an
+   * `InboxCallEndedError` when it threw.
    */
   transaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
     return OutboxTracing.append(this.resolved.tracing, 'transaction', () =>
@@ -57,8 +58,8 @@ export class OutboxService {
   }
 
   private async inTransaction<T>(work: (transaction: OutboxTransaction) => Promise<T>): Promise<T> {
-    // Started by an inbox handler call past its time limit: nothing of it may commit.
-    OutboxTransaction.assertNotOutrun();
+    // Started by an inbox handler call that failed: nothing of it may commit beside the retry.
+    OutboxTransaction.assertCallNotFailed();
     const store = await this.runtime.ready();
     let restore: (() => void) | undefined;
     let result: T;

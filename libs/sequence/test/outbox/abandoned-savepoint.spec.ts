@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Injectable, type Type } from '@nestjs/common';
 import { Pool } from 'pg';
 import {
+  HandlerTimeoutError,
   InboxHandler,
   OutboxService,
   type InboxContext,
@@ -183,6 +184,49 @@ function strayWritesCase(open: () => Promise<OutboxStore>, ledger: () => string)
       { n: 1, attempt: 1 },
     ]);
   });
+
+  it.each([
+    ['threw', 'Declined', InboxCallEndedError],
+    ['ran past its time limit', 'Slow', HandlerTimeoutError],
+  ])(
+    'refuses a transaction() that a call which %s left running starts after the retry',
+    async (_ended, type, refusal) => {
+      const late: unknown[] = [];
+      let handledAgain!: () => void;
+      const retried = new Promise<void>((resolve) => (handledAgain = resolve));
+      @Injectable()
+      class Handlers {
+        constructor(private readonly outbox: OutboxService) {}
+
+        async writeOnce(n: number, attempt: number, end: () => Promise<void>) {
+          if (attempt === 1) {
+            // A listener it starts and does not await, which writes once the record was retried.
+            void retried
+              .then(() => sleep(100))
+              .then(() => this.outbox.transaction((tx) => write(tx, n, attempt)))
+              .catch((error: unknown) => late.push(error));
+            return end();
+          }
+          await this.outbox.transaction((tx) => write(tx, n, attempt));
+          setTimeout(handledAgain, 100); // once this claim committed
+        }
+
+        @InboxHandler({ event: 'Declined', processInTransaction: true })
+        async declined(event: OutboxEvent<{ n: number }>, { attempt }: InboxContext) {
+          await this.writeOnce(event.payload.n, attempt, () =>
+            Promise.reject(new Error('declined')),
+          );
+        }
+
+        @InboxHandler({ event: 'Slow', processInTransaction: true, handlerTimeoutMs: 100 })
+        async slow(event: OutboxEvent<{ n: number }>, { attempt }: InboxContext) {
+          await this.writeOnce(event.payload.n, attempt, () => sleep(200).then(() => undefined));
+        }
+      }
+      expect(await inOneClaim(Handlers, [type])).toEqual([{ n: 0, attempt: 2 }]);
+      expect(late).toEqual([expect.any(refusal)]);
+    },
+  );
 
   it('commits no write of a transaction() joined by a call past its time limit', async () => {
     @Injectable()
