@@ -98,9 +98,18 @@ export class RuntimeBridge
     this.targets = this.modules.getRpcTargetRegistry<unknown>().subscribe((target) => {
       if (isRuntimeTarget(target)) target[ATTACH_RUNTIME](this);
     });
+    // Clients too, those made already (`ClientsModule.register` makes them as it is imported):
+    // the `onModuleInit` of a module initialised before this one (listed before SequenceModule)
+    // may already call a client's `connect()` or `emit()`.
+    this.attachClients();
   }
 
+  /** Attaches the clients made since construction too (`ClientsModule.registerAsync`'s). */
   onModuleInit(): void {
+    this.attachClients();
+  }
+
+  private attachClients(): void {
     for (const wrapper of this.discovery.getProviders()) {
       const instance: unknown = wrapper.instance;
       if (isRuntimeTarget(instance)) instance[ATTACH_RUNTIME](this);

@@ -1,8 +1,22 @@
 import { Readable } from 'node:stream';
-import { Controller, Injectable, Logger, Module, ValidationPipe } from '@nestjs/common';
+import {
+  Controller,
+  Inject,
+  Injectable,
+  Logger,
+  Module,
+  ValidationPipe,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { IsString } from 'class-validator';
 import { NestFactory } from '@nestjs/core';
-import { ClientsModule, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import {
+  ClientsModule,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  type ClientProxy,
+} from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
 import { Test } from '@nestjs/testing';
 import { firstValueFrom, lastValueFrom } from 'rxjs';
@@ -265,6 +279,40 @@ describe('SequenceClient.emit', () => {
       );
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('SequenceClient at startup', () => {
+  /** Connects and emits as its module starts, as a service announcing itself does. */
+  @Injectable()
+  class Announcer implements OnModuleInit {
+    constructor(@Inject(CLIENT) private readonly client: ClientProxy) {}
+
+    async onModuleInit(): Promise<void> {
+      await this.client.connect();
+      await lastValueFrom(this.client.emit('host.in', { started: true }));
+    }
+  }
+
+  @Module({
+    imports: [ClientsModule.register([{ name: CLIENT, customClass: SequenceClient }])],
+    providers: [Announcer],
+  })
+  class AnnouncerModule {}
+
+  it('serves the onModuleInit of a module listed before SequenceModule', async () => {
+    const transport = new InMemoryTransport();
+    // AnnouncerModule first: its onModuleInit runs before SequenceModule's.
+    const moduleRef = await Test.createTestingModule({
+      imports: [AnnouncerModule, SequenceModule.forRoot({ transport })],
+    }).compile();
+    moduleRef.useLogger(['error']);
+    try {
+      await moduleRef.init();
+      expect(transport.depth('host.in')).toBe(1);
+    } finally {
+      await moduleRef.close();
     }
   });
 });
