@@ -406,6 +406,44 @@ describe('guarantees: broker-held reassembly', () => {
     );
   });
 
+  it('waits out a timeoutMs longer than a timer can wait before expiring a sequence', async () => {
+    const channel = 'held.expiry-long';
+    // 30 days: past the 2^31 - 1 ms (24.8 days) a Node timer waits; a longer one fires at 1 ms.
+    const timeoutMs = 30 * 24 * 3_600_000;
+    const { transport, handler } = await app(channel, { timeoutMs });
+    const early = makeFragments('held-long', bytes(3_000, 24), 1_000);
+    await publishHeld(transport, channel, early.slice(0, 2), PARTITIONS);
+    await eventually(() => unsettledIn(transport, channel) === 2, 'two fragments held');
+    await sleep(100);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    await publishHeld(transport, channel, early.slice(2), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'the sequence handled');
+
+    // Its deadline still holds: timers faked from the first fragment of the next sequence.
+    jest.useFakeTimers({
+      advanceTimers: true,
+      doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'],
+    });
+    try {
+      const late = makeFragments('held-long-2', bytes(3_000, 25), 1_000);
+      await publishHeld(transport, channel, late.slice(0, 2), PARTITIONS);
+      await eventually(() => unsettledIn(transport, channel) === 2, 'two fragments held');
+      jest.advanceTimersByTime(timeoutMs - 1_000);
+      await sleep(50);
+      expect(deadLetters(transport, channel)).toHaveLength(0);
+      jest.advanceTimersByTime(2_000);
+      await eventually(
+        () => deadLetters(transport, channel).length === 2,
+        'expired at its deadline',
+      );
+      expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
+        /^sequence-expired: /,
+      );
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
   it('dead-letters an expired sequence and frees its window without waiting for onExpired', async () => {
     const channel = 'held.expiry-hook';
     const called: string[] = [];

@@ -1,5 +1,6 @@
 import { ConsumerHost } from '../../kernel/consumer.host';
 import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { MAX_TIMER_MS } from '../../core/async';
 import { sha256Hasher } from '../../core/checksum';
 import { claimCheckMarking } from '../../core/claim-check-headers';
 import { admitFragment, recordFragment } from '../../core/completeness';
@@ -827,17 +828,28 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private scheduleExpiry(sequence: HeldSequence, consumer: SequenceConsumer): void {
     const { ms, strategy } = consumer.options.timeout;
     if (sequence.timer && strategy === 'fixed') return;
-    clearTimeout(sequence.timer);
     const from = strategy === 'fixed' ? sequence.state.firstFragmentAt : Date.now();
-    const wait = Math.max(0, from + ms - Date.now());
-    sequence.timer = setTimeout(() => {
-      if (sequence.phase !== 'holding') return;
-      const missing = sequence.toExpired(Date.now()).missingPositions;
-      const detail =
-        `sequence ${sequence.sequenceId}: expired after ${ms} ms with ${sequence.fragments.size} fragment(s) received` +
-        (missing.length > 0 ? `, ${missing.length} known to be missing` : ', the last not yet');
-      void this.end(sequence, consumer, 'expired', 'sequence-expired', detail);
-    }, wait);
+    this.expireAt(sequence, consumer, from + ms);
+  }
+
+  /** Expires `sequence` at `deadline` (`timeoutMs` after its start), unless it settles first. */
+  private expireAt(sequence: HeldSequence, consumer: SequenceConsumer, deadline: number): void {
+    const { ms } = consumer.options.timeout;
+    clearTimeout(sequence.timer);
+    const wait = Math.max(0, deadline - Date.now());
+    sequence.timer = setTimeout(
+      () => {
+        if (sequence.phase !== 'holding') return;
+        // A timer waits MAX_TIMER_MS at most (about 24.8 days; a longer one fires after 1 ms).
+        if (wait > MAX_TIMER_MS) return this.expireAt(sequence, consumer, deadline);
+        const missing = sequence.toExpired(Date.now()).missingPositions;
+        const detail =
+          `sequence ${sequence.sequenceId}: expired after ${ms} ms with ${sequence.fragments.size} fragment(s) received` +
+          (missing.length > 0 ? `, ${missing.length} known to be missing` : ', the last not yet');
+        void this.end(sequence, consumer, 'expired', 'sequence-expired', detail);
+      },
+      Math.min(wait, MAX_TIMER_MS),
+    );
     sequence.timer.unref();
   }
 
