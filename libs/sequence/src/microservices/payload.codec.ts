@@ -89,8 +89,8 @@ export interface OutgoingPayload {
  * `isRecordsOnly`) or a {@link SequenceRecord} as they are, other binary data (a typed array, a
  * `DataView`, an `ArrayBuffer`) as its bytes; anything else as JSON. A
  * `SequenceRecord` whose content type is not JSON sends a string as its UTF-8 bytes.
- * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt) or holds a Map or a
- * Set (JSON would send it as `{}`), or is a
+ * @throws TypeError when `data` cannot be written as JSON (a cycle, a BigInt) or holds what JSON
+ * would send as `{}` (a Map, a Set, a Promise, an async iterable), or is a
  * `SequenceRecord` of a content type other than JSON holding neither bytes nor text
  */
 export function encodePayload(data: unknown): OutgoingPayload {

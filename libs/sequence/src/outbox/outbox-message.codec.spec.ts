@@ -139,6 +139,12 @@ describe('outbox messages', () => {
     expect(problemsOf(() => toCommand({ ...command, payload: new Map() })).join()).toMatch(
       /the data is a Map/,
     );
+    // Nor a value not awaited: an event would carry {} for the order it was meant to describe.
+    expect(
+      problemsOf(() =>
+        toEvent({ ...event, payload: { order: Promise.resolve({ id: 1 }) } }),
+      ).join(),
+    ).toMatch(/the property "order" is a Promise/);
     expect(problemsOf(() => toCommand({ ...command, payload: undefined })).join()).toMatch(
       /payload/,
     );

@@ -40,8 +40,8 @@ function problemsOf(errors: readonly ValidationError[], path = ''): string[] {
 
 /**
  * `payload` as the JSON it travels as (a copy, detached from the caller's objects), or the
- * problem: a value JSON cannot carry (BigInt, a cycle) or would carry as `{}` (a Map, a Set) is
- * refused.
+ * problem: a value JSON cannot carry (BigInt, a cycle) or would carry as `{}` (a Map, a Set, a
+ * Promise, an async iterable: see jsonText) is refused.
  */
 function asJson(payload: unknown): { value?: unknown; problems: string[] } {
   try {

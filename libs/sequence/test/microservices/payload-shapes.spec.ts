@@ -124,6 +124,29 @@ describe('SequenceClient payloads with a records property', () => {
     ['a Map', () => new Map([['a', 1]]), /the data is a Map, which JSON would send as \{\}/],
     ['a Set in a property', () => ({ tags: new Set(['x']) }), /property "tags" is a Set/],
     ['a Map deep in an array', () => ({ rows: [{ by: new Map() }] }), /property "by" is a Map/],
+    [
+      'a Promise not awaited',
+      () => Promise.resolve({ id: 1 }),
+      /the data is a Promise, which JSON would send as \{\}: await it first/,
+    ],
+    [
+      'a Promise in a property',
+      () => ({ total: Promise.resolve(2) }),
+      /property "total" is a Promise, which JSON would send as \{\}/,
+    ],
+    [
+      'an async generator',
+      () =>
+        (async function* () {
+          yield Buffer.from('a');
+        })(),
+      /the data is an async iterable, which JSON would send as \{\}: send Readable.from\(it\)/,
+    ],
+    [
+      'a web ReadableStream in a property',
+      () => ({ body: new ReadableStream() }),
+      /property "body" is an async iterable/,
+    ],
   ])('refuses %s with a TypeError rather than send {}', async (_what, data, message) => {
     await expect(
       lastValueFrom(t.client.emit('shapes.in', data()), { defaultValue: undefined }),
