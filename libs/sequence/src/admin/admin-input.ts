@@ -1,4 +1,5 @@
 import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
+import { hasLoneSurrogate } from '../core/unicode';
 import { isResequencerKey } from '../ports/resequencer-store.port';
 import { badRequest } from './admin.errors';
 
@@ -46,10 +47,11 @@ export function optionalReason(raw: unknown): string | undefined {
 
 /**
  * Whether `value` can be an outbox or inbox row's id: a message id, 1 to 200 characters without
- * control characters (what recording or receiving a message requires of its id).
+ * control characters or a lone surrogate (what recording or receiving a message requires of its
+ * id; the stores refuse the surrogate).
  */
 export function isRowId(value: unknown): value is string {
-  return typeof value === 'string' && MESSAGE_ID_PATTERN.test(value);
+  return typeof value === 'string' && MESSAGE_ID_PATTERN.test(value) && !hasLoneSurrogate(value);
 }
 
 /** A resequencer key as the stores take it: 1 to 256 characters without control characters. */
@@ -69,8 +71,8 @@ export function parseIds(body: unknown, maxBatch: number): string[] {
   for (const id of ids) {
     if (!isRowId(id)) {
       throw badRequest(
-        `every id must be 1 to 200 characters without control characters (what an outbox or ` +
-          `inbox row's id is); ${shown(id)} is not`,
+        `every id must be 1 to 200 characters without control characters or a lone surrogate ` +
+          `(what an outbox or inbox row's id is); ${shown(id)} is not`,
       );
     }
   }
