@@ -18,6 +18,7 @@ const CODE_BY_STATUS: Readonly<Record<number, AdminErrorCode>> = {
   401: 'forbidden',
   403: 'forbidden',
   404: 'not-found',
+  409: 'conflict',
   413: 'too-large',
   501: 'unsupported',
   503: 'unavailable',

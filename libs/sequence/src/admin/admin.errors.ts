@@ -4,6 +4,7 @@ export type AdminErrorCode =
   | 'forbidden'
   | 'mutations-disabled'
   | 'not-found'
+  | 'conflict'
   | 'too-large'
   | 'unsupported'
   | 'internal'
@@ -14,6 +15,7 @@ const STATUS: Readonly<Record<AdminErrorCode, number>> = {
   forbidden: 403,
   'mutations-disabled': 403,
   'not-found': 404,
+  conflict: 409,
   'too-large': 413,
   unsupported: 501,
   internal: 500,
@@ -44,4 +46,8 @@ export function notFound(message: string): AdminRequestError {
 
 export function unsupported(message: string): AdminRequestError {
   return new AdminRequestError('unsupported', message);
+}
+
+export function conflict(message: string): AdminRequestError {
+  return new AdminRequestError('conflict', message);
 }

@@ -13,12 +13,18 @@ import type { Transport } from '../ports/transport.port';
 import { reasonMatches } from '../ports/dead-letter-actions';
 import type { MutationAnswer } from './admin-actions';
 import type { DeadLetterSelection } from './admin-input';
-import { unsupported } from './admin.errors';
+import { conflict, unsupported } from './admin.errors';
 import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
 
 export interface DeadLetterChannelSummary {
+  /** The channel; for a dead-letter channel that several channels share, its own name. */
   readonly channel: string;
   readonly deadLetterChannel: string;
+  /**
+   * The channels (two or more) whose dead letters all go to this one dead-letter channel:
+   * nothing in a dead letter says which of them it came from, so they are listed once, here.
+   */
+  readonly sharedBy?: readonly string[];
   readonly total: number;
   /**
    * Counts per reason code, among the oldest {@link MAX_DEAD_LETTER_BROWSE} (1000); `""` counts
@@ -40,6 +46,16 @@ interface CachedReasons {
 }
 
 export type DeadLetterAnswer = MutationAnswer & DeadLetterActionResult;
+
+/** Where the routes' `:channel` finds its dead letters. */
+interface DeadLetterSource {
+  /** What it is listed and acted on as: the channel, or a shared dead-letter channel's name. */
+  readonly name: string;
+  readonly deadLetterChannel: string;
+  readonly location: DeadLetterLocation;
+  /** Set when two or more channels dead-letter into `deadLetterChannel`: origins are unknown. */
+  readonly sharedBy?: readonly string[];
+}
 
 /** Dead letters, through the transport's {@link DeadLetterBox}. */
 @Injectable()
@@ -75,16 +91,15 @@ export class DeadLettersReader {
   async summary(): Promise<DeadLetterChannelSummary[]> {
     const box = this.required();
     const summaries: DeadLetterChannelSummary[] = [];
-    for (const channel of this.channelNames()) {
+    for (const source of this.sources()) {
       if (box.browseIsNonDestructive) {
-        summaries.push(await this.reasonsOf(box, channel));
+        summaries.push(await this.reasonsOf(box, source));
         continue;
       }
-      const cached = this.cachedReasons(channel);
-      const total = (await box.count(channel, this.locationOf(channel))) ?? cached?.total ?? 0;
+      const cached = this.cachedReasons(source.name);
+      const total = (await box.count(source.name, source.location)) ?? cached?.total ?? 0;
       summaries.push({
-        channel,
-        deadLetterChannel: this.deadLetterChannelOf(channel),
+        ...described(source),
         total,
         ...(cached && total > 0 ? { byReason: cached.byReason } : {}),
       });
@@ -98,8 +113,9 @@ export class DeadLettersReader {
    */
   async channelReasons(channel: string): Promise<DeadLetterChannelSummary> {
     const box = this.required();
-    const cached = box.browseIsNonDestructive ? undefined : this.cachedReasons(channel);
-    return cached ?? this.reasonsOf(box, channel);
+    const source = this.sourceOf(channel);
+    const cached = box.browseIsNonDestructive ? undefined : this.cachedReasons(source.name);
+    return cached ?? this.reasonsOf(box, source);
   }
 
   private cachedReasons(channel: string): DeadLetterChannelSummary | undefined {
@@ -109,10 +125,14 @@ export class DeadLettersReader {
     return undefined;
   }
 
-  private async reasonsOf(box: DeadLetterBox, channel: string): Promise<DeadLetterChannelSummary> {
+  private async reasonsOf(
+    box: DeadLetterBox,
+    source: DeadLetterSource,
+  ): Promise<DeadLetterChannelSummary> {
+    const channel = source.name;
     const page = await box.browse(channel, {
       limit: MAX_DEAD_LETTER_BROWSE,
-      ...this.locationOf(channel),
+      ...source.location,
     });
     const counts = new Map<string, number>();
     for (const letter of page.items) {
@@ -120,8 +140,8 @@ export class DeadLettersReader {
       counts.set(code, (counts.get(code) ?? 0) + 1);
     }
     const summary: DeadLetterChannelSummary = {
-      channel,
-      deadLetterChannel: page.items[0]?.deadLetterChannel ?? this.deadLetterChannelOf(channel),
+      ...described(source),
+      deadLetterChannel: page.items[0]?.deadLetterChannel ?? source.deadLetterChannel,
       total: page.total ?? page.items.length,
       byReason: [...counts]
         .map(([reason, count]) => ({ reason, count }))
@@ -135,6 +155,52 @@ export class DeadLettersReader {
       this.reasons.delete(oldest);
     }
     return summary;
+  }
+
+  /**
+   * What the console lists: each browsed channel, except that channels sharing one dead-letter
+   * channel (the module's `sequence.deadLetterChannel`, or one `deadLetterChannel` named by two
+   * handlers) become one source under that dead-letter channel's name, read once.
+   */
+  sources(): DeadLetterSource[] {
+    const byDeadLetterChannel = new Map<string, string[]>();
+    for (const channel of this.channelNames()) {
+      const deadLetterChannel = this.deadLetterChannelOf(channel);
+      byDeadLetterChannel.set(deadLetterChannel, [
+        ...(byDeadLetterChannel.get(deadLetterChannel) ?? []),
+        channel,
+      ]);
+    }
+    return [...byDeadLetterChannel]
+      .map(([deadLetterChannel, channels]): DeadLetterSource => {
+        const [only] = channels;
+        if (channels.length === 1 && only !== undefined) {
+          return { name: only, deadLetterChannel, location: this.locationOf(only) };
+        }
+        return {
+          name: deadLetterChannel,
+          deadLetterChannel,
+          location: { deadLetterChannel },
+          sharedBy: channels,
+        };
+      })
+      .sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /**
+   * The source a route's `:channel` names: a channel sharing its dead-letter channel, or that
+   * dead-letter channel's name, is the shared source; any other name is a channel of its own.
+   */
+  sourceOf(channel: string): DeadLetterSource {
+    const sources = this.sources();
+    return (
+      sources.find((source) => source.sharedBy?.includes(channel)) ??
+      sources.find((source) => source.name === channel) ?? {
+        name: channel,
+        deadLetterChannel: this.deadLetterChannelOf(channel),
+        location: this.locationOf(channel),
+      }
+    );
   }
 
   private deadLetterChannelOf(channel: string): string {
@@ -151,48 +217,79 @@ export class DeadLettersReader {
   }
 
   /** Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. */
+  /**
+   * Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. The dead
+   * letters of a shared dead-letter channel carry its name as `channel`: their origin is unknown.
+   */
   async list(channel: string, reason: string | undefined, limit: number): Promise<DeadLetter[]> {
-    const page = await this.required().browse(channel, {
+    const source = this.sourceOf(channel);
+    const page = await this.required().browse(source.name, {
       limit,
       reason,
-      ...this.locationOf(channel),
+      ...source.location,
     });
     return page.items.filter((letter) => reasonMatches(letter.reason, reason));
   }
 
+  /**
+   * @throws AdminRequestError `conflict` for a shared dead-letter channel: a replay would send
+   * every channel's dead letters to one of them
+   */
   async replay(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
     const box = this.required();
-    const ids = await this.select(box, channel, selection);
+    const source = this.sourceOf(channel);
+    if (source.sharedBy) {
+      throw conflict(
+        `the dead letters of ${source.sharedBy.join(', ')} all go to ${source.deadLetterChannel} ` +
+          'and nothing in them says which channel each came from: the console cannot replay them. ' +
+          'Republish each by hand to its own channel, or discard it; to replay from here, give ' +
+          'each handler a deadLetterChannel of its own',
+      );
+    }
+    const ids = await this.select(box, source, selection);
     if (ids.length === 0) return nothingSelected(channel, selection);
     this.reasons.delete(channel);
     const result = await box.replay(channel, ids, {
       ratePerSecond: this.options.replayRatePerSecond,
-      ...this.locationOf(channel),
+      ...source.location,
     });
     this.reasons.delete(channel);
     return answer('replayed', channel, result);
   }
 
+  /**
+   * Ids are unique within a dead-letter channel, so a discard by ids is safe on a shared one. By
+   * `reason` or `all` it takes every sharing channel's: refused when asked through one of them.
+   * @throws AdminRequestError `conflict` for `reason` or `all` through a channel that shares
+   */
   async discard(channel: string, selection: DeadLetterSelection): Promise<DeadLetterAnswer> {
     const box = this.required();
-    const ids = await this.select(box, channel, selection);
-    if (ids.length === 0) return nothingSelected(channel, selection);
-    const result = await box.discard(channel, ids, this.locationOf(channel));
-    this.reasons.delete(channel);
-    return answer('discarded', channel, result);
+    const source = this.sourceOf(channel);
+    if (source.sharedBy && source.name !== channel && selection.kind !== 'ids') {
+      throw conflict(
+        `the dead letters of ${source.sharedBy.join(', ')} all go to ${source.deadLetterChannel} ` +
+          `and nothing in them says which channel each came from: discard by ids, or discard ` +
+          `them all through ${source.deadLetterChannel}`,
+      );
+    }
+    const ids = await this.select(box, source, selection);
+    if (ids.length === 0) return nothingSelected(source.name, selection);
+    const result = await box.discard(source.name, ids, source.location);
+    this.reasons.delete(source.name);
+    return answer('discarded', source.name, result);
   }
 
   private async select(
     box: DeadLetterBox,
-    channel: string,
+    source: DeadLetterSource,
     selection: DeadLetterSelection,
   ): Promise<string[]> {
     if (selection.kind === 'ids') return [...selection.ids];
     const reason = selection.kind === 'reason' ? selection.reason : undefined;
-    const page = await box.browse(channel, {
+    const page = await box.browse(source.name, {
       limit: this.options.maxBatch,
       reason,
-      ...this.locationOf(channel),
+      ...source.location,
     });
     return page.items
       .filter((letter) => reasonMatches(letter.reason, reason))
@@ -206,6 +303,14 @@ export class DeadLettersReader {
     }
     return box;
   }
+}
+
+function described(source: DeadLetterSource): Omit<DeadLetterChannelSummary, 'total'> {
+  return {
+    channel: source.name,
+    deadLetterChannel: source.deadLetterChannel,
+    ...(source.sharedBy ? { sharedBy: source.sharedBy } : {}),
+  };
 }
 
 function nothingSelected(channel: string, selection: DeadLetterSelection): DeadLetterAnswer {

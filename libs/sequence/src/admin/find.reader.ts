@@ -79,9 +79,10 @@ export class FindReader {
     const box = this.deadLetters.box;
     if (!box || !(asked || box.browseIsNonDestructive)) return [];
     const matches: FindMatch[] = [];
-    for (const channel of this.deadLetters.channelNames()) {
+    // A dead-letter channel several channels share is read once, under its own name.
+    for (const { name } of this.deadLetters.sources()) {
       const letters = await this.deadLetters
-        .list(channel, undefined, this.deadLetters.maxBatch)
+        .list(name, undefined, this.deadLetters.maxBatch)
         .catch(() => []);
       for (const letter of letters) {
         const named = ID_HEADERS.some((header) => headerIs(letter.headers[header], id));

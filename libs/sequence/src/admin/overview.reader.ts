@@ -3,7 +3,7 @@ import { errorMessage } from '../core/errors/caught';
 import { SEQUENCE_BUDGETS, SEQUENCE_STORE, type SequenceBudgets } from '../kernel/tokens';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import { BoxesReader, type BoxTotals } from './boxes.reader';
-import { DeadLettersReader } from './dead-letters.reader';
+import { DeadLettersReader, type DeadLetterChannelSummary } from './dead-letters.reader';
 import { ResequencerReader, type GapItem } from './resequencer.reader';
 import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
 
@@ -123,7 +123,7 @@ export class OverviewReader {
         problems.push({
           severity: 'warning',
           pattern: 'dead-letters',
-          message: `${summary.total} dead letter(s) from ${summary.channel}${reasons ? `: ${reasons}` : ''}`,
+          message: `${summary.total} dead letter(s) ${origin(summary)}${reasons ? `: ${reasons}` : ''}`,
           target: summary.channel,
         });
       }
@@ -141,6 +141,12 @@ export class OverviewReader {
       return { total: 0, channels: 0, supported: true };
     }
   }
+}
+
+function origin(summary: DeadLetterChannelSummary): string {
+  return summary.sharedBy
+    ? `in ${summary.deadLetterChannel}, shared by ${summary.sharedBy.join(', ')}`
+    : `from ${summary.channel}`;
 }
 
 function overdue(now: number): (gap: GapItem) => boolean {
