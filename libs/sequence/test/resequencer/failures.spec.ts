@@ -1,5 +1,6 @@
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import { InMemoryTransport } from '../../src/adapters/transports/in-memory/in-memory.transport';
+import type { INestApplicationContext } from '@nestjs/common';
 import { ConsumerHost } from '../../src/kernel/consumer.host';
 import { eventually, FaultInjectingTransport } from '../support/sequence-test-app';
 import {
@@ -13,6 +14,38 @@ const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
 const channel = 'transfers.status';
 const dlq = `${channel}.dlq`;
 const OUTPUT = 'transfers.ordered';
+
+/**
+ * A transport over `broker` whose publishes to `slowed` each take 20 ms to be confirmed, and which
+ * counts those begun once the app it is `watch`ing began to stop; `seqs` reads back the sequence
+ * numbers `slowed` holds.
+ */
+function slowedAfterStop(broker: InMemoryTransport, slowed: string) {
+  const transport = new FaultInjectingTransport(broker);
+  let stopped = false;
+  let sentAfterStop = 0;
+  transport.beforePublish = async ({ channel: to }) => {
+    if (to !== slowed) return;
+    if (stopped) sentAfterStop++;
+    await sleep(20);
+  };
+  return {
+    transport,
+    watch: (app: INestApplicationContext) =>
+      app.get(ConsumerHost).stopping.addEventListener('abort', () => (stopped = true)),
+    sentAfterStop: () => sentAfterStop,
+    seqs: () => broker.peek(slowed).map((m) => Number(m.headers['x-resequence-seq'])),
+  };
+}
+
+/** Publishes events 2..`events` of key T1 and waits until the key holds them all behind 1. */
+async function holdAllButFirst(t: ResequencerTestApp, events: number): Promise<void> {
+  for (let seq = 2; seq <= events; seq++) await publishEvent(t.transport, channel, 'T1', seq);
+  await eventually(
+    async () => (await t.service.buffered(channel, 'T1')).length === events - 1,
+    'every event but the first held',
+  );
+}
 
 describe('Resequencer: bad input and failures (embedded defaults)', () => {
   let t: ResequencerTestApp;
@@ -321,27 +354,15 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     'publishes no event to output once the shutdown drain is over, and the next drain delivers the rest (outputInFlight %i)',
     async (outputInFlight) => {
       const broker = new InMemoryTransport();
-      // Each confirm from the output takes 20 ms; counts the publishes begun after the stop.
-      const transport = new FaultInjectingTransport(broker);
-      let stopped = false;
-      let sentAfterStop = 0;
-      transport.beforePublish = async ({ channel: to }) => {
-        if (to !== OUTPUT) return;
-        if (stopped) sentAfterStop++;
-        await sleep(20);
-      };
-      const onOutput = () => broker.peek(OUTPUT).map((m) => Number(m.headers['x-resequence-seq']));
+      const slowed = slowedAfterStop(broker, OUTPUT);
+      const { transport, seqs: onOutput } = slowed;
       const store = new MemoryResequencerStore();
       const definition = { channel, output: OUTPUT, outputInFlight, gap: GAP };
       const options = { transport, resequencer: { store }, shutdownTimeoutMs: 100 };
       t = await createResequencerTestApp(definition, options);
-      t.app.get(ConsumerHost).stopping.addEventListener('abort', () => (stopped = true));
+      slowed.watch(t.app);
       const events = 40;
-      for (let seq = 2; seq <= events; seq++) await publishEvent(transport, channel, 'T1', seq);
-      await eventually(
-        async () => (await t.service.buffered(channel, 'T1')).length === events - 1,
-        'every event but the first held',
-      );
+      await holdAllButFirst(t, events);
 
       // 1 releases the key's events: its drain publishes them, 20 ms each, past the 100 ms the
       // shutdown waits for it.
@@ -350,7 +371,7 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
       await t.close();
       await sleep(events * 20);
 
-      expect(sentAfterStop).toBe(0);
+      expect(slowed.sentAfterStop()).toBe(0);
       const published = onOutput().length;
       expect(published).toBeLessThan(events);
       expect(await store.inspect({ scope: channel, key: 'T1' }, 1)).toMatchObject({
@@ -372,28 +393,15 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
 
   it('dead-letters no event once the shutdown drain is over, and the next drain moves out the rest', async () => {
     const broker = new InMemoryTransport();
-    // Each confirm from the dead-letter channel takes 20 ms; counts the publishes begun after the
-    // stop.
-    const transport = new FaultInjectingTransport(broker);
-    let stopped = false;
-    let sentAfterStop = 0;
-    transport.beforePublish = async ({ channel: to }) => {
-      if (to !== dlq) return;
-      if (stopped) sentAfterStop++;
-      await sleep(20);
-    };
-    const onDlq = () => broker.peek(dlq).map((m) => Number(m.headers['x-resequence-seq']));
+    const slowed = slowedAfterStop(broker, dlq);
+    const { transport, seqs: onDlq } = slowed;
     const store = new MemoryResequencerStore();
     const definition = { channel, gap: { timeoutMs: 60_000, policy: 'dead-letter' } } as const;
     const options = { transport, resequencer: { store }, shutdownTimeoutMs: 100 };
     t = await createResequencerTestApp(definition, options);
-    t.app.get(ConsumerHost).stopping.addEventListener('abort', () => (stopped = true));
+    slowed.watch(t.app);
     const events = 40;
-    for (let seq = 2; seq <= events; seq++) await publishEvent(transport, channel, 'T1', seq);
-    await eventually(
-      async () => (await t.service.buffered(channel, 'T1')).length === events - 1,
-      'every event but the first held',
-    );
+    await holdAllButFirst(t, events);
 
     // 1 never comes: the sweep dead-letters the events held behind it, 20 ms each, past the
     // 100 ms the shutdown waits for it.
@@ -403,7 +411,7 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     await sweep;
     await sleep(events * 20);
 
-    expect(sentAfterStop).toBe(0);
+    expect(slowed.sentAfterStop()).toBe(0);
     const moved = onDlq().length;
     expect(moved).toBeLessThan(events - 1);
     expect(await store.inspect({ scope: channel, key: 'T1' }, 1)).toMatchObject({
