@@ -42,3 +42,9 @@ function forgetOldest<K>(recent: Set<K> | Map<K, unknown>, max: number): void {
     recent.delete(oldest);
   }
 }
+
+/** What `value` is, for an error message: `null`, its class's name, or its `typeof`. */
+export function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  return typeof value === 'object' ? (value.constructor?.name ?? 'an object') : typeof value;
+}

@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { kindOf } from './objects';
 
 /**
  * Records to pack whole into fragments (record-aware mode): a record is never cut across two
@@ -47,25 +48,24 @@ const TAKES: Record<PayloadTaker, string> = {
  */
 export function payloadProblem(payload: unknown, taker: PayloadTaker): string | undefined {
   if (ArrayBuffer.isView(payload) || payload instanceof Readable) return undefined;
-  if (isRecordSource(payload)) {
-    if (taker !== 'checkIn' && isIterable(payload.records)) return undefined;
-  } else if (
-    taker === 'send' &&
-    typeof payload === 'object' &&
-    isIterable(payload) &&
-    !Array.isArray(payload)
-  ) {
+  const records = isRecordSource(payload) && taker !== 'checkIn';
+  if (records) {
+    if (isIterable(payload.records)) return undefined;
+  } else if (taker === 'send' && isIterable(payload) && !Array.isArray(payload)) {
     return undefined;
   }
-  const got =
-    isRecordSource(payload) && taker !== 'checkIn'
-      ? `records of type ${describe(payload.records)}`
-      : describe(payload);
+  const got = records
+    ? `records of type ${kindOf(payload.records)}`
+    : Array.isArray(payload)
+      ? 'an array'
+      : kindOf(payload);
   const hint = typeof payload === 'string' ? ': pass Buffer.from(text)' : '';
   return `payload must be ${TAKES[taker]}, got ${got}${hint}`;
 }
 
 /** A payload's bytes as a Buffer when it is a Uint8Array (or another view): no copy. */
+export function asBufferPayload(payload: ArrayBufferView): Buffer;
+export function asBufferPayload<T>(payload: T): T | Buffer;
 export function asBufferPayload<T>(payload: T): T | Buffer {
   if (!ArrayBuffer.isView(payload) || Buffer.isBuffer(payload)) return payload;
   return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
@@ -80,12 +80,6 @@ function isIterable(value: unknown): boolean {
   );
 }
 
-function describe(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? (value.constructor?.name ?? 'an object') : typeof value;
-}
-
 /**
  * A chunk of a payload stream as bytes: a string as UTF-8, a typed array as a view of its bytes.
  * Anything else (an object-mode stream's objects) is a TypeError.
@@ -94,8 +88,7 @@ export function byteChunk(chunk: unknown): Buffer {
   if (Buffer.isBuffer(chunk)) return chunk;
   if (typeof chunk === 'string') return Buffer.from(chunk);
   // `ArrayBuffer.isView` rather than `instanceof`: typed arrays from another realm fail it.
-  if (ArrayBuffer.isView(chunk))
-    return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  if (ArrayBuffer.isView(chunk)) return asBufferPayload(chunk);
   throw new TypeError(
     `expected byte chunks (Buffer, Uint8Array or string), got ${chunk === null ? 'null' : typeof chunk}; ` +
       'an object-mode stream cannot be a payload',

@@ -24,6 +24,7 @@ import type {
 import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
+import { kindOf } from '../core/objects';
 import { AbandonedCalls } from '../kernel/abandoned-calls';
 import { leaseClock, type LeaseInstant } from '../core/lease-clock';
 import { DrainLease } from './drain-lease';
@@ -170,7 +171,7 @@ export class Resequencer {
       deps.metrics.received(this.name, 'invalid');
       return this.reject(
         'invalid-resequence-event',
-        `key ${key}, event ${seq}: the body must be a Buffer or a Uint8Array, got ${describeBody(message.body)}`,
+        `key ${key}, event ${seq}: the body must be a Buffer or a Uint8Array, got ${kindOf(message.body)}`,
       );
     }
     // Whoever releases drains: the lease comes with the release, in the same store step.
@@ -650,11 +651,6 @@ function asBuffer(body: unknown): Buffer | undefined {
   if (Buffer.isBuffer(body)) return body;
   if (ArrayBuffer.isView(body)) return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   return undefined;
-}
-
-function describeBody(body: unknown): string {
-  if (body === null) return 'null';
-  return typeof body === 'object' ? (body.constructor?.name ?? 'an object') : typeof body;
 }
 
 /** What a message that is not an event on its own carries, if it is one: see the wire contract. */

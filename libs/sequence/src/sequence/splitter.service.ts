@@ -23,7 +23,12 @@ import {
   type FragmentHeaderInput,
   type HeaderMap,
 } from '../core/headers';
-import { isRecordSource, payloadProblem, type SequencePayload } from '../core/payload-source';
+import {
+  asBufferPayload,
+  isRecordSource,
+  payloadProblem,
+  type SequencePayload,
+} from '../core/payload-source';
 import {
   FRAGMENT_PARKING,
   type FragmentParking,
@@ -121,9 +126,7 @@ export class SplitterService implements SequenceSender {
     };
 
     if (isByteArray(payload)) {
-      const whole = Buffer.isBuffer(payload)
-        ? payload
-        : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+      const whole = asBufferPayload(payload);
       const plan = planFragments(whole.length, fragmentBytes);
       // Hashed fragment by fragment as they are published (the digest travels on the last one
       // only), so the first fragment leaves without waiting for a pass over the whole payload.

@@ -7,7 +7,7 @@ import { Readable } from 'node:stream';
  * ends the process. With this listener the stream keeps the error (`readable.errored`) and the
  * store's later read of it rejects with it, so `put` does.
  */
-export function holdSourceErrors(payload: Buffer | Readable): void {
+function holdSourceErrors(payload: Buffer | Readable): void {
   if (payload instanceof Readable) payload.once('error', keptByTheStream);
 }
 
