@@ -166,10 +166,9 @@ export class DeadLettersReader {
     const byDeadLetterChannel = new Map<string, string[]>();
     for (const channel of this.channelNames()) {
       const deadLetterChannel = this.deadLetterChannelOf(channel);
-      byDeadLetterChannel.set(deadLetterChannel, [
-        ...(byDeadLetterChannel.get(deadLetterChannel) ?? []),
-        channel,
-      ]);
+      const sharing = byDeadLetterChannel.get(deadLetterChannel);
+      if (sharing) sharing.push(channel);
+      else byDeadLetterChannel.set(deadLetterChannel, [channel]);
     }
     return [...byDeadLetterChannel]
       .map(([deadLetterChannel, channels]): DeadLetterSource => {
@@ -216,7 +215,6 @@ export class DeadLettersReader {
     return deadLetterChannel === undefined ? {} : { deadLetterChannel };
   }
 
-  /** Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. */
   /**
    * Oldest first; `reason` matches a reason code or a whole reason, `''` no reason. The dead
    * letters of a shared dead-letter channel carry its name as `channel`: their origin is unknown.
@@ -240,8 +238,7 @@ export class DeadLettersReader {
     const source = this.sourceOf(channel);
     if (source.sharedBy) {
       throw conflict(
-        `the dead letters of ${source.sharedBy.join(', ')} all go to ${source.deadLetterChannel} ` +
-          'and nothing in them says which channel each came from: the console cannot replay them. ' +
+        `${originsUnknown(source.sharedBy, source.deadLetterChannel)}: the console cannot replay them. ` +
           'Republish each by hand to its own channel, or discard it; to replay from here, give ' +
           'each handler a deadLetterChannel of its own',
       );
@@ -267,9 +264,8 @@ export class DeadLettersReader {
     const source = this.sourceOf(channel);
     if (source.sharedBy && source.name !== channel && selection.kind !== 'ids') {
       throw conflict(
-        `the dead letters of ${source.sharedBy.join(', ')} all go to ${source.deadLetterChannel} ` +
-          `and nothing in them says which channel each came from: discard by ids, or discard ` +
-          `them all through ${source.deadLetterChannel}`,
+        `${originsUnknown(source.sharedBy, source.deadLetterChannel)}: discard by ids, or ` +
+          `discard them all through ${source.deadLetterChannel}`,
       );
     }
     const ids = await this.select(box, source, selection);
@@ -303,6 +299,14 @@ export class DeadLettersReader {
     }
     return box;
   }
+}
+
+/** Why the dead letters of a shared dead-letter channel cannot be told apart. */
+function originsUnknown(sharedBy: readonly string[], deadLetterChannel: string): string {
+  return (
+    `the dead letters of ${sharedBy.join(', ')} all go to ${deadLetterChannel} ` +
+    'and nothing in them says which channel each came from'
+  );
 }
 
 function described(source: DeadLetterSource): Omit<DeadLetterChannelSummary, 'total'> {
