@@ -21,6 +21,9 @@ import { describeWithChromium, launchChromium, type TestBrowser } from './suppor
 const SCANS = 'console.scans';
 const REPORTS = 'console.reports';
 const ARCHIVED = 'events.ScanArchived';
+const PRIORS = 'console.priors';
+/** The module's `sequence.deadLetterChannel` in the apps that set one: SCANS and PRIORS share it. */
+const SHARED = 'console.errors';
 /** Long enough for any page update, never waited out when the page is right. */
 const PAGE_WAIT_MS = 20_000;
 
@@ -64,6 +67,15 @@ class ReportIntake {
   }
 }
 
+/** Consumes prior studies: a second sequence channel, dead-lettering where scans do. */
+@Injectable()
+class PriorIntake {
+  @SequencedHandler({ channel: PRIORS })
+  async handle(payload: ReassembledPayload): Promise<void> {
+    await payload.toBuffer();
+  }
+}
+
 interface ConsoleApp {
   readonly app: INestApplication;
   readonly transport: RefusingTransport;
@@ -71,13 +83,16 @@ interface ConsoleApp {
   readonly url: string;
 }
 
-async function startApp(mutations = true): Promise<ConsoleApp> {
+async function startApp(mutations = true, sharedDeadLetterChannel?: string): Promise<ConsoleApp> {
   const transport = new RefusingTransport();
   @Module({
     imports: [
       SequenceModule.forRoot({
         isGlobal: true,
         transport,
+        ...(sharedDeadLetterChannel && {
+          sequence: { deadLetterChannel: sharedDeadLetterChannel },
+        }),
         outbox: {
           outboxEvents: {
             pollIntervalMs: 50,
@@ -87,7 +102,7 @@ async function startApp(mutations = true): Promise<ConsoleApp> {
       }),
       SequenceAdminModule.forRoot({ mutations }),
     ],
-    providers: [ScanIntake, ReportIntake],
+    providers: [ScanIntake, ReportIntake, ...(sharedDeadLetterChannel ? [PriorIntake] : [])],
   })
   class ConsoleTestModule {}
 
@@ -311,6 +326,55 @@ describeWithChromium('the operator console in Chromium', () => {
     expect(await outcome.textContent()).toMatch(/nothing changed: /);
     await browser.screenshot('nothing-changed');
     expect(subject.app.get(ReportIntake).handled).toEqual(['report-20']);
+  });
+});
+
+describeWithChromium('the operator console in Chromium, one shared dead-letter channel', () => {
+  let subject: ConsoleApp;
+  let browser: TestBrowser;
+
+  beforeAll(async () => {
+    browser = await launchChromium();
+    subject = await startApp(true, SHARED);
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await subject?.app.close();
+  });
+
+  it('offers no replay, since nothing says where each dead letter came from, and discards', async () => {
+    // A fragment of a scan whose body fails its checksum: dead-lettered into the shared channel.
+    const [fragment] = makeFragments('scan-7', Buffer.alloc(2_000, 7), 1_000);
+    await subject.transport.publish(SCANS, Buffer.alloc(1_000), fragment.headers);
+    await eventually(
+      () => subject.transport.peek(SHARED).length === 1,
+      'the fragment to be dead-lettered',
+      PAGE_WAIT_MS,
+    );
+
+    const { page } = browser;
+    await openConsole(page, subject.url);
+    const channel = page.locator('#dead-letters section', { hasText: SHARED });
+    await channel.waitFor({ timeout: PAGE_WAIT_MS });
+    expect(await channel.locator('h3').textContent()).toContain(`shared by ${PRIORS}, ${SCANS}`);
+    expect(await channel.textContent()).toMatch(
+      /nothing in them says which channel each came from/,
+    );
+    await channel.getByRole('button', { name: 'Show messages' }).click();
+    await channel
+      .getByRole('button', { name: 'Discard', exact: true })
+      .waitFor({ timeout: PAGE_WAIT_MS });
+    expect(await channel.getByRole('button', { name: /Replay/ }).count()).toBe(0);
+    await browser.screenshot('dead-letters-shared');
+
+    await clickAndConfirm(page, channel.getByRole('button', { name: 'Discard all 1' }));
+    await page
+      .locator('#dead-letters')
+      .getByText('No dead letter in any channel.')
+      .waitFor({ timeout: PAGE_WAIT_MS });
+    expect(subject.transport.peek(SHARED)).toEqual([]);
+    expect(browser.pageErrors).toEqual([]);
   });
 });
 

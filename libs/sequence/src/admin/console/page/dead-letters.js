@@ -72,22 +72,39 @@ function render(channels, messages) {
   return channels.map((channel) => {
     const name = String(channel.channel);
     const all = count(channel.total, 'dead letter');
+    /** @type {string[] | undefined} Channels dead-lettering here: nothing can be replayed. */
+    const sharedBy = channel.sharedBy;
+    const where = sharedBy
+      ? `${all} in ${channel.deadLetterChannel}, shared by ${sharedBy.join(', ')}`
+      : `${all} in ${channel.deadLetterChannel}`;
     return h(
       'section',
       { class: 'channel', 'aria-label': `Dead letters of ${name}` },
-      h('h3', {}, name, ' ', h('span', { class: 'sub' }, `${all} in ${channel.deadLetterChannel}`)),
+      h('h3', {}, name, ' ', h('span', { class: 'sub' }, where)),
+      sharedBy
+        ? h(
+            'p',
+            { class: 'note' },
+            `The dead letters of ${sharedBy.join(', ')} all go to ${channel.deadLetterChannel} ` +
+              'and nothing in them says which channel each came from, so the console cannot ' +
+              'replay them: republish each by hand to its own channel, or discard it. Give each ' +
+              'handler a deadLetterChannel of its own to replay from here.',
+          )
+        : null,
       h(
         'div',
         { class: 'buttons bulk' },
-        actionButton({
-          label: `Replay all ${channel.total}`,
-          key: `dl-replay-all-${name}`,
-          question: `Replay all ${all} of ${name} to ${name}?`,
-          confirm: 'Replay all',
-          path: apiPath('dead-letters', name, 'replay'),
-          body: { all: true },
-          describe: `Replay all dead letters of ${name}`,
-        }),
+        sharedBy
+          ? null
+          : actionButton({
+              label: `Replay all ${channel.total}`,
+              key: `dl-replay-all-${name}`,
+              question: `Replay all ${all} of ${name} to ${name}?`,
+              confirm: 'Replay all',
+              path: apiPath('dead-letters', name, 'replay'),
+              body: { all: true },
+              describe: `Replay all dead letters of ${name}`,
+            }),
         actionButton({
           label: `Discard all ${channel.total}`,
           key: `dl-discard-all-${name}`,
@@ -103,7 +120,7 @@ function render(channels, messages) {
         ? table(
             `Dead letters of ${name} by reason`,
             ['Reason', 'Count', 'Actions'],
-            channel.byReason.map((/** @type {any} */ group) => reasonRow(name, group)),
+            channel.byReason.map((/** @type {any} */ group) => reasonRow(name, group, !sharedBy)),
           )
         : h(
             'button',
@@ -120,7 +137,7 @@ function render(channels, messages) {
       ...(channel.byReason ?? [])
         .filter((/** @type {any} */ group) => expanded.has(`${name}\n${group.reason}`))
         .map((/** @type {any} */ group) =>
-          messageTable(name, group.reason, messages[`${name}\n${group.reason}`] ?? []),
+          messageTable(name, group.reason, messages[`${name}\n${group.reason}`] ?? [], !sharedBy),
         ),
     );
   });
@@ -137,8 +154,9 @@ function shownReason(reason) {
 /**
  * @param {string} channel
  * @param {any} group { reason, count }
+ * @param {boolean} replayable false for a shared dead-letter channel
  */
-function reasonRow(channel, group) {
+function reasonRow(channel, group, replayable) {
   const reason = String(group.reason);
   const key = `${channel}\n${reason}`;
   const these = count(group.count, 'dead letter');
@@ -163,15 +181,17 @@ function reasonRow(channel, group) {
         },
         expanded.has(key) ? 'Hide messages' : 'Show messages',
       ),
-      actionButton({
-        label: 'Replay group',
-        key: `dl-replay-group-${key}`,
-        question: `Replay ${these} of ${channel} ${shown} to ${channel}?`,
-        confirm: 'Replay',
-        path: apiPath('dead-letters', channel, 'replay'),
-        body: { reason },
-        describe: `Replay ${channel} dead letters "${shownReason(reason)}"`,
-      }),
+      replayable
+        ? actionButton({
+            label: 'Replay group',
+            key: `dl-replay-group-${key}`,
+            question: `Replay ${these} of ${channel} ${shown} to ${channel}?`,
+            confirm: 'Replay',
+            path: apiPath('dead-letters', channel, 'replay'),
+            body: { reason },
+            describe: `Replay ${channel} dead letters "${shownReason(reason)}"`,
+          })
+        : null,
       actionButton({
         label: 'Discard group',
         key: `dl-discard-group-${key}`,
@@ -190,8 +210,9 @@ function reasonRow(channel, group) {
  * @param {string} channel
  * @param {string} reason
  * @param {any[]} items
+ * @param {boolean} replayable false for a shared dead-letter channel
  */
-function messageTable(channel, reason, items) {
+function messageTable(channel, reason, items, replayable) {
   return table(
     `${channel}, "${shownReason(reason)}": ${items.length >= LIMIT ? `the oldest ${LIMIT}` : count(items.length, 'message')}`,
     ['Id', 'Dead-lettered', 'Bytes', 'Replays', 'Headers', 'Actions'],
@@ -209,15 +230,17 @@ function messageTable(channel, reason, items) {
       h(
         'div',
         { class: 'buttons' },
-        actionButton({
-          label: 'Replay',
-          key: `dl-replay-${channel}-${item.id}`,
-          question: `Replay dead letter ${item.id} to ${channel}?`,
-          confirm: 'Replay',
-          path: apiPath('dead-letters', channel, 'replay'),
-          body: { ids: [String(item.id)] },
-          describe: `Replay dead letter ${item.id} of ${channel}`,
-        }),
+        replayable
+          ? actionButton({
+              label: 'Replay',
+              key: `dl-replay-${channel}-${item.id}`,
+              question: `Replay dead letter ${item.id} to ${channel}?`,
+              confirm: 'Replay',
+              path: apiPath('dead-letters', channel, 'replay'),
+              body: { ids: [String(item.id)] },
+              describe: `Replay dead letter ${item.id} of ${channel}`,
+            })
+          : null,
         actionButton({
           label: 'Discard',
           key: `dl-discard-${channel}-${item.id}`,
