@@ -472,6 +472,10 @@ export class ClaimCheckReceiver {
           error: (attempt) => new HandlerTimeoutError(channel, subject, handlerTimeoutMs!, attempt),
         },
         onFailure: (error, attempt) => {
+          // What the failed (or timed-out) call left half-read (a file handle, a store's socket)
+          // is closed now: not held through the backoff and the next call, nor read on by the
+          // abandoned call. A retry reads with a stream of its own.
+          payload.closeStreams();
           this.metrics.handlerFailed(consumer.channel);
           this.logger.warn(
             `handler of ${consumer.channel} failed (attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,

@@ -58,8 +58,12 @@ export class ClaimedPayload {
   private readonly sources = new Set<Readable>();
   /** Set by `close()`: the handler returned, and nothing read after says anything about it. */
   private closed = false;
-  /** Aborted by `close()`: a store still opening the payload gives up and closes what it opened. */
-  private readonly closing = new AbortController();
+  /**
+   * The reads of the current handler call: aborted by `closeStreams()` (a retry is next) and by
+   * `close()`. A store still opening the payload for it gives up and closes what it opened, and
+   * what its streams report no longer says anything about the payload.
+   */
+  private reads = new AbortController();
 
   private constructor(
     init: ClaimedPayloadInit,
@@ -134,8 +138,10 @@ export class ClaimedPayload {
   /** The bytes, in order; for a ticket, read from the store and verified as they flow. */
   stream(): Readable {
     const ticket = this.ticket;
+    const reads = this.reads.signal;
+    const abandoned = () => this.closed || reads.aborted;
     const record = (error: Error) => {
-      if (!this.closed) this.readError ??= error;
+      if (!abandoned()) this.readError ??= error;
     };
     const onMismatch = (error: ClaimCheckIntegrityError) => {
       this.mismatch ??= error;
@@ -143,11 +149,11 @@ export class ClaimedPayload {
     // A read that went through to a verified end got the payload: an earlier failed read (a
     // store that was briefly unreachable) no longer says anything about it.
     const onVerified = () => {
-      this.readError = undefined;
+      if (!abandoned()) this.readError = undefined;
     };
     const open = async (): Promise<Readable> => {
-      const source = await this.open(this.closing.signal);
-      if (this.closed) {
+      const source = await this.open(reads);
+      if (abandoned()) {
         source.destroy();
       } else {
         this.sources.add(source);
@@ -170,7 +176,19 @@ export class ClaimedPayload {
    */
   close(): void {
     this.closed = true;
-    this.closing.abort(new Error('the payload was closed: its handler is done with it'));
+    this.closeStreams(new Error('the payload was closed: its handler is done with it'));
+  }
+
+  /**
+   * @internal Closes what `stream()` opened so far, as `close()` does, but leaves the payload
+   * readable: a later `stream()` opens it anew. Called once a handler call failed (or timed out),
+   * so that what it left half-read is not held open through the backoff and the next call, nor
+   * read on by the abandoned call.
+   */
+  closeStreams(reason: Error = new Error('the handler call that read the payload is over')): void {
+    const reads = this.reads;
+    this.reads = new AbortController();
+    reads.abort(reason);
     // The store's streams first and at once: the generator reading one may be waiting on its next
     // chunk, and would only stop (and destroy it) once that chunk came.
     for (const stream of [...this.sources, ...this.streams]) {

@@ -11,7 +11,8 @@ import {
 
 /**
  * A handler may read only part of its payload (sniffing a header, say). What it left open in the
- * payload store (a file handle, a pooled S3 socket) is closed once the handler returned.
+ * payload store (a file handle, a pooled S3 socket) is closed once the handler returned, and
+ * before a call that failed or timed out is retried.
  */
 /** Takes the first chunk and walks away, leaving the stream paused (not destroyed). */
 async function firstChunkOnly(payload: ClaimedPayload): Promise<Buffer> {
@@ -55,6 +56,70 @@ describe('claim check: a handler that reads part of its payload', () => {
     expect(t.handler.deliveries[0].bytes.length).toBeLessThan(4 * 1024 * 1024);
     expect(opened).toHaveLength(1);
     expect(opened[0].destroyed).toBe(true);
+  });
+
+  describe('before its call is retried', () => {
+    /** Records every stream the filesystem store opens. */
+    const recordingStore = (inner: PayloadStore): PayloadStore =>
+      new Proxy(inner, {
+        get: (target, property, receiver): unknown =>
+          property === 'get'
+            ? async (ref: string) => {
+                const stream = await target.get(ref);
+                opened.push(stream);
+                return stream;
+              }
+            : Reflect.get(target, property, receiver),
+      });
+
+    // The retry waits 400 ms (its backoff); the first call's stream is looked at 50 ms after the
+    // call ended (failed at once, or timed out after 200 ms), while that backoff runs.
+    it.each([
+      [
+        'failed',
+        {},
+        50,
+        () => Promise.reject(new Error('the first call fails after a partial read')),
+      ],
+      // Timed out, the first call is abandoned while it still waits to read on.
+      ['timed out', { handlerTimeoutMs: 200 }, 250, () => new Promise<never>(() => undefined)],
+    ])(
+      'closes the store stream a %s call left half-read at once, and the retry reads the payload whole',
+      async (_label, limits, lookAfterMs, then) => {
+        t = await createClaimCheckTestApp({
+          handlers: [
+            {
+              channel: 'cc.test',
+              handlerRetry: { attempts: 2, baseDelayMs: 400, maxDelayMs: 400 },
+              ...limits,
+            },
+          ],
+          wrapStore: recordingStore,
+        });
+        const payload = bytes(4 * 1024 * 1024, 3);
+        const ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
+        const firstClosedInBackoff: boolean[] = [];
+        let calls = 0;
+        t.handler.read = async (claimed) => {
+          calls += 1;
+          if (calls === 1) {
+            await firstChunkOnly(claimed);
+            setTimeout(() => firstClosedInBackoff.push(opened[0].destroyed), lookAfterMs);
+            return then();
+          }
+          return claimed.toBuffer();
+        };
+
+        await publishTicket(t.transport, t.channel, ticket);
+        await t.transport.whenIdle();
+
+        expect(calls).toBe(2);
+        expect(firstClosedInBackoff).toEqual([true]);
+        expect(t.handler.deliveries).toHaveLength(1);
+        expect(t.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+        expect(t.transport.actionsOn(t.channel)).toEqual(['ack']);
+      },
+    );
   });
 
   it('closes a store stream that stalled after its first chunk, at once', async () => {
