@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { PayloadMetadata } from '../../../ports/payload-store.port';
+import { isStringRecord } from '../../../core/objects';
 import { decodeStoredJson } from '../stored-metadata';
 import {
   FILE_MODE,
@@ -35,7 +36,6 @@ export function decodeSidecar(text: string, path: string): Sidecar {
 function isSidecar(value: unknown): value is Sidecar {
   if (typeof value !== 'object' || value === null) return false;
   const record = value as Record<string, unknown>;
-  const { metadata } = record;
   return (
     record.version === 1 &&
     Number.isSafeInteger(record.bytes) &&
@@ -43,10 +43,8 @@ function isSidecar(value: unknown): value is Sidecar {
     Number.isFinite(record.expiresAt) &&
     typeof record.published === 'boolean' &&
     (record.contentType === undefined || typeof record.contentType === 'string') &&
-    (metadata === undefined ||
-      (typeof metadata === 'object' &&
-        metadata !== null &&
-        Object.values(metadata).every((entry) => typeof entry === 'string')))
+    // An object of strings, as the other stores require (a list is not one).
+    (record.metadata === undefined || isStringRecord(record.metadata))
   );
 }
 

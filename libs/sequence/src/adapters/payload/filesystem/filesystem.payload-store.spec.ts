@@ -23,6 +23,7 @@ import {
 import {
   ClaimCheckNotFoundError,
   InvalidPayloadRefError,
+  PayloadMetadataCorruptError,
   SequenceOptionsError,
 } from '../../../core/errors';
 import type { PutOptions } from '../../../ports/payload-store.port';
@@ -406,6 +407,17 @@ describe('FilesystemPayloadStore', () => {
       await expect(store.get(ref)).rejects.toBeInstanceOf(ClaimCheckNotFoundError);
       expect(await store.head(ref)).toBeUndefined();
       expect(await store.delete(ref)).toBe(false);
+    });
+  });
+
+  describe('a sidecar whose metadata is not an object of strings', () => {
+    it('answers head with PayloadMetadataCorruptError for a list, as Redis and S3 do', async () => {
+      const { ref } = await store.put(Buffer.from('study'), options({ metadata: { a: '1' } }));
+      const path = join(root, `${ref}.json`);
+      const sidecar = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+      await writeFile(path, JSON.stringify({ ...sidecar, metadata: ['1.2.840.113619'] }));
+
+      await expect(store.head(ref)).rejects.toBeInstanceOf(PayloadMetadataCorruptError);
     });
   });
 
