@@ -90,7 +90,8 @@ export function assertTablePrefix(prefix: string): void {
 
 /**
  * The prepared statements of one store (one table prefix on one database), prepared on first use
- * (a box table does not exist before `migrate`) and kept for the life of the store.
+ * (a box table does not exist before `migrate`) and kept for the life of the store. They read
+ * integers as numbers even on a database whose default is BigInt.
  */
 export class SqliteOutboxStatements {
   private readonly prepared = new Map<string, Statement>();
@@ -130,7 +131,11 @@ export class SqliteOutboxStatements {
     const key = `${table}\u0000${name}`;
     let statement = this.prepared.get(key);
     if (!statement) {
-      statement = this.database.prepare(forTable(sqliteOutboxSql().statements[name], table));
+      // Numbers, whatever the application set with `defaultSafeIntegers` on its Database: the
+      // store's integers (seq, times, counts) are all safe, and a record holds no BigInt.
+      statement = this.database
+        .prepare(forTable(sqliteOutboxSql().statements[name], table))
+        .safeIntegers(false);
       this.prepared.set(key, statement);
     }
     return statement;

@@ -267,6 +267,33 @@ describe('SqliteOutboxStore', () => {
       await orders.close();
       await billing.close();
     });
+
+    it('answers numbers when the database reads integers as BigInt (defaultSafeIntegers)', async () => {
+      database.defaultSafeIntegers(true);
+      const store = new SqliteOutboxStore(database);
+      await store.migrate();
+      await store.transaction((tx) => store.append(BOX, [record('r-1')], tx));
+      const claimed = await store.claim(BOX, { limit: 10, now: 1_000 }, async (batch) => {
+        expect(typeof batch.records[0].seq).toBe('number');
+        return [{ id: 'r-1', status: 'retry', nextAttemptAt: 2_000, error: 'again' }];
+      });
+      expect(claimed).toEqual({ claimed: 1, completed: 0, retried: 1, failed: 0 });
+      const stored = await store.get(BOX, 'r-1');
+      for (const field of ['seq', 'attempts', 'nextAttemptAt', 'createdAt'] as const) {
+        expect(typeof stored![field]).toBe('number');
+      }
+      expect(stored).toMatchObject({ attempts: 1, nextAttemptAt: 2_000 });
+      await expect(store.stats(BOX)).resolves.toEqual({
+        pending: 1,
+        failed: 0,
+        oldestPendingAt: stored!.createdAt,
+      });
+      // The application's own statements keep its setting.
+      await expect(
+        store.transaction((tx) => tx.query('SELECT count(*) AS n FROM outbox_events')),
+      ).resolves.toEqual({ rows: [{ n: 1n }], rowCount: 1 });
+      await store.close();
+    });
   });
 
   describe('refuses', () => {
