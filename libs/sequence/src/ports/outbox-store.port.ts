@@ -236,6 +236,8 @@ export interface PurgeOptions {
  *   `options.now`; with `options.deleteCompleted`, completed records are deleted instead). While one claim holds a record, no concurrent
  *   claim (this process or another) hands it out. When `handle` throws, or the process dies, the
  *   claim's transaction rolls back: its records stay as they were (`PENDING`, same attempts).
+ *   So it does, rejecting with `NestedTransactionOpenError`, when `handle` returns while a
+ *   `transaction()` it started (not awaited) is still open, which then rejects too.
  *   When the transaction broke under `handle` (`StoreTransaction.brokenBy`) and `handle` still
  *   returned outcomes, the failed attempts among them (`retry`, `failed`) are written in a short
  *   transaction of the store's own, on the records still as the claim found them; `completed`

@@ -267,6 +267,9 @@ export class PostgresOutboxStore implements OutboxStore {
         lost = { records, outcomes, backend: backendOf(transaction) };
         throw transaction.brokenBy;
       }
+      // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
+      // it does next. The claim rolls back with it, as transaction() does.
+      transaction.assertSavepointsEnded();
       // Sent with the COMMIT: no round trip, and no wait for the WAL flush (see ClaimOptions).
       if (options.durable === false) transaction.defer(LAZY_COMMIT, []);
       const settled = settleOutcomes(transaction, statements, records, outcomes, options);

@@ -186,6 +186,9 @@ export class SqliteOutboxStore implements OutboxStore {
       // transaction of its own would wait for it, for ever if a later handler waits for that.
       const outcomes = await handle({ records, transaction, handlerCall: (work) => work() });
       transaction.assertOpen();
+      // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
+      // it does next. The claim rolls back with it, as transaction() does.
+      transaction.assertSavepointsEnded();
       assertOutcomes(records, outcomes);
       const counts = writeOutcomes(this.statements, box, outcomes, options);
       handled = true;

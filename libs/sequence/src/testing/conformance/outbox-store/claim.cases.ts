@@ -1,4 +1,5 @@
 import { ClaimCommitRefusedError } from '../../../core/errors/claim-commit-refused.error';
+import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import type { RecordOutcome } from '../../../ports/outbox-store.port';
 import {
   appendCommitted,
@@ -6,6 +7,7 @@ import {
   claimAndComplete,
   claimWith,
   completeAll,
+  deferred,
   getAll,
   idsOf,
   placeholders,
@@ -382,6 +384,39 @@ export function describeClaimCases(c: OutboxSuiteContext): void {
       ).rejects.toThrow('handler fails after its transaction resolved');
       await expect(table.read('handled-cmd-1')).resolves.toBeUndefined();
       await expect(c.store.get('outbox_events', 'evt-from-cmd-1')).resolves.toBeUndefined();
+      await expect(c.store.get('inbox_commands', 'cmd-1')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    });
+
+    it('rolls back a claim whose handle returned while a transaction() it started was still open, and both reject', async () => {
+      const table = await c.businessTable();
+      await appendCommitted(c.store, 'inbox_commands', [record('cmd-1')]);
+      let nested: Promise<unknown> | undefined;
+      const wrote = deferred();
+      const go = deferred();
+      // Not awaited: a COMMIT now would keep what it wrote so far, whatever it does next.
+      const claim = c.store.claim('inbox_commands', { limit: 10, now: c.t0 }, async (batch) => {
+        nested = c.store.transaction(async (tx) => {
+          await table.insert(tx, 'half-1', 'undone');
+          await c.store.append('outbox_events', [record('evt-half-1')], tx);
+          wrote.resolve();
+          await go.promise;
+          await table.insert(tx, 'half-2', 'undone');
+        });
+        nested.catch(() => undefined);
+        await wrote.promise;
+        return completeAll(batch);
+      });
+      await expect(claim).rejects.toThrow(NestedTransactionOpenError);
+      go.resolve();
+      await expect(nested).rejects.toThrow();
+
+      for (const id of ['half-1', 'half-2']) {
+        await expect(table.read(id)).resolves.toBeUndefined();
+      }
+      await expect(c.store.get('outbox_events', 'evt-half-1')).resolves.toBeUndefined();
       await expect(c.store.get('inbox_commands', 'cmd-1')).resolves.toMatchObject({
         status: 'PENDING',
         attempts: 0,
