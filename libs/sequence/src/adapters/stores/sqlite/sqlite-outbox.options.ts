@@ -62,6 +62,22 @@ export function busyTimeoutOf(options: SqliteOutboxStoreOptions): number {
   return value;
 }
 
+/**
+ * The file to open. better-sqlite3 opens a temporary database, deleted on close, for a missing
+ * or empty name: a store given one by mistake (an unset environment variable) would lose every
+ * record at the next restart without a word.
+ */
+export function filenameOf(options: SqliteOutboxOpenOptions): string {
+  const value: unknown = options.filename;
+  if (typeof value !== 'string' || value === '') {
+    throw new SequenceOptionsError(WHERE, [
+      `filename must be the path of the database file, or ':memory:' for a database of the ` +
+        `store alone, got ${value === '' ? 'an empty string' : String(value)}`,
+    ]);
+  }
+  return value;
+}
+
 export function synchronousOf(options: SqliteOutboxOpenOptions): 'FULL' | 'NORMAL' {
   const value = options.synchronous ?? 'FULL';
   if (value !== 'FULL' && value !== 'NORMAL') {

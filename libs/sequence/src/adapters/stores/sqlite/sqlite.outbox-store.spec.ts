@@ -352,6 +352,20 @@ describe('SqliteOutboxStore', () => {
       ).rejects.toThrow(SequenceOptionsError);
     });
 
+    it.each([
+      ['undefined', undefined],
+      ['null', null],
+      ['empty', ''],
+      ['a number', 42],
+    ])(
+      'a filename that is %s (rather than opening a temporary database lost on close)',
+      async (_what, filename) => {
+        const opening = SqliteOutboxStore.open({ filename: filename as unknown as string });
+        await expect(opening).rejects.toThrow(SequenceOptionsError);
+        await expect(opening).rejects.toThrow(/filename must be/);
+      },
+    );
+
     it('outcomes for records the claim did not hand out, leaving the batch untouched', async () => {
       await store.transaction((tx) => store.append(BOX, [record('mine')], tx));
       await expect(

@@ -34,6 +34,7 @@ import { appendParameters, toStoredRecord, type BoxRow } from './sqlite-outbox.c
 import { SqliteOutboxConnection } from './sqlite-outbox.connection';
 import {
   busyTimeoutOf,
+  filenameOf,
   refuseUnknownSqliteKeys,
   synchronousOf,
   type SqliteOutboxOpenOptions,
@@ -104,7 +105,7 @@ export class SqliteOutboxStore implements OutboxStore {
   static async open(options: SqliteOutboxOpenOptions): Promise<SqliteOutboxStore> {
     refuseUnknownSqliteKeys(options, true);
     const synchronous = synchronousOf(options);
-    const database = openSqliteDatabase(options.filename);
+    const database = openSqliteDatabase(filenameOf(options));
     openedByStore.add(database);
     try {
       const store = new SqliteOutboxStore(database, options);
