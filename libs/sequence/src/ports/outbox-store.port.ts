@@ -80,7 +80,8 @@ export interface StoreTransaction {
   readonly client: unknown;
   /**
    * Set once the transaction cannot go on (PostgreSQL: its connection failed, or a statement
-   * outran the pool's `query_timeout`): every later statement is refused with this error, and the
+   * outran the pool's `query_timeout`; SQLite: it rolled the transaction back itself, after a
+   * full disk or an I/O error): every later statement is refused with this error, and the
    * transaction is rolled back, whatever its work returns.
    */
   readonly brokenBy?: Error;

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Injectable, type Type } from '@nestjs/common';
 import BetterSqlite3 from 'better-sqlite3';
-import { InboxHandler, OutboxService, type OutboxEvent } from 'nest-sequence';
+import { InboxHandler, OutboxService, type InboxContext, type OutboxEvent } from 'nest-sequence';
 import { MESSAGE_ID_HEADER, MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { eventually } from '../support/sequence-test-app';
@@ -142,5 +142,52 @@ describe('Inbox on SQLite: handlers that misbehave', () => {
     // One call in the first claim, then one per attempt: not a call at every poll.
     expect(calls.get(1)).toBeLessThanOrEqual(4);
     expect(calls.get(0)).toBeLessThanOrEqual(2);
+  }, 15_000);
+
+  it('a handler whose write fills the disk (SQLite rolls the claim back) counts an attempt (FAILED after maxAttempts); its neighbours complete', async () => {
+    const filename = join(dir, 'outbox.db');
+    const setup = new BetterSqlite3(filename);
+    setup.exec('CREATE TABLE blobs (n INTEGER PRIMARY KEY, v TEXT NOT NULL)');
+    setup.close();
+    const calls = new Map<number, number>();
+    @Injectable()
+    class Archive {
+      @InboxHandler({ event: 'PaymentSettled', processInTransaction: true })
+      async handle(event: OutboxEvent<{ n: number }>, { transaction }: InboxContext) {
+        const { n } = event.payload;
+        calls.set(n, (calls.get(n) ?? 0) + 1);
+        const database = transaction!.client as BetterSqlite3.Database;
+        // Entry 1 finds the disk full: SQLITE_FULL, and SQLite rolls the whole transaction back.
+        const limit = database.pragma('max_page_count', { simple: true }) as number;
+        if (n === 1)
+          database.pragma(
+            `max_page_count = ${database.pragma('page_count', { simple: true }) as number}`,
+          );
+        try {
+          await transaction!.query('INSERT INTO blobs VALUES (?, ?)', [n, 'x'.repeat(100_000)]);
+        } finally {
+          database.pragma(`max_page_count = ${limit}`);
+        }
+      }
+    }
+    const [first, full, last] = await deliverInOneClaim(filename, [Archive], 3, 3);
+    const app = t!;
+    await eventually(
+      async () => (await app.outbox.record('inbox_events', full))?.status === 'FAILED',
+      'the one filling the disk failed',
+      5_000,
+    );
+    expect(await app.outbox.record('inbox_events', full)).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringMatching(/full/),
+    });
+    for (const id of [first, last]) {
+      await eventually(
+        async () => (await app.outbox.record('inbox_events', id))?.status === 'COMPLETED',
+        'its neighbours completed',
+      );
+      expect(await app.outbox.record('inbox_events', id)).toMatchObject({ attempts: 1 });
+    }
+    expect(calls.get(1)).toBe(3);
   }, 15_000);
 });

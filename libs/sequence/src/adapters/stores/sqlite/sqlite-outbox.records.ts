@@ -76,3 +76,26 @@ export function writeOutcomes(
   }
   return counts;
 }
+
+/**
+ * The failed attempts (`retry`, `failed`) of a claim whose transaction ended under its handler
+ * (see `SqliteStoreTransaction.brokenBy`), written in a transaction of their own: only on the
+ * records still as the claim found them (`PENDING`, same attempts), since another process may
+ * have claimed them once SQLite let go of its lock. `completed` outcomes are dropped: what the
+ * handler did went with the transaction. The counts of each.
+ */
+export function writeLostOutcomes(
+  statements: SqliteOutboxStatements,
+  box: BoxName,
+  records: readonly StoredRecord[],
+  outcomes: readonly RecordOutcome[],
+): Omit<ClaimResult, 'claimed'> {
+  const attemptsSeen = new Map(records.map((record) => [record.id, record.attempts]));
+  const get = statements.box('get', box);
+  const attempted = outcomes.filter((outcome) => {
+    if (outcome.status !== 'retry' && outcome.status !== 'failed') return false;
+    const row = get.get({ id: outcome.id }) as BoxRow | undefined;
+    return row?.status === 'PENDING' && row.attempts === attemptsSeen.get(outcome.id);
+  });
+  return writeOutcomes(statements, box, attempted, { now: 0 });
+}

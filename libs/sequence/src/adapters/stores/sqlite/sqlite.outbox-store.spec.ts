@@ -10,7 +10,9 @@ import { OutboxStoreClosedError } from '../../../core/errors/outbox-store-closed
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import {
   BOX_NAMES,
+  type ClaimResult,
   type OutboxStore,
+  type RecordOutcome,
   type StoreTransaction,
 } from '../../../ports/outbox-store.port';
 import { SqliteOutboxStore } from './sqlite.outbox-store';
@@ -429,5 +431,86 @@ describe('SqliteOutboxStore', () => {
     await transaction;
     await closing;
     expect(database.open).toBe(false);
+  });
+
+  describe("when SQLite ends a claim's transaction under its handler (the disk is full)", () => {
+    const BOX_IN = 'inbox_commands';
+    let database: Database.Database;
+    let store: SqliteOutboxStore;
+
+    beforeEach(async () => {
+      database = new Database(':memory:', { timeout: 0 });
+      store = new SqliteOutboxStore(database);
+      await store.migrate();
+      await store.transaction((tx) => tx.query('CREATE TABLE blobs (v TEXT)'));
+      await store.receive(BOX_IN, record('cmd-1'));
+      // SQLITE_FULL at the next page: SQLite then rolls the whole transaction back.
+      database.pragma(
+        `max_page_count = ${database.pragma('page_count', { simple: true }) as number}`,
+      );
+    });
+
+    afterEach(async () => {
+      await store.close();
+      database.close();
+    });
+
+    /** A claim whose handler's write fills the disk; the handler gives `outcome` for cmd-1. */
+    function claimFillingTheDisk(
+      outcome: (error: string) => RecordOutcome,
+    ): Promise<{ result: ClaimResult; brokenBy: Error | undefined }> {
+      let brokenBy: Error | undefined;
+      return store
+        .claim(BOX_IN, { limit: 10, now: 1_000 }, async (batch) => {
+          let error = '';
+          try {
+            await batch.transaction.query('INSERT INTO blobs VALUES (?)', ['x'.repeat(100_000)]);
+          } catch (caught) {
+            error = (caught as Error).message;
+          }
+          brokenBy = batch.transaction.brokenBy;
+          return [outcome(error)];
+        })
+        .then((result) => ({ result, brokenBy }));
+    }
+
+    it('says so in brokenBy, and writes a retry outcome in a transaction of its own', async () => {
+      const { result, brokenBy } = await claimFillingTheDisk((error) => ({
+        id: 'cmd-1',
+        status: 'retry',
+        nextAttemptAt: 5_000,
+        error,
+      }));
+      expect(brokenBy).toBeInstanceOf(Error);
+      expect(result).toEqual({ claimed: 1, completed: 0, retried: 1, failed: 0 });
+      await expect(store.get(BOX_IN, 'cmd-1')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 1,
+        nextAttemptAt: 5_000,
+        lastError: expect.stringMatching(/full/),
+      });
+    });
+
+    it('writes a failed outcome, so that a record whose handling always fills the disk ends FAILED', async () => {
+      const { result } = await claimFillingTheDisk((error) => ({
+        id: 'cmd-1',
+        status: 'failed',
+        error,
+      }));
+      expect(result).toEqual({ claimed: 1, completed: 0, retried: 0, failed: 1 });
+      await expect(store.get(BOX_IN, 'cmd-1')).resolves.toMatchObject({
+        status: 'FAILED',
+        attempts: 1,
+      });
+    });
+
+    it('drops a completed outcome: what the handler did went with the transaction', async () => {
+      const { result } = await claimFillingTheDisk(() => ({ id: 'cmd-1', status: 'completed' }));
+      expect(result).toEqual({ claimed: 1, completed: 0, retried: 0, failed: 0 });
+      await expect(store.get(BOX_IN, 'cmd-1')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+    });
   });
 });

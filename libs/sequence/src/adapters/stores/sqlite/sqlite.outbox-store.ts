@@ -40,7 +40,12 @@ import {
   type SqliteOutboxOpenOptions,
   type SqliteOutboxStoreOptions,
 } from './sqlite-outbox.options';
-import { applyMigrations, selectClaimable, writeOutcomes } from './sqlite-outbox.records';
+import {
+  applyMigrations,
+  selectClaimable,
+  writeLostOutcomes,
+  writeOutcomes,
+} from './sqlite-outbox.records';
 import { SqliteOutboxStatements } from './sqlite-outbox.sql';
 import { SqliteOutboxWakeups, wakeupChannel } from './sqlite-outbox.wakeups';
 import { openSqliteDatabase } from './sqlite-database';
@@ -178,6 +183,8 @@ export class SqliteOutboxStore implements OutboxStore {
     // in: joining it would publish rows that transaction might still roll back.
     /** Set once the batch is handled and its outcomes written: what fails after is the COMMIT. */
     let handled = false;
+    /** What a claim whose transaction ended under its handler leaves to settle after it. */
+    let lost: { records: StoredRecord[]; outcomes: readonly RecordOutcome[] } | undefined;
     return this.isolated(async (transaction) => {
       const records = selectClaimable(this.statements, box, options);
       if (records.length === 0) return NOTHING_CLAIMED;
@@ -186,6 +193,14 @@ export class SqliteOutboxStore implements OutboxStore {
       // PostgreSQL): the claim holds the database's one write lock until the batch is done, and a
       // transaction of its own would wait for it, for ever if a later handler waits for that.
       const outcomes = await handle({ records, transaction, handlerCall: (work) => work() });
+      if (transaction.brokenBy) {
+        // SQLite rolled the transaction back under the handler (a full disk, an I/O error): its
+        // failed attempts are written below, in a transaction of their own, so that a record
+        // whose handling always does this ends FAILED rather than being handed out for ever.
+        assertOutcomes(records, outcomes);
+        lost = { records, outcomes };
+        throw transaction.brokenBy;
+      }
       transaction.assertOpen();
       // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
       // it does next. The claim rolls back with it, as transaction() does.
@@ -194,10 +209,27 @@ export class SqliteOutboxStore implements OutboxStore {
       const counts = writeOutcomes(this.statements, box, outcomes, options);
       handled = true;
       return { claimed: records.length, ...counts };
-    }).catch((error: unknown) => {
+    }).catch(async (error: unknown) => {
+      if (lost) return this.settleLostClaim(box, lost.records, lost.outcomes);
       // A deferred foreign key that what the handlers wrote breaks: SQLite checks it at COMMIT.
       throw handled && isConstraintError(error) ? new ClaimCommitRefusedError(error) : error;
     });
+  }
+
+  /** The failed attempts of a claim whose transaction ended under its handler (see claim). */
+  private async settleLostClaim(
+    box: BoxName,
+    records: readonly StoredRecord[],
+    outcomes: readonly RecordOutcome[],
+  ): Promise<ClaimResult> {
+    const settled: ClaimResult = { claimed: records.length, completed: 0, retried: 0, failed: 0 };
+    if (!outcomes.some((outcome) => outcome.status === 'retry' || outcome.status === 'failed')) {
+      return settled;
+    }
+    const counts = await this.isolated(async () =>
+      writeLostOutcomes(this.statements, box, records, outcomes),
+    );
+    return { ...settled, ...counts, completed: 0 };
   }
 
   async get(box: BoxName, id: string): Promise<StoredRecord | undefined> {

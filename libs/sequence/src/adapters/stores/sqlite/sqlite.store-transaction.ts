@@ -14,6 +14,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
   private open = true;
   private readonly savepoints: string[] = [];
   private savepointCount = 0;
+  /** Set by {@link brokenBy} once the transaction is found ended under its work. */
+  private broken?: Error;
   /** Run once after the outermost COMMIT (not on rollback), keyed so that each runs once. */
   private commitHooks = new Map<string, () => void>();
 
@@ -27,6 +29,21 @@ export class SqliteStoreTransaction implements StoreTransaction {
   /** The `better-sqlite3` `Database`, inside `BEGIN IMMEDIATE`. */
   get client(): Database {
     return this.database;
+  }
+
+  /**
+   * Set once the transaction ended while its work still ran: SQLite rolled it back itself (the
+   * disk or the database's `max_page_count` full, an I/O error), or a COMMIT or ROLLBACK was sent
+   * through `query`. Every later statement is refused with it, and nothing more commits.
+   */
+  get brokenBy(): Error | undefined {
+    if (!this.broken && this.open && !this.database.inTransaction) {
+      this.broken = new Error(
+        'this SQLite outbox transaction was ended early (SQLite rolling back after a full disk ' +
+          'or an I/O error, or a COMMIT or ROLLBACK sent through query): nothing more can run in it',
+      );
+    }
+    return this.broken;
   }
 
   /** Whether the transaction still runs (its work has not settled). */
@@ -92,12 +109,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
           'transaction only inside the work function it was given to, before that settles',
       );
     }
-    if (!this.database.inTransaction) {
-      throw new Error(
-        'this SQLite outbox transaction was ended early (a COMMIT or ROLLBACK sent through ' +
-          'query, or SQLite rolling back after an I/O error): nothing more can run in it',
-      );
-    }
+    const broken = this.brokenBy;
+    if (broken) throw broken;
   }
 
   /**
