@@ -33,6 +33,12 @@ export class SqliteOutboxConnection {
   readonly scope = new TransactionScope();
   private readonly mutex = new AsyncMutex();
   private readonly queries: SqliteStatementCache;
+  /**
+   * Set when a failed transaction could not be rolled back (an iterator of the `Database` that
+   * its work left open refuses every statement): rolled back before the next use of the
+   * connection, which would otherwise run inside it, seeing and committing what it wrote.
+   */
+  private unfinished = false;
 
   private constructor(
     readonly database: Database,
@@ -82,6 +88,7 @@ export class SqliteOutboxConnection {
   ): Promise<T> {
     const release = await this.mutex.acquire();
     try {
+      this.finishFailedTransaction();
       await this.whenUnlocked(busyTimeoutMs, 'BEGIN IMMEDIATE', () =>
         this.database.exec('BEGIN IMMEDIATE'),
       );
@@ -96,7 +103,13 @@ export class SqliteOutboxConnection {
         await this.whenUnlocked(busyTimeoutMs, 'COMMIT', () => this.database.exec('COMMIT'));
       } catch (error) {
         transaction.settle();
-        if (this.database.inTransaction) this.database.exec('ROLLBACK');
+        this.unfinished = true;
+        try {
+          this.finishFailedTransaction();
+        } catch {
+          // Still refused: the next use of the connection tries again. The work's error is the
+          // one worth seeing.
+        }
         throw error;
       }
       transaction.committed();
@@ -113,6 +126,7 @@ export class SqliteOutboxConnection {
   async exclusive<T>(busyTimeoutMs: number, what: string, read: () => T): Promise<T> {
     const release = await this.mutex.acquire();
     try {
+      this.finishFailedTransaction();
       return await this.whenUnlocked(busyTimeoutMs, what, read);
     } finally {
       release();
@@ -130,6 +144,13 @@ export class SqliteOutboxConnection {
     } finally {
       release();
     }
+  }
+
+  /** Rolls back the transaction that failed without being rolled back, if any (see unfinished). */
+  private finishFailedTransaction(): void {
+    if (!this.unfinished) return;
+    if (this.database.inTransaction) this.database.exec('ROLLBACK');
+    this.unfinished = false;
   }
 
   private assertStillInTransaction(): void {

@@ -184,6 +184,55 @@ describe('SqliteOutboxStore transactions', () => {
     await expect(store.transaction(async () => 'fine')).resolves.toBe('fine');
   });
 
+  describe('with an iterator of tx.client left open (no statement runs on the connection meanwhile)', () => {
+    /** Starts iterating the business table (not empty) through the Database, and leaves it open. */
+    function leaveIteratorOpen(client: unknown): IterableIterator<unknown> {
+      const iterator = (client as Database.Database).prepare('SELECT id FROM business').iterate();
+      iterator.next();
+      return iterator;
+    }
+
+    it.each([
+      ['throws', true],
+      ['resolves (its COMMIT fails)', false],
+    ])(
+      'rejects a transaction whose work %s, and rolls it back once the iterator is closed',
+      async (_what, throws) => {
+        let iterator: IterableIterator<unknown> | undefined;
+        const failed = store.transaction(async (tx) => {
+          await tx.query("INSERT INTO business (id, value) VALUES ('undone', 'x')");
+          await store.append(BOX, [record('undone-record')], tx);
+          iterator = leaveIteratorOpen(tx.client);
+          if (throws) throw new Error('work fails');
+        });
+        await expect(failed).rejects.toThrow(throws ? 'work fails' : /busy executing a query/);
+        iterator!.return!();
+        // The store goes on, without what the failed transaction wrote.
+        await store.transaction((tx) =>
+          tx.query("INSERT INTO business (id, value) VALUES ('next', 'y')"),
+        );
+        await expect(store.get(BOX, 'undone-record')).resolves.toBeUndefined();
+        const rows = await store.transaction((tx) => tx.query('SELECT id FROM business'));
+        expect(rows.rows).toEqual([{ id: 'next' }]);
+      },
+    );
+
+    it('reads nothing the failed transaction wrote once the iterator is closed', async () => {
+      let iterator: IterableIterator<unknown> | undefined;
+      await expect(
+        store.transaction(async (tx) => {
+          await tx.query("INSERT INTO business (id, value) VALUES ('undone', 'x')");
+          await store.append(BOX, [record('undone-record')], tx);
+          iterator = leaveIteratorOpen(tx.client);
+          throw new Error('work fails');
+        }),
+      ).rejects.toThrow('work fails');
+      iterator!.return!();
+      await expect(store.get(BOX, 'undone-record')).resolves.toBeUndefined();
+      await expect(store.stats(BOX)).resolves.toMatchObject({ pending: 0 });
+    });
+  });
+
   it('keeps the transaction going after a statement error that work catches', async () => {
     // Matched by code: better-sqlite3's native part makes its errors in the realm of the first
     // test file that loaded it, so in later files of a jest worker they fail `instanceof Error`.
