@@ -98,6 +98,9 @@ export class SqliteOutboxConnection {
         result = await this.scope.run(transaction, () => work(transaction));
         transaction.settle();
         this.assertStillInTransaction();
+        // Holding the writes of a savepoint that could not be rolled back.
+        const broken = transaction.brokenBy;
+        if (broken) throw broken;
         // In WAL mode the holder of the write lock commits without waiting; in rollback-journal
         // mode COMMIT may have to wait for other connections' readers.
         await this.whenUnlocked(busyTimeoutMs, 'COMMIT', () => this.database.exec('COMMIT'));

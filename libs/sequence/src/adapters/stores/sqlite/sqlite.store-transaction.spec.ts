@@ -217,6 +217,26 @@ describe('SqliteOutboxStore transactions', () => {
       },
     );
 
+    it('never commits what a nested transaction that threw wrote, when its rollback was refused', async () => {
+      let iterator: IterableIterator<unknown> | undefined;
+      const committed = store.transaction(async (outer) => {
+        await outer.query("INSERT INTO business (id, value) VALUES ('outer', 'x')");
+        await expect(
+          store.transaction(async (inner) => {
+            await inner.query("INSERT INTO business (id, value) VALUES ('nested', 'undone')");
+            iterator = leaveIteratorOpen(inner.client);
+            throw new Error('nested fails');
+          }),
+        ).rejects.toThrow('nested fails');
+        // The caller goes on, as after a nested transaction that rolled back.
+        iterator!.return!();
+        await outer.query("INSERT INTO business (id, value) VALUES ('after', 'x')");
+      });
+      await expect(committed).rejects.toThrow(/could not be rolled back/);
+      const rows = await store.transaction((tx) => tx.query('SELECT id FROM business'));
+      expect(rows.rows).toEqual([]);
+    });
+
     it('reads nothing the failed transaction wrote once the iterator is closed', async () => {
       let iterator: IterableIterator<unknown> | undefined;
       await expect(

@@ -34,7 +34,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
   /**
    * Set once the transaction ended while its work still ran: SQLite rolled it back itself (the
    * disk or the database's `max_page_count` full, an I/O error), or a COMMIT or ROLLBACK was sent
-   * through `query`. Every later statement is refused with it, and nothing more commits.
+   * through `query`; or once a savepoint of it could not be rolled back. Every later statement is
+   * refused with it, and nothing of the transaction commits.
    */
   get brokenBy(): Error | undefined {
     if (!this.broken && this.open && !this.database.inTransaction) {
@@ -152,7 +153,24 @@ export class SqliteStoreTransaction implements StoreTransaction {
     this.savepoints.splice(at);
     // An I/O or disk-full error may have made SQLite roll the whole transaction back already.
     if (!this.database.inTransaction) return;
-    if (how === 'rollback') this.database.exec(`ROLLBACK TO ${name}`);
+    if (how === 'rollback') {
+      try {
+        this.database.exec(`ROLLBACK TO ${name}`);
+      } catch (error) {
+        // Refused (an iterator of the Database left open refuses every statement): what the
+        // savepoint wrote is still in the transaction, which must then not commit.
+        this.broken ??= new Error(
+          `savepoint ${name} could not be rolled back (${errorText(error)}): what its work ` +
+            'wrote is still in the transaction, which is therefore rolled back as a whole',
+          { cause: error },
+        );
+        return;
+      }
+    }
     this.database.exec(`RELEASE ${name}`);
   }
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
