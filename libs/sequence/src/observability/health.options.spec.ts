@@ -58,4 +58,28 @@ describe('resolveHealthOptions', () => {
       'inbox must be an object, got "strict"',
     ]);
   });
+
+  it('refuses a misspelt or unknown threshold instead of keeping its default', () => {
+    const misspelt = {
+      warnRatio: 0.5,
+      sequnce: { bufferPercent: 90 },
+      sequence: { bufferPercnt: 90 },
+      resequencer: { openGap: 10 },
+      outbox: { lag: 60_000 },
+      inbox: { failed: 0, failedCount: 3 },
+    } as unknown as SequenceHealthOptions;
+
+    expect(() => resolveHealthOptions(misspelt)).toThrow(SequenceOptionsError);
+    try {
+      resolveHealthOptions(misspelt);
+    } catch (error) {
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'sequnce is not an option; the options are warnRatio, sequence, resequencer, outbox, inbox',
+        'sequence.bufferPercnt is not an option; sequence takes bufferPercent, oldestOpenAgeMs',
+        'resequencer.openGap is not an option; resequencer takes oldestGapAgeMs, openGaps',
+        'outbox.lag is not an option; outbox takes lagMs, failed',
+        'inbox.failedCount is not an option; inbox takes lagMs, failed',
+      ]);
+    }
+  });
 });

@@ -1,4 +1,5 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { isPlainObject, unknownKeyProblem, type OptionKeysOf } from '../core/option-keys';
 
 /** Thresholds of one box (the outbox, or the inbox). */
 export interface BoxHealthThresholds {
@@ -102,6 +103,28 @@ export const HEALTH_DEFAULTS = {
   box: { lagMs: 300_000, failed: 0 },
 } as const;
 
+/**
+ * The keys each object of {@link SequenceHealthOptions} takes: a misspelt threshold is refused
+ * rather than left at its default without a word.
+ */
+const HEALTH_KEYS = {
+  warnRatio: true,
+  sequence: true,
+  resequencer: true,
+  outbox: true,
+  inbox: true,
+} as const satisfies OptionKeysOf<SequenceHealthOptions>;
+const SECTION_KEYS = {
+  sequence: { bufferPercent: true, oldestOpenAgeMs: true } as const satisfies OptionKeysOf<
+    NonNullable<SequenceHealthOptions['sequence']>
+  >,
+  resequencer: { oldestGapAgeMs: true, openGaps: true } as const satisfies OptionKeysOf<
+    NonNullable<SequenceHealthOptions['resequencer']>
+  >,
+  outbox: { lagMs: true, failed: true } as const satisfies OptionKeysOf<BoxHealthThresholds>,
+  inbox: { lagMs: true, failed: true } as const satisfies OptionKeysOf<BoxHealthThresholds>,
+} as const;
+
 /** Injection token of the {@link ResolvedHealthOptions}. */
 export const HEALTH_OPTIONS = Symbol('nest-sequence:health-options');
 
@@ -113,9 +136,16 @@ export function resolveHealthOptions(options: SequenceHealthOptions = {}): Resol
   const problems: string[] = [];
   // Checked as what it may be at run time: JavaScript callers pass anything.
   const given: SequenceHealthOptions = options ?? {};
-  const section = <T extends object>(name: string, value: T | undefined): Partial<T> => {
+  unknownKeys(problems, given, HEALTH_KEYS);
+  const section = <T extends object>(
+    name: keyof typeof SECTION_KEYS,
+    value: T | undefined,
+  ): Partial<T> => {
     if (value === undefined) return {};
-    if (typeof value === 'object' && value !== null && !Array.isArray(value)) return value;
+    if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+      unknownKeys(problems, value, SECTION_KEYS[name], name);
+      return value;
+    }
     problems.push(`${name} must be an object, got ${describe(value)}`);
     return {};
   };
@@ -163,6 +193,17 @@ export function resolveHealthOptions(options: SequenceHealthOptions = {}): Resol
   };
   if (problems.length > 0) throw new SequenceOptionsError('SequenceHealthModule options', problems);
   return resolved;
+}
+
+/** Adds a problem for each key of `value` (the options at `at`) that `keys` lacks. */
+function unknownKeys(problems: string[], value: unknown, keys: object, at = ''): void {
+  if (!isPlainObject(value)) return;
+  const known = Object.keys(keys);
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key)) {
+      problems.push(unknownKeyProblem(at ? `${at}.${key}` : key, at, known));
+    }
+  }
 }
 
 function ratio(problems: string[], value: unknown): number | undefined {
