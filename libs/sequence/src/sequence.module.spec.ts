@@ -938,6 +938,29 @@ describe('SequenceModule', () => {
       expect(transport.depth('per-injection')).toBe(1);
     });
 
+    it('fails the bootstrap when a handler decorator is on a static method, naming it', async () => {
+      @Injectable()
+      class Intake {
+        @SequencedHandler({ channel: 'static-intake' })
+        static async analyse(_payload: ReassembledPayload): Promise<void> {}
+      }
+
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+        ],
+        providers: [Intake],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        '@SequencedHandler on Intake.analyse is on a static method, which no instance of ' +
+          'Intake holds; make it an instance method',
+      ]);
+    });
+
     it('finds a handler once when its provider is also registered under an alias', async () => {
       const Handler = recordingHandler({ channel: 'aliased' });
       const app = await boot({

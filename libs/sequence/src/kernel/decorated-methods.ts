@@ -1,6 +1,11 @@
 import type { Logger } from '@nestjs/common';
 import type { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { requestScopedHandlerMessage, transientHandlerMessage } from './discovery.messages';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import {
+  requestScopedHandlerMessage,
+  staticHandlerMessage,
+  transientHandlerMessage,
+} from './discovery.messages';
 
 /** A method of a singleton provider or controller that carries a decorator's options. */
 export interface DecoratedMethod<Options> {
@@ -16,6 +21,8 @@ export interface DecoratedMethod<Options> {
  * and transient classes cannot hold a long-lived consumer (there is no one instance to call):
  * they are skipped with a warning. An alias (`useExisting`) is the instance it points to, found
  * under its own token already.
+ * @throws SequenceOptionsError for a decorator on a static method of a provider's class: no
+ * instance holds it, so it would never be called.
  */
 export function decoratedMethods<Options>(
   discovery: DiscoveryService,
@@ -28,6 +35,7 @@ export function decoratedMethods<Options>(
 ): Array<DecoratedMethod<Options>> {
   const found: Array<DecoratedMethod<Options>> = [];
   const wrappers = [...discovery.getProviders(), ...discovery.getControllers()];
+  refuseStaticHandlers(wrappers, reflector, metadataKey, decorator);
   for (const { wrapper, instance, className, methodName, method } of instanceMethods(
     wrappers,
     scanner,
@@ -51,6 +59,51 @@ export function decoratedMethods<Options>(
 }
 
 type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
+
+/** Properties every function has, never a method of the class. */
+const FUNCTION_OWN = new Set(['length', 'name', 'prototype', 'caller', 'arguments']);
+
+/**
+ * Throws for the first static method (inherited ones included) of the providers' and
+ * controllers' classes that carries `metadataKey`: discovery calls methods on instances, so such
+ * a handler would never run, and nothing would say so.
+ */
+function refuseStaticHandlers(
+  wrappers: readonly InstanceWrapper[],
+  reflector: Reflector,
+  metadataKey: string,
+  decorator: string,
+): void {
+  const seen = new Set<unknown>();
+  for (const wrapper of wrappers) {
+    const instance: unknown = wrapper.instance;
+    if (wrapper.isAlias || !instance || typeof instance !== 'object') continue;
+    // An object without a prototype (Object.create(null)) has no class.
+    const constructor = (instance as { constructor?: unknown }).constructor;
+    if (typeof constructor !== 'function') continue;
+    const className = constructor.name;
+    let type: unknown = constructor;
+    while (
+      typeof type === 'function' &&
+      type !== Object &&
+      type !== Function.prototype &&
+      !seen.has(type)
+    ) {
+      seen.add(type);
+      for (const name of Object.getOwnPropertyNames(type)) {
+        if (FUNCTION_OWN.has(name)) continue;
+        const value: unknown = Object.getOwnPropertyDescriptor(type, name)?.value;
+        if (typeof value !== 'function' || reflector.get(metadataKey, value) === undefined) {
+          continue;
+        }
+        throw new SequenceOptionsError(`${decorator} on ${className}.${name}`, [
+          staticHandlerMessage(decorator, className, name),
+        ]);
+      }
+      type = Object.getPrototypeOf(type);
+    }
+  }
+}
 
 /** One method of an instance Nest made, as discovery finds it. */
 export interface InstanceMethod {

@@ -18,6 +18,14 @@ export const transientHandlerMessage = (
   `injection gets an instance of its own and there is no one instance to deliver messages to; ` +
   `make it a singleton provider.`;
 
+export const staticHandlerMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+): string =>
+  `${decorator} on ${className}.${methodName} is on a static method, which no instance of ` +
+  `${className} holds; make it an instance method`;
+
 export const missingChannelMessage = (
   decorator: string,
   className: string,
