@@ -127,7 +127,13 @@ export interface ResolvedInboxHandler {
  */
 export function resolveInboxHandler(
   where: string,
-  options: { event?: unknown; command?: unknown; channel?: unknown; handlerTimeoutMs?: unknown },
+  options: {
+    event?: unknown;
+    command?: unknown;
+    channel?: unknown;
+    processInTransaction?: unknown;
+    handlerTimeoutMs?: unknown;
+  },
   outbox: Pick<ResolvedOutboxOptions, 'serviceName'>,
   handlerTimeoutMs: number | undefined,
 ): ResolvedInboxHandler {
@@ -155,6 +161,10 @@ export function resolveInboxHandler(
       "a command handler consumes commands.<serviceName>: set `outbox: { serviceName: '...' }` " +
         'in SequenceModule.forRoot (or give the handler a channel)',
     );
+  }
+  // A string from a config file ('true') would otherwise run the handler outside the transaction.
+  if (options.processInTransaction !== undefined) {
+    checkOneOf(problems, 'processInTransaction', options.processInTransaction, [true, false]);
   }
   const timeoutMs = resolveHandlerTimeout(
     problems,

@@ -97,6 +97,8 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
       );
     }
   }
+  // A string from a config file ('false') would otherwise call the handler as true does.
+  if (callHandler !== undefined) checkOneOf(problems, 'callHandler', callHandler, [true, false]);
   if (callHandler === false && output === undefined) {
     problems.push('callHandler: false needs an output channel, or released events go nowhere');
   }

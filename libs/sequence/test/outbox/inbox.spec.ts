@@ -434,6 +434,17 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     await expect(createOutboxTestApp(inboxOptions, [ArchiveTask])).rejects.toThrow(/serviceName/);
   });
 
+  it('refuses a processInTransaction that is not a boolean rather than run outside the transaction', async () => {
+    // 'true' from a config file: taken as false, the handler's writes would not commit with the mark.
+    const FromConfig = inboxHandler({
+      event: 'TaskCreated',
+      processInTransaction: 'true' as never,
+    });
+    const failure = createOutboxTestApp(inboxOptions, [FromConfig]);
+    await expect(failure).rejects.toThrow(SequenceOptionsError);
+    await expect(failure).rejects.toThrow(/processInTransaction must be true or false, got true/);
+  });
+
   it('end to end in one app: a committed command reaches its inbox handler once', async () => {
     t = await createOutboxTestApp({ ...inboxOptions, serviceName: 'tasks' }, [ArchiveTask]);
     const handler: RecordingInboxHandler = t.handler(ArchiveTask);

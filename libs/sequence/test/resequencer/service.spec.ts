@@ -166,6 +166,11 @@ describe('ResequencerService', () => {
       /outputInFlight above 1 needs an output channel/,
     ],
     [
+      'a callHandler that is not a boolean (a string from a config file)',
+      { output: 'out', callHandler: 'false' as never },
+      /callHandler must be true or false, got false/,
+    ],
+    [
       'outputInFlight with the handler',
       { output: 'out', callHandler: true, outputInFlight: 4 },
       /outputInFlight above 1 needs an output channel and no handler call/,
