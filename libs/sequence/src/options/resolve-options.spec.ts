@@ -294,6 +294,18 @@ describe('resolveModuleOptions', () => {
           'not starting with a digit), got "imaging-"',
       ],
       [
+        'a metrics.registry that is not a prom-client Registry',
+        { metrics: { registry: untyped({ name: 'default' }) } },
+        'metrics.registry must be a prom-client Registry (registerMetric, getSingleMetric, ' +
+          'removeSingleMetric, metrics), got an object without them',
+      ],
+      [
+        'a metrics.registry given as a name',
+        { metrics: { registry: untyped('default') } },
+        'metrics.registry must be a prom-client Registry (registerMetric, getSingleMetric, ' +
+          'removeSingleMetric, metrics), got a string',
+      ],
+      [
         'a fractional fragmentBytes',
         { sequence: { fragmentBytes: 1.5 } },
         'sequence.fragmentBytes must be an integer >= 1, got 1.5',

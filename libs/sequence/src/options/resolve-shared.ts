@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { SEQUENCE_ID_PATTERN } from '../core/headers';
 import { definedOnly } from '../core/objects';
+import { kindOf } from '../core/option-keys';
 import { checkDelay, checkInteger, checkInterval } from '../core/option-checks';
 import { DEFAULTS } from './defaults';
 import type {
@@ -134,7 +135,31 @@ export function resolveMetrics(
         `starting with a digit), got ${JSON.stringify(prefix)}`,
     );
   }
+  const registry: unknown = given?.registry;
+  if (registry !== undefined && !isRegistry(registry)) {
+    // A TypeError from prom-client at the first metric would say neither which option nor why.
+    problems.push(
+      'metrics.registry must be a prom-client Registry (registerMetric, getSingleMetric, ' +
+        'removeSingleMetric, metrics), got ' +
+        (typeof registry === 'object' && registry !== null && !Array.isArray(registry)
+          ? 'an object without them'
+          : kindOf(registry)),
+    );
+  }
   return { registry: given?.registry, prefix };
+}
+
+/** The methods of a prom-client `Registry` the module calls: another copy of prom-client's will do. */
+const REGISTRY_METHODS = ['registerMetric', 'getSingleMetric', 'removeSingleMetric', 'metrics'];
+
+function isRegistry(value: unknown): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    REGISTRY_METHODS.every(
+      (method) => typeof (value as Record<string, unknown>)[method] === 'function',
+    )
+  );
 }
 
 export function resolveTracing(
