@@ -7,6 +7,11 @@ function groups(tree: KeyTree, at: string[] = []): string[][] {
     sub === true ? [] : [[...at, key], ...groups(sub, [...at, key])],
   );
 }
+function leaves(tree: KeyTree, at: string[] = []): string[][] {
+  return Object.entries(tree).flatMap(([key, sub]) =>
+    sub === true ? [[...at, key]] : leaves(sub, [...at, key]),
+  );
+}
 function setPath(path: string[], value: unknown): Record<string, unknown> {
   const root: Record<string, unknown> = {};
   let node = root;
@@ -33,5 +38,21 @@ describe('every option group given as null, a number, a string or true', () => {
         );
       });
     }
+  }
+});
+
+/**
+ * An option given as null (an empty key in a YAML file, a config lookup that found nothing) is
+ * refused with a problem naming it, never silently replaced by its default.
+ */
+describe('every option value given as null', () => {
+  for (const path of leaves(MODULE_KEYS)) {
+    it(`${path.join('.')} = null: a problem naming it, no throw`, () => {
+      const problems: string[] = [];
+      expect(() =>
+        resolveModuleOptions(problems, setPath(path, null) as never, new InMemoryTransport()),
+      ).not.toThrow();
+      expect(problems).toContainEqual(expect.stringContaining(`${path.join('.')} `));
+    });
   }
 });

@@ -304,7 +304,8 @@ const GROUPS_THAT_MAY_BE_FALSE: ReadonlySet<string> = new Set(['metrics', 'traci
  * Adds a problem to `problems` for each key of `value` (and of the option objects within it)
  * that `keys` does not have: what replaced it when it was renamed, else the keys there are; and
  * for a group of options given as anything but an object (`publish: 5000`, a sweeper given as
- * `false`), which would otherwise fall back to its defaults without a word. A `value` that is
+ * `false`), and for an option given as null (an empty key in a config file), which would
+ * otherwise fall back to their defaults without a word. A `value` that is
  * not an object is left to the checks of the caller.
  */
 export function checkKeys(
@@ -320,7 +321,10 @@ export function checkKeys(
     const known = keys[key];
     if (known === undefined) {
       problems.push(unknownKeyProblem(path, at, Object.keys(keys), renames));
-    } else if (known !== true && given !== undefined) {
+    } else if (known === true) {
+      // An empty key in a config file: no option takes null, and `??` would read it as absent.
+      if (given === null) problems.push(nullOptionProblem(path));
+    } else if (given !== undefined) {
       if (isObject(given)) checkKeys(problems, given, known, renames, path);
       else if (!(given === false && GROUPS_THAT_MAY_BE_FALSE.has(path))) {
         problems.push(
@@ -330,6 +334,25 @@ export function checkKeys(
       }
     }
   }
+}
+
+/** The problem with an option given as null. */
+export const nullOptionProblem = (path: string): string =>
+  `${path} is null: give a value, or leave the key out for its default`;
+
+/**
+ * `value` with its options given as null left out, at any depth of the plain objects in it (the
+ * keys of a class instance, an adapter, are its own): for the resolvers, once
+ * {@link checkKeys} has reported them, so that each is refused once rather than again by its
+ * value's check.
+ */
+export function withoutNullOptions<T>(value: T): T {
+  if (!isPlainObject(value)) return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([, entry]) => entry !== null)
+      .map(([key, entry]) => [key, withoutNullOptions(entry)]),
+  ) as T;
 }
 
 /**

@@ -508,6 +508,38 @@ describe('resolveModuleOptions', () => {
       expect(problemsOf(options)).toContain(problem);
     });
 
+    it('refuses an option given as null once, rather than take its default', () => {
+      // An empty key in a YAML file gives null.
+      expect(
+        problemsOf(
+          untyped({
+            prefetch: null,
+            sequence: { timeoutStrategy: null },
+            handlerRetry: { attempts: null },
+          }),
+        ),
+      ).toEqual([
+        'prefetch is null: give a value, or leave the key out for its default',
+        'sequence.timeoutStrategy is null: give a value, or leave the key out for its default',
+        'handlerRetry.attempts is null: give a value, or leave the key out for its default',
+      ]);
+    });
+
+    it("refuses a handler's option given as null once, rather than take the module's", () => {
+      expect(() =>
+        resolveSequenceConsumer(
+          '@SequencedHandler on Intake.analyse',
+          untyped({ prefetch: null, deadLetterChannel: null }),
+          resolve({}),
+        ),
+      ).toThrow(
+        new SequenceOptionsError('@SequencedHandler on Intake.analyse', [
+          'prefetch is null: give a value, or leave the key out for its default',
+          'deadLetterChannel is null: give a value, or leave the key out for its default',
+        ]),
+      );
+    });
+
     it('refuses a number given as a string, as the environment would supply it', () => {
       const problems = problemsOf({ sequence: { fragmentBytes: untyped('4096') } });
 

@@ -1,7 +1,7 @@
 import { checkDelay, checkPrefetch } from '../core/option-checks';
 import type { Transport } from '../ports/transport.port';
 import { DEFAULTS } from './defaults';
-import { checkKeys, MODULE_KEYS, MODULE_RENAMES } from './option-keys';
+import { checkKeys, MODULE_KEYS, MODULE_RENAMES, withoutNullOptions } from './option-keys';
 import type { SequenceModuleOptions } from './module-options';
 import type { ResolvedOptions } from './resolved-options';
 import { resolveClaimCheckOptions } from './resolve-claim-check';
@@ -26,10 +26,12 @@ import {
  */
 export function resolveModuleOptions(
   problems: string[],
-  options: SequenceModuleOptions,
+  given: SequenceModuleOptions,
   transport: Transport,
 ): ResolvedOptions {
-  checkKeys(problems, options, MODULE_KEYS, MODULE_RENAMES);
+  checkKeys(problems, given, MODULE_KEYS, MODULE_RENAMES);
+  // Null options were refused just now: resolved as left out, each is listed once.
+  const options = withoutNullOptions(given);
   const tuning = resolveTuning(problems, options.tuning);
   const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
   const handlerRetry = resolveRetryPolicy(

@@ -9,7 +9,7 @@ import {
 } from '../core/option-checks';
 import { isSequenceNumber, MAX_SEQUENCE_NUMBER } from '../ports/resequencer-store.port';
 import { DEFAULTS } from './defaults';
-import { checkKeys, RESEQUENCER_DEFINITION_KEYS } from './option-keys';
+import { checkKeys, RESEQUENCER_DEFINITION_KEYS, withoutNullOptions } from './option-keys';
 import type {
   ResolvedOptions,
   ResolvedResequencer,
@@ -58,9 +58,11 @@ export function resolveResequencerOptions(
 }
 
 /** Problems of one resequencer definition on its own (empty when it is valid). */
-export function definitionProblems(definition: ResequencerDefinition): string[] {
+export function definitionProblems(given: ResequencerDefinition): string[] {
   const problems: string[] = [];
-  checkKeys(problems, definition, RESEQUENCER_DEFINITION_KEYS);
+  checkKeys(problems, given, RESEQUENCER_DEFINITION_KEYS);
+  // Null options were refused just now: checked as left out, each is listed once.
+  const definition = withoutNullOptions(given);
   const { channel, name, key, seq, output, callHandler, start, gap } = definition;
   if (typeof channel !== 'string' || channel.length === 0) {
     problems.push('channel must be a non-empty string: the queue the events arrive on');
@@ -134,14 +136,15 @@ export function definitionProblems(definition: ResequencerDefinition): string[] 
  */
 export function resolveResequencerDefinition(
   where: string,
-  definition: ResequencerDefinition,
+  given: ResequencerDefinition,
   options: Pick<
     ResolvedOptions,
     'resequencer' | 'handlerRetry' | 'handlerTimeoutMs' | 'prefetch' | 'publish' | 'tuning'
   >,
   deadLetterChannelOf: (channel: string) => string,
 ): ResolvedResequencer {
-  const problems = definitionProblems(definition);
+  const problems = definitionProblems(given);
+  const definition = withoutNullOptions(given);
   const { leaseMs, drain } = options.tuning;
   // A drainer renews its lease every third of leaseMs and stops a fifth before it could lapse,
   // which leaves 7/15 of leaseMs between a renewal due and that point; each publish attempt (up

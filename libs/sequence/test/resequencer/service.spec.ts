@@ -158,7 +158,7 @@ describe('ResequencerService', () => {
     [
       'a deadLetterChannel of null (from a config file)',
       { deadLetterChannel: null as never },
-      /deadLetterChannel must be a channel name, got null/,
+      /deadLetterChannel is null: give a value, or leave the key out for its default/,
     ],
     [
       'outputInFlight without output',
@@ -180,6 +180,23 @@ describe('ResequencerService', () => {
     const definition = { channel: 'in', gap: GAP, ...change };
     expect(() => service.create(definition)).toThrow(SequenceOptionsError);
     expect(() => service.create(definition)).toThrow(message);
+    await app.close();
+  });
+
+  it('refuses an option given as null once, naming it', async () => {
+    const { app, service } = await serviceApp();
+    const definition = { channel: 'in', gap: GAP, deadLetterChannel: null, prefetch: null };
+    let thrown: unknown;
+    try {
+      service.create(definition as never);
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(SequenceOptionsError);
+    expect((thrown as SequenceOptionsError).problems).toEqual([
+      'deadLetterChannel is null: give a value, or leave the key out for its default',
+      'prefetch is null: give a value, or leave the key out for its default',
+    ]);
     await app.close();
   });
 
