@@ -961,6 +961,37 @@ describe('SequenceModule', () => {
       ]);
     });
 
+    it('fails the bootstrap when one handler class is a provider of two modules, naming both', async () => {
+      @Injectable()
+      class Intake {
+        @SequencedHandler({ channel: 'twice-provided' })
+        async analyse(_payload: ReassembledPayload): Promise<void> {}
+      }
+      @Module({ providers: [Intake] })
+      class CtModule {}
+      @Module({ providers: [Intake] })
+      class MrModule {}
+
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            isGlobal: true,
+            tuning: { sweepers: { expiry: { intervalMs: false } } },
+          }),
+          CtModule,
+          MrModule,
+        ],
+      });
+
+      // Not "two handler methods (Intake.analyse and Intake.analyse)": one method, two instances.
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        '@SequencedHandler on Intake.analyse: Intake is a provider of CtModule and of MrModule, ' +
+          'so each instance would consume its channels; provide it in one module (and export ' +
+          'it to the others)',
+      ]);
+    });
+
     it('finds a handler once when its provider is also registered under an alias', async () => {
       const Handler = recordingHandler({ channel: 'aliased' });
       const app = await boot({

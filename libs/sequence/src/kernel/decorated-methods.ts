@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import type { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import {
+  duplicateInstanceMessage,
   requestScopedHandlerMessage,
   staticHandlerMessage,
   transientHandlerMessage,
@@ -21,8 +22,9 @@ export interface DecoratedMethod<Options> {
  * and transient classes cannot hold a long-lived consumer (there is no one instance to call):
  * they are skipped with a warning. An alias (`useExisting`) is the instance it points to, found
  * under its own token already.
- * @throws SequenceOptionsError for a decorator on a static method of a provider's class: no
- * instance holds it, so it would never be called.
+ * @throws SequenceOptionsError for a decorator on a static method of a provider's class (no
+ * instance holds it, so it would never be called), or on a class of which there are two
+ * instances (a provider of two modules: both would consume its channels).
  */
 export function decoratedMethods<Options>(
   discovery: DiscoveryService,
@@ -36,6 +38,9 @@ export function decoratedMethods<Options>(
   const found: Array<DecoratedMethod<Options>> = [];
   const wrappers = [...discovery.getProviders(), ...discovery.getControllers()];
   refuseStaticHandlers(wrappers, reflector, metadataKey, decorator);
+  // The class of each instance found with a handler, and where: a second instance of one class
+  // (a provider listed in two modules) would consume the same channels again.
+  const instancesOf = new Map<unknown, { instance: object; module: string }>();
   for (const { wrapper, instance, className, methodName, method } of instanceMethods(
     wrappers,
     scanner,
@@ -52,6 +57,14 @@ export function decoratedMethods<Options>(
       logger.warn(transientHandlerMessage(decorator, className, methodName));
       continue;
     }
+    const module = wrapper.host?.name ?? 'an unknown module';
+    const first = instancesOf.get(instance.constructor);
+    if (first && first.instance !== instance) {
+      throw new SequenceOptionsError(`${decorator} on ${className}.${methodName}`, [
+        duplicateInstanceMessage(decorator, className, methodName, first.module, module),
+      ]);
+    }
+    instancesOf.set(instance.constructor, { instance, module });
     const call = (...args: unknown[]): unknown => method.apply(instance, args);
     found.push({ className, methodName, options, call });
   }

@@ -26,6 +26,20 @@ export const staticHandlerMessage = (
   `${decorator} on ${className}.${methodName} is on a static method, which no instance of ` +
   `${className} holds; make it an instance method`;
 
+export const duplicateInstanceMessage = (
+  decorator: string,
+  className: string,
+  methodName: string,
+  firstModule: string,
+  secondModule: string,
+): string =>
+  `${decorator} on ${className}.${methodName}: ${className} is ` +
+  (firstModule === secondModule
+    ? `provided twice in ${firstModule}`
+    : `a provider of ${firstModule} and of ${secondModule}`) +
+  `, so each instance would consume its channels; provide it in one module (and export it to ` +
+  `the others)`;
+
 export const missingChannelMessage = (
   decorator: string,
   className: string,
