@@ -133,6 +133,11 @@ describe('OutboxHealthIndicator', () => {
     await store.close();
     const result = await started.get(OutboxHealthIndicator).isHealthy('outbox', { timeoutMs: 500 });
     expect(result.outbox.status).toBe('down');
-    expect(result.outbox.store).toMatchObject({ status: 'down', message: expect.any(String) });
+    // Named as when it is up: the adapter's name.
+    expect(result.outbox.store).toMatchObject({
+      name: 'sqlite',
+      status: 'down',
+      message: expect.any(String),
+    });
   });
 });

@@ -72,10 +72,13 @@ export class OutboxHealthIndicator {
     const indicator = this.health.check(key);
     const opened = this.runtime.ready();
     const store = await probe(
-      { name: 'outbox store', ping: async () => (await opened).ping() },
+      // Named as the adapter, down or up; 'outbox store' only when the embedded one never opened.
+      { name: this.runtime.storeName ?? 'outbox store', ping: async () => (await opened).ping() },
       timeoutMs,
     );
-    if (store.status === 'down') return indicator.down({ store });
+    if (store.status === 'down') {
+      return indicator.down({ store: { ...store, name: this.runtime.storeName ?? store.name } });
+    }
     const ready = await opened;
     // The counts are details: counting slowly (a large table) or failing must neither hold the
     // probe past its timeout nor turn a database that answered into a failed check.

@@ -75,6 +75,14 @@ export class OutboxRuntime implements LifecyclePart {
     return this.options.outbox.configured || this.handlers.all().length > 0;
   }
 
+  /**
+   * The store's adapter name (`postgres`, `sqlite`): the one given, or the embedded one once
+   * opened; `undefined` before the embedded one is.
+   */
+  get storeName(): string | undefined {
+    return (this.source.store ?? this.ownedStore)?.name;
+  }
+
   /** The store, once opened, migrated and running (started now if it was not). */
   ready(): Promise<OutboxStore> {
     if (this.stopped) return Promise.reject(new Error('the outbox has been shut down'));
