@@ -462,6 +462,23 @@ describe('resolveModuleOptions', () => {
         'sequence.onExpired must be a function',
       ],
       [
+        'a consumerId that is a number (a pid)',
+        { consumerId: untyped(4242) },
+        'consumerId must be 1-128 characters of [A-Za-z0-9._:-], got the number 4242',
+      ],
+      [
+        'an outbox.serviceName that is a number',
+        { outbox: { serviceName: untyped(7) } },
+        'outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel), got the ' +
+          'number 7',
+      ],
+      [
+        'a metrics.prefix that is not a string',
+        { metrics: { prefix: untyped(true) } },
+        'metrics.prefix must be empty or a Prometheus metric name (letters, digits, _ and :, ' +
+          'not starting with a digit), got true',
+      ],
+      [
         'a consumerId with forbidden characters',
         { consumerId: 'pod 7' },
         'consumerId must be 1-128 characters of [A-Za-z0-9._:-]',

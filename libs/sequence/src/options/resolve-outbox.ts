@@ -12,7 +12,7 @@ import { DEFAULTS } from './defaults';
 import { checkKeys, INBOX_HANDLER_KEYS } from './option-keys';
 import type { BoxOptions, OutboxOptions } from './outbox.options';
 import type { ResolvedBoxOptions, ResolvedOutboxOptions } from './resolved-options';
-import { resolveHandlerTimeout, resolveRetryPolicy } from './resolve-shared';
+import { notAStringSuffix, resolveHandlerTimeout, resolveRetryPolicy } from './resolve-shared';
 
 /** The option naming each box. */
 const BOX_OPTIONS: Record<
@@ -87,8 +87,15 @@ export function resolveOutboxOptions(
   ) as Record<BoxName, ResolvedBoxOptions>;
   const migrate = options.migrate ?? DEFAULTS.outbox.migrate;
   checkOneOf(problems, 'outbox.migrate', migrate, [true, false]);
-  if (options.serviceName !== undefined && !SERVICE_NAME_PATTERN.test(options.serviceName)) {
-    problems.push('outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel)');
+  const { serviceName } = options;
+  if (
+    serviceName !== undefined &&
+    (typeof serviceName !== 'string' || !SERVICE_NAME_PATTERN.test(serviceName))
+  ) {
+    problems.push(
+      'outbox.serviceName must be 1-100 letters, digits, _ . - (it names a channel)' +
+        notAStringSuffix(serviceName),
+    );
   }
   // outbox.store is checked with the other adapters, in composeAdapters.
   for (const route of ['event', 'command'] as const) {

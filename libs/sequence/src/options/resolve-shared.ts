@@ -129,7 +129,8 @@ export function resolveMetrics(
 ): false | { registry?: MetricsOptions['registry']; prefix: string } {
   if (given === false) return false;
   const prefix = given?.prefix ?? DEFAULTS.metricsPrefix;
-  if (!/^([a-zA-Z_:][a-zA-Z0-9_:]*)?$/.test(prefix)) {
+  // RegExp.test turns what it is given into a string: `true` would pass as 'true'.
+  if (typeof prefix !== 'string' || !/^([a-zA-Z_:][a-zA-Z0-9_:]*)?$/.test(prefix)) {
     problems.push(
       'metrics.prefix must be empty or a Prometheus metric name (letters, digits, _ and :, not ' +
         `starting with a digit), got ${JSON.stringify(prefix)}`,
@@ -182,8 +183,21 @@ export function resolveConsumerId(
   problems: string[],
   given: SequenceModuleOptions['consumerId'],
 ): string {
-  if (given !== undefined && !SEQUENCE_ID_PATTERN.test(given)) {
-    problems.push('consumerId must be 1-128 characters of [A-Za-z0-9._:-]');
+  if (given !== undefined && (typeof given !== 'string' || !SEQUENCE_ID_PATTERN.test(given))) {
+    problems.push(
+      'consumerId must be 1-128 characters of [A-Za-z0-9._:-]' + notAStringSuffix(given),
+    );
   }
   return given ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+}
+
+/**
+ * `, got the number 4242` for a value that is not a string, else nothing: RegExp.test turns what
+ * it is given into a string, so a pattern alone would take a number (a pid) for its digits.
+ */
+export function notAStringSuffix(value: unknown): string {
+  if (typeof value === 'string') return '';
+  return typeof value === 'number' || typeof value === 'boolean'
+    ? `, got the ${typeof value} ${String(value)}`
+    : `, got ${kindOf(value)}`;
 }
