@@ -1,4 +1,4 @@
-import { SetMetadata } from '@nestjs/common';
+import { handlerDecorator } from './handler-decorator';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 
 export const CLAIM_CHECK_METADATA = 'nest-sequence:claim-check';
@@ -23,4 +23,4 @@ export interface ClaimCheckHandlerOptions extends ClaimCheckConsumerOptions {
  * }
  */
 export const ClaimCheck = (options: ClaimCheckHandlerOptions): MethodDecorator =>
-  SetMetadata(CLAIM_CHECK_METADATA, options);
+  handlerDecorator('@ClaimCheck', CLAIM_CHECK_METADATA, options);

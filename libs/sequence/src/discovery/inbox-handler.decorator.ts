@@ -1,4 +1,4 @@
-import { SetMetadata } from '@nestjs/common';
+import { handlerDecorator } from './handler-decorator';
 
 export const INBOX_HANDLER_METADATA = 'nest-sequence:inbox-handler';
 
@@ -42,4 +42,4 @@ export type InboxHandlerOptions =
  * }
  */
 export const InboxHandler = (options: InboxHandlerOptions): MethodDecorator =>
-  SetMetadata(INBOX_HANDLER_METADATA, options);
+  handlerDecorator('@InboxHandler', INBOX_HANDLER_METADATA, options);

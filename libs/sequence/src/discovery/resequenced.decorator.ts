@@ -1,4 +1,4 @@
-import { SetMetadata } from '@nestjs/common';
+import { handlerDecorator } from './handler-decorator';
 import type { ResequencerDefinition } from '../options/resequencer.options';
 
 export const RESEQUENCED_METADATA = 'nest-sequence:resequenced';
@@ -18,4 +18,4 @@ export const RESEQUENCED_METADATA = 'nest-sequence:resequenced';
  * async project(event: ResequencedEvent) { await this.statuses.advance(event.key, event.seq, event.json()); }
  */
 export const Resequenced = (definition: ResequencerDefinition): MethodDecorator =>
-  SetMetadata(RESEQUENCED_METADATA, definition);
+  handlerDecorator('@Resequenced', RESEQUENCED_METADATA, definition);

@@ -1,4 +1,4 @@
-import { SetMetadata } from '@nestjs/common';
+import { handlerDecorator } from './handler-decorator';
 import type { SequenceConsumerOptions } from '../options/sequence.options';
 
 export const SEQUENCED_HANDLER_METADATA = 'nest-sequence:sequenced-handler';
@@ -28,4 +28,4 @@ export interface SequencedHandlerOptions extends SequenceConsumerOptions {
  * async analyse(study: ReassembledPayload, { signal }: HandlerContext) { ... }
  */
 export const SequencedHandler = (options: SequencedHandlerOptions): MethodDecorator =>
-  SetMetadata(SEQUENCED_HANDLER_METADATA, options);
+  handlerDecorator('@SequencedHandler', SEQUENCED_HANDLER_METADATA, options);
