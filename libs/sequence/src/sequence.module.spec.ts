@@ -378,7 +378,7 @@ describe('SequenceModule', () => {
 
       expect(error).toBeInstanceOf(SequenceOptionsError);
       expect((error as Error).message).toContain(
-        "sequence.timeoutStrategy must be 'fixed' or 'sliding', got eventually",
+        `sequence.timeoutStrategy must be 'fixed' or 'sliding', got "eventually"`,
       );
     });
 
@@ -404,6 +404,22 @@ describe('SequenceModule', () => {
   describe('unknown and renamed options', () => {
     /** Lets a test pass options TypeScript would refuse, as a config object or JavaScript does. */
     const untyped = <T>(value: unknown): T => value as T;
+
+    it('refuses an adapter given as null once, by name', async () => {
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot(
+            untyped<SequenceModuleOptions>({ transport: null, sequence: { store: null } }),
+          ),
+        ],
+      });
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).problems).toEqual([
+        'transport is null: give a value, or leave the key out for its default',
+        'sequence.store is null: give a value, or leave the key out for its default',
+      ]);
+    });
 
     it('refuses, from a forRootAsync factory, a store under its old name instead of ignoring it', async () => {
       const store = new MemorySequenceStore();

@@ -37,7 +37,7 @@ import {
 } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
 import { resolveModuleOptions } from './options/resolve-options';
-import { optionsObjectProblem } from './options/option-keys';
+import { MODULE_KEYS, optionsObjectProblem, withoutNullOptions } from './options/option-keys';
 import { payloadStoreRetentionProblems } from './options/resolve-claim-check';
 import type { ResolvedOptions } from './options/resolved-options';
 import { InboxHandlerKind } from './outbox/inbox-handler.kind';
@@ -85,7 +85,8 @@ function compose(raw: SequenceModuleOptions): Composition {
   const notAnObject = optionsObjectProblem(raw);
   if (notAnObject) throw new SequenceOptionsError('SequenceModule options', [notAnObject]);
   const problems: string[] = [];
-  const adapters = composeAdapters(raw, problems);
+  // An adapter given as null is refused by resolveModuleOptions, by name, once.
+  const adapters = composeAdapters(withoutNullOptions(raw, MODULE_KEYS), problems);
   const options = resolveModuleOptions(problems, raw, adapters.transport);
   problems.push(
     ...payloadStoreRetentionProblems(

@@ -341,18 +341,20 @@ export const nullOptionProblem = (path: string): string =>
   `${path} is null: give a value, or leave the key out for its default`;
 
 /**
- * `value` with its options given as null left out, at any depth of the plain objects in it (the
- * keys of a class instance, an adapter, are its own): for the resolvers, once
- * {@link checkKeys} has reported them, so that each is refused once rather than again by its
- * value's check.
+ * `value` with its options given as null left out: the keys of `keys`, and of the groups of
+ * options within it, whose value is null. For the resolvers, once {@link checkKeys} has reported
+ * them, so that each is refused once rather than again by its value's check. Only the groups are
+ * copied: an option's value (an adapter, a set of stores, a function) is passed on as it is.
  */
-export function withoutNullOptions<T>(value: T): T {
+export function withoutNullOptions<T>(value: T, keys: KeyTree): T {
   if (!isPlainObject(value)) return value;
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(([, entry]) => entry !== null)
-      .map(([key, entry]) => [key, withoutNullOptions(entry)]),
-  ) as T;
+  const kept: Record<string, unknown> = {};
+  for (const [key, entry] of Object.entries(value)) {
+    if (entry === null) continue;
+    const known = keys[key];
+    kept[key] = known === undefined || known === true ? entry : withoutNullOptions(entry, known);
+  }
+  return kept as T;
 }
 
 /**

@@ -31,7 +31,7 @@ export function resolveModuleOptions(
 ): ResolvedOptions {
   checkKeys(problems, given, MODULE_KEYS, MODULE_RENAMES);
   // Null options were refused just now: resolved as left out, each is listed once.
-  const options = withoutNullOptions(given);
+  const options = withoutNullOptions(given, MODULE_KEYS);
   const tuning = resolveTuning(problems, options.tuning);
   const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
   const handlerRetry = resolveRetryPolicy(

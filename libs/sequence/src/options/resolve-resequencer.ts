@@ -62,7 +62,7 @@ export function definitionProblems(given: ResequencerDefinition): string[] {
   const problems: string[] = [];
   checkKeys(problems, given, RESEQUENCER_DEFINITION_KEYS);
   // Null options were refused just now: checked as left out, each is listed once.
-  const definition = withoutNullOptions(given);
+  const definition = withoutNullOptions(given, RESEQUENCER_DEFINITION_KEYS);
   const { channel, name, key, seq, output, callHandler, start, gap } = definition;
   if (typeof channel !== 'string' || channel.length === 0) {
     problems.push('channel must be a non-empty string: the queue the events arrive on');
@@ -144,7 +144,7 @@ export function resolveResequencerDefinition(
   deadLetterChannelOf: (channel: string) => string,
 ): ResolvedResequencer {
   const problems = definitionProblems(given);
-  const definition = withoutNullOptions(given);
+  const definition = withoutNullOptions(given, RESEQUENCER_DEFINITION_KEYS);
   const { leaseMs, drain } = options.tuning;
   // A drainer renews its lease every third of leaseMs and stops a fifth before it could lapse,
   // which leaves 7/15 of leaseMs between a renewal due and that point; each publish attempt (up
