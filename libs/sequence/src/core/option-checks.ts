@@ -98,7 +98,9 @@ export function checkOneOf<T extends string | boolean>(
   const list = allowed.map((each) => (typeof each === 'string' ? `'${each}'` : String(each)));
   const last = list.pop()!;
   problems.push(
-    `${name} must be ${list.length > 0 ? `${list.join(', ')} or ${last}` : last}, got ${String(value)}`,
+    `${name} must be ${list.length > 0 ? `${list.join(', ')} or ${last}` : last}, got ` +
+      // Quoted when text: the string 'true' is not the boolean.
+      (typeof value === 'string' ? JSON.stringify(value) : String(value)),
   );
   return false;
 }

@@ -354,7 +354,7 @@ describe('resolveModuleOptions', () => {
       [
         'an unknown sequence.timeoutStrategy',
         { sequence: { timeoutStrategy: untyped('lazy') } },
-        "sequence.timeoutStrategy must be 'fixed' or 'sliding', got lazy",
+        `sequence.timeoutStrategy must be 'fixed' or 'sliding', got "lazy"`,
       ],
       [
         'handlerRetry.attempts 0',
@@ -486,7 +486,7 @@ describe('resolveModuleOptions', () => {
       [
         'a resequencer overflow policy it does not know',
         { resequencer: { overflow: untyped('drop') } },
-        "resequencer.overflow must be 'backpressure' or 'dead-letter', got drop",
+        `resequencer.overflow must be 'backpressure' or 'dead-letter', got "drop"`,
       ],
       [
         'a drain batch of 0',

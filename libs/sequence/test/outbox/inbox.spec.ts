@@ -442,7 +442,7 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     });
     const failure = createOutboxTestApp(inboxOptions, [FromConfig]);
     await expect(failure).rejects.toThrow(SequenceOptionsError);
-    await expect(failure).rejects.toThrow(/processInTransaction must be true or false, got true/);
+    await expect(failure).rejects.toThrow(/processInTransaction must be true or false, got "true"/);
   });
 
   it('end to end in one app: a committed command reaches its inbox handler once', async () => {

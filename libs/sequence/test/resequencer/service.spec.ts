@@ -168,7 +168,7 @@ describe('ResequencerService', () => {
     [
       'a callHandler that is not a boolean (a string from a config file)',
       { output: 'out', callHandler: 'false' as never },
-      /callHandler must be true or false, got false/,
+      /callHandler must be true or false, got "false"/,
     ],
     [
       'outputInFlight with the handler',
@@ -212,7 +212,7 @@ describe('ResequencerService', () => {
     }).compile();
     await expect(build).rejects.toThrow(/tuning\.drain\.batchSize must be an integer >= 1, got 0/);
     await expect(build).rejects.toThrow(
-      /overflow must be 'backpressure' or 'dead-letter', got drop/,
+      /overflow must be 'backpressure' or 'dead-letter', got "drop"/,
     );
   });
 
