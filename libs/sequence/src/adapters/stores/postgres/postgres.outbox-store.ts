@@ -132,7 +132,8 @@ export class PostgresOutboxStore implements OutboxStore {
         inTransaction(this.pool, async (transaction) => {
           opened = transaction;
           const result = await inner(transaction);
-          // Not in a claim's: what an inbox handler left running there is refused every statement.
+          // A nested transaction() the work left running: COMMIT would keep its writes so far.
+          // (A claim checks the same before it writes its outcomes.)
           transaction.assertSavepointsEnded();
           return result;
         }),

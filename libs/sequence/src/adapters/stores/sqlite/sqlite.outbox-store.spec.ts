@@ -512,5 +512,32 @@ describe('SqliteOutboxStore', () => {
         attempts: 0,
       });
     });
+
+    it('rolls a claim back whole when a savepoint of it could not be rolled back (still open)', async () => {
+      database.pragma('max_page_count = 1073741823'); // no full disk in this case
+      const claimed = store.claim(BOX_IN, { limit: 10, now: 1_000 }, async (batch) => {
+        let iterator: IterableIterator<unknown> | undefined;
+        await expect(
+          store.transaction(async (nested) => {
+            await nested.query("INSERT INTO blobs VALUES ('nested')");
+            // An iterator left open refuses every statement, the savepoint's ROLLBACK TO too.
+            iterator = database.prepare('SELECT v FROM blobs').iterate();
+            iterator.next();
+            throw new Error('nested fails');
+          }),
+        ).rejects.toThrow('nested fails');
+        iterator!.return!();
+        expect(batch.transaction.brokenBy).toBeInstanceOf(Error);
+        return [{ id: 'cmd-1', status: 'completed' as const }];
+      });
+      // Its own error, not what a second transaction would meet on the connection.
+      await expect(claimed).rejects.toThrow(/savepoint .* could not be rolled back/);
+      await expect(store.get(BOX_IN, 'cmd-1')).resolves.toMatchObject({
+        status: 'PENDING',
+        attempts: 0,
+      });
+      const rows = await store.transaction((tx) => tx.query('SELECT v FROM blobs'));
+      expect(rows.rows).toEqual([]);
+    });
   });
 });

@@ -193,13 +193,15 @@ export class SqliteOutboxStore implements OutboxStore {
       // PostgreSQL): the claim holds the database's one write lock until the batch is done, and a
       // transaction of its own would wait for it, for ever if a later handler waits for that.
       const outcomes = await handle({ records, transaction, handlerCall: (work) => work() });
-      if (transaction.brokenBy) {
+      const broken = transaction.brokenBy;
+      if (broken && transaction.endedUnderWork) {
         // SQLite rolled the transaction back under the handler (a full disk, an I/O error): its
         // failed attempts are written below, in a transaction of their own, so that a record
         // whose handling always does this ends FAILED rather than being handed out for ever.
+        // Broken but still open (a savepoint's rollback refused), it rolls back as a whole below.
         assertOutcomes(records, outcomes);
         lost = { records, outcomes };
-        throw transaction.brokenBy;
+        throw broken;
       }
       transaction.assertOpen();
       // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
@@ -366,8 +368,8 @@ export class SqliteOutboxStore implements OutboxStore {
     this.assertOpen('transaction');
     return this.connection.transaction(this.busyTimeoutMs, async (transaction) => {
       const result = await work(transaction);
-      // Not in a claim's (isolated): what a handler left running joins it refused every
-      // statement, so that it has nothing to commit.
+      // A nested transaction() the work left running: COMMIT would keep its writes so far. (A
+      // claim checks the same before it writes its outcomes.)
       transaction.assertSavepointsEnded();
       return result;
     });

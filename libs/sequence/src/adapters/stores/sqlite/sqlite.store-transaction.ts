@@ -47,6 +47,14 @@ export class SqliteStoreTransaction implements StoreTransaction {
     return this.broken;
   }
 
+  /**
+   * Whether SQLite itself ended the transaction under its work (it is {@link brokenBy}, and no
+   * longer in progress on the connection), as opposed to one still open that must roll back.
+   */
+  get endedUnderWork(): boolean {
+    return this.brokenBy !== undefined && !this.database.inTransaction;
+  }
+
   /** Whether the transaction still runs (its work has not settled). */
   get isOpen(): boolean {
     return this.open;
