@@ -63,11 +63,15 @@ export function checkOptionKeys(
   options: unknown,
   keys: object,
   renames: Renames = {},
+  /** Where `options` sit (`sequence`), for the problems' paths; none: at the top. */
+  at = '',
 ): void {
   if (!isPlainObject(options)) return;
   const known = Object.keys(keys);
   for (const key of Object.keys(options)) {
-    if (!known.includes(key)) problems.push(unknownKeyProblem(key, '', known, renames));
+    if (!known.includes(key)) {
+      problems.push(unknownKeyProblem(at ? `${at}.${key}` : key, at, known, renames));
+    }
   }
 }
 

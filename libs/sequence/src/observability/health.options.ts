@@ -1,5 +1,5 @@
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { isPlainObject, unknownKeyProblem, type OptionKeysOf } from '../core/option-keys';
+import { checkOptionKeys, type OptionKeysOf } from '../core/option-keys';
 
 /** Thresholds of one box (the outbox, or the inbox). */
 export interface BoxHealthThresholds {
@@ -136,14 +136,14 @@ export function resolveHealthOptions(options: SequenceHealthOptions = {}): Resol
   const problems: string[] = [];
   // Checked as what it may be at run time: JavaScript callers pass anything.
   const given: SequenceHealthOptions = options ?? {};
-  unknownKeys(problems, given, HEALTH_KEYS);
+  checkOptionKeys(problems, given, HEALTH_KEYS);
   const section = <T extends object>(
     name: keyof typeof SECTION_KEYS,
     value: T | undefined,
   ): Partial<T> => {
     if (value === undefined) return {};
     if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
-      unknownKeys(problems, value, SECTION_KEYS[name], name);
+      checkOptionKeys(problems, value, SECTION_KEYS[name], {}, name);
       return value;
     }
     problems.push(`${name} must be an object, got ${describe(value)}`);
@@ -196,16 +196,6 @@ export function resolveHealthOptions(options: SequenceHealthOptions = {}): Resol
 }
 
 /** Adds a problem for each key of `value` (the options at `at`) that `keys` lacks. */
-function unknownKeys(problems: string[], value: unknown, keys: object, at = ''): void {
-  if (!isPlainObject(value)) return;
-  const known = Object.keys(keys);
-  for (const key of Object.keys(value)) {
-    if (!known.includes(key)) {
-      problems.push(unknownKeyProblem(at ? `${at}.${key}` : key, at, known));
-    }
-  }
-}
-
 function ratio(problems: string[], value: unknown): number | undefined {
   if (value === undefined) return HEALTH_DEFAULTS.warnRatio;
   if (value === false) return undefined;
