@@ -26,25 +26,26 @@ describe('claim check: a handler that reads part of its payload', () => {
   let t: ClaimCheckTestApp;
   const opened: Readable[] = [];
 
+  /** Records every stream the filesystem store opens. */
+  const recordingStore = (inner: PayloadStore): PayloadStore =>
+    new Proxy(inner, {
+      get: (target, property, receiver): unknown =>
+        property === 'get'
+          ? async (ref: string) => {
+              const stream = await target.get(ref);
+              opened.push(stream);
+              return stream;
+            }
+          : Reflect.get(target, property, receiver),
+    });
+
   beforeEach(() => {
     opened.length = 0;
   });
   afterEach(() => t.close());
 
   it('has the store stream it left half-read closed after it returned', async () => {
-    t = await createClaimCheckTestApp({
-      wrapStore: (inner): PayloadStore =>
-        new Proxy(inner, {
-          get: (target, property, receiver): unknown =>
-            property === 'get'
-              ? async (ref: string) => {
-                  const stream = await target.get(ref);
-                  opened.push(stream);
-                  return stream;
-                }
-              : Reflect.get(target, property, receiver),
-        }),
-    });
+    t = await createClaimCheckTestApp({ wrapStore: recordingStore });
     // Several MiB: the filesystem stream reads it in many chunks, so one chunk is a partial read.
     const ticket = await t.claimCheck.checkIn(bytes(4 * 1024 * 1024, 3), { audience: t.channel });
     t.handler.read = firstChunkOnly;
@@ -59,19 +60,6 @@ describe('claim check: a handler that reads part of its payload', () => {
   });
 
   describe('before its call is retried', () => {
-    /** Records every stream the filesystem store opens. */
-    const recordingStore = (inner: PayloadStore): PayloadStore =>
-      new Proxy(inner, {
-        get: (target, property, receiver): unknown =>
-          property === 'get'
-            ? async (ref: string) => {
-                const stream = await target.get(ref);
-                opened.push(stream);
-                return stream;
-              }
-            : Reflect.get(target, property, receiver),
-      });
-
     // The retry waits 400 ms (its backoff); the first call's stream is looked at 50 ms after the
     // call ended (failed at once, or timed out after 200 ms), while that backoff runs.
     it.each([
