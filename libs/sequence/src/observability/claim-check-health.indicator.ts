@@ -1,3 +1,4 @@
+import { resolveHealthCheck } from './health.options';
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
@@ -13,8 +14,6 @@ export type ClaimCheckHealthDetails = {
   readonly stores: Readonly<Record<string, SequenceDependencyHealth>>;
   readonly ledger: SequenceDependencyHealth;
 };
-
-const DEFAULT_TIMEOUT_MS = 1_000;
 
 /**
  * `@nestjs/terminus` health indicator of Claim Check: pings every configured payload store and
@@ -40,7 +39,7 @@ export class ClaimCheckHealthIndicator {
     key: Key,
     options: SequenceHealthCheckOptions = {},
   ): Promise<HealthIndicatorResult<Key, 'up' | 'down', ClaimCheckHealthDetails>> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { timeoutMs } = resolveHealthCheck('ClaimCheckHealthIndicator.isHealthy', options);
     const stores = [...this.options.stores.values()];
     const [ledger, ...storeHealth] = await Promise.all([
       probe(this.options.ledger, timeoutMs),

@@ -1,4 +1,6 @@
+import { MAX_TIMER_MS } from '../core/async';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { checkInteger } from '../core/option-checks';
 import { checkOptionKeys, type OptionKeysOf } from '../core/option-keys';
 
 /** Thresholds of one box (the outbox, or the inbox). */
@@ -254,4 +256,45 @@ function describe(value: unknown): string {
   if (typeof value === 'number' || typeof value === 'boolean') return String(value);
   if (value === null) return 'null';
   return Array.isArray(value) ? 'an array' : typeof value;
+}
+
+/** How long each ping or read of one `isHealthy` call may take, unless it says otherwise. */
+const DEFAULT_CHECK_TIMEOUT_MS = 1_000;
+
+/** The options of one indicator's `isHealthy` call, checked, with their defaults. */
+export interface ResolvedHealthCheck {
+  readonly timeoutMs: number;
+  readonly thresholds: boolean;
+}
+
+/**
+ * The options of one `isHealthy` call: `timeoutMs` a whole number of milliseconds from 1 to
+ * 2^31 - 1 (a timer's longest; default 1000), `thresholds` true or false (default true). A
+ * negative or NaN time limit would report every dependency down; a string `'false'` would judge
+ * the thresholds it meant to turn off.
+ * @throws SequenceOptionsError naming `where` (the indicator's call) and every problem
+ */
+export function resolveHealthCheck(where: string, options: unknown): ResolvedHealthCheck {
+  if (options === undefined) return { timeoutMs: DEFAULT_CHECK_TIMEOUT_MS, thresholds: true };
+  const problems: string[] = [];
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new SequenceOptionsError(where, [
+      `the options must be an object, got ${describe(options)}`,
+    ]);
+  }
+  checkOptionKeys(problems, options, { timeoutMs: true, thresholds: true });
+  const { timeoutMs = DEFAULT_CHECK_TIMEOUT_MS, thresholds = true } = options as {
+    timeoutMs?: unknown;
+    thresholds?: unknown;
+  };
+  if (checkInteger(problems, 'timeoutMs', timeoutMs, 1) && (timeoutMs as number) > MAX_TIMER_MS) {
+    problems.push(
+      `timeoutMs must be at most ${MAX_TIMER_MS} (a timer's longest), got ${String(timeoutMs)}`,
+    );
+  }
+  if (typeof thresholds !== 'boolean') {
+    problems.push(`thresholds must be true or false, got ${describe(thresholds)}`);
+  }
+  if (problems.length > 0) throw new SequenceOptionsError(where, problems);
+  return { timeoutMs: timeoutMs as number, thresholds: thresholds as boolean };
 }

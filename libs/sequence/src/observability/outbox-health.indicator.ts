@@ -8,7 +8,12 @@ import {
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
 } from './sequence-health.indicator';
-import { HEALTH_OPTIONS, resolveHealthOptions, type ResolvedHealthOptions } from './health.options';
+import {
+  HEALTH_OPTIONS,
+  resolveHealthOptions,
+  type ResolvedHealthOptions,
+  resolveHealthCheck,
+} from './health.options';
 import { formatMs, HealthVerdict, RUNBOOKS, type HealthFindings } from './health-verdict';
 
 /** One box's records, as the outbox indicator reports them. */
@@ -30,8 +35,6 @@ export type OutboxHealthDetails = {
    */
   readonly boxes?: Readonly<Record<BoxName, BoxHealth>>;
 } & HealthFindings;
-
-const DEFAULT_TIMEOUT_MS = 1_000;
 
 /**
  * `@nestjs/terminus` health indicator of the Outbox / Inbox: pings its database within a timeout
@@ -68,7 +71,10 @@ export class OutboxHealthIndicator {
     key: Key,
     options: SequenceHealthCheckOptions = {},
   ): Promise<HealthIndicatorResult<Key, 'up' | 'down', OutboxHealthDetails>> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { timeoutMs, thresholds } = resolveHealthCheck(
+      'OutboxHealthIndicator.isHealthy',
+      options,
+    );
     const indicator = this.health.check(key);
     const opened = this.runtime.ready();
     const store = await probe(
@@ -91,7 +97,7 @@ export class OutboxHealthIndicator {
       () => undefined,
     );
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
-    if (boxes && options.thresholds !== false) {
+    if (boxes && thresholds) {
       for (const box of BOX_NAMES) this.judge(box, boxes[box], verdict);
     }
     const details: OutboxHealthDetails = {

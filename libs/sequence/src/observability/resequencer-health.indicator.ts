@@ -10,7 +10,12 @@ import {
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
 } from './sequence-health.indicator';
-import { HEALTH_OPTIONS, resolveHealthOptions, type ResolvedHealthOptions } from './health.options';
+import {
+  HEALTH_OPTIONS,
+  resolveHealthOptions,
+  type ResolvedHealthOptions,
+  resolveHealthCheck,
+} from './health.options';
 import { formatMs, HealthVerdict, RUNBOOKS, type HealthFindings } from './health-verdict';
 
 // A type alias, not an interface: terminus takes the details as a `Record<string, unknown>`.
@@ -27,8 +32,6 @@ export type ResequencerHealthDetails = {
    */
   readonly gaps?: Readonly<Record<string, ResequencerGaps>>;
 } & HealthFindings;
-
-const DEFAULT_TIMEOUT_MS = 1_000;
 
 /**
  * `@nestjs/terminus` health indicator of the Resequencer: pings its store (Redis, or the embedded
@@ -68,7 +71,10 @@ export class ResequencerHealthIndicator {
     key: Key,
     options: SequenceHealthCheckOptions = {},
   ): Promise<HealthIndicatorResult<Key, 'up' | 'down', ResequencerHealthDetails>> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { timeoutMs, thresholds } = resolveHealthCheck(
+      'ResequencerHealthIndicator.isHealthy',
+      options,
+    );
     const store = await probe(this.store, timeoutMs);
     const indicator = this.health.check(key);
     if (store.status === 'down') return indicator.down({ store });
@@ -87,7 +93,7 @@ export class ResequencerHealthIndicator {
       ).catch(() => undefined),
     ]);
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
-    if (options.thresholds !== false) {
+    if (thresholds) {
       for (const [name, each] of Object.entries(gaps ?? {})) this.judge(name, each, verdict);
     }
     const details: ResequencerHealthDetails = {

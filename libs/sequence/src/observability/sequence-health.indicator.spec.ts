@@ -12,13 +12,18 @@ import {
   MemorySequenceStore,
   SEQUENCE_TRANSPORT,
   SequenceModule,
+  SequenceOptionsError,
   type SequenceModuleOptions,
   type SequenceStore,
   type Transport,
 } from 'nest-sequence';
 import { RabbitMqTransport } from 'nest-sequence/rabbitmq';
 import { RedisSequenceStore } from 'nest-sequence/redis';
-import { SequenceHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
+import {
+  SequenceHealthIndicator,
+  SequenceHealthModule,
+  type SequenceHealthCheckOptions,
+} from 'nest-sequence/health';
 import { crc32 } from '../core/checksum';
 import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../core/completeness';
 import { SEQUENCE_STORE } from '../kernel/tokens';
@@ -72,6 +77,24 @@ describe('SequenceHealthIndicator', () => {
   afterEach(async () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
+
+  it.each([
+    [{ timeoutMs: -1 }, /timeoutMs must be an integer >= 1, got -1/],
+    [{ timeoutMs: Number.NaN }, /timeoutMs must be an integer >= 1, got NaN/],
+    [{ timeoutMs: 2 ** 31 }, /timeoutMs must be at most 2147483647/],
+    [{ thresholds: 'false' }, /thresholds must be true or false/],
+    [{ timeout: 500 }, /timeout is not an option; the options are timeoutMs, thresholds/],
+  ])(
+    'refuses isHealthy options %j rather than report every dependency down',
+    async (options, says) => {
+      const app = await start();
+      const checking = app
+        .get(SequenceHealthIndicator)
+        .isHealthy('sequence', options as SequenceHealthCheckOptions);
+      await expect(checking).rejects.toThrow(SequenceOptionsError);
+      await expect(checking).rejects.toThrow(says);
+    },
+  );
 
   it('is up on the embedded defaults, naming both adapters', async () => {
     const app = await start();

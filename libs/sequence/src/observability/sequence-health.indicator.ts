@@ -11,7 +11,12 @@ import {
   type SweepTiming,
 } from '../kernel/tokens';
 import { errorMessage } from '../core/errors/caught';
-import { HEALTH_OPTIONS, resolveHealthOptions, type ResolvedHealthOptions } from './health.options';
+import {
+  HEALTH_OPTIONS,
+  resolveHealthOptions,
+  type ResolvedHealthOptions,
+  resolveHealthCheck,
+} from './health.options';
 import { formatMs, HealthVerdict, RUNBOOKS, type HealthFindings } from './health-verdict';
 
 /** What the indicator reports of the transport or the store. */
@@ -63,8 +68,6 @@ export interface SequenceHealthCheckOptions {
   readonly thresholds?: boolean;
 }
 
-const DEFAULT_TIMEOUT_MS = 1_000;
-
 /**
  * `@nestjs/terminus` health indicator of Message Sequence: pings the transport and the sequence
  * store at once, each within a timeout, and reports the store's budget (stored and reserved bytes
@@ -107,14 +110,17 @@ export class SequenceHealthIndicator {
     key: Key,
     options: SequenceHealthCheckOptions = {},
   ): Promise<HealthIndicatorResult<Key, 'up' | 'down', SequenceHealthDetails>> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { timeoutMs, thresholds } = resolveHealthCheck(
+      'SequenceHealthIndicator.isHealthy',
+      options,
+    );
     const [transport, store] = await Promise.all([
       probe(this.transport, timeoutMs),
       probe(this.store, timeoutMs),
     ]);
     const buffer = store.status === 'up' ? await this.buffer(timeoutMs) : undefined;
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
-    if (buffer && options.thresholds !== false) this.judge(buffer, verdict);
+    if (buffer && thresholds) this.judge(buffer, verdict);
     const details: SequenceHealthDetails = {
       transport,
       store,
