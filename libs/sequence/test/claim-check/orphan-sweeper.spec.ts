@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { join } from 'node:path';
 import { FilesystemPayloadStore } from 'nest-sequence';
+import type { SweepQuery } from 'nest-sequence/ports';
 import { settlesWithin } from '../../src/core/async';
 import { bytes, eventually } from '../support/sequence-test-app';
 import {
@@ -93,6 +94,50 @@ describe('claim check: orphan sweeper', () => {
     const afterExpiry = Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs;
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 2, orphaned: 0 });
     expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 1, orphaned: 0 });
+    expect(await filesUnder(t.root)).toEqual([]);
+  });
+
+  it('passes over payloads whose delete failed, so that a full batch of them does not stop the sweep', async () => {
+    const refused = new Set<string>();
+    let firstListing = true;
+    t = await createClaimCheckTestApp({
+      module: { tuning: { sweepers: { orphans: { batchSize: 2 } } } },
+      // A store that refuses for good to delete the first batch it lists (permissions, a lock).
+      wrapStore: (inner) =>
+        new Proxy(inner, {
+          get: (target, property, receiver): unknown => {
+            if (property === 'sweepCandidates') {
+              return async (query: SweepQuery) => {
+                const candidates = await target.sweepCandidates(query);
+                if (firstListing) candidates.forEach(({ ref }) => refused.add(ref));
+                firstListing = false;
+                return candidates;
+              };
+            }
+            if (property === 'delete') {
+              return async (ref: string) => {
+                if (refused.has(ref)) throw new Error(`permission denied: ${ref} (test)`);
+                return target.delete(ref);
+              };
+            }
+            return Reflect.get(target, property, receiver);
+          },
+        }),
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    for (let index = 0; index < 3; index++) {
+      await t.claimCheck.checkIn(bytes(10, index), { audience: t.channel, ttlMs: 1_000 });
+    }
+    const afterExpiry = Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs;
+
+    expect(await t.sweeper.sweep(afterExpiry)).toEqual({ expired: 0, orphaned: 0 });
+    expect(refused.size).toBe(2);
+    expect(warn).toHaveBeenCalledWith(expect.stringMatching(/tried again in 10 minutes/));
+    // The next sweep reaches the third instead of failing on the same two again.
+    expect(await t.sweeper.sweep(afterExpiry + 1)).toEqual({ expired: 1, orphaned: 0 });
+    // The two are tried again once their time comes.
+    refused.clear();
+    expect(await t.sweeper.sweep(afterExpiry + 10 * 60_000)).toEqual({ expired: 2, orphaned: 0 });
     expect(await filesUnder(t.root)).toEqual([]);
   });
 
