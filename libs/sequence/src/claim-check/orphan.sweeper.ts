@@ -11,9 +11,7 @@ import { errorMessage } from '../core/errors/caught';
 
 export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
 
-/** How long a payload whose delete failed is passed over before a sweep tries it again. */
-const FAILED_DELETE_RETRY_MS = 10 * 60_000;
-/** How many such payloads a store's sweeps remember, in batches (the oldest forgotten first). */
+/** How many payloads whose delete failed a store's sweeps remember, in batches (oldest first out). */
 const FAILED_DELETES_REMEMBERED_BATCHES = 10;
 
 /** What one sweep deleted, per reason. */
@@ -34,11 +32,11 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
   protected readonly what = 'orphan sweep';
   private readonly lifecycle: ClaimCheckLifecycle;
   /**
-   * Per store, the refs whose delete failed, with when to try again: passed over until then, so
-   * that payloads a store refuses to delete (permissions, a retention lock) do not fill every
-   * batch and keep the sweep from the others for good.
+   * Per store, the refs whose delete failed: tried again after the others, so that payloads a
+   * store refuses to delete (permissions, a retention lock) never fill every batch and keep the
+   * sweep from the others for good.
    */
-  private readonly failedDeletes = new Map<PayloadStore, Map<string, number>>();
+  private readonly failedDeletes = new Map<PayloadStore, Set<string>>();
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
@@ -109,25 +107,29 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
     // every instance agrees without asking the claim ledger (which may be per-process, and knows
     // only the groups that claimed); clock skew is part of what the grace must cover.
     const failed = this.failedDeletesOf(store);
-    for (const [ref, retryAt] of failed) if (retryAt <= now) failed.delete(ref);
     const listed = await store.sweepCandidates({
       now: now - expiredGraceMs,
       unpublishedBefore: now - orphanGraceMs,
-      // Room for the ones passed over, so that a batch of others still comes.
+      // Room for those whose delete failed before, so that a batch of others still comes.
       limit: batch + failed.size,
     });
-    const candidates = listed.filter(({ ref }) => !failed.has(ref)).slice(0, batch);
+    // Those whose delete failed before go last: tried again where the batch has room.
+    const candidates = [
+      ...listed.filter(({ ref }) => !failed.has(ref)),
+      ...listed.filter(({ ref }) => failed.has(ref)),
+    ].slice(0, batch);
     const outcomes = await Promise.allSettled(candidates.map(({ ref }) => store.delete(ref)));
     outcomes.forEach((outcome, index) => {
       const { ref, reason } = candidates[index];
       if (outcome.status === 'rejected') {
         this.logger.warn(
-          `could not delete ${reason} payload ${store.name}:${ref} (tried again in ` +
-            `${FAILED_DELETE_RETRY_MS / 60_000} minutes): ${errorMessage(outcome.reason)}`,
+          `could not delete ${reason} payload ${store.name}:${ref} (tried again after the ` +
+            `others): ${errorMessage(outcome.reason)}`,
         );
-        this.rememberFailedDelete(failed, ref, now + FAILED_DELETE_RETRY_MS, batch);
+        this.rememberFailedDelete(failed, ref, batch);
         return;
       }
+      failed.delete(ref);
       if (!outcome.value) return; // another instance was first
       totals[reason]++;
       this.metrics.payloadDeleted(store.name, reason);
@@ -141,26 +143,21 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
     return totals;
   }
 
-  private failedDeletesOf(store: PayloadStore): Map<string, number> {
+  private failedDeletesOf(store: PayloadStore): Set<string> {
     let failed = this.failedDeletes.get(store);
     if (!failed) {
-      failed = new Map();
+      failed = new Set();
       this.failedDeletes.set(store, failed);
     }
     return failed;
   }
 
-  /** Bounded: past its size, the ref remembered longest is forgotten (and tried again). */
-  private rememberFailedDelete(
-    failed: Map<string, number>,
-    ref: string,
-    retryAt: number,
-    batch: number,
-  ): void {
+  /** Bounded: past its size, the ref remembered longest is forgotten (and taken in turn again). */
+  private rememberFailedDelete(failed: Set<string>, ref: string, batch: number): void {
     failed.delete(ref);
-    failed.set(ref, retryAt);
+    failed.add(ref);
     const most = batch * FAILED_DELETES_REMEMBERED_BATCHES;
-    for (const oldest of failed.keys()) {
+    for (const oldest of failed) {
       if (failed.size <= most) break;
       failed.delete(oldest);
     }
