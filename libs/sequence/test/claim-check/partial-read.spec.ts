@@ -61,7 +61,8 @@ describe('claim check: a handler that reads part of its payload', () => {
 
   describe('before its call is retried', () => {
     // The retry waits 400 ms (its backoff); the first call's stream is looked at 50 ms after the
-    // call ended (failed at once, or timed out after 200 ms), while that backoff runs.
+    // call ended (failed at once, or timed out after 2 s), while that backoff runs. The time limit
+    // holds for the retry too, which reads 4 MiB whole: 2 s leaves a loaded machine room.
     it.each([
       [
         'failed',
@@ -70,7 +71,7 @@ describe('claim check: a handler that reads part of its payload', () => {
         () => Promise.reject(new Error('the first call fails after a partial read')),
       ],
       // Timed out, the first call is abandoned while it still waits to read on.
-      ['timed out', { handlerTimeoutMs: 200 }, 250, () => new Promise<never>(() => undefined)],
+      ['timed out', { handlerTimeoutMs: 2_000 }, 2_050, () => new Promise<never>(() => undefined)],
     ])(
       'closes the store stream a %s call left half-read at once, and the retry reads the payload whole',
       async (_label, limits, lookAfterMs, then) => {
