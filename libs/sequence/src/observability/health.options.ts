@@ -1,6 +1,5 @@
-import { MAX_TIMER_MS } from '../core/async';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
-import { checkInteger } from '../core/option-checks';
+import { checkDelay, checkOneOf } from '../core/option-checks';
 import { checkOptionKeys, type OptionKeysOf } from '../core/option-keys';
 
 /** Thresholds of one box (the outbox, or the inbox). */
@@ -197,7 +196,6 @@ export function resolveHealthOptions(options: SequenceHealthOptions = {}): Resol
   return resolved;
 }
 
-/** Adds a problem for each key of `value` (the options at `at`) that `keys` lacks. */
 function ratio(problems: string[], value: unknown): number | undefined {
   if (value === undefined) return HEALTH_DEFAULTS.warnRatio;
   if (value === false) return undefined;
@@ -287,14 +285,8 @@ export function resolveHealthCheck(where: string, options: unknown): ResolvedHea
     timeoutMs?: unknown;
     thresholds?: unknown;
   };
-  if (checkInteger(problems, 'timeoutMs', timeoutMs, 1) && (timeoutMs as number) > MAX_TIMER_MS) {
-    problems.push(
-      `timeoutMs must be at most ${MAX_TIMER_MS} (a timer's longest), got ${String(timeoutMs)}`,
-    );
-  }
-  if (typeof thresholds !== 'boolean') {
-    problems.push(`thresholds must be true or false, got ${describe(thresholds)}`);
-  }
+  checkDelay(problems, 'timeoutMs', timeoutMs, 1);
+  checkOneOf(problems, 'thresholds', thresholds, [true, false]);
   if (problems.length > 0) throw new SequenceOptionsError(where, problems);
   return { timeoutMs: timeoutMs as number, thresholds: thresholds as boolean };
 }

@@ -1,3 +1,4 @@
+import { errorMessage } from '../../../core/errors/caught';
 import type { Database } from 'better-sqlite3';
 import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
@@ -168,7 +169,7 @@ export class SqliteStoreTransaction implements StoreTransaction {
         // Refused (an iterator of the Database left open refuses every statement): what the
         // savepoint wrote is still in the transaction, which must then not commit.
         this.broken ??= new Error(
-          `savepoint ${name} could not be rolled back (${errorText(error)}): what its work ` +
+          `savepoint ${name} could not be rolled back (${errorMessage(error)}): what its work ` +
             'wrote is still in the transaction, which is therefore rolled back as a whole',
           { cause: error },
         );
@@ -177,8 +178,4 @@ export class SqliteStoreTransaction implements StoreTransaction {
     }
     this.database.exec(`RELEASE ${name}`);
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
