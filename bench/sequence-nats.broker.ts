@@ -120,9 +120,8 @@ export class NatsBenchBroker implements BenchBroker {
     }
   }
 
-  /** The NATS transport has no `unsafeSocketTricks`: the variant reaches the store only. */
-  connectTransport(): Promise<Transport> {
-    return NatsTransport.connect({ servers: this.url });
+  connectTransport(unsafeSocketTricks: boolean): Promise<Transport> {
+    return NatsTransport.connect({ servers: this.url }, { unsafeSocketTricks });
   }
 
   private async sweep(): Promise<void> {

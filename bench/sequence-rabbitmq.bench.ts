@@ -32,8 +32,7 @@
  * through a durable pull consumer (`consume()` holding `prefetch`), each message acked; (b) is
  * the module over NatsTransport. Fragments default to the largest the module makes on that
  * server (its max_payload, 1 MiB unless configured, less the transport's and the module's header
- * room): BENCH_FRAGMENTS_MIB and BENCH_500_FRAGMENT_MIB must stay at or under it. There
- * BENCH_UNSAFE_SOCKET_TRICKS reaches the Redis store only: the NATS transport has no such option.
+ * room): BENCH_FRAGMENTS_MIB and BENCH_500_FRAGMENT_MIB must stay at or under it.
  *   BENCH_BUFFER [both; store or broker]: the module consumer's sequence.buffer; broker-held lines
  *     have `-broker-held` appended to their `variant` and their own raw baseline in the same run
  *   BENCH_PARTITIONS [library default, 4]  BENCH_WINDOW [library default, 1024]   (broker-held)

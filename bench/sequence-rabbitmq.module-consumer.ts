@@ -77,7 +77,10 @@ export async function startModuleConsumer(
   Logger.overrideLogger(nestLogger('consumer'));
   const broker =
     config.transport === 'nats'
-      ? await NatsTransport.connect({ servers: config.url }, { prefetch: config.prefetch })
+      ? await NatsTransport.connect(
+          { servers: config.url },
+          { prefetch: config.prefetch, unsafeSocketTricks: config.unsafeSocketTricks },
+        )
       : await RabbitMqTransport.connect(config.url, {
           prefetch: config.prefetch,
           unsafeSocketTricks: config.unsafeSocketTricks,

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Logger } from '@nestjs/common';
 import {
   acceptsVersion,
@@ -21,6 +23,8 @@ describe('socket tricks guard', () => {
     ['ioredis', '5.0.0'],
     ['ioredis', '5.11.1'],
     ['ioredis', '5.4.0-beta.1'],
+    ['@nats-io/nats-core', '3.0.0'],
+    ['@nats-io/nats-core', '3.4.0'],
   ] as const)(
     'accepts %s %s, the versions the tricks were written for, silently',
     (library, version) => {
@@ -36,6 +40,8 @@ describe('socket tricks guard', () => {
     ['ioredis', '6.0.0'],
     ['ioredis', '4.28.5'],
     ['ioredis', 'not a version'],
+    ['@nats-io/nats-core', '2.29.3'],
+    ['@nats-io/nats-core', '4.0.0'],
   ] as const)(
     'refuses %s %s with one warning naming the adapter and the known range',
     (library, version) => {
@@ -43,7 +49,9 @@ describe('socket tricks guard', () => {
       expect(warn).toHaveBeenCalledTimes(1);
       const [message] = warn.mock.calls[0] as [string];
       expect(message).toContain(`${library} ${version} is installed`);
-      expect(message).toContain(library === 'amqplib' ? 'amqplib 0.10.x' : 'ioredis 5.x');
+      expect(message).toContain(
+        { amqplib: 'amqplib 0.10.x', ioredis: 'ioredis 5.x', '@nats-io/nats-core': '3.x' }[library],
+      );
       expect(message).toContain('SomeAdapter');
     },
   );
@@ -61,6 +69,18 @@ describe('socket tricks guard', () => {
     expect(installedVersion('ioredis')).toBe(
       jest.requireActual<{ version: string }>('ioredis/package.json').version,
     );
+    // Its package.json is not among its exports: read from beside its entry point.
+    expect(() => require.resolve('@nats-io/nats-core/package.json')).toThrow();
+    expect(installedVersion('@nats-io/nats-core')).toBe(
+      (
+        JSON.parse(
+          readFileSync(
+            join(__dirname, '../../../../node_modules/@nats-io/nats-core/package.json'),
+            'utf8',
+          ),
+        ) as { version: string }
+      ).version,
+    );
   });
 
   it('is off, without a warning, unless asked for', () => {
@@ -69,9 +89,10 @@ describe('socket tricks guard', () => {
     expect(warn).not.toHaveBeenCalled();
   });
 
-  it('is on when asked for on the installed amqplib 0.10 and ioredis 5', () => {
+  it('is on when asked for on the installed amqplib 0.10, ioredis 5 and nats-core 3', () => {
     expect(socketTricksEnabled(true, 'amqplib', 'SomeAdapter')).toBe(true);
     expect(socketTricksEnabled(true, 'ioredis', 'SomeAdapter')).toBe(true);
+    expect(socketTricksEnabled(true, '@nats-io/nats-core', 'SomeAdapter')).toBe(true);
     expect(warn).not.toHaveBeenCalled();
   });
 

@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { join, sep } from 'node:path';
 import { Logger } from '@nestjs/common';
 
 /**
@@ -9,21 +11,37 @@ import { Logger } from '@nestjs/common';
 const WRITTEN_FOR = {
   amqplib: { range: '0.10.x', accepts: /^0\.10\.\d+(?:[-+].*)?$/ },
   ioredis: { range: '5.x', accepts: /^5\.\d+\.\d+(?:[-+].*)?$/ },
+  '@nats-io/nats-core': { range: '3.x', accepts: /^3\.\d+\.\d+(?:[-+].*)?$/ },
 } as const;
 
 export type TrickedLibrary = keyof typeof WRITTEN_FOR;
 
 /**
  * The version in `library`'s package.json, as this library resolves it (the copy an application
- * normally shares with it), or undefined when it cannot be read.
+ * normally shares with it), or undefined when it cannot be read. A package whose `exports` do not
+ * list its package.json (`@nats-io/nats-core`) has it read from beside its entry point.
  */
 export function installedVersion(library: TrickedLibrary): string | undefined {
+  const require = createRequire(__filename);
   try {
-    const manifest = createRequire(__filename)(`${library}/package.json`) as { version?: unknown };
-    return typeof manifest.version === 'string' ? manifest.version : undefined;
+    return versionIn(require(`${library}/package.json`));
   } catch {
-    return undefined;
+    try {
+      const entry = require.resolve(library);
+      const root = `${join('node_modules', library)}${sep}`;
+      const at = entry.lastIndexOf(root);
+      if (at === -1) return undefined;
+      const manifest = readFileSync(join(entry.slice(0, at + root.length), 'package.json'), 'utf8');
+      return versionIn(JSON.parse(manifest));
+    } catch {
+      return undefined;
+    }
   }
+}
+
+function versionIn(manifest: unknown): string | undefined {
+  const version = (manifest as { version?: unknown } | null)?.version;
+  return typeof version === 'string' ? version : undefined;
 }
 
 /**

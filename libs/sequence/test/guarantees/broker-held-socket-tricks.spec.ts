@@ -2,10 +2,10 @@ import { mkdtempSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { RabbitMqTransport } from 'nest-sequence/rabbitmq';
-import * as contentReads from '../../src/adapters/transports/rabbitmq/amqp-content-reads';
-import { describeWithServer } from '../support/servers';
-import { namedTransport, useRabbitMq, type QueuedMessage } from '../support/rabbitmq.fixture';
+import type { Transport } from 'nest-sequence';
+import * as bodyPool from '../../src/adapters/transports/body-pool';
+import type { QueuedMessage } from '../support/broker-admin';
+import { describeOnTransports, useTransportAdmin } from '../support/transports.fixture';
 import {
   bytes,
   createSequenceTestApp,
@@ -22,95 +22,104 @@ const PARTITIONS = 2;
 const KiB = 1024;
 
 /**
- * Broker-held reassembly on RabbitMQ with `unsafeSocketTricks`: the consumer's connection
- * receives fragments of 256 KiB or more in place and writes later ones into the bodies the
- * reassembler released once spooled. The bytes handed to the handler, and those dead-lettered,
- * must still be every fragment's own.
+ * Broker-held reassembly with the transport's `unsafeSocketTricks`: the consumer's connection
+ * receives large fragments (from 256 KiB on RabbitMQ, 64 KiB on NATS) in place and writes later
+ * ones into the bodies the reassembler released once spooled. The bytes handed to the handler,
+ * and those dead-lettered, must still be every fragment's own.
  */
-describeWithServer('rabbitmq', 'guarantees: broker-held reassembly with unsafeSocketTricks', () => {
-  const broker = useRabbitMq();
-  const opened: Closer[] = [];
-  let producer: RabbitMqTransport;
-  let channel: string;
+describeOnTransports(
+  'guarantees: broker-held reassembly with unsafeSocketTricks',
+  [],
+  (transport) => {
+    const broker = useTransportAdmin(transport);
+    const opened: Closer[] = [];
+    let producer: Transport;
+    let channel: string;
 
-  beforeAll(async () => {
-    producer = await namedTransport('nseq-held-tricks-producer');
-  });
-  afterAll(async () => {
-    await producer.close();
-  });
-  beforeEach(() => {
-    channel = broker.admin.newChannel();
-    broker.admin.partitioned(channel, PARTITIONS);
-  });
-  afterEach(async () => {
-    await closeAll(opened.splice(0));
-  });
-
-  async function app(handler: Record<string, unknown> = {}): Promise<SequenceTestApp> {
-    const transport = await namedTransport('nseq-held-tricks-consumer', {
-      transport: { unsafeSocketTricks: true },
+    beforeAll(async () => {
+      producer = await transport.connect('nseq-held-tricks-producer');
     });
-    opened.push(() => transport.close());
-    const dir = mkdtempSync(join(tmpdir(), 'nseq-held-tricks-'));
-    opened.push(() => rm(dir, { recursive: true, force: true }));
-    const t = await createSequenceTestApp(channel, {
-      transport,
-      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir } },
-      handler,
+    afterAll(async () => {
+      await producer.close();
     });
-    opened.push(() => t.close());
-    return t;
-  }
+    beforeEach(() => {
+      channel = broker.admin.newChannel();
+      broker.admin.partitioned(channel, PARTITIONS);
+    });
+    afterEach(async () => {
+      await closeAll(opened.splice(0));
+    });
 
-  it('hands every handler its own bytes while bodies are reused', async () => {
-    // Watches the released bodies go back to the connection (the real pool, called through).
-    const recycle = jest.spyOn(contentReads, 'recycleContent');
-    opened.push(() => recycle.mockRestore());
-    const { handler } = await app();
-    const payloads = [bytes(1_500 * KiB + 3, 41), bytes(1_200 * KiB, 42), bytes(900 * KiB, 43)];
-    const sequences = payloads.map((payload, index) =>
-      makeFragments(`held-tricks-${index}`, payload, 300 * KiB),
-    );
-    // Interleaved: later fragments land in bodies released by other sequences.
-    const longest = Math.max(...sequences.map((fragments) => fragments.length));
-    for (let position = 0; position < longest; position++) {
-      await publishHeld(
-        producer,
-        channel,
-        sequences.flatMap((fragments) => fragments.slice(position, position + 1)),
-        PARTITIONS,
-      );
+    async function app(handler: Record<string, unknown> = {}): Promise<SequenceTestApp> {
+      const consumer = await transport.connect('nseq-held-tricks-consumer', {
+        unsafeSocketTricks: true,
+      });
+      opened.push(() => consumer.close());
+      const dir = mkdtempSync(join(tmpdir(), 'nseq-held-tricks-'));
+      opened.push(() => rm(dir, { recursive: true, force: true }));
+      const t = await createSequenceTestApp(channel, {
+        transport: consumer,
+        sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir } },
+        handler,
+      });
+      opened.push(() => t.close());
+      return t;
     }
 
-    await eventually(() => handler.deliveries.length === payloads.length, 'every sequence', 20_000);
-    payloads.forEach((payload, index) => {
-      const [delivered] = handler.of(`held-tricks-${index}`);
-      expect(delivered.bytes.equals(payload)).toBe(true);
+    it('hands every handler its own bytes while bodies are reused', async () => {
+      // Watches the released bodies go back to the connection (the real pool, called through).
+      const recycle = jest.spyOn(bodyPool, 'recycleBody');
+      opened.push(() => recycle.mockRestore());
+      const { handler } = await app();
+      const payloads = [bytes(1_500 * KiB + 3, 41), bytes(1_200 * KiB, 42), bytes(900 * KiB, 43)];
+      const sequences = payloads.map((payload, index) =>
+        makeFragments(`held-tricks-${index}`, payload, 300 * KiB),
+      );
+      // Interleaved: later fragments land in bodies released by other sequences.
+      const longest = Math.max(...sequences.map((fragments) => fragments.length));
+      for (let position = 0; position < longest; position++) {
+        await publishHeld(
+          producer,
+          channel,
+          sequences.flatMap((fragments) => fragments.slice(position, position + 1)),
+          PARTITIONS,
+        );
+      }
+
+      await eventually(
+        () => handler.deliveries.length === payloads.length,
+        'every sequence',
+        20_000,
+      );
+      payloads.forEach((payload, index) => {
+        const [delivered] = handler.of(`held-tricks-${index}`);
+        expect(delivered.bytes.equals(payload)).toBe(true);
+      });
+      // Bodies the connection assembled in place were taken back for later ones.
+      expect(recycle.mock.results.filter(({ value }) => value === true).length).toBeGreaterThan(0);
     });
-    // Bodies the connection assembled in place were taken back for later ones.
-    expect(recycle.mock.results.filter(({ value }) => value === true).length).toBeGreaterThan(0);
-  });
 
-  it('dead-letters every fragment whole, its own bytes, after its body was reused', async () => {
-    const { handler } = await app({ handlerRetry: { attempts: 1 } });
-    handler.failNext = 1;
-    const fragments = makeFragments('held-tricks-fail', bytes(1_200 * KiB, 44), 300 * KiB);
-    await publishHeld(producer, channel, fragments, PARTITIONS);
+    it('dead-letters every fragment whole, its own bytes, after its body was reused', async () => {
+      const { handler } = await app({ handlerRetry: { attempts: 1 } });
+      handler.failNext = 1;
+      const fragments = makeFragments('held-tricks-fail', bytes(1_200 * KiB, 44), 300 * KiB);
+      await publishHeld(producer, channel, fragments, PARTITIONS);
 
-    const letters: QueuedMessage[] = [];
-    await eventually(
-      async () => {
-        letters.push(...(await broker.admin.drain(`${channel}.dlq`)));
-        return letters.length >= fragments.length;
-      },
-      'every fragment dead-lettered',
-      40_000,
-    );
-    letters.sort(
-      (a, b) => Number(a.headers['x-sequence-position']) - Number(b.headers['x-sequence-position']),
-    );
-    expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
-    expect(handler.calls).toBe(1);
-  });
-});
+      const letters: QueuedMessage[] = [];
+      await eventually(
+        async () => {
+          letters.push(...(await broker.admin.drain(`${channel}.dlq`)));
+          return letters.length >= fragments.length;
+        },
+        'every fragment dead-lettered',
+        40_000,
+      );
+      letters.sort(
+        (a, b) =>
+          Number(a.headers['x-sequence-position']) - Number(b.headers['x-sequence-position']),
+      );
+      expect(letters.map((letter) => letter.body)).toEqual(fragments.map((f) => f.body));
+      expect(handler.calls).toBe(1);
+    });
+  },
+);

@@ -16,9 +16,13 @@ export interface TransportCase {
   readonly server: 'rabbitmq' | 'nats';
   /**
    * A transport of its own whose connection the broker lists under `name`, reconnecting after
-   * `reconnectMs` (default 200). The caller closes it.
+   * `reconnectMs` (default 200), with the transport's `unsafeSocketTricks` when asked. The caller
+   * closes it.
    */
-  connect(name: string, options?: { reconnectMs?: number }): Promise<Transport>;
+  connect(
+    name: string,
+    options?: { reconnectMs?: number; unsafeSocketTricks?: boolean },
+  ): Promise<Transport>;
   connectAdmin(): Promise<BrokerAdmin>;
   /** What a fixture process reads to connect the same way (see fixtures/fixture-transport.ts). */
   readonly processEnv: Readonly<Record<string, string>>;
@@ -28,7 +32,10 @@ const RABBITMQ_CASE: TransportCase = {
   name: 'RabbitMQ',
   server: 'rabbitmq',
   connect: (name, options = {}) =>
-    namedTransport(name, { reconnectSeconds: (options.reconnectMs ?? 200) / 1_000 }),
+    namedTransport(name, {
+      reconnectSeconds: (options.reconnectMs ?? 200) / 1_000,
+      transport: { unsafeSocketTricks: options.unsafeSocketTricks },
+    }),
   connectAdmin: () => RabbitMqAdmin.connect(),
   processEnv: { TRANSPORT: 'rabbitmq', AMQP_URL },
 };
@@ -36,7 +43,11 @@ const RABBITMQ_CASE: TransportCase = {
 const NATS_CASE: TransportCase = {
   name: 'NATS JetStream',
   server: 'nats',
-  connect: (name, options = {}) => namedNatsTransport(name, options),
+  connect: (name, options = {}) =>
+    namedNatsTransport(name, {
+      reconnectMs: options.reconnectMs,
+      transport: { unsafeSocketTricks: options.unsafeSocketTricks },
+    }),
   connectAdmin: () => NatsAdmin.connect(),
   processEnv: { TRANSPORT: 'nats', NATS_URL },
 };

@@ -18,14 +18,19 @@ describeWithServer('nats', 'NatsTransport', () => {
     await server?.dispose();
   });
 
-  describeTransportConformance('nats (JetStream)', {
-    create: () =>
-      NatsTransport.connect(
-        { servers: server.url, reconnectTimeWait: 100 },
-        { maxMessageBytes: 4 * 1024 * 1024, nakDelayMs: 5 },
-      ),
-    offersAbandoned: true,
-  });
+  for (const unsafeSocketTricks of [false, true]) {
+    describeTransportConformance(
+      `nats (JetStream)${unsafeSocketTricks ? ', unsafeSocketTricks' : ''}`,
+      {
+        create: () =>
+          NatsTransport.connect(
+            { servers: server.url, reconnectTimeWait: 100 },
+            { maxMessageBytes: 4 * 1024 * 1024, nakDelayMs: 5, unsafeSocketTricks },
+          ),
+        offersAbandoned: true,
+      },
+    );
+  }
 
   describeReplyChannelConformance('nats (JetStream)', {
     create: () =>

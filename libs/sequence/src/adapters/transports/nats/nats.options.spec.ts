@@ -36,6 +36,13 @@ describe('NatsTransport options', () => {
     });
   });
 
+  it('refuses an unsafeSocketTricks that is not a boolean', () => {
+    expect(() => resolveNatsTransportOptions({ unsafeSocketTricks: 'yes' as never })).toThrow(
+      /unsafeSocketTricks must be true or false, got "yes"/,
+    );
+    expect(resolveNatsTransportOptions({ unsafeSocketTricks: true }).unsafeSocketTricks).toBe(true);
+  });
+
   it('refuses a pullMaxBytes that is not a positive integer', () => {
     expect(() => resolveNatsTransportOptions({ pullMaxBytes: 0 })).toThrow(
       /pullMaxBytes must be a positive integer, got 0/,

@@ -3,6 +3,7 @@ import { SequenceOptionsError } from '../../../core/errors/sequence-options.erro
 import { definedOnly } from '../../../core/objects';
 import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
 import { prefetchProblem } from '../../../ports/transport.port';
+import { unsafeSocketTricksProblem } from '../../socket-tricks.guard';
 import { isValidJetStreamName } from './nats.naming';
 
 export interface NatsTransportOptions {
@@ -88,6 +89,23 @@ export interface NatsTransportOptions {
    * @default 10000
    */
   readonly partitionLeaseMs?: number;
+  /**
+   * Has the connection receive each message payload of 64 KiB or more into one buffer of the
+   * size its message line announced, as the socket's reads come, instead of the client's growing
+   * buffer (which starts small and doubles: for a 1 MiB payload about 3.6 MiB of new memory and two
+   * to three copies of each byte). A payload whose message was released
+   * (`InboundMessage.releaseBody`, as broker-held reassembly does once it spooled it) is reused
+   * for a later payload of the connection, so it must not be read after the release. It applies
+   * to the transport's connection, one you pass to the constructor included, and to its parser
+   * after every reconnect.
+   *
+   * It relies on the client's internals (it wraps the parser of the connection's protocol
+   * handler, `protocol.parser`, and replaces its payload buffer's memory), written for
+   * `@nats-io/nats-core` 3.x: on any other version it logs a warning and stays off. Off, the
+   * transport uses the client's public API only.
+   * @default false
+   */
+  readonly unsafeSocketTricks?: boolean;
 }
 
 const NATS_TRANSPORT_KEYS = {
@@ -106,6 +124,7 @@ const NATS_TRANSPORT_KEYS = {
   replyMaxAgeMs: true,
   replyMaxBytes: true,
   partitionLeaseMs: true,
+  unsafeSocketTricks: true,
 } as const satisfies OptionKeysOf<NatsTransportOptions>;
 
 export type ResolvedNatsTransportOptions = Required<Omit<NatsTransportOptions, 'maxMessageBytes'>> &
@@ -126,6 +145,7 @@ export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   replyMaxAgeMs: 3_600_000,
   replyMaxBytes: 256 * 1024 * 1024,
   partitionLeaseMs: 10_000,
+  unsafeSocketTricks: false,
 };
 
 /** Shortest `partitionLeaseMs`: a pull request lasts at least a second. */
@@ -209,6 +229,8 @@ export function resolveNatsTransportOptions(
   }
   const prefetch = prefetchProblem(resolved.prefetch);
   if (prefetch) problems.push(prefetch);
+  const tricks = unsafeSocketTricksProblem(resolved.unsafeSocketTricks);
+  if (tricks) problems.push(tricks);
   if (problems.length > 0) throw new SequenceOptionsError('NatsTransport options', problems);
   return resolved;
 }

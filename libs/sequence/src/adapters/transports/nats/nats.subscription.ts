@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
+import { recycleBody } from '../body-pool';
 import { settlesWithin, withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -400,6 +401,8 @@ export class NatsSubscription implements Subscription {
       inbound.releaseBody = () => {
         released = true;
         inbound.body = NO_BODY;
+        // With unsafeSocketTricks, a large payload goes back to the connection for the next one.
+        recycleBody(data);
       };
     }
     // The headers, and the body while the handler's message holds it.

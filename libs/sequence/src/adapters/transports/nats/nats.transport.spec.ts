@@ -18,6 +18,7 @@ import { leaseStreamName, partitionStreamName, streamName } from './nats.naming'
 import type { NatsTransportOptions } from './nats.options';
 import { NatsSubscription } from './nats.subscription';
 import { NatsTransport } from './nats.transport';
+import { payloadsAssembledInPlace } from './nats-payload-reads';
 
 const ACK: Disposition = { action: 'ack' };
 
@@ -738,6 +739,45 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         NatsTopologyError,
       );
     });
+  });
+
+  it('with unsafeSocketTricks, has the connection gather large payloads in place, after a reconnect too', async () => {
+    const nc = await connectNats({ servers: SERVERS.nats.url });
+    const subject = `nseq-test.in-place.${randomUUID()}`;
+    const received: Uint8Array[] = [];
+    try {
+      await new NatsTransport(nc).close();
+      expect(payloadsAssembledInPlace(nc)).toBe(false);
+      const transport = new NatsTransport(nc, { unsafeSocketTricks: true });
+      expect(payloadsAssembledInPlace(nc)).toBe(true);
+      await (nc as unknown as { reconnect(): Promise<void> }).reconnect();
+      nc.subscribe(subject, {
+        callback: (_error, message) => received.push((message as { data: Uint8Array }).data),
+      });
+      // Flushed once the connection is back (a flush while it reconnects is refused).
+      for (let tries = 1; ; tries++) {
+        const flushed = await nc.flush().then(
+          () => true,
+          (error: unknown) => {
+            if (tries === 50) throw error;
+            return false;
+          },
+        );
+        if (flushed) break;
+        await delay(100);
+      }
+      const payload = Buffer.alloc(600 * 1024, 7);
+      admin.publish(subject, payload);
+      await eventually(() => received.length === 1, 'the payload arrived');
+      const [data] = received;
+      expect(Buffer.from(data).equals(payload)).toBe(true);
+      // Gathered in one buffer of its own size: the client's own would have doubled past it.
+      expect(data.byteOffset).toBe(0);
+      expect(data.buffer.byteLength).toBe(payload.length);
+      await transport.close();
+    } finally {
+      await nc.close();
+    }
   });
 
   it('stops watching a connection the application keeps once it is closed', async () => {

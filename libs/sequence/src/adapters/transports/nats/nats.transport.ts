@@ -66,6 +66,8 @@ import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import type { DeadLetterBox } from '../../../ports/dead-letter-box.port';
 import { deleteFoundNothing, NatsDeadLetterBox } from './nats.dead-letter-box';
 import { NatsDeliveryLimitWatch } from './nats.delivery-limit';
+import { assemblePayloadsInPlace } from './nats-payload-reads';
+import { socketTricksEnabled } from '../../socket-tricks.guard';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
 import { NatsTopology, partitionAckWaitMs } from './nats.topology';
 
@@ -170,9 +172,29 @@ export class NatsTransport implements Transport {
       );
     }
     this.maxMessageBytes = asked ?? largest;
+    this.applySocketTricks();
     this.js = jetstream(connection, { timeout: this.settings.publishTimeoutMs });
     this.topology = new NatsTopology(this.settings, () => this.jsm(), this.logger);
     void this.watchStatus();
+  }
+
+  /**
+   * With `unsafeSocketTricks`, has the connection gather large payloads in place
+   * (nats-payload-reads). Never throws: a client of another shape is left as it is.
+   */
+  private applySocketTricks(): void {
+    const { unsafeSocketTricks } = this.settings;
+    if (!socketTricksEnabled(unsafeSocketTricks, '@nats-io/nats-core', NatsTransport.name)) return;
+    try {
+      if (!assemblePayloadsInPlace(this.connection)) {
+        this.logger.warn(
+          'unsafeSocketTricks is on, but the connection is not of the shape its tricks were ' +
+            'written for: it receives payloads as the client does',
+        );
+      }
+    } catch {
+      // left as the client made it
+    }
   }
 
   /**

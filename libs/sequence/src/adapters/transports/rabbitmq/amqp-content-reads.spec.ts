@@ -2,12 +2,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import * as amqplib from 'amqplib';
 import { describeWithServer } from '../../../../test/support/servers';
 import { amqpConnection } from '../../../../test/support/rabbitmq.fixture';
+import { recycleBody } from '../body-pool';
 import {
   assembleContentInPlace,
-  BodyPool,
   contentAssembledInPlace,
   IN_PLACE_MIN_BYTES,
-  recycleContent,
 } from './amqp-content-reads';
 
 const MiB = 1024 * 1024;
@@ -122,18 +121,13 @@ describeWithServer('rabbitmq', 'assembleContentInPlace (amqplib at AMQP_URL)', (
       await consume(channel, queue, bodies.length, (content) => {
         copies.push(Buffer.from(content));
         backings.add(content.buffer);
-        expect(recycleContent(content)).toBe(true);
-        expect(recycleContent(content)).toBe(false); // once only
+        expect(recycleBody(content)).toBe(true);
+        expect(recycleBody(content)).toBe(false); // once only
       });
       copies.forEach((copy, index) => expect(copy.equals(bodies[index])).toBe(true));
       // One message at a time, each recycled before the next: the same buffer every time.
       expect(backings.size).toBe(1);
     });
-  });
-
-  it('recycles only bodies it assembled', () => {
-    expect(recycleContent(randomBytes(MiB))).toBe(false);
-    expect(recycleContent(Buffer.alloc(0))).toBe(false);
   });
 
   it('is idempotent: a second call does not wrap the connection again', async () => {
@@ -223,36 +217,6 @@ function drain(connection: ReturnType<typeof fakeConnection>['connection']): voi
   let f: unknown;
   while ((f = connection.recvFrame())) connection.accept(f as never);
 }
-
-describe('the pool of released bodies', () => {
-  it('lets go of buffers of an earlier size once bodies of another size are released', () => {
-    const pool = new BodyPool();
-    const large = Array.from({ length: 4 }, () => pool.take(8 * MiB));
-    for (const body of large) expect(recycleContent(body)).toBe(true);
-    expect(pool.kept).toEqual({ buffers: 4, bytes: 32 * MiB });
-
-    const backing = new Set<ArrayBufferLike>();
-    for (let i = 0; i < 20; i += 1) {
-      const body = pool.take(MiB);
-      expect(body.length).toBe(MiB);
-      backing.add(body.buffer);
-      expect(recycleContent(body)).toBe(true);
-    }
-    // One 1 MiB buffer, reused from the second body on; the 8 MiB ones, unused, were let go.
-    expect(backing.size).toBe(1);
-    expect(pool.kept.buffers).toBeLessThanOrEqual(4);
-    expect(pool.kept.bytes).toBeLessThanOrEqual(4 * MiB);
-  });
-
-  it('hands a buffer up to twice as large cut to the exact size', () => {
-    const pool = new BodyPool();
-    const first = pool.take(2 * MiB);
-    recycleContent(first);
-    const second = pool.take(MiB + 1);
-    expect(second.length).toBe(MiB + 1);
-    expect(second.buffer).toBe(first.buffer);
-  });
-});
 
 describe('assembleContentInPlace (frames off the wire)', () => {
   const body = randomBytes(IN_PLACE_MIN_BYTES * 2 + 17);

@@ -13,7 +13,7 @@
  * {@link IN_PLACE_MIN_BYTES}) into one buffer of the size its header frame announced, as its
  * frames' bytes are read from the socket, and hand amqplib that buffer as the body's single frame:
  * amqplib then takes it as `content` without a copy. Each byte is copied once, from the socket's
- * read into the body. With {@link recycleContent} (the transport's `releaseBody`), a body nothing
+ * read into the body. With `recycleBody` (body-pool.ts; the transport's `releaseBody`), a body nothing
  * refers to any more goes back to its connection and the next large body is written into it, so
  * a consumer that releases its bodies (broker-held reassembly) reuses a few buffers instead of
  * allocating new ones. A frame sequence that is not the one expected (a body frame larger than
@@ -26,6 +26,8 @@
  * (returns false) when the shape is not the one it knows. The transport applies it only with
  * `unsafeSocketTricks`, and only on amqplib 0.10.x (socket-tricks.guard.ts).
  */
+
+import { BodyPool } from '../body-pool';
 
 /** amqplib 0.10's decoded frame: a method (`id`, `fields`), a header (`id`, `size`), a body. */
 interface DecodedFrame {
@@ -70,68 +72,6 @@ interface Filling {
 }
 
 const assembled = new WeakSet<object>();
-
-/** Released bodies kept per connection for the next large ones. */
-const POOLED_BODIES = 4;
-
-/** A released buffer is let go once this many bodies in a row were received without it. */
-const POOLED_IDLE_TAKES = 16;
-
-/**
- * Whole buffers of bodies released (`recycleContent`), handed out again for bodies of at least
- * half their size: a consumer that releases each body once it has put it elsewhere then reuses
- * the same few buffers, already in memory, instead of having new ones allocated and collected.
- * It keeps at most {@link POOLED_BODIES}, and lets go of one that {@link POOLED_IDLE_TAKES}
- * bodies in a row did not use: when the bodies' sizes change, buffers of the old size are not held
- * for the connection's lifetime.
- */
-export class BodyPool {
-  /** Oldest first, each with the number of bodies received since it was released. */
-  private free: { readonly whole: Buffer; idle: number }[] = [];
-
-  take(size: number): Buffer {
-    let index = -1;
-    for (let i = this.free.length - 1; i >= 0 && index === -1; i -= 1) {
-      const length = this.free[i].whole.length;
-      if (length >= size && length <= 2 * size) index = i;
-    }
-    const whole = index === -1 ? Buffer.allocUnsafeSlow(size) : this.free.splice(index, 1)[0].whole;
-    for (const entry of this.free) entry.idle += 1;
-    this.free = this.free.filter((entry) => entry.idle < POOLED_IDLE_TAKES);
-    const body = whole.length === size ? whole : whole.subarray(0, size);
-    lent.set(body, { pool: this, whole });
-    return body;
-  }
-
-  give(whole: Buffer): void {
-    this.free.push({ whole, idle: 0 });
-    if (this.free.length > POOLED_BODIES) this.free.shift();
-  }
-
-  /** How many buffers it keeps, and their bytes (tests). */
-  get kept(): { buffers: number; bytes: number } {
-    return {
-      buffers: this.free.length,
-      bytes: this.free.reduce((sum, entry) => sum + entry.whole.length, 0),
-    };
-  }
-}
-
-/** Bodies assembled here, not yet recycled: the pool and the whole buffer each came from. */
-const lent = new WeakMap<Buffer, { readonly pool: BodyPool; readonly whole: Buffer }>();
-
-/**
- * Gives a body {@link assembleContentInPlace} made back to its connection, to be overwritten by a
- * later message: only for a body nothing refers to any more (the transport's `releaseBody`).
- * Does nothing for any other buffer; returns whether it took it.
- */
-export function recycleContent(body: Buffer): boolean {
-  const loan = lent.get(body);
-  if (!loan) return false;
-  lent.delete(body);
-  loan.pool.give(loan.whole);
-  return true;
-}
 
 function connectionOf(model: unknown): Partial<FrameAcceptor> | undefined {
   const connection = (model as { connection?: unknown } | undefined)?.connection;

@@ -17,7 +17,7 @@ import {
   type Subscription,
 } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
-import { recycleContent } from './amqp-content-reads';
+import { recycleBody } from '../body-pool';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import type { RabbitMqTopology } from './rabbitmq.topology';
 
@@ -377,7 +377,7 @@ export class RabbitMqSubscription implements Subscription {
         const body = delivery.message.content;
         delivery.message.content = NO_BODY;
         // With unsafeSocketTricks, a large body goes back to the connection for the next one.
-        recycleContent(body);
+        recycleBody(body);
         inbound.body = NO_BODY;
       },
     };
