@@ -7,6 +7,7 @@ import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import type { HeaderMap } from '../core/headers';
 import { checkDelay, checkInteger } from '../core/option-checks';
 import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
@@ -232,7 +233,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     // Refused before it is read: a stream given (a file) is destroyed, or its handle stays open.
     const runtime = checkedBeforeReading(sourceOf(packet.data), () => this.attached());
     const pattern = this.normalizePattern(packet.pattern as string);
-    await this.sendTo(runtime, pattern, packet.data, {});
+    await this.sendTo(runtime, pattern, packet.data, undefined);
     return undefined as T;
   }
 
@@ -289,15 +290,22 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     return true;
   }
 
+  /**
+   * Publishes `data` for `pattern`: a request with `reply`'s headers, an event without them. An
+   * event never names a reply channel, whatever headers its `SequenceRecord` carries (a request's
+   * own, passed on with `ctx.getHeaders()`): the server would answer it, and the requester
+   * waiting on that channel would take the answer for its own request's.
+   */
   private async sendTo(
     runtime: SequenceRuntime,
     pattern: string,
     data: unknown,
-    extra: Record<string, string>,
+    reply: Record<string, string> | undefined,
   ): Promise<void> {
-    const out = encodePayload(data);
+    const encoded = encodePayload(data);
+    const out = reply ? encoded : { ...encoded, headers: withoutReplyTo(encoded.headers) };
     await runtime.publish(this.settings.channelOf(pattern), out.payload, {
-      ...publishOptionsOf(out, { [RpcHeader.pattern]: pattern, ...extra }),
+      ...publishOptionsOf(out, { [RpcHeader.pattern]: pattern, ...reply }),
       inlineMaxBytes: this.settings.inlineMaxBytes,
       sequenceMaxBytes: this.settings.sequenceMaxBytes,
     });
@@ -412,6 +420,14 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       return String(pattern);
     }
   }
+}
+
+/** `headers` without `x-reply-to`. */
+function withoutReplyTo(headers: HeaderMap): HeaderMap {
+  if (headers[RpcHeader.replyTo] === undefined) return headers;
+  const rest = { ...headers };
+  delete rest[RpcHeader.replyTo];
+  return rest;
 }
 
 /** The payload `data` carries: a SequenceRecord's data, or `data` itself. */

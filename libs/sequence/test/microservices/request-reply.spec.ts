@@ -4,7 +4,7 @@ import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/com
 import { EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { EMPTY, lastValueFrom, of } from 'rxjs';
 import { InMemoryTransport } from 'nest-sequence';
-import { ReplyTimeoutError } from 'nest-sequence/microservices';
+import { ReplyTimeoutError, SequenceRecord } from 'nest-sequence/microservices';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 @Injectable()
@@ -180,6 +180,29 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
     await transport.whenIdle();
     expect(events).toBe(1);
     expect(transport.take(transport.deadLetterChannel('rr.event'))).toHaveLength(0);
+  });
+
+  it('never answers an emit() that carries the reply headers of a request it forwards', async () => {
+    // A @MessagePattern handler that passes its request on as an event, headers and all
+    // (`ctx.getHeaders()`): its caller must get that handler's result, not a no-handler error.
+    const answered: unknown[] = [];
+    const replies = await transport.openReplyChannel(async (reply) => {
+      answered.push(reply.headers);
+      return { action: 'ack' };
+    });
+    try {
+      const before = events;
+      const forwarded = new SequenceRecord(
+        { sku: 'A-1' },
+        { headers: { 'x-reply-to': replies.channel, 'x-correlation-id': 'forwarded-1' } },
+      );
+      await lastValueFrom(t.client.emit('rr.event', forwarded));
+      await transport.whenIdle();
+      expect(events).toBe(before + 1);
+      expect(answered).toEqual([]);
+    } finally {
+      await replies.close();
+    }
   });
 
   it('errors send() at once, saying why, when the reply cannot be sent', async () => {
