@@ -1,4 +1,5 @@
 import { BaseRpcContext } from '@nestjs/microservices';
+import { brokerDeathReason } from '../core/broker-death';
 import type { HeaderMap } from '../core/headers';
 import type { InboundMessage } from '../ports/transport.port';
 
@@ -106,13 +107,19 @@ export class SequenceContext extends BaseRpcContext<[SequenceMessageInfo]> {
 
   /**
    * In a handler of a dead-letter channel: the `x-death-reason` the message carries (why it was
-   * dead-lettered); otherwise undefined.
+   * dead-lettered), or for one the broker dead-lettered itself, the broker's reason
+   * (`rejected: dead-lettered by RabbitMQ from orders`); otherwise undefined.
    */
   getDeadLetterReason(): string | undefined {
-    for (const headers of [this.info.headers, this.info.message?.headers ?? {}]) {
+    const all = [this.info.headers, this.info.message?.headers ?? {}];
+    for (const headers of all) {
       const value = headers[DEATH_REASON];
       if (typeof value === 'string') return value;
       if (Buffer.isBuffer(value)) return value.toString('utf8');
+    }
+    for (const headers of all) {
+      const reason = brokerDeathReason(headers);
+      if (reason !== undefined) return reason;
     }
     return undefined;
   }

@@ -11,6 +11,7 @@ import {
   TRANSPORT_METADATA,
 } from '@nestjs/microservices/constants';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import { brokerDeathReason } from '../core/broker-death';
 import { errorMessage, textOf } from '../core/errors/caught';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { checkInteger } from '../core/option-checks';
@@ -484,7 +485,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     runtime: SequenceRuntime,
   ): Promise<void> {
     const headers: Readonly<Record<string, unknown>> = message.headers ?? {};
-    if (headers[SequenceHeader.deathReason] !== undefined) return; // a dead letter, read back
+    if (isDeadLetter(headers, undefined)) return; // a dead letter, read back
     if (carriesFragmentHeaders(headers) && !SEQUENCE_ENDING.has(splitDeathReason(reason).code))
       return;
     const request = requestOf(headers, runtime);
@@ -614,14 +615,17 @@ type Request =
   | { readonly ok: true; readonly replyTo: string; readonly correlationId: string }
   | { readonly ok: false; readonly problem: string };
 
-/** Whether the message is a dead letter read back (its payload's or its message's headers say). */
+/**
+ * Whether the message is a dead letter read back (its payload's or its message's headers say):
+ * one the module dead-lettered (`x-death-reason`), or one the broker dead-lettered itself.
+ */
 function isDeadLetter(
   headers: Readonly<Record<string, unknown>>,
   transportHeaders: Readonly<Record<string, unknown>> | undefined,
 ): boolean {
-  return (
-    headers[SequenceHeader.deathReason] !== undefined ||
-    transportHeaders?.[SequenceHeader.deathReason] !== undefined
+  return [headers, transportHeaders ?? {}].some(
+    (each) =>
+      each[SequenceHeader.deathReason] !== undefined || brokerDeathReason(each) !== undefined,
   );
 }
 

@@ -304,6 +304,56 @@ describeWithServer('rabbitmq', 'microservices: a producer of another language on
     },
   );
 
+  it('hands a message RabbitMQ dead-lettered itself to the dead-letter channel’s handler', async () => {
+    const channel = broker.admin.newChannel();
+    const transport = await namedTransport(`microservices-broker-dlx-${Date.now()}`);
+    opened.push(transport);
+    const deadLetters = transport.deadLetterChannel(channel);
+    const reasons: Array<string | undefined> = [];
+    @Controller()
+    class DeadLetters {
+      @EventPattern(deadLetters)
+      dead(@Payload() study: Study, @Ctx() ctx: SequenceContext) {
+        seen.push({
+          pattern: ctx.getPattern(),
+          via: ctx.getVia(),
+          fragments: 1,
+          sha256: study.studyId,
+        });
+        reasons.push(ctx.getDeadLetterReason());
+      }
+    }
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [DeadLetters],
+    });
+    opened.push(t);
+    // The channel's queue, dead-lettering into its dead-letter queue as the transport declares it;
+    // a consumer of its own rejects the message without requeue, as the broker's limits
+    // (delivery limit, TTL, max-length) dead-letter it too: with x-death, not x-death-reason.
+    const connection = await amqpConnection();
+    try {
+      const amqp = await connection.createConfirmChannel();
+      await amqp.assertQueue(channel, {
+        durable: true,
+        arguments: { 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': deadLetters },
+      });
+      amqp.sendToQueue(channel, Buffer.from(JSON.stringify({ studyId: 'CT-11' })), {
+        headers: { 'x-pattern': 'bk.metadata', 'content-type': 'application/json' },
+      });
+      await amqp.waitForConfirms();
+      const message = await amqp.get(channel);
+      if (!message) throw new Error(`the message sent to ${channel} is not there`);
+      amqp.nack(message, false, false);
+      await amqp.close();
+    } finally {
+      await connection.close();
+    }
+    await eventually(() => seen.length === 1, 'the dead letter handled');
+    expect(seen).toEqual([{ pattern: deadLetters, via: 'inline', fragments: 1, sha256: 'CT-11' }]);
+    expect(reasons).toEqual([`rejected: dead-lettered by RabbitMQ from ${channel}`]);
+  });
+
   it('decodes a JSON payload whose content-type is sent as a byte array', async () => {
     const channel = broker.admin.newChannel();
     const transport = await namedTransport(`microservices-bytes-ct-${Date.now()}`);

@@ -1,4 +1,5 @@
 import type { Channel, GetMessage, Message } from 'amqplib';
+import { brokerDeathReason } from '../../../core/broker-death';
 import { errorMessage } from '../../../core/errors/caught';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import type { HeaderMap } from '../../../core/headers';
@@ -371,23 +372,12 @@ function describe(channel: string, queue: string, held: Held): DeadLetter {
     id: held.id,
     channel,
     deadLetterChannel: queue,
-    reason: deathReasonOf(headers, brokerReason(headers)),
+    reason: deathReasonOf(headers, brokerDeathReason(headers) ?? ''),
     headers: { ...headers },
     bytes: held.message.content.length + headerBytes(headers as HeaderMap),
     deadLetteredAt: brokerDeathTime(headers),
     replays: replaysOf(headers),
   };
-}
-
-/**
- * The reason of a message the broker dead-lettered itself (rejected, expired, over a length or
- * delivery limit), from its `x-first-death-*` headers: `expired: dead-lettered by RabbitMQ from q`.
- */
-function brokerReason(headers: Readonly<Record<string, unknown>>): string {
-  const reason = headers['x-first-death-reason'];
-  if (typeof reason !== 'string') return '';
-  const queue = headers['x-first-death-queue'];
-  return `${reason}: dead-lettered by RabbitMQ${typeof queue === 'string' ? ` from ${queue}` : ''}`;
 }
 
 /** When the broker dead-lettered it (`x-death[0].time`, in seconds), where it did. */
