@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { InMemoryTransport } from '../adapters/transports/in-memory/in-memory.transport';
 import { MessageTooLargeError } from '../core/errors/message-too-large.error';
+import { PublishRejectedError } from '../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import type { ResolvedPublishPolicy } from '../options/resolved-options';
 import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
@@ -240,5 +241,16 @@ describe('publishWithRetry', () => {
     expect(outcome.attempts).toBe(1);
     expect((outcome as { error: unknown }).error).toBeInstanceOf(MessageTooLargeError);
     expect(small.attempts).toHaveLength(1);
+  });
+
+  it('does not retry a reply its closed reply channel refused', async () => {
+    const replies = await inner.openReplyChannel(async () => ({ action: 'ack' }));
+    await replies.close();
+
+    const outcome = await publishWithRetry(inner, replies.channel, Buffer.from('a'), {}, policy());
+
+    expect(outcome.ok).toBe(false);
+    expect(outcome.attempts).toBe(1);
+    expect((outcome as { error: unknown }).error).toBeInstanceOf(PublishRejectedError);
   });
 });

@@ -1,5 +1,6 @@
 import type { HeaderMap } from '../core/headers';
 import { errorMessage } from '../core/errors/caught';
+import { PublishRejectedError } from '../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
 import { isUnsendable, type PublishOptions, type Transport } from '../ports/transport.port';
@@ -10,7 +11,8 @@ import { withTraceHeaders } from './tracing/message-spans';
  * Publishes one message and waits for the broker's confirm, retrying with exponential backoff and
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
  * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
- * too large, or headers the transport cannot encode) is not retried. `mayAttempt`, when given, is
+ * too large, or headers the transport cannot encode; a reply whose reply channel is closed) is
+ * not retried. `mayAttempt`, when given, is
  * asked before each attempt with the longest the attempt may take, and before each backoff with
  * that wait added: false ends the retries there (a resequencer's drain lease that would lapse
  * before the confirm, a module that stops).
@@ -47,7 +49,11 @@ export async function publishWithRetry(
     } catch (error) {
       maybeDelivered ||= mayHaveReachedTheBroker(error);
       lastError = error;
-      if (isUnsendable(error) || attempt >= policy.retry.attempts) {
+      if (
+        isUnsendable(error) ||
+        replyChannelGone(transport, channel, error) ||
+        attempt >= policy.retry.attempts
+      ) {
         return { ok: false, attempts: attempt, error, maybeDelivered };
       }
       const waitMs = backoff(attempt, policy.retry.baseDelayMs, policy.retry.maxDelayMs);
@@ -90,6 +96,15 @@ export type PublishOutcome =
       /** Some attempt may have reached the broker although unconfirmed (e.g. a confirm timeout). */
       readonly maybeDelivered: boolean;
     };
+
+/**
+ * Whether `error` says that `channel`, a reply channel, is closed: the transport refuses a
+ * publish to one only once its requester closed it or is gone (see `Transport.openReplyChannel`),
+ * and it is never opened again. Retrying would only hold the request being answered.
+ */
+export function replyChannelGone(transport: Transport, channel: string, error: unknown): boolean {
+  return error instanceof PublishRejectedError && transport.isReplyChannel?.(channel) === true;
+}
 
 /**
  * A confirm that did not come in time says nothing about whether the broker has the message;

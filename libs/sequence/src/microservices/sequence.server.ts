@@ -17,6 +17,7 @@ import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { checkInteger } from '../core/option-checks';
 import { handOver, type HandlerContext } from '../kernel/handler-call';
 import { handlerRejection } from '../kernel/handler-retry';
+import { replyChannelGone } from '../kernel/publish-with-retry';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { deathReason, splitDeathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
@@ -522,7 +523,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
       out = errorReply(`the reply cannot be encoded: ${errorMessage(error)}`);
     }
     let error = await publishReply(request, out, failed, runtime);
-    if (error !== undefined && !failed) {
+    // Its reply channel closed (the requester stopped), an error reply would be refused too.
+    if (error !== undefined && !failed && !replyChannelClosed(error, request.replyTo, runtime)) {
       const unsent = errorMessage(error);
       error = await publishReply(
         request,
@@ -608,6 +610,19 @@ async function publishReply(
   } catch (error) {
     return error ?? new Error('the publish failed without an error');
   }
+}
+
+/**
+ * Whether a reply's publish failed because its reply channel is closed, by `error` or what caused
+ * it (`ClaimCheckPublishError`, `SequencePublishError`): nobody is left to tell.
+ */
+function replyChannelClosed(error: unknown, replyTo: string, runtime: SequenceRuntime): boolean {
+  const seen = new Set<unknown>();
+  for (let cause = error; cause instanceof Error && !seen.has(cause); cause = cause.cause) {
+    if (replyChannelGone(runtime.transport, replyTo, cause)) return true;
+    seen.add(cause);
+  }
+  return false;
 }
 
 /** What a message says of the reply it expects. */

@@ -4,7 +4,8 @@ import { Controller, Injectable, UseGuards, type CanActivate } from '@nestjs/com
 import { EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { EMPTY, lastValueFrom, of } from 'rxjs';
 import { InMemoryTransport } from 'nest-sequence';
-import { ReplyTimeoutError, SequenceRecord } from 'nest-sequence/microservices';
+import { ClientClosedError, ReplyTimeoutError, SequenceRecord } from 'nest-sequence/microservices';
+import { eventually } from '../support/sequence-test-app';
 import { createMicroserviceTestApp, type MicroserviceTestApp } from './microservice-test-app';
 
 @Injectable()
@@ -212,6 +213,27 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
       message: expect.stringMatching(/^the reply could not be sent: .*disk read failed/),
     });
     expect(Date.now() - asked).toBeLessThan(1_000); // not at replyTimeoutMs (2 s)
+  });
+
+  it('sends the reply to a requester that is gone once, and no error reply after it', async () => {
+    // A requester that stopped (its reply channel gone with it) leaves its requests behind; each
+    // publish to its channel is refused for good, and retrying it only holds the request.
+    const publish = jest.spyOn(transport, 'publish');
+    try {
+      release = undefined;
+      const asked = ask('rr.slow', {}).catch((error: unknown) => error);
+      await eventually(() => release !== undefined, 'the handler running');
+      await t.client.close();
+      expect(await asked).toBeInstanceOf(ClientClosedError);
+      release!();
+      await transport.whenIdle();
+      const toReplyChannels = publish.mock.calls.filter(([channel]) =>
+        transport.isReplyChannel(channel),
+      );
+      expect(toReplyChannels).toHaveLength(1);
+    } finally {
+      publish.mockRestore();
+    }
   });
 
   it('errors send() with ReplyTimeoutError when no reply comes in time', async () => {
