@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
@@ -8,6 +9,7 @@ import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { HeaderMap } from '../core/headers';
+import { isRecordSource } from '../core/payload-source';
 import { checkDelay, checkInteger } from '../core/option-checks';
 import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
@@ -209,7 +211,22 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       destroySource(source);
       return throwError(() => new InvalidMessageException());
     }
+    // Each subscription sends a request, as with Nest's own clients; a stream is read by the
+    // first (or destroyed, unsubscribed before it is sent): a second would send what is left.
+    const once = readOnce(source);
+    let taken = false;
     return new Observable<TResult>((subscriber) => {
+      if (once && taken) {
+        subscriber.error(
+          new TypeError(
+            `send() to ${this.describe(pattern)}: its data is read as it is sent, and was sent ` +
+              'already (a retry() subscribes again): call send() anew for each request, with a ' +
+              'new stream',
+          ),
+        );
+        return;
+      }
+      taken = true;
       let published = false;
       const request = defer(() => this.connect())
         .pipe(
@@ -428,6 +445,23 @@ function withoutReplyTo(headers: HeaderMap): HeaderMap {
   const rest = { ...headers };
   delete rest[RpcHeader.replyTo];
   return rest;
+}
+
+/**
+ * Whether `source` can be read only once: a stream, or records that are a stream, an iterator
+ * (a generator) or an async iterable.
+ */
+function readOnce(source: unknown): boolean {
+  if (source instanceof Readable) return true;
+  if (!isRecordSource(source)) return false;
+  // Any value, in data that is JSON: `{ records: null, total: 0 }`.
+  const records: unknown = source.records;
+  if (typeof records !== 'object' || records === null) return false;
+  return (
+    records instanceof Readable ||
+    typeof (records as { next?: unknown }).next === 'function' ||
+    !(Symbol.iterator in records)
+  );
 }
 
 /** The payload `data` carries: a SequenceRecord's data, or `data` itself. */

@@ -17,6 +17,8 @@ class RefuseAll implements CanActivate {
 
 let release: (() => void) | undefined;
 let events = 0;
+/** The sizes of the payloads rr.length was asked about. */
+const lengths: number[] = [];
 
 @Controller()
 class Answers {
@@ -28,6 +30,12 @@ class Answers {
   @MessagePattern('rr.bytes')
   bytes(@Payload() request: { size: number; seed: number }) {
     return pseudoRandom(request.size, request.seed);
+  }
+
+  @MessagePattern('rr.length')
+  length(@Payload() data: Buffer) {
+    lengths.push(data.length);
+    return data.length;
   }
 
   @MessagePattern('rr.many')
@@ -140,6 +148,24 @@ describe('request-reply: @MessagePattern and SequenceClient.send (embedded trans
   it('sends a reply larger than sequenceMaxBytes behind a claim ticket', async () => {
     const reply = (await ask('rr.bytes', { size: 2 * 1024 * 1024, seed: 9 })) as Buffer;
     expect(sha(reply)).toBe(sha(pseudoRandom(2 * 1024 * 1024, 9)));
+  });
+
+  it('refuses to send a stream again when its send() is subscribed to again', async () => {
+    // As a retry() does: the stream was read by the first request, and what is left of it (here
+    // nothing) must not go as the payload of a second.
+    const asked = t.client.send('rr.length', Readable.from([Buffer.alloc(1_000, 1)]));
+    await expect(lastValueFrom(asked)).resolves.toBe(1_000);
+    await expect(lastValueFrom(asked)).rejects.toThrow(
+      /rr\.length: its data is read as it is sent, and was sent already/,
+    );
+    await transport.whenIdle();
+    expect(lengths).toEqual([1_000]);
+  });
+
+  it('sends JSON data again when its send() is subscribed to again', async () => {
+    const asked = t.client.send('rr.echo', { records: null, total: 0 });
+    await expect(lastValueFrom(asked)).resolves.toEqual({ echoed: { records: null, total: 0 } });
+    await expect(lastValueFrom(asked)).resolves.toEqual({ echoed: { records: null, total: 0 } });
   });
 
   it('answers with the last value of an Observable', async () => {
