@@ -1,42 +1,62 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join, sep } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Logger } from '@nestjs/common';
 
 /**
  * The libraries whose internals the adapters' socket tricks (`unsafeSocketTricks`) reach into,
  * and the versions each trick was written and tested for. On any other version a trick stays
  * off: an internal may have moved, and a trick that misread it could corrupt a connection.
+ * `via`: the package whose copy of the library makes the connections (the NATS client's core is
+ * a dependency of `@nats-io/transport-node`, not of this library or of the application).
  */
-const WRITTEN_FOR = {
+const WRITTEN_FOR: Record<
+  'amqplib' | 'ioredis' | '@nats-io/nats-core',
+  { readonly range: string; readonly accepts: RegExp; readonly via?: string }
+> = {
   amqplib: { range: '0.10.x', accepts: /^0\.10\.\d+(?:[-+].*)?$/ },
   ioredis: { range: '5.x', accepts: /^5\.\d+\.\d+(?:[-+].*)?$/ },
-  '@nats-io/nats-core': { range: '3.x', accepts: /^3\.\d+\.\d+(?:[-+].*)?$/ },
-} as const;
+  '@nats-io/nats-core': {
+    range: '3.x',
+    accepts: /^3\.\d+\.\d+(?:[-+].*)?$/,
+    via: '@nats-io/transport-node',
+  },
+};
 
 export type TrickedLibrary = keyof typeof WRITTEN_FOR;
 
 /**
- * The version in `library`'s package.json, as this library resolves it (the copy an application
- * normally shares with it), or undefined when it cannot be read. A package whose `exports` do not
- * list its package.json (`@nats-io/nats-core`) has it read from beside its entry point.
+ * The version in `library`'s package.json, as the package that uses it resolves it (this library,
+ * or `via`), or undefined when it cannot be read. A package whose `exports` do not list its
+ * package.json (`@nats-io/nats-core`) has it found from its entry point up.
  */
 export function installedVersion(library: TrickedLibrary): string | undefined {
-  const require = createRequire(__filename);
   try {
-    return versionIn(require(`${library}/package.json`));
-  } catch {
+    const { via } = WRITTEN_FOR[library];
+    let require = createRequire(__filename);
+    if (via !== undefined) require = createRequire(require.resolve(via));
     try {
-      const entry = require.resolve(library);
-      const root = `${join('node_modules', library)}${sep}`;
-      const at = entry.lastIndexOf(root);
-      if (at === -1) return undefined;
-      const manifest = readFileSync(join(entry.slice(0, at + root.length), 'package.json'), 'utf8');
-      return versionIn(JSON.parse(manifest));
+      return versionIn(require(`${library}/package.json`));
     } catch {
-      return undefined;
+      return versionIn(manifestAbove(require.resolve(library), library));
     }
+  } catch {
+    return undefined;
   }
+}
+
+/** The nearest package.json above `file` that names `library`. */
+function manifestAbove(file: string, library: string): unknown {
+  for (let dir = dirname(file); dir !== dirname(dir); dir = dirname(dir)) {
+    let manifest: unknown;
+    try {
+      manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+    } catch {
+      continue;
+    }
+    if ((manifest as { name?: unknown } | null)?.name === library) return manifest;
+  }
+  return undefined;
 }
 
 function versionIn(manifest: unknown): string | undefined {

@@ -36,8 +36,8 @@ export interface InboundMessage {
    * plain requeue: the broker delivers it again whole; NATS JetStream reads it back from the
    * stream only at the message's last allowed delivery). Offered by transports whose broker keeps unsettled messages (RabbitMQ, NATS
    * JetStream); undefined elsewhere. The caller must keep no reference to the released `Buffer`
-   * either: a transport may write a later message's body into it (RabbitMQ with
-   * `unsafeSocketTricks`).
+   * either: a transport may write a later message's body into it (RabbitMQ and NATS JetStream
+   * with `unsafeSocketTricks`). A second call does nothing.
    */
   readonly releaseBody?: () => void;
   /**

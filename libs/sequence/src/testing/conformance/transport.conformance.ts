@@ -533,6 +533,32 @@ export function describeTransportConformance(adapterName: string, harness: Trans
         expect(await leftoversIn(channel)).toEqual([]);
       });
 
+      it('gives a large body up once however often it is released: later bodies stay whole', async () => {
+        // Large enough for the bodies a transport's socket tricks receive in place and reuse.
+        const bodies = [1, 2, 3, 4].map(() => randomBytes(300 * 1024));
+        const channel = newChannel();
+        const received: InboundMessage[] = [];
+        const kept: Buffer[] = [];
+        await subscribe(channel, async (message) => {
+          received.push(message);
+          if (received.length === 1) message.releaseBody?.();
+          else kept.push(message.body);
+          return ACK;
+        });
+        for (const body of bodies.slice(0, 3)) await transport.publish(channel, body, {});
+        await eventually(() => received.length === 3, 'three deliveries');
+        // Again, once later bodies may have been written into the memory it gave up.
+        received[0].releaseBody?.();
+        await transport.publish(channel, bodies[3], {});
+        await eventually(() => received.length === 4, 'the fourth delivery');
+
+        expect(kept.map((body, index) => body.equals(bodies[index + 1]))).toEqual([
+          true,
+          true,
+          true,
+        ]);
+      });
+
       it('dead-letters a released message with the body the disposition gives back', async () => {
         const channel = newChannel();
         const body = randomBytes(4096);

@@ -159,6 +159,18 @@ describe('assemblePayloadsInPlace (the nats-core 3 parser)', () => {
     expect(c.payloads[0].buffer.byteLength).toBe(c.payloads[0].byteLength);
   });
 
+  it('starts over whole on the parser of a reconnect made in the middle of a payload', () => {
+    const c = connection();
+    assemblePayloadsInPlace(c.nc);
+    // Half of the first payload, then the connection is lost; the server sends everything again.
+    c.feed(reads(bytes.subarray(0, 600 * KiB), [64 * KiB]));
+    expect(c.payloads).toHaveLength(0);
+    c.reconnect();
+    c.feed(reads(bytes, [64 * KiB]));
+    expectPayloads(c.payloads);
+    expect(c.payloads[0].buffer.byteLength).toBe(c.payloads[0].byteLength);
+  });
+
   it('is idempotent: a second call does not wrap the parser again', () => {
     const c = connection();
     expect(assemblePayloadsInPlace(c.nc)).toBe(true);

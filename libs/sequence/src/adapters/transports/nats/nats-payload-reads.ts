@@ -10,7 +10,8 @@
  * {@link assemblePayloadsInPlace} has the connection gather each payload of
  * {@link IN_PLACE_MIN_BYTES} or more in one buffer of the size its `MSG`/`HMSG` line announced,
  * taken from the connection's {@link BodyPool}: each byte is copied once, from the socket's read
- * into the payload. A payload whose message was released (`recycleBody`, through the transport's
+ * into the payload (the first read's part twice: the client has copied it before the buffer is
+ * replaced). A payload whose message was released (`recycleBody`, through the transport's
  * `releaseBody`) goes back to the pool, and a later payload is written into it.
  *
  * The client does not expose its parser: this wraps `parse` of the connection's protocol handler's

@@ -399,6 +399,8 @@ export class NatsSubscription implements Subscription {
     // The message itself is kept for settling where its ack subject is not known: no release.
     if (delivery.message === undefined) {
       inbound.releaseBody = () => {
+        // Once: its memory may hold a later message's body by the next call.
+        if (released) return;
         released = true;
         inbound.body = NO_BODY;
         // With unsafeSocketTricks, a large payload goes back to the connection for the next one.
