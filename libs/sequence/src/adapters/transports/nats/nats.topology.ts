@@ -5,6 +5,7 @@ import {
   JetStreamApiError,
   RetentionPolicy,
   StorageType,
+  type ConsumerConfig,
   type ConsumerInfo,
   type JetStreamManager,
   type StreamConfig,
@@ -60,7 +61,8 @@ export function partitionAckWaitMs(ackWaitMs: number, leaseMs: number): number {
  * `max_deliver`. A channel's dead-letter channel `<channel><suffix>` gets the same, declared with
  * the channel; a dead-letter channel gets no dead-letter channel of its own, and its consumer no
  * `max_deliver`. An existing stream is used as it is (only its subject is checked); an existing
- * consumer whose `ack_wait` or `max_deliver` differ is updated.
+ * consumer whose `ack_wait` or `max_deliver` differ is updated, and one the transport cannot use
+ * (see {@link consumerProblem}) is refused with {@link NatsTopologyError}.
  *
  * Reply channels (subjects `nseq-reply.<uuid>`) share one stream, `<streamPrefix>_REPLY` on
  * `nseq-reply.>`, with interest retention (a reply is kept only while a consumer is interested
@@ -423,6 +425,15 @@ export class NatsTopology {
     const ackWait = nanos(consumer.ackWaitMs);
     try {
       const info = await jsm.consumers.info(name, durable);
+      const problem = consumerProblem(info.config, filterSubject ?? channel, filterSubject);
+      if (problem) {
+        throw new NatsTopologyError(
+          channel,
+          name,
+          `its consumer ${durable} exists ${problem}; delete it (\`nats consumer rm ${name} ` +
+            `${durable}\`) and let the transport declare it, or choose another durableName`,
+        );
+      }
       if (info.config.ack_wait !== ackWait || info.config.max_deliver !== maxDeliver) {
         await jsm.consumers.update(name, durable, { ack_wait: ackWait, max_deliver: maxDeliver });
       }
@@ -504,6 +515,38 @@ export class NatsTopology {
     if (!(error instanceof JetStreamApiError)) return error as Error;
     return new NatsTopologyError(channel, stream, errorMessage(error), error);
   }
+}
+
+/**
+ * Why an existing consumer cannot be one of the transport's: it must be a pull consumer (the
+ * subscription pulls), settle each message on its own (explicit acks: with `none` a requeued or
+ * failed message is gone, with `all` an ack settles every earlier message still in progress),
+ * and deliver the channel's messages only (`subject`, or everything when `filter` is not
+ * required: a stream declared by the transport has that one subject). Undefined when it can.
+ */
+function consumerProblem(
+  config: ConsumerConfig,
+  subject: string,
+  filter: string | undefined,
+): string | undefined {
+  if (typeof config.deliver_subject === 'string' && config.deliver_subject !== '') {
+    return `as a push consumer (deliver_subject ${config.deliver_subject}); the transport pulls`;
+  }
+  if (config.ack_policy !== AckPolicy.Explicit) {
+    return (
+      `with ack_policy ${config.ack_policy}, not explicit: a message requeued or left unsettled ` +
+      `would be lost`
+    );
+  }
+  const filters = [config.filter_subject, ...(config.filter_subjects ?? [])].filter(
+    (each): each is string => typeof each === 'string' && each !== '',
+  );
+  const fits =
+    filters.length === 0 ? filter === undefined : filters.length === 1 && filters[0] === subject;
+  if (!fits) {
+    return `with filter ${filters.length === 0 ? 'none' : JSON.stringify(filters)}, not ${subject}`;
+  }
+  return undefined;
 }
 
 function isApiError(error: unknown, code: number): boolean {

@@ -632,6 +632,49 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     await transport.publish(channel, Buffer.from('still connected'), {}, { timeoutMs: 2_000 });
   });
 
+  describe('a consumer made by hand under its durable name, which it cannot use', () => {
+    /** A stream of the channel made by hand (limits retention, as `nats stream add` makes). */
+    async function handMade(channel: string, consumer: Record<string, unknown>): Promise<void> {
+      const stream = streamName('NSEQ_', channel);
+      await jsm.streams.add({ name: stream, subjects: [channel, `${channel}.other`] });
+      await jsm.consumers.add(stream, { durable_name: 'nest-sequence', ...consumer });
+    }
+
+    it.each([
+      [
+        'a push consumer',
+        () => ({ ack_policy: 'explicit', deliver_subject: `nats-spec-push.${randomUUID()}` }),
+        /push consumer/,
+      ],
+      ['acks none', () => ({ ack_policy: 'none' }), /ack_policy none/],
+      ['acks all up to each ack', () => ({ ack_policy: 'all' }), /ack_policy all/],
+      [
+        'filtered on another subject',
+        (channel: string) => ({ ack_policy: 'explicit', filter_subject: `${channel}.other` }),
+        /filter/,
+      ],
+    ])('refuses one that is %s with NatsTopologyError, naming it', async (_, consumer, why) => {
+      const channel = newChannel();
+      await handMade(channel, consumer(channel));
+
+      const subscribing = transport.subscribe(channel, async () => ACK);
+      await expect(subscribing).rejects.toBeInstanceOf(NatsTopologyError);
+      await expect(subscribing).rejects.toThrow(why);
+      await expect(subscribing).rejects.toThrow(/nest-sequence/);
+      await expect(transport.publish(channel, Buffer.from('m'), {})).rejects.toBeInstanceOf(
+        NatsTopologyError,
+      );
+    });
+
+    it('takes one filtered on the channel itself', async () => {
+      const channel = newChannel();
+      await handMade(channel, { ack_policy: 'explicit', filter_subject: channel });
+      const received = await collect(channel);
+      await transport.publish(channel, Buffer.from('m'), {});
+      await eventually(() => received.length === 1, 'the message');
+    });
+  });
+
   it('rejects a publish the stream refuses (full) with PublishRejectedError', async () => {
     const channel = newChannel();
     await jsm.streams.add({
