@@ -1,7 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { AckPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
-import { deliveryOf, encodeVerdict, forwardMsgId, nak, term } from './nats.acks';
+import {
+  deliveryOf,
+  encodeVerdict,
+  epochNanos,
+  forwardMsgId,
+  nak,
+  storedKey,
+  term,
+} from './nats.acks';
 import { connectNats, type NatsConnection } from './nats.client';
 
 describe('encodeVerdict', () => {
@@ -13,6 +21,16 @@ describe('encodeVerdict', () => {
     expect(text(encodeVerdict(nak(250)))).toBe('-NAK {"delay":250000000}');
     expect(text(encodeVerdict(term('bad-fragment: crc')))).toBe('+TERM bad-fragment: crc');
     expect(text(encodeVerdict(term('')))).toBe('+TERM');
+  });
+});
+
+describe('epochNanos', () => {
+  it('reads every digit of a stored time, however many the server wrote', () => {
+    expect(epochNanos('2026-12-06T15:04:05.123456789Z')).toBe('1796569445123456789');
+    expect(epochNanos('2026-12-06T15:04:05.1234Z')).toBe('1796569445123400000');
+    expect(epochNanos('2026-12-06T15:04:05Z')).toBe('1796569445000000000');
+    expect(epochNanos('2026-12-06T16:04:05.5+01:00')).toBe('1796569445500000000');
+    expect(epochNanos('yesterday')).toBeUndefined();
   });
 });
 
@@ -72,6 +90,13 @@ describeWithServer('nats', 'deliveryOf on NATS JetStream', () => {
     expect(two.deliveryCount).toBe(2);
     expect(two.stored).toBe(one.stored);
     expect(one.stored).toBe(`${stream}:${first.seq}:${first.timestampNanos}`);
+    // Read from the stream (as the MAX_DELIVERIES watch reads it), it has the same key.
+    const read = await (
+      await jetstreamManager(connection)
+    ).streams.getMessage(stream, {
+      seq: first.seq,
+    });
+    expect(storedKey(stream, read!)).toBe(one.stored);
     expect(three.stored).not.toBe(one.stored);
     expect(forwardMsgId('dead-letter', two.stored)).toBe(forwardMsgId('dead-letter', one.stored));
     expect(forwardMsgId('dead-letter', three.stored)).not.toBe(

@@ -54,7 +54,7 @@ export function deliveryOf(message: JsMsg): NatsDelivery {
   const info = message.info;
   const { deliveryCount, streamSequence } = info;
   const plain = !info.domain && !info.account_hash;
-  const stored = `${info.stream}:${streamSequence}:${message.timestampNanos}`;
+  const stored = messageKey(info.stream, streamSequence, String(message.timestampNanos));
   return plain
     ? {
         deliveryCount,
@@ -67,9 +67,34 @@ export function deliveryOf(message: JsMsg): NatsDelivery {
     : { deliveryCount, streamSequence, stored, message };
 }
 
-/** A key of a message read from its stream (a stream made again starts its sequences over). */
-export function storedKey(stream: string, stored: Pick<StoredMsg, 'seq' | 'time'>): string {
-  return `${stream}:${stored.seq}:${stored.time.getTime()}`;
+/**
+ * The key of a message read from its stream (a stream made again starts its sequences over): the
+ * {@link NatsDelivery.stored} of its deliveries, so that what is forwarded of it keyed either way
+ * carries one `Nats-Msg-Id`.
+ */
+export function storedKey(
+  stream: string,
+  stored: Pick<StoredMsg, 'seq' | 'time' | 'timestamp'>,
+): string {
+  const nanos = epochNanos(stored.timestamp);
+  return messageKey(stream, stored.seq, nanos ?? `${stored.time.getTime()}ms`);
+}
+
+function messageKey(stream: string, sequence: number, storedNanos: string): string {
+  return `${stream}:${sequence}:${storedNanos}`;
+}
+
+/**
+ * Nanoseconds since the epoch of a time as JetStream writes a stored message's (RFC 3339 with up
+ * to nine digits of fraction, `2026-12-06T15:04:05.123456789Z`): what the message's deliveries
+ * carry in their ack subject. Undefined for another form.
+ */
+export function epochNanos(time: string): string | undefined {
+  const parts = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$/.exec(time);
+  if (!parts) return undefined;
+  const ms = Date.parse(`${parts[1]}${parts[3]}`);
+  if (Number.isNaN(ms)) return undefined;
+  return String(BigInt(ms) * 1_000_000n + BigInt((parts[2] ?? '').padEnd(9, '0')));
 }
 
 /**

@@ -155,8 +155,9 @@ export class NatsDeliveryLimitWatch {
         const data = stored.data;
         const body = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
         // Sized as the forwards' headers make room for (a longer id could push a message of
-        // maxMessageBytes over the limit).
-        const msgId = forwardMsgId('max-deliver', storedKey(stream, stored));
+        // maxMessageBytes over the limit), and the id of the dead letter a subscription sends
+        // at the message's last delivery: one whose term was lost is not stored again here.
+        const msgId = forwardMsgId('dead-letter', storedKey(stream, stored));
         const now = performance.now();
         firstPublish ??= now;
         if (now + this.settings.publishTimeoutMs > firstPublish + this.settings.duplicateWindowMs) {

@@ -239,6 +239,61 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(told).toEqual([[channel, String(dead[0].headers['x-death-reason'])]]);
   });
 
+  it('stores one dead letter of a message dead-lettered at its last delivery whose term was lost', async () => {
+    // The connection as if lost right after the dead letter's PubAck: the term, and the delete
+    // that follows it, never reach the server, which then gives the message up unsettled at its
+    // max_deliver and tells so in the advisory every subscription listens for.
+    const nc = await connectNats({ servers: SERVERS.nats.url });
+    const lossy = new Proxy(nc, {
+      get(target, property) {
+        if (property === 'publish') {
+          return (subject: string, payload?: Uint8Array, ...rest: unknown[]) => {
+            if (payload && Buffer.from(payload).toString().startsWith('+TERM')) return;
+            (target as unknown as { publish(...args: unknown[]): void }).publish(
+              subject,
+              payload,
+              ...rest,
+            );
+          };
+        }
+        if (property === 'request') {
+          return (subject: string, ...rest: unknown[]) =>
+            subject.startsWith('$JS.API.STREAM.MSG.DELETE.')
+              ? Promise.reject(new Error('connection lost'))
+              : (target as unknown as { request(...args: unknown[]): unknown }).request(
+                  subject,
+                  ...rest,
+                );
+        }
+        const value: unknown = Reflect.get(target, property);
+        return typeof value === 'function' ? (value.bind(target) as unknown) : value;
+      },
+    });
+    const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    await transport.close();
+    transport = new NatsTransport(lossy, { maxDeliver: 2, ackWaitMs: 1_000, nakDelayMs: 5 });
+    try {
+      const told: string[] = [];
+      transport.onDeadLetter((_, reason) => told.push(reason));
+      const channel = newChannel();
+      await transport.subscribe(channel, async () => ({ action: 'requeue' }));
+      await transport.publish(channel, Buffer.from('poison'), {});
+
+      // The advisory's dead letter, published, could not be deleted from the stream either.
+      await eventually(
+        () => error.mock.calls.some(([text]) => /could not be deleted from stream/.test(`${text}`)),
+        'the advisory acted on',
+      );
+      const dlq = await jsm.streams.info(streamName('NSEQ_', `${channel}.dlq`));
+      expect(dlq.state.messages).toBe(1);
+      expect(told).toHaveLength(1);
+    } finally {
+      error.mockRestore();
+      await transport.close();
+      await nc.close();
+    }
+  });
+
   describe('a message as large as the server takes, forwarded', () => {
     const reason = `handler-failed: ${'ValidationError: items[3].sku is not a known SKU; '.repeat(6)}`;
 
