@@ -35,6 +35,12 @@ const RESERVED_LEASE_PREFIX = 'nseq-lease';
 /** JetStream API error codes the topology handles. */
 const STREAM_NOT_FOUND = 10059;
 const CONSUMER_NOT_FOUND = 10014;
+/**
+ * JetStream API errors that say nothing of the stream or consumer asked about: a cluster that has
+ * no leader just then ("JetStream system temporarily unavailable", while it elects one after a
+ * node restarts) or whose node cannot answer it ("JetStream cluster can not handle request").
+ */
+const PASSING_API_ERRORS: ReadonlySet<number> = new Set([10008, 10009]);
 
 /** The reply stream's subjects; also its key among the declarations (no channel can be it). */
 const REPLY_SUBJECTS = `${REPLY_SUBJECT_PREFIX}>`;
@@ -510,9 +516,16 @@ export class NatsTopology {
     }
   }
 
+  /**
+   * `error` as a refusal of the channel's stream or consumer ({@link NatsTopologyError}, final),
+   * unless it is no answer about them at all: a lost request, or a cluster without a leader just
+   * then, which the caller waits out as it would a server that is away.
+   */
   private refused(channel: string, stream: string, error: unknown): Error {
     if (error instanceof NatsTopologyError) return error;
-    if (!(error instanceof JetStreamApiError)) return error as Error;
+    if (!(error instanceof JetStreamApiError) || PASSING_API_ERRORS.has(error.code)) {
+      return error as Error;
+    }
     return new NatsTopologyError(channel, stream, errorMessage(error), error);
   }
 }

@@ -1,9 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { Logger } from '@nestjs/common';
-import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  jetstream,
+  jetstreamManager,
+  JetStreamApiError,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
+import { sparePort } from '../../../../test/support/processes/server-process';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { delay } from '../../../core/async';
 import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
@@ -1055,6 +1061,87 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       await server.dispose();
     }
   }, 30_000);
+
+  describe('in a JetStream cluster of its own that loses its quorum', () => {
+    let nodes: OwnedNatsServer[];
+
+    beforeEach(async () => {
+      const routes = [await sparePort(), await sparePort(), await sparePort()];
+      nodes = [];
+      for (const [index, port] of routes.entries()) {
+        nodes.push(
+          await OwnedNatsServer.start({
+            configLines: [
+              `server_name: n${index}`,
+              `cluster { name: nseq-spec, listen: 127.0.0.1:${port}, routes: [${routes
+                .map((route) => `nats://127.0.0.1:${route}`)
+                .join(', ')}] }`,
+            ],
+          }),
+        );
+      }
+    });
+
+    afterEach(async () => {
+      for (const node of nodes) await node.dispose();
+    });
+
+    /** The JetStream API's answer to a stream lookup on the first node: `ok` or its error code. */
+    async function answer(): Promise<string> {
+      const nc = await connectNats({ servers: nodes[0].url });
+      try {
+        const own = await jetstreamManager(nc, { timeout: 2_000, checkAPI: false });
+        await own.streams.info('NSEQ_NONE');
+        return 'ok';
+      } catch (error) {
+        return error instanceof JetStreamApiError ? String(error.code) : (error as Error).message;
+      } finally {
+        await nc.close();
+      }
+    }
+
+    async function until(wanted: string): Promise<void> {
+      let got = '';
+      for (let tries = 0; tries < 200 && got !== wanted; tries++) {
+        if (tries > 0) await delay(100);
+        got = await answer();
+      }
+      expect(got).toBe(wanted);
+    }
+
+    it('subscribes and publishes while it has no leader, delivering once it has', async () => {
+      // No stream there: answered "not found" (10059) once the cluster has a leader.
+      await until('10059');
+      const own = await NatsTransport.connect({ servers: nodes[0].url });
+      jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      try {
+        await nodes[1].stop();
+        await nodes[2].stop();
+        // "JetStream system temporarily unavailable": passing, not a refusal of the stream.
+        await until('10008');
+
+        const channel = `leaderless.${randomUUID()}`;
+        const received: string[] = [];
+        await own.subscribe(channel, async (message) => {
+          received.push(message.body.toString());
+          return ACK;
+        });
+        const published = own.publish(channel, Buffer.from('no leader'), {}, { timeoutMs: 30_000 });
+        const outcome = published.then(
+          () => 'stored',
+          (error: Error) => error,
+        );
+        await nodes[1].restart();
+
+        expect(await outcome).toBe('stored');
+        await eventually(() => received.length === 1, 'the message', 20_000);
+        expect(received).toEqual(['no leader']);
+      } finally {
+        jest.restoreAllMocks();
+        await own.close();
+      }
+    }, 60_000);
+  });
 
   describe('on a server of its own, stopped and restarted', () => {
     let server: OwnedNatsServer;
