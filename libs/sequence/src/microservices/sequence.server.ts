@@ -31,6 +31,7 @@ import type { ResequencerDefinition } from '../options/resequencer.options';
 import type { ResequencedEvent } from '../resequencer/resequenced-event';
 import { ReplyNotSupportedError } from './errors/reply-not-supported.error';
 import { channelOfOption } from './channel-of';
+import { channelsOption } from './channels-option';
 import {
   DEFAULT_DECODE_LIMITS,
   decodePayload,
@@ -146,9 +147,10 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     checkInteger(problems, 'streamAboveBytes', streamAboveBytes, 0);
     checkInteger(problems, 'maxJsonBytes', maxJsonBytes, 0);
     const channelOf = channelOfOption(problems, options.channelOf);
+    const channels = channelsOption(problems, options.channels);
     if (problems.length > 0) throw new SequenceOptionsError('SequenceServer', problems);
     this.options = {
-      channels: options.channels ?? {},
+      channels,
       channelOf,
       streamAboveBytes,
       maxJsonBytes,

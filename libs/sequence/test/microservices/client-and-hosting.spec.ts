@@ -27,6 +27,7 @@ import {
   PublishRejectedError,
   SequenceHandlerConflictError,
   SequenceModule,
+  SequenceOptionsError,
   type Transport,
 } from 'nest-sequence';
 import type { Subscription } from 'nest-sequence/ports';
@@ -533,6 +534,18 @@ describe('SequenceServer hosting', () => {
     );
     expect(() => new SequenceClient({ replyTimeout: 5 } as never)).toThrow(
       /replyTimeout is not an option; the options are replyTimeoutMs/,
+    );
+  });
+
+  it('refuses channel options given as null when built, naming the channel', () => {
+    // An empty key in a config file: the channel took the module's defaults without a word.
+    const built = () =>
+      new SequenceServer({
+        channels: { 'host.in': null as never, 'host.ordered': { resequence: null as never } },
+      });
+    expect(built).toThrow(SequenceOptionsError);
+    expect(built).toThrow(
+      /invalid SequenceServer:[\s\S]*channels\.host\.in is null[\s\S]*channels\.host\.ordered\.resequence is null/,
     );
   });
 
