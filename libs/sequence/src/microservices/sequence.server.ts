@@ -382,7 +382,7 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     // A dead letter keeps its request's reply headers, but is never answered: its caller had
     // its answer (or timed out) when it was dead-lettered.
     const request: Request = isDeadLetter(headers, transportHeaders)
-      ? { ok: false, problem: 'it is a dead letter, which is never answered' }
+      ? { ok: false, event: true, problem: 'it is a dead letter, which is never answered' }
       : requestOf(headers, runtime);
     if (!routes) {
       const refusal = new MessageRefusedError(
@@ -416,6 +416,15 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     this.completed.set(source, done);
     for (const route of routes) {
       if (done.has(route)) continue;
+      if (route.kind === 'message' && !request.ok && request.event) {
+        // Nothing is wrong with the message: no handler of the application takes it as an event.
+        throw new MessageRefusedError(
+          'no-handler',
+          `only a request handler (@MessagePattern ${route.definedBy}) handles pattern ` +
+            `${JSON.stringify(pattern)} on channel ${channel}, and the message is not a ` +
+            `request: ${request.problem}`,
+        );
+      }
       if (route.kind === 'message' && !request.ok) {
         throw new MessageRefusedError(
           'undecodable',
@@ -627,10 +636,13 @@ function replyChannelClosed(error: unknown, replyTo: string, runtime: SequenceRu
   return false;
 }
 
-/** What a message says of the reply it expects. */
+/**
+ * What a message says of the reply it expects. Not a request, `problem` says why: `event` when it
+ * is no request at all (an `emit()`, a dead letter), else its reply headers are not usable.
+ */
 type Request =
   | { readonly ok: true; readonly replyTo: string; readonly correlationId: string }
-  | { readonly ok: false; readonly problem: string };
+  | { readonly ok: false; readonly problem: string; readonly event?: true };
 
 /**
  * Whether the message is a dead letter read back (its payload's or its message's headers say):
@@ -649,6 +661,15 @@ function isDeadLetter(
 function requestOf(headers: Readonly<Record<string, unknown>>, runtime: SequenceRuntime): Request {
   const replyTo = headerString(headers, RpcHeader.replyTo);
   const correlationId = headerString(headers, RpcHeader.correlationId);
+  if (headers[RpcHeader.replyTo] === undefined && headers[RpcHeader.correlationId] === undefined) {
+    return {
+      ok: false,
+      event: true,
+      problem:
+        `it is an event (an emit()), with neither ${RpcHeader.replyTo} nor ` +
+        `${RpcHeader.correlationId}: send a request with SequenceClient.send()`,
+    };
+  }
   if (!replyTo || !correlationId) {
     return {
       ok: false,

@@ -291,12 +291,27 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     ]);
   });
 
-  it('refuses an emit() to a @MessagePattern before running it', async () => {
+  it('dead-letters an emit() to a pattern only a @MessagePattern handles no-handler, unrun', async () => {
+    // The payload is fine: what is missing is a handler for an event of the pattern.
     await emit('rg.ask', { q: 2 });
     await transport.whenIdle();
     expect(calls.ask).toBeUndefined();
     expect(reasons('rg.ask')).toEqual([
-      expect.stringMatching(/^undecodable: .*SequenceClient\.send/),
+      expect.stringMatching(
+        /^no-handler: .*only a request handler \(@MessagePattern Regressions\.ask\) handles pattern "rg\.ask".*SequenceClient\.send/,
+      ),
+    ]);
+  });
+
+  it('still dead-letters a request with only one of its reply headers undecodable', async () => {
+    await transport.publish('rg.ask', Buffer.from('{"q":1}'), {
+      'content-type': 'application/json',
+      [RpcHeader.correlationId]: 'c-2',
+    });
+    await transport.whenIdle();
+    expect(calls.ask).toBeUndefined();
+    expect(reasons('rg.ask')).toEqual([
+      expect.stringMatching(/^undecodable: .*a request for rg\.ask: it has no x-reply-to/),
     ]);
   });
 
