@@ -134,4 +134,42 @@ describe('callHandler', () => {
     await jest.advanceTimersByTimeAsync(10);
     expect(ran).toBe(false);
   });
+
+  it('tells an abandoned call that its work is dropped, once the call returns', async () => {
+    let finish!: () => void;
+    const told: string[] = [];
+    const calling = callHandler(
+      async (context) => {
+        await new Promise<void>((resolve) => (finish = resolve));
+        handOver(context, {
+          afterCall: () => Promise.resolve(void told.push('afterCall')),
+          dropped: () => void told.push('dropped'),
+        });
+      },
+      1,
+      limitOf(50),
+    ).catch((error: unknown) => error);
+    await jest.advanceTimersByTimeAsync(50);
+    await expect(calling).resolves.toBeInstanceOf(HandlerTimeoutError);
+    expect(told).toEqual([]);
+
+    finish();
+    await jest.advanceTimersByTimeAsync(10);
+    expect(told).toEqual(['dropped']);
+  });
+
+  it('drops, rather than runs, the work of a call whose message goes back', async () => {
+    const told: string[] = [];
+    await callHandler(
+      (context) =>
+        handOver(context, {
+          afterCall: () => Promise.resolve(void told.push('afterCall')),
+          dropped: () => void told.push('dropped'),
+        }),
+      1,
+      limitOf(50),
+      () => true,
+    );
+    expect(told).toEqual(['dropped']);
+  });
 });

@@ -46,6 +46,12 @@ export interface UntimedWork {
    * never return, so it hands this over before its work begins. Resolves, never rejects.
    */
   onGiveUp?(outcome: { readonly attempts: number; readonly error: unknown }): Promise<void>;
+  /**
+   * Called instead of `afterCall` when it is never run: the call was abandoned (once it has
+   * returned), or its message goes back whatever it did. Lets go of what `afterCall` would have
+   * used (a stream to reply with). Never throws.
+   */
+  dropped?(): void;
 }
 
 const handedOver = new WeakMap<HandlerContext, UntimedWork>();
@@ -67,7 +73,8 @@ export function handedOverBy(context: HandlerContext): UntimedWork | undefined {
  * as unhandled). A call that returns in time is done once the work it handed over
  * ({@link handOver}) is, untimed; an abandoned call's is never run, nor is it when `handsBack()`
  * says, once the call has returned, that the message goes back to be delivered again whatever
- * the call did (its payload could not be read): the call's outcome is not the message's.
+ * the call did (its payload could not be read): the call's outcome is not the message's. Its
+ * `dropped` is called instead.
  */
 export async function callHandler(
   call: (context: HandlerContext) => unknown,
@@ -78,7 +85,10 @@ export async function callHandler(
   const controller = new AbortController();
   const context: HandlerContext = { signal: controller.signal, attempt };
   const afterCall = async () => {
-    if (handsBack?.()) return;
+    if (handsBack?.()) {
+      handedOver.get(context)?.dropped?.();
+      return;
+    }
     await handedOver.get(context)?.afterCall?.();
   };
   if (limit?.ms === undefined) {
@@ -104,7 +114,7 @@ export async function callHandler(
   const error = limit.error(attempt);
   controller.abort(error);
   const settled = running.then(
-    () => undefined,
+    () => handedOver.get(context)?.dropped?.(),
     () => undefined,
   );
   limit.abandoned?.(settled);

@@ -23,6 +23,7 @@ import { deathReason, splitDeathReason, type RejectionCode } from '../core/error
 import { carriesFragmentHeaders, SequenceHeader } from '../core/headers';
 import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
 import { rememberRecent } from '../core/objects';
+import { destroySource } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import type { InboundMessage } from '../ports/transport.port';
@@ -41,6 +42,7 @@ import {
 } from './payload.codec';
 import { headerString, RpcHeader, withRpcHeaders } from './rpc-headers';
 import { SequenceContext, type SequenceMessageInfo } from './sequence.context';
+import { SequenceRecord } from './sequence.record';
 import {
   ATTACH_RUNTIME,
   type ConsumerSpec,
@@ -458,7 +460,10 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         outcome = failure(error, 'before-pipes');
       }
       // Abandoned: a later call of the retry (or a redelivery) answers for the message.
-      if (signal.aborted) return;
+      if (signal.aborted) {
+        if (outcome.ok) destroyReturned(outcome.value);
+        return;
+      }
       if (route.kind === 'message' && request.ok) {
         // The request is done either way: the caller gets the result, or the error. The reply
         // goes out once the call has returned, outside its time limit (a large reply's publish
@@ -469,10 +474,17 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
             await this.sendReply(request, route.definedBy, outcome, runtime);
             done.add(route);
           },
+          // The message goes back (its payload could not be read): the delivery that reads it
+          // answers.
+          dropped: () => {
+            if (outcome.ok) destroyReturned(outcome.value);
+          },
         });
         return;
       }
       if (outcome.ok) {
+        // An event handler's result is never sent: a stream it returned would stay open.
+        destroyReturned(outcome.value);
         done.add(route);
         continue;
       }
@@ -514,7 +526,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
    * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
    * any message. A result that cannot be encoded goes back as an error; so does one that cannot
    * be sent (a stream that fails as it is read, a payload store that refuses it), so that the
-   * caller learns why at once rather than at its `replyTimeoutMs`.
+   * caller learns why at once rather than at its `replyTimeoutMs`. A stream the result is (a
+   * `SequenceRecord`'s included) is destroyed once done with, sent or not.
    */
   private async sendReply(
     request: Extract<Request, { ok: true }>,
@@ -523,6 +536,22 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     runtime: SequenceRuntime,
   ): Promise<void> {
     this.noteAnswered(request);
+    try {
+      await this.publishOutcome(request, definedBy, outcome, runtime);
+    } finally {
+      // Read to its end when the reply went out; else (its publish failed, an error reply went
+      // instead) what is left of it would hold its file or socket open.
+      if (outcome.ok) destroyReturned(outcome.value);
+    }
+  }
+
+  /** {@link sendReply}'s publish: the result, or the error that replaces it. */
+  private async publishOutcome(
+    request: Extract<Request, { ok: true }>,
+    definedBy: string,
+    outcome: PipelineOutcome,
+    runtime: SequenceRuntime,
+  ): Promise<void> {
     let out: ReturnType<typeof encodePayload>;
     let failed = !outcome.ok;
     try {
@@ -595,6 +624,14 @@ const SEQUENCE_ENDING: ReadonlySet<string> = new Set<RejectionCode>([
   'unknown-payload-store',
   'claim-check-not-found',
 ]);
+
+/**
+ * Destroys a stream a handler returned (a `SequenceRecord`'s included) once it is not to be read,
+ * or read no more: a file's handle, a socket, would stay open.
+ */
+function destroyReturned(value: unknown): void {
+  destroySource(value instanceof SequenceRecord ? value.data : value);
+}
 
 /** A reply saying the request failed, and why. */
 function errorReply(message: string): ReturnType<typeof encodePayload> {

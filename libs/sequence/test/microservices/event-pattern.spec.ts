@@ -41,6 +41,8 @@ interface Seen {
 const seen: Seen[] = [];
 const calls: Record<string, number> = {};
 const around: string[] = [];
+/** The streams `ms.returns-stream` returned. */
+const opened: Readable[] = [];
 const count = (name: string) => (calls[name] = (calls[name] ?? 0) + 1);
 
 function record(data: unknown, ctx: SequenceContext): void {
@@ -202,6 +204,15 @@ class StudyController {
     record(data, ctx);
   }
 
+  /** Returns what it opened, a socket say (a stream that never ends), or a record of it. */
+  @EventPattern('ms.returns-stream')
+  returnsStream(@Payload() data: { wrapped?: boolean }) {
+    const socket = new Readable({ read() {} });
+    socket.push(Buffer.from('vitals'));
+    opened.push(socket);
+    return data.wrapped ? new SequenceRecord(socket, { contentType: 'text/plain' }) : socket;
+  }
+
   @EventPattern('ms.ordered')
   ordered(@Payload() data: unknown, @Ctx() ctx: SequenceContext) {
     record({ data, key: ctx.getKey(), seq: ctx.getSeq() }, ctx);
@@ -249,6 +260,19 @@ describe('SequenceServer: @EventPattern handlers through Nest’s pipeline (embe
   const emit = (pattern: string, data: unknown) =>
     lastValueFrom(t.client.emit(pattern, data), { defaultValue: undefined });
   const deadLetters = (channel: string) => transport.take(transport.deadLetterChannel(channel));
+
+  it('destroys a stream an @EventPattern handler returns, a SequenceRecord’s too: none is sent', async () => {
+    opened.length = 0;
+    await emit('ms.returns-stream', {});
+    await emit('ms.returns-stream', { wrapped: true });
+    // A request to the pattern: no @MessagePattern answers it, so its result is not sent either.
+    await expect(lastValueFrom(t.client.send('ms.returns-stream', {}))).rejects.toMatchObject({
+      message: expect.stringMatching(/^no-handler: /),
+    });
+    await transport.whenIdle();
+    expect(opened.map((stream) => stream.destroyed)).toEqual([true, true, true]);
+    expect(deadLetters('ms.returns-stream')).toEqual([]);
+  });
 
   it('hands a JSON object over as an object, with the ids and headers in @Ctx()', async () => {
     await emit('ms.any', new SequenceRecord({ study: 'CT-1' }, { headers: { 'x-study': 'CT-1' } }));

@@ -47,7 +47,25 @@ class Measures {
     }
     return bytes;
   }
+
+  /** Answers with a stream it opens (a file, say), whether its payload could be read or not. */
+  @MessagePattern('sr.stream-reply')
+  async streamReply(@Payload() data: Readable): Promise<Readable> {
+    calls++;
+    let bytes = 0;
+    try {
+      for await (const chunk of data) bytes += (chunk as Buffer).length;
+    } catch {
+      // answers with what it read
+    }
+    const reply = Readable.from([Buffer.from(String(bytes))]);
+    replies.push(reply);
+    return reply;
+  }
 }
+
+/** The streams `sr.stream-reply` answered with. */
+const replies: Readable[] = [];
 
 /**
  * The app of both suites over `transport` and `store`: requests of over 1 KiB travel by ticket,
@@ -103,6 +121,18 @@ describe('microservices: a request whose payload cannot be read from the store',
     expect(calls).toBe(1); // the first delivery's payload never reached it
     expect(transport.replies).toBe(1);
     expect(inner.actionsOn('sr.size')).toEqual(['requeue', 'ack']);
+  });
+
+  it('destroys the stream a call that failed to read answers with, which is not sent', async () => {
+    replies.length = 0;
+    fx.store.failGets = 1;
+    await expect(ask('sr.stream-reply', Buffer.alloc(8 * 1024, 6))).resolves.toEqual(
+      Buffer.from('8192'),
+    );
+    await inner.whenIdle();
+    expect(calls).toBe(2);
+    expect(transport.replies).toBe(1);
+    expect(replies.map((reply) => reply.destroyed)).toEqual([true, true]);
   });
 
   it('answers once, with the result, when a call that failed to read runs past its limit', async () => {
