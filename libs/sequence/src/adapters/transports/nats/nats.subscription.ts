@@ -402,9 +402,11 @@ export class NatsSubscription implements Subscription {
         // Once: its memory may hold a later message's body by the next call.
         if (released) return;
         released = true;
+        const body = inbound.body;
         inbound.body = NO_BODY;
         // With unsafeSocketTricks, a large payload goes back to the connection for the next one.
-        recycleBody(data);
+        // (Read from the message, not kept in this closure: that would hold every held body.)
+        recycleBody(body);
       };
     }
     // The headers, and the body while the handler's message holds it.

@@ -1,5 +1,7 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { Logger } from '@nestjs/common';
 import {
   jetstream,
@@ -84,6 +86,32 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
     return received;
   }
+
+  it('lets go of a released body while the message itself is held', async () => {
+    const channel = newChannel();
+    const received: InboundMessage[] = [];
+    let memory: WeakRef<ArrayBufferLike> | undefined;
+    await transport.subscribe(channel, async (message) => {
+      // Each message held, as broker-held reassembly holds its fragments until the end.
+      received.push(message);
+      if (received.length === 1) {
+        memory = new WeakRef(message.body.buffer);
+        message.releaseBody?.();
+      }
+      return ACK;
+    });
+    await transport.publish(channel, randomBytes(300 * 1024), {});
+    await eventually(() => received.length === 1, 'the large message');
+    // Later messages, so that the client has moved on from the first one's batch.
+    for (const text of ['a', 'b', 'c']) await transport.publish(channel, Buffer.from(text), {});
+    await eventually(() => received.length === 4, 'the later messages');
+
+    await eventually(() => {
+      collectGarbage();
+      return memory!.deref() === undefined;
+    }, 'the released body collected');
+    expect(received[0].body.length).toBe(0);
+  });
 
   it("takes its maxMessageBytes from the server's max_payload, less room for its headers", () => {
     const maxPayload = (admin.info as { max_payload: number }).max_payload;
@@ -1368,4 +1396,10 @@ async function eventuallyAsync(check: () => Promise<boolean>, timeoutMs = 10_000
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+}
+
+/** A full garbage collection, for checks that a released buffer is let go. */
+function collectGarbage(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
 }
