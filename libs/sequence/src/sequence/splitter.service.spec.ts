@@ -1,8 +1,6 @@
 import type { PublishPolicy } from '../options/module-options';
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { crc32 } from 'node:zlib';
 import {
   InMemoryTransport,
@@ -17,6 +15,7 @@ import {
 } from 'nest-sequence';
 import { FaultInjectingTransport, bytes, eventually } from '../../test/support/sequence-test-app';
 import { bootSplitter, closeSplitters } from '../../test/support/splitter-app';
+import { exposedGc } from '../../test/support/garbage';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -954,8 +953,7 @@ describe('SplitterService', () => {
     it('streams 64 MiB in 1 MiB fragments holding a few fragments, not the payload', async () => {
       // Only live memory says what the splitter holds: garbage awaiting the collector would swamp
       // it, and array buffers are freed shortly after a collection, hence gc, a pause, gc.
-      setFlagsFromString('--expose-gc');
-      const gc = runInNewContext('gc') as () => void;
+      const gc = exposedGc();
       const drained = { fragments: 0, bytes: 0 };
       await transport.subscribe('bulk', async (message) => {
         drained.fragments++;

@@ -1,7 +1,5 @@
 import calculateSlot from 'cluster-key-slot';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { Redis } from 'ioredis';
 import {
   readAll,
@@ -10,6 +8,7 @@ import {
   describeSequenceStoreConformance,
 } from '../../../testing/conformance/sequence-store.conformance';
 import { OwnedRedisServer } from '../../../../test/support/processes/owned-redis.server';
+import { exposedGc } from '../../../../test/support/garbage';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { deleteUnder, keysUnder, redisClient } from '../../../../test/support/redis.fixture';
 import { crc32 } from '../../../core/checksum';
@@ -731,8 +730,7 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
             fetched++;
           }
         };
-        setFlagsFromString('--expose-gc');
-        const gc = runInNewContext('gc') as () => void;
+        const gc = exposedGc();
         /** ArrayBuffer memory in use, once dead buffers are swept (which V8 finishes lazily). */
         const arrayBuffersInUse = async () => {
           gc();

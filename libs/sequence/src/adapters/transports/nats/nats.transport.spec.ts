@@ -1,7 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { Logger } from '@nestjs/common';
 import {
   jetstream,
@@ -13,6 +11,7 @@ import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { sparePort } from '../../../../test/support/processes/server-process';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
+import { exposedGc } from '../../../../test/support/garbage';
 import { delay } from '../../../core/async';
 import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
@@ -106,8 +105,9 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     for (const text of ['a', 'b', 'c']) await transport.publish(channel, Buffer.from(text), {});
     await eventually(() => received.length === 4, 'the later messages');
 
+    const gc = exposedGc();
     await eventually(() => {
-      collectGarbage();
+      gc();
       return memory!.deref() === undefined;
     }, 'the released body collected');
     expect(received[0].body.length).toBe(0);
@@ -1396,10 +1396,4 @@ async function eventuallyAsync(check: () => Promise<boolean>, timeoutMs = 10_000
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-}
-
-/** A full garbage collection, for checks that a released buffer is let go. */
-function collectGarbage(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
 }
