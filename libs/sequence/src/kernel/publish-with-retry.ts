@@ -12,10 +12,9 @@ import { withTraceHeaders } from './tracing/message-spans';
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
  * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
  * too large, or headers the transport cannot encode; a reply whose reply channel is closed) is
- * not retried. `mayAttempt`, when given, is
- * asked before each attempt with the longest the attempt may take, and before each backoff with
- * that wait added: false ends the retries there (a resequencer's drain lease that would lapse
- * before the confirm, a module that stops).
+ * not retried. `mayAttempt`, when given, is asked before each attempt with the longest the
+ * attempt may take, and before each backoff with that wait added: false ends the retries there
+ * (a resequencer's drain lease that would lapse before the confirm, a module that stops).
  */
 export async function publishWithRetry(
   transport: Transport,

@@ -13,10 +13,10 @@
  * {@link IN_PLACE_MIN_BYTES}) into one buffer of the size its header frame announced, as its
  * frames' bytes are read from the socket, and hand amqplib that buffer as the body's single frame:
  * amqplib then takes it as `content` without a copy. Each byte is copied once, from the socket's
- * read into the body. With `recycleBody` (body-pool.ts; the transport's `releaseBody`), a body nothing
- * refers to any more goes back to its connection and the next large body is written into it, so
- * a consumer that releases its bodies (broker-held reassembly) reuses a few buffers instead of
- * allocating new ones. A frame sequence that is not the one expected (a body frame larger than
+ * read into the body. With `recycleBody` (body-pool.ts; the transport's `releaseBody`), a body
+ * nothing refers to any more goes back to its connection and the next large body is written into
+ * it, so a consumer that releases its bodies (broker-held reassembly) reuses a few buffers instead
+ * of allocating new ones. A frame sequence that is not the one expected (a body frame larger than
  * what is left, another frame in the middle of a body) is handed to amqplib as it came, so that
  * amqplib meets and reports it as it would have.
  *
