@@ -11,7 +11,8 @@ import {
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimCheckPublishError } from '../core/errors/claim-check-publish.error';
 import { userHeaderProblems, type HeaderMap } from '../core/headers';
-import { checkedBeforeReading } from '../core/refused-source';
+import { checkedBeforeReading, destroySource } from '../core/refused-source';
+import { abortReason } from '../core/async';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import { headerBytes, type Transport } from '../ports/transport.port';
@@ -190,14 +191,20 @@ export class ClaimCheckService {
    * ticket is not confirmed, the stored payload is deleted again (or, failing that, left to the
    * orphan sweeper; kept when the confirm timed out, since the ticket may still arrive) and
    * {@link ClaimCheckPublishError} is thrown.
+   *
+   * `signal` (@internal, for the module's own senders: a request nobody waits for any more) stops
+   * the publish once aborted: a stream given is destroyed at once, a payload being stored is not
+   * kept (deleted again if it was stored whole), a sequence sends no further fragment (see
+   * `SplitterService.send`), no ticket is published, and it rejects with the signal's reason.
    */
   publish(
     channel: string,
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions = {},
+    signal?: AbortSignal,
   ): Promise<ClaimPublishReceipt> {
     return this.traces.send(channel, async (span) => {
-      const receipt = await this.publishTraced(channel, payload, options);
+      const receipt = await this.publishTraced(channel, payload, options, signal);
       span.set({
         'nest_sequence.claim_check.via': receipt.via,
         'messaging.message.body.size': receipt.bytes,
@@ -206,12 +213,40 @@ export class ClaimCheckService {
     });
   }
 
+  /** {@link publishUntraced}, stopped once `signal` aborts. */
   private async publishTraced(
     channel: string,
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions,
+    signal: AbortSignal | undefined,
+  ): Promise<ClaimPublishReceipt> {
+    if (signal === undefined) return this.publishUntraced(channel, payload, options, undefined);
+    // The caller's stream (a file, a socket) is closed at once, not read on for nobody: what
+    // reads it (the store's upload, the splitter) fails, and the abort's reason is the outcome.
+    const stop = () => destroySource(payload);
+    if (!signal.aborted) signal.addEventListener('abort', stop, { once: true });
+    try {
+      return await this.publishUntraced(channel, payload, options, signal);
+    } catch (error) {
+      throw signal.aborted && !(error instanceof SequenceOptionsError)
+        ? abortReason(signal)
+        : error;
+    } finally {
+      signal.removeEventListener('abort', stop);
+    }
+  }
+
+  private async publishUntraced(
+    channel: string,
+    payload: Buffer | Readable | RecordSource,
+    options: ClaimPublishOptions,
+    signal: AbortSignal | undefined,
   ): Promise<ClaimPublishReceipt> {
     const threshold = options.inlineMaxBytes ?? this.options.inlineMaxBytes;
+    /** Throws the abort's reason once nobody wants the payload any more. */
+    const unlessAborted = () => {
+      if (signal?.aborted) throw abortReason(signal);
+    };
     checkedBeforeReading(payload, () => {
       refusePayload(`publish() to ${channel}`, payload, 'publish');
       checkCallOptions(`publish() to ${channel}`, options, CLAIM_PUBLISH_KEYS);
@@ -223,6 +258,7 @@ export class ClaimCheckService {
             `${this.options.maxInlineBytes}`,
         ]);
       }
+      unlessAborted();
     });
     payload = asBufferPayload(payload);
     const sequenceMaxBytes = options.sequenceMaxBytes ?? this.options.sequenceMaxBytes;
@@ -251,12 +287,14 @@ export class ClaimCheckService {
           channel,
           { records: declaredBytes(payload.records, bytes) },
           options,
+          signal,
         );
       }
       payload = Readable.from(payload.records, { objectMode: false });
     }
     const sized = await fitsInline(payload, inlineMaxBytes);
     if (sized.inline) {
+      unlessAborted();
       await this.send(channel, sized.inline, inlineHeaders, 'inline');
       return {
         channel,
@@ -272,12 +310,26 @@ export class ClaimCheckService {
       const body = Buffer.isBuffer(sized.stream)
         ? sized.stream
         : declaredBytes(sized.stream, knownBytes);
-      return this.sendSequence(channel, body, options);
+      return this.sendSequence(channel, body, options, signal);
     }
 
-    const ticket = await this.traces.checkIn(() =>
-      this.parking.park(sized.stream, options, false, [channel]),
-    );
+    // The upload stops with the stream it reads (the caller's is destroyed with it; records are
+    // read through one of this call's own).
+    const stopUpload = () => destroySource(sized.stream);
+    signal?.addEventListener('abort', stopUpload, { once: true });
+    let ticket: ClaimTicket;
+    try {
+      ticket = await this.traces.checkIn(() =>
+        this.parking.park(sized.stream, options, false, [channel]),
+      );
+    } finally {
+      signal?.removeEventListener('abort', stopUpload);
+    }
+    if (signal?.aborted) {
+      // Stored whole before the abort came (a Buffer is not cut short): nobody will claim it.
+      await this.parking.settle(ticket, false);
+      throw abortReason(signal);
+    }
     const headers: HeaderMap = { ...options.headers, [ClaimCheckHeader.claimCheck]: 1 };
     try {
       await this.send(channel, serializeTicket(ticket), headers, 'ticket', ticket);
@@ -303,15 +355,21 @@ export class ClaimCheckService {
     channel: string,
     payload: SequencePayload,
     options: ClaimPublishOptions,
+    signal: AbortSignal | undefined,
   ): Promise<ClaimPublishReceipt> {
-    const receipt = await this.sequences.send(channel, payload, {
-      headers: options.headers,
-      contentType: options.contentType,
-      // Store-buffered whatever the module's `sequence.buffer`: a @ClaimCheck channel (a
-      // microservice's pattern, a reply channel) reassembles from the channel itself and reads
-      // no partition.
-      buffer: 'store',
-    });
+    const receipt = await this.sequences.send(
+      channel,
+      payload,
+      {
+        headers: options.headers,
+        contentType: options.contentType,
+        // Store-buffered whatever the module's `sequence.buffer`: a @ClaimCheck channel (a
+        // microservice's pattern, a reply channel) reassembles from the channel itself and reads
+        // no partition.
+        buffer: 'store',
+      },
+      signal,
+    );
     return {
       channel,
       via: 'sequence',

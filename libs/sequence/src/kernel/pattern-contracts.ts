@@ -24,6 +24,8 @@ export interface SequenceSender {
     channel: string,
     payload: SequencePayload,
     options: { headers?: HeaderMap; contentType?: string; buffer?: 'store' },
+    /** Stops the send once aborted (see `SplitterService.send`). */
+    signal?: AbortSignal,
   ): Promise<{ sequenceId: string; fragments: number; bytes: number; sha256: string }>;
   /**
    * Whether `send` takes a payload of `payloadBytes` with these headers: every fragment message

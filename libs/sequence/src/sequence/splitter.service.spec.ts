@@ -707,6 +707,81 @@ describe('SplitterService', () => {
     });
   });
 
+  describe('a send aborted through its signal', () => {
+    it('reads no further, destroys the stream and rejects with the reason; no last fragment', async () => {
+      let read = 0;
+      const source = new Readable({
+        read() {
+          setTimeout(() => {
+            read++;
+            if (!source.destroyed) this.push(bytes(1_000, read));
+          }, 1);
+        },
+      });
+      const controller = new AbortController();
+      const reason = new Error('nobody waits for it');
+      const sending = splitter.send('scans', source, { fragmentBytes: 1_000 }, controller.signal);
+      await eventually(() => transport.depth('scans') >= 3, 'fragments sent');
+      controller.abort(reason);
+
+      await expect(sending).rejects.toBe(reason);
+      expect(source.destroyed).toBe(true);
+      const readAtAbort = read;
+      const sent = transport.depth('scans');
+      await settle();
+      expect(read).toBeLessThanOrEqual(readAtAbort + 1); // a read already scheduled
+      const fragments = transport.take('scans');
+      expect(fragments).toHaveLength(sent);
+      expect(fragments.some((fragment) => header(fragment, 'x-sequence-last') === true)).toBe(
+        false,
+      );
+    });
+
+    it('publishes no further fragment of a Buffer, nor retries one', async () => {
+      const inner = new InMemoryTransport();
+      const faulty = new FaultInjectingTransport(inner);
+      const gated = await bootSplitter({ transport: faulty });
+      const held = deferred();
+      faulty.beforePublish = async ({ position }) => {
+        if (position === 2) await held.promise;
+        if (position === 3) throw new Error('nacked (injected)');
+      };
+      const controller = new AbortController();
+      const sending = gated.send(
+        'scans',
+        bytes(10_000, 1),
+        {
+          fragmentBytes: 1_000,
+          publish: { inFlight: 2, retry: { attempts: 5, baseDelayMs: 20, maxDelayMs: 20 } },
+        },
+        controller.signal,
+      );
+      await eventually(() => faulty.attemptsAt('scans', 3).length > 0, 'the third fragment tried');
+      const triedAtAbort = faulty.attemptsAt('scans', 3).length;
+      controller.abort(new Error('timed out'));
+      held.resolve();
+
+      await expect(sending).rejects.toThrow('timed out');
+      expect(faulty.attemptsAt('scans', 3)).toHaveLength(triedAtAbort);
+      expect(faulty.attempts.every((attempt) => attempt.position <= 3)).toBe(true);
+      expect(
+        inner.take('scans').map((fragment) => header(fragment, 'x-sequence-position')),
+      ).toEqual([1, 2]);
+    });
+
+    it('reads nothing when the signal aborted before the call', async () => {
+      const source = Readable.from([bytes(1_000, 1)]);
+      const controller = new AbortController();
+      controller.abort(new Error('too late'));
+
+      await expect(splitter.send('scans', source, {}, controller.signal)).rejects.toThrow(
+        'too late',
+      );
+      expect(source.destroyed).toBe(true);
+      expect(transport.depth('scans')).toBe(0);
+    });
+  });
+
   describe('confirms and retries', () => {
     let faulty: FaultInjectingTransport;
     let inner: InMemoryTransport;

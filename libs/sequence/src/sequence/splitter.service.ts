@@ -6,6 +6,7 @@ import { CONTENT_TYPE_PATTERN } from '../core/claim-ticket';
 import { userHeadersRefusal } from '../core/completeness';
 import { SequencePublishError } from '../core/errors/sequence-publish.error';
 import { SequenceSourceError } from '../core/errors/sequence-source.error';
+import { abortReason } from '../core/async';
 import { checkedBeforeReading, destroySource } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import {
@@ -76,21 +77,30 @@ export class SplitterService implements SequenceSender {
    * {@link SequencePublishError} (naming the sequence and the fragment) when one could not be
    * confirmed within its retry budget, or {@link SequenceOptionsError} for invalid options.
    * Streams are read with back-pressure: at most about `publish.inFlight + 1` fragments are held.
+   *
+   * `signal` (@internal, for the module's own senders: a request nobody waits for any more) stops
+   * the send once aborted: no further fragment is read or published (nor retried), a stream is
+   * destroyed, and the send rejects with the signal's reason once the fragments in flight have
+   * settled. The sequence stays incomplete (its last fragment is never sent) and expires.
    */
   async send(
     channel: string,
     payload: SequencePayload,
     options: SendOptions = {},
+    signal?: AbortSignal,
   ): Promise<SequenceReceipt> {
     const sequenceId = options.sequenceId ?? randomUUID();
     const fragmentBytes = options.fragmentBytes ?? this.options.sequence.fragmentBytes;
-    const policy = checkedBeforeReading(payload, () =>
-      this.validate(channel, sequenceId, fragmentBytes, options, payload),
-    );
+    const policy = checkedBeforeReading(payload, () => {
+      const checked = this.validate(channel, sequenceId, fragmentBytes, options, payload);
+      if (signal?.aborted) throw abortReason(signal);
+      return checked;
+    });
     return this.traces.send(channel, sequenceId, async (span) => {
       const receipt = await this.sendTraced(channel, sequenceId, fragmentBytes, payload, options, {
         policy,
         span,
+        signal,
       });
       span.set({
         'messaging.message.body.size': receipt.bytes,
@@ -116,8 +126,13 @@ export class SplitterService implements SequenceSender {
     fragmentBytes: number,
     payload: SequencePayload,
     options: SendOptions,
-    { policy, span }: { policy: ResolvedPublishPolicy; span: TraceSpan },
+    {
+      policy,
+      span,
+      signal,
+    }: { policy: ResolvedPublishPolicy; span: TraceSpan; signal: AbortSignal | undefined },
   ): Promise<SequenceReceipt> {
+    const sending = { ...options, signal };
     const base = {
       sequenceId,
       userHeaders: options.headers,
@@ -150,7 +165,7 @@ export class SplitterService implements SequenceSender {
           yield { body, position, headers };
         }
       })();
-      await this.publishAll(channel, sequenceId, fragments, policy, options, span);
+      await this.publishAll(channel, sequenceId, fragments, policy, sending, span);
       return { channel, sequenceId, fragments: plan.length, bytes: whole.length, sha256 };
     }
 
@@ -177,7 +192,7 @@ export class SplitterService implements SequenceSender {
         yield { body, position, headers };
       }
     })();
-    await this.publishAll(channel, sequenceId, fragments, policy, options, span, () =>
+    await this.publishAll(channel, sequenceId, fragments, policy, sending, span, () =>
       destroySource(payload),
     );
     return { channel, sequenceId, ...totals };
@@ -195,20 +210,31 @@ export class SplitterService implements SequenceSender {
     sequenceId: string,
     fragments: Iterable<OutgoingFragment> | AsyncIterable<OutgoingFragment>,
     policy: ResolvedPublishPolicy,
-    options: Pick<SendOptions, 'via' | 'buffer' | 'partitions'>,
+    options: Pick<SendOptions, 'via' | 'buffer' | 'partitions'> & { signal?: AbortSignal },
     span?: TraceSpan,
     abandonSource?: () => void,
   ): Promise<void> {
     const via = options.via ?? 'broker';
+    const { signal } = options;
     const partition = this.partitionOf(sequenceId, options);
     const inFlight = new Set<Promise<void>>();
-    let failure: SequencePublishError | undefined;
+    let failure: Error | undefined;
     /** Ends the wait for the source's next fragment, if one is waited for. */
     let stopWaiting: (() => void) | undefined;
-    const fail = (error: SequencePublishError) => {
+    const fail = (error: Error) => {
       failure ??= error;
       stopWaiting?.();
     };
+    // Nobody wants the sequence any more: a stream is closed at once rather than read on (a
+    // read under way settles as an error, after the abort's reason is the failure).
+    const aborted = () => {
+      fail(abortReason(signal!));
+      abandonSource?.();
+    };
+    if (signal?.aborted) aborted();
+    else signal?.addEventListener('abort', aborted, { once: true });
+    // No retry, nor a first attempt, once aborted: a fragment's publish under way settles.
+    const mayAttempt = () => signal?.aborted !== true;
     const publishOne = async ({ body, position, headers }: OutgoingFragment) => {
       let parked: ParkedFragment | undefined;
       if (via === 'claim-check') {
@@ -226,7 +252,7 @@ export class SplitterService implements SequenceSender {
             parked.ticketBody,
             { ...headers, [CLAIM_CHECK_HEADER]: 1 },
             policy,
-            undefined,
+            mayAttempt,
             partition,
           )
         : await publishWithRetry(
@@ -235,7 +261,7 @@ export class SplitterService implements SequenceSender {
             body,
             headers,
             policy,
-            undefined,
+            mayAttempt,
             partition,
           );
       if (outcome.ok && span)
@@ -293,6 +319,7 @@ export class SplitterService implements SequenceSender {
       // source was abandoned mid-read: its pending read settles first).
       if (!done) void Promise.resolve(iterator.return?.()).catch(() => undefined);
       await Promise.all(inFlight);
+      signal?.removeEventListener('abort', aborted);
     }
     if (failure) throw failure;
     if (sourceFailure !== undefined) {
