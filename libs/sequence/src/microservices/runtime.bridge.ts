@@ -341,8 +341,8 @@ export class RuntimeBridge
     };
   }
 
-  publish: SequenceRuntime['publish'] = (channel, payload, options) =>
-    this.claimCheck.publish(channel, payload, { ...options, mode: 'auto' });
+  publish: SequenceRuntime['publish'] = (channel, payload, options, signal) =>
+    this.claimCheck.publish(channel, payload, { ...options, mode: 'auto' }, signal);
 
   openReplyChannel(
     definedBy: string,

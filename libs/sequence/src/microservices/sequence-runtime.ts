@@ -98,11 +98,15 @@ export interface SequenceRuntime {
    * opened now when the module is running, else with the others at bootstrap.
    */
   consume(specs: readonly ConsumerSpec[]): Promise<void>;
-  /** `ClaimCheckService.publish` with `mode: 'auto'`: inline, a Message Sequence or a ticket. */
+  /**
+   * `ClaimCheckService.publish` with `mode: 'auto'`: inline, a Message Sequence or a ticket;
+   * stopped once `signal` aborts (a request nobody waits for any more).
+   */
   publish(
     channel: string,
     payload: Buffer | Readable | RecordSource,
     options: ClaimPublishOptions,
+    signal?: AbortSignal,
   ): Promise<ClaimPublishReceipt>;
   /**
    * A private reply channel (the transport's `openReplyChannel`) whose payloads, inline,

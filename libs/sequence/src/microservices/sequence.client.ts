@@ -51,6 +51,11 @@ interface PendingRequest {
   timer: NodeJS.Timeout | undefined;
   /** Set while its reply is read: cuts the read short, once nobody waits for the reply. */
   stopReading?: () => void;
+  /**
+   * Aborted once nobody waits for the reply: a request still being sent (a sequence's fragments,
+   * a payload being parked) stops there, its stream destroyed.
+   */
+  readonly sending: AbortController;
 }
 
 /**
@@ -64,7 +69,9 @@ interface PendingRequest {
  *   The application's shutdown (and `close()`) waits for the sends under way to be confirmed or
  *   to fail, before the module's stores and the transport close.
  * - `send(pattern, data)` is request-reply, where the transport routes replies (in-memory,
- *   RabbitMQ, NATS JetStream): the reply travels by the same size rule.
+ *   RabbitMQ, NATS JetStream): the reply travels by the same size rule. A request still being
+ *   sent when nobody waits for its reply any more (it timed out, was unsubscribed, the client
+ *   closed) stops there: its stream is destroyed, no further fragment or ticket is published.
  *
  * @example
  * ClientsModule.register([{ name: 'IMAGING', customClass: SequenceClient, options: {} }])
@@ -257,7 +264,12 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
   protected publish(packet: ReadPacket, callback: (packet: WritePacket) => void): () => void {
     const pattern = this.normalizePattern(packet.pattern as string);
     const correlationId = randomUUID();
-    const request: PendingRequest = { pattern, callback, timer: undefined };
+    const request: PendingRequest = {
+      pattern,
+      callback,
+      timer: undefined,
+      sending: new AbortController(),
+    };
     this.pending.set(correlationId, request);
     const fail = (error: unknown) => {
       if (this.forget(correlationId, request)) callback({ err: error });
@@ -286,10 +298,13 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
         destroySource(sourceOf(packet.data));
         return;
       }
-      await this.sendTo(runtime, pattern, packet.data, {
-        [RpcHeader.replyTo]: replies.channel,
-        [RpcHeader.correlationId]: correlationId,
-      });
+      await this.sendTo(
+        runtime,
+        pattern,
+        packet.data,
+        { [RpcHeader.replyTo]: replies.channel, [RpcHeader.correlationId]: correlationId },
+        request.sending.signal,
+      );
       if (this.pending.has(correlationId)) wait();
     })().catch(fail);
     return () => void this.forget(correlationId, request);
@@ -297,12 +312,19 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
 
   /**
    * Stops waiting for the request's reply (it timed out, its caller unsubscribed, the client
-   * closes): a reply being read meanwhile is cut short, not read whole for nobody (its store
-   * connection held, its bytes in memory). False when it was not waited for any more.
+   * closes): a request still being sent stops there (a 500 MB study is not uploaded for nobody;
+   * what was sent of a sequence stays incomplete and expires), and a reply being read meanwhile
+   * is cut short, not read whole for nobody (its store connection held, its bytes in memory).
+   * False when it was not waited for any more.
    */
   private forget(correlationId: string, request: PendingRequest): boolean {
     if (!this.pending.delete(correlationId)) return false;
     clearTimeout(request.timer);
+    request.sending.abort(
+      new Error(
+        `nobody waits for the reply to ${request.pattern} (correlation id ${correlationId})`,
+      ),
+    );
     request.stopReading?.();
     return true;
   }
@@ -311,21 +333,28 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
    * Publishes `data` for `pattern`: a request with `reply`'s headers, an event without them. An
    * event never names a reply channel, whatever headers its `SequenceRecord` carries (a request's
    * own, passed on with `ctx.getHeaders()`): the server would answer it, and the requester
-   * waiting on that channel would take the answer for its own request's.
+   * waiting on that channel would take the answer for its own request's. `signal` stops a
+   * request's send; an event has none: it is sent whole, whoever listens (see `emit`).
    */
   private async sendTo(
     runtime: SequenceRuntime,
     pattern: string,
     data: unknown,
     reply: Record<string, string> | undefined,
+    signal?: AbortSignal,
   ): Promise<void> {
     const encoded = encodePayload(data);
     const out = reply ? encoded : { ...encoded, headers: withoutReplyTo(encoded.headers) };
-    await runtime.publish(this.settings.channelOf(pattern), out.payload, {
-      ...publishOptionsOf(out, { [RpcHeader.pattern]: pattern, ...reply }),
-      inlineMaxBytes: this.settings.inlineMaxBytes,
-      sequenceMaxBytes: this.settings.sequenceMaxBytes,
-    });
+    await runtime.publish(
+      this.settings.channelOf(pattern),
+      out.payload,
+      {
+        ...publishOptionsOf(out, { [RpcHeader.pattern]: pattern, ...reply }),
+        inlineMaxBytes: this.settings.inlineMaxBytes,
+        sequenceMaxBytes: this.settings.sequenceMaxBytes,
+      },
+      signal,
+    );
   }
 
   private replyChannel(runtime: SequenceRuntime): Promise<Subscription> {
