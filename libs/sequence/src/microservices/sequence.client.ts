@@ -406,13 +406,13 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       );
     } catch (error) {
       if (!this.pending.delete(correlationId)) return;
-      clearTimeout(request.timer);
+      this.answered(request);
       request.callback({ err: this.readFailure(request, correlationId, error, signal) });
       return;
     }
     // It may have timed out while the reply was read.
     if (!this.pending.delete(correlationId)) return;
-    clearTimeout(request.timer);
+    this.answered(request);
     if (headerString(headers, RpcHeader.replyStatus) === 'error') {
       // Nest takes a falsy `err` for no error (and the call would never settle): an error reply
       // without a body still errors.
@@ -424,6 +424,17 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
       return;
     }
     request.callback({ response, isDisposed: true });
+  }
+
+  /**
+   * A reply settled `request` (no longer pending): a request still being sent stops there. The
+   * server answers before the whole request came only to refuse it (a sequence larger than its
+   * limit, say), and the rest would be dead-lettered there; what the send then throws goes
+   * nowhere, the caller has its answer.
+   */
+  private answered(request: PendingRequest): void {
+    clearTimeout(request.timer);
+    request.sending.abort(new Error(`the request to ${request.pattern} was answered`));
   }
 
   /**

@@ -111,9 +111,11 @@ function abandonedRequests(broker: () => Broker, opened: Closable[]): void {
     studies.length = 0;
   });
 
+  /** `maxSequenceBytes`: the server refuses larger sequences on the request channel. */
   async function start(
     replyTimeoutMs: number,
     publishDelayMs = 0,
+    maxSequenceBytes?: number,
   ): Promise<{ t: MicroserviceTestApp; link: SlowLink }> {
     const channels = {
       'ab.ask': broker().channel('ab.ask'),
@@ -130,7 +132,12 @@ function abandonedRequests(broker: () => Broker, opened: Closable[]): void {
         claimCheck: { inlineMaxBytes: 256 * 1024, sequenceMaxBytes: 32 * 1024 * 1024 },
       },
       controllers: [Handlers],
-      server: { channelOf },
+      server: {
+        channelOf,
+        channels: maxSequenceBytes
+          ? { [channels['ab.ask']]: { sequence: { maxSequenceBytes } } }
+          : {},
+      },
       client: { channelOf, replyTimeoutMs },
     });
     opened.push(t);
@@ -183,6 +190,22 @@ function abandonedRequests(broker: () => Broker, opened: Closable[]): void {
     await new Promise((resolve) => setTimeout(resolve, 400));
     // The one being published, and no other.
     expect(link.published.length - atUnsubscribe).toBeLessThanOrEqual(2);
+    expect(link.published.some((headers) => headers['x-sequence-last'] === true)).toBe(false);
+    expect(asked).toEqual([]);
+  });
+
+  it('stops sending a request once the server has refused it', async () => {
+    const { t, link } = await start(10_000, 0, 256 * 1024);
+    const source = new CountingSource(16 * 1024 * 1024);
+    const request = new SequenceRecord(source, { bytes: 16 * 1024 * 1024 });
+    // Refused at its first fragment, for its declared size: the error reply comes at once.
+    const error: unknown = await lastValueFrom(t.client.send('ab.ask', request)).catch(
+      (caught: unknown) => caught,
+    );
+    expect((error as { message?: string }).message).toMatch(/^sequence-too-large: /);
+    expect(await readOn(source, 400)).toBeLessThanOrEqual(BOUND_BYTES);
+    expect(source.destroyed).toBe(true);
+    expect(source.bytesRead).toBeLessThan(8 * 1024 * 1024);
     expect(link.published.some((headers) => headers['x-sequence-last'] === true)).toBe(false);
     expect(asked).toEqual([]);
   });
