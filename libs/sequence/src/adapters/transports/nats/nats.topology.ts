@@ -523,9 +523,7 @@ export class NatsTopology {
    */
   private refused(channel: string, stream: string, error: unknown): Error {
     if (error instanceof NatsTopologyError) return error;
-    if (!(error instanceof JetStreamApiError) || PASSING_API_ERRORS.has(error.code)) {
-      return error as Error;
-    }
+    if (!(error instanceof JetStreamApiError) || isLeaderlessAnswer(error)) return error as Error;
     return new NatsTopologyError(channel, stream, errorMessage(error), error);
   }
 }
@@ -560,6 +558,14 @@ function consumerProblem(
     return `with filter ${filters.length === 0 ? 'none' : JSON.stringify(filters)}, not ${subject}`;
   }
   return undefined;
+}
+
+/**
+ * Whether `error` is the answer of a JetStream cluster without a leader just then (see
+ * PASSING_API_ERRORS): no answer about the stream or consumer asked about, to be waited out.
+ */
+export function isLeaderlessAnswer(error: unknown): boolean {
+  return error instanceof JetStreamApiError && PASSING_API_ERRORS.has(error.code);
 }
 
 function isApiError(error: unknown, code: number): boolean {

@@ -1093,7 +1093,8 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   describe('in a JetStream cluster of its own that loses its quorum', () => {
     let nodes: OwnedNatsServer[];
 
-    beforeEach(async () => {
+    // One cluster for every test here: each test takes its leader away and gives it back.
+    beforeAll(async () => {
       const routes = [await sparePort(), await sparePort(), await sparePort()];
       nodes = [];
       for (const [index, port] of routes.entries()) {
@@ -1110,9 +1111,29 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       }
     });
 
-    afterEach(async () => {
+    afterAll(async () => {
       for (const node of nodes) await node.dispose();
     });
+
+    beforeEach(() => {
+      jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    });
+
+    afterEach(async () => {
+      jest.restoreAllMocks();
+      // The whole cluster again for the next test, whatever this one left.
+      await restartStopped();
+    });
+
+    /**
+     * Starts the stopped nodes again, all of them: with one still away, a stream the cluster
+     * placed on it before it noticed the node had gone answers nothing until it is back.
+     */
+    async function restartStopped(): Promise<void> {
+      await Promise.all(
+        nodes.filter((node) => node.pid === undefined).map((node) => node.restart()),
+      );
+    }
 
     /** The JetStream API's answer to a stream lookup on the first node: `ok` or its error code. */
     async function answer(): Promise<string> {
@@ -1137,17 +1158,21 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       expect(got).toBe(wanted);
     }
 
-    it('subscribes and publishes while it has no leader, delivering once it has', async () => {
+    /** A transport on the first node, connected while the cluster has a leader, then none. */
+    async function connectedLosingLeader(options: NatsTransportOptions = {}) {
       // No stream there: answered "not found" (10059) once the cluster has a leader.
       await until('10059');
-      const own = await NatsTransport.connect({ servers: nodes[0].url });
-      jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
-      try {
-        await nodes[1].stop();
-        await nodes[2].stop();
-        // "JetStream system temporarily unavailable": passing, not a refusal of the stream.
-        await until('10008');
+      const own = await NatsTransport.connect({ servers: nodes[0].url }, options);
+      await nodes[1].stop();
+      await nodes[2].stop();
+      // "JetStream system temporarily unavailable": passing, not a refusal of the stream.
+      await until('10008');
+      return own;
+    }
 
+    it('subscribes and publishes while it has no leader, delivering once it has', async () => {
+      const own = await connectedLosingLeader({ publishTimeoutMs: 30_000 });
+      try {
         const channel = `leaderless.${randomUUID()}`;
         const received: string[] = [];
         await own.subscribe(channel, async (message) => {
@@ -1159,13 +1184,82 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
           () => 'stored',
           (error: Error) => error,
         );
-        await nodes[1].restart();
+        await restartStopped();
 
         expect(await outcome).toBe('stored');
         await eventually(() => received.length === 1, 'the message', 20_000);
         expect(received).toEqual(['no leader']);
       } finally {
-        jest.restoreAllMocks();
+        await own.close();
+      }
+    }, 60_000);
+
+    it('subscribes partitioned and opens a reply channel while it has no leader', async () => {
+      const own = await connectedLosingLeader({ publishTimeoutMs: 30_000 });
+      try {
+        const channel = `leaderless.${randomUUID()}`;
+        const received: string[] = [];
+        const replies: string[] = [];
+        const settled = (pending: Promise<unknown>) =>
+          pending.then(
+            () => 'started',
+            (error: Error) => error,
+          );
+        const partitioned = settled(
+          own.subscribe(
+            channel,
+            async (message) => {
+              received.push(message.body.toString());
+              return ACK;
+            },
+            { partitions: 1 },
+          ),
+        );
+        let replyChannel = '';
+        const opened = settled(
+          own
+            .openReplyChannel(async (reply) => {
+              replies.push(reply.body.toString());
+              return ACK;
+            })
+            .then((subscription) => (replyChannel = subscription.channel)),
+        );
+        // Still waiting, not failed at once with the cluster's answer.
+        await delay(500);
+        await restartStopped();
+
+        expect(await partitioned).toBe('started');
+        expect(await opened).toBe('started');
+        const partition = { index: 0, count: 1 };
+        await own.publish(channel, Buffer.from('partitioned'), {}, { partition });
+        await own.publish(replyChannel, Buffer.from('reply'), {});
+        await eventually(() => received.length === 1 && replies.length === 1, 'both', 20_000);
+        expect([received, replies]).toEqual([['partitioned'], ['reply']]);
+      } finally {
+        await own.close();
+      }
+    }, 60_000);
+
+    it('refuses a partitioned subscribe or a reply channel after publishTimeoutMs without a leader, naming the channel', async () => {
+      const own = await connectedLosingLeader({ publishTimeoutMs: 1_500 });
+      try {
+        const channel = `leaderless.${randomUUID()}`;
+        const startedAt = Date.now();
+        const subscribing = own.subscribe(channel, async () => ACK, { partitions: 2 });
+        await expect(subscribing).rejects.toBeInstanceOf(NatsTopologyError);
+        await expect(subscribing).rejects.toMatchObject({
+          channel,
+          message: expect.stringContaining('no leader'),
+        });
+        expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_500);
+
+        const opening = own.openReplyChannel(async () => ACK);
+        await expect(opening).rejects.toBeInstanceOf(NatsTopologyError);
+        await expect(opening).rejects.toMatchObject({
+          channel: expect.stringMatching(/^nseq-reply\./),
+          message: expect.stringContaining('no leader'),
+        });
+      } finally {
         await own.close();
       }
     }, 60_000);

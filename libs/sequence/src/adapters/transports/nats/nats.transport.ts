@@ -69,7 +69,7 @@ import { NatsDeliveryLimitWatch } from './nats.delivery-limit';
 import { assemblePayloadsInPlace } from './nats-payload-reads';
 import { socketTricksEnabled } from '../../socket-tricks.guard';
 import { NatsSubscription, type NatsSubscriptionSettings } from './nats.subscription';
-import { NatsTopology, partitionAckWaitMs } from './nats.topology';
+import { isLeaderlessAnswer, NatsTopology, partitionAckWaitMs } from './nats.topology';
 
 /** How long `ping` waits for the server's answer. */
 const PING_TIMEOUT_MS = 5_000;
@@ -81,6 +81,8 @@ const FORWARDED_HEADERS = {
   dropped: DROPPED_HEADERS_HEADER,
   keep: [REQUEUE_COUNT_HEADER],
 } as const;
+/** Pause before a declaration a JetStream cluster without a leader answered is tried again. */
+const LEADERLESS_RETRY_MS = 200;
 /** Longest wait for one PubAck before the publish is sent again (same `Nats-Msg-Id`). */
 const MIN_ATTEMPT_MS = 2_000;
 
@@ -344,7 +346,9 @@ export class NatsTransport implements Transport {
     const leaseMs = await this.whileOpen(
       'subscribe to',
       channel,
-      this.topology.ensurePartitionSubscription(channel, count),
+      this.onceLed(channel, this.topology.partitionStream(channel), () =>
+        this.topology.ensurePartitionSubscription(channel, count),
+      ),
     );
     const stream = this.topology.partitionStream(channel);
     const deadLetterChannel = options.deadLetterChannel ?? this.deadLetterChannel(channel);
@@ -440,7 +444,9 @@ export class NatsTransport implements Transport {
     await this.whileOpen(
       'open',
       'a reply channel',
-      this.topology.ensureReplyConsumer(channel, name, maxDeliver),
+      this.onceLed(channel, this.topology.stream(channel), () =>
+        this.topology.ensureReplyConsumer(channel, name, maxDeliver),
+      ),
       deleteConsumer,
     );
     // Closed since (a microtask or two): its consumer goes, nothing starts.
@@ -470,6 +476,41 @@ export class NatsTransport implements Transport {
       },
       release: () => this.topology.deleteReplyConsumer(channel, name),
     });
+  }
+
+  /**
+   * `declare()`, tried again while the JetStream cluster has no leader (after a node restarts, or
+   * while too few nodes run), as a publish waits for it: for `publishTimeoutMs` at most (and the
+   * attempt then under way), then a {@link NatsTopologyError} naming `channel`. Once the cluster
+   * has answered so, a request lost meanwhile (the election under way) is waited out too; a
+   * refusal is final. What needs its declaration before it can start (a partitioned
+   * subscription, which reads its lease time from the lease stream; a reply channel, whose name
+   * its requester sends at once) waits so.
+   */
+  private async onceLed<T>(channel: string, stream: string, declare: () => Promise<T>): Promise<T> {
+    const timeoutMs = this.settings.publishTimeoutMs;
+    const deadline = Date.now() + timeoutMs;
+    let leaderless = false;
+    for (;;) {
+      try {
+        return await declare();
+      } catch (error) {
+        leaderless ||= isLeaderlessAnswer(error);
+        const final =
+          error instanceof NatsTopologyError || error instanceof PartitionCountMismatchError;
+        if (!leaderless || final || this.closed) throw error;
+        if (Date.now() >= deadline) {
+          throw new NatsTopologyError(
+            channel,
+            stream,
+            `the JetStream cluster had no leader for ${timeoutMs} ms (publishTimeoutMs): ` +
+              `${errorMessage(error)}; try again once a quorum of its nodes runs`,
+            error as Error,
+          );
+        }
+        await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, deadline - Date.now())));
+      }
+    }
   }
 
   /** A subscription with the transport's settings, pulling from `consumer`. */
