@@ -8,4 +8,5 @@ export { NatsTransport } from './adapters/transports/nats/nats.transport';
 export type { NatsTransportOptions } from './adapters/transports/nats/nats.options';
 export type { NatsConnection, NatsConnectionOptions } from './adapters/transports/nats/nats.client';
 export { NatsTopologyError } from './adapters/transports/nats/errors/nats-topology.error';
+export { NatsDuplicateWindowError } from './adapters/transports/nats/errors/nats-duplicate-window.error';
 export { BrokerUnavailableError } from './core/errors/broker-unavailable.error';

@@ -9,6 +9,7 @@ import {
   type ConsumerInfo,
   type JetStreamManager,
   type StreamConfig,
+  type StreamInfo,
 } from '@nats-io/jetstream';
 import type { Logger } from '@nestjs/common';
 import { nanos } from './nats.client';
@@ -95,6 +96,8 @@ export class NatsTopology {
    * which a failed pull forgets while the repair that made it fail still runs.
    */
   private readonly repairs = new Map<string, Promise<void>>();
+  /** Per stream, its `duplicate_window` in ms as the server reported it at its declaration. */
+  private readonly duplicateWindows = new Map<string, number>();
 
   constructor(
     private readonly settings: ResolvedNatsTransportOptions,
@@ -136,6 +139,22 @@ export class NatsTopology {
       });
     }
     return pending;
+  }
+
+  /**
+   * The `duplicate_window` of `stream`, in ms, as the server reported it when the stream was last
+   * declared (made, or found made by someone else); undefined before.
+   */
+  duplicateWindowMs(stream: string): number | undefined {
+    return this.duplicateWindows.get(stream);
+  }
+
+  /** Keeps the `duplicate_window` a stream's info tells. */
+  private noteWindow(name: string, info: StreamInfo | undefined): void {
+    const window = info?.config.duplicate_window;
+    if (typeof window === 'number' && window > 0) {
+      this.duplicateWindows.set(name, Math.floor(window / 1_000_000));
+    }
   }
 
   /** Forgets what was declared: after a reconnect, or when a stream turned out to be gone. */
@@ -234,7 +253,9 @@ export class NatsTopology {
     const name = this.partitionStream(channel);
     const existing = async () => {
       const info = await jsm.streams.info(name);
-      return this.partitionCount(channel, name, info.config.subjects ?? []);
+      const found = this.partitionCount(channel, name, info.config.subjects ?? []);
+      this.noteWindow(name, info);
+      return found;
     };
     let found: number | undefined;
     try {
@@ -249,7 +270,7 @@ export class NatsTopology {
     }
     const subjects = Array.from({ length: count }, (_, index) => partitionSubject(channel, index));
     try {
-      await jsm.streams.add({
+      const made = await jsm.streams.add({
         name,
         subjects,
         description: `nest-sequence: channel ${channel} in ${count} partitions`,
@@ -257,6 +278,7 @@ export class NatsTopology {
         storage: StorageType.File,
         duplicate_window: nanos(this.settings.duplicateWindowMs),
       });
+      this.noteWindow(name, made);
       return count;
     } catch (error) {
       // Declared by another instance meanwhile, perhaps with another count.
@@ -403,16 +425,18 @@ export class NatsTopology {
             `not ${subject}; delete it or choose another streamPrefix`,
         );
       }
+      this.noteWindow(name, info);
       return;
     } catch (error) {
       if (!isApiError(error, STREAM_NOT_FOUND)) throw this.refused(channel, name, error);
     }
     try {
-      await jsm.streams.add({ ...config, name, subjects: [subject] });
+      this.noteWindow(name, await jsm.streams.add({ ...config, name, subjects: [subject] }));
     } catch (error) {
       // Declared by another instance meanwhile: fine if it is the same stream.
       const info = await jsm.streams.info(name).catch(() => undefined);
       if (!info?.config.subjects?.includes(subject)) throw this.refused(channel, name, error);
+      this.noteWindow(name, info);
     }
   }
 

@@ -18,8 +18,9 @@ import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { headerBytes, type Disposition, type InboundMessage } from '../../../ports/transport.port';
+import { NatsDuplicateWindowError } from './errors/nats-duplicate-window.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
-import { connectNats, natsHeaders, type NatsConnection } from './nats.client';
+import { connectNats, nanos, natsHeaders, type NatsConnection } from './nats.client';
 import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
 import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
 import type { NatsTransportOptions } from './nats.options';
@@ -777,6 +778,76 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     await expect(transport.publish(channel, Buffer.from('second'), {})).rejects.toBeInstanceOf(
       PublishRejectedError,
     );
+  });
+
+  describe("a stream's duplicate window shorter than a publish's retries", () => {
+    /** Makes the stream of `channel` by hand, with a duplicate window of `windowMs`. */
+    async function handMadeStream(channel: string, windowMs: number): Promise<string> {
+      const stream = streamName('NSEQ_', channel);
+      await jsm.streams.add({
+        name: stream,
+        subjects: [channel],
+        duplicate_window: nanos(windowMs),
+      });
+      return stream;
+    }
+
+    it("refuses a publish whose timeoutMs reaches an existing stream's window, sending nothing", async () => {
+      const channel = newChannel();
+      const stream = await handMadeStream(channel, 1_000);
+
+      // The default publishTimeoutMs, 10 s: a resend after 1 s could be stored twice.
+      const publishing = transport.publish(channel, Buffer.from('m'), {});
+      await expect(publishing).rejects.toBeInstanceOf(NatsDuplicateWindowError);
+      await expect(publishing).rejects.toMatchObject({
+        code: 'duplicate-window-too-short',
+        channel,
+        stream,
+        timeoutMs: 10_000,
+        duplicateWindowMs: 1_000,
+      });
+      expect((await jsm.streams.info(stream)).state.messages).toBe(0);
+    });
+
+    it('takes a publish within the window, or one that is never sent again', async () => {
+      const channel = newChannel();
+      const stream = await handMadeStream(channel, 1_000);
+
+      await transport.publish(channel, Buffer.from('within'), {}, { timeoutMs: 900 });
+      await transport.publish(channel, Buffer.from('once'), {}, { resend: false });
+      expect((await jsm.streams.info(stream)).state.messages).toBe(2);
+    });
+
+    it('refuses a publish whose own timeoutMs passes the window of the stream it declared', async () => {
+      const channel = newChannel();
+      await transport.publish(channel, Buffer.from('declares'), {});
+
+      await expect(
+        transport.publish(channel, Buffer.from('m'), {}, { timeoutMs: 120_000 }),
+      ).rejects.toMatchObject({ name: 'NatsDuplicateWindowError', duplicateWindowMs: 120_000 });
+      await expect(
+        transport.publish(
+          channel,
+          Buffer.from('m'),
+          {},
+          { partition: { index: 0, count: 1 }, timeoutMs: 150_000 },
+        ),
+      ).rejects.toBeInstanceOf(NatsDuplicateWindowError);
+    });
+
+    it('still dead-letters into a dead-letter stream of a shorter window', async () => {
+      const channel = newChannel();
+      const deadLetters = await handMadeStream(`${channel}.dlq`, 1_000);
+      await transport.subscribe(channel, async () => ({ action: 'dead-letter', reason: 'bad' }));
+      await transport.publish(channel, Buffer.from('m'), {}, { timeoutMs: 900 });
+
+      let stored = 0;
+      for (let tries = 0; tries < 100 && stored === 0; tries++) {
+        await delay(50);
+        stored = (await jsm.streams.info(deadLetters)).state.messages;
+      }
+      expect(stored).toBe(1);
+    });
   });
 
   it("keeps a long handler's message from redelivery with in-progress acks", async () => {

@@ -54,6 +54,7 @@ import {
   type NatsTransportOptions,
   type ResolvedNatsTransportOptions,
 } from './nats.options';
+import { NatsDuplicateWindowError } from './errors/nats-duplicate-window.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import {
   isReplyChannel,
@@ -731,7 +732,9 @@ export class NatsTransport implements Transport {
   /**
    * Publishes and waits for the PubAck, all within `timeoutMs`. With `resend`, an attempt that
    * gets no PubAck (a lost connection, a slow server) is sent again with the same `Nats-Msg-Id`,
-   * which the stream stores once; without, the first failure is final.
+   * which the stream stores once; without, the first failure is final. A `timeoutMs` that reaches
+   * the stream's duplicate window is refused with {@link NatsDuplicateWindowError} before anything
+   * is sent (a subscription's own forward is sent again within the window only instead).
    */
   private async send(
     channel: string,
@@ -754,10 +757,14 @@ export class NatsTransport implements Transport {
     if (wireBytes > this.maxPayload) {
       throw new MessageTooLargeError(channel, wireBytes, this.maxMessageBytes);
     }
-    const deadline = Date.now() + timeoutMs;
+    const startedAt = Date.now();
+    let deadline = startedAt + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     const subject = partition ? partitionSubject(channel, partition.index) : channel;
+    const stream = partition
+      ? this.topology.partitionStream(channel)
+      : this.topology.stream(channel);
     const declare = () =>
       partition
         ? this.topology.ensurePartitions(channel, partition.count)
@@ -780,6 +787,14 @@ export class NatsTransport implements Transport {
         if (ended() || Date.now() >= deadline) throw timedOut();
         await delay(50);
         continue;
+      }
+      // A resend after the stream's duplicate window would be stored a second time.
+      const windowMs = resend ? this.topology.duplicateWindowMs(stream) : undefined;
+      if (windowMs !== undefined && timeoutMs >= windowMs) {
+        if (!forwarding) throw new NatsDuplicateWindowError(channel, stream, timeoutMs, windowMs);
+        // A subscription's own forward has no caller to tell: it is sent again within the window
+        // only (a dead letter's stream may have a shorter one than the transport would give it).
+        deadline = Math.min(deadline, startedAt + windowMs - 1);
       }
       if (ended() && !handedOver) {
         throw new Error(`nats transport is closed: cannot publish to ${channel}`);
