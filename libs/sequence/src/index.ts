@@ -69,6 +69,10 @@ export { InvalidHeaderError } from './core/errors/invalid-header.error';
 export { SequenceOptionsError } from './core/errors/sequence-options.error';
 export { SequenceHandlerConflictError } from './core/errors/sequence-handler-conflict.error';
 export { ClaimCheckNotFoundError } from './core/errors/claim-check-not-found.error';
+export {
+  PayloadReadTimeoutError,
+  type PayloadReadStep,
+} from './core/errors/payload-read-timeout.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';

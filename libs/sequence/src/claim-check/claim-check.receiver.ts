@@ -45,6 +45,9 @@ import { ClaimedPayload } from './claimed-payload';
 import { payloadReadRejection } from './payload-read-rejection';
 
 const ACK: Disposition = { action: 'ack' };
+
+/** A requeue for a store failure, with what failed: stripped before the transport sees it. */
+type StoreRequeue = Extract<Disposition, { action: 'requeue' }> & { readonly cause?: string };
 const UNAVAILABLE: ReadonlySet<string> = new Set([
   'payload store unavailable',
   'claim ledger unavailable',
@@ -231,7 +234,7 @@ export class ClaimCheckReceiver {
     let metadata: Readonly<Record<string, string>> | undefined;
     let unpublished = false;
     try {
-      const info = await store.head(ticket.ref);
+      const info = await this.parking.headWithin(store, ticket.ref);
       if (!info) throw new ClaimCheckNotFoundError(store.name, ticket.ref);
       metadata = info.metadata;
       unpublished = !info.published;
@@ -243,7 +246,7 @@ export class ClaimCheckReceiver {
       this.logger.warn(
         `${channel}: the ${store.name} payload store failed; requeued: ${errorMessage(error)}`,
       );
-      return this.requeue('payload store unavailable');
+      return this.requeue('payload store unavailable', errorMessage(error));
     }
 
     // Found unpublished although its ticket is out: marked before its handler reads it, lest the
@@ -251,8 +254,12 @@ export class ClaimCheckReceiver {
     if (unpublished) unpublished = !(await this.parking.markDelivered(store, ticket.ref, channel));
     this.metrics.checkedOut(store.name);
     const startedAt = this.parking.lifecycle.clock();
-    const payload = ClaimedPayload.resolved(ticket, userHeadersOf(headers), metadata, (signal) =>
-      store.get(ticket.ref, { signal }),
+    const payload = ClaimedPayload.resolved(
+      ticket,
+      userHeadersOf(headers),
+      metadata,
+      (signal) => store.get(ticket.ref, { signal }),
+      this.parking.readTimeoutMs,
     );
     // A payload this delivery leaves in the store, still unmarked (see PayloadParking.markDelivered).
     const keep = async () => {
@@ -286,7 +293,7 @@ export class ClaimCheckReceiver {
         this.logger.warn(
           `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,
         );
-        return this.requeue('payload store unavailable');
+        return this.requeue('payload store unavailable', readFailure.message);
       }
       await keep(); // for its dead letter to be republished
       const { code, detail } = handlerRejection(`ticket ${key.ticket}`, outcome);
@@ -558,20 +565,29 @@ export class ClaimCheckReceiver {
     if (disposition.action !== 'requeue' || !UNAVAILABLE.has(disposition.reason ?? '')) {
       return disposition;
     }
+    const { cause, ...requeue } = disposition as StoreRequeue;
     const requeues = requeueCount(message.headers ?? {});
     const { maxStoreRequeues } = this.options.tuning;
-    if (requeues < maxStoreRequeues) return disposition;
+    if (requeues < maxStoreRequeues) return requeue;
     return this.reject(
       channel,
       'store-unavailable',
       `${disposition.reason ?? 'unavailable'} after ${requeues} requeues of the message ` +
-        `(tuning.maxStoreRequeues is ${maxStoreRequeues}); publish the message ` +
-        'again from the dead-letter channel once the store answers',
+        `(tuning.maxStoreRequeues is ${maxStoreRequeues})` +
+        (cause === undefined ? '' : `, last: ${cause}`) +
+        '; publish the message again from the dead-letter channel once the store answers',
     );
   }
 
-  private requeue(reason: string): Disposition {
-    return { action: 'requeue', delayMs: this.options.tuning.backpressureDelayMs, reason };
+  /** A delayed requeue; `cause` (the store's error) is told in the dead letter should it be one. */
+  private requeue(reason: string, cause?: string): Disposition {
+    const requeue: StoreRequeue = {
+      action: 'requeue',
+      delayMs: this.options.tuning.backpressureDelayMs,
+      reason,
+      ...(cause === undefined ? {} : { cause }),
+    };
+    return requeue;
   }
 }
 

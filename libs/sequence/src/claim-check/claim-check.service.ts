@@ -151,22 +151,28 @@ export class ClaimCheckService {
    * checked against the ticket's SHA-256 as it streams. It consumes no channel, so it does not
    * check the ticket's audience: compare `payload.ticket.audience` with your own channel when
    * tickets reach you from a broker. A payload found unpublished is marked published: its ticket
-   * is out, so it is no orphan.
-   * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, ClaimCheckNotFoundError
+   * is out, so it is no orphan. A store that does not answer within `claimCheck.readTimeoutMs`
+   * (here, or on a read of the stream) fails with PayloadReadTimeoutError.
+   * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, ClaimCheckNotFoundError,
+   * PayloadReadTimeoutError
    */
   async checkOut(ticket: unknown, headers: HeaderMap = {}): Promise<ClaimedPayload> {
     const startedAt = this.parking.lifecycle.clock();
     const { ticket: verified, store } = this.parking.resolve(ticket);
     return this.traces.checkOut(undefined, verified, headers, async () => {
-      const info = await store.head(verified.ref);
+      const info = await this.parking.headWithin(store, verified.ref);
       if (!info) throw new ClaimCheckNotFoundError(store.name, verified.ref);
       // Found unpublished although its ticket reached the caller (its sender died before the
       // mark): no orphan, and kept by this checkout, so marked lest the sweeper take it.
       if (!info.published) await this.parking.markDelivered(store, verified.ref, 'checkOut()');
       this.metrics.checkedOut(store.name);
       this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, startedAt);
-      return ClaimedPayload.resolved(verified, headers, info.metadata, (signal) =>
-        store.get(verified.ref, { signal }),
+      return ClaimedPayload.resolved(
+        verified,
+        headers,
+        info.metadata,
+        (signal) => store.get(verified.ref, { signal }),
+        this.parking.readTimeoutMs,
       );
     });
   }

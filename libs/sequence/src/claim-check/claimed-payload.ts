@@ -2,8 +2,9 @@ import { Readable } from 'node:stream';
 import type { ClaimTicket } from '../core/claim-ticket';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
+import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
 import type { HeaderMap } from '../core/headers';
-import { sourceChunks } from '../core/source-chunks';
+import { sourceChunks, type StallBound } from '../core/source-chunks';
 import type { ReassembledSequence } from '../kernel/pattern-contracts';
 
 /**
@@ -68,6 +69,8 @@ export class ClaimedPayload {
   private constructor(
     init: ClaimedPayloadInit,
     private readonly open: (signal: AbortSignal) => Promise<Readable>,
+    /** How long a read waits on the store (opening, each next chunk); unbounded without. */
+    private readonly stall?: StallBound,
   ) {
     this.via = init.via;
     this.bytes = init.bytes;
@@ -113,12 +116,17 @@ export class ClaimedPayload {
     );
   }
 
-  /** A payload behind a verified ticket; `open` reads it from its store. */
+  /**
+   * A payload behind a verified ticket; `open` reads it from its store, and a store that does not
+   * answer within `readTimeoutMs` (opening it, or with its next chunk) fails the read with
+   * PayloadReadTimeoutError.
+   */
   static resolved(
     ticket: ClaimTicket,
     headers: HeaderMap,
     metadata: Readonly<Record<string, string>> | undefined,
     open: (signal: AbortSignal) => Promise<Readable>,
+    readTimeoutMs: number,
   ): ClaimedPayload {
     return new ClaimedPayload(
       {
@@ -132,6 +140,11 @@ export class ClaimedPayload {
         ticket,
       },
       open,
+      {
+        ms: readTimeoutMs,
+        error: (waitingFor) =>
+          new PayloadReadTimeoutError(ticket.store, ticket.ref, waitingFor, readTimeoutMs),
+      },
     );
   }
 
@@ -151,8 +164,9 @@ export class ClaimedPayload {
     const onVerified = () => {
       if (!abandoned()) this.readError = undefined;
     };
-    const open = async (): Promise<Readable> => {
-      const source = await this.open(reads);
+    // `given up`: aborted when the store took past the stall bound to open it.
+    const open = async (givenUp?: AbortSignal): Promise<Readable> => {
+      const source = await this.open(givenUp ? AbortSignal.any([reads, givenUp]) : reads);
       if (abandoned()) {
         source.destroy();
       } else {
@@ -161,7 +175,8 @@ export class ClaimedPayload {
       }
       return source;
     };
-    const stream = Readable.from(verifying(open, ticket, record, onMismatch, onVerified), {
+    const chunks = verifying(open, ticket, record, onMismatch, onVerified, this.stall);
+    const stream = Readable.from(chunks, {
       objectMode: false,
       highWaterMark: 1,
     });
@@ -219,11 +234,12 @@ export class ClaimedPayload {
 }
 
 async function* verifying(
-  open: () => Promise<Readable>,
+  open: (givenUp?: AbortSignal) => Promise<Readable>,
   ticket: ClaimTicket | undefined,
   onReadError: (error: Error) => void,
   onMismatch: (error: ClaimCheckIntegrityError) => void,
   onVerified: () => void,
+  stall: StallBound | undefined,
 ): AsyncGenerator<Buffer> {
   const hash = ticket ? sha256Hasher() : undefined;
   let bytes = 0;
@@ -239,7 +255,7 @@ async function* verifying(
   };
   let verified = false;
   // Only what the store's stream throws is a read failure (see sourceChunks).
-  for await (const chunk of sourceChunks(open, onReadError)) {
+  for await (const chunk of sourceChunks(open, onReadError, stall)) {
     hash?.update(chunk);
     bytes += chunk.length;
     // More than the ticket says: stop here rather than hand (or buffer) all of it.

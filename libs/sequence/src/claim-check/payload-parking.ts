@@ -1,8 +1,9 @@
 import { Readable, Transform, pipeline, type TransformCallback } from 'node:stream';
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { delay } from '../core/async';
+import { delay, withTimeout } from '../core/async';
 import { sha256Hasher, sha256Hex } from '../core/checksum';
 import { byteChunks } from '../core/payload-source';
+import { sourceChunks, type StallBound } from '../core/source-chunks';
 import {
   audienceChannel,
   checkTicketAudience,
@@ -15,9 +16,10 @@ import {
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
+import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
-import type { PayloadStore } from '../ports/payload-store.port';
+import type { PayloadInfo, PayloadStore } from '../ports/payload-store.port';
 import {
   CLAIM_CHECK_STORES,
   RESOLVED_OPTIONS,
@@ -220,22 +222,27 @@ export class PayloadParking implements OnApplicationShutdown {
   }
 
   /**
-   * A small payload (a fragment body) read whole, checked against its ticket.
-   * @throws ClaimCheckNotFoundError, ClaimCheckIntegrityError
+   * A small payload (a fragment body) read whole, checked against its ticket. A store that does
+   * not answer within `readTimeoutMs` (opening it, or with its next chunk) fails the read, and
+   * what it opened is destroyed: a stalled store must not hold the message for ever.
+   * @throws ClaimCheckNotFoundError, ClaimCheckIntegrityError, PayloadReadTimeoutError, or the
+   * store's error
    */
   async readWhole({ ticket, store }: ResolvedTicket, channel = ''): Promise<Buffer> {
     const startedAt = this.lifecycle.clock();
     const chunks: Buffer[] = [];
     let read = 0;
-    const source = await store.get(ticket.ref);
+    const source = sourceChunks(
+      (signal) => store.get(ticket.ref, { signal }),
+      () => undefined, // what fails the read is thrown to the caller
+      this.readBound(store, ticket.ref),
+    );
     for await (const chunk of source) {
-      chunks.push(chunk as Buffer);
-      read += (chunk as Buffer).length;
-      // More than the ticket says: wrong bytes, and no reason to hold them all.
-      if (read > ticket.bytes) {
-        source.destroy();
-        break;
-      }
+      chunks.push(chunk);
+      read += chunk.length;
+      // More than the ticket says: wrong bytes, and no reason to hold them all (the loop's end
+      // destroys the store's stream).
+      if (read > ticket.bytes) break;
     }
     const body = Buffer.concat(chunks);
     const actual = { sha256: sha256Hex(body), bytes: body.length };
@@ -250,6 +257,33 @@ export class PayloadParking implements OnApplicationShutdown {
     this.metrics.checkedOut(store.name);
     this.lifecycle.checkedOut(channel, ticket, startedAt);
     return body;
+  }
+
+  /**
+   * The payload's info from its store, given up on after `readTimeoutMs`.
+   * @throws PayloadReadTimeoutError, or the store's error
+   */
+  headWithin(store: PayloadStore, ref: string): Promise<PayloadInfo | undefined> {
+    const { readTimeoutMs } = this.options;
+    return withTimeout(
+      store.head(ref),
+      readTimeoutMs,
+      () => new PayloadReadTimeoutError(store.name, ref, 'head', readTimeoutMs),
+    );
+  }
+
+  /** Longest wait on a store for one step of a read (`claimCheck.readTimeoutMs`). */
+  get readTimeoutMs(): number {
+    return this.options.readTimeoutMs;
+  }
+
+  private readBound(store: PayloadStore, ref: string): StallBound {
+    const { readTimeoutMs } = this.options;
+    return {
+      ms: readTimeoutMs,
+      error: (waitingFor) =>
+        new PayloadReadTimeoutError(store.name, ref, waitingFor, readTimeoutMs),
+    };
   }
 
   /**

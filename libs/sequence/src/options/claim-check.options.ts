@@ -59,6 +59,15 @@ export interface ClaimCheckOptions {
   /** Default retention of consuming channels. @default 'ack' */
   deleteAfter?: ClaimRetention;
   /**
+   * Longest a payload store may take over one step of reading a payload: answering for its
+   * metadata, opening it, or handing over its next chunk (the time a handler spends on a chunk
+   * does not count). Past it the read fails with `PayloadReadTimeoutError` and what it opened is
+   * destroyed; the message is requeued as for a store outage, then dead-lettered
+   * `store-unavailable` after `tuning.maxStoreRequeues`. Raise it for a store whose first byte
+   * may come slowly. @default 30000 (30 s)
+   */
+  readTimeoutMs?: number;
+  /**
    * Whether consumers take tickets that name no channel: those of producers on a release before
    * tickets were bound to the channel they were issued for. Off, such a ticket is dead-lettered
    * `claim-ticket-invalid` (`no-audience`), so that a ticket cannot be replayed onto a channel it

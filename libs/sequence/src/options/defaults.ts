@@ -43,6 +43,7 @@ export const DEFAULTS = {
     orphanGraceMs: HOUR,
     deleteAfter: 'ack',
     acceptTicketsWithoutAudience: false,
+    readTimeoutMs: 30_000,
   },
   resequencer: {
     maxBufferedPerKey: 1_000,

@@ -100,6 +100,7 @@ export const MODULE_KEYS: KeyTree = {
     orphanGraceMs: true,
     deleteAfter: true,
     acceptTicketsWithoutAudience: true,
+    readTimeoutMs: true,
   },
   resequencer: {
     store: true,

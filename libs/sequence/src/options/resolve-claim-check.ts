@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { STORE_NAME_PATTERN } from '../core/claim-ticket';
 import { ClaimTicketKeyring } from '../core/claim-ticket-keyring';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { MAX_TIMER_MS } from '../core/async';
 import { checkInteger } from '../core/option-checks';
 import type { PayloadStore } from '../ports/payload-store.port';
 import type { ClaimCheckConsumerOptions, ClaimCheckOptions } from './claim-check.options';
@@ -73,6 +74,16 @@ export function resolveClaimCheckOptions(
     );
   }
 
+  const readTimeoutMs = options.readTimeoutMs ?? defaults.readTimeoutMs;
+  if (checkInteger(problems, 'claimCheck.readTimeoutMs', readTimeoutMs, 1)) {
+    if (readTimeoutMs > MAX_TIMER_MS) {
+      problems.push(
+        `claimCheck.readTimeoutMs must be at most ${MAX_TIMER_MS} (a Node timer's longest), ` +
+          `got ${readTimeoutMs}`,
+      );
+    }
+  }
+
   let keyring: ClaimTicketKeyring | undefined;
   try {
     keyring = new ClaimTicketKeyring(
@@ -96,6 +107,7 @@ export function resolveClaimCheckOptions(
     expiredGraceMs,
     deleteAfter,
     acceptTicketsWithoutAudience,
+    readTimeoutMs,
   };
 }
 

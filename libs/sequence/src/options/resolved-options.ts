@@ -88,6 +88,8 @@ export interface ResolvedClaimCheckOptions {
   readonly deleteAfter: ClaimRetention;
   /** Consumers take tickets that name no channel (`v: 1`, from earlier releases). */
   readonly acceptTicketsWithoutAudience: boolean;
+  /** Longest wait on a payload store for one step of a read (head, open, next chunk). */
+  readonly readTimeoutMs: number;
 }
 
 /** A `@ClaimCheck` handler's options over the module's. */

@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type {
   PayloadInfo,
   PutOptions,
@@ -26,6 +26,17 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   failMarks = 0;
   /** Upcoming `sweepCandidates` calls that fail. */
   failSweeps = 0;
+  /** Upcoming `head` calls that never settle, as on a store that stopped answering. */
+  hangHeads = 0;
+  /** Upcoming `get` calls that never settle (a stalled S3 GET, a Redis that stopped answering). */
+  hangGets = 0;
+  /**
+   * Upcoming `get` calls whose stream hands over the payload's first chunk, then nothing more,
+   * ever (a connection that stalled mid-body). Those streams are kept in {@link stalled}.
+   */
+  stallStreams = 0;
+  /** The streams that stalled, to check that the reader let go of them. */
+  readonly stalled: Readable[] = [];
   /** `sweepCandidates` calls do not settle (as on a hung network mount) until {@link releaseSweeps}. */
   hangSweeps = false;
   private readonly hungSweeps: Array<() => void> = [];
@@ -53,12 +64,24 @@ export class FaultInjectingPayloadStore implements PayloadStore {
       this.failGets--;
       throw new Error('payload store unreachable (get, injected by the test)');
     }
+    if (this.hangGets > 0) {
+      this.hangGets--;
+      return new Promise<Readable>(() => undefined);
+    }
     this.failRead('get');
+    if (this.stallStreams > 0) {
+      this.stallStreams--;
+      return this.stallingCopy(await this.inner.get(ref));
+    }
     return this.inner.get(ref);
   }
 
   async head(ref: string): Promise<PayloadInfo | undefined> {
     this.calls.head++;
+    if (this.hangHeads > 0) {
+      this.hangHeads--;
+      return new Promise<PayloadInfo | undefined>(() => undefined);
+    }
     this.failRead('head');
     return this.inner.head(ref);
   }
@@ -103,6 +126,17 @@ export class FaultInjectingPayloadStore implements PayloadStore {
 
   close(): Promise<void> {
     return this.inner.close();
+  }
+
+  /** A stream of `source`'s first chunk that then waits for ever: nothing ends or fails it. */
+  private async stallingCopy(source: Readable): Promise<Readable> {
+    const chunks = source[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+    const first = await chunks.next();
+    await chunks.return?.();
+    const stalled = new Readable({ read: () => undefined });
+    if (!first.done) stalled.push(first.value);
+    this.stalled.push(stalled);
+    return stalled;
   }
 
   private failRead(operation: string): void {
