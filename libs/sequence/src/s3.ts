@@ -9,3 +9,4 @@ export type {
   S3PayloadStoreOptions,
 } from './adapters/payload/s3/s3.payload-store.options';
 export { S3PayloadTooLargeError } from './adapters/payload/s3/s3-payload-too-large.error';
+export { S3MetadataTooLargeError } from './adapters/payload/s3/s3-metadata-too-large.error';

@@ -3,13 +3,14 @@ import { PayloadMetadataCorruptError } from '../../../core/errors/payload-metada
 import type { PutOptions } from '../../../ports/payload-store.port';
 import { decodeUserMetadata } from '../stored-metadata';
 import { S3_STORE_NAME } from './s3-payload-keys';
+import { S3MetadataTooLargeError } from './s3-metadata-too-large.error';
 
 /**
  * How a payload's metadata travels as S3 user metadata (`x-amz-meta-*`). S3 keeps those headers
  * ASCII and lowercases their names, so free text is encoded: the content type with
  * `encodeURIComponent`, the caller's pairs as base64url JSON (any keys, any case, any Unicode).
- * S3 allows 2 KB of user metadata per object; a larger `metadata` makes `put` fail with S3's
- * `MetadataTooLarge`.
+ * S3 allows 2 KB of user metadata per object: more is refused here, before anything is sent,
+ * where S3 would refuse it only once the first part of the payload was uploaded.
  */
 const CREATED_AT = 'nseq-created-at';
 const EXPIRES_AT = 'nseq-expires-at';
@@ -23,6 +24,13 @@ export interface DecodedMetadata {
   readonly metadata?: Readonly<Record<string, string>>;
 }
 
+/**
+ * S3's limit on an object's user metadata, in bytes: the sum of each key's and value's UTF-8
+ * length (without the `x-amz-meta-` prefix).
+ */
+export const S3_USER_METADATA_LIMIT = 2048;
+
+/** @throws S3MetadataTooLargeError when it would not fit in {@link S3_USER_METADATA_LIMIT} */
 export function encodeObjectMetadata(options: PutOptions): Record<string, string> {
   const encoded: Record<string, string> = {
     [CREATED_AT]: String(options.now),
@@ -33,6 +41,15 @@ export function encodeObjectMetadata(options: PutOptions): Record<string, string
   }
   if (options.metadata && Object.keys(options.metadata).length > 0) {
     encoded[USER_METADATA] = Buffer.from(JSON.stringify(options.metadata)).toString('base64url');
+  }
+  const bytes = Object.entries(encoded).reduce(
+    (sum, [key, value]) => sum + Buffer.byteLength(key) + Buffer.byteLength(value),
+    0,
+  );
+  if (bytes > S3_USER_METADATA_LIMIT) {
+    const user = encoded[USER_METADATA];
+    const metadataBytes = user === undefined ? 0 : USER_METADATA.length + user.length;
+    throw new S3MetadataTooLargeError(bytes, S3_USER_METADATA_LIMIT, metadataBytes);
   }
   return encoded;
 }

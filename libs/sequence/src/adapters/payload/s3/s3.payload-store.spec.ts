@@ -27,6 +27,7 @@ import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port
 import { EncryptingPayloadStore } from '../encrypting/encrypting.payload-store';
 import { eventually } from '../../../../test/support/sequence-test-app';
 import { S3PayloadStore } from './s3.payload-store';
+import { S3MetadataTooLargeError } from './s3-metadata-too-large.error';
 import type { S3PayloadStoreOptions } from './s3.payload-store.options';
 
 const MIB = 1024 * 1024;
@@ -306,6 +307,71 @@ describe('S3PayloadStore', () => {
         expect(await keysUnder(prefixOf(store))).toEqual([]);
       },
     );
+
+    /**
+     * S3 keeps at most 2 KB of user metadata per object (keys and values, in UTF-8): over it, the
+     * PutObject or CreateMultipartUpload fails, a whole part of the payload read and sent first.
+     */
+    it.each([
+      ['one PutObject', 1024],
+      ['a multipart upload', 6 * MIB],
+    ])(
+      'refuses metadata over S3’s 2 KB before it reads the payload or sends any request (%s)',
+      async (_how, length) => {
+        store = storeOf({ partBytes: 5 * MIB });
+        const metadata = { note: 'x'.repeat(1_600) };
+        let read = 0;
+        const stream = Readable.from(
+          (function* () {
+            for (; read < length; read += 64 * 1024) yield randomBytes(64 * 1024);
+          })(),
+        );
+
+        for (const payload of [randomBytes(length), stream]) {
+          const error: unknown = await store
+            .put(payload, options({ published: true, metadata }))
+            .catch((rejection: unknown) => rejection);
+          expect(error).toBeInstanceOf(S3MetadataTooLargeError);
+          expect(error).toMatchObject({ code: 's3-metadata-too-large', limit: 2048 });
+          expect((error as S3MetadataTooLargeError).bytes).toBeGreaterThan(2048);
+          expect((error as Error).message).toMatch(/2048 bytes/);
+        }
+
+        expect(read).toBe(0);
+        expect(stream.destroyed).toBe(true);
+        expect(traffic.sent).toEqual([]);
+        expect(await keysUnder(prefixOf(store))).toEqual([]);
+      },
+    );
+
+    it('stores metadata that just fits S3’s 2 KB, and reads it back', async () => {
+      store = storeOf();
+      // What S3 counts: each x-amz-meta- header's name (without the prefix) and value.
+      const { now, expiresAt } = options();
+      const fits = (note: string) =>
+        [
+          ['nseq-created-at', String(now)],
+          ['nseq-expires-at', String(expiresAt)],
+          ['nseq-content-type', encodeURIComponent('text/plain')],
+          ['nseq-metadata', Buffer.from(JSON.stringify({ note })).toString('base64url')],
+        ].reduce((sum, [key, value]) => sum + key.length + value.length, 0) <= 2048;
+      let note = '';
+      while (fits(`${note}x`)) note += 'x';
+      const metadata = { note };
+
+      const { ref } = await store.put(
+        Buffer.from('study'),
+        options({ contentType: 'text/plain', metadata }),
+      );
+
+      expect((await store.head(ref))?.metadata).toEqual(metadata);
+      await expect(
+        store.put(
+          Buffer.from('study'),
+          options({ contentType: 'text/plain', metadata: { note: `${note}xxxx` } }),
+        ),
+      ).rejects.toBeInstanceOf(S3MetadataTooLargeError);
+    });
 
     it('records publication as an empty marker beside the payload; delete removes both', async () => {
       store = storeOf();

@@ -98,8 +98,10 @@ export class S3PayloadStore implements PayloadStore {
   }
 
   private async putOnce(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
-    // Before the marker: a content type S3 cannot carry as a header fails nothing half-way.
+    // Before the marker: a content type S3 cannot carry as a header, or metadata over S3's 2 KB,
+    // fails nothing half-way, and reads nothing of the payload.
     checkPutOptions(this.name, options);
+    const metadata = encodeObjectMetadata(options);
     const ref = generateRef(options.now, options.expiresAt);
     const key = this.keys.payloadOf(ref);
     // A published payload's marker is written before its bytes: a sweep takes a listed payload
@@ -117,7 +119,7 @@ export class S3PayloadStore implements PayloadStore {
           partBytes: this.options.partBytes,
           partsInFlight: this.options.partsInFlight,
           contentType: options.contentType,
-          metadata: encodeObjectMetadata(options),
+          metadata,
         },
         payload,
       );
