@@ -80,6 +80,25 @@ export function checkOptionalChannel(problems: string[], name: string, value: un
   return false;
 }
 
+/**
+ * The problem with a handler that consumes `consumed` dead-lettering into it, or undefined: each
+ * message it refuses would be delivered to it again. `option` names the setting that chose the
+ * dead-letter channel (`deadLetterChannel`, or the module's option the handler inherits).
+ */
+export function deadLetterLoopProblem(
+  option: string,
+  deadLetterChannel: string | undefined,
+  consumed: string,
+): string | undefined {
+  if (deadLetterChannel !== consumed) return undefined;
+  return (
+    `${option} is ${consumed}, the channel this handler consumes: each message it refuses would ` +
+    'come back to it and be refused again, without end; name another channel, or leave ' +
+    "deadLetterChannel out for the transport's own dead-letter channel of " +
+    consumed
+  );
+}
+
 /** Adds a problem unless `value` is undefined or a function. */
 export function checkFunction(problems: string[], name: string, value: unknown): boolean {
   if (value === undefined || typeof value === 'function') return true;

@@ -5,11 +5,14 @@ import {
   InboxHandler,
   Resequenced,
   SequencedHandler,
+  ResequencerService,
   SequenceHandlerConflictError,
   SequenceModule,
+  SequenceOptionsError,
   type ClaimedPayload,
   type ReassembledPayload,
   type ResequencedEvent,
+  type SequenceModuleOptions,
 } from 'nest-sequence';
 import type { ChannelBinding } from './channel-binding';
 import { ChannelRegistry } from './channel.registry';
@@ -117,5 +120,136 @@ describe('handlers of different kinds on one channel', () => {
 
     expect(error).toBeInstanceOf(SequenceHandlerConflictError);
     expect((error as SequenceHandlerConflictError).channel).toBe('shared');
+  });
+});
+
+describe('a handler that would dead-letter into a channel it consumes', () => {
+  /** Why an app with these module options and `providers` does not start. */
+  async function bootError(
+    providers: Type[],
+    options: SequenceModuleOptions = {},
+  ): Promise<unknown> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot(options)],
+      providers,
+    }).compile();
+    moduleRef.useLogger(false);
+    return moduleRef.init().then(
+      async (app) => {
+        await app.close();
+        return undefined;
+      },
+      (error: unknown) => error,
+    );
+  }
+
+  @Injectable()
+  class Sequences {
+    @SequencedHandler({ channel: 'scans', deadLetterChannel: 'scans' })
+    async handle(_payload: ReassembledPayload): Promise<void> {}
+  }
+  @Injectable()
+  class StreamedSequences {
+    @SequencedHandler({ channel: 'scans', mode: 'stream', deadLetterChannel: 'scans' })
+    async handle(): Promise<void> {}
+  }
+  @Injectable()
+  class Claims {
+    @ClaimCheck({ channel: 'scans', deadLetterChannel: 'scans' })
+    async handle(_payload: ClaimedPayload): Promise<void> {}
+  }
+  @Injectable()
+  class Events {
+    @Resequenced({
+      channel: 'scans',
+      deadLetterChannel: 'scans',
+      gap: { timeoutMs: 1_000, policy: 'alert' },
+    })
+    async handle(_event: ResequencedEvent): Promise<void> {}
+  }
+
+  it.each<[string, Type]>([
+    ['@SequencedHandler', Sequences],
+    ['@SequencedHandler (stream mode)', StreamedSequences],
+    ['@ClaimCheck', Claims],
+    ['@Resequenced', Events],
+  ])(
+    '%s naming its own channel refuses to start, naming the method and the channel',
+    async (_, handler) => {
+      const error = await bootError([handler]);
+
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect((error as SequenceOptionsError).where).toMatch(
+        new RegExp(`on ${handler.name}\\.handle$`),
+      );
+      expect((error as SequenceOptionsError).problems).toEqual([
+        expect.stringContaining('deadLetterChannel is scans, the channel this handler consumes'),
+      ]);
+    },
+  );
+
+  it("a @SequencedHandler inheriting the module's sequence.deadLetterChannel refuses to start, naming that option", async () => {
+    @Injectable()
+    class Errors {
+      @SequencedHandler({ channel: 'errors' })
+      async handle(_payload: ReassembledPayload): Promise<void> {}
+    }
+
+    const error = await bootError([Errors], { sequence: { deadLetterChannel: 'errors' } });
+
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect((error as SequenceOptionsError).where).toBe('@SequencedHandler on Errors.handle');
+    expect((error as SequenceOptionsError).problems).toEqual([
+      expect.stringContaining(
+        "the module's sequence.deadLetterChannel is errors, the channel this handler consumes",
+      ),
+    ]);
+  });
+
+  it('ResequencerService.create refuses a deadLetterChannel equal to its channel', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot()],
+    }).compile();
+    moduleRef.useLogger(false);
+    const app = await moduleRef.init();
+    try {
+      const create = () =>
+        app.get(ResequencerService).create(
+          {
+            channel: 'moves',
+            deadLetterChannel: 'moves',
+            gap: { timeoutMs: 1_000, policy: 'skip' },
+          },
+          () => undefined,
+        );
+      expect(create).toThrow(SequenceOptionsError);
+      expect(create).toThrow('deadLetterChannel is moves, the channel this handler consumes');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("still starts when a handler dead-letters into another handler's channel", async () => {
+    @Injectable()
+    class Orders {
+      @SequencedHandler({ channel: 'orders', deadLetterChannel: 'orders.parked' })
+      async handle(_payload: ReassembledPayload): Promise<void> {}
+    }
+    @Injectable()
+    class Parked {
+      @SequencedHandler({ channel: 'orders.parked' })
+      async handle(_payload: ReassembledPayload): Promise<void> {}
+    }
+
+    expect(await bootError([Orders, Parked])).toBeUndefined();
+  });
+
+  it('the registry refuses a binding whose dead-letter channel is its own channel', () => {
+    const registry = new ChannelRegistry();
+
+    expect(() =>
+      registry.add(binding({ channel: 'c', deadLetterChannel: 'c', definedBy: 'A.handle' })),
+    ).toThrow(SequenceOptionsError);
+    expect(registry.all()).toEqual([]);
   });
 });

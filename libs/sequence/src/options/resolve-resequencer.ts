@@ -6,6 +6,7 @@ import {
   checkOneOf,
   checkOptionalChannel,
   checkPrefetch,
+  deadLetterLoopProblem,
 } from '../core/option-checks';
 import { isSequenceNumber, MAX_SEQUENCE_NUMBER } from '../ports/resequencer-store.port';
 import { DEFAULTS } from './defaults';
@@ -174,6 +175,12 @@ export function resolveResequencerDefinition(
   const prefetch = definition.prefetch ?? options.prefetch;
   checkPrefetch(problems, 'prefetch', prefetch);
   checkOptionalChannel(problems, 'deadLetterChannel', definition.deadLetterChannel);
+  const loop = deadLetterLoopProblem(
+    'deadLetterChannel',
+    definition.deadLetterChannel,
+    definition.channel,
+  );
+  if (loop) problems.push(loop);
   const inFlight = definition.outputInFlight;
   if (Number.isSafeInteger(inFlight) && (inFlight as number) > drain.batchSize) {
     problems.push(

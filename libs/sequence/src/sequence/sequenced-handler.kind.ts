@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { deadLetterLoopProblem } from '../core/option-checks';
 import {
   SEQUENCED_HANDLER_METADATA,
   type SequencedHandlerOptions,
@@ -74,6 +75,15 @@ export class SequencedHandlerKind implements HandlerKind<SequencedHandlerOptions
       overrides,
     );
     const { prefetch, deadLetterChannel } = consumer.options;
+    // Checked here, not only by the registry: here it is known which option chose the channel.
+    const loop = deadLetterLoopProblem(
+      overrides.deadLetterChannel === undefined
+        ? "the module's sequence.deadLetterChannel"
+        : 'deadLetterChannel',
+      deadLetterChannel,
+      channel,
+    );
+    if (loop) throw new SequenceOptionsError(where, [loop]);
     if (consumer.options.buffer === 'broker' && mode === 'stream') {
       throw new SequenceOptionsError(where, [
         "buffer: 'broker' reassembles whole sequences; mode 'stream' hands fragments over as " +
