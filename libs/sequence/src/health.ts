@@ -23,6 +23,7 @@ export {
   OutboxHealthIndicator,
   type BoxHealth,
   type OutboxHealthDetails,
+  type OutboxStoreHealth,
 } from './observability/outbox-health.indicator';
 export type { BoxHealthThresholds, SequenceHealthOptions } from './observability/health.options';
 export type { HealthFinding, HealthFindings } from './observability/health-verdict';

@@ -10,6 +10,7 @@ import {
 import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { OutboxHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
+import { OutboxRuntime } from '../outbox/outbox.runtime';
 
 describe('OutboxHealthIndicator', () => {
   let app: INestApplicationContext | undefined;
@@ -125,6 +126,56 @@ describe('OutboxHealthIndicator', () => {
       app = undefined;
       await store.close();
     }
+  });
+
+  describe('in an application that has not started the outbox', () => {
+    async function startWithoutOutbox(): Promise<INestApplicationContext> {
+      const moduleRef = await Test.createTestingModule({
+        imports: [
+          SequenceModule.forRoot({
+            isGlobal: true,
+            tuning: { sweepers: { gaps: { intervalMs: false }, expiry: { intervalMs: false } } },
+          }),
+          SequenceHealthModule,
+        ],
+      }).compile();
+      moduleRef.useLogger(false);
+      app = await moduleRef.init();
+      return app;
+    }
+
+    it('reports it not started, and starts nothing: no store opened, no relay, no purge', async () => {
+      const started = await startWithoutOutbox();
+      const runtime = started.get(OutboxRuntime);
+
+      const result = await started.get(OutboxHealthIndicator).isHealthy('outbox');
+
+      expect(result).toEqual({
+        outbox: {
+          status: 'up',
+          store: {
+            name: 'outbox store',
+            status: 'not-started',
+            message: expect.stringContaining('the outbox has not been used'),
+          },
+        },
+      });
+      // The embedded store was never opened: no relay, inbox processor or purge runs on it.
+      expect(runtime.storeName).toBeUndefined();
+    });
+
+    it('checks the store once OutboxService has started the outbox', async () => {
+      const started = await startWithoutOutbox();
+      await started.get(OutboxService).stats('outbox_events');
+
+      const result = await started.get(OutboxHealthIndicator).isHealthy('outbox');
+
+      expect(result.outbox).toMatchObject({
+        status: 'up',
+        store: { name: 'sqlite', status: 'up' },
+        boxes: { outbox_events: { pending: 0, failed: 0 } },
+      });
+    });
   });
 
   it('is down, naming why, when the store no longer answers', async () => {

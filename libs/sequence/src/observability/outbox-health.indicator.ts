@@ -25,9 +25,18 @@ export type BoxHealth = {
   readonly lagMs?: number;
 };
 
+/**
+ * The outbox's database, as the outbox indicator reports it: `'not-started'` when the application
+ * has not used the outbox (no `outbox` options, no `@InboxHandler`, no call of `OutboxService`
+ * yet), so that there is no store to check and the check opens none.
+ */
+export type OutboxStoreHealth =
+  | SequenceDependencyHealth
+  | { readonly name: string; readonly status: 'not-started'; readonly message: string };
+
 // A type alias, not an interface: terminus takes the details as a `Record<string, unknown>`.
 export type OutboxHealthDetails = {
-  readonly store: SequenceDependencyHealth;
+  readonly store: OutboxStoreHealth;
   /**
    * Each box's (`outbox_events`, `outbox_commands`, `inbox_events`, `inbox_commands`) pending
    * and failed records and its lag. Left out when counting failed or took
@@ -37,13 +46,16 @@ export type OutboxHealthDetails = {
 } & HealthFindings;
 
 /**
- * `@nestjs/terminus` health indicator of the Outbox / Inbox: pings its database within a timeout
- * (opening it first, if the outbox has not started yet), and reports each box's pending and
- * failed records and its lag (the age of the oldest pending record). Down when the database does
- * not answer, or when a threshold of `SequenceHealthModule.forRoot` is passed (by default a lag
- * over 5 minutes, or any failed record): `tripped` names each with its value and limit. While
- * the database is down nothing is lost: commits fail for their callers, relays wait, and inbox
- * messages are requeued.
+ * `@nestjs/terminus` health indicator of the Outbox / Inbox: pings its database within a timeout,
+ * and reports each box's pending and failed records and its lag (the age of the oldest pending
+ * record). Down when the database does not answer, or when a threshold of
+ * `SequenceHealthModule.forRoot` is passed (by default a lag over 5 minutes, or any failed
+ * record): `tripped` names each with its value and limit. While the database is down nothing is
+ * lost: commits fail for their callers, relays wait, and inbox messages are requeued.
+ *
+ * A check reads and starts nothing: an application that has not used the outbox (which then
+ * starts at the first call of `OutboxService`) is reported up, its store `'not-started'`, rather
+ * than have the check open an embedded database and start relays and the purge.
  *
  * @example
  * ```ts
@@ -76,7 +88,18 @@ export class OutboxHealthIndicator {
       options,
     );
     const indicator = this.health.check(key);
-    const opened = this.runtime.ready();
+    const opened = this.runtime.current();
+    if (!opened) {
+      return indicator.up({
+        store: {
+          name: 'outbox store',
+          status: 'not-started',
+          message:
+            'the outbox has not been used: no outbox options, no @InboxHandler, and no call of ' +
+            'OutboxService yet; it starts at the first',
+        },
+      });
+    }
     const store = await probe(
       // Named as the adapter, down or up; 'outbox store' only when the embedded one never opened.
       { name: this.runtime.storeName ?? 'outbox store', ping: async () => (await opened).ping() },

@@ -94,6 +94,19 @@ export class OutboxRuntime implements LifecyclePart {
   }
 
   /**
+   * The store as it stands, for a reader that must start nothing (a health check): the one started
+   * or starting; else the one given in the options, or the embedded one if already opened (before
+   * bootstrap has started them); `undefined` when the embedded store was never opened. Rejects
+   * once the outbox has been shut down.
+   */
+  current(): Promise<OutboxStore> | undefined {
+    if (this.stopped) return Promise.reject(new Error('the outbox has been shut down'));
+    if (this.starting) return this.starting;
+    const store = this.source.store ?? this.ownedStore;
+    return store && Promise.resolve(store);
+  }
+
+  /**
    * Records one message of an inbox channel (the consumer host's subscriptions hand them here);
    * never throws.
    */
