@@ -13,8 +13,16 @@ export type BoxName = (typeof BOX_NAMES)[number];
 /** An event is a past fact; a command a directed intention. */
 export type MessageKind = 'event' | 'command';
 
-/** Where a record stands. There is no persisted "processing": a claim is a row lock. */
-export type RecordStatus = 'PENDING' | 'COMPLETED' | 'FAILED';
+/**
+ * Where a record stands. There is no persisted "processing": a claim is a row lock.
+ * - `PENDING`: to be published (outbox) or handled (inbox);
+ * - `COMPLETED`: published, or handled;
+ * - `FAILED`: given up on after its retries, waiting for an operator to `retry` or `discard` it;
+ * - `DISCARDED`: a `FAILED` record an operator discarded: never published or handled, never
+ *   handed out again, its `lastError` kept and its `completedAt` the time of the discard; purged
+ *   with the completed records.
+ */
+export type RecordStatus = 'PENDING' | 'COMPLETED' | 'FAILED' | 'DISCARDED';
 
 /** A record as it is appended: one message, serialized. */
 export interface NewBoxRecord {
@@ -207,7 +215,7 @@ export interface BoxStats {
 }
 
 export interface PurgeOptions {
-  /** Delete `COMPLETED` records whose `completedAt` is before this time. */
+  /** Delete `COMPLETED` (and `DISCARDED`) records whose `completedAt` is before this time. */
   readonly completedBefore: number;
   /** Most records one statement deletes (each statement is its own short transaction). */
   readonly batchSize: number;
@@ -249,8 +257,8 @@ export interface PurgeOptions {
  *   the database's error; nothing of the claim is written.
  * - `receive` is the inbox's insert-if-absent: `added` or `duplicate` (by id, whatever the
  *   status of the record already there).
- * - `purge` deletes `COMPLETED` records older than a time, in batches that are each a short
- *   transaction; `PENDING` and `FAILED` records are never purged.
+ * - `purge` deletes `COMPLETED` and `DISCARDED` records older than a time, in batches that are
+ *   each a short transaction; `PENDING` and `FAILED` records are never purged.
  * - `retry` puts `FAILED` records back to `PENDING`, due at `now`, with 0 attempts (`lastError`
  *   is kept until the next attempt's outcome); other ids are ignored. `listFailed` is in `seq`
  *   order.
@@ -330,8 +338,10 @@ export interface OutboxStore {
   listFailed(box: BoxName, limit: number): Promise<StoredRecord[]>;
   retry(box: BoxName, ids: readonly string[], now: number): Promise<number>;
   /**
-   * Gives up on `FAILED` records by id (an operator's decision): each becomes `COMPLETED` as of
-   * now, never handed out again and purged after the box's retention like a completed record.
+   * Gives up on `FAILED` records by id (an operator's decision): each is read `DISCARDED` from
+   * now on (not `COMPLETED`: it was never published or handled), with its `lastError` kept and
+   * `completedAt` now; never handed out again and purged after the box's retention like a
+   * completed record.
    * Its id stays known meanwhile: a redelivered copy is a `receive` duplicate, as after handling.
    * Other ids, and records that are not `FAILED`, are left alone. Resolves with how many it
    * discarded, and wakes the box's watchers when that is any (as `retry` does): in an ordered

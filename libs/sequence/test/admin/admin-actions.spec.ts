@@ -188,9 +188,15 @@ describe('the admin API acting, with a guard and mutations on', () => {
         changed: 1,
       });
       expect(await ids('outbox/failed')).not.toContain('order-2');
-      // Kept, its id still known, until the purge: a copy appended again is a duplicate.
+      // Kept, its id still known, until the purge: a copy appended again is a duplicate. Told as
+      // what it is: given up on, not published.
       expect((await admin.get<{ matches: unknown[] }>('find/order-2')).body.matches).toEqual([
-        expect.objectContaining({ box: 'outbox_events', status: 'COMPLETED' }),
+        expect.objectContaining({
+          box: 'outbox_events',
+          status: 'DISCARDED',
+          summary: expect.stringContaining('DISCARDED'),
+          lastError: expect.stringContaining('no route'),
+        }),
       ]);
       const again = await admin.post('outbox/discard', { ids: ['order-2'] });
       expect(again.body).toEqual({

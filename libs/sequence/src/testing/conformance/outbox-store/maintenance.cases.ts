@@ -63,7 +63,7 @@ export function describeMaintenanceCases(c: OutboxSuiteContext): void {
   });
 
   describe('discard', () => {
-    it('marks FAILED records among the ids COMPLETED, leaving the others as they were', async () => {
+    it('marks FAILED records among the ids DISCARDED, leaving the others as they were', async () => {
       const discard = c.store.discard?.bind(c.store);
       if (!discard) throw new Error(`${c.store.name} does not implement discard`);
       await appendCommitted(c.store, BOX, records('r', 4));
@@ -71,9 +71,49 @@ export function describeMaintenanceCases(c: OutboxSuiteContext): void {
       const before = await getAll(c.store, BOX, ['r-2', 'r-3', 'r-4']);
 
       await expect(discard(BOX, ['r-1', 'r-2', 'r-3', 'absent'])).resolves.toBe(1);
-      await expect(c.store.get(BOX, 'r-1')).resolves.toMatchObject({ status: 'COMPLETED' });
+      // Not COMPLETED: it was given up on, not published or handled. Its failure is kept.
+      const discarded = await c.store.get(BOX, 'r-1');
+      expect(discarded).toMatchObject({
+        status: 'DISCARDED',
+        attempts: 1,
+        lastError: 'r-1 is poison',
+        completedAt: expect.any(Number),
+      });
       await expect(getAll(c.store, BOX, ['r-2', 'r-3', 'r-4'])).resolves.toEqual(before);
       expect(idsOf(await c.store.listFailed(BOX, 10))).toEqual(['r-4']);
+    });
+
+    it('reports an inbox record discarded after it FAILED as DISCARDED; a copy received again is a duplicate', async () => {
+      const discard = c.store.discard?.bind(c.store);
+      if (!discard) throw new Error(`${c.store.name} does not implement discard`);
+      const INBOX = 'inbox_events';
+      await c.store.receive(INBOX, record('msg-1'));
+      await c.store.claim(INBOX, { limit: 10, now: c.t0 }, async () => [
+        { id: 'msg-1', status: 'failed', error: 'handler threw' },
+      ]);
+
+      await expect(discard(INBOX, ['msg-1'])).resolves.toBe(1);
+      await expect(c.store.get(INBOX, 'msg-1')).resolves.toMatchObject({
+        status: 'DISCARDED',
+        lastError: 'handler threw',
+      });
+      await expect(c.store.receive(INBOX, record('msg-1'))).resolves.toBe('duplicate');
+      await expect(c.store.retry(INBOX, ['msg-1'], c.t0)).resolves.toBe(0);
+      await expect(c.store.stats(INBOX)).resolves.toMatchObject({ pending: 0, failed: 0 });
+    });
+
+    it('purges a DISCARDED record with the completed ones, after the retention', async () => {
+      const discard = c.store.discard?.bind(c.store);
+      if (!discard) throw new Error(`${c.store.name} does not implement discard`);
+      await appendCommitted(c.store, BOX, records('r', 1));
+      await settle({ 'r-1': 'failed' });
+      await discard(BOX, ['r-1']);
+      const { completedAt } = (await c.store.get(BOX, 'r-1'))!;
+
+      await expect(
+        c.store.purge(BOX, { completedBefore: completedAt! + 1, batchSize: 10 }),
+      ).resolves.toBe(1);
+      await expect(c.store.get(BOX, 'r-1')).resolves.toBeUndefined();
     });
 
     it('changes nothing the second time, nor for an empty list', async () => {
