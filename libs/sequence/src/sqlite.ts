@@ -9,3 +9,8 @@ export {
   type SqliteOutboxOpenOptions,
   type SqliteOutboxStoreOptions,
 } from './adapters/stores/sqlite/sqlite.outbox-store';
+export {
+  SQLITE_MAX_LENGTH_BYTES,
+  SqliteOutboxError,
+  SqliteRecordTooLargeError,
+} from './adapters/stores/sqlite/sqlite-outbox.error';

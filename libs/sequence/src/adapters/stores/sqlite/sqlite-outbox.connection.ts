@@ -3,6 +3,7 @@ import type { Database } from 'better-sqlite3';
 import { OutboxStoreBusyError } from '../../../core/errors/outbox-store-busy.error';
 import { TransactionScope } from '../sql/transaction-scope';
 import { AsyncMutex } from './async-mutex';
+import { SqliteOutboxError } from './sqlite-outbox.error';
 import { SqliteStatementCache } from './sqlite-statement.cache';
 import { SqliteStoreTransaction } from './sqlite.store-transaction';
 
@@ -158,7 +159,8 @@ export class SqliteOutboxConnection {
 
   private assertStillInTransaction(): void {
     if (!this.database.inTransaction) {
-      throw new Error(
+      throw new SqliteOutboxError(
+        'transaction',
         'the SQLite transaction ended before its work resolved (a COMMIT or ROLLBACK sent ' +
           'through tx.query, or SQLite rolling back after an I/O error), so it is reported ' +
           'as failed: manage transactions with store.transaction and savepoint only',

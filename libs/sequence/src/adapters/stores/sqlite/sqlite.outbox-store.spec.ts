@@ -15,6 +15,12 @@ import {
   type RecordOutcome,
   type StoreTransaction,
 } from '../../../ports/outbox-store.port';
+import {
+  SQLITE_MAX_LENGTH_BYTES,
+  SqliteOutboxError,
+  SqliteRecordTooLargeError,
+} from './sqlite-outbox.error';
+import { appendParameters, tooLargeError } from './sqlite-outbox.codec';
 import { SqliteOutboxStore } from './sqlite.outbox-store';
 
 const BOX = 'outbox_events';
@@ -343,6 +349,67 @@ describe('SqliteOutboxStore', () => {
         reason: 'settled',
       });
       await expect(kept!.query('SELECT 1')).rejects.toThrow(/already committed or rolled back/);
+      await expect(kept!.query('SELECT 1')).rejects.toBeInstanceOf(SqliteOutboxError);
+    });
+
+    it('a record larger than SQLite takes in a row, with SqliteRecordTooLargeError naming the limit', async () => {
+      // Two UTF-8 bytes a character, one byte each in memory: just over the limit in bytes.
+      const body = 'é'.repeat(Math.floor(SQLITE_MAX_LENGTH_BYTES / 2) + 1);
+      const refusals = [
+        () =>
+          store.transaction((tx) =>
+            store.append(BOX, [record('small'), record('huge', { body })], tx),
+          ),
+        () => store.receive('inbox_events', record('huge', { body })),
+      ];
+      for (const refuse of refusals) {
+        const refused = await refuse().catch((error: unknown) => error);
+        expect(refused).toBeInstanceOf(SqliteRecordTooLargeError);
+        expect(refused).toMatchObject({
+          code: 'sqlite-record-too-large',
+          id: 'huge',
+          limitBytes: SQLITE_MAX_LENGTH_BYTES,
+          bytes: expect.any(Number),
+          message: expect.stringContaining(`limit of ${SQLITE_MAX_LENGTH_BYTES} bytes`),
+        });
+        expect((refused as SqliteRecordTooLargeError).bytes).toBeGreaterThan(
+          SQLITE_MAX_LENGTH_BYTES,
+        );
+      }
+      // The transaction rolled back whole: nor the record before it.
+      await expect(store.get(BOX, 'small')).resolves.toBeUndefined();
+      await expect(store.get('inbox_events', 'huge')).resolves.toBeUndefined();
+    });
+
+    it("names SQLite's own SQLITE_TOOBIG for a record as SqliteRecordTooLargeError too", () => {
+      const database = new Database(':memory:');
+      let tooBig: unknown;
+      try {
+        // SQLite refuses the blob before making it: its error, at no cost.
+        database.prepare('SELECT zeroblob(?)').get(SQLITE_MAX_LENGTH_BYTES + 1);
+      } catch (error) {
+        tooBig = error;
+      } finally {
+        database.close();
+      }
+      expect(tooBig).toMatchObject({ code: 'SQLITE_TOOBIG' });
+      const parameters = appendParameters(BOX, record('row'), 0);
+
+      expect(tooLargeError(tooBig, BOX, parameters)).toMatchObject({
+        name: 'SqliteRecordTooLargeError',
+        box: BOX,
+        id: 'row',
+        cause: tooBig,
+      });
+      expect(tooLargeError(new Error('disk I/O error'), BOX, parameters)).toBeUndefined();
+    });
+
+    it('to receive inside its own transaction, with SqliteOutboxError', async () => {
+      await store.transaction(async () => {
+        const refusal = store.receive('inbox_events', record('in-tx'));
+        await expect(refusal).rejects.toBeInstanceOf(SqliteOutboxError);
+        await expect(refusal).rejects.toThrow(/called inside a transaction/);
+      });
     });
 
     it('invalid options', async () => {
@@ -393,6 +460,7 @@ describe('SqliteOutboxStore', () => {
     it('to close from inside its own transaction (which it would wait for forever)', async () => {
       await store.transaction(async () => {
         await expect(store.close()).rejects.toThrow(/inside a transaction/);
+        await expect(store.close()).rejects.toBeInstanceOf(SqliteOutboxError);
       });
       await expect(store.ping()).resolves.toBeUndefined();
     });
@@ -532,6 +600,7 @@ describe('SqliteOutboxStore', () => {
       });
       // Its own error, not what a second transaction would meet on the connection.
       await expect(claimed).rejects.toThrow(/savepoint .* could not be rolled back/);
+      await expect(claimed).rejects.toBeInstanceOf(SqliteOutboxError);
       await expect(store.get(BOX_IN, 'cmd-1')).resolves.toMatchObject({
         status: 'PENDING',
         attempts: 0,

@@ -30,8 +30,14 @@ import {
   assertRecordId,
   assertTime,
 } from '../../../ports/outbox-store.arguments';
-import { appendParameters, toStoredRecord, type BoxRow } from './sqlite-outbox.codec';
+import {
+  appendParameters,
+  tooLargeError,
+  toStoredRecord,
+  type BoxRow,
+} from './sqlite-outbox.codec';
 import { SqliteOutboxConnection } from './sqlite-outbox.connection';
+import { SqliteOutboxError } from './sqlite-outbox.error';
 import {
   busyTimeoutOf,
   filenameOf,
@@ -148,7 +154,14 @@ export class SqliteOutboxStore implements OutboxStore {
     const createdAt = Date.now();
     const added: string[] = [];
     for (const record of records) {
-      if (insert.run(appendParameters(record, createdAt)).changes > 0) added.push(record.id);
+      const parameters = appendParameters(box, record, createdAt);
+      let changes: number;
+      try {
+        changes = insert.run(parameters).changes;
+      } catch (error) {
+        throw tooLargeError(error, box, parameters) ?? error;
+      }
+      if (changes > 0) added.push(record.id);
     }
     if (added.length > 0) {
       transaction.afterCommit(`${this.channel}\u0000${box}`, () => this.wakeups.notify(box));
@@ -163,7 +176,8 @@ export class SqliteOutboxStore implements OutboxStore {
     // Joining one would let the caller ack a row that may still roll back; waiting for one the
     // caller is inside would never end.
     if (this.connection.activeTransaction()) {
-      throw new Error(
+      throw new SqliteOutboxError(
+        'receive',
         `receive(${box}) was called inside a transaction of the store: the inbox row must be ` +
           'committed on its own before the message is acked; call it outside the transaction',
       );
@@ -342,7 +356,8 @@ export class SqliteOutboxStore implements OutboxStore {
   close(): Promise<void> {
     if (!this.closing && this.connection.activeTransaction()) {
       return Promise.reject(
-        new Error(
+        new SqliteOutboxError(
+          'close',
           'close() was called inside a transaction of the store it closes, which it ' +
             'would wait for forever; close the store after the transaction settles',
         ),

@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import type { NewBoxRecord } from '../../../ports/outbox-store.port';
+import { SqliteOutboxError } from './sqlite-outbox.error';
 import { SqliteStatementCache } from './sqlite-statement.cache';
 import { SqliteOutboxStore } from './sqlite.outbox-store';
 
@@ -180,8 +181,25 @@ describe('SqliteOutboxStore transactions', () => {
         await tx.query('COMMIT');
       }),
     ).rejects.toThrow(/ended before its work resolved/);
+    await expect(
+      store.transaction(async (tx) => {
+        await tx.query('ROLLBACK');
+      }),
+    ).rejects.toBeInstanceOf(SqliteOutboxError);
     // The connection is usable afterwards.
     await expect(store.transaction(async () => 'fine')).resolves.toBe('fine');
+  });
+
+  it('refuses, with SqliteOutboxError, a statement after the transaction was ended under its work', async () => {
+    let refused: unknown;
+    await store
+      .transaction(async (tx) => {
+        await tx.query('ROLLBACK');
+        refused = await tx.query('SELECT 1').catch((error: unknown) => error);
+      })
+      .catch(() => undefined);
+    expect(refused).toBeInstanceOf(SqliteOutboxError);
+    expect(refused).toMatchObject({ message: expect.stringMatching(/ended early/) });
   });
 
   describe('with an iterator of tx.client left open (no statement runs on the connection meanwhile)', () => {
@@ -233,6 +251,7 @@ describe('SqliteOutboxStore transactions', () => {
         await outer.query("INSERT INTO business (id, value) VALUES ('after', 'x')");
       });
       await expect(committed).rejects.toThrow(/could not be rolled back/);
+      await expect(committed).rejects.toBeInstanceOf(SqliteOutboxError);
       const rows = await store.transaction((tx) => tx.query('SELECT id FROM business'));
       expect(rows.rows).toEqual([]);
     });

@@ -3,6 +3,7 @@ import type { Database } from 'better-sqlite3';
 import { NestedTransactionOpenError } from '../../../core/errors/nested-transaction-open.error';
 import { SavepointEndedError } from '../../../core/errors/savepoint-ended.error';
 import type { StoreTransaction } from '../../../ports/outbox-store.port';
+import { SqliteOutboxError } from './sqlite-outbox.error';
 import type { SqliteStatementCache } from './sqlite-statement.cache';
 
 /**
@@ -40,7 +41,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
    */
   get brokenBy(): Error | undefined {
     if (!this.broken && this.open && !this.database.inTransaction) {
-      this.broken = new Error(
+      this.broken = new SqliteOutboxError(
+        'transaction',
         'this SQLite outbox transaction was ended early (SQLite rolling back after a full disk ' +
           'or an I/O error, or a COMMIT or ROLLBACK sent through query): nothing more can run in it',
       );
@@ -114,7 +116,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
   /** Throws unless statements can run in this transaction (rather than outside any). */
   assertOpen(): void {
     if (!this.open) {
-      throw new Error(
+      throw new SqliteOutboxError(
+        'transaction',
         'this SQLite outbox transaction has already committed or rolled back: use a ' +
           'transaction only inside the work function it was given to, before that settles',
       );
@@ -168,7 +171,8 @@ export class SqliteStoreTransaction implements StoreTransaction {
       } catch (error) {
         // Refused (an iterator of the Database left open refuses every statement): what the
         // savepoint wrote is still in the transaction, which must then not commit.
-        this.broken ??= new Error(
+        this.broken ??= new SqliteOutboxError(
+          'savepoint',
           `savepoint ${name} could not be rolled back (${errorMessage(error)}): what its work ` +
             'wrote is still in the transaction, which is therefore rolled back as a whole',
           { cause: error },
