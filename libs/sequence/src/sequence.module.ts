@@ -13,6 +13,7 @@ import { ChannelRegistry } from './kernel/channel.registry';
 import { ConsumerHost } from './kernel/consumer.host';
 import { DeadLetterMetrics } from './kernel/dead-letter.metrics';
 import { HandlerExplorer } from './kernel/handler.explorer';
+import { LazyModulesWatcher } from './kernel/lazy-modules.watcher';
 import { ModuleMetrics } from './kernel/module-metrics';
 import { TransportMetrics } from './kernel/transport.metrics';
 import {
@@ -130,7 +131,8 @@ const providers: Provider[] = [
     inject: [COMPOSITION],
     useFactory: ({ adapters }: Composition) => new OwnedAdapters(adapters.owned),
   },
-  // The kernel: one registry of channels, one explorer, one consumer host, one lifecycle owner.
+  // The kernel: one registry of channels, one explorer (and its watcher of lazily loaded
+  // modules), one consumer host, one lifecycle owner.
   ModuleMetrics,
   TransportMetrics,
   DeadLetterMetrics,
@@ -144,6 +146,7 @@ const providers: Provider[] = [
   HandlerExplorer,
   ConsumerHost,
   SequenceLifecycle,
+  LazyModulesWatcher,
   // Message Sequence
   SequenceMetrics,
   SplitterService,

@@ -18,29 +18,33 @@ export interface DecoratedMethod<Options> {
 }
 
 /**
- * Every provider and controller method carrying `metadataKey`, once per instance. Request-scoped
- * and transient classes cannot hold a long-lived consumer (there is no one instance to call):
- * they are skipped with a warning. An alias (`useExisting`) is the instance it points to, found
- * under its own token already.
+ * The class of each instance found with a handler, and its module: a second instance of one class
+ * (a provider listed in two modules) would consume the same channels again.
+ */
+export type HandlerInstances = Map<unknown, { instance: object; module: string }>;
+
+/**
+ * Every method carrying `metadataKey` of the providers and controllers `wrappers` hold, once per
+ * instance. Request-scoped and transient classes cannot hold a long-lived consumer (there is no
+ * one instance to call): they are skipped with a warning. An alias (`useExisting`) is the
+ * instance it points to, found under its own token already.
  * @throws SequenceOptionsError for a decorator on a static method of a provider's class (no
  * instance holds it, so it would never be called), or on a class of which there are two
- * instances (a provider of two modules: both would consume its channels).
+ * instances (a provider of two modules: both would consume its channels), counting those in
+ * `instancesOf`, which it adds to.
  */
 export function decoratedMethods<Options>(
-  discovery: DiscoveryService,
+  wrappers: readonly InstanceWrapper[],
   scanner: MetadataScanner,
   reflector: Reflector,
   metadataKey: string,
   /** The decorator's name, for messages, e.g. `@ClaimCheck`. */
   decorator: string,
   logger: Logger,
+  instancesOf: HandlerInstances = new Map(),
 ): Array<DecoratedMethod<Options>> {
   const found: Array<DecoratedMethod<Options>> = [];
-  const wrappers = [...discovery.getProviders(), ...discovery.getControllers()];
   refuseStaticHandlers(wrappers, reflector, metadataKey, decorator);
-  // The class of each instance found with a handler, and where: a second instance of one class
-  // (a provider listed in two modules) would consume the same channels again.
-  const instancesOf = new Map<unknown, { instance: object; module: string }>();
   for (const { wrapper, instance, className, methodName, method } of instanceMethods(
     wrappers,
     scanner,

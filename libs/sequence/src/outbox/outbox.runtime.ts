@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
+import { errorMessage } from '../core/errors/caught';
 import type { LifecyclePart } from '../kernel/sequence.lifecycle';
 import {
   OUTBOX_STORE_SOURCE,
@@ -43,6 +44,11 @@ export class OutboxRuntime implements LifecyclePart {
   private unwatch: (() => Promise<void>) | undefined;
   private purge: OutboxPurge | undefined;
   private stopped = false;
+  /**
+   * How many inbox handlers there were when the inbox (its receiver and processors) was last set
+   * up: a lazily loaded module may add some once the outbox runs.
+   */
+  private inboxSetUpFor = 0;
   /** Boxes whose records are claimed in partition order: appends to them take partition locks. */
   readonly orderedBoxes: ReadonlySet<BoxName>;
 
@@ -111,6 +117,16 @@ export class OutboxRuntime implements LifecyclePart {
    * never throws.
    */
   receiveInbox(message: InboundMessage): Promise<Disposition> {
+    if (!this.stopped && this.handlers.all().length !== this.inboxSetUpFor) {
+      return this.setUpInbox().then(
+        () => this.receiveInbox(message),
+        (error: unknown) => ({
+          action: 'requeue',
+          delayMs: this.options.tuning.backpressureDelayMs,
+          reason: `the inbox could not start: ${errorMessage(error)}`,
+        }),
+      );
+    }
     if (!this.receiver) {
       return Promise.resolve({
         action: 'requeue',
@@ -119,6 +135,26 @@ export class OutboxRuntime implements LifecyclePart {
       });
     }
     return this.receiver.receive(message);
+  }
+
+  /**
+   * Sets the inbox up for the handlers there are now: inbox handlers of a module loaded lazily
+   * may come once the outbox runs without any, or with handlers of the other kind of message
+   * only. Starts the outbox if it did not start, else adds the receiver and the processors that
+   * are missing; they stop with the others.
+   */
+  private async setUpInbox(): Promise<void> {
+    const count = this.handlers.all().length;
+    const store = await this.ready();
+    if (this.stopped) return;
+    this.receiver ??= this.inboxReceiver(store);
+    for (const box of ['inbox_events', 'inbox_commands'] as const) {
+      if (this.loops.has(box)) continue;
+      for (const loop of this.loopsFor(box, store)) {
+        loop.start(this.options.outbox.boxes[box].pollIntervalMs);
+      }
+    }
+    this.inboxSetUpFor = count;
   }
 
   /** Asks a box's relay or processor to look for due records now. */
@@ -189,18 +225,12 @@ export class OutboxRuntime implements LifecyclePart {
     try {
       store = this.source.store ?? (this.ownedStore ??= await this.source.openEmbedded());
       if (this.options.outbox.migrate) await store.migrate();
+      // Counted before the processors are chosen: handlers added meanwhile are set up later.
+      const inboxHandlers = this.handlers.all().length;
       for (const box of BOX_NAMES) loops.push(...this.loopsFor(box, store));
       this.unwatch = await store.watch((box) => this.wake(box));
-      if (this.handlers.all().length > 0) {
-        this.receiver = new InboxReceiver(
-          store,
-          this.handlers,
-          this.metrics,
-          this.logger,
-          (kind) => this.wake(inboxOf(kind)),
-          new BoxLifecycle(this.events, 'inbox_events'),
-        );
-      }
+      if (inboxHandlers > 0) this.receiver = this.inboxReceiver(store);
+      this.inboxSetUpFor = inboxHandlers;
     } catch (error) {
       // Nothing half-started may keep running: the next use of the outbox starts afresh.
       for (const loop of loops) await loop.stop();
@@ -216,6 +246,17 @@ export class OutboxRuntime implements LifecyclePart {
     this.purge = new OutboxPurge(store, this.options, this.schedulerRegistry);
     this.purge.start();
     return store;
+  }
+
+  private inboxReceiver(store: OutboxStore): InboxReceiver {
+    return new InboxReceiver(
+      store,
+      this.handlers,
+      this.metrics,
+      this.logger,
+      (kind) => this.wake(inboxOf(kind)),
+      new BoxLifecycle(this.events, 'inbox_events'),
+    );
   }
 
   /**
