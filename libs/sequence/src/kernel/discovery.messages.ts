@@ -40,6 +40,11 @@ export const duplicateInstanceMessage = (
   `, so each instance would consume its channels; provide it in one module (and export it to ` +
   `the others)`;
 
+export const LAZY_SEQUENCE_MODULE_MESSAGE =
+  'SequenceModule is imported by a module loaded lazily: Nest runs no lifecycle hook there, so ' +
+  'that instance would never start; import SequenceModule once, in the root module (with ' +
+  'isGlobal: true for other modules to inject its services)';
+
 export const missingChannelMessage = (
   decorator: string,
   className: string,

@@ -1,8 +1,10 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
+import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { HANDLER_KINDS, type ChannelBinding, type HandlerKind } from './channel-binding';
 import { ChannelRegistry } from './channel.registry';
 import { decoratedMethods, type HandlerInstances } from './decorated-methods';
+import { LAZY_SEQUENCE_MODULE_MESSAGE } from './discovery.messages';
 
 /** A module of the application, as Nest's container holds it. */
 export type NestModule = NonNullable<ReturnType<ModulesContainer['get']>>;
@@ -44,7 +46,8 @@ export class HandlerExplorer implements OnModuleInit {
    * the modules it imports) and hands their channels to `open`; the modules count as explored
    * once `open` resolves, so that loading the module again, after a failure, tries again. Before
    * module init it does nothing: init explores every module there is then.
-   * @throws SequenceOptionsError for a handler's invalid options; what `open` throws
+   * @throws SequenceOptionsError for a handler's invalid options, or for a new module that is
+   * an instance of SequenceModule (Nest would run none of its hooks); what `open` throws
    */
   async exploreLoaded(
     modules: readonly NestModule[],
@@ -53,6 +56,9 @@ export class HandlerExplorer implements OnModuleInit {
     if (!this.initialised) return;
     const fresh = modules.filter((module) => !this.explored.has(module));
     if (fresh.length === 0) return;
+    if (fresh.some((module) => module.providers.has(HandlerExplorer))) {
+      throw new SequenceOptionsError('SequenceModule', [LAZY_SEQUENCE_MODULE_MESSAGE]);
+    }
     const bindings: ChannelBinding[] = [];
     this.explore(fresh, (binding) => bindings.push(binding));
     await open(bindings);

@@ -268,6 +268,19 @@ describe('handlers of a module loaded lazily, once the application runs', () => 
     ]);
   });
 
+  it('fails the load of a module that imports SequenceModule again', async () => {
+    @Module({ imports: [SequenceModule.forRoot()], providers: [StudyArchive] })
+    class SelfContainedModule {}
+    const { load } = await start();
+
+    const error = await load(SelfContainedModule).catch((thrown: unknown) => thrown);
+
+    expect(error).toBeInstanceOf(SequenceOptionsError);
+    expect((error as SequenceOptionsError).problems).toEqual([
+      expect.stringMatching(/^SequenceModule is imported by a module loaded lazily/),
+    ]);
+  });
+
   it("fails the load on a handler's invalid options, naming the method", async () => {
     @Injectable()
     class Nameless {
