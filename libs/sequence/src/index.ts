@@ -73,6 +73,14 @@ export {
   PayloadReadTimeoutError,
   type PayloadReadStep,
 } from './core/errors/payload-read-timeout.error';
+export {
+  PayloadStoreTimeoutError,
+  type PayloadStoreCall,
+} from './core/errors/payload-store-timeout.error';
+export {
+  ClaimLedgerTimeoutError,
+  type ClaimLedgerCall,
+} from './core/errors/claim-ledger-timeout.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';

@@ -9,7 +9,11 @@ import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
-import type { ClaimKey } from '../ports/claim-ledger.port';
+import type { ClaimKey, ClaimOutcome } from '../ports/claim-ledger.port';
+import {
+  ClaimLedgerTimeoutError,
+  type ClaimLedgerCall,
+} from '../core/errors/claim-ledger-timeout.error';
 import type { PayloadStore } from '../ports/payload-store.port';
 import {
   requeueCount,
@@ -22,7 +26,7 @@ import {
   handlerRejection,
   type HandlerOutcome,
 } from '../kernel/handler-retry';
-import { retryWithin, settlesWithin } from '../core/async';
+import { retryWithin, settlesWithin, withTimeout } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import {
   SEQUENCE_REASSEMBLER,
@@ -211,23 +215,24 @@ export class ClaimCheckReceiver {
     const { ledger } = this.stores;
     const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
     const holder = `${this.options.consumerId}:${randomUUID()}`;
-    const { leaseMs } = this.options.tuning;
     try {
-      const claim = await ledger.claim(key, holder, leaseMs, Date.now());
+      const claim = await this.claimWithin(key, holder);
       if (claim === 'done') return await this.duplicate(ticket, store, key, holder, consumer);
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
     } catch (error) {
       this.logger.warn(
         `${channel}: the ${ledger.name} claim ledger failed; requeued: ${errorMessage(error)}`,
       );
-      // The claim may have been recorded with its reply lost (a timeout): without a release the
-      // redelivery would find the ticket busy until the lease ran out. Not awaited: when the
-      // ledger is down, the release fails on its own time.
+      // The claim may have been recorded with its reply lost: without a release the redelivery
+      // would find the ticket busy until the lease ran out. Not awaited: when the ledger is down,
+      // the release fails on its own time. A claim given up on after leaseMs needs none: any
+      // lease it took has lapsed, and the redelivery takes it over (never two handlers: this
+      // delivery runs none).
       void ledger.release(key, holder).catch(() => undefined);
-      return this.requeue('claim ledger unavailable');
+      return this.requeue('claim ledger unavailable', errorMessage(error));
     }
 
-    const release = () => ledger.release(key, holder).catch(() => undefined); // lapses anyway
+    const release = () => this.releaseWithin(key, holder); // lapses anyway
     // Renewed from the claim on, not from the handler's start: a slow store (the head, the mark
     // below) would otherwise let the lease lapse first, and a copy of the ticket be handled too.
     const stopRenewing = this.keepLease(key, holder);
@@ -347,7 +352,7 @@ export class ClaimCheckReceiver {
     const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
     const holder = `${this.options.consumerId}:${randomUUID()}`;
     try {
-      const claim = await ledger.claim(key, holder, this.options.tuning.leaseMs, Date.now());
+      const claim = await this.claimWithin(key, holder);
       if (claim === 'done') return await this.duplicate(ticket, store, key, holder, consumer);
       if (claim === 'busy') return this.requeue(`ticket ${key.ticket} is being handled`);
     } catch (error) {
@@ -358,7 +363,7 @@ export class ClaimCheckReceiver {
       );
     }
     // Not handled here: the claim only asked, and is given back for any other copy.
-    await ledger.release(key, holder).catch(() => undefined);
+    await this.releaseWithin(key, holder);
     return refuse();
   }
 
@@ -393,7 +398,7 @@ export class ClaimCheckReceiver {
       this.logger.error(
         `${consumer.channel}: ${key.ticket} was handled but not recorded; requeued: ${errorMessage(error)}`,
       );
-      return this.requeue('claim ledger unavailable');
+      return this.requeue('claim ledger unavailable', errorMessage(error));
     }
     // Before the ack: safe, since a redelivery now finds the group done in the ledger.
     if (deletesAfter(consumer, groups)) await this.deleteConsumed(store, ticket, consumer.channel);
@@ -441,7 +446,66 @@ export class ClaimCheckReceiver {
       ticket.expiresAt + this.options.claimCheck.expiredGraceMs,
       now + 1,
     );
-    return (await this.stores.ledger.complete(key, holder, retainUntil, now)).groups;
+    // Each call bounded by the time its retries get (see completed): a ledger that never
+    // answers must not hold the message. Given up on, it may still land: a redelivery then
+    // finds the group done, and is acked as a duplicate.
+    const { leaseMs } = this.options.tuning;
+    const completion = await this.ledgerCallWithin(
+      'complete',
+      key,
+      this.stores.ledger.complete(key, holder, retainUntil, now),
+      Math.max(1, Math.floor(leaseMs / 2)),
+      'half of tuning.leaseMs',
+    );
+    return completion.groups;
+  }
+
+  /**
+   * Claims `key` for `holder`, given up on after `tuning.leaseMs` (`ClaimLedgerTimeoutError`):
+   * by then any lease the call took has lapsed, so a claim that landed with its reply lost
+   * cannot keep the redelivery busy, and this delivery runs no handler on it.
+   */
+  private claimWithin(key: ClaimKey, holder: string): Promise<ClaimOutcome> {
+    const { leaseMs } = this.options.tuning;
+    return this.ledgerCallWithin(
+      'claim',
+      key,
+      this.stores.ledger.claim(key, holder, leaseMs, Date.now()),
+      leaseMs,
+      'tuning.leaseMs',
+    );
+  }
+
+  /** Gives the lease up; never throws, and waits at most `tuning.leaseMs` (it lapses anyway). */
+  private async releaseWithin(key: ClaimKey, holder: string): Promise<void> {
+    const { leaseMs } = this.options.tuning;
+    await this.ledgerCallWithin(
+      'release',
+      key,
+      this.stores.ledger.release(key, holder),
+      leaseMs,
+      'tuning.leaseMs',
+    ).catch((error: unknown) =>
+      this.logger.warn(
+        `could not release the claim on ${key.ticket}; it lapses after ${leaseMs} ms: ` +
+          errorMessage(error),
+      ),
+    );
+  }
+
+  private ledgerCallWithin<T>(
+    call: ClaimLedgerCall,
+    key: ClaimKey,
+    pending: Promise<T>,
+    timeoutMs: number,
+    option: string,
+  ): Promise<T> {
+    const { name } = this.stores.ledger;
+    return withTimeout(
+      pending,
+      timeoutMs,
+      () => new ClaimLedgerTimeoutError(name, call, key.ticket, key.group, timeoutMs, option),
+    );
   }
 
   /** Deletes a payload its consumers are done with; a failure is left to the sweeper. */
@@ -450,7 +514,7 @@ export class ClaimCheckReceiver {
     ticket: ClaimTicket,
     channel: string,
   ): Promise<void> {
-    await store.delete(ticket.ref).then(
+    await this.parking.storeCallWithin(store, ticket.ref, 'delete', store.delete(ticket.ref)).then(
       (deleted) => {
         if (deleted) this.metrics.payloadDeleted(store.name, 'consumed');
         if (deleted) this.parking.lifecycle.deleted(channel, store.name, ticket.ref, 'consumed');

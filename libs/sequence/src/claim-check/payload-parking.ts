@@ -17,6 +17,10 @@ import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.e
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
 import { ClaimTicketInvalidError } from '../core/errors/claim-ticket-invalid.error';
 import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
+import {
+  PayloadStoreTimeoutError,
+  type PayloadStoreCall,
+} from '../core/errors/payload-store-timeout.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import type { PayloadInfo, PayloadStore } from '../ports/payload-store.port';
@@ -272,6 +276,24 @@ export class PayloadParking implements OnApplicationShutdown {
     );
   }
 
+  /**
+   * A consumer's `markPublished` or `delete` on `store`, given up on after `readTimeoutMs`
+   * (`PayloadStoreTimeoutError`): a store that stopped answering must not hold the message.
+   */
+  storeCallWithin<T>(
+    store: PayloadStore,
+    ref: string,
+    call: PayloadStoreCall,
+    pending: Promise<T>,
+  ): Promise<T> {
+    const { readTimeoutMs } = this.options;
+    return withTimeout(
+      pending,
+      readTimeoutMs,
+      () => new PayloadStoreTimeoutError(store.name, ref, call, readTimeoutMs),
+    );
+  }
+
   /** Longest wait on a store for one step of a read (`claimCheck.readTimeoutMs`). */
   get readTimeoutMs(): number {
     return this.options.readTimeoutMs;
@@ -340,7 +362,7 @@ export class PayloadParking implements OnApplicationShutdown {
    */
   async markDelivered(store: PayloadStore, ref: string, channel: string): Promise<boolean> {
     try {
-      await store.markPublished(ref);
+      await this.storeCallWithin(store, ref, 'markPublished', store.markPublished(ref));
       return true;
     } catch (error) {
       this.logger.warn(

@@ -30,6 +30,10 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   hangHeads = 0;
   /** Upcoming `get` calls that never settle (a stalled S3 GET, a Redis that stopped answering). */
   hangGets = 0;
+  /** Upcoming `delete` calls that never settle, the payload kept. */
+  hangDeletes = 0;
+  /** Upcoming `markPublished` calls that never settle, the payload left unmarked. */
+  hangMarks = 0;
   /**
    * Upcoming `get` calls whose stream hands over the payload's first chunk, then nothing more,
    * ever (a connection that stalled mid-body). Those streams are kept in {@link stalled}.
@@ -92,10 +96,18 @@ export class FaultInjectingPayloadStore implements PayloadStore {
       this.failDeletes--;
       throw new Error('payload store unreachable (delete, injected by the test)');
     }
+    if (this.hangDeletes > 0) {
+      this.hangDeletes--;
+      return new Promise<boolean>(() => undefined);
+    }
     return this.inner.delete(ref);
   }
 
   async markPublished(ref: string): Promise<boolean> {
+    if (this.hangMarks > 0) {
+      this.hangMarks--;
+      return new Promise<boolean>(() => undefined);
+    }
     if (this.failMarks > 0) {
       this.failMarks--;
       throw new Error('payload store unreachable (markPublished, injected by the test)');

@@ -16,6 +16,8 @@ export * from './publish-rejected.error';
 export * from './sequence-handler-conflict.error';
 export * from './claim-check-not-found.error';
 export * from './payload-read-timeout.error';
+export * from './payload-store-timeout.error';
+export * from './claim-ledger-timeout.error';
 export * from './invalid-payload-ref.error';
 export * from './claim-ticket-invalid.error';
 export * from './claim-ticket-audience.error';

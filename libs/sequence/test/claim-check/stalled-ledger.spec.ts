@@ -1,0 +1,179 @@
+import { createHash } from 'node:crypto';
+import type { ClaimTicket } from 'nest-sequence/wire';
+import { bytes } from '../support/sequence-test-app';
+import {
+  createClaimCheckTestApp,
+  deathReasons,
+  publishTicket,
+  signedByApp,
+  type ClaimCheckTestApp,
+  type ClaimCheckTestAppOptions,
+} from './claim-check-test-app';
+import { FaultInjectingClaimLedger } from './fault-injecting.claim-ledger';
+import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
+
+const LEASE_MS = 300;
+const READ_TIMEOUT_MS = 100;
+
+/**
+ * Claim Check: the calls a ticket's delivery waits on besides the read — the claim ledger's
+ * `claim`, `complete` and `release`, the payload store's `markPublished` and the `delete` before
+ * the ack — must not hold the message, and its prefetch slot, for ever when they never answer.
+ * A ledger call is given up on after `tuning.leaseMs` (`complete` after half of it, as its
+ * retries are); a store call after `claimCheck.readTimeoutMs`.
+ */
+describe('claim check: a ledger or store call that never answers', () => {
+  const payload = bytes(20_000, 5);
+  let t: ClaimCheckTestApp | undefined;
+  let ledger: FaultInjectingClaimLedger;
+  let store: FaultInjectingPayloadStore;
+  let ticket: ClaimTicket;
+
+  async function boot(options: Partial<ClaimCheckTestAppOptions> = {}): Promise<ClaimCheckTestApp> {
+    ledger = new FaultInjectingClaimLedger();
+    t = await createClaimCheckTestApp({
+      ...options,
+      module: { ...options.module, tuning: { leaseMs: LEASE_MS, ...options.module?.tuning } },
+      claimCheck: {
+        ledger,
+        readTimeoutMs: READ_TIMEOUT_MS,
+        inlineMaxBytes: 1024,
+        ...options.claimCheck,
+      },
+      wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
+    });
+    ticket = await t.claimCheck.checkIn(payload, { audience: t.channel });
+    return t;
+  }
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+  });
+
+  /** Whether every message of the app was settled within `ms` (a hung call never settles). */
+  async function settledWithin(app: ClaimCheckTestApp, ms = 4_000): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+    const settled = await Promise.race([app.transport.whenIdle().then(() => true as const), late]);
+    clearTimeout(timer);
+    return settled;
+  }
+
+  it('a claim that never answers: requeued after leaseMs, then handled once', async () => {
+    const app = await boot();
+    ledger.hangClaims = 1;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack']);
+    expect(app.handler.calls).toBe(1);
+    expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+  });
+
+  it('a claim taken in the ledger whose reply never comes (nor its release): the redelivery is handled exactly once', async () => {
+    const app = await boot();
+    ledger.hangClaimsAfterRecording = 1;
+    ledger.hangReleases = 1;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    // The lost claim was taken; given up on after leaseMs, its lease had lapsed, and the
+    // redelivery took it over at once: never 'busy', never two handlers.
+    expect(ledger.claimOutcomes).toEqual(['claimed', 'claimed']);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack']);
+    expect(app.handler.calls).toBe(1);
+    // A copy after that is a duplicate.
+    await publishTicket(app.transport, app.channel, ticket);
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.handler.calls).toBe(1);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack', 'ack']);
+  });
+
+  it('a ledger that never answers: dead-lettered store-unavailable after maxStoreRequeues, naming the call and the timeout', async () => {
+    const app = await boot({ module: { tuning: { maxStoreRequeues: 2 } } });
+    ledger.hangClaims = 1_000;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'requeue', 'dead-letter']);
+    expect(deathReasons(app.transport, app.channel)).toEqual([
+      expect.stringMatching(
+        new RegExp(
+          '^store-unavailable: claim ledger unavailable after 2 requeues of the message .*' +
+            `last: the memory claim ledger did not answer claim of "filesystem:${ticket.ref}" ` +
+            `for cc\\.test within ${LEASE_MS} ms \\(tuning\\.leaseMs\\)`,
+        ),
+      ),
+    ]);
+    expect(app.handler.calls).toBe(0);
+    expect(await app.store.head(ticket.ref)).toBeDefined();
+  });
+
+  it('a completion recorded whose reply never comes: requeued, and the redelivery acked as a duplicate', async () => {
+    const app = await boot();
+    ledger.hangCompletesAfterRecording = 1;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack']);
+    expect(app.handler.calls).toBe(1);
+    // The duplicate applied the retention the lost reply skipped.
+    expect(await app.store.head(ticket.ref)).toBeUndefined();
+  });
+
+  it('a completion that never answers nor lands: requeued, then handled again (at least once)', async () => {
+    const app = await boot();
+    ledger.hangCompletes = 1;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    const actions = app.transport.actionsOn(app.channel);
+    expect(actions[0]).toBe('requeue');
+    expect(actions.at(-1)).toBe('ack');
+    expect(actions).not.toContain('dead-letter');
+    expect(app.handler.calls).toBe(2);
+  });
+
+  it('a release that never answers after the handler failed: dead-lettered handler-failed all the same', async () => {
+    const app = await boot();
+    ledger.hangReleases = 1;
+    app.handler.failNext = 3;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['dead-letter']);
+    expect(deathReasons(app.transport, app.channel)[0]).toMatch(/^handler-failed: /);
+  });
+
+  it('a delete before the ack that never answers: acked after readTimeoutMs, the payload left to the sweeper', async () => {
+    const app = await boot();
+    store.hangDeletes = 1;
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['ack']);
+    expect(app.handler.calls).toBe(1);
+    expect(await app.store.head(ticket.ref)).toBeDefined();
+  });
+
+  it('a mark of an unpublished payload that never answers: handled and acked all the same', async () => {
+    const app = await boot();
+    store.hangMarks = 1;
+    const now = Date.now();
+    const expiresAt = now + 3_600_000;
+    const { ref } = await app.store.put(payload, { now, expiresAt, published: false });
+    const unmarked = signedByApp(app, {
+      store: app.store.name,
+      ref,
+      bytes: payload.length,
+      sha256: createHash('sha256').update(payload).digest('hex'),
+      expiresAt,
+      audience: [app.channel],
+    });
+    await publishTicket(app.transport, app.channel, unmarked);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(app.transport.actionsOn(app.channel)).toEqual(['ack']);
+    expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+  });
+});
