@@ -1,6 +1,11 @@
 import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { RedisClaimLedger } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
-import { bytes } from '../support/sequence-test-app';
+import { FreezingProxy } from '../support/freezing-proxy';
+import { useRedis } from '../support/redis.fixture';
+import { bytes, eventually } from '../support/sequence-test-app';
+import { describeWithServer } from '../support/servers';
 import {
   createClaimCheckTestApp,
   deathReasons,
@@ -174,6 +179,60 @@ describe('claim check: a ledger or store call that never answers', () => {
 
     expect(await settledWithin(app)).toBe(true);
     expect(app.transport.actionsOn(app.channel)).toEqual(['ack']);
+    expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+  });
+});
+
+/**
+ * The same against a real ledger: a RedisClaimLedger whose connection to the real Redis goes
+ * through a proxy that, once the ledger is warm, lets requests through but no reply back. The
+ * claim is taken in Redis and its reply never comes (ioredis has no command timeout of its own).
+ */
+describeWithServer('redis', 'claim check: a Redis claim ledger whose claim reply is lost', () => {
+  const redis = useRedis({ stem: 'nseq-test-lost-claim' });
+  let proxy: FreezingProxy | undefined;
+  let client: Redis | undefined;
+  let t: ClaimCheckTestApp | undefined;
+  afterEach(async () => {
+    await t?.close();
+    client?.disconnect();
+    await proxy?.close();
+    t = client = proxy = undefined;
+  });
+
+  it('the claim landed: given up on after leaseMs, and the redelivery is handled exactly once', async () => {
+    const leaseMs = 1_000;
+    proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
+    client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+    const ledger = new RedisClaimLedger(client, { prefix: redis.prefix });
+    // Warm: the claim script is loaded on the server before replies are lost.
+    await ledger.claim({ ticket: 'warm:up', group: 'warm' }, 'warm', leaseMs, Date.now());
+    const app = (t = await createClaimCheckTestApp({
+      module: { tuning: { leaseMs } },
+      claimCheck: { ledger, inlineMaxBytes: 1024 },
+    }));
+    const payload = bytes(20_000, 9);
+    const ticket = await app.claimCheck.checkIn(payload, { audience: app.channel });
+
+    proxy.freezeReplies();
+    const startedAt = Date.now();
+    await publishTicket(app.transport, app.channel, ticket);
+    // The claim reaches Redis and takes the lease; its reply never comes back.
+    const leaseKeys = () => redis.client.keys(`${redis.prefix}:*:lease:${app.channel}`);
+    await eventually(async () => (await leaseKeys()).length === 1, 'the claim taken', 5_000);
+    expect(app.transport.actionsOn(app.channel)).toEqual([]);
+    await eventually(
+      () => app.transport.actionsOn(app.channel).includes('requeue'),
+      'the claim given up on',
+      5_000,
+    );
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(leaseMs);
+    proxy.resume(); // the link is reset; ioredis reconnects and sends what it had in flight again
+
+    await eventually(() => app.handler.calls > 0, 'the redelivery handled', 5_000);
+    await app.transport.whenIdle();
+    expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack']);
+    expect(app.handler.calls).toBe(1);
     expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
   });
 });

@@ -3,6 +3,8 @@ import { createServer, connect, type AddressInfo, type Server, type Socket } fro
 /** What the proxy's connections share: whether it is frozen, and the sockets open. */
 interface ProxyState {
   frozen: boolean;
+  /** Only what the server sends is held back: requests still reach it. */
+  repliesFrozen: boolean;
   readonly sockets: Set<Socket>;
 }
 
@@ -19,7 +21,7 @@ export class FreezingProxy {
   ) {}
 
   static async start(target: { host: string; port: number }): Promise<FreezingProxy> {
-    const state: ProxyState = { frozen: false, sockets: new Set() };
+    const state: ProxyState = { frozen: false, repliesFrozen: false, sockets: new Set() };
     const server = createServer((client) => {
       const upstream = connect(target.port, target.host);
       for (const [from, to] of [
@@ -28,7 +30,7 @@ export class FreezingProxy {
       ] as const) {
         state.sockets.add(from);
         from.on('data', (chunk) => {
-          if (!state.frozen) to.write(chunk);
+          if (!state.frozen && !(from === upstream && state.repliesFrozen)) to.write(chunk);
         });
         from.on('error', () => to.destroy());
         from.on('close', () => {
@@ -44,6 +46,21 @@ export class FreezingProxy {
   /** From now on nothing passes, either way; the connections stay open. */
   freeze(): void {
     this.state.frozen = true;
+  }
+
+  /**
+   * From now on requests still reach the server, but nothing it answers comes back: a call
+   * takes effect and its reply is lost.
+   */
+  freezeReplies(): void {
+    this.state.repliesFrozen = true;
+  }
+
+  /** Drops every open connection and lets new ones through again, as a reset link does. */
+  resume(): void {
+    for (const socket of this.state.sockets) socket.destroy();
+    this.state.frozen = false;
+    this.state.repliesFrozen = false;
   }
 
   /** Closes every connection and stops listening. */
