@@ -81,6 +81,7 @@ export {
   ClaimLedgerTimeoutError,
   type ClaimLedgerCall,
 } from './core/errors/claim-ledger-timeout.error';
+export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';

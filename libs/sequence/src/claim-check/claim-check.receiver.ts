@@ -26,7 +26,8 @@ import {
   handlerRejection,
   type HandlerOutcome,
 } from '../kernel/handler-retry';
-import { retryWithin, settlesWithin, withTimeout } from '../core/async';
+import { abortReason, retryWithin, withTimeout } from '../core/async';
+import { leaseClock } from '../core/lease-clock';
 import { errorMessage } from '../core/errors/caught';
 import {
   SEQUENCE_REASSEMBLER,
@@ -43,6 +44,7 @@ import type { ResolvedOptions } from '../options/resolved-options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import { PayloadParking } from './payload-parking';
+import { ClaimLease } from './claim-lease';
 import { carriesFragmentHeaders, headerText } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
@@ -215,6 +217,7 @@ export class ClaimCheckReceiver {
     const { ledger } = this.stores;
     const key: ClaimKey = { ticket: `${ticket.store}:${ticket.ref}`, group: channel };
     const holder = `${this.options.consumerId}:${randomUUID()}`;
+    const claimedAt = leaseClock();
     try {
       const claim = await this.claimWithin(key, holder);
       if (claim === 'done') return await this.duplicate(ticket, store, key, holder, consumer);
@@ -235,7 +238,23 @@ export class ClaimCheckReceiver {
     const release = () => this.releaseWithin(key, holder); // lapses anyway
     // Renewed from the claim on, not from the handler's start: a slow store (the head, the mark
     // below) would otherwise let the lease lapse first, and a copy of the ticket be handled too.
-    const stopRenewing = this.keepLease(key, holder);
+    const lease = new ClaimLease(
+      ledger,
+      key,
+      holder,
+      this.options.tuning.leaseMs,
+      claimedAt,
+      this.logger,
+    );
+    const stopRenewing = () => lease.stop();
+    // The lease may have lapsed, and a copy of the ticket be claimed elsewhere: this delivery
+    // neither runs nor completes the handler, and is requeued as for a ledger outage.
+    const leaseLost = async () => {
+      await release(); // in case it is still this holder's
+      const lost = errorMessage(abortReason(lease.signal));
+      this.logger.warn(`${channel}: requeued ${key.ticket}: ${lost}`);
+      return this.requeue('claim ledger unavailable', lost);
+    };
     let metadata: Readonly<Record<string, string>> | undefined;
     let unpublished = false;
     try {
@@ -271,8 +290,13 @@ export class ClaimCheckReceiver {
       if (unpublished) await this.parking.markDelivered(store, ticket.ref, channel);
     };
     let outcome: HandlerOutcome;
+    if (lease.signal.aborted) {
+      await stopRenewing();
+      payload.close();
+      return leaseLost();
+    }
     try {
-      outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`);
+      outcome = await this.runHandler(payload, consumer, `ticket ${key.ticket}`, lease.signal);
     } finally {
       payload.close();
       // Waits for a renewal on its way: landing after a release, it would take the lease again
@@ -288,6 +312,7 @@ export class ClaimCheckReceiver {
       await release();
       // Shutting down between two attempts: neither handled nor given up on; delivered again.
       if (outcome.stopped) return this.requeue('shutting down');
+      if (lease.signal.aborted) return leaseLost();
       const readFailure = payload.readFailure;
       const rejection = payloadReadRejection(readFailure);
       if (rejection) {
@@ -527,10 +552,12 @@ export class ClaimCheckReceiver {
     );
   }
 
+  /** `until`: once it aborts, the running call is abandoned and no other made (see callHandler). */
   private async runHandler(
     payload: ClaimedPayload,
     consumer: ClaimCheckConsumer,
     subject: string,
+    until?: AbortSignal,
   ): Promise<HandlerOutcome> {
     const { attempts } = consumer.handlerRetry;
     const { channel, handlerTimeoutMs } = consumer;
@@ -541,6 +568,7 @@ export class ClaimCheckReceiver {
         limit: {
           ms: handlerTimeoutMs,
           error: (attempt) => new HandlerTimeoutError(channel, subject, handlerTimeoutMs!, attempt),
+          until,
         },
         onFailure: (error, attempt) => {
           // What the failed (or timed-out) call left half-read (a file handle, a store's socket)
@@ -553,7 +581,8 @@ export class ClaimCheckReceiver {
           );
         },
         // Wrong bytes, or a store that cannot be read: retrying the handler now cannot help.
-        isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+        // The claim lost: no other call may start either.
+        isFinal: () => !!(payload.integrityFailure || payload.readFailure || until?.aborted),
         // Requeued whatever the handler answered: a reply would be an answer the redelivery
         // contradicts.
         handsBack: () => requeuedForItsRead(payload),
@@ -565,46 +594,6 @@ export class ClaimCheckReceiver {
     // swallowed a read error (store outage, payload gone).
     const swallowed = payload.integrityFailure ?? payload.readFailure;
     return swallowed ? { ok: false, attempts: outcome.attempts, error: swallowed } : outcome;
-  }
-
-  /**
-   * Renews the group's lease while the handler runs; the function returned stops renewing and
-   * resolves once no renewal is on its way any more.
-   */
-  private keepLease(key: ClaimKey, holder: string): () => Promise<void> {
-    const { leaseMs } = this.options.tuning;
-    let renewing: Promise<void> | undefined;
-    const timer = setInterval(
-      () => {
-        if (renewing) return; // one at a time: a slow ledger must not pile them up
-        renewing = this.stores.ledger
-          .claim(key, holder, leaseMs, Date.now())
-          .then(
-            (outcome) => {
-              if (outcome !== 'claimed') this.logger.warn(`lost the claim on ${key.ticket}`);
-            },
-            (error: unknown) =>
-              this.logger.warn(
-                `could not renew the claim on ${key.ticket}: ${errorMessage(error)}`,
-              ),
-          )
-          .finally(() => {
-            renewing = undefined;
-          });
-      },
-      Math.max(50, Math.floor(leaseMs / 3)),
-    );
-    timer.unref();
-    return async () => {
-      clearInterval(timer);
-      // Not for ever: a ledger call that never answers must not hold the message unsettled.
-      if (renewing && !(await settlesWithin(renewing, leaseMs))) {
-        this.logger.warn(
-          `a renewal of the claim on ${key.ticket} has not answered within ${leaseMs} ms; ` +
-            'going on without it',
-        );
-      }
-    };
   }
 
   private reject(channel: string, code: RejectionCode, detail: string): Disposition {

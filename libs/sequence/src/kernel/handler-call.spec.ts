@@ -59,6 +59,35 @@ describe('callHandler', () => {
     expect(abandoned).toHaveLength(1);
   });
 
+  it('abandons a call, with no time limit, once `until` aborts, with its reason', async () => {
+    const until = new AbortController();
+    const abandoned: Array<Promise<void>> = [];
+    let seen: HandlerContext | undefined;
+    const calling = callHandler(
+      (context) => {
+        seen = context;
+        return new Promise(() => undefined);
+      },
+      1,
+      { ...limitOf(undefined, abandoned), until: until.signal },
+    );
+    const outcome = calling.catch((error: unknown) => error);
+    await jest.advanceTimersByTimeAsync(1_000);
+    expect(seen?.signal.aborted).toBe(false);
+    const lost = new Error('the claim was lost');
+    until.abort(lost);
+
+    expect(await outcome).toBe(lost);
+    expect(seen?.signal.reason).toBe(lost);
+    expect(abandoned).toHaveLength(1);
+    // Once aborted, no call is made.
+    let called = false;
+    await expect(
+      callHandler(() => void (called = true), 2, { ...limitOf(50), until: until.signal }),
+    ).rejects.toBe(lost);
+    expect(called).toBe(false);
+  });
+
   it('tells when an abandoned call settles, and observes its late rejection', async () => {
     const abandoned: Array<Promise<void>> = [];
     let fail!: (error: Error) => void;

@@ -1,3 +1,4 @@
+import { abortReason } from '../core/async';
 import type { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 
 /**
@@ -8,8 +9,9 @@ import type { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 export interface HandlerContext {
   /**
    * Aborted when this call runs past `handlerTimeoutMs`, with a `HandlerTimeoutError` as its
-   * `reason`: stop, and let go of what the call holds. Whatever the call returns after that is
-   * ignored. Never aborted when no limit is set.
+   * `reason`, or when a Claim Check ticket's claim can no longer be shown to be held, with a
+   * `ClaimLeaseLostError`: stop, and let go of what the call holds. Whatever the call returns
+   * after that is ignored.
    */
   readonly signal: AbortSignal;
   /** 1 on the first call for this message; one more at each retry. */
@@ -22,6 +24,11 @@ export interface HandlerTimeLimit {
   readonly ms: number | undefined;
   /** The error an attempt that ran past `ms` fails with. */
   error(attempt: number): HandlerTimeoutError;
+  /**
+   * Once aborted, the call is abandoned as if past `ms`, failing with the signal's reason (and
+   * no call starts any more): the consumer can no longer go on with the message.
+   */
+  readonly until?: AbortSignal;
   /**
    * Told of each abandoned call; `settled` resolves (never rejects) once the call has returned
    * or thrown. The Resequencer waits for it before a key's next call.
@@ -70,7 +77,8 @@ export function handedOverBy(context: HandlerContext): UntimedWork | undefined {
  * Makes one handler call with a fresh {@link HandlerContext}. With a limit, a call that has not
  * settled after `limit.ms` is abandoned: its signal is aborted, the attempt throws the limit's
  * error, and the call's late result is dropped (a late rejection is observed, never reported
- * as unhandled). A call that returns in time is done once the work it handed over
+ * as unhandled). So is one still running when `limit.until` aborts, with its reason; none is
+ * made once it has. A call that returns in time is done once the work it handed over
  * ({@link handOver}) is, untimed; an abandoned call's is never run, nor is it when `handsBack()`
  * says, once the call has returned, that the message goes back to be delivered again whatever
  * the call did (its payload could not be read): the call's outcome is not the message's. Its
@@ -91,27 +99,36 @@ export async function callHandler(
     }
     await handedOver.get(context)?.afterCall?.();
   };
-  if (limit?.ms === undefined) {
+  const until = limit?.until;
+  if (until?.aborted) throw abortReason(until);
+  if (limit === undefined || (limit.ms === undefined && until === undefined)) {
     await call(context);
     await afterCall();
     return;
   }
+  const { ms } = limit;
   const running = Promise.resolve().then(() => call(context));
   let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<'expired'>((resolve) => {
-    timer = setTimeout(() => resolve('expired'), limit.ms);
+  let onAbort: (() => void) | undefined;
+  const ended = new Promise<Error>((resolve) => {
+    if (ms !== undefined) timer = setTimeout(() => resolve(limit.error(attempt)), ms);
+    if (until) {
+      onAbort = () => resolve(abortReason(until));
+      until.addEventListener('abort', onAbort, { once: true });
+    }
   });
-  let first: 'settled' | 'expired';
+  let first: 'settled' | Error;
   try {
-    first = await Promise.race([running.then(() => 'settled' as const), expired]);
+    first = await Promise.race([running.then(() => 'settled' as const), ended]);
   } finally {
     clearTimeout(timer);
+    if (onAbort) until?.removeEventListener('abort', onAbort);
   }
   if (first === 'settled') {
     await afterCall();
     return;
   }
-  const error = limit.error(attempt);
+  const error = first;
   controller.abort(error);
   const settled = running.then(
     () => handedOver.get(context)?.dropped?.(),

@@ -17,6 +17,11 @@ export class FaultInjectingClaimLedger extends MemoryClaimLedger {
   hangClaims = 0;
   /** Upcoming `claim` calls that take the claim, then never answer. */
   hangClaimsAfterRecording = 0;
+  /**
+   * Upcoming renewals (`claim` calls by a holder that claimed the key before) that never
+   * settle, nothing recorded; taken before `hangClaims`.
+   */
+  hangRenewals = 0;
   /** Upcoming `complete` calls that never settle, nothing recorded. */
   hangCompletes = 0;
   /** Upcoming `complete` calls that record the completion, then never answer. */
@@ -26,6 +31,7 @@ export class FaultInjectingClaimLedger extends MemoryClaimLedger {
   readonly calls = { claim: 0, complete: 0, release: 0 };
   /** What each claim that reached the ledger answered (hung replies included), in order. */
   readonly claimOutcomes: ClaimOutcome[] = [];
+  private readonly claimants = new Set<string>();
 
   override async claim(
     key: ClaimKey,
@@ -34,6 +40,12 @@ export class FaultInjectingClaimLedger extends MemoryClaimLedger {
     now: number,
   ): Promise<ClaimOutcome> {
     this.calls.claim++;
+    const claimant = JSON.stringify([key.ticket, key.group, holder]);
+    if (this.claimants.has(claimant) && this.hangRenewals > 0) {
+      this.hangRenewals--;
+      return never();
+    }
+    this.claimants.add(claimant);
     if (this.hangClaims > 0) {
       this.hangClaims--;
       return never();

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { ClaimLeaseLostError } from 'nest-sequence';
 import { RedisClaimLedger } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
 import { FreezingProxy } from '../support/freezing-proxy';
@@ -92,6 +93,46 @@ describe('claim check: a ledger or store call that never answers', () => {
     expect(await settledWithin(app)).toBe(true);
     expect(app.handler.calls).toBe(1);
     expect(app.transport.actionsOn(app.channel)).toEqual(['requeue', 'ack', 'ack']);
+  });
+
+  it('renewals that never answer: the handler is aborted before its lease could lapse, never runs twice at once, and the ticket is handled once', async () => {
+    const app = await boot();
+    let running = 0;
+    let maxRunning = 0;
+    const aborted: unknown[] = [];
+    app.handler.onCall = async (_payload, { signal }) => {
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      try {
+        // Works for four leases, unless told to stop.
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 4 * LEASE_MS);
+          signal.addEventListener('abort', () => {
+            clearTimeout(timer);
+            aborted.push(signal.reason);
+            resolve();
+          });
+        });
+        if (signal.aborted) throw signal.reason;
+      } finally {
+        running--;
+      }
+    };
+    // The first holder's first two renewals never answer: its lease lapses unless it stops.
+    ledger.hangRenewals = 2;
+    // Two copies of the ticket at once (a redelivery, a second publish): the copy finds the
+    // ticket busy and comes back until it can claim it.
+    await publishTicket(app.transport, app.channel, ticket);
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(maxRunning).toBe(1);
+    expect(aborted).toEqual([expect.any(ClaimLeaseLostError)]);
+    expect(app.handler.deliveries).toHaveLength(1);
+    expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    const actions = app.transport.actionsOn(app.channel);
+    expect(actions).not.toContain('dead-letter');
+    expect(actions.filter((action) => action === 'ack')).toHaveLength(2);
   });
 
   it('a ledger that never answers: dead-lettered store-unavailable after maxStoreRequeues, naming the call and the timeout', async () => {
