@@ -135,6 +135,37 @@ describe('claim check: a ledger or store call that never answers', () => {
     expect(actions.filter((action) => action === 'ack')).toHaveLength(2);
   });
 
+  it('a renewal that finds the claim taken: the handler is aborted at once, nothing recorded, and the ticket handled once later', async () => {
+    const app = await boot();
+    const aborted: unknown[] = [];
+    let intruded = false;
+    app.handler.onCall = async (_payload, { signal }) => {
+      if (intruded) return;
+      intruded = true;
+      // Another holder takes the claim over (as after a lapse on the ledger's clock).
+      const key = { ticket: `filesystem:${ticket.ref}`, group: app.channel };
+      expect(await ledger.claim(key, 'intruder', LEASE_MS, Date.now() + LEASE_MS)).toBe('claimed');
+      await new Promise<void>((resolve) =>
+        signal.addEventListener('abort', () => {
+          aborted.push(signal.reason);
+          resolve();
+        }),
+      );
+      throw signal.reason;
+    };
+    await publishTicket(app.transport, app.channel, ticket);
+
+    expect(await settledWithin(app)).toBe(true);
+    expect(aborted).toEqual([expect.objectContaining({ code: 'claim-lease-lost', why: 'taken' })]);
+    expect(aborted[0]).toBeInstanceOf(ClaimLeaseLostError);
+    expect(ledger.calls.complete).toBe(1); // the redelivery's only
+    const actions = app.transport.actionsOn(app.channel);
+    expect(actions[0]).toBe('requeue');
+    expect(actions.at(-1)).toBe('ack');
+    expect(actions).not.toContain('dead-letter');
+    expect(app.handler.deliveries).toHaveLength(1);
+  });
+
   it('a ledger that never answers: dead-lettered store-unavailable after maxStoreRequeues, naming the call and the timeout', async () => {
     const app = await boot({ module: { tuning: { maxStoreRequeues: 2 } } });
     ledger.hangClaims = 1_000;
