@@ -69,19 +69,6 @@ export { InvalidHeaderError } from './core/errors/invalid-header.error';
 export { SequenceOptionsError } from './core/errors/sequence-options.error';
 export { SequenceHandlerConflictError } from './core/errors/sequence-handler-conflict.error';
 export { ClaimCheckNotFoundError } from './core/errors/claim-check-not-found.error';
-export {
-  PayloadReadTimeoutError,
-  type PayloadReadStep,
-} from './core/errors/payload-read-timeout.error';
-export {
-  PayloadStoreTimeoutError,
-  type PayloadStoreCall,
-} from './core/errors/payload-store-timeout.error';
-export {
-  ClaimLedgerTimeoutError,
-  type ClaimLedgerCall,
-} from './core/errors/claim-ledger-timeout.error';
-export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
 export { InvalidPayloadRefError } from './core/errors/invalid-payload-ref.error';
 export { ClaimTicketInvalidError } from './core/errors/claim-ticket-invalid.error';
 export { ClaimCheckIntegrityError } from './core/errors/claim-check-integrity.error';

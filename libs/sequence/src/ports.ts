@@ -28,6 +28,20 @@ export {
   BrokerUnavailableError,
   type BrokerUnavailableReason,
 } from './core/errors/broker-unavailable.error';
+// What a store or a claim ledger that stops answering leads to (see docs/claim-check.md).
+export {
+  PayloadReadTimeoutError,
+  type PayloadReadStep,
+} from './core/errors/payload-read-timeout.error';
+export {
+  PayloadStoreTimeoutError,
+  type PayloadStoreCall,
+} from './core/errors/payload-store-timeout.error';
+export {
+  ClaimLedgerTimeoutError,
+  type ClaimLedgerCall,
+} from './core/errors/claim-ledger-timeout.error';
+export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
 export type {
   DeadLetter,
   DeadLetterActionResult,

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { ClaimLeaseLostError } from 'nest-sequence';
+import { ClaimLeaseLostError } from 'nest-sequence/ports';
 import { RedisClaimLedger } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
 import { FreezingProxy } from '../support/freezing-proxy';

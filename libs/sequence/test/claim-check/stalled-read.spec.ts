@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
-import { PayloadReadTimeoutError, SequenceOptionsError, SplitterService } from 'nest-sequence';
+import { SequenceOptionsError, SplitterService } from 'nest-sequence';
+import { PayloadReadTimeoutError } from 'nest-sequence/ports';
 import { RedisPayloadStore } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
 import { FreezingProxy } from '../support/freezing-proxy';
