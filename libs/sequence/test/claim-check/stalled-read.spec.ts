@@ -16,7 +16,7 @@ import {
 } from './claim-check-test-app';
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 
-const READ_TIMEOUT_MS = 50;
+const READ_TIMEOUT_MS = 300;
 
 /**
  * Claim Check: a payload store that stops answering mid-read (a stalled S3 GET, a Redis that no
