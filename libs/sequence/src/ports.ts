@@ -28,7 +28,8 @@ export {
   BrokerUnavailableError,
   type BrokerUnavailableReason,
 } from './core/errors/broker-unavailable.error';
-// What a store or a claim ledger that stops answering leads to (see docs/claim-check.md).
+// What a store or a claim ledger that stops answering leads to (see docs/claim-check.md and
+// docs/resequencer.md).
 export {
   PayloadReadTimeoutError,
   type PayloadReadStep,
@@ -42,6 +43,7 @@ export {
   type ClaimLedgerCall,
 } from './core/errors/claim-ledger-timeout.error';
 export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
+export { ResequencerStoreTimeoutError } from './core/errors/resequencer-store-timeout.error';
 export type {
   DeadLetter,
   DeadLetterActionResult,

@@ -20,6 +20,7 @@ import { Resequencer, type ResequencerBuffers, type ResequencerGaps } from './re
 import { ResequencerCatalog } from './resequencer.catalog';
 import type { ResequencedEvent } from './resequenced-event';
 import { SequenceEvents } from '../kernel/lifecycle-events';
+import { boundedResequencerStore } from './bounded-store';
 
 /**
  * Resequencers by hand, for applications that consume with their own subscriber, and inspection
@@ -35,9 +36,11 @@ import { SequenceEvents } from '../kernel/lifecycle-events';
 @Injectable()
 export class ResequencerService implements OrderedIntake {
   private readonly logger = new Logger('Resequencer');
+  /** The store, each step bounded by `tuning.leaseMs` (see boundedResequencerStore). */
+  private readonly store: ResequencerStore;
 
   constructor(
-    @Inject(RESEQUENCER_STORE) private readonly store: ResequencerStore,
+    @Inject(RESEQUENCER_STORE) store: ResequencerStore,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     private readonly catalog: ResequencerCatalog,
@@ -45,7 +48,9 @@ export class ResequencerService implements OrderedIntake {
     private readonly gaps: GapReporter,
     private readonly events: SequenceEvents,
     private readonly host: ConsumerHost,
-  ) {}
+  ) {
+    this.store = boundedResequencerStore(store, options.tuning.leaseMs);
+  }
 
   /**
    * Defines a resequencer that the module does not consume for: feed it with `receive` and settle

@@ -290,7 +290,15 @@ export class Resequencer {
     // the key until it returns (below), and a new one must not start behind its back.
     if (!started && this.abandoned.has(key)) return 'busy';
     const claimedAt = started?.claimedAt ?? leaseClock();
-    let claim: DrainSettlement = started?.claim ?? (await store.claimDrain(ref, context()));
+    let claim: DrainSettlement;
+    try {
+      claim = started?.claim ?? (await store.claimDrain(ref, context()));
+    } catch (error) {
+      // The claim may have been taken before it failed (abandoned unanswered, say): give it
+      // back, so that the key's next drain does not wait leaseMs for it.
+      void store.releaseDrain(ref, holder).catch(() => undefined);
+      throw error;
+    }
     if (claim.kind !== 'claimed') return claim.kind === 'empty' ? 'drained' : 'busy';
     const lease = new DrainLease(store, ref, holder, leaseMs, claimedAt, logger);
     // Whether this drain handed over what ends the key (see IntakeBounds.retire).
