@@ -38,6 +38,8 @@ export class ConsumerHost {
   private closing: Promise<void> | undefined;
   /** One for the host's life: a host is not opened again once closed. */
   private readonly stopper = stopperSignal();
+  /** Set as {@link close} begins: nothing subscribes after. */
+  private closeBegan = false;
 
   constructor(
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
@@ -48,21 +50,40 @@ export class ConsumerHost {
   /**
    * Subscribes to every binding's channel; on a failure, closes what this call opened and throws.
    * Called again later (a microservice's handlers, once it listens), it adds to what is open.
-   * Not after {@link close}: `stopping` stays aborted, and every handler's retries with it.
+   * Once {@link close} began it subscribes to nothing and resolves `false`; a call that close
+   * overtakes closes what it opened (close took only what was open as it began) and resolves
+   * `false` too. `true` when every binding's channel is consumed.
    */
-  async open(bindings: readonly ChannelBinding[]): Promise<void> {
+  async open(bindings: readonly ChannelBinding[]): Promise<boolean> {
+    if (this.closeBegan) return false;
     this.drained = undefined;
     this.closing = undefined;
-    const before = this.subscriptions.length;
+    const opened: Subscription[] = [];
     try {
-      for (const binding of bindings) await this.subscribe(binding);
+      for (const binding of bindings) {
+        await this.subscribe(binding, opened);
+        if (this.closeBegan) break;
+      }
     } catch (error) {
-      await this.closeSubscriptions(this.subscriptions.splice(before));
+      await this.closeSubscriptions(this.takeBack(opened));
       throw error;
     }
+    if (!this.closeBegan) return true;
+    await this.closeSubscriptions(this.takeBack(opened));
+    return false;
   }
 
-  private async subscribe(binding: ChannelBinding): Promise<void> {
+  /** Those of `opened` still in the host's list, taken out of it (close took the others). */
+  private takeBack(opened: readonly Subscription[]): Subscription[] {
+    const taken = opened.filter((subscription) => this.subscriptions.includes(subscription));
+    for (const subscription of taken) {
+      this.subscriptions.splice(this.subscriptions.indexOf(subscription), 1);
+    }
+    return taken;
+  }
+
+  /** Subscribes to the binding's channel (and its partitions), adding each to `opened` too. */
+  private async subscribe(binding: ChannelBinding, opened: Subscription[]): Promise<void> {
     const { channel, prefetch, deadLetterChannel, partitions } = binding;
     if (partitions) {
       const partitioned = await this.transport.subscribe(
@@ -71,6 +92,7 @@ export class ConsumerHost {
         { prefetch: partitions.prefetch, deadLetterChannel, partitions: partitions.count },
       );
       this.subscriptions.push(partitioned);
+      opened.push(partitioned);
       if (partitions.release) this.releases.push(partitions.release);
       this.logger.log(
         `${binding.definedBy} ${binding.describe} the ${partitions.count} partitions of ${channel} ` +
@@ -83,6 +105,7 @@ export class ConsumerHost {
       { prefetch, deadLetterChannel },
     );
     this.subscriptions.push(subscription);
+    opened.push(subscription);
     this.logger.log(
       `${binding.definedBy} ${binding.describe} ${channel} (${this.transport.name}, prefetch ${prefetch})`,
     );
@@ -113,6 +136,7 @@ export class ConsumerHost {
    * `release`), waits for deliveries in progress, then closes the subscriptions.
    */
   async close(): Promise<void> {
+    this.closeBegan = true;
     let closed!: () => void;
     this.closing = new Promise<void>((resolve) => (closed = resolve));
     try {

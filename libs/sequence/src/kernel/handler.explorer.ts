@@ -65,11 +65,33 @@ export class HandlerExplorer implements OnModuleInit {
     for (const module of fresh) this.explored.add(module);
   }
 
-  private explore(modules: NestModule[], add: (binding: ChannelBinding) => void): void {
-    const wrappers = [
+  /**
+   * The handlers (`Class.method`) of those of `modules` not explored yet, found without binding
+   * any: for a module whose handlers are refused (loaded once the shutdown began).
+   */
+  handlersIn(modules: readonly NestModule[]): string[] {
+    const wrappers = this.wrappersOf(modules.filter((module) => !this.explored.has(module)));
+    return this.kinds.flatMap((kind) =>
+      decoratedMethods(
+        wrappers,
+        this.scanner,
+        this.reflector,
+        kind.metadataKey,
+        kind.decorator,
+        this.logger,
+      ).map(({ className, methodName }) => `${className}.${methodName}`),
+    );
+  }
+
+  private wrappersOf(modules: NestModule[]) {
+    return [
       ...this.discovery.getProviders({}, modules),
       ...this.discovery.getControllers({}, modules),
     ];
+  }
+
+  private explore(modules: NestModule[], add: (binding: ChannelBinding) => void): void {
+    const wrappers = this.wrappersOf(modules);
     for (const kind of this.kinds) {
       const methods = decoratedMethods(
         wrappers,

@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { LazyModuleLoader, ModuleRef, ModulesContainer } from '@nestjs/core';
 import { HandlerExplorer, type NestModule } from './handler.explorer';
 import { SequenceLifecycle } from './sequence.lifecycle';
@@ -9,10 +9,13 @@ import { SequenceLifecycle } from './sequence.lifecycle';
  * loaded module and tells nobody of the load, so this wraps the `load` of the application's one
  * `LazyModuleLoader`: a load resolves once the new modules' handlers are subscribed (or
  * registered, when the module has not started yet), and rejects, as the bootstrap would fail,
- * on a handler's invalid options or on a channel another handler consumes already.
+ * on a handler's invalid options or on a channel another handler consumes already. A load once
+ * the module's shutdown began resolves too, but subscribes none of the new modules' handlers (no
+ * handler consumes from then on): a warning names the module.
  */
 @Injectable()
 export class LazyModulesWatcher {
+  private readonly logger = new Logger('SequenceModule');
   /**
    * One exploration at a time: two loads that build the same import explore it once, and a
    * second handler of a channel is refused whichever load comes first.
@@ -35,13 +38,33 @@ export class LazyModulesWatcher {
   }
 
   private explore(moduleRef: ModuleRef): Promise<void> {
-    const explored = this.explorations.then(() =>
-      this.explorer.exploreLoaded(this.builtBy(moduleRef), (bindings) =>
-        this.lifecycle.addBindings(bindings),
-      ),
-    );
+    const explored = this.explorations.then(async () => {
+      const modules = this.builtBy(moduleRef);
+      // Not explored: binding a handler would register it with its pattern.
+      if (this.lifecycle.shuttingDown) {
+        return this.refuse(modules, this.explorer.handlersIn(modules));
+      }
+      await this.explorer.exploreLoaded(modules, async (bindings) => {
+        if (!(await this.lifecycle.addBindings(bindings))) {
+          this.refuse(
+            modules,
+            bindings.map((binding) => binding.definedBy),
+          );
+        }
+      });
+    });
     this.explorations = explored.catch(() => undefined);
     return explored;
+  }
+
+  /** Warns that the handlers of a module loaded once the shutdown began consume nothing. */
+  private refuse(modules: readonly NestModule[], handlers: readonly string[]): void {
+    if (handlers.length === 0) return;
+    this.logger.warn(
+      `${modules[0]?.name ?? 'a module'} was loaded after SequenceModule's shutdown began: its ` +
+        `handlers are not subscribed (${handlers.join(', ')}); no handler consumes once the ` +
+        'shutdown began',
+    );
   }
 
   /**

@@ -51,6 +51,8 @@ export class SequenceLifecycle
   private readonly logger = new Logger('SequenceModule');
   /** True from the moment the subscriptions are open until shutdown begins. */
   private running = false;
+  /** True once shutdown began: no handler is registered or subscribed after. */
+  private stopping = false;
   /** Set while the bootstrap runs: what it opens is `registry.all()` as of then. */
   private bootstrapping: Promise<void> | undefined;
   /** The bindings the bootstrap took to open. */
@@ -96,28 +98,41 @@ export class SequenceLifecycle
     }
   }
 
+  /** Whether shutdown began (`onModuleDestroy`): handlers added from then on are refused. */
+  get shuttingDown(): boolean {
+    return this.stopping;
+  }
+
   /**
    * Handlers bound after the explorer ran (a microservice's, when it listens): registered now, all
    * or none, so that a second consumer of a channel is refused; opened now when the module is
    * running (taken out again if they fail to open, so that listening can be tried again),
-   * otherwise with the others at bootstrap.
+   * otherwise with the others at bootstrap. Once shutdown began, refused: neither registered nor
+   * opened (taken out again, and what they opened closed, when shutdown overtakes the call).
+   * @returns `false` when refused because shutdown began; `true` otherwise
    * @throws SequenceHandlerConflictError when another handler already consumes a channel
    */
-  async addBindings(bindings: readonly ChannelBinding[]): Promise<void> {
+  async addBindings(bindings: readonly ChannelBinding[]): Promise<boolean> {
+    if (this.stopping) return false;
     this.registry.addAll(bindings);
     // A bootstrap under way may have taken them already, or not: wait for it, open the rest.
     await this.bootstrapping?.catch(() => undefined);
-    if (!this.running) return;
-    const rest = bindings.filter((binding) => !this.openedAtBootstrap.has(binding));
-    try {
-      await this.host.open(rest);
-    } catch (error) {
-      this.registry.removeAll(bindings);
-      throw error;
+    let opened = !this.stopping;
+    if (opened && this.running) {
+      const rest = bindings.filter((binding) => !this.openedAtBootstrap.has(binding));
+      try {
+        opened = await this.host.open(rest);
+      } catch (error) {
+        this.registry.removeAll(bindings);
+        throw error;
+      }
     }
+    if (!opened) this.registry.removeAll(bindings);
+    return opened;
   }
 
   async onModuleDestroy(): Promise<void> {
+    this.stopping = true;
     this.running = false;
     await this.host.close();
     await this.each('stopConsuming', (part) => part.stopConsuming?.());

@@ -36,11 +36,48 @@ import { bytes, eventually, makeFragments, publishAll } from '../support/sequenc
 
 class CapturingLogger implements LoggerService {
   readonly logs: string[] = [];
+  readonly warnings: string[] = [];
   log(message: unknown): void {
     this.logs.push(String(message));
   }
   error(): void {}
-  warn(): void {}
+  warn(message: unknown): void {
+    this.warnings.push(String(message));
+  }
+}
+
+/**
+ * An in-memory transport whose subscriptions to `heldChannel` wait for `release()`, and which
+ * counts those not closed.
+ */
+class HeldSubscribeTransport extends InMemoryTransport {
+  openOnHeldChannel = 0;
+  private opened!: () => void;
+  /** Resolves once a subscription to the held channel is waiting. */
+  readonly waiting = new Promise<void>((resolve) => (this.opened = resolve));
+  release!: () => void;
+  private readonly held = new Promise<void>((resolve) => (this.release = resolve));
+
+  constructor(private readonly heldChannel: string) {
+    super();
+  }
+
+  override async subscribe(
+    ...args: Parameters<InMemoryTransport['subscribe']>
+  ): ReturnType<InMemoryTransport['subscribe']> {
+    if (args[0] !== this.heldChannel) return super.subscribe(...args);
+    this.opened();
+    await this.held;
+    const subscription = await super.subscribe(...args);
+    this.openOnHeldChannel += 1;
+    return {
+      channel: subscription.channel,
+      close: async () => {
+        this.openOnHeldChannel -= 1;
+        await subscription.close();
+      },
+    };
+  }
 }
 
 @Injectable()
@@ -135,8 +172,8 @@ afterEach(async () => {
 async function start(
   providers: Array<new (...args: never[]) => unknown> = [],
   logger: LoggerService | false = false,
+  transport = new InMemoryTransport(),
 ) {
-  const transport = new InMemoryTransport();
   const moduleRef = await Test.createTestingModule({
     imports: [
       SequenceModule.forRoot({
@@ -324,5 +361,68 @@ describe('handlers of a module loaded lazily, once the application runs', () => 
     expect(archive.received).toEqual(['study 1']);
     await publishAll(transport, 'lazy.studies', makeFragments('after-close', bytes(10), 10));
     expect(transport.depth('lazy.studies')).toBe(1);
+  });
+});
+
+describe('a module loaded lazily once the shutdown began', () => {
+  it('resolves the load, subscribes none of its handlers and warns, naming the module', async () => {
+    @Injectable()
+    class Holding {
+      release!: () => void;
+      entered!: () => void;
+      readonly inCall = new Promise<void>((resolve) => (this.entered = resolve));
+      @SequencedHandler({ channel: 'lazy.holding' })
+      async hold(_study: ReassembledPayload): Promise<void> {
+        this.entered();
+        await new Promise<void>((resolve) => (this.release = resolve));
+      }
+    }
+    const logger = new CapturingLogger();
+    const { app, transport, load } = await start([Holding], logger);
+    apps.splice(apps.indexOf(app), 1);
+    const holding = app.get(Holding);
+    await app.get(SplitterService).send('lazy.holding', Buffer.from('held'));
+    await holding.inCall;
+    // The shutdown waits for the delivery in progress: it has begun, and is not over.
+    const closing = app.close();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+
+    const moduleRef = await load(ArchiveModule);
+
+    expect(logger.warnings).toEqual([
+      expect.stringMatching(
+        /^ArchiveModule was loaded after SequenceModule's shutdown began: its handlers are not subscribed \(StudyArchive\.archive\)/,
+      ),
+    ]);
+    expect(logger.logs.filter((line) => line.includes('lazy.studies'))).toEqual([]);
+    holding.release();
+    await closing;
+    await publishAll(transport, 'lazy.studies', makeFragments('after-close', bytes(10), 10));
+    expect(transport.depth('lazy.studies')).toBe(1);
+    expect(moduleRef.get(StudyArchive).received).toEqual([]);
+  });
+
+  it('closes a subscription of the load that the shutdown overtook, and warns', async () => {
+    const logger = new CapturingLogger();
+    const transport = new HeldSubscribeTransport('lazy.studies');
+    const { app, load } = await start([], logger, transport);
+    apps.splice(apps.indexOf(app), 1);
+
+    const loading = load(ArchiveModule);
+    await transport.waiting;
+    await app.close();
+    transport.release();
+    const moduleRef = await loading;
+
+    expect(transport.openOnHeldChannel).toBe(0);
+    await publishAll(transport, 'lazy.studies', makeFragments('after-close', bytes(10), 10));
+    await transport.whenIdle();
+    expect(transport.depth('lazy.studies')).toBe(1);
+    expect(moduleRef.get(StudyArchive).received).toEqual([]);
+    expect(logger.warnings).toEqual([
+      expect.stringMatching(
+        /^ArchiveModule was loaded after SequenceModule's shutdown began: its handlers are not subscribed \(StudyArchive\.archive\)/,
+      ),
+    ]);
   });
 });
