@@ -15,12 +15,7 @@ import {
   type ClaimLedgerCall,
 } from '../core/errors/claim-ledger-timeout.error';
 import type { PayloadStore } from '../ports/payload-store.port';
-import {
-  requeueCount,
-  type Disposition,
-  type InboundMessage,
-  type Transport,
-} from '../ports/transport.port';
+import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
 import {
   callHandlerWithRetry,
   handlerRejection,
@@ -49,14 +44,19 @@ import { carriesFragmentHeaders, headerText } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
 import { payloadReadRejection } from './payload-read-rejection';
+import {
+  CLAIM_LEDGER_UNAVAILABLE,
+  PAYLOAD_STORE_UNAVAILABLE,
+  storeRequeuesSpent,
+} from '../kernel/store-requeues';
 
 const ACK: Disposition = { action: 'ack' };
 
 /** A requeue for a store failure, with what failed: stripped before the transport sees it. */
 type StoreRequeue = Extract<Disposition, { action: 'requeue' }> & { readonly cause?: string };
 const UNAVAILABLE: ReadonlySet<string> = new Set([
-  'payload store unavailable',
-  'claim ledger unavailable',
+  PAYLOAD_STORE_UNAVAILABLE,
+  CLAIM_LEDGER_UNAVAILABLE,
 ]);
 
 /**
@@ -232,7 +232,7 @@ export class ClaimCheckReceiver {
       // lease it took has lapsed, and the redelivery takes it over (never two handlers: this
       // delivery runs none).
       void ledger.release(key, holder).catch(() => undefined);
-      return this.requeue('claim ledger unavailable', errorMessage(error));
+      return this.requeue(CLAIM_LEDGER_UNAVAILABLE, errorMessage(error));
     }
 
     const release = () => this.releaseWithin(key, holder); // lapses anyway
@@ -253,7 +253,7 @@ export class ClaimCheckReceiver {
       await release(); // in case it is still this holder's
       const lost = errorMessage(abortReason(lease.signal));
       this.logger.warn(`${channel}: requeued ${key.ticket}: ${lost}`);
-      return this.requeue('claim ledger unavailable', lost);
+      return this.requeue(CLAIM_LEDGER_UNAVAILABLE, lost);
     };
     let metadata: Readonly<Record<string, string>> | undefined;
     let unpublished = false;
@@ -270,7 +270,7 @@ export class ClaimCheckReceiver {
       this.logger.warn(
         `${channel}: the ${store.name} payload store failed; requeued: ${errorMessage(error)}`,
       );
-      return this.requeue('payload store unavailable', errorMessage(error));
+      return this.requeue(PAYLOAD_STORE_UNAVAILABLE, errorMessage(error));
     }
 
     // Found unpublished although its ticket is out: marked before its handler reads it, lest the
@@ -323,7 +323,7 @@ export class ClaimCheckReceiver {
         this.logger.warn(
           `${channel}: the handler could not read ${key.ticket}; requeued: ${readFailure.message}`,
         );
-        return this.requeue('payload store unavailable', readFailure.message);
+        return this.requeue(PAYLOAD_STORE_UNAVAILABLE, readFailure.message);
       }
       await keep(); // for its dead letter to be republished
       const { code, detail } = handlerRejection(`ticket ${key.ticket}`, outcome);
@@ -423,7 +423,7 @@ export class ClaimCheckReceiver {
       this.logger.error(
         `${consumer.channel}: ${key.ticket} was handled but not recorded; requeued: ${errorMessage(error)}`,
       );
-      return this.requeue('claim ledger unavailable', errorMessage(error));
+      return this.requeue(CLAIM_LEDGER_UNAVAILABLE, errorMessage(error));
     }
     // Before the ack: safe, since a redelivery now finds the group done in the ledger.
     if (deletesAfter(consumer, groups)) await this.deleteConsumed(store, ticket, consumer.channel);
@@ -604,32 +604,24 @@ export class ClaimCheckReceiver {
   }
 
   /**
-   * A store or ledger failure is requeued, but not forever: an error that is not an outage
-   * (corrupt metadata, a permission refused) would otherwise come back until the ticket expires.
-   * Once the message has been requeued `maxStoreRequeues` times (its `x-requeue-count`, which
-   * counts every delayed requeue, a busy lease's included), a store or ledger failure
-   * dead-letters it `store-unavailable`.
+   * A store or ledger failure is requeued, but not forever (see storeRequeuesSpent): once the
+   * message has been requeued `maxStoreRequeues` times, it is dead-lettered `store-unavailable`.
    */
   private boundedRequeue(
     disposition: Disposition,
     message: InboundMessage,
     channel: string,
   ): Disposition {
-    if (disposition.action !== 'requeue' || !UNAVAILABLE.has(disposition.reason ?? '')) {
-      return disposition;
-    }
+    const reason = disposition.action === 'requeue' ? disposition.reason : undefined;
+    if (reason === undefined || !UNAVAILABLE.has(reason)) return disposition;
     const { cause, ...requeue } = disposition as StoreRequeue;
-    const requeues = requeueCount(message.headers ?? {});
-    const { maxStoreRequeues } = this.options.tuning;
-    if (requeues < maxStoreRequeues) return requeue;
-    return this.reject(
-      channel,
-      'store-unavailable',
-      `${disposition.reason ?? 'unavailable'} after ${requeues} requeues of the message ` +
-        `(tuning.maxStoreRequeues is ${maxStoreRequeues})` +
-        (cause === undefined ? '' : `, last: ${cause}`) +
-        '; publish the message again from the dead-letter channel once the store answers',
+    const spent = storeRequeuesSpent(
+      message.headers ?? {},
+      reason,
+      cause,
+      this.options.tuning.maxStoreRequeues,
     );
+    return spent === undefined ? requeue : this.reject(channel, 'store-unavailable', spent);
   }
 
   /** A delayed requeue; `cause` (the store's error) is told in the dead letter should it be one. */
