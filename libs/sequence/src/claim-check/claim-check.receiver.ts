@@ -606,6 +606,7 @@ export class ClaimCheckReceiver {
   /**
    * A store or ledger failure is requeued, but not forever (see storeRequeuesSpent): once the
    * message has been requeued `maxStoreRequeues` times, it is dead-lettered `store-unavailable`.
+   * A fragment's parked body is bounded so by the reassembler already.
    */
   private boundedRequeue(
     disposition: Disposition,

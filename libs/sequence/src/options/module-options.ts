@@ -81,7 +81,8 @@ export interface TuningOptions {
    * Redeliveries a Claim Check message may have had (its `x-requeue-count`, any requeue counted:
    * a copy waiting on another delivery's lease too) when the payload store or the claim ledger
    * fails on it: then it is dead-lettered `store-unavailable` (at the default
-   * backpressureDelayMs, 1200 is about 10 minutes). @default 1200
+   * backpressureDelayMs, 1200 is about 10 minutes). So is a fragment sent `via: 'claim-check'`
+   * whose parked body cannot be read, on any consuming channel. @default 1200
    */
   maxStoreRequeues?: number;
   /** Resequencer hand-offs. */

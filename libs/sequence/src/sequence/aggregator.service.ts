@@ -31,6 +31,7 @@ import { SequenceTracing } from './sequence.tracing';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle, type FragmentIds } from './sequence.events';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
+import { PAYLOAD_STORE_UNAVAILABLE, storeRequeuesSpent } from '../kernel/store-requeues';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 
@@ -182,7 +183,12 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       return this.rejectFragment(channel, 'malformed-header', marking.problem);
     }
     if (marking.via === 'ticket') {
-      const resolved = await this.resolveParkedBody(channel, received, options.maxFragmentBytes);
+      const resolved = await this.resolveParkedBody(
+        channel,
+        received,
+        toHeaderRecord(message.headers),
+        options.maxFragmentBytes,
+      );
       if ('gone' in resolved) return this.parkedBodyGone(channel, message, resolved);
       if ('action' in resolved) return resolved;
       ({ body, parked: taken.parked } = resolved);
@@ -305,13 +311,16 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
   }
 
   /**
-   * The body of a fragment sent `via: 'claim-check'`: its ticket verified and its parked bytes
-   * read (and checked against the ticket). A refused ticket is dead-lettered like a bad fragment;
-   * an unreachable payload store requeues it.
+   * The body of a fragment sent `via: 'claim-check'` (its message carries the ticket): its
+   * ticket verified and its parked bytes read (and checked against the ticket). A refused ticket
+   * is dead-lettered like a bad fragment; a payload store that cannot be read (an outage, a read
+   * past `claimCheck.readTimeoutMs`) requeues it, as Claim Check does a ticket's message: once
+   * requeued `tuning.maxStoreRequeues` times, it is dead-lettered `store-unavailable`.
    */
   private async resolveParkedBody(
     channel: string,
     ticketBody: Buffer,
+    headers: Readonly<Record<string, unknown>>,
     maxFragmentBytes: number,
   ): Promise<{ body: Buffer; parked: TakenFragment } | ParkedBodyGone | Disposition> {
     try {
@@ -326,10 +335,14 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       }
       return { body: taken.body, parked: taken };
     } catch (error) {
-      this.logger.warn(
-        `${channel}: could not read a parked fragment body; requeued: ${errorMessage(error)}`,
-      );
-      return this.requeue('payload store unavailable');
+      const cause = errorMessage(error);
+      const { maxStoreRequeues } = this.options.tuning;
+      const spent = storeRequeuesSpent(headers, PAYLOAD_STORE_UNAVAILABLE, cause, maxStoreRequeues);
+      if (spent !== undefined) {
+        return this.rejectFragment(channel, 'store-unavailable', spent, fragmentIdsIn(headers));
+      }
+      this.logger.warn(`${channel}: could not read a parked fragment body; requeued: ${cause}`);
+      return this.requeue(PAYLOAD_STORE_UNAVAILABLE);
     }
   }
 
@@ -424,6 +437,16 @@ interface ParkedBodyGone {
 
 /** What the sequence store holds of a fragment's position (see `storeHas`). */
 type StoredPosition = 'has' | 'lacks' | 'delivering' | 'undelivered';
+
+/** The fragment's sequence id and position, when its headers are whole; else undefined. */
+function fragmentIdsIn(headers: Readonly<Record<string, unknown>>): FragmentIds | undefined {
+  try {
+    const { sequenceId, position } = parseFragmentHeaders(headers);
+    return { sequenceId, position };
+  } catch {
+    return undefined;
+  }
+}
 
 /** Headers as an object, whatever the subscriber handed over (amqplib gives undefined for none). */
 function toHeaderRecord(headers: unknown): Readonly<Record<string, unknown>> {

@@ -53,7 +53,10 @@ export type RejectionCode =
   | 'unknown-payload-store'
   /** Claim Check: the payload the ticket names is gone (released, swept) or never was. */
   | 'claim-check-not-found'
-  /** Claim Check: the payload store or claim ledger failed on a message requeued `maxStoreRequeues` times. */
+  /**
+   * Claim Check: the payload store or claim ledger failed on a message requeued `maxStoreRequeues`
+   * times: a ticket's, or a fragment's sent `via: 'claim-check'` (its parked body unreadable).
+   */
   | 'store-unavailable'
   /** Resequencer: the event's key or sequence number is missing or invalid. */
   | 'invalid-resequence-event'
