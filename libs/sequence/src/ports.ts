@@ -16,8 +16,10 @@ export type {
   Subscription,
   Transport,
 } from './ports/transport.port';
+export type { FinalRefusal } from './ports/transport.port';
 export {
   defaultDeadLetterChannel,
+  isFinalRefusal,
   MAX_PREFETCH,
   REQUEUE_COUNT_HEADER,
   requeueCount,

@@ -6,6 +6,7 @@ import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import type { ResolvedPublishPolicy } from '../options/resolved-options';
 import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
 import { delay } from '../core/async';
+import { isUnsendable } from '../ports/transport.port';
 import { backoff, publishWithRetry } from './publish-with-retry';
 
 /** A publish policy: `confirmTimeoutMs` and the retry fields, flat, over these defaults. */
@@ -241,6 +242,22 @@ describe('publishWithRetry', () => {
     expect(outcome.attempts).toBe(1);
     expect((outcome as { error: unknown }).error).toBeInstanceOf(MessageTooLargeError);
     expect(small.attempts).toHaveLength(1);
+  });
+
+  it('does not retry a publish the transport refused for good before sending', async () => {
+    const refusal = Object.assign(new Error('the stream refuses this publish'), {
+      finalRefusal: true as const,
+    });
+    transport.beforePublish = () => {
+      throw refusal;
+    };
+
+    const outcome = await publishWithRetry(transport, 'q', Buffer.from('a'), {}, policy());
+
+    expect(outcome).toEqual({ ok: false, attempts: 1, error: refusal, maybeDelivered: false });
+    expect(transport.attempts).toHaveLength(1);
+    // Not a message no transport can send: its callers keep it rather than dead-letter it.
+    expect(isUnsendable(refusal)).toBe(false);
   });
 
   it('does not retry a reply its closed reply channel refused', async () => {

@@ -3,7 +3,12 @@ import { errorMessage } from '../core/errors/caught';
 import { PublishRejectedError } from '../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../core/errors/publish-timeout.error';
 import { delay, withTimeout } from '../core/async';
-import { isUnsendable, type PublishOptions, type Transport } from '../ports/transport.port';
+import {
+  isFinalRefusal,
+  isUnsendable,
+  type PublishOptions,
+  type Transport,
+} from '../ports/transport.port';
 import type { ResolvedPublishPolicy } from '../options/resolved-options';
 import { withTraceHeaders } from './tracing/message-spans';
 
@@ -12,9 +17,11 @@ import { withTraceHeaders } from './tracing/message-spans';
  * jitter. The timeout is enforced here too, so a transport that never answers cannot hang a send.
  * Reports the last error once `attempts` are spent; a message no retry can send (`isUnsendable`:
  * too large, or headers the transport cannot encode; a reply whose reply channel is closed) is
- * not retried. `mayAttempt`, when given, is asked before each attempt with the longest the
- * attempt may take, and before each backoff with that wait added: false ends the retries there
- * (a resequencer's drain lease that would lapse before the confirm, a module that stops).
+ * not retried, nor a publish the transport refused before sending for its configuration
+ * (`isFinalRefusal`): its error is reported at once. `mayAttempt`, when given, is asked before
+ * each attempt with the longest the attempt may take, and before each backoff with that wait
+ * added: false ends the retries there (a resequencer's drain lease that would lapse before the
+ * confirm, a module that stops).
  */
 export async function publishWithRetry(
   transport: Transport,
@@ -50,6 +57,7 @@ export async function publishWithRetry(
       lastError = error;
       if (
         isUnsendable(error) ||
+        isFinalRefusal(error) ||
         replyChannelGone(transport, channel, error) ||
         attempt >= policy.retry.attempts
       ) {

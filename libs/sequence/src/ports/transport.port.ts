@@ -138,7 +138,9 @@ export interface ReplyChannelOptions {
  *   confirm). It rejects with `PublishRejectedError` when the broker refuses the message (a
  *   negative confirm), with `MessageTooLargeError` when body plus headers exceed
  *   `maxMessageBytes`, with `InvalidHeaderError` for headers the adapter cannot encode (nothing
- *   sent), and with `PublishTimeoutError` after `timeoutMs`. Bodies travel byte-exact;
+ *   sent), and with `PublishTimeoutError` after `timeoutMs`. A publish the transport's or the
+ *   broker's configuration refuses before anything is sent, so that no retry can change it,
+ *   rejects with an error marked {@link FinalRefusal}. Bodies travel byte-exact;
  *   header values (string, number, boolean) keep their type and value.
  * - Publishes with `resend: false` to one channel, made one after another without waiting for
  *   the earlier ones' confirms, reach it in the order they were made, but for those that fail;
@@ -301,6 +303,31 @@ export function toDisposition(outcome: unknown): Disposition {
  */
 export function isUnsendable(error: unknown): boolean {
   return error instanceof MessageTooLargeError || error instanceof InvalidHeaderError;
+}
+
+/**
+ * The mark of an error a transport's `publish` rejects with when it refused the publish before
+ * sending anything, for a reason of configuration that no retry can change (NATS JetStream: a
+ * stream whose `duplicate_window` the publish's `timeoutMs` reaches, a stream it cannot declare).
+ * See {@link isFinalRefusal}.
+ */
+export interface FinalRefusal {
+  readonly finalRefusal: true;
+}
+
+/**
+ * True for a `publish` rejection marked {@link FinalRefusal}: nothing was sent, and sending again
+ * would be refused the same way until the configuration changes. Unlike a message no transport
+ * can send (too large, headers it cannot encode), the message itself is fine: a caller fails the
+ * publish at once, with the transport's error, and keeps the message (requeues it, reports the
+ * failure) rather than dead-lettering it.
+ */
+export function isFinalRefusal(error: unknown): boolean {
+  return (
+    typeof error === 'object' &&
+    error !== null &&
+    (error as Partial<FinalRefusal>).finalRefusal === true
+  );
 }
 
 /**

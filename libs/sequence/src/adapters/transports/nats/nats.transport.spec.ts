@@ -17,7 +17,15 @@ import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
-import { headerBytes, type Disposition, type InboundMessage } from '../../../ports/transport.port';
+import {
+  headerBytes,
+  isFinalRefusal,
+  isUnsendable,
+  type Disposition,
+  type InboundMessage,
+} from '../../../ports/transport.port';
+import { publishWithRetry } from '../../../kernel/publish-with-retry';
+import type { ResolvedPublishPolicy } from '../../../options/resolved-options';
 import { NatsDuplicateWindowError } from './errors/nats-duplicate-window.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, nanos, natsHeaders, type NatsConnection } from './nats.client';
@@ -29,6 +37,12 @@ import { NatsTransport } from './nats.transport';
 import { payloadsAssembledInPlace } from './nats-payload-reads';
 
 const ACK: Disposition = { action: 'ack' };
+/** Four attempts, a confirm timeout past a short duplicate window: what a pattern publishes with. */
+const RETRYING_POLICY: ResolvedPublishPolicy = {
+  confirmTimeoutMs: 10_000,
+  inFlight: 1,
+  retry: { attempts: 4, baseDelayMs: 200, maxDelayMs: 1_000 },
+};
 
 describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
   let admin: NatsConnection;
@@ -835,6 +849,27 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       ).rejects.toBeInstanceOf(NatsDuplicateWindowError);
     });
 
+    it('fails a publish with retries at once: a final refusal, not an unsendable message', async () => {
+      const channel = newChannel();
+      const stream = await handMadeStream(channel, 1_000);
+
+      const outcome = await publishWithRetry(
+        transport,
+        channel,
+        Buffer.from('m'),
+        {},
+        RETRYING_POLICY,
+      );
+
+      expect(outcome).toMatchObject({ ok: false, attempts: 1, maybeDelivered: false });
+      const { error } = outcome as { error: unknown };
+      expect(error).toBeInstanceOf(NatsDuplicateWindowError);
+      expect(isFinalRefusal(error)).toBe(true);
+      // A resequencer or an outbox would dead-letter an unsendable message: this one is fine.
+      expect(isUnsendable(error)).toBe(false);
+      expect((await jsm.streams.info(stream)).state.messages).toBe(0);
+    });
+
     it('still dead-letters into a dead-letter stream of a shorter window', async () => {
       const channel = newChannel();
       const deadLetters = await handMadeStream(`${channel}.dlq`, 1_000);
@@ -847,6 +882,41 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         stored = (await jsm.streams.info(deadLetters)).state.messages;
       }
       expect(stored).toBe(1);
+    });
+  });
+
+  describe('a channel whose stream cannot be declared', () => {
+    it('fails a publish with retries at once when a stream of its name takes other subjects', async () => {
+      const channel = newChannel();
+      const stream = streamName('NSEQ_', channel);
+      await jsm.streams.add({ name: stream, subjects: [`${channel}.other`] });
+
+      const outcome = await publishWithRetry(
+        transport,
+        channel,
+        Buffer.from('m'),
+        {},
+        RETRYING_POLICY,
+      );
+
+      expect(outcome).toMatchObject({ ok: false, attempts: 1, maybeDelivered: false });
+      const { error } = outcome as { error: unknown };
+      expect(error).toBeInstanceOf(NatsTopologyError);
+      expect(isFinalRefusal(error)).toBe(true);
+      expect(isUnsendable(error)).toBe(false);
+    });
+
+    it('fails a publish with retries at once to a channel that cannot be a subject', async () => {
+      const outcome = await publishWithRetry(
+        transport,
+        'nats-spec.*',
+        Buffer.from('m'),
+        {},
+        RETRYING_POLICY,
+      );
+
+      expect(outcome).toMatchObject({ ok: false, attempts: 1 });
+      expect((outcome as { error: unknown }).error).toBeInstanceOf(NatsTopologyError);
     });
   });
 

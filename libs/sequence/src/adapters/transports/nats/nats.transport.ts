@@ -507,6 +507,7 @@ export class NatsTransport implements Transport {
             `the JetStream cluster had no leader for ${timeoutMs} ms (publishTimeoutMs): ` +
               `${errorMessage(error)}; try again once a quorum of its nodes runs`,
             error as Error,
+            false,
           );
         }
         await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, deadline - Date.now())));

@@ -1,12 +1,15 @@
 import { SequenceError } from '../../../../core/errors/sequence.error';
+import type { FinalRefusal } from '../../../../ports/transport.port';
 
 /**
  * A publish could be sent again after its stream's `duplicate_window` closed: its `timeoutMs`
  * (how long it resends without a PubAck, with the same `Nats-Msg-Id`) reaches the window, and a
  * resend the stream no longer recognises would be stored a second time. Nothing was sent.
+ * Final for a publish's retries (see `isFinalRefusal`): each would be refused the same way.
  */
-export class NatsDuplicateWindowError extends SequenceError {
+export class NatsDuplicateWindowError extends SequenceError implements FinalRefusal {
   readonly code = 'duplicate-window-too-short' as const;
+  readonly finalRefusal = true as const;
 
   constructor(
     /** The channel published to. */
