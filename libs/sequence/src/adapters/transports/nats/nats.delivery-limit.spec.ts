@@ -42,7 +42,7 @@ describe('NatsDeliveryLimitWatch retries', () => {
       deadLettered: () => undefined,
       logger: { error: (message: string) => errors.push(message) } as unknown as Logger,
       publishTimeoutMs: PUBLISH_TIMEOUT_MS,
-      duplicateWindowMs: WINDOW_MS,
+      duplicateWindowMs: () => WINDOW_MS,
     });
     watch.start();
     const giveUp = () =>

@@ -39,8 +39,12 @@ export interface NatsDeliveryLimitSettings {
   readonly logger: Logger;
   /** How long one publish may take, retries included (the transport's `publishTimeoutMs`). */
   readonly publishTimeoutMs: number;
-  /** The dead-letter stream's duplicate window (the transport's `duplicateWindowMs`). */
-  readonly duplicateWindowMs: number;
+  /**
+   * The dead-letter stream's `duplicate_window` as the server reports it (an existing stream may
+   * have a shorter one than the transport's `duplicateWindowMs`); asked before each try. One
+   * publish is sent again only within it, for at most the window less 1 ms.
+   */
+  readonly duplicateWindowMs: () => number;
 }
 
 /**
@@ -160,13 +164,16 @@ export class NatsDeliveryLimitWatch {
         const msgId = forwardMsgId('dead-letter', storedKey(stream, stored));
         const now = performance.now();
         firstPublish ??= now;
-        if (now + this.settings.publishTimeoutMs > firstPublish + this.settings.duplicateWindowMs) {
+        const windowMs = this.settings.duplicateWindowMs();
+        // How long this try may go on sending: the publish stops resending within the window.
+        const tryMs = Math.min(this.settings.publishTimeoutMs, windowMs - 1);
+        if (now + tryMs > firstPublish + windowMs) {
           this.left(
             sequence,
             headers,
             `${reason}; one more try could be stored after the dead-letter stream's duplicate ` +
-              `window (${this.settings.duplicateWindowMs} ms), a second copy of one an earlier ` +
-              `try may have stored without its confirm: look in ${deadLetterChannel} first`,
+              `window (${windowMs} ms), a second copy of one an earlier try may have stored ` +
+              `without its confirm: look in ${deadLetterChannel} first`,
           );
           return;
         }

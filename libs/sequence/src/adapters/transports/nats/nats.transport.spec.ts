@@ -849,6 +849,53 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
       ).rejects.toBeInstanceOf(NatsDuplicateWindowError);
     });
 
+    it("moves a message given up at max_deliver with no retry past its dead-letter stream's window", async () => {
+      // Every PubAck of a dead letter lost after the server stored it: each try of the watch
+      // that moves the message times out, its dead letter perhaps stored.
+      const nc = await connectNats({ servers: SERVERS.nats.url });
+      let deadLetterSubject = '';
+      const lossy = new Proxy(nc, {
+        get(target, property) {
+          if (property === 'request') {
+            return (subject: string, ...rest: unknown[]) => {
+              const answer = (
+                target as unknown as { request(...args: unknown[]): Promise<unknown> }
+              ).request(subject, ...rest);
+              if (subject !== deadLetterSubject) return answer;
+              return answer.then(() => Promise.reject(new Error('the PubAck was lost')));
+            };
+          }
+          const value: unknown = Reflect.get(target, property);
+          return typeof value === 'function' ? (value.bind(target) as unknown) : value;
+        },
+      });
+      const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+      await transport.close();
+      // duplicateWindowMs stays 120 s: the dead-letter stream, made by hand, keeps 1 s.
+      transport = new NatsTransport(lossy, { maxDeliver: 2, ackWaitMs: 1_000 });
+      try {
+        const channel = newChannel();
+        deadLetterSubject = `${channel}.dlq`;
+        const deadLetters = await handMadeStream(deadLetterSubject, 1_000);
+        await transport.publish(channel, Buffer.from('stranded'), {});
+        await strand(channel, 2);
+        await transport.subscribe(channel, async () => ACK);
+
+        const left = () =>
+          error.mock.calls
+            .map(([line]) => String(line))
+            .find((line) => /reached its max_deliver and could not be dead-lettered/.test(line));
+        await eventually(() => left() !== undefined, 'the message left', 20_000);
+        // One try stored it (its PubAck lost); none was sent after the window to store it again.
+        expect((await jsm.streams.info(deadLetters)).state.messages).toBe(1);
+        expect(left()).toMatch(/duplicate window \(1000 ms\)/);
+      } finally {
+        error.mockRestore();
+        await transport.close();
+        await nc.close();
+      }
+    }, 30_000);
+
     it('fails a publish with retries at once: a final refusal, not an unsendable message', async () => {
       const channel = newChannel();
       const stream = await handMadeStream(channel, 1_000);

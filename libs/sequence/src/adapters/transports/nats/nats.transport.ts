@@ -576,7 +576,10 @@ export class NatsTransport implements Transport {
             deadLettered: (reason) => this.toldDeadLetter(channel, reason),
             logger: this.logger,
             publishTimeoutMs: this.settings.publishTimeoutMs,
-            duplicateWindowMs: this.settings.duplicateWindowMs,
+            // The stream's own once declared: one made by hand may have a shorter window.
+            duplicateWindowMs: () =>
+              this.topology.duplicateWindowMs(this.topology.stream(deadLetterChannel)) ??
+              this.settings.duplicateWindowMs,
           });
     const { release } = own;
     const subscription = new NatsSubscription({
