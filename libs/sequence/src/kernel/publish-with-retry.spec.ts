@@ -7,6 +7,8 @@ import type { ResolvedPublishPolicy } from '../options/resolved-options';
 import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
 import { delay } from '../core/async';
 import { isUnsendable } from '../ports/transport.port';
+import { PartitionCountMismatchError } from '../core/errors/partition-count-mismatch.error';
+import { inMemoryPartitionQueue } from '../adapters/transports/in-memory/in-memory.transport';
 import { backoff, publishWithRetry } from './publish-with-retry';
 
 /** A publish policy: `confirmTimeoutMs` and the retry fields, flat, over these defaults. */
@@ -258,6 +260,25 @@ describe('publishWithRetry', () => {
     expect(transport.attempts).toHaveLength(1);
     // Not a message no transport can send: its callers keep it rather than dead-letter it.
     expect(isUnsendable(refusal)).toBe(false);
+  });
+
+  it('does not retry a publish to a partitioned channel declared with another count', async () => {
+    await inner.subscribe('parts', async () => ({ action: 'ack' }), { partitions: 4 });
+
+    const outcome = await publishWithRetry(
+      transport,
+      'parts',
+      Buffer.from('a'),
+      {},
+      policy(),
+      undefined,
+      { index: 0, count: 2 },
+    );
+
+    expect(outcome.ok).toBe(false);
+    expect(outcome.attempts).toBe(1);
+    expect((outcome as { error: unknown }).error).toBeInstanceOf(PartitionCountMismatchError);
+    expect(inner.depth(inMemoryPartitionQueue('parts', 0))).toBe(0);
   });
 
   it('does not retry a reply its closed reply channel refused', async () => {

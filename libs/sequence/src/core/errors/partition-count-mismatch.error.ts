@@ -2,10 +2,13 @@ import { SequenceError } from './sequence.error';
 
 /**
  * A partitioned channel was declared with one partition count and is published to, or subscribed
- * to, with another: producers and consumers of a channel must agree on its `partitions`.
+ * to, with another: producers and consumers of a channel must agree on its `partitions`. A
+ * publish refused so sends nothing and is not retried (a final refusal, see the Transport port):
+ * only a change of configuration helps.
  */
 export class PartitionCountMismatchError extends SequenceError {
   readonly code = 'partition-count-mismatch' as const;
+  readonly finalRefusal = true as const;
 
   constructor(
     readonly channel: string,
