@@ -59,6 +59,22 @@ describe('ChannelRegistry', () => {
     expect(registry.get('c')).toMatchObject({ definedBy: 'A.x, B.y', prefetch: 8 });
   });
 
+  it('takes bindings out again leaving a shared channel they joined with the handlers it had', () => {
+    const registry = new ChannelRegistry();
+    const eager = binding({ kind: '@InboxHandler', shared: true, definedBy: 'A.x', prefetch: 32 });
+    registry.add(eager);
+
+    const takeOut = registry.addAll([
+      binding({ kind: '@InboxHandler', shared: true, definedBy: 'B.y', prefetch: 8 }),
+      binding({ channel: 'd', definedBy: 'B.z' }),
+    ]);
+    expect(registry.get('c')).toMatchObject({ definedBy: 'A.x, B.y' });
+    takeOut();
+
+    expect(registry.get('c')).toBe(eager);
+    expect(registry.get('d')).toBeUndefined();
+  });
+
   it('refuses a shared binding on a channel that another kind consumes', () => {
     const registry = new ChannelRegistry();
     registry.add(binding({ kind: '@Resequenced', definedBy: 'A.x' }));

@@ -45,11 +45,13 @@ export class ChannelRegistry {
   }
 
   /**
-   * Adds every binding or none: one refused leaves the registry as it was.
+   * Adds every binding or none: one refused leaves the registry as it was. Answers what takes
+   * them out again (handlers that failed to open, or came too late): their channels as they were
+   * before, so that a shared channel they joined keeps the handlers it had.
    * @throws SequenceHandlerConflictError when another handler already consumes a channel
    * @throws SequenceOptionsError when a binding dead-letters into its own channel
    */
-  addAll(bindings: readonly ChannelBinding[]): void {
+  addAll(bindings: readonly ChannelBinding[]): () => void {
     const before = new Map(this.byChannel);
     try {
       for (const binding of bindings) this.add(binding);
@@ -58,11 +60,13 @@ export class ChannelRegistry {
       for (const [channel, binding] of before) this.byChannel.set(channel, binding);
       throw error;
     }
-  }
-
-  /** Takes the bindings out again (a microservice that failed to open them). */
-  removeAll(bindings: readonly ChannelBinding[]): void {
-    for (const { channel } of bindings) this.byChannel.delete(channel);
+    return () => {
+      for (const { channel } of bindings) {
+        const previous = before.get(channel);
+        if (previous) this.byChannel.set(channel, previous);
+        else this.byChannel.delete(channel);
+      }
+    };
   }
 
   get(channel: string): ChannelBinding | undefined {

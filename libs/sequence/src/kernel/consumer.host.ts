@@ -73,6 +73,11 @@ export class ConsumerHost {
     return false;
   }
 
+  /** Whether a subscription of the host consumes `channel` now. */
+  consumes(channel: string): boolean {
+    return this.subscriptions.some((subscription) => subscription.channel === channel);
+  }
+
   /** Those of `opened` still in the host's list, taken out of it (close took the others). */
   private takeBack(opened: readonly Subscription[]): Subscription[] {
     const taken = opened.filter((subscription) => this.subscriptions.includes(subscription));

@@ -114,20 +114,24 @@ export class SequenceLifecycle
    */
   async addBindings(bindings: readonly ChannelBinding[]): Promise<boolean> {
     if (this.stopping) return false;
-    this.registry.addAll(bindings);
+    const takeOut = this.registry.addAll(bindings);
     // A bootstrap under way may have taken them already, or not: wait for it, open the rest.
     await this.bootstrapping?.catch(() => undefined);
     let opened = !this.stopping;
     if (opened && this.running) {
-      const rest = bindings.filter((binding) => !this.openedAtBootstrap.has(binding));
+      // A shared channel already consumed (an inbox handler joining another's) needs no second
+      // subscription: its consumer dispatches to every handler of the channel.
+      const rest = bindings.filter(
+        (binding) => !this.openedAtBootstrap.has(binding) && !this.host.consumes(binding.channel),
+      );
       try {
         opened = await this.host.open(rest);
       } catch (error) {
-        this.registry.removeAll(bindings);
+        takeOut();
         throw error;
       }
     }
-    if (!opened) this.registry.removeAll(bindings);
+    if (!opened) takeOut();
     return opened;
   }
 

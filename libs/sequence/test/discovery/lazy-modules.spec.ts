@@ -80,6 +80,30 @@ class HeldSubscribeTransport extends InMemoryTransport {
   }
 }
 
+/** An in-memory transport that counts the subscriptions opened, and not closed, per channel. */
+class CountingSubscribeTransport extends InMemoryTransport {
+  private readonly open = new Map<string, number>();
+
+  subscribed(channel: string): number {
+    return this.open.get(channel) ?? 0;
+  }
+
+  override async subscribe(
+    ...args: Parameters<InMemoryTransport['subscribe']>
+  ): ReturnType<InMemoryTransport['subscribe']> {
+    const channel = args[0];
+    const subscription = await super.subscribe(...args);
+    this.open.set(channel, this.subscribed(channel) + 1);
+    return {
+      channel: subscription.channel,
+      close: async () => {
+        this.open.set(channel, this.subscribed(channel) - 1);
+        await subscription.close();
+      },
+    };
+  }
+}
+
 @Injectable()
 class StudyArchive {
   readonly received: string[] = [];
@@ -269,6 +293,36 @@ describe('handlers of a module loaded lazily, once the application runs', () => 
     expect(logger.logs.filter((line) => line.includes('lazy.studies'))).toEqual([
       expect.stringMatching(/^StudyArchive\.archive consumes sequences from lazy\.studies/),
     ]);
+  });
+
+  it('@InboxHandler on a channel an eager inbox handler consumes: joins its subscription, opens no second one', async () => {
+    @Injectable()
+    class TaskRestore {
+      readonly received: string[] = [];
+      @InboxHandler({ command: 'RestoreTask', channel: 'lazy.commands' })
+      async restore(command: OutboxCommand): Promise<void> {
+        this.received.push(command.id);
+      }
+    }
+    @Module({ providers: [TaskRestore] })
+    class TaskRestoreModule {}
+    const transport = new CountingSubscribeTransport();
+    const { app, load } = await start([TaskArchive], false, transport);
+    expect(transport.subscribed('lazy.commands')).toBe(1);
+
+    const moduleRef = await load(TaskRestoreModule);
+    for (const [id, type] of [
+      ['restore-1', 'RestoreTask'],
+      ['archive-1', 'ArchiveTask'],
+    ]) {
+      const command = inboxMessage('command', id, type);
+      await transport.publish('lazy.commands', command.body, command.headers);
+    }
+
+    const restore = moduleRef.get(TaskRestore);
+    await eventually(() => restore.received.length === 1, 'the lazy handler to receive');
+    await eventually(() => app.get(TaskArchive).received.length === 1, 'the eager one to receive');
+    expect(transport.subscribed('lazy.commands')).toBe(1);
   });
 
   it('fails the load when a handler takes a channel another handler consumes, naming both', async () => {
