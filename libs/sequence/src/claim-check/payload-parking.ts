@@ -108,7 +108,8 @@ export class PayloadParking implements OnApplicationShutdown {
    * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
    * orphan-to-be until `markPublished` (see OrphanSweeper).
    * @throws ClaimTicketInvalidError (`expired`) when storing took past the ticket's ttl: the
-   * payload is deleted again; the store's error when a slow upload could not be marked published
+   * payload is deleted again; the store's error, or PayloadStoreTimeoutError past
+   * `readTimeoutMs`, when a slow upload could not be marked published
    */
   async park(
     payload: Buffer | Readable,
@@ -165,7 +166,8 @@ export class PayloadParking implements OnApplicationShutdown {
       // A ticket that cannot be made (a store's ref too long for one, say, or one that expired
       // while the payload was stored) leaves a payload no one can claim, and a checked-in one no
       // sweeper takes before its expiry: delete it now. So does a slow upload left unmarked.
-      await store.delete(ref).catch(() => undefined);
+      // Unanswered, it is left to the orphan sweeper (or, marked, to its expiry).
+      await this.storeCallWithin(store, ref, 'delete', store.delete(ref)).catch(() => undefined);
       throw error;
     }
     this.metrics.checkedIn(store.name, digest.bytes);
@@ -180,7 +182,8 @@ export class PayloadParking implements OnApplicationShutdown {
    * could delete the payload while its ticket is on its way. Such a payload is marked published
    * before its ticket is sent: a failed publish still deletes it (`settle`), and a process that
    * dies before then leaves it to its expiry instead.
-   * @throws the store's error, or ClaimCheckNotFoundError when it was swept already
+   * @throws the store's error, PayloadStoreTimeoutError when it did not answer within
+   * `readTimeoutMs`, or ClaimCheckNotFoundError when it was swept already
    */
   private async markIfStoredSlowly(
     store: PayloadStore,
@@ -188,7 +191,13 @@ export class PayloadParking implements OnApplicationShutdown {
     startedAt: number,
   ): Promise<void> {
     if (Date.now() - startedAt < this.options.orphanGraceMs / 2) return;
-    if (!(await store.markPublished(ref))) throw new ClaimCheckNotFoundError(store.name, ref);
+    const marked = await this.storeCallWithin(
+      store,
+      ref,
+      'markPublished',
+      store.markPublished(ref),
+    );
+    if (!marked) throw new ClaimCheckNotFoundError(store.name, ref);
   }
 
   /**
@@ -277,8 +286,9 @@ export class PayloadParking implements OnApplicationShutdown {
   }
 
   /**
-   * A consumer's `markPublished` or `delete` on `store`, given up on after `readTimeoutMs`
-   * (`PayloadStoreTimeoutError`): a store that stopped answering must not hold the message.
+   * A `markPublished` or `delete` on `store` (a consumer's, or a publish's after its upload),
+   * given up on after `readTimeoutMs` (`PayloadStoreTimeoutError`): a store that stopped
+   * answering must not hold the message, nor the publish.
    */
   storeCallWithin<T>(
     store: PayloadStore,
@@ -311,14 +321,15 @@ export class PayloadParking implements OnApplicationShutdown {
   /**
    * After the ticket's publish: marks the payload published (a few tries: unmarked, it would be
    * swept as an orphan after `orphanGraceMs`), or deletes it when the publish failed (else the
-   * orphan sweeper will). Never throws; failures are logged.
+   * orphan sweeper will). Never throws; failures are logged. Each store call is given up on
+   * after `readTimeoutMs`, and counts as failed: a store that stopped answering delays the
+   * publish by that much at most.
    */
   async settle(ticket: ClaimTicket, published: boolean): Promise<void> {
     const store = this.storeNamed(ticket.store);
     const what = `${store.name}:${ticket.ref}`;
     if (!published) {
-      await store
-        .delete(ticket.ref)
+      await this.storeCallWithin(store, ticket.ref, 'delete', store.delete(ticket.ref))
         .then((deleted) => {
           const channel = audienceChannel(ticket.audience?.[0] ?? '');
           if (deleted) this.lifecycle.deleted(channel, store.name, ticket.ref, 'publish-failed');
@@ -373,10 +384,15 @@ export class PayloadParking implements OnApplicationShutdown {
     }
   }
 
+  /**
+   * A few quick tries of the mark; resolves whether it was made. A store that does not answer
+   * one within `readTimeoutMs` gets no quick retry: it would not answer the next in 100 ms.
+   */
   private async tryMarkPublished(store: PayloadStore, ref: string): Promise<boolean> {
     for (let attempt = 1; attempt <= 3; attempt++) {
       try {
-        if (!(await store.markPublished(ref))) {
+        const marked = this.storeCallWithin(store, ref, 'markPublished', store.markPublished(ref));
+        if (!(await marked)) {
           // Gone before its ticket's publish was confirmed. Most often its consumers were faster
           // than the confirm: they handled the ticket and deleted the payload (its retention).
           // Otherwise it was swept as an orphan or deleted by hand, and its consumers will find
@@ -390,11 +406,11 @@ export class PayloadParking implements OnApplicationShutdown {
         }
         return true;
       } catch (error) {
-        if (attempt === 3) {
+        if (attempt === 3 || error instanceof PayloadStoreTimeoutError) {
           this.logger.warn(`could not mark ${store.name}:${ref} published: ${errorMessage(error)}`);
-        } else {
-          await delay(100 * attempt);
+          return false;
         }
+        await delay(100 * attempt);
       }
     }
     return false;

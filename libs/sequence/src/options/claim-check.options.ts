@@ -64,7 +64,10 @@ export interface ClaimCheckOptions {
    * does not count). Past it the read fails with `PayloadReadTimeoutError` and what it opened is
    * destroyed; the message is requeued as for a store outage, then dead-lettered
    * `store-unavailable` after `tuning.maxStoreRequeues`. Raise it for a store whose first byte
-   * may come slowly. @default 30000 (30 s)
+   * may come slowly. It also bounds each `markPublished` and `delete`, a consumer's or a
+   * publish's (`PayloadStoreTimeoutError`), which then counts as failed: a delete is left to the
+   * sweeper or the payload's expiry, a mark is tried again, and `publish()` waits that long at
+   * most for the mark after its ticket's confirm. @default 30000 (30 s)
    */
   readTimeoutMs?: number;
   /**

@@ -1,14 +1,18 @@
 import { SequenceError } from './sequence.error';
 
-/** A payload store call a consumer makes besides reading the payload. */
+/** A payload store call besides `put` and the reads: a consumer's, or a publish's. */
 export type PayloadStoreCall = 'markPublished' | 'delete';
 
 /**
- * A payload store did not answer a consumer's `markPublished` (of a payload its sender left
- * unmarked) or its `delete` (of a payload its consumers are done with) within
- * `claimCheck.readTimeoutMs`. The call was abandoned, and treated as one that failed: the mark
- * is tried again after the handler, the delete left to the orphan sweeper at the payload's
- * expiry. The message is not held for it.
+ * A payload store did not answer a `markPublished` or a `delete` within
+ * `claimCheck.readTimeoutMs`. The call was abandoned (it may still land), and treated as one that
+ * failed. A consumer's: the mark (of a payload its sender left unmarked) is tried again after the
+ * handler, the delete (of a payload its consumers are done with)
+ * left to the sweeper or the payload's expiry; the message is not held for it. A publish's: the
+ * mark after its ticket's confirm is tried again in the background, the delete after a failed
+ * publish left to the orphan sweeper; the publish is not held for it. Thrown to the caller only
+ * by a publish whose slow upload could not be marked before its ticket went out (no ticket was
+ * published).
  */
 export class PayloadStoreTimeoutError extends SequenceError {
   readonly code = 'payload-store-timeout' as const;

@@ -1,0 +1,240 @@
+import { Logger } from '@nestjs/common';
+import { Redis } from 'ioredis';
+import { Readable } from 'node:stream';
+import { ClaimCheckPublishError, SplitterService } from 'nest-sequence';
+import { PayloadStoreTimeoutError } from 'nest-sequence/ports';
+import { RedisPayloadStore } from 'nest-sequence/redis';
+import { FreezingProxy } from '../support/freezing-proxy';
+import { useRedis } from '../support/redis.fixture';
+import { bytes, eventually, FaultInjectingTransport } from '../support/sequence-test-app';
+import { describeWithServer } from '../support/servers';
+import {
+  createClaimCheckTestApp,
+  filesUnder,
+  type ClaimCheckTestApp,
+  type ClaimCheckTestAppOptions,
+} from './claim-check-test-app';
+import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
+
+const READ_TIMEOUT_MS = 300;
+/** A channel no handler consumes: its tickets stay queued, their payloads in the store. */
+const UNCONSUMED = 'cc.unconsumed';
+
+/** `promise`'s outcome, or 'pending' if it has not settled within `ms` (a hung call never does). */
+async function outcomeWithin<T>(
+  promise: Promise<T>,
+  ms = 5_000,
+): Promise<{ value: T } | { error: unknown } | 'pending'> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'pending'>((resolve) => (timer = setTimeout(resolve, ms, 'pending')));
+  const outcome = await Promise.race([
+    promise.then(
+      (value) => ({ value }),
+      (error: unknown) => ({ error }),
+    ),
+    late,
+  ]);
+  clearTimeout(timer);
+  return outcome;
+}
+
+/** A stream of `payload` in `pieces` chunks, one every `gapMs`: a source slower than the store. */
+function slowSource(payload: Buffer, pieces: number, gapMs: number): Readable {
+  const size = Math.ceil(payload.length / pieces);
+  return Readable.from(
+    (async function* () {
+      for (let offset = 0; offset < payload.length; offset += size) {
+        await new Promise((resolve) => setTimeout(resolve, gapMs));
+        yield payload.subarray(offset, offset + size);
+      }
+    })(),
+  );
+}
+
+/**
+ * Claim Check: the payload store calls a publish makes after the upload — the mark of the payload
+ * once its ticket is confirmed, the delete of one whose ticket failed, the mark of a slow upload
+ * before its ticket goes out — must not hang the publish for ever when the store stops
+ * answering. Each is given up on after `claimCheck.readTimeoutMs`.
+ */
+describe('claim check: a store that never answers a publish', () => {
+  let t: ClaimCheckTestApp | undefined;
+  let store: FaultInjectingPayloadStore;
+  let transport: FaultInjectingTransport;
+  const warnings: string[] = [];
+  const errors: string[] = [];
+
+  async function boot(options: Partial<ClaimCheckTestAppOptions> = {}): Promise<ClaimCheckTestApp> {
+    t = await createClaimCheckTestApp({
+      ...options,
+      claimCheck: { readTimeoutMs: READ_TIMEOUT_MS, inlineMaxBytes: 100, ...options.claimCheck },
+      wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
+      wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
+    });
+    return t;
+  }
+  beforeEach(() => {
+    warnings.length = errors.length = 0;
+    jest.spyOn(Logger.prototype, 'warn').mockImplementation((message: unknown) => {
+      warnings.push(String(message));
+    });
+    jest.spyOn(Logger.prototype, 'error').mockImplementation((message: unknown) => {
+      errors.push(String(message));
+    });
+  });
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    await t?.close();
+    t = undefined;
+  });
+
+  it('a mark after the confirm that never answers: publish resolves after readTimeoutMs, and the payload is marked in the background', async () => {
+    const app = await boot();
+    store.hangMarks = 1;
+    const startedAt = Date.now();
+
+    const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, bytes(1_000, 1)));
+
+    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(READ_TIMEOUT_MS);
+    expect(app.transport.depth(UNCONSUMED)).toBe(1);
+    const { ref } = (outcome as { value: { ticket: { ref: string } } }).value.ticket;
+    expect(warnings).toContainEqual(expect.stringMatching(/did not answer markPublished/));
+    // Tried again after a second: published, the sweeper leaves it to its ticket.
+    await eventually(
+      async () => (await app.store.head(ref))?.published === true,
+      'the payload marked published',
+    );
+    const later = Date.now() + app.options.claimCheck.orphanGraceMs + 1;
+    expect(await app.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 0 });
+  });
+
+  it('a store that never answers the mark again: the publish resolves, and the payload left unmarked is logged as an error', async () => {
+    // orphanGraceMs above twice the publish budget: 1 × (100 + 10) ms.
+    const app = await boot({
+      claimCheck: { orphanGraceMs: 300 },
+      module: {
+        publish: { confirmTimeoutMs: 100, retry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 10 } },
+      },
+    });
+    store.hangMarks = 1_000;
+
+    const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, bytes(1_000, 2)));
+
+    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+    await eventually(
+      () => errors.some((error) => /could not be marked published/.test(error)),
+      'the unmarked payload reported',
+    );
+  });
+
+  it('a delete after a failed publish that never answers: ClaimCheckPublishError after readTimeoutMs, the payload left to the orphan sweeper', async () => {
+    const app = await boot();
+    transport.beforePublish = ({ channel }) => {
+      if (channel === UNCONSUMED) throw new Error('the broker refused the message (injected)');
+    };
+    store.hangDeletes = 1;
+
+    const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, bytes(1_000, 3)));
+
+    expect(outcome).toEqual({ error: expect.any(ClaimCheckPublishError) });
+    expect(warnings).toContainEqual(expect.stringMatching(/did not answer delete/));
+    const later = Date.now() + app.options.claimCheck.orphanGraceMs + 1;
+    expect(await app.sweeper.sweep(later)).toEqual({ expired: 0, orphaned: 1 });
+    expect(await filesUnder(app.root)).toEqual([]);
+  });
+
+  it('the mark of a slow upload before its ticket that never answers: PayloadStoreTimeoutError, nothing published, the payload deleted', async () => {
+    const app = await boot({
+      claimCheck: { orphanGraceMs: 300 },
+      module: {
+        publish: { confirmTimeoutMs: 100, retry: { attempts: 1, baseDelayMs: 1, maxDelayMs: 10 } },
+      },
+    });
+    store.hangMarks = 1;
+
+    const outcome = await outcomeWithin(
+      app.claimCheck.publish(UNCONSUMED, slowSource(bytes(1_000, 4), 4, 100)),
+    );
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect((outcome as { error: PayloadStoreTimeoutError }).error).toMatchObject({
+      call: 'markPublished',
+      timeoutMs: READ_TIMEOUT_MS,
+    });
+    expect(transport.attempts).toEqual([]);
+    expect(await filesUnder(app.root)).toEqual([]);
+  });
+
+  it('fragments sent via claim check whose marks never answer: the send resolves', async () => {
+    const app = await boot();
+    store.hangMarks = 1_000;
+
+    const outcome = await outcomeWithin(
+      app.app.get(SplitterService).send(UNCONSUMED, bytes(2_000, 5), {
+        via: 'claim-check',
+        fragmentBytes: 1_024,
+      }),
+    );
+
+    expect(outcome).toEqual({ value: expect.objectContaining({ fragments: 2 }) });
+    expect(app.transport.depth(UNCONSUMED)).toBe(2);
+  });
+});
+
+/**
+ * The same against a real store: a RedisPayloadStore whose connection to the real Redis goes
+ * through a proxy that freezes the moment the ticket is published, after the upload. ioredis has
+ * no command timeout of its own: the mark after the confirm waits for an answer that never comes.
+ */
+describeWithServer(
+  'redis',
+  'claim check: a Redis payload store that freezes after the upload',
+  () => {
+    const redis = useRedis({ stem: 'nseq-test-frozen-mark' });
+    let proxy: FreezingProxy | undefined;
+    let client: Redis | undefined;
+    let t: ClaimCheckTestApp | undefined;
+    afterEach(async () => {
+      await t?.close();
+      client?.disconnect();
+      await proxy?.close();
+      t = client = proxy = undefined;
+    });
+
+    it('publish() resolves after readTimeoutMs, and the payload is marked published once the link is back', async () => {
+      const readTimeoutMs = 1_000;
+      const frozen = (proxy = await FreezingProxy.start({
+        host: '127.0.0.1',
+        port: redis.client.options.port!,
+      }));
+      client = new Redis({ host: '127.0.0.1', port: frozen.port, maxRetriesPerRequest: null });
+      const store = new RedisPayloadStore(client, { prefix: redis.prefix });
+      let transport!: FaultInjectingTransport;
+      const app = (t = await createClaimCheckTestApp({
+        claimCheck: { store, readTimeoutMs, inlineMaxBytes: 100 },
+        wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
+      }));
+      transport.beforePublish = ({ channel }) => {
+        if (channel === UNCONSUMED) frozen.freeze();
+      };
+      const startedAt = Date.now();
+
+      const outcome = await outcomeWithin(
+        app.claimCheck.publish(UNCONSUMED, bytes(1_000, 7)),
+        10_000,
+      );
+
+      expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(readTimeoutMs);
+      expect(app.transport.depth(UNCONSUMED)).toBe(1);
+      const { ref } = (outcome as { value: { ticket: { ref: string } } }).value.ticket;
+      frozen.resume(); // the link is reset; ioredis reconnects
+      await eventually(
+        async () => (await store.head(ref))?.published === true,
+        'the payload marked published',
+        10_000,
+      );
+    });
+  },
+);
