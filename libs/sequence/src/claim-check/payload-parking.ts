@@ -418,12 +418,13 @@ export class PayloadParking implements OnApplicationShutdown {
 
   /**
    * A parked payload whose bytes were taken elsewhere (a fragment now in the sequence store):
-   * deleted when the retention is `'ack'`, else left to expire. Never throws.
+   * deleted when the retention is `'ack'`, else left to expire. Never throws; a delete the store
+   * does not answer within `readTimeoutMs` is given up on, and the payload left to expire.
    */
   async releaseParked({ ticket, store }: ResolvedTicket): Promise<void> {
     if (this.options.deleteAfter !== 'ack') return;
     try {
-      if (await store.delete(ticket.ref)) {
+      if (await this.storeCallWithin(store, ticket.ref, 'delete', store.delete(ticket.ref))) {
         this.metrics.payloadDeleted(store.name, 'consumed');
         this.lifecycle.deleted(
           audienceChannel(ticket.audience?.[0] ?? ''),

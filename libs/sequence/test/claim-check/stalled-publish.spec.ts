@@ -54,8 +54,9 @@ function slowSource(payload: Buffer, pieces: number, gapMs: number): Readable {
 /**
  * Claim Check: the payload store calls a publish makes after the upload — the mark of the payload
  * once its ticket is confirmed, the delete of one whose ticket failed, the mark of a slow upload
- * before its ticket goes out — must not hang the publish for ever when the store stops
- * answering. Each is given up on after `claimCheck.readTimeoutMs`.
+ * before its ticket goes out — and the delete of a parked fragment body its consumer took, must
+ * not hang their caller for ever when the store stops answering. Each is given up on after
+ * `claimCheck.readTimeoutMs`.
  */
 describe('claim check: a store that never answers a publish', () => {
   let t: ClaimCheckTestApp | undefined;
@@ -179,6 +180,28 @@ describe('claim check: a store that never answers a publish', () => {
 
     expect(outcome).toEqual({ value: expect.objectContaining({ fragments: 2 }) });
     expect(app.transport.depth(UNCONSUMED)).toBe(2);
+  });
+
+  it("a parked fragment body whose delete never answers: its consumer's release gives up after readTimeoutMs, and says when it expires", async () => {
+    const app = await boot();
+    const payload = bytes(2_000, 6);
+    store.hangDeletes = 1_000;
+    await app.app
+      .get(SplitterService)
+      .send(app.channel, payload, { via: 'claim-check', fragmentBytes: 1_024 });
+    await app.transport.whenIdle();
+
+    expect(app.handler.deliveries).toHaveLength(1);
+    expect(app.handler.deliveries[0].bytes.equals(payload)).toBe(true);
+    await eventually(
+      () =>
+        warnings.filter((warning) => /could not delete parked .* expires at/.test(warning))
+          .length === 2,
+      'both releases given up on',
+    );
+    expect(warnings).toContainEqual(
+      expect.stringMatching(/did not answer delete .* within 300 ms/),
+    );
   });
 });
 

@@ -7,7 +7,7 @@ export type PayloadStoreCall = 'markPublished' | 'delete';
  * A payload store did not answer a `markPublished` or a `delete` within
  * `claimCheck.readTimeoutMs`. The call was abandoned (it may still land), and treated as one that
  * failed. A consumer's: the mark (of a payload its sender left unmarked) is tried again after the
- * handler, the delete (of a payload its consumers are done with)
+ * handler, the delete (of a payload its consumers are done with, or of a parked fragment body)
  * left to the sweeper or the payload's expiry; the message is not held for it. A publish's: the
  * mark after its ticket's confirm is tried again in the background, the delete after a failed
  * publish left to the orphan sweeper; the publish is not held for it. Thrown to the caller only
