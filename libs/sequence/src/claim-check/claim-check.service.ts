@@ -179,12 +179,21 @@ export class ClaimCheckService {
 
   /**
    * Deletes the payload a ticket names (expired tickets included); `false` when it was already
-   * gone. The signature is still checked: only tickets signed here can delete.
+   * gone. The signature is still checked: only tickets signed here can delete. A store that does
+   * not answer within `claimCheck.readTimeoutMs` fails it with PayloadStoreTimeoutError (the
+   * delete may still land; otherwise the sweeper deletes the payload at its expiry).
+   * @throws ClaimTicketInvalidError, UnknownPayloadStoreError, PayloadStoreTimeoutError, or the
+   * store's error
    */
   async release(ticket: unknown): Promise<boolean> {
     // Expiry is no reason to keep a payload: check the ticket as of the epoch.
     const { ticket: verified, store } = this.parking.resolve(ticket, 0);
-    const deleted = await store.delete(verified.ref);
+    const deleted = await this.parking.storeCallWithin(
+      store,
+      verified.ref,
+      'delete',
+      store.delete(verified.ref),
+    );
     const channel = verified.audience?.[0] ?? '';
     if (deleted) this.parking.lifecycle.deleted(channel, store.name, verified.ref, 'released');
     return deleted;

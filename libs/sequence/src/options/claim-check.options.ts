@@ -67,7 +67,8 @@ export interface ClaimCheckOptions {
    * may come slowly. It also bounds each `markPublished` and `delete`, a consumer's or a
    * publish's (`PayloadStoreTimeoutError`), which then counts as failed: a delete is left to the
    * sweeper or the payload's expiry, a mark is tried again, and `publish()` waits that long at
-   * most for the mark after its ticket's confirm. @default 30000 (30 s)
+   * most for the mark after its ticket's confirm. `release()` rejects with that error.
+   * @default 30000 (30 s)
    */
   readTimeoutMs?: number;
   /**

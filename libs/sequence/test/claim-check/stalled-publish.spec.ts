@@ -55,10 +55,10 @@ function slowSource(payload: Buffer, pieces: number, gapMs: number): Readable {
  * Claim Check: the payload store calls a publish makes after the upload — the mark of the payload
  * once its ticket is confirmed, the delete of one whose ticket failed, the mark of a slow upload
  * before its ticket goes out — and the delete of a parked fragment body its consumer took, must
- * not hang their caller for ever when the store stops answering. Each is given up on after
- * `claimCheck.readTimeoutMs`.
+ * not hang their caller for ever when the store stops answering, nor may `release()` by hand.
+ * Each is given up on after `claimCheck.readTimeoutMs`.
  */
-describe('claim check: a store that never answers a publish', () => {
+describe("claim check: a store that never answers a publish, a release or a parked body's delete", () => {
   let t: ClaimCheckTestApp | undefined;
   let store: FaultInjectingPayloadStore;
   let transport: FaultInjectingTransport;
@@ -180,6 +180,25 @@ describe('claim check: a store that never answers a publish', () => {
 
     expect(outcome).toEqual({ value: expect.objectContaining({ fragments: 2 }) });
     expect(app.transport.depth(UNCONSUMED)).toBe(2);
+  });
+
+  it('release() by hand whose delete never answers: rejects with PayloadStoreTimeoutError after readTimeoutMs', async () => {
+    const app = await boot();
+    const ticket = await app.claimCheck.checkIn(bytes(1_000, 8));
+    store.hangDeletes = 1;
+    const startedAt = Date.now();
+
+    const outcome = await outcomeWithin(app.claimCheck.release(ticket));
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect((outcome as { error: PayloadStoreTimeoutError }).error).toMatchObject({
+      call: 'delete',
+      ref: ticket.ref,
+      timeoutMs: READ_TIMEOUT_MS,
+    });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(READ_TIMEOUT_MS);
+    // Not deleted: released again once the store answers.
+    expect(await app.claimCheck.release(ticket)).toBe(true);
   });
 
   it("a parked fragment body whose delete never answers: its consumer's release gives up after readTimeoutMs, and says when it expires", async () => {

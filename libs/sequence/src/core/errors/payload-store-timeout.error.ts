@@ -1,6 +1,6 @@
 import { SequenceError } from './sequence.error';
 
-/** A payload store call besides `put` and the reads: a consumer's, or a publish's. */
+/** A payload store call besides `put` and the reads: a consumer's, a publish's or a release's. */
 export type PayloadStoreCall = 'markPublished' | 'delete';
 
 /**
@@ -12,7 +12,7 @@ export type PayloadStoreCall = 'markPublished' | 'delete';
  * mark after its ticket's confirm is tried again in the background, the delete after a failed
  * publish left to the orphan sweeper; the publish is not held for it. Thrown to the caller only
  * by a publish whose slow upload could not be marked before its ticket went out (no ticket was
- * published).
+ * published), and by `ClaimCheckService.release`.
  */
 export class PayloadStoreTimeoutError extends SequenceError {
   readonly code = 'payload-store-timeout' as const;
