@@ -8,6 +8,8 @@ import { ClaimCheckMetrics } from './claim-check.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { ClaimCheckLifecycle } from './claim-check.events';
 import { errorMessage } from '../core/errors/caught';
+import type { PayloadStoreCall } from '../core/errors/payload-store-timeout.error';
+import { storeCallWithin } from './payload-parking';
 
 export const ORPHAN_SWEEPER_INTERVAL = 'nest-sequence:orphan-sweeper';
 
@@ -71,6 +73,15 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
     );
   }
 
+  private within<T>(
+    store: PayloadStore,
+    ref: string,
+    call: PayloadStoreCall,
+    pending: Promise<T>,
+  ): Promise<T> {
+    return storeCallWithin(store, ref, call, pending, this.options.claimCheck.readTimeoutMs);
+  }
+
   /** One sweep over every configured store. */
   protected sweepOnce(now: number): Promise<OrphanSweepReport> {
     return this.sweepAll(now);
@@ -107,18 +118,27 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
     // every instance agrees without asking the claim ledger (which may be per-process, and knows
     // only the groups that claimed); clock skew is part of what the grace must cover.
     const failed = this.failedDeletesOf(store);
-    const listed = await store.sweepCandidates({
-      now: now - expiredGraceMs,
-      unpublishedBefore: now - orphanGraceMs,
-      // Room for those whose delete failed before, so that a batch of others still comes.
-      limit: batch + failed.size,
-    });
+    // Each call is given up on after readTimeoutMs: a store that stopped answering must not
+    // keep this instance's sweeps, of it and of the other stores, from ever running again.
+    const listed = await this.within(
+      store,
+      '',
+      'sweepCandidates',
+      store.sweepCandidates({
+        now: now - expiredGraceMs,
+        unpublishedBefore: now - orphanGraceMs,
+        // Room for those whose delete failed before, so that a batch of others still comes.
+        limit: batch + failed.size,
+      }),
+    );
     // Those whose delete failed before go last: tried again where the batch has room.
     const candidates = [
       ...listed.filter(({ ref }) => !failed.has(ref)),
       ...listed.filter(({ ref }) => failed.has(ref)),
     ].slice(0, batch);
-    const outcomes = await Promise.allSettled(candidates.map(({ ref }) => store.delete(ref)));
+    const outcomes = await Promise.allSettled(
+      candidates.map(({ ref }) => this.within(store, ref, 'delete', store.delete(ref))),
+    );
     outcomes.forEach((outcome, index) => {
       const { ref, reason } = candidates[index];
       if (outcome.status === 'rejected') {

@@ -296,12 +296,7 @@ export class PayloadParking implements OnApplicationShutdown {
     call: PayloadStoreCall,
     pending: Promise<T>,
   ): Promise<T> {
-    const { readTimeoutMs } = this.options;
-    return withTimeout(
-      pending,
-      readTimeoutMs,
-      () => new PayloadStoreTimeoutError(store.name, ref, call, readTimeoutMs),
-    );
+    return storeCallWithin(store, ref, call, pending, this.options.readTimeoutMs);
   }
 
   /** Longest wait on a store for one step of a read (`claimCheck.readTimeoutMs`). */
@@ -478,4 +473,18 @@ class DigestingStream extends Transform {
   digest(): { sha256: string; bytes: number } {
     return { sha256: this.hash.digest('hex'), bytes: this.bytes };
   }
+}
+
+/**
+ * `pending`, a `call` on `store`, given up on after `ms` (`claimCheck.readTimeoutMs`) with a
+ * `PayloadStoreTimeoutError`.
+ */
+export function storeCallWithin<T>(
+  store: PayloadStore,
+  ref: string,
+  call: PayloadStoreCall,
+  pending: Promise<T>,
+  ms: number,
+): Promise<T> {
+  return withTimeout(pending, ms, () => new PayloadStoreTimeoutError(store.name, ref, call, ms));
 }

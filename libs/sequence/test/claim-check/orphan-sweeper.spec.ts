@@ -181,11 +181,13 @@ describe('claim check: orphan sweeper', () => {
   });
 
   describe('with a read store beside the write store', () => {
+    const READ_TIMEOUT_MS = 1_000;
     let primary: FaultInjectingPayloadStore;
     let archive: FilesystemPayloadStore;
     let archived: string;
     beforeEach(async () => {
       t = await createClaimCheckTestApp({
+        claimCheck: { readTimeoutMs: READ_TIMEOUT_MS },
         wrapStore: (store) => (primary = new FaultInjectingPayloadStore(store, 'primary')),
         readStores: (dir) => [
           (archive = new FilesystemPayloadStore({ root: join(dir, 'archive') })),
@@ -198,6 +200,9 @@ describe('claim check: orphan sweeper', () => {
         published: true,
       }));
     });
+
+    afterEach(() => primary.releaseSweeps());
+    const later = () => Date.now() + 2_000 + t.options.claimCheck.expiredGraceMs;
 
     it('sweeps the read store too', async () => {
       const report = await t.sweeper.sweep(
@@ -228,6 +233,39 @@ describe('claim check: orphan sweeper', () => {
         expired: 1,
         orphaned: 0,
       });
+      expect(await t.store.head(current.ref)).toBeUndefined();
+    });
+
+    it('a listing: given up on after readTimeoutMs, the other stores swept, and it on the next run', async () => {
+      const current = await t.claimCheck.checkIn(bytes(100, 4), {
+        audience: t.channel,
+        ttlMs: 1_000,
+      });
+      primary.hangSweeps = true;
+
+      const sweeping = t.sweeper.sweep(later());
+      expect(await settlesWithin(sweeping, 10 * READ_TIMEOUT_MS)).toBe(true);
+      expect(await sweeping).toEqual({ expired: 1, orphaned: 0 });
+      expect(await archive.head(archived)).toBeUndefined();
+
+      primary.releaseSweeps();
+      expect(await t.sweeper.sweep(later())).toEqual({ expired: 1, orphaned: 0 });
+      expect(await t.store.head(current.ref)).toBeUndefined();
+    });
+
+    it('a delete: given up on after readTimeoutMs, counted failed, and tried again on the next run', async () => {
+      const current = await t.claimCheck.checkIn(bytes(100, 4), {
+        audience: t.channel,
+        ttlMs: 1_000,
+      });
+      primary.hangDeletes = 1;
+
+      const sweeping = t.sweeper.sweep(later());
+      expect(await settlesWithin(sweeping, 10 * READ_TIMEOUT_MS)).toBe(true);
+      expect(await sweeping).toEqual({ expired: 1, orphaned: 0 });
+      expect(await t.store.head(current.ref)).toBeDefined();
+
+      expect(await t.sweeper.sweep(later())).toEqual({ expired: 1, orphaned: 0 });
       expect(await t.store.head(current.ref)).toBeUndefined();
     });
   });
