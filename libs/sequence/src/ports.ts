@@ -30,8 +30,8 @@ export {
   BrokerUnavailableError,
   type BrokerUnavailableReason,
 } from './core/errors/broker-unavailable.error';
-// What a store or a claim ledger that stops answering leads to (see docs/claim-check.md and
-// docs/resequencer.md).
+// What a store or a claim ledger that stops answering leads to (see docs/claim-check.md,
+// docs/resequencer.md and docs/message-sequence.md).
 export {
   PayloadReadTimeoutError,
   type PayloadReadStep,
@@ -46,6 +46,7 @@ export {
 } from './core/errors/claim-ledger-timeout.error';
 export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
 export { ResequencerStoreTimeoutError } from './core/errors/resequencer-store-timeout.error';
+export { SequenceStoreTimeoutError } from './core/errors/sequence-store-timeout.error';
 export type {
   DeadLetter,
   DeadLetterActionResult,

@@ -24,6 +24,7 @@ import {
 } from './kernel/pattern-contracts';
 import { LIFECYCLE_PARTS, SequenceLifecycle } from './kernel/sequence.lifecycle';
 import {
+  BOUNDED_SEQUENCE_STORE,
   CLAIM_CHECK_STORES,
   OUTBOX_STORE_SOURCE,
   RESEQUENCER_STORE,
@@ -41,6 +42,7 @@ import { resolveModuleOptions } from './options/resolve-options';
 import { MODULE_KEYS, optionsObjectProblem, withoutNullOptions } from './options/option-keys';
 import { payloadStoreRetentionProblems } from './options/resolve-claim-check';
 import type { ResolvedOptions } from './options/resolved-options';
+import type { SequenceStore } from './ports/sequence-store.port';
 import { InboxHandlerKind } from './outbox/inbox-handler.kind';
 import { InboxHandlers } from './outbox/inbox-handlers';
 import { SequenceEvents } from './observability/lifecycle-events';
@@ -63,6 +65,7 @@ import {
   SEQUENCE_OPTIONS_TYPE,
 } from './sequence.module-definition';
 import { AggregatorService } from './sequence/aggregator.service';
+import { boundedSequenceStore } from './sequence/bounded-store';
 import { BrokerHeldReassembler } from './sequence/broker-held/broker-held.reassembler';
 import { ExpirySweeper } from './sequence/expiry.sweeper';
 import { SequencedHandlerKind } from './sequence/sequenced-handler.kind';
@@ -126,6 +129,13 @@ const providers: Provider[] = [
       [OUTBOX_STORE_SOURCE, (c: Composition) => c.adapters.outbox],
     ] as const
   ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
+  {
+    // What Message Sequence works on: a store step that never answers fails after leaseMs.
+    provide: BOUNDED_SEQUENCE_STORE,
+    inject: [SEQUENCE_STORE, RESOLVED_OPTIONS],
+    useFactory: (store: SequenceStore, options: ResolvedOptions) =>
+      boundedSequenceStore(store, options.tuning.leaseMs),
+  },
   {
     provide: OwnedAdapters,
     inject: [COMPOSITION],

@@ -47,6 +47,12 @@ export interface SweepTiming {
 
 /** Injection token of the active {@link SequenceStore}. */
 export const SEQUENCE_STORE = Symbol('nest-sequence:sequence-store');
+/**
+ * Injection token of the sequence store as Message Sequence works on it: the active one with
+ * each step given up on after `tuning.leaseMs` (sequence/bounded-store.ts). `SEQUENCE_STORE`
+ * stays the adapter itself, for the health indicator, the console and the handler kinds' checks.
+ */
+export const BOUNDED_SEQUENCE_STORE = Symbol('nest-sequence:bounded-sequence-store');
 /** Injection token of the active {@link ResequencerStore}. */
 export const RESEQUENCER_STORE = Symbol('nest-sequence:resequencer-store');
 /** Injection token of the Claim Check's {@link ClaimCheckStores}. */

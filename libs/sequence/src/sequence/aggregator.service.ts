@@ -6,7 +6,7 @@ import { deadLetterReasonLabel } from '../kernel/dead-letter.metrics';
 import { SequenceMetrics } from './sequence.metrics';
 import type { AcceptResult, CompleteSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage, Transport } from '../ports/transport.port';
-import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import { RESOLVED_OPTIONS, BOUNDED_SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import {
   FRAGMENT_PARKING,
   type FragmentParking,
@@ -72,7 +72,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
   private readonly checks: FragmentChecks;
 
   constructor(
-    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,

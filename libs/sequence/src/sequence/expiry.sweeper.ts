@@ -6,7 +6,7 @@ import { SequenceHeader } from '../core/headers';
 import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
 import { publishWithRetry } from '../kernel/publish-with-retry';
 import { Sweeper } from '../kernel/sweeper';
-import { RESOLVED_OPTIONS, SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import { RESOLVED_OPTIONS, BOUNDED_SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
 import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
@@ -29,7 +29,7 @@ export class ExpirySweeper extends Sweeper<number> {
   private readonly lifecycle: SequenceLifecycle;
 
   constructor(
-    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly aggregator: AggregatorService,

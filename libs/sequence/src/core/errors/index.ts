@@ -20,6 +20,7 @@ export * from './payload-store-timeout.error';
 export * from './claim-ledger-timeout.error';
 export * from './claim-lease-lost.error';
 export * from './resequencer-store-timeout.error';
+export * from './sequence-store-timeout.error';
 export * from './invalid-payload-ref.error';
 export * from './claim-ticket-invalid.error';
 export * from './claim-ticket-audience.error';

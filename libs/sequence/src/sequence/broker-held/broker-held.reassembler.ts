@@ -17,7 +17,7 @@ import { partitionIndex } from '../../core/partition';
 import { deadLetterReasonLabel } from '../../kernel/dead-letter.metrics';
 import { handlerRejection } from '../../kernel/handler-retry';
 import { SequenceEvents } from '../../kernel/lifecycle-events';
-import { RESOLVED_OPTIONS, SEQUENCE_STORE } from '../../kernel/tokens';
+import { RESOLVED_OPTIONS, BOUNDED_SEQUENCE_STORE } from '../../kernel/tokens';
 import type { ResolvedOptions } from '../../options/resolved-options';
 import type {
   ExpiredSequence,
@@ -107,7 +107,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   private closed = false;
 
   constructor(
-    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly metrics: SequenceMetrics,
     private readonly aggregator: AggregatorService,
