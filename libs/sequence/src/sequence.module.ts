@@ -130,11 +130,11 @@ const providers: Provider[] = [
     ] as const
   ).map(([provide, pick]) => ({ provide, inject: [COMPOSITION], useFactory: pick })),
   {
-    // What Message Sequence works on: a store step that never answers fails after leaseMs.
+    // What Message Sequence works on: a store step that never answers fails after storeTimeoutMs.
     provide: BOUNDED_SEQUENCE_STORE,
     inject: [SEQUENCE_STORE, RESOLVED_OPTIONS],
     useFactory: (store: SequenceStore, options: ResolvedOptions) =>
-      boundedSequenceStore(store, options.tuning.leaseMs),
+      boundedSequenceStore(store, options.tuning.storeTimeoutMs),
   },
   {
     provide: OwnedAdapters,

@@ -66,6 +66,7 @@ export const DEFAULTS = {
     headerAllowanceBytes: 16 * KiB,
     backpressureDelayMs: 500,
     leaseMs: 30_000,
+    storeTimeoutMs: 30_000,
     maxStoreRequeues: 1_200,
     drain: { batchSize: 32, waitMs: 2_000 },
     sweepers: {

@@ -78,6 +78,13 @@ export interface TuningOptions {
   /** How long a sequence's completion lease, or a resequencer key's drain lease, lasts unrenewed. @default 30000 */
   leaseMs?: number;
   /**
+   * Longest wait on one step of the sequence store or the resequencer store (a frozen server, a
+   * network black hole): the step then fails with `SequenceStoreTimeoutError` or
+   * `ResequencerStoreTimeoutError`, as an unreachable store fails it, and the message is
+   * requeued. @default 30000
+   */
+  storeTimeoutMs?: number;
+  /**
    * Redeliveries a Claim Check message may have had (its `x-requeue-count`, any requeue counted:
    * a copy waiting on another delivery's lease too) when the payload store or the claim ledger
    * fails on it: then it is dead-lettered `store-unavailable` (at the default

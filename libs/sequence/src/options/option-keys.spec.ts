@@ -212,7 +212,7 @@ describe('checkKeys', () => {
         MODULE_KEYS,
       ),
     ).toEqual([
-      'tuning must be an object of options (headerAllowanceBytes, backpressureDelayMs, leaseMs, maxStoreRequeues, drain, sweepers), got "x"',
+      'tuning must be an object of options (headerAllowanceBytes, backpressureDelayMs, leaseMs, storeTimeoutMs, maxStoreRequeues, drain, sweepers), got "x"',
       'publish must be an object of options (confirmTimeoutMs, retry, inFlight), got 5000',
       'sequence.spool must be an object of options (dir, maxBytes), got "/data/spool"',
       expect.stringMatching(/^outbox\.outboxEvents must be an object of options \(.*\), got null$/),

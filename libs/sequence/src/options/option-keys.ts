@@ -124,6 +124,7 @@ export const MODULE_KEYS: KeyTree = {
     headerAllowanceBytes: true,
     backpressureDelayMs: true,
     leaseMs: true,
+    storeTimeoutMs: true,
     maxStoreRequeues: true,
     drain: { batchSize: true, waitMs: true },
     sweepers: {

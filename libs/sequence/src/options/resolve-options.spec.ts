@@ -423,6 +423,11 @@ describe('resolveModuleOptions', () => {
         'tuning.leaseMs must be an integer >= 100, got 99',
       ],
       [
+        'storeTimeoutMs 0',
+        { tuning: { storeTimeoutMs: 0 } },
+        'tuning.storeTimeoutMs must be an integer >= 1, got 0',
+      ],
+      [
         'retentionMs 0',
         { sequence: { retentionMs: 0 } },
         'sequence.retentionMs must be an integer >= 1, got 0',

@@ -105,6 +105,7 @@ export function resolveTuning(
     headerAllowanceBytes: tuning.headerAllowanceBytes ?? defaults.headerAllowanceBytes,
     backpressureDelayMs: tuning.backpressureDelayMs ?? defaults.backpressureDelayMs,
     leaseMs: tuning.leaseMs ?? defaults.leaseMs,
+    storeTimeoutMs: tuning.storeTimeoutMs ?? defaults.storeTimeoutMs,
     maxStoreRequeues: tuning.maxStoreRequeues ?? defaults.maxStoreRequeues,
     drain: { ...defaults.drain, ...definedOnly(tuning.drain ?? {}) },
     sweepers: {
@@ -117,6 +118,7 @@ export function resolveTuning(
   checkInteger(problems, 'tuning.headerAllowanceBytes', resolved.headerAllowanceBytes, 0);
   checkDelay(problems, 'tuning.backpressureDelayMs', resolved.backpressureDelayMs, 0);
   checkDelay(problems, 'tuning.leaseMs', resolved.leaseMs, 100);
+  checkDelay(problems, 'tuning.storeTimeoutMs', resolved.storeTimeoutMs, 1);
   checkInteger(problems, 'tuning.maxStoreRequeues', resolved.maxStoreRequeues, 0);
   checkInteger(problems, 'tuning.drain.batchSize', resolved.drain.batchSize, 1);
   checkDelay(problems, 'tuning.drain.waitMs', resolved.drain.waitMs, 0);

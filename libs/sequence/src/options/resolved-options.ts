@@ -34,6 +34,7 @@ export interface ResolvedTuning {
   readonly headerAllowanceBytes: number;
   readonly backpressureDelayMs: number;
   readonly leaseMs: number;
+  readonly storeTimeoutMs: number;
   readonly maxStoreRequeues: number;
   readonly drain: { readonly batchSize: number; readonly waitMs: number };
   readonly sweepers: {

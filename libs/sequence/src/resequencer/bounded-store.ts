@@ -3,12 +3,11 @@ import { ResequencerStoreTimeoutError } from '../core/errors/resequencer-store-t
 import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
 
 /**
- * `store` with each step given up on after `ms` (`tuning.leaseMs`): a store that stops answering
- * (a frozen server, a network black hole, where nothing is refused and only a timeout notices)
- * then fails the step with a {@link ResequencerStoreTimeoutError}, as an unreachable store fails
- * it, instead of holding an input message, its prefetch slot and its key's drain for ever. A step
- * that took longer than a lease would be of no use anyway. `close` is not bounded here: the
- * module's shutdown bounds it.
+ * `store` with each step given up on after `ms` (`tuning.storeTimeoutMs`): a store that stops
+ * answering (a frozen server, a network black hole, where nothing is refused and only a timeout
+ * notices) then fails the step with a {@link ResequencerStoreTimeoutError}, as an unreachable
+ * store fails it, instead of holding an input message, its prefetch slot and its key's drain for
+ * ever. `close` is not bounded here: the module's shutdown bounds it.
  */
 export function boundedResequencerStore(store: ResequencerStore, ms: number): ResequencerStore {
   const within = <T>(call: string, subject: string, step: Promise<T>): Promise<T> =>

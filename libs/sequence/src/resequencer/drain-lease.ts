@@ -1,8 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { ResequencerKey, ResequencerStore } from '../ports/resequencer-store.port';
-import { withTimeout } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
-import { ResequencerStoreTimeoutError } from '../core/errors/resequencer-store-timeout.error';
 import type { DeliveryGuard } from './hand-off.deliverer';
 import {
   leaseClock,
@@ -14,9 +12,8 @@ import {
 
 /**
  * A key's drain lease as its holder keeps it while it delivers: renewed every third of
- * `leaseMs` (each renewal given up on after that third), and counted as lost as soon as it may
- * have passed to another holder — when a renewal finds it gone, or when no claim, settle or
- * renewal has confirmed it for most of
+ * `leaseMs`, and counted as lost as soon as it may have passed to another holder — when a
+ * renewal finds it gone, or when no claim, settle or renewal has confirmed it for most of
  * `leaseMs` (renewals failing, an event loop stalled): the holder must then stop before its next
  * delivery, or two instances would deliver one key at once.
  *
@@ -29,7 +26,6 @@ export class DrainLease implements DeliveryGuard {
   private paused = false;
   private inFlight: Promise<void> = Promise.resolve();
   private readonly timer: NodeJS.Timeout;
-  private readonly everyMs: number;
   /** Stop this long before the lease could lapse: time for the delivery that has begun. */
   private readonly marginMs: number;
 
@@ -44,8 +40,7 @@ export class DrainLease implements DeliveryGuard {
   ) {
     this.validUntil = leaseLater(claimedAt, leaseMs);
     this.marginMs = Math.floor(leaseMs / 5);
-    this.everyMs = Math.max(50, Math.floor(leaseMs / 3));
-    this.timer = setInterval(() => this.renew(), this.everyMs);
+    this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(leaseMs / 3)));
     this.timer.unref();
   }
 
@@ -84,20 +79,7 @@ export class DrainLease implements DeliveryGuard {
   private renew(): void {
     if (this.paused || this.renewedAway) return;
     const sentAt = leaseClock();
-    // Given up on after its interval, so that one that never answers holds back neither the next
-    // renewal nor the settle that waits for it (`pause`).
-    const renewal = withTimeout(
-      this.store.renewDrain(this.ref, this.holder, this.leaseMs, Date.now()),
-      this.everyMs,
-      () =>
-        new ResequencerStoreTimeoutError(
-          this.store.name,
-          'renewDrain',
-          `${this.ref.scope}/${this.ref.key}`,
-          this.everyMs,
-        ),
-    );
-    this.inFlight = renewal.then(
+    this.inFlight = this.store.renewDrain(this.ref, this.holder, this.leaseMs, Date.now()).then(
       (renewed) => {
         if (renewed) this.confirmed(sentAt);
         else this.renewedAway = true;

@@ -36,7 +36,7 @@ import { boundedResequencerStore } from './bounded-store';
 @Injectable()
 export class ResequencerService implements OrderedIntake {
   private readonly logger = new Logger('Resequencer');
-  /** The store, each step bounded by `tuning.leaseMs` (see boundedResequencerStore). */
+  /** The store, each step bounded by `tuning.storeTimeoutMs` (see boundedResequencerStore). */
   private readonly store: ResequencerStore;
 
   constructor(
@@ -49,7 +49,7 @@ export class ResequencerService implements OrderedIntake {
     private readonly events: SequenceEvents,
     private readonly host: ConsumerHost,
   ) {
-    this.store = boundedResequencerStore(store, options.tuning.leaseMs);
+    this.store = boundedResequencerStore(store, options.tuning.storeTimeoutMs);
   }
 
   /**

@@ -5,13 +5,13 @@ import { sourceChunks, type StallBound } from '../core/source-chunks';
 import type { SequenceRef, SequenceStore } from '../ports/sequence-store.port';
 
 /**
- * `store` with each step given up on after `ms` (`tuning.leaseMs`): a store that stops answering
- * (a frozen server, a network black hole, where nothing is refused and only a timeout notices)
- * then fails the step with a {@link SequenceStoreTimeoutError}, as an unreachable store fails it,
- * instead of holding a fragment message, its prefetch slot or a delivery for ever. A step that
- * took longer than a lease would be of no use anyway. `read` fails its stream when the store does
- * not give the next chunk within `ms` (the reader's own time between chunks does not count).
- * `close` is not bounded here: the module's shutdown bounds it.
+ * `store` with each step given up on after `ms` (`tuning.storeTimeoutMs`): a store that stops
+ * answering (a frozen server, a network black hole, where nothing is refused and only a timeout
+ * notices) then fails the step with a {@link SequenceStoreTimeoutError}, as an unreachable store
+ * fails it, instead of holding a fragment message, its prefetch slot or a delivery for ever.
+ * `read` fails its stream when the store does not give the next chunk within `ms` (the reader's
+ * own time between chunks does not count). `close` is not bounded here: the module's shutdown
+ * bounds it.
  */
 export function boundedSequenceStore(store: SequenceStore, ms: number): SequenceStore {
   const within = <T>(call: string, subject: string, step: Promise<T>): Promise<T> =>

@@ -1,10 +1,9 @@
 import type { Logger } from '@nestjs/common';
-import { retryWithin, withTimeout } from '../core/async';
+import { retryWithin } from '../core/async';
 import { sha256Hasher } from '../core/checksum';
 import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
-import { SequenceStoreTimeoutError } from '../core/errors/sequence-store-timeout.error';
 import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { SequenceMetrics } from './sequence.metrics';
 import type {
@@ -230,35 +229,22 @@ export class SequenceDelivery {
     return { sha256: hash.digest('hex'), bytes };
   }
 
-  /**
-   * Renews the completion lease every third of `leaseMs`, each renewal given up on after that
-   * interval (as DrainLease does): a store that stopped answering is reported, typed, before the
-   * lease could lapse, rather than a lease's length later.
-   */
   private keepLease(ref: SequenceRef, leaseToken: string): () => void {
     const { leaseMs } = this.options.tuning;
-    const everyMs = Math.max(50, Math.floor(leaseMs / 3));
-    const timer = setInterval(() => {
-      withTimeout(
-        this.store.renewLease(ref, leaseToken, leaseMs, Date.now()),
-        everyMs,
-        () =>
-          new SequenceStoreTimeoutError(
-            this.store.name,
-            'renewLease',
-            `${ref.scope}/${ref.sequenceId}`,
-            everyMs,
-          ),
-      ).then(
-        (held) => {
-          if (!held) this.logger.warn(`lost the completion lease of sequence ${ref.sequenceId}`);
-        },
-        (error: unknown) =>
-          this.logger.warn(
-            `could not renew the lease of ${ref.sequenceId}: ${errorMessage(error)}`,
-          ),
-      );
-    }, everyMs);
+    const timer = setInterval(
+      () => {
+        this.store.renewLease(ref, leaseToken, leaseMs, Date.now()).then(
+          (held) => {
+            if (!held) this.logger.warn(`lost the completion lease of sequence ${ref.sequenceId}`);
+          },
+          (error: unknown) =>
+            this.logger.warn(
+              `could not renew the lease of ${ref.sequenceId}: ${errorMessage(error)}`,
+            ),
+        );
+      },
+      Math.max(50, Math.floor(leaseMs / 3)),
+    );
     timer.unref();
     return () => clearInterval(timer);
   }

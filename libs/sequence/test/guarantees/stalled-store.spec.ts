@@ -57,8 +57,8 @@ class WorksOnWhileFrozen {
 /**
  * Message Sequence: a store that stops answering (a frozen Redis, a network black hole: the
  * connection stays open, nothing is refused) must hold neither a fragment message, and its
- * prefetch slot, nor a delivery for ever. Each store step is given up on after `tuning.leaseMs`
- * (a lease renewal after a third of it, a read for each next chunk): the fragment is requeued as
+ * prefetch slot, nor a delivery for ever. Each store step is given up on after
+ * `tuning.storeTimeoutMs` (a read for each next chunk): the fragment is requeued as
  * for a store outage, and once the store answers again the sequence is delivered, byte-exact.
  */
 describeWithServer('redis', 'guarantees: a Redis sequence store that never answers', () => {
@@ -87,7 +87,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
     t = await createSequenceTestApp(channel, {
       transport,
       sequence: { store },
-      tuning: { leaseMs: LEASE_MS, backpressureDelayMs: 50 },
+      tuning: { leaseMs: LEASE_MS, storeTimeoutMs: LEASE_MS, backpressureDelayMs: 50 },
       providers,
     });
     return t;
@@ -100,7 +100,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
     return status.state === 'finished' ? status.outcome : undefined;
   }
 
-  it('an accept that never answers: the fragment is requeued after leaseMs, and the sequence delivered once the store answers', async () => {
+  it('an accept that never answers: the fragment is requeued after storeTimeoutMs, and the sequence delivered once the store answers', async () => {
     const channel = 'guarantees.stalled-store.accept';
     const app = await boot(channel);
     const payload = bytes(4_000, 31);

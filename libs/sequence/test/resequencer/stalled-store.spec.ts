@@ -19,8 +19,7 @@ const GAP = { timeoutMs: 60_000, policy: 'alert' } as const;
 /**
  * Resequencer: a store that stops answering (a frozen Redis, a network black hole: the connection
  * stays open, nothing is refused) must not hold an input message, and its prefetch slot, for
- * ever. Each store step is given up on after `tuning.leaseMs` (a lease renewal after a third of
- * it): the input is requeued as for a store outage, and once the store answers again every event
+ * ever. Each store step is given up on after `tuning.storeTimeoutMs`: the input is requeued as for a store outage, and once the store answers again every event
  * is delivered, in order.
  */
 describeWithServer('redis', 'Resequencer: a Redis store that never answers', () => {
@@ -50,14 +49,14 @@ describeWithServer('redis', 'Resequencer: a Redis store that never answers', () 
       {
         transport,
         resequencer: { store },
-        tuning: { leaseMs: LEASE_MS, backpressureDelayMs: 50 },
+        tuning: { leaseMs: LEASE_MS, storeTimeoutMs: LEASE_MS, backpressureDelayMs: 50 },
         publish: { confirmTimeoutMs: 100 },
       },
     );
     return t;
   }
 
-  it('an accept that never answers: the input is requeued after leaseMs, and delivered once the store answers', async () => {
+  it('an accept that never answers: the input is requeued after storeTimeoutMs, and delivered once the store answers', async () => {
     const app = await boot();
     proxy!.freeze();
     await publishEvent(transport, channel, 'T1', 1);

@@ -1,7 +1,7 @@
 import { SequenceError } from './sequence.error';
 
 /**
- * A resequencer store did not answer one step within `tuning.leaseMs` (a frozen server, a
+ * A resequencer store did not answer one step within `tuning.storeTimeoutMs` (a frozen server, a
  * network black hole: nothing refused, nothing answered). The step was abandoned and treated as
  * one that failed: an input is requeued as for an unreachable store, a drain stops and leaves
  * its items for the next one. The step may still take effect later; every step is one the
@@ -21,7 +21,7 @@ export class ResequencerStoreTimeoutError extends SequenceError {
   ) {
     super(
       `the ${store} resequencer store did not answer ${call} on ${subject} within ${timeoutMs} ms ` +
-        '(tuning.leaseMs); the step was abandoned',
+        '(tuning.storeTimeoutMs); the step was abandoned',
     );
   }
 }
