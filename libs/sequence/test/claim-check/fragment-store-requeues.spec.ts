@@ -12,7 +12,7 @@ import {
   type ClaimCheckTestApp,
 } from './claim-check-test-app';
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import { describeWithServer } from '../support/servers';
 
@@ -189,8 +189,7 @@ describeWithServer(
     });
 
     it('on a @SequencedHandler channel: requeued once, then dead-lettered store-unavailable naming the timeout', async () => {
-      proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
-      client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+      ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
       const store = new RedisPayloadStore(client, { prefix: redis.prefix });
       let withholding: WithholdingTransport | undefined;
       const app = (t = await createClaimCheckTestApp({

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { ClaimLeaseLostError } from 'nest-sequence/ports';
 import { RedisClaimLedger } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import { bytes, eventually } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
@@ -274,8 +274,7 @@ describeWithServer('redis', 'claim check: a Redis claim ledger whose claim reply
 
   it('the claim landed: given up on after leaseMs, and the redelivery is handled exactly once', async () => {
     const leaseMs = 1_000;
-    proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
-    client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+    ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
     const ledger = new RedisClaimLedger(client, { prefix: redis.prefix });
     // Warm: the claim script is loaded on the server before replies are lost.
     await ledger.claim({ ticket: 'warm:up', group: 'warm' }, 'warm', leaseMs, Date.now());

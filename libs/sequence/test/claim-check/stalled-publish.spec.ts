@@ -4,7 +4,7 @@ import { Readable } from 'node:stream';
 import { ClaimCheckPublishError, SplitterService } from 'nest-sequence';
 import { PayloadStoreTimeoutError } from 'nest-sequence/ports';
 import { RedisPayloadStore } from 'nest-sequence/redis';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import { bytes, eventually, FaultInjectingTransport } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
@@ -246,11 +246,8 @@ describeWithServer(
 
     it('publish() resolves after readTimeoutMs, and the payload is marked published once the link is back', async () => {
       const readTimeoutMs = 1_000;
-      const frozen = (proxy = await FreezingProxy.start({
-        host: '127.0.0.1',
-        port: redis.client.options.port!,
-      }));
-      client = new Redis({ host: '127.0.0.1', port: frozen.port, maxRetriesPerRequest: null });
+      ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
+      const frozen = proxy;
       const store = new RedisPayloadStore(client, { prefix: redis.prefix });
       let transport!: FaultInjectingTransport;
       const app = (t = await createClaimCheckTestApp({

@@ -3,7 +3,7 @@ import { SequenceOptionsError, SplitterService } from 'nest-sequence';
 import { PayloadReadTimeoutError } from 'nest-sequence/ports';
 import { RedisPayloadStore } from 'nest-sequence/redis';
 import type { ClaimTicket } from 'nest-sequence/wire';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import { bytes } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
@@ -192,8 +192,7 @@ describeWithServer(
     });
 
     it('the read fails after readTimeoutMs, the message is requeued, then dead-lettered store-unavailable', async () => {
-      proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
-      client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+      ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
       const store = new RedisPayloadStore(client, {
         prefix: redis.prefix,
         chunkBytes: 4 * 1024,

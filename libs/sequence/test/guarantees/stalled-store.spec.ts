@@ -4,7 +4,7 @@ import { type ReassembledPayload, SequencedHandler } from 'nest-sequence';
 import { SequenceStoreTimeoutError } from 'nest-sequence/ports';
 import { RedisSequenceStore } from 'nest-sequence/redis';
 import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import {
   bytes,
@@ -78,8 +78,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
   let transport: SettlementRecordingTransport;
 
   async function boot(channel: string, providers = [] as Array<typeof WorksOnWhileFrozen>) {
-    proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
-    client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+    ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
     // One body in flight at a time: a read that the store stops answering mid-way stalls on the
     // next one.
     const store = new RedisSequenceStore(client, { prefix: redis.prefix, readAhead: 1 });

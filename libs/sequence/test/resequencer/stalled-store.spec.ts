@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { RedisResequencerStore } from 'nest-sequence/redis';
 import { SettlementRecordingTransport } from '../claim-check/claim-check-test-app';
-import { FreezingProxy } from '../support/freezing-proxy';
+import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { useRedis } from '../support/redis.fixture';
 import { eventually } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
@@ -40,8 +40,7 @@ describeWithServer('redis', 'Resequencer: a Redis store that never answers', () 
   let transport: SettlementRecordingTransport;
 
   async function boot(): Promise<ResequencerTestApp> {
-    proxy = await FreezingProxy.start({ host: '127.0.0.1', port: redis.client.options.port! });
-    client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+    ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
     const store = new RedisResequencerStore(client, { prefix: redis.prefix });
     transport = new SettlementRecordingTransport();
     t = await createResequencerTestApp(

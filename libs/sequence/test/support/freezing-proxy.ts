@@ -1,4 +1,5 @@
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+import { Redis } from 'ioredis';
 
 /** What the proxy's connections share: whether it is frozen, and the sockets open. */
 interface ProxyState {
@@ -68,4 +69,17 @@ export class FreezingProxy {
     for (const socket of this.state.sockets) socket.destroy();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
+}
+
+/**
+ * A client of the Redis on loopback `port` whose connection goes through a new
+ * {@link FreezingProxy}. Its commands wait through reconnects for ever (ioredis has no command
+ * timeout of its own), so only the proxy decides when an answer comes.
+ */
+export async function redisThroughProxy(
+  port: number,
+): Promise<{ proxy: FreezingProxy; client: Redis }> {
+  const proxy = await FreezingProxy.start({ host: '127.0.0.1', port });
+  const client = new Redis({ host: '127.0.0.1', port: proxy.port, maxRetriesPerRequest: null });
+  return { proxy, client };
 }
