@@ -61,7 +61,7 @@ describeOnRealServers('faults: a @Resequenced handler that runs past handlerTime
     await publishKeyedEvent(apps[0].transport, channel, { key: 'K', seq: 1 });
     await eventually(() => calls[0]?.context.signal.aborted === true, 'the call to be abandoned');
     await eventually(
-      async () => (await servers.admin.readyCount(`${channel}.dlq`)) === 1,
+      async () => (await servers.admin.readyCount(`${channel}.dlq`)) >= 1,
       'event 1 to be dead-lettered',
     );
     // Event 2 as the other instance takes it from the broker; event 3 through the broker.
@@ -81,7 +81,10 @@ describeOnRealServers('faults: a @Resequenced handler that runs past handlerTime
 
     expect(calls.map((call) => call.seq)).toEqual([1]);
     const dead = await servers.admin.drain(`${channel}.dlq`);
-    expect(dead.map((message) => String(message.headers['x-death-reason']))).toEqual([
+    // A dead-letter whose confirm came after confirmTimeoutMs (180 ms here, on a loaded machine)
+    // is sent again: copies of it, at least once, and nothing else.
+    const reasons = new Set(dead.map((message) => String(message.headers['x-death-reason'])));
+    expect([...reasons]).toEqual([
       expect.stringMatching(
         new RegExp(`^handler-timeout: key K, event 1: handler timed out after ${TIMEOUT_MS} ms`),
       ),
