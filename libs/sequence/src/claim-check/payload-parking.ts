@@ -1,8 +1,6 @@
-import { Readable, Transform, pipeline, type TransformCallback } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { delay, withTimeout } from '../core/async';
-import { sha256Hasher, sha256Hex } from '../core/checksum';
-import { byteChunks } from '../core/payload-source';
 import { sourceChunks, type StallBound } from '../core/source-chunks';
 import {
   audienceChannel,
@@ -23,6 +21,8 @@ import {
 } from '../core/errors/payload-store-timeout.error';
 import { UnknownPayloadStoreError } from '../core/errors/unknown-payload-store.error';
 import { ClaimCheckMetrics } from './claim-check.metrics';
+import { uploadPayload } from './payload-upload';
+import { sha256Hex } from '../core/checksum';
 import type { PayloadInfo, PayloadStore } from '../ports/payload-store.port';
 import {
   CLAIM_CHECK_STORES,
@@ -32,7 +32,7 @@ import {
 } from '../kernel/tokens';
 import type { Transport } from '../ports/transport.port';
 import type { ResolvedClaimCheckOptions, ResolvedOptions } from '../options/resolved-options';
-import { asError, errorMessage } from '../core/errors/caught';
+import { errorMessage } from '../core/errors/caught';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { ClaimCheckLifecycle } from './claim-check.events';
 
@@ -108,8 +108,9 @@ export class PayloadParking implements OnApplicationShutdown {
    * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
    * orphan-to-be until `markPublished` (see OrphanSweeper).
    * @throws ClaimTicketInvalidError (`expired`) when storing took past the ticket's ttl: the
-   * payload is deleted again; the store's error, or PayloadStoreTimeoutError past
-   * `readTimeoutMs`, when a slow upload could not be marked published
+   * payload is deleted again; the store's error; PayloadStoreTimeoutError when the store held the
+   * upload up for `writeTimeoutMs` (`put`, see uploadPayload), or when a slow upload could not be
+   * marked published within `readTimeoutMs` (`markPublished`)
    */
   async park(
     payload: Buffer | Readable,
@@ -128,24 +129,13 @@ export class PayloadParking implements OnApplicationShutdown {
       contentType: options.contentType,
       metadata: options.metadata,
     };
-    let digest: { sha256: string; bytes: number };
-    let ref: string;
-    if (Buffer.isBuffer(payload)) {
-      ({ ref } = await store.put(payload, putOptions));
-      digest = { sha256: sha256Hex(payload), bytes: payload.length };
-    } else {
-      const meter = new DigestingStream();
-      // Errors reach put through `meter`; chunks that are not bytes fail it (see byteChunks).
-      pipeline(payload, byteChunks, meter, () => undefined);
-      try {
-        ({ ref } = await store.put(meter, putOptions));
-      } catch (error) {
-        // A store that refused before reading would leave the caller's stream (a file) open.
-        meter.destroy(asError(error));
-        throw error;
-      }
-      digest = meter.digest();
-    }
+    const { ref, ...digest } = await uploadPayload(
+      store,
+      payload,
+      putOptions,
+      this.options.writeTimeoutMs,
+      (late) => this.deleteLate(store, late.ref, published),
+    );
     this.warnIfKeysAreLocal();
     let ticket: ClaimTicket;
     try {
@@ -436,6 +426,31 @@ export class PayloadParking implements OnApplicationShutdown {
     }
   }
 
+  /**
+   * A payload whose put was given up on (`PayloadStoreTimeoutError`) and stored all the same: no
+   * ticket names it, so it is deleted. Unanswered, an unpublished one is left to the orphan
+   * sweeper, a published one (`checkIn`) to its expiry.
+   */
+  private deleteLate(store: PayloadStore, ref: string, published: boolean): void {
+    const what = `${store.name}:${ref}`;
+    this.logger.warn(
+      `the ${store.name} payload store answered a put given up on (writeTimeoutMs) with ${what}; ` +
+        'no ticket names it: deleting it',
+    );
+    const deleting = (async () => store.delete(ref))();
+    void this.storeCallWithin(store, ref, 'delete', deleting).then(
+      (deleted) => {
+        if (deleted) this.metrics.payloadDeleted(store.name, 'orphaned');
+      },
+      (error: unknown) =>
+        this.logger.warn(
+          `could not delete ${what}, stored after its put was given up on; ` +
+            `${published ? 'it is deleted at its expiry' : 'the orphan sweeper will'}: ` +
+            errorMessage(error),
+        ),
+    );
+  }
+
   /** The store a ticket names. @throws UnknownPayloadStoreError */
   storeNamed(name: string): PayloadStore {
     const store = this.stores.stores.get(name);
@@ -457,22 +472,6 @@ function assertUnexpired(expiresAt: number, startedAt: number): void {
     `the payload took ${now - startedAt} ms to store, past its ttlMs ` +
       `(${expiresAt - startedAt} ms): its ticket would be refused on arrival`,
   );
-}
-
-/** Hashes and counts the bytes passing through. */
-class DigestingStream extends Transform {
-  private readonly hash = sha256Hasher();
-  private bytes = 0;
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
-    this.hash.update(chunk);
-    this.bytes += chunk.length;
-    done(null, chunk);
-  }
-
-  digest(): { sha256: string; bytes: number } {
-    return { sha256: this.hash.digest('hex'), bytes: this.bytes };
-  }
 }
 
 /**

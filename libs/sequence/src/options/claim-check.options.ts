@@ -72,6 +72,18 @@ export interface ClaimCheckOptions {
    */
   readTimeoutMs?: number;
   /**
+   * Longest a payload store may hold an upload up: take none of the bytes waiting for it, or
+   * give no answer once it has them all. Past it the publish, `checkIn` or claim-checked send
+   * rejects with `PayloadStoreTimeoutError` (`put`), the source stream is destroyed and no ticket
+   * goes out; a payload the store keeps all the same is deleted. Waits on the caller's stream do
+   * not count. What the store does with bytes it took counts: a payload given as bytes, up to
+   * 8 MiB, is one wait; S3 takes no more while `partsInFlight` parts upload, and finishes the
+   * last ones (and the multipart upload) after the end; the filesystem store flushes the file
+   * with `fsync`. Keep it above what those take on your slowest link and disk.
+   * @default 300000 (5 minutes)
+   */
+  writeTimeoutMs?: number;
+  /**
    * Whether consumers take tickets that name no channel: those of producers on a release before
    * tickets were bound to the channel they were issued for. Off, such a ticket is dead-lettered
    * `claim-ticket-invalid` (`no-audience`), so that a ticket cannot be replayed onto a channel it

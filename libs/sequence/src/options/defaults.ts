@@ -44,6 +44,7 @@ export const DEFAULTS = {
     deleteAfter: 'ack',
     acceptTicketsWithoutAudience: false,
     readTimeoutMs: 30_000,
+    writeTimeoutMs: 5 * MINUTE,
   },
   resequencer: {
     maxBufferedPerKey: 1_000,

@@ -101,6 +101,7 @@ export const MODULE_KEYS: KeyTree = {
     deleteAfter: true,
     acceptTicketsWithoutAudience: true,
     readTimeoutMs: true,
+    writeTimeoutMs: true,
   },
   resequencer: {
     store: true,

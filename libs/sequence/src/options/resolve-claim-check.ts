@@ -74,15 +74,8 @@ export function resolveClaimCheckOptions(
     );
   }
 
-  const readTimeoutMs = options.readTimeoutMs ?? defaults.readTimeoutMs;
-  if (checkInteger(problems, 'claimCheck.readTimeoutMs', readTimeoutMs, 1)) {
-    if (readTimeoutMs > MAX_TIMER_MS) {
-      problems.push(
-        `claimCheck.readTimeoutMs must be at most ${MAX_TIMER_MS} (a Node timer's longest), ` +
-          `got ${readTimeoutMs}`,
-      );
-    }
-  }
+  const readTimeoutMs = timerOption(problems, 'readTimeoutMs', options, defaults);
+  const writeTimeoutMs = timerOption(problems, 'writeTimeoutMs', options, defaults);
 
   let keyring: ClaimTicketKeyring | undefined;
   try {
@@ -108,7 +101,24 @@ export function resolveClaimCheckOptions(
     deleteAfter,
     acceptTicketsWithoutAudience,
     readTimeoutMs,
+    writeTimeoutMs,
   };
+}
+
+/** A duration option of `claimCheck` that a Node timer waits for: 1 ms up to a timer's longest. */
+function timerOption(
+  problems: string[],
+  key: 'readTimeoutMs' | 'writeTimeoutMs',
+  options: ClaimCheckOptions,
+  defaults: Pick<ResolvedClaimCheckOptions, 'readTimeoutMs' | 'writeTimeoutMs'>,
+): number {
+  const ms = options[key] ?? defaults[key];
+  if (checkInteger(problems, `claimCheck.${key}`, ms, 1) && ms > MAX_TIMER_MS) {
+    problems.push(
+      `claimCheck.${key} must be at most ${MAX_TIMER_MS} (a Node timer's longest), got ${ms}`,
+    );
+  }
+  return ms;
 }
 
 /**

@@ -68,6 +68,8 @@ describe('resolveModuleOptions', () => {
           orphanGraceMs: 3_600_000,
           deleteAfter: 'ack',
           ephemeralKeys: true,
+          readTimeoutMs: 30_000,
+          writeTimeoutMs: 300_000,
         },
         resequencer: {
           maxBufferedPerKey: 1_000,
@@ -286,6 +288,16 @@ describe('resolveModuleOptions', () => {
         'fragmentBytes 0',
         { sequence: { fragmentBytes: 0 } },
         'sequence.fragmentBytes must be an integer >= 1, got 0',
+      ],
+      [
+        'a claimCheck.writeTimeoutMs of 0',
+        { claimCheck: { writeTimeoutMs: 0 } },
+        'claimCheck.writeTimeoutMs must be an integer >= 1, got 0',
+      ],
+      [
+        "a claimCheck.writeTimeoutMs past a Node timer's longest",
+        { claimCheck: { writeTimeoutMs: 2 ** 31 } },
+        "claimCheck.writeTimeoutMs must be at most 2147483647 (a Node timer's longest), got 2147483648",
       ],
       [
         'a metrics.prefix Prometheus would refuse',

@@ -91,6 +91,8 @@ export interface ResolvedClaimCheckOptions {
   readonly acceptTicketsWithoutAudience: boolean;
   /** Longest wait on a payload store for one step of a read (head, open, next chunk). */
   readonly readTimeoutMs: number;
+  /** Longest a payload store may hold an upload up (see payload-upload.ts). */
+  readonly writeTimeoutMs: number;
 }
 
 /** A `@ClaimCheck` handler's options over the module's. */

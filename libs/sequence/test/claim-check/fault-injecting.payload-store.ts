@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import type {
   PayloadInfo,
   PutOptions,
@@ -35,6 +35,20 @@ export class FaultInjectingPayloadStore implements PayloadStore {
   /** Upcoming `markPublished` calls that never settle, the payload left unmarked. */
   hangMarks = 0;
   /**
+   * Upcoming `put` calls that take none of the payload and do not settle until
+   * {@link releasePuts}, which hands it to the inner store then: a store that stopped answering
+   * mid-upload, and answers again later.
+   */
+  hangPuts = 0;
+  private readonly hungPuts: Array<{ release: () => void; settled: Promise<unknown> }> = [];
+  /**
+   * The next `put` of a stream reads this many bytes of it, exactly, then neither reads on (not
+   * even its end) nor settles: a store frozen once it had the bytes.
+   */
+  stallPutsAfter: number | undefined;
+  /** `put`s take each chunk of a stream this long after the one before: a slow, steady store. */
+  putChunkDelayMs = 0;
+  /**
    * Upcoming `get` calls whose stream hands over the payload's first chunk, then nothing more,
    * ever (a connection that stalled mid-body). Those streams are kept in {@link stalled}.
    */
@@ -59,7 +73,39 @@ export class FaultInjectingPayloadStore implements PayloadStore {
       this.failPuts--;
       throw new Error('payload store unreachable (put, injected by the test)');
     }
+    if (this.hangPuts > 0) {
+      this.hangPuts--;
+      let release!: () => void;
+      const put = new Promise<void>((resolve) => (release = resolve)).then(() =>
+        this.inner.put(payload, options),
+      );
+      this.hungPuts.push({ release, settled: put.catch(() => undefined) });
+      return put;
+    }
+    if (this.stallPutsAfter !== undefined && payload instanceof Readable) {
+      const bytes = this.stallPutsAfter;
+      this.stallPutsAfter = undefined;
+      return readThenStall(payload, bytes);
+    }
+    if (this.putChunkDelayMs > 0 && payload instanceof Readable) {
+      const delayMs = this.putChunkDelayMs;
+      const delayed = new Transform({
+        transform: (chunk: Buffer, _encoding, done) => setTimeout(() => done(null, chunk), delayMs),
+      });
+      payload.on('error', (error) => delayed.destroy(error));
+      return this.inner.put(payload.pipe(delayed), options);
+    }
     return this.inner.put(payload, options);
+  }
+
+  /**
+   * Lets the hung `put` calls go on to the inner store, with what is left of their payloads;
+   * resolves once the inner store settled them.
+   */
+  async releasePuts(): Promise<void> {
+    const hung = this.hungPuts.splice(0);
+    for (const { release } of hung) release();
+    await Promise.all(hung.map(({ settled }) => settled));
   }
 
   async get(ref: string): Promise<Readable> {
@@ -157,4 +203,15 @@ export class FaultInjectingPayloadStore implements PayloadStore {
       throw new Error(`payload store unreachable (${operation}, injected by the test)`);
     }
   }
+}
+
+/** Reads exactly `bytes` of `source` (never asking for its end), then waits for ever. */
+async function readThenStall(source: Readable, bytes: number): Promise<never> {
+  for (let read = 0; read < bytes;) {
+    const wanted = Math.min(source.readableLength, bytes - read);
+    const chunk = wanted > 0 ? (source.read(wanted) as Buffer | null) : null;
+    if (chunk) read += chunk.length;
+    else await new Promise((resolve) => source.once('readable', resolve));
+  }
+  return new Promise<never>(() => undefined);
 }

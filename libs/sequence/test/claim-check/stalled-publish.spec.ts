@@ -5,7 +5,7 @@ import { ClaimCheckPublishError, SplitterService } from 'nest-sequence';
 import { PayloadStoreTimeoutError } from 'nest-sequence/ports';
 import { RedisPayloadStore } from 'nest-sequence/redis';
 import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
-import { useRedis } from '../support/redis.fixture';
+import { keysUnder, useRedis } from '../support/redis.fixture';
 import { bytes, eventually, FaultInjectingTransport } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
 import {
@@ -17,6 +17,7 @@ import {
 import { FaultInjectingPayloadStore } from './fault-injecting.payload-store';
 
 const READ_TIMEOUT_MS = 300;
+const WRITE_TIMEOUT_MS = 300;
 /** A channel no handler consumes: its tickets stay queued, their payloads in the store. */
 const UNCONSUMED = 'cc.unconsumed';
 
@@ -68,7 +69,12 @@ describe("claim check: a store that never answers a publish, a release or a park
   async function boot(options: Partial<ClaimCheckTestAppOptions> = {}): Promise<ClaimCheckTestApp> {
     t = await createClaimCheckTestApp({
       ...options,
-      claimCheck: { readTimeoutMs: READ_TIMEOUT_MS, inlineMaxBytes: 100, ...options.claimCheck },
+      claimCheck: {
+        readTimeoutMs: READ_TIMEOUT_MS,
+        writeTimeoutMs: WRITE_TIMEOUT_MS,
+        inlineMaxBytes: 100,
+        ...options.claimCheck,
+      },
       wrapStore: (inner) => (store = new FaultInjectingPayloadStore(inner)),
       wrapTransport: (inner) => (transport = new FaultInjectingTransport(inner)),
     });
@@ -167,6 +173,118 @@ describe("claim check: a store that never answers a publish, a release or a park
     expect(await filesUnder(app.root)).toEqual([]);
   });
 
+  it('an upload the store stops taking: PayloadStoreTimeoutError after writeTimeoutMs, the source destroyed, nothing published nor left', async () => {
+    const app = await boot();
+    store.hangPuts = 1;
+    const source = Readable.from(Array.from({ length: 64 }, (_, i) => bytes(16 * 1024, i)));
+    const startedAt = Date.now();
+
+    const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, source));
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect((outcome as { error: PayloadStoreTimeoutError }).error).toMatchObject({
+      call: 'put',
+      ref: '',
+      timeoutMs: WRITE_TIMEOUT_MS,
+    });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(WRITE_TIMEOUT_MS);
+    await eventually(() => source.destroyed, 'the source destroyed');
+    expect(transport.attempts).toEqual([]);
+    // The store answers again: the put it was given finds its payload failed, and keeps nothing.
+    await store.releasePuts();
+    await eventually(async () => (await filesUnder(app.root)).length === 0, 'nothing stored');
+  });
+
+  it('a store that takes every byte, then neither reads the end nor answers: PayloadStoreTimeoutError after writeTimeoutMs', async () => {
+    const app = await boot();
+    const payload = bytes(64 * 1024, 12);
+    store.stallPutsAfter = payload.length;
+    const startedAt = Date.now();
+
+    const outcome = await outcomeWithin(
+      app.claimCheck.publish(UNCONSUMED, Readable.from([payload])),
+    );
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(WRITE_TIMEOUT_MS);
+    expect(transport.attempts).toEqual([]);
+  });
+
+  it('a store slower than writeTimeoutMs over the upload, but taking bytes steadily: the publish goes through', async () => {
+    const app = await boot();
+    const payload = bytes(256 * 1024, 13);
+    store.putChunkDelayMs = WRITE_TIMEOUT_MS / 3;
+
+    const outcome = await outcomeWithin(
+      app.claimCheck.publish(
+        UNCONSUMED,
+        Readable.from(
+          Array.from({ length: 8 }, (_, i) => payload.subarray(i * 32_768, (i + 1) * 32_768)),
+        ),
+      ),
+    );
+
+    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+    const { ticket } = (outcome as { value: { ticket: { ref: string } } }).value;
+    expect((await app.store.head(ticket.ref))?.bytes).toBe(payload.length);
+  });
+
+  it('a put of bytes that never answers: PayloadStoreTimeoutError; stored late, the payload is deleted', async () => {
+    const app = await boot();
+    store.hangPuts = 1;
+
+    const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, bytes(1_000, 9)));
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect((outcome as { error: PayloadStoreTimeoutError }).error).toMatchObject({ call: 'put' });
+    expect(transport.attempts).toEqual([]);
+    await store.releasePuts();
+    await eventually(
+      () => warnings.some((warning) => /answered a put given up on/.test(warning)),
+      'the late put reported',
+    );
+    await eventually(async () => (await filesUnder(app.root)).length === 0, 'the payload deleted');
+  });
+
+  it('a checkIn whose put answers late: PayloadStoreTimeoutError, and the payload, marked published, is deleted', async () => {
+    const app = await boot();
+    store.hangPuts = 1;
+
+    const outcome = await outcomeWithin(app.claimCheck.checkIn(bytes(1_000, 14)));
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    await store.releasePuts();
+    await eventually(async () => (await filesUnder(app.root)).length === 0, 'the payload deleted');
+  });
+
+  it('a put of bytes over 8 MiB the store takes none of: PayloadStoreTimeoutError after writeTimeoutMs', async () => {
+    const app = await boot();
+    store.hangPuts = 1;
+    const startedAt = Date.now();
+
+    const outcome = await outcomeWithin(
+      app.claimCheck.publish(UNCONSUMED, bytes(9 * 1024 * 1024, 10)),
+    );
+
+    expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(WRITE_TIMEOUT_MS);
+    await store.releasePuts();
+    await eventually(async () => (await filesUnder(app.root)).length === 0, 'nothing stored');
+  });
+
+  it('a source slower than writeTimeoutMs between its chunks: waiting on it is not the store holding the upload', async () => {
+    const app = await boot();
+    const payload = bytes(1_000, 11);
+
+    const outcome = await outcomeWithin(
+      app.claimCheck.publish(UNCONSUMED, slowSource(payload, 3, 2 * WRITE_TIMEOUT_MS)),
+    );
+
+    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+    const { ticket } = (outcome as { value: { ticket: { ref: string } } }).value;
+    expect((await app.store.head(ticket.ref))?.bytes).toBe(payload.length);
+  });
+
   it('fragments sent via claim check whose marks never answer: the send resolves', async () => {
     const app = await boot();
     store.hangMarks = 1_000;
@@ -226,12 +344,13 @@ describe("claim check: a store that never answers a publish, a release or a park
 
 /**
  * The same against a real store: a RedisPayloadStore whose connection to the real Redis goes
- * through a proxy that freezes the moment the ticket is published, after the upload. ioredis has
- * no command timeout of its own: the mark after the confirm waits for an answer that never comes.
+ * through a proxy that freezes part-way through the upload, or the moment the ticket is
+ * published, after it. ioredis has no command timeout of its own: the step waits for an answer
+ * that never comes.
  */
 describeWithServer(
   'redis',
-  'claim check: a Redis payload store that freezes after the upload',
+  'claim check: a Redis payload store that freezes during or after the upload',
   () => {
     const redis = useRedis({ stem: 'nseq-test-frozen-mark' });
     let proxy: FreezingProxy | undefined;
@@ -242,6 +361,42 @@ describeWithServer(
       client?.disconnect();
       await proxy?.close();
       t = client = proxy = undefined;
+    });
+
+    it('an upload that freezes part-way: publish() rejects after writeTimeoutMs, and once the link is back nothing is left', async () => {
+      const writeTimeoutMs = 1_000;
+      ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
+      const frozen = proxy;
+      const store = new RedisPayloadStore(client, { prefix: redis.prefix, chunkBytes: 64 * 1024 });
+      const app = (t = await createClaimCheckTestApp({
+        claimCheck: { store, writeTimeoutMs, inlineMaxBytes: 100 },
+      }));
+      const source = Readable.from(
+        (async function* () {
+          for (let i = 0; i < 64; i++) {
+            if (i === 8) frozen.freeze();
+            yield bytes(64 * 1024, i);
+          }
+        })(),
+      );
+      const startedAt = Date.now();
+
+      const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, source), 10_000);
+
+      expect(outcome).toEqual({ error: expect.any(PayloadStoreTimeoutError) });
+      expect((outcome as { error: PayloadStoreTimeoutError }).error).toMatchObject({
+        store: 'redis',
+        call: 'put',
+      });
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(writeTimeoutMs);
+      await eventually(() => source.destroyed, 'the source destroyed');
+      expect(app.transport.depth(UNCONSUMED)).toBe(0);
+      frozen.resume(); // the link is reset; ioredis reconnects, and the put removes what it wrote
+      await eventually(
+        async () => (await keysUnder(redis.client, redis.prefix)).length === 0,
+        "the upload's chunks removed",
+        10_000,
+      );
     });
 
     it('publish() resolves after readTimeoutMs, and the payload is marked published once the link is back', async () => {
