@@ -25,6 +25,7 @@ import {
 import { LIFECYCLE_PARTS, SequenceLifecycle } from './kernel/sequence.lifecycle';
 import {
   BOUNDED_SEQUENCE_STORE,
+  PAYLOAD_READ_TIMEOUT_MS,
   CLAIM_CHECK_STORES,
   OUTBOX_STORE_SOURCE,
   RESEQUENCER_STORE,
@@ -135,6 +136,11 @@ const providers: Provider[] = [
     inject: [SEQUENCE_STORE, RESOLVED_OPTIONS],
     useFactory: (store: SequenceStore, options: ResolvedOptions) =>
       boundedSequenceStore(store, options.tuning.storeTimeoutMs),
+  },
+  {
+    provide: PAYLOAD_READ_TIMEOUT_MS,
+    inject: [RESOLVED_OPTIONS],
+    useFactory: (options: ResolvedOptions) => options.claimCheck.readTimeoutMs,
   },
   {
     provide: OwnedAdapters,
@@ -248,6 +254,10 @@ const providers: Provider[] = [
     RESEQUENCER_STORE,
     CLAIM_CHECK_STORES,
     OutboxRuntime,
+    // For nest-sequence/admin: the sequence store, each step bounded by tuning.storeTimeoutMs,
+    // and the bound of its payload store reads.
+    BOUNDED_SEQUENCE_STORE,
+    PAYLOAD_READ_TIMEOUT_MS,
     // For nest-sequence/admin: the channels consumed and the resequencers, to list and act on.
     ChannelRegistry,
     ResequencerCatalog,

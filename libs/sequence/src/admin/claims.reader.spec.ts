@@ -4,12 +4,12 @@ import type { ClaimCheckStores } from '../kernel/tokens';
 import type { PayloadStore } from '../ports/payload-store.port';
 import { ClaimsReader } from './claims.reader';
 
-function readerOf(head: PayloadStore['head']): ClaimsReader {
+function readerOf(head: PayloadStore['head'], readTimeoutMs = 30_000): ClaimsReader {
   const store = { name: 's3', head } as unknown as PayloadStore;
-  return new ClaimsReader({
-    store,
-    stores: new Map([['s3', store]]),
-  } as unknown as ClaimCheckStores);
+  return new ClaimsReader(
+    { store, stores: new Map([['s3', store]]) } as unknown as ClaimCheckStores,
+    readTimeoutMs,
+  );
 }
 
 /**
@@ -42,5 +42,13 @@ describe('ClaimsReader.status', () => {
     });
 
     await expect(reader.status('2f9c')).rejects.toThrow('ECONNREFUSED');
+  });
+
+  it('fails with PayloadReadTimeoutError when the store does not answer within readTimeoutMs', async () => {
+    const reader = readerOf(() => new Promise(() => undefined), 50);
+
+    await expect(reader.status('2f9c')).rejects.toEqual(
+      expect.objectContaining({ name: 'PayloadReadTimeoutError', waitingFor: 'head', ref: '2f9c' }),
+    );
   });
 });

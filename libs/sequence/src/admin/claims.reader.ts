@@ -1,8 +1,14 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { withTimeout } from '../core/async';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
-import { CLAIM_CHECK_STORES, type ClaimCheckStores } from '../kernel/tokens';
-import type { PayloadInfo } from '../ports/payload-store.port';
+import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
+import {
+  CLAIM_CHECK_STORES,
+  PAYLOAD_READ_TIMEOUT_MS,
+  type ClaimCheckStores,
+} from '../kernel/tokens';
+import type { PayloadInfo, PayloadStore } from '../ports/payload-store.port';
 
 /** A claim-check payload's status by ref. */
 export interface ClaimStatus {
@@ -20,19 +26,24 @@ export interface ClaimStatus {
 /** Claim-check payloads, through the payload stores tickets may name. */
 @Injectable()
 export class ClaimsReader {
-  constructor(@Inject(CLAIM_CHECK_STORES) private readonly claimCheck: ClaimCheckStores) {}
+  constructor(
+    @Inject(CLAIM_CHECK_STORES) private readonly claimCheck: ClaimCheckStores,
+    /** `claimCheck.readTimeoutMs`. */
+    @Inject(PAYLOAD_READ_TIMEOUT_MS) private readonly readTimeoutMs: number,
+  ) {}
 
   /**
    * `ref` alone, or `<store>:<ref>` as a ticket's identity names it.
    *
-   * @throws the error of a store that could not be asked (down, its bucket gone), when no other
-   *   store holds the ref: that store has not said the payload is gone
+   * @throws the error of a store that could not be asked (down, its bucket gone, or no answer
+   *   within `claimCheck.readTimeoutMs`: PayloadReadTimeoutError), when no other store holds the
+   *   ref: that store has not said the payload is gone
    */
   async status(ref: string): Promise<ClaimStatus> {
     let failure: { readonly error: unknown } | undefined;
     for (const [name, store] of this.candidates(ref)) {
       try {
-        const info = await this.head(store.head.bind(store), strip(ref, name));
+        const info = await this.head(store, strip(ref, name));
         if (info) return describe(ref, name, info);
       } catch (error) {
         failure ??= { error };
@@ -51,12 +62,14 @@ export class ClaimsReader {
    * A ref no store could have made, or one a store says it does not hold (the refusals the
    * payload store conformance suite allows for `head`), is not found, not an error.
    */
-  private async head(
-    head: (ref: string) => Promise<PayloadInfo | undefined>,
-    ref: string,
-  ): Promise<PayloadInfo | undefined> {
+  private async head(store: PayloadStore, ref: string): Promise<PayloadInfo | undefined> {
+    const ms = this.readTimeoutMs;
     try {
-      return await head(ref);
+      return await withTimeout(
+        store.head(ref),
+        ms,
+        () => new PayloadReadTimeoutError(store.name, ref, 'head', ms),
+      );
     } catch (error) {
       if (error instanceof InvalidPayloadRefError || error instanceof ClaimCheckNotFoundError) {
         return undefined;

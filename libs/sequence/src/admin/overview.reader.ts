@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { errorMessage } from '../core/errors/caught';
-import { SEQUENCE_BUDGETS, SEQUENCE_STORE, type SequenceBudgets } from '../kernel/tokens';
+import { BOUNDED_SEQUENCE_STORE, SEQUENCE_BUDGETS, type SequenceBudgets } from '../kernel/tokens';
 import type { SequenceStore } from '../ports/sequence-store.port';
 import { BoxesReader, type BoxTotals } from './boxes.reader';
 import { DeadLettersReader, type DeadLetterChannelSummary } from './dead-letters.reader';
@@ -46,7 +46,7 @@ const GAP_SAMPLE = 1000;
 export class OverviewReader {
   constructor(
     @Inject(ADMIN_OPTIONS) private readonly options: ResolvedAdminOptions,
-    @Inject(SEQUENCE_STORE) private readonly store: SequenceStore,
+    @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
     @Inject(SEQUENCE_BUDGETS) private readonly budgets: SequenceBudgets,
     private readonly deadLetters: DeadLettersReader,
     private readonly resequencers: ResequencerReader,

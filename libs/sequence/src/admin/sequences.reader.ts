@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { SEQUENCE_STORE } from '../kernel/tokens';
+import { BOUNDED_SEQUENCE_STORE } from '../kernel/tokens';
 import type { OpenSequenceInfo, SequenceStore } from '../ports/sequence-store.port';
 import { notFound, unsupported } from './admin.errors';
 
@@ -94,7 +94,7 @@ function instanceOf(holder: string): string {
 /** Open sequences, from the sequence store. */
 @Injectable()
 export class SequencesReader {
-  constructor(@Inject(SEQUENCE_STORE) private readonly store: SequenceStore) {}
+  constructor(@Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore) {}
 
   get canList(): boolean {
     return typeof this.store.listOpen === 'function';

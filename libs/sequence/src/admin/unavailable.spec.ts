@@ -7,6 +7,11 @@ import { Pool } from 'pg';
 import { sparePort } from '../../test/support/processes/server-process';
 import { describeWithServer, SERVERS } from '../../test/support/servers';
 import { BrokerUnavailableError } from '../core/errors/broker-unavailable.error';
+import { ClaimLedgerTimeoutError } from '../core/errors/claim-ledger-timeout.error';
+import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
+import { PayloadStoreTimeoutError } from '../core/errors/payload-store-timeout.error';
+import { ResequencerStoreTimeoutError } from '../core/errors/resequencer-store-timeout.error';
+import { SequenceStoreTimeoutError } from '../core/errors/sequence-store-timeout.error';
 import { isUnavailable } from './unavailable';
 
 /** What `run` rejects with (it must reject). */
@@ -77,6 +82,22 @@ describe('isUnavailable over what the clients throw with their server away', () 
     }
     // The same words from elsewhere are no outage: only the type says so.
     expect(isUnavailable(new Error('not connected to RabbitMQ (reconnecting)'))).toBe(false);
+  });
+
+  it("tells the module's errors for a store that did not answer in time, also as a cause", () => {
+    for (const error of [
+      new SequenceStoreTimeoutError('redis', 'listOpen', 'orders', 500),
+      new ResequencerStoreTimeoutError('redis', 'inspect', 'prices/K', 500),
+      new PayloadReadTimeoutError('redis', 'ref-1', 'open', 500),
+      new PayloadStoreTimeoutError('redis', '', 'put', 500),
+      new ClaimLedgerTimeoutError('redis', 'claim', 'ticket', 'orders', 500, 'tuning.leaseMs'),
+    ]) {
+      expect({ error: error.name, unavailable: isUnavailable(error) }).toEqual({
+        error: error.name,
+        unavailable: true,
+      });
+      expect(isUnavailable(new Error('listing failed', { cause: error }))).toBe(true);
+    }
   });
 
   it('does not take an error that is no outage for one', () => {

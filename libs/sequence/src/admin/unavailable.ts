@@ -1,4 +1,9 @@
 import { BrokerUnavailableError } from '../core/errors/broker-unavailable.error';
+import { ClaimLedgerTimeoutError } from '../core/errors/claim-ledger-timeout.error';
+import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
+import { PayloadStoreTimeoutError } from '../core/errors/payload-store-timeout.error';
+import { ResequencerStoreTimeoutError } from '../core/errors/resequencer-store-timeout.error';
+import { SequenceStoreTimeoutError } from '../core/errors/sequence-store-timeout.error';
 import {
   isError,
   isNetworkError,
@@ -27,15 +32,25 @@ const UNAVAILABLE_NAMES: ReadonlySet<string> = new Set([
 const UNAVAILABLE_MESSAGE =
   /^(Connection is closed\.|Stream isn't writeable|Command timed out$|Channel ended, no reply will be forthcoming|Connection closed)/;
 
+/** The module's own errors for a store step given up on: the store stopped answering. */
+const STORE_TIMEOUTS = [
+  SequenceStoreTimeoutError,
+  ResequencerStoreTimeoutError,
+  PayloadReadTimeoutError,
+  PayloadStoreTimeoutError,
+  ClaimLedgerTimeoutError,
+] as const;
+
 /**
  * Whether `error` (or an error it was caused by) means a store or the broker cannot be reached
  * now, rather than a bug: the request may succeed when tried again later. Told by a transport's
- * BrokerUnavailableError, the network error code, PostgreSQL's connection errors, or the client's
- * error name or message.
+ * BrokerUnavailableError, the module's errors for a store that did not answer in time, the
+ * network error code, PostgreSQL's connection errors, or the client's error name or message.
  */
 export function isUnavailable(error: unknown): boolean {
   for (let depth = 0; isError(error) && depth < 5; depth++) {
     if (error instanceof BrokerUnavailableError) return true;
+    if (STORE_TIMEOUTS.some((type) => error instanceof type)) return true;
     if (isNetworkError(error) || isPostgresConnectionError(error)) return true;
     if (UNAVAILABLE_NAMES.has(error.name) || UNAVAILABLE_MESSAGE.test(error.message)) return true;
     error = error.cause;

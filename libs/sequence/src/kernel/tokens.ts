@@ -48,11 +48,14 @@ export interface SweepTiming {
 /** Injection token of the active {@link SequenceStore}. */
 export const SEQUENCE_STORE = Symbol('nest-sequence:sequence-store');
 /**
- * Injection token of the sequence store as Message Sequence works on it: the active one with
- * each step given up on after `tuning.leaseMs` (sequence/bounded-store.ts). `SEQUENCE_STORE`
- * stays the adapter itself, for the health indicator, the console and the handler kinds' checks.
+ * Injection token of the sequence store as Message Sequence and the console work on it: the
+ * active one with each step given up on after `tuning.storeTimeoutMs` (sequence/bounded-store.ts).
+ * `SEQUENCE_STORE` stays the adapter itself, for the health indicator, the metrics (each bounded
+ * on its own) and the handler kinds' checks.
  */
 export const BOUNDED_SEQUENCE_STORE = Symbol('nest-sequence:bounded-sequence-store');
+/** Injection token of `claimCheck.readTimeoutMs`, for the console's reads of payload stores. */
+export const PAYLOAD_READ_TIMEOUT_MS = Symbol('nest-sequence:payload-read-timeout-ms');
 /** Injection token of the active {@link ResequencerStore}. */
 export const RESEQUENCER_STORE = Symbol('nest-sequence:resequencer-store');
 /** Injection token of the Claim Check's {@link ClaimCheckStores}. */
