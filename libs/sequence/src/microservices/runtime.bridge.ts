@@ -299,7 +299,12 @@ export class RuntimeBridge
       }
       return bound;
     });
-    await this.lifecycle.addBindings(bindings);
+    if ((await this.lifecycle.addBindings(bindings)) || bindings.length === 0) return;
+    const handlers = bindings.map((binding) => `${binding.definedBy} on ${binding.channel}`);
+    this.logger.warn(
+      `SequenceServer listened after SequenceModule's shutdown began: its handlers are not ` +
+        `subscribed (${handlers.join(', ')}); no handler consumes once the shutdown began`,
+    );
   }
 
   private bind(spec: ConsumerSpec): ChannelBinding[] {

@@ -95,7 +95,8 @@ export interface SequenceRuntime {
   currentMessage(): InboundMessage | undefined;
   /**
    * Consumes the channels: registered at once (a channel another handler consumes is refused),
-   * opened now when the module is running, else with the others at bootstrap.
+   * opened now when the module is running, else with the others at bootstrap. Once the module's
+   * shutdown began, nothing is consumed, with a warning.
    */
   consume(specs: readonly ConsumerSpec[]): Promise<void>;
   /**

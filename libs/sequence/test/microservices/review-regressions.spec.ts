@@ -1,6 +1,7 @@
 import {
   Catch,
   Controller,
+  Logger,
   createParamDecorator,
   Injectable,
   Scope,
@@ -456,6 +457,39 @@ describe('SequenceServer.listen', () => {
     } finally {
       await t.close();
       await inner.close();
+    }
+  });
+
+  it("says so when it listens after the module's shutdown began: its handlers consume nothing", async () => {
+    const transport = new InMemoryTransport();
+    const moduleRef = await Test.createTestingModule({
+      imports: [SequenceModule.forRoot({ transport })],
+      controllers: [Plain],
+    }).compile();
+    const server = new SequenceServer();
+    const app = moduleRef.createNestMicroservice({ strategy: server, logger: false });
+    await app.init();
+    await app.close();
+    const warnings: string[] = [];
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation((message: unknown) => {
+      warnings.push(String(message));
+    });
+    try {
+      // It calls back without an error: the application is stopping, not failing.
+      expect(await new Promise<unknown>((resolve) => server.listen(resolve))).toBeUndefined();
+
+      expect(warnings).toEqual([
+        expect.stringMatching(
+          /SequenceServer listened after SequenceModule's shutdown began: its handlers are not subscribed \(Plain\.take on rg\.plain\)/,
+        ),
+      ]);
+      // Nothing consumes the channel: what is published there stays queued.
+      await transport.publish('rg.plain', Buffer.from('{}'), {});
+      await transport.whenIdle();
+      expect(transport.depth('rg.plain')).toBe(1);
+    } finally {
+      warn.mockRestore();
+      await transport.close();
     }
   });
 });
