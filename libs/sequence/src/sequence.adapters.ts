@@ -5,6 +5,7 @@ import { MemoryResequencerStore } from './adapters/stores/memory/memory.resequen
 import { MemorySequenceStore } from './adapters/stores/memory/memory.sequence-store';
 import { Logger } from '@nestjs/common';
 import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.transport';
+import { settlesWithin } from './core/async';
 import { errorMessage } from './core/errors/caught';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
 import type { LifecyclePart } from './kernel/sequence.lifecycle';
@@ -35,19 +36,33 @@ export interface ModuleAdapters {
 
 /**
  * The lifecycle part that closes what the module owns (`ModuleAdapters.owned`), in order, last
- * at shutdown and also when the module's own start fails at bootstrap (Nest then runs no shutdown hook, and
- * a `stores` set's connection would keep the process alive). One failing to close is logged and
- * does not keep the others open.
+ * at shutdown and also when the module's own start fails at bootstrap (Nest then runs no shutdown
+ * hook, and a `stores` set's connection would keep the process alive). One failing to close is
+ * logged and does not keep the others open; nor does one that has not closed after `closeMs`
+ * (a server that stopped answering: its close may still end later).
  */
 export class OwnedAdapters implements LifecyclePart {
   private readonly logger = new Logger('SequenceModule');
 
-  constructor(private readonly owned: readonly Closeable[]) {}
+  constructor(
+    private readonly owned: readonly Closeable[],
+    /** How long one adapter's close is waited for: `shutdownTimeoutMs`, at least a second. */
+    private readonly closeMs: number,
+  ) {}
 
   async close(): Promise<void> {
     for (const adapter of this.owned) {
+      const closing = (async () => adapter.close())();
       try {
-        await adapter.close();
+        if (!(await settlesWithin(closing, this.closeMs))) {
+          this.logger.warn(
+            `closing ${adapterName(adapter)} did not finish within ${this.closeMs} ms ` +
+              '(shutdownTimeoutMs, at least 1000): a server that stopped answering? Shutdown goes ' +
+              'on without it',
+          );
+          continue;
+        }
+        await closing;
       } catch (error) {
         this.logger.warn(`closing ${adapterName(adapter)} failed: ${errorMessage(error)}`);
       }

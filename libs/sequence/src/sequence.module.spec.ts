@@ -635,6 +635,41 @@ describe('SequenceModule', () => {
         expect.stringContaining('closing the store set first failed: first would not close'),
       );
     });
+
+    it('gives up on a store set whose close never settles after shutdownTimeoutMs (at least 1 s), and closes the next', async () => {
+      const closed: string[] = [];
+      const set = (name: string, hangs: boolean) => ({
+        name,
+        close: () => {
+          closed.push(name);
+          return hangs ? new Promise<void>(() => undefined) : Promise.resolve();
+        },
+      });
+      const logger = new CapturingLogger();
+      const app = await boot(
+        {
+          imports: [
+            SequenceModule.forRoot({
+              stores: [set('frozen', true), set('second', false)],
+              shutdownTimeoutMs: 200,
+            }),
+          ],
+        },
+        logger,
+      );
+      const startedAt = Date.now();
+
+      await app.close();
+      apps.splice(apps.indexOf(app), 1);
+
+      expect(closed).toEqual(['frozen', 'second']);
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_000);
+      expect(logger.warnings).toContainEqual(
+        expect.stringMatching(
+          /closing the store set frozen did not finish within 1000 ms \(shutdownTimeoutMs, at least 1000\)/,
+        ),
+      );
+    });
   });
 
   describe('closeTransport', () => {

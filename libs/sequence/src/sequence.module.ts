@@ -145,7 +145,8 @@ const providers: Provider[] = [
   {
     provide: OwnedAdapters,
     inject: [COMPOSITION],
-    useFactory: ({ adapters }: Composition) => new OwnedAdapters(adapters.owned),
+    useFactory: ({ adapters, options }: Composition) =>
+      new OwnedAdapters(adapters.owned, Math.max(options.shutdownTimeoutMs, 1_000)),
   },
   // The kernel: one registry of channels, one explorer (and its watcher of lazily loaded
   // modules), one consumer host, one lifecycle owner.

@@ -165,7 +165,9 @@ export interface SequenceModuleOptions {
   prefetch?: number;
   /**
    * At shutdown, how long deliveries in progress may take to finish before subscriptions close
-   * (their messages are then delivered again). @default 10000
+   * (their messages are then delivered again). It also bounds the wait for each store (or store
+   * set) the module closes, at least a second: one still closing then (its server stopped
+   * answering) is left to end on its own, with a warning. @default 10000
    */
   shutdownTimeoutMs?: number;
   /** prom-client metrics; `false` turns them off. @default a Registry of the module's own */

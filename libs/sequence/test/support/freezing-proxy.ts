@@ -7,6 +7,8 @@ interface ProxyState {
   /** Only what the server sends is held back: requests still reach it. */
   repliesFrozen: boolean;
   readonly sockets: Set<Socket>;
+  /** The client sides of the connections that the clients have not closed. */
+  readonly clients: Set<Socket>;
 }
 
 /**
@@ -22,9 +24,17 @@ export class FreezingProxy {
   ) {}
 
   static async start(target: { host: string; port: number }): Promise<FreezingProxy> {
-    const state: ProxyState = { frozen: false, repliesFrozen: false, sockets: new Set() };
-    const server = createServer((client) => {
-      const upstream = connect(target.port, target.host);
+    const state: ProxyState = {
+      frozen: false,
+      repliesFrozen: false,
+      sockets: new Set(),
+      clients: new Set(),
+    };
+    // Half-open allowed: a frozen server does not close its side when the client closes its own.
+    const server = createServer({ allowHalfOpen: true }, (client) => {
+      const upstream = connect({ port: target.port, host: target.host, allowHalfOpen: true });
+      state.clients.add(client);
+      for (const event of ['end', 'close']) client.on(event, () => state.clients.delete(client));
       for (const [from, to] of [
         [client, upstream],
         [upstream, client],
@@ -32,6 +42,9 @@ export class FreezingProxy {
         state.sockets.add(from);
         from.on('data', (chunk) => {
           if (!state.frozen && !(from === upstream && state.repliesFrozen)) to.write(chunk);
+        });
+        from.on('end', () => {
+          if (!state.frozen) to.end();
         });
         from.on('error', () => to.destroy());
         from.on('close', () => {
@@ -42,6 +55,15 @@ export class FreezingProxy {
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return new FreezingProxy(server, (server.address() as AddressInfo).port, state);
+  }
+
+  /**
+   * The connections whose client has not closed its side (a frozen server keeps its own open):
+   * 0 once the clients let go of every connection. A client that only half-closes (sends its end
+   * and waits for the server's) counts as gone: time that wait, too.
+   */
+  get clientsConnected(): number {
+    return this.state.clients.size;
   }
 
   /** From now on nothing passes, either way; the connections stay open. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
+import { FreezingProxy } from '../../../../test/support/freezing-proxy';
 import { adminQuery } from '../../../../test/support/postgres.fixture';
 import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
@@ -125,6 +126,37 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
       woken.length = 0;
       await behindProxy.transaction((tx) => behindProxy.append('outbox_events', [record('p')], tx));
       await eventually(() => woken.includes('outbox_events'), 'a wake-up through the proxy');
+    } finally {
+      await behindProxy.close();
+      await proxy.close();
+    }
+  });
+
+  it('drops its connection when the server stops answering as it ends it, instead of waiting', async () => {
+    const server = new globalThis.URL(URL);
+    const proxy = await FreezingProxy.start({
+      host: server.hostname,
+      port: Number(server.port || 5432),
+    });
+    const proxied = new globalThis.URL(URL);
+    proxied.port = String(proxy.port);
+    const behindProxy = PostgresOutboxStore.connect(URL, {
+      tablePrefix,
+      listenConnection: proxied.toString(),
+    });
+    try {
+      const unsubscribe = await behindProxy.watch(() => undefined);
+      await eventually(
+        () => proxy.clientsConnected === 1,
+        'the LISTEN connection through the proxy',
+      );
+      proxy.freeze();
+      const startedAt = Date.now();
+
+      await unsubscribe();
+
+      expect(Date.now() - startedAt).toBeLessThan(5_000);
+      await eventually(() => proxy.clientsConnected === 0, 'the LISTEN connection dropped');
     } finally {
       await behindProxy.close();
       await proxy.close();

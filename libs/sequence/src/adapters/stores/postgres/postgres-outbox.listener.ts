@@ -1,6 +1,10 @@
 import type { Client, ClientConfig, Notification } from 'pg';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
+import { settlesWithin } from '../../../core/async';
 import { newClient } from './postgres-client';
+
+/** How long the server is given to close the LISTEN connection once it was told to end. */
+const END_TIMEOUT_MS = 2_000;
 
 /** One NOTIFY per box of $2 (text[]) on channel $1. */
 export const NOTIFY_BOXES = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
@@ -70,14 +74,14 @@ export class PostgresOutboxListener {
     return true;
   }
 
-  /** Ends the connection and any reconnect in progress; idempotent. */
+  /** Ends the connection (see endWithin) and any reconnect in progress; idempotent. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = undefined;
     const client = this.client;
     this.client = undefined;
-    await client?.end().catch(() => undefined);
+    if (client) await endWithin(client);
   }
 
   private async connect(): Promise<void> {
@@ -96,12 +100,12 @@ export class PostgresOutboxListener {
       await client.query('SET synchronous_commit TO off');
       await client.query(`LISTEN "${this.options.channel}"`);
     } catch (error) {
-      await client.end().catch(() => undefined);
+      await endWithin(client);
       throw error;
     }
     if (this.stopped) {
       // stop() ran while this attempt was connecting.
-      await client.end().catch(() => undefined);
+      await endWithin(client);
       return;
     }
     this.client = client;
@@ -120,7 +124,7 @@ export class PostgresOutboxListener {
   private lost(client: Client): void {
     if (client !== this.client || this.stopped) return;
     this.client = undefined;
-    client.end().catch(() => undefined);
+    void endWithin(client);
     this.scheduleReconnect();
   }
 
@@ -148,4 +152,14 @@ export class PostgresOutboxListener {
     if (this.stopped) return;
     for (const box of BOX_NAMES) this.options.wake(box);
   }
+}
+
+/**
+ * Ends `client`'s connection. A server that does not close its side within 2 s (one that stopped
+ * answering never does) has the socket dropped instead: it would stay open, and keep the process
+ * alive, for as long as the operating system keeps it.
+ */
+async function endWithin(client: Client): Promise<void> {
+  const ending = client.end().catch(() => undefined);
+  if (!(await settlesWithin(ending, END_TIMEOUT_MS))) client.connection.stream.destroy();
 }
