@@ -1,8 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { withTimeout } from '../core/async';
 import { InvalidPayloadRefError } from '../core/errors/invalid-payload-ref.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
-import { PayloadReadTimeoutError } from '../core/errors/payload-read-timeout.error';
+import { payloadHeadWithin } from '../claim-check/payload-parking';
 import {
   CLAIM_CHECK_STORES,
   PAYLOAD_READ_TIMEOUT_MS,
@@ -63,13 +62,8 @@ export class ClaimsReader {
    * payload store conformance suite allows for `head`), is not found, not an error.
    */
   private async head(store: PayloadStore, ref: string): Promise<PayloadInfo | undefined> {
-    const ms = this.readTimeoutMs;
     try {
-      return await withTimeout(
-        store.head(ref),
-        ms,
-        () => new PayloadReadTimeoutError(store.name, ref, 'head', ms),
-      );
+      return await payloadHeadWithin(store, ref, this.readTimeoutMs);
     } catch (error) {
       if (error instanceof InvalidPayloadRefError || error instanceof ClaimCheckNotFoundError) {
         return undefined;

@@ -267,12 +267,7 @@ export class PayloadParking implements OnApplicationShutdown {
    * @throws PayloadReadTimeoutError, or the store's error
    */
   headWithin(store: PayloadStore, ref: string): Promise<PayloadInfo | undefined> {
-    const { readTimeoutMs } = this.options;
-    return withTimeout(
-      store.head(ref),
-      readTimeoutMs,
-      () => new PayloadReadTimeoutError(store.name, ref, 'head', readTimeoutMs),
-    );
+    return payloadHeadWithin(store, ref, this.options.readTimeoutMs);
   }
 
   /**
@@ -486,4 +481,20 @@ export function storeCallWithin<T>(
   ms: number,
 ): Promise<T> {
   return withTimeout(pending, ms, () => new PayloadStoreTimeoutError(store.name, ref, call, ms));
+}
+
+/**
+ * `store.head(ref)`, given up on after `ms` (`claimCheck.readTimeoutMs`) with a
+ * `PayloadReadTimeoutError`: for the consumers, the service and the console alike.
+ */
+export function payloadHeadWithin(
+  store: PayloadStore,
+  ref: string,
+  ms: number,
+): Promise<PayloadInfo | undefined> {
+  return withTimeout(
+    store.head(ref),
+    ms,
+    () => new PayloadReadTimeoutError(store.name, ref, 'head', ms),
+  );
 }
