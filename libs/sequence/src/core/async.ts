@@ -94,6 +94,22 @@ export async function settlesWithin(promise: Promise<unknown>, ms: number): Prom
   ).catch(() => false);
 }
 
+/** How long a connection's polite close (Redis's `QUIT`, PostgreSQL's terminate) is waited for. */
+export const POLITE_CLOSE_MS = 2_000;
+
+/**
+ * Closes a connection politely (`close`), and drops it (`drop`) when that fails or does not end
+ * within {@link POLITE_CLOSE_MS}: a server that stopped answering never confirms a close, and the
+ * socket would stay open, keeping the process alive, for as long as the operating system keeps it.
+ */
+export async function closeOrDrop(close: () => Promise<unknown>, drop: () => void): Promise<void> {
+  const closed = (async () => close())().then(
+    () => true,
+    () => false,
+  );
+  if (!(await settlesWithin(closed, POLITE_CLOSE_MS)) || !(await closed)) drop();
+}
+
 /**
  * A clock that reads `now` at first and moves on with real time: for a sweep given the time it
  * runs at (tests give a later one), whose later steps must see the time it has taken.

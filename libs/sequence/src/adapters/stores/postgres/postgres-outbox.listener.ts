@@ -1,10 +1,7 @@
 import type { Client, ClientConfig, Notification } from 'pg';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
-import { settlesWithin } from '../../../core/async';
+import { closeOrDrop } from '../../../core/async';
 import { newClient } from './postgres-client';
-
-/** How long the server is given to close the LISTEN connection once it was told to end. */
-const END_TIMEOUT_MS = 2_000;
 
 /** One NOTIFY per box of $2 (text[]) on channel $1. */
 export const NOTIFY_BOXES = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
@@ -154,12 +151,10 @@ export class PostgresOutboxListener {
   }
 }
 
-/**
- * Ends `client`'s connection. A server that does not close its side within 2 s (one that stopped
- * answering never does) has the socket dropped instead: it would stay open, and keep the process
- * alive, for as long as the operating system keeps it.
- */
-async function endWithin(client: Client): Promise<void> {
-  const ending = client.end().catch(() => undefined);
-  if (!(await settlesWithin(ending, END_TIMEOUT_MS))) client.connection.stream.destroy();
+/** Ends `client`'s connection, or drops its socket when the server does not close its side. */
+function endWithin(client: Client): Promise<void> {
+  return closeOrDrop(
+    () => client.end(),
+    () => client.connection.stream.destroy(),
+  );
 }

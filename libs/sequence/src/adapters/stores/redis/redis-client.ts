@@ -1,6 +1,6 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RedisClient } from './redis-scripts';
-import { settlesWithin } from '../../../core/async';
+import { closeOrDrop } from '../../../core/async';
 import { refuseUnknownKeys, type Renames } from '../../../core/option-keys';
 
 /**
@@ -39,24 +39,17 @@ export function connectOwned<T extends { readonly redis?: RedisOptions }, A>(
   }
 }
 
-/** How long QUIT's reply is waited for before the connection is dropped instead. */
-const QUIT_TIMEOUT_MS = 2_000;
-
 /**
  * Quits a client an adapter owns; one that is not connected just drops its connection attempts,
- * and so does one whose server does not answer QUIT within 2 s (it stopped answering: its
- * connection would otherwise stay open, and keep the process alive, for as long as the socket).
+ * and so does one whose server does not answer QUIT within 2 s (see closeOrDrop).
  */
 export async function quitRedisClient(
   client: Pick<RedisClient, 'quit' | 'disconnect'>,
 ): Promise<void> {
-  const quitting = (async () => client.quit())();
-  // Rejected: not connected (QUIT cannot be sent).
-  const quit = quitting.then(
-    () => true,
-    () => false,
+  await closeOrDrop(
+    () => client.quit(),
+    () => client.disconnect(),
   );
-  if (!(await settlesWithin(quit, QUIT_TIMEOUT_MS)) || !(await quit)) client.disconnect();
 }
 
 /** Whether `client` is an ioredis `Cluster` (which sets `isCluster`), not a single node's client. */
