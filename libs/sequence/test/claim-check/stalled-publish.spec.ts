@@ -39,6 +39,17 @@ async function outcomeWithin<T>(
   return outcome;
 }
 
+/** `outcome` is a publish's receipt for a ticket, and the store holds the whole of `payload`. */
+async function expectStoredWhole(
+  app: ClaimCheckTestApp,
+  outcome: Awaited<ReturnType<typeof outcomeWithin>>,
+  payload: Buffer,
+): Promise<void> {
+  expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
+  const { ticket } = (outcome as { value: { ticket: { ref: string } } }).value;
+  expect((await app.store.head(ticket.ref))?.bytes).toBe(payload.length);
+}
+
 /** A stream of `payload` in `pieces` chunks, one every `gapMs`: a source slower than the store. */
 function slowSource(payload: Buffer, pieces: number, gapMs: number): Readable {
   const size = Math.ceil(payload.length / pieces);
@@ -224,9 +235,7 @@ describe("claim check: a store that never answers a publish, a release or a park
       ),
     );
 
-    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
-    const { ticket } = (outcome as { value: { ticket: { ref: string } } }).value;
-    expect((await app.store.head(ticket.ref))?.bytes).toBe(payload.length);
+    await expectStoredWhole(app, outcome, payload);
   });
 
   it('a put of bytes that never answers: PayloadStoreTimeoutError; stored late, the payload is deleted', async () => {
@@ -280,9 +289,7 @@ describe("claim check: a store that never answers a publish, a release or a park
       app.claimCheck.publish(UNCONSUMED, slowSource(payload, 3, 2 * WRITE_TIMEOUT_MS)),
     );
 
-    expect(outcome).toEqual({ value: expect.objectContaining({ via: 'ticket' }) });
-    const { ticket } = (outcome as { value: { ticket: { ref: string } } }).value;
-    expect((await app.store.head(ticket.ref))?.bytes).toBe(payload.length);
+    await expectStoredWhole(app, outcome, payload);
   });
 
   it('fragments sent via claim check whose marks never answer: the send resolves', async () => {
