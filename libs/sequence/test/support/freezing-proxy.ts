@@ -58,6 +58,24 @@ export class FreezingProxy {
   }
 
   /**
+   * A proxy to the server `url` names (its port, or `defaultPort`), and `url` pointed at the
+   * proxy: the same credentials and database, through it.
+   */
+  static async toUrl(
+    url: string,
+    defaultPort: number,
+  ): Promise<{ proxy: FreezingProxy; url: string }> {
+    const server = new URL(url);
+    const proxy = await FreezingProxy.start({
+      host: server.hostname,
+      port: Number(server.port || defaultPort),
+    });
+    server.hostname = '127.0.0.1';
+    server.port = String(proxy.port);
+    return { proxy, url: server.toString() };
+  }
+
+  /**
    * The connections whose client has not closed its side (a frozen server keeps its own open):
    * 0 once the clients let go of every connection. A client that only half-closes (sends its end
    * and waits for the server's) counts as gone: time that wait, too.

@@ -1,4 +1,5 @@
 import type { Client, ClientConfig, Pool, PoolClient, PoolConfig } from 'pg';
+import { closeOrDrop } from '../../../core/async';
 import { PostgresOutboxError } from './postgres-outbox.error';
 
 /**
@@ -18,10 +19,60 @@ export function loadPg(): typeof import('pg') {
   }
 }
 
+/** A pool of `PostgresOutboxStore.connect`'s own, and how to end it. */
+export interface OwnedPool {
+  readonly pool: Pool;
+  /**
+   * Ends the pool and waits for its connections to close. pg-pool's `end()` resolves once none
+   * is checked out, while the idle ones still wait for the server to close its side; a server
+   * that stopped answering never does, nor ends a statement still running. So every connection
+   * not closed within `POLITE_CLOSE_MS` is dropped: a socket left waiting would keep the process
+   * alive.
+   */
+  end(): Promise<void>;
+}
+
 /** A new pool for `connectionString`, for `PostgresOutboxStore.connect` (which then owns it). */
-export function newPool(connectionString: string, config: PoolConfig = {}): Pool {
+export function newOwnedPool(connectionString: string, config: PoolConfig = {}): OwnedPool {
   const { Pool: PoolClass } = loadPg();
-  return new PoolClass({ ...config, connectionString });
+  const pool = new PoolClass({ ...config, connectionString });
+  const connections = new Set<PoolClient>();
+  pool.on('connect', (client) => connections.add(client));
+  pool.on('remove', (client) => connections.delete(client));
+  const allClosed = () =>
+    new Promise<void>((resolve) => {
+      const check = () => {
+        if (connections.size > 0) return;
+        pool.off('remove', check);
+        resolve();
+      };
+      pool.on('remove', check);
+      check();
+    });
+  return {
+    pool,
+    end: () =>
+      closeOrDrop(
+        async () => {
+          await pool.end();
+          await allClosed();
+        },
+        () => connections.forEach(dropConnection),
+      ),
+  };
+}
+
+/** Ends `client`'s connection, or drops it when the server does not close its side in time. */
+export function endClient(client: Client): Promise<void> {
+  return closeOrDrop(
+    () => client.end(),
+    () => dropConnection(client),
+  );
+}
+
+/** Closes `client`'s socket without a word to the server (pg's `end()` waits for its reply). */
+function dropConnection(client: Client): void {
+  client.connection.stream.destroy();
 }
 
 /** A new, not yet connected, client (the store's LISTEN connection, the migrate CLI). */

@@ -133,17 +133,8 @@ describeWithServer('postgres', 'PostgresOutboxStore.watch (LISTEN connection)', 
   });
 
   it('drops its connection when the server stops answering as it ends it, instead of waiting', async () => {
-    const server = new globalThis.URL(URL);
-    const proxy = await FreezingProxy.start({
-      host: server.hostname,
-      port: Number(server.port || 5432),
-    });
-    const proxied = new globalThis.URL(URL);
-    proxied.port = String(proxy.port);
-    const behindProxy = PostgresOutboxStore.connect(URL, {
-      tablePrefix,
-      listenConnection: proxied.toString(),
-    });
+    const { proxy, url } = await FreezingProxy.toUrl(URL, 5432);
+    const behindProxy = PostgresOutboxStore.connect(URL, { tablePrefix, listenConnection: url });
     try {
       const unsubscribe = await behindProxy.watch(() => undefined);
       await eventually(

@@ -1,7 +1,6 @@
 import type { Client, ClientConfig, Notification } from 'pg';
 import { BOX_NAMES, type BoxName } from '../../../ports/outbox-store.port';
-import { closeOrDrop } from '../../../core/async';
-import { newClient } from './postgres-client';
+import { endClient, newClient } from './postgres-client';
 
 /** One NOTIFY per box of $2 (text[]) on channel $1. */
 export const NOTIFY_BOXES = 'SELECT pg_notify($1, box) FROM unnest($2::text[]) AS box';
@@ -71,14 +70,14 @@ export class PostgresOutboxListener {
     return true;
   }
 
-  /** Ends the connection (see endWithin) and any reconnect in progress; idempotent. */
+  /** Ends the connection (see endClient) and any reconnect in progress; idempotent. */
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = undefined;
     const client = this.client;
     this.client = undefined;
-    if (client) await endWithin(client);
+    if (client) await endClient(client);
   }
 
   private async connect(): Promise<void> {
@@ -97,12 +96,12 @@ export class PostgresOutboxListener {
       await client.query('SET synchronous_commit TO off');
       await client.query(`LISTEN "${this.options.channel}"`);
     } catch (error) {
-      await endWithin(client);
+      await endClient(client);
       throw error;
     }
     if (this.stopped) {
       // stop() ran while this attempt was connecting.
-      await endWithin(client);
+      await endClient(client);
       return;
     }
     this.client = client;
@@ -121,7 +120,7 @@ export class PostgresOutboxListener {
   private lost(client: Client): void {
     if (client !== this.client || this.stopped) return;
     this.client = undefined;
-    void endWithin(client);
+    void endClient(client);
     this.scheduleReconnect();
   }
 
@@ -149,12 +148,4 @@ export class PostgresOutboxListener {
     if (this.stopped) return;
     for (const box of BOX_NAMES) this.options.wake(box);
   }
-}
-
-/** Ends `client`'s connection, or drops its socket when the server does not close its side. */
-function endWithin(client: Client): Promise<void> {
-  return closeOrDrop(
-    () => client.end(),
-    () => client.connection.stream.destroy(),
-  );
 }

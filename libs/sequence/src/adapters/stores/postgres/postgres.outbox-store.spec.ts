@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { Socket } from 'node:net';
 import { Pool, type Notification } from 'pg';
 import { describeOutboxStoreConformance } from '../../../testing/conformance/outbox-store.conformance';
 import { record } from '../../../testing/conformance/outbox-store/outbox-suite.context';
@@ -7,6 +8,7 @@ import {
   postgresClient,
   postgresPool,
 } from '../../../../test/support/postgres.fixture';
+import { FreezingProxy } from '../../../../test/support/freezing-proxy';
 import { eventually } from '../../../../test/support/sequence-test-app';
 import { SERVERS, describeWithServer } from '../../../../test/support/servers';
 import { OutboxForeignTransactionError } from '../../../core/errors/outbox-foreign-transaction.error';
@@ -150,6 +152,42 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         expect(options(tuned)).toMatchObject({ max: 10, query_timeout: 5_000, keepAlive: false });
       } finally {
         await tuned.close();
+      }
+    });
+
+    it('drops the connections of a pool it created when the server stops answering as it closes', async () => {
+      const { proxy, url } = await FreezingProxy.toUrl(URL, 5432);
+      const own = PostgresOutboxStore.connect(url, { tablePrefix });
+      const sockets: Socket[] = [];
+      (own as unknown as { pool: Pool }).pool.on('connect', (client) => {
+        sockets.push(client.connection.stream as Socket);
+      });
+      try {
+        // One connection idle in the pool, one held by a transaction whose statement is running.
+        await Promise.all([own.ping(), own.ping()]);
+        let statementSent!: () => void;
+        const sent = new Promise<void>((resolve) => (statementSent = resolve));
+        const held = own.transaction(async (tx) => {
+          const running = tx.query('SELECT pg_sleep(30)');
+          statementSent();
+          await running;
+        });
+        held.catch(() => undefined);
+        await sent;
+        await eventually(() => proxy.clientsConnected === 2, 'both connections through the proxy');
+        proxy.freeze();
+        const startedAt = Date.now();
+
+        await own.close();
+
+        expect(Date.now() - startedAt).toBeLessThan(10_000);
+        await expect(held).rejects.toThrow();
+        // Not half-closed and waiting for the server's end: nothing keeps the process alive.
+        expect(sockets).toHaveLength(2);
+        await eventually(() => sockets.every((socket) => socket.destroyed), 'the sockets closed');
+      } finally {
+        await own.close();
+        await proxy.close();
       }
     });
 

@@ -31,7 +31,7 @@ import {
 } from '../../../ports/outbox-store.arguments';
 import { TransactionScope } from '../sql/transaction-scope';
 import { PostgresOutboxAnnouncer } from './postgres-outbox.announcer';
-import { newPool } from './postgres-client';
+import { newOwnedPool } from './postgres-client';
 import { migrateOutbox } from './postgres-migrations';
 import { lockBatch, settleLostClaim, settleOutcomes } from './postgres-outbox.claim';
 import { PostgresOutboxListener } from './postgres-outbox.listener';
@@ -86,7 +86,8 @@ export class PostgresOutboxStore implements OutboxStore {
   private readonly watchers = new Set<{ listener: (box: BoxName) => void }>();
   private listener: PostgresOutboxListener | undefined;
   private listening: Promise<void> | undefined;
-  private ownsPool = false;
+  /** Ends the pool, when the store created it. */
+  private endOwnPool: (() => Promise<void>) | undefined;
   private readonly announcer: PostgresOutboxAnnouncer;
   private closing: Promise<void> | undefined;
 
@@ -109,12 +110,12 @@ export class PostgresOutboxStore implements OutboxStore {
 
   /** A store with a pool of its own, which `close()` ends. */
   static connect(url: string, options: PostgresOutboxConnectOptions = {}): PostgresOutboxStore {
-    const pool = newPool(url, { ...POSTGRES_OUTBOX_DEFAULTS.pool, ...options.pool });
+    const owned = newOwnedPool(url, { ...POSTGRES_OUTBOX_DEFAULTS.pool, ...options.pool });
     // An idle client whose connection drops makes the pool emit 'error'; unheard, that would
     // end the process. The next checkout simply opens a new connection.
-    pool.on('error', () => undefined);
-    const store = new PostgresOutboxStore(pool, options);
-    store.ownsPool = true;
+    owned.pool.on('error', () => undefined);
+    const store = new PostgresOutboxStore(owned.pool, options);
+    store.endOwnPool = () => owned.end();
     return store;
   }
 
@@ -417,7 +418,7 @@ export class PostgresOutboxStore implements OutboxStore {
       this.watchers.clear();
       await this.announcer.flush();
       await this.stopListening();
-      if (this.ownsPool) await this.pool.end();
+      await this.endOwnPool?.();
     })();
     return this.closing;
   }

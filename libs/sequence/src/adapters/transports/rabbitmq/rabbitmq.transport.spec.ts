@@ -1104,19 +1104,13 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
   });
 
   it('closes within about publishTimeoutMs a connection whose broker stopped answering', async () => {
-    const broker = new globalThis.URL(SERVERS.rabbitmq.url);
     const channel = `frozen.${randomUUID()}`;
-    const proxy = await FreezingProxy.start({
-      host: broker.hostname,
-      port: Number(broker.port || 5672),
-    });
+    const { proxy, url } = await FreezingProxy.toUrl(SERVERS.rabbitmq.url, 5672);
     const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
     const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     try {
-      broker.hostname = '127.0.0.1';
-      broker.port = String(proxy.port);
       const own = await RabbitMqTransport.connect(
-        broker.toString(),
+        url,
         { publishTimeoutMs: 500 },
         { connectionManagerOptions: { reconnectTimeInSeconds: 0.1 } },
       );
