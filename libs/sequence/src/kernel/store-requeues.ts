@@ -6,9 +6,9 @@ export const PAYLOAD_STORE_UNAVAILABLE = 'payload store unavailable';
 export const CLAIM_LEDGER_UNAVAILABLE = 'claim ledger unavailable';
 
 /**
- * A payload store or claim ledger failure requeues its message, but not for ever: an error that
- * is not an outage (corrupt metadata, a permission refused, a store that never answers) would
- * otherwise bring it back until its ticket expires. Once the message has been requeued
+ * A payload store, claim ledger or inbox table failure requeues its message, but not for ever:
+ * an error that is not an outage (corrupt metadata, a permission refused, a store that never
+ * answers) would otherwise bring it back until its ticket expires, or for ever. Once the message has been requeued
  * `tuning.maxStoreRequeues` times (its `x-requeue-count`, which counts every delayed requeue, a
  * busy lease's included), the failure dead-letters it `store-unavailable` with the detail this
  * returns. Undefined while it may still be requeued.

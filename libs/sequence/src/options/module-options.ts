@@ -73,7 +73,10 @@ export interface SweeperOptions {
 export interface TuningOptions {
   /** Room left for headers when `sequence.fragmentBytes` is derived from the transport. @default 16384 */
   headerAllowanceBytes?: number;
-  /** How long a back-pressured or busy message waits before it is delivered again. @default 500 */
+  /**
+   * How long a back-pressured or busy message, or one a store failed on, waits before it is
+   * delivered again. @default 500
+   */
   backpressureDelayMs?: number;
   /** How long a sequence's completion lease, or a resequencer key's drain lease, lasts unrenewed. @default 30000 */
   leaseMs?: number;
@@ -89,7 +92,8 @@ export interface TuningOptions {
    * a copy waiting on another delivery's lease too) when the payload store or the claim ledger
    * fails on it: then it is dead-lettered `store-unavailable` (at the default
    * backpressureDelayMs, 1200 is about 10 minutes). So is a fragment sent `via: 'claim-check'`
-   * whose parked body cannot be read, on any consuming channel. @default 1200
+   * whose parked body cannot be read, on any consuming channel, and an inbox message whose record
+   * the inbox table refuses. @default 1200
    */
   maxStoreRequeues?: number;
   /** Resequencer hand-offs. */

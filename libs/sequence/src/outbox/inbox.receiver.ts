@@ -7,7 +7,8 @@ import { inboxOf, type InboxHandlers } from './inbox-handlers';
 import type { OutboxMetrics } from './outbox.metrics';
 import type { BoxLifecycle } from './outbox.events';
 import type { MessageKind, NewBoxRecord, OutboxStore } from '../ports/outbox-store.port';
-import { requeueCount, type Disposition, type InboundMessage } from '../ports/transport.port';
+import type { Disposition, InboundMessage } from '../ports/transport.port';
+import { storeRequeuesSpent } from '../kernel/store-requeues';
 import {
   MESSAGE_ID_HEADER,
   MESSAGE_KIND_HEADER,
@@ -16,10 +17,13 @@ import {
 } from './outbox-message.codec';
 import type { OutboxEvent } from '../core/outbox-message';
 
-/** How long a message waits before redelivery when the inbox table cannot be written. */
-const STORE_RETRY_DELAY_MS = 1_000;
-/** Delayed redeliveries of one message before it is dead-lettered (about a minute of outage). */
-const MAX_STORE_REQUEUES = 60;
+/** What an inbox receiver takes from `tuning`. */
+export interface InboxReceiverTuning {
+  /** How long a message waits before redelivery when the inbox table cannot be written. */
+  readonly backpressureDelayMs: number;
+  /** Redeliveries of one message (any requeue counted) before a store failure dead-letters it. */
+  readonly maxStoreRequeues: number;
+}
 
 /**
  * Takes messages off the inbox channels and records each in its inbox by id, then acks it: the
@@ -37,6 +41,7 @@ export class InboxReceiver {
     /** Called after a record was added to a box (to wake its processor). */
     private readonly onAdded: (kind: MessageKind) => void,
     private readonly lifecycle: BoxLifecycle,
+    private readonly tuning: InboxReceiverTuning,
   ) {}
 
   /** Records one message; exported for users who consume with their own subscriber. */
@@ -71,20 +76,23 @@ export class InboxReceiver {
       return { action: 'ack' };
     } catch (error) {
       const problem = errorMessage(error);
-      if (requeueCount(message.headers) >= MAX_STORE_REQUEUES) {
-        // An outage this long, or an error no retry will fix (a value the database refuses):
-        // out of the way, with the reason, rather than back every second forever.
-        const reason = deathReason(
-          'store-unavailable',
-          `inbox ${box} could not record ${record.id} after ${MAX_STORE_REQUEUES} requeues: ${problem}`,
-        );
+      // An outage this long, or an error no retry will fix (a value the database refuses): out
+      // of the way, with the reason, rather than back for ever.
+      const spent = storeRequeuesSpent(
+        message.headers,
+        `inbox ${box} could not record ${record.id}`,
+        problem,
+        this.tuning.maxStoreRequeues,
+      );
+      if (spent !== undefined) {
+        const reason = deathReason('store-unavailable', spent);
         this.logger.error(`dead-lettering a message from ${message.channel}: ${reason}`);
         return { action: 'dead-letter', reason };
       }
       this.logger.warn(`inbox ${box} could not record ${record.id} (${problem}); will retry`);
       return {
         action: 'requeue',
-        delayMs: STORE_RETRY_DELAY_MS,
+        delayMs: this.tuning.backpressureDelayMs,
         reason: 'inbox store unavailable',
       };
     }

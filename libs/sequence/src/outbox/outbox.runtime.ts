@@ -256,6 +256,7 @@ export class OutboxRuntime implements LifecyclePart {
       this.logger,
       (kind) => this.wake(inboxOf(kind)),
       new BoxLifecycle(this.events, 'inbox_events'),
+      this.options.tuning,
     );
   }
 

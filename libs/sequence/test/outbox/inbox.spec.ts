@@ -202,7 +202,7 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect([...handler.callsPerId().values()]).toEqual([2]);
   });
 
-  it('inbox table not writable: the message is requeued, never acked unrecorded, and handled once it is; after 60 requeues in a row it is dead-lettered store-unavailable', async () => {
+  it('inbox table not writable: the message is requeued, never acked unrecorded, and handled once it is; after tuning.maxStoreRequeues requeues it is dead-lettered store-unavailable', async () => {
     const state = { failing: true };
     const sqlite = await SqliteOutboxStore.open({ filename: ':memory:' });
     owned.push(sqlite);
@@ -212,7 +212,9 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
           ? Promise.reject(new Error('simulated: the database refuses writes'))
           : sqlite.receive(...args),
     });
-    t = await createOutboxTestApp({ ...inboxOptions, store }, [TaskCreated]);
+    t = await createOutboxTestApp({ ...inboxOptions, store }, [TaskCreated], {
+      tuning: { maxStoreRequeues: 20, backpressureDelayMs: 100 },
+    });
     const handler = t.handler(TaskCreated);
 
     const first = taskCreated();
@@ -221,28 +223,29 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(handler.calls).toHaveLength(0);
     expect(deadLetters(t.broker, 'events.TaskCreated')).toEqual([]);
     state.failing = false;
-    // Requeued with a delay of a second, behind the others: then recorded and handled.
+    // Requeued after backpressureDelayMs, behind the others: then recorded and handled.
     await eventually(() => handler.calls.length === 1, 'handled once the store writes again');
 
     state.failing = true;
-    // After 59 requeues it is requeued once more; after 60 it goes.
+    // After 19 requeues it is requeued once more; after 20 it goes.
     const almost = taskCreated();
-    await deliver({ ...almost, headers: { ...almost.headers, [REQUEUE_COUNT_HEADER]: 59 } });
+    await deliver({ ...almost, headers: { ...almost.headers, [REQUEUE_COUNT_HEADER]: 19 } });
     const last = taskCreated();
-    await deliver({ ...last, headers: { ...last.headers, [REQUEUE_COUNT_HEADER]: 60 } });
+    await deliver({ ...last, headers: { ...last.headers, [REQUEUE_COUNT_HEADER]: 20 } });
     await eventually(
       () => deadLetters(t.broker, 'events.TaskCreated').length === 1,
-      'dead-lettered after 60 requeues in a row',
+      'dead-lettered after 20 requeues',
     );
     const lastId = JSON.parse(last.body.toString()).id as string;
     expect(deathReasonOf(deadLetters(t.broker, 'events.TaskCreated')[0])).toMatch(
       new RegExp(
-        `^store-unavailable: inbox inbox_events could not record ${lastId} after 60 requeues: ` +
-          'simulated: the database refuses writes$',
+        `^store-unavailable: inbox inbox_events could not record ${lastId} after 20 requeues ` +
+          'of the message \\(tuning.maxStoreRequeues is 20\\), ' +
+          'last: simulated: the database refuses writes; publish the message again',
       ),
     );
     expect(handler.calls).toHaveLength(1);
-    // The one at 59 was requeued instead; it goes on its next try, with its count at 60.
+    // The one at 19 was requeued instead; it goes on its next try, with its count at 20.
     const almostId = JSON.parse(almost.body.toString()).id as string;
     await eventually(
       () => deadLetters(t.broker, 'events.TaskCreated').length === 2,
