@@ -51,4 +51,55 @@ describe('ClaimsReader.status', () => {
       expect.objectContaining({ name: 'PayloadReadTimeoutError', waitingFor: 'head', ref: '2f9c' }),
     );
   });
+
+  it('asks every store at once: one that does not answer delays no other that holds the ref', async () => {
+    const info = { bytes: 3, createdAt: 1, expiresAt: 2, published: true, contentType: 'x/y' };
+    const frozen = { name: 'frozen', head: () => new Promise(() => undefined) };
+    const holding = { name: 'redis', head: async () => info };
+    const reader = new ClaimsReader(
+      {
+        store: frozen,
+        stores: new Map([
+          ['frozen', frozen],
+          ['redis', holding],
+        ]),
+      } as unknown as ClaimCheckStores,
+      60_000,
+    );
+    const late = new Promise((resolve) => setTimeout(() => resolve('still asking'), 1_000));
+
+    await expect(Promise.race([reader.status('2f9c'), late])).resolves.toMatchObject({
+      ref: '2f9c',
+      status: 'published',
+      store: 'redis',
+    });
+  });
+
+  it('fails with the failure of a store that could not be asked only once none holds the ref', async () => {
+    const failing = {
+      name: 'failing',
+      head: async () => {
+        throw new Error('connect ECONNREFUSED 127.0.0.1:9000');
+      },
+    };
+    const answering = {
+      name: 'redis',
+      head: async (ref: string) => {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        throw new ClaimCheckNotFoundError('redis', ref);
+      },
+    };
+    const reader = new ClaimsReader(
+      {
+        store: failing,
+        stores: new Map([
+          ['failing', failing],
+          ['redis', answering],
+        ]),
+      } as unknown as ClaimCheckStores,
+      60_000,
+    );
+
+    await expect(reader.status('2f9c')).rejects.toThrow('ECONNREFUSED');
+  });
 });

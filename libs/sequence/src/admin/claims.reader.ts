@@ -39,16 +39,16 @@ export class ClaimsReader {
    *   ref: that store has not said the payload is gone
    */
   async status(ref: string): Promise<ClaimStatus> {
-    let failure: { readonly error: unknown } | undefined;
-    for (const [name, store] of this.candidates(ref)) {
-      try {
-        const info = await this.head(store, strip(ref, name));
-        if (info) return describe(ref, name, info);
-      } catch (error) {
-        failure ??= { error };
-      }
-    }
-    if (failure) throw failure.error;
+    const asked = this.candidates(ref).map(async ([name, store]) => {
+      const info = await this.head(store, strip(ref, name));
+      return info && describe(ref, name, info);
+    });
+    // The first store that answers it holds the ref wins: one that does not answer (bounded by
+    // readTimeoutMs) holds up none of the others.
+    const found = await firstFound(asked);
+    if (found) return found;
+    const failed = (await Promise.allSettled(asked)).find((each) => each.status === 'rejected');
+    if (failed) throw failed.reason;
     return { ref, status: 'not-found' };
   }
 
@@ -71,6 +71,27 @@ export class ClaimsReader {
       throw error;
     }
   }
+}
+
+/** The first of `answers` to fulfil with a value; undefined once all settled without one. */
+function firstFound<T>(answers: ReadonlyArray<Promise<T | undefined>>): Promise<T | undefined> {
+  return new Promise((resolve) => {
+    let left = answers.length;
+    if (left === 0) resolve(undefined);
+    for (const answer of answers) {
+      answer
+        .then(
+          (value) => {
+            if (value !== undefined) resolve(value);
+          },
+          () => undefined,
+        )
+        .finally(() => {
+          left -= 1;
+          if (left === 0) resolve(undefined);
+        });
+    }
+  });
 }
 
 function strip(ref: string, store: string): string {
