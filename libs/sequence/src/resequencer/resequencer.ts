@@ -166,6 +166,16 @@ export class Resequencer {
       return this.reject('invalid-resequence-event', position.problem);
     }
     const { key, seq } = position;
+    if (seq < definition.start) {
+      // No event of a key comes before its first: taken for a late one, it would be acked and
+      // dropped, unseen (a producer counting from 0 would lose every key's first event).
+      deps.metrics.received(this.name, 'invalid');
+      return this.reject(
+        'invalid-resequence-event',
+        `key ${key}, event ${seq}: below ${definition.start}, the first sequence number of every key (start)`,
+        { key, seq },
+      );
+    }
     const body = asBuffer(message.body);
     if (!body) {
       deps.metrics.received(this.name, 'invalid');

@@ -278,6 +278,19 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     ]);
   });
 
+  it('dead-letters an event numbered below start (a producer counting from 0), and the key goes on', async () => {
+    t = await createResequencerTestApp({ channel, gap: GAP });
+    await publishEvent(t.transport, channel, 'T1', 0);
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the event below start');
+    for (const seq of [2, 1]) await publishEvent(t.transport, channel, 'T1', seq);
+    await eventually(() => t.handler.received.length === 2, 'events 1 and 2');
+
+    expect(t.handler.of('T1')).toEqual([1, 2]);
+    expect(deathReasons()).toEqual([
+      'invalid-resequence-event: key T1, event 0: below 1, the first sequence number of every key (start)',
+    ]);
+  });
+
   it('bounds all keys together with maxBufferedTotal', async () => {
     t = await createResequencerTestApp(
       { channel, gap: GAP, overflow: 'dead-letter' },
