@@ -326,6 +326,25 @@ describe('parseFragmentHeaders rejects', () => {
     });
   });
 
+  it.each([SequenceHeader.contentType, SequenceHeader.contentEncoding])(
+    'a %s longer than 255 characters, or not printable ASCII (kept with the sequence until it ends)',
+    (header) => {
+      for (const value of ['x'.repeat(256), 'image/png\n', 'text/plain; name=é']) {
+        expect(rejection(middleFragment({ [header]: value }))).toMatchObject({
+          code: 'malformed-header',
+          header,
+          sequenceId: 'order-42',
+        });
+      }
+      expect(parseFragmentHeaders(middleFragment({ [header]: 'x'.repeat(255) }))).toBeDefined();
+      // Empty, as some clients send it: absent.
+      expect(parseFragmentHeaders(middleFragment({ [header]: '' }))).not.toHaveProperty(
+        header === SequenceHeader.contentType ? 'contentType' : 'contentEncoding',
+        expect.anything(),
+      );
+    },
+  );
+
   it('with an error whose message names the header and the sequence', () => {
     const error = rejection(middleFragment({ [SequenceHeader.size]: 0 }));
 

@@ -1,3 +1,4 @@
+import { CONTENT_TYPE_PATTERN } from './claim-ticket';
 import { MalformedFragmentError } from './errors/malformed-fragment.error';
 import { isTraceHeader } from './trace-headers';
 
@@ -230,10 +231,30 @@ export function parseFragmentHeaders(headers: Readonly<Record<string, unknown>>)
     crc32,
     sha256,
     bytes,
-    contentType: headerText(headers[SequenceHeader.contentType]),
-    contentEncoding: headerText(headers[SequenceHeader.contentEncoding]),
+    contentType: contentDescription(headers, SequenceHeader.contentType, fail),
+    contentEncoding: contentDescription(headers, SequenceHeader.contentEncoding, fail),
     userHeaders,
   };
+}
+
+/**
+ * `content-type` or `content-encoding`: 1-255 printable ASCII characters, as the library's
+ * producers send them (a sequence keeps them until it ends, outside `maxHeaderBytes`); empty is
+ * absent.
+ */
+function contentDescription(
+  headers: Readonly<Record<string, unknown>>,
+  name: string,
+  fail: (header: string, detail: string) => never,
+): string | undefined {
+  const raw = headers[name];
+  if (raw === undefined || raw === null) return undefined;
+  const text = headerText(raw);
+  if (text === '') return undefined;
+  if (text === undefined || !CONTENT_TYPE_PATTERN.test(text)) {
+    fail(name, 'must be 1-255 printable ASCII characters');
+  }
+  return text;
 }
 
 /** What the splitter knows about one fragment when it builds its headers. */
