@@ -64,6 +64,8 @@ export interface SequenceChannelOptions extends ClaimCheckConsumerOptions {
    * Deliver each key's events strictly in order (a Resequencer): the key and sequence number
    * come from `x-resequence-key` / `x-resequence-seq` unless `key` / `seq` say otherwise.
    * Without it, a channel takes payloads inline, as a Message Sequence or behind a claim ticket.
+   * Beside it, the channel takes only `prefetch`, `deadLetterChannel`, `handlerRetry` and
+   * `handlerTimeoutMs`, for its resequencer (there or inside `resequence`, not both).
    */
   readonly resequence?: Omit<ResequencerDefinition, 'channel'>;
 }
@@ -312,7 +314,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         kind: 'ordered',
         definedBy,
         refused,
-        definition: { ...resequence, channel },
+        // Beside resequence only the options its resequencer takes too (channelsOption).
+        definition: { ...consumer, ...resequence, channel },
         handler: (event, call) =>
           this.dispatch(channel, patterns, event, fromEvent(event), runtime, call),
       };

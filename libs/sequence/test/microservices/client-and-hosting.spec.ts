@@ -549,6 +549,36 @@ describe('SequenceServer hosting', () => {
     );
   });
 
+  it("refuses a resequenced channel's options that do not apply to it, or given twice, when built", () => {
+    // Dropped without a word, they left the channel on defaults its operator did not choose.
+    const gap = { timeoutMs: 60_000, policy: 'alert' } as const;
+    const built = () =>
+      new SequenceServer({
+        channels: {
+          'host.ordered': { resequence: { gap }, deleteAfter: 'ack', bogus: 1 } as never,
+          'host.twice': { resequence: { gap, handlerTimeoutMs: 5 }, handlerTimeoutMs: 10 },
+        },
+      });
+    expect(built).toThrow(SequenceOptionsError);
+    expect(built).toThrow(
+      /channels\.host\.ordered\.deleteAfter does not apply to a resequenced channel[\s\S]*channels\.host\.ordered\.bogus does not apply[\s\S]*channels\.host\.twice\.handlerTimeoutMs is given both beside and inside resequence/,
+    );
+    expect(
+      () =>
+        new SequenceServer({
+          channels: {
+            'host.ordered': {
+              resequence: { gap },
+              prefetch: 4,
+              deadLetterChannel: 'host.ordered.dead',
+              handlerRetry: { attempts: 2 },
+              handlerTimeoutMs: 1_000,
+            },
+          },
+        }),
+    ).not.toThrow();
+  });
+
   it('refuses a size threshold that is not a whole number of bytes when built', () => {
     // They were kept as given and failed every emit() and send() later instead.
     expect(() => new SequenceClient({ inlineMaxBytes: '65536' as never })).toThrow(

@@ -179,6 +179,12 @@ class Regressions extends BaseController {
     count('ordered');
   }
 
+  @EventPattern('rg.ordered-own-dlq')
+  orderedOwnDeadLetters() {
+    count('ordered-own-dlq');
+    throw new Error('refuses every event');
+  }
+
   @EventPattern('rg.shared.a')
   sharedA() {
     count('shared-a');
@@ -209,7 +215,15 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
       providers: [NamesTheHandler],
       server: {
         channelOf,
-        channels: { 'rg.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } } },
+        channels: {
+          'rg.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } },
+          // The channel's options beside `resequence` apply to its resequencer.
+          'rg.ordered-own-dlq': {
+            resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } },
+            deadLetterChannel: 'rg.ordered-own-dlq.custom',
+            handlerRetry: { attempts: 1 },
+          },
+        },
       },
       client: { channelOf, replyTimeoutMs: 3_000 },
     });
@@ -370,6 +384,19 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
     expect(reasons('rg.ordered')[0]).toMatch(
       /^invalid-resequence-event: the message is a fragment of a Message Sequence/,
     );
+  });
+
+  it("applies a resequenced channel's options given beside resequence: its dead letters go where they say", async () => {
+    await emit(
+      'rg.ordered-own-dlq',
+      new SequenceRecord({ n: 1 }, { headers: { 'x-resequence-key': 'k', 'x-resequence-seq': 1 } }),
+    );
+    await transport.whenIdle();
+    expect(calls['ordered-own-dlq']).toBe(1); // handlerRetry: one attempt
+    expect(
+      transport.take('rg.ordered-own-dlq.custom').map((m) => m.headers['x-death-reason']),
+    ).toEqual([expect.stringMatching(/^handler-failed: .*refuses every event/)]);
+    expect(reasons('rg.ordered-own-dlq')).toEqual([]);
   });
 
   it('leaves handlers scoped to another transport alone', async () => {
