@@ -48,10 +48,11 @@ export class FragmentStream {
   private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
   /**
    * Sequences this process handed over to the end: their last position, so that a fragment
-   * claiming to come after it is refused rather than appended past the end (the most recent
-   * FOLLOWED_SEQUENCES, oldest forgotten first).
+   * claiming to come after it is refused rather than appended past the end, until `retentionMs`
+   * after the end (as long as their resequencer key drops late copies; after that, the id starts
+   * a new sequence); the most recent FOLLOWED_SEQUENCES, oldest forgotten first.
    */
-  private readonly ended = new Map<string, number>();
+  private readonly ended = new Map<string, { readonly last: number; readonly until: number }>();
   /** Sequences reported `sequence-too-large` here (the most recent ones). */
   private readonly tooLarge = new Set<string>();
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
@@ -71,7 +72,7 @@ export class FragmentStream {
      * `sequence.retentionMs`: how long the state of a sequence that ended is kept (its key in the
      * resequencer store), as a completion marker is in reassembly.
      */
-    retentionMs: number,
+    private readonly retentionMs: number,
   ) {
     this.events = new StreamLifecycle(lifecycle, channel, options.handlerRetry.attempts);
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
@@ -294,7 +295,8 @@ export class FragmentStream {
 
   /** Notes where `sequenceId` ended, for {@link pastEnd}; the oldest are forgotten first. */
   private markEnded(sequenceId: string, position: number): void {
-    this.ended.set(sequenceId, position);
+    this.ended.delete(sequenceId); // set again: the newest
+    this.ended.set(sequenceId, { last: position, until: Date.now() + this.retentionMs });
     if (this.ended.size > FOLLOWED_SEQUENCES) {
       this.ended.delete(this.ended.keys().next().value as string);
     }
@@ -306,8 +308,14 @@ export class FragmentStream {
    * the resequencer drops it as a duplicate.
    */
   private pastEnd(fragment: FragmentHeaders): string | undefined {
-    const last = this.ended.get(fragment.sequenceId);
-    if (last === undefined) return undefined;
+    const ended = this.ended.get(fragment.sequenceId);
+    if (ended === undefined) return undefined;
+    if (Date.now() >= ended.until) {
+      // Its key is retired: this fragment starts a new sequence under the id.
+      this.ended.delete(fragment.sequenceId);
+      return undefined;
+    }
+    const { last } = ended;
     if (fragment.position > last || (fragment.last && fragment.position !== last)) {
       return (
         `sequence ${fragment.sequenceId} fragment ${fragment.position}: the sequence ended ` +

@@ -100,6 +100,20 @@ describe('stream mode: the resequencer key of a sequence that ended', () => {
     await expect(keyNow('done')).resolves.toEqual({ next: 1, buffered: [], handOff: 0 });
   });
 
+  it('takes a new sequence under the id of one that ended once sequence.retentionMs passed, whole', async () => {
+    await start();
+    await publishAll(transport, channel, makeFragments('daily', bytes(3_000, 5), 1_000));
+    await eventually(() => received.some((each) => each.last), 'the first sequence');
+    await sleep(RETENTION_MS + 200);
+
+    // Longer than the first: its fragments past the first one's end are its own.
+    await publishAll(transport, channel, makeFragments('daily', bytes(5_000, 9), 1_000));
+    await eventually(() => received.filter((each) => each.last).length === 2, 'the second one');
+
+    expect(positions('daily')).toEqual([1, 2, 3, 1, 2, 3, 4, 5]);
+    expect(transport.peek(dlq)).toEqual([]);
+  });
+
   it('refuses late fragments of a sequence given up at a gap for sequence.retentionMs, then forgets its key', async () => {
     await start({ timeoutMs: 100 });
     const fragments = makeFragments('lost', bytes(4_000, 6), 1_000);
