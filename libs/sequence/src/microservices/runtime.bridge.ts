@@ -37,7 +37,8 @@ import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import type { ChannelBinding } from '../kernel/channel-binding';
 import { instanceMethods } from '../kernel/decorated-methods';
 import { SequenceLifecycle } from '../kernel/sequence.lifecycle';
-import { SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import type { ResolvedOptions } from '../options/resolved-options';
 import type { InboundMessage, Subscription, Transport } from '../ports/transport.port';
 import { ResequencedHandlerKind } from '../resequencer/resequenced-handler.kind';
 import {
@@ -92,6 +93,7 @@ export class RuntimeBridge
     private readonly payloads: ClaimCheckHandlerKind,
     private readonly ordered: ResequencedHandlerKind,
     private readonly claimCheck: ClaimCheckService,
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
   ) {
     // From construction, not init: a hybrid app may start its microservices before its init. A
     // replay: servers created before this module, and those created after.
@@ -102,6 +104,10 @@ export class RuntimeBridge
     // the `onModuleInit` of a module initialised before this one (listed before SequenceModule)
     // may already call a client's `connect()` or `emit()`.
     this.attachClients();
+  }
+
+  get shutdownTimeoutMs(): number {
+    return this.options.shutdownTimeoutMs;
   }
 
   /** Attaches the clients made since construction too (`ClientsModule.registerAsync`'s). */

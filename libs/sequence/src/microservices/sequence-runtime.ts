@@ -78,6 +78,8 @@ export type ConsumerSpec =
  */
 export interface SequenceRuntime {
   readonly transport: Transport;
+  /** The module's `shutdownTimeoutMs`. */
+  readonly shutdownTimeoutMs: number;
   /** Controller methods (inherited ones included) whose metadata has `metadataKey`. */
   methodsWith(metadataKey: string): ControllerMethod[];
   /**

@@ -5,6 +5,7 @@ import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microser
 import { InvalidMessageException } from '@nestjs/microservices/errors/invalid-message.exception';
 import { defer, mergeMap, Observable, throwError } from 'rxjs';
 import type { ClaimedPayload } from '../claim-check/claimed-payload';
+import { settlesWithin } from '../core/async';
 import { errorMessage } from '../core/errors/caught';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
@@ -457,9 +458,28 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     return new ReplyUnreadableError(pattern, correlationId, error);
   }
 
-  /** Resolves once no send is under way (those started meanwhile included). */
+  /**
+   * Resolves once the sends under way are over, however long they take (a send lasts as long as
+   * its publish retries, or its stream takes to read), and those started meanwhile too, for at
+   * most the module's `shutdownTimeoutMs`: a steady producer (a request handler under load)
+   * always has some under way. Those still under way then are left, with a warning: each fails
+   * to its subscriber, or is logged, if the transport closes under it.
+   */
   private async whenSent(): Promise<void> {
-    while (this.sending.size > 0) await Promise.allSettled([...this.sending]);
+    await Promise.allSettled([...this.sending]);
+    const waitMs = this.runtime?.shutdownTimeoutMs ?? 0;
+    const deadline = Date.now() + waitMs;
+    while (this.sending.size > 0) {
+      const sending = Promise.allSettled([...this.sending]);
+      if (!(await settlesWithin(sending, deadline - Date.now()))) {
+        const count = this.sending.size;
+        this.logger.warn(
+          `SequenceClient stopped waiting for ${count} emit() ${count === 1 ? 'send' : 'sends'} ` +
+            `started as it was closing, after shutdownTimeoutMs (${waitMs} ms)`,
+        );
+        return;
+      }
+    }
   }
 
   private attached(): SequenceRuntime {

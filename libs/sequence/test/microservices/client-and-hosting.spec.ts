@@ -54,6 +54,16 @@ class RefusingTransport extends ForwardingTransport {
   }
 }
 
+/** Confirms each publish after `delayMs`. */
+class SlowPublishes extends ForwardingTransport {
+  readonly name = 'slow-publishes';
+  delayMs = 30;
+  override async publish(...args: Parameters<Transport['publish']>): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, this.delayMs));
+    return super.publish(...args);
+  }
+}
+
 /** Opens its reply channels once `open()` is called: a broker slow to declare the queue. */
 class HeldReplyChannels extends ForwardingTransport {
   readonly name = 'held-reply-channels';
@@ -247,6 +257,44 @@ describe('SequenceClient.emit', () => {
       expect(received).toEqual([{ fire: 'and forget' }]);
     } finally {
       await t.close();
+    }
+  });
+
+  it('has the shutdown wait for the emits under way, and no longer than shutdownTimeoutMs for those started meanwhile', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new SlowPublishes(inner);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport, shutdownTimeoutMs: 200 },
+      controllers: [Handlers],
+    });
+    const order: string[] = [];
+    transport.delayMs = 600; // longer than shutdownTimeoutMs: waited for all the same
+    const underWay = lastValueFrom(t.client.emit('host.in', { n: 'under way' }));
+    void underWay.then(() => order.push('confirmed'));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    transport.delayMs = 30;
+    // A steady producer (a request handler under load): its emits overlap, so some are always
+    // under way while the application stops.
+    const steady = setInterval(() => {
+      t.client.emit('host.in', { n: 'steady' }).subscribe({ error: () => undefined });
+    }, 10);
+    const errors = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    const warnings = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const closing = t.close().then(() => order.push('closed'));
+      const late = new Promise((resolve) => setTimeout(() => resolve('still closing'), 5_000));
+
+      await expect(Promise.race([closing, late])).resolves.not.toBe('still closing');
+      expect(order).toEqual(['confirmed', 'closed']);
+      expect(warnings.mock.calls.map(([message]) => String(message))).toContainEqual(
+        expect.stringMatching(/SequenceClient stopped waiting for \d+ emit\(\) sends? started/),
+      );
+    } finally {
+      clearInterval(steady);
+      errors.mockRestore();
+      warnings.mockRestore();
+      await inner.close();
     }
   });
 
