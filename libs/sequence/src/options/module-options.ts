@@ -102,7 +102,8 @@ export interface TuningOptions {
     batchSize?: number;
     /**
      * How long a consumer whose released event another instance is delivering waits for that
-     * delivery before it requeues its message. @default 2000
+     * delivery before it requeues its message, and a gap sweep waits for a key's drain before it
+     * goes on with the next key (the drain goes on meanwhile). @default 2000
      */
     waitMs?: number;
   };

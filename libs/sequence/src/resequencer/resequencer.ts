@@ -5,7 +5,7 @@ import { carriesFragmentHeaders } from '../core/headers';
 import { type ResequencerInput } from '../core/resequence-input';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
-import { clockFrom } from '../core/async';
+import { clockFrom, settlesWithin } from '../core/async';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { isTransportHeader, SequenceHeader, toHeaderValue, type HeaderMap } from '../core/headers';
 import type { ResequencerMetrics } from './resequencer.metrics';
@@ -402,14 +402,14 @@ export class Resequencer {
       const why = `past gap.timeoutMs (${timeoutMs} ms)`;
       this.lifecycle.resolved(gap, resolution, why, clock());
       gapsResolved++;
-      await this.drainQuietly(gap.key);
+      await this.drainFromSweep(gap.key);
     }
     gapsResolved += await this.rescueExpiring(now, clock, stopping);
     const stalled = await store.listStalledHandOffs(this.name, now - leaseMs, batchSize);
     let stalledDrained = 0;
     for (const key of stalled) {
       if (stopping()) break;
-      await this.drainQuietly(key);
+      await this.drainFromSweep(key);
       stalledDrained++;
     }
     try {
@@ -459,7 +459,7 @@ export class Resequencer {
         const why = "with no change to the key for nine tenths of the store's retention";
         this.lifecycle.resolved(gap, resolution, why, clock());
         rescued++;
-        await this.drainQuietly(gap.key);
+        await this.drainFromSweep(gap.key);
       }
     } catch (error) {
       logger.warn(
@@ -530,6 +530,17 @@ export class Resequencer {
   }
 
   /**
+   * A sweep's drain of `key`: waited for up to `tuning.drain.waitMs`, then left to go on in the
+   * background (waited for at shutdown, as {@link settled} says), so that a slow or hung handler
+   * on one key holds up no other key's gap, on this resequencer or the next.
+   */
+  private async drainFromSweep(key: string): Promise<void> {
+    const draining = this.drainQuietly(key);
+    if (await settlesWithin(draining, this.deps.options.tuning.drain.waitMs)) return;
+    this.keepUntilSettled(draining);
+  }
+
+  /**
    * Drains for an input message whose event was released (or may still be waiting to be),
    * starting from the claim its accept made, if any.
    */
@@ -578,9 +589,10 @@ export class Resequencer {
   }
 
   /**
-   * Resolves once the drains whose inputs were acked before their settle (an input is acked once
-   * its run is delivered, and the trim follows) have ended: at shutdown, before the store's
-   * connection closes.
+   * Resolves once the drains going on in the background have ended: those whose inputs were
+   * acked before their settle (an input is acked once its run is delivered, and the trim
+   * follows), and those a sweep stopped waiting for. At shutdown, before the store's connection
+   * closes.
    */
   async settled(): Promise<void> {
     while (this.finishing.size > 0) await Promise.all([...this.finishing]);
@@ -588,14 +600,20 @@ export class Resequencer {
 
   /** The rest of a drain whose input was acked: its settle, and what came meanwhile. */
   private finishInBackground(key: string, running: Promise<DrainResult>): void {
-    const finishing = running.then(
-      () => undefined,
-      (error: unknown) =>
-        this.deps.logger.warn(
-          `${this.name}: could not settle key ${key} after delivering it; the key's next drain ` +
-            `delivers the unsettled items again: ${errorMessage(error)}`,
-        ),
+    this.keepUntilSettled(
+      running.then(
+        () => undefined,
+        (error: unknown) =>
+          this.deps.logger.warn(
+            `${this.name}: could not settle key ${key} after delivering it; the key's next ` +
+              `drain delivers the unsettled items again: ${errorMessage(error)}`,
+          ),
+      ),
     );
+  }
+
+  /** Tracks `finishing` (which never rejects) until it ends, for {@link settled}. */
+  private keepUntilSettled(finishing: Promise<void>): void {
     this.finishing.add(finishing);
     void finishing.finally(() => this.finishing.delete(finishing));
   }

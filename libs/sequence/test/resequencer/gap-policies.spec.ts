@@ -145,6 +145,27 @@ describe('Resequencer gap policies (embedded defaults, sweeps run by the test)',
       });
     });
 
+    it("does not hold the other keys' gaps while one key's handler is slow", async () => {
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      t.handler.onCall = (event) => (event.key === 'SLOW' ? gate : Promise.resolve());
+      try {
+        await bufferBehindGap('SLOW', [2]);
+        // Skips SLOW's gap; its drain then waits on the handler.
+        const first = t.sweeper.sweep(afterTimeout());
+        const late = new Promise((resolve) => setTimeout(() => resolve('still sweeping'), 5_000));
+        await expect(Promise.race([first, late])).resolves.toMatchObject({ gapsResolved: 1 });
+
+        await bufferBehindGap('OTHER', [2]);
+        await t.sweeper.sweep(afterTimeout());
+        await eventually(() => t.handler.of('OTHER').length === 1, "OTHER's event, past its gap");
+        expect(t.handler.of('SLOW')).toEqual([]);
+      } finally {
+        open();
+      }
+      await eventually(() => t.handler.of('SLOW').length === 1, "SLOW's event, once let go");
+    });
+
     it('gives up the missing range, records it, and releases what follows; a late event is dropped', async () => {
       await bufferBehindGap('T1', [3, 4, 6]);
       await t.sweeper.sweep(afterTimeout());
