@@ -6,15 +6,21 @@ import { SequenceHeader } from '../core/headers';
 import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
 import { publishWithRetry } from '../kernel/publish-with-retry';
 import { Sweeper } from '../kernel/sweeper';
-import { RESOLVED_OPTIONS, BOUNDED_SEQUENCE_STORE, SEQUENCE_TRANSPORT } from '../kernel/tokens';
+import {
+  RESOLVED_OPTIONS,
+  BOUNDED_SEQUENCE_STORE,
+  SEQUENCE_STORE,
+  SEQUENCE_TRANSPORT,
+} from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
-import type { ExpiredSequence, SequenceStore } from '../ports/sequence-store.port';
+import type { ExpiredSequence, SequenceRef, SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
 import { AggregatorService } from './aggregator.service';
 import { SequenceMetrics } from './sequence.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle } from './sequence.events';
 import { errorMessage } from '../core/errors/caught';
+import { SequenceStoreTimeoutError } from '../core/errors/sequence-store-timeout.error';
 
 export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 
@@ -30,6 +36,8 @@ export class ExpirySweeper extends Sweeper<number> {
 
   constructor(
     @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
+    /** The store itself: its `expire` is bounded here (see claim). */
+    @Inject(SEQUENCE_STORE) private readonly unbounded: SequenceStore,
     @Inject(SEQUENCE_TRANSPORT) private readonly transport: Transport,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedOptions,
     private readonly aggregator: AggregatorService,
@@ -80,9 +88,7 @@ export class ExpirySweeper extends Sweeper<number> {
       const due = await this.store.listExpired(now, batchSize);
       // allSettled: a claim that failed must not cost the others their report (a claimed
       // sequence is no longer due, so no later sweep would report it).
-      const outcomes = await Promise.allSettled(
-        due.map((ref) => this.store.expire(ref, now, this.options.sequence.retentionMs)),
-      );
+      const outcomes = await Promise.allSettled(due.map((ref) => this.claim(ref, now)));
       const claimed: ExpiredSequence[] = [];
       let failed = 0;
       for (const outcome of outcomes) {
@@ -99,6 +105,31 @@ export class ExpirySweeper extends Sweeper<number> {
       // Shutting down: what is left stays due (claimed sequences were all reported).
       if (this.stopping) return expiredCount;
     }
+  }
+
+  /**
+   * Claims `ref`'s expiry, waiting `tuning.storeTimeoutMs` at most, as for every store step. A
+   * claim that answers later is reported then: the store expired the sequence, and no later
+   * sweep would list it again.
+   */
+  private claim(ref: SequenceRef, now: number): Promise<ExpiredSequence | null> {
+    const { storeTimeoutMs } = this.options.tuning;
+    const claiming = this.unbounded.expire(ref, now, this.options.sequence.retentionMs);
+    return withTimeout(claiming, storeTimeoutMs, () => {
+      claiming.then(
+        (expired) => {
+          if (!expired) return;
+          this.logger.warn(
+            `${ref.scope}: the expiry of sequence ${ref.sequenceId} answered after ` +
+              `storeTimeoutMs (${storeTimeoutMs} ms); reported now`,
+          );
+          void this.report(expired).catch((error: unknown) => this.logFailure(error));
+        },
+        () => undefined,
+      );
+      const subject = `${ref.scope}/${ref.sequenceId}`;
+      return new SequenceStoreTimeoutError(this.unbounded.name, 'expire', subject, storeTimeoutMs);
+    });
   }
 
   private async report(expired: ExpiredSequence): Promise<void> {

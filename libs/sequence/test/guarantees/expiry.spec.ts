@@ -497,4 +497,44 @@ describe('guarantees: expiry of incomplete sequences', () => {
       { scope: channel, sequenceId: 'flaky' },
     ]);
   });
+
+  it('reports a sequence whose claim answered after storeTimeoutMs, late, rather than never', async () => {
+    const channel = 'guarantees.expiry.late-claim';
+    class SlowExpireStore extends MemorySequenceStore {
+      override async expire(ref: SequenceRef, now: number, retentionMs: number) {
+        // The store expires it, and answers past the module's wait (a stall that heals).
+        const expired = await super.expire(ref, now, retentionMs);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return expired;
+      }
+    }
+    const onExpired = jest.fn<void, [ExpiredSequence]>();
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const t = await start(channel, {
+      handler: { timeoutMs: 1_000 },
+      sequence: { store: new SlowExpireStore(), onExpired },
+      tuning: { storeTimeoutMs: 100 },
+    });
+    try {
+      await publishAll(
+        t.transport,
+        channel,
+        makeFragments('slow', bytes(2_000, 81), 1_000).slice(0, 1),
+      );
+      await t.transport.whenIdle();
+
+      expect(await t.sweeper.sweep(Date.now() + 5_000)).toBe(0);
+      // No longer due (the store expired it): only the late answer can report it.
+      expect(await t.store.listExpired(Date.now() + 5_000, 10)).toEqual([]);
+
+      await eventually(() => onExpired.mock.calls.length === 1, 'the late report');
+      expect(onExpired.mock.calls[0][0]).toMatchObject({
+        sequenceId: 'slow',
+        missingPositions: [2],
+      });
+      await eventually(() => deadLetters(t.transport, channel).length === 1, 'the expiry record');
+    } finally {
+      warn.mockRestore();
+    }
+  });
 });
