@@ -17,12 +17,13 @@ import type {
   GapStats,
   HandOffItem,
   OpenGap,
+  ResequencedEntry,
   ResequencerKey,
   ResequencerKeyState,
   ResequencerStore,
 } from '../ports/resequencer-store.port';
-import { CLOSED_KEY_NEXT } from '../ports/resequencer-store.port';
-import type { Disposition } from '../ports/transport.port';
+import { CLOSED_KEY_NEXT, heldEntryBytes } from '../ports/resequencer-store.port';
+import { requeueCount, type Disposition } from '../ports/transport.port';
 import { errorMessage } from '../core/errors/caught';
 import { kindOf } from '../core/objects';
 import { AbandonedCalls } from '../kernel/abandoned-calls';
@@ -187,32 +188,29 @@ export class Resequencer {
     // Whoever releases drains: the lease comes with the release, in the same store step.
     const holder = this.newHolder();
     const claimedAt = leaseClock();
+    const entry = {
+      seq,
+      body,
+      headers: ResequencerTracing.stored(span, entryHeaders(message.headers), key, seq),
+    };
     let outcome;
     try {
-      outcome = await deps.store.accept(
-        this.ref(key),
-        {
-          seq,
-          body,
-          headers: ResequencerTracing.stored(span, entryHeaders(message.headers), key, seq),
+      outcome = await deps.store.accept(this.ref(key), entry, {
+        start: definition.start,
+        limits: {
+          maxBufferedPerKey: definition.maxBufferedPerKey,
+          maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
+          maxBufferedBytesPerKey: definition.maxBufferedBytesPerKey,
+          maxBufferedBytesTotal: definition.maxBufferedBytesTotal,
+          maxSeqAhead: definition.maxSeqAhead,
         },
-        {
-          start: definition.start,
-          limits: {
-            maxBufferedPerKey: definition.maxBufferedPerKey,
-            maxBufferedTotal: deps.options.resequencer.maxBufferedTotal,
-            maxBufferedBytesPerKey: definition.maxBufferedBytesPerKey,
-            maxBufferedBytesTotal: definition.maxBufferedBytesTotal,
-            maxSeqAhead: definition.maxSeqAhead,
-          },
-          now: Date.now(),
-          drain: {
-            holder,
-            leaseMs: deps.options.tuning.leaseMs,
-            limit: deps.options.tuning.drain.batchSize,
-          },
+        now: Date.now(),
+        drain: {
+          holder,
+          leaseMs: deps.options.tuning.leaseMs,
+          limit: deps.options.tuning.drain.batchSize,
         },
-      );
+      });
     } catch (error) {
       deps.logger.warn(
         `${this.name}: the ${deps.store.name} store failed on key ${key}; requeued: ${errorMessage(error)}`,
@@ -270,9 +268,37 @@ export class Resequencer {
         if (definition.overflow === 'dead-letter') {
           return this.reject('resequencer-buffer-full', detail, { key, seq });
         }
+        if (this.waitedInVain(outcome.limit, entry, message)) {
+          return this.reject(
+            'resequencer-buffer-full',
+            `${detail}; larger than that budget on its own, it could only be taken after ` +
+              `${outcome.next}, which did not come within gap.timeoutMs (${definition.gap.timeoutMs} ms)`,
+            { key, seq },
+          );
+        }
         return this.requeue(detail);
       }
     }
+  }
+
+  /**
+   * Whether an early event refused at `limit` can only ever be taken in order (it is larger than
+   * that budget on its own: no buffer takes it, so no gap opens behind it for a policy to act
+   * on), and has come back for `gap.timeoutMs` already, counted in requeues
+   * `tuning.backpressureDelayMs` apart: requeued again, it would come back for ever were the
+   * events before it lost.
+   */
+  private waitedInVain(limit: string, entry: ResequencedEntry, message: ResequencerInput): boolean {
+    const { definition, deps } = this;
+    const budget =
+      limit === 'maxBufferedBytesPerKey'
+        ? definition.maxBufferedBytesPerKey
+        : limit === 'maxBufferedBytesTotal'
+          ? definition.maxBufferedBytesTotal
+          : undefined;
+    if (budget === undefined || heldEntryBytes(entry) <= budget) return false;
+    const waitedMs = requeueCount(message.headers ?? {}) * deps.options.tuning.backpressureDelayMs;
+    return waitedMs >= definition.gap.timeoutMs;
   }
 
   /**

@@ -291,6 +291,42 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
     ]);
   });
 
+  it('dead-letters an early event larger than its key may buffer once it waited gap.timeoutMs for the events before it', async () => {
+    // It can only be taken in order: were its predecessor lost, no gap would open (nothing is
+    // buffered) and it would come back for ever.
+    t = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: 300, policy: 'alert' }, maxBufferedBytesPerKey: 1_000 },
+      { tuning: { backpressureDelayMs: 20 } },
+    );
+    const startedAt = Date.now();
+    await publishEvent(t.transport, channel, 'T1', 2, 'x'.repeat(2_000));
+    await eventually(() => t.transport.peek(dlq).length === 1, 'the oversized event');
+
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(300);
+    expect(deathReasons()).toEqual([
+      expect.stringMatching(
+        /^resequencer-buffer-full: key T1, event 2: maxBufferedBytesPerKey reached while waiting for 1; larger than that budget on its own, it could only be taken after 1, which did not come within gap\.timeoutMs \(300 ms\)$/,
+      ),
+    ]);
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => t.handler.received.length === 1, 'event 1');
+    expect(t.handler.of('T1')).toEqual([1]);
+  });
+
+  it('still takes an early event larger than its key may buffer in order, when the events before it come in time', async () => {
+    t = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: 60_000, policy: 'alert' }, maxBufferedBytesPerKey: 1_000 },
+      { tuning: { backpressureDelayMs: 20 } },
+    );
+    await publishEvent(t.transport, channel, 'T1', 2, 'x'.repeat(2_000));
+    await sleep(100);
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => t.handler.received.length === 2, 'events 1 and 2');
+
+    expect(t.handler.of('T1')).toEqual([1, 2]);
+    expect(t.transport.peek(dlq)).toEqual([]);
+  });
+
   it('bounds all keys together with maxBufferedTotal', async () => {
     t = await createResequencerTestApp(
       { channel, gap: GAP, overflow: 'dead-letter' },
