@@ -37,6 +37,11 @@ export class GapSweeper extends Sweeper<GapSweepReport> {
     );
   }
 
+  /** When the shutdown's waits for the drains end (set by the first). */
+  private drainsDeadline: number | undefined;
+  /** Whether the shutdown left drains running (said once). */
+  private drainsLeft = false;
+
   /**
    * At shutdown, once the subscriptions are closed: the drains that go on after acking their
    * input (their settles, and events of the key that came meanwhile) end before the store's
@@ -45,9 +50,25 @@ export class GapSweeper extends Sweeper<GapSweepReport> {
    * by the key's next drain.
    */
   async stopConsuming(): Promise<void> {
+    await this.drainsSettled();
+  }
+
+  /** And the drains its last sweeps left going on (see `Resequencer.sweep`), the same way. */
+  override async stop(): Promise<void> {
+    await super.stop();
+    await this.drainsSettled();
+  }
+
+  /**
+   * Waits for the resequencers' drains; both waits of a shutdown together take up to
+   * `shutdownTimeoutMs` from the first.
+   */
+  private async drainsSettled(): Promise<void> {
     const { shutdownTimeoutMs } = this.options;
+    const deadline = (this.drainsDeadline ??= Date.now() + shutdownTimeoutMs);
     const drains = Promise.all(this.catalog.all().map(({ resequencer }) => resequencer.settled()));
-    if (!(await settlesWithin(drains, shutdownTimeoutMs))) {
+    if (!(await settlesWithin(drains, deadline - Date.now())) && !this.drainsLeft) {
+      this.drainsLeft = true;
       this.logger.warn(
         `resequencer drains still running after shutdownTimeoutMs (${shutdownTimeoutMs} ms); ` +
           'shutting down without them: what they have not settled is delivered again by the ' +

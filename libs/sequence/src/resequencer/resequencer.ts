@@ -562,8 +562,9 @@ export class Resequencer {
    */
   private async drainFromSweep(key: string): Promise<void> {
     const draining = this.drainQuietly(key);
-    if (await settlesWithin(draining, this.deps.options.tuning.drain.waitMs)) return;
+    // Tracked from the start: a shutdown that asks meanwhile waits for it too.
     this.keepUntilSettled(draining);
+    await settlesWithin(draining, this.deps.options.tuning.drain.waitMs);
   }
 
   /**

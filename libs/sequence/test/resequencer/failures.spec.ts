@@ -557,5 +557,27 @@ describe('Resequencer: bad input and failures (embedded defaults)', () => {
 
       expect(await closesWithin(3_000, release)).toBe(true);
     });
+
+    it("waits at shutdown for a sweep's drain in a handler slower than drain.waitMs, within shutdownTimeoutMs", async () => {
+      t = await createResequencerTestApp(
+        { channel, gap: { timeoutMs: 60_000, policy: 'skip' } },
+        { shutdownTimeoutMs: 5_000, tuning: { drain: { waitMs: 50 } } },
+      );
+      t.handler.onCall = async () => {
+        await sleep(400);
+      };
+      await publishEvent(t.transport, channel, 'T1', 2);
+      await eventually(
+        async () => (await t.service.buffered(channel, 'T1')).length === 1,
+        '2 buffered',
+      );
+      // The sweep skips 1 and drains 2; the application stops while it waits for that drain.
+      const sweeping = t.sweeper.sweep(Date.now() + 60_001);
+      await sleep(10);
+      await t.close();
+      await sweeping;
+
+      expect(t.handler.of('T1')).toEqual([2]);
+    });
   });
 });
