@@ -15,8 +15,8 @@ import type { SequenceRef, SequenceStore } from '../ports/sequence-store.port';
  */
 export function boundedSequenceStore(store: SequenceStore, ms: number): SequenceStore {
   const within = <T>(call: string, subject: string, step: Promise<T>): Promise<T> =>
-    withTimeout(step, ms, () => new SequenceStoreTimeoutError(store.name, call, subject, ms));
-  const of = (ref: SequenceRef) => `${ref.scope}/${ref.sequenceId}`;
+    storeStepWithin(store.name, call, subject, ms, step);
+  const of = refSubject;
   const { listOpen, status, inspect } = store;
   return {
     name: store.name,
@@ -62,4 +62,20 @@ export function boundedSequenceStore(store: SequenceStore, ms: number): Sequence
     ping: () => within('ping', store.name, store.ping()),
     close: () => store.close(),
   };
+}
+
+/** `step` of the store `storeName`, failed with a {@link SequenceStoreTimeoutError} after `ms`. */
+export function storeStepWithin<T>(
+  storeName: string,
+  call: string,
+  subject: string,
+  ms: number,
+  step: Promise<T>,
+): Promise<T> {
+  return withTimeout(step, ms, () => new SequenceStoreTimeoutError(storeName, call, subject, ms));
+}
+
+/** How a store-step timeout names a sequence. */
+export function refSubject(ref: SequenceRef): string {
+  return `${ref.scope}/${ref.sequenceId}`;
 }

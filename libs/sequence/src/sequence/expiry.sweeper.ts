@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { withTimeout } from '../core/async';
+import { settlesWithin, withTimeout } from '../core/async';
 import { deathReason } from '../core/errors/rejection-code';
 import { SequenceHeader } from '../core/headers';
 import { DeadLetterMetrics } from '../kernel/dead-letter.metrics';
@@ -16,6 +16,7 @@ import type { ResolvedOptions } from '../options/resolved-options';
 import type { ExpiredSequence, SequenceRef, SequenceStore } from '../ports/sequence-store.port';
 import type { Transport } from '../ports/transport.port';
 import { AggregatorService } from './aggregator.service';
+import { refSubject, storeStepWithin } from './bounded-store';
 import { SequenceMetrics } from './sequence.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle } from './sequence.events';
@@ -33,6 +34,8 @@ export const EXPIRY_SWEEPER_INTERVAL = 'nest-sequence:expiry-sweeper';
 export class ExpirySweeper extends Sweeper<number> {
   protected readonly what = 'expiry sweep';
   private readonly lifecycle: SequenceLifecycle;
+  /** Reports of claims that answered after the sweep stopped waiting (see claim). */
+  private readonly lateReports = new Set<Promise<void>>();
 
   constructor(
     @Inject(BOUNDED_SEQUENCE_STORE) private readonly store: SequenceStore,
@@ -109,27 +112,46 @@ export class ExpirySweeper extends Sweeper<number> {
 
   /**
    * Claims `ref`'s expiry, waiting `tuning.storeTimeoutMs` at most, as for every store step. A
-   * claim that answers later is reported then: the store expired the sequence, and no later
-   * sweep would list it again.
+   * claim that answers later is reported then (the store expired the sequence, and no later
+   * sweep would list it again); the shutdown waits for such reports, as for a sweep's.
    */
   private claim(ref: SequenceRef, now: number): Promise<ExpiredSequence | null> {
     const { storeTimeoutMs } = this.options.tuning;
     const claiming = this.unbounded.expire(ref, now, this.options.sequence.retentionMs);
-    return withTimeout(claiming, storeTimeoutMs, () => {
-      claiming.then(
-        (expired) => {
+    const subject = refSubject(ref);
+    const bounded = storeStepWithin(
+      this.unbounded.name,
+      'expire',
+      subject,
+      storeTimeoutMs,
+      claiming,
+    );
+    bounded.catch((error: unknown) => {
+      if (!(error instanceof SequenceStoreTimeoutError)) return;
+      const late = claiming.then(
+        async (expired) => {
           if (!expired) return;
           this.logger.warn(
             `${ref.scope}: the expiry of sequence ${ref.sequenceId} answered after ` +
               `storeTimeoutMs (${storeTimeoutMs} ms); reported now`,
           );
-          void this.report(expired).catch((error: unknown) => this.logFailure(error));
+          await this.report(expired);
         },
         () => undefined,
       );
-      const subject = `${ref.scope}/${ref.sequenceId}`;
-      return new SequenceStoreTimeoutError(this.unbounded.name, 'expire', subject, storeTimeoutMs);
+      const tracked = late.catch((failure: unknown) => this.logFailure(failure));
+      this.lateReports.add(tracked);
+      void tracked.finally(() => this.lateReports.delete(tracked));
     });
+    return bounded;
+  }
+
+  /** And the late reports of claims (see claim), for as long as a sweep's are waited for. */
+  override async stop(): Promise<void> {
+    await super.stop();
+    if (!(await settlesWithin(Promise.all([...this.lateReports]), this.stopWaitMs()))) {
+      this.leftRunning();
+    }
   }
 
   private async report(expired: ExpiredSequence): Promise<void> {

@@ -524,15 +524,17 @@ describe('guarantees: expiry of incomplete sequences', () => {
       await t.transport.whenIdle();
 
       expect(await t.sweeper.sweep(Date.now() + 5_000)).toBe(0);
-      // No longer due (the store expired it): only the late answer can report it.
+      // No longer due (the store expired it): only the late answer can report it, and the
+      // sweeper's stop waits for that report.
       expect(await t.store.listExpired(Date.now() + 5_000, 10)).toEqual([]);
+      await t.sweeper.stop();
 
-      await eventually(() => onExpired.mock.calls.length === 1, 'the late report');
+      expect(onExpired).toHaveBeenCalledTimes(1);
       expect(onExpired.mock.calls[0][0]).toMatchObject({
         sequenceId: 'slow',
         missingPositions: [2],
       });
-      await eventually(() => deadLetters(t.transport, channel).length === 1, 'the expiry record');
+      expect(deadLetters(t.transport, channel)).toHaveLength(1);
     } finally {
       warn.mockRestore();
     }
