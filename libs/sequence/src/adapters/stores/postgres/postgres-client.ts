@@ -23,11 +23,11 @@ export function loadPg(): typeof import('pg') {
 export interface OwnedPool {
   readonly pool: Pool;
   /**
-   * Ends the pool and waits for its connections to close. pg-pool's `end()` resolves once none
-   * is checked out, while the idle ones still wait for the server to close its side; a server
-   * that stopped answering never does, nor ends a statement still running. So every connection
-   * not closed within `POLITE_CLOSE_MS` is dropped: a socket left waiting would keep the process
-   * alive.
+   * Ends the pool: waits for the connections in use to be handed back (a statement on a server
+   * that stopped answering ends at the pool's `query_timeout`), then for every connection to
+   * close. pg-pool's `end()` resolves while the idle ones still wait for the server to close its
+   * side, which a server that stopped answering never does: those not closed within
+   * `POLITE_CLOSE_MS` are dropped, since a socket left waiting would keep the process alive.
    */
   end(): Promise<void>;
 }
@@ -51,14 +51,10 @@ export function newOwnedPool(connectionString: string, config: PoolConfig = {}):
     });
   return {
     pool,
-    end: () =>
-      closeOrDrop(
-        async () => {
-          await pool.end();
-          await allClosed();
-        },
-        () => connections.forEach(dropConnection),
-      ),
+    end: async () => {
+      await pool.end();
+      await closeOrDrop(allClosed, () => connections.forEach(dropConnection));
+    },
   };
 }
 

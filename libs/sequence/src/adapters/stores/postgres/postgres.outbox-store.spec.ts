@@ -99,6 +99,26 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       created.add(tablePrefix);
     });
 
+    /**
+     * A transaction of `on` whose statement `sql` has been sent (`running` resolves to
+     * 'committed').
+     */
+    async function transactionRunning(
+      on: PostgresOutboxStore,
+      sql: string,
+    ): Promise<{ running: Promise<string> }> {
+      let statementSent!: () => void;
+      const sent = new Promise<void>((resolve) => (statementSent = resolve));
+      const running = on.transaction(async (tx) => {
+        const statement = tx.query(sql);
+        statementSent();
+        await statement;
+        return 'committed';
+      });
+      await sent;
+      return { running };
+    }
+
     async function appendCommitted(ids: string[]): Promise<void> {
       await store.transaction((tx) =>
         store.append(
@@ -157,23 +177,17 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
 
     it('drops the connections of a pool it created when the server stops answering as it closes', async () => {
       const { proxy, url } = await FreezingProxy.toUrl(URL, 5432);
-      const own = PostgresOutboxStore.connect(url, { tablePrefix });
+      const own = PostgresOutboxStore.connect(url, { tablePrefix, pool: { query_timeout: 1_000 } });
       const sockets: Socket[] = [];
       (own as unknown as { pool: Pool }).pool.on('connect', (client) => {
         sockets.push(client.connection.stream as Socket);
       });
       try {
-        // One connection idle in the pool, one held by a transaction whose statement is running.
+        // One connection idle in the pool, one held by a transaction whose statement is running:
+        // handed back once the statement outran query_timeout.
         await Promise.all([own.ping(), own.ping()]);
-        let statementSent!: () => void;
-        const sent = new Promise<void>((resolve) => (statementSent = resolve));
-        const held = own.transaction(async (tx) => {
-          const running = tx.query('SELECT pg_sleep(30)');
-          statementSent();
-          await running;
-        });
+        const { running: held } = await transactionRunning(own, 'SELECT pg_sleep(30)');
         held.catch(() => undefined);
-        await sent;
         await eventually(() => proxy.clientsConnected === 2, 'both connections through the proxy');
         proxy.freeze();
         const startedAt = Date.now();
@@ -189,6 +203,15 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         await own.close();
         await proxy.close();
       }
+    });
+
+    it('lets a transaction in use end before it ends its pool, however long past 2 s it runs', async () => {
+      const own = PostgresOutboxStore.connect(URL, { tablePrefix });
+      const { running } = await transactionRunning(own, 'SELECT pg_sleep(2.5)');
+
+      await own.close();
+
+      await expect(running).resolves.toBe('committed');
     });
 
     it('names its tables and channel after the prefix', async () => {
