@@ -156,6 +156,8 @@ export interface KeyRetirement {
   readonly afterMs: number;
   /** Whether event `entry` of `key`, handed over (delivered or dead-lettered), ends the key. */
   ends(key: string, entry: ResequencedEntry): boolean;
+  /** Told once the store let `key` go early: its state expires at `until` (epoch ms). */
+  retired?(key: string, until: number): void;
 }
 
 /** Told of an event of `key` that a resequencer dead-lettered itself, with its reason. */

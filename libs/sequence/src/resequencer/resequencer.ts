@@ -679,7 +679,9 @@ export class Resequencer {
    */
   private async retire(key: string, afterMs: number): Promise<void> {
     try {
-      await this.deps.store.retire(this.ref(key), afterMs, Date.now());
+      const now = Date.now();
+      await this.deps.store.retire(this.ref(key), afterMs, now);
+      this.definition.retire?.retired?.(key, now + afterMs);
     } catch (error) {
       this.deps.logger.warn(
         `${this.name}: key ${key} ended, but the ${this.deps.store.name} store could not let ` +

@@ -48,9 +48,10 @@ export class FragmentStream {
   private readonly digests = new StreamDigests(FOLLOWED_SEQUENCES);
   /**
    * Sequences this process handed over to the end: their last position, so that a fragment
-   * claiming to come after it is refused rather than appended past the end, until `retentionMs`
-   * after the end (as long as their resequencer key drops late copies; after that, the id starts
-   * a new sequence); the most recent FOLLOWED_SEQUENCES, oldest forgotten first.
+   * claiming to come after it is refused rather than appended past the end, until their
+   * resequencer key expires (`retentionMs` after the store let it go; after that, the id starts
+   * a new sequence; never, while the store keeps the key for its own retention); the most recent
+   * FOLLOWED_SEQUENCES, oldest forgotten first.
    */
   private readonly ended = new Map<string, { readonly last: number; readonly until: number }>();
   /** Sequences reported `sequence-too-large` here (the most recent ones). */
@@ -72,7 +73,7 @@ export class FragmentStream {
      * `sequence.retentionMs`: how long the state of a sequence that ended is kept (its key in the
      * resequencer store), as a completion marker is in reassembly.
      */
-    private readonly retentionMs: number,
+    retentionMs: number,
   ) {
     this.events = new StreamLifecycle(lifecycle, channel, options.handlerRetry.attempts);
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
@@ -103,7 +104,11 @@ export class FragmentStream {
         closeAfterDeadLetter: 'sequence-expired',
         // A sequence that ended keeps its key (which drops late copies of its fragments) for
         // retentionMs, not for the store's retention: the store holds what is open, not history.
-        retire: { afterMs: retentionMs, ends: (key, entry) => this.ends(key, entry.headers) },
+        retire: {
+          afterMs: retentionMs,
+          ends: (key, entry) => this.ends(key, entry.headers),
+          retired: (key, until) => this.keyRetired(key, until),
+        },
         // The fragments the resequencer dead-letters itself (those behind a lost one, those
         // that come after the sequence closed) are reported as any refused fragment is.
         deadLettered: (sequenceId, position, code, detail) =>
@@ -296,10 +301,17 @@ export class FragmentStream {
   /** Notes where `sequenceId` ended, for {@link pastEnd}; the oldest are forgotten first. */
   private markEnded(sequenceId: string, position: number): void {
     this.ended.delete(sequenceId); // set again: the newest
-    this.ended.set(sequenceId, { last: position, until: Date.now() + this.retentionMs });
+    // Until its key is let go (keyRetired), late copies keep coming to it.
+    this.ended.set(sequenceId, { last: position, until: Infinity });
     if (this.ended.size > FOLLOWED_SEQUENCES) {
       this.ended.delete(this.ended.keys().next().value as string);
     }
+  }
+
+  /** The store let the key of `sequenceId` go: it expires at `until`, and the id is free then. */
+  private keyRetired(sequenceId: string, until: number): void {
+    const ended = this.ended.get(sequenceId);
+    if (ended) this.ended.set(sequenceId, { last: ended.last, until });
   }
 
   /**

@@ -104,7 +104,11 @@ describe('stream mode: the resequencer key of a sequence that ended', () => {
     await start();
     await publishAll(transport, channel, makeFragments('daily', bytes(3_000, 5), 1_000));
     await eventually(() => received.some((each) => each.last), 'the first sequence');
-    await sleep(RETENTION_MS + 200);
+    await eventually(
+      async () => (await keyNow('daily')).next === 1,
+      "the first sequence's key let go and expired",
+      RETENTION_MS + 5_000,
+    );
 
     // Longer than the first: its fragments past the first one's end are its own.
     await publishAll(transport, channel, makeFragments('daily', bytes(5_000, 9), 1_000));
