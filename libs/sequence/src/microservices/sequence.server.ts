@@ -25,6 +25,7 @@ import { MESSAGE_ID_PATTERN } from '../core/outbox-message';
 import { rememberRecent } from '../core/objects';
 import { destroySource } from '../core/refused-source';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
+import { definedOnly } from '../core/objects';
 import type { ClaimCheckConsumerOptions } from '../options/claim-check.options';
 import type { InboundMessage } from '../ports/transport.port';
 import { checkKeys, SEQUENCE_SERVER_KEYS } from '../options/option-keys';
@@ -314,8 +315,9 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
         kind: 'ordered',
         definedBy,
         refused,
-        // Beside resequence only the options its resequencer takes too (channelsOption).
-        definition: { ...consumer, ...resequence, channel },
+        // Beside resequence only the options its resequencer takes too (channelsOption); one
+        // left undefined inside it (from a config) does not unset the one beside it.
+        definition: { ...consumer, ...definedOnly(resequence), gap: resequence.gap, channel },
         handler: (event, call) =>
           this.dispatch(channel, patterns, event, fromEvent(event), runtime, call),
       };

@@ -219,7 +219,11 @@ describe('SequenceServer: what it refuses, retries and keeps apart', () => {
           'rg.ordered': { resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } } },
           // The channel's options beside `resequence` apply to its resequencer.
           'rg.ordered-own-dlq': {
-            resequence: { gap: { timeoutMs: 60_000, policy: 'alert' } },
+            // Left undefined inside, as a config may: the one beside it holds.
+            resequence: {
+              gap: { timeoutMs: 60_000, policy: 'alert' },
+              deadLetterChannel: undefined,
+            },
             deadLetterChannel: 'rg.ordered-own-dlq.custom',
             handlerRetry: { attempts: 1 },
           },
