@@ -64,7 +64,7 @@ describe('ClaimsReader.status', () => {
           ['redis', holding],
         ]),
       } as unknown as ClaimCheckStores,
-      60_000,
+      5_000,
     );
     const late = new Promise((resolve) => setTimeout(() => resolve('still asking'), 1_000));
 

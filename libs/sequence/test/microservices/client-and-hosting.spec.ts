@@ -272,9 +272,9 @@ describe('SequenceClient.emit', () => {
     const underWay = lastValueFrom(t.client.emit('host.in', { n: 'under way' }));
     void underWay.then(() => order.push('confirmed'));
     await new Promise((resolve) => setTimeout(resolve, 10));
-    transport.delayMs = 30;
-    // A steady producer (a request handler under load): its emits overlap, so some are always
-    // under way while the application stops.
+    transport.delayMs = 100;
+    // A steady producer (a request handler under load): its emits overlap (ten at a time), so
+    // some are always under way while the application stops.
     const steady = setInterval(() => {
       t.client.emit('host.in', { n: 'steady' }).subscribe({ error: () => undefined });
     }, 10);

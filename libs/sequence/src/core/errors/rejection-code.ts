@@ -56,11 +56,16 @@ export type RejectionCode =
   /**
    * Claim Check: the payload store or claim ledger failed on a message requeued `maxStoreRequeues`
    * times: a ticket's, or a fragment's sent `via: 'claim-check'` (its parked body unreadable).
+   * Inbox: the inbox table refused the message's record as often. (Broker-held reassembly: its
+   * spool failed on every read back of the sequence.)
    */
   | 'store-unavailable'
-  /** Resequencer: the event's key or sequence number is missing or invalid. */
+  /** Resequencer: the event's key or sequence number is missing or invalid, or below `start`. */
   | 'invalid-resequence-event'
-  /** Resequencer: buffering the event would pass a bound (`overflow: 'dead-letter'`). */
+  /**
+   * Resequencer: buffering the event would pass a bound (`overflow: 'dead-letter'`), or, larger
+   * than a byte bound on its own, it waited `gap.timeoutMs` for the events before it.
+   */
   | 'resequencer-buffer-full'
   /** Resequencer: a gap stayed open past its timeout (policy `'alert'`): a record, not an event. */
   | 'resequencer-gap-alert'
