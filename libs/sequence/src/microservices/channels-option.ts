@@ -37,7 +37,7 @@ export function channelsOption<T extends object>(
   return given;
 }
 
-/** The options of a channel's consumer that its resequencer takes too, given beside `resequence`. */
+/** The options of a channel's consumer its resequencer takes too, given beside `resequence`. */
 const ORDERED_CHANNEL_KEYS = ['prefetch', 'deadLetterChannel', 'handlerRetry', 'handlerTimeoutMs'];
 
 /**
