@@ -3,7 +3,9 @@ import type { HeaderMap } from 'nest-sequence/wire';
 import { eventually } from '../support/sequence-test-app';
 import { createClaimCheckTestApp, type ClaimCheckTestApp } from './claim-check-test-app';
 
-const TIMEOUT_MS = 30;
+// Long enough that the handler's successful call at the end (a claim read and a return) does not
+// run past it when a full suite's garbage collection stalls the process.
+const TIMEOUT_MS = 200;
 const CHANNEL = 'cc.timeouts';
 
 describe('claim check: a handler that runs past handlerTimeoutMs', () => {
