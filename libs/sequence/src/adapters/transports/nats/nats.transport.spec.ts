@@ -1278,50 +1278,13 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     }
   }, 30_000);
 
+  // One cluster and one loss of its leader for the tests here: the node left alone takes 10-20 s
+  // to see it has no leader, longer than anything the tests do meanwhile.
   describe('in a JetStream cluster of its own that loses its quorum', () => {
     let nodes: OwnedNatsServer[];
-
-    // One cluster for every test here: each test takes its leader away and gives it back.
-    beforeAll(async () => {
-      const routes = [await sparePort(), await sparePort(), await sparePort()];
-      nodes = [];
-      for (const [index, port] of routes.entries()) {
-        nodes.push(
-          await OwnedNatsServer.start({
-            configLines: [
-              `server_name: n${index}`,
-              `cluster { name: nseq-spec, listen: 127.0.0.1:${port}, routes: [${routes
-                .map((route) => `nats://127.0.0.1:${route}`)
-                .join(', ')}] }`,
-            ],
-          }),
-        );
-      }
-    });
-
-    afterAll(async () => {
-      for (const node of nodes) await node.dispose();
-    });
-
-    beforeEach(() => {
-      jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
-    });
-
-    afterEach(async () => {
-      jest.restoreAllMocks();
-      // The whole cluster again for the next test, whatever this one left.
-      await restartStopped();
-    });
-
-    /**
-     * Starts the stopped nodes again, all of them: with one still away, a stream the cluster
-     * placed on it before it noticed the node had gone answers nothing until it is back.
-     */
-    async function restartStopped(): Promise<void> {
-      await Promise.all(
-        nodes.filter((node) => node.pid === undefined).map((node) => node.restart()),
-      );
-    }
+    /** Transports on the first node, connected while the cluster had a leader. */
+    let patient: NatsTransport;
+    let impatient: NatsTransport;
 
     /** The JetStream API's answer to a stream lookup on the first node: `ok` or its error code. */
     async function answer(): Promise<string> {
@@ -1339,117 +1302,129 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
 
     async function until(wanted: string): Promise<void> {
       let got = '';
-      for (let tries = 0; tries < 200 && got !== wanted; tries++) {
+      for (let tries = 0; tries < 300 && got !== wanted; tries++) {
         if (tries > 0) await delay(100);
         got = await answer();
       }
       expect(got).toBe(wanted);
     }
 
-    /** A transport on the first node, connected while the cluster has a leader, then none. */
-    async function connectedLosingLeader(options: NatsTransportOptions = {}) {
+    /** Starts the stopped nodes again, all of them (a stream placed on one answers nothing without it). */
+    async function restartStopped(): Promise<void> {
+      await Promise.all(
+        nodes.filter((node) => node.pid === undefined).map((node) => node.restart()),
+      );
+    }
+
+    beforeAll(async () => {
+      const routes = [await sparePort(), await sparePort(), await sparePort()];
+      nodes = [];
+      for (const [index, port] of routes.entries()) {
+        nodes.push(
+          await OwnedNatsServer.start({
+            configLines: [
+              `server_name: n${index}`,
+              `cluster { name: nseq-spec, listen: 127.0.0.1:${port}, routes: [${routes
+                .map((route) => `nats://127.0.0.1:${route}`)
+                .join(', ')}] }`,
+            ],
+          }),
+        );
+      }
       // No stream there: answered "not found" (10059) once the cluster has a leader.
       await until('10059');
-      const own = await NatsTransport.connect({ servers: nodes[0].url }, options);
+      patient = await NatsTransport.connect(
+        { servers: nodes[0].url },
+        { publishTimeoutMs: 30_000 },
+      );
+      impatient = await NatsTransport.connect(
+        { servers: nodes[0].url },
+        { publishTimeoutMs: 1_500 },
+      );
       await nodes[1].stop();
       await nodes[2].stop();
       // "JetStream system temporarily unavailable": passing, not a refusal of the stream.
       await until('10008');
-      return own;
-    }
-
-    it('subscribes and publishes while it has no leader, delivering once it has', async () => {
-      const own = await connectedLosingLeader({ publishTimeoutMs: 30_000 });
-      try {
-        const channel = `leaderless.${randomUUID()}`;
-        const received: string[] = [];
-        await own.subscribe(channel, async (message) => {
-          received.push(message.body.toString());
-          return ACK;
-        });
-        const published = own.publish(channel, Buffer.from('no leader'), {}, { timeoutMs: 30_000 });
-        const outcome = published.then(
-          () => 'stored',
-          (error: Error) => error,
-        );
-        await restartStopped();
-
-        expect(await outcome).toBe('stored');
-        await eventually(() => received.length === 1, 'the message', 20_000);
-        expect(received).toEqual(['no leader']);
-      } finally {
-        await own.close();
-      }
     }, 60_000);
 
-    it('subscribes partitioned and opens a reply channel while it has no leader', async () => {
-      const own = await connectedLosingLeader({ publishTimeoutMs: 30_000 });
-      try {
-        const channel = `leaderless.${randomUUID()}`;
-        const received: string[] = [];
-        const replies: string[] = [];
-        const settled = (pending: Promise<unknown>) =>
-          pending.then(
-            () => 'started',
-            (error: Error) => error,
-          );
-        const partitioned = settled(
-          own.subscribe(
-            channel,
-            async (message) => {
-              received.push(message.body.toString());
-              return ACK;
-            },
-            { partitions: 1 },
-          ),
-        );
-        let replyChannel = '';
-        const opened = settled(
-          own
-            .openReplyChannel(async (reply) => {
-              replies.push(reply.body.toString());
-              return ACK;
-            })
-            .then((subscription) => (replyChannel = subscription.channel)),
-        );
-        // Still waiting, not failed at once with the cluster's answer.
-        await delay(500);
-        await restartStopped();
+    afterAll(async () => {
+      await patient?.close();
+      await impatient?.close();
+      for (const node of nodes ?? []) await node.dispose();
+    });
 
-        expect(await partitioned).toBe('started');
-        expect(await opened).toBe('started');
-        const partition = { index: 0, count: 1 };
-        await own.publish(channel, Buffer.from('partitioned'), {}, { partition });
-        await own.publish(replyChannel, Buffer.from('reply'), {});
-        await eventually(() => received.length === 1 && replies.length === 1, 'both', 20_000);
-        expect([received, replies]).toEqual([['partitioned'], ['reply']]);
-      } finally {
-        await own.close();
-      }
-    }, 60_000);
+    beforeEach(() => {
+      jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    });
+
+    afterEach(() => {
+      jest.restoreAllMocks();
+    });
 
     it('refuses a partitioned subscribe or a reply channel after publishTimeoutMs without a leader, naming the channel', async () => {
-      const own = await connectedLosingLeader({ publishTimeoutMs: 1_500 });
-      try {
-        const channel = `leaderless.${randomUUID()}`;
-        const startedAt = Date.now();
-        const subscribing = own.subscribe(channel, async () => ACK, { partitions: 2 });
-        await expect(subscribing).rejects.toBeInstanceOf(NatsTopologyError);
-        await expect(subscribing).rejects.toMatchObject({
-          channel,
-          message: expect.stringContaining('no leader'),
-        });
-        expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_500);
+      const channel = `leaderless.${randomUUID()}`;
+      const startedAt = Date.now();
+      const subscribing = impatient.subscribe(channel, async () => ACK, { partitions: 2 });
+      await expect(subscribing).rejects.toBeInstanceOf(NatsTopologyError);
+      await expect(subscribing).rejects.toMatchObject({
+        channel,
+        message: expect.stringContaining('no leader'),
+      });
+      expect(Date.now() - startedAt).toBeGreaterThanOrEqual(1_500);
 
-        const opening = own.openReplyChannel(async () => ACK);
-        await expect(opening).rejects.toBeInstanceOf(NatsTopologyError);
-        await expect(opening).rejects.toMatchObject({
-          channel: expect.stringMatching(/^nseq-reply\./),
-          message: expect.stringContaining('no leader'),
-        });
-      } finally {
-        await own.close();
-      }
+      const opening = impatient.openReplyChannel(async () => ACK);
+      await expect(opening).rejects.toBeInstanceOf(NatsTopologyError);
+      await expect(opening).rejects.toMatchObject({
+        channel: expect.stringMatching(/^nseq-reply\./),
+        message: expect.stringContaining('no leader'),
+      });
+    });
+
+    it('subscribes (plain and partitioned), opens a reply channel and publishes while it has no leader, delivering once it has', async () => {
+      const settled = (pending: Promise<unknown>, value: string) =>
+        pending.then(
+          () => value,
+          (error: Error) => error,
+        );
+      const plain = `leaderless.${randomUUID()}`;
+      const partitionedChannel = `leaderless.${randomUUID()}`;
+      const received: string[] = [];
+      const replies: string[] = [];
+      const recordTo = (into: string[]) => async (message: InboundMessage) => {
+        into.push(message.body.toString());
+        return ACK;
+      };
+      const subscribed = settled(patient.subscribe(plain, recordTo(received)), 'started');
+      const partitioned = settled(
+        patient.subscribe(partitionedChannel, recordTo(received), { partitions: 1 }),
+        'started',
+      );
+      let replyChannel = '';
+      const opened = settled(
+        patient
+          .openReplyChannel(recordTo(replies))
+          .then((subscription) => (replyChannel = subscription.channel)),
+        'started',
+      );
+      const published = settled(
+        patient.publish(plain, Buffer.from('no leader'), {}, { timeoutMs: 30_000 }),
+        'stored',
+      );
+      // Still waiting, not failed at once with the cluster's answer.
+      await delay(500);
+      await restartStopped();
+
+      expect(await Promise.all([subscribed, partitioned, opened, published])).toEqual([
+        'started',
+        'started',
+        'started',
+        'stored',
+      ]);
+      const partition = { index: 0, count: 1 };
+      await patient.publish(partitionedChannel, Buffer.from('partitioned'), {}, { partition });
+      await patient.publish(replyChannel, Buffer.from('reply'), {});
+      await eventually(() => received.length === 2 && replies.length === 1, 'all three', 20_000);
+      expect([received.sort(), replies]).toEqual([['no leader', 'partitioned'], ['reply']]);
     }, 60_000);
   });
 
