@@ -36,6 +36,7 @@ import {
   type ClaimCheckStores,
 } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
+import type { SequenceLimitOptions } from '../options/sequence.options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import { PayloadParking } from './payload-parking';
@@ -183,16 +184,22 @@ export class ClaimCheckReceiver {
   private sequenceConsumerOf(consumer: ClaimCheckConsumer): ReassemblyConsumer {
     let sequenceConsumer = this.sequenceConsumers.get(consumer);
     if (!sequenceConsumer) {
-      const { timeout, maxSequenceBytes, maxFragments, maxFragmentBytes } = consumer.sequence;
+      const { timeout, maxSequenceBytes, maxFragments, maxFragmentBytes, maxHeaderBytes } =
+        consumer.sequence;
+      // Every limit the channel's `sequence` option takes: a new one fails to compile here.
+      const limits: Required<SequenceLimitOptions> = {
+        timeoutMs: timeout.ms,
+        timeoutStrategy: timeout.strategy,
+        maxSequenceBytes,
+        maxFragments,
+        maxFragmentBytes,
+        maxHeaderBytes,
+      };
       sequenceConsumer = this.reassembler.createConsumer(
         consumer.channel,
         (payload, context) => consumer.handler(ClaimedPayload.sequence(payload), context),
         {
-          timeoutMs: timeout.ms,
-          timeoutStrategy: timeout.strategy,
-          maxSequenceBytes,
-          maxFragments,
-          maxFragmentBytes,
+          ...limits,
           handlerRetry: consumer.handlerRetry,
           handlerTimeoutMs: consumer.handlerTimeoutMs ?? false,
           prefetch: consumer.prefetch,
