@@ -340,6 +340,58 @@ describe('Outbox: what a committed transaction publishes (embedded SQLite, in-me
     expect(record?.lastError).toMatch(/MessageTooLargeError/);
   });
 
+  it('a route that does not give channel names at once FAILs its record, saying what it gave; a rejected Promise is not left unhandled', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      await start({
+        routes: {
+          event: ((event: { type: string }) =>
+            event.type === 'Async'
+              ? Promise.reject(new Error('no channel yet (expected by the test)'))
+              : event.type === 'Nameless'
+                ? ['audit', '']
+                : [`events.${event.type}`]) as never,
+          command: (() => 42) as never,
+        },
+      });
+      const [asyncId, namelessId, commandId, fineId] = await t.outbox.transaction(async (tx) => [
+        tx.publishEvent({ ...placed('a'), type: 'Async' }),
+        tx.publishEvent({ ...placed('n'), type: 'Nameless' }),
+        tx.sendCommand({ type: 'Ship', targetService: 'shipping', payload: {} }),
+        tx.publishEvent(placed('fine')),
+      ]);
+      const failed = async (box: 'outbox_events' | 'outbox_commands', id: string) => {
+        const record = await t.outbox.record(box, id);
+        return record?.status === 'FAILED' ? record : undefined;
+      };
+      await eventually(
+        async () =>
+          (await failed('outbox_events', asyncId)) !== undefined &&
+          (await failed('outbox_events', namelessId)) !== undefined &&
+          (await failed('outbox_commands', commandId)) !== undefined,
+        'the three records failed',
+      );
+      await new Promise((resolve) => setImmediate(resolve));
+      expect((await failed('outbox_events', asyncId))?.lastError).toMatch(
+        /route of event Async returned a Promise: a route gives its channel names at once/,
+      );
+      expect((await failed('outbox_events', namelessId))?.lastError).toMatch(
+        /route of event Nameless gave \["audit",""\], not one or more channel names/,
+      );
+      expect((await failed('outbox_commands', commandId))?.lastError).toMatch(
+        /route of command Ship gave 42, not a channel name/,
+      );
+      await eventually(() => t.broker.peek('events.OrderPlaced').length === 1, 'the routed one');
+      expect(t.broker.peek('audit')).toHaveLength(0);
+      expect(unhandled).toEqual([]);
+      expect(await t.outbox.record('outbox_events', fineId)).toMatchObject({ status: 'COMPLETED' });
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it('a broker outage is not counted as attempts: records stay PENDING, claims wait for the polls, and all are published once it is back', async () => {
     // Two attempts and 10 ms of backoff: counted as attempts, the outage would fail them at once.
     await start({
