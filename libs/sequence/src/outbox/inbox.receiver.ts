@@ -146,6 +146,12 @@ function kindOf(message: InboundMessage): MessageKind | undefined {
   return kind === 'event' || kind === 'command' ? kind : undefined;
 }
 
+/**
+ * Headers a broker or transport adds on a dead-lettering: `x-death-reason`, and RabbitMQ's
+ * `x-first-death-*` and `x-last-death-*` on a message replayed from a dead-letter queue.
+ */
+const BROKER_HEADER_PREFIXES = ['x-death', 'x-first-death-', 'x-last-death-'] as const;
+
 /** The string-valued headers (what the inbox keeps); the transport's own are left out. */
 function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<string, string> {
   const kept: Record<string, string> = {};
@@ -156,7 +162,7 @@ function stringHeaders(headers: Readonly<Record<string, unknown>>): Record<strin
       // would make the whole message unrecordable, requeued until it is dead-lettered.
       unstorableText(value) === undefined &&
       unstorableText(name) === undefined &&
-      !name.startsWith('x-death') &&
+      !BROKER_HEADER_PREFIXES.some((prefix) => name.startsWith(prefix)) &&
       name !== 'x-requeue-count'
     ) {
       kept[name] = value;

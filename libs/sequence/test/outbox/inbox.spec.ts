@@ -97,6 +97,35 @@ describe('Inbox: each message handled once per id (embedded SQLite, in-memory br
     expect(handler.calls[0]).toMatchObject({ attempt: 1, inTransaction: false });
   });
 
+  it("keeps a message's string headers, not those RabbitMQ adds to a dead-lettered message replayed from its queue", async () => {
+    t = await createOutboxTestApp(inboxOptions, [TaskCreated]);
+    const message = taskCreated();
+    await deliver({
+      body: message.body,
+      headers: {
+        ...message.headers,
+        traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+        'x-first-death-queue': 'events.TaskCreated',
+        'x-first-death-reason': 'rejected',
+        'x-first-death-exchange': '',
+        'x-last-death-queue': 'events.TaskCreated',
+        'x-last-death-reason': 'rejected',
+        'x-last-death-exchange': '',
+        'x-death-reason': 'handler-failed: gave up',
+        [REQUEUE_COUNT_HEADER]: 3,
+      },
+    });
+    const id = String(message.headers[MESSAGE_ID_HEADER]);
+    await eventually(
+      async () => (await t.outbox.record('inbox_events', id))?.status === 'COMPLETED',
+      'handled',
+    );
+    expect((await t.outbox.record('inbox_events', id))?.headers).toEqual({
+      ...message.headers,
+      traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+    });
+  });
+
   it('lets a handler in progress finish before deeper modules are destroyed', async () => {
     const probe = heldHandlerProbe();
     @Injectable()
