@@ -66,6 +66,11 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
    * calls for one aggregate run at once in this process. Other partitions go on meanwhile.
    */
   private readonly abandoned = new AbandonedCalls();
+  /**
+   * The same per record, for the records of an unordered box (or without a partition key): a
+   * record's retry is not handed to a handler while its abandoned call still runs.
+   */
+  private readonly abandonedRecords = new AbandonedCalls();
   private readonly logger = new Logger('Outbox');
 
   constructor(
@@ -115,6 +120,10 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
           for (const record of records) {
             if (this.stopping) break;
             if (record.partitionKey !== null && heldBack.has(record.partitionKey)) continue;
+            if (this.abandonedRecords.has(record.id)) {
+              waiting++;
+              continue;
+            }
             if (record.partitionKey !== null && this.abandoned.has(record.partitionKey)) {
               heldBack.add(record.partitionKey);
               waiting++;
@@ -262,11 +271,13 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // one of its own.
       abandoned: (settled) => {
         transaction.fail(limit.error(attempt));
-        if (!this.options.ordered || record.partitionKey === null) return;
-        this.abandoned.add(record.partitionKey, settled);
+        const partition = this.options.ordered ? record.partitionKey : null;
+        if (partition === null) this.abandonedRecords.add(record.id, settled);
+        else this.abandoned.add(partition, settled);
         this.logger.warn(
           `${this.box}: the handler ran past handlerTimeoutMs (${handler.handlerTimeoutMs} ms) on ` +
-            `${record.id}; aggregate ${record.partitionKey} waits until the call returns`,
+            `${record.id}; ${partition === null ? 'its retry' : `aggregate ${partition}`} ` +
+            'waits until the call returns',
         );
       },
     };

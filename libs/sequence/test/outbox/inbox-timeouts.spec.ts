@@ -35,7 +35,7 @@ describe('Inbox: a handler that runs past handlerTimeoutMs (embedded SQLite)', (
     t = undefined;
   });
 
-  it('counts a failed attempt per timeout, ends FAILED with the reason, and refuses the late writes of an abandoned call', async () => {
+  it('counts a failed attempt per timeout, retries only once the abandoned call returned, ends FAILED with the reason, and refuses the late writes of an abandoned call', async () => {
     t = await createOutboxTestApp(
       {
         inboxEvents: { ...FAST_BOX, retry: { ...FAST_BOX.retry, attempts: 2 } },
@@ -67,6 +67,19 @@ describe('Inbox: a handler that runs past handlerTimeoutMs (embedded SQLite)', (
       { [MESSAGE_TYPE_HEADER]: 'TaskCreated', 'content-type': 'application/json' },
     );
 
+    // The first call past its limit: its attempt counted, its retry due within 40 ms, but not
+    // handed to the handler while the abandoned call still runs.
+    await eventually(
+      async () => (await t!.outbox.record('inbox_events', id))?.attempts === 1,
+      'the first attempt counted',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(contexts.map((context) => context.attempt)).toEqual([1]);
+    expect((await t.outbox.record('inbox_events', id))?.status).toBe('PENDING');
+
+    releaseFirst();
+    await eventually(() => lateWrites.length === 1, 'the abandoned call to write');
+    expect(await lateWrites[0]).toBeInstanceOf(HandlerTimeoutError);
     await eventually(
       async () => (await t!.outbox.record('inbox_events', id))?.status === 'FAILED',
       'the record to end FAILED',
@@ -78,10 +91,6 @@ describe('Inbox: a handler that runs past handlerTimeoutMs (embedded SQLite)', (
     expect((await t.outbox.record('inbox_events', id))?.lastError).toMatch(
       `timed out after ${TIMEOUT_MS} ms on event TaskCreated ${id} (attempt 2)`,
     );
-
-    releaseFirst();
-    await eventually(() => lateWrites.length === 1, 'the abandoned call to write');
-    expect(await lateWrites[0]).toBeInstanceOf(HandlerTimeoutError);
     const rows = await t.outbox.transaction(
       async (tx) => (await tx.query<{ id: string }>('SELECT id FROM tasks')).rows,
     );
@@ -173,56 +182,68 @@ function abandonedCallCase(open: () => OutboxStore | undefined, table: (name: st
     });
   });
 
-  it('in an ordered box, calls no handler for an aggregate while its abandoned call still runs; other aggregates go on', async () => {
-    const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
-    const running = new Map<string, number>();
-    const events: string[] = [];
-    await start([Handler], { ...FAST_BOX, ordered: true });
-    t!.handler(Handler).onCall = async (message, { attempt }) => {
-      const key = (message as OutboxEvent).aggregateId;
-      running.set(key, (running.get(key) ?? 0) + 1);
-      events.push(`${key}${attempt} starts with ${running.get(key)} running`);
-      try {
-        if (key === 'a' && attempt === 1) await sleep(LIMIT_MS * 6); // ignores its signal
-      } finally {
-        running.set(key, running.get(key)! - 1);
-        events.push(`${key}${attempt} ends`);
-      }
-    };
-    const a = await deliver('a');
-    await eventually(() => events.length > 0, 'a1 called');
-    const b = await deliver('b');
+  it.each([
+    ['an ordered box', 'an aggregate', true],
+    ['an unordered box', 'a message', false],
+  ])(
+    'in %s, calls no handler for %s while its abandoned call still runs; others go on',
+    async (_box, _of, ordered) => {
+      const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
+      const running = new Map<string, number>();
+      const events: string[] = [];
+      await start([Handler], { ...FAST_BOX, ordered });
+      t!.handler(Handler).onCall = async (message, { attempt }) => {
+        const key = (message as OutboxEvent).aggregateId;
+        running.set(key, (running.get(key) ?? 0) + 1);
+        events.push(`${key}${attempt} starts with ${running.get(key)} running`);
+        try {
+          if (key === 'a' && attempt === 1) await sleep(LIMIT_MS * 6); // ignores its signal
+        } finally {
+          running.set(key, running.get(key)! - 1);
+          events.push(`${key}${attempt} ends`);
+        }
+      };
+      const a = await deliver('a');
+      await eventually(() => events.length > 0, 'a1 called');
+      const b = await deliver('b');
 
-    await eventually(async () => (await statusOf(b)) === 'COMPLETED', 'b handled meanwhile');
-    expect(running.get('a')).toBe(1);
-    await eventually(async () => (await statusOf(a)) === 'COMPLETED', 'a handled', 5_000);
-    expect(events).toEqual([
-      'a1 starts with 1 running',
-      'b1 starts with 1 running',
-      'b1 ends',
-      'a1 ends',
-      'a2 starts with 1 running',
-      'a2 ends',
-    ]);
-  });
+      await eventually(async () => (await statusOf(b)) === 'COMPLETED', 'b handled meanwhile');
+      expect(running.get('a')).toBe(1);
+      await eventually(async () => (await statusOf(a)) === 'COMPLETED', 'a handled', 5_000);
+      expect(events).toEqual([
+        'a1 starts with 1 running',
+        'b1 starts with 1 running',
+        'b1 ends',
+        'a1 ends',
+        'a2 starts with 1 running',
+        'a2 ends',
+      ]);
+    },
+  );
 
-  it('in an ordered box, an abandoned call that never returns holds back its aggregate, not the claims or the shutdown', async () => {
-    const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
-    // A full batch of one held record: claimed again at the poll's pace, not at once, for ever.
-    await start([Handler], { ...FAST_BOX, ordered: true, batchSize: 1 });
-    t!.handler(Handler).onCall = () => new Promise(() => undefined);
-    const a = await deliver('a');
-    await eventually(
-      async () => (await t!.outbox.record('inbox_events', a))?.attempts === 1,
-      'the first attempt counted',
-    );
-    await sleep(LIMIT_MS * 3);
-    expect(t!.handler(Handler).calls).toHaveLength(1);
-    const closing = Date.now();
-    await t!.close();
-    t = undefined;
-    expect(Date.now() - closing).toBeLessThan(2_000);
-  });
+  it.each([
+    ['an ordered box', 'its aggregate', true],
+    ['an unordered box', 'its message', false],
+  ])(
+    'in %s, an abandoned call that never returns holds back %s, not the claims or the shutdown',
+    async (_box, _what, ordered) => {
+      const Handler = inboxHandler({ event: 'TaskCreated', handlerTimeoutMs: LIMIT_MS });
+      // A full batch of one held record: claimed again at the poll's pace, not at once, for ever.
+      await start([Handler], { ...FAST_BOX, ordered, batchSize: 1 });
+      t!.handler(Handler).onCall = () => new Promise(() => undefined);
+      const a = await deliver('a');
+      await eventually(
+        async () => (await t!.outbox.record('inbox_events', a))?.attempts === 1,
+        'the first attempt counted',
+      );
+      await sleep(LIMIT_MS * 3);
+      expect(t!.handler(Handler).calls).toHaveLength(1);
+      const closing = Date.now();
+      await t!.close();
+      t = undefined;
+      expect(Date.now() - closing).toBeLessThan(2_000);
+    },
+  );
 }
 
 describe('Inbox: a call abandoned past handlerTimeoutMs (embedded SQLite)', () => {
