@@ -12,6 +12,13 @@ import type { ResolvedBoxOptions } from '../options/resolved-options';
 import { failedAttempt } from './retry-schedule';
 import type { BoxLifecycle } from './outbox.events';
 
+/**
+ * How far past `retry.maxDelayMs` a retry time may lie before a claim takes it for one written on
+ * a clock ahead. Claims run beside each other: one that read the clock later (after a wait for a
+ * connection, say) schedules a retry past this claim's `now + maxDelayMs`, on the same clock.
+ */
+export const RETRY_HORIZON_MARGIN_MS = 60_000;
+
 /** What one claim's handling tells its cycle. */
 export interface CycleState {
   /**
@@ -64,7 +71,7 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
           limit: batchSize,
           now,
           // A retry time further ahead than this box ever schedules one is a clock's error.
-          horizon: now + retry.maxDelayMs,
+          horizon: now + retry.maxDelayMs + RETRY_HORIZON_MARGIN_MS,
           ordered,
           joinable: this.joinsClaim,
           durable: this.settlesDurably,

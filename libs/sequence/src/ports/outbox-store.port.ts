@@ -137,9 +137,10 @@ export interface ClaimOptions {
   readonly now: number;
   /**
    * Records with `nextAttemptAt > horizon` are due too. A relay or processor passes `now` plus its
-   * `retry.maxDelayMs`, the furthest ahead it ever schedules a retry: a later time was written on
-   * a clock ahead of this one (another instance's, or this machine's before a step set it back),
-   * and waiting for it could hold the record, and in an ordered box its partition, for days.
+   * `retry.maxDelayMs` (the furthest ahead it ever schedules a retry) plus a minute (for claims
+   * beside it that read the clock later): a later time was written on a clock ahead of this one
+   * (another instance's, or this machine's before a step set it back), and waiting for it could
+   * hold the record, and in an ordered box its partition, for days.
    * @default none: only `now` decides
    */
   readonly horizon?: number;

@@ -3,6 +3,8 @@
  * ahead, or by this machine before an NTP step set its clock back. No retry is ever scheduled
  * further than `retry.maxDelayMs` ahead, so such a record is due at once, not at the time it
  * names (which may be days away), and in an ordered box the rest of its aggregate follows it.
+ * A minute past that is still waited out: a claim beside the relay's that read the clock later
+ * schedules past the relay's `now + maxDelayMs` on the same clock.
  */
 import type { OutboxStore } from 'nest-sequence/ports';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
@@ -84,6 +86,33 @@ describe('Outbox relay: a retry scheduled on a clock ahead (SQLite)', () => {
         'WHERE id = ?',
     );
     expect(published).toEqual([1, 2]);
+  });
+
+  it('waits out a retry due within a minute past maxDelayMs, as a claim that read the clock later schedules one', async () => {
+    store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    const writer = await createOutboxTestApp({ store, outboxEvents: { enabled: false } });
+    let relay: OutboxTestApp | undefined;
+    try {
+      const id = await writer.outbox.transaction(async (tx) => tx.publishEvent(step(1)));
+      // FAST_BOX's maxDelayMs is 40: where a claim that read the clock 2 s after the relay's
+      // next one schedules a retry at the latest.
+      const dueAt = Date.now() + 2_000;
+      await writer.outbox.transaction((tx) =>
+        tx.query(
+          "UPDATE outbox_events SET attempts = 1, last_error = 'refused', next_attempt_at = ? " +
+            'WHERE id = ?',
+          [dueAt, id],
+        ),
+      );
+      relay = await createOutboxTestApp({ store, outboxEvents: FAST_BOX });
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(relay.broker.peek('events.Step')).toHaveLength(0);
+      await eventually(() => relay!.broker.peek('events.Step').length === 1, 'published', 5_000);
+      expect(Date.now()).toBeGreaterThanOrEqual(dueAt);
+    } finally {
+      await relay?.close();
+      await writer.close();
+    }
   });
 });
 
