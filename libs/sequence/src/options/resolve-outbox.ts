@@ -105,17 +105,46 @@ export function resolveOutboxOptions(
     }
   }
   const routeEvent = options.routes?.event ?? defaultEventChannel;
+  const routeCommand = options.routes?.command ?? defaultCommandChannel;
   return {
     configured: given !== undefined,
     migrate,
     serviceName: options.serviceName,
-    routeEvent: (event) => {
-      const channels = routeEvent(event);
-      return typeof channels === 'string' ? [channels] : channels;
-    },
-    routeCommand: options.routes?.command ?? defaultCommandChannel,
+    routeEvent: (event) => routedChannels(routeEvent(event), `route of event ${event.type}`, true),
+    routeCommand: (command) =>
+      routedChannels(routeCommand(command), `route of command ${command.type}`, false)[0],
     boxes,
   };
+}
+
+/**
+ * The channels a route gave (one, or several where `several`), or an error that says what it
+ * gave instead: a route is the user's code, typed or not. A Promise (an async route) is refused,
+ * its rejection handled here.
+ */
+function routedChannels(routed: unknown, what: string, several: boolean): readonly string[] {
+  if (typeof (routed as PromiseLike<unknown> | undefined)?.then === 'function') {
+    Promise.resolve(routed).catch(() => undefined);
+    throw new Error(
+      `${what} returned a Promise: a route gives its channel names at once (outbox.routes)`,
+    );
+  }
+  const channels = several && Array.isArray(routed) ? (routed as unknown[]) : [routed];
+  if (channels.length === 0 || channels.some((c) => typeof c !== 'string' || c.length === 0)) {
+    const expected = several ? 'one or more channel names' : 'a channel name';
+    throw new Error(`${what} gave ${describeRouted(routed)}, not ${expected}`);
+  }
+  return channels as string[];
+}
+
+function describeRouted(routed: unknown): string {
+  try {
+    const text = JSON.stringify(routed);
+    if (text !== undefined) return text.length > 200 ? `${text.slice(0, 200)}...` : text;
+  } catch {
+    // a cycle or a BigInt: its type says enough
+  }
+  return String(typeof routed);
 }
 
 /** What an `@InboxHandler` resolves to: its message kind, type, channel and time limit. */

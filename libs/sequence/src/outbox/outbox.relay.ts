@@ -156,41 +156,10 @@ export class OutboxRelay extends BoxWorker<'outbox_events' | 'outbox_commands'> 
 
   private channelsOf(record: StoredRecord): readonly string[] {
     const message = JSON.parse(record.body) as unknown;
-    const events = this.box === 'outbox_events';
-    const routed: unknown = events
+    return this.box === 'outbox_events'
       ? this.resolved.outbox.routeEvent(message as OutboxEvent)
-      : this.resolved.outbox.routeCommand(message as OutboxCommand);
-    return routedChannels(routed, `route of ${record.kind} ${record.type}`, events);
+      : [this.resolved.outbox.routeCommand(message as OutboxCommand)];
   }
-}
-
-/**
- * The channels a route gave, or an error that says what it gave instead: a route's result is the
- * user's code, typed or not. A Promise (an async route) is refused, its rejection handled here.
- */
-function routedChannels(routed: unknown, what: string, several: boolean): readonly string[] {
-  if (typeof (routed as PromiseLike<unknown> | undefined)?.then === 'function') {
-    Promise.resolve(routed).catch(() => undefined);
-    throw new Error(
-      `${what} returned a Promise: a route gives its channel names at once (outbox.routes)`,
-    );
-  }
-  const channels = several && Array.isArray(routed) ? (routed as unknown[]) : [routed];
-  if (channels.length === 0 || channels.some((c) => typeof c !== 'string' || c.length === 0)) {
-    const expected = several ? 'one or more channel names' : 'a channel name';
-    throw new Error(`${what} gave ${describeRouted(routed)}, not ${expected}`);
-  }
-  return channels as string[];
-}
-
-function describeRouted(routed: unknown): string {
-  try {
-    const text = JSON.stringify(routed);
-    if (text !== undefined) return text.length > 200 ? `${text.slice(0, 200)}...` : text;
-  } catch {
-    // a cycle or a BigInt: its type says enough
-  }
-  return String(typeof routed);
 }
 
 /** Records grouped by partition key (in seq order within each); no key: a group of one. */
