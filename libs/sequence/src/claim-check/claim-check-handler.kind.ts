@@ -12,6 +12,7 @@ import {
   CLAIM_CHECK_HANDLER_KEYS,
   CLAIM_CHECK_HANDLER_RENAMES,
 } from '../options/option-keys';
+import { reservedAudienceProblem } from '../core/claim-ticket';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { claimLedgerState, sequenceStoreState } from '../kernel/in-process-state.warning';
 import {
@@ -57,6 +58,8 @@ export class ClaimCheckHandlerKind implements HandlerKind<ClaimCheckHandlerOptio
     if (unknown.length > 0) throw new SequenceOptionsError(where, unknown);
     const { channel: named, ...consumerOptions } = options;
     const channel = requireChannel(DECORATOR, className, methodName, named);
+    const reserved = reservedAudienceProblem(channel);
+    if (reserved !== undefined) throw new SequenceOptionsError(where, [reserved]);
     const consumer: ClaimCheckConsumer = {
       channel,
       handler: (payload: ClaimedPayload, context: HandlerContext) => call(payload, context),

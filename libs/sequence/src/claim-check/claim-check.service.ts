@@ -4,6 +4,7 @@ import {
   CONTENT_TYPE_PATTERN,
   MAX_TICKET_BODY_BYTES,
   serializeTicket,
+  reservedAudienceProblem,
   smallestTicketBytes,
   ticketAudienceProblem,
   type ClaimTicket,
@@ -264,6 +265,10 @@ export class ClaimCheckService {
     };
     checkedBeforeReading(payload, () => {
       refusePayload(`publish() to ${channel}`, payload, 'publish');
+      const reserved = reservedAudienceProblem(channel);
+      if (reserved !== undefined) {
+        throw new SequenceOptionsError(`publish() to ${channel}`, [reserved]);
+      }
       checkCallOptions(`publish() to ${channel}`, options, CLAIM_PUBLISH_KEYS);
       if (threshold > this.options.maxInlineBytes) {
         // It would read a stream up to it into memory, then fail to send it inline anyway.
@@ -429,7 +434,9 @@ export class ClaimCheckService {
 function audienceOption(given: CheckInOptions['audience']): readonly string[] {
   if (given === undefined) return [];
   const audience = typeof given === 'string' ? [given] : given;
-  const problem = ticketAudienceProblem(audience);
+  const problem =
+    ticketAudienceProblem(audience) ??
+    audience.map((channel) => reservedAudienceProblem(channel, 'audience channel')).find(Boolean);
   if (problem !== undefined) throw new SequenceOptionsError('checkIn()', [problem]);
   // Refused before the payload is stored, rather than once signing its ticket fails.
   const smallest = smallestTicketBytes(audience);

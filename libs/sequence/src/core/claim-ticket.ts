@@ -82,6 +82,21 @@ export function fragmentAudience(channel: string): string {
   return FRAGMENT_AUDIENCE_PREFIX + channel;
 }
 
+/**
+ * The problem with claim-checking whole payloads on `channel`, or undefined: a name that starts
+ * with {@link FRAGMENT_AUDIENCE_PREFIX} is the audience of another channel's fragment tickets, so
+ * its consumers would take those fragments' tickets as whole payloads, and its tickets would pass
+ * for that channel's fragments.
+ */
+export function reservedAudienceProblem(channel: string, name = 'channel'): string | undefined {
+  if (!channel.startsWith(FRAGMENT_AUDIENCE_PREFIX)) return undefined;
+  return (
+    `${name} "${channel}" starts with "${FRAGMENT_AUDIENCE_PREFIX}", which claim tickets keep ` +
+    `for the fragments of channel "${channel.slice(FRAGMENT_AUDIENCE_PREFIX.length)}"; ` +
+    'name the channel otherwise'
+  );
+}
+
 /** The channel an audience entry names: a fragment's channel, or the entry itself. */
 export function audienceChannel(entry: string): string {
   return entry.startsWith(FRAGMENT_AUDIENCE_PREFIX)

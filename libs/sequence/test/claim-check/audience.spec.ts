@@ -327,6 +327,7 @@ describe('claim check: tickets bound to their channel', () => {
       ['an empty channel name', ''],
       ['a channel named twice', [ORDERS, ORDERS]],
       ['a channel name over 255 characters', 'c'.repeat(256)],
+      ["a channel named as another's fragments", ['cc.audit', `fragment of ${ORDERS}`]],
       [
         'more channels than a ticket holds',
         Array.from({ length: 40 }, (_, i) => `${i}.${'c'.repeat(240)}`),
@@ -340,6 +341,34 @@ describe('claim check: tickets bound to their channel', () => {
       );
       expect(put).not.toHaveBeenCalled();
       expect(await filesUnder(t.root)).toEqual([]);
+    });
+
+    // The audience of a channel's fragment tickets is "fragment of <channel>": a channel named so
+    // would take ORDERS' fragment tickets as whole payloads, and its tickets would pass for them.
+    const RESERVED = `fragment of ${ORDERS}`;
+
+    it('refuses a @ClaimCheck channel named as fragments of another, at boot', async () => {
+      await expect(createClaimCheckTestApp({ handlers: [{ channel: RESERVED }] })).rejects.toThrow(
+        new RegExp(
+          `@ClaimCheck on Handler.handle:[\\s\\S]*channel "${RESERVED}" starts with "fragment of ", which claim ` +
+            `tickets keep for the fragments of channel "${ORDERS}"`,
+        ),
+      );
+      await start(); // for afterEach
+    });
+
+    it('refuses publish() to a channel named as fragments of another, before reading anything', async () => {
+      await start();
+      const put = jest.spyOn(t.store, 'put');
+
+      await expect(t.claimCheck.publish(RESERVED, bytes(100_000, 3))).rejects.toThrow(
+        SequenceOptionsError,
+      );
+      await expect(t.claimCheck.publish(RESERVED, bytes(10, 3))).rejects.toThrow(
+        /publish\(\) to fragment of cc\.orders:[\s\S]*starts with "fragment of "/,
+      );
+      expect(put).not.toHaveBeenCalled();
+      expect(t.transport.peek(RESERVED)).toHaveLength(0);
     });
   });
 });
