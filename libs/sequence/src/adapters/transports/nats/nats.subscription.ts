@@ -598,7 +598,14 @@ export class NatsSubscription implements Subscription {
   ): Promise<void> {
     try {
       const headers = forwardableHeaders(withRequeueCount(inbound.headers), [REQUEUE_COUNT_HEADER]);
-      await this.settings.publish(this.channel, await body(), headers);
+      // One copy per stored message: should the ack be lost, the original's next delivery
+      // requeued again within the stream's duplicate_window is stored once.
+      await this.settings.publish(
+        this.channel,
+        await body(),
+        headers,
+        forwardMsgId('requeue', delivery.stored),
+      );
       this.finish(delivery, ACK);
     } catch (error) {
       this.settings.logger.warn(

@@ -29,6 +29,7 @@ import type { ResolvedPublishPolicy } from '../../../options/resolved-options';
 import { NatsDuplicateWindowError } from './errors/nats-duplicate-window.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
 import { connectNats, nanos, natsHeaders, type NatsConnection } from './nats.client';
+import { forwardMsgId, storedKey } from './nats.acks';
 import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
 import { leaseStreamName, partitionStreamName, streamName } from './nats.naming';
 import type { NatsTransportOptions } from './nats.options';
@@ -208,6 +209,36 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     });
     expect(again.duplicate).toBe(true);
     expect((await jsm.streams.info(dlq)).state.messages).toBe(1);
+  });
+
+  it('gives a copy requeued at the tail a Nats-Msg-Id of the stored message, so that a second copy is stored once', async () => {
+    const channel = newChannel();
+    const stream = streamName('NSEQ_', channel);
+    let calls = 0;
+    let original: Awaited<ReturnType<typeof jsm.streams.getMessage>> = null;
+    let copy: Awaited<ReturnType<typeof jsm.streams.getMessage>> = null;
+    await transport.subscribe(channel, async () => {
+      calls++;
+      if (calls === 1) {
+        original = await jsm.streams.getMessage(stream, { seq: 1 });
+        return { action: 'requeue', delayMs: 20 };
+      }
+      // The copy, still stored while its handler runs: the original was acked once it was.
+      copy = await jsm.streams.getMessage(stream, { seq: 2 });
+      return { action: 'ack' };
+    });
+    await transport.publish(channel, Buffer.from('later'), {});
+
+    await eventually(() => copy !== null, 'the copy at the tail handled');
+    const msgId = copy!.header.get('Nats-Msg-Id');
+    // Made of the stored original (see nats.acks.spec.ts): every delivery of it gives this id.
+    expect(msgId).toBe(forwardMsgId('requeue', storedKey(stream, original!)));
+    // What a delivery after a lost ack of the original would requeue again.
+    const again = await jetstream(admin).publish(channel, Buffer.from('later'), {
+      msgID: msgId ?? '',
+    });
+    expect(again.duplicate).toBe(true);
+    expect(calls).toBe(2);
   });
 
   it('dead-letters a message still requeued at its max_deliver-th delivery', async () => {
