@@ -57,7 +57,25 @@ describe('NatsTransport options', () => {
   });
 });
 
+describe('NatsTransport ackWaitMs', () => {
+  it('refuses one shorter than 500 ms, which in-progress acks every 100 ms at most could not keep', () => {
+    expect(() => resolveNatsTransportOptions({ ackWaitMs: 499 })).toThrow(
+      /ackWaitMs must be an integer of milliseconds from 500 to \d+, got 499/,
+    );
+    expect(resolveNatsTransportOptions({ ackWaitMs: 500 }).ackWaitMs).toBe(500);
+  });
+});
+
 describe('NatsTransport reply stream options', () => {
+  it('refuses a reply max age no longer than the publish timeout: no reply could be sent', () => {
+    // The reply stream's duplicate window is at most its max age, and a publish that may be
+    // retried past its stream's window is refused.
+    expect(() => resolveNatsTransportOptions({ replyMaxAgeMs: 5_000 })).toThrow(
+      /replyMaxAgeMs \(5000\) must exceed publishTimeoutMs \(10000\)/,
+    );
+    expect(resolveNatsTransportOptions({ replyMaxAgeMs: 10_001 }).replyMaxAgeMs).toBe(10_001);
+  });
+
   it('refuses reply stream limits that are not positive integers', () => {
     expect(() => resolveNatsTransportOptions({ replyMaxAgeMs: 0, replyMaxBytes: 1.5 })).toThrow(
       expect.objectContaining({

@@ -35,6 +35,7 @@ export interface NatsTransportOptions {
    * The consumer's `ack_wait`: how long a delivery may stay unsettled before the server delivers
    * it again. The transport sends in-progress acks (`working()`) every third of it while a
    * handler runs or a delayed requeue waits, so a long handler is not overtaken by a redelivery.
+   * At least 500.
    * @default 30000
    */
   readonly ackWaitMs?: number;
@@ -69,7 +70,8 @@ export interface NatsTransportOptions {
   readonly duplicateWindowMs?: number;
   /**
    * The reply stream's `max_age`: a reply nobody has acked within this time is removed. Applies
-   * when the transport creates the stream (an existing one is used as it is).
+   * when the transport creates the stream (an existing one is used as it is). Must exceed
+   * `publishTimeoutMs`: it bounds the reply stream's duplicate window.
    * @default 3600000 (one hour)
    */
   readonly replyMaxAgeMs?: number;
@@ -148,6 +150,12 @@ export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
   unsafeSocketTricks: false,
 };
 
+/**
+ * Shortest `ackWaitMs`: in-progress acks go out every third of it but at most every 100 ms, so
+ * that a shorter one would see a running handler's message delivered again.
+ */
+export const MIN_ACK_WAIT_MS = 500;
+
 /** Shortest `partitionLeaseMs`: a pull request lasts at least a second. */
 export const MIN_PARTITION_LEASE_MS = 1_000;
 
@@ -164,9 +172,10 @@ export function resolveNatsTransportOptions(
     );
   }
   for (const key of ['publishTimeoutMs', 'ackWaitMs', 'maxNakDelayMs'] as const) {
-    if (!isInteger(resolved[key], 1) || resolved[key] > MAX_TIMER_MS) {
+    const min = key === 'ackWaitMs' ? MIN_ACK_WAIT_MS : 1;
+    if (!isInteger(resolved[key], min) || resolved[key] > MAX_TIMER_MS) {
       problems.push(
-        `${key} must be an integer of milliseconds from 1 to ${MAX_TIMER_MS}, got ${String(resolved[key])}`,
+        `${key} must be an integer of milliseconds from ${min} to ${MAX_TIMER_MS}, got ${String(resolved[key])}`,
       );
     }
   }
@@ -196,6 +205,17 @@ export function resolveNatsTransportOptions(
   if (!isInteger(resolved.replyMaxAgeMs, 1)) {
     problems.push(
       `replyMaxAgeMs must be a positive integer of milliseconds, got ${String(resolved.replyMaxAgeMs)}`,
+    );
+  } else if (
+    isInteger(resolved.publishTimeoutMs, 1) &&
+    resolved.replyMaxAgeMs <= resolved.publishTimeoutMs
+  ) {
+    // The reply stream's duplicate window is at most replyMaxAgeMs: every reply would be refused.
+    problems.push(
+      `replyMaxAgeMs (${resolved.replyMaxAgeMs}) must exceed publishTimeoutMs ` +
+        `(${resolved.publishTimeoutMs}): the reply stream's duplicate window is at most ` +
+        'replyMaxAgeMs, and a publish that may be retried after it is refused, so no reply ' +
+        'could be sent',
     );
   }
   if (!isInteger(resolved.pullMaxBytes, 1)) {
