@@ -302,6 +302,28 @@ export function describeTransportConformance(adapterName: string, harness: Trans
       await original.close();
     });
 
+    it("moves a message a dead-letter channel's subscriber dead-letters on to that channel's own dead-letter channel", async () => {
+      // Nothing the transport does by itself dead-letters out of a dead-letter channel; a
+      // subscriber's own verdict there is kept, not dropped.
+      const deadLetterChannel = transport.deadLetterChannel(newChannel());
+      const onward = transport.deadLetterChannel(deadLetterChannel);
+      expect(onward).not.toBe(deadLetterChannel);
+      const dead = await collect(onward);
+      await subscribe(deadLetterChannel, async () => ({
+        action: 'dead-letter',
+        reason: 'no-handler: nothing takes it',
+      }));
+      await transport.publish(deadLetterChannel, Buffer.from('refused twice'), {
+        'x-death-reason': 'handler-failed: first',
+      });
+
+      await eventually(() => dead.received.length === 1, 'the onward dead letter');
+      expect(dead.received[0].body.toString()).toBe('refused twice');
+      expect(dead.received[0].headers).toMatchObject({
+        'x-death-reason': 'no-handler: nothing takes it',
+      });
+    });
+
     it('dead-letters to the deadLetterChannel given at subscribe', async () => {
       const channel = newChannel();
       const custom = `${channel}.custom-dead`;

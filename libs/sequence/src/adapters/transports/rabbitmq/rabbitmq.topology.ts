@@ -59,7 +59,9 @@ const REPLY_QUEUE_OPTIONS: Options.AssertQueue = {
  * so the broker's own dead-lettering (reject without requeue, expiry, delivery limit) lands in
  * `<channel><suffix>`. A dead-letter queue (a name ending in the suffix) is the end of the line:
  * declared without a dead-letter exchange, and it gets no dead-letter queue of its own, so
- * dead-lettering never creates `x.dlq.dlq`; subscribing to it declares it the same way.
+ * the broker's dead-lettering never creates `x.dlq.dlq`; subscribing to it declares it the same
+ * way. (A subscriber's own dead-letter verdict on `x.dlq` is forwarded to `x.dlq.dlq`, declared
+ * then, as for any channel.)
  *
  * Reply queues (`nseq.reply.<uuid>`) are declared only by their consumer, on its own connection
  * (see `REPLY_QUEUE_OPTIONS`); a publisher never declares one, so a publish to a reply queue that
