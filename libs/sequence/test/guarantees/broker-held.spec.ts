@@ -19,6 +19,7 @@ import {
 } from 'nest-sequence';
 import { buildFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
+import { recordEvents } from '../events/event-recorder';
 import {
   bytes,
   createSequenceTestApp,
@@ -835,6 +836,38 @@ describe('guarantees: broker-held reassembly', () => {
     expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
       /^declaration-changed: /,
     );
+  });
+
+  it('refuses alone a first fragment over the limits, as the store does: no verdict kept, no start reported', async () => {
+    const channel = 'held.first-over-limit';
+    const { app: nest, transport, store } = await app(channel, { maxSequenceBytes: 1_000 });
+    const events = recordEvents(nest);
+    const body = bytes(100, 16);
+    const headers = buildFragmentHeaders({
+      sequenceId: 'held-too-big',
+      position: 1,
+      size: 3,
+      last: false,
+      crc32: crc32(body),
+      bytes: 5_000,
+    });
+    await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+    await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
+    await eventually(async () => (await spoolFiles(spoolDir)).length === 0, 'no spool file left');
+
+    expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
+      /^sequence-too-large: /,
+    );
+    expect(await store.status!({ scope: channel, sequenceId: 'held-too-big' }, Date.now())).toEqual(
+      { state: 'unknown' },
+    );
+    expect(events.only('sequence.started', 'sequence.rejected')).toEqual([]);
+    expect(events.only('fragment.rejected')).toHaveLength(1);
+    // A corrected resend under the same id is taken.
+    const payload = bytes(900, 3);
+    await publishHeld(transport, channel, makeFragments('held-too-big', payload, 300), PARTITIONS);
+    await eventually(() => t!.handler.deliveries.length === 1, 'the resend delivered');
+    expect(t!.handler.deliveries[0].bytes.equals(payload)).toBe(true);
   });
 
   it('never both handles and expires a sequence whose last fragment comes as it expires', async () => {

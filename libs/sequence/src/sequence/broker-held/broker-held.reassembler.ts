@@ -316,8 +316,6 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         Date.now(),
       );
       this.held.set(key, sequence);
-      this.metrics.sequenceStarted(consumer.channel);
-      this.lifecycle.started(consumer.channel, fragment);
       return sequence;
     } catch (error) {
       this.logger.warn(
@@ -401,6 +399,14 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     if (admission.kind === 'limit') {
       const detail = `sequence ${fragment.sequenceId}: ${admission.detail}`;
+      if (sequence.fragments.size === 0) {
+        // A first fragment over the limits is refused alone, as the store refuses it: no
+        // verdict is recorded, so a corrected resend under the same id is taken.
+        this.forget(sequence);
+        sequence.phase = 'done';
+        void this.discard(sequence);
+        return this.checks.reject(channel, admission.code, detail, fragment);
+      }
       settle({ action: 'dead-letter', reason: deathReason(admission.code, detail) });
       void this.end(sequence, consumer, 'rejected', admission.code, detail);
       return settled;
@@ -412,6 +418,11 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       );
       void this.spill(sequence, consumer);
       return this.toStore(keyOf(sequence), message, consumer);
+    }
+    if (!sequence.started) {
+      sequence.started = true;
+      this.metrics.sequenceStarted(channel);
+      this.lifecycle.started(channel, fragment);
     }
     sequence.describe(fragment);
     recordFragment(sequence.state, facts, Date.now());

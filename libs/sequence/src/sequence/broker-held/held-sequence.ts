@@ -49,6 +49,8 @@ export class HeldSequence {
   spilling = false;
   /** Bytes reserved in the spool for this sequence. */
   spooled = 0;
+  /** Whether its start was reported: once a first fragment of it was admitted. */
+  started = false;
   userHeaders: HeaderMap = {};
   contentType?: string;
   contentEncoding?: string;
