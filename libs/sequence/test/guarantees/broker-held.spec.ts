@@ -870,6 +870,36 @@ describe('guarantees: broker-held reassembly', () => {
     expect(t!.handler.deliveries[0].bytes.equals(payload)).toBe(true);
   });
 
+  it("carries on, the file left, when a refused first fragment's spool file cannot be removed", async () => {
+    const channel = 'held.unremovable-spool';
+    const { transport } = await app(channel);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      jest.spyOn(SpoolFile.prototype, 'remove').mockRejectedValue(
+        Object.assign(new Error('EROFS: read-only file system, unlink (expected by the test)'), {
+          code: 'EROFS',
+        }),
+      );
+      const body = bytes(100, 16);
+      const headers = buildFragmentHeaders({
+        sequenceId: 'held-refused-erofs',
+        position: 1,
+        size: 2,
+        last: false,
+        crc32: crc32(body),
+        bytes: 10,
+      });
+      await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+      await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
+      await sleep(20);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it('never both handles and expires a sequence whose last fragment comes as it expires', async () => {
     const channel = 'held.expiry-race';
     const store = new SlowStore();

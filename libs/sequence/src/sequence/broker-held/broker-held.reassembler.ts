@@ -36,7 +36,7 @@ import { SequenceLifecycle } from '../sequence.events';
 import { SequenceMetrics } from '../sequence.metrics';
 import { SequenceTracing } from '../sequence.tracing';
 import { HeldSequence, type HeldFragment } from './held-sequence';
-import { Spool } from './spool';
+import { Spool, type SpoolFile } from './spool';
 
 const ACK: Disposition = { action: 'ack' };
 /** Why a fragment whose delivery its subscription lost is handed back. */
@@ -305,7 +305,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (this.closed) return { action: 'requeue', reason: 'shutting down' };
       const file = await this.spool.create();
       if (this.closed) {
-        void file.remove();
+        void this.removeQuietly(file);
         return { action: 'requeue', reason: 'shutting down' };
       }
       const sequence = new HeldSequence(
@@ -542,7 +542,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     sequence.fragments.clear();
     sequence.phase = 'done';
-    await this.discard(sequence).catch(() => undefined);
+    await this.discard(sequence);
   }
 
   private async deliver(
@@ -741,9 +741,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   ): Promise<void> {
     this.forget(sequence);
     sequence.phase = 'done';
-    await this.discard(sequence).catch((error: unknown) =>
-      this.logger.warn(`could not delete a spool file: ${errorMessage(error)}`),
-    );
+    await this.discard(sequence);
     const load = this.addLoad(sequence, -sequence.settleAll(disposition));
     if (consumer && !this.closed && load >= consumer.options.window) {
       this.relieve(sequence, consumer);
@@ -974,10 +972,22 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     });
   }
 
+  /**
+   * Gives a sequence's spool room back and removes its file. Never rejects: a file system that
+   * cannot unlink (read-only after disk errors, permissions) is logged, and the file left.
+   */
   private async discard(sequence: HeldSequence): Promise<void> {
     this.spool.release(sequence.spooled);
     sequence.spooled = 0;
-    await sequence.file.remove();
+    await this.removeQuietly(sequence.file);
+  }
+
+  private async removeQuietly(file: SpoolFile): Promise<void> {
+    await file
+      .remove()
+      .catch((error: unknown) =>
+        this.logger.warn(`could not delete a spool file: ${errorMessage(error)}`),
+      );
   }
 
   private requeue(reason: string): Disposition {
@@ -985,7 +995,6 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
   }
 }
 
-/** The key of a sequence in the maps of the reassembler. */
 /** The key of a channel's sequence in the reassembler's maps. */
 function sequenceKey(channel: string, sequenceId: string): string {
   return `${channel}\u0000${sequenceId}`;
