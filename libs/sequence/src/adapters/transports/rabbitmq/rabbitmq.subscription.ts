@@ -509,6 +509,9 @@ export class RabbitMqSubscription implements Subscription {
 
   /** Runs `then` after `ms`, unless the subscription closes first (its timers are cleared). */
   private holdFor(ms: number, then: () => void): void {
+    // Closing (a forward failed while the close waited for it): the channel's close gives the
+    // message back; a timer now would only keep the process alive.
+    if (this.closed) return;
     const timer = setTimeout(() => {
       this.requeueTimers.delete(timer);
       then();
