@@ -93,7 +93,7 @@ export class DeadLettersReader {
     const summaries: DeadLetterChannelSummary[] = [];
     for (const source of this.sources()) {
       if (box.browseIsNonDestructive) {
-        summaries.push(await this.reasonsOf(box, source));
+        summaries.push(await this.freshReasons(box, source));
         continue;
       }
       const cached = this.cachedReasons(source.name);
@@ -114,8 +114,23 @@ export class DeadLettersReader {
   async channelReasons(channel: string): Promise<DeadLetterChannelSummary> {
     const box = this.required();
     const source = this.sourceOf(channel);
-    const cached = box.browseIsNonDestructive ? undefined : this.cachedReasons(source.name);
-    return cached ?? this.reasonsOf(box, source);
+    if (box.browseIsNonDestructive) return this.freshReasons(box, source);
+    return this.cachedReasons(source.name) ?? this.reasonsOf(box, source);
+  }
+
+  /**
+   * Where browsing takes nothing: the grouping cached within {@link REASONS_CACHE_MS} while the
+   * channel's count has not changed since, else read again. A console refreshing every few
+   * seconds would otherwise read up to {@link MAX_DEAD_LETTER_BROWSE} dead letters, bodies and
+   * all, per channel and per refresh.
+   */
+  private async freshReasons(
+    box: DeadLetterBox,
+    source: DeadLetterSource,
+  ): Promise<DeadLetterChannelSummary> {
+    const cached = this.cachedReasons(source.name);
+    if (cached && (await box.count(source.name, source.location)) === cached.total) return cached;
+    return this.reasonsOf(box, source);
   }
 
   private cachedReasons(channel: string): DeadLetterChannelSummary | undefined {
