@@ -75,6 +75,28 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
     await expect(behind.claim(a, 'a2', 30_000, now)).resolves.toBe('done');
   });
 
+  it('answers done to an instance behind after an in-sync instance claimed an expired copy', async () => {
+    const behindMs = 30_000;
+    const inSync = new RedisClaimLedger(client, { prefix });
+    const behindClock = () => Date.now() - behindMs;
+    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    const key = { ticket: `redis:${randomUUID()}`, group: 'archive' };
+
+    const t0 = Date.now();
+    const expiresAt = t0 + 500;
+    expect(await inSync.claim(key, 'a1', 30_000, t0)).toBe('claimed');
+    await inSync.complete(key, 'a1', expiresAt, t0);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // An in-sync instance meets an expired copy and asks the ledger (the receiver's expiredCopy):
+    // past the retention on its clock, the completion is not its answer, but must stay.
+    expect(await inSync.claim(key, 'a2', 30_000, Date.now())).toBe('claimed');
+    await inSync.release(key, 'a2');
+
+    const now = behindClock();
+    expect(expiresAt > now).toBe(true);
+    await expect(behind.claim(key, 'a3', 30_000, now)).resolves.toBe('done');
+  });
+
   it('keeps a completion recorded by an instance whose clock is ahead until the ticket expired', async () => {
     // The completion's retainUntil comes from the ticket (its expiresAt, on the sender's clock),
     // not from the completing instance's clock: moving it onto Redis's clock by that instance's

@@ -23,8 +23,10 @@ if retainUntil then
   -- on it, and still takes the ticket for valid; its duplicate must meet the completion.
   local callerNow = tonumber(string.match(ARGV[3], '^[^:]+'))
   if retainUntil > math.min(now, callerNow) then return 'done' end
-  -- Past its retention: the record is gone (its key's TTL would remove it soon anyway).
-  rcall('HDEL', doneKey, group)
+  -- Past its retention on both clocks: not this caller's answer. Removed only once past it by
+  -- more than the margin, as claim-complete removes it: until then a caller whose clock runs
+  -- behind (by up to the margin) still meets it.
+  if retainUntil <= now - margin then rcall('HDEL', doneKey, group) end
 end
 
 local lease = rcall('HMGET', leaseKey, 'holder', 'until')
