@@ -565,6 +565,41 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
       });
     });
 
+    it('rolls back a transaction whose work caught a statement timing out, even when that statement ends', async () => {
+      const marks = `${tablePrefix}marks`;
+      await pool.query(`CREATE TABLE ${marks} (v integer)`);
+      try {
+        await withUnansweringBox(300, async ({ timedStore }) => {
+          const locker = postgresClient();
+          await locker.connect();
+          try {
+            await locker.query('BEGIN');
+            await locker.query(`LOCK TABLE ${marks} IN ACCESS EXCLUSIVE MODE`);
+            // Let go once the insert timed out on the client: PostgreSQL then runs it, behind the
+            // COMMIT a transaction that ignored its error would have queued.
+            setTimeout(() => void locker.query('COMMIT'), 600);
+            const caught: unknown[] = [];
+            const outcome = timedStore.transaction(async (tx) => {
+              await tx.query(`INSERT INTO ${marks} (v) VALUES (1)`).catch((error: unknown) => {
+                caught.push(error); // "an optional write": carries on
+              });
+              return 'done';
+            });
+
+            await expect(outcome).rejects.toThrow(/Query read timeout/);
+            expect(caught).toHaveLength(1);
+            await new Promise((resolve) => setTimeout(resolve, 700));
+            expect((await pool.query(`SELECT v FROM ${marks}`)).rows).toEqual([]);
+          } finally {
+            await locker.query('ROLLBACK').catch(() => undefined);
+            await locker.end();
+          }
+        });
+      } finally {
+        await pool.query(`DROP TABLE ${marks}`);
+      }
+    });
+
     it('does not exhaust its pool however many claims fail', async () => {
       for (let attempt = 0; attempt < 20; attempt++) {
         await expect(

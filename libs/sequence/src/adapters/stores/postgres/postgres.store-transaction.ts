@@ -162,6 +162,8 @@ export class PostgresStoreTransaction implements StoreTransaction {
    * that sent nothing has nothing to commit.
    */
   async commit(): Promise<string> {
+    // A statement outran query_timeout: the client is still busy with it; refused as a statement.
+    if (this.broken) throw this.broken;
     if (!this.begun && this.deferred.length === 0) return 'COMMIT';
     const results = await this.send([COMMIT]);
     return results[0].command;
@@ -283,7 +285,10 @@ export async function inTransaction<T>(
     // Settled before COMMIT is sent: a statement a stray callback sends through the transaction
     // from now on is refused, rather than queued behind the COMMIT and run outside it.
     transaction.settle();
-    // The connection failed meanwhile (even with nothing sent yet): nothing more goes on it.
+    // The connection failed meanwhile (even with nothing sent yet), or a statement outran
+    // query_timeout and the work caught its error: nothing more goes on it, and nothing of the
+    // transaction commits (queued behind that statement, a COMMIT would commit it once it ends).
+    broken ??= transaction.brokenBy;
     if (broken) throw broken;
     const committed = await transaction.commit();
     // A statement failed inside and its error was caught: PostgreSQL has aborted the transaction
