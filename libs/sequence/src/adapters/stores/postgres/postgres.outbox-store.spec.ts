@@ -431,6 +431,27 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
     const completeAll = async (batch: ClaimedBatch): Promise<RecordOutcome[]> =>
       batch.records.map((each) => ({ id: each.id, status: 'completed' }));
 
+    it('writes nothing of a transaction rolled back while its first statements still go one by one', async () => {
+      // A connection that has prepared nothing: BEGIN and a deferred append go one at a time.
+      const fresh = postgresPool({ max: 1 });
+      const own = new PostgresOutboxStore(fresh, { tablePrefix });
+      try {
+        await expect(
+          own.transaction(async (tx) => {
+            await own.appendAtCommit(BOX, [record('rolled-back')], tx);
+            void tx.client; // hands the client out: sends BEGIN and the append
+            throw new Error('validation failed');
+          }),
+        ).rejects.toThrow('validation failed');
+
+        await expect(own.transaction(async () => 'next')).resolves.toBe('next');
+        expect(await store.get(BOX, 'rolled-back')).toBeUndefined();
+      } finally {
+        await own.close();
+        await fresh.end();
+      }
+    });
+
     it('rejects a claim whose connection is killed mid-handle, leaving its records PENDING', async () => {
       let pid = 0;
       const claim = store.claim(BOX, { limit: 10, now: Date.now() }, async (batch) => {

@@ -46,6 +46,13 @@ export class PostgresStoreTransaction implements StoreTransaction {
   private deferred: DeferredStep[] = [];
   /** What was sent when `client` was handed out, not awaited yet. */
   private handedOut: Promise<unknown> | undefined;
+  /**
+   * The last round trip sent, until it ends (never rejects). A round trip may queue its steps one
+   * by one (statements the connection has not prepared yet): what is sent after it waits for it,
+   * lest a ROLLBACK or COMMIT be queued before its last steps, which would then run outside the
+   * transaction.
+   */
+  private inFlight: Promise<unknown> | undefined;
 
   constructor(private readonly connection: PoolClient) {}
 
@@ -138,7 +145,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
     const all = [...head, ...deferred.map((entry) => entry.step), ...steps];
     const handedOut = this.handedOut;
     this.handedOut = undefined;
-    const sending = all.length > 0 ? runPipeline(this.connection, all) : Promise.resolve([]);
+    const sending = all.length > 0 ? this.afterInFlight(all) : Promise.resolve([]);
     let results: QueryResult[];
     try {
       await handedOut;
@@ -154,6 +161,26 @@ export class PostgresStoreTransaction implements StoreTransaction {
     }
     deferred.forEach((entry, index) => entry.onResult?.(results[head.length + index]));
     return results.slice(head.length + deferred.length);
+  }
+
+  /** Sends `steps` at once, or once the round trip in flight has ended. */
+  private afterInFlight(steps: readonly PipelineStep[]): Promise<QueryResult[]> {
+    const before = this.inFlight;
+    const sending = before
+      ? before.then(() => {
+          if (this.broken) throw this.broken;
+          return runPipeline(this.connection, steps);
+        })
+      : runPipeline(this.connection, steps);
+    const ended = sending.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight = ended;
+    void ended.then(() => {
+      if (this.inFlight === ended) this.inFlight = undefined;
+    });
+    return sending;
   }
 
   /**
@@ -172,12 +199,13 @@ export class PostgresStoreTransaction implements StoreTransaction {
   /** Rolls back what was sent (the deferred statements are dropped). */
   async rollback(): Promise<void> {
     this.deferred = [];
-    const handedOut = this.handedOut;
     this.handedOut = undefined;
     if (!this.begun) return;
-    const rolling = this.connection.query('ROLLBACK');
-    await handedOut?.catch(() => undefined);
-    await rolling;
+    // Queued after every step sent before: one queued behind the ROLLBACK (a deferred append
+    // going step by step) would run outside the transaction, and commit on its own.
+    await this.inFlight;
+    if (this.broken) throw this.broken;
+    await this.connection.query('ROLLBACK');
   }
 
   async savepoint<T>(work: () => Promise<T>): Promise<T> {
