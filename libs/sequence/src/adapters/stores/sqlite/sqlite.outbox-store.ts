@@ -95,6 +95,12 @@ export class SqliteOutboxStore implements OutboxStore {
    * open). Stores over the same `Database` object share its connection discipline. The store
    * changes none of its settings: WAL mode is recommended, and `timeout: 0` lets the store wait
    * for other processes' locks without blocking the event loop (SQLite's own wait blocks it).
+   *
+   * The store's transactions and claims stay open across awaits on that one connection: a
+   * statement the application runs on `database` directly meanwhile (a repository's write, say)
+   * joins the open transaction, and is rolled back with it or made durable only when it commits.
+   * Write through `OutboxService.transaction` (or `store.transaction`), or give other work a
+   * `Database` of its own.
    */
   constructor(database: Database, options: SqliteOutboxStoreOptions = {}) {
     const owned = openedByStore.delete(database);
