@@ -16,7 +16,12 @@ interface DeferredStep {
   readonly onResult?: (result: QueryResult) => void;
 }
 
-const BEGIN: PipelineStep = { text: 'BEGIN' };
+/**
+ * How a claim's transaction begins: its `FOR UPDATE SKIP LOCKED` reads and its re-checks of rows
+ * another claim changed meanwhile assume READ COMMITTED, whatever the database's
+ * `default_transaction_isolation` (under REPEATABLE READ they would fail with serialization errors).
+ */
+export const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
 const COMMIT: PipelineStep = { text: 'COMMIT' };
 
 /**
@@ -54,7 +59,15 @@ export class PostgresStoreTransaction implements StoreTransaction {
    */
   private inFlight: Promise<unknown> | undefined;
 
-  constructor(private readonly connection: PoolClient) {}
+  private readonly begin: PipelineStep;
+
+  /** `begin`: the statement that opens the transaction (`BEGIN`, at the database's isolation). */
+  constructor(
+    private readonly connection: PoolClient,
+    begin = 'BEGIN',
+  ) {
+    this.begin = { text: begin };
+  }
 
   /**
    * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` (and what waits for the next
@@ -138,7 +151,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
    * the results of `steps`.
    */
   private async send(steps: readonly PipelineStep[]): Promise<QueryResult[]> {
-    const head = this.begun ? [] : [BEGIN];
+    const head = this.begun ? [] : [this.begin];
     this.begun = true;
     const deferred = this.deferred;
     this.deferred = [];
@@ -299,6 +312,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
 export async function inTransaction<T>(
   pool: Pool,
   work: (transaction: PostgresStoreTransaction) => Promise<T>,
+  begin = 'BEGIN',
 ): Promise<T> {
   let broken: Error | undefined;
   // A checked-out pg client has no 'error' listener: a connection dropped between two
@@ -307,7 +321,7 @@ export async function inTransaction<T>(
     broken ??= error;
   };
   const client = await checkOut(pool, onError);
-  const transaction = new PostgresStoreTransaction(client);
+  const transaction = new PostgresStoreTransaction(client, begin);
   try {
     const result = await work(transaction);
     // Settled before COMMIT is sent: a statement a stray callback sends through the transaction
