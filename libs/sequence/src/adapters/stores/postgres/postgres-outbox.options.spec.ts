@@ -1,6 +1,9 @@
 import { Pool } from 'pg';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import type { PostgresOutboxStoreOptions } from './postgres-outbox.options';
+import {
+  resolvePostgresOutboxOptions,
+  type PostgresOutboxStoreOptions,
+} from './postgres-outbox.options';
 import { PostgresOutboxStore } from './postgres.outbox-store';
 
 const untyped = <T>(value: unknown): T => value as T;
@@ -24,6 +27,20 @@ describe('PostgresOutboxStore options', () => {
       () =>
         new PostgresOutboxStore(pool, { listenBackoffMs: 2 ** 32, listenMaxBackoffMs: 2 ** 32 }),
     ).toThrow(SequenceOptionsError);
+  });
+
+  it('gives a LISTEN connection given as a URL the timeouts and keep-alive of the pool defaults', () => {
+    const url = 'postgres://postgres@127.0.0.1:5432/listen';
+    expect(resolvePostgresOutboxOptions({ listenConnection: url }).listenConnection).toEqual({
+      connectionString: url,
+      application_name: 'nest-sequence',
+      connectionTimeoutMillis: 30_000,
+      query_timeout: 60_000,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+    });
+    const own = { connectionString: url, keepAlive: false };
+    expect(resolvePostgresOutboxOptions({ listenConnection: own }).listenConnection).toEqual(own);
   });
 
   it('refuses a listenBackoffMs of Infinity', () => {

@@ -19,7 +19,9 @@ export interface PostgresOutboxStoreOptions {
    */
   readonly notifyChannel?: string;
   /**
-   * Where the LISTEN connection of `watch()` connects (a URL or `pg` client settings).
+   * Where the LISTEN connection of `watch()` connects (a URL or `pg` client settings). A URL
+   * gets the pool defaults' `application_name`, timeouts and keep-alive; settings are used as
+   * given.
    * @default the pool's own settings
    */
   readonly listenConnection?: string | ClientConfig;
@@ -69,6 +71,14 @@ export const POSTGRES_OUTBOX_DEFAULTS = {
     keepAliveInitialDelayMillis: 10_000,
   },
 } as const;
+
+/**
+ * A LISTEN connection given as a URL: the pool's default name, timeouts and keep-alive, so that a
+ * server that accepts the connection and never answers, or a half-open one, is given up on.
+ */
+const LISTEN_CONNECTION_DEFAULTS = (({ max: _max, ...connection }) => connection)(
+  POSTGRES_OUTBOX_DEFAULTS.pool,
+);
 
 const CHANNEL = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 /** The keys of the store's options (`pool`, `connect`'s, holds `pg`'s own: not checked here). */
@@ -120,7 +130,7 @@ export function resolvePostgresOutboxOptions(
     notifyChannel,
     listenConnection:
       typeof listenConnection === 'string'
-        ? { connectionString: listenConnection }
+        ? { ...LISTEN_CONNECTION_DEFAULTS, connectionString: listenConnection }
         : listenConnection,
     listenBackoffMs,
     listenMaxBackoffMs,
