@@ -3,6 +3,8 @@ import {
   type ExecutionContext,
   Inject,
   Injectable,
+  Logger,
+  type OnModuleInit,
   Optional,
   SetMetadata,
 } from '@nestjs/common';
@@ -27,6 +29,28 @@ export const ADMIN_REQUEST_HEADER = 'x-sequence-admin';
 
 /** Headers a proxy adds: with them, the socket's address is the proxy's, not the client's. */
 const FORWARDING = ['forwarded', 'x-forwarded-for', 'x-real-ip'] as const;
+
+/**
+ * With no guard, warns at start when actions are on: loopback-only access holds against clients
+ * that reach the socket themselves, not against a proxy on the same host that adds no forwarding
+ * header (nginx's `proxy_pass` adds none by default, and sends the upstream's address as `Host`).
+ */
+@Injectable()
+export class UnguardedActionsWarning implements OnModuleInit {
+  private readonly logger = new Logger('SequenceAdminModule');
+
+  constructor(@Inject(ADMIN_OPTIONS) private readonly options: ResolvedAdminOptions) {}
+
+  onModuleInit(): void {
+    if (!this.options.mutations) return;
+    this.logger.warn(
+      `the console at /${this.options.path} takes actions (mutations: true) with no guard: it ` +
+        'answers loopback clients only, which a proxy on the same host that adds no ' +
+        'Forwarded, X-Forwarded-For or X-Real-IP header (nginx by default) lets anyone through; ' +
+        'give SequenceAdminModule a guard',
+    );
+  }
+}
 
 /**
  * Every admin route passes here: the app's guard decides who may come in (with none, only

@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import { optionsObjectProblem } from '../options/option-keys';
-import { AdminAccessGuard } from './admin-access.guard';
+import { AdminAccessGuard, UnguardedActionsWarning } from './admin-access.guard';
 import { AdminActions } from './admin-actions';
 import { AdminBodyErrors } from './admin-body-errors';
 import { AdminErrorFilter } from './admin-error.filter';
@@ -75,7 +75,7 @@ function mounted(base: Type, prefix: string): Type {
 }
 
 function guardProviders(guard: SequenceAdminOptions['guard']): Provider[] {
-  if (guard === undefined) return [];
+  if (guard === undefined) return [UnguardedActionsWarning];
   if (typeof guard === 'function') {
     return [guard, { provide: ADMIN_GUARD, useExisting: guard }];
   }

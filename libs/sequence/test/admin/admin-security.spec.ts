@@ -1,3 +1,4 @@
+import { Logger, type CanActivate } from '@nestjs/common';
 import { request as httpRequest } from 'node:http';
 import { createAdminApp, type AdminApp } from './admin-app';
 
@@ -74,5 +75,28 @@ describe('the admin API with no guard and mutations on, against other sites', ()
       const proxied = await send(url, 'GET', { [name]: '203.0.113.9' });
       expect(proxied).toMatchObject({ status: 403, body: { error: 'forbidden' } });
     }
+  });
+});
+
+describe('the admin module at start', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  it('warns when actions are on with no guard: a local proxy without forwarding headers passes', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const warnings = () =>
+      warn.mock.calls.map(([message]) => String(message)).filter((m) => m.includes('no guard'));
+    const allow: CanActivate = { canActivate: () => true };
+
+    for (const admin of [{ mutations: false }, { mutations: true, guard: allow }]) {
+      await (await createAdminApp({ admin })).close();
+    }
+    expect(warnings()).toEqual([]);
+
+    await (await createAdminApp({ admin: { mutations: true } })).close();
+    expect(warnings()).toEqual([
+      expect.stringMatching(
+        /^the console at \/sequence-admin takes actions \(mutations: true\) with no guard: .*give SequenceAdminModule a guard$/,
+      ),
+    ]);
   });
 });
