@@ -245,12 +245,13 @@ export function toSettlement(raw: RawSettlement | undefined): Settlement | undef
 
 /** The expire script's answer for an expired sequence, as the sweeper reports it. */
 export function expiredOf(ref: SequenceRef, now: number, fields: unknown[]): ExpiredSequence {
-  const [size, storedBytes, firstAt, lastAt, positions] = fields as [
+  const [size, storedBytes, firstAt, lastAt, positions, age] = fields as [
     unknown,
     string,
     string,
     string,
     string[],
+    unknown,
   ];
   const receivedPositions = positions.map(Number).sort((a, b) => a - b);
   const knownSize = optional(size) === undefined ? undefined : Number(size);
@@ -263,6 +264,8 @@ export function expiredOf(ref: SequenceRef, now: number, fields: unknown[]): Exp
     bufferedBytes: Number(storedBytes),
     firstFragmentAt: Number(firstAt),
     lastFragmentAt: Number(lastAt),
-    ageMs: now - Number(firstAt),
+    // Measured by the script, on the clock firstAt is on (Redis's, when the caller's is off):
+    // `now - firstAt` would add the caller's clock error. A report of an earlier release has none.
+    ageMs: optional(age) === undefined ? now - Number(firstAt) : Number(age),
   };
 }

@@ -128,7 +128,11 @@ describeWithServer('redis', 'Redis stores with a skewed clock (Redis at REDIS_UR
       // Fast-forwarded past the deadline, as a test of the sweeper would, on the skewed machine.
       const pastDeadline = ahead() + EXPIRY_MS + 1_000;
       expect(await early.listExpired(pastDeadline, 100)).toContainEqual(ref);
-      expect(await early.expire(ref, pastDeadline, RETENTION_MS)).toMatchObject(ref);
+      const expired = await early.expire(ref, pastDeadline, RETENTION_MS);
+      expect(expired).toMatchObject(ref);
+      // Its age on one clock: not the skew more (firstFragmentAt is on Redis's).
+      expect(expired!.ageMs).toBeGreaterThanOrEqual(EXPIRY_MS + 1_000 - 100);
+      expect(expired!.ageMs).toBeLessThan(EXPIRY_MS + 1_000 + 5_000);
     });
 
     it('an instance whose clock runs ahead by more than the retention sees a finished sequence', async () => {

@@ -11,7 +11,7 @@
   most as long as the marker) in `<done>:expire-report` (the sequence's hash tag, so its slot).
 
   Returns:
-    {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}}
+    {'expired', markerTtl, size | false, storedBytes, firstAt, lastAt, {positions...}, ageMs}
         dropped and marked 'expired'; the caller forgets the record
     {'not-due', settlement}   the index's due time was stale; the caller reschedules
     {'stale', retainUntil, retainedBytes}
@@ -61,7 +61,7 @@ dropSequence(metaKey, crcKey, bodyKey)
 local markerTtl = writeMarker(doneKey, fenceKey, 'expired', int(missing) ..
   ' fragment(s) missing after ' .. int(ageMs) .. ' ms', now + retentionMs, s.epoch, now, margin)
 local reply = {'expired', int(markerTtl), s.size and int(s.size) or false, int(s.storedBytes),
-  int(s.firstAt), int(s.lastAt), positions}
+  int(s.firstAt), int(s.lastAt), positions, int(ageMs)}
 if token ~= '' then
   -- A minute is ample for a client's resend (positions can be many: not for the retention), and
   -- never longer than the marker.
