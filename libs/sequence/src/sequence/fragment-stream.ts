@@ -56,6 +56,8 @@ export class FragmentStream {
   private readonly ended = new Map<string, { readonly last: number; readonly until: number }>();
   /** Sequences reported `sequence-too-large` here (the most recent ones). */
   private readonly tooLarge = new Set<string>();
+  /** Sequences counted expired here: a fragment missing past timeoutMs (the most recent ones). */
+  private readonly expired = new Set<string>();
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
   private readonly events: StreamLifecycle;
 
@@ -75,7 +77,7 @@ export class FragmentStream {
      */
     retentionMs: number,
   ) {
-    this.events = new StreamLifecycle(lifecycle, channel, options.handlerRetry.attempts);
+    this.events = new StreamLifecycle(lifecycle, metrics, channel, options.handlerRetry.attempts);
     // The consumer host subscribes for the @SequencedHandler, through `receive`.
     this.intake = ordering.defineIntake(
       definedBy,
@@ -111,8 +113,10 @@ export class FragmentStream {
         },
         // The fragments the resequencer dead-letters itself (those behind a lost one, those
         // that come after the sequence closed) are reported as any refused fragment is.
-        deadLettered: (sequenceId, position, code, detail) =>
-          this.rejected(code, detail, { sequenceId, position }),
+        deadLettered: (sequenceId, position, code, detail) => {
+          if (code === 'resequencer-gap-dead-letter') this.expiredOnce(sequenceId);
+          this.rejected(code, detail, { sequenceId, position });
+        },
         // Of the fragments `deliver` refuses, those past maxSequenceBytes are reported once their
         // dead letter is sent (one that could not be sent comes back: reported once still); the
         // others `deliver` reports itself.
@@ -346,12 +350,18 @@ export class FragmentStream {
     code: 'sequence-too-large' | 'too-many-fragments',
     detail: string,
   ): void {
-    if (this.tooLarge.has(sequenceId)) return;
-    this.tooLarge.add(sequenceId);
-    if (this.tooLarge.size > FOLLOWED_SEQUENCES) {
-      this.tooLarge.delete(this.tooLarge.values().next().value as string);
-    }
+    if (!remember(this.tooLarge, sequenceId)) return;
+    this.metrics.sequenceRejected(this.channel, code);
     this.lifecycle.rejected(this.channel, sequenceId, code, detail);
+  }
+
+  /**
+   * Counts the sequence expired (`sequences_expired_total`), once: the first of the fragments
+   * behind its missing one that the resequencer moves out past timeoutMs.
+   */
+  private expiredOnce(sequenceId: string): void {
+    if (!remember(this.expired, sequenceId)) return;
+    this.metrics.sequenceExpired(this.channel);
   }
 
   private reject(code: RejectionCode, detail: string, fragment?: FragmentIds): Disposition {
@@ -366,4 +376,12 @@ export class FragmentStream {
     this.metrics.fragmentRejected(this.channel, code);
     this.lifecycle.fragmentRejected(this.channel, code, detail, fragment);
   }
+}
+
+/** Adds `sequenceId` to `seen` (the most recent FOLLOWED_SEQUENCES); false when it was there. */
+function remember(seen: Set<string>, sequenceId: string): boolean {
+  if (seen.has(sequenceId)) return false;
+  seen.add(sequenceId);
+  if (seen.size > FOLLOWED_SEQUENCES) seen.delete(seen.values().next().value as string);
+  return true;
 }

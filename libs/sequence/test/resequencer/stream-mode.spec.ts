@@ -69,6 +69,10 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     await transport?.close();
   });
 
+  /** A sequence metric of the channel, as Prometheus would scrape it. */
+  const sample = (name: string, labels: Record<string, string> = {}) =>
+    metricValue(app.get(ModuleMetrics).registry, `nest_sequence_${name}`, { channel, ...labels });
+
   const positions = (sequenceId: string) =>
     received.filter((each) => each.sequenceId === sequenceId).map((each) => each.position);
 
@@ -156,6 +160,24 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
         .slice(1)
         .map((m) => String(m.headers['x-death-reason']).split(':')[0]),
     ).toEqual(['sequence-too-large', 'sequence-too-large']);
+    // As reassembly counts them: the streamed sequence rejected once; fragments that declare too
+    // much are refused alone, no sequence opened.
+    expect(await sample('sequences_rejected_total', { reason: 'sequence-too-large' })).toBe(1);
+  });
+
+  it('counts the sequences it started and completed, and their latency, as reassembly does', async () => {
+    await start();
+    await publishAll(transport, channel, makeFragments('counted', bytes(3_000, 5), 1_000));
+    await eventually(() => received.some((each) => each.last), 'the last fragment');
+
+    expect(await sample('sequences_started_total')).toBe(1);
+    expect(await sample('sequences_completed_total')).toBe(1);
+    const latency = await metricValue(
+      app.get(ModuleMetrics).registry,
+      'nest_sequence_reassembly_latency_seconds_count',
+      { channel },
+    );
+    expect(latency).toBe(1);
   });
 
   it("holds the fragments waiting for a gap within the channel's sequence budget", async () => {
@@ -251,6 +273,8 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
       /^resequencer-gap-dead-letter: key lost: event 3 was buffered while 2 stayed missing/,
     );
     expect(received.some((each) => each.last)).toBe(false);
+    // One sequence expired, however many of its fragments were moved out.
+    expect(await sample('sequences_expired_total')).toBe(1);
   });
 
   /** A fragment at `position` of `sequenceId` that does not declare the sequence's size. */
