@@ -72,6 +72,9 @@ export class ResequencerTracing {
       {
         name: `release ${this.name}`,
         kind: 'producer',
+        // The event's own hold span (in its headers), not the span of whichever event released
+        // it, which may belong to another request's trace.
+        parent: this.tracing.parent === 'child' ? 'child' : 'active',
         carriers: [entry.headers],
         attributes: {
           ...messagingAttributes({

@@ -111,6 +111,38 @@ describe('tracing: Outbox, Inbox, Resequencer and Claim Check (in-memory broker)
     expect(second.links.map((link) => idOf(link.context))).toEqual([idOf(holdOf2.spanContext())]);
   });
 
+  it("with parent: 'child', makes each release a child of its own event's hold, not of the one that released it", async () => {
+    const channel = `traced.child.${randomUUID()}`;
+    const t: ResequencerTestApp = await createResequencerTestApp(
+      { channel, gap: { timeoutMs: 60_000, policy: 'alert' } },
+      { tracing: { parent: 'child' } },
+    );
+    closing.push(() => t.close());
+
+    // Event 2 is held; event 1, from another request, releases both.
+    await publishEvent(t.transport, channel, 'T1', 2);
+    await eventually(
+      async () => (await t.service.buffered(channel, 'T1')).length === 1,
+      'event 2 held',
+    );
+    await publishEvent(t.transport, channel, 'T1', 1);
+    await eventually(() => t.handler.received.length === 2, 'both events');
+
+    const spans = tracing.moduleSpans();
+    const holdOf = (seq: number) =>
+      named(spans, `hold ${channel}`).find(
+        (s) => s.attributes['nest_sequence.resequencer.seq'] === seq,
+      )!;
+    const releaseOf = (seq: number) =>
+      named(spans, `release ${channel}`).find(
+        (s) => s.attributes['nest_sequence.resequencer.seq'] === seq,
+      )!;
+    for (const seq of [1, 2]) {
+      expect(releaseOf(seq).parentSpanContext?.spanId).toBe(holdOf(seq).spanContext().spanId);
+      expect(releaseOf(seq).spanContext().traceId).toBe(holdOf(seq).spanContext().traceId);
+    }
+  });
+
   it("traces a check-in, and a check-out linked to the context the ticket's message carried", async () => {
     const { app, close } = await createTestApp({ sequence: {}, logger: false });
     closing.push(close);
