@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { Inject, Injectable } from '@nestjs/common';
 import {
+  audienceChannel,
   CONTENT_TYPE_PATTERN,
   MAX_TICKET_BODY_BYTES,
   serializeTicket,
@@ -167,7 +168,11 @@ export class ClaimCheckService {
       // mark): no orphan, and kept by this checkout, so marked lest the sweeper take it.
       if (!info.published) await this.parking.markDelivered(store, verified.ref, 'checkOut()');
       this.metrics.checkedOut(store.name);
-      this.parking.lifecycle.checkedOut(verified.audience?.[0] ?? '', verified, startedAt);
+      this.parking.lifecycle.checkedOut(
+        audienceChannel(verified.audience?.[0] ?? ''),
+        verified,
+        startedAt,
+      );
       return ClaimedPayload.resolved(
         verified,
         headers,
@@ -195,7 +200,7 @@ export class ClaimCheckService {
       'delete',
       store.delete(verified.ref),
     );
-    const channel = verified.audience?.[0] ?? '';
+    const channel = audienceChannel(verified.audience?.[0] ?? '');
     if (deleted) this.parking.lifecycle.deleted(channel, store.name, verified.ref, 'released');
     return deleted;
   }

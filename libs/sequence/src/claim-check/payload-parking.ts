@@ -435,7 +435,9 @@ export class PayloadParking implements OnApplicationShutdown {
     const deleting = (async () => store.delete(ref))();
     void this.storeCallWithin(store, ref, 'delete', deleting).then(
       (deleted) => {
-        if (deleted) this.metrics.payloadDeleted(store.name, 'orphaned');
+        if (!deleted) return;
+        this.metrics.payloadDeleted(store.name, 'orphaned');
+        this.lifecycle.deleted('', store.name, ref, 'orphaned');
       },
       (error: unknown) =>
         this.logger.warn(

@@ -8,6 +8,7 @@ import { FreezingProxy, redisThroughProxy } from '../support/freezing-proxy';
 import { keysUnder, useRedis } from '../support/redis.fixture';
 import { bytes, eventually, FaultInjectingTransport } from '../support/sequence-test-app';
 import { describeWithServer } from '../support/servers';
+import { recordEvents } from '../events/event-recorder';
 import {
   createClaimCheckTestApp,
   filesUnder,
@@ -240,6 +241,7 @@ describe("claim check: a store that never answers a publish, a release or a park
 
   it('a put of bytes that never answers: PayloadStoreTimeoutError; stored late, the payload is deleted', async () => {
     const app = await boot();
+    const events = recordEvents(app.app);
     store.hangPuts = 1;
 
     const outcome = await outcomeWithin(app.claimCheck.publish(UNCONSUMED, bytes(1_000, 9)));
@@ -253,6 +255,9 @@ describe("claim check: a store that never answers a publish, a release or a park
       'the late put reported',
     );
     await eventually(async () => (await filesUnder(app.root)).length === 0, 'the payload deleted');
+    // Reported as every other deletion is.
+    await eventually(() => events.only('claim.deleted').length === 1, 'claim.deleted');
+    expect(events.only('claim.deleted')[0]).toMatchObject({ channel: '', reason: 'orphaned' });
   });
 
   it('a checkIn whose put answers late: PayloadStoreTimeoutError, and the payload, marked published, is deleted', async () => {
