@@ -68,6 +68,34 @@ describe('callHandlerWithRetry', () => {
     expect(calls).toBe(0);
   });
 
+  it('makes no call once stop aborted while it waited before the call', async () => {
+    const stop = new AbortController();
+    let calls = 0;
+    let release!: () => void;
+    const abandonedReturns = new Promise<void>((resolve) => (release = resolve));
+    let waits = 0;
+    const answer = callHandlerWithRetry(
+      () => {
+        calls++;
+        throw new Error('downstream unavailable');
+      },
+      { attempts: 3, baseDelayMs: 0, maxDelayMs: 0 },
+      {
+        onFailure: () => undefined,
+        isFinal: () => false,
+        stop: stop.signal,
+        // The retry waits for an abandoned call of its key to return (the resequencer's).
+        beforeCall: () => (waits++ === 0 ? Promise.resolve() : abandonedReturns),
+      },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stop.abort(new Error('shutting down'));
+    release();
+
+    expect(await answer).toMatchObject({ ok: false, attempts: 1, stopped: true });
+    expect(calls).toBe(1);
+  });
+
   it('does not run the give-up work of a call that a later one made good', async () => {
     let gaveUp = false;
     let calls = 0;

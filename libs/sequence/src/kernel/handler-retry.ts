@@ -68,6 +68,10 @@ export async function callHandlerWithRetry(
     let context = undefined as HandlerContext | undefined;
     try {
       await hooks.beforeCall?.();
+      // Stopped while it waited (for an abandoned call of the same key to return, say).
+      if (hooks.stop?.aborted) {
+        return { ok: false, attempts: attempt - 1, error: abortReason(hooks.stop), stopped: true };
+      }
       await callHandler(
         (called) => {
           context = called;
