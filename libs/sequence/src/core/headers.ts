@@ -110,6 +110,16 @@ export function userHeaderProblems(headers: Readonly<Record<string, unknown>>): 
       problems.push(`header ${name} must be a string, number or boolean`);
     } else if (typeof value === 'number' && !Number.isFinite(value)) {
       problems.push(`header ${name} must be a finite number, got ${value}`);
+    } else if (
+      (name === SequenceHeader.contentType || name === SequenceHeader.contentEncoding) &&
+      value !== '' &&
+      (typeof value !== 'string' || !CONTENT_TYPE_PATTERN.test(value))
+    ) {
+      // Receivers read it as the payload's own: one they refuse would dead-letter the message.
+      problems.push(
+        `header ${name} must be 1-255 printable ASCII characters, got ${JSON.stringify(value)} ` +
+          '(or give contentType / contentEncoding instead)',
+      );
     }
   }
   return problems;

@@ -238,6 +238,21 @@ describe('SplitterService', () => {
       expect(receipt.fragments).toBe(1);
     });
 
+    it.each([
+      ['a Uint16Array', new Uint16Array([1, 2, 3])],
+      ['a Float64Array', new Float64Array([1.5])],
+      ['a DataView', new DataView(new ArrayBuffer(6))],
+    ])('sends the bytes of %s, as of any typed array', async (_, view) => {
+      const expected = Buffer.from(view.buffer, view.byteOffset, view.byteLength);
+      // Typed as Uint8Array; a JavaScript caller may pass any view.
+      const receipt = await splitter.send('scans', view as unknown as Uint8Array, {
+        fragmentBytes: 4,
+      });
+
+      expect(receipt).toMatchObject({ bytes: view.byteLength, sha256: sha256(expected) });
+      expect(concat(transport.peek('scans')).equals(expected)).toBe(true);
+    });
+
     it('sends the viewed bytes of a Uint8Array that is a window on a larger buffer', async () => {
       const backing = bytes(10_000);
       const view = new Uint8Array(backing.buffer, backing.byteOffset + 1_000, 3_000);
@@ -333,6 +348,25 @@ describe('SplitterService', () => {
 
       expect(concat(transport.take('exports')).toString('utf8')).toBe(text);
     });
+  });
+
+  it('sends every fragment of a stream with the headers it was given, whatever the caller changes later', async () => {
+    const headers = { tenant: 'acme' };
+    async function* source(): AsyncGenerator<Buffer> {
+      yield Buffer.alloc(4, 1);
+      yield Buffer.alloc(4, 2);
+      headers.tenant = 'other'; // the caller reuses its options object meanwhile
+      yield Buffer.alloc(4, 3);
+      yield Buffer.alloc(4, 4);
+    }
+    await splitter.send('scans', source(), { fragmentBytes: 4, headers });
+
+    expect(transport.peek('scans').map((fragment) => header(fragment, 'tenant'))).toEqual([
+      'acme',
+      'acme',
+      'acme',
+      'acme',
+    ]);
   });
 
   describe('sending records', () => {
@@ -488,6 +522,30 @@ describe('SplitterService', () => {
         splitter.send('scans', bytes(10), { headers: { [name]: 'mine' } }),
         `header ${name} belongs to the wire contract; rename yours`,
       );
+    });
+
+    it.each([
+      ['content-type', 42],
+      ['content-type', true],
+      ['content-type', 'text/plain; name=résumé'],
+      ['content-encoding', ' gzip'],
+    ])(
+      'refuses a %s user header %j, which its consumers would refuse on every fragment',
+      async (name, value) => {
+        await expectRefused(
+          splitter.send('scans', bytes(10), { headers: { [name]: value } }),
+          `header ${name} must be 1-255 printable ASCII characters`,
+        );
+      },
+    );
+
+    it('refuses options that are not an object, and closes the stream it was given', async () => {
+      const source = Readable.from([bytes(10)]);
+      await expectRefused(
+        splitter.send('scans', source, null as unknown as SendOptions),
+        'options must be an object, got null',
+      );
+      expect(source.destroyed).toBe(true);
     });
 
     it('closes a stream it refuses to send (a file handle is not left open)', async () => {

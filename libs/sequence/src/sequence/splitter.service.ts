@@ -89,9 +89,19 @@ export class SplitterService implements SequenceSender {
     options: SendOptions = {},
     signal?: AbortSignal,
   ): Promise<SequenceReceipt> {
-    const sequenceId = options.sequenceId ?? randomUUID();
-    const fragmentBytes = options.fragmentBytes ?? this.options.sequence.fragmentBytes;
+    let sequenceId = '';
+    let fragmentBytes = 0;
     const policy = checkedBeforeReading(payload, () => {
+      if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+        throw new SequenceOptionsError(`send() to ${channel}`, [
+          `options must be an object, got ${options === null ? 'null' : typeof options}`,
+        ]);
+      }
+      // What was checked is what is sent: a caller changing its headers object while a stream
+      // is sent would otherwise change the later fragments' headers, unchecked.
+      options = withOwnHeaders(options);
+      sequenceId = options.sequenceId ?? randomUUID();
+      fragmentBytes = options.fragmentBytes ?? this.options.sequence.fragmentBytes;
       const checked = this.validate(channel, sequenceId, fragmentBytes, options, payload);
       if (signal?.aborted) throw abortReason(signal);
       return checked;
@@ -520,17 +530,20 @@ function largestMessageBytes(
   return Math.max(fragmentBytes + full, lastBody + last);
 }
 
+/** `options` with a copy of its headers (when they are an object: anything else is refused). */
+function withOwnHeaders(options: SendOptions): SendOptions {
+  const { headers } = options;
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) return options;
+  return { ...options, headers: { ...headers } };
+}
+
 /** What `publishAll`'s wait for the source gives when a publish failed for good meanwhile. */
 const STOPPED = Symbol('stopped');
 
 /**
- * A whole payload in memory: a Buffer or any Uint8Array, from this realm or another (a `vm`
- * context, a worker's transferred array), as stream chunks are taken.
+ * A whole payload in memory: a Buffer, any other typed array or a DataView (its bytes), from this
+ * realm or another (a `vm` context, a worker's transferred array), as stream chunks are taken.
  */
-function isByteArray(payload: unknown): payload is Uint8Array {
-  return (
-    payload instanceof Uint8Array ||
-    (ArrayBuffer.isView(payload) &&
-      Object.prototype.toString.call(payload) === '[object Uint8Array]')
-  );
+function isByteArray(payload: unknown): payload is ArrayBufferView {
+  return ArrayBuffer.isView(payload);
 }
