@@ -32,6 +32,8 @@ export async function publishWithRetry(
   mayAttempt: (timeoutMs: number) => boolean = () => true,
   /** Where on a partitioned channel (see `Transport.partitioned`); undefined: the channel. */
   partition?: PublishOptions['partition'],
+  /** Ends a backoff early once aborted (`mayAttempt` then decides whether to go on). */
+  signal?: AbortSignal,
 ): Promise<PublishOutcome> {
   let attempt = 0;
   let maybeDelivered = false;
@@ -66,7 +68,7 @@ export async function publishWithRetry(
       const waitMs = backoff(attempt, policy.retry.baseDelayMs, policy.retry.maxDelayMs);
       // Asked before the wait too, with the wait counted: no backoff for an attempt never made.
       if (!mayAttempt(waitMs + policy.confirmTimeoutMs)) return stopped();
-      await delay(waitMs);
+      await delay(waitMs, signal);
     }
   }
 }

@@ -827,6 +827,28 @@ describe('SplitterService', () => {
       ).toEqual([1, 2]);
     });
 
+    it('stops waiting out a publish backoff once aborted', async () => {
+      const faulty = new FaultInjectingTransport(new InMemoryTransport());
+      const gated = await bootSplitter({ transport: faulty });
+      faulty.beforePublish = () => {
+        throw new Error('broker down (injected)');
+      };
+      const controller = new AbortController();
+      const sending = gated.send(
+        'scans',
+        bytes(10, 1),
+        { publish: { retry: { attempts: 10, baseDelayMs: 60_000, maxDelayMs: 60_000 } } },
+        controller.signal,
+      );
+      await eventually(() => faulty.attemptsAt('scans', 1).length === 1, 'the first attempt');
+      const abortedAt = Date.now();
+      controller.abort(new Error('nobody waits (injected)'));
+
+      await expect(sending).rejects.toThrow('nobody waits (injected)');
+      expect(Date.now() - abortedAt).toBeLessThan(5_000);
+      expect(faulty.attemptsAt('scans', 1)).toHaveLength(1);
+    });
+
     it('reads nothing when the signal aborted before the call', async () => {
       const source = Readable.from([bytes(1_000, 1)]);
       const controller = new AbortController();

@@ -264,6 +264,7 @@ export class SplitterService implements SequenceSender {
             policy,
             mayAttempt,
             partition,
+            signal,
           )
         : await publishWithRetry(
             this.transport,
@@ -273,6 +274,7 @@ export class SplitterService implements SequenceSender {
             policy,
             mayAttempt,
             partition,
+            signal,
           );
       if (outcome.ok && span)
         SequenceTracing.published(span, position, body.length, outcome.attempts);
