@@ -11,9 +11,7 @@ interface InboxHandlerCommon {
   /**
    * Run the handler inside the transaction that marks the inbox record completed, and hand it
    * over as `context.transaction`: what the handler writes through it commits with the mark, or
-   * not at all (exactly-once effect for writes to the same database). On PostgreSQL that
-   * transaction is a claim's, at READ COMMITTED whatever the database's default isolation.
-   * @default false
+   * not at all (exactly-once effect for writes to the same database). @default false
    */
   processInTransaction?: boolean;
   /**

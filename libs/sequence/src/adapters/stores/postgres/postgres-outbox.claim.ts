@@ -8,11 +8,7 @@ import type {
 } from '../../../ports/outbox-store.port';
 import { toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import type { BoxStatements } from './postgres-outbox.sql';
-import {
-  BEGIN_READ_COMMITTED,
-  inTransaction,
-  type PostgresStoreTransaction,
-} from './postgres.store-transaction';
+import { inTransaction, type PostgresStoreTransaction } from './postgres.store-transaction';
 
 /**
  * Locks the records of one claim in `transaction` (FOR UPDATE SKIP LOCKED: rows another claim
@@ -118,34 +114,30 @@ export async function settleLostClaim(
   const settled: ClaimResult = { claimed: records.length, completed: 0, retried: 0, failed: 0 };
   if (attempted.length === 0) return settled;
   const attemptsSeen = new Map(records.map((record) => [record.seq, record.attempts]));
-  return inTransaction(
-    pool,
-    async (transaction) => {
-      const { rows } = await transaction.prepared<{
-        seq: string;
-        status: string;
-        attempts: number;
-      }>(statements.relock, [attempted]);
-      const unchanged = new Set(
-        rows
-          .filter((row) => row.status === 'PENDING' && row.attempts === attemptsSeen.get(+row.seq))
-          .map((row) => Number(row.seq)),
-      );
-      // The failed attempts of the records still as the claim found them, sorted as before.
-      const seqOf = new Map(records.map((record) => [record.id, record.seq]));
-      const { retry, failed } = sortOutcomes(
-        records,
-        outcomes.filter(
-          (outcome) =>
-            (outcome.status === 'retry' || outcome.status === 'failed') &&
-            unchanged.has(seqOf.get(outcome.id) as number),
-        ),
-      );
-      writeOutcomes(transaction, statements, { completed: [], retry, failed }, { now });
-      return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
-    },
-    BEGIN_READ_COMMITTED,
-  );
+  return inTransaction(pool, async (transaction) => {
+    const { rows } = await transaction.prepared<{
+      seq: string;
+      status: string;
+      attempts: number;
+    }>(statements.relock, [attempted]);
+    const unchanged = new Set(
+      rows
+        .filter((row) => row.status === 'PENDING' && row.attempts === attemptsSeen.get(+row.seq))
+        .map((row) => Number(row.seq)),
+    );
+    // The failed attempts of the records still as the claim found them, sorted as before.
+    const seqOf = new Map(records.map((record) => [record.id, record.seq]));
+    const { retry, failed } = sortOutcomes(
+      records,
+      outcomes.filter(
+        (outcome) =>
+          (outcome.status === 'retry' || outcome.status === 'failed') &&
+          unchanged.has(seqOf.get(outcome.id) as number),
+      ),
+    );
+    writeOutcomes(transaction, statements, { completed: [], retry, failed }, { now });
+    return { ...settled, retried: retry.seqs.length, failed: failed.seqs.length };
+  });
 }
 
 function sortOutcomes(

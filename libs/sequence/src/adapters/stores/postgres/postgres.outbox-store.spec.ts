@@ -431,29 +431,6 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
     const completeAll = async (batch: ClaimedBatch): Promise<RecordOutcome[]> =>
       batch.records.map((each) => ({ id: each.id, status: 'completed' }));
 
-    it("claims at READ COMMITTED whatever the database's default isolation; transactions keep it", async () => {
-      const strict = postgresPool({ max: 1 });
-      strict.on('connect', (client) => {
-        void client.query("SET default_transaction_isolation = 'repeatable read'");
-      });
-      const own = new PostgresOutboxStore(strict, { tablePrefix });
-      const isolation = async (tx: { query: StoreTransaction['query'] }) =>
-        (await tx.query<{ transaction_isolation: string }>('SHOW transaction_isolation')).rows[0]
-          .transaction_isolation;
-      try {
-        let claimedAt = '';
-        await own.claim(BOX, { limit: 1, now: Date.now() }, async (batch) => {
-          claimedAt = await isolation(batch.transaction);
-          return batch.records.map((each) => ({ id: each.id, status: 'completed' as const }));
-        });
-        expect(claimedAt).toBe('read committed');
-        await expect(own.transaction((tx) => isolation(tx))).resolves.toBe('repeatable read');
-      } finally {
-        await own.close();
-        await strict.end();
-      }
-    });
-
     it('writes nothing of a transaction rolled back while its first statements still go one by one', async () => {
       // A connection that has prepared nothing: BEGIN and a deferred append go one at a time.
       const fresh = postgresPool({ max: 1 });

@@ -45,7 +45,6 @@ import {
 import { addedIds, appendStatement, toStoredRecord, type RecordRow } from './postgres-outbox.rows';
 import { outboxStatements, type BoxStatements } from './postgres-outbox.sql';
 import {
-  BEGIN_READ_COMMITTED,
   inTransaction,
   isCommitRefusal,
   PostgresStoreTransaction,
@@ -249,40 +248,36 @@ export class PostgresOutboxStore implements OutboxStore {
     let handled = false;
     let lost:
       { records: StoredRecord[]; outcomes: readonly RecordOutcome[]; backend?: number } | undefined;
-    const result = await inTransaction(
-      this.pool,
-      async (transaction) => {
-        claimed = transaction;
-        transaction.defer(NO_IDLE_TIMEOUT, []);
-        const records = await lockBatch(transaction, statements, options);
-        if (records.length === 0) return NOTHING_CLAIMED;
-        const joinable = options.joinable !== false;
-        const batch: ClaimedBatch = {
-          records,
-          transaction,
-          handlerCall: (work) => (joinable ? this.scope.run(transaction, work) : work()),
-        };
-        const outcomes = joinable
-          ? await this.scope.run(transaction, () => handle(batch))
-          : await handle(batch);
-        if (transaction.brokenBy) {
-          // A handler's statement outran query_timeout (or the connection failed): nothing more
-          // can be written in this transaction, and it must not be committed. Its outcomes are
-          // settled below, once it is gone.
-          lost = { records, outcomes, backend: backendOf(transaction) };
-          throw transaction.brokenBy;
-        }
-        // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
-        // it does next. The claim rolls back with it, as transaction() does.
-        transaction.assertSavepointsEnded();
-        // Sent with the COMMIT: no round trip, and no wait for the WAL flush (see ClaimOptions).
-        if (options.durable === false) transaction.defer(LAZY_COMMIT, []);
-        const settled = settleOutcomes(transaction, statements, records, outcomes, options);
-        handled = true;
-        return settled;
-      },
-      BEGIN_READ_COMMITTED,
-    ).catch(async (error: unknown) => {
+    const result = await inTransaction(this.pool, async (transaction) => {
+      claimed = transaction;
+      transaction.defer(NO_IDLE_TIMEOUT, []);
+      const records = await lockBatch(transaction, statements, options);
+      if (records.length === 0) return NOTHING_CLAIMED;
+      const joinable = options.joinable !== false;
+      const batch: ClaimedBatch = {
+        records,
+        transaction,
+        handlerCall: (work) => (joinable ? this.scope.run(transaction, work) : work()),
+      };
+      const outcomes = joinable
+        ? await this.scope.run(transaction, () => handle(batch))
+        : await handle(batch);
+      if (transaction.brokenBy) {
+        // A handler's statement outran query_timeout (or the connection failed): nothing more
+        // can be written in this transaction, and it must not be committed. Its outcomes are
+        // settled below, once it is gone.
+        lost = { records, outcomes, backend: backendOf(transaction) };
+        throw transaction.brokenBy;
+      }
+      // A transaction() that handle left running: COMMIT would keep its writes so far, whatever
+      // it does next. The claim rolls back with it, as transaction() does.
+      transaction.assertSavepointsEnded();
+      // Sent with the COMMIT: no round trip, and no wait for the WAL flush (see ClaimOptions).
+      if (options.durable === false) transaction.defer(LAZY_COMMIT, []);
+      const settled = settleOutcomes(transaction, statements, records, outcomes, options);
+      handled = true;
+      return settled;
+    }).catch(async (error: unknown) => {
       if (!lost)
         throw handled && isCommitRefusal(error) ? new ClaimCommitRefusedError(error) : error;
       // The server process of the lost transaction goes on with its statement (PostgreSQL does

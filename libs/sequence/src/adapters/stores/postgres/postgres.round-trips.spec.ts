@@ -178,9 +178,7 @@ describeWithServer('postgres', 'PostgresOutboxStore round trips', () => {
 
     expect(result).toMatchObject({ claimed: 2, completed: 2 });
     expect(sent).toHaveLength(2);
-    expect(sent[0]).toMatch(
-      /^BEGIN ISOLATION LEVEL READ COMMITTED;\nSET LOCAL idle_in_transaction_session_timeout TO 0;\nSELECT/,
-    );
+    expect(sent[0]).toMatch(/^BEGIN;\nSET LOCAL idle_in_transaction_session_timeout TO 0;\nSELECT/);
     expect(sent[1]).toMatch(/^UPDATE[\s\S]*;\nCOMMIT$/);
     for (const id of ['r1', 'r2', 'r3']) {
       expect(await store.get(BOX, id)).toMatchObject({ status: 'COMPLETED' });

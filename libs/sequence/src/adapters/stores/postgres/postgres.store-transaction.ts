@@ -16,12 +16,7 @@ interface DeferredStep {
   readonly onResult?: (result: QueryResult) => void;
 }
 
-/**
- * How a claim's transaction begins: its `FOR UPDATE SKIP LOCKED` reads and its re-checks of rows
- * another claim changed meanwhile assume READ COMMITTED, whatever the database's
- * `default_transaction_isolation` (under REPEATABLE READ they would fail with serialization errors).
- */
-export const BEGIN_READ_COMMITTED = 'BEGIN ISOLATION LEVEL READ COMMITTED';
+const BEGIN: PipelineStep = { text: 'BEGIN' };
 const COMMIT: PipelineStep = { text: 'COMMIT' };
 
 /**
@@ -59,15 +54,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
    */
   private inFlight: Promise<unknown> | undefined;
 
-  private readonly begin: PipelineStep;
-
-  /** `begin`: the statement that opens the transaction (`BEGIN`, at the database's isolation). */
-  constructor(
-    private readonly connection: PoolClient,
-    begin = 'BEGIN',
-  ) {
-    this.begin = { text: begin };
-  }
+  constructor(private readonly connection: PoolClient) {}
 
   /**
    * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` (and what waits for the next
@@ -151,7 +138,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
    * the results of `steps`.
    */
   private async send(steps: readonly PipelineStep[]): Promise<QueryResult[]> {
-    const head = this.begun ? [] : [this.begin];
+    const head = this.begun ? [] : [BEGIN];
     this.begun = true;
     const deferred = this.deferred;
     this.deferred = [];
@@ -312,7 +299,6 @@ export class PostgresStoreTransaction implements StoreTransaction {
 export async function inTransaction<T>(
   pool: Pool,
   work: (transaction: PostgresStoreTransaction) => Promise<T>,
-  begin = 'BEGIN',
 ): Promise<T> {
   let broken: Error | undefined;
   // A checked-out pg client has no 'error' listener: a connection dropped between two
@@ -321,7 +307,7 @@ export async function inTransaction<T>(
     broken ??= error;
   };
   const client = await checkOut(pool, onError);
-  const transaction = new PostgresStoreTransaction(client, begin);
+  const transaction = new PostgresStoreTransaction(client);
   try {
     const result = await work(transaction);
     // Settled before COMMIT is sent: a statement a stray callback sends through the transaction
