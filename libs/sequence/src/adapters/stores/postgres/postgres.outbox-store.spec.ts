@@ -596,9 +596,10 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
           try {
             await locker.query('BEGIN');
             await locker.query(`LOCK TABLE ${marks} IN ACCESS EXCLUSIVE MODE`);
-            // Let go once the insert timed out on the client: PostgreSQL then runs it, behind the
-            // COMMIT a transaction that ignored its error would have queued.
-            setTimeout(() => void locker.query('COMMIT'), 600);
+            // Let go once the insert timed out on the client (300 ms), while the COMMIT a
+            // transaction that ignored its error would have queued behind it is still waiting
+            // (its own timeout ends 300 ms later): PostgreSQL then runs the insert, and the COMMIT.
+            setTimeout(() => void locker.query('COMMIT'), 450);
             const caught: unknown[] = [];
             const outcome = timedStore.transaction(async (tx) => {
               await tx.query(`INSERT INTO ${marks} (v) VALUES (1)`).catch((error: unknown) => {

@@ -57,8 +57,10 @@ export class PostgresStoreTransaction implements StoreTransaction {
   constructor(private readonly connection: PoolClient) {}
 
   /**
-   * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` (and what waits for the next
-   * statement) first, so that what its holder sends on it runs inside the transaction.
+   * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` first, so that what its holder
+   * sends on it runs inside the transaction, and with it what waits for the next statement (behind
+   * the holder's own statements when a round trip is still in flight: inside the transaction all
+   * the same).
    */
   get client(): PoolClient {
     if (!this.settled && !this.broken && (!this.begun || this.deferred.length > 0)) {
@@ -133,9 +135,10 @@ export class PostgresStoreTransaction implements StoreTransaction {
   }
 
   /**
-   * Sends `BEGIN` (the first time), the deferred statements and `steps` in one round trip, queued
-   * on the client at once (before anything its holder sends after this call), and resolves with
-   * the results of `steps`.
+   * Sends `BEGIN` (the first time), the deferred statements and `steps` in one round trip, and
+   * resolves with the results of `steps`. Queued on the client at once (before anything the
+   * client's holder sends after this call) unless a round trip is in flight: then once it ended.
+   * `BEGIN` always goes at once, with the first round trip.
    */
   private async send(steps: readonly PipelineStep[]): Promise<QueryResult[]> {
     const head = this.begun ? [] : [BEGIN];
