@@ -152,8 +152,10 @@ export class SequenceMetrics {
     this.started.inc({ channel });
   }
 
-  sequenceCompleted(channel: string, firstFragmentAt: number): void {
+  /** `firstFragmentAt` undefined: not known here (a stream followed from another instance). */
+  sequenceCompleted(channel: string, firstFragmentAt: number | undefined): void {
     this.completed.inc({ channel });
+    if (firstFragmentAt === undefined) return;
     this.latency.observe({ channel }, Math.max(0, Date.now() - firstFragmentAt) / 1000);
   }
 

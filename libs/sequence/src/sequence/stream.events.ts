@@ -44,10 +44,12 @@ export class StreamLifecycle {
     const listening = this.lifecycle.events.listening;
     if (listening) this.lifecycle.fragmentAccepted(this.channel, fragment, bodyBytes);
     if (!fragment.last) return;
-    const firstFragmentAt = this.startedAt.get(fragment.sequenceId) ?? Date.now();
+    const startedAt = this.startedAt.get(fragment.sequenceId);
     this.startedAt.delete(fragment.sequenceId);
-    this.metrics.sequenceCompleted(this.channel, firstFragmentAt);
+    // Not followed here from its first fragment (another instance delivered it): no latency.
+    this.metrics.sequenceCompleted(this.channel, startedAt);
     if (!listening) return;
+    const firstFragmentAt = startedAt ?? Date.now();
     const { sequenceId, position } = fragment;
     const sequence = { sequenceId, fragments: position, bytes: streamed, firstFragmentAt };
     this.lifecycle.completed(this.channel, sequence, attempts);
@@ -55,8 +57,10 @@ export class StreamLifecycle {
 
   /** After a handler call failed: `sequence.failed` when no retry follows. */
   handlerFailed(fragment: FragmentHeaders, error: unknown, attempt: number): void {
-    this.metrics.handlerFailed(this.channel);
-    const final = error instanceof MessageRefusedError || attempt >= this.attempts;
+    const refused = error instanceof MessageRefusedError;
+    // A refusal is the module's verdict on the fragment, not a failed call (as in reassembly).
+    if (!refused) this.metrics.handlerFailed(this.channel);
+    const final = refused || attempt >= this.attempts;
     if (final) this.startedAt.delete(fragment.sequenceId);
     if (!this.lifecycle.events.listening) return;
     if (!final) return;

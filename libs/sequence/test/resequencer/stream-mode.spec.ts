@@ -12,6 +12,7 @@ import {
   type SequenceModuleOptions,
 } from 'nest-sequence';
 import { ModuleMetrics } from '../../src/kernel/module-metrics';
+import { MessageRefusedError } from 'nest-sequence/microservices';
 import {
   bytes,
   eventually,
@@ -36,6 +37,8 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
   let app: INestApplicationContext;
   let transport: InMemoryTransport;
   let received: StreamedFragment[];
+  /** Runs before a fragment is taken: a throw fails the call. */
+  let beforeTaking: ((fragment: StreamedFragment) => void) | undefined;
 
   async function start(
     options: Partial<SequencedHandlerOptions> = {},
@@ -47,6 +50,7 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
     class StreamingReader {
       @SequencedHandler({ channel, mode: 'stream', ...options })
       read(fragment: StreamedFragment): void {
+        beforeTaking?.(fragment);
         received.push(fragment);
       }
     }
@@ -65,6 +69,7 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
   }
 
   afterEach(async () => {
+    beforeTaking = undefined;
     await app?.close();
     await transport?.close();
   });
@@ -178,6 +183,26 @@ describe("@SequencedHandler({ mode: 'stream' })", () => {
       { channel },
     );
     expect(latency).toBe(1);
+  });
+
+  it('counts a failed handler call, not a fragment the handler refuses', async () => {
+    await start({ handlerRetry: { attempts: 2, baseDelayMs: 1, maxDelayMs: 1 } });
+    let failedOnce = false;
+    beforeTaking = (fragment) => {
+      if (fragment.sequenceId === 'flaky' && !failedOnce) {
+        failedOnce = true;
+        throw new Error('downstream unavailable (injected)');
+      }
+      if (fragment.sequenceId === 'refused') {
+        throw new MessageRefusedError('invalid-payload', 'not a study (injected)');
+      }
+    };
+    await publishAll(transport, channel, makeFragments('flaky', bytes(1_000, 2), 1_000));
+    await publishAll(transport, channel, makeFragments('refused', bytes(1_000, 3), 1_000));
+    await eventually(() => received.some((each) => each.sequenceId === 'flaky'), 'flaky taken');
+    await eventually(() => transport.peek(dlq).length === 1, 'the refused fragment');
+
+    expect(await sample('handler_failures_total')).toBe(1);
   });
 
   it("holds the fragments waiting for a gap within the channel's sequence budget", async () => {
