@@ -152,7 +152,8 @@ export const NATS_TRANSPORT_DEFAULTS: ResolvedNatsTransportOptions = {
 
 /**
  * Shortest `ackWaitMs`: in-progress acks go out every third of it but at most every 100 ms, so
- * that a shorter one would see a running handler's message delivered again.
+ * that close to that, one late tick of their timer would see a running handler's message
+ * delivered again.
  */
 export const MIN_ACK_WAIT_MS = 500;
 
