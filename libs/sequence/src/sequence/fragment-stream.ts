@@ -18,6 +18,7 @@ import type { OrderedEvent, OrderedIntake } from '../kernel/pattern-contracts';
 import type { ResolvedSequenceConsumer } from '../options/resolved-options';
 import { claimCheckMarking } from '../core/claim-check-headers';
 import { errorMessage } from '../core/errors/caught';
+import { rememberRecent, rememberRecentEntry } from '../core/objects';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
 import { StreamDigests } from './stream-digests';
 import { StreamedFragment } from './streamed-fragment';
@@ -304,12 +305,13 @@ export class FragmentStream {
 
   /** Notes where `sequenceId` ended, for {@link pastEnd}; the oldest are forgotten first. */
   private markEnded(sequenceId: string, position: number): void {
-    this.ended.delete(sequenceId); // set again: the newest
     // Until its key is let go (keyRetired), late copies keep coming to it.
-    this.ended.set(sequenceId, { last: position, until: Infinity });
-    if (this.ended.size > FOLLOWED_SEQUENCES) {
-      this.ended.delete(this.ended.keys().next().value as string);
-    }
+    rememberRecentEntry(
+      this.ended,
+      sequenceId,
+      { last: position, until: Infinity },
+      FOLLOWED_SEQUENCES,
+    );
   }
 
   /** The store let the key of `sequenceId` go: it expires at `until`, and the id is free then. */
@@ -350,7 +352,8 @@ export class FragmentStream {
     code: 'sequence-too-large' | 'too-many-fragments',
     detail: string,
   ): void {
-    if (!remember(this.tooLarge, sequenceId)) return;
+    if (this.tooLarge.has(sequenceId)) return;
+    rememberRecent(this.tooLarge, sequenceId, FOLLOWED_SEQUENCES);
     this.metrics.sequenceRejected(this.channel, code);
     this.lifecycle.rejected(this.channel, sequenceId, code, detail);
   }
@@ -360,7 +363,8 @@ export class FragmentStream {
    * behind its missing one that the resequencer moves out past timeoutMs.
    */
   private expiredOnce(sequenceId: string): void {
-    if (!remember(this.expired, sequenceId)) return;
+    if (this.expired.has(sequenceId)) return;
+    rememberRecent(this.expired, sequenceId, FOLLOWED_SEQUENCES);
     this.metrics.sequenceExpired(this.channel);
   }
 
@@ -376,12 +380,4 @@ export class FragmentStream {
     this.metrics.fragmentRejected(this.channel, code);
     this.lifecycle.fragmentRejected(this.channel, code, detail, fragment);
   }
-}
-
-/** Adds `sequenceId` to `seen` (the most recent FOLLOWED_SEQUENCES); false when it was there. */
-function remember(seen: Set<string>, sequenceId: string): boolean {
-  if (seen.has(sequenceId)) return false;
-  seen.add(sequenceId);
-  if (seen.size > FOLLOWED_SEQUENCES) seen.delete(seen.values().next().value as string);
-  return true;
 }
