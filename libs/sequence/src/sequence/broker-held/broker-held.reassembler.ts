@@ -337,11 +337,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     // Its subscription lost it while the sequence was being opened: nothing may stay open for a
     // sequence this consumer holds nothing of (a later delivery would start it afresh here).
     if (message.abandoned?.aborted) {
-      if (sequence.fragments.size === 0 && sequence.phase === 'holding') {
-        this.forget(sequence);
-        sequence.phase = 'done';
-        void this.discard(sequence);
-      }
+      if (sequence.fragments.size === 0 && sequence.phase === 'holding') this.dropEmpty(sequence);
       return this.requeue(NOT_HELD_HERE);
     }
     const facts = { ...fragment, bodyBytes: body.length };
@@ -359,11 +355,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     if (admission.kind === 'contradiction') {
       // A first fragment refused: nothing is held, nothing to keep open.
-      if (sequence.fragments.size === 0) {
-        this.forget(sequence);
-        sequence.phase = 'done';
-        void this.discard(sequence);
-      }
+      if (sequence.fragments.size === 0) this.dropEmpty(sequence);
       return this.checks.reject(
         channel,
         admission.code,
@@ -402,9 +394,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (sequence.fragments.size === 0) {
         // A first fragment over the limits is refused alone, as the store refuses it: no
         // verdict is recorded, so a corrected resend under the same id is taken.
-        this.forget(sequence);
-        sequence.phase = 'done';
-        void this.discard(sequence);
+        this.dropEmpty(sequence);
         return this.checks.reject(channel, admission.code, detail, fragment);
       }
       settle({ action: 'dead-letter', reason: deathReason(admission.code, detail) });
@@ -970,6 +960,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       action: 'requeue',
       reason: NOT_HELD_HERE,
     });
+  }
+
+  /** Closes a sequence that holds no fragment: nothing stays open, nor is a verdict kept. */
+  private dropEmpty(sequence: HeldSequence): void {
+    this.forget(sequence);
+    sequence.phase = 'done';
+    void this.discard(sequence);
   }
 
   /**
