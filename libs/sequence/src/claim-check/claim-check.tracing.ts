@@ -1,7 +1,12 @@
 import type { ClaimTicket } from '../core/claim-ticket';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
-import { inSpan, messagingAttributes, type TraceSpan } from '../kernel/tracing/message-spans';
+import {
+  carriedParent,
+  inSpan,
+  messagingAttributes,
+  type TraceSpan,
+} from '../kernel/tracing/message-spans';
 
 /**
  * Claim Check's spans: `send <channel>` per `publish()` (producer; its ticket, inline message or
@@ -48,7 +53,7 @@ export class ClaimCheckTracing {
       {
         name: 'check-out',
         kind: 'consumer',
-        parent: this.tracing.parent === 'child' ? 'child' : 'active',
+        parent: carriedParent(this.tracing),
         carriers: [headers],
         attributes: {
           ...messagingAttributes({
@@ -71,7 +76,7 @@ export class ClaimCheckTracing {
       {
         name: `process ${message.channel}`,
         kind: 'consumer',
-        parent: this.tracing.parent === 'child' ? 'child' : 'active',
+        parent: carriedParent(this.tracing),
         carriers: [message.headers ?? {}],
         attributes: messagingAttributes({
           operation: 'process',

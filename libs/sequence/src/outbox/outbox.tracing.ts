@@ -2,6 +2,7 @@ import type { HeaderMap } from '../core/headers';
 import type { BoxName, StoredRecord } from '../ports/outbox-store.port';
 import type { ResolvedTracing } from '../options/resolved-options';
 import {
+  carriedParent,
   inSpan,
   messagingAttributes,
   NOT_RECORDING,
@@ -51,7 +52,7 @@ export const OutboxTracing = {
     channels: readonly string[],
     work: (traced: (headers: HeaderMap) => HeaderMap, span: TraceSpan) => Promise<T>,
   ): Promise<T> {
-    const parent = tracing.parent === 'child' ? 'child' : 'active';
+    const parent = carriedParent(tracing);
     // Per message: no attributes built for a span that would record nothing.
     if (!spansMatter(tracing, parent)) return work(withTraceHeaders, NOT_RECORDING);
     return inSpan(
@@ -90,7 +91,7 @@ export const OutboxTracing = {
       {
         name: `process ${channel}`,
         kind: 'consumer',
-        parent: tracing.parent === 'child' ? 'child' : 'active',
+        parent: carriedParent(tracing),
         carriers: [record.headers],
         attributes: {
           ...messagingAttributes({

@@ -3,6 +3,7 @@ import type { ResequencedEntry } from '../ports/resequencer-store.port';
 import type { Disposition } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
 import {
+  carriedParent,
   inSpan,
   NOT_RECORDING,
   messagingAttributes,
@@ -33,7 +34,7 @@ export class ResequencerTracing {
     headers: Readonly<Record<string, unknown>>,
     work: (span: TraceSpan) => Promise<Disposition>,
   ): Promise<Disposition> {
-    const parent = this.tracing.parent === 'child' ? 'child' : 'active';
+    const parent = carriedParent(this.tracing);
     if (!spansMatter(this.tracing, parent)) return work(NOT_RECORDING);
     return inSpan(
       this.tracing,
@@ -74,7 +75,7 @@ export class ResequencerTracing {
         kind: 'producer',
         // The event's own hold span (in its headers), not the span of whichever event released
         // it, which may belong to another request's trace.
-        parent: this.tracing.parent === 'child' ? 'child' : 'active',
+        parent: carriedParent(this.tracing),
         carriers: [entry.headers],
         attributes: {
           ...messagingAttributes({

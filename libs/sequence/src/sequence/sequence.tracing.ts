@@ -3,7 +3,12 @@ import type { CompleteSequence } from '../ports/sequence-store.port';
 import type { Disposition, InboundMessage } from '../ports/transport.port';
 import type { ResolvedTracing } from '../options/resolved-options';
 import type { OtelSpanContext } from '../kernel/tracing/otel-api';
-import { inSpan, messagingAttributes, type TraceSpan } from '../kernel/tracing/message-spans';
+import {
+  carriedParent,
+  inSpan,
+  messagingAttributes,
+  type TraceSpan,
+} from '../kernel/tracing/message-spans';
 
 /** Sequences at once whose fragments' receive spans this instance remembers, for links. */
 const REMEMBERED_SEQUENCES = 1024;
@@ -62,7 +67,7 @@ export class SequenceTracing {
       {
         name: `receive ${channel}`,
         kind: 'consumer',
-        parent: this.tracing.parent === 'child' ? 'child' : 'active',
+        parent: carriedParent(this.tracing),
         carriers: [headers],
         attributes: {
           ...messagingAttributes({
@@ -99,7 +104,7 @@ export class SequenceTracing {
       {
         name: `process ${channel}`,
         kind: 'consumer',
-        parent: this.tracing.parent === 'child' ? 'child' : 'outer',
+        parent: carriedParent(this.tracing, 'outer'),
         carriers: [completedBy.headers ?? {}],
         links: fragments,
         attributes: {

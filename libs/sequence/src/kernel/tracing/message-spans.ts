@@ -59,6 +59,17 @@ export interface SpanPlan {
   readonly startTime?: number;
 }
 
+/**
+ * Where the span of a message (or a record) the module took hangs: on its carried context with
+ * `tracing.parent: 'child'`, else on `otherwise` (the active context unless said).
+ */
+export function carriedParent(
+  tracing: ResolvedTracing,
+  otherwise: 'active' | 'outer' = 'active',
+): NonNullable<SpanPlan['parent']> {
+  return tracing.parent === 'child' ? 'child' : otherwise;
+}
+
 /** The span that work run with tracing off gets: it records nothing. */
 export const NOT_RECORDING: TraceSpan = {
   recording: false,
