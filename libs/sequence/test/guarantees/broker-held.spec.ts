@@ -71,6 +71,20 @@ async function spooledBytes(dir: string): Promise<Buffer> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Fragment 1 of `size`, not the last, with a 100-byte body and `declaredBytes` for the whole. */
+function firstFragment(sequenceId: string, size: number, declaredBytes: number): TestFragment {
+  const body = bytes(100, 16);
+  const headers = buildFragmentHeaders({
+    sequenceId,
+    position: 1,
+    size,
+    last: false,
+    crc32: crc32(body),
+    bytes: declaredBytes,
+  });
+  return { body, headers };
+}
+
 /** A memory store whose `finish` and `accept` can be slowed, counting accepts per sequence. */
 class SlowStore extends MemorySequenceStore {
   finishDelayMs = 0;
@@ -820,17 +834,8 @@ describe('guarantees: broker-held reassembly', () => {
   it('keeps nothing open for a first fragment refused as a contradiction', async () => {
     const channel = 'held.first-refused';
     const { transport } = await app(channel);
-    const body = bytes(100, 16);
     // Its body alone passes the bytes it declares for the whole sequence.
-    const headers = buildFragmentHeaders({
-      sequenceId: 'held-refused',
-      position: 1,
-      size: 2,
-      last: false,
-      crc32: crc32(body),
-      bytes: 10,
-    });
-    await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+    await publishHeld(transport, channel, [firstFragment('held-refused', 2, 10)], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
     await eventually(async () => (await spoolFiles(spoolDir)).length === 0, 'no spool file left');
     expect(String(deadLetters(transport, channel)[0].headers['x-death-reason'])).toMatch(
@@ -842,16 +847,7 @@ describe('guarantees: broker-held reassembly', () => {
     const channel = 'held.first-over-limit';
     const { app: nest, transport, store } = await app(channel, { maxSequenceBytes: 1_000 });
     const events = recordEvents(nest);
-    const body = bytes(100, 16);
-    const headers = buildFragmentHeaders({
-      sequenceId: 'held-too-big',
-      position: 1,
-      size: 3,
-      last: false,
-      crc32: crc32(body),
-      bytes: 5_000,
-    });
-    await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+    await publishHeld(transport, channel, [firstFragment('held-too-big', 3, 5_000)], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
     await eventually(async () => (await spoolFiles(spoolDir)).length === 0, 'no spool file left');
 
@@ -882,16 +878,8 @@ describe('guarantees: broker-held reassembly', () => {
           code: 'EROFS',
         }),
       );
-      const body = bytes(100, 16);
-      const headers = buildFragmentHeaders({
-        sequenceId: 'held-refused-erofs',
-        position: 1,
-        size: 2,
-        last: false,
-        crc32: crc32(body),
-        bytes: 10,
-      });
-      await publishHeld(transport, channel, [{ body, headers }], PARTITIONS);
+      const refused = firstFragment('held-refused-erofs', 2, 10);
+      await publishHeld(transport, channel, [refused], PARTITIONS);
       await eventually(() => deadLetters(transport, channel).length === 1, 'dead-lettered');
       await sleep(20);
       expect(unhandled).toEqual([]);

@@ -29,11 +29,18 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
     await deleteUnder(client, prefix);
   });
 
-  it('answers done to an instance whose clock is behind, while by its clock the retention runs', async () => {
-    const behindMs = 60_000;
-    const inSync = new RedisClaimLedger(client, { prefix });
+  /** An in-sync ledger, and one on a machine whose clock runs `behindMs` behind. */
+  function ledgers(behindMs: number) {
     const behindClock = () => Date.now() - behindMs;
-    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    return {
+      inSync: new RedisClaimLedger(client, { prefix }),
+      behind: new RedisClaimLedger(client, { prefix, clock: behindClock }),
+      behindClock,
+    };
+  }
+
+  it('answers done to an instance whose clock is behind, while by its clock the retention runs', async () => {
+    const { inSync, behind, behindClock } = ledgers(60_000);
     const key = { ticket: `redis:${randomUUID()}`, group: 'archive' };
 
     const t0 = Date.now();
@@ -52,10 +59,7 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
   });
 
   it("answers done to an instance behind after another group's complete ran on the ticket", async () => {
-    const behindMs = 60_000;
-    const inSync = new RedisClaimLedger(client, { prefix });
-    const behindClock = () => Date.now() - behindMs;
-    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    const { inSync, behind, behindClock } = ledgers(60_000);
     const ticket = `redis:${randomUUID()}`;
     const a = { ticket, group: 'archive' };
     const b = { ticket, group: 'index' };
@@ -76,10 +80,7 @@ describeWithServer('redis', 'RedisClaimLedger: a retained completion and a clock
   });
 
   it('answers done to an instance behind after an in-sync instance claimed an expired copy', async () => {
-    const behindMs = 30_000;
-    const inSync = new RedisClaimLedger(client, { prefix });
-    const behindClock = () => Date.now() - behindMs;
-    const behind = new RedisClaimLedger(client, { prefix, clock: behindClock });
+    const { inSync, behind, behindClock } = ledgers(30_000);
     const key = { ticket: `redis:${randomUUID()}`, group: 'archive' };
 
     const t0 = Date.now();
