@@ -46,7 +46,14 @@ describe('NatsDeliveryLimitWatch retries', () => {
     });
     watch.start();
     const giveUp = () =>
-      advisory!(null, { json: () => ({ stream_seq: stored.seq, deliveries: 2 }) });
+      advisory!(null, {
+        json: () => ({
+          stream: 'ORDERS',
+          consumer: 'orders',
+          stream_seq: stored.seq,
+          deliveries: 2,
+        }),
+      });
     return { watch, errors, giveUp };
   }
 

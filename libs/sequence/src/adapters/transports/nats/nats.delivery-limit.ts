@@ -80,7 +80,19 @@ export class NatsDeliveryLimitWatch {
     const { stream, consumer, connection } = this.settings;
     this.subscription = connection.subscribe(`${MAX_DELIVERIES_ADVISORY}.${stream}.${consumer}`, {
       callback: (error, message) => {
-        if (!error) return this.heard(message);
+        if (!error) {
+          // A throw here would reach the client's reader loop, which stops reading the whole
+          // connection: no advisory, however malformed, may throw.
+          try {
+            this.heard(message);
+          } catch (thrown) {
+            this.settings.logger.warn(
+              `${this.settings.channel}: ignored a ${MAX_DELIVERIES_ADVISORY} advisory: ` +
+                errorMessage(thrown),
+            );
+          }
+          return;
+        }
         // A permission refused, most often: nothing given up by the server is moved then.
         if (this.refused) return;
         this.refused = true;
@@ -105,12 +117,15 @@ export class NatsDeliveryLimitWatch {
   }
 
   private heard(message: unknown): void {
-    let advisory: { stream_seq?: unknown; deliveries?: unknown };
+    let advisory: unknown;
     try {
-      advisory = (message as { json(): typeof advisory }).json();
+      advisory = (message as { json(): unknown }).json();
     } catch {
       return;
     }
+    // Only the server's advisory for this consumer moves a message: anything else published on
+    // the subject (a JSON null, an array, another consumer's advisory) is ignored.
+    if (!isAdvisoryFor(advisory, this.settings.stream, this.settings.consumer)) return;
     const sequence = advisory.stream_seq;
     if (typeof sequence !== 'number' || !Number.isSafeInteger(sequence) || sequence < 1) return;
     const deliveries = typeof advisory.deliveries === 'number' ? advisory.deliveries : 0;
@@ -213,6 +228,24 @@ export class NatsDeliveryLimitWatch {
         `\`nats stream get ${stream} ${sequence}\`, then republish it smaller or delete it`,
     );
   }
+}
+
+interface DeliveriesAdvisory {
+  readonly stream: string;
+  readonly consumer: string;
+  readonly stream_seq?: unknown;
+  readonly deliveries?: unknown;
+}
+
+/** Whether `advisory` is a JSON object naming `stream` and `consumer`, as the server's do. */
+function isAdvisoryFor(
+  advisory: unknown,
+  stream: string,
+  consumer: string,
+): advisory is DeliveriesAdvisory {
+  if (typeof advisory !== 'object' || advisory === null || Array.isArray(advisory)) return false;
+  const named = advisory as Partial<DeliveriesAdvisory>;
+  return named.stream === stream && named.consumer === consumer;
 }
 
 /** ` (sequence <id>, position <n>)` from a fragment's headers, or nothing. */

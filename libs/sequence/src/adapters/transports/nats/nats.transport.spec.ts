@@ -28,6 +28,7 @@ import { publishWithRetry } from '../../../kernel/publish-with-retry';
 import type { ResolvedPublishPolicy } from '../../../options/resolved-options';
 import { NatsDuplicateWindowError } from './errors/nats-duplicate-window.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
+import { MAX_DELIVERIES_ADVISORY } from './nats.delivery-limit';
 import { connectNats, nanos, natsHeaders, type NatsConnection } from './nats.client';
 import { forwardMsgId, storedKey } from './nats.acks';
 import { HEADER_OVERHEAD_BYTES, HEADER_TYPES_HEADER } from './nats.headers';
@@ -317,6 +318,52 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     expect(left).toBe(0);
     expect(handled).toEqual([]);
     expect(told).toEqual([[channel, String(dead[0].headers['x-death-reason'])]]);
+  });
+
+  it("ignores what is not the server's advisory for its consumer, and keeps its connection reading", async () => {
+    const channel = newChannel();
+    const stream = streamName('NSEQ_', channel);
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const handled: string[] = [];
+    await transport.subscribe(channel, async (message) => {
+      handled.push(message.body.toString());
+      if (handled.length === 1) await released;
+      return ACK;
+    });
+    const dead = await collect(transport.deadLetterChannel(channel));
+    await transport.publish(channel, Buffer.from('held'), {});
+    await eventually(() => handled.length === 1, 'the first delivery');
+    const held = (await jsm.streams.info(stream)).state.first_seq;
+
+    // Another consumer's advisories for the held message, then bodies that are not advisories.
+    const subject = `${MAX_DELIVERIES_ADVISORY}.${stream}.nest-sequence`;
+    const others = [
+      { stream: 'OTHER', consumer: 'nest-sequence', stream_seq: held, deliveries: 1_000 },
+      { stream, consumer: 'another', stream_seq: held, deliveries: 1_000 },
+    ];
+    for (const body of [
+      ...others.map((other) => JSON.stringify(other)),
+      'null',
+      '[]',
+      '"x"',
+      '7',
+    ]) {
+      admin.publish(subject, body);
+    }
+    await admin.flush();
+
+    await transport.publish(channel, Buffer.from('next'), {});
+    await eventually(() => handled.length === 2, 'a delivery after the advisories', 5_000);
+    release();
+    let left = -1;
+    for (let tries = 0; tries < 100 && left !== 0; tries++) {
+      if (tries > 0) await delay(50);
+      left = (await jsm.streams.info(stream)).state.messages;
+    }
+    expect(left).toBe(0);
+    expect(handled).toEqual(['held', 'next']);
+    expect(dead).toEqual([]);
   });
 
   it('stores one dead letter of a message dead-lettered at its last delivery whose term was lost', async () => {
