@@ -30,9 +30,9 @@ export interface ResequencerOptions {
   maxBufferedBytesTotal?: number;
   /**
    * Furthest ahead of a key's next expected sequence an event may be buffered: one more than
-   * this past it is refused like at any bound (`overflow`), so that a sequence number far in the
-   * future (a producer's bug) cannot wait in the buffer until a gap policy moves the key past it
-   * and leaves every later event of the key late. @default none
+   * this past it is dead-lettered `invalid-resequence-event`, whatever `overflow` says, so that a
+   * sequence number far in the future (a producer's bug) cannot wait in the buffer until a gap
+   * policy moves the key past it and leaves every later event of the key late. @default none
    */
   maxSeqAhead?: number;
   /** Over a bound: redeliver later (`tuning.backpressureDelayMs`), or dead-letter. @default 'backpressure' */
