@@ -131,6 +131,33 @@ describe('ConsumerHost: shutdown', () => {
     await transport.close();
   });
 
+  it('goes on with the shutdown when a subscription does not close within shutdownTimeoutMs', async () => {
+    // A broker that never answers the cancel (a RabbitMQ connection blocked by a resource alarm
+    // still answers heartbeats): the transport's own close is what ends such a channel.
+    const transport = new InMemoryTransport();
+    const subscribe = transport.subscribe.bind(transport);
+    let closeAsked = false;
+    jest.spyOn(transport, 'subscribe').mockImplementation(async (...args) => {
+      const subscription = await subscribe(...args);
+      return {
+        channel: subscription.channel,
+        close: () => {
+          closeAsked = true;
+          return new Promise<void>(() => undefined);
+        },
+      };
+    });
+    const { host } = await hostOn(transport, CHANNEL, new HeldVerdicts());
+
+    const closed = await Promise.race([
+      host.close().then(() => true),
+      new Promise<false>((resolve) => setTimeout(() => resolve(false), 2_000)),
+    ]);
+    expect(closeAsked).toBe(true);
+    expect(closed).toBe(true);
+    await transport.close();
+  });
+
   it('leaves no unhandled rejection when a binding rejects', async () => {
     const unhandled: unknown[] = [];
     const onUnhandled = (reason: unknown) => unhandled.push(reason);

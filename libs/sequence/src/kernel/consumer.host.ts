@@ -156,14 +156,30 @@ export class ConsumerHost {
     }
   }
 
+  /**
+   * Closes the subscriptions, waiting at most `shutdownTimeoutMs` for the broker: one that never
+   * answers (a RabbitMQ connection blocked by a resource alarm still answers heartbeats) must not
+   * hold the shutdown. A subscription left closing is ended with its transport's connection.
+   */
   private async closeSubscriptions(subscriptions: readonly Subscription[]): Promise<void> {
-    await Promise.all(
+    let open = subscriptions.length;
+    const closing = Promise.all(
       subscriptions.map((subscription) =>
-        subscription.close().catch((error: unknown) => {
-          this.logger.warn(`closing a subscription failed: ${errorMessage(error)}`);
-        }),
+        subscription
+          .close()
+          .catch((error: unknown) => {
+            this.logger.warn(`closing a subscription failed: ${errorMessage(error)}`);
+          })
+          .finally(() => open--),
       ),
     );
+    const { shutdownTimeoutMs } = this.options;
+    if (!(await settlesWithin(closing, shutdownTimeoutMs))) {
+      this.logger.warn(
+        `${open} subscription(s) not closed after shutdownTimeoutMs (${shutdownTimeoutMs} ms): ` +
+          'the broker did not answer; shutdown goes on, and the transport closes their channels',
+      );
+    }
   }
 
   private async drain(): Promise<void> {
