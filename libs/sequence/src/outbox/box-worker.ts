@@ -91,8 +91,12 @@ export abstract class BoxWorker<Box extends BoxName = BoxName> {
     return result.claimed >= batchSize && !this.stopping && !cycle.holdOff;
   }
 
-  /** Records in progress finish; no record is started after this (the rest stay `PENDING`). */
-  stop(): void {
+  /**
+   * Records in progress finish; no record is started after this (the rest stay `PENDING`).
+   * `graceMs`: how long a handler still running may take before it is abandoned (see
+   * InboxProcessor); a relay's publishes end within their confirm timeouts on their own.
+   */
+  stop(_graceMs?: number): void {
     this.stopping = true;
   }
 

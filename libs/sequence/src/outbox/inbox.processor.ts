@@ -17,6 +17,7 @@ import { BoxWorker, type CycleState } from './box-worker';
 import { Logger } from '@nestjs/common';
 import { ClaimCommitRefusedError } from '../core/errors/claim-commit-refused.error';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { ShutdownTimeoutError } from '../core/errors/shutdown-timeout.error';
 import { InboxCallEndedError } from '../core/errors/inbox-call-ended.error';
 import { InboxSessionEndedError } from '../core/errors/inbox-session-ended.error';
 import { rememberRecent, rememberRecentEntry } from '../core/objects';
@@ -71,6 +72,14 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
    * record's retry is not handed to a handler while its abandoned call still runs.
    */
   private readonly abandonedRecords = new AbandonedCalls();
+  /**
+   * Aborted `graceMs` after {@link stop}: a handler call still running then is abandoned, and its
+   * record handed back uncounted, so that the claim commits what was handled before it and the
+   * shutdown goes on.
+   */
+  private readonly halted = new AbortController();
+  private haltTimer?: NodeJS.Timeout;
+  private graceMs = 0;
   private readonly logger = new Logger('Outbox');
 
   constructor(
@@ -85,6 +94,14 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
     private readonly tracing: ResolvedTracing = { enabled: false, parent: 'link', maxLinks: 0 },
   ) {
     super(box, store, options, metrics, lifecycle);
+  }
+
+  override stop(graceMs?: number): void {
+    super.stop();
+    if (graceMs === undefined || this.haltTimer !== undefined) return;
+    this.graceMs = graceMs;
+    this.haltTimer = setTimeout(() => this.halted.abort(), graceMs);
+    this.haltTimer.unref();
   }
 
   protected channelOf(record: StoredRecord): string {
@@ -257,8 +274,10 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         transaction: handler.processInTransaction ? transaction : undefined,
         signal,
       });
+    const halt = this.haltedFor(handler.channel, `${record.kind} ${record.type} ${record.id}`);
     const limit: HandlerTimeLimit = {
       ms: handler.handlerTimeoutMs,
+      until: halt.signal,
       error: (calls) =>
         new HandlerTimeoutError(
           handler.channel,
@@ -270,14 +289,19 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // transaction (with the next record's work, or this one's failed attempt), nor commit in
       // one of its own.
       abandoned: (settled) => {
-        transaction.fail(limit.error(attempt));
+        const halted = halt.signal.aborted;
+        transaction.fail(halted ? (halt.signal.reason as Error) : limit.error(attempt));
         const partition = this.options.ordered ? record.partitionKey : null;
         if (partition === null) this.abandonedRecords.add(record.id, settled);
         else this.abandoned.add(partition, settled);
         this.logger.warn(
-          `${this.box}: the handler ran past handlerTimeoutMs (${handler.handlerTimeoutMs} ms) on ` +
-            `${record.id}; ${partition === null ? 'its retry' : `aggregate ${partition}`} ` +
-            'waits until the call returns',
+          halted
+            ? `${this.box}: the handler was still running on ${record.id} ${this.graceMs} ms ` +
+                'after the shutdown began (shutdownTimeoutMs); abandoned, its record is handed ' +
+                'back uncounted'
+            : `${this.box}: the handler ran past handlerTimeoutMs (${handler.handlerTimeoutMs} ` +
+                `ms) on ${record.id}; ${partition === null ? 'its retry' : `aggregate ${partition}`} ` +
+                'waits until the call returns',
         );
       },
     };
@@ -304,6 +328,10 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       // What the failed call left running must not land in the next record's savepoint, nor
       // commit in a transaction() of its own beside the retry.
       transaction.fail(new InboxCallEndedError(record.id, 'failed'));
+      // Abandoned by the shutdown, not failed: due again, here after a restart or elsewhere.
+      if (halt.signal.aborted && error === halt.signal.reason) {
+        return { id: record.id, status: 'released' };
+      }
       // The connection failed before the handler was called (at its SAVEPOINT): not an attempt.
       if (!called && batch.transaction.brokenBy) return { id: record.id, status: 'released' };
       // Or after it returned (at the RELEASE: a failover, a terminated session): the handler did
@@ -317,11 +345,28 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       }
       this.lostAfterCall.delete(record.id);
       return this.failed(record, error);
+    } finally {
+      halt.done();
     }
     this.lostAfterCall.delete(record.id);
     // Kept only once its savepoint is released: a handler undone takes its messages with it.
     recorded.adopt(transaction);
     transaction.abandon(new InboxCallEndedError(record.id, 'completed'));
     return { id: record.id, status: 'completed' };
+  }
+
+  /**
+   * {@link halted} as the call on `subject` sees it: aborted with a ShutdownTimeoutError naming
+   * it. `done` once the call ended.
+   */
+  private haltedFor(channel: string, subject: string): { signal: AbortSignal; done(): void } {
+    const controller = new AbortController();
+    const halt = () => controller.abort(new ShutdownTimeoutError(channel, subject, this.graceMs));
+    if (this.halted.signal.aborted) halt();
+    else this.halted.signal.addEventListener('abort', halt, { once: true });
+    return {
+      signal: controller.signal,
+      done: () => this.halted.signal.removeEventListener('abort', halt),
+    };
   }
 }

@@ -177,8 +177,9 @@ export class OutboxRuntime implements LifecyclePart {
   }
 
   /**
-   * Stops the inbox processors, waiting for the handlers in progress, once the inbox channels'
-   * subscriptions are closed. Nest calls the root module's hooks first and a global module's
+   * Stops the inbox processors, waiting for the handlers in progress (at most `shutdownTimeoutMs`:
+   * a call still running then is abandoned, its record handed back uncounted), once the inbox
+   * channels' subscriptions are closed. Nest calls the root module's hooks first and a global module's
    * last: close what handlers use in `onApplicationShutdown` to be safe in every layout.
    */
   async stopConsuming(): Promise<void> {
@@ -207,7 +208,8 @@ export class OutboxRuntime implements LifecyclePart {
 
   /** Stops the loops of the boxes `which` selects. */
   private async stopLoops(which: (box: BoxName) => boolean): Promise<void> {
-    for (const worker of this.workers) if (which(worker.box)) worker.stop();
+    const { shutdownTimeoutMs } = this.options;
+    for (const worker of this.workers) if (which(worker.box)) worker.stop(shutdownTimeoutMs);
     for (const [box, loop] of this.loops) if (which(box)) await loop.stop();
   }
 

@@ -1,6 +1,7 @@
 export * from './sequence.error';
 export * from './message-refused.error';
 export * from './handler-timeout.error';
+export * from './shutdown-timeout.error';
 export * from './rejection-code';
 export * from './malformed-fragment.error';
 export * from './sequence-integrity.error';
