@@ -32,6 +32,9 @@ const STRATEGIES = ['fixed', 'sliding'] as const;
 const BUFFER_MODES = ['store', 'broker'] as const;
 
 /** The module's `sequence` options over the defaults; problems are added to `problems`. */
+/** `sequence.spool.dir` when none is given: in the temporary directory, which other users share. */
+export const DEFAULT_SPOOL_DIR = join(tmpdir(), 'nest-sequence-spool');
+
 export function resolveSequenceOptions(
   problems: string[],
   given: MessageSequenceOptions | undefined,
@@ -82,7 +85,7 @@ export function resolveSequenceOptions(
     onExpired: options.onExpired,
     consumer,
     spool: {
-      dir: options.spool?.dir ?? join(tmpdir(), 'nest-sequence-spool'),
+      dir: options.spool?.dir ?? DEFAULT_SPOOL_DIR,
       maxBytes: options.spool?.maxBytes ?? DEFAULTS.sequence.spoolMaxBytes,
     },
   };

@@ -19,6 +19,7 @@ import { handlerRejection } from '../../kernel/handler-retry';
 import { SequenceEvents } from '../../kernel/lifecycle-events';
 import { RESOLVED_OPTIONS, BOUNDED_SEQUENCE_STORE } from '../../kernel/tokens';
 import type { ResolvedOptions } from '../../options/resolved-options';
+import { DEFAULT_SPOOL_DIR } from '../../options/resolve-sequence';
 import type {
   ExpiredSequence,
   FinishedOutcome,
@@ -120,6 +121,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     // Encrypted when the store encrypts: the bodies wait in the spool instead of the store.
     this.spool = new Spool(options.sequence.spool.dir, options.sequence.spool.maxBytes, {
       encrypt: store.encrypts === true,
+      sharedRoot: options.sequence.spool.dir === DEFAULT_SPOOL_DIR,
     });
   }
 

@@ -1,4 +1,5 @@
 import {
+  chownSync,
   closeSync,
   existsSync,
   mkdirSync,
@@ -7,6 +8,7 @@ import {
   readFileSync,
   readdirSync,
   rmSync,
+  statSync,
   writeFileSync,
   writeSync,
 } from 'node:fs';
@@ -294,4 +296,45 @@ describe('Spool: closing while it opens', () => {
     await creating;
     expect(readdirSync(root)).toEqual([]);
   });
+});
+
+describe('Spool: who may read it', () => {
+  let root: string;
+
+  beforeEach(() => {
+    root = join(mkdtempSync(join(tmpdir(), 'nseq-spool-')), 'spool');
+  });
+
+  afterEach(() => {
+    rmSync(dirname(root), { recursive: true, force: true });
+  });
+
+  it("makes its directories and files readable by this process's user alone", async () => {
+    const spool = new Spool(root, 1024 * 1024);
+    const file = await spool.create();
+    await file.write(Buffer.from('a patient record'), 0);
+
+    const mode = (path: string) => statSync(path).mode & 0o777;
+    expect({
+      root: mode(root),
+      directory: mode(dirname(file.path)),
+      file: mode(file.path),
+    }).toEqual({ root: 0o700, directory: 0o700, file: 0o600 });
+    await file.remove();
+    await spool.close();
+  });
+
+  // Only root can give the directory to another user; CI runs as root.
+  (process.getuid?.() === 0 ? it : it.skip)(
+    'refuses a shared root another user made first, writing nothing there',
+    async () => {
+      mkdirSync(root, { mode: 0o777 });
+      chownSync(root, 65534, 65534); // nobody, as if they had made it before this process
+      const spool = new Spool(root, 1024 * 1024, { sharedRoot: true });
+
+      await expect(spool.create()).rejects.toThrow(/belongs to user 65534/);
+      expect(readdirSync(root)).toEqual([]);
+      await spool.close();
+    },
+  );
 });

@@ -1,5 +1,5 @@
 import { createCipheriv, randomBytes, randomUUID } from 'node:crypto';
-import { mkdir, open, readdir, rm, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, realpath, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { crc32Continued } from '../../core/checksum';
@@ -9,6 +9,9 @@ import { StoredFragmentIntegrityError } from '../../core/errors/stored-fragment-
 const READ_PIECE_BYTES = 1024 * 1024;
 /** Hex digits after the PID in the name of a process's directory. */
 const SUFFIX_LENGTH = 8;
+/** The spool's directories and files: its bodies are for this process's user alone. */
+const DIRECTORY_MODE = 0o700;
+const FILE_MODE = 0o600;
 /** A process's directory: `<pid>-<8 hex digits>`; nothing else under the root is the spool's. */
 const PROCESS_DIR = new RegExp(`^([1-9][0-9]*)-[0-9a-f]{${SUFFIX_LENGTH}}$`);
 
@@ -36,6 +39,7 @@ export class Spool {
   private readonly dir: string;
   /** With `encrypt`: this spool's key, in this process's memory only. */
   private readonly key?: Buffer;
+  private readonly sharedRoot: boolean;
   private reserved = 0;
   private opened?: Promise<void>;
   /** Files being made now (`create`), which `close` waits for. */
@@ -44,15 +48,18 @@ export class Spool {
 
   /**
    * `encrypt`: every body is written encrypted (AES-256-CTR, a key made for this spool and kept
-   * in memory, an IV per file): what a crash leaves on disk, or another user of the host reads,
-   * is unreadable. The layout does not change (CTR keeps lengths and reads at any offset); each
-   * body's CRC-32 is still checked on the plaintext as it is read back.
+   * in memory, an IV per file): what a crash leaves on disk is unreadable. The layout does not
+   * change (CTR keeps lengths and reads at any offset); each body's CRC-32 is still checked on
+   * the plaintext as it is read back. Either way the spool's directories are made `0700` and its
+   * files `0600`. `sharedRoot`: `root` lies in a directory other users write to (the default, in
+   * the temporary directory): one another user made first is refused, and the spool not used.
    */
   constructor(
     private readonly root: string,
     private readonly maxBytes: number,
-    { encrypt = false }: { encrypt?: boolean } = {},
+    { encrypt = false, sharedRoot = false }: { encrypt?: boolean; sharedRoot?: boolean } = {},
   ) {
+    this.sharedRoot = sharedRoot;
     this.dir = join(root, `${process.pid}-${randomUUID().slice(0, SUFFIX_LENGTH)}`);
     if (encrypt) this.key = randomBytes(KEY_BYTES);
     openHere.add(this.dir);
@@ -115,19 +122,22 @@ export class Spool {
   }
 
   private async openFile(path: string): Promise<FileHandle> {
+    // `wx+`: a fresh name; whatever is found at it (a link planted there) is never followed.
     try {
-      return await open(path, 'w+');
+      return await open(path, 'wx+', FILE_MODE);
     } catch (error) {
       // The directory was removed under the running process (a temp-directory cleaner, an
       // operator): made again, else every later sequence would go through the store.
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || this.closed) throw error;
-      await mkdir(this.dir, { recursive: true });
-      return open(path, 'w+');
+      await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
+      return open(path, 'wx+', FILE_MODE);
     }
   }
 
   private async prepare(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
+    await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
+    if (this.sharedRoot) await this.assertOwnRoot();
+    await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
     const entries = await readdir(this.root, { withFileTypes: true }).catch(() => []);
     for (const entry of entries) {
       // Only a process's spool directory: the root may hold other data (a shared volume, /tmp).
@@ -140,6 +150,19 @@ export class Spool {
       if (pid === process.pid || !isAlive(pid)) {
         await rm(path, { recursive: true, force: true }).catch(() => undefined);
       }
+    }
+  }
+
+  /** In a shared temporary directory, another user could have made the root first. */
+  private async assertOwnRoot(): Promise<void> {
+    const self = process.getuid?.();
+    const real = await realpath(this.root);
+    const owner = (await stat(real)).uid;
+    if (self !== undefined && owner !== self) {
+      throw new Error(
+        `the spool's default directory ${real} belongs to user ${owner}, not to this process ` +
+          `(user ${self}); remove it or set sequence.spool.dir`,
+      );
     }
   }
 }
