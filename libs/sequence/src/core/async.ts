@@ -40,13 +40,14 @@ export async function retryWithin<T>(
   } = {},
 ): Promise<T> {
   const { signal } = options;
-  const deadline = Date.now() + withinMs;
+  // The monotonic clock: callers bound this by a lease, which a wall clock stepped back outlasts.
+  const deadline = performance.now() + withinMs;
   for (let waitMs = RETRY_FIRST_MS; ; waitMs = Math.min(waitMs * 2, RETRY_MAX_MS)) {
     try {
       return await attempt();
     } catch (error) {
       const over = () => options.stopped?.() || signal?.aborted === true;
-      if (over() || Date.now() + waitMs > deadline) throw error;
+      if (over() || performance.now() + waitMs > deadline) throw error;
       options.onRetry?.(error, waitMs);
       await delay(waitMs, signal);
       if (over()) throw error;

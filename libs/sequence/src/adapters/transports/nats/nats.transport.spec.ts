@@ -17,6 +17,7 @@ import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.
 import { InvalidHeaderError } from '../../../core/errors/invalid-header.error';
 import type { HeaderMap } from '../../../core/headers';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
+import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
 import {
   headerBytes,
   isFinalRefusal,
@@ -1536,6 +1537,31 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
         await ownAdmin.close();
         expect(info.state.messages).toBe(2);
       } finally {
+        await own.close();
+      }
+    }, 30_000);
+
+    it('gives a publish up at its timeout even when the wall clock stands still', async () => {
+      const own = await NatsTransport.connect({ servers: server.url, reconnectTimeWait: 100 });
+      const clock = jest.spyOn(Date, 'now');
+      try {
+        const channel = `still-clock.${randomUUID()}`;
+        await own.publish(channel, Buffer.from('declares'), {});
+        await server.stop();
+        await delay(300); // the client notices
+        // An NTP step back, or a VM's clock held while it catches up: Date.now() stands still.
+        clock.mockReturnValue(Date.now());
+
+        const outcome = await Promise.race([
+          own.publish(channel, Buffer.from('lost'), {}, { timeoutMs: 1_000 }).then(
+            () => 'published',
+            (error: unknown) => error,
+          ),
+          delay(6_000).then(() => 'still resending'),
+        ]);
+        expect(outcome).toBeInstanceOf(PublishTimeoutError);
+      } finally {
+        clock.mockRestore();
         await own.close();
       }
     }, 30_000);

@@ -490,7 +490,7 @@ export class NatsTransport implements Transport {
    */
   private async onceLed<T>(channel: string, stream: string, declare: () => Promise<T>): Promise<T> {
     const timeoutMs = this.settings.publishTimeoutMs;
-    const deadline = Date.now() + timeoutMs;
+    const deadline = performance.now() + timeoutMs;
     let leaderless = false;
     for (;;) {
       try {
@@ -500,7 +500,7 @@ export class NatsTransport implements Transport {
         const final =
           error instanceof NatsTopologyError || error instanceof PartitionCountMismatchError;
         if (!leaderless || final || this.closed) throw error;
-        if (Date.now() >= deadline) {
+        if (performance.now() >= deadline) {
           throw new NatsTopologyError(
             channel,
             stream,
@@ -510,7 +510,7 @@ export class NatsTransport implements Transport {
             false,
           );
         }
-        await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, deadline - Date.now())));
+        await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, deadline - performance.now())));
       }
     }
   }
@@ -761,7 +761,9 @@ export class NatsTransport implements Transport {
     if (wireBytes > this.maxPayload) {
       throw new MessageTooLargeError(channel, wireBytes, this.maxMessageBytes);
     }
-    const startedAt = Date.now();
+    // The monotonic clock: a wall clock stepped back would keep resending past the duplicate
+    // window, where a resend is stored a second time.
+    const startedAt = performance.now();
     let deadline = startedAt + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
@@ -777,7 +779,7 @@ export class NatsTransport implements Transport {
       partition ? this.topology.forgetPartitions(channel) : this.topology.forget(channel);
     for (;;) {
       try {
-        await withTimeout(declare(), deadline - Date.now(), timedOut);
+        await withTimeout(declare(), deadline - performance.now(), timedOut);
       } catch (error) {
         // A refusal is final; a server that is away or starting (its JetStream not answering
         // yet) is waited for, within the deadline.
@@ -788,7 +790,7 @@ export class NatsTransport implements Transport {
         ) {
           throw error;
         }
-        if (ended() || Date.now() >= deadline) throw timedOut();
+        if (ended() || performance.now() >= deadline) throw timedOut();
         await delay(50);
         continue;
       }
@@ -805,7 +807,7 @@ export class NatsTransport implements Transport {
       }
       const wire = natsHeaders();
       for (const [name, value] of encoded.pairs) wire.append(name, value);
-      const remaining = deadline - Date.now();
+      const remaining = deadline - performance.now();
       if (remaining <= 0) throw timedOut();
       try {
         handedOver = true;
@@ -838,7 +840,7 @@ export class NatsTransport implements Transport {
           );
         }
         if (ended() || this.connection.isClosed()) throw timedOut();
-        if (Date.now() >= deadline) throw timedOut();
+        if (performance.now() >= deadline) throw timedOut();
         await delay(20);
       }
     }

@@ -197,7 +197,7 @@ export class RabbitMqTransport implements Transport {
       await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
       return;
     }
-    const deadline = Date.now() + timeoutMs;
+    const deadline = performance.now() + timeoutMs;
     assertPartitionAddress(channel, partition, this.topology.isReplyQueue(channel));
     if (!this.topology.partitionsReady(channel, partition.count)) {
       await withTimeout(
@@ -207,7 +207,7 @@ export class RabbitMqTransport implements Transport {
       );
     }
     const queue = this.topology.partitionQueue(channel, partition.index);
-    const left = Math.max(1, deadline - Date.now());
+    const left = Math.max(1, deadline - performance.now());
     await this.send(queue, body, headers, left, options.resend ?? true);
   }
 
@@ -376,13 +376,13 @@ export class RabbitMqTransport implements Transport {
     // fails to encode fails in the channel wrapper, which would tear the channel down.
     const problem = queueNameProblem(channel);
     if (problem !== undefined) throw new RabbitMqTopologyError(channel, 0, new Error(problem));
-    const deadline = Date.now() + timeoutMs;
+    const deadline = performance.now() + timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
       // Declared already (every publish but a channel's first): no timer, no promise to wait on.
       if (!this.topology.isReady(channel)) {
-        await withTimeout(this.topology.ensure(channel), deadline - Date.now(), timedOut);
+        await withTimeout(this.topology.ensure(channel), deadline - performance.now(), timedOut);
       }
       // Mandatory, with an id of this attempt: a message no queue takes (its queue was deleted
       // while we were connected) comes back as a return before its confirm, instead of being
@@ -403,7 +403,7 @@ export class RabbitMqTransport implements Transport {
           messageId: attempt,
           // The wrapper's own timer, until the confirm: it rejects with CONFIRM_TIMEOUT (mapped
           // below) and drops the message from its queue, so it is not sent after we gave up.
-          timeout: Math.max(1, deadline - Date.now()),
+          timeout: Math.max(1, deadline - performance.now()),
         });
         await confirmed;
         this.awaitingConfirm.delete(attempt);
@@ -422,7 +422,7 @@ export class RabbitMqTransport implements Transport {
           const returned = new Error('returned by the broker as unroutable');
           throw new PublishRejectedError(channel, returned, 'returned as unroutable');
         }
-        if (Date.now() >= deadline) throw timedOut();
+        if (performance.now() >= deadline) throw timedOut();
         continue;
       } catch (error) {
         this.awaitingConfirm.delete(attempt);
@@ -439,7 +439,7 @@ export class RabbitMqTransport implements Transport {
           const why = `its channel closed before the confirm (${errorMessage(error)}); not sent again`;
           throw new PublishTimeoutError(channel, timeoutMs, true, why);
         }
-        if (Date.now() >= deadline) throw timedOut();
+        if (performance.now() >= deadline) throw timedOut();
         await delay(10); // the channel closed before the confirm: send again
       }
     }
