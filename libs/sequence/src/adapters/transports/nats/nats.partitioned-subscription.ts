@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { MAX_TIMER_MS } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import type { Subscription } from '../../../ports/transport.port';
 import type { NatsPartitionLeases } from './nats.partition-leases';
@@ -147,7 +148,7 @@ export class NatsPartitionedSubscription implements Subscription {
         if (this.trusted(partition)) this.watchTrust(partition);
         else this.stop(partition, false);
       },
-      Math.max(1, Math.ceil(leftMs)),
+      Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(leftMs))),
     );
   }
 

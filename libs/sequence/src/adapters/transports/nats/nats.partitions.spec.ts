@@ -1,14 +1,27 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, connect as connectTcp, type Server, type Socket } from 'node:net';
 import { Logger } from '@nestjs/common';
-import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import { eventually } from '../../../testing/conformance/transport.conformance';
 import { OwnedNatsServer } from '../../../../test/support/processes/owned-nats.server';
 import { describeWithServer, SERVERS } from '../../../../test/support/servers';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import type { Disposition, InboundMessage } from '../../../ports/transport.port';
-import { connectNats, type NatsConnection } from './nats.client';
-import { leaseStreamName, leaseSubject, partitionStreamName, streamName } from './nats.naming';
+import { NatsTopologyError } from './errors/nats-topology.error';
+import { connectNats, nanos, type NatsConnection } from './nats.client';
+import {
+  LEASE_SUBJECT_PREFIX,
+  leaseStreamName,
+  leaseSubject,
+  partitionStreamName,
+  streamName,
+} from './nats.naming';
 import { NatsPartitionLeases } from './nats.partition-leases';
 import { NatsPartitionedSubscription } from './nats.partitioned-subscription';
 import { NatsTransport } from './nats.transport';
@@ -609,6 +622,24 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
       requested: 5,
       declared: 3,
     });
+  });
+
+  it("refuses a lease stream made by hand whose max_age is past a Node timer's longest", async () => {
+    const channel = newChannel();
+    // 30 days: a lease timer that long would fire at once, and again every millisecond.
+    await jsm.streams.add({
+      name: leaseStreamName('NSEQ_', channel),
+      subjects: [`${LEASE_SUBJECT_PREFIX}${channel}.*`],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      max_msgs_per_subject: 1,
+      max_age: nanos(30 * 24 * 3600 * 1000),
+    });
+    const consumer = await newTransport();
+
+    await expect(consumer.subscribe(channel, collect([]), { partitions: 2 })).rejects.toThrow(
+      NatsTopologyError,
+    );
   });
 
   it('refuses a partition address or count that names no partition', async () => {

@@ -13,6 +13,7 @@ import {
 } from '@nats-io/jetstream';
 import type { Logger } from '@nestjs/common';
 import { nanos } from './nats.client';
+import { MAX_TIMER_MS } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { PartitionCountMismatchError } from '../../../core/errors/partition-count-mismatch.error';
 import { NatsTopologyError } from './errors/nats-topology.error';
@@ -321,12 +322,17 @@ export class NatsTopology {
       throw this.refused(channel, name, error);
     });
     const maxAgeMs = Math.floor((info.config.max_age ?? 0) / 1_000_000);
-    if (maxAgeMs < MIN_PARTITION_LEASE_MS || info.config.max_msgs_per_subject !== 1) {
+    if (
+      maxAgeMs < MIN_PARTITION_LEASE_MS ||
+      maxAgeMs > MAX_TIMER_MS ||
+      info.config.max_msgs_per_subject !== 1
+    ) {
+      // Past a Node timer's longest, the lease's timers would fire at once, again and again.
       throw new NatsTopologyError(
         channel,
         name,
-        `a lease stream needs max_msgs_per_subject 1 and a max_age of at least ${MIN_PARTITION_LEASE_MS} ` +
-          `ms; delete it and let the transport declare it`,
+        `a lease stream needs max_msgs_per_subject 1 and a max_age from ${MIN_PARTITION_LEASE_MS} ` +
+          `to ${MAX_TIMER_MS} ms, got ${maxAgeMs} ms; delete it and let the transport declare it`,
       );
     }
     return maxAgeMs;
