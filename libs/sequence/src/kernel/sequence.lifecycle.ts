@@ -89,6 +89,10 @@ export class SequenceLifecycle
       this.running = true;
     } catch (error) {
       // Nest runs no shutdown hook for an application whose init failed: nothing may run on.
+      // Handlers already consuming stop first, as at shutdown: their deliveries end (within
+      // shutdownTimeoutMs), their retries are not started again, their messages handed back.
+      this.stopping = true;
+      await this.host.close().catch(() => undefined);
       for (const part of started) {
         await part.stopConsuming?.().catch(() => undefined);
         await part.stop?.().catch(() => undefined);
