@@ -720,6 +720,24 @@ describe('SequenceModule', () => {
       await transport.close();
     });
 
+    it('closes what it owns when the options are refused', async () => {
+      const closed: string[] = [];
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            transport: noting(closed),
+            closeTransport: true,
+            stores: set(closed),
+            prefetch: -1,
+          }),
+        ],
+      });
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      await new Promise((resolve) => setImmediate(resolve));
+      // Nest runs no hook for an app that failed to build: the connections would stay open.
+      expect(closed).toEqual(['transport', 'preset']);
+    });
+
     it('refuses a value that is not a boolean', async () => {
       const error = await bootError({
         imports: [

@@ -86,7 +86,7 @@ interface Composition {
  * defaults) and checks every option against them, listing every problem at once. Bad options
  * fail the bootstrap here.
  */
-function compose(raw: SequenceModuleOptions): Composition {
+async function compose(raw: SequenceModuleOptions): Promise<Composition> {
   const notAnObject = optionsObjectProblem(raw);
   if (notAnObject) throw new SequenceOptionsError('SequenceModule options', [notAnObject]);
   const problems: string[] = [];
@@ -99,9 +99,17 @@ function compose(raw: SequenceModuleOptions): Composition {
       options.claimCheck.expiredGraceMs,
     ),
   );
-  if (problems.length > 0) throw new SequenceOptionsError('SequenceModule options', problems);
+  if (problems.length > 0) {
+    // Nest runs no hook for an application that fails to build: what the module owns (a
+    // `stores` set's connections, a transport it closes) would keep the process alive.
+    await new OwnedAdapters(adapters.owned, OWNED_CLOSE_MS).close();
+    throw new SequenceOptionsError('SequenceModule options', problems);
+  }
   return { adapters, options };
 }
+
+/** How long each owned adapter's close is waited for when the options are refused. */
+const OWNED_CLOSE_MS = 1_000;
 
 const providers: Provider[] = [
   { provide: COMPOSITION, inject: [SEQUENCE_MODULE_OPTIONS], useFactory: compose },
