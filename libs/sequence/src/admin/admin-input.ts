@@ -65,6 +65,21 @@ export function parseResequencerKey(raw: unknown): string {
   return raw;
 }
 
+/**
+ * A gap action's body: `{}` (or none), or `{ since }`, the gap's `since` as listed (ms since the
+ * epoch), so that only that gap is skipped, not one that opened after the operator looked.
+ */
+export function parseGapSince(body: unknown): number | undefined {
+  const since = (body as { since?: unknown } | undefined)?.since;
+  if (since === undefined) return undefined;
+  if (typeof since !== 'number' || !Number.isSafeInteger(since) || since < 0) {
+    throw badRequest(
+      `since must be the gap's since as listed (ms since the epoch), got ${shown(since)}`,
+    );
+  }
+  return since;
+}
+
 /** `{ ids: string[] }` of outbox or inbox rows: 1 to `maxBatch` distinct row ids. */
 export function parseIds(body: unknown, maxBatch: number): string[] {
   const ids = idList(body, maxBatch);

@@ -13,7 +13,7 @@ import {
 import { AdminAccessGuard, AdminMutation } from './admin-access.guard';
 import { AdminActions, type MutationAnswer } from './admin-actions';
 import { AdminErrorFilter } from './admin-error.filter';
-import { parseIds, parseLimit, parseText } from './admin-input';
+import { parseGapSince, parseIds, parseLimit, parseText } from './admin-input';
 import { badRequest } from './admin.errors';
 import { ADMIN_OPTIONS, type ResolvedAdminOptions } from './admin.options';
 import { BOXES, BoxesReader, type BoxSide, type FailedRowItem } from './boxes.reader';
@@ -42,9 +42,10 @@ export class RepairsController {
   async skip(
     @Param('resequencer') name: string,
     @Param('key') key: string,
+    @Body() body: unknown,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    return this.gapAction('skip', name, key, request);
+    return this.gapAction('skip', name, key, body, request);
   }
 
   @Post('resequencer/gaps/:resequencer/:key/release')
@@ -53,9 +54,10 @@ export class RepairsController {
   async release(
     @Param('resequencer') name: string,
     @Param('key') key: string,
+    @Body() body: unknown,
     @Req() request: object,
   ): Promise<GapAnswer> {
-    return this.gapAction('release', name, key, request);
+    return this.gapAction('release', name, key, body, request);
   }
 
   @Get('outbox/failed')
@@ -101,10 +103,12 @@ export class RepairsController {
     verb: 'skip' | 'release',
     name: string,
     key: string,
+    body: unknown,
     request: object,
   ): Promise<GapAnswer> {
     const resequencer = parseText('resequencer', name);
     const target = parseText('key', key);
+    const since = parseGapSince(body);
     return this.actions.recorded(
       request,
       `gap.${verb}`,
@@ -112,8 +116,8 @@ export class RepairsController {
       () => [key],
       () =>
         verb === 'skip'
-          ? this.resequencers.skip(resequencer, target)
-          : this.resequencers.release(resequencer, target),
+          ? this.resequencers.skip(resequencer, target, since)
+          : this.resequencers.release(resequencer, target, since),
     );
   }
 

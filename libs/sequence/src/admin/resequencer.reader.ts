@@ -87,21 +87,32 @@ export class ResequencerReader {
     return known ? { resequencer: name, key, ...state } : undefined;
   }
 
-  /** Skips the first gap: the missing sequences are given up, the run behind them released. */
-  async skip(name: string, key: string): Promise<GapAnswer> {
-    return this.resolve(name, key, 1);
+  /**
+   * Skips the first gap: the missing sequences are given up, the run behind them released.
+   * `since`: the gap's `since` as the operator saw it; a gap opened later is left alone.
+   */
+  async skip(name: string, key: string, since?: number): Promise<GapAnswer> {
+    return this.resolve(name, key, 1, since);
   }
 
-  /** Skips every gap of the key, until nothing is held: everything held is released, in order. */
-  async release(name: string, key: string): Promise<GapAnswer> {
-    return this.resolve(name, key, Number.POSITIVE_INFINITY);
+  /**
+   * Skips every gap of the key, until nothing is held: everything held is released, in order.
+   * `since`: as for {@link skip}, for the first gap.
+   */
+  async release(name: string, key: string, since?: number): Promise<GapAnswer> {
+    return this.resolve(name, key, Number.POSITIVE_INFINITY, since);
   }
 
   /**
    * @throws AdminRequestError 400 for a key no store could hold or a stream mode resequencer, 404
    * for an unknown resequencer
    */
-  private async resolve(name: string, key: string, maxGaps: number): Promise<GapAnswer> {
+  private async resolve(
+    name: string,
+    key: string,
+    maxGaps: number,
+    since?: number,
+  ): Promise<GapAnswer> {
     const resequencer = this.resequencer(name);
     parseResequencerKey(key);
     if (resequencer.definition.closeAfterDeadLetter !== undefined) {
@@ -120,7 +131,9 @@ export class ResequencerReader {
     // Each skip releases at least one held event, so this ends within `buffered` rounds.
     const rounds = Math.min(maxGaps, before.buffered.length);
     for (let round = 0; round < rounds; round++) {
-      const appended = await resequencer.skipGap(key);
+      // The first gap only if it is the one seen (a later gap opens as the one before is skipped).
+      const now = Date.now();
+      const appended = await resequencer.skipGap(key, now, round === 0 ? (since ?? now) : now);
       if (appended === 0) break;
       skippedGaps++;
       released += appended - 1;
@@ -129,7 +142,10 @@ export class ResequencerReader {
     const message =
       skippedGaps === 0
         ? `nothing changed: key ${key} of resequencer ${name} has no open gap ` +
-          '(it filled, or was skipped or resolved already)'
+          (since === undefined
+            ? '(it filled, or was skipped or resolved already)'
+            : 'opened by the time given (it filled, or was skipped or resolved already, and ' +
+              'any gap open now opened since: look again)')
         : `skipped ${skippedGaps} gap(s) of key ${key}, released ${released} held event(s); ` +
           `next expected is now ${after.next}`;
     return { changed: skippedGaps, message, skippedGaps, released, next: after.next };

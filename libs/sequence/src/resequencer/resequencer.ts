@@ -530,11 +530,12 @@ export class Resequencer {
    * action): the missing sequences are given up (a `gap-skipped` item, reported as that policy's
    * are), the run held behind them is released and drained. Answers the hand-off items the skip
    * appended, the `gap-skipped` item and the events released (so at least 2), or 0 when the key
-   * had no gap.
+   * had no gap, or none opened at or before `openedBefore` (the one an operator saw has filled,
+   * and another opened since).
    */
-  async skipGap(key: string, now: number = Date.now()): Promise<number> {
+  async skipGap(key: string, now: number = Date.now(), openedBefore = now): Promise<number> {
     const resolution = await this.deps.store.resolveGap(this.ref(key), 'skip', {
-      openedBefore: now,
+      openedBefore: Math.min(openedBefore, now),
       now,
     });
     if (resolution.kind === 'none') return 0;

@@ -330,6 +330,54 @@ describe('the admin API acting, with a guard and mutations on', () => {
         expect.objectContaining({ kind: 'resequencer-key', next: 5, buffered: [6, 9] }),
       );
     });
+    it('skips only the gap the operator saw: one opened since is left alone', async () => {
+      const handler = admin.app.get(StatusHandler);
+      const gapOf = async (key: string) => {
+        const gaps = await admin.get<{ items: { key: string; expected: number; since: number }[] }>(
+          'resequencer/gaps',
+        );
+        return gaps.body.items.find((gap) => gap.key === key);
+      };
+      await send('transfer-3', 2);
+      await eventually(async () => (await gapOf('transfer-3')) !== undefined, 'the gap listed');
+      const seen = (await gapOf('transfer-3'))!;
+      expect(seen.expected).toBe(1);
+      // Before the operator confirms, the gap fills and the key waits on a new one.
+      await send('transfer-3', 1);
+      await eventually(
+        () => handler.delivered.includes('transfer-3#2'),
+        'transfer-3 #1 and #2 delivered',
+      );
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      await send('transfer-3', 4);
+      await eventually(async () => (await gapOf('transfer-3'))?.expected === 3, 'the new gap');
+
+      for (const action of ['skip', 'release']) {
+        const answer = await admin.post(`resequencer/gaps/${STATUS}/transfer-3/${action}`, {
+          since: seen.since,
+        });
+        expect(answer.body).toMatchObject({
+          changed: 0,
+          message: expect.stringMatching(/^nothing/),
+        });
+      }
+      await send('transfer-3', 3);
+      await eventually(() => handler.delivered.includes('transfer-3#4'), 'transfer-3 #3 and #4');
+      expect(handler.delivered.filter((event) => event.startsWith('transfer-3#'))).toEqual([
+        'transfer-3#1',
+        'transfer-3#2',
+        'transfer-3#3',
+        'transfer-3#4',
+      ]);
+    });
+
+    it('refuses a since that is not a time', async () => {
+      const answer = await admin.post(`resequencer/gaps/${STATUS}/transfer-4/skip`, {
+        since: 'yesterday',
+      });
+      expect(answer.status).toBe(400);
+    });
+
     it("refuses to skip a stream mode sequence's gap: its handler would see the end of a payload with a hole", async () => {
       const fragments = makeFragments('study-7', bytes(3_000), 1_000);
       await transport.publish(STREAM, fragments[2].body, fragments[2].headers);

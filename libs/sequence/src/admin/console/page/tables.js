@@ -115,7 +115,8 @@ function gapTable(items) {
               question: `Skip seq ${gap.expected} for ${target}? It will never be delivered, and what is held behind it goes on.`,
               confirm: 'Skip the gap',
               path: path('skip'),
-              body: {},
+              // Only the gap shown: one that opened after the page looked is left alone.
+              body: { since: gap.since },
               describe: `Skip the gap of ${target}`,
               danger: true,
             }),
@@ -125,7 +126,7 @@ function gapTable(items) {
               question: `Release what is held behind seq ${gap.expected} for ${target}, without waiting for it?`,
               confirm: 'Release',
               path: path('release'),
-              body: {},
+              body: { since: gap.since },
               describe: `Release what is held for ${target}`,
             }),
           ),
