@@ -738,6 +738,35 @@ describe('SequenceModule', () => {
       expect(closed).toEqual(['transport', 'preset']);
     });
 
+    it("closes what it owns, and takes its metrics out of the app's registry, when a handler is refused at init", async () => {
+      @Injectable()
+      class Refused {
+        @SequencedHandler({ channel: 'refused', prefetch: -1 })
+        async handle(_payload: ReassembledPayload): Promise<void> {}
+      }
+      const closed: string[] = [];
+      const registry = new Registry();
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({
+            transport: noting(closed),
+            closeTransport: true,
+            stores: set(closed),
+            metrics: { registry },
+          }),
+        ],
+        providers: [Refused],
+      });
+      expect(error).toBeInstanceOf(SequenceOptionsError);
+      expect(closed).toEqual(['transport', 'preset']);
+
+      // The next application in the process (a retried start) registers its metrics again.
+      const next = await boot({
+        imports: [SequenceModule.forRoot({ metrics: { registry } })],
+      });
+      expect(next.get(SEQUENCE_METRICS_REGISTRY)).toBe(registry);
+    });
+
     it('refuses a value that is not a boolean', async () => {
       const error = await bootError({
         imports: [

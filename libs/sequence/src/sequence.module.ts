@@ -273,7 +273,10 @@ const providers: Provider[] = [
   ],
 })
 export class SequenceModule extends ConfigurableSequenceModule implements OnModuleInit {
-  constructor(private readonly modules: ModulesContainer) {
+  constructor(
+    private readonly modules: ModulesContainer,
+    private readonly lifecycle: SequenceLifecycle,
+  ) {
     super();
   }
 
@@ -282,11 +285,12 @@ export class SequenceModule extends ConfigurableSequenceModule implements OnModu
    * instance's explorer finds every decorated method of the application, so each channel would
    * have two consumers, with stores of their own, and neither would see whole sequences.
    */
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
     const instances = [...this.modules.values()].filter(
       (module) => module.metatype === SequenceModule,
     );
     if (instances.length < 2) return;
+    await this.lifecycle.initFailed();
     throw new SequenceOptionsError('SequenceModule', [
       `SequenceModule is imported ${instances.length} times (each forRoot or forRootAsync call ` +
         `is an instance of its own); import it once, in the root module, with isGlobal: true if ` +

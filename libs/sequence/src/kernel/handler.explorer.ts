@@ -5,6 +5,7 @@ import { HANDLER_KINDS, type ChannelBinding, type HandlerKind } from './channel-
 import { ChannelRegistry } from './channel.registry';
 import { decoratedMethods, type HandlerInstances } from './decorated-methods';
 import { LAZY_SEQUENCE_MODULE_MESSAGE } from './discovery.messages';
+import { SequenceLifecycle } from './sequence.lifecycle';
 
 /** A module of the application, as Nest's container holds it. */
 export type NestModule = NonNullable<ReturnType<ModulesContainer['get']>>;
@@ -32,11 +33,17 @@ export class HandlerExplorer implements OnModuleInit {
     private readonly registry: ChannelRegistry,
     private readonly modules: ModulesContainer,
     @Inject(HANDLER_KINDS) private readonly kinds: readonly HandlerKind[],
+    private readonly lifecycle: SequenceLifecycle,
   ) {}
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
     const modules = [...this.modules.values()];
-    this.explore(modules, (binding) => this.registry.add(binding));
+    try {
+      this.explore(modules, (binding) => this.registry.add(binding));
+    } catch (error) {
+      await this.lifecycle.initFailed();
+      throw error;
+    }
     for (const module of modules) this.explored.add(module);
     this.initialised = true;
   }

@@ -102,6 +102,16 @@ export class SequenceLifecycle
     }
   }
 
+  /**
+   * Module init failed (a handler's options refused, the module imported twice): Nest runs no
+   * hook after that, so what the parts opened as they were built (the module's connections, its
+   * metrics in the application's registry) is closed now.
+   */
+  async initFailed(): Promise<void> {
+    this.stopping = true;
+    await this.each('close', (part) => part.close?.());
+  }
+
   /** Whether shutdown began (`onModuleDestroy`): handlers added from then on are refused. */
   get shuttingDown(): boolean {
     return this.stopping;
