@@ -767,6 +767,23 @@ describe('SequenceModule', () => {
       expect(next.get(SEQUENCE_METRICS_REGISTRY)).toBe(registry);
     });
 
+    it('closes what both instances own when the module is imported twice', async () => {
+      const closed: string[] = [];
+      @Module({
+        imports: [SequenceModule.forRoot({ transport: noting(closed), closeTransport: true })],
+      })
+      class ImagingModule {}
+
+      const error = await bootError({
+        imports: [
+          SequenceModule.forRoot({ transport: noting(closed), closeTransport: true }),
+          ImagingModule,
+        ],
+      });
+      expect((error as Error).message).toContain('SequenceModule is imported 2 times');
+      expect(closed).toEqual(['transport', 'transport']);
+    });
+
     it('refuses a value that is not a boolean', async () => {
       const error = await bootError({
         imports: [

@@ -273,10 +273,7 @@ const providers: Provider[] = [
   ],
 })
 export class SequenceModule extends ConfigurableSequenceModule implements OnModuleInit {
-  constructor(
-    private readonly modules: ModulesContainer,
-    private readonly lifecycle: SequenceLifecycle,
-  ) {
+  constructor(private readonly modules: ModulesContainer) {
     super();
   }
 
@@ -290,7 +287,11 @@ export class SequenceModule extends ConfigurableSequenceModule implements OnModu
       (module) => module.metatype === SequenceModule,
     );
     if (instances.length < 2) return;
-    await this.lifecycle.initFailed();
+    // Each instance's parts are built, and this hook fails the init before the other's runs.
+    for (const instance of instances) {
+      const lifecycle = instance.getProviderByKey<SequenceLifecycle>(SequenceLifecycle)?.instance;
+      await lifecycle?.initFailed();
+    }
     throw new SequenceOptionsError('SequenceModule', [
       `SequenceModule is imported ${instances.length} times (each forRoot or forRootAsync call ` +
         `is an instance of its own); import it once, in the root module, with isGlobal: true if ` +

@@ -54,7 +54,10 @@ export class ConsumerHost {
    * overtakes closes what it opened (close took only what was open as it began) and resolves
    * `false` too. `true` when every binding's channel is consumed.
    */
-  async open(bindings: readonly ChannelBinding[]): Promise<boolean> {
+  async open(
+    bindings: readonly ChannelBinding[],
+    { closeOnFailure = true }: { closeOnFailure?: boolean } = {},
+  ): Promise<boolean> {
     if (this.closeBegan) return false;
     this.drained = undefined;
     this.closing = undefined;
@@ -65,7 +68,8 @@ export class ConsumerHost {
         if (this.closeBegan) break;
       }
     } catch (error) {
-      await this.closeSubscriptions(this.takeBack(opened));
+      // At bootstrap, left to close(), which ends the deliveries in progress first.
+      if (closeOnFailure) await this.closeSubscriptions(this.takeBack(opened));
       throw error;
     }
     if (!this.closeBegan) return true;

@@ -85,7 +85,7 @@ export class SequenceLifecycle
       for (const binding of bindings) this.openedAtBootstrap.add(binding);
       const warning = inProcessStateWarning(this.transport.name, bindings);
       if (warning) this.logger.warn(warning);
-      await this.host.open(bindings);
+      await this.host.open(bindings, { closeOnFailure: false });
       this.running = true;
     } catch (error) {
       // Nest runs no shutdown hook for an application whose init failed: nothing may run on.
@@ -109,7 +109,12 @@ export class SequenceLifecycle
    */
   async initFailed(): Promise<void> {
     this.stopping = true;
-    await this.each('close', (part) => part.close?.());
+    // Some may run already: another module's onModuleInit that used OutboxService started it.
+    for (const part of [...this.parts].reverse()) {
+      await part.stopConsuming?.().catch(() => undefined);
+      await part.stop?.().catch(() => undefined);
+      await part.close?.().catch(() => undefined);
+    }
   }
 
   /** Whether shutdown began (`onModuleDestroy`): handlers added from then on are refused. */
