@@ -161,7 +161,8 @@ export class ConsumerHost {
   }
 
   /**
-   * Closes the subscriptions, waiting at most `shutdownTimeoutMs` for the broker: one that never
+   * Closes the subscriptions, waiting at most `shutdownTimeoutMs` (at least
+   * {@link SUBSCRIPTION_CLOSE_MIN_MS}, what a normal close may take) for the broker: one that never
    * answers (a RabbitMQ connection blocked by a resource alarm still answers heartbeats) must not
    * hold the shutdown. A subscription left closing is ended with its transport's connection.
    */
@@ -177,11 +178,12 @@ export class ConsumerHost {
           .finally(() => open--),
       ),
     );
-    const { shutdownTimeoutMs } = this.options;
-    if (!(await settlesWithin(closing, shutdownTimeoutMs))) {
+    const waitMs = Math.max(this.options.shutdownTimeoutMs, SUBSCRIPTION_CLOSE_MIN_MS);
+    if (!(await settlesWithin(closing, waitMs))) {
       this.logger.warn(
-        `${open} subscription(s) not closed after shutdownTimeoutMs (${shutdownTimeoutMs} ms): ` +
-          'the broker did not answer; shutdown goes on, and the transport closes their channels',
+        `${open} subscription(s) not closed after ${waitMs} ms (shutdownTimeoutMs, at least ` +
+          `${SUBSCRIPTION_CLOSE_MIN_MS}): the broker did not answer; shutdown goes on, and the ` +
+          'transport closes their channels',
       );
     }
   }
@@ -239,6 +241,11 @@ export class ConsumerHost {
   }
 }
 
+/**
+ * The least time subscriptions are given to close at shutdown: a NATS subscription's close waits
+ * for its pull in flight to expire, about a second or two.
+ */
+const SUBSCRIPTION_CLOSE_MIN_MS = 5_000;
 const SHUTTING_DOWN: Disposition = { action: 'requeue', reason: 'shutting down' };
 
 /**
