@@ -2,6 +2,8 @@
  * Timing helpers shared by the library and its adapters. Timers only: no I/O.
  */
 
+import { leaseClock, msSince } from './lease-clock';
+
 /** The longest delay a Node timer takes (about 24.8 days); a longer one fires after 1 ms. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -40,14 +42,15 @@ export async function retryWithin<T>(
   } = {},
 ): Promise<T> {
   const { signal } = options;
-  // The monotonic clock: callers bound this by a lease, which a wall clock stepped back outlasts.
-  const deadline = performance.now() + withinMs;
+  // On both clocks: callers bound this by a lease, which a wall clock stepped back (or a
+  // monotonic one stopped while the machine was suspended) would outlast.
+  const started = leaseClock();
   for (let waitMs = RETRY_FIRST_MS; ; waitMs = Math.min(waitMs * 2, RETRY_MAX_MS)) {
     try {
       return await attempt();
     } catch (error) {
       const over = () => options.stopped?.() || signal?.aborted === true;
-      if (over() || performance.now() + waitMs > deadline) throw error;
+      if (over() || msSince(started) + waitMs > withinMs) throw error;
       options.onRetry?.(error, waitMs);
       await delay(waitMs, signal);
       if (over()) throw error;

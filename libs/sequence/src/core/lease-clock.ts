@@ -32,3 +32,11 @@ export function leaseLatest(a: LeaseInstant, b: LeaseInstant): LeaseInstant {
 export function leaseMsLeft(until: LeaseInstant, now: LeaseInstant = leaseClock()): number {
   return Math.min(until.mono - now.mono, until.wall - now.wall);
 }
+
+/**
+ * Milliseconds since `start` by the clock that has counted more: for a local deadline that must
+ * hold on both (a wall clock stepped back, a machine suspended).
+ */
+export function msSince(start: LeaseInstant, now: LeaseInstant = leaseClock()): number {
+  return Math.max(now.mono - start.mono, now.wall - start.wall);
+}

@@ -27,6 +27,7 @@ import { PartitionCountMismatchError } from '../../../core/errors/partition-coun
 import { partitionsProblem } from '../../../core/partition';
 import { DROPPED_HEADERS_HEADER } from '../../../ports/transport-headers';
 import { SequenceHeader, type HeaderMap } from '../../../core/headers';
+import { leaseClock, msSince } from '../../../core/lease-clock';
 import {
   assertSendable,
   DEFAULT_REPLY_PREFETCH,
@@ -490,7 +491,7 @@ export class NatsTransport implements Transport {
    */
   private async onceLed<T>(channel: string, stream: string, declare: () => Promise<T>): Promise<T> {
     const timeoutMs = this.settings.publishTimeoutMs;
-    const deadline = performance.now() + timeoutMs;
+    const started = leaseClock();
     let leaderless = false;
     for (;;) {
       try {
@@ -500,7 +501,7 @@ export class NatsTransport implements Transport {
         const final =
           error instanceof NatsTopologyError || error instanceof PartitionCountMismatchError;
         if (!leaderless || final || this.closed) throw error;
-        if (performance.now() >= deadline) {
+        if (msSince(started) >= timeoutMs) {
           throw new NatsTopologyError(
             channel,
             stream,
@@ -510,7 +511,7 @@ export class NatsTransport implements Transport {
             false,
           );
         }
-        await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, deadline - performance.now())));
+        await delay(Math.min(LEADERLESS_RETRY_MS, Math.max(0, timeoutMs - msSince(started))));
       }
     }
   }
@@ -761,10 +762,11 @@ export class NatsTransport implements Transport {
     if (wireBytes > this.maxPayload) {
       throw new MessageTooLargeError(channel, wireBytes, this.maxMessageBytes);
     }
-    // The monotonic clock: a wall clock stepped back would keep resending past the duplicate
-    // window, where a resend is stored a second time.
-    const startedAt = performance.now();
-    let deadline = startedAt + timeoutMs;
+    // On both clocks: a wall clock stepped back, or a monotonic one stopped while the machine was
+    // suspended, would keep resending past the duplicate window, where a resend is stored again.
+    const started = leaseClock();
+    const elapsed = () => msSince(started);
+    let budgetMs = timeoutMs;
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     const subject = partition ? partitionSubject(channel, partition.index) : channel;
@@ -779,7 +781,7 @@ export class NatsTransport implements Transport {
       partition ? this.topology.forgetPartitions(channel) : this.topology.forget(channel);
     for (;;) {
       try {
-        await withTimeout(declare(), deadline - performance.now(), timedOut);
+        await withTimeout(declare(), budgetMs - elapsed(), timedOut);
       } catch (error) {
         // A refusal is final; a server that is away or starting (its JetStream not answering
         // yet) is waited for, within the deadline.
@@ -790,7 +792,7 @@ export class NatsTransport implements Transport {
         ) {
           throw error;
         }
-        if (ended() || performance.now() >= deadline) throw timedOut();
+        if (ended() || elapsed() >= budgetMs) throw timedOut();
         await delay(50);
         continue;
       }
@@ -800,14 +802,14 @@ export class NatsTransport implements Transport {
         if (!forwarding) throw new NatsDuplicateWindowError(channel, stream, timeoutMs, windowMs);
         // A subscription's own forward has no caller to tell: it is sent again within the window
         // only (a dead letter's stream may have a shorter one than the transport would give it).
-        deadline = Math.min(deadline, startedAt + windowMs - 1);
+        budgetMs = Math.min(budgetMs, windowMs - 1);
       }
       if (ended() && !handedOver) {
         throw new Error(`nats transport is closed: cannot publish to ${channel}`);
       }
       const wire = natsHeaders();
       for (const [name, value] of encoded.pairs) wire.append(name, value);
-      const remaining = deadline - performance.now();
+      const remaining = budgetMs - elapsed();
       if (remaining <= 0) throw timedOut();
       try {
         handedOver = true;
@@ -840,7 +842,7 @@ export class NatsTransport implements Transport {
           );
         }
         if (ended() || this.connection.isClosed()) throw timedOut();
-        if (performance.now() >= deadline) throw timedOut();
+        if (elapsed() >= budgetMs) throw timedOut();
         await delay(20);
       }
     }

@@ -3,6 +3,7 @@ import { Logger } from '@nestjs/common';
 import type { AmqpConnection, RabbitMQConfig } from '@golevelup/nestjs-rabbitmq';
 import type { ConfirmChannel } from 'amqplib';
 import { delay, withTimeout } from '../../../core/async';
+import { leaseClock, msSince } from '../../../core/lease-clock';
 import { BrokerUnavailableError } from '../../../core/errors/broker-unavailable.error';
 import { PublishRejectedError } from '../../../core/errors/publish-rejected.error';
 import { PublishTimeoutError } from '../../../core/errors/publish-timeout.error';
@@ -197,7 +198,7 @@ export class RabbitMqTransport implements Transport {
       await this.send(channel, body, headers, timeoutMs, options.resend ?? true);
       return;
     }
-    const deadline = performance.now() + timeoutMs;
+    const started = leaseClock();
     assertPartitionAddress(channel, partition, this.topology.isReplyQueue(channel));
     if (!this.topology.partitionsReady(channel, partition.count)) {
       await withTimeout(
@@ -207,7 +208,7 @@ export class RabbitMqTransport implements Transport {
       );
     }
     const queue = this.topology.partitionQueue(channel, partition.index);
-    const left = Math.max(1, deadline - performance.now());
+    const left = Math.max(1, timeoutMs - msSince(started));
     await this.send(queue, body, headers, left, options.resend ?? true);
   }
 
@@ -376,13 +377,14 @@ export class RabbitMqTransport implements Transport {
     // fails to encode fails in the channel wrapper, which would tear the channel down.
     const problem = queueNameProblem(channel);
     if (problem !== undefined) throw new RabbitMqTopologyError(channel, 0, new Error(problem));
-    const deadline = performance.now() + timeoutMs;
+    const started = leaseClock();
+    const left = () => timeoutMs - msSince(started);
     let handedOver = false;
     const timedOut = () => new PublishTimeoutError(channel, timeoutMs, handedOver);
     for (;;) {
       // Declared already (every publish but a channel's first): no timer, no promise to wait on.
       if (!this.topology.isReady(channel)) {
-        await withTimeout(this.topology.ensure(channel), deadline - performance.now(), timedOut);
+        await withTimeout(this.topology.ensure(channel), left(), timedOut);
       }
       // Mandatory, with an id of this attempt: a message no queue takes (its queue was deleted
       // while we were connected) comes back as a return before its confirm, instead of being
@@ -403,7 +405,7 @@ export class RabbitMqTransport implements Transport {
           messageId: attempt,
           // The wrapper's own timer, until the confirm: it rejects with CONFIRM_TIMEOUT (mapped
           // below) and drops the message from its queue, so it is not sent after we gave up.
-          timeout: Math.max(1, deadline - performance.now()),
+          timeout: Math.max(1, left()),
         });
         await confirmed;
         this.awaitingConfirm.delete(attempt);
@@ -422,7 +424,7 @@ export class RabbitMqTransport implements Transport {
           const returned = new Error('returned by the broker as unroutable');
           throw new PublishRejectedError(channel, returned, 'returned as unroutable');
         }
-        if (performance.now() >= deadline) throw timedOut();
+        if (left() <= 0) throw timedOut();
         continue;
       } catch (error) {
         this.awaitingConfirm.delete(attempt);
@@ -439,7 +441,7 @@ export class RabbitMqTransport implements Transport {
           const why = `its channel closed before the confirm (${errorMessage(error)}); not sent again`;
           throw new PublishTimeoutError(channel, timeoutMs, true, why);
         }
-        if (performance.now() >= deadline) throw timedOut();
+        if (left() <= 0) throw timedOut();
         await delay(10); // the channel closed before the confirm: send again
       }
     }
