@@ -20,8 +20,10 @@ export interface InboxContext {
   readonly transaction?: OutboxTransaction;
   /**
    * Aborted when this call runs past `handlerTimeoutMs`, with a `HandlerTimeoutError` as its
-   * `reason`: stop. `transaction` then refuses every further statement, and what the call wrote
-   * through it is rolled back. Never aborted when no limit is set.
+   * `reason`, or when it is still running `shutdownTimeoutMs` after its processor began to stop
+   * at shutdown, with a `ShutdownTimeoutError` (the message is then handled again later, without
+   * counting an attempt): stop. `transaction` then refuses every further statement, and what the
+   * call wrote through it is rolled back.
    */
   readonly signal: AbortSignal;
 }

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { ResolvedTracing } from '../options/resolved-options';
 import { OutboxTracing } from './outbox.tracing';
 import type { InboxHandlers } from './inbox-handlers';
@@ -77,7 +78,7 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
    * record handed back uncounted, so that the claim commits what was handled before it and the
    * shutdown goes on.
    */
-  private readonly halted = new AbortController();
+  private readonly halted = haltSignal();
   private haltTimer?: NodeJS.Timeout;
   private graceMs = 0;
   private readonly logger = new Logger('Outbox');
@@ -297,8 +298,8 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
         this.logger.warn(
           halted
             ? `${this.box}: the handler was still running on ${record.id} ${this.graceMs} ms ` +
-                'after the shutdown began (shutdownTimeoutMs); abandoned, its record is handed ' +
-                'back uncounted'
+                'after the processor began to stop (shutdownTimeoutMs); abandoned, its record ' +
+                'is handed back uncounted'
             : `${this.box}: the handler ran past handlerTimeoutMs (${handler.handlerTimeoutMs} ` +
                 `ms) on ${record.id}; ${partition === null ? 'its retry' : `aggregate ${partition}`} ` +
                 'waits until the call returns',
@@ -369,4 +370,11 @@ export class InboxProcessor extends BoxWorker<'inbox_events' | 'inbox_commands'>
       done: () => this.halted.signal.removeEventListener('abort', halt),
     };
   }
+}
+
+/** The processor's halt: one listener per call in progress, as many as its concurrency. */
+function haltSignal(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
 }

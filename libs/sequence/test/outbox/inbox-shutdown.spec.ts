@@ -1,16 +1,16 @@
-import { ShutdownTimeoutError, type OutboxEvent } from 'nest-sequence';
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import {
+  InboxHandler,
+  ShutdownTimeoutError,
+  type InboxContext,
+  type OutboxEvent,
+} from 'nest-sequence';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
-import { MESSAGE_TYPE_HEADER } from 'nest-sequence/wire';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { usePostgres } from '../support/postgres.fixture';
 import { eventually } from '../support/sequence-test-app';
-import {
-  createOutboxTestApp,
-  FAST_BOX,
-  inboxHandler,
-  publishInboxEvent,
-  type OutboxTestApp,
-} from './outbox-test-app';
+import { createOutboxTestApp, FAST_BOX, type OutboxTestApp } from './outbox-test-app';
 
 const SHUTDOWN_TIMEOUT_MS = 300;
 
@@ -25,36 +25,47 @@ describeWithServer('postgres', 'Inbox: a handler still running at shutdown (Post
     },
   });
 
-  it('is abandoned after shutdownTimeoutMs: the app closes, the record stays due, uncounted', async () => {
+  it('is abandoned after shutdownTimeoutMs: the app closes, its record stays due, uncounted, and the claim commits what was handled before it', async () => {
     const store = PostgresOutboxStore.connect(SERVERS.postgres.url, {
       tablePrefix: pg.tablePrefix,
     });
     stores.push(store);
-    // No handlerTimeoutMs: nothing but the shutdown bounds the call.
-    const Handler = inboxHandler({ event: 'TaskCreated', processInTransaction: true });
-    t = await createOutboxTestApp({ store, inboxEvents: FAST_BOX }, [Handler], {
+    // Received before the app starts: its processor's first claim takes both, in this order.
+    await store.migrate();
+    const record = (aggregateId: string) => {
+      const id = randomUUID();
+      const event = { id, type: 'TaskCreated', aggregateType: 'Task', aggregateId, payload: {} };
+      return {
+        id,
+        kind: 'event' as const,
+        type: 'TaskCreated',
+        partitionKey: JSON.stringify(['Task', aggregateId]),
+        body: JSON.stringify({ ...event, occurredAt: new Date().toISOString() }),
+        headers: {},
+      };
+    };
+    const done = record('done');
+    const stuck = record('stuck');
+    for (const each of [done, stuck]) await store.receive('inbox_events', each);
+
+    const reasons: unknown[] = [];
+    const calls: string[] = [];
+    @Injectable()
+    class Tasks {
+      // No handlerTimeoutMs: nothing but the shutdown bounds the call.
+      @InboxHandler({ event: 'TaskCreated', processInTransaction: true })
+      async handle(event: OutboxEvent, { signal }: InboxContext): Promise<void> {
+        calls.push(event.aggregateId);
+        if (event.aggregateId !== 'stuck') return;
+        signal.addEventListener('abort', () => reasons.push(signal.reason));
+        await new Promise<void>(() => undefined); // an HTTP call without a timeout, say
+      }
+    }
+    t = await createOutboxTestApp({ store, inboxEvents: FAST_BOX }, [Tasks], {
       shutdownTimeoutMs: SHUTDOWN_TIMEOUT_MS,
     });
-    const reasons: unknown[] = [];
-    t.handler(Handler).onCall = (message, { signal }) => {
-      if ((message as OutboxEvent).aggregateId !== 'stuck') return Promise.resolve();
-      signal.addEventListener('abort', () => reasons.push(signal.reason));
-      return new Promise<void>(() => undefined); // an HTTP call without a timeout, say
-    };
-    const deliver = (aggregateId: string) =>
-      publishInboxEvent(
-        t!.broker,
-        'TaskCreated',
-        { aggregateType: 'Task', aggregateId },
-        { [MESSAGE_TYPE_HEADER]: 'TaskCreated', 'content-type': 'application/json' },
-      );
-    const done = await deliver('done');
-    await eventually(
-      async () => (await store.get('inbox_events', done))?.status === 'COMPLETED',
-      'the first record handled',
-    );
-    const stuck = await deliver('stuck');
-    await eventually(() => t!.handler(Handler).calls.length === 2, 'the stuck call');
+    await eventually(() => calls.length === 2, 'the stuck call');
+    expect(calls).toEqual(['done', 'stuck']);
 
     const closing = Date.now();
     const closed = await Promise.race([
@@ -66,10 +77,10 @@ describeWithServer('postgres', 'Inbox: a handler still running at shutdown (Post
     expect(closed).toBe(true);
     expect(Date.now() - closing).toBeLessThan(SHUTDOWN_TIMEOUT_MS + 5_000);
     expect(reasons).toEqual([expect.any(ShutdownTimeoutError)]);
-    expect(await store.get('inbox_events', stuck)).toMatchObject({
+    expect(await store.get('inbox_events', stuck.id)).toMatchObject({
       status: 'PENDING',
       attempts: 0,
     });
-    expect((await store.get('inbox_events', done))?.status).toBe('COMPLETED');
+    expect((await store.get('inbox_events', done.id))?.status).toBe('COMPLETED');
   });
 });

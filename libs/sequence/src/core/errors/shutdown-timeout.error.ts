@@ -1,10 +1,11 @@
 import { SequenceError } from './sequence.error';
 
 /**
- * The application's shutdown waited `shutdownTimeoutMs` for a handler call that had not returned:
- * the call was abandoned (its `AbortSignal` aborted with this error), and its message is handled
- * again later, here after a restart or on another instance, without counting a failed attempt.
- * Whatever the abandoned call returns later is ignored.
+ * The application's shutdown waited `shutdownTimeoutMs` for a handler call that had not returned
+ * (an `@InboxHandler`'s, counted from when its processor began to stop, once the subscriptions
+ * closed): the call was abandoned (its `AbortSignal` aborted with this error), and its message is
+ * handled again later, here after a restart or on another instance, without counting a failed
+ * attempt. Whatever the abandoned call returns later is ignored.
  */
 export class ShutdownTimeoutError extends SequenceError {
   readonly code = 'shutdown-timeout' as const;
@@ -17,9 +18,9 @@ export class ShutdownTimeoutError extends SequenceError {
     readonly timeoutMs: number,
   ) {
     super(
-      `the handler of ${channel} was still running on ${subject} ${timeoutMs} ms after the ` +
-        'shutdown began (shutdownTimeoutMs); it was asked to stop through its AbortSignal, and ' +
-        'its message is handled again later',
+      `the handler of ${channel} was still running on ${subject} ${timeoutMs} ms after it was ` +
+        'asked to stop for the shutdown (shutdownTimeoutMs); it was asked to stop through its ' +
+        'AbortSignal, and its message is handled again later',
     );
   }
 }
