@@ -31,10 +31,10 @@ import type {
 const STRATEGIES = ['fixed', 'sliding'] as const;
 const BUFFER_MODES = ['store', 'broker'] as const;
 
-/** The module's `sequence` options over the defaults; problems are added to `problems`. */
 /** `sequence.spool.dir` when none is given: in the temporary directory, which other users share. */
 export const DEFAULT_SPOOL_DIR = join(tmpdir(), 'nest-sequence-spool');
 
+/** The module's `sequence` options over the defaults; problems are added to `problems`. */
 export function resolveSequenceOptions(
   problems: string[],
   given: MessageSequenceOptions | undefined,

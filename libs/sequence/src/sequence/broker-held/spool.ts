@@ -1,5 +1,5 @@
 import { createCipheriv, randomBytes, randomUUID } from 'node:crypto';
-import { mkdir, open, readdir, realpath, rm, stat, type FileHandle } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { crc32Continued } from '../../core/checksum';
@@ -129,6 +129,9 @@ export class Spool {
       // The directory was removed under the running process (a temp-directory cleaner, an
       // operator): made again, else every later sequence would go through the store.
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || this.closed) throw error;
+      await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
+      // Made again by whoever came first, when the root went too.
+      if (this.sharedRoot) await this.assertOwnRoot();
       await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
       return open(path, 'wx+', FILE_MODE);
     }
@@ -153,15 +156,24 @@ export class Spool {
     }
   }
 
-  /** In a shared temporary directory, another user could have made the root first. */
+  /**
+   * In a shared temporary directory, another user could have made the root first, or put a link
+   * there: the root must be a directory (not a link) of this process's user.
+   */
   private async assertOwnRoot(): Promise<void> {
     const self = process.getuid?.();
-    const real = await realpath(this.root);
-    const owner = (await stat(real)).uid;
-    if (self !== undefined && owner !== self) {
+    if (self === undefined) return;
+    const found = await lstat(this.root);
+    if (!found.isDirectory()) {
       throw new Error(
-        `the spool's default directory ${real} belongs to user ${owner}, not to this process ` +
-          `(user ${self}); remove it or set sequence.spool.dir`,
+        `the spool's default directory ${this.root} is not a directory (a link?); remove it or ` +
+          'set sequence.spool.dir',
+      );
+    }
+    if (found.uid !== self) {
+      throw new Error(
+        `the spool's default directory ${this.root} belongs to user ${found.uid}, not to this ` +
+          `process (user ${self}); remove it or set sequence.spool.dir`,
       );
     }
   }
