@@ -62,7 +62,6 @@ export { SequencePublishError } from './core/errors/sequence-publish.error';
 export { SequenceSourceError } from './core/errors/sequence-source.error';
 export { PublishTimeoutError } from './core/errors/publish-timeout.error';
 export { HandlerTimeoutError } from './core/errors/handler-timeout.error';
-export { ShutdownTimeoutError } from './core/errors/shutdown-timeout.error';
 export { PublishRejectedError } from './core/errors/publish-rejected.error';
 export { SubscribeError } from './core/errors/subscribe.error';
 export { MessageTooLargeError } from './core/errors/message-too-large.error';

@@ -139,6 +139,7 @@ export { BOX_NAMES } from './ports/outbox-store.port';
 export { NestedTransactionOpenError } from './core/errors/nested-transaction-open.error';
 export { SavepointEndedError } from './core/errors/savepoint-ended.error';
 export { InboxCallEndedError } from './core/errors/inbox-call-ended.error';
+export { ShutdownTimeoutError } from './core/errors/shutdown-timeout.error';
 export { InboxSessionEndedError } from './core/errors/inbox-session-ended.error';
 export { ClaimCommitRefusedError } from './core/errors/claim-commit-refused.error';
 export type { StoreSet } from './ports/store-set.port';

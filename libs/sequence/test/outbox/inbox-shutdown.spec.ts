@@ -1,11 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
-import {
-  InboxHandler,
-  ShutdownTimeoutError,
-  type InboxContext,
-  type OutboxEvent,
-} from 'nest-sequence';
+import { InboxHandler, type InboxContext, type OutboxEvent } from 'nest-sequence';
+import { ShutdownTimeoutError } from 'nest-sequence/ports';
 import { PostgresOutboxStore } from 'nest-sequence/postgres';
 import { describeWithServer, SERVERS } from '../support/servers';
 import { usePostgres } from '../support/postgres.fixture';
