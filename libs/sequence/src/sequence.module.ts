@@ -22,7 +22,11 @@ import {
   SEQUENCE_REASSEMBLER,
   SEQUENCE_SENDER,
 } from './kernel/pattern-contracts';
-import { LIFECYCLE_PARTS, SequenceLifecycle } from './kernel/sequence.lifecycle';
+import {
+  initFailedEverywhere,
+  LIFECYCLE_PARTS,
+  SequenceLifecycle,
+} from './kernel/sequence.lifecycle';
 import {
   BOUNDED_SEQUENCE_STORE,
   PAYLOAD_READ_TIMEOUT_MS,
@@ -287,11 +291,7 @@ export class SequenceModule extends ConfigurableSequenceModule implements OnModu
       (module) => module.metatype === SequenceModule,
     );
     if (instances.length < 2) return;
-    // Each instance's parts are built, and this hook fails the init before the other's runs.
-    for (const instance of instances) {
-      const lifecycle = instance.getProviderByKey<SequenceLifecycle>(SequenceLifecycle)?.instance;
-      await lifecycle?.initFailed();
-    }
+    await initFailedEverywhere(instances);
     throw new SequenceOptionsError('SequenceModule', [
       `SequenceModule is imported ${instances.length} times (each forRoot or forRootAsync call ` +
         `is an instance of its own); import it once, in the root module, with isGlobal: true if ` +

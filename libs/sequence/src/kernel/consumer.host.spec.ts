@@ -131,7 +131,7 @@ describe('ConsumerHost: shutdown', () => {
     await transport.close();
   });
 
-  it('goes on with the shutdown when a subscription does not close within shutdownTimeoutMs', async () => {
+  it('goes on with the shutdown when a subscription does not close in time', async () => {
     // A broker that never answers the cancel (a RabbitMQ connection blocked by a resource alarm
     // still answers heartbeats): the transport's own close is what ends such a channel.
     const transport = new InMemoryTransport();

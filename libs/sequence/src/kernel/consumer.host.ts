@@ -16,7 +16,8 @@ import { RESOLVED_OPTIONS, SEQUENCE_TRANSPORT } from './tokens';
 
 /**
  * Owns the subscriptions of every handler of the module, of all four patterns: opens them (all or
- * none: one that fails closes those opened before it) and, at shutdown, stops taking messages,
+ * none: one that fails closes those opened before it, or leaves them to {@link close} at a
+ * failed bootstrap) and, at shutdown, stops taking messages,
  * lets deliveries in progress finish (up to `shutdownTimeoutMs`), then closes them, so that a
  * graceful stop does not look like a crash. {@link SequenceLifecycle} drives it.
  *
@@ -48,7 +49,8 @@ export class ConsumerHost {
   ) {}
 
   /**
-   * Subscribes to every binding's channel; on a failure, closes what this call opened and throws.
+   * Subscribes to every binding's channel; on a failure, closes what this call opened (unless
+   * `closeOnFailure` is false: {@link close} then ends their deliveries first) and throws.
    * Called again later (a microservice's handlers, once it listens), it adds to what is open.
    * Once {@link close} began it subscribes to nothing and resolves `false`; a call that close
    * overtakes closes what it opened (close took only what was open as it began) and resolves

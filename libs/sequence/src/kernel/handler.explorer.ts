@@ -5,7 +5,7 @@ import { HANDLER_KINDS, type ChannelBinding, type HandlerKind } from './channel-
 import { ChannelRegistry } from './channel.registry';
 import { decoratedMethods, type HandlerInstances } from './decorated-methods';
 import { LAZY_SEQUENCE_MODULE_MESSAGE } from './discovery.messages';
-import { SequenceLifecycle } from './sequence.lifecycle';
+import { initFailedEverywhere } from './sequence.lifecycle';
 
 /** A module of the application, as Nest's container holds it. */
 export type NestModule = NonNullable<ReturnType<ModulesContainer['get']>>;
@@ -33,7 +33,6 @@ export class HandlerExplorer implements OnModuleInit {
     private readonly registry: ChannelRegistry,
     private readonly modules: ModulesContainer,
     @Inject(HANDLER_KINDS) private readonly kinds: readonly HandlerKind[],
-    private readonly lifecycle: SequenceLifecycle,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -41,7 +40,7 @@ export class HandlerExplorer implements OnModuleInit {
     try {
       this.explore(modules, (binding) => this.registry.add(binding));
     } catch (error) {
-      await this.lifecycle.initFailed();
+      await initFailedEverywhere(modules);
       throw error;
     }
     for (const module of modules) this.explored.add(module);

@@ -7,6 +7,7 @@ import {
   type OnApplicationShutdown,
   type OnModuleDestroy,
 } from '@nestjs/common';
+import type { ModulesContainer } from '@nestjs/core';
 import { errorMessage } from '../core/errors/caught';
 import type { ChannelBinding } from './channel-binding';
 import type { Transport } from '../ports/transport.port';
@@ -110,11 +111,9 @@ export class SequenceLifecycle
   async initFailed(): Promise<void> {
     this.stopping = true;
     // Some may run already: another module's onModuleInit that used OutboxService started it.
-    for (const part of [...this.parts].reverse()) {
-      await part.stopConsuming?.().catch(() => undefined);
-      await part.stop?.().catch(() => undefined);
-      await part.close?.().catch(() => undefined);
-    }
+    await this.each('stopConsuming', (part) => part.stopConsuming?.());
+    await this.each('stop', (part) => part.stop?.(), { together: true });
+    await this.each('close', (part) => part.close?.());
   }
 
   /** Whether shutdown began (`onModuleDestroy`): handlers added from then on are refused. */
@@ -193,5 +192,18 @@ export class SequenceLifecycle
       return;
     }
     for (const part of parts) await run(part);
+  }
+}
+
+/**
+ * Module init failed: every SequenceModule instance of the application is told (each one's parts
+ * are built, and Nest runs no hook of any after the failure), not only the one that found it.
+ */
+export async function initFailedEverywhere(
+  modules: Iterable<NonNullable<ReturnType<ModulesContainer['get']>>>,
+): Promise<void> {
+  for (const module of modules) {
+    const lifecycle = module.getProviderByKey<SequenceLifecycle>(SequenceLifecycle)?.instance;
+    await lifecycle?.initFailed();
   }
 }

@@ -18,9 +18,9 @@ export class ShutdownTimeoutError extends SequenceError {
     readonly timeoutMs: number,
   ) {
     super(
-      `the handler of ${channel} was still running on ${subject} ${timeoutMs} ms after it was ` +
-        'asked to stop for the shutdown (shutdownTimeoutMs); it was asked to stop through its ' +
-        'AbortSignal, and its message is handled again later',
+      `the handler of ${channel} was still running on ${subject} ${timeoutMs} ms after its ` +
+        'processor began to stop for the shutdown (shutdownTimeoutMs); it was asked to stop ' +
+        'through its AbortSignal, and its message is handled again later',
     );
   }
 }
