@@ -7,11 +7,11 @@ import {
   type OnApplicationShutdown,
   type OnModuleDestroy,
 } from '@nestjs/common';
-import type { ModulesContainer } from '@nestjs/core';
 import { errorMessage } from '../core/errors/caught';
 import type { ChannelBinding } from './channel-binding';
 import type { Transport } from '../ports/transport.port';
 import { ChannelRegistry } from './channel.registry';
+import type { NestModule } from './handler.explorer';
 import { ConsumerHost } from './consumer.host';
 import { inProcessStateWarning } from './in-process-state.warning';
 import { SEQUENCE_TRANSPORT } from './tokens';
@@ -199,9 +199,7 @@ export class SequenceLifecycle
  * Module init failed: every SequenceModule instance of the application is told (each one's parts
  * are built, and Nest runs no hook of any after the failure), not only the one that found it.
  */
-export async function initFailedEverywhere(
-  modules: Iterable<NonNullable<ReturnType<ModulesContainer['get']>>>,
-): Promise<void> {
+export async function initFailedEverywhere(modules: Iterable<NestModule>): Promise<void> {
   for (const module of modules) {
     const lifecycle = module.getProviderByKey<SequenceLifecycle>(SequenceLifecycle)?.instance;
     await lifecycle?.initFailed();

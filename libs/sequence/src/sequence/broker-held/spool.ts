@@ -129,18 +129,14 @@ export class Spool {
       // The directory was removed under the running process (a temp-directory cleaner, an
       // operator): made again, else every later sequence would go through the store.
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || this.closed) throw error;
-      await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
-      // Made again by whoever came first, when the root went too.
-      if (this.sharedRoot) await this.assertOwnRoot();
-      await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
+      // The root may have gone too, and been made again by whoever came first.
+      await this.makeDirectory();
       return open(path, 'wx+', FILE_MODE);
     }
   }
 
   private async prepare(): Promise<void> {
-    await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
-    if (this.sharedRoot) await this.assertOwnRoot();
-    await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
+    await this.makeDirectory();
     const entries = await readdir(this.root, { withFileTypes: true }).catch(() => []);
     for (const entry of entries) {
       // Only a process's spool directory: the root may hold other data (a shared volume, /tmp).
@@ -154,6 +150,13 @@ export class Spool {
         await rm(path, { recursive: true, force: true }).catch(() => undefined);
       }
     }
+  }
+
+  /** This process's directory, under a root of its user's when the root is shared. */
+  private async makeDirectory(): Promise<void> {
+    await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
+    if (this.sharedRoot) await this.assertOwnRoot();
+    await mkdir(this.dir, { recursive: true, mode: DIRECTORY_MODE });
   }
 
   /**
