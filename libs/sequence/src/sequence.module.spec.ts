@@ -687,6 +687,12 @@ describe('SequenceModule', () => {
       name: 'preset',
       close: async () => void closed.push('preset'),
     });
+    /** A transport and a store set the module owns, each noting in `closed` when it closes. */
+    const owned = (closed: string[]) => ({
+      transport: noting(closed),
+      closeTransport: true,
+      stores: set(closed),
+    });
 
     it('closes a given transport with the application, before the store sets', async () => {
       const closed: string[] = [];
@@ -723,17 +729,9 @@ describe('SequenceModule', () => {
     it('closes what it owns when the options are refused', async () => {
       const closed: string[] = [];
       const error = await bootError({
-        imports: [
-          SequenceModule.forRoot({
-            transport: noting(closed),
-            closeTransport: true,
-            stores: set(closed),
-            prefetch: -1,
-          }),
-        ],
+        imports: [SequenceModule.forRoot({ ...owned(closed), prefetch: -1 })],
       });
       expect(error).toBeInstanceOf(SequenceOptionsError);
-      await new Promise((resolve) => setImmediate(resolve));
       // Nest runs no hook for an app that failed to build: the connections would stay open.
       expect(closed).toEqual(['transport', 'preset']);
     });
@@ -747,14 +745,7 @@ describe('SequenceModule', () => {
       const closed: string[] = [];
       const registry = new Registry();
       const error = await bootError({
-        imports: [
-          SequenceModule.forRoot({
-            transport: noting(closed),
-            closeTransport: true,
-            stores: set(closed),
-            metrics: { registry },
-          }),
-        ],
+        imports: [SequenceModule.forRoot({ ...owned(closed), metrics: { registry } })],
         providers: [Refused],
       });
       expect(error).toBeInstanceOf(SequenceOptionsError);
