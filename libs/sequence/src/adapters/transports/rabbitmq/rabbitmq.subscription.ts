@@ -114,7 +114,11 @@ export class RabbitMqSubscription implements Subscription {
   private wrapper?: ManagedChannel;
   private readonly sources: readonly Source[];
   /** The consumers of the current channel, one per source. */
-  private consumers: Array<{ readonly amqp: Channel; readonly consumerTag: string }> = [];
+  private consumers: Array<{
+    readonly amqp: Channel;
+    readonly source: Source;
+    readonly consumerTag: string;
+  }> = [];
   /** amqplib channels of this subscription that are still open. */
   private readonly openChannels = new WeakSet<Channel>();
   private readonly unsettled = new Set<Delivery>();
@@ -312,13 +316,17 @@ export class RabbitMqSubscription implements Subscription {
       (message) => this.receive(amqp, source, message),
       { noAck: false },
     );
-    this.consumers.push({ amqp, consumerTag });
+    this.consumers.push({ amqp, source, consumerTag });
   }
 
   private receive(amqp: Channel, source: Source, message: ConsumeMessage | null): void {
     if (message === null) {
       // The broker cancelled the consumer, e.g. because the queue was deleted: start over.
       if (this.closed || !this.openChannels.has(amqp)) return;
+      // Its tag is gone with it: only live consumers are cancelled at close.
+      this.consumers = this.consumers.filter(
+        (consumer) => consumer.amqp !== amqp || consumer.source !== source,
+      );
       this.settings.logger.warn(`the broker cancelled the consumer of ${source.queue}; resuming`);
       this.resume(amqp, source).catch((error: Error) =>
         this.settings.logger.error(`could not resume consuming ${source.queue}: ${error.message}`),

@@ -418,6 +418,58 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
       warn.mockRestore();
     });
 
+    /** The consumers of a queue, -1 while it does not exist (a failed check closes its channel). */
+    async function consumersOf(queue: string): Promise<number> {
+      const check = await admin.createChannel();
+      check.on('error', () => undefined);
+      try {
+        return (await check.checkQueue(queue)).consumerCount;
+      } catch {
+        return -1;
+      } finally {
+        await check.close().catch(() => undefined);
+      }
+    }
+
+    it('consumes again after an operator deletes its queue, and leaves no consumer at close', async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      transport = new RabbitMqTransport(amqp);
+      const channel = newChannel();
+      const received: string[] = [];
+      const subscription = await transport.subscribe(channel, async (message) => {
+        received.push(message.body.toString());
+        return ACK;
+      });
+      const operator = await admin.createChannel();
+      try {
+        for (const round of [1, 2]) {
+          await operator.deleteQueue(channel);
+          await eventually(
+            () => warn.mock.calls.length === round,
+            `the consumer cancelled by delete ${round}`,
+          );
+          expect(warn).toHaveBeenLastCalledWith(
+            expect.stringMatching(/broker cancelled the consumer.*resuming/),
+          );
+          // Declared and consumed again, by the same subscription.
+          const deadline = Date.now() + 10_000;
+          while ((await consumersOf(channel)) !== 1) {
+            if (Date.now() > deadline) throw new Error(`no consumer after delete ${round}`);
+            await new Promise((resolve) => setTimeout(resolve, 20));
+          }
+          await transport.publish(channel, Buffer.from(`after delete ${round}`), {});
+          await eventually(() => received.length === round, `the message after delete ${round}`);
+        }
+        expect(received).toEqual(['after delete 1', 'after delete 2']);
+
+        await subscription.close();
+        expect(await consumersOf(channel)).toBe(0);
+      } finally {
+        await operator.close().catch(() => undefined);
+        warn.mockRestore();
+      }
+    });
+
     it("aborts a held message's abandoned signal when the broker closes its channel, and delivers it again", async () => {
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
       transport = new RabbitMqTransport(amqp);
