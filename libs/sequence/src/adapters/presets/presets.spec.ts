@@ -93,6 +93,25 @@ describeWithServer('redis', 'redis(): every Redis store over one connection', ()
     expect(await named()).toEqual([]);
   });
 
+  it.each([
+    ['sequenceStore', 'encryption'],
+    ['resequencerStore', 'encryption'],
+    ['sequenceStore', 'prefix'],
+    ['resequencerStore', 'prefix'],
+    ['claimLedger', 'prefix'],
+    ['payloadStore', 'prefix'],
+    ['claimLedger', 'unsafeSocketTricks'],
+  ])('refuses %s.%s, which redis() sets for every store, rather than drop it', (group, key) => {
+    const client = redisClient({ lazyConnect: true });
+    const value = key === 'encryption' ? { keys: [] } : key === 'prefix' ? 'mine' : true;
+    // As a forRootAsync factory or plain JavaScript can pass it, past the types.
+    const options = { [group]: { [key]: value } } as Parameters<typeof redis>[1];
+    expect(() => redis(client, options)).toThrow(
+      new RegExp(`${group}\\.${key}: give it to redis\\(\\) itself`),
+    );
+    client.disconnect();
+  });
+
   it('leaves payloads to another store with payloadStore: false', () => {
     const set = redis(redisClient({ lazyConnect: true }), {
       payloadStore: false,

@@ -6,6 +6,7 @@ import type { RedisPayloadStoreOptions } from '../payload/redis/redis-payload.op
 import { RedisClaimLedger, type RedisClaimLedgerOptions } from '../stores/redis/redis.claim-ledger';
 import { newRedisClient, quitRedisClient } from '../stores/redis/redis-client';
 import { refuseUnknownKeys, type OptionKeysOf } from '../../core/option-keys';
+import { SequenceOptionsError } from '../../core/errors/sequence-options.error';
 import {
   RedisResequencerStore,
   type RedisResequencerStoreOptions,
@@ -58,6 +59,32 @@ const REDIS_STORES_KEYS = {
 } as const satisfies OptionKeysOf<RedisStoresOptions>;
 
 /**
+ * What the preset sets for every store, by group: a store's group (past the types, from a
+ * `forRootAsync` factory or plain JavaScript) that names one too would have it overwritten,
+ * encryption with nothing.
+ */
+const SET_FOR_EVERY_STORE = {
+  sequenceStore: ['prefix', 'unsafeSocketTricks', 'encryption'],
+  resequencerStore: ['prefix', 'unsafeSocketTricks', 'encryption'],
+  claimLedger: ['prefix', 'unsafeSocketTricks'],
+  payloadStore: ['prefix', 'unsafeSocketTricks'],
+} as const;
+
+function refuseSharedInGroups(options: RedisStoresOptions): void {
+  const problems: string[] = [];
+  for (const [group, keys] of Object.entries(SET_FOR_EVERY_STORE)) {
+    const given: unknown = options[group as keyof typeof SET_FOR_EVERY_STORE];
+    if (typeof given !== 'object' || given === null) continue;
+    for (const key of keys) {
+      if (key in given) {
+        problems.push(`${group}.${key}: give it to redis() itself, which sets it for every store`);
+      }
+    }
+  }
+  if (problems.length > 0) throw new SequenceOptionsError('redis() options', problems);
+}
+
+/**
  * Every Redis store of the module over one connection: the sequence store, the resequencer store,
  * the claim ledger and the payload store, for `SequenceModule.forRoot({ stores })`. Given a URL,
  * the preset opens the client and the module closes it at shutdown; given a client (a `Redis`
@@ -72,6 +99,7 @@ export function redis(
 ): StoreSet {
   // The stores check the options given to each of them: these are the groups and shared ones.
   refuseUnknownKeys('redis() options', options, REDIS_STORES_KEYS);
+  refuseSharedInGroups(options);
   const ownsClient = typeof urlOrClient === 'string';
   const client = ownsClient ? newRedisClient(urlOrClient, options.redis) : urlOrClient;
   const shared = { prefix: options.prefix, unsafeSocketTricks: options.unsafeSocketTricks };
