@@ -75,7 +75,8 @@ export interface TuningOptions {
   headerAllowanceBytes?: number;
   /**
    * How long a back-pressured or busy message, or one a store failed on, waits before it is
-   * delivered again. @default 500
+   * delivered again (at least 1: a message back at once would skip the requeue count).
+   * @default 500
    */
   backpressureDelayMs?: number;
   /** How long a sequence's completion lease, or a resequencer key's drain lease, lasts unrenewed. @default 30000 */

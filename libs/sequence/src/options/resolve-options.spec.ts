@@ -427,7 +427,14 @@ describe('resolveModuleOptions', () => {
       [
         'a negative backpressureDelayMs',
         { tuning: { backpressureDelayMs: -1 } },
-        'tuning.backpressureDelayMs must be an integer >= 0, got -1',
+        'tuning.backpressureDelayMs must be an integer >= 1, got -1',
+      ],
+      [
+        // Back at once, a message would skip the requeue count (and maxStoreRequeues) and, with
+        // a prefetch of 1, come straight back ahead of the one that would unblock it.
+        'backpressureDelayMs 0',
+        { tuning: { backpressureDelayMs: 0 } },
+        'tuning.backpressureDelayMs must be an integer >= 1, got 0',
       ],
       [
         'leaseMs below 100',

@@ -116,7 +116,7 @@ export function resolveTuning(
     },
   };
   checkInteger(problems, 'tuning.headerAllowanceBytes', resolved.headerAllowanceBytes, 0);
-  checkDelay(problems, 'tuning.backpressureDelayMs', resolved.backpressureDelayMs, 0);
+  checkDelay(problems, 'tuning.backpressureDelayMs', resolved.backpressureDelayMs, 1);
   checkDelay(problems, 'tuning.leaseMs', resolved.leaseMs, 100);
   checkDelay(problems, 'tuning.storeTimeoutMs', resolved.storeTimeoutMs, 1);
   checkInteger(problems, 'tuning.maxStoreRequeues', resolved.maxStoreRequeues, 0);

@@ -41,11 +41,11 @@ describe('guarantees: store outages, crashes and several instances', () => {
     it('requeues every fragment it cannot store, acks none, and completes the sequence once the store is back', async () => {
       const channel = 'guarantees.outage.accept';
       const store = new InstrumentedStore(new MemorySequenceStore());
-      // No requeue delay: a requeued message is back in the queue at once, so at any moment each
-      // fragment is either queued or in the consumer's hands.
+      // The shortest requeue delay: at any moment each fragment is queued, in the consumer's
+      // hands, or waiting out its delay.
       const t = await start(channel, {
         sequence: { store },
-        tuning: { backpressureDelayMs: 0 },
+        tuning: { backpressureDelayMs: 1 },
       });
       const payload = bytes(4_000, 51);
       store.unreachable = true;
@@ -53,7 +53,10 @@ describe('guarantees: store outages, crashes and several instances', () => {
       await publishAll(t.transport, channel, makeFragments('outage', payload, 1_000));
       await eventually(() => store.refusedAccepts >= 4 * 3, 'every fragment refused three times');
       for (let turn = 0; turn < 20; turn++) {
-        expect(t.transport.depth(channel) + t.transport.unsettled(channel)).toBe(4);
+        const { transport } = t;
+        const held =
+          transport.depth(channel) + transport.unsettled(channel) + transport.delayed(channel);
+        expect(held).toBe(4);
         await new Promise((resolve) => setImmediate(resolve));
       }
       expect(deadLetters(t.transport, channel)).toHaveLength(0);

@@ -134,7 +134,10 @@ export class InMemoryTransport implements Transport {
 
   private readonly channels = new Map<string, Channel>();
   /** Requeue delays, each with the message it will put back. */
-  private readonly delayed = new Map<NodeJS.Timeout, { channel: string; message: QueuedMessage }>();
+  private readonly delayTimers = new Map<
+    NodeJS.Timeout,
+    { channel: string; message: QueuedMessage }
+  >();
   private readonly idleWaiters: Array<() => void> = [];
   /** Reply channels open now. */
   private readonly replyChannels = new Set<string>();
@@ -361,11 +364,11 @@ export class InMemoryTransport implements Transport {
     }
     // Pending delayed requeues go to the tail of their queue now, where `peek` and `take` can still
     // see them.
-    for (const [timer, { channel, message }] of this.delayed) {
+    for (const [timer, { channel, message }] of this.delayTimers) {
       clearTimeout(timer);
       this.append(this.channel(channel), message);
     }
-    this.delayed.clear();
+    this.delayTimers.clear();
     this.notifyIfIdle();
   }
 
@@ -397,6 +400,13 @@ export class InMemoryTransport implements Transport {
     for (const subscriber of this.channels.get(channel)?.subscribers ?? []) {
       count += subscriber.unsettled.size;
     }
+    return count;
+  }
+
+  /** Messages of `channel` requeued with a delay, waiting for it to pass. */
+  delayed(channel: string): number {
+    let count = 0;
+    for (const waiting of this.delayTimers.values()) if (waiting.channel === channel) count++;
     return count;
   }
 
@@ -559,13 +569,13 @@ export class InMemoryTransport implements Transport {
       queuedAt: Date.now(),
     };
     const timer = setTimeout(() => {
-      this.delayed.delete(timer);
+      this.delayTimers.delete(timer);
       this.enqueue(channel, behind);
       this.notifyIfIdle();
     }, delayMs);
     // A pending redelivery alone should not keep the process alive.
     timer.unref();
-    this.delayed.set(timer, { channel, message: behind });
+    this.delayTimers.set(timer, { channel, message: behind });
   }
 
   private unsubscribe(subscriber: Subscriber): void {
@@ -592,7 +602,7 @@ export class InMemoryTransport implements Transport {
   }
 
   private isIdle(): boolean {
-    if (this.delayed.size > 0) return false;
+    if (this.delayTimers.size > 0) return false;
     for (const channel of this.channels.values()) {
       if (channel.subscribers.some((subscriber) => subscriber.unsettled.size > 0)) return false;
       if (channel.ready.length > 0 && channel.subscribers.length > 0 && !this.closed) return false;
