@@ -8,6 +8,7 @@ import { InMemoryTransport } from './adapters/transports/in-memory/in-memory.tra
 import { settlesWithin } from './core/async';
 import { errorMessage } from './core/errors/caught';
 import { SequenceOptionsError } from './core/errors/sequence-options.error';
+import { kindOf } from './core/option-keys';
 import type { LifecyclePart } from './kernel/sequence.lifecycle';
 import type { ClaimCheckStores, OutboxStoreSource } from './kernel/tokens';
 import type { SequenceModuleOptions } from './options/module-options';
@@ -240,6 +241,22 @@ function adapterProblem(
         'see nest-sequence/ports';
 }
 
+/** `claimCheck.readStores`, or what is wrong with it (past the types: a factory, plain JS). */
+function readStoresOf(given: unknown): { stores?: PayloadStore[]; problems?: string[] } {
+  if (given === undefined) return {};
+  if (!Array.isArray(given)) {
+    return {
+      problems: [`claimCheck.readStores must be an array of PayloadStores, got ${kindOf(given)}`],
+    };
+  }
+  const problems = given.flatMap((candidate: unknown, index) => {
+    const path = `claimCheck.readStores[${index}]`;
+    if (candidate === undefined) return [`${path} must be a PayloadStore, got undefined`];
+    return adapterProblem(path, candidate, 'PayloadStore', ['put', 'get', 'close']) ?? [];
+  });
+  return problems.length > 0 ? { problems } : { stores: given as PayloadStore[] };
+}
+
 function claimCheckStores(
   options: SequenceModuleOptions,
   fromSets: <K extends keyof StoreSet>(key: K) => StoreSet[K] | undefined,
@@ -250,8 +267,9 @@ function claimCheckStores(
   const store: PayloadStore =
     given.store ?? fromSets('payloadStore') ?? own(new FilesystemPayloadStore());
   const ledger = given.ledger ?? fromSets('claimLedger') ?? own(new MemoryClaimLedger());
-  const candidates = [store, ...(given.readStores ?? [])];
-  const storeProblems = payloadStoreProblems(candidates);
+  const readStores = readStoresOf(given.readStores);
+  const candidates = [store, ...(readStores.stores ?? [])];
+  const storeProblems = readStores.problems ?? payloadStoreProblems(candidates);
   problems.push(...storeProblems);
   const stores = new Map<string, PayloadStore>();
   if (storeProblems.length > 0) return { store, stores, ledger };

@@ -34,7 +34,7 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
 export function kindOf(value: unknown): string {
   if (value === null || value === undefined) return String(value);
   if (Array.isArray(value)) return 'an array';
-  return `a ${typeof value}`;
+  return `${typeof value === 'object' ? 'an' : 'a'} ${typeof value}`;
 }
 
 /**

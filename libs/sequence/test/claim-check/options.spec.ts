@@ -294,6 +294,33 @@ describe('claim check: options validation at boot', () => {
     expect(error.problems[0]).toMatch(/two payload stores are named "filesystem"/);
   });
 
+  it.each([
+    [
+      'one store, not in a list',
+      new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
+      /^claimCheck\.readStores must be an array of PayloadStores, got an object$/,
+    ],
+    [
+      'a string',
+      'archive',
+      /^claimCheck\.readStores must be an array of PayloadStores, got a string$/,
+    ],
+    [
+      'a list with a hole (a store left out by a condition)',
+      [undefined],
+      /^claimCheck\.readStores\[0\] must be a PayloadStore, got undefined$/,
+    ],
+    [
+      'a list with something that is not a store',
+      [{ name: 'archive' }],
+      /^claimCheck\.readStores\[0\] must be a PayloadStore \(it has no put, get, close\)/,
+    ],
+  ])('readStores as %s: refused with the list of problems', async (_, readStores, problem) => {
+    // Past the types, as a forRootAsync factory or plain JavaScript can pass it.
+    const error = await bootFailure({ readStores } as unknown as ClaimCheckOptions);
+    expect(error.problems).toEqual([expect.stringMatching(problem)]);
+  });
+
   it('a store whose name tickets cannot carry: refused, before any payload is stored under it', async () => {
     const misnamed = Object.assign(
       new FilesystemPayloadStore({ root: '/nonexistent/never-used' }),
