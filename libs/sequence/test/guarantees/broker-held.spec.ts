@@ -298,6 +298,29 @@ describe('guarantees: broker-held reassembly', () => {
     expect(deadLetters(transport, channel)).toHaveLength(0);
   });
 
+  it('runs no handler for a sequence another instance completed while this one held it', async () => {
+    const channel = 'held.completed-elsewhere';
+    const store = new MemorySequenceStore();
+    const { transport, handler } = await app(channel, { store });
+    const fragments = makeFragments('held-elsewhere', bytes(3_000, 42), 1_000);
+    await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
+    await eventually(() => unsettledIn(transport, channel) === 2, 'two held');
+    // As an instance the partition had moved to does once it has handled the sequence.
+    await store.finish({ scope: channel, sequenceId: 'held-elsewhere' }, 'completed', {
+      now: Date.now(),
+      retentionMs: 60_000,
+      consumerId: 'another-instance',
+    });
+
+    await publishHeld(transport, channel, fragments.slice(2), PARTITIONS);
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+    await transport.whenIdle();
+
+    expect(handler.calls).toBe(0);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
   it('acks a late duplicate after completion whose marker the store failed to write', async () => {
     const channel = 'held.late-unrecorded';
     const store = new SlowStore();

@@ -557,6 +557,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       sequence.phase = 'holding';
       return this.spill(sequence, consumer);
     }
+    // The partition may have moved while this consumer held the sequence, and the instance it
+    // moved to completed it: a handler run here now would be a second one, after the marker.
+    // Through the store, the fragments get the stored verdict, as late duplicates do.
+    if (await this.finishedInStore(sequence)) {
+      sequence.phase = 'holding';
+      return this.spill(sequence, consumer);
+    }
     await this.traces.process(channel, complete, completedBy, async () => {
       const declared = { sha256: complete.sha256, bytes: complete.declaredBytes };
       let digest: PayloadDigest;
@@ -614,6 +621,20 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       await this.finishWith(sequence, ACK, consumer);
       return ACK;
     });
+  }
+
+  /** Whether the store holds a verdict for the sequence; a store that cannot tell is no. */
+  private async finishedInStore(sequence: HeldSequence): Promise<boolean> {
+    const ref = refOf(sequence);
+    try {
+      return (await this.store.status!(ref, Date.now())).state === 'finished';
+    } catch (error) {
+      this.logger.warn(
+        `${this.store.name} store could not tell whether sequence ${ref.sequenceId} on ` +
+          `${ref.scope} was finished elsewhere; handling it: ${errorMessage(error)}`,
+      );
+      return false;
+    }
   }
 
   /**
