@@ -15,10 +15,19 @@ export function checkedBeforeReading<T>(payload: unknown, check: () => T): T {
   }
 }
 
-/** Destroys `payload` when it is (or its records are) a Readable; other sources are left alone. */
+/**
+ * Destroys `payload` when it is (or its records are) a Readable; other sources are left alone.
+ * What the stream reports after that (a file that failed to open) is nobody's any more: it is
+ * listened to, or it would be an uncaught exception.
+ */
 export function destroySource(payload: unknown): void {
-  if (payload instanceof Readable) payload.destroy();
-  else if (isRecordSource(payload) && payload.records instanceof Readable) {
-    payload.records.destroy();
-  }
+  const stream =
+    payload instanceof Readable
+      ? payload
+      : isRecordSource(payload) && payload.records instanceof Readable
+        ? payload.records
+        : undefined;
+  if (!stream) return;
+  stream.on('error', () => undefined);
+  stream.destroy();
 }
