@@ -14,6 +14,7 @@ import type { ClaimedPayload } from '../claim-check/claimed-payload';
 import { brokerDeathReason } from '../core/broker-death';
 import { errorMessage, textOf } from '../core/errors/caught';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { jsonText } from '../core/json-text';
 import { checkInteger } from '../core/option-checks';
 import { handOver, type HandlerContext } from '../kernel/handler-call';
 import { handlerRejection } from '../kernel/handler-retry';
@@ -37,8 +38,10 @@ import {
   DEFAULT_DECODE_LIMITS,
   decodePayload,
   encodePayload,
+  JSON_CONTENT_TYPE,
   publishOptionsOf,
   type IncomingPayload,
+  type OutgoingPayload,
 } from './payload.codec';
 import { headerString, RpcHeader, withRpcHeaders } from './rpc-headers';
 import { SequenceContext, type SequenceMessageInfo } from './sequence.context';
@@ -528,10 +531,10 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
 
   /**
    * Sends a `@MessagePattern`'s result (or its error) to the requester, by the same size rule as
-   * any message. A result that cannot be encoded goes back as an error; so does one that cannot
-   * be sent (a stream that fails as it is read, a payload store that refuses it), so that the
-   * caller learns why at once rather than at its `replyTimeoutMs`. A stream the result is (a
-   * `SequenceRecord`'s included) is destroyed once done with, sent or not.
+   * any message. A result or an error that cannot be encoded goes back as an error saying so; so
+   * does one that cannot be sent (a stream that fails as it is read, a payload store that refuses
+   * it), so that the caller learns why at once rather than at its `replyTimeoutMs`. A stream the
+   * result is (a `SequenceRecord`'s included) is destroyed once done with, sent or not.
    */
   private async sendReply(
     request: Extract<Request, { ok: true }>,
@@ -556,23 +559,29 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     outcome: PipelineOutcome,
     runtime: SequenceRuntime,
   ): Promise<void> {
-    let out: ReturnType<typeof encodePayload>;
+    let out: OutgoingPayload;
     let failed = !outcome.ok;
+    // Whether a short error saying why may take its place should the reply not be sent: not when
+    // it is that short error already.
+    let replaceable = true;
     try {
-      out = encodePayload(
-        outcome.ok ? outcome.value : { status: 'error', message: replyError(outcome) },
-      );
+      out = outcome.ok ? encodePayload(outcome.value) : errorReply(replyError(outcome));
     } catch (error) {
       failed = true;
-      out = errorReply(`the reply cannot be encoded: ${errorMessage(error)}`);
+      replaceable = false;
+      out = errorReply(errorText(`the reply cannot be encoded: ${errorMessage(error)}`));
     }
     let error = await publishReply(request, out, failed, runtime);
     // Its reply channel closed (the requester stopped), an error reply would be refused too.
-    if (error !== undefined && !failed && !replyChannelClosed(error, request.replyTo, runtime)) {
+    if (
+      error !== undefined &&
+      replaceable &&
+      !replyChannelClosed(error, request.replyTo, runtime)
+    ) {
       const unsent = errorMessage(error);
       error = await publishReply(
         request,
-        errorReply(`the reply could not be sent: ${unsent}`),
+        errorReply(errorText(`the reply could not be sent: ${unsent}`)),
         true,
         runtime,
       );
@@ -637,15 +646,25 @@ function destroyReturned(value: unknown): void {
   destroySource(value instanceof SequenceRecord ? value.data : value);
 }
 
-/** A reply saying the request failed, and why. */
-function errorReply(message: string): ReturnType<typeof encodePayload> {
-  return encodePayload({ status: 'error', message });
+/**
+ * An error reply: `body` as JSON, whatever it is, as Nest's transporters send an error (a
+ * Buffer's bytes or a stream would not read back as the error).
+ * @throws TypeError when JSON cannot carry `body` (see jsonText)
+ */
+function errorReply(body: unknown): OutgoingPayload {
+  const payload = Buffer.from(jsonText(body) ?? 'null', 'utf8');
+  return { payload, contentType: JSON_CONTENT_TYPE, bytes: payload.length, headers: {} };
+}
+
+/** The error Nest gives for a text: what `send()` errors with. */
+function errorText(message: unknown): { status: 'error'; message: unknown } {
+  return { status: 'error', message };
 }
 
 /** Publishes a reply to the requester; resolves with what failed it, if anything. */
 async function publishReply(
   request: Extract<Request, { ok: true }>,
-  out: ReturnType<typeof encodePayload>,
+  out: OutgoingPayload,
   failed: boolean,
   runtime: SequenceRuntime,
 ): Promise<unknown> {
@@ -819,12 +838,22 @@ function describedError(error: unknown): unknown {
   return new Error(text, { cause: error });
 }
 
-function replyError(outcome: Extract<PipelineOutcome, { ok: false }>): string {
+/**
+ * What `send()` errors with, as with Nest's `BaseRpcExceptionFilter`: an RpcException's error as
+ * it is when it is an object, else `{ status: 'error', message }` with it; what an exception
+ * filter errors with (or a handler throws) as it is when it is an object, a text as `message`.
+ * An Error, thrown or an RpcException's, gives its message (JSON would send it as `{}`; Nest
+ * sends "Internal server error" for one thrown); a refusal its dead letter's reason.
+ */
+function replyError(outcome: Extract<PipelineOutcome, { ok: false }>): unknown {
   const refusal = refusalOf(outcome);
-  if (refusal) return deathReason(refusal.code, refusal.message);
-  // A thrown text as it is; what a filter's Observable errored with (an object) as JSON.
+  if (refusal) return errorText(deathReason(refusal.code, refusal.message));
   const { filtered } = outcome;
-  return typeof filtered === 'string' ? filtered : errorMessage(describedError(filtered));
+  const error = filtered instanceof RpcException ? filtered.getError() : filtered;
+  if (error instanceof Error) return errorText(error.message);
+  if (typeof error === 'object' && error !== null) return error;
+  if (filtered instanceof RpcException) return errorText(error);
+  return errorText(typeof error === 'string' ? error : textOf(error));
 }
 
 /** `message`: the transport's, whose headers may carry ours as bytes (see withRpcHeaders). */

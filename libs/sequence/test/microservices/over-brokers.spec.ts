@@ -1,7 +1,14 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Controller, UsePipes, ValidationPipe } from '@nestjs/common';
-import { ClientsModule, Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
+import {
+  ClientsModule,
+  Ctx,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  RpcException,
+} from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { IsString } from 'class-validator';
 import { lastValueFrom } from 'rxjs';
@@ -68,6 +75,7 @@ class Studies {
 class Answers {
   @MessagePattern('bk.ask')
   ask(@Payload() request: { size: number }) {
+    if (request.size < 0) throw new RpcException({ statusCode: 404, message: 'no such study' });
     return request.size === 0 ? { ok: true } : bytes(request.size);
   }
 }
@@ -210,6 +218,14 @@ describeOnTransports('microservices: SequenceServer and SequenceClient', [], (on
     });
     const large = await lastValueFrom(t.client.send<Buffer>('bk.ask', { size: 3 * 1024 * 1024 }));
     expect(sha(large)).toBe(sha(bytes(3 * 1024 * 1024)));
+  });
+
+  it('errors send() with an RpcException’s object error, as it is', async () => {
+    const { t } = await start(Answers);
+    await expect(lastValueFrom(t.client.send('bk.ask', { size: -1 }))).rejects.toEqual({
+      statusCode: 404,
+      message: 'no such study',
+    });
   });
 
   it('answers a request whose sequence the consumer refuses with the reason, at once', async () => {
