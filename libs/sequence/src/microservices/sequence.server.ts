@@ -104,10 +104,10 @@ interface Incoming {
 const PARAMS: ParamsReader = {
   exchangeKeyForValue(type, data, args) {
     if (type === (RpcParamtype.PAYLOAD as number)) {
-      const payload = args[0];
-      return typeof data === 'string' && payload && typeof payload === 'object'
-        ? (payload as Record<string, unknown>)[data]
-        : payload;
+      // As Nest's RpcParamsFactory: `@Payload('sku')` of a payload that is not an object (a
+      // string, a number) is undefined, not the payload itself.
+      const payload = args[0] as Record<PropertyKey, unknown> | null | undefined;
+      return data ? payload?.[data as PropertyKey] : payload;
     }
     if (type === (RpcParamtype.CONTEXT as number)) return args[1];
     return undefined;

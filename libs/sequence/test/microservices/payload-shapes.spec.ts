@@ -28,6 +28,12 @@ class Pages {
   samples() {
     return new Float32Array([1.5, -2]);
   }
+
+  @MessagePattern('shapes.sku')
+  sku(@Payload('sku') sku: unknown) {
+    // Its type said apart: JSON would drop an undefined property.
+    return { type: typeof sku, sku: sku ?? null };
+  }
 }
 
 /** What `emit` and a reply take for records, and what they send as JSON. */
@@ -167,6 +173,24 @@ describe('SequenceClient payloads with a records property', () => {
     await expect(lastValueFrom(t.client.send('shapes.query', {}))).resolves.toEqual({
       records: [{ id: 1 }, { id: 2 }],
       total: 2,
+    });
+  });
+
+  it('gives @Payload(key) the property of an object payload', async () => {
+    await expect(lastValueFrom(t.client.send('shapes.sku', { sku: 'A-1' }))).resolves.toEqual({
+      type: 'string',
+      sku: 'A-1',
+    });
+  });
+
+  it.each([
+    ['a string', 'A-1'],
+    ['a number', 42],
+    ['a Buffer', Buffer.from('A-1')],
+  ])('gives @Payload(key) undefined for %s payload, as Nest does', async (_what, data) => {
+    await expect(lastValueFrom(t.client.send('shapes.sku', data))).resolves.toEqual({
+      type: 'undefined',
+      sku: null,
     });
   });
 
