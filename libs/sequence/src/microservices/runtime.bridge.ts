@@ -295,7 +295,7 @@ export class RuntimeBridge
     return this.deliveries.getStore();
   }
 
-  async consume(specs: readonly ConsumerSpec[]): Promise<void> {
+  async consume(specs: readonly ConsumerSpec[]): Promise<boolean> {
     const bindings = specs.flatMap((spec) => {
       // Bound once per spec: consuming it again (a listen() tried again) reuses its bindings.
       let bound = this.bound.get(spec);
@@ -305,12 +305,14 @@ export class RuntimeBridge
       }
       return bound;
     });
-    if ((await this.lifecycle.addBindings(bindings)) || bindings.length === 0) return;
+    const consuming = await this.lifecycle.addBindings(bindings);
+    if (consuming || bindings.length === 0) return consuming;
     const handlers = bindings.map((binding) => `${binding.definedBy} on ${binding.channel}`);
     this.logger.warn(
       `SequenceServer listened after SequenceModule's shutdown began: its handlers are not ` +
         `subscribed (${handlers.join(', ')}); no handler consumes once the shutdown began`,
     );
+    return false;
   }
 
   private bind(spec: ConsumerSpec): ChannelBinding[] {

@@ -99,8 +99,9 @@ export interface SequenceRuntime {
    * Consumes the channels: registered at once (a channel another handler consumes is refused),
    * opened now when the module is running, else with the others at bootstrap. Once the module's
    * shutdown began, nothing is consumed, with a warning.
+   * @returns `false` when nothing is consumed because the shutdown began
    */
-  consume(specs: readonly ConsumerSpec[]): Promise<void>;
+  consume(specs: readonly ConsumerSpec[]): Promise<boolean>;
   /**
    * `ClaimCheckService.publish` with `mode: 'auto'`: inline, a Message Sequence or a ticket;
    * stopped once `signal` aborts (a request nobody waits for any more).

@@ -126,9 +126,12 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     this.runtime = runtime;
   }
 
-  /** Resolves once the client is bound to the application's SequenceModule. */
+  /**
+   * Resolves once the client is bound to the application's SequenceModule; `status` then says
+   * `connected`. `send()` calls it, and `emit()` connects as it does.
+   */
   async connect(): Promise<void> {
-    this.attached();
+    this.connected();
     return Promise.resolve();
   }
 
@@ -144,7 +147,8 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
 
   /**
    * Waits for the sends under way, then closes the reply channel; `send()` calls still waiting
-   * for their reply error with ClientClosedError.
+   * for their reply error with ClientClosedError. `status` then says `disconnected`, until the
+   * next `send()` or `emit()` connects the client again.
    */
   async close(): Promise<void> {
     await this.whenSent();
@@ -158,6 +162,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     await subscription?.close().catch((error: unknown) => {
       this.logger.warn(`closing the reply channel failed: ${errorMessage(error)}`);
     });
+    this._status$.next('disconnected');
   }
 
   /** The module's transport. */
@@ -256,7 +261,7 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
 
   protected async dispatchEvent<T = unknown>(packet: ReadPacket): Promise<T> {
     // Refused before it is read: a stream given (a file) is destroyed, or its handle stays open.
-    const runtime = checkedBeforeReading(sourceOf(packet.data), () => this.attached());
+    const runtime = checkedBeforeReading(sourceOf(packet.data), () => this.connected());
     const pattern = this.normalizePattern(packet.pattern as string);
     await this.sendTo(runtime, pattern, packet.data, undefined);
     return undefined as T;
@@ -480,6 +485,13 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
         return;
       }
     }
+  }
+
+  /** {@link attached}, the client then `connected` (as Nest's clients connect before a send). */
+  private connected(): SequenceRuntime {
+    const runtime = this.attached();
+    this._status$.next('connected');
+    return runtime;
   }
 
   private attached(): SequenceRuntime {

@@ -139,7 +139,8 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
   private readonly completed = new WeakMap<object, Set<Route>>();
   /** The latest requests answered, by {@link answeredKey}, oldest first (see `answerRefused`). */
   private readonly answered = new Set<string>();
-  private started: Promise<void> | undefined;
+  /** The listen under way or done: whether it consumes (see `SequenceRuntime.consume`). */
+  private started: Promise<boolean> | undefined;
   private specs: ConsumerSpec[] | undefined;
   private readonly options: Required<Omit<SequenceServerOptions, 'channels'>> & {
     readonly channels: Readonly<Record<string, SequenceChannelOptions>>;
@@ -169,22 +170,36 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     this.runtime = runtime;
   }
 
+  /**
+   * Consumes the channels of the patterns. `status` then says `connected`, or `disconnected`
+   * when the listen failed or the module's shutdown began (nothing consumes).
+   */
   listen(callback: (error?: unknown) => void): void {
-    this.started ??= this.start();
-    this.started.then(
-      () => callback(),
+    const started = (this.started ??= this.start());
+    started.then(
+      (consuming) => {
+        // Closed meanwhile: it said so then.
+        if (this.started === started) this._status$.next(consuming ? 'connected' : 'disconnected');
+        callback();
+      },
       (error: unknown) => {
-        this.started = undefined;
+        if (this.started === started) this.started = undefined;
+        this._status$.next('disconnected');
         callback(error);
       },
     );
   }
 
-  /** Stops nothing itself: the module drains and closes the subscriptions at shutdown. */
+  /**
+   * Stops nothing itself: the module drains and closes the subscriptions at shutdown. `status`
+   * says `disconnected` from here.
+   */
   close(): void {
     this.started = undefined;
+    this._status$.next('disconnected');
   }
 
+  /** Unsupported: `status` says whether it consumes; the module's metrics and health the rest. */
   on(): never {
     throw new Error('SequenceServer emits no events: use the module metrics and health indicators');
   }
@@ -202,12 +217,12 @@ export class SequenceServer extends Server implements CustomTransportStrategy {
     ]);
   }
 
-  private async start(): Promise<void> {
+  private async start(): Promise<boolean> {
     const runtime = this.attached('listen()');
     // Built once: a listen() tried again after a failed subscribe binds the same consumers (a
     // resequenced channel's resequencer is defined once).
     this.specs ??= this.consumers(runtime);
-    await runtime.consume(this.specs);
+    return runtime.consume(this.specs);
   }
 
   /** One consumer per channel, for the patterns Nest added to this server; throws for bad ones. */

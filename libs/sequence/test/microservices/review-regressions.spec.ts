@@ -24,7 +24,7 @@ import {
   Transport as NestTransport,
 } from '@nestjs/microservices';
 import { IsString } from 'class-validator';
-import { lastValueFrom, of, throwError, type Observable } from 'rxjs';
+import { firstValueFrom, lastValueFrom, of, throwError, timeout, type Observable } from 'rxjs';
 import { InMemoryTransport, SequenceModule, type Subscription } from 'nest-sequence';
 import type { MessageHandler, SubscribeOptions } from 'nest-sequence/ports';
 import {
@@ -508,6 +508,10 @@ describe('SequenceServer.listen', () => {
     try {
       // It calls back without an error: the application is stopping, not failing.
       expect(await new Promise<unknown>((resolve) => server.listen(resolve))).toBeUndefined();
+      // Its latest status: nothing consumes.
+      await expect(firstValueFrom(server.status.pipe(timeout(1_000)))).resolves.toBe(
+        'disconnected',
+      );
 
       expect(warnings).toEqual([
         expect.stringMatching(
