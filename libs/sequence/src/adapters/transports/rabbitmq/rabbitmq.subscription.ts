@@ -440,8 +440,13 @@ export class RabbitMqSubscription implements Subscription {
   }
 
   private forward(pending: Promise<void>): void {
-    this.forwarding.add(pending);
-    void pending.finally(() => this.forwarding.delete(pending));
+    // Each forward settles its message on every path; a failure past that is logged, never left
+    // to crash the process as an unhandled rejection.
+    const settled = pending.catch((error: unknown) =>
+      this.settings.logger.error(`forwarding a message of ${this.channel}: ${errorMessage(error)}`),
+    );
+    this.forwarding.add(settled);
+    void settled.finally(() => this.forwarding.delete(settled));
   }
 
   /**
