@@ -21,13 +21,28 @@ export function checkedBeforeReading<T>(payload: unknown, check: () => T): T {
  * listened to, or it would be an uncaught exception.
  */
 export function destroySource(payload: unknown): void {
-  const stream =
-    payload instanceof Readable
-      ? payload
-      : isRecordSource(payload) && payload.records instanceof Readable
-        ? payload.records
-        : undefined;
+  const stream = streamOf(payload);
   if (!stream) return;
-  stream.on('error', () => undefined);
+  stream.on('error', ignored);
   stream.destroy();
+}
+
+/**
+ * Holds the first error of `payload`'s stream (it, or its records) for whoever reads it later:
+ * a call that awaits something else first (a reply channel, a store) leaves a stream that fails
+ * meanwhile (a file that cannot be opened) with no listener, an uncaught exception. The stream
+ * keeps the error (`errored`), and its reader gets it.
+ */
+export function holdSourceErrors(payload: unknown): void {
+  streamOf(payload)?.once('error', ignored);
+}
+
+function streamOf(payload: unknown): Readable | undefined {
+  if (payload instanceof Readable) return payload;
+  if (isRecordSource(payload) && payload.records instanceof Readable) return payload.records;
+  return undefined;
+}
+
+function ignored(): void {
+  // The stream keeps the error for its reader; destroyed, it has none.
 }

@@ -12,7 +12,7 @@ import { SequenceOptionsError } from '../core/errors/sequence-options.error';
 import type { HeaderMap } from '../core/headers';
 import { isRecordSource } from '../core/payload-source';
 import { checkDelay, checkInteger } from '../core/option-checks';
-import { checkedBeforeReading, destroySource } from '../core/refused-source';
+import { checkedBeforeReading, destroySource, holdSourceErrors } from '../core/refused-source';
 import { checkKeys, SEQUENCE_CLIENT_KEYS } from '../options/option-keys';
 import type { Subscription } from '../ports/transport.port';
 import { ClientClosedError } from './errors/client-closed.error';
@@ -290,6 +290,9 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     // Bounds the send too (a broker that never confirms), then again from the confirm: a large
     // request takes its upload's time before the wait for its reply starts.
     wait();
+    // Read only once the reply channel is open: a file that cannot be opened meanwhile fails the
+    // request, rather than the process.
+    holdSourceErrors(sourceOf(packet.data));
     void (async () => {
       const runtime = this.attached();
       const replies = await this.replyChannel(runtime).catch((error: unknown) => {

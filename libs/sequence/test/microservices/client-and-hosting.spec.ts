@@ -1,3 +1,4 @@
+import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
 import {
   Controller,
@@ -431,6 +432,29 @@ describe('SequenceClient: a stream it cannot send', () => {
       await eventually(() => first.destroyed && second.destroyed, 'both streams destroyed');
       await settle(inner);
       expect(transport.published).toEqual([]); // nobody waits for an answer
+    } finally {
+      await t.close();
+      await inner.close();
+    }
+  });
+
+  it('fails the send() of a file that cannot be opened while its reply channel opens, and nothing else', async () => {
+    const inner = new InMemoryTransport();
+    const transport = new HeldReplyChannels(inner);
+    const t = await createMicroserviceTestApp({
+      sequence: { transport },
+      controllers: [Replier],
+    });
+    try {
+      const missing = createReadStream('/nonexistent/nest-sequence/request');
+      const answer = lastValueFrom(t.client.send('host.ask', missing));
+      answer.catch(() => undefined);
+      // The file's open fails while the request waits for its reply channel: the error is the
+      // request's, not an uncaught exception (jest would fail the test with it).
+      await eventually(() => missing.destroyed, 'the open failed');
+      transport.open();
+      await expect(answer).rejects.toThrow(/ENOENT/);
+      expect(transport.published).toEqual([]);
     } finally {
       await t.close();
       await inner.close();
