@@ -30,6 +30,8 @@ export class ReassembledPayload {
   readonly lastFragmentAt: Date;
   private mismatch?: SequenceIntegrityError | StoredFragmentIntegrityError;
   private readError?: Error;
+  /** The streams handed out and not yet ended; undefined once the payload is closed. */
+  private open?: Set<Readable> = new Set();
 
   /**
    * @param verifyWhileReading when set, every `stream()` checks the bytes read from the store
@@ -40,7 +42,7 @@ export class ReassembledPayload {
    */
   constructor(
     sequence: CompleteSequence & { readonly sha256: string },
-    private readonly open: () => Readable,
+    private readonly read: () => Readable,
     private readonly verifyWhileReading?: {
       readonly digest: PayloadDigest;
       readonly hash: boolean;
@@ -64,28 +66,53 @@ export class ReassembledPayload {
    * gave back others): do not keep what you read from it.
    */
   stream(): Readable {
+    // What a stream reports once its handler is done says nothing of what the handler got.
     const record = (error: Error): void => {
+      if (!this.open) return;
       if (error instanceof StoredFragmentIntegrityError) this.mismatch ??= error;
       else this.readError ??= error;
     };
     const onMismatch = (error: SequenceIntegrityError): void => {
-      this.mismatch ??= error;
+      if (this.open) this.mismatch ??= error;
     };
     // A read that went through to its checked end got the payload: an earlier failed read (a
     // store that stopped answering for a moment) no longer says the handler did not get it.
     const onWhole = (): void => {
-      this.readError = undefined;
+      if (this.open) this.readError = undefined;
     };
     // Always a stream of our own around the store's: an error the reader destroys it with (the
     // destination of a pipeline that failed) is the reader's, and must not pass for the store's.
-    return Readable.from(
-      reading(this.open, this.verifyWhileReading, this.sequenceId, {
+    const stream = Readable.from(
+      reading(this.read, this.verifyWhileReading, this.sequenceId, {
         onReadError: record,
         onMismatch,
         onWhole,
       }),
       { objectMode: false, highWaterMark: 1 },
     );
+    if (!this.open) {
+      stream.destroy(new Error(`sequence ${this.sequenceId}: its handler is done with it`));
+      stream.on('error', () => undefined);
+      return stream;
+    }
+    const handedOut = this.open;
+    handedOut.add(stream);
+    stream.once('close', () => handedOut.delete(stream));
+    return stream;
+  }
+
+  /**
+   * @internal Closes the streams its handler left open, once the handler is done: the bytes are
+   * about to go (the store's deleted, the spool file removed), and a stream read on would fail
+   * with an error nobody listens to. A later `stream()` errors at once.
+   */
+  close(): void {
+    const streams = this.open;
+    this.open = undefined;
+    for (const stream of streams ?? []) {
+      stream.on('error', () => undefined);
+      stream.destroy();
+    }
   }
 
   /** Set when a `stream()` found bytes other than those verified at intake. */

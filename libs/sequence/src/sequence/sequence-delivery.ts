@@ -107,6 +107,7 @@ export class SequenceDelivery {
       const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
         stop: this.stoppingOf(consumer.channel),
       });
+      payload.close();
       if (payload.integrityFailure) {
         return await this.failIntegrity(
           ref,

@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { closeSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { partitionIndex } from '../../src/core/partition';
 import { BrokerHeldReassembler } from '../../src/sequence/broker-held/broker-held.reassembler';
 import { SpoolFile } from '../../src/sequence/broker-held/spool';
@@ -319,6 +320,29 @@ describe('guarantees: broker-held reassembly', () => {
     expect(handler.calls).toBe(0);
     expect(deadLetters(transport, channel)).toHaveLength(0);
     expect(await spoolFiles(spoolDir)).toEqual([]);
+  });
+
+  it('closes the streams a handler left unread once it returns, without an uncaught error', async () => {
+    const channel = 'held.left-streams';
+    const { transport, handler } = await app(channel);
+    const left: Readable[] = [];
+    // Handed on to be read later, with nobody listening for its errors: read after the spool
+    // file is gone, it would fail with an uncaught 'error'.
+    handler.onCall = async (payload) => {
+      const stream = payload.stream();
+      left.push(stream);
+      stream.pause();
+      setTimeout(() => stream.resume(), 50);
+    };
+    const fragments = makeFragments('held-left', bytes(3_000, 43), 1_000);
+    await publishHeld(transport, channel, fragments, PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+    await transport.whenIdle();
+    await sleep(150);
+
+    expect(left).toHaveLength(1);
+    expect(left[0].destroyed).toBe(true);
+    expect(deadLetters(transport, channel)).toHaveLength(0);
   });
 
   it('acks a late duplicate after completion whose marker the store failed to write', async () => {

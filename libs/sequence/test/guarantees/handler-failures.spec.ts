@@ -81,6 +81,28 @@ describe('guarantees: a handler that throws', () => {
     },
   );
 
+  it('that returned with a stream left to read later: the stream is closed, no uncaught error', async () => {
+    const channel = 'guarantees.handler.left-stream';
+    t = await createSequenceTestApp(channel, {});
+    const left: Readable[] = [];
+    // Handed on to be read later, with nobody listening for its errors: read once the sequence
+    // is completed and its bodies deleted, it would fail with an uncaught 'error'.
+    t.handler.onCall = async (payload) => {
+      const stream = payload.stream();
+      left.push(stream);
+      stream.pause();
+      setTimeout(() => stream.resume(), 50);
+    };
+    await publishAll(t.transport, channel, makeFragments('left', payload, 1_000));
+    await t.transport.whenIdle();
+    await new Promise((resolve) => setTimeout(resolve, 150));
+
+    expect(t.handler.deliveries).toHaveLength(1);
+    expect(left).toHaveLength(1);
+    expect(left[0].destroyed).toBe(true);
+    expect(deadLetters(t.transport, channel)).toHaveLength(0);
+  });
+
   it('is retried: failing twice then succeeding, it is called 3 times, the sequence is delivered once and acked', async () => {
     const channel = 'guarantees.handler.recovers';
     const { app } = await handledWithFailures(channel, 2);

@@ -595,6 +595,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         handsBack,
         stop: this.host.stopping,
       });
+      payload.close();
       if (payload.integrityFailure) {
         const { message } = payload.integrityFailure;
         return this.spoolFault(sequence, consumer, message, 'integrity-mismatch');
