@@ -12,6 +12,7 @@ import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { callHandlerWithRetry, handlerRejection } from '../kernel/handler-retry';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { MessageRefusedError } from '../core/errors/message-refused.error';
+import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import type { AbandonedCalls } from '../kernel/abandoned-calls';
 import {
   mayHaveReachedTheBroker,
@@ -312,7 +313,7 @@ export class HandOffDeliverer {
         onFailure: (error, attempt) => {
           if (leaseEnding) return;
           // Bytes that fail their check cannot get better by calling the handler again.
-          final = error instanceof SequenceIntegrityError;
+          final = isIntegrityFailure(error);
           if (final) return;
           metrics.handlerFailed(definition.name);
           this.targets.logger.warn(
@@ -324,7 +325,7 @@ export class HandOffDeliverer {
         stop: this.targets.stop,
       });
       if (!outcome.ok && (leaseEnding || outcome.stopped)) return false;
-      if (!outcome.ok && outcome.error instanceof SequenceIntegrityError) {
+      if (!outcome.ok && isIntegrityFailure(outcome.error)) {
         return this.deadLetter(key, entry, 'integrity-mismatch', outcome.error.message, guard);
       }
       if (!outcome.ok) {
@@ -506,4 +507,11 @@ export class HandOffDeliverer {
 function outputHeaders(key: string, entry: ResequencedEntry): HeaderMap {
   const headers = ResequencerTracing.delivered(entry.headers);
   return { ...headers, [ResequenceHeader.key]: key, [ResequenceHeader.seq]: entry.seq };
+}
+
+/** Bytes that failed their check (the payload's, or a body's read back): final, no retry. */
+function isIntegrityFailure(
+  error: unknown,
+): error is SequenceIntegrityError | StoredFragmentIntegrityError {
+  return error instanceof SequenceIntegrityError || error instanceof StoredFragmentIntegrityError;
 }

@@ -4,6 +4,7 @@ import { userHeadersRefusal } from '../core/completeness';
 import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
 import { SequenceIntegrityError } from '../core/errors/sequence-integrity.error';
+import { StoredFragmentIntegrityError } from '../core/errors/stored-fragment-integrity.error';
 import {
   isLastFragment,
   parseFragmentHeaders,
@@ -215,6 +216,20 @@ export class FragmentStream {
       // fragment is refused, as one arriving after the last is.
       this.rejected('position-out-of-range', pastEnd, fragment);
       throw new MessageRefusedError('position-out-of-range', pastEnd);
+    }
+    // Checked again as it leaves the resequencer's store (Redis keeps bodies as base64 in JSON): a
+    // body changed there must not reach the handler as the one checked at intake.
+    const storedCrc = crc32(event.body);
+    if (storedCrc !== fragment.crc32) {
+      const error = new StoredFragmentIntegrityError(
+        sequenceId,
+        position,
+        fragment.crc32,
+        storedCrc,
+      );
+      this.rejected('integrity-mismatch', error.message, fragment);
+      // Final: the deliverer dead-letters it without calling the handler again.
+      throw error;
     }
     this.digests.feed(sequenceId, position, event.body);
     const streamed = this.digests.bytesOf(sequenceId);

@@ -2,6 +2,7 @@ import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   InMemoryTransport,
+  MemoryResequencerStore,
   SequencedHandler,
   SequenceModule,
   StreamedFragment,
@@ -11,6 +12,7 @@ import {
 } from 'nest-sequence';
 import { buildFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
+import type { HandOffItem } from 'nest-sequence/ports';
 import {
   bytes,
   eventually,
@@ -23,6 +25,32 @@ import { recordEvents, type EventRecorder } from '../events/event-recorder';
 import { createHash } from 'node:crypto';
 
 const channel = 'stream.rejected';
+
+/** Hands back the body of the event at `seq` with one byte changed, as a store gone wrong might. */
+class BodyChangingStore extends MemoryResequencerStore {
+  constructor(private readonly seq: number) {
+    super();
+  }
+
+  override async claimDrain(...args: Parameters<MemoryResequencerStore['claimDrain']>) {
+    return this.changed(await super.claimDrain(...args));
+  }
+
+  override async settleDrain(...args: Parameters<MemoryResequencerStore['settleDrain']>) {
+    return this.changed(await super.settleDrain(...args));
+  }
+
+  private changed<T extends { kind: string; items?: readonly HandOffItem[] }>(claim: T): T {
+    if (claim.kind !== 'claimed' || !claim.items) return claim;
+    const items = claim.items.map((item) => {
+      if (item.kind !== 'event' || item.entry.seq !== this.seq) return item;
+      const body = Buffer.from(item.entry.body);
+      body[0] ^= 0xff;
+      return { ...item, entry: { ...item.entry, body } };
+    });
+    return { ...claim, items };
+  }
+}
 const dlq = `${channel}.dlq`;
 
 describe('stream mode: after a fragment was refused', () => {
@@ -114,6 +142,21 @@ describe('stream mode: after a fragment was refused', () => {
     expect(recorder.only('sequence.completed')).toEqual([]);
     expect(received.filter((each) => each.last)).toEqual([]);
     expect(received.map((each) => each.position)).toEqual([1, 2]);
+  });
+
+  it('never hands over a fragment whose body changed in the resequencer store', async () => {
+    await start({}, { resequencer: { store: new BodyChangingStore(2) } });
+    const fragments = makeFragments('changed-in-store', bytes(4_000, 8), 1_000);
+    await publishAll(transport, channel, fragments);
+    await eventually(() => received.some((each) => each.last), 'the last fragment');
+    await transport.whenIdle();
+
+    // As for any fragment dead-lettered: the later ones still come, the last not verified.
+    expect(received.map((each) => each.position)).toEqual([1, 3, 4]);
+    expect(reasons()).toEqual([
+      expect.stringMatching(/^integrity-mismatch: .*position 2 read back from the store has crc32/),
+    ]);
+    expect(received[2].verified).not.toBe(true);
   });
 
   it('refuses a fragment past the end of a sequence whose last fragment was refused (integrity-mismatch)', async () => {
