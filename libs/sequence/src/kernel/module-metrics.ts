@@ -32,8 +32,24 @@ export class ModuleMetrics implements LifecyclePart {
     this.registers = metrics === false ? [] : [this.registry];
   }
 
-  counter<L extends string>(name: string, help: string, labelNames: L[] = []): Counter<L> {
-    return new Counter({ name: this.named(name), help, labelNames, registers: this.registers });
+  /** With `collect`: run at every scrape before the values are read (to start label sets at 0). */
+  counter<L extends string>(
+    name: string,
+    help: string,
+    labelNames: L[] = [],
+    collect?: (counter: Counter<L>) => void,
+  ): Counter<L> {
+    return new Counter<L>({
+      name: this.named(name),
+      help,
+      labelNames,
+      registers: this.registers,
+      collect: collect
+        ? function (this: Counter<L>) {
+            collect(this);
+          }
+        : undefined,
+    });
   }
 
   /** With `collect`: refreshed by it at every scrape (a gauge of shared state read from a store). */

@@ -19,6 +19,7 @@ export class OutboxMetrics {
   private readonly received: Counter<'box' | 'outcome'>;
   private readonly processed: Counter<'box'>;
   private readonly latency: Histogram<'box'>;
+  private readonly statsFailures: Counter<'box'>;
   /**
    * Each box's statistics, read from the source `readStatsFrom` gave, one read at a time: a scrape
    * that timed out leaves its read running, and the next waits on it.
@@ -53,6 +54,11 @@ export class OutboxMetrics {
       ['box'],
       [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
     );
+    this.statsFailures = counter(
+      'outbox_stats_failures_total',
+      'Scrapes at which a box could not report its stats (its gauges kept their last value)',
+      ['box'],
+    );
     const boxGauge = (name: string, help: string, read: (stats: BoxStats) => number): void => {
       const made: Gauge<'box'> = gauge(name, help, ['box'], async () => {
         for (const [box, stats] of await this.snapshot()) made.set({ box }, read(stats));
@@ -72,6 +78,8 @@ export class OutboxMetrics {
     this.readers = new Map(
       source ? BOX_NAMES.map((box) => [box, oneAtATime(() => source(box))] as const) : [],
     );
+    // From 0, so that a rate over the first failure sees it.
+    for (const box of this.readers.keys()) this.statsFailures.inc({ box }, 0);
     this.lastSnapshot = undefined;
   }
 
@@ -96,7 +104,8 @@ export class OutboxMetrics {
   /**
    * Every box's statistics, read once for the three gauges of one scrape (a second read within
    * a second shares the first). A box whose read failed is left out: its gauges keep their last
-   * value (the health check says why).
+   * value (the health check says why), and `outbox_stats_failures_total` counts it, since a frozen
+   * age would keep the lag alert quiet through the outage.
    */
   private snapshot(): Promise<Map<BoxName, BoxStats>> {
     const now = Date.now();
@@ -117,6 +126,7 @@ export class OutboxMetrics {
             read.set(box, each);
           } catch {
             // unreachable or slow store: see above
+            this.statsFailures.inc({ box });
           }
         }),
       );

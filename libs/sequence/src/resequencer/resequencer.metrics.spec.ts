@@ -88,7 +88,7 @@ describe('resequencer gap gauges', () => {
     expect(await oldestAge('orders')).toBe(0);
   });
 
-  it('keeps the last values, and the scrape succeeds, while the store cannot answer', async () => {
+  it('keeps the last values, counts the failed reads, and the scrape succeeds, while the store cannot answer', async () => {
     const store = new FlakyGapStatsStore();
     const { registry, resequencers } = await start(store);
     const orders = resequencers.create(
@@ -100,6 +100,12 @@ describe('resequencer gap gauges', () => {
       await metricValue(registry, 'nest_sequence_resequencer_open_gaps', { resequencer: 'orders' }),
     ).toBe(1);
 
+    const failures = () =>
+      metricValue(registry, 'nest_sequence_resequencer_stats_failures_total', {
+        resequencer: 'orders',
+      });
+    expect(await failures()).toBe(0);
+
     store.failing = true;
     await orders.receive(event('B', 2));
     await new Promise((resolve) => setTimeout(resolve, 1_050));
@@ -107,5 +113,7 @@ describe('resequencer gap gauges', () => {
     expect(
       await metricValue(registry, 'nest_sequence_resequencer_open_gaps', { resequencer: 'orders' }),
     ).toBe(1);
+    // Frozen gauges alert on nothing: the failed reads are what shows the outage.
+    expect(await failures()).toBe(1);
   });
 });

@@ -25,6 +25,7 @@ export class ResequencerMetrics {
   private readonly orderAtRisk: Counter<'resequencer'>;
   private readonly buffered: Gauge<'resequencer'>;
   private readonly bufferedBytes: Gauge<'resequencer'>;
+  private readonly statsFailures: Counter<'resequencer'>;
 
   /** Each resequencer's gap statistics, one store read at a time (see {@link gapSnapshot}). */
   private readonly gapReaders = new Map<string, () => Promise<GapStats>>();
@@ -81,6 +82,17 @@ export class ResequencerMetrics {
       ['resequencer'],
     );
 
+    this.statsFailures = counter(
+      'resequencer_stats_failures_total',
+      "Scrapes at which the store could not report a resequencer's gap stats (its gauges kept " +
+        'their last value)',
+      ['resequencer'],
+      // Every resequencer's from 0, so that a rate over its first failure sees it.
+      (failures) => {
+        for (const { resequencer } of catalog.all())
+          failures.inc({ resequencer: resequencer.name }, 0);
+      },
+    );
     const openGaps: Gauge<'resequencer'> = gauge(
       'resequencer_open_gaps',
       'Keys waiting on a gap (alerted or not), per resequencer',
@@ -168,7 +180,8 @@ export class ResequencerMetrics {
             );
             read.set(name, each);
           } catch {
-            // unreachable or slow store: see above
+            // unreachable or slow store: see above; counted, as its frozen gauges alert on nothing
+            this.statsFailures.inc({ resequencer: name });
           }
         }),
       );
