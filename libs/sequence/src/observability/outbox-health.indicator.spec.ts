@@ -11,6 +11,7 @@ import { FaultInjectingTransport } from '../../test/support/sequence-test-app';
 import { SqliteOutboxStore } from 'nest-sequence/sqlite';
 import { OutboxHealthIndicator, SequenceHealthModule } from 'nest-sequence/health';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
+import { BOX_NAMES } from '../ports/outbox-store.port';
 
 describe('OutboxHealthIndicator', () => {
   let app: INestApplicationContext | undefined;
@@ -103,6 +104,29 @@ describe('OutboxHealthIndicator', () => {
 
       expect(Date.now() - asked).toBeLessThan(2_000);
       expect(result).toEqual({ outbox: { status: 'up', store: { name: 'sqlite', status: 'up' } } });
+    } finally {
+      await app?.close();
+      app = undefined;
+      await store.close();
+    }
+  });
+
+  it('starts no new count of a box while one the timeout gave up on still runs', async () => {
+    const store = await SqliteOutboxStore.open({ filename: ':memory:' });
+    try {
+      const started = await start(store);
+      const counted: string[] = [];
+      store.stats = (box) => {
+        counted.push(box);
+        return new Promise(() => undefined);
+      };
+      const indicator = started.get(OutboxHealthIndicator);
+
+      for (let probe = 0; probe < 3; probe++)
+        await indicator.isHealthy('outbox', { timeoutMs: 20 });
+
+      // One count per box in all: each later probe waits on the one still running.
+      expect(counted.sort()).toEqual([...BOX_NAMES].sort());
     } finally {
       await app?.close();
       app = undefined;

@@ -1,8 +1,13 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { withTimeout } from '../core/async';
+import { oneAtATime, withTimeout } from '../core/async';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
-import { BOX_NAMES, type BoxName, type BoxStats } from '../ports/outbox-store.port';
+import {
+  BOX_NAMES,
+  type BoxName,
+  type BoxStats,
+  type OutboxStore,
+} from '../ports/outbox-store.port';
 import {
   probe,
   type SequenceDependencyHealth,
@@ -70,6 +75,13 @@ export type OutboxHealthDetails = {
 @Injectable()
 export class OutboxHealthIndicator {
   private readonly thresholds: ResolvedHealthOptions;
+  /**
+   * The store's ping and each box's counts, each shared with one still running from an earlier
+   * probe: a count the timeout gave up on keeps its pool connection (or SQLite's lock) until it
+   * ends, and a probe every few seconds must not pile more of them up.
+   */
+  private readonly pingStore = oneAtATime(async () => (await this.runtime.current())?.ping());
+  private readonly statsReaders = new WeakMap<OutboxStore, Map<BoxName, () => Promise<BoxStats>>>();
 
   constructor(
     private readonly health: HealthIndicatorService,
@@ -77,6 +89,15 @@ export class OutboxHealthIndicator {
     @Optional() @Inject(HEALTH_OPTIONS) thresholds?: ResolvedHealthOptions,
   ) {
     this.thresholds = thresholds ?? resolveHealthOptions();
+  }
+
+  private readStats(store: OutboxStore, box: BoxName): Promise<BoxStats> {
+    let readers = this.statsReaders.get(store);
+    if (!readers) {
+      readers = new Map(BOX_NAMES.map((each) => [each, oneAtATime(() => store.stats(each))]));
+      this.statsReaders.set(store, readers);
+    }
+    return readers.get(box)!();
   }
 
   async isHealthy<const Key extends string>(
@@ -102,7 +123,7 @@ export class OutboxHealthIndicator {
     }
     const store = await probe(
       // Named as the adapter, down or up; 'outbox store' only when the embedded one never opened.
-      { name: this.runtime.storeName ?? 'outbox store', ping: async () => (await opened).ping() },
+      { name: this.runtime.storeName ?? 'outbox store', ping: this.pingStore },
       timeoutMs,
     );
     if (store.status === 'down') {
@@ -112,7 +133,9 @@ export class OutboxHealthIndicator {
     // The counts are details: counting slowly (a large table) or failing must neither hold the
     // probe past its timeout nor turn a database that answered into a failed check.
     const boxes = await withTimeout(
-      Promise.all(BOX_NAMES.map(async (box) => [box, boxHealth(await ready.stats(box))] as const)),
+      Promise.all(
+        BOX_NAMES.map(async (box) => [box, boxHealth(await this.readStats(ready, box))] as const),
+      ),
       timeoutMs,
       () => new Error(`the box counts took over ${timeoutMs} ms`),
     ).then(

@@ -4,7 +4,7 @@ import type { ResequencerStore } from '../ports/resequencer-store.port';
 import { RESEQUENCER_STORE, SWEEP_TIMING, type SweepTiming } from '../kernel/tokens';
 import type { ResequencerBuffers, ResequencerGaps } from '../resequencer/resequencer';
 import { ResequencerService } from '../resequencer/resequencer.service';
-import { withTimeout } from '../core/async';
+import { oneAtATime, withTimeout } from '../core/async';
 import {
   probe,
   type SequenceDependencyHealth,
@@ -55,6 +55,10 @@ export type ResequencerHealthDetails = {
  */
 @Injectable()
 export class ResequencerHealthIndicator {
+  /** The figures, each shared with a read still running from an earlier probe. */
+  private readonly readBuffers = oneAtATime(() => this.resequencers.buffers());
+  private readonly readGaps = oneAtATime(() => this.resequencers.gapStats());
+
   private readonly thresholds: ResolvedHealthOptions;
 
   constructor(
@@ -82,15 +86,13 @@ export class ResequencerHealthIndicator {
     // its timeout nor turn a store that answered into a failed check.
     const [buffers, gaps] = await Promise.all([
       withTimeout(
-        this.resequencers.buffers(),
+        this.readBuffers(),
         timeoutMs,
         () => new Error('the buffered totals took too long'),
       ).catch(() => undefined),
-      withTimeout(
-        this.resequencers.gapStats(),
-        timeoutMs,
-        () => new Error('the gap stats took too long'),
-      ).catch(() => undefined),
+      withTimeout(this.readGaps(), timeoutMs, () => new Error('the gap stats took too long')).catch(
+        () => undefined,
+      ),
     ]);
     const verdict = new HealthVerdict(this.thresholds.warnRatio);
     if (thresholds) {

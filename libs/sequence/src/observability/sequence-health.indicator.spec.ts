@@ -216,6 +216,31 @@ describe('SequenceHealthIndicator', () => {
     });
   });
 
+  it('starts no second ping while one that hung is still running: each probe waits on it', async () => {
+    let pings = 0;
+    let answer: (() => void) | undefined;
+    const store = storeWithPing(() => {
+      pings++;
+      // The first ping hangs until answered; those after it answer at once.
+      return answer ? Promise.resolve() : new Promise<void>((resolve) => (answer = resolve));
+    });
+    const app = await start({ sequence: { store } });
+    const indicator = app.get(SequenceHealthIndicator);
+
+    for (let probe = 0; probe < 3; probe++) {
+      const result = await indicator.isHealthy('sequence', { timeoutMs: 20 });
+      expect(result.sequence.status).toBe('down');
+    }
+    // A probe every few seconds against a database that stopped answering would otherwise
+    // leave a ping (a pool connection, a lock) behind each time.
+    expect(pings).toBe(1);
+
+    answer!();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect((await indicator.isHealthy('sequence', { timeoutMs: 20 })).sequence.status).toBe('up');
+    expect(pings).toBe(2);
+  });
+
   it('is down when the transport is closed', async () => {
     const app = await start();
     await app.get<Transport>(SEQUENCE_TRANSPORT).close();

@@ -11,6 +11,7 @@ import {
   type SweepTiming,
 } from '../kernel/tokens';
 import { errorMessage } from '../core/errors/caught';
+import { oneAtATime } from '../core/async';
 import {
   HEALTH_OPTIONS,
   resolveHealthOptions,
@@ -93,6 +94,9 @@ export interface SequenceHealthCheckOptions {
  */
 @Injectable()
 export class SequenceHealthIndicator {
+  /** The store's stats, shared with a read still running from an earlier probe. */
+  private readonly readStats = oneAtATime(() => this.store.stats(Date.now()));
+
   private readonly thresholds: ResolvedHealthOptions;
 
   constructor(
@@ -162,12 +166,11 @@ export class SequenceHealthIndicator {
   }
 
   private async buffer(timeoutMs: number): Promise<SequenceBufferHealth | undefined> {
+    // A store whose stats() throws before it returns a promise leaves the buffer out, as a
+    // rejection does, rather than failing the whole check (oneAtATime calls it in an async
+    // function).
+    const stats = await withinTimeout(this.readStats(), timeoutMs).catch(() => undefined);
     const now = Date.now();
-    // Called in an async function: a store whose stats() throws before it returns a promise
-    // leaves the buffer out, as a rejection does, rather than failing the whole check.
-    const stats = await withinTimeout((async () => this.store.stats(now))(), timeoutMs).catch(
-      () => undefined,
-    );
     if (!stats) return undefined;
     const { maxBufferedBytes } = this.budgets;
     const reservedBytes = stats.reservedBytes ?? 0;
@@ -201,13 +204,29 @@ async function withinTimeout<T>(promise: Promise<T>, timeoutMs: number, what = '
   }
 }
 
-/** Pings `dependency` within `timeoutMs`: up, or down with why. */
+/**
+ * Each dependency's ping in flight. A ping the timeout gave up on keeps running (a pool
+ * connection, a lock queued for): the next probes wait on it rather than start more of them.
+ */
+const pings = new WeakMap<object, () => Promise<void>>();
+
+/** `dependency`'s ping, shared with any still running from an earlier probe. */
+export function sharedPing(dependency: { ping(): Promise<void> }): Promise<void> {
+  let ping = pings.get(dependency);
+  if (!ping) {
+    ping = oneAtATime(() => dependency.ping());
+    pings.set(dependency, ping);
+  }
+  return ping();
+}
+
+/** Pings `dependency` within `timeoutMs` (see {@link sharedPing}): up, or down with why. */
 export async function probe(
   dependency: { readonly name: string; ping(): Promise<void> },
   timeoutMs: number,
 ): Promise<SequenceDependencyHealth> {
   try {
-    await withinTimeout(dependency.ping(), timeoutMs, 'to ping');
+    await withinTimeout(sharedPing(dependency), timeoutMs, 'to ping');
     return { name: dependency.name, status: 'up' };
   } catch (error) {
     return { name: dependency.name, status: 'down', message: errorMessage(error) };
