@@ -276,6 +276,17 @@ describe('resolveModuleOptions', () => {
   });
 
   describe('validation', () => {
+    it("refuses a confirmTimeoutMs above the transport's maxPublishTimeoutMs, and takes it at it", () => {
+      // As NATS JetStream with a 30 s duplicate window declares.
+      const transport = Object.assign(new InMemoryTransport(), { maxPublishTimeoutMs: 29_999 });
+      expect(problemsOf({ publish: { confirmTimeoutMs: 30_000 } }, transport)).toEqual([
+        'publish.confirmTimeoutMs (30000) must be at most 29999 on the in-memory transport: a ' +
+          'publish retried for longer could be stored twice, so every one would be refused',
+      ]);
+      expect(problemsOf({ publish: { confirmTimeoutMs: 29_999 } }, transport)).toEqual([]);
+      expect(problemsOf({ publish: { confirmTimeoutMs: 60_000 } })).toEqual([]);
+    });
+
     it.each<[string, SequenceModuleOptions, string]>([
       [
         'a fragmentBytes that does not fit the transport',

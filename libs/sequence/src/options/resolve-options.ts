@@ -34,6 +34,14 @@ export function resolveModuleOptions(
   const options = withoutNullOptions(given, MODULE_KEYS);
   const tuning = resolveTuning(problems, options.tuning);
   const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
+  const { maxPublishTimeoutMs } = transport;
+  if (maxPublishTimeoutMs !== undefined && publish.confirmTimeoutMs > maxPublishTimeoutMs) {
+    problems.push(
+      `publish.confirmTimeoutMs (${publish.confirmTimeoutMs}) must be at most ` +
+        `${maxPublishTimeoutMs} on the ${transport.name} transport: a publish retried for longer ` +
+        'could be stored twice, so every one would be refused',
+    );
+  }
   const handlerRetry = resolveRetryPolicy(
     problems,
     'handlerRetry',

@@ -170,6 +170,13 @@ export interface Transport {
   /** Largest message (body plus headers) the broker accepts. */
   readonly maxMessageBytes: number;
   /**
+   * Optional: the longest `timeoutMs` a publish may be given, when the transport cannot retry a
+   * publish for longer without the broker storing it twice (NATS JetStream: below the duplicate
+   * window of the streams it declares). The module refuses a `publish.confirmTimeoutMs` above it
+   * at bootstrap. Left out: no limit.
+   */
+  readonly maxPublishTimeoutMs?: number;
+  /**
    * Whether the transport has partitioned channels: `publish` with `partition`, `subscribe` with
    * `partitions`. A partitioned channel is split into `count` partitions, each a queue of its own
    * beside the channel's plain queue. Contract, checked by the partitioned-channel conformance

@@ -914,6 +914,9 @@ describeWithServer('nats', 'NatsTransport on NATS JetStream', () => {
     it('refuses a publish whose own timeoutMs passes the window of the stream it declared', async () => {
       const channel = newChannel();
       await transport.publish(channel, Buffer.from('declares'), {});
+      // What the module checks publish.confirmTimeoutMs against at bootstrap.
+      expect(transport.maxPublishTimeoutMs).toBe(119_999);
+      await transport.publish(channel, Buffer.from('at the limit'), {}, { timeoutMs: 119_999 });
 
       await expect(
         transport.publish(channel, Buffer.from('m'), {}, { timeoutMs: 120_000 }),

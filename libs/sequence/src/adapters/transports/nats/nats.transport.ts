@@ -127,6 +127,14 @@ export class NatsTransport implements Transport {
   /** Partitioned channels: see {@link NatsTransport.subscribe} and docs/transports.md. */
   readonly partitioned = true;
 
+  /**
+   * Below `duplicateWindowMs`, the duplicate window of the streams it declares: a publish retried
+   * past it could be stored twice, so one given longer is refused.
+   */
+  get maxPublishTimeoutMs(): number {
+    return this.settings.duplicateWindowMs - 1;
+  }
+
   private readonly settings: ResolvedNatsTransportOptions;
   private readonly logger = new Logger(NatsTransport.name);
   private readonly js: JetStreamClient;
