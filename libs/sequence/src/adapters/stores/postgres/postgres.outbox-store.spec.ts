@@ -1,3 +1,4 @@
+import type { PoolClient } from 'pg';
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { Pool, type Notification } from 'pg';
@@ -301,6 +302,24 @@ describeWithServer('postgres', 'PostgresOutboxStore', () => {
         await holder.end();
       }
       expect(handed.flat()).toEqual(['A', 'B']);
+    });
+
+    it("refuses a release() of the transaction's client, which would hand the connection on mid-transaction", async () => {
+      const released = store.transaction(async (tx) => {
+        await store.append(BOX, [record('released?')], tx);
+        const client = tx.client as PoolClient;
+        expect(() => client.release()).toThrow(
+          /the transaction's connection: it goes back to the pool when the transaction ends/,
+        );
+        // The client is the connection all the same: it runs statements in the transaction, which
+        // has written (the append) and so holds a transaction id.
+        const { rows } = await client.query<{ writing: boolean }>(
+          'SELECT txid_current_if_assigned() IS NOT NULL AS writing',
+        );
+        expect(rows[0].writing).toBe(true);
+      });
+      await expect(released).resolves.toBeUndefined();
+      expect(await store.get(BOX, 'released?')).toBeDefined();
     });
 
     it('refuses to append through a transaction that has settled', async () => {

@@ -54,7 +54,12 @@ export class PostgresStoreTransaction implements StoreTransaction {
    */
   private inFlight: Promise<unknown> | undefined;
 
-  constructor(private readonly connection: PoolClient) {}
+  /** What `client` hands out: the connection, but for `release` (see {@link guarded}). */
+  private readonly handedOutClient: PoolClient;
+
+  constructor(private readonly connection: PoolClient) {
+    this.handedOutClient = guarded(connection);
+  }
 
   /**
    * The `pg` client, inside `BEGIN`: handing it out sends `BEGIN` first, so that what its holder
@@ -68,7 +73,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
       sending.catch(() => undefined); // awaited by the next statement, or the COMMIT
       this.handedOut = sending;
     }
-    return this.connection;
+    return this.handedOutClient;
   }
 
   /** The server process of the connection (`pg`'s `processID`), without sending anything. */
@@ -391,4 +396,29 @@ function statementName(sql: string): string {
     statementNames.set(sql, name);
   }
   return name;
+}
+
+/**
+ * `connection` as a holder of the transaction may use it: every property and method of the `pg`
+ * client but `release`, which throws. A `release()` out of habit (`pool.connect()` code) would
+ * hand the connection to the pool's next taker in the middle of this transaction, its COMMIT or
+ * ROLLBACK then ending that taker's work, and make the outbox's own release fail.
+ */
+function guarded(connection: PoolClient): PoolClient {
+  const refuse = (): never => {
+    throw new Error(
+      "tx.client is the transaction's connection: it goes back to the pool when the " +
+        'transaction ends; do not release it',
+    );
+  };
+  return new Proxy(connection, {
+    get(target, property) {
+      if (property === 'release') return refuse;
+      const value: unknown = Reflect.get(target, property, target);
+      // Called on the client itself: pg keeps its state on it, not on a proxy.
+      return typeof value === 'function'
+        ? (value as (...args: unknown[]) => unknown).bind(target)
+        : value;
+    },
+  });
 }
