@@ -94,8 +94,10 @@ export interface FinishContext {
  * - `duplicate`: this (id, position) was already stored with the same CRC; nothing changed.
  * - `complete`: every fragment is stored and the caller now holds the completion lease: it must
  *   reassemble, deliver and `finish` (or let the lease lapse for another instance to take over).
- *   Returned to the caller whose fragment completed the sequence, and again to a later caller
- *   once a previous holder's lease has lapsed (crash recovery).
+ *   Returned to the caller whose fragment completed the sequence (`stored: true`), and again to a
+ *   later caller, a copy of a stored fragment, once a previous holder's lease has lapsed or was
+ *   released (crash recovery): that copy stored nothing (`stored: false`), and the body held at
+ *   its position may be another one, stored earlier, perhaps by another instance.
  * - `in-progress`: complete, and another consumer holds a live lease: retry later.
  * - `finished`: the sequence ended earlier (marker still retained); `outcome` says how.
  * - `rejected`: the fragment breaks the contract or a limit. When `sequenceRejected` is true the
@@ -105,7 +107,17 @@ export interface FinishContext {
 export type AcceptResult =
   | { readonly status: 'stored'; readonly opened: boolean }
   | { readonly status: 'duplicate' }
-  | { readonly status: 'complete'; readonly opened: boolean; readonly sequence: CompleteSequence }
+  | {
+      readonly status: 'complete';
+      readonly opened: boolean;
+      /**
+       * Whether this call stored the fragment's body (see `complete` above). Absent, as from a
+       * store written before it, counts as false: a sequence this instance hashed as it stored it
+       * is then verified by reading it back all the same.
+       */
+      readonly stored?: boolean;
+      readonly sequence: CompleteSequence;
+    }
   | { readonly status: 'in-progress' }
   | { readonly status: 'finished'; readonly outcome: FinishedOutcome; readonly reason?: string }
   | {

@@ -219,8 +219,13 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
         sequenceId,
         position,
         body,
+        // A copy taking over a complete sequence stored nothing (the body held at its position
+        // may be another): it must not join the digest, and a store that does not say is not
+        // trusted to have stored it.
         accepting.then(
-          (accepted) => accepted.status === 'stored' || accepted.status === 'complete',
+          (accepted) =>
+            accepted.status === 'stored' ||
+            (accepted.status === 'complete' && accepted.stored === true),
           () => false,
         ),
       );

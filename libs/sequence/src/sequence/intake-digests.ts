@@ -25,7 +25,8 @@ interface RunningDigest {
  * A fragment joins its sequence's digest only when it arrives as the next position, and its bytes
  * are hashed only once its own delivery stored it (`stored` resolves true): the digest then covers
  * exactly the bodies the store holds, in order. Anything else — a gap, a duplicate, a redelivery,
- * a fragment stored by another instance, a failed store call — drops the digest, and the
+ * a fragment stored by another instance, a copy that only took a complete sequence over (the
+ * body held at its position may be another), a failed store call — drops the digest, and the
  * sequence is verified by reading it back as before. Hashing waits for the store in arrival
  * order, so it holds no body longer than its own store call does.
  *

@@ -13,6 +13,7 @@ import {
   shuffled,
   type SequenceTestApp,
 } from '../support/sequence-test-app';
+import { forgedCopy } from '../support/crc32-forgery';
 import { InstrumentedStore } from './instrumented.sequence-store';
 
 /**
@@ -374,6 +375,46 @@ describe('guarantees: store outages, crashes and several instances', () => {
           },
         }),
       ).toMatchObject({ status: 'finished', outcome: 'completed' });
+    });
+
+    // Regression: a copy that takes over a complete sequence stores nothing, so the instance it
+    // reaches must not count it in the digest of what it stored: the body the store holds at
+    // that position may be another (here, forged with the same CRC-32 by another producer).
+    it("reads back a sequence taken over by a copy of its last fragment, and never hands another instance's forged body to the handler", async () => {
+      const channel = 'guarantees.instances.takeover-forged';
+      const shared = new MemorySequenceStore();
+      const a = await start(channel, { sequence: { store: shared } });
+      // Instance B, on a broker of its own: its verifying read fails, so it gives the lease back
+      // and its message waits a minute to come back.
+      const handingBack = new InstrumentedStore(shared);
+      const b = await start(channel, {
+        sequence: { store: handingBack },
+        tuning: { backpressureDelayMs: 60_000 },
+      });
+      const payload = bytes(4_000, 57);
+      const fragments = makeFragments('takeover-forged', payload, 1_000);
+      const forged = forgedCopy(fragments[3]);
+      expect(forged.body.equals(fragments[3].body)).toBe(false);
+
+      await publishAll(a.transport, channel, fragments.slice(0, 3));
+      await a.transport.whenIdle();
+      handingBack.failNextReads = 1;
+      await publishAll(b.transport, channel, [forged]);
+      await eventually(
+        () => handingBack.failNextReads === 0 && b.transport.delayed(channel) === 1,
+        'B to hand the completed sequence back',
+      );
+      expect(b.handler.calls).toBe(0);
+
+      // The genuine last fragment reaches A, which stored 1 to 3 in order: a copy of what is
+      // stored at 4 (the same CRC-32), it takes the sequence over.
+      await publishAll(a.transport, channel, [fragments[3]]);
+      await a.transport.whenIdle();
+
+      expect(a.handler.calls).toBe(0);
+      const dead = deadLetters(a.transport, channel);
+      expect(dead).toHaveLength(1);
+      expect(deathReasonOf(dead[0])).toMatch(/^integrity-mismatch: sequence takeover-forged/);
     });
   });
 });

@@ -16,6 +16,8 @@ export interface AcceptRecord {
   readonly position: number;
   readonly now: number;
   readonly status: AcceptResult['status'];
+  /** The store stored its body: `stored`, or a `complete` that says so (not a takeover). */
+  readonly stored: boolean;
 }
 
 /**
@@ -70,12 +72,10 @@ export class InstrumentedStore implements SequenceStore {
     this.rejectGate?.(this.crashError());
   }
 
-  /** Positions of `sequenceId` this wrapper stored (status other than a refusal or duplicate). */
+  /** Positions of `sequenceId` this wrapper stored (not refused, a duplicate or a takeover). */
   storedPositions(sequenceId: string): number[] {
     return this.accepts
-      .filter(
-        (a) => a.sequenceId === sequenceId && (a.status === 'stored' || a.status === 'complete'),
-      )
+      .filter((a) => a.sequenceId === sequenceId && a.stored)
       .map((a) => a.position);
   }
 
@@ -93,6 +93,8 @@ export class InstrumentedStore implements SequenceStore {
       position: fragment.position,
       now: context.now,
       status: result.status,
+      stored:
+        result.status === 'stored' || (result.status === 'complete' && result.stored === true),
     });
     return result;
   }

@@ -59,6 +59,31 @@ describe('guarantees: verifying a sequence at intake', () => {
     expect(t.handler.of('shuffled')[0].bytes.equals(payload)).toBe(true);
   });
 
+  it('reads a sequence stored in order twice when its store does not say the completing fragment was stored (a custom store)', async () => {
+    const channel = 'guarantees.intake.unsaid';
+    const inner = new MemorySequenceStore();
+    const accept = inner.accept.bind(inner);
+    // A store written before `stored` was part of the port: its `complete` leaves it out.
+    inner.accept = async (fragment, context) => {
+      const result = await accept(fragment, context);
+      if (result.status !== 'complete') return result;
+      const { status, opened, sequence } = result;
+      return { status, opened, sequence };
+    };
+    const store = new InstrumentedStore(inner);
+    t = await createSequenceTestApp(channel, {
+      sequence: { store },
+    });
+    const payload = bytes(10_000, 66);
+
+    await publishAll(t.transport, channel, makeFragments('unsaid', payload, 1_000));
+    await t.transport.whenIdle();
+
+    expect(store.reads).toBe(2);
+    expect(t.handler.of('unsaid')).toHaveLength(1);
+    expect(t.handler.of('unsaid')[0].bytes.equals(payload)).toBe(true);
+  });
+
   it('reads a sequence with a duplicated fragment twice, and delivers it once', async () => {
     const channel = 'guarantees.intake.duplicate';
     const store = new InstrumentedStore(new MemorySequenceStore());

@@ -5,6 +5,7 @@ import { SequenceIntegrityError, StoredFragmentIntegrityError } from 'nest-seque
 import { type AcceptContext, type FragmentRecord } from 'nest-sequence/ports';
 import { RedisKeys } from '../../src/adapters/stores/redis/redis-keys';
 import * as checksum from '../../src/core/checksum';
+import { forgedCopy } from '../support/crc32-forgery';
 import { describeWithServer } from '../support/servers';
 import { useRedis } from '../support/redis.fixture';
 import {
@@ -12,6 +13,7 @@ import {
   createSequenceTestApp,
   deadLetters,
   deathReasonOf,
+  eventually,
   makeFragments,
   publishAll,
   shuffled,
@@ -27,11 +29,14 @@ import { InstrumentedStore } from './instrumented.sequence-store';
  */
 describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)', () => {
   let t: SequenceTestApp | undefined;
+  /** A second instance, when a test runs one. */
+  let other: SequenceTestApp | undefined;
   const servers = useRedis({
     stem: 'nseq-test:read-verification',
     beforeCleanup: async () => {
       await t?.close();
-      t = undefined;
+      await other?.close();
+      t = other = undefined;
     },
   });
   let redis: Redis;
@@ -183,6 +188,46 @@ describeWithServer('redis', 'guarantees: a store that verifies its reads (Redis)
     expect(dead).toHaveLength(1);
     expect(deathReasonOf(dead[0])).toMatch(
       /^integrity-mismatch: sequence before-check: the body at position 2 read back/,
+    );
+  });
+
+  // Regression: a copy taking over a complete sequence stores nothing; hashing it as if it had
+  // would vouch for the body another instance stored there, which the CRC-32 reads check cannot
+  // tell from the genuine one when it was forged to the same CRC-32.
+  it('dead-letters, without calling the handler, a sequence whose last body another instance stored forged, when a genuine copy takes it over', async () => {
+    const channel = 'guarantees.read-verification.takeover-forged';
+    t = await createSequenceTestApp(channel, {
+      sequence: { store: new RedisSequenceStore(redis, { prefix }) },
+    });
+    // Another instance, on a broker of its own: its verifying read fails, so it gives the lease
+    // back and its message waits a minute to come back.
+    const handingBack = new InstrumentedStore(new RedisSequenceStore(redis, { prefix }));
+    other = await createSequenceTestApp(channel, {
+      sequence: { store: handingBack },
+      tuning: { backpressureDelayMs: 60_000 },
+    });
+    const fragments = makeFragments('takeover-forged', bytes(4_000, 75), 1_000);
+    const forged = forgedCopy(fragments[3]);
+    expect(forged.body.equals(fragments[3].body)).toBe(false);
+
+    await publishAll(t.transport, channel, fragments.slice(0, 3));
+    await t.transport.whenIdle();
+    handingBack.failNextReads = 1;
+    await publishAll(other.transport, channel, [forged]);
+    await eventually(
+      () => handingBack.failNextReads === 0 && other?.transport.delayed(channel) === 1,
+      'the other instance to hand the completed sequence back',
+    );
+    // The genuine last fragment reaches the first instance, which stored 1 to 3 in order: a copy
+    // of what is stored at 4 (the same CRC-32), it takes the sequence over.
+    await publishAll(t.transport, channel, [fragments[3]]);
+    await t.transport.whenIdle();
+
+    expect(t.handler.calls).toBe(0);
+    const dead = deadLetters(t.transport, channel);
+    expect(dead).toHaveLength(1);
+    expect(deathReasonOf(dead[0])).toMatch(
+      /^integrity-mismatch: sequence takeover-forged: .*sha256/,
     );
   });
 });

@@ -73,6 +73,25 @@ describe('MemorySequenceStore', () => {
     expect(Buffer.concat(await readAll(store.read(ref))).toString()).toBe('abc');
   });
 
+  it('says the fragment that completed a sequence was stored, and a copy taking it over was not', async () => {
+    const { fragments, ref } = sequenceFixture('scope', ['a', 'b']);
+    await store.accept(fragments[0], context(t0));
+
+    expect(await store.accept(fragments[1], context(t0))).toMatchObject({
+      status: 'complete',
+      opened: false,
+      stored: true,
+    });
+    await store.releaseLease(ref, CONSUMER, t0 + 1);
+    const copy = { ...fragments[1], body: Buffer.from('B') };
+    expect(await store.accept(copy, context(t0 + 1, { consumerId: 'consumer-b' }))).toMatchObject({
+      status: 'complete',
+      opened: false,
+      stored: false,
+    });
+    expect(Buffer.concat(await readAll(store.read(ref))).toString()).toBe('ab');
+  });
+
   it('fails the stream when asked to read a sequence that is not complete', async () => {
     const { fragments, ref } = sequenceFixture('scope', ['a', 'b']);
     await store.accept(fragments[0], context(t0));

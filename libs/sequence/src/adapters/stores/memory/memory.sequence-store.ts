@@ -190,7 +190,7 @@ export class MemorySequenceStore implements SequenceStore {
     const opened = held === undefined;
     if (!isComplete(sequence.state)) return { status: 'stored', opened };
     sequence.lease = { consumerId: context.consumerId, until: now + context.leaseMs };
-    return { status: 'complete', opened, sequence: this.describe(sequence) };
+    return { status: 'complete', opened, stored: true, sequence: this.describe(sequence) };
   }
 
   async renewLease(
@@ -389,11 +389,14 @@ export class MemorySequenceStore implements SequenceStore {
     return { status: 'rejected', code, detail, sequenceRejected: true };
   }
 
-  /** `complete` for a caller taking over a lapsed (or never taken) lease, else `in-progress`. */
+  /**
+   * `complete` for a caller taking over a lapsed (or never taken) lease, else `in-progress`. Its
+   * copy is not stored: the body held at its position stays the one stored first.
+   */
   private claimCompletion(sequence: HeldSequence, context: AcceptContext): AcceptResult {
     if (sequence.lease && sequence.lease.until > context.now) return { status: 'in-progress' };
     sequence.lease = { consumerId: context.consumerId, until: context.now + context.leaseMs };
-    return { status: 'complete', opened: false, sequence: this.describe(sequence) };
+    return { status: 'complete', opened: false, stored: false, sequence: this.describe(sequence) };
   }
 
   /** The complete sequence for its caller, with its user headers opened when sealed. */

@@ -159,6 +159,8 @@ export function interpretAccept(
       return result({
         status: 'complete',
         opened: rest[0] === 1,
+        // Absent from the reply of an older script: not stored, so the sequence is read back.
+        stored: rest[10] === 1,
         sequence: completeOf(ref, rest, decodeHeaders),
       });
     case 'finished': {

@@ -141,6 +141,23 @@ describeWithServer('redis', 'RedisSequenceStore (Redis at REDIS_URL)', () => {
       return keys.filter((key) => !key.endsWith(':expire-report'));
     };
 
+    it('says the fragment that completed a sequence was stored, and a copy taking it over was not', async () => {
+      const { fragments, ref } = sequenceFixture(scope, ['a', 'b']);
+      await store.accept(fragments[0], context(t0));
+
+      expect(await store.accept(fragments[1], context(t0))).toMatchObject({
+        status: 'complete',
+        opened: false,
+        stored: true,
+      });
+      await store.releaseLease(ref, 'consumer-a', t0 + 1);
+      const copy = { ...fragments[1], body: Buffer.from('B') };
+      expect(await store.accept(copy, context(t0 + 1, { consumerId: 'consumer-b' }))).toMatchObject(
+        { status: 'complete', opened: false, stored: false },
+      );
+      expect(Buffer.concat(await readAll(store.read(ref))).toString()).toBe('ab');
+    });
+
     it('is named redis and answers ping', async () => {
       expect(store.name).toBe('redis');
       await expect(store.ping()).resolves.toBeUndefined();

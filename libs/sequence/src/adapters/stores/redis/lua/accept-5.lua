@@ -33,7 +33,9 @@
     'duplicate' | 'in-progress'
     'stored', opened
     'complete', opened, fragments, bytes, sha256 | false, declaredBytes | false,
-                contentType | false, contentEncoding | false, userHeaders, firstAt, lastAt
+                contentType | false, contentEncoding | false, userHeaders, firstAt, lastAt,
+                stored                         1 when this call stored the body; 0 for a copy
+                                               taking a complete sequence over (stored nothing)
     'need', bytes, opening, total              reserve that many more bytes (opening: 1; any grant);
                                                total: the budget the sequence holds once stored
     'go'                                       admissible with the budget held: send the body
@@ -90,10 +92,11 @@ local function unused(code, a, b)
   return {code, {}, grantEpoch, a, b}
 end
 
-local function describe(code, opened, refund)
+local function describe(code, opened, refund, stored)
   return {code, settlement(s, refund, sequenceTtl(s, now, leaseMs, margin)), 0, opened and 1 or 0,
     s.count, s.storedBytes, s.sha256 or false, s.declaredBytes and int(s.declaredBytes) or false,
-    s.contentType or false, s.contentEncoding or false, s.userHeaders, s.firstAt, s.lastAt}
+    s.contentType or false, s.contentEncoding or false, s.userHeaders, s.firstAt, s.lastAt,
+    stored and 1 or 0}
 end
 
 if marker[1] then
@@ -172,7 +175,8 @@ if storedCrc then
   if s.leaseUntil and s.leaseUntil > now then
     return unused('in-progress')
   end
-  -- Complete and nobody holds it: this caller takes the completion over.
+  -- Complete and nobody holds it: this caller takes the completion over, storing nothing (the
+  -- body at its position stays the one stored first).
   s.leaseOwner, s.leaseUntil, s.ver = consumerId, now + leaseMs, s.ver + 1
   local refund = (grantEpoch > 0 and grantEpoch == s.epoch) and grantBytes or 0
   if grantEpoch > 0 and grantEpoch ~= s.epoch then
@@ -183,7 +187,7 @@ if storedCrc then
     rcall('HSET', metaKey, grantField, '1')
   end
   extendSequenceTtl(metaKey, crcKey, bodyKey, sequenceTtl(s, now, leaseMs, margin))
-  local reply = describe('complete', false, refund)
+  local reply = describe('complete', false, refund, false)
   reply[3] = (grantEpoch > 0 and grantEpoch ~= s.epoch) and grantEpoch or 0
   return reply
 end
@@ -291,7 +295,7 @@ end
 extendSequenceTtl(metaKey, crcKey, bodyKey, sequenceTtl(s, now, leaseMs, margin))
 
 if complete then
-  return describe('complete', opening, available - accounted)
+  return describe('complete', opening, available - accounted, true)
 end
 return {'stored', settlement(s, available - accounted, sequenceTtl(s, now, leaseMs, margin)), 0,
   opening and 1 or 0}
