@@ -123,6 +123,30 @@ describe('admitFragment', () => {
         stateWith(facts(1), facts(2)),
         facts(3, { bytes: 25 }),
       ],
+      [
+        'another content-type',
+        'declaration-changed',
+        stateWith(facts(1, { contentType: 'application/json' })),
+        facts(2, { contentType: 'application/xml' }),
+      ],
+      [
+        'another content-encoding',
+        'declaration-changed',
+        stateWith(facts(1, { contentEncoding: 'gzip' })),
+        facts(2, { contentEncoding: 'br' }),
+      ],
+      [
+        'another content-type than a fragment after one that carried none',
+        'declaration-changed',
+        stateWith(facts(1), facts(2, { contentType: 'application/json' }), facts(3)),
+        facts(4, { contentType: 'text/plain' }),
+      ],
+      [
+        'another content-type at a stored position (before calling it a duplicate)',
+        'declaration-changed',
+        stateWith(facts(1, { contentType: 'application/json' })),
+        facts(1, { contentType: 'text/plain' }),
+      ],
     ];
 
     it.each(cases)(
@@ -135,6 +159,23 @@ describe('admitFragment', () => {
         expect(snapshot(state)).toEqual(before);
       },
     );
+
+    it('admits a fragment that carries no content-type or content-encoding, or the same ones', () => {
+      const state = stateWith(
+        facts(1, { contentType: 'application/json', contentEncoding: 'gzip' }),
+      );
+      expect(admitFragment(state, facts(2), limits)).toEqual({ kind: 'new' });
+      expect(admitFragment(state, facts(2, { contentType: 'application/json' }), limits)).toEqual({
+        kind: 'new',
+      });
+      expect(admitFragment(state, facts(2, { contentEncoding: 'gzip' }), limits)).toEqual({
+        kind: 'new',
+      });
+      // Compared as they are written: another spelling is another declaration.
+      expect(
+        admitFragment(state, facts(2, { contentType: 'Application/JSON' }), limits),
+      ).toMatchObject({ kind: 'contradiction', code: 'declaration-changed' });
+    });
 
     it('admits a body that brings the stored bytes to exactly the declared bytes', () => {
       const state = stateWith(facts(1, { bytes: 25 }));
@@ -222,6 +263,16 @@ describe('recordFragment', () => {
       firstFragmentAt: 5,
       lastFragmentAt: 9,
     });
+  });
+
+  it('keeps the first content-type and content-encoding a fragment carried', () => {
+    const state = emptySequenceState(0);
+    recordFragment(state, facts(1), 1);
+    expect([state.contentType, state.contentEncoding]).toEqual([undefined, undefined]);
+    recordFragment(state, facts(2, { contentType: 'application/json' }), 2);
+    recordFragment(state, facts(3, { contentEncoding: 'gzip' }), 3);
+    recordFragment(state, facts(4), 4);
+    expect(state).toMatchObject({ contentType: 'application/json', contentEncoding: 'gzip' });
   });
 });
 

@@ -11,7 +11,7 @@ import { errorMessage } from './errors/caught';
 /** What the admission rules read of one fragment. */
 export type FragmentFacts = Pick<
   FragmentHeaders,
-  'position' | 'size' | 'last' | 'crc32' | 'sha256' | 'bytes'
+  'position' | 'size' | 'last' | 'crc32' | 'sha256' | 'bytes' | 'contentType' | 'contentEncoding'
 > & {
   /** Length of this fragment's body. */
   readonly bodyBytes: number;
@@ -79,6 +79,10 @@ export interface SequenceState {
   /** `x-sequence-bytes`, once declared; also the bytes this sequence reserves in the store. */
   declaredBytes?: number;
   sha256?: string;
+  /** `content-type`, once a fragment carried one. */
+  contentType?: string;
+  /** `content-encoding`, once a fragment carried one. */
+  contentEncoding?: string;
   /** CRC-32 of each stored position. */
   readonly crcByPosition: Map<number, number>;
   /** Highest stored position (0 when none). */
@@ -266,6 +270,27 @@ function findContradiction(
       `x-sequence-sha256 ${fragment.sha256} differs from the declared ${state.sha256}`,
     );
   }
+  // A fragment that carries none agrees with any: the first one carried is the sequence's.
+  if (
+    fragment.contentType !== undefined &&
+    state.contentType !== undefined &&
+    fragment.contentType !== state.contentType
+  ) {
+    return reject(
+      'declaration-changed',
+      `content-type ${fragment.contentType} differs from the declared ${state.contentType}`,
+    );
+  }
+  if (
+    fragment.contentEncoding !== undefined &&
+    state.contentEncoding !== undefined &&
+    fragment.contentEncoding !== state.contentEncoding
+  ) {
+    return reject(
+      'declaration-changed',
+      `content-encoding ${fragment.contentEncoding} differs from the declared ${state.contentEncoding}`,
+    );
+  }
   return undefined;
 }
 
@@ -280,6 +305,8 @@ export function recordFragment(state: SequenceState, fragment: FragmentFacts, no
   if (fragment.last) state.lastPosition = fragment.position;
   if (fragment.bytes !== undefined) state.declaredBytes = fragment.bytes;
   if (fragment.sha256 !== undefined) state.sha256 = fragment.sha256;
+  if (fragment.contentType !== undefined) state.contentType ??= fragment.contentType;
+  if (fragment.contentEncoding !== undefined) state.contentEncoding ??= fragment.contentEncoding;
 }
 
 /** True when the size is known and every position from 1 to it is stored. */

@@ -631,6 +631,71 @@ describe('guarantees: broker-held reassembly', () => {
     expect(await openInStore(store)).toBe(0);
   });
 
+  /** `fragment` carrying these content headers (`content-type`, `content-encoding`). */
+  const describedAs = (fragment: TestFragment, content: Record<string, string>): TestFragment => ({
+    ...fragment,
+    headers: { ...fragment.headers, ...content },
+  });
+
+  it('tells the handler the content-type and content-encoding of whichever fragment carried them', async () => {
+    const channel = 'held.content-later';
+    const { transport, handler } = await app(channel);
+    const fragments = makeFragments('held-content-later', bytes(3_000, 44), 1_000);
+    await publishHeld(
+      transport,
+      channel,
+      [
+        fragments[0],
+        describedAs(fragments[1], { 'content-type': 'application/json' }),
+        describedAs(fragments[2], { 'content-encoding': 'gzip' }),
+      ],
+      PARTITIONS,
+    );
+    await eventually(() => handler.deliveries.length === 1, 'handled');
+
+    expect(handler.of('held-content-later')[0].payload).toMatchObject({
+      contentType: 'application/json',
+      contentEncoding: 'gzip',
+    });
+    expect(deadLetters(transport, channel)).toHaveLength(0);
+  });
+
+  it.each([
+    ['content-type', 'application/json', 'text/plain'],
+    ['content-encoding', 'gzip', 'br'],
+  ])(
+    'dead-letters alone a fragment whose %s contradicts the held ones, as the store does',
+    async (header, declared, other) => {
+      const channel = `held.${header}-changed`;
+      const { transport, handler, store } = await app(channel);
+      const id = `held-${header}-changed`;
+      const fragments = makeFragments(id, bytes(3_000, 45), 1_000).map((fragment) =>
+        describedAs(fragment, { [header]: declared }),
+      );
+      await publishHeld(transport, channel, fragments.slice(0, 2), PARTITIONS);
+      await publishHeld(
+        transport,
+        channel,
+        [describedAs(fragments[2], { [header]: other })],
+        PARTITIONS,
+      );
+      await eventually(() => deadLetters(transport, channel).length === 1, 'refused');
+      await publishHeld(transport, channel, fragments.slice(2), PARTITIONS);
+      await eventually(() => handler.deliveries.length === 1, 'handled');
+
+      expect(
+        deadLetters(transport, channel).map((m) => String(m.headers['x-death-reason'])),
+      ).toEqual([
+        `declaration-changed: sequence ${id} fragment 3: ${header} ${other} differs from the ` +
+          `declared ${declared}`,
+      ]);
+      expect(handler.of(id)[0].bytes.equals(Buffer.concat(fragments.map((f) => f.body)))).toBe(
+        true,
+      );
+      expect(await openInStore(store)).toBe(0);
+    },
+  );
+
   it('takes a sequence declaring more fragments than the window through the store', async () => {
     const channel = 'held.too-many';
     const { transport, handler, store } = await app(channel, { window: 4 });

@@ -73,12 +73,14 @@ export class HeldSequence {
     this.state = emptySequenceState(now);
   }
 
-  /** Takes the first fragment's description of the whole. */
+  /**
+   * Takes the first fragment's user headers, and the first content type and encoding a fragment
+   * carries (admission refuses a fragment that carries others), as the stores do.
+   */
   describe(fragment: FragmentHeaders): void {
-    if (this.fragments.size > 0) return;
-    this.userHeaders = fragment.userHeaders;
-    this.contentType = fragment.contentType;
-    this.contentEncoding = fragment.contentEncoding;
+    if (this.fragments.size === 0) this.userHeaders = fragment.userHeaders;
+    this.contentType ??= fragment.contentType;
+    this.contentEncoding ??= fragment.contentEncoding;
   }
 
   /**

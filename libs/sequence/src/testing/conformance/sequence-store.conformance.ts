@@ -341,6 +341,17 @@ export function describeSequenceStoreConformance(
           'a body that takes the stored bytes past the declared bytes',
           (f) => withBody(f[1], 'bbbbbbb'),
         ],
+        ['declaration-changed', 'another content-type', (f) => ({ ...f[1], contentType: 'a/b' })],
+        [
+          'declaration-changed',
+          'another content-encoding',
+          (f) => ({ ...f[1], contentEncoding: 'br' }),
+        ],
+        [
+          'declaration-changed',
+          'a stored position again with another content-type',
+          (f) => ({ ...f[0], contentType: 'a/b' }),
+        ],
       ];
 
       it.each(cases)(
@@ -348,6 +359,8 @@ export function describeSequenceStoreConformance(
         async (code, _what, bad) => {
           const { fragments, ref } = sequenceFixture(scope, ['aaa', 'bbb', 'ccc'], {
             shaOnEvery: true,
+            contentType: 'application/json',
+            contentEncoding: 'gzip',
           });
           await accept(fragments[0]);
           if (code === 'duplicate-last') await accept(fragments[2]);
@@ -387,6 +400,31 @@ export function describeSequenceStoreConformance(
           });
         }
         expect(await store.stats(t0 + 1)).toEqual(before);
+      });
+
+      it('takes the content-type and content-encoding of whichever fragment carries them: a fragment carrying none agrees with any', async () => {
+        const { fragments } = sequenceFixture(scope, ['aaa', 'bbb', 'ccc', 'ddd']);
+        const carrying = [
+          fragments[0],
+          { ...fragments[1], contentType: 'application/json' },
+          { ...fragments[2], contentEncoding: 'gzip' },
+        ];
+        await acceptAll(carrying);
+        expect(await accept({ ...fragments[3], contentType: 'text/plain' }, t0 + 1)).toEqual({
+          status: 'rejected',
+          code: 'declaration-changed',
+          detail: expect.any(String),
+          sequenceRejected: false,
+        });
+        expect(await accept({ ...fragments[3], contentEncoding: 'br' }, t0 + 1)).toMatchObject({
+          status: 'rejected',
+          code: 'declaration-changed',
+        });
+
+        expect(await accept(fragments[3], t0 + 2)).toMatchObject({
+          status: 'complete',
+          sequence: { contentType: 'application/json', contentEncoding: 'gzip' },
+        });
       });
 
       it('rejects a first fragment whose body alone passes the bytes it declares, opening nothing', async () => {

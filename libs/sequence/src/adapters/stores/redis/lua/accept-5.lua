@@ -61,6 +61,8 @@ local crc = tonumber(ARGV[13])
 local sha256 = ARGV[14] ~= '' and ARGV[14] or nil
 local bytes = tonumber(ARGV[15])
 local bodyBytes = tonumber(ARGV[16])
+local contentType = ARGV[17] ~= '' and ARGV[17] or nil
+local contentEncoding = ARGV[18] ~= '' and ARGV[18] or nil
 local grantEpoch = tonumber(ARGV[21])
 local grantBytes = tonumber(ARGV[22])
 local grantField = 'g:' .. ARGV[23]
@@ -154,6 +156,15 @@ local function contradiction()
   if sha256 and s.sha256 and sha256 ~= s.sha256 then
     return 'declaration-changed', 'x-sequence-sha256 ' .. sha256 .. ' differs from the declared ' ..
       s.sha256
+  end
+  -- A fragment that carries none agrees with any: the first one carried is the sequence's.
+  if contentType and s.contentType and contentType ~= s.contentType then
+    return 'declaration-changed', 'content-type ' .. contentType .. ' differs from the declared ' ..
+      s.contentType
+  end
+  if contentEncoding and s.contentEncoding and contentEncoding ~= s.contentEncoding then
+    return 'declaration-changed', 'content-encoding ' .. contentEncoding ..
+      ' differs from the declared ' .. s.contentEncoding
   end
   return nil
 end
@@ -279,8 +290,8 @@ if size then s.size = size end
 if last then s.lastPosition = position end
 if bytes then s.declaredBytes = bytes end
 if sha256 then s.sha256 = sha256 end
-if not s.contentType and ARGV[17] ~= '' then s.contentType = ARGV[17] end
-if not s.contentEncoding and ARGV[18] ~= '' then s.contentEncoding = ARGV[18] end
+if not s.contentType then s.contentType = contentType end
+if not s.contentEncoding then s.contentEncoding = contentEncoding end
 if sliding then s.deadline = now + expiryMs end
 s.claim = accounted
 s.ver = s.ver + 1
