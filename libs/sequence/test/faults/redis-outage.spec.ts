@@ -197,13 +197,20 @@ describeOnRealServers('faults: Redis stopped in the middle of a sequence', () =>
   // value and the scrape succeeds, so the counters that show the outage stay readable during it.
   it('keeps metrics scrapeable while Redis is down, counting the failed stats reads', async () => {
     const { channel } = await halfStored({ appendOnly: false });
+    // While Redis answers: the half-stored sequence is open.
+    const before = await app!.metrics.registry.metrics();
+    expect(before).toMatch(/^nest_sequence_open_sequences 1$/m);
+    const buffered = /^nest_sequence_buffered_bytes (\d+)$/m.exec(before)?.[1];
+    expect(Number(buffered)).toBeGreaterThan(0);
     await server!.stop('SIGKILL');
 
     // The failure counter is serialized alongside the gauges, so the first scrape may still show
     // 0; the second shows the first scrape's failed read.
     await app!.metrics.registry.metrics();
     const scrape = await app!.metrics.registry.metrics();
-    expect(scrape).toMatch(/nest_sequence_open_sequences \d+/);
+    // The values read before the outage, not 0.
+    expect(scrape).toMatch(/^nest_sequence_open_sequences 1$/m);
+    expect(scrape).toMatch(new RegExp(`^nest_sequence_buffered_bytes ${buffered}$`, 'm'));
     expect(scrape).toMatch(/nest_sequence_store_stats_failures_total [1-9]/);
     expect(
       await singleMetricValue(app!.metrics.registry, 'nest_sequence_fragments_received_total', {

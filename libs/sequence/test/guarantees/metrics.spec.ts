@@ -144,13 +144,23 @@ describe('guarantees: metrics', () => {
   });
 
   it('answers a scrape while the store does not answer: the gauges keep their value, the failure is counted', async () => {
+    const channel = 'guarantees.metrics.hung-store';
     const store = new MemorySequenceStore();
-    const t = await createSequenceTestApp('guarantees.metrics.hung-store', {
+    const t = await createSequenceTestApp(channel, {
       sequence: { store },
     });
     try {
       const registry = t.metrics.registry;
-      expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(0);
+      // One sequence left open (1 of 2 fragments), read by a scrape while the store answers.
+      await publishAll(
+        t.transport,
+        channel,
+        makeFragments('open', bytes(2_000, 99), 1_000).slice(0, 1),
+      );
+      await t.transport.whenIdle();
+      expect(await metricValue(registry, 'nest_sequence_open_sequences')).toBe(1);
+      const buffered = await metricValue(registry, 'nest_sequence_buffered_bytes');
+      expect(buffered).toBe(storedChargeOf(1_000));
       // A server that stopped answering: the call never settles.
       let reads = 0;
       store.stats = () => {
@@ -163,7 +173,9 @@ describe('guarantees: metrics', () => {
       await new Promise((resolve) => setImmediate(resolve));
       await registry.metrics();
 
-      expect(scrape).toMatch(/nest_sequence_open_sequences 0/);
+      // The values of the last scrape that read the store, not 0.
+      expect(scrape).toMatch(/^nest_sequence_open_sequences 1$/m);
+      expect(scrape).toMatch(new RegExp(`^nest_sequence_buffered_bytes ${buffered}$`, 'm'));
       // Two scrapes timed out waiting on one read: a slow store is not asked again meanwhile.
       expect(reads).toBe(1);
       expect(
