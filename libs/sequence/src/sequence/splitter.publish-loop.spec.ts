@@ -76,6 +76,9 @@ describe('SplitterService: the publish loop after a publish failed for good', ()
     }
     (errors as { SequencePublishError: unknown }).SequencePublishError = Recording;
     const hits: number[] = [];
+    /** Per iteration: how many failures were recorded, and the position publishAll rejected on. */
+    const failures: number[] = [];
+    const rejectedAt: (number | string)[] = [];
     try {
       for (const order of ['gate-first', 'fail-first'] as const) {
         for (let k = 0; k < 40; k++) {
@@ -130,7 +133,10 @@ describe('SplitterService: the publish loop after a publish failed for good', ()
             }
           )
             .publishAll('ch', 'seq', iterable, policy, {}, undefined, () => undefined)
-            .catch(() => undefined);
+            .then(
+              () => undefined,
+              (error: unknown) => error,
+            );
           await tick(20);
           if (order === 'gate-first') {
             gate();
@@ -141,7 +147,9 @@ describe('SplitterService: the publish loop after a publish failed for good', ()
             await tick(k);
             gate();
           }
-          await running;
+          const outcome = await running;
+          failures.push(log.filter((entry) => entry === 'failure').length);
+          rejectedAt.push(outcome instanceof Recording ? outcome.position : String(outcome));
           const failedAt = log.indexOf('failure');
           const secondAt = log.indexOf('publish:2');
           if (failedAt >= 0 && secondAt > failedAt) hits.push(order === 'gate-first' ? k : -k - 1);
@@ -151,6 +159,11 @@ describe('SplitterService: the publish loop after a publish failed for good', ()
     } finally {
       (errors as { SequencePublishError: unknown }).SequencePublishError = Original;
     }
+    // Every iteration failed where intended: fragment 1's publish, once, recorded through the
+    // patched constructor, and publishAll rejected with that failure. Without this, a patch that
+    // stopped taking effect would leave `hits` empty however the loop behaved.
+    expect(failures).toEqual(Array(80).fill(1));
+    expect(rejectedAt).toEqual(Array(80).fill(1));
     // A fragment must never be handed to the transport after the failure was recorded.
     expect(hits).toEqual([]);
   });
