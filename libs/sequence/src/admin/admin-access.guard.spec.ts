@@ -24,10 +24,14 @@ function request(
   } as unknown as ExecutionContext;
 }
 
+/**
+ * 'allowed' only when the guard returns true; the code of the error it throws; or what else it
+ * returned (`false` is a refusal too: Nest answers it with 403, without the guard's reason).
+ */
 async function refusal(guard: AdminAccessGuard, context: ExecutionContext): Promise<string> {
   try {
-    await guard.canActivate(context);
-    return 'allowed';
+    const verdict: unknown = await guard.canActivate(context);
+    return verdict === true ? 'allowed' : `returned ${String(verdict)}`;
   } catch (error) {
     return error instanceof AdminRequestError ? error.code : String(error);
   }
