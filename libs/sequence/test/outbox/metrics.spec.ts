@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { MESSAGE_KIND_HEADER } from 'nest-sequence/wire';
 import { PublishRejectedError } from 'nest-sequence';
+import { STATS_TIMEOUT_MS } from '../../src/kernel/module-metrics';
+import { BOX_NAMES } from '../../src/ports/outbox-store.port';
 import { eventually, metricValue } from '../support/sequence-test-app';
 import { createOutboxTestApp, FAST_BOX, inboxHandler, type OutboxTestApp } from './outbox-test-app';
 
@@ -91,5 +93,50 @@ describe('Outbox / Inbox metrics', () => {
     expect(
       await metric('outbox_oldest_pending_age_seconds', { box: 'outbox_events' }),
     ).toBeGreaterThanOrEqual(1);
+  });
+
+  // docs/health.md: a store that does not answer leaves the gauges at their last value and the
+  // scrape still succeeds (each box's read is given STATS_TIMEOUT_MS).
+  it('answer a scrape while the store does not answer, keeping the last values', async () => {
+    t = await createOutboxTestApp({ outboxEvents: { ...FAST_BOX, enabled: false } });
+    await t.outbox.transaction(async (tx) => {
+      tx.publishEvent({ type: 'Waiting', aggregateType: 'A', aggregateId: '1', payload: 1 });
+    });
+    await eventually(
+      async () => (await metric('outbox_pending', { box: 'outbox_events' })) === 1,
+      'the pending record read by a scrape',
+    );
+    const line = (scrape: string, name: string) =>
+      scrape.split('\n').find((l) => l.startsWith(`nest_sequence_${name}{box="outbox_events"} `));
+    const before = await t.metrics.registry.metrics();
+    expect(line(before, 'outbox_pending')).toBe(
+      'nest_sequence_outbox_pending{box="outbox_events"} 1',
+    );
+
+    // A database that stopped answering: the call never settles.
+    const store = await t.runtime.ready();
+    const reads: string[] = [];
+    store.stats = (box) => {
+      reads.push(box);
+      return new Promise(() => undefined);
+    };
+    await new Promise((resolve) => setTimeout(resolve, 1_050)); // past the 1 s snapshot
+    let timer: NodeJS.Timeout | undefined;
+    const during = await Promise.race([
+      t.metrics.registry.metrics(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error('the scrape did not resolve')),
+          5 * STATS_TIMEOUT_MS,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
+
+    // Each box was read from the hung store, and its gauges kept the values read before.
+    expect(reads.sort()).toEqual([...BOX_NAMES].sort());
+    for (const name of ['outbox_pending', 'outbox_failed', 'outbox_oldest_pending_age_seconds']) {
+      expect(line(before, name)).toMatch(/ \d/);
+      expect(line(during, name)).toBe(line(before, name));
+    }
   });
 });
