@@ -1,13 +1,12 @@
 import { type ResequencerInput } from '../../src/core/resequence-input';
 import { MemoryResequencerStore } from '../../src/adapters/stores/memory/memory.resequencer-store';
 import type { ResequencerStore } from '../../src/ports/resequencer-store.port';
-import type { Disposition, Transport } from '../../src/ports/transport.port';
+import type { Transport } from '../../src/ports/transport.port';
 import { LocalDrains, RUNNING_POLL_MS } from '../../src/resequencer/local-drains';
 import { Resequencer } from '../../src/resequencer/resequencer';
 
 import { overrideMethods } from '../support/override-methods';
-import { eventually } from '../support/sequence-test-app';
-import { resequencerParts, sleep } from './resequencer-parts';
+import { resequencerParts } from './resequencer-parts';
 
 const event = (seq: number): ResequencerInput => ({
   body: Buffer.from(`#${seq}`),
@@ -44,6 +43,39 @@ function gatedHandler(seq: number) {
 }
 
 /**
+ * Timers frozen (and `Date` with them) unless a test advances them; promise chains and
+ * `setImmediate` run as usual. What settles while no timer is advanced was not woken by a timer:
+ * not by a safety poll, nor by drainWaitMs.
+ */
+function freezeTimers(): void {
+  jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });
+}
+
+/**
+ * Lets promise chains run, timers frozen, until `check` holds; fails naming `what` if it does not
+ * within a thousand turns of the event loop (the memory store needs a handful).
+ */
+async function withoutTimers(check: () => boolean, what: string): Promise<void> {
+  for (let turn = 0; turn < 1_000; turn++) {
+    if (check()) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`${what}: not without a timer firing`);
+}
+
+/** Lets promise chains run, timers frozen, for a hundred turns of the event loop. */
+async function flush(): Promise<void> {
+  for (let turn = 0; turn < 100; turn++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Whether `promise` has settled, and with what. */
+function tracked<T>(promise: Promise<T>): { readonly settled: boolean; readonly value?: T } {
+  const state: { settled: boolean; value?: T } = { settled: false };
+  void promise.then((value) => Object.assign(state, { settled: true, value }));
+  return state;
+}
+
+/**
  * An input whose event was released while its key's drain lease was held (a hot key: the next
  * status of a transfer, the next fragment of a streamed sequence) is acked only after that drain
  * delivered it. When the drain runs in this process the input waits for it to end, asking the
@@ -51,6 +83,9 @@ function gatedHandler(seq: number) {
  * intervals, as before.
  */
 describe('Resequencer: inputs waiting on a drain of their key', () => {
+  beforeEach(freezeTimers);
+  afterEach(() => jest.useRealTimers());
+
   const resequencer = (store: ResequencerStore, handler: (e: { seq: number }) => unknown) => {
     const { definition, deps } = resequencerParts({
       tuning: { leaseMs: 30_000, drain: { waitMs: 3_000 } },
@@ -68,25 +103,23 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
     const { handler, handled, open } = gatedHandler(1);
     const instance = resequencer(store, handler);
 
-    const first = instance.receive(event(1)); // releases 1 and drains it: held in the handler
-    await eventually(() => handled.length === 1, 'event 1 in the handler');
-    const second = instance.receive(event(2)); // released behind 1: the key's lease is busy
-    await eventually(() => calls.accept === 2, 'event 2 accepted');
+    const first = tracked(instance.receive(event(1))); // releases 1 and drains it: held
+    await withoutTimers(() => handled.length === 1, 'event 1 in the handler');
+    const second = tracked(instance.receive(event(2))); // released behind 1: the lease is busy
+    await withoutTimers(() => calls.accept === 2, 'event 2 accepted');
+    await flush(); // to its wait
     const claimsWhileHeld = calls.claimDrain;
-    let secondSettled: Disposition | undefined;
-    void second.then((disposition) => (secondSettled = disposition));
     // Past one safety poll (RUNNING_POLL_MS) and well before the next.
-    await sleep(RUNNING_POLL_MS + 50);
-    // The old 10 ms polling asked the store about 30 times by now.
-    expect(calls.claimDrain - claimsWhileHeld).toBeLessThanOrEqual(2);
-    expect(secondSettled).toBeUndefined(); // not acked before its event is delivered
+    await jest.advanceTimersByTimeAsync(RUNNING_POLL_MS + 50);
+    // One safety poll; the old 10 ms polling asked the store 30 times by now.
+    expect(calls.claimDrain - claimsWhileHeld).toBe(1);
+    expect(second.settled).toBe(false); // not acked before its event is delivered
 
-    const openedAt = Date.now();
     open();
-    await expect(first).resolves.toEqual({ action: 'ack' });
-    await expect(second).resolves.toEqual({ action: 'ack' });
-    // Woken by the drain's end, not by its next safety poll, about 200 ms later.
-    expect(Date.now() - openedAt).toBeLessThan(120);
+    // Woken by the drain's end: its next safety poll is a timer, and none fires.
+    await withoutTimers(() => first.settled && second.settled, 'both inputs settled');
+    expect(first.value).toEqual({ action: 'ack' });
+    expect(second.value).toEqual({ action: 'ack' });
     // The drain of event 1 delivered event 2 as well (its settle claimed it), in order.
     expect(handled).toEqual([1, 2]);
   });
@@ -98,18 +131,24 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
     const { store, calls } = counted(shared);
     const here = resequencer(store, handler);
 
-    const first = other.receive(event(1));
-    await eventually(() => handled.length === 1, 'event 1 in the other instance’s handler');
-    const second = here.receive(event(2));
-    await eventually(() => calls.accept === 1, 'event 2 accepted here');
+    const first = tracked(other.receive(event(1)));
+    await withoutTimers(() => handled.length === 1, 'event 1 in the other instance’s handler');
+    const second = tracked(here.receive(event(2)));
+    await withoutTimers(() => calls.accept === 1, 'event 2 accepted here');
+    await flush(); // to its wait
     const claimsBefore = calls.claimDrain;
-    await sleep(150);
+    await jest.advanceTimersByTimeAsync(150);
     // Nothing here can tell it the other drain ended: it asks the store (every 10 ms).
     expect(calls.claimDrain - claimsBefore).toBeGreaterThanOrEqual(3);
 
     open();
-    await expect(first).resolves.toEqual({ action: 'ack' });
-    await expect(second).resolves.toEqual({ action: 'ack' });
+    await withoutTimers(() => first.settled, 'the other instance’s input settled');
+    expect(first.value).toEqual({ action: 'ack' });
+    // Only its next poll tells this one.
+    expect(second.settled).toBe(false);
+    await jest.advanceTimersByTimeAsync(10);
+    await withoutTimers(() => second.settled, 'this instance’s input settled');
+    expect(second.value).toEqual({ action: 'ack' });
     expect(handled).toEqual([1, 2]);
   });
 
@@ -138,60 +177,61 @@ describe('Resequencer: inputs waiting on a drain of their key', () => {
       { transport, reportGap: async () => undefined },
     );
 
-    const first = instance.receive(event(1));
-    await sleep(20);
-    const second = instance.receive(event(2));
-    await sleep(50);
-    const openedAt = Date.now();
+    const first = tracked(instance.receive(event(1)));
+    await flush(); // event 1's publish waits on the gate
+    const second = tracked(instance.receive(event(2)));
+    await flush(); // to its wait
+    expect(second.settled).toBe(false);
     open();
-    await expect(first).resolves.toMatchObject({ action: 'requeue' });
     // Woken when the failed drain let the lease go: it claimed the list itself, failed the same
-    // way and was requeued, before its safety poll (RUNNING_POLL_MS after it began, about 200 ms
-    // from here) and long before drainWaitMs (3 s).
-    await expect(second).resolves.toMatchObject({ action: 'requeue' });
-    expect(Date.now() - openedAt).toBeLessThan(120);
+    // way and was requeued, with no timer firing: not its safety poll (RUNNING_POLL_MS), nor
+    // drainWaitMs (3 s).
+    await withoutTimers(() => first.settled && second.settled, 'both inputs settled');
+    expect(first.value).toMatchObject({ action: 'requeue' });
+    expect(second.value).toMatchObject({ action: 'requeue' });
   });
 });
 
 describe('LocalDrains', () => {
+  beforeEach(freezeTimers);
+  afterEach(() => jest.useRealTimers());
+
   it('wakes every waiter of a key when a drain of that key ends, and only of that key', async () => {
     const drains = new LocalDrains();
     drains.begin('a');
     const woken: string[] = [];
-    const a1 = drains.wait('a', 10, 5_000).then(() => woken.push('a1'));
-    const a2 = drains.wait('a', 10, 5_000).then(() => woken.push('a2'));
+    void drains.wait('a', 10, 5_000).then(() => woken.push('a1'));
+    void drains.wait('a', 10, 5_000).then(() => woken.push('a2'));
     drains.begin('b');
-    const b = drains.wait('b', 10, 5_000).then(() => woken.push('b'));
-    await sleep(30); // longer than pollMs: a drain runs, so they wait for it
+    void drains.wait('b', 10, 5_000).then(() => woken.push('b'));
+    await jest.advanceTimersByTimeAsync(30); // longer than pollMs: a drain runs, they wait for it
     expect(woken).toEqual([]);
 
-    const endedAt = Date.now();
     drains.end('a');
-    await Promise.all([a1, a2]);
-    // Woken at once: their safety poll (RUNNING_POLL_MS after they began) was 200 ms away.
-    expect(Date.now() - endedAt).toBeLessThan(100);
+    // Woken at once, no timer firing: their safety poll (RUNNING_POLL_MS) has not come.
+    await withoutTimers(() => woken.length === 2, 'the waiters of a woken');
+    await flush();
     expect(woken.sort()).toEqual(['a1', 'a2']);
     expect(drains.isRunning('a')).toBe(false);
     drains.end('b');
-    await b;
+    await withoutTimers(() => woken.length === 3, 'the waiter of b woken');
   });
+
+  /** How long `wait` took, in (frozen) milliseconds: the timers advanced one at a time. */
+  async function waited(wait: Promise<void>): Promise<number> {
+    const state = tracked(wait);
+    const startedAt = Date.now();
+    while (!state.settled) await jest.advanceTimersByTimeAsync(1);
+    return Date.now() - startedAt;
+  }
 
   it('waits pollMs when no drain of the key runs here, RUNNING_POLL_MS when one does, maxMs at most', async () => {
     const drains = new LocalDrains();
-    let startedAt = Date.now();
-    await drains.wait('k', 20, 5_000);
-    expect(Date.now() - startedAt).toBeLessThan(RUNNING_POLL_MS);
+    expect(await waited(drains.wait('k', 20, 5_000))).toBe(20);
 
     drains.begin('k'); // and never ends: its lease may have lapsed in a handler call
-    startedAt = Date.now();
-    await drains.wait('k', 20, 5_000);
-    const waited = Date.now() - startedAt;
-    expect(waited).toBeGreaterThanOrEqual(RUNNING_POLL_MS - 5);
-    expect(waited).toBeLessThan(2_000);
-
-    startedAt = Date.now();
-    await drains.wait('k', 5_000, 40);
-    expect(Date.now() - startedAt).toBeLessThan(RUNNING_POLL_MS);
+    expect(await waited(drains.wait('k', 20, 5_000))).toBe(RUNNING_POLL_MS);
+    expect(await waited(drains.wait('k', 5_000, 40))).toBe(40);
   });
 
   it('counts drains of one key: the key runs until the last has ended', () => {

@@ -122,6 +122,62 @@ describe('NatsPartitionedSubscription', () => {
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await closing;
   });
+  it('abandons its messages at the moment its lease stops being trusted, not at the next fence check', async () => {
+    // The fence checks every tenth of the lease time, rounded down to the millisecond: with a
+    // lease time that is not a multiple of 10 ms, the trust (90%) ends 8 ms after a check, and
+    // the next check is a second away.
+    const leaseMs = 10_009;
+    let sequence = 0;
+    const unanswered: Array<() => void> = [];
+    const leases = {
+      claim: () => new Promise((resolve) => setTimeout(() => resolve(++sequence), ROUND_TRIP_MS)),
+      // The connection is gone: no renewal is answered (until the test closes).
+      renew: () => new Promise((resolve) => unanswered.push(() => resolve(++sequence))),
+      release: async () => undefined,
+      held: async () => new Set<number>(),
+      onReleased: () => () => undefined,
+    } as unknown as NatsPartitionLeases;
+    const opened: Array<{ mayHold: () => boolean; abandoned: boolean }> = [];
+    const subscription = new NatsPartitionedSubscription({
+      channel: 'orders',
+      count: 1,
+      ensure: async () => leaseMs,
+      forget: () => undefined,
+      leases,
+      open: (_index, mayHold) => {
+        const partition = { mayHold, abandoned: false };
+        opened.push(partition);
+        return {
+          close: async () => undefined,
+          abandon: async () => void (partition.abandoned = true),
+        } as unknown as NatsSubscription;
+      },
+      logger: new Logger('nats.partitioned-subscription.spec'),
+      onClosed: () => undefined,
+    });
+    const started = subscription.start();
+    await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
+    await started;
+    const [partition] = opened;
+
+    await jest.advanceTimersByTimeAsync(0.8 * leaseMs);
+    expect(unanswered.length).toBeGreaterThan(0); // renewals were tried, and got no answer
+    expect(partition).toMatchObject({ abandoned: false });
+    // Millisecond by millisecond, up to the moment the lease is no longer trusted.
+    while (partition.mayHold()) {
+      expect(partition.abandoned).toBe(false);
+      await jest.advanceTimersByTimeAsync(1);
+    }
+    // Abandoned then, by the timer set to that moment (rounded up to the next millisecond).
+    await jest.advanceTimersByTimeAsync(1);
+    expect(partition.abandoned).toBe(true);
+
+    for (const answer of unanswered) answer();
+    const closing = subscription.close();
+    await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
+    await closing;
+  });
+
   it('does not trust a lease again on a renewal answered after its trust ran out, without letting go first', async () => {
     let sequence = 0;
     let holdAnswers = false;
