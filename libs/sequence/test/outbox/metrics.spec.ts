@@ -138,5 +138,10 @@ describe('Outbox / Inbox metrics', () => {
       expect(line(before, name)).toMatch(/ \d/);
       expect(line(during, name)).toBe(line(before, name));
     }
+    // Frozen gauges alert on nothing: the failed read is counted, per box, from 0.
+    const failures = 'outbox_stats_failures_total';
+    expect(line(before, failures)).toBe(`nest_sequence_${failures}{box="outbox_events"} 0`);
+    const after = await t.metrics.registry.metrics();
+    expect(line(after, failures)).toBe(`nest_sequence_${failures}{box="outbox_events"} 1`);
   });
 });
