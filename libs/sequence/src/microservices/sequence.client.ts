@@ -501,7 +501,8 @@ export class SequenceClient extends ClientProxy implements BeforeApplicationShut
     if (this.runtime) return this.runtime;
     throw new SequenceOptionsError('SequenceClient', [
       'no SequenceModule in this application: import SequenceModule.forRoot(...) in the ' +
-        'application that registers this client with ClientsModule',
+        'application that registers this client with ClientsModule (a client made outside ' +
+        'dependency injection, by @Client() or ClientProxyFactory.create(), is never attached)',
     ]);
   }
 
