@@ -24,6 +24,25 @@ describe('boundedSequenceStore', () => {
     expect(bounded.inspect).toBeUndefined();
   });
 
+  it('rejects, rather than throws, a step of a store that throws before it returns a promise', async () => {
+    // A store of yours with a synchronous check: called from a lease's timer, a throw would be
+    // an uncaught exception.
+    const throwing = () => {
+      throw new Error('not connected');
+    };
+    const store = {
+      name: 'eager',
+      renewLease: throwing,
+      ping: throwing,
+    } as unknown as SequenceStore;
+    const bounded = boundedSequenceStore(store, 50);
+
+    let renewing: Promise<boolean> | undefined;
+    expect(() => (renewing = bounded.renewLease(ref, 'token', 1_000, 0))).not.toThrow();
+    await expect(renewing).rejects.toThrow('not connected');
+    await expect((async () => bounded.ping())()).rejects.toThrow('not connected');
+  });
+
   it('gives up on a step that never settles, and on a read whose next chunk never comes', async () => {
     const stalled = new Readable({ read() {} });
     stalled.push(Buffer.from('first'));

@@ -14,19 +14,22 @@ import type { SequenceRef, SequenceStore } from '../ports/sequence-store.port';
  * bounds it.
  */
 export function boundedSequenceStore(store: SequenceStore, ms: number): SequenceStore {
-  const within = <T>(call: string, subject: string, step: Promise<T>): Promise<T> =>
-    storeStepWithin(store.name, call, subject, ms, step);
+  const within = <T>(call: string, subject: string, step: () => Promise<T>): Promise<T> =>
+    // In an async function: a store (of yours) that throws before it returns a promise fails the
+    // step as a rejection does, rather than throwing into a lease's timer.
+    storeStepWithin(store.name, call, subject, ms, (async () => step())());
   const of = refSubject;
   const { listOpen, status, inspect } = store;
   return {
     name: store.name,
     verifiesReads: store.verifiesReads,
     encrypts: store.encrypts,
-    accept: (fragment, context) => within('accept', of(fragment), store.accept(fragment, context)),
+    accept: (fragment, context) =>
+      within('accept', of(fragment), () => store.accept(fragment, context)),
     renewLease: (ref, consumerId, leaseMs, now) =>
-      within('renewLease', of(ref), store.renewLease(ref, consumerId, leaseMs, now)),
+      within('renewLease', of(ref), () => store.renewLease(ref, consumerId, leaseMs, now)),
     releaseLease: (ref, consumerId, now) =>
-      within('releaseLease', of(ref), store.releaseLease(ref, consumerId, now)),
+      within('releaseLease', of(ref), () => store.releaseLease(ref, consumerId, now)),
     read: (ref) => {
       const stall: StallBound = {
         ms,
@@ -43,23 +46,24 @@ export function boundedSequenceStore(store: SequenceStore, ms: number): Sequence
       );
     },
     finish: (ref, outcome, context) =>
-      within('finish', of(ref), store.finish(ref, outcome, context)),
-    listExpired: (now, limit) => within('listExpired', store.name, store.listExpired(now, limit)),
+      within('finish', of(ref), () => store.finish(ref, outcome, context)),
+    listExpired: (now, limit) =>
+      within('listExpired', store.name, () => store.listExpired(now, limit)),
     expire: (ref, now, retentionMs) =>
-      within('expire', of(ref), store.expire(ref, now, retentionMs)),
-    stats: (now) => within('stats', store.name, store.stats(now)),
+      within('expire', of(ref), () => store.expire(ref, now, retentionMs)),
+    stats: (now) => within('stats', store.name, () => store.stats(now)),
     // The optional steps only where the store has them: their absence means something.
     ...(listOpen && {
       listOpen: (query) =>
-        within('listOpen', query.scope ?? store.name, listOpen.call(store, query)),
+        within('listOpen', query.scope ?? store.name, () => listOpen.call(store, query)),
     }),
     ...(status && {
-      status: (ref, now) => within('status', of(ref), status.call(store, ref, now)),
+      status: (ref, now) => within('status', of(ref), () => status.call(store, ref, now)),
     }),
     ...(inspect && {
-      inspect: (ref, now) => within('inspect', of(ref), inspect.call(store, ref, now)),
+      inspect: (ref, now) => within('inspect', of(ref), () => inspect.call(store, ref, now)),
     }),
-    ping: () => within('ping', store.name, store.ping()),
+    ping: () => within('ping', store.name, () => store.ping()),
     close: () => store.close(),
   };
 }
