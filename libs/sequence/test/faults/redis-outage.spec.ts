@@ -113,7 +113,8 @@ describeOnRealServers('faults: Redis stopped in the middle of a sequence', () =>
     channel: string,
     fragments: TestFragment[],
   ): Promise<void> {
-    // This counter alone: a whole-registry scrape fails while the store is down (see below).
+    // This counter alone: a whole-registry scrape reads the store's stats, which wait up to a
+    // second each while it is down.
     const received = () =>
       singleMetricValue(t.metrics.registry, 'nest_sequence_fragments_received_total', { channel });
     const before = await received();
