@@ -1,6 +1,6 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { oneAtATime, withTimeout } from '../core/async';
+import { withTimeout } from '../core/async';
 import { OutboxRuntime } from '../outbox/outbox.runtime';
 import {
   BOX_NAMES,
@@ -10,6 +10,7 @@ import {
 } from '../ports/outbox-store.port';
 import {
   probe,
+  sharedHealthCall,
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
 } from './sequence-health.indicator';
@@ -80,7 +81,7 @@ export class OutboxHealthIndicator {
    * probe: a count the timeout gave up on keeps its pool connection (or SQLite's lock) until it
    * ends, and a probe every few seconds must not pile more of them up.
    */
-  private readonly pingStore = oneAtATime(async () => (await this.runtime.current())?.ping());
+  private readonly pingStore = sharedHealthCall(async () => (await this.runtime.current())?.ping());
   private readonly statsReaders = new WeakMap<OutboxStore, Map<BoxName, () => Promise<BoxStats>>>();
 
   constructor(
@@ -94,7 +95,7 @@ export class OutboxHealthIndicator {
   private readStats(store: OutboxStore, box: BoxName): Promise<BoxStats> {
     let readers = this.statsReaders.get(store);
     if (!readers) {
-      readers = new Map(BOX_NAMES.map((each) => [each, oneAtATime(() => store.stats(each))]));
+      readers = new Map(BOX_NAMES.map((each) => [each, sharedHealthCall(() => store.stats(each))]));
       this.statsReaders.set(store, readers);
     }
     return readers.get(box)!();

@@ -4,9 +4,10 @@ import type { ResequencerStore } from '../ports/resequencer-store.port';
 import { RESEQUENCER_STORE, SWEEP_TIMING, type SweepTiming } from '../kernel/tokens';
 import type { ResequencerBuffers, ResequencerGaps } from '../resequencer/resequencer';
 import { ResequencerService } from '../resequencer/resequencer.service';
-import { oneAtATime, withTimeout } from '../core/async';
+import { withTimeout } from '../core/async';
 import {
   probe,
+  sharedHealthCall,
   type SequenceDependencyHealth,
   type SequenceHealthCheckOptions,
 } from './sequence-health.indicator';
@@ -56,8 +57,8 @@ export type ResequencerHealthDetails = {
 @Injectable()
 export class ResequencerHealthIndicator {
   /** The figures, each shared with a read still running from an earlier probe. */
-  private readonly readBuffers = oneAtATime(() => this.resequencers.buffers());
-  private readonly readGaps = oneAtATime(() => this.resequencers.gapStats());
+  private readonly readBuffers = sharedHealthCall(() => this.resequencers.buffers());
+  private readonly readGaps = sharedHealthCall(() => this.resequencers.gapStats());
 
   private readonly thresholds: ResolvedHealthOptions;
 

@@ -24,6 +24,7 @@ import {
   SequenceHealthModule,
   type SequenceHealthCheckOptions,
 } from 'nest-sequence/health';
+import { HEALTH_CALL_SHARED_MS, sharedHealthCall } from './sequence-health.indicator';
 import { crc32 } from '../core/checksum';
 import { FRAGMENT_OVERHEAD_BYTES, SEQUENCE_OVERHEAD_BYTES } from '../core/completeness';
 import { SEQUENCE_STORE } from '../kernel/tokens';
@@ -391,5 +392,29 @@ describe('SequenceHealthIndicator', () => {
         redis.disconnect();
       }
     });
+  });
+});
+
+describe('sharedHealthCall', () => {
+  afterEach(() => jest.useRealTimers());
+
+  it('shares a call with the probes that come while it runs, for HEALTH_CALL_SHARED_MS at most', async () => {
+    jest.useFakeTimers();
+    let calls = 0;
+    const hung = sharedHealthCall(() => {
+      calls++;
+      return new Promise<void>(() => undefined);
+    });
+    const first = hung();
+    first.catch(() => undefined);
+    expect(hung()).toBe(first);
+    expect(calls).toBe(1);
+
+    // A call that hangs (a half-open connection) is not waited on for ever: past the bound,
+    // the next probe asks again, and may find the dependency up.
+    await jest.advanceTimersByTimeAsync(HEALTH_CALL_SHARED_MS);
+    await expect(first).rejects.toThrow(`no answer within ${HEALTH_CALL_SHARED_MS} ms`);
+    hung().catch(() => undefined);
+    expect(calls).toBe(2);
   });
 });

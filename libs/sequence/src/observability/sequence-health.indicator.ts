@@ -11,7 +11,7 @@ import {
   type SweepTiming,
 } from '../kernel/tokens';
 import { errorMessage } from '../core/errors/caught';
-import { oneAtATime } from '../core/async';
+import { oneAtATime, withTimeout } from '../core/async';
 import {
   HEALTH_OPTIONS,
   resolveHealthOptions,
@@ -95,7 +95,7 @@ export interface SequenceHealthCheckOptions {
 @Injectable()
 export class SequenceHealthIndicator {
   /** The store's stats, shared with a read still running from an earlier probe. */
-  private readonly readStats = oneAtATime(() => this.store.stats(Date.now()));
+  private readonly readStats = sharedHealthCall(() => this.store.stats(Date.now()));
 
   private readonly thresholds: ResolvedHealthOptions;
 
@@ -205,16 +205,35 @@ async function withinTimeout<T>(promise: Promise<T>, timeoutMs: number, what = '
 }
 
 /**
- * Each dependency's ping in flight. A ping the timeout gave up on keeps running (a pool
- * connection, a lock queued for): the next probes wait on it rather than start more of them.
+ * How long later probes wait on a call an earlier one gave up on, at most. A call the timeout gave
+ * up on keeps running (a pool connection, a lock queued for): the next probes wait on it rather
+ * than start more of them, but not for ever: one that hangs (a half-open connection) would keep
+ * every later probe down while the other connections work.
  */
+export const HEALTH_CALL_SHARED_MS = 30_000;
+
+/**
+ * `call`, shared by the probes that come while it runs, for at most
+ * {@link HEALTH_CALL_SHARED_MS}: the next probe after that starts a call of its own.
+ */
+export function sharedHealthCall<T>(call: () => Promise<T>): () => Promise<T> {
+  return oneAtATime(() =>
+    withTimeout(
+      call(),
+      HEALTH_CALL_SHARED_MS,
+      () => new Error(`no answer within ${HEALTH_CALL_SHARED_MS} ms`),
+    ),
+  );
+}
+
+/** Each dependency's ping in flight (see {@link sharedHealthCall}). */
 const pings = new WeakMap<object, () => Promise<void>>();
 
 /** `dependency`'s ping, shared with any still running from an earlier probe. */
 export function sharedPing(dependency: { ping(): Promise<void> }): Promise<void> {
   let ping = pings.get(dependency);
   if (!ping) {
-    ping = oneAtATime(() => dependency.ping());
+    ping = sharedHealthCall(() => dependency.ping());
     pings.set(dependency, ping);
   }
   return ping();
