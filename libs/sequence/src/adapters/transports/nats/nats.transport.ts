@@ -128,11 +128,12 @@ export class NatsTransport implements Transport {
   readonly partitioned = true;
 
   /**
-   * Below `duplicateWindowMs`, the duplicate window of the streams it declares: a publish retried
-   * past it could be stored twice, so one given longer is refused.
+   * Below the duplicate window of the streams it declares: `duplicateWindowMs`, and for the reply
+   * stream at most `replyMaxAgeMs`. A publish retried past it could be stored twice, so one given
+   * longer is refused.
    */
   get maxPublishTimeoutMs(): number {
-    return this.settings.duplicateWindowMs - 1;
+    return Math.min(this.settings.duplicateWindowMs, this.settings.replyMaxAgeMs) - 1;
   }
 
   private readonly settings: ResolvedNatsTransportOptions;
