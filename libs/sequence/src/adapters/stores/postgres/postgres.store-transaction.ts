@@ -405,20 +405,33 @@ function statementName(sql: string): string {
  * ROLLBACK then ending that taker's work, and make the outbox's own release fail.
  */
 function guarded(connection: PoolClient): PoolClient {
+  const known = guardedClients.get(connection);
+  if (known) return known;
   const refuse = (): never => {
     throw new Error(
       "tx.client is the transaction's connection: it goes back to the pool when the " +
         'transaction ends; do not release it',
     );
   };
-  return new Proxy(connection, {
+  // One bound function per method, as long as the connection's own is the same function.
+  const bound = new WeakMap<object, unknown>();
+  const proxy = new Proxy(connection, {
     get(target, property) {
       if (property === 'release') return refuse;
       const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function') return value;
       // Called on the client itself: pg keeps its state on it, not on a proxy.
-      return typeof value === 'function'
-        ? (value as (...args: unknown[]) => unknown).bind(target)
-        : value;
+      let method = bound.get(value);
+      if (!method) {
+        method = (value as (...args: unknown[]) => unknown).bind(target);
+        bound.set(value, method);
+      }
+      return method;
     },
   });
+  guardedClients.set(connection, proxy);
+  return proxy;
 }
+
+/** The guarded client of each pooled connection: one object per connection, across transactions. */
+const guardedClients = new WeakMap<PoolClient, PoolClient>();
