@@ -60,6 +60,8 @@ export class FragmentStream {
   private readonly tooLarge = new Set<string>();
   /** Sequences counted expired here: a fragment missing past timeoutMs (the most recent ones). */
   private readonly expired = new Set<string>();
+  /** Fragments reported changed in the store (sequence id and position; the most recent ones). */
+  private readonly changedInStore = new Set<string>();
   private readonly intake: { receive(message: InboundMessage): Promise<Disposition> };
   private readonly events: StreamLifecycle;
 
@@ -227,7 +229,12 @@ export class FragmentStream {
         fragment.crc32,
         storedCrc,
       );
-      this.rejected('integrity-mismatch', error.message, fragment);
+      // Reported once: a fragment whose dead letter could not be sent comes back.
+      const changed = `${sequenceId}\u0000${position}`;
+      if (!this.changedInStore.has(changed)) {
+        rememberRecent(this.changedInStore, changed, FOLLOWED_SEQUENCES);
+        this.rejected('integrity-mismatch', error.message, fragment);
+      }
       // Final: the deliverer dead-letters it without calling the handler again.
       throw error;
     }
