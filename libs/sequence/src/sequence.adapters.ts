@@ -249,7 +249,8 @@ function readStoresOf(given: unknown): { stores?: PayloadStore[]; problems?: str
       problems: [`claimCheck.readStores must be an array of PayloadStores, got ${kindOf(given)}`],
     };
   }
-  const problems = given.flatMap((candidate: unknown, index) => {
+  // Array.from: a hole (`[, store]`) is an entry too, which flatMap would skip.
+  const problems = Array.from(given as unknown[]).flatMap((candidate: unknown, index) => {
     const path = `claimCheck.readStores[${index}]`;
     if (candidate === undefined) return [`${path} must be a PayloadStore, got undefined`];
     return adapterProblem(path, candidate, 'PayloadStore', ['put', 'get', 'close']) ?? [];

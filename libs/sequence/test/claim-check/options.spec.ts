@@ -311,6 +311,12 @@ describe('claim check: options validation at boot', () => {
       /^claimCheck\.readStores\[0\] must be a PayloadStore, got undefined$/,
     ],
     [
+      'a list with a hole in it',
+      // eslint-disable-next-line no-sparse-arrays
+      [, new FilesystemPayloadStore({ root: '/nonexistent/never-used' })],
+      /^claimCheck\.readStores\[0\] must be a PayloadStore, got undefined$/,
+    ],
+    [
       'a list with something that is not a store',
       [{ name: 'archive' }],
       /^claimCheck\.readStores\[0\] must be a PayloadStore \(it has no put, get, close\)/,
