@@ -36,6 +36,38 @@ function leasesOfPartitionZero(otherClaimMs: number): {
   return { leases, renewals };
 }
 
+/**
+ * A subscription of one partition over `leases`, its lease `leaseMs`, recording each partition it
+ * opens: whether it may still hold it, and whether it was abandoned.
+ */
+function onePartitionRecorded(
+  leases: NatsPartitionLeases,
+  leaseMs: number,
+): {
+  subscription: NatsPartitionedSubscription;
+  opened: Array<{ mayHold: () => boolean; abandoned: boolean }>;
+} {
+  const opened: Array<{ mayHold: () => boolean; abandoned: boolean }> = [];
+  const subscription = new NatsPartitionedSubscription({
+    channel: 'orders',
+    count: 1,
+    ensure: async () => leaseMs,
+    forget: () => undefined,
+    leases,
+    open: (_index, mayHold) => {
+      const partition = { mayHold, abandoned: false };
+      opened.push(partition);
+      return {
+        close: async () => undefined,
+        abandon: async () => void (partition.abandoned = true),
+      } as unknown as NatsSubscription;
+    },
+    logger: new Logger('nats.partitioned-subscription.spec'),
+    onClosed: () => undefined,
+  });
+  return { subscription, opened };
+}
+
 describe('NatsPartitionedSubscription', () => {
   beforeEach(() => jest.useFakeTimers());
   afterEach(() => jest.useRealTimers());
@@ -137,24 +169,7 @@ describe('NatsPartitionedSubscription', () => {
       held: async () => new Set<number>(),
       onReleased: () => () => undefined,
     } as unknown as NatsPartitionLeases;
-    const opened: Array<{ mayHold: () => boolean; abandoned: boolean }> = [];
-    const subscription = new NatsPartitionedSubscription({
-      channel: 'orders',
-      count: 1,
-      ensure: async () => leaseMs,
-      forget: () => undefined,
-      leases,
-      open: (_index, mayHold) => {
-        const partition = { mayHold, abandoned: false };
-        opened.push(partition);
-        return {
-          close: async () => undefined,
-          abandon: async () => void (partition.abandoned = true),
-        } as unknown as NatsSubscription;
-      },
-      logger: new Logger('nats.partitioned-subscription.spec'),
-      onClosed: () => undefined,
-    });
+    const { subscription, opened } = onePartitionRecorded(leases, leaseMs);
     const started = subscription.start();
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await started;
@@ -194,24 +209,7 @@ describe('NatsPartitionedSubscription', () => {
       held: async () => new Set<number>(),
       onReleased: () => () => undefined,
     } as unknown as NatsPartitionLeases;
-    const opened: Array<{ mayHold: () => boolean; abandoned: boolean }> = [];
-    const subscription = new NatsPartitionedSubscription({
-      channel: 'orders',
-      count: 1,
-      ensure: async () => LEASE_MS,
-      forget: () => undefined,
-      leases,
-      open: (_index, mayHold) => {
-        const partition = { mayHold, abandoned: false };
-        opened.push(partition);
-        return {
-          close: async () => undefined,
-          abandon: async () => void (partition.abandoned = true),
-        } as unknown as NatsSubscription;
-      },
-      logger: new Logger('nats.partitioned-subscription.spec'),
-      onClosed: () => undefined,
-    });
+    const { subscription, opened } = onePartitionRecorded(leases, LEASE_MS);
     const started = subscription.start();
     await jest.advanceTimersByTimeAsync(2 * ROUND_TRIP_MS);
     await started;
