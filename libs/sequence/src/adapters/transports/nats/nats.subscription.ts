@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { Consumer, ConsumerMessages, FetchOptions, JsMsg } from '@nats-io/jetstream';
 import { recycleBody } from '../body-pool';
+import { Forwards } from '../forwards';
 import { settlesWithin, withTimeout } from '../../../core/async';
 import { errorMessage } from '../../../core/errors/caught';
 import { MessageTooLargeError } from '../../../core/errors/message-too-large.error';
@@ -171,7 +172,7 @@ export class NatsSubscription implements Subscription {
   /** What each unsettled delivery carries, to put it at the tail when handed back at close. */
   private readonly carried = new WeakMap<NatsDelivery, Carried>();
   private readonly timers = new Set<NodeJS.Timeout>();
-  private readonly forwarding = new Set<Promise<void>>();
+  private readonly forwards: Forwards;
   private slotFreed?: () => void;
   private batch?: ConsumerMessages;
   private heartbeat?: NodeJS.Timeout;
@@ -185,6 +186,7 @@ export class NatsSubscription implements Subscription {
 
   constructor(private readonly settings: NatsSubscriptionSettings) {
     this.channel = settings.channel;
+    this.forwards = new Forwards(settings.channel, settings.logger);
   }
 
   /** Starts pulling (the caller has declared the consumer). */
@@ -263,7 +265,7 @@ export class NatsSubscription implements Subscription {
     // The pull ends with what it had brought: held by then.
     await this.pulling;
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
-    await Promise.allSettled([...this.forwarding]);
+    await this.forwards.settled();
     // Abandoned, what it holds goes to whichever subscriber gets it again, but for what was kept
     // unhandled at its last allowed delivery (see notHeld): nobody can get that again, so it is
     // handed back all the same, as a copy at the tail.
@@ -271,7 +273,7 @@ export class NatsSubscription implements Subscription {
       ? [...this.unsettled.values()]
       : [...this.keptAtLastDelivery].filter((delivery) => this.isHeld(delivery));
     for (const delivery of handingBack) this.handBack(delivery);
-    await Promise.allSettled([...this.forwarding]);
+    await this.forwards.settled();
     // Kept in progress until now (see keepInProgress): all is handed back.
     clearInterval(this.heartbeat);
     this.keptAtLastDelivery.clear();
@@ -482,7 +484,7 @@ export class NatsSubscription implements Subscription {
     if (disposition.action === 'ack') {
       this.finish(delivery, ACK);
     } else if (disposition.action === 'dead-letter') {
-      this.forward(this.deadLetter(delivery, inbound, body, disposition.reason));
+      this.forwards.add(this.deadLetter(delivery, inbound, body, disposition.reason));
     } else if ((disposition.delayMs ?? 0) > 0) {
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
       // A claim that lapsed meanwhile (before its owner stopped the subscription) leaves it to
@@ -493,14 +495,14 @@ export class NatsSubscription implements Subscription {
           this.ignored(delivery, disposition, 'its delay ended');
           return;
         }
-        this.forward(this.requeueAtTail(delivery, inbound, body));
+        this.forwards.add(this.requeueAtTail(delivery, inbound, body));
       });
     } else {
       if (lastDelivery) {
         const reason =
           `max-deliver: delivered ${deliveries} times (the consumer's max_deliver) and requeued ` +
           `each time${disposition.reason ? ` (${disposition.reason})` : ''}`;
-        this.forward(this.deadLetter(delivery, inbound, body, reason, true));
+        this.forwards.add(this.deadLetter(delivery, inbound, body, reason, true));
         return;
       }
       this.finish(delivery, this.plainRequeue(deliveries));
@@ -616,16 +618,6 @@ export class NatsSubscription implements Subscription {
     }
   }
 
-  private forward(pending: Promise<void>): void {
-    // Each forward settles its message on every path; a failure past that is logged, never left
-    // to crash the process as an unhandled rejection.
-    const settled = pending.catch((error: unknown) =>
-      this.settings.logger.error(`forwarding a message of ${this.channel}: ${errorMessage(error)}`),
-    );
-    this.forwarding.add(settled);
-    void settled.finally(() => this.forwarding.delete(settled));
-  }
-
   /** Runs `then` after `ms`, unless the subscription closes first (its timers are cleared). */
   private holdFor(ms: number, then: () => void): void {
     const timer = setTimeout(() => {
@@ -699,7 +691,7 @@ export class NatsSubscription implements Subscription {
       headers: carried.headers,
       redelivered: true,
     };
-    this.forward(
+    this.forwards.add(
       this.requeueAtTail(delivery, inbound, () =>
         body ? Promise.resolve(body) : this.settings.readFromStream(delivery.streamSequence),
       ),

@@ -18,6 +18,7 @@ import {
 } from '../../../ports/transport.port';
 import { forwardableHeaders } from '../../../ports/transport-headers';
 import { recycleBody } from '../body-pool';
+import { Forwards } from '../forwards';
 import type { ConnectionManager, ManagedChannel } from './amqp.types';
 import type { RabbitMqTopology } from './rabbitmq.topology';
 
@@ -126,7 +127,7 @@ export class RabbitMqSubscription implements Subscription {
   private readonly channelLost = new Map<Channel, AbortController>();
   private readonly requeueTimers = new Set<NodeJS.Timeout>();
   /** Dead letters and requeued copies being published; their originals are acked after. */
-  private readonly forwarding = new Set<Promise<void>>();
+  private readonly forwards: Forwards;
   private reopenTimer?: NodeJS.Timeout;
   private reopenAttempts = 0;
   private callerAwaitsStart = false;
@@ -135,6 +136,7 @@ export class RabbitMqSubscription implements Subscription {
 
   constructor(private readonly settings: RabbitMqSubscriptionSettings) {
     this.channel = settings.channel;
+    this.forwards = new Forwards(settings.channel, settings.logger);
     const { topology, partitions } = settings;
     this.sources =
       partitions === undefined
@@ -197,7 +199,7 @@ export class RabbitMqSubscription implements Subscription {
     for (const timer of this.requeueTimers) clearTimeout(timer);
     this.requeueTimers.clear();
     // A dead letter or requeued copy already on its way gets its ack, so it is not sent twice.
-    await Promise.allSettled([...this.forwarding]);
+    await this.forwards.settled();
     this.unsettled.clear();
     // A partition's consumer is not cancelled first: with single active consumer the broker would
     // hand the partition to the next subscriber at once, while this channel still holds what it
@@ -406,7 +408,7 @@ export class RabbitMqSubscription implements Subscription {
       if (!this.bodyFor(delivery, disposition)) return;
       // Held (and counted against prefetch) until the delay passes: that is the back-pressure.
       this.holdFor(delayMs, () =>
-        this.forward(this.requeueAtTail(delivery, this.bodyFor(delivery, disposition)!)),
+        this.forwards.add(this.requeueAtTail(delivery, this.bodyFor(delivery, disposition)!)),
       );
     } else if (this.settings.deadLetterChannel === undefined) {
       this.settings.logger.warn(droppedReplyWarning(this.channel, disposition.reason));
@@ -414,7 +416,7 @@ export class RabbitMqSubscription implements Subscription {
     } else {
       const body = this.bodyFor(delivery, disposition);
       if (!body) return;
-      this.forward(
+      this.forwards.add(
         this.deadLetterThenAck(delivery, this.settings.deadLetterChannel, disposition.reason, body),
       );
     }
@@ -437,16 +439,6 @@ export class RabbitMqSubscription implements Subscription {
     );
     this.finish(delivery, 'requeue');
     return undefined;
-  }
-
-  private forward(pending: Promise<void>): void {
-    // Each forward settles its message on every path; a failure past that is logged, never left
-    // to crash the process as an unhandled rejection.
-    const settled = pending.catch((error: unknown) =>
-      this.settings.logger.error(`forwarding a message of ${this.channel}: ${errorMessage(error)}`),
-    );
-    this.forwarding.add(settled);
-    void settled.finally(() => this.forwarding.delete(settled));
   }
 
   /**
