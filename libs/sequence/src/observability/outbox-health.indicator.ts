@@ -77,11 +77,11 @@ export type OutboxHealthDetails = {
 export class OutboxHealthIndicator {
   private readonly thresholds: ResolvedHealthOptions;
   /**
-   * The store's ping and each box's counts, each shared with one still running from an earlier
-   * probe: a count the timeout gave up on keeps its pool connection (or SQLite's lock) until it
-   * ends, and a probe every few seconds must not pile more of them up.
+   * The store as probed: one object, so that probes share its ping (see `sharedPing`); and each
+   * box's counts, shared likewise: a count the timeout gave up on keeps its pool connection (or
+   * SQLite's lock) until it ends, and a probe every few seconds must not pile more of them up.
    */
-  private readonly pingStore = sharedHealthCall(async () => (await this.runtime.current())?.ping());
+  private readonly store: { readonly name: string; ping(): Promise<void> };
   private readonly statsReaders = new WeakMap<OutboxStore, Map<BoxName, () => Promise<BoxStats>>>();
 
   constructor(
@@ -90,6 +90,13 @@ export class OutboxHealthIndicator {
     @Optional() @Inject(HEALTH_OPTIONS) thresholds?: ResolvedHealthOptions,
   ) {
     this.thresholds = thresholds ?? resolveHealthOptions();
+    this.store = {
+      // Named as the adapter, down or up; 'outbox store' only when the embedded one never opened.
+      get name() {
+        return runtime.storeName ?? 'outbox store';
+      },
+      ping: async () => (await runtime.current())?.ping(),
+    };
   }
 
   private readStats(store: OutboxStore, box: BoxName): Promise<BoxStats> {
@@ -122,13 +129,9 @@ export class OutboxHealthIndicator {
         },
       });
     }
-    const store = await probe(
-      // Named as the adapter, down or up; 'outbox store' only when the embedded one never opened.
-      { name: this.runtime.storeName ?? 'outbox store', ping: this.pingStore },
-      timeoutMs,
-    );
+    const store = await probe(this.store, timeoutMs);
     if (store.status === 'down') {
-      return indicator.down({ store: { ...store, name: this.runtime.storeName ?? store.name } });
+      return indicator.down({ store });
     }
     const ready = await opened;
     // The counts are details: counting slowly (a large table) or failing must neither hold the
