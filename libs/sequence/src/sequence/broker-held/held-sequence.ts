@@ -52,8 +52,6 @@ export class HeldSequence {
   /** Whether its start was reported: once a first fragment of it was admitted. */
   started = false;
   userHeaders: HeaderMap = {};
-  contentType?: string;
-  contentEncoding?: string;
   timer?: NodeJS.Timeout;
   /** The `abandoned` signals of its fragments' deliveries that the reassembler watches for it. */
   readonly watchedSignals = new Set<AbortSignal>();
@@ -74,13 +72,11 @@ export class HeldSequence {
   }
 
   /**
-   * Takes the first fragment's user headers, and the first content type and encoding a fragment
-   * carries (admission refuses a fragment that carries others), as the stores do.
+   * Takes the first fragment's user headers (its content type and encoding are the first any
+   * fragment carries, which `recordFragment` keeps in `state`, as the stores do).
    */
   describe(fragment: FragmentHeaders): void {
     if (this.fragments.size === 0) this.userHeaders = fragment.userHeaders;
-    this.contentType ??= fragment.contentType;
-    this.contentEncoding ??= fragment.contentEncoding;
   }
 
   /**
@@ -143,8 +139,8 @@ export class HeldSequence {
       bytes: this.state.storedBytes,
       sha256: this.state.sha256,
       declaredBytes: this.state.declaredBytes,
-      contentType: this.contentType,
-      contentEncoding: this.contentEncoding,
+      contentType: this.state.contentType,
+      contentEncoding: this.state.contentEncoding,
       userHeaders: this.userHeaders,
       firstFragmentAt: this.state.firstFragmentAt,
       lastFragmentAt: this.state.lastFragmentAt,

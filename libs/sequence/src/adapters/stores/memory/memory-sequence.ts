@@ -17,8 +17,6 @@ export interface HeldSequence {
   deadline: number;
   /** The expiry time it opened with; also how long a complete one may sit with no lease. */
   readonly expiryMs: number;
-  contentType?: string;
-  contentEncoding?: string;
   /** The producer's headers, from the first fragment stored: their JSON, sealed when encrypted. */
   readonly userHeaders: HeaderMap | Buffer;
   /** Set once complete: who reassembles it, and until when. */
@@ -63,8 +61,8 @@ export function describeComplete(held: HeldSequence, userHeaders: HeaderMap): Co
     bytes: state.storedBytes,
     sha256: state.sha256,
     declaredBytes: state.declaredBytes,
-    contentType: held.contentType,
-    contentEncoding: held.contentEncoding,
+    contentType: state.contentType,
+    contentEncoding: state.contentEncoding,
     userHeaders: { ...userHeaders },
     firstFragmentAt: state.firstFragmentAt,
     lastFragmentAt: state.lastFragmentAt,

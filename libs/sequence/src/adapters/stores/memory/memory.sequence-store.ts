@@ -183,8 +183,6 @@ export class MemorySequenceStore implements SequenceStore {
         ? this.cipher.seal(fragment.body, sequenceBodyIdentity(fragment, fragment.position))
         : Buffer.from(fragment.body),
     );
-    sequence.contentType ??= fragment.contentType;
-    sequence.contentEncoding ??= fragment.contentEncoding;
     if (context.expiry.strategy === 'sliding') sequence.deadline = now + context.expiry.ms;
 
     const opened = held === undefined;
