@@ -28,6 +28,7 @@ import {
   type BenchEvent,
 } from './outbox.settings';
 import { TracedOutboxStore } from './outbox.traced-store';
+import { cpuNow, cpuPerThousand } from './outbox.cpu';
 import { pgStatsSince, walNow, type PgStatsPerThousand } from './outbox.pg-stats';
 
 /** What `migrate()` creates under a prefix. */
@@ -193,6 +194,36 @@ export async function moduleLive(
     };
     await scene.close();
     return { messages: events.length, seconds, commitSeconds, cpu, relay, pgStats };
+  } finally {
+    await scene.close();
+  }
+}
+
+/**
+ * The live path's writers without its relay: the same app and store with the relay off, timed
+ * from the first commit to the last (nothing is published). With `rawCommits`, it tells how much
+ * of the live path's gap to PostgreSQL's commit rate the writers' side makes.
+ */
+export async function moduleWritersOnly(
+  connection: amqp.ChannelModel,
+  events: readonly BenchEvent[],
+): Promise<Timed> {
+  const scene = new Scene(connection, false);
+  try {
+    const store = scene.store(false);
+    const outbox = await (await scene.app(store, false, true)).init();
+    const walBefore = await walNow();
+    const cpuBefore = cpuNow();
+    const seconds = await runWriters(events.length, settings.writers, (i) =>
+      commit(outbox, events[i]),
+    );
+    const cpu = cpuPerThousand(cpuBefore, cpuNow(), events.length);
+    let pgStats: PgStatsPerThousand | undefined;
+    scene.beforeDrop = async () => {
+      pgStats = await pgStatsSince(walBefore, events.length, `${scene.prefix}outbox_events`);
+    };
+    await scene.close();
+    return { messages: events.length, seconds, cpu, pgStats };
   } finally {
     await scene.close();
   }
