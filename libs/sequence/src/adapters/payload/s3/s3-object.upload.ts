@@ -1,5 +1,6 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Readable } from 'node:stream';
+import { unlessAborted } from '../../../core/async';
 import { byteChunk } from '../../../core/payload-source';
 import { s3Sdk } from './s3-sdk';
 import { S3_MAX_PARTS } from './s3.payload-store.options';
@@ -12,6 +13,8 @@ export interface UploadTarget {
   readonly key: string;
   readonly partBytes: number;
   readonly partsInFlight: number;
+  /** How long a failed multipart upload waits for its parts to stop and its abort. */
+  readonly abortTimeoutMs: number;
   readonly contentType?: string;
   readonly metadata: Record<string, string>;
 }
@@ -21,9 +24,13 @@ export interface UploadTarget {
  * `PutObject`; beyond that a multipart upload, part by part as the source produces them, with at
  * most `partsInFlight` parts uploading and one filling: the source is read no faster than S3
  * takes it. The object appears only when everything went well (S3 shows a multipart object only
- * once completed). When the source or S3 fails, the upload is aborted and the promise rejects
- * with that failure; should the abort itself fail, the parts stay until a bucket lifecycle rule
- * (`AbortIncompleteMultipartUpload`) removes them, and the original failure is still what rejects.
+ * once completed). When the source or S3 fails, the parts still uploading are cancelled, the
+ * upload is aborted, and the promise rejects with that failure; should the abort itself fail, or
+ * not be done within `abortTimeoutMs` (an S3 that stopped answering), the parts stay until a
+ * bucket lifecycle rule (`AbortIncompleteMultipartUpload`) removes them, and the original failure
+ * is still what rejects. A source destroyed by its owner before its end (a publish whose signal
+ * aborted) cancels the requests in flight at once: the upload may be waiting on S3 rather than
+ * reading the source, and would otherwise notice only once S3 answered.
  */
 export async function uploadObject(
   target: UploadTarget,
@@ -36,6 +43,12 @@ export async function uploadObject(
   const source: Iterable<Buffer> | AsyncIterable<unknown> = Buffer.isBuffer(payload)
     ? slices(payload, target.partBytes)
     : payload;
+  const cancel = new AbortController();
+  const onSourceClosed = () => {
+    if (Buffer.isBuffer(payload) || payload.readableEnded) return;
+    cancel.abort(payload.errored ?? new Error('the payload stream was closed before its end'));
+  };
+  if (!Buffer.isBuffer(payload)) payload.once('close', onSourceClosed);
   const pending: Buffer[] = [];
   let pendingBytes = 0;
   let total = 0;
@@ -48,14 +61,14 @@ export async function uploadObject(
       pendingBytes += bytes.length;
       // Strictly more than a part: a payload of exactly partBytes stays a single PutObject.
       while (pendingBytes > target.partBytes) {
-        upload ??= await MultipartUpload.begin(target);
+        upload ??= await MultipartUpload.begin(target, cancel.signal);
         await upload.send(takeBytes(pending, target.partBytes));
         pendingBytes -= target.partBytes;
       }
     }
     const rest = takeBytes(pending, pendingBytes);
     if (!upload) {
-      await putWhole(target, rest);
+      await putWhole(target, rest, cancel.signal);
     } else {
       if (rest.length > 0) await upload.send(rest);
       await upload.complete();
@@ -63,11 +76,18 @@ export async function uploadObject(
     return total;
   } catch (error) {
     await upload?.abort();
-    throw error;
+    // A request cancelled with the source fails with the SDK's AbortError: the source's says why.
+    throw cancel.signal.aborted && isAbortError(error) ? cancel.signal.reason : error;
+  } finally {
+    if (!Buffer.isBuffer(payload)) payload.off('close', onSourceClosed);
   }
 }
 
-async function putWhole(target: UploadTarget, body: Buffer): Promise<void> {
+function isAbortError(error: unknown): boolean {
+  return error instanceof Error && error.name === 'AbortError';
+}
+
+async function putWhole(target: UploadTarget, body: Buffer, signal?: AbortSignal): Promise<void> {
   const { PutObjectCommand } = s3Sdk();
   await target.client.send(
     new PutObjectCommand({
@@ -78,6 +98,7 @@ async function putWhole(target: UploadTarget, body: Buffer): Promise<void> {
       ContentType: target.contentType,
       Metadata: target.metadata,
     }),
+    { abortSignal: signal },
   );
 }
 
@@ -87,13 +108,20 @@ class MultipartUpload {
   private readonly inFlight = new Set<Promise<void>>();
   private failure: { readonly error: unknown } | undefined;
   private partNumber = 0;
+  /** Aborted to cancel the parts still uploading: by `abort()`, or when `cancel` aborts. */
+  private readonly requests = new AbortController();
+  private readonly partSignal: AbortSignal;
 
   private constructor(
     private readonly target: UploadTarget,
     private readonly uploadId: string,
-  ) {}
+    cancel: AbortSignal,
+  ) {
+    this.partSignal = AbortSignal.any([cancel, this.requests.signal]);
+  }
 
-  static async begin(target: UploadTarget): Promise<MultipartUpload> {
+  /** Starts the upload; `cancel` aborts its requests (this one and its parts'). */
+  static async begin(target: UploadTarget, cancel: AbortSignal): Promise<MultipartUpload> {
     const { CreateMultipartUploadCommand } = s3Sdk();
     const { UploadId } = await target.client.send(
       new CreateMultipartUploadCommand({
@@ -102,10 +130,11 @@ class MultipartUpload {
         ContentType: target.contentType,
         Metadata: target.metadata,
       }),
+      { abortSignal: cancel },
     );
     if (!UploadId)
       throw new Error(`S3 started no multipart upload for ${target.key} (no UploadId)`);
-    return new MultipartUpload(target, UploadId);
+    return new MultipartUpload(target, UploadId, cancel);
   }
 
   /** Starts uploading `body` as the next part, once fewer than `partsInFlight` are uploading. */
@@ -127,6 +156,7 @@ class MultipartUpload {
           Body: body,
           ContentLength: body.length,
         }),
+        { abortSignal: this.partSignal },
       )
       .then(({ ETag }) => {
         if (!ETag)
@@ -155,20 +185,40 @@ class MultipartUpload {
     );
   }
 
-  /** Drops the parts. Never rejects: the caller reports the failure that led here instead. */
+  /**
+   * Cancels the parts still uploading and drops those uploaded, waiting at most `abortTimeoutMs`
+   * for both (then the request is cancelled too). Never rejects: the caller reports the failure
+   * that led here instead.
+   */
   async abort(): Promise<void> {
-    // Parts still uploading could otherwise land after the abort and be kept (and billed).
-    await Promise.all(this.inFlight);
-    const { AbortMultipartUploadCommand } = s3Sdk();
-    await this.target.client
-      .send(
+    const { key, abortTimeoutMs } = this.target;
+    this.requests.abort(new Error(`the multipart upload of ${key} failed`));
+    const deadline = new AbortController();
+    const timer = setTimeout(
+      () =>
+        deadline.abort(
+          new Error(`S3 did not abort the upload of ${key} within ${abortTimeoutMs} ms`),
+        ),
+      abortTimeoutMs,
+    );
+    try {
+      // Cancelled parts settle at once; waited for, as a part that still landed after the abort
+      // would be kept (and billed).
+      await unlessAborted(Promise.all(this.inFlight), deadline.signal);
+      const { AbortMultipartUploadCommand } = s3Sdk();
+      await this.target.client.send(
         new AbortMultipartUploadCommand({
           Bucket: this.target.bucket,
-          Key: this.target.key,
+          Key: key,
           UploadId: this.uploadId,
         }),
-      )
-      .catch(() => undefined);
+        { abortSignal: deadline.signal },
+      );
+    } catch {
+      // Left to the bucket's lifecycle rule.
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private throwIfFailed(): void {

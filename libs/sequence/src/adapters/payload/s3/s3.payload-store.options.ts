@@ -1,4 +1,5 @@
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
+import { MAX_TIMER_MS } from '../../../core/async';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
 import { definedOnly } from '../../../core/objects';
 import { checkOptionKeys, type OptionKeysOf } from '../../../core/option-keys';
@@ -39,6 +40,15 @@ export interface S3PayloadStoreOptions {
    * @default 1000
    */
   readonly listPageSize?: number;
+  /**
+   * How long a failed multipart upload waits for S3 to drop its parts: for its parts still
+   * uploading to stop (they are cancelled at once), then for the `AbortMultipartUpload`. Past it,
+   * the request is cancelled, `put` rejects with the failure that led there, and the parts are
+   * left to a bucket lifecycle rule (`AbortIncompleteMultipartUpload`). A failed `put` never
+   * waits on an S3 that stopped answering for longer than this.
+   * @default 30000
+   */
+  readonly abortTimeoutMs?: number;
 }
 
 const S3_PAYLOAD_STORE_KEYS = {
@@ -47,6 +57,7 @@ const S3_PAYLOAD_STORE_KEYS = {
   partBytes: true,
   partsInFlight: true,
   listPageSize: true,
+  abortTimeoutMs: true,
 } as const satisfies OptionKeysOf<S3PayloadStoreOptions>;
 
 /** Options of {@link S3PayloadStore.connect}: the store's options and the client's. */
@@ -87,6 +98,7 @@ export const S3_PAYLOAD_STORE_DEFAULTS = {
   partBytes: 8 * MIB,
   partsInFlight: 2,
   listPageSize: 1_000,
+  abortTimeoutMs: 30_000,
 } as const;
 
 /** Most parts a store keeps in flight: each one is `partBytes` of memory. */
@@ -129,6 +141,11 @@ export function resolveS3PayloadStoreOptions(
   if (!isIntegerIn(resolved.listPageSize, 1, 1_000)) {
     problems.push(
       `listPageSize must be an integer from 1 to 1000; got ${String(resolved.listPageSize)}`,
+    );
+  }
+  if (!isIntegerIn(resolved.abortTimeoutMs, 1, MAX_TIMER_MS)) {
+    problems.push(
+      `abortTimeoutMs must be an integer from 1 to ${MAX_TIMER_MS}; got ${String(resolved.abortTimeoutMs)}`,
     );
   }
   if (problems.length > 0) throw new SequenceOptionsError('S3PayloadStore options', problems);

@@ -7,6 +7,7 @@ import {
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -587,12 +588,102 @@ describe('S3PayloadStore', () => {
     );
   });
 
+  describe('on an S3 that starts multipart uploads and answers nothing else', () => {
+    let hanging: HttpServer;
+    const sockets = new Set<Socket>();
+    /** `METHOD ?query` of each request the server received. */
+    let received: string[] = [];
+    let endpoint: string;
+    const t0 = Date.UTC(2026, 10, 1);
+    const putOptions: PutOptions = { now: t0, expiresAt: t0 + 30 * MINUTE, published: false };
+
+    beforeAll(async () => {
+      hanging = createHttpServer((request, response) => {
+        const url = new URL(request.url ?? '/', 'http://s3');
+        received.push(`${request.method} ${url.search}`);
+        request.resume(); // reads the body, and so sees the client close
+        if (request.method === 'POST' && url.searchParams.has('uploads')) {
+          response.setHeader('content-type', 'application/xml');
+          response.end(
+            '<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult>' +
+              '<Bucket>b</Bucket><Key>k</Key><UploadId>upload-1</UploadId>' +
+              '</InitiateMultipartUploadResult>',
+          );
+        }
+      });
+      hanging.on('connection', (socket) => {
+        sockets.add(socket);
+        socket.on('close', () => sockets.delete(socket));
+      });
+      await new Promise<void>((resolve) => hanging.listen(0, '127.0.0.1', resolve));
+      endpoint = `http://127.0.0.1:${(hanging.address() as AddressInfo).port}`;
+    });
+
+    beforeEach(() => {
+      received = [];
+    });
+
+    afterAll(async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => hanging.close(resolve));
+    });
+
+    const connect = (options: Partial<S3PayloadStoreOptions> = {}) =>
+      S3PayloadStore.connect({
+        endpoint,
+        region: 'us-east-1',
+        forcePathStyle: true,
+        bucket: BUCKET,
+        credentials: CREDENTIALS,
+        partBytes: 5 * MIB,
+        client: { maxAttempts: 1 },
+        ...options,
+      });
+
+    const uploadingParts = () => received.filter((request) => request.startsWith('PUT ?')).length;
+
+    it("rejects a failed put with the source's error once abortTimeoutMs passed, and closes its requests", async () => {
+      const store = connect({ abortTimeoutMs: 200 });
+      const cause = new Error('camera disconnected');
+      const source = generatedSource(12 * MIB, { failAfter: 6 * MIB, failWith: cause });
+
+      const outcome = store.put(source.stream, putOptions).catch((error: unknown) => error);
+      const settled = await Promise.race([outcome, delay(5_000).then(() => 'still waiting')]);
+
+      expect(settled).toBe(cause);
+      // The hung UploadPart and the AbortMultipartUpload were sent, and are closed, not left open.
+      expect(uploadingParts()).toBe(1);
+      expect(received).toContainEqual(expect.stringMatching(/^DELETE \?uploadId=upload-1&/));
+      await eventually(() => sockets.size === 0, 'the requests to be closed', 2_000);
+      await store.close();
+    });
+
+    it('rejects a put whose source is destroyed while a part waits on S3, with its error', async () => {
+      const store = connect({ abortTimeoutMs: 200, partsInFlight: 1 });
+      const source = generatedSource(40 * MIB);
+      const outcome = store.put(source.stream, putOptions).catch((error: unknown) => error);
+      await eventually(() => uploadingParts() === 1, 'the first UploadPart');
+
+      // What publish() does with the caller's stream once its signal aborts.
+      const reason = new Error('the publish was aborted');
+      source.stream.destroy(reason);
+      const settled = await Promise.race([outcome, delay(5_000).then(() => 'still waiting')]);
+
+      expect(settled).toBe(reason);
+      expect(uploadingParts()).toBe(1);
+      await eventually(() => sockets.size === 0, 'the requests to be closed', 2_000);
+      await store.close();
+    });
+  });
+
   describe('options', () => {
     it.each([
       ['a part under 5 MiB', { partBytes: 5 * MIB - 1 }, /partBytes/],
       ['a part over 5 GiB', { partBytes: 5 * 1024 * MIB + 1 }, /partBytes/],
       ['no parts in flight', { partsInFlight: 0 }, /partsInFlight/],
       ['a page over 1000 keys', { listPageSize: 1_001 }, /listPageSize/],
+      ['an abort timeout of 0', { abortTimeoutMs: 0 }, /abortTimeoutMs/],
+      ['a fractional abort timeout', { abortTimeoutMs: 1.5 }, /abortTimeoutMs/],
       ['a prefix that climbs', { prefix: '../' }, /prefix/],
       ['a prefix from the root', { prefix: '/payloads/' }, /prefix/],
       ['a prefix with a dot segment', { prefix: 'a/./' }, /prefix/],

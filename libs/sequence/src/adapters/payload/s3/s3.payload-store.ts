@@ -118,6 +118,7 @@ export class S3PayloadStore implements PayloadStore {
           key,
           partBytes: this.options.partBytes,
           partsInFlight: this.options.partsInFlight,
+          abortTimeoutMs: this.options.abortTimeoutMs,
           contentType: options.contentType,
           metadata,
         },
