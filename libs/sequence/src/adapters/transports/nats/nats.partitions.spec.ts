@@ -598,6 +598,28 @@ describeWithServer('nats', 'NatsTransport partitioned channels', () => {
     }
   });
 
+  it('keeps no subscription that failed to start, and leaves it closed', async () => {
+    const transport = await newTransport();
+    // As nats.js does on a connection that closes or drains: subscribing throws at once.
+    const refused = jest
+      .spyOn(NatsPartitionLeases.prototype, 'onReleased')
+      .mockImplementationOnce(() => {
+        throw new Error('closed connection');
+      });
+    const closed = jest.spyOn(NatsPartitionedSubscription.prototype, 'close');
+    try {
+      await expect(
+        transport.subscribe(newChannel(), collect([]), { partitions: 2 }),
+      ).rejects.toThrow('closed connection');
+      const open = (transport as unknown as { subscriptions: Set<unknown> }).subscriptions;
+      expect(open.size).toBe(0);
+      expect(closed).toHaveBeenCalledTimes(1);
+    } finally {
+      refused.mockRestore();
+      closed.mockRestore();
+    }
+  });
+
   it('refuses a partition count other than the one the channel was declared with', async () => {
     const channel = newChannel();
     const producer = await newTransport();

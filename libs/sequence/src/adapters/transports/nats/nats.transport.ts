@@ -416,7 +416,13 @@ export class NatsTransport implements Transport {
       },
     });
     this.subscriptions.add(subscription);
-    await subscription.start();
+    try {
+      await subscription.start();
+    } catch (error) {
+      // Closed, which takes it out of the set (onClosed): the caller hears of the first error.
+      await subscription.close().catch(() => undefined);
+      throw error;
+    }
     if (this.closed) {
       // close() closes it too (it was in the set): its leases are released once it has.
       await subscription.close();

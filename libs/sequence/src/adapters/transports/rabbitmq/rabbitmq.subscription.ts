@@ -150,8 +150,8 @@ export class RabbitMqSubscription implements Subscription {
   /**
    * Opens the channel and starts consuming. Resolves once the consumer is registered, or at once
    * when there is no connection (it starts when one comes). Rejects, and closes, when the first
-   * setup fails, when the channel cannot be opened (`SubscribeError`, `channel-not-opened`), or
-   * after `startTimeoutMs` (`SubscribeError`, `timeout`).
+   * setup fails, when the channel cannot be created or opened (`SubscribeError`,
+   * `channel-not-opened` for the latter), or after `startTimeoutMs` (`SubscribeError`, `timeout`).
    */
   async start(manager: ConnectionManager): Promise<void> {
     this.manager = manager;
@@ -159,10 +159,11 @@ export class RabbitMqSubscription implements Subscription {
     // (and on every reconnect or reopening) a failure goes to the log.
     const connected = manager.isConnected();
     this.callerAwaitsStart = connected;
-    const started = this.open(manager);
-    if (!connected) return;
     const timeoutMs = this.settings.startTimeoutMs;
     try {
+      // Inside the try: a channel that cannot even be created closes this subscription too.
+      const started = this.open(manager);
+      if (!connected) return;
       // Bounded: the broker may leave the channel's opening or a declaration unanswered (a
       // connection it blocks on a resource alarm still answers heartbeats).
       await withTimeout(

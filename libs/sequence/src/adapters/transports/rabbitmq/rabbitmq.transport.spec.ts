@@ -1147,6 +1147,40 @@ describeWithServer('rabbitmq', 'RabbitMqTransport', () => {
     );
   });
 
+  describe('a subscribe that fails before its subscription has started', () => {
+    /** The subscriptions the transport holds, which its close() closes. */
+    const held = (of: RabbitMqTransport) =>
+      (of as unknown as { subscriptions: Set<unknown> }).subscriptions;
+
+    it('on a connection not initialized yet, keeps no subscription', async () => {
+      const transport = new RabbitMqTransport(new AmqpConnection({ uri: URL }));
+      await expect(transport.subscribe(newChannel(), async () => ACK)).rejects.toThrow(
+        'not initialized',
+      );
+      expect(held(transport).size).toBe(0);
+      await transport.close();
+    });
+
+    it('when its channel cannot be created, keeps no subscription', async () => {
+      const amqp = new AmqpConnection({ uri: URL, ...connectionConfig() });
+      await amqp.init();
+      const transport = new RabbitMqTransport(amqp);
+      const refused = jest.spyOn(amqp.managedConnection, 'createChannel').mockImplementation(() => {
+        throw new Error('no channel left');
+      });
+      try {
+        await expect(transport.subscribe(newChannel(), async () => ACK)).rejects.toThrow(
+          'no channel left',
+        );
+        expect(held(transport).size).toBe(0);
+      } finally {
+        refused.mockRestore();
+        await transport.close();
+        await amqp.close();
+      }
+    });
+  });
+
   it('connect() opens its own connection and close() closes it', async () => {
     const transport = await RabbitMqTransport.connect(URL, {}, connectionConfig());
     const own = (transport as unknown as { connection: AmqpConnection }).connection;

@@ -265,6 +265,8 @@ export class RabbitMqTransport implements Transport {
   ): Promise<Subscription> {
     const problem = prefetchProblem(prefetch);
     if (problem) throw new RangeError(problem);
+    // Before the subscription is held: it throws when the AmqpConnection is not initialized.
+    const manager = this.manager();
     const subscription = new RabbitMqSubscription({
       channel,
       partitions,
@@ -283,7 +285,8 @@ export class RabbitMqTransport implements Transport {
       onClosed: (closed) => this.subscriptions.delete(closed),
     });
     this.subscriptions.add(subscription);
-    await subscription.start(this.manager());
+    // On a failure it closes, which takes it out of the set (onClosed).
+    await subscription.start(manager);
     return subscription;
   }
 
