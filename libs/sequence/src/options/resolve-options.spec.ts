@@ -287,6 +287,48 @@ describe('resolveModuleOptions', () => {
       expect(problemsOf({ publish: { confirmTimeoutMs: 60_000 } })).toEqual([]);
     });
 
+    it.each<[string, unknown]>([
+      ['NaN', NaN],
+      ['0', 0],
+      ['negative', -1],
+      ['fractional', 65_536.5],
+      ['infinite', Infinity],
+      ['a string', '65536'],
+    ])("refuses a transport's maxMessageBytes that is %s, once", (_, maxMessageBytes) => {
+      const transport = Object.assign(new InMemoryTransport(), { maxMessageBytes });
+      expect(problemsOf({}, transport)).toEqual([
+        `the in-memory transport's maxMessageBytes must be a positive integer, got ${String(maxMessageBytes)}`,
+      ]);
+    });
+
+    it("refuses a transport's unusable maxMessageBytes even when every size derived from it is given", () => {
+      const sizes = {
+        sequence: { fragmentBytes: 1_000, maxFragmentBytes: 2_000 },
+        claimCheck: { inlineMaxBytes: 1_000 },
+      };
+      for (const maxMessageBytes of [NaN, Infinity]) {
+        const transport = Object.assign(new InMemoryTransport(), { maxMessageBytes });
+        expect(problemsOf(sizes, transport)).toEqual([
+          `the in-memory transport's maxMessageBytes must be a positive integer, got ${maxMessageBytes}`,
+        ]);
+        // Nor compared with a fragmentBytes that would have been derived from it.
+        expect(problemsOf({ sequence: { maxFragmentBytes: 2_000 } }, transport)).toEqual([
+          `the in-memory transport's maxMessageBytes must be a positive integer, got ${maxMessageBytes}`,
+        ]);
+      }
+    });
+
+    it("refuses a transport's maxMessageBytes with no room for a fragment's body", () => {
+      const at = (maxMessageBytes: number) =>
+        Object.assign(new InMemoryTransport(), { maxMessageBytes });
+      expect(problemsOf({}, at(16 * KiB))).toEqual([
+        "the in-memory transport's maxMessageBytes (16384) must be above " +
+          "tuning.headerAllowanceBytes (16384), the room kept for a fragment's headers",
+      ]);
+      expect(problemsOf({ sequence: { fragmentBytes: 1 } }, at(16 * KiB + 1))).toEqual([]);
+      expect(problemsOf({ tuning: { headerAllowanceBytes: 0 } }, at(1))).toEqual([]);
+    });
+
     it.each<[string, SequenceModuleOptions, string]>([
       [
         'a fragmentBytes that does not fit the transport',

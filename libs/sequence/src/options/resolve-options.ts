@@ -42,6 +42,14 @@ export function resolveModuleOptions(
         'could be stored twice, so every one would be refused',
     );
   }
+  const sizeProblem = messageBytesProblem(transport, tuning.headerAllowanceBytes);
+  if (sizeProblem) problems.push(sizeProblem);
+  // Refused, the transport's size is left out of the other checks (a limit none reaches stands
+  // in): their problems would only restate this one, and the result is not used.
+  const sized = {
+    name: transport.name,
+    maxMessageBytes: sizeProblem ? Number.MAX_SAFE_INTEGER : transport.maxMessageBytes,
+  };
   const handlerRetry = resolveRetryPolicy(
     problems,
     'handlerRetry',
@@ -59,7 +67,8 @@ export function resolveModuleOptions(
   const shutdownTimeoutMs = options.shutdownTimeoutMs ?? DEFAULTS.shutdownTimeoutMs;
   checkDelay(problems, 'shutdownTimeoutMs', shutdownTimeoutMs, 0);
   const sequence = resolveSequenceOptions(problems, options.sequence, {
-    transport,
+    transport: sized,
+    transportRefused: sizeProblem !== undefined,
     tuning,
     handlerRetry,
     handlerTimeoutMs,
@@ -77,10 +86,36 @@ export function resolveModuleOptions(
     tuning,
     sequence,
     claimCheck: resolveClaimCheckOptions(problems, options.claimCheck, {
-      maxInlineBytes: transport.maxMessageBytes - tuning.headerAllowanceBytes,
+      maxInlineBytes: sized.maxMessageBytes - tuning.headerAllowanceBytes,
       publish,
     }),
     resequencer: resolveResequencerOptions(problems, options.resequencer),
     outbox: resolveOutboxOptions(problems, options.outbox),
   };
+}
+
+/**
+ * Why the transport's `maxMessageBytes` cannot be used, if it cannot: it must be a positive safe
+ * integer, above `tuning.headerAllowanceBytes` (the room kept for a fragment's headers) so that a
+ * fragment carries at least one byte of body. Otherwise every size derived from it is meaningless
+ * (NaN compares false, so nothing would ever be refused as too large).
+ */
+function messageBytesProblem(transport: Transport, allowance: number): string | undefined {
+  const { maxMessageBytes } = transport;
+  const at = `the ${transport.name} transport's maxMessageBytes`;
+  if (
+    typeof maxMessageBytes !== 'number' ||
+    !Number.isSafeInteger(maxMessageBytes) ||
+    maxMessageBytes < 1
+  ) {
+    return `${at} must be a positive integer, got ${String(maxMessageBytes)}`;
+  }
+  // An allowance that is no count was refused with the tuning.
+  if (Number.isSafeInteger(allowance) && allowance >= 0 && maxMessageBytes <= allowance) {
+    return (
+      `${at} (${maxMessageBytes}) must be above tuning.headerAllowanceBytes (${allowance}), ` +
+      "the room kept for a fragment's headers"
+    );
+  }
+  return undefined;
 }

@@ -39,7 +39,9 @@ export function resolveSequenceOptions(
   problems: string[],
   given: MessageSequenceOptions | undefined,
   context: {
-    transport: Transport;
+    transport: Pick<Transport, 'name' | 'maxMessageBytes'>;
+    /** Its `maxMessageBytes` was refused: no default derived from it is checked. */
+    transportRefused?: boolean;
     tuning: ResolvedTuning;
     handlerRetry: ResolvedRetryPolicy;
     handlerTimeoutMs: number | undefined;
@@ -111,7 +113,12 @@ export function resolveSequenceOptions(
   checkInteger(problems, 'sequence.maxOpenSequences', resolved.maxOpenSequences, 1);
   checkInteger(problems, 'sequence.retentionMs', resolved.retentionMs, 1);
   checkFunction(problems, 'sequence.onExpired', options.onExpired);
-  if (Number.isSafeInteger(fragmentBytes) && consumer.maxFragmentBytes < fragmentBytes) {
+  const derived = options.fragmentBytes === undefined && context.transportRefused === true;
+  if (
+    !derived &&
+    Number.isSafeInteger(fragmentBytes) &&
+    consumer.maxFragmentBytes < fragmentBytes
+  ) {
     problems.push(
       `sequence.maxFragmentBytes (${consumer.maxFragmentBytes}) is below sequence.fragmentBytes ` +
         `(${fragmentBytes}): this module's consumers would dead-letter what its splitter sends; ` +

@@ -167,7 +167,10 @@ export interface ReplyChannelOptions {
 export interface Transport {
   /** Short name for logs and health checks (`in-memory`, `rabbitmq`). */
   readonly name: string;
-  /** Largest message (body plus headers) the broker accepts. */
+  /**
+   * Largest message (body plus headers) the broker accepts: a positive safe integer above the
+   * module's `tuning.headerAllowanceBytes`, or the module refuses the transport at bootstrap.
+   */
   readonly maxMessageBytes: number;
   /**
    * Optional: the longest `timeoutMs` a publish may be given, when the transport cannot retry a
