@@ -85,6 +85,7 @@ export type {
   SweepQuery,
   SweepReason,
 } from './ports/payload-store.port';
+export { deleteIfUnpublished } from './ports/payload-store.port';
 export type {
   ClaimKey,
   ClaimLedger,

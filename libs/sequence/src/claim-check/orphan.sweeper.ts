@@ -3,7 +3,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { Sweeper } from '../kernel/sweeper';
 import { CLAIM_CHECK_STORES, RESOLVED_OPTIONS, type ClaimCheckStores } from '../kernel/tokens';
 import type { ResolvedOptions } from '../options/resolved-options';
-import type { PayloadStore } from '../ports/payload-store.port';
+import { deleteIfUnpublished, type PayloadStore } from '../ports/payload-store.port';
 import { ClaimCheckMetrics } from './claim-check.metrics';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { ClaimCheckLifecycle } from './claim-check.events';
@@ -27,7 +27,8 @@ export interface OrphanSweepReport {
  * tickets are refused from the expiry on; the grace covers handlers still reading), and those
  * stored for a `publish()` whose ticket was never confirmed, once `orphanGraceMs` has passed.
  * Safe on every instance at once: a payload deleted twice is deleted once (`delete` is
- * idempotent).
+ * idempotent). An orphan is deleted only while it is still unpublished (`deleteUnpublished`):
+ * one whose ticket was confirmed after the listing is kept.
  */
 @Injectable()
 export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
@@ -137,7 +138,16 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
       ...listed.filter(({ ref }) => failed.has(ref)),
     ].slice(0, batch);
     const outcomes = await Promise.allSettled(
-      candidates.map(({ ref }) => this.within(store, ref, 'delete', store.delete(ref))),
+      candidates.map(({ ref, reason }) =>
+        // An orphan only while it is unpublished: its ticket may have been confirmed since the
+        // listing (a slow publish, a consumer marking it), or this instance's clock runs ahead.
+        this.within(
+          store,
+          ref,
+          'delete',
+          reason === 'orphaned' ? deleteIfUnpublished(store, ref) : store.delete(ref),
+        ),
+      ),
     );
     outcomes.forEach((outcome, index) => {
       const { ref, reason } = candidates[index];
@@ -150,7 +160,7 @@ export class OrphanSweeper extends Sweeper<OrphanSweepReport> {
         return;
       }
       failed.delete(ref);
-      if (!outcome.value) return; // another instance was first
+      if (!outcome.value) return; // another instance was first, or the orphan was published
       totals[reason]++;
       this.metrics.payloadDeleted(store.name, reason);
       this.lifecycle.deleted('', store.name, ref, reason);

@@ -85,6 +85,8 @@ export interface SweepQuery {
  * - `head` resolves the payload's info, or `undefined` when it is not there.
  * - `delete` is idempotent: `true` when it removed something.
  * - `markPublished` flips `published`; `false` when the payload is gone.
+ * - `deleteUnpublished` (optional) deletes a payload only while it is unpublished: never one
+ *   that is published, nor one whose `markPublished` resolved `true` (see the method).
  * - `sweepCandidates` lists expired payloads and unpublished ones past the grace instant, each
  *   once per call, oldest first where the store can tell; it never lists a payload that is
  *   neither.
@@ -106,7 +108,31 @@ export interface PayloadStore {
   head(ref: string): Promise<PayloadInfo | undefined>;
   delete(ref: string): Promise<boolean>;
   markPublished(ref: string): Promise<boolean>;
+  /**
+   * Deletes the payload only while it is unpublished, atomically with that check where the
+   * backing service allows: the orphan sweeper's delete, which must not take a payload whose
+   * ticket was confirmed (`markPublished`) after the sweep listed it. Resolves `true` when it
+   * removed the payload; `false` when it was published, gone, or being deleted by another call.
+   * A racing `markPublished` and `deleteUnpublished` never both resolve `true`.
+   *
+   * Optional: without it, the sweeper reads the payload's `head` just before a plain `delete`,
+   * and deletes only an unpublished one ({@link deleteIfUnpublished}); a `markPublished` landing
+   * between the two is lost. Implement it to close that window.
+   */
+  deleteUnpublished?(ref: string): Promise<boolean>;
   sweepCandidates(query: SweepQuery): Promise<SweepCandidate[]>;
   ping(): Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * `store.deleteUnpublished(ref)` when the store has it; otherwise a `head` of the payload, then a
+ * plain `delete` only when it is there and still unpublished (a `markPublished` between the two
+ * is not seen). For wrappers of a store, and for the orphan sweeper.
+ */
+export async function deleteIfUnpublished(store: PayloadStore, ref: string): Promise<boolean> {
+  if (store.deleteUnpublished) return store.deleteUnpublished(ref);
+  const info = await store.head(ref);
+  if (!info || info.published) return false;
+  return store.delete(ref);
 }

@@ -1,10 +1,11 @@
 import { Readable, Transform } from 'node:stream';
-import type {
-  PayloadInfo,
-  PutOptions,
-  StoredPayload,
-  SweepCandidate,
-  SweepQuery,
+import {
+  deleteIfUnpublished,
+  type PayloadInfo,
+  type PutOptions,
+  type StoredPayload,
+  type SweepCandidate,
+  type SweepQuery,
 } from 'nest-sequence/ports';
 import type { PayloadStore } from 'nest-sequence';
 
@@ -147,6 +148,20 @@ export class FaultInjectingPayloadStore implements PayloadStore {
       return new Promise<boolean>(() => undefined);
     }
     return this.inner.delete(ref);
+  }
+
+  /** The inner store's (or its fallback), with the faults of `delete`. */
+  async deleteUnpublished(ref: string): Promise<boolean> {
+    this.calls.delete++;
+    if (this.failDeletes > 0) {
+      this.failDeletes--;
+      throw new Error('payload store unreachable (deleteUnpublished, injected by the test)');
+    }
+    if (this.hangDeletes > 0) {
+      this.hangDeletes--;
+      return new Promise<boolean>(() => undefined);
+    }
+    return deleteIfUnpublished(this.inner, ref);
   }
 
   async markPublished(ref: string): Promise<boolean> {

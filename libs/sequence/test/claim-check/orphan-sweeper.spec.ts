@@ -1,7 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { join } from 'node:path';
 import { FilesystemPayloadStore } from 'nest-sequence';
-import type { SweepQuery } from 'nest-sequence/ports';
+import type { PayloadStore, SweepQuery } from 'nest-sequence/ports';
+import { digestOf, digestOfBuffer } from '../../src/testing/conformance/payload-store.conformance';
 import { settlesWithin } from '../../src/core/async';
 import { bytes, eventually } from '../support/sequence-test-app';
 import {
@@ -178,6 +179,66 @@ describe('claim check: orphan sweeper', () => {
       hung.releaseSweeps();
       warn.mockRestore();
     }
+  });
+
+  describe('an orphan whose ticket is confirmed after the sweep listed it', () => {
+    /**
+     * The store as the sweeper sees it: each listing returns its candidates, then the payloads
+     * are marked published, as a slow `publish()` (or a consumer) does between the sweep's
+     * listing and its delete.
+     */
+    const markedAfterListing =
+      (hide: readonly string[] = []) =>
+      (inner: PayloadStore): PayloadStore =>
+        new Proxy(inner, {
+          get: (target, property, receiver): unknown => {
+            if (typeof property === 'string' && hide.includes(property)) return undefined;
+            if (property === 'sweepCandidates') {
+              return async (query: SweepQuery) => {
+                const candidates = await target.sweepCandidates(query);
+                for (const { ref } of candidates) await target.markPublished(ref);
+                return candidates;
+              };
+            }
+            const value: unknown = Reflect.get(target, property, receiver);
+            return typeof value === 'function' ? value.bind(target) : value;
+          },
+        });
+
+    it.each([
+      ['a store that deletes only while unpublished', markedAfterListing()],
+      ['a store without deleteUnpublished', markedAfterListing(['deleteUnpublished'])],
+    ])('is kept, by %s', async (_label, wrapStore) => {
+      t = await createClaimCheckTestApp({ wrapStore });
+      const payload = bytes(100, 7);
+      const now = Date.now();
+      const { ref } = await t.store.put(payload, {
+        now,
+        expiresAt: now + 24 * 3_600_000,
+        published: false,
+      });
+
+      const report = await t.sweeper.sweep(now + t.options.claimCheck.orphanGraceMs);
+
+      expect(report).toEqual({ expired: 0, orphaned: 0 });
+      expect(await t.store.head(ref)).toMatchObject({ published: true });
+      expect(await digestOf(await t.store.get(ref))).toEqual(digestOfBuffer(payload));
+    });
+
+    it('is deleted while it is still unpublished', async () => {
+      t = await createClaimCheckTestApp();
+      const now = Date.now();
+      const { ref } = await t.store.put(bytes(100, 8), {
+        now,
+        expiresAt: now + 24 * 3_600_000,
+        published: false,
+      });
+
+      const report = await t.sweeper.sweep(now + t.options.claimCheck.orphanGraceMs);
+
+      expect(report).toEqual({ expired: 0, orphaned: 1 });
+      expect(await t.store.head(ref)).toBeUndefined();
+    });
   });
 
   describe('with a read store beside the write store', () => {

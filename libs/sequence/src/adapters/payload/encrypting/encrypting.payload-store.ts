@@ -1,13 +1,14 @@
 import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { pipeline, type Readable } from 'node:stream';
-import type {
-  GetOptions,
-  PayloadInfo,
-  PayloadStore,
-  PutOptions,
-  StoredPayload,
-  SweepCandidate,
-  SweepQuery,
+import {
+  deleteIfUnpublished,
+  type GetOptions,
+  type PayloadInfo,
+  type PayloadStore,
+  type PutOptions,
+  type StoredPayload,
+  type SweepCandidate,
+  type SweepQuery,
 } from '../../../ports/payload-store.port';
 import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
 import { abortReason } from '../../../core/async';
@@ -134,6 +135,11 @@ export class EncryptingPayloadStore implements PayloadStore {
 
   delete(ref: string): Promise<boolean> {
     return this.inner.delete(ref);
+  }
+
+  /** The inner store's, or its fallback when it has none (see `deleteIfUnpublished`). */
+  deleteUnpublished(ref: string): Promise<boolean> {
+    return deleteIfUnpublished(this.inner, ref);
   }
 
   markPublished(ref: string): Promise<boolean> {

@@ -40,10 +40,16 @@ export interface PayloadFiles {
   readonly sidecar: string;
   /** Present while the payload is unpublished: lets sweeps find orphans without reading all. */
   readonly marker: string;
+  /**
+   * The marker, renamed by `deleteUnpublished` as it takes the payload for an orphan, and removed
+   * once the payload is gone: a `markPublished` that finds it knows it lost the race.
+   */
+  readonly deleting: string;
 }
 
 export const sidecarName = (id: string): string => `${id}.json`;
 export const markerName = (id: string): string => `${id}.unpublished`;
+export const deletingName = (id: string): string => `${id}.deleting`;
 
 /** Temporary files start with a dot and end in `.tmp`; nothing else in a day does. */
 export const temporaryName = (name: string, unique: string): string => `.${name}.${unique}.tmp`;
@@ -95,6 +101,7 @@ export class FilesystemPayloadLayout {
       data,
       sidecar: join(directory, sidecarName(id)),
       marker: join(directory, markerName(id)),
+      deleting: join(directory, deletingName(id)),
     };
   }
 

@@ -45,7 +45,8 @@ import { byteChunks } from '../../../core/payload-source';
  * The embedded default payload store: files under a root directory.
  *
  * A payload is three files in `<root>/<yyyy>/<mm>/<dd>/` (its expiry day, UTC): `<uuid>` with the
- * bytes, `<uuid>.json` with its metadata, and `<uuid>.unpublished` while no ticket was published.
+ * bytes, `<uuid>.json` with its metadata, and `<uuid>.unpublished` while no ticket was published
+ * (renamed `<uuid>.deleting` while a sweep deletes the payload as an orphan).
  * The bytes are streamed to a temporary file and renamed into place last, after the metadata, so a
  * payload is readable only once complete. Refs are `<yyyy>/<mm>/<dd>/<uuid>`; anything else is
  * refused before it reaches the filesystem, and no file is read through a symbolic link.
@@ -143,6 +144,34 @@ export class FilesystemPayloadStore implements PayloadStore {
     const removed = await unlinkIfPresent(files.data);
     await unlinkIfPresent(files.marker);
     await unlinkIfPresent(files.sidecar);
+    await unlinkIfPresent(files.deleting);
+    return removed;
+  }
+
+  /**
+   * Takes the payload by renaming its unpublished marker (atomic: of a racing `markPublished`,
+   * which removes the marker, and of another sweep, one wins), then re-reads its sidecar (a
+   * `markPublished` that crashed between its two steps left a marker on a published payload),
+   * and deletes the bytes before the renamed marker, which a losing `markPublished` looks for.
+   */
+  async deleteUnpublished(ref: string): Promise<boolean> {
+    const layout = await this.ready();
+    const files = layout.filesFor(ref);
+    if (!(await layout.directoryExists(ref, files.directory))) return false;
+    try {
+      await rename(files.marker, files.deleting);
+    } catch (error) {
+      if (isMissing(error)) return false; // published, gone, or taken by another sweep
+      throw error;
+    }
+    const sidecar = await this.readSidecar(layout, ref, files.sidecar).catch(() => undefined);
+    if (sidecar?.published) {
+      await unlinkIfPresent(files.deleting);
+      return false;
+    }
+    const removed = await unlinkIfPresent(files.data);
+    await unlinkIfPresent(files.sidecar);
+    await unlinkIfPresent(files.deleting);
     return removed;
   }
 
@@ -163,9 +192,11 @@ export class FilesystemPayloadStore implements PayloadStore {
     // The sidecar's rename and the marker's removal are entries of the directory: without this,
     // a power loss could bring back an unpublished payload that a sweep would then delete.
     if (this.fsync) await layoutFiles.syncDirectory(files.directory);
-    if (await isRegularFile(files.data)) return true;
+    // A sweep that renamed the marker before we could remove it is deleting the payload.
+    const taken = await isRegularFile(files.deleting);
+    if (!taken && (await isRegularFile(files.data))) return true;
     // A delete ran meanwhile; do not leave the sidecar we rewrote behind it.
-    await unlinkIfPresent(files.sidecar);
+    if (!(await isRegularFile(files.data))) await unlinkIfPresent(files.sidecar);
     return false;
   }
 

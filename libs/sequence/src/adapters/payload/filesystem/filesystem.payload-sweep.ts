@@ -147,7 +147,7 @@ async function removeStaleLeftovers(
   staleBefore: number,
 ): Promise<void> {
   for (const name of names) {
-    const owner = name.replace(/\.(json|unpublished)$/, '');
+    const owner = name.replace(/\.(json|unpublished|deleting)$/, '');
     const orphanedPart = owner !== name && ID_PATTERN.test(owner) && !names.has(owner);
     if (!isTemporaryName(name) && !orphanedPart) continue;
     const path = join(directory, name);

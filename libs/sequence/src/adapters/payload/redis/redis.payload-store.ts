@@ -5,8 +5,8 @@
  *
  * Keys (see redis-payload-keys.ts): per payload a meta hash and chunk strings sharing the hash tag
  * `{payload:<ref>}`; two store-wide sorted sets in `{payload-idx}` for the sweeper. Every command
- * batch (MULTI or pipeline) touches one slot only, so the store runs unchanged on Redis Cluster;
- * no Lua is needed.
+ * batch (MULTI, pipeline or script) touches one slot only, so the store runs unchanged on Redis
+ * Cluster. One small script decides the sweeper's delete of an orphan (`deleteUnpublished`).
  *
  * put: the meta is written first with state=writing (get and head treat it as absent), the
  * chunks follow one by one (one in flight while the next is cut), then the meta is committed to
@@ -69,6 +69,17 @@ import { putFromSource } from '../put-source';
  * meanwhile; it is deleted right after, the TTL covers a crash in between.
  */
 const STRAY_META_TTL_MS = 60_000;
+
+/**
+ * KEYS[1]: a payload's meta hash. Unlinks it when the payload is ready and unpublished, and
+ * answers its chunk count; otherwise leaves it and answers nil.
+ */
+const DELETE_UNPUBLISHED_SCRIPT = `
+local meta = redis.call('HMGET', KEYS[1], 'state', 'published', 'chunks')
+if meta[1] ~= 'ready' or meta[2] == '1' then return false end
+redis.call('UNLINK', KEYS[1])
+return tonumber(meta[3]) or 0
+`;
 
 /**
  * {@link PayloadStore} on Redis (single node or Cluster). See the top of this file for the
@@ -182,6 +193,22 @@ export class RedisPayloadStore implements PayloadStore {
     const removed = await unlinkPayload(this.redis, keys, chunks);
     await unindexPayload(this.redis, this.keys.index, ref);
     return removed;
+  }
+
+  /**
+   * One script on the meta hash (one key, so one slot) removes it only while the payload is ready
+   * and unpublished: `markPublished` sets `published` in one MULTI, so either it finds the meta
+   * gone (and answers false) or the script finds the payload published. The chunks and index
+   * entries follow, as in `delete`.
+   */
+  async deleteUnpublished(ref: string): Promise<boolean> {
+    const keys = this.keysOf(ref);
+    const chunks = (await this.redis.eval(DELETE_UNPUBLISHED_SCRIPT, 1, keys.meta)) as
+      number | null;
+    if (chunks === null) return false;
+    await unlinkPayload(this.redis, keys, chunks);
+    await unindexPayload(this.redis, this.keys.index, ref);
+    return true;
   }
 
   async markPublished(ref: string): Promise<boolean> {

@@ -193,6 +193,24 @@ export class S3PayloadStore implements PayloadStore {
     return existed;
   }
 
+  /**
+   * Not atomic: S3 cannot make the `DeleteObject` of the payload depend on its marker, another
+   * object (`If-Match` compares the payload's own ETag, which `markPublished` leaves as it is).
+   * Two `HeadObject`s at once, of the payload and its marker, then the `DeleteObject` of an
+   * unmarked payload: a `markPublished` whose marker lands between the marker's `HeadObject` and
+   * the delete (one request) answers `true` for a payload then deleted.
+   */
+  async deleteUnpublished(ref: string): Promise<boolean> {
+    const payloadKey = this.keys.payloadOf(ref);
+    const [object, marker] = await Promise.all([
+      this.headObject(payloadKey),
+      this.headObject(this.keys.markerOf(ref)),
+    ]);
+    if (!object || marker) return false;
+    await this.deleteObject(payloadKey);
+    return true;
+  }
+
   /** `PutObject` of the marker, then `HeadObject` of the payload (and a `DeleteObject` if gone). */
   async markPublished(ref: string): Promise<boolean> {
     const payloadKey = this.keys.payloadOf(ref);
