@@ -287,17 +287,17 @@ describe('resolveModuleOptions', () => {
       expect(problemsOf({ publish: { confirmTimeoutMs: 60_000 } })).toEqual([]);
     });
 
-    it.each<[string, unknown]>([
-      ['NaN', NaN],
-      ['0', 0],
-      ['negative', -1],
-      ['fractional', 65_536.5],
-      ['infinite', Infinity],
-      ['a string', '65536'],
-    ])("refuses a transport's maxMessageBytes that is %s, once", (_, maxMessageBytes) => {
+    it.each<[string, unknown, string]>([
+      ['NaN', NaN, 'NaN'],
+      ['0', 0, '0'],
+      ['negative', -1, '-1'],
+      ['fractional', 65_536.5, '65536.5'],
+      ['infinite', Infinity, 'Infinity'],
+      ['a string', '65536', 'a string'],
+    ])("refuses a transport's maxMessageBytes that is %s, once", (_, maxMessageBytes, got) => {
       const transport = Object.assign(new InMemoryTransport(), { maxMessageBytes });
       expect(problemsOf({}, transport)).toEqual([
-        `the in-memory transport's maxMessageBytes must be a positive integer, got ${String(maxMessageBytes)}`,
+        `the in-memory transport's maxMessageBytes must be a positive integer, got ${got}`,
       ]);
     });
 

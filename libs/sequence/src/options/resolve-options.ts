@@ -1,4 +1,5 @@
 import { checkDelay, checkPrefetch } from '../core/option-checks';
+import { kindOf } from '../core/option-keys';
 import type { Transport } from '../ports/transport.port';
 import { DEFAULTS } from './defaults';
 import { checkKeys, MODULE_KEYS, MODULE_RENAMES, withoutNullOptions } from './option-keys';
@@ -108,7 +109,9 @@ function messageBytesProblem(transport: Transport, allowance: number): string | 
     !Number.isSafeInteger(maxMessageBytes) ||
     maxMessageBytes < 1
   ) {
-    return `${at} must be a positive integer, got ${String(maxMessageBytes)}`;
+    const got =
+      typeof maxMessageBytes === 'number' ? String(maxMessageBytes) : kindOf(maxMessageBytes);
+    return `${at} must be a positive integer, got ${got}`;
   }
   // An allowance that is no count was refused with the tuning.
   if (Number.isSafeInteger(allowance) && allowance >= 0 && maxMessageBytes <= allowance) {
