@@ -1,6 +1,6 @@
 import { constants, type Stats } from 'node:fs';
-import { type FileHandle, lstat, open, realpath } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
+import { type FileHandle, lstat, mkdir, open, realpath } from 'node:fs/promises';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { InvalidPayloadRefError } from '../../../core/errors';
 
 export const FILESYSTEM_STORE_NAME = 'filesystem';
@@ -119,6 +119,29 @@ export class FilesystemPayloadLayout {
     }
     if (real !== directory) throw this.refused(ref, 'its path goes through a symbolic link');
     return true;
+  }
+
+  /**
+   * Creates a directory under the root, and those between, one at a time: each must be a
+   * directory, not a symbolic link, before anything is created in it (`mkdir` with `recursive`
+   * would create the rest wherever a linked year or month directory leads).
+   * @throws InvalidPayloadRefError when a link or another file is on the way
+   */
+  async makeDirectory(ref: string, directory: string): Promise<void> {
+    let current = this.root;
+    for (const segment of relative(this.root, directory).split(sep)) {
+      current = join(current, segment);
+      try {
+        await mkdir(current, { mode: DIRECTORY_MODE });
+      } catch (error) {
+        if (!hasCode(error, 'EEXIST')) throw error;
+      }
+      const entry = await lstat(current);
+      if (entry.isSymbolicLink()) throw this.refused(ref, 'its path goes through a symbolic link');
+      if (!entry.isDirectory()) throw this.refused(ref, 'its path holds a file, not a directory');
+    }
+    // Nothing on the way was a link when it was looked at; this refuses one swapped in since.
+    await this.directoryExists(ref, directory);
   }
 
   /**

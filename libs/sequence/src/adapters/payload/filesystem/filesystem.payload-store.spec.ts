@@ -299,6 +299,24 @@ describe('FilesystemPayloadStore', () => {
       await expect(store.markPublished(ref)).rejects.toBeInstanceOf(InvalidPayloadRefError);
     });
 
+    it.each([
+      ['year', '2033'],
+      ['month', join('2033', '01')],
+    ])(
+      'creates nothing outside when a put meets a %s directory linked out of it',
+      async (_level, linked) => {
+        const elsewhere = join(workspace, `elsewhere-${randomUUID()}`);
+        await mkdir(elsewhere);
+        await mkdir(join(root, linked, '..'), { recursive: true });
+        await symlink(elsewhere, join(root, linked));
+
+        await expect(
+          store.put(Buffer.from('bytes'), options({ expiresAt: Date.UTC(2033, 0, 1, 12) })),
+        ).rejects.toBeInstanceOf(InvalidPayloadRefError);
+        expect(await readdir(elsewhere)).toEqual([]);
+      },
+    );
+
     describe('through a directory linked out of the root', () => {
       const id = randomUUID();
       const ref = `2032/01/01/${id}`;

@@ -79,8 +79,7 @@ export class FilesystemPayloadStore implements PayloadStore {
     const id = randomUUID();
     const ref = [...daySegments(options.expiresAt), id].join('/');
     const files = layout.filesFor(ref);
-    await mkdir(files.directory, { recursive: true, mode: DIRECTORY_MODE });
-    await layout.directoryExists(ref, files.directory);
+    await layout.makeDirectory(ref, files.directory);
     const temporary = join(files.directory, temporaryName(id, randomUUID()));
     try {
       const bytes = await this.writeBytes(payload, temporary);
