@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import {
+  lchown,
   mkdir,
   mkdtemp,
   open,
@@ -117,6 +118,37 @@ describe('FilesystemPayloadStore', () => {
 
       expect((await digestOf(await linked.get(ref))).bytes).toBe(8);
     });
+
+    // Changing owners takes root; elsewhere this cannot be set up.
+    (process.getuid?.() === 0 ? it : it.skip)(
+      'is refused by default when it is a symbolic link of another user, whatever it leads to',
+      async () => {
+        const temporary = join(workspace, randomUUID());
+        const target = join(workspace, randomUUID());
+        await mkdir(temporary);
+        await mkdir(target);
+        const planted = join(temporary, 'nest-sequence-payloads');
+        await symlink(target, planted);
+        await lchown(planted, 65534, 65534);
+        let DefaultRooted: typeof FilesystemPayloadStore;
+        // The default root is under os.tmpdir(), read as the module loads; Jest's process.env is
+        // not the one node:os reads, so the module is loaded with a tmpdir of the test's own.
+        await jest.isolateModulesAsync(async () => {
+          jest.doMock('node:os', () => ({
+            ...jest.requireActual<typeof import('node:os')>('node:os'),
+            tmpdir: () => temporary,
+          }));
+          ({ FilesystemPayloadStore: DefaultRooted } = await import('./filesystem.payload-store'));
+        });
+        jest.dontMock('node:os');
+        const store = new DefaultRooted!();
+
+        await expect(store.put(Buffer.from('x'), options())).rejects.toThrow(
+          `the filesystem payload store's default root ${planted} is a symbolic link of user 65534`,
+        );
+        expect(await readdir(target)).toEqual([]);
+      },
+    );
 
     it('makes ping reject when it cannot be created', async () => {
       await writeFile(root, 'a file where the root should be');

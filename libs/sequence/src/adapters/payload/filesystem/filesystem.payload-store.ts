@@ -226,14 +226,25 @@ export class FilesystemPayloadStore implements PayloadStore {
   private async prepare(): Promise<FilesystemPayloadLayout> {
     await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
     const real = await realpath(this.root);
-    const owner = (await stat(real)).uid;
     const self = process.getuid?.();
-    if (self !== undefined && owner !== self && this.root === DEFAULT_FILESYSTEM_PAYLOAD_ROOT) {
-      // In a shared temporary directory another user could have created the root first.
-      throw new Error(
-        `the filesystem payload store's default root ${real} belongs to user ${owner}, not to ` +
-          `this process (user ${self}); remove it or configure a root of your own`,
-      );
+    if (self !== undefined && this.root === DEFAULT_FILESYSTEM_PAYLOAD_ROOT) {
+      // In a shared temporary directory another user could have created the root first, or a
+      // link there to a directory of this user's that they can reach.
+      const entry = await lstat(this.root);
+      if (entry.isSymbolicLink() && entry.uid !== self) {
+        throw new Error(
+          `the filesystem payload store's default root ${this.root} is a symbolic link of user ` +
+            `${entry.uid}, not of this process (user ${self}); remove it or configure a root ` +
+            'of your own',
+        );
+      }
+      const owner = (await stat(real)).uid;
+      if (owner !== self) {
+        throw new Error(
+          `the filesystem payload store's default root ${real} belongs to user ${owner}, not to ` +
+            `this process (user ${self}); remove it or configure a root of your own`,
+        );
+      }
     }
     return new FilesystemPayloadLayout(real);
   }
