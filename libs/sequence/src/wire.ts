@@ -27,8 +27,11 @@ export {
   parseTicketBody,
   serializeTicket,
   CLAIM_TICKET_VERSION,
+  FRAGMENT_TICKET_VERSION,
+  ticketFragmentProblem,
   type ClaimTicket,
   type ClaimTicketFields,
+  type TicketFragment,
 } from './core/claim-ticket';
 export { ClaimTicketKeyring, type ClaimTicketKey } from './core/claim-ticket-keyring';
 export { ClaimTicketAudienceError } from './core/errors/claim-ticket-audience.error';

@@ -10,6 +10,7 @@ import {
   verifyTicket,
   verifyTicketSignature,
   type ClaimTicket,
+  type TicketFragment,
 } from '../core/claim-ticket';
 import { ClaimCheckIntegrityError } from '../core/errors/claim-check-integrity.error';
 import { ClaimCheckNotFoundError } from '../core/errors/claim-check-not-found.error';
@@ -106,7 +107,8 @@ export class PayloadParking implements OnApplicationShutdown {
   /**
    * Streams `payload` into the store (never buffering a Readable whole) and signs its ticket for
    * the channels of `audience` (none: for `checkOut` by hand only). `published: false` marks it an
-   * orphan-to-be until `markPublished` (see OrphanSweeper).
+   * orphan-to-be until `markPublished` (see OrphanSweeper). With `fragment`, the ticket is a
+   * Message Sequence fragment's, for that fragment only.
    * @throws ClaimTicketInvalidError (`expired`) when storing took past the ticket's ttl: the
    * payload is deleted again; the store's error; PayloadStoreTimeoutError when the store held the
    * upload up for `writeTimeoutMs` (`put`, see uploadPayload), or when a slow upload could not be
@@ -117,6 +119,7 @@ export class PayloadParking implements OnApplicationShutdown {
     options: ParkOptions,
     published: boolean,
     audience: readonly string[],
+    fragment?: TicketFragment,
   ): Promise<ClaimTicket> {
     const store = this.stores.store;
     const startedAt = this.lifecycle.clock();
@@ -148,6 +151,7 @@ export class PayloadParking implements OnApplicationShutdown {
           contentType: options.contentType,
           expiresAt,
           audience,
+          ...fragment,
         },
         this.options.keyring,
       );

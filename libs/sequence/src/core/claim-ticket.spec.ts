@@ -9,6 +9,7 @@ import {
   parseTicketBody,
   serializeTicket,
   signTicket,
+  ticketFragmentProblem,
   ticketSigningInput,
   verifyTicket,
 } from './claim-ticket';
@@ -361,10 +362,71 @@ describe('claim tickets', () => {
     });
   });
 
+  describe("a fragment's ticket", () => {
+    const fragment = { sequenceId: 'study-1', position: 2 };
+    const bound = () => signTicket({ ...fields, ...fragment }, keysA);
+
+    it('is version 3, names its fragment and signs it after the audience', () => {
+      const ticket = bound();
+
+      expect(verifyTicket(wire(ticket), keysA, NOW)).toMatchObject({ v: 3, ...fragment });
+      expect(JSON.parse(ticketSigningInput(ticket))).toEqual([
+        'nest-sequence/claim-ticket',
+        3,
+        'key-a',
+        fields.store,
+        fields.ref,
+        fields.bytes,
+        fields.sha256,
+        fields.contentType,
+        fields.expiresAt,
+        fields.audience,
+        'study-1',
+        2,
+      ]);
+    });
+
+    it.each([
+      ['another sequence', { sequenceId: 'study-2' }],
+      ['another position', { position: 1 }],
+    ])('refuses a ticket whose fragment was changed to %s after signing', (_label, change) => {
+      expect(reasonFor({ ...wire(bound()), ...change })).toBe('bad-signature');
+    });
+
+    it('refuses a ticket stripped of its fragment and relabelled version 2', () => {
+      const { sequenceId: _id, position: _position, ...stripped } = wire(bound());
+
+      expect(reasonFor({ ...stripped, v: 2 })).toBe('bad-signature');
+    });
+
+    it.each([
+      [
+        'a version 2 ticket that names a fragment',
+        { ...wire(signTicket(fields, keysA)), ...fragment },
+      ],
+      ['a version 3 ticket without a position', { ...wire(bound()), position: undefined }],
+      ['a sequence id the wire contract refuses', { ...wire(bound()), sequenceId: 'a b' }],
+      ['position 0', { ...wire(bound()), position: 0 }],
+    ])('refuses %s as malformed', (_label, candidate) => {
+      expect(reasonFor(candidate)).toBe('malformed');
+    });
+
+    it('is refused under the headers of another fragment, naming both', () => {
+      expect(ticketFragmentProblem(bound(), fragment)).toBeUndefined();
+      expect(ticketFragmentProblem(bound(), { sequenceId: 'study-1', position: 3 })).toBe(
+        'the ticket was issued for sequence study-1 fragment 2, not for sequence study-1 fragment 3',
+      );
+    });
+
+    it('of version 2, naming no fragment, is taken under any fragment headers', () => {
+      expect(ticketFragmentProblem(signTicket(fields, keysA), fragment)).toBeUndefined();
+    });
+  });
+
   describe('shape', () => {
     const signed = wire(signTicket(fields, keysA));
     const bad: Array<[string, string, unknown]> = [
-      ['v', 'another version', 3],
+      ['v', 'another version', 4],
       ['v', 'a string version', '1'],
       ['store', 'an empty store', ''],
       ['store', 'a store name with a slash', 'file/system'],

@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { ClaimTicketAudienceError } from './errors/claim-ticket-audience.error';
 import { ClaimTicketInvalidError } from './errors/claim-ticket-invalid.error';
 import { type ClaimTicketKeyring, TICKET_KEY_ID_PATTERN } from './claim-ticket-keyring';
+import { SEQUENCE_ID_PATTERN } from './sequence-id';
 import { strictUtf8 } from './unicode';
 
 /**
@@ -21,13 +22,19 @@ import { strictUtf8 } from './unicode';
  *   ticket taken off one channel and published on another is refused (`wrong-audience`) before
  *   its payload is touched. Version 1 tickets have no audience; a receiver takes them only while
  *   it allows tickets without one (see {@link checkTicketAudience}).
+ * - `sequenceId` and `position` (`v: 3`), on the ticket of a Message Sequence fragment only: the
+ *   fragment it carries, signed with the rest, so that a copy under another fragment's headers is
+ *   refused (see {@link ticketFragmentProblem}). Version 2 fragment tickets name no fragment.
  *
  * A ticket holds no credentials: `ref` names a payload inside a store this side is configured
  * with, nothing more.
  */
 export interface ClaimTicket {
-  /** `2` for tickets written now; `1` for tickets of earlier releases, which have no `audience`. */
-  readonly v: 1 | 2;
+  /**
+   * `3` for a fragment's ticket (it has `sequenceId` and `position`), `2` for any other written
+   * now; `1` for tickets of earlier releases, which have no `audience`.
+   */
+  readonly v: 1 | 2 | 3;
   /**
    * Name of the payload store holding the payload: 1-64 characters of `[A-Za-z0-9._-]`, the
    * first a letter or digit.
@@ -48,6 +55,13 @@ export interface ClaimTicket {
    * `v: 1` ones.
    */
   readonly audience?: readonly string[];
+  /**
+   * The sequence whose fragment the ticket carries (`x-sequence-id`): present on every `v: 3`
+   * ticket, with `position`, and on no other.
+   */
+  readonly sequenceId?: string;
+  /** That fragment's 1-based position (`x-sequence-position`): with `sequenceId`. */
+  readonly position?: number;
   /** Id of the key whose secret made `sig`. */
   readonly kid: string;
   /** HMAC-SHA256 over the other fields, base64url without padding (43 characters). */
@@ -59,8 +73,10 @@ export type ClaimTicketFields = Omit<ClaimTicket, 'v' | 'kid' | 'sig' | 'audienc
   readonly audience: readonly string[];
 };
 
-/** The version {@link signTicket} writes. */
+/** The version {@link signTicket} writes, but for a fragment's ticket. */
 export const CLAIM_TICKET_VERSION = 2;
+/** The version {@link signTicket} writes for a fragment's ticket: it names the fragment. */
+export const FRAGMENT_TICKET_VERSION = 3;
 /** Tickets of earlier releases: no `audience`. */
 const LEGACY_TICKET_VERSION = 1;
 /** Latest `expiresAt` a ticket may have: the last instant a `Date` holds. */
@@ -123,6 +139,8 @@ const TICKET_FIELDS: ReadonlySet<string> = new Set([
   'contentType',
   'expiresAt',
   'audience',
+  'sequenceId',
+  'position',
   'kid',
   'sig',
 ]);
@@ -134,8 +152,9 @@ const SIGNING_DOMAIN = 'nest-sequence/claim-ticket';
  * fields in a fixed order, `contentType` as `null` when absent, then (from `v: 2`) the audience as
  * an array of strings. An array leaves no room for ambiguity (field order, duplicate keys,
  * separators inside values), and producers in other languages can rebuild it byte for byte:
- * every value is a string, `null`, a safe integer or an array of strings. `v` leads, so a
- * version 2 ticket stripped of its audience and relabelled `v: 1` no longer matches its `sig`.
+ * every value is a string, `null`, a safe integer or an array of strings. From `v: 3`, the
+ * sequence id and position follow. `v` leads, so a ticket stripped of its audience or fragment
+ * and relabelled an earlier version no longer matches its `sig`.
  */
 export function ticketSigningInput(ticket: Omit<ClaimTicket, 'sig'>): string {
   const signed: unknown[] = [
@@ -150,20 +169,26 @@ export function ticketSigningInput(ticket: Omit<ClaimTicket, 'sig'>): string {
     ticket.expiresAt,
   ];
   if (ticket.v !== LEGACY_TICKET_VERSION) signed.push(ticket.audience ?? []);
+  if (ticket.v === FRAGMENT_TICKET_VERSION) signed.push(ticket.sequenceId, ticket.position);
   return JSON.stringify(signed);
 }
 
 /**
- * Signs a ticket with the keyring's first key, for the channels of `fields.audience`.
+ * Signs a ticket with the keyring's first key, for the channels of `fields.audience`; with
+ * `sequenceId` and `position`, for that fragment only (`v: 3`).
  * @throws ClaimTicketInvalidError (`malformed`) when a field breaks the ticket format, or the
  * ticket would not fit in `MAX_TICKET_BODY_BYTES`, so that a sender never publishes a ticket its
  * receivers would refuse.
  */
 export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring): ClaimTicket {
-  const problem = fieldProblem(fields) ?? ticketAudienceProblem(fields.audience);
+  const bound = fields.sequenceId !== undefined || fields.position !== undefined;
+  const problem =
+    fieldProblem(fields) ??
+    ticketAudienceProblem(fields.audience) ??
+    (bound ? fragmentFieldProblem(fields) : undefined);
   if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
   const unsigned: Omit<ClaimTicket, 'sig'> = {
-    v: CLAIM_TICKET_VERSION,
+    v: bound ? FRAGMENT_TICKET_VERSION : CLAIM_TICKET_VERSION,
     store: fields.store,
     ref: fields.ref,
     bytes: fields.bytes,
@@ -171,6 +196,7 @@ export function signTicket(fields: ClaimTicketFields, keys: ClaimTicketKeyring):
     ...(fields.contentType == null ? {} : { contentType: fields.contentType }),
     expiresAt: fields.expiresAt,
     audience: Object.freeze([...fields.audience]),
+    ...(bound ? { sequenceId: fields.sequenceId, position: fields.position } : {}),
     kid: keys.signingKeyId,
   };
   const ticket = Object.freeze({ ...unsigned, sig: hmac(keys, unsigned).toString('base64url') });
@@ -232,11 +258,15 @@ export function verifyTicketSignature(candidate: unknown, keys: ClaimTicketKeyri
     throw new ClaimTicketInvalidError('malformed', `unknown field ${JSON.stringify(unknownField)}`);
   }
   const version = fields.v;
-  if (version !== CLAIM_TICKET_VERSION && version !== LEGACY_TICKET_VERSION) {
+  if (
+    version !== CLAIM_TICKET_VERSION &&
+    version !== FRAGMENT_TICKET_VERSION &&
+    version !== LEGACY_TICKET_VERSION
+  ) {
     throw new ClaimTicketInvalidError(
       'malformed',
-      `v must be ${CLAIM_TICKET_VERSION} (or ${LEGACY_TICKET_VERSION}), got ` +
-        `${JSON.stringify(version) ?? 'nothing'}`,
+      `v must be ${CLAIM_TICKET_VERSION} or ${FRAGMENT_TICKET_VERSION} (or ` +
+        `${LEGACY_TICKET_VERSION}), got ${JSON.stringify(version) ?? 'nothing'}`,
     );
   }
   const problem =
@@ -245,7 +275,12 @@ export function verifyTicketSignature(candidate: unknown, keys: ClaimTicketKeyri
       ? fields.audience === undefined
         ? undefined
         : `audience is not a field of v ${LEGACY_TICKET_VERSION} tickets`
-      : ticketAudienceProblem(fields.audience));
+      : ticketAudienceProblem(fields.audience)) ??
+    (version === FRAGMENT_TICKET_VERSION
+      ? fragmentFieldProblem(fields)
+      : fields.sequenceId !== undefined || fields.position !== undefined
+        ? `sequenceId and position are fields of v ${FRAGMENT_TICKET_VERSION} tickets only`
+        : undefined);
   if (problem !== undefined) throw new ClaimTicketInvalidError('malformed', problem);
   const { kid, sig } = fields;
   if (typeof kid !== 'string' || !TICKET_KEY_ID_PATTERN.test(kid)) {
@@ -270,6 +305,9 @@ export function verifyTicketSignature(candidate: unknown, keys: ClaimTicketKeyri
     ...(version === LEGACY_TICKET_VERSION
       ? {}
       : { audience: Object.freeze([...(fields.audience as string[])]) }),
+    ...(version === FRAGMENT_TICKET_VERSION
+      ? { sequenceId: fields.sequenceId as string, position: fields.position as number }
+      : {}),
     kid,
     sig,
   });
@@ -319,6 +357,34 @@ export function checkTicketAudience(
       ticket.kid,
     );
   }
+}
+
+/** The Message Sequence fragment a `v: 3` ticket carries. */
+export interface TicketFragment {
+  /** `x-sequence-id`: 1-128 characters of `[A-Za-z0-9._:-]`. */
+  readonly sequenceId: string;
+  /** `x-sequence-position`: 1-based. */
+  readonly position: number;
+}
+
+/**
+ * Why a verified ticket may not carry `fragment` (the fragment whose headers came with it), or
+ * `undefined` when it may: a `v: 3` ticket carries only the fragment it names. Tickets of other
+ * versions name none (fragments parked before tickets named them) and are not refused here.
+ * A consumer dead-letters a refused one `wrong-audience`, before its payload is read.
+ */
+export function ticketFragmentProblem(
+  ticket: ClaimTicket,
+  fragment: TicketFragment,
+): string | undefined {
+  if (ticket.v !== FRAGMENT_TICKET_VERSION) return undefined;
+  if (ticket.sequenceId === fragment.sequenceId && ticket.position === fragment.position) {
+    return undefined;
+  }
+  return (
+    `the ticket was issued for sequence ${ticket.sequenceId} fragment ${ticket.position}, not ` +
+    `for sequence ${fragment.sequenceId} fragment ${fragment.position}`
+  );
 }
 
 /**
@@ -381,6 +447,18 @@ function fieldProblem(fields: Record<string, unknown>): string | undefined {
     expiresAt > MAX_EXPIRES_AT
   ) {
     return `expiresAt must be an integer of epoch ms from 0 to ${MAX_EXPIRES_AT} (+275760-09-13)`;
+  }
+  return undefined;
+}
+
+/** What is wrong with a fragment's ticket's `sequenceId` or `position`, if anything. */
+function fragmentFieldProblem(fields: Record<string, unknown>): string | undefined {
+  const { sequenceId, position } = fields;
+  if (typeof sequenceId !== 'string' || !SEQUENCE_ID_PATTERN.test(sequenceId)) {
+    return 'sequenceId must be 1-128 characters of [A-Za-z0-9._:-]';
+  }
+  if (typeof position !== 'number' || !Number.isSafeInteger(position) || position < 1) {
+    return 'position must be a positive safe integer';
   }
   return undefined;
 }

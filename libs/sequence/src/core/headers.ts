@@ -1,6 +1,7 @@
 import { CONTENT_TYPE_PATTERN } from './claim-ticket';
 import { MalformedFragmentError } from './errors/malformed-fragment.error';
 import { isTraceHeader } from './trace-headers';
+import { SEQUENCE_ID_PATTERN } from './sequence-id';
 
 /** Header names of the wire contract, version 1 (see docs/message-sequence.md). */
 export const SequenceHeader = {
@@ -19,8 +20,7 @@ export const SequenceHeader = {
 
 export const WIRE_VERSION = 1;
 
-/** `x-sequence-id`: 1–128 characters of `[A-Za-z0-9._:-]`. */
-export const SEQUENCE_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+export { SEQUENCE_ID_PATTERN };
 
 /** Header values as transports carry them. */
 export type HeaderValue = string | number | boolean;

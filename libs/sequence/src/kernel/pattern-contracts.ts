@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import type { TicketFragment } from '../core/claim-ticket';
 import type { RejectionCode } from '../core/errors/rejection-code';
 import type { HeaderMap, HeaderValue } from '../core/headers';
 import type { SequencePayload } from '../core/payload-source';
@@ -79,20 +80,24 @@ export interface TakenFragment {
 
 /** Claim Check's parking, as Message Sequence sends fragments `via: 'claim-check'`. */
 export interface FragmentParking {
-  /** Parks a fragment body under a ticket that only `channel`'s consumers take. */
-  park(body: Buffer, channel: string): Promise<ParkedFragment>;
+  /**
+   * Parks a fragment body under a ticket that only `channel`'s consumers take, and only as
+   * `fragment` (its sequence id and position).
+   */
+  park(body: Buffer, channel: string, fragment: TicketFragment): Promise<ParkedFragment>;
   /** After the ticket's publish: keeps the parked body (it may be delivered) or deletes it. Never throws. */
   settle(parked: ParkedFragment, published: boolean): Promise<void>;
   /**
-   * The body behind a ticket message taken on `channel`, or why it is refused for good (a bad
-   * ticket, one issued for another channel, an unknown store, bytes that do not match, a body
-   * over `maxBytes`). `expiredOnly`: the ticket passes every check but its expiry, so the
+   * The body behind a ticket message taken on `channel` as `fragment` (what its headers name), or
+   * why it is refused for good (a bad ticket, one issued for another channel or fragment, an
+   * unknown store, bytes that do not match, a body over `maxBytes`). `expiredOnly`: the ticket passes every check but its expiry, so the
    * message may be a late copy of a fragment taken before.
    * @throws when the payload store cannot be read now (the message is redelivered later)
    */
   take(
     ticketBody: Buffer,
     channel: string,
+    fragment: TicketFragment,
     maxBytes: number,
   ): Promise<
     | TakenFragment

@@ -31,6 +31,7 @@ import { SequenceTracing } from './sequence.tracing';
 import { SequenceEvents } from '../kernel/lifecycle-events';
 import { SequenceLifecycle, type FragmentIds } from './sequence.events';
 import { parseFragmentHeaders, type FragmentHeaders } from '../core/headers';
+import { MalformedFragmentError } from '../core/errors/malformed-fragment.error';
 import { PAYLOAD_STORE_UNAVAILABLE, storeRequeuesSpent } from '../kernel/store-requeues';
 
 export type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
@@ -183,10 +184,15 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       return this.rejectFragment(channel, 'malformed-header', marking.problem);
     }
     if (marking.via === 'ticket') {
+      const headers = toHeaderRecord(message.headers);
+      // The ticket is taken only for the fragment its headers name: they are read first.
+      const ids = this.fragmentIdsOf(channel, headers);
+      if ('action' in ids) return ids;
       const resolved = await this.resolveParkedBody(
         channel,
         received,
-        toHeaderRecord(message.headers),
+        headers,
+        ids,
         options.maxFragmentBytes,
       );
       if ('gone' in resolved) return this.parkedBodyGone(channel, message, resolved);
@@ -326,10 +332,11 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     channel: string,
     ticketBody: Buffer,
     headers: Readonly<Record<string, unknown>>,
+    fragment: FragmentIds,
     maxFragmentBytes: number,
   ): Promise<{ body: Buffer; parked: TakenFragment } | ParkedBodyGone | Disposition> {
     try {
-      const taken = await this.parking.take(ticketBody, channel, maxFragmentBytes);
+      const taken = await this.parking.take(ticketBody, channel, fragment, maxFragmentBytes);
       if ('refused' in taken) {
         // Gone, or its ticket expired: perhaps taken already by a copy of this message (see
         // parkedBodyGone).
@@ -348,6 +355,23 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
       }
       this.logger.warn(`${channel}: could not read a parked fragment body; requeued: ${cause}`);
       return this.requeue(PAYLOAD_STORE_UNAVAILABLE);
+    }
+  }
+
+  /**
+   * The sequence id and position a ticket message's headers name, or the dead letter of headers
+   * that name none (as `FragmentChecks` refuses them), before the ticket's payload is read.
+   */
+  private fragmentIdsOf(
+    channel: string,
+    headers: Readonly<Record<string, unknown>>,
+  ): FragmentIds | Disposition {
+    try {
+      const { sequenceId, position } = parseFragmentHeaders(headers);
+      return { sequenceId, position };
+    } catch (error) {
+      const code = error instanceof MalformedFragmentError ? error.code : 'malformed-header';
+      return this.rejectFragment(channel, code, errorMessage(error));
     }
   }
 

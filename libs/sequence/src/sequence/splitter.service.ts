@@ -249,7 +249,7 @@ export class SplitterService implements SequenceSender {
       let parked: ParkedFragment | undefined;
       if (via === 'claim-check') {
         try {
-          parked = await this.parking.park(body, channel);
+          parked = await this.parking.park(body, channel, { sequenceId, position });
         } catch (error) {
           fail(new SequencePublishError(channel, sequenceId, position, 0, error));
           return;

@@ -159,7 +159,9 @@ describe('claim check: tickets bound to their channel', () => {
     });
 
     it("a parked fragment's ticket replayed alone on its own channel does not pass for a payload's", async () => {
-      const parked = await t.app.get(ClaimCheckFragmentParking).park(bytes(64 * 1024, 5), ORDERS);
+      const parked = await t.app
+        .get(ClaimCheckFragmentParking)
+        .park(bytes(64 * 1024, 5), ORDERS, { sequenceId: 'parked', position: 1 });
 
       await publishTicket(t.transport, ORDERS, parked.ticketBody);
       await t.transport.whenIdle();

@@ -18,7 +18,7 @@ import {
   type SequenceStore,
   type Subscription,
 } from 'nest-sequence';
-import { buildFragmentHeaders } from 'nest-sequence/wire';
+import { buildFragmentHeaders, parseFragmentHeaders } from 'nest-sequence/wire';
 import { crc32 } from '../../src/core/checksum';
 import { recordEvents } from '../events/event-recorder';
 import {
@@ -71,6 +71,12 @@ async function spooledBytes(dir: string): Promise<Buffer> {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The fragment a claim-checked body's ticket is issued for: the one its headers name. */
+function fragmentOf(headers: TestFragment['headers']): { sequenceId: string; position: number } {
+  const { sequenceId, position } = parseFragmentHeaders(headers);
+  return { sequenceId, position };
+}
 
 /** Fragment 1 of `size`, not the last, with a 100-byte body and `declaredBytes` for the whole. */
 function firstFragment(sequenceId: string, size: number, declaredBytes: number): TestFragment {
@@ -1187,7 +1193,7 @@ describe('guarantees: broker-held reassembly', () => {
     // A producer of its own, which parks some bodies and publishes their tickets instead.
     const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
     const ticketed = async ({ body, headers }: TestFragment): Promise<TestFragment> => {
-      const parked = await parking.park(body, channel);
+      const parked = await parking.park(body, channel, fragmentOf(headers));
       await parking.settle(parked, true);
       return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
     };
@@ -1245,7 +1251,7 @@ describe('guarantees: broker-held reassembly', () => {
     await publishHeld(transport, channel, [fragments[0], fragments[2]], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 2, 'two dead letters');
     // The claim-checked one comes late: it meets the verdict, as an inline one would.
-    const parked = await parking.park(fragments[1].body, channel);
+    const parked = await parking.park(fragments[1].body, channel, fragmentOf(fragments[1].headers));
     await parking.settle(parked, true);
     const late = {
       body: parked.ticketBody,
