@@ -291,6 +291,20 @@ describe('resolveModuleOptions', () => {
       ['NaN', NaN, 'NaN'],
       ['0', 0, '0'],
       ['negative', -1, '-1'],
+      ['fractional', 29_999.5, '29999.5'],
+      ['a string', '29999', 'a string'],
+    ])("refuses a transport's maxPublishTimeoutMs that is %s", (_, maxPublishTimeoutMs, got) => {
+      // NaN compares false: every confirmTimeoutMs would pass, so none would be held to a limit.
+      const transport = Object.assign(new InMemoryTransport(), { maxPublishTimeoutMs });
+      expect(problemsOf({}, transport)).toEqual([
+        `the in-memory transport's maxPublishTimeoutMs must be a positive integer, got ${got}`,
+      ]);
+    });
+
+    it.each<[string, unknown, string]>([
+      ['NaN', NaN, 'NaN'],
+      ['0', 0, '0'],
+      ['negative', -1, '-1'],
       ['fractional', 65_536.5, '65536.5'],
       ['infinite', Infinity, 'Infinity'],
       ['a string', '65536', 'a string'],

@@ -36,7 +36,10 @@ export function resolveModuleOptions(
   const tuning = resolveTuning(problems, options.tuning);
   const publish = resolvePublishPolicy(problems, 'publish', options.publish, DEFAULTS.publish);
   const { maxPublishTimeoutMs } = transport;
-  if (maxPublishTimeoutMs !== undefined && publish.confirmTimeoutMs > maxPublishTimeoutMs) {
+  const timeoutProblem = positiveIntegerProblem(transport, 'maxPublishTimeoutMs');
+  if (maxPublishTimeoutMs !== undefined && timeoutProblem) {
+    problems.push(timeoutProblem);
+  } else if (maxPublishTimeoutMs !== undefined && publish.confirmTimeoutMs > maxPublishTimeoutMs) {
     problems.push(
       `publish.confirmTimeoutMs (${publish.confirmTimeoutMs}) must be at most ` +
         `${maxPublishTimeoutMs} on the ${transport.name} transport: a publish retried for longer ` +
@@ -104,15 +107,8 @@ export function resolveModuleOptions(
 function messageBytesProblem(transport: Transport, allowance: number): string | undefined {
   const { maxMessageBytes } = transport;
   const at = `the ${transport.name} transport's maxMessageBytes`;
-  if (
-    typeof maxMessageBytes !== 'number' ||
-    !Number.isSafeInteger(maxMessageBytes) ||
-    maxMessageBytes < 1
-  ) {
-    const got =
-      typeof maxMessageBytes === 'number' ? String(maxMessageBytes) : kindOf(maxMessageBytes);
-    return `${at} must be a positive integer, got ${got}`;
-  }
+  const notCount = positiveIntegerProblem(transport, 'maxMessageBytes');
+  if (notCount) return notCount;
   // An allowance that is no count was refused with the tuning.
   if (Number.isSafeInteger(allowance) && allowance >= 0 && maxMessageBytes <= allowance) {
     return (
@@ -121,4 +117,15 @@ function messageBytesProblem(transport: Transport, allowance: number): string | 
     );
   }
   return undefined;
+}
+
+/** Why the transport's `field` is no positive safe integer, if it is not. */
+function positiveIntegerProblem(
+  transport: Transport,
+  field: 'maxMessageBytes' | 'maxPublishTimeoutMs',
+): string | undefined {
+  const value: unknown = transport[field];
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 1) return undefined;
+  const got = typeof value === 'number' ? String(value) : kindOf(value);
+  return `the ${transport.name} transport's ${field} must be a positive integer, got ${got}`;
 }

@@ -176,7 +176,7 @@ export interface Transport {
    * Optional: the longest `timeoutMs` a publish may be given, when the transport cannot retry a
    * publish for longer without the broker storing it twice (NATS JetStream: below the duplicate
    * window of the streams it declares). The module refuses a `publish.confirmTimeoutMs` above it
-   * at bootstrap. Left out: no limit.
+   * at bootstrap, and a value that is not a positive integer. Left out: no limit.
    */
   readonly maxPublishTimeoutMs?: number;
   /**
