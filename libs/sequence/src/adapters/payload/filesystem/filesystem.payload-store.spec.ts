@@ -7,6 +7,7 @@ import {
   open,
   readdir,
   readFile,
+  rename,
   rm,
   stat,
   symlink,
@@ -447,6 +448,70 @@ describe('FilesystemPayloadStore', () => {
       expect(await store.sweepCandidates(nothingDue())).toEqual([]);
 
       expect(await filesUnder(root)).toEqual([ref, `${ref}.json`]);
+    });
+  });
+
+  describe('deleteUnpublished and markPublished', () => {
+    /** What a sweep's deleteUnpublished does first: the payload's marker becomes its claim. */
+    const claim = (ref: string) =>
+      rename(join(root, `${ref}.unpublished`), join(root, `${ref}.deleting`));
+
+    it("answers false to a markPublished that finds a sweep's claim, leaving that sweep an unpublished payload to delete", async () => {
+      const { ref } = await store.put(Buffer.from('orphan'), options());
+      await claim(ref);
+
+      expect(await store.markPublished(ref)).toBe(false);
+
+      // The sweep re-reads the sidecar next: published, it would keep a payload whose
+      // markPublished answered false (and the publish would fail although the payload stayed).
+      expect(await store.head(ref)).toMatchObject({ published: false });
+    });
+
+    it('gives the claim back and rejects when the sidecar cannot be read, deleting nothing', async () => {
+      const { ref } = await store.put(Buffer.from('orphan'), options());
+      await writeFile(join(root, `${ref}.json`), 'not json');
+
+      await expect(store.deleteUnpublished(ref)).rejects.toBeInstanceOf(
+        PayloadMetadataCorruptError,
+      );
+
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`]);
+    });
+
+    describe('a claim left by a sweep that died', () => {
+      beforeEach(() => {
+        store = new FilesystemPayloadStore({ root, staleTemporaryMs: 1 });
+      });
+
+      /** Waits until the claim is older than staleTemporaryMs (1 ms). */
+      const stale = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+      it('becomes the marker again once stale, so that the orphan is swept and can still be marked', async () => {
+        const { ref } = await store.put(Buffer.from('orphan'), options());
+        await claim(ref);
+        await stale();
+
+        expect(await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 })).toEqual([
+          { ref, reason: 'orphaned' },
+        ]);
+
+        expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`]);
+        expect(await store.markPublished(ref)).toBe(true);
+        expect(await store.head(ref)).toMatchObject({ published: true });
+      });
+
+      it('is removed once stale when the payload is published', async () => {
+        const { ref } = await store.put(Buffer.from('kept'), options({ published: true }));
+        await writeFile(join(root, `${ref}.deleting`), '');
+        await stale();
+
+        expect(await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 })).toEqual(
+          [],
+        );
+
+        expect(await filesUnder(root)).toEqual([ref, `${ref}.json`]);
+        expect(await store.markPublished(ref)).toBe(true);
+      });
     });
   });
 

@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { constants } from 'node:fs';
-import { access, lstat, mkdir, open, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import {
+  access,
+  lstat,
+  mkdir,
+  open,
+  realpath,
+  rename,
+  lutimes,
+  stat,
+  writeFile,
+} from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -21,6 +31,7 @@ import {
   FilesystemPayloadLayout,
   isMissing,
   LATEST_EXPIRY,
+  type PayloadFiles,
   temporaryName,
 } from './filesystem.payload-layout';
 import {
@@ -148,10 +159,11 @@ export class FilesystemPayloadStore implements PayloadStore {
   }
 
   /**
-   * Takes the payload by renaming its unpublished marker (atomic: of a racing `markPublished`,
-   * which removes the marker, and of another sweep, one wins), then re-reads its sidecar (a
-   * `markPublished` that crashed between its two steps left a marker on a published payload),
-   * and deletes the bytes before the renamed marker, which a losing `markPublished` looks for.
+   * Takes the payload by renaming its unpublished marker to its claim (`<uuid>.deleting`; atomic:
+   * of a racing `markPublished`, which removes the marker first, and of another sweep, one wins),
+   * then re-reads its sidecar (a payload marked before this protocol may keep a stale marker), and
+   * deletes the bytes before the claim, which a losing `markPublished` looks for. On any error
+   * after the rename the claim is given back (renamed to the marker again) and the error thrown.
    */
   async deleteUnpublished(ref: string): Promise<boolean> {
     const layout = await this.ready();
@@ -163,22 +175,41 @@ export class FilesystemPayloadStore implements PayloadStore {
       if (isMissing(error)) return false; // published, gone, or taken by another sweep
       throw error;
     }
-    const sidecar = await this.readSidecar(layout, ref, files.sidecar).catch(() => undefined);
-    if (sidecar?.published) {
+    try {
+      // A claim's age is its last change: sweeps give back one left by a process that died.
+      const now = new Date();
+      await lutimes(files.deleting, now, now);
+      const sidecar = await this.readSidecar(layout, ref, files.sidecar);
+      if (sidecar?.published) {
+        await unlinkIfPresent(files.deleting);
+        return false;
+      }
+      const removed = await unlinkIfPresent(files.data);
+      await unlinkIfPresent(files.sidecar);
       await unlinkIfPresent(files.deleting);
-      return false;
+      return removed;
+    } catch (error) {
+      await rename(files.deleting, files.marker).catch(() => undefined);
+      throw error;
     }
-    const removed = await unlinkIfPresent(files.data);
-    await unlinkIfPresent(files.sidecar);
-    await unlinkIfPresent(files.deleting);
-    return removed;
   }
 
+  /**
+   * Removes the unpublished marker first: from then on no sweep can take the payload as an
+   * orphan. Finding it already renamed to a sweep's claim, it answers `false` unless the sidecar
+   * says published (that sweep then keeps the payload); the sweep, reading an unpublished
+   * sidecar, deletes it. Then the sidecar is rewritten as published.
+   */
   async markPublished(ref: string): Promise<boolean> {
     const layout = await this.ready();
     const files = layout.filesFor(ref);
     const sidecar = await this.readSidecar(layout, ref, files.sidecar);
     if (!sidecar || !(await isRegularFile(files.data))) return false;
+    if ((await this.unmark(files)) === 'claimed') {
+      const current = await this.readSidecar(layout, ref, files.sidecar);
+      return current?.published === true && (await isRegularFile(files.data));
+    }
+    // A crash before this rewrite leaves no marker: the payload is kept until it expires.
     if (!sidecar.published) {
       await writeFileAtomically(
         files.sidecar,
@@ -186,17 +217,26 @@ export class FilesystemPayloadStore implements PayloadStore {
         this.fsync,
       );
     }
-    // Marker after sidecar: a crash between the two leaves a stale marker, which sweeps remove.
-    await unlinkIfPresent(files.marker);
-    // The sidecar's rename and the marker's removal are entries of the directory: without this,
+    // The marker's removal and the sidecar's rename are entries of the directory: without this,
     // a power loss could bring back an unpublished payload that a sweep would then delete.
     if (this.fsync) await layoutFiles.syncDirectory(files.directory);
-    // A sweep that renamed the marker before we could remove it is deleting the payload.
-    const taken = await isRegularFile(files.deleting);
-    if (!taken && (await isRegularFile(files.data))) return true;
+    if (await isRegularFile(files.data)) return true;
     // A delete ran meanwhile; do not leave the sidecar we rewrote behind it.
-    if (!(await isRegularFile(files.data))) await unlinkIfPresent(files.sidecar);
+    await unlinkIfPresent(files.sidecar);
     return false;
+  }
+
+  /**
+   * Removes the payload's marker: `removed`, `claimed` when a sweep renamed it to its claim first,
+   * `absent` when there was none (published already, or gone). A claim given back between the
+   * two looks brings the marker back: it is looked for again.
+   */
+  private async unmark(files: PayloadFiles): Promise<'removed' | 'claimed' | 'absent'> {
+    for (let attempt = 0; ; attempt++) {
+      if (await unlinkIfPresent(files.marker)) return 'removed';
+      if (await isRegularFile(files.deleting)) return 'claimed';
+      if (attempt === 2 || !(await isRegularFile(files.marker))) return 'absent';
+    }
   }
 
   /** See `findSweepCandidates` for what a sweep costs. */

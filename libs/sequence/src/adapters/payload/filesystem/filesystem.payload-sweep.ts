@@ -1,9 +1,10 @@
-import { lstat, readdir, rmdir } from 'node:fs/promises';
+import { lstat, readdir, rename, rmdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { SweepCandidate, SweepQuery } from '../../../ports/payload-store.port';
 import {
   DAY_MS,
   DAY_PATTERN,
+  deletingName,
   type FilesystemPayloadLayout,
   ID_PATTERN,
   isMissing,
@@ -36,6 +37,8 @@ interface DayDirectory {
  *
  * On the way it removes leftovers of crashed processes older than `staleBefore` (epoch ms, file
  * mtime): temporary files, and sidecars or markers whose payload never got renamed into place.
+ * And it gives back the claims of orphan deletes that a crash interrupted (see
+ * `giveBackInterruptedClaims`).
  */
 export async function findSweepCandidates(
   layout: FilesystemPayloadLayout,
@@ -89,12 +92,13 @@ async function sweepDay(
   staleBefore: number,
   candidates: SweepCandidate[],
 ): Promise<void> {
-  const names = new Set(
+  const names = new Set<string>(
     (await readdirOrEmpty(day.directory))
       .filter((entry) => entry.isFile())
       .map((entry) => entry.name),
   );
   await removeStaleLeftovers(day.directory, names, staleBefore);
+  await giveBackInterruptedClaims(layout, day, names, staleBefore);
 
   const wholeDayExpired = day.start + DAY_MS - 1 <= query.now;
   if (wholeDayExpired && names.size === 0) {
@@ -153,6 +157,44 @@ async function removeStaleLeftovers(
     const path = join(directory, name);
     try {
       if ((await lstat(path)).mtimeMs < staleBefore) await unlinkIfPresent(path);
+    } catch (error) {
+      if (!isMissing(error)) throw error;
+    }
+  }
+}
+
+/**
+ * A `<uuid>.deleting` claim beside its bytes, unchanged since `staleBefore`, is a
+ * `deleteUnpublished` that died before it deleted them: without this its payload would never be
+ * swept as an orphan, and every `markPublished` would answer `false`. The claim becomes the
+ * marker again while the sidecar does not say published (the payload may then be listed at
+ * once), and is removed when it does.
+ */
+async function giveBackInterruptedClaims(
+  layout: FilesystemPayloadLayout,
+  day: DayDirectory,
+  names: Set<string>,
+  staleBefore: number,
+): Promise<void> {
+  for (const id of [...names].filter((name) => ID_PATTERN.test(name))) {
+    if (!names.has(deletingName(id))) continue;
+    const claim = join(day.directory, deletingName(id));
+    try {
+      // A rename sets the claim's ctime on Linux; a claimant also sets its mtime to now.
+      const { mtimeMs, ctimeMs } = await lstat(claim);
+      if (Math.max(mtimeMs, ctimeMs) >= staleBefore) continue;
+      const sidecar = await sidecarOf(
+        layout,
+        `${day.prefix}/${id}`,
+        join(day.directory, sidecarName(id)),
+      );
+      if (sidecar?.published) {
+        await unlinkIfPresent(claim);
+      } else {
+        await rename(claim, join(day.directory, markerName(id)));
+        names.add(markerName(id));
+      }
+      names.delete(deletingName(id));
     } catch (error) {
       if (!isMissing(error)) throw error;
     }
