@@ -28,7 +28,7 @@ import {
   PayloadMetadataCorruptError,
   SequenceOptionsError,
 } from '../../../core/errors';
-import type { PutOptions } from '../../../ports/payload-store.port';
+import type { PayloadStore, PutOptions } from '../../../ports/payload-store.port';
 import * as layoutFiles from './filesystem.payload-layout';
 import { FilesystemPayloadStore } from './filesystem.payload-store';
 import type { FilesystemPayloadStoreOptions } from './filesystem.payload-store.options';
@@ -52,6 +52,15 @@ describePayloadStoreConformance('filesystem', {
 
 describePayloadStoreConformance('filesystem with fsync', {
   create: async () => new FilesystemPayloadStore({ root: freshRoot(), fsync: true }),
+});
+
+describePayloadStoreConformance('filesystem, as a store of your own without deleteUnpublished', {
+  create: async () => {
+    // Its own deleteUnpublished hidden: the suite must pass through the fallback alone.
+    const bare = Object.create(new FilesystemPayloadStore({ root: freshRoot() })) as PayloadStore;
+    Object.defineProperty(bare, 'deleteUnpublished', { value: undefined });
+    return bare;
+  },
 });
 
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
