@@ -368,6 +368,45 @@ describeWithServer('redis', 'RedisPayloadStore (Redis at REDIS_URL)', () => {
       expect(await redis.zscore(index.unpublished, ref)).toBeNull();
     });
 
+    it('unindexes an orphan whose meta is gone, so that sweeps stop listing it', async () => {
+      const { ref } = await store.put(randomBytes(100), options());
+      // Its meta expired or was lost while its index entries, on their longer TTL, stayed.
+      await redis.unlink(new RedisPayloadKeys(prefix).payload(ref).meta);
+      const orphans = { now: t0, unpublishedBefore: t0, limit: 10 };
+      expect(await store.sweepCandidates(orphans)).toEqual([{ ref, reason: 'orphaned' }]);
+
+      expect(await store.deleteUnpublished(ref)).toBe(false);
+
+      expect(await store.sweepCandidates(orphans)).toEqual([]);
+      expect(await store.sweepCandidates({ ...orphans, now: t0 + 60 * MINUTE })).toEqual([]);
+    });
+
+    it('sends its delete of an orphan as EVALSHA once the server knows the script', async () => {
+      const own = redisClient();
+      const sent: string[] = [];
+      const send = own.sendCommand.bind(own);
+      const spy = jest.spyOn(own, 'sendCommand').mockImplementation((command, stream) => {
+        sent.push(command.name.toLowerCase());
+        return send(command, stream);
+      });
+      try {
+        const orphans = new RedisPayloadStore(own, { prefix });
+        const [first, second] = [
+          await orphans.put(Buffer.from('a'), options()),
+          await orphans.put(Buffer.from('b'), options()),
+        ];
+        expect(await orphans.deleteUnpublished(first.ref)).toBe(true);
+        sent.length = 0;
+
+        expect(await orphans.deleteUnpublished(second.ref)).toBe(true);
+
+        expect(sent.filter((name) => name.startsWith('eval'))).toEqual(['evalsha']);
+      } finally {
+        spy.mockRestore();
+        await own.quit();
+      }
+    });
+
     it('closes only a client it created', async () => {
       const owned = RedisPayloadStore.connect(SERVERS.redis.url, { prefix });
       await owned.ping();
