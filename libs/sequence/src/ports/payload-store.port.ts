@@ -86,7 +86,8 @@ export interface SweepQuery {
  * - `delete` is idempotent: `true` when it removed something.
  * - `markPublished` flips `published`; `false` when the payload is gone.
  * - `deleteUnpublished` (optional) deletes a payload only while it is unpublished: never one
- *   that is published, nor one whose `markPublished` resolved `true` (see the method).
+ *   that is published, nor, where it is atomic, one whose `markPublished` resolved `true` (see
+ *   the method).
  * - `sweepCandidates` lists expired payloads and unpublished ones past the grace instant, each
  *   once per call, oldest first where the store can tell; it never lists a payload that is
  *   neither.
@@ -113,7 +114,10 @@ export interface PayloadStore {
    * backing service allows: the orphan sweeper's delete, which must not take a payload whose
    * ticket was confirmed (`markPublished`) after the sweep listed it. Resolves `true` when it
    * removed the payload; `false` when it was published, gone, or being deleted by another call.
-   * A racing `markPublished` and `deleteUnpublished` never both resolve `true`.
+   * Where it is atomic (filesystem, Redis), a racing `markPublished` and `deleteUnpublished`
+   * never both resolve `true`, nor both `false` while the payload stays. `S3PayloadStore`'s is
+   * not: a `markPublished` landing within one request of its delete may also resolve `true` for
+   * a payload then deleted.
    *
    * Optional: without it, the sweeper reads the payload's `head` just before a plain `delete`,
    * and deletes only an unpublished one ({@link deleteIfUnpublished}); a `markPublished` landing
