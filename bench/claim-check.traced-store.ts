@@ -19,11 +19,19 @@ export type MarkFn = (name: string) => void;
 export class TracedPayloadStore implements PayloadStore {
   readonly name: string;
 
+  /** The inner store's, when it has one: without, the sweeper's fallback goes through head. */
+  readonly deleteUnpublished?: (ref: string) => Promise<boolean>;
+
   constructor(
     private readonly inner: PayloadStore,
     private readonly mark: MarkFn,
   ) {
     this.name = inner.name;
+    const deleteUnpublished = inner.deleteUnpublished?.bind(inner);
+    if (deleteUnpublished) {
+      this.deleteUnpublished = (ref) =>
+        this.timed('deleteUnpublished', () => deleteUnpublished(ref));
+    }
   }
 
   put(payload: Buffer | Readable, options: PutOptions): Promise<StoredPayload> {
