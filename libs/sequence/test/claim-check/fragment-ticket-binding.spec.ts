@@ -7,6 +7,7 @@ import {
   SequenceHeader,
   serializeTicket,
   sha256Hex,
+  type ClaimTicket,
   type HeaderMap,
 } from 'nest-sequence/wire';
 import { PayloadParking } from '../../src/claim-check/payload-parking';
@@ -37,9 +38,11 @@ describe('claim check: a parked fragment is bound to its sequence and position',
 
   beforeEach(async () => {
     // Parked bodies kept past their ack: a forger holding copies of the tickets finds them.
+    // Tickets shorter-lived than the sequence store's record of the sequence (1 h): a copy can
+    // come after its ticket expired, and still meet the completed sequence.
     t = await createClaimCheckTestApp({
       handlers: [{ channel: ORDERS }],
-      claimCheck: { deleteAfter: 'ttl' },
+      claimCheck: { deleteAfter: 'ttl', ttlMs: 60_000 },
       module: { handlerRetry: { attempts: 1 } },
     });
     const publish = jest.spyOn(t.transport, 'publish');
@@ -61,7 +64,10 @@ describe('claim check: a parked fragment is bound to its sequence and position',
     expect(genuine).toHaveLength(2);
     expect(t.handlerOn(ORDERS).deliveries.map((d) => d.bytes.equals(payload))).toEqual([true]);
   });
-  afterEach(() => t.close());
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    await t.close();
+  });
 
   it("refuses a fragment of another sequence carrying the genuine sequence's tickets", async () => {
     // The same positions, bodies and checksums: only the sequence id is the forger's.
@@ -95,6 +101,43 @@ describe('claim check: a parked fragment is bound to its sequence and position',
       expect.stringMatching(
         /^wrong-audience: the ticket was issued for sequence genuine fragment 2, not for sequence forged fragment 1$/,
       ),
+    ]);
+  });
+
+  it("dead-letters an expired copy under another fragment's headers, not acked as a duplicate", async () => {
+    const [first, second] = genuine;
+    const expiresAt = (body: Buffer) =>
+      (JSON.parse(body.toString('utf8')) as ClaimTicket).expiresAt;
+    // Past both tickets' expiry, within the sequence store's record of the completed sequence.
+    const later = Math.max(expiresAt(first.body), expiresAt(second.body)) + 60_000;
+    jest.spyOn(Date, 'now').mockReturnValue(later);
+    const settled = t.transport.actionsOn(ORDERS).length;
+
+    // Each position's ticket (and checksum) under the other's headers: positions the sequence
+    // store holds, of a sequence it completed. Only a genuine copy is a duplicate of one.
+    await t.transport.publish(ORDERS, second.body, {
+      ...first.headers,
+      [SequenceHeader.crc32]: second.headers[SequenceHeader.crc32],
+    });
+    await t.transport.publish(ORDERS, first.body, {
+      ...second.headers,
+      [SequenceHeader.crc32]: first.headers[SequenceHeader.crc32],
+    });
+    await t.transport.whenIdle();
+    // The genuine copy, expired too, is acked as the duplicate it is.
+    await t.transport.publish(ORDERS, first.body, first.headers);
+    await t.transport.whenIdle();
+
+    expect(t.handlerOn(ORDERS).calls).toBe(1);
+    // Refused for its expiry, checked before its audience, as for any ticket.
+    expect(deathReasons(t.transport, ORDERS)).toEqual([
+      expect.stringMatching(/^claim-ticket-invalid: claim ticket refused \(expired\)/),
+      expect.stringMatching(/^claim-ticket-invalid: claim ticket refused \(expired\)/),
+    ]);
+    expect(t.transport.actionsOn(ORDERS).slice(settled)).toEqual([
+      'dead-letter',
+      'dead-letter',
+      'ack',
     ]);
   });
 

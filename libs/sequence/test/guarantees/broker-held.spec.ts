@@ -25,6 +25,7 @@ import {
   bytes,
   createSequenceTestApp,
   deadLetters,
+  deathReasonOf,
   eventually,
   makeFragments,
   makeStreamingFragments,
@@ -1266,6 +1267,72 @@ describe('guarantees: broker-held reassembly', () => {
     await sleep(400); // a sequence opened in the store would expire there meanwhile, a second time
     expect(expired).toEqual(['held-mixed-unmarked']);
     expect(handler.calls).toBe(0);
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it("dead-letters a claim-checked fragment carrying another fragment's ticket wrong-audience, never handing it over", async () => {
+    const channel = 'held.forged-ticket';
+    spoolDir = mkdtempSync(join(tmpdir(), 'nseq-spool-test-'));
+    const root = mkdtempSync(join(tmpdir(), 'nseq-parked-test-'));
+    t = await createSequenceTestApp(channel, {
+      // Parked bodies kept past their ack: a forger holding copies of the tickets finds them.
+      claimCheck: { store: new FilesystemPayloadStore({ root }), deleteAfter: 'ttl' },
+      sequence: { buffer: 'broker', partitions: PARTITIONS, spool: { dir: spoolDir } },
+    });
+    const { transport, handler, app: nest } = t;
+    const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
+    const ticketed = async ({ body, headers }: TestFragment): Promise<TestFragment> => {
+      const parked = await parking.park(body, channel, fragmentOf(headers));
+      await parking.settle(parked, true);
+      return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
+    };
+    const payload = bytes(3_000, 48);
+    const fragments = makeFragments('held-genuine', payload, 1_000);
+    const sent = await Promise.all(fragments.map(ticketed));
+    const reasons = () => deadLetters(transport, channel).map((dead) => deathReasonOf(dead));
+
+    // Fragment 2 of the sequence comes first with fragment 1's ticket (and checksum).
+    await publishHeld(transport, channel, [sent[0]], PARTITIONS);
+    await publishHeld(
+      transport,
+      channel,
+      [
+        {
+          body: sent[0].body,
+          headers: { ...sent[1].headers, 'x-fragment-crc32': crc32(fragments[0].body) },
+        },
+      ],
+      PARTITIONS,
+    );
+    await eventually(() => reasons().length === 1, 'the forged fragment 2 refused');
+    await publishHeld(transport, channel, sent.slice(1), PARTITIONS);
+    await eventually(() => handler.deliveries.length === 1, 'the genuine sequence handled');
+    // Then every ticket of the sequence, copied under another sequence's headers.
+    const forged = sent.map(({ body, headers }) => ({
+      body,
+      headers: { ...headers, 'x-sequence-id': 'held-forged' },
+    }));
+    await publishHeld(transport, channel, forged, PARTITIONS);
+    await eventually(() => reasons().length === 4, 'every forged fragment refused');
+    await eventually(() => unsettledIn(transport, channel) === 0, 'every fragment settled');
+
+    const [first, ...copies] = reasons();
+    expect(first).toBe(
+      'wrong-audience: the ticket was issued for sequence held-genuine fragment 1, not for ' +
+        'sequence held-genuine fragment 2',
+    );
+    // Taken concurrently from their partition: in position order for the test.
+    expect(copies.sort()).toEqual(
+      [1, 2, 3].map(
+        (position) =>
+          `wrong-audience: the ticket was issued for sequence held-genuine fragment ${position}, ` +
+          `not for sequence held-forged fragment ${position}`,
+      ),
+    );
+    expect(handler.calls).toBe(1);
+    expect(handler.of('held-genuine')[0].bytes.equals(payload)).toBe(true);
+    expect(handler.of('held-forged')).toEqual([]);
+    expect(await spoolFiles(spoolDir)).toEqual([]);
     rmSync(root, { recursive: true, force: true });
   });
 
