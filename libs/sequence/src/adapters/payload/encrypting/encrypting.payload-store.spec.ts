@@ -13,13 +13,14 @@ import {
 import { withTimeout } from '../../../core/async';
 import { ClaimCheckNotFoundError } from '../../../core/errors/claim-check-not-found.error';
 import { SequenceOptionsError } from '../../../core/errors/sequence-options.error';
-import type {
-  PayloadInfo,
-  PayloadStore,
-  PutOptions,
-  StoredPayload,
-  SweepCandidate,
-  SweepQuery,
+import {
+  deleteIfUnpublished,
+  type PayloadInfo,
+  type PayloadStore,
+  type PutOptions,
+  type StoredPayload,
+  type SweepCandidate,
+  type SweepQuery,
 } from '../../../ports/payload-store.port';
 import { FilesystemPayloadStore } from '../filesystem/filesystem.payload-store';
 import { EncryptingPayloadStore } from './encrypting.payload-store';
@@ -474,6 +475,44 @@ describe('EncryptingPayloadStore', () => {
       expect(await store.delete(ref)).toBe(true);
       expect(await store.head(ref)).toBeUndefined();
     });
+
+    it('has no deleteUnpublished around a store without one: the sweeper falls back to head', async () => {
+      expect('deleteUnpublished' in inner).toBe(false);
+      expect('deleteUnpublished' in store).toBe(false);
+      expect(store.deleteUnpublished).toBeUndefined();
+      const orphan = await store.put(Buffer.from('orphan'), options());
+      const sent = await store.put(Buffer.from('sent'), { ...options(), published: true });
+
+      expect(await deleteIfUnpublished(store, sent.ref)).toBe(false);
+      expect(await deleteIfUnpublished(store, orphan.ref)).toBe(true);
+      expect([...inner.stored.keys()]).toEqual([sent.ref]);
+    });
+
+    it("passes deleteUnpublished through to a store that has one, with that store's answer", async () => {
+      /** The inner store with a check-and-delete of its own, recording the refs it was given. */
+      class AtomicMapPayloadStore extends MapPayloadStore {
+        readonly deletesUnpublished: string[] = [];
+
+        async deleteUnpublished(ref: string): Promise<boolean> {
+          this.deletesUnpublished.push(ref);
+          const entry = this.stored.get(ref);
+          return entry !== undefined && !entry.info.published && this.stored.delete(ref);
+        }
+      }
+      const atomic = new AtomicMapPayloadStore();
+      const wrapper = new EncryptingPayloadStore(atomic, { keys: [K1] });
+      const orphan = await wrapper.put(Buffer.from('orphan'), options());
+      const sent = await wrapper.put(Buffer.from('sent'), { ...options(), published: true });
+      const head = jest.spyOn(atomic, 'head');
+
+      expect(await wrapper.deleteUnpublished?.(sent.ref)).toBe(false);
+      expect(await wrapper.deleteUnpublished?.(orphan.ref)).toBe(true);
+      expect(await deleteIfUnpublished(wrapper, orphan.ref)).toBe(false);
+      expect(atomic.deletesUnpublished).toEqual([sent.ref, orphan.ref, orphan.ref]);
+      // The inner store decided alone: no head-then-delete of the fallback.
+      expect(head).not.toHaveBeenCalled();
+      expect([...atomic.stored.keys()]).toEqual([sent.ref]);
+    });
   });
 });
 
@@ -497,5 +536,17 @@ describe('EncryptingPayloadStore around the filesystem store', () => {
           keys: [K2, K1],
         },
       ),
+  });
+
+  // Around a store of your own without deleteUnpublished, the wrapper has none either: its race
+  // case passes at once, as it does for that store, instead of racing a head-then-delete.
+  describePayloadStoreConformance('encrypting(filesystem without deleteUnpublished)', {
+    create: async () => {
+      const bare = Object.create(
+        new FilesystemPayloadStore({ root: join(workspace, randomUUID()) }),
+      ) as PayloadStore;
+      Object.defineProperty(bare, 'deleteUnpublished', { value: undefined });
+      return new EncryptingPayloadStore(bare, { keys: [K1] });
+    },
   });
 });

@@ -1,7 +1,6 @@
 import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { pipeline, type Readable } from 'node:stream';
 import {
-  deleteIfUnpublished,
   type GetOptions,
   type PayloadInfo,
   type PayloadStore,
@@ -63,6 +62,14 @@ export class EncryptingPayloadStore implements PayloadStore {
   readonly name: string;
   private readonly keyring: EncryptionKeyring;
 
+  /**
+   * The inner store's `deleteUnpublished`, passed through, when it has one; absent when it has
+   * none, so that the orphan sweeper (`deleteIfUnpublished`) and the PayloadStore conformance
+   * suite see the store as it is: one whose orphan delete re-reads the payload first, not one
+   * claiming a check-and-delete of its own. (`declare`: absent, not an own `undefined`.)
+   */
+  declare readonly deleteUnpublished?: (ref: string) => Promise<boolean>;
+
   /** @throws SequenceOptionsError when a key is missing, malformed or not 32 bytes. */
   constructor(
     private readonly inner: PayloadStore,
@@ -78,6 +85,9 @@ export class EncryptingPayloadStore implements PayloadStore {
     refuseUnknownKeys('EncryptingPayloadStore options', options, ENCRYPTING_PAYLOAD_STORE_KEYS);
     this.name = inner.name;
     this.keyring = new EncryptionKeyring(options.keys);
+    if (typeof inner.deleteUnpublished === 'function') {
+      this.deleteUnpublished = inner.deleteUnpublished.bind(inner);
+    }
   }
 
   /** The wrapped store's: it keeps what it keeps. */
@@ -135,11 +145,6 @@ export class EncryptingPayloadStore implements PayloadStore {
 
   delete(ref: string): Promise<boolean> {
     return this.inner.delete(ref);
-  }
-
-  /** The inner store's, or its fallback when it has none (see `deleteIfUnpublished`). */
-  deleteUnpublished(ref: string): Promise<boolean> {
-    return deleteIfUnpublished(this.inner, ref);
   }
 
   markPublished(ref: string): Promise<boolean> {
