@@ -42,8 +42,8 @@ export interface PayloadFiles {
   readonly marker: string;
   /**
    * The marker, renamed by `deleteUnpublished` as it takes the payload for an orphan, and removed
-   * once the payload is gone (renamed back on an error, or by a sweep once a crash left it
-   * stale): a `markPublished` that finds it knows it lost the race.
+   * once the payload is gone (by a sweep once an error or a crash left it stale), never renamed
+   * back: a `markPublished` that finds it knows it lost the race.
    */
   readonly deleting: string;
 }

@@ -23,6 +23,11 @@ export interface FilesystemPayloadStoreOptions {
    * from a crashed process; `sweepCandidates` removes those it walks past. Keep it well above the
    * longest pause a put's source may take: a stalled put older than this loses its temporary file
    * and fails.
+   *
+   * It also ages orphan deletes: an unpublished payload taken by an orphan delete
+   * (`deleteUnpublished`) that did not finish, because its process died, stalled or failed, is
+   * deleted by the first sweep once the delete's claim file is this old; until then
+   * `markPublished` answers `false` for it.
    * @default 3_600_000 (one hour)
    */
   readonly staleTemporaryMs?: number;

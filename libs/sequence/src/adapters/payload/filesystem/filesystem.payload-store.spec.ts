@@ -476,7 +476,7 @@ describe('FilesystemPayloadStore', () => {
       expect(await store.head(ref)).toMatchObject({ published: false });
     });
 
-    it('gives the claim back and rejects when the sidecar cannot be read, deleting nothing', async () => {
+    it('keeps its claim and rejects when the sidecar cannot be read, deleting nothing', async () => {
       const { ref } = await store.put(Buffer.from('orphan'), options());
       await writeFile(join(root, `${ref}.json`), 'not json');
 
@@ -484,7 +484,9 @@ describe('FilesystemPayloadStore', () => {
         PayloadMetadataCorruptError,
       );
 
-      expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`]);
+      // Renamed back, the marker would let a markPublished answer true while a sweep that found
+      // the claim stale deletes the bytes.
+      expect(await filesUnder(root)).toEqual([ref, `${ref}.deleting`, `${ref}.json`]);
     });
 
     describe('a claim left by a sweep that died', () => {
@@ -495,18 +497,50 @@ describe('FilesystemPayloadStore', () => {
       /** Waits until the claim is older than staleTemporaryMs (1 ms). */
       const stale = () => new Promise((resolve) => setTimeout(resolve, 20));
 
-      it('becomes the marker again once stale, so that the orphan is swept and can still be marked', async () => {
+      it('has its delete finished once stale, never becoming the marker again', async () => {
         const { ref } = await store.put(Buffer.from('orphan'), options());
         await claim(ref);
         await stale();
 
-        expect(await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 })).toEqual([
-          { ref, reason: 'orphaned' },
-        ]);
+        expect(await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 })).toEqual(
+          [],
+        );
 
-        expect(await filesUnder(root)).toEqual([ref, `${ref}.json`, `${ref}.unpublished`]);
-        expect(await store.markPublished(ref)).toBe(true);
-        expect(await store.head(ref)).toMatchObject({ published: true });
+        expect(await filesUnder(root)).toEqual([]);
+        expect(await store.markPublished(ref)).toBe(false);
+      });
+
+      it('is finished by a sweep while its claimant stalls, and markPublished does not answer true for the bytes it deletes', async () => {
+        const { ref } = await store.put(Buffer.from('orphan'), options());
+        let resume!: () => void;
+        const stalled = new Promise<void>((resolve) => (resume = resolve));
+        let readIt!: () => void;
+        const read = new Promise<void>((resolve) => (readIt = resolve));
+        const reader = store as unknown as { readSidecar(...args: unknown[]): Promise<unknown> };
+        const readSidecar = reader.readSidecar.bind(store);
+        // The claimant stalls between reading the sidecar (unpublished) and deleting the bytes.
+        jest.spyOn(reader, 'readSidecar').mockImplementationOnce(async (...args) => {
+          const sidecar = await readSidecar(...args);
+          readIt();
+          await stalled;
+          return sidecar;
+        });
+        const deleting = store.deleteUnpublished(ref);
+        await read;
+        await stale();
+
+        // Before, this sweep gave the claim back as the marker, markPublished removed it and
+        // answered true, and the claimant then deleted the bytes.
+        await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 });
+        const marked = await store.markPublished(ref);
+        resume();
+        const deleted = await deleting;
+
+        expect({ marked, deleted, files: await filesUnder(root) }).toEqual({
+          marked: false,
+          deleted: false, // the sweep deleted it
+          files: [],
+        });
       });
 
       it('is removed once stale when the payload is published', async () => {

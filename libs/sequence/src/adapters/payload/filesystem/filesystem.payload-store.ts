@@ -31,7 +31,6 @@ import {
   FilesystemPayloadLayout,
   isMissing,
   LATEST_EXPIRY,
-  type PayloadFiles,
   temporaryName,
 } from './filesystem.payload-layout';
 import {
@@ -162,8 +161,13 @@ export class FilesystemPayloadStore implements PayloadStore {
    * Takes the payload by renaming its unpublished marker to its claim (`<uuid>.deleting`; atomic:
    * of a racing `markPublished`, which removes the marker first, and of another sweep, one wins),
    * then re-reads its sidecar (a payload marked before this protocol may keep a stale marker), and
-   * deletes the bytes before the claim, which a losing `markPublished` looks for. On any error
-   * after the rename the claim is given back (renamed to the marker again) and the error thrown.
+   * deletes the bytes before the claim, which a losing `markPublished` looks for.
+   *
+   * The claim is never renamed back to the marker, not even on an error: a sweep may be finishing
+   * this delete (it does once the claim is `staleTemporaryMs` old), and a marker given back would
+   * let `markPublished` answer `true` before that sweep deletes the bytes. On an error the claim
+   * stays and the error is thrown; a later sweep finishes the delete (see
+   * `finishInterruptedDeletes`).
    */
   async deleteUnpublished(ref: string): Promise<boolean> {
     const layout = await this.ready();
@@ -175,23 +179,18 @@ export class FilesystemPayloadStore implements PayloadStore {
       if (isMissing(error)) return false; // published, gone, or taken by another sweep
       throw error;
     }
-    try {
-      // A claim's age is its last change: sweeps give back one left by a process that died.
-      const now = new Date();
-      await lutimes(files.deleting, now, now);
-      const sidecar = await this.readSidecar(layout, ref, files.sidecar);
-      if (sidecar?.published) {
-        await unlinkIfPresent(files.deleting);
-        return false;
-      }
-      const removed = await unlinkIfPresent(files.data);
-      await unlinkIfPresent(files.sidecar);
+    // A claim's age is its last change: a sweep finishes one whose claimant died.
+    const now = new Date();
+    await lutimes(files.deleting, now, now);
+    const sidecar = await this.readSidecar(layout, ref, files.sidecar);
+    if (sidecar?.published) {
       await unlinkIfPresent(files.deleting);
-      return removed;
-    } catch (error) {
-      await rename(files.deleting, files.marker).catch(() => undefined);
-      throw error;
+      return false;
     }
+    const removed = await unlinkIfPresent(files.data);
+    await unlinkIfPresent(files.sidecar);
+    await unlinkIfPresent(files.deleting);
+    return removed;
   }
 
   /**
@@ -199,13 +198,19 @@ export class FilesystemPayloadStore implements PayloadStore {
    * orphan. Finding it already renamed to a sweep's claim, it answers `false` unless the sidecar
    * says published (that sweep then keeps the payload); the sweep, reading an unpublished
    * sidecar, deletes it. Then the sidecar is rewritten as published.
+   *
+   * Why `true` means the payload stays: the marker is created once, by `put`, and never comes
+   * back once removed or renamed (no claim is given back). Removing it, this call wins: no claim
+   * can follow. Finding the claim, it rewrites nothing, and the sidecar it answers from is the one
+   * the claimant (or a sweep finishing its delete) decides on. Finding neither, any claim is over:
+   * the bytes went before it did, so they are still there only if the claimant kept them.
    */
   async markPublished(ref: string): Promise<boolean> {
     const layout = await this.ready();
     const files = layout.filesFor(ref);
     const sidecar = await this.readSidecar(layout, ref, files.sidecar);
     if (!sidecar || !(await isRegularFile(files.data))) return false;
-    if ((await this.unmark(files)) === 'claimed') {
+    if (!(await unlinkIfPresent(files.marker)) && (await isRegularFile(files.deleting))) {
       const current = await this.readSidecar(layout, ref, files.sidecar);
       return current?.published === true && (await isRegularFile(files.data));
     }
@@ -224,19 +229,6 @@ export class FilesystemPayloadStore implements PayloadStore {
     // A delete ran meanwhile; do not leave the sidecar we rewrote behind it.
     await unlinkIfPresent(files.sidecar);
     return false;
-  }
-
-  /**
-   * Removes the payload's marker: `removed`, `claimed` when a sweep renamed it to its claim first,
-   * `absent` when there was none (published already, or gone). A claim given back between the
-   * two looks brings the marker back: it is looked for again.
-   */
-  private async unmark(files: PayloadFiles): Promise<'removed' | 'claimed' | 'absent'> {
-    for (let attempt = 0; ; attempt++) {
-      if (await unlinkIfPresent(files.marker)) return 'removed';
-      if (await isRegularFile(files.deleting)) return 'claimed';
-      if (attempt === 2 || !(await isRegularFile(files.marker))) return 'absent';
-    }
   }
 
   /** See `findSweepCandidates` for what a sweep costs. */

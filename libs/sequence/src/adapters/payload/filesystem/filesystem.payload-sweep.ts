@@ -1,4 +1,4 @@
-import { lstat, readdir, rename, rmdir } from 'node:fs/promises';
+import { lstat, readdir, rmdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { SweepCandidate, SweepQuery } from '../../../ports/payload-store.port';
 import {
@@ -37,8 +37,7 @@ interface DayDirectory {
  *
  * On the way it removes leftovers of crashed processes older than `staleBefore` (epoch ms, file
  * mtime): temporary files, and sidecars or markers whose payload never got renamed into place.
- * And it gives back the claims of orphan deletes that a crash interrupted (see
- * `giveBackInterruptedClaims`).
+ * And it finishes the orphan deletes that a crash interrupted (see `finishInterruptedDeletes`).
  */
 export async function findSweepCandidates(
   layout: FilesystemPayloadLayout,
@@ -98,7 +97,7 @@ async function sweepDay(
       .map((entry) => entry.name),
   );
   await removeStaleLeftovers(day.directory, names, staleBefore);
-  await giveBackInterruptedClaims(layout, day, names, staleBefore);
+  await finishInterruptedDeletes(layout, day, names, staleBefore);
 
   const wholeDayExpired = day.start + DAY_MS - 1 <= query.now;
   if (wholeDayExpired && names.size === 0) {
@@ -165,12 +164,20 @@ async function removeStaleLeftovers(
 
 /**
  * A `<uuid>.deleting` claim beside its bytes, unchanged since `staleBefore`, is a
- * `deleteUnpublished` that died before it deleted them: without this its payload would never be
- * swept as an orphan, and every `markPublished` would answer `false`. The claim becomes the
- * marker again while the sidecar does not say published (the payload may then be listed at
- * once), and is removed when it does.
+ * `deleteUnpublished` that died (or stalled) after taking the payload: without this its payload
+ * would never be swept, and every `markPublished` would answer `false`. The sweep finishes that
+ * delete as the claimant would have: it re-reads the sidecar and, unless it says published,
+ * removes the bytes, the sidecar, then the claim; published, it removes only the claim. A sidecar
+ * it cannot read leaves all three for the payload's expiry.
+ *
+ * The claim is never turned back into the marker: a claimant still running may have read the
+ * sidecar as unpublished and be about to delete the bytes, and a marker would let `markPublished`
+ * answer `true` first. Finishing is safe however many sweeps and claimants do it at once: while a
+ * claim exists no `markPublished` publishes the payload (it answers from the sidecar without
+ * rewriting it), a claim is removed only after the bytes are or when the sidecar says published,
+ * and every step is an idempotent unlink.
  */
-async function giveBackInterruptedClaims(
+async function finishInterruptedDeletes(
   layout: FilesystemPayloadLayout,
   day: DayDirectory,
   names: Set<string>,
@@ -183,21 +190,27 @@ async function giveBackInterruptedClaims(
       // A rename sets the claim's ctime on Linux; a claimant also sets its mtime to now.
       const { mtimeMs, ctimeMs } = await lstat(claim);
       if (Math.max(mtimeMs, ctimeMs) >= staleBefore) continue;
-      const sidecar = await sidecarOf(
-        layout,
-        `${day.prefix}/${id}`,
-        join(day.directory, sidecarName(id)),
-      );
-      if (sidecar?.published) {
-        await unlinkIfPresent(claim);
-      } else {
-        await rename(claim, join(day.directory, markerName(id)));
-        names.add(markerName(id));
-      }
-      names.delete(deletingName(id));
     } catch (error) {
-      if (!isMissing(error)) throw error;
+      if (isMissing(error)) continue; // its claimant finished meanwhile
+      throw error;
     }
+    const sidecarPath = join(day.directory, sidecarName(id));
+    let sidecar: Sidecar | undefined;
+    try {
+      const handle = await layout.openFile(`${day.prefix}/${id}`, sidecarPath);
+      sidecar = handle && (await readSidecar(handle, sidecarPath));
+    } catch {
+      continue; // unreadable: neither published nor not; the payload's expiry deletes it
+    }
+    if (!sidecar?.published) {
+      // A sidecar gone counts as unpublished: a finisher removed it, after the bytes.
+      await unlinkIfPresent(join(day.directory, id));
+      await unlinkIfPresent(sidecarPath);
+      names.delete(id);
+      names.delete(sidecarName(id));
+    }
+    await unlinkIfPresent(claim);
+    names.delete(deletingName(id));
   }
 }
 
