@@ -1,7 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import {
-  lchown,
   mkdir,
   mkdtemp,
   open,
@@ -129,20 +128,24 @@ describe('FilesystemPayloadStore', () => {
       expect((await digestOf(await linked.get(ref))).bytes).toBe(8);
     });
 
-    // Changing owners takes root; elsewhere this cannot be set up.
-    (process.getuid?.() === 0 ? it : it.skip)(
-      'is refused by default when it is a symbolic link of another user, whatever it leads to',
-      async () => {
-        const temporary = join(workspace, randomUUID());
-        const target = join(workspace, randomUUID());
+    describe('by default, in a temporary directory others can write to', () => {
+      let temporary: string;
+      /** Where the default root is: `nest-sequence-payloads` in the temporary directory. */
+      let planted: string;
+
+      beforeEach(async () => {
+        temporary = join(workspace, randomUUID());
         await mkdir(temporary);
-        await mkdir(target);
-        const planted = join(temporary, 'nest-sequence-payloads');
-        await symlink(target, planted);
-        await lchown(planted, 65534, 65534);
-        let DefaultRooted: typeof FilesystemPayloadStore;
-        // The default root is under os.tmpdir(), read as the module loads; Jest's process.env is
-        // not the one node:os reads, so the module is loaded with a tmpdir of the test's own.
+        planted = join(temporary, 'nest-sequence-payloads');
+      });
+
+      /**
+       * A store with the default root, under `temporary`. The default root is under
+       * os.tmpdir(), read as the module loads; Jest's process.env is not the one node:os reads,
+       * so the module is loaded with a tmpdir of the test's own.
+       */
+      async function defaultRooted() {
+        let DefaultRooted!: typeof FilesystemPayloadStore;
         await jest.isolateModulesAsync(async () => {
           jest.doMock('node:os', () => ({
             ...jest.requireActual<typeof import('node:os')>('node:os'),
@@ -151,14 +154,32 @@ describe('FilesystemPayloadStore', () => {
           ({ FilesystemPayloadStore: DefaultRooted } = await import('./filesystem.payload-store'));
         });
         jest.dontMock('node:os');
-        const store = new DefaultRooted!();
+        return new DefaultRooted();
+      }
+
+      /** Makes what this test creates count as another user's: this process is someone else. */
+      const actAsAnotherUser = () => {
+        const uid = process.getuid!();
+        jest.spyOn(process, 'getuid').mockReturnValue(uid + 1);
+        return uid;
+      };
+
+      afterEach(() => jest.restoreAllMocks());
+
+      it('is refused when it is a symbolic link of another user, whatever it leads to', async () => {
+        const target = join(workspace, randomUUID());
+        await mkdir(target);
+        await symlink(target, planted);
+        const other = actAsAnotherUser();
+
+        const store = await defaultRooted();
 
         await expect(store.put(Buffer.from('x'), options())).rejects.toThrow(
-          `the filesystem payload store's default root ${planted} is a symbolic link of user 65534`,
+          `the filesystem payload store's default root ${planted} is a symbolic link of user ${other}`,
         );
         expect(await readdir(target)).toEqual([]);
-      },
-    );
+      });
+    });
 
     it('makes ping reject when it cannot be created', async () => {
       await writeFile(root, 'a file where the root should be');
