@@ -142,18 +142,32 @@ describe('FilesystemPayloadStore', () => {
       /**
        * A store with the default root, under `temporary`. The default root is under
        * os.tmpdir(), read as the module loads; Jest's process.env is not the one node:os reads,
-       * so the module is loaded with a tmpdir of the test's own.
+       * so the module is loaded with a tmpdir of the test's own. `whileResolving` runs once as
+       * the store resolves its root, after node:fs/promises' realpath.
        */
-      async function defaultRooted() {
+      async function defaultRooted(whileResolving?: () => Promise<void>) {
+        const fs = jest.requireActual<typeof import('node:fs/promises')>('node:fs/promises');
         let DefaultRooted!: typeof FilesystemPayloadStore;
         await jest.isolateModulesAsync(async () => {
           jest.doMock('node:os', () => ({
             ...jest.requireActual<typeof import('node:os')>('node:os'),
             tmpdir: () => temporary,
           }));
+          let pending = whileResolving;
+          jest.doMock('node:fs/promises', () => ({
+            ...fs,
+            realpath: async (path: string) => {
+              const real = await fs.realpath(path);
+              const once = pending;
+              pending = undefined;
+              await once?.();
+              return real;
+            },
+          }));
           ({ FilesystemPayloadStore: DefaultRooted } = await import('./filesystem.payload-store'));
         });
         jest.dontMock('node:os');
+        jest.dontMock('node:fs/promises');
         return new DefaultRooted();
       }
 
@@ -178,6 +192,22 @@ describe('FilesystemPayloadStore', () => {
           `the filesystem payload store's default root ${planted} is a symbolic link of user ${other}`,
         );
         expect(await readdir(target)).toEqual([]);
+      });
+      it('is refused when its directory is swapped for a link while it is resolved', async () => {
+        await mkdir(planted);
+        const elsewhere = join(workspace, randomUUID());
+        await mkdir(elsewhere);
+        const store = await defaultRooted(async () => {
+          // Another entry between the checks: here a link for a directory, or a directory of
+          // their own for a link of another user.
+          await rename(planted, `${planted}-moved`);
+          await symlink(elsewhere, planted);
+        });
+
+        await expect(store.put(Buffer.from('x'), options())).rejects.toThrow(
+          `the filesystem payload store's default root ${planted} was replaced while it was checked`,
+        );
+        expect(await readdir(elsewhere)).toEqual([]);
       });
     });
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { constants } from 'node:fs';
+import { constants, type Stats } from 'node:fs';
 import {
   access,
   lstat,
@@ -257,26 +257,40 @@ export class FilesystemPayloadStore implements PayloadStore {
 
   private async prepare(): Promise<FilesystemPayloadLayout> {
     await mkdir(this.root, { recursive: true, mode: DIRECTORY_MODE });
-    const real = await realpath(this.root);
     const self = process.getuid?.();
-    if (self !== undefined && this.root === DEFAULT_FILESYSTEM_PAYLOAD_ROOT) {
-      // In a shared temporary directory another user could have created the root first, or a
-      // link there to a directory of this user's that they can reach.
-      const entry = await lstat(this.root);
-      if (entry.isSymbolicLink() && entry.uid !== self) {
-        throw new Error(
-          `the filesystem payload store's default root ${this.root} is a symbolic link of user ` +
-            `${entry.uid}, not of this process (user ${self}); remove it or configure a root ` +
-            'of your own',
-        );
-      }
-      const owner = (await stat(real)).uid;
-      if (owner !== self) {
-        throw new Error(
-          `the filesystem payload store's default root ${real} belongs to user ${owner}, not to ` +
-            `this process (user ${self}); remove it or configure a root of your own`,
-        );
-      }
+    if (self === undefined || this.root !== DEFAULT_FILESYSTEM_PAYLOAD_ROOT) {
+      return new FilesystemPayloadLayout(await realpath(this.root));
+    }
+    // In a shared temporary directory another user could have created the root first, or a link
+    // there to a directory of this user's that they can reach. The entry is looked at before it
+    // is resolved, and must be the same entry after: they could swap a link for a directory of
+    // theirs (or the other way round) between the two.
+    const entry = await lstat(this.root);
+    if (entry.isSymbolicLink() && entry.uid !== self) {
+      throw new Error(
+        `the filesystem payload store's default root ${this.root} is a symbolic link of user ` +
+          `${entry.uid}, not of this process (user ${self}); remove it or configure a root ` +
+          'of your own',
+      );
+    }
+    const real = await realpath(this.root);
+    const after = await lstat(this.root);
+    const target = await stat(real);
+    const sameEntry =
+      sameFile(after, entry) &&
+      (after.mode & constants.S_IFMT) === (entry.mode & constants.S_IFMT) &&
+      (!entry.isDirectory() || sameFile(target, entry));
+    if (!sameEntry) {
+      throw new Error(
+        `the filesystem payload store's default root ${this.root} was replaced while it was ` +
+          'checked; remove it or configure a root of your own',
+      );
+    }
+    if (target.uid !== self) {
+      throw new Error(
+        `the filesystem payload store's default root ${real} belongs to user ${target.uid}, not ` +
+          `to this process (user ${self}); remove it or configure a root of your own`,
+      );
     }
     return new FilesystemPayloadLayout(real);
   }
@@ -317,6 +331,10 @@ function assertPutOptions(options: PutOptions): void {
   if (options.expiresAt > LATEST_EXPIRY) {
     throw new RangeError(`expiresAt ${options.expiresAt} is past the year 9999`);
   }
+}
+
+function sameFile(a: Stats, b: Stats): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
 }
 
 async function isRegularFile(path: string): Promise<boolean> {
