@@ -24,10 +24,12 @@ export interface FilesystemPayloadStoreOptions {
    * longest pause a put's source may take: a stalled put older than this loses its temporary file
    * and fails.
    *
-   * It also ages orphan deletes: an unpublished payload taken by an orphan delete
-   * (`deleteUnpublished`) that did not finish, because its process died, stalled or failed, is
-   * deleted by the first sweep once the delete's claim file is this old; until then
-   * `markPublished` answers `false` for it.
+   * It also ages orphan deletes: a payload taken by an orphan delete (`deleteUnpublished`) that
+   * did not finish, because its process died, stalled or failed, is finished by a sweep that
+   * walks past its claim file once that is this old: deleted if its metadata says unpublished,
+   * kept (only the claim removed) if published, left for its expiry if the metadata cannot be
+   * read. Until then `markPublished` answers `false` for it. A delete finished this way is not
+   * counted by the orphan sweeper's metrics or `claim.deleted` events.
    * @default 3_600_000 (one hour)
    */
   readonly staleTemporaryMs?: number;

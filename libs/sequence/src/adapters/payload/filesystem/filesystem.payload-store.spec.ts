@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import * as sidecarModule from './filesystem.payload-sidecar';
 import {
   mkdir,
   mkdtemp,
@@ -577,7 +578,8 @@ describe('FilesystemPayloadStore', () => {
           return sidecar;
         });
         const deleting = store.deleteUnpublished(ref);
-        await read;
+        // Should it reject before reading the sidecar, the test fails on it rather than waiting.
+        await Promise.race([read, deleting]);
         await stale();
 
         // Before, this sweep gave the claim back as the marker, markPublished removed it and
@@ -592,6 +594,23 @@ describe('FilesystemPayloadStore', () => {
           deleted: false, // the sweep deleted it
           files: [],
         });
+      });
+
+      it('does not keep the sweep from the other payloads when it cannot be removed', async () => {
+        const { ref } = await store.put(Buffer.from('orphan'), options());
+        await claim(ref);
+        const other = await store.put(Buffer.from('other'), options());
+        await stale();
+        // Its files cannot be removed (EACCES or EBUSY in the field; the tests may run as root).
+        const refused = Object.assign(new Error('operation not permitted'), { code: 'EPERM' });
+        const unlink = jest.spyOn(sidecarModule, 'unlinkIfPresent').mockRejectedValue(refused);
+        try {
+          expect(
+            await store.sweepCandidates({ now: t0, unpublishedBefore: t0, limit: 10 }),
+          ).toEqual(expect.arrayContaining([{ ref: other.ref, reason: 'orphaned' }]));
+        } finally {
+          unlink.mockRestore();
+        }
       });
 
       it('is removed once stale when the payload is published', async () => {

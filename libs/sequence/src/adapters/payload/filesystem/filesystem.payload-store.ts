@@ -181,7 +181,12 @@ export class FilesystemPayloadStore implements PayloadStore {
     }
     // A claim's age is its last change: a sweep finishes one whose claimant died.
     const now = new Date();
-    await lutimes(files.deleting, now, now);
+    try {
+      await lutimes(files.deleting, now, now);
+    } catch (error) {
+      if (isMissing(error)) return false; // a delete (expiry, release()) took it meanwhile
+      throw error;
+    }
     const sidecar = await this.readSidecar(layout, ref, files.sidecar);
     if (sidecar?.published) {
       await unlinkIfPresent(files.deleting);

@@ -185,33 +185,48 @@ async function finishInterruptedDeletes(
 ): Promise<void> {
   for (const id of [...names].filter((name) => ID_PATTERN.test(name))) {
     if (!names.has(deletingName(id))) continue;
-    const claim = join(day.directory, deletingName(id));
     try {
-      // A rename sets the claim's ctime on Linux; a claimant also sets its mtime to now.
-      const { mtimeMs, ctimeMs } = await lstat(claim);
-      if (Math.max(mtimeMs, ctimeMs) >= staleBefore) continue;
-    } catch (error) {
-      if (isMissing(error)) continue; // its claimant finished meanwhile
-      throw error;
-    }
-    const sidecarPath = join(day.directory, sidecarName(id));
-    let sidecar: Sidecar | undefined;
-    try {
-      const handle = await layout.openFile(`${day.prefix}/${id}`, sidecarPath);
-      sidecar = handle && (await readSidecar(handle, sidecarPath));
+      await finishInterruptedDelete(layout, day, names, id, staleBefore);
     } catch {
-      continue; // unreadable: neither published nor not; the payload's expiry deletes it
+      // One payload whose files cannot be removed (EACCES, EBUSY) must not stop the sweep of
+      // everything after it, in this store and run; the next sweep tries it again.
     }
-    if (!sidecar?.published) {
-      // A sidecar gone counts as unpublished: a finisher removed it, after the bytes.
-      await unlinkIfPresent(join(day.directory, id));
-      await unlinkIfPresent(sidecarPath);
-      names.delete(id);
-      names.delete(sidecarName(id));
-    }
-    await unlinkIfPresent(claim);
-    names.delete(deletingName(id));
   }
+}
+
+async function finishInterruptedDelete(
+  layout: FilesystemPayloadLayout,
+  day: DayDirectory,
+  names: Set<string>,
+  id: string,
+  staleBefore: number,
+): Promise<void> {
+  const claim = join(day.directory, deletingName(id));
+  try {
+    // A rename sets the claim's ctime on Linux; a claimant also sets its mtime to now.
+    const { mtimeMs, ctimeMs } = await lstat(claim);
+    if (Math.max(mtimeMs, ctimeMs) >= staleBefore) return;
+  } catch (error) {
+    if (isMissing(error)) return; // its claimant finished meanwhile
+    throw error;
+  }
+  const sidecarPath = join(day.directory, sidecarName(id));
+  let sidecar: Sidecar | undefined;
+  try {
+    const handle = await layout.openFile(`${day.prefix}/${id}`, sidecarPath);
+    sidecar = handle && (await readSidecar(handle, sidecarPath));
+  } catch {
+    return; // unreadable: neither published nor not; the payload's expiry deletes it
+  }
+  if (!sidecar?.published) {
+    // A sidecar gone counts as unpublished: a finisher removed it, after the bytes.
+    await unlinkIfPresent(join(day.directory, id));
+    await unlinkIfPresent(sidecarPath);
+    names.delete(id);
+    names.delete(sidecarName(id));
+  }
+  await unlinkIfPresent(claim);
+  names.delete(deletingName(id));
 }
 
 /**
