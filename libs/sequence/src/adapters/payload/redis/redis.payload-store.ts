@@ -23,6 +23,7 @@
  */
 import type { RedisOptions } from 'ioredis';
 import { isCluster, connectOwned, quitRedisClient } from '../../stores/redis/redis-client';
+import { loadScripts } from '../../stores/redis/redis-scripts';
 import {
   DIRECT_READS_MIN_BYTES,
   DIRECT_READS_RENAMED,
@@ -69,27 +70,6 @@ import { putFromSource } from '../put-source';
  * meanwhile; it is deleted right after, the TTL covers a crash in between.
  */
 const STRAY_META_TTL_MS = 60_000;
-
-/**
- * KEYS[1]: a payload's meta hash. Unlinks it when the payload is ready and unpublished, and
- * answers its chunk count; answers -1 when there is no payload (no meta, or one without a state:
- * markPublished's stray), and nil when it leaves a payload there.
- */
-const DELETE_UNPUBLISHED_SCRIPT = `
-local meta = redis.call('HMGET', KEYS[1], 'state', 'published', 'chunks')
-if not meta[1] then return -1 end
-if meta[1] ~= 'ready' or meta[2] == '1' then return false end
-redis.call('UNLINK', KEYS[1])
-return tonumber(meta[3]) or 0
-`;
-
-/**
- * The script as a command of the client (ioredis `defineCommand`): sent by EVALSHA, and by EVAL
- * only when the server does not know it yet.
- */
-const DELETE_UNPUBLISHED_COMMAND = 'nseqPayloadDeleteUnpublished';
-
-type DeleteUnpublishedCommand = (meta: string) => Promise<number | null>;
 
 /**
  * {@link PayloadStore} on Redis (single node or Cluster). See the top of this file for the
@@ -206,15 +186,19 @@ export class RedisPayloadStore implements PayloadStore {
   }
 
   /**
-   * One script on the meta hash (one key, so one slot) removes it only while the payload is ready
-   * and unpublished: `markPublished` sets `published` in one MULTI, so either it finds the meta
-   * gone (and answers false) or the script finds the payload published. The chunks and index
-   * entries follow, as in `delete`; a ref indexed without a payload (its meta expired or lost) is
-   * unindexed too, or it would be listed by every sweep until its index entry expired.
+   * One script on the meta hash (one key, so one slot; lua/payload-delete-unpublished-1.lua)
+   * removes it only while the payload is ready and unpublished: `markPublished` sets `published`
+   * in one MULTI, so either it finds the meta gone (and answers false) or the script finds the
+   * payload published. The chunks and index entries follow, as in `delete`; a ref indexed
+   * without a payload (its meta expired or lost) is unindexed too, or it would be listed by every
+   * sweep until its index entry expired.
    */
   async deleteUnpublished(ref: string): Promise<boolean> {
     const keys = this.keysOf(ref);
-    const chunks = await this.deleteUnpublishedCommand()(keys.meta);
+    const chunks = (await loadScripts(this.redis)['payload-delete-unpublished'](
+      [keys.meta],
+      [],
+    )) as number | null;
     if (chunks === null) return false;
     if (chunks >= 0) await unlinkPayload(this.redis, keys, chunks);
     await unindexPayload(this.redis, this.keys.index, ref);
@@ -301,18 +285,6 @@ export class RedisPayloadStore implements PayloadStore {
       ? await this.directReads?.getRangeOrNothing(key, 0, -1, (bytes) => bytes > 0)
       : undefined;
     return parts ?? this.redis.getBuffer(key);
-  }
-
-  /** The delete script as a command of the client, defined on it on first use. */
-  private deleteUnpublishedCommand(): DeleteUnpublishedCommand {
-    const client = this.redis as unknown as Record<string, DeleteUnpublishedCommand | undefined>;
-    if (typeof client[DELETE_UNPUBLISHED_COMMAND] !== 'function') {
-      this.redis.defineCommand(DELETE_UNPUBLISHED_COMMAND, {
-        numberOfKeys: 1,
-        lua: DELETE_UNPUBLISHED_SCRIPT,
-      });
-    }
-    return client[DELETE_UNPUBLISHED_COMMAND]!.bind(this.redis);
   }
 
   /** The payload's keys; a ref the store could not have generated never reaches a key name. */

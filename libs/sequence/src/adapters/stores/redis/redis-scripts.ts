@@ -27,6 +27,7 @@ export type ScriptName =
   | 'claim-acquire'
   | 'claim-complete'
   | 'claim-release'
+  | 'payload-delete-unpublished'
   | 'rsq-accept'
   | 'rsq-accept-ix'
   | 'rsq-accept-batch'
@@ -121,6 +122,7 @@ const SCRIPT_NAMES: readonly ScriptName[] = [
   'claim-acquire',
   'claim-complete',
   'claim-release',
+  'payload-delete-unpublished',
   'rsq-accept',
   'rsq-accept-ix',
   'rsq-accept-batch',
