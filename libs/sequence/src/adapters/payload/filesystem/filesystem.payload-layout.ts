@@ -202,7 +202,8 @@ export class FilesystemPayloadLayout {
   }
 }
 
-function sameFile(a: Stats, b: Stats): boolean {
+/** Whether two stats are of one file (device and inode; so also of one type). */
+export function sameFile(a: Stats, b: Stats): boolean {
   return a.dev === b.dev && a.ino === b.ino;
 }
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { constants, type Stats } from 'node:fs';
+import { constants } from 'node:fs';
 import {
   access,
   lstat,
@@ -31,6 +31,7 @@ import {
   FilesystemPayloadLayout,
   isMissing,
   LATEST_EXPIRY,
+  sameFile,
   temporaryName,
 } from './filesystem.payload-layout';
 import {
@@ -281,10 +282,8 @@ export class FilesystemPayloadStore implements PayloadStore {
     const real = await realpath(this.root);
     const after = await lstat(this.root);
     const target = await stat(real);
-    const sameEntry =
-      sameFile(after, entry) &&
-      (after.mode & constants.S_IFMT) === (entry.mode & constants.S_IFMT) &&
-      (!entry.isDirectory() || sameFile(target, entry));
+    // One device and inode: one file, so one type too.
+    const sameEntry = sameFile(after, entry) && (!entry.isDirectory() || sameFile(target, entry));
     if (!sameEntry) {
       throw new Error(
         `the filesystem payload store's default root ${this.root} was replaced while it was ` +
@@ -336,10 +335,6 @@ function assertPutOptions(options: PutOptions): void {
   if (options.expiresAt > LATEST_EXPIRY) {
     throw new RangeError(`expiresAt ${options.expiresAt} is past the year 9999`);
   }
-}
-
-function sameFile(a: Stats, b: Stats): boolean {
-  return a.dev === b.dev && a.ino === b.ino;
 }
 
 async function isRegularFile(path: string): Promise<boolean> {
