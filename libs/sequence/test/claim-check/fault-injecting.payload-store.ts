@@ -137,31 +137,27 @@ export class FaultInjectingPayloadStore implements PayloadStore {
     return this.inner.head(ref);
   }
 
-  async delete(ref: string): Promise<boolean> {
-    this.calls.delete++;
-    if (this.failDeletes > 0) {
-      this.failDeletes--;
-      throw new Error('payload store unreachable (delete, injected by the test)');
-    }
-    if (this.hangDeletes > 0) {
-      this.hangDeletes--;
-      return new Promise<boolean>(() => undefined);
-    }
-    return this.inner.delete(ref);
+  delete(ref: string): Promise<boolean> {
+    return this.deleting('delete', () => this.inner.delete(ref));
   }
 
   /** The inner store's (or its fallback), with the faults of `delete`. */
-  async deleteUnpublished(ref: string): Promise<boolean> {
+  deleteUnpublished(ref: string): Promise<boolean> {
+    return this.deleting('deleteUnpublished', () => deleteIfUnpublished(this.inner, ref));
+  }
+
+  /** Either delete, counted and failed or hung as `failDeletes` and `hangDeletes` say. */
+  private async deleting(what: string, run: () => Promise<boolean>): Promise<boolean> {
     this.calls.delete++;
     if (this.failDeletes > 0) {
       this.failDeletes--;
-      throw new Error('payload store unreachable (deleteUnpublished, injected by the test)');
+      throw new Error(`payload store unreachable (${what}, injected by the test)`);
     }
     if (this.hangDeletes > 0) {
       this.hangDeletes--;
       return new Promise<boolean>(() => undefined);
     }
-    return deleteIfUnpublished(this.inner, ref);
+    return run();
   }
 
   async markPublished(ref: string): Promise<boolean> {

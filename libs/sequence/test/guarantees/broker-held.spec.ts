@@ -79,6 +79,17 @@ function fragmentOf(headers: TestFragment['headers']): { sequenceId: string; pos
   return { sequenceId, position };
 }
 
+/** `fragment` as a claim-checking producer sends it: its body parked, its ticket in its place. */
+async function ticketed(
+  parking: FragmentParking,
+  channel: string,
+  { body, headers }: TestFragment,
+): Promise<TestFragment> {
+  const parked = await parking.park(body, channel, fragmentOf(headers));
+  await parking.settle(parked, true);
+  return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
+}
+
 /** Fragment 1 of `size`, not the last, with a 100-byte body and `declaredBytes` for the whole. */
 function firstFragment(sequenceId: string, size: number, declaredBytes: number): TestFragment {
   const body = bytes(100, 16);
@@ -1193,24 +1204,24 @@ describe('guarantees: broker-held reassembly', () => {
     const { transport, handler, app: nest } = t;
     // A producer of its own, which parks some bodies and publishes their tickets instead.
     const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
-    const ticketed = async ({ body, headers }: TestFragment): Promise<TestFragment> => {
-      const parked = await parking.park(body, channel, fragmentOf(headers));
-      await parking.settle(parked, true);
-      return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
-    };
     // The ticket comes once the sequence is held here, ...
     const held = bytes(3_000, 45);
     const heldFirst = makeFragments('held-mixed', held, 1_000);
     await publishHeld(transport, channel, [heldFirst[0]], PARTITIONS);
     await eventually(() => unsettledIn(transport, channel) === 1, 'the first fragment held');
-    await publishHeld(transport, channel, [await ticketed(heldFirst[1]), heldFirst[2]], PARTITIONS);
+    await publishHeld(
+      transport,
+      channel,
+      [await ticketed(parking, channel, heldFirst[1]), heldFirst[2]],
+      PARTITIONS,
+    );
     // ... or first, its inline fragments right behind it.
     const parked = bytes(3_000, 46);
     const parkedFirst = makeFragments('parked-first', parked, 1_000);
     await publishHeld(
       transport,
       channel,
-      [await ticketed(parkedFirst[0]), ...parkedFirst.slice(1)],
+      [await ticketed(parking, channel, parkedFirst[0]), ...parkedFirst.slice(1)],
       PARTITIONS,
     );
 
@@ -1252,12 +1263,7 @@ describe('guarantees: broker-held reassembly', () => {
     await publishHeld(transport, channel, [fragments[0], fragments[2]], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 2, 'two dead letters');
     // The claim-checked one comes late: it meets the verdict, as an inline one would.
-    const parked = await parking.park(fragments[1].body, channel, fragmentOf(fragments[1].headers));
-    await parking.settle(parked, true);
-    const late = {
-      body: parked.ticketBody,
-      headers: { ...fragments[1].headers, [CLAIM_CHECK_HEADER]: 1 },
-    };
+    const late = await ticketed(parking, channel, fragments[1]);
     await publishHeld(transport, channel, [late], PARTITIONS);
     await eventually(() => deadLetters(transport, channel).length === 3, 'the late one refused');
     expect(String(deadLetters(transport, channel)[2].headers['x-death-reason'])).toMatch(
@@ -1281,14 +1287,11 @@ describe('guarantees: broker-held reassembly', () => {
     });
     const { transport, handler, app: nest } = t;
     const parking = nest.get<FragmentParking>(FRAGMENT_PARKING);
-    const ticketed = async ({ body, headers }: TestFragment): Promise<TestFragment> => {
-      const parked = await parking.park(body, channel, fragmentOf(headers));
-      await parking.settle(parked, true);
-      return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
-    };
     const payload = bytes(3_000, 48);
     const fragments = makeFragments('held-genuine', payload, 1_000);
-    const sent = await Promise.all(fragments.map(ticketed));
+    const sent = await Promise.all(
+      fragments.map((fragment) => ticketed(parking, channel, fragment)),
+    );
     const reasons = () => deadLetters(transport, channel).map((dead) => deathReasonOf(dead));
 
     // Fragment 2 of the sequence comes first with fragment 1's ticket (and checksum).
