@@ -1,13 +1,13 @@
 import { type PayloadEncryptionKey } from '../../../core/encryption-key';
 import { pipeline, type Readable } from 'node:stream';
-import {
-  type GetOptions,
-  type PayloadInfo,
-  type PayloadStore,
-  type PutOptions,
-  type StoredPayload,
-  type SweepCandidate,
-  type SweepQuery,
+import type {
+  GetOptions,
+  PayloadInfo,
+  PayloadStore,
+  PutOptions,
+  StoredPayload,
+  SweepCandidate,
+  SweepQuery,
 } from '../../../ports/payload-store.port';
 import { PayloadDecryptionError } from '../../../core/errors/payload-decryption.error';
 import { abortReason } from '../../../core/async';
