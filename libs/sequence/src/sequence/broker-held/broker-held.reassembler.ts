@@ -339,8 +339,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     // Its subscription lost it while the sequence was being opened: nothing may stay open for a
     // sequence this consumer holds nothing of (a later delivery would start it afresh here).
     if (message.abandoned?.aborted) {
-      if (sequence.fragments.size === 0 && sequence.phase === 'holding') this.dropEmpty(sequence);
-      return this.requeue(NOT_HELD_HERE);
+      const requeue = () => this.requeue(NOT_HELD_HERE);
+      return sequence.fragments.size === 0 && sequence.phase === 'holding'
+        ? this.dropEmpty(sequence, requeue)
+        : requeue();
     }
     const facts = { ...fragment, bodyBytes: body.length };
     const admission = admitFragment(sequence.state, facts, options);
@@ -357,13 +359,14 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
     if (admission.kind === 'contradiction') {
       // A first fragment refused: nothing is held, nothing to keep open.
-      if (sequence.fragments.size === 0) this.dropEmpty(sequence);
-      return this.checks.reject(
-        channel,
-        admission.code,
-        `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${admission.detail}`,
-        fragment,
-      );
+      const reject = () =>
+        this.checks.reject(
+          channel,
+          admission.code,
+          `sequence ${fragment.sequenceId} fragment ${fragment.position}: ${admission.detail}`,
+          fragment,
+        );
+      return sequence.fragments.size === 0 ? this.dropEmpty(sequence, reject) : reject();
     }
     let settle!: (disposition: Disposition) => void;
     const settled = new Promise<Disposition>((resolve) => (settle = resolve));
@@ -396,8 +399,9 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       if (sequence.fragments.size === 0) {
         // A first fragment over the limits is refused alone, as the store refuses it: no
         // verdict is recorded, so a corrected resend under the same id is taken.
-        this.dropEmpty(sequence);
-        return this.checks.reject(channel, admission.code, detail, fragment);
+        return this.dropEmpty(sequence, () =>
+          this.checks.reject(channel, admission.code, detail, fragment),
+        );
       }
       settle({ action: 'dead-letter', reason: deathReason(admission.code, detail) });
       void this.end(sequence, consumer, 'rejected', admission.code, detail);
@@ -511,7 +515,10 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     this.addLoad(sequence, -sequence.fragments.size);
     await sequence.written().catch(() => undefined);
     const fragments = [...sequence.fragments.values()].sort((a, b) => a.position - b.position);
-    for (const fragment of fragments) {
+    // The last fragment is settled once the spool file is gone, as finishWith settles: when the
+    // broker holds none of the sequence unsettled, this process holds nothing of it either.
+    let settleLast = () => {};
+    for (const [index, fragment] of fragments.entries()) {
       let disposition: Disposition;
       try {
         const body = fragment.body ?? (await readAll(sequence, fragment));
@@ -530,11 +537,13 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
         );
         disposition = this.requeue('spool unreadable');
       }
-      fragment.settle(disposition);
+      if (index < fragments.length - 1) fragment.settle(disposition);
+      else settleLast = () => fragment.settle(disposition);
     }
     sequence.fragments.clear();
     sequence.phase = 'done';
     await this.discard(sequence);
+    settleLast();
   }
 
   private async deliver(
@@ -986,11 +995,18 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     });
   }
 
-  /** Closes a sequence that holds no fragment: nothing stays open, nor is a verdict kept. */
-  private dropEmpty(sequence: HeldSequence): void {
+  /**
+   * Closes a sequence that holds no fragment (nothing stays open, nor is a verdict kept), then
+   * settles the delivery that opened it once its spool file is gone.
+   */
+  private async dropEmpty(
+    sequence: HeldSequence,
+    settle: () => Disposition | Promise<Disposition>,
+  ): Promise<Disposition> {
     this.forget(sequence);
     sequence.phase = 'done';
-    void this.discard(sequence);
+    await this.discard(sequence);
+    return settle();
   }
 
   /**
