@@ -40,7 +40,7 @@ import type { SequenceLimitOptions } from '../options/sequence.options';
 import { ClaimCheckHeader, claimCheckMarking, userHeadersOf } from '../core/claim-check-headers';
 import { ClaimCheckTracing } from './claim-check.tracing';
 import { PayloadParking } from './payload-parking';
-import { ClaimLease } from './claim-lease';
+import { claimLease } from './claim-lease';
 import { carriesFragmentHeaders, headerText } from '../core/headers';
 import type { ClaimCheckConsumer } from './claim-check-consumer';
 import { ClaimedPayload } from './claimed-payload';
@@ -245,7 +245,7 @@ export class ClaimCheckReceiver {
     const release = () => this.releaseWithin(key, holder); // lapses anyway
     // Renewed from the claim on, not from the handler's start: a slow store (the head, the mark
     // below) would otherwise let the lease lapse first, and a copy of the ticket be handled too.
-    const lease = new ClaimLease(
+    const lease = claimLease(
       ledger,
       key,
       holder,
