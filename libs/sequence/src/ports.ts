@@ -45,6 +45,7 @@ export {
   type ClaimLedgerCall,
 } from './core/errors/claim-ledger-timeout.error';
 export { ClaimLeaseLostError } from './core/errors/claim-lease-lost.error';
+export { SequenceLeaseLostError } from './core/errors/sequence-lease-lost.error';
 export { ResequencerStoreTimeoutError } from './core/errors/resequencer-store-timeout.error';
 export { SequenceStoreTimeoutError } from './core/errors/sequence-store-timeout.error';
 export type {

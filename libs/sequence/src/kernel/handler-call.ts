@@ -9,9 +9,10 @@ import type { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 export interface HandlerContext {
   /**
    * Aborted when this call runs past `handlerTimeoutMs`, with a `HandlerTimeoutError` as its
-   * `reason`, or when a Claim Check ticket's claim can no longer be shown to be held, with a
-   * `ClaimLeaseLostError`: stop, and let go of what the call holds. Whatever the call returns
-   * after that is ignored.
+   * `reason`, or when the lease it runs under can no longer be shown to be held: a Claim Check
+   * ticket's claim, with a `ClaimLeaseLostError`; a store-buffered sequence's completion lease,
+   * with a `SequenceLeaseLostError`. Stop, and let go of what the call holds. Whatever the call
+   * returns after that is ignored.
    */
   readonly signal: AbortSignal;
   /** 1 on the first call for this message; one more at each retry. */

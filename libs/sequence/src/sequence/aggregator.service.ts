@@ -25,6 +25,7 @@ import type { SequenceConsumer, SequenceHandlerFn } from './sequence-consumer';
 import { claimCheckMarking } from '../core/claim-check-headers';
 import { IntakeDigests } from './intake-digests';
 import { errorMessage } from '../core/errors/caught';
+import { leaseClock, type LeaseInstant } from '../core/lease-clock';
 import { SequenceDelivery } from './sequence-delivery';
 import { FragmentChecks, isRefusal } from './fragment-checks';
 import { SequenceTracing } from './sequence.tracing';
@@ -206,6 +207,8 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     // One lease token per delivery: two deliveries of one sequence, even in this process, are
     // two different holders.
     const leaseToken = `${this.options.consumerId}:${randomUUID()}`;
+    // A completion lease the accept grants runs from when it was sent.
+    const sentAt = leaseClock();
     let result: AcceptResult;
     try {
       const accepting = this.store.accept(
@@ -304,7 +307,7 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
         if (result.opened) this.metrics.sequenceStarted(channel);
         if (result.opened) this.lifecycle.started(channel, fragment);
         this.lifecycle.fragmentAccepted(channel, fragment, body.length);
-        return this.deliver(message, consumer, result.sequence, leaseToken);
+        return this.deliver(message, consumer, result.sequence, leaseToken, sentAt);
     }
   }
 
@@ -313,11 +316,12 @@ export class AggregatorService implements SequenceReassembler, LifecyclePart {
     consumer: SequenceConsumer,
     sequence: CompleteSequence,
     leaseToken: string,
+    leaseGrantedAt: LeaseInstant,
   ): Promise<Disposition> {
     const { channel } = consumer;
     const digest = await this.digests.take(channel, sequence.sequenceId, sequence.fragments);
     return this.traces.process(channel, sequence, message, () =>
-      this.delivery.deliver(sequence, consumer, leaseToken, digest),
+      this.delivery.deliver(sequence, consumer, leaseToken, leaseGrantedAt, digest),
     );
   }
 

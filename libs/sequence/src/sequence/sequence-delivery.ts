@@ -1,5 +1,4 @@
 import type { Logger } from '@nestjs/common';
-import { retryWithin } from '../core/async';
 import { sha256Hasher } from '../core/checksum';
 import { errorMessage } from '../core/errors/caught';
 import { deathReason, type RejectionCode } from '../core/errors/rejection-code';
@@ -22,6 +21,10 @@ import {
 } from '../kernel/handler-retry';
 import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
+import { SequenceLeaseLostError } from '../core/errors/sequence-lease-lost.error';
+import { abortReason, retryWithin } from '../core/async';
+import type { LeaseInstant } from '../core/lease-clock';
+import { KeptLease, type LeaseTerms } from '../kernel/kept-lease';
 import { ReassembledPayload } from './reassembled-payload';
 import type { SequenceLifecycle } from './sequence.events';
 import type { SequenceConsumer } from './sequence-consumer';
@@ -61,11 +64,19 @@ export class SequenceDelivery {
     sequence: CompleteSequence,
     consumer: SequenceConsumer,
     leaseToken: string,
+    /** When the accept that granted the completion lease was sent (the lease runs from then). */
+    leaseGrantedAt: LeaseInstant,
     intakeDigest?: PayloadDigest,
   ): Promise<Disposition> {
     const ref: SequenceRef = { scope: sequence.scope, sequenceId: sequence.sequenceId };
     const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
-    const stopRenewing = this.keepLease(ref, leaseToken);
+    const lease = this.keepLease(ref, leaseToken, leaseGrantedAt);
+    // Waits for a renewal on its way first: landing after the release, it would take the lease
+    // again, and the redelivered fragment would find the sequence busy until it lapsed.
+    const handBack = async () => {
+      await lease.stop();
+      return this.handBack(ref, leaseToken);
+    };
     try {
       if (sequence.integrityFailure !== undefined) {
         return await this.failIntegrity(
@@ -89,9 +100,10 @@ export class SequenceDelivery {
           this.logger.warn(
             `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
           );
-          return await this.handBack(ref, leaseToken);
+          return await handBack();
         }
       }
+      if (lease.signal.aborted) return await this.leaseLost(lease, handBack);
       if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(ref.sequenceId, declared, digest);
         return await this.failIntegrity(ref, leaseToken, consumer.channel, error.message);
@@ -106,6 +118,7 @@ export class SequenceDelivery {
       );
       const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
         stop: this.stoppingOf(consumer.channel),
+        until: lease.signal,
       });
       payload.close();
       if (payload.integrityFailure) {
@@ -123,10 +136,11 @@ export class SequenceDelivery {
           `the handler of ${consumer.channel} could not read sequence ${ref.sequenceId} from the ` +
             `store; requeued: ${payload.readFailure.message}`,
         );
-        return await this.handBack(ref, leaseToken);
+        return await handBack();
       }
       // Shutting down between two attempts: the handler neither succeeded nor gave up.
-      if (!outcome.ok && outcome.stopped) return await this.handBack(ref, leaseToken);
+      if (!outcome.ok && outcome.stopped) return await handBack();
+      if (!outcome.ok && lease.signal.aborted) return await this.leaseLost(lease, handBack);
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${ref.sequenceId}`, outcome);
         const failure = { attempts: outcome.attempts };
@@ -134,8 +148,22 @@ export class SequenceDelivery {
       }
       return await this.complete(ref, leaseToken, consumer.channel, sequence, outcome.attempts);
     } finally {
-      stopRenewing();
+      // Once an outcome is recorded, a renewal landing late finds no lease to take.
+      lease.end();
     }
+  }
+
+  /**
+   * The lease may have lapsed, and a redelivered fragment taken the sequence over: this delivery
+   * records no outcome, and its fragment is requeued (after a release, in case the lease is
+   * still this delivery's), to meet the other delivery's verdict.
+   */
+  private async leaseLost(
+    lease: KeptLease,
+    handBack: () => Promise<Disposition>,
+  ): Promise<Disposition> {
+    this.logger.warn(`requeued: ${errorMessage(abortReason(lease.signal))}`);
+    return handBack();
   }
 
   /** Ends the retries of outcomes in progress (after the shutdown's drain). */
@@ -230,24 +258,21 @@ export class SequenceDelivery {
     return { sha256: hash.digest('hex'), bytes };
   }
 
-  private keepLease(ref: SequenceRef, leaseToken: string): () => void {
+  /**
+   * The completion lease, renewed while this delivery works under it. Once it may pass to another
+   * delivery, its signal aborts with a {@link SequenceLeaseLostError}: the handler is asked to
+   * stop, and no outcome is recorded.
+   */
+  private keepLease(ref: SequenceRef, leaseToken: string, grantedAt: LeaseInstant): KeptLease {
     const { leaseMs } = this.options.tuning;
-    const timer = setInterval(
-      () => {
-        this.store.renewLease(ref, leaseToken, leaseMs, Date.now()).then(
-          (held) => {
-            if (!held) this.logger.warn(`lost the completion lease of sequence ${ref.sequenceId}`);
-          },
-          (error: unknown) =>
-            this.logger.warn(
-              `could not renew the lease of ${ref.sequenceId}: ${errorMessage(error)}`,
-            ),
-        );
-      },
-      Math.max(50, Math.floor(leaseMs / 3)),
-    );
-    timer.unref();
-    return () => clearInterval(timer);
+    const { store } = this;
+    const terms: LeaseTerms = {
+      name: `the completion lease of sequence ${ref.sequenceId} on ${ref.scope}`,
+      renew: () => store.renewLease(ref, leaseToken, leaseMs, Date.now()),
+      lost: (why) =>
+        new SequenceLeaseLostError(store.name, ref.scope, ref.sequenceId, why, leaseMs),
+    };
+    return new KeptLease(terms, leaseMs, grantedAt, this.logger);
   }
 
   /**
@@ -329,7 +354,8 @@ export function matches(
 /**
  * Runs a sequence's handler under its retry policy and time limit, counting and logging each
  * failure. A payload whose bytes failed their check, or could not be read, ends the retries: the
- * handler cannot do better on another attempt. `stop`: see `callHandlerWithRetry`.
+ * handler cannot do better on another attempt. `stop`: see `callHandlerWithRetry`. `until`: once
+ * it aborts, the running call is abandoned with its reason and no other made (see `callHandler`).
  */
 export function runSequenceHandler(
   payload: ReassembledPayload,
@@ -340,7 +366,8 @@ export function runSequenceHandler(
     // The store path's rule: a read failure is requeued, a payload whose bytes failed is not.
     handsBack = () => !payload.integrityFailure && !!payload.readFailure,
     stop,
-  }: { handsBack?: () => boolean; stop?: AbortSignal } = {},
+    until,
+  }: { handsBack?: () => boolean; stop?: AbortSignal; until?: AbortSignal } = {},
 ): Promise<HandlerOutcome> {
   const { attempts } = consumer.options.handlerRetry;
   const { handlerTimeoutMs } = consumer.options;
@@ -353,6 +380,7 @@ export function runSequenceHandler(
         handlerTimeoutMs!,
         attempt,
       ),
+    until,
   };
   const call = (context: HandlerContext) => consumer.handler(payload, context);
   return callHandlerWithRetry(call, consumer.options.handlerRetry, {
@@ -364,7 +392,8 @@ export function runSequenceHandler(
           `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
       );
     },
-    isFinal: () => !!(payload.integrityFailure || payload.readFailure),
+    // The lease lost: no other call may start either.
+    isFinal: () => !!(payload.integrityFailure || payload.readFailure || until?.aborted),
     // Handed back whatever the handler answered (see deliver): a reply would be an answer the
     // redelivery contradicts.
     handsBack,

@@ -1,6 +1,7 @@
 import { storedChargeOf } from 'nest-sequence/testing';
 import { parseFragmentHeaders } from 'nest-sequence/wire';
-import { InMemoryTransport, MemorySequenceStore } from 'nest-sequence';
+import { InMemoryTransport, MemorySequenceStore, type HandlerContext } from 'nest-sequence';
+import { SequenceLeaseLostError } from 'nest-sequence/ports';
 import {
   bytes,
   createSequenceTestApp,
@@ -178,7 +179,11 @@ describe('guarantees: store outages, crashes and several instances', () => {
         tuning: { leaseMs: 100 },
       });
       let endHeldCall: (error: Error) => void = () => undefined;
-      first.handler.onCall = () => new Promise((_resolve, reject) => (endHeldCall = reject));
+      let heldCall: HandlerContext | undefined;
+      first.handler.onCall = (_payload, context) => {
+        heldCall = context;
+        return new Promise((_resolve, reject) => (endHeldCall = reject));
+      };
       const payload = bytes(3_000, 54);
       const fragments = makeFragments('crash-in-handler', payload, 1_000);
 
@@ -188,6 +193,7 @@ describe('guarantees: store outages, crashes and several instances', () => {
       expect(transport.unsettled(channel)).toBe(1);
       dying.crash();
       await stop(first);
+      await eventually(() => transport.depth(channel) === 1, 'the completing fragment back');
       expect(transport.peek(channel).map((m) => m.headers['x-sequence-position'])).toEqual([3]);
 
       const second = await start(channel, {
@@ -200,9 +206,12 @@ describe('guarantees: store outages, crashes and several instances', () => {
       expect(second.handler.calls).toBe(1);
       expect(second.handler.of('crash-in-handler')[0].bytes.equals(payload)).toBe(true);
 
-      // The dead consumer's call ends (its process is gone: nothing it does reaches the store).
+      // With its store gone, the dead consumer could not renew its lease: its call was asked to
+      // stop, and what the call does after that is not recorded.
+      expect(heldCall?.signal.reason).toBeInstanceOf(SequenceLeaseLostError);
       endHeldCall(new Error('process gone'));
-      await eventually(() => dying.refusedAfterCrash.includes('finish'), 'the dead call to end');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(dying.refusedAfterCrash).not.toContain('finish');
       await publishAll(transport, channel, [fragments[0]]);
       await transport.whenIdle();
 
@@ -274,8 +283,8 @@ describe('guarantees: store outages, crashes and several instances', () => {
     });
 
     // Regression: an instance that lost its lease mid-handler must not overwrite the verdict of
-    // the instance that took over (finish is conditional on holding the lease).
-    it('leaves a sequence delivered by the instance that took over alone when the first one loses its lease mid-handler', async () => {
+    // the delivery that took over: its call is asked to stop, and its late result is dropped.
+    it('delivers once, by the delivery that took over, when the first instance loses its lease mid-handler', async () => {
       const channel = 'guarantees.instances.lapsed-lease';
       const transport = new InMemoryTransport();
       const shared = new MemorySequenceStore();
@@ -288,7 +297,13 @@ describe('guarantees: store outages, crashes and several instances', () => {
         tuning: { leaseMs: 100 },
       });
       let releaseFirstCall: () => void = () => undefined;
-      first.handler.onCall = () => new Promise<void>((resolve) => (releaseFirstCall = resolve));
+      let firstCall: HandlerContext | undefined;
+      // Its first call works on, heedless of its signal, until the test releases it.
+      first.handler.onCall = (_payload, context) => {
+        if (first.handler.calls > 1) return Promise.resolve();
+        firstCall = context;
+        return new Promise<void>((resolve) => (releaseFirstCall = resolve));
+      };
       const payload = bytes(3_000, 55);
       const fragments = makeFragments('lapsed', payload, 1_000);
       await publishAll(transport, channel, fragments);
@@ -300,12 +315,17 @@ describe('guarantees: store outages, crashes and several instances', () => {
         sequence: { store: shared },
         tuning: { leaseMs: 100 },
       });
+      await eventually(() => firstCall!.signal.aborted, 'the first call asked to stop');
+      expect(firstCall!.signal.reason).toBeInstanceOf(SequenceLeaseLostError);
+      blipping.failRenewals = false;
       await publishAll(transport, channel, [fragments[0]]); // the producer resends one
-      await eventually(() => second.handler.deliveries.length === 1, 'the takeover');
-      expect(second.handler.of('lapsed')[0].bytes.equals(payload)).toBe(true);
+      const deliveries = () => [...first.handler.of('lapsed'), ...second.handler.of('lapsed')];
+      await eventually(() => deliveries().length === 1, 'the takeover');
+      expect(deliveries()[0].bytes.equals(payload)).toBe(true);
 
       releaseFirstCall();
       await transport.whenIdle();
+      expect(deliveries()).toHaveLength(1);
 
       expect(deadLetters(transport, channel).map(deathReasonOf)).toEqual([]);
       expect(

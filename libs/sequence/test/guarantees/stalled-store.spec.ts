@@ -27,7 +27,8 @@ const RENEWAL_CHANNEL = 'guarantees.stalled-store.renewal';
 
 /**
  * A handler that has read its payload when the store stops answering, and goes on working for
- * two leases: every renewal of its lease meanwhile goes unanswered, and so does the outcome.
+ * two leases, heedless of its signal: every renewal of its lease meanwhile goes unanswered, so
+ * the lease counts as lost and the call is abandoned.
  */
 @Injectable()
 class WorksOnWhileFrozen {
@@ -77,7 +78,11 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
   });
   let transport: SettlementRecordingTransport;
 
-  async function boot(channel: string, providers = [] as Array<typeof WorksOnWhileFrozen>) {
+  async function boot(
+    channel: string,
+    providers = [] as Array<typeof WorksOnWhileFrozen>,
+    leaseMs = LEASE_MS,
+  ) {
     ({ proxy, client } = await redisThroughProxy(redis.client.options.port!));
     // One body in flight at a time: a read that the store stops answering mid-way stalls on the
     // next one.
@@ -86,7 +91,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
     t = await createSequenceTestApp(channel, {
       transport,
       sequence: { store },
-      tuning: { leaseMs: LEASE_MS, storeTimeoutMs: LEASE_MS, backpressureDelayMs: 50 },
+      tuning: { leaseMs, storeTimeoutMs: LEASE_MS, backpressureDelayMs: 50 },
       providers,
     });
     return t;
@@ -135,7 +140,9 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
 
   it('a read that stops mid-way: the handler stream fails with SequenceStoreTimeoutError, and the sequence is delivered once the store answers', async () => {
     const channel = 'guarantees.stalled-store.read';
-    const app = await boot(channel);
+    // A lease longer than the read's timeout: the read is given up on before the silent store
+    // could count as having let the lease lapse (which would stop the handler first).
+    const app = await boot(channel, [], 3 * LEASE_MS);
     const payload = bytes(8_000, 32);
     const fragments = makeFragments('stalled-read', payload, 1_000);
     let readError: unknown;

@@ -20,6 +20,7 @@ export * from './payload-read-timeout.error';
 export * from './payload-store-timeout.error';
 export * from './claim-ledger-timeout.error';
 export * from './claim-lease-lost.error';
+export * from './sequence-lease-lost.error';
 export * from './resequencer-store-timeout.error';
 export * from './sequence-store-timeout.error';
 export * from './invalid-payload-ref.error';
