@@ -27,6 +27,7 @@ import {
   deadLetters,
   deathReasonOf,
   eventually,
+  firstFragment,
   makeFragments,
   makeStreamingFragments,
   publishHeld,
@@ -97,20 +98,6 @@ async function ticketed(
   const parked = await parking.park(body, channel, fragmentOf(headers));
   await parking.settle(parked, true);
   return { body: parked.ticketBody, headers: { ...headers, [CLAIM_CHECK_HEADER]: 1 } };
-}
-
-/** Fragment 1 of `size`, not the last, with a 100-byte body and `declaredBytes` for the whole. */
-function firstFragment(sequenceId: string, size: number, declaredBytes: number): TestFragment {
-  const body = bytes(100, 16);
-  const headers = buildFragmentHeaders({
-    sequenceId,
-    position: 1,
-    size,
-    last: false,
-    crc32: crc32(body),
-    bytes: declaredBytes,
-  });
-  return { body, headers };
 }
 
 /** A memory store whose `finish` and `accept` can be slowed, counting accepts per sequence. */

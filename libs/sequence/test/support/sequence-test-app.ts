@@ -163,6 +163,24 @@ export function makeFragments(
   });
 }
 
+/** Fragment 1 of `size`, not the last, with a 100-byte body and `declaredBytes` for the whole. */
+export function firstFragment(
+  sequenceId: string,
+  size: number,
+  declaredBytes: number,
+): TestFragment {
+  const body = bytes(100, 16);
+  const headers = buildFragmentHeaders({
+    sequenceId,
+    position: 1,
+    size,
+    last: false,
+    crc32: crc32(body),
+    bytes: declaredBytes,
+  });
+  return { body, headers };
+}
+
 export async function publishAll(
   transport: Transport,
   channel: string,

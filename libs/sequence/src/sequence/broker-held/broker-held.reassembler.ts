@@ -221,8 +221,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       return 'to' in target ? this.aggregator.receive(message, consumer, target.startedAt) : target;
     }
     if (this.closed) return { action: 'requeue', reason: 'shutting down' };
-    const verdict = this.hold(target, fragment, body, message, consumer);
-    return verdict instanceof Promise ? { held: verdict } : verdict;
+    return this.hold(target, fragment, body, message, consumer);
   }
 
   /**
@@ -328,13 +327,17 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     }
   }
 
+  /**
+   * Takes `fragment` into its held sequence: `{ held }`, settled with the sequence, once taken;
+   * else its disposition (refused, or requeued), which the receive span records.
+   */
   private hold(
     sequence: HeldSequence,
     fragment: FragmentHeaders,
     body: Buffer,
     message: InboundMessage,
     consumer: SequenceConsumer,
-  ): Disposition | Promise<Disposition> {
+  ): Disposition | Promise<Disposition> | { held: Promise<Disposition> } {
     const { channel, options } = consumer;
     // Its subscription lost it while the sequence was being opened: nothing may stay open for a
     // sequence this consumer holds nothing of (a later delivery would start it afresh here).
@@ -392,7 +395,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       earlier.settle(ACK);
       this.metrics.duplicateFragment(channel);
       this.lifecycle.fragmentDuplicate(channel, fragment);
-      return settled;
+      return { held: settled };
     }
     if (admission.kind === 'limit') {
       const detail = `sequence ${fragment.sequenceId}: ${admission.detail}`;
@@ -405,7 +408,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
       }
       settle({ action: 'dead-letter', reason: deathReason(admission.code, detail) });
       void this.end(sequence, consumer, 'rejected', admission.code, detail);
-      return settled;
+      return { held: settled };
     }
     if (!this.spool.reserve(body.length)) {
       this.logger.warn(
@@ -470,7 +473,7 @@ export class BrokerHeldReassembler implements OnModuleDestroy {
     } else if (load >= options.window) {
       this.relieve(sequence, consumer);
     }
-    return settled;
+    return { held: settled };
   }
 
   /**
