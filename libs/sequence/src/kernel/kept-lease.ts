@@ -6,6 +6,7 @@ import {
   leaseLater,
   leaseLatest,
   leaseMsLeft,
+  msSince,
   type LeaseInstant,
 } from '../core/lease-clock';
 
@@ -37,7 +38,7 @@ export class KeptLease {
   private readonly lostController = new AbortController();
   /** Renewal calls sent and not answered yet, given up on or not. */
   private readonly pending = new Set<Promise<unknown>>();
-  private readonly renewTimer: NodeJS.Timeout;
+  private renewTimer: NodeJS.Timeout;
   private lapseTimer: NodeJS.Timeout | undefined;
   private readonly everyMs: number;
   /** Counted lost this long before it could lapse: time for the handler to stop. */
@@ -54,7 +55,17 @@ export class KeptLease {
     this.validUntil = leaseLater(grantedAt, leaseMs);
     this.marginMs = Math.floor(leaseMs / 5);
     this.everyMs = Math.max(50, Math.floor(leaseMs / 3));
-    this.renewTimer = setInterval(() => this.renew(), this.everyMs);
+    // The first renewal a third of the lease after its grant, not after this start: the work
+    // between them (the rest of an accept, a digest) must not eat into the renewals' margin.
+    this.renewTimer = setTimeout(
+      () => {
+        if (this.stopped) return;
+        this.renewTimer = setInterval(() => this.renew(), this.everyMs);
+        this.renewTimer.unref();
+        this.renew();
+      },
+      Math.max(0, this.everyMs - msSince(grantedAt)),
+    );
     this.renewTimer.unref();
     this.watch();
   }
@@ -83,6 +94,7 @@ export class KeptLease {
   /** Stops renewing, without waiting for a renewal on its way (see `stop`). */
   end(): void {
     this.stopped = true;
+    clearTimeout(this.renewTimer);
     clearInterval(this.renewTimer);
     clearTimeout(this.lapseTimer);
   }

@@ -22,7 +22,7 @@ import {
 import type { HandlerContext, HandlerTimeLimit } from '../kernel/handler-call';
 import { HandlerTimeoutError } from '../core/errors/handler-timeout.error';
 import { SequenceLeaseLostError } from '../core/errors/sequence-lease-lost.error';
-import { abortReason, retryWithin } from '../core/async';
+import { retryWithin } from '../core/async';
 import type { LeaseInstant } from '../core/lease-clock';
 import { KeptLease, type LeaseTerms } from '../kernel/kept-lease';
 import { ReassembledPayload } from './reassembled-payload';
@@ -30,6 +30,13 @@ import type { SequenceLifecycle } from './sequence.events';
 import type { SequenceConsumer } from './sequence-consumer';
 
 const ACK: Disposition = { action: 'ack' };
+
+/** The completion lease a delivery works under: its sequence, its holder's token, its renewals. */
+interface DeliveryLease {
+  readonly ref: SequenceRef;
+  readonly token: string;
+  readonly kept: KeptLease;
+}
 
 /**
  * Delivers one complete sequence: verifies it, runs the handler (with retries) and records the
@@ -70,21 +77,15 @@ export class SequenceDelivery {
   ): Promise<Disposition> {
     const ref: SequenceRef = { scope: sequence.scope, sequenceId: sequence.sequenceId };
     const declared = { sha256: sequence.sha256, bytes: sequence.declaredBytes };
-    const lease = this.keepLease(ref, leaseToken, leaseGrantedAt);
-    // Waits for a renewal on its way first: landing after the release, it would take the lease
-    // again, and the redelivered fragment would find the sequence busy until it lapsed.
-    const handBack = async () => {
-      await lease.stop();
-      return this.handBack(ref, leaseToken);
+    const lease: DeliveryLease = {
+      ref,
+      token: leaseToken,
+      kept: this.keepLease(ref, leaseToken, leaseGrantedAt),
     };
+    const lost = lease.kept.signal;
     try {
       if (sequence.integrityFailure !== undefined) {
-        return await this.failIntegrity(
-          ref,
-          leaseToken,
-          consumer.channel,
-          sequence.integrityFailure,
-        );
+        return await this.failIntegrity(lease, consumer.channel, sequence.integrityFailure);
       }
       const verifiedAtIntake = intakeDigest !== undefined && matches(intakeDigest, declared);
       let digest: PayloadDigest;
@@ -95,18 +96,18 @@ export class SequenceDelivery {
           digest = await this.digest(ref);
         } catch (error) {
           if (error instanceof StoredFragmentIntegrityError) {
-            return await this.failIntegrity(ref, leaseToken, consumer.channel, error.message);
+            return await this.failIntegrity(lease, consumer.channel, error.message);
           }
           this.logger.warn(
             `could not read sequence ${ref.sequenceId} back from the store; requeued: ${errorMessage(error)}`,
           );
-          return await handBack();
+          return await this.handBack(lease);
         }
       }
-      if (lease.signal.aborted) return await this.leaseLost(lease, handBack);
+      if (lost.aborted) return await this.leaseLost(lease);
       if (!matches(digest, declared)) {
         const error = new SequenceIntegrityError(ref.sequenceId, declared, digest);
-        return await this.failIntegrity(ref, leaseToken, consumer.channel, error.message);
+        return await this.failIntegrity(lease, consumer.channel, error.message);
       }
 
       const payload = new ReassembledPayload(
@@ -118,13 +119,12 @@ export class SequenceDelivery {
       );
       const outcome = await runSequenceHandler(payload, consumer, this.metrics, this.logger, {
         stop: this.stoppingOf(consumer.channel),
-        until: lease.signal,
+        until: lost,
       });
       payload.close();
       if (payload.integrityFailure) {
         return await this.failIntegrity(
-          ref,
-          leaseToken,
+          lease,
           consumer.channel,
           `${payload.integrityFailure.message} (read back from the ${this.store.name} store)`,
         );
@@ -136,20 +136,20 @@ export class SequenceDelivery {
           `the handler of ${consumer.channel} could not read sequence ${ref.sequenceId} from the ` +
             `store; requeued: ${payload.readFailure.message}`,
         );
-        return await handBack();
+        return await this.handBack(lease);
       }
       // Shutting down between two attempts: the handler neither succeeded nor gave up.
-      if (!outcome.ok && outcome.stopped) return await handBack();
-      if (!outcome.ok && lease.signal.aborted) return await this.leaseLost(lease, handBack);
+      if (!outcome.ok && outcome.stopped) return await this.handBack(lease);
+      if (!outcome.ok && lost.aborted) return await this.leaseLost(lease);
       if (!outcome.ok) {
         const { code, detail } = handlerRejection(`sequence ${ref.sequenceId}`, outcome);
         const failure = { attempts: outcome.attempts };
-        return await this.fail(ref, leaseToken, consumer.channel, code, detail, failure);
+        return await this.fail(lease, consumer.channel, code, detail, failure);
       }
-      return await this.complete(ref, leaseToken, consumer.channel, sequence, outcome.attempts);
+      return await this.complete(lease, consumer.channel, sequence, outcome.attempts);
     } finally {
       // Once an outcome is recorded, a renewal landing late finds no lease to take.
-      lease.end();
+      lease.kept.end();
     }
   }
 
@@ -158,12 +158,12 @@ export class SequenceDelivery {
    * records no outcome, and its fragment is requeued (after a release, in case the lease is
    * still this delivery's), to meet the other delivery's verdict.
    */
-  private async leaseLost(
-    lease: KeptLease,
-    handBack: () => Promise<Disposition>,
-  ): Promise<Disposition> {
-    this.logger.warn(`requeued: ${errorMessage(abortReason(lease.signal))}`);
-    return handBack();
+  private async leaseLost(lease: DeliveryLease): Promise<Disposition> {
+    this.logger.warn(
+      `requeued the completing fragment of sequence ${lease.ref.sequenceId} on ` +
+        `${lease.ref.scope}: its completion lease was lost`,
+    );
+    return this.handBack(lease);
   }
 
   /** Ends the retries of outcomes in progress (after the shutdown's drain). */
@@ -172,24 +172,23 @@ export class SequenceDelivery {
   }
 
   private failIntegrity(
-    ref: SequenceRef,
-    leaseToken: string,
+    lease: DeliveryLease,
     channel: string,
     message: string,
   ): Promise<Disposition> {
-    return this.fail(ref, leaseToken, channel, 'integrity-mismatch', message);
+    return this.fail(lease, channel, 'integrity-mismatch', message);
   }
 
   private async complete(
-    ref: SequenceRef,
-    leaseToken: string,
+    lease: DeliveryLease,
     channel: string,
     sequence: CompleteSequence,
     attempts: number,
   ): Promise<Disposition> {
+    const { ref } = lease;
     const { firstFragmentAt } = sequence;
     try {
-      const finished = await this.finishAfterHandler(ref, 'completed', leaseToken);
+      const finished = await this.finishAfterHandler(lease, 'completed');
       if (!finished) {
         this.logger.warn(
           `sequence ${ref.sequenceId} was handled after this delivery lost its lease; another ` +
@@ -212,19 +211,19 @@ export class SequenceDelivery {
 
   /** Marks the sequence failed (its fragments stay for inspection) and dead-letters the message. */
   private async fail(
-    ref: SequenceRef,
-    leaseToken: string,
+    lease: DeliveryLease,
     channel: string,
     code: RejectionCode,
     detail: string,
     /** Set when the handler failed (else the sequence was rejected before or after it). */
     handler?: { attempts: number },
   ): Promise<Disposition> {
+    const { ref } = lease;
     const reason = deathReason(code, detail);
     try {
       const finished = handler
-        ? await this.finishAfterHandler(ref, 'failed', leaseToken, reason)
-        : await this.store.finish(ref, 'failed', { ...this.finishContext(leaseToken), reason });
+        ? await this.finishAfterHandler(lease, 'failed', reason)
+        : await this.store.finish(ref, 'failed', { ...this.finishContext(lease.token), reason });
       if (!finished) {
         // Another delivery took the sequence over after this one's lease lapsed: its verdict
         // stands, and this failure is not the sequence's.
@@ -239,7 +238,7 @@ export class SequenceDelivery {
         `could not mark sequence ${ref.sequenceId} failed; requeued: ${errorMessage(error)}`,
       );
       // The handler ran: its lease is kept, as for a completion (see complete).
-      return handler ? this.storeUnavailable() : this.handBack(ref, leaseToken);
+      return handler ? this.storeUnavailable() : this.handBack(lease);
     }
     this.metrics.sequenceRejected(channel, code);
     if (handler) this.lifecycle.failed(channel, ref.sequenceId, code, detail, handler.attempts);
@@ -286,14 +285,14 @@ export class SequenceDelivery {
    * this delivery's success when the marker holds this outcome.
    */
   private async finishAfterHandler(
-    ref: SequenceRef,
+    lease: DeliveryLease,
     outcome: 'completed' | 'failed',
-    leaseToken: string,
     reason?: string,
   ): Promise<boolean> {
+    const { ref } = lease;
     let failedBefore = false;
     const finished = await retryWithin(
-      () => this.store.finish(ref, outcome, { ...this.finishContext(leaseToken), reason }),
+      () => this.store.finish(ref, outcome, { ...this.finishContext(lease.token), reason }),
       this.options.tuning.leaseMs / 2,
       {
         stopped: () => this.stopped,
@@ -316,9 +315,15 @@ export class SequenceDelivery {
     return status?.state === 'finished' && status.outcome === outcome;
   }
 
-  /** After a transient failure: let the lease go so the redelivered fragment can retry at once. */
-  private async handBack(ref: SequenceRef, leaseToken: string): Promise<Disposition> {
-    await this.store.releaseLease(ref, leaseToken, Date.now()).catch(() => undefined); // the lease then lapses by itself
+  /**
+   * After a transient failure: let the lease go so the redelivered fragment can retry at once.
+   * Waits for a renewal on its way first: landing after the release, it would take the lease
+   * again, and the redelivered fragment would find the sequence busy until it lapsed.
+   */
+  private async handBack(lease: DeliveryLease): Promise<Disposition> {
+    await lease.kept.stop();
+    // Should the release fail, the lease lapses by itself.
+    await this.store.releaseLease(lease.ref, lease.token, Date.now()).catch(() => undefined);
     return this.storeUnavailable();
   }
 

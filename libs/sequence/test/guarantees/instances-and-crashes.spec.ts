@@ -348,21 +348,29 @@ describe('guarantees: store outages, crashes and several instances', () => {
         sequence: { store: blipping },
         tuning: { leaseMs: 100 },
       });
-      // Call 1 is held, then throws; call 2 (the takeover) is held until call 1 has failed.
+      // Call 1 is held past its lease (asked to stop, heedless), then throws; call 2 (the
+      // takeover) is held until call 1 has thrown.
       const release: Array<() => void> = [];
-      t.handler.onCall = () => new Promise<void>((resolve) => release.push(resolve));
+      const contexts: HandlerContext[] = [];
+      t.handler.onCall = (_payload, context) => {
+        contexts.push(context);
+        return new Promise<void>((resolve) => release.push(resolve));
+      };
       const payload = bytes(3_000, 56);
       const fragments = makeFragments('same-process', payload, 1_000);
       await publishAll(transport, channel, fragments);
       await eventually(() => t.handler.calls === 1, 'the first delivery in its handler');
 
       blipping.failRenewals = true;
+      await eventually(() => contexts[0].signal.aborted, 'the first delivery asked to stop');
+      blipping.failRenewals = false;
       await publishAll(transport, channel, [fragments[0]]); // the producer resends one
       await eventually(() => t.handler.calls === 2, 'the takeover in the same instance');
 
       t.handler.failNext = 1;
-      release[0](); // the stale delivery fails while the takeover is still running
-      await eventually(() => transport.unsettled(channel) === 1, 'the stale delivery settled');
+      release[0](); // the stale call fails while the takeover is still running
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(transport.unsettled(channel)).toBe(1); // the takeover's alone
       release[1]();
       await transport.whenIdle();
 

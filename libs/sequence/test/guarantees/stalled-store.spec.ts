@@ -183,7 +183,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
     expect(deadLetters(transport, channel)).toHaveLength(0);
   });
 
-  it('renewals and an outcome that never answer while the handler works: the delivery is requeued, not held, and the sequence completed once the store answers', async () => {
+  it('renewals that never answer while the handler works: the call is asked to stop, the delivery requeued, not held, and the sequence completed once the store answers', async () => {
     const app = await boot('guarantees.stalled-store.unused', [WorksOnWhileFrozen]);
     const handler = app.app.get(WorksOnWhileFrozen);
     const payload = bytes(4_000, 33);
@@ -191,7 +191,7 @@ describeWithServer('redis', 'guarantees: a Redis sequence store that never answe
 
     await eventually(
       () => transport.actionsOn(RENEWAL_CHANNEL).includes('requeue'),
-      'the completing fragment requeued once its outcome could not be recorded',
+      'the completing fragment requeued once its lease was lost',
       6_000,
     );
     expect(handler.received).toHaveLength(1);

@@ -24,7 +24,7 @@ export class SequenceLeaseLostError extends SequenceError {
         (why === 'taken'
           ? 'was found taken by a renewal'
           : `was not renewed in time to be sure it was still held (tuning.leaseMs ${leaseMs} ms)`) +
-        '; the handler was asked to stop through its AbortSignal',
+        '; its handler, if running, is asked to stop through its AbortSignal',
     );
   }
 }
