@@ -34,6 +34,33 @@ describe('callHandlerWithRetry', () => {
     expect(given[0].error).toBeInstanceOf(HandlerTimeoutError);
   });
 
+  it('ends at a call abandoned as limit.until aborts: no failure counted, no give-up work', async () => {
+    const lost = new AbortController();
+    const reason = new Error('the lease is lost');
+    const failures: unknown[] = [];
+    let calls = 0;
+    let gaveUp = false;
+    const answer = callHandlerWithRetry(
+      (context) => {
+        calls++;
+        handOver(context, { onGiveUp: async () => void (gaveUp = true) });
+        return new Promise(() => undefined); // works on, heedless of its signal
+      },
+      { attempts: 3, baseDelayMs: 1, maxDelayMs: 1 },
+      {
+        limit: { ...limit, ms: 60_000, until: lost.signal },
+        onFailure: (error) => void failures.push(error),
+        isFinal: () => false,
+      },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    lost.abort(reason);
+    const outcome = await answer;
+
+    expect(outcome).toMatchObject({ ok: false, attempts: 1, error: reason });
+    expect({ calls, gaveUp, failures }).toEqual({ calls: 1, gaveUp: false, failures: [] });
+  });
+
   it('ends a retry waiting for its backoff once stop aborts, without give-up work', async () => {
     const stop = new AbortController();
     let calls = 0;

@@ -32,7 +32,10 @@ export type HandlerOutcome =
  * (wrong bytes, a store that cannot be read: calling the handler again now cannot help). A
  * {@link MessageRefusedError} stops at once too: the handler refused the message for good.
  * With `hooks.limit`, a call that runs past it fails with a {@link HandlerTimeoutError} (see
- * {@link callHandler}): a failed attempt like any other. When a failure ends the retries, the
+ * {@link callHandler}): a failed attempt like any other. Once `hooks.limit.until` has aborted
+ * (the lease the consumer held the message under is lost), the call that ends then, or the one
+ * not made, ends the retries without counting as failed: neither `onFailure` nor the give-up
+ * work runs, and the consumer hands the message back. When a failure ends the retries, the
  * `onGiveUp` work its call handed over is awaited before the outcome is returned (and the message
  * dead-lettered). `handsBack()`, asked once a call has ended, says the consumer will hand the
  * message back to be delivered again whatever the outcome (its payload could not be read): the
@@ -83,6 +86,7 @@ export async function callHandlerWithRetry(
       );
       return { ok: true, attempts: attempt };
     } catch (error) {
+      if (hooks.limit?.until?.aborted) return { ok: false, attempts: attempt, error };
       const refused = error instanceof MessageRefusedError;
       if (!refused) hooks.onFailure(error, attempt);
       if (refused || attempt >= attempts || hooks.isFinal()) {

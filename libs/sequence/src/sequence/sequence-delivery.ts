@@ -397,8 +397,7 @@ export function runSequenceHandler(
           `(attempt ${attempt} of ${attempts}): ${errorMessage(error)}`,
       );
     },
-    // The lease lost: no other call may start either.
-    isFinal: () => !!(payload.integrityFailure || payload.readFailure || until?.aborted),
+    isFinal: () => !!(payload.integrityFailure || payload.readFailure),
     // Handed back whatever the handler answered (see deliver): a reply would be an answer the
     // redelivery contradicts.
     handsBack,
