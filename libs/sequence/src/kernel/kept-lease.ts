@@ -15,7 +15,7 @@ export type LeaseLoss = 'taken' | 'unconfirmed';
 
 /** What a {@link KeptLease} keeps: how to renew it, and what to say when it is lost. */
 export interface LeaseTerms {
-  /** Names the lease in log lines: `the completion lease of sequence "a"`. */
+  /** Names the lease in log lines: `the claim on <ticket>`. */
   readonly name: string;
   /** Renews the lease for `leaseMs` from now; false when another holder has it (or it is over). */
   renew(): Promise<boolean>;
