@@ -7,8 +7,9 @@ const DEFAULT_WATERMARK = 0.4;
 /**
  * Raises a memory alarm on the local RabbitMQ (its memory high watermark set next to nothing):
  * the broker blocks every connection that publishes until the alarm clears. Resolves with what
- * clears it (the watermark as it was). The alarm is the whole broker's: tests run one at a time
- * (`--runInBand`), and a test that raises it clears it in its cleanup.
+ * clears it (the watermark as it was). The alarm is the whole broker's: `npm test` runs the files
+ * that raise it (`*broker-alarm*`) alone, after the others, and a test that raises it clears it
+ * in its cleanup.
  */
 export async function raiseMemoryAlarm(): Promise<() => Promise<void>> {
   const was = (
