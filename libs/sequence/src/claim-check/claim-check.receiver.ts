@@ -588,8 +588,8 @@ export class ClaimCheckReceiver {
           );
         },
         // Wrong bytes, or a store that cannot be read: retrying the handler now cannot help.
-        // The claim lost: no other call may start either.
-        isFinal: () => !!(payload.integrityFailure || payload.readFailure || until?.aborted),
+        // (The claim lost ends the retries in callHandlerWithRetry, through limit.until.)
+        isFinal: () => !!(payload.integrityFailure || payload.readFailure),
         // Requeued whatever the handler answered: a reply would be an answer the redelivery
         // contradicts.
         handsBack: () => requeuedForItsRead(payload),
